@@ -1,0 +1,1 @@
+//! bridle-memory: not built yet. See ARCHITECTURE.md for what lives here.

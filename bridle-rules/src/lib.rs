@@ -1,0 +1,1 @@
+//! bridle-rules: not built yet. See ARCHITECTURE.md for what lives here.

@@ -1,0 +1,1 @@
+//! kberg-agent: not built yet. See ARCHITECTURE.md for what lives here.

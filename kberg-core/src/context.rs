@@ -1,0 +1,243 @@
+//! What a running tool can see and do: its caller, its cancellation token, and a channel back
+//! to the client.
+//!
+//! The channel is the [`ClientPeer`] trait. kberg-core knows no transport, so the peer speaks in
+//! MCP method names and JSON params; kberg-server implements it per protocol generation
+//! (server-initiated requests on a 2025-11-25 session, `input_required` results on 2026-07-28)
+//! and an in-process caller may supply none. [`ToolContext`] wraps it in typed helpers for the
+//! things tools actually do: report progress, log, ask the user (elicitation), ask the client's
+//! model (sampling), list roots.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::principal::Caller;
+
+/// Why a request to the client did not produce an answer.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum PeerError {
+    /// No client channel on this call path, or the client did not declare the capability.
+    #[error("the client does not support {0}")]
+    NotSupported(String),
+    /// The client answered with a JSON-RPC error.
+    #[error("the client answered with error {code}: {message}")]
+    Rejected {
+        /// JSON-RPC error code.
+        code: i64,
+        /// Its message.
+        message: String,
+    },
+    /// The connection ended before an answer.
+    #[error("the client disconnected")]
+    Disconnected,
+    /// The call was cancelled while waiting.
+    #[error("cancelled while waiting for the client")]
+    Cancelled,
+    /// The answer did not have the documented shape.
+    #[error("the client's answer is malformed: {0}")]
+    Malformed(String),
+    /// Stateless protocol (2026-07-28): the answer must come in a new round trip. The tool stops;
+    /// the server answers the call with an `input_required` result carrying these requests,
+    /// keyed by name, and runs the tool again when the client re-sends the call with the answers.
+    #[error("input is required from the client")]
+    InputRequired {
+        /// The pending requests (key -> `{method, params}`).
+        requests: Value,
+    },
+}
+
+/// A channel from a running tool back to the client that called it.
+#[async_trait]
+pub trait ClientPeer: Send + Sync {
+    /// Sends a notification (`notifications/progress`, `notifications/message`, ...).
+    async fn notify(&self, method: &str, params: Value) -> Result<(), PeerError>;
+    /// Sends a request (`sampling/createMessage`, `elicitation/create`, `roots/list`) and waits
+    /// for the result, or for `cancel`.
+    async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        cancel: CancellationToken,
+    ) -> Result<Value, PeerError>;
+    /// Whether the client declared a capability (`sampling`, `elicitation`, `roots`).
+    fn supports(&self, capability: &str) -> bool;
+}
+
+/// Everything a tool receives beside its arguments.
+#[derive(Clone)]
+pub struct ToolContext {
+    caller: Caller,
+    cancel: CancellationToken,
+    peer: Option<Arc<dyn ClientPeer>>,
+    progress_token: Option<Value>,
+    meta: Option<Value>,
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("caller", &self.caller.principal().id)
+            .field("cancelled", &self.cancel.is_cancelled())
+            .field("peer", &self.peer.is_some())
+            .field("progress_token", &self.progress_token)
+            .finish()
+    }
+}
+
+/// Per-call options the transport passes to the gate: cancellation, the client channel, the
+/// request's progress token and `_meta`.
+#[derive(Clone, Default)]
+pub struct CallOptions {
+    /// Cancelled when the client cancels the call (or the connection ends).
+    pub cancel: CancellationToken,
+    /// The channel back to the client, if any.
+    pub peer: Option<Arc<dyn ClientPeer>>,
+    /// The request's `_meta.progressToken`, if the client asked for progress.
+    pub progress_token: Option<Value>,
+    /// The request's `_meta`, for tools that need it.
+    pub meta: Option<Value>,
+}
+
+impl std::fmt::Debug for CallOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallOptions")
+            .field("cancelled", &self.cancel.is_cancelled())
+            .field("peer", &self.peer.is_some())
+            .field("progress_token", &self.progress_token)
+            .finish()
+    }
+}
+
+impl CallOptions {
+    /// Options with this cancellation token.
+    pub fn with_cancel(cancel: CancellationToken) -> Self {
+        Self {
+            cancel,
+            ..Self::default()
+        }
+    }
+}
+
+impl ToolContext {
+    pub(crate) fn new(caller: Caller, opts: CallOptions) -> Self {
+        Self {
+            caller,
+            cancel: opts.cancel,
+            peer: opts.peer,
+            progress_token: opts.progress_token,
+            meta: opts.meta,
+        }
+    }
+
+    /// A context for calling a tool directly (tests, in-process use) with no client channel.
+    pub fn detached(caller: Caller) -> Self {
+        Self::new(caller, CallOptions::default())
+    }
+
+    /// The caller (principal, effective grants, projection).
+    pub fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
+    /// The call's cancellation token. Long-running tools should watch it; if they do not, the
+    /// gate drops their future when it fires.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Whether the call has been cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// The request's `_meta`, if any.
+    pub fn meta(&self) -> Option<&Value> {
+        self.meta.as_ref()
+    }
+
+    /// The client channel, if any.
+    pub fn peer(&self) -> Option<&Arc<dyn ClientPeer>> {
+        self.peer.as_ref()
+    }
+
+    /// Reports progress, if the client asked for it (sent a progress token). A no-op otherwise.
+    pub async fn progress(
+        &self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) -> Result<(), PeerError> {
+        let (Some(peer), Some(token)) = (&self.peer, &self.progress_token) else {
+            return Ok(());
+        };
+        let mut params = json!({"progressToken": token, "progress": progress});
+        let obj = params.as_object_mut().expect("json! object literal");
+        if let Some(t) = total {
+            obj.insert("total".into(), json!(t));
+        }
+        if let Some(m) = message {
+            obj.insert("message".into(), json!(m));
+        }
+        peer.notify("notifications/progress", params).await
+    }
+
+    /// Sends a log message to the client (`notifications/message`). `level` is an MCP log level
+    /// (`debug`, `info`, `notice`, `warning`, `error`, ...). A no-op without a client channel.
+    pub async fn log(
+        &self,
+        level: &str,
+        logger: Option<&str>,
+        data: Value,
+    ) -> Result<(), PeerError> {
+        let Some(peer) = &self.peer else {
+            return Ok(());
+        };
+        let mut params = json!({"level": level, "data": data});
+        if let Some(l) = logger {
+            params["logger"] = json!(l);
+        }
+        peer.notify("notifications/message", params).await
+    }
+
+    /// Asks the user for input through the client (`elicitation/create`, form mode). Returns the
+    /// client's result: `{"action": "accept" | "decline" | "cancel", "content": {...}}`.
+    pub async fn elicit(&self, message: &str, requested_schema: Value) -> Result<Value, PeerError> {
+        self.client_request(
+            "elicitation",
+            "elicitation/create",
+            json!({"mode": "form", "message": message, "requestedSchema": requested_schema}),
+        )
+        .await
+    }
+
+    /// Asks the client's model for a completion (`sampling/createMessage`); `params` is the MCP
+    /// `CreateMessageRequest` params.
+    pub async fn sample(&self, params: Value) -> Result<Value, PeerError> {
+        self.client_request("sampling", "sampling/createMessage", params)
+            .await
+    }
+
+    /// Lists the client's roots (`roots/list`).
+    pub async fn roots(&self) -> Result<Value, PeerError> {
+        self.client_request("roots", "roots/list", json!({})).await
+    }
+
+    async fn client_request(
+        &self,
+        capability: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, PeerError> {
+        let Some(peer) = &self.peer else {
+            return Err(PeerError::NotSupported(capability.to_string()));
+        };
+        if !peer.supports(capability) {
+            return Err(PeerError::NotSupported(capability.to_string()));
+        }
+        peer.request(method, params, self.cancel.clone()).await
+    }
+}

@@ -1,0 +1,95 @@
+//! # kberg-core
+//!
+//! The transport-free heart of Kberg: the tools, resources and prompts an app exposes to models,
+//! and the one gate every tool call passes through. No HTTP and no provider code lives here;
+//! `kberg-server` puts these registries on the MCP wire and `kberg-agent` drives them from a
+//! model in-process.
+//!
+//! - [`ToolRegistry`] holds [`Tool`]s (each [`ToolKind::Read`] or
+//!   [`ToolKind::Write`]`(`[`WriteCapability`]`)`), [refusals](ToolRegistry::refuse) and the
+//!   declared capabilities, and runs the gate: [`ToolRegistry::call`].
+//! - [`Principal`] / [`Caller`] say who calls: their [`Grants`] and [`SurfaceProjection`].
+//!   Grants belong to the principal, never to a transport session.
+//! - [`ResourceRegistry`] holds live objects, templates and subscriptions;
+//!   [`PromptRegistry`] holds prompts.
+//! - [`GateError`] / [`ErrorCode`] are the stable, model-visible refusals;
+//!   [`FieldError`] names each invalid field.
+//! - [`AuditSink`] receives an [`AuditEvent`] for every call.
+//!
+//! ```
+//! use kberg_core::*;
+//! use schemars::JsonSchema;
+//! use serde::Deserialize;
+//! use serde_json::json;
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! struct Search { query: String }
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! struct AddNote { title: String }
+//!
+//! # tokio_test_block_on(async {
+//! let tools = ToolRegistry::new();
+//! let notes_write = WriteCapability::new("notes.write", "Create and edit notes");
+//! tools.declare(notes_write.clone())?;
+//!
+//! tools.register(ToolBuilder::new("search_notes")
+//!     .description("Find notes by text")
+//!     .small_model_safe()
+//!     .handler(|a: Search, _ctx| async move { Ok(ToolOutput::text(format!("no notes match {}", a.query))) }))?;
+//! tools.register(ToolBuilder::new("add_note")
+//!     .description("Create a note")
+//!     .write(notes_write)
+//!     .handler(|a: AddNote, _ctx| async move { Ok(ToolOutput::text(format!("created {}", a.title))) }))?;
+//!
+//! // A caller without the capability may read but not write.
+//! let reader = Caller::new(Principal::new("reader"));
+//! let out = tools.call(&reader, "search_notes", json!({"query": "rust"}), CallOptions::default()).await?;
+//! assert_eq!(out.all_text(), "no notes match rust");
+//! let err = tools.call(&reader, "add_note", json!({"title": "x"}), CallOptions::default()).await.unwrap_err();
+//! assert_eq!(err.code(), ErrorCode::CapabilityRequired);
+//!
+//! // Granted, the write runs.
+//! let writer = Caller::new(Principal::new("writer").with_grants(Grants::of(["notes.write"])));
+//! let out = tools.call(&writer, "add_note", json!({"title": "hello"}), CallOptions::default()).await?;
+//! assert_eq!(out.all_text(), "created hello");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+mod audit;
+mod capability;
+mod context;
+mod error;
+mod principal;
+mod prompt;
+mod registry;
+mod resource;
+mod tool;
+mod validate;
+
+pub use audit::{AuditEvent, AuditOutcome, AuditSink, MemoryAuditSink, TracingAuditSink};
+pub use capability::{CapabilityCatalog, Grants, WriteCapability};
+pub use context::{CallOptions, ClientPeer, PeerError, ToolContext};
+pub use error::{CoreError, ErrorCode, GateError};
+pub use principal::{Caller, Principal, SurfaceProjection};
+pub use prompt::{
+    PromptArgs, PromptArgument, PromptError, PromptMessage, PromptRegistry, PromptResult,
+    PromptSpec, Role,
+};
+pub use registry::{InvalidCursor, Page, ToolRegistry};
+pub use resource::{
+    ResourceBody, ResourceContents, ResourceDescriptor, ResourceError, ResourceEvent,
+    ResourceReader, ResourceRegistry, ResourceTemplate, Subscriber, TemplateVars, reader_fn,
+};
+pub use tool::{
+    Content, FnTool, Tool, ToolBuilder, ToolError, ToolHints, ToolKind, ToolOutput, ToolSpec,
+    check_name, schema_of,
+};
+pub use validate::{CompiledSchema, FieldError};
+
+/// Re-exported so apps and transports name the same token type.
+pub use tokio_util::sync::CancellationToken;

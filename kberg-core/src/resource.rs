@@ -1,0 +1,705 @@
+//! The [`ResourceRegistry`]: live objects a client lists, reads and subscribes to.
+//!
+//! Resources are registered and removed at runtime, either one URI at a time or as a URI
+//! template (`notes://{id}`) whose reader receives the matched variables. Subscriptions belong to
+//! a [`Subscriber`]: the transport creates one per session (2025-11-25) or per listen stream
+//! (2026-07-28), subscribes it to URIs, and receives [`ResourceEvent`]s on it. Dropping the
+//! subscriber ends all its subscriptions, so they end with their caller.
+//! [`ResourceRegistry::notify_updated`] delivers one event to every current subscriber of that
+//! URI and to nobody else.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, watch};
+
+use crate::error::CoreError;
+use crate::registry::{InvalidCursor, Page, paginate};
+
+/// The body of a resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResourceBody {
+    /// UTF-8 text.
+    Text(String),
+    /// Binary data (transports encode it as base64).
+    Blob(Vec<u8>),
+}
+
+/// The contents of one resource, as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceContents {
+    /// The URI read.
+    pub uri: String,
+    /// MIME type, if known.
+    pub mime_type: Option<String>,
+    /// Text or bytes.
+    pub body: ResourceBody,
+}
+
+impl ResourceContents {
+    /// Text contents.
+    pub fn text(uri: impl Into<String>, mime: Option<&str>, text: impl Into<String>) -> Self {
+        Self {
+            uri: uri.into(),
+            mime_type: mime.map(str::to_string),
+            body: ResourceBody::Text(text.into()),
+        }
+    }
+
+    /// Binary contents.
+    pub fn blob(uri: impl Into<String>, mime: Option<&str>, bytes: Vec<u8>) -> Self {
+        Self {
+            uri: uri.into(),
+            mime_type: mime.map(str::to_string),
+            body: ResourceBody::Blob(bytes),
+        }
+    }
+}
+
+/// What a client is told about a resource.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ResourceDescriptor {
+    /// Unique URI.
+    pub uri: String,
+    /// Short name.
+    pub name: String,
+    /// Human title.
+    pub title: Option<String>,
+    /// What it is.
+    pub description: Option<String>,
+    /// MIME type.
+    pub mime_type: Option<String>,
+    /// Size in bytes, if known.
+    pub size: Option<u64>,
+}
+
+impl ResourceDescriptor {
+    /// A descriptor with a URI and a name.
+    pub fn new(uri: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            uri: uri.into(),
+            name: name.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the description.
+    pub fn description(mut self, d: impl Into<String>) -> Self {
+        self.description = Some(d.into());
+        self
+    }
+
+    /// Sets the MIME type.
+    pub fn mime_type(mut self, m: impl Into<String>) -> Self {
+        self.mime_type = Some(m.into());
+        self
+    }
+
+    /// Sets the title.
+    pub fn title(mut self, t: impl Into<String>) -> Self {
+        self.title = Some(t.into());
+        self
+    }
+
+    /// Sets the size.
+    pub fn size(mut self, s: u64) -> Self {
+        self.size = Some(s);
+        self
+    }
+}
+
+/// What a client is told about a URI template.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ResourceTemplate {
+    /// RFC 6570 template; `{name}` matches one path segment, `{+name}` matches the rest.
+    pub uri_template: String,
+    /// Short name.
+    pub name: String,
+    /// Human title.
+    pub title: Option<String>,
+    /// What it is.
+    pub description: Option<String>,
+    /// MIME type of the resources it produces.
+    pub mime_type: Option<String>,
+}
+
+impl ResourceTemplate {
+    /// A template with a name.
+    pub fn new(uri_template: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            uri_template: uri_template.into(),
+            name: name.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the description.
+    pub fn description(mut self, d: impl Into<String>) -> Self {
+        self.description = Some(d.into());
+        self
+    }
+
+    /// Sets the MIME type.
+    pub fn mime_type(mut self, m: impl Into<String>) -> Self {
+        self.mime_type = Some(m.into());
+        self
+    }
+}
+
+/// Why a resource operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResourceError {
+    /// No resource or template matches the URI.
+    #[error("resource not found: {uri}")]
+    NotFound {
+        /// The URI asked for.
+        uri: String,
+    },
+    /// The reader failed.
+    #[error("reading {uri} failed: {message}")]
+    ReadFailed {
+        /// The URI.
+        uri: String,
+        /// Why.
+        message: String,
+    },
+    /// A pagination cursor this registry did not hand out.
+    #[error("invalid pagination cursor")]
+    InvalidCursor,
+}
+
+impl From<InvalidCursor> for ResourceError {
+    fn from(_: InvalidCursor) -> Self {
+        ResourceError::InvalidCursor
+    }
+}
+
+/// Variables matched from a URI template.
+pub type TemplateVars = BTreeMap<String, String>;
+
+/// Produces a resource's contents on demand.
+#[async_trait]
+pub trait ResourceReader: Send + Sync + 'static {
+    /// Reads `uri`; `vars` holds the template variables (empty for a plain resource).
+    async fn read(
+        &self,
+        uri: &str,
+        vars: &TemplateVars,
+    ) -> Result<Vec<ResourceContents>, ResourceError>;
+}
+
+type ReadFuture =
+    Pin<Box<dyn Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send>>;
+
+struct FnReader<F>(F);
+
+#[async_trait]
+impl<F> ResourceReader for FnReader<F>
+where
+    F: Fn(String, TemplateVars) -> ReadFuture + Send + Sync + 'static,
+{
+    async fn read(
+        &self,
+        uri: &str,
+        vars: &TemplateVars,
+    ) -> Result<Vec<ResourceContents>, ResourceError> {
+        (self.0)(uri.to_string(), vars.clone()).await
+    }
+}
+
+/// Wraps an async closure as a [`ResourceReader`].
+pub fn reader_fn<F, Fut>(f: F) -> Arc<dyn ResourceReader>
+where
+    F: Fn(String, TemplateVars) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
+{
+    Arc::new(FnReader(move |uri, vars| {
+        Box::pin(f(uri, vars)) as ReadFuture
+    }))
+}
+
+/// A change a subscriber is told about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResourceEvent {
+    /// The resource at this URI changed; read it again.
+    Updated {
+        /// The URI.
+        uri: String,
+    },
+    /// The resource was removed; the subscription to it has ended.
+    Removed {
+        /// The URI.
+        uri: String,
+    },
+}
+
+#[derive(Clone)]
+struct Static {
+    descriptor: ResourceDescriptor,
+    reader: Arc<dyn ResourceReader>,
+}
+
+#[derive(Clone)]
+struct Template {
+    template: ResourceTemplate,
+    parts: Arc<Vec<Part>>,
+    reader: Arc<dyn ResourceReader>,
+}
+
+#[derive(Debug, Clone)]
+enum Part {
+    Literal(String),
+    Segment(String),
+    Rest(String),
+}
+
+fn parse_template(t: &str) -> Result<Vec<Part>, CoreError> {
+    let bad = |reason| CoreError::InvalidTemplate {
+        template: t.to_string(),
+        reason,
+    };
+    let mut parts = Vec::new();
+    let mut rest = t;
+    while let Some(open) = rest.find('{') {
+        if open > 0 {
+            parts.push(Part::Literal(rest[..open].to_string()));
+        }
+        let close = rest[open..].find('}').ok_or(bad("unclosed `{`"))? + open;
+        let expr = &rest[open + 1..close];
+        let (rest_kind, name) = match expr.strip_prefix('+') {
+            Some(n) => (true, n),
+            None => (false, expr),
+        };
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(bad(
+                "a variable is `{name}` or `{+name}` with a simple name",
+            ));
+        }
+        if matches!(parts.last(), Some(Part::Segment(_) | Part::Rest(_))) {
+            return Err(bad("two variables must be separated by a literal"));
+        }
+        parts.push(if rest_kind {
+            Part::Rest(name.to_string())
+        } else {
+            Part::Segment(name.to_string())
+        });
+        rest = &rest[close + 1..];
+    }
+    if rest.contains('}') {
+        return Err(bad("unmatched `}`"));
+    }
+    if !rest.is_empty() {
+        parts.push(Part::Literal(rest.to_string()));
+    }
+    Ok(parts)
+}
+
+fn match_template(parts: &[Part], uri: &str) -> Option<TemplateVars> {
+    let mut vars = TemplateVars::new();
+    let mut rest = uri;
+    for (i, part) in parts.iter().enumerate() {
+        match part {
+            Part::Literal(l) => rest = rest.strip_prefix(l.as_str())?,
+            Part::Segment(name) | Part::Rest(name) => {
+                let stop = match parts.get(i + 1) {
+                    Some(Part::Literal(l)) => rest.find(l.as_str())?,
+                    _ => rest.len(),
+                };
+                let value = &rest[..stop];
+                if value.is_empty() || (matches!(part, Part::Segment(_)) && value.contains('/')) {
+                    return None;
+                }
+                vars.insert(name.clone(), value.to_string());
+                rest = &rest[stop..];
+            }
+        }
+    }
+    rest.is_empty().then_some(vars)
+}
+
+#[derive(Default, Clone)]
+struct Entries {
+    statics: BTreeMap<String, Static>,
+    templates: Vec<Template>,
+}
+
+#[derive(Default)]
+struct Subscriptions {
+    by_uri: HashMap<String, HashSet<u64>>,
+    senders: HashMap<u64, mpsc::UnboundedSender<ResourceEvent>>,
+}
+
+struct Inner {
+    entries: RwLock<Arc<Entries>>,
+    subs: Mutex<Subscriptions>,
+    next_subscriber: AtomicU64,
+    version: watch::Sender<u64>,
+}
+
+/// The app's resources and templates, and who is subscribed to what. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct ResourceRegistry {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ResourceRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let e = self.snapshot();
+        f.debug_struct("ResourceRegistry")
+            .field("resources", &e.statics.len())
+            .field("templates", &e.templates.len())
+            .finish()
+    }
+}
+
+impl Default for ResourceRegistry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ResourceRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        let (version, _) = watch::channel(0);
+        Self {
+            inner: Arc::new(Inner {
+                entries: RwLock::new(Arc::new(Entries::default())),
+                subs: Mutex::new(Subscriptions::default()),
+                next_subscriber: AtomicU64::new(1),
+                version,
+            }),
+        }
+    }
+
+    fn snapshot(&self) -> Arc<Entries> {
+        // Readers clone an Arc and release the lock at once; a poisoned lock still holds a
+        // complete Arc (it is swapped whole), so recovering it is sound.
+        Arc::clone(
+            &self
+                .inner
+                .entries
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
+    }
+
+    fn update<R>(
+        &self,
+        f: impl FnOnce(&mut Entries) -> Result<R, CoreError>,
+    ) -> Result<R, CoreError> {
+        let mut guard = self
+            .inner
+            .entries
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut next = Entries::clone(&guard);
+        let r = f(&mut next)?;
+        *guard = Arc::new(next);
+        drop(guard);
+        self.inner.version.send_modify(|v| *v += 1);
+        Ok(r)
+    }
+
+    fn subs(&self) -> MutexGuard<'_, Subscriptions> {
+        // Subscription maps are updated in single statements; a panic elsewhere cannot tear them.
+        self.inner
+            .subs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Registers a resource with a reader. A URI can be registered once.
+    pub fn register(
+        &self,
+        descriptor: ResourceDescriptor,
+        reader: Arc<dyn ResourceReader>,
+    ) -> Result<(), CoreError> {
+        if descriptor.uri.is_empty() {
+            return Err(CoreError::InvalidName {
+                name: String::new(),
+                reason: "a resource URI must not be empty",
+            });
+        }
+        self.update(|e| {
+            if e.statics.contains_key(&descriptor.uri) {
+                return Err(CoreError::Duplicate {
+                    name: descriptor.uri.clone(),
+                });
+            }
+            e.statics
+                .insert(descriptor.uri.clone(), Static { descriptor, reader });
+            Ok(())
+        })
+    }
+
+    /// Registers a resource whose contents are fixed text.
+    pub fn register_text(
+        &self,
+        descriptor: ResourceDescriptor,
+        text: impl Into<String>,
+    ) -> Result<(), CoreError> {
+        let text: Arc<str> = text.into().into();
+        let mime = descriptor.mime_type.clone();
+        self.register(
+            descriptor,
+            reader_fn(move |uri, _| {
+                let text = Arc::clone(&text);
+                let mime = mime.clone();
+                async move { Ok(vec![ResourceContents::text(uri, mime.as_deref(), &*text)]) }
+            }),
+        )
+    }
+
+    /// Registers a URI template.
+    pub fn register_template(
+        &self,
+        template: ResourceTemplate,
+        reader: Arc<dyn ResourceReader>,
+    ) -> Result<(), CoreError> {
+        let parts = Arc::new(parse_template(&template.uri_template)?);
+        self.update(|e| {
+            if e.templates
+                .iter()
+                .any(|t| t.template.uri_template == template.uri_template)
+            {
+                return Err(CoreError::Duplicate {
+                    name: template.uri_template.clone(),
+                });
+            }
+            e.templates.push(Template {
+                template,
+                parts,
+                reader,
+            });
+            Ok(())
+        })
+    }
+
+    /// Removes a resource. Its subscribers receive [`ResourceEvent::Removed`] and their
+    /// subscriptions to it end; the list is marked changed. Returns whether it existed.
+    pub fn remove(&self, uri: &str) -> bool {
+        let existed = self
+            .update(|e| Ok(e.statics.remove(uri).is_some()))
+            .unwrap_or(false);
+        if existed {
+            let mut subs = self.subs();
+            if let Some(ids) = subs.by_uri.remove(uri) {
+                for id in ids {
+                    if let Some(tx) = subs.senders.get(&id) {
+                        let _ = tx.send(ResourceEvent::Removed {
+                            uri: uri.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+        existed
+    }
+
+    /// Removes a template. Returns whether it existed.
+    pub fn remove_template(&self, uri_template: &str) -> bool {
+        self.update(|e| {
+            let before = e.templates.len();
+            e.templates
+                .retain(|t| t.template.uri_template != uri_template);
+            Ok(before != e.templates.len())
+        })
+        .unwrap_or(false)
+    }
+
+    /// A receiver whose value changes whenever the resource or template list changes.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.version.subscribe()
+    }
+
+    /// One page of resources, sorted by URI.
+    pub fn list(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<ResourceDescriptor>, ResourceError> {
+        let e = self.snapshot();
+        let all: Vec<ResourceDescriptor> =
+            e.statics.values().map(|s| s.descriptor.clone()).collect();
+        Ok(paginate(&all, |d| d.uri.as_str(), cursor, limit)?)
+    }
+
+    /// One page of templates, sorted by template.
+    pub fn list_templates(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<ResourceTemplate>, ResourceError> {
+        let e = self.snapshot();
+        let mut all: Vec<ResourceTemplate> =
+            e.templates.iter().map(|t| t.template.clone()).collect();
+        all.sort_by(|a, b| a.uri_template.cmp(&b.uri_template));
+        Ok(paginate(&all, |t| t.uri_template.as_str(), cursor, limit)?)
+    }
+
+    /// Whether a URI names a registered resource or matches a template.
+    pub fn exists(&self, uri: &str) -> bool {
+        let e = self.snapshot();
+        e.statics.contains_key(uri)
+            || e.templates
+                .iter()
+                .any(|t| match_template(&t.parts, uri).is_some())
+    }
+
+    /// Reads a resource: a registered URI first, then the first template that matches.
+    pub async fn read(&self, uri: &str) -> Result<Vec<ResourceContents>, ResourceError> {
+        let e = self.snapshot();
+        if let Some(s) = e.statics.get(uri) {
+            let reader = Arc::clone(&s.reader);
+            drop(e);
+            return reader.read(uri, &TemplateVars::new()).await;
+        }
+        for t in &e.templates {
+            if let Some(vars) = match_template(&t.parts, uri) {
+                let reader = Arc::clone(&t.reader);
+                return reader.read(uri, &vars).await;
+            }
+        }
+        Err(ResourceError::NotFound {
+            uri: uri.to_string(),
+        })
+    }
+
+    /// A new subscriber. Subscribe it to URIs; receive events from it; drop it to end every
+    /// subscription it holds.
+    pub fn subscriber(&self) -> Subscriber {
+        let id = self.inner.next_subscriber.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.subs().senders.insert(id, tx);
+        Subscriber {
+            id,
+            registry: self.clone(),
+            events: rx,
+        }
+    }
+
+    /// Tells every current subscriber of `uri` that it changed. Returns how many were told.
+    pub fn notify_updated(&self, uri: &str) -> usize {
+        let subs = self.subs();
+        let Some(ids) = subs.by_uri.get(uri) else {
+            return 0;
+        };
+        let mut told = 0;
+        for id in ids {
+            if let Some(tx) = subs.senders.get(id)
+                && tx
+                    .send(ResourceEvent::Updated {
+                        uri: uri.to_string(),
+                    })
+                    .is_ok()
+            {
+                told += 1;
+            }
+        }
+        told
+    }
+
+    /// The number of subscribers watching `uri`.
+    pub fn subscriber_count(&self, uri: &str) -> usize {
+        self.subs().by_uri.get(uri).map_or(0, HashSet::len)
+    }
+}
+
+/// One party's subscriptions and the events they produce. Dropping it unsubscribes it from
+/// everything.
+pub struct Subscriber {
+    id: u64,
+    registry: ResourceRegistry,
+    events: mpsc::UnboundedReceiver<ResourceEvent>,
+}
+
+impl std::fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscriber").field("id", &self.id).finish()
+    }
+}
+
+impl Subscriber {
+    /// Subscribes to `uri`. The URI must name a registered resource or match a template.
+    /// Subscribing twice is the same as once.
+    pub fn subscribe(&self, uri: &str) -> Result<(), ResourceError> {
+        if !self.registry.exists(uri) {
+            return Err(ResourceError::NotFound {
+                uri: uri.to_string(),
+            });
+        }
+        self.registry
+            .subs()
+            .by_uri
+            .entry(uri.to_string())
+            .or_default()
+            .insert(self.id);
+        Ok(())
+    }
+
+    /// Ends the subscription to `uri`. Returns whether there was one.
+    pub fn unsubscribe(&self, uri: &str) -> bool {
+        let mut subs = self.registry.subs();
+        let Some(ids) = subs.by_uri.get_mut(uri) else {
+            return false;
+        };
+        let had = ids.remove(&self.id);
+        if ids.is_empty() {
+            subs.by_uri.remove(uri);
+        }
+        had
+    }
+
+    /// The next event; `None` only if the registry is gone.
+    pub async fn next(&mut self) -> Option<ResourceEvent> {
+        self.events.recv().await
+    }
+
+    /// The next event if one is waiting.
+    pub fn try_next(&mut self) -> Option<ResourceEvent> {
+        self.events.try_recv().ok()
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        let mut subs = self.registry.subs();
+        subs.senders.remove(&self.id);
+        subs.by_uri.retain(|_, ids| {
+            ids.remove(&self.id);
+            !ids.is_empty()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_match() {
+        let p = parse_template("notes://{folder}/{id}.md").unwrap();
+        let v = match_template(&p, "notes://work/42.md").unwrap();
+        assert_eq!(v["folder"], "work");
+        assert_eq!(v["id"], "42");
+        assert!(match_template(&p, "notes://a/b/42.md").is_none());
+        assert!(match_template(&p, "notes://work/.md").is_none());
+        let p = parse_template("file:///{+path}").unwrap();
+        assert_eq!(
+            match_template(&p, "file:///a/b/c").unwrap()["path"],
+            "a/b/c"
+        );
+        assert!(parse_template("x://{a}{b}").is_err());
+        assert!(parse_template("x://{a").is_err());
+        assert!(parse_template("x://{a b}").is_err());
+    }
+}

@@ -1,0 +1,537 @@
+//! Tools: the app-side action surface.
+//!
+//! A tool is described once by a [`ToolSpec`] (name, description, schemas, [`ToolKind`],
+//! annotations) and run by [`Tool::call`]. Most apps never implement [`Tool`] by hand: a
+//! [`ToolBuilder`] turns an async closure into a tool, and when the closure takes a Rust struct
+//! its input schema comes from `schemars`, so no schema is ever written by hand.
+//!
+//! The kind is the guardrail: a [`ToolKind::Read`] tool changes nothing and may be called by any
+//! authenticated caller; a [`ToolKind::Write`] tool names the [`WriteCapability`] a caller must
+//! be granted. The MCP hints (`readOnlyHint`, `destructiveHint`, `idempotentHint`) follow from the
+//! kind unless the app sets them.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::capability::WriteCapability;
+use crate::context::{PeerError, ToolContext};
+use crate::resource::ResourceContents;
+
+/// Whether a tool changes state, and if so under which capability.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ToolKind {
+    /// No state change.
+    Read,
+    /// Mutates state; callable only with the capability granted.
+    Write(WriteCapability),
+}
+
+impl ToolKind {
+    /// The capability id of a write tool.
+    pub fn capability(&self) -> Option<&str> {
+        match self {
+            ToolKind::Read => None,
+            ToolKind::Write(c) => Some(c.id()),
+        }
+    }
+
+    /// `read` or `write`, for logs and audit.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ToolKind::Read => "read",
+            ToolKind::Write(_) => "write",
+        }
+    }
+}
+
+/// The MCP tool hints. `None` means "derive from the kind".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolHints {
+    /// The tool does not modify its environment.
+    pub read_only_hint: Option<bool>,
+    /// The tool may perform destructive updates.
+    pub destructive_hint: Option<bool>,
+    /// Calling it twice with the same arguments has no extra effect.
+    pub idempotent_hint: Option<bool>,
+    /// The tool reaches entities outside the app (the web, other services).
+    pub open_world_hint: Option<bool>,
+}
+
+/// Everything a client is told about a tool, plus Kberg's own classification.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ToolSpec {
+    /// Unique name (1 to 128 of `A-Z a-z 0-9 _ - .`).
+    pub name: String,
+    /// Human title.
+    pub title: Option<String>,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// JSON Schema of the arguments (an object schema).
+    pub input_schema: Value,
+    /// JSON Schema of the structured result, if the tool declares one.
+    pub output_schema: Option<Value>,
+    /// Read or Write(capability).
+    pub kind: ToolKind,
+    /// Whether it is offered to the `Compact` projection (small models).
+    pub small_model_safe: bool,
+    /// Hints as the app set them; see [`ToolSpec::hints`] for the effective ones.
+    pub hints: ToolHints,
+}
+
+impl ToolSpec {
+    /// A spec with the given name, description, schema and kind, and no hints set.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+        kind: ToolKind,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            title: None,
+            description: description.into(),
+            input_schema,
+            output_schema: None,
+            kind,
+            small_model_safe: false,
+            hints: ToolHints::default(),
+        }
+    }
+
+    /// The effective hints: what the app set, and what follows from the kind elsewhere. A Read
+    /// tool is read-only, not destructive and idempotent; a Write tool is not read-only,
+    /// destructive and not idempotent (the MCP defaults), unless the app says otherwise.
+    pub fn hints(&self) -> ToolHints {
+        let read = matches!(self.kind, ToolKind::Read);
+        ToolHints {
+            read_only_hint: Some(self.hints.read_only_hint.unwrap_or(read)),
+            destructive_hint: Some(self.hints.destructive_hint.unwrap_or(!read)),
+            idempotent_hint: Some(self.hints.idempotent_hint.unwrap_or(read)),
+            open_world_hint: self.hints.open_world_hint,
+        }
+    }
+}
+
+/// One block of a tool result or prompt message.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Content {
+    /// Plain text.
+    Text(String),
+    /// An image (raw bytes; transports encode them).
+    Image {
+        /// The bytes.
+        data: Vec<u8>,
+        /// e.g. `image/png`.
+        mime_type: String,
+    },
+    /// Audio (raw bytes).
+    Audio {
+        /// The bytes.
+        data: Vec<u8>,
+        /// e.g. `audio/wav`.
+        mime_type: String,
+    },
+    /// A link to a resource the client may read.
+    ResourceLink {
+        /// Its URI.
+        uri: String,
+        /// Its name.
+        name: String,
+        /// Optional description.
+        description: Option<String>,
+        /// Optional MIME type.
+        mime_type: Option<String>,
+    },
+    /// A resource's contents embedded in the result.
+    Resource(ResourceContents),
+}
+
+impl Content {
+    /// A text block.
+    pub fn text(s: impl Into<String>) -> Self {
+        Content::Text(s.into())
+    }
+}
+
+/// What a tool call produced.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolOutput {
+    /// Content blocks, for the model.
+    pub content: Vec<Content>,
+    /// Structured result, for programs (matches the output schema when one is declared).
+    pub structured: Option<Value>,
+    /// Whether this is an error result (the model sees it; the call itself completed).
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A single text block.
+    pub fn text(s: impl Into<String>) -> Self {
+        Self {
+            content: vec![Content::Text(s.into())],
+            ..Self::default()
+        }
+    }
+
+    /// A structured result, also rendered as JSON text for clients that only read content.
+    pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<Self, crate::ToolError> {
+        let v = serde_json::to_value(value)
+            .map_err(|e| crate::ToolError::failed(format!("result does not serialize: {e}")))?;
+        Ok(Self {
+            content: vec![Content::Text(v.to_string())],
+            structured: Some(v),
+            is_error: false,
+        })
+    }
+
+    /// Content blocks.
+    pub fn contents(content: Vec<Content>) -> Self {
+        Self {
+            content,
+            ..Self::default()
+        }
+    }
+
+    /// An error result with a sentence and structured details.
+    pub fn error_with(message: impl Into<String>, details: Value) -> Self {
+        Self {
+            content: vec![Content::Text(message.into())],
+            structured: Some(details),
+            is_error: true,
+        }
+    }
+
+    /// Adds structured content.
+    pub fn with_structured(mut self, v: Value) -> Self {
+        self.structured = Some(v);
+        self
+    }
+
+    /// All text blocks joined by newlines.
+    pub fn all_text(&self) -> String {
+        let mut s = String::new();
+        for c in &self.content {
+            if let Content::Text(t) = c {
+                if !s.is_empty() {
+                    s.push('\n');
+                }
+                s.push_str(t);
+            }
+        }
+        s
+    }
+}
+
+/// How a tool reports that it could not do its job.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// The tool failed; the message is shown to the model.
+    #[error("{message}")]
+    Failed {
+        /// What went wrong, in words the model can use.
+        message: String,
+    },
+    /// Talking to the client failed (or, on the stateless protocol, needs another round trip).
+    #[error(transparent)]
+    Peer(#[from] PeerError),
+}
+
+impl ToolError {
+    /// A failure with a message for the model.
+    pub fn failed(message: impl Into<String>) -> Self {
+        ToolError::Failed {
+            message: message.into(),
+        }
+    }
+}
+
+impl From<String> for ToolError {
+    fn from(message: String) -> Self {
+        ToolError::failed(message)
+    }
+}
+
+impl From<&str> for ToolError {
+    fn from(message: &str) -> Self {
+        ToolError::failed(message)
+    }
+}
+
+/// An app function exposed to models. Implement it directly for full control, or build one
+/// with [`ToolBuilder`].
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// The tool's description. Called once, at registration.
+    fn spec(&self) -> ToolSpec;
+
+    /// Runs the tool. The gate calls this only after every check passed, so `args` match the
+    /// input schema.
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
+}
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send>>;
+type RawHandler = Arc<dyn Fn(Value, ToolContext) -> BoxFuture + Send + Sync>;
+
+/// A tool made from a closure by [`ToolBuilder`].
+pub struct FnTool {
+    spec: ToolSpec,
+    handler: RawHandler,
+}
+
+impl std::fmt::Debug for FnTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FnTool").field("spec", &self.spec).finish()
+    }
+}
+
+#[async_trait]
+impl Tool for FnTool {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        (self.handler)(args, ctx).await
+    }
+}
+
+/// Builds a [`FnTool`]: the one-line way to expose a function.
+///
+/// ```
+/// use kberg_core::{ToolBuilder, ToolOutput, WriteCapability};
+/// use schemars::JsonSchema;
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize, JsonSchema)]
+/// struct AddNote {
+///     /// The note's title.
+///     title: String,
+/// }
+///
+/// let write = WriteCapability::new("notes.write", "Create and edit notes");
+/// let tool = ToolBuilder::new("add_note")
+///     .description("Create a note")
+///     .write(write)
+///     .handler(|args: AddNote, _ctx| async move {
+///         Ok(ToolOutput::text(format!("created {}", args.title)))
+///     });
+/// ```
+#[derive(Debug, Clone)]
+pub struct ToolBuilder {
+    spec: ToolSpec,
+}
+
+impl ToolBuilder {
+    /// Starts a Read tool with this name and an empty description.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            spec: ToolSpec::new(name, "", Value::Null, ToolKind::Read),
+        }
+    }
+
+    /// Sets the description the model reads.
+    pub fn description(mut self, d: impl Into<String>) -> Self {
+        self.spec.description = d.into();
+        self
+    }
+
+    /// Sets the human title.
+    pub fn title(mut self, t: impl Into<String>) -> Self {
+        self.spec.title = Some(t.into());
+        self
+    }
+
+    /// Marks the tool Read (the default).
+    pub fn read(mut self) -> Self {
+        self.spec.kind = ToolKind::Read;
+        self
+    }
+
+    /// Marks the tool Write under `capability`.
+    pub fn write(mut self, capability: WriteCapability) -> Self {
+        self.spec.kind = ToolKind::Write(capability);
+        self
+    }
+
+    /// Offers the tool to the `Compact` projection (small models).
+    pub fn small_model_safe(mut self) -> Self {
+        self.spec.small_model_safe = true;
+        self
+    }
+
+    /// Overrides the derived `readOnlyHint`.
+    pub fn read_only_hint(mut self, v: bool) -> Self {
+        self.spec.hints.read_only_hint = Some(v);
+        self
+    }
+
+    /// Overrides the derived `destructiveHint`.
+    pub fn destructive_hint(mut self, v: bool) -> Self {
+        self.spec.hints.destructive_hint = Some(v);
+        self
+    }
+
+    /// Overrides the derived `idempotentHint`.
+    pub fn idempotent_hint(mut self, v: bool) -> Self {
+        self.spec.hints.idempotent_hint = Some(v);
+        self
+    }
+
+    /// Sets `openWorldHint`.
+    pub fn open_world_hint(mut self, v: bool) -> Self {
+        self.spec.hints.open_world_hint = Some(v);
+        self
+    }
+
+    /// Declares the structured result's schema, generated from `T`.
+    pub fn output<T: JsonSchema>(mut self) -> Self {
+        self.spec.output_schema = Some(schema_of::<T>());
+        self
+    }
+
+    /// Declares the structured result's schema by hand.
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.spec.output_schema = Some(schema);
+        self
+    }
+
+    /// Finishes with a typed handler: the input schema is generated from `A`, and the handler
+    /// receives the arguments deserialized into `A`.
+    pub fn handler<A, F, Fut>(mut self, f: F) -> FnTool
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
+    {
+        self.spec.input_schema = schema_of::<A>();
+        let f = Arc::new(f);
+        let _marker: PhantomData<A> = PhantomData;
+        let handler: RawHandler = Arc::new(move |args: Value, ctx: ToolContext| {
+            let f = Arc::clone(&f);
+            Box::pin(async move {
+                // The gate validated `args` against the schema generated from `A`; a mismatch
+                // here means serde is stricter than the schema (custom deserializers).
+                let typed: A = serde_json::from_value(args).map_err(|e| {
+                    ToolError::failed(format!("the arguments could not be read: {e}"))
+                })?;
+                f(typed, ctx).await
+            }) as BoxFuture
+        });
+        FnTool {
+            spec: self.spec,
+            handler,
+        }
+    }
+
+    /// Finishes with an untyped handler and a hand-written input schema (for schemas that are
+    /// data, not types: loaded from a file, proxied from another server).
+    pub fn raw_handler<F, Fut>(mut self, input_schema: Value, f: F) -> FnTool
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
+    {
+        self.spec.input_schema = input_schema;
+        let handler: RawHandler = Arc::new(move |args, ctx| Box::pin(f(args, ctx)) as BoxFuture);
+        FnTool {
+            spec: self.spec,
+            handler,
+        }
+    }
+}
+
+/// The JSON Schema `schemars` generates for `T` (draft 2020-12), as a JSON value.
+pub fn schema_of<T: JsonSchema>() -> Value {
+    let schema = schemars::schema_for!(T);
+    let mut v = serde_json::to_value(schema).expect("a schemars schema serializes");
+    // MCP clients render the title themselves; the Rust type name is noise for a model.
+    if let Some(obj) = v.as_object_mut() {
+        obj.remove("title");
+    }
+    v
+}
+
+/// Checks a tool or prompt name against what MCP clients accept: 1 to 128 characters of
+/// ASCII letters, digits, `_`, `-` and `.`.
+pub fn check_name(name: &str) -> Result<(), crate::CoreError> {
+    let reason = if name.is_empty() {
+        Some("a name must not be empty")
+    } else if name.len() > 128 {
+        Some("a name must be at most 128 characters")
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    {
+        Some("a name may only use ASCII letters, digits, `_`, `-` and `.`")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(crate::CoreError::InvalidName {
+            name: name.to_string(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Args {
+        /// A title.
+        title: String,
+        count: Option<u32>,
+    }
+
+    #[test]
+    fn typed_schema_comes_from_the_type() {
+        let t = ToolBuilder::new("t").handler(|_a: Args, _c| async { Ok(ToolOutput::default()) });
+        let s = t.spec();
+        assert_eq!(s.input_schema["type"], "object");
+        assert_eq!(s.input_schema["required"], serde_json::json!(["title"]));
+        assert!(s.input_schema.get("title").is_none());
+    }
+
+    #[test]
+    fn hints_follow_the_kind() {
+        let r = ToolBuilder::new("r")
+            .raw_handler(Value::Null, |_a, _c| async { Ok(ToolOutput::default()) });
+        let h = r.spec().hints();
+        assert_eq!(h.read_only_hint, Some(true));
+        assert_eq!(h.destructive_hint, Some(false));
+        assert_eq!(h.idempotent_hint, Some(true));
+        let w = ToolBuilder::new("w")
+            .write(WriteCapability::new("c", "d"))
+            .destructive_hint(false)
+            .raw_handler(Value::Null, |_a, _c| async { Ok(ToolOutput::default()) });
+        let h = w.spec().hints();
+        assert_eq!(h.read_only_hint, Some(false));
+        assert_eq!(h.destructive_hint, Some(false));
+        assert_eq!(h.idempotent_hint, Some(false));
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("notes.add_v2-x").is_ok());
+        assert!(check_name("").is_err());
+        assert!(check_name("has space").is_err());
+        assert!(check_name(&"a".repeat(129)).is_err());
+        assert!(check_name("emoji😀").is_err());
+    }
+}

@@ -1,0 +1,345 @@
+//! Argument validation: a tool's schema compiled once, and diagnostics a small model can act on.
+//!
+//! Validation is the `jsonschema` crate. Each schema is compiled when the tool is registered
+//! (draft 2020-12 unless the schema's own `$schema` says otherwise), so a schema that does not
+//! compile is a registration error. Keywords the compiler does not know are ignored, never a
+//! reason to reject. When arguments are invalid, every offending field is reported as a
+//! [`FieldError`]: a JSON pointer into the arguments, what the schema expected, what was found,
+//! and one sentence saying both.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use jsonschema::error::{TypeKind, ValidationErrorKind};
+
+/// One problem with one field of a tool call's arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldError {
+    /// JSON pointer to the field (`""` is the arguments object itself, `/title`, `/items/2`).
+    /// For a missing field it points where the field should be.
+    pub pointer: String,
+    /// What the schema expected, in words.
+    pub expected: String,
+    /// What was found, in words (`missing`, `the string "abc"`, ...).
+    pub found: String,
+    /// One sentence with both, naming the field.
+    pub message: String,
+}
+
+/// A compiled JSON Schema.
+pub struct CompiledSchema {
+    raw: Value,
+    validator: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for CompiledSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledSchema")
+            .field("schema", &self.raw)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CompiledSchema {
+    /// Compiles `schema`. The error is the compiler's message.
+    pub fn compile(schema: Value) -> Result<Self, String> {
+        if !schema.is_object() && !schema.is_boolean() {
+            return Err("a schema must be a JSON object or a boolean".into());
+        }
+        let validator = jsonschema::validator_for(&schema).map_err(|e| e.to_string())?;
+        Ok(Self {
+            raw: schema,
+            validator,
+        })
+    }
+
+    /// The schema as given.
+    pub fn schema(&self) -> &Value {
+        &self.raw
+    }
+
+    /// Whether `instance` is valid. Cheaper than [`CompiledSchema::diagnose`].
+    pub fn is_valid(&self, instance: &Value) -> bool {
+        self.validator.is_valid(instance)
+    }
+
+    /// Every problem with `instance`; empty exactly when it is valid.
+    pub fn diagnose(&self, instance: &Value) -> Vec<FieldError> {
+        let mut out = Vec::new();
+        for err in self.validator.iter_errors(instance) {
+            let pointer = err.instance_path().as_str().to_string();
+            let found_value = err.instance();
+            describe(&pointer, err.kind(), found_value, &mut out);
+        }
+        out
+    }
+}
+
+fn field_name(pointer: &str) -> String {
+    if pointer.is_empty() {
+        "the arguments".to_string()
+    } else {
+        format!("`{}`", pointer.trim_start_matches('/').replace('/', "."))
+    }
+}
+
+fn push(out: &mut Vec<FieldError>, pointer: String, expected: String, found: String) {
+    let message = if found == "missing" {
+        format!(
+            "{} is required ({expected}) but is missing.",
+            field_name(&pointer)
+        )
+    } else {
+        format!(
+            "{} must be {expected}, but it is {found}.",
+            field_name(&pointer)
+        )
+    };
+    out.push(FieldError {
+        pointer,
+        expected,
+        found,
+        message,
+    });
+}
+
+/// A short description of a JSON value for a diagnostic.
+pub(crate) fn describe_value(v: &Value) -> String {
+    fn short(s: &str) -> String {
+        if s.chars().count() > 40 {
+            let cut: String = s.chars().take(37).collect();
+            format!("{cut}...")
+        } else {
+            s.to_string()
+        }
+    }
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Number(n) if n.is_i64() || n.is_u64() => format!("the integer {n}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) => format!("the string {:?}", short(s)),
+        Value::Array(a) => format!("an array of {} item(s)", a.len()),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+fn type_words(kind: &TypeKind) -> String {
+    fn one(t: &str) -> &'static str {
+        match t {
+            "string" => "a string",
+            "integer" => "an integer",
+            "number" => "a number",
+            "boolean" => "a boolean (true or false)",
+            "array" => "an array",
+            "object" => "an object",
+            "null" => "null",
+            _ => "a value of another type",
+        }
+    }
+    match kind {
+        TypeKind::Single(t) => one(&t.to_string()).to_string(),
+        TypeKind::Multiple(set) => {
+            let names: Vec<&str> = set.iter().map(|t| one(&t.to_string())).collect();
+            names.join(" or ")
+        }
+    }
+}
+
+fn join_pointer(base: &str, key: &str) -> String {
+    let escaped = key.replace('~', "~0").replace('/', "~1");
+    format!("{base}/{escaped}")
+}
+
+fn describe(pointer: &str, kind: &ValidationErrorKind, found: &Value, out: &mut Vec<FieldError>) {
+    use ValidationErrorKind as K;
+    let found_s = describe_value(found);
+    match kind {
+        K::Required { property } => {
+            let name = property
+                .as_str()
+                .map_or_else(|| property.to_string(), str::to_string);
+            push(
+                out,
+                join_pointer(pointer, &name),
+                "a value".into(),
+                "missing".into(),
+            );
+        }
+        K::AdditionalProperties { unexpected } | K::UnevaluatedProperties { unexpected } => {
+            for name in unexpected {
+                let p = join_pointer(pointer, name);
+                let message = format!("{} is not a known field; remove it.", field_name(&p));
+                out.push(FieldError {
+                    pointer: p,
+                    expected: "no such field".into(),
+                    found: "an unexpected field".into(),
+                    message,
+                });
+            }
+        }
+        K::Type { kind } => push(out, pointer.into(), type_words(kind), found_s),
+        K::Enum { options } => {
+            let opts = match &**options {
+                Value::Array(a) => a
+                    .iter()
+                    .map(|o| o.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                other => other.to_string(),
+            };
+            push(out, pointer.into(), format!("one of {opts}"), found_s);
+        }
+        K::Constant { expected_value } => push(
+            out,
+            pointer.into(),
+            format!("exactly {expected_value}"),
+            found_s,
+        ),
+        K::Minimum { limit } => push(out, pointer.into(), format!("at least {limit}"), found_s),
+        K::Maximum { limit } => push(out, pointer.into(), format!("at most {limit}"), found_s),
+        K::ExclusiveMinimum { limit } => push(
+            out,
+            pointer.into(),
+            format!("greater than {limit}"),
+            found_s,
+        ),
+        K::ExclusiveMaximum { limit } => {
+            push(out, pointer.into(), format!("less than {limit}"), found_s)
+        }
+        K::MinLength { limit } => push(
+            out,
+            pointer.into(),
+            format!("a string of at least {limit} character(s)"),
+            found_s,
+        ),
+        K::MaxLength { limit } => push(
+            out,
+            pointer.into(),
+            format!("a string of at most {limit} character(s)"),
+            found_s,
+        ),
+        K::MinItems { limit } => push(
+            out,
+            pointer.into(),
+            format!("an array of at least {limit} item(s)"),
+            found_s,
+        ),
+        K::MaxItems { limit } => push(
+            out,
+            pointer.into(),
+            format!("an array of at most {limit} item(s)"),
+            found_s,
+        ),
+        K::Pattern { pattern } => push(
+            out,
+            pointer.into(),
+            format!("a string matching the pattern {pattern}"),
+            found_s,
+        ),
+        K::Format { format } => push(
+            out,
+            pointer.into(),
+            format!("a string in {format} format"),
+            found_s,
+        ),
+        K::UniqueItems => push(
+            out,
+            pointer.into(),
+            "an array without duplicates".into(),
+            found_s,
+        ),
+        K::MultipleOf { multiple_of } => push(
+            out,
+            pointer.into(),
+            format!("a multiple of {multiple_of}"),
+            found_s,
+        ),
+        _ => {
+            // Composite keywords (anyOf, oneOf, not, ...) and rarer ones: the keyword names what
+            // was expected; the crate's own message is precise enough.
+            push(
+                out,
+                pointer.into(),
+                format!("a value that satisfies `{}`", kind.keyword()),
+                found_s,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> CompiledSchema {
+        CompiledSchema::compile(json!({
+            "type": "object",
+            "properties": {
+                "title": {"type": "string", "minLength": 1},
+                "count": {"type": "integer", "minimum": 1},
+                "mode": {"enum": ["fast", "slow"]},
+                "tags": {"type": "array", "items": {"type": "string"}}
+            },
+            "required": ["title", "count"],
+            "additionalProperties": false
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn every_field_is_named() {
+        let s = schema();
+        let errs = s.diagnose(&json!({"count": "3", "mode": "medium", "extra": 1, "tags": [1]}));
+        let pointers: Vec<&str> = errs.iter().map(|e| e.pointer.as_str()).collect();
+        for p in ["/title", "/count", "/mode", "/extra", "/tags/0"] {
+            assert!(pointers.contains(&p), "{p} missing from {pointers:?}");
+        }
+        let count = errs.iter().find(|e| e.pointer == "/count").unwrap();
+        assert_eq!(count.expected, "an integer");
+        assert_eq!(count.found, "the string \"3\"");
+        let title = errs.iter().find(|e| e.pointer == "/title").unwrap();
+        assert_eq!(title.found, "missing");
+        assert!(title.message.contains("`title`"));
+        let mode = errs.iter().find(|e| e.pointer == "/mode").unwrap();
+        assert!(mode.expected.contains("\"fast\""));
+    }
+
+    #[test]
+    fn non_object_arguments() {
+        let errs = schema().diagnose(&json!([1, 2]));
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].pointer, "");
+        assert_eq!(errs[0].expected, "an object");
+    }
+
+    #[test]
+    fn unknown_keywords_are_ignored() {
+        let s = CompiledSchema::compile(json!({
+            "type": "object",
+            "x-ui-widget": "slider",
+            "properties": {"a": {"type": "integer", "frobnicate": true}}
+        }))
+        .unwrap();
+        assert!(s.is_valid(&json!({"a": 3})));
+    }
+
+    #[test]
+    fn bad_schema_does_not_compile() {
+        assert!(CompiledSchema::compile(json!({"type": 12})).is_err());
+        assert!(CompiledSchema::compile(json!("string")).is_err());
+    }
+
+    #[test]
+    fn older_draft_is_honoured() {
+        // In draft-04 exclusiveMaximum is a boolean modifier of maximum.
+        let s = CompiledSchema::compile(json!({
+            "$schema": "http://json-schema.org/draft-04/schema#",
+            "type": "number", "maximum": 5, "exclusiveMaximum": true
+        }))
+        .unwrap();
+        assert!(!s.is_valid(&json!(5)));
+        assert!(s.is_valid(&json!(4)));
+    }
+}

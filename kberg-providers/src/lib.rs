@@ -1,0 +1,1 @@
+//! kberg-providers: not built yet. See ARCHITECTURE.md for what lives here.

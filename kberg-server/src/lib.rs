@@ -1,0 +1,1 @@
+//! kberg-server: not built yet. See ARCHITECTURE.md for what lives here.
