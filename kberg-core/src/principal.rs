@@ -94,7 +94,7 @@ impl Principal {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     principal: Arc<Principal>,
-    grants: Grants,
+    grants: Arc<Grants>,
     projection: SurfaceProjection,
 }
 
@@ -103,7 +103,7 @@ impl Caller {
     pub fn new(principal: impl Into<Arc<Principal>>) -> Self {
         let principal = principal.into();
         Self {
-            grants: principal.grants.clone(),
+            grants: Arc::new(principal.grants.clone()),
             projection: principal.projection,
             principal,
         }
@@ -112,7 +112,7 @@ impl Caller {
     /// Narrows the effective grants to those also in `limit` and the projection to the narrower
     /// one. Never widens.
     pub fn narrowed(mut self, limit: &Grants, projection: SurfaceProjection) -> Self {
-        self.grants = self.grants.intersection(limit);
+        self.grants = Arc::new(self.grants.intersection(limit));
         self.projection = self.projection.narrowest(projection);
         self
     }
@@ -149,6 +149,7 @@ mod tests {
         let c = Caller::new(p).narrowed(&Grants::of(["y", "z"]), SurfaceProjection::Full);
         assert_eq!(c.grants(), &Grants::of(["y"]));
         assert_eq!(c.projection(), SurfaceProjection::Full);
+        assert_eq!(c.principal().grants, Grants::of(["x", "y"]));
         let c = c.narrowed(&Grants::of(["x", "y", "z"]), SurfaceProjection::Compact);
         assert_eq!(c.grants(), &Grants::of(["y"]));
         assert_eq!(c.projection(), SurfaceProjection::Compact);

@@ -452,12 +452,22 @@ impl ToolBuilder {
 }
 
 /// The JSON Schema `schemars` generates for `T` (draft 2020-12), as a JSON value.
+///
+/// Object schemas are made strict (`additionalProperties: false`) unless the type says
+/// otherwise: a model that misspells an optional field is told so, instead of having the field
+/// silently ignored.
 pub fn schema_of<T: JsonSchema>() -> Value {
     let schema = schemars::schema_for!(T);
     let mut v = serde_json::to_value(schema).expect("a schemars schema serializes");
-    // MCP clients render the title themselves; the Rust type name is noise for a model.
     if let Some(obj) = v.as_object_mut() {
+        // MCP clients render the title themselves; the Rust type name is noise for a model.
         obj.remove("title");
+        if obj.get("type") == Some(&Value::String("object".into()))
+            && obj.contains_key("properties")
+            && !obj.contains_key("additionalProperties")
+        {
+            obj.insert("additionalProperties".into(), Value::Bool(false));
+        }
     }
     v
 }

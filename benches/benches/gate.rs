@@ -1,0 +1,119 @@
+//! The gate's cost against raw validation, and its cost as the registry grows.
+//!
+//! `gate/6_fields` runs the whole gate (lookup, projection and grant check, validation, dispatch
+//! of a no-op Write tool, result) and `raw_validation/6_fields` only validates the same arguments
+//! with a precompiled `jsonschema` validator: their ratio is the gate's overhead (goal <= 1.3x).
+//! `gate_size/10` and `gate_size/10000` run the same call with 10 and 10,000 tools registered
+//! (goal <= 1.1x). Arguments are cloned in the untimed setup of each batch.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use kberg_core::{
+    CallOptions, Caller, Grants, Principal, Tool, ToolBuilder, ToolOutput, ToolRegistry,
+    WriteCapability,
+};
+use serde_json::{Value, json};
+
+fn schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "minLength": 1, "maxLength": 200},
+            "body": {"type": "string"},
+            "priority": {"type": "integer", "minimum": 0, "maximum": 5},
+            "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 10},
+            "pinned": {"type": "boolean"},
+            "folder": {"enum": ["inbox", "work", "home"]}
+        },
+        "required": ["title", "body", "priority"],
+        "additionalProperties": false
+    })
+}
+
+fn args() -> Value {
+    json!({
+        "title": "Groceries",
+        "body": "milk, eggs, bread",
+        "priority": 2,
+        "tags": ["home", "weekly"],
+        "pinned": false,
+        "folder": "home"
+    })
+}
+
+fn cap() -> WriteCapability {
+    WriteCapability::new("notes.write", "Create notes")
+}
+
+fn noop(name: String) -> Arc<dyn Tool> {
+    Arc::new(
+        ToolBuilder::new(name)
+            .write(cap())
+            .raw_handler(schema(), |_, _| async { Ok(ToolOutput::default()) }),
+    )
+}
+
+fn registry(size: usize) -> ToolRegistry {
+    let r = ToolRegistry::new();
+    r.declare(cap()).expect("declare once");
+    r.register_all((0..size).map(|i| noop(format!("tool_{i:05}"))))
+        .expect("distinct names");
+    r
+}
+
+fn bench(c: &mut Criterion) {
+    let caller = Caller::new(Principal::new("bench").with_grants(Grants::of(["notes.write"])));
+    let validator = jsonschema::validator_for(&schema()).expect("valid schema");
+
+    let mut g = c.benchmark_group("overhead");
+    g.bench_function("raw_validation/6_fields", |b| {
+        b.iter_batched(
+            args,
+            |a| black_box(validator.is_valid(black_box(&a))),
+            BatchSize::SmallInput,
+        )
+    });
+    let small = registry(10);
+    g.bench_function("gate/6_fields", |b| {
+        b.iter_batched(
+            args,
+            |a| {
+                let r = futures::executor::block_on(small.call(
+                    &caller,
+                    "tool_00007",
+                    a,
+                    CallOptions::default(),
+                ));
+                black_box(r.is_ok())
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("gate_size");
+    for size in [10usize, 10_000] {
+        let r = registry(size);
+        g.bench_function(format!("{size}"), |b| {
+            b.iter_batched(
+                args,
+                |a| {
+                    let out = futures::executor::block_on(r.call(
+                        &caller,
+                        "tool_00007",
+                        a,
+                        CallOptions::default(),
+                    ));
+                    black_box(out.is_ok())
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,625 @@
+//! The gate through the public API: registration errors, every stable refusal code in order,
+//! projection, deprecated capabilities, cancellation, panics, concurrency and audit.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use kberg_core::*;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+#[derive(Deserialize, JsonSchema)]
+#[allow(dead_code)]
+struct AddNote {
+    title: String,
+    priority: Option<u8>,
+}
+
+fn notes_write() -> WriteCapability {
+    WriteCapability::new("notes.write", "Create and edit notes")
+}
+
+fn registry() -> ToolRegistry {
+    let r = ToolRegistry::new();
+    r.declare(notes_write()).unwrap();
+    r.register(
+        ToolBuilder::new("search")
+            .description("search notes")
+            .small_model_safe()
+            .raw_handler(
+                json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"], "additionalProperties": false}),
+                |a, _| async move { Ok(ToolOutput::text(format!("found {}", a["q"].as_str().unwrap_or("")))) },
+            ),
+    )
+    .unwrap();
+    r.register(ToolBuilder::new("add_note").write(notes_write()).handler(
+        |a: AddNote, _| async move { Ok(ToolOutput::text(format!("added {}", a.title))) },
+    ))
+    .unwrap();
+    r.register(
+        ToolBuilder::new("quick_add")
+            .write(notes_write())
+            .small_model_safe()
+            .handler(|a: AddNote, _| async move { Ok(ToolOutput::text(a.title)) }),
+    )
+    .unwrap();
+    r.refuse(
+        "delete_all",
+        "Bulk deletion is not offered; delete notes one at a time.",
+    )
+    .unwrap();
+    r
+}
+
+fn anon() -> Caller {
+    Caller::new(Principal::new("anon"))
+}
+
+fn writer() -> Caller {
+    Caller::new(Principal::new("w").with_grants(Grants::of(["notes.write"])))
+}
+
+async fn call(
+    r: &ToolRegistry,
+    c: &Caller,
+    name: &str,
+    args: Value,
+) -> Result<ToolOutput, GateError> {
+    r.call(c, name, args, CallOptions::default()).await
+}
+
+#[tokio::test]
+async fn read_and_write_through_the_gate() {
+    let r = registry();
+    let out = call(&r, &anon(), "search", json!({"q": "rust"}))
+        .await
+        .unwrap();
+    assert_eq!(out.all_text(), "found rust");
+    assert!(!out.is_error);
+    let out = call(&r, &writer(), "add_note", json!({"title": "t"}))
+        .await
+        .unwrap();
+    assert_eq!(out.all_text(), "added t");
+}
+
+#[tokio::test]
+async fn unknown_tool() {
+    let e = call(&registry(), &anon(), "nope", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::UnknownTool);
+    assert_eq!(e.details()["code"], "unknown_tool");
+}
+
+#[tokio::test]
+async fn refusal_answers_with_its_reason_and_is_not_listed() {
+    let r = registry();
+    let e = call(&r, &writer(), "delete_all", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Refused);
+    assert_eq!(
+        e.details()["reason"],
+        "Bulk deletion is not offered; delete notes one at a time."
+    );
+    assert!(!r.list(&writer()).iter().any(|t| t.name == "delete_all"));
+    // A refused name cannot be registered as a tool afterwards.
+    let dup = r.register(
+        ToolBuilder::new("delete_all").raw_handler(json!({"type":"object"}), |_, _| async {
+            Ok(ToolOutput::default())
+        }),
+    );
+    assert!(matches!(dup, Err(CoreError::Duplicate { .. })));
+}
+
+#[tokio::test]
+async fn capability_required_names_the_capability_before_validation() {
+    let r = registry();
+    // Invalid arguments AND no capability: the caller learns only about the capability.
+    let e = call(&r, &anon(), "add_note", json!({"title": 5, "bogus": true}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::CapabilityRequired);
+    assert_eq!(e.details()["capability"], "notes.write");
+    assert!(e.to_string().contains("notes.write"));
+    assert_eq!(e.to_output().is_error, true);
+}
+
+#[tokio::test]
+async fn not_in_surface_for_compact_callers() {
+    let r = registry();
+    let compact = Caller::new(
+        Principal::new("small")
+            .with_grants(Grants::of(["notes.write"]))
+            .with_projection(SurfaceProjection::Compact),
+    );
+    let e = call(&r, &compact, "add_note", json!({"title": "x"}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::NotInSurface);
+    let names: Vec<String> = r.list(&compact).into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["quick_add", "search"]);
+    // Compact hides writes whose capability is not granted; Full lists them.
+    let compact_ro = Caller::new(Principal::new("s").with_projection(SurfaceProjection::Compact));
+    let names: Vec<String> = r.list(&compact_ro).into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["search"]);
+    let names: Vec<String> = r.list(&anon()).into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["add_note", "quick_add", "search"]);
+}
+
+#[tokio::test]
+async fn session_narrowing_removes_grants() {
+    let r = registry();
+    let narrowed = writer().narrowed(&Grants::none(), SurfaceProjection::Full);
+    let e = call(&r, &narrowed, "add_note", json!({"title": "x"}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::CapabilityRequired);
+}
+
+#[tokio::test]
+async fn invalid_arguments_name_every_field() {
+    let r = registry();
+    let e = call(
+        &r,
+        &writer(),
+        "add_note",
+        json!({"priority": "high", "extra": 1}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArguments);
+    let GateError::InvalidArguments { errors, .. } = &e else {
+        panic!("wrong variant {e:?}")
+    };
+    let pointers: Vec<&str> = errors.iter().map(|f| f.pointer.as_str()).collect();
+    assert!(pointers.contains(&"/title"), "{pointers:?}");
+    assert!(pointers.contains(&"/priority"), "{pointers:?}");
+    assert!(pointers.contains(&"/extra"), "{pointers:?}");
+    let d = e.details();
+    assert_eq!(d["retryable"], true);
+    assert_eq!(d["errors"].as_array().unwrap().len(), errors.len());
+    let text = e.to_string();
+    assert!(
+        text.contains("`title`") && text.contains("`priority`"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn non_object_arguments_and_null() {
+    let r = registry();
+    for bad in [json!([1]), json!("x"), json!(3)] {
+        let e = call(&r, &anon(), "search", bad).await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidArguments);
+    }
+    // Null is treated as "no arguments": here, a missing required field.
+    let e = call(&r, &anon(), "search", Value::Null).await.unwrap_err();
+    let GateError::InvalidArguments { errors, .. } = e else {
+        panic!()
+    };
+    assert_eq!(errors[0].pointer, "/q");
+    assert_eq!(errors[0].found, "missing");
+}
+
+#[tokio::test]
+async fn enum_violation() {
+    let r = ToolRegistry::new();
+    r.register(ToolBuilder::new("mode").raw_handler(
+        json!({"type": "object", "properties": {"m": {"enum": ["fast", "slow"]}}}),
+        |_, _| async { Ok(ToolOutput::default()) },
+    ))
+    .unwrap();
+    let e = call(&r, &anon(), "mode", json!({"m": "medium"}))
+        .await
+        .unwrap_err();
+    let GateError::InvalidArguments { errors, .. } = e else {
+        panic!()
+    };
+    assert_eq!(errors[0].pointer, "/m");
+    assert!(errors[0].expected.contains("\"fast\""));
+}
+
+#[test]
+fn registration_errors() {
+    let r = ToolRegistry::new();
+    // Undeclared capability.
+    let e = r
+        .register(
+            ToolBuilder::new("w")
+                .write(notes_write())
+                .raw_handler(json!({"type":"object"}), |_, _| async {
+                    Ok(ToolOutput::default())
+                }),
+        )
+        .unwrap_err();
+    assert!(matches!(e, CoreError::UndeclaredCapability { .. }), "{e}");
+    // Non-compiling schema.
+    let e = r
+        .register(
+            ToolBuilder::new("s").raw_handler(json!({"type": "frobnicate"}), |_, _| async {
+                Ok(ToolOutput::default())
+            }),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, CoreError::InvalidSchema { which: "input", .. }),
+        "{e}"
+    );
+    let e = r
+        .register(
+            ToolBuilder::new("o")
+                .output_schema(json!({"minimum": "x"}))
+                .raw_handler(json!({"type": "object"}), |_, _| async {
+                    Ok(ToolOutput::default())
+                }),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CoreError::InvalidSchema {
+                which: "output",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Invalid name.
+    let e = r
+        .register(
+            ToolBuilder::new("bad name")
+                .raw_handler(json!({}), |_, _| async { Ok(ToolOutput::default()) }),
+        )
+        .unwrap_err();
+    assert!(matches!(e, CoreError::InvalidName { .. }));
+    // Duplicate.
+    let t =
+        || ToolBuilder::new("t").raw_handler(json!({}), |_, _| async { Ok(ToolOutput::default()) });
+    r.register(t()).unwrap();
+    assert!(matches!(r.register(t()), Err(CoreError::Duplicate { .. })));
+    // Batch registration is all or none.
+    let batch: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(
+            ToolBuilder::new("b1")
+                .raw_handler(json!({}), |_, _| async { Ok(ToolOutput::default()) }),
+        ),
+        Arc::new(t()),
+    ];
+    assert!(r.register_all(batch).is_err());
+    assert!(r.spec("b1").is_none());
+    // Capabilities: duplicate declaration.
+    r.declare(notes_write()).unwrap();
+    assert!(matches!(
+        r.declare(notes_write()),
+        Err(CoreError::DuplicateCapability { .. })
+    ));
+}
+
+#[tokio::test]
+async fn deprecated_capability_keeps_working_and_is_audited() {
+    let r = ToolRegistry::new();
+    let audit = Arc::new(MemoryAuditSink::new());
+    r.set_audit_sink(audit.clone());
+    r.declare(WriteCapability::new("notes.edit", "Edit notes"))
+        .unwrap();
+    r.declare(WriteCapability::new("notes.write", "Old name").deprecated("notes.edit"))
+        .unwrap();
+    r.register(
+        ToolBuilder::new("edit")
+            .write(WriteCapability::new("notes.edit", "Edit notes"))
+            .raw_handler(json!({"type":"object"}), |_, _| async {
+                Ok(ToolOutput::text("ok"))
+            }),
+    )
+    .unwrap();
+    let old = Caller::new(Principal::new("old-client").with_grants(Grants::of(["notes.write"])));
+    assert_eq!(
+        call(&r, &old, "edit", json!({})).await.unwrap().all_text(),
+        "ok"
+    );
+    let events = audit.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].via_deprecated.as_deref(), Some("notes.write"));
+    assert_eq!(events[0].capability.as_deref(), Some("notes.edit"));
+}
+
+#[tokio::test]
+async fn cancellation_drops_a_tool_that_ignores_it() {
+    let r = ToolRegistry::new();
+    let finished = Arc::new(AtomicUsize::new(0));
+    let f = finished.clone();
+    r.register(
+        ToolBuilder::new("slow").raw_handler(json!({"type":"object"}), move |_, _| {
+            let f = f.clone();
+            async move {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                f.fetch_add(1, Ordering::SeqCst);
+                Ok(ToolOutput::text("done"))
+            }
+        }),
+    )
+    .unwrap();
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        c2.cancel();
+    });
+    let e = r
+        .call(&anon(), "slow", json!({}), CallOptions::with_cancel(cancel))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Cancelled);
+    assert_eq!(finished.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn cooperative_tool_sees_the_token() {
+    let r = ToolRegistry::new();
+    let observed = Arc::new(AtomicUsize::new(0));
+    let o = observed.clone();
+    r.register(
+        ToolBuilder::new("watcher").raw_handler(json!({"type":"object"}), move |_, ctx| {
+            let o = o.clone();
+            async move {
+                // Observe the token from a task that outlives the dropped call future.
+                let token = ctx.cancellation().clone();
+                tokio::spawn(async move {
+                    token.cancelled().await;
+                    o.fetch_add(1, Ordering::SeqCst);
+                });
+                std::future::pending::<()>().await;
+                Ok(ToolOutput::default())
+            }
+        }),
+    )
+    .unwrap();
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    let h = tokio::spawn({
+        let r = r.clone();
+        async move {
+            r.call(&anon(), "watcher", json!({}), CallOptions::with_cancel(c2))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    cancel.cancel();
+    assert_eq!(h.await.unwrap().unwrap_err().code(), ErrorCode::Cancelled);
+    for _ in 0..100 {
+        if observed.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(observed.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn already_cancelled_call_does_not_run() {
+    let r = registry();
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let e = r
+        .call(
+            &anon(),
+            "search",
+            json!({"q": "x"}),
+            CallOptions::with_cancel(cancel),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Cancelled);
+}
+
+#[tokio::test]
+async fn tool_failure_and_panic_are_contained() {
+    let r = ToolRegistry::new();
+    r.register(
+        ToolBuilder::new("fails").raw_handler(json!({"type":"object"}), |_, _| async {
+            Err(ToolError::failed("disk full"))
+        }),
+    )
+    .unwrap();
+    r.register(
+        ToolBuilder::new("panics").raw_handler(json!({"type":"object"}), |_, _| async {
+            if true {
+                panic!("boom");
+            }
+            Ok(ToolOutput::default())
+        }),
+    )
+    .unwrap();
+    let e = call(&r, &anon(), "fails", json!({})).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ToolFailed);
+    assert!(e.to_string().contains("disk full"));
+    let e = call(&r, &anon(), "panics", json!({})).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ToolFailed);
+    assert!(
+        !e.to_string().contains("boom"),
+        "panic payloads are not shown to models"
+    );
+    // The registry keeps serving.
+    assert_eq!(r.len(), 2);
+}
+
+#[tokio::test]
+async fn output_schema_is_enforced() {
+    let r = ToolRegistry::new();
+    r.register(
+        ToolBuilder::new("typed_out")
+            .output_schema(json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}))
+            .raw_handler(json!({"type":"object"}), |a, _| async move {
+                if a.get("good").is_some() {
+                    ToolOutput::json(&json!({"n": 1}))
+                } else {
+                    ToolOutput::json(&json!({"n": "one"}))
+                }
+            }),
+    )
+    .unwrap();
+    let ok = call(&r, &anon(), "typed_out", json!({"good": true}))
+        .await
+        .unwrap();
+    assert_eq!(ok.structured, Some(json!({"n": 1})));
+    let e = call(&r, &anon(), "typed_out", json!({})).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ToolFailed);
+}
+
+#[tokio::test]
+async fn calling_while_the_tool_is_removed() {
+    let r = ToolRegistry::new();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let started_tx = Arc::new(std::sync::Mutex::new(Some(started_tx)));
+    r.register(
+        ToolBuilder::new("long").raw_handler(json!({"type":"object"}), move |_, _| {
+            let tx = started_tx.lock().unwrap().take();
+            async move {
+                if let Some(tx) = tx {
+                    let _ = tx.send(());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok(ToolOutput::text("finished"))
+            }
+        }),
+    )
+    .unwrap();
+    let mut changes = r.changes();
+    let running = tokio::spawn({
+        let r = r.clone();
+        async move {
+            r.call(&anon(), "long", json!({}), CallOptions::default())
+                .await
+        }
+    });
+    started_rx.await.unwrap();
+    assert!(r.remove("long"));
+    assert!(changes.has_changed().unwrap());
+    changes.mark_unchanged();
+    // The running call finishes; a new one sees the tool gone.
+    assert_eq!(running.await.unwrap().unwrap().all_text(), "finished");
+    let e = call(&r, &anon(), "long", json!({})).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::UnknownTool);
+    assert!(!r.remove("long"));
+}
+
+#[tokio::test]
+async fn concurrent_calls_and_registrations() {
+    let r = registry();
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let r = r.clone();
+        tasks.push(tokio::spawn(async move {
+            for j in 0..200 {
+                let name = format!("t{i}_{j}");
+                r.register(
+                    ToolBuilder::new(name.clone())
+                        .raw_handler(json!({"type":"object"}), |_, _| async {
+                            Ok(ToolOutput::text("x"))
+                        }),
+                )
+                .unwrap();
+                let out = r
+                    .call(&anon(), "search", json!({"q": "a"}), CallOptions::default())
+                    .await
+                    .unwrap();
+                assert_eq!(out.all_text(), "found a");
+                if j % 2 == 0 {
+                    assert!(r.remove(&name));
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(r.len(), 3 + 8 * 100);
+}
+
+#[tokio::test]
+async fn every_call_is_audited() {
+    let r = registry();
+    let audit = Arc::new(MemoryAuditSink::new());
+    r.set_audit_sink(audit.clone());
+    let _ = call(&r, &anon(), "search", json!({"q": "a"})).await;
+    let _ = call(&r, &anon(), "add_note", json!({"title": "a"})).await;
+    let _ = call(&r, &anon(), "nope", json!({})).await;
+    let _ = call(&r, &writer(), "add_note", json!({})).await;
+    let ev = audit.events();
+    let summary: Vec<(&str, &str, AuditOutcome)> = ev
+        .iter()
+        .map(|e| (e.tool.as_str(), e.kind, e.outcome))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("search", "read", AuditOutcome::Ok),
+            (
+                "add_note",
+                "write",
+                AuditOutcome::Error(ErrorCode::CapabilityRequired)
+            ),
+            (
+                "nope",
+                "unknown",
+                AuditOutcome::Error(ErrorCode::UnknownTool)
+            ),
+            (
+                "add_note",
+                "write",
+                AuditOutcome::Error(ErrorCode::InvalidArguments)
+            ),
+        ]
+    );
+    assert_eq!(ev[1].principal, "anon");
+    assert_eq!(ev[3].principal, "w");
+    // Events carry no argument values.
+    let serialized = serde_json::to_string(&ev[0]).unwrap();
+    assert!(!serialized.contains("\"a\""), "{serialized}");
+}
+
+#[tokio::test]
+async fn list_pagination() {
+    let r = ToolRegistry::new();
+    for i in 0..25 {
+        r.register(
+            ToolBuilder::new(format!("tool_{i:02}"))
+                .raw_handler(json!({}), |_, _| async { Ok(ToolOutput::default()) }),
+        )
+        .unwrap();
+    }
+    let mut names = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = r.list_page(&anon(), cursor.as_deref(), 10).unwrap();
+        names.extend(page.items.into_iter().map(|t| t.name));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(names.len(), 25);
+    assert!(names.windows(2).all(|w| w[0] < w[1]));
+    assert!(r.list_page(&anon(), Some("garbage"), 10).is_err());
+    assert!(r.list_page(&anon(), Some("k1zz"), 10).is_err());
+}
+
+#[tokio::test]
+async fn check_runs_the_first_steps_only() {
+    let r = registry();
+    assert!(
+        r.check(&writer(), "add_note", &json!({"title": "x"}))
+            .is_ok()
+    );
+    assert_eq!(
+        r.check(&anon(), "add_note", &json!({"title": "x"}))
+            .unwrap_err()
+            .code(),
+        ErrorCode::CapabilityRequired
+    );
+}
