@@ -1,0 +1,220 @@
+//! Typed configuration of the HTTP transport: where to listen, who may connect, and how much a
+//! client may ask for.
+//!
+//! Every guardrail of the wire has a field here with a safe default: loopback address, the
+//! loopback Host/Origin allow-lists (DNS-rebinding protection), and finite limits. Nothing here
+//! reads the environment; binaries map their flags and variables onto these structs.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{Authenticator, OpenAccess};
+
+/// How much a client may ask of the server. Each limit is enforced on the wire and answered
+/// with a stable status when exceeded (see the crate documentation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Limits {
+    /// Largest accepted POST body, in bytes. Larger bodies get `413 Payload Too Large`.
+    pub max_body_bytes: usize,
+    /// Most concurrent 2025-11-25 sessions. An `initialize` beyond it gets
+    /// `503 Service Unavailable`.
+    pub max_sessions: usize,
+    /// Most concurrently open listen streams: GET SSE streams (2025-11-25) plus
+    /// `subscriptions/listen` streams (2026-07-28). One beyond it gets `503`.
+    pub max_listen_streams: usize,
+    /// A session with no activity for this long is closed; later requests naming it get
+    /// `404 Not Found`. `None` keeps idle sessions until they are deleted.
+    pub session_idle_timeout: Option<Duration>,
+    /// Most `tools/call` requests one principal may have in flight at once. A call beyond it
+    /// is answered at once with an error result whose code is `too_many_calls`.
+    pub max_calls_per_principal: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 4 * 1024 * 1024,
+            max_sessions: 256,
+            max_listen_streams: 256,
+            session_idle_timeout: Some(Duration::from_secs(30 * 60)),
+            max_calls_per_principal: 64,
+        }
+    }
+}
+
+impl Limits {
+    /// Sets [`Limits::max_body_bytes`].
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
+        self
+    }
+
+    /// Sets [`Limits::max_sessions`].
+    pub fn max_sessions(mut self, n: usize) -> Self {
+        self.max_sessions = n;
+        self
+    }
+
+    /// Sets [`Limits::max_listen_streams`].
+    pub fn max_listen_streams(mut self, n: usize) -> Self {
+        self.max_listen_streams = n;
+        self
+    }
+
+    /// Sets [`Limits::session_idle_timeout`].
+    pub fn session_idle_timeout(mut self, idle: Option<Duration>) -> Self {
+        self.session_idle_timeout = idle;
+        self
+    }
+
+    /// Sets [`Limits::max_calls_per_principal`].
+    pub fn max_calls_per_principal(mut self, n: usize) -> Self {
+        self.max_calls_per_principal = n;
+        self
+    }
+}
+
+/// The hosts a loopback server answers to by default.
+pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// The browser origins a loopback server accepts by default (any port).
+pub const LOOPBACK_ORIGINS: [&str; 6] = [
+    "http://localhost:*",
+    "http://127.0.0.1:*",
+    "http://[::1]:*",
+    "https://localhost:*",
+    "https://127.0.0.1:*",
+    "https://[::1]:*",
+];
+
+/// Configuration of [`serve`](crate::serve), [`HttpServer`](crate::HttpServer) and
+/// [`router`](crate::router).
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct HttpConfig {
+    /// Where [`serve`](crate::serve) listens. Default `127.0.0.1:8765`; port 0 picks a free one.
+    pub addr: SocketAddr,
+    /// The path of the MCP endpoint. Default `/mcp`.
+    pub path: String,
+    /// Maps each request's credentials to a principal. Default: [`OpenAccess`] (anonymous,
+    /// no grants), which is only sensible on loopback.
+    pub auth: Arc<dyn Authenticator>,
+    /// Limits on bodies, sessions, streams and calls.
+    pub limits: Limits,
+    /// Accepted `Host` values (`name` matches any port, `name:port` only that port). Default:
+    /// [`LOOPBACK_HOSTS`]. An empty list accepts every host (not recommended).
+    pub allowed_hosts: Vec<String>,
+    /// Accepted `Origin` values (`scheme://host:port`, `:*` for any port, `null`). Requests
+    /// without an `Origin` header are accepted. Default: [`LOOPBACK_ORIGINS`].
+    pub allowed_origins: Vec<String>,
+    /// Interval of SSE keep-alive comments. Default 15 s.
+    pub sse_keep_alive: Option<Duration>,
+    /// Cancelled to end every session and stream (graceful shutdown). [`serve`](crate::serve)
+    /// cancels it when its shutdown signal fires; users of [`router`](crate::router) cancel it
+    /// themselves.
+    pub shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpConfig")
+            .field("addr", &self.addr)
+            .field("path", &self.path)
+            .field("limits", &self.limits)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("allowed_origins", &self.allowed_origins)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8765)),
+            path: "/mcp".into(),
+            auth: Arc::new(OpenAccess::anonymous()),
+            limits: Limits::default(),
+            allowed_hosts: LOOPBACK_HOSTS.iter().map(|s| s.to_string()).collect(),
+            allowed_origins: LOOPBACK_ORIGINS.iter().map(|s| s.to_string()).collect(),
+            sse_keep_alive: Some(Duration::from_secs(15)),
+            shutdown: CancellationToken::new(),
+        }
+    }
+}
+
+impl HttpConfig {
+    /// The default configuration listening on `addr`.
+    pub fn new(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            ..Self::default()
+        }
+    }
+
+    /// Sets the endpoint path (must start with `/`).
+    pub fn path(mut self, path: impl Into<String>) -> Self {
+        self.path = path.into();
+        self
+    }
+
+    /// Sets the authenticator.
+    pub fn auth(mut self, auth: impl Authenticator + 'static) -> Self {
+        self.auth = Arc::new(auth);
+        self
+    }
+
+    /// Sets a shared authenticator.
+    pub fn auth_arc(mut self, auth: Arc<dyn Authenticator>) -> Self {
+        self.auth = auth;
+        self
+    }
+
+    /// Sets the limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Replaces the accepted `Host` values.
+    pub fn allowed_hosts<I: IntoIterator<Item = S>, S: Into<String>>(mut self, hosts: I) -> Self {
+        self.allowed_hosts = hosts.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Adds an accepted `Host` value.
+    pub fn allow_host(mut self, host: impl Into<String>) -> Self {
+        self.allowed_hosts.push(host.into());
+        self
+    }
+
+    /// Replaces the accepted `Origin` values.
+    pub fn allowed_origins<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        origins: I,
+    ) -> Self {
+        self.allowed_origins = origins.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Adds an accepted `Origin` value.
+    pub fn allow_origin(mut self, origin: impl Into<String>) -> Self {
+        self.allowed_origins.push(origin.into());
+        self
+    }
+
+    /// Sets the SSE keep-alive interval.
+    pub fn sse_keep_alive(mut self, every: Option<Duration>) -> Self {
+        self.sse_keep_alive = every;
+        self
+    }
+
+    /// Uses this token for shutdown.
+    pub fn shutdown_token(mut self, token: CancellationToken) -> Self {
+        self.shutdown = token;
+        self
+    }
+}

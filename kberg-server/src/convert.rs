@@ -1,0 +1,337 @@
+//! Translation between kberg-core's transport-free types and rmcp's wire types.
+//!
+//! kberg-core knows nothing of MCP's JSON shapes; this module is the one place that does. Hot
+//! paths (a tool's text result) build rmcp values directly; colder ones (resource contents,
+//! prompt messages, listings) go through the documented JSON shape, which keeps this module
+//! short and independent of rmcp's constructor churn. A conversion that fails is an internal
+//! error of this crate, never a panic.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use kberg_core::{
+    Content, GateError, PromptMessage, PromptResult, PromptSpec, ResourceBody, ResourceContents,
+    ResourceDescriptor, ResourceTemplate, Role, ToolKind, ToolOutput, ToolSpec,
+};
+use rmcp::ErrorData as McpError;
+use rmcp::model::{self as m, CallToolResult, ContentBlock, JsonObject};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+/// Decodes a documented JSON shape into an rmcp type.
+pub(crate) fn from_json<T: DeserializeOwned>(what: &str, v: Value) -> Result<T, McpError> {
+    serde_json::from_value(v).map_err(|e| {
+        tracing::error!(what, error = %e, "could not build a wire value");
+        McpError::internal_error(format!("could not encode {what}: {e}"), None)
+    })
+}
+
+/// The rmcp tool description of a spec.
+pub(crate) fn tool(spec: &ToolSpec) -> m::Tool {
+    let input: JsonObject = match &spec.input_schema {
+        Value::Object(o) => o.clone(),
+        // A raw tool with no schema accepts any object.
+        _ => {
+            let mut o = Map::new();
+            o.insert("type".into(), Value::String("object".into()));
+            o
+        }
+    };
+    let mut t = m::Tool::new_with_raw(
+        spec.name.clone(),
+        if spec.description.is_empty() {
+            None
+        } else {
+            Some(spec.description.clone().into())
+        },
+        Arc::new(input),
+    );
+    t.title = spec.title.clone();
+    if let Some(Value::Object(o)) = &spec.output_schema {
+        t.output_schema = Some(Arc::new(o.clone()));
+    }
+    let h = spec.hints();
+    let mut a = m::ToolAnnotations::new();
+    a.read_only_hint = h.read_only_hint;
+    a.destructive_hint = h.destructive_hint;
+    a.idempotent_hint = h.idempotent_hint;
+    a.open_world_hint = h.open_world_hint;
+    t.annotations = Some(a);
+    if let ToolKind::Write(cap) = &spec.kind {
+        let mut meta = m::MetaObject::new();
+        meta.0.insert(
+            "kberg/capability".into(),
+            Value::String(cap.id().to_string()),
+        );
+        t.meta = Some(meta);
+    }
+    t
+}
+
+fn content_json(c: &Content) -> Value {
+    match c {
+        Content::Text(t) => json!({"type": "text", "text": t}),
+        Content::Image { data, mime_type } => {
+            json!({"type": "image", "data": B64.encode(data), "mimeType": mime_type})
+        }
+        Content::Audio { data, mime_type } => {
+            json!({"type": "audio", "data": B64.encode(data), "mimeType": mime_type})
+        }
+        Content::ResourceLink {
+            uri,
+            name,
+            description,
+            mime_type,
+        } => {
+            let mut v = json!({"type": "resource_link", "uri": uri, "name": name});
+            if let Some(d) = description {
+                v["description"] = json!(d);
+            }
+            if let Some(mt) = mime_type {
+                v["mimeType"] = json!(mt);
+            }
+            v
+        }
+        Content::Resource(r) => json!({"type": "resource", "resource": resource_contents_json(r)}),
+        // kberg-core's Content is non-exhaustive; a block this crate does not know yet is
+        // rendered as its debug text rather than dropped.
+        #[allow(unreachable_patterns)]
+        other => json!({"type": "text", "text": format!("{other:?}")}),
+    }
+}
+
+fn content_block(c: &Content) -> Result<ContentBlock, McpError> {
+    match c {
+        Content::Text(t) => Ok(ContentBlock::text(t.clone())),
+        other => from_json("a content block", content_json(other)),
+    }
+}
+
+/// The `tools/call` result of a tool's output.
+pub(crate) fn call_result(out: ToolOutput) -> Result<CallToolResult, McpError> {
+    let content = out
+        .content
+        .iter()
+        .map(content_block)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut r = if out.is_error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
+    r.structured_content = out.structured;
+    Ok(r)
+}
+
+/// The `tools/call` result of a gate refusal: the error flag, the sentence as text, and the
+/// details (with the stable `code`) as structured content.
+pub(crate) fn refusal_result(e: &GateError) -> CallToolResult {
+    let mut r = CallToolResult::error(vec![ContentBlock::text(e.to_string())]);
+    r.structured_content = Some(e.details());
+    r
+}
+
+/// An error result produced by this crate (not by the gate), with a stable code.
+pub(crate) fn server_refusal(tool: &str, code: &str, message: String, retryable: bool) -> CallToolResult {
+    let mut r = CallToolResult::error(vec![ContentBlock::text(message.clone())]);
+    r.structured_content = Some(json!({
+        "code": code,
+        "message": message,
+        "tool": tool,
+        "retryable": retryable,
+    }));
+    r
+}
+
+fn resource_contents_json(r: &ResourceContents) -> Value {
+    let mut v = json!({"uri": r.uri});
+    if let Some(mt) = &r.mime_type {
+        v["mimeType"] = json!(mt);
+    }
+    match &r.body {
+        ResourceBody::Text(t) => v["text"] = json!(t),
+        ResourceBody::Blob(b) => v["blob"] = json!(B64.encode(b)),
+    }
+    v
+}
+
+fn descriptor_json(d: &ResourceDescriptor) -> Value {
+    let mut v = json!({"uri": d.uri, "name": d.name});
+    if let Some(t) = &d.title {
+        v["title"] = json!(t);
+    }
+    if let Some(x) = &d.description {
+        v["description"] = json!(x);
+    }
+    if let Some(x) = &d.mime_type {
+        v["mimeType"] = json!(x);
+    }
+    if let Some(x) = d.size {
+        v["size"] = json!(x);
+    }
+    v
+}
+
+fn template_json(t: &ResourceTemplate) -> Value {
+    let mut v = json!({"uriTemplate": t.uri_template, "name": t.name});
+    if let Some(x) = &t.title {
+        v["title"] = json!(x);
+    }
+    if let Some(x) = &t.description {
+        v["description"] = json!(x);
+    }
+    if let Some(x) = &t.mime_type {
+        v["mimeType"] = json!(x);
+    }
+    v
+}
+
+fn with_cursor(mut v: Value, next: Option<String>) -> Value {
+    if let Some(c) = next {
+        v["nextCursor"] = json!(c);
+    }
+    v
+}
+
+/// `resources/list` result.
+pub(crate) fn list_resources(
+    items: &[ResourceDescriptor],
+    next: Option<String>,
+) -> Result<m::ListResourcesResult, McpError> {
+    let v = json!({"resources": items.iter().map(descriptor_json).collect::<Vec<_>>()});
+    from_json("a resource list", with_cursor(v, next))
+}
+
+/// `resources/templates/list` result.
+pub(crate) fn list_templates(
+    items: &[ResourceTemplate],
+    next: Option<String>,
+) -> Result<m::ListResourceTemplatesResult, McpError> {
+    let v = json!({"resourceTemplates": items.iter().map(template_json).collect::<Vec<_>>()});
+    from_json("a template list", with_cursor(v, next))
+}
+
+/// `resources/read` result.
+pub(crate) fn read_result(contents: &[ResourceContents]) -> Result<m::ReadResourceResult, McpError> {
+    let v = json!({"contents": contents.iter().map(resource_contents_json).collect::<Vec<_>>()});
+    from_json("resource contents", v)
+}
+
+fn prompt_json(p: &PromptSpec) -> Value {
+    let mut v = json!({"name": p.name});
+    if let Some(t) = &p.title {
+        v["title"] = json!(t);
+    }
+    if let Some(d) = &p.description {
+        v["description"] = json!(d);
+    }
+    if !p.arguments.is_empty() {
+        v["arguments"] = Value::Array(
+            p.arguments
+                .iter()
+                .map(|a| {
+                    let mut x = json!({"name": a.name, "required": a.required});
+                    if let Some(t) = &a.title {
+                        x["title"] = json!(t);
+                    }
+                    if let Some(d) = &a.description {
+                        x["description"] = json!(d);
+                    }
+                    x
+                })
+                .collect(),
+        );
+    }
+    v
+}
+
+/// `prompts/list` result.
+pub(crate) fn list_prompts(
+    items: &[PromptSpec],
+    next: Option<String>,
+) -> Result<m::ListPromptsResult, McpError> {
+    let v = json!({"prompts": items.iter().map(prompt_json).collect::<Vec<_>>()});
+    from_json("a prompt list", with_cursor(v, next))
+}
+
+fn message_json(msg: &PromptMessage) -> Value {
+    let role = match msg.role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+    };
+    json!({"role": role, "content": content_json(&msg.content)})
+}
+
+/// `prompts/get` result.
+pub(crate) fn prompt_result(r: &PromptResult) -> Result<m::GetPromptResult, McpError> {
+    let mut v = json!({"messages": r.messages.iter().map(message_json).collect::<Vec<_>>()});
+    if let Some(d) = &r.description {
+        v["description"] = json!(d);
+    }
+    from_json("prompt messages", v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kberg_core::{ToolBuilder, WriteCapability};
+
+    #[test]
+    fn every_content_kind_converts() {
+        let out = ToolOutput::contents(vec![
+            Content::text("hi"),
+            Content::Image {
+                data: vec![1, 2, 3],
+                mime_type: "image/png".into(),
+            },
+            Content::Audio {
+                data: vec![4],
+                mime_type: "audio/wav".into(),
+            },
+            Content::ResourceLink {
+                uri: "notes://1".into(),
+                name: "one".into(),
+                description: Some("first".into()),
+                mime_type: None,
+            },
+            Content::Resource(ResourceContents::blob("notes://2", Some("application/octet-stream"), vec![0xff])),
+        ]);
+        let r = call_result(out).expect("converts");
+        let v = serde_json::to_value(&r).expect("serializes");
+        assert_eq!(v["content"][0]["text"], "hi");
+        assert_eq!(v["content"][1]["data"], "AQID");
+        assert_eq!(v["content"][2]["type"], "audio");
+        assert_eq!(v["content"][3]["uri"], "notes://1");
+        assert_eq!(v["content"][4]["resource"]["blob"], "/w==");
+        assert_ne!(v["isError"], true);
+    }
+
+    #[test]
+    fn tools_carry_hints_and_capability() {
+        let cap = WriteCapability::new("notes.write", "write notes");
+        let spec = ToolBuilder::new("add")
+            .description("adds")
+            .write(cap)
+            .raw_handler(Value::Null, |_a, _c| async { Ok(ToolOutput::default()) });
+        let t = tool(&kberg_core::Tool::spec(&spec));
+        let v = serde_json::to_value(&t).expect("serializes");
+        assert_eq!(v["inputSchema"]["type"], "object");
+        assert_eq!(v["annotations"]["readOnlyHint"], false);
+        assert_eq!(v["_meta"]["kberg/capability"], "notes.write");
+    }
+
+    #[test]
+    fn refusals_carry_the_code() {
+        let e = GateError::CapabilityRequired {
+            tool: "add".into(),
+            capability: "notes.write".into(),
+        };
+        let v = serde_json::to_value(refusal_result(&e)).expect("serializes");
+        assert_eq!(v["isError"], true);
+        assert_eq!(v["structuredContent"]["code"], "capability_required");
+        assert!(v["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("notes.write")));
+    }
+}

@@ -1,0 +1,620 @@
+//! The bridge: an rmcp [`ServerHandler`] that serves an [`McpApp`]'s registries through the
+//! gate.
+//!
+//! rmcp owns the wire (framing, sessions, version negotiation, both protocol generations);
+//! this handler owns the meaning. One handler value exists per 2025-11-25 session (or per
+//! stateless request, or per stdio connection), cloned from the transport-wide [`Shared`]
+//! state. Every request resolves its principal afresh (from the HTTP request's authenticated
+//! extension, or the fixed stdio principal), so grants never depend on a session.
+//!
+//! Error mapping, documented because clients and the conformance suite match on it:
+//! - an unknown tool name is a JSON-RPC error `-32602` (invalid params) with the gate's
+//!   details as `data`, as the 2025-11-25 specification prescribes;
+//! - every other gate refusal (`refused`, `not_in_surface`, `capability_required`,
+//!   `invalid_arguments`, `tool_failed`, `cancelled`) is a `tools/call` result with
+//!   `isError: true`, the sentence as text and the details (stable `code`) as
+//!   `structuredContent`, so a model reads it and a program matches on it;
+//! - a principal over its concurrent-call limit gets the same kind of result with code
+//!   `too_many_calls` (retryable);
+//! - on 2026-07-28 a tool that asks the client something answers `input_required`.
+
+// Logging, sampling and roots are deprecated by the 2026-07-28 revision but still part of
+// 2025-11-25, which this handler serves too.
+#![allow(deprecated)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, OnceLock};
+
+use kberg_core::{
+    CallOptions, Caller, ClientPeer, GateError, Principal, PromptArgs, PromptError,
+    ResourceError, ResourceEvent, Subscriber,
+};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, InitializeRequestParams, InitializeResult,
+    InputRequests, InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, Reference, ResourceUpdatedNotificationParam,
+    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
+    UnsubscribeRequestParams,
+};
+use rmcp::service::{RequestContext, SubscriptionContext};
+use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::app::McpApp;
+use crate::convert;
+use crate::limits::CallCounter;
+use crate::peer::{LogThreshold, RoundTripPeer, SessionPeer};
+
+/// The principal of an authenticated HTTP request, as the auth layer leaves it in the request's
+/// extensions.
+#[derive(Debug, Clone)]
+pub(crate) struct Authenticated(pub(crate) Arc<Principal>);
+
+/// State shared by every handler of one transport (an HTTP server or a stdio connection).
+pub(crate) struct Shared {
+    pub(crate) app: McpApp,
+    pub(crate) info: ServerConfig,
+    pub(crate) calls: Arc<CallCounter>,
+    /// The principal of a transport without per-request credentials (stdio).
+    pub(crate) fixed_principal: Option<Arc<Principal>>,
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        app: McpApp,
+        max_calls_per_principal: usize,
+        fixed_principal: Option<Arc<Principal>>,
+        shutdown: CancellationToken,
+    ) -> Result<Arc<Self>, McpError> {
+        let inner = &app.inner;
+        let mut server_info = json!({"name": inner.name, "version": inner.version});
+        if let Some(t) = &inner.title {
+            server_info["title"] = json!(t);
+        }
+        let mut info = json!({
+            "protocolVersion": ProtocolVersion::LATEST,
+            "capabilities": {
+                "tools": {"listChanged": true},
+                "resources": {"subscribe": true, "listChanged": true},
+                "prompts": {"listChanged": true},
+                "completions": {},
+                "logging": {},
+            },
+            "serverInfo": server_info,
+        });
+        if let Some(i) = &inner.instructions {
+            info["instructions"] = json!(i);
+        }
+        let info: ServerConfig = convert::from_json("the server description", info)?;
+        Ok(Arc::new(Self {
+            app,
+            info,
+            calls: CallCounter::new(max_calls_per_principal),
+            fixed_principal,
+            shutdown,
+        }))
+    }
+}
+
+enum Command {
+    Subscribe(String, oneshot::Sender<Result<(), ResourceError>>),
+    Unsubscribe(String),
+}
+
+/// Per-session state. Dropped with the session's last handler clone, which ends the session's
+/// forwarding task and with it every resource subscription the session held.
+struct SessionState {
+    log: Arc<LogThreshold>,
+    forwarder: OnceLock<mpsc::UnboundedSender<Command>>,
+}
+
+/// The rmcp handler serving one [`McpApp`].
+#[derive(Clone)]
+pub(crate) struct KbergHandler {
+    shared: Arc<Shared>,
+    session: Arc<SessionState>,
+}
+
+fn is_stateless(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+fn cursor_of(p: &Option<PaginatedRequestParams>) -> Option<&str> {
+    p.as_ref().and_then(|p| p.cursor.as_deref())
+}
+
+fn invalid_cursor() -> McpError {
+    McpError::invalid_params("invalid pagination cursor", None)
+}
+
+fn resource_error(e: ResourceError) -> McpError {
+    match e {
+        ResourceError::NotFound { uri } => McpError::resource_not_found(
+            format!("resource not found: {uri}"),
+            Some(json!({"uri": uri})),
+        ),
+        ResourceError::InvalidCursor => invalid_cursor(),
+        other => McpError::internal_error(other.to_string(), None),
+    }
+}
+
+fn prompt_error(e: PromptError) -> McpError {
+    match e {
+        PromptError::Failed { .. } => McpError::internal_error(e.to_string(), None),
+        other => McpError::invalid_params(other.to_string(), None),
+    }
+}
+
+/// Decodes the `requestState` this server issued: the answers of earlier rounds.
+fn decode_state(state: Option<&str>) -> Result<BTreeMap<String, Value>, McpError> {
+    match state {
+        None => Ok(BTreeMap::new()),
+        Some(s) => serde_json::from_str(s).map_err(|_| {
+            McpError::invalid_params("requestState is not one this server issued", None)
+        }),
+    }
+}
+
+impl KbergHandler {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            session: Arc::new(SessionState {
+                log: Arc::new(LogThreshold::new("debug")),
+                forwarder: OnceLock::new(),
+            }),
+        }
+    }
+
+    fn principal(&self, ctx: &RequestContext<RoleServer>) -> Result<Arc<Principal>, McpError> {
+        if let Some(parts) = ctx.extensions.get::<axum::http::request::Parts>()
+            && let Some(Authenticated(p)) = parts.extensions.get::<Authenticated>()
+        {
+            return Ok(Arc::clone(p));
+        }
+        if let Some(p) = &self.shared.fixed_principal {
+            return Ok(Arc::clone(p));
+        }
+        // The HTTP layer authenticates every request before it reaches rmcp; reaching here
+        // means the handler was mounted without it.
+        Err(McpError::invalid_request("the request is not authenticated", None))
+    }
+
+    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
+        Ok(Caller::new(self.principal(ctx)?))
+    }
+
+    /// Starts the session's forwarding task once: resource updates for its subscriptions and
+    /// `list_changed` for the three registries.
+    fn forwarder(&self, peer: &Peer<RoleServer>) -> &mpsc::UnboundedSender<Command> {
+        self.session.forwarder.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let app = self.shared.app.clone();
+            let subscriber = app.resources().subscriber();
+            tokio::spawn(forward(
+                app,
+                peer.clone(),
+                subscriber,
+                rx,
+                self.shared.shutdown.clone(),
+            ));
+            tx
+        })
+    }
+
+    async fn call(
+        &self,
+        req: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let principal = self.principal(&ctx)?;
+        let Some(_permit) = self.shared.calls.try_acquire(&principal.id) else {
+            let max = self.shared.calls.max();
+            return Ok(convert::server_refusal(
+                &req.name,
+                "too_many_calls",
+                format!(
+                    "You already have {max} calls in flight. Wait for one to finish, then call `{}` again.",
+                    req.name
+                ),
+                true,
+            )
+            .into());
+        };
+        let caller = Caller::new(principal);
+        let stateless = is_stateless(&ctx);
+        let progress_token = ctx
+            .meta
+            .get_progress_token()
+            .and_then(|t| serde_json::to_value(t).ok());
+        let meta = if ctx.meta.0.0.is_empty() {
+            None
+        } else {
+            Some(Value::Object(ctx.meta.0.0.clone()))
+        };
+        let mut answers = BTreeMap::new();
+        let peer: Arc<dyn ClientPeer> = if stateless {
+            answers = decode_state(req.request_state.as_deref())?;
+            if let Some(new) = &req.input_responses {
+                answers.extend(new.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            let level = ctx
+                .meta
+                .log_level()
+                .and_then(|l| serde_json::to_value(l).ok())
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_else(|| "debug".into());
+            Arc::new(RoundTripPeer {
+                peer: ctx.peer.clone(),
+                capabilities: ctx.client_capabilities(),
+                answers: answers.clone(),
+                asked: AtomicUsize::new(0),
+                log: Arc::new(LogThreshold::new(&level)),
+            })
+        } else {
+            Arc::new(SessionPeer {
+                peer: ctx.peer.clone(),
+                capabilities: ctx.client_capabilities(),
+                log: Arc::clone(&self.session.log),
+            })
+        };
+        let args = req.arguments.map(Value::Object).unwrap_or(Value::Null);
+        let mut opts = CallOptions::with_cancel(ctx.ct.clone());
+        opts.peer = Some(peer);
+        opts.progress_token = progress_token;
+        opts.meta = meta;
+        match self
+            .shared
+            .app
+            .tools()
+            .call(&caller, &req.name, args, opts)
+            .await
+        {
+            Ok(out) => Ok(convert::call_result(out)?.into()),
+            Err(e @ GateError::UnknownTool { .. }) => {
+                Err(McpError::invalid_params(e.to_string(), Some(e.details())))
+            }
+            Err(GateError::InputRequired { requests, tool }) if stateless => {
+                let requests: InputRequests =
+                    convert::from_json("the input requests", requests).inspect_err(|_| {
+                        tracing::warn!(tool = %tool, "a tool asked the client something malformed");
+                    })?;
+                let state = serde_json::to_string(&answers)
+                    .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+                Ok(InputRequiredResult::new(Some(requests), Some(state)).into())
+            }
+            Err(e) => Ok(convert::refusal_result(&e).into()),
+        }
+    }
+}
+
+async fn forward(
+    app: McpApp,
+    peer: Peer<RoleServer>,
+    mut subscriber: Subscriber,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    shutdown: CancellationToken,
+) {
+    let mut tools = app.tools().changes();
+    let mut resources = app.resources().changes();
+    let mut prompts = app.prompts().changes();
+    tools.mark_unchanged();
+    resources.mark_unchanged();
+    prompts.mark_unchanged();
+    let (mut t_open, mut r_open, mut p_open) = (true, true, true);
+    loop {
+        let sent = tokio::select! {
+            cmd = commands.recv() => match cmd {
+                // Every handler of the session is gone: the session ended.
+                None => break,
+                Some(Command::Subscribe(uri, reply)) => {
+                    let _ = reply.send(subscriber.subscribe(&uri));
+                    Ok(())
+                }
+                Some(Command::Unsubscribe(uri)) => {
+                    subscriber.unsubscribe(&uri);
+                    Ok(())
+                }
+            },
+            ev = subscriber.next() => match ev {
+                Some(ResourceEvent::Updated { uri }) => {
+                    peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri)).await
+                }
+                Some(_) => Ok(()),
+                None => break,
+            },
+            r = tools.changed(), if t_open => match r {
+                Ok(()) => peer.notify_tool_list_changed().await,
+                Err(_) => { t_open = false; Ok(()) }
+            },
+            r = resources.changed(), if r_open => match r {
+                Ok(()) => peer.notify_resource_list_changed().await,
+                Err(_) => { r_open = false; Ok(()) }
+            },
+            r = prompts.changed(), if p_open => match r {
+                Ok(()) => peer.notify_prompt_list_changed().await,
+                Err(_) => { p_open = false; Ok(()) }
+            },
+            () = shutdown.cancelled() => break,
+        };
+        if let Err(e) = sent {
+            if matches!(e, rmcp::ServiceError::TransportClosed) {
+                break;
+            }
+            tracing::debug!(error = %e, "a notification could not be sent");
+        }
+    }
+    tracing::debug!("session forwarding ended");
+}
+
+impl ServerHandler for KbergHandler {
+    fn get_info(&self) -> ServerConfig {
+        self.shared.info.clone()
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        context.peer.set_peer_info(request.clone());
+        self.forwarder(&context.peer);
+        self.negotiate_initialize(&request)
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let caller = self.caller(&context)?;
+        let page = self
+            .shared
+            .app
+            .tools()
+            .list_page(&caller, cursor_of(&request), self.shared.app.inner.page_size)
+            .map_err(|_| invalid_cursor())?;
+        // The result type is non-exhaustive: no struct literal outside rmcp.
+        #[allow(clippy::field_reassign_with_default)]
+        let mut r = ListToolsResult::default();
+        r.tools = page.items.iter().map(convert::tool).collect();
+        r.next_cursor = page.next_cursor;
+        Ok(r)
+    }
+
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        self.shared.app.tools().spec(name).map(|s| convert::tool(&s))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        self.call(request, context).await
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        self.principal(&context)?;
+        let page = self
+            .shared
+            .app
+            .resources()
+            .list(cursor_of(&request), self.shared.app.inner.page_size)
+            .map_err(resource_error)?;
+        convert::list_resources(&page.items, page.next_cursor)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        self.principal(&context)?;
+        let page = self
+            .shared
+            .app
+            .resources()
+            .list_templates(cursor_of(&request), self.shared.app.inner.page_size)
+            .map_err(resource_error)?;
+        convert::list_templates(&page.items, page.next_cursor)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        self.principal(&context)?;
+        let contents = self
+            .shared
+            .app
+            .resources()
+            .read(&request.uri)
+            .await
+            .map_err(resource_error)?;
+        Ok(convert::read_result(&contents)?.into())
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.principal(&context)?;
+        let (tx, rx) = oneshot::channel();
+        self.forwarder(&context.peer)
+            .send(Command::Subscribe(request.uri, tx))
+            .map_err(|_| McpError::internal_error("the session has ended", None))?;
+        rx.await
+            .map_err(|_| McpError::internal_error("the session has ended", None))?
+            .map_err(resource_error)
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.principal(&context)?;
+        // Unsubscribing from something never subscribed is not an error (idempotent).
+        let _ = self
+            .forwarder(&context.peer)
+            .send(Command::Unsubscribe(request.uri));
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let mut accepted = requested.clone();
+        if let Some(uris) = &mut accepted.resource_subscriptions {
+            let resources = self.shared.app.resources();
+            uris.retain(|u| resources.exists(u));
+        }
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let app = &self.shared.app;
+        let accepted = context.accepted().clone();
+        let sink = context.sink().clone();
+        let mut subscriber = app.resources().subscriber();
+        for uri in accepted.resource_subscriptions.iter().flatten() {
+            // A resource removed since the filter was accepted is simply not watched.
+            let _ = subscriber.subscribe(uri);
+        }
+        let mut tools = app.tools().changes();
+        let mut resources = app.resources().changes();
+        let mut prompts = app.prompts().changes();
+        tools.mark_unchanged();
+        resources.mark_unchanged();
+        prompts.mark_unchanged();
+        let t_on = accepted.tools_list_changed == Some(true);
+        let r_on = accepted.resources_list_changed == Some(true);
+        let p_on = accepted.prompts_list_changed == Some(true);
+        let (mut t_open, mut r_open, mut p_open) = (t_on, r_on, p_on);
+        loop {
+            let sent = tokio::select! {
+                () = context.cancelled() => break,
+                () = self.shared.shutdown.cancelled() => break,
+                ev = subscriber.next() => match ev {
+                    Some(ResourceEvent::Updated { uri }) => sink.notify_resource_updated(uri).await,
+                    Some(_) => Ok(()),
+                    None => break,
+                },
+                r = tools.changed(), if t_open => match r {
+                    Ok(()) => sink.notify_tool_list_changed().await,
+                    Err(_) => { t_open = false; Ok(()) }
+                },
+                r = resources.changed(), if r_open => match r {
+                    Ok(()) => sink.notify_resource_list_changed().await,
+                    Err(_) => { r_open = false; Ok(()) }
+                },
+                r = prompts.changed(), if p_open => match r {
+                    Ok(()) => sink.notify_prompt_list_changed().await,
+                    Err(_) => { p_open = false; Ok(()) }
+                },
+            };
+            if let Err(e) = sent {
+                match e {
+                    rmcp::service::SubscriptionSendError::SubscriptionClosed => break,
+                    rmcp::service::SubscriptionSendError::Service(
+                        rmcp::ServiceError::TransportClosed,
+                    ) => break,
+                    other => tracing::debug!(error = %other, "a listen notification was not sent"),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        self.principal(&context)?;
+        convert::list_prompts(&self.shared.app.prompts().list(), None)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        self.principal(&context)?;
+        let mut args = PromptArgs::new();
+        for (k, v) in request.arguments.unwrap_or_default() {
+            match v {
+                Value::String(s) => {
+                    args.insert(k, s);
+                }
+                other => {
+                    return Err(McpError::invalid_params(
+                        format!("prompt argument `{k}` must be a string, got {other}"),
+                        None,
+                    ));
+                }
+            }
+        }
+        let r = self
+            .shared
+            .app
+            .prompts()
+            .get(&request.name, args)
+            .await
+            .map_err(prompt_error)?;
+        Ok(convert::prompt_result(&r)?.into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        self.principal(&context)?;
+        let values = match &request.r#ref {
+            Reference::Prompt(p) => self
+                .shared
+                .app
+                .prompts()
+                .complete(&p.name, &request.argument.name, &request.argument.value)
+                .map_err(prompt_error)?,
+            // Resource templates declare no completion values in kberg-core.
+            _ => Vec::new(),
+        };
+        let total = values.len();
+        convert::from_json(
+            "a completion",
+            json!({"completion": {"values": values, "total": total, "hasMore": false}}),
+        )
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let level = serde_json::to_value(request.level)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| "info".into());
+        self.session.log.set(&level);
+        Ok(())
+    }
+}

@@ -1,0 +1,387 @@
+//! Streamable HTTP hosting: the axum [`router`], the one-call [`serve`], and the guard layer
+//! that runs before rmcp sees a request.
+//!
+//! The guard layer does, in this fixed order:
+//! 1. DNS-rebinding protection (`Host` / `Origin` allow-lists): `403`;
+//! 2. authentication through the configured [`Authenticator`](crate::Authenticator): `401`
+//!    with `WWW-Authenticate: Bearer`; the principal travels to the handler in the request's
+//!    extensions;
+//! 3. session ownership: a session id created by one principal is unknown (`404`) to others;
+//! 4. limits that need to see the request before rmcp does: body size for session-less POSTs
+//!    (`413`), concurrent sessions on `initialize` (`503`), concurrent listen streams on GET
+//!    SSE and `subscriptions/listen` (`503`).
+//!
+//! Everything after that (JSON-RPC framing, SSE, sessions, version negotiation, the 2026-07-28
+//! header and `_meta` validation) is rmcp's `StreamableHttpService`, configured from
+//! [`HttpConfig`].
+//!
+//! Accepted sockets get `TCP_NODELAY`: rmcp answers each call as a small SSE stream, and with
+//! Nagle's algorithm every call would wait for the peer's delayed ACK (about 44 ms).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt;
+use futures::StreamExt;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::McpApp;
+use crate::auth::{AuthError, Authenticator};
+use crate::config::HttpConfig;
+use crate::error::ServerError;
+use crate::guard;
+use crate::handler::{Authenticated, KbergHandler, Shared};
+use crate::limits::{StreamCounter, StreamPermit};
+
+const SESSION_HEADER: &str = "mcp-session-id";
+
+struct GuardState {
+    auth: Arc<dyn Authenticator>,
+    hosts: Vec<String>,
+    origins: Vec<String>,
+    max_body: usize,
+    max_sessions: usize,
+    sessions: Arc<LocalSessionManager>,
+    streams: Arc<StreamCounter>,
+    /// Serializes `initialize` so the session count check and the session's creation are one
+    /// step (initializes are rare; calls never take this lock).
+    initializing: tokio::sync::Mutex<()>,
+    /// Which principal created each live session.
+    owners: Mutex<HashMap<String, String>>,
+}
+
+impl GuardState {
+    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        // Single-statement updates of a plain map; a poisoned lock holds a consistent map.
+        self.owners.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn status(code: StatusCode, error: &str, message: &str) -> Response {
+    let body = json!({"error": error, "message": message});
+    (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+fn unauthorized(e: &AuthError) -> Response {
+    let mut r = status(StatusCode::UNAUTHORIZED, e.code(), &e.to_string());
+    let challenge = match e {
+        AuthError::Missing => "Bearer realm=\"mcp\"".to_string(),
+        AuthError::Invalid => {
+            "Bearer realm=\"mcp\", error=\"invalid_token\", error_description=\"the token is not valid\""
+                .to_string()
+        }
+    };
+    if let Ok(v) = HeaderValue::from_str(&challenge) {
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    r
+}
+
+/// Keeps `permit` until the response body has been sent or dropped.
+fn hold(resp: Response, permit: StreamPermit) -> Response {
+    let (parts, body) = resp.into_parts();
+    let stream = body.into_data_stream().map(move |chunk| {
+        let _held = &permit;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(stream))
+}
+
+#[derive(Deserialize)]
+struct MethodPeek<'a> {
+    #[serde(borrow, default)]
+    method: Option<std::borrow::Cow<'a, str>>,
+}
+
+async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: Next) -> Response {
+    if let Err(refusal) = guard::check(req.uri(), req.headers(), &g.hosts, &g.origins) {
+        tracing::warn!(?refusal, "refused a request by Host/Origin");
+        let code = match refusal {
+            guard::Refusal::BadHost => StatusCode::BAD_REQUEST,
+            _ => StatusCode::FORBIDDEN,
+        };
+        return status(code, "forbidden", refusal.message());
+    }
+    let principal = match g.auth.authenticate(req.headers()).await {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::debug!(error = %e, "refused a request without valid credentials");
+            return unauthorized(&e);
+        }
+    };
+    let principal_id = principal.id.clone();
+    req.extensions_mut().insert(Authenticated(principal));
+
+    let session = req
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if let Some(sid) = &session {
+        let owner = g.owners().get(sid).cloned();
+        if owner.is_some_and(|o| o != principal_id) {
+            tracing::warn!(principal = %principal_id, "refused a request naming another principal's session");
+            return status(
+                StatusCode::NOT_FOUND,
+                "session_not_found",
+                "Not Found: Session not found",
+            );
+        }
+    }
+
+    match (req.method().clone(), session) {
+        (Method::GET, Some(_)) => {
+            let Some(permit) = g.streams.try_acquire() else {
+                return status(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too_many_streams",
+                    "Too many open listen streams; close one and retry.",
+                );
+            };
+            let resp = next.run(req).await;
+            if resp.status().is_success() {
+                hold(resp, permit)
+            } else {
+                resp
+            }
+        }
+        (Method::DELETE, Some(sid)) => {
+            let resp = next.run(req).await;
+            if resp.status().is_success() {
+                g.owners().remove(&sid);
+            }
+            resp
+        }
+        (Method::POST, None) => {
+            let (parts, body) = req.into_parts();
+            let bytes = match axum::body::to_bytes(body, g.max_body).await {
+                Ok(b) => b,
+                Err(e) => {
+                    // `to_bytes` fails on the length limit or on a broken body; tell them
+                    // apart by the error's source chain.
+                    let too_big = std::error::Error::source(&e)
+                        .is_some_and(|s| s.to_string().contains("length limit"));
+                    return if too_big {
+                        status(
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            "payload_too_large",
+                            &format!("Payload Too Large: the body exceeds {} bytes", g.max_body),
+                        )
+                    } else {
+                        status(StatusCode::BAD_REQUEST, "bad_body", "Bad Request: unreadable body")
+                    };
+                }
+            };
+            let method = serde_json::from_slice::<MethodPeek<'_>>(&bytes)
+                .ok()
+                .and_then(|p| p.method.map(|m| m.into_owned()));
+            let req = Request::from_parts(parts, Body::from(bytes));
+            match method.as_deref() {
+                Some("initialize") => {
+                    let _one_at_a_time = g.initializing.lock().await;
+                    let live = g.sessions.sessions.read().await.len();
+                    if live >= g.max_sessions {
+                        return status(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "too_many_sessions",
+                            "Too many open sessions; end one (DELETE) and retry.",
+                        );
+                    }
+                    let resp = next.run(req).await;
+                    if let Some(sid) = resp
+                        .headers()
+                        .get(SESSION_HEADER)
+                        .and_then(|v| v.to_str().ok())
+                    {
+                        let live: Vec<String> = g
+                            .sessions
+                            .sessions
+                            .read()
+                            .await
+                            .keys()
+                            .map(|k| k.to_string())
+                            .collect();
+                        let mut owners = g.owners();
+                        // Forget sessions that ended (expired or closed) since the last one.
+                        owners.retain(|k, _| live.contains(k));
+                        owners.insert(sid.to_string(), principal_id);
+                    }
+                    resp
+                }
+                Some("subscriptions/listen") => {
+                    let Some(permit) = g.streams.try_acquire() else {
+                        return status(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "too_many_streams",
+                            "Too many open listen streams; close one and retry.",
+                        );
+                    };
+                    let resp = next.run(req).await;
+                    hold(resp, permit)
+                }
+                _ => next.run(req).await,
+            }
+        }
+        _ => next.run(req).await,
+    }
+}
+
+/// The MCP endpoint as an axum [`Router`] with one route, `config.path`, to merge into the
+/// app's own router. The guard layer (Host/Origin, auth, limits) applies to that route only.
+/// Cancel `config.shutdown` to end every session and stream.
+pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
+    if !config.path.starts_with('/') {
+        return Err(ServerError::Config(format!(
+            "the endpoint path `{}` must start with `/`",
+            config.path
+        )));
+    }
+    let limits = &config.limits;
+    if limits.max_body_bytes == 0 || limits.max_calls_per_principal == 0 {
+        return Err(ServerError::Config(
+            "max_body_bytes and max_calls_per_principal must be at least 1".into(),
+        ));
+    }
+    let shared = Shared::new(
+        app,
+        limits.max_calls_per_principal,
+        None,
+        config.shutdown.clone(),
+    )
+    .map_err(|e| ServerError::Config(e.message.to_string()))?;
+
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = limits.session_idle_timeout;
+    let sessions = Arc::new(sessions);
+
+    let mut rmcp_config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(config.allowed_hosts.clone())
+        .with_allowed_origins(config.allowed_origins.clone())
+        .with_sse_keep_alive(config.sse_keep_alive)
+        .with_legacy_session_mode(true)
+        .with_json_response(true)
+        .with_cancellation_token(config.shutdown.clone())
+        .with_max_request_body_bytes(limits.max_body_bytes);
+    if config.allowed_hosts.is_empty() {
+        rmcp_config = rmcp_config.disable_allowed_hosts();
+    }
+    let service = StreamableHttpService::new(
+        move || Ok(KbergHandler::new(Arc::clone(&shared))),
+        Arc::clone(&sessions),
+        rmcp_config,
+    );
+    let guard = Arc::new(GuardState {
+        auth: Arc::clone(&config.auth),
+        hosts: config.allowed_hosts.clone(),
+        origins: config.allowed_origins.clone(),
+        max_body: limits.max_body_bytes,
+        max_sessions: limits.max_sessions,
+        sessions,
+        streams: StreamCounter::new(limits.max_listen_streams),
+        initializing: tokio::sync::Mutex::new(()),
+        owners: Mutex::new(HashMap::new()),
+    });
+    Ok(Router::new()
+        .route_service(&config.path, service)
+        .route_layer(middleware::from_fn_with_state(guard, guard_layer)))
+}
+
+/// A bound HTTP server, not yet serving. Bind first to learn the address (port 0 picks a free
+/// one), then [`run`](HttpServer::run).
+#[derive(Debug)]
+pub struct HttpServer {
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+    local_addr: SocketAddr,
+}
+
+impl HttpServer {
+    /// Binds `config.addr` and prepares the router.
+    pub async fn bind(app: McpApp, config: HttpConfig) -> Result<Self, ServerError> {
+        let listener = TcpListener::bind(config.addr)
+            .await
+            .map_err(|source| ServerError::Bind {
+                addr: config.addr,
+                source,
+            })?;
+        Self::from_listener(listener, app, config)
+    }
+
+    /// Serves on an already bound listener (`config.addr` is ignored).
+    pub fn from_listener(
+        listener: TcpListener,
+        app: McpApp,
+        config: HttpConfig,
+    ) -> Result<Self, ServerError> {
+        let local_addr = listener.local_addr()?;
+        let router = router(app, &config)?;
+        Ok(Self {
+            listener,
+            router,
+            shutdown: config.shutdown.clone(),
+            local_addr,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The token that ends every session and stream when cancelled.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Serves until `shutdown` completes, then ends every session and stream and waits for
+    /// in-flight responses to finish.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
+        let token = self.shutdown.clone();
+        let listener = self.listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "could not set TCP_NODELAY");
+            }
+        });
+        tracing::info!(addr = %self.local_addr, "serving MCP over HTTP");
+        let stop = token.clone();
+        axum::serve(listener, self.router)
+            .with_graceful_shutdown(async move {
+                tokio::select! {
+                    () = shutdown => {}
+                    () = stop.cancelled() => {}
+                }
+                // Long-lived SSE streams would hold graceful shutdown open forever; ending the
+                // sessions closes them.
+                stop.cancel();
+            })
+            .await?;
+        token.cancel();
+        Ok(())
+    }
+}
+
+/// Binds `config.addr` and serves `app` until `shutdown` completes.
+pub async fn serve(
+    app: McpApp,
+    config: HttpConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    HttpServer::bind(app, config).await?.run(shutdown).await
+}

@@ -1,0 +1,220 @@
+//! kberg-core's [`ClientPeer`] on the wire, once per protocol generation.
+//!
+//! A tool talks to its client through `ToolContext` (progress, log, elicitation, sampling,
+//! roots) without knowing which generation the client speaks. The two generations differ in
+//! how a server *asks* the client something:
+//!
+//! - 2025-11-25 and earlier ([`SessionPeer`]): a server-initiated JSON-RPC request on the
+//!   session; the tool waits for the answer. If the call is cancelled while waiting, the
+//!   server cancels its own request (`notifications/cancelled` to the client).
+//! - 2026-07-28 ([`RoundTripPeer`]): server-initiated requests are gone. The n-th question a tool
+//!   asks gets the key `kberg.n`; if the client's re-sent call already carries an answer under
+//!   that key (in `inputResponses`, or in the `requestState` of an earlier round), the answer
+//!   is returned; otherwise the tool stops with `PeerError::InputRequired` and the server
+//!   answers the call with an `input_required` result. Tools are re-run from the start, so a
+//!   tool asks its questions in a deterministic order.
+//!
+//! Notifications (progress, log messages) go out on the request's own response stream in both
+//! generations.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use kberg_core::{ClientPeer, PeerError};
+use rmcp::model::{ClientCapabilities, ServerNotification, ServerRequest};
+use rmcp::service::{PeerRequestOptions, RequestHandle};
+use rmcp::{Peer, RoleServer, ServiceError};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// MCP log levels, lowest first.
+const LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// The rank of a level name; unknown names rank as `info`.
+pub(crate) fn level_rank(level: &str) -> u8 {
+    LEVELS
+        .iter()
+        .position(|l| l.eq_ignore_ascii_case(level))
+        .unwrap_or(1) as u8
+}
+
+/// A session's minimum log level (`logging/setLevel`). Shared by every call of the session.
+#[derive(Debug)]
+pub(crate) struct LogThreshold(AtomicU8);
+
+impl LogThreshold {
+    pub(crate) fn new(level: &str) -> Self {
+        Self(AtomicU8::new(level_rank(level)))
+    }
+
+    pub(crate) fn set(&self, level: &str) {
+        self.0.store(level_rank(level), Ordering::Relaxed);
+    }
+
+    fn allows(&self, params: &Value) -> bool {
+        let level = params.get("level").and_then(Value::as_str).unwrap_or("info");
+        level_rank(level) >= self.0.load(Ordering::Relaxed)
+    }
+}
+
+fn supports(caps: &Option<ClientCapabilities>, capability: &str) -> bool {
+    let Some(caps) = caps else { return false };
+    match serde_json::to_value(caps) {
+        Ok(v) => v.get(capability).is_some_and(|c| !c.is_null()),
+        Err(_) => false,
+    }
+}
+
+fn service_error(e: ServiceError) -> PeerError {
+    match e {
+        ServiceError::McpError(e) => PeerError::Rejected {
+            code: i64::from(e.code.0),
+            message: e.message.to_string(),
+        },
+        ServiceError::TransportClosed | ServiceError::TransportSend(_) => PeerError::Disconnected,
+        ServiceError::Cancelled { .. } => PeerError::Cancelled,
+        other => PeerError::Malformed(other.to_string()),
+    }
+}
+
+async fn send_notification(
+    peer: &Peer<RoleServer>,
+    method: &str,
+    params: Value,
+) -> Result<(), PeerError> {
+    let n: ServerNotification = serde_json::from_value(json!({"method": method, "params": params}))
+        .map_err(|e| PeerError::Malformed(format!("notification `{method}`: {e}")))?;
+    peer.send_notification(n).await.map_err(service_error)
+}
+
+/// The client channel of a call on a 2025-11-25 (or older) session, or over stdio.
+pub(crate) struct SessionPeer {
+    pub(crate) peer: Peer<RoleServer>,
+    pub(crate) capabilities: Option<ClientCapabilities>,
+    pub(crate) log: Arc<LogThreshold>,
+}
+
+#[async_trait]
+impl ClientPeer for SessionPeer {
+    async fn notify(&self, method: &str, params: Value) -> Result<(), PeerError> {
+        if method == "notifications/message" && !self.log.allows(&params) {
+            return Ok(());
+        }
+        send_notification(&self.peer, method, params).await
+    }
+
+    async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        cancel: CancellationToken,
+    ) -> Result<Value, PeerError> {
+        let request: ServerRequest =
+            serde_json::from_value(json!({"method": method, "params": params}))
+                .map_err(|e| PeerError::Malformed(format!("request `{method}`: {e}")))?;
+        let handle: RequestHandle<RoleServer> = self
+            .peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(service_error)?;
+        let id = handle.id.clone();
+        tokio::select! {
+            r = handle.await_response() => {
+                let result = r.map_err(service_error)?;
+                serde_json::to_value(result).map_err(|e| PeerError::Malformed(e.to_string()))
+            }
+            () = cancel.cancelled() => {
+                // Tell the client to stop working on what we asked; it is no longer needed.
+                let _ = send_notification(
+                    &self.peer,
+                    "notifications/cancelled",
+                    json!({"requestId": id, "reason": "the tool call that asked was cancelled"}),
+                )
+                .await;
+                Err(PeerError::Cancelled)
+            }
+        }
+    }
+
+    fn supports(&self, capability: &str) -> bool {
+        supports(&self.capabilities, capability)
+    }
+}
+
+/// Answers a tool's questions from the re-sent call (2026-07-28 multi-round-trip requests).
+pub(crate) struct RoundTripPeer {
+    pub(crate) peer: Peer<RoleServer>,
+    pub(crate) capabilities: Option<ClientCapabilities>,
+    /// Every answer known so far: earlier rounds (from `requestState`) and this one.
+    pub(crate) answers: BTreeMap<String, Value>,
+    pub(crate) asked: AtomicUsize,
+    pub(crate) log: Arc<LogThreshold>,
+}
+
+/// The key of the n-th question a tool asks in one call.
+pub(crate) fn question_key(n: usize) -> String {
+    format!("kberg.{n}")
+}
+
+#[async_trait]
+impl ClientPeer for RoundTripPeer {
+    async fn notify(&self, method: &str, params: Value) -> Result<(), PeerError> {
+        if method == "notifications/message" && !self.log.allows(&params) {
+            return Ok(());
+        }
+        send_notification(&self.peer, method, params).await
+    }
+
+    async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        cancel: CancellationToken,
+    ) -> Result<Value, PeerError> {
+        if cancel.is_cancelled() {
+            return Err(PeerError::Cancelled);
+        }
+        let key = question_key(self.asked.fetch_add(1, Ordering::Relaxed));
+        if let Some(answer) = self.answers.get(&key) {
+            return Ok(answer.clone());
+        }
+        let mut requests = serde_json::Map::new();
+        requests.insert(key, json!({"method": method, "params": params}));
+        Err(PeerError::InputRequired {
+            requests: Value::Object(requests),
+        })
+    }
+
+    fn supports(&self, capability: &str) -> bool {
+        supports(&self.capabilities, capability)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_rank_in_order() {
+        assert!(level_rank("debug") < level_rank("info"));
+        assert!(level_rank("warning") < level_rank("error"));
+        assert_eq!(level_rank("EMERGENCY"), 7);
+        assert_eq!(level_rank("nonsense"), 1);
+        let t = LogThreshold::new("warning");
+        assert!(!t.allows(&json!({"level": "info"})));
+        assert!(t.allows(&json!({"level": "error"})));
+        t.set("debug");
+        assert!(t.allows(&json!({"level": "debug"})));
+    }
+}
