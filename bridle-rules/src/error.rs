@@ -1,0 +1,255 @@
+//! The one error type of the crate, [`RulesError`], with a stable [`RulesError::code`] per
+//! variant.
+//!
+//! The codes are a contract: the gateway hands them to agents and to scripts (`bridle render
+//! --check` in CI), so a code never changes meaning. Load errors name the file, the line and
+//! column, and the field, because a person fixing a YAML file needs all four.
+
+use std::path::PathBuf;
+
+/// Where in a document a problem is.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Position {
+    /// 1-based line, when known.
+    pub line: Option<u64>,
+    /// 1-based column, when known.
+    pub column: Option<u64>,
+    /// The field path (`guardrails[2].severity`), when known.
+    pub field: Option<String>,
+}
+
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => write!(f, "line {l}, column {c}")?,
+            (Some(l), None) => write!(f, "line {l}")?,
+            _ => write!(f, "unknown position")?,
+        }
+        if let Some(field) = &self.field {
+            write!(f, ", field `{field}`")?;
+        }
+        Ok(())
+    }
+}
+
+/// One thing wrong with a document that parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Stable code of the problem (`unknown_agent`, `duplicate_guardrail`, ...).
+    pub code: &'static str,
+    /// The field path it concerns.
+    pub field: String,
+    /// 1-based line of that field in the file, when it could be located.
+    pub line: Option<u64>,
+    /// What is wrong, in words.
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(l) => write!(
+                f,
+                "line {l}, field `{}`: {} [{}]",
+                self.field, self.message, self.code
+            ),
+            None => write!(
+                f,
+                "field `{}`: {} [{}]",
+                self.field, self.message, self.code
+            ),
+        }
+    }
+}
+
+fn problems_list(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(|p| format!("\n  - {p}"))
+        .collect::<String>()
+}
+
+/// Why a rules operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RulesError {
+    /// The YAML does not parse or does not match the document's shape.
+    #[error("{file}: {position}: {message}")]
+    Parse {
+        /// The file (or a label for in-memory text).
+        file: PathBuf,
+        /// Line, column and field.
+        position: Position,
+        /// What the parser said.
+        message: String,
+    },
+    /// The document parsed but breaks a rule of the format.
+    #[error("{file}: the document is invalid:{}", problems_list(.problems))]
+    Invalid {
+        /// The file.
+        file: PathBuf,
+        /// Every problem found, in document order.
+        problems: Vec<Problem>,
+    },
+    /// The document was written by a newer Bridle than this one.
+    #[error(
+        "{file}: schema_version {found} is newer than this build supports ({supported}); upgrade Bridle"
+    )]
+    TooNew {
+        /// The file.
+        file: PathBuf,
+        /// The version in the file.
+        found: u32,
+        /// The newest version this build knows.
+        supported: u32,
+    },
+    /// A migration step could not transform the document.
+    #[error("{file}: migrating from schema_version {from} failed: {message}")]
+    Migration {
+        /// The file.
+        file: PathBuf,
+        /// The version the failing step starts from.
+        from: u32,
+        /// Why.
+        message: String,
+    },
+    /// An edit was made against a revision that is no longer current.
+    #[error(
+        "revision conflict on project `{project}`: the edit was based on revision {expected}, the document is at revision {actual}; reload and re-apply"
+    )]
+    Conflict {
+        /// The project.
+        project: String,
+        /// The revision the edit was based on.
+        expected: u64,
+        /// The revision on disk.
+        actual: u64,
+    },
+    /// No such project.
+    #[error("unknown project `{0}`")]
+    UnknownProject(String),
+    /// No such agent type (neither built in nor defined in the templates folder).
+    #[error("unknown agent `{agent}`; known agents: {known}")]
+    UnknownAgent {
+        /// The name asked for.
+        agent: String,
+        /// The known names, comma-separated.
+        known: String,
+    },
+    /// No such proposal, or no such scope ticket.
+    #[error("unknown {kind} `{id}`")]
+    NotFound {
+        /// `proposal` or `scope ticket`.
+        kind: &'static str,
+        /// The id asked for.
+        id: String,
+    },
+    /// The proposal or ticket was already decided.
+    #[error("{kind} `{id}` was already decided ({status})")]
+    AlreadyDecided {
+        /// `proposal` or `scope ticket`.
+        kind: &'static str,
+        /// Its id.
+        id: String,
+        /// Its status.
+        status: String,
+    },
+    /// A proposal cannot be applied (for example a guardrail id that already exists).
+    #[error("{0}")]
+    Rejected(String),
+    /// A template failed to load or render.
+    #[error("template `{name}`: {message}")]
+    Template {
+        /// The template name.
+        name: String,
+        /// What minijinja said.
+        message: String,
+    },
+    /// The embedded database failed.
+    #[error("database: {0}")]
+    Database(#[from] rusqlite::Error),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A document could not be written as YAML.
+    #[error("writing YAML failed: {0}")]
+    Serialize(String),
+    /// A name (project, agent, guardrail id) has characters that are not allowed.
+    #[error("invalid {what} `{name}`: {reason}")]
+    InvalidName {
+        /// `project`, `agent`, `guardrail id`, ...
+        what: &'static str,
+        /// The name.
+        name: String,
+        /// Why it is rejected.
+        reason: &'static str,
+    },
+}
+
+impl RulesError {
+    /// The stable code of this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RulesError::Parse { .. } => "parse_error",
+            RulesError::Invalid { .. } => "invalid_document",
+            RulesError::TooNew { .. } => "schema_too_new",
+            RulesError::Migration { .. } => "migration_failed",
+            RulesError::Conflict { .. } => "revision_conflict",
+            RulesError::UnknownProject(_) => "unknown_project",
+            RulesError::UnknownAgent { .. } => "unknown_agent",
+            RulesError::NotFound { .. } => "not_found",
+            RulesError::AlreadyDecided { .. } => "already_decided",
+            RulesError::Rejected(_) => "proposal_rejected",
+            RulesError::Template { .. } => "template_error",
+            RulesError::Database(_) => "database_error",
+            RulesError::Io { .. } => "io_error",
+            RulesError::Serialize(_) => "serialize_error",
+            RulesError::InvalidName { .. } => "invalid_name",
+        }
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        RulesError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Checks a project, agent or id name: 1 to 64 of ASCII lowercase letters, digits, `-`, `_`,
+/// `.`, starting with a letter or digit. Names become file names and URI segments, so nothing
+/// else is allowed.
+pub fn check_name(what: &'static str, name: &str) -> Result<(), RulesError> {
+    let reason = if name.is_empty() {
+        Some("must not be empty")
+    } else if name.len() > 64 {
+        Some("must be at most 64 characters")
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        Some("may only use lowercase ASCII letters, digits, `-`, `_` and `.`")
+    } else if !name
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    {
+        Some("must start with a letter or a digit")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(RulesError::InvalidName {
+            what,
+            name: name.to_string(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}

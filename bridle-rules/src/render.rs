@@ -1,0 +1,337 @@
+//! Rendering the canonical document into each agent's native instruction file.
+//!
+//! One [`Renderer`] holds a minijinja environment with the built-in templates (embedded in the
+//! binary) and, when the catalog came from a templates folder, the user's templates on top: a
+//! file there named after an agent replaces that agent's built-in template, and agents the
+//! folder adds use their own. Templates receive a precomputed view (guardrails grouped by
+//! severity, provenance in words) so that they stay declarative.
+//!
+//! Output is deterministic: the view is built from ordered data, the text is normalized
+//! (trailing spaces removed, runs of blank lines collapsed, one final newline), and the
+//! generated-file notice carries the document's revision, never a clock.
+
+use std::path::Path;
+
+use minijinja::Environment;
+use serde::Serialize;
+
+use crate::agents::{AgentCatalog, AgentTarget, Style};
+use crate::error::RulesError;
+use crate::model::{
+    AgentPermissions, Guardrail, Patterns, ProjectInfo, RulesDocument, Severity, Source,
+};
+
+const COMMON: &str = include_str!("../templates/_common.j2");
+
+/// The built-in templates, by agent name.
+const BUILTIN_TEMPLATES: &[(&str, &str)] = &[
+    ("aider", include_str!("../templates/aider.j2")),
+    ("claude", include_str!("../templates/claude.j2")),
+    ("cline", include_str!("../templates/cline.j2")),
+    ("codex", include_str!("../templates/codex.j2")),
+    ("copilot", include_str!("../templates/copilot.j2")),
+    ("cursor", include_str!("../templates/cursor.j2")),
+    ("deepseek", include_str!("../templates/stepwise.j2")),
+    ("gemini", include_str!("../templates/gemini.j2")),
+    ("junie", include_str!("../templates/junie.j2")),
+    ("kimi", include_str!("../templates/stepwise.j2")),
+    ("windsurf", include_str!("../templates/windsurf.j2")),
+    ("zed", include_str!("../templates/zed.j2")),
+];
+
+/// One rendered instruction file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rendered {
+    /// The agent type it is for.
+    pub agent: String,
+    /// Where it goes, relative to the project root.
+    pub path: String,
+    /// Its text.
+    pub content: String,
+}
+
+#[derive(Serialize)]
+struct AgentView<'a> {
+    name: &'a str,
+    display: &'a str,
+    output: &'a str,
+    stepwise: bool,
+}
+
+#[derive(Serialize)]
+struct GuardrailView<'a> {
+    id: &'a str,
+    statement: &'a str,
+    severity: &'static str,
+    provenance: String,
+}
+
+#[derive(Serialize)]
+struct View<'a> {
+    project_id: &'a str,
+    generated: String,
+    revision: u64,
+    schema_version: u32,
+    agent: AgentView<'a>,
+    project: &'a ProjectInfo,
+    enforcement: Vec<GuardrailView<'a>>,
+    hard_instructions: Vec<GuardrailView<'a>>,
+    guidance: Vec<GuardrailView<'a>>,
+    patterns: &'a Patterns,
+    permissions: AgentPermissions,
+    capabilities: &'a [String],
+}
+
+/// What a template receives: everything under `view`.
+#[derive(Serialize)]
+struct Context<'a> {
+    view: View<'a>,
+}
+
+/// The provenance of a guardrail, in words.
+pub fn provenance_text(g: &Guardrail) -> String {
+    let p = &g.provenance;
+    let mut s = match p.source {
+        Source::User => "set by the project's maintainers".to_string(),
+        Source::Agent => {
+            let mut s = format!(
+                "proposed by agent {}",
+                p.proposed_by.as_deref().unwrap_or("(unknown)")
+            );
+            if let Some(session) = &p.agent_session {
+                s.push_str(&format!(" in session {session}"));
+            }
+            s
+        }
+        Source::Vendor => format!(
+            "suggested by vendor guidance{}",
+            p.source_ref
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        ),
+    };
+    if let Some(by) = &p.approved_by {
+        s.push_str(&format!(", approved by {by}"));
+        if let Some(at) = &p.approved_at {
+            s.push_str(&format!(" at {at}"));
+        }
+    }
+    if let Some(id) = p.proposal {
+        s.push_str(&format!(" (proposal #{id})"));
+    }
+    s
+}
+
+/// Renders documents for every agent in a catalog.
+pub struct Renderer {
+    catalog: AgentCatalog,
+    env: Environment<'static>,
+}
+
+impl std::fmt::Debug for Renderer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renderer")
+            .field("agents", &self.catalog.names())
+            .finish()
+    }
+}
+
+fn template_error(name: &str, e: &minijinja::Error) -> RulesError {
+    let mut message = e.to_string();
+    if let Some(detail) = e.detail()
+        && !message.contains(detail)
+    {
+        message.push_str(": ");
+        message.push_str(detail);
+    }
+    RulesError::Template {
+        name: name.to_string(),
+        message,
+    }
+}
+
+impl Renderer {
+    /// A renderer with the built-in agents and templates.
+    pub fn builtin() -> Self {
+        // The built-in templates are part of the crate and tested; failing here is a bug.
+        Self::new(AgentCatalog::builtin()).expect("the built-in templates compile")
+    }
+
+    /// A renderer for a catalog: built-in templates, replaced or extended by the catalog's
+    /// templates folder.
+    pub fn new(catalog: AgentCatalog) -> Result<Self, RulesError> {
+        let mut env = Environment::new();
+        let syntax = minijinja::syntax::SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .keep_trailing_newline(true)
+            .build()
+            .map_err(|e| template_error("syntax", &e))?;
+        env.set_syntax(syntax);
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        env.add_template("_common.j2", COMMON)
+            .map_err(|e| template_error("_common.j2", &e))?;
+        for (agent, source) in BUILTIN_TEMPLATES {
+            let name = format!("{agent}.j2");
+            env.add_template_owned(name.clone(), *source)
+                .map_err(|e| template_error(&name, &e))?;
+        }
+        for target in catalog.targets() {
+            if let Some(path) = &target.custom_template {
+                let source = std::fs::read_to_string(path).map_err(|e| RulesError::io(path, e))?;
+                let name = format!("{}.j2", target.name);
+                env.add_template_owned(name.clone(), source)
+                    .map_err(|e| template_error(&path.display().to_string(), &e))?;
+            }
+        }
+        Ok(Self { catalog, env })
+    }
+
+    /// The catalog of agents this renderer serves.
+    pub fn catalog(&self) -> &AgentCatalog {
+        &self.catalog
+    }
+
+    /// Renders the full document for one agent.
+    pub fn render(
+        &self,
+        project_id: &str,
+        doc: &RulesDocument,
+        agent: &str,
+    ) -> Result<Rendered, RulesError> {
+        let target = self.catalog.get(agent)?;
+        let view = build_view(project_id, doc, target);
+        let name = format!("{}.j2", target.name);
+        let template = self
+            .env
+            .get_template(&name)
+            .map_err(|e| template_error(&name, &e))?;
+        let raw = template
+            .render(minijinja::Value::from(minijinja::value::Serde(&Context {
+                view,
+            })))
+            .map_err(|e| template_error(&name, &e))?;
+        Ok(Rendered {
+            agent: target.name.clone(),
+            path: target.output.clone(),
+            content: normalize(&raw),
+        })
+    }
+
+    /// Compares a rendered file with what is on disk under `root`. `None` when they match;
+    /// otherwise a unified diff (from disk to the canonical render).
+    pub fn check(root: &Path, rendered: &Rendered) -> Result<Option<String>, RulesError> {
+        let path = root.join(&rendered.path);
+        let on_disk = match std::fs::read_to_string(&path) {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(RulesError::io(&path, e)),
+        };
+        if on_disk == rendered.content {
+            return Ok(None);
+        }
+        let diff = similar::TextDiff::from_lines(&on_disk, &rendered.content);
+        Ok(Some(
+            diff.unified_diff()
+                .context_radius(3)
+                .header(
+                    &format!("{} (on disk)", rendered.path),
+                    &format!("{} (canonical)", rendered.path),
+                )
+                .to_string(),
+        ))
+    }
+}
+
+fn build_view<'a>(
+    project_id: &'a str,
+    doc: &'a RulesDocument,
+    target: &'a AgentTarget,
+) -> View<'a> {
+    let mut enforcement = Vec::new();
+    let mut hard_instructions = Vec::new();
+    let mut guidance = Vec::new();
+    for g in doc
+        .guardrails
+        .iter()
+        .filter(|g| g.applies_to_agent(&target.name))
+    {
+        let v = GuardrailView {
+            id: &g.id,
+            statement: g.statement.trim(),
+            severity: g.severity.as_str(),
+            provenance: provenance_text(g),
+        };
+        match g.severity {
+            Severity::Enforcement => enforcement.push(v),
+            Severity::HardInstruction => hard_instructions.push(v),
+            Severity::Guidance => guidance.push(v),
+        }
+    }
+    let capabilities = doc
+        .agent_profiles
+        .get(&target.name)
+        .map(|p| p.capabilities.as_slice())
+        .unwrap_or(&[]);
+    View {
+        project_id,
+        generated: format!(
+            "Generated by Bridle from the canonical rules of project `{project_id}` (revision {}, schema {}). Do not edit this file: change the rules through Bridle and render again.",
+            doc.revision, doc.schema_version
+        ),
+        revision: doc.revision,
+        schema_version: doc.schema_version,
+        agent: AgentView {
+            name: &target.name,
+            display: &target.display,
+            output: &target.output,
+            stepwise: target.style == Style::Stepwise,
+        },
+        project: &doc.project,
+        enforcement,
+        hard_instructions,
+        guidance,
+        patterns: &doc.patterns,
+        permissions: doc.permissions_of(&target.name),
+        capabilities,
+    }
+}
+
+/// Trailing spaces removed, at most one blank line in a row, no leading blank lines, exactly
+/// one final newline.
+fn normalize(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut blank_run = 0;
+    for line in raw.lines() {
+        let line = line.trim_end();
+        if line.is_empty() {
+            blank_run += 1;
+            if blank_run > 1 || out.is_empty() {
+                continue;
+            }
+        } else {
+            blank_run = 0;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    while out.ends_with("\n\n") {
+        out.pop();
+    }
+    if out.is_empty() {
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_collapses_blank_runs() {
+        assert_eq!(normalize("\n\na  \n\n\n\nb\n\n"), "a\n\nb\n");
+        assert_eq!(normalize(""), "\n");
+    }
+}

@@ -1,0 +1,236 @@
+//! Loading documents: good, old (migrated), too new, malformed, and semantically invalid.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+use std::path::Path;
+
+use bridle_rules::{
+    AgentCatalog, CURRENT_SCHEMA_VERSION, RulesError, Severity, Source, load_str, to_yaml,
+};
+
+fn load(text: &str) -> Result<bridle_rules::Loaded, RulesError> {
+    load_str(
+        text,
+        Path::new("projects/shop.yaml"),
+        "shop",
+        &AgentCatalog::builtin(),
+    )
+}
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name),
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_fixture_round_trips() {
+    let loaded = load(&fixture("shop.yaml")).unwrap();
+    assert_eq!(loaded.migrated_from, None);
+    let doc = loaded.document;
+    assert_eq!(doc.revision, 7);
+    assert_eq!(doc.guardrails.len(), 5);
+    assert_eq!(doc.guardrails[2].provenance.source, Source::Agent);
+    let yaml = to_yaml(&doc).unwrap();
+    let again = load(&yaml).unwrap().document;
+    assert_eq!(again, doc);
+    // Saving is deterministic.
+    assert_eq!(to_yaml(&again).unwrap(), yaml);
+}
+
+#[test]
+fn a_version_1_document_is_migrated_and_saved_as_current() {
+    let loaded = load(&fixture("shop-v1.yaml")).unwrap();
+    assert_eq!(loaded.migrated_from, Some(1));
+    let doc = loaded.document;
+    assert_eq!(doc.schema_version, CURRENT_SCHEMA_VERSION);
+    assert_eq!(doc.project.name, "shop");
+    assert_eq!(doc.project.stack, ["Rust", "axum", "PostgreSQL"]);
+    assert_eq!(
+        doc.project.conventions,
+        [
+            "Every public function has a doc comment.",
+            "Database changes go through migrations."
+        ]
+    );
+    assert_eq!(doc.guardrails[0].applies_to, ["all_agents"]);
+    assert_eq!(doc.guardrails[0].severity, Severity::HardInstruction);
+    let s = &doc.agent_profiles["claude"].vendor_guardrail_suggestions[0];
+    assert_eq!(s.id, "claude-keep-claude-md-short-and");
+    assert_eq!(s.statement, "Keep CLAUDE.md short and specific.");
+    let saved = to_yaml(&doc).unwrap();
+    assert!(saved.starts_with("schema_version: 2\n"));
+    let reloaded = load(&saved).unwrap();
+    assert_eq!(reloaded.migrated_from, None);
+    assert_eq!(reloaded.document, doc);
+}
+
+#[test]
+fn a_newer_document_is_refused() {
+    let e = load("schema_version: 99\nproject: {name: x}\n").unwrap_err();
+    assert_eq!(e.code(), "schema_too_new");
+    assert!(
+        e.to_string()
+            .contains("schema_version 99 is newer than this build supports (2)")
+    );
+    let e = load("schema_version: banana\nproject: {name: x}\n").unwrap_err();
+    assert_eq!(e.code(), "parse_error");
+    assert!(e.to_string().contains("line 1"));
+}
+
+#[test]
+fn bad_yaml_names_file_line_column_and_field() {
+    let text = fixture("shop.yaml").replace("severity: hard-instruction\n    applies_to: [all_agents]\n    provenance:\n      source: agent", "severity: must\n    applies_to: [all_agents]\n    provenance:\n      source: agent");
+    let e = load(&text).unwrap_err();
+    let RulesError::Parse {
+        file,
+        position,
+        message,
+    } = &e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(file, Path::new("projects/shop.yaml"));
+    let line = text
+        .lines()
+        .position(|l| l.contains("severity: must"))
+        .unwrap() as u64
+        + 1;
+    assert_eq!(position.line, Some(line));
+    assert_eq!(position.column, Some(15));
+    assert_eq!(position.field.as_deref(), Some("guardrails[].severity"));
+    assert!(message.contains("unknown variant `must`"), "{message}");
+    let shown = e.to_string();
+    assert!(
+        shown.starts_with(&format!(
+            "projects/shop.yaml: line {line}, column 15, field `guardrails[].severity`"
+        )),
+        "{shown}"
+    );
+
+    // Unknown field.
+    let e = load("schema_version: 2\nproject:\n  name: x\n  colour: red\n").unwrap_err();
+    let RulesError::Parse {
+        position, message, ..
+    } = &e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(position.line, Some(4));
+    assert_eq!(position.field.as_deref(), Some("project.colour"));
+    assert!(message.contains("unknown field `colour`"));
+
+    // Broken syntax.
+    let e = load("schema_version: 2\nproject: [unclosed\n").unwrap_err();
+    let RulesError::Parse { position, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(position.line, Some(2));
+
+    // Missing field.
+    let e = load("schema_version: 2\nguardrails: []\n").unwrap_err();
+    assert_eq!(e.code(), "parse_error");
+    assert!(e.to_string().contains("project"), "{e}");
+}
+
+#[test]
+fn semantic_problems_are_all_reported() {
+    let text = "schema_version: 2
+project:
+  name: x
+guardrails:
+  - id: a
+    statement: one
+    severity: guidance
+    applies_to: [claud]
+    provenance: {source: user}
+  - id: a
+    statement: two
+    severity: guidance
+    provenance: {source: user}
+  - id: vendor-thing
+    statement: three
+    severity: guidance
+    provenance: {source: vendor, source_ref: 'https://docs.example.invalid/x'}
+  - id: agent-thing
+    statement: four
+    severity: guidance
+    provenance: {source: agent, proposed_by: claude}
+agent_profiles:
+  gpt-pilot: {}
+permissions:
+  clade:
+    rules: {propose: true}
+";
+    let e = load(text).unwrap_err();
+    let RulesError::Invalid { problems, .. } = &e else {
+        panic!("{e:?}")
+    };
+    let codes: Vec<_> = problems.iter().map(|p| (p.code, p.line)).collect();
+    assert_eq!(
+        codes,
+        vec![
+            ("unknown_agent", Some(5)),
+            ("duplicate_guardrail", Some(5)),
+            ("vendor_suggestion_in_policy", Some(14)),
+            ("unapproved_agent_change", Some(18)),
+            ("unknown_agent", Some(23)),
+            ("unknown_agent", Some(25)),
+        ]
+    );
+    let shown = e.to_string();
+    assert!(shown.contains("unknown agent `claud`"));
+    assert!(shown.contains("field `permissions.clade`"));
+    assert!(shown.contains("vendor_guardrail_suggestions"));
+}
+
+#[test]
+fn custom_agents_are_known_to_validation() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("agents.yaml"),
+        "opencode:\n  display: OpenCode\n  output: OPENCODE.md\n",
+    )
+    .unwrap();
+    std::fs::write(tmp.path().join("opencode.j2"), "x").unwrap();
+    let catalog = AgentCatalog::load(tmp.path()).unwrap();
+    let text = "schema_version: 2\nproject: {name: x}\npermissions:\n  opencode: {rules: {propose: true}}\n";
+    load_str(text, Path::new("x.yaml"), "x", &catalog).unwrap();
+    assert!(load(text).is_err());
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// Arbitrary text never panics the loader.
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,300}") {
+            let _ = load(&text);
+        }
+
+        /// Arbitrary statements survive a save and a load.
+        #[test]
+        fn statements_round_trip(statement in "[a-zA-Z0-9 .,:;'\"#!?-]{1,80}", overview in "\\PC{0,120}") {
+            let mut doc = bridle_rules::RulesDocument::new("p");
+            prop_assume!(!statement.trim().is_empty());
+            doc.project.overview = overview;
+            doc.guardrails.push(bridle_rules::Guardrail {
+                id: "g".into(),
+                statement,
+                severity: Severity::Guidance,
+                applies_to: vec!["all_agents".into()],
+                provenance: bridle_rules::Provenance::user(),
+            });
+            let yaml = to_yaml(&doc).unwrap();
+            let back = load(&yaml).unwrap().document;
+            prop_assert_eq!(back, doc);
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! The published JSON Schema (`schema/rules.schema.json`) must be what the types generate.
+//! Regenerate with `BRIDLE_UPDATE_GOLDEN=1 cargo test -p bridle-rules --test schema`.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+use std::path::Path;
+
+#[test]
+fn published_schema_is_up_to_date() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/rules.schema.json");
+    let mut generated = serde_json::to_string_pretty(&bridle_rules::json_schema()).unwrap();
+    generated.push('\n');
+    if std::env::var_os("BRIDLE_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let published = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        published == generated,
+        "schema/rules.schema.json is stale; regenerate with BRIDLE_UPDATE_GOLDEN=1"
+    );
+}
+
+#[test]
+fn schema_describes_the_document() {
+    let s = bridle_rules::json_schema();
+    assert_eq!(s["title"], "Bridle rules document");
+    let required = s["required"].as_array().unwrap();
+    assert!(required.iter().any(|r| r == "schema_version"));
+    assert!(required.iter().any(|r| r == "project"));
+    assert!(s["properties"]["guardrails"].is_object());
+    let text = s.to_string();
+    assert!(text.contains("hard-instruction"));
+}

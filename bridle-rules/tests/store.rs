@@ -1,0 +1,425 @@
+//! The review queue, decisions, conflicts, scope tickets, vendor sourcing and the change log,
+//! on a real data directory with a real SQLite file.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+use bridle_rules::{
+    AgentCatalog, ChangeRequest, CustomPattern, Origin, ProposalStatus, RulesDocument, RulesError,
+    RulesStore, Severity, Source,
+};
+
+fn store() -> (tempfile::TempDir, RulesStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RulesStore::open(dir.path(), AgentCatalog::builtin()).unwrap();
+    let mut doc = RulesDocument::new("Shop");
+    doc.permissions.insert("claude".into(), Default::default());
+    store.create("shop", &doc, "alice").unwrap();
+    (dir, store)
+}
+
+fn guardrail(id: &str) -> ChangeRequest {
+    ChangeRequest::Guardrail {
+        id: id.into(),
+        statement: format!("Statement for {id}."),
+        severity: Severity::HardInstruction,
+        applies_to: vec!["all_agents".into()],
+    }
+}
+
+#[test]
+fn proposals_wait_for_a_person_and_carry_provenance() {
+    let (dir, store) = store();
+    let origin = Origin::agent("claude", Some("sess-1".into()));
+    let p = store
+        .propose("shop", &origin, &guardrail("tests-first"), None)
+        .unwrap();
+    assert_eq!(p.status, ProposalStatus::Pending);
+    // Nothing auto-merges.
+    assert!(store.load("shop").unwrap().document.guardrails.is_empty());
+    assert_eq!(store.queue(Some("shop"), false).unwrap().len(), 1);
+
+    let approved = store.approve(p.id, "alice").unwrap();
+    assert_eq!(approved.status, ProposalStatus::Approved);
+    assert_eq!(approved.applied_revision, Some(2));
+    let doc = store.load("shop").unwrap().document;
+    assert_eq!(doc.revision, 2);
+    let g = doc.guardrail("tests-first").unwrap();
+    assert_eq!(g.provenance.source, Source::Agent);
+    assert_eq!(g.provenance.proposed_by.as_deref(), Some("claude"));
+    assert_eq!(g.provenance.agent_session.as_deref(), Some("sess-1"));
+    assert_eq!(g.provenance.approved_by.as_deref(), Some("alice"));
+    assert_eq!(g.provenance.proposal, Some(p.id));
+    assert!(g.provenance.approved_at.as_deref().unwrap().ends_with('Z'));
+    assert!(store.queue(Some("shop"), false).unwrap().is_empty());
+
+    // The file on disk is plain YAML with the guardrail.
+    let text = std::fs::read_to_string(dir.path().join("projects/shop.yaml")).unwrap();
+    assert!(text.contains("id: tests-first"));
+
+    // Deciding twice is refused.
+    assert_eq!(
+        store.approve(p.id, "bob").unwrap_err().code(),
+        "already_decided"
+    );
+    assert_eq!(
+        store.reject(p.id, "bob", "no").unwrap_err().code(),
+        "already_decided"
+    );
+
+    let log = store.changes(Some("shop"), 0).unwrap();
+    assert_eq!(log.len(), 2);
+    assert_eq!(log[0].source, Source::User);
+    assert_eq!(log[1].source, Source::Agent);
+    assert_eq!(log[1].actor, "alice");
+    assert_eq!(log[1].proposal_id, Some(p.id));
+    assert_eq!(store.last_change_id().unwrap(), log[1].id);
+}
+
+#[test]
+fn rejection_records_why_and_changes_nothing() {
+    let (_dir, store) = store();
+    let p = store
+        .propose("shop", &Origin::agent("codex", None), &guardrail("x"), None)
+        .unwrap();
+    assert_eq!(
+        store.reject(p.id, "alice", " ").unwrap_err().code(),
+        "proposal_rejected"
+    );
+    let r = store.reject(p.id, "alice", "too vague").unwrap();
+    assert_eq!(r.status, ProposalStatus::Rejected);
+    assert_eq!(r.decision_note.as_deref(), Some("too vague"));
+    assert_eq!(store.load("shop").unwrap().document.revision, 1);
+    assert_eq!(store.queue(None, true).unwrap().len(), 1);
+    assert_eq!(store.changes(None, 0).unwrap().len(), 1);
+}
+
+#[test]
+fn stale_revisions_are_conflicts_and_lose_nothing() {
+    let (_dir, store) = store();
+    let base = store.load("shop").unwrap().document;
+    // Two people edit revision 1.
+    let mut first = base.clone();
+    first.project.overview = "first".into();
+    let mut second = base.clone();
+    second.project.overview = "second".into();
+    assert_eq!(
+        store
+            .save_edit("shop", &first, 1, "alice", "overview")
+            .unwrap(),
+        2
+    );
+    let e = store
+        .save_edit("shop", &second, 1, "bob", "overview")
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            RulesError::Conflict {
+                expected: 1,
+                actual: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        store.load("shop").unwrap().document.project.overview,
+        "first"
+    );
+
+    // An agent's update against an old revision is refused when proposed...
+    let update = ChangeRequest::UpdateProject {
+        overview: Some("agent".into()),
+        stack: None,
+        conventions: None,
+    };
+    let origin = Origin::agent("claude", None);
+    assert_eq!(
+        store
+            .propose("shop", &origin, &update, Some(1))
+            .unwrap_err()
+            .code(),
+        "revision_conflict"
+    );
+    // ...and when the document moved on while it waited in the queue.
+    let p = store.propose("shop", &origin, &update, Some(2)).unwrap();
+    let mut third = store.load("shop").unwrap().document;
+    third.project.stack = vec!["Rust".into()];
+    store
+        .save_edit("shop", &third, 2, "alice", "stack")
+        .unwrap();
+    assert_eq!(
+        store.approve(p.id, "alice").unwrap_err().code(),
+        "revision_conflict"
+    );
+    // The proposal is still there to reject or re-propose; the document kept both edits.
+    assert_eq!(
+        store.proposal(p.id).unwrap().status,
+        ProposalStatus::Pending
+    );
+    let doc = store.load("shop").unwrap().document;
+    assert_eq!(doc.project.overview, "first");
+    assert_eq!(doc.project.stack, ["Rust"]);
+
+    // A fresh proposal applies.
+    let p = store.propose("shop", &origin, &update, Some(3)).unwrap();
+    store.approve(p.id, "alice").unwrap();
+    assert_eq!(
+        store.load("shop").unwrap().document.project.overview,
+        "agent"
+    );
+}
+
+#[test]
+fn bad_proposals_are_refused_with_reasons() {
+    let (_dir, store) = store();
+    let o = Origin::agent("claude", None);
+    assert_eq!(
+        store
+            .propose("nope", &o, &guardrail("a"), None)
+            .unwrap_err()
+            .code(),
+        "unknown_project"
+    );
+    assert_eq!(
+        store
+            .propose("../etc", &o, &guardrail("a"), None)
+            .unwrap_err()
+            .code(),
+        "invalid_name"
+    );
+    assert_eq!(
+        store
+            .propose("shop", &o, &guardrail("Bad Id"), None)
+            .unwrap_err()
+            .code(),
+        "invalid_name"
+    );
+    let unknown_agent = ChangeRequest::Guardrail {
+        id: "a".into(),
+        statement: "s".into(),
+        severity: Severity::Guidance,
+        applies_to: vec!["hal9000".into()],
+    };
+    assert_eq!(
+        store
+            .propose("shop", &o, &unknown_agent, None)
+            .unwrap_err()
+            .code(),
+        "unknown_agent"
+    );
+    let both = ChangeRequest::Pattern {
+        standard: Some("MVC".into()),
+        custom: Some(CustomPattern {
+            name: "x".into(),
+            description: String::new(),
+            example_repos: vec![],
+        }),
+    };
+    assert_eq!(
+        store.propose("shop", &o, &both, None).unwrap_err().code(),
+        "proposal_rejected"
+    );
+
+    // Two proposals for the same id: the second approval is refused, the first stays.
+    let p1 = store.propose("shop", &o, &guardrail("same"), None).unwrap();
+    let p2 = store.propose("shop", &o, &guardrail("same"), None).unwrap();
+    store.approve(p1.id, "alice").unwrap();
+    assert_eq!(
+        store.approve(p2.id, "alice").unwrap_err().code(),
+        "proposal_rejected"
+    );
+    assert_eq!(
+        store
+            .propose("shop", &o, &guardrail("same"), None)
+            .unwrap_err()
+            .code(),
+        "proposal_rejected"
+    );
+    assert_eq!(store.approve(999, "alice").unwrap_err().code(), "not_found");
+}
+
+#[test]
+fn patterns_are_proposed_and_promoted() {
+    let (_dir, store) = store();
+    let o = Origin::agent("claude", None);
+    let p = store
+        .propose(
+            "shop",
+            &o,
+            &ChangeRequest::Pattern {
+                standard: Some("hexagonal".into()),
+                custom: None,
+            },
+            None,
+        )
+        .unwrap();
+    store.approve(p.id, "alice").unwrap();
+    assert_eq!(
+        store.load("shop").unwrap().document.patterns.standard,
+        ["hexagonal"]
+    );
+}
+
+#[test]
+fn vendor_sourcing_queues_once() {
+    let (dir, store) = store();
+    let guidance = "# Claude Code best practices\n\n- Always run the tests before you commit.\n- Keep CLAUDE.md short and specific.\n\nSome prose without advice.\n";
+    let src = dir.path().join("vendor.md");
+    std::fs::write(&src, guidance).unwrap();
+    let source_ref = src.display().to_string();
+    let first = store
+        .queue_vendor_guidance("shop", "claude", &source_ref, guidance)
+        .unwrap();
+    assert_eq!(first.queued.len(), 2);
+    let again = store
+        .queue_vendor_guidance("shop", "claude", &source_ref, guidance)
+        .unwrap();
+    assert!(again.queued.is_empty());
+    assert_eq!(again.skipped, 2);
+    let queue = store.queue(Some("shop"), false).unwrap();
+    assert_eq!(queue.len(), 2);
+    assert_eq!(queue[0].origin.source, Source::Vendor);
+    assert_eq!(
+        queue[0].origin.source_ref.as_deref(),
+        Some(source_ref.as_str())
+    );
+
+    // Approved, it becomes policy with vendor provenance; a re-run still adds nothing.
+    store.approve(queue[0].id, "alice").unwrap();
+    let doc = store.load("shop").unwrap().document;
+    let g = &doc.guardrails[0];
+    assert_eq!(g.provenance.source, Source::Vendor);
+    assert_eq!(g.applies_to, ["claude"]);
+    assert_eq!(g.severity, Severity::Guidance);
+    let third = store
+        .queue_vendor_guidance("shop", "claude", &source_ref, guidance)
+        .unwrap();
+    assert!(third.queued.is_empty());
+    let log = store.changes(Some("shop"), 0).unwrap();
+    assert_eq!(log.last().unwrap().source, Source::Vendor);
+
+    assert_eq!(
+        store
+            .queue_vendor_guidance("shop", "hal", "x", guidance)
+            .unwrap_err()
+            .code(),
+        "unknown_agent"
+    );
+}
+
+#[test]
+fn scope_tickets_are_decided_by_people() {
+    let (_dir, store) = store();
+    let t = store
+        .request_scope(
+            "shop",
+            "claude",
+            Some("s1"),
+            "Rename the db module",
+            "it blocks the task",
+        )
+        .unwrap();
+    assert_eq!(t.status, "pending");
+    assert_eq!(store.scope_tickets(false).unwrap().len(), 1);
+    let d = store
+        .decide_scope(t.id, true, "alice", Some("go ahead"))
+        .unwrap();
+    assert_eq!(d.status, "approved");
+    assert_eq!(d.decided_by.as_deref(), Some("alice"));
+    assert_eq!(
+        store
+            .decide_scope(t.id, false, "bob", None)
+            .unwrap_err()
+            .code(),
+        "already_decided"
+    );
+    assert!(store.scope_tickets(false).unwrap().is_empty());
+    assert_eq!(
+        store
+            .request_scope("nope", "claude", None, "x", "y")
+            .unwrap_err()
+            .code(),
+        "unknown_project"
+    );
+    assert_eq!(
+        store
+            .request_scope("shop", "claude", None, " ", "y")
+            .unwrap_err()
+            .code(),
+        "proposal_rejected"
+    );
+    assert_eq!(store.scope_ticket(77).unwrap_err().code(), "not_found");
+}
+
+#[test]
+fn an_old_document_on_disk_is_upgraded_in_place() {
+    let (dir, store) = store();
+    let v1 = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/shop-v1.yaml"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("projects/legacy.yaml"), v1).unwrap();
+    assert_eq!(store.projects().unwrap(), ["legacy", "shop"]);
+    assert_eq!(store.load("legacy").unwrap().migrated_from, Some(1));
+    assert_eq!(store.upgrade("legacy", "alice").unwrap(), Some(1));
+    let text = std::fs::read_to_string(dir.path().join("projects/legacy.yaml")).unwrap();
+    assert!(
+        text.starts_with("schema_version: 2\nrevision: 1\n"),
+        "{text}"
+    );
+    assert_eq!(store.load("legacy").unwrap().migrated_from, None);
+    assert_eq!(store.upgrade("legacy", "alice").unwrap(), None);
+}
+
+#[test]
+fn a_broken_file_is_reported_and_left_alone() {
+    let (dir, store) = store();
+    let path = dir.path().join("projects/shop.yaml");
+    std::fs::write(&path, "schema_version: 2\nproject: {name: x\n").unwrap();
+    let e = store.load("shop").unwrap_err();
+    assert_eq!(e.code(), "parse_error");
+    assert!(e.to_string().contains("shop.yaml"));
+    let o = Origin::agent("claude", None);
+    assert_eq!(
+        store
+            .propose("shop", &o, &guardrail("a"), None)
+            .unwrap_err()
+            .code(),
+        "parse_error"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "schema_version: 2\nproject: {name: x\n"
+    );
+}
+
+#[test]
+fn concurrent_approvals_never_lose_an_update() {
+    let (dir, store) = store();
+    let o = Origin::agent("claude", None);
+    let ids: Vec<u64> = (0..8)
+        .map(|i| {
+            store
+                .propose("shop", &o, &guardrail(&format!("g{i}")), None)
+                .unwrap()
+                .id
+        })
+        .collect();
+    let handles: Vec<_> = ids
+        .into_iter()
+        .map(|id| {
+            let path = dir.path().to_path_buf();
+            std::thread::spawn(move || {
+                let s = RulesStore::open(&path, AgentCatalog::builtin()).unwrap();
+                s.approve(id, "alice").unwrap();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let doc = store.load("shop").unwrap().document;
+    assert_eq!(doc.guardrails.len(), 8);
+    assert_eq!(doc.revision, 9);
+}
