@@ -1,0 +1,227 @@
+//! The remote tool surface: an MCP server reached through rmcp's client.
+//!
+//! [`McpSurface`] connects over Streamable HTTP or spawns a server as a child process on stdio,
+//! lists its tools once per run and calls them. A Kberg server reports gate refusals as error
+//! results whose structured content carries the stable `code` (see
+//! [`kberg_core::GateError::details`]); those become the same [`ToolResult`] codes an in-process
+//! [`crate::LocalSurface`] gives, so a run behaves the same wherever its tools live. Other
+//! servers' error results become `tool_failed`, and JSON-RPC errors are mapped by meaning
+//! (an unknown tool, invalid parameters). Cancelling a call drops the request, which makes rmcp
+//! send `notifications/cancelled` to the server.
+
+use std::collections::HashSet;
+use std::sync::RwLock;
+
+use async_trait::async_trait;
+use kberg_core::ErrorCode;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::ServiceExt;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::message::ToolDefinition;
+use crate::surface::{SurfaceError, ToolResult, ToolSurface, code_of};
+
+/// A connected MCP server used as a tool surface.
+pub struct McpSurface {
+    client: RunningService<RoleClient, ()>,
+    listed: RwLock<HashSet<String>>,
+}
+
+impl std::fmt::Debug for McpSurface {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpSurface").finish_non_exhaustive()
+    }
+}
+
+impl McpSurface {
+    /// Connects to a Streamable HTTP endpoint (e.g. `http://127.0.0.1:8080/mcp`).
+    pub async fn connect_http(url: &str) -> Result<Self, SurfaceError> {
+        let transport = StreamableHttpClientTransport::from_uri(url.to_string());
+        let client = ()
+            .serve(transport)
+            .await
+            .map_err(|e| SurfaceError::Connect(format!("{url}: {e}")))?;
+        Ok(Self::from_client(client))
+    }
+
+    /// Spawns `command` and speaks MCP with it over its stdin and stdout.
+    pub async fn spawn(command: tokio::process::Command) -> Result<Self, SurfaceError> {
+        let program = command.as_std().get_program().to_string_lossy().into_owned();
+        let transport = TokioChildProcess::new(command)
+            .map_err(|e| SurfaceError::Connect(format!("could not start `{program}`: {e}")))?;
+        let client = ()
+            .serve(transport)
+            .await
+            .map_err(|e| SurfaceError::Connect(format!("`{program}`: {e}")))?;
+        Ok(Self::from_client(client))
+    }
+
+    /// Wraps a client the app connected itself (custom transport, auth headers, ...).
+    pub fn from_client(client: RunningService<RoleClient, ()>) -> Self {
+        Self {
+            client,
+            listed: RwLock::new(HashSet::new()),
+        }
+    }
+
+    /// The server's name and version, as it introduced itself.
+    pub fn server_name(&self) -> Option<String> {
+        self.client
+            .peer_info()
+            .and_then(|i| {
+                i.server_info
+                    .as_ref()
+                    .map(|s| format!("{} {}", s.name, s.version))
+            })
+    }
+
+    /// Ends the session (and stops a spawned server).
+    pub async fn close(self) -> Result<(), SurfaceError> {
+        self.client
+            .cancel()
+            .await
+            .map(|_| ())
+            .map_err(|e| SurfaceError::Transport(e.to_string()))
+    }
+
+    fn was_listed(&self, name: &str) -> bool {
+        self.listed
+            .read()
+            .map(|l| l.contains(name))
+            .unwrap_or(false)
+    }
+}
+
+/// Content blocks as text; non-text blocks are named by type so the model knows they came.
+fn blocks_text(content: &[ContentBlock]) -> String {
+    let mut s = String::new();
+    for block in content {
+        if !s.is_empty() {
+            s.push('\n');
+        }
+        match block.as_text() {
+            Some(t) => s.push_str(&t.text),
+            None => {
+                let v = serde_json::to_value(block).unwrap_or(Value::Null);
+                let kind = v.get("type").and_then(Value::as_str).unwrap_or("content");
+                s.push_str(&format!("[{kind}]"));
+            }
+        }
+    }
+    s
+}
+
+fn to_result(r: CallToolResult) -> ToolResult {
+    let is_error = r.is_error.unwrap_or(false);
+    let mut text = blocks_text(&r.content);
+    if text.is_empty()
+        && let Some(s) = &r.structured_content
+    {
+        text = s.to_string();
+    }
+    let code = if is_error {
+        r.structured_content.as_ref().and_then(code_of)
+    } else {
+        None
+    };
+    ToolResult {
+        text,
+        is_error,
+        code,
+        structured: r.structured_content,
+    }
+}
+
+#[async_trait]
+impl ToolSurface for McpSurface {
+    async fn tools(&self) -> Result<Vec<ToolDefinition>, SurfaceError> {
+        let tools = self
+            .client
+            .list_all_tools()
+            .await
+            .map_err(|e| SurfaceError::Transport(e.to_string()))?;
+        let defs: Vec<ToolDefinition> = tools
+            .into_iter()
+            .map(|t| ToolDefinition {
+                name: t.name.into_owned(),
+                description: t.description.map(|d| d.into_owned()).unwrap_or_default(),
+                parameters: Value::Object((*t.input_schema).clone()),
+            })
+            .collect();
+        if let Ok(mut listed) = self.listed.write() {
+            *listed = defs.iter().map(|d| d.name.clone()).collect();
+        }
+        Ok(defs)
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> Result<ToolResult, SurfaceError> {
+        let arguments = match arguments {
+            Value::Object(map) => Some(map),
+            Value::Null => None,
+            other => {
+                // MCP arguments are an object; say so as a validation failure the model can fix.
+                return Ok(ToolResult::error(
+                    ErrorCode::InvalidArguments,
+                    format!(
+                        "The arguments for `{name}` are invalid (1 problem). Fix these and call it again:\n- the arguments must be an object, but they are {}.",
+                        short_kind(&other)
+                    ),
+                ));
+            }
+        };
+        let mut params = CallToolRequestParams::new(name.to_string());
+        params.arguments = arguments;
+        let outcome = tokio::select! {
+            biased;
+            // Dropping the request future makes rmcp send notifications/cancelled.
+            () = cancel.cancelled() => {
+                return Ok(ToolResult::error(
+                    ErrorCode::Cancelled,
+                    format!("The call to `{name}` was cancelled before it finished."),
+                ));
+            }
+            r = self.client.call_tool(params) => r,
+        };
+        match outcome {
+            Ok(r) => Ok(to_result(r)),
+            Err(ServiceError::McpError(e)) => {
+                let code = if e.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND
+                    || (e.code == rmcp::model::ErrorCode::INVALID_PARAMS && !self.was_listed(name))
+                {
+                    ErrorCode::UnknownTool
+                } else if e.code == rmcp::model::ErrorCode::INVALID_PARAMS {
+                    ErrorCode::InvalidArguments
+                } else {
+                    ErrorCode::ToolFailed
+                };
+                let text = match code {
+                    ErrorCode::UnknownTool => format!(
+                        "There is no tool named `{name}`. Use one of the tools you were given."
+                    ),
+                    _ => format!("The tool `{name}` failed: {}", e.message),
+                };
+                Ok(ToolResult::error(code, text))
+            }
+            Err(e) => Err(SurfaceError::Transport(e.to_string())),
+        }
+    }
+}
+
+fn short_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

@@ -1,0 +1,232 @@
+//! Recovering tool calls that a model wrote into its text.
+//!
+//! Small local models often answer with the call as JSON in the message text (bare, in a
+//! Markdown code fence, or in `<tool_call>` tags) while the structured `tool_calls` field stays
+//! empty; the arguments are sometimes a JSON *string* rather than an object. This module finds
+//! such calls, and only accepts one when it names a tool on the caller's surface: text that
+//! merely looks like a call to a tool the caller cannot see is never executed.
+
+use std::collections::HashSet;
+
+use serde_json::{Map, Value};
+
+/// A call found in the text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecoveredCall {
+    /// The tool's name (always one of the visible names).
+    pub name: String,
+    /// The arguments, an object when they could be read as one.
+    pub arguments: Value,
+    /// Whether the arguments were a JSON string that had to be parsed.
+    pub arguments_were_text: bool,
+}
+
+const NAME_KEYS: [&str; 4] = ["name", "tool", "tool_name", "function_name"];
+const ARG_KEYS: [&str; 5] = ["arguments", "parameters", "args", "input", "params"];
+
+/// Finds the calls in `text` that name a tool in `visible`, in order of appearance.
+///
+/// Tagged blocks (`<tool_call>…</tool_call>`) and code fences are read first; when they hold no
+/// call, bare JSON objects anywhere in the text are tried. Calls to names outside `visible` are
+/// ignored.
+pub fn recover_calls(text: &str, visible: &HashSet<&str>) -> Vec<RecoveredCall> {
+    // Cheap exit for ordinary prose: every form needs a `{` and a name-like key.
+    if !text.contains('{') {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for block in tagged_blocks(text).chain(fenced_blocks(text)) {
+        for v in json_values(block) {
+            collect(&v, visible, &mut out);
+        }
+    }
+    if out.is_empty() {
+        for v in json_values(text) {
+            collect(&v, visible, &mut out);
+        }
+    }
+    out
+}
+
+/// The contents of `<tool_call>` … `</tool_call>` blocks.
+fn tagged_blocks(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        let start = rest.find("<tool_call>")? + "<tool_call>".len();
+        let after = &rest[start..];
+        let end = after.find("</tool_call>").unwrap_or(after.len());
+        let block = &after[..end];
+        rest = &after[end..];
+        Some(block)
+    })
+}
+
+/// The contents of Markdown code fences (any language tag).
+fn fenced_blocks(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        let open = rest.find("```")?;
+        let after = &rest[open + 3..];
+        // Skip the info string (```json) up to the end of the line.
+        let body_start = after.find('\n').map_or(after.len(), |i| i + 1);
+        let body = &after[body_start..];
+        let end = body.find("```").unwrap_or(body.len());
+        let block = &body[..end];
+        rest = &body[(end + 3).min(body.len())..];
+        Some(block)
+    })
+}
+
+/// Every top-level JSON object or array that parses, scanning left to right.
+fn json_values(text: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    let bytes = text.as_bytes();
+    while i < bytes.len() {
+        if bytes[i] == b'{' || bytes[i] == b'[' {
+            let mut stream = serde_json::Deserializer::from_str(&text[i..]).into_iter::<Value>();
+            if let Some(Ok(v)) = stream.next() {
+                i += stream.byte_offset();
+                out.push(v);
+                continue;
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+fn collect(v: &Value, visible: &HashSet<&str>, out: &mut Vec<RecoveredCall>) {
+    match v {
+        Value::Array(items) => {
+            for item in items {
+                collect(item, visible, out);
+            }
+        }
+        Value::Object(obj) => {
+            if let Some(calls) = obj.get("tool_calls") {
+                collect(calls, visible, out);
+                return;
+            }
+            if let Some(f @ Value::Object(_)) = obj.get("function") {
+                collect(f, visible, out);
+                return;
+            }
+            if let Some(call) = read_call(obj, visible) {
+                out.push(call);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn read_call(obj: &Map<String, Value>, visible: &HashSet<&str>) -> Option<RecoveredCall> {
+    let name = NAME_KEYS
+        .iter()
+        .find_map(|k| obj.get(*k).and_then(Value::as_str))?;
+    if !visible.contains(name) {
+        tracing::debug!(
+            tool = name,
+            "ignoring a call in the text to a tool that is not on the surface"
+        );
+        return None;
+    }
+    let raw = ARG_KEYS.iter().find_map(|k| obj.get(*k));
+    let (arguments, arguments_were_text) = match raw {
+        None | Some(Value::Null) => (Value::Object(Map::new()), false),
+        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+            Ok(v @ Value::Object(_)) => (v, true),
+            // Not an object inside: hand the text on; validation will say what was expected.
+            _ => (Value::String(s.clone()), false),
+        },
+        Some(other) => (other.clone(), false),
+    };
+    Some(RecoveredCall {
+        name: name.to_string(),
+        arguments,
+        arguments_were_text,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn vis() -> HashSet<&'static str> {
+        ["search_notes", "add_note"].into_iter().collect()
+    }
+
+    #[test]
+    fn bare_object() {
+        let c = recover_calls(
+            r#"{"name": "search_notes", "arguments": {"query": "rust"}}"#,
+            &vis(),
+        );
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].name, "search_notes");
+        assert_eq!(c[0].arguments, json!({"query": "rust"}));
+        assert!(!c[0].arguments_were_text);
+    }
+
+    #[test]
+    fn fenced_with_string_arguments() {
+        let text = "Sure! I'll add it.\n```json\n{\"name\": \"add_note\", \"arguments\": \"{\\\"title\\\": \\\"milk\\\"}\"}\n```\nDone.";
+        let c = recover_calls(text, &vis());
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].arguments, json!({"title": "milk"}));
+        assert!(c[0].arguments_were_text);
+    }
+
+    #[test]
+    fn tagged_and_openai_shapes() {
+        let text = "<tool_call>\n{\"name\": \"search_notes\", \"arguments\": {\"query\": \"a\"}}\n</tool_call><tool_call>{\"type\":\"function\",\"function\":{\"name\":\"add_note\",\"parameters\":{\"title\":\"b\"}}}</tool_call>";
+        let c = recover_calls(text, &vis());
+        let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["search_notes", "add_note"]);
+        assert_eq!(c[1].arguments, json!({"title": "b"}));
+    }
+
+    #[test]
+    fn invisible_tools_are_never_recovered() {
+        let text = r#"```json
+{"name": "delete_everything", "arguments": {}}
+```"#;
+        assert!(recover_calls(text, &vis()).is_empty());
+        // A mix keeps only the visible one.
+        let text = r#"[{"name": "delete_everything"}, {"name": "search_notes", "arguments": {"query": "x"}}]"#;
+        let c = recover_calls(text, &vis());
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].name, "search_notes");
+    }
+
+    #[test]
+    fn prose_and_broken_json_recover_nothing() {
+        assert!(recover_calls("The answer is 42.", &vis()).is_empty());
+        assert!(recover_calls("{not json at all", &vis()).is_empty());
+        assert!(recover_calls(r#"{"title": "no name key"}"#, &vis()).is_empty());
+        assert!(recover_calls("``` unterminated fence {", &vis()).is_empty());
+    }
+
+    #[test]
+    fn bare_object_inside_prose() {
+        let text = r#"I will call {"name": "search_notes", "parameters": {"query": "q"}} now"#;
+        let c = recover_calls(text, &vis());
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].arguments, json!({"query": "q"}));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(s in ".{0,200}") {
+            let _ = recover_calls(&s, &vis());
+        }
+
+        #[test]
+        fn recovered_names_are_always_visible(s in "[{}\\[\\]\":,a-z_ ]{0,120}") {
+            for c in recover_calls(&s, &vis()) {
+                proptest::prop_assert!(vis().contains(c.name.as_str()));
+            }
+        }
+    }
+}

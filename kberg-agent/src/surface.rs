@@ -1,0 +1,240 @@
+//! Where the loop's tools live: [`ToolSurface`].
+//!
+//! The loop lists tools and calls them through this trait and nothing else, so the same loop
+//! drives an in-process [`ToolRegistry`] ([`LocalSurface`]) and a remote MCP server
+//! ([`crate::McpSurface`], feature `mcp`) with the same outcomes. Every refusal comes back as a
+//! [`ToolResult`] carrying a kberg-core [`ErrorCode`]: in process straight from the gate's
+//! [`GateError`](kberg_core::GateError), remotely from the `code` a Kberg server puts in an
+//! error result's structured content. A [`SurfaceError`] is reserved for the surface itself
+//! failing (the connection dropped), which ends the run.
+
+use async_trait::async_trait;
+use kberg_core::{CallOptions, Caller, Content, ErrorCode, ToolOutput, ToolRegistry};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::message::ToolDefinition;
+
+/// What one tool call produced, as the loop hands it to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    /// The result as text.
+    pub text: String,
+    /// Whether the call failed.
+    pub is_error: bool,
+    /// The stable code of a failure (`None` on success, or when a remote server gave none).
+    pub code: Option<ErrorCode>,
+    /// Structured content, if any.
+    pub structured: Option<Value>,
+}
+
+impl ToolResult {
+    /// A successful text result.
+    pub fn ok(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            is_error: false,
+            code: None,
+            structured: None,
+        }
+    }
+
+    /// A failed result with a code.
+    pub fn error(code: ErrorCode, text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            is_error: true,
+            code: Some(code),
+            structured: None,
+        }
+    }
+
+    /// The code the loop acts on: the given code, `tool_failed` for an error without one.
+    pub fn effective_code(&self) -> Option<ErrorCode> {
+        match (self.is_error, self.code) {
+            (_, Some(c)) => Some(c),
+            (true, None) => Some(ErrorCode::ToolFailed),
+            (false, None) => None,
+        }
+    }
+
+    /// Reads a tool result in MCP's shape: an error result's structured `code` (as kberg-server
+    /// writes it from [`kberg_core::GateError::details`]) becomes [`ToolResult::code`].
+    pub fn from_output(out: ToolOutput) -> Self {
+        let code = if out.is_error {
+            out.structured.as_ref().and_then(code_of)
+        } else {
+            None
+        };
+        Self {
+            text: output_text(&out.content),
+            is_error: out.is_error,
+            code,
+            structured: out.structured,
+        }
+    }
+}
+
+/// The error code in a structured error result, if it is one of kberg-core's.
+pub(crate) fn code_of(structured: &Value) -> Option<ErrorCode> {
+    serde_json::from_value(structured.get("code")?.clone()).ok()
+}
+
+/// Content blocks as the text a model reads. Non-text blocks are named, not dropped, so the model
+/// knows something came back.
+pub(crate) fn output_text(content: &[Content]) -> String {
+    let mut s = String::new();
+    for c in content {
+        if !s.is_empty() {
+            s.push('\n');
+        }
+        match c {
+            Content::Text(t) => s.push_str(t),
+            Content::Image { mime_type, .. } => s.push_str(&format!("[image {mime_type}]")),
+            Content::Audio { mime_type, .. } => s.push_str(&format!("[audio {mime_type}]")),
+            Content::ResourceLink { uri, name, .. } => {
+                s.push_str(&format!("[resource {name}: {uri}]"));
+            }
+            Content::Resource(r) => s.push_str(&format!("[resource {}]", r.uri)),
+            _ => s.push_str("[content]"),
+        }
+    }
+    s
+}
+
+/// Why the surface itself failed (not a tool refusal: those are [`ToolResult`]s).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum SurfaceError {
+    /// Connecting to the remote server failed.
+    #[error("could not connect to the MCP server: {0}")]
+    Connect(String),
+    /// The connection failed or closed during a request.
+    #[error("the MCP server connection failed: {0}")]
+    Transport(String),
+    /// The server answered with something that is not MCP's documented shape.
+    #[error("the MCP server's answer is malformed: {0}")]
+    Malformed(String),
+}
+
+impl SurfaceError {
+    /// A stable string naming the variant.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SurfaceError::Connect(_) => "surface_connect",
+            SurfaceError::Transport(_) => "surface_transport",
+            SurfaceError::Malformed(_) => "surface_malformed",
+        }
+    }
+}
+
+/// The tools a run may use, wherever they live.
+#[async_trait]
+pub trait ToolSurface: Send + Sync {
+    /// The tools the model is shown (already projected for the caller).
+    async fn tools(&self) -> Result<Vec<ToolDefinition>, SurfaceError>;
+
+    /// Calls one tool. Refusals and tool failures are `Ok` results with a code; `Err` means the
+    /// surface itself failed. When `cancel` fires the call is abandoned and answers
+    /// [`ErrorCode::Cancelled`].
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> Result<ToolResult, SurfaceError>;
+}
+
+/// An in-process [`ToolRegistry`] seen by one [`Caller`]: the list is
+/// [`ToolRegistry::list`] (so a Compact projection shows only small-model-safe tools the caller
+/// can run) and each call passes the registry's gate.
+#[derive(Debug, Clone)]
+pub struct LocalSurface {
+    registry: ToolRegistry,
+    caller: Caller,
+}
+
+impl LocalSurface {
+    /// The registry as `caller` sees it.
+    pub fn new(registry: ToolRegistry, caller: impl Into<Caller>) -> Self {
+        Self {
+            registry,
+            caller: caller.into(),
+        }
+    }
+
+    /// The caller.
+    pub fn caller(&self) -> &Caller {
+        &self.caller
+    }
+}
+
+#[async_trait]
+impl ToolSurface for LocalSurface {
+    async fn tools(&self) -> Result<Vec<ToolDefinition>, SurfaceError> {
+        Ok(self
+            .registry
+            .list(&self.caller)
+            .into_iter()
+            .map(|s| ToolDefinition {
+                name: s.name,
+                description: s.description,
+                parameters: s.input_schema,
+            })
+            .collect())
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> Result<ToolResult, SurfaceError> {
+        let result = self
+            .registry
+            .call(
+                &self.caller,
+                name,
+                arguments,
+                CallOptions::with_cancel(cancel),
+            )
+            .await;
+        Ok(match result {
+            Ok(out) => ToolResult::from_output(out),
+            Err(e) => ToolResult {
+                text: e.to_string(),
+                is_error: true,
+                code: Some(e.code()),
+                structured: Some(e.details()),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kberg_core::GateError;
+    use serde_json::json;
+
+    #[test]
+    fn gate_output_keeps_its_code() {
+        let e = GateError::Refused {
+            tool: "drop_db".into(),
+            reason: "never offered".into(),
+        };
+        let r = ToolResult::from_output(e.to_output());
+        assert!(r.is_error);
+        assert_eq!(r.code, Some(ErrorCode::Refused));
+        assert!(r.text.contains("never offered"));
+    }
+
+    #[test]
+    fn error_without_code_is_tool_failed() {
+        let r = ToolResult::from_output(ToolOutput::error_with("boom", json!({"code": "x-unknown"})));
+        assert_eq!(r.code, None);
+        assert_eq!(r.effective_code(), Some(ErrorCode::ToolFailed));
+        let ok = ToolResult::from_output(ToolOutput::text("fine").with_structured(json!({"code": "refused"})));
+        assert_eq!(ok.effective_code(), None);
+    }
+}

@@ -1,0 +1,415 @@
+//! The loop against an in-process registry and a scripted model: every way a run can end, the
+//! repair turn, text-call recovery and coercion, events, streaming and resuming.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kberg_agent::{
+    Agent, AgentConfig, AgentEvent, CallOutcome, ChatResponse, LocalSurface, Message,
+    ScriptedProvider, StopReason, Usage,
+};
+use kberg_core::{
+    Caller, ErrorCode, Grants, Principal, SurfaceProjection, ToolBuilder, ToolOutput,
+    ToolRegistry, WriteCapability,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Deserialize, JsonSchema)]
+struct AddNote {
+    title: String,
+    priority: u8,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Search {
+    query: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Wait {
+    seconds: u64,
+}
+
+fn registry() -> ToolRegistry {
+    let tools = ToolRegistry::new();
+    let write = WriteCapability::new("notes.write", "Create notes");
+    tools.declare(write.clone()).unwrap();
+    tools
+        .register(
+            ToolBuilder::new("search_notes")
+                .description("Find notes")
+                .small_model_safe()
+                .handler(|a: Search, _| async move {
+                    Ok(ToolOutput::text(format!("found 2 notes about {}", a.query)))
+                }),
+        )
+        .unwrap();
+    tools
+        .register(
+            ToolBuilder::new("add_note")
+                .description("Create a note")
+                .write(write)
+                .small_model_safe()
+                .handler(|a: AddNote, _| async move {
+                    Ok(ToolOutput::text(format!(
+                        "created {} (priority {})",
+                        a.title, a.priority
+                    )))
+                }),
+        )
+        .unwrap();
+    tools
+        .register(
+            ToolBuilder::new("wait")
+                .description("Wait a while")
+                .handler(|a: Wait, ctx| async move {
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(a.seconds)) => Ok(ToolOutput::text("waited")),
+                        () = ctx.cancellation().cancelled() => Err("stopped".into()),
+                    }
+                }),
+        )
+        .unwrap();
+    tools
+        .refuse("delete_all_notes", "bulk deletion is never offered to models")
+        .unwrap();
+    tools
+}
+
+fn writer() -> Caller {
+    Caller::new(Principal::new("w").with_grants(Grants::of(["notes.write"])))
+}
+
+fn reader() -> Caller {
+    Caller::new(Principal::new("r"))
+}
+
+fn agent(script: &ScriptedProvider, caller: Caller) -> Agent {
+    Agent::new(script.clone(), LocalSurface::new(registry(), caller))
+}
+
+fn last_tool_text(script: &ScriptedProvider, turn: usize) -> String {
+    let req = &script.requests()[turn];
+    match req.messages.last() {
+        Some(Message::Tool { content, .. }) => content.clone(),
+        other => panic!("expected a tool result last, found {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn repair_turn_succeeds() {
+    let script = ScriptedProvider::new([
+        // Missing `priority`, wrong type for `title`.
+        ScriptedProvider::call("c1", "add_note", json!({"title": 5})),
+        ScriptedProvider::call("c2", "add_note", json!({"title": "milk", "priority": 2})),
+        ScriptedProvider::text("Added the note."),
+    ]);
+    let out = agent(&script, writer())
+        .run(vec![Message::user("add milk")], &CancellationToken::new())
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(out.text, "Added the note.");
+    assert_eq!(out.repair_turns, 1);
+    assert_eq!(out.turns, 3);
+    let outcomes: Vec<&str> = out.calls.iter().map(|c| c.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["invalid_arguments", "ok"]);
+    // The diagnostic handed back names each field so the model can correct the call.
+    let diag = last_tool_text(&script, 1);
+    assert!(diag.contains("`priority`"), "{diag}");
+    assert!(diag.contains("`title`"), "{diag}");
+    assert!(diag.contains("call it again"), "{diag}");
+    // The conversation is well formed: every call has its result right after it.
+    assert!(matches!(&out.messages[1], Message::Assistant { tool_calls, .. } if tool_calls[0].id == "c1"));
+    assert!(matches!(&out.messages[2], Message::Tool { call_id, is_error: true, .. } if call_id == "c1"));
+}
+
+#[tokio::test]
+async fn refusal_is_final_and_accepted() {
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "delete_all_notes", json!({})),
+        ScriptedProvider::text("I can't delete all notes; that is not offered."),
+    ]);
+    let out = agent(&script, writer())
+        .run(vec![Message::user("delete everything")], &CancellationToken::new())
+        .await;
+    assert!(out.answered());
+    assert_eq!(out.repair_turns, 0);
+    assert_eq!(out.calls[0].outcome, CallOutcome::Failed(ErrorCode::Refused));
+    let text = last_tool_text(&script, 1);
+    assert!(text.contains("never offered to models"), "{text}");
+    assert!(text.contains("do not call `delete_all_notes` again"), "{text}");
+}
+
+#[tokio::test]
+async fn missing_capability_is_final() {
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "add_note", json!({"title": "x", "priority": 1})),
+        ScriptedProvider::text("I am not allowed to add notes."),
+    ]);
+    let out = agent(&script, reader())
+        .run(vec![Message::user("add x")], &CancellationToken::new())
+        .await;
+    assert!(out.answered());
+    assert_eq!(
+        out.calls[0].outcome,
+        CallOutcome::Failed(ErrorCode::CapabilityRequired)
+    );
+    assert_eq!(out.repair_turns, 0);
+    assert!(last_tool_text(&script, 1).contains("notes.write"));
+}
+
+#[tokio::test]
+async fn same_bad_call_twice_stops_the_run() {
+    let bad = json!({"title": "x"});
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "add_note", bad.clone()),
+        ScriptedProvider::call("c2", "add_note", bad.clone()),
+        ScriptedProvider::text("never reached"),
+    ]);
+    let out = agent(&script, writer())
+        .run(vec![Message::user("add x")], &CancellationToken::new())
+        .await;
+    match &out.stop {
+        StopReason::RepeatedFailure { tool, code } => {
+            assert_eq!(tool, "add_note");
+            assert_eq!(*code, ErrorCode::InvalidArguments);
+        }
+        other => panic!("unexpected stop {other:?}"),
+    }
+    assert_eq!(out.stop.code(), "repeated_failure");
+    assert_eq!(script.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn repeated_refusal_stops_the_run() {
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "delete_all_notes", json!({})),
+        ScriptedProvider::call("c2", "delete_all_notes", json!({})),
+    ]);
+    let out = agent(&script, writer())
+        .run(vec![Message::user("delete")], &CancellationToken::new())
+        .await;
+    assert_eq!(out.stop.code(), "repeated_failure");
+}
+
+#[tokio::test]
+async fn repair_budget_is_bounded() {
+    // Different bad calls each turn: only the repair limit stops it.
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "add_note", json!({"title": 1})),
+        ScriptedProvider::call("c2", "add_note", json!({"title": 2})),
+        ScriptedProvider::call("c3", "add_note", json!({"title": 3})),
+    ]);
+    let agent = agent(&script, writer()).with_config(AgentConfig::default().max_repair_turns(2));
+    let out = agent
+        .run(vec![Message::user("add")], &CancellationToken::new())
+        .await;
+    assert!(matches!(out.stop, StopReason::RepairLimit { limit: 2 }), "{:?}", out.stop);
+    assert_eq!(out.repair_turns, 2);
+    assert_eq!(out.turns, 3);
+}
+
+#[tokio::test]
+async fn cancellation_mid_tool() {
+    let script = ScriptedProvider::new([ScriptedProvider::call("c1", "wait", json!({"seconds": 30}))]);
+    let cancel = CancellationToken::new();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let agent = agent(&script, writer());
+    let run = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            agent
+                .run_with_events(vec![Message::user("wait")], &cancel, tx)
+                .await
+        })
+    };
+    // Cancel once the tool is running.
+    while let Some(ev) = rx.recv().await {
+        if matches!(ev, AgentEvent::ToolCalled { .. }) {
+            cancel.cancel();
+            break;
+        }
+    }
+    let out = run.await.unwrap();
+    assert!(matches!(out.stop, StopReason::Cancelled), "{:?}", out.stop);
+    assert_eq!(out.calls[0].outcome, CallOutcome::Failed(ErrorCode::Cancelled));
+    // The stored conversation stays well formed.
+    assert!(matches!(out.messages.last(), Some(Message::Tool { call_id, .. }) if call_id == "c1"));
+}
+
+#[tokio::test]
+async fn cancelled_before_start() {
+    let script = ScriptedProvider::new([ScriptedProvider::text("hi")]);
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let out = agent(&script, writer())
+        .run(vec![Message::user("hi")], &cancel)
+        .await;
+    assert!(matches!(out.stop, StopReason::Cancelled));
+    assert_eq!(out.turns, 0);
+}
+
+#[tokio::test]
+async fn turn_limit_and_token_budget() {
+    let calls = (0..5).map(|i| {
+        ScriptedProvider::call(&format!("c{i}"), "search_notes", json!({"query": format!("q{i}")}))
+    });
+    let script = ScriptedProvider::new(calls);
+    let out = agent(&script, writer())
+        .with_config(AgentConfig::default().max_turns(3))
+        .run(vec![Message::user("search")], &CancellationToken::new())
+        .await;
+    assert!(matches!(out.stop, StopReason::TurnLimit));
+    assert_eq!(out.turns, 3);
+    assert_eq!(out.calls.len(), 3);
+
+    let mut costly = ScriptedProvider::call("c1", "search_notes", json!({"query": "a"}));
+    costly.usage = Usage {
+        input_tokens: 900,
+        output_tokens: 200,
+    };
+    let script = ScriptedProvider::new([costly]);
+    let out = agent(&script, writer())
+        .with_config(AgentConfig::default().token_budget(1000))
+        .run(vec![Message::user("search")], &CancellationToken::new())
+        .await;
+    assert!(matches!(out.stop, StopReason::TokenBudget));
+    assert!(out.calls.is_empty(), "calls past the budget are not run");
+    assert_eq!(out.usage.total(), 1100);
+}
+
+#[tokio::test]
+async fn text_embedded_call_is_recovered_and_coerced() {
+    let script = ScriptedProvider::new([
+        ScriptedProvider::text(
+            "I'll add it.\n```json\n{\"name\": \"add_note\", \"arguments\": \"{\\\"title\\\": \\\"milk\\\", \\\"priority\\\": \\\"3\\\"}\"}\n```",
+        ),
+        ScriptedProvider::text("Done."),
+    ]);
+    let out = agent(&script, writer())
+        .run(vec![Message::user("add milk")], &CancellationToken::new())
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    let call = &out.calls[0];
+    assert!(call.recovered_from_text);
+    assert_eq!(call.outcome, CallOutcome::Ok);
+    assert_eq!(call.arguments, json!({"title": "milk", "priority": 3}));
+    let pointers: Vec<&str> = call.coercions.iter().map(|c| c.pointer.as_str()).collect();
+    assert_eq!(pointers, ["", "/priority"]);
+    assert!(last_tool_text(&script, 1).contains("created milk (priority 3)"));
+}
+
+#[tokio::test]
+async fn text_call_to_invisible_tool_is_never_executed() {
+    // `wait` is not small_model_safe, so a Compact caller does not see it; `delete_all_notes`
+    // is a refusal. Text naming them is the answer, not a call.
+    let caller = Caller::new(
+        Principal::new("small")
+            .with_grants(Grants::of(["notes.write"]))
+            .with_projection(SurfaceProjection::Compact),
+    );
+    let text = r#"{"name": "wait", "arguments": {"seconds": 1}} {"name": "delete_all_notes", "arguments": {}}"#;
+    let script = ScriptedProvider::new([ScriptedProvider::text(text)]);
+    let out = agent(&script, caller)
+        .run(vec![Message::user("go")], &CancellationToken::new())
+        .await;
+    assert!(out.answered());
+    assert!(out.calls.is_empty());
+    assert_eq!(out.text, text);
+    // And the compact surface lists only the small-model-safe tools.
+    let names: Vec<String> = script.requests()[0].tools.iter().map(|t| t.name.clone()).collect();
+    assert_eq!(names, ["add_note", "search_notes"]);
+}
+
+#[tokio::test]
+async fn compact_surface_hides_ungranted_writes() {
+    let caller = Caller::new(Principal::new("small").with_projection(SurfaceProjection::Compact));
+    let script = ScriptedProvider::new([ScriptedProvider::text("ok")]);
+    agent(&script, caller)
+        .run(vec![Message::user("go")], &CancellationToken::new())
+        .await;
+    let names: Vec<String> = script.requests()[0].tools.iter().map(|t| t.name.clone()).collect();
+    assert_eq!(names, ["search_notes"]);
+}
+
+#[tokio::test]
+async fn events_streaming_and_resume() {
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "search_notes", json!({"query": "rust"})),
+        ScriptedProvider::text("Two notes."),
+    ]);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let agent = agent(&script, writer()).with_config(
+        AgentConfig::default()
+            .stream(true)
+            .system_prompt("Use the tools."),
+    );
+    let out = agent
+        .run_with_events(vec![Message::user("rust?")], &CancellationToken::new(), tx)
+        .await;
+    assert!(out.answered());
+    let mut kinds = Vec::new();
+    while let Ok(ev) = rx.try_recv() {
+        kinds.push(match ev {
+            AgentEvent::TurnStarted { .. } => "turn",
+            AgentEvent::TextDelta { .. } => "text",
+            AgentEvent::ToolCalled { .. } => "called",
+            AgentEvent::ToolResult { .. } => "result",
+            _ => "other",
+        });
+    }
+    assert_eq!(kinds, ["turn", "called", "result", "turn", "text"]);
+    assert!(matches!(&out.messages[0], Message::System { content } if content == "Use the tools."));
+
+    // Persist, reload, resume: the model sees the whole stored conversation.
+    let stored = serde_json::to_string(&out.messages).unwrap();
+    let mut resumed: Vec<Message> = serde_json::from_str(&stored).unwrap();
+    resumed.push(Message::user("thanks"));
+    script.push(ScriptedProvider::text("You're welcome."));
+    let out2 = agent.run(resumed.clone(), &CancellationToken::new()).await;
+    assert_eq!(out2.text, "You're welcome.");
+    let last_req = script.requests().pop().unwrap();
+    assert_eq!(last_req.messages, resumed);
+}
+
+#[tokio::test]
+async fn provider_failure_is_reported() {
+    let script = ScriptedProvider::new(Vec::<ChatResponse>::new());
+    let out = agent(&script, writer())
+        .run(vec![Message::user("hi")], &CancellationToken::new())
+        .await;
+    match &out.stop {
+        StopReason::Provider(e) => assert_eq!(e.code(), "malformed"),
+        other => panic!("unexpected stop {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn unknown_tool_from_the_model_is_answered_not_run() {
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "format_disk", json!({})),
+        ScriptedProvider::text("That tool does not exist."),
+    ]);
+    let out = agent(&script, writer())
+        .run(vec![Message::user("x")], &CancellationToken::new())
+        .await;
+    assert!(out.answered());
+    assert_eq!(out.calls[0].outcome, CallOutcome::Failed(ErrorCode::UnknownTool));
+}
+
+#[tokio::test]
+async fn shared_agent_runs_concurrently() {
+    let script = ScriptedProvider::new([ScriptedProvider::text("a"), ScriptedProvider::text("b")]);
+    let agent = Arc::new(agent(&script, writer()));
+    let (c1, c2) = (CancellationToken::new(), CancellationToken::new());
+    let (a, b) = tokio::join!(
+        agent.run(vec![Message::user("1")], &c1),
+        agent.run(vec![Message::user("2")], &c2)
+    );
+    let mut texts = [a.text, b.text];
+    texts.sort();
+    assert_eq!(texts, ["a", "b"]);
+}
