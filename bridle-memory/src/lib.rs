@@ -1,1 +1,39 @@
-//! bridle-memory: not built yet. See ARCHITECTURE.md for what lives here.
+//! # bridle-memory
+//!
+//! Bridle's memory service as a library: what agents remember across sessions, and semantic
+//! search over example repositories that illustrate a project's architecture patterns.
+//!
+//! - [`Embedder`] turns text into vectors: an OpenAI-compatible server, Ollama, or (feature
+//!   `local-embed`) an in-process BERT model.
+//! - [`VectorStore`] keeps vectors with payloads and filters: [`EmbeddedStore`] (SQLite on disk,
+//!   exact in-memory search, the default) or, with feature `qdrant`, a Qdrant server.
+//! - [`SessionMemory`] is `remember` / `recall` / list / forget.
+//! - [`PatternIndex`] indexes a repository (clone, code-aware chunking, batched embedding) under
+//!   a reference tag, refreshes it atomically, and searches it.
+//! - [`tools::register`] exposes all of it as Kberg tools (`recall`, `remember`,
+//!   `search_pattern_examples`, `refresh_pattern_example`).
+
+pub mod chunk;
+pub mod embed;
+mod error;
+pub mod patterns;
+pub mod repo;
+pub mod session;
+pub mod store;
+mod time;
+pub mod tools;
+
+pub use embed::{ConstantEmbedder, Embedder, HttpEmbedderConfig, OllamaEmbedder, OpenAiEmbedder};
+#[cfg(feature = "local-embed")]
+pub use embed::LocalEmbedder;
+pub use error::{MemoryError, Result};
+pub use patterns::{
+    ExampleRepo, IndexReport, IndexedExample, NoProgress, PatternHit, PatternIndex, PatternIndexConfig, Progress,
+    ProgressEvent,
+};
+pub use session::{Memory, MemoryFilter, NewMemory, RecallHit, SessionMemory};
+pub use store::embedded::EmbeddedStore;
+pub use store::{
+    CollectionConfig, Condition, Distance, Filter, MatchValue, Payload, Point, PointId, Record,
+    ScoredPoint, VectorStore,
+};

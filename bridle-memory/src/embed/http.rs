@@ -1,0 +1,268 @@
+//! The HTTP embedders: OpenAI-compatible `/v1/embeddings` and Ollama's `/api/embed`.
+//!
+//! Both are small JSON-over-HTTP clients sharing one request helper. The model's dimension is
+//! either configured or learned by embedding one probe text at connect time, so a wrong model
+//! name or a server that is down is reported when the gateway starts, not at the first search.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::{Embedder, check_vectors};
+use crate::error::{MemoryError, Result};
+
+/// Where and how to reach an HTTP embedding service.
+#[derive(Debug, Clone)]
+pub struct HttpEmbedderConfig {
+    /// The server's base URL, e.g. `http://127.0.0.1:1234/v1` (LM Studio) or
+    /// `http://127.0.0.1:11434` (Ollama). A trailing `/v1` is optional for OpenAI-compatible
+    /// servers.
+    pub base_url: String,
+    /// The model name the server knows.
+    pub model: String,
+    /// A bearer token, for hosted services.
+    pub api_key: Option<String>,
+    /// The model's dimension; `None` probes it at connect time.
+    pub dimension: Option<usize>,
+    /// Per-request timeout.
+    pub timeout: Duration,
+}
+
+impl HttpEmbedderConfig {
+    /// A config for `model` at `base_url`, no key, dimension probed, 60 s timeout.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key: None,
+            dimension: None,
+            timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Sets the bearer token.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Declares the dimension (skips the probe).
+    pub fn dimension(mut self, d: usize) -> Self {
+        self.dimension = Some(d);
+        self
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Client {
+    http: reqwest::Client,
+    url: String,
+    model: String,
+    api_key: Option<String>,
+}
+
+impl Client {
+    fn new(config: &HttpEmbedderConfig, url: String) -> Result<Self> {
+        if config.model.trim().is_empty() {
+            return Err(MemoryError::InvalidInput("an embedding model name is required".into()));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .build()
+            .map_err(|e| MemoryError::EmbedderUnavailable {
+                endpoint: url.clone(),
+                reason: format!("cannot build an HTTP client: {e}"),
+            })?;
+        Ok(Self {
+            http,
+            url,
+            model: config.model.clone(),
+            api_key: config.api_key.clone(),
+        })
+    }
+
+    async fn post(&self, body: Value) -> Result<Value> {
+        let unavailable = |reason: String| MemoryError::EmbedderUnavailable {
+            endpoint: self.url.clone(),
+            reason,
+        };
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(k) = &self.api_key {
+            req = req.bearer_auth(k);
+        }
+        let resp = req.send().await.map_err(|e| unavailable(describe(&e)))?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(|e| unavailable(describe(&e)))?;
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&bytes);
+            let snippet: String = text.chars().take(300).collect();
+            return Err(unavailable(format!("HTTP {status}: {snippet}")));
+        }
+        serde_json::from_slice(&bytes)
+            .map_err(|e| MemoryError::EmbedderProtocol(format!("the answer is not JSON: {e}")))
+    }
+}
+
+fn describe(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        "timed out".into()
+    } else if e.is_connect() {
+        "connection refused or unreachable".into()
+    } else {
+        e.to_string()
+    }
+}
+
+fn floats(v: &Value) -> Option<Vec<f32>> {
+    v.as_array()?
+        .iter()
+        .map(|x| x.as_f64().map(|f| f as f32))
+        .collect()
+}
+
+/// Learns the dimension by embedding one short text, unless it was configured.
+async fn resolve_dimension<E: Fn(Vec<String>) -> F, F: Future<Output = Result<Vec<Vec<f32>>>>>(
+    configured: Option<usize>,
+    embed: E,
+) -> Result<usize> {
+    if let Some(d) = configured {
+        return if d == 0 {
+            Err(MemoryError::InvalidInput("an embedding dimension must be at least 1".into()))
+        } else {
+            Ok(d)
+        };
+    }
+    let v = embed(vec!["dimension probe".to_string()]).await?;
+    match v.first().map(Vec::len) {
+        Some(d) if d > 0 => Ok(d),
+        _ => Err(MemoryError::EmbedderProtocol("the probe returned no vector".into())),
+    }
+}
+
+/// An OpenAI-compatible `/v1/embeddings` client (LM Studio, llama.cpp, vLLM, hosted APIs).
+#[derive(Debug, Clone)]
+pub struct OpenAiEmbedder {
+    client: Client,
+    dimension: usize,
+}
+
+impl OpenAiEmbedder {
+    /// Connects: builds the client and resolves the dimension (probing the server if it was
+    /// not configured).
+    pub async fn connect(config: HttpEmbedderConfig) -> Result<Self> {
+        let base = config.base_url.trim_end_matches('/');
+        let url = if base.ends_with("/v1") {
+            format!("{base}/embeddings")
+        } else {
+            format!("{base}/v1/embeddings")
+        };
+        let client = Client::new(&config, url)?;
+        let dimension = resolve_dimension(config.dimension, |t| raw_openai(&client, t)).await?;
+        Ok(Self { client, dimension })
+    }
+}
+
+async fn raw_openai(client: &Client, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+    let n = texts.len();
+    let v = client
+        .post(json!({"model": client.model, "input": texts, "encoding_format": "float"}))
+        .await?;
+    let data = v
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| MemoryError::EmbedderProtocol("no `data` array in the answer".into()))?;
+    let mut out: Vec<Option<Vec<f32>>> = vec![None; n];
+    for (pos, item) in data.iter().enumerate() {
+        let index = item
+            .get("index")
+            .and_then(Value::as_u64)
+            .map_or(pos, |i| i as usize);
+        let emb = item
+            .get("embedding")
+            .and_then(floats)
+            .ok_or_else(|| MemoryError::EmbedderProtocol("an item has no numeric `embedding`".into()))?;
+        let slot = out.get_mut(index).ok_or_else(|| {
+            MemoryError::EmbedderProtocol(format!("index {index} out of range for {n} inputs"))
+        })?;
+        *slot = Some(emb);
+    }
+    out.into_iter()
+        .enumerate()
+        .map(|(i, v)| v.ok_or_else(|| MemoryError::EmbedderProtocol(format!("no embedding for input {i}"))))
+        .collect()
+}
+
+#[async_trait]
+impl Embedder for OpenAiEmbedder {
+    fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    fn model(&self) -> &str {
+        &self.client.model
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let v = raw_openai(&self.client, texts.to_vec()).await?;
+        check_vectors(self.dimension, texts.len(), &v)?;
+        Ok(v)
+    }
+}
+
+/// An Ollama `/api/embed` client.
+#[derive(Debug, Clone)]
+pub struct OllamaEmbedder {
+    client: Client,
+    dimension: usize,
+}
+
+impl OllamaEmbedder {
+    /// Connects: builds the client and resolves the dimension.
+    pub async fn connect(config: HttpEmbedderConfig) -> Result<Self> {
+        let base = config.base_url.trim_end_matches('/');
+        let client = Client::new(&config, format!("{base}/api/embed"))?;
+        let dimension = resolve_dimension(config.dimension, |t| raw_ollama(&client, t)).await?;
+        Ok(Self { client, dimension })
+    }
+}
+
+async fn raw_ollama(client: &Client, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+    let v = client
+        .post(json!({"model": client.model, "input": texts}))
+        .await?;
+    let arr = v
+        .get("embeddings")
+        .and_then(Value::as_array)
+        .ok_or_else(|| MemoryError::EmbedderProtocol("no `embeddings` array in the answer".into()))?;
+    arr.iter()
+        .map(|e| floats(e).ok_or_else(|| MemoryError::EmbedderProtocol("an embedding is not a list of numbers".into())))
+        .collect()
+}
+
+#[async_trait]
+impl Embedder for OllamaEmbedder {
+    fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    fn model(&self) -> &str {
+        &self.client.model
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let v = raw_ollama(&self.client, texts.to_vec()).await?;
+        check_vectors(self.dimension, texts.len(), &v)?;
+        Ok(v)
+    }
+}

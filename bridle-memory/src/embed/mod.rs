@@ -1,0 +1,96 @@
+//! Embedders: text in, vectors out.
+//!
+//! [`Embedder`] is the one seam between memory and a model. Two HTTP implementations cover the
+//! servers people run: [`OpenAiEmbedder`] speaks the OpenAI-compatible `POST /v1/embeddings`
+//! (LM Studio, llama.cpp's server, vLLM, hosted APIs) and [`OllamaEmbedder`] speaks Ollama's
+//! `POST /api/embed`. With the `local-embed` feature, [`LocalEmbedder`] runs a sentence-embedding
+//! BERT (all-MiniLM-L6-v2 class) in-process on the CPU, so memory works with no server at all.
+//!
+//! Every implementation checks what comes back: one vector per input, each of the declared
+//! dimension. A server that answers with another dimension is an error
+//! ([`crate::MemoryError::DimensionMismatch`]), never a silently corrupted index.
+
+mod http;
+#[cfg(feature = "local-embed")]
+mod local;
+
+use async_trait::async_trait;
+
+use crate::error::{MemoryError, Result};
+
+pub use http::{HttpEmbedderConfig, OllamaEmbedder, OpenAiEmbedder};
+#[cfg(feature = "local-embed")]
+pub use local::LocalEmbedder;
+
+/// Turns texts into vectors of a fixed dimension.
+#[async_trait]
+pub trait Embedder: Send + Sync + 'static {
+    /// The length of every vector this embedder returns.
+    fn dimension(&self) -> usize;
+
+    /// A name for the model, recorded with indexed data (e.g. `all-minilm-l6-v2`).
+    fn model(&self) -> &str;
+
+    /// One vector per text, in order. An empty input gives an empty output.
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>>;
+}
+
+/// Checks that `vectors` has one vector of `dimension` per input.
+pub(crate) fn check_vectors(
+    dimension: usize,
+    inputs: usize,
+    vectors: &[Vec<f32>],
+) -> Result<()> {
+    if vectors.len() != inputs {
+        return Err(MemoryError::EmbedderProtocol(format!(
+            "asked for {inputs} embeddings, got {}",
+            vectors.len()
+        )));
+    }
+    if let Some(v) = vectors.iter().find(|v| v.len() != dimension) {
+        return Err(MemoryError::DimensionMismatch {
+            expected: dimension,
+            actual: v.len(),
+        });
+    }
+    if vectors.iter().any(|v| v.iter().any(|x| !x.is_finite())) {
+        return Err(MemoryError::EmbedderProtocol(
+            "an embedding has a NaN or infinite component".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// An embedder that returns the same unit vector for every text: it costs nothing, so a
+/// pipeline measured with it measures only its own work (chunking, batching, storing). Useful
+/// for benchmarks and for tests that do not look at ranking.
+#[derive(Debug, Clone)]
+pub struct ConstantEmbedder {
+    dimension: usize,
+}
+
+impl ConstantEmbedder {
+    /// A constant embedder of this dimension (at least 1).
+    pub fn new(dimension: usize) -> Self {
+        Self {
+            dimension: dimension.max(1),
+        }
+    }
+}
+
+#[async_trait]
+impl Embedder for ConstantEmbedder {
+    fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    fn model(&self) -> &str {
+        "constant"
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        let mut v = vec![0.0; self.dimension];
+        v[0] = 1.0;
+        Ok(vec![v; texts.len()])
+    }
+}

@@ -1,0 +1,128 @@
+//! The one error type of bridle-memory.
+//!
+//! Every failure a caller can meet (a store that cannot open, an embedder that is down or answers
+//! with the wrong dimension, a repository that cannot be fetched, a tag that does not exist) is a
+//! [`MemoryError`] variant with a stable [`MemoryError::code`] string. The MCP tools put that code
+//! in their structured error so programs match on it, and the sentence is written for a model to
+//! act on.
+
+/// Why a memory operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemoryError {
+    /// The embedding service could not be reached or answered with an error status.
+    #[error("the embedding service at {endpoint} is unavailable: {reason}")]
+    EmbedderUnavailable {
+        /// The URL that was called (or the model folder, for the in-process embedder).
+        endpoint: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The embedding service answered, but not with what was asked for.
+    #[error("the embedding service answered unexpectedly: {0}")]
+    EmbedderProtocol(String),
+    /// Vectors of the wrong length: the embedder and the collection disagree.
+    #[error("dimension mismatch: expected {expected}-dimensional vectors, got {actual}")]
+    DimensionMismatch {
+        /// The collection's (or the embedder's declared) dimension.
+        expected: usize,
+        /// What arrived.
+        actual: usize,
+    },
+    /// The in-process model could not be loaded.
+    #[error("the embedding model could not be loaded from {path}: {reason}")]
+    ModelLoad {
+        /// The model folder.
+        path: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The vector store failed (I/O, database, server).
+    #[error("the vector store failed: {0}")]
+    Store(String),
+    /// A collection that does not exist.
+    #[error("collection `{0}` does not exist")]
+    UnknownCollection(String),
+    /// A collection exists with a different dimension or distance.
+    #[error("collection `{name}` already exists with {existing}; asked for {requested}")]
+    CollectionMismatch {
+        /// The collection.
+        name: String,
+        /// Its existing configuration.
+        existing: String,
+        /// The requested one.
+        requested: String,
+    },
+    /// Bad input from the caller (an empty query, a malformed filter, a bad name).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// A repository could not be fetched (unreachable, private, not a repository).
+    #[error("the repository {source_repo} could not be fetched: {reason}")]
+    RepoUnavailable {
+        /// The URL or path given.
+        source_repo: String,
+        /// What git (or the file system) said.
+        reason: String,
+    },
+    /// A repository with no file worth indexing.
+    #[error("the repository {source_repo} has no indexable files (code or text, not vendored, generated or binary)")]
+    NothingToIndex {
+        /// The URL or path given.
+        source_repo: String,
+    },
+    /// A pattern-example tag that was never indexed.
+    #[error("no pattern example is indexed under reference tag `{0}`")]
+    UnknownTag(String),
+    /// A memory record that does not exist.
+    #[error("no memory with id {0}")]
+    UnknownMemory(u64),
+    /// The operation was cancelled by its caller.
+    #[error("the operation was cancelled")]
+    Cancelled,
+}
+
+impl MemoryError {
+    /// The stable code of this error. Codes never change meaning; new ones may be added.
+    ///
+    /// | code | meaning |
+    /// |---|---|
+    /// | `embedder_unavailable` | the embedding service is down or refused the request |
+    /// | `embedder_protocol` | the embedding service answered with an unexpected shape |
+    /// | `dimension_mismatch` | the vectors do not have the collection's dimension |
+    /// | `model_load` | the in-process model folder is missing or invalid |
+    /// | `store` | the vector store failed |
+    /// | `unknown_collection` | no such collection |
+    /// | `collection_mismatch` | the collection exists with another dimension or distance |
+    /// | `invalid_input` | the caller's input is malformed |
+    /// | `repo_unavailable` | the repository could not be fetched |
+    /// | `nothing_to_index` | the repository has no indexable file |
+    /// | `unknown_tag` | no pattern example under that reference tag |
+    /// | `unknown_memory` | no memory with that id |
+    /// | `cancelled` | the caller cancelled |
+    pub fn code(&self) -> &'static str {
+        match self {
+            MemoryError::EmbedderUnavailable { .. } => "embedder_unavailable",
+            MemoryError::EmbedderProtocol(_) => "embedder_protocol",
+            MemoryError::DimensionMismatch { .. } => "dimension_mismatch",
+            MemoryError::ModelLoad { .. } => "model_load",
+            MemoryError::Store(_) => "store",
+            MemoryError::UnknownCollection(_) => "unknown_collection",
+            MemoryError::CollectionMismatch { .. } => "collection_mismatch",
+            MemoryError::InvalidInput(_) => "invalid_input",
+            MemoryError::RepoUnavailable { .. } => "repo_unavailable",
+            MemoryError::NothingToIndex { .. } => "nothing_to_index",
+            MemoryError::UnknownTag(_) => "unknown_tag",
+            MemoryError::UnknownMemory(_) => "unknown_memory",
+            MemoryError::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl From<rusqlite::Error> for MemoryError {
+    fn from(e: rusqlite::Error) -> Self {
+        MemoryError::Store(e.to_string())
+    }
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = MemoryError> = std::result::Result<T, E>;

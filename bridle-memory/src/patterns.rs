@@ -1,0 +1,437 @@
+//! Pattern-example RAG: index example repositories under a reference tag and search them.
+//!
+//! Indexing runs fetch → chunk → embed → store. Nothing is written until the very end, where
+//! one [`VectorStore::replace`] swaps the tag's old chunks for the new ones: a failure anywhere
+//! before (an unreachable repository, no indexable files, an embedder that is down or answers
+//! with the wrong dimension, a cancelled call) leaves the previous index untouched, and a search
+//! running during a refresh sees the old set or the new one, never a mix and never nothing.
+//!
+//! Each chunk's payload carries `reference_tag`, `arch_tag`, `source_repo`, `file_path`,
+//! `chunk_type`, `start_line`, `end_line`, `language` (when known), `last_indexed` (RFC 3339),
+//! `embedding_model` and the `text` of the snippet. There is no automatic re-fetching: a tag is
+//! re-indexed only by [`PatternIndex::refresh`] (or by indexing it again), which reads the source
+//! back from the stored payload.
+//!
+//! Long work reports [`ProgressEvent`]s through the [`Progress`] trait; the MCP tools turn them
+//! into progress notifications, a command line into a progress bar.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::chunk::{ChunkConfig, Language, chunk_file};
+use crate::embed::Embedder;
+use crate::error::{MemoryError, Result};
+use crate::repo::{FileRules, collect_files, fetch};
+use crate::store::{CollectionConfig, Filter, Payload, Point, VectorStore};
+use crate::time::{rfc3339, stable_id, unix_now};
+
+/// One example repository of a pattern, as the rules document lists it
+/// (`patterns.custom[].example_repos[]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExampleRepo {
+    /// A git URL or a local directory.
+    pub url: String,
+    /// The tag its chunks are stored under (unique per example).
+    pub reference_tag: String,
+    /// The architecture pattern it illustrates.
+    pub arch_tag: String,
+}
+
+/// A step of long indexing work.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ProgressEvent {
+    /// Cloning or opening the source.
+    Fetching {
+        /// The URL or path.
+        source: String,
+    },
+    /// Files were read and chunked.
+    Chunked {
+        /// Files kept.
+        files: usize,
+        /// Chunks made.
+        chunks: usize,
+    },
+    /// Chunks embedded so far.
+    Embedded {
+        /// Done.
+        done: usize,
+        /// Total.
+        total: usize,
+    },
+    /// Writing the new chunks in place of the old ones.
+    Storing {
+        /// How many.
+        chunks: usize,
+    },
+}
+
+impl ProgressEvent {
+    /// `(progress, total)` for a progress bar: the embedding step dominates, so it counts
+    /// chunks; the other steps are markers.
+    pub fn fraction(&self) -> (f64, Option<f64>) {
+        match self {
+            ProgressEvent::Fetching { .. } => (0.0, None),
+            ProgressEvent::Chunked { chunks, .. } => (0.0, Some(*chunks as f64)),
+            ProgressEvent::Embedded { done, total } => (*done as f64, Some(*total as f64)),
+            ProgressEvent::Storing { chunks } => (*chunks as f64, Some(*chunks as f64)),
+        }
+    }
+
+    /// A one-line description.
+    pub fn message(&self) -> String {
+        match self {
+            ProgressEvent::Fetching { source } => format!("fetching {source}"),
+            ProgressEvent::Chunked { files, chunks } => format!("{chunks} chunks from {files} files"),
+            ProgressEvent::Embedded { done, total } => format!("embedded {done}/{total} chunks"),
+            ProgressEvent::Storing { chunks } => format!("storing {chunks} chunks"),
+        }
+    }
+}
+
+/// Receives progress of long work.
+#[async_trait]
+pub trait Progress: Send + Sync {
+    /// Called at each step; must return quickly.
+    async fn report(&self, event: ProgressEvent);
+}
+
+/// Progress that goes nowhere.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProgress;
+
+#[async_trait]
+impl Progress for NoProgress {
+    async fn report(&self, _event: ProgressEvent) {}
+}
+
+/// What indexing did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IndexReport {
+    /// The tag.
+    pub reference_tag: String,
+    /// The pattern.
+    pub arch_tag: String,
+    /// The source.
+    pub source_repo: String,
+    /// Files indexed.
+    pub files: usize,
+    /// Chunks stored.
+    pub chunks: usize,
+    /// Chunks of the previous index that were replaced.
+    pub replaced: u64,
+    /// When (RFC 3339); the value to write back as the example's `last_indexed`.
+    pub last_indexed: String,
+}
+
+/// A search hit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PatternHit {
+    /// The file, relative to the repository root.
+    pub file_path: String,
+    /// First line, 1-based.
+    pub start_line: u64,
+    /// Last line, inclusive.
+    pub end_line: u64,
+    /// `function`, `type`, `impl`, `module`, `block` or `window`.
+    pub chunk_type: String,
+    /// Similarity (higher is closer).
+    pub score: f32,
+    /// The example's tag.
+    pub reference_tag: String,
+    /// The pattern.
+    pub arch_tag: String,
+    /// The source repository.
+    pub source_repo: String,
+    /// The code.
+    pub snippet: String,
+}
+
+/// One indexed example, as listed by [`PatternIndex::examples`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IndexedExample {
+    /// The tag.
+    pub reference_tag: String,
+    /// The pattern.
+    pub arch_tag: String,
+    /// The source.
+    pub source_repo: String,
+    /// How many chunks.
+    pub chunks: u64,
+    /// When it was indexed.
+    pub last_indexed: String,
+}
+
+/// Settings of a [`PatternIndex`].
+#[derive(Debug, Clone)]
+pub struct PatternIndexConfig {
+    /// The collection chunks live in.
+    pub collection: String,
+    /// Texts per embedding request.
+    pub batch_size: usize,
+    /// Chunk sizes.
+    pub chunking: ChunkConfig,
+    /// Which files are read.
+    pub files: FileRules,
+    /// How long a clone may take.
+    pub clone_timeout: Duration,
+}
+
+impl Default for PatternIndexConfig {
+    fn default() -> Self {
+        Self {
+            collection: "pattern_examples".into(),
+            batch_size: 32,
+            chunking: ChunkConfig::default(),
+            files: FileRules::default(),
+            clone_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Pattern-example indexing and search over any store and embedder.
+#[derive(Clone)]
+pub struct PatternIndex {
+    store: Arc<dyn VectorStore>,
+    embedder: Arc<dyn Embedder>,
+    config: PatternIndexConfig,
+}
+
+impl std::fmt::Debug for PatternIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PatternIndex")
+            .field("store", &self.store.backend())
+            .field("model", &self.embedder.model())
+            .field("collection", &self.config.collection)
+            .finish()
+    }
+}
+
+fn check_tag(what: &str, tag: &str) -> Result<()> {
+    if tag.trim().is_empty() {
+        return Err(MemoryError::InvalidInput(format!("{what} must not be empty")));
+    }
+    if tag.len() > 200 {
+        return Err(MemoryError::InvalidInput(format!("{what} must be at most 200 characters")));
+    }
+    Ok(())
+}
+
+fn text(p: &Payload, key: &str) -> String {
+    p.get(key).and_then(Value::as_str).unwrap_or_default().to_string()
+}
+
+impl PatternIndex {
+    /// An index over `store` with `embedder`, default settings.
+    pub fn new(store: Arc<dyn VectorStore>, embedder: Arc<dyn Embedder>) -> Self {
+        Self::with_config(store, embedder, PatternIndexConfig::default())
+    }
+
+    /// An index with explicit settings.
+    pub fn with_config(store: Arc<dyn VectorStore>, embedder: Arc<dyn Embedder>, config: PatternIndexConfig) -> Self {
+        Self { store, embedder, config }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &PatternIndexConfig {
+        &self.config
+    }
+
+    async fn ensure(&self) -> Result<()> {
+        self.store
+            .ensure_collection(&self.config.collection, CollectionConfig::cosine(self.embedder.dimension()))
+            .await
+    }
+
+    /// Indexes `repo` (or re-indexes it: its tag's chunks are replaced atomically).
+    pub async fn index(&self, repo: &ExampleRepo, progress: &dyn Progress) -> Result<IndexReport> {
+        check_tag("reference_tag", &repo.reference_tag)?;
+        check_tag("arch_tag", &repo.arch_tag)?;
+        self.ensure().await?;
+        progress.report(ProgressEvent::Fetching { source: repo.url.clone() }).await;
+        let checkout = fetch(&repo.url, self.config.clone_timeout).await?;
+        let root = checkout.root().to_path_buf();
+        let rules = self.config.files.clone();
+        let chunking = self.config.chunking;
+        let (files, chunks) = tokio::task::spawn_blocking(move || -> Result<_> {
+            let files = collect_files(&root, &rules)?;
+            let mut chunks = Vec::new();
+            for f in &files {
+                for c in chunk_file(&f.path, &f.text, &chunking) {
+                    chunks.push((f.path.clone(), c));
+                }
+            }
+            Ok((files.len(), chunks))
+        })
+        .await
+        .map_err(|e| MemoryError::Store(format!("the chunking worker stopped: {e}")))??;
+        drop(checkout);
+        if chunks.is_empty() {
+            return Err(MemoryError::NothingToIndex { source_repo: repo.url.clone() });
+        }
+        progress.report(ProgressEvent::Chunked { files, chunks: chunks.len() }).await;
+        let total = chunks.len();
+        let mut vectors = Vec::with_capacity(total);
+        for batch in chunks.chunks(self.config.batch_size.max(1)) {
+            // The path gives the model context the snippet alone lacks.
+            let texts: Vec<String> = batch.iter().map(|(p, c)| format!("{p}\n{}", c.text)).collect();
+            let v = self.embedder.embed(&texts).await?;
+            super::embed::check_vectors(self.embedder.dimension(), texts.len(), &v)?;
+            vectors.extend(v);
+            progress.report(ProgressEvent::Embedded { done: vectors.len(), total }).await;
+        }
+        let last_indexed = rfc3339(unix_now());
+        let source = repo.url.trim().to_string();
+        let points: Vec<Point> = chunks
+            .into_iter()
+            .zip(vectors)
+            .enumerate()
+            .map(|(n, ((path, c), vector))| {
+                let mut payload = Payload::new();
+                payload.insert("reference_tag".into(), json!(repo.reference_tag));
+                payload.insert("arch_tag".into(), json!(repo.arch_tag));
+                payload.insert("source_repo".into(), json!(source));
+                payload.insert("file_path".into(), json!(path));
+                payload.insert("chunk_type".into(), json!(c.chunk_type.as_str()));
+                payload.insert("start_line".into(), json!(c.start_line));
+                payload.insert("end_line".into(), json!(c.end_line));
+                if let Some(l) = Language::of_path(&path) {
+                    payload.insert("language".into(), json!(l.as_str()));
+                }
+                payload.insert("last_indexed".into(), json!(last_indexed));
+                payload.insert("embedding_model".into(), json!(self.embedder.model()));
+                payload.insert("text".into(), json!(c.text));
+                Point {
+                    id: stable_id(&[&repo.reference_tag, &path, &c.start_line.to_string(), &n.to_string()]),
+                    vector,
+                    payload,
+                }
+            })
+            .collect();
+        let count = points.len();
+        progress.report(ProgressEvent::Storing { chunks: count }).await;
+        let replaced = self
+            .store
+            .replace(&self.config.collection, &Filter::eq("reference_tag", repo.reference_tag.as_str()), points)
+            .await?;
+        tracing::info!(tag = %repo.reference_tag, files, chunks = count, replaced, "indexed pattern example");
+        Ok(IndexReport {
+            reference_tag: repo.reference_tag.clone(),
+            arch_tag: repo.arch_tag.clone(),
+            source_repo: source,
+            files,
+            chunks: count,
+            replaced,
+            last_indexed,
+        })
+    }
+
+    /// The example stored under `reference_tag`, read back from its chunks.
+    pub async fn example(&self, reference_tag: &str) -> Result<ExampleRepo> {
+        check_tag("reference_tag", reference_tag)?;
+        if self.store.collection(&self.config.collection).await?.is_none() {
+            return Err(MemoryError::UnknownTag(reference_tag.to_string()));
+        }
+        let (first, _) = self
+            .store
+            .scroll(&self.config.collection, Some(&Filter::eq("reference_tag", reference_tag)), None, 1)
+            .await?;
+        let r = first.into_iter().next().ok_or_else(|| MemoryError::UnknownTag(reference_tag.to_string()))?;
+        Ok(ExampleRepo {
+            url: text(&r.payload, "source_repo"),
+            reference_tag: reference_tag.to_string(),
+            arch_tag: text(&r.payload, "arch_tag"),
+        })
+    }
+
+    /// Re-runs fetch → chunk → embed → store for a tag already indexed, from the source recorded
+    /// with it. An unknown tag answers [`MemoryError::UnknownTag`].
+    pub async fn refresh(&self, reference_tag: &str, progress: &dyn Progress) -> Result<IndexReport> {
+        let repo = self.example(reference_tag).await?;
+        self.index(&repo, progress).await
+    }
+
+    /// Semantic search, optionally within one pattern.
+    pub async fn search(&self, query: &str, arch_tag: Option<&str>, limit: usize) -> Result<Vec<PatternHit>> {
+        if query.trim().is_empty() {
+            return Err(MemoryError::InvalidInput("the query must not be empty".into()));
+        }
+        if self.store.collection(&self.config.collection).await?.is_none() {
+            return Ok(Vec::new());
+        }
+        let v = self.embedder.embed(&[query.to_string()]).await?;
+        super::embed::check_vectors(self.embedder.dimension(), 1, &v)?;
+        let filter = arch_tag.filter(|t| !t.is_empty()).map(|t| Filter::eq("arch_tag", t));
+        let hits = self
+            .store
+            .search(&self.config.collection, &v[0], filter.as_ref(), limit.clamp(1, 100))
+            .await?;
+        Ok(hits
+            .into_iter()
+            .map(|h| {
+                let p = &h.payload;
+                PatternHit {
+                    file_path: text(p, "file_path"),
+                    start_line: p.get("start_line").and_then(Value::as_u64).unwrap_or(0),
+                    end_line: p.get("end_line").and_then(Value::as_u64).unwrap_or(0),
+                    chunk_type: text(p, "chunk_type"),
+                    score: h.score,
+                    reference_tag: text(p, "reference_tag"),
+                    arch_tag: text(p, "arch_tag"),
+                    source_repo: text(p, "source_repo"),
+                    snippet: text(p, "text"),
+                }
+            })
+            .collect())
+    }
+
+    /// Removes a tag's chunks; returns how many. An unknown tag answers
+    /// [`MemoryError::UnknownTag`].
+    pub async fn purge(&self, reference_tag: &str) -> Result<u64> {
+        check_tag("reference_tag", reference_tag)?;
+        if self.store.collection(&self.config.collection).await?.is_none() {
+            return Err(MemoryError::UnknownTag(reference_tag.to_string()));
+        }
+        let n = self
+            .store
+            .delete(&self.config.collection, &Filter::eq("reference_tag", reference_tag))
+            .await?;
+        if n == 0 {
+            return Err(MemoryError::UnknownTag(reference_tag.to_string()));
+        }
+        Ok(n)
+    }
+
+    /// Every indexed example with its chunk count, sorted by tag.
+    pub async fn examples(&self) -> Result<Vec<IndexedExample>> {
+        if self.store.collection(&self.config.collection).await?.is_none() {
+            return Ok(Vec::new());
+        }
+        let mut by_tag: std::collections::BTreeMap<String, IndexedExample> = Default::default();
+        let mut offset = None;
+        loop {
+            let (page, next) = self.store.scroll(&self.config.collection, None, offset, 1000).await?;
+            for r in page {
+                let tag = text(&r.payload, "reference_tag");
+                let e = by_tag.entry(tag.clone()).or_insert_with(|| IndexedExample {
+                    reference_tag: tag,
+                    arch_tag: text(&r.payload, "arch_tag"),
+                    source_repo: text(&r.payload, "source_repo"),
+                    chunks: 0,
+                    last_indexed: text(&r.payload, "last_indexed"),
+                });
+                e.chunks += 1;
+            }
+            match next {
+                Some(n) => offset = Some(n),
+                None => break,
+            }
+        }
+        Ok(by_tag.into_values().collect())
+    }
+}

@@ -1,0 +1,269 @@
+//! Fetching an example repository and choosing the files worth indexing.
+//!
+//! A source is either a local directory (indexed as it is on disk, uncommitted changes
+//! included) or something git can clone (a URL, `git@host:path`, a `file://` URL), which is
+//! cloned shallowly (`git clone --depth 1`) into a temporary directory that is removed when the
+//! [`Checkout`] is dropped. git never prompts: a private repository fails with a clear error
+//! instead of hanging on a credentials prompt.
+//!
+//! [`collect_files`] walks the tree and keeps text files of code and documentation, skipping
+//! what would only add noise to search: version-control and dependency folders (`.git`,
+//! `node_modules`, `vendor`, `target`, ...), lock files, minified and generated files (by name,
+//! or by an `@generated` / `Code generated ... DO NOT EDIT` marker near the top), binary files
+//! (a NUL byte, or not UTF-8) and files over a size limit.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::{MemoryError, Result};
+
+/// A repository ready to read: a local directory, or a temporary shallow clone.
+#[derive(Debug)]
+pub struct Checkout {
+    root: PathBuf,
+    // Held so the clone is deleted when the checkout is dropped.
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Checkout {
+    /// The directory to walk.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+/// Whether `source` names something to clone rather than a local directory.
+fn is_remote(source: &str) -> bool {
+    source.contains("://") || (source.starts_with("git@") && source.contains(':'))
+}
+
+/// Makes `source` readable: a local directory as is, anything else cloned with
+/// `git clone --depth 1` within `timeout`.
+pub async fn fetch(source: &str, timeout: Duration) -> Result<Checkout> {
+    let unavailable = |reason: String| MemoryError::RepoUnavailable {
+        source_repo: source.to_string(),
+        reason,
+    };
+    let trimmed = source.trim();
+    if trimmed.is_empty() {
+        return Err(MemoryError::InvalidInput("a repository URL or path is required".into()));
+    }
+    if !is_remote(trimmed) {
+        let path = Path::new(trimmed);
+        return match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => Ok(Checkout {
+                root: path.to_path_buf(),
+                _temp: None,
+            }),
+            Ok(_) => Err(unavailable("it is a file, not a directory".into())),
+            Err(e) => Err(unavailable(format!("no such local directory ({e}); a remote repository needs a URL"))),
+        };
+    }
+    if trimmed.starts_with('-') {
+        return Err(MemoryError::InvalidInput("a repository URL must not start with `-`".into()));
+    }
+    let temp = tempfile::Builder::new()
+        .prefix("bridle-memory-clone-")
+        .tempdir()
+        .map_err(|e| unavailable(format!("cannot create a temporary directory: {e}")))?;
+    let dest = temp.path().join("repo");
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.arg("-c")
+        .arg("credential.helper=")
+        .arg("clone")
+        .arg("--depth")
+        .arg("1")
+        .arg("--quiet")
+        .arg("--")
+        .arg(trimmed)
+        .arg(&dest)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_ASKPASS", "true")
+        .env("SSH_ASKPASS", "true")
+        .env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    tracing::info!(source = trimmed, "cloning example repository");
+    let child = cmd
+        .spawn()
+        .map_err(|e| unavailable(format!("cannot run git: {e}")))?;
+    let out = tokio::time::timeout(timeout, child.wait_with_output())
+        .await
+        .map_err(|_| unavailable(format!("git clone did not finish within {} s", timeout.as_secs())))?
+        .map_err(|e| unavailable(format!("git failed: {e}")))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let msg = err.lines().filter(|l| !l.trim().is_empty()).last().unwrap_or("git clone failed").trim();
+        let hint = if msg.contains("could not read Username") || msg.contains("Authentication failed") || msg.contains("terminal prompts disabled") {
+            " (the repository is private or needs credentials)"
+        } else {
+            ""
+        };
+        return Err(unavailable(format!("{msg}{hint}")));
+    }
+    Ok(Checkout {
+        root: dest,
+        _temp: Some(temp),
+    })
+}
+
+/// A file chosen for indexing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceFile {
+    /// Its path relative to the repository root, with `/` separators.
+    pub path: String,
+    /// Its contents.
+    pub text: String,
+}
+
+/// Limits of [`collect_files`].
+#[derive(Debug, Clone)]
+pub struct FileRules {
+    /// Files larger than this are skipped.
+    pub max_file_bytes: u64,
+    /// At most this many files are read.
+    pub max_files: usize,
+}
+
+impl Default for FileRules {
+    fn default() -> Self {
+        Self {
+            max_file_bytes: 256 * 1024,
+            max_files: 20_000,
+        }
+    }
+}
+
+/// Folders never descended into.
+const SKIP_DIRS: &[&str] = &[
+    ".git", ".hg", ".svn", "node_modules", "vendor", "third_party", "third-party", "target",
+    "dist", "build", "out", ".venv", "venv", "__pycache__", ".mypy_cache", ".pytest_cache",
+    ".tox", ".next", ".nuxt", ".cache", "coverage", "bower_components", "Pods", ".idea",
+    ".vscode", ".gradle", "site-packages", ".terraform",
+];
+
+/// Extensions of text files worth indexing.
+const TEXT_EXTS: &[&str] = &[
+    "rs", "py", "pyi", "js", "jsx", "mjs", "cjs", "ts", "tsx", "mts", "cts", "go", "java", "kt",
+    "kts", "scala", "c", "h", "cc", "cpp", "cxx", "hpp", "hh", "cs", "rb", "php", "swift", "m",
+    "sh", "bash", "zsh", "lua", "ex", "exs", "erl", "hs", "ml", "clj", "dart", "vue", "svelte",
+    "sql", "proto", "graphql", "md", "rst", "txt", "toml", "yaml", "yml", "ini", "cfg",
+];
+
+/// File names indexed whatever their extension.
+const TEXT_NAMES: &[&str] = &["Dockerfile", "Makefile", "Justfile", "Rakefile", "Gemfile"];
+
+/// File names never indexed (lock files and the like).
+const SKIP_NAMES: &[&str] = &[
+    "Cargo.lock", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "go.sum", "poetry.lock",
+    "Pipfile.lock", "composer.lock", "Gemfile.lock", "uv.lock",
+];
+
+fn wanted_name(name: &str) -> bool {
+    if SKIP_NAMES.contains(&name) {
+        return false;
+    }
+    let lower = name.to_ascii_lowercase();
+    if lower.contains(".min.")
+        || lower.ends_with(".map")
+        || lower.ends_with(".pb.go")
+        || lower.ends_with("_pb2.py")
+        || lower.ends_with(".g.dart")
+        || lower.contains("_generated.")
+        || lower.contains(".generated.")
+    {
+        return false;
+    }
+    if TEXT_NAMES.contains(&name) {
+        return true;
+    }
+    name.rsplit_once('.')
+        .is_some_and(|(_, ext)| TEXT_EXTS.contains(&ext.to_ascii_lowercase().as_str()))
+}
+
+/// Whether the first lines carry a generated-code marker.
+fn looks_generated(text: &str) -> bool {
+    text.lines().take(5).any(|l| {
+        l.contains("@generated")
+            || (l.contains("Code generated") && l.contains("DO NOT EDIT"))
+            || l.contains("<auto-generated")
+            || l.contains("This file is automatically generated")
+    })
+}
+
+/// Walks `root` and returns the indexable files, sorted by path.
+pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|e| MemoryError::RepoUnavailable {
+            source_repo: root.display().to_string(),
+            reason: format!("cannot read {}: {e}", dir.display()),
+        })?;
+        for entry in entries.flatten() {
+            let Ok(ft) = entry.file_type() else { continue };
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            // Symlinks are not followed: they may leave the repository or loop.
+            if ft.is_dir() {
+                if !SKIP_DIRS.contains(&name.as_str()) {
+                    stack.push(path);
+                }
+                continue;
+            }
+            if !ft.is_file() || !wanted_name(&name) {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.len() > rules.max_file_bytes || meta.len() == 0 {
+                continue;
+            }
+            let Ok(bytes) = std::fs::read(&path) else { continue };
+            if bytes.iter().take(8000).any(|b| *b == 0) {
+                continue;
+            }
+            let Ok(text) = String::from_utf8(bytes) else { continue };
+            if looks_generated(&text) || text.trim().is_empty() {
+                continue;
+            }
+            let rel = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/");
+            out.push(SourceFile { path: rel, text });
+            if out.len() >= rules.max_files {
+                tracing::warn!(root = %root.display(), max = rules.max_files, "file limit reached; the rest is not indexed");
+                out.sort_by(|a, b| a.path.cmp(&b.path));
+                return Ok(out);
+            }
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_markers() {
+        assert!(wanted_name("lib.rs"));
+        assert!(wanted_name("Dockerfile"));
+        assert!(!wanted_name("Cargo.lock"));
+        assert!(!wanted_name("app.min.js"));
+        assert!(!wanted_name("logo.png"));
+        assert!(!wanted_name("api.pb.go"));
+        assert!(looks_generated("// Code generated by protoc. DO NOT EDIT.\npackage x"));
+        assert!(looks_generated("// @generated\n"));
+        assert!(!looks_generated("fn main() {}\n"));
+        assert!(is_remote("https://example.invalid/r.git"));
+        assert!(is_remote("git@example.invalid:o/r.git"));
+        assert!(!is_remote("/tmp/repo"));
+    }
+}

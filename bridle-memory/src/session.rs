@@ -1,0 +1,278 @@
+//! Session memory: what agents decided, learned and did, recalled by meaning.
+//!
+//! A memory is a short text with its `kind` (decision, context, history, ...), the `project` it
+//! belongs to, and optionally the `agent` and `session` that wrote it and free `tags`. `recall`
+//! embeds the query and searches within a project, with optional equality filters on kind,
+//! agent, session and tags (all given tags must be present). `list` and `forget` are for
+//! administration. Everything lives in one collection of the vector store, so the embedded store
+//! and Qdrant behave the same.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::embed::{Embedder, check_vectors};
+use crate::error::{MemoryError, Result};
+use crate::store::{CollectionConfig, Condition, Filter, Payload, Point, PointId, VectorStore};
+use crate::time::{fresh_id, rfc3339, unix_now};
+
+/// The longest memory text accepted, in characters.
+pub const MAX_TEXT_CHARS: usize = 16_000;
+
+/// A memory to store.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewMemory {
+    /// What it is: `decision`, `context`, `history`, or any word the project uses.
+    pub kind: String,
+    /// The text.
+    pub text: String,
+    /// The project it belongs to.
+    pub project: String,
+    /// The agent that wrote it.
+    pub agent: Option<String>,
+    /// The session it came from.
+    pub session: Option<String>,
+    /// Free tags.
+    pub tags: Vec<String>,
+}
+
+/// A stored memory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Memory {
+    /// Its id (for `forget`).
+    pub id: u64,
+    /// Its kind.
+    pub kind: String,
+    /// Its text.
+    pub text: String,
+    /// Its project.
+    pub project: String,
+    /// The agent that wrote it.
+    pub agent: Option<String>,
+    /// The session it came from.
+    pub session: Option<String>,
+    /// Its tags.
+    pub tags: Vec<String>,
+    /// When it was written (RFC 3339).
+    pub created_at: String,
+}
+
+/// A recalled memory and how close it is to the query.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RecallHit {
+    /// Similarity (higher is closer).
+    pub score: f32,
+    /// The memory.
+    #[serde(flatten)]
+    pub memory: Memory,
+}
+
+/// Which memories to consider. Every field set must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MemoryFilter {
+    /// Only this project.
+    pub project: Option<String>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only this agent.
+    pub agent: Option<String>,
+    /// Only this session.
+    pub session: Option<String>,
+    /// Only memories carrying all of these tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+impl MemoryFilter {
+    /// A filter on one project.
+    pub fn project(p: impl Into<String>) -> Self {
+        Self {
+            project: Some(p.into()),
+            ..Self::default()
+        }
+    }
+
+    fn to_filter(&self) -> Filter {
+        let mut f = Filter::all();
+        for (key, v) in [
+            ("project", &self.project),
+            ("kind", &self.kind),
+            ("agent", &self.agent),
+            ("session", &self.session),
+        ] {
+            if let Some(v) = v {
+                f = f.and(Condition::matches(key, v.as_str()));
+            }
+        }
+        for t in &self.tags {
+            f = f.and(Condition::matches("tags", t.as_str()));
+        }
+        f
+    }
+}
+
+fn opt(p: &Payload, key: &str) -> Option<String> {
+    p.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+fn memory_of(id: PointId, p: &Payload) -> Memory {
+    Memory {
+        id,
+        kind: opt(p, "kind").unwrap_or_default(),
+        text: opt(p, "text").unwrap_or_default(),
+        project: opt(p, "project").unwrap_or_default(),
+        agent: opt(p, "agent"),
+        session: opt(p, "session"),
+        tags: p
+            .get("tags")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect())
+            .unwrap_or_default(),
+        created_at: opt(p, "created_at").unwrap_or_default(),
+    }
+}
+
+fn required(what: &str, v: &str, max: usize) -> Result<()> {
+    if v.trim().is_empty() {
+        return Err(MemoryError::InvalidInput(format!("`{what}` must not be empty")));
+    }
+    if v.chars().count() > max {
+        return Err(MemoryError::InvalidInput(format!("`{what}` must be at most {max} characters")));
+    }
+    Ok(())
+}
+
+/// Session memory over any store and embedder.
+#[derive(Clone)]
+pub struct SessionMemory {
+    store: Arc<dyn VectorStore>,
+    embedder: Arc<dyn Embedder>,
+    collection: String,
+}
+
+impl std::fmt::Debug for SessionMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionMemory")
+            .field("store", &self.store.backend())
+            .field("collection", &self.collection)
+            .finish()
+    }
+}
+
+impl SessionMemory {
+    /// Session memory in the `session_memory` collection.
+    pub fn new(store: Arc<dyn VectorStore>, embedder: Arc<dyn Embedder>) -> Self {
+        Self::in_collection(store, embedder, "session_memory")
+    }
+
+    /// Session memory in a named collection.
+    pub fn in_collection(store: Arc<dyn VectorStore>, embedder: Arc<dyn Embedder>, collection: impl Into<String>) -> Self {
+        Self {
+            store,
+            embedder,
+            collection: collection.into(),
+        }
+    }
+
+    async fn exists(&self) -> Result<bool> {
+        Ok(self.store.collection(&self.collection).await?.is_some())
+    }
+
+    /// Stores a memory and returns it with its id.
+    pub async fn remember(&self, m: NewMemory) -> Result<Memory> {
+        required("kind", &m.kind, 64)?;
+        required("project", &m.project, 200)?;
+        required("text", &m.text, MAX_TEXT_CHARS)?;
+        if m.tags.len() > 32 || m.tags.iter().any(|t| t.trim().is_empty() || t.len() > 100) {
+            return Err(MemoryError::InvalidInput("at most 32 tags, each 1 to 100 characters".into()));
+        }
+        let v = self.embedder.embed(std::slice::from_ref(&m.text)).await?;
+        check_vectors(self.embedder.dimension(), 1, &v)?;
+        self.store
+            .ensure_collection(&self.collection, CollectionConfig::cosine(self.embedder.dimension()))
+            .await?;
+        let id = fresh_id();
+        let now = unix_now();
+        let mut payload = Payload::new();
+        payload.insert("kind".into(), json!(m.kind));
+        payload.insert("text".into(), json!(m.text));
+        payload.insert("project".into(), json!(m.project));
+        if let Some(a) = &m.agent {
+            payload.insert("agent".into(), json!(a));
+        }
+        if let Some(s) = &m.session {
+            payload.insert("session".into(), json!(s));
+        }
+        payload.insert("tags".into(), json!(m.tags));
+        payload.insert("created_at".into(), json!(rfc3339(now)));
+        payload.insert("created_unix".into(), json!(now));
+        let memory = memory_of(id, &payload);
+        let vector = v.into_iter().next().unwrap_or_default();
+        self.store.upsert(&self.collection, vec![Point { id, vector, payload }]).await?;
+        Ok(memory)
+    }
+
+    /// The `k` memories closest to `query` among those matching `filter`.
+    pub async fn recall(&self, query: &str, filter: &MemoryFilter, k: usize) -> Result<Vec<RecallHit>> {
+        required("query", query, MAX_TEXT_CHARS)?;
+        if !self.exists().await? {
+            return Ok(Vec::new());
+        }
+        let v = self.embedder.embed(&[query.to_string()]).await?;
+        check_vectors(self.embedder.dimension(), 1, &v)?;
+        let f = filter.to_filter();
+        let hits = self
+            .store
+            .search(&self.collection, &v[0], Some(&f), k.clamp(1, 100))
+            .await?;
+        Ok(hits
+            .into_iter()
+            .map(|h| RecallHit {
+                score: h.score,
+                memory: memory_of(h.id, &h.payload),
+            })
+            .collect())
+    }
+
+    /// Memories matching `filter` in id order, a page at a time: pass the returned cursor as
+    /// `after` for the next page.
+    pub async fn list(&self, filter: &MemoryFilter, after: Option<u64>, limit: usize) -> Result<(Vec<Memory>, Option<u64>)> {
+        if !self.exists().await? {
+            return Ok((Vec::new(), None));
+        }
+        let f = filter.to_filter();
+        let (records, next) = self
+            .store
+            .scroll(&self.collection, Some(&f), after, limit.clamp(1, 1000))
+            .await?;
+        Ok((records.iter().map(|r| memory_of(r.id, &r.payload)).collect(), next))
+    }
+
+    /// Deletes one memory. An unknown id answers [`MemoryError::UnknownMemory`].
+    pub async fn forget(&self, id: u64) -> Result<()> {
+        if !self.exists().await? {
+            return Err(MemoryError::UnknownMemory(id));
+        }
+        let n = self
+            .store
+            .delete(&self.collection, &Filter::all().and(Condition::HasId(vec![id])))
+            .await?;
+        if n == 0 {
+            return Err(MemoryError::UnknownMemory(id));
+        }
+        Ok(())
+    }
+
+    /// Deletes every memory matching `filter` (an empty filter is refused: use a project).
+    pub async fn forget_matching(&self, filter: &MemoryFilter) -> Result<u64> {
+        let f = filter.to_filter();
+        if f.is_empty() {
+            return Err(MemoryError::InvalidInput("refusing to forget everything: give at least a project".into()));
+        }
+        if !self.exists().await? {
+            return Ok(0);
+        }
+        self.store.delete(&self.collection, &f).await
+    }
+}

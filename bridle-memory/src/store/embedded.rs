@@ -1,0 +1,614 @@
+//! The embedded vector store: SQLite on disk, an exact in-memory scan for search.
+//!
+//! Why this engine: at the sizes Bridle meets (session memory and indexed example repositories,
+//! up to about 100k chunks) an exact scan of an in-memory copy of the vectors answers a query in
+//! a few milliseconds with perfect recall, needs no index build, and costs nothing extra to
+//! compile; `benches/benches/memory_search.rs` measures it against a plain brute-force baseline
+//! (figures in `benches/README.md`). SQLite (WAL journal) is the durable copy: every write is one
+//! transaction, so a killed process leaves either the old or the new state on disk, never a torn
+//! one, and the store needs no server.
+//!
+//! Consistency: writers are serialized by the connection's mutex. Each write commits to SQLite
+//! first and only then applies the same change to the in-memory copy under the collection's
+//! write lock; searches hold the read lock for the whole scan. A search therefore sees the
+//! state before a write or after it, never part of it, which is what makes
+//! [`VectorStore::replace`] atomic for readers.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use async_trait::async_trait;
+use rusqlite::{Connection, params};
+
+use super::{
+    CollectionConfig, Distance, Filter, Payload, Point, PointId, Record, ScoredPoint, VectorStore,
+    dot, normalize,
+};
+use crate::error::{MemoryError, Result};
+
+/// The embedded store. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore")
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+struct Inner {
+    path: Option<PathBuf>,
+    db: Mutex<Connection>,
+    collections: RwLock<HashMap<String, Arc<RwLock<Collection>>>>,
+}
+
+/// One collection's in-memory copy: row `i` of `vectors` belongs to `ids[i]` and `payloads[i]`.
+struct Collection {
+    config: CollectionConfig,
+    ids: Vec<PointId>,
+    vectors: Vec<f32>,
+    payloads: Vec<Arc<Payload>>,
+    slots: HashMap<PointId, usize>,
+}
+
+impl Collection {
+    fn new(config: CollectionConfig) -> Self {
+        Self {
+            config,
+            ids: Vec::new(),
+            vectors: Vec::new(),
+            payloads: Vec::new(),
+            slots: HashMap::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    fn row(&self, i: usize) -> &[f32] {
+        let d = self.config.dimension;
+        &self.vectors[i * d..(i + 1) * d]
+    }
+
+    fn put(&mut self, id: PointId, vector: &[f32], payload: Arc<Payload>) {
+        let d = self.config.dimension;
+        match self.slots.get(&id) {
+            Some(&i) => {
+                self.vectors[i * d..(i + 1) * d].copy_from_slice(vector);
+                self.payloads[i] = payload;
+            }
+            None => {
+                self.slots.insert(id, self.ids.len());
+                self.ids.push(id);
+                self.vectors.extend_from_slice(vector);
+                self.payloads.push(payload);
+            }
+        }
+    }
+
+    /// Removes a point by moving the last row into its slot.
+    fn remove(&mut self, id: PointId) -> bool {
+        let Some(i) = self.slots.remove(&id) else {
+            return false;
+        };
+        let d = self.config.dimension;
+        let last = self.ids.len() - 1;
+        if i != last {
+            self.vectors.copy_within(last * d..(last + 1) * d, i * d);
+            self.ids.swap(i, last);
+            self.payloads.swap(i, last);
+            self.slots.insert(self.ids[i], i);
+        }
+        self.ids.pop();
+        self.payloads.pop();
+        self.vectors.truncate(last * d);
+        true
+    }
+
+    fn matching<'a>(&'a self, filter: Option<&'a Filter>) -> impl Iterator<Item = usize> + 'a {
+        let filter = filter.filter(|f| !f.is_empty());
+        (0..self.len()).filter(move |&i| filter.is_none_or(|f| f.matches(self.ids[i], &self.payloads[i])))
+    }
+
+    fn search(&self, query: &[f32], filter: Option<&Filter>, limit: usize) -> Vec<ScoredPoint> {
+        let mut top = TopK::new(limit);
+        match filter.filter(|f| !f.is_empty()) {
+            None => {
+                let d = self.config.dimension;
+                for (i, row) in self.vectors.chunks_exact(d).enumerate() {
+                    top.push(dot(row, query), i);
+                }
+            }
+            Some(f) => {
+                for i in 0..self.len() {
+                    if f.matches(self.ids[i], &self.payloads[i]) {
+                        top.push(dot(self.row(i), query), i);
+                    }
+                }
+            }
+        }
+        top.into_sorted()
+            .into_iter()
+            .map(|(score, i)| ScoredPoint {
+                id: self.ids[i],
+                score,
+                payload: Payload::clone(&self.payloads[i]),
+            })
+            .collect()
+    }
+}
+
+/// A heap entry ordered so that the heap's top is the worst of the best `k`.
+struct Worst(f32, usize);
+
+impl PartialEq for Worst {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Worst {}
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Worst {
+    fn cmp(&self, o: &Self) -> Ordering {
+        // Reversed: the lowest score is the greatest, so it sits on top to be evicted.
+        o.0.total_cmp(&self.0).then(self.1.cmp(&o.1))
+    }
+}
+
+/// The best `k` (score, row) pairs of a stream.
+struct TopK {
+    k: usize,
+    heap: BinaryHeap<Worst>,
+}
+
+impl TopK {
+    fn new(k: usize) -> Self {
+        Self {
+            k,
+            heap: BinaryHeap::with_capacity(k + 1),
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, score: f32, row: usize) {
+        if self.heap.len() < self.k {
+            self.heap.push(Worst(score, row));
+        } else if let Some(worst) = self.heap.peek()
+            && score > worst.0
+        {
+            self.heap.pop();
+            self.heap.push(Worst(score, row));
+        }
+    }
+
+    fn into_sorted(self) -> Vec<(f32, usize)> {
+        // `into_sorted_vec` is ascending by `Ord`, i.e. best score first.
+        self.heap
+            .into_sorted_vec()
+            .into_iter()
+            .map(|Worst(s, r)| (s, r))
+            .collect()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave SQLite torn (transactions roll back on drop).
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+fn to_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_blob(b: &[u8], dimension: usize) -> Option<Vec<f32>> {
+    if b.len() != dimension * 4 {
+        return None;
+    }
+    Some(
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    )
+}
+
+/// SQLite stores signed 64-bit integers; ids keep their bits.
+fn sql_id(id: PointId) -> i64 {
+    i64::from_ne_bytes(id.to_ne_bytes())
+}
+
+fn point_id(v: i64) -> PointId {
+    u64::from_ne_bytes(v.to_ne_bytes())
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS collections (
+    name TEXT PRIMARY KEY,
+    dimension INTEGER NOT NULL,
+    distance TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS points (
+    collection TEXT NOT NULL,
+    id INTEGER NOT NULL,
+    vector BLOB NOT NULL,
+    payload TEXT NOT NULL,
+    PRIMARY KEY (collection, id)
+) WITHOUT ROWID;
+";
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store in the SQLite file at `path` and loads it into memory.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                MemoryError::Store(format!("cannot create {}: {e}", dir.display()))
+            })?;
+        }
+        let conn = Connection::open(path)?;
+        // WAL + NORMAL: a killed process never corrupts the database or loses a committed
+        // transaction; only a power loss may lose the last few commits.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Self::from_connection(conn, Some(path.to_path_buf()))
+    }
+
+    /// A store that lives in memory only (nothing persists); for tools and tests that want a
+    /// scratch store.
+    pub fn open_in_memory() -> Result<Self> {
+        Self::from_connection(Connection::open_in_memory()?, None)
+    }
+
+    fn from_connection(conn: Connection, path: Option<PathBuf>) -> Result<Self> {
+        conn.execute_batch(SCHEMA)?;
+        let mut collections = HashMap::new();
+        {
+            let mut stmt = conn.prepare("SELECT name, dimension, distance FROM collections")?;
+            let rows = stmt.query_map([], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?))
+            })?;
+            let mut points = conn
+                .prepare("SELECT id, vector, payload FROM points WHERE collection = ?1 ORDER BY id")?;
+            for row in rows {
+                let (name, dim, distance) = row?;
+                let distance = Distance::parse(&distance).ok_or_else(|| {
+                    MemoryError::Store(format!("collection `{name}` has unknown distance `{distance}`"))
+                })?;
+                let dimension = usize::try_from(dim)
+                    .ok()
+                    .filter(|d| *d > 0)
+                    .ok_or_else(|| MemoryError::Store(format!("collection `{name}` has dimension {dim}")))?;
+                let mut c = Collection::new(CollectionConfig { dimension, distance });
+                let mut q = points.query(params![name])?;
+                while let Some(r) = q.next()? {
+                    let id = point_id(r.get(0)?);
+                    let blob: Vec<u8> = r.get(1)?;
+                    let vector = from_blob(&blob, dimension).ok_or_else(|| {
+                        MemoryError::Store(format!("point {id} of `{name}` has a vector of {} bytes", blob.len()))
+                    })?;
+                    let text: String = r.get(2)?;
+                    let payload: Payload = serde_json::from_str(&text).map_err(|e| {
+                        MemoryError::Store(format!("point {id} of `{name}` has an unreadable payload: {e}"))
+                    })?;
+                    c.put(id, &vector, Arc::new(payload));
+                }
+                tracing::debug!(collection = %name, points = c.len(), "loaded collection");
+                collections.insert(name, Arc::new(RwLock::new(c)));
+            }
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                path,
+                db: Mutex::new(conn),
+                collections: RwLock::new(collections),
+            }),
+        })
+    }
+
+    /// The file this store lives in (`None` for an in-memory store).
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    fn get(&self, name: &str) -> Result<Arc<RwLock<Collection>>> {
+        read(&self.inner.collections)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| MemoryError::UnknownCollection(name.to_string()))
+    }
+
+    /// Checks dimensions and normalizes for cosine collections; nothing is written on error.
+    fn prepare(config: CollectionConfig, points: &mut [Point]) -> Result<()> {
+        for p in points.iter_mut() {
+            if p.vector.len() != config.dimension {
+                return Err(MemoryError::DimensionMismatch {
+                    expected: config.dimension,
+                    actual: p.vector.len(),
+                });
+            }
+            if p.vector.iter().any(|x| !x.is_finite()) {
+                return Err(MemoryError::InvalidInput(format!(
+                    "point {} has a vector with a NaN or infinite component",
+                    p.id
+                )));
+            }
+            if config.distance == Distance::Cosine {
+                normalize(&mut p.vector);
+            }
+        }
+        Ok(())
+    }
+
+    fn insert_rows(tx: &rusqlite::Transaction<'_>, collection: &str, points: &[Point]) -> Result<()> {
+        let mut stmt = tx.prepare_cached(
+            "INSERT OR REPLACE INTO points (collection, id, vector, payload) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for p in points {
+            let payload = serde_json::to_string(&p.payload)
+                .map_err(|e| MemoryError::InvalidInput(format!("payload does not serialize: {e}")))?;
+            stmt.execute(params![collection, sql_id(p.id), to_blob(&p.vector), payload])?;
+        }
+        Ok(())
+    }
+
+    fn delete_rows(tx: &rusqlite::Transaction<'_>, collection: &str, ids: &[PointId]) -> Result<()> {
+        let mut stmt = tx.prepare_cached("DELETE FROM points WHERE collection = ?1 AND id = ?2")?;
+        for id in ids {
+            stmt.execute(params![collection, sql_id(*id)])?;
+        }
+        Ok(())
+    }
+
+    /// Creates the collection if missing (synchronous form of [`VectorStore::ensure_collection`]).
+    pub fn ensure_collection_sync(&self, name: &str, config: CollectionConfig) -> Result<()> {
+        if name.is_empty() {
+            return Err(MemoryError::InvalidInput("a collection name must not be empty".into()));
+        }
+        if config.dimension == 0 {
+            return Err(MemoryError::InvalidInput("a collection needs a dimension of at least 1".into()));
+        }
+        let db = lock(&self.inner.db);
+        if let Some(c) = read(&self.inner.collections).get(name) {
+            let existing = read(c).config;
+            return if existing == config {
+                Ok(())
+            } else {
+                Err(MemoryError::CollectionMismatch {
+                    name: name.to_string(),
+                    existing: existing.to_string(),
+                    requested: config.to_string(),
+                })
+            };
+        }
+        db.execute(
+            "INSERT INTO collections (name, dimension, distance) VALUES (?1, ?2, ?3)",
+            params![name, config.dimension as i64, config.distance.as_str()],
+        )?;
+        write(&self.inner.collections).insert(name.to_string(), Arc::new(RwLock::new(Collection::new(config))));
+        Ok(())
+    }
+
+    /// The collection's configuration.
+    pub fn collection_sync(&self, name: &str) -> Option<CollectionConfig> {
+        read(&self.inner.collections).get(name).map(|c| read(c).config)
+    }
+
+    /// Deletes a collection (synchronous form).
+    pub fn drop_collection_sync(&self, name: &str) -> Result<bool> {
+        let mut db = lock(&self.inner.db);
+        let tx = db.transaction()?;
+        tx.execute("DELETE FROM points WHERE collection = ?1", params![name])?;
+        let n = tx.execute("DELETE FROM collections WHERE name = ?1", params![name])?;
+        tx.commit()?;
+        write(&self.inner.collections).remove(name);
+        Ok(n > 0)
+    }
+
+    /// Inserts or replaces points (synchronous form).
+    pub fn upsert_sync(&self, collection: &str, mut points: Vec<Point>) -> Result<()> {
+        let c = self.get(collection)?;
+        let config = read(&c).config;
+        Self::prepare(config, &mut points)?;
+        let mut db = lock(&self.inner.db);
+        let tx = db.transaction()?;
+        Self::insert_rows(&tx, collection, &points)?;
+        tx.commit()?;
+        let mut c = write(&c);
+        for p in points {
+            c.put(p.id, &p.vector, Arc::new(p.payload));
+        }
+        Ok(())
+    }
+
+    /// Deletes by filter (synchronous form).
+    pub fn delete_sync(&self, collection: &str, filter: &Filter) -> Result<u64> {
+        self.replace_sync(collection, filter, Vec::new())
+    }
+
+    /// Replaces everything matching `filter` with `points` in one transaction, then in memory
+    /// under one write lock (synchronous form of [`VectorStore::replace`]).
+    pub fn replace_sync(&self, collection: &str, filter: &Filter, mut points: Vec<Point>) -> Result<u64> {
+        let c = self.get(collection)?;
+        let config = read(&c).config;
+        Self::prepare(config, &mut points)?;
+        let mut db = lock(&self.inner.db);
+        // Writers are serialized by `db`, so the set computed here is still current at commit.
+        let old: Vec<PointId> = {
+            let c = read(&c);
+            c.matching(Some(filter)).map(|i| c.ids[i]).collect()
+        };
+        let tx = db.transaction()?;
+        Self::delete_rows(&tx, collection, &old)?;
+        Self::insert_rows(&tx, collection, &points)?;
+        tx.commit()?;
+        let mut c = write(&c);
+        for id in &old {
+            c.remove(*id);
+        }
+        for p in points {
+            c.put(p.id, &p.vector, Arc::new(p.payload));
+        }
+        Ok(old.len() as u64)
+    }
+
+    /// Exact nearest-neighbour search (synchronous form of [`VectorStore::search`]).
+    pub fn search_sync(
+        &self,
+        collection: &str,
+        vector: &[f32],
+        filter: Option<&Filter>,
+        limit: usize,
+    ) -> Result<Vec<ScoredPoint>> {
+        let c = self.get(collection)?;
+        let c = read(&c);
+        if vector.len() != c.config.dimension {
+            return Err(MemoryError::DimensionMismatch {
+                expected: c.config.dimension,
+                actual: vector.len(),
+            });
+        }
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        if c.config.distance == Distance::Cosine {
+            let mut q = vector.to_vec();
+            normalize(&mut q);
+            Ok(c.search(&q, filter, limit))
+        } else {
+            Ok(c.search(vector, filter, limit))
+        }
+    }
+
+    /// Counts points matching `filter` (synchronous form).
+    pub fn count_sync(&self, collection: &str, filter: Option<&Filter>) -> Result<u64> {
+        let c = self.get(collection)?;
+        let c = read(&c);
+        Ok(c.matching(filter).count() as u64)
+    }
+
+    /// Lists points in id order (synchronous form of [`VectorStore::scroll`]).
+    pub fn scroll_sync(
+        &self,
+        collection: &str,
+        filter: Option<&Filter>,
+        offset: Option<PointId>,
+        limit: usize,
+    ) -> Result<(Vec<Record>, Option<PointId>)> {
+        let c = self.get(collection)?;
+        let c = read(&c);
+        let mut rows: Vec<usize> = c
+            .matching(filter)
+            .filter(|&i| offset.is_none_or(|o| c.ids[i] >= o))
+            .collect();
+        rows.sort_unstable_by_key(|&i| c.ids[i]);
+        let next = rows.get(limit).map(|&i| c.ids[i]);
+        rows.truncate(limit);
+        let records = rows
+            .into_iter()
+            .map(|i| Record {
+                id: c.ids[i],
+                payload: Payload::clone(&c.payloads[i]),
+            })
+            .collect();
+        Ok((records, next))
+    }
+
+    /// Runs `f` on a blocking thread (SQLite I/O and long scans must not stall the runtime).
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(EmbeddedStore) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || f(me))
+            .await
+            .map_err(|e| MemoryError::Store(format!("the store's worker stopped: {e}")))?
+    }
+}
+
+/// Below this many points a search runs inline; above it, on a blocking thread.
+const INLINE_SEARCH_POINTS: usize = 4096;
+
+#[async_trait]
+impl VectorStore for EmbeddedStore {
+    fn backend(&self) -> &'static str {
+        "embedded"
+    }
+
+    async fn ensure_collection(&self, name: &str, config: CollectionConfig) -> Result<()> {
+        let name = name.to_string();
+        self.blocking(move |s| s.ensure_collection_sync(&name, config)).await
+    }
+
+    async fn collection(&self, name: &str) -> Result<Option<CollectionConfig>> {
+        Ok(self.collection_sync(name))
+    }
+
+    async fn drop_collection(&self, name: &str) -> Result<bool> {
+        let name = name.to_string();
+        self.blocking(move |s| s.drop_collection_sync(&name)).await
+    }
+
+    async fn upsert(&self, collection: &str, points: Vec<Point>) -> Result<()> {
+        let name = collection.to_string();
+        self.blocking(move |s| s.upsert_sync(&name, points)).await
+    }
+
+    async fn delete(&self, collection: &str, filter: &Filter) -> Result<u64> {
+        let (name, filter) = (collection.to_string(), filter.clone());
+        self.blocking(move |s| s.delete_sync(&name, &filter)).await
+    }
+
+    async fn search(
+        &self,
+        collection: &str,
+        vector: &[f32],
+        filter: Option<&Filter>,
+        limit: usize,
+    ) -> Result<Vec<ScoredPoint>> {
+        let small = read(&*self.get(collection)?).len() <= INLINE_SEARCH_POINTS;
+        if small {
+            return self.search_sync(collection, vector, filter, limit);
+        }
+        let (name, vector, filter) = (collection.to_string(), vector.to_vec(), filter.cloned());
+        self.blocking(move |s| s.search_sync(&name, &vector, filter.as_ref(), limit))
+            .await
+    }
+
+    async fn count(&self, collection: &str, filter: Option<&Filter>) -> Result<u64> {
+        self.count_sync(collection, filter)
+    }
+
+    async fn scroll(
+        &self,
+        collection: &str,
+        filter: Option<&Filter>,
+        offset: Option<PointId>,
+        limit: usize,
+    ) -> Result<(Vec<Record>, Option<PointId>)> {
+        self.scroll_sync(collection, filter, offset, limit)
+    }
+
+    async fn replace(&self, collection: &str, filter: &Filter, points: Vec<Point>) -> Result<u64> {
+        let (name, filter) = (collection.to_string(), filter.clone());
+        self.blocking(move |s| s.replace_sync(&name, &filter, points)).await
+    }
+}

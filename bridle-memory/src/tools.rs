@@ -1,0 +1,269 @@
+//! The memory service as Kberg tools.
+//!
+//! [`register`] adds four tools to a [`ToolRegistry`], classified for the gate:
+//!
+//! | tool | kind |
+//! |---|---|
+//! | `recall` | Read |
+//! | `remember` | Write(`memory.write`) |
+//! | `search_pattern_examples` | Read |
+//! | `refresh_pattern_example` | Write(`memory.index`) |
+//!
+//! A failure the caller can act on (an unknown tag, an embedder that is down) is returned as an
+//! error result whose structured content carries the stable [`MemoryError::code`], so a model
+//! reads the sentence and a program matches the code. `refresh_pattern_example` reports
+//! progress as MCP progress notifications when the client sent a progress token, and hands each
+//! successful [`IndexReport`] to an optional [`IndexListener`] (the gateway writes
+//! `last_indexed` back to the rules document there).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use kberg_core::{CoreError, ToolBuilder, ToolContext, ToolError, ToolOutput, ToolRegistry, WriteCapability};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::MemoryError;
+use crate::patterns::{IndexReport, PatternIndex, Progress, ProgressEvent};
+use crate::session::{MemoryFilter, NewMemory, SessionMemory};
+
+/// The capability `remember` needs.
+pub const MEMORY_WRITE: &str = "memory.write";
+/// The capability `refresh_pattern_example` needs.
+pub const MEMORY_INDEX: &str = "memory.index";
+
+/// Told about every successful (re-)index.
+#[async_trait]
+pub trait IndexListener: Send + Sync {
+    /// Called after the new chunks are stored.
+    async fn indexed(&self, report: &IndexReport);
+}
+
+/// What the tools work on.
+#[derive(Clone)]
+pub struct MemoryTools {
+    /// Session memory (`recall`, `remember`).
+    pub session: Arc<SessionMemory>,
+    /// Pattern examples (`search_pattern_examples`, `refresh_pattern_example`).
+    pub patterns: Arc<PatternIndex>,
+    /// Told about refreshes.
+    pub on_indexed: Option<Arc<dyn IndexListener>>,
+}
+
+impl std::fmt::Debug for MemoryTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryTools")
+            .field("session", &self.session)
+            .field("patterns", &self.patterns)
+            .finish()
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct RecallArgs {
+    /// What to look for, in plain words.
+    query: String,
+    /// Only memories of this project.
+    project: Option<String>,
+    /// Only this kind (decision, context, history, ...).
+    kind: Option<String>,
+    /// Only memories written by this agent.
+    agent: Option<String>,
+    /// Only memories of this session.
+    session: Option<String>,
+    /// Only memories carrying all of these tags.
+    #[serde(default)]
+    tags: Vec<String>,
+    /// How many to return (1 to 100, default 5).
+    k: Option<u32>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct RememberArgs {
+    /// What kind of memory: decision, context, history, or another word the project uses.
+    kind: String,
+    /// The text to remember.
+    text: String,
+    /// The project it belongs to.
+    project: String,
+    /// The session it comes from.
+    session: Option<String>,
+    /// The agent writing it (defaults to the connected agent).
+    agent: Option<String>,
+    /// Free tags.
+    #[serde(default)]
+    tags: Vec<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct SearchArgs {
+    /// What to look for: a description of the code you need an example of.
+    query: String,
+    /// Only examples of this architecture pattern.
+    arch_tag: Option<String>,
+    /// How many results (1 to 50, default 5).
+    k: Option<u32>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct RefreshArgs {
+    /// The example's reference tag.
+    reference_tag: String,
+}
+
+/// An error result carrying the stable code.
+fn failure(e: &MemoryError) -> ToolOutput {
+    ToolOutput::error_with(e.to_string(), json!({"code": e.code(), "message": e.to_string()}))
+}
+
+struct ToolProgress(ToolContext);
+
+#[async_trait]
+impl Progress for ToolProgress {
+    async fn report(&self, event: ProgressEvent) {
+        let (done, total) = event.fraction();
+        if let Err(e) = self.0.progress(done, total, Some(&event.message())).await {
+            tracing::debug!(error = %e, "progress notification not delivered");
+        }
+    }
+}
+
+/// Declares `memory.write` and `memory.index` (unless already declared) and registers the four
+/// memory tools.
+pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreError> {
+    let declared = registry.capabilities();
+    let write = WriteCapability::new(MEMORY_WRITE, "Store memories of sessions (decisions, context, history)");
+    let index = WriteCapability::new(MEMORY_INDEX, "Re-index pattern example repositories");
+    for cap in [&write, &index] {
+        if !declared.iter().any(|c| c.id() == cap.id()) {
+            registry.declare(cap.clone())?;
+        }
+    }
+
+    let session = Arc::clone(&tools.session);
+    let recall = ToolBuilder::new("recall")
+        .title("Recall memories")
+        .description("Find memories from earlier agent sessions (decisions, context, history) by meaning. Filter by project, kind, agent, session or tags.")
+        .small_model_safe()
+        .handler(move |a: RecallArgs, _ctx| {
+            let session = Arc::clone(&session);
+            async move {
+                let filter = MemoryFilter {
+                    project: a.project,
+                    kind: a.kind,
+                    agent: a.agent,
+                    session: a.session,
+                    tags: a.tags,
+                };
+                let k = a.k.unwrap_or(5) as usize;
+                match session.recall(&a.query, &filter, k).await {
+                    Ok(hits) => {
+                        let text = if hits.is_empty() {
+                            "No matching memories.".to_string()
+                        } else {
+                            hits.iter()
+                                .map(|h| format!("[{}] ({}, {}, id {}) {}", h.memory.kind, h.memory.project, h.memory.created_at, h.memory.id, h.memory.text))
+                                .collect::<Vec<_>>()
+                                .join("\n")
+                        };
+                        Ok(ToolOutput::text(text).with_structured(json!({"memories": hits})))
+                    }
+                    Err(e) => Ok(failure(&e)),
+                }
+            }
+        });
+
+    let session = Arc::clone(&tools.session);
+    let remember = ToolBuilder::new("remember")
+        .title("Remember")
+        .description("Store a memory for later sessions: a decision, context or history of this project.")
+        .small_model_safe()
+        .write(write)
+        .handler(move |a: RememberArgs, ctx: ToolContext| {
+            let session = Arc::clone(&session);
+            async move {
+                let agent = a.agent.or_else(|| ctx.caller().principal().agent.clone());
+                let m = NewMemory {
+                    kind: a.kind,
+                    text: a.text,
+                    project: a.project,
+                    agent,
+                    session: a.session,
+                    tags: a.tags,
+                };
+                match session.remember(m).await {
+                    Ok(m) => Ok(ToolOutput::text(format!("Remembered as id {}.", m.id)).with_structured(json!({"memory": m}))),
+                    Err(e) => Ok(failure(&e)),
+                }
+            }
+        });
+
+    let patterns = Arc::clone(&tools.patterns);
+    let search = ToolBuilder::new("search_pattern_examples")
+        .title("Search pattern examples")
+        .description("Semantic search over the indexed example repositories of the project's architecture patterns. Returns file, lines, chunk type, score and the code.")
+        .small_model_safe()
+        .handler(move |a: SearchArgs, _ctx| {
+            let patterns = Arc::clone(&patterns);
+            async move {
+                let k = a.k.unwrap_or(5).clamp(1, 50) as usize;
+                match patterns.search(&a.query, a.arch_tag.as_deref(), k).await {
+                    Ok(hits) => {
+                        let text = if hits.is_empty() {
+                            "No pattern examples match.".to_string()
+                        } else {
+                            hits.iter()
+                                .map(|h| format!("{}:{}-{} ({}, {}, score {:.3})\n{}", h.file_path, h.start_line, h.end_line, h.chunk_type, h.reference_tag, h.score, h.snippet))
+                                .collect::<Vec<_>>()
+                                .join("\n\n")
+                        };
+                        Ok(ToolOutput::text(text).with_structured(json!({"results": hits})))
+                    }
+                    Err(e) => Ok(failure(&e)),
+                }
+            }
+        });
+
+    let patterns = Arc::clone(&tools.patterns);
+    let listener = tools.on_indexed.clone();
+    let refresh = ToolBuilder::new("refresh_pattern_example")
+        .title("Refresh a pattern example")
+        .description("Re-fetch, re-chunk and re-embed one example repository by its reference tag; its previous index is replaced atomically.")
+        .write(index)
+        .idempotent_hint(true)
+        .destructive_hint(false)
+        .open_world_hint(true)
+        .handler(move |a: RefreshArgs, ctx: ToolContext| {
+            let patterns = Arc::clone(&patterns);
+            let listener = listener.clone();
+            async move {
+                let progress = ToolProgress(ctx);
+                match patterns.refresh(&a.reference_tag, &progress).await {
+                    Ok(report) => {
+                        if let Some(l) = &listener {
+                            l.indexed(&report).await;
+                        }
+                        let text = format!(
+                            "Re-indexed `{}`: {} chunks from {} files (replaced {}), last_indexed {}.",
+                            report.reference_tag, report.chunks, report.files, report.replaced, report.last_indexed
+                        );
+                        Ok(ToolOutput::text(text).with_structured(json!({"report": report})))
+                    }
+                    Err(e) => Ok(failure(&e)),
+                }
+            }
+        });
+
+    registry.register_all([
+        Arc::new(recall) as Arc<dyn kberg_core::Tool>,
+        Arc::new(remember),
+        Arc::new(search),
+        Arc::new(refresh),
+    ])
+}
+
+/// Turns a [`MemoryError`] into a [`ToolError`] for callers that prefer failing the call.
+pub fn tool_error(e: MemoryError) -> ToolError {
+    ToolError::failed(format!("{} ({})", e, e.code()))
+}
