@@ -3,7 +3,10 @@
 //! The gate hands each event to an [`AuditSink`]. Sinks must return quickly: the call path
 //! waits for `record`, so a sink that writes to disk buffers and flushes on its own schedule.
 //! Events never carry argument values, only who called what and how it ended, so no secret a
-//! caller passed can leak into the log through this hook.
+//! caller passed can leak into the log through this hook. They carry an argument *digest*
+//! instead (SHA-256 of the canonical arguments after the tool's sensitive fields are redacted),
+//! which proves what was asked without revealing it. [`crate::JsonlAuditSink`] and (feature
+//! `sqlite`) `SqliteAuditSink` write events to disk off the call path.
 
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -11,6 +14,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::error::ErrorCode;
+use crate::preview::CallPhase;
 
 /// How a call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -44,6 +48,54 @@ pub struct AuditEvent {
     pub outcome: AuditOutcome,
     /// Time spent in the gate, tool included.
     pub duration: Duration,
+    /// SHA-256 (hex) of the canonical arguments after redacting the tool's sensitive fields;
+    /// `None` for a call refused before its arguments were looked at (unknown tool, refusal).
+    pub args_digest: Option<String>,
+    /// The confirm ticket, when the call filed one or runs because one was approved.
+    pub ticket: Option<String>,
+    /// Who approved the ticket this call runs under.
+    pub approved_by: Option<String>,
+    /// A fingerprint (`ct:` + 16 hex digits of its SHA-256) of the commit token issued by a
+    /// preview or redeemed by a commit; the token itself is never logged.
+    pub commit_token: Option<String>,
+    /// The phase the tool ran in (direct, preview, commit).
+    pub phase: CallPhase,
+    /// The scope the call worked in.
+    pub scope: Option<String>,
+}
+
+impl AuditEvent {
+    /// The event as one flat JSON object: the record format of the audit log sinks.
+    /// `at_ms` is milliseconds since the Unix epoch, `duration_us` microseconds; `outcome` is
+    /// `ok` or `error` with `code` set for errors; absent optional fields are `null`.
+    pub fn to_record(&self) -> serde_json::Value {
+        let at_ms = self
+            .at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let (outcome, code) = match self.outcome {
+            AuditOutcome::Ok => ("ok", None),
+            AuditOutcome::Error(c) => ("error", Some(c.as_str())),
+        };
+        serde_json::json!({
+            "at_ms": at_ms,
+            "principal": self.principal,
+            "agent": self.agent,
+            "tool": self.tool,
+            "kind": self.kind,
+            "capability": self.capability,
+            "via_deprecated": self.via_deprecated,
+            "outcome": outcome,
+            "code": code,
+            "duration_us": self.duration.as_micros() as u64,
+            "args_digest": self.args_digest,
+            "ticket": self.ticket,
+            "approved_by": self.approved_by,
+            "commit_token": self.commit_token,
+            "phase": self.phase.as_str(),
+            "scope": self.scope,
+        })
+    }
 }
 
 /// Where audit events go.

@@ -14,6 +14,8 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::handle::{HandleCodec, HandleError, HandleKind};
+use crate::preview::CallPhase;
 use crate::principal::Caller;
 
 /// Why a request to the client did not produce an answer.
@@ -75,6 +77,17 @@ pub struct ToolContext {
     peer: Option<Arc<dyn ClientPeer>>,
     progress_token: Option<Value>,
     meta: Option<Value>,
+    extras: CallExtras,
+}
+
+/// What the gate learned about a call on the way in (phase, scope, ticket) and the app's handle
+/// codec, for the tool to read.
+#[derive(Clone, Default)]
+pub(crate) struct CallExtras {
+    pub(crate) phase: CallPhase,
+    pub(crate) scope: Option<String>,
+    pub(crate) ticket: Option<String>,
+    pub(crate) handles: Option<Arc<HandleCodec>>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -84,6 +97,9 @@ impl std::fmt::Debug for ToolContext {
             .field("cancelled", &self.cancel.is_cancelled())
             .field("peer", &self.peer.is_some())
             .field("progress_token", &self.progress_token)
+            .field("phase", &self.extras.phase)
+            .field("scope", &self.extras.scope)
+            .field("ticket", &self.extras.ticket)
             .finish()
     }
 }
@@ -130,7 +146,53 @@ impl ToolContext {
             peer: opts.peer,
             progress_token: opts.progress_token,
             meta: opts.meta,
+            extras: CallExtras::default(),
         }
+    }
+
+    pub(crate) fn with_extras(mut self, extras: CallExtras) -> Self {
+        self.extras = extras;
+        self
+    }
+
+    /// Which step of the call this is: a [`CallPhase::Preview`] must change nothing and describe
+    /// what it would do; [`CallPhase::Commit`] does exactly what was previewed.
+    pub fn phase(&self) -> CallPhase {
+        self.extras.phase
+    }
+
+    /// Whether this is a preview (dry run).
+    pub fn is_preview(&self) -> bool {
+        self.extras.phase == CallPhase::Preview
+    }
+
+    /// The scope the call works in, when the tool takes one (already checked by the gate).
+    pub fn scope(&self) -> Option<&str> {
+        self.extras.scope.as_deref()
+    }
+
+    /// The confirm ticket this call runs under, when a human approved it.
+    pub fn ticket(&self) -> Option<&str> {
+        self.extras.ticket.as_deref()
+    }
+
+    /// Mints a handle of kind `K` for `internal_id`, bound to this call's principal, to put in
+    /// a result. Fails when the app configured no [`HandleCodec`]
+    /// ([`ToolRegistry::set_handle_codec`](crate::ToolRegistry::set_handle_codec)).
+    pub fn mint_handle<K: HandleKind>(&self, internal_id: &str) -> Result<String, HandleError> {
+        self.mint_handle_of(K::KIND, internal_id, None)
+    }
+
+    /// Mints a handle of a kind named at run time, optionally expiring after `ttl`.
+    pub fn mint_handle_of(
+        &self,
+        kind: &str,
+        internal_id: &str,
+        ttl: Option<std::time::Duration>,
+    ) -> Result<String, HandleError> {
+        let codec = self.extras.handles.as_ref().ok_or(HandleError::NoCodec)?;
+        let expires = ttl.map(|t| std::time::SystemTime::now() + t);
+        codec.mint(&self.caller.principal().id, kind, internal_id, expires)
     }
 
     /// A context for calling a tool directly (tests, in-process use) with no client channel.

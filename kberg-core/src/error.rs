@@ -92,6 +92,24 @@ pub enum CoreError {
 /// | `cancelled` | the call was cancelled before it finished | no |
 /// | `tool_failed` | the tool ran and reported a failure | maybe |
 /// | `input_required` | the tool needs an answer from the client first (2026-07-28 multi-round-trip) | yes, with the answers |
+/// | `handle_invalid` | an argument is not a handle this app minted for this caller and kind (forged, altered, from another app or principal); `pointer` names it | yes, with a handle from a result |
+/// | `handle_expired` | a genuine handle whose expiry has passed; `pointer` names it | yes, with a fresh handle |
+/// | `commit_token_invalid` | the `commit_token` was never issued, or was issued to another principal or for another tool | yes, preview again |
+/// | `commit_token_used` | the `commit_token` was already used; the write ran once and will not run again | no |
+/// | `commit_token_expired` | the `commit_token` is past its expiry | yes, preview again |
+/// | `commit_arguments_changed` | the arguments differ from the previewed ones (canonical digest mismatch) | yes, with the previewed arguments |
+/// | `scope_required` | the tool works in a scope and the caller has no current scope and gave none | yes, naming a scope |
+/// | `scope_unknown` | the scope named is not declared by the app | yes, with a declared scope |
+/// | `scope_forbidden` | the scope is declared but this caller may not use it | no |
+/// | `pending_human_confirm` | the call needs a human's approval; it has not run; `ticket` identifies the request | no, wait for the human |
+/// | `confirm_declined` | the human asked through the client declined the call | no |
+/// | `ticket_unknown` | no such ticket (or not one this caller may see) | no |
+/// | `ticket_pending` | the ticket has not been decided yet | yes, later |
+/// | `ticket_denied` | a human denied the ticket; the call never ran | no |
+/// | `ticket_expired` | the ticket expired before a human approved it; the call never ran | no |
+/// | `ticket_already_decided` | the ticket was already approved or denied; nothing runs twice | no |
+/// | `ticket_forbidden` | this principal may not approve or deny tickets (or not this one) | no |
+/// | `ticket_store_failed` | the ticket store could not be read or written | maybe |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -112,11 +130,47 @@ pub enum ErrorCode {
     ToolFailed,
     /// The tool needs input from the client before it can finish.
     InputRequired,
+    /// An argument is not a handle this app minted for this caller and kind.
+    HandleInvalid,
+    /// A genuine handle that has expired.
+    HandleExpired,
+    /// A commit token that was never issued (to this caller, for this tool).
+    CommitTokenInvalid,
+    /// A commit token that was already used.
+    CommitTokenUsed,
+    /// A commit token past its expiry.
+    CommitTokenExpired,
+    /// The arguments differ from the previewed ones.
+    CommitArgumentsChanged,
+    /// The tool needs a scope and none is current or given.
+    ScopeRequired,
+    /// The scope is not declared by the app.
+    ScopeUnknown,
+    /// The caller may not use this scope.
+    ScopeForbidden,
+    /// The call waits for a human's approval (a ticket).
+    PendingHumanConfirm,
+    /// The human asked through the client declined.
+    ConfirmDeclined,
+    /// No such ticket.
+    TicketUnknown,
+    /// The ticket is not decided yet.
+    TicketPending,
+    /// The ticket was denied.
+    TicketDenied,
+    /// The ticket expired undecided.
+    TicketExpired,
+    /// The ticket was already decided.
+    TicketAlreadyDecided,
+    /// The principal may not decide this ticket.
+    TicketForbidden,
+    /// The ticket store failed.
+    TicketStoreFailed,
 }
 
 impl ErrorCode {
     /// Every code, for documentation and tests.
-    pub const ALL: [ErrorCode; 8] = [
+    pub const ALL: [ErrorCode; 26] = [
         ErrorCode::UnknownTool,
         ErrorCode::Refused,
         ErrorCode::NotInSurface,
@@ -125,6 +179,24 @@ impl ErrorCode {
         ErrorCode::Cancelled,
         ErrorCode::ToolFailed,
         ErrorCode::InputRequired,
+        ErrorCode::HandleInvalid,
+        ErrorCode::HandleExpired,
+        ErrorCode::CommitTokenInvalid,
+        ErrorCode::CommitTokenUsed,
+        ErrorCode::CommitTokenExpired,
+        ErrorCode::CommitArgumentsChanged,
+        ErrorCode::ScopeRequired,
+        ErrorCode::ScopeUnknown,
+        ErrorCode::ScopeForbidden,
+        ErrorCode::PendingHumanConfirm,
+        ErrorCode::ConfirmDeclined,
+        ErrorCode::TicketUnknown,
+        ErrorCode::TicketPending,
+        ErrorCode::TicketDenied,
+        ErrorCode::TicketExpired,
+        ErrorCode::TicketAlreadyDecided,
+        ErrorCode::TicketForbidden,
+        ErrorCode::TicketStoreFailed,
     ];
 
     /// The stable string form of the code.
@@ -138,6 +210,24 @@ impl ErrorCode {
             ErrorCode::Cancelled => "cancelled",
             ErrorCode::ToolFailed => "tool_failed",
             ErrorCode::InputRequired => "input_required",
+            ErrorCode::HandleInvalid => "handle_invalid",
+            ErrorCode::HandleExpired => "handle_expired",
+            ErrorCode::CommitTokenInvalid => "commit_token_invalid",
+            ErrorCode::CommitTokenUsed => "commit_token_used",
+            ErrorCode::CommitTokenExpired => "commit_token_expired",
+            ErrorCode::CommitArgumentsChanged => "commit_arguments_changed",
+            ErrorCode::ScopeRequired => "scope_required",
+            ErrorCode::ScopeUnknown => "scope_unknown",
+            ErrorCode::ScopeForbidden => "scope_forbidden",
+            ErrorCode::PendingHumanConfirm => "pending_human_confirm",
+            ErrorCode::ConfirmDeclined => "confirm_declined",
+            ErrorCode::TicketUnknown => "ticket_unknown",
+            ErrorCode::TicketPending => "ticket_pending",
+            ErrorCode::TicketDenied => "ticket_denied",
+            ErrorCode::TicketExpired => "ticket_expired",
+            ErrorCode::TicketAlreadyDecided => "ticket_already_decided",
+            ErrorCode::TicketForbidden => "ticket_forbidden",
+            ErrorCode::TicketStoreFailed => "ticket_store_failed",
         }
     }
 
@@ -146,7 +236,18 @@ impl ErrorCode {
     pub const fn is_retryable(self) -> bool {
         matches!(
             self,
-            ErrorCode::InvalidArguments | ErrorCode::ToolFailed | ErrorCode::InputRequired
+            ErrorCode::InvalidArguments
+                | ErrorCode::ToolFailed
+                | ErrorCode::InputRequired
+                | ErrorCode::HandleInvalid
+                | ErrorCode::HandleExpired
+                | ErrorCode::CommitTokenInvalid
+                | ErrorCode::CommitTokenExpired
+                | ErrorCode::CommitArgumentsChanged
+                | ErrorCode::ScopeRequired
+                | ErrorCode::ScopeUnknown
+                | ErrorCode::TicketPending
+                | ErrorCode::TicketStoreFailed
         )
     }
 }
@@ -222,6 +323,101 @@ pub enum GateError {
         /// The pending requests, keyed by name.
         requests: Value,
     },
+    /// An argument is not a handle this app minted for this caller and kind: forged, altered,
+    /// minted by another app or for another principal, or of another kind.
+    #[error(
+        "The value at `{pointer}` for `{tool}` is not a valid handle. Pass a handle exactly as an earlier result gave it to you."
+    )]
+    HandleInvalid {
+        /// The tool.
+        tool: String,
+        /// JSON pointer to the argument.
+        pointer: String,
+    },
+    /// A genuine handle whose expiry has passed.
+    #[error(
+        "The handle at `{pointer}` for `{tool}` has expired. Look the item up again to get a fresh handle."
+    )]
+    HandleExpired {
+        /// The tool.
+        tool: String,
+        /// JSON pointer to the argument.
+        pointer: String,
+    },
+    /// The commit token was never issued to this caller for this tool.
+    #[error(
+        "The commit_token for `{tool}` is not valid. Call `{tool}` without a commit_token to get a new preview."
+    )]
+    CommitTokenInvalid {
+        /// The tool.
+        tool: String,
+    },
+    /// The commit token was already used: the write ran once and does not run again.
+    #[error(
+        "The commit_token for `{tool}` was already used; that change has been applied once and will not be applied again."
+    )]
+    CommitTokenUsed {
+        /// The tool.
+        tool: String,
+    },
+    /// The commit token expired.
+    #[error(
+        "The commit_token for `{tool}` has expired. Call `{tool}` without a commit_token to get a new preview."
+    )]
+    CommitTokenExpired {
+        /// The tool.
+        tool: String,
+    },
+    /// The arguments differ from those that were previewed.
+    #[error(
+        "The arguments differ from the ones previewed for this commit_token. Send exactly the previewed arguments, or call `{tool}` without a commit_token to preview the new ones."
+    )]
+    CommitArgumentsChanged {
+        /// The tool.
+        tool: String,
+    },
+    /// The tool works within a scope and none is current or given.
+    #[error("The tool `{tool}` needs a scope: set `{field}` to one of the scopes you may use.")]
+    ScopeRequired {
+        /// The tool.
+        tool: String,
+        /// The scope argument's name.
+        field: String,
+    },
+    /// The scope named is not declared by the app.
+    #[error("There is no scope `{scope}` (tool `{tool}`). Use one of the scopes you were given.")]
+    ScopeUnknown {
+        /// The tool.
+        tool: String,
+        /// The scope asked for.
+        scope: String,
+    },
+    /// The caller may not use this scope.
+    #[error("You may not use the scope `{scope}` (tool `{tool}`). Do not retry with it.")]
+    ScopeForbidden {
+        /// The tool.
+        tool: String,
+        /// The scope asked for.
+        scope: String,
+    },
+    /// The call needs a human's approval; it has not run.
+    #[error(
+        "The call to `{tool}` needs a person's approval ({reason}), so it has not run. Tell the user it waits for approval as ticket `{ticket}`; do not call it again."
+    )]
+    PendingHumanConfirm {
+        /// The tool.
+        tool: String,
+        /// The ticket the human approves or denies.
+        ticket: String,
+        /// Why approval is needed (the app's words).
+        reason: String,
+    },
+    /// The human, asked through the client, declined.
+    #[error("The user declined the call to `{tool}`. Do not retry it unless the user asks.")]
+    ConfirmDeclined {
+        /// The tool.
+        tool: String,
+    },
 }
 
 fn invalid_arguments_sentence(tool: &str, errors: &[FieldError]) -> String {
@@ -249,6 +445,17 @@ impl GateError {
             GateError::Cancelled { .. } => ErrorCode::Cancelled,
             GateError::ToolFailed { .. } => ErrorCode::ToolFailed,
             GateError::InputRequired { .. } => ErrorCode::InputRequired,
+            GateError::HandleInvalid { .. } => ErrorCode::HandleInvalid,
+            GateError::HandleExpired { .. } => ErrorCode::HandleExpired,
+            GateError::CommitTokenInvalid { .. } => ErrorCode::CommitTokenInvalid,
+            GateError::CommitTokenUsed { .. } => ErrorCode::CommitTokenUsed,
+            GateError::CommitTokenExpired { .. } => ErrorCode::CommitTokenExpired,
+            GateError::CommitArgumentsChanged { .. } => ErrorCode::CommitArgumentsChanged,
+            GateError::ScopeRequired { .. } => ErrorCode::ScopeRequired,
+            GateError::ScopeUnknown { .. } => ErrorCode::ScopeUnknown,
+            GateError::ScopeForbidden { .. } => ErrorCode::ScopeForbidden,
+            GateError::PendingHumanConfirm { .. } => ErrorCode::PendingHumanConfirm,
+            GateError::ConfirmDeclined { .. } => ErrorCode::ConfirmDeclined,
         }
     }
 
@@ -262,7 +469,18 @@ impl GateError {
             | GateError::InvalidArguments { tool, .. }
             | GateError::Cancelled { tool }
             | GateError::ToolFailed { tool, .. }
-            | GateError::InputRequired { tool, .. } => tool,
+            | GateError::InputRequired { tool, .. }
+            | GateError::HandleInvalid { tool, .. }
+            | GateError::HandleExpired { tool, .. }
+            | GateError::CommitTokenInvalid { tool }
+            | GateError::CommitTokenUsed { tool }
+            | GateError::CommitTokenExpired { tool }
+            | GateError::CommitArgumentsChanged { tool }
+            | GateError::ScopeRequired { tool, .. }
+            | GateError::ScopeUnknown { tool, .. }
+            | GateError::ScopeForbidden { tool, .. }
+            | GateError::PendingHumanConfirm { tool, .. }
+            | GateError::ConfirmDeclined { tool } => tool,
         }
     }
 
@@ -293,6 +511,19 @@ impl GateError {
             GateError::InputRequired { requests, .. } => {
                 obj.insert("inputRequests".into(), requests.clone());
             }
+            GateError::HandleInvalid { pointer, .. } | GateError::HandleExpired { pointer, .. } => {
+                obj.insert("pointer".into(), Value::String(pointer.clone()));
+            }
+            GateError::ScopeRequired { field, .. } => {
+                obj.insert("field".into(), Value::String(field.clone()));
+            }
+            GateError::ScopeUnknown { scope, .. } | GateError::ScopeForbidden { scope, .. } => {
+                obj.insert("scope".into(), Value::String(scope.clone()));
+            }
+            GateError::PendingHumanConfirm { ticket, reason, .. } => {
+                obj.insert("ticket".into(), Value::String(ticket.clone()));
+                obj.insert("reason".into(), Value::String(reason.clone()));
+            }
             _ => {}
         }
         v
@@ -322,7 +553,25 @@ mod tests {
                 "invalid_arguments",
                 "cancelled",
                 "tool_failed",
-                "input_required"
+                "input_required",
+                "handle_invalid",
+                "handle_expired",
+                "commit_token_invalid",
+                "commit_token_used",
+                "commit_token_expired",
+                "commit_arguments_changed",
+                "scope_required",
+                "scope_unknown",
+                "scope_forbidden",
+                "pending_human_confirm",
+                "confirm_declined",
+                "ticket_unknown",
+                "ticket_pending",
+                "ticket_denied",
+                "ticket_expired",
+                "ticket_already_decided",
+                "ticket_forbidden",
+                "ticket_store_failed",
             ]
         );
         for c in ErrorCode::ALL {

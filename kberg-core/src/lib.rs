@@ -14,7 +14,19 @@
 //!   [`PromptRegistry`] holds prompts.
 //! - [`GateError`] / [`ErrorCode`] are the stable, model-visible refusals;
 //!   [`FieldError`] names each invalid field.
-//! - [`AuditSink`] receives an [`AuditEvent`] for every call.
+//! - [`AuditSink`] receives an [`AuditEvent`] for every call; [`JsonlAuditSink`] and (feature
+//!   `sqlite`) `SqliteAuditSink` write them to disk off the call path.
+//!
+//! The primitives, each a step of the gate:
+//!
+//! - [Handles](Handle): opaque, signed ids an app hands out instead of its row keys
+//!   ([`HandleCodec`]); handle-typed arguments are resolved before the tool runs.
+//! - [Preview / commit](ToolBuilder::previews): a write's first call is a dry run answered with a
+//!   single-use commit token bound to tool, arguments and principal.
+//! - [Scope](Scope): declared scopes ([`ScopeSpec`]), a caller's [`ScopeSet`], the scope argument
+//!   filled in and checked by the gate.
+//! - [Human confirmation](ConfirmPolicy): calls above an app-defined threshold wait as a
+//!   [`ConfirmTicket`] for a person, through the [`TicketDesk`].
 //!
 //! ```
 //! use kberg_core::*;
@@ -61,20 +73,41 @@
 //! ```
 
 mod audit;
+mod audit_log;
 mod capability;
+mod confirm;
 mod context;
+mod digest;
 mod error;
+mod handle;
+mod preview;
 mod principal;
 mod prompt;
 mod registry;
 mod resource;
+mod scope;
+#[cfg(feature = "sqlite")]
+mod ticket_sqlite;
 mod tool;
 mod validate;
 
 pub use audit::{AuditEvent, AuditOutcome, AuditSink, MemoryAuditSink, TracingAuditSink};
+#[cfg(feature = "sqlite")]
+pub use audit_log::SqliteAuditSink;
+pub use audit_log::{AuditLogError, FlushPolicy, JsonlAuditSink, Overflow};
 pub use capability::{CapabilityCatalog, Grants, WriteCapability};
+pub use confirm::{
+    ConfirmConfig, ConfirmPolicy, ConfirmRequest, ConfirmTicket, MemoryTicketStore, StoreError,
+    TicketDesk, TicketError, TicketOutcome, TicketStatus, TicketStore, output_from_json,
+    output_to_json,
+};
 pub use context::{CallOptions, ClientPeer, PeerError, ToolContext};
+pub use digest::{REDACTED, argument_digest, canonical_json, redact};
 pub use error::{CoreError, ErrorCode, GateError};
+pub use handle::{
+    HANDLE_SCHEMA_KEYWORD, Handle, HandleCodec, HandleError, HandleKind, MAX_INTERNAL_ID_LEN,
+};
+pub use preview::{COMMIT_TOKEN_FIELD, CallPhase, CommitConfig};
 pub use principal::{Caller, Principal, SurfaceProjection};
 pub use prompt::{
     PromptArgs, PromptArgument, PromptError, PromptMessage, PromptRegistry, PromptResult,
@@ -85,6 +118,9 @@ pub use resource::{
     ResourceBody, ResourceContents, ResourceDescriptor, ResourceError, ResourceEvent,
     ResourceReader, ResourceRegistry, ResourceTemplate, Subscriber, TemplateVars, reader_fn,
 };
+pub use scope::{SCOPE_SCHEMA_KEYWORD, Scope, ScopeSet, ScopeSpec};
+#[cfg(feature = "sqlite")]
+pub use ticket_sqlite::SqliteTicketStore;
 pub use tool::{
     Content, FnTool, Tool, ToolBuilder, ToolError, ToolHints, ToolKind, ToolOutput, ToolSpec,
     check_name, schema_of,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::capability::Grants;
+use crate::scope::ScopeSet;
 
 /// Which tools a caller is shown and may call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -96,6 +97,7 @@ pub struct Caller {
     principal: Arc<Principal>,
     grants: Arc<Grants>,
     projection: SurfaceProjection,
+    scopes: Arc<ScopeSet>,
 }
 
 impl Caller {
@@ -106,7 +108,32 @@ impl Caller {
             grants: Arc::new(principal.grants.clone()),
             projection: principal.projection,
             principal,
+            scopes: Arc::default(),
         }
+    }
+
+    /// Sets the scopes this caller may use and its current one (see [`ScopeSet`]). The app
+    /// decides them per principal or per session; the default allows none.
+    pub fn with_scopes(mut self, scopes: ScopeSet) -> Self {
+        self.scopes = Arc::new(scopes);
+        self
+    }
+
+    /// Sets the current scope (it must still be one the caller may use).
+    pub fn with_current_scope(mut self, scope: impl Into<String>) -> Self {
+        self.scopes = Arc::new(ScopeSet::clone(&self.scopes).with_current(scope));
+        self
+    }
+
+    /// Narrows the scopes to those also in `limit`. Never widens.
+    pub fn narrowed_scopes(mut self, limit: &ScopeSet) -> Self {
+        self.scopes = Arc::new(self.scopes.narrowed(limit));
+        self
+    }
+
+    /// The scopes this caller may use and its current one.
+    pub fn scopes(&self) -> &ScopeSet {
+        &self.scopes
     }
 
     /// Narrows the effective grants to those also in `limit` and the projection to the narrower

@@ -14,12 +14,21 @@
 //! 1. the tool exists (a registered refusal answers with its reason);
 //! 2. it is visible in the caller's projection;
 //! 3. a write tool's capability is granted (directly or through a deprecated id);
-//! 4. the arguments validate against the schema compiled at registration;
-//! 5. the tool runs with the call's cancellation token; if the token fires first the call is
+//! 4. the arguments validate against the schema compiled at registration. Before that the gate
+//!    takes out what belongs to it: a preview tool's `commit_token`, and the scope argument,
+//!    which it fills from the caller's current scope and checks (`scope_required`,
+//!    `scope_unknown`, `scope_forbidden`); after it, every [handle](crate::Handle) argument is
+//!    resolved to the app's internal id (`handle_invalid`, `handle_expired`);
+//! 5. confirm / preview: a preview tool without a token runs as a dry run and answers with a
+//!    commit token; with one, the token is redeemed (single use, bound to tool, principal and
+//!    arguments). Then the app's [`ConfirmPolicy`] may hold the call for a human: asked through
+//!    the client (elicitation) or filed as a ticket (`pending_human_confirm`);
+//! 6. the tool runs with the call's cancellation token; if the token fires first the call is
 //!    dropped and answers `cancelled`; a panicking tool answers `tool_failed`;
-//! 6. an [`AuditEvent`] is recorded, whatever the outcome.
+//! 7. an [`AuditEvent`] is recorded, whatever the outcome, with the argument digest and any
+//!    ticket or commit-token fingerprint.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
@@ -29,11 +38,24 @@ use futures::FutureExt;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use serde_json::json;
+
 use crate::audit::{AuditEvent, AuditOutcome, AuditSink};
 use crate::capability::{Authorization, CapabilityCatalog, WriteCapability};
-use crate::context::{CallOptions, PeerError, ToolContext};
+use crate::confirm::{
+    ConfirmConfig, ConfirmPolicy, ConfirmRequest, ConfirmTicket, MemoryTicketStore, TicketDesk,
+    TicketStatus, TicketStore, new_ticket_id,
+};
+use crate::context::{CallExtras, CallOptions, PeerError, ToolContext};
+use crate::digest::{argument_digest, canonical_json, redact, sha256_hex};
 use crate::error::{CoreError, GateError};
+use crate::handle::{HandleCodec, HandleError, HandleSite, handle_sites, resolve_sites};
+use crate::preview::{
+    COMMIT_TOKEN_FIELD, CallPhase, CommitConfig, CommitTokens, preview_envelope_schema,
+    preview_output, project_commit_field, token_fingerprint,
+};
 use crate::principal::{Caller, SurfaceProjection};
+use crate::scope::{ScopeSpec, find_scope_field, project_scope};
 use crate::tool::{Tool, ToolError, ToolKind, ToolOutput, ToolSpec, check_name};
 use crate::validate::{CompiledSchema, FieldError};
 
@@ -43,6 +65,12 @@ struct Entry {
     tool: Arc<dyn Tool>,
     input: CompiledSchema,
     output: Option<CompiledSchema>,
+    /// What the `Full` projection lists (commit token added, scope optional).
+    listed_full: ToolSpec,
+    /// What the `Compact` projection lists (the scope argument hidden too).
+    listed_compact: ToolSpec,
+    /// Where handle arguments sit.
+    handles: Vec<HandleSite>,
 }
 
 #[derive(Default, Clone)]
@@ -50,6 +78,29 @@ struct Snapshot {
     tools: HashMap<Arc<str>, Arc<Entry>>,
     refusals: HashMap<Arc<str>, Arc<str>>,
     capabilities: Arc<CapabilityCatalog>,
+    scopes: Arc<BTreeMap<String, ScopeSpec>>,
+}
+
+/// The app's settings for the primitives: handles, confirmation, commit tokens.
+#[derive(Clone)]
+struct Guards {
+    handles: Option<Arc<HandleCodec>>,
+    confirm: Option<Arc<dyn ConfirmPolicy>>,
+    confirm_config: ConfirmConfig,
+    tickets: Arc<dyn TicketStore>,
+    commit: CommitConfig,
+}
+
+impl Default for Guards {
+    fn default() -> Self {
+        Self {
+            handles: None,
+            confirm: None,
+            confirm_config: ConfirmConfig::default(),
+            tickets: Arc::new(MemoryTicketStore::new()),
+            commit: CommitConfig::default(),
+        }
+    }
 }
 
 struct Inner {
@@ -57,6 +108,26 @@ struct Inner {
     writer: Mutex<()>,
     version: watch::Sender<u64>,
     audit: ArcSwap<Option<Arc<dyn AuditSink>>>,
+    guards: ArcSwap<Guards>,
+    commits: CommitTokens,
+}
+
+/// A call that runs because a human approved its ticket.
+struct Approved<'a> {
+    ticket: &'a str,
+    approver: &'a str,
+    phase: CallPhase,
+}
+
+/// What the gate records about a call beyond who and what.
+#[derive(Default)]
+struct Trail {
+    args_digest: Option<String>,
+    ticket: Option<String>,
+    approved_by: Option<String>,
+    commit_token: Option<String>,
+    phase: CallPhase,
+    scope: Option<String>,
 }
 
 /// The app's tools, refusals and capabilities, and the gate. Cheap to clone (shared).
@@ -154,6 +225,8 @@ impl ToolRegistry {
                 writer: Mutex::new(()),
                 version,
                 audit: ArcSwap::from_pointee(None),
+                guards: ArcSwap::from_pointee(Guards::default()),
+                commits: CommitTokens::default(),
             }),
         }
     }
@@ -183,6 +256,96 @@ impl ToolRegistry {
     /// Sets where audit events go (replacing any previous sink).
     pub fn set_audit_sink(&self, sink: Arc<dyn AuditSink>) {
         self.inner.audit.store(Arc::new(Some(sink)));
+    }
+
+    fn update_guards(&self, f: impl FnOnce(&mut Guards)) {
+        let _guard = self.lock_writer();
+        let mut next = Guards::clone(&self.inner.guards.load());
+        f(&mut next);
+        self.inner.guards.store(Arc::new(next));
+    }
+
+    /// Sets the codec that mints and resolves this app's [handles](crate::Handle). Without one,
+    /// a tool with a handle argument answers `tool_failed`.
+    pub fn set_handle_codec(&self, codec: HandleCodec) {
+        let codec = Arc::new(codec);
+        self.update_guards(|g| g.handles = Some(codec));
+    }
+
+    /// The handle codec, if set (to mint handles outside a tool call).
+    pub fn handle_codec(&self) -> Option<Arc<HandleCodec>> {
+        self.inner.guards.load().handles.clone()
+    }
+
+    /// Sets how long commit tokens live and how many are kept.
+    pub fn set_commit_config(&self, config: CommitConfig) {
+        self.update_guards(|g| g.commit = config);
+    }
+
+    /// Sets the policy that decides which calls need a human (replacing any previous one).
+    pub fn set_confirm_policy(&self, policy: impl ConfirmPolicy + 'static) {
+        let policy: Arc<dyn ConfirmPolicy> = Arc::new(policy);
+        self.update_guards(|g| g.confirm = Some(policy));
+    }
+
+    /// Removes the confirm policy: no call waits for a human.
+    pub fn clear_confirm_policy(&self) {
+        self.update_guards(|g| g.confirm = None);
+    }
+
+    /// Sets ticket lifetime and who may decide tickets.
+    pub fn set_confirm_config(&self, config: ConfirmConfig) {
+        self.update_guards(|g| g.confirm_config = config);
+    }
+
+    /// Sets where tickets are kept (default: in memory). Use a persistent store (for example
+    /// `SqliteTicketStore`, feature `sqlite`) for tickets to survive a restart.
+    pub fn set_ticket_store(&self, store: Arc<dyn TicketStore>) {
+        self.update_guards(|g| g.tickets = store);
+    }
+
+    /// The app's window on confirm tickets: list, approve, deny, fetch results.
+    pub fn tickets(&self) -> TicketDesk {
+        TicketDesk::new(self.clone())
+    }
+
+    pub(crate) fn ticket_store(&self) -> Arc<dyn TicketStore> {
+        Arc::clone(&self.inner.guards.load().tickets)
+    }
+
+    pub(crate) fn confirm_config(&self) -> ConfirmConfig {
+        self.inner.guards.load().confirm_config.clone()
+    }
+
+    /// Declares a scope tools can work in. A name is declared once.
+    pub fn declare_scope(&self, scope: ScopeSpec) -> Result<(), CoreError> {
+        check_scope_name(&scope.name)?;
+        let _guard = self.lock_writer();
+        let mut next = Snapshot::clone(&self.inner.current.load());
+        if next.scopes.contains_key(&scope.name) {
+            return Err(CoreError::Duplicate { name: scope.name });
+        }
+        Arc::make_mut(&mut next.scopes).insert(scope.name.clone(), scope);
+        // Scopes do not change the tool list, so no version bump.
+        self.inner.current.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// Removes a declared scope; later calls naming it answer `scope_unknown`. Returns whether
+    /// it was declared.
+    pub fn remove_scope(&self, name: &str) -> bool {
+        let _guard = self.lock_writer();
+        let mut next = Snapshot::clone(&self.inner.current.load());
+        let removed = Arc::make_mut(&mut next.scopes).remove(name).is_some();
+        if removed {
+            self.inner.current.store(Arc::new(next));
+        }
+        removed
+    }
+
+    /// The declared scopes, sorted by name.
+    pub fn scopes(&self) -> Vec<ScopeSpec> {
+        self.inner.current.load().scopes.values().cloned().collect()
     }
 
     /// Declares a write capability. An id can be declared once; a deprecated capability's
@@ -297,14 +460,23 @@ impl ToolRegistry {
     }
 
     /// The tools `caller` is shown, sorted by name. See [`SurfaceProjection`] for what each
-    /// projection lists.
+    /// projection lists. The schemas are projected: a preview tool shows the optional
+    /// `commit_token` argument, a scoped tool's scope argument is optional (and hidden from
+    /// the `Compact` projection).
     pub fn list(&self, caller: &Caller) -> Vec<ToolSpec> {
         let snap = self.inner.current.load();
+        let compact = caller.projection() == SurfaceProjection::Compact;
         let mut v: Vec<ToolSpec> = snap
             .tools
             .values()
             .filter(|e| listed(&snap.capabilities, e, caller))
-            .map(|e| e.spec.clone())
+            .map(|e| {
+                if compact {
+                    e.listed_compact.clone()
+                } else {
+                    e.listed_full.clone()
+                }
+            })
             .collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
         v
@@ -326,7 +498,12 @@ impl ToolRegistry {
     pub fn check(&self, caller: &Caller, name: &str, args: &Value) -> Result<ToolSpec, GateError> {
         let snap = self.inner.current.load();
         let (entry, _) = admit(&snap, caller, name)?;
-        validate_args(&entry, args)?;
+        let mut args = args.clone();
+        if entry.spec.previews {
+            take_commit_token(&entry, &mut args)?;
+        }
+        apply_scope(&snap, &entry, caller, &mut args)?;
+        validate_args(&entry, &args)?;
         Ok(entry.spec.clone())
     }
 
@@ -339,6 +516,38 @@ impl ToolRegistry {
         args: Value,
         opts: CallOptions,
     ) -> Result<ToolOutput, GateError> {
+        self.gate(caller, name, args, opts, None).await
+    }
+
+    /// Runs an approved ticket's call through the gate, skipping only the confirm step.
+    pub(crate) async fn run_approved(
+        &self,
+        ticket: &ConfirmTicket,
+        approver: &str,
+    ) -> Result<ToolOutput, GateError> {
+        let caller = ticket.caller();
+        self.gate(
+            &caller,
+            &ticket.tool,
+            ticket.arguments.clone(),
+            CallOptions::default(),
+            Some(Approved {
+                ticket: &ticket.id,
+                approver,
+                phase: ticket.phase,
+            }),
+        )
+        .await
+    }
+
+    async fn gate(
+        &self,
+        caller: &Caller,
+        name: &str,
+        args: Value,
+        opts: CallOptions,
+        approved: Option<Approved<'_>>,
+    ) -> Result<ToolOutput, GateError> {
         let started = Instant::now();
         let at = SystemTime::now();
         let args = if args.is_null() {
@@ -346,6 +555,13 @@ impl ToolRegistry {
         } else {
             args
         };
+        let audit = self.inner.audit.load_full();
+        let guards = self.inner.guards.load_full();
+        let mut trail = Trail::default();
+        if let Some(a) = &approved {
+            trail.ticket = Some(a.ticket.to_string());
+            trail.approved_by = Some(a.approver.to_string());
+        }
         let snap = self.inner.current.load_full();
         let admitted = admit(&snap, caller, name);
         let (kind, capability, deprecated) = match &admitted {
@@ -363,15 +579,25 @@ impl ToolRegistry {
                 None => ("unknown", None, None),
             },
         };
+        let front = admitted.and_then(|(entry, _)| {
+            prepare_call(
+                &snap,
+                &guards,
+                entry,
+                caller,
+                args,
+                audit.is_some(),
+                &mut trail,
+            )
+        });
         drop(snap);
-        let result = match admitted {
+        let result = match front {
             Err(e) => Err(e),
-            Ok((entry, _)) => match validate_args(&entry, &args) {
-                Err(e) => Err(e),
-                Ok(()) => run(entry, args, caller, opts).await,
-            },
+            Ok(call) => {
+                self.confirm_and_run(call, caller, opts, &guards, approved.as_ref(), &mut trail)
+                    .await
+            }
         };
-        let audit = self.inner.audit.load();
         if let Some(sink) = audit.as_ref() {
             let p = caller.principal();
             sink.record(&AuditEvent {
@@ -387,9 +613,336 @@ impl ToolRegistry {
                     Err(e) => AuditOutcome::Error(e.code()),
                 },
                 duration: started.elapsed(),
+                args_digest: trail.args_digest,
+                ticket: trail.ticket,
+                approved_by: trail.approved_by,
+                commit_token: trail.commit_token,
+                phase: trail.phase,
+                scope: trail.scope,
             });
         }
         result
+    }
+
+    /// Gate steps 5 and 6: commit token, confirmation, run, preview wrapping.
+    async fn confirm_and_run(
+        &self,
+        call: PreparedCall,
+        caller: &Caller,
+        opts: CallOptions,
+        guards: &Guards,
+        approved: Option<&Approved<'_>>,
+        trail: &mut Trail,
+    ) -> Result<ToolOutput, GateError> {
+        let PreparedCall {
+            entry,
+            args,
+            resolved,
+            binding,
+            commit_token,
+        } = call;
+        let name = entry.spec.name.as_str();
+        // Preview / commit.
+        let phase = match (approved, entry.spec.previews, &commit_token) {
+            (Some(a), _, _) => a.phase,
+            (None, false, _) => CallPhase::Direct,
+            (None, true, None) => CallPhase::Preview,
+            (None, true, Some(token)) => {
+                trail.commit_token = Some(token_fingerprint(token));
+                let digest = binding.as_deref().unwrap_or_default();
+                self.inner
+                    .commits
+                    .redeem(token, name, &caller.principal().id, digest)
+                    .map_err(|r| r.into_gate_error(name))?;
+                CallPhase::Commit
+            }
+        };
+        trail.phase = phase;
+        // Human confirmation (never for a preview, which changes nothing).
+        if approved.is_none()
+            && phase != CallPhase::Preview
+            && let Some(policy) = &guards.confirm
+            && let Some(req) = policy.check(&entry.spec, &resolved, caller)
+        {
+            self.hold_for_human(&entry, &args, caller, &opts, guards, req, phase, trail)
+                .await?;
+        }
+        let extras = CallExtras {
+            phase,
+            scope: trail.scope.clone(),
+            ticket: approved.map(|a| a.ticket.to_string()),
+            handles: guards.handles.clone(),
+        };
+        let out = run(Arc::clone(&entry), resolved, caller, opts, extras).await?;
+        if phase != CallPhase::Preview || out.is_error {
+            return Ok(out);
+        }
+        let digest = binding.as_deref().unwrap_or_default();
+        let (token, expires_at) = self
+            .inner
+            .commits
+            .issue(name, &caller.principal().id, digest, &guards.commit)
+            .map_err(|e| {
+                tracing::error!(error = %e, "no randomness for a commit token");
+                GateError::ToolFailed {
+                    tool: name.to_string(),
+                    message: "a commit token could not be issued (internal error)".into(),
+                }
+            })?;
+        trail.commit_token = Some(token_fingerprint(&token));
+        Ok(preview_output(out, name, &token, expires_at))
+    }
+
+    /// The policy wants a human: ask through the client when allowed and possible, else file a
+    /// ticket. `Ok` means the human approved through the client and the call may run.
+    #[allow(clippy::too_many_arguments)]
+    async fn hold_for_human(
+        &self,
+        entry: &Entry,
+        args: &Value,
+        caller: &Caller,
+        opts: &CallOptions,
+        guards: &Guards,
+        req: ConfirmRequest,
+        phase: CallPhase,
+        trail: &mut Trail,
+    ) -> Result<(), GateError> {
+        let name = entry.spec.name.clone();
+        if req.asks_client()
+            && let Some(peer) = &opts.peer
+            && peer.supports("elicitation")
+        {
+            let ctx = ToolContext::new(caller.clone(), opts.clone());
+            let shown = canonical_json(&redact(args, &entry.spec.sensitive_fields));
+            let who = caller
+                .principal()
+                .agent
+                .clone()
+                .unwrap_or_else(|| caller.principal().id.clone());
+            let message = format!(
+                "{who} wants to run `{name}` ({}) with {shown}. Allow it?",
+                req.reason()
+            );
+            let schema = json!({
+                "type": "object",
+                "properties": {"approve": {"type": "boolean", "title": "Allow this call"}},
+                "required": ["approve"]
+            });
+            match ctx.elicit(&message, schema).await {
+                Ok(answer) => {
+                    let accepted = answer.get("action").and_then(Value::as_str) == Some("accept")
+                        && answer.pointer("/content/approve") == Some(&Value::Bool(true));
+                    tracing::info!(tool = %name, accepted, "confirmation asked through the client");
+                    return if accepted {
+                        Ok(())
+                    } else {
+                        Err(GateError::ConfirmDeclined { tool: name })
+                    };
+                }
+                Err(PeerError::InputRequired { requests }) => {
+                    return Err(GateError::InputRequired {
+                        tool: name,
+                        requests,
+                    });
+                }
+                Err(PeerError::Cancelled) => return Err(GateError::Cancelled { tool: name }),
+                Err(e) => {
+                    tracing::warn!(tool = %name, error = %e, "elicitation failed; filing a ticket");
+                }
+            }
+        }
+        let failed = |what: String| {
+            tracing::error!(tool = %name, error = %what, "confirm ticket not filed");
+            GateError::ToolFailed {
+                tool: name.clone(),
+                message: "the call needs a person's approval, but the request could not be filed (internal error)".into(),
+            }
+        };
+        let id = new_ticket_id().map_err(|e| failed(e.0))?;
+        let now = SystemTime::now();
+        let ticket = ConfirmTicket {
+            id: id.clone(),
+            tool: name.clone(),
+            arguments: args.clone(),
+            reason: req.reason().to_string(),
+            phase,
+            principal: caller.principal().clone(),
+            grants: caller.grants().clone(),
+            projection: caller.projection(),
+            scopes: caller.scopes().clone(),
+            created_at: now,
+            expires_at: now + guards.confirm_config.ttl,
+            status: TicketStatus::Pending,
+            decided_by: None,
+            decided_at: None,
+            note: None,
+            outcome: None,
+        };
+        guards.tickets.insert(&ticket).map_err(|e| failed(e.0))?;
+        tracing::info!(tool = %name, ticket = %id, principal = %caller.principal().id, "call held for a person's approval");
+        trail.ticket = Some(id.clone());
+        Err(GateError::PendingHumanConfirm {
+            tool: name,
+            ticket: id,
+            reason: req.reason().to_string(),
+        })
+    }
+}
+
+/// A call past the synchronous gate steps.
+struct PreparedCall {
+    entry: Arc<Entry>,
+    /// The arguments as asked (scope filled, commit token removed, handles opaque).
+    args: Value,
+    /// The arguments the tool receives (handles resolved).
+    resolved: Value,
+    /// The digest a commit token is bound to (unredacted), for preview tools.
+    binding: Option<String>,
+    /// The commit token the caller sent.
+    commit_token: Option<String>,
+}
+
+/// Gate step 4 and the argument work around it: take out the commit token, fill and check the
+/// scope, digest, validate, resolve handles.
+fn prepare_call(
+    snap: &Snapshot,
+    guards: &Guards,
+    entry: Arc<Entry>,
+    caller: &Caller,
+    mut args: Value,
+    digest_for_audit: bool,
+    trail: &mut Trail,
+) -> Result<PreparedCall, GateError> {
+    let commit_token = if entry.spec.previews {
+        take_commit_token(&entry, &mut args)?
+    } else {
+        None
+    };
+    trail.scope = apply_scope(snap, &entry, caller, &mut args)?;
+    if digest_for_audit {
+        trail.args_digest = Some(argument_digest(&args, &entry.spec.sensitive_fields));
+    }
+    validate_args(&entry, &args)?;
+    let binding = entry
+        .spec
+        .previews
+        .then(|| sha256_hex(canonical_json(&args).as_bytes()));
+    let mut resolved = args.clone();
+    if !entry.handles.is_empty() {
+        let name = entry.spec.name.clone();
+        let Some(codec) = &guards.handles else {
+            tracing::error!(tool = %name, "tool takes handles but no handle codec is set");
+            return Err(GateError::ToolFailed {
+                tool: name,
+                message: "this app has not configured handles (internal error)".into(),
+            });
+        };
+        resolve_sites(&mut resolved, &entry.handles, codec, &caller.principal().id).map_err(
+            |(pointer, e)| match e {
+                HandleError::Expired => GateError::HandleExpired {
+                    tool: name,
+                    pointer,
+                },
+                _ => GateError::HandleInvalid {
+                    tool: name,
+                    pointer,
+                },
+            },
+        )?;
+    }
+    Ok(PreparedCall {
+        entry,
+        args,
+        resolved,
+        binding,
+        commit_token,
+    })
+}
+
+/// Removes a preview tool's `commit_token` from the arguments.
+fn take_commit_token(entry: &Entry, args: &mut Value) -> Result<Option<String>, GateError> {
+    let Some(obj) = args.as_object_mut() else {
+        return Ok(None);
+    };
+    match obj.remove(COMMIT_TOKEN_FIELD) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(t)) => Ok(Some(t)),
+        Some(other) => Err(GateError::InvalidArguments {
+            tool: entry.spec.name.clone(),
+            errors: vec![FieldError {
+                pointer: format!("/{COMMIT_TOKEN_FIELD}"),
+                expected: "a string".into(),
+                found: format!("{other}"),
+                message: format!("`{COMMIT_TOKEN_FIELD}` must be the string a preview gave you."),
+            }],
+        }),
+    }
+}
+
+/// Fills a scoped tool's scope argument from the caller's current scope and checks it.
+fn apply_scope(
+    snap: &Snapshot,
+    entry: &Entry,
+    caller: &Caller,
+    args: &mut Value,
+) -> Result<Option<String>, GateError> {
+    let Some(field) = entry.spec.scope_field.as_deref() else {
+        return Ok(None);
+    };
+    let Some(obj) = args.as_object_mut() else {
+        // Not an object: validation refuses it.
+        return Ok(None);
+    };
+    let tool = || entry.spec.name.clone();
+    let scope = match obj.get(field) {
+        None | Some(Value::Null) => match caller.scopes().current() {
+            Some(current) => {
+                obj.insert(field.to_string(), Value::String(current.to_string()));
+                current.to_string()
+            }
+            None => {
+                return Err(GateError::ScopeRequired {
+                    tool: tool(),
+                    field: field.to_string(),
+                });
+            }
+        },
+        Some(Value::String(s)) => s.clone(),
+        // Another type: validation names it.
+        Some(_) => return Ok(None),
+    };
+    if !snap.scopes.contains_key(&scope) {
+        return Err(GateError::ScopeUnknown {
+            tool: tool(),
+            scope,
+        });
+    }
+    if !caller.scopes().allows(&scope) {
+        tracing::warn!(principal = %caller.principal().id, tool = %entry.spec.name, scope = %scope, "scope refused");
+        return Err(GateError::ScopeForbidden {
+            tool: tool(),
+            scope,
+        });
+    }
+    Ok(Some(scope))
+}
+
+fn check_scope_name(name: &str) -> Result<(), CoreError> {
+    let reason = if name.is_empty() {
+        Some("a scope name must not be empty")
+    } else if name.len() > 128 {
+        Some("a scope name must be at most 128 characters")
+    } else if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Some("a scope name may not contain whitespace or control characters")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(CoreError::InvalidName {
+            name: name.to_string(),
+            reason,
+        }),
+        None => Ok(()),
     }
 }
 
@@ -414,11 +967,51 @@ fn prepare(tool: Arc<dyn Tool>) -> Result<Entry, CoreError> {
                 }
             })?),
         };
+    let mut spec = spec;
+    let props = spec
+        .input_schema
+        .get("properties")
+        .and_then(Value::as_object);
+    let invalid = |reason: String| CoreError::InvalidSchema {
+        tool: spec.name.clone(),
+        which: "input",
+        reason,
+    };
+    if spec.previews && props.is_some_and(|p| p.contains_key(COMMIT_TOKEN_FIELD)) {
+        return Err(invalid(format!(
+            "`{COMMIT_TOKEN_FIELD}` is reserved for the gate on a tool that previews"
+        )));
+    }
+    match &spec.scope_field {
+        Some(field) if !props.is_some_and(|p| p.contains_key(field)) => {
+            return Err(invalid(format!(
+                "the scope field `{field}` is not one of the schema's properties"
+            )));
+        }
+        Some(_) => {}
+        None => spec.scope_field = find_scope_field(&spec.input_schema),
+    }
+    let handles = handle_sites(&spec.input_schema);
+    let mut listed_full = spec.clone();
+    if spec.previews {
+        project_commit_field(&mut listed_full.input_schema);
+        if let Some(out) = &mut listed_full.output_schema {
+            *out = json!({"type": "object", "anyOf": [out.clone(), preview_envelope_schema()]});
+        }
+    }
+    let mut listed_compact = listed_full.clone();
+    if let Some(field) = &spec.scope_field {
+        project_scope(&mut listed_full.input_schema, field, false);
+        project_scope(&mut listed_compact.input_schema, field, true);
+    }
     Ok(Entry {
         spec,
         tool,
         input,
         output,
+        listed_full,
+        listed_compact,
+        handles,
     })
 }
 
@@ -510,13 +1103,15 @@ async fn run(
     args: Value,
     caller: &Caller,
     opts: CallOptions,
+    extras: CallExtras,
 ) -> Result<ToolOutput, GateError> {
+    let preview = extras.phase == CallPhase::Preview;
     let name = entry.spec.name.clone();
     let cancel = opts.cancel.clone();
     if cancel.is_cancelled() {
         return Err(GateError::Cancelled { tool: name });
     }
-    let ctx = ToolContext::new(caller.clone(), opts);
+    let ctx = ToolContext::new(caller.clone(), opts).with_extras(extras);
     let span = tracing::debug_span!("tool_call", tool = %name, principal = %caller.principal().id);
     let fut = AssertUnwindSafe(entry.tool.call(args, ctx)).catch_unwind();
     let outcome = tokio::select! {
@@ -548,8 +1143,8 @@ async fn run(
             message: e.to_string(),
         }),
         Ok(Ok(out)) => {
-            if let (Some(schema), Some(structured), false) =
-                (&entry.output, &out.structured, out.is_error)
+            if let (Some(schema), Some(structured), false, false) =
+                (&entry.output, &out.structured, out.is_error, preview)
                 && !schema.is_valid(structured)
             {
                 tracing::error!(tool = %name, "structured result does not match the output schema");

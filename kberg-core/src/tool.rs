@@ -86,6 +86,15 @@ pub struct ToolSpec {
     pub small_model_safe: bool,
     /// Hints as the app set them; see [`ToolSpec::hints`] for the effective ones.
     pub hints: ToolHints,
+    /// The tool previews: its first call is a dry run answered with a commit token, and only a
+    /// call carrying that token runs it for real. See [`crate::CallPhase`].
+    pub previews: bool,
+    /// Arguments redacted before the audit digest is taken: JSON pointers (`/password`,
+    /// `/accounts/*/pin`) or top-level names. See [`crate::redact`].
+    pub sensitive_fields: Vec<String>,
+    /// The top-level argument that carries the scope, when the tool works in one. Set by
+    /// [`ToolBuilder::scope_field`], or found from a [`crate::Scope`]-typed field.
+    pub scope_field: Option<String>,
 }
 
 impl ToolSpec {
@@ -105,6 +114,9 @@ impl ToolSpec {
             kind,
             small_model_safe: false,
             hints: ToolHints::default(),
+            previews: false,
+            sensitive_fields: Vec::new(),
+            scope_field: None,
         }
     }
 
@@ -392,6 +404,30 @@ impl ToolBuilder {
     /// Sets `openWorldHint`.
     pub fn open_world_hint(mut self, v: bool) -> Self {
         self.spec.hints.open_world_hint = Some(v);
+        self
+    }
+
+    /// Makes the tool preview first (a two-step write): the first call runs it with
+    /// [`ToolContext::phase`] = `Preview` and answers with its output plus a commit token; the
+    /// call repeated with the same arguments and `commit_token` runs it with `Commit`.
+    pub fn previews(mut self) -> Self {
+        self.spec.previews = true;
+        self
+    }
+
+    /// Declares an argument sensitive: its value is redacted before the audit digest is taken
+    /// and in the confirmation question shown to a human. A JSON pointer (`/auth/token`,
+    /// `/items/*/pin`) or a top-level name.
+    pub fn sensitive(mut self, field: impl Into<String>) -> Self {
+        self.spec.sensitive_fields.push(field.into());
+        self
+    }
+
+    /// Names the top-level argument that carries the scope (for a hand-written schema; a
+    /// typed tool marks it by giving the field the type [`crate::Scope`]). The gate fills it
+    /// with the caller's current scope when left out and refuses scopes the caller may not use.
+    pub fn scope_field(mut self, field: impl Into<String>) -> Self {
+        self.spec.scope_field = Some(field.into());
         self
     }
 

@@ -1,0 +1,850 @@
+//! Human-confirm gating: writes above an app-defined threshold wait for a person.
+//!
+//! The app states when a call needs a human with a [`ConfirmPolicy`]: a predicate over the tool,
+//! its (validated) arguments and the caller, for example "a bulk delete of more than 50 items".
+//! When it fires, the gate does not run the call. It files a [`ConfirmTicket`] in the
+//! [`TicketStore`] and answers `pending_human_confirm` with the ticket id. The app shows tickets
+//! in its own UI through the [`TicketDesk`]: list them, approve or deny them. Approval runs the
+//! call exactly as it was asked (the same principal, grants, scope and arguments) through the
+//! gate again (so a grant revoked in the meantime still stops it), and the result is kept on the
+//! ticket for the caller to fetch. A ticket is decided once: the pending -> running transition is
+//! a compare-and-set in the store, so two approvals never both run the call.
+//!
+//! Where the caller's client supports elicitation, the policy may ask the human through it
+//! instead ([`ConfirmRequest::or_ask_client`]): on a 2025-11-25 session the client shows the
+//! question now; on the stateless 2026-07-28 protocol the call answers `input_required` and runs
+//! when the client re-sends it with the answer. A client without elicitation falls back to a
+//! ticket.
+//!
+//! [`MemoryTicketStore`] keeps tickets in memory; `SqliteTicketStore` (feature `sqlite`) keeps
+//! them in a SQLite file so they survive a restart.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Value, json};
+
+use crate::capability::Grants;
+use crate::error::{ErrorCode, GateError};
+use crate::preview::CallPhase;
+use crate::principal::{Caller, Principal, SurfaceProjection};
+use crate::registry::ToolRegistry;
+use crate::resource::{ResourceBody, ResourceContents};
+use crate::scope::ScopeSet;
+use crate::tool::{Content, ToolOutput, ToolSpec};
+
+/// What a policy asks for when a call needs a human.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfirmRequest {
+    reason: String,
+    ask_client: bool,
+}
+
+impl ConfirmRequest {
+    /// A ticket, with the reason shown to the model and the human (`"deletes 120 notes"`).
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            ask_client: false,
+        }
+    }
+
+    /// Asks the human through the client (elicitation) when the client supports it, and files
+    /// a ticket only when it does not.
+    pub fn or_ask_client(mut self) -> Self {
+        self.ask_client = true;
+        self
+    }
+
+    /// The reason.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// Whether the client may be asked.
+    pub fn asks_client(&self) -> bool {
+        self.ask_client
+    }
+}
+
+/// Decides which calls need a human. Called after the arguments validated and before the tool
+/// runs; must be quick and must not block.
+pub trait ConfirmPolicy: Send + Sync {
+    /// `Some` when this call needs a human's approval.
+    fn check(&self, tool: &ToolSpec, args: &Value, caller: &Caller) -> Option<ConfirmRequest>;
+}
+
+impl<F> ConfirmPolicy for F
+where
+    F: Fn(&ToolSpec, &Value, &Caller) -> Option<ConfirmRequest> + Send + Sync,
+{
+    fn check(&self, tool: &ToolSpec, args: &Value, caller: &Caller) -> Option<ConfirmRequest> {
+        self(tool, args, caller)
+    }
+}
+
+/// Who may decide tickets and how long they wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConfirmConfig {
+    /// How long a ticket waits for a decision (default 24 hours).
+    pub ttl: Duration,
+    /// The grant an approver must hold (default `kberg.confirm`).
+    pub approver_grant: String,
+    /// Whether the principal that asked may approve its own ticket (default `false`: the point
+    /// is a second party).
+    pub allow_self_approval: bool,
+}
+
+impl Default for ConfirmConfig {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(24 * 3600),
+            approver_grant: "kberg.confirm".into(),
+            allow_self_approval: false,
+        }
+    }
+}
+
+impl ConfirmConfig {
+    /// Sets how long tickets wait.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Sets the grant approvers must hold.
+    pub fn with_approver_grant(mut self, grant: impl Into<String>) -> Self {
+        self.approver_grant = grant.into();
+        self
+    }
+
+    /// Lets a principal approve its own tickets.
+    pub fn allow_self_approval(mut self, allow: bool) -> Self {
+        self.allow_self_approval = allow;
+        self
+    }
+}
+
+/// Where a ticket stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TicketStatus {
+    /// Waiting for a human.
+    Pending,
+    /// Approved; the call is running.
+    Running,
+    /// Approved and run; the result is on the ticket.
+    Done,
+    /// Approved, but the call was refused or failed; the error is on the ticket.
+    Failed,
+    /// Denied; the call never ran.
+    Denied,
+    /// Not decided in time; the call never ran.
+    Expired,
+}
+
+impl TicketStatus {
+    /// The stable string form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TicketStatus::Pending => "pending",
+            TicketStatus::Running => "running",
+            TicketStatus::Done => "done",
+            TicketStatus::Failed => "failed",
+            TicketStatus::Denied => "denied",
+            TicketStatus::Expired => "expired",
+        }
+    }
+}
+
+/// What an approved call produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TicketOutcome {
+    /// The tool ran and returned this.
+    Output(ToolOutput),
+    /// The gate refused it or the tool failed.
+    Error {
+        /// The stable code.
+        code: ErrorCode,
+        /// The sentence for the model.
+        message: String,
+        /// The machine-readable details ([`GateError::details`]).
+        details: Value,
+    },
+}
+
+impl TicketOutcome {
+    pub(crate) fn from_result(r: Result<ToolOutput, GateError>) -> Self {
+        match r {
+            Ok(out) => TicketOutcome::Output(out),
+            Err(e) => TicketOutcome::Error {
+                code: e.code(),
+                message: e.to_string(),
+                details: e.details(),
+            },
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        match self {
+            TicketOutcome::Output(out) => json!({"output": output_to_json(out)}),
+            TicketOutcome::Error {
+                code,
+                message,
+                details,
+            } => json!({"error": {"code": code, "message": message, "details": details}}),
+        }
+    }
+
+    fn from_json(v: &Value) -> Result<Self, String> {
+        if let Some(out) = v.get("output") {
+            return output_from_json(out).map(TicketOutcome::Output);
+        }
+        let e = v
+            .get("error")
+            .ok_or("outcome has neither output nor error")?;
+        Ok(TicketOutcome::Error {
+            code: serde_json::from_value(e.get("code").cloned().unwrap_or(Value::Null))
+                .map_err(|err| format!("unknown error code: {err}"))?,
+            message: e
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            details: e.get("details").cloned().unwrap_or(Value::Null),
+        })
+    }
+}
+
+impl Serialize for TicketOutcome {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for TicketOutcome {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        TicketOutcome::from_json(&v).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A call waiting for (or decided by) a human.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ConfirmTicket {
+    /// The ticket id (random, wire-safe).
+    pub id: String,
+    /// The tool.
+    pub tool: String,
+    /// The arguments exactly as asked (handles still opaque, the scope filled in).
+    pub arguments: Value,
+    /// Why a human is needed (the policy's words).
+    pub reason: String,
+    /// The phase the call runs in when approved (`commit` for a previewed write).
+    pub phase: CallPhase,
+    /// The principal that asked.
+    pub principal: Principal,
+    /// Its effective grants when it asked.
+    pub grants: Grants,
+    /// Its effective projection when it asked.
+    pub projection: SurfaceProjection,
+    /// Its scopes when it asked.
+    pub scopes: ScopeSet,
+    /// When it was filed.
+    pub created_at: SystemTime,
+    /// When it stops being approvable.
+    pub expires_at: SystemTime,
+    /// Where it stands.
+    pub status: TicketStatus,
+    /// Who approved or denied it.
+    pub decided_by: Option<String>,
+    /// When.
+    pub decided_at: Option<SystemTime>,
+    /// The denier's note.
+    pub note: Option<String>,
+    /// What the approved call produced.
+    pub outcome: Option<TicketOutcome>,
+}
+
+impl ConfirmTicket {
+    /// The status as of `now`: a pending ticket past its expiry reads as expired.
+    pub fn status_at(&self, now: SystemTime) -> TicketStatus {
+        if self.status == TicketStatus::Pending && now >= self.expires_at {
+            TicketStatus::Expired
+        } else {
+            self.status
+        }
+    }
+
+    /// The caller the approved call runs as: the same principal, grants, projection, scopes.
+    pub fn caller(&self) -> Caller {
+        Caller::new(self.principal.clone())
+            .narrowed(&self.grants, self.projection)
+            .with_scopes(self.scopes.clone())
+    }
+}
+
+/// A ticket store failure.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("ticket store: {0}")]
+pub struct StoreError(pub String);
+
+/// Where tickets are kept. Implementations must make [`TicketStore::replace_if`] atomic: it is
+/// what guarantees a ticket is decided, and its call run, at most once. Calls are short and
+/// synchronous (an in-memory map, one SQLite statement).
+pub trait TicketStore: Send + Sync {
+    /// Files a new ticket.
+    fn insert(&self, ticket: &ConfirmTicket) -> Result<(), StoreError>;
+    /// One ticket.
+    fn get(&self, id: &str) -> Result<Option<ConfirmTicket>, StoreError>;
+    /// Every ticket, oldest first.
+    fn list(&self) -> Result<Vec<ConfirmTicket>, StoreError>;
+    /// Replaces the ticket `next.id` with `next` if its stored status is `expected`. Returns
+    /// whether it did.
+    fn replace_if(&self, expected: TicketStatus, next: &ConfirmTicket) -> Result<bool, StoreError>;
+}
+
+/// Tickets in memory; they end with the process.
+#[derive(Debug, Default)]
+pub struct MemoryTicketStore {
+    tickets: Mutex<HashMap<String, ConfirmTicket>>,
+}
+
+impl MemoryTicketStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ConfirmTicket>> {
+        // Each operation is one map access, so a poisoned map is still consistent.
+        self.tickets
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl TicketStore for MemoryTicketStore {
+    fn insert(&self, ticket: &ConfirmTicket) -> Result<(), StoreError> {
+        let mut map = self.lock();
+        if map.contains_key(&ticket.id) {
+            return Err(StoreError(format!("ticket {} already exists", ticket.id)));
+        }
+        map.insert(ticket.id.clone(), ticket.clone());
+        Ok(())
+    }
+
+    fn get(&self, id: &str) -> Result<Option<ConfirmTicket>, StoreError> {
+        Ok(self.lock().get(id).cloned())
+    }
+
+    fn list(&self) -> Result<Vec<ConfirmTicket>, StoreError> {
+        let mut v: Vec<ConfirmTicket> = self.lock().values().cloned().collect();
+        v.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        Ok(v)
+    }
+
+    fn replace_if(&self, expected: TicketStatus, next: &ConfirmTicket) -> Result<bool, StoreError> {
+        let mut map = self.lock();
+        match map.get_mut(&next.id) {
+            Some(t) if t.status == expected => {
+                *t = next.clone();
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
+/// Why a ticket operation was refused. Each maps to a stable [`ErrorCode`].
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum TicketError {
+    /// No such ticket, or not one this caller may see.
+    #[error("There is no ticket `{ticket}`.")]
+    Unknown {
+        /// The ticket id asked for.
+        ticket: String,
+    },
+    /// Not decided yet.
+    #[error("Ticket `{ticket}` is still waiting for a person's decision. Ask again later.")]
+    Pending {
+        /// The ticket.
+        ticket: String,
+    },
+    /// A human denied it; the call never ran.
+    #[error("Ticket `{ticket}` was denied; the call did not run.{}", note.as_ref().map(|n| format!(" Note: {n}")).unwrap_or_default())]
+    Denied {
+        /// The ticket.
+        ticket: String,
+        /// The denier's note.
+        note: Option<String>,
+    },
+    /// It expired undecided; the call never ran.
+    #[error("Ticket `{ticket}` expired before anyone approved it; the call did not run.")]
+    Expired {
+        /// The ticket.
+        ticket: String,
+    },
+    /// It was already decided; nothing runs twice.
+    #[error("Ticket `{ticket}` was already decided ({}).", status.as_str())]
+    AlreadyDecided {
+        /// The ticket.
+        ticket: String,
+        /// Its status.
+        status: TicketStatus,
+    },
+    /// This principal may not decide it.
+    #[error("You may not decide ticket `{ticket}`.")]
+    Forbidden {
+        /// The ticket.
+        ticket: String,
+    },
+    /// The store failed.
+    #[error("The ticket store failed: {message}")]
+    Store {
+        /// What failed.
+        message: String,
+    },
+    /// The approved call was refused by the gate or failed.
+    #[error("{message}")]
+    CallFailed {
+        /// The ticket.
+        ticket: String,
+        /// The call's code.
+        code: ErrorCode,
+        /// The call's sentence.
+        message: String,
+        /// The call's details.
+        details: Value,
+    },
+}
+
+impl From<StoreError> for TicketError {
+    fn from(e: StoreError) -> Self {
+        TicketError::Store { message: e.0 }
+    }
+}
+
+impl TicketError {
+    /// The stable code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            TicketError::Unknown { .. } => ErrorCode::TicketUnknown,
+            TicketError::Pending { .. } => ErrorCode::TicketPending,
+            TicketError::Denied { .. } => ErrorCode::TicketDenied,
+            TicketError::Expired { .. } => ErrorCode::TicketExpired,
+            TicketError::AlreadyDecided { .. } => ErrorCode::TicketAlreadyDecided,
+            TicketError::Forbidden { .. } => ErrorCode::TicketForbidden,
+            TicketError::Store { .. } => ErrorCode::TicketStoreFailed,
+            TicketError::CallFailed { code, .. } => *code,
+        }
+    }
+
+    /// Machine-readable details: `code`, `message`, `retryable`, and `ticket` (plus `status`,
+    /// `note`, or the failed call's details where present).
+    pub fn details(&self) -> Value {
+        if let TicketError::CallFailed {
+            ticket, details, ..
+        } = self
+        {
+            let mut d = details.clone();
+            if let Some(o) = d.as_object_mut() {
+                o.insert("ticket".into(), Value::String(ticket.clone()));
+            }
+            return d;
+        }
+        let code = self.code();
+        let mut v = json!({
+            "code": code.as_str(),
+            "message": self.to_string(),
+            "retryable": code.is_retryable(),
+        });
+        let obj = v.as_object_mut().expect("json! object literal");
+        match self {
+            TicketError::Unknown { ticket }
+            | TicketError::Pending { ticket }
+            | TicketError::Expired { ticket }
+            | TicketError::Forbidden { ticket } => {
+                obj.insert("ticket".into(), Value::String(ticket.clone()));
+            }
+            TicketError::Denied { ticket, note } => {
+                obj.insert("ticket".into(), Value::String(ticket.clone()));
+                if let Some(n) = note {
+                    obj.insert("note".into(), Value::String(n.clone()));
+                }
+            }
+            TicketError::AlreadyDecided { ticket, status } => {
+                obj.insert("ticket".into(), Value::String(ticket.clone()));
+                obj.insert("status".into(), Value::String(status.as_str().into()));
+            }
+            _ => {}
+        }
+        v
+    }
+
+    /// The model-visible result: error flag, sentence, details.
+    pub fn to_output(&self) -> ToolOutput {
+        ToolOutput::error_with(self.to_string(), self.details())
+    }
+}
+
+/// A fresh random ticket id.
+pub(crate) fn new_ticket_id() -> Result<String, StoreError> {
+    let mut raw = [0u8; 16];
+    getrandom::fill(&mut raw).map_err(|e| StoreError(format!("no randomness: {e}")))?;
+    Ok(format!("tk_{}", URL_SAFE_NO_PAD.encode(raw)))
+}
+
+/// The app's window on tickets: list, approve, deny, fetch results. Get one from
+/// [`ToolRegistry::tickets`]; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct TicketDesk {
+    registry: ToolRegistry,
+}
+
+impl TicketDesk {
+    pub(crate) fn new(registry: ToolRegistry) -> Self {
+        Self { registry }
+    }
+
+    fn store(&self) -> Arc<dyn TicketStore> {
+        self.registry.ticket_store()
+    }
+
+    /// Every ticket, oldest first; pending tickets past their expiry read as expired.
+    pub fn list(&self) -> Result<Vec<ConfirmTicket>, TicketError> {
+        let now = SystemTime::now();
+        let mut v = self.store().list()?;
+        for t in &mut v {
+            t.status = t.status_at(now);
+        }
+        Ok(v)
+    }
+
+    /// The tickets still waiting for a decision.
+    pub fn pending(&self) -> Result<Vec<ConfirmTicket>, TicketError> {
+        Ok(self
+            .list()?
+            .into_iter()
+            .filter(|t| t.status == TicketStatus::Pending)
+            .collect())
+    }
+
+    /// One ticket (expiry applied as in [`TicketDesk::list`]).
+    pub fn get(&self, id: &str) -> Result<ConfirmTicket, TicketError> {
+        let mut t = self
+            .store()
+            .get(id)?
+            .ok_or_else(|| TicketError::Unknown { ticket: id.into() })?;
+        t.status = t.status_at(SystemTime::now());
+        Ok(t)
+    }
+
+    fn check_decider(&self, t: &ConfirmTicket, decider: &Principal) -> Result<(), TicketError> {
+        let cfg = self.registry.confirm_config();
+        let may = decider.grants.contains(&cfg.approver_grant)
+            && (cfg.allow_self_approval || decider.id != t.principal.id);
+        if may {
+            Ok(())
+        } else {
+            tracing::warn!(ticket = %t.id, decider = %decider.id, "ticket decision refused: no right");
+            Err(TicketError::Forbidden {
+                ticket: t.id.clone(),
+            })
+        }
+    }
+
+    /// Loads a ticket a decider may act on now: exists, the decider has the right, still
+    /// pending and not expired (an expired one is marked so).
+    fn decidable(&self, id: &str, decider: &Principal) -> Result<ConfirmTicket, TicketError> {
+        let store = self.store();
+        let t = store
+            .get(id)?
+            .ok_or_else(|| TicketError::Unknown { ticket: id.into() })?;
+        self.check_decider(&t, decider)?;
+        match t.status_at(SystemTime::now()) {
+            TicketStatus::Pending => Ok(t),
+            TicketStatus::Expired => {
+                if t.status == TicketStatus::Pending {
+                    let mut expired = t.clone();
+                    expired.status = TicketStatus::Expired;
+                    store.replace_if(TicketStatus::Pending, &expired)?;
+                }
+                Err(TicketError::Expired { ticket: t.id })
+            }
+            status => Err(TicketError::AlreadyDecided {
+                ticket: t.id,
+                status,
+            }),
+        }
+    }
+
+    /// Approves a pending ticket and runs its call, exactly as asked, through the gate. Returns
+    /// what the call produced (also kept on the ticket). Refused with `ticket_unknown`,
+    /// `ticket_forbidden` (the approver lacks the approver grant, or asked itself),
+    /// `ticket_expired` or `ticket_already_decided`.
+    pub async fn approve(
+        &self,
+        id: &str,
+        approver: &Principal,
+    ) -> Result<TicketOutcome, TicketError> {
+        let store = self.store();
+        let t = self.decidable(id, approver)?;
+        let mut running = t.clone();
+        running.status = TicketStatus::Running;
+        running.decided_by = Some(approver.id.clone());
+        running.decided_at = Some(SystemTime::now());
+        if !store.replace_if(TicketStatus::Pending, &running)? {
+            // Someone decided it between our read and our write.
+            let status = store.get(id)?.map_or(TicketStatus::Expired, |t| t.status);
+            return Err(TicketError::AlreadyDecided {
+                ticket: id.into(),
+                status,
+            });
+        }
+        tracing::info!(ticket = %id, approver = %approver.id, tool = %t.tool, "ticket approved");
+        let result = self.registry.run_approved(&running, &approver.id).await;
+        let outcome = TicketOutcome::from_result(result);
+        let mut done = running;
+        done.status = match outcome {
+            TicketOutcome::Output(_) => TicketStatus::Done,
+            TicketOutcome::Error { .. } => TicketStatus::Failed,
+        };
+        done.outcome = Some(outcome.clone());
+        if !store.replace_if(TicketStatus::Running, &done)? {
+            tracing::error!(ticket = %id, "ticket changed while its call ran; result not stored");
+        }
+        Ok(outcome)
+    }
+
+    /// Denies a pending ticket; its call never runs. Refused like [`TicketDesk::approve`].
+    pub fn deny(
+        &self,
+        id: &str,
+        denier: &Principal,
+        note: Option<&str>,
+    ) -> Result<(), TicketError> {
+        let store = self.store();
+        let t = self.decidable(id, denier)?;
+        let mut denied = t;
+        denied.status = TicketStatus::Denied;
+        denied.decided_by = Some(denier.id.clone());
+        denied.decided_at = Some(SystemTime::now());
+        denied.note = note.map(str::to_string);
+        if !store.replace_if(TicketStatus::Pending, &denied)? {
+            let status = store.get(id)?.map_or(TicketStatus::Expired, |t| t.status);
+            return Err(TicketError::AlreadyDecided {
+                ticket: id.into(),
+                status,
+            });
+        }
+        tracing::info!(ticket = %id, denier = %denier.id, "ticket denied");
+        Ok(())
+    }
+
+    /// The result of a ticket's call, for the principal that asked (anyone else is told the
+    /// ticket is unknown). `ticket_pending` while undecided or running, `ticket_denied`,
+    /// `ticket_expired`, the call's own error code if it was refused or failed, or its output.
+    pub fn result(&self, id: &str, caller: &Caller) -> Result<ToolOutput, TicketError> {
+        let t = self
+            .store()
+            .get(id)?
+            .filter(|t| t.principal.id == caller.principal().id)
+            .ok_or_else(|| TicketError::Unknown { ticket: id.into() })?;
+        match (t.status_at(SystemTime::now()), t.outcome) {
+            (TicketStatus::Pending | TicketStatus::Running, _) => {
+                Err(TicketError::Pending { ticket: t.id })
+            }
+            (TicketStatus::Denied, _) => Err(TicketError::Denied {
+                ticket: t.id,
+                note: t.note,
+            }),
+            (TicketStatus::Expired, _) => Err(TicketError::Expired { ticket: t.id }),
+            (_, Some(TicketOutcome::Output(out))) => Ok(out),
+            (
+                _,
+                Some(TicketOutcome::Error {
+                    code,
+                    message,
+                    details,
+                }),
+            ) => Err(TicketError::CallFailed {
+                ticket: t.id,
+                code,
+                message,
+                details,
+            }),
+            (status, None) => Err(TicketError::Store {
+                message: format!("ticket {} is {} but has no outcome", t.id, status.as_str()),
+            }),
+        }
+    }
+}
+
+/// A tool result as JSON, in the MCP `CallToolResult` shape (bytes as base64).
+pub fn output_to_json(out: &ToolOutput) -> Value {
+    let content: Vec<Value> = out.content.iter().map(content_to_json).collect();
+    let mut v = json!({"content": content, "isError": out.is_error});
+    if let Some(s) = &out.structured {
+        v["structuredContent"] = s.clone();
+    }
+    v
+}
+
+fn content_to_json(c: &Content) -> Value {
+    match c {
+        Content::Text(t) => json!({"type": "text", "text": t}),
+        Content::Image { data, mime_type } => {
+            json!({"type": "image", "data": STANDARD.encode(data), "mimeType": mime_type})
+        }
+        Content::Audio { data, mime_type } => {
+            json!({"type": "audio", "data": STANDARD.encode(data), "mimeType": mime_type})
+        }
+        Content::ResourceLink {
+            uri,
+            name,
+            description,
+            mime_type,
+        } => json!({"type": "resource_link", "uri": uri, "name": name,
+                    "description": description, "mimeType": mime_type}),
+        Content::Resource(r) => {
+            let mut res = json!({"uri": r.uri, "mimeType": r.mime_type});
+            match &r.body {
+                ResourceBody::Text(t) => res["text"] = Value::String(t.clone()),
+                ResourceBody::Blob(b) => res["blob"] = Value::String(STANDARD.encode(b)),
+            }
+            json!({"type": "resource", "resource": res})
+        }
+    }
+}
+
+fn str_field(v: &Value, k: &str) -> Result<String, String> {
+    v.get(k)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| format!("content block lacks `{k}`"))
+}
+
+fn opt_str(v: &Value, k: &str) -> Option<String> {
+    v.get(k).and_then(Value::as_str).map(str::to_string)
+}
+
+fn bytes_field(v: &Value, k: &str) -> Result<Vec<u8>, String> {
+    STANDARD
+        .decode(str_field(v, k)?)
+        .map_err(|e| format!("`{k}` is not base64: {e}"))
+}
+
+/// The inverse of [`output_to_json`].
+pub fn output_from_json(v: &Value) -> Result<ToolOutput, String> {
+    let blocks = v
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or("result lacks `content`")?;
+    let mut content = Vec::with_capacity(blocks.len());
+    for b in blocks {
+        content.push(match b.get("type").and_then(Value::as_str) {
+            Some("text") => Content::Text(str_field(b, "text")?),
+            Some("image") => Content::Image {
+                data: bytes_field(b, "data")?,
+                mime_type: str_field(b, "mimeType")?,
+            },
+            Some("audio") => Content::Audio {
+                data: bytes_field(b, "data")?,
+                mime_type: str_field(b, "mimeType")?,
+            },
+            Some("resource_link") => Content::ResourceLink {
+                uri: str_field(b, "uri")?,
+                name: str_field(b, "name")?,
+                description: opt_str(b, "description"),
+                mime_type: opt_str(b, "mimeType"),
+            },
+            Some("resource") => {
+                let r = b.get("resource").ok_or("resource block lacks `resource`")?;
+                let body = match (r.get("text"), r.get("blob")) {
+                    (Some(Value::String(t)), _) => ResourceBody::Text(t.clone()),
+                    (_, Some(_)) => ResourceBody::Blob(bytes_field(r, "blob")?),
+                    _ => return Err("resource has neither text nor blob".into()),
+                };
+                Content::Resource(ResourceContents {
+                    uri: str_field(r, "uri")?,
+                    mime_type: opt_str(r, "mimeType"),
+                    body,
+                })
+            }
+            other => return Err(format!("unknown content type {other:?}")),
+        });
+    }
+    Ok(ToolOutput {
+        content,
+        structured: v.get("structuredContent").cloned(),
+        is_error: v.get("isError").and_then(Value::as_bool).unwrap_or(false),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outputs_round_trip_through_json() {
+        let out = ToolOutput {
+            content: vec![
+                Content::text("hi"),
+                Content::Image {
+                    data: vec![1, 2, 255],
+                    mime_type: "image/png".into(),
+                },
+                Content::Audio {
+                    data: vec![0],
+                    mime_type: "audio/wav".into(),
+                },
+                Content::ResourceLink {
+                    uri: "app://x".into(),
+                    name: "x".into(),
+                    description: None,
+                    mime_type: Some("text/plain".into()),
+                },
+                Content::Resource(ResourceContents::blob("app://b", None, vec![9, 8])),
+                Content::Resource(ResourceContents::text("app://t", Some("text/plain"), "t")),
+            ],
+            structured: Some(json!({"n": 1})),
+            is_error: true,
+        };
+        assert_eq!(output_from_json(&output_to_json(&out)).unwrap(), out);
+        assert!(output_from_json(&json!({"content": [{"type": "video"}]})).is_err());
+        assert!(
+            output_from_json(
+                &json!({"content": [{"type": "image", "data": "!!", "mimeType": "x"}]})
+            )
+            .is_err()
+        );
+        assert!(output_from_json(&json!({})).is_err());
+    }
+
+    #[test]
+    fn outcomes_round_trip() {
+        for o in [
+            TicketOutcome::Output(ToolOutput::text("ok")),
+            TicketOutcome::Error {
+                code: ErrorCode::CapabilityRequired,
+                message: "m".into(),
+                details: json!({"code": "capability_required"}),
+            },
+        ] {
+            let v = serde_json::to_value(&o).unwrap();
+            assert_eq!(serde_json::from_value::<TicketOutcome>(v).unwrap(), o);
+        }
+        assert!(
+            serde_json::from_value::<TicketOutcome>(json!({"error": {"code": "nope"}})).is_err()
+        );
+    }
+}

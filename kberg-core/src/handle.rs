@@ -1,0 +1,554 @@
+//! Handles: opaque, wire-safe ids for the app's entities.
+//!
+//! A model should never see an app's row keys or content hashes: they leak structure, invite
+//! guessing (`note 41` exists, so try `note 42`), and outlive the caller's right to them. An app
+//! hands out handles instead. A [`HandleCodec`] mints one per (principal, kind, internal id,
+//! optional expiry) with the app's secret key and resolves it back. The MCP 2026-07-28 revision
+//! removed sessions and tells servers to keep cross-call state in server-minted handles passed
+//! as ordinary tool arguments; these are such handles.
+//!
+//! The construction is deterministic authenticated encryption built from HMAC-SHA256 alone
+//! (the SIV pattern): a 128-bit tag is an HMAC over the app id, principal, kind, expiry and
+//! internal id; the internal id is encrypted with an HMAC-based keystream keyed by a second,
+//! derived key and seeded by that tag. So a handle reveals nothing of the internal id, any
+//! change to it (or use by another principal, for another kind, or against another app's key)
+//! fails the tag check, and the same entity shown twice to the same principal gets the same
+//! handle. The wire form is `h1.` followed by base64url (no padding): expiry (8 bytes, seconds
+//! since the epoch, 0 for none), tag (16 bytes), ciphertext.
+//!
+//! Tools declare a handle-typed argument with [`Handle<K>`]: its JSON Schema is a string marked
+//! `x-kberg-handle: <kind>`, and the gate resolves every such argument (nested, in arrays, or
+//! optional) against the caller before the tool runs, refusing a bad one with `handle_invalid`
+//! or `handle_expired` and a pointer to it. The tool receives the internal id.
+
+use std::borrow::Cow;
+use std::marker::PhantomData;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+use sha2::Sha256;
+
+type HmacSha256 = Hmac<Sha256>;
+
+const PREFIX: &str = "h1.";
+const TAG_LEN: usize = 16;
+const HEADER_LEN: usize = 8 + TAG_LEN;
+/// The longest internal id a handle carries, in bytes.
+pub const MAX_INTERNAL_ID_LEN: usize = 1024;
+/// Longest handle text accepted; anything longer is refused without decoding.
+const MAX_HANDLE_LEN: usize = PREFIX.len() + (HEADER_LEN + MAX_INTERNAL_ID_LEN).div_ceil(3) * 4;
+/// The JSON Schema keyword that marks a string argument as a handle of a kind.
+pub const HANDLE_SCHEMA_KEYWORD: &str = "x-kberg-handle";
+
+/// Why a handle did not resolve, or could not be minted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandleError {
+    /// Not a handle this codec minted for this principal and kind (forged, altered, another
+    /// app's, another principal's, another kind's, or not a handle at all).
+    #[error("not a valid handle")]
+    Invalid,
+    /// A genuine handle whose expiry has passed.
+    #[error("the handle has expired")]
+    Expired,
+    /// The internal id is longer than [`MAX_INTERNAL_ID_LEN`].
+    #[error("internal id is longer than {MAX_INTERNAL_ID_LEN} bytes")]
+    IdTooLong,
+    /// The secret key is shorter than [`HandleCodec::MIN_SECRET_LEN`].
+    #[error(
+        "a handle secret must be at least {} bytes",
+        HandleCodec::MIN_SECRET_LEN
+    )]
+    WeakSecret,
+    /// No handle codec is configured on the registry.
+    #[error("this app has not configured handles")]
+    NoCodec,
+    /// The system's random source failed while generating a key.
+    #[error("no randomness available: {0}")]
+    Random(String),
+}
+
+/// Mints and resolves handles for one app with its secret key. Cheap to share behind an `Arc`;
+/// its `Debug` output never shows the key.
+#[derive(Clone)]
+pub struct HandleCodec {
+    app: String,
+    mac_key: [u8; 32],
+    enc_key: [u8; 32],
+}
+
+impl std::fmt::Debug for HandleCodec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandleCodec")
+            .field("app", &self.app)
+            .finish_non_exhaustive()
+    }
+}
+
+fn derive(secret: &[u8], label: &[u8]) -> [u8; 32] {
+    let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC accepts keys of any length");
+    mac.update(label);
+    mac.finalize().into_bytes().into()
+}
+
+fn put_field(mac: &mut HmacSha256, field: &[u8]) {
+    mac.update(&(field.len() as u64).to_be_bytes());
+    mac.update(field);
+}
+
+fn unix_secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl HandleCodec {
+    /// The shortest secret accepted, in bytes.
+    pub const MIN_SECRET_LEN: usize = 32;
+
+    /// A codec for `app_id` keyed by `secret` (at least [`Self::MIN_SECRET_LEN`] random bytes,
+    /// kept by the app; handles stay valid across restarts as long as the secret does).
+    pub fn new(app_id: impl Into<String>, secret: &[u8]) -> Result<Self, HandleError> {
+        if secret.len() < Self::MIN_SECRET_LEN {
+            return Err(HandleError::WeakSecret);
+        }
+        Ok(Self {
+            app: app_id.into(),
+            mac_key: derive(secret, b"kberg handle v1 mac"),
+            enc_key: derive(secret, b"kberg handle v1 enc"),
+        })
+    }
+
+    /// A codec with a fresh random secret: its handles die with the process.
+    pub fn generate(app_id: impl Into<String>) -> Result<Self, HandleError> {
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret).map_err(|e| HandleError::Random(e.to_string()))?;
+        Self::new(app_id, &secret)
+    }
+
+    /// The app id handles are bound to.
+    pub fn app_id(&self) -> &str {
+        &self.app
+    }
+
+    fn tag(&self, principal: &str, kind: &str, expiry: u64, id: &[u8]) -> [u8; TAG_LEN] {
+        let mut mac =
+            HmacSha256::new_from_slice(&self.mac_key).expect("HMAC accepts keys of any length");
+        mac.update(b"kberg handle v1");
+        put_field(&mut mac, self.app.as_bytes());
+        put_field(&mut mac, principal.as_bytes());
+        put_field(&mut mac, kind.as_bytes());
+        mac.update(&expiry.to_be_bytes());
+        put_field(&mut mac, id);
+        let full = mac.finalize().into_bytes();
+        let mut tag = [0u8; TAG_LEN];
+        tag.copy_from_slice(&full[..TAG_LEN]);
+        tag
+    }
+
+    fn keystream_xor(&self, tag: &[u8; TAG_LEN], data: &mut [u8]) {
+        for (block, chunk) in data.chunks_mut(32).enumerate() {
+            let mut mac =
+                HmacSha256::new_from_slice(&self.enc_key).expect("HMAC accepts keys of any length");
+            mac.update(tag);
+            mac.update(&(block as u32).to_be_bytes());
+            let ks = mac.finalize().into_bytes();
+            for (b, k) in chunk.iter_mut().zip(ks.iter()) {
+                *b ^= k;
+            }
+        }
+    }
+
+    /// Mints the handle of `internal_id` (an entity of `kind`) for `principal`. With
+    /// `expires_at`, the handle resolves until that moment (second precision) and then answers
+    /// [`HandleError::Expired`].
+    pub fn mint(
+        &self,
+        principal: &str,
+        kind: &str,
+        internal_id: &str,
+        expires_at: Option<SystemTime>,
+    ) -> Result<String, HandleError> {
+        let id = internal_id.as_bytes();
+        if id.len() > MAX_INTERNAL_ID_LEN {
+            return Err(HandleError::IdTooLong);
+        }
+        // 0 means "never"; an expiry at the epoch itself is pushed to 1 (already expired).
+        let expiry = expires_at.map_or(0, |t| unix_secs(t).max(1));
+        let tag = self.tag(principal, kind, expiry, id);
+        let mut bytes = Vec::with_capacity(HEADER_LEN + id.len());
+        bytes.extend_from_slice(&expiry.to_be_bytes());
+        bytes.extend_from_slice(&tag);
+        let start = bytes.len();
+        bytes.extend_from_slice(id);
+        self.keystream_xor(&tag, &mut bytes[start..]);
+        let mut s = String::from(PREFIX);
+        URL_SAFE_NO_PAD.encode_string(&bytes, &mut s);
+        Ok(s)
+    }
+
+    /// Mints a handle that expires `ttl` from now.
+    pub fn mint_for(
+        &self,
+        principal: &str,
+        kind: &str,
+        internal_id: &str,
+        ttl: Duration,
+    ) -> Result<String, HandleError> {
+        self.mint(principal, kind, internal_id, Some(SystemTime::now() + ttl))
+    }
+
+    /// Resolves `handle` to the internal id, if this codec minted it for `principal` and
+    /// `kind` and it has not expired.
+    pub fn resolve(
+        &self,
+        principal: &str,
+        kind: &str,
+        handle: &str,
+    ) -> Result<String, HandleError> {
+        self.resolve_at(principal, kind, handle, SystemTime::now())
+    }
+
+    /// [`HandleCodec::resolve`] as of `now`.
+    pub fn resolve_at(
+        &self,
+        principal: &str,
+        kind: &str,
+        handle: &str,
+        now: SystemTime,
+    ) -> Result<String, HandleError> {
+        if handle.len() > MAX_HANDLE_LEN {
+            return Err(HandleError::Invalid);
+        }
+        let body = handle.strip_prefix(PREFIX).ok_or(HandleError::Invalid)?;
+        let mut bytes = URL_SAFE_NO_PAD
+            .decode(body)
+            .map_err(|_| HandleError::Invalid)?;
+        if bytes.len() < HEADER_LEN {
+            return Err(HandleError::Invalid);
+        }
+        let mut expiry_bytes = [0u8; 8];
+        expiry_bytes.copy_from_slice(&bytes[..8]);
+        let expiry = u64::from_be_bytes(expiry_bytes);
+        let mut tag = [0u8; TAG_LEN];
+        tag.copy_from_slice(&bytes[8..HEADER_LEN]);
+        let id = &mut bytes[HEADER_LEN..];
+        self.keystream_xor(&tag, id);
+        // Constant-time comparison of the recomputed tag.
+        let mut mac =
+            HmacSha256::new_from_slice(&self.mac_key).expect("HMAC accepts keys of any length");
+        mac.update(b"kberg handle v1");
+        put_field(&mut mac, self.app.as_bytes());
+        put_field(&mut mac, principal.as_bytes());
+        put_field(&mut mac, kind.as_bytes());
+        mac.update(&expiry.to_be_bytes());
+        put_field(&mut mac, id);
+        mac.verify_truncated_left(&tag)
+            .map_err(|_| HandleError::Invalid)?;
+        // Authenticity first, then expiry: an altered expiry is `Invalid`, never `Expired`.
+        if expiry != 0 && unix_secs(now) >= expiry {
+            return Err(HandleError::Expired);
+        }
+        String::from_utf8(id.to_vec()).map_err(|_| HandleError::Invalid)
+    }
+}
+
+/// A kind of entity handles point at: `note`, `book`, `message`. The kind is part of what a
+/// handle is bound to, so a `note` handle never resolves where a `book` is expected.
+pub trait HandleKind: Send + Sync + 'static {
+    /// The kind's stable name.
+    const KIND: &'static str;
+}
+
+/// A handle-typed tool argument. On the wire and in the schema it is a string (marked with
+/// `x-kberg-handle: <kind>`); by the time the tool sees it, the gate has resolved it, so
+/// [`Handle::id`] is the app's internal id. It deliberately does not implement `Serialize`:
+/// to put a handle into a result, mint one with [`ToolContext::mint_handle`](crate::ToolContext::mint_handle).
+pub struct Handle<K: HandleKind> {
+    id: String,
+    _kind: PhantomData<fn() -> K>,
+}
+
+impl<K: HandleKind> Handle<K> {
+    /// The internal id the handle resolved to.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The internal id, owned.
+    pub fn into_id(self) -> String {
+        self.id
+    }
+}
+
+impl<K: HandleKind> Clone for Handle<K> {
+    fn clone(&self) -> Self {
+        Self {
+            id: self.id.clone(),
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<K: HandleKind> PartialEq for Handle<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl<K: HandleKind> Eq for Handle<K> {}
+
+impl<K: HandleKind> std::fmt::Debug for Handle<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Handle")
+            .field(&K::KIND)
+            .field(&self.id)
+            .finish()
+    }
+}
+
+impl<'de, K: HandleKind> Deserialize<'de> for Handle<K> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Self {
+            id: String::deserialize(d)?,
+            _kind: PhantomData,
+        })
+    }
+}
+
+impl<K: HandleKind> schemars::JsonSchema for Handle<K> {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        format!("Handle_{}", K::KIND).into()
+    }
+
+    fn json_schema(_gen: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": format!(
+                "A `{}` handle exactly as an earlier result gave it (an opaque string).",
+                K::KIND
+            ),
+            HANDLE_SCHEMA_KEYWORD: K::KIND,
+        })
+    }
+}
+
+/// One step from the arguments' root towards a handle argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Step {
+    Key(String),
+    Items,
+}
+
+/// Where in the arguments a handle of `kind` sits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HandleSite {
+    pub(crate) path: Vec<Step>,
+    pub(crate) kind: String,
+}
+
+/// Finds the handle arguments a schema declares (following local `$ref`s, `anyOf`/`oneOf`/
+/// `allOf`, object properties and array items), computed once at registration.
+pub(crate) fn handle_sites(schema: &Value) -> Vec<HandleSite> {
+    let mut out = Vec::new();
+    let mut path = Vec::new();
+    collect(schema, schema, &mut path, &mut out, 0);
+    out.dedup();
+    out
+}
+
+fn collect(
+    schema: &Value,
+    root: &Value,
+    path: &mut Vec<Step>,
+    out: &mut Vec<HandleSite>,
+    depth: u32,
+) {
+    // Recursive types ($ref cycles) stop here; no real argument nests this deep.
+    if depth > 24 {
+        return;
+    }
+    let Some(obj) = schema.as_object() else {
+        return;
+    };
+    if let Some(kind) = obj.get(HANDLE_SCHEMA_KEYWORD).and_then(Value::as_str) {
+        let site = HandleSite {
+            path: path.clone(),
+            kind: kind.to_string(),
+        };
+        if !out.contains(&site) {
+            out.push(site);
+        }
+        return;
+    }
+    if let Some(target) = obj
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix('#'))
+        .and_then(|p| root.pointer(p))
+    {
+        collect(target, root, path, out, depth + 1);
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(subs) = obj.get(key).and_then(Value::as_array) {
+            for sub in subs {
+                collect(sub, root, path, out, depth + 1);
+            }
+        }
+    }
+    if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+        for (k, sub) in props {
+            path.push(Step::Key(k.clone()));
+            collect(sub, root, path, out, depth + 1);
+            path.pop();
+        }
+    }
+    if let Some(items) = obj.get("items").filter(|v| v.is_object()) {
+        path.push(Step::Items);
+        collect(items, root, path, out, depth + 1);
+        path.pop();
+    }
+}
+
+/// Resolves, in place, every handle at `sites` in `args`. On failure, the pointer of the bad
+/// argument and why.
+pub(crate) fn resolve_sites(
+    args: &mut Value,
+    sites: &[HandleSite],
+    codec: &HandleCodec,
+    principal: &str,
+) -> Result<(), (String, HandleError)> {
+    let now = SystemTime::now();
+    for site in sites {
+        let mut pointer = String::new();
+        resolve_walk(
+            args,
+            &site.path,
+            &site.kind,
+            codec,
+            principal,
+            now,
+            &mut pointer,
+        )?;
+    }
+    Ok(())
+}
+
+fn escape_segment(s: &str) -> String {
+    s.replace('~', "~0").replace('/', "~1")
+}
+
+fn resolve_walk(
+    value: &mut Value,
+    path: &[Step],
+    kind: &str,
+    codec: &HandleCodec,
+    principal: &str,
+    now: SystemTime,
+    pointer: &mut String,
+) -> Result<(), (String, HandleError)> {
+    let Some((step, rest)) = path.split_first() else {
+        if let Value::String(h) = value {
+            let id = codec
+                .resolve_at(principal, kind, h, now)
+                .map_err(|e| (pointer.clone(), e))?;
+            *value = Value::String(id);
+        }
+        // Null (an absent optional) or another type: validation already judged it.
+        return Ok(());
+    };
+    let len = pointer.len();
+    match (step, value) {
+        (Step::Key(k), Value::Object(map)) => {
+            if let Some(v) = map.get_mut(k.as_str()) {
+                pointer.push('/');
+                pointer.push_str(&escape_segment(k));
+                resolve_walk(v, rest, kind, codec, principal, now, pointer)?;
+                pointer.truncate(len);
+            }
+        }
+        (Step::Items, Value::Array(items)) => {
+            for (i, v) in items.iter_mut().enumerate() {
+                pointer.push('/');
+                pointer.push_str(&i.to_string());
+                resolve_walk(v, rest, kind, codec, principal, now, pointer)?;
+                pointer.truncate(len);
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codec() -> HandleCodec {
+        HandleCodec::new("notes-app", &[7u8; 32]).unwrap()
+    }
+
+    #[test]
+    fn round_trip_and_determinism() {
+        let c = codec();
+        let h = c.mint("ann", "note", "row:42", None).unwrap();
+        assert!(h.starts_with("h1."));
+        assert!(!h.contains("42"));
+        assert!(
+            h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        );
+        assert_eq!(c.resolve("ann", "note", &h).unwrap(), "row:42");
+        assert_eq!(h, c.mint("ann", "note", "row:42", None).unwrap());
+        assert_ne!(h, c.mint("bob", "note", "row:42", None).unwrap());
+        // Long ids span several keystream blocks.
+        let long = "x".repeat(MAX_INTERNAL_ID_LEN);
+        let hl = c.mint("ann", "note", &long, None).unwrap();
+        assert_eq!(c.resolve("ann", "note", &hl).unwrap(), long);
+        assert_eq!(
+            c.mint("ann", "note", &format!("{long}y"), None),
+            Err(HandleError::IdTooLong)
+        );
+    }
+
+    #[test]
+    fn weak_secret_is_refused() {
+        assert_eq!(
+            HandleCodec::new("a", &[1u8; 31]).unwrap_err(),
+            HandleError::WeakSecret
+        );
+        assert!(!format!("{:?}", codec()).contains("7, 7"));
+    }
+
+    #[test]
+    fn sites_follow_refs_options_and_arrays() {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "note": {"type": "string", "x-kberg-handle": "note"},
+                "maybe": {"type": ["string", "null"], "x-kberg-handle": "note"},
+                "many": {"type": "array", "items": {"type": "string", "x-kberg-handle": "book"}},
+                "inner": {"$ref": "#/$defs/Inner"},
+                "opt_inner": {"anyOf": [{"$ref": "#/$defs/Inner"}, {"type": "null"}]}
+            },
+            "$defs": {"Inner": {"type": "object", "properties": {
+                "b": {"type": "string", "x-kberg-handle": "book"}}}}
+        });
+        let sites = handle_sites(&schema);
+        assert_eq!(sites.len(), 5);
+        assert!(sites.contains(&HandleSite {
+            path: vec![Step::Key("many".into()), Step::Items],
+            kind: "book".into()
+        }));
+        assert!(sites.contains(&HandleSite {
+            path: vec![Step::Key("opt_inner".into()), Step::Key("b".into())],
+            kind: "book".into()
+        }));
+    }
+}
