@@ -1,0 +1,233 @@
+//! The gate on the wire, over real HTTP on 127.0.0.1, in both protocol generations: list
+//! projection per principal, calls, refusals with their stable codes, per-field diagnostics,
+//! resources, prompts, completion, and the 2026-07-28 multi-round-trip (`input_required`).
+//!
+//! Requests are written by hand in the shapes of the MCP specification (2025-11-25 Streamable
+//! HTTP with `Mcp-Session-Id`; 2026-07-28 stateless requests with `_meta` and the standard
+//! `Mcp-Method` / `Mcp-Name` headers) so each assertion names exactly what a client sees.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+fn tool_names(reply: &Value) -> Vec<String> {
+    reply["result"]["tools"]
+        .as_array()
+        .expect("tools array")
+        .iter()
+        .map(|t| t["name"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn tools_list_is_the_callers_projection() {
+    let s = start().await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+
+    let full = Raw::new(&s.url, Some(READER));
+    let sid = full.initialize().await;
+    let names = tool_names(&full.post(list.clone(), Some(&sid)).await.reply(1));
+    assert_eq!(names, ["add_note", "ask_name", "count", "echo", "slow"]);
+    assert!(!names.contains(&"drop_database".to_string()), "refusals are never listed");
+
+    let compact = Raw::new(&s.url, Some(COMPACT));
+    let sid = compact.initialize().await;
+    assert_eq!(tool_names(&compact.post(list, Some(&sid)).await.reply(1)), ["echo"]);
+
+    // The same projection without a session (2026-07-28).
+    let r = compact.stateless(2, "tools/list", json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(tool_names(&r.reply(2)), ["echo"]);
+    assert_eq!(r.reply(2)["result"]["resultType"], "complete");
+}
+
+#[tokio::test]
+async fn grants_decide_writes_with_and_without_a_session() {
+    let s = start().await;
+    let args = json!({"title": "t", "priority": 3});
+
+    let reader = Raw::new(&s.url, Some(READER));
+    let sid = reader.initialize().await;
+    let r = reader.call_old(&sid, 5, "add_note", args.clone()).await;
+    assert_eq!(r["result"]["isError"], true);
+    assert_eq!(r["result"]["structuredContent"]["code"], "capability_required");
+    assert_eq!(r["result"]["structuredContent"]["capability"], "notes.write");
+    let text = r["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("notes.write"), "{text}");
+
+    let writer = Raw::new(&s.url, Some(WRITER));
+    let sid = writer.initialize().await;
+    let r = writer.call_old(&sid, 6, "add_note", args.clone()).await;
+    assert_ne!(r["result"]["isError"], true, "{r}");
+    assert_eq!(r["result"]["content"][0]["text"], "created t (p3)");
+
+    // Stateless: the same grants, from the same tokens.
+    let r = reader
+        .stateless(7, "tools/call", json!({"name": "add_note", "arguments": args}))
+        .await;
+    assert_eq!(r.reply(7)["result"]["structuredContent"]["code"], "capability_required");
+    let r = writer
+        .stateless(8, "tools/call", json!({"name": "add_note", "arguments": {"title": "u", "priority": 1}}))
+        .await;
+    assert_eq!(r.reply(8)["result"]["content"][0]["text"], "created u (p1)");
+}
+
+#[tokio::test]
+async fn refusals_and_diagnostics_are_tool_results_with_codes() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(WRITER));
+    let sid = c.initialize().await;
+
+    let r = c
+        .call_old(&sid, 1, "add_note", json!({"title": 7, "priority": 9, "extra": true}))
+        .await;
+    let sc = &r["result"]["structuredContent"];
+    assert_eq!(r["result"]["isError"], true);
+    assert_eq!(sc["code"], "invalid_arguments");
+    assert_eq!(sc["retryable"], true);
+    let pointers: Vec<&str> = sc["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .filter_map(|e| e["pointer"].as_str())
+        .collect();
+    assert!(pointers.contains(&"/title"), "{sc}");
+    assert!(pointers.contains(&"/priority"), "{sc}");
+
+    let r = c.call_old(&sid, 2, "drop_database", json!({})).await;
+    assert_eq!(r["result"]["structuredContent"]["code"], "refused");
+    assert_eq!(r["result"]["structuredContent"]["reason"], "The app never offers this.");
+
+    let compact = Raw::new(&s.url, Some(COMPACT));
+    let csid = compact.initialize().await;
+    let r = compact.call_old(&csid, 3, "count", json!({})).await;
+    assert_eq!(r["result"]["structuredContent"]["code"], "not_in_surface");
+
+    // An unknown tool is a protocol error (-32602) carrying the same details.
+    let r = c.call_old(&sid, 4, "no_such_tool", json!({})).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert_eq!(r["error"]["data"]["code"], "unknown_tool");
+
+    // The session still serves.
+    let r = c.call_old(&sid, 5, "echo", json!({"text": "still here"})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "still here");
+}
+
+#[tokio::test]
+async fn resources_prompts_and_completion() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list"}), Some(&sid))
+        .await
+        .reply(1);
+    let uris: Vec<&str> = r["result"]["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|x| x["uri"].as_str())
+        .collect();
+    assert_eq!(uris, ["notes://1", "notes://2"]);
+
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 2, "method": "resources/templates/list"}), Some(&sid))
+        .await
+        .reply(2);
+    assert_eq!(r["result"]["resourceTemplates"][0]["uriTemplate"], "drafts://{id}");
+
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {"uri": "drafts://42"}}), Some(&sid))
+        .await
+        .reply(3);
+    assert_eq!(r["result"]["contents"][0]["text"], "draft 42");
+
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 4, "method": "resources/read", "params": {"uri": "nowhere://x"}}), Some(&sid))
+        .await
+        .reply(4);
+    assert_eq!(r["error"]["code"], -32002, "{r}");
+
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 5, "method": "prompts/get", "params": {"name": "greet", "arguments": {"name": "bob"}}}), Some(&sid))
+        .await
+        .reply(5);
+    assert_eq!(r["result"]["messages"][0]["content"]["text"], "Say hello to bob");
+
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 6, "method": "prompts/get", "params": {"name": "greet", "arguments": {}}}), Some(&sid))
+        .await
+        .reply(6);
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 7, "method": "completion/complete", "params": {
+            "ref": {"type": "ref/prompt", "name": "greet"},
+            "argument": {"name": "name", "value": "al"}}}), Some(&sid))
+        .await
+        .reply(7);
+    assert_eq!(r["result"]["completion"]["values"], json!(["alice", "albert"]));
+
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 8, "method": "logging/setLevel", "params": {"level": "warning"}}), Some(&sid))
+        .await
+        .reply(8);
+    assert!(r.get("result").is_some(), "{r}");
+
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 9, "method": "ping"}), Some(&sid))
+        .await
+        .reply(9);
+    assert!(r.get("result").is_some(), "{r}");
+
+    // 2026-07-28: not-found resources are invalid params.
+    let r = c.stateless(10, "resources/read", json!({"uri": "nowhere://x"})).await.reply(10);
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+}
+
+#[tokio::test]
+async fn discover_and_input_required_round_trip() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+
+    let r = c.stateless(1, "server/discover", json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let d = r.reply(1);
+    assert!(d["result"]["supportedVersions"].to_string().contains(PROTO_NEW), "{d}");
+    assert_eq!(d["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "kberg-test", "{d}");
+
+    // Round 1: the tool asks; the call answers input_required.
+    let r = c.stateless(2, "tools/call", json!({"name": "ask_name", "arguments": {}})).await;
+    let res = r.reply(2)["result"].clone();
+    assert_eq!(res["resultType"], "input_required", "{res}");
+    let (key, req) = res["inputRequests"]
+        .as_object()
+        .and_then(|o| o.iter().next())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .expect("one input request");
+    assert_eq!(req["method"], "elicitation/create");
+    assert_eq!(req["params"]["message"], "What is your name?");
+    let state = res["requestState"].as_str().expect("request state").to_string();
+
+    // Round 2: the client re-sends with the answer; the tool runs again and finishes.
+    let r = c
+        .stateless(3, "tools/call", json!({
+            "name": "ask_name", "arguments": {},
+            "inputResponses": {key: {"action": "accept", "content": {"name": "Ada"}}},
+            "requestState": state,
+        }))
+        .await;
+    let res = r.reply(3)["result"].clone();
+    assert_eq!(res["content"][0]["text"], "hello Ada", "{res}");
+    assert_eq!(s.probe.ask_runs.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+    // A forged request state is invalid params, and the server keeps serving.
+    let r = c
+        .stateless(4, "tools/call", json!({"name": "ask_name", "arguments": {}, "requestState": "{not json"}))
+        .await;
+    assert_eq!(r.reply(4)["error"]["code"], -32602);
+    let r = c.stateless(5, "tools/call", json!({"name": "echo", "arguments": {"text": "ok"}})).await;
+    assert_eq!(r.reply(5)["result"]["content"][0]["text"], "ok");
+}
