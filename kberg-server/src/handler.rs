@@ -121,6 +121,26 @@ pub(crate) struct KbergHandler {
     session: Arc<SessionState>,
 }
 
+/// Methods this server implements; a request naming one with malformed params is `-32602`.
+const KNOWN_METHODS: [&str; 16] = [
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "subscriptions/listen",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "notifications/initialized",
+];
+
 fn is_stateless(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.protocol_version()
         .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
@@ -603,6 +623,26 @@ impl ServerHandler for KbergHandler {
             "a completion",
             json!({"completion": {"values": values, "total": total, "hasMore": false}}),
         )
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, McpError> {
+        // rmcp parses requests into known shapes first; a known method whose params do not
+        // fit its shape lands here. That is invalid params, not an unknown method.
+        if KNOWN_METHODS.contains(&request.method.as_str()) {
+            return Err(McpError::invalid_params(
+                format!("invalid params for `{}`", request.method),
+                None,
+            ));
+        }
+        Err(McpError::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            format!("method not found: {}", request.method),
+            None,
+        ))
     }
 
     async fn set_level(

@@ -7,9 +7,12 @@
 //!    with `WWW-Authenticate: Bearer`; the principal travels to the handler in the request's
 //!    extensions;
 //! 3. session ownership: a session id created by one principal is unknown (`404`) to others;
-//! 4. limits that need to see the request before rmcp does: body size for session-less POSTs
-//!    (`413`), concurrent sessions on `initialize` (`503`), concurrent listen streams on GET
-//!    SSE and `subscriptions/listen` (`503`).
+//! 4. the body of a JSON POST is read (body size limit: `413`) and checked to be one JSON-RPC
+//!    2.0 message (`400` with `-32700` parse error or `-32600` invalid request, as JSON-RPC
+//!    prescribes);
+//! 5. limits that need to see the request before rmcp does: concurrent sessions on
+//!    `initialize` (`503`), concurrent listen streams on GET SSE and `subscriptions/listen`
+//!    (`503`).
 //!
 //! Everything after that (JSON-RPC framing, SSE, sessions, version negotiation, the 2026-07-28
 //! header and `_meta` validation) is rmcp's `StreamableHttpService`, configured from
@@ -100,10 +103,66 @@ fn hold(resp: Response, permit: StreamPermit) -> Response {
     Response::from_parts(parts, Body::from_stream(stream))
 }
 
+/// The fields of a JSON-RPC message this layer needs; every other field is skipped (but its
+/// syntax is still checked, so a body that passes is well-formed JSON).
 #[derive(Deserialize)]
-struct MethodPeek<'a> {
+struct Peek<'a> {
+    #[serde(borrow, default)]
+    jsonrpc: Option<std::borrow::Cow<'a, str>>,
     #[serde(borrow, default)]
     method: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// A JSON-RPC error reply with a null id, as JSON-RPC 2.0 prescribes when the request's id
+/// could not be read.
+fn jsonrpc_error(code: i64, message: &str) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// Checks that a body is one well-formed JSON-RPC 2.0 message and returns its method (absent
+/// for responses). Malformed JSON is `-32700`; valid JSON that is not a JSON-RPC 2.0 message
+/// (wrong or missing `jsonrpc`, a batch, a scalar) is `-32600`. Both with HTTP 400.
+#[allow(clippy::result_large_err)]
+fn peek(body: &[u8]) -> Result<Option<String>, Response> {
+    let value_kind = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
+    match serde_json::from_slice::<Peek<'_>>(body) {
+        Ok(p) => {
+            if p.jsonrpc.as_deref() != Some("2.0") {
+                return Err(jsonrpc_error(
+                    -32600,
+                    "Invalid Request: `jsonrpc` must be \"2.0\"",
+                ));
+            }
+            Ok(p.method.map(|m| m.into_owned()))
+        }
+        Err(e) if e.is_syntax() || e.is_eof() => Err(jsonrpc_error(
+            -32700,
+            &format!("Parse error: the body is not valid JSON ({e})"),
+        )),
+        Err(_) => Err(jsonrpc_error(
+            -32600,
+            if value_kind == Some(b'[') {
+                "Invalid Request: batches are not supported"
+            } else {
+                "Invalid Request: the body must be one JSON-RPC 2.0 message object"
+            },
+        )),
+    }
+}
+
+/// Whether the request says its body is JSON (rmcp answers other content types with 415).
+fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|e| e.trim().eq_ignore_ascii_case("application/json"))
 }
 
 async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: Next) -> Response {
@@ -165,7 +224,7 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
             }
             resp
         }
-        (Method::POST, None) => {
+        (Method::POST, session) if is_json(req.headers()) => {
             let (parts, body) = req.into_parts();
             let bytes = match axum::body::to_bytes(body, g.max_body).await {
                 Ok(b) => b,
@@ -185,12 +244,13 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
                     };
                 }
             };
-            let method = serde_json::from_slice::<MethodPeek<'_>>(&bytes)
-                .ok()
-                .and_then(|p| p.method.map(|m| m.into_owned()));
+            let method = match peek(&bytes) {
+                Ok(m) => m,
+                Err(reply) => return reply,
+            };
             let req = Request::from_parts(parts, Body::from(bytes));
-            match method.as_deref() {
-                Some("initialize") => {
+            match (method.as_deref(), session) {
+                (Some("initialize"), None) => {
                     let _one_at_a_time = g.initializing.lock().await;
                     let live = g.sessions.sessions.read().await.len();
                     if live >= g.max_sessions {
@@ -221,7 +281,7 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
                     }
                     resp
                 }
-                Some("subscriptions/listen") => {
+                (Some("subscriptions/listen"), _) => {
                     let Some(permit) = g.streams.try_acquire() else {
                         return status(
                             StatusCode::SERVICE_UNAVAILABLE,

@@ -1,0 +1,251 @@
+//! Bad input over raw HTTP: each malformed request gets the answer the MCP Streamable HTTP
+//! specification prescribes (2025-11-25 and 2026-07-28), and the server keeps serving.
+//!
+//! Shapes reproduced: JSON-RPC 2.0 error objects (`-32700` parse error, `-32600` invalid
+//! request, `-32601` method not found, `-32602` invalid params); HTTP `406` for an `Accept`
+//! without both `application/json` and `text/event-stream`, `415` for a non-JSON content type,
+//! `413` for an oversized body, `404` for an unknown session, `400` for a missing session or an
+//! unsupported / contradictory `MCP-Protocol-Version`.
+
+mod common;
+
+use common::*;
+use kberg_server::Limits;
+use serde_json::{Value, json};
+
+async fn still_serves(c: &Raw, sid: &str) {
+    let r = c.call_old(sid, 999, "echo", json!({"text": "alive"})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "alive", "{r}");
+    let r = c.stateless(998, "tools/call", json!({"name": "echo", "arguments": {"text": "alive"}})).await;
+    assert_eq!(r.reply(998)["result"]["content"][0]["text"], "alive", "{}", r.text);
+}
+
+fn error_code(r: &Resp) -> Value {
+    r.messages()
+        .into_iter()
+        .find_map(|m| m.get("error").map(|e| e["code"].clone()))
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_parse_error() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    for body in ["{not json", "", "[1, 2", "\"just a string\""] {
+        let r = c.post_with(body.to_string(), &[]).await;
+        assert_eq!(r.status, 400, "{body:?}: {}", r.text);
+        let r = c
+            .post_with(body.to_string(), &[("mcp-session-id", &sid), ("mcp-protocol-version", PROTO_OLD)])
+            .await;
+        assert_eq!(r.status, 400, "{body:?} in a session: {}", r.text);
+    }
+    let r = c.post_with("{not json".to_string(), &[]).await;
+    assert_eq!(error_code(&r), json!(-32700), "{}", r.text);
+    let r = c.post_with("[{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"ping\"}]".to_string(), &[]).await;
+    assert_eq!(r.status, 400, "batch: {}", r.text);
+    assert_eq!(error_code(&r), json!(-32600), "batch: {}", r.text);
+    still_serves(&c, &sid).await;
+}
+
+#[tokio::test]
+async fn wrong_jsonrpc_version_is_rejected() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let r = c
+        .post(json!({"jsonrpc": "1.0", "id": 1, "method": "tools/list"}), Some(&sid))
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(error_code(&r), json!(-32600), "{}", r.text);
+    let r = c
+        .post(json!({"id": 1, "method": "tools/list"}), Some(&sid))
+        .await;
+    assert_eq!(r.status, 400, "missing jsonrpc: {}", r.text);
+    assert_eq!(error_code(&r), json!(-32600), "{}", r.text);
+    still_serves(&c, &sid).await;
+}
+
+#[tokio::test]
+async fn accept_and_content_type_are_checked() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+    let session = [("mcp-session-id", sid.as_str()), ("mcp-protocol-version", PROTO_OLD)];
+    for accept in ["application/json", "text/event-stream", "text/html", ""] {
+        let mut h = session.to_vec();
+        h.push(("accept", accept));
+        let r = c.post_with(body.clone(), &h).await;
+        assert_eq!(r.status, 406, "accept {accept:?}: {}", r.text);
+    }
+    for ct in ["text/plain", "application/x-www-form-urlencoded", ""] {
+        let mut h = session.to_vec();
+        h.push(("content-type", ct));
+        let r = c.post_with(body.clone(), &h).await;
+        assert_eq!(r.status, 415, "content-type {ct:?}: {}", r.text);
+    }
+    // GET without accepting SSE.
+    let r = read(
+        c.http
+            .get(&c.url)
+            .header("authorization", format!("Bearer {READER}"))
+            .header("accept", "application/json")
+            .header("mcp-session-id", &sid)
+            .send()
+            .await
+            .expect("GET"),
+    )
+    .await;
+    assert_eq!(r.status, 406, "{}", r.text);
+    // Methods other than GET, POST, DELETE.
+    let r = read(
+        c.http
+            .put(&c.url)
+            .header("authorization", format!("Bearer {READER}"))
+            .send()
+            .await
+            .expect("PUT"),
+    )
+    .await;
+    assert_eq!(r.status, 405, "{}", r.text);
+    still_serves(&c, &sid).await;
+}
+
+#[tokio::test]
+async fn oversized_bodies_get_413() {
+    let s = start_with(Limits::default().max_body_bytes(4096)).await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                     "params": {"name": "echo", "arguments": {"text": "x".repeat(10_000)}}});
+    let r = c.post(big.clone(), Some(&sid)).await;
+    assert_eq!(r.status, 413, "in a session: {}", r.text);
+    let r = c.post(big.clone(), None).await;
+    assert_eq!(r.status, 413, "without a session: {}", r.text);
+    let r = c.stateless(1, "tools/call", big["params"].clone()).await;
+    assert_eq!(r.status, 413, "stateless: {}", r.text);
+    // Just under the limit still works.
+    let ok = c.call_old(&sid, 2, "echo", json!({"text": "x".repeat(3000)})).await;
+    assert_eq!(ok["result"]["content"][0]["text"].as_str().map(str::len), Some(3000));
+    still_serves(&c, &sid).await;
+}
+
+#[tokio::test]
+async fn unknown_and_missing_sessions() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let r = c.post(list.clone(), Some("no-such-session")).await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    // A legacy request without a session id (and without 2026-07-28 metadata).
+    let r = c.post(list.clone(), None).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    // DELETE ends the session; it is unknown afterwards.
+    let r = read(
+        c.http
+            .delete(&c.url)
+            .header("authorization", format!("Bearer {READER}"))
+            .header("mcp-session-id", &sid)
+            .header("mcp-protocol-version", PROTO_OLD)
+            .send()
+            .await
+            .expect("DELETE"),
+    )
+    .await;
+    assert!(r.status == 200 || r.status == 202 || r.status == 204, "{} {}", r.status, r.text);
+    let r = c.post(list, Some(&sid)).await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    let sid = c.initialize().await;
+    still_serves(&c, &sid).await;
+}
+
+#[tokio::test]
+async fn unsupported_and_contradictory_protocol_versions() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+
+    // Unsupported header version in a session.
+    let r = c
+        .post_with(list.clone(), &[("mcp-session-id", &sid), ("mcp-protocol-version", "1999-01-01")])
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+
+    // initialize with an unknown version negotiates a supported one (not an error).
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+            "protocolVersion": "1999-01-01", "capabilities": {},
+            "clientInfo": {"name": "old", "version": "0"}}}), None)
+        .await;
+    let v = r.reply(2)["result"]["protocolVersion"].clone();
+    assert!(v.as_str().is_some_and(|v| v >= "2024-11-05"), "{}", r.text);
+
+    // 2026-07-28: _meta names a version the server does not support.
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2099-01-01",
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let r = c
+        .post_with(body.to_string(), &[("mcp-protocol-version", "2099-01-01"), ("mcp-method", "tools/list")])
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+
+    // Header and _meta disagree.
+    let body = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": PROTO_OLD,
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let r = c
+        .post_with(body.to_string(), &[("mcp-protocol-version", PROTO_NEW), ("mcp-method", "tools/list")])
+        .await;
+    assert_eq!(r.status, 400, "header vs _meta: {}", r.text);
+
+    // Mcp-Method header and body disagree.
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": PROTO_NEW,
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let r = c
+        .post_with(body.to_string(), &[("mcp-protocol-version", PROTO_NEW), ("mcp-method", "tools/call")])
+        .await;
+    assert_eq!(r.status, 400, "Mcp-Method vs body: {}", r.text);
+
+    // 2026-07-28 without the required _meta.
+    let body = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": PROTO_NEW}}});
+    let r = c
+        .post_with(body.to_string(), &[("mcp-protocol-version", PROTO_NEW), ("mcp-method", "tools/list")])
+        .await;
+    assert_eq!(error_code(&r), json!(-32602), "missing clientCapabilities: {}", r.text);
+    still_serves(&c, &sid).await;
+}
+
+#[tokio::test]
+async fn unknown_methods_and_invalid_params() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/explode"}), Some(&sid))
+        .await;
+    assert_eq!(error_code(&r), json!(-32601), "{}", r.text);
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": 5}}), Some(&sid))
+        .await;
+    assert_eq!(error_code(&r), json!(-32602), "{}", r.text);
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {}}), Some(&sid))
+        .await;
+    assert_eq!(error_code(&r), json!(-32602), "{}", r.text);
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"cursor": "garbage"}}), Some(&sid))
+        .await;
+    assert_eq!(error_code(&r), json!(-32602), "bad cursor: {}", r.text);
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 5, "method": "prompts/get", "params": {"name": "greet", "arguments": {"name": 7}}}), Some(&sid))
+        .await;
+    assert_eq!(error_code(&r), json!(-32602), "non-string prompt argument: {}", r.text);
+    let r = c.stateless(6, "tools/explode", json!({})).await;
+    assert_eq!(error_code(&r), json!(-32601), "stateless unknown method: {}", r.text);
+    still_serves(&c, &sid).await;
+}
