@@ -1,0 +1,280 @@
+//! The gateway's configuration and its data directory.
+//!
+//! A data directory holds everything Bridle keeps: `bridle.yaml` (this configuration),
+//! `projects/` (one rules document per project), `bridle.db` (the review queue and change log),
+//! `secrets/` (one file per secret, Docker-secrets style) and an optional `templates/` folder.
+//! The configuration names agents and the projects each may use; an agent's bearer token is
+//! never in it, only the name of the secret file that holds it. [`init_data_dir`] lays out a
+//! working directory on first start, so `bridle serve` runs with one command.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use bridle_rules::{RulesDocument, RulesError, check_name};
+use serde::{Deserialize, Serialize};
+
+/// Default address: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+/// The MCP endpoint path.
+pub const MCP_PATH: &str = "/mcp";
+
+/// The configuration file, `<data>/bridle.yaml`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Where `bridle serve` listens. Must be a loopback address.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// The secrets folder, relative to the data directory unless absolute.
+    #[serde(default = "default_secrets")]
+    pub secrets_dir: PathBuf,
+    /// A templates folder (overrides and extra agents), relative to the data directory.
+    #[serde(default = "default_templates")]
+    pub templates_dir: PathBuf,
+    /// The agents that may connect, by name.
+    #[serde(default)]
+    pub agents: BTreeMap<String, AgentConfig>,
+}
+
+fn default_listen() -> String {
+    DEFAULT_LISTEN.to_string()
+}
+fn default_secrets() -> PathBuf {
+    PathBuf::from("secrets")
+}
+fn default_templates() -> PathBuf {
+    PathBuf::from("templates")
+}
+
+/// One agent that may connect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The agent type (`claude`, `codex`, ...): which rendering it gets and which
+    /// `permissions` entry of a project applies to it.
+    #[serde(rename = "type")]
+    pub agent_type: String,
+    /// The name of the file in the secrets folder that holds its bearer token.
+    pub token_secret: String,
+    /// The projects it may use; empty means every project.
+    #[serde(default)]
+    pub projects: Vec<String>,
+}
+
+impl AgentConfig {
+    /// Whether this agent may use a project.
+    pub fn may_use(&self, project: &str) -> bool {
+        self.projects.is_empty() || self.projects.iter().any(|p| p == project)
+    }
+}
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file does not parse.
+    #[error(transparent)]
+    Rules(#[from] RulesError),
+    /// A value is wrong.
+    #[error("{file}: {message}")]
+    Invalid {
+        /// The file.
+        file: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path, source: std::io::Error) -> ConfigError {
+    ConfigError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl GatewayConfig {
+    /// Reads and checks `<data>/bridle.yaml`.
+    pub fn load(data_dir: &Path) -> Result<Self, ConfigError> {
+        let file = data_dir.join("bridle.yaml");
+        let text = std::fs::read_to_string(&file).map_err(|e| io(&file, e))?;
+        let config: GatewayConfig = serde_saphyr::from_str(&text).map_err(|e| {
+            let loc = e
+                .location()
+                .map(|l| format!("line {}, column {}: ", l.line(), l.column()))
+                .unwrap_or_default();
+            ConfigError::Invalid {
+                file: file.clone(),
+                message: format!("{loc}{}", e.without_snippet()),
+            }
+        })?;
+        config.check(&file)?;
+        Ok(config)
+    }
+
+    fn check(&self, file: &Path) -> Result<(), ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            file: file.to_path_buf(),
+            message,
+        };
+        let addr = self.listen_addr().map_err(invalid)?;
+        if !addr.ip().is_loopback() {
+            return Err(invalid(format!(
+                "listen address {addr} is not loopback; Bridle serves on 127.0.0.1 or ::1 only"
+            )));
+        }
+        for (name, agent) in &self.agents {
+            check_name("agent", name).map_err(|e| invalid(e.to_string()))?;
+            check_name("secret", &agent.token_secret).map_err(|e| invalid(e.to_string()))?;
+            for p in &agent.projects {
+                check_name("project", p).map_err(|e| invalid(e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The listen address, parsed.
+    pub fn listen_addr(&self) -> Result<SocketAddr, String> {
+        self.listen
+            .parse()
+            .map_err(|e| format!("listen address `{}`: {e}", self.listen))
+    }
+
+    /// The secrets folder.
+    pub fn secrets_path(&self, data_dir: &Path) -> PathBuf {
+        data_dir.join(&self.secrets_dir)
+    }
+
+    /// The templates folder.
+    pub fn templates_path(&self, data_dir: &Path) -> PathBuf {
+        data_dir.join(&self.templates_dir)
+    }
+}
+
+/// Reads one secret: the file's content with surrounding whitespace removed. An empty secret
+/// is an error (it would match an empty credential).
+pub fn read_secret(secrets_dir: &Path, name: &str) -> Result<String, ConfigError> {
+    check_name("secret", name).map_err(ConfigError::Rules)?;
+    let path = secrets_dir.join(name);
+    let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
+    let secret = text.trim().to_string();
+    if secret.is_empty() {
+        return Err(ConfigError::Invalid {
+            file: path,
+            message: "the secret file is empty".into(),
+        });
+    }
+    Ok(secret)
+}
+
+/// What [`init_data_dir`] created.
+#[derive(Debug, Default)]
+pub struct InitReport {
+    /// Whether anything was created (false when the directory was already set up).
+    pub created: bool,
+}
+
+fn random_token() -> Result<String, std::io::Error> {
+    let mut bytes = [0u8; 24];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn write_new(path: &Path, content: &str, private: bool) -> Result<(), ConfigError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    if private {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    #[cfg(not(unix))]
+    let _ = private;
+    let mut f = options.open(path).map_err(|e| io(path, e))?;
+    std::io::Write::write_all(&mut f, content.as_bytes()).map_err(|e| io(path, e))
+}
+
+/// Lays out a data directory on embedded defaults when it has no `bridle.yaml` yet: a
+/// configuration with a `claude` and a `codex` agent, a random token for each in `secrets/`,
+/// and a `demo` project. An existing setup is left as it is.
+pub fn init_data_dir(data_dir: &Path) -> Result<InitReport, ConfigError> {
+    let config_file = data_dir.join("bridle.yaml");
+    if config_file.exists() {
+        return Ok(InitReport::default());
+    }
+    std::fs::create_dir_all(data_dir.join("projects")).map_err(|e| io(data_dir, e))?;
+    let secrets = data_dir.join("secrets");
+    std::fs::create_dir_all(&secrets).map_err(|e| io(&secrets, e))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| io(&secrets, e))?;
+    }
+    for name in ["claude-token", "codex-token"] {
+        let path = secrets.join(name);
+        if !path.exists() {
+            let token = random_token().map_err(|e| io(Path::new("/dev/urandom"), e))?;
+            write_new(&path, &format!("{token}\n"), true)?;
+        }
+    }
+    let mut agents = BTreeMap::new();
+    for (name, ty) in [("claude", "claude"), ("codex", "codex")] {
+        agents.insert(
+            name.to_string(),
+            AgentConfig {
+                agent_type: ty.to_string(),
+                token_secret: format!("{name}-token"),
+                projects: Vec::new(),
+            },
+        );
+    }
+    let config = GatewayConfig {
+        listen: default_listen(),
+        secrets_dir: default_secrets(),
+        templates_dir: default_templates(),
+        agents,
+    };
+    let yaml = serde_saphyr::to_string(&config).map_err(|e| ConfigError::Invalid {
+        file: config_file.clone(),
+        message: e.to_string(),
+    })?;
+    let header = "# Bridle gateway configuration. Tokens live in the secrets folder, one file per secret.\n";
+    write_new(&config_file, &format!("{header}{yaml}"), false)?;
+    Ok(InitReport { created: true })
+}
+
+/// The `demo` project written on first start.
+pub fn demo_document() -> RulesDocument {
+    use bridle_rules::{AgentPermissions, Guardrail, Provenance, RulesPermission, Severity};
+    let mut doc = RulesDocument::new("Demo");
+    doc.project.overview =
+        "A demo project created by Bridle on first start. Edit projects/demo.yaml, or add your own project files beside it.".into();
+    doc.project.conventions = vec!["Keep changes small and focused on the task.".into()];
+    doc.guardrails.push(Guardrail {
+        id: "no-unrequested-refactors".into(),
+        statement: "Do not perform unrelated refactoring outside the requested task.".into(),
+        severity: Severity::HardInstruction,
+        applies_to: vec![bridle_rules::ALL_AGENTS.into()],
+        provenance: Provenance::user(),
+    });
+    let propose = AgentPermissions {
+        rules: RulesPermission {
+            propose: true,
+            approve: false,
+        },
+        ..AgentPermissions::default()
+    };
+    doc.permissions.insert("claude".into(), propose);
+    doc.permissions.insert("codex".into(), propose);
+    doc
+}
