@@ -5,9 +5,10 @@
 //! When it fires, the gate does not run the call. It files a [`ConfirmTicket`] in the
 //! [`TicketStore`] and answers `pending_human_confirm` with the ticket id. The app shows tickets
 //! in its own UI through the [`TicketDesk`]: list them, approve or deny them. Approval runs the
-//! call exactly as it was asked (the same principal, grants, scope and arguments) through the
-//! gate again (so a grant revoked in the meantime still stops it), and the result is kept on the
-//! ticket for the caller to fetch. A ticket is decided once: the pending -> running transition is
+//! call exactly as it was asked (the same principal, with the grants, projection and scopes it
+//! held when it asked, and the same arguments) through the gate again, so the tool must still be
+//! registered, offered and valid for those arguments (handles are resolved again, and must not
+//! have expired); the result is kept on the ticket for the caller to fetch. A ticket is decided once: the pending -> running transition is
 //! a compare-and-set in the store, so two approvals never both run the call.
 //!
 //! Where the caller's client supports elicitation, the policy may ask the human through it
