@@ -1,0 +1,168 @@
+//! Each configurable limit, over real HTTP: concurrent sessions (503 on `initialize`),
+//! concurrent listen streams (503 on GET SSE and on `subscriptions/listen`), idle session
+//! expiry (404 afterwards), and concurrent calls per principal (`too_many_calls` result). The
+//! body size limit is covered in `http_bad_input.rs`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use kberg_server::Limits;
+use serde_json::json;
+
+async fn delete(c: &Raw, sid: &str) -> u16 {
+    read(
+        c.http
+            .delete(&c.url)
+            .header("authorization", format!("Bearer {}", c.token.as_deref().unwrap_or("")))
+            .header("mcp-session-id", sid)
+            .header("mcp-protocol-version", PROTO_OLD)
+            .send()
+            .await
+            .expect("DELETE"),
+    )
+    .await
+    .status
+}
+
+async fn open_get(c: &Raw, sid: &str) -> reqwest::Response {
+    c.http
+        .get(&c.url)
+        .header("accept", "text/event-stream")
+        .header("authorization", format!("Bearer {}", c.token.as_deref().unwrap_or("")))
+        .header("mcp-session-id", sid)
+        .header("mcp-protocol-version", PROTO_OLD)
+        .send()
+        .await
+        .expect("GET")
+}
+
+#[tokio::test]
+async fn concurrent_sessions_are_limited() {
+    let s = start_with(Limits::default().max_sessions(2)).await;
+    let c = Raw::new(&s.url, Some(READER));
+    let a = c.initialize().await;
+    let _b = c.initialize().await;
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": PROTO_OLD, "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}), None)
+        .await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    // Stateless requests need no session and are not limited by it.
+    let r = c.stateless(1, "tools/call", json!({"name": "echo", "arguments": {"text": "s"}})).await;
+    assert_eq!(r.reply(1)["result"]["content"][0]["text"], "s");
+    assert!(matches!(delete(&c, &a).await, 200 | 202 | 204));
+    let again = c.initialize().await;
+    let r = c.call_old(&again, 2, "echo", json!({"text": "ok"})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "ok");
+}
+
+#[tokio::test]
+async fn listen_streams_are_limited() {
+    let s = start_with(Limits::default().max_listen_streams(1)).await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let first = open_get(&c, &sid).await;
+    assert_eq!(first.status().as_u16(), 200);
+    let other = c.initialize().await;
+    let second = open_get(&c, &other).await;
+    assert_eq!(second.status().as_u16(), 503);
+    let r = c
+        .stateless(1, "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}))
+        .await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    // Closing the first stream frees its slot (the server notices the disconnect).
+    drop(first);
+    let mut reopened = None;
+    for _ in 0..100 {
+        let r = open_get(&c, &other).await;
+        if r.status().as_u16() == 200 {
+            reopened = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(reopened.is_some(), "the slot was never returned");
+}
+
+#[tokio::test]
+async fn idle_sessions_expire() {
+    let s = start_with(Limits::default().session_idle_timeout(Some(Duration::from_millis(100)))).await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    // Each check is activity that restarts the idle clock, so checks are spaced well beyond
+    // the idle timeout; the first that finds the session gone ends the loop.
+    let mut expired = false;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        if c.post(list.clone(), Some(&sid)).await.status == 404 {
+            expired = true;
+            break;
+        }
+    }
+    assert!(expired, "the idle session never expired");
+    // A new session works.
+    let sid = c.initialize().await;
+    let r = c.call_old(&sid, 2, "echo", json!({"text": "new"})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "new");
+}
+
+#[tokio::test]
+async fn concurrent_calls_per_principal_are_limited_and_cancellation_reaches_the_tool() {
+    let s = start_with(Limits::default().max_calls_per_principal(1)).await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let bg = c.clone();
+    let bg_sid = sid.clone();
+    let slow = tokio::spawn(async move {
+        bg.post(
+            json!({"jsonrpc": "2.0", "id": 50, "method": "tools/call", "params": {"name": "slow", "arguments": {}}}),
+            Some(&bg_sid),
+        )
+        .await
+    });
+    s.probe.started.lock().await.recv().await.expect("slow tool started");
+
+    let r = c.call_old(&sid, 51, "echo", json!({"text": "second"})).await;
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(r["result"]["structuredContent"]["code"], "too_many_calls");
+    assert_eq!(r["result"]["structuredContent"]["retryable"], true);
+
+    // Another principal is not affected.
+    let w = Raw::new(&s.url, Some(WRITER));
+    let wsid = w.initialize().await;
+    let r = w.call_old(&wsid, 52, "echo", json!({"text": "other"})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "other");
+
+    // The client cancels the slow call; the tool sees its token fire.
+    let n = c
+        .post(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                   "params": {"requestId": 50, "reason": "test"}}),
+            Some(&sid),
+        )
+        .await;
+    assert_eq!(n.status, 202, "{}", n.text);
+    s.probe.cancelled.lock().await.recv().await.expect("the tool observed the cancellation");
+    // No result is sent for a cancelled request.
+    let resp = slow.await.expect("background call");
+    assert!(
+        resp.messages().iter().all(|m| m["id"] != json!(50)),
+        "a cancelled request got a response: {}",
+        resp.text
+    );
+    // The slot is free again.
+    let mut freed = false;
+    for _ in 0..100 {
+        let r = c.call_old(&sid, 53, "echo", json!({"text": "free"})).await;
+        if r["result"]["content"][0]["text"] == "free" {
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(freed, "the call slot was not returned");
+}
