@@ -8,6 +8,8 @@
 //! the MCP 2025-11-25 `ElicitResult` shape (`{"action": "accept" | "decline" | "cancel",
 //! "content": {...}}`), or with `PeerError::InputRequired` as the stateless 2026-07-28 path does.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

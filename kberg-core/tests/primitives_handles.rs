@@ -2,6 +2,8 @@
 //! handle (forged, altered, expired, another principal's, another app's, another kind's)
 //! refused with a stable code and a pointer to the argument, without running the tool.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

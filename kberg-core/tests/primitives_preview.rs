@@ -2,6 +2,8 @@
 //! token commits exactly the previewed call once; replayed, tampered, expired and borrowed
 //! tokens are refused with stable codes and nothing runs twice.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

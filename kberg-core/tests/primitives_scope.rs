@@ -2,6 +2,8 @@
 //! Compact projection hides the argument, and unknown, forbidden or missing scopes are refused
 //! with stable codes before the tool runs.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
+
 use std::sync::{Arc, Mutex};
 
 use kberg_core::*;
