@@ -112,8 +112,7 @@ impl BearerTokens {
             tracing::warn!(principal = %principal.id, "ignoring an empty bearer token");
             return;
         }
-        self.tokens
-            .push((token.into_bytes(), Arc::new(principal)));
+        self.tokens.push((token.into_bytes(), Arc::new(principal)));
     }
 
     /// The number of tokens.
@@ -203,7 +202,14 @@ mod tests {
             auth.authenticate(&headers(None)).await,
             Err(AuthError::Missing)
         );
-        for bad in ["Bearer alph", "Bearer alphaa", "Basic alpha", "Bearer", "Bearer  ", "alpha"] {
+        for bad in [
+            "Bearer alph",
+            "Bearer alphaa",
+            "Basic alpha",
+            "Bearer",
+            "Bearer  ",
+            "alpha",
+        ] {
             assert_eq!(
                 auth.authenticate(&headers(Some(bad))).await,
                 Err(AuthError::Invalid),

@@ -133,7 +133,12 @@ pub(crate) fn refusal_result(e: &GateError) -> CallToolResult {
 }
 
 /// An error result produced by this crate (not by the gate), with a stable code.
-pub(crate) fn server_refusal(tool: &str, code: &str, message: String, retryable: bool) -> CallToolResult {
+pub(crate) fn server_refusal(
+    tool: &str,
+    code: &str,
+    message: String,
+    retryable: bool,
+) -> CallToolResult {
     let mut r = CallToolResult::error(vec![ContentBlock::text(message.clone())]);
     r.structured_content = Some(json!({
         "code": code,
@@ -213,7 +218,9 @@ pub(crate) fn list_templates(
 }
 
 /// `resources/read` result.
-pub(crate) fn read_result(contents: &[ResourceContents]) -> Result<m::ReadResourceResult, McpError> {
+pub(crate) fn read_result(
+    contents: &[ResourceContents],
+) -> Result<m::ReadResourceResult, McpError> {
     let v = json!({"contents": contents.iter().map(resource_contents_json).collect::<Vec<_>>()});
     from_json("resource contents", v)
 }
@@ -295,7 +302,11 @@ mod tests {
                 description: Some("first".into()),
                 mime_type: None,
             },
-            Content::Resource(ResourceContents::blob("notes://2", Some("application/octet-stream"), vec![0xff])),
+            Content::Resource(ResourceContents::blob(
+                "notes://2",
+                Some("application/octet-stream"),
+                vec![0xff],
+            )),
         ]);
         let r = call_result(out).expect("converts");
         let v = serde_json::to_value(&r).expect("serializes");
@@ -330,8 +341,10 @@ mod tests {
         let v = serde_json::to_value(refusal_result(&e)).expect("serializes");
         assert_eq!(v["isError"], true);
         assert_eq!(v["structuredContent"]["code"], "capability_required");
-        assert!(v["content"][0]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains("notes.write")));
+        assert!(
+            v["content"][0]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("notes.write"))
+        );
     }
 }

@@ -62,14 +62,21 @@ fn host_allowed(host: &str, allowed: &[String]) -> Result<(), Refusal> {
         return Ok(());
     }
     let (h, p) = split_authority(host).ok_or(Refusal::BadHost)?;
-    let ok = allowed.iter().filter_map(|a| split_authority(a)).any(|(ah, ap)| {
-        ah == h
-            && match ap {
-                Some(ap) => p == Some(ap),
-                None => true,
-            }
-    });
-    if ok { Ok(()) } else { Err(Refusal::HostNotAllowed) }
+    let ok = allowed
+        .iter()
+        .filter_map(|a| split_authority(a))
+        .any(|(ah, ap)| {
+            ah == h
+                && match ap {
+                    Some(ap) => p == Some(ap),
+                    None => true,
+                }
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(Refusal::HostNotAllowed)
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -114,7 +121,11 @@ fn origin_allowed(origin: &str, allowed: &[String]) -> Result<(), Refusal> {
         .iter()
         .filter_map(|a| parse_origin(a, true))
         .any(|(as_, ah, ap)| as_ == s && ah == h && (ap == Port::Any || ap == p));
-    if ok { Ok(()) } else { Err(Refusal::OriginNotAllowed) }
+    if ok {
+        Ok(())
+    } else {
+        Err(Refusal::OriginNotAllowed)
+    }
 }
 
 /// Checks `Host` (or the URI authority) and `Origin` against the allow-lists.
@@ -151,17 +162,34 @@ mod tests {
     #[test]
     fn loopback_hosts() {
         let hosts = v(&LOOPBACK_HOSTS);
-        for ok in ["localhost", "127.0.0.1:8080", "LOCALHOST:1", "[::1]:9", "[::1]"] {
+        for ok in [
+            "localhost",
+            "127.0.0.1:8080",
+            "LOCALHOST:1",
+            "[::1]:9",
+            "[::1]",
+        ] {
             assert_eq!(host_allowed(ok, &hosts), Ok(()), "{ok}");
         }
         for bad in ["evil.example", "127.0.0.2", "localhost.evil.example:80"] {
-            assert_eq!(host_allowed(bad, &hosts), Err(Refusal::HostNotAllowed), "{bad}");
+            assert_eq!(
+                host_allowed(bad, &hosts),
+                Err(Refusal::HostNotAllowed),
+                "{bad}"
+            );
         }
         for malformed in ["", ":80", "localhost:notaport", "[::1"] {
-            assert_eq!(host_allowed(malformed, &hosts), Err(Refusal::BadHost), "{malformed}");
+            assert_eq!(
+                host_allowed(malformed, &hosts),
+                Err(Refusal::BadHost),
+                "{malformed}"
+            );
         }
         assert_eq!(host_allowed("anything", &[]), Ok(()));
-        assert_eq!(host_allowed("example.com:8080", &v(&["example.com:8080"])), Ok(()));
+        assert_eq!(
+            host_allowed("example.com:8080", &v(&["example.com:8080"])),
+            Ok(())
+        );
         assert_eq!(
             host_allowed("example.com:8081", &v(&["example.com:8080"])),
             Err(Refusal::HostNotAllowed)
@@ -171,14 +199,31 @@ mod tests {
     #[test]
     fn loopback_origins() {
         let origins = v(&LOOPBACK_ORIGINS);
-        for ok in ["http://localhost:5173", "https://127.0.0.1", "http://[::1]:3000/"] {
+        for ok in [
+            "http://localhost:5173",
+            "https://127.0.0.1",
+            "http://[::1]:3000/",
+        ] {
             assert_eq!(origin_allowed(ok, &origins), Ok(()), "{ok}");
         }
-        for bad in ["http://evil.example", "null", "file://", "localhost", "http://localhost:1/x"] {
-            assert_eq!(origin_allowed(bad, &origins), Err(Refusal::OriginNotAllowed), "{bad}");
+        for bad in [
+            "http://evil.example",
+            "null",
+            "file://",
+            "localhost",
+            "http://localhost:1/x",
+        ] {
+            assert_eq!(
+                origin_allowed(bad, &origins),
+                Err(Refusal::OriginNotAllowed),
+                "{bad}"
+            );
         }
         let exact = v(&["https://app.example.com", "null"]);
-        assert_eq!(origin_allowed("https://app.example.com:443", &exact), Ok(()));
+        assert_eq!(
+            origin_allowed("https://app.example.com:443", &exact),
+            Ok(())
+        );
         assert_eq!(origin_allowed("null", &exact), Ok(()));
         assert_eq!(
             origin_allowed("https://app.example.com:8443", &exact),

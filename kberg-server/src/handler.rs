@@ -27,8 +27,8 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, OnceLock};
 
 use kberg_core::{
-    CallOptions, Caller, ClientPeer, GateError, Principal, PromptArgs, PromptError,
-    ResourceError, ResourceEvent, Subscriber,
+    CallOptions, Caller, ClientPeer, GateError, Principal, PromptArgs, PromptError, ResourceError,
+    ResourceEvent, Subscriber,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
@@ -204,7 +204,10 @@ impl KbergHandler {
         }
         // The HTTP layer authenticates every request before it reaches rmcp; reaching here
         // means the handler was mounted without it.
-        Err(McpError::invalid_request("the request is not authenticated", None))
+        Err(McpError::invalid_request(
+            "the request is not authenticated",
+            None,
+        ))
     }
 
     fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
@@ -302,8 +305,8 @@ impl KbergHandler {
                 Err(McpError::invalid_params(e.to_string(), Some(e.details())))
             }
             Err(GateError::InputRequired { requests, tool }) if stateless => {
-                let requests: InputRequests =
-                    convert::from_json("the input requests", requests).inspect_err(|_| {
+                let requests: InputRequests = convert::from_json("the input requests", requests)
+                    .inspect_err(|_| {
                         tracing::warn!(tool = %tool, "a tool asked the client something malformed");
                     })?;
                 let state = serde_json::to_string(&answers)
@@ -399,18 +402,23 @@ impl ServerHandler for KbergHandler {
             .shared
             .app
             .tools()
-            .list_page(&caller, cursor_of(&request), self.shared.app.inner.page_size)
+            .list_page(
+                &caller,
+                cursor_of(&request),
+                self.shared.app.inner.page_size,
+            )
             .map_err(|_| invalid_cursor())?;
-        // The result type is non-exhaustive: no struct literal outside rmcp.
-        #[allow(clippy::field_reassign_with_default)]
-        let mut r = ListToolsResult::default();
-        r.tools = page.items.iter().map(convert::tool).collect();
+        let mut r = ListToolsResult::with_all_items(page.items.iter().map(convert::tool).collect());
         r.next_cursor = page.next_cursor;
         Ok(r)
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
-        self.shared.app.tools().spec(name).map(|s| convert::tool(&s))
+        self.shared
+            .app
+            .tools()
+            .spec(name)
+            .map(|s| convert::tool(&s))
     }
 
     async fn call_tool(

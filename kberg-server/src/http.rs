@@ -75,7 +75,12 @@ impl GuardState {
 
 fn status(code: StatusCode, error: &str, message: &str) -> Response {
     let body = json!({"error": error, "message": message});
-    (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 fn unauthorized(e: &AuthError) -> Response {
@@ -240,7 +245,11 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
                             &format!("Payload Too Large: the body exceeds {} bytes", g.max_body),
                         )
                     } else {
-                        status(StatusCode::BAD_REQUEST, "bad_body", "Bad Request: unreadable body")
+                        status(
+                            StatusCode::BAD_REQUEST,
+                            "bad_body",
+                            "Bad Request: unreadable body",
+                        )
                     };
                 }
             };
@@ -372,12 +381,13 @@ pub struct HttpServer {
 impl HttpServer {
     /// Binds `config.addr` and prepares the router.
     pub async fn bind(app: McpApp, config: HttpConfig) -> Result<Self, ServerError> {
-        let listener = TcpListener::bind(config.addr)
-            .await
-            .map_err(|source| ServerError::Bind {
-                addr: config.addr,
-                source,
-            })?;
+        let listener =
+            TcpListener::bind(config.addr)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    addr: config.addr,
+                    source,
+                })?;
         Self::from_listener(listener, app, config)
     }
 

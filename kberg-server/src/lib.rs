@@ -42,7 +42,7 @@ pub use error::ServerError;
 pub use http::{HttpServer, router, serve};
 pub use stdio::{serve_io, serve_stdio};
 
-/// Re-exported so authenticators name the same header type.
-pub use axum::http::HeaderMap;
 /// Re-exported so callers of [`router`] name the same router type.
 pub use axum::Router;
+/// Re-exported so authenticators name the same header type.
+pub use axum::http::HeaderMap;

@@ -63,7 +63,10 @@ impl LogThreshold {
     }
 
     fn allows(&self, params: &Value) -> bool {
-        let level = params.get("level").and_then(Value::as_str).unwrap_or("info");
+        let level = params
+            .get("level")
+            .and_then(Value::as_str)
+            .unwrap_or("info");
         level_rank(level) >= self.0.load(Ordering::Relaxed)
     }
 }

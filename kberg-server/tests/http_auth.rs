@@ -29,7 +29,12 @@ async fn missing_and_bad_tokens_get_401_with_a_bearer_challenge() {
     assert!(challenge.starts_with("Bearer"), "{challenge}");
     assert!(!challenge.contains("invalid_token"), "{challenge}");
 
-    for bad in ["Bearer nope", "Bearer reader-token-x", "Basic cmVhZGVyOng=", "Bearer"] {
+    for bad in [
+        "Bearer nope",
+        "Bearer reader-token-x",
+        "Basic cmVhZGVyOng=",
+        "Bearer",
+    ] {
         let r = anon.post_with(init_body(), &[("authorization", bad)]).await;
         assert_eq!(r.status, 401, "{bad}: {}", r.text);
         let challenge = r.header("www-authenticate").expect("challenge");
@@ -67,19 +72,35 @@ async fn foreign_host_or_origin_is_refused_before_auth() {
     let c = Raw::new(&s.url, Some(READER));
     let r = c.post_with(init_body(), &[("host", "evil.example")]).await;
     assert_eq!(r.status, 403, "{}", r.text);
-    let r = c.post_with(init_body(), &[("host", "evil.example"), ("authorization", "")]).await;
+    let r = c
+        .post_with(
+            init_body(),
+            &[("host", "evil.example"), ("authorization", "")],
+        )
+        .await;
     assert_eq!(r.status, 403, "403 comes before 401: {}", r.text);
-    let r = c.post_with(init_body(), &[("origin", "http://evil.example")]).await;
+    let r = c
+        .post_with(init_body(), &[("origin", "http://evil.example")])
+        .await;
     assert_eq!(r.status, 403, "{}", r.text);
     let r = c.post_with(init_body(), &[("origin", "null")]).await;
     assert_eq!(r.status, 403, "{}", r.text);
     // A local page (any port) is allowed.
-    let r = c.post_with(init_body(), &[("origin", "http://localhost:5173")]).await;
+    let r = c
+        .post_with(init_body(), &[("origin", "http://localhost:5173")])
+        .await;
     assert_eq!(r.status, 200, "{}", r.text);
     let r = c.post_with(init_body(), &[("host", "localhost")]).await;
     assert_eq!(r.status, 200, "{}", r.text);
     // Unknown paths are not the endpoint.
-    let r = read(c.http.get(format!("http://{}/other", s.addr)).send().await.expect("GET")).await;
+    let r = read(
+        c.http
+            .get(format!("http://{}/other", s.addr))
+            .send()
+            .await
+            .expect("GET"),
+    )
+    .await;
     assert_eq!(r.status, 404);
 }
 
@@ -96,11 +117,17 @@ async fn allow_lists_are_configurable() {
     let r = c.post_with(init_body(), &[("host", "mcp.example")]).await;
     assert_eq!(r.status, 200, "{}", r.text);
     let r = c
-        .post_with(init_body(), &[("host", "mcp.example"), ("origin", "https://app.example")])
+        .post_with(
+            init_body(),
+            &[("host", "mcp.example"), ("origin", "https://app.example")],
+        )
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
     let r = c
-        .post_with(init_body(), &[("host", "mcp.example"), ("origin", "http://localhost:3000")])
+        .post_with(
+            init_body(),
+            &[("host", "mcp.example"), ("origin", "http://localhost:3000")],
+        )
         .await;
     assert_eq!(r.status, 403, "{}", r.text);
 }
@@ -112,11 +139,20 @@ async fn a_session_belongs_to_its_principal() {
     let sid = writer.initialize().await;
     let reader = Raw::new(&s.url, Some(READER));
     let r = reader
-        .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                     "params": {"name": "add_note", "arguments": {"title": "x", "priority": 1}}}), Some(&sid))
+        .post(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                     "params": {"name": "add_note", "arguments": {"title": "x", "priority": 1}}}),
+            Some(&sid),
+        )
         .await;
-    assert_eq!(r.status, 404, "another principal's session is unknown: {}", r.text);
-    let r = writer.call_old(&sid, 2, "add_note", json!({"title": "x", "priority": 1})).await;
+    assert_eq!(
+        r.status, 404,
+        "another principal's session is unknown: {}",
+        r.text
+    );
+    let r = writer
+        .call_old(&sid, 2, "add_note", json!({"title": "x", "priority": 1}))
+        .await;
     assert_eq!(r["result"]["content"][0]["text"], "created x (p1)");
 }
 
@@ -129,6 +165,11 @@ async fn open_mode_serves_the_anonymous_principal() {
     let sid = c.initialize().await;
     let r = c.call_old(&sid, 1, "echo", json!({"text": "open"})).await;
     assert_eq!(r["result"]["content"][0]["text"], "open");
-    let r = c.call_old(&sid, 2, "add_note", json!({"title": "x", "priority": 1})).await;
-    assert_eq!(r["result"]["structuredContent"]["code"], "capability_required");
+    let r = c
+        .call_old(&sid, 2, "add_note", json!({"title": "x", "priority": 1}))
+        .await;
+    assert_eq!(
+        r["result"]["structuredContent"]["code"],
+        "capability_required"
+    );
 }

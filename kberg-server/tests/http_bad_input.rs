@@ -16,8 +16,19 @@ use serde_json::{Value, json};
 async fn still_serves(c: &Raw, sid: &str) {
     let r = c.call_old(sid, 999, "echo", json!({"text": "alive"})).await;
     assert_eq!(r["result"]["content"][0]["text"], "alive", "{r}");
-    let r = c.stateless(998, "tools/call", json!({"name": "echo", "arguments": {"text": "alive"}})).await;
-    assert_eq!(r.reply(998)["result"]["content"][0]["text"], "alive", "{}", r.text);
+    let r = c
+        .stateless(
+            998,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "alive"}}),
+        )
+        .await;
+    assert_eq!(
+        r.reply(998)["result"]["content"][0]["text"],
+        "alive",
+        "{}",
+        r.text
+    );
 }
 
 fn error_code(r: &Resp) -> Value {
@@ -36,13 +47,24 @@ async fn malformed_json_is_a_parse_error() {
         let r = c.post_with(body.to_string(), &[]).await;
         assert_eq!(r.status, 400, "{body:?}: {}", r.text);
         let r = c
-            .post_with(body.to_string(), &[("mcp-session-id", &sid), ("mcp-protocol-version", PROTO_OLD)])
+            .post_with(
+                body.to_string(),
+                &[
+                    ("mcp-session-id", &sid),
+                    ("mcp-protocol-version", PROTO_OLD),
+                ],
+            )
             .await;
         assert_eq!(r.status, 400, "{body:?} in a session: {}", r.text);
     }
     let r = c.post_with("{not json".to_string(), &[]).await;
     assert_eq!(error_code(&r), json!(-32700), "{}", r.text);
-    let r = c.post_with("[{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"ping\"}]".to_string(), &[]).await;
+    let r = c
+        .post_with(
+            "[{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"ping\"}]".to_string(),
+            &[],
+        )
+        .await;
     assert_eq!(r.status, 400, "batch: {}", r.text);
     assert_eq!(error_code(&r), json!(-32600), "batch: {}", r.text);
     still_serves(&c, &sid).await;
@@ -54,7 +76,10 @@ async fn wrong_jsonrpc_version_is_rejected() {
     let c = Raw::new(&s.url, Some(READER));
     let sid = c.initialize().await;
     let r = c
-        .post(json!({"jsonrpc": "1.0", "id": 1, "method": "tools/list"}), Some(&sid))
+        .post(
+            json!({"jsonrpc": "1.0", "id": 1, "method": "tools/list"}),
+            Some(&sid),
+        )
         .await;
     assert_eq!(r.status, 400, "{}", r.text);
     assert_eq!(error_code(&r), json!(-32600), "{}", r.text);
@@ -72,7 +97,10 @@ async fn accept_and_content_type_are_checked() {
     let c = Raw::new(&s.url, Some(READER));
     let sid = c.initialize().await;
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
-    let session = [("mcp-session-id", sid.as_str()), ("mcp-protocol-version", PROTO_OLD)];
+    let session = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", PROTO_OLD),
+    ];
     for accept in ["application/json", "text/event-stream", "text/html", ""] {
         let mut h = session.to_vec();
         h.push(("accept", accept));
@@ -126,8 +154,13 @@ async fn oversized_bodies_get_413() {
     let r = c.stateless(1, "tools/call", big["params"].clone()).await;
     assert_eq!(r.status, 413, "stateless: {}", r.text);
     // Just under the limit still works.
-    let ok = c.call_old(&sid, 2, "echo", json!({"text": "x".repeat(3000)})).await;
-    assert_eq!(ok["result"]["content"][0]["text"].as_str().map(str::len), Some(3000));
+    let ok = c
+        .call_old(&sid, 2, "echo", json!({"text": "x".repeat(3000)}))
+        .await;
+    assert_eq!(
+        ok["result"]["content"][0]["text"].as_str().map(str::len),
+        Some(3000)
+    );
     still_serves(&c, &sid).await;
 }
 
@@ -154,7 +187,12 @@ async fn unknown_and_missing_sessions() {
             .expect("DELETE"),
     )
     .await;
-    assert!(r.status == 200 || r.status == 202 || r.status == 204, "{} {}", r.status, r.text);
+    assert!(
+        r.status == 200 || r.status == 202 || r.status == 204,
+        "{} {}",
+        r.status,
+        r.text
+    );
     let r = c.post(list, Some(&sid)).await;
     assert_eq!(r.status, 404, "{}", r.text);
     let sid = c.initialize().await;
@@ -170,15 +208,24 @@ async fn unsupported_and_contradictory_protocol_versions() {
 
     // Unsupported header version in a session.
     let r = c
-        .post_with(list.clone(), &[("mcp-session-id", &sid), ("mcp-protocol-version", "1999-01-01")])
+        .post_with(
+            list.clone(),
+            &[
+                ("mcp-session-id", &sid),
+                ("mcp-protocol-version", "1999-01-01"),
+            ],
+        )
         .await;
     assert_eq!(r.status, 400, "{}", r.text);
 
     // initialize with an unknown version negotiates a supported one (not an error).
     let r = c
-        .post(json!({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+        .post(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
             "protocolVersion": "1999-01-01", "capabilities": {},
-            "clientInfo": {"name": "old", "version": "0"}}}), None)
+            "clientInfo": {"name": "old", "version": "0"}}}),
+            None,
+        )
         .await;
     let v = r.reply(2)["result"]["protocolVersion"].clone();
     assert!(v.as_str().is_some_and(|v| v >= "2024-11-05"), "{}", r.text);
@@ -188,7 +235,13 @@ async fn unsupported_and_contradictory_protocol_versions() {
         "io.modelcontextprotocol/protocolVersion": "2099-01-01",
         "io.modelcontextprotocol/clientCapabilities": {}}}});
     let r = c
-        .post_with(body.to_string(), &[("mcp-protocol-version", "2099-01-01"), ("mcp-method", "tools/list")])
+        .post_with(
+            body.to_string(),
+            &[
+                ("mcp-protocol-version", "2099-01-01"),
+                ("mcp-method", "tools/list"),
+            ],
+        )
         .await;
     assert_eq!(r.status, 400, "{}", r.text);
 
@@ -197,7 +250,13 @@ async fn unsupported_and_contradictory_protocol_versions() {
         "io.modelcontextprotocol/protocolVersion": PROTO_OLD,
         "io.modelcontextprotocol/clientCapabilities": {}}}});
     let r = c
-        .post_with(body.to_string(), &[("mcp-protocol-version", PROTO_NEW), ("mcp-method", "tools/list")])
+        .post_with(
+            body.to_string(),
+            &[
+                ("mcp-protocol-version", PROTO_NEW),
+                ("mcp-method", "tools/list"),
+            ],
+        )
         .await;
     assert_eq!(r.status, 400, "header vs _meta: {}", r.text);
 
@@ -206,7 +265,13 @@ async fn unsupported_and_contradictory_protocol_versions() {
         "io.modelcontextprotocol/protocolVersion": PROTO_NEW,
         "io.modelcontextprotocol/clientCapabilities": {}}}});
     let r = c
-        .post_with(body.to_string(), &[("mcp-protocol-version", PROTO_NEW), ("mcp-method", "tools/call")])
+        .post_with(
+            body.to_string(),
+            &[
+                ("mcp-protocol-version", PROTO_NEW),
+                ("mcp-method", "tools/call"),
+            ],
+        )
         .await;
     assert_eq!(r.status, 400, "Mcp-Method vs body: {}", r.text);
 
@@ -214,9 +279,20 @@ async fn unsupported_and_contradictory_protocol_versions() {
     let body = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": {"_meta": {
         "io.modelcontextprotocol/protocolVersion": PROTO_NEW}}});
     let r = c
-        .post_with(body.to_string(), &[("mcp-protocol-version", PROTO_NEW), ("mcp-method", "tools/list")])
+        .post_with(
+            body.to_string(),
+            &[
+                ("mcp-protocol-version", PROTO_NEW),
+                ("mcp-method", "tools/list"),
+            ],
+        )
         .await;
-    assert_eq!(error_code(&r), json!(-32602), "missing clientCapabilities: {}", r.text);
+    assert_eq!(
+        error_code(&r),
+        json!(-32602),
+        "missing clientCapabilities: {}",
+        r.text
+    );
     still_serves(&c, &sid).await;
 }
 
@@ -226,15 +302,24 @@ async fn unknown_methods_and_invalid_params() {
     let c = Raw::new(&s.url, Some(READER));
     let sid = c.initialize().await;
     let r = c
-        .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/explode"}), Some(&sid))
+        .post(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/explode"}),
+            Some(&sid),
+        )
         .await;
     assert_eq!(error_code(&r), json!(-32601), "{}", r.text);
     let r = c
-        .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": 5}}), Some(&sid))
+        .post(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": 5}}),
+            Some(&sid),
+        )
         .await;
     assert_eq!(error_code(&r), json!(-32602), "{}", r.text);
     let r = c
-        .post(json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {}}), Some(&sid))
+        .post(
+            json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {}}),
+            Some(&sid),
+        )
         .await;
     assert_eq!(error_code(&r), json!(-32602), "{}", r.text);
     let r = c
@@ -244,8 +329,18 @@ async fn unknown_methods_and_invalid_params() {
     let r = c
         .post(json!({"jsonrpc": "2.0", "id": 5, "method": "prompts/get", "params": {"name": "greet", "arguments": {"name": 7}}}), Some(&sid))
         .await;
-    assert_eq!(error_code(&r), json!(-32602), "non-string prompt argument: {}", r.text);
+    assert_eq!(
+        error_code(&r),
+        json!(-32602),
+        "non-string prompt argument: {}",
+        r.text
+    );
     let r = c.stateless(6, "tools/explode", json!({})).await;
-    assert_eq!(error_code(&r), json!(-32601), "stateless unknown method: {}", r.text);
+    assert_eq!(
+        error_code(&r),
+        json!(-32601),
+        "stateless unknown method: {}",
+        r.text
+    );
     still_serves(&c, &sid).await;
 }

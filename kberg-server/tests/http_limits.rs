@@ -15,7 +15,10 @@ async fn delete(c: &Raw, sid: &str) -> u16 {
     read(
         c.http
             .delete(&c.url)
-            .header("authorization", format!("Bearer {}", c.token.as_deref().unwrap_or("")))
+            .header(
+                "authorization",
+                format!("Bearer {}", c.token.as_deref().unwrap_or("")),
+            )
             .header("mcp-session-id", sid)
             .header("mcp-protocol-version", PROTO_OLD)
             .send()
@@ -30,7 +33,10 @@ async fn open_get(c: &Raw, sid: &str) -> reqwest::Response {
     c.http
         .get(&c.url)
         .header("accept", "text/event-stream")
-        .header("authorization", format!("Bearer {}", c.token.as_deref().unwrap_or("")))
+        .header(
+            "authorization",
+            format!("Bearer {}", c.token.as_deref().unwrap_or("")),
+        )
         .header("mcp-session-id", sid)
         .header("mcp-protocol-version", PROTO_OLD)
         .send()
@@ -45,13 +51,22 @@ async fn concurrent_sessions_are_limited() {
     let a = c.initialize().await;
     let _b = c.initialize().await;
     let r = c
-        .post(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        .post(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": PROTO_OLD, "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"}}}), None)
+            "clientInfo": {"name": "t", "version": "0"}}}),
+            None,
+        )
         .await;
     assert_eq!(r.status, 503, "{}", r.text);
     // Stateless requests need no session and are not limited by it.
-    let r = c.stateless(1, "tools/call", json!({"name": "echo", "arguments": {"text": "s"}})).await;
+    let r = c
+        .stateless(
+            1,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "s"}}),
+        )
+        .await;
     assert_eq!(r.reply(1)["result"]["content"][0]["text"], "s");
     assert!(matches!(delete(&c, &a).await, 200 | 202 | 204));
     let again = c.initialize().await;
@@ -70,7 +85,11 @@ async fn listen_streams_are_limited() {
     let second = open_get(&c, &other).await;
     assert_eq!(second.status().as_u16(), 503);
     let r = c
-        .stateless(1, "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}))
+        .stateless(
+            1,
+            "subscriptions/listen",
+            json!({"notifications": {"toolsListChanged": true}}),
+        )
         .await;
     assert_eq!(r.status, 503, "{}", r.text);
     // Closing the first stream frees its slot (the server notices the disconnect).
@@ -89,7 +108,8 @@ async fn listen_streams_are_limited() {
 
 #[tokio::test]
 async fn idle_sessions_expire() {
-    let s = start_with(Limits::default().session_idle_timeout(Some(Duration::from_millis(100)))).await;
+    let s =
+        start_with(Limits::default().session_idle_timeout(Some(Duration::from_millis(100)))).await;
     let c = Raw::new(&s.url, Some(READER));
     let sid = c.initialize().await;
     let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
@@ -124,9 +144,17 @@ async fn concurrent_calls_per_principal_are_limited_and_cancellation_reaches_the
         )
         .await
     });
-    s.probe.started.lock().await.recv().await.expect("slow tool started");
+    s.probe
+        .started
+        .lock()
+        .await
+        .recv()
+        .await
+        .expect("slow tool started");
 
-    let r = c.call_old(&sid, 51, "echo", json!({"text": "second"})).await;
+    let r = c
+        .call_old(&sid, 51, "echo", json!({"text": "second"}))
+        .await;
     assert_eq!(r["result"]["isError"], true, "{r}");
     assert_eq!(r["result"]["structuredContent"]["code"], "too_many_calls");
     assert_eq!(r["result"]["structuredContent"]["retryable"], true);
@@ -134,7 +162,9 @@ async fn concurrent_calls_per_principal_are_limited_and_cancellation_reaches_the
     // Another principal is not affected.
     let w = Raw::new(&s.url, Some(WRITER));
     let wsid = w.initialize().await;
-    let r = w.call_old(&wsid, 52, "echo", json!({"text": "other"})).await;
+    let r = w
+        .call_old(&wsid, 52, "echo", json!({"text": "other"}))
+        .await;
     assert_eq!(r["result"]["content"][0]["text"], "other");
 
     // The client cancels the slow call; the tool sees its token fire.
@@ -146,7 +176,13 @@ async fn concurrent_calls_per_principal_are_limited_and_cancellation_reaches_the
         )
         .await;
     assert_eq!(n.status, 202, "{}", n.text);
-    s.probe.cancelled.lock().await.recv().await.expect("the tool observed the cancellation");
+    s.probe
+        .cancelled
+        .lock()
+        .await
+        .recv()
+        .await
+        .expect("the tool observed the cancellation");
     // No result is sent for a cancelled request.
     let resp = slow.await.expect("background call");
     assert!(

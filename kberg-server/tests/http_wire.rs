@@ -29,11 +29,17 @@ async fn tools_list_is_the_callers_projection() {
     let sid = full.initialize().await;
     let names = tool_names(&full.post(list.clone(), Some(&sid)).await.reply(1));
     assert_eq!(names, ["add_note", "ask_name", "count", "echo", "slow"]);
-    assert!(!names.contains(&"drop_database".to_string()), "refusals are never listed");
+    assert!(
+        !names.contains(&"drop_database".to_string()),
+        "refusals are never listed"
+    );
 
     let compact = Raw::new(&s.url, Some(COMPACT));
     let sid = compact.initialize().await;
-    assert_eq!(tool_names(&compact.post(list, Some(&sid)).await.reply(1)), ["echo"]);
+    assert_eq!(
+        tool_names(&compact.post(list, Some(&sid)).await.reply(1)),
+        ["echo"]
+    );
 
     // The same projection without a session (2026-07-28).
     let r = compact.stateless(2, "tools/list", json!({})).await;
@@ -51,9 +57,17 @@ async fn grants_decide_writes_with_and_without_a_session() {
     let sid = reader.initialize().await;
     let r = reader.call_old(&sid, 5, "add_note", args.clone()).await;
     assert_eq!(r["result"]["isError"], true);
-    assert_eq!(r["result"]["structuredContent"]["code"], "capability_required");
-    assert_eq!(r["result"]["structuredContent"]["capability"], "notes.write");
-    let text = r["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert_eq!(
+        r["result"]["structuredContent"]["code"],
+        "capability_required"
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["capability"],
+        "notes.write"
+    );
+    let text = r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
     assert!(text.contains("notes.write"), "{text}");
 
     let writer = Raw::new(&s.url, Some(WRITER));
@@ -64,11 +78,22 @@ async fn grants_decide_writes_with_and_without_a_session() {
 
     // Stateless: the same grants, from the same tokens.
     let r = reader
-        .stateless(7, "tools/call", json!({"name": "add_note", "arguments": args}))
+        .stateless(
+            7,
+            "tools/call",
+            json!({"name": "add_note", "arguments": args}),
+        )
         .await;
-    assert_eq!(r.reply(7)["result"]["structuredContent"]["code"], "capability_required");
+    assert_eq!(
+        r.reply(7)["result"]["structuredContent"]["code"],
+        "capability_required"
+    );
     let r = writer
-        .stateless(8, "tools/call", json!({"name": "add_note", "arguments": {"title": "u", "priority": 1}}))
+        .stateless(
+            8,
+            "tools/call",
+            json!({"name": "add_note", "arguments": {"title": "u", "priority": 1}}),
+        )
         .await;
     assert_eq!(r.reply(8)["result"]["content"][0]["text"], "created u (p1)");
 }
@@ -80,7 +105,12 @@ async fn refusals_and_diagnostics_are_tool_results_with_codes() {
     let sid = c.initialize().await;
 
     let r = c
-        .call_old(&sid, 1, "add_note", json!({"title": 7, "priority": 9, "extra": true}))
+        .call_old(
+            &sid,
+            1,
+            "add_note",
+            json!({"title": 7, "priority": 9, "extra": true}),
+        )
         .await;
     let sc = &r["result"]["structuredContent"];
     assert_eq!(r["result"]["isError"], true);
@@ -97,7 +127,10 @@ async fn refusals_and_diagnostics_are_tool_results_with_codes() {
 
     let r = c.call_old(&sid, 2, "drop_database", json!({})).await;
     assert_eq!(r["result"]["structuredContent"]["code"], "refused");
-    assert_eq!(r["result"]["structuredContent"]["reason"], "The app never offers this.");
+    assert_eq!(
+        r["result"]["structuredContent"]["reason"],
+        "The app never offers this."
+    );
 
     let compact = Raw::new(&s.url, Some(COMPACT));
     let csid = compact.initialize().await;
@@ -110,7 +143,9 @@ async fn refusals_and_diagnostics_are_tool_results_with_codes() {
     assert_eq!(r["error"]["data"]["code"], "unknown_tool");
 
     // The session still serves.
-    let r = c.call_old(&sid, 5, "echo", json!({"text": "still here"})).await;
+    let r = c
+        .call_old(&sid, 5, "echo", json!({"text": "still here"}))
+        .await;
     assert_eq!(r["result"]["content"][0]["text"], "still here");
 }
 
@@ -121,7 +156,10 @@ async fn resources_prompts_and_completion() {
     let sid = c.initialize().await;
 
     let r = c
-        .post(json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list"}), Some(&sid))
+        .post(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list"}),
+            Some(&sid),
+        )
         .await
         .reply(1);
     let uris: Vec<&str> = r["result"]["resources"]
@@ -133,10 +171,16 @@ async fn resources_prompts_and_completion() {
     assert_eq!(uris, ["notes://1", "notes://2"]);
 
     let r = c
-        .post(json!({"jsonrpc": "2.0", "id": 2, "method": "resources/templates/list"}), Some(&sid))
+        .post(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "resources/templates/list"}),
+            Some(&sid),
+        )
         .await
         .reply(2);
-    assert_eq!(r["result"]["resourceTemplates"][0]["uriTemplate"], "drafts://{id}");
+    assert_eq!(
+        r["result"]["resourceTemplates"][0]["uriTemplate"],
+        "drafts://{id}"
+    );
 
     let r = c
         .post(json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {"uri": "drafts://42"}}), Some(&sid))
@@ -154,7 +198,10 @@ async fn resources_prompts_and_completion() {
         .post(json!({"jsonrpc": "2.0", "id": 5, "method": "prompts/get", "params": {"name": "greet", "arguments": {"name": "bob"}}}), Some(&sid))
         .await
         .reply(5);
-    assert_eq!(r["result"]["messages"][0]["content"]["text"], "Say hello to bob");
+    assert_eq!(
+        r["result"]["messages"][0]["content"]["text"],
+        "Say hello to bob"
+    );
 
     let r = c
         .post(json!({"jsonrpc": "2.0", "id": 6, "method": "prompts/get", "params": {"name": "greet", "arguments": {}}}), Some(&sid))
@@ -163,12 +210,18 @@ async fn resources_prompts_and_completion() {
     assert_eq!(r["error"]["code"], -32602, "{r}");
 
     let r = c
-        .post(json!({"jsonrpc": "2.0", "id": 7, "method": "completion/complete", "params": {
+        .post(
+            json!({"jsonrpc": "2.0", "id": 7, "method": "completion/complete", "params": {
             "ref": {"type": "ref/prompt", "name": "greet"},
-            "argument": {"name": "name", "value": "al"}}}), Some(&sid))
+            "argument": {"name": "name", "value": "al"}}}),
+            Some(&sid),
+        )
         .await
         .reply(7);
-    assert_eq!(r["result"]["completion"]["values"], json!(["alice", "albert"]));
+    assert_eq!(
+        r["result"]["completion"]["values"],
+        json!(["alice", "albert"])
+    );
 
     let r = c
         .post(json!({"jsonrpc": "2.0", "id": 8, "method": "logging/setLevel", "params": {"level": "warning"}}), Some(&sid))
@@ -177,13 +230,19 @@ async fn resources_prompts_and_completion() {
     assert!(r.get("result").is_some(), "{r}");
 
     let r = c
-        .post(json!({"jsonrpc": "2.0", "id": 9, "method": "ping"}), Some(&sid))
+        .post(
+            json!({"jsonrpc": "2.0", "id": 9, "method": "ping"}),
+            Some(&sid),
+        )
         .await
         .reply(9);
     assert!(r.get("result").is_some(), "{r}");
 
     // 2026-07-28: not-found resources are invalid params.
-    let r = c.stateless(10, "resources/read", json!({"uri": "nowhere://x"})).await.reply(10);
+    let r = c
+        .stateless(10, "resources/read", json!({"uri": "nowhere://x"}))
+        .await
+        .reply(10);
     assert_eq!(r["error"]["code"], -32602, "{r}");
 }
 
@@ -195,11 +254,25 @@ async fn discover_and_input_required_round_trip() {
     let r = c.stateless(1, "server/discover", json!({})).await;
     assert_eq!(r.status, 200, "{}", r.text);
     let d = r.reply(1);
-    assert!(d["result"]["supportedVersions"].to_string().contains(PROTO_NEW), "{d}");
-    assert_eq!(d["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "kberg-test", "{d}");
+    assert!(
+        d["result"]["supportedVersions"]
+            .to_string()
+            .contains(PROTO_NEW),
+        "{d}"
+    );
+    assert_eq!(
+        d["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "kberg-test",
+        "{d}"
+    );
 
     // Round 1: the tool asks; the call answers input_required.
-    let r = c.stateless(2, "tools/call", json!({"name": "ask_name", "arguments": {}})).await;
+    let r = c
+        .stateless(
+            2,
+            "tools/call",
+            json!({"name": "ask_name", "arguments": {}}),
+        )
+        .await;
     let res = r.reply(2)["result"].clone();
     assert_eq!(res["resultType"], "input_required", "{res}");
     let (key, req) = res["inputRequests"]
@@ -209,25 +282,45 @@ async fn discover_and_input_required_round_trip() {
         .expect("one input request");
     assert_eq!(req["method"], "elicitation/create");
     assert_eq!(req["params"]["message"], "What is your name?");
-    let state = res["requestState"].as_str().expect("request state").to_string();
+    let state = res["requestState"]
+        .as_str()
+        .expect("request state")
+        .to_string();
 
     // Round 2: the client re-sends with the answer; the tool runs again and finishes.
     let r = c
-        .stateless(3, "tools/call", json!({
-            "name": "ask_name", "arguments": {},
-            "inputResponses": {key: {"action": "accept", "content": {"name": "Ada"}}},
-            "requestState": state,
-        }))
+        .stateless(
+            3,
+            "tools/call",
+            json!({
+                "name": "ask_name", "arguments": {},
+                "inputResponses": {key: {"action": "accept", "content": {"name": "Ada"}}},
+                "requestState": state,
+            }),
+        )
         .await;
     let res = r.reply(3)["result"].clone();
     assert_eq!(res["content"][0]["text"], "hello Ada", "{res}");
-    assert_eq!(s.probe.ask_runs.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(
+        s.probe.ask_runs.load(std::sync::atomic::Ordering::SeqCst),
+        2
+    );
 
     // A forged request state is invalid params, and the server keeps serving.
     let r = c
-        .stateless(4, "tools/call", json!({"name": "ask_name", "arguments": {}, "requestState": "{not json"}))
+        .stateless(
+            4,
+            "tools/call",
+            json!({"name": "ask_name", "arguments": {}, "requestState": "{not json"}),
+        )
         .await;
     assert_eq!(r.reply(4)["error"]["code"], -32602);
-    let r = c.stateless(5, "tools/call", json!({"name": "echo", "arguments": {"text": "ok"}})).await;
+    let r = c
+        .stateless(
+            5,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "ok"}}),
+        )
+        .await;
     assert_eq!(r.reply(5)["result"]["content"][0]["text"], "ok");
 }

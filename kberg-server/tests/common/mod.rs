@@ -74,11 +74,16 @@ pub fn app() -> (McpApp, Arc<Probe>) {
                 .description("Create a note")
                 .write(write)
                 .handler(|a: AddNote, _ctx| async move {
-                    Ok(ToolOutput::text(format!("created {} (p{})", a.title, a.priority)))
+                    Ok(ToolOutput::text(format!(
+                        "created {} (p{})",
+                        a.title, a.priority
+                    )))
                 }),
         )
         .expect("add_note");
-    tools.refuse("drop_database", "The app never offers this.").expect("refuse");
+    tools
+        .refuse("drop_database", "The app never offers this.")
+        .expect("refuse");
 
     let (started_tx, started_rx) = mpsc::unbounded_channel();
     let (cancel_tx, cancel_rx) = mpsc::unbounded_channel();
@@ -154,7 +159,10 @@ pub fn app() -> (McpApp, Arc<Probe>) {
         )
         .expect("notes://1");
     resources
-        .register_text(ResourceDescriptor::new("notes://2", "second"), "the second note")
+        .register_text(
+            ResourceDescriptor::new("notes://2", "second"),
+            "the second note",
+        )
         .expect("notes://2");
     resources
         .register_template(
@@ -226,7 +234,12 @@ impl Drop for TestServer {
 }
 
 pub async fn start_with(limits: Limits) -> TestServer {
-    start_config(HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0))).auth(auth()).limits(limits)).await
+    start_config(
+        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .auth(auth())
+            .limits(limits),
+    )
+    .await
 }
 
 pub async fn start() -> TestServer {
@@ -235,7 +248,9 @@ pub async fn start() -> TestServer {
 
 pub async fn start_config(config: HttpConfig) -> TestServer {
     let (app, probe) = app();
-    let server = HttpServer::bind(app.clone(), config).await.expect("bind 127.0.0.1:0");
+    let server = HttpServer::bind(app.clone(), config)
+        .await
+        .expect("bind 127.0.0.1:0");
     let addr = server.local_addr();
     let stop = server.shutdown_token();
     tokio::spawn(async move {
