@@ -1,1 +1,34 @@
-//! kberg-providers: not built yet. See ARCHITECTURE.md for what lives here.
+//! # kberg-providers
+//!
+//! [`InferenceProvider`](kberg_agent::InferenceProvider) implementations for `kberg-agent`,
+//! each behind its own feature so an app compiles only the backends it uses:
+//!
+//! | feature | provider | wire | streaming |
+//! |---|---|---|---|
+//! | `ollama` | [`ollama::OllamaProvider`] | Ollama `/api/chat` | NDJSON |
+//! | `openai` | [`openai::OpenAiProvider`] | any OpenAI-compatible `/v1/chat/completions` (LM Studio, llama.cpp, vLLM, hosted) | SSE |
+//! | `anthropic` | [`anthropic::AnthropicProvider`] | Anthropic Messages API | SSE |
+//! | `rustls` | HTTPS for hosted APIs | | |
+//!
+//! Every provider shares one HTTP edge ([`HttpOptions`]): a timeout per reply and an idle
+//! timeout per streamed piece, retries with backoff on 429 and 5xx that honour `Retry-After`,
+//! cancellation through the loop's token, and errors a user can act on ("is Ollama running at
+//! …?", "run `ollama pull qwen2.5`", a rejected key, a reply that is not the documented shape).
+//! Keys are plain config fields: read them from the environment in your binary.
+
+// With no provider feature on, the shared edge has no user.
+#[cfg_attr(
+    not(any(feature = "ollama", feature = "openai", feature = "anthropic")),
+    allow(dead_code)
+)]
+mod http;
+pub mod sse;
+
+#[cfg(feature = "anthropic")]
+pub mod anthropic;
+#[cfg(feature = "ollama")]
+pub mod ollama;
+#[cfg(feature = "openai")]
+pub mod openai;
+
+pub use http::HttpOptions;

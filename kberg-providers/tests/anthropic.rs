@@ -1,1 +1,263 @@
-//! placeholder being written
+//! The Anthropic provider against a scripted server that speaks the Messages API wire.
+//!
+//! Shapes reproduced (Anthropic API reference: "Messages", "Streaming Messages", "Errors",
+//! "Versions", and the tool-use guide):
+//! - `POST /v1/messages` with `x-api-key`, `anthropic-version: 2023-06-01`, `model`,
+//!   `max_tokens`, top-level `system`, `tools` with `input_schema`, `tool_choice`, assistant
+//!   `tool_use` blocks and a user turn of `tool_result` blocks (`tool_use_id`, `content`,
+//!   `is_error`);
+//! - the reply `{"id": "msg_…", "type": "message", "role": "assistant", "content": [{"type":
+//!   "text"}, {"type": "tool_use", "id": "toolu_…", "name", "input"}], "stop_reason": "tool_use",
+//!   "usage": {"input_tokens", "output_tokens"}}`;
+//! - the stream: `event:`/`data:` pairs `message_start`, `content_block_start`, `ping`,
+//!   `content_block_delta` (`text_delta`; `input_json_delta` with `partial_json` fragments),
+//!   `content_block_stop`, `message_delta` (`stop_reason`, cumulative `usage.output_tokens`),
+//!   `message_stop`, and an in-stream `error` event;
+//! - errors `{"type": "error", "error": {"type", "message"}}`: 401 `authentication_error`, 404
+//!   `not_found_error`, 429 `rate_limit_error` with `retry-after`, 529 `overloaded_error`.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kberg_agent::{ChatRequest, InferenceProvider, Message, ToolChoice, ToolDefinition, collect_stream};
+use kberg_providers::HttpOptions;
+use kberg_providers::anthropic::{AnthropicConfig, AnthropicProvider};
+use serde_json::{Value, json};
+use support::{MockServer, Reply, Wire};
+use tokio_util::sync::CancellationToken;
+
+struct Anthropic;
+
+fn ev(name: &str, data: Value) -> String {
+    format!("event: {name}\ndata: {data}\n\n")
+}
+
+fn message_start() -> String {
+    ev("message_start", json!({"type": "message_start", "message": {
+        "id": "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY", "type": "message", "role": "assistant",
+        "content": [], "model": "claude-sonnet-4-5", "stop_reason": null, "stop_sequence": null,
+        "usage": {"input_tokens": 472, "output_tokens": 2}}}))
+}
+
+fn message_end(stop: &str) -> Vec<String> {
+    vec![
+        ev("message_delta", json!({"type": "message_delta",
+            "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 89}})),
+        ev("message_stop", json!({"type": "message_stop"})),
+    ]
+}
+
+fn message(content: Value, stop: &str) -> Value {
+    json!({"id": "msg_01Aq9w938a90dw8q", "type": "message", "role": "assistant",
+           "model": "claude-sonnet-4-5", "content": content, "stop_reason": stop,
+           "stop_sequence": null, "usage": {"input_tokens": 472, "output_tokens": 89}})
+}
+
+fn api_error(kind: &str, msg: &str) -> Value {
+    json!({"type": "error", "error": {"type": kind, "message": msg}})
+}
+
+impl Wire for Anthropic {
+    fn call(&self, id: &str, name: &str, arguments: &Value, stream: bool) -> Reply {
+        if !stream {
+            return Reply::json(200, &message(json!([
+                {"type": "text", "text": "I'll do that."},
+                {"type": "tool_use", "id": id, "name": name, "input": arguments}
+            ]), "tool_use"));
+        }
+        let args = arguments.to_string();
+        let cut = args.len() / 2;
+        let mut pieces = vec![
+            message_start(),
+            ev("content_block_start", json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}})),
+            ev("ping", json!({"type": "ping"})),
+            ev("content_block_delta", json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": "I'll do that."}})),
+            ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+            ev("content_block_start", json!({"type": "content_block_start", "index": 1,
+                "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}})),
+            ev("content_block_delta", json!({"type": "content_block_delta", "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": ""}})),
+        ];
+        for part in [&args[..cut], &args[cut..]] {
+            pieces.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": part}})));
+        }
+        pieces.push(ev("content_block_stop", json!({"type": "content_block_stop", "index": 1})));
+        pieces.extend(message_end("tool_use"));
+        Reply::stream("text/event-stream", pieces)
+    }
+
+    fn text(&self, text: &str, stream: bool) -> Reply {
+        if !stream {
+            return Reply::json(200, &message(json!([{"type": "text", "text": text}]), "end_turn"));
+        }
+        let mid = text.len() / 2;
+        let mut pieces = vec![
+            message_start(),
+            ev("content_block_start", json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}})),
+        ];
+        for part in [&text[..mid], &text[mid..]] {
+            pieces.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": part}})));
+        }
+        pieces.push(ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})));
+        pieces.extend(message_end("end_turn"));
+        Reply::stream("text/event-stream", pieces)
+    }
+
+    fn tool_results(&self, body: &Value) -> Vec<String> {
+        let mut out = Vec::new();
+        for m in body["messages"].as_array().into_iter().flatten() {
+            for b in m["content"].as_array().into_iter().flatten() {
+                if b["type"] == "tool_result" {
+                    out.push(b["content"].as_str().unwrap_or_default().to_string());
+                }
+            }
+        }
+        out
+    }
+}
+
+fn make(url: String) -> Arc<dyn InferenceProvider> {
+    Arc::new(AnthropicProvider::new(
+        AnthropicConfig::new("claude-sonnet-4-5")
+            .base_url(url)
+            .api_key("sk-ant-test")
+            .http(HttpOptions::default().initial_backoff(Duration::from_millis(5))),
+    ))
+}
+
+fn request() -> ChatRequest {
+    ChatRequest {
+        messages: vec![Message::system("Be brief."), Message::user("hi")],
+        ..ChatRequest::default()
+    }
+}
+
+#[tokio::test]
+async fn repair_turn_succeeds() {
+    support::scenario_repair(&Anthropic, &make, false).await;
+}
+
+#[tokio::test]
+async fn repair_turn_succeeds_streaming() {
+    support::scenario_repair(&Anthropic, &make, true).await;
+}
+
+#[tokio::test]
+async fn refusal_is_accepted() {
+    support::scenario_refusal(&Anthropic, &make, false).await;
+    support::scenario_refusal(&Anthropic, &make, true).await;
+}
+
+#[tokio::test]
+async fn cancellation_mid_tool() {
+    support::scenario_cancel_mid_tool(&Anthropic, &make, false).await;
+    support::scenario_cancel_mid_tool(&Anthropic, &make, true).await;
+}
+
+#[tokio::test]
+async fn request_has_the_documented_shape() {
+    let server = MockServer::start(vec![Anthropic.text("ok", false), Anthropic.text("ok", true)]).await;
+    let p = make(server.url());
+    let mut req = request();
+    req.tools = vec![ToolDefinition {
+        name: "add_note".into(),
+        description: "Create a note".into(),
+        parameters: json!({"type": "object"}),
+    }];
+    req.options.tool_choice = ToolChoice::Required;
+    req.options.stop = vec!["END".into()];
+    let r = p.chat(&req, &CancellationToken::new()).await.unwrap();
+    assert_eq!(r.text, "ok");
+    assert_eq!(r.usage.total(), 561);
+    let s = p.chat_stream(&req, &CancellationToken::new()).await.unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.text, "ok");
+    assert_eq!(r.usage.input_tokens, 472);
+    assert_eq!(r.usage.output_tokens, 89);
+    let reqs = server.requests();
+    let sent = &reqs[0];
+    assert_eq!(sent.path, "/v1/messages");
+    assert_eq!(sent.headers["x-api-key"], "sk-ant-test");
+    assert_eq!(sent.headers["anthropic-version"], "2023-06-01");
+    let b = &sent.body;
+    assert_eq!(b["system"], "Be brief.");
+    assert_eq!(b["max_tokens"], 1024);
+    assert_eq!(b["messages"][0]["role"], "user");
+    assert_eq!(b["tools"][0]["input_schema"], json!({"type": "object"}));
+    assert_eq!(b["tool_choice"], json!({"type": "any"}));
+    assert_eq!(b["stop_sequences"], json!(["END"]));
+    assert_eq!(reqs[1].body["stream"], true);
+}
+
+#[tokio::test]
+async fn errors_are_actionable() {
+    let server = MockServer::start(vec![
+        Reply::json(401, &api_error("authentication_error", "invalid x-api-key")),
+        Reply::json(404, &api_error("not_found_error", "model: claude-nonexistent")),
+        Reply::json(529, &api_error("overloaded_error", "Overloaded")),
+        Reply::json(429, &api_error("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit"))
+            .header("retry-after", "0"),
+        Anthropic.text("finally", false),
+    ])
+    .await;
+    let p = AnthropicProvider::new(
+        AnthropicConfig::new("claude-nonexistent")
+            .base_url(server.url())
+            .http(HttpOptions::default().max_retries(0)),
+    );
+    let e = p.chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    assert_eq!(e.code(), "unauthorized");
+    assert!(e.to_string().contains("ANTHROPIC_API_KEY"), "{e}");
+    let e = p.chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    assert_eq!(e.code(), "model_not_found");
+    // 529 and 429 are retried by a provider that allows retries.
+    let r = make(server.url()).chat(&request(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(r.text, "finally");
+    assert_eq!(server.requests().len(), 5);
+}
+
+#[tokio::test]
+async fn stream_error_event_truncation_and_slowness() {
+    let mut overloaded = vec![message_start()];
+    overloaded.push(ev("error", api_error("overloaded_error", "Overloaded")));
+    let server = MockServer::start(vec![
+        Reply::stream("text/event-stream", overloaded),
+        Anthropic.text("Hello there", true).truncated(4),
+        Anthropic.text("Hello there", true).truncated(3).aborted(),
+        Anthropic.text("Hello there", true).paced(Duration::from_millis(600)),
+    ])
+    .await;
+    let p = AnthropicProvider::new(
+        AnthropicConfig::new("m")
+            .base_url(server.url())
+            .http(HttpOptions::default().stream_idle_timeout(Duration::from_millis(150))),
+    );
+    let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let e = collect_stream(s, |_| {}).await.unwrap_err();
+    assert!(e.to_string().contains("overloaded_error"), "{e}");
+    for expected in ["truncated", "truncated", "timeout"] {
+        let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+        let e = collect_stream(s, |_| {}).await.unwrap_err();
+        assert_eq!(e.code(), expected);
+    }
+}
+
+#[tokio::test]
+async fn malformed_reply_is_reported() {
+    let server = MockServer::start(vec![
+        Reply::json(200, &json!({"type": "message", "content": "not blocks"})),
+        Reply::stream("text/event-stream", vec!["event: message_start\ndata: {\"no\": \"type\"}\n\n".into()]),
+    ])
+    .await;
+    let p = make(server.url());
+    assert_eq!(p.chat(&request(), &CancellationToken::new()).await.unwrap_err().code(), "malformed");
+    let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(collect_stream(s, |_| {}).await.unwrap_err().code(), "malformed");
+}

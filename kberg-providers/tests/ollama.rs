@@ -1,1 +1,320 @@
-//! placeholder being written
+//! The Ollama provider against a scripted server that speaks Ollama's documented wire.
+//!
+//! Shapes reproduced (Ollama API reference, `docs/api.md`, "Generate a chat completion"):
+//! - `POST /api/chat` request: `model`, `messages` (assistant `tool_calls` as
+//!   `{"function": {"name", "arguments": {..}}}`, tool results as `{"role": "tool", "content",
+//!   "tool_name"}`), `tools`, `stream`, `options`, `keep_alive`, `format`;
+//! - the non-streamed reply: `{"model", "created_at", "message": {"role": "assistant", "content",
+//!   "tool_calls"}, "done_reason": "stop", "done": true, "total_duration", "prompt_eval_count",
+//!   "eval_count", ...}`;
+//! - the streamed reply: `application/x-ndjson`, one such object per line with `"done": false`
+//!   and a content fragment, a final line with `"done": true` and the counts; tool calls arrive
+//!   whole inside one line (here a line is also split across two network writes);
+//! - errors: `404 {"error": "model \"x\" not found, try pulling it first"}`, 500 with
+//!   `{"error": ...}`, and an in-stream `{"error": ...}` line.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kberg_agent::{ChatRequest, InferenceProvider, Message, ToolDefinition, collect_stream};
+use kberg_providers::HttpOptions;
+use kberg_providers::ollama::{OllamaConfig, OllamaProvider};
+use serde_json::{Value, json};
+use support::{MockServer, Reply, Wire};
+use tokio_util::sync::CancellationToken;
+
+struct Ollama;
+
+const CREATED: &str = "2026-11-29T10:00:00.000000Z";
+
+fn chunk(content: &str, extra: Value) -> String {
+    let mut v = json!({"model": "qwen2.5", "created_at": CREATED,
+                       "message": {"role": "assistant", "content": content}, "done": false});
+    if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+        for (k, val) in e {
+            o.insert(k.clone(), val.clone());
+        }
+    }
+    format!("{v}\n")
+}
+
+fn final_line() -> String {
+    chunk(
+        "",
+        json!({"done": true, "done_reason": "stop", "total_duration": 885095291u64,
+               "load_duration": 3753500, "prompt_eval_count": 122, "prompt_eval_duration": 328493000,
+               "eval_count": 33, "eval_duration": 552222000u64}),
+    )
+}
+
+impl Wire for Ollama {
+    fn call(&self, _id: &str, name: &str, arguments: &Value, stream: bool) -> Reply {
+        let message = json!({"role": "assistant", "content": "",
+            "tool_calls": [{"function": {"name": name, "arguments": arguments}}]});
+        if !stream {
+            return Reply::json(200, &json!({
+                "model": "qwen2.5", "created_at": CREATED, "message": message,
+                "done_reason": "stop", "done": true, "total_duration": 885095291u64,
+                "prompt_eval_count": 122, "eval_count": 33}));
+        }
+        let line = format!(
+            "{}\n",
+            json!({"model": "qwen2.5", "created_at": CREATED, "message": message, "done": false})
+        );
+        // Split the line carrying the call across two writes.
+        let cut = line.len() / 2;
+        Reply::stream(
+            "application/x-ndjson",
+            vec![line[..cut].to_string(), line[cut..].to_string(), final_line()],
+        )
+    }
+
+    fn text(&self, text: &str, stream: bool) -> Reply {
+        if !stream {
+            return Reply::json(200, &json!({
+                "model": "qwen2.5", "created_at": CREATED,
+                "message": {"role": "assistant", "content": text},
+                "done_reason": "stop", "done": true, "prompt_eval_count": 10, "eval_count": 5}));
+        }
+        let mid = text.len() / 2;
+        Reply::stream(
+            "application/x-ndjson",
+            vec![
+                chunk(&text[..mid], json!({})),
+                chunk(&text[mid..], json!({})),
+                final_line(),
+            ],
+        )
+    }
+
+    fn tool_results(&self, body: &Value) -> Vec<String> {
+        body["messages"]
+            .as_array()
+            .map(|m| {
+                m.iter()
+                    .filter(|m| m["role"] == "tool")
+                    .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn fast() -> HttpOptions {
+    HttpOptions::default()
+        .initial_backoff(Duration::from_millis(5))
+        .timeout(Duration::from_secs(10))
+}
+
+fn make(url: String) -> Arc<dyn InferenceProvider> {
+    Arc::new(OllamaProvider::new(
+        OllamaConfig::new("qwen2.5").base_url(url).http(fast()),
+    ))
+}
+
+fn request() -> ChatRequest {
+    ChatRequest {
+        messages: vec![Message::user("hi")],
+        ..ChatRequest::default()
+    }
+}
+
+#[tokio::test]
+async fn repair_turn_succeeds() {
+    support::scenario_repair(&Ollama, &make, false).await;
+}
+
+#[tokio::test]
+async fn repair_turn_succeeds_streaming() {
+    support::scenario_repair(&Ollama, &make, true).await;
+}
+
+#[tokio::test]
+async fn refusal_is_accepted() {
+    support::scenario_refusal(&Ollama, &make, false).await;
+    support::scenario_refusal(&Ollama, &make, true).await;
+}
+
+#[tokio::test]
+async fn cancellation_mid_tool() {
+    support::scenario_cancel_mid_tool(&Ollama, &make, false).await;
+    support::scenario_cancel_mid_tool(&Ollama, &make, true).await;
+}
+
+#[tokio::test]
+async fn request_has_the_documented_shape() {
+    let server = MockServer::start(vec![Ollama.text("ok", false)]).await;
+    let p = OllamaProvider::new(
+        OllamaConfig::new("qwen2.5")
+            .base_url(server.url())
+            .keep_alive("10m")
+            .format(json!("json"))
+            .option("num_ctx", json!(8192)),
+    );
+    let mut req = request();
+    req.tools = vec![ToolDefinition {
+        name: "add_note".into(),
+        description: "Create a note".into(),
+        parameters: json!({"type": "object", "properties": {"title": {"type": "string"}}}),
+    }];
+    req.options.temperature = Some(0.5);
+    req.options.max_tokens = Some(64);
+    req.messages.push(Message::Assistant {
+        content: String::new(),
+        tool_calls: vec![kberg_agent::ToolCall {
+            id: "call_1_1".into(),
+            name: "add_note".into(),
+            arguments: json!({"title": "x"}),
+        }],
+    });
+    req.messages.push(Message::Tool {
+        call_id: "call_1_1".into(),
+        name: "add_note".into(),
+        content: "created x".into(),
+        is_error: false,
+    });
+    let r = p.chat(&req, &CancellationToken::new()).await.unwrap();
+    assert_eq!(r.text, "ok");
+    assert_eq!(r.usage.total(), 15);
+    let sent = &server.requests()[0];
+    assert_eq!(sent.method, "POST");
+    assert_eq!(sent.path, "/api/chat");
+    let b = &sent.body;
+    assert_eq!(b["model"], "qwen2.5");
+    assert_eq!(b["stream"], false);
+    assert_eq!(b["keep_alive"], "10m");
+    assert_eq!(b["format"], "json");
+    assert_eq!(b["options"]["num_ctx"], 8192);
+    assert_eq!(b["options"]["temperature"], 0.5);
+    assert_eq!(b["options"]["num_predict"], 64);
+    assert_eq!(b["tools"][0]["type"], "function");
+    assert_eq!(b["tools"][0]["function"]["name"], "add_note");
+    assert_eq!(b["messages"][1]["tool_calls"][0]["function"]["arguments"]["title"], "x");
+    assert_eq!(b["messages"][2]["role"], "tool");
+    assert_eq!(b["messages"][2]["tool_name"], "add_note");
+}
+
+#[tokio::test]
+async fn unknown_model_says_to_pull_it() {
+    let server = MockServer::start(vec![Reply::json(
+        404,
+        &json!({"error": "model \"qwen9\" not found, try pulling it first"}),
+    )])
+    .await;
+    let p = OllamaProvider::new(OllamaConfig::new("qwen9").base_url(server.url()));
+    let e = p.chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    assert_eq!(e.code(), "model_not_found");
+    assert!(e.to_string().contains("run `ollama pull qwen9`"), "{e}");
+}
+
+#[tokio::test]
+async fn nothing_listening_says_where_it_looked() {
+    let url = support::closed_port_url().await;
+    let p = OllamaProvider::new(OllamaConfig::new("qwen2.5").base_url(url.clone()));
+    let e = p.chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    assert_eq!(e.code(), "unreachable");
+    assert!(e.to_string().contains(&format!("is Ollama running at {url}?")), "{e}");
+}
+
+#[tokio::test]
+async fn server_error_is_retried_then_succeeds() {
+    let server = MockServer::start(vec![
+        Reply::json(500, &json!({"error": "llama runner process has terminated"})),
+        Reply::json(503, &json!({"error": "busy"})).header("retry-after", "0"),
+        Ollama.text("recovered", false),
+    ])
+    .await;
+    let r = make(server.url()).chat(&request(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(r.text, "recovered");
+    assert_eq!(server.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn server_error_after_retries_is_reported() {
+    let server = MockServer::start(vec![
+        Reply::json(500, &json!({"error": "boom"})),
+        Reply::json(500, &json!({"error": "boom"})),
+        Reply::json(500, &json!({"error": "still boom"})),
+    ])
+    .await;
+    let e = make(server.url()).chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    assert_eq!(e.code(), "server_error");
+    assert!(e.to_string().contains("still boom") && e.to_string().contains("3 attempt"), "{e}");
+}
+
+#[tokio::test]
+async fn streamed_text_arrives_in_pieces() {
+    let server = MockServer::start(vec![Ollama.text("Hello there", true)]).await;
+    let s = make(server.url()).chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let mut pieces = Vec::new();
+    let r = collect_stream(s, |t| pieces.push(t.to_string())).await.unwrap();
+    assert_eq!(r.text, "Hello there");
+    assert_eq!(pieces.len(), 2);
+    assert_eq!(r.usage.total(), 155);
+    assert_eq!(server.requests()[0].body["stream"], true);
+}
+
+#[tokio::test]
+async fn truncated_stream_is_an_error() {
+    // The final `done` line never comes.
+    let server = MockServer::start(vec![Ollama.text("Hello there", true).truncated(2)]).await;
+    let s = make(server.url()).chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let e = collect_stream(s, |_| {}).await.unwrap_err();
+    assert_eq!(e.code(), "truncated");
+    // The connection breaks mid-stream.
+    let server = MockServer::start(vec![Ollama.text("Hello there", true).truncated(1).aborted()]).await;
+    let s = make(server.url()).chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let e = collect_stream(s, |_| {}).await.unwrap_err();
+    assert_eq!(e.code(), "truncated");
+}
+
+#[tokio::test]
+async fn slow_stream_hits_the_idle_timeout() {
+    let server = MockServer::start(vec![
+        Ollama.text("Hello there", true).paced(Duration::from_millis(600)),
+    ])
+    .await;
+    let p = OllamaProvider::new(
+        OllamaConfig::new("qwen2.5")
+            .base_url(server.url())
+            .http(HttpOptions::default().stream_idle_timeout(Duration::from_millis(150))),
+    );
+    let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let e = collect_stream(s, |_| {}).await.unwrap_err();
+    assert_eq!(e.code(), "timeout");
+}
+
+#[tokio::test]
+async fn error_line_in_stream_and_garbage_are_reported() {
+    let server = MockServer::start(vec![
+        Reply::stream("application/x-ndjson", vec![chunk("Hel", json!({})), "{\"error\":\"out of memory\"}\n".into()]),
+        Reply::stream("application/x-ndjson", vec!["<html>not ndjson</html>\n".into()]),
+        Reply::json(200, &json!({"unexpected": true})),
+    ])
+    .await;
+    let p = make(server.url());
+    let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let e = collect_stream(s, |_| {}).await.unwrap_err();
+    assert!(e.to_string().contains("out of memory"), "{e}");
+    let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let e = collect_stream(s, |_| {}).await.unwrap_err();
+    assert_eq!(e.code(), "malformed");
+    let e = p.chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    assert_eq!(e.code(), "malformed");
+}
+
+#[tokio::test]
+async fn cancellation_while_waiting_for_the_model() {
+    let server = MockServer::start(vec![Ollama.text("late", false).paced(Duration::from_secs(30))]).await;
+    let p = make(server.url());
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        c.cancel();
+    });
+    let e = p.chat(&request(), &cancel).await.unwrap_err();
+    assert_eq!(e.code(), "cancelled");
+}

@@ -1,1 +1,331 @@
-//! placeholder being written
+//! The OpenAI-compatible provider against a scripted server that speaks the Chat Completions
+//! wire.
+//!
+//! Shapes reproduced (OpenAI API reference, "Chat Completions": create, the chat completion
+//! object, the chat completion chunk object, error codes):
+//! - `POST /v1/chat/completions` with `Authorization: Bearer`, `model`, `messages` (assistant
+//!   `tool_calls` with `arguments` as JSON text, `role: "tool"` results with `tool_call_id`),
+//!   `tools`, `tool_choice`, `stream`, `stream_options.include_usage`;
+//! - the reply `{"id": "chatcmpl-…", "object": "chat.completion", "choices": [{"index": 0,
+//!   "message": {"role": "assistant", "content": null, "tool_calls": [...]}, "finish_reason":
+//!   "tool_calls"}], "usage": {"prompt_tokens", "completion_tokens", "total_tokens"}}`;
+//! - the stream: `text/event-stream` of `data: {"object": "chat.completion.chunk", "choices":
+//!   [{"index": 0, "delta": {...}, "finish_reason": null}]}` events, the first tool-call delta
+//!   carrying `index`, `id`, `type` and `function.name` with empty `arguments`, later deltas
+//!   carrying only `index` and an `arguments` fragment, a chunk with `finish_reason`, a usage
+//!   chunk with empty `choices`, then `data: [DONE]`;
+//! - errors `{"error": {"message", "type", "param", "code"}}`: 401 `invalid_api_key`, 404
+//!   `model_not_found`, 429 `rate_limit_exceeded` with `retry-after`.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kberg_agent::{
+    ChatRequest, InferenceProvider, Message, ToolChoice, ToolDefinition, collect_stream,
+};
+use kberg_providers::HttpOptions;
+use kberg_providers::openai::{OpenAiConfig, OpenAiProvider};
+use serde_json::{Value, json};
+use support::{MockServer, Reply, Wire};
+use tokio_util::sync::CancellationToken;
+
+struct OpenAi;
+
+fn chunk(choices: Value) -> String {
+    let v = json!({"id": "chatcmpl-123", "object": "chat.completion.chunk", "created": 1694268190,
+                   "model": "local-model", "system_fingerprint": "fp_44709d6fcb", "choices": choices});
+    format!("data: {v}\n\n")
+}
+
+fn usage_chunk() -> String {
+    let v = json!({"id": "chatcmpl-123", "object": "chat.completion.chunk", "created": 1694268190,
+                   "model": "local-model", "choices": [],
+                   "usage": {"prompt_tokens": 82, "completion_tokens": 17, "total_tokens": 99}});
+    format!("data: {v}\n\n")
+}
+
+fn completion(message: Value, finish: &str) -> Value {
+    json!({"id": "chatcmpl-abc123", "object": "chat.completion", "created": 1699896916,
+           "model": "local-model",
+           "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
+           "usage": {"prompt_tokens": 82, "completion_tokens": 17, "total_tokens": 99}})
+}
+
+impl Wire for OpenAi {
+    fn call(&self, id: &str, name: &str, arguments: &Value, stream: bool) -> Reply {
+        let args = arguments.to_string();
+        if !stream {
+            return Reply::json(200, &completion(
+                json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": id, "type": "function", "function": {"name": name, "arguments": args}}]}),
+                "tool_calls",
+            ));
+        }
+        let cut = args.len() / 2;
+        let mut pieces = vec![chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": null,
+            "tool_calls": [{"index": 0, "id": id, "type": "function",
+                            "function": {"name": name, "arguments": ""}}]},
+            "logprobs": null, "finish_reason": null}]))];
+        for part in [&args[..cut], &args[cut..]] {
+            pieces.push(chunk(json!([{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "function": {"arguments": part}}]}, "logprobs": null, "finish_reason": null}])));
+        }
+        pieces.push(chunk(json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": "tool_calls"}])));
+        pieces.push(usage_chunk());
+        pieces.push("data: [DONE]\n\n".into());
+        // One event is also split across two writes.
+        let split = pieces.remove(1);
+        let (a, b) = split.split_at(split.len() / 3);
+        pieces.insert(1, b.to_string());
+        pieces.insert(1, a.to_string());
+        Reply::stream("text/event-stream", pieces)
+    }
+
+    fn text(&self, text: &str, stream: bool) -> Reply {
+        if !stream {
+            return Reply::json(200, &completion(json!({"role": "assistant", "content": text}), "stop"));
+        }
+        let mid = text.len() / 2;
+        Reply::stream(
+            "text/event-stream",
+            vec![
+                chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}])),
+                ": keep-alive comment\n\n".into(),
+                chunk(json!([{"index": 0, "delta": {"content": &text[..mid]}, "finish_reason": null}])),
+                chunk(json!([{"index": 0, "delta": {"content": &text[mid..]}, "finish_reason": null}])),
+                chunk(json!([{"index": 0, "delta": {}, "finish_reason": "stop"}])),
+                usage_chunk(),
+                "data: [DONE]\n\n".into(),
+            ],
+        )
+    }
+
+    fn tool_results(&self, body: &Value) -> Vec<String> {
+        body["messages"]
+            .as_array()
+            .map(|m| {
+                m.iter()
+                    .filter(|m| m["role"] == "tool")
+                    .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn make(url: String) -> Arc<dyn InferenceProvider> {
+    Arc::new(OpenAiProvider::new(
+        OpenAiConfig::new("local-model")
+            .base_url(format!("{url}/v1"))
+            .api_key("sk-test")
+            .http(HttpOptions::default().initial_backoff(Duration::from_millis(5))),
+    ))
+}
+
+fn request() -> ChatRequest {
+    ChatRequest {
+        messages: vec![Message::user("hi")],
+        ..ChatRequest::default()
+    }
+}
+
+fn api_error(message: &str, kind: &str, code: &str) -> Value {
+    json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+}
+
+#[tokio::test]
+async fn repair_turn_succeeds() {
+    support::scenario_repair(&OpenAi, &make, false).await;
+}
+
+#[tokio::test]
+async fn repair_turn_succeeds_streaming() {
+    support::scenario_repair(&OpenAi, &make, true).await;
+}
+
+#[tokio::test]
+async fn refusal_is_accepted() {
+    support::scenario_refusal(&OpenAi, &make, false).await;
+    support::scenario_refusal(&OpenAi, &make, true).await;
+}
+
+#[tokio::test]
+async fn cancellation_mid_tool() {
+    support::scenario_cancel_mid_tool(&OpenAi, &make, false).await;
+    support::scenario_cancel_mid_tool(&OpenAi, &make, true).await;
+}
+
+#[tokio::test]
+async fn request_has_the_documented_shape() {
+    let server = MockServer::start(vec![OpenAi.text("ok", false), OpenAi.text("ok", true)]).await;
+    let p = make(server.url());
+    let mut req = request();
+    req.tools = vec![ToolDefinition {
+        name: "add_note".into(),
+        description: "Create a note".into(),
+        parameters: json!({"type": "object"}),
+    }];
+    req.options.tool_choice = ToolChoice::Tool("add_note".into());
+    req.options.max_tokens = Some(32);
+    req.messages.push(Message::Assistant {
+        content: String::new(),
+        tool_calls: vec![kberg_agent::ToolCall {
+            id: "call_9".into(),
+            name: "add_note".into(),
+            arguments: json!({"title": "x"}),
+        }],
+    });
+    req.messages.push(Message::Tool {
+        call_id: "call_9".into(),
+        name: "add_note".into(),
+        content: "created x".into(),
+        is_error: false,
+    });
+    let r = p.chat(&req, &CancellationToken::new()).await.unwrap();
+    assert_eq!(r.usage.total(), 99);
+    let s = p.chat_stream(&req, &CancellationToken::new()).await.unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.text, "ok");
+    assert_eq!(r.usage.total(), 99);
+    let reqs = server.requests();
+    let sent = &reqs[0];
+    assert_eq!(sent.path, "/v1/chat/completions");
+    assert_eq!(sent.headers["authorization"], "Bearer sk-test");
+    let b = &sent.body;
+    assert_eq!(b["model"], "local-model");
+    assert_eq!(b["max_tokens"], 32);
+    assert_eq!(b["tool_choice"], json!({"type": "function", "function": {"name": "add_note"}}));
+    assert_eq!(b["tools"][0]["function"]["name"], "add_note");
+    let call = &b["messages"][1]["tool_calls"][0];
+    assert_eq!(call["id"], "call_9");
+    assert_eq!(call["type"], "function");
+    assert_eq!(call["function"]["arguments"], "{\"title\":\"x\"}");
+    assert_eq!(b["messages"][1]["content"], Value::Null);
+    assert_eq!(b["messages"][2]["tool_call_id"], "call_9");
+    assert!(b.get("stream").is_none());
+    assert_eq!(reqs[1].body["stream"], true);
+    assert_eq!(reqs[1].body["stream_options"]["include_usage"], true);
+}
+
+#[tokio::test]
+async fn two_calls_interleaved_in_a_stream_assemble() {
+    let pieces = vec![
+        chunk(json!([{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+            {"index": 0, "id": "call_a", "type": "function", "function": {"name": "add_note", "arguments": ""}},
+            {"index": 1, "id": "call_b", "type": "function", "function": {"name": "wait", "arguments": "{\"sec"}}
+        ]}, "finish_reason": null}])),
+        chunk(json!([{"index": 0, "delta": {"tool_calls": [
+            {"index": 1, "function": {"arguments": "onds\": 1}"}},
+            {"index": 0, "function": {"arguments": "{\"title\": \"a\", \"priority\": 1}"}}
+        ]}, "finish_reason": null}])),
+        chunk(json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])),
+        "data: [DONE]\n\n".into(),
+    ];
+    let server = MockServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let s = make(server.url()).chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.tool_calls.len(), 2);
+    assert_eq!(r.tool_calls[0].id, "call_a");
+    assert_eq!(r.tool_calls[0].arguments, json!({"title": "a", "priority": 1}));
+    assert_eq!(r.tool_calls[1].arguments, json!({"seconds": 1}));
+    assert_eq!(r.finish, kberg_agent::FinishReason::ToolCalls);
+}
+
+#[tokio::test]
+async fn bad_key_is_unauthorized() {
+    let server = MockServer::start(vec![Reply::json(401, &api_error(
+        "Incorrect API key provided: sk-test. You can find your API key in your account settings.",
+        "invalid_request_error", "invalid_api_key"))]).await;
+    let e = make(server.url()).chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    assert_eq!(e.code(), "unauthorized");
+    assert!(e.to_string().contains("Incorrect API key"), "{e}");
+    assert!(e.to_string().contains("OPENAI_API_KEY"), "{e}");
+}
+
+#[tokio::test]
+async fn unknown_model_is_named() {
+    let server = MockServer::start(vec![Reply::json(404, &api_error(
+        "The model `gpt-9` does not exist or you do not have access to it.",
+        "invalid_request_error", "model_not_found"))]).await;
+    let e = make(server.url()).chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    assert_eq!(e.code(), "model_not_found");
+    // A 404 that is not about a model is a wrong base URL.
+    let server = MockServer::start(vec![Reply::json(404, &json!({"detail": "Not Found"}))]).await;
+    let e = make(server.url()).chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    assert_eq!(e.code(), "rejected");
+    assert!(e.to_string().contains("check the base URL"), "{e}");
+}
+
+#[tokio::test]
+async fn rate_limit_honours_retry_after() {
+    let limited = || {
+        Reply::json(429, &api_error("Rate limit reached for requests", "requests", "rate_limit_exceeded"))
+            .header("retry-after", "0")
+    };
+    let server = MockServer::start(vec![limited(), OpenAi.text("fine", false)]).await;
+    let r = make(server.url()).chat(&request(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(r.text, "fine");
+    assert_eq!(server.requests().len(), 2);
+
+    // Still limited after every retry: the last Retry-After is reported.
+    let server = MockServer::start(vec![limited(), limited(), limited().header("retry-after", "7")]).await;
+    let p = OpenAiProvider::new(
+        OpenAiConfig::new("m")
+            .base_url(format!("{}/v1", server.url()))
+            .http(HttpOptions::default().max_retries(2).max_retry_wait(Duration::from_millis(10))),
+    );
+    let e = p.chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    match e {
+        kberg_agent::ProviderError::RateLimited { attempts, .. } => assert_eq!(attempts, 3),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn truncated_and_slow_streams() {
+    let server = MockServer::start(vec![
+        OpenAi.text("Hello there", true).truncated(4),
+        OpenAi.text("Hello there", true).truncated(2).aborted(),
+        OpenAi.text("Hello there", true).paced(Duration::from_millis(600)),
+    ])
+    .await;
+    let p = OpenAiProvider::new(
+        OpenAiConfig::new("m")
+            .base_url(format!("{}/v1", server.url()))
+            .http(HttpOptions::default().stream_idle_timeout(Duration::from_millis(150))),
+    );
+    for expected in ["truncated", "truncated", "timeout"] {
+        let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+        let e = collect_stream(s, |_| {}).await.unwrap_err();
+        assert_eq!(e.code(), expected);
+    }
+}
+
+#[tokio::test]
+async fn malformed_replies_are_reported() {
+    let server = MockServer::start(vec![
+        Reply::json(200, &json!({"object": "chat.completion", "choices": []})),
+        Reply::stream("text/event-stream", vec!["data: {not json}\n\n".into()]),
+        Reply::stream("text/event-stream", vec![
+            "data: {\"error\": {\"message\": \"context length exceeded\", \"type\": \"server_error\"}}\n\n".into(),
+        ]),
+    ])
+    .await;
+    let p = make(server.url());
+    assert_eq!(p.chat(&request(), &CancellationToken::new()).await.unwrap_err().code(), "malformed");
+    let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(collect_stream(s, |_| {}).await.unwrap_err().code(), "malformed");
+    let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let e = collect_stream(s, |_| {}).await.unwrap_err();
+    assert!(e.to_string().contains("context length exceeded"), "{e}");
+}
+
+#[tokio::test]
+async fn nothing_listening_names_the_address() {
+    let url = support::closed_port_url().await;
+    let e = make(url.clone()).chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    assert_eq!(e.code(), "unreachable");
+    assert!(e.to_string().contains(&url), "{e}");
+}

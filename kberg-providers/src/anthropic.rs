@@ -1,0 +1,527 @@
+//! Anthropic's Messages API: `POST {base}/v1/messages` with `tool_use` / `tool_result` blocks,
+//! streamed as SSE events.
+//!
+//! Request and reply follow Anthropic's Messages API reference: the `x-api-key` and
+//! `anthropic-version` headers; `system` at the top level; `max_tokens` required; assistant
+//! content blocks `{"type": "text"}` and `{"type": "tool_use", "id", "name", "input"}`; tool
+//! results as a user message of `{"type": "tool_result", "tool_use_id", "content", "is_error"}`
+//! blocks; `tools` with `input_schema`. A streamed reply is the documented event sequence
+//! `message_start`, `content_block_start`, `content_block_delta` (`text_delta` or
+//! `input_json_delta` fragments), `content_block_stop`, `message_delta` (stop reason, output
+//! usage), `message_stop`, with `ping` and `error` events possible anywhere.
+
+use async_trait::async_trait;
+use kberg_agent::{
+    ChatDelta, ChatRequest, ChatResponse, ChatStream, FinishReason, InferenceProvider, Message,
+    ProviderError, ToolCall, ToolChoice, Usage,
+};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::http::{self, Endpoint, HttpOptions, LineDecoder};
+use crate::sse::SseParser;
+
+/// The `anthropic-version` header this provider speaks.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Where and how to reach the Messages API.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct AnthropicConfig {
+    /// The API host (default `https://api.anthropic.com`; needs the `rustls` feature).
+    pub base_url: String,
+    /// The model, e.g. `claude-sonnet-4-5`.
+    pub model: String,
+    /// The key, sent as `x-api-key`. Read it from the environment in your binary.
+    pub api_key: Option<String>,
+    /// `max_tokens` when the turn's options do not set one (the API requires it; default 1024).
+    pub default_max_tokens: u32,
+    /// Timeouts and retries.
+    pub http: HttpOptions,
+}
+
+impl AnthropicConfig {
+    /// The hosted API with `model`.
+    pub fn new(model: impl Into<String>) -> Self {
+        Self {
+            base_url: "https://api.anthropic.com".into(),
+            model: model.into(),
+            api_key: None,
+            default_max_tokens: 1024,
+            http: HttpOptions::default(),
+        }
+    }
+
+    /// Sets the API host.
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = url.into().trim().trim_end_matches('/').to_string();
+        self
+    }
+
+    /// Sets the key.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Sets the default `max_tokens`.
+    pub fn default_max_tokens(mut self, n: u32) -> Self {
+        self.default_max_tokens = n;
+        self
+    }
+
+    /// Sets timeouts and retries.
+    pub fn http(mut self, http: HttpOptions) -> Self {
+        self.http = http;
+        self
+    }
+}
+
+/// The Anthropic provider.
+#[derive(Debug, Clone)]
+pub struct AnthropicProvider {
+    config: AnthropicConfig,
+    client: reqwest::Client,
+}
+
+impl AnthropicProvider {
+    /// A provider for `config`.
+    pub fn new(config: AnthropicConfig) -> Self {
+        Self {
+            config,
+            client: http::client(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AnthropicConfig {
+        &self.config
+    }
+
+    fn endpoint(&self) -> Endpoint<'_> {
+        Endpoint {
+            label: "Anthropic",
+            url: format!("{}/v1/messages", self.config.base_url),
+            model: &self.config.model,
+            unreachable_hint: format!(
+                "nothing answered at {}: check the address and your network (HTTPS needs the `rustls` feature)",
+                self.config.base_url
+            ),
+            model_hint: format!(
+                "Anthropic does not know the model `{}`: check the model name",
+                self.config.model
+            ),
+            key_hint: "Check the API key your program passes (for example from ANTHROPIC_API_KEY).",
+        }
+    }
+
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut h = vec![("anthropic-version", ANTHROPIC_VERSION.to_string())];
+        if let Some(k) = &self.config.api_key {
+            h.push(("x-api-key", k.clone()));
+        }
+        h
+    }
+
+    /// The `/v1/messages` body for `request`.
+    pub fn request_body(&self, request: &ChatRequest, stream: bool) -> Value {
+        let mut system = Vec::new();
+        let mut messages: Vec<Value> = Vec::new();
+        for m in &request.messages {
+            match m {
+                Message::System { content } => system.push(content.as_str()),
+                Message::User { content } => {
+                    messages.push(json!({"role": "user", "content": content}));
+                }
+                Message::Assistant {
+                    content,
+                    tool_calls,
+                } => {
+                    let mut blocks = Vec::new();
+                    if !content.is_empty() {
+                        blocks.push(json!({"type": "text", "text": content}));
+                    }
+                    for c in tool_calls {
+                        let input = if c.arguments.is_object() {
+                            c.arguments.clone()
+                        } else {
+                            // The API requires an object; the gate will reject the call anyway.
+                            json!({"value": c.arguments})
+                        };
+                        blocks.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));
+                    }
+                    if blocks.is_empty() {
+                        blocks.push(json!({"type": "text", "text": ""}));
+                    }
+                    messages.push(json!({"role": "assistant", "content": blocks}));
+                }
+                Message::Tool {
+                    call_id,
+                    content,
+                    is_error,
+                    ..
+                } => {
+                    let block = json!({"type": "tool_result", "tool_use_id": call_id,
+                                       "content": content, "is_error": is_error});
+                    // Consecutive results belong in one user turn.
+                    match messages.last_mut() {
+                        Some(last)
+                            if last["role"] == "user"
+                                && last["content"]
+                                    .as_array()
+                                    .is_some_and(|b| b.iter().all(|b| b["type"] == "tool_result")) =>
+                        {
+                            if let Some(blocks) = last["content"].as_array_mut() {
+                                blocks.push(block);
+                            }
+                        }
+                        _ => messages.push(json!({"role": "user", "content": [block]})),
+                    }
+                }
+            }
+        }
+        let o = &request.options;
+        let mut body = Map::new();
+        body.insert("model".into(), json!(self.config.model));
+        body.insert(
+            "max_tokens".into(),
+            json!(o.max_tokens.unwrap_or(self.config.default_max_tokens)),
+        );
+        if !system.is_empty() {
+            body.insert("system".into(), json!(system.join("\n\n")));
+        }
+        body.insert("messages".into(), Value::Array(messages));
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .collect();
+            body.insert("tools".into(), Value::Array(tools));
+            let choice = match &o.tool_choice {
+                ToolChoice::None => Some(json!({"type": "none"})),
+                ToolChoice::Required => Some(json!({"type": "any"})),
+                ToolChoice::Tool(name) => Some(json!({"type": "tool", "name": name})),
+                _ => None,
+            };
+            if let Some(c) = choice {
+                body.insert("tool_choice".into(), c);
+            }
+        }
+        if let Some(t) = o.temperature {
+            body.insert("temperature".into(), json!(t));
+        }
+        if let Some(p) = o.top_p {
+            body.insert("top_p".into(), json!(p));
+        }
+        if !o.stop.is_empty() {
+            body.insert("stop_sequences".into(), json!(o.stop));
+        }
+        if stream {
+            body.insert("stream".into(), json!(true));
+        }
+        Value::Object(body)
+    }
+}
+
+fn finish_of(s: Option<&str>) -> FinishReason {
+    match s {
+        Some("end_turn") | Some("stop_sequence") | None => FinishReason::Stop,
+        Some("tool_use") => FinishReason::ToolCalls,
+        Some("max_tokens") => FinishReason::Length,
+        Some(other) => FinishReason::Other(other.to_string()),
+    }
+}
+
+fn error_of(v: &Value) -> ProviderError {
+    let kind = v
+        .pointer("/error/type")
+        .and_then(Value::as_str)
+        .unwrap_or("error");
+    let msg = v
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    ProviderError::ServerError {
+        status: if kind == "overloaded_error" { 529 } else { 200 },
+        attempts: 1,
+        detail: format!("{kind}: {msg}"),
+    }
+}
+
+fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
+    if v.get("type").and_then(Value::as_str) == Some("error") {
+        return Err(error_of(v));
+    }
+    let blocks = v
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ProviderError::malformed("the reply has no `content` array"))?;
+    let mut text = String::new();
+    let mut tool_calls = Vec::new();
+    for b in blocks {
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => text.push_str(b.get("text").and_then(Value::as_str).unwrap_or("")),
+            Some("tool_use") => {
+                let id = b.get("id").and_then(Value::as_str);
+                let name = b.get("name").and_then(Value::as_str);
+                let (Some(id), Some(name)) = (id, name) else {
+                    return Err(ProviderError::malformed("a `tool_use` block lacks `id` or `name`"));
+                };
+                tool_calls.push(ToolCall {
+                    id: id.to_string(),
+                    name: name.to_string(),
+                    arguments: b.get("input").cloned().unwrap_or(Value::Object(Map::new())),
+                });
+            }
+            // Thinking and other blocks are not part of the answer.
+            Some(_) => {}
+            None => return Err(ProviderError::malformed("a content block has no `type`")),
+        }
+    }
+    let usage = v.get("usage");
+    Ok(ChatResponse {
+        text,
+        tool_calls,
+        usage: Usage {
+            input_tokens: usage
+                .and_then(|u| u.get("input_tokens"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            output_tokens: usage
+                .and_then(|u| u.get("output_tokens"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+        },
+        finish: finish_of(v.get("stop_reason").and_then(Value::as_str)),
+    })
+}
+
+struct EventDecoder {
+    sse: SseParser,
+    finish: FinishReason,
+    output_tokens: u64,
+    stopped: bool,
+}
+
+impl EventDecoder {
+    fn event(&mut self, data: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
+        let v: Value = serde_json::from_str(data).map_err(|e| {
+            ProviderError::malformed(format!("a stream event is not JSON ({e}): {data}"))
+        })?;
+        let kind = v
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ProviderError::malformed("a stream event has no `type`"))?;
+        let index = || {
+            v.get("index")
+                .and_then(Value::as_u64)
+                .filter(|i| *i <= 1024)
+                .map(|i| i as usize)
+                .ok_or_else(|| ProviderError::malformed(format!("`{kind}` has no usable `index`")))
+        };
+        match kind {
+            "message_start" => {
+                let u = v.pointer("/message/usage");
+                let input = u
+                    .and_then(|u| u.get("input_tokens"))
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                self.output_tokens = u
+                    .and_then(|u| u.get("output_tokens"))
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                out.push(ChatDelta::Usage(Usage {
+                    input_tokens: input,
+                    output_tokens: self.output_tokens,
+                }));
+            }
+            "content_block_start" => {
+                let index = index()?;
+                let block = v
+                    .get("content_block")
+                    .ok_or_else(|| ProviderError::malformed("`content_block_start` has no block"))?;
+                match block.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        if let Some(t) = block.get("text").and_then(Value::as_str)
+                            && !t.is_empty()
+                        {
+                            out.push(ChatDelta::Text(t.to_string()));
+                        }
+                    }
+                    Some("tool_use") => {
+                        let input = block.get("input").filter(|i| {
+                            i.as_object().is_some_and(|o| !o.is_empty())
+                        });
+                        out.push(ChatDelta::ToolCall {
+                            index,
+                            id: block.get("id").and_then(Value::as_str).map(str::to_string),
+                            name: block.get("name").and_then(Value::as_str).map(str::to_string),
+                            arguments: input.map(Value::to_string).unwrap_or_default(),
+                        });
+                    }
+                    _ => {}
+                }
+            }
+            "content_block_delta" => {
+                let index = index()?;
+                let delta = v
+                    .get("delta")
+                    .ok_or_else(|| ProviderError::malformed("`content_block_delta` has no delta"))?;
+                match delta.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => {
+                        let t = delta.get("text").and_then(Value::as_str).unwrap_or("");
+                        if !t.is_empty() {
+                            out.push(ChatDelta::Text(t.to_string()));
+                        }
+                    }
+                    Some("input_json_delta") => out.push(ChatDelta::ToolCall {
+                        index,
+                        id: None,
+                        name: None,
+                        arguments: delta
+                            .get("partial_json")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                    }),
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                self.finish = finish_of(v.pointer("/delta/stop_reason").and_then(Value::as_str));
+                if let Some(n) = v.pointer("/usage/output_tokens").and_then(Value::as_u64) {
+                    // Cumulative: report only what message_start had not.
+                    let more = n.saturating_sub(self.output_tokens);
+                    self.output_tokens = n;
+                    out.push(ChatDelta::Usage(Usage {
+                        input_tokens: 0,
+                        output_tokens: more,
+                    }));
+                }
+            }
+            "message_stop" => {
+                self.stopped = true;
+                out.push(ChatDelta::Finish(self.finish.clone()));
+            }
+            "error" => return Err(error_of(&v)),
+            // ping, content_block_stop, and event types added later.
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl LineDecoder for EventDecoder {
+    fn line(&mut self, line: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
+        match self.sse.line(line) {
+            Some(ev) => self.event(&ev.data, out),
+            None => Ok(()),
+        }
+    }
+
+    fn end(&mut self, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
+        if let Some(ev) = self.sse.flush() {
+            self.event(&ev.data, out)?;
+        }
+        if self.stopped {
+            Ok(())
+        } else {
+            Err(ProviderError::Truncated {
+                detail: "the stream ended without `message_stop`".into(),
+            })
+        }
+    }
+}
+
+#[async_trait]
+impl InferenceProvider for AnthropicProvider {
+    fn name(&self) -> &str {
+        "anthropic"
+    }
+
+    fn model(&self) -> &str {
+        &self.config.model
+    }
+
+    async fn chat(
+        &self,
+        request: &ChatRequest,
+        cancel: &CancellationToken,
+    ) -> Result<ChatResponse, ProviderError> {
+        let body = self.request_body(request, false);
+        let ep = self.endpoint();
+        let resp =
+            http::post(&self.client, &self.config.http, &ep, &self.headers(), &body, cancel)
+                .await?;
+        let v = http::read_json(resp, &self.config.http, cancel).await?;
+        parse_reply(&v)
+    }
+
+    async fn chat_stream(
+        &self,
+        request: &ChatRequest,
+        cancel: &CancellationToken,
+    ) -> Result<ChatStream, ProviderError> {
+        let body = self.request_body(request, true);
+        let ep = self.endpoint();
+        let resp =
+            http::post(&self.client, &self.config.http, &ep, &self.headers(), &body, cancel)
+                .await?;
+        let decoder = EventDecoder {
+            sse: SseParser::new(),
+            finish: FinishReason::Stop,
+            output_tokens: 0,
+            stopped: false,
+        };
+        Ok(http::line_stream(resp, decoder, &self.config.http, cancel))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kberg_agent::ToolDefinition;
+
+    #[test]
+    fn tool_results_merge_into_one_user_turn() {
+        let p = AnthropicProvider::new(AnthropicConfig::new("m"));
+        let req = ChatRequest {
+            messages: vec![
+                Message::system("sys"),
+                Message::user("hi"),
+                Message::Assistant {
+                    content: String::new(),
+                    tool_calls: vec![
+                        ToolCall { id: "a".into(), name: "f".into(), arguments: json!({}) },
+                        ToolCall { id: "b".into(), name: "f".into(), arguments: json!({"x": 1}) },
+                    ],
+                },
+                Message::Tool { call_id: "a".into(), name: "f".into(), content: "1".into(), is_error: false },
+                Message::Tool { call_id: "b".into(), name: "f".into(), content: "2".into(), is_error: true },
+            ],
+            tools: vec![ToolDefinition { name: "f".into(), description: "d".into(), parameters: json!({"type": "object"}) }],
+            ..ChatRequest::default()
+        };
+        let body = p.request_body(&req, false);
+        assert_eq!(body["system"], "sys");
+        assert_eq!(body["max_tokens"], 1024);
+        let msgs = body["messages"].as_array().unwrap();
+        assert_eq!(msgs.len(), 3);
+        assert_eq!(msgs[2]["content"].as_array().unwrap().len(), 2);
+        assert_eq!(msgs[2]["content"][1]["is_error"], true);
+        assert_eq!(body["tools"][0]["input_schema"]["type"], "object");
+    }
+
+    #[test]
+    fn malformed_replies_are_errors() {
+        for v in [
+            json!({}),
+            json!({"content": "x"}),
+            json!({"content": [{"text": "no type"}]}),
+            json!({"content": [{"type": "tool_use", "name": "f"}]}),
+        ] {
+            assert_eq!(parse_reply(&v).unwrap_err().code(), "malformed", "{v}");
+        }
+    }
+}

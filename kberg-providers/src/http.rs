@@ -1,0 +1,380 @@
+//! The HTTP edge every provider shares: sending with timeouts, retrying 429 and 5xx with
+//! backoff that honours `Retry-After`, cancellation, turning failures into [`ProviderError`]s a
+//! user can act on, and decoding a streamed body line by line.
+//!
+//! Providers differ only in their wire shapes; how a request is sent, retried, timed out and
+//! cancelled, and what "nothing is listening" or "unknown model" tells the user, is decided here
+//! once.
+
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use kberg_agent::{ChatDelta, ChatStream, ProviderError};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// Timeouts and retries for a provider's HTTP requests.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct HttpOptions {
+    /// Time allowed for a whole non-streamed reply, or for a streamed reply's headers
+    /// (default 120 s: local models can be slow to load).
+    pub timeout: Duration,
+    /// Time allowed between two pieces of a streamed reply (default 60 s).
+    pub stream_idle_timeout: Duration,
+    /// Retries after a 429 or 5xx (default 2).
+    pub max_retries: u32,
+    /// The first backoff when the server sends no `Retry-After`; it doubles per retry
+    /// (default 500 ms).
+    pub initial_backoff: Duration,
+    /// The longest wait before a retry, whatever `Retry-After` says (default 30 s).
+    pub max_retry_wait: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(120),
+            stream_idle_timeout: Duration::from_secs(60),
+            max_retries: 2,
+            initial_backoff: Duration::from_millis(500),
+            max_retry_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+impl HttpOptions {
+    /// Sets the request timeout.
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Sets the streaming idle timeout.
+    pub fn stream_idle_timeout(mut self, t: Duration) -> Self {
+        self.stream_idle_timeout = t;
+        self
+    }
+
+    /// Sets the number of retries.
+    pub fn max_retries(mut self, n: u32) -> Self {
+        self.max_retries = n;
+        self
+    }
+
+    /// Sets the first backoff.
+    pub fn initial_backoff(mut self, t: Duration) -> Self {
+        self.initial_backoff = t;
+        self
+    }
+
+    /// Sets the longest wait before a retry.
+    pub fn max_retry_wait(mut self, t: Duration) -> Self {
+        self.max_retry_wait = t;
+        self
+    }
+}
+
+/// What a provider tells the shared edge about itself, for its error messages.
+pub(crate) struct Endpoint<'a> {
+    /// `Ollama`, `the OpenAI-compatible server`, ...
+    pub label: &'static str,
+    /// The full URL posted to.
+    pub url: String,
+    /// The model asked for.
+    pub model: &'a str,
+    /// What to do when nothing answers.
+    pub unreachable_hint: String,
+    /// What to do when the model is unknown.
+    pub model_hint: String,
+    /// What to do when the key is rejected.
+    pub key_hint: &'static str,
+}
+
+/// Builds an HTTP client (connection pooling; per-request timeouts are applied by [`post`]).
+pub(crate) fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_or_else(|e| {
+            // Building fails only when the TLS backend cannot initialise; a default client then
+            // reports the same problem on first use instead of at construction.
+            tracing::warn!(error = %e, "HTTP client builder failed; using the default client");
+            reqwest::Client::new()
+        })
+}
+
+/// The message in an error body: `error.message`, `error` (a string), `message`, or the text.
+pub(crate) fn error_message(body: &[u8]) -> String {
+    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+        let found = v
+            .pointer("/error/message")
+            .or_else(|| v.get("error").filter(|e| e.is_string()))
+            .or_else(|| v.get("message"))
+            .and_then(Value::as_str);
+        if let Some(m) = found {
+            return m.to_string();
+        }
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.chars().count() > 300 {
+        format!("{}...", text.chars().take(300).collect::<String>())
+    } else if text.is_empty() {
+        "(empty body)".to_string()
+    } else {
+        text.to_string()
+    }
+}
+
+/// `Retry-After` as a duration: delta-seconds or an HTTP date.
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    if let Ok(secs) = v.parse::<f64>()
+        && secs.is_finite()
+        && secs >= 0.0
+    {
+        return Some(Duration::from_secs_f64(secs.min(86_400.0)));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+}
+
+async fn cancellable<T>(
+    cancel: &CancellationToken,
+    fut: impl std::future::Future<Output = T>,
+) -> Result<T, ProviderError> {
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(ProviderError::Cancelled),
+        v = fut => Ok(v),
+    }
+}
+
+/// Posts `body` as JSON with `headers`, retrying 429 and 5xx. Returns the successful response
+/// (headers read, body not yet).
+pub(crate) async fn post(
+    client: &reqwest::Client,
+    opts: &HttpOptions,
+    ep: &Endpoint<'_>,
+    headers: &[(&'static str, String)],
+    body: &Value,
+    cancel: &CancellationToken,
+) -> Result<reqwest::Response, ProviderError> {
+    let mut attempt: u32 = 0;
+    loop {
+        attempt += 1;
+        let mut req = client.post(&ep.url).json(body);
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        let sent = cancellable(cancel, tokio::time::timeout(opts.timeout, req.send())).await?;
+        let resp = match sent {
+            Err(_) => return Err(ProviderError::Timeout(opts.timeout)),
+            Ok(Err(e)) if e.is_timeout() => return Err(ProviderError::Timeout(opts.timeout)),
+            Ok(Err(e)) if e.is_connect() => {
+                tracing::debug!(error = %e, url = %ep.url, "connection failed");
+                return Err(ProviderError::Unreachable {
+                    url: ep.url.clone(),
+                    hint: format!("{} ({e})", ep.unreachable_hint),
+                });
+            }
+            Ok(Err(e)) => {
+                // Connected, but the exchange broke before a reply came.
+                return Err(ProviderError::Truncated {
+                    detail: format!("{} closed the connection before replying: {e}", ep.label),
+                });
+            }
+            Ok(Ok(r)) => r,
+        };
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let wait_hint = retry_after(resp.headers());
+        let body = cancellable(cancel, tokio::time::timeout(opts.timeout, resp.bytes()))
+            .await?
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let detail = error_message(&body);
+        let code = status.as_u16();
+        let retryable = code == 429 || status.is_server_error();
+        if retryable && attempt <= opts.max_retries {
+            let backoff = opts
+                .initial_backoff
+                .saturating_mul(2u32.saturating_pow(attempt - 1));
+            let wait = wait_hint.unwrap_or(backoff).min(opts.max_retry_wait);
+            tracing::warn!(status = code, attempt, wait_ms = wait.as_millis() as u64, "{} answered {code}; retrying", ep.label);
+            cancellable(cancel, tokio::time::sleep(wait)).await?;
+            continue;
+        }
+        return Err(match code {
+            429 => ProviderError::RateLimited {
+                attempts: attempt,
+                retry_after: wait_hint,
+                detail,
+            },
+            401 | 403 => ProviderError::Unauthorized {
+                status: code,
+                detail: format!("{detail}. {}", ep.key_hint),
+            },
+            404 if detail.to_ascii_lowercase().contains("model") => ProviderError::ModelNotFound {
+                model: ep.model.to_string(),
+                hint: format!("{} ({detail})", ep.model_hint),
+            },
+            404 => ProviderError::Rejected {
+                status: code,
+                detail: format!("{detail}; check the base URL ({})", ep.url),
+            },
+            c if c >= 500 => ProviderError::ServerError {
+                status: c,
+                attempts: attempt,
+                detail,
+            },
+            c => ProviderError::Rejected { status: c, detail },
+        });
+    }
+}
+
+/// Reads a whole JSON reply.
+pub(crate) async fn read_json(
+    resp: reqwest::Response,
+    opts: &HttpOptions,
+    cancel: &CancellationToken,
+) -> Result<Value, ProviderError> {
+    let bytes = cancellable(cancel, tokio::time::timeout(opts.timeout, resp.bytes()))
+        .await?
+        .map_err(|_| ProviderError::Timeout(opts.timeout))?
+        .map_err(|e| ProviderError::Truncated {
+            detail: format!("the reply body could not be read: {e}"),
+        })?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ProviderError::malformed(format!("the reply is not JSON: {e}")))
+}
+
+/// Turns the lines of a streamed body into deltas. `line` gets each complete line (without its
+/// end-of-line); `end` is called once at the end of the body and reports a missing end marker.
+pub(crate) trait LineDecoder: Send + 'static {
+    /// Decodes one line.
+    fn line(&mut self, line: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError>;
+    /// The body ended.
+    fn end(&mut self, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError>;
+}
+
+struct LineState<D, S> {
+    body: S,
+    buf: Vec<u8>,
+    decoder: D,
+    pending: VecDeque<Result<ChatDelta, ProviderError>>,
+    done: bool,
+    idle: Duration,
+    cancel: CancellationToken,
+}
+
+impl<D: LineDecoder, S> LineState<D, S> {
+    fn feed(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+        let mut start = 0;
+        let mut out = Vec::new();
+        while let Some(pos) = self.buf[start..].iter().position(|b| *b == b'\n') {
+            let end = start + pos;
+            let line = &self.buf[start..end];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let text = String::from_utf8_lossy(line);
+            if let Err(e) = self.decoder.line(&text, &mut out) {
+                self.pending.extend(out.drain(..).map(Ok));
+                self.pending.push_back(Err(e));
+                self.done = true;
+                return;
+            }
+            start = end + 1;
+        }
+        self.buf.drain(..start);
+        self.pending.extend(out.into_iter().map(Ok));
+    }
+
+    fn finish(&mut self) {
+        let mut out = Vec::new();
+        let mut result = Ok(());
+        if !self.buf.is_empty() {
+            let rest = std::mem::take(&mut self.buf);
+            let line = rest.strip_suffix(b"\r").unwrap_or(&rest);
+            result = self.decoder.line(&String::from_utf8_lossy(line), &mut out);
+        }
+        if result.is_ok() {
+            result = self.decoder.end(&mut out);
+        }
+        self.pending.extend(out.into_iter().map(Ok));
+        if let Err(e) = result {
+            self.pending.push_back(Err(e));
+        }
+        self.done = true;
+    }
+}
+
+/// Decodes a streamed reply body with `decoder`, one line at a time. A pause longer than the
+/// idle timeout ends the stream with [`ProviderError::Timeout`]; a body that breaks off ends it
+/// with [`ProviderError::Truncated`]; cancellation with [`ProviderError::Cancelled`].
+pub(crate) fn line_stream<D: LineDecoder>(
+    resp: reqwest::Response,
+    decoder: D,
+    opts: &HttpOptions,
+    cancel: &CancellationToken,
+) -> ChatStream {
+    lines_of(resp.bytes_stream(), decoder, opts.stream_idle_timeout, cancel.clone())
+}
+
+fn lines_of<D, S, B>(body: S, decoder: D, idle: Duration, cancel: CancellationToken) -> ChatStream
+where
+    D: LineDecoder,
+    S: futures::Stream<Item = Result<B, reqwest::Error>> + Send + Unpin + 'static,
+    B: AsRef<[u8]>,
+{
+    let state = LineState {
+        body,
+        buf: Vec::new(),
+        decoder,
+        pending: VecDeque::new(),
+        done: false,
+        idle,
+        cancel,
+    };
+    Box::pin(futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(item) = st.pending.pop_front() {
+                return Some((item, st));
+            }
+            if st.done {
+                return None;
+            }
+            let next = tokio::select! {
+                biased;
+                () = st.cancel.cancelled() => {
+                    st.done = true;
+                    st.pending.push_back(Err(ProviderError::Cancelled));
+                    continue;
+                }
+                n = tokio::time::timeout(st.idle, st.body.next()) => n,
+            };
+            match next {
+                Err(_) => {
+                    st.done = true;
+                    st.pending.push_back(Err(ProviderError::Timeout(st.idle)));
+                }
+                Ok(None) => st.finish(),
+                Ok(Some(Err(e))) => {
+                    st.done = true;
+                    st.pending.push_back(Err(ProviderError::Truncated {
+                        detail: format!("the connection broke: {e}"),
+                    }));
+                }
+                Ok(Some(Ok(chunk))) => st.feed(chunk.as_ref()),
+            }
+        }
+    }))
+}

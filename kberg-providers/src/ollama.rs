@@ -1,0 +1,422 @@
+//! Ollama's native chat API: `POST /api/chat` with `tools`, streamed as NDJSON.
+//!
+//! Request and reply follow Ollama's API reference (`docs/api.md`, "Generate a chat
+//! completion"): messages with `role`/`content`, assistant `tool_calls` as
+//! `{"function": {"name", "arguments": {...}}}` with arguments as an object, tool results as
+//! `{"role": "tool", "content", "tool_name"}`, and `options`, `keep_alive` and `format` at the
+//! top level. A streamed reply is one JSON object per line; the last has `"done": true` and the
+//! token counts (`prompt_eval_count`, `eval_count`). Ollama does not give tool calls ids, so the
+//! loop assigns them.
+
+use async_trait::async_trait;
+use kberg_agent::{
+    ChatDelta, ChatRequest, ChatResponse, ChatStream, FinishReason, InferenceProvider, Message,
+    ProviderError, ToolCall, Usage,
+};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::http::{self, Endpoint, HttpOptions, LineDecoder};
+
+/// Where and how to reach Ollama.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct OllamaConfig {
+    /// The server (default `http://127.0.0.1:11434`).
+    pub base_url: String,
+    /// The model, e.g. `qwen2.5`.
+    pub model: String,
+    /// How long the model stays loaded after the request (`"5m"`, `"0"`, ...).
+    pub keep_alive: Option<String>,
+    /// `"json"` or a JSON Schema the answer must follow.
+    pub format: Option<Value>,
+    /// Extra model options passed through as given (`num_ctx`, `repeat_penalty`, ...); the
+    /// turn's temperature, top_p, max tokens, stop and seed are added on top.
+    pub options: Map<String, Value>,
+    /// Timeouts and retries.
+    pub http: HttpOptions,
+}
+
+impl OllamaConfig {
+    /// Ollama on its default local address with `model`.
+    pub fn new(model: impl Into<String>) -> Self {
+        Self {
+            base_url: "http://127.0.0.1:11434".into(),
+            model: model.into(),
+            keep_alive: None,
+            format: None,
+            options: Map::new(),
+            http: HttpOptions::default(),
+        }
+    }
+
+    /// Sets the server address. `OLLAMA_HOST`-style values without a scheme (`127.0.0.1:11434`)
+    /// get `http://`.
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        let url: String = url.into();
+        let url = url.trim().trim_end_matches('/').to_string();
+        self.base_url = if url.contains("://") {
+            url
+        } else {
+            format!("http://{url}")
+        };
+        self
+    }
+
+    /// Sets `keep_alive`.
+    pub fn keep_alive(mut self, v: impl Into<String>) -> Self {
+        self.keep_alive = Some(v.into());
+        self
+    }
+
+    /// Sets `format`.
+    pub fn format(mut self, v: Value) -> Self {
+        self.format = Some(v);
+        self
+    }
+
+    /// Adds a model option.
+    pub fn option(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.options.insert(key.into(), value);
+        self
+    }
+
+    /// Sets timeouts and retries.
+    pub fn http(mut self, http: HttpOptions) -> Self {
+        self.http = http;
+        self
+    }
+}
+
+/// The Ollama provider.
+#[derive(Debug, Clone)]
+pub struct OllamaProvider {
+    config: OllamaConfig,
+    client: reqwest::Client,
+}
+
+impl OllamaProvider {
+    /// A provider for `config`.
+    pub fn new(config: OllamaConfig) -> Self {
+        Self {
+            config,
+            client: http::client(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &OllamaConfig {
+        &self.config
+    }
+
+    fn endpoint(&self) -> Endpoint<'_> {
+        Endpoint {
+            label: "Ollama",
+            url: format!("{}/api/chat", self.config.base_url),
+            model: &self.config.model,
+            unreachable_hint: format!(
+                "is Ollama running at {}? Start it with `ollama serve`, or set OLLAMA_HOST to where it listens",
+                self.config.base_url
+            ),
+            model_hint: format!(
+                "Ollama does not have the model `{0}`: run `ollama pull {0}`",
+                self.config.model
+            ),
+            key_hint: "Ollama itself needs no key; check the proxy in front of it",
+        }
+    }
+
+    /// The `/api/chat` body for `request`.
+    pub fn request_body(&self, request: &ChatRequest, stream: bool) -> Value {
+        let messages: Vec<Value> = request.messages.iter().map(message_json).collect();
+        let mut body = json!({
+            "model": self.config.model,
+            "messages": messages,
+            "stream": stream,
+        });
+        let obj = body.as_object_mut().expect("json! object literal");
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters}})
+                })
+                .collect();
+            obj.insert("tools".into(), Value::Array(tools));
+        }
+        let mut options = self.config.options.clone();
+        let o = &request.options;
+        if let Some(t) = o.temperature {
+            options.insert("temperature".into(), json!(t));
+        }
+        if let Some(p) = o.top_p {
+            options.insert("top_p".into(), json!(p));
+        }
+        if let Some(n) = o.max_tokens {
+            options.insert("num_predict".into(), json!(n));
+        }
+        if !o.stop.is_empty() {
+            options.insert("stop".into(), json!(o.stop));
+        }
+        if let Some(s) = o.seed {
+            options.insert("seed".into(), json!(s));
+        }
+        if !options.is_empty() {
+            obj.insert("options".into(), Value::Object(options));
+        }
+        if let Some(k) = &self.config.keep_alive {
+            obj.insert("keep_alive".into(), json!(k));
+        }
+        if let Some(f) = &self.config.format {
+            obj.insert("format".into(), f.clone());
+        }
+        body
+    }
+}
+
+fn message_json(m: &Message) -> Value {
+    match m {
+        Message::System { content } => json!({"role": "system", "content": content}),
+        Message::User { content } => json!({"role": "user", "content": content}),
+        Message::Assistant {
+            content,
+            tool_calls,
+        } => {
+            let mut v = json!({"role": "assistant", "content": content});
+            if !tool_calls.is_empty() {
+                let calls: Vec<Value> = tool_calls
+                    .iter()
+                    .map(|c| json!({"function": {"name": c.name, "arguments": c.arguments}}))
+                    .collect();
+                v["tool_calls"] = Value::Array(calls);
+            }
+            v
+        }
+        Message::Tool { name, content, .. } => {
+            json!({"role": "tool", "content": content, "tool_name": name})
+        }
+    }
+}
+
+fn usage_of(v: &Value) -> Usage {
+    Usage {
+        input_tokens: v.get("prompt_eval_count").and_then(Value::as_u64).unwrap_or(0),
+        output_tokens: v.get("eval_count").and_then(Value::as_u64).unwrap_or(0),
+    }
+}
+
+fn finish_of(v: &Value, has_calls: bool) -> FinishReason {
+    match v.get("done_reason").and_then(Value::as_str) {
+        Some("length") => FinishReason::Length,
+        _ if has_calls => FinishReason::ToolCalls,
+        Some("stop") | None => FinishReason::Stop,
+        Some(other) => FinishReason::Other(other.to_string()),
+    }
+}
+
+/// The tool calls of a reply's `message`.
+fn calls_of(message: &Value) -> Result<Vec<ToolCall>, ProviderError> {
+    let Some(calls) = message.get("tool_calls") else {
+        return Ok(Vec::new());
+    };
+    let Some(calls) = calls.as_array() else {
+        if calls.is_null() {
+            return Ok(Vec::new());
+        }
+        return Err(ProviderError::malformed("`message.tool_calls` is not an array"));
+    };
+    calls
+        .iter()
+        .map(|c| {
+            let f = c
+                .get("function")
+                .ok_or_else(|| ProviderError::malformed("a tool call has no `function`"))?;
+            let name = f
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ProviderError::malformed("a tool call has no `function.name`"))?;
+            let arguments = match f.get("arguments") {
+                None | Some(Value::Null) => Value::Object(Map::new()),
+                Some(Value::String(s)) => kberg_agent::parse_arguments(s),
+                Some(a) => a.clone(),
+            };
+            Ok(ToolCall {
+                id: c.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
+                name: name.to_string(),
+                arguments,
+            })
+        })
+        .collect()
+}
+
+/// An error object in a reply or a stream line (`{"error": "..."}`).
+fn in_band_error(v: &Value, model: &str) -> Option<ProviderError> {
+    let e = v.get("error")?;
+    let msg = e.as_str().map_or_else(|| e.to_string(), str::to_string);
+    if msg.contains("not found") && msg.contains("model") {
+        return Some(ProviderError::ModelNotFound {
+            model: model.to_string(),
+            hint: format!("Ollama does not have the model `{model}`: run `ollama pull {model}` ({msg})"),
+        });
+    }
+    Some(ProviderError::ServerError {
+        status: 200,
+        attempts: 1,
+        detail: msg,
+    })
+}
+
+fn parse_reply(v: &Value, model: &str) -> Result<ChatResponse, ProviderError> {
+    if let Some(e) = in_band_error(v, model) {
+        return Err(e);
+    }
+    let message = v
+        .get("message")
+        .filter(|m| m.is_object())
+        .ok_or_else(|| ProviderError::malformed("the reply has no `message` object"))?;
+    let text = match message.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        None | Some(Value::Null) => String::new(),
+        Some(_) => return Err(ProviderError::malformed("`message.content` is not a string")),
+    };
+    let tool_calls = calls_of(message)?;
+    Ok(ChatResponse {
+        finish: finish_of(v, !tool_calls.is_empty()),
+        text,
+        tool_calls,
+        usage: usage_of(v),
+    })
+}
+
+struct NdjsonDecoder {
+    model: String,
+    calls: usize,
+    done: bool,
+}
+
+impl LineDecoder for NdjsonDecoder {
+    fn line(&mut self, line: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
+        if line.trim().is_empty() {
+            return Ok(());
+        }
+        if self.done {
+            return Err(ProviderError::malformed("data after the final `done` line"));
+        }
+        let v: Value = serde_json::from_str(line).map_err(|e| {
+            ProviderError::malformed(format!("a stream line is not JSON ({e}): {line}"))
+        })?;
+        let r = parse_reply(&v, &self.model)?;
+        if !r.text.is_empty() {
+            out.push(ChatDelta::Text(r.text));
+        }
+        for call in r.tool_calls {
+            out.push(ChatDelta::ToolCall {
+                index: self.calls,
+                id: Some(call.id),
+                name: Some(call.name),
+                arguments: call.arguments.to_string(),
+            });
+            self.calls += 1;
+        }
+        if v.get("done").and_then(Value::as_bool) == Some(true) {
+            self.done = true;
+            out.push(ChatDelta::Usage(r.usage));
+            out.push(ChatDelta::Finish(finish_of(&v, self.calls > 0)));
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, _out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
+        if self.done {
+            Ok(())
+        } else {
+            Err(ProviderError::Truncated {
+                detail: "Ollama's stream ended without a `\"done\": true` line".into(),
+            })
+        }
+    }
+}
+
+#[async_trait]
+impl InferenceProvider for OllamaProvider {
+    fn name(&self) -> &str {
+        "ollama"
+    }
+
+    fn model(&self) -> &str {
+        &self.config.model
+    }
+
+    async fn chat(
+        &self,
+        request: &ChatRequest,
+        cancel: &CancellationToken,
+    ) -> Result<ChatResponse, ProviderError> {
+        let body = self.request_body(request, false);
+        let ep = self.endpoint();
+        let resp = http::post(&self.client, &self.config.http, &ep, &[], &body, cancel).await?;
+        let v = http::read_json(resp, &self.config.http, cancel).await?;
+        parse_reply(&v, &self.config.model)
+    }
+
+    async fn chat_stream(
+        &self,
+        request: &ChatRequest,
+        cancel: &CancellationToken,
+    ) -> Result<ChatStream, ProviderError> {
+        let body = self.request_body(request, true);
+        let ep = self.endpoint();
+        let resp = http::post(&self.client, &self.config.http, &ep, &[], &body, cancel).await?;
+        let decoder = NdjsonDecoder {
+            model: self.config.model.clone(),
+            calls: 0,
+            done: false,
+        };
+        Ok(http::line_stream(resp, decoder, &self.config.http, cancel))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reply_with_tool_calls() {
+        let v = json!({
+            "model": "qwen2.5", "created_at": "2026-01-01T00:00:00Z",
+            "message": {"role": "assistant", "content": "", "tool_calls": [
+                {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+            ]},
+            "done_reason": "stop", "done": true, "prompt_eval_count": 12, "eval_count": 7
+        });
+        let r = parse_reply(&v, "qwen2.5").unwrap();
+        assert_eq!(r.tool_calls[0].name, "get_weather");
+        assert_eq!(r.tool_calls[0].arguments, json!({"city": "Paris"}));
+        assert_eq!(r.finish, FinishReason::ToolCalls);
+        assert_eq!(r.usage.total(), 19);
+    }
+
+    #[test]
+    fn malformed_replies_are_errors_not_panics() {
+        for v in [
+            json!({}),
+            json!({"message": "text"}),
+            json!({"message": {"content": 5}}),
+            json!({"message": {"content": "", "tool_calls": [{"nofunction": 1}]}}),
+            json!({"message": {"content": "", "tool_calls": {"a": 1}}}),
+        ] {
+            let e = parse_reply(&v, "m").unwrap_err();
+            assert_eq!(e.code(), "malformed", "{v}");
+        }
+        let e = parse_reply(&json!({"error": "model 'x' not found"}), "x").unwrap_err();
+        assert_eq!(e.code(), "model_not_found");
+    }
+
+    #[test]
+    fn base_url_gets_a_scheme() {
+        let c = OllamaConfig::new("m").base_url("127.0.0.1:11434/");
+        assert_eq!(c.base_url, "http://127.0.0.1:11434");
+    }
+}

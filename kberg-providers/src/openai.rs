@@ -1,0 +1,451 @@
+//! Any OpenAI-compatible chat endpoint: `POST {base}/chat/completions`, streamed as SSE.
+//!
+//! Request and reply follow OpenAI's Chat Completions API reference, which LM Studio, the
+//! llama.cpp server, vLLM and hosted services implement: `messages` with assistant `tool_calls`
+//! (`{"id", "type": "function", "function": {"name", "arguments": "<JSON text>"}}`) and
+//! `role: "tool"` results with `tool_call_id`; `tools` and `tool_choice`; a reply's
+//! `choices[0].message` and `usage`. A streamed reply is `data:` events of
+//! `chat.completion.chunk` objects whose `delta.tool_calls[]` carry an `index` and fragments of
+//! the arguments text, ending with `data: [DONE]`; usage arrives in a final chunk when
+//! `stream_options.include_usage` is set.
+
+use async_trait::async_trait;
+use kberg_agent::{
+    ChatDelta, ChatRequest, ChatResponse, ChatStream, FinishReason, InferenceProvider, Message,
+    ProviderError, ToolCall, ToolChoice, Usage,
+};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::http::{self, Endpoint, HttpOptions, LineDecoder};
+use crate::sse::SseParser;
+
+/// Where and how to reach an OpenAI-compatible server.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct OpenAiConfig {
+    /// The API base, including the version path (default `http://127.0.0.1:8080/v1`, the
+    /// llama.cpp server; LM Studio is `http://127.0.0.1:1234/v1`).
+    pub base_url: String,
+    /// The model name the server knows.
+    pub model: String,
+    /// The key, sent as `Authorization: Bearer`. Read it from the environment in your binary.
+    pub api_key: Option<String>,
+    /// Extra top-level request fields passed through as given (`frequency_penalty`, ...).
+    pub extra: Map<String, Value>,
+    /// Timeouts and retries.
+    pub http: HttpOptions,
+}
+
+impl OpenAiConfig {
+    /// A local server with `model`.
+    pub fn new(model: impl Into<String>) -> Self {
+        Self {
+            base_url: "http://127.0.0.1:8080/v1".into(),
+            model: model.into(),
+            api_key: None,
+            extra: Map::new(),
+            http: HttpOptions::default(),
+        }
+    }
+
+    /// Sets the API base (e.g. `http://127.0.0.1:1234/v1`).
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = url.into().trim().trim_end_matches('/').to_string();
+        self
+    }
+
+    /// Sets the key.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Adds an extra request field.
+    pub fn extra(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.extra.insert(key.into(), value);
+        self
+    }
+
+    /// Sets timeouts and retries.
+    pub fn http(mut self, http: HttpOptions) -> Self {
+        self.http = http;
+        self
+    }
+}
+
+/// The OpenAI-compatible provider.
+#[derive(Debug, Clone)]
+pub struct OpenAiProvider {
+    config: OpenAiConfig,
+    client: reqwest::Client,
+}
+
+impl OpenAiProvider {
+    /// A provider for `config`.
+    pub fn new(config: OpenAiConfig) -> Self {
+        Self {
+            config,
+            client: http::client(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.config
+    }
+
+    fn endpoint(&self) -> Endpoint<'_> {
+        Endpoint {
+            label: "the OpenAI-compatible server",
+            url: format!("{}/chat/completions", self.config.base_url),
+            model: &self.config.model,
+            unreachable_hint: format!(
+                "nothing answered at {}: is the server (LM Studio, llama.cpp, vLLM, ...) running there?",
+                self.config.base_url
+            ),
+            model_hint: format!(
+                "the server does not know the model `{}`: check the name against its /models list, or load the model first",
+                self.config.model
+            ),
+            key_hint: "Check the API key your program passes (for example from OPENAI_API_KEY).",
+        }
+    }
+
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        match &self.config.api_key {
+            Some(k) => vec![("authorization", format!("Bearer {k}"))],
+            None => Vec::new(),
+        }
+    }
+
+    /// The `/chat/completions` body for `request`.
+    pub fn request_body(&self, request: &ChatRequest, stream: bool) -> Value {
+        let mut messages = Vec::with_capacity(request.messages.len());
+        for m in &request.messages {
+            messages.push(message_json(m));
+        }
+        let mut body = Map::new();
+        body.insert("model".into(), json!(self.config.model));
+        body.insert("messages".into(), Value::Array(messages));
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters}})
+                })
+                .collect();
+            body.insert("tools".into(), Value::Array(tools));
+            let choice = match &request.options.tool_choice {
+                ToolChoice::None => json!("none"),
+                ToolChoice::Required => json!("required"),
+                ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+                _ => json!("auto"),
+            };
+            body.insert("tool_choice".into(), choice);
+        }
+        let o = &request.options;
+        if let Some(t) = o.temperature {
+            body.insert("temperature".into(), json!(t));
+        }
+        if let Some(p) = o.top_p {
+            body.insert("top_p".into(), json!(p));
+        }
+        if let Some(n) = o.max_tokens {
+            body.insert("max_tokens".into(), json!(n));
+        }
+        if !o.stop.is_empty() {
+            body.insert("stop".into(), json!(o.stop));
+        }
+        if let Some(s) = o.seed {
+            body.insert("seed".into(), json!(s));
+        }
+        if stream {
+            body.insert("stream".into(), json!(true));
+            body.insert("stream_options".into(), json!({"include_usage": true}));
+        }
+        for (k, v) in &self.config.extra {
+            body.insert(k.clone(), v.clone());
+        }
+        Value::Object(body)
+    }
+}
+
+fn message_json(m: &Message) -> Value {
+    match m {
+        Message::System { content } => json!({"role": "system", "content": content}),
+        Message::User { content } => json!({"role": "user", "content": content}),
+        Message::Assistant {
+            content,
+            tool_calls,
+        } => {
+            if tool_calls.is_empty() {
+                return json!({"role": "assistant", "content": content});
+            }
+            let calls: Vec<Value> = tool_calls
+                .iter()
+                .map(|c| {
+                    json!({"id": c.id, "type": "function",
+                           "function": {"name": c.name, "arguments": c.arguments.to_string()}})
+                })
+                .collect();
+            let content = if content.is_empty() {
+                Value::Null
+            } else {
+                json!(content)
+            };
+            json!({"role": "assistant", "content": content, "tool_calls": calls})
+        }
+        Message::Tool {
+            call_id, content, ..
+        } => json!({"role": "tool", "tool_call_id": call_id, "content": content}),
+    }
+}
+
+fn finish_of(s: Option<&str>) -> Option<FinishReason> {
+    Some(match s? {
+        "stop" => FinishReason::Stop,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "length" => FinishReason::Length,
+        other => FinishReason::Other(other.to_string()),
+    })
+}
+
+fn usage_of(v: &Value) -> Usage {
+    Usage {
+        input_tokens: v.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
+        output_tokens: v.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
+    }
+}
+
+fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
+    let choice = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first())
+        .ok_or_else(|| ProviderError::malformed("the reply has no `choices[0]`"))?;
+    let message = choice
+        .get("message")
+        .filter(|m| m.is_object())
+        .ok_or_else(|| ProviderError::malformed("`choices[0].message` is missing"))?;
+    let text = match message.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        None | Some(Value::Null) => String::new(),
+        Some(_) => {
+            return Err(ProviderError::malformed(
+                "`choices[0].message.content` is not a string",
+            ));
+        }
+    };
+    let mut tool_calls = Vec::new();
+    if let Some(calls) = message.get("tool_calls").filter(|c| !c.is_null()) {
+        let calls = calls
+            .as_array()
+            .ok_or_else(|| ProviderError::malformed("`message.tool_calls` is not an array"))?;
+        for c in calls {
+            let f = c
+                .get("function")
+                .ok_or_else(|| ProviderError::malformed("a tool call has no `function`"))?;
+            let name = f
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ProviderError::malformed("a tool call has no `function.name`"))?;
+            let arguments = match f.get("arguments") {
+                Some(Value::String(s)) => kberg_agent::parse_arguments(s),
+                None | Some(Value::Null) => Value::Object(Map::new()),
+                // Some servers send an object; take it as meant.
+                Some(other) => other.clone(),
+            };
+            tool_calls.push(ToolCall {
+                id: c.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
+                name: name.to_string(),
+                arguments,
+            });
+        }
+    }
+    let finish = finish_of(choice.get("finish_reason").and_then(Value::as_str)).unwrap_or(
+        if tool_calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        },
+    );
+    Ok(ChatResponse {
+        text,
+        tool_calls,
+        usage: v.get("usage").map(usage_of).unwrap_or_default(),
+        finish,
+    })
+}
+
+struct ChunkDecoder {
+    sse: SseParser,
+    finish: Option<FinishReason>,
+    done: bool,
+}
+
+impl ChunkDecoder {
+    fn event(&mut self, data: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            out.push(ChatDelta::Finish(
+                self.finish.take().unwrap_or(FinishReason::Stop),
+            ));
+            return Ok(());
+        }
+        let v: Value = serde_json::from_str(data).map_err(|e| {
+            ProviderError::malformed(format!("a stream event is not JSON ({e}): {data}"))
+        })?;
+        if let Some(err) = v.get("error") {
+            let msg = err
+                .get("message")
+                .and_then(Value::as_str)
+                .map_or_else(|| err.to_string(), str::to_string);
+            return Err(ProviderError::ServerError {
+                status: 200,
+                attempts: 1,
+                detail: msg,
+            });
+        }
+        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+            out.push(ChatDelta::Usage(usage_of(u)));
+        }
+        let choices = v
+            .get("choices")
+            .and_then(Value::as_array)
+            .ok_or_else(|| ProviderError::malformed("a chunk has no `choices` array"))?;
+        for choice in choices {
+            if let Some(f) = finish_of(choice.get("finish_reason").and_then(Value::as_str)) {
+                self.finish = Some(f);
+            }
+            let Some(delta) = choice.get("delta") else {
+                continue;
+            };
+            if let Some(t) = delta.get("content").and_then(Value::as_str)
+                && !t.is_empty()
+            {
+                out.push(ChatDelta::Text(t.to_string()));
+            }
+            if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+                for (pos, c) in calls.iter().enumerate() {
+                    let index = c
+                        .get("index")
+                        .and_then(Value::as_u64)
+                        .map_or(pos, |i| i as usize);
+                    if index > 1024 {
+                        return Err(ProviderError::malformed("a tool call index is implausibly large"));
+                    }
+                    let f = c.get("function");
+                    out.push(ChatDelta::ToolCall {
+                        index,
+                        id: c.get("id").and_then(Value::as_str).map(str::to_string),
+                        name: f
+                            .and_then(|f| f.get("name"))
+                            .and_then(Value::as_str)
+                            .map(str::to_string),
+                        arguments: f
+                            .and_then(|f| f.get("arguments"))
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LineDecoder for ChunkDecoder {
+    fn line(&mut self, line: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
+        match self.sse.line(line) {
+            Some(ev) => self.event(&ev.data, out),
+            None => Ok(()),
+        }
+    }
+
+    fn end(&mut self, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
+        if let Some(ev) = self.sse.flush() {
+            self.event(&ev.data, out)?;
+        }
+        if self.done {
+            Ok(())
+        } else {
+            Err(ProviderError::Truncated {
+                detail: "the stream ended without `data: [DONE]`".into(),
+            })
+        }
+    }
+}
+
+#[async_trait]
+impl InferenceProvider for OpenAiProvider {
+    fn name(&self) -> &str {
+        "openai"
+    }
+
+    fn model(&self) -> &str {
+        &self.config.model
+    }
+
+    async fn chat(
+        &self,
+        request: &ChatRequest,
+        cancel: &CancellationToken,
+    ) -> Result<ChatResponse, ProviderError> {
+        let body = self.request_body(request, false);
+        let ep = self.endpoint();
+        let resp =
+            http::post(&self.client, &self.config.http, &ep, &self.headers(), &body, cancel)
+                .await?;
+        let v = http::read_json(resp, &self.config.http, cancel).await?;
+        parse_reply(&v)
+    }
+
+    async fn chat_stream(
+        &self,
+        request: &ChatRequest,
+        cancel: &CancellationToken,
+    ) -> Result<ChatStream, ProviderError> {
+        let body = self.request_body(request, true);
+        let ep = self.endpoint();
+        let resp =
+            http::post(&self.client, &self.config.http, &ep, &self.headers(), &body, cancel)
+                .await?;
+        let decoder = ChunkDecoder {
+            sse: SseParser::new(),
+            finish: None,
+            done: false,
+        };
+        Ok(http::line_stream(resp, decoder, &self.config.http, cancel))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_replies_are_errors() {
+        for v in [
+            json!({}),
+            json!({"choices": []}),
+            json!({"choices": [{"message": 3}]}),
+            json!({"choices": [{"message": {"content": []}}]}),
+            json!({"choices": [{"message": {"content": null, "tool_calls": [{"id": "x"}]}}]}),
+        ] {
+            assert_eq!(parse_reply(&v).unwrap_err().code(), "malformed", "{v}");
+        }
+    }
+
+    #[test]
+    fn object_arguments_are_accepted() {
+        let v = json!({"choices": [{"message": {"content": null, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}
+        ]}, "finish_reason": "tool_calls"}]});
+        let r = parse_reply(&v).unwrap();
+        assert_eq!(r.tool_calls[0].arguments, json!({"x": 1}));
+    }
+}

@@ -1,0 +1,135 @@
+//! A line-based Server-Sent Events parser for provider streams.
+//!
+//! OpenAI-compatible servers and Anthropic stream their replies as `text/event-stream`. This is
+//! the small part of the SSE format those streams use, fed one line at a time (the caller splits
+//! lines and strips `\r\n` or `\n`): `event:` and `data:` fields (several `data:` lines join with
+//! `\n`), `id:` and `retry:` read and ignored, comments (`:` lines, used for keep-alives) skipped,
+//! and a blank line dispatching the event. This is a provider stream, not the MCP wire.
+
+/// One dispatched event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The `event:` field, if the event had one.
+    pub event: Option<String>,
+    /// The `data:` lines joined by `\n`.
+    pub data: String,
+}
+
+/// Assembles events from lines.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    event: Option<String>,
+    data: String,
+    has_data: bool,
+}
+
+impl SseParser {
+    /// A parser with no event in progress.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds one line (without its end-of-line). Returns an event when the line completes one.
+    pub fn line(&mut self, line: &str) -> Option<SseEvent> {
+        if line.is_empty() {
+            return self.dispatch();
+        }
+        if line.starts_with(':') {
+            return None;
+        }
+        let (field, value) = match line.find(':') {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(' ').unwrap_or(v))
+            }
+            None => (line, ""),
+        };
+        match field {
+            "event" => self.event = Some(value.to_string()),
+            "data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            // `id` and `retry` matter to reconnecting browsers, not to a one-shot reply.
+            _ => {}
+        }
+        None
+    }
+
+    /// Dispatches an event still in progress when the stream ends without a blank line.
+    pub fn flush(&mut self) -> Option<SseEvent> {
+        self.dispatch()
+    }
+
+    fn dispatch(&mut self) -> Option<SseEvent> {
+        if !self.has_data {
+            // Per the format an event without data is not dispatched.
+            self.event = None;
+            return None;
+        }
+        self.has_data = false;
+        Some(SseEvent {
+            event: self.event.take(),
+            data: std::mem::take(&mut self.data),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Vec<SseEvent> {
+        let mut p = SseParser::new();
+        let mut out: Vec<SseEvent> = text
+            .split('\n')
+            .map(|l| l.strip_suffix('\r').unwrap_or(l))
+            .filter_map(|l| p.line(l))
+            .collect();
+        out.extend(p.flush());
+        out
+    }
+
+    #[test]
+    fn events_fields_and_comments() {
+        let evs = parse(
+            ": keep-alive\r\nevent: message_start\r\ndata: {\"a\":1}\r\n\r\ndata: one\ndata: two\nid: 7\nretry: 100\n\ndata:tight\n\n",
+        );
+        assert_eq!(evs.len(), 3);
+        assert_eq!(evs[0].event.as_deref(), Some("message_start"));
+        assert_eq!(evs[0].data, "{\"a\":1}");
+        assert_eq!(evs[1].event, None);
+        assert_eq!(evs[1].data, "one\ntwo");
+        assert_eq!(evs[2].data, "tight");
+    }
+
+    #[test]
+    fn event_without_data_is_dropped_and_unterminated_is_flushed() {
+        let evs = parse("event: ping\n\ndata: last");
+        assert_eq!(evs.len(), 1);
+        assert_eq!(evs[0].event, None, "the ping's name must not leak into the next event");
+        assert_eq!(evs[0].data, "last");
+    }
+
+    #[test]
+    fn field_without_colon_and_empty_data() {
+        let evs = parse("data\n\ndata:\n\n");
+        assert_eq!(evs.len(), 2);
+        assert_eq!(evs[0].data, "");
+        assert_eq!(evs[1].data, "");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_lines_never_panic(lines in proptest::collection::vec(".{0,40}", 0..30)) {
+            let mut p = SseParser::new();
+            for l in &lines {
+                let _ = p.line(l);
+            }
+            let _ = p.flush();
+        }
+    }
+}
