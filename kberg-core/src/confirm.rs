@@ -36,7 +36,7 @@ use crate::principal::{Caller, Principal, SurfaceProjection};
 use crate::registry::ToolRegistry;
 use crate::resource::{ResourceBody, ResourceContents};
 use crate::scope::ScopeSet;
-use crate::tool::{Content, ToolOutput, ToolSpec};
+use crate::tool::{Content, FnTool, ToolBuilder, ToolError, ToolOutput, ToolSpec};
 
 /// What a policy asks for when a call needs a human.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -651,6 +651,33 @@ impl TicketDesk {
         Ok(())
     }
 
+    /// A small-model-safe Read tool named `name` through which the model that asked fetches a
+    /// ticket's result: arguments `{"ticket": "tk_…"}`; the answer is the call's output, or an
+    /// error result carrying the ticket's code (`ticket_pending`, `ticket_denied`, ...). Register
+    /// it in the same registry; it does not keep the registry alive.
+    pub fn result_tool(&self, name: &str) -> FnTool {
+        let registry = self.registry.downgrade();
+        ToolBuilder::new(name)
+            .description(
+                "Get the result of a call that waited for a person's approval, by its ticket id.",
+            )
+            .small_model_safe()
+            .handler(move |args: TicketArgs, ctx| {
+                let registry = registry.clone();
+                async move {
+                    let registry = registry
+                        .upgrade()
+                        .ok_or_else(|| ToolError::failed("the app is shutting down"))?;
+                    Ok(
+                        match registry.tickets().result(&args.ticket, ctx.caller()) {
+                            Ok(out) => out,
+                            Err(e) => e.to_output(),
+                        },
+                    )
+                }
+            })
+    }
+
     /// The result of a ticket's call, for the principal that asked (anyone else is told the
     /// ticket is unknown). `ticket_pending` while undecided or running, `ticket_denied`,
     /// `ticket_expired`, the call's own error code if it was refused or failed, or its output.
@@ -688,6 +715,13 @@ impl TicketDesk {
             }),
         }
     }
+}
+
+/// The arguments of [`TicketDesk::result_tool`].
+#[derive(Deserialize, schemars::JsonSchema)]
+struct TicketArgs {
+    /// The ticket id from a `pending_human_confirm` answer.
+    ticket: String,
 }
 
 /// A tool result as JSON, in the MCP `CallToolResult` shape (bytes as base64).

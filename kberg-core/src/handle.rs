@@ -133,7 +133,8 @@ impl HandleCodec {
         &self.app
     }
 
-    fn tag(&self, principal: &str, kind: &str, expiry: u64, id: &[u8]) -> [u8; TAG_LEN] {
+    /// The MAC over everything a handle is bound to.
+    fn tag_mac(&self, principal: &str, kind: &str, expiry: u64, id: &[u8]) -> HmacSha256 {
         let mut mac =
             HmacSha256::new_from_slice(&self.mac_key).expect("HMAC accepts keys of any length");
         mac.update(b"kberg handle v1");
@@ -142,7 +143,14 @@ impl HandleCodec {
         put_field(&mut mac, kind.as_bytes());
         mac.update(&expiry.to_be_bytes());
         put_field(&mut mac, id);
-        let full = mac.finalize().into_bytes();
+        mac
+    }
+
+    fn tag(&self, principal: &str, kind: &str, expiry: u64, id: &[u8]) -> [u8; TAG_LEN] {
+        let full = self
+            .tag_mac(principal, kind, expiry, id)
+            .finalize()
+            .into_bytes();
         let mut tag = [0u8; TAG_LEN];
         tag.copy_from_slice(&full[..TAG_LEN]);
         tag
@@ -237,15 +245,8 @@ impl HandleCodec {
         let id = &mut bytes[HEADER_LEN..];
         self.keystream_xor(&tag, id);
         // Constant-time comparison of the recomputed tag.
-        let mut mac =
-            HmacSha256::new_from_slice(&self.mac_key).expect("HMAC accepts keys of any length");
-        mac.update(b"kberg handle v1");
-        put_field(&mut mac, self.app.as_bytes());
-        put_field(&mut mac, principal.as_bytes());
-        put_field(&mut mac, kind.as_bytes());
-        mac.update(&expiry.to_be_bytes());
-        put_field(&mut mac, id);
-        mac.verify_truncated_left(&tag)
+        self.tag_mac(principal, kind, expiry, id)
+            .verify_truncated_left(&tag)
             .map_err(|_| HandleError::Invalid)?;
         // Authenticity first, then expiry: an altered expiry is `Invalid`, never `Expired`.
         if expiry != 0 && unix_secs(now) >= expiry {

@@ -30,7 +30,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Instant, SystemTime};
 
 use arc_swap::ArcSwap;
@@ -149,6 +149,16 @@ impl std::fmt::Debug for ToolRegistry {
 impl Default for ToolRegistry {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// A [`ToolRegistry`] that does not keep it alive.
+#[derive(Clone)]
+pub(crate) struct WeakRegistry(Weak<Inner>);
+
+impl WeakRegistry {
+    pub(crate) fn upgrade(&self) -> Option<ToolRegistry> {
+        self.0.upgrade().map(|inner| ToolRegistry { inner })
     }
 }
 
@@ -307,6 +317,11 @@ impl ToolRegistry {
     /// The app's window on confirm tickets: list, approve, deny, fetch results.
     pub fn tickets(&self) -> TicketDesk {
         TicketDesk::new(self.clone())
+    }
+
+    /// A handle that does not keep the registry alive (for tools registered in it).
+    pub(crate) fn downgrade(&self) -> WeakRegistry {
+        WeakRegistry(Arc::downgrade(&self.inner))
     }
 
     pub(crate) fn ticket_store(&self) -> Arc<dyn TicketStore> {

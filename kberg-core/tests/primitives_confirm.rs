@@ -562,3 +562,42 @@ fn a_corrupt_ticket_row_is_a_store_error_not_a_panic() {
         ErrorCode::TicketStoreFailed
     );
 }
+
+#[tokio::test]
+async fn the_model_fetches_results_through_the_result_tool() {
+    let app = app();
+    let tool = app.tools.tickets().result_tool("ticket_result");
+    app.tools.register(tool).unwrap();
+    let id = ask(&app, "bulk_delete", many(60)).await;
+    let fetch = |who: Caller, id: String| {
+        let tools = app.tools.clone();
+        async move {
+            tools
+                .call(
+                    &who,
+                    "ticket_result",
+                    json!({"ticket": id}),
+                    CallOptions::default(),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let out = fetch(agent(), id.clone()).await;
+    assert!(out.is_error);
+    assert_eq!(out.structured.unwrap()["code"], "ticket_pending");
+    app.tools.tickets().approve(&id, &admin()).await.unwrap();
+    let out = fetch(agent(), id.clone()).await;
+    assert!(!out.is_error);
+    assert_eq!(out.all_text(), "deleted 60");
+    let out = fetch(Caller::new(Principal::new("mallory")), id.clone()).await;
+    assert_eq!(out.structured.unwrap()["code"], "ticket_unknown");
+    // Small models see it.
+    let compact = agent().narrowed(&Grants::none(), SurfaceProjection::Compact);
+    assert!(
+        app.tools
+            .list(&compact)
+            .iter()
+            .any(|s| s.name == "ticket_result")
+    );
+}
