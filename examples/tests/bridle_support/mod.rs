@@ -1,0 +1,178 @@
+//! Shared pieces of the `bridle` binary's end-to-end tests: a data directory laid out on disk,
+//! the gateway started as a real process on a free loopback port (and stopped by pid even when a
+//! test fails), the command line run as a subprocess, and the pinned Python SDK located.
+
+#![allow(dead_code)] // Each test file uses a different subset.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The `bridle` binary Cargo built for these tests.
+pub fn bridle_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_bridle")
+}
+
+/// The pinned third-party tools: `$KBERG_TOOLS_DIR`, else `<repo>/.tools`.
+pub fn tools_dir() -> PathBuf {
+    std::env::var_os("KBERG_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools"))
+}
+
+/// The Python with the pinned `mcp` SDK.
+pub fn python() -> PathBuf {
+    let p = tools_dir().join("venv/bin/python");
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/install-tools.sh (or set KBERG_TOOLS_DIR)",
+        p.display()
+    );
+    p
+}
+
+/// A client script under `tests/clients/`.
+pub fn client_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(name)
+}
+
+/// One agent of a test configuration.
+pub struct TestAgent {
+    pub name: &'static str,
+    pub agent_type: &'static str,
+    pub token: &'static str,
+    pub projects: &'static [&'static str],
+}
+
+/// Writes `bridle.yaml`, one secret file per agent, and project documents.
+pub fn lay_out(dir: &Path, agents: &[TestAgent], projects: &[(&str, &str)]) {
+    std::fs::create_dir_all(dir.join("secrets")).unwrap();
+    std::fs::create_dir_all(dir.join("projects")).unwrap();
+    let mut config = String::from("listen: 127.0.0.1:0\nagents:\n");
+    for a in agents {
+        config.push_str(&format!(
+            "  {}:\n    type: {}\n    token_secret: {}-token\n    projects: [{}]\n",
+            a.name,
+            a.agent_type,
+            a.name,
+            a.projects.join(", ")
+        ));
+        std::fs::write(dir.join(format!("secrets/{}-token", a.name)), format!("{}\n", a.token))
+            .unwrap();
+    }
+    std::fs::write(dir.join("bridle.yaml"), config).unwrap();
+    for (name, doc) in projects {
+        std::fs::write(dir.join(format!("projects/{name}.yaml")), doc).unwrap();
+    }
+}
+
+/// Runs `bridle --data-dir DIR ARGS...` to completion.
+pub fn run_bridle(dir: &Path, args: &[&str]) -> Output {
+    Command::new(bridle_bin())
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A running `bridle serve`, killed by pid when dropped.
+pub struct Server {
+    child: Child,
+    /// The MCP endpoint, `http://127.0.0.1:<port>/mcp`.
+    pub url: String,
+    /// Everything it printed on stdout before the URL line and after, as it arrives.
+    pub stdout: mpsc::Receiver<String>,
+}
+
+impl Server {
+    /// Starts `bridle serve` on a free port and waits for the line announcing its address.
+    pub fn start(dir: &Path) -> Server {
+        let mut child = Command::new(bridle_bin())
+            .arg("--data-dir")
+            .arg(dir)
+            .args(["--log", "warn", "serve", "--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut server = Server {
+            child,
+            url: String::new(),
+            stdout: rx,
+        };
+        let first = server
+            .stdout
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("bridle serve printed no address: {e}"));
+        let url = first
+            .strip_prefix("bridle: listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {first}"));
+        server.url = url.to_string();
+        server
+    }
+
+    /// The rest of what it printed so far.
+    pub fn printed(&self) -> Vec<String> {
+        self.stdout.try_iter().collect()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A child process killed by pid when dropped (for client scripts that may hang on failure).
+pub struct Reaped(pub Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Reads lines from a child's stdout on a thread.
+pub fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for a line starting with `prefix`, failing after a generous deadline.
+pub fn expect_line(rx: &mpsc::Receiver<String>, prefix: &str) -> String {
+    loop {
+        match rx.recv_timeout(Duration::from_secs(90)) {
+            Ok(line) if line.starts_with(prefix) => return line,
+            Ok(_) => continue,
+            Err(e) => panic!("no `{prefix}` line from the client ({e}); see its stderr above"),
+        }
+    }
+}
