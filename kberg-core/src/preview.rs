@@ -183,6 +183,17 @@ impl CommitTokens {
         Ok((token, expires_at))
     }
 
+    /// Checks a token as [`CommitTokens::redeem`] does, without marking it used.
+    pub(crate) fn check(
+        &self,
+        token: &str,
+        tool: &str,
+        principal: &str,
+        digest: &str,
+    ) -> Result<(), Redeem> {
+        self.verify(token, tool, principal, digest, false)
+    }
+
     /// Checks a token and, if it is good, marks it used. Atomic: of two concurrent redemptions
     /// of one token, exactly one succeeds.
     pub(crate) fn redeem(
@@ -191,6 +202,17 @@ impl CommitTokens {
         tool: &str,
         principal: &str,
         digest: &str,
+    ) -> Result<(), Redeem> {
+        self.verify(token, tool, principal, digest, true)
+    }
+
+    fn verify(
+        &self,
+        token: &str,
+        tool: &str,
+        principal: &str,
+        digest: &str,
+        spend: bool,
     ) -> Result<(), Redeem> {
         let now = SystemTime::now();
         let mut map = self.lock();
@@ -201,7 +223,7 @@ impl CommitTokens {
             return Err(Redeem::Invalid);
         }
         if now >= t.expires_at {
-            map.remove(token);
+            // Kept (until capacity sweeps it) so that a second try still reads as expired.
             return Err(Redeem::Expired);
         }
         if t.used {
@@ -210,7 +232,7 @@ impl CommitTokens {
         if t.digest != digest {
             return Err(Redeem::ArgumentsChanged);
         }
-        t.used = true;
+        t.used |= spend;
         Ok(())
     }
 }
@@ -307,7 +329,14 @@ mod tests {
         let (tok, _) = t
             .issue("rm", "ann", "d1", &cfg.with_ttl(Duration::ZERO))
             .unwrap();
+        assert_eq!(t.check(&tok, "rm", "ann", "d1"), Err(Redeem::Expired));
         assert_eq!(t.redeem(&tok, "rm", "ann", "d1"), Err(Redeem::Expired));
+        // Checking does not spend.
+        let (tok, _) = t.issue("rm", "ann", "d1", &cfg).unwrap();
+        assert_eq!(t.check(&tok, "rm", "ann", "d1"), Ok(()));
+        assert_eq!(t.check(&tok, "rm", "ann", "d1"), Ok(()));
+        assert_eq!(t.redeem(&tok, "rm", "ann", "d1"), Ok(()));
+        assert_eq!(t.check(&tok, "rm", "ann", "d1"), Err(Redeem::Used));
     }
 
     #[test]

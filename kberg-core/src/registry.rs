@@ -640,6 +640,12 @@ impl ToolRegistry {
     }
 
     /// Gate steps 5 and 6: commit token, confirmation, run, preview wrapping.
+    ///
+    /// A commit token is checked first (so a bad one is refused before a human is bothered) and
+    /// spent at the last moment the call is decided: when a ticket is filed (a replay then
+    /// cannot file a second one) or just before the tool runs. A call that stops to ask the
+    /// client (`input_required` on the stateless protocol) leaves it unspent, so the re-sent
+    /// call with the answer can still commit.
     async fn confirm_and_run(
         &self,
         call: PreparedCall,
@@ -657,6 +663,8 @@ impl ToolRegistry {
             commit_token,
         } = call;
         let name = entry.spec.name.as_str();
+        let principal = caller.principal().id.as_str();
+        let digest = binding.as_deref().unwrap_or_default();
         // Preview / commit.
         let phase = match (approved, entry.spec.previews, &commit_token) {
             (Some(a), _, _) => a.phase,
@@ -664,24 +672,42 @@ impl ToolRegistry {
             (None, true, None) => CallPhase::Preview,
             (None, true, Some(token)) => {
                 trail.commit_token = Some(token_fingerprint(token));
-                let digest = binding.as_deref().unwrap_or_default();
                 self.inner
                     .commits
-                    .redeem(token, name, &caller.principal().id, digest)
+                    .check(token, name, principal, digest)
                     .map_err(|r| r.into_gate_error(name))?;
                 CallPhase::Commit
             }
         };
         trail.phase = phase;
+        let spend = || match (approved, &commit_token) {
+            (None, Some(token)) if phase == CallPhase::Commit => self
+                .inner
+                .commits
+                .redeem(token, name, principal, digest)
+                .map_err(|r| r.into_gate_error(name)),
+            _ => Ok(()),
+        };
         // Human confirmation (never for a preview, which changes nothing).
         if approved.is_none()
             && phase != CallPhase::Preview
             && let Some(policy) = &guards.confirm
             && let Some(req) = policy.check(&entry.spec, &resolved, caller)
         {
-            self.hold_for_human(&entry, &args, caller, &opts, guards, req, phase, trail)
-                .await?;
+            let asked = if req.asks_client() {
+                self.ask_client(&entry, &args, caller, &opts, &req).await
+            } else {
+                None
+            };
+            match asked {
+                Some(answer) => answer?,
+                None => {
+                    spend()?;
+                    return Err(self.file_ticket(&entry, args, caller, guards, &req, phase, trail));
+                }
+            }
         }
+        spend()?;
         let extras = CallExtras {
             phase,
             scope: trail.scope.clone(),
@@ -692,11 +718,10 @@ impl ToolRegistry {
         if phase != CallPhase::Preview || out.is_error {
             return Ok(out);
         }
-        let digest = binding.as_deref().unwrap_or_default();
         let (token, expires_at) = self
             .inner
             .commits
-            .issue(name, &caller.principal().id, digest, &guards.commit)
+            .issue(name, principal, digest, &guards.commit)
             .map_err(|e| {
                 tracing::error!(error = %e, "no randomness for a commit token");
                 GateError::ToolFailed {
@@ -708,64 +733,82 @@ impl ToolRegistry {
         Ok(preview_output(out, name, &token, expires_at))
     }
 
-    /// The policy wants a human: ask through the client when allowed and possible, else file a
-    /// ticket. `Ok` means the human approved through the client and the call may run.
-    #[allow(clippy::too_many_arguments)]
-    async fn hold_for_human(
+    /// Asks the human through the client (elicitation). `None` when the client cannot be asked
+    /// (no channel, no elicitation support, or the request failed): the caller files a ticket.
+    /// `Some(Ok)` means approved.
+    async fn ask_client(
         &self,
         entry: &Entry,
         args: &Value,
         caller: &Caller,
         opts: &CallOptions,
-        guards: &Guards,
-        req: ConfirmRequest,
-        phase: CallPhase,
-        trail: &mut Trail,
-    ) -> Result<(), GateError> {
+        req: &ConfirmRequest,
+    ) -> Option<Result<(), GateError>> {
         let name = entry.spec.name.clone();
-        if req.asks_client()
-            && let Some(peer) = &opts.peer
-            && peer.supports("elicitation")
-        {
-            let ctx = ToolContext::new(caller.clone(), opts.clone());
-            let shown = canonical_json(&redact(args, &entry.spec.sensitive_fields));
-            let who = caller
-                .principal()
-                .agent
-                .clone()
-                .unwrap_or_else(|| caller.principal().id.clone());
-            let message = format!(
-                "{who} wants to run `{name}` ({}) with {shown}. Allow it?",
-                req.reason()
-            );
-            let schema = json!({
-                "type": "object",
-                "properties": {"approve": {"type": "boolean", "title": "Allow this call"}},
-                "required": ["approve"]
-            });
-            match ctx.elicit(&message, schema).await {
-                Ok(answer) => {
-                    let accepted = answer.get("action").and_then(Value::as_str) == Some("accept")
-                        && answer.pointer("/content/approve") == Some(&Value::Bool(true));
-                    tracing::info!(tool = %name, accepted, "confirmation asked through the client");
-                    return if accepted {
-                        Ok(())
-                    } else {
-                        Err(GateError::ConfirmDeclined { tool: name })
-                    };
-                }
-                Err(PeerError::InputRequired { requests }) => {
-                    return Err(GateError::InputRequired {
-                        tool: name,
-                        requests,
-                    });
-                }
-                Err(PeerError::Cancelled) => return Err(GateError::Cancelled { tool: name }),
-                Err(e) => {
-                    tracing::warn!(tool = %name, error = %e, "elicitation failed; filing a ticket");
-                }
+        let peer = opts.peer.as_ref()?;
+        if !peer.supports("elicitation") {
+            return None;
+        }
+        let ctx = ToolContext::new(caller.clone(), opts.clone());
+        let mut shown = canonical_json(&redact(args, &entry.spec.sensitive_fields));
+        if shown.len() > MAX_SHOWN_ARGS {
+            let cut = (0..=MAX_SHOWN_ARGS)
+                .rev()
+                .find(|i| shown.is_char_boundary(*i))
+                .unwrap_or(0);
+            shown.truncate(cut);
+            shown.push_str("…");
+        }
+        let who = caller
+            .principal()
+            .agent
+            .clone()
+            .unwrap_or_else(|| caller.principal().id.clone());
+        let message = format!(
+            "{who} wants to run `{name}` ({}) with {shown}. Allow it?",
+            req.reason()
+        );
+        let schema = json!({
+            "type": "object",
+            "properties": {"approve": {"type": "boolean", "title": "Allow this call"}},
+            "required": ["approve"]
+        });
+        match ctx.elicit(&message, schema).await {
+            Ok(answer) => {
+                let accepted = answer.get("action").and_then(Value::as_str) == Some("accept")
+                    && answer.pointer("/content/approve") == Some(&Value::Bool(true));
+                tracing::info!(tool = %name, accepted, "confirmation asked through the client");
+                Some(if accepted {
+                    Ok(())
+                } else {
+                    Err(GateError::ConfirmDeclined { tool: name })
+                })
+            }
+            Err(PeerError::InputRequired { requests }) => Some(Err(GateError::InputRequired {
+                tool: name,
+                requests,
+            })),
+            Err(PeerError::Cancelled) => Some(Err(GateError::Cancelled { tool: name })),
+            Err(e) => {
+                tracing::warn!(tool = %name, error = %e, "elicitation failed; filing a ticket");
+                None
             }
         }
+    }
+
+    /// Files a ticket for a call a human must approve; the answer for the caller.
+    #[allow(clippy::too_many_arguments)]
+    fn file_ticket(
+        &self,
+        entry: &Entry,
+        args: Value,
+        caller: &Caller,
+        guards: &Guards,
+        req: &ConfirmRequest,
+        phase: CallPhase,
+        trail: &mut Trail,
+    ) -> GateError {
+        let name = entry.spec.name.clone();
         let failed = |what: String| {
             tracing::error!(tool = %name, error = %what, "confirm ticket not filed");
             GateError::ToolFailed {
@@ -773,12 +816,15 @@ impl ToolRegistry {
                 message: "the call needs a person's approval, but the request could not be filed (internal error)".into(),
             }
         };
-        let id = new_ticket_id().map_err(|e| failed(e.0))?;
+        let id = match new_ticket_id() {
+            Ok(id) => id,
+            Err(e) => return failed(e.0),
+        };
         let now = SystemTime::now();
         let ticket = ConfirmTicket {
             id: id.clone(),
             tool: name.clone(),
-            arguments: args.clone(),
+            arguments: args,
             reason: req.reason().to_string(),
             phase,
             principal: caller.principal().clone(),
@@ -793,16 +839,21 @@ impl ToolRegistry {
             note: None,
             outcome: None,
         };
-        guards.tickets.insert(&ticket).map_err(|e| failed(e.0))?;
+        if let Err(e) = guards.tickets.insert(&ticket) {
+            return failed(e.0);
+        }
         tracing::info!(tool = %name, ticket = %id, principal = %caller.principal().id, "call held for a person's approval");
         trail.ticket = Some(id.clone());
-        Err(GateError::PendingHumanConfirm {
+        GateError::PendingHumanConfirm {
             tool: name,
             ticket: id,
             reason: req.reason().to_string(),
-        })
+        }
     }
 }
+
+/// The longest argument text shown in a confirmation question.
+const MAX_SHOWN_ARGS: usize = 600;
 
 /// A call past the synchronous gate steps.
 struct PreparedCall {

@@ -601,3 +601,62 @@ async fn the_model_fetches_results_through_the_result_tool() {
             .any(|s| s.name == "ticket_result")
     );
 }
+
+#[tokio::test]
+async fn a_stateless_commit_survives_the_input_required_round_trip() {
+    let app = asking_app();
+    let args = many(60);
+    let preview = app
+        .tools
+        .call(
+            &agent(),
+            "bulk_delete_previewed",
+            args.clone(),
+            CallOptions::default(),
+        )
+        .await
+        .unwrap();
+    let mut commit = args.clone();
+    commit[COMMIT_TOKEN_FIELD] = preview.structured.unwrap()[COMMIT_TOKEN_FIELD].clone();
+    let call = |answer: Result<Value, PeerError>| {
+        let tools = app.tools.clone();
+        let commit = commit.clone();
+        async move {
+            let peer = Arc::new(Peer {
+                elicitation: true,
+                answer,
+                asked: Mutex::default(),
+            });
+            let opts = CallOptions {
+                peer: Some(peer),
+                ..CallOptions::default()
+            };
+            tools
+                .call(&agent(), "bulk_delete_previewed", commit, opts)
+                .await
+        }
+    };
+    // First round: the client must answer in a new request; the token is not spent.
+    let e = call(Err(PeerError::InputRequired {
+        requests: json!({"confirm": {}}),
+    }))
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InputRequired);
+    // The re-sent call carries the answer: it commits, once.
+    let out = call(Ok(
+        json!({"action": "accept", "content": {"approve": true}}),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(out.all_text(), "deleted 60");
+    let e = call(Ok(
+        json!({"action": "accept", "content": {"approve": true}}),
+    ))
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::CommitTokenUsed);
+    // Exactly one preview and one commit ran.
+    let phases: Vec<CallPhase> = app.runs.lock().unwrap().iter().map(|r| r.2).collect();
+    assert_eq!(phases, [CallPhase::Preview, CallPhase::Commit]);
+}
