@@ -757,7 +757,7 @@ impl ToolRegistry {
                 .find(|i| shown.is_char_boundary(*i))
                 .unwrap_or(0);
             shown.truncate(cut);
-            shown.push_str("…");
+            shown.push('…');
         }
         let who = caller
             .principal()
