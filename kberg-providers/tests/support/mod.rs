@@ -218,9 +218,17 @@ struct Wait {
     seconds: u64,
 }
 
-/// The app the scenarios drive: `add_note` (Write, granted), `wait` (Read, long), and the
-/// refusal `delete_all_notes`.
+/// The app the scenarios drive, seen by a caller granted `notes.write`.
 pub fn app_surface() -> LocalSurface {
+    LocalSurface::new(
+        app_surface_registry(),
+        Caller::new(Principal::new("tester").with_grants(Grants::of(["notes.write"]))),
+    )
+}
+
+/// The app's registry: `add_note` (Write `notes.write`), `wait` (Read, long), and the refusal
+/// `delete_all_notes`.
+pub fn app_surface_registry() -> ToolRegistry {
     let tools = ToolRegistry::new();
     let write = WriteCapability::new("notes.write", "Create notes");
     tools.declare(write.clone()).unwrap();
@@ -247,10 +255,7 @@ pub fn app_surface() -> LocalSurface {
     tools
         .refuse("delete_all_notes", "bulk deletion is never offered to models")
         .unwrap();
-    LocalSurface::new(
-        tools,
-        Caller::new(Principal::new("tester").with_grants(Grants::of(["notes.write"]))),
-    )
+    tools
 }
 
 /// How a provider's wire looks, for the shared scenarios.

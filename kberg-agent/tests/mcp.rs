@@ -1,0 +1,281 @@
+//! The loop over remote MCP surfaces, with real servers and rmcp's real client:
+//!
+//! - kberg-server over Streamable HTTP on 127.0.0.1 (a free port): its gate refusals arrive as
+//!   error results with a `code` in structured content, and the run's outcomes must equal the
+//!   outcomes of the same script against the same registry in process;
+//! - the reference TypeScript server `@modelcontextprotocol/server-everything` spawned over stdio
+//!   (installed by `scripts/install-tools.sh`; `KBERG_TOOLS_DIR` overrides where the tools are):
+//!   a third-party server whose error results carry no Kberg code.
+//!
+//! Every server is stopped when its guard drops, also when an assertion fails.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kberg_agent::{
+    Agent, AgentEvent, CallOutcome, LocalSurface, McpSurface, Message, RunOutcome,
+    ScriptedProvider, StopReason, ToolSurface,
+};
+use kberg_core::{
+    Caller, ErrorCode, Grants, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability,
+};
+use kberg_server::{HttpConfig, HttpServer, McpApp, OpenAccess};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Deserialize, JsonSchema)]
+struct AddNote {
+    title: String,
+    priority: u8,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Wait {
+    seconds: u64,
+}
+
+fn registry() -> ToolRegistry {
+    let tools = ToolRegistry::new();
+    let write = WriteCapability::new("notes.write", "Create notes");
+    let admin = WriteCapability::new("notes.admin", "Administer notes");
+    tools.declare(write.clone()).unwrap();
+    tools.declare(admin.clone()).unwrap();
+    tools
+        .register(
+            ToolBuilder::new("add_note")
+                .description("Create a note")
+                .write(write)
+                .handler(|a: AddNote, _| async move {
+                    Ok(ToolOutput::text(format!("created {} (priority {})", a.title, a.priority)))
+                }),
+        )
+        .unwrap();
+    tools
+        .register(
+            ToolBuilder::new("purge_notes")
+                .description("Remove old notes")
+                .write(admin)
+                .raw_handler(json!({"type": "object"}), |_, _| async {
+                    Ok(ToolOutput::text("purged"))
+                }),
+        )
+        .unwrap();
+    tools
+        .register(ToolBuilder::new("wait").description("Wait").handler(
+            |a: Wait, ctx| async move {
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(a.seconds)) => Ok(ToolOutput::text("waited")),
+                    () = ctx.cancellation().cancelled() => Err("stopped".into()),
+                }
+            },
+        ))
+        .unwrap();
+    tools
+        .refuse("delete_all_notes", "bulk deletion is never offered to models")
+        .unwrap();
+    tools
+}
+
+fn principal() -> Principal {
+    Principal::new("agent").with_grants(Grants::of(["notes.write"]))
+}
+
+/// A kberg-server on a free loopback port; stopped on drop.
+struct ServerGuard {
+    url: String,
+    stop: CancellationToken,
+}
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn kberg_server() -> ServerGuard {
+    let app = McpApp::builder("notes", "1.0.0").tools(registry()).build();
+    let config = HttpConfig::new("127.0.0.1:0".parse().unwrap())
+        .auth(OpenAccess::as_principal(principal()));
+    let server = HttpServer::bind(app, config).await.unwrap();
+    let url = format!("http://{}/mcp", server.local_addr());
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(async move {
+        let _ = server.run(async move { s.cancelled().await }).await;
+    });
+    ServerGuard { url, stop }
+}
+
+fn script() -> Vec<kberg_agent::ChatResponse> {
+    vec![
+        ScriptedProvider::call("c1", "add_note", json!({"title": "milk"})),
+        ScriptedProvider::call("c2", "add_note", json!({"title": "milk", "priority": "2"})),
+        ScriptedProvider::call("c3", "delete_all_notes", json!({})),
+        ScriptedProvider::call("c4", "purge_notes", json!({})),
+        ScriptedProvider::call("c5", "no_such_tool", json!({})),
+        ScriptedProvider::text("Added milk; the rest is not allowed."),
+    ]
+}
+
+fn outcomes(out: &RunOutcome) -> Vec<&'static str> {
+    out.calls.iter().map(|c| c.outcome.as_str()).collect()
+}
+
+#[tokio::test]
+async fn kberg_server_over_http_gives_the_same_outcomes_as_in_process() {
+    let server = kberg_server().await;
+    let remote = McpSurface::connect_http(&server.url).await.unwrap();
+    assert!(remote.server_name().unwrap_or_default().starts_with("notes"));
+    let local = LocalSurface::new(registry(), Caller::new(principal()));
+    // The listed tools are the same (the refusal is never listed).
+    let mut remote_names: Vec<String> = remote.tools().await.unwrap().into_iter().map(|t| t.name).collect();
+    remote_names.sort();
+    let local_names: Vec<String> = local.tools().await.unwrap().into_iter().map(|t| t.name).collect();
+    assert_eq!(remote_names, local_names);
+
+    let remote_script = ScriptedProvider::new(script());
+    let remote_out = Agent::new(remote_script.clone(), remote)
+        .run(vec![Message::user("add milk")], &CancellationToken::new())
+        .await;
+    let local_out = Agent::new(ScriptedProvider::new(script()), local)
+        .run(vec![Message::user("add milk")], &CancellationToken::new())
+        .await;
+    assert!(remote_out.answered(), "{:?}", remote_out.stop);
+    assert_eq!(
+        outcomes(&remote_out),
+        [
+            "invalid_arguments",
+            "ok",
+            "refused",
+            "capability_required",
+            "unknown_tool"
+        ]
+    );
+    assert_eq!(outcomes(&remote_out), outcomes(&local_out));
+    assert_eq!(remote_out.repair_turns, local_out.repair_turns);
+    assert_eq!(remote_out.repair_turns, 1);
+    // "2" became 2 before the call went out.
+    assert_eq!(remote_out.calls[1].arguments["priority"], 2);
+    // The model got the same per-field diagnostic and the same final refusal.
+    let reqs = remote_script.requests();
+    let tool_text = |i: usize| match reqs[i].messages.last() {
+        Some(Message::Tool { content, .. }) => content.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(tool_text(1).contains("`priority`"), "{}", tool_text(1));
+    assert!(tool_text(3).contains("never offered"), "{}", tool_text(3));
+    assert!(tool_text(3).contains("do not call"), "{}", tool_text(3));
+}
+
+#[tokio::test]
+async fn cancellation_mid_tool_over_http() {
+    let server = kberg_server().await;
+    let remote = McpSurface::connect_http(&server.url).await.unwrap();
+    let agent = Agent::new(
+        ScriptedProvider::new([ScriptedProvider::call("c1", "wait", json!({"seconds": 30}))]),
+        remote,
+    );
+    let cancel = CancellationToken::new();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let c = cancel.clone();
+    let run = tokio::spawn(async move { agent.run_with_events(vec![Message::user("wait")], &c, tx).await });
+    while let Some(ev) = rx.recv().await {
+        if matches!(ev, AgentEvent::ToolCalled { .. }) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            cancel.cancel();
+        }
+    }
+    let out = run.await.unwrap();
+    assert!(matches!(out.stop, StopReason::Cancelled), "{:?}", out.stop);
+    assert_eq!(out.calls[0].outcome, CallOutcome::Failed(ErrorCode::Cancelled));
+}
+
+#[tokio::test]
+async fn connecting_to_nothing_is_a_clear_error() {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    let e = McpSurface::connect_http(&format!("http://{addr}/mcp")).await.unwrap_err();
+    assert_eq!(e.code(), "surface_connect");
+    assert!(e.to_string().contains(&addr.to_string()), "{e}");
+}
+
+fn tools_dir() -> PathBuf {
+    std::env::var_os("KBERG_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools"))
+}
+
+fn everything_command() -> tokio::process::Command {
+    let dir = tools_dir();
+    let node = dir.join("node/bin/node");
+    let script = dir.join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        node.exists() && script.exists(),
+        "the reference MCP server is not installed under {}: run scripts/install-tools.sh (or set KBERG_TOOLS_DIR)",
+        dir.display()
+    );
+    let mut cmd = tokio::process::Command::new(node);
+    cmd.arg(script).arg("stdio").kill_on_drop(true);
+    cmd.stderr(std::process::Stdio::null());
+    cmd
+}
+
+#[tokio::test]
+async fn reference_server_over_stdio() {
+    let surface = McpSurface::spawn(everything_command()).await.unwrap();
+    let tools = surface.tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "get-sum"), "{:?}", tools.iter().map(|t| &t.name).collect::<Vec<_>>());
+    let script = ScriptedProvider::new([
+        // A string where the schema says number: coerced, then it runs.
+        ScriptedProvider::call("c1", "get-sum", json!({"a": "2", "b": 3})),
+        // Missing `b`: the server's own validation fails; a repair turn follows.
+        ScriptedProvider::call("c2", "get-sum", json!({"a": 1})),
+        ScriptedProvider::call("c3", "get-sum", json!({"a": 1, "b": 4})),
+        ScriptedProvider::text("2+3 is 5 and 1+4 is 5."),
+    ]);
+    let agent = Agent::new(script.clone(), surface);
+    let out = agent
+        .run(vec![Message::user("sums")], &CancellationToken::new())
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(outcomes(&out), ["ok", "tool_failed", "ok"]);
+    assert_eq!(out.calls[0].coercions.len(), 1);
+    assert_eq!(out.repair_turns, 1);
+    let reqs = script.requests();
+    match reqs[1].messages.last() {
+        Some(Message::Tool { content, is_error, .. }) => {
+            assert!(!is_error);
+            assert!(content.contains("The sum of 2 and 3 is 5"), "{content}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn reference_server_cancellation_mid_tool() {
+    let surface = McpSurface::spawn(everything_command()).await.unwrap();
+    let agent = Agent::new(
+        ScriptedProvider::new([ScriptedProvider::call(
+            "c1",
+            "trigger-long-running-operation",
+            json!({"duration": 30, "steps": 3}),
+        )]),
+        surface,
+    );
+    let cancel = CancellationToken::new();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let c = cancel.clone();
+    let run = tokio::spawn(async move { agent.run_with_events(vec![Message::user("go")], &c, tx).await });
+    while let Some(ev) = rx.recv().await {
+        if matches!(ev, AgentEvent::ToolCalled { .. }) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            cancel.cancel();
+        }
+    }
+    let out = run.await.unwrap();
+    assert!(matches!(out.stop, StopReason::Cancelled), "{:?}", out.stop);
+    assert_eq!(out.calls[0].outcome, CallOutcome::Failed(ErrorCode::Cancelled));
+}
