@@ -310,6 +310,8 @@ pub trait TicketStore: Send + Sync {
     /// Replaces the ticket `next.id` with `next` if its stored status is `expected`. Returns
     /// whether it did.
     fn replace_if(&self, expected: TicketStatus, next: &ConfirmTicket) -> Result<bool, StoreError>;
+    /// Deletes a ticket if its stored status is `expected`. Returns whether it did.
+    fn remove_if(&self, id: &str, expected: TicketStatus) -> Result<bool, StoreError>;
 }
 
 /// Tickets in memory; they end with the process.
@@ -361,6 +363,15 @@ impl TicketStore for MemoryTicketStore {
             }
             _ => Ok(false),
         }
+    }
+
+    fn remove_if(&self, id: &str, expected: TicketStatus) -> Result<bool, StoreError> {
+        let mut map = self.lock();
+        if map.get(id).is_some_and(|t| t.status == expected) {
+            map.remove(id);
+            return Ok(true);
+        }
+        Ok(false)
     }
 }
 
@@ -649,6 +660,28 @@ impl TicketDesk {
         }
         tracing::info!(ticket = %id, denier = %denier.id, "ticket denied");
         Ok(())
+    }
+
+    /// Deletes settled tickets (done, failed, denied, or expired undecided) filed before
+    /// `before`, so stores do not grow forever. Pending and running tickets are kept. Returns how
+    /// many were deleted.
+    pub fn forget_settled(&self, before: SystemTime) -> Result<usize, TicketError> {
+        let store = self.store();
+        let now = SystemTime::now();
+        let mut n = 0;
+        for t in store.list()? {
+            if t.created_at >= before {
+                continue;
+            }
+            let settled = !matches!(
+                t.status_at(now),
+                TicketStatus::Pending | TicketStatus::Running
+            );
+            if settled && store.remove_if(&t.id, t.status)? {
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     /// A small-model-safe Read tool named `name` through which the model that asked fetches a

@@ -63,8 +63,9 @@ impl CallPhase {
 pub struct CommitConfig {
     /// How long a commit token stays valid (default 10 minutes).
     pub ttl: Duration,
-    /// How many tokens (pending or used-but-unexpired) are kept; beyond it the ones closest to
-    /// expiry are dropped first (default 10,000).
+    /// How many tokens (pending, or used / expired ones kept to answer precisely) are held;
+    /// when full, used and expired ones are dropped, then the pending ones closest to expiry
+    /// (default 10,000).
     pub max_tokens: usize,
 }
 
@@ -158,16 +159,20 @@ impl CommitTokens {
         let expires_at = now + config.ttl;
         let mut map = self.lock();
         if map.len() >= config.max_tokens {
-            map.retain(|_, t| t.expires_at > now);
-            while map.len() >= config.max_tokens {
-                let Some(oldest) = map
+            // Make room for a tenth of the capacity at once, so the sweep is amortized: used
+            // and expired tokens go first (they only answer "used" / "expired"), then the
+            // pending ones closest to expiry.
+            let target = config.max_tokens - config.max_tokens.div_ceil(10);
+            map.retain(|_, t| !t.used && t.expires_at > now);
+            if map.len() > target {
+                let mut by_expiry: Vec<(SystemTime, String)> = map
                     .iter()
-                    .min_by_key(|(_, t)| t.expires_at)
-                    .map(|(k, _)| k.clone())
-                else {
-                    break;
-                };
-                map.remove(&oldest);
+                    .map(|(k, t)| (t.expires_at, k.clone()))
+                    .collect();
+                by_expiry.sort_unstable();
+                for (_, k) in by_expiry.into_iter().take(map.len() - target) {
+                    map.remove(&k);
+                }
             }
         }
         map.insert(

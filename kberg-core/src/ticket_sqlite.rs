@@ -169,4 +169,15 @@ impl TicketStore for SqliteTicketStore {
             .map_err(db)?;
         Ok(n == 1)
     }
+
+    fn remove_if(&self, id: &str, expected: TicketStatus) -> Result<bool, StoreError> {
+        let n = self
+            .lock()
+            .execute(
+                "DELETE FROM confirm_tickets WHERE id = ?1 AND status = ?2",
+                params![id, expected.as_str()],
+            )
+            .map_err(db)?;
+        Ok(n == 1)
+    }
 }

@@ -660,3 +660,80 @@ async fn a_stateless_commit_survives_the_input_required_round_trip() {
     let phases: Vec<CallPhase> = app.runs.lock().unwrap().iter().map(|r| r.2).collect();
     assert_eq!(phases, [CallPhase::Preview, CallPhase::Commit]);
 }
+
+async fn forget_settled_keeps_what_is_open(app: App) {
+    let desk = app.tools.tickets();
+    let done = ask(&app, "bulk_delete", many(51)).await;
+    let denied = ask(&app, "bulk_delete", many(52)).await;
+    let open = ask(&app, "bulk_delete", many(53)).await;
+    desk.approve(&done, &admin()).await.unwrap();
+    desk.deny(&denied, &admin(), None).unwrap();
+    // Nothing filed before the epoch.
+    assert_eq!(desk.forget_settled(std::time::UNIX_EPOCH).unwrap(), 0);
+    let later = std::time::SystemTime::now() + Duration::from_secs(1);
+    assert_eq!(desk.forget_settled(later).unwrap(), 2);
+    let left: Vec<String> = desk.list().unwrap().into_iter().map(|t| t.id).collect();
+    assert_eq!(left, [open.clone()]);
+    assert_eq!(
+        desk.result(&done, &agent()).unwrap_err().code(),
+        ErrorCode::TicketUnknown
+    );
+    desk.approve(&open, &admin()).await.unwrap();
+}
+
+#[tokio::test]
+async fn settled_tickets_can_be_forgotten() {
+    forget_settled_keeps_what_is_open(app()).await;
+    #[cfg(feature = "sqlite")]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn TicketStore> =
+            Arc::new(SqliteTicketStore::open(dir.path().join("t.db")).unwrap());
+        forget_settled_keeps_what_is_open(app_with_store(Some(store))).await;
+    }
+}
+
+#[tokio::test]
+async fn the_question_shows_redacted_bounded_arguments() {
+    let app = asking_app();
+    app.tools
+        .register(
+            ToolBuilder::new("bulk_login")
+                .sensitive("/password")
+                .raw_handler(
+                    json!({"type": "object", "properties": {
+                        "ids": {"type": "array"}, "password": {"type": "string"}}}),
+                    |_a, _c| async { Ok(ToolOutput::text("ok")) },
+                ),
+        )
+        .unwrap();
+    let peer = Arc::new(Peer {
+        elicitation: true,
+        answer: Ok(json!({"action": "accept", "content": {"approve": true}})),
+        asked: Mutex::default(),
+    });
+    let opts = CallOptions {
+        peer: Some(peer.clone()),
+        ..CallOptions::default()
+    };
+    for n in [60, 5000] {
+        let mut args = many(n);
+        args["password"] = json!("hunter2");
+        app.tools
+            .call(&agent(), "bulk_login", args, opts.clone())
+            .await
+            .unwrap();
+    }
+    let asked = peer.asked.lock().unwrap();
+    let short = asked[0]["message"].as_str().unwrap();
+    assert!(
+        short.contains(REDACTED) && !short.contains("hunter2"),
+        "{short}"
+    );
+    let long = asked[1]["message"].as_str().unwrap();
+    assert!(
+        long.len() < 1000,
+        "the question stays short: {} bytes",
+        long.len()
+    );
+}
