@@ -47,8 +47,18 @@ fn an_agent_proposes_a_person_approves_and_the_agent_sees_it() {
     lay_out(
         dir,
         &[
-            TestAgent { name: "claude", agent_type: "claude", token: CLAUDE_TOKEN, projects: &["demo"] },
-            TestAgent { name: "codex", agent_type: "codex", token: CODEX_TOKEN, projects: &["demo"] },
+            TestAgent {
+                name: "claude",
+                agent_type: "claude",
+                token: CLAUDE_TOKEN,
+                projects: &["demo"],
+            },
+            TestAgent {
+                name: "codex",
+                agent_type: "codex",
+                token: CODEX_TOKEN,
+                projects: &["demo"],
+            },
         ],
         &[("demo", DEMO), ("elsewhere", ELSEWHERE)],
     );
@@ -81,7 +91,11 @@ fn an_agent_proposes_a_person_approves_and_the_agent_sees_it() {
 
     // A person approves on the command line.
     let approved = run_bridle(dir, &["rules", "approve", proposal, "--by", "alice"]);
-    assert!(approved.status.success(), "{}", String::from_utf8_lossy(&approved.stderr));
+    assert!(
+        approved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&approved.stderr)
+    );
     assert!(String::from_utf8_lossy(&approved.stdout).contains("now at revision 2"));
 
     let result = expect_line(&lines, "RESULT ");
@@ -91,7 +105,10 @@ fn an_agent_proposes_a_person_approves_and_the_agent_sees_it() {
     assert!(status.success(), "the agent script failed: {status}");
     assert_eq!(result["revision_before"], 1);
     assert_eq!(result["revision_after"], 2);
-    assert_eq!(result["notified"], serde_json::json!(["bridle://rules/demo/claude"]));
+    assert_eq!(
+        result["notified"],
+        serde_json::json!(["bridle://rules/demo/claude"])
+    );
     let g = &result["guardrail"];
     assert_eq!(g["id"], "tests-before-fix");
     assert_eq!(g["severity"], "hard-instruction");
@@ -105,7 +122,10 @@ fn an_agent_proposes_a_person_approves_and_the_agent_sees_it() {
     // The file and the change log agree.
     let store = RulesStore::open(dir, AgentCatalog::builtin()).unwrap();
     let doc = store.load("demo").unwrap().document;
-    assert_eq!(doc.guardrail("tests-before-fix").unwrap().provenance.source, Source::Agent);
+    assert_eq!(
+        doc.guardrail("tests-before-fix").unwrap().provenance.source,
+        Source::Agent
+    );
     let log = store.changes(Some("demo"), 0).unwrap();
     assert_eq!(log.last().unwrap().source, Source::Agent);
     assert_eq!(log.last().unwrap().actor, "alice");
@@ -135,16 +155,34 @@ fn an_agent_proposes_a_person_approves_and_the_agent_sees_it() {
     let report: serde_json::Value =
         serde_json::from_str(report.trim_start_matches("RESULT ")).unwrap();
     assert!(other.0.wait().unwrap().success());
-    assert!(report["propose"].as_str().unwrap().contains("rules.propose"), "{report}");
-    assert!(report["approve"].as_str().unwrap().contains("bridle rules approve"), "{report}");
+    assert!(
+        report["propose"]
+            .as_str()
+            .unwrap()
+            .contains("rules.propose"),
+        "{report}"
+    );
+    assert!(
+        report["approve"]
+            .as_str()
+            .unwrap()
+            .contains("bridle rules approve"),
+        "{report}"
+    );
     assert_eq!(report["other_project"], "project_not_allowed");
     assert_eq!(report["unknown_agent"], "unknown_agent");
     assert_eq!(report["other_ticket"], "not_found");
 
     // Deciding the ticket.
-    let decided = run_bridle(dir, &["scope", "approve", ticket, "--by", "alice", "--note", "ok"]);
+    let decided = run_bridle(
+        dir,
+        &["scope", "approve", ticket, "--by", "alice", "--note", "ok"],
+    );
     assert!(decided.status.success());
-    assert_eq!(store.scope_ticket(ticket.parse().unwrap()).unwrap().status, "approved");
+    assert_eq!(
+        store.scope_ticket(ticket.parse().unwrap()).unwrap().status,
+        "approved"
+    );
     drop(server);
 }
 
@@ -154,11 +192,19 @@ fn wrong_tokens_are_refused_at_the_door() {
     let dir = tmp.path();
     lay_out(
         dir,
-        &[TestAgent { name: "claude", agent_type: "claude", token: CLAUDE_TOKEN, projects: &[] }],
+        &[TestAgent {
+            name: "claude",
+            agent_type: "claude",
+            token: CLAUDE_TOKEN,
+            projects: &[],
+        }],
         &[("demo", DEMO)],
     );
     let server = Server::start(dir);
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async {
         let client = reqwest::Client::new();
         let init = serde_json::json!({
@@ -166,7 +212,11 @@ fn wrong_tokens_are_refused_at_the_door() {
             "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                        "clientInfo": {"name": "test", "version": "0"}}
         });
-        for auth in [None, Some("Bearer not-a-token"), Some("Bearer codex-secret-9876543210")] {
+        for auth in [
+            None,
+            Some("Bearer not-a-token"),
+            Some("Bearer codex-secret-9876543210"),
+        ] {
             let mut req = client
                 .post(&server.url)
                 .header("content-type", "application/json")

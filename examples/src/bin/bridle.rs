@@ -28,7 +28,11 @@ use clap::{Parser, Subcommand};
 use kberg_server::{HttpConfig, HttpServer};
 
 #[derive(Debug, Parser)]
-#[command(name = "bridle", version, about = "Bridle: one set of rules for every coding agent")]
+#[command(
+    name = "bridle",
+    version,
+    about = "Bridle: one set of rules for every coding agent"
+)]
 struct Cli {
     /// The data directory (default: $BRIDLE_DATA_DIR, else ./bridle-data).
     #[arg(long, global = true)]
@@ -418,7 +422,9 @@ async fn serve(dir: &Path, listen: Option<String>) -> Result<(), BoxError> {
     }
     let addr = config.listen_addr()?;
     if !addr.ip().is_loopback() {
-        return Err(format!("{addr} is not a loopback address; Bridle serves on loopback only").into());
+        return Err(
+            format!("{addr} is not a loopback address; Bridle serves on loopback only").into(),
+        );
     }
     let shared = Shared::open(dir, config)?;
     let auth = BridleAuth::new(dir, Arc::clone(&shared))?;

@@ -248,7 +248,8 @@ pub fn init_data_dir(data_dir: &Path) -> Result<InitReport, ConfigError> {
         file: config_file.clone(),
         message: e.to_string(),
     })?;
-    let header = "# Bridle gateway configuration. Tokens live in the secrets folder, one file per secret.\n";
+    let header =
+        "# Bridle gateway configuration. Tokens live in the secrets folder, one file per secret.\n";
     write_new(&config_file, &format!("{header}{yaml}"), false)?;
     Ok(InitReport { created: true })
 }

@@ -70,12 +70,12 @@ impl Shared {
     pub fn open(data_dir: &Path, config: GatewayConfig) -> Result<Arc<Self>, GatewayError> {
         let catalog = AgentCatalog::load(&config.templates_path(data_dir))?;
         for (name, agent) in &config.agents {
-            catalog.get(&agent.agent_type).map_err(|e| {
-                ConfigError::Invalid {
+            catalog
+                .get(&agent.agent_type)
+                .map_err(|e| ConfigError::Invalid {
                     file: data_dir.join("bridle.yaml"),
                     message: format!("agent `{name}`: {e}"),
-                }
-            })?;
+                })?;
         }
         let renderer = Renderer::new(catalog.clone())?;
         let store = RulesStore::open(data_dir, catalog)?;
@@ -152,7 +152,9 @@ impl BridleAuth {
             if let Some(other) = seen.insert(token.clone(), name.clone()) {
                 return Err(ConfigError::Invalid {
                     file: data_dir.join("bridle.yaml"),
-                    message: format!("agents `{other}` and `{name}` share a token; each agent needs its own"),
+                    message: format!(
+                        "agents `{other}` and `{name}` share a token; each agent needs its own"
+                    ),
                 }
                 .into());
             }

@@ -61,8 +61,11 @@ pub fn lay_out(dir: &Path, agents: &[TestAgent], projects: &[(&str, &str)]) {
             a.name,
             a.projects.join(", ")
         ));
-        std::fs::write(dir.join(format!("secrets/{}-token", a.name)), format!("{}\n", a.token))
-            .unwrap();
+        std::fs::write(
+            dir.join(format!("secrets/{}-token", a.name)),
+            format!("{}\n", a.token),
+        )
+        .unwrap();
     }
     std::fs::write(dir.join("bridle.yaml"), config).unwrap();
     for (name, doc) in projects {
