@@ -165,10 +165,8 @@ impl CommitTokens {
             let target = config.max_tokens - config.max_tokens.div_ceil(10);
             map.retain(|_, t| !t.used && t.expires_at > now);
             if map.len() > target {
-                let mut by_expiry: Vec<(SystemTime, String)> = map
-                    .iter()
-                    .map(|(k, t)| (t.expires_at, k.clone()))
-                    .collect();
+                let mut by_expiry: Vec<(SystemTime, String)> =
+                    map.iter().map(|(k, t)| (t.expires_at, k.clone())).collect();
                 by_expiry.sort_unstable();
                 for (_, k) in by_expiry.into_iter().take(map.len() - target) {
                     map.remove(&k);
