@@ -74,6 +74,19 @@ pub enum HandleError {
 
 /// Mints and resolves handles for one app with its secret key. Cheap to share behind an `Arc`;
 /// its `Debug` output never shows the key.
+///
+/// ```
+/// use kberg_core::{HandleCodec, HandleError};
+///
+/// let codec = HandleCodec::new("notes-app", &[7u8; 32])?;
+/// let h = codec.mint("ann", "note", "notes/row-41", None)?;
+/// assert!(h.starts_with("h1.") && !h.contains("row-41"));
+/// assert_eq!(codec.resolve("ann", "note", &h)?, "notes/row-41");
+/// // Another principal, another kind, or any change: not a handle.
+/// assert_eq!(codec.resolve("bob", "note", &h), Err(HandleError::Invalid));
+/// assert_eq!(codec.resolve("ann", "book", &h), Err(HandleError::Invalid));
+/// # Ok::<(), HandleError>(())
+/// ```
 #[derive(Clone)]
 pub struct HandleCodec {
     app: String,
