@@ -230,4 +230,26 @@ mod tests {
             Err(Refusal::OriginNotAllowed)
         );
     }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_headers_never_panic(host in ".{0,40}", origin in ".{0,60}") {
+            let hosts = v(&LOOPBACK_HOSTS);
+            let origins = v(&LOOPBACK_ORIGINS);
+            let _ = host_allowed(&host, &hosts);
+            let _ = origin_allowed(&origin, &origins);
+            let _ = origin_allowed(&origin, &v(&[origin.as_str()]));
+            let _ = host_allowed(&host, &v(&[host.as_str()]));
+        }
+
+        #[test]
+        fn loopback_with_any_port_is_allowed(port in 1u16..) {
+            let hosts = v(&LOOPBACK_HOSTS);
+            let origins = v(&LOOPBACK_ORIGINS);
+            let host = format!("127.0.0.1:{port}");
+            let origin = format!("http://localhost:{port}");
+            proptest::prop_assert_eq!(host_allowed(&host, &hosts), Ok(()));
+            proptest::prop_assert_eq!(origin_allowed(&origin, &origins), Ok(()));
+        }
+    }
 }

@@ -455,3 +455,52 @@ pub async fn serve(
 ) -> Result<(), ServerError> {
     HttpServer::bind(app, config).await?.run(shutdown).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn peek_classifies_bodies() {
+        let ok = peek(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        assert_eq!(ok.ok().flatten().as_deref(), Some("tools/list"));
+        let response = peek(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+        assert_eq!(response.ok(), Some(None));
+        let escaped = peek(br#"{"jsonrpc":"2.0","id":1,"method":"tools\/list"}"#);
+        assert_eq!(escaped.ok().flatten().as_deref(), Some("tools/list"));
+        for (body, code) in [
+            (&b"{nope"[..], -32700),
+            (b"", -32700),
+            (b"[]", -32600),
+            (b"42", -32600),
+            (br#"{"jsonrpc":"1.0","method":"x"}"#, -32600),
+            (br#"{"method":"x"}"#, -32600),
+            (br#"{"jsonrpc":2,"method":"x"}"#, -32600),
+        ] {
+            let Err(resp) = peek(body) else {
+                panic!("{:?} accepted", String::from_utf8_lossy(body));
+            };
+            assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+            let bytes = axum::body::to_bytes(resp.into_body(), 4096)
+                .await
+                .expect("error body");
+            let v: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON-RPC error");
+            assert_eq!(v["error"]["code"], code, "{v}");
+            assert_eq!(v["id"], serde_json::Value::Null);
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn peek_never_panics(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let _ = peek(&body);
+        }
+
+        #[test]
+        fn peek_accepts_every_wellformed_request(method in "[a-z/]{1,30}", id in 0i64..1_000_000) {
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {}}).to_string();
+            let got = peek(body.as_bytes());
+            proptest::prop_assert_eq!(got.ok().flatten(), Some(method));
+        }
+    }
+}
