@@ -500,7 +500,9 @@ impl Run<'_> {
             if self.agent.config.stream {
                 let stream = provider.chat_stream(&self.request, self.cancel).await?;
                 collect_stream(stream, |t| {
-                    self.emit(|| AgentEvent::TextDelta { text: t.to_string() });
+                    self.emit(|| AgentEvent::TextDelta {
+                        text: t.to_string(),
+                    });
                 })
                 .await
             } else {
@@ -530,7 +532,10 @@ impl Run<'_> {
         let visible: HashSet<&str> = self.schemas.keys().map(String::as_str).collect();
         let recovered = recover_calls(text, &visible);
         if !recovered.is_empty() {
-            tracing::debug!(count = recovered.len(), "recovered tool calls from the text");
+            tracing::debug!(
+                count = recovered.len(),
+                "recovered tool calls from the text"
+            );
         }
         let flags = recovered.iter().map(|c| c.arguments_were_text).collect();
         let calls = recovered
@@ -588,7 +593,14 @@ impl Run<'_> {
             if stop.is_some() {
                 // Every call in a stored turn gets a result, even the ones not run.
                 let text = format!("The call to `{}` was not run: the run stopped.", call.name);
-                self.record(turn, call, CallOutcome::Failed(ErrorCode::Cancelled), text, recovered, coercions);
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Failed(ErrorCode::Cancelled),
+                    text,
+                    recovered,
+                    coercions,
+                );
                 continue;
             }
             let call_for_event = call.clone();
@@ -601,19 +613,37 @@ impl Run<'_> {
             let result = self
                 .agent
                 .surface
-                .call(&call.name, call.arguments.clone(), self.cancel.child_token())
+                .call(
+                    &call.name,
+                    call.arguments.clone(),
+                    self.cancel.child_token(),
+                )
                 .await;
             let result = match result {
                 Ok(r) => r,
                 Err(e) => {
                     let text = format!("The call to `{}` could not be made: {e}", call.name);
-                    self.record(turn, call, CallOutcome::Failed(ErrorCode::ToolFailed), text, recovered, coercions);
+                    self.record(
+                        turn,
+                        call,
+                        CallOutcome::Failed(ErrorCode::ToolFailed),
+                        text,
+                        recovered,
+                        coercions,
+                    );
                     stop = Some(StopReason::Surface(e));
                     continue;
                 }
             };
             let Some(code) = result.effective_code() else {
-                self.record(turn, call, CallOutcome::Ok, result.text, recovered, coercions);
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Ok,
+                    result.text,
+                    recovered,
+                    coercions,
+                );
                 continue;
             };
             let mut text = result.text;
@@ -635,7 +665,14 @@ impl Run<'_> {
                     });
                 }
             }
-            self.record(turn, call, CallOutcome::Failed(code), text, recovered, coercions);
+            self.record(
+                turn,
+                call,
+                CallOutcome::Failed(code),
+                text,
+                recovered,
+                coercions,
+            );
         }
         (stop, retryable)
     }

@@ -175,7 +175,10 @@ mod tests {
         );
         let mut pointers: Vec<&str> = c.iter().map(|c| c.pointer.as_str()).collect();
         pointers.sort_unstable();
-        assert_eq!(pointers, ["/count", "/inner/n", "/ratio", "/tags/0", "/urgent"]);
+        assert_eq!(
+            pointers,
+            ["/count", "/inner/n", "/ratio", "/tags/0", "/urgent"]
+        );
         let count = c.iter().find(|c| c.pointer == "/count").unwrap();
         assert_eq!(count.from, "\"3\"");
         assert_eq!(count.to, "3");

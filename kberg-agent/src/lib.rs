@@ -52,9 +52,7 @@ mod recover;
 mod scripted;
 mod surface;
 
-pub use agent::{
-    Agent, AgentConfig, AgentEvent, CallOutcome, CallRecord, RunOutcome, StopReason,
-};
+pub use agent::{Agent, AgentConfig, AgentEvent, CallOutcome, CallRecord, RunOutcome, StopReason};
 pub use coerce::{Coercion, coerce_arguments};
 #[cfg(feature = "mcp")]
 pub use mcp::McpSurface;

@@ -14,10 +14,10 @@ use std::sync::RwLock;
 
 use async_trait::async_trait;
 use kberg_core::ErrorCode;
+use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::ServiceExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -49,7 +49,11 @@ impl McpSurface {
 
     /// Spawns `command` and speaks MCP with it over its stdin and stdout.
     pub async fn spawn(command: tokio::process::Command) -> Result<Self, SurfaceError> {
-        let program = command.as_std().get_program().to_string_lossy().into_owned();
+        let program = command
+            .as_std()
+            .get_program()
+            .to_string_lossy()
+            .into_owned();
         let transport = TokioChildProcess::new(command)
             .map_err(|e| SurfaceError::Connect(format!("could not start `{program}`: {e}")))?;
         let client = ()
@@ -69,13 +73,11 @@ impl McpSurface {
 
     /// The server's name and version, as it introduced itself.
     pub fn server_name(&self) -> Option<String> {
-        self.client
-            .peer_info()
-            .and_then(|i| {
-                i.server_info
-                    .as_ref()
-                    .map(|s| format!("{} {}", s.name, s.version))
-            })
+        self.client.peer_info().and_then(|i| {
+            i.server_info
+                .as_ref()
+                .map(|s| format!("{} {}", s.name, s.version))
+        })
     }
 
     /// Ends the session (and stops a spawned server).

@@ -231,10 +231,13 @@ mod tests {
 
     #[test]
     fn error_without_code_is_tool_failed() {
-        let r = ToolResult::from_output(ToolOutput::error_with("boom", json!({"code": "x-unknown"})));
+        let r =
+            ToolResult::from_output(ToolOutput::error_with("boom", json!({"code": "x-unknown"})));
         assert_eq!(r.code, None);
         assert_eq!(r.effective_code(), Some(ErrorCode::ToolFailed));
-        let ok = ToolResult::from_output(ToolOutput::text("fine").with_structured(json!({"code": "refused"})));
+        let ok = ToolResult::from_output(
+            ToolOutput::text("fine").with_structured(json!({"code": "refused"})),
+        );
         assert_eq!(ok.effective_code(), None);
     }
 }

@@ -1,6 +1,8 @@
 //! The loop against an in-process registry and a scripted model: every way a run can end, the
 //! repair turn, text-call recovery and coercion, events, streaming and resuming.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,8 +11,8 @@ use kberg_agent::{
     ScriptedProvider, StopReason, Usage,
 };
 use kberg_core::{
-    Caller, ErrorCode, Grants, Principal, SurfaceProjection, ToolBuilder, ToolOutput,
-    ToolRegistry, WriteCapability,
+    Caller, ErrorCode, Grants, Principal, SurfaceProjection, ToolBuilder, ToolOutput, ToolRegistry,
+    WriteCapability,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -74,7 +76,10 @@ fn registry() -> ToolRegistry {
         )
         .unwrap();
     tools
-        .refuse("delete_all_notes", "bulk deletion is never offered to models")
+        .refuse(
+            "delete_all_notes",
+            "bulk deletion is never offered to models",
+        )
         .unwrap();
     tools
 }
@@ -122,8 +127,12 @@ async fn repair_turn_succeeds() {
     assert!(diag.contains("`title`"), "{diag}");
     assert!(diag.contains("call it again"), "{diag}");
     // The conversation is well formed: every call has its result right after it.
-    assert!(matches!(&out.messages[1], Message::Assistant { tool_calls, .. } if tool_calls[0].id == "c1"));
-    assert!(matches!(&out.messages[2], Message::Tool { call_id, is_error: true, .. } if call_id == "c1"));
+    assert!(
+        matches!(&out.messages[1], Message::Assistant { tool_calls, .. } if tool_calls[0].id == "c1")
+    );
+    assert!(
+        matches!(&out.messages[2], Message::Tool { call_id, is_error: true, .. } if call_id == "c1")
+    );
 }
 
 #[tokio::test]
@@ -133,14 +142,23 @@ async fn refusal_is_final_and_accepted() {
         ScriptedProvider::text("I can't delete all notes; that is not offered."),
     ]);
     let out = agent(&script, writer())
-        .run(vec![Message::user("delete everything")], &CancellationToken::new())
+        .run(
+            vec![Message::user("delete everything")],
+            &CancellationToken::new(),
+        )
         .await;
     assert!(out.answered());
     assert_eq!(out.repair_turns, 0);
-    assert_eq!(out.calls[0].outcome, CallOutcome::Failed(ErrorCode::Refused));
+    assert_eq!(
+        out.calls[0].outcome,
+        CallOutcome::Failed(ErrorCode::Refused)
+    );
     let text = last_tool_text(&script, 1);
     assert!(text.contains("never offered to models"), "{text}");
-    assert!(text.contains("do not call `delete_all_notes` again"), "{text}");
+    assert!(
+        text.contains("do not call `delete_all_notes` again"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -207,14 +225,19 @@ async fn repair_budget_is_bounded() {
     let out = agent
         .run(vec![Message::user("add")], &CancellationToken::new())
         .await;
-    assert!(matches!(out.stop, StopReason::RepairLimit { limit: 2 }), "{:?}", out.stop);
+    assert!(
+        matches!(out.stop, StopReason::RepairLimit { limit: 2 }),
+        "{:?}",
+        out.stop
+    );
     assert_eq!(out.repair_turns, 2);
     assert_eq!(out.turns, 3);
 }
 
 #[tokio::test]
 async fn cancellation_mid_tool() {
-    let script = ScriptedProvider::new([ScriptedProvider::call("c1", "wait", json!({"seconds": 30}))]);
+    let script =
+        ScriptedProvider::new([ScriptedProvider::call("c1", "wait", json!({"seconds": 30}))]);
     let cancel = CancellationToken::new();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let agent = agent(&script, writer());
@@ -235,7 +258,10 @@ async fn cancellation_mid_tool() {
     }
     let out = run.await.unwrap();
     assert!(matches!(out.stop, StopReason::Cancelled), "{:?}", out.stop);
-    assert_eq!(out.calls[0].outcome, CallOutcome::Failed(ErrorCode::Cancelled));
+    assert_eq!(
+        out.calls[0].outcome,
+        CallOutcome::Failed(ErrorCode::Cancelled)
+    );
     // The stored conversation stays well formed.
     assert!(matches!(out.messages.last(), Some(Message::Tool { call_id, .. }) if call_id == "c1"));
 }
@@ -255,7 +281,11 @@ async fn cancelled_before_start() {
 #[tokio::test]
 async fn turn_limit_and_token_budget() {
     let calls = (0..5).map(|i| {
-        ScriptedProvider::call(&format!("c{i}"), "search_notes", json!({"query": format!("q{i}")}))
+        ScriptedProvider::call(
+            &format!("c{i}"),
+            "search_notes",
+            json!({"query": format!("q{i}")}),
+        )
     });
     let script = ScriptedProvider::new(calls);
     let out = agent(&script, writer())
@@ -320,7 +350,11 @@ async fn text_call_to_invisible_tool_is_never_executed() {
     assert!(out.calls.is_empty());
     assert_eq!(out.text, text);
     // And the compact surface lists only the small-model-safe tools.
-    let names: Vec<String> = script.requests()[0].tools.iter().map(|t| t.name.clone()).collect();
+    let names: Vec<String> = script.requests()[0]
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
     assert_eq!(names, ["add_note", "search_notes"]);
 }
 
@@ -331,7 +365,11 @@ async fn compact_surface_hides_ungranted_writes() {
     agent(&script, caller)
         .run(vec![Message::user("go")], &CancellationToken::new())
         .await;
-    let names: Vec<String> = script.requests()[0].tools.iter().map(|t| t.name.clone()).collect();
+    let names: Vec<String> = script.requests()[0]
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
     assert_eq!(names, ["search_notes"]);
 }
 
@@ -397,7 +435,10 @@ async fn unknown_tool_from_the_model_is_answered_not_run() {
         .run(vec![Message::user("x")], &CancellationToken::new())
         .await;
     assert!(out.answered());
-    assert_eq!(out.calls[0].outcome, CallOutcome::Failed(ErrorCode::UnknownTool));
+    assert_eq!(
+        out.calls[0].outcome,
+        CallOutcome::Failed(ErrorCode::UnknownTool)
+    );
 }
 
 #[tokio::test]

@@ -9,6 +9,8 @@
 //!
 //! Every server is stopped when its guard drops, also when an assertion fails.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -48,7 +50,10 @@ fn registry() -> ToolRegistry {
                 .description("Create a note")
                 .write(write)
                 .handler(|a: AddNote, _| async move {
-                    Ok(ToolOutput::text(format!("created {} (priority {})", a.title, a.priority)))
+                    Ok(ToolOutput::text(format!(
+                        "created {} (priority {})",
+                        a.title, a.priority
+                    )))
                 }),
         )
         .unwrap();
@@ -73,7 +78,10 @@ fn registry() -> ToolRegistry {
         ))
         .unwrap();
     tools
-        .refuse("delete_all_notes", "bulk deletion is never offered to models")
+        .refuse(
+            "delete_all_notes",
+            "bulk deletion is never offered to models",
+        )
         .unwrap();
     tools
 }
@@ -96,8 +104,8 @@ impl Drop for ServerGuard {
 
 async fn kberg_server() -> ServerGuard {
     let app = McpApp::builder("notes", "1.0.0").tools(registry()).build();
-    let config = HttpConfig::new("127.0.0.1:0".parse().unwrap())
-        .auth(OpenAccess::as_principal(principal()));
+    let config =
+        HttpConfig::new("127.0.0.1:0".parse().unwrap()).auth(OpenAccess::as_principal(principal()));
     let server = HttpServer::bind(app, config).await.unwrap();
     let url = format!("http://{}/mcp", server.local_addr());
     let stop = CancellationToken::new();
@@ -127,12 +135,29 @@ fn outcomes(out: &RunOutcome) -> Vec<&'static str> {
 async fn kberg_server_over_http_gives_the_same_outcomes_as_in_process() {
     let server = kberg_server().await;
     let remote = McpSurface::connect_http(&server.url).await.unwrap();
-    assert!(remote.server_name().unwrap_or_default().starts_with("notes"));
+    assert!(
+        remote
+            .server_name()
+            .unwrap_or_default()
+            .starts_with("notes")
+    );
     let local = LocalSurface::new(registry(), Caller::new(principal()));
     // The listed tools are the same (the refusal is never listed).
-    let mut remote_names: Vec<String> = remote.tools().await.unwrap().into_iter().map(|t| t.name).collect();
+    let mut remote_names: Vec<String> = remote
+        .tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
     remote_names.sort();
-    let local_names: Vec<String> = local.tools().await.unwrap().into_iter().map(|t| t.name).collect();
+    let local_names: Vec<String> = local
+        .tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
     assert_eq!(remote_names, local_names);
 
     let remote_script = ScriptedProvider::new(script());
@@ -180,7 +205,11 @@ async fn cancellation_mid_tool_over_http() {
     let cancel = CancellationToken::new();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let c = cancel.clone();
-    let run = tokio::spawn(async move { agent.run_with_events(vec![Message::user("wait")], &c, tx).await });
+    let run = tokio::spawn(async move {
+        agent
+            .run_with_events(vec![Message::user("wait")], &c, tx)
+            .await
+    });
     while let Some(ev) = rx.recv().await {
         if matches!(ev, AgentEvent::ToolCalled { .. }) {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -189,7 +218,10 @@ async fn cancellation_mid_tool_over_http() {
     }
     let out = run.await.unwrap();
     assert!(matches!(out.stop, StopReason::Cancelled), "{:?}", out.stop);
-    assert_eq!(out.calls[0].outcome, CallOutcome::Failed(ErrorCode::Cancelled));
+    assert_eq!(
+        out.calls[0].outcome,
+        CallOutcome::Failed(ErrorCode::Cancelled)
+    );
 }
 
 #[tokio::test]
@@ -197,7 +229,9 @@ async fn connecting_to_nothing_is_a_clear_error() {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     drop(l);
-    let e = McpSurface::connect_http(&format!("http://{addr}/mcp")).await.unwrap_err();
+    let e = McpSurface::connect_http(&format!("http://{addr}/mcp"))
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), "surface_connect");
     assert!(e.to_string().contains(&addr.to_string()), "{e}");
 }
@@ -211,7 +245,8 @@ fn tools_dir() -> PathBuf {
 fn everything_command() -> tokio::process::Command {
     let dir = tools_dir();
     let node = dir.join("node/bin/node");
-    let script = dir.join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let script =
+        dir.join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(
         node.exists() && script.exists(),
         "the reference MCP server is not installed under {}: run scripts/install-tools.sh (or set KBERG_TOOLS_DIR)",
@@ -227,7 +262,11 @@ fn everything_command() -> tokio::process::Command {
 async fn reference_server_over_stdio() {
     let surface = McpSurface::spawn(everything_command()).await.unwrap();
     let tools = surface.tools().await.unwrap();
-    assert!(tools.iter().any(|t| t.name == "get-sum"), "{:?}", tools.iter().map(|t| &t.name).collect::<Vec<_>>());
+    assert!(
+        tools.iter().any(|t| t.name == "get-sum"),
+        "{:?}",
+        tools.iter().map(|t| &t.name).collect::<Vec<_>>()
+    );
     let script = ScriptedProvider::new([
         // A string where the schema says number: coerced, then it runs.
         ScriptedProvider::call("c1", "get-sum", json!({"a": "2", "b": 3})),
@@ -246,7 +285,9 @@ async fn reference_server_over_stdio() {
     assert_eq!(out.repair_turns, 1);
     let reqs = script.requests();
     match reqs[1].messages.last() {
-        Some(Message::Tool { content, is_error, .. }) => {
+        Some(Message::Tool {
+            content, is_error, ..
+        }) => {
             assert!(!is_error);
             assert!(content.contains("The sum of 2 and 3 is 5"), "{content}");
         }
@@ -268,7 +309,11 @@ async fn reference_server_cancellation_mid_tool() {
     let cancel = CancellationToken::new();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let c = cancel.clone();
-    let run = tokio::spawn(async move { agent.run_with_events(vec![Message::user("go")], &c, tx).await });
+    let run = tokio::spawn(async move {
+        agent
+            .run_with_events(vec![Message::user("go")], &c, tx)
+            .await
+    });
     while let Some(ev) = rx.recv().await {
         if matches!(ev, AgentEvent::ToolCalled { .. }) {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -277,5 +322,8 @@ async fn reference_server_cancellation_mid_tool() {
     }
     let out = run.await.unwrap();
     assert!(matches!(out.stop, StopReason::Cancelled), "{:?}", out.stop);
-    assert_eq!(out.calls[0].outcome, CallOutcome::Failed(ErrorCode::Cancelled));
+    assert_eq!(
+        out.calls[0].outcome,
+        CallOutcome::Failed(ErrorCode::Cancelled)
+    );
 }

@@ -148,7 +148,9 @@ impl AnthropicProvider {
                             // The API requires an object; the gate will reject the call anyway.
                             json!({"value": c.arguments})
                         };
-                        blocks.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));
+                        blocks.push(
+                            json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
+                        );
                     }
                     if blocks.is_empty() {
                         blocks.push(json!({"type": "text", "text": ""}));
@@ -167,9 +169,9 @@ impl AnthropicProvider {
                     match messages.last_mut() {
                         Some(last)
                             if last["role"] == "user"
-                                && last["content"]
-                                    .as_array()
-                                    .is_some_and(|b| b.iter().all(|b| b["type"] == "tool_result")) =>
+                                && last["content"].as_array().is_some_and(|b| {
+                                    b.iter().all(|b| b["type"] == "tool_result")
+                                }) =>
                         {
                             if let Some(blocks) = last["content"].as_array_mut() {
                                 blocks.push(block);
@@ -266,7 +268,9 @@ fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
                 let id = b.get("id").and_then(Value::as_str);
                 let name = b.get("name").and_then(Value::as_str);
                 let (Some(id), Some(name)) = (id, name) else {
-                    return Err(ProviderError::malformed("a `tool_use` block lacks `id` or `name`"));
+                    return Err(ProviderError::malformed(
+                        "a `tool_use` block lacks `id` or `name`",
+                    ));
                 };
                 tool_calls.push(ToolCall {
                     id: id.to_string(),
@@ -338,9 +342,9 @@ impl EventDecoder {
             }
             "content_block_start" => {
                 let index = index()?;
-                let block = v
-                    .get("content_block")
-                    .ok_or_else(|| ProviderError::malformed("`content_block_start` has no block"))?;
+                let block = v.get("content_block").ok_or_else(|| {
+                    ProviderError::malformed("`content_block_start` has no block")
+                })?;
                 match block.get("type").and_then(Value::as_str) {
                     Some("text") => {
                         if let Some(t) = block.get("text").and_then(Value::as_str)
@@ -350,13 +354,16 @@ impl EventDecoder {
                         }
                     }
                     Some("tool_use") => {
-                        let input = block.get("input").filter(|i| {
-                            i.as_object().is_some_and(|o| !o.is_empty())
-                        });
+                        let input = block
+                            .get("input")
+                            .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()));
                         out.push(ChatDelta::ToolCall {
                             index,
                             id: block.get("id").and_then(Value::as_str).map(str::to_string),
-                            name: block.get("name").and_then(Value::as_str).map(str::to_string),
+                            name: block
+                                .get("name")
+                                .and_then(Value::as_str)
+                                .map(str::to_string),
                             arguments: input.map(Value::to_string).unwrap_or_default(),
                         });
                     }
@@ -365,9 +372,9 @@ impl EventDecoder {
             }
             "content_block_delta" => {
                 let index = index()?;
-                let delta = v
-                    .get("delta")
-                    .ok_or_else(|| ProviderError::malformed("`content_block_delta` has no delta"))?;
+                let delta = v.get("delta").ok_or_else(|| {
+                    ProviderError::malformed("`content_block_delta` has no delta")
+                })?;
                 match delta.get("type").and_then(Value::as_str) {
                     Some("text_delta") => {
                         let t = delta.get("text").and_then(Value::as_str).unwrap_or("");
@@ -451,9 +458,15 @@ impl InferenceProvider for AnthropicProvider {
     ) -> Result<ChatResponse, ProviderError> {
         let body = self.request_body(request, false);
         let ep = self.endpoint();
-        let resp =
-            http::post(&self.client, &self.config.http, &ep, &self.headers(), &body, cancel)
-                .await?;
+        let resp = http::post(
+            &self.client,
+            &self.config.http,
+            &ep,
+            &self.headers(),
+            &body,
+            cancel,
+        )
+        .await?;
         let v = http::read_json(resp, &self.config.http, cancel).await?;
         parse_reply(&v)
     }
@@ -465,9 +478,15 @@ impl InferenceProvider for AnthropicProvider {
     ) -> Result<ChatStream, ProviderError> {
         let body = self.request_body(request, true);
         let ep = self.endpoint();
-        let resp =
-            http::post(&self.client, &self.config.http, &ep, &self.headers(), &body, cancel)
-                .await?;
+        let resp = http::post(
+            &self.client,
+            &self.config.http,
+            &ep,
+            &self.headers(),
+            &body,
+            cancel,
+        )
+        .await?;
         let decoder = EventDecoder {
             sse: SseParser::new(),
             finish: FinishReason::Stop,
@@ -493,14 +512,36 @@ mod tests {
                 Message::Assistant {
                     content: String::new(),
                     tool_calls: vec![
-                        ToolCall { id: "a".into(), name: "f".into(), arguments: json!({}) },
-                        ToolCall { id: "b".into(), name: "f".into(), arguments: json!({"x": 1}) },
+                        ToolCall {
+                            id: "a".into(),
+                            name: "f".into(),
+                            arguments: json!({}),
+                        },
+                        ToolCall {
+                            id: "b".into(),
+                            name: "f".into(),
+                            arguments: json!({"x": 1}),
+                        },
                     ],
                 },
-                Message::Tool { call_id: "a".into(), name: "f".into(), content: "1".into(), is_error: false },
-                Message::Tool { call_id: "b".into(), name: "f".into(), content: "2".into(), is_error: true },
+                Message::Tool {
+                    call_id: "a".into(),
+                    name: "f".into(),
+                    content: "1".into(),
+                    is_error: false,
+                },
+                Message::Tool {
+                    call_id: "b".into(),
+                    name: "f".into(),
+                    content: "2".into(),
+                    is_error: true,
+                },
             ],
-            tools: vec![ToolDefinition { name: "f".into(), description: "d".into(), parameters: json!({"type": "object"}) }],
+            tools: vec![ToolDefinition {
+                name: "f".into(),
+                description: "d".into(),
+                parameters: json!({"type": "object"}),
+            }],
             ..ChatRequest::default()
         };
         let body = p.request_body(&req, false);

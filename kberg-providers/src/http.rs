@@ -130,7 +130,11 @@ pub(crate) fn error_message(body: &[u8]) -> String {
 
 /// `Retry-After` as a duration: delta-seconds or an HTTP date.
 pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    let v = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
     if let Ok(secs) = v.parse::<u64>() {
         return Some(Duration::from_secs(secs));
     }
@@ -141,7 +145,10 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
         return Some(Duration::from_secs_f64(secs.min(86_400.0)));
     }
     let at = httpdate::parse_http_date(v).ok()?;
-    Some(at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+    Some(
+        at.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 async fn cancellable<T>(
@@ -209,7 +216,13 @@ pub(crate) async fn post(
                 .initial_backoff
                 .saturating_mul(2u32.saturating_pow(attempt - 1));
             let wait = wait_hint.unwrap_or(backoff).min(opts.max_retry_wait);
-            tracing::warn!(status = code, attempt, wait_ms = wait.as_millis() as u64, "{} answered {code}; retrying", ep.label);
+            tracing::warn!(
+                status = code,
+                attempt,
+                wait_ms = wait.as_millis() as u64,
+                "{} answered {code}; retrying",
+                ep.label
+            );
             cancellable(cancel, tokio::time::sleep(wait)).await?;
             continue;
         }
@@ -326,7 +339,12 @@ pub(crate) fn line_stream<D: LineDecoder>(
     opts: &HttpOptions,
     cancel: &CancellationToken,
 ) -> ChatStream {
-    lines_of(resp.bytes_stream(), decoder, opts.stream_idle_timeout, cancel.clone())
+    lines_of(
+        resp.bytes_stream(),
+        decoder,
+        opts.stream_idle_timeout,
+        cancel.clone(),
+    )
 }
 
 fn lines_of<D, S, B>(body: S, decoder: D, idle: Duration, cancel: CancellationToken) -> ChatStream

@@ -202,7 +202,10 @@ fn message_json(m: &Message) -> Value {
 
 fn usage_of(v: &Value) -> Usage {
     Usage {
-        input_tokens: v.get("prompt_eval_count").and_then(Value::as_u64).unwrap_or(0),
+        input_tokens: v
+            .get("prompt_eval_count")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
         output_tokens: v.get("eval_count").and_then(Value::as_u64).unwrap_or(0),
     }
 }
@@ -225,7 +228,9 @@ fn calls_of(message: &Value) -> Result<Vec<ToolCall>, ProviderError> {
         if calls.is_null() {
             return Ok(Vec::new());
         }
-        return Err(ProviderError::malformed("`message.tool_calls` is not an array"));
+        return Err(ProviderError::malformed(
+            "`message.tool_calls` is not an array",
+        ));
     };
     calls
         .iter()
@@ -243,7 +248,11 @@ fn calls_of(message: &Value) -> Result<Vec<ToolCall>, ProviderError> {
                 Some(a) => a.clone(),
             };
             Ok(ToolCall {
-                id: c.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
+                id: c
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
                 name: name.to_string(),
                 arguments,
             })
@@ -258,7 +267,9 @@ fn in_band_error(v: &Value, model: &str) -> Option<ProviderError> {
     if msg.contains("not found") && msg.contains("model") {
         return Some(ProviderError::ModelNotFound {
             model: model.to_string(),
-            hint: format!("Ollama does not have the model `{model}`: run `ollama pull {model}` ({msg})"),
+            hint: format!(
+                "Ollama does not have the model `{model}`: run `ollama pull {model}` ({msg})"
+            ),
         });
     }
     Some(ProviderError::ServerError {
@@ -279,7 +290,11 @@ fn parse_reply(v: &Value, model: &str) -> Result<ChatResponse, ProviderError> {
     let text = match message.get("content") {
         Some(Value::String(s)) => s.clone(),
         None | Some(Value::Null) => String::new(),
-        Some(_) => return Err(ProviderError::malformed("`message.content` is not a string")),
+        Some(_) => {
+            return Err(ProviderError::malformed(
+                "`message.content` is not a string",
+            ));
+        }
     };
     let tool_calls = calls_of(message)?;
     Ok(ChatResponse {

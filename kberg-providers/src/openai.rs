@@ -216,7 +216,10 @@ fn finish_of(s: Option<&str>) -> Option<FinishReason> {
 fn usage_of(v: &Value) -> Usage {
     Usage {
         input_tokens: v.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
-        output_tokens: v.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
+        output_tokens: v
+            .get("completion_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
     }
 }
 
@@ -259,7 +262,11 @@ fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
                 Some(other) => other.clone(),
             };
             tool_calls.push(ToolCall {
-                id: c.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
+                id: c
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
                 name: name.to_string(),
                 arguments,
             });
@@ -335,7 +342,9 @@ impl ChunkDecoder {
                         .and_then(Value::as_u64)
                         .map_or(pos, |i| i as usize);
                     if index > 1024 {
-                        return Err(ProviderError::malformed("a tool call index is implausibly large"));
+                        return Err(ProviderError::malformed(
+                            "a tool call index is implausibly large",
+                        ));
                     }
                     let f = c.get("function");
                     out.push(ChatDelta::ToolCall {
@@ -397,9 +406,15 @@ impl InferenceProvider for OpenAiProvider {
     ) -> Result<ChatResponse, ProviderError> {
         let body = self.request_body(request, false);
         let ep = self.endpoint();
-        let resp =
-            http::post(&self.client, &self.config.http, &ep, &self.headers(), &body, cancel)
-                .await?;
+        let resp = http::post(
+            &self.client,
+            &self.config.http,
+            &ep,
+            &self.headers(),
+            &body,
+            cancel,
+        )
+        .await?;
         let v = http::read_json(resp, &self.config.http, cancel).await?;
         parse_reply(&v)
     }
@@ -411,9 +426,15 @@ impl InferenceProvider for OpenAiProvider {
     ) -> Result<ChatStream, ProviderError> {
         let body = self.request_body(request, true);
         let ep = self.endpoint();
-        let resp =
-            http::post(&self.client, &self.config.http, &ep, &self.headers(), &body, cancel)
-                .await?;
+        let resp = http::post(
+            &self.client,
+            &self.config.http,
+            &ep,
+            &self.headers(),
+            &body,
+            cancel,
+        )
+        .await?;
         let decoder = ChunkDecoder {
             sse: SseParser::new(),
             finish: None,

@@ -110,7 +110,10 @@ mod tests {
     fn event_without_data_is_dropped_and_unterminated_is_flushed() {
         let evs = parse("event: ping\n\ndata: last");
         assert_eq!(evs.len(), 1);
-        assert_eq!(evs[0].event, None, "the ping's name must not leak into the next event");
+        assert_eq!(
+            evs[0].event, None,
+            "the ping's name must not leak into the next event"
+        );
         assert_eq!(evs[0].data, "last");
     }
 

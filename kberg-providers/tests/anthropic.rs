@@ -21,7 +21,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kberg_agent::{ChatRequest, InferenceProvider, Message, ToolChoice, ToolDefinition, collect_stream};
+use kberg_agent::{
+    ChatRequest, InferenceProvider, Message, ToolChoice, ToolDefinition, collect_stream,
+};
 use kberg_providers::HttpOptions;
 use kberg_providers::anthropic::{AnthropicConfig, AnthropicProvider};
 use serde_json::{Value, json};
@@ -35,16 +37,22 @@ fn ev(name: &str, data: Value) -> String {
 }
 
 fn message_start() -> String {
-    ev("message_start", json!({"type": "message_start", "message": {
+    ev(
+        "message_start",
+        json!({"type": "message_start", "message": {
         "id": "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY", "type": "message", "role": "assistant",
         "content": [], "model": "claude-sonnet-4-5", "stop_reason": null, "stop_sequence": null,
-        "usage": {"input_tokens": 472, "output_tokens": 2}}}))
+        "usage": {"input_tokens": 472, "output_tokens": 2}}}),
+    )
 }
 
 fn message_end(stop: &str) -> Vec<String> {
     vec![
-        ev("message_delta", json!({"type": "message_delta",
-            "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 89}})),
+        ev(
+            "message_delta",
+            json!({"type": "message_delta",
+            "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 89}}),
+        ),
         ev("message_stop", json!({"type": "message_stop"})),
     ]
 }
@@ -62,50 +70,89 @@ fn api_error(kind: &str, msg: &str) -> Value {
 impl Wire for Anthropic {
     fn call(&self, id: &str, name: &str, arguments: &Value, stream: bool) -> Reply {
         if !stream {
-            return Reply::json(200, &message(json!([
-                {"type": "text", "text": "I'll do that."},
-                {"type": "tool_use", "id": id, "name": name, "input": arguments}
-            ]), "tool_use"));
+            return Reply::json(
+                200,
+                &message(
+                    json!([
+                        {"type": "text", "text": "I'll do that."},
+                        {"type": "tool_use", "id": id, "name": name, "input": arguments}
+                    ]),
+                    "tool_use",
+                ),
+            );
         }
         let args = arguments.to_string();
         let cut = args.len() / 2;
         let mut pieces = vec![
             message_start(),
-            ev("content_block_start", json!({"type": "content_block_start", "index": 0,
-                "content_block": {"type": "text", "text": ""}})),
+            ev(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}}),
+            ),
             ev("ping", json!({"type": "ping"})),
-            ev("content_block_delta", json!({"type": "content_block_delta", "index": 0,
-                "delta": {"type": "text_delta", "text": "I'll do that."}})),
-            ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
-            ev("content_block_start", json!({"type": "content_block_start", "index": 1,
-                "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}})),
-            ev("content_block_delta", json!({"type": "content_block_delta", "index": 1,
-                "delta": {"type": "input_json_delta", "partial_json": ""}})),
+            ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": "I'll do that."}}),
+            ),
+            ev(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": 0}),
+            ),
+            ev(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 1,
+                "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+            ),
+            ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": ""}}),
+            ),
         ];
         for part in [&args[..cut], &args[cut..]] {
-            pieces.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": 1,
-                "delta": {"type": "input_json_delta", "partial_json": part}})));
+            pieces.push(ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": part}}),
+            ));
         }
-        pieces.push(ev("content_block_stop", json!({"type": "content_block_stop", "index": 1})));
+        pieces.push(ev(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 1}),
+        ));
         pieces.extend(message_end("tool_use"));
         Reply::stream("text/event-stream", pieces)
     }
 
     fn text(&self, text: &str, stream: bool) -> Reply {
         if !stream {
-            return Reply::json(200, &message(json!([{"type": "text", "text": text}]), "end_turn"));
+            return Reply::json(
+                200,
+                &message(json!([{"type": "text", "text": text}]), "end_turn"),
+            );
         }
         let mid = text.len() / 2;
         let mut pieces = vec![
             message_start(),
-            ev("content_block_start", json!({"type": "content_block_start", "index": 0,
-                "content_block": {"type": "text", "text": ""}})),
+            ev(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}}),
+            ),
         ];
         for part in [&text[..mid], &text[mid..]] {
-            pieces.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": 0,
-                "delta": {"type": "text_delta", "text": part}})));
+            pieces.push(ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": part}}),
+            ));
         }
-        pieces.push(ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})));
+        pieces.push(ev(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ));
         pieces.extend(message_end("end_turn"));
         Reply::stream("text/event-stream", pieces)
     }
@@ -163,7 +210,11 @@ async fn cancellation_mid_tool() {
 
 #[tokio::test]
 async fn request_has_the_documented_shape() {
-    let server = MockServer::start(vec![Anthropic.text("ok", false), Anthropic.text("ok", true)]).await;
+    let server = MockServer::start(vec![
+        Anthropic.text("ok", false),
+        Anthropic.text("ok", true),
+    ])
+    .await;
     let p = make(server.url());
     let mut req = request();
     req.tools = vec![ToolDefinition {
@@ -176,7 +227,10 @@ async fn request_has_the_documented_shape() {
     let r = p.chat(&req, &CancellationToken::new()).await.unwrap();
     assert_eq!(r.text, "ok");
     assert_eq!(r.usage.total(), 561);
-    let s = p.chat_stream(&req, &CancellationToken::new()).await.unwrap();
+    let s = p
+        .chat_stream(&req, &CancellationToken::new())
+        .await
+        .unwrap();
     let r = collect_stream(s, |_| {}).await.unwrap();
     assert_eq!(r.text, "ok");
     assert_eq!(r.usage.input_tokens, 472);
@@ -200,10 +254,19 @@ async fn request_has_the_documented_shape() {
 async fn errors_are_actionable() {
     let server = MockServer::start(vec![
         Reply::json(401, &api_error("authentication_error", "invalid x-api-key")),
-        Reply::json(404, &api_error("not_found_error", "model: claude-nonexistent")),
+        Reply::json(
+            404,
+            &api_error("not_found_error", "model: claude-nonexistent"),
+        ),
         Reply::json(529, &api_error("overloaded_error", "Overloaded")),
-        Reply::json(429, &api_error("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit"))
-            .header("retry-after", "0"),
+        Reply::json(
+            429,
+            &api_error(
+                "rate_limit_error",
+                "Number of request tokens has exceeded your per-minute rate limit",
+            ),
+        )
+        .header("retry-after", "0"),
         Anthropic.text("finally", false),
     ])
     .await;
@@ -212,13 +275,22 @@ async fn errors_are_actionable() {
             .base_url(server.url())
             .http(HttpOptions::default().max_retries(0)),
     );
-    let e = p.chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    let e = p
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), "unauthorized");
     assert!(e.to_string().contains("ANTHROPIC_API_KEY"), "{e}");
-    let e = p.chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    let e = p
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), "model_not_found");
     // 529 and 429 are retried by a provider that allows retries.
-    let r = make(server.url()).chat(&request(), &CancellationToken::new()).await.unwrap();
+    let r = make(server.url())
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(r.text, "finally");
     assert_eq!(server.requests().len(), 5);
 }
@@ -231,7 +303,9 @@ async fn stream_error_event_truncation_and_slowness() {
         Reply::stream("text/event-stream", overloaded),
         Anthropic.text("Hello there", true).truncated(4),
         Anthropic.text("Hello there", true).truncated(3).aborted(),
-        Anthropic.text("Hello there", true).paced(Duration::from_millis(600)),
+        Anthropic
+            .text("Hello there", true)
+            .paced(Duration::from_millis(600)),
     ])
     .await;
     let p = AnthropicProvider::new(
@@ -239,11 +313,17 @@ async fn stream_error_event_truncation_and_slowness() {
             .base_url(server.url())
             .http(HttpOptions::default().stream_idle_timeout(Duration::from_millis(150))),
     );
-    let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
     let e = collect_stream(s, |_| {}).await.unwrap_err();
     assert!(e.to_string().contains("overloaded_error"), "{e}");
     for expected in ["truncated", "truncated", "timeout"] {
-        let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+        let s = p
+            .chat_stream(&request(), &CancellationToken::new())
+            .await
+            .unwrap();
         let e = collect_stream(s, |_| {}).await.unwrap_err();
         assert_eq!(e.code(), expected);
     }
@@ -253,11 +333,26 @@ async fn stream_error_event_truncation_and_slowness() {
 async fn malformed_reply_is_reported() {
     let server = MockServer::start(vec![
         Reply::json(200, &json!({"type": "message", "content": "not blocks"})),
-        Reply::stream("text/event-stream", vec!["event: message_start\ndata: {\"no\": \"type\"}\n\n".into()]),
+        Reply::stream(
+            "text/event-stream",
+            vec!["event: message_start\ndata: {\"no\": \"type\"}\n\n".into()],
+        ),
     ])
     .await;
     let p = make(server.url());
-    assert_eq!(p.chat(&request(), &CancellationToken::new()).await.unwrap_err().code(), "malformed");
-    let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
-    assert_eq!(collect_stream(s, |_| {}).await.unwrap_err().code(), "malformed");
+    assert_eq!(
+        p.chat(&request(), &CancellationToken::new())
+            .await
+            .unwrap_err()
+            .code(),
+        "malformed"
+    );
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        collect_stream(s, |_| {}).await.unwrap_err().code(),
+        "malformed"
+    );
 }

@@ -37,13 +37,17 @@ fn providers() -> Vec<(String, Arc<dyn InferenceProvider>)> {
     if let Some(url) = env("KBERG_LIVE_OPENAI_URL") {
         match env("KBERG_LIVE_MODEL") {
             Some(model) => {
-                let mut c = OpenAiConfig::new(model).base_url(url.clone()).http(http.clone());
+                let mut c = OpenAiConfig::new(model)
+                    .base_url(url.clone())
+                    .http(http.clone());
                 if let Some(k) = env("KBERG_LIVE_API_KEY") {
                     c = c.api_key(k);
                 }
                 out.push((format!("openai at {url}"), Arc::new(OpenAiProvider::new(c))));
             }
-            None => panic!("KBERG_LIVE_OPENAI_URL is set but KBERG_LIVE_MODEL is not: name the model the server serves"),
+            None => panic!(
+                "KBERG_LIVE_OPENAI_URL is set but KBERG_LIVE_MODEL is not: name the model the server serves"
+            ),
         }
     }
     if let Some(url) = env("KBERG_LIVE_OLLAMA_URL") {
@@ -73,11 +77,21 @@ async fn live_granted_write_finishes() {
                     &CancellationToken::new(),
                 )
                 .await;
-            eprintln!("{label} (stream {stream}): stop {} after {} turn(s), {} repair(s), calls {:?}", out.stop.code(), out.turns, out.repair_turns,
-                out.calls.iter().map(|c| (c.name.as_str(), c.outcome.as_str())).collect::<Vec<_>>());
+            eprintln!(
+                "{label} (stream {stream}): stop {} after {} turn(s), {} repair(s), calls {:?}",
+                out.stop.code(),
+                out.turns,
+                out.repair_turns,
+                out.calls
+                    .iter()
+                    .map(|c| (c.name.as_str(), c.outcome.as_str()))
+                    .collect::<Vec<_>>()
+            );
             assert!(out.answered(), "{label}: {:?}", out.stop);
             assert!(
-                out.calls.iter().any(|c| c.name == "add_note" && c.outcome == CallOutcome::Ok),
+                out.calls
+                    .iter()
+                    .any(|c| c.name == "add_note" && c.outcome == CallOutcome::Ok),
                 "{label}: the note was not added: {:?}",
                 out.calls
             );
@@ -101,14 +115,27 @@ async fn live_missing_capability_never_runs() {
                 &CancellationToken::new(),
             )
             .await;
-        eprintln!("{label}: stop {}, calls {:?}", out.stop.code(),
-            out.calls.iter().map(|c| (c.name.as_str(), c.outcome.as_str())).collect::<Vec<_>>());
+        eprintln!(
+            "{label}: stop {}, calls {:?}",
+            out.stop.code(),
+            out.calls
+                .iter()
+                .map(|c| (c.name.as_str(), c.outcome.as_str()))
+                .collect::<Vec<_>>()
+        );
         assert!(
-            matches!(out.stop, StopReason::Answered | StopReason::RepeatedFailure { .. }),
+            matches!(
+                out.stop,
+                StopReason::Answered | StopReason::RepeatedFailure { .. }
+            ),
             "{label}: {:?}",
             out.stop
         );
-        assert!(out.calls.iter().all(|c| c.outcome != CallOutcome::Ok || c.name != "add_note"));
+        assert!(
+            out.calls
+                .iter()
+                .all(|c| c.outcome != CallOutcome::Ok || c.name != "add_note")
+        );
     }
 }
 
@@ -122,12 +149,19 @@ async fn live_cancellation_stops_the_run() {
         let c = cancel.clone();
         let run = tokio::spawn(async move {
             agent
-                .run_with_events(vec![Message::user("Write a long story about notes.")], &c, tx)
+                .run_with_events(
+                    vec![Message::user("Write a long story about notes.")],
+                    &c,
+                    tx,
+                )
                 .await
         });
         // Cancel as soon as the model starts to answer (or the tool runs).
         while let Some(ev) = rx.recv().await {
-            if matches!(ev, AgentEvent::TextDelta { .. } | AgentEvent::ToolCalled { .. }) {
+            if matches!(
+                ev,
+                AgentEvent::TextDelta { .. } | AgentEvent::ToolCalled { .. }
+            ) {
                 cancel.cancel();
             }
         }

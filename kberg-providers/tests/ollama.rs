@@ -54,10 +54,13 @@ impl Wire for Ollama {
         let message = json!({"role": "assistant", "content": "",
             "tool_calls": [{"function": {"name": name, "arguments": arguments}}]});
         if !stream {
-            return Reply::json(200, &json!({
+            return Reply::json(
+                200,
+                &json!({
                 "model": "qwen2.5", "created_at": CREATED, "message": message,
                 "done_reason": "stop", "done": true, "total_duration": 885095291u64,
-                "prompt_eval_count": 122, "eval_count": 33}));
+                "prompt_eval_count": 122, "eval_count": 33}),
+            );
         }
         let line = format!(
             "{}\n",
@@ -67,16 +70,23 @@ impl Wire for Ollama {
         let cut = line.len() / 2;
         Reply::stream(
             "application/x-ndjson",
-            vec![line[..cut].to_string(), line[cut..].to_string(), final_line()],
+            vec![
+                line[..cut].to_string(),
+                line[cut..].to_string(),
+                final_line(),
+            ],
         )
     }
 
     fn text(&self, text: &str, stream: bool) -> Reply {
         if !stream {
-            return Reply::json(200, &json!({
+            return Reply::json(
+                200,
+                &json!({
                 "model": "qwen2.5", "created_at": CREATED,
                 "message": {"role": "assistant", "content": text},
-                "done_reason": "stop", "done": true, "prompt_eval_count": 10, "eval_count": 5}));
+                "done_reason": "stop", "done": true, "prompt_eval_count": 10, "eval_count": 5}),
+            );
         }
         let mid = text.len() / 2;
         Reply::stream(
@@ -191,7 +201,10 @@ async fn request_has_the_documented_shape() {
     assert_eq!(b["options"]["num_predict"], 64);
     assert_eq!(b["tools"][0]["type"], "function");
     assert_eq!(b["tools"][0]["function"]["name"], "add_note");
-    assert_eq!(b["messages"][1]["tool_calls"][0]["function"]["arguments"]["title"], "x");
+    assert_eq!(
+        b["messages"][1]["tool_calls"][0]["function"]["arguments"]["title"],
+        "x"
+    );
     assert_eq!(b["messages"][2]["role"], "tool");
     assert_eq!(b["messages"][2]["tool_name"], "add_note");
 }
@@ -204,7 +217,10 @@ async fn unknown_model_says_to_pull_it() {
     )])
     .await;
     let p = OllamaProvider::new(OllamaConfig::new("qwen9").base_url(server.url()));
-    let e = p.chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    let e = p
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), "model_not_found");
     assert!(e.to_string().contains("run `ollama pull qwen9`"), "{e}");
 }
@@ -213,20 +229,33 @@ async fn unknown_model_says_to_pull_it() {
 async fn nothing_listening_says_where_it_looked() {
     let url = support::closed_port_url().await;
     let p = OllamaProvider::new(OllamaConfig::new("qwen2.5").base_url(url.clone()));
-    let e = p.chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    let e = p
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), "unreachable");
-    assert!(e.to_string().contains(&format!("is Ollama running at {url}?")), "{e}");
+    assert!(
+        e.to_string()
+            .contains(&format!("is Ollama running at {url}?")),
+        "{e}"
+    );
 }
 
 #[tokio::test]
 async fn server_error_is_retried_then_succeeds() {
     let server = MockServer::start(vec![
-        Reply::json(500, &json!({"error": "llama runner process has terminated"})),
+        Reply::json(
+            500,
+            &json!({"error": "llama runner process has terminated"}),
+        ),
         Reply::json(503, &json!({"error": "busy"})).header("retry-after", "0"),
         Ollama.text("recovered", false),
     ])
     .await;
-    let r = make(server.url()).chat(&request(), &CancellationToken::new()).await.unwrap();
+    let r = make(server.url())
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(r.text, "recovered");
     assert_eq!(server.requests().len(), 3);
 }
@@ -239,17 +268,28 @@ async fn server_error_after_retries_is_reported() {
         Reply::json(500, &json!({"error": "still boom"})),
     ])
     .await;
-    let e = make(server.url()).chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    let e = make(server.url())
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), "server_error");
-    assert!(e.to_string().contains("still boom") && e.to_string().contains("3 attempt"), "{e}");
+    assert!(
+        e.to_string().contains("still boom") && e.to_string().contains("3 attempt"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
 async fn streamed_text_arrives_in_pieces() {
     let server = MockServer::start(vec![Ollama.text("Hello there", true)]).await;
-    let s = make(server.url()).chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let s = make(server.url())
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
     let mut pieces = Vec::new();
-    let r = collect_stream(s, |t| pieces.push(t.to_string())).await.unwrap();
+    let r = collect_stream(s, |t| pieces.push(t.to_string()))
+        .await
+        .unwrap();
     assert_eq!(r.text, "Hello there");
     assert_eq!(pieces.len(), 2);
     assert_eq!(r.usage.total(), 155);
@@ -260,12 +300,21 @@ async fn streamed_text_arrives_in_pieces() {
 async fn truncated_stream_is_an_error() {
     // The final `done` line never comes.
     let server = MockServer::start(vec![Ollama.text("Hello there", true).truncated(2)]).await;
-    let s = make(server.url()).chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let s = make(server.url())
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
     let e = collect_stream(s, |_| {}).await.unwrap_err();
     assert_eq!(e.code(), "truncated");
     // The connection breaks mid-stream.
-    let server = MockServer::start(vec![Ollama.text("Hello there", true).truncated(1).aborted()]).await;
-    let s = make(server.url()).chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let server = MockServer::start(vec![
+        Ollama.text("Hello there", true).truncated(1).aborted(),
+    ])
+    .await;
+    let s = make(server.url())
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
     let e = collect_stream(s, |_| {}).await.unwrap_err();
     assert_eq!(e.code(), "truncated");
 }
@@ -273,7 +322,9 @@ async fn truncated_stream_is_an_error() {
 #[tokio::test]
 async fn slow_stream_hits_the_idle_timeout() {
     let server = MockServer::start(vec![
-        Ollama.text("Hello there", true).paced(Duration::from_millis(600)),
+        Ollama
+            .text("Hello there", true)
+            .paced(Duration::from_millis(600)),
     ])
     .await;
     let p = OllamaProvider::new(
@@ -281,7 +332,10 @@ async fn slow_stream_hits_the_idle_timeout() {
             .base_url(server.url())
             .http(HttpOptions::default().stream_idle_timeout(Duration::from_millis(150))),
     );
-    let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
     let e = collect_stream(s, |_| {}).await.unwrap_err();
     assert_eq!(e.code(), "timeout");
 }
@@ -289,25 +343,46 @@ async fn slow_stream_hits_the_idle_timeout() {
 #[tokio::test]
 async fn error_line_in_stream_and_garbage_are_reported() {
     let server = MockServer::start(vec![
-        Reply::stream("application/x-ndjson", vec![chunk("Hel", json!({})), "{\"error\":\"out of memory\"}\n".into()]),
-        Reply::stream("application/x-ndjson", vec!["<html>not ndjson</html>\n".into()]),
+        Reply::stream(
+            "application/x-ndjson",
+            vec![
+                chunk("Hel", json!({})),
+                "{\"error\":\"out of memory\"}\n".into(),
+            ],
+        ),
+        Reply::stream(
+            "application/x-ndjson",
+            vec!["<html>not ndjson</html>\n".into()],
+        ),
         Reply::json(200, &json!({"unexpected": true})),
     ])
     .await;
     let p = make(server.url());
-    let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
     let e = collect_stream(s, |_| {}).await.unwrap_err();
     assert!(e.to_string().contains("out of memory"), "{e}");
-    let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
     let e = collect_stream(s, |_| {}).await.unwrap_err();
     assert_eq!(e.code(), "malformed");
-    let e = p.chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    let e = p
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), "malformed");
 }
 
 #[tokio::test]
 async fn cancellation_while_waiting_for_the_model() {
-    let server = MockServer::start(vec![Ollama.text("late", false).paced(Duration::from_secs(30))]).await;
+    let server = MockServer::start(vec![
+        Ollama.text("late", false).paced(Duration::from_secs(30)),
+    ])
+    .await;
     let p = make(server.url());
     let cancel = CancellationToken::new();
     let c = cancel.clone();

@@ -57,22 +57,29 @@ impl Wire for OpenAi {
     fn call(&self, id: &str, name: &str, arguments: &Value, stream: bool) -> Reply {
         let args = arguments.to_string();
         if !stream {
-            return Reply::json(200, &completion(
-                json!({"role": "assistant", "content": null, "tool_calls": [
+            return Reply::json(
+                200,
+                &completion(
+                    json!({"role": "assistant", "content": null, "tool_calls": [
                     {"id": id, "type": "function", "function": {"name": name, "arguments": args}}]}),
-                "tool_calls",
-            ));
+                    "tool_calls",
+                ),
+            );
         }
         let cut = args.len() / 2;
-        let mut pieces = vec![chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": null,
+        let mut pieces = vec![chunk(
+            json!([{"index": 0, "delta": {"role": "assistant", "content": null,
             "tool_calls": [{"index": 0, "id": id, "type": "function",
                             "function": {"name": name, "arguments": ""}}]},
-            "logprobs": null, "finish_reason": null}]))];
+            "logprobs": null, "finish_reason": null}]),
+        )];
         for part in [&args[..cut], &args[cut..]] {
             pieces.push(chunk(json!([{"index": 0, "delta": {"tool_calls": [
                 {"index": 0, "function": {"arguments": part}}]}, "logprobs": null, "finish_reason": null}])));
         }
-        pieces.push(chunk(json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": "tool_calls"}])));
+        pieces.push(chunk(
+            json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": "tool_calls"}]),
+        ));
         pieces.push(usage_chunk());
         pieces.push("data: [DONE]\n\n".into());
         // One event is also split across two writes.
@@ -85,16 +92,25 @@ impl Wire for OpenAi {
 
     fn text(&self, text: &str, stream: bool) -> Reply {
         if !stream {
-            return Reply::json(200, &completion(json!({"role": "assistant", "content": text}), "stop"));
+            return Reply::json(
+                200,
+                &completion(json!({"role": "assistant", "content": text}), "stop"),
+            );
         }
         let mid = text.len() / 2;
         Reply::stream(
             "text/event-stream",
             vec![
-                chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}])),
+                chunk(
+                    json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
+                ),
                 ": keep-alive comment\n\n".into(),
-                chunk(json!([{"index": 0, "delta": {"content": &text[..mid]}, "finish_reason": null}])),
-                chunk(json!([{"index": 0, "delta": {"content": &text[mid..]}, "finish_reason": null}])),
+                chunk(
+                    json!([{"index": 0, "delta": {"content": &text[..mid]}, "finish_reason": null}]),
+                ),
+                chunk(
+                    json!([{"index": 0, "delta": {"content": &text[mid..]}, "finish_reason": null}]),
+                ),
                 chunk(json!([{"index": 0, "delta": {}, "finish_reason": "stop"}])),
                 usage_chunk(),
                 "data: [DONE]\n\n".into(),
@@ -185,7 +201,10 @@ async fn request_has_the_documented_shape() {
     });
     let r = p.chat(&req, &CancellationToken::new()).await.unwrap();
     assert_eq!(r.usage.total(), 99);
-    let s = p.chat_stream(&req, &CancellationToken::new()).await.unwrap();
+    let s = p
+        .chat_stream(&req, &CancellationToken::new())
+        .await
+        .unwrap();
     let r = collect_stream(s, |_| {}).await.unwrap();
     assert_eq!(r.text, "ok");
     assert_eq!(r.usage.total(), 99);
@@ -196,7 +215,10 @@ async fn request_has_the_documented_shape() {
     let b = &sent.body;
     assert_eq!(b["model"], "local-model");
     assert_eq!(b["max_tokens"], 32);
-    assert_eq!(b["tool_choice"], json!({"type": "function", "function": {"name": "add_note"}}));
+    assert_eq!(
+        b["tool_choice"],
+        json!({"type": "function", "function": {"name": "add_note"}})
+    );
     assert_eq!(b["tools"][0]["function"]["name"], "add_note");
     let call = &b["messages"][1]["tool_calls"][0];
     assert_eq!(call["id"], "call_9");
@@ -212,10 +234,12 @@ async fn request_has_the_documented_shape() {
 #[tokio::test]
 async fn two_calls_interleaved_in_a_stream_assemble() {
     let pieces = vec![
-        chunk(json!([{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+        chunk(
+            json!([{"index": 0, "delta": {"role": "assistant", "tool_calls": [
             {"index": 0, "id": "call_a", "type": "function", "function": {"name": "add_note", "arguments": ""}},
             {"index": 1, "id": "call_b", "type": "function", "function": {"name": "wait", "arguments": "{\"sec"}}
-        ]}, "finish_reason": null}])),
+        ]}, "finish_reason": null}]),
+        ),
         chunk(json!([{"index": 0, "delta": {"tool_calls": [
             {"index": 1, "function": {"arguments": "onds\": 1}"}},
             {"index": 0, "function": {"arguments": "{\"title\": \"a\", \"priority\": 1}"}}
@@ -224,11 +248,17 @@ async fn two_calls_interleaved_in_a_stream_assemble() {
         "data: [DONE]\n\n".into(),
     ];
     let server = MockServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
-    let s = make(server.url()).chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    let s = make(server.url())
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
     let r = collect_stream(s, |_| {}).await.unwrap();
     assert_eq!(r.tool_calls.len(), 2);
     assert_eq!(r.tool_calls[0].id, "call_a");
-    assert_eq!(r.tool_calls[0].arguments, json!({"title": "a", "priority": 1}));
+    assert_eq!(
+        r.tool_calls[0].arguments,
+        json!({"title": "a", "priority": 1})
+    );
     assert_eq!(r.tool_calls[1].arguments, json!({"seconds": 1}));
     assert_eq!(r.finish, kberg_agent::FinishReason::ToolCalls);
 }
@@ -238,7 +268,10 @@ async fn bad_key_is_unauthorized() {
     let server = MockServer::start(vec![Reply::json(401, &api_error(
         "Incorrect API key provided: sk-test. You can find your API key in your account settings.",
         "invalid_request_error", "invalid_api_key"))]).await;
-    let e = make(server.url()).chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    let e = make(server.url())
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), "unauthorized");
     assert!(e.to_string().contains("Incorrect API key"), "{e}");
     assert!(e.to_string().contains("OPENAI_API_KEY"), "{e}");
@@ -246,14 +279,26 @@ async fn bad_key_is_unauthorized() {
 
 #[tokio::test]
 async fn unknown_model_is_named() {
-    let server = MockServer::start(vec![Reply::json(404, &api_error(
-        "The model `gpt-9` does not exist or you do not have access to it.",
-        "invalid_request_error", "model_not_found"))]).await;
-    let e = make(server.url()).chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    let server = MockServer::start(vec![Reply::json(
+        404,
+        &api_error(
+            "The model `gpt-9` does not exist or you do not have access to it.",
+            "invalid_request_error",
+            "model_not_found",
+        ),
+    )])
+    .await;
+    let e = make(server.url())
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), "model_not_found");
     // A 404 that is not about a model is a wrong base URL.
     let server = MockServer::start(vec![Reply::json(404, &json!({"detail": "Not Found"}))]).await;
-    let e = make(server.url()).chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    let e = make(server.url())
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), "rejected");
     assert!(e.to_string().contains("check the base URL"), "{e}");
 }
@@ -261,22 +306,44 @@ async fn unknown_model_is_named() {
 #[tokio::test]
 async fn rate_limit_honours_retry_after() {
     let limited = || {
-        Reply::json(429, &api_error("Rate limit reached for requests", "requests", "rate_limit_exceeded"))
-            .header("retry-after", "0")
+        Reply::json(
+            429,
+            &api_error(
+                "Rate limit reached for requests",
+                "requests",
+                "rate_limit_exceeded",
+            ),
+        )
+        .header("retry-after", "0")
     };
     let server = MockServer::start(vec![limited(), OpenAi.text("fine", false)]).await;
-    let r = make(server.url()).chat(&request(), &CancellationToken::new()).await.unwrap();
+    let r = make(server.url())
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(r.text, "fine");
     assert_eq!(server.requests().len(), 2);
 
     // Still limited after every retry: the last Retry-After is reported.
-    let server = MockServer::start(vec![limited(), limited(), limited().header("retry-after", "7")]).await;
+    let server = MockServer::start(vec![
+        limited(),
+        limited(),
+        limited().header("retry-after", "7"),
+    ])
+    .await;
     let p = OpenAiProvider::new(
         OpenAiConfig::new("m")
             .base_url(format!("{}/v1", server.url()))
-            .http(HttpOptions::default().max_retries(2).max_retry_wait(Duration::from_millis(10))),
+            .http(
+                HttpOptions::default()
+                    .max_retries(2)
+                    .max_retry_wait(Duration::from_millis(10)),
+            ),
     );
-    let e = p.chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    let e = p
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
     match e {
         kberg_agent::ProviderError::RateLimited { attempts, .. } => assert_eq!(attempts, 3),
         other => panic!("unexpected {other:?}"),
@@ -288,7 +355,9 @@ async fn truncated_and_slow_streams() {
     let server = MockServer::start(vec![
         OpenAi.text("Hello there", true).truncated(4),
         OpenAi.text("Hello there", true).truncated(2).aborted(),
-        OpenAi.text("Hello there", true).paced(Duration::from_millis(600)),
+        OpenAi
+            .text("Hello there", true)
+            .paced(Duration::from_millis(600)),
     ])
     .await;
     let p = OpenAiProvider::new(
@@ -297,7 +366,10 @@ async fn truncated_and_slow_streams() {
             .http(HttpOptions::default().stream_idle_timeout(Duration::from_millis(150))),
     );
     for expected in ["truncated", "truncated", "timeout"] {
-        let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+        let s = p
+            .chat_stream(&request(), &CancellationToken::new())
+            .await
+            .unwrap();
         let e = collect_stream(s, |_| {}).await.unwrap_err();
         assert_eq!(e.code(), expected);
     }
@@ -314,10 +386,25 @@ async fn malformed_replies_are_reported() {
     ])
     .await;
     let p = make(server.url());
-    assert_eq!(p.chat(&request(), &CancellationToken::new()).await.unwrap_err().code(), "malformed");
-    let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
-    assert_eq!(collect_stream(s, |_| {}).await.unwrap_err().code(), "malformed");
-    let s = p.chat_stream(&request(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(
+        p.chat(&request(), &CancellationToken::new())
+            .await
+            .unwrap_err()
+            .code(),
+        "malformed"
+    );
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        collect_stream(s, |_| {}).await.unwrap_err().code(),
+        "malformed"
+    );
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
     let e = collect_stream(s, |_| {}).await.unwrap_err();
     assert!(e.to_string().contains("context length exceeded"), "{e}");
 }
@@ -325,7 +412,10 @@ async fn malformed_replies_are_reported() {
 #[tokio::test]
 async fn nothing_listening_names_the_address() {
     let url = support::closed_port_url().await;
-    let e = make(url.clone()).chat(&request(), &CancellationToken::new()).await.unwrap_err();
+    let e = make(url.clone())
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), "unreachable");
     assert!(e.to_string().contains(&url), "{e}");
 }

@@ -7,6 +7,7 @@
 //! The replies are built by each test file from its provider's documented response shapes; this
 //! module knows no provider wire.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
@@ -155,7 +156,13 @@ impl MockServer {
     }
 }
 
-fn answer(st: Arc<State>, method: Method, uri: Uri, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+fn answer(
+    st: Arc<State>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
     let json = serde_json::from_slice(&body).unwrap_or(Value::Null);
     st.requests.lock().unwrap().push(Recorded {
         method: method.to_string(),
@@ -170,28 +177,34 @@ fn answer(st: Arc<State>, method: Method, uri: Uri, headers: HeaderMap, body: ax
             .unwrap();
     };
     let abort = reply.abort;
-    let pieces = futures::stream::unfold((reply.chunks.into_iter(), abort, false), |(mut it, abort, ended)| async move {
-        if ended {
-            return None;
-        }
-        match it.next() {
-            Some((delay, piece)) => {
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
-                }
-                Some((Ok::<_, std::io::Error>(piece), (it, abort, false)))
+    let pieces = futures::stream::unfold(
+        (reply.chunks.into_iter(), abort, false),
+        |(mut it, abort, ended)| async move {
+            if ended {
+                return None;
             }
-            None if abort => Some((
-                // Let the pieces reach the client before the connection breaks.
-                {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "cut off"))
-                },
-                (it, abort, true),
-            )),
-            None => None,
-        }
-    });
+            match it.next() {
+                Some((delay, piece)) => {
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    Some((Ok::<_, std::io::Error>(piece), (it, abort, false)))
+                }
+                None if abort => Some((
+                    // Let the pieces reach the client before the connection breaks.
+                    {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Err(std::io::Error::new(
+                            std::io::ErrorKind::ConnectionReset,
+                            "cut off",
+                        ))
+                    },
+                    (it, abort, true),
+                )),
+                None => None,
+            }
+        },
+    );
     let mut b = Response::builder().status(reply.status);
     for (k, v) in &reply.headers {
         b = b.header(k, v);
@@ -238,7 +251,10 @@ pub fn app_surface_registry() -> ToolRegistry {
                 .description("Create a note")
                 .write(write)
                 .handler(|a: AddNote, _| async move {
-                    Ok(ToolOutput::text(format!("created {} (priority {})", a.title, a.priority)))
+                    Ok(ToolOutput::text(format!(
+                        "created {} (priority {})",
+                        a.title, a.priority
+                    )))
                 }),
         )
         .unwrap();
@@ -253,7 +269,10 @@ pub fn app_surface_registry() -> ToolRegistry {
         ))
         .unwrap();
     tools
-        .refuse("delete_all_notes", "bulk deletion is never offered to models")
+        .refuse(
+            "delete_all_notes",
+            "bulk deletion is never offered to models",
+        )
         .unwrap();
     tools
 }
@@ -279,8 +298,18 @@ fn agent(provider: Arc<dyn InferenceProvider>, stream: bool) -> Agent {
 /// A bad call, its diagnostic, the corrected call, the answer.
 pub async fn scenario_repair(wire: &dyn Wire, make: MakeProvider<'_>, stream: bool) {
     let server = MockServer::start(vec![
-        wire.call("call_1", "add_note", &serde_json::json!({"title": "milk"}), stream),
-        wire.call("call_2", "add_note", &serde_json::json!({"title": "milk", "priority": 2}), stream),
+        wire.call(
+            "call_1",
+            "add_note",
+            &serde_json::json!({"title": "milk"}),
+            stream,
+        ),
+        wire.call(
+            "call_2",
+            "add_note",
+            &serde_json::json!({"title": "milk", "priority": 2}),
+            stream,
+        ),
         wire.text("Added the note.", stream),
     ])
     .await;
@@ -312,24 +341,44 @@ pub async fn scenario_refusal(wire: &dyn Wire, make: MakeProvider<'_>, stream: b
     .await;
     let agent = agent(make(server.url()), stream);
     let out = agent
-        .run(vec![Message::user("delete all my notes")], &CancellationToken::new())
+        .run(
+            vec![Message::user("delete all my notes")],
+            &CancellationToken::new(),
+        )
         .await;
     assert!(out.answered(), "{:?}", out.stop);
     assert_eq!(out.repair_turns, 0);
-    assert_eq!(out.calls[0].outcome, CallOutcome::Failed(ErrorCode::Refused));
+    assert_eq!(
+        out.calls[0].outcome,
+        CallOutcome::Failed(ErrorCode::Refused)
+    );
     let results = wire.tool_results(&server.requests()[1].body);
-    assert!(results[0].contains("never offered to models"), "{}", results[0]);
+    assert!(
+        results[0].contains("never offered to models"),
+        "{}",
+        results[0]
+    );
     assert!(results[0].contains("do not call `delete_all_notes` again"));
 }
 
 /// The run is cancelled while the tool runs; the stored conversation stays well formed.
 pub async fn scenario_cancel_mid_tool(wire: &dyn Wire, make: MakeProvider<'_>, stream: bool) {
-    let server = MockServer::start(vec![wire.call("call_1", "wait", &serde_json::json!({"seconds": 30}), stream)]).await;
+    let server = MockServer::start(vec![wire.call(
+        "call_1",
+        "wait",
+        &serde_json::json!({"seconds": 30}),
+        stream,
+    )])
+    .await;
     let agent = agent(make(server.url()), stream);
     let cancel = CancellationToken::new();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let c = cancel.clone();
-    let run = tokio::spawn(async move { agent.run_with_events(vec![Message::user("wait")], &c, tx).await });
+    let run = tokio::spawn(async move {
+        agent
+            .run_with_events(vec![Message::user("wait")], &c, tx)
+            .await
+    });
     while let Some(ev) = rx.recv().await {
         if matches!(ev, AgentEvent::ToolCalled { .. }) {
             cancel.cancel();
@@ -337,7 +386,10 @@ pub async fn scenario_cancel_mid_tool(wire: &dyn Wire, make: MakeProvider<'_>, s
     }
     let out = run.await.unwrap();
     assert!(matches!(out.stop, StopReason::Cancelled), "{:?}", out.stop);
-    assert_eq!(out.calls[0].outcome, CallOutcome::Failed(ErrorCode::Cancelled));
+    assert_eq!(
+        out.calls[0].outcome,
+        CallOutcome::Failed(ErrorCode::Cancelled)
+    );
     assert!(matches!(out.messages.last(), Some(Message::Tool { .. })));
     assert_eq!(server.requests().len(), 1);
 }
