@@ -251,6 +251,23 @@ fn bad_input_gets_clear_errors() {
     assert!(stderr(&o).contains("not loopback"), "{}", stderr(&o));
     std::fs::write(&cfg, &text).unwrap();
 
+    // An agent type is guessed from the agent's name when omitted, or must be given.
+    std::fs::write(&cfg, text.replace("    type: codex\n", "")).unwrap();
+    drop(Server::start(d));
+    std::fs::write(
+        &cfg,
+        text.replace("  codex:\n    type: codex\n", "  robot:\n"),
+    )
+    .unwrap();
+    let o = run_bridle(d, &["serve", "--listen", "127.0.0.1:0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("agent `robot`: set `type`"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(&cfg, &text).unwrap();
+
     // A missing secret names the file.
     std::fs::remove_file(d.join("secrets/codex-token")).unwrap();
     let o = run_bridle(d, &["serve", "--listen", "127.0.0.1:0"]);

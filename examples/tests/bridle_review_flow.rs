@@ -55,7 +55,7 @@ fn an_agent_proposes_a_person_approves_and_the_agent_sees_it() {
             },
             TestAgent {
                 name: "codex",
-                agent_type: "codex",
+                agent_type: "",
                 token: CODEX_TOKEN,
                 projects: &["demo"],
             },

@@ -53,8 +53,9 @@ fn default_templates() -> PathBuf {
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
     /// The agent type (`claude`, `codex`, ...): which rendering it gets and which
-    /// `permissions` entry of a project applies to it.
-    #[serde(rename = "type")]
+    /// `permissions` entry of a project applies to it. When omitted, it is taken from the
+    /// agent's name (`claude-laptop` is a `claude`).
+    #[serde(rename = "type", default, skip_serializing_if = "String::is_empty")]
     pub agent_type: String,
     /// The name of the file in the secrets folder that holds its bearer token.
     pub token_secret: String,

@@ -67,15 +67,27 @@ pub enum GatewayError {
 
 impl Shared {
     /// Opens the store and the renderer of a data directory.
-    pub fn open(data_dir: &Path, config: GatewayConfig) -> Result<Arc<Self>, GatewayError> {
+    pub fn open(data_dir: &Path, mut config: GatewayConfig) -> Result<Arc<Self>, GatewayError> {
         let catalog = AgentCatalog::load(&config.templates_path(data_dir))?;
-        for (name, agent) in &config.agents {
+        for (name, agent) in &mut config.agents {
+            let invalid = |message: String| ConfigError::Invalid {
+                file: data_dir.join("bridle.yaml"),
+                message: format!("agent `{name}`: {message}"),
+            };
+            if agent.agent_type.is_empty() {
+                agent.agent_type = catalog
+                    .guess_from_client(name)
+                    .map(|t| t.name.clone())
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "set `type` (one of {}); it cannot be guessed from the name",
+                            catalog.names().join(", ")
+                        ))
+                    })?;
+            }
             catalog
                 .get(&agent.agent_type)
-                .map_err(|e| ConfigError::Invalid {
-                    file: data_dir.join("bridle.yaml"),
-                    message: format!("agent `{name}`: {e}"),
-                })?;
+                .map_err(|e| invalid(e.to_string()))?;
         }
         let renderer = Renderer::new(catalog.clone())?;
         let store = RulesStore::open(data_dir, catalog)?;

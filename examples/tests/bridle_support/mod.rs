@@ -54,10 +54,15 @@ pub fn lay_out(dir: &Path, agents: &[TestAgent], projects: &[(&str, &str)]) {
     std::fs::create_dir_all(dir.join("projects")).unwrap();
     let mut config = String::from("listen: 127.0.0.1:0\nagents:\n");
     for a in agents {
+        // An empty type is left out, so the gateway guesses it from the name.
+        let ty = if a.agent_type.is_empty() {
+            String::new()
+        } else {
+            format!("    type: {}\n", a.agent_type)
+        };
         config.push_str(&format!(
-            "  {}:\n    type: {}\n    token_secret: {}-token\n    projects: [{}]\n",
+            "  {}:\n{ty}    token_secret: {}-token\n    projects: [{}]\n",
             a.name,
-            a.agent_type,
             a.name,
             a.projects.join(", ")
         ));
