@@ -392,3 +392,92 @@ fn old_documents_upgrade_and_templates_override_without_recompiling() {
         "# shop for Claude Code\n"
     );
 }
+
+/// A vendor's documentation site, reduced to what a docs host does for one page: an HTTP/1.1
+/// response (RFC 9112) with `Content-Type` and `Content-Length`, or a 404 for anything else.
+/// Serves `requests` connections, then stops.
+fn docs_site(body: &'static str, requests: usize) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(requests) {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut request_line = String::new();
+            let _ = reader.read_line(&mut request_line);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                line.clear();
+            }
+            let (status, content) = if request_line.starts_with("GET /best-practices.md ") {
+                ("200 OK", body)
+            } else {
+                ("404 Not Found", "not found\n")
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: text/markdown; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{content}",
+                content.len()
+            );
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[test]
+fn vendor_guidance_is_fetched_from_a_url() {
+    let data = demo_dir();
+    let d = data.path();
+    let site = docs_site(
+        "# Agent guidance\n\n- You should keep pull requests small and focused.\n- Never disable failing tests to make a build pass.\n",
+        3,
+    );
+    let url = format!("{site}/best-practices.md");
+    let args = [
+        "rules",
+        "source-vendor",
+        "--project",
+        "demo",
+        "--agent",
+        "codex",
+        "--from",
+        url.as_str(),
+    ];
+    let o = run_bridle(d, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("queued 2 suggestion(s)"),
+        "{}",
+        stdout(&o)
+    );
+    let o = run_bridle(d, &args);
+    assert!(
+        stdout(&o).contains("queued 0 suggestion(s)"),
+        "{}",
+        stdout(&o)
+    );
+    let q = stdout(&run_bridle(d, &["rules", "queue", "--json"]));
+    assert!(q.contains(&url), "{q}");
+    assert!(
+        q.contains("codex-never-disable-failing-tests-to-make"),
+        "{q}"
+    );
+
+    let missing = format!("{site}/nope.md");
+    let o = run_bridle(
+        d,
+        &[
+            "rules",
+            "source-vendor",
+            "--project",
+            "demo",
+            "--agent",
+            "codex",
+            "--from",
+            &missing,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("404"), "{}", stderr(&o));
+}

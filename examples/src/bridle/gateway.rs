@@ -682,6 +682,7 @@ pub fn register_resources(
 /// Builds the gateway app.
 pub fn build_app(shared: &Arc<Shared>) -> Result<McpApp, GatewayError> {
     let tools = ToolRegistry::new();
+    tools.set_audit_sink(Arc::new(kberg_core::TracingAuditSink));
     register_tools(&tools, shared)?;
     let resources = ResourceRegistry::new();
     register_resources(&resources, shared)?;
@@ -750,6 +751,13 @@ pub async fn watch(
         if let Err(e) = register_resources(&resources, &shared) {
             tracing::warn!(error = %e, "registering rules resources failed");
         }
+        // A project whose file is gone: its resources go too (subscribers are told).
+        for project in last.keys().filter(|p| !now.contains_key(*p)) {
+            for t in &types {
+                resources.remove(&rules_uri(project, t));
+            }
+            tracing::info!(project, "project removed");
+        }
         for (project, stamp) in &now {
             if last.get(project) != Some(stamp) {
                 for t in &types {
@@ -759,5 +767,127 @@ pub async fn watch(
             }
         }
         last = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+    use super::*;
+    use crate::bridle::config::{demo_document, init_data_dir};
+    use kberg_core::ResourceEvent;
+
+    fn setup() -> (tempfile::TempDir, Arc<Shared>) {
+        let tmp = tempfile::tempdir().unwrap();
+        init_data_dir(tmp.path()).unwrap();
+        let config = GatewayConfig::load(tmp.path()).unwrap();
+        let shared = Shared::open(tmp.path(), config).unwrap();
+        shared
+            .store
+            .create("demo", &demo_document(), "test")
+            .unwrap();
+        (tmp, shared)
+    }
+
+    async fn next_event(sub: &mut kberg_core::Subscriber) -> ResourceEvent {
+        tokio::time::timeout(Duration::from_secs(30), sub.next())
+            .await
+            .expect("an event arrives")
+            .expect("the registry is alive")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_watcher_follows_the_projects_folder() {
+        let (tmp, shared) = setup();
+        let app = build_app(&shared).unwrap();
+        let resources = app.resources().clone();
+        let uri = rules_uri("demo", "claude");
+        assert!(resources.exists(&uri));
+        assert!(resources.exists(&rules_uri("demo", "codex")));
+        let mut sub = resources.subscriber();
+        sub.subscribe(&uri).unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(watch(
+            Arc::clone(&shared),
+            resources.clone(),
+            tmp.path().join("projects"),
+            Duration::from_millis(20),
+            stop.clone(),
+        ));
+        // Let the watcher take its first snapshot.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+
+        // An approval (from any process) changes the file: subscribers are told.
+        let p = shared
+            .store
+            .propose(
+                "demo",
+                &Origin::agent("claude", None),
+                &ChangeRequest::Pattern {
+                    standard: Some("hexagonal".into()),
+                    custom: None,
+                },
+                None,
+            )
+            .unwrap();
+        shared.store.approve(p.id, "alice").unwrap();
+        assert_eq!(
+            next_event(&mut sub).await,
+            ResourceEvent::Updated { uri: uri.clone() }
+        );
+        let text = resources.read(&uri).await.unwrap();
+        assert!(
+            matches!(&text[0].body, kberg_core::ResourceBody::Text(t) if t.contains("hexagonal"))
+        );
+
+        // A new project file gets resources.
+        let mut doc = demo_document();
+        doc.project.name = "Second".into();
+        shared.store.create("second", &doc, "test").unwrap();
+        let second = rules_uri("second", "claude");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !resources.exists(&second) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no resource for the new project"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        // A removed project: its subscribers learn it is gone.
+        std::fs::remove_file(tmp.path().join("projects/demo.yaml")).unwrap();
+        assert_eq!(
+            next_event(&mut sub).await,
+            ResourceEvent::Removed { uri: uri.clone() }
+        );
+        assert!(!resources.exists(&uri));
+
+        stop.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn grants_follow_the_live_documents() {
+        let (_tmp, shared) = setup();
+        let g = shared.grants_for("claude");
+        assert!(g.contains(capabilities::RULES_PROPOSE));
+        assert!(g.contains(capabilities::SCOPE_REQUEST));
+        assert!(!g.contains(capabilities::SECRETS_READ));
+        assert!(shared.grants_for("stranger").is_empty());
+
+        let loaded = shared.store.load("demo").unwrap();
+        let rev = loaded.document.revision;
+        let mut doc = loaded.document;
+        doc.permissions.get_mut("claude").unwrap().rules.propose = false;
+        shared
+            .store
+            .save_edit("demo", &doc, rev, "alice", "no proposals")
+            .unwrap();
+        assert!(
+            !shared
+                .grants_for("claude")
+                .contains(capabilities::RULES_PROPOSE)
+        );
     }
 }
