@@ -4,7 +4,8 @@
 //! paths (a tool's text result) build rmcp values directly; colder ones (resource contents,
 //! prompt messages, listings) go through the documented JSON shape, which keeps this module
 //! short and independent of rmcp's constructor churn. A conversion that fails is an internal
-//! error of this crate, never a panic.
+//! error of this crate, never a panic. JSON-built results say `resultType: complete` (required
+//! by 2026-07-28); rmcp strips it again for older peers.
 
 use std::sync::Arc;
 
@@ -204,7 +205,7 @@ pub(crate) fn list_resources(
     items: &[ResourceDescriptor],
     next: Option<String>,
 ) -> Result<m::ListResourcesResult, McpError> {
-    let v = json!({"resources": items.iter().map(descriptor_json).collect::<Vec<_>>()});
+    let v = json!({"resultType": "complete", "resources": items.iter().map(descriptor_json).collect::<Vec<_>>()});
     from_json("a resource list", with_cursor(v, next))
 }
 
@@ -213,7 +214,7 @@ pub(crate) fn list_templates(
     items: &[ResourceTemplate],
     next: Option<String>,
 ) -> Result<m::ListResourceTemplatesResult, McpError> {
-    let v = json!({"resourceTemplates": items.iter().map(template_json).collect::<Vec<_>>()});
+    let v = json!({"resultType": "complete", "resourceTemplates": items.iter().map(template_json).collect::<Vec<_>>()});
     from_json("a template list", with_cursor(v, next))
 }
 
@@ -221,7 +222,7 @@ pub(crate) fn list_templates(
 pub(crate) fn read_result(
     contents: &[ResourceContents],
 ) -> Result<m::ReadResourceResult, McpError> {
-    let v = json!({"contents": contents.iter().map(resource_contents_json).collect::<Vec<_>>()});
+    let v = json!({"resultType": "complete", "contents": contents.iter().map(resource_contents_json).collect::<Vec<_>>()});
     from_json("resource contents", v)
 }
 
@@ -258,7 +259,7 @@ pub(crate) fn list_prompts(
     items: &[PromptSpec],
     next: Option<String>,
 ) -> Result<m::ListPromptsResult, McpError> {
-    let v = json!({"prompts": items.iter().map(prompt_json).collect::<Vec<_>>()});
+    let v = json!({"resultType": "complete", "prompts": items.iter().map(prompt_json).collect::<Vec<_>>()});
     from_json("a prompt list", with_cursor(v, next))
 }
 
@@ -272,7 +273,7 @@ fn message_json(msg: &PromptMessage) -> Value {
 
 /// `prompts/get` result.
 pub(crate) fn prompt_result(r: &PromptResult) -> Result<m::GetPromptResult, McpError> {
-    let mut v = json!({"messages": r.messages.iter().map(message_json).collect::<Vec<_>>()});
+    let mut v = json!({"resultType": "complete", "messages": r.messages.iter().map(message_json).collect::<Vec<_>>()});
     if let Some(d) = &r.description {
         v["description"] = json!(d);
     }

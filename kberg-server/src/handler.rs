@@ -23,7 +23,6 @@
 #![allow(deprecated)]
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, OnceLock};
 
 use kberg_core::{
@@ -140,6 +139,23 @@ const KNOWN_METHODS: [&str; 16] = [
     "logging/setLevel",
     "notifications/initialized",
 ];
+
+/// Methods of 2025-11-25 that 2026-07-28 removed (SEP-2575): `-32601` on a 2026-07-28 request.
+const REMOVED_IN_2026: [&str; 5] = [
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
+
+fn removed(method: &str) -> McpError {
+    McpError::new(
+        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+        format!("method not found: {method} (removed in 2026-07-28)"),
+        None,
+    )
+}
 
 fn is_stateless(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.protocol_version()
@@ -263,24 +279,30 @@ impl KbergHandler {
             Some(Value::Object(ctx.meta.0.0.clone()))
         };
         let mut answers = BTreeMap::new();
+        let mut round_trip = None;
         let peer: Arc<dyn ClientPeer> = if stateless {
             answers = decode_state(req.request_state.as_deref())?;
             if let Some(new) = &req.input_responses {
                 answers.extend(new.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
-            let level = ctx
+            // 2026-07-28: log messages only when the request names a level.
+            let log = match ctx
                 .meta
                 .log_level()
                 .and_then(|l| serde_json::to_value(l).ok())
                 .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_else(|| "debug".into());
-            Arc::new(RoundTripPeer {
-                peer: ctx.peer.clone(),
-                capabilities: ctx.client_capabilities(),
-                answers: answers.clone(),
-                asked: AtomicUsize::new(0),
-                log: Arc::new(LogThreshold::new(&level)),
-            })
+            {
+                Some(level) => LogThreshold::new(&level),
+                None => LogThreshold::off(),
+            };
+            let p = Arc::new(RoundTripPeer::new(
+                ctx.peer.clone(),
+                ctx.client_capabilities(),
+                answers.clone(),
+                Arc::new(log),
+            ));
+            round_trip = Some(Arc::clone(&p));
+            p
         } else {
             Arc::new(SessionPeer {
                 peer: ctx.peer.clone(),
@@ -293,18 +315,25 @@ impl KbergHandler {
         opts.peer = Some(peer);
         opts.progress_token = progress_token;
         opts.meta = meta;
-        match self
+        let result = self
             .shared
             .app
             .tools()
             .call(&caller, &req.name, args, opts)
-            .await
-        {
-            Ok(out) => Ok(convert::call_result(out)?.into()),
-            Err(e @ GateError::UnknownTool { .. }) => {
+            .await;
+        match (result, round_trip) {
+            (Ok(out), _) => Ok(convert::call_result(out)?.into()),
+            (Err(e @ GateError::UnknownTool { .. }), _) => {
                 Err(McpError::invalid_params(e.to_string(), Some(e.details())))
             }
-            Err(GateError::InputRequired { requests, tool }) if stateless => {
+            (Err(GateError::InputRequired { requests, tool }), Some(p)) => {
+                // Every question of this run, not only the one that stopped the tool.
+                let pending = p.pending();
+                let requests = if pending.is_empty() {
+                    requests
+                } else {
+                    Value::Object(pending)
+                };
                 let requests: InputRequests = convert::from_json("the input requests", requests)
                     .inspect_err(|_| {
                         tracing::warn!(tool = %tool, "a tool asked the client something malformed");
@@ -313,7 +342,15 @@ impl KbergHandler {
                     .map_err(|e| McpError::internal_error(e.to_string(), None))?;
                 Ok(InputRequiredResult::new(Some(requests), Some(state)).into())
             }
-            Err(e) => Ok(convert::refusal_result(&e).into()),
+            // 2026-07-28 (SEP-2575): a tool that needs a capability the request did not
+            // declare is a protocol error naming the capability.
+            (Err(e @ GateError::ToolFailed { .. }), Some(p)) => match p.missing_capability() {
+                Some(cap) => Err(McpError::missing_required_client_capability(
+                    convert::from_json("client capabilities", json!({ cap: {} }))?,
+                )),
+                None => Ok(convert::refusal_result(&e).into()),
+            },
+            (Err(e), _) => Ok(convert::refusal_result(&e).into()),
         }
     }
 }
@@ -387,6 +424,13 @@ impl ServerHandler for KbergHandler {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, McpError> {
+        if context
+            .meta
+            .protocol_version()
+            .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+        {
+            return Err(removed("initialize"));
+        }
         context.peer.set_peer_info(request.clone());
         self.forwarder(&context.peer);
         self.negotiate_initialize(&request)
@@ -629,15 +673,19 @@ impl ServerHandler for KbergHandler {
         let total = values.len();
         convert::from_json(
             "a completion",
-            json!({"completion": {"values": values, "total": total, "hasMore": false}}),
+            json!({"resultType": "complete", "completion": {"values": values, "total": total, "hasMore": false}}),
         )
     }
 
     async fn on_custom_request(
         &self,
         request: rmcp::model::CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CustomResult, McpError> {
+        // Methods the 2026-07-28 revision removed are unknown to its requests.
+        if is_stateless(&context) && REMOVED_IN_2026.contains(&request.method.as_str()) {
+            return Err(removed(&request.method));
+        }
         // rmcp parses requests into known shapes first; a known method whose params do not
         // fit its shape lands here. That is invalid params, not an unknown method.
         if KNOWN_METHODS.contains(&request.method.as_str()) {
@@ -656,8 +704,11 @@ impl ServerHandler for KbergHandler {
     async fn set_level(
         &self,
         request: SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        if is_stateless(&context) {
+            return Err(removed("logging/setLevel"));
+        }
         let level = serde_json::to_value(request.level)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))

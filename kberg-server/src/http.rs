@@ -116,14 +116,32 @@ struct Peek<'a> {
     jsonrpc: Option<std::borrow::Cow<'a, str>>,
     #[serde(borrow, default)]
     method: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    id: Option<serde_json::Value>,
+}
+
+/// What [`peek`] learned about a message.
+#[derive(Debug, Default, PartialEq)]
+struct Peeked {
+    method: Option<String>,
+    id: Option<serde_json::Value>,
 }
 
 /// A JSON-RPC error reply with a null id, as JSON-RPC 2.0 prescribes when the request's id
 /// could not be read.
 fn jsonrpc_error(code: i64, message: &str) -> Response {
-    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+    jsonrpc_error_for(StatusCode::BAD_REQUEST, None, code, message)
+}
+
+fn jsonrpc_error_for(
+    status: StatusCode,
+    id: Option<serde_json::Value>,
+    code: i64,
+    message: &str,
+) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
     (
-        StatusCode::BAD_REQUEST,
+        status,
         [(header::CONTENT_TYPE, "application/json")],
         body.to_string(),
     )
@@ -134,7 +152,7 @@ fn jsonrpc_error(code: i64, message: &str) -> Response {
 /// for responses). Malformed JSON is `-32700`; valid JSON that is not a JSON-RPC 2.0 message
 /// (wrong or missing `jsonrpc`, a batch, a scalar) is `-32600`. Both with HTTP 400.
 #[allow(clippy::result_large_err)]
-fn peek(body: &[u8]) -> Result<Option<String>, Response> {
+fn peek(body: &[u8]) -> Result<Peeked, Response> {
     let value_kind = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
     match serde_json::from_slice::<Peek<'_>>(body) {
         Ok(p) => {
@@ -144,7 +162,10 @@ fn peek(body: &[u8]) -> Result<Option<String>, Response> {
                     "Invalid Request: `jsonrpc` must be \"2.0\"",
                 ));
             }
-            Ok(p.method.map(|m| m.into_owned()))
+            Ok(Peeked {
+                method: p.method.map(|m| m.into_owned()),
+                id: p.id,
+            })
         }
         Err(e) if e.is_syntax() || e.is_eof() => Err(jsonrpc_error(
             -32700,
@@ -253,12 +274,26 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
                     };
                 }
             };
-            let method = match peek(&bytes) {
-                Ok(m) => m,
+            let peeked = match peek(&bytes) {
+                Ok(p) => p,
                 Err(reply) => return reply,
             };
+            let modern = parts
+                .headers
+                .get("mcp-protocol-version")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v >= "2026-07-28");
+            if modern && peeked.method.as_deref() == Some("initialize") {
+                // 2026-07-28 removed the handshake (SEP-2575): answer before a session exists.
+                return jsonrpc_error_for(
+                    StatusCode::NOT_FOUND,
+                    peeked.id,
+                    -32601,
+                    "method not found: initialize (removed in 2026-07-28)",
+                );
+            }
             let req = Request::from_parts(parts, Body::from(bytes));
-            match (method.as_deref(), session) {
+            match (peeked.method.as_deref(), session) {
                 (Some("initialize"), None) => {
                     let _one_at_a_time = g.initializing.lock().await;
                     let live = g.sessions.sessions.read().await.len();
@@ -462,12 +497,21 @@ mod tests {
 
     #[tokio::test]
     async fn peek_classifies_bodies() {
-        let ok = peek(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
-        assert_eq!(ok.ok().flatten().as_deref(), Some("tools/list"));
-        let response = peek(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
-        assert_eq!(response.ok(), Some(None));
-        let escaped = peek(br#"{"jsonrpc":"2.0","id":1,"method":"tools\/list"}"#);
-        assert_eq!(escaped.ok().flatten().as_deref(), Some("tools/list"));
+        let ok = peek(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#).ok();
+        assert_eq!(
+            ok,
+            Some(Peeked {
+                method: Some("tools/list".into()),
+                id: Some(json!(1))
+            })
+        );
+        let response = peek(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).ok();
+        assert_eq!(response.map(|p| p.method), Some(None));
+        let escaped = peek(br#"{"jsonrpc":"2.0","id":"a","method":"tools\/list"}"#).ok();
+        assert_eq!(
+            escaped.and_then(|p| p.method).as_deref(),
+            Some("tools/list")
+        );
         for (body, code) in [
             (&b"{nope"[..], -32700),
             (b"", -32700),
@@ -499,8 +543,8 @@ mod tests {
         #[test]
         fn peek_accepts_every_wellformed_request(method in "[a-z/]{1,30}", id in 0i64..1_000_000) {
             let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {}}).to_string();
-            let got = peek(body.as_bytes());
-            proptest::prop_assert_eq!(got.ok().flatten(), Some(method));
+            let got = peek(body.as_bytes()).ok().and_then(|p| p.method);
+            proptest::prop_assert_eq!(got, Some(method));
         }
     }
 }

@@ -31,6 +31,7 @@ mod error;
 mod guard;
 mod handler;
 mod http;
+pub mod input;
 mod limits;
 mod peer;
 mod stdio;

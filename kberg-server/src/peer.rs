@@ -12,14 +12,16 @@
 //!   that key (in `inputResponses`, or in the `requestState` of an earlier round), the answer
 //!   is returned; otherwise the tool stops with `PeerError::InputRequired` and the server
 //!   answers the call with an `input_required` result. Tools are re-run from the start, so a
-//!   tool asks its questions in a deterministic order.
+//!   tool asks its questions in a deterministic order. A tool may name a question itself (the
+//!   `kberg/inputKey` entry of the request's `_meta`, see [`crate::input`]) and may ask several
+//!   at once: every question asked during one run is collected and returned together.
 //!
 //! Notifications (progress, log messages) go out on the request's own response stream in both
 //! generations.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use kberg_core::{ClientPeer, PeerError};
@@ -41,6 +43,34 @@ const LEVELS: [&str; 8] = [
     "emergency",
 ];
 
+/// Above every level: no log message passes.
+const OFF: u8 = 8;
+
+/// The `_meta` entry of a request's params in which a tool names its question.
+pub(crate) const INPUT_KEY_META: &str = "kberg/inputKey";
+
+/// The client capability a server-to-client method needs.
+pub(crate) fn capability_of(method: &str) -> Option<&'static str> {
+    match method {
+        "elicitation/create" => Some("elicitation"),
+        "sampling/createMessage" => Some("sampling"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
+}
+
+/// Removes the key hint from a request's params; returns it.
+pub(crate) fn take_input_key(params: &mut Value) -> Option<String> {
+    let meta = params.get_mut("_meta")?.as_object_mut()?;
+    let key = meta.remove(INPUT_KEY_META)?;
+    if meta.is_empty()
+        && let Some(obj) = params.as_object_mut()
+    {
+        obj.remove("_meta");
+    }
+    key.as_str().map(str::to_string)
+}
+
 /// The rank of a level name; unknown names rank as `info`.
 pub(crate) fn level_rank(level: &str) -> u8 {
     LEVELS
@@ -56,6 +86,11 @@ pub(crate) struct LogThreshold(AtomicU8);
 impl LogThreshold {
     pub(crate) fn new(level: &str) -> Self {
         Self(AtomicU8::new(level_rank(level)))
+    }
+
+    /// No log message passes (2026-07-28 requests that carry no `logLevel`).
+    pub(crate) fn off() -> Self {
+        Self(AtomicU8::new(OFF))
     }
 
     pub(crate) fn set(&self, level: &str) {
@@ -123,6 +158,13 @@ impl ClientPeer for SessionPeer {
         params: Value,
         cancel: CancellationToken,
     ) -> Result<Value, PeerError> {
+        let mut params = params;
+        take_input_key(&mut params);
+        if let Some(cap) = capability_of(method)
+            && !self.supports(cap)
+        {
+            return Err(PeerError::NotSupported(cap.to_string()));
+        }
         let request: ServerRequest =
             serde_json::from_value(json!({"method": method, "params": params}))
                 .map_err(|e| PeerError::Malformed(format!("request `{method}`: {e}")))?;
@@ -163,9 +205,48 @@ pub(crate) struct RoundTripPeer {
     pub(crate) answers: BTreeMap<String, Value>,
     pub(crate) asked: AtomicUsize,
     pub(crate) log: Arc<LogThreshold>,
+    /// Questions asked during this run that have no answer yet, by key.
+    pub(crate) pending: Mutex<serde_json::Map<String, Value>>,
+    /// A capability the tool needed and the client did not declare.
+    pub(crate) missing: Mutex<Option<String>>,
 }
 
-/// The key of the n-th question a tool asks in one call.
+impl RoundTripPeer {
+    pub(crate) fn new(
+        peer: Peer<RoleServer>,
+        capabilities: Option<ClientCapabilities>,
+        answers: BTreeMap<String, Value>,
+        log: Arc<LogThreshold>,
+    ) -> Self {
+        Self {
+            peer,
+            capabilities,
+            answers,
+            asked: AtomicUsize::new(0),
+            log,
+            pending: Mutex::new(serde_json::Map::new()),
+            missing: Mutex::new(None),
+        }
+    }
+
+    /// Every unanswered question of this run.
+    pub(crate) fn pending(&self) -> serde_json::Map<String, Value> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The capability the tool needed that the client did not declare, if any.
+    pub(crate) fn missing_capability(&self) -> Option<String> {
+        self.missing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// The key of the n-th unnamed question a tool asks in one call.
 pub(crate) fn question_key(n: usize) -> String {
     format!("kberg.{n}")
 }
@@ -188,19 +269,35 @@ impl ClientPeer for RoundTripPeer {
         if cancel.is_cancelled() {
             return Err(PeerError::Cancelled);
         }
-        let key = question_key(self.asked.fetch_add(1, Ordering::Relaxed));
+        if let Some(cap) = capability_of(method)
+            && !self.supports(cap)
+        {
+            return Err(PeerError::NotSupported(cap.to_string()));
+        }
+        let mut params = params;
+        let key = take_input_key(&mut params)
+            .unwrap_or_else(|| question_key(self.asked.fetch_add(1, Ordering::Relaxed)));
         if let Some(answer) = self.answers.get(&key) {
             return Ok(answer.clone());
         }
+        let question = json!({"method": method, "params": params});
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), question.clone());
         let mut requests = serde_json::Map::new();
-        requests.insert(key, json!({"method": method, "params": params}));
+        requests.insert(key, question);
         Err(PeerError::InputRequired {
             requests: Value::Object(requests),
         })
     }
 
     fn supports(&self, capability: &str) -> bool {
-        supports(&self.capabilities, capability)
+        let ok = supports(&self.capabilities, capability);
+        if !ok {
+            *self.missing.lock().unwrap_or_else(|p| p.into_inner()) = Some(capability.to_string());
+        }
+        ok
     }
 }
 
@@ -219,5 +316,20 @@ mod tests {
         assert!(t.allows(&json!({"level": "error"})));
         t.set("debug");
         assert!(t.allows(&json!({"level": "debug"})));
+        assert!(!LogThreshold::off().allows(&json!({"level": "emergency"})));
+    }
+
+    #[test]
+    fn key_hints_are_taken_out_of_params() {
+        let mut p = json!({"message": "m", "_meta": {"kberg/inputKey": "user_name"}});
+        assert_eq!(take_input_key(&mut p).as_deref(), Some("user_name"));
+        assert_eq!(p, json!({"message": "m"}));
+        let mut p = json!({"_meta": {"kberg/inputKey": "k", "other": 1}});
+        assert_eq!(take_input_key(&mut p).as_deref(), Some("k"));
+        assert_eq!(p, json!({"_meta": {"other": 1}}));
+        let mut p = json!({"message": "m"});
+        assert_eq!(take_input_key(&mut p), None);
+        let mut p = json!("not an object");
+        assert_eq!(take_input_key(&mut p), None);
     }
 }

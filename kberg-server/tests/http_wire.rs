@@ -28,7 +28,10 @@ async fn tools_list_is_the_callers_projection() {
     let full = Raw::new(&s.url, Some(READER));
     let sid = full.initialize().await;
     let names = tool_names(&full.post(list.clone(), Some(&sid)).await.reply(1));
-    assert_eq!(names, ["add_note", "ask_name", "count", "echo", "slow"]);
+    assert_eq!(
+        names,
+        ["add_note", "ask_name", "count", "echo", "slow", "survey"]
+    );
     assert!(
         !names.contains(&"drop_database".to_string()),
         "refusals are never listed"
@@ -323,4 +326,156 @@ async fn discover_and_input_required_round_trip() {
         )
         .await;
     assert_eq!(r.reply(5)["result"]["content"][0]["text"], "ok");
+}
+
+#[tokio::test]
+async fn several_named_questions_in_one_round() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let caps = json!({"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "sampling": {}, "roots": {}}});
+    let r = c
+        .stateless_meta(
+            1,
+            "tools/call",
+            json!({"name": "survey", "arguments": {}}),
+            caps.clone(),
+        )
+        .await;
+    let res = r.reply(1)["result"].clone();
+    assert_eq!(res["resultType"], "input_required", "{res}");
+    let reqs = res["inputRequests"].as_object().expect("requests");
+    let mut keys: Vec<&String> = reqs.keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["capital", "roots", "user_name"], "{res}");
+    assert_eq!(reqs["user_name"]["method"], "elicitation/create");
+    assert_eq!(reqs["capital"]["method"], "sampling/createMessage");
+    assert_eq!(reqs["roots"]["method"], "roots/list");
+    assert!(
+        reqs["user_name"]["params"].get("_meta").is_none(),
+        "the key hint is not sent: {res}"
+    );
+
+    let r = c
+        .stateless_meta(2, "tools/call", json!({
+            "name": "survey", "arguments": {},
+            "inputResponses": {
+                "user_name": {"action": "accept", "content": {"name": "Ada"}},
+                "capital": {"role": "assistant", "content": {"type": "text", "text": "Paris"}, "model": "m"},
+                "roots": {"roots": [{"uri": "file:///a"}, {"uri": "file:///b"}]},
+            },
+            "requestState": res["requestState"],
+        }), caps)
+        .await;
+    assert_eq!(
+        r.reply(2)["result"]["content"][0]["text"],
+        "Ada / Paris / 2",
+        "{}",
+        r.text
+    );
+}
+
+#[tokio::test]
+async fn an_undeclared_client_capability_is_a_protocol_error_on_2026() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let r = c
+        .stateless_meta(
+            1,
+            "tools/call",
+            json!({"name": "ask_name", "arguments": {}}),
+            json!({"io.modelcontextprotocol/clientCapabilities": {}}),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    let e = r.reply(1)["error"].clone();
+    assert_eq!(e["code"], -32021, "{e}");
+    assert!(
+        e["data"]["requiredCapabilities"]
+            .get("elicitation")
+            .is_some(),
+        "{e}"
+    );
+    // On a 2025-11-25 session the same tool answers a tool result instead.
+    let c2 = Raw::new(&s.url, Some(READER));
+    let r = c2
+        .post(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": PROTO_OLD, "capabilities": {},
+            "clientInfo": {"name": "no-elicitation", "version": "0"}}}),
+            None,
+        )
+        .await;
+    let sid = r.header("mcp-session-id").expect("session");
+    let r = c2.call_old(&sid, 2, "ask_name", json!({})).await;
+    assert_eq!(
+        r["result"]["structuredContent"]["code"], "tool_failed",
+        "{r}"
+    );
+}
+
+#[tokio::test]
+async fn removed_methods_and_log_levels_on_2026() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    for (method, params) in [
+        ("logging/setLevel", json!({"level": "info"})),
+        ("resources/subscribe", json!({"uri": "notes://1"})),
+        ("resources/unsubscribe", json!({"uri": "notes://1"})),
+        (
+            "initialize",
+            json!({"protocolVersion": PROTO_NEW, "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}),
+        ),
+        ("logging/setLevel", json!({})),
+    ] {
+        let r = c.stateless(1, method, params).await;
+        assert_eq!(r.status, 404, "{method}: {}", r.text);
+        assert_eq!(r.reply(1)["error"]["code"], -32601, "{method}: {}", r.text);
+    }
+    // Without a logLevel in _meta no log message is sent; with one, it is.
+    let r = c
+        .stateless(2, "tools/call", json!({"name": "count", "arguments": {}}))
+        .await;
+    assert!(
+        r.messages()
+            .iter()
+            .all(|m| m["method"] != "notifications/message"),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.reply(2)["result"]["content"][0]["text"], "counted");
+    let r = c
+        .stateless_meta(
+            3,
+            "tools/call",
+            json!({"name": "count", "arguments": {}}),
+            json!({"io.modelcontextprotocol/logLevel": "info"}),
+        )
+        .await;
+    let logs: Vec<_> = r
+        .messages()
+        .into_iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .collect();
+    assert_eq!(logs.len(), 1, "{}", r.text);
+    assert_eq!(logs[0]["params"]["data"], "counting");
+    // Legacy results keep the legacy shape (no resultType).
+    let o = Raw::new(&s.url, Some(READER));
+    let sid = o.initialize().await;
+    for (id, method, params) in [
+        (4, "resources/list", json!({})),
+        (5, "prompts/list", json!({})),
+        (6, "resources/read", json!({"uri": "notes://1"})),
+    ] {
+        let r = o
+            .post(
+                json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+                Some(&sid),
+            )
+            .await
+            .reply(id);
+        assert!(r["result"].get("resultType").is_none(), "{method}: {r}");
+    }
+    // And 2026-07-28 results carry it.
+    let r = c.stateless(7, "resources/list", json!({})).await.reply(7);
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
 }

@@ -151,6 +151,37 @@ pub fn app() -> (McpApp, Arc<Probe>) {
         )
         .expect("ask_name");
 
+    tools
+        .register(
+            ToolBuilder::new("survey")
+                .description("Ask three named questions at once")
+                .handler(|_a: Empty, ctx| async move {
+                    let answers = kberg_server::input::ask(
+                        &ctx,
+                        vec![
+                            kberg_server::input::Question::elicit(
+                                "user_name",
+                                "Your name?",
+                                json!({"type": "object", "properties": {"name": {"type": "string"}}}),
+                            ),
+                            kberg_server::input::Question::sample(
+                                "capital",
+                                json!({"messages": [{"role": "user", "content": {"type": "text", "text": "Capital of France?"}}], "maxTokens": 10}),
+                            ),
+                            kberg_server::input::Question::roots("roots"),
+                        ],
+                    )
+                    .await?;
+                    Ok(ToolOutput::text(format!(
+                        "{} / {} / {}",
+                        answers["user_name"]["content"]["name"].as_str().unwrap_or("?"),
+                        answers["capital"]["content"]["text"].as_str().unwrap_or("?"),
+                        answers["roots"]["roots"].as_array().map_or(0, Vec::len),
+                    )))
+                }),
+        )
+        .expect("survey");
+
     let resources = ResourceRegistry::new();
     resources
         .register_text(
@@ -381,12 +412,26 @@ impl Raw {
     }
 
     /// A stateless 2026-07-28 request with the required headers and `_meta`.
-    pub async fn stateless(&self, id: i64, method: &str, mut params: Value) -> Resp {
-        let meta = json!({
+    pub async fn stateless(&self, id: i64, method: &str, params: Value) -> Resp {
+        self.stateless_meta(id, method, params, json!({})).await
+    }
+
+    /// [`Raw::stateless`] with `_meta` entries added or replaced by `extra`.
+    pub async fn stateless_meta(
+        &self,
+        id: i64,
+        method: &str,
+        mut params: Value,
+        extra: Value,
+    ) -> Resp {
+        let mut meta = json!({
             "io.modelcontextprotocol/protocolVersion": PROTO_NEW,
             "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "0"},
             "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
         });
+        if let (Some(m), Value::Object(e)) = (meta.as_object_mut(), extra) {
+            m.extend(e);
+        }
         if !params.is_object() {
             params = json!({});
         }
