@@ -770,6 +770,79 @@ impl RulesStore {
         self.scope_ticket(id)
     }
 
+    /// Queues the vendor suggestions written in the document's `agent_profiles` for review, so
+    /// a person can promote them. Idempotent, like [`RulesStore::queue_vendor_guidance`].
+    pub fn queue_profile_suggestions(&self, project: &str) -> Result<VendorReport, RulesError> {
+        let doc = self.load(project)?.document;
+        let conn = self.connect()?;
+        let mut report = VendorReport::default();
+        for (agent, profile) in &doc.agent_profiles {
+            for s in &profile.vendor_guardrail_suggestions {
+                let source_ref = s
+                    .source_ref
+                    .clone()
+                    .unwrap_or_else(|| format!("agent_profiles.{agent}"));
+                let origin = Origin::vendor(agent.as_str(), source_ref);
+                let queued = self.queue_candidate(
+                    &conn,
+                    &doc,
+                    project,
+                    agent,
+                    &origin,
+                    &s.statement,
+                    Some(&s.id),
+                )?;
+                match queued {
+                    Some(id) => report.queued.push(id),
+                    None => report.skipped += 1,
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Queues one vendor candidate unless it was queued before or is already policy.
+    #[allow(clippy::too_many_arguments)] // Private: one call site per kind of vendor source.
+    fn queue_candidate(
+        &self,
+        conn: &Connection,
+        doc: &RulesDocument,
+        project: &str,
+        agent: &str,
+        origin: &Origin,
+        statement: &str,
+        preferred_id: Option<&str>,
+    ) -> Result<Option<u64>, RulesError> {
+        let fp = crate::vendor::fingerprint(statement);
+        if doc
+            .guardrails
+            .iter()
+            .any(|g| crate::vendor::fingerprint(&g.statement) == fp)
+        {
+            return Ok(None);
+        }
+        let id = match preferred_id {
+            Some(id) if check_name("guardrail id", id).is_ok() && doc.guardrail(id).is_none() => {
+                id.to_string()
+            }
+            _ => unique_guardrail_id(conn, doc, project, agent, statement)?,
+        };
+        let change = ChangeRequest::Guardrail {
+            id,
+            statement: statement.to_string(),
+            severity: Severity::Guidance,
+            applies_to: vec![agent.to_string()],
+        };
+        insert_proposal(
+            conn,
+            project,
+            origin,
+            &change,
+            None,
+            Some(&format!("vendor:{agent}:{fp}")),
+        )
+    }
+
     /// Queues the guardrail candidates found in a vendor's guidance text for an agent profile.
     /// Idempotent: a candidate queued before (in any state) or already in policy is skipped.
     pub fn queue_vendor_guidance(
@@ -785,22 +858,7 @@ impl RulesStore {
         let conn = self.connect()?;
         let mut report = VendorReport::default();
         for statement in crate::vendor::extract_candidates(text) {
-            let fingerprint = format!("vendor:{agent}:{}", crate::vendor::fingerprint(&statement));
-            let in_policy = doc.guardrails.iter().any(|g| {
-                crate::vendor::fingerprint(&g.statement) == crate::vendor::fingerprint(&statement)
-            });
-            if in_policy {
-                report.skipped += 1;
-                continue;
-            }
-            let id = unique_guardrail_id(&conn, &doc, project, agent, &statement)?;
-            let change = ChangeRequest::Guardrail {
-                id,
-                statement,
-                severity: Severity::Guidance,
-                applies_to: vec![agent.to_string()],
-            };
-            match insert_proposal(&conn, project, &origin, &change, None, Some(&fingerprint))? {
+            match self.queue_candidate(&conn, &doc, project, agent, &origin, &statement, None)? {
                 Some(id) => report.queued.push(id),
                 None => report.skipped += 1,
             }

@@ -423,3 +423,45 @@ fn concurrent_approvals_never_lose_an_update() {
     assert_eq!(doc.guardrails.len(), 8);
     assert_eq!(doc.revision, 9);
 }
+
+#[test]
+fn suggestions_in_agent_profiles_are_queued_for_review_once() {
+    let (_dir, store) = store();
+    let mut doc = store.load("shop").unwrap().document;
+    let rev = doc.revision;
+    doc.agent_profiles.insert(
+        "claude".into(),
+        bridle_rules::AgentProfile {
+            capabilities: vec![],
+            instruction_format: None,
+            vendor_guardrail_suggestions: vec![bridle_rules::VendorSuggestion {
+                id: "claude-plan-first".into(),
+                statement: "Use plan mode for multi-file changes.".into(),
+                source_ref: Some("https://docs.example.invalid/claude".into()),
+            }],
+        },
+    );
+    store
+        .save_edit("shop", &doc, rev, "alice", "profile")
+        .unwrap();
+    let first = store.queue_profile_suggestions("shop").unwrap();
+    assert_eq!(first.queued.len(), 1);
+    assert_eq!(store.queue_profile_suggestions("shop").unwrap().skipped, 1);
+    let p = store.proposal(first.queued[0]).unwrap();
+    assert_eq!(p.origin.source, Source::Vendor);
+    assert_eq!(
+        p.origin.source_ref.as_deref(),
+        Some("https://docs.example.invalid/claude")
+    );
+    store.approve(p.id, "alice").unwrap();
+    let doc = store.load("shop").unwrap().document;
+    // Promoted into policy with vendor provenance, and no longer a pending suggestion.
+    let g = doc.guardrail("claude-plan-first").unwrap();
+    assert_eq!(g.provenance.source, Source::Vendor);
+    assert_eq!(g.applies_to, ["claude"]);
+    assert!(
+        doc.agent_profiles["claude"]
+            .vendor_guardrail_suggestions
+            .is_empty()
+    );
+}

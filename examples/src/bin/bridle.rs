@@ -5,7 +5,7 @@
 //!   data directory on embedded defaults and prints how Claude Code and Codex connect.
 //! - `bridle render --project P --agent A [--out DIR] [--check]`: writes an agent's instruction
 //!   file, or (with `--check`) shows the diff and exits 1 when the file on disk is stale.
-//! - `bridle rules queue|approve|reject|log|source-vendor|upgrade`: the human side of the review
+//! - `bridle rules queue|approve|reject|log|source-vendor|queue-suggestions|upgrade`: the human side of the review
 //!   queue. Approving is only ever done here (or, later, in the web panel), never by an agent.
 //! - `bridle scope list|approve|deny`: decide agents' scope-expansion tickets.
 //!
@@ -128,6 +128,12 @@ enum RulesCommand {
         /// An http(s) URL or a local file.
         #[arg(long)]
         from: String,
+    },
+    /// Queue the vendor suggestions written in a document's `agent_profiles` for review.
+    QueueSuggestions {
+        /// The project id.
+        #[arg(long)]
+        project: String,
     },
     /// Rewrite an older document in the current schema version.
     Upgrade {
@@ -348,6 +354,14 @@ fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxError> {
         } => {
             let text = read_source(&from)?;
             let report = store.queue_vendor_guidance(&project, &agent, &from, &text)?;
+            println!(
+                "queued {} suggestion(s) for review ({} already known)",
+                report.queued.len(),
+                report.skipped
+            );
+        }
+        RulesCommand::QueueSuggestions { project } => {
+            let report = store.queue_profile_suggestions(&project)?;
             println!(
                 "queued {} suggestion(s) for review ({} already known)",
                 report.queued.len(),
