@@ -306,7 +306,6 @@ impl KbergHandler {
         } else {
             Arc::new(SessionPeer {
                 peer: ctx.peer.clone(),
-                capabilities: ctx.client_capabilities(),
                 log: Arc::clone(&self.session.log),
             })
         };

@@ -136,10 +136,10 @@ async fn send_notification(
     peer.send_notification(n).await.map_err(service_error)
 }
 
-/// The client channel of a call on a 2025-11-25 (or older) session, or over stdio.
+/// The client channel of a call on a 2025-11-25 (or older) session, or over stdio. The
+/// client's capabilities are those it declared at `initialize`, read only when a tool asks.
 pub(crate) struct SessionPeer {
     pub(crate) peer: Peer<RoleServer>,
-    pub(crate) capabilities: Option<ClientCapabilities>,
     pub(crate) log: Arc<LogThreshold>,
 }
 
@@ -193,7 +193,8 @@ impl ClientPeer for SessionPeer {
     }
 
     fn supports(&self, capability: &str) -> bool {
-        supports(&self.capabilities, capability)
+        let declared = self.peer.peer_info().map(|i| i.capabilities.clone());
+        supports(&declared, capability)
     }
 }
 

@@ -407,4 +407,18 @@ async fn listen_stream_carries_opted_in_notifications() {
         m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "listen-1",
         "{m}"
     );
+
+    // Closing the stream ends the subscription.
+    assert_eq!(s.app.resources().subscriber_count("notes://1"), 1);
+    drop(next_message);
+    drop(stream);
+    let mut ended = false;
+    for _ in 0..200 {
+        if s.app.resources().subscriber_count("notes://1") == 0 {
+            ended = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(ended, "the listen subscription outlived its stream");
 }
