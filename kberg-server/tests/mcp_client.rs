@@ -410,7 +410,6 @@ async fn listen_stream_carries_opted_in_notifications() {
 
     // Closing the stream ends the subscription.
     assert_eq!(s.app.resources().subscriber_count("notes://1"), 1);
-    drop(next_message);
     drop(stream);
     let mut ended = false;
     for _ in 0..200 {
