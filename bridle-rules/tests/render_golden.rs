@@ -207,3 +207,64 @@ fn check_reports_a_diff_for_stale_files() {
     assert!(diff.contains("-# Shoppe: project rules"));
     assert!(diff.contains("+# Shop: project rules"));
 }
+
+mod props {
+    use super::*;
+    use bridle_rules::{Guardrail, Provenance, Severity};
+    use proptest::prelude::*;
+
+    fn severity() -> impl Strategy<Value = Severity> {
+        prop_oneof![
+            Just(Severity::Guidance),
+            Just(Severity::HardInstruction),
+            Just(Severity::Enforcement)
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// Any statement renders for every agent, literally (template syntax in data is data),
+        /// and the same document always renders the same text.
+        #[test]
+        fn any_statement_renders_literally(
+            statement in "[^\\n\\r]{1,120}",
+            name in "[A-Za-z][A-Za-z0-9 ]{0,30}",
+            sev in severity(),
+        ) {
+            prop_assume!(!statement.trim().is_empty());
+            let mut doc = RulesDocument::new(name);
+            doc.guardrails.push(Guardrail {
+                id: "g".into(),
+                statement: statement.clone(),
+                severity: sev,
+                applies_to: vec!["all_agents".into()],
+                provenance: Provenance::user(),
+            });
+            let renderer = Renderer::builtin();
+            for target in renderer.catalog().targets() {
+                let a = renderer.render("p", &doc, &target.name).unwrap();
+                prop_assert!(a.content.contains(statement.trim()), "{}", target.name);
+                let b = renderer.render("p", &doc, &target.name).unwrap();
+                prop_assert_eq!(a, b);
+            }
+        }
+    }
+
+    #[test]
+    fn template_syntax_in_a_statement_is_not_evaluated() {
+        let mut doc = RulesDocument::new("x");
+        doc.guardrails.push(Guardrail {
+            id: "g".into(),
+            statement: "Write {{ view.revision }} and {% raw %} as text.".into(),
+            severity: Severity::Guidance,
+            applies_to: vec!["all_agents".into()],
+            provenance: Provenance::user(),
+        });
+        let out = Renderer::builtin().render("p", &doc, "codex").unwrap();
+        assert!(
+            out.content
+                .contains("Write {{ view.revision }} and {% raw %} as text.")
+        );
+    }
+}

@@ -31,3 +31,26 @@ fn schema_describes_the_document() {
     let text = s.to_string();
     assert!(text.contains("hard-instruction"));
 }
+
+#[test]
+fn the_published_schema_accepts_good_documents_and_rejects_bad_ones() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/rules.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/shop.yaml");
+    let doc: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+
+    let mut bad = doc.clone();
+    bad["guardrails"][0]["severity"] = "maybe".into();
+    assert!(!validator.is_valid(&bad));
+    let mut bad = doc.clone();
+    bad["project"]["colour"] = "red".into();
+    assert!(!validator.is_valid(&bad));
+    let mut bad = doc;
+    bad.as_object_mut().unwrap().remove("schema_version");
+    assert!(!validator.is_valid(&bad));
+}
