@@ -421,3 +421,89 @@ async fn listen_stream_carries_opted_in_notifications() {
     }
     assert!(ended, "the listen subscription outlived its stream");
 }
+
+/// A client that never answers elicitation and records what the server cancels.
+#[derive(Clone)]
+struct Stalling {
+    asked: mpsc::UnboundedSender<()>,
+    cancelled: mpsc::UnboundedSender<String>,
+}
+
+impl ClientHandler for Stalling {
+    fn get_info(&self) -> ClientConfig {
+        serde_json::from_value(json!({
+            "protocolVersion": PROTO_OLD,
+            "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "stalling", "version": "0"}
+        }))
+        .expect("client config")
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let _ = self.asked.send(());
+        std::future::pending::<()>().await;
+        Ok(ElicitResult::new(ElicitationAction::Cancel))
+    }
+
+    async fn on_cancelled(
+        &self,
+        params: rmcp::model::CancelledNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let id = params
+            .request_id
+            .map(|id| serde_json::to_value(id).unwrap_or_default().to_string())
+            .unwrap_or_default();
+        let _ = self.cancelled.send(id);
+    }
+}
+
+#[tokio::test]
+async fn the_server_cancels_what_it_asked_when_the_call_is_cancelled() {
+    let s = start().await;
+    let (asked_tx, mut asked) = mpsc::unbounded_channel();
+    let (cancel_tx, mut cancelled) = mpsc::unbounded_channel();
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(s.url.as_str()).auth_header(READER),
+    );
+    let c = Stalling {
+        asked: asked_tx,
+        cancelled: cancel_tx,
+    }
+    .serve(transport)
+    .await
+    .expect("connect");
+    let handle = c
+        .send_cancellable_request(
+            rmcp::model::ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(call(
+                "ask_name",
+                json!({}),
+            ))),
+            rmcp::service::PeerRequestOptions::no_options(),
+        )
+        .await
+        .expect("sent");
+    within("the elicitation request", asked.recv()).await;
+    handle
+        .cancel(Some("no longer needed".into()))
+        .await
+        .expect("cancel");
+    let id = within("the server's cancellation of its request", cancelled.recv()).await;
+    assert!(
+        !id.is_empty(),
+        "the cancellation names the server's request"
+    );
+    let r = c
+        .call_tool(call("echo", json!({"text": "fine"})))
+        .await
+        .expect("echo");
+    assert_eq!(
+        serde_json::to_value(&r).expect("json")["content"][0]["text"],
+        "fine"
+    );
+    c.cancel().await.expect("close");
+}
