@@ -10,10 +10,12 @@
 //! - [`SessionMemory`] is `remember` / `recall` / list / forget.
 //! - [`PatternIndex`] indexes a repository (clone, code-aware chunking, batched embedding) under
 //!   a reference tag, refreshes it atomically, and searches it.
+//! - [`MemoryService::open`] builds all of it from a typed [`MemoryConfig`].
 //! - [`tools::register`] exposes all of it as Kberg tools (`recall`, `remember`,
 //!   `search_pattern_examples`, `refresh_pattern_example`).
 
 pub mod chunk;
+mod config;
 pub mod embed;
 mod error;
 pub mod patterns;
@@ -26,6 +28,7 @@ pub mod tools;
 pub use embed::{ConstantEmbedder, Embedder, HttpEmbedderConfig, OllamaEmbedder, OpenAiEmbedder};
 #[cfg(feature = "local-embed")]
 pub use embed::LocalEmbedder;
+pub use config::{EmbedderConfig, MemoryConfig, MemoryService, StoreConfig, connect_embedder, open_store};
 pub use error::{MemoryError, Result};
 pub use patterns::{
     ExampleRepo, IndexReport, IndexedExample, NoProgress, PatternHit, PatternIndex, PatternIndexConfig, Progress,
@@ -33,6 +36,8 @@ pub use patterns::{
 };
 pub use session::{Memory, MemoryFilter, NewMemory, RecallHit, SessionMemory};
 pub use store::embedded::EmbeddedStore;
+#[cfg(feature = "qdrant")]
+pub use store::qdrant::{QdrantConfig, QdrantStore};
 pub use store::{
     CollectionConfig, Condition, Distance, Filter, MatchValue, Payload, Point, PointId, Record,
     ScoredPoint, VectorStore,

@@ -1,0 +1,358 @@
+//! The Qdrant backend (feature `qdrant`): the same [`VectorStore`] over a Qdrant server (gRPC).
+//!
+//! Chosen at the edge with `QDRANT_URL` (and `QDRANT_API_KEY`); this module only takes a typed
+//! [`QdrantConfig`]. Filters translate one to one ([`Filter`]'s model *is* Qdrant's), ids are
+//! Qdrant's unsigned integer ids, and payloads are JSON objects both ways, so data written through
+//! the embedded store reads the same here.
+//!
+//! One difference a user can observe: Qdrant has no multi-operation transaction, so
+//! [`VectorStore::replace`] upserts the new points first (waiting for them to be applied) and then
+//! deletes the old ones that were not overwritten. A concurrent search never sees *nothing*, but
+//! during that short window it can see old and new points together. The embedded store has no
+//! such window.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use async_trait::async_trait;
+use qdrant_client::Qdrant;
+use qdrant_client::qdrant::{
+    self, CountPointsBuilder, CreateCollectionBuilder, DeletePointsBuilder, PointStruct, PointsIdsList,
+    QueryPointsBuilder, ScrollPointsBuilder, UpsertPointsBuilder, VectorParamsBuilder,
+};
+
+use super::{CollectionConfig, Condition, Distance, Filter, MatchValue, Payload, Point, PointId, Record, ScoredPoint, VectorStore};
+use crate::error::{MemoryError, Result};
+
+/// How to reach Qdrant.
+#[derive(Debug, Clone)]
+pub struct QdrantConfig {
+    /// The gRPC URL, e.g. `http://127.0.0.1:6334`.
+    pub url: String,
+    /// The API key, if the server requires one.
+    pub api_key: Option<String>,
+    /// A prefix for collection names, so several deployments can share one server.
+    pub collection_prefix: String,
+}
+
+impl QdrantConfig {
+    /// A config for `url`, no key, no prefix.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            api_key: None,
+            collection_prefix: String::new(),
+        }
+    }
+}
+
+/// A [`VectorStore`] on a Qdrant server.
+pub struct QdrantStore {
+    client: Qdrant,
+    prefix: String,
+    configs: RwLock<HashMap<String, CollectionConfig>>,
+}
+
+impl std::fmt::Debug for QdrantStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QdrantStore").field("prefix", &self.prefix).finish()
+    }
+}
+
+fn store_err(e: impl std::fmt::Display) -> MemoryError {
+    MemoryError::Store(format!("qdrant: {e}"))
+}
+
+fn match_condition(key: &str, v: &MatchValue) -> qdrant::Condition {
+    match v {
+        MatchValue::Keyword(s) => qdrant::Condition::matches(key, s.clone()),
+        MatchValue::Integer(i) => qdrant::Condition::matches(key, *i),
+        MatchValue::Bool(b) => qdrant::Condition::matches(key, *b),
+    }
+}
+
+fn condition(c: &Condition) -> qdrant::Condition {
+    match c {
+        Condition::Match { key, value } => match_condition(key, value),
+        Condition::MatchAny { key, any } => {
+            qdrant::Condition::from(qdrant::Filter::should(any.iter().map(|v| match_condition(key, v))))
+        }
+        Condition::HasId(ids) => qdrant::Condition::has_id(ids.iter().copied()),
+        Condition::Nested(f) => qdrant::Condition::from(filter(f)),
+    }
+}
+
+fn filter(f: &Filter) -> qdrant::Filter {
+    qdrant::Filter {
+        must: f.must.iter().map(condition).collect(),
+        should: f.should.iter().map(condition).collect(),
+        must_not: f.must_not.iter().map(condition).collect(),
+        ..Default::default()
+    }
+}
+
+fn num_id(id: Option<qdrant::PointId>) -> Option<PointId> {
+    match id?.point_id_options? {
+        qdrant::point_id::PointIdOptions::Num(n) => Some(n),
+        qdrant::point_id::PointIdOptions::Uuid(_) => None,
+    }
+}
+
+fn json_payload(p: HashMap<String, qdrant::Value>) -> Payload {
+    qdrant_client::Payload::from(p).into()
+}
+
+impl QdrantStore {
+    /// Connects (lazily: the first call reaches the server).
+    pub fn connect(config: QdrantConfig) -> Result<Self> {
+        let mut b = Qdrant::from_url(&config.url);
+        if let Some(k) = &config.api_key {
+            b = b.api_key(k.clone());
+        }
+        let client = b.build().map_err(store_err)?;
+        Ok(Self {
+            client,
+            prefix: config.collection_prefix,
+            configs: RwLock::new(HashMap::new()),
+        })
+    }
+
+    fn name(&self, collection: &str) -> String {
+        format!("{}{collection}", self.prefix)
+    }
+
+    async fn config(&self, collection: &str) -> Result<CollectionConfig> {
+        if let Some(c) = self.configs.read().unwrap_or_else(|p| p.into_inner()).get(collection) {
+            return Ok(*c);
+        }
+        let c = self
+            .fetch_config(collection)
+            .await?
+            .ok_or_else(|| MemoryError::UnknownCollection(collection.to_string()))?;
+        self.configs.write().unwrap_or_else(|p| p.into_inner()).insert(collection.to_string(), c);
+        Ok(c)
+    }
+
+    async fn fetch_config(&self, collection: &str) -> Result<Option<CollectionConfig>> {
+        let name = self.name(collection);
+        if !self.client.collection_exists(&name).await.map_err(store_err)? {
+            return Ok(None);
+        }
+        let info = self.client.collection_info(&name).await.map_err(store_err)?;
+        let params = info
+            .result
+            .and_then(|r| r.config)
+            .and_then(|c| c.params)
+            .and_then(|p| p.vectors_config)
+            .and_then(|v| v.config);
+        match params {
+            Some(qdrant::vectors_config::Config::Params(p)) => {
+                let distance = match qdrant::Distance::try_from(p.distance) {
+                    Ok(qdrant::Distance::Cosine) => Distance::Cosine,
+                    Ok(qdrant::Distance::Dot) => Distance::Dot,
+                    other => return Err(store_err(format!("collection `{name}` uses distance {other:?}, which memory does not use"))),
+                };
+                Ok(Some(CollectionConfig { dimension: p.size as usize, distance }))
+            }
+            _ => Err(store_err(format!("collection `{name}` has named vectors; memory uses one unnamed vector"))),
+        }
+    }
+
+    fn check(config: CollectionConfig, vector: &[f32]) -> Result<()> {
+        if vector.len() != config.dimension {
+            return Err(MemoryError::DimensionMismatch {
+                expected: config.dimension,
+                actual: vector.len(),
+            });
+        }
+        if vector.iter().any(|x| !x.is_finite()) {
+            return Err(MemoryError::InvalidInput("a vector has a NaN or infinite component".into()));
+        }
+        Ok(())
+    }
+
+    async fn upsert_checked(&self, collection: &str, points: Vec<Point>) -> Result<()> {
+        if points.is_empty() {
+            return Ok(());
+        }
+        let structs: Vec<PointStruct> = points
+            .into_iter()
+            .map(|p| PointStruct::new(p.id, p.vector, qdrant_client::Payload::from(p.payload)))
+            .collect();
+        self.client
+            .upsert_points(UpsertPointsBuilder::new(self.name(collection), structs).wait(true))
+            .await
+            .map_err(store_err)?;
+        Ok(())
+    }
+
+    async fn ids_matching(&self, collection: &str, f: &Filter) -> Result<Vec<PointId>> {
+        let mut ids = Vec::new();
+        let mut offset = None;
+        loop {
+            let (page, next) = self.scroll(collection, Some(f), offset, 1000).await?;
+            ids.extend(page.into_iter().map(|r| r.id));
+            match next {
+                Some(n) => offset = Some(n),
+                None => return Ok(ids),
+            }
+        }
+    }
+
+    async fn delete_ids(&self, collection: &str, ids: Vec<PointId>) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let list = PointsIdsList { ids: ids.into_iter().map(Into::into).collect() };
+        self.client
+            .delete_points(DeletePointsBuilder::new(self.name(collection)).points(list).wait(true))
+            .await
+            .map_err(store_err)?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl VectorStore for QdrantStore {
+    fn backend(&self) -> &'static str {
+        "qdrant"
+    }
+
+    async fn ensure_collection(&self, name: &str, config: CollectionConfig) -> Result<()> {
+        if name.is_empty() || config.dimension == 0 {
+            return Err(MemoryError::InvalidInput("a collection needs a name and a dimension".into()));
+        }
+        if let Some(existing) = self.fetch_config(name).await? {
+            return if existing == config {
+                self.configs.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), existing);
+                Ok(())
+            } else {
+                Err(MemoryError::CollectionMismatch {
+                    name: name.to_string(),
+                    existing: existing.to_string(),
+                    requested: config.to_string(),
+                })
+            };
+        }
+        let distance = match config.distance {
+            Distance::Cosine => qdrant::Distance::Cosine,
+            Distance::Dot => qdrant::Distance::Dot,
+        };
+        self.client
+            .create_collection(
+                CreateCollectionBuilder::new(self.name(name))
+                    .vectors_config(VectorParamsBuilder::new(config.dimension as u64, distance)),
+            )
+            .await
+            .map_err(store_err)?;
+        self.configs.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), config);
+        Ok(())
+    }
+
+    async fn collection(&self, name: &str) -> Result<Option<CollectionConfig>> {
+        self.fetch_config(name).await
+    }
+
+    async fn drop_collection(&self, name: &str) -> Result<bool> {
+        self.configs.write().unwrap_or_else(|p| p.into_inner()).remove(name);
+        let full = self.name(name);
+        if !self.client.collection_exists(&full).await.map_err(store_err)? {
+            return Ok(false);
+        }
+        self.client.delete_collection(full).await.map_err(store_err)?;
+        Ok(true)
+    }
+
+    async fn upsert(&self, collection: &str, points: Vec<Point>) -> Result<()> {
+        let config = self.config(collection).await?;
+        for p in &points {
+            Self::check(config, &p.vector)?;
+        }
+        self.upsert_checked(collection, points).await
+    }
+
+    async fn delete(&self, collection: &str, f: &Filter) -> Result<u64> {
+        self.config(collection).await?;
+        let ids = self.ids_matching(collection, f).await?;
+        let n = ids.len() as u64;
+        self.delete_ids(collection, ids).await?;
+        Ok(n)
+    }
+
+    async fn search(&self, collection: &str, vector: &[f32], f: Option<&Filter>, limit: usize) -> Result<Vec<ScoredPoint>> {
+        let config = self.config(collection).await?;
+        Self::check(config, vector)?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut q = QueryPointsBuilder::new(self.name(collection))
+            .query(vector.to_vec())
+            .limit(limit as u64)
+            .with_payload(true);
+        if let Some(f) = f.filter(|f| !f.is_empty()) {
+            q = q.filter(filter(f));
+        }
+        let resp = self.client.query(q).await.map_err(store_err)?;
+        Ok(resp
+            .result
+            .into_iter()
+            .filter_map(|p| {
+                Some(ScoredPoint {
+                    id: num_id(p.id)?,
+                    score: p.score,
+                    payload: json_payload(p.payload),
+                })
+            })
+            .collect())
+    }
+
+    async fn count(&self, collection: &str, f: Option<&Filter>) -> Result<u64> {
+        self.config(collection).await?;
+        let mut c = CountPointsBuilder::new(self.name(collection)).exact(true);
+        if let Some(f) = f.filter(|f| !f.is_empty()) {
+            c = c.filter(filter(f));
+        }
+        let resp = self.client.count(c).await.map_err(store_err)?;
+        Ok(resp.result.map_or(0, |r| r.count))
+    }
+
+    async fn scroll(&self, collection: &str, f: Option<&Filter>, offset: Option<PointId>, limit: usize) -> Result<(Vec<Record>, Option<PointId>)> {
+        self.config(collection).await?;
+        let mut s = ScrollPointsBuilder::new(self.name(collection))
+            .limit(limit.clamp(1, u32::MAX as usize) as u32)
+            .with_payload(true)
+            .with_vectors(false);
+        if let Some(f) = f.filter(|f| !f.is_empty()) {
+            s = s.filter(filter(f));
+        }
+        if let Some(o) = offset {
+            s = s.offset(o);
+        }
+        let resp = self.client.scroll(s).await.map_err(store_err)?;
+        let records = resp
+            .result
+            .into_iter()
+            .filter_map(|p| {
+                Some(Record {
+                    id: num_id(p.id)?,
+                    payload: json_payload(p.payload),
+                })
+            })
+            .collect();
+        Ok((records, num_id(resp.next_page_offset)))
+    }
+
+    async fn replace(&self, collection: &str, f: &Filter, points: Vec<Point>) -> Result<u64> {
+        let config = self.config(collection).await?;
+        for p in &points {
+            Self::check(config, &p.vector)?;
+        }
+        let old = self.ids_matching(collection, f).await?;
+        let removed = old.len() as u64;
+        let new_ids: std::collections::HashSet<PointId> = points.iter().map(|p| p.id).collect();
+        self.upsert_checked(collection, points).await?;
+        self.delete_ids(collection, old.into_iter().filter(|id| !new_ids.contains(id)).collect())
+            .await?;
+        Ok(removed)
+    }
+}
