@@ -124,6 +124,41 @@ fn render_writes_and_check_detects_stale_files() {
         assert!(check.status.success(), "{}", stdout(&check));
         assert!(stdout(&check).contains("is up to date"));
     }
+    // Several agents at once; two that write the same file are refused before anything is written.
+    let both = run_bridle(
+        data.path(),
+        &[
+            "render",
+            "--project",
+            "demo",
+            "--agent",
+            "claude,gemini",
+            "--out",
+            out_dir,
+        ],
+    );
+    assert!(both.status.success(), "{}", stderr(&both));
+    assert!(repo.path().join("GEMINI.md").is_file());
+    let clash = run_bridle(
+        data.path(),
+        &[
+            "render",
+            "--project",
+            "demo",
+            "--agent",
+            "codex,kimi",
+            "--out",
+            out_dir,
+            "--check",
+        ],
+    );
+    assert_eq!(clash.status.code(), Some(1));
+    assert!(
+        stderr(&clash).contains("agents `codex` and `kimi` both write AGENTS.md"),
+        "{}",
+        stderr(&clash)
+    );
+
     // A hand edit makes the file stale: --check shows the diff and fails.
     let claude = repo.path().join("CLAUDE.md");
     let text = std::fs::read_to_string(&claude).unwrap();

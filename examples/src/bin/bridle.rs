@@ -60,7 +60,8 @@ enum Command {
         /// The project id.
         #[arg(long)]
         project: String,
-        /// The agent type (claude, codex, kimi, deepseek, gemini, cursor, copilot, ...).
+        /// The agent type (claude, codex, kimi, deepseek, gemini, cursor, copilot, ...);
+        /// several, comma-separated, when their files differ (`claude,codex,cursor`).
         #[arg(long)]
         agent: String,
         /// The project root to write into (default: the current directory).
@@ -255,33 +256,54 @@ fn init(dir: &Path) -> Result<(), BoxError> {
 fn render(
     dir: &Path,
     project: &str,
-    agent: &str,
+    agents: &str,
     out: &Path,
     check: bool,
 ) -> Result<ExitCode, BoxError> {
     let (store, renderer) = open_store(dir)?;
     let doc = store.load(project)?.document;
-    let rendered = renderer.render(project, &doc, agent)?;
-    if check {
-        return Ok(match Renderer::check(out, &rendered)? {
-            None => {
-                println!("{} is up to date", out.join(&rendered.path).display());
-                ExitCode::SUCCESS
-            }
-            Some(diff) => {
-                print!("{diff}");
-                eprintln!(
-                    "{} is stale; run `bridle render --project {project} --agent {agent}` to update it",
-                    out.join(&rendered.path).display()
-                );
-                ExitCode::FAILURE
-            }
-        });
+    // Render everything first: nothing is written unless every agent renders.
+    let mut rendered: Vec<bridle_rules::Rendered> = Vec::new();
+    for agent in agents.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        let r = renderer.render(project, &doc, agent)?;
+        if let Some(other) = rendered.iter().find(|o| o.path == r.path) {
+            return Err(format!(
+                "agents `{}` and `{agent}` both write {}; render them into different folders",
+                other.agent, r.path
+            )
+            .into());
+        }
+        rendered.push(r);
     }
-    let path = out.join(&rendered.path);
-    write_atomic(&path, rendered.content.as_bytes())?;
-    println!("wrote {}", path.display());
-    Ok(ExitCode::SUCCESS)
+    if rendered.is_empty() {
+        return Err("name at least one agent with --agent".into());
+    }
+    let mut stale = false;
+    for r in &rendered {
+        let path = out.join(&r.path);
+        if check {
+            match Renderer::check(out, r)? {
+                None => println!("{} is up to date", path.display()),
+                Some(diff) => {
+                    print!("{diff}");
+                    eprintln!(
+                        "{} is stale; run `bridle render --project {project} --agent {}` to update it",
+                        path.display(),
+                        r.agent
+                    );
+                    stale = true;
+                }
+            }
+        } else {
+            write_atomic(&path, r.content.as_bytes())?;
+            println!("wrote {}", path.display());
+        }
+    }
+    Ok(if stale {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxError> {
