@@ -207,8 +207,8 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
             return unauthorized(&e);
         }
     };
-    let principal_id = principal.id.clone();
-    req.extensions_mut().insert(Authenticated(principal));
+    req.extensions_mut()
+        .insert(Authenticated(std::sync::Arc::clone(&principal)));
 
     let session = req
         .headers()
@@ -216,9 +216,9 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     if let Some(sid) = &session {
-        let owner = g.owners().get(sid).cloned();
-        if owner.is_some_and(|o| o != principal_id) {
-            tracing::warn!(principal = %principal_id, "refused a request naming another principal's session");
+        let foreign = g.owners().get(sid).is_some_and(|o| *o != principal.id);
+        if foreign {
+            tracing::warn!(principal = %principal.id, "refused a request naming another principal's session");
             return status(
                 StatusCode::NOT_FOUND,
                 "session_not_found",
@@ -321,7 +321,7 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
                         let mut owners = g.owners();
                         // Forget sessions that ended (expired or closed) since the last one.
                         owners.retain(|k, _| live.contains(k));
-                        owners.insert(sid.to_string(), principal_id);
+                        owners.insert(sid.to_string(), principal.id.clone());
                     }
                     resp
                 }
