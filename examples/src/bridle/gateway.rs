@@ -9,8 +9,8 @@
 //! points at the command line.
 //!
 //! Approvals happen in another process (`bridle rules approve`), so the [`watch`] task polls the
-//! project files (every change, approved or hand-edited, rewrites one) and calls
-//! `notify_updated` for the rules resources of every project that changed.
+//! project files (for hand edits) and the change log (for approvals) and calls `notify_updated`
+//! for the rules resources of every project that changed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -724,10 +724,19 @@ pub async fn watch(
     every: Duration,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    let dir = projects_dir.clone();
-    let mut last = tokio::task::spawn_blocking(move || snapshot(&dir))
+    // Two signals, because either alone can miss a change: file stamps catch hand edits (which
+    // leave no change-log row), the change log catches a rewrite that kept the same size within
+    // the filesystem's timestamp granularity.
+    let take = |shared: Arc<Shared>, dir: PathBuf| async move {
+        tokio::task::spawn_blocking(move || {
+            let files = snapshot(&dir);
+            let change = shared.store.last_change_id().unwrap_or(0);
+            (files, change)
+        })
         .await
-        .unwrap_or_default();
+        .unwrap_or_default()
+    };
+    let (mut last, mut last_change) = take(Arc::clone(&shared), projects_dir.clone()).await;
     let mut types: Vec<String> = shared
         .config
         .agents
@@ -741,12 +750,23 @@ pub async fn watch(
             () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
-        let dir = projects_dir.clone();
-        let now = tokio::task::spawn_blocking(move || snapshot(&dir))
-            .await
-            .unwrap_or_default();
-        if now == last {
+        let (now, change) = take(Arc::clone(&shared), projects_dir.clone()).await;
+        if now == last && change == last_change {
             continue;
+        }
+        let mut changed: std::collections::BTreeSet<String> = now
+            .iter()
+            .filter(|(project, stamp)| last.get(*project) != Some(*stamp))
+            .map(|(project, _)| project.clone())
+            .collect();
+        if change != last_change {
+            let s = Arc::clone(&shared);
+            let logged = tokio::task::spawn_blocking(move || s.store.changes(None, last_change))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            changed.extend(logged.into_iter().map(|c| c.project));
         }
         if let Err(e) = register_resources(&resources, &shared) {
             tracing::warn!(error = %e, "registering rules resources failed");
@@ -756,17 +776,17 @@ pub async fn watch(
             for t in &types {
                 resources.remove(&rules_uri(project, t));
             }
+            changed.remove(project);
             tracing::info!(project, "project removed");
         }
-        for (project, stamp) in &now {
-            if last.get(project) != Some(stamp) {
-                for t in &types {
-                    let told = resources.notify_updated(&rules_uri(project, t));
-                    tracing::info!(project, agent = %t, subscribers = told, "rules changed");
-                }
+        for project in changed.iter().filter(|p| now.contains_key(*p)) {
+            for t in &types {
+                let told = resources.notify_updated(&rules_uri(project, t));
+                tracing::info!(project, agent = %t, subscribers = told, "rules changed");
             }
         }
         last = now;
+        last_change = change;
     }
 }
 
