@@ -585,7 +585,8 @@ impl RulesStore {
     }
 
     /// Approves a proposal: promotes the change into the document with its provenance, bumps
-    /// the revision, and records the decision and the change. Returns the new revision.
+    /// the revision, and records the decision and the change. Returns the decided proposal;
+    /// its `applied_revision` is the document's new revision.
     pub fn approve(&self, id: u64, approved_by: &str) -> Result<Proposal, RulesError> {
         if approved_by.trim().is_empty() {
             return Err(RulesError::Rejected(
