@@ -105,12 +105,14 @@ fn an_agent_proposes_a_person_approves_and_the_agent_sees_it() {
     assert!(status.success(), "the agent script failed: {status}");
     assert_eq!(result["revision_before"], 1);
     assert_eq!(result["revision_after"], 2);
-    assert_eq!(
     // Every notification was for the subscribed resource (an approval may be announced twice:
     // by its file and by its change-log row).
     let notified = result["notified"].as_array().unwrap();
     assert!(!notified.is_empty());
-    assert!(notified.iter().all(|u| u == "bridle://rules/demo/claude"), "{notified:?}");
+    assert!(
+        notified.iter().all(|u| u == "bridle://rules/demo/claude"),
+        "{notified:?}"
+    );
     let g = &result["guardrail"];
     assert_eq!(g["id"], "tests-before-fix");
     assert_eq!(g["severity"], "hard-instruction");
