@@ -917,4 +917,166 @@ mod tests {
                 .contains(capabilities::RULES_PROPOSE)
         );
     }
+
+    fn caller(shared: &Shared, name: &str) -> kberg_core::Caller {
+        let agent = shared
+            .agent(name)
+            .map(|a| a.agent_type.clone())
+            .unwrap_or_default();
+        kberg_core::Caller::new(
+            Principal::new(name)
+                .with_agent(agent)
+                .with_grants(shared.grants_for(name)),
+        )
+    }
+
+    fn code(out: &ToolOutput) -> String {
+        out.structured
+            .as_ref()
+            .and_then(|s| s["code"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_tool_through_the_gate() {
+        use kberg_core::{CallOptions, ErrorCode};
+        let (_tmp, shared) = setup();
+        let tools = ToolRegistry::new();
+        register_tools(&tools, &shared).unwrap();
+        let claude = caller(&shared, "claude");
+        let call = |c: &kberg_core::Caller, name: &str, args: serde_json::Value| {
+            let (tools, c, name) = (tools.clone(), c.clone(), name.to_string());
+            async move { tools.call(&c, &name, args, CallOptions::default()).await }
+        };
+
+        let out = call(&claude, "list_projects", json!({})).await.unwrap();
+        assert_eq!(out.structured.unwrap()["projects"][0]["project"], "demo");
+
+        // A custom pattern with an example repository, queued then approved.
+        let out = call(
+            &claude,
+            "add_pattern",
+            json!({"project": "demo", "name": "modified-mvc", "description": "MVC without DB access in controllers",
+                   "example_repos": [{"url": "https://git.example.invalid/x", "reference_tag": "ex-1"}]}),
+        )
+        .await
+        .unwrap();
+        assert!(!out.is_error, "{}", out.all_text());
+        let id = out.structured.unwrap()["proposal"].as_u64().unwrap();
+        shared.store.approve(id, "alice").unwrap();
+        let doc = shared.store.load("demo").unwrap().document;
+        assert_eq!(
+            doc.patterns.custom[0].example_repos[0].arch_tag,
+            "modified-mvc"
+        );
+
+        // update_rules against the current revision is queued; against an old one refused.
+        let rev = doc.revision;
+        let out = call(
+            &claude,
+            "update_rules",
+            json!({"project": "demo", "base_revision": rev, "stack": ["Rust"]}),
+        )
+        .await
+        .unwrap();
+        assert!(!out.is_error, "{}", out.all_text());
+        let out = call(
+            &claude,
+            "update_rules",
+            json!({"project": "demo", "base_revision": rev - 1, "stack": ["Go"]}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(code(&out), "revision_conflict");
+
+        // Bad arguments are caught by the gate, per field.
+        let err = call(
+            &claude,
+            "propose_guardrail",
+            json!({"project": "demo", "id": "x", "statement": "s", "severity": "sometimes"}),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidArguments);
+        // A bad id is a clear refusal from the store.
+        let out = call(
+            &claude,
+            "propose_guardrail",
+            json!({"project": "demo", "id": "Bad Id", "statement": "s", "severity": "guidance"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(code(&out), "invalid_name");
+        let out = call(&claude, "get_rules", json!({"project": "missing"}))
+            .await
+            .unwrap();
+        assert_eq!(code(&out), "unknown_project");
+
+        // Scope tickets: opened by the agent, decided by a person, visible to the agent.
+        let out = call(
+            &claude,
+            "request_scope_approval",
+            json!({"project": "demo", "action": "touch CI", "reason": "broken"}),
+        )
+        .await
+        .unwrap();
+        let ticket = out.structured.unwrap()["ticket"].as_u64().unwrap();
+        shared
+            .store
+            .decide_scope(ticket, false, "alice", Some("not now"))
+            .unwrap();
+        let out = call(&claude, "scope_status", json!({"ticket": ticket}))
+            .await
+            .unwrap();
+        assert_eq!(
+            out.all_text(),
+            format!("Scope ticket #{ticket} is denied: not now.")
+        );
+
+        // Approving is refused by name, whatever the grants.
+        let err = call(&claude, "approve_proposal", json!({"id": id}))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::Refused);
+
+        // Without the permission, the gate refuses before the tool runs.
+        let loaded = shared.store.load("demo").unwrap();
+        let mut doc = loaded.document;
+        let rev = doc.revision;
+        doc.permissions.get_mut("codex").unwrap().rules.propose = false;
+        shared
+            .store
+            .save_edit("demo", &doc, rev, "alice", "codex read-only")
+            .unwrap();
+        let codex = caller(&shared, "codex");
+        let err = call(
+            &codex,
+            "propose_guardrail",
+            json!({"project": "demo", "id": "y", "statement": "s", "severity": "guidance"}),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::CapabilityRequired);
+        // A stale principal (grants computed before the change) is still stopped by the tool.
+        let stale = kberg_core::Caller::new(
+            Principal::new("codex").with_grants(Grants::of([capabilities::RULES_PROPOSE])),
+        );
+        let out = call(
+            &stale,
+            "propose_guardrail",
+            json!({"project": "demo", "id": "y", "statement": "s", "severity": "guidance"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(code(&out), "capability_required");
+        // An unconfigured principal is told so.
+        let nobody = kberg_core::Caller::new(
+            Principal::new("nobody").with_grants(Grants::of([capabilities::RULES_PROPOSE])),
+        );
+        let out = call(&nobody, "get_rules", json!({"project": "demo"}))
+            .await
+            .unwrap();
+        assert_eq!(code(&out), "unknown_agent");
+    }
 }
