@@ -168,3 +168,35 @@ async fn replace_is_atomic_for_concurrent_searches() {
     assert!(searches.load(Ordering::SeqCst) > 0);
     assert_eq!(store.count("c", None).await.expect("count"), 300);
 }
+
+#[test]
+fn a_large_collection_is_searched_exactly() {
+    // Large enough for the parallel scan; the answer must equal a plain exact search.
+    let store = EmbeddedStore::open_in_memory().expect("open");
+    store.ensure_collection_sync("big", CollectionConfig { dimension: 8, distance: bridle_memory::Distance::Dot }).expect("create");
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+    };
+    let vectors: Vec<Vec<f32>> = (0..40_000).map(|_| (0..8).map(|_| next()).collect()).collect();
+    let points = vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Point { id: i as u64, vector: v.clone(), payload: Default::default() })
+        .collect();
+    store.upsert_sync("big", points).expect("upsert");
+    for _ in 0..5 {
+        let q: Vec<f32> = (0..8).map(|_| next()).collect();
+        let mut want: Vec<(f32, u64)> = vectors
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v.iter().zip(&q).map(|(a, b)| a * b).sum::<f32>(), i as u64))
+            .collect();
+        want.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let got = store.search_sync("big", &q, None, 10).expect("search");
+        assert_eq!(got.iter().map(|h| h.id).collect::<Vec<_>>(), want[..10].iter().map(|w| w.1).collect::<Vec<_>>());
+    }
+}

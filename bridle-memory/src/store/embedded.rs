@@ -120,6 +120,45 @@ impl Collection {
     fn search(&self, query: &[f32], filter: Option<&Filter>, limit: usize) -> Vec<ScoredPoint> {
         let mut top = TopK::new(limit);
         match filter.filter(|f| !f.is_empty()) {
+            None if self.len() >= PARALLEL_SCAN_POINTS => {
+                // Large unfiltered scans are split across cores, each keeping its own best k.
+                let d = self.config.dimension;
+                let parts = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
+                let rows_per_part = self.len().div_ceil(parts);
+                let partials: Option<Vec<TopK>> = std::thread::scope(|s| {
+                    let handles: Vec<_> = self
+                        .vectors
+                        .chunks(rows_per_part * d)
+                        .enumerate()
+                        .map(|(p, block)| {
+                            s.spawn(move || {
+                                let mut t = TopK::new(limit);
+                                for (i, row) in block.chunks_exact(d).enumerate() {
+                                    t.push(dot(row, query), p * rows_per_part + i);
+                                }
+                                t
+                            })
+                        })
+                        .collect();
+                    handles.into_iter().map(|h| h.join().ok()).collect()
+                });
+                match partials {
+                    Some(partials) => {
+                        for t in partials {
+                            for Worst(score, row) in t.heap {
+                                top.push(score, row);
+                            }
+                        }
+                    }
+                    // A scan thread only does arithmetic on in-bounds slices; should one fail
+                    // anyway, scan again on this thread rather than answer with a part.
+                    None => {
+                        for (i, row) in self.vectors.chunks_exact(d).enumerate() {
+                            top.push(dot(row, query), i);
+                        }
+                    }
+                }
+            }
             None => {
                 let d = self.config.dimension;
                 for (i, row) in self.vectors.chunks_exact(d).enumerate() {
@@ -144,6 +183,9 @@ impl Collection {
             .collect()
     }
 }
+
+/// From this many points on, an unfiltered search scans in parallel.
+const PARALLEL_SCAN_POINTS: usize = 32_768;
 
 /// A heap entry ordered so that the heap's top is the worst of the best `k`.
 struct Worst(f32, usize);
