@@ -1,8 +1,9 @@
 //! The audit log: every call, on disk, without slowing the call path.
 //!
 //! The gate hands each [`AuditEvent`] to its sink synchronously, so a sink that wrote to disk
-//! inline would put disk latency on every tool call. These sinks instead push the event into a
-//! bounded channel (a clone and a channel send, no I/O) and a dedicated writer thread does the
+//! inline would put disk latency on every tool call. These sinks instead push the event onto a
+//! bounded in-memory queue (a clone and a short mutex hold, no I/O; the writer thread is woken
+//! only when a batch starts or fills, not per event) and a dedicated writer thread does the
 //! writing. Two sinks share that machinery: [`JsonlAuditSink`], an append-only JSON Lines file
 //! (one [`AuditEvent::to_record`] object per line), and `SqliteAuditSink` (feature `sqlite`), a
 //! table in a SQLite database.
@@ -14,27 +15,26 @@
 //! [`FlushPolicy::max_events`] events are unflushed, when the oldest unflushed event is
 //! [`FlushPolicy::max_delay`] old, on [`JsonlAuditSink::flush`], and when the sink is dropped.
 //! Once flushed, an event survives the process being killed (SIGKILL, a panic, an abort). So a
-//! crash loses at most the events recorded in the last `max_delay` (at most `max_events` of them
-//! beyond those still queued in the channel); with [`FlushPolicy::fsync`] a flush also reaches
+//! crash loses at most the events recorded in the last `max_delay`, and never more than
+//! `max_events` (plus the batch being written); with [`FlushPolicy::fsync`] a flush also reaches
 //! the disk and survives power loss. A JSON Lines file is never torn except, possibly, its last
 //! line; opening the file again cuts such a partial line off before appending.
 //!
-//! When the channel is full (the disk cannot keep up), [`Overflow::Drop`] (the default) drops
+//! When the queue is full (the disk cannot keep up), [`Overflow::Drop`] (the default) drops
 //! the event instead of blocking the call, counts it, and writes a gap record with the count
 //! before the next event; [`Overflow::Block`] makes the call wait for room instead.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::audit::{AuditEvent, AuditSink};
 
-/// What a sink does when its channel is full.
+/// What a sink does when its queue is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Overflow {
@@ -56,9 +56,9 @@ pub struct FlushPolicy {
     pub max_delay: Duration,
     /// Also fsync on every flush (default `false`).
     pub fsync: bool,
-    /// Events the channel holds before [`Overflow`] applies (default 8192).
+    /// Events the queue holds before [`Overflow`] applies (default 8192).
     pub capacity: usize,
-    /// What to do when the channel is full.
+    /// What to do when the queue is full.
     pub overflow: Overflow,
 }
 
@@ -93,7 +93,7 @@ impl FlushPolicy {
         self
     }
 
-    /// Sets the channel capacity (at least 1).
+    /// Sets the queue capacity (at least 1).
     pub fn with_capacity(mut self, n: usize) -> Self {
         self.capacity = n.max(1);
         self
@@ -128,131 +128,212 @@ trait EventWriter: Send + 'static {
     fn flush(&mut self) -> Result<(), AuditLogError>;
 }
 
-enum Msg {
-    Event(Box<AuditEvent>),
-    Flush(SyncSender<Result<(), String>>),
+/// What the call path and the writer thread share.
+#[derive(Default)]
+struct Queue {
+    events: Vec<AuditEvent>,
+    /// When the oldest queued event arrived.
+    first_at: Option<Instant>,
+    /// Events dropped since the last gap record.
+    dropped: u64,
+    /// Flush requests made / completed, and the error of the last completed flush.
+    flush_requested: u64,
+    flushed_through: u64,
+    last_error: Option<String>,
+    closed: bool,
+    writer_alive: bool,
 }
 
-/// The channel and writer thread behind a sink.
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Wakes the writer: first event of a batch, batch full, flush, close.
+    wake: Condvar,
+    /// Wakes callers waiting for room (`Overflow::Block`) or for a flush.
+    done: Condvar,
+    dropped_total: AtomicU64,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // The queue is a plain buffer; a panic elsewhere leaves it consistent.
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Marks the writer gone when its thread ends, even by a panic, so no caller waits forever.
+struct WriterAlive(Arc<Shared>);
+
+impl Drop for WriterAlive {
+    fn drop(&mut self) {
+        self.0.lock().writer_alive = false;
+        self.0.done.notify_all();
+    }
+}
+
+/// The queue and writer thread behind a sink.
+///
+/// The call path takes a mutex, pushes the event and, only when it starts a batch or fills
+/// one, wakes the writer: under load that is one wake-up per `max_events` events or per
+/// `max_delay`, not one per event. The writer takes the whole batch, writes it and flushes.
 struct Background {
-    tx: Option<SyncSender<Msg>>,
+    shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
-    dropped: Arc<AtomicU64>,
-    overflow: Overflow,
+    policy: FlushPolicy,
 }
 
 impl Background {
     fn start<W: EventWriter>(mut writer: W, policy: FlushPolicy, name: &str) -> io::Result<Self> {
-        let (tx, rx) = mpsc::sync_channel::<Msg>(policy.capacity.max(1));
-        let dropped = Arc::new(AtomicU64::new(0));
-        let dropped_w = Arc::clone(&dropped);
-        let max_events = policy.max_events.max(1);
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue {
+                writer_alive: true,
+                ..Queue::default()
+            }),
+            wake: Condvar::new(),
+            done: Condvar::new(),
+            dropped_total: AtomicU64::new(0),
+        });
+        let alive = WriterAlive(Arc::clone(&shared));
+        let batch_limit = policy.max_events.min(policy.capacity).max(1);
         let thread = std::thread::Builder::new()
             .name(name.to_string())
             .spawn(move || {
-                let mut unflushed = 0usize;
-                let mut oldest: Option<Instant> = None;
-                let do_flush = |w: &mut W, unflushed: &mut usize, oldest: &mut Option<Instant>| {
-                    let r = w.flush();
-                    if let Err(e) = &r {
-                        tracing::error!(error = %e, "audit log flush failed");
-                    }
-                    *unflushed = 0;
-                    *oldest = None;
-                    r
-                };
+                let shared = Arc::clone(&alive.0);
                 loop {
-                    let msg = match oldest {
-                        Some(t) => rx.recv_timeout(policy.max_delay.saturating_sub(t.elapsed())),
-                        None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                    };
-                    match msg {
-                        Ok(Msg::Event(e)) => {
-                            let gap = dropped_w.swap(0, Ordering::Relaxed);
-                            if gap > 0
-                                && let Err(err) = writer.gap(gap, SystemTime::now())
+                    let (batch, dropped, flush_id, closing) = {
+                        let mut q = shared.lock();
+                        loop {
+                            if q.closed
+                                || q.flush_requested > q.flushed_through
+                                || q.events.len() >= batch_limit
                             {
-                                tracing::error!(error = %err, "audit gap record not written");
+                                break;
                             }
-                            if let Err(err) = writer.write(&e) {
-                                tracing::error!(error = %err, tool = %e.tool, "audit event not written");
-                            }
-                            unflushed += 1;
-                            oldest.get_or_insert_with(Instant::now);
-                            if unflushed >= max_events {
-                                let _ = do_flush(&mut writer, &mut unflushed, &mut oldest);
+                            match q.first_at {
+                                None => {
+                                    q = shared.wake.wait(q).unwrap_or_else(|p| p.into_inner());
+                                }
+                                Some(t) => {
+                                    let age = t.elapsed();
+                                    if age >= policy.max_delay {
+                                        break;
+                                    }
+                                    q = shared
+                                        .wake
+                                        .wait_timeout(q, policy.max_delay - age)
+                                        .unwrap_or_else(|p| p.into_inner())
+                                        .0;
+                                }
                             }
                         }
-                        Ok(Msg::Flush(ack)) => {
-                            let r = do_flush(&mut writer, &mut unflushed, &mut oldest);
-                            let _ = ack.send(r.map_err(|e| e.to_string()));
+                        q.first_at = None;
+                        let batch = std::mem::take(&mut q.events);
+                        let dropped = std::mem::take(&mut q.dropped);
+                        // Room again for callers blocked by `Overflow::Block`.
+                        shared.done.notify_all();
+                        (batch, dropped, q.flush_requested, q.closed)
+                    };
+                    let mut error = None;
+                    if dropped > 0
+                        && let Err(e) = writer.gap(dropped, SystemTime::now())
+                    {
+                        tracing::error!(error = %e, "audit gap record not written");
+                        error = Some(e.to_string());
+                    }
+                    for e in &batch {
+                        if let Err(err) = writer.write(e) {
+                            tracing::error!(error = %err, tool = %e.tool, "audit event not written");
+                            error = Some(err.to_string());
                         }
-                        Err(RecvTimeoutError::Timeout) => {
-                            let _ = do_flush(&mut writer, &mut unflushed, &mut oldest);
-                        }
-                        Err(RecvTimeoutError::Disconnected) => {
-                            let gap = dropped_w.swap(0, Ordering::Relaxed);
-                            if gap > 0 {
-                                let _ = writer.gap(gap, SystemTime::now());
-                            }
-                            let _ = do_flush(&mut writer, &mut unflushed, &mut oldest);
-                            break;
-                        }
+                    }
+                    if let Err(e) = writer.flush() {
+                        tracing::error!(error = %e, "audit log flush failed");
+                        error = Some(e.to_string());
+                    }
+                    {
+                        let mut q = shared.lock();
+                        q.flushed_through = flush_id;
+                        q.last_error = error;
+                    }
+                    shared.done.notify_all();
+                    if closing {
+                        break;
                     }
                 }
+                drop(alive);
             })?;
         Ok(Self {
-            tx: Some(tx),
+            shared,
             thread: Some(thread),
-            dropped,
-            overflow: policy.overflow,
+            policy,
         })
     }
 
     fn record(&self, event: &AuditEvent) {
-        let Some(tx) = &self.tx else { return };
-        let msg = Msg::Event(Box::new(event.clone()));
-        match self.overflow {
-            Overflow::Drop => match tx.try_send(msg) {
-                Ok(()) => {}
-                Err(TrySendError::Full(_)) => {
-                    if self.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+        let shared = &self.shared;
+        let mut q = shared.lock();
+        if !q.writer_alive {
+            tracing::error!("audit writer thread has stopped; event lost");
+            return;
+        }
+        let capacity = self.policy.capacity.max(1);
+        while q.events.len() >= capacity {
+            match self.policy.overflow {
+                Overflow::Drop => {
+                    q.dropped += 1;
+                    if shared.dropped_total.fetch_add(1, Ordering::Relaxed) == 0 {
                         tracing::warn!("audit log cannot keep up; dropping events (counted)");
                     }
+                    return;
                 }
-                Err(TrySendError::Disconnected(_)) => {
-                    tracing::error!("audit writer thread has stopped; event lost");
-                }
-            },
-            Overflow::Block => {
-                if tx.send(msg).is_err() {
-                    tracing::error!("audit writer thread has stopped; event lost");
+                Overflow::Block => {
+                    shared.wake.notify_one();
+                    q = shared.done.wait(q).unwrap_or_else(|p| p.into_inner());
+                    if !q.writer_alive {
+                        return;
+                    }
                 }
             }
+        }
+        q.events.push(event.clone());
+        let len = q.events.len();
+        if len == 1 {
+            q.first_at = Some(Instant::now());
+        }
+        if len == 1 || len == self.policy.max_events.min(capacity).max(1) {
+            shared.wake.notify_one();
         }
     }
 
     fn flush(&self) -> Result<(), AuditLogError> {
-        let tx = self.tx.as_ref().ok_or(AuditLogError::WriterStopped)?;
-        let (ack_tx, ack_rx) = mpsc::sync_channel(1);
-        tx.send(Msg::Flush(ack_tx))
-            .map_err(|_| AuditLogError::WriterStopped)?;
-        match ack_rx.recv() {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(msg)) => Err(AuditLogError::Io(io::Error::other(msg))),
-            Err(_) => Err(AuditLogError::WriterStopped),
+        let shared = &self.shared;
+        let mut q = shared.lock();
+        q.flush_requested += 1;
+        let id = q.flush_requested;
+        shared.wake.notify_one();
+        while q.flushed_through < id {
+            if !q.writer_alive {
+                return Err(AuditLogError::WriterStopped);
+            }
+            q = shared.done.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+        match &q.last_error {
+            None => Ok(()),
+            Some(msg) => Err(AuditLogError::Io(io::Error::other(msg.clone()))),
         }
     }
 
     fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.shared.dropped_total.load(Ordering::Relaxed)
     }
 }
 
 impl Drop for Background {
     fn drop(&mut self) {
-        // Closing the channel makes the thread write what is queued, flush and stop.
-        self.tx.take();
+        // Closing makes the thread write what is queued, flush and stop.
+        self.shared.lock().closed = true;
+        self.shared.wake.notify_one();
         if let Some(t) = self.thread.take()
             && t.join().is_err()
         {
@@ -364,7 +445,8 @@ impl JsonlAuditSink {
         self.bg.flush()
     }
 
-    /// Events dropped because the channel was full (not yet reported in a gap record).
+    /// Events dropped because the queue was full, since the sink opened (each drop is also
+    /// reported in a gap record).
     pub fn dropped(&self) -> u64 {
         self.bg.dropped()
     }
@@ -528,7 +610,8 @@ mod sqlite {
             self.bg.flush()
         }
 
-        /// Events dropped because the channel was full (not yet reported in `audit_gaps`).
+        /// Events dropped because the queue was full, since the sink opened (each drop is also
+        /// counted in `audit_gaps`).
         pub fn dropped(&self) -> u64 {
             self.bg.dropped()
         }

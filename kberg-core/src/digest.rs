@@ -12,6 +12,8 @@
 //! replaced by a fixed marker first, so a low-entropy secret (a PIN, a password) cannot be
 //! recovered from the log by guessing values and hashing them.
 
+use std::io::{self, Write};
+
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -20,60 +22,85 @@ pub const REDACTED: &str = "[redacted]";
 
 /// The canonical spelling of `value`: keys sorted, no whitespace.
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(value, &mut out);
-    out
+    let mut out = Vec::new();
+    write_canonical(value, &mut out).expect("writing to a Vec cannot fail");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+/// Writes the canonical spelling of `value` to `w` without building it in memory first.
+fn write_canonical<W: Write>(value: &Value, w: &mut W) -> io::Result<()> {
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort_unstable();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            w.write_all(b"{")?;
+            for (i, (k, v)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    w.write_all(b",")?;
                 }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                if let Some(v) = map.get(k) {
-                    write_canonical(v, out);
-                }
+                serde_json::to_writer(&mut *w, k)?;
+                w.write_all(b":")?;
+                write_canonical(v, w)?;
             }
-            out.push('}');
+            w.write_all(b"}")
         }
         Value::Array(items) => {
-            out.push('[');
+            w.write_all(b"[")?;
             for (i, v) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    w.write_all(b",")?;
                 }
-                write_canonical(v, out);
+                write_canonical(v, w)?;
             }
-            out.push(']');
+            w.write_all(b"]")
         }
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => Ok(serde_json::to_writer(&mut *w, scalar)?),
     }
+}
+
+/// Feeds written bytes into a SHA-256.
+struct Hasher(Sha256);
+
+impl Write for Hasher {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 0x0f)] as char);
+    }
+    s
 }
 
 /// Lower-case hex SHA-256 of `bytes`.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut s = String::with_capacity(64);
-    for b in digest {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
+    hex(&Sha256::digest(bytes))
+}
+
+/// Lower-case hex SHA-256 of the canonical JSON of `value`, hashed as it is written.
+pub(crate) fn canonical_digest(value: &Value) -> String {
+    let mut h = Hasher(Sha256::new());
+    write_canonical(value, &mut h).expect("hashing cannot fail");
+    hex(&h.0.finalize())
 }
 
 /// SHA-256 (hex) of the canonical JSON of `args` after redacting the `sensitive` fields.
 /// This is the `args_digest` of an [`AuditEvent`](crate::AuditEvent).
 pub fn argument_digest(args: &Value, sensitive: &[String]) -> String {
     if sensitive.is_empty() {
-        sha256_hex(canonical_json(args).as_bytes())
+        canonical_digest(args)
     } else {
-        sha256_hex(canonical_json(&redact(args, sensitive)).as_bytes())
+        canonical_digest(&redact(args, sensitive))
     }
 }
 
@@ -141,6 +168,18 @@ mod tests {
         let b: Value = serde_json::from_str(r#"{"a":{"x":"s","y":[1,2]},"b":1}"#).unwrap();
         assert_eq!(canonical_json(&a), r#"{"a":{"x":"s","y":[1,2]},"b":1}"#);
         assert_eq!(argument_digest(&a, &[]), argument_digest(&b, &[]));
+        assert_eq!(
+            argument_digest(&a, &[]),
+            sha256_hex(canonical_json(&a).as_bytes())
+        );
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            canonical_json(&serde_json::json!({"k\"ey": "v\u{e9}", "n": [1.5, -2, null]})),
+            r#"{"k\"ey":"vé","n":[1.5,-2,null]}"#
+        );
         assert_ne!(
             argument_digest(&a, &[]),
             argument_digest(&json!({"b": 2}), &[])

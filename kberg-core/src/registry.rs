@@ -47,7 +47,7 @@ use crate::confirm::{
     TicketStatus, TicketStore, new_ticket_id,
 };
 use crate::context::{CallExtras, CallOptions, PeerError, ToolContext};
-use crate::digest::{argument_digest, canonical_json, redact, sha256_hex};
+use crate::digest::{argument_digest, canonical_digest, canonical_json, redact};
 use crate::error::{CoreError, GateError};
 use crate::handle::{HandleCodec, HandleError, HandleSite, handle_sites, resolve_sites};
 use crate::preview::{
@@ -892,7 +892,7 @@ fn prepare_call(
     let binding = entry
         .spec
         .previews
-        .then(|| sha256_hex(canonical_json(&args).as_bytes()));
+        .then(|| canonical_digest(&args));
     let mut resolved = args.clone();
     if !entry.handles.is_empty() {
         let name = entry.spec.name.clone();

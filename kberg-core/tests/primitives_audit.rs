@@ -526,3 +526,29 @@ fn a_killed_writer_loses_at_most_the_unflushed_tail() {
         assert!(m as u64 >= FLUSHED, "only {m} committed rows survived");
     }
 }
+
+#[tokio::test]
+async fn block_overflow_waits_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let tools = registry();
+    let policy = FlushPolicy::default()
+        .with_capacity(2)
+        .with_max_events(1_000)
+        .with_overflow(Overflow::Block);
+    let sink = Arc::new(JsonlAuditSink::open(&path, policy).unwrap());
+    tools.set_audit_sink(sink.clone());
+    for i in 0..1_000 {
+        login(&tools, &format!("u{i}"), "pw").await;
+    }
+    sink.flush().unwrap();
+    assert_eq!(sink.dropped(), 0);
+    let lines = read_lines(&path);
+    assert_eq!(lines.len(), 1_000);
+    assert!(
+        lines
+            .iter()
+            .enumerate()
+            .all(|(i, l)| l["principal"] == format!("u{i}"))
+    );
+}

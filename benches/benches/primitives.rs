@@ -1,0 +1,193 @@
+//! What the primitives cost on the call path, each against the same call without it, same run.
+//!
+//! - `audit/none`, `audit/memory`, `audit/jsonl`: the gate's no-op 6-field Write call with no
+//!   audit sink, with the in-memory sink (a clone under a mutex), and with the JSON Lines sink
+//!   (argument digest, event clone, channel send; the writer thread does the I/O). The ratio
+//!   jsonl / none is what the audit log adds to a call.
+//! - `handles/plain_id` vs `handles/handle`: a call whose one argument is a plain string id,
+//!   against the same call where it is a handle the gate authenticates and decrypts.
+//! - `handles/mint`: minting one handle (for a result).
+//! - `preview/direct` vs `preview/preview_then_commit`: one direct write against the two calls
+//!   of a previewed write (dry run, token issued; commit, token checked and spent).
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use kberg_core::{
+    COMMIT_TOKEN_FIELD, CallOptions, Caller, FlushPolicy, Grants, HandleCodec, JsonlAuditSink,
+    MemoryAuditSink, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability,
+};
+use serde_json::{Value, json};
+
+fn schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "minLength": 1, "maxLength": 200},
+            "body": {"type": "string"},
+            "priority": {"type": "integer", "minimum": 0, "maximum": 5},
+            "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 10},
+            "pinned": {"type": "boolean"},
+            "folder": {"enum": ["inbox", "work", "home"]}
+        },
+        "required": ["title", "body", "priority"],
+        "additionalProperties": false
+    })
+}
+
+fn args() -> Value {
+    json!({
+        "title": "Groceries",
+        "body": "milk, eggs, bread",
+        "priority": 2,
+        "tags": ["home", "weekly"],
+        "pinned": false,
+        "folder": "home"
+    })
+}
+
+fn cap() -> WriteCapability {
+    WriteCapability::new("notes.write", "Create notes")
+}
+
+fn registry() -> ToolRegistry {
+    let r = ToolRegistry::new();
+    r.declare(cap()).expect("declare once");
+    r.register(
+        ToolBuilder::new("add_note")
+            .write(cap())
+            .raw_handler(schema(), |_, _| async { Ok(ToolOutput::default()) }),
+    )
+    .expect("register");
+    r.register(
+        ToolBuilder::new("add_note_previewed")
+            .write(cap())
+            .previews()
+            .raw_handler(schema(), |_, _| async { Ok(ToolOutput::default()) }),
+    )
+    .expect("register");
+    for (name, id_schema) in [
+        ("open_plain", json!({"type": "string"})),
+        (
+            "open_handle",
+            json!({"type": "string", "x-kberg-handle": "note"}),
+        ),
+    ] {
+        r.register(ToolBuilder::new(name).raw_handler(
+            json!({"type": "object", "properties": {"note": id_schema}, "required": ["note"]}),
+            |_, _| async { Ok(ToolOutput::default()) },
+        ))
+        .expect("register");
+    }
+    r.set_handle_codec(HandleCodec::new("bench", &[9u8; 32]).expect("32-byte secret"));
+    r
+}
+
+fn call(r: &ToolRegistry, caller: &Caller, tool: &str, a: Value) -> Result<ToolOutput, String> {
+    futures::executor::block_on(r.call(caller, tool, a, CallOptions::default()))
+        .map_err(|e| e.to_string())
+}
+
+fn bench(c: &mut Criterion) {
+    let caller = Caller::new(Principal::new("bench").with_grants(Grants::of(["notes.write"])));
+
+    let mut g = c.benchmark_group("audit");
+    let none = registry();
+    g.bench_function("none", |b| {
+        b.iter_batched(
+            args,
+            |a| black_box(call(&none, &caller, "add_note", a).is_ok()),
+            BatchSize::SmallInput,
+        )
+    });
+    let memory = registry();
+    let mem_sink = Arc::new(MemoryAuditSink::new());
+    memory.set_audit_sink(mem_sink.clone());
+    g.bench_function("memory", |b| {
+        b.iter_batched(
+            args,
+            |a| black_box(call(&memory, &caller, "add_note", a).is_ok()),
+            BatchSize::SmallInput,
+        )
+    });
+    let path = std::env::temp_dir().join(format!("kberg-bench-audit-{}.jsonl", std::process::id()));
+    let jsonl = registry();
+    {
+        let sink = Arc::new(JsonlAuditSink::open(&path, FlushPolicy::default()).expect("open log"));
+        jsonl.set_audit_sink(sink.clone());
+        g.bench_function("jsonl", |b| {
+            b.iter_batched(
+                args,
+                |a| black_box(call(&jsonl, &caller, "add_note", a).is_ok()),
+                BatchSize::SmallInput,
+            )
+        });
+        jsonl.set_audit_sink(Arc::new(MemoryAuditSink::new()));
+        sink.flush().expect("flush");
+        if sink.dropped() > 0 {
+            eprintln!("audit/jsonl: {} events dropped (overflow)", sink.dropped());
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    g.finish();
+
+    let r = registry();
+    let codec = r.handle_codec().expect("codec set");
+    let handle = codec
+        .mint("bench", "note", "notes/row-000041", None)
+        .expect("mint");
+    let mut g = c.benchmark_group("handles");
+    g.bench_function("plain_id", |b| {
+        b.iter_batched(
+            || json!({"note": "notes/row-000041"}),
+            |a| black_box(call(&r, &caller, "open_plain", a).is_ok()),
+            BatchSize::SmallInput,
+        )
+    });
+    g.bench_function("handle", |b| {
+        b.iter_batched(
+            || json!({"note": handle}),
+            |a| black_box(call(&r, &caller, "open_handle", a).is_ok()),
+            BatchSize::SmallInput,
+        )
+    });
+    g.bench_function("mint", |b| {
+        b.iter(|| black_box(codec.mint("bench", "note", black_box("notes/row-000041"), None)))
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("preview");
+    g.bench_function("direct", |b| {
+        b.iter_batched(
+            args,
+            |a| black_box(call(&r, &caller, "add_note", a).is_ok()),
+            BatchSize::SmallInput,
+        )
+    });
+    g.bench_function("preview_then_commit", |b| {
+        b.iter_batched(
+            || (args(), args()),
+            |(a, mut commit)| {
+                let preview = call(&r, &caller, "add_note_previewed", a).expect("preview");
+                let token = preview
+                    .structured
+                    .and_then(|s| s.get(COMMIT_TOKEN_FIELD).cloned())
+                    .expect("token");
+                commit[COMMIT_TOKEN_FIELD] = token;
+                black_box(call(&r, &caller, "add_note_previewed", commit).is_ok())
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(std::time::Duration::from_secs(1))
+        .measurement_time(std::time::Duration::from_secs(3));
+    targets = bench
+}
+criterion_main!(benches);
