@@ -6,7 +6,8 @@
 //! This module registers every fixture the scored scenarios of both requirement sets
 //! (2025-11-25 and 2026-07-28) ask for, plus the diagnostic hooks of `server-stateless`
 //! (`test_missing_capability`, `test_logging_tool`, `test_trigger_tool_change`, ...), using only
-//! kberg-core registries and `ToolContext`: no rmcp type appears here. Whatever the suite
+//! kberg-core registries, `ToolContext` and kberg-server's `input::ask` (named and
+//! simultaneous questions): no rmcp type appears here. Whatever the suite
 //! checks beyond the fixtures (sessions, `_meta` validation, caching hints, DNS-rebinding
 //! protection) is kberg-server's job, which is the point of running it.
 //!
@@ -20,17 +21,17 @@ use std::time::Duration;
 use base64::Engine as _;
 use kberg_core::{
     Content, CoreError, PromptArgument, PromptMessage, PromptRegistry, PromptResult, PromptSpec,
-    ResourceContents, ResourceDescriptor, ResourceError, ResourceRegistry, ResourceTemplate,
-    Role, ToolBuilder, ToolContext, ToolError, ToolOutput, ToolRegistry, reader_fn,
+    ResourceContents, ResourceDescriptor, ResourceError, ResourceRegistry, ResourceTemplate, Role,
+    ToolBuilder, ToolContext, ToolError, ToolOutput, ToolRegistry, reader_fn,
 };
 use kberg_server::McpApp;
+use kberg_server::input::{Question, ask};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// A 1x1 red PNG, as the suite's descriptions suggest ("a minimal test image").
-pub const TEST_IMAGE_BASE64: &str =
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+pub const TEST_IMAGE_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
 
 /// A minimal WAV file (header and two bytes of silence).
 pub const TEST_AUDIO_BASE64: &str = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA=";
@@ -73,7 +74,8 @@ fn sampled_text(result: &Value) -> String {
         Value::Array(blocks) => blocks.iter().find_map(|b| b["text"].as_str()),
         other => other["text"].as_str(),
     };
-    text.unwrap_or("(no text in the sampling result)").to_string()
+    text.unwrap_or("(no text in the sampling result)")
+        .to_string()
 }
 
 /// `action=..., content={...}` of an elicitation result.
@@ -100,7 +102,9 @@ fn content_tools(tools: &ToolRegistry) -> Result<(), CoreError> {
         ToolBuilder::new("test_simple_text")
             .description("Tests simple text content response")
             .raw_handler(no_args(), |_a, _c| async {
-                Ok(ToolOutput::text("This is a simple text response for testing."))
+                Ok(ToolOutput::text(
+                    "This is a simple text response for testing.",
+                ))
             }),
     )?;
     tools.register(
@@ -200,11 +204,13 @@ pub fn json_schema_2020_12() -> Value {
 
 fn notifying_tools(tools: &ToolRegistry) -> Result<(), CoreError> {
     async fn three_logs(ctx: &ToolContext) -> Result<(), ToolError> {
-        ctx.log("info", None, json!("Tool execution started")).await?;
+        ctx.log("info", None, json!("Tool execution started"))
+            .await?;
         pause(50).await;
         ctx.log("info", None, json!("Tool processing data")).await?;
         pause(50).await;
-        ctx.log("info", None, json!("Tool execution completed")).await?;
+        ctx.log("info", None, json!("Tool execution completed"))
+            .await?;
         Ok(())
     }
     tools.register(
@@ -273,7 +279,10 @@ fn client_request_tools(tools: &ToolRegistry) -> Result<(), CoreError> {
                         }),
                     )
                     .await?;
-                Ok(ToolOutput::text(format!("User response: {}", elicited(&result))))
+                Ok(ToolOutput::text(format!(
+                    "User response: {}",
+                    elicited(&result)
+                )))
             }),
     )?;
     tools.register(
@@ -404,8 +413,20 @@ fn input_required_tools(tools: &ToolRegistry) -> Result<(), CoreError> {
         ToolBuilder::new("test_input_required_result_elicitation")
             .description("Asks the user's name, then greets them")
             .raw_handler(no_args(), |_a, ctx| async move {
-                let r = ctx.elicit("What is your name?", name_schema("name")).await?;
-                let name = r["content"]["name"].as_str().unwrap_or("stranger");
+                // A named question: the suite answers under the key it was asked with.
+                let answers = ask(
+                    &ctx,
+                    vec![Question::elicit(
+                        "user_name",
+                        "What is your name?",
+                        name_schema("name"),
+                    )],
+                )
+                .await?;
+                let name = answers
+                    .get("user_name")
+                    .and_then(|r| r["content"]["name"].as_str())
+                    .unwrap_or("stranger");
                 Ok(ToolOutput::text(format!("Hello, {name}!")))
             }),
     )?;
@@ -431,7 +452,10 @@ fn input_required_tools(tools: &ToolRegistry) -> Result<(), CoreError> {
                     .as_array()
                     .map(|a| a.iter().filter_map(|x| x["uri"].as_str()).collect())
                     .unwrap_or_default();
-                Ok(ToolOutput::text(format!("Client roots: {}", uris.join(", "))))
+                Ok(ToolOutput::text(format!(
+                    "Client roots: {}",
+                    uris.join(", ")
+                )))
             }),
     )?;
     tools.register(
@@ -452,20 +476,32 @@ fn input_required_tools(tools: &ToolRegistry) -> Result<(), CoreError> {
         ToolBuilder::new("test_input_required_result_multiple_inputs")
             .description("Asks for a name, a greeting from the model and the client's roots")
             .raw_handler(no_args(), |_a, ctx| async move {
-                let name = ctx.elicit("What is your name?", name_schema("name")).await?;
-                let greeting = ctx
-                    .sample(json!({
-                        "messages": [{"role": "user", "content": {"type": "text", "text": "Generate a greeting"}}],
-                        "maxTokens": 50
-                    }))
-                    .await?;
-                let roots = ctx.roots().await?;
-                let count = roots["roots"].as_array().map_or(0, Vec::len);
-                Ok(ToolOutput::text(format!(
-                    "{} {}; {count} root(s)",
-                    sampled_text(&greeting),
-                    name["content"]["name"].as_str().unwrap_or("stranger"),
-                )))
+                // Three questions at once: one round trip on 2026-07-28.
+                let answers = ask(
+                    &ctx,
+                    vec![
+                        Question::elicit("user_name", "What is your name?", name_schema("name")),
+                        Question::sample(
+                            "greeting",
+                            json!({
+                                "messages": [{"role": "user", "content": {"type": "text", "text": "Generate a greeting"}}],
+                                "maxTokens": 50
+                            }),
+                        ),
+                        Question::roots("client_roots"),
+                    ],
+                )
+                .await?;
+                let name = answers
+                    .get("user_name")
+                    .and_then(|r| r["content"]["name"].as_str())
+                    .unwrap_or("stranger");
+                let greeting = answers.get("greeting").map(sampled_text).unwrap_or_default();
+                let count = answers
+                    .get("client_roots")
+                    .and_then(|r| r["roots"].as_array())
+                    .map_or(0, Vec::len);
+                Ok(ToolOutput::text(format!("{greeting} {name}; {count} root(s)")))
             }),
     )?;
     tools.register(
@@ -608,10 +644,12 @@ fn resources(resources: &ResourceRegistry) -> Result<Arc<AtomicU64>, CoreError> 
             .description("A resource template with parameter substitution")
             .mime_type("application/json"),
         reader_fn(|uri, vars| async move {
-            let id = vars.get("id").cloned().ok_or_else(|| ResourceError::NotFound {
-                uri: uri.clone(),
-            })?;
-            let body = json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")});
+            let id = vars
+                .get("id")
+                .cloned()
+                .ok_or_else(|| ResourceError::NotFound { uri: uri.clone() })?;
+            let body =
+                json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")});
             Ok(vec![ResourceContents::text(
                 uri,
                 Some("application/json"),
@@ -652,13 +690,16 @@ fn prompts(prompts: &PromptRegistry) -> Result<(), CoreError> {
         },
     )?;
     prompts.register(
-        PromptSpec::new("test_prompt_with_arguments", "A prompt with required arguments")
-            .title("Prompt With Arguments")
-            .argument(
-                PromptArgument::required("arg1", "First test argument")
-                    .with_completions(["paris", "park", "party", "test", "testing"]),
-            )
-            .argument(PromptArgument::required("arg2", "Second test argument")),
+        PromptSpec::new(
+            "test_prompt_with_arguments",
+            "A prompt with required arguments",
+        )
+        .title("Prompt With Arguments")
+        .argument(
+            PromptArgument::required("arg1", "First test argument")
+                .with_completions(["paris", "park", "party", "test", "testing"]),
+        )
+        .argument(PromptArgument::required("arg2", "Second test argument")),
         |args| async move {
             let arg1 = args.get("arg1").cloned().unwrap_or_default();
             let arg2 = args.get("arg2").cloned().unwrap_or_default();
@@ -699,8 +740,11 @@ fn prompts(prompts: &PromptRegistry) -> Result<(), CoreError> {
         },
     )?;
     prompts.register(
-        PromptSpec::new("test_prompt_with_image", "A prompt that includes image content")
-            .title("Prompt With Image"),
+        PromptSpec::new(
+            "test_prompt_with_image",
+            "A prompt that includes image content",
+        )
+        .title("Prompt With Image"),
         |_args| async {
             Ok(PromptResult {
                 description: None,
@@ -770,19 +814,37 @@ mod tests {
         let caller = Caller::new(Principal::new("t"));
         let tools = c.app.tools();
         let out = tools
-            .call(&caller, "test_simple_text", json!({}), CallOptions::default())
+            .call(
+                &caller,
+                "test_simple_text",
+                json!({}),
+                CallOptions::default(),
+            )
             .await
             .expect("simple text runs");
-        assert_eq!(out.all_text(), "This is a simple text response for testing.");
+        assert_eq!(
+            out.all_text(),
+            "This is a simple text response for testing."
+        );
         let err = tools
-            .call(&caller, "test_error_handling", json!({}), CallOptions::default())
+            .call(
+                &caller,
+                "test_error_handling",
+                json!({}),
+                CallOptions::default(),
+            )
             .await
             .expect_err("the error fixture fails");
         assert!(err.to_string().contains("intentionally"), "{err}");
         // Without a client channel a tool that needs sampling cannot run.
         assert!(
             tools
-                .call(&caller, "test_sampling", json!({"prompt": "hi"}), CallOptions::default())
+                .call(
+                    &caller,
+                    "test_sampling",
+                    json!({"prompt": "hi"}),
+                    CallOptions::default()
+                )
                 .await
                 .is_err()
         );
@@ -797,12 +859,22 @@ mod tests {
         let tools = c.app.tools();
         assert!(tools.spec(DYNAMIC_TOOL).is_none());
         tools
-            .call(&caller, "test_trigger_tool_change", json!({}), CallOptions::default())
+            .call(
+                &caller,
+                "test_trigger_tool_change",
+                json!({}),
+                CallOptions::default(),
+            )
             .await
             .expect("trigger runs");
         assert!(tools.spec(DYNAMIC_TOOL).is_some());
         tools
-            .call(&caller, "test_trigger_tool_change", json!({}), CallOptions::default())
+            .call(
+                &caller,
+                "test_trigger_tool_change",
+                json!({}),
+                CallOptions::default(),
+            )
             .await
             .expect("trigger runs");
         assert!(tools.spec(DYNAMIC_TOOL).is_none());
@@ -835,6 +907,12 @@ mod tests {
             p.messages[0].content,
             Content::text("Prompt with arguments: arg1='hello', arg2='world'")
         );
-        assert!(c.app.prompts().get("test_prompt_with_arguments", Default::default()).await.is_err());
+        assert!(
+            c.app
+                .prompts()
+                .get("test_prompt_with_arguments", Default::default())
+                .await
+                .is_err()
+        );
     }
 }

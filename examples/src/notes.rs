@@ -25,8 +25,7 @@ use std::time::Duration;
 use kberg_core::{
     CoreError, Grants, Principal, PromptArgument, PromptMessage, PromptRegistry, PromptResult,
     PromptSpec, ResourceContents, ResourceDescriptor, ResourceError, ResourceRegistry,
-    ResourceTemplate, ToolBuilder, ToolError, ToolOutput, ToolRegistry, WriteCapability,
-    reader_fn,
+    ResourceTemplate, ToolBuilder, ToolError, ToolOutput, ToolRegistry, WriteCapability, reader_fn,
 };
 use kberg_server::{BearerTokens, McpApp};
 use schemars::JsonSchema;
@@ -164,17 +163,20 @@ fn tools(state: &Arc<NotesState>, resources: &ResourceRegistry) -> Result<ToolRe
         ToolBuilder::new("list_notes")
             .description("List every note (id and title).")
             .small_model_safe()
-            .raw_handler(json!({"type": "object", "properties": {}}), move |_a, _c| {
-                let s = Arc::clone(&s);
-                async move {
-                    let list: Vec<_> = s
-                        .all()
-                        .into_iter()
-                        .map(|n| json!({"id": n.id, "title": n.title}))
-                        .collect();
-                    ToolOutput::json(&json!({"notes": list}))
-                }
-            }),
+            .raw_handler(
+                json!({"type": "object", "properties": {}}),
+                move |_a, _c| {
+                    let s = Arc::clone(&s);
+                    async move {
+                        let list: Vec<_> = s
+                            .all()
+                            .into_iter()
+                            .map(|n| json!({"id": n.id, "title": n.title}))
+                            .collect();
+                        ToolOutput::json(&json!({"notes": list}))
+                    }
+                },
+            ),
     )?;
     let s = Arc::clone(state);
     tools.register(
@@ -256,10 +258,13 @@ fn tools(state: &Arc<NotesState>, resources: &ResourceRegistry) -> Result<ToolRe
     tools.register(
         ToolBuilder::new("cancellations")
             .description("How many slow_count calls saw their cancellation.")
-            .raw_handler(json!({"type": "object", "properties": {}}), move |_a, _c| {
-                let s = Arc::clone(&s);
-                async move { ToolOutput::json(&json!({"cancellations": s.cancellations()})) }
-            }),
+            .raw_handler(
+                json!({"type": "object", "properties": {}}),
+                move |_a, _c| {
+                    let s = Arc::clone(&s);
+                    async move { ToolOutput::json(&json!({"cancellations": s.cancellations()})) }
+                },
+            ),
     )?;
     Ok(tools)
 }
@@ -278,7 +283,11 @@ fn resources(state: &Arc<NotesState>) -> Result<ResourceRegistry, CoreError> {
                     uri: uri.clone(),
                     message: e.to_string(),
                 })?;
-                Ok(vec![ResourceContents::text(uri, Some("application/json"), body)])
+                Ok(vec![ResourceContents::text(
+                    uri,
+                    Some("application/json"),
+                    body,
+                )])
             }
         }),
     )?;
@@ -292,7 +301,11 @@ fn resources(state: &Arc<NotesState>) -> Result<ResourceRegistry, CoreError> {
             async move {
                 let note = note.ok_or_else(|| ResourceError::NotFound { uri: uri.clone() })?;
                 let body = json!(note).to_string();
-                Ok(vec![ResourceContents::text(uri, Some("application/json"), body)])
+                Ok(vec![ResourceContents::text(
+                    uri,
+                    Some("application/json"),
+                    body,
+                )])
             }
         }),
     )?;
@@ -303,15 +316,20 @@ fn prompts(state: &Arc<NotesState>) -> Result<PromptRegistry, CoreError> {
     let prompts = PromptRegistry::new();
     let s = Arc::clone(state);
     prompts.register(
-        PromptSpec::new("summarize_notes", "Ask for a summary of every note")
-            .argument(
-                PromptArgument::optional("style", "How to summarize")
-                    .with_completions(["brief", "bullet points", "detailed"]),
-            ),
+        PromptSpec::new("summarize_notes", "Ask for a summary of every note").argument(
+            PromptArgument::optional("style", "How to summarize").with_completions([
+                "brief",
+                "bullet points",
+                "detailed",
+            ]),
+        ),
         move |args| {
             let notes = s.all();
             async move {
-                let style = args.get("style").map_or("brief", String::as_str).to_string();
+                let style = args
+                    .get("style")
+                    .map_or("brief", String::as_str)
+                    .to_string();
                 let titles: Vec<String> = notes.into_iter().map(|n| n.title).collect();
                 Ok(PromptResult {
                     description: Some("A summary request".into()),
@@ -445,6 +463,10 @@ mod tests {
         cancel.cancel();
         let r = call.await.expect("joins");
         assert!(r.is_err());
-        assert_eq!(n.state.cancellations(), 1, "the tool observed its cancellation");
+        assert_eq!(
+            n.state.cancellations(),
+            1,
+            "the tool observed its cancellation"
+        );
     }
 }

@@ -14,12 +14,16 @@ use common::{repo_root, run_client, tool, tools_dir};
 
 async fn run_suite(revision: &str, scored: usize) {
     tool("node/node_modules/@modelcontextprotocol/conformance/dist/index.js");
-    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("conformance-{revision}"));
+    let out =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("conformance-{revision}"));
     let script = repo_root().join("scripts/conformance.sh");
     let run = run_client(
         "/usr/bin/env".into(),
         vec![
-            format!("KBERG_CONFORMANCE_BIN={}", env!("CARGO_BIN_EXE_kberg-conformance")),
+            format!(
+                "KBERG_CONFORMANCE_BIN={}",
+                env!("CARGO_BIN_EXE_kberg-conformance")
+            ),
             format!("KBERG_TOOLS_DIR={}", tools_dir().display()),
             format!("KBERG_CONFORMANCE_OUT={}", out.display()),
             "bash".into(),

@@ -43,7 +43,12 @@ async fn over_http(mode: &str) -> common::ClientRun {
 async fn over_stdio(mode: &str) -> common::ClientRun {
     let run = run_client(
         tool("venv/bin/python"),
-        python_args(&["--stdio", env!("CARGO_BIN_EXE_kberg-interop"), "--mode", mode]),
+        python_args(&[
+            "--stdio",
+            env!("CARGO_BIN_EXE_kberg-interop"),
+            "--mode",
+            mode,
+        ]),
         DEADLINE,
     )
     .await;

@@ -9,8 +9,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use kberg_server::{HttpConfig, HttpServer};
-use tokio::process::Command;
 use stop::Stop;
+use tokio::process::Command;
 
 /// Where `scripts/install-tools.sh` put the tools: `$KBERG_TOOLS_DIR`, or `<repo>/.tools`.
 pub fn tools_dir() -> PathBuf {
@@ -149,7 +149,10 @@ pub async fn run_client(program: PathBuf, args: Vec<String>, deadline: Duration)
                     .args(["-TERM", "--", &format!("-{pid}")])
                     .status();
             }
-            panic!("{} {args:?} did not finish in {deadline:?}", program.display());
+            panic!(
+                "{} {args:?} did not finish in {deadline:?}",
+                program.display()
+            );
         }
     };
     ClientRun {
