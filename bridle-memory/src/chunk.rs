@@ -133,7 +133,9 @@ pub fn chunk_file(path: &str, text: &str, config: &ChunkConfig) -> Vec<Chunk> {
     let config = ChunkConfig {
         max_lines: config.max_lines.max(1),
         window_lines: config.window_lines.max(1),
-        overlap_lines: config.overlap_lines.min(config.window_lines.saturating_sub(1)),
+        overlap_lines: config
+            .overlap_lines
+            .min(config.window_lines.saturating_sub(1)),
     };
     let items = match Language::of_path(path) {
         Some(Language::Python) => python_items(&lines),
@@ -245,7 +247,7 @@ impl BraceLexer {
                 continue;
             }
             if let Some(q) = self.in_string {
-                if c == '\\' && q != '`' || c == '\\' && q == '`' {
+                if c == '\\' {
                     i += 2;
                     continue;
                 }
@@ -294,7 +296,9 @@ impl BraceLexer {
         }
         // Ordinary quotes do not span lines in these languages (Rust strings may; keep them
         // open only there and for template literals).
-        if matches!(self.in_string, Some('\'')) || (lang != Language::Rust && self.in_string == Some('"')) {
+        if matches!(self.in_string, Some('\''))
+            || (lang != Language::Rust && self.in_string == Some('"'))
+        {
             self.in_string = None;
         }
         last
@@ -324,7 +328,9 @@ fn brace_items(lines: &[&str], lang: Language) -> Vec<(usize, usize, ChunkType)>
             && lex.in_string.is_none()
             && head.is_some()
             && (matches!(last, Some('}') | Some(';'))
-                || (lang == Language::Go || lang == Language::JavaScript || lang == Language::TypeScript)
+                || (lang == Language::Go
+                    || lang == Language::JavaScript
+                    || lang == Language::TypeScript)
                     && depth_before <= 0
                     && last.is_some());
         if closed {
@@ -379,9 +385,6 @@ fn python_items(lines: &[&str]) -> Vec<(usize, usize, ChunkType)> {
             }
         } else if current.is_none() && pending.is_none() && !t.is_empty() {
             current = Some((i, ChunkType::Block));
-        }
-        if !t.is_empty() && !line.starts_with([' ', '\t']) && open_brackets <= 0 && !(t.starts_with('#') || t.starts_with('@')) {
-            pending = None;
         }
         for c in t.chars() {
             match c {
@@ -442,7 +445,11 @@ fn classify(line: &str, lang: Language) -> ChunkType {
         Language::JavaScript | Language::TypeScript => {
             if has("function") || has("function*") || line.contains("=>") {
                 ChunkType::Function
-            } else if has("class") || has("interface") || has("enum") || (has("type") && line.contains('=')) {
+            } else if has("class")
+                || has("interface")
+                || has("enum")
+                || (has("type") && line.contains('='))
+            {
                 ChunkType::Type
             } else if has("namespace") || has("module") {
                 ChunkType::Module
@@ -459,7 +466,10 @@ mod tests {
     use super::*;
 
     fn kinds(chunks: &[Chunk]) -> Vec<(ChunkType, usize, usize)> {
-        chunks.iter().map(|c| (c.chunk_type, c.start_line, c.end_line)).collect()
+        chunks
+            .iter()
+            .map(|c| (c.chunk_type, c.start_line, c.end_line))
+            .collect()
     }
 
     #[test]
@@ -511,7 +521,11 @@ mod inner {
         let c = chunk_file("main.go", go, &ChunkConfig::default());
         assert_eq!(
             kinds(&c),
-            vec![(ChunkType::Block, 1, 3), (ChunkType::Type, 5, 7), (ChunkType::Function, 9, 11)]
+            vec![
+                (ChunkType::Block, 1, 3),
+                (ChunkType::Type, 5, 7),
+                (ChunkType::Function, 9, 11)
+            ]
         );
         let ts = "import { x } from './x';\n\nexport interface Repo {\n  id: number;\n}\n\nexport const load = async (id: number) => {\n  return `${id}}`;\n};\n\nexport class Service {\n  run() { return 1; }\n}\n";
         let c = chunk_file("a.ts", ts, &ChunkConfig::default());
@@ -545,14 +559,26 @@ mod inner {
     fn long_items_and_unknown_files_are_cut() {
         let body: String = (0..50).map(|i| format!("    let x{i} = {i};\n")).collect();
         let src = format!("fn big() {{\n{body}}}\n");
-        let cfg = ChunkConfig { max_lines: 20, window_lines: 10, overlap_lines: 3 };
+        let cfg = ChunkConfig {
+            max_lines: 20,
+            window_lines: 10,
+            overlap_lines: 3,
+        };
         let c = chunk_file("a.rs", &src, &cfg);
         assert_eq!(c.len(), 3);
         assert!(c.iter().all(|c| c.chunk_type == ChunkType::Function));
         assert_eq!(c[2].end_line, 52);
         let md: String = (0..25).map(|i| format!("line {i}\n")).collect();
         let w = chunk_file("README.md", &md, &cfg);
-        assert_eq!(kinds(&w), vec![(ChunkType::Window, 1, 10), (ChunkType::Window, 8, 17), (ChunkType::Window, 15, 24), (ChunkType::Window, 22, 25)]);
+        assert_eq!(
+            kinds(&w),
+            vec![
+                (ChunkType::Window, 1, 10),
+                (ChunkType::Window, 8, 17),
+                (ChunkType::Window, 15, 24),
+                (ChunkType::Window, 22, 25)
+            ]
+        );
     }
 
     #[test]

@@ -66,7 +66,9 @@ pub async fn open_store(config: &StoreConfig) -> Result<Arc<dyn VectorStore>> {
             Ok(Arc::new(store))
         }
         #[cfg(feature = "qdrant")]
-        StoreConfig::Qdrant(q) => Ok(Arc::new(crate::store::qdrant::QdrantStore::connect(q.clone())?)),
+        StoreConfig::Qdrant(q) => Ok(Arc::new(crate::store::qdrant::QdrantStore::connect(
+            q.clone(),
+        )?)),
     }
 }
 
@@ -86,7 +88,8 @@ pub async fn connect_embedder(config: &EmbedderConfig) -> Result<Arc<dyn Embedde
         #[cfg(not(feature = "local-embed"))]
         EmbedderConfig::Local { path } => Err(MemoryError::ModelLoad {
             path: path.display().to_string(),
-            reason: "this build has no in-process embedder (enable the `local-embed` feature)".into(),
+            reason: "this build has no in-process embedder (enable the `local-embed` feature)"
+                .into(),
         }),
     }
 }
@@ -109,7 +112,11 @@ impl MemoryService {
     }
 
     /// Builds both halves over an existing store and embedder.
-    pub fn with(store: Arc<dyn VectorStore>, embedder: Arc<dyn Embedder>, patterns: PatternIndexConfig) -> Self {
+    pub fn with(
+        store: Arc<dyn VectorStore>,
+        embedder: Arc<dyn Embedder>,
+        patterns: PatternIndexConfig,
+    ) -> Self {
         Self {
             session: Arc::new(SessionMemory::new(store.clone(), embedder.clone())),
             patterns: Arc::new(PatternIndex::with_config(store, embedder, patterns)),

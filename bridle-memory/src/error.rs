@@ -65,7 +65,9 @@ pub enum MemoryError {
         reason: String,
     },
     /// A repository with no file worth indexing.
-    #[error("the repository {source_repo} has no indexable files (code or text, not vendored, generated or binary)")]
+    #[error(
+        "the repository {source_repo} has no indexable files (code or text, not vendored, generated or binary)"
+    )]
     NothingToIndex {
         /// The URL or path given.
         source_repo: String,

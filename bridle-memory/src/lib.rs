@@ -25,14 +25,16 @@ pub mod store;
 mod time;
 pub mod tools;
 
-pub use embed::{ConstantEmbedder, Embedder, HttpEmbedderConfig, OllamaEmbedder, OpenAiEmbedder};
+pub use config::{
+    EmbedderConfig, MemoryConfig, MemoryService, StoreConfig, connect_embedder, open_store,
+};
 #[cfg(feature = "local-embed")]
 pub use embed::LocalEmbedder;
-pub use config::{EmbedderConfig, MemoryConfig, MemoryService, StoreConfig, connect_embedder, open_store};
+pub use embed::{ConstantEmbedder, Embedder, HttpEmbedderConfig, OllamaEmbedder, OpenAiEmbedder};
 pub use error::{MemoryError, Result};
 pub use patterns::{
-    ExampleRepo, IndexReport, IndexedExample, NoProgress, PatternHit, PatternIndex, PatternIndexConfig, Progress,
-    ProgressEvent,
+    ExampleRepo, IndexReport, IndexedExample, NoProgress, PatternHit, PatternIndex,
+    PatternIndexConfig, Progress, ProgressEvent,
 };
 pub use session::{Memory, MemoryFilter, NewMemory, RecallHit, SessionMemory};
 pub use store::embedded::EmbeddedStore;

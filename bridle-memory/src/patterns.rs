@@ -87,7 +87,9 @@ impl ProgressEvent {
     pub fn message(&self) -> String {
         match self {
             ProgressEvent::Fetching { source } => format!("fetching {source}"),
-            ProgressEvent::Chunked { files, chunks } => format!("{chunks} chunks from {files} files"),
+            ProgressEvent::Chunked { files, chunks } => {
+                format!("{chunks} chunks from {files} files")
+            }
             ProgressEvent::Embedded { done, total } => format!("embedded {done}/{total} chunks"),
             ProgressEvent::Storing { chunks } => format!("storing {chunks} chunks"),
         }
@@ -214,16 +216,23 @@ impl std::fmt::Debug for PatternIndex {
 
 fn check_tag(what: &str, tag: &str) -> Result<()> {
     if tag.trim().is_empty() {
-        return Err(MemoryError::InvalidInput(format!("{what} must not be empty")));
+        return Err(MemoryError::InvalidInput(format!(
+            "{what} must not be empty"
+        )));
     }
     if tag.len() > 200 {
-        return Err(MemoryError::InvalidInput(format!("{what} must be at most 200 characters")));
+        return Err(MemoryError::InvalidInput(format!(
+            "{what} must be at most 200 characters"
+        )));
     }
     Ok(())
 }
 
 fn text(p: &Payload, key: &str) -> String {
-    p.get(key).and_then(Value::as_str).unwrap_or_default().to_string()
+    p.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
 impl PatternIndex {
@@ -233,8 +242,16 @@ impl PatternIndex {
     }
 
     /// An index with explicit settings.
-    pub fn with_config(store: Arc<dyn VectorStore>, embedder: Arc<dyn Embedder>, config: PatternIndexConfig) -> Self {
-        Self { store, embedder, config }
+    pub fn with_config(
+        store: Arc<dyn VectorStore>,
+        embedder: Arc<dyn Embedder>,
+        config: PatternIndexConfig,
+    ) -> Self {
+        Self {
+            store,
+            embedder,
+            config,
+        }
     }
 
     /// The settings.
@@ -244,7 +261,10 @@ impl PatternIndex {
 
     async fn ensure(&self) -> Result<()> {
         self.store
-            .ensure_collection(&self.config.collection, CollectionConfig::cosine(self.embedder.dimension()))
+            .ensure_collection(
+                &self.config.collection,
+                CollectionConfig::cosine(self.embedder.dimension()),
+            )
             .await
     }
 
@@ -253,7 +273,11 @@ impl PatternIndex {
         check_tag("reference_tag", &repo.reference_tag)?;
         check_tag("arch_tag", &repo.arch_tag)?;
         self.ensure().await?;
-        progress.report(ProgressEvent::Fetching { source: repo.url.clone() }).await;
+        progress
+            .report(ProgressEvent::Fetching {
+                source: repo.url.clone(),
+            })
+            .await;
         let checkout = fetch(&repo.url, self.config.clone_timeout).await?;
         let root = checkout.root().to_path_buf();
         let rules = self.config.files.clone();
@@ -272,18 +296,33 @@ impl PatternIndex {
         .map_err(|e| MemoryError::Store(format!("the chunking worker stopped: {e}")))??;
         drop(checkout);
         if chunks.is_empty() {
-            return Err(MemoryError::NothingToIndex { source_repo: repo.url.clone() });
+            return Err(MemoryError::NothingToIndex {
+                source_repo: repo.url.clone(),
+            });
         }
-        progress.report(ProgressEvent::Chunked { files, chunks: chunks.len() }).await;
+        progress
+            .report(ProgressEvent::Chunked {
+                files,
+                chunks: chunks.len(),
+            })
+            .await;
         let total = chunks.len();
         let mut vectors = Vec::with_capacity(total);
         for batch in chunks.chunks(self.config.batch_size.max(1)) {
             // The path gives the model context the snippet alone lacks.
-            let texts: Vec<String> = batch.iter().map(|(p, c)| format!("{p}\n{}", c.text)).collect();
+            let texts: Vec<String> = batch
+                .iter()
+                .map(|(p, c)| format!("{p}\n{}", c.text))
+                .collect();
             let v = self.embedder.embed(&texts).await?;
             super::embed::check_vectors(self.embedder.dimension(), texts.len(), &v)?;
             vectors.extend(v);
-            progress.report(ProgressEvent::Embedded { done: vectors.len(), total }).await;
+            progress
+                .report(ProgressEvent::Embedded {
+                    done: vectors.len(),
+                    total,
+                })
+                .await;
         }
         let last_indexed = rfc3339(unix_now());
         let source = repo.url.trim().to_string();
@@ -307,17 +346,28 @@ impl PatternIndex {
                 payload.insert("embedding_model".into(), json!(self.embedder.model()));
                 payload.insert("text".into(), json!(c.text));
                 Point {
-                    id: stable_id(&[&repo.reference_tag, &path, &c.start_line.to_string(), &n.to_string()]),
+                    id: stable_id(&[
+                        &repo.reference_tag,
+                        &path,
+                        &c.start_line.to_string(),
+                        &n.to_string(),
+                    ]),
                     vector,
                     payload,
                 }
             })
             .collect();
         let count = points.len();
-        progress.report(ProgressEvent::Storing { chunks: count }).await;
+        progress
+            .report(ProgressEvent::Storing { chunks: count })
+            .await;
         let replaced = self
             .store
-            .replace(&self.config.collection, &Filter::eq("reference_tag", repo.reference_tag.as_str()), points)
+            .replace(
+                &self.config.collection,
+                &Filter::eq("reference_tag", repo.reference_tag.as_str()),
+                points,
+            )
             .await?;
         tracing::info!(tag = %repo.reference_tag, files, chunks = count, replaced, "indexed pattern example");
         Ok(IndexReport {
@@ -334,14 +384,27 @@ impl PatternIndex {
     /// The example stored under `reference_tag`, read back from its chunks.
     pub async fn example(&self, reference_tag: &str) -> Result<ExampleRepo> {
         check_tag("reference_tag", reference_tag)?;
-        if self.store.collection(&self.config.collection).await?.is_none() {
+        if self
+            .store
+            .collection(&self.config.collection)
+            .await?
+            .is_none()
+        {
             return Err(MemoryError::UnknownTag(reference_tag.to_string()));
         }
         let (first, _) = self
             .store
-            .scroll(&self.config.collection, Some(&Filter::eq("reference_tag", reference_tag)), None, 1)
+            .scroll(
+                &self.config.collection,
+                Some(&Filter::eq("reference_tag", reference_tag)),
+                None,
+                1,
+            )
             .await?;
-        let r = first.into_iter().next().ok_or_else(|| MemoryError::UnknownTag(reference_tag.to_string()))?;
+        let r = first
+            .into_iter()
+            .next()
+            .ok_or_else(|| MemoryError::UnknownTag(reference_tag.to_string()))?;
         Ok(ExampleRepo {
             url: text(&r.payload, "source_repo"),
             reference_tag: reference_tag.to_string(),
@@ -351,25 +414,48 @@ impl PatternIndex {
 
     /// Re-runs fetch → chunk → embed → store for a tag already indexed, from the source recorded
     /// with it. An unknown tag answers [`MemoryError::UnknownTag`].
-    pub async fn refresh(&self, reference_tag: &str, progress: &dyn Progress) -> Result<IndexReport> {
+    pub async fn refresh(
+        &self,
+        reference_tag: &str,
+        progress: &dyn Progress,
+    ) -> Result<IndexReport> {
         let repo = self.example(reference_tag).await?;
         self.index(&repo, progress).await
     }
 
     /// Semantic search, optionally within one pattern.
-    pub async fn search(&self, query: &str, arch_tag: Option<&str>, limit: usize) -> Result<Vec<PatternHit>> {
+    pub async fn search(
+        &self,
+        query: &str,
+        arch_tag: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<PatternHit>> {
         if query.trim().is_empty() {
-            return Err(MemoryError::InvalidInput("the query must not be empty".into()));
+            return Err(MemoryError::InvalidInput(
+                "the query must not be empty".into(),
+            ));
         }
-        if self.store.collection(&self.config.collection).await?.is_none() {
+        if self
+            .store
+            .collection(&self.config.collection)
+            .await?
+            .is_none()
+        {
             return Ok(Vec::new());
         }
         let v = self.embedder.embed(&[query.to_string()]).await?;
         super::embed::check_vectors(self.embedder.dimension(), 1, &v)?;
-        let filter = arch_tag.filter(|t| !t.is_empty()).map(|t| Filter::eq("arch_tag", t));
+        let filter = arch_tag
+            .filter(|t| !t.is_empty())
+            .map(|t| Filter::eq("arch_tag", t));
         let hits = self
             .store
-            .search(&self.config.collection, &v[0], filter.as_ref(), limit.clamp(1, 100))
+            .search(
+                &self.config.collection,
+                &v[0],
+                filter.as_ref(),
+                limit.clamp(1, 100),
+            )
             .await?;
         Ok(hits
             .into_iter()
@@ -394,12 +480,20 @@ impl PatternIndex {
     /// [`MemoryError::UnknownTag`].
     pub async fn purge(&self, reference_tag: &str) -> Result<u64> {
         check_tag("reference_tag", reference_tag)?;
-        if self.store.collection(&self.config.collection).await?.is_none() {
+        if self
+            .store
+            .collection(&self.config.collection)
+            .await?
+            .is_none()
+        {
             return Err(MemoryError::UnknownTag(reference_tag.to_string()));
         }
         let n = self
             .store
-            .delete(&self.config.collection, &Filter::eq("reference_tag", reference_tag))
+            .delete(
+                &self.config.collection,
+                &Filter::eq("reference_tag", reference_tag),
+            )
             .await?;
         if n == 0 {
             return Err(MemoryError::UnknownTag(reference_tag.to_string()));
@@ -409,13 +503,21 @@ impl PatternIndex {
 
     /// Every indexed example with its chunk count, sorted by tag.
     pub async fn examples(&self) -> Result<Vec<IndexedExample>> {
-        if self.store.collection(&self.config.collection).await?.is_none() {
+        if self
+            .store
+            .collection(&self.config.collection)
+            .await?
+            .is_none()
+        {
             return Ok(Vec::new());
         }
         let mut by_tag: std::collections::BTreeMap<String, IndexedExample> = Default::default();
         let mut offset = None;
         loop {
-            let (page, next) = self.store.scroll(&self.config.collection, None, offset, 1000).await?;
+            let (page, next) = self
+                .store
+                .scroll(&self.config.collection, None, offset, 1000)
+                .await?;
             for r in page {
                 let tag = text(&r.payload, "reference_tag");
                 let e = by_tag.entry(tag.clone()).or_insert_with(|| IndexedExample {

@@ -46,7 +46,9 @@ pub async fn fetch(source: &str, timeout: Duration) -> Result<Checkout> {
     };
     let trimmed = source.trim();
     if trimmed.is_empty() {
-        return Err(MemoryError::InvalidInput("a repository URL or path is required".into()));
+        return Err(MemoryError::InvalidInput(
+            "a repository URL or path is required".into(),
+        ));
     }
     if !is_remote(trimmed) {
         let path = Path::new(trimmed);
@@ -56,11 +58,15 @@ pub async fn fetch(source: &str, timeout: Duration) -> Result<Checkout> {
                 _temp: None,
             }),
             Ok(_) => Err(unavailable("it is a file, not a directory".into())),
-            Err(e) => Err(unavailable(format!("no such local directory ({e}); a remote repository needs a URL"))),
+            Err(e) => Err(unavailable(format!(
+                "no such local directory ({e}); a remote repository needs a URL"
+            ))),
         };
     }
     if trimmed.starts_with('-') {
-        return Err(MemoryError::InvalidInput("a repository URL must not start with `-`".into()));
+        return Err(MemoryError::InvalidInput(
+            "a repository URL must not start with `-`".into(),
+        ));
     }
     let temp = tempfile::Builder::new()
         .prefix("bridle-memory-clone-")
@@ -91,12 +97,25 @@ pub async fn fetch(source: &str, timeout: Duration) -> Result<Checkout> {
         .map_err(|e| unavailable(format!("cannot run git: {e}")))?;
     let out = tokio::time::timeout(timeout, child.wait_with_output())
         .await
-        .map_err(|_| unavailable(format!("git clone did not finish within {} s", timeout.as_secs())))?
+        .map_err(|_| {
+            unavailable(format!(
+                "git clone did not finish within {} s",
+                timeout.as_secs()
+            ))
+        })?
         .map_err(|e| unavailable(format!("git failed: {e}")))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        let msg = err.lines().filter(|l| !l.trim().is_empty()).last().unwrap_or("git clone failed").trim();
-        let hint = if msg.contains("could not read Username") || msg.contains("Authentication failed") || msg.contains("terminal prompts disabled") {
+        let msg = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("git clone failed")
+            .trim();
+        let hint = if msg.contains("could not read Username")
+            || msg.contains("Authentication failed")
+            || msg.contains("terminal prompts disabled")
+        {
             " (the repository is private or needs credentials)"
         } else {
             ""
@@ -138,10 +157,34 @@ impl Default for FileRules {
 
 /// Folders never descended into.
 const SKIP_DIRS: &[&str] = &[
-    ".git", ".hg", ".svn", "node_modules", "vendor", "third_party", "third-party", "target",
-    "dist", "build", "out", ".venv", "venv", "__pycache__", ".mypy_cache", ".pytest_cache",
-    ".tox", ".next", ".nuxt", ".cache", "coverage", "bower_components", "Pods", ".idea",
-    ".vscode", ".gradle", "site-packages", ".terraform",
+    ".git",
+    ".hg",
+    ".svn",
+    "node_modules",
+    "vendor",
+    "third_party",
+    "third-party",
+    "target",
+    "dist",
+    "build",
+    "out",
+    ".venv",
+    "venv",
+    "__pycache__",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".tox",
+    ".next",
+    ".nuxt",
+    ".cache",
+    "coverage",
+    "bower_components",
+    "Pods",
+    ".idea",
+    ".vscode",
+    ".gradle",
+    "site-packages",
+    ".terraform",
 ];
 
 /// Extensions of text files worth indexing.
@@ -157,8 +200,16 @@ const TEXT_NAMES: &[&str] = &["Dockerfile", "Makefile", "Justfile", "Rakefile", 
 
 /// File names never indexed (lock files and the like).
 const SKIP_NAMES: &[&str] = &[
-    "Cargo.lock", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "go.sum", "poetry.lock",
-    "Pipfile.lock", "composer.lock", "Gemfile.lock", "uv.lock",
+    "Cargo.lock",
+    "package-lock.json",
+    "yarn.lock",
+    "pnpm-lock.yaml",
+    "go.sum",
+    "poetry.lock",
+    "Pipfile.lock",
+    "composer.lock",
+    "Gemfile.lock",
+    "uv.lock",
 ];
 
 fn wanted_name(name: &str) -> bool {
@@ -220,11 +271,15 @@ pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> 
             if meta.len() > rules.max_file_bytes || meta.len() == 0 {
                 continue;
             }
-            let Ok(bytes) = std::fs::read(&path) else { continue };
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
             if bytes.iter().take(8000).any(|b| *b == 0) {
                 continue;
             }
-            let Ok(text) = String::from_utf8(bytes) else { continue };
+            let Ok(text) = String::from_utf8(bytes) else {
+                continue;
+            };
             if looks_generated(&text) || text.trim().is_empty() {
                 continue;
             }
@@ -259,7 +314,9 @@ mod tests {
         assert!(!wanted_name("app.min.js"));
         assert!(!wanted_name("logo.png"));
         assert!(!wanted_name("api.pb.go"));
-        assert!(looks_generated("// Code generated by protoc. DO NOT EDIT.\npackage x"));
+        assert!(looks_generated(
+            "// Code generated by protoc. DO NOT EDIT.\npackage x"
+        ));
         assert!(looks_generated("// @generated\n"));
         assert!(!looks_generated("fn main() {}\n"));
         assert!(is_remote("https://example.invalid/r.git"));

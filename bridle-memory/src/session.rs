@@ -127,7 +127,11 @@ fn memory_of(id: PointId, p: &Payload) -> Memory {
         tags: p
             .get("tags")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default(),
         created_at: opt(p, "created_at").unwrap_or_default(),
     }
@@ -135,10 +139,14 @@ fn memory_of(id: PointId, p: &Payload) -> Memory {
 
 fn required(what: &str, v: &str, max: usize) -> Result<()> {
     if v.trim().is_empty() {
-        return Err(MemoryError::InvalidInput(format!("`{what}` must not be empty")));
+        return Err(MemoryError::InvalidInput(format!(
+            "`{what}` must not be empty"
+        )));
     }
     if v.chars().count() > max {
-        return Err(MemoryError::InvalidInput(format!("`{what}` must be at most {max} characters")));
+        return Err(MemoryError::InvalidInput(format!(
+            "`{what}` must be at most {max} characters"
+        )));
     }
     Ok(())
 }
@@ -167,7 +175,11 @@ impl SessionMemory {
     }
 
     /// Session memory in a named collection.
-    pub fn in_collection(store: Arc<dyn VectorStore>, embedder: Arc<dyn Embedder>, collection: impl Into<String>) -> Self {
+    pub fn in_collection(
+        store: Arc<dyn VectorStore>,
+        embedder: Arc<dyn Embedder>,
+        collection: impl Into<String>,
+    ) -> Self {
         Self {
             store,
             embedder,
@@ -185,12 +197,17 @@ impl SessionMemory {
         required("project", &m.project, 200)?;
         required("text", &m.text, MAX_TEXT_CHARS)?;
         if m.tags.len() > 32 || m.tags.iter().any(|t| t.trim().is_empty() || t.len() > 100) {
-            return Err(MemoryError::InvalidInput("at most 32 tags, each 1 to 100 characters".into()));
+            return Err(MemoryError::InvalidInput(
+                "at most 32 tags, each 1 to 100 characters".into(),
+            ));
         }
         let v = self.embedder.embed(std::slice::from_ref(&m.text)).await?;
         check_vectors(self.embedder.dimension(), 1, &v)?;
         self.store
-            .ensure_collection(&self.collection, CollectionConfig::cosine(self.embedder.dimension()))
+            .ensure_collection(
+                &self.collection,
+                CollectionConfig::cosine(self.embedder.dimension()),
+            )
             .await?;
         let id = fresh_id();
         let now = unix_now();
@@ -209,12 +226,26 @@ impl SessionMemory {
         payload.insert("created_unix".into(), json!(now));
         let memory = memory_of(id, &payload);
         let vector = v.into_iter().next().unwrap_or_default();
-        self.store.upsert(&self.collection, vec![Point { id, vector, payload }]).await?;
+        self.store
+            .upsert(
+                &self.collection,
+                vec![Point {
+                    id,
+                    vector,
+                    payload,
+                }],
+            )
+            .await?;
         Ok(memory)
     }
 
     /// The `k` memories closest to `query` among those matching `filter`.
-    pub async fn recall(&self, query: &str, filter: &MemoryFilter, k: usize) -> Result<Vec<RecallHit>> {
+    pub async fn recall(
+        &self,
+        query: &str,
+        filter: &MemoryFilter,
+        k: usize,
+    ) -> Result<Vec<RecallHit>> {
         required("query", query, MAX_TEXT_CHARS)?;
         if !self.exists().await? {
             return Ok(Vec::new());
@@ -237,7 +268,12 @@ impl SessionMemory {
 
     /// Memories matching `filter` in id order, a page at a time: pass the returned cursor as
     /// `after` for the next page.
-    pub async fn list(&self, filter: &MemoryFilter, after: Option<u64>, limit: usize) -> Result<(Vec<Memory>, Option<u64>)> {
+    pub async fn list(
+        &self,
+        filter: &MemoryFilter,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<(Vec<Memory>, Option<u64>)> {
         if !self.exists().await? {
             return Ok((Vec::new(), None));
         }
@@ -246,7 +282,13 @@ impl SessionMemory {
             .store
             .scroll(&self.collection, Some(&f), after, limit.clamp(1, 1000))
             .await?;
-        Ok((records.iter().map(|r| memory_of(r.id, &r.payload)).collect(), next))
+        Ok((
+            records
+                .iter()
+                .map(|r| memory_of(r.id, &r.payload))
+                .collect(),
+            next,
+        ))
     }
 
     /// Deletes one memory. An unknown id answers [`MemoryError::UnknownMemory`].
@@ -256,7 +298,10 @@ impl SessionMemory {
         }
         let n = self
             .store
-            .delete(&self.collection, &Filter::all().and(Condition::HasId(vec![id])))
+            .delete(
+                &self.collection,
+                &Filter::all().and(Condition::HasId(vec![id])),
+            )
             .await?;
         if n == 0 {
             return Err(MemoryError::UnknownMemory(id));
@@ -268,7 +313,9 @@ impl SessionMemory {
     pub async fn forget_matching(&self, filter: &MemoryFilter) -> Result<u64> {
         let f = filter.to_filter();
         if f.is_empty() {
-            return Err(MemoryError::InvalidInput("refusing to forget everything: give at least a project".into()));
+            return Err(MemoryError::InvalidInput(
+                "refusing to forget everything: give at least a project".into(),
+            ));
         }
         if !self.exists().await? {
             return Ok(0);

@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use kberg_core::{CoreError, ToolBuilder, ToolContext, ToolError, ToolOutput, ToolRegistry, WriteCapability};
+use kberg_core::{CoreError, ToolBuilder, ToolContext, ToolOutput, ToolRegistry, WriteCapability};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -114,7 +114,10 @@ struct RefreshArgs {
 
 /// An error result carrying the stable code.
 fn failure(e: &MemoryError) -> ToolOutput {
-    ToolOutput::error_with(e.to_string(), json!({"code": e.code(), "message": e.to_string()}))
+    ToolOutput::error_with(
+        e.to_string(),
+        json!({"code": e.code(), "message": e.to_string()}),
+    )
 }
 
 struct ToolProgress(ToolContext);
@@ -133,7 +136,10 @@ impl Progress for ToolProgress {
 /// memory tools.
 pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreError> {
     let declared = registry.capabilities();
-    let write = WriteCapability::new(MEMORY_WRITE, "Store memories of sessions (decisions, context, history)");
+    let write = WriteCapability::new(
+        MEMORY_WRITE,
+        "Store memories of sessions (decisions, context, history)",
+    );
     let index = WriteCapability::new(MEMORY_INDEX, "Re-index pattern example repositories");
     for cap in [&write, &index] {
         if !declared.iter().any(|c| c.id() == cap.id()) {
@@ -177,7 +183,9 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
     let session = Arc::clone(&tools.session);
     let remember = ToolBuilder::new("remember")
         .title("Remember")
-        .description("Store a memory for later sessions: a decision, context or history of this project.")
+        .description(
+            "Store a memory for later sessions: a decision, context or history of this project.",
+        )
         .small_model_safe()
         .write(write)
         .handler(move |a: RememberArgs, ctx: ToolContext| {
@@ -193,7 +201,8 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
                     tags: a.tags,
                 };
                 match session.remember(m).await {
-                    Ok(m) => Ok(ToolOutput::text(format!("Remembered as id {}.", m.id)).with_structured(json!({"memory": m}))),
+                    Ok(m) => Ok(ToolOutput::text(format!("Remembered as id {}.", m.id))
+                        .with_structured(json!({"memory": m}))),
                     Err(e) => Ok(failure(&e)),
                 }
             }
@@ -261,9 +270,4 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
         Arc::new(search),
         Arc::new(refresh),
     ])
-}
-
-/// Turns a [`MemoryError`] into a [`ToolError`] for callers that prefer failing the call.
-pub fn tool_error(e: MemoryError) -> ToolError {
-    ToolError::failed(format!("{} ({})", e, e.code()))
 }

@@ -45,7 +45,9 @@ async fn serve(router: axum::Router) -> Server {
 
 /// A deterministic vector of `dim` for a text.
 fn vec_for(text: &str, dim: usize) -> Vec<f32> {
-    (0..dim).map(|i| ((text.len() + i * 7) % 13) as f32 / 13.0).collect()
+    (0..dim)
+        .map(|i| ((text.len() + i * 7) % 13) as f32 / 13.0)
+        .collect()
 }
 
 #[derive(Clone)]
@@ -59,26 +61,40 @@ struct Fake {
 fn inputs(body: &Value) -> Vec<String> {
     match &body["input"] {
         Value::String(s) => vec![s.clone()],
-        Value::Array(a) => a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
         _ => Vec::new(),
     }
 }
 
-async fn openai(State(f): State<Fake>, headers: HeaderMap, Json(body): Json<Value>) -> (StatusCode, Json<Value>) {
+async fn openai(
+    State(f): State<Fake>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> (StatusCode, Json<Value>) {
     f.calls.fetch_add(1, Ordering::SeqCst);
     if let Some(k) = f.key {
-        let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("");
+        let auth = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
         if auth != format!("Bearer {k}") {
             return (
                 StatusCode::UNAUTHORIZED,
-                Json(json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})),
+                Json(
+                    json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}),
+                ),
             );
         }
     }
     if body["model"] != "nomic-embed-text" {
         return (
             StatusCode::NOT_FOUND,
-            Json(json!({"error": {"message": format!("model {} not found", body["model"]), "type": "invalid_request_error"}})),
+            Json(
+                json!({"error": {"message": format!("model {} not found", body["model"]), "type": "invalid_request_error"}}),
+            ),
         );
     }
     let texts = inputs(&body);
@@ -92,32 +108,50 @@ async fn openai(State(f): State<Fake>, headers: HeaderMap, Json(body): Json<Valu
     }
     (
         StatusCode::OK,
-        Json(json!({"object": "list", "data": data, "model": body["model"], "usage": {"prompt_tokens": 3, "total_tokens": 3}})),
+        Json(
+            json!({"object": "list", "data": data, "model": body["model"], "usage": {"prompt_tokens": 3, "total_tokens": 3}}),
+        ),
     )
 }
 
 async fn ollama(State(f): State<Fake>, Json(body): Json<Value>) -> (StatusCode, Json<Value>) {
     f.calls.fetch_add(1, Ordering::SeqCst);
     if body["model"] != "all-minilm" {
-        return (StatusCode::NOT_FOUND, Json(json!({"error": format!("model \"{}\" not found, try pulling it first", body["model"])})));
+        return (
+            StatusCode::NOT_FOUND,
+            Json(
+                json!({"error": format!("model \"{}\" not found, try pulling it first", body["model"])}),
+            ),
+        );
     }
     let embeddings: Vec<Vec<f32>> = inputs(&body).iter().map(|t| vec_for(t, f.dim)).collect();
     (
         StatusCode::OK,
-        Json(json!({"model": body["model"], "embeddings": embeddings, "total_duration": 14143917, "load_duration": 1019500, "prompt_eval_count": 8})),
+        Json(
+            json!({"model": body["model"], "embeddings": embeddings, "total_duration": 14143917, "load_duration": 1019500, "prompt_eval_count": 8}),
+        ),
     )
 }
 
 fn fake(dim: usize) -> Fake {
-    Fake { dim, key: None, calls: Arc::new(AtomicUsize::new(0)), reverse: false }
+    Fake {
+        dim,
+        key: None,
+        calls: Arc::new(AtomicUsize::new(0)),
+        reverse: false,
+    }
 }
 
 fn openai_router(f: Fake) -> axum::Router {
-    axum::Router::new().route("/v1/embeddings", post(openai)).with_state(f)
+    axum::Router::new()
+        .route("/v1/embeddings", post(openai))
+        .with_state(f)
 }
 
 fn ollama_router(f: Fake) -> axum::Router {
-    axum::Router::new().route("/api/embed", post(ollama)).with_state(f)
+    axum::Router::new()
+        .route("/api/embed", post(ollama))
+        .with_state(f)
 }
 
 #[tokio::test]
@@ -127,15 +161,25 @@ async fn openai_probes_the_dimension_and_keeps_input_order() {
     let s = serve(openai_router(f.clone())).await;
     // Both base-URL spellings reach the same endpoint.
     for base in [s.url.clone(), format!("{}/v1/", s.url)] {
-        let e = OpenAiEmbedder::connect(HttpEmbedderConfig::new(base, "nomic-embed-text")).await.expect("connect");
+        let e = OpenAiEmbedder::connect(HttpEmbedderConfig::new(base, "nomic-embed-text"))
+            .await
+            .expect("connect");
         assert_eq!(e.dimension(), 12);
         assert_eq!(e.model(), "nomic-embed-text");
         let texts = vec!["a".to_string(), "bbbb".to_string(), "cc".to_string()];
         let v = e.embed(&texts).await.expect("embed");
-        assert_eq!(v, texts.iter().map(|t| vec_for(t, 12)).collect::<Vec<_>>(), "order follows `index`");
+        assert_eq!(
+            v,
+            texts.iter().map(|t| vec_for(t, 12)).collect::<Vec<_>>(),
+            "order follows `index`"
+        );
         assert!(e.embed(&[]).await.expect("empty").is_empty());
     }
-    assert_eq!(f.calls.load(Ordering::SeqCst), 4, "one probe and one batch per connection");
+    assert_eq!(
+        f.calls.load(Ordering::SeqCst),
+        4,
+        "one probe and one batch per connection"
+    );
 }
 
 #[tokio::test]
@@ -143,27 +187,45 @@ async fn openai_sends_the_key_and_reports_refusals() {
     let mut f = fake(4);
     f.key = Some("sk-test");
     let s = serve(openai_router(f)).await;
-    let err = OpenAiEmbedder::connect(HttpEmbedderConfig::new(&s.url, "nomic-embed-text")).await.expect_err("no key");
+    let err = OpenAiEmbedder::connect(HttpEmbedderConfig::new(&s.url, "nomic-embed-text"))
+        .await
+        .expect_err("no key");
     assert_eq!(err.code(), "embedder_unavailable");
     assert!(err.to_string().contains("401"), "{err}");
-    let e = OpenAiEmbedder::connect(HttpEmbedderConfig::new(&s.url, "nomic-embed-text").api_key("sk-test"))
-        .await
-        .expect("with key");
+    let e = OpenAiEmbedder::connect(
+        HttpEmbedderConfig::new(&s.url, "nomic-embed-text").api_key("sk-test"),
+    )
+    .await
+    .expect("with key");
     assert_eq!(e.dimension(), 4);
-    let err = OpenAiEmbedder::connect(HttpEmbedderConfig::new(&s.url, "other-model").api_key("sk-test"))
-        .await
-        .expect_err("unknown model");
+    let err =
+        OpenAiEmbedder::connect(HttpEmbedderConfig::new(&s.url, "other-model").api_key("sk-test"))
+            .await
+            .expect_err("unknown model");
     assert!(err.to_string().contains("not found"), "{err}");
 }
 
 #[tokio::test]
 async fn a_declared_dimension_that_the_server_does_not_honour_is_refused() {
     let s = serve(openai_router(fake(8))).await;
-    let e = OpenAiEmbedder::connect(HttpEmbedderConfig::new(&s.url, "nomic-embed-text").dimension(384))
+    let e =
+        OpenAiEmbedder::connect(HttpEmbedderConfig::new(&s.url, "nomic-embed-text").dimension(384))
+            .await
+            .expect("no probe when declared");
+    let err = e
+        .embed(&["x".to_string()])
         .await
-        .expect("no probe when declared");
-    let err = e.embed(&["x".to_string()]).await.expect_err("wrong dimension");
-    assert!(matches!(err, MemoryError::DimensionMismatch { expected: 384, actual: 8 }), "{err}");
+        .expect_err("wrong dimension");
+    assert!(
+        matches!(
+            err,
+            MemoryError::DimensionMismatch {
+                expected: 384,
+                actual: 8
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -171,21 +233,35 @@ async fn a_server_that_is_down_is_unavailable() {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     drop(listener);
-    let err = OpenAiEmbedder::connect(HttpEmbedderConfig::new(&url, "m")).await.expect_err("down");
+    let err = OpenAiEmbedder::connect(HttpEmbedderConfig::new(&url, "m"))
+        .await
+        .expect_err("down");
     assert_eq!(err.code(), "embedder_unavailable");
-    let err = OllamaEmbedder::connect(HttpEmbedderConfig::new(&url, "m")).await.expect_err("down");
+    let err = OllamaEmbedder::connect(HttpEmbedderConfig::new(&url, "m"))
+        .await
+        .expect_err("down");
     assert_eq!(err.code(), "embedder_unavailable");
 }
 
 #[tokio::test]
 async fn a_malformed_answer_is_a_protocol_error() {
     let router = axum::Router::new()
-        .route("/v1/embeddings", post(|| async { (StatusCode::OK, "<html>proxy error</html>") }))
-        .route("/api/embed", post(|| async { Json(json!({"embeddings": [["x"]]})) }));
+        .route(
+            "/v1/embeddings",
+            post(|| async { (StatusCode::OK, "<html>proxy error</html>") }),
+        )
+        .route(
+            "/api/embed",
+            post(|| async { Json(json!({"embeddings": [["x"]]})) }),
+        );
     let s = serve(router).await;
-    let err = OpenAiEmbedder::connect(HttpEmbedderConfig::new(&s.url, "m")).await.expect_err("not json");
+    let err = OpenAiEmbedder::connect(HttpEmbedderConfig::new(&s.url, "m"))
+        .await
+        .expect_err("not json");
     assert_eq!(err.code(), "embedder_protocol");
-    let err = OllamaEmbedder::connect(HttpEmbedderConfig::new(&s.url, "m")).await.expect_err("not numbers");
+    let err = OllamaEmbedder::connect(HttpEmbedderConfig::new(&s.url, "m"))
+        .await
+        .expect_err("not numbers");
     assert_eq!(err.code(), "embedder_protocol");
 }
 
@@ -193,14 +269,20 @@ async fn a_malformed_answer_is_a_protocol_error() {
 async fn ollama_embeds_batches() {
     let f = fake(6);
     let s = serve(ollama_router(f.clone())).await;
-    let e = OllamaEmbedder::connect(HttpEmbedderConfig::new(format!("{}/", s.url), "all-minilm")).await.expect("connect");
+    let e = OllamaEmbedder::connect(HttpEmbedderConfig::new(format!("{}/", s.url), "all-minilm"))
+        .await
+        .expect("connect");
     assert_eq!(e.dimension(), 6);
     let texts: Vec<String> = (0..5).map(|i| "x".repeat(i + 1)).collect();
     let v = e.embed(&texts).await.expect("embed");
     assert_eq!(v.len(), 5);
     assert_eq!(v[3], vec_for("xxxx", 6));
-    let err = OllamaEmbedder::connect(HttpEmbedderConfig::new(&s.url, "llama-missing")).await.expect_err("unknown model");
+    let err = OllamaEmbedder::connect(HttpEmbedderConfig::new(&s.url, "llama-missing"))
+        .await
+        .expect_err("unknown model");
     assert!(err.to_string().contains("try pulling it first"), "{err}");
-    let err = OllamaEmbedder::connect(HttpEmbedderConfig::new(&s.url, " ")).await.expect_err("empty model");
+    let err = OllamaEmbedder::connect(HttpEmbedderConfig::new(&s.url, " "))
+        .await
+        .expect_err("empty model");
     assert_eq!(err.code(), "invalid_input");
 }

@@ -13,7 +13,9 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bridle_memory::{EmbeddedStore, Embedder, ExampleRepo, LocalEmbedder, NoProgress, PatternIndex};
+use bridle_memory::{
+    EmbeddedStore, Embedder, ExampleRepo, LocalEmbedder, NoProgress, PatternIndex,
+};
 
 fn model_dir() -> PathBuf {
     let tools = std::env::var_os("KBERG_TOOLS_DIR")
@@ -52,16 +54,25 @@ async fn embeds_like_the_reference_model() {
         let n: f32 = x.iter().map(|a| a * a).sum::<f32>().sqrt();
         assert!((n - 1.0).abs() < 1e-4, "unit length, got {n}");
     }
-    assert!(cos(&v[0], &v[1]) > cos(&v[0], &v[2]), "eating food ~ eating bread more than riding");
+    assert!(
+        cos(&v[0], &v[1]) > cos(&v[0], &v[2]),
+        "eating food ~ eating bread more than riding"
+    );
     assert!(cos(&v[0], &v[1]) > 0.6);
-    assert!(cos(&v[3], &v[4]) > cos(&v[3], &v[0]), "monkey drums ~ gorilla drums");
+    assert!(
+        cos(&v[3], &v[4]) > cos(&v[3], &v[0]),
+        "monkey drums ~ gorilla drums"
+    );
     assert!(cos(&v[0], &v[3]) < 0.3, "unrelated sentences are far apart");
 
     // Padding invariance.
     let alone = e.embed(&texts[..1]).await.expect("alone");
     let long = format!("{} {}", texts[4], "and a long tail of words ".repeat(20));
     let batched = e.embed(&[texts[0].clone(), long]).await.expect("batched");
-    assert!(cos(&alone[0], &batched[0]) > 0.9999, "padding must not change an embedding");
+    assert!(
+        cos(&alone[0], &batched[0]) > 0.9999,
+        "padding must not change an embedding"
+    );
 
     // Texts past the model's window are truncated, not rejected.
     let huge = "word ".repeat(5000);
@@ -86,26 +97,58 @@ async fn pattern_search_finds_files_by_meaning() {
     common::write_tree(
         &repo,
         &[
-            ("src/auth/password.rs", "/// Checks a login attempt.\npub fn verify_credentials(user: &str, secret: &str) -> bool {\n    argon2::verify_encoded(&stored_hash(user), secret.as_bytes()).unwrap_or(false)\n}\n"),
-            ("src/db/pool.rs", "pub struct ConnectionPool {\n    connections: Vec<PgConnection>,\n    max_size: usize,\n}\n"),
-            ("web/upload.ts", "export async function uploadAvatar(file: File): Promise<string> {\n  const form = new FormData();\n  form.append('image', file);\n  const res = await fetch('/api/avatar', { method: 'POST', body: form });\n  return (await res.json()).url;\n}\n"),
-            ("jobs/mailer.py", "def send_welcome_email(user):\n    \"\"\"Sends the greeting message after sign-up.\"\"\"\n    smtp.send(to=user.email, subject='Welcome!', body=render('welcome.html'))\n"),
-            ("cmd/metrics/main.go", "func recordRequestLatency(d time.Duration) {\n\thistogram.Observe(d.Seconds())\n}\n"),
+            (
+                "src/auth/password.rs",
+                "/// Checks a login attempt.\npub fn verify_credentials(user: &str, secret: &str) -> bool {\n    argon2::verify_encoded(&stored_hash(user), secret.as_bytes()).unwrap_or(false)\n}\n",
+            ),
+            (
+                "src/db/pool.rs",
+                "pub struct ConnectionPool {\n    connections: Vec<PgConnection>,\n    max_size: usize,\n}\n",
+            ),
+            (
+                "web/upload.ts",
+                "export async function uploadAvatar(file: File): Promise<string> {\n  const form = new FormData();\n  form.append('image', file);\n  const res = await fetch('/api/avatar', { method: 'POST', body: form });\n  return (await res.json()).url;\n}\n",
+            ),
+            (
+                "jobs/mailer.py",
+                "def send_welcome_email(user):\n    \"\"\"Sends the greeting message after sign-up.\"\"\"\n    smtp.send(to=user.email, subject='Welcome!', body=render('welcome.html'))\n",
+            ),
+            (
+                "cmd/metrics/main.go",
+                "func recordRequestLatency(d time.Duration) {\n\thistogram.Observe(d.Seconds())\n}\n",
+            ),
         ],
     );
     let store = Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("open"));
     let embedder = Arc::new(LocalEmbedder::load(model_dir()).expect("load"));
     let index = PatternIndex::new(store, embedder);
-    let repo_spec = ExampleRepo { url: repo.display().to_string(), reference_tag: "demo".into(), arch_tag: "layered".into() };
+    let repo_spec = ExampleRepo {
+        url: repo.display().to_string(),
+        reference_tag: "demo".into(),
+        arch_tag: "layered".into(),
+    };
     index.index(&repo_spec, &NoProgress).await.expect("index");
     for (query, want) in [
-        ("check the user's password when logging in", "src/auth/password.rs"),
+        (
+            "check the user's password when logging in",
+            "src/auth/password.rs",
+        ),
         ("database connection pooling", "src/db/pool.rs"),
         ("send a profile picture to the server", "web/upload.ts"),
         ("email new users after they register", "jobs/mailer.py"),
         ("measure how long requests take", "cmd/metrics/main.go"),
     ] {
-        let hits = index.search(query, Some("layered"), 3).await.expect("search");
-        assert_eq!(hits[0].file_path, want, "query {query:?}: {:?}", hits.iter().map(|h| (&h.file_path, h.score)).collect::<Vec<_>>());
+        let hits = index
+            .search(query, Some("layered"), 3)
+            .await
+            .expect("search");
+        assert_eq!(
+            hits[0].file_path,
+            want,
+            "query {query:?}: {:?}",
+            hits.iter()
+                .map(|h| (&h.file_path, h.score))
+                .collect::<Vec<_>>()
+        );
     }
 }

@@ -8,10 +8,13 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bridle_memory::tools::{IndexListener, MemoryTools, register};
 use bridle_memory::{
-    EmbeddedStore, Embedder, IndexReport, MemoryFilter, NewMemory, PatternIndex, SessionMemory, VectorStore,
+    EmbeddedStore, Embedder, IndexReport, MemoryFilter, NewMemory, PatternIndex, SessionMemory,
+    VectorStore,
 };
 use common::{HashingEmbedder, write_tree};
-use kberg_core::{CallOptions, Caller, ClientPeer, ErrorCode, Grants, PeerError, Principal, ToolRegistry};
+use kberg_core::{
+    CallOptions, Caller, ClientPeer, ErrorCode, Grants, PeerError, Principal, ToolRegistry,
+};
 use serde_json::{Value, json};
 
 fn memory(store: Arc<dyn VectorStore>) -> SessionMemory {
@@ -32,51 +35,145 @@ fn new(kind: &str, text: &str, project: &str, tags: &[&str]) -> NewMemory {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remember_recall_list_forget() {
     let dir = tempfile::tempdir().expect("temp");
-    let store: Arc<dyn VectorStore> = Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("open"));
+    let store: Arc<dyn VectorStore> =
+        Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("open"));
     let mem = memory(store.clone());
-    assert!(mem.recall("anything", &MemoryFilter::default(), 3).await.expect("empty recall").is_empty());
+    assert!(
+        mem.recall("anything", &MemoryFilter::default(), 3)
+            .await
+            .expect("empty recall")
+            .is_empty()
+    );
 
-    let a = mem.remember(new("decision", "We chose SQLite for the embedded vector store", "bridle", &["storage"])).await.expect("a");
-    let b = mem.remember(new("context", "The gateway renders CLAUDE.md and AGENTS.md from one ruleset", "bridle", &["rules"])).await.expect("b");
-    let c = mem.remember(new("decision", "We chose SQLite for session storage too", "other", &["storage"])).await.expect("c");
+    let a = mem
+        .remember(new(
+            "decision",
+            "We chose SQLite for the embedded vector store",
+            "bridle",
+            &["storage"],
+        ))
+        .await
+        .expect("a");
+    let b = mem
+        .remember(new(
+            "context",
+            "The gateway renders CLAUDE.md and AGENTS.md from one ruleset",
+            "bridle",
+            &["rules"],
+        ))
+        .await
+        .expect("b");
+    let c = mem
+        .remember(new(
+            "decision",
+            "We chose SQLite for session storage too",
+            "other",
+            &["storage"],
+        ))
+        .await
+        .expect("c");
     assert_ne!(a.id, b.id);
     assert_eq!(a.agent.as_deref(), Some("claude"));
     assert!(a.created_at.ends_with('Z'));
 
-    let hits = mem.recall("which vector store did we choose", &MemoryFilter::project("bridle"), 5).await.expect("recall");
+    let hits = mem
+        .recall(
+            "which vector store did we choose",
+            &MemoryFilter::project("bridle"),
+            5,
+        )
+        .await
+        .expect("recall");
     assert_eq!(hits[0].memory.id, a.id);
-    assert!(hits.iter().all(|h| h.memory.project == "bridle"), "project filter");
-    let f = MemoryFilter { kind: Some("decision".into()), ..MemoryFilter::default() };
+    assert!(
+        hits.iter().all(|h| h.memory.project == "bridle"),
+        "project filter"
+    );
+    let f = MemoryFilter {
+        kind: Some("decision".into()),
+        ..MemoryFilter::default()
+    };
     let hits = mem.recall("SQLite", &f, 5).await.expect("recall");
     assert_eq!(hits.len(), 2);
-    let f = MemoryFilter { tags: vec!["rules".into()], ..MemoryFilter::default() };
-    assert_eq!(mem.recall("SQLite", &f, 5).await.expect("recall")[0].memory.id, b.id);
-    let f = MemoryFilter { agent: Some("codex".into()), ..MemoryFilter::default() };
-    assert!(mem.recall("SQLite", &f, 5).await.expect("recall").is_empty());
+    let f = MemoryFilter {
+        tags: vec!["rules".into()],
+        ..MemoryFilter::default()
+    };
+    assert_eq!(
+        mem.recall("SQLite", &f, 5).await.expect("recall")[0]
+            .memory
+            .id,
+        b.id
+    );
+    let f = MemoryFilter {
+        agent: Some("codex".into()),
+        ..MemoryFilter::default()
+    };
+    assert!(
+        mem.recall("SQLite", &f, 5)
+            .await
+            .expect("recall")
+            .is_empty()
+    );
 
     // Listing pages through everything once.
-    let (page, next) = mem.list(&MemoryFilter::default(), None, 2).await.expect("list");
+    let (page, next) = mem
+        .list(&MemoryFilter::default(), None, 2)
+        .await
+        .expect("list");
     assert_eq!(page.len(), 2);
-    let (rest, end) = mem.list(&MemoryFilter::default(), next, 2).await.expect("list");
+    let (rest, end) = mem
+        .list(&MemoryFilter::default(), next, 2)
+        .await
+        .expect("list");
     assert_eq!(rest.len(), 1);
     assert!(end.is_none());
 
     // Memories survive a restart.
     drop(mem);
     drop(store);
-    let store: Arc<dyn VectorStore> = Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("reopen"));
+    let store: Arc<dyn VectorStore> =
+        Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("reopen"));
     let mem = memory(store);
     mem.forget(c.id).await.expect("forget");
-    assert_eq!(mem.forget(c.id).await.expect_err("twice").code(), "unknown_memory");
-    assert_eq!(mem.forget_matching(&MemoryFilter::project("bridle")).await.expect("purge project"), 2);
-    assert_eq!(mem.forget_matching(&MemoryFilter::default()).await.expect_err("everything").code(), "invalid_input");
+    assert_eq!(
+        mem.forget(c.id).await.expect_err("twice").code(),
+        "unknown_memory"
+    );
+    assert_eq!(
+        mem.forget_matching(&MemoryFilter::project("bridle"))
+            .await
+            .expect("purge project"),
+        2
+    );
+    assert_eq!(
+        mem.forget_matching(&MemoryFilter::default())
+            .await
+            .expect_err("everything")
+            .code(),
+        "invalid_input"
+    );
 
     // Bad input.
-    for bad in [new("", "t", "p", &[]), new("k", "  ", "p", &[]), new("k", "t", "", &[]), new("k", "t", "p", &[""])] {
-        assert_eq!(mem.remember(bad).await.expect_err("bad").code(), "invalid_input");
+    for bad in [
+        new("", "t", "p", &[]),
+        new("k", "  ", "p", &[]),
+        new("k", "t", "", &[]),
+        new("k", "t", "p", &[""]),
+    ] {
+        assert_eq!(
+            mem.remember(bad).await.expect_err("bad").code(),
+            "invalid_input"
+        );
     }
     let long = "x".repeat(bridle_memory::session::MAX_TEXT_CHARS + 1);
-    assert_eq!(mem.remember(new("k", &long, "p", &[])).await.expect_err("long").code(), "invalid_input");
+    assert_eq!(
+        mem.remember(new("k", &long, "p", &[]))
+            .await
+            .expect_err("long")
+            .code(),
+        "invalid_input"
+    );
 }
 
 /// A client channel that records the notifications a tool sends.
@@ -86,10 +183,18 @@ struct RecordingPeer(Mutex<Vec<(String, Value)>>);
 #[async_trait]
 impl ClientPeer for RecordingPeer {
     async fn notify(&self, method: &str, params: Value) -> Result<(), PeerError> {
-        self.0.lock().expect("lock").push((method.to_string(), params));
+        self.0
+            .lock()
+            .expect("lock")
+            .push((method.to_string(), params));
         Ok(())
     }
-    async fn request(&self, _m: &str, _p: Value, _c: kberg_core::CancellationToken) -> Result<Value, PeerError> {
+    async fn request(
+        &self,
+        _m: &str,
+        _p: Value,
+        _c: kberg_core::CancellationToken,
+    ) -> Result<Value, PeerError> {
         Err(PeerError::NotSupported("requests".into()))
     }
     fn supports(&self, _capability: &str) -> bool {
@@ -111,13 +216,24 @@ impl IndexListener for Listener {
 async fn the_tools_pass_the_gate() {
     let dir = tempfile::tempdir().expect("temp");
     let repo = dir.path().join("repo");
-    write_tree(&repo, &[("src/auth.rs", "pub fn verify_password_hash(password: &str) -> bool { argon2::verify(password) }\n")]);
-    let store: Arc<dyn VectorStore> = Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("open"));
+    write_tree(
+        &repo,
+        &[(
+            "src/auth.rs",
+            "pub fn verify_password_hash(password: &str) -> bool { argon2::verify(password) }\n",
+        )],
+    );
+    let store: Arc<dyn VectorStore> =
+        Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("open"));
     let embedder: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(128));
     let patterns = Arc::new(PatternIndex::new(store.clone(), embedder.clone()));
     patterns
         .index(
-            &bridle_memory::ExampleRepo { url: repo.display().to_string(), reference_tag: "auth-1".into(), arch_tag: "layered".into() },
+            &bridle_memory::ExampleRepo {
+                url: repo.display().to_string(),
+                reference_tag: "auth-1".into(),
+                arch_tag: "layered".into(),
+            },
             &bridle_memory::NoProgress,
         )
         .await
@@ -133,41 +249,111 @@ async fn the_tools_pass_the_gate() {
         },
     )
     .expect("register");
-    let names: Vec<String> = registry.list(&Caller::new(Principal::new("x"))).into_iter().map(|s| s.name).collect();
-    assert_eq!(names, vec!["recall", "refresh_pattern_example", "remember", "search_pattern_examples"]);
-    assert_eq!(registry.spec("remember").expect("spec").kind.capability(), Some("memory.write"));
-    assert_eq!(registry.spec("refresh_pattern_example").expect("spec").kind.capability(), Some("memory.index"));
-    assert_eq!(registry.spec("recall").expect("spec").kind.capability(), None);
+    let names: Vec<String> = registry
+        .list(&Caller::new(Principal::new("x")))
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            "recall",
+            "refresh_pattern_example",
+            "remember",
+            "search_pattern_examples"
+        ]
+    );
+    assert_eq!(
+        registry.spec("remember").expect("spec").kind.capability(),
+        Some("memory.write")
+    );
+    assert_eq!(
+        registry
+            .spec("refresh_pattern_example")
+            .expect("spec")
+            .kind
+            .capability(),
+        Some("memory.index")
+    );
+    assert_eq!(
+        registry.spec("recall").expect("spec").kind.capability(),
+        None
+    );
 
     let reader = Caller::new(Principal::new("reader").with_agent("codex"));
-    let writer = Caller::new(Principal::new("writer").with_agent("claude").with_grants(Grants::of(["memory.write", "memory.index"])));
+    let writer = Caller::new(
+        Principal::new("writer")
+            .with_agent("claude")
+            .with_grants(Grants::of(["memory.write", "memory.index"])),
+    );
 
     let err = registry
-        .call(&reader, "remember", json!({"kind": "decision", "text": "x", "project": "p"}), CallOptions::default())
+        .call(
+            &reader,
+            "remember",
+            json!({"kind": "decision", "text": "x", "project": "p"}),
+            CallOptions::default(),
+        )
         .await
         .expect_err("no grant");
     assert_eq!(err.code(), ErrorCode::CapabilityRequired);
     let out = registry
-        .call(&writer, "remember", json!({"kind": "decision", "text": "Use argon2 for password hashing", "project": "p"}), CallOptions::default())
+        .call(
+            &writer,
+            "remember",
+            json!({"kind": "decision", "text": "Use argon2 for password hashing", "project": "p"}),
+            CallOptions::default(),
+        )
         .await
         .expect("remember");
     assert!(!out.is_error);
     let structured = out.structured.expect("structured");
-    assert_eq!(structured["memory"]["agent"], json!("claude"), "the connected agent by default");
+    assert_eq!(
+        structured["memory"]["agent"],
+        json!("claude"),
+        "the connected agent by default"
+    );
 
     let out = registry
-        .call(&reader, "recall", json!({"query": "password hashing", "project": "p", "k": 3}), CallOptions::default())
+        .call(
+            &reader,
+            "recall",
+            json!({"query": "password hashing", "project": "p", "k": 3}),
+            CallOptions::default(),
+        )
         .await
         .expect("recall");
-    assert_eq!(out.structured.expect("structured")["memories"][0]["text"], json!("Use argon2 for password hashing"));
-    let err = registry.call(&reader, "recall", json!({"k": 3}), CallOptions::default()).await.expect_err("no query");
+    assert_eq!(
+        out.structured.expect("structured")["memories"][0]["text"],
+        json!("Use argon2 for password hashing")
+    );
+    let err = registry
+        .call(&reader, "recall", json!({"k": 3}), CallOptions::default())
+        .await
+        .expect_err("no query");
     assert_eq!(err.code(), ErrorCode::InvalidArguments);
-    let out = registry.call(&reader, "recall", json!({"query": " "}), CallOptions::default()).await.expect("runs");
+    let out = registry
+        .call(
+            &reader,
+            "recall",
+            json!({"query": " "}),
+            CallOptions::default(),
+        )
+        .await
+        .expect("runs");
     assert!(out.is_error);
-    assert_eq!(out.structured.expect("structured")["code"], json!("invalid_input"));
+    assert_eq!(
+        out.structured.expect("structured")["code"],
+        json!("invalid_input")
+    );
 
     let out = registry
-        .call(&reader, "search_pattern_examples", json!({"query": "verify password hash", "arch_tag": "layered"}), CallOptions::default())
+        .call(
+            &reader,
+            "search_pattern_examples",
+            json!({"query": "verify password hash", "arch_tag": "layered"}),
+            CallOptions::default(),
+        )
         .await
         .expect("search");
     let s = out.structured.clone().expect("structured");
@@ -176,25 +362,64 @@ async fn the_tools_pass_the_gate() {
     assert!(out.all_text().contains("src/auth.rs:1-1"));
 
     let err = registry
-        .call(&reader, "refresh_pattern_example", json!({"reference_tag": "auth-1"}), CallOptions::default())
+        .call(
+            &reader,
+            "refresh_pattern_example",
+            json!({"reference_tag": "auth-1"}),
+            CallOptions::default(),
+        )
         .await
         .expect_err("no grant");
     assert_eq!(err.code(), ErrorCode::CapabilityRequired);
     let peer = Arc::new(RecordingPeer::default());
-    let opts = CallOptions { peer: Some(peer.clone()), progress_token: Some(json!("tok-1")), ..CallOptions::default() };
-    let out = registry.call(&writer, "refresh_pattern_example", json!({"reference_tag": "auth-1"}), opts).await.expect("refresh");
+    let opts = CallOptions {
+        peer: Some(peer.clone()),
+        progress_token: Some(json!("tok-1")),
+        ..CallOptions::default()
+    };
+    let out = registry
+        .call(
+            &writer,
+            "refresh_pattern_example",
+            json!({"reference_tag": "auth-1"}),
+            opts,
+        )
+        .await
+        .expect("refresh");
     assert!(!out.is_error, "{}", out.all_text());
-    assert_eq!(out.structured.expect("structured")["report"]["chunks"], json!(1));
+    assert_eq!(
+        out.structured.expect("structured")["report"]["chunks"],
+        json!(1)
+    );
     let sent = peer.0.lock().expect("lock").clone();
     assert!(sent.len() >= 3, "progress at each step: {sent:?}");
-    assert!(sent.iter().all(|(m, p)| m == "notifications/progress" && p["progressToken"] == json!("tok-1")));
-    assert_eq!(listener.0.lock().expect("lock").len(), 1, "the listener hears of the refresh");
+    assert!(
+        sent.iter()
+            .all(|(m, p)| m == "notifications/progress" && p["progressToken"] == json!("tok-1"))
+    );
+    assert_eq!(
+        listener.0.lock().expect("lock").len(),
+        1,
+        "the listener hears of the refresh"
+    );
 
     let out = registry
-        .call(&writer, "refresh_pattern_example", json!({"reference_tag": "missing"}), CallOptions::default())
+        .call(
+            &writer,
+            "refresh_pattern_example",
+            json!({"reference_tag": "missing"}),
+            CallOptions::default(),
+        )
         .await
         .expect("runs");
     assert!(out.is_error);
-    assert_eq!(out.structured.expect("structured")["code"], json!("unknown_tag"));
-    assert!(out.content.iter().any(|c| matches!(c, kberg_core::Content::Text(t) if t.contains("missing"))));
+    assert_eq!(
+        out.structured.expect("structured")["code"],
+        json!("unknown_tag")
+    );
+    assert!(
+        out.content
+            .iter()
+            .any(|c| matches!(c, kberg_core::Content::Text(t) if t.contains("missing")))
+    );
 }

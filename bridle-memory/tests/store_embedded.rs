@@ -34,23 +34,46 @@ async fn data_survives_reopen() {
     let (_dir, path) = temp_db();
     {
         let store = EmbeddedStore::open(&path).expect("open");
-        store.ensure_collection("c", CollectionConfig::cosine(3)).await.expect("create");
+        store
+            .ensure_collection("c", CollectionConfig::cosine(3))
+            .await
+            .expect("create");
         store
             .upsert(
                 "c",
                 vec![
-                    Point { id: 7, vector: vec![1.0, 0.0, 0.0], payload: json!({"k": "seven"}).as_object().cloned().unwrap_or_default() },
-                    Point { id: u64::MAX, vector: vec![0.0, 1.0, 0.0], payload: json!({"k": "max"}).as_object().cloned().unwrap_or_default() },
+                    Point {
+                        id: 7,
+                        vector: vec![1.0, 0.0, 0.0],
+                        payload: json!({"k": "seven"})
+                            .as_object()
+                            .cloned()
+                            .unwrap_or_default(),
+                    },
+                    Point {
+                        id: u64::MAX,
+                        vector: vec![0.0, 1.0, 0.0],
+                        payload: json!({"k": "max"}).as_object().cloned().unwrap_or_default(),
+                    },
                 ],
             )
             .await
             .expect("upsert");
-        store.delete("c", &Filter::eq("k", "nothing")).await.expect("delete none");
+        store
+            .delete("c", &Filter::eq("k", "nothing"))
+            .await
+            .expect("delete none");
     }
     let store = EmbeddedStore::open(&path).expect("reopen");
-    assert_eq!(store.collection("c").await.expect("lookup"), Some(CollectionConfig::cosine(3)));
+    assert_eq!(
+        store.collection("c").await.expect("lookup"),
+        Some(CollectionConfig::cosine(3))
+    );
     assert_eq!(store.count("c", None).await.expect("count"), 2);
-    let hits = store.search("c", &[0.0, 2.0, 0.0], None, 1).await.expect("search");
+    let hits = store
+        .search("c", &[0.0, 2.0, 0.0], None, 1)
+        .await
+        .expect("search");
     assert_eq!(hits[0].id, u64::MAX, "ids keep all 64 bits");
     assert_eq!(hits[0].payload["k"], json!("max"));
 }
@@ -58,7 +81,11 @@ async fn data_survives_reopen() {
 #[test]
 fn a_file_that_is_not_a_database_is_an_error() {
     let (_dir, path) = temp_db();
-    std::fs::write(&path, b"this is not sqlite, just some bytes that are long enough to matter").expect("write");
+    std::fs::write(
+        &path,
+        b"this is not sqlite, just some bytes that are long enough to matter",
+    )
+    .expect("write");
     let err = EmbeddedStore::open(&path).expect_err("not a database");
     assert_eq!(err.code(), "store");
 }
@@ -71,18 +98,27 @@ const BATCH: usize = 200;
 #[test]
 #[ignore = "started by killed_writer_leaves_a_consistent_store"]
 fn crash_child_writer() {
-    let Ok(path) = std::env::var(CHILD_ENV) else { return };
+    let Ok(path) = std::env::var(CHILD_ENV) else {
+        return;
+    };
     let store = EmbeddedStore::open(&path).expect("child open");
-    store.ensure_collection_sync("c", CollectionConfig::cosine(16)).expect("create");
+    store
+        .ensure_collection_sync("c", CollectionConfig::cosine(16))
+        .expect("create");
     for generation in 0u64.. {
         let points = (0..BATCH as u64)
             .map(|i| Point {
                 id: generation * 1_000_000 + i,
                 vector: (0..16).map(|j| ((i + j) % 7) as f32 + 1.0).collect(),
-                payload: json!({"generation": generation}).as_object().cloned().unwrap_or_default(),
+                payload: json!({"generation": generation})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
             })
             .collect();
-        store.replace_sync("c", &Filter::all(), points).expect("replace");
+        store
+            .replace_sync("c", &Filter::all(), points)
+            .expect("replace");
         println!("committed {generation}");
     }
 }
@@ -92,7 +128,13 @@ fn killed_writer_leaves_a_consistent_store() {
     let (_dir, path) = temp_db();
     let exe = std::env::current_exe().expect("test binary path");
     let mut child = std::process::Command::new(exe)
-        .args(["--ignored", "--exact", "crash_child_writer", "--nocapture", "--test-threads=1"])
+        .args([
+            "--ignored",
+            "--exact",
+            "crash_child_writer",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, &path)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -116,10 +158,20 @@ fn killed_writer_leaves_a_consistent_store() {
 
     let store = EmbeddedStore::open(&path).expect("reopen after the kill");
     let count = store.count_sync("c", None).expect("count");
-    assert_eq!(count as usize, BATCH, "exactly one whole generation is on disk");
-    let (records, _) = store.scroll_sync("c", None, None, BATCH + 1).expect("scroll");
+    assert_eq!(
+        count as usize, BATCH,
+        "exactly one whole generation is on disk"
+    );
+    let (records, _) = store
+        .scroll_sync("c", None, None, BATCH + 1)
+        .expect("scroll");
     let generation = &records[0].payload["generation"];
-    assert!(records.iter().all(|r| &r.payload["generation"] == generation), "no mix of generations");
+    assert!(
+        records
+            .iter()
+            .all(|r| &r.payload["generation"] == generation),
+        "no mix of generations"
+    );
     assert!(generation.as_u64().unwrap_or(0) >= 4);
 }
 
@@ -127,31 +179,53 @@ fn killed_writer_leaves_a_consistent_store() {
 async fn replace_is_atomic_for_concurrent_searches() {
     let (_dir, path) = temp_db();
     let store = Arc::new(EmbeddedStore::open(&path).expect("open"));
-    store.ensure_collection("c", CollectionConfig::cosine(32)).await.expect("create");
+    store
+        .ensure_collection("c", CollectionConfig::cosine(32))
+        .await
+        .expect("create");
     let gen_points = |generation: u64, n: u64| -> Vec<Point> {
         (0..n)
             .map(|i| Point {
                 id: generation * 10_000 + i,
                 vector: (0..32).map(|j| ((i * 31 + j) % 11) as f32 - 5.0).collect(),
-                payload: json!({"tag": "t", "generation": generation}).as_object().cloned().unwrap_or_default(),
+                payload: json!({"tag": "t", "generation": generation})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
             })
             .collect()
     };
-    store.replace("c", &Filter::eq("tag", "t"), gen_points(0, 300)).await.expect("first");
+    store
+        .replace("c", &Filter::eq("tag", "t"), gen_points(0, 300))
+        .await
+        .expect("first");
     let stop = Arc::new(AtomicBool::new(false));
     let searches = Arc::new(AtomicUsize::new(0));
     let mut readers = Vec::new();
     for r in 0..2 {
-        let (store, stop, searches) = (Arc::clone(&store), Arc::clone(&stop), Arc::clone(&searches));
+        let (store, stop, searches) =
+            (Arc::clone(&store), Arc::clone(&stop), Arc::clone(&searches));
         readers.push(tokio::spawn(async move {
             let q: Vec<f32> = (0..32).map(|j| ((j + r) % 5) as f32).collect();
             while !stop.load(Ordering::SeqCst) {
-                let hits = store.search("c", &q, Some(&Filter::eq("tag", "t")), 50).await.expect("search");
+                let hits = store
+                    .search("c", &q, Some(&Filter::eq("tag", "t")), 50)
+                    .await
+                    .expect("search");
                 assert_eq!(hits.len(), 50, "a search never sees nothing");
                 let g = &hits[0].payload["generation"];
-                assert!(hits.iter().all(|h| &h.payload["generation"] == g), "a search never sees a mix");
-                let n = store.count("c", Some(&Filter::eq("tag", "t"))).await.expect("count");
-                assert!(n == 300 || n == 150, "count is one whole generation, got {n}");
+                assert!(
+                    hits.iter().all(|h| &h.payload["generation"] == g),
+                    "a search never sees a mix"
+                );
+                let n = store
+                    .count("c", Some(&Filter::eq("tag", "t")))
+                    .await
+                    .expect("count");
+                assert!(
+                    n == 300 || n == 150,
+                    "count is one whole generation, got {n}"
+                );
                 searches.fetch_add(1, Ordering::SeqCst);
                 tokio::task::yield_now().await;
             }
@@ -159,7 +233,10 @@ async fn replace_is_atomic_for_concurrent_searches() {
     }
     for generation in 1..=30u64 {
         let n = if generation % 2 == 0 { 300 } else { 150 };
-        store.replace("c", &Filter::eq("tag", "t"), gen_points(generation, n)).await.expect("replace");
+        store
+            .replace("c", &Filter::eq("tag", "t"), gen_points(generation, n))
+            .await
+            .expect("replace");
     }
     stop.store(true, Ordering::SeqCst);
     for r in readers {
@@ -173,7 +250,15 @@ async fn replace_is_atomic_for_concurrent_searches() {
 fn a_large_collection_is_searched_exactly() {
     // Large enough for the parallel scan; the answer must equal a plain exact search.
     let store = EmbeddedStore::open_in_memory().expect("open");
-    store.ensure_collection_sync("big", CollectionConfig { dimension: 8, distance: bridle_memory::Distance::Dot }).expect("create");
+    store
+        .ensure_collection_sync(
+            "big",
+            CollectionConfig {
+                dimension: 8,
+                distance: bridle_memory::Distance::Dot,
+            },
+        )
+        .expect("create");
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
     let mut next = move || {
         seed ^= seed << 13;
@@ -181,11 +266,17 @@ fn a_large_collection_is_searched_exactly() {
         seed ^= seed << 17;
         (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
     };
-    let vectors: Vec<Vec<f32>> = (0..40_000).map(|_| (0..8).map(|_| next()).collect()).collect();
+    let vectors: Vec<Vec<f32>> = (0..40_000)
+        .map(|_| (0..8).map(|_| next()).collect())
+        .collect();
     let points = vectors
         .iter()
         .enumerate()
-        .map(|(i, v)| Point { id: i as u64, vector: v.clone(), payload: Default::default() })
+        .map(|(i, v)| Point {
+            id: i as u64,
+            vector: v.clone(),
+            payload: Default::default(),
+        })
         .collect();
     store.upsert_sync("big", points).expect("upsert");
     for _ in 0..5 {
@@ -197,6 +288,9 @@ fn a_large_collection_is_searched_exactly() {
             .collect();
         want.sort_by(|a, b| b.0.total_cmp(&a.0));
         let got = store.search_sync("big", &q, None, 10).expect("search");
-        assert_eq!(got.iter().map(|h| h.id).collect::<Vec<_>>(), want[..10].iter().map(|w| w.1).collect::<Vec<_>>());
+        assert_eq!(
+            got.iter().map(|h| h.id).collect::<Vec<_>>(),
+            want[..10].iter().map(|w| w.1).collect::<Vec<_>>()
+        );
     }
 }

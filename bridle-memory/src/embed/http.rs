@@ -65,7 +65,9 @@ struct Client {
 impl Client {
     fn new(config: &HttpEmbedderConfig, url: String) -> Result<Self> {
         if config.model.trim().is_empty() {
-            return Err(MemoryError::InvalidInput("an embedding model name is required".into()));
+            return Err(MemoryError::InvalidInput(
+                "an embedding model name is required".into(),
+            ));
         }
         let http = reqwest::Client::builder()
             .timeout(config.timeout)
@@ -132,7 +134,9 @@ async fn resolve_dimension<E: Fn(Vec<String>) -> F, F: Future<Output = Result<Ve
 ) -> Result<usize> {
     if let Some(d) = configured {
         return if d == 0 {
-            Err(MemoryError::InvalidInput("an embedding dimension must be at least 1".into()))
+            Err(MemoryError::InvalidInput(
+                "an embedding dimension must be at least 1".into(),
+            ))
         } else {
             Ok(d)
         };
@@ -140,7 +144,9 @@ async fn resolve_dimension<E: Fn(Vec<String>) -> F, F: Future<Output = Result<Ve
     let v = embed(vec!["dimension probe".to_string()]).await?;
     match v.first().map(Vec::len) {
         Some(d) if d > 0 => Ok(d),
-        _ => Err(MemoryError::EmbedderProtocol("the probe returned no vector".into())),
+        _ => Err(MemoryError::EmbedderProtocol(
+            "the probe returned no vector".into(),
+        )),
     }
 }
 
@@ -182,10 +188,9 @@ async fn raw_openai(client: &Client, texts: Vec<String>) -> Result<Vec<Vec<f32>>
             .get("index")
             .and_then(Value::as_u64)
             .map_or(pos, |i| i as usize);
-        let emb = item
-            .get("embedding")
-            .and_then(floats)
-            .ok_or_else(|| MemoryError::EmbedderProtocol("an item has no numeric `embedding`".into()))?;
+        let emb = item.get("embedding").and_then(floats).ok_or_else(|| {
+            MemoryError::EmbedderProtocol("an item has no numeric `embedding`".into())
+        })?;
         let slot = out.get_mut(index).ok_or_else(|| {
             MemoryError::EmbedderProtocol(format!("index {index} out of range for {n} inputs"))
         })?;
@@ -193,7 +198,9 @@ async fn raw_openai(client: &Client, texts: Vec<String>) -> Result<Vec<Vec<f32>>
     }
     out.into_iter()
         .enumerate()
-        .map(|(i, v)| v.ok_or_else(|| MemoryError::EmbedderProtocol(format!("no embedding for input {i}"))))
+        .map(|(i, v)| {
+            v.ok_or_else(|| MemoryError::EmbedderProtocol(format!("no embedding for input {i}")))
+        })
         .collect()
 }
 
@@ -241,9 +248,15 @@ async fn raw_ollama(client: &Client, texts: Vec<String>) -> Result<Vec<Vec<f32>>
     let arr = v
         .get("embeddings")
         .and_then(Value::as_array)
-        .ok_or_else(|| MemoryError::EmbedderProtocol("no `embeddings` array in the answer".into()))?;
+        .ok_or_else(|| {
+            MemoryError::EmbedderProtocol("no `embeddings` array in the answer".into())
+        })?;
     arr.iter()
-        .map(|e| floats(e).ok_or_else(|| MemoryError::EmbedderProtocol("an embedding is not a list of numbers".into())))
+        .map(|e| {
+            floats(e).ok_or_else(|| {
+                MemoryError::EmbedderProtocol("an embedding is not a list of numbers".into())
+            })
+        })
         .collect()
 }
 

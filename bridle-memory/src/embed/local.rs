@@ -77,8 +77,16 @@ impl Bert {
         let ln = |vb: VarBuilder<'_>| candle_nn::layer_norm(c.hidden_size, c.layer_norm_eps, vb);
         let e = vb.pp("embeddings");
         let words = candle_nn::embedding(c.vocab_size, c.hidden_size, e.pp("word_embeddings"))?;
-        let positions = candle_nn::embedding(c.max_position_embeddings, c.hidden_size, e.pp("position_embeddings"))?;
-        let token_types = candle_nn::embedding(c.type_vocab_size, c.hidden_size, e.pp("token_type_embeddings"))?;
+        let positions = candle_nn::embedding(
+            c.max_position_embeddings,
+            c.hidden_size,
+            e.pp("position_embeddings"),
+        )?;
+        let token_types = candle_nn::embedding(
+            c.type_vocab_size,
+            c.hidden_size,
+            e.pp("token_type_embeddings"),
+        )?;
         let norm = ln(e.pp("LayerNorm"))?;
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
@@ -90,7 +98,11 @@ impl Bert {
                 value: candle_nn::linear(h, h, l.pp("attention.self.value"))?,
                 attn_out: candle_nn::linear(h, h, l.pp("attention.output.dense"))?,
                 attn_norm: ln(l.pp("attention.output.LayerNorm"))?,
-                intermediate: candle_nn::linear(h, c.intermediate_size, l.pp("intermediate.dense"))?,
+                intermediate: candle_nn::linear(
+                    h,
+                    c.intermediate_size,
+                    l.pp("intermediate.dense"),
+                )?,
                 output: candle_nn::linear(c.intermediate_size, h, l.pp("output.dense"))?,
                 out_norm: ln(l.pp("output.LayerNorm"))?,
             });
@@ -110,7 +122,10 @@ impl Bert {
     fn embed(&self, ids: &Tensor, mask: &Tensor) -> CResult<Tensor> {
         let (b, s) = ids.dims2()?;
         let dev = ids.device();
-        let pos = Tensor::arange(0u32, s as u32, dev)?.unsqueeze(0)?.broadcast_as((b, s))?.contiguous()?;
+        let pos = Tensor::arange(0u32, s as u32, dev)?
+            .unsqueeze(0)?
+            .broadcast_as((b, s))?
+            .contiguous()?;
         let types = ids.zeros_like()?;
         let x = self
             .words
@@ -124,14 +139,23 @@ impl Bert {
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         for l in &self.layers {
             let split = |t: Tensor| -> CResult<Tensor> {
-                t.reshape((b, s, self.heads, self.head_dim))?.transpose(1, 2)?.contiguous()
+                t.reshape((b, s, self.heads, self.head_dim))?
+                    .transpose(1, 2)?
+                    .contiguous()
             };
             let q = split(l.query.forward(&x)?)?;
             let k = split(l.key.forward(&x)?)?;
             let v = split(l.value.forward(&x)?)?;
-            let scores = q.matmul(&k.t()?)?.affine(scale, 0.0)?.broadcast_add(&bias)?;
+            let scores = q
+                .matmul(&k.t()?)?
+                .affine(scale, 0.0)?
+                .broadcast_add(&bias)?;
             let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-            let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, s, self.heads * self.head_dim))?;
+            let ctx =
+                probs
+                    .matmul(&v)?
+                    .transpose(1, 2)?
+                    .reshape((b, s, self.heads * self.head_dim))?;
             let attn = l.attn_norm.forward(&(l.attn_out.forward(&ctx)? + &x)?)?;
             let inter = l.intermediate.forward(&attn)?.gelu_erf()?;
             x = l.out_norm.forward(&(l.output.forward(&inter)? + &attn)?)?;
@@ -141,7 +165,11 @@ impl Bert {
         let summed = x.broadcast_mul(&m)?.sum(1)?;
         let counts = m.sum(1)?.clamp(1e-9, f64::MAX)?;
         let mean = summed.broadcast_div(&counts)?;
-        let norms = mean.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+        let norms = mean
+            .sqr()?
+            .sum_keepdim(D::Minus1)?
+            .sqrt()?
+            .clamp(1e-12, f64::MAX)?;
         mean.broadcast_div(&norms)
     }
 }
@@ -178,16 +206,26 @@ impl LocalEmbedder {
             path: dir.display().to_string(),
             reason,
         };
-        let read = |name: &str| std::fs::read(dir.join(name)).map_err(|e| fail(format!("cannot read {name}: {e}")));
+        let read = |name: &str| {
+            std::fs::read(dir.join(name)).map_err(|e| fail(format!("cannot read {name}: {e}")))
+        };
         let config: BertConfig = serde_json::from_slice(&read("config.json")?)
             .map_err(|e| fail(format!("config.json is not a BERT config: {e}")))?;
-        if config.num_attention_heads == 0 || config.hidden_size % config.num_attention_heads != 0 {
-            return Err(fail("hidden_size must be a multiple of num_attention_heads".into()));
+        if config.num_attention_heads == 0
+            || !config
+                .hidden_size
+                .is_multiple_of(config.num_attention_heads)
+        {
+            return Err(fail(
+                "hidden_size must be a multiple of num_attention_heads".into(),
+            ));
         }
         if let Some(act) = config.hidden_act.as_deref()
             && act != "gelu"
         {
-            return Err(fail(format!("activation `{act}` is not supported (only gelu)")));
+            return Err(fail(format!(
+                "activation `{act}` is not supported (only gelu)"
+            )));
         }
         let mut tokenizer = tokenizers::Tokenizer::from_bytes(read("tokenizer.json")?)
             .map_err(|e| fail(format!("tokenizer.json: {e}")))?;
@@ -207,12 +245,20 @@ impl LocalEmbedder {
         // Checkpoints exported from a bare BertModel have no `bert.` prefix; others do.
         let bert = Bert::load(vb.clone(), &config)
             .or_else(|_| Bert::load(vb.pp("bert"), &config))
-            .map_err(|e| fail(format!("model.safetensors does not hold a BERT encoder: {e}")))?;
+            .map_err(|e| {
+                fail(format!(
+                    "model.safetensors does not hold a BERT encoder: {e}"
+                ))
+            })?;
         let name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .filter(|n| n != "model")
-            .or_else(|| dir.parent().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned()))
+            .or_else(|| {
+                dir.parent()
+                    .and_then(Path::file_name)
+                    .map(|n| n.to_string_lossy().into_owned())
+            })
             .unwrap_or_else(|| "local-bert".into());
         Ok(Self {
             model: Arc::new(Model {
@@ -240,7 +286,10 @@ impl LocalEmbedder {
                 .map_err(|e| fail(format!("tokenization failed: {e}")))?;
             let seq = enc.first().map_or(0, |e| e.get_ids().len());
             let ids: Vec<u32> = enc.iter().flat_map(|e| e.get_ids().to_vec()).collect();
-            let mask: Vec<u32> = enc.iter().flat_map(|e| e.get_attention_mask().to_vec()).collect();
+            let mask: Vec<u32> = enc
+                .iter()
+                .flat_map(|e| e.get_attention_mask().to_vec())
+                .collect();
             let run = || -> CResult<Vec<Vec<f32>>> {
                 let ids = Tensor::from_vec(ids, (batch.len(), seq), &Device::Cpu)?;
                 let mask = Tensor::from_vec(mask, (batch.len(), seq), &Device::Cpu)?;

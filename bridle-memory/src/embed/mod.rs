@@ -36,11 +36,7 @@ pub trait Embedder: Send + Sync + 'static {
 }
 
 /// Checks that `vectors` has one vector of `dimension` per input.
-pub(crate) fn check_vectors(
-    dimension: usize,
-    inputs: usize,
-    vectors: &[Vec<f32>],
-) -> Result<()> {
+pub(crate) fn check_vectors(dimension: usize, inputs: usize, vectors: &[Vec<f32>]) -> Result<()> {
     if vectors.len() != inputs {
         return Err(MemoryError::EmbedderProtocol(format!(
             "asked for {inputs} embeddings, got {}",

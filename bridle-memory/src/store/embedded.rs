@@ -114,7 +114,8 @@ impl Collection {
 
     fn matching<'a>(&'a self, filter: Option<&'a Filter>) -> impl Iterator<Item = usize> + 'a {
         let filter = filter.filter(|f| !f.is_empty());
-        (0..self.len()).filter(move |&i| filter.is_none_or(|f| f.matches(self.ids[i], &self.payloads[i])))
+        (0..self.len())
+            .filter(move |&i| filter.is_none_or(|f| f.matches(self.ids[i], &self.payloads[i])))
     }
 
     fn search(&self, query: &[f32], filter: Option<&Filter>, limit: usize) -> Vec<ScoredPoint> {
@@ -123,7 +124,9 @@ impl Collection {
             None if self.len() >= PARALLEL_SCAN_POINTS => {
                 // Large unfiltered scans are split across cores, each keeping its own best k.
                 let d = self.config.dimension;
-                let parts = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
+                let parts = std::thread::available_parallelism()
+                    .map_or(1, |n| n.get())
+                    .clamp(1, 4);
                 let rows_per_part = self.len().div_ceil(parts);
                 let partials: Option<Vec<TopK>> = std::thread::scope(|s| {
                     let handles: Vec<_> = self
@@ -301,9 +304,8 @@ impl EmbeddedStore {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                MemoryError::Store(format!("cannot create {}: {e}", dir.display()))
-            })?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| MemoryError::Store(format!("cannot create {}: {e}", dir.display())))?;
         }
         let conn = Connection::open(path)?;
         // WAL + NORMAL: a killed process never corrupts the database or loses a committed
@@ -326,30 +328,47 @@ impl EmbeddedStore {
         {
             let mut stmt = conn.prepare("SELECT name, dimension, distance FROM collections")?;
             let rows = stmt.query_map([], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?))
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
             })?;
-            let mut points = conn
-                .prepare("SELECT id, vector, payload FROM points WHERE collection = ?1 ORDER BY id")?;
+            let mut points = conn.prepare(
+                "SELECT id, vector, payload FROM points WHERE collection = ?1 ORDER BY id",
+            )?;
             for row in rows {
                 let (name, dim, distance) = row?;
                 let distance = Distance::parse(&distance).ok_or_else(|| {
-                    MemoryError::Store(format!("collection `{name}` has unknown distance `{distance}`"))
+                    MemoryError::Store(format!(
+                        "collection `{name}` has unknown distance `{distance}`"
+                    ))
                 })?;
                 let dimension = usize::try_from(dim)
                     .ok()
                     .filter(|d| *d > 0)
-                    .ok_or_else(|| MemoryError::Store(format!("collection `{name}` has dimension {dim}")))?;
-                let mut c = Collection::new(CollectionConfig { dimension, distance });
+                    .ok_or_else(|| {
+                        MemoryError::Store(format!("collection `{name}` has dimension {dim}"))
+                    })?;
+                let mut c = Collection::new(CollectionConfig {
+                    dimension,
+                    distance,
+                });
                 let mut q = points.query(params![name])?;
                 while let Some(r) = q.next()? {
                     let id = point_id(r.get(0)?);
                     let blob: Vec<u8> = r.get(1)?;
                     let vector = from_blob(&blob, dimension).ok_or_else(|| {
-                        MemoryError::Store(format!("point {id} of `{name}` has a vector of {} bytes", blob.len()))
+                        MemoryError::Store(format!(
+                            "point {id} of `{name}` has a vector of {} bytes",
+                            blob.len()
+                        ))
                     })?;
                     let text: String = r.get(2)?;
                     let payload: Payload = serde_json::from_str(&text).map_err(|e| {
-                        MemoryError::Store(format!("point {id} of `{name}` has an unreadable payload: {e}"))
+                        MemoryError::Store(format!(
+                            "point {id} of `{name}` has an unreadable payload: {e}"
+                        ))
                     })?;
                     c.put(id, &vector, Arc::new(payload));
                 }
@@ -400,19 +419,33 @@ impl EmbeddedStore {
         Ok(())
     }
 
-    fn insert_rows(tx: &rusqlite::Transaction<'_>, collection: &str, points: &[Point]) -> Result<()> {
+    fn insert_rows(
+        tx: &rusqlite::Transaction<'_>,
+        collection: &str,
+        points: &[Point],
+    ) -> Result<()> {
         let mut stmt = tx.prepare_cached(
             "INSERT OR REPLACE INTO points (collection, id, vector, payload) VALUES (?1, ?2, ?3, ?4)",
         )?;
         for p in points {
-            let payload = serde_json::to_string(&p.payload)
-                .map_err(|e| MemoryError::InvalidInput(format!("payload does not serialize: {e}")))?;
-            stmt.execute(params![collection, sql_id(p.id), to_blob(&p.vector), payload])?;
+            let payload = serde_json::to_string(&p.payload).map_err(|e| {
+                MemoryError::InvalidInput(format!("payload does not serialize: {e}"))
+            })?;
+            stmt.execute(params![
+                collection,
+                sql_id(p.id),
+                to_blob(&p.vector),
+                payload
+            ])?;
         }
         Ok(())
     }
 
-    fn delete_rows(tx: &rusqlite::Transaction<'_>, collection: &str, ids: &[PointId]) -> Result<()> {
+    fn delete_rows(
+        tx: &rusqlite::Transaction<'_>,
+        collection: &str,
+        ids: &[PointId],
+    ) -> Result<()> {
         let mut stmt = tx.prepare_cached("DELETE FROM points WHERE collection = ?1 AND id = ?2")?;
         for id in ids {
             stmt.execute(params![collection, sql_id(*id)])?;
@@ -423,10 +456,14 @@ impl EmbeddedStore {
     /// Creates the collection if missing (synchronous form of [`VectorStore::ensure_collection`]).
     pub fn ensure_collection_sync(&self, name: &str, config: CollectionConfig) -> Result<()> {
         if name.is_empty() {
-            return Err(MemoryError::InvalidInput("a collection name must not be empty".into()));
+            return Err(MemoryError::InvalidInput(
+                "a collection name must not be empty".into(),
+            ));
         }
         if config.dimension == 0 {
-            return Err(MemoryError::InvalidInput("a collection needs a dimension of at least 1".into()));
+            return Err(MemoryError::InvalidInput(
+                "a collection needs a dimension of at least 1".into(),
+            ));
         }
         let db = lock(&self.inner.db);
         if let Some(c) = read(&self.inner.collections).get(name) {
@@ -445,13 +482,18 @@ impl EmbeddedStore {
             "INSERT INTO collections (name, dimension, distance) VALUES (?1, ?2, ?3)",
             params![name, config.dimension as i64, config.distance.as_str()],
         )?;
-        write(&self.inner.collections).insert(name.to_string(), Arc::new(RwLock::new(Collection::new(config))));
+        write(&self.inner.collections).insert(
+            name.to_string(),
+            Arc::new(RwLock::new(Collection::new(config))),
+        );
         Ok(())
     }
 
     /// The collection's configuration.
     pub fn collection_sync(&self, name: &str) -> Option<CollectionConfig> {
-        read(&self.inner.collections).get(name).map(|c| read(c).config)
+        read(&self.inner.collections)
+            .get(name)
+            .map(|c| read(c).config)
     }
 
     /// Deletes a collection (synchronous form).
@@ -488,7 +530,12 @@ impl EmbeddedStore {
 
     /// Replaces everything matching `filter` with `points` in one transaction, then in memory
     /// under one write lock (synchronous form of [`VectorStore::replace`]).
-    pub fn replace_sync(&self, collection: &str, filter: &Filter, mut points: Vec<Point>) -> Result<u64> {
+    pub fn replace_sync(
+        &self,
+        collection: &str,
+        filter: &Filter,
+        mut points: Vec<Point>,
+    ) -> Result<u64> {
         let c = self.get(collection)?;
         let config = read(&c).config;
         Self::prepare(config, &mut points)?;
@@ -597,7 +644,8 @@ impl VectorStore for EmbeddedStore {
 
     async fn ensure_collection(&self, name: &str, config: CollectionConfig) -> Result<()> {
         let name = name.to_string();
-        self.blocking(move |s| s.ensure_collection_sync(&name, config)).await
+        self.blocking(move |s| s.ensure_collection_sync(&name, config))
+            .await
     }
 
     async fn collection(&self, name: &str) -> Result<Option<CollectionConfig>> {
@@ -651,6 +699,7 @@ impl VectorStore for EmbeddedStore {
 
     async fn replace(&self, collection: &str, filter: &Filter, points: Vec<Point>) -> Result<u64> {
         let (name, filter) = (collection.to_string(), filter.clone());
-        self.blocking(move |s| s.replace_sync(&name, &filter, points)).await
+        self.blocking(move |s| s.replace_sync(&name, &filter, points))
+            .await
     }
 }

@@ -78,7 +78,12 @@ impl CollectionConfig {
 
 impl std::fmt::Display for CollectionConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} dimensions, {}", self.dimension, self.distance.as_str())
+        write!(
+            f,
+            "{} dimensions, {}",
+            self.dimension,
+            self.distance.as_str()
+        )
     }
 }
 
@@ -381,7 +386,10 @@ mod tests {
         assert!(Filter::all().matches(1, &pl));
         assert!(Filter::eq("tag", "a").matches(1, &pl));
         assert!(!Filter::eq("tag", "b").matches(1, &pl));
-        assert!(Filter::eq("tags", "y").matches(1, &pl), "array field: any element");
+        assert!(
+            Filter::eq("tags", "y").matches(1, &pl),
+            "array field: any element"
+        );
         assert!(Filter::eq("n", 3i64).matches(1, &pl));
         assert!(!Filter::eq("n", "3").matches(1, &pl), "types do not coerce");
         assert!(Filter::eq("b", true).matches(1, &pl));
@@ -404,7 +412,11 @@ mod tests {
             any: vec!["q".into(), "x".into()],
         });
         assert!(any.matches(1, &pl));
-        assert!(Filter::all().and(Condition::HasId(vec![1, 2])).matches(1, &pl));
+        assert!(
+            Filter::all()
+                .and(Condition::HasId(vec![1, 2]))
+                .matches(1, &pl)
+        );
         assert!(!Filter::all().and(Condition::HasId(vec![2])).matches(1, &pl));
         let nested = Filter::all().and(Condition::Nested(Box::new(Filter::eq("tag", "a"))));
         assert!(nested.matches(1, &pl));

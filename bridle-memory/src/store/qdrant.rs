@@ -17,11 +17,15 @@ use std::sync::RwLock;
 use async_trait::async_trait;
 use qdrant_client::Qdrant;
 use qdrant_client::qdrant::{
-    self, CountPointsBuilder, CreateCollectionBuilder, DeletePointsBuilder, PointStruct, PointsIdsList,
-    QueryPointsBuilder, ScrollPointsBuilder, UpsertPointsBuilder, VectorParamsBuilder,
+    self, CountPointsBuilder, CreateCollectionBuilder, DeletePointsBuilder, PointStruct,
+    PointsIdsList, QueryPointsBuilder, ScrollPointsBuilder, UpsertPointsBuilder,
+    VectorParamsBuilder,
 };
 
-use super::{CollectionConfig, Condition, Distance, Filter, MatchValue, Payload, Point, PointId, Record, ScoredPoint, VectorStore};
+use super::{
+    CollectionConfig, Condition, Distance, Filter, MatchValue, Payload, Point, PointId, Record,
+    ScoredPoint, VectorStore,
+};
 use crate::error::{MemoryError, Result};
 
 /// How to reach Qdrant.
@@ -55,7 +59,9 @@ pub struct QdrantStore {
 
 impl std::fmt::Debug for QdrantStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QdrantStore").field("prefix", &self.prefix).finish()
+        f.debug_struct("QdrantStore")
+            .field("prefix", &self.prefix)
+            .finish()
     }
 }
 
@@ -74,9 +80,9 @@ fn match_condition(key: &str, v: &MatchValue) -> qdrant::Condition {
 fn condition(c: &Condition) -> qdrant::Condition {
     match c {
         Condition::Match { key, value } => match_condition(key, value),
-        Condition::MatchAny { key, any } => {
-            qdrant::Condition::from(qdrant::Filter::should(any.iter().map(|v| match_condition(key, v))))
-        }
+        Condition::MatchAny { key, any } => qdrant::Condition::from(qdrant::Filter::should(
+            any.iter().map(|v| match_condition(key, v)),
+        )),
         Condition::HasId(ids) => qdrant::Condition::has_id(ids.iter().copied()),
         Condition::Nested(f) => qdrant::Condition::from(filter(f)),
     }
@@ -122,23 +128,40 @@ impl QdrantStore {
     }
 
     async fn config(&self, collection: &str) -> Result<CollectionConfig> {
-        if let Some(c) = self.configs.read().unwrap_or_else(|p| p.into_inner()).get(collection) {
+        if let Some(c) = self
+            .configs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(collection)
+        {
             return Ok(*c);
         }
         let c = self
             .fetch_config(collection)
             .await?
             .ok_or_else(|| MemoryError::UnknownCollection(collection.to_string()))?;
-        self.configs.write().unwrap_or_else(|p| p.into_inner()).insert(collection.to_string(), c);
+        self.configs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(collection.to_string(), c);
         Ok(c)
     }
 
     async fn fetch_config(&self, collection: &str) -> Result<Option<CollectionConfig>> {
         let name = self.name(collection);
-        if !self.client.collection_exists(&name).await.map_err(store_err)? {
+        if !self
+            .client
+            .collection_exists(&name)
+            .await
+            .map_err(store_err)?
+        {
             return Ok(None);
         }
-        let info = self.client.collection_info(&name).await.map_err(store_err)?;
+        let info = self
+            .client
+            .collection_info(&name)
+            .await
+            .map_err(store_err)?;
         let params = info
             .result
             .and_then(|r| r.config)
@@ -150,11 +173,20 @@ impl QdrantStore {
                 let distance = match qdrant::Distance::try_from(p.distance) {
                     Ok(qdrant::Distance::Cosine) => Distance::Cosine,
                     Ok(qdrant::Distance::Dot) => Distance::Dot,
-                    other => return Err(store_err(format!("collection `{name}` uses distance {other:?}, which memory does not use"))),
+                    other => {
+                        return Err(store_err(format!(
+                            "collection `{name}` uses distance {other:?}, which memory does not use"
+                        )));
+                    }
                 };
-                Ok(Some(CollectionConfig { dimension: p.size as usize, distance }))
+                Ok(Some(CollectionConfig {
+                    dimension: p.size as usize,
+                    distance,
+                }))
             }
-            _ => Err(store_err(format!("collection `{name}` has named vectors; memory uses one unnamed vector"))),
+            _ => Err(store_err(format!(
+                "collection `{name}` has named vectors; memory uses one unnamed vector"
+            ))),
         }
     }
 
@@ -166,7 +198,9 @@ impl QdrantStore {
             });
         }
         if vector.iter().any(|x| !x.is_finite()) {
-            return Err(MemoryError::InvalidInput("a vector has a NaN or infinite component".into()));
+            return Err(MemoryError::InvalidInput(
+                "a vector has a NaN or infinite component".into(),
+            ));
         }
         Ok(())
     }
@@ -203,9 +237,15 @@ impl QdrantStore {
         if ids.is_empty() {
             return Ok(());
         }
-        let list = PointsIdsList { ids: ids.into_iter().map(Into::into).collect() };
+        let list = PointsIdsList {
+            ids: ids.into_iter().map(Into::into).collect(),
+        };
         self.client
-            .delete_points(DeletePointsBuilder::new(self.name(collection)).points(list).wait(true))
+            .delete_points(
+                DeletePointsBuilder::new(self.name(collection))
+                    .points(list)
+                    .wait(true),
+            )
             .await
             .map_err(store_err)?;
         Ok(())
@@ -220,11 +260,16 @@ impl VectorStore for QdrantStore {
 
     async fn ensure_collection(&self, name: &str, config: CollectionConfig) -> Result<()> {
         if name.is_empty() || config.dimension == 0 {
-            return Err(MemoryError::InvalidInput("a collection needs a name and a dimension".into()));
+            return Err(MemoryError::InvalidInput(
+                "a collection needs a name and a dimension".into(),
+            ));
         }
         if let Some(existing) = self.fetch_config(name).await? {
             return if existing == config {
-                self.configs.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), existing);
+                self.configs
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(name.to_string(), existing);
                 Ok(())
             } else {
                 Err(MemoryError::CollectionMismatch {
@@ -245,7 +290,10 @@ impl VectorStore for QdrantStore {
             )
             .await
             .map_err(store_err)?;
-        self.configs.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), config);
+        self.configs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), config);
         Ok(())
     }
 
@@ -254,12 +302,23 @@ impl VectorStore for QdrantStore {
     }
 
     async fn drop_collection(&self, name: &str) -> Result<bool> {
-        self.configs.write().unwrap_or_else(|p| p.into_inner()).remove(name);
+        self.configs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
         let full = self.name(name);
-        if !self.client.collection_exists(&full).await.map_err(store_err)? {
+        if !self
+            .client
+            .collection_exists(&full)
+            .await
+            .map_err(store_err)?
+        {
             return Ok(false);
         }
-        self.client.delete_collection(full).await.map_err(store_err)?;
+        self.client
+            .delete_collection(full)
+            .await
+            .map_err(store_err)?;
         Ok(true)
     }
 
@@ -279,7 +338,13 @@ impl VectorStore for QdrantStore {
         Ok(n)
     }
 
-    async fn search(&self, collection: &str, vector: &[f32], f: Option<&Filter>, limit: usize) -> Result<Vec<ScoredPoint>> {
+    async fn search(
+        &self,
+        collection: &str,
+        vector: &[f32],
+        f: Option<&Filter>,
+        limit: usize,
+    ) -> Result<Vec<ScoredPoint>> {
         let config = self.config(collection).await?;
         Self::check(config, vector)?;
         if limit == 0 {
@@ -316,7 +381,13 @@ impl VectorStore for QdrantStore {
         Ok(resp.result.map_or(0, |r| r.count))
     }
 
-    async fn scroll(&self, collection: &str, f: Option<&Filter>, offset: Option<PointId>, limit: usize) -> Result<(Vec<Record>, Option<PointId>)> {
+    async fn scroll(
+        &self,
+        collection: &str,
+        f: Option<&Filter>,
+        offset: Option<PointId>,
+        limit: usize,
+    ) -> Result<(Vec<Record>, Option<PointId>)> {
         self.config(collection).await?;
         let mut s = ScrollPointsBuilder::new(self.name(collection))
             .limit(limit.clamp(1, u32::MAX as usize) as u32)
@@ -351,8 +422,11 @@ impl VectorStore for QdrantStore {
         let removed = old.len() as u64;
         let new_ids: std::collections::HashSet<PointId> = points.iter().map(|p| p.id).collect();
         self.upsert_checked(collection, points).await?;
-        self.delete_ids(collection, old.into_iter().filter(|id| !new_ids.contains(id)).collect())
-            .await?;
+        self.delete_ids(
+            collection,
+            old.into_iter().filter(|id| !new_ids.contains(id)).collect(),
+        )
+        .await?;
         Ok(removed)
     }
 }
