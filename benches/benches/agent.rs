@@ -1,0 +1,201 @@
+//! The agent loop's own cost per turn, and the cost of recovering a call a model wrote as text.
+//!
+//! `loop/agent_run` runs a whole conversation through `Agent::run`: 4 tool-call turns and a final
+//! answer, against an in-process registry, with a provider that answers instantly from prepared
+//! responses (no network, no model). `loop/bare_baseline` makes exactly the same provider calls
+//! and the same gate calls by hand, without the loop. The difference divided by the 5 turns is
+//! the loop's own cost per turn (goal < 50 µs): building the conversation, listing the surface,
+//! coercion, recovery checks, bookkeeping.
+//!
+//! `recover/fenced_string_args` recovers a call from typical small-model text (prose, a Markdown
+//! fence, arguments as a JSON string); `recover/serde_baseline` parses the same JSON (and its
+//! argument string) with serde_json alone.
+
+use std::collections::HashSet;
+use std::hint::black_box;
+
+use async_trait::async_trait;
+use criterion::{Criterion, criterion_group, criterion_main};
+use kberg_agent::{
+    Agent, ChatRequest, ChatResponse, FinishReason, InferenceProvider, LocalSurface, Message,
+    ProviderError, ToolCall, recover_calls,
+};
+use kberg_core::{
+    CallOptions, Caller, Grants, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability,
+};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const TOOL_TURNS: usize = 4;
+
+/// Answers with a tool call until the conversation holds `TOOL_TURNS` results, then with text.
+/// Stateless, so every benchmark iteration replays the same conversation.
+struct Instant {
+    call: ChatResponse,
+    answer: ChatResponse,
+}
+
+#[async_trait]
+impl InferenceProvider for Instant {
+    fn name(&self) -> &str {
+        "instant"
+    }
+
+    fn model(&self) -> &str {
+        "none"
+    }
+
+    async fn chat(
+        &self,
+        request: &ChatRequest,
+        _cancel: &CancellationToken,
+    ) -> Result<ChatResponse, ProviderError> {
+        let results = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Tool { .. }))
+            .count();
+        Ok(if results < TOOL_TURNS {
+            self.call.clone()
+        } else {
+            self.answer.clone()
+        })
+    }
+}
+
+fn args() -> Value {
+    json!({"title": "Groceries", "body": "milk, eggs, bread", "priority": 2})
+}
+
+fn provider() -> Instant {
+    Instant {
+        call: ChatResponse {
+            tool_calls: vec![ToolCall {
+                id: "call_1".into(),
+                name: "add_note".into(),
+                arguments: args(),
+            }],
+            finish: FinishReason::ToolCalls,
+            ..ChatResponse::default()
+        },
+        answer: ChatResponse {
+            text: "Added the note.".into(),
+            ..ChatResponse::default()
+        },
+    }
+}
+
+fn registry() -> ToolRegistry {
+    let tools = ToolRegistry::new();
+    let write = WriteCapability::new("notes.write", "Create notes");
+    tools.declare(write.clone()).expect("declared once");
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "title": {"type": "string"}, "body": {"type": "string"},
+            "priority": {"type": "integer", "minimum": 0, "maximum": 5}
+        },
+        "required": ["title", "body", "priority"],
+        "additionalProperties": false
+    });
+    tools
+        .register(
+            ToolBuilder::new("add_note")
+                .description("Create a note")
+                .write(write)
+                .raw_handler(schema, |_, _| async { Ok(ToolOutput::text("created")) }),
+        )
+        .expect("registered once");
+    for i in 0..8 {
+        tools
+            .register(
+                ToolBuilder::new(format!("read_{i}"))
+                    .description("Read something")
+                    .raw_handler(json!({"type": "object"}), |_, _| async {
+                        Ok(ToolOutput::text("ok"))
+                    }),
+            )
+            .expect("registered once");
+    }
+    tools
+}
+
+fn caller() -> Caller {
+    Caller::new(Principal::new("bench").with_grants(Grants::of(["notes.write"])))
+}
+
+fn bench_loop(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let tools = registry();
+    let agent = Agent::new(provider(), LocalSurface::new(tools.clone(), caller()));
+    let bare = provider();
+    let who = caller();
+    let cancel = CancellationToken::new();
+    let mut group = c.benchmark_group("loop");
+    group.bench_function("agent_run", |b| {
+        b.iter(|| {
+            let out = rt.block_on(agent.run(vec![Message::user("add groceries")], &cancel));
+            assert!(out.answered());
+            black_box(out)
+        })
+    });
+    group.bench_function("bare_baseline", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                // The same provider calls, with a conversation as long as the loop's at each
+                // turn, and the same gate calls.
+                let mut request = ChatRequest {
+                    messages: vec![Message::user("add groceries")],
+                    ..ChatRequest::default()
+                };
+                for _ in 0..TOOL_TURNS {
+                    let r = bare.chat(&request, &cancel).await.expect("instant");
+                    let out = tools
+                        .call(&who, "add_note", args(), CallOptions::default())
+                        .await
+                        .expect("runs");
+                    request.messages.push(r.to_message());
+                    request.messages.push(Message::Tool {
+                        call_id: "call_1".into(),
+                        name: "add_note".into(),
+                        content: out.all_text(),
+                        is_error: false,
+                    });
+                }
+                black_box(bare.chat(&request, &cancel).await.expect("instant"))
+            })
+        })
+    });
+    group.finish();
+}
+
+fn bench_recover(c: &mut Criterion) {
+    let text = "Sure! I'll add that note for you now.\n\n```json\n{\"name\": \"add_note\", \"arguments\": \"{\\\"title\\\": \\\"Groceries\\\", \\\"body\\\": \\\"milk, eggs, bread\\\", \\\"priority\\\": 2}\"}\n```\n\nLet me know if you need anything else.";
+    let json_only = "{\"name\": \"add_note\", \"arguments\": \"{\\\"title\\\": \\\"Groceries\\\", \\\"body\\\": \\\"milk, eggs, bread\\\", \\\"priority\\\": 2}\"}";
+    let visible: HashSet<&str> = ["add_note", "search_notes", "list_notes"]
+        .into_iter()
+        .collect();
+    assert_eq!(recover_calls(text, &visible).len(), 1);
+    let mut group = c.benchmark_group("recover");
+    group.bench_function("fenced_string_args", |b| {
+        b.iter(|| black_box(recover_calls(black_box(text), &visible)))
+    });
+    group.bench_function("serde_baseline", |b| {
+        b.iter(|| {
+            let v: Value = serde_json::from_str(black_box(json_only)).expect("valid");
+            let args: Value =
+                serde_json::from_str(v["arguments"].as_str().expect("a string")).expect("valid");
+            black_box((v, args))
+        })
+    });
+    group.bench_function("plain_prose", |b| {
+        let prose = "You have three notes about groceries; the newest one is from today.";
+        b.iter(|| black_box(recover_calls(black_box(prose), &visible)))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_loop, bench_recover);
+criterion_main!(benches);
