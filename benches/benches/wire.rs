@@ -67,7 +67,8 @@ async fn start_kberg(stop: CancellationToken) -> Result<SocketAddr, BoxError> {
             }),
     )?;
     let app = McpApp::builder("wire-bench", "1.0.0").tools(tools).build();
-    let config = HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0))).shutdown_token(stop.clone());
+    let config =
+        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0))).shutdown_token(stop.clone());
     let server = HttpServer::bind(app, config).await?;
     let addr = server.local_addr();
     tokio::spawn(async move {
@@ -184,16 +185,17 @@ async fn start_hyper(stop: CancellationToken) -> Result<SocketAddr, BoxError> {
             let body = body.clone();
             let stop = stop.clone();
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let body = body.clone();
-                    async move {
-                        // Read the request like a real server would.
-                        let _ = req.into_body().collect().await;
-                        Response::builder()
-                            .header("content-type", "application/json")
-                            .body(Full::new(body))
-                    }
-                });
+                let service =
+                    hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let body = body.clone();
+                        async move {
+                            // Read the request like a real server would.
+                            let _ = req.into_body().collect().await;
+                            Response::builder()
+                                .header("content-type", "application/json")
+                                .body(Full::new(body))
+                        }
+                    });
                 let conn = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
                 tokio::select! {
@@ -248,11 +250,13 @@ impl Client {
         };
         if kind != Kind::Hyper {
             let (status, headers, _) = c
-                .post(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                    "protocolVersion": PROTOCOL,
-                    "capabilities": {},
-                    "clientInfo": {"name": "wire-bench", "version": "1.0.0"}
-                }}))
+                .post(
+                    json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                        "protocolVersion": PROTOCOL,
+                        "capabilities": {},
+                        "clientInfo": {"name": "wire-bench", "version": "1.0.0"}
+                    }}),
+                )
                 .await?;
             if status != StatusCode::OK {
                 return Err(format!("initialize answered {status}").into());
@@ -324,7 +328,12 @@ struct Point {
     p99_ms: f64,
 }
 
-async fn measure(addr: SocketAddr, kind: Kind, clients: usize, run: Duration) -> Result<Point, BoxError> {
+async fn measure(
+    addr: SocketAddr,
+    kind: Kind,
+    clients: usize,
+    run: Duration,
+) -> Result<Point, BoxError> {
     let mut conns = Vec::with_capacity(clients);
     for _ in 0..clients {
         conns.push(Client::connect(addr, kind).await?);
@@ -382,7 +391,10 @@ fn env_number(name: &str, default: u64) -> u64 {
 async fn run() -> Result<(), BoxError> {
     let full = std::env::args().any(|a| a == "--bench");
     let (secs, rounds) = if full {
-        (env_number("KBERG_WIRE_SECS", 5), env_number("KBERG_WIRE_ROUNDS", 3))
+        (
+            env_number("KBERG_WIRE_SECS", 5),
+            env_number("KBERG_WIRE_ROUNDS", 3),
+        )
     } else {
         (0, 1)
     };
@@ -413,7 +425,10 @@ async fn run() -> Result<(), BoxError> {
                         p.p99_ms
                     );
                 }
-                match results.iter_mut().find(|(k, c, _)| *k == kind && *c == clients) {
+                match results
+                    .iter_mut()
+                    .find(|(k, c, _)| *k == kind && *c == clients)
+                {
                     Some((_, _, v)) => v.push(p),
                     None => results.push((kind, clients, vec![p])),
                 }
