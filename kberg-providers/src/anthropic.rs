@@ -554,6 +554,24 @@ mod tests {
         assert_eq!(body["tools"][0]["input_schema"]["type"], "object");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn random_events_never_panic(kind in "(message_start|content_block_start|content_block_delta|message_delta|message_stop|error|ping|[a-z_]{1,10})",
+                                     i in proptest::num::u64::ANY, s in ".{0,20}") {
+            let mut d = EventDecoder { sse: SseParser::new(), finish: FinishReason::Stop, output_tokens: 0, stopped: false };
+            for v in [
+                json!({"type": kind.clone(), "index": i, "content_block": {"type": "tool_use", "id": s.clone(), "name": s.clone(), "input": {}},
+                       "delta": {"type": "input_json_delta", "partial_json": s.clone(), "stop_reason": s.clone()},
+                       "usage": {"output_tokens": i}, "message": {"usage": {"input_tokens": i, "output_tokens": i}}}),
+                json!({"type": kind.clone(), "index": s.clone(), "delta": s.clone()}),
+            ] {
+                let _ = d.event(&v.to_string(), &mut Vec::new());
+            }
+            let _ = d.line(&s, &mut Vec::new());
+            let _ = d.end(&mut Vec::new());
+        }
+    }
+
     #[test]
     fn malformed_replies_are_errors() {
         for v in [

@@ -429,6 +429,31 @@ mod tests {
         assert_eq!(e.code(), "model_not_found");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn random_stream_lines_never_panic(lines in proptest::collection::vec(".{0,80}", 0..20)) {
+            let mut d = NdjsonDecoder { model: "m".into(), calls: 0, done: false };
+            let mut out = Vec::new();
+            for l in &lines {
+                if d.line(l, &mut out).is_err() {
+                    break;
+                }
+            }
+            let _ = d.end(&mut out);
+        }
+
+        #[test]
+        fn random_json_replies_never_panic(k in "[a-z_]{1,12}", s in ".{0,20}", n in 0u64..5) {
+            for v in [
+                json!({"message": {"content": s.clone(), "tool_calls": [{"function": {"name": k.clone(), "arguments": s.clone()}}]}, "done": true}),
+                json!({"message": {k.clone(): n}, "done_reason": s.clone()}),
+                json!({k.clone(): {"content": s.clone()}}),
+            ] {
+                let _ = parse_reply(&v, "m");
+            }
+        }
+    }
+
     #[test]
     fn base_url_gets_a_scheme() {
         let c = OllamaConfig::new("m").base_url("127.0.0.1:11434/");

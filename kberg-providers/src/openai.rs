@@ -461,6 +461,29 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn random_event_lines_never_panic(lines in proptest::collection::vec("(data: )?.{0,80}", 0..20)) {
+            let mut d = ChunkDecoder { sse: SseParser::new(), finish: None, done: false };
+            let mut out = Vec::new();
+            for l in &lines {
+                if d.line(l, &mut out).is_err() || d.line("", &mut out).is_err() {
+                    break;
+                }
+            }
+            let _ = d.end(&mut out);
+        }
+
+        #[test]
+        fn random_chunks_never_panic(i in proptest::num::u64::ANY, s in ".{0,20}") {
+            let mut d = ChunkDecoder { sse: SseParser::new(), finish: None, done: false };
+            let chunk = json!({"choices": [{"index": 0, "delta": {"content": s.clone(), "tool_calls": [
+                {"index": i, "id": s.clone(), "function": {"name": s.clone(), "arguments": s.clone()}}]},
+                "finish_reason": s.clone()}]});
+            let _ = d.event(&chunk.to_string(), &mut Vec::new());
+        }
+    }
+
     #[test]
     fn object_arguments_are_accepted() {
         let v = json!({"choices": [{"message": {"content": null, "tool_calls": [
