@@ -458,7 +458,7 @@ impl InferenceProvider for AnthropicProvider {
     ) -> Result<ChatResponse, ProviderError> {
         let body = self.request_body(request, false);
         let ep = self.endpoint();
-        let resp = http::post(
+        let v = http::post_for_json(
             &self.client,
             &self.config.http,
             &ep,
@@ -467,7 +467,6 @@ impl InferenceProvider for AnthropicProvider {
             cancel,
         )
         .await?;
-        let v = http::read_json(resp, &self.config.http, cancel).await?;
         parse_reply(&v)
     }
 
@@ -478,22 +477,22 @@ impl InferenceProvider for AnthropicProvider {
     ) -> Result<ChatStream, ProviderError> {
         let body = self.request_body(request, true);
         let ep = self.endpoint();
-        let resp = http::post(
-            &self.client,
-            &self.config.http,
-            &ep,
-            &self.headers(),
-            &body,
-            cancel,
-        )
-        .await?;
         let decoder = EventDecoder {
             sse: SseParser::new(),
             finish: FinishReason::Stop,
             output_tokens: 0,
             stopped: false,
         };
-        Ok(http::line_stream(resp, decoder, &self.config.http, cancel))
+        http::post_for_stream(
+            &self.client,
+            &self.config.http,
+            &ep,
+            &self.headers(),
+            &body,
+            decoder,
+            cancel,
+        )
+        .await
     }
 }
 

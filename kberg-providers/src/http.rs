@@ -255,7 +255,7 @@ pub(crate) async fn post(
 }
 
 /// Reads a whole JSON reply.
-pub(crate) async fn read_json(
+async fn read_json(
     resp: reqwest::Response,
     opts: &HttpOptions,
     cancel: &CancellationToken,
@@ -268,6 +268,40 @@ pub(crate) async fn read_json(
         })?;
     serde_json::from_slice(&bytes)
         .map_err(|e| ProviderError::malformed(format!("the reply is not JSON: {e}")))
+}
+
+/// Posts `body` and reads the whole JSON reply.
+pub(crate) async fn post_for_json(
+    client: &reqwest::Client,
+    opts: &HttpOptions,
+    ep: &Endpoint<'_>,
+    headers: &[(&'static str, String)],
+    body: &Value,
+    cancel: &CancellationToken,
+) -> Result<Value, ProviderError> {
+    let resp = post(client, opts, ep, headers, body, cancel).await?;
+    read_json(resp, opts, cancel).await
+}
+
+/// Posts `body` and decodes the streamed reply with `decoder`.
+pub(crate) async fn post_for_stream<D: LineDecoder>(
+    client: &reqwest::Client,
+    opts: &HttpOptions,
+    ep: &Endpoint<'_>,
+    headers: &[(&'static str, String)],
+    body: &Value,
+    decoder: D,
+    cancel: &CancellationToken,
+) -> Result<ChatStream, ProviderError> {
+    let resp = post(client, opts, ep, headers, body, cancel).await?;
+    Ok(line_stream(resp, decoder, opts, cancel))
+}
+
+/// A tool as the OpenAI-style `tools` entry Ollama and OpenAI-compatible servers read.
+#[cfg(any(feature = "ollama", feature = "openai"))]
+pub(crate) fn function_tool(t: &kberg_agent::ToolDefinition) -> Value {
+    serde_json::json!({"type": "function", "function": {
+        "name": t.name, "description": t.description, "parameters": t.parameters}})
 }
 
 /// Turns the lines of a streamed body into deltas. `line` gets each complete line (without its
@@ -333,7 +367,7 @@ impl<D: LineDecoder, S> LineState<D, S> {
 /// Decodes a streamed reply body with `decoder`, one line at a time. A pause longer than the
 /// idle timeout ends the stream with [`ProviderError::Timeout`]; a body that breaks off ends it
 /// with [`ProviderError::Truncated`]; cancellation with [`ProviderError::Cancelled`].
-pub(crate) fn line_stream<D: LineDecoder>(
+fn line_stream<D: LineDecoder>(
     resp: reqwest::Response,
     decoder: D,
     opts: &HttpOptions,

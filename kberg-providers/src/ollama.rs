@@ -136,14 +136,7 @@ impl OllamaProvider {
         });
         let obj = body.as_object_mut().expect("json! object literal");
         if !request.tools.is_empty() {
-            let tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|t| {
-                    json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.parameters}})
-                })
-                .collect();
+            let tools: Vec<Value> = request.tools.iter().map(http::function_tool).collect();
             obj.insert("tools".into(), Value::Array(tools));
         }
         let mut options = self.config.options.clone();
@@ -371,8 +364,8 @@ impl InferenceProvider for OllamaProvider {
     ) -> Result<ChatResponse, ProviderError> {
         let body = self.request_body(request, false);
         let ep = self.endpoint();
-        let resp = http::post(&self.client, &self.config.http, &ep, &[], &body, cancel).await?;
-        let v = http::read_json(resp, &self.config.http, cancel).await?;
+        let v =
+            http::post_for_json(&self.client, &self.config.http, &ep, &[], &body, cancel).await?;
         parse_reply(&v, &self.config.model)
     }
 
@@ -383,13 +376,21 @@ impl InferenceProvider for OllamaProvider {
     ) -> Result<ChatStream, ProviderError> {
         let body = self.request_body(request, true);
         let ep = self.endpoint();
-        let resp = http::post(&self.client, &self.config.http, &ep, &[], &body, cancel).await?;
         let decoder = NdjsonDecoder {
             model: self.config.model.clone(),
             calls: 0,
             done: false,
         };
-        Ok(http::line_stream(resp, decoder, &self.config.http, cancel))
+        http::post_for_stream(
+            &self.client,
+            &self.config.http,
+            &ep,
+            &[],
+            &body,
+            decoder,
+            cancel,
+        )
+        .await
     }
 }
 

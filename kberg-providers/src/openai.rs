@@ -129,14 +129,7 @@ impl OpenAiProvider {
         body.insert("model".into(), json!(self.config.model));
         body.insert("messages".into(), Value::Array(messages));
         if !request.tools.is_empty() {
-            let tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|t| {
-                    json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.parameters}})
-                })
-                .collect();
+            let tools: Vec<Value> = request.tools.iter().map(http::function_tool).collect();
             body.insert("tools".into(), Value::Array(tools));
             let choice = match &request.options.tool_choice {
                 ToolChoice::None => json!("none"),
@@ -406,7 +399,7 @@ impl InferenceProvider for OpenAiProvider {
     ) -> Result<ChatResponse, ProviderError> {
         let body = self.request_body(request, false);
         let ep = self.endpoint();
-        let resp = http::post(
+        let v = http::post_for_json(
             &self.client,
             &self.config.http,
             &ep,
@@ -415,7 +408,6 @@ impl InferenceProvider for OpenAiProvider {
             cancel,
         )
         .await?;
-        let v = http::read_json(resp, &self.config.http, cancel).await?;
         parse_reply(&v)
     }
 
@@ -426,21 +418,21 @@ impl InferenceProvider for OpenAiProvider {
     ) -> Result<ChatStream, ProviderError> {
         let body = self.request_body(request, true);
         let ep = self.endpoint();
-        let resp = http::post(
-            &self.client,
-            &self.config.http,
-            &ep,
-            &self.headers(),
-            &body,
-            cancel,
-        )
-        .await?;
         let decoder = ChunkDecoder {
             sse: SseParser::new(),
             finish: None,
             done: false,
         };
-        Ok(http::line_stream(resp, decoder, &self.config.http, cancel))
+        http::post_for_stream(
+            &self.client,
+            &self.config.http,
+            &ep,
+            &self.headers(),
+            &body,
+            decoder,
+            cancel,
+        )
+        .await
     }
 }
 
