@@ -17,6 +17,7 @@ use kberg_core::ErrorCode;
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -39,7 +40,26 @@ impl std::fmt::Debug for McpSurface {
 impl McpSurface {
     /// Connects to a Streamable HTTP endpoint (e.g. `http://127.0.0.1:8080/mcp`).
     pub async fn connect_http(url: &str) -> Result<Self, SurfaceError> {
-        let transport = StreamableHttpClientTransport::from_uri(url.to_string());
+        Self::connect(
+            url,
+            StreamableHttpClientTransportConfig::with_uri(url.to_string()),
+        )
+        .await
+    }
+
+    /// Connects to a Streamable HTTP endpoint that wants `Authorization: Bearer <token>` (the
+    /// server maps the token to the principal whose grants the run gets).
+    pub async fn connect_http_with_bearer(url: &str, token: &str) -> Result<Self, SurfaceError> {
+        let config =
+            StreamableHttpClientTransportConfig::with_uri(url.to_string()).auth_header(token);
+        Self::connect(url, config).await
+    }
+
+    async fn connect(
+        url: &str,
+        config: StreamableHttpClientTransportConfig,
+    ) -> Result<Self, SurfaceError> {
+        let transport = StreamableHttpClientTransport::from_config(config);
         let client = ()
             .serve(transport)
             .await

@@ -21,7 +21,7 @@ use kberg_agent::{
 use kberg_core::{
     Caller, ErrorCode, Grants, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability,
 };
-use kberg_server::{HttpConfig, HttpServer, McpApp, OpenAccess};
+use kberg_server::{BearerTokens, HttpConfig, HttpServer, McpApp, OpenAccess};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -222,6 +222,52 @@ async fn cancellation_mid_tool_over_http() {
         out.calls[0].outcome,
         CallOutcome::Failed(ErrorCode::Cancelled)
     );
+}
+
+#[tokio::test]
+async fn bearer_token_selects_the_principal() {
+    let app = McpApp::builder("notes", "1.0.0").tools(registry()).build();
+    let tokens = BearerTokens::new()
+        .with_token("writer-token", principal())
+        .with_token("reader-token", Principal::new("reader"));
+    let config = HttpConfig::new("127.0.0.1:0".parse().unwrap()).auth(tokens);
+    let server = HttpServer::bind(app, config).await.unwrap();
+    let url = format!("http://{}/mcp", server.local_addr());
+    let stop = CancellationToken::new();
+    let _guard = ServerGuard {
+        url: url.clone(),
+        stop: stop.clone(),
+    };
+    tokio::spawn(async move {
+        let _ = server.run(async move { stop.cancelled().await }).await;
+    });
+
+    let e = McpSurface::connect_http_with_bearer(&url, "wrong-token")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "surface_connect");
+    let e = McpSurface::connect_http(&url).await.unwrap_err();
+    assert_eq!(e.code(), "surface_connect");
+
+    let call = || {
+        ScriptedProvider::new([
+            ScriptedProvider::call("c1", "add_note", json!({"title": "milk", "priority": 1})),
+            ScriptedProvider::text("done"),
+        ])
+    };
+    for (token, expected) in [
+        ("writer-token", "ok"),
+        ("reader-token", "capability_required"),
+    ] {
+        let surface = McpSurface::connect_http_with_bearer(&url, token)
+            .await
+            .unwrap();
+        let out = Agent::new(call(), surface)
+            .run(vec![Message::user("add")], &CancellationToken::new())
+            .await;
+        assert!(out.answered(), "{:?}", out.stop);
+        assert_eq!(outcomes(&out), [expected], "{token}");
+    }
 }
 
 #[tokio::test]
