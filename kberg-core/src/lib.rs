@@ -23,7 +23,7 @@
 //!   ([`HandleCodec`]); handle-typed arguments are resolved before the tool runs.
 //! - [Preview / commit](ToolBuilder::previews): a write's first call is a dry run answered with a
 //!   single-use commit token bound to tool, arguments and principal.
-//! - [Scope](Scope): declared scopes ([`ScopeSpec`]), a caller's [`ScopeSet`], the scope argument
+//! - [`Scope`]: declared scopes ([`ScopeSpec`]), a caller's [`ScopeSet`], the scope argument
 //!   filled in and checked by the gate.
 //! - [Human confirmation](ConfirmPolicy): calls above an app-defined threshold wait as a
 //!   [`ConfirmTicket`] for a person, through the [`TicketDesk`].
