@@ -430,3 +430,56 @@ where
         }
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+
+    fn headers(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_str(v).unwrap());
+        h
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        assert_eq!(retry_after(&headers("7")), Some(Duration::from_secs(7)));
+        assert_eq!(
+            retry_after(&headers(" 1.5 ")),
+            Some(Duration::from_millis(1500))
+        );
+        let later = SystemTime::now() + Duration::from_secs(120);
+        let d = retry_after(&headers(&httpdate::fmt_http_date(later))).unwrap();
+        assert!(
+            d > Duration::from_secs(100) && d <= Duration::from_secs(120),
+            "{d:?}"
+        );
+        // A date in the past means "now".
+        assert_eq!(
+            retry_after(&headers("Wed, 21 Oct 2015 07:28:00 GMT")),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after(&headers("soon")), None);
+        assert_eq!(retry_after(&headers("-3")), None);
+        assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn error_messages_are_found_in_each_shape() {
+        assert_eq!(
+            error_message(br#"{"error": {"message": "bad key"}}"#),
+            "bad key"
+        );
+        assert_eq!(
+            error_message(br#"{"error": "model not found"}"#),
+            "model not found"
+        );
+        assert_eq!(error_message(br#"{"message": "nope"}"#), "nope");
+        assert_eq!(error_message(b"  plain text  "), "plain text");
+        assert_eq!(error_message(b""), "(empty body)");
+        let long = "x".repeat(1000);
+        assert!(error_message(long.as_bytes()).len() < 320);
+        assert_eq!(error_message(&[0xff, 0xfe]), "\u{fffd}\u{fffd}");
+    }
+}

@@ -341,6 +341,31 @@ async fn slow_stream_hits_the_idle_timeout() {
 }
 
 #[tokio::test]
+async fn slow_stream_within_the_idle_timeout_completes() {
+    let server = MockServer::start(vec![
+        Ollama
+            .call("c", "add_note", &json!({"title": "x", "priority": 1}), true)
+            .paced(Duration::from_millis(100)),
+    ])
+    .await;
+    let p = OllamaProvider::new(
+        OllamaConfig::new("qwen2.5")
+            .base_url(server.url())
+            .http(HttpOptions::default().stream_idle_timeout(Duration::from_secs(5))),
+    );
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.tool_calls[0].name, "add_note");
+    assert_eq!(
+        r.tool_calls[0].arguments,
+        json!({"title": "x", "priority": 1})
+    );
+}
+
+#[tokio::test]
 async fn error_line_in_stream_and_garbage_are_reported() {
     let server = MockServer::start(vec![
         Reply::stream(
