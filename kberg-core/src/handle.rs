@@ -14,7 +14,9 @@
 //! change to it (or use by another principal, for another kind, or against another app's key)
 //! fails the tag check, and the same entity shown twice to the same principal gets the same
 //! handle. The wire form is `h1.` followed by base64url (no padding): expiry (8 bytes, seconds
-//! since the epoch, 0 for none), tag (16 bytes), ciphertext.
+//! since the epoch, 0 for none), tag (16 bytes), ciphertext. A secret can be rotated: a codec
+//! built [`with_previous_secret`](HandleCodec::with_previous_secret) mints with the new one and
+//! still resolves handles minted with the old.
 //!
 //! Tools declare a handle-typed argument with [`Handle<K>`]: its JSON Schema is a string marked
 //! `x-kberg-handle: <kind>`, and the gate resolves every such argument (nested, in arrays, or
@@ -90,8 +92,28 @@ pub enum HandleError {
 #[derive(Clone)]
 pub struct HandleCodec {
     app: String,
-    mac_key: [u8; 32],
-    enc_key: [u8; 32],
+    current: Keys,
+    /// Keys of earlier secrets, still accepted when resolving (key rotation).
+    previous: Vec<Keys>,
+}
+
+/// The two keys derived from one secret.
+#[derive(Clone)]
+struct Keys {
+    mac: [u8; 32],
+    enc: [u8; 32],
+}
+
+impl Keys {
+    fn derive(secret: &[u8]) -> Result<Self, HandleError> {
+        if secret.len() < HandleCodec::MIN_SECRET_LEN {
+            return Err(HandleError::WeakSecret);
+        }
+        Ok(Self {
+            mac: derive(secret, b"kberg handle v1 mac"),
+            enc: derive(secret, b"kberg handle v1 enc"),
+        })
+    }
 }
 
 impl std::fmt::Debug for HandleCodec {
@@ -124,14 +146,19 @@ impl HandleCodec {
     /// A codec for `app_id` keyed by `secret` (at least [`Self::MIN_SECRET_LEN`] random bytes,
     /// kept by the app; handles stay valid across restarts as long as the secret does).
     pub fn new(app_id: impl Into<String>, secret: &[u8]) -> Result<Self, HandleError> {
-        if secret.len() < Self::MIN_SECRET_LEN {
-            return Err(HandleError::WeakSecret);
-        }
         Ok(Self {
             app: app_id.into(),
-            mac_key: derive(secret, b"kberg handle v1 mac"),
-            enc_key: derive(secret, b"kberg handle v1 enc"),
+            current: Keys::derive(secret)?,
+            previous: Vec::new(),
         })
+    }
+
+    /// Also accepts handles minted with an earlier `secret` (new handles use the current one),
+    /// so a key can be rotated without breaking the handles models still hold. Drop the old
+    /// secret once those have expired or no longer matter.
+    pub fn with_previous_secret(mut self, secret: &[u8]) -> Result<Self, HandleError> {
+        self.previous.push(Keys::derive(secret)?);
+        Ok(self)
     }
 
     /// A codec with a fresh random secret: its handles die with the process.
@@ -147,9 +174,16 @@ impl HandleCodec {
     }
 
     /// The MAC over everything a handle is bound to.
-    fn tag_mac(&self, principal: &str, kind: &str, expiry: u64, id: &[u8]) -> HmacSha256 {
+    fn tag_mac(
+        &self,
+        keys: &Keys,
+        principal: &str,
+        kind: &str,
+        expiry: u64,
+        id: &[u8],
+    ) -> HmacSha256 {
         let mut mac =
-            HmacSha256::new_from_slice(&self.mac_key).expect("HMAC accepts keys of any length");
+            HmacSha256::new_from_slice(&keys.mac).expect("HMAC accepts keys of any length");
         mac.update(b"kberg handle v1");
         put_field(&mut mac, self.app.as_bytes());
         put_field(&mut mac, principal.as_bytes());
@@ -161,7 +195,7 @@ impl HandleCodec {
 
     fn tag(&self, principal: &str, kind: &str, expiry: u64, id: &[u8]) -> [u8; TAG_LEN] {
         let full = self
-            .tag_mac(principal, kind, expiry, id)
+            .tag_mac(&self.current, principal, kind, expiry, id)
             .finalize()
             .into_bytes();
         let mut tag = [0u8; TAG_LEN];
@@ -169,10 +203,10 @@ impl HandleCodec {
         tag
     }
 
-    fn keystream_xor(&self, tag: &[u8; TAG_LEN], data: &mut [u8]) {
+    fn keystream_xor(keys: &Keys, tag: &[u8; TAG_LEN], data: &mut [u8]) {
         for (block, chunk) in data.chunks_mut(32).enumerate() {
             let mut mac =
-                HmacSha256::new_from_slice(&self.enc_key).expect("HMAC accepts keys of any length");
+                HmacSha256::new_from_slice(&keys.enc).expect("HMAC accepts keys of any length");
             mac.update(tag);
             mac.update(&(block as u32).to_be_bytes());
             let ks = mac.finalize().into_bytes();
@@ -204,7 +238,7 @@ impl HandleCodec {
         bytes.extend_from_slice(&tag);
         let start = bytes.len();
         bytes.extend_from_slice(id);
-        self.keystream_xor(&tag, &mut bytes[start..]);
+        Self::keystream_xor(&self.current, &tag, &mut bytes[start..]);
         let mut s = String::from(PREFIX);
         URL_SAFE_NO_PAD.encode_string(&bytes, &mut s);
         Ok(s)
@@ -244,7 +278,7 @@ impl HandleCodec {
             return Err(HandleError::Invalid);
         }
         let body = handle.strip_prefix(PREFIX).ok_or(HandleError::Invalid)?;
-        let mut bytes = URL_SAFE_NO_PAD
+        let bytes = URL_SAFE_NO_PAD
             .decode(body)
             .map_err(|_| HandleError::Invalid)?;
         if bytes.len() < HEADER_LEN {
@@ -255,17 +289,24 @@ impl HandleCodec {
         let expiry = u64::from_be_bytes(expiry_bytes);
         let mut tag = [0u8; TAG_LEN];
         tag.copy_from_slice(&bytes[8..HEADER_LEN]);
-        let id = &mut bytes[HEADER_LEN..];
-        self.keystream_xor(&tag, id);
-        // Constant-time comparison of the recomputed tag.
-        self.tag_mac(principal, kind, expiry, id)
-            .verify_truncated_left(&tag)
-            .map_err(|_| HandleError::Invalid)?;
-        // Authenticity first, then expiry: an altered expiry is `Invalid`, never `Expired`.
-        if expiry != 0 && unix_secs(now) >= expiry {
-            return Err(HandleError::Expired);
+        for keys in std::iter::once(&self.current).chain(&self.previous) {
+            let mut id = bytes[HEADER_LEN..].to_vec();
+            Self::keystream_xor(keys, &tag, &mut id);
+            // Constant-time comparison of the recomputed tag.
+            if self
+                .tag_mac(keys, principal, kind, expiry, &id)
+                .verify_truncated_left(&tag)
+                .is_err()
+            {
+                continue;
+            }
+            // Authenticity first, then expiry: an altered expiry is `Invalid`, never `Expired`.
+            if expiry != 0 && unix_secs(now) >= expiry {
+                return Err(HandleError::Expired);
+            }
+            return String::from_utf8(id).map_err(|_| HandleError::Invalid);
         }
-        String::from_utf8(id.to_vec()).map_err(|_| HandleError::Invalid)
+        Err(HandleError::Invalid)
     }
 }
 
@@ -528,6 +569,35 @@ mod tests {
         assert_eq!(
             c.mint("ann", "note", &format!("{long}y"), None),
             Err(HandleError::IdTooLong)
+        );
+    }
+
+    #[test]
+    fn rotated_secrets_still_resolve_old_handles() {
+        let old = codec();
+        let h_old = old.mint("ann", "note", "row:1", None).unwrap();
+        let rotated = HandleCodec::new("notes-app", &[8u8; 32])
+            .unwrap()
+            .with_previous_secret(&[7u8; 32])
+            .unwrap();
+        assert_eq!(rotated.resolve("ann", "note", &h_old).unwrap(), "row:1");
+        let h_new = rotated.mint("ann", "note", "row:1", None).unwrap();
+        assert_ne!(h_new, h_old);
+        assert_eq!(rotated.resolve("ann", "note", &h_new).unwrap(), "row:1");
+        // The old codec does not know the new secret.
+        assert_eq!(
+            old.resolve("ann", "note", &h_new),
+            Err(HandleError::Invalid)
+        );
+        assert_eq!(
+            rotated.resolve("bob", "note", &h_old),
+            Err(HandleError::Invalid)
+        );
+        assert!(
+            HandleCodec::new("a", &[1u8; 32])
+                .unwrap()
+                .with_previous_secret(b"short")
+                .is_err()
         );
     }
 
