@@ -531,6 +531,12 @@ impl TicketDesk {
         self.registry.ticket_store()
     }
 
+    /// A receiver whose value changes whenever a ticket is filed, approved, finished or
+    /// denied: what an app's UI waits on to refresh its list of pending approvals.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.registry.ticket_changes()
+    }
+
     /// Every ticket, oldest first; pending tickets past their expiry read as expired.
     pub fn list(&self) -> Result<Vec<ConfirmTicket>, TicketError> {
         let now = SystemTime::now();
@@ -623,6 +629,7 @@ impl TicketDesk {
             });
         }
         tracing::info!(ticket = %id, approver = %approver.id, tool = %t.tool, "ticket approved");
+        self.registry.tickets_changed();
         let result = self.registry.run_approved(&running, &approver.id).await;
         let outcome = TicketOutcome::from_result(result);
         let mut done = running;
@@ -634,6 +641,7 @@ impl TicketDesk {
         if !store.replace_if(TicketStatus::Running, &done)? {
             tracing::error!(ticket = %id, "ticket changed while its call ran; result not stored");
         }
+        self.registry.tickets_changed();
         Ok(outcome)
     }
 
@@ -659,6 +667,7 @@ impl TicketDesk {
             });
         }
         tracing::info!(ticket = %id, denier = %denier.id, "ticket denied");
+        self.registry.tickets_changed();
         Ok(())
     }
 

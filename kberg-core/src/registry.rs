@@ -110,6 +110,8 @@ struct Inner {
     audit: ArcSwap<Option<Arc<dyn AuditSink>>>,
     guards: ArcSwap<Guards>,
     commits: CommitTokens,
+    /// Bumped whenever a ticket is filed or decided.
+    tickets_version: watch::Sender<u64>,
 }
 
 /// A call that runs because a human approved its ticket.
@@ -237,6 +239,7 @@ impl ToolRegistry {
                 audit: ArcSwap::from_pointee(None),
                 guards: ArcSwap::from_pointee(Guards::default()),
                 commits: CommitTokens::default(),
+                tickets_version: watch::channel(0).0,
             }),
         }
     }
@@ -317,6 +320,14 @@ impl ToolRegistry {
     /// The app's window on confirm tickets: list, approve, deny, fetch results.
     pub fn tickets(&self) -> TicketDesk {
         TicketDesk::new(self.clone())
+    }
+
+    pub(crate) fn ticket_changes(&self) -> watch::Receiver<u64> {
+        self.inner.tickets_version.subscribe()
+    }
+
+    pub(crate) fn tickets_changed(&self) {
+        self.inner.tickets_version.send_modify(|v| *v += 1);
     }
 
     /// A handle that does not keep the registry alive (for tools registered in it).
@@ -843,6 +854,7 @@ impl ToolRegistry {
             return failed(e.0);
         }
         tracing::info!(tool = %name, ticket = %id, principal = %caller.principal().id, "call held for a person's approval");
+        self.tickets_changed();
         trail.ticket = Some(id.clone());
         GateError::PendingHumanConfirm {
             tool: name,
@@ -889,10 +901,7 @@ fn prepare_call(
         trail.args_digest = Some(argument_digest(&args, &entry.spec.sensitive_fields));
     }
     validate_args(&entry, &args)?;
-    let binding = entry
-        .spec
-        .previews
-        .then(|| canonical_digest(&args));
+    let binding = entry.spec.previews.then(|| canonical_digest(&args));
     let mut resolved = args.clone();
     if !entry.handles.is_empty() {
         let name = entry.spec.name.clone();

@@ -737,3 +737,24 @@ async fn the_question_shows_redacted_bounded_arguments() {
         long.len()
     );
 }
+
+#[tokio::test]
+async fn the_desk_announces_changes() {
+    let app = app();
+    let desk = app.tools.tickets();
+    let mut changes = desk.changes();
+    let seen = *changes.borrow_and_update();
+    let id = ask(&app, "bulk_delete", many(51)).await;
+    assert!(changes.has_changed().unwrap());
+    let after_filing = *changes.borrow_and_update();
+    assert!(after_filing > seen);
+    desk.approve(&id, &admin()).await.unwrap();
+    assert!(changes.has_changed().unwrap());
+    let after_approval = *changes.borrow_and_update();
+    let id = ask(&app, "bulk_delete", many(52)).await;
+    desk.deny(&id, &admin(), None).unwrap();
+    assert!(*changes.borrow_and_update() > after_approval);
+    // A refused decision changes nothing.
+    let _ = desk.deny(&id, &admin(), None);
+    assert!(!changes.has_changed().unwrap());
+}
