@@ -454,3 +454,87 @@ async fn shared_agent_runs_concurrently() {
     texts.sort();
     assert_eq!(texts, ["a", "b"]);
 }
+
+/// Any script: the run never panics, every stored call is answered by its result right after
+/// it, the outcome lists exactly the answered calls, and no call outside the caller's surface
+/// ever succeeds.
+mod random_scripts {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn response() -> impl Strategy<Value = ChatResponse> {
+        let name = prop_oneof![
+            Just("add_note"),
+            Just("search_notes"),
+            Just("wait"),
+            Just("delete_all_notes"),
+            Just("nope"),
+        ];
+        let args = prop_oneof![
+            Just(json!({})),
+            Just(json!({"query": "q"})),
+            Just(json!({"title": "t", "priority": "2"})),
+            Just(json!({"title": 1})),
+            Just(json!("{\"query\": \"s\"}")),
+            Just(json!({"seconds": 0})),
+            Just(json!([1, 2])),
+        ];
+        let call = (name.clone(), args.clone()).prop_map(|(n, a)| ScriptedProvider::call("", n, a));
+        let text_call = (name, args).prop_map(|(n, a)| {
+            ScriptedProvider::text(format!(
+                "```json\n{{\"name\": \"{n}\", \"arguments\": {a}}}\n```"
+            ))
+        });
+        let tokens = (0u64..400).prop_map(|n| ChatResponse {
+            text: "plain answer".into(),
+            usage: Usage {
+                input_tokens: n,
+                output_tokens: n,
+            },
+            ..ChatResponse::default()
+        });
+        prop_oneof![3 => call, 2 => text_call, 1 => tokens, 1 => Just(ScriptedProvider::text("done"))]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn runs_stay_well_formed(script in proptest::collection::vec(response(), 0..8), budget in proptest::option::of(1u64..600)) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let caller = Caller::new(
+                Principal::new("small")
+                    .with_grants(Grants::of(["notes.write"]))
+                    .with_projection(SurfaceProjection::Compact),
+            );
+            let mut config = AgentConfig::default().max_turns(6);
+            if let Some(b) = budget {
+                config = config.token_budget(b);
+            }
+            let agent = agent(&ScriptedProvider::new(script), caller).with_config(config);
+            let out = rt.block_on(agent.run(vec![Message::user("go")], &CancellationToken::new()));
+
+            let mut answered = 0;
+            let mut i = 0;
+            while i < out.messages.len() {
+                if let Message::Assistant { tool_calls, .. } = &out.messages[i] {
+                    for (k, call) in tool_calls.iter().enumerate() {
+                        match out.messages.get(i + 1 + k) {
+                            Some(Message::Tool { call_id, .. }) => prop_assert_eq!(call_id, &call.id),
+                            other => prop_assert!(false, "call {} unanswered: {:?}", call.id, other),
+                        }
+                    }
+                    answered += tool_calls.len();
+                    i += tool_calls.len();
+                }
+                i += 1;
+            }
+            prop_assert_eq!(out.calls.len(), answered);
+            for c in &out.calls {
+                // `wait` is not small-model-safe: the compact caller may never run it.
+                prop_assert!(!(c.name == "wait" && c.outcome == CallOutcome::Ok));
+                prop_assert!(!(c.name == "delete_all_notes" && c.outcome == CallOutcome::Ok));
+            }
+            prop_assert!(out.turns <= 6);
+        }
+    }
+}
