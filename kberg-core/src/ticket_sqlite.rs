@@ -80,21 +80,21 @@ impl SqliteTicketStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The tickets whose bodies `sql` (a query of one `body` column) selects.
+    fn tickets_where(&self, sql: &str) -> Result<Vec<ConfirmTicket>, StoreError> {
+        let conn = self.lock();
+        let mut st = conn.prepare(sql).map_err(db)?;
+        let rows = st
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(db)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db)?;
+        rows.iter().map(|s| from_json(s)).collect()
+    }
+
     fn fail_interrupted(&self) -> Result<(), StoreError> {
-        let running: Vec<ConfirmTicket> = {
-            let conn = self.lock();
-            let mut st = conn
-                .prepare("SELECT body FROM confirm_tickets WHERE status = 'running'")
-                .map_err(db)?;
-            let rows = st
-                .query_map([], |r| r.get::<_, String>(0))
-                .map_err(db)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(db)?;
-            rows.iter()
-                .map(|s| from_json(s))
-                .collect::<Result<_, _>>()?
-        };
+        let running =
+            self.tickets_where("SELECT body FROM confirm_tickets WHERE status = 'running'")?;
         for mut t in running {
             tracing::warn!(ticket = %t.id, "ticket's call was interrupted by a restart; marked failed");
             let message = format!(
@@ -142,16 +142,7 @@ impl TicketStore for SqliteTicketStore {
     }
 
     fn list(&self) -> Result<Vec<ConfirmTicket>, StoreError> {
-        let conn = self.lock();
-        let mut st = conn
-            .prepare("SELECT body FROM confirm_tickets ORDER BY created_at_ns, id")
-            .map_err(db)?;
-        let rows = st
-            .query_map([], |r| r.get::<_, String>(0))
-            .map_err(db)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(db)?;
-        rows.iter().map(|s| from_json(s)).collect()
+        self.tickets_where("SELECT body FROM confirm_tickets ORDER BY created_at_ns, id")
     }
 
     fn replace_if(&self, expected: TicketStatus, next: &ConfirmTicket) -> Result<bool, StoreError> {

@@ -223,19 +223,25 @@ async fn jsonl_sink_writes_one_record_per_line_and_appends() {
     assert!(!std::fs::read_to_string(&path).unwrap().contains("hunter2"));
 }
 
+/// A registry logging to a JSON Lines file at `path` under `policy`, after `n` logins.
+async fn logged(path: &Path, policy: FlushPolicy, n: usize) -> (ToolRegistry, Arc<JsonlAuditSink>) {
+    let tools = registry();
+    let sink = Arc::new(JsonlAuditSink::open(path, policy).unwrap());
+    tools.set_audit_sink(sink.clone());
+    for i in 0..n {
+        login(&tools, &format!("u{i}"), "pw").await;
+    }
+    (tools, sink)
+}
+
 #[tokio::test]
 async fn drop_flushes_what_the_policy_held_back() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
-    let tools = registry();
     let policy = FlushPolicy::default()
         .with_max_events(1_000_000)
         .with_max_delay(Duration::from_secs(3600));
-    let sink = Arc::new(JsonlAuditSink::open(&path, policy).unwrap());
-    tools.set_audit_sink(sink.clone());
-    for i in 0..25 {
-        login(&tools, &format!("u{i}"), "pw").await;
-    }
+    let (tools, sink) = logged(&path, policy, 25).await;
     tools.set_audit_sink(Arc::new(MemoryAuditSink::new()));
     drop(sink);
     assert_eq!(read_lines(&path).len(), 25);
@@ -246,15 +252,10 @@ async fn count_and_delay_both_trigger_a_flush() {
     let dir = tempfile::tempdir().unwrap();
     // Count: 5 events with an hour-long delay are flushed because there are 5.
     let path = dir.path().join("count.jsonl");
-    let tools = registry();
     let policy = FlushPolicy::default()
         .with_max_events(5)
         .with_max_delay(Duration::from_secs(3600));
-    let sink = Arc::new(JsonlAuditSink::open(&path, policy).unwrap());
-    tools.set_audit_sink(sink.clone());
-    for i in 0..5 {
-        login(&tools, &format!("u{i}"), "pw").await;
-    }
+    let (tools, _sink) = logged(&path, policy, 5).await;
     eventually("five flushed lines", || {
         std::fs::read_to_string(&path).unwrap().lines().count() == 5
     });
@@ -275,16 +276,11 @@ async fn count_and_delay_both_trigger_a_flush() {
 async fn overflow_drops_are_counted_in_gap_records() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
-    let tools = registry();
     let policy = FlushPolicy::default()
         .with_capacity(1)
         .with_overflow(Overflow::Drop);
-    let sink = Arc::new(JsonlAuditSink::open(&path, policy).unwrap());
-    tools.set_audit_sink(sink.clone());
     let total = 5_000;
-    for i in 0..total {
-        login(&tools, &format!("u{i}"), "pw").await;
-    }
+    let (tools, sink) = logged(&path, policy, total as usize).await;
     tools.set_audit_sink(Arc::new(MemoryAuditSink::new()));
     drop(sink);
     let lines = read_lines(&path);
@@ -531,16 +527,11 @@ fn a_killed_writer_loses_at_most_the_unflushed_tail() {
 async fn block_overflow_waits_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
-    let tools = registry();
     let policy = FlushPolicy::default()
         .with_capacity(2)
         .with_max_events(1_000)
         .with_overflow(Overflow::Block);
-    let sink = Arc::new(JsonlAuditSink::open(&path, policy).unwrap());
-    tools.set_audit_sink(sink.clone());
-    for i in 0..1_000 {
-        login(&tools, &format!("u{i}"), "pw").await;
-    }
+    let (_tools, sink) = logged(&path, policy, 1_000).await;
     sink.flush().unwrap();
     assert_eq!(sink.dropped(), 0);
     let lines = read_lines(&path);

@@ -105,6 +105,12 @@ async fn ask(app: &App, tool: &str, args: Value) -> String {
     d["ticket"].as_str().unwrap().to_string()
 }
 
+/// Both decisions on `id` are refused with `code`.
+async fn assert_cannot_decide(desk: &TicketDesk, id: &str, code: ErrorCode) {
+    assert_eq!(desk.approve(id, &admin()).await.unwrap_err().code(), code);
+    assert_eq!(desk.deny(id, &admin(), None).unwrap_err().code(), code);
+}
+
 #[tokio::test]
 async fn small_calls_run_and_big_ones_wait() {
     let app = app();
@@ -244,14 +250,7 @@ async fn denial_is_final() {
     assert_eq!(e.code(), ErrorCode::TicketDenied);
     assert_eq!(e.details()["note"], "too many");
     assert!(e.to_output().is_error);
-    assert_eq!(
-        desk.approve(&id, &admin()).await.unwrap_err().code(),
-        ErrorCode::TicketAlreadyDecided
-    );
-    assert_eq!(
-        desk.deny(&id, &admin(), None).unwrap_err().code(),
-        ErrorCode::TicketAlreadyDecided
-    );
+    assert_cannot_decide(&desk, &id, ErrorCode::TicketAlreadyDecided).await;
     assert!(app.runs.lock().unwrap().is_empty());
 }
 
@@ -268,14 +267,7 @@ async fn expired_tickets_cannot_be_approved() {
         desk.result(&id, &agent()).unwrap_err().code(),
         ErrorCode::TicketExpired
     );
-    assert_eq!(
-        desk.approve(&id, &admin()).await.unwrap_err().code(),
-        ErrorCode::TicketExpired
-    );
-    assert_eq!(
-        desk.deny(&id, &admin(), None).unwrap_err().code(),
-        ErrorCode::TicketExpired
-    );
+    assert_cannot_decide(&desk, &id, ErrorCode::TicketExpired).await;
     assert!(app.runs.lock().unwrap().is_empty());
 }
 
