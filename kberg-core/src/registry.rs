@@ -574,14 +574,15 @@ impl ToolRegistry {
         opts: CallOptions,
         approved: Option<Approved<'_>>,
     ) -> Result<ToolOutput, GateError> {
-        let started = Instant::now();
-        let at = SystemTime::now();
         let args = if args.is_null() {
             Value::Object(Default::default())
         } else {
             args
         };
-        let audit = self.inner.audit.load_full();
+        // Everything the audit event needs is gathered only when a sink is set: the common
+        // unaudited call pays for none of it.
+        let audit: Option<Arc<dyn AuditSink>> = self.inner.audit.load().as_ref().clone();
+        let clock = audit.as_ref().map(|_| (Instant::now(), SystemTime::now()));
         let guards = self.inner.guards.load_full();
         let mut trail = Trail::default();
         if let Some(a) = &approved {
@@ -591,6 +592,7 @@ impl ToolRegistry {
         let snap = self.inner.current.load_full();
         let admitted = admit(&snap, caller, name);
         let (kind, capability, deprecated) = match &admitted {
+            _ if audit.is_none() => ("", None, None),
             Ok((e, via)) => (
                 e.spec.kind.label(),
                 e.spec.kind.capability().map(str::to_string),
@@ -624,7 +626,7 @@ impl ToolRegistry {
                     .await
             }
         };
-        if let Some(sink) = audit.as_ref() {
+        if let (Some(sink), Some((started, at))) = (audit.as_ref(), clock) {
             let p = caller.principal();
             sink.record(&AuditEvent {
                 at,
@@ -703,7 +705,7 @@ impl ToolRegistry {
         if approved.is_none()
             && phase != CallPhase::Preview
             && let Some(policy) = &guards.confirm
-            && let Some(req) = policy.check(&entry.spec, &resolved, caller)
+            && let Some(req) = policy.check(&entry.spec, resolved.as_ref().unwrap_or(&args), caller)
         {
             let asked = if req.asks_client() {
                 self.ask_client(&entry, &args, caller, &opts, &req).await
@@ -725,7 +727,14 @@ impl ToolRegistry {
             ticket: approved.map(|a| a.ticket.to_string()),
             handles: guards.handles.clone(),
         };
-        let out = run(Arc::clone(&entry), resolved, caller, opts, extras).await?;
+        let out = run(
+            Arc::clone(&entry),
+            resolved.unwrap_or(args),
+            caller,
+            opts,
+            extras,
+        )
+        .await?;
         if phase != CallPhase::Preview || out.is_error {
             return Ok(out);
         }
@@ -872,8 +881,9 @@ struct PreparedCall {
     entry: Arc<Entry>,
     /// The arguments as asked (scope filled, commit token removed, handles opaque).
     args: Value,
-    /// The arguments the tool receives (handles resolved).
-    resolved: Value,
+    /// The arguments the tool receives when they differ from `args` (handles resolved); `None`
+    /// when the tool takes no handles, so the common call never copies its arguments.
+    resolved: Option<Value>,
     /// The digest a commit token is bound to (unredacted), for preview tools.
     binding: Option<String>,
     /// The commit token the caller sent.
@@ -902,7 +912,7 @@ fn prepare_call(
     }
     validate_args(&entry, &args)?;
     let binding = entry.spec.previews.then(|| canonical_digest(&args));
-    let mut resolved = args.clone();
+    let mut resolved = None;
     if !entry.handles.is_empty() {
         let name = entry.spec.name.clone();
         let Some(codec) = &guards.handles else {
@@ -912,7 +922,8 @@ fn prepare_call(
                 message: "this app has not configured handles (internal error)".into(),
             });
         };
-        resolve_sites(&mut resolved, &entry.handles, codec, &caller.principal().id).map_err(
+        let mut copy = args.clone();
+        resolve_sites(&mut copy, &entry.handles, codec, &caller.principal().id).map_err(
             |(pointer, e)| match e {
                 HandleError::Expired => GateError::HandleExpired {
                     tool: name,
@@ -924,6 +935,7 @@ fn prepare_call(
                 },
             },
         )?;
+        resolved = Some(copy);
     }
     Ok(PreparedCall {
         entry,
@@ -1181,40 +1193,45 @@ async fn run(
     extras: CallExtras,
 ) -> Result<ToolOutput, GateError> {
     let preview = extras.phase == CallPhase::Preview;
-    let name = entry.spec.name.clone();
+    // The name is copied into an error only on the paths that produce one.
+    let name = || entry.spec.name.clone();
     let cancel = opts.cancel.clone();
     if cancel.is_cancelled() {
-        return Err(GateError::Cancelled { tool: name });
+        return Err(GateError::Cancelled { tool: name() });
     }
     let ctx = ToolContext::new(caller.clone(), opts).with_extras(extras);
-    let span = tracing::debug_span!("tool_call", tool = %name, principal = %caller.principal().id);
+    let span = tracing::debug_span!("tool_call", tool = %entry.spec.name, principal = %caller.principal().id);
     let fut = AssertUnwindSafe(entry.tool.call(args, ctx)).catch_unwind();
+    // The tool is polled first: a tool that finishes at once never registers a cancellation
+    // waiter; one that is pending is dropped as soon as the token fires.
     let outcome = tokio::select! {
         biased;
-        () = cancel.cancelled() => return Err(GateError::Cancelled { tool: name }),
         r = tracing::Instrument::instrument(fut, span) => r,
+        () = cancel.cancelled() => return Err(GateError::Cancelled { tool: name() }),
     };
     match outcome {
         Err(_panic) => {
-            tracing::error!(tool = %name, "tool panicked");
+            tracing::error!(tool = %entry.spec.name, "tool panicked");
             Err(GateError::ToolFailed {
-                tool: name,
+                tool: name(),
                 message: "the tool stopped unexpectedly (internal error)".into(),
             })
         }
         Ok(Err(ToolError::Failed { message })) => Err(GateError::ToolFailed {
-            tool: name,
+            tool: name(),
             message,
         }),
-        Ok(Err(ToolError::Peer(PeerError::Cancelled))) => Err(GateError::Cancelled { tool: name }),
+        Ok(Err(ToolError::Peer(PeerError::Cancelled))) => {
+            Err(GateError::Cancelled { tool: name() })
+        }
         Ok(Err(ToolError::Peer(PeerError::InputRequired { requests }))) => {
             Err(GateError::InputRequired {
-                tool: name,
+                tool: name(),
                 requests,
             })
         }
         Ok(Err(ToolError::Peer(e))) => Err(GateError::ToolFailed {
-            tool: name,
+            tool: name(),
             message: e.to_string(),
         }),
         Ok(Ok(out)) => {
@@ -1222,9 +1239,9 @@ async fn run(
                 (&entry.output, &out.structured, out.is_error, preview)
                 && !schema.is_valid(structured)
             {
-                tracing::error!(tool = %name, "structured result does not match the output schema");
+                tracing::error!(tool = %entry.spec.name, "structured result does not match the output schema");
                 return Err(GateError::ToolFailed {
-                    tool: name,
+                    tool: name(),
                     message: "the tool's result does not match its declared output schema (internal error)".into(),
                 });
             }

@@ -308,14 +308,23 @@ impl std::fmt::Debug for FnTool {
     }
 }
 
-#[async_trait]
+// Written out instead of `#[async_trait]`: the handler already returns a boxed future, and
+// handing it over as is saves the second allocation `async fn` would wrap it in.
 impl Tool for FnTool {
     fn spec(&self) -> ToolSpec {
         self.spec.clone()
     }
 
-    async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        (self.handler)(args, ctx).await
+    fn call<'life0, 'async_trait>(
+        &'life0 self,
+        args: Value,
+        ctx: ToolContext,
+    ) -> Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        (self.handler)(args, ctx)
     }
 }
 

@@ -126,7 +126,7 @@ async fn capability_required_names_the_capability_before_validation() {
     assert_eq!(e.code(), ErrorCode::CapabilityRequired);
     assert_eq!(e.details()["capability"], "notes.write");
     assert!(e.to_string().contains("notes.write"));
-    assert_eq!(e.to_output().is_error, true);
+    assert!(e.to_output().is_error);
 }
 
 #[tokio::test]
