@@ -16,7 +16,11 @@
 //!   `structuredContent`, so a model reads it and a program matches on it;
 //! - a principal over its concurrent-call limit gets the same kind of result with code
 //!   `too_many_calls` (retryable);
-//! - on 2026-07-28 a tool that asks the client something answers `input_required`.
+//! - on 2026-07-28 a tool that asks the client something answers `input_required`; a tool
+//!   that needs a client capability the request did not declare answers `-32021`; the methods
+//!   that revision removed (`initialize`, `ping`, `logging/setLevel`, `resources/subscribe`,
+//!   `resources/unsubscribe`) answer `-32601`;
+//! - a known method with params of the wrong shape is `-32602`, an unknown one `-32601`.
 
 // Logging, sampling and roots are deprecated by the 2026-07-28 revision but still part of
 // 2025-11-25, which this handler serves too.
@@ -54,9 +58,64 @@ use crate::peer::{LogThreshold, RoundTripPeer, SessionPeer};
 #[derive(Debug, Clone)]
 pub(crate) struct Authenticated(pub(crate) Arc<Principal>);
 
+/// Tool descriptions rmcp asks for on every 2026-07-28 `tools/call` (to check `Mcp-Param-*`
+/// headers against `x-mcp-header` annotations). Only tools whose schema has such annotations
+/// need one; for the rest the answer is "none", which lets rmcp skip the check. Cached per
+/// registry version so the hot path neither clones nor converts a schema.
+pub(crate) struct HeaderSchemas {
+    version: tokio::sync::watch::Receiver<u64>,
+    cache: std::sync::RwLock<(
+        u64,
+        std::collections::HashMap<String, Option<rmcp::model::Tool>>,
+    )>,
+}
+
+/// Whether a schema declares an `x-mcp-header` anywhere.
+fn mentions_header(v: &Value) -> bool {
+    match v {
+        Value::Object(o) => o
+            .iter()
+            .any(|(k, v)| k == "x-mcp-header" || mentions_header(v)),
+        Value::Array(a) => a.iter().any(mentions_header),
+        _ => false,
+    }
+}
+
+impl HeaderSchemas {
+    fn new(app: &McpApp) -> Self {
+        Self {
+            version: app.tools().changes(),
+            cache: std::sync::RwLock::new((u64::MAX, std::collections::HashMap::new())),
+        }
+    }
+
+    fn get(&self, app: &McpApp, name: &str) -> Option<rmcp::model::Tool> {
+        let version = *self.version.borrow();
+        {
+            let c = self.cache.read().unwrap_or_else(|p| p.into_inner());
+            if c.0 == version
+                && let Some(t) = c.1.get(name)
+            {
+                return t.clone();
+            }
+        }
+        // Unknown names are not cached (the map stays bounded by the registry).
+        let spec = app.tools().spec(name)?;
+        let tool = mentions_header(&spec.input_schema).then(|| convert::tool(&spec));
+        let mut c = self.cache.write().unwrap_or_else(|p| p.into_inner());
+        if c.0 != version {
+            c.0 = version;
+            c.1.clear();
+        }
+        c.1.insert(name.to_string(), tool.clone());
+        tool
+    }
+}
+
 /// State shared by every handler of one transport (an HTTP server or a stdio connection).
 pub(crate) struct Shared {
     pub(crate) app: McpApp,
+    pub(crate) header_schemas: HeaderSchemas,
     pub(crate) info: ServerConfig,
     pub(crate) calls: Arc<CallCounter>,
     /// The principal of a transport without per-request credentials (stdio).
@@ -92,6 +151,7 @@ impl Shared {
         }
         let info: ServerConfig = convert::from_json("the server description", info)?;
         Ok(Arc::new(Self {
+            header_schemas: HeaderSchemas::new(&app),
             app,
             info,
             calls: CallCounter::new(max_calls_per_principal),
@@ -119,6 +179,9 @@ pub(crate) struct KbergHandler {
     shared: Arc<Shared>,
     session: Arc<SessionState>,
 }
+
+/// Where a 2026-07-28 request declares the client's capabilities.
+const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
 
 /// Methods this server implements; a request naming one with malformed params is `-32602`.
 const KNOWN_METHODS: [&str; 16] = [
@@ -251,7 +314,7 @@ impl KbergHandler {
     async fn call(
         &self,
         req: CallToolRequestParams,
-        ctx: RequestContext<RoleServer>,
+        mut ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let principal = self.principal(&ctx)?;
         let Some(_permit) = self.shared.calls.try_acquire(&principal.id) else {
@@ -273,11 +336,14 @@ impl KbergHandler {
             .meta
             .get_progress_token()
             .and_then(|t| serde_json::to_value(t).ok());
-        let meta = if ctx.meta.0.0.is_empty() {
-            None
-        } else {
-            Some(Value::Object(ctx.meta.0.0.clone()))
-        };
+        // 2026-07-28: log messages only when the request names a level.
+        let log_level = ctx
+            .meta
+            .log_level()
+            .and_then(|l| serde_json::to_value(l).ok())
+            .and_then(|v| v.as_str().map(str::to_string));
+        // The tool sees the request's `_meta`; move it rather than copy it.
+        let meta_map = std::mem::take(&mut ctx.meta.0.0);
         let mut answers = BTreeMap::new();
         let mut round_trip = None;
         let peer: Arc<dyn ClientPeer> = if stateless {
@@ -285,19 +351,20 @@ impl KbergHandler {
             if let Some(new) = &req.input_responses {
                 answers.extend(new.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
-            // 2026-07-28: log messages only when the request names a level.
-            let log = match ctx
-                .meta
-                .log_level()
-                .and_then(|l| serde_json::to_value(l).ok())
-                .and_then(|v| v.as_str().map(str::to_string))
-            {
+            let log = match log_level {
                 Some(level) => LogThreshold::new(&level),
                 None => LogThreshold::off(),
             };
+            let capabilities = match meta_map.get(CLIENT_CAPABILITIES_META) {
+                Some(c) => Some(c.clone()),
+                None => ctx
+                    .peer
+                    .peer_info()
+                    .and_then(|i| serde_json::to_value(&i.capabilities).ok()),
+            };
             let p = Arc::new(RoundTripPeer::new(
                 ctx.peer.clone(),
-                ctx.client_capabilities(),
+                capabilities,
                 answers.clone(),
                 Arc::new(log),
             ));
@@ -309,6 +376,7 @@ impl KbergHandler {
                 log: Arc::clone(&self.session.log),
             })
         };
+        let meta = (!meta_map.is_empty()).then_some(Value::Object(meta_map));
         let args = req.arguments.map(Value::Object).unwrap_or(Value::Null);
         let mut opts = CallOptions::with_cancel(ctx.ct.clone());
         opts.peer = Some(peer);
@@ -457,11 +525,7 @@ impl ServerHandler for KbergHandler {
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
-        self.shared
-            .app
-            .tools()
-            .spec(name)
-            .map(|s| convert::tool(&s))
+        self.shared.header_schemas.get(&self.shared.app, name)
     }
 
     async fn call_tool(
@@ -714,5 +778,22 @@ impl ServerHandler for KbergHandler {
             .unwrap_or_else(|| "info".into());
         self.session.log.set(&level);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_annotated_schemas_need_header_checks() {
+        assert!(!mentions_header(
+            &json!({"type": "object", "properties": {"a": {"type": "string"}}})
+        ));
+        assert!(mentions_header(&json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"}}})));
+        assert!(mentions_header(
+            &json!({"anyOf": [{"properties": {"x": {"x-mcp-header": "X"}}}]})
+        ));
     }
 }

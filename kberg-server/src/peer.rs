@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use kberg_core::{ClientPeer, PeerError};
-use rmcp::model::{ClientCapabilities, ServerNotification, ServerRequest};
+use rmcp::model::{ServerNotification, ServerRequest};
 use rmcp::service::{PeerRequestOptions, RequestHandle};
 use rmcp::{Peer, RoleServer, ServiceError};
 use serde_json::{Value, json};
@@ -106,12 +106,10 @@ impl LogThreshold {
     }
 }
 
-fn supports(caps: &Option<ClientCapabilities>, capability: &str) -> bool {
-    let Some(caps) = caps else { return false };
-    match serde_json::to_value(caps) {
-        Ok(v) => v.get(capability).is_some_and(|c| !c.is_null()),
-        Err(_) => false,
-    }
+/// Whether declared capabilities (their JSON form) include `capability`.
+fn supports(caps: Option<&Value>, capability: &str) -> bool {
+    caps.and_then(|c| c.get(capability))
+        .is_some_and(|c| !c.is_null())
 }
 
 fn service_error(e: ServiceError) -> PeerError {
@@ -212,15 +210,19 @@ impl ClientPeer for SessionPeer {
     }
 
     fn supports(&self, capability: &str) -> bool {
-        let declared = self.peer.peer_info().map(|i| i.capabilities.clone());
-        supports(&declared, capability)
+        let declared = self
+            .peer
+            .peer_info()
+            .and_then(|i| serde_json::to_value(&i.capabilities).ok());
+        supports(declared.as_ref(), capability)
     }
 }
 
 /// Answers a tool's questions from the re-sent call (2026-07-28 multi-round-trip requests).
 pub(crate) struct RoundTripPeer {
     pub(crate) peer: Peer<RoleServer>,
-    pub(crate) capabilities: Option<ClientCapabilities>,
+    /// The capabilities the request declared, as JSON (read only when a tool asks).
+    pub(crate) capabilities: Option<Value>,
     /// Every answer known so far: earlier rounds (from `requestState`) and this one.
     pub(crate) answers: BTreeMap<String, Value>,
     pub(crate) asked: AtomicUsize,
@@ -234,7 +236,7 @@ pub(crate) struct RoundTripPeer {
 impl RoundTripPeer {
     pub(crate) fn new(
         peer: Peer<RoleServer>,
-        capabilities: Option<ClientCapabilities>,
+        capabilities: Option<Value>,
         answers: BTreeMap<String, Value>,
         log: Arc<LogThreshold>,
     ) -> Self {
@@ -313,7 +315,7 @@ impl ClientPeer for RoundTripPeer {
     }
 
     fn supports(&self, capability: &str) -> bool {
-        let ok = supports(&self.capabilities, capability);
+        let ok = supports(self.capabilities.as_ref(), capability);
         if !ok {
             *self.missing.lock().unwrap_or_else(|p| p.into_inner()) = Some(capability.to_string());
         }

@@ -108,8 +108,13 @@ async fn listen_streams_are_limited() {
 
 #[tokio::test]
 async fn idle_sessions_expire() {
-    let s =
-        start_with(Limits::default().session_idle_timeout(Some(Duration::from_millis(100)))).await;
+    // One session at most: the expired session must also give its slot back.
+    let s = start_with(
+        Limits::default()
+            .max_sessions(1)
+            .session_idle_timeout(Some(Duration::from_millis(100))),
+    )
+    .await;
     let c = Raw::new(&s.url, Some(READER));
     let sid = c.initialize().await;
     let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});

@@ -479,3 +479,63 @@ async fn removed_methods_and_log_levels_on_2026() {
     let r = c.stateless(7, "resources/list", json!({})).await.reply(7);
     assert_eq!(r["result"]["resultType"], "complete", "{r}");
 }
+
+#[tokio::test]
+async fn custom_header_annotations_are_checked_for_tools_registered_at_runtime() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    // Warm the per-version cache with the registry as it was.
+    let r = c
+        .stateless(
+            1,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "a"}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    s.app
+        .tools()
+        .register(kberg_core::ToolBuilder::new("regional").raw_handler(
+            json!({"type": "object", "properties": {
+                "region": {"type": "string", "x-mcp-header": "Region"}}, "required": ["region"]}),
+            |args, _ctx| async move {
+                Ok(kberg_core::ToolOutput::text(format!(
+                    "region {}",
+                    args["region"].as_str().unwrap_or("?")
+                )))
+            },
+        ))
+        .expect("register");
+    let body = |id: i64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "regional", "arguments": {"region": "eu"},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": PROTO_NEW,
+                "io.modelcontextprotocol/clientCapabilities": {}}}})
+        .to_string()
+    };
+    let base = [
+        ("mcp-protocol-version", PROTO_NEW),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "regional"),
+    ];
+    let r = c.post_with(body(2), &base).await;
+    assert_eq!(
+        r.status, 400,
+        "the Mcp-Param-Region header is required: {}",
+        r.text
+    );
+    let mut wrong = base.to_vec();
+    wrong.push(("mcp-param-region", "us"));
+    let r = c.post_with(body(3), &wrong).await;
+    assert_eq!(
+        r.status, 400,
+        "a header that contradicts the body: {}",
+        r.text
+    );
+    let mut right = base.to_vec();
+    right.push(("mcp-param-region", "eu"));
+    let r = c.post_with(body(4), &right).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.reply(4)["result"]["content"][0]["text"], "region eu");
+}
