@@ -33,7 +33,7 @@ pub use embed::LocalEmbedder;
 pub use embed::{ConstantEmbedder, Embedder, HttpEmbedderConfig, OllamaEmbedder, OpenAiEmbedder};
 pub use error::{MemoryError, Result};
 pub use patterns::{
-    ExampleRepo, IndexReport, IndexedExample, NoProgress, PatternHit, PatternIndex,
+    BarProgress, ExampleRepo, IndexReport, IndexedExample, NoProgress, PatternHit, PatternIndex,
     PatternIndexConfig, Progress, ProgressEvent,
 };
 pub use session::{Memory, MemoryFilter, NewMemory, RecallHit, SessionMemory};

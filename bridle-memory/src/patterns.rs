@@ -112,6 +112,61 @@ impl Progress for NoProgress {
     async fn report(&self, _event: ProgressEvent) {}
 }
 
+/// A text progress bar for command lines: each event rewrites one line of `out` (use
+/// `std::io::stderr()`), e.g. `[##########----------]  48/96 embedded 48/96 chunks`. A write
+/// error is ignored: progress must never fail the work it reports on.
+pub struct BarProgress<W: std::io::Write + Send> {
+    out: std::sync::Mutex<W>,
+    width: usize,
+}
+
+impl<W: std::io::Write + Send> BarProgress<W> {
+    /// A bar of 20 cells writing to `out`.
+    pub fn new(out: W) -> Self {
+        Self {
+            out: std::sync::Mutex::new(out),
+            width: 20,
+        }
+    }
+
+    /// The line drawn for `event`.
+    pub fn line(&self, event: &ProgressEvent) -> String {
+        let (done, total) = event.fraction();
+        let bar = match total {
+            Some(t) if t > 0.0 => {
+                let filled = ((done / t).clamp(0.0, 1.0) * self.width as f64).round() as usize;
+                format!(
+                    "[{}{}] ",
+                    "#".repeat(filled),
+                    "-".repeat(self.width - filled)
+                )
+            }
+            _ => format!("[{}] ", " ".repeat(self.width)),
+        };
+        format!("{bar}{}", event.message())
+    }
+
+    /// Gives the writer back.
+    pub fn into_inner(self) -> W {
+        self.out.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl<W: std::io::Write + Send> Progress for BarProgress<W> {
+    async fn report(&self, event: ProgressEvent) {
+        let line = self.line(&event);
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let end = if matches!(event, ProgressEvent::Storing { .. }) {
+            "\n"
+        } else {
+            ""
+        };
+        let _ = write!(out, "\r\x1b[2K{line}{end}");
+        let _ = out.flush();
+    }
+}
+
 /// What indexing did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IndexReport {
@@ -535,5 +590,26 @@ impl PatternIndex {
             }
         }
         Ok(by_tag.into_values().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_bar_draws_each_step() {
+        let bar = BarProgress::new(Vec::new());
+        let half = bar.line(&ProgressEvent::Embedded {
+            done: 48,
+            total: 96,
+        });
+        assert_eq!(half, "[##########----------] embedded 48/96 chunks");
+        bar.report(ProgressEvent::Fetching { source: "r".into() })
+            .await;
+        bar.report(ProgressEvent::Storing { chunks: 96 }).await;
+        let text = String::from_utf8(bar.into_inner()).unwrap_or_default();
+        assert!(text.contains("fetching r"));
+        assert!(text.ends_with("[####################] storing 96 chunks\n"));
     }
 }
