@@ -102,10 +102,10 @@ fn content_json(c: &Content) -> Value {
     }
 }
 
-fn content_block(c: &Content) -> Result<ContentBlock, McpError> {
+fn content_block(c: Content) -> Result<ContentBlock, McpError> {
     match c {
-        Content::Text(t) => Ok(ContentBlock::text(t.clone())),
-        other => from_json("a content block", content_json(other)),
+        Content::Text(t) => Ok(ContentBlock::text(t)),
+        other => from_json("a content block", content_json(&other)),
     }
 }
 
@@ -113,7 +113,7 @@ fn content_block(c: &Content) -> Result<ContentBlock, McpError> {
 pub(crate) fn call_result(out: ToolOutput) -> Result<CallToolResult, McpError> {
     let content = out
         .content
-        .iter()
+        .into_iter()
         .map(content_block)
         .collect::<Result<Vec<_>, _>>()?;
     let mut r = if out.is_error {

@@ -29,8 +29,8 @@ impl Refusal {
     }
 }
 
-/// Host (lowercase, without IPv6 brackets) and optional port.
-fn split_authority(s: &str) -> Option<(String, Option<u16>)> {
+/// Host (without IPv6 brackets, case as given) and optional port.
+fn split_authority(s: &str) -> Option<(&str, Option<u16>)> {
     let s = s.trim();
     if s.is_empty() {
         return None;
@@ -41,61 +41,41 @@ fn split_authority(s: &str) -> Option<(String, Option<u16>)> {
             "" => None,
             p => Some(p.strip_prefix(':')?.parse().ok()?),
         };
-        return Some((host.to_ascii_lowercase(), port));
+        return Some((host, port));
     }
     match s.matches(':').count() {
-        0 => Some((s.to_ascii_lowercase(), None)),
+        0 => Some((s, None)),
         1 => {
             let (h, p) = s.split_once(':')?;
             if h.is_empty() {
                 return None;
             }
-            Some((h.to_ascii_lowercase(), Some(p.parse().ok()?)))
+            Some((h, Some(p.parse().ok()?)))
         }
         // A bare IPv6 address (allow-list entries such as `::1`).
-        _ => Some((s.to_ascii_lowercase(), None)),
+        _ => Some((s, None)),
     }
 }
 
-fn host_allowed(host: &str, allowed: &[String]) -> Result<(), Refusal> {
-    if allowed.is_empty() {
-        return Ok(());
-    }
-    let (h, p) = split_authority(host).ok_or(Refusal::BadHost)?;
-    let ok = allowed
-        .iter()
-        .filter_map(|a| split_authority(a))
-        .any(|(ah, ap)| {
-            ah == h
-                && match ap {
-                    Some(ap) => p == Some(ap),
-                    None => true,
-                }
-        });
-    if ok {
-        Ok(())
-    } else {
-        Err(Refusal::HostNotAllowed)
-    }
-}
-
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Port {
     Any,
     Is(u16),
 }
 
-fn parse_origin(s: &str, allow_wildcard: bool) -> Option<(String, String, Port)> {
+/// `(scheme, host, port)` of an origin; `allow_wildcard` admits `:*` (allow-list entries).
+fn parse_origin(s: &str, allow_wildcard: bool) -> Option<(&str, &str, Port)> {
     let (scheme, rest) = s.trim().split_once("://")?;
-    let scheme = scheme.to_ascii_lowercase();
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     if rest.contains('/') {
         return None;
     }
-    let default = match scheme.as_str() {
-        "http" => 80,
-        "https" => 443,
-        _ => 0,
+    let default = if scheme.eq_ignore_ascii_case("http") {
+        80
+    } else if scheme.eq_ignore_ascii_case("https") {
+        443
+    } else {
+        0
     };
     if allow_wildcard && let Some(h) = rest.strip_suffix(":*") {
         let (host, port) = split_authority(h)?;
@@ -105,49 +85,108 @@ fn parse_origin(s: &str, allow_wildcard: bool) -> Option<(String, String, Port)>
     Some((scheme, host, Port::Is(port.unwrap_or(default))))
 }
 
-fn origin_allowed(origin: &str, allowed: &[String]) -> Result<(), Refusal> {
-    if allowed.is_empty() {
-        return Ok(());
+/// The accepted `Host` and `Origin` values, parsed once when the server is built so a request
+/// costs no allocation to check.
+#[derive(Debug, Clone)]
+pub(crate) struct AllowList {
+    /// `None`: every host.
+    hosts: Option<Vec<(String, Option<u16>)>>,
+    /// `None`: every origin.
+    origins: Option<Vec<(String, String, Port)>>,
+    null_origin: bool,
+}
+
+impl AllowList {
+    /// Parses the configured lists; malformed entries are logged and ignored.
+    pub(crate) fn new(hosts: &[String], origins: &[String]) -> Self {
+        let hosts = (!hosts.is_empty()).then(|| {
+            hosts
+                .iter()
+                .filter_map(|h| {
+                    let parsed = split_authority(h).map(|(n, p)| (n.to_ascii_lowercase(), p));
+                    if parsed.is_none() {
+                        tracing::warn!(entry = %h, "ignoring a malformed allowed host");
+                    }
+                    parsed
+                })
+                .collect()
+        });
+        let null_origin = origins.iter().any(|o| o.trim() == "null");
+        let origins = (!origins.is_empty()).then(|| {
+            origins
+                .iter()
+                .filter(|o| o.trim() != "null")
+                .filter_map(|o| {
+                    let parsed = parse_origin(o, true)
+                        .map(|(s, h, p)| (s.to_ascii_lowercase(), h.to_ascii_lowercase(), p));
+                    if parsed.is_none() {
+                        tracing::warn!(entry = %o, "ignoring a malformed allowed origin");
+                    }
+                    parsed
+                })
+                .collect()
+        });
+        Self {
+            hosts,
+            origins,
+            null_origin,
+        }
     }
-    if origin.trim() == "null" {
-        return if allowed.iter().any(|a| a.trim() == "null") {
+
+    fn host(&self, host: &str) -> Result<(), Refusal> {
+        let Some(allowed) = &self.hosts else {
+            return Ok(());
+        };
+        let (h, p) = split_authority(host).ok_or(Refusal::BadHost)?;
+        let ok = allowed.iter().any(|(ah, ap)| {
+            h.eq_ignore_ascii_case(ah)
+                && match ap {
+                    Some(ap) => p == Some(*ap),
+                    None => true,
+                }
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(Refusal::HostNotAllowed)
+        }
+    }
+
+    fn origin(&self, origin: &str) -> Result<(), Refusal> {
+        let Some(allowed) = &self.origins else {
+            return Ok(());
+        };
+        if origin.trim() == "null" {
+            return if self.null_origin {
+                Ok(())
+            } else {
+                Err(Refusal::OriginNotAllowed)
+            };
+        }
+        let (s, h, p) = parse_origin(origin, false).ok_or(Refusal::OriginNotAllowed)?;
+        let ok = allowed.iter().any(|(as_, ah, ap)| {
+            s.eq_ignore_ascii_case(as_)
+                && h.eq_ignore_ascii_case(ah)
+                && (*ap == Port::Any || *ap == p)
+        });
+        if ok {
             Ok(())
         } else {
             Err(Refusal::OriginNotAllowed)
-        };
+        }
     }
-    let (s, h, p) = parse_origin(origin, false).ok_or(Refusal::OriginNotAllowed)?;
-    let ok = allowed
-        .iter()
-        .filter_map(|a| parse_origin(a, true))
-        .any(|(as_, ah, ap)| as_ == s && ah == h && (ap == Port::Any || ap == p));
-    if ok {
-        Ok(())
-    } else {
-        Err(Refusal::OriginNotAllowed)
-    }
-}
 
-/// Checks `Host` (or the URI authority) and `Origin` against the allow-lists.
-pub(crate) fn check(
-    uri: &axum::http::Uri,
-    headers: &HeaderMap,
-    hosts: &[String],
-    origins: &[String],
-) -> Result<(), Refusal> {
-    let host = match headers.get(header::HOST) {
-        Some(h) => h.to_str().map_err(|_| Refusal::BadHost)?.to_string(),
-        None => uri
-            .authority()
-            .map(|a| a.as_str().to_string())
-            .ok_or(Refusal::BadHost)?,
-    };
-    host_allowed(&host, hosts)?;
-    if let Some(o) = headers.get(header::ORIGIN) {
-        let o = o.to_str().map_err(|_| Refusal::OriginNotAllowed)?;
-        origin_allowed(o, origins)?;
+    /// Checks `Host` (or the URI authority) and `Origin`.
+    pub(crate) fn check(&self, uri: &axum::http::Uri, headers: &HeaderMap) -> Result<(), Refusal> {
+        match headers.get(header::HOST) {
+            Some(h) => self.host(h.to_str().map_err(|_| Refusal::BadHost)?)?,
+            None => self.host(uri.authority().ok_or(Refusal::BadHost)?.as_str())?,
+        }
+        if let Some(o) = headers.get(header::ORIGIN) {
+            self.origin(o.to_str().map_err(|_| Refusal::OriginNotAllowed)?)?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -157,6 +196,14 @@ mod tests {
 
     fn v(x: &[&str]) -> Vec<String> {
         x.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn host_allowed(host: &str, hosts: &[String]) -> Result<(), Refusal> {
+        AllowList::new(hosts, &[]).host(host)
+    }
+
+    fn origin_allowed(origin: &str, origins: &[String]) -> Result<(), Refusal> {
+        AllowList::new(&[], origins).origin(origin)
     }
 
     #[test]

@@ -53,8 +53,7 @@ const SESSION_HEADER: &str = "mcp-session-id";
 
 struct GuardState {
     auth: Arc<dyn Authenticator>,
-    hosts: Vec<String>,
-    origins: Vec<String>,
+    allow: guard::AllowList,
     max_body: usize,
     max_sessions: usize,
     sessions: Arc<LocalSessionManager>,
@@ -192,7 +191,7 @@ fn is_json(headers: &axum::http::HeaderMap) -> bool {
 }
 
 async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: Next) -> Response {
-    if let Err(refusal) = guard::check(req.uri(), req.headers(), &g.hosts, &g.origins) {
+    if let Err(refusal) = g.allow.check(req.uri(), req.headers()) {
         tracing::warn!(?refusal, "refused a request by Host/Origin");
         let code = match refusal {
             guard::Refusal::BadHost => StatusCode::BAD_REQUEST,
@@ -389,8 +388,7 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
     );
     let guard = Arc::new(GuardState {
         auth: Arc::clone(&config.auth),
-        hosts: config.allowed_hosts.clone(),
-        origins: config.allowed_origins.clone(),
+        allow: guard::AllowList::new(&config.allowed_hosts, &config.allowed_origins),
         max_body: limits.max_body_bytes,
         max_sessions: limits.max_sessions,
         sessions,
