@@ -5,10 +5,14 @@
 //! clients, which criterion's one-closure model does not express. Each client owns one HTTP/1.1
 //! keep-alive connection (TCP_NODELAY) and sends calls back to back; every response is read
 //! whole and checked. All three servers serve the same trivial tool (`echo` returns its `text`
-//! argument), in the same mode: protocol 2025-11-25, a stateful session per client, accepted
-//! sockets with TCP_NODELAY (see PERFORMANCE.md for why that matters). Kberg additionally runs
-//! its gate (projection, grants, schema validation, audit hook) on every call; that is the cost
-//! this bench exists to watch (goal: Kberg >= 0.95x bare rmcp).
+//! argument) with accepted sockets set to TCP_NODELAY (see PERFORMANCE.md for why that matters),
+//! and Kberg and rmcp are measured on both protocol generations: 2025-11-25 (an `initialize`d
+//! session per client, each call answered as a small SSE stream) and 2026-07-28 (stateless: no
+//! handshake, `_meta` and the `Mcp-Method` / `Mcp-Name` headers on every call, JSON answers).
+//! The bare rmcp server is rmcp's own `ServerHandler` behind rmcp's Streamable HTTP service,
+//! configured as kberg-server configures it. Kberg additionally runs its gate (projection,
+//! grants, schema validation, audit hook) on every call; that is the cost this bench exists to
+//! watch (goal: Kberg >= 0.95x bare rmcp).
 //!
 //! Rounds interleave the servers (round 1: Kberg, rmcp, hyper; round 2: ...) and the report takes
 //! the median of the rounds, so a noisy moment on a shared machine hits every server alike.
@@ -46,7 +50,10 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-const PROTOCOL: &str = "2025-11-25";
+/// The stateful generation: `initialize`, a session per client, each call answered as SSE.
+const STATEFUL: &str = "2025-11-25";
+/// The stateless generation: no handshake, `_meta` and `Mcp-*` headers on every call.
+const STATELESS: &str = "2026-07-28";
 const ECHO_TEXT: &str = "hello wire";
 const CONCURRENCY: [usize; 2] = [1, 32];
 
@@ -90,7 +97,7 @@ struct BareEcho {
 impl BareEcho {
     fn new() -> Result<Self, BoxError> {
         let info: ServerConfig = serde_json::from_value(json!({
-            "protocolVersion": PROTOCOL,
+            "protocolVersion": STATEFUL,
             "capabilities": {"tools": {}},
             "serverInfo": {"name": "bare-rmcp", "version": "1.0.0"},
         }))?;
@@ -230,11 +237,16 @@ struct Client {
     send: SendRequest<Full<Bytes>>,
     addr: SocketAddr,
     session: Option<String>,
+    protocol: &'static str,
     next_id: u64,
 }
 
 impl Client {
-    async fn connect(addr: SocketAddr, kind: Kind) -> Result<Self, BoxError> {
+    async fn connect(
+        addr: SocketAddr,
+        kind: Kind,
+        protocol: &'static str,
+    ) -> Result<Self, BoxError> {
         let tcp = TcpStream::connect(addr).await?;
         tcp.set_nodelay(true)?;
         let (send, conn) =
@@ -246,13 +258,14 @@ impl Client {
             send,
             addr,
             session: None,
+            protocol,
             next_id: 1,
         };
-        if kind != Kind::Hyper {
+        if kind != Kind::Hyper && protocol == STATEFUL {
             let (status, headers, _) = c
                 .post(
                     json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                        "protocolVersion": PROTOCOL,
+                        "protocolVersion": STATEFUL,
                         "capabilities": {},
                         "clientInfo": {"name": "wire-bench", "version": "1.0.0"}
                     }}),
@@ -284,7 +297,15 @@ impl Client {
             .header("host", self.addr.to_string())
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", PROTOCOL);
+            .header("mcp-protocol-version", self.protocol);
+        if self.protocol == STATELESS
+            && let Some(method) = body["method"].as_str()
+        {
+            req = req.header("mcp-method", method);
+            if let Some(name) = body["params"]["name"].as_str() {
+                req = req.header("mcp-name", name);
+            }
+        }
         if let Some(s) = &self.session {
             req = req.header("mcp-session-id", s.as_str());
         }
@@ -301,9 +322,16 @@ impl Client {
     async fn call(&mut self) -> Result<(), BoxError> {
         let id = self.next_id;
         self.next_id += 1;
+        let mut params = json!({"name": "echo", "arguments": {"text": ECHO_TEXT}});
+        if self.protocol == STATELESS {
+            params["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": STATELESS,
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "wire-bench", "version": "1.0.0"}
+            });
+        }
         let (status, _, body) = self
-            .post(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                "params": {"name": "echo", "arguments": {"text": ECHO_TEXT}}}))
+            .post(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}))
             .await?;
         if status != StatusCode::OK {
             return Err(format!("tools/call answered {status}").into());
@@ -331,12 +359,13 @@ struct Point {
 async fn measure(
     addr: SocketAddr,
     kind: Kind,
+    protocol: &'static str,
     clients: usize,
     run: Duration,
 ) -> Result<Point, BoxError> {
     let mut conns = Vec::with_capacity(clients);
     for _ in 0..clients {
-        conns.push(Client::connect(addr, kind).await?);
+        conns.push(Client::connect(addr, kind, protocol).await?);
     }
     // Warm up each connection (and the server's session) before the clock starts.
     for c in &mut conns {
@@ -404,47 +433,55 @@ async fn run() -> Result<(), BoxError> {
         Duration::from_millis(200)
     };
     let stop = CancellationToken::new();
-    let targets = [
-        (Kind::Kberg, start_kberg(stop.clone()).await?),
-        (Kind::Rmcp, start_rmcp(stop.clone()).await?),
-        (Kind::Hyper, start_hyper(stop.clone()).await?),
+    let kberg = start_kberg(stop.clone()).await?;
+    let rmcp = start_rmcp(stop.clone()).await?;
+    let hyper = start_hyper(stop.clone()).await?;
+    // The ceiling does not speak MCP, so it is measured once.
+    let cases = [
+        (Kind::Kberg, STATEFUL, kberg),
+        (Kind::Rmcp, STATEFUL, rmcp),
+        (Kind::Kberg, STATELESS, kberg),
+        (Kind::Rmcp, STATELESS, rmcp),
+        (Kind::Hyper, "-", hyper),
     ];
-    let mut results: Vec<(Kind, usize, Vec<Point>)> = Vec::new();
+    type Key = (Kind, &'static str, usize);
+    let mut results: Vec<(Key, Vec<Point>)> = Vec::new();
     for round in 0..rounds.max(1) {
-        for &(kind, addr) in &targets {
+        for &(kind, protocol, addr) in &cases {
             for clients in CONCURRENCY {
-                let p = measure(addr, kind, clients, run_for).await?;
+                let p = measure(addr, kind, protocol, clients, run_for).await?;
                 if full {
                     println!(
-                        "round {} {:<28} {:>2} client(s): {:>9.0} req/s  p50 {:.3} ms  p99 {:.3} ms",
+                        "round {} {:<28} {:<10} {:>2} client(s): {:>9.0} req/s  p50 {:.3} ms  p99 {:.3} ms",
                         round + 1,
                         kind.label(),
+                        protocol,
                         clients,
                         p.rps,
                         p.p50_ms,
                         p.p99_ms
                     );
                 }
-                match results
-                    .iter_mut()
-                    .find(|(k, c, _)| *k == kind && *c == clients)
-                {
-                    Some((_, _, v)) => v.push(p),
-                    None => results.push((kind, clients, vec![p])),
+                let key = (kind, protocol, clients);
+                match results.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, v)) => v.push(p),
+                    None => results.push((key, vec![p])),
                 }
             }
         }
     }
     stop.cancel();
     if !full {
-        println!("wire bench smoke run: Kberg, bare rmcp and bare hyper all answered tools/call");
+        println!(
+            "wire bench smoke run: Kberg and bare rmcp (both protocol generations) and bare hyper all answered tools/call"
+        );
         return Ok(());
     }
-    let summary = |kind: Kind, clients: usize| {
+    let summary = |key: Key| {
         let pts = results
             .iter()
-            .find(|(k, c, _)| *k == kind && *c == clients)
-            .map(|(_, _, v)| v.clone())
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
             .unwrap_or_default();
         Point {
             rps: median(pts.iter().map(|p| p.rps).collect()),
@@ -453,18 +490,22 @@ async fn run() -> Result<(), BoxError> {
         }
     };
     println!();
-    println!(
-        "medians of {rounds} round(s) x {secs} s, protocol {PROTOCOL}, one keep-alive connection per client"
-    );
-    println!("| server | clients | req/s | p50 ms | p99 ms | vs bare rmcp |");
-    println!("|---|---|---|---|---|---|");
+    println!("medians of {rounds} round(s) x {secs} s, one keep-alive connection per client");
+    println!("| server | protocol | clients | req/s | p50 ms | p99 ms | vs bare rmcp |");
+    println!("|---|---|---|---|---|---|---|");
     for clients in CONCURRENCY {
-        let base = summary(Kind::Rmcp, clients).rps;
-        for (kind, _) in &targets {
-            let p = summary(*kind, clients);
+        for &(kind, protocol, _) in &cases {
+            let p = summary((kind, protocol, clients));
+            let base_protocol = if kind == Kind::Hyper {
+                STATEFUL
+            } else {
+                protocol
+            };
+            let base = summary((Kind::Rmcp, base_protocol, clients)).rps;
             println!(
-                "| {} | {} | {:.0} | {:.3} | {:.3} | {:.3}x |",
+                "| {} | {} | {} | {:.0} | {:.3} | {:.3} | {:.3}x |",
                 kind.label(),
+                protocol,
                 clients,
                 p.rps,
                 p.p50_ms,
