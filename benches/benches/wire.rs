@@ -117,12 +117,13 @@ impl ServerHandler for BareEcho {
         self.info.clone()
     }
 
+    // The result type is non-exhaustive outside rmcp: no struct literal.
+    #[allow(clippy::field_reassign_with_default)]
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        #[allow(clippy::field_reassign_with_default)] // non-exhaustive outside rmcp
         let mut r = ListToolsResult::default();
         r.tools = vec![self.tool.clone()];
         Ok(r)
