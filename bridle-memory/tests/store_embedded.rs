@@ -294,3 +294,43 @@ fn a_large_collection_is_searched_exactly() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_on_the_same_file_is_seen() {
+    // The gateway keeps a store open while `bridle memory index` writes through its own.
+    let (_dir, path) = temp_db();
+    let gateway = EmbeddedStore::open(&path).expect("gateway opens");
+    let cli = EmbeddedStore::open(&path).expect("the command line opens");
+    cli.ensure_collection("c", CollectionConfig::cosine(2))
+        .await
+        .expect("create");
+    assert_eq!(
+        gateway.collection("c").await.expect("lookup"),
+        Some(CollectionConfig::cosine(2))
+    );
+    let p = |id: u64, tag: &str| Point {
+        id,
+        vector: vec![1.0, id as f32],
+        payload: json!({"tag": tag}).as_object().cloned().unwrap_or_default(),
+    };
+    cli.upsert("c", vec![p(1, "a"), p(2, "a")])
+        .await
+        .expect("upsert");
+    assert_eq!(gateway.count("c", None).await.expect("count"), 2);
+    cli.replace("c", &Filter::eq("tag", "a"), vec![p(3, "a")])
+        .await
+        .expect("replace");
+    let hits = gateway
+        .search("c", &[1.0, 3.0], None, 5)
+        .await
+        .expect("search");
+    assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), vec![3]);
+    // And the other way round, through a write of the gateway's own.
+    gateway
+        .upsert("c", vec![p(4, "b")])
+        .await
+        .expect("gateway writes");
+    assert_eq!(cli.count("c", None).await.expect("count"), 2);
+    assert!(cli.drop_collection("c").await.expect("drop"));
+    assert_eq!(gateway.collection("c").await.expect("lookup"), None);
+}

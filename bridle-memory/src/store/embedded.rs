@@ -13,10 +13,15 @@
 //! write lock; searches hold the read lock for the whole scan. A search therefore sees the
 //! state before a write or after it, never part of it, which is what makes
 //! [`VectorStore::replace`] atomic for readers.
+//!
+//! Several processes may open the same file (the gateway serving searches while
+//! `bridle memory index` writes): each read first compares SQLite's `data_version`, which moves
+//! only when another connection commits, and reloads the in-memory copy when it moved.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use async_trait::async_trait;
@@ -46,6 +51,8 @@ struct Inner {
     path: Option<PathBuf>,
     db: Mutex<Connection>,
     collections: RwLock<HashMap<String, Arc<RwLock<Collection>>>>,
+    /// The `data_version` the in-memory copy reflects.
+    seen_version: AtomicI64,
 }
 
 /// One collection's in-memory copy: row `i` of `vectors` belongs to `ids[i]` and `payloads[i]`.
@@ -299,6 +306,65 @@ CREATE TABLE IF NOT EXISTS points (
 ) WITHOUT ROWID;
 ";
 
+/// Reads every collection from the database.
+fn load_all(conn: &Connection) -> Result<HashMap<String, Collection>> {
+    let mut collections = HashMap::new();
+    let mut stmt = conn.prepare("SELECT name, dimension, distance FROM collections")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, String>(2)?,
+        ))
+    })?;
+    let mut points =
+        conn.prepare("SELECT id, vector, payload FROM points WHERE collection = ?1 ORDER BY id")?;
+    for row in rows {
+        let (name, dim, distance) = row?;
+        let distance = Distance::parse(&distance).ok_or_else(|| {
+            MemoryError::Store(format!(
+                "collection `{name}` has unknown distance `{distance}`"
+            ))
+        })?;
+        let dimension = usize::try_from(dim)
+            .ok()
+            .filter(|d| *d > 0)
+            .ok_or_else(|| {
+                MemoryError::Store(format!("collection `{name}` has dimension {dim}"))
+            })?;
+        let mut c = Collection::new(CollectionConfig {
+            dimension,
+            distance,
+        });
+        let mut q = points.query(params![name])?;
+        while let Some(r) = q.next()? {
+            let id = point_id(r.get(0)?);
+            let blob: Vec<u8> = r.get(1)?;
+            let vector = from_blob(&blob, dimension).ok_or_else(|| {
+                MemoryError::Store(format!(
+                    "point {id} of `{name}` has a vector of {} bytes",
+                    blob.len()
+                ))
+            })?;
+            let text: String = r.get(2)?;
+            let payload: Payload = serde_json::from_str(&text).map_err(|e| {
+                MemoryError::Store(format!(
+                    "point {id} of `{name}` has an unreadable payload: {e}"
+                ))
+            })?;
+            c.put(id, &vector, Arc::new(payload));
+        }
+        tracing::debug!(collection = %name, points = c.len(), "loaded collection");
+        collections.insert(name, c);
+    }
+    Ok(collections)
+}
+
+/// SQLite's counter of commits made by other connections.
+fn data_version(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("PRAGMA data_version", [], |r| r.get(0))?)
+}
+
 impl EmbeddedStore {
     /// Opens (or creates) the store in the SQLite file at `path` and loads it into memory.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
@@ -324,65 +390,62 @@ impl EmbeddedStore {
 
     fn from_connection(conn: Connection, path: Option<PathBuf>) -> Result<Self> {
         conn.execute_batch(SCHEMA)?;
-        let mut collections = HashMap::new();
-        {
-            let mut stmt = conn.prepare("SELECT name, dimension, distance FROM collections")?;
-            let rows = stmt.query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
-            })?;
-            let mut points = conn.prepare(
-                "SELECT id, vector, payload FROM points WHERE collection = ?1 ORDER BY id",
-            )?;
-            for row in rows {
-                let (name, dim, distance) = row?;
-                let distance = Distance::parse(&distance).ok_or_else(|| {
-                    MemoryError::Store(format!(
-                        "collection `{name}` has unknown distance `{distance}`"
-                    ))
-                })?;
-                let dimension = usize::try_from(dim)
-                    .ok()
-                    .filter(|d| *d > 0)
-                    .ok_or_else(|| {
-                        MemoryError::Store(format!("collection `{name}` has dimension {dim}"))
-                    })?;
-                let mut c = Collection::new(CollectionConfig {
-                    dimension,
-                    distance,
-                });
-                let mut q = points.query(params![name])?;
-                while let Some(r) = q.next()? {
-                    let id = point_id(r.get(0)?);
-                    let blob: Vec<u8> = r.get(1)?;
-                    let vector = from_blob(&blob, dimension).ok_or_else(|| {
-                        MemoryError::Store(format!(
-                            "point {id} of `{name}` has a vector of {} bytes",
-                            blob.len()
-                        ))
-                    })?;
-                    let text: String = r.get(2)?;
-                    let payload: Payload = serde_json::from_str(&text).map_err(|e| {
-                        MemoryError::Store(format!(
-                            "point {id} of `{name}` has an unreadable payload: {e}"
-                        ))
-                    })?;
-                    c.put(id, &vector, Arc::new(payload));
-                }
-                tracing::debug!(collection = %name, points = c.len(), "loaded collection");
-                collections.insert(name, Arc::new(RwLock::new(c)));
-            }
-        }
+        let collections = load_all(&conn)?
+            .into_iter()
+            .map(|(name, c)| (name, Arc::new(RwLock::new(c))))
+            .collect();
+        let version = data_version(&conn)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path,
                 db: Mutex::new(conn),
                 collections: RwLock::new(collections),
+                seen_version: AtomicI64::new(version),
             }),
         })
+    }
+
+    /// Picks up commits made by another connection (another process on the same file, e.g.
+    /// `bridle memory index` while the gateway runs): SQLite's `data_version` changes only for
+    /// other connections' commits, and then the in-memory copy is reloaded from disk. Readers
+    /// call this without waiting: if a write of ours holds the connection, the check is left to
+    /// the next call.
+    fn sync_external(&self) {
+        if let Ok(db) = self.inner.db.try_lock() {
+            self.sync_locked(&db);
+        }
+    }
+
+    fn sync_locked(&self, db: &Connection) {
+        let version = match data_version(db) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the store's data version");
+                return;
+            }
+        };
+        if version == self.inner.seen_version.load(AtomicOrdering::Acquire) {
+            return;
+        }
+        match load_all(db) {
+            Ok(fresh) => {
+                let mut map = write(&self.inner.collections);
+                map.retain(|name, _| fresh.contains_key(name));
+                for (name, c) in fresh {
+                    match map.get(&name) {
+                        Some(existing) => *write(existing) = c,
+                        None => {
+                            map.insert(name, Arc::new(RwLock::new(c)));
+                        }
+                    }
+                }
+                self.inner
+                    .seen_version
+                    .store(version, AtomicOrdering::Release);
+                tracing::info!("reloaded the store after changes by another process");
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot reload the store after an outside change"),
+        }
     }
 
     /// The file this store lives in (`None` for an in-memory store).
@@ -466,6 +529,7 @@ impl EmbeddedStore {
             ));
         }
         let db = lock(&self.inner.db);
+        self.sync_locked(&db);
         if let Some(c) = read(&self.inner.collections).get(name) {
             let existing = read(c).config;
             return if existing == config {
@@ -491,6 +555,7 @@ impl EmbeddedStore {
 
     /// The collection's configuration.
     pub fn collection_sync(&self, name: &str) -> Option<CollectionConfig> {
+        self.sync_external();
         read(&self.inner.collections)
             .get(name)
             .map(|c| read(c).config)
@@ -499,6 +564,7 @@ impl EmbeddedStore {
     /// Deletes a collection (synchronous form).
     pub fn drop_collection_sync(&self, name: &str) -> Result<bool> {
         let mut db = lock(&self.inner.db);
+        self.sync_locked(&db);
         let tx = db.transaction()?;
         tx.execute("DELETE FROM points WHERE collection = ?1", params![name])?;
         let n = tx.execute("DELETE FROM collections WHERE name = ?1", params![name])?;
@@ -513,6 +579,7 @@ impl EmbeddedStore {
         let config = read(&c).config;
         Self::prepare(config, &mut points)?;
         let mut db = lock(&self.inner.db);
+        self.sync_locked(&db);
         let tx = db.transaction()?;
         Self::insert_rows(&tx, collection, &points)?;
         tx.commit()?;
@@ -540,6 +607,7 @@ impl EmbeddedStore {
         let config = read(&c).config;
         Self::prepare(config, &mut points)?;
         let mut db = lock(&self.inner.db);
+        self.sync_locked(&db);
         // Writers are serialized by `db`, so the set computed here is still current at commit.
         let old: Vec<PointId> = {
             let c = read(&c);
@@ -567,6 +635,7 @@ impl EmbeddedStore {
         filter: Option<&Filter>,
         limit: usize,
     ) -> Result<Vec<ScoredPoint>> {
+        self.sync_external();
         let c = self.get(collection)?;
         let c = read(&c);
         if vector.len() != c.config.dimension {
@@ -589,6 +658,7 @@ impl EmbeddedStore {
 
     /// Counts points matching `filter` (synchronous form).
     pub fn count_sync(&self, collection: &str, filter: Option<&Filter>) -> Result<u64> {
+        self.sync_external();
         let c = self.get(collection)?;
         let c = read(&c);
         Ok(c.matching(filter).count() as u64)
@@ -602,6 +672,7 @@ impl EmbeddedStore {
         offset: Option<PointId>,
         limit: usize,
     ) -> Result<(Vec<Record>, Option<PointId>)> {
+        self.sync_external();
         let c = self.get(collection)?;
         let c = read(&c);
         let mut rows: Vec<usize> = c
@@ -674,6 +745,7 @@ impl VectorStore for EmbeddedStore {
         filter: Option<&Filter>,
         limit: usize,
     ) -> Result<Vec<ScoredPoint>> {
+        self.sync_external();
         let small = read(&*self.get(collection)?).len() <= INLINE_SEARCH_POINTS;
         if small {
             return self.search_sync(collection, vector, filter, limit);
