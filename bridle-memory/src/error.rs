@@ -78,9 +78,6 @@ pub enum MemoryError {
     /// A memory record that does not exist.
     #[error("no memory with id {0}")]
     UnknownMemory(u64),
-    /// The operation was cancelled by its caller.
-    #[error("the operation was cancelled")]
-    Cancelled,
 }
 
 impl MemoryError {
@@ -100,7 +97,6 @@ impl MemoryError {
     /// | `nothing_to_index` | the repository has no indexable file |
     /// | `unknown_tag` | no pattern example under that reference tag |
     /// | `unknown_memory` | no memory with that id |
-    /// | `cancelled` | the caller cancelled |
     pub fn code(&self) -> &'static str {
         match self {
             MemoryError::EmbedderUnavailable { .. } => "embedder_unavailable",
@@ -115,7 +111,6 @@ impl MemoryError {
             MemoryError::NothingToIndex { .. } => "nothing_to_index",
             MemoryError::UnknownTag(_) => "unknown_tag",
             MemoryError::UnknownMemory(_) => "unknown_memory",
-            MemoryError::Cancelled => "cancelled",
         }
     }
 }

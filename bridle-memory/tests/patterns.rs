@@ -592,3 +592,64 @@ async fn search_before_anything_is_indexed_is_empty() {
     );
     assert!(index.examples().await.expect("examples").is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_dropped_midway_changes_nothing() {
+    // What the gate does when a caller cancels: the refresh future is dropped mid-embedding.
+    let dir = tempfile::tempdir().expect("temp");
+    let repo = dir.path().join("r");
+    let files: Vec<(String, String)> = (0..10)
+        .map(|i| (format!("src/f{i}.rs"), format!("pub fn f{i}() {{}}\n")))
+        .collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    write_tree(&repo, &refs);
+    let store = Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("open"));
+    let mut slow = FaultyEmbedder::new(Arc::new(HashingEmbedder::new(32)));
+    slow.delay = Duration::from_millis(40);
+    let index = PatternIndex::with_config(
+        store.clone(),
+        Arc::new(slow),
+        PatternIndexConfig {
+            batch_size: 1,
+            ..Default::default()
+        },
+    );
+    index
+        .index(&tags("t", "a", repo.to_str().expect("utf-8")), &NoProgress)
+        .await
+        .expect("index");
+    let before = store
+        .scroll("pattern_examples", None, None, 100)
+        .await
+        .expect("scroll")
+        .0;
+    std::fs::remove_dir_all(repo.join("src")).expect("remove");
+    write_tree(
+        &repo,
+        &[
+            ("src/only.rs", "pub fn only() {}\n"),
+            ("src/two.rs", "pub fn two() {}\n"),
+            ("src/three.rs", "pub fn three() {}\n"),
+        ],
+    );
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(60), index.refresh("t", &NoProgress)).await;
+    assert!(
+        dropped.is_err(),
+        "the refresh was still embedding when dropped"
+    );
+    let after = store
+        .scroll("pattern_examples", None, None, 100)
+        .await
+        .expect("scroll")
+        .0;
+    assert_eq!(after, before, "nothing was written");
+    let report = index
+        .refresh("t", &NoProgress)
+        .await
+        .expect("a later refresh completes");
+    assert_eq!((report.files, report.replaced), (3, 10));
+}
