@@ -355,6 +355,22 @@ struct Point {
     rps: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// CPU time of the whole process (load generator and server) per call, in microseconds.
+    /// The generator's share is the same for every server, so differences are server cost; and
+    /// unlike req/s it hardly moves when other processes compete for the cores.
+    cpu_us: f64,
+}
+
+/// CPU time (user + system) this process has used so far, from `/proc/self/stat` (Linux; the
+/// kernel reports it in USER_HZ ticks, 100 per second). `None` elsewhere.
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may contain spaces) closed by the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
 }
 
 async fn measure(
@@ -372,6 +388,7 @@ async fn measure(
     for c in &mut conns {
         c.call().await?;
     }
+    let cpu_start = process_cpu();
     let start = Instant::now();
     let deadline = start + run;
     let mut tasks = Vec::with_capacity(clients);
@@ -391,6 +408,10 @@ async fn measure(
         all.extend(t.await??);
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let cpu = match (cpu_start, process_cpu()) {
+        (Some(a), Some(b)) => b.saturating_sub(a).as_secs_f64(),
+        _ => f64::NAN,
+    };
     if all.is_empty() {
         return Err("no call completed".into());
     }
@@ -403,6 +424,7 @@ async fn measure(
         rps: all.len() as f64 / elapsed,
         p50_ms: pct(0.50),
         p99_ms: pct(0.99),
+        cpu_us: cpu * 1e6 / all.len() as f64,
     })
 }
 
@@ -453,14 +475,15 @@ async fn run() -> Result<(), BoxError> {
                 let p = measure(addr, kind, protocol, clients, run_for).await?;
                 if full {
                     println!(
-                        "round {} {:<28} {:<10} {:>2} client(s): {:>9.0} req/s  p50 {:.3} ms  p99 {:.3} ms",
+                        "round {} {:<28} {:<10} {:>2} client(s): {:>9.0} req/s  p50 {:.3} ms  p99 {:.3} ms  cpu {:.1} us/call",
                         round + 1,
                         kind.label(),
                         protocol,
                         clients,
                         p.rps,
                         p.p50_ms,
-                        p.p99_ms
+                        p.p99_ms,
+                        p.cpu_us
                     );
                 }
                 let key = (kind, protocol, clients);
@@ -488,12 +511,15 @@ async fn run() -> Result<(), BoxError> {
             rps: median(pts.iter().map(|p| p.rps).collect()),
             p50_ms: median(pts.iter().map(|p| p.p50_ms).collect()),
             p99_ms: median(pts.iter().map(|p| p.p99_ms).collect()),
+            cpu_us: median(pts.iter().map(|p| p.cpu_us).collect()),
         }
     };
     println!();
     println!("medians of {rounds} round(s) x {secs} s, one keep-alive connection per client");
-    println!("| server | protocol | clients | req/s | p50 ms | p99 ms | vs bare rmcp |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| server | protocol | clients | req/s | p50 ms | p99 ms | CPU us/call | req/s vs bare rmcp | CPU/call vs bare rmcp |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     for clients in CONCURRENCY {
         for &(kind, protocol, _) in &cases {
             let p = summary((kind, protocol, clients));
@@ -502,16 +528,18 @@ async fn run() -> Result<(), BoxError> {
             } else {
                 protocol
             };
-            let base = summary((Kind::Rmcp, base_protocol, clients)).rps;
+            let base = summary((Kind::Rmcp, base_protocol, clients));
             println!(
-                "| {} | {} | {} | {:.0} | {:.3} | {:.3} | {:.3}x |",
+                "| {} | {} | {} | {:.0} | {:.3} | {:.3} | {:.1} | {:.3}x | {:.3}x |",
                 kind.label(),
                 protocol,
                 clients,
                 p.rps,
                 p.p50_ms,
                 p.p99_ms,
-                p.rps / base
+                p.cpu_us,
+                p.rps / base.rps,
+                p.cpu_us / base.cpu_us
             );
         }
     }
