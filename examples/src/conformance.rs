@@ -161,6 +161,27 @@ fn content_tools(tools: &ToolRegistry) -> Result<(), CoreError> {
                 ))
             }),
     )?;
+    // A parameter mirrored in an HTTP header (SEP-2243, 2026-07-28): clients send `region` also
+    // as `Mcp-Param-Region`, and the server must refuse a header that disagrees with the body.
+    tools.register(
+        ToolBuilder::new("test_custom_headers")
+            .description(
+                "Echoes a region that travels in the body and in the Mcp-Param-Region header",
+            )
+            .raw_handler(
+                json!({
+                    "type": "object",
+                    "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+                    "required": ["region"]
+                }),
+                |args, _c| async move {
+                    Ok(ToolOutput::text(format!(
+                        "region: {}",
+                        args["region"].as_str().unwrap_or_default()
+                    )))
+                },
+            ),
+    )?;
     tools.register(
         ToolBuilder::new("json_schema_2020_12_tool")
             .description("Tool with JSON Schema 2020-12 features")
