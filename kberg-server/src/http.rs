@@ -181,6 +181,55 @@ fn peek(body: &[u8]) -> Result<Peeked, Response> {
     }
 }
 
+/// rmcp answers a JSON body it cannot read as one JSON-RPC message with `415` and a text body;
+/// JSON-RPC prescribes `-32700` (not JSON) or `-32600` (not a valid request). Rewrites that
+/// answer, and passes every other response through untouched.
+async fn as_jsonrpc_error(resp: Response) -> Response {
+    const PREFIX: &str = "fail to deserialize request body";
+    if resp.status() != StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 64 * 1024).await else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "bad_body",
+            "Bad Request: unreadable body",
+        );
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let Some(detail) = text.strip_prefix(PREFIX) else {
+        return Response::from_parts(parts, Body::from(bytes));
+    };
+    // serde_json's data errors (the JSON parsed but is not a request) versus syntax errors.
+    const NOT_A_REQUEST: [&str; 7] = [
+        "unrecognized JSON-RPC message",
+        "invalid type",
+        "invalid value",
+        "missing field",
+        "unknown field",
+        "unknown variant",
+        "did not match any variant",
+    ];
+    if NOT_A_REQUEST.iter().any(|m| detail.contains(m)) {
+        jsonrpc_error(
+            -32600,
+            &format!(
+                "Invalid Request: not one JSON-RPC 2.0 message ({})",
+                detail.trim()
+            ),
+        )
+    } else {
+        jsonrpc_error(
+            -32700,
+            &format!(
+                "Parse error: the body is not valid JSON ({})",
+                detail.trim()
+            ),
+        )
+    }
+}
+
 /// Whether the request says its body is JSON (rmcp answers other content types with 415).
 fn is_json(headers: &axum::http::HeaderMap) -> bool {
     headers
@@ -250,6 +299,39 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
             resp
         }
         (Method::POST, session) if is_json(req.headers()) => {
+            let modern = req
+                .headers()
+                .get("mcp-protocol-version")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v >= "2026-07-28");
+            let header_method = req
+                .headers()
+                .get("mcp-method")
+                .and_then(|v| v.to_str().ok());
+            // The hot path reads no body here: a request in a session, or a 2026-07-28 request
+            // whose `Mcp-Method` header rmcp checks against its body. Only session-less legacy
+            // requests (`initialize`) and header-less ones are read and peeked.
+            if session.is_some() || (modern && header_method.is_some_and(|m| m != "initialize")) {
+                let permit = if session.is_none() && header_method == Some("subscriptions/listen") {
+                    match g.streams.try_acquire() {
+                        Some(p) => Some(p),
+                        None => {
+                            return status(
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                "too_many_streams",
+                                "Too many open listen streams; close one and retry.",
+                            );
+                        }
+                    }
+                } else {
+                    None
+                };
+                let resp = as_jsonrpc_error(next.run(req).await).await;
+                return match permit {
+                    Some(p) => hold(resp, p),
+                    None => resp,
+                };
+            }
             let (parts, body) = req.into_parts();
             let bytes = match axum::body::to_bytes(body, g.max_body).await {
                 Ok(b) => b,
@@ -277,11 +359,6 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
                 Ok(p) => p,
                 Err(reply) => return reply,
             };
-            let modern = parts
-                .headers
-                .get("mcp-protocol-version")
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v >= "2026-07-28");
             if modern && peeked.method.as_deref() == Some("initialize") {
                 // 2026-07-28 removed the handshake (SEP-2575): answer before a session exists.
                 return jsonrpc_error_for(

@@ -61,6 +61,32 @@ async fn malformed_json_is_a_parse_error() {
     assert_eq!(error_code(&r), json!(-32700), "{}", r.text);
     let r = c
         .post_with(
+            "{not json".to_string(),
+            &[
+                ("mcp-session-id", &sid),
+                ("mcp-protocol-version", PROTO_OLD),
+            ],
+        )
+        .await;
+    assert_eq!(error_code(&r), json!(-32700), "in a session: {}", r.text);
+    // A 2026-07-28 request (its method in the Mcp-Method header) gets the same answers.
+    let modern = [
+        ("mcp-protocol-version", PROTO_NEW),
+        ("mcp-method", "tools/list"),
+    ];
+    let r = c.post_with("{not json".to_string(), &modern).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(error_code(&r), json!(-32700), "{}", r.text);
+    let r = c
+        .post_with(
+            json!({"jsonrpc": "1.0", "id": 1, "method": "tools/list"}).to_string(),
+            &modern,
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(error_code(&r), json!(-32600), "{}", r.text);
+    let r = c
+        .post_with(
             "[{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"ping\"}]".to_string(),
             &[],
         )
@@ -342,5 +368,26 @@ async fn unknown_methods_and_invalid_params() {
         "stateless unknown method: {}",
         r.text
     );
+    still_serves(&c, &sid).await;
+}
+
+#[tokio::test]
+async fn batches_and_scalars_in_a_session_are_invalid_requests() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let session = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", PROTO_OLD),
+    ];
+    for body in [
+        r#"[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]"#,
+        "42",
+        r#"{"jsonrpc": "2.0", "id": {"nested": true}, "method": "ping"}"#,
+    ] {
+        let r = c.post_with(body.to_string(), &session).await;
+        assert_eq!(r.status, 400, "{body}: {}", r.text);
+        assert_eq!(error_code(&r), json!(-32600), "{body}: {}", r.text);
+    }
     still_serves(&c, &sid).await;
 }
