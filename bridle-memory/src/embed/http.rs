@@ -150,26 +150,46 @@ async fn resolve_dimension<E: Fn(Vec<String>) -> F, F: Future<Output = Result<Ve
     }
 }
 
-/// An OpenAI-compatible `/v1/embeddings` client (LM Studio, llama.cpp, vLLM, hosted APIs).
+/// Which wire format a server speaks.
+#[derive(Debug, Clone, Copy)]
+enum Wire {
+    OpenAi,
+    Ollama,
+}
+
+/// A connected HTTP embedder of either wire: the client and the model's dimension.
 #[derive(Debug, Clone)]
-pub struct OpenAiEmbedder {
+struct Connected {
     client: Client,
+    wire: Wire,
     dimension: usize,
 }
 
-impl OpenAiEmbedder {
-    /// Connects: builds the client and resolves the dimension (probing the server if it was
-    /// not configured).
-    pub async fn connect(config: HttpEmbedderConfig) -> Result<Self> {
-        let base = config.base_url.trim_end_matches('/');
-        let url = if base.ends_with("/v1") {
-            format!("{base}/embeddings")
-        } else {
-            format!("{base}/v1/embeddings")
-        };
+impl Connected {
+    async fn connect(config: HttpEmbedderConfig, url: String, wire: Wire) -> Result<Self> {
         let client = Client::new(&config, url)?;
-        let dimension = resolve_dimension(config.dimension, |t| raw_openai(&client, t)).await?;
-        Ok(Self { client, dimension })
+        let dimension = resolve_dimension(config.dimension, |t| raw(&client, wire, t)).await?;
+        Ok(Self {
+            client,
+            wire,
+            dimension,
+        })
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let v = raw(&self.client, self.wire, texts.to_vec()).await?;
+        check_vectors(self.dimension, texts.len(), &v)?;
+        Ok(v)
+    }
+}
+
+async fn raw(client: &Client, wire: Wire, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+    match wire {
+        Wire::OpenAi => raw_openai(client, texts).await,
+        Wire::Ollama => raw_ollama(client, texts).await,
     }
 }
 
@@ -204,43 +224,6 @@ async fn raw_openai(client: &Client, texts: Vec<String>) -> Result<Vec<Vec<f32>>
         .collect()
 }
 
-#[async_trait]
-impl Embedder for OpenAiEmbedder {
-    fn dimension(&self) -> usize {
-        self.dimension
-    }
-
-    fn model(&self) -> &str {
-        &self.client.model
-    }
-
-    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let v = raw_openai(&self.client, texts.to_vec()).await?;
-        check_vectors(self.dimension, texts.len(), &v)?;
-        Ok(v)
-    }
-}
-
-/// An Ollama `/api/embed` client.
-#[derive(Debug, Clone)]
-pub struct OllamaEmbedder {
-    client: Client,
-    dimension: usize,
-}
-
-impl OllamaEmbedder {
-    /// Connects: builds the client and resolves the dimension.
-    pub async fn connect(config: HttpEmbedderConfig) -> Result<Self> {
-        let base = config.base_url.trim_end_matches('/');
-        let client = Client::new(&config, format!("{base}/api/embed"))?;
-        let dimension = resolve_dimension(config.dimension, |t| raw_ollama(&client, t)).await?;
-        Ok(Self { client, dimension })
-    }
-}
-
 async fn raw_ollama(client: &Client, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
     let v = client
         .post(json!({"model": client.model, "input": texts}))
@@ -260,22 +243,56 @@ async fn raw_ollama(client: &Client, texts: Vec<String>) -> Result<Vec<Vec<f32>>
         .collect()
 }
 
-#[async_trait]
-impl Embedder for OllamaEmbedder {
-    fn dimension(&self) -> usize {
-        self.dimension
-    }
+/// An OpenAI-compatible `/v1/embeddings` client (LM Studio, llama.cpp, vLLM, hosted APIs).
+#[derive(Debug, Clone)]
+pub struct OpenAiEmbedder(Connected);
 
-    fn model(&self) -> &str {
-        &self.client.model
-    }
-
-    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let v = raw_ollama(&self.client, texts.to_vec()).await?;
-        check_vectors(self.dimension, texts.len(), &v)?;
-        Ok(v)
+impl OpenAiEmbedder {
+    /// Connects: builds the client and resolves the dimension (probing the server if it was
+    /// not configured).
+    pub async fn connect(config: HttpEmbedderConfig) -> Result<Self> {
+        let base = config.base_url.trim_end_matches('/');
+        let url = if base.ends_with("/v1") {
+            format!("{base}/embeddings")
+        } else {
+            format!("{base}/v1/embeddings")
+        };
+        Ok(Self(
+            Connected::connect(config, url, Wire::OpenAi).await?,
+        ))
     }
 }
+
+/// An Ollama `/api/embed` client.
+#[derive(Debug, Clone)]
+pub struct OllamaEmbedder(Connected);
+
+impl OllamaEmbedder {
+    /// Connects: builds the client and resolves the dimension.
+    pub async fn connect(config: HttpEmbedderConfig) -> Result<Self> {
+        let url = format!("{}/api/embed", config.base_url.trim_end_matches('/'));
+        Ok(Self(Connected::connect(config, url, Wire::Ollama).await?))
+    }
+}
+
+/// Both public embedders are the same [`Connected`] behind a name per wire.
+macro_rules! delegate_embedder {
+    ($($t:ty),*) => {$(
+        #[async_trait]
+        impl Embedder for $t {
+            fn dimension(&self) -> usize {
+                self.0.dimension
+            }
+
+            fn model(&self) -> &str {
+                &self.0.client.model
+            }
+
+            async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+                self.0.embed(texts).await
+            }
+        }
+    )*};
+}
+
+delegate_embedder!(OpenAiEmbedder, OllamaEmbedder);
