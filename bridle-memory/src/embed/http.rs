@@ -257,9 +257,7 @@ impl OpenAiEmbedder {
         } else {
             format!("{base}/v1/embeddings")
         };
-        Ok(Self(
-            Connected::connect(config, url, Wire::OpenAi).await?,
-        ))
+        Ok(Self(Connected::connect(config, url, Wire::OpenAi).await?))
     }
 }
 
