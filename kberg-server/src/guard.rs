@@ -3,8 +3,8 @@
 //! A web page can make a victim's browser send requests to `127.0.0.1` under the page's own
 //! host name (DNS rebinding) or from its own origin. Checking both headers against allow-lists
 //! (loopback by default) stops that before authentication runs, so a refused request learns
-//! nothing about credentials. rmcp applies the same lists again inside its service; this check
-//! comes first so the order of answers is fixed (403 before 401).
+//! nothing about credentials (403 always comes before 401). This is the only Host/Origin check
+//! on the route: rmcp's own copy is switched off, since this layer always runs first.
 
 use axum::http::{HeaderMap, header};
 

@@ -7,12 +7,13 @@
 //!    with `WWW-Authenticate: Bearer`; the principal travels to the handler in the request's
 //!    extensions;
 //! 3. session ownership: a session id created by one principal is unknown (`404`) to others;
-//! 4. the body of a JSON POST is read (body size limit: `413`) and checked to be one JSON-RPC
-//!    2.0 message (`400` with `-32700` parse error or `-32600` invalid request, as JSON-RPC
-//!    prescribes);
-//! 5. limits that need to see the request before rmcp does: concurrent sessions on
+//! 4. limits that need to see the request before rmcp does: concurrent sessions on
 //!    `initialize` (`503`), concurrent listen streams on GET SSE and `subscriptions/listen`
-//!    (`503`).
+//!    (`503`). A 2026-07-28 request names its method in the `Mcp-Method` header (rmcp checks
+//!    it against the body), so its body is not read here; a session-less legacy request is
+//!    read (body limit: `413`) and must be one JSON-RPC 2.0 message;
+//! 5. answers that JSON-RPC prescribes for unreadable bodies: `400` with `-32700` (not JSON) or
+//!    `-32600` (not one valid request) where rmcp would say `415`.
 //!
 //! Everything after that (JSON-RPC framing, SSE, sessions, version negotiation, the 2026-07-28
 //! header and `_meta` validation) is rmcp's `StreamableHttpService`, configured from
@@ -447,17 +448,17 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
     sessions.session_config.keep_alive = limits.session_idle_timeout;
     let sessions = Arc::new(sessions);
 
-    let mut rmcp_config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(config.allowed_hosts.clone())
-        .with_allowed_origins(config.allowed_origins.clone())
+    // Host and Origin are checked by the guard layer, which always runs first on this route;
+    // rmcp's own copy of the check is switched off so each request checks (and clones) the
+    // lists once.
+    let rmcp_config = StreamableHttpServerConfig::default()
+        .disable_allowed_hosts()
+        .disable_allowed_origins()
         .with_sse_keep_alive(config.sse_keep_alive)
         .with_legacy_session_mode(true)
         .with_json_response(true)
         .with_cancellation_token(config.shutdown.clone())
         .with_max_request_body_bytes(limits.max_body_bytes);
-    if config.allowed_hosts.is_empty() {
-        rmcp_config = rmcp_config.disable_allowed_hosts();
-    }
     let service = StreamableHttpService::new(
         move || Ok(KbergHandler::new(Arc::clone(&shared))),
         Arc::clone(&sessions),

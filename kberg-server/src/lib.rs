@@ -23,6 +23,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod aggregate;
 mod app;
 mod auth;
 mod config;
@@ -36,6 +37,7 @@ mod limits;
 mod peer;
 mod stdio;
 
+pub use aggregate::{Aggregator, AggregatorConfig, UpstreamConfig, UpstreamTransport};
 pub use app::{DEFAULT_PAGE_SIZE, McpApp, McpAppBuilder};
 pub use auth::{AuthError, Authenticator, BearerTokens, OpenAccess, bearer_token};
 pub use config::{HttpConfig, LOOPBACK_HOSTS, LOOPBACK_ORIGINS, Limits};

@@ -1,0 +1,400 @@
+//! The aggregator's typed configuration and its checks.
+//!
+//! Everything that can be refused is refused here, before any upstream is contacted: a bad
+//! separator, a namespace that is not a valid name part or that could make two upstreams' names
+//! collide, duplicate namespaces, a header that is not a valid HTTP header, and write rules whose
+//! pattern is empty. Refusing at config time keeps the runtime free of ambiguity: every
+//! namespaced name splits back into exactly one (namespace, tool) pair.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use kberg_core::WriteCapability;
+
+use super::pattern::Pattern;
+
+/// The separator between a namespace and an upstream tool name when none is configured.
+pub const DEFAULT_SEPARATOR: &str = "__";
+
+/// The longest name MCP clients accept (and kberg-core checks).
+pub const MAX_NAME_LEN: usize = 128;
+
+/// How the aggregator reaches one upstream MCP server.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum UpstreamTransport {
+    /// A child process spoken to over its stdin and stdout.
+    Stdio {
+        /// The program to run.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Extra environment variables (credentials a local server reads from its environment).
+        env: Vec<(String, String)>,
+    },
+    /// A Streamable HTTP endpoint.
+    Http {
+        /// The endpoint, e.g. `http://127.0.0.1:3001/mcp`.
+        url: String,
+        /// Extra headers sent with every request (credentials). Never shown to clients.
+        headers: Vec<(String, String)>,
+    },
+}
+
+impl UpstreamTransport {
+    /// A child process with no arguments or extra environment yet.
+    pub fn stdio(command: impl Into<String>) -> Self {
+        UpstreamTransport::Stdio {
+            command: command.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+
+    /// A Streamable HTTP endpoint with no extra headers yet.
+    pub fn http(url: impl Into<String>) -> Self {
+        UpstreamTransport::Http {
+            url: url.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// Adds an argument (child process only; ignored for HTTP).
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        if let UpstreamTransport::Stdio { args, .. } = &mut self {
+            args.push(a.into());
+        }
+        self
+    }
+
+    /// Adds an environment variable (child process only; ignored for HTTP).
+    pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
+        if let UpstreamTransport::Stdio { env, .. } = &mut self {
+            env.push((k.into(), v.into()));
+        }
+        self
+    }
+
+    /// Adds a header (HTTP only; ignored for a child process).
+    pub fn header(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
+        if let UpstreamTransport::Http { headers, .. } = &mut self {
+            headers.push((k.into(), v.into()));
+        }
+        self
+    }
+}
+
+/// One upstream MCP server and the namespace its tools appear under.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// The namespace (`fs` makes `read_file` appear as `fs__read_file`).
+    pub namespace: String,
+    /// How to reach it.
+    pub transport: UpstreamTransport,
+}
+
+impl UpstreamConfig {
+    /// An upstream under `namespace`.
+    pub fn new(namespace: impl Into<String>, transport: UpstreamTransport) -> Self {
+        Self {
+            namespace: namespace.into(),
+            transport,
+        }
+    }
+}
+
+/// Assigns a write capability to every namespaced tool name matching a pattern.
+#[derive(Debug, Clone)]
+pub struct WriteRule {
+    /// `*` matches any run of characters, `?` exactly one; everything else matches itself.
+    pub pattern: String,
+    /// The capability a caller needs to call the matching tools.
+    pub capability: WriteCapability,
+}
+
+/// Reconnection timing for a dead upstream: `initial`, doubled after each failed attempt, at
+/// most `max`.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    /// The first wait after a disconnect.
+    pub initial: Duration,
+    /// The longest wait.
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            initial: Duration::from_millis(250),
+            max: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Backoff {
+    /// The wait before attempt `n` (0-based) after a disconnect.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let factor = 1u32.checked_shl(attempt.min(16)).unwrap_or(u32::MAX);
+        self.initial.saturating_mul(factor).min(self.max)
+    }
+}
+
+/// The whole aggregator configuration.
+#[derive(Debug, Clone)]
+pub struct AggregatorConfig {
+    /// The upstreams.
+    pub upstreams: Vec<UpstreamConfig>,
+    /// Between namespace and tool name; default [`DEFAULT_SEPARATOR`].
+    pub separator: String,
+    /// Write capabilities by pattern; the first matching rule wins, unmatched tools are Read.
+    pub write_rules: Vec<WriteRule>,
+    /// Reconnection timing.
+    pub backoff: Backoff,
+}
+
+impl Default for AggregatorConfig {
+    fn default() -> Self {
+        Self {
+            upstreams: Vec::new(),
+            separator: DEFAULT_SEPARATOR.to_string(),
+            write_rules: Vec::new(),
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+impl AggregatorConfig {
+    /// An empty configuration with the default separator and backoff.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds an upstream.
+    pub fn upstream(mut self, u: UpstreamConfig) -> Self {
+        self.upstreams.push(u);
+        self
+    }
+
+    /// Sets the separator.
+    pub fn separator(mut self, sep: impl Into<String>) -> Self {
+        self.separator = sep.into();
+        self
+    }
+
+    /// Adds a write rule.
+    pub fn write_rule(mut self, pattern: impl Into<String>, capability: WriteCapability) -> Self {
+        self.write_rules.push(WriteRule {
+            pattern: pattern.into(),
+            capability,
+        });
+        self
+    }
+
+    /// Sets the reconnection timing.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Checks everything that can be checked without contacting an upstream.
+    pub fn validate(&self) -> Result<Vec<(Pattern, WriteCapability)>, ConfigError> {
+        if self.separator.is_empty() || !self.separator.bytes().all(name_byte) {
+            return Err(ConfigError::InvalidSeparator {
+                separator: self.separator.clone(),
+            });
+        }
+        let mut seen = HashSet::new();
+        for u in &self.upstreams {
+            check_namespace(&u.namespace, &self.separator)?;
+            if !seen.insert(u.namespace.as_str()) {
+                return Err(ConfigError::DuplicateNamespace {
+                    namespace: u.namespace.clone(),
+                });
+            }
+            if let UpstreamTransport::Http { headers, url } = &u.transport {
+                if url.is_empty() {
+                    return Err(ConfigError::InvalidTransport {
+                        namespace: u.namespace.clone(),
+                        reason: "the URL is empty".into(),
+                    });
+                }
+                for (k, v) in headers {
+                    if axum::http::HeaderName::try_from(k.as_str()).is_err()
+                        || axum::http::HeaderValue::try_from(v.as_str()).is_err()
+                    {
+                        return Err(ConfigError::InvalidTransport {
+                            namespace: u.namespace.clone(),
+                            reason: format!("the header `{k}` is not a valid HTTP header"),
+                        });
+                    }
+                }
+            }
+            if let UpstreamTransport::Stdio { command, .. } = &u.transport
+                && command.is_empty()
+            {
+                return Err(ConfigError::InvalidTransport {
+                    namespace: u.namespace.clone(),
+                    reason: "the command is empty".into(),
+                });
+            }
+        }
+        self.write_rules
+            .iter()
+            .map(|r| {
+                if r.pattern.is_empty() {
+                    Err(ConfigError::InvalidPattern {
+                        pattern: r.pattern.clone(),
+                    })
+                } else {
+                    Ok((Pattern::new(&r.pattern), r.capability.clone()))
+                }
+            })
+            .collect()
+    }
+}
+
+fn name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')
+}
+
+/// A namespace must be a valid name part, must not contain the separator, and must not end with
+/// a proper prefix of the separator (with `__`, `a_` + `__` + `x` would read as `a` + `__` +
+/// `_x`): then every namespaced name splits at the first separator into exactly one
+/// (namespace, tool) pair, and no upstream's tool can take another upstream's name.
+fn check_namespace(ns: &str, sep: &str) -> Result<(), ConfigError> {
+    let refuse = |reason: &str| {
+        Err(ConfigError::InvalidNamespace {
+            namespace: ns.to_string(),
+            reason: reason.to_string(),
+        })
+    };
+    if ns.is_empty() {
+        return refuse("it is empty");
+    }
+    if !ns.bytes().all(name_byte) {
+        return refuse("it may only use ASCII letters, digits, `_`, `-` and `.`");
+    }
+    if ns.contains(sep) {
+        return refuse("it contains the separator");
+    }
+    if (1..sep.len()).any(|k| ns.ends_with(&sep[..k])) {
+        return refuse("it ends with the start of the separator");
+    }
+    if ns.len() + sep.len() >= MAX_NAME_LEN {
+        return refuse("it leaves no room for a tool name within 128 characters");
+    }
+    Ok(())
+}
+
+/// Why a configuration was refused. Each variant has a stable [`ConfigError::code`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The separator is empty or uses characters names may not contain.
+    #[error("the separator `{separator}` must be non-empty ASCII letters, digits, `_`, `-` or `.`")]
+    InvalidSeparator {
+        /// The separator.
+        separator: String,
+    },
+    /// A namespace is unusable.
+    #[error("the namespace `{namespace}` is refused: {reason}")]
+    InvalidNamespace {
+        /// The namespace.
+        namespace: String,
+        /// Why.
+        reason: String,
+    },
+    /// Two upstreams share a namespace.
+    #[error("the namespace `{namespace}` is configured twice")]
+    DuplicateNamespace {
+        /// The namespace.
+        namespace: String,
+    },
+    /// A transport setting is unusable.
+    #[error("the upstream `{namespace}` is misconfigured: {reason}")]
+    InvalidTransport {
+        /// The upstream's namespace.
+        namespace: String,
+        /// Why.
+        reason: String,
+    },
+    /// A write rule's pattern is empty.
+    #[error("the write rule pattern `{pattern}` is empty")]
+    InvalidPattern {
+        /// The pattern.
+        pattern: String,
+    },
+}
+
+impl ConfigError {
+    /// A stable code for logs and callers.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ConfigError::InvalidSeparator { .. } => "invalid_separator",
+            ConfigError::InvalidNamespace { .. } => "invalid_namespace",
+            ConfigError::DuplicateNamespace { .. } => "duplicate_namespace",
+            ConfigError::InvalidTransport { .. } => "invalid_transport",
+            ConfigError::InvalidPattern { .. } => "invalid_pattern",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaces_that_could_collide_are_refused() {
+        assert!(check_namespace("fs", "__").is_ok());
+        assert_eq!(
+            check_namespace("a__b", "__").map_err(|e| e.code()),
+            Err("invalid_namespace")
+        );
+        assert!(check_namespace("a_", "__").is_err());
+        assert!(check_namespace("a b", "__").is_err());
+        assert!(check_namespace("", "__").is_err());
+        assert!(check_namespace(&"x".repeat(126), "__").is_err());
+        // A single-character separator has no proper prefix to worry about.
+        assert!(check_namespace("a_", ".").is_ok());
+        assert!(check_namespace("a.b", ".").is_err());
+    }
+
+    #[test]
+    fn bad_separators_and_duplicates_are_refused() {
+        let c = AggregatorConfig::new().separator("/");
+        assert_eq!(
+            c.validate().map(|_| ()).map_err(|e| e.code()),
+            Err("invalid_separator")
+        );
+        let c = AggregatorConfig::new().separator("");
+        assert!(c.validate().is_err());
+        let c = AggregatorConfig::new()
+            .upstream(UpstreamConfig::new("a", UpstreamTransport::stdio("x")))
+            .upstream(UpstreamConfig::new("a", UpstreamTransport::stdio("y")));
+        assert_eq!(
+            c.validate().map(|_| ()).map_err(|e| e.code()),
+            Err("duplicate_namespace")
+        );
+        let c = AggregatorConfig::new().upstream(UpstreamConfig::new(
+            "h",
+            UpstreamTransport::http("http://127.0.0.1:1/mcp").header("bad header", "v"),
+        ));
+        assert_eq!(
+            c.validate().map(|_| ()).map_err(|e| e.code()),
+            Err("invalid_transport")
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let b = Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_millis(500),
+        };
+        assert_eq!(b.delay(0), Duration::from_millis(100));
+        assert_eq!(b.delay(1), Duration::from_millis(200));
+        assert_eq!(b.delay(2), Duration::from_millis(400));
+        assert_eq!(b.delay(3), Duration::from_millis(500));
+        assert_eq!(b.delay(u32::MAX), Duration::from_millis(500));
+    }
+}

@@ -1,0 +1,674 @@
+//! One supervised connection per upstream, and the forwarded tools that use it.
+//!
+//! The supervisor task owns the rmcp client: it connects, lists the upstream's tools into the
+//! registry, then waits for the connection to end (the child exits, a request fails on the
+//! transport, the upstream says its tool list changed) and reconnects with backoff. Forwarded
+//! tools only ever borrow the current [`Peer`]; when there is none they answer
+//! `upstream_unavailable` at once instead of waiting for a reconnect that may take long.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use kberg_core::{
+    Content, CoreError, Tool, ToolContext, ToolError, ToolKind, ToolOutput, ToolRegistry, ToolSpec,
+    WriteCapability, check_name,
+};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
+    CancelledNotificationParam, ClientNotification, ClientRequest, ProgressNotificationParam,
+    ProgressToken, ServerResult,
+};
+use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ServiceExt};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::config::{AggregatorConfig, Backoff, ConfigError, UpstreamConfig, UpstreamTransport};
+use super::pattern::Pattern;
+
+/// The stable `code` in the structured content of a call whose upstream is not connected.
+pub const UPSTREAM_UNAVAILABLE: &str = "upstream_unavailable";
+
+/// Where an upstream's connection stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UpstreamStatus {
+    /// The first connection attempt has not finished yet.
+    Connecting,
+    /// Connected; `generation` counts successful connections (1 for the first).
+    Connected {
+        /// How many times it has connected so far.
+        generation: u64,
+    },
+    /// Not connected; the supervisor retries with backoff.
+    Unavailable {
+        /// Why, for logs and operators (never includes credentials).
+        reason: String,
+    },
+}
+
+/// The immutable part shared by all supervisors.
+struct Shared {
+    registry: ToolRegistry,
+    separator: String,
+    rules: Vec<(Pattern, WriteCapability)>,
+    backoff: Backoff,
+}
+
+/// What forwarded tools and the supervisor share about one upstream.
+struct Upstream {
+    config: UpstreamConfig,
+    peer: RwLock<Option<Peer<RoleClient>>>,
+    pid: Mutex<Option<u32>>,
+    status: watch::Sender<UpstreamStatus>,
+    /// Wakes the supervisor: a call failed on the transport.
+    broken: Notify,
+    /// Wakes the supervisor: the upstream's tool list changed.
+    relist: Notify,
+    /// namespaced name -> upstream tool name, for the tools this upstream registered.
+    registered: Mutex<BTreeMap<String, String>>,
+    /// Upstream tool names that could not be registered, with the reason.
+    skipped: Mutex<Vec<(String, String)>>,
+    /// Progress tokens of forwarded calls -> the calling tool's context.
+    progress: Mutex<HashMap<ProgressToken, ToolContext>>,
+}
+
+impl Upstream {
+    fn namespace(&self) -> &str {
+        &self.config.namespace
+    }
+
+    fn current_peer(&self) -> Option<Peer<RoleClient>> {
+        self.peer.read().ok().and_then(|p| p.clone())
+    }
+
+    fn set_peer(&self, peer: Option<Peer<RoleClient>>) {
+        if let Ok(mut p) = self.peer.write() {
+            *p = peer;
+        }
+    }
+
+    fn reason(&self) -> String {
+        match &*self.status.borrow() {
+            UpstreamStatus::Unavailable { reason } => reason.clone(),
+            UpstreamStatus::Connecting => "it is still connecting".to_string(),
+            UpstreamStatus::Connected { .. } => "its connection just ended".to_string(),
+        }
+    }
+}
+
+/// Runs N upstream MCP servers' tools through one [`ToolRegistry`]. Dropping it (or
+/// [`Aggregator::shutdown`]) stops the supervisors, which ends the upstream sessions and stops
+/// child processes.
+pub struct Aggregator {
+    upstreams: Vec<Arc<Upstream>>,
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+    registry: ToolRegistry,
+}
+
+impl std::fmt::Debug for Aggregator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The transports carry credentials: only namespaces are shown.
+        f.debug_struct("Aggregator")
+            .field(
+                "upstreams",
+                &self
+                    .upstreams
+                    .iter()
+                    .map(|u| u.namespace())
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Aggregator {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl Aggregator {
+    /// Checks `config`, declares the write rules' capabilities in `registry`, and starts one
+    /// supervisor per upstream (on the current tokio runtime). Returns at once; upstream tools
+    /// appear in the registry as their upstreams connect (see [`Aggregator::wait_connected`]).
+    pub fn start(config: AggregatorConfig, registry: ToolRegistry) -> Result<Self, ConfigError> {
+        let rules = config.validate()?;
+        for (_, cap) in &rules {
+            if registry.capabilities().iter().any(|c| c.id() == cap.id()) {
+                continue;
+            }
+            registry
+                .declare(cap.clone())
+                .map_err(|e| ConfigError::InvalidPattern {
+                    pattern: format!("{} ({e})", cap.id()),
+                })?;
+        }
+        let shared = Arc::new(Shared {
+            registry: registry.clone(),
+            separator: config.separator.clone(),
+            rules,
+            backoff: config.backoff,
+        });
+        let shutdown = CancellationToken::new();
+        let mut upstreams = Vec::new();
+        let mut tasks = Vec::new();
+        for u in config.upstreams {
+            let (status, _) = watch::channel(UpstreamStatus::Connecting);
+            let up = Arc::new(Upstream {
+                config: u,
+                peer: RwLock::new(None),
+                pid: Mutex::new(None),
+                status,
+                broken: Notify::new(),
+                relist: Notify::new(),
+                registered: Mutex::new(BTreeMap::new()),
+                skipped: Mutex::new(Vec::new()),
+                progress: Mutex::new(HashMap::new()),
+            });
+            tasks.push(tokio::spawn(supervise(
+                shared.clone(),
+                up.clone(),
+                shutdown.clone(),
+            )));
+            upstreams.push(up);
+        }
+        Ok(Self {
+            upstreams,
+            shutdown,
+            tasks,
+            registry,
+        })
+    }
+
+    /// The registry the upstream tools are registered in.
+    pub fn registry(&self) -> &ToolRegistry {
+        &self.registry
+    }
+
+    fn upstream(&self, namespace: &str) -> Option<&Arc<Upstream>> {
+        self.upstreams.iter().find(|u| u.namespace() == namespace)
+    }
+
+    /// The status of the upstream under `namespace`.
+    pub fn status(&self, namespace: &str) -> Option<UpstreamStatus> {
+        self.upstream(namespace).map(|u| u.status.borrow().clone())
+    }
+
+    /// A receiver that changes whenever the upstream's status does.
+    pub fn status_changes(&self, namespace: &str) -> Option<watch::Receiver<UpstreamStatus>> {
+        self.upstream(namespace).map(|u| u.status.subscribe())
+    }
+
+    /// Waits until the upstream has connected at least `generation` times (1 for the first
+    /// connection), or `timeout` passes. Returns whether it did.
+    pub async fn wait_connected(
+        &self,
+        namespace: &str,
+        generation: u64,
+        timeout: Duration,
+    ) -> bool {
+        let Some(mut rx) = self.status_changes(namespace) else {
+            return false;
+        };
+        let reached = rx.wait_for(
+            |s| matches!(s, UpstreamStatus::Connected { generation: g } if *g >= generation),
+        );
+        matches!(tokio::time::timeout(timeout, reached).await, Ok(Ok(_)))
+    }
+
+    /// The process id of a child-process upstream while it is connected.
+    pub fn upstream_pid(&self, namespace: &str) -> Option<u32> {
+        self.upstream(namespace)
+            .and_then(|u| u.pid.lock().ok().and_then(|p| *p))
+    }
+
+    /// The namespaced names this upstream registered.
+    pub fn tools_of(&self, namespace: &str) -> Vec<String> {
+        self.upstream(namespace)
+            .and_then(|u| {
+                u.registered
+                    .lock()
+                    .ok()
+                    .map(|r| r.keys().cloned().collect())
+            })
+            .unwrap_or_default()
+    }
+
+    /// Upstream tools that were not registered (name too long or invalid, a collision with a
+    /// tool already in the registry, an unusable schema), with the reason.
+    pub fn skipped(&self, namespace: &str) -> Vec<(String, String)> {
+        self.upstream(namespace)
+            .and_then(|u| u.skipped.lock().ok().map(|s| s.clone()))
+            .unwrap_or_default()
+    }
+
+    /// Stops every supervisor and waits for them: upstream sessions end and child processes
+    /// are stopped. The registered tools stay and answer `upstream_unavailable`.
+    pub async fn shutdown(mut self) {
+        self.shutdown.cancel();
+        for t in std::mem::take(&mut self.tasks) {
+            let _ = t.await;
+        }
+    }
+}
+
+/// The rmcp client handler of one upstream: routes progress to the calling tool and notices
+/// tool-list changes.
+#[derive(Clone)]
+struct UpstreamClient {
+    up: Arc<Upstream>,
+}
+
+impl ClientHandler for UpstreamClient {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let ctx = self
+            .up
+            .progress
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&params.progress_token).cloned());
+        if let Some(ctx) = ctx {
+            let _ = ctx
+                .progress(params.progress, params.total, params.message.as_deref())
+                .await;
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.up.relist.notify_one();
+    }
+}
+
+type Client = rmcp::service::RunningService<RoleClient, UpstreamClient>;
+
+async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), String> {
+    let handler = UpstreamClient { up: up.clone() };
+    match &up.config.transport {
+        UpstreamTransport::Stdio { command, args, env } => {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(args);
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            cmd.kill_on_drop(true);
+            let transport = TokioChildProcess::new(cmd)
+                .map_err(|e| format!("could not start `{command}`: {e}"))?;
+            let pid = transport.id();
+            let client = handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("`{command}` did not initialize: {e}"))?;
+            Ok((client, pid))
+        }
+        UpstreamTransport::Http { url, headers } => {
+            let mut custom = HashMap::new();
+            for (k, v) in headers {
+                // Checked by the config; a header that slipped through is left out, not shown.
+                if let (Ok(k), Ok(v)) = (
+                    axum::http::HeaderName::try_from(k.as_str()),
+                    axum::http::HeaderValue::try_from(v.as_str()),
+                ) {
+                    custom.insert(k, v);
+                }
+            }
+            let config =
+                StreamableHttpClientTransportConfig::with_uri(url.clone()).custom_headers(custom);
+            let transport = StreamableHttpClientTransport::from_config(config);
+            let client = handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("`{url}` did not initialize: {e}"))?;
+            Ok((client, None))
+        }
+    }
+}
+
+async fn supervise(shared: Arc<Shared>, up: Arc<Upstream>, shutdown: CancellationToken) {
+    let mut attempt: u32 = 0;
+    let mut generation: u64 = 0;
+    loop {
+        let connected = tokio::select! {
+            () = shutdown.cancelled() => return,
+            r = connect(&up) => r,
+        };
+        let reason = match connected {
+            Err(reason) => reason,
+            Ok((client, pid)) => {
+                let peer = client.peer().clone();
+                match sync_tools(&shared, &up, &peer).await {
+                    Err(e) => {
+                        let _ = client.cancel().await;
+                        format!("listing its tools failed: {e}")
+                    }
+                    Ok(()) => {
+                        attempt = 0;
+                        generation += 1;
+                        if let Ok(mut p) = up.pid.lock() {
+                            *p = pid;
+                        }
+                        up.set_peer(Some(peer.clone()));
+                        up.status
+                            .send_replace(UpstreamStatus::Connected { generation });
+                        tracing::info!(
+                            namespace = up.namespace(),
+                            generation,
+                            "upstream connected"
+                        );
+                        let reason = run_connected(&shared, &up, client, &peer, &shutdown).await;
+                        up.set_peer(None);
+                        if let Ok(mut p) = up.pid.lock() {
+                            *p = None;
+                        }
+                        match reason {
+                            Some(r) => r,
+                            None => {
+                                up.status.send_replace(UpstreamStatus::Unavailable {
+                                    reason: "the aggregator is shutting down".into(),
+                                });
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        tracing::warn!(namespace = up.namespace(), %reason, attempt, "upstream unavailable");
+        up.status
+            .send_replace(UpstreamStatus::Unavailable { reason });
+        let delay = shared.backoff.delay(attempt);
+        attempt = attempt.saturating_add(1);
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// Serves one connection until it ends. `None` means shutdown; otherwise why it ended.
+async fn run_connected(
+    shared: &Shared,
+    up: &Arc<Upstream>,
+    client: Client,
+    peer: &Peer<RoleClient>,
+    shutdown: &CancellationToken,
+) -> Option<String> {
+    let stop = client.cancellation_token();
+    let waiting = client.waiting();
+    tokio::pin!(waiting);
+    let mut stop = Some(stop);
+    loop {
+        tokio::select! {
+            _ = &mut waiting => return Some("the connection ended".to_string()),
+            () = shutdown.cancelled() => {
+                if let Some(s) = stop.take() { s.cancel(); }
+                let _ = (&mut waiting).await;
+                return None;
+            }
+            () = up.broken.notified() => {
+                if let Some(s) = stop.take() { s.cancel(); }
+                let _ = (&mut waiting).await;
+                return Some("a request to it failed on the transport".to_string());
+            }
+            () = up.relist.notified() => {
+                if let Err(e) = sync_tools(shared, up, peer).await {
+                    tracing::warn!(namespace = up.namespace(), error = %e, "re-listing tools failed");
+                }
+            }
+        }
+    }
+}
+
+/// Reads the upstream's tool list and makes the registry match it: new tools registered, gone
+/// tools removed, changed tools replaced. Tools that cannot be registered are skipped (logged,
+/// and reported by [`Aggregator::skipped`]).
+async fn sync_tools(
+    shared: &Shared,
+    up: &Arc<Upstream>,
+    peer: &Peer<RoleClient>,
+) -> Result<(), ServiceError> {
+    let tools = peer.list_all_tools().await?;
+    let mut wanted: BTreeMap<String, ToolSpec> = BTreeMap::new();
+    let mut remote_of: BTreeMap<String, String> = BTreeMap::new();
+    let mut skipped = Vec::new();
+    for t in tools {
+        let remote = t.name.to_string();
+        let name = format!("{}{}{}", up.namespace(), shared.separator, remote);
+        if let Err(e) = check_name(&name) {
+            skipped.push((remote, e.to_string()));
+            continue;
+        }
+        let kind = shared
+            .rules
+            .iter()
+            .find(|(p, _)| p.matches(&name))
+            .map(|(_, c)| ToolKind::Write(c.clone()))
+            .unwrap_or(ToolKind::Read);
+        let mut spec = ToolSpec::new(
+            name.clone(),
+            t.description.as_deref().unwrap_or_default(),
+            Value::Object((*t.input_schema).clone()),
+            kind,
+        );
+        spec.title = t.title.clone();
+        spec.output_schema = t
+            .output_schema
+            .as_ref()
+            .map(|s| Value::Object((**s).clone()));
+        spec.hints.open_world_hint = t.annotations.as_ref().and_then(|a| a.open_world_hint);
+        remote_of.insert(name.clone(), remote);
+        wanted.insert(name, spec);
+    }
+    let mut registered = up.registered.lock().map(|r| r.clone()).unwrap_or_default();
+    for name in registered.keys().cloned().collect::<Vec<_>>() {
+        let keep = wanted
+            .get(&name)
+            .is_some_and(|w| shared.registry.spec(&name).as_ref() == Some(w));
+        if !keep {
+            shared.registry.remove(&name);
+            registered.remove(&name);
+        }
+    }
+    for (name, spec) in wanted {
+        if registered.contains_key(&name) {
+            continue;
+        }
+        let remote = remote_of.remove(&name).unwrap_or_default();
+        let tool = ForwardedTool {
+            spec,
+            remote: remote.clone(),
+            up: up.clone(),
+        };
+        match shared.registry.register(tool) {
+            Ok(()) => {
+                registered.insert(name, remote);
+            }
+            Err(e) => {
+                let reason = match &e {
+                    CoreError::Duplicate { .. } => {
+                        format!("`{name}` is already taken by another tool")
+                    }
+                    other => other.to_string(),
+                };
+                tracing::warn!(namespace = up.namespace(), tool = %remote, %reason, "upstream tool skipped");
+                skipped.push((remote, reason));
+            }
+        }
+    }
+    if let Ok(mut r) = up.registered.lock() {
+        *r = registered;
+    }
+    if let Ok(mut s) = up.skipped.lock() {
+        *s = skipped;
+    }
+    Ok(())
+}
+
+/// An upstream tool registered in the aggregator's registry.
+struct ForwardedTool {
+    spec: ToolSpec,
+    remote: String,
+    up: Arc<Upstream>,
+}
+
+fn unavailable(namespace: &str, tool: &str, reason: &str) -> ToolOutput {
+    ToolOutput::error_with(
+        format!(
+            "The tool `{tool}` is unavailable: its server `{namespace}` is not connected ({reason}). Try again later or use another tool."
+        ),
+        json!({"code": UPSTREAM_UNAVAILABLE, "tool": tool, "upstream": namespace}),
+    )
+}
+
+/// Removes a forwarded call's progress route when the call ends, however it ends.
+struct ProgressRoute<'a> {
+    up: &'a Upstream,
+    token: ProgressToken,
+}
+
+impl Drop for ProgressRoute<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.up.progress.lock() {
+            m.remove(&self.token);
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for ForwardedTool {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let ns = self.up.namespace();
+        let Some(peer) = self.up.current_peer() else {
+            return Ok(unavailable(ns, &self.spec.name, &self.up.reason()));
+        };
+        let mut params = CallToolRequestParams::new(self.remote.clone());
+        params.arguments = match args {
+            Value::Object(map) => Some(map),
+            Value::Null => None,
+            _ => return Err(ToolError::failed("the arguments must be an object")),
+        };
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let handle = match peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+        {
+            Ok(h) => h,
+            Err(e) => {
+                self.up.broken.notify_one();
+                return Ok(unavailable(ns, &self.spec.name, &e.to_string()));
+            }
+        };
+        let id = handle.id.clone();
+        let _route = ProgressRoute {
+            up: &self.up,
+            token: handle.progress_token.clone(),
+        };
+        if let Ok(mut m) = self.up.progress.lock() {
+            m.insert(handle.progress_token.clone(), ctx.clone());
+        }
+        let outcome = tokio::select! {
+            biased;
+            () = ctx.cancellation().cancelled() => {
+                let note = CancelledNotification::new(CancelledNotificationParam::new(
+                    Some(id),
+                    Some("the caller cancelled the call".into()),
+                ));
+                let _ = peer
+                    .send_notification(ClientNotification::CancelledNotification(note))
+                    .await;
+                return Err(ToolError::failed("the call was cancelled"));
+            }
+            r = handle.await_response() => r,
+        };
+        match outcome {
+            Ok(ServerResult::CallToolResult(r)) => Ok(to_output(r)),
+            Ok(other) => Err(ToolError::failed(format!(
+                "the server `{ns}` answered the call with an unexpected result ({})",
+                result_kind(&other)
+            ))),
+            Err(ServiceError::McpError(e)) => Err(ToolError::failed(format!(
+                "the server `{ns}` refused the call: {}",
+                e.message
+            ))),
+            Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
+                self.up.broken.notify_one();
+                Ok(unavailable(ns, &self.spec.name, &e.to_string()))
+            }
+            Err(e) => Err(ToolError::failed(format!(
+                "the call to the server `{ns}` failed: {e}"
+            ))),
+        }
+    }
+}
+
+fn result_kind(r: &ServerResult) -> String {
+    serde_json::to_value(r)
+        .ok()
+        .and_then(|v| {
+            v.as_object()
+                .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
+        })
+        .unwrap_or_else(|| "unreadable".into())
+}
+
+/// An upstream result as Kberg output: content blocks, structured content and the error flag
+/// pass through unchanged.
+fn to_output(r: CallToolResult) -> ToolOutput {
+    let content = r
+        .content
+        .iter()
+        .map(|block| {
+            let v = serde_json::to_value(block).unwrap_or(Value::Null);
+            content_of(&v)
+        })
+        .collect();
+    ToolOutput {
+        content,
+        structured: r.structured_content,
+        is_error: r.is_error.unwrap_or(false),
+    }
+}
+
+fn content_of(v: &Value) -> Content {
+    let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    let bytes = || s("data").and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok());
+    match v.get("type").and_then(Value::as_str) {
+        Some("text") => Content::Text(s("text").unwrap_or_default()),
+        Some("image") => match (bytes(), s("mimeType")) {
+            (Some(data), Some(mime_type)) => Content::Image { data, mime_type },
+            _ => Content::Text(v.to_string()),
+        },
+        Some("audio") => match (bytes(), s("mimeType")) {
+            (Some(data), Some(mime_type)) => Content::Audio { data, mime_type },
+            _ => Content::Text(v.to_string()),
+        },
+        Some("resource_link") => match (s("uri"), s("name")) {
+            (Some(uri), Some(name)) => Content::ResourceLink {
+                uri,
+                name,
+                description: s("description"),
+                mime_type: s("mimeType"),
+            },
+            _ => Content::Text(v.to_string()),
+        },
+        // Embedded resources and future block types: passed on as their JSON, so nothing is
+        // silently lost.
+        _ => Content::Text(v.to_string()),
+    }
+}
