@@ -7,6 +7,7 @@
 //! `upstream_unavailable` at once instead of waiting for a reconnect that may take long.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -65,11 +66,15 @@ struct Shared {
 /// What forwarded tools and the supervisor share about one upstream.
 struct Upstream {
     config: UpstreamConfig,
-    peer: RwLock<Option<Peer<RoleClient>>>,
+    /// The live connection's peer and its generation.
+    peer: RwLock<Option<(Peer<RoleClient>, u64)>>,
     pid: Mutex<Option<u32>>,
     status: watch::Sender<UpstreamStatus>,
     /// Wakes the supervisor: a call failed on the transport.
     broken: Notify,
+    /// The generation whose transport a call saw fail; a signal about an older connection
+    /// (left over from before a reconnect) is ignored.
+    broken_generation: AtomicU64,
     /// Wakes the supervisor: the upstream's tool list changed.
     relist: Notify,
     /// namespaced name -> upstream tool name, for the tools this upstream registered.
@@ -85,14 +90,20 @@ impl Upstream {
         &self.config.namespace
     }
 
-    fn current_peer(&self) -> Option<Peer<RoleClient>> {
+    fn current_peer(&self) -> Option<(Peer<RoleClient>, u64)> {
         self.peer.read().ok().and_then(|p| p.clone())
     }
 
-    fn set_peer(&self, peer: Option<Peer<RoleClient>>) {
+    fn set_peer(&self, peer: Option<(Peer<RoleClient>, u64)>) {
         if let Ok(mut p) = self.peer.write() {
             *p = peer;
         }
+    }
+
+    /// A call saw the transport of connection `generation` fail: wake the supervisor.
+    fn report_broken(&self, generation: u64) {
+        self.broken_generation.store(generation, Ordering::Release);
+        self.broken.notify_one();
     }
 
     fn reason(&self) -> String {
@@ -169,6 +180,7 @@ impl Aggregator {
                 pid: Mutex::new(None),
                 status,
                 broken: Notify::new(),
+                broken_generation: AtomicU64::new(0),
                 relist: Notify::new(),
                 registered: Mutex::new(BTreeMap::new()),
                 skipped: Mutex::new(Vec::new()),
@@ -359,7 +371,7 @@ async fn supervise(shared: Arc<Shared>, up: Arc<Upstream>, shutdown: Cancellatio
                         if let Ok(mut p) = up.pid.lock() {
                             *p = pid;
                         }
-                        up.set_peer(Some(peer.clone()));
+                        up.set_peer(Some((peer.clone(), generation)));
                         up.status
                             .send_replace(UpstreamStatus::Connected { generation });
                         tracing::info!(
@@ -367,7 +379,8 @@ async fn supervise(shared: Arc<Shared>, up: Arc<Upstream>, shutdown: Cancellatio
                             generation,
                             "upstream connected"
                         );
-                        let reason = run_connected(&shared, &up, client, &peer, &shutdown).await;
+                        let reason =
+                            run_connected(&shared, &up, client, &peer, generation, &shutdown).await;
                         up.set_peer(None);
                         if let Ok(mut p) = up.pid.lock() {
                             *p = None;
@@ -403,6 +416,7 @@ async fn run_connected(
     up: &Arc<Upstream>,
     client: Client,
     peer: &Peer<RoleClient>,
+    generation: u64,
     shutdown: &CancellationToken,
 ) -> Option<String> {
     let stop = client.cancellation_token();
@@ -418,6 +432,10 @@ async fn run_connected(
                 return None;
             }
             () = up.broken.notified() => {
+                if up.broken_generation.load(Ordering::Acquire) != generation {
+                    // About a connection that is already gone.
+                    continue;
+                }
                 if let Some(s) = stop.take() { s.cancel(); }
                 let _ = (&mut waiting).await;
                 return Some("a request to it failed on the transport".to_string());
@@ -554,7 +572,7 @@ impl Tool for ForwardedTool {
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let ns = self.up.namespace();
-        let Some(peer) = self.up.current_peer() else {
+        let Some((peer, generation)) = self.up.current_peer() else {
             return Ok(unavailable(ns, &self.spec.name, &self.up.reason()));
         };
         let mut params = CallToolRequestParams::new(self.remote.clone());
@@ -570,7 +588,7 @@ impl Tool for ForwardedTool {
         {
             Ok(h) => h,
             Err(e) => {
-                self.up.broken.notify_one();
+                self.up.report_broken(generation);
                 return Ok(unavailable(ns, &self.spec.name, &e.to_string()));
             }
         };
@@ -607,7 +625,7 @@ impl Tool for ForwardedTool {
                 e.message
             ))),
             Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
-                self.up.broken.notify_one();
+                self.up.report_broken(generation);
                 Ok(unavailable(ns, &self.spec.name, &e.to_string()))
             }
             Err(e) => Err(ToolError::failed(format!(
