@@ -150,6 +150,10 @@ pub struct AggregatorConfig {
     pub write_rules: Vec<WriteRule>,
     /// Reconnection timing.
     pub backoff: Backoff,
+    /// How long starting a connection (spawn or connect, `initialize`, first `tools/list`) may
+    /// take before the upstream counts as unavailable: an upstream that hangs cannot stall its
+    /// supervisor.
+    pub connect_timeout: Duration,
 }
 
 impl Default for AggregatorConfig {
@@ -159,6 +163,7 @@ impl Default for AggregatorConfig {
             separator: DEFAULT_SEPARATOR.to_string(),
             write_rules: Vec::new(),
             backoff: Backoff::default(),
+            connect_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -187,6 +192,12 @@ impl AggregatorConfig {
             pattern: pattern.into(),
             capability,
         });
+        self
+    }
+
+    /// Sets the connection timeout.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
         self
     }
 

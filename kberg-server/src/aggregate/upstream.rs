@@ -61,6 +61,7 @@ struct Shared {
     separator: String,
     rules: Vec<(Pattern, WriteCapability)>,
     backoff: Backoff,
+    connect_timeout: Duration,
 }
 
 /// What forwarded tools and the supervisor share about one upstream.
@@ -168,6 +169,7 @@ impl Aggregator {
             separator: config.separator.clone(),
             rules,
             backoff: config.backoff,
+            connect_timeout: config.connect_timeout,
         });
         let shutdown = CancellationToken::new();
         let mut upstreams = Vec::new();
@@ -354,18 +356,32 @@ async fn supervise(shared: Arc<Shared>, up: Arc<Upstream>, shutdown: Cancellatio
     loop {
         let connected = tokio::select! {
             () = shutdown.cancelled() => return,
-            r = connect(&up) => r,
+            r = tokio::time::timeout(shared.connect_timeout, connect(&up)) => r
+                .unwrap_or_else(|_| Err(format!(
+                    "it did not finish connecting within {:?}",
+                    shared.connect_timeout
+                ))),
         };
         let reason = match connected {
             Err(reason) => reason,
             Ok((client, pid)) => {
                 let peer = client.peer().clone();
-                match sync_tools(&shared, &up, &peer).await {
-                    Err(e) => {
+                let listed =
+                    tokio::time::timeout(shared.connect_timeout, sync_tools(&shared, &up, &peer))
+                        .await;
+                match listed {
+                    Err(_) => {
+                        let _ = client.cancel().await;
+                        format!(
+                            "it did not list its tools within {:?}",
+                            shared.connect_timeout
+                        )
+                    }
+                    Ok(Err(e)) => {
                         let _ = client.cancel().await;
                         format!("listing its tools failed: {e}")
                     }
-                    Ok(()) => {
+                    Ok(Ok(())) => {
                         attempt = 0;
                         generation += 1;
                         if let Ok(mut p) = up.pid.lock() {
@@ -441,8 +457,16 @@ async fn run_connected(
                 return Some("a request to it failed on the transport".to_string());
             }
             () = up.relist.notified() => {
-                if let Err(e) = sync_tools(shared, up, peer).await {
-                    tracing::warn!(namespace = up.namespace(), error = %e, "re-listing tools failed");
+                match tokio::time::timeout(shared.connect_timeout, sync_tools(shared, up, peer)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(namespace = up.namespace(), error = %e, "re-listing tools failed");
+                    }
+                    Err(_) => {
+                        if let Some(s) = stop.take() { s.cancel(); }
+                        let _ = (&mut waiting).await;
+                        return Some("it did not answer tools/list in time".to_string());
+                    }
                 }
             }
         }

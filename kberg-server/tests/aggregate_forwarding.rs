@@ -1,0 +1,302 @@
+//! Forwarding beyond a plain call, against real upstreams: progress from server-everything's
+//! long-running tool reaching an rmcp client through the aggregator served by kberg-server,
+//! cancellation of a forwarded call, an upstream's `tools/list_changed` (a kberg-server upstream
+//! whose tools change at runtime) updating the aggregated registry, and upstreams that hang or
+//! speak garbage on stdio (contained as unavailable, never stalling the aggregator).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kberg_core::{
+    CallOptions, Caller, CancellationToken, ErrorCode, Principal, ToolBuilder, ToolOutput,
+    ToolRegistry,
+};
+use kberg_server::aggregate::{
+    Aggregator, AggregatorConfig, Backoff, UpstreamConfig, UpstreamStatus, UpstreamTransport,
+};
+use kberg_server::{BearerTokens, HttpConfig, HttpServer, McpApp};
+use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
+use rmcp::service::NotificationContext;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn tools_dir() -> PathBuf {
+    std::env::var_os("KBERG_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools"))
+}
+
+fn need(p: PathBuf) -> String {
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/install-tools.sh",
+        p.display()
+    );
+    p.to_string_lossy().into_owned()
+}
+
+fn node() -> String {
+    need(tools_dir().join("node/bin/node"))
+}
+
+fn everything_stdio() -> UpstreamTransport {
+    UpstreamTransport::stdio(node())
+        .arg(need(tools_dir().join(
+            "node/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+        )))
+        .arg("stdio")
+}
+
+fn reader() -> Caller {
+    Caller::new(Principal::new("reader"))
+}
+
+struct StopOnDrop(CancellationToken);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// Serves `tools` on 127.0.0.1 (free port) for bearer `token`; stops when the guard drops.
+async fn serve(tools: ToolRegistry, token: &str, who: &str) -> (String, StopOnDrop) {
+    let server = HttpServer::bind(
+        McpApp::builder("test", "1").tools(tools).build(),
+        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .auth(BearerTokens::new().with_token(token, Principal::new(who))),
+    )
+    .await
+    .expect("bind");
+    let url = format!("http://{}/mcp", server.local_addr());
+    let guard = StopOnDrop(server.shutdown_token());
+    tokio::spawn(server.run(std::future::pending()));
+    (url, guard)
+}
+
+#[derive(Clone)]
+struct Progress(mpsc::UnboundedSender<f64>);
+
+impl ClientHandler for Progress {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.0.send(params.progress);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_progress_reaches_the_client() {
+    let registry = ToolRegistry::new();
+    let agg = Aggregator::start(
+        AggregatorConfig::new().upstream(UpstreamConfig::new("ev", everything_stdio())),
+        registry.clone(),
+    )
+    .expect("valid");
+    assert!(
+        agg.wait_connected("ev", 1, WAIT).await,
+        "{:?}",
+        agg.status("ev")
+    );
+    let (url, _guard) = serve(registry, "agent-token", "agent").await;
+
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let client = Progress(tx)
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url).auth_header("agent-token"),
+        ))
+        .await
+        .expect("client connects");
+    let mut p = CallToolRequestParams::new("ev__trigger-long-running-operation");
+    p.arguments = json!({"duration": 1, "steps": 3}).as_object().cloned();
+    let r = client.call_tool(p).await.expect("call");
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    let first = tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .expect("progress forwarded")
+        .expect("channel open");
+    assert!(first >= 1.0, "{first}");
+    let _ = client.cancel().await;
+    agg.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_forwarded_call_ends_and_the_upstream_stays_usable() {
+    let registry = ToolRegistry::new();
+    let agg = Aggregator::start(
+        AggregatorConfig::new().upstream(UpstreamConfig::new("ev", everything_stdio())),
+        registry.clone(),
+    )
+    .expect("valid");
+    assert!(agg.wait_connected("ev", 1, WAIT).await);
+    let cancel = CancellationToken::new();
+    let reg = registry.clone();
+    let token = cancel.clone();
+    let call = tokio::spawn(async move {
+        reg.call(
+            &reader(),
+            "ev__trigger-long-running-operation",
+            json!({"duration": 120, "steps": 120}),
+            CallOptions::with_cancel(token),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cancel.cancel();
+    let err = tokio::time::timeout(WAIT, call)
+        .await
+        .expect("the cancelled call ends")
+        .expect("task")
+        .expect_err("cancelled");
+    assert_eq!(err.code(), ErrorCode::Cancelled);
+    // Same connection, still usable.
+    let out = registry
+        .call(
+            &reader(),
+            "ev__echo",
+            json!({"message": "after"}),
+            CallOptions::default(),
+        )
+        .await
+        .expect("echo");
+    assert_eq!(out.all_text(), "Echo: after");
+    assert_eq!(
+        agg.status("ev"),
+        Some(UpstreamStatus::Connected { generation: 1 })
+    );
+    agg.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_tool_list_changes_update_the_registry() {
+    let inner = ToolRegistry::new();
+    inner
+        .register(
+            ToolBuilder::new("first").raw_handler(json!({"type": "object"}), |_a, _c| async {
+                Ok(ToolOutput::text("one"))
+            }),
+        )
+        .expect("register");
+    let (url, _guard) = serve(inner.clone(), "upstream-secret", "aggregator").await;
+
+    let registry = ToolRegistry::new();
+    let mut changes = registry.changes();
+    let agg = Aggregator::start(
+        AggregatorConfig::new().upstream(UpstreamConfig::new(
+            "app",
+            UpstreamTransport::http(url).header("authorization", "Bearer upstream-secret"),
+        )),
+        registry.clone(),
+    )
+    .expect("valid");
+    assert!(
+        agg.wait_connected("app", 1, WAIT).await,
+        "{:?}",
+        agg.status("app")
+    );
+    assert_eq!(agg.tools_of("app"), vec!["app__first".to_string()]);
+
+    inner
+        .register(
+            ToolBuilder::new("second").raw_handler(json!({"type": "object"}), |_a, _c| async {
+                Ok(ToolOutput::text("two"))
+            }),
+        )
+        .expect("register");
+    let appeared = tokio::time::timeout(WAIT, async {
+        while registry.spec("app__second").is_none() {
+            let _ = changes.changed().await;
+        }
+    })
+    .await;
+    assert!(
+        appeared.is_ok(),
+        "app__second never appeared: {:?}",
+        agg.tools_of("app")
+    );
+    let out = registry
+        .call(&reader(), "app__second", json!({}), CallOptions::default())
+        .await
+        .expect("call");
+    assert_eq!(out.all_text(), "two");
+
+    assert!(inner.remove("first"));
+    let gone = tokio::time::timeout(WAIT, async {
+        while registry.spec("app__first").is_some() {
+            let _ = changes.changed().await;
+        }
+    })
+    .await;
+    assert!(
+        gone.is_ok(),
+        "app__first was not removed: {:?}",
+        agg.tools_of("app")
+    );
+    let err = registry
+        .call(&reader(), "app__first", json!({}), CallOptions::default())
+        .await
+        .expect_err("removed");
+    assert_eq!(err.code(), ErrorCode::UnknownTool);
+    agg.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hanging_and_garbage_upstreams_are_contained() {
+    let node = node();
+    let c = AggregatorConfig::new()
+        .upstream(UpstreamConfig::new(
+            "hangs",
+            UpstreamTransport::stdio(node.clone()).arg("-e").arg("setInterval(() => {}, 1000)"),
+        ))
+        .upstream(UpstreamConfig::new(
+            "garbage",
+            UpstreamTransport::stdio(node)
+                .arg("-e")
+                .arg("process.stdout.write('this is not json-rpc\\n{\"jsonrpc\":7}\\n'); setInterval(() => {}, 1000)"),
+        ))
+        .upstream(UpstreamConfig::new("ev", everything_stdio()))
+        .connect_timeout(Duration::from_secs(2))
+        .backoff(Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(1),
+        });
+    let registry = ToolRegistry::new();
+    let agg = Aggregator::start(c, registry.clone()).expect("valid");
+    for ns in ["hangs", "garbage"] {
+        let mut rx = agg.status_changes(ns).expect("known");
+        let status = tokio::time::timeout(
+            WAIT,
+            rx.wait_for(|s| matches!(s, UpstreamStatus::Unavailable { .. })),
+        )
+        .await
+        .expect("reported unavailable")
+        .map(|s| s.clone())
+        .expect("status");
+        assert!(
+            matches!(status, UpstreamStatus::Unavailable { .. }),
+            "{ns}: {status:?}"
+        );
+        assert!(agg.tools_of(ns).is_empty());
+    }
+    // The healthy upstream is unaffected.
+    assert!(agg.wait_connected("ev", 1, WAIT).await);
+    let out = registry
+        .call(
+            &reader(),
+            "ev__echo",
+            json!({"message": "fine"}),
+            CallOptions::default(),
+        )
+        .await
+        .expect("echo");
+    assert_eq!(out.all_text(), "Echo: fine");
+    agg.shutdown().await;
+}
