@@ -300,3 +300,69 @@ async fn hanging_and_garbage_upstreams_are_contained() {
     assert_eq!(out.all_text(), "Echo: fine");
     agg.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_forwarded_call_cancels_it_upstream() {
+    let (started_tx, mut started) = mpsc::unbounded_channel::<()>();
+    let (cancelled_tx, mut cancelled) = mpsc::unbounded_channel::<()>();
+    let inner = ToolRegistry::new();
+    inner
+        .register(ToolBuilder::new("slow").raw_handler(
+            json!({"type": "object"}),
+            move |_a, ctx| {
+                let started = started_tx.clone();
+                let cancelled = cancelled_tx.clone();
+                async move {
+                    let _ = started.send(());
+                    ctx.cancellation().cancelled().await;
+                    let _ = cancelled.send(());
+                    Ok(ToolOutput::text("stopped"))
+                }
+            },
+        ))
+        .expect("register");
+    let (url, _guard) = serve(inner, "upstream-secret", "aggregator").await;
+    let registry = ToolRegistry::new();
+    let agg = Aggregator::start(
+        AggregatorConfig::new().upstream(UpstreamConfig::new(
+            "app",
+            UpstreamTransport::http(url).header("authorization", "Bearer upstream-secret"),
+        )),
+        registry.clone(),
+    )
+    .expect("valid");
+    assert!(
+        agg.wait_connected("app", 1, WAIT).await,
+        "{:?}",
+        agg.status("app")
+    );
+
+    let cancel = CancellationToken::new();
+    let token = cancel.clone();
+    let reg = registry.clone();
+    let call = tokio::spawn(async move {
+        reg.call(
+            &reader(),
+            "app__slow",
+            json!({}),
+            CallOptions::with_cancel(token),
+        )
+        .await
+    });
+    tokio::time::timeout(WAIT, started.recv())
+        .await
+        .expect("the upstream tool started")
+        .expect("channel open");
+    cancel.cancel();
+    let err = tokio::time::timeout(WAIT, call)
+        .await
+        .expect("the call ends")
+        .expect("task")
+        .expect_err("cancelled");
+    assert_eq!(err.code(), ErrorCode::Cancelled);
+    tokio::time::timeout(WAIT, cancelled.recv())
+        .await
+        .expect("the upstream saw notifications/cancelled")
+        .expect("channel open");
+    agg.shutdown().await;
+}

@@ -14,13 +14,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine as _;
 use kberg_core::{
-    Content, CoreError, Tool, ToolContext, ToolError, ToolKind, ToolOutput, ToolRegistry, ToolSpec,
-    WriteCapability, check_name,
+    Content, CoreError, PeerError, Tool, ToolContext, ToolError, ToolKind, ToolOutput,
+    ToolRegistry, ToolSpec, WriteCapability, check_name,
 };
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
     CancelledNotificationParam, ClientNotification, ClientRequest, ProgressNotificationParam,
-    ProgressToken, ServerResult,
+    ProgressToken, RequestId, ServerResult,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -616,7 +616,12 @@ impl Tool for ForwardedTool {
                 return Ok(unavailable(ns, &self.spec.name, &e.to_string()));
             }
         };
-        let id = handle.id.clone();
+        // Sends `notifications/cancelled` upstream if this call ends without an answer: the
+        // caller cancelled, or the gate dropped the call.
+        let mut unanswered = CancelUnanswered {
+            peer: Some(peer.clone()),
+            id: handle.id.clone(),
+        };
         let _route = ProgressRoute {
             up: &self.up,
             token: handle.progress_token.clone(),
@@ -627,17 +632,12 @@ impl Tool for ForwardedTool {
         let outcome = tokio::select! {
             biased;
             () = ctx.cancellation().cancelled() => {
-                let note = CancelledNotification::new(CancelledNotificationParam::new(
-                    Some(id),
-                    Some("the caller cancelled the call".into()),
-                ));
-                let _ = peer
-                    .send_notification(ClientNotification::CancelledNotification(note))
-                    .await;
-                return Err(ToolError::failed("the call was cancelled"));
+                // The gate answers this as `cancelled`.
+                return Err(ToolError::Peer(PeerError::Cancelled));
             }
             r = handle.await_response() => r,
         };
+        unanswered.peer = None;
         match outcome {
             Ok(ServerResult::CallToolResult(r)) => Ok(to_output(r)),
             Ok(other) => Err(ToolError::failed(format!(
@@ -656,6 +656,32 @@ impl Tool for ForwardedTool {
                 "the call to the server `{ns}` failed: {e}"
             ))),
         }
+    }
+}
+
+/// Tells the upstream a forwarded request was abandoned, when dropped while still armed.
+struct CancelUnanswered {
+    peer: Option<Peer<RoleClient>>,
+    id: RequestId,
+}
+
+impl Drop for CancelUnanswered {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let note = CancelledNotification::new(CancelledNotificationParam::new(
+            Some(self.id.clone()),
+            Some("the caller cancelled the call".into()),
+        ));
+        rt.spawn(async move {
+            let _ = peer
+                .send_notification(ClientNotification::CancelledNotification(note))
+                .await;
+        });
     }
 }
 
