@@ -366,3 +366,54 @@ async fn cancelling_a_forwarded_call_cancels_it_upstream() {
         .expect("channel open");
     agg.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_prompts_are_namespaced_and_forwarded() {
+    let prompts = kberg_core::PromptRegistry::new();
+    let agg = Aggregator::start_with_prompts(
+        AggregatorConfig::new().upstream(UpstreamConfig::new("ev", everything_stdio())),
+        ToolRegistry::new(),
+        prompts.clone(),
+    )
+    .expect("valid");
+    assert!(agg.wait_connected("ev", 1, WAIT).await);
+    let names: Vec<String> = prompts.list().into_iter().map(|p| p.name).collect();
+    assert!(
+        names.contains(&"ev__args-prompt".to_string())
+            && names.contains(&"ev__simple-prompt".to_string()),
+        "{names:?}"
+    );
+    let spec = prompts
+        .list()
+        .into_iter()
+        .find(|p| p.name == "ev__args-prompt")
+        .expect("listed");
+    assert!(
+        spec.arguments
+            .iter()
+            .any(|a| a.name == "city" && a.required)
+    );
+
+    let mut args = std::collections::BTreeMap::new();
+    args.insert("city".to_string(), "Paris".to_string());
+    let r = prompts
+        .get("ev__args-prompt", args)
+        .await
+        .expect("rendered");
+    assert_eq!(r.messages.len(), 1);
+    assert_eq!(r.messages[0].role, kberg_core::Role::User);
+    assert_eq!(
+        r.messages[0].content,
+        kberg_core::Content::Text("What's weather in Paris?".into())
+    );
+    // The required argument is checked before anything is forwarded.
+    let err = prompts
+        .get("ev__args-prompt", std::collections::BTreeMap::new())
+        .await
+        .expect_err("city missing");
+    assert!(
+        matches!(err, kberg_core::PromptError::MissingArgument { .. }),
+        "{err:?}"
+    );
+    agg.shutdown().await;
+}

@@ -6,7 +6,7 @@
 //! tools only ever borrow the current [`Peer`]; when there is none they answer
 //! `upstream_unavailable` at once instead of waiting for a reconnect that may take long.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -14,13 +14,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine as _;
 use kberg_core::{
-    Content, CoreError, PeerError, Tool, ToolContext, ToolError, ToolKind, ToolOutput,
+    Content, CoreError, PeerError, PromptArgs, PromptArgument, PromptMessage, PromptRegistry,
+    PromptResult, PromptSpec, Role, Tool, ToolContext, ToolError, ToolKind, ToolOutput,
     ToolRegistry, ToolSpec, WriteCapability, check_name,
 };
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
-    CancelledNotificationParam, ClientNotification, ClientRequest, ProgressNotificationParam,
-    ProgressToken, RequestId, ServerResult,
+    CancelledNotificationParam, ClientNotification, ClientRequest, GetPromptRequestParams,
+    ProgressNotificationParam, ProgressToken, RequestId, ServerResult,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -58,6 +59,7 @@ pub enum UpstreamStatus {
 /// The immutable part shared by all supervisors.
 struct Shared {
     registry: ToolRegistry,
+    prompts: Option<PromptRegistry>,
     separator: String,
     rules: Vec<(Pattern, WriteCapability)>,
     backoff: Backoff,
@@ -80,6 +82,8 @@ struct Upstream {
     relist: Notify,
     /// namespaced name -> upstream tool name, for the tools this upstream registered.
     registered: Mutex<BTreeMap<String, String>>,
+    /// Namespaced prompt names this upstream registered.
+    registered_prompts: Mutex<BTreeSet<String>>,
     /// Upstream tool names that could not be registered, with the reason.
     skipped: Mutex<Vec<(String, String)>>,
     /// Progress tokens of forwarded calls -> the calling tool's context.
@@ -153,6 +157,25 @@ impl Aggregator {
     /// supervisor per upstream (on the current tokio runtime). Returns at once; upstream tools
     /// appear in the registry as their upstreams connect (see [`Aggregator::wait_connected`]).
     pub fn start(config: AggregatorConfig, registry: ToolRegistry) -> Result<Self, ConfigError> {
+        Self::start_inner(config, registry, None)
+    }
+
+    /// Like [`Aggregator::start`], and also forwards the upstreams' prompts: each upstream
+    /// prompt is registered in `prompts` under the same namespaced naming as tools, and
+    /// `prompts/get` is forwarded to its upstream.
+    pub fn start_with_prompts(
+        config: AggregatorConfig,
+        registry: ToolRegistry,
+        prompts: PromptRegistry,
+    ) -> Result<Self, ConfigError> {
+        Self::start_inner(config, registry, Some(prompts))
+    }
+
+    fn start_inner(
+        config: AggregatorConfig,
+        registry: ToolRegistry,
+        prompts: Option<PromptRegistry>,
+    ) -> Result<Self, ConfigError> {
         let rules = config.validate()?;
         for (_, cap) in &rules {
             if registry.capabilities().iter().any(|c| c.id() == cap.id()) {
@@ -166,6 +189,7 @@ impl Aggregator {
         }
         let shared = Arc::new(Shared {
             registry: registry.clone(),
+            prompts,
             separator: config.separator.clone(),
             rules,
             backoff: config.backoff,
@@ -185,6 +209,7 @@ impl Aggregator {
                 broken_generation: AtomicU64::new(0),
                 relist: Notify::new(),
                 registered: Mutex::new(BTreeMap::new()),
+                registered_prompts: Mutex::new(BTreeSet::new()),
                 skipped: Mutex::new(Vec::new()),
                 progress: Mutex::new(HashMap::new()),
             });
@@ -302,6 +327,10 @@ impl ClientHandler for UpstreamClient {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.up.relist.notify_one();
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.up.relist.notify_one();
     }
 }
@@ -481,6 +510,9 @@ async fn sync_tools(
     up: &Arc<Upstream>,
     peer: &Peer<RoleClient>,
 ) -> Result<(), ServiceError> {
+    if let Some(prompts) = &shared.prompts {
+        sync_prompts(shared, prompts, up, peer).await;
+    }
     let tools = peer.list_all_tools().await?;
     let mut wanted: BTreeMap<String, ToolSpec> = BTreeMap::new();
     let mut remote_of: BTreeMap<String, String> = BTreeMap::new();
@@ -739,4 +771,119 @@ fn content_of(v: &Value) -> Content {
         // silently lost.
         _ => Content::Text(v.to_string()),
     }
+}
+
+/// Reads the upstream's prompts (when it offers any) and registers them namespaced; the previous
+/// set is replaced. A failure here is logged and leaves tools unaffected.
+async fn sync_prompts(
+    shared: &Shared,
+    prompts: &PromptRegistry,
+    up: &Arc<Upstream>,
+    peer: &Peer<RoleClient>,
+) {
+    let offers = peer
+        .peer_info()
+        .is_some_and(|i| i.capabilities.prompts.is_some());
+    let listed = if offers {
+        match peer.list_all_prompts().await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(namespace = up.namespace(), error = %e, "listing prompts failed");
+                return;
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let old = up
+        .registered_prompts
+        .lock()
+        .map(|r| r.clone())
+        .unwrap_or_default();
+    for name in &old {
+        prompts.remove(name);
+    }
+    let mut now = BTreeSet::new();
+    for p in listed {
+        let name = format!("{}{}{}", up.namespace(), shared.separator, p.name);
+        let mut spec = PromptSpec::new(name.clone(), p.description.clone().unwrap_or_default());
+        spec.description = p.description.clone();
+        spec.title = p.title.clone();
+        for a in p.arguments.iter().flatten() {
+            let mut arg = if a.required.unwrap_or(false) {
+                PromptArgument::required(a.name.clone(), a.description.clone().unwrap_or_default())
+            } else {
+                PromptArgument::optional(a.name.clone(), a.description.clone().unwrap_or_default())
+            };
+            arg.description = a.description.clone();
+            arg.title = a.title.clone();
+            spec = spec.argument(arg);
+        }
+        let remote = p.name.clone();
+        let upstream = up.clone();
+        let registered = prompts.register(spec, move |args| {
+            let remote = remote.clone();
+            let upstream = upstream.clone();
+            async move { forward_prompt(&upstream, &remote, args).await }
+        });
+        match registered {
+            Ok(()) => {
+                now.insert(name);
+            }
+            Err(e) => {
+                tracing::warn!(namespace = up.namespace(), prompt = %p.name, error = %e, "upstream prompt skipped");
+            }
+        }
+    }
+    if let Ok(mut r) = up.registered_prompts.lock() {
+        *r = now;
+    }
+}
+
+async fn forward_prompt(
+    up: &Upstream,
+    remote: &str,
+    args: PromptArgs,
+) -> Result<PromptResult, String> {
+    let ns = up.namespace();
+    let Some((peer, _)) = up.current_peer() else {
+        return Err(format!(
+            "the prompt is unavailable: its server `{ns}` is not connected ({})",
+            up.reason()
+        ));
+    };
+    let arguments: serde_json::Map<String, Value> = args
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    let params = GetPromptRequestParams::new(remote).with_arguments(arguments);
+    let result = peer
+        .get_prompt(params)
+        .await
+        .map_err(|e| format!("the server `{ns}` could not render the prompt: {e}"))?;
+    let v = serde_json::to_value(&result)
+        .map_err(|e| format!("the server `{ns}` sent an unreadable prompt: {e}"))?;
+    let messages = v
+        .get("messages")
+        .and_then(Value::as_array)
+        .map(|m| {
+            m.iter()
+                .map(|msg| PromptMessage {
+                    role: if msg.get("role").and_then(Value::as_str) == Some("assistant") {
+                        Role::Assistant
+                    } else {
+                        Role::User
+                    },
+                    content: content_of(msg.get("content").unwrap_or(&Value::Null)),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(PromptResult {
+        description: v
+            .get("description")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        messages,
+    })
 }
