@@ -1,7 +1,7 @@
-//! Timestamps and ids without a date-time dependency.
+//! Timestamps and ids.
 //!
 //! Memory writes RFC 3339 UTC timestamps (`last_indexed`, `created_at`) and needs ids that are
-//! unique without coordination; both are a few lines of arithmetic, so no crate is pulled in.
+//! unique without coordination (a few lines of arithmetic, so no id crate is pulled in).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -15,24 +15,9 @@ pub(crate) fn unix_now() -> i64 {
 
 /// `secs` since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
 pub(crate) fn rfc3339(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil-from-days (proleptic Gregorian), after Howard Hinnant's public-domain algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
+    chrono::DateTime::<chrono::Utc>::from_timestamp(secs, 0)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// The largest id handed out: ids stay exact in JSON numbers (2^53 - 1).
