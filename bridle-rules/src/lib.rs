@@ -57,8 +57,8 @@ pub use agents::{AgentCatalog, AgentTarget, BUILTIN_AGENTS, Style};
 pub use error::{Position, Problem, RulesError, check_name};
 pub use model::{
     ALL_AGENTS, AgentPermissions, AgentProfile, CURRENT_SCHEMA_VERSION, CustomPattern, ExampleRepo,
-    Guardrail, Patterns, ProjectInfo, Provenance, ReadWrite, RulesDocument, RulesPermission,
-    ScopePermission, SecretsPermission, Severity, Source, VendorSuggestion,
+    Guardrail, MemoryPermission, Patterns, ProjectInfo, Provenance, ReadWrite, RulesDocument,
+    RulesPermission, ScopePermission, SecretsPermission, Severity, Source, VendorSuggestion,
 };
 pub use render::{Rendered, Renderer, provenance_text};
 pub use store::{
@@ -81,6 +81,10 @@ pub mod capabilities {
     pub const KANBOARD_WRITE: &str = "kanboard.write";
     /// Read secret values.
     pub const SECRETS_READ: &str = "secrets.read";
+    /// Store session memories (`remember`).
+    pub const MEMORY_WRITE: &str = "memory.write";
+    /// Re-index pattern example repositories (`refresh_pattern_example`).
+    pub const MEMORY_INDEX: &str = "memory.index";
 }
 
 /// The JSON Schema of [`RulesDocument`] (draft 2020-12), as published in

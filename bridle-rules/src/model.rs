@@ -347,6 +347,19 @@ impl Default for ScopePermission {
     }
 }
 
+/// Access to Bridle's memory. Recalling memories and searching pattern examples need no
+/// permission (they are reads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryPermission {
+    /// May store memories (`remember`).
+    #[serde(default)]
+    pub write: bool,
+    /// May re-index pattern example repositories (`refresh_pattern_example`).
+    #[serde(default)]
+    pub index: bool,
+}
+
 /// What one agent type may do through Bridle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -366,6 +379,9 @@ pub struct AgentPermissions {
     /// Scope check-ins.
     #[serde(default)]
     pub scope: ScopePermission,
+    /// Memory access.
+    #[serde(default)]
+    pub memory: MemoryPermission,
 }
 
 impl AgentPermissions {
@@ -386,6 +402,12 @@ impl AgentPermissions {
         }
         if self.secrets.read {
             ids.push(crate::capabilities::SECRETS_READ);
+        }
+        if self.memory.write {
+            ids.push(crate::capabilities::MEMORY_WRITE);
+        }
+        if self.memory.index {
+            ids.push(crate::capabilities::MEMORY_INDEX);
         }
         ids
     }

@@ -36,6 +36,9 @@ pub struct GatewayConfig {
     /// The agents that may connect, by name.
     #[serde(default)]
     pub agents: BTreeMap<String, AgentConfig>,
+    /// Bridle's memory (session memory and pattern-example search); off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<super::memory::MemorySection>,
 }
 
 fn default_listen() -> String {
@@ -244,6 +247,7 @@ pub fn init_data_dir(data_dir: &Path) -> Result<InitReport, ConfigError> {
         secrets_dir: default_secrets(),
         templates_dir: default_templates(),
         agents,
+        memory: None,
     };
     let yaml = serde_saphyr::to_string(&config).map_err(|e| ConfigError::Invalid {
         file: config_file.clone(),

@@ -679,18 +679,35 @@ pub fn register_resources(
     Ok(added)
 }
 
-/// Builds the gateway app.
+/// Builds the gateway app (rules only).
 pub fn build_app(shared: &Arc<Shared>) -> Result<McpApp, GatewayError> {
+    build_app_with(shared, None)
+}
+
+/// Builds the gateway app, with bridle-memory's four tools when `memory` is given (their
+/// `memory.write` / `memory.index` capabilities come from the projects' `permissions.memory`).
+pub fn build_app_with(
+    shared: &Arc<Shared>,
+    memory: Option<bridle_memory::tools::MemoryTools>,
+) -> Result<McpApp, GatewayError> {
     let tools = ToolRegistry::new();
     tools.set_audit_sink(Arc::new(kberg_core::TracingAuditSink));
     register_tools(&tools, shared)?;
+    let with_memory = memory.is_some();
+    if let Some(memory) = memory {
+        bridle_memory::tools::register(&tools, memory)?;
+    }
     let resources = ResourceRegistry::new();
     register_resources(&resources, shared)?;
+    let mut instructions = String::from(
+        "Bridle holds this project's canonical rules. At the start of a session call `get_rules` (or read the `bridle://rules/<project>/<agent>` resource) and follow them. Propose rule changes with `propose_guardrail`, `add_pattern` or `update_rules`; a person approves them. Before expanding the scope of a task, call `request_scope_approval` and wait.",
+    );
+    if with_memory {
+        instructions.push_str(" Before writing code for a pattern, call `search_pattern_examples` for examples; `recall` finds decisions from earlier sessions and `remember` stores new ones.");
+    }
     Ok(McpApp::builder("bridle", env!("CARGO_PKG_VERSION"))
         .title("Bridle")
-        .instructions(
-            "Bridle holds this project's canonical rules. At the start of a session call `get_rules` (or read the `bridle://rules/<project>/<agent>` resource) and follow them. Propose rule changes with `propose_guardrail`, `add_pattern` or `update_rules`; a person approves them. Before expanding the scope of a task, call `request_scope_approval` and wait.",
-        )
+        .instructions(instructions)
         .tools(tools)
         .resources(resources)
         .build())

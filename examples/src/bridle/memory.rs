@@ -1,0 +1,244 @@
+//! Bridle's memory on the gateway: the `memory:` section of `bridle.yaml`, opening the memory
+//! service it describes, and writing `last_indexed` back to the rules documents.
+//!
+//! Memory is optional. With a `memory:` section, `bridle serve` adds bridle-memory's four tools
+//! (`recall`, `remember`, `search_pattern_examples`, `refresh_pattern_example`) and the
+//! `bridle memory ...` commands work; without one the gateway serves rules only. The section
+//! names a store (the embedded SQLite file in the data directory by default, or a Qdrant server)
+//! and an embedder (an OpenAI-compatible server, Ollama, or a local model folder for the
+//! in-process embedder). Secrets (API keys) are never in the file, only the names of files in the
+//! secrets folder. Every (re-)index records its time in the example's `last_indexed` through the
+//! rules store's normal edit path, so the change log shows it as a `user` change.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bridle_memory::tools::IndexListener;
+use bridle_memory::{EmbedderConfig, HttpEmbedderConfig, IndexReport, MemoryConfig, StoreConfig};
+use bridle_rules::{RulesError, RulesStore};
+use serde::{Deserialize, Serialize};
+
+use super::config::{ConfigError, read_secret};
+
+/// The `memory:` section of `bridle.yaml`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySection {
+    /// Where vectors live (default: `embedded` in `<data>/memory.sqlite`).
+    #[serde(default)]
+    pub store: MemoryStoreConfig,
+    /// Which model embeds.
+    pub embedder: MemoryEmbedderConfig,
+}
+
+/// Where memory's vectors live.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum MemoryStoreConfig {
+    /// The embedded store: one SQLite file, relative to the data directory unless absolute.
+    Embedded {
+        /// The database file.
+        #[serde(default = "default_memory_file")]
+        path: PathBuf,
+    },
+    /// A Qdrant server over gRPC (needs a build with the `qdrant` feature).
+    Qdrant {
+        /// The gRPC URL, e.g. `http://127.0.0.1:6334`.
+        url: String,
+        /// The secret file holding the API key, if the server needs one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        api_key_secret: Option<String>,
+    },
+}
+
+fn default_memory_file() -> PathBuf {
+    PathBuf::from("memory.sqlite")
+}
+
+impl Default for MemoryStoreConfig {
+    fn default() -> Self {
+        Self::Embedded {
+            path: default_memory_file(),
+        }
+    }
+}
+
+/// Which model turns text into vectors.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum MemoryEmbedderConfig {
+    /// An OpenAI-compatible `/v1/embeddings` server (LM Studio, llama.cpp, vLLM, hosted).
+    Openai {
+        /// The base URL, e.g. `http://127.0.0.1:1234/v1`.
+        url: String,
+        /// The model name.
+        model: String,
+        /// The secret file holding the API key, if the server needs one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        api_key_secret: Option<String>,
+    },
+    /// Ollama's `/api/embed`.
+    Ollama {
+        /// The base URL, e.g. `http://127.0.0.1:11434`.
+        url: String,
+        /// The model name.
+        model: String,
+    },
+    /// The in-process embedder (needs a build with the `local-embed` feature): a folder with
+    /// `config.json`, `tokenizer.json` and `model.safetensors`, relative to the data directory
+    /// unless absolute.
+    Local {
+        /// The model folder.
+        path: PathBuf,
+    },
+}
+
+/// The one line `bridle serve` prints when memory is not configured.
+pub const ENABLE_HINT: &str = "bridle: memory is off; add a `memory:` section to bridle.yaml (e.g. `memory: {embedder: {local: {path: /path/to/all-MiniLM-L6-v2}}}`) to enable recall, remember and pattern-example search";
+
+impl MemorySection {
+    /// The memory service configuration this section describes, with paths resolved against
+    /// the data directory and secrets read from the secrets folder.
+    pub fn to_config(&self, data_dir: &Path, secrets: &Path) -> Result<MemoryConfig, ConfigError> {
+        let resolve = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                data_dir.join(p)
+            }
+        };
+        let secret = |name: &Option<String>| -> Result<Option<String>, ConfigError> {
+            name.as_deref().map(|n| read_secret(secrets, n)).transpose()
+        };
+        let store = match &self.store {
+            MemoryStoreConfig::Embedded { path } => StoreConfig::Embedded {
+                path: resolve(path),
+            },
+            MemoryStoreConfig::Qdrant {
+                url,
+                api_key_secret,
+            } => qdrant_store(data_dir, url, secret(api_key_secret)?)?,
+        };
+        let embedder = match &self.embedder {
+            MemoryEmbedderConfig::Openai {
+                url,
+                model,
+                api_key_secret,
+            } => {
+                let mut c = HttpEmbedderConfig::new(url.clone(), model.clone());
+                c.api_key = secret(api_key_secret)?;
+                EmbedderConfig::OpenAi(c)
+            }
+            MemoryEmbedderConfig::Ollama { url, model } => {
+                EmbedderConfig::Ollama(HttpEmbedderConfig::new(url.clone(), model.clone()))
+            }
+            MemoryEmbedderConfig::Local { path } => EmbedderConfig::Local {
+                path: resolve(path),
+            },
+        };
+        Ok(MemoryConfig {
+            store,
+            embedder,
+            patterns: Default::default(),
+        })
+    }
+}
+
+#[cfg(feature = "qdrant")]
+fn qdrant_store(
+    _data_dir: &Path,
+    url: &str,
+    api_key: Option<String>,
+) -> Result<StoreConfig, ConfigError> {
+    let mut q = bridle_memory::QdrantConfig::new(url);
+    q.api_key = api_key;
+    Ok(StoreConfig::Qdrant(q))
+}
+
+#[cfg(not(feature = "qdrant"))]
+fn qdrant_store(
+    data_dir: &Path,
+    url: &str,
+    _api_key: Option<String>,
+) -> Result<StoreConfig, ConfigError> {
+    Err(ConfigError::Invalid {
+        file: data_dir.join("bridle.yaml"),
+        message: format!(
+            "memory.store.qdrant ({url}) needs a build with the `qdrant` feature; rebuild with `--features qdrant` or use the embedded store"
+        ),
+    })
+}
+
+/// Writes `report.last_indexed` into every example repository tagged `report.reference_tag`
+/// (in `project` only, or in every project), each through [`RulesStore::save_edit`], which
+/// records the change with source `user` and `actor`. A document that moved on meanwhile is
+/// re-read and retried. Returns the projects that changed and their new revisions.
+pub fn write_last_indexed(
+    store: &RulesStore,
+    project: Option<&str>,
+    report: &IndexReport,
+    actor: &str,
+) -> Result<Vec<(String, u64)>, RulesError> {
+    let projects = match project {
+        Some(p) => vec![p.to_string()],
+        None => store.projects()?,
+    };
+    let mut changed = Vec::new();
+    for project in projects {
+        for attempt in 0..5 {
+            let mut doc = store.load(&project)?.document;
+            let base = doc.revision;
+            let mut touched = false;
+            for repo in doc
+                .patterns
+                .custom
+                .iter_mut()
+                .flat_map(|p| p.example_repos.iter_mut())
+                .filter(|r| r.reference_tag == report.reference_tag)
+            {
+                repo.last_indexed = Some(report.last_indexed.clone());
+                touched = true;
+            }
+            if !touched {
+                break;
+            }
+            let summary = format!(
+                "pattern example `{}` indexed at {} ({} chunks from {} files)",
+                report.reference_tag, report.last_indexed, report.chunks, report.files
+            );
+            match store.save_edit(&project, &doc, base, actor, &summary) {
+                Ok(revision) => {
+                    changed.push((project.clone(), revision));
+                    break;
+                }
+                Err(RulesError::Conflict { .. }) if attempt < 4 => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(changed)
+}
+
+/// Writes `last_indexed` back after a refresh through the MCP tool.
+pub struct RulesWriteBack {
+    /// The gateway's shared state (its rules store).
+    pub shared: Arc<super::gateway::Shared>,
+}
+
+#[async_trait]
+impl IndexListener for RulesWriteBack {
+    async fn indexed(&self, report: &IndexReport) {
+        let shared = Arc::clone(&self.shared);
+        let report = report.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            write_last_indexed(&shared.store, None, &report, "bridle-memory")
+        })
+        .await;
+        match done {
+            Ok(Ok(changed)) => tracing::info!(?changed, "last_indexed written back"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "writing last_indexed back failed"),
+            Err(e) => tracing::warn!(error = %e, "writing last_indexed back stopped"),
+        }
+    }
+}
