@@ -16,40 +16,11 @@ use std::sync::Arc;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use kberg_core::{
     COMMIT_TOKEN_FIELD, CallOptions, Caller, FlushPolicy, Grants, HandleCodec, JsonlAuditSink,
-    MemoryAuditSink, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability,
+    MemoryAuditSink, Principal, ToolBuilder, ToolOutput, ToolRegistry,
 };
 use serde_json::{Value, json};
 
-fn schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "title": {"type": "string", "minLength": 1, "maxLength": 200},
-            "body": {"type": "string"},
-            "priority": {"type": "integer", "minimum": 0, "maximum": 5},
-            "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 10},
-            "pinned": {"type": "boolean"},
-            "folder": {"enum": ["inbox", "work", "home"]}
-        },
-        "required": ["title", "body", "priority"],
-        "additionalProperties": false
-    })
-}
-
-fn args() -> Value {
-    json!({
-        "title": "Groceries",
-        "body": "milk, eggs, bread",
-        "priority": 2,
-        "tags": ["home", "weekly"],
-        "pinned": false,
-        "folder": "home"
-    })
-}
-
-fn cap() -> WriteCapability {
-    WriteCapability::new("notes.write", "Create notes")
-}
+use kberg_benches::{note_args as args, note_schema as schema, notes_write as cap};
 
 fn registry() -> ToolRegistry {
     let r = ToolRegistry::new();

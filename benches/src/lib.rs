@@ -1,1 +1,40 @@
-//! Shared fixtures of the benchmarks.
+//! Shared fixtures of the benchmarks: the 6-field note schema and arguments that the gate and
+//! primitives benches call with, and the write capability their tools are bound to.
+
+use kberg_core::WriteCapability;
+use serde_json::{Value, json};
+
+/// A 6-field object schema of the kind tool surfaces use: strings with bounds, an integer range,
+/// an array, a boolean and an enum; three fields required; no extra fields.
+pub fn note_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "minLength": 1, "maxLength": 200},
+            "body": {"type": "string"},
+            "priority": {"type": "integer", "minimum": 0, "maximum": 5},
+            "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 10},
+            "pinned": {"type": "boolean"},
+            "folder": {"enum": ["inbox", "work", "home"]}
+        },
+        "required": ["title", "body", "priority"],
+        "additionalProperties": false
+    })
+}
+
+/// Valid arguments for [`note_schema`], every field set.
+pub fn note_args() -> Value {
+    json!({
+        "title": "Groceries",
+        "body": "milk, eggs, bread",
+        "priority": 2,
+        "tags": ["home", "weekly"],
+        "pinned": false,
+        "folder": "home"
+    })
+}
+
+/// The capability the benches' write tools are bound to.
+pub fn notes_write() -> WriteCapability {
+    WriteCapability::new("notes.write", "Create notes")
+}
