@@ -234,3 +234,29 @@ mod props {
         }
     }
 }
+
+#[test]
+fn memory_permissions_grant_memory_capabilities() {
+    let text = "schema_version: 2
+project: {name: M}
+permissions:
+  claude:
+    memory: {write: true, index: true}
+  codex:
+    memory: {write: true}
+  gemini: {}
+";
+    let doc = load(text).unwrap().document;
+    let ids = doc.permissions_of("claude").capability_ids();
+    assert!(ids.contains(&bridle_rules::capabilities::MEMORY_WRITE));
+    assert!(ids.contains(&bridle_rules::capabilities::MEMORY_INDEX));
+    let ids = doc.permissions_of("codex").capability_ids();
+    assert!(ids.contains(&bridle_rules::capabilities::MEMORY_WRITE));
+    assert!(!ids.contains(&bridle_rules::capabilities::MEMORY_INDEX));
+    let ids = doc.permissions_of("gemini").capability_ids();
+    assert!(!ids.contains(&bridle_rules::capabilities::MEMORY_WRITE));
+    // A misspelt key is refused, not silently ignored.
+    let bad = text.replace("index: true", "indx: true");
+    let e = load(&bad).unwrap_err().to_string();
+    assert!(e.contains("indx"), "{e}");
+}
