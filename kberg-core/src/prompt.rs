@@ -3,6 +3,13 @@
 //! A prompt declares its arguments once; `get` checks that every required argument is present
 //! (and that no undeclared one is passed) before the handler builds the messages, so a handler
 //! never sees incomplete input. Arguments may list values for `completion/complete`.
+//!
+//! A prompt registered with [`PromptRegistry::register_with_context`] also receives a
+//! [`ToolContext`], so it can ask the client something while it renders (`elicit`, `sample`,
+//! `roots`, or `kberg_server::input::ask`). On the stateless protocol such a question ends the
+//! rendering with [`PromptError::InputRequired`], which the server answers as an
+//! `input_required` result; the prompt is rendered again when the client re-sends `prompts/get`
+//! with the answers.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -11,8 +18,12 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::watch;
 
+use serde_json::Value;
+
+use crate::context::{CallOptions, PeerError, ToolContext};
 use crate::error::CoreError;
-use crate::tool::{Content, check_name};
+use crate::principal::{Caller, Principal};
+use crate::tool::{Content, ToolError, check_name};
 
 /// Who says a prompt message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,13 +186,25 @@ pub enum PromptError {
         /// Why.
         message: String,
     },
+    /// Stateless protocol (2026-07-28): the prompt asked the client something and the answer
+    /// must come in a new round trip. The server answers `prompts/get` with an
+    /// `input_required` result carrying `requests` and renders the prompt again when the client
+    /// re-sends the request with the answers.
+    #[error("prompt `{prompt}` needs input from the client")]
+    InputRequired {
+        /// The prompt.
+        prompt: String,
+        /// The pending requests (key -> `{method, params}`), as the handler's
+        /// [`PeerError::InputRequired`] carried them.
+        requests: Value,
+    },
 }
 
 /// Arguments as passed to a prompt.
 pub type PromptArgs = BTreeMap<String, String>;
 
-type PromptFuture = Pin<Box<dyn Future<Output = Result<PromptResult, String>> + Send>>;
-type Handler = Arc<dyn Fn(PromptArgs) -> PromptFuture + Send + Sync>;
+type PromptFuture = Pin<Box<dyn Future<Output = Result<PromptResult, ToolError>> + Send>>;
+type Handler = Arc<dyn Fn(PromptArgs, ToolContext) -> PromptFuture + Send + Sync>;
 
 #[derive(Clone)]
 struct Entry {
@@ -229,8 +252,36 @@ impl PromptRegistry {
         F: Fn(PromptArgs) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<PromptResult, String>> + Send + 'static,
     {
+        let handler: Handler = Arc::new(move |a, _ctx| {
+            let fut = handler(a);
+            Box::pin(async move { fut.await.map_err(ToolError::failed) }) as PromptFuture
+        });
+        self.insert(spec, handler)
+    }
+
+    /// Registers a prompt whose handler also receives a [`ToolContext`]: the caller, the
+    /// cancellation token and the channel back to the client, so it can ask the user
+    /// (`ctx.elicit`), the client's model (`ctx.sample`) or list roots while it renders.
+    ///
+    /// Return a [`PeerError`] with `?` (it converts into [`ToolError::Peer`]): on the stateless
+    /// protocol a question the client has not answered yet surfaces from
+    /// [`PromptRegistry::get_with`] as [`PromptError::InputRequired`]; any other client failure
+    /// and [`ToolError::Failed`] become [`PromptError::Failed`].
+    pub fn register_with_context<F, Fut>(
+        &self,
+        spec: PromptSpec,
+        handler: F,
+    ) -> Result<(), CoreError>
+    where
+        F: Fn(PromptArgs, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<PromptResult, ToolError>> + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |a, ctx| Box::pin(handler(a, ctx)) as PromptFuture);
+        self.insert(spec, handler)
+    }
+
+    fn insert(&self, spec: PromptSpec, handler: Handler) -> Result<(), CoreError> {
         check_name(&spec.name)?;
-        let handler: Handler = Arc::new(move |a| Box::pin(handler(a)) as PromptFuture);
         let mut guard = self.entries.write().unwrap_or_else(|p| p.into_inner());
         if guard.contains_key(&spec.name) {
             return Err(CoreError::Duplicate { name: spec.name });
@@ -269,8 +320,23 @@ impl PromptRegistry {
         v
     }
 
-    /// Renders a prompt after checking its arguments.
+    /// Renders a prompt after checking its arguments, with no caller identity and no client
+    /// channel (a context-taking prompt that asks the client gets [`PeerError::NotSupported`]).
     pub async fn get(&self, name: &str, args: PromptArgs) -> Result<PromptResult, PromptError> {
+        let caller = Caller::new(Principal::anonymous());
+        self.get_with(&caller, name, args, CallOptions::default())
+            .await
+    }
+
+    /// Renders a prompt after checking its arguments, for `caller`, with the per-request
+    /// options (cancellation, the client channel, `_meta`) a context-taking prompt sees.
+    pub async fn get_with(
+        &self,
+        caller: &Caller,
+        name: &str,
+        args: PromptArgs,
+        opts: CallOptions,
+    ) -> Result<PromptResult, PromptError> {
         let entry =
             self.snapshot()
                 .get(name)
@@ -295,12 +361,17 @@ impl PromptRegistry {
                 argument: extra.clone(),
             });
         }
-        (entry.handler)(args)
-            .await
-            .map_err(|message| PromptError::Failed {
+        let ctx = ToolContext::new(caller.clone(), opts);
+        (entry.handler)(args, ctx).await.map_err(|e| match e {
+            ToolError::Peer(PeerError::InputRequired { requests }) => PromptError::InputRequired {
                 prompt: name.to_string(),
-                message,
-            })
+                requests,
+            },
+            other => PromptError::Failed {
+                prompt: name.to_string(),
+                message: other.to_string(),
+            },
+        })
     }
 
     /// Completion values for a prompt argument that start with `prefix` (case-insensitive),
@@ -332,5 +403,175 @@ impl PromptRegistry {
             .take(100)
             .cloned()
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use serde_json::json;
+    use tokio_util::sync::CancellationToken;
+
+    use crate::context::ClientPeer;
+
+    /// A client channel that answers `elicitation/create` from a fixed answer, or, without one,
+    /// asks for another round trip the way the stateless server peer does.
+    struct FixedPeer {
+        answer: Option<Value>,
+    }
+
+    #[async_trait]
+    impl ClientPeer for FixedPeer {
+        async fn notify(&self, _method: &str, _params: Value) -> Result<(), PeerError> {
+            Ok(())
+        }
+
+        async fn request(
+            &self,
+            method: &str,
+            params: Value,
+            _cancel: CancellationToken,
+        ) -> Result<Value, PeerError> {
+            match &self.answer {
+                Some(a) => Ok(a.clone()),
+                None => Err(PeerError::InputRequired {
+                    requests: json!({"q": {"method": method, "params": params}}),
+                }),
+            }
+        }
+
+        fn supports(&self, capability: &str) -> bool {
+            capability == "elicitation"
+        }
+    }
+
+    fn asking_registry() -> PromptRegistry {
+        let r = PromptRegistry::new();
+        r.register_with_context(
+            PromptSpec::new("ask", "Asks the user for context"),
+            |_args, ctx| async move {
+                let answer = ctx
+                    .elicit(
+                        "What context?",
+                        json!({"type": "object", "properties": {"context": {"type": "string"}}}),
+                    )
+                    .await?;
+                let context = answer["content"]["context"]
+                    .as_str()
+                    .ok_or("the answer has no context")?
+                    .to_string();
+                Ok(PromptResult {
+                    description: None,
+                    messages: vec![PromptMessage::user(format!(
+                        "{context} (for {})",
+                        ctx.caller().principal().id
+                    ))],
+                })
+            },
+        )
+        .expect("registers");
+        r
+    }
+
+    fn opts(answer: Option<Value>) -> CallOptions {
+        CallOptions {
+            peer: Some(Arc::new(FixedPeer { answer })),
+            ..CallOptions::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_context_prompt_renders_from_the_clients_answer() {
+        let r = asking_registry();
+        let caller = Caller::new(Principal::new("alice"));
+        let answer = json!({"action": "accept", "content": {"context": "release notes"}});
+        let out = r
+            .get_with(&caller, "ask", PromptArgs::new(), opts(Some(answer)))
+            .await
+            .expect("renders");
+        assert_eq!(
+            out.messages,
+            vec![PromptMessage::user("release notes (for alice)")]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_question_comes_back_as_input_required() {
+        let r = asking_registry();
+        let caller = Caller::new(Principal::new("alice"));
+        let err = r
+            .get_with(&caller, "ask", PromptArgs::new(), opts(None))
+            .await
+            .expect_err("needs input");
+        match err {
+            PromptError::InputRequired { prompt, requests } => {
+                assert_eq!(prompt, "ask");
+                assert_eq!(requests["q"]["method"], "elicitation/create");
+                assert_eq!(requests["q"]["params"]["message"], "What context?");
+            }
+            other => panic!("expected InputRequired, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn without_a_client_channel_a_context_prompt_fails_cleanly() {
+        let r = asking_registry();
+        let err = r.get("ask", PromptArgs::new()).await.expect_err("no peer");
+        assert!(
+            matches!(&err, PromptError::Failed { prompt, message }
+                if prompt == "ask" && message.contains("elicitation")),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_malformed_answer_is_a_failure_not_a_panic() {
+        let r = asking_registry();
+        let caller = Caller::new(Principal::new("alice"));
+        let err = r
+            .get_with(&caller, "ask", PromptArgs::new(), opts(Some(json!(12345))))
+            .await
+            .expect_err("bad answer");
+        assert!(
+            matches!(&err, PromptError::Failed { message, .. } if message.contains("no context")),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn context_prompts_check_arguments_and_names_like_plain_ones() {
+        let r = asking_registry();
+        let caller = Caller::new(Principal::new("alice"));
+        let mut args = PromptArgs::new();
+        args.insert("extra".into(), "x".into());
+        assert!(matches!(
+            r.get_with(&caller, "ask", args, opts(None)).await,
+            Err(PromptError::UnknownArgument { .. })
+        ));
+        assert!(matches!(
+            r.register_with_context(PromptSpec::new("ask", "again"), |_a, _c| async {
+                Ok(PromptResult {
+                    description: None,
+                    messages: vec![],
+                })
+            }),
+            Err(CoreError::Duplicate { .. })
+        ));
+        let plain = PromptRegistry::new();
+        plain
+            .register(PromptSpec::new("plain", "No context"), |_a| async {
+                Err("broken".to_string())
+            })
+            .expect("registers");
+        assert_eq!(
+            plain
+                .get_with(&caller, "plain", PromptArgs::new(), opts(None))
+                .await,
+            Err(PromptError::Failed {
+                prompt: "plain".into(),
+                message: "broken".into()
+            })
+        );
     }
 }
