@@ -779,6 +779,42 @@ fn prompts(prompts: &PromptRegistry) -> Result<(), CoreError> {
             })
         },
     )?;
+    // input-required-result-non-tool-request: a prompt that asks the user for context while it
+    // renders (2026-07-28: an `input_required` result, then the prompt on the retry).
+    prompts.register_with_context(
+        PromptSpec::new(
+            "test_input_required_result_prompt",
+            "Asks the user what context to use, then renders a prompt with it",
+        ),
+        |_args, ctx| async move {
+            let answers = ask(
+                &ctx,
+                vec![Question::elicit(
+                    "user_context",
+                    "What context should the prompt use?",
+                    json!({
+                        "type": "object",
+                        "properties": {"context": {"type": "string"}},
+                        "required": ["context"]
+                    }),
+                )],
+            )
+            .await?;
+            let answer = answers.get("user_context").unwrap_or(&Value::Null);
+            let context = match answer["action"].as_str() {
+                Some("accept") => answer["content"]["context"]
+                    .as_str()
+                    .ok_or("the answer has no `context` string")?,
+                _ => "no context",
+            };
+            Ok(PromptResult {
+                description: Some("A prompt rendered with the user's context".into()),
+                messages: vec![PromptMessage::user(format!(
+                    "Use this context for the task: {context}"
+                ))],
+            })
+        },
+    )?;
     Ok(())
 }
 

@@ -251,6 +251,14 @@ fn prompt_error(e: PromptError) -> McpError {
     }
 }
 
+/// A request's client channel, the stateless peer behind it (2026-07-28 only) and the answers
+/// the client has given so far.
+type PeerParts = (
+    Arc<dyn ClientPeer>,
+    Option<Arc<RoundTripPeer>>,
+    BTreeMap<String, Value>,
+);
+
 /// Decodes the `requestState` this server issued: the answers of earlier rounds.
 fn decode_state(state: Option<&str>) -> Result<BTreeMap<String, Value>, McpError> {
     match state {
@@ -311,6 +319,77 @@ impl KbergHandler {
         })
     }
 
+    /// The channel back to the client for one request, per protocol generation: on
+    /// 2026-07-28 a [`RoundTripPeer`] answering from the request's `inputResponses` and
+    /// `requestState` (returned too, with the answers so far, to build an `input_required`
+    /// result); on a 2025-11-25 session a [`SessionPeer`] sending server-initiated requests.
+    fn client_peer(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        request_state: Option<&str>,
+        input_responses: Option<&rmcp::model::InputResponses>,
+    ) -> Result<PeerParts, McpError> {
+        if !is_stateless(ctx) {
+            let peer: Arc<dyn ClientPeer> = Arc::new(SessionPeer {
+                peer: ctx.peer.clone(),
+                log: Arc::clone(&self.session.log),
+            });
+            return Ok((peer, None, BTreeMap::new()));
+        }
+        let mut answers = decode_state(request_state)?;
+        if let Some(new) = input_responses {
+            answers.extend(new.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        // 2026-07-28: log messages only when the request names a level.
+        let log = match ctx
+            .meta
+            .log_level()
+            .and_then(|l| serde_json::to_value(l).ok())
+            .and_then(|v| v.as_str().map(str::to_string))
+        {
+            Some(level) => LogThreshold::new(&level),
+            None => LogThreshold::off(),
+        };
+        let capabilities = match ctx.meta.0.0.get(CLIENT_CAPABILITIES_META) {
+            Some(c) => Some(c.clone()),
+            None => ctx
+                .peer
+                .peer_info()
+                .and_then(|i| serde_json::to_value(&i.capabilities).ok()),
+        };
+        let p = Arc::new(RoundTripPeer::new(
+            ctx.peer.clone(),
+            capabilities,
+            answers.clone(),
+            Arc::new(log),
+        ));
+        let peer: Arc<dyn ClientPeer> = p.clone();
+        Ok((peer, Some(p), answers))
+    }
+
+    /// An `input_required` result for a handler that stopped on `requests`: every question of
+    /// this run (not only the one that stopped it) and the answers so far as `requestState`.
+    fn input_required(
+        round_trip: &RoundTripPeer,
+        requests: Value,
+        answers: &BTreeMap<String, Value>,
+        what: &str,
+    ) -> Result<InputRequiredResult, McpError> {
+        let pending = round_trip.pending();
+        let requests = if pending.is_empty() {
+            requests
+        } else {
+            Value::Object(pending)
+        };
+        let requests: InputRequests = convert::from_json("the input requests", requests)
+            .inspect_err(|_| {
+                tracing::warn!(handler = %what, "a handler asked the client something malformed");
+            })?;
+        let state = serde_json::to_string(answers)
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        Ok(InputRequiredResult::new(Some(requests), Some(state)))
+    }
+
     async fn call(
         &self,
         req: CallToolRequestParams,
@@ -331,51 +410,17 @@ impl KbergHandler {
             .into());
         };
         let caller = Caller::new(principal);
-        let stateless = is_stateless(&ctx);
         let progress_token = ctx
             .meta
             .get_progress_token()
             .and_then(|t| serde_json::to_value(t).ok());
-        // 2026-07-28: log messages only when the request names a level.
-        let log_level = ctx
-            .meta
-            .log_level()
-            .and_then(|l| serde_json::to_value(l).ok())
-            .and_then(|v| v.as_str().map(str::to_string));
+        let (peer, round_trip, answers) = self.client_peer(
+            &ctx,
+            req.request_state.as_deref(),
+            req.input_responses.as_ref(),
+        )?;
         // The tool sees the request's `_meta`; move it rather than copy it.
         let meta_map = std::mem::take(&mut ctx.meta.0.0);
-        let mut answers = BTreeMap::new();
-        let mut round_trip = None;
-        let peer: Arc<dyn ClientPeer> = if stateless {
-            answers = decode_state(req.request_state.as_deref())?;
-            if let Some(new) = &req.input_responses {
-                answers.extend(new.iter().map(|(k, v)| (k.clone(), v.clone())));
-            }
-            let log = match log_level {
-                Some(level) => LogThreshold::new(&level),
-                None => LogThreshold::off(),
-            };
-            let capabilities = match meta_map.get(CLIENT_CAPABILITIES_META) {
-                Some(c) => Some(c.clone()),
-                None => ctx
-                    .peer
-                    .peer_info()
-                    .and_then(|i| serde_json::to_value(&i.capabilities).ok()),
-            };
-            let p = Arc::new(RoundTripPeer::new(
-                ctx.peer.clone(),
-                capabilities,
-                answers.clone(),
-                Arc::new(log),
-            ));
-            round_trip = Some(Arc::clone(&p));
-            p
-        } else {
-            Arc::new(SessionPeer {
-                peer: ctx.peer.clone(),
-                log: Arc::clone(&self.session.log),
-            })
-        };
         let meta = (!meta_map.is_empty()).then_some(Value::Object(meta_map));
         let args = req.arguments.map(Value::Object).unwrap_or(Value::Null);
         let mut opts = CallOptions::with_cancel(ctx.ct.clone());
@@ -394,20 +439,7 @@ impl KbergHandler {
                 Err(McpError::invalid_params(e.to_string(), Some(e.details())))
             }
             (Err(GateError::InputRequired { requests, tool }), Some(p)) => {
-                // Every question of this run, not only the one that stopped the tool.
-                let pending = p.pending();
-                let requests = if pending.is_empty() {
-                    requests
-                } else {
-                    Value::Object(pending)
-                };
-                let requests: InputRequests = convert::from_json("the input requests", requests)
-                    .inspect_err(|_| {
-                        tracing::warn!(tool = %tool, "a tool asked the client something malformed");
-                    })?;
-                let state = serde_json::to_string(&answers)
-                    .map_err(|e| McpError::internal_error(e.to_string(), None))?;
-                Ok(InputRequiredResult::new(Some(requests), Some(state)).into())
+                Ok(Self::input_required(&p, requests, &answers, &tool)?.into())
             }
             // 2026-07-28 (SEP-2575): a tool that needs a capability the request did not
             // declare is a protocol error naming the capability.
@@ -692,7 +724,8 @@ impl ServerHandler for KbergHandler {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        self.principal(&context)?;
+        let mut context = context;
+        let caller = Caller::new(self.principal(&context)?);
         let mut args = PromptArgs::new();
         for (k, v) in request.arguments.unwrap_or_default() {
             match v {
@@ -707,14 +740,40 @@ impl ServerHandler for KbergHandler {
                 }
             }
         }
-        let r = self
+        let (peer, round_trip, answers) = self.client_peer(
+            &context,
+            request.request_state.as_deref(),
+            request.input_responses.as_ref(),
+        )?;
+        let mut opts = CallOptions::with_cancel(context.ct.clone());
+        opts.peer = Some(peer);
+        opts.progress_token = context
+            .meta
+            .get_progress_token()
+            .and_then(|t| serde_json::to_value(t).ok());
+        let meta_map = std::mem::take(&mut context.meta.0.0);
+        opts.meta = (!meta_map.is_empty()).then_some(Value::Object(meta_map));
+        let rendered = self
             .shared
             .app
             .prompts()
-            .get(&request.name, args)
-            .await
-            .map_err(prompt_error)?;
-        Ok(convert::prompt_result(&r)?.into())
+            .get_with(&caller, &request.name, args, opts)
+            .await;
+        match (rendered, round_trip) {
+            (Ok(r), _) => Ok(convert::prompt_result(&r)?.into()),
+            (Err(PromptError::InputRequired { requests, prompt }), Some(p)) => {
+                Ok(Self::input_required(&p, requests, &answers, &prompt)?.into())
+            }
+            // 2026-07-28 (SEP-2575): as for tools, a prompt that needs a capability the
+            // request did not declare is a protocol error naming the capability.
+            (Err(e @ PromptError::Failed { .. }), Some(p)) => match p.missing_capability() {
+                Some(cap) => Err(McpError::missing_required_client_capability(
+                    convert::from_json("client capabilities", json!({ cap: {} }))?,
+                )),
+                None => Err(prompt_error(e)),
+            },
+            (Err(e), _) => Err(prompt_error(e)),
+        }
     }
 
     async fn complete(
