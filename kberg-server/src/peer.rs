@@ -268,6 +268,30 @@ impl RoundTripPeer {
     }
 }
 
+/// Why an answer does not have the shape MCP documents for its method's result, if it does
+/// not: `elicitation/create` -> an object with `action` (`accept`, `decline` or `cancel`);
+/// `sampling/createMessage` -> an object with a `role` string and `content`; `roots/list` -> an
+/// object with a `roots` array. Answers to other methods are not checked.
+pub(crate) fn answer_problem(method: &str, answer: &Value) -> Option<&'static str> {
+    let Some(o) = answer.as_object() else {
+        return Some("is not an object");
+    };
+    match method {
+        "elicitation/create" => match o.get("action").and_then(Value::as_str) {
+            Some("accept" | "decline" | "cancel") => None,
+            Some(_) => Some("has an unknown `action`"),
+            None => Some("has no `action` string"),
+        },
+        "sampling/createMessage" => (!(o.get("role").is_some_and(Value::is_string)
+            && o.contains_key("content")))
+        .then_some("needs a `role` string and `content`"),
+        "roots/list" => {
+            (!o.get("roots").is_some_and(Value::is_array)).then_some("needs a `roots` array")
+        }
+        _ => None,
+    }
+}
+
 /// The key of the n-th unnamed question a tool asks in one call.
 pub(crate) fn question_key(n: usize) -> String {
     format!("kberg.{n}")
@@ -300,7 +324,14 @@ impl ClientPeer for RoundTripPeer {
         let key = take_input_key(&mut params)
             .unwrap_or_else(|| question_key(self.asked.fetch_add(1, Ordering::Relaxed)));
         if let Some(answer) = self.answers.get(&key) {
-            return Ok(answer.clone());
+            match answer_problem(method, answer) {
+                None => return Ok(answer.clone()),
+                // An answer that does not fit its question never reaches the handler: the
+                // question goes out again in this round's `input_required` result.
+                Some(problem) => {
+                    tracing::debug!(key = %key, method, problem, "an input response does not fit its question; asking again");
+                }
+            }
         }
         let question = json!({"method": method, "params": params});
         self.pending
@@ -353,5 +384,31 @@ mod tests {
         assert_eq!(take_input_key(&mut p), None);
         let mut p = json!("not an object");
         assert_eq!(take_input_key(&mut p), None);
+    }
+
+    #[test]
+    fn answers_are_checked_against_their_methods_result_shape() {
+        let e = "elicitation/create";
+        assert_eq!(
+            answer_problem(e, &json!({"action": "accept", "content": {}})),
+            None
+        );
+        assert_eq!(answer_problem(e, &json!({"action": "decline"})), None);
+        assert!(answer_problem(e, &json!(12345)).is_some());
+        assert!(answer_problem(e, &json!({"content": {}})).is_some());
+        assert!(answer_problem(e, &json!({"action": "maybe"})).is_some());
+        let s = "sampling/createMessage";
+        assert_eq!(
+            answer_problem(
+                s,
+                &json!({"role": "assistant", "content": {"type": "text", "text": "x"}})
+            ),
+            None
+        );
+        assert!(answer_problem(s, &json!({"content": "x"})).is_some());
+        let r = "roots/list";
+        assert_eq!(answer_problem(r, &json!({"roots": []})), None);
+        assert!(answer_problem(r, &json!({"roots": "a"})).is_some());
+        assert_eq!(answer_problem("x/y", &json!({})), None);
     }
 }

@@ -148,7 +148,8 @@ async fn bad_state_bad_answers_and_missing_capabilities_are_clear_errors() {
         .await;
     assert_eq!(r.reply(1)["error"]["code"], -32602, "{}", r.text);
 
-    // An answer of the wrong shape reaches the handler, which refuses it without a panic.
+    // An answer that is not an elicitation result never reaches the handler: the question is
+    // asked again.
     let r = c
         .stateless(
             2,
@@ -156,7 +157,21 @@ async fn bad_state_bad_answers_and_missing_capabilities_are_clear_errors() {
             json!({"name": PROMPT, "inputResponses": {"user_context": 12345}}),
         )
         .await;
-    let e = r.reply(2)["error"].clone();
+    let res = r.reply(2)["result"].clone();
+    assert_eq!(res["resultType"], "input_required", "{res}");
+    assert_eq!(
+        res["inputRequests"]["user_context"]["method"], "elicitation/create",
+        "{res}"
+    );
+    // A well-formed accept without the field the handler needs: the handler refuses it.
+    let r = c
+        .stateless(
+            6,
+            "prompts/get",
+            json!({"name": PROMPT, "inputResponses": {"user_context": {"action": "accept", "content": {}}}}),
+        )
+        .await;
+    let e = r.reply(6)["error"].clone();
     assert!(
         e["message"].as_str().is_some_and(|m| m.contains("context")),
         "{e}"
