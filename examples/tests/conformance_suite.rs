@@ -3,10 +3,10 @@
 //! per protocol revision, through `scripts/conformance.sh` (which starts the binary on a free
 //! loopback port, runs `conformance server --requirements REV`, and stops it by pid).
 //!
-//! Every scored scenario must pass: 30 of 30 for 2025-11-25; for 2026-07-28, 36 of 37, the one
-//! known gap (`input_required` from `prompts/get`) being listed in `tests/conformance-baseline.yml`
-//! in the suite's expected-failures format, so it cannot hide anything else and its entry must go
-//! when it is fixed. Needs `scripts/install-tools.sh` (or `KBERG_TOOLS_DIR`) and `bash`.
+//! Every scored scenario must pass, strictly: 30 of 30 for 2025-11-25 and 37 of 37 for
+//! 2026-07-28. Should a known gap ever need to be tolerated, `scripts/conformance.sh --baseline
+//! FILE` takes a list in the suite's expected-failures format. Needs `scripts/install-tools.sh`
+//! (or `KBERG_TOOLS_DIR`) and `bash`.
 
 mod common;
 
@@ -58,14 +58,12 @@ async fn conformance_2025_11_25_every_scored_scenario_passes() {
     );
 }
 
-/// Strict except for the baselined gap (see `tests/conformance-baseline.yml`): any other failure,
-/// and the gap's check starting to pass without the baseline being updated, fail the test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conformance_2026_07_28_passes_all_but_the_baselined_prompt_gap() {
-    let run = run_suite("2026-07-28", Some("conformance-baseline.yml")).await;
+async fn conformance_2026_07_28_every_scored_scenario_passes() {
+    let run = run_suite("2026-07-28", None).await;
     assert!(
         run.stdout
-            .contains("== 2026-07-28: 36/37 scored scenarios passed"),
+            .contains("== 2026-07-28: 37/37 scored scenarios passed"),
         "{}",
         run.stdout
     );
