@@ -1209,6 +1209,11 @@ async fn run(
         r = tracing::Instrument::instrument(fut, span) => r,
         () = cancel.cancelled() => return Err(GateError::Cancelled { tool: name() }),
     };
+    // A tool that noticed the cancellation and stopped with an error was cancelled, whatever
+    // words it chose: the caller gets the stable code.
+    if cancel.is_cancelled() && !matches!(outcome, Ok(Ok(_))) {
+        return Err(GateError::Cancelled { tool: name() });
+    }
     match outcome {
         Err(_panic) => {
             tracing::error!(tool = %entry.spec.name, "tool panicked");

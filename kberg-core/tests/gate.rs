@@ -401,6 +401,37 @@ async fn cooperative_tool_sees_the_token() {
 }
 
 #[tokio::test]
+async fn a_tool_that_stops_on_cancellation_answers_cancelled() {
+    let r = ToolRegistry::new();
+    r.register(ToolBuilder::new("stops").raw_handler(
+        json!({"type":"object"}),
+        |_, ctx| async move {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(30)) => Ok(ToolOutput::text("done")),
+                () = ctx.cancellation().cancelled() => Err(ToolError::failed("stopped early")),
+            }
+        },
+    ))
+    .unwrap();
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        c2.cancel();
+    });
+    let e = r
+        .call(
+            &anon(),
+            "stops",
+            json!({}),
+            CallOptions::with_cancel(cancel),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Cancelled);
+}
+
+#[tokio::test]
 async fn already_cancelled_call_does_not_run() {
     let r = registry();
     let cancel = CancellationToken::new();
