@@ -800,10 +800,7 @@ async fn sync_prompts(
         .lock()
         .map(|r| r.clone())
         .unwrap_or_default();
-    for name in &old {
-        prompts.remove(name);
-    }
-    let mut now = BTreeSet::new();
+    let mut wanted = Vec::new();
     for p in listed {
         let name = format!("{}{}{}", up.namespace(), shared.separator, p.name);
         let mut spec = PromptSpec::new(name.clone(), p.description.clone().unwrap_or_default());
@@ -819,7 +816,31 @@ async fn sync_prompts(
             arg.title = a.title.clone();
             spec = spec.argument(arg);
         }
-        let remote = p.name.clone();
+        wanted.push((name, spec, p.name.clone()));
+    }
+    // Prompts whose description did not change stay registered: a concurrent `prompts/get` never
+    // sees one of them missing while the list is refreshed.
+    let current: std::collections::HashMap<String, PromptSpec> = prompts
+        .list()
+        .into_iter()
+        .filter(|s| old.contains(&s.name))
+        .map(|s| (s.name.clone(), s))
+        .collect();
+    let mut now = BTreeSet::new();
+    for name in &old {
+        let unchanged = wanted
+            .iter()
+            .any(|(n, spec, _)| n == name && current.get(name) == Some(spec));
+        if unchanged {
+            now.insert(name.clone());
+        } else {
+            prompts.remove(name);
+        }
+    }
+    for (name, spec, remote) in wanted {
+        if now.contains(&name) {
+            continue;
+        }
         let upstream = up.clone();
         let registered = prompts.register(spec, move |args| {
             let remote = remote.clone();
@@ -831,7 +852,7 @@ async fn sync_prompts(
                 now.insert(name);
             }
             Err(e) => {
-                tracing::warn!(namespace = up.namespace(), prompt = %p.name, error = %e, "upstream prompt skipped");
+                tracing::warn!(namespace = up.namespace(), prompt = %name, error = %e, "upstream prompt skipped");
             }
         }
     }
