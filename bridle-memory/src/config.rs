@@ -129,6 +129,7 @@ impl MemoryService {
             session: self.session.clone(),
             patterns: self.patterns.clone(),
             on_indexed: None,
+            access: None,
         }
     }
 }

@@ -19,7 +19,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use kberg_core::{CoreError, ToolBuilder, ToolContext, ToolOutput, ToolRegistry, WriteCapability};
+use kberg_core::{
+    Caller, CoreError, ToolBuilder, ToolContext, ToolOutput, ToolRegistry, WriteCapability,
+};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -40,6 +42,13 @@ pub trait IndexListener: Send + Sync {
     async fn indexed(&self, report: &IndexReport);
 }
 
+/// Decides which projects' memories a caller may read and write. Without one, every caller
+/// that passes the gate reaches every project.
+pub trait ProjectAccess: Send + Sync {
+    /// Whether `caller` may read and write memories of `project`.
+    fn allows(&self, caller: &Caller, project: &str) -> bool;
+}
+
 /// What the tools work on.
 #[derive(Clone)]
 pub struct MemoryTools {
@@ -49,6 +58,37 @@ pub struct MemoryTools {
     pub patterns: Arc<PatternIndex>,
     /// Told about refreshes.
     pub on_indexed: Option<Arc<dyn IndexListener>>,
+    /// When set, `recall` must name a project and `remember` may only write to projects this
+    /// allows; anything else answers `project_not_allowed`.
+    pub access: Option<Arc<dyn ProjectAccess>>,
+}
+
+/// The refusal of a project the caller may not use, or of a recall that names none while access
+/// is restricted.
+fn project_refusal(caller: &Caller, project: Option<&str>) -> ToolOutput {
+    let message = match project {
+        Some(p) => format!(
+            "`{}` may not use the memories of project `{p}`",
+            caller.principal().id
+        ),
+        None => "name the project whose memories you want (`project`)".to_string(),
+    };
+    ToolOutput::error_with(
+        message.clone(),
+        json!({"code": "project_not_allowed", "message": message}),
+    )
+}
+
+fn check_project(
+    access: &Option<Arc<dyn ProjectAccess>>,
+    caller: &Caller,
+    project: Option<&str>,
+) -> Result<(), ToolOutput> {
+    match (access, project) {
+        (None, _) => Ok(()),
+        (Some(a), Some(p)) if a.allows(caller, p) => Ok(()),
+        (Some(_), p) => Err(project_refusal(caller, p)),
+    }
 }
 
 impl std::fmt::Debug for MemoryTools {
@@ -148,13 +188,18 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
     }
 
     let session = Arc::clone(&tools.session);
+    let access = tools.access.clone();
     let recall = ToolBuilder::new("recall")
         .title("Recall memories")
         .description("Find memories from earlier agent sessions (decisions, context, history) by meaning. Filter by project, kind, agent, session or tags.")
         .small_model_safe()
-        .handler(move |a: RecallArgs, _ctx| {
+        .handler(move |a: RecallArgs, ctx: ToolContext| {
             let session = Arc::clone(&session);
+            let access = access.clone();
             async move {
+                if let Err(refused) = check_project(&access, ctx.caller(), a.project.as_deref()) {
+                    return Ok(refused);
+                }
                 let filter = MemoryFilter {
                     project: a.project,
                     kind: a.kind,
@@ -181,6 +226,7 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
         });
 
     let session = Arc::clone(&tools.session);
+    let access = tools.access.clone();
     let remember = ToolBuilder::new("remember")
         .title("Remember")
         .description(
@@ -190,7 +236,11 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
         .write(write)
         .handler(move |a: RememberArgs, ctx: ToolContext| {
             let session = Arc::clone(&session);
+            let access = access.clone();
             async move {
+                if let Err(refused) = check_project(&access, ctx.caller(), Some(&a.project)) {
+                    return Ok(refused);
+                }
                 let agent = a.agent.or_else(|| ctx.caller().principal().agent.clone());
                 let m = NewMemory {
                     kind: a.kind,

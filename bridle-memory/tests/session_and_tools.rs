@@ -246,6 +246,7 @@ async fn the_tools_pass_the_gate() {
             session: Arc::new(SessionMemory::new(store, embedder)),
             patterns,
             on_indexed: Some(listener.clone()),
+            access: None,
         },
     )
     .expect("register");
@@ -422,4 +423,100 @@ async fn the_tools_pass_the_gate() {
             .iter()
             .any(|c| matches!(c, kberg_core::Content::Text(t) if t.contains("missing")))
     );
+}
+
+/// Only project `alpha` for principal `a`; every project for `admin`.
+struct AlphaOnly;
+
+impl bridle_memory::tools::ProjectAccess for AlphaOnly {
+    fn allows(&self, caller: &Caller, project: &str) -> bool {
+        caller.principal().id == "admin" || project == "alpha"
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn project_access_limits_recall_and_remember() {
+    let dir = tempfile::tempdir().expect("temp");
+    let store: Arc<dyn VectorStore> =
+        Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("open"));
+    let embedder: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(128));
+    let session = Arc::new(SessionMemory::new(store.clone(), embedder.clone()));
+    session
+        .remember(new("decision", "beta uses postgres", "beta", &[]))
+        .await
+        .expect("remember");
+    let registry = ToolRegistry::new();
+    register(
+        &registry,
+        MemoryTools {
+            session,
+            patterns: Arc::new(PatternIndex::new(store, embedder)),
+            on_indexed: None,
+            access: Some(Arc::new(AlphaOnly)),
+        },
+    )
+    .expect("register");
+    let a = Caller::new(Principal::new("a").with_grants(Grants::of(["memory.write"])));
+    let call = |caller: Caller, tool: &'static str, args: Value| {
+        let registry = registry.clone();
+        async move {
+            registry
+                .call(&caller, tool, args, CallOptions::default())
+                .await
+                .expect("the gate lets it through")
+        }
+    };
+    // Another project's memories: refused, on read and on write.
+    let out = call(
+        a.clone(),
+        "recall",
+        json!({"query": "database", "project": "beta"}),
+    )
+    .await;
+    assert!(out.is_error);
+    assert_eq!(
+        out.structured.as_ref().unwrap()["code"],
+        "project_not_allowed"
+    );
+    assert!(!out.all_text().contains("postgres"));
+    let out = call(a.clone(), "recall", json!({"query": "database"})).await;
+    assert!(out.is_error, "a restricted recall must name its project");
+    let out = call(
+        a.clone(),
+        "remember",
+        json!({"kind": "decision", "text": "x", "project": "beta"}),
+    )
+    .await;
+    assert_eq!(
+        out.structured.as_ref().unwrap()["code"],
+        "project_not_allowed"
+    );
+    // Its own project works.
+    let out = call(
+        a.clone(),
+        "remember",
+        json!({"kind": "decision", "text": "alpha uses sqlite", "project": "alpha"}),
+    )
+    .await;
+    assert!(!out.is_error, "{}", out.all_text());
+    let out = call(
+        a,
+        "recall",
+        json!({"query": "database", "project": "alpha"}),
+    )
+    .await;
+    assert!(
+        out.all_text().contains("alpha uses sqlite"),
+        "{}",
+        out.all_text()
+    );
+    // Someone the policy allows everywhere reads beta.
+    let admin = Caller::new(Principal::new("admin"));
+    let out = call(
+        admin,
+        "recall",
+        json!({"query": "database", "project": "beta"}),
+    )
+    .await;
+    assert!(out.all_text().contains("postgres"), "{}", out.all_text());
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use bridle::config::{GatewayConfig, MCP_PATH, demo_document, init_data_dir};
 use bridle::gateway::{BridleAuth, Shared, build_app, build_app_with, watch};
-use bridle::memory::{ENABLE_HINT, RulesWriteBack, write_last_indexed};
+use bridle::memory::{AgentProjects, ENABLE_HINT, RulesWriteBack, write_last_indexed};
 use bridle_rules::{AgentCatalog, Renderer, RulesStore, fsutil::write_atomic};
 use clap::{Parser, Subcommand};
 use kberg_server::{HttpConfig, HttpServer};
@@ -679,6 +679,9 @@ async fn serve(dir: &Path, listen: Option<String>) -> Result<(), BoxError> {
         tools.on_indexed = Some(Arc::new(RulesWriteBack {
             shared: Arc::clone(&shared),
         }) as Arc<dyn bridle_memory::tools::IndexListener>);
+        tools.access = Some(Arc::new(AgentProjects {
+            shared: Arc::clone(&shared),
+        }) as Arc<dyn bridle_memory::tools::ProjectAccess>);
         tools
     });
     let app = match tools {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bridle_memory::tools::IndexListener;
+use bridle_memory::tools::{IndexListener, ProjectAccess};
 use bridle_memory::{EmbedderConfig, HttpEmbedderConfig, IndexReport, MemoryConfig, StoreConfig};
 use bridle_rules::{RulesError, RulesStore};
 use serde::{Deserialize, Serialize};
@@ -240,5 +240,22 @@ impl IndexListener for RulesWriteBack {
             Ok(Err(e)) => tracing::warn!(error = %e, "writing last_indexed back failed"),
             Err(e) => tracing::warn!(error = %e, "writing last_indexed back stopped"),
         }
+    }
+}
+
+/// Limits an agent's memories to the projects its configuration lists (`projects:`; empty means
+/// all), the same rule the rules tools follow.
+pub struct AgentProjects {
+    /// The gateway's shared state (its agents).
+    pub shared: Arc<super::gateway::Shared>,
+}
+
+impl ProjectAccess for AgentProjects {
+    fn allows(&self, caller: &kberg_core::Caller, project: &str) -> bool {
+        self.shared
+            .config
+            .agents
+            .get(&caller.principal().id)
+            .is_some_and(|a| a.may_use(project))
     }
 }
