@@ -293,9 +293,15 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
             }
         }
         (Method::DELETE, Some(sid)) => {
-            let resp = next.run(req).await;
+            let mut resp = next.run(req).await;
             if resp.status().is_success() {
                 g.owners().remove(&sid);
+                // The session is gone when the answer leaves: `200 OK`, not rmcp's `202
+                // Accepted`. The specification names no success code; the official Python
+                // client accepts only 200 or 204 and logs a failure otherwise.
+                if resp.status() == StatusCode::ACCEPTED {
+                    *resp.status_mut() = StatusCode::OK;
+                }
             }
             resp
         }
