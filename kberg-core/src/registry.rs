@@ -24,7 +24,8 @@
 //!    arguments). Then the app's [`ConfirmPolicy`] may hold the call for a human: asked through
 //!    the client (elicitation) or filed as a ticket (`pending_human_confirm`);
 //! 6. the tool runs with the call's cancellation token; if the token fires first the call is
-//!    dropped and answers `cancelled`; a panicking tool answers `tool_failed`;
+//!    dropped and answers `cancelled` (so does a tool that stops with an error once it fired);
+//!    a panicking tool answers `tool_failed`;
 //! 7. an [`AuditEvent`] is recorded, whatever the outcome, with the argument digest and any
 //!    ticket or commit-token fingerprint.
 
