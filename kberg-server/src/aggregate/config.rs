@@ -84,6 +84,10 @@ impl UpstreamTransport {
     }
 }
 
+/// How long a forwarded request (`tools/call`, `prompts/get`, `resources/read`) may wait for its
+/// upstream's answer when no other timeout is configured.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// One upstream MCP server and the namespace its tools appear under.
 #[derive(Debug, Clone)]
 pub struct UpstreamConfig {
@@ -91,15 +95,27 @@ pub struct UpstreamConfig {
     pub namespace: String,
     /// How to reach it.
     pub transport: UpstreamTransport,
+    /// How long one forwarded `tools/call`, `prompts/get` or `resources/read` may wait for the
+    /// upstream's answer (default [`DEFAULT_CALL_TIMEOUT`]). On expiry the request is cancelled
+    /// upstream (`notifications/cancelled`) and the caller gets the stable code
+    /// `upstream_timeout`.
+    pub call_timeout: Duration,
 }
 
 impl UpstreamConfig {
-    /// An upstream under `namespace`.
+    /// An upstream under `namespace`, with the default call timeout.
     pub fn new(namespace: impl Into<String>, transport: UpstreamTransport) -> Self {
         Self {
             namespace: namespace.into(),
             transport,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
         }
+    }
+
+    /// Sets how long one forwarded request may wait for this upstream's answer.
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
     }
 }
 
@@ -217,6 +233,12 @@ impl AggregatorConfig {
         let mut seen = HashSet::new();
         for u in &self.upstreams {
             check_namespace(&u.namespace, &self.separator)?;
+            if u.call_timeout.is_zero() {
+                return Err(ConfigError::InvalidTransport {
+                    namespace: u.namespace.clone(),
+                    reason: "the call timeout is zero".into(),
+                });
+            }
             if !seen.insert(u.namespace.as_str()) {
                 return Err(ConfigError::DuplicateNamespace {
                     namespace: u.namespace.clone(),

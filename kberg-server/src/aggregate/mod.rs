@@ -12,7 +12,10 @@
 //! Each upstream has a supervisor task. When an upstream dies (its process exits, its endpoint
 //! stops answering), calls to its tools answer an error result whose structured content carries
 //! `code: "upstream_unavailable"`, the other upstreams keep working, and the supervisor
-//! reconnects with exponential [`Backoff`]. After a reconnect the tool list is read again: tools
+//! reconnects with exponential [`Backoff`]. Every forwarded request waits at most its upstream's
+//! [call timeout](UpstreamConfig::call_timeout) (default [`DEFAULT_CALL_TIMEOUT`]): on expiry it is
+//! cancelled upstream and answers `upstream_timeout`; an answer that is not the documented result
+//! shape answers `upstream_invalid_result`. After a reconnect the tool list is read again: tools
 //! added or removed upstream are added to or removed from the registry, which makes kberg-server
 //! send `notifications/tools/list_changed` to its clients.
 
@@ -21,8 +24,10 @@ mod pattern;
 mod upstream;
 
 pub use config::{
-    AggregatorConfig, Backoff, ConfigError, DEFAULT_SEPARATOR, MAX_NAME_LEN, UpstreamConfig,
-    UpstreamTransport, WriteRule,
+    AggregatorConfig, Backoff, ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_SEPARATOR, MAX_NAME_LEN,
+    UpstreamConfig, UpstreamTransport, WriteRule,
 };
 pub use pattern::Pattern;
-pub use upstream::{Aggregator, UPSTREAM_UNAVAILABLE, UpstreamStatus};
+pub use upstream::{
+    Aggregator, UPSTREAM_INVALID_RESULT, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE, UpstreamStatus,
+};

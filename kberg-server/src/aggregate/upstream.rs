@@ -20,8 +20,8 @@ use kberg_core::{
 };
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
-    CancelledNotificationParam, ClientNotification, ClientRequest, GetPromptRequestParams,
-    ProgressNotificationParam, ProgressToken, RequestId, ServerResult,
+    CancelledNotificationParam, ClientNotification, ClientRequest, GetPromptRequest,
+    GetPromptRequestParams, ProgressNotificationParam, ProgressToken, RequestId, ServerResult,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -37,6 +37,14 @@ use super::pattern::Pattern;
 
 /// The stable `code` in the structured content of a call whose upstream is not connected.
 pub const UPSTREAM_UNAVAILABLE: &str = "upstream_unavailable";
+
+/// The stable `code` of a forwarded request its upstream did not answer within the upstream's
+/// [call timeout](super::UpstreamConfig::call_timeout); the request was cancelled upstream.
+pub const UPSTREAM_TIMEOUT: &str = "upstream_timeout";
+
+/// The stable `code` of a forwarded request its upstream answered with something that is not
+/// the documented result shape (e.g. a `tools/call` answer without a `content` array).
+pub const UPSTREAM_INVALID_RESULT: &str = "upstream_invalid_result";
 
 /// Where an upstream's connection stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +75,7 @@ struct Shared {
 }
 
 /// What forwarded tools and the supervisor share about one upstream.
-struct Upstream {
+pub(super) struct Upstream {
     config: UpstreamConfig,
     /// The live connection's peer and its generation.
     peer: RwLock<Option<(Peer<RoleClient>, u64)>>,
@@ -598,11 +606,21 @@ struct ForwardedTool {
 }
 
 fn unavailable(namespace: &str, tool: &str, reason: &str) -> ToolOutput {
-    ToolOutput::error_with(
+    coded_error(
+        UPSTREAM_UNAVAILABLE,
+        namespace,
+        tool,
         format!(
             "The tool `{tool}` is unavailable: its server `{namespace}` is not connected ({reason}). Try again later or use another tool."
         ),
-        json!({"code": UPSTREAM_UNAVAILABLE, "tool": tool, "upstream": namespace}),
+    )
+}
+
+/// An error result whose structured content carries a stable `code`, the tool and the upstream.
+fn coded_error(code: &str, namespace: &str, tool: &str, message: String) -> ToolOutput {
+    ToolOutput::error_with(
+        message,
+        json!({"code": code, "tool": tool, "upstream": namespace}),
     )
 }
 
@@ -628,9 +646,6 @@ impl Tool for ForwardedTool {
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let ns = self.up.namespace();
-        let Some((peer, generation)) = self.up.current_peer() else {
-            return Ok(unavailable(ns, &self.spec.name, &self.up.reason()));
-        };
         let mut params = CallToolRequestParams::new(self.remote.clone());
         params.arguments = match args {
             Value::Object(map) => Some(map),
@@ -638,56 +653,132 @@ impl Tool for ForwardedTool {
             _ => return Err(ToolError::failed("the arguments must be an object")),
         };
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let handle = match peer
-            .send_cancellable_request(request, PeerRequestOptions::no_options())
-            .await
-        {
-            Ok(h) => h,
-            Err(e) => {
-                self.up.report_broken(generation);
-                return Ok(unavailable(ns, &self.spec.name, &e.to_string()));
-            }
-        };
-        // Sends `notifications/cancelled` upstream if this call ends without an answer: the
-        // caller cancelled, or the gate dropped the call.
-        let mut unanswered = CancelUnanswered {
-            peer: Some(peer.clone()),
-            id: handle.id.clone(),
-        };
-        let _route = ProgressRoute {
-            up: &self.up,
-            token: handle.progress_token.clone(),
-        };
-        if let Ok(mut m) = self.up.progress.lock() {
-            m.insert(handle.progress_token.clone(), ctx.clone());
-        }
-        let outcome = tokio::select! {
-            biased;
-            () = ctx.cancellation().cancelled() => {
-                // The gate answers this as `cancelled`.
-                return Err(ToolError::Peer(PeerError::Cancelled));
-            }
-            r = handle.await_response() => r,
-        };
-        unanswered.peer = None;
-        match outcome {
+        let name = &self.spec.name;
+        match forward(&self.up, request, Some(&ctx)).await {
             Ok(ServerResult::CallToolResult(r)) => Ok(to_output(r)),
-            Ok(other) => Err(ToolError::failed(format!(
-                "the server `{ns}` answered the call with an unexpected result ({})",
-                result_kind(&other)
+            Ok(other) => Ok(coded_error(
+                UPSTREAM_INVALID_RESULT,
+                ns,
+                name,
+                format!(
+                    "The tool `{name}` failed: its server `{ns}` answered with something that is not a tool result ({})",
+                    result_kind(&other)
+                ),
+            )),
+            Err(Failure::Unavailable(reason)) => Ok(unavailable(ns, name, &reason)),
+            Err(Failure::Timeout(after)) => Ok(coded_error(
+                UPSTREAM_TIMEOUT,
+                ns,
+                name,
+                format!(
+                    "The tool `{name}` timed out: its server `{ns}` did not answer within {after:?}; the call was cancelled there. Try again later or use another tool."
+                ),
+            )),
+            // The gate answers this as `cancelled`.
+            Err(Failure::Cancelled) => Err(ToolError::Peer(PeerError::Cancelled)),
+            Err(Failure::Refused(message)) => Err(ToolError::failed(format!(
+                "the server `{ns}` refused the call: {message}"
             ))),
-            Err(ServiceError::McpError(e)) => Err(ToolError::failed(format!(
-                "the server `{ns}` refused the call: {}",
-                e.message
-            ))),
-            Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
-                self.up.report_broken(generation);
-                Ok(unavailable(ns, &self.spec.name, &e.to_string()))
-            }
-            Err(e) => Err(ToolError::failed(format!(
-                "the call to the server `{ns}` failed: {e}"
+            Err(Failure::Other(message)) => Err(ToolError::failed(format!(
+                "the call to the server `{ns}` failed: {message}"
             ))),
         }
+    }
+}
+
+/// Why a forwarded request got no usable answer.
+#[derive(Debug)]
+pub(super) enum Failure {
+    /// The upstream is not connected, or its transport failed during the request.
+    Unavailable(String),
+    /// No answer within the upstream's call timeout; the request was cancelled upstream.
+    Timeout(Duration),
+    /// The caller cancelled; the request was cancelled upstream.
+    Cancelled,
+    /// The upstream answered with a JSON-RPC error.
+    Refused(String),
+    /// Anything else the client library reported.
+    Other(String),
+}
+
+impl Failure {
+    /// The stable code and a sentence, for answers that are plain messages (`prompts/get`,
+    /// `resources/read`): `<code>: <sentence>`.
+    pub(super) fn message(&self, ns: &str) -> String {
+        match self {
+            Failure::Unavailable(reason) => {
+                format!("{UPSTREAM_UNAVAILABLE}: its server `{ns}` is not connected ({reason})")
+            }
+            Failure::Timeout(after) => format!(
+                "{UPSTREAM_TIMEOUT}: its server `{ns}` did not answer within {after:?}; the request was cancelled there"
+            ),
+            Failure::Cancelled => "cancelled: the caller cancelled the request".to_string(),
+            Failure::Refused(m) => format!("upstream_error: the server `{ns}` refused: {m}"),
+            Failure::Other(m) => format!("upstream_error: the request to `{ns}` failed: {m}"),
+        }
+    }
+}
+
+/// Sends one request to the upstream's current connection and waits for its answer, at most
+/// the upstream's call timeout. When `ctx` is given, the upstream's progress for this request
+/// reaches it and its cancellation cancels the request. A request that ends without an answer
+/// (timeout, cancellation, the caller dropped) is cancelled upstream with
+/// `notifications/cancelled`; a transport failure wakes the supervisor.
+pub(super) async fn forward(
+    up: &Upstream,
+    request: ClientRequest,
+    ctx: Option<&ToolContext>,
+) -> Result<ServerResult, Failure> {
+    let Some((peer, generation)) = up.current_peer() else {
+        return Err(Failure::Unavailable(up.reason()));
+    };
+    let handle = match peer
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+    {
+        Ok(h) => h,
+        Err(e) => {
+            up.report_broken(generation);
+            return Err(Failure::Unavailable(e.to_string()));
+        }
+    };
+    // Sends `notifications/cancelled` upstream if this request ends without an answer.
+    let mut unanswered = CancelUnanswered {
+        peer: Some(peer.clone()),
+        id: handle.id.clone(),
+        reason: "the caller cancelled the request",
+    };
+    let _route = ProgressRoute {
+        up,
+        token: handle.progress_token.clone(),
+    };
+    if let Some(ctx) = ctx
+        && let Ok(mut m) = up.progress.lock()
+    {
+        m.insert(handle.progress_token.clone(), ctx.clone());
+    }
+    let never = CancellationToken::new();
+    let cancelled = ctx.map_or(&never, |c| c.cancellation());
+    let limit = up.config.call_timeout;
+    let outcome = tokio::select! {
+        biased;
+        () = cancelled.cancelled() => return Err(Failure::Cancelled),
+        r = tokio::time::timeout(limit, handle.await_response()) => r,
+    };
+    let Ok(outcome) = outcome else {
+        unanswered.reason = "the request timed out";
+        tracing::warn!(namespace = up.namespace(), timeout = ?limit, "upstream request timed out");
+        return Err(Failure::Timeout(limit));
+    };
+    unanswered.peer = None;
+    match outcome {
+        Ok(r) => Ok(r),
+        Err(ServiceError::McpError(e)) => Err(Failure::Refused(e.message.to_string())),
+        Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
+            up.report_broken(generation);
+            Err(Failure::Unavailable(e.to_string()))
+        }
+        Err(e) => Err(Failure::Other(e.to_string())),
     }
 }
 
@@ -695,6 +786,7 @@ impl Tool for ForwardedTool {
 struct CancelUnanswered {
     peer: Option<Peer<RoleClient>>,
     id: RequestId,
+    reason: &'static str,
 }
 
 impl Drop for CancelUnanswered {
@@ -707,7 +799,7 @@ impl Drop for CancelUnanswered {
         };
         let note = CancelledNotification::new(CancelledNotificationParam::new(
             Some(self.id.clone()),
-            Some("the caller cancelled the call".into()),
+            Some(self.reason.into()),
         ));
         rt.spawn(async move {
             let _ = peer
@@ -867,21 +959,22 @@ async fn forward_prompt(
     args: PromptArgs,
 ) -> Result<PromptResult, String> {
     let ns = up.namespace();
-    let Some((peer, _)) = up.current_peer() else {
-        return Err(format!(
-            "the prompt is unavailable: its server `{ns}` is not connected ({})",
-            up.reason()
-        ));
-    };
     let arguments: serde_json::Map<String, Value> = args
         .into_iter()
         .map(|(k, v)| (k, Value::String(v)))
         .collect();
     let params = GetPromptRequestParams::new(remote).with_arguments(arguments);
-    let result = peer
-        .get_prompt(params)
-        .await
-        .map_err(|e| format!("the server `{ns}` could not render the prompt: {e}"))?;
+    let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+    let result = match forward(up, request, None).await {
+        Ok(ServerResult::GetPromptResult(r)) => r,
+        Ok(other) => {
+            return Err(format!(
+                "{UPSTREAM_INVALID_RESULT}: the server `{ns}` answered with something that is not a prompt ({})",
+                result_kind(&other)
+            ));
+        }
+        Err(f) => return Err(f.message(ns)),
+    };
     let v = serde_json::to_value(&result)
         .map_err(|e| format!("the server `{ns}` sent an unreadable prompt: {e}"))?;
     let messages = v

@@ -1,0 +1,177 @@
+//! Upstreams that hang or answer garbage, contained by the aggregator.
+//!
+//! The misbehaving upstream is `aggregate_raw_upstream.py`, a small script speaking the MCP stdio
+//! transport (newline-delimited JSON-RPC with the documented `initialize`, `tools/*`,
+//! `prompts/*` and `resources/*` shapes) run by the pinned Python from `.tools/venv`: its `hang`
+//! tool, prompt and resource never answer, its `garbage` ones answer a result that is not the
+//! documented shape, and it reports the `notifications/cancelled` it received. Alongside it runs
+//! the real `@modelcontextprotocol/server-everything`, which must keep working meanwhile.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kberg_core::{CallOptions, Caller, Principal, PromptRegistry, ToolOutput, ToolRegistry};
+use kberg_server::aggregate::{
+    Aggregator, AggregatorConfig, Backoff, UPSTREAM_INVALID_RESULT, UPSTREAM_TIMEOUT,
+    UpstreamConfig, UpstreamTransport,
+};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn tools_dir() -> PathBuf {
+    std::env::var_os("KBERG_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools"))
+}
+
+fn need(p: PathBuf) -> String {
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/install-tools.sh",
+        p.display()
+    );
+    p.to_string_lossy().into_owned()
+}
+
+fn everything_stdio() -> UpstreamTransport {
+    UpstreamTransport::stdio(need(tools_dir().join("node/bin/node")))
+        .arg(need(tools_dir().join(
+            "node/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+        )))
+        .arg("stdio")
+}
+
+fn raw_upstream() -> UpstreamTransport {
+    UpstreamTransport::stdio(need(tools_dir().join("venv/bin/python")))
+        .arg("-u")
+        .arg(need(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/aggregate_raw_upstream.py"),
+        ))
+}
+
+fn reader() -> Caller {
+    Caller::new(Principal::new("reader"))
+}
+
+fn config() -> AggregatorConfig {
+    AggregatorConfig::new()
+        .upstream(UpstreamConfig::new("raw", raw_upstream()).call_timeout(Duration::from_secs(1)))
+        .upstream(UpstreamConfig::new("ev", everything_stdio()))
+        .backoff(Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(1),
+        })
+}
+
+async fn call(reg: &ToolRegistry, name: &str) -> ToolOutput {
+    reg.call(&reader(), name, json!({}), CallOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{name} refused by the gate: {e}"))
+}
+
+fn code(out: &ToolOutput) -> Option<&str> {
+    out.structured
+        .as_ref()
+        .and_then(|s| s.get("code"))
+        .and_then(Value::as_str)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_tool_times_out_and_is_cancelled_upstream() {
+    let registry = ToolRegistry::new();
+    let agg = Aggregator::start(config(), registry.clone()).expect("valid");
+    for ns in ["raw", "ev"] {
+        assert!(
+            agg.wait_connected(ns, 1, WAIT).await,
+            "{ns}: {:?}",
+            agg.status(ns)
+        );
+    }
+
+    // The hanging call runs while the other upstream is used.
+    let reg = registry.clone();
+    let hanging = tokio::spawn(async move { call(&reg, "raw__hang").await });
+    let out = registry
+        .call(
+            &reader(),
+            "ev__echo",
+            json!({"message": "meanwhile"}),
+            CallOptions::default(),
+        )
+        .await
+        .expect("echo");
+    assert_eq!(out.all_text(), "Echo: meanwhile");
+
+    let out = tokio::time::timeout(WAIT, hanging)
+        .await
+        .expect("the hanging call ends")
+        .expect("task");
+    assert!(out.is_error, "{out:?}");
+    assert_eq!(code(&out), Some(UPSTREAM_TIMEOUT), "{out:?}");
+    assert_eq!(
+        out.structured.as_ref().and_then(|s| s.get("upstream")),
+        Some(&json!("raw"))
+    );
+
+    // The upstream was told: its `cancelled` tool lists the abandoned request id. The
+    // notification is sent from a spawned task, so wait for it (bounded).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let out = call(&registry, "raw__cancelled").await;
+        assert!(!out.is_error, "{out:?}");
+        let ids: Vec<Value> = serde_json::from_str(&out.all_text()).expect("a JSON list");
+        if !ids.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the upstream never saw notifications/cancelled"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The same upstream still answers, and is still connected.
+    assert!(agg.wait_connected("raw", 1, WAIT).await);
+    agg.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_results_answer_a_stable_code() {
+    let registry = ToolRegistry::new();
+    let prompts = PromptRegistry::new();
+    let agg =
+        Aggregator::start_with_prompts(config(), registry.clone(), prompts.clone()).expect("valid");
+    assert!(agg.wait_connected("raw", 1, WAIT).await);
+
+    let out = call(&registry, "raw__garbage").await;
+    assert!(out.is_error, "{out:?}");
+    assert_eq!(code(&out), Some(UPSTREAM_INVALID_RESULT), "{out:?}");
+
+    // Prompts: a malformed answer and a hanging one, both with their codes in the message.
+    let err = prompts
+        .get("raw__garbage", Default::default())
+        .await
+        .expect_err("malformed prompt");
+    assert!(err.to_string().contains(UPSTREAM_INVALID_RESULT), "{err}");
+    let err = tokio::time::timeout(WAIT, prompts.get("raw__hang", Default::default()))
+        .await
+        .expect("the hanging prompt ends")
+        .expect_err("timed out");
+    assert!(err.to_string().contains(UPSTREAM_TIMEOUT), "{err}");
+
+    // Nothing broke: the upstream is still connected and answers.
+    let out = call(&registry, "raw__cancelled").await;
+    assert!(!out.is_error, "{out:?}");
+    assert!(agg.wait_connected("raw", 1, WAIT).await);
+    agg.shutdown().await;
+}
+
+#[test]
+fn a_zero_call_timeout_is_refused() {
+    let c = AggregatorConfig::new()
+        .upstream(UpstreamConfig::new("raw", raw_upstream()).call_timeout(Duration::ZERO));
+    assert_eq!(
+        c.validate().map(|_| ()).map_err(|e| e.code()),
+        Err("invalid_transport")
+    );
+}

@@ -1,0 +1,84 @@
+"""A deliberately misbehaving MCP server over stdio, for the aggregator's tests.
+
+It speaks the MCP stdio transport (newline-delimited JSON-RPC 2.0: `initialize`, `tools/list`,
+`tools/call`, `prompts/list`, `prompts/get`, `resources/list`, `resources/read` with their
+documented result shapes) well enough to be connected to, then misbehaves on purpose: the `hang`
+tool, prompt and resource never answer, the `garbage` ones answer a result that is not the
+documented shape, and every `notifications/cancelled` it receives is recorded and reported by
+the `cancelled` tool, so a test can check that an abandoned request was cancelled upstream.
+"""
+import json, sys
+
+cancelled = []
+PROTOCOL = "2025-11-25"
+
+def send(msg):
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+
+def result(rid, r):
+    send({"jsonrpc": "2.0", "id": rid, "result": r})
+
+def text(t):
+    return {"content": [{"type": "text", "text": t}]}
+
+OBJ = {"type": "object", "properties": {}}
+TOOLS = [
+    {"name": "hang", "description": "never answers", "inputSchema": OBJ},
+    {"name": "garbage", "description": "answers a malformed result", "inputSchema": OBJ},
+    {"name": "cancelled", "description": "the request ids cancelled so far", "inputSchema": OBJ},
+]
+
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    method = msg.get("method")
+    rid = msg.get("id")
+    params = msg.get("params") or {}
+    if method == "notifications/cancelled":
+        cancelled.append(params.get("requestId"))
+        continue
+    if rid is None:
+        continue
+    if method == "initialize":
+        result(rid, {
+            "protocolVersion": params.get("protocolVersion", PROTOCOL),
+            "capabilities": {"tools": {}, "prompts": {}, "resources": {}},
+            "serverInfo": {"name": "raw", "version": "1"},
+        })
+    elif method == "ping":
+        result(rid, {})
+    elif method == "tools/list":
+        result(rid, {"tools": TOOLS})
+    elif method == "tools/call":
+        name = params.get("name")
+        if name == "hang":
+            continue
+        if name == "garbage":
+            # Not a CallToolResult: `content` must be an array of content blocks.
+            result(rid, {"content": "not a list", "isError": "maybe"})
+        elif name == "cancelled":
+            result(rid, text(json.dumps(cancelled)))
+        else:
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": "unknown tool"}})
+    elif method == "prompts/list":
+        result(rid, {"prompts": [{"name": "hang"}, {"name": "garbage"}]})
+    elif method == "prompts/get":
+        if params.get("name") == "hang":
+            continue
+        result(rid, {"messages": "not a list"})
+    elif method == "resources/list":
+        result(rid, {"resources": [
+            {"uri": "raw://hang", "name": "hang"},
+            {"uri": "raw://garbage", "name": "garbage"},
+        ]})
+    elif method == "resources/templates/list":
+        result(rid, {"resourceTemplates": []})
+    elif method == "resources/read":
+        if params.get("uri") == "raw://hang":
+            continue
+        result(rid, {"contents": 5})
+    else:
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "method not found"}})
