@@ -175,3 +175,35 @@ fn a_zero_call_timeout_is_refused() {
         Err("invalid_transport")
     );
 }
+
+#[tokio::test]
+async fn an_undeclarable_write_capability_is_invalid_capability() {
+    use kberg_core::WriteCapability;
+    // An empty id, and a deprecated capability whose replacement is not declared: both are
+    // refused by the registry, and reported as the capability's fault, not the pattern's.
+    for cap in [
+        WriteCapability::new("", "nothing"),
+        WriteCapability::new("fs.old", "Old").deprecated("fs.missing"),
+    ] {
+        let id = cap.id().to_string();
+        let c = AggregatorConfig::new()
+            .upstream(UpstreamConfig::new("raw", raw_upstream()))
+            .write_rule("raw__*", cap);
+        let err = Aggregator::start(c, ToolRegistry::new()).expect_err("refused");
+        assert_eq!(err.code(), "invalid_capability", "{err}");
+        assert!(
+            matches!(&err, kberg_server::aggregate::ConfigError::InvalidCapability { capability, .. } if *capability == id),
+            "{err:?}"
+        );
+    }
+    // An already declared capability is reused, not declared twice.
+    let registry = ToolRegistry::new();
+    registry
+        .declare(WriteCapability::new("raw.write", "Write"))
+        .expect("declare");
+    let c = AggregatorConfig::new()
+        .upstream(UpstreamConfig::new("raw", raw_upstream()))
+        .write_rule("raw__*", WriteCapability::new("raw.write", "Write"));
+    let agg = Aggregator::start(c, registry).expect("valid");
+    agg.shutdown().await;
+}

@@ -357,6 +357,15 @@ pub enum ConfigError {
         /// The pattern.
         pattern: String,
     },
+    /// A write rule's capability could not be declared in the registry (an empty id, or a
+    /// deprecated capability whose replacement is not declared).
+    #[error("the write rule capability `{capability}` cannot be declared: {reason}")]
+    InvalidCapability {
+        /// The capability id.
+        capability: String,
+        /// Why the registry refused it.
+        reason: String,
+    },
 }
 
 impl ConfigError {
@@ -368,6 +377,7 @@ impl ConfigError {
             ConfigError::DuplicateNamespace { .. } => "duplicate_namespace",
             ConfigError::InvalidTransport { .. } => "invalid_transport",
             ConfigError::InvalidPattern { .. } => "invalid_pattern",
+            ConfigError::InvalidCapability { .. } => "invalid_capability",
         }
     }
 }

@@ -191,8 +191,9 @@ impl Aggregator {
             }
             registry
                 .declare(cap.clone())
-                .map_err(|e| ConfigError::InvalidPattern {
-                    pattern: format!("{} ({e})", cap.id()),
+                .map_err(|e| ConfigError::InvalidCapability {
+                    capability: cap.id().to_string(),
+                    reason: e.to_string(),
                 })?;
         }
         let shared = Arc::new(Shared {
