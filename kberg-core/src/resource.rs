@@ -6,7 +6,9 @@
 //! (2026-07-28), subscribes it to URIs, and receives [`ResourceEvent`]s on it. Dropping the
 //! subscriber ends all its subscriptions, so they end with their caller.
 //! [`ResourceRegistry::notify_updated`] delivers one event to every current subscriber of that
-//! URI and to nobody else.
+//! URI and to nobody else. Whoever produces a resource's updates elsewhere (an aggregator relaying
+//! an upstream server's) can watch which URIs have subscribers with
+//! [`ResourceRegistry::subscription_changes`] and [`ResourceRegistry::subscribed_uris`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -342,6 +344,8 @@ struct Inner {
     subs: Mutex<Subscriptions>,
     next_subscriber: AtomicU64,
     version: watch::Sender<u64>,
+    /// Bumped whenever a URI gains its first subscriber or loses its last.
+    interest: watch::Sender<u64>,
 }
 
 /// The app's resources and templates, and who is subscribed to what. Cheap to clone (shared).
@@ -370,12 +374,14 @@ impl ResourceRegistry {
     /// An empty registry.
     pub fn new() -> Self {
         let (version, _) = watch::channel(0);
+        let (interest, _) = watch::channel(0);
         Self {
             inner: Arc::new(Inner {
                 entries: RwLock::new(Arc::new(Entries::default())),
                 subs: Mutex::new(Subscriptions::default()),
                 next_subscriber: AtomicU64::new(1),
                 version,
+                interest,
             }),
         }
     }
@@ -441,6 +447,26 @@ impl ResourceRegistry {
         })
     }
 
+    /// Registers a resource, or replaces the one registered under the same URI (its descriptor
+    /// and reader) while keeping its subscriptions. Returns whether one was replaced.
+    pub fn register_or_replace(
+        &self,
+        descriptor: ResourceDescriptor,
+        reader: Arc<dyn ResourceReader>,
+    ) -> Result<bool, CoreError> {
+        if descriptor.uri.is_empty() {
+            return Err(CoreError::InvalidName {
+                name: String::new(),
+                reason: "a resource URI must not be empty",
+            });
+        }
+        self.update(|e| {
+            Ok(e.statics
+                .insert(descriptor.uri.clone(), Static { descriptor, reader })
+                .is_some())
+        })
+    }
+
     /// Registers a resource whose contents are fixed text.
     pub fn register_text(
         &self,
@@ -500,6 +526,8 @@ impl ResourceRegistry {
                         });
                     }
                 }
+                drop(subs);
+                self.interest_changed();
             }
         }
         existed
@@ -612,6 +640,24 @@ impl ResourceRegistry {
     pub fn subscriber_count(&self, uri: &str) -> usize {
         self.subs().by_uri.get(uri).map_or(0, HashSet::len)
     }
+
+    /// Every URI with at least one subscriber, sorted.
+    pub fn subscribed_uris(&self) -> Vec<String> {
+        let mut uris: Vec<String> = self.subs().by_uri.keys().cloned().collect();
+        uris.sort();
+        uris
+    }
+
+    /// A receiver whose value changes whenever a URI gains its first subscriber or loses its
+    /// last (read the set with [`ResourceRegistry::subscribed_uris`]). Lets a producer of
+    /// updates (e.g. a relay subscribing to another server) watch only what someone watches.
+    pub fn subscription_changes(&self) -> watch::Receiver<u64> {
+        self.inner.interest.subscribe()
+    }
+
+    fn interest_changed(&self) {
+        self.inner.interest.send_modify(|v| *v = v.wrapping_add(1));
+    }
 }
 
 /// One party's subscriptions and the events they produce. Dropping it unsubscribes it from
@@ -637,24 +683,34 @@ impl Subscriber {
                 uri: uri.to_string(),
             });
         }
-        self.registry
-            .subs()
-            .by_uri
-            .entry(uri.to_string())
-            .or_default()
-            .insert(self.id);
+        let first = {
+            let mut subs = self.registry.subs();
+            let ids = subs.by_uri.entry(uri.to_string()).or_default();
+            ids.insert(self.id);
+            ids.len() == 1
+        };
+        if first {
+            self.registry.interest_changed();
+        }
         Ok(())
     }
 
     /// Ends the subscription to `uri`. Returns whether there was one.
     pub fn unsubscribe(&self, uri: &str) -> bool {
-        let mut subs = self.registry.subs();
-        let Some(ids) = subs.by_uri.get_mut(uri) else {
-            return false;
+        let (had, last) = {
+            let mut subs = self.registry.subs();
+            let Some(ids) = subs.by_uri.get_mut(uri) else {
+                return false;
+            };
+            let had = ids.remove(&self.id);
+            let last = ids.is_empty();
+            if last {
+                subs.by_uri.remove(uri);
+            }
+            (had, last)
         };
-        let had = ids.remove(&self.id);
-        if ids.is_empty() {
-            subs.by_uri.remove(uri);
+        if last {
+            self.registry.interest_changed();
         }
         had
     }
@@ -672,12 +728,19 @@ impl Subscriber {
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        let mut subs = self.registry.subs();
-        subs.senders.remove(&self.id);
-        subs.by_uri.retain(|_, ids| {
-            ids.remove(&self.id);
-            !ids.is_empty()
-        });
+        let before = {
+            let mut subs = self.registry.subs();
+            subs.senders.remove(&self.id);
+            let before = subs.by_uri.len();
+            subs.by_uri.retain(|_, ids| {
+                ids.remove(&self.id);
+                !ids.is_empty()
+            });
+            before != subs.by_uri.len()
+        };
+        if before {
+            self.registry.interest_changed();
+        }
     }
 }
 
@@ -701,5 +764,71 @@ mod tests {
         assert!(parse_template("x://{a}{b}").is_err());
         assert!(parse_template("x://{a").is_err());
         assert!(parse_template("x://{a b}").is_err());
+    }
+
+    #[test]
+    fn subscription_interest_is_observable() {
+        let reg = ResourceRegistry::new();
+        reg.register_text(ResourceDescriptor::new("x://a", "a"), "A")
+            .unwrap();
+        reg.register_text(ResourceDescriptor::new("x://b", "b"), "B")
+            .unwrap();
+        let mut interest = reg.subscription_changes();
+        interest.mark_unchanged();
+        let one = reg.subscriber();
+        let two = reg.subscriber();
+        one.subscribe("x://a").unwrap();
+        assert!(interest.has_changed().unwrap());
+        interest.mark_unchanged();
+        // A second subscriber of the same URI changes nothing.
+        two.subscribe("x://a").unwrap();
+        assert!(!interest.has_changed().unwrap());
+        assert_eq!(reg.subscribed_uris(), vec!["x://a".to_string()]);
+        assert!(one.unsubscribe("x://a"));
+        assert!(!interest.has_changed().unwrap());
+        two.subscribe("x://b").unwrap();
+        assert!(interest.has_changed().unwrap());
+        interest.mark_unchanged();
+        drop(two);
+        assert!(interest.has_changed().unwrap());
+        assert!(reg.subscribed_uris().is_empty());
+        interest.mark_unchanged();
+        drop(one);
+        assert!(!interest.has_changed().unwrap());
+    }
+
+    #[tokio::test]
+    async fn replacing_keeps_subscriptions() {
+        let reg = ResourceRegistry::new();
+        reg.register_text(ResourceDescriptor::new("x://a", "a"), "old")
+            .unwrap();
+        let mut sub = reg.subscriber();
+        sub.subscribe("x://a").unwrap();
+        let replaced = reg
+            .register_or_replace(
+                ResourceDescriptor::new("x://a", "a").title("New"),
+                reader_fn(
+                    |uri, _| async move { Ok(vec![ResourceContents::text(uri, None, "new")]) },
+                ),
+            )
+            .unwrap();
+        assert!(replaced);
+        assert_eq!(reg.subscriber_count("x://a"), 1);
+        assert_eq!(reg.notify_updated("x://a"), 1);
+        assert_eq!(
+            sub.try_next(),
+            Some(ResourceEvent::Updated {
+                uri: "x://a".into()
+            })
+        );
+        let read = reg.read("x://a").await.unwrap();
+        assert_eq!(read[0].body, ResourceBody::Text("new".into()));
+        assert!(
+            !reg.register_or_replace(
+                ResourceDescriptor::new("x://c", "c"),
+                reader_fn(|uri, _| async move { Ok(vec![ResourceContents::text(uri, None, "c")]) }),
+            )
+            .unwrap()
+        );
     }
 }
