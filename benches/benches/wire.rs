@@ -30,12 +30,14 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper::client::conn::http1::SendRequest;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Request, Response};
+use kberg_benches::loopback::{
+    BoxError, Budget, Point, STATEFUL, STATELESS, ToolCall, env_number, measure,
+};
 use kberg_core::{ToolBuilder, ToolOutput, ToolRegistry};
 use kberg_server::{HttpConfig, HttpServer, McpApp};
 use rmcp::model::{
@@ -47,17 +49,11 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-/// The stateful generation: `initialize`, a session per client, each call answered as SSE.
-const STATEFUL: &str = "2025-11-25";
-/// The stateless generation: no handshake, `_meta` and `Mcp-*` headers on every call.
-const STATELESS: &str = "2026-07-28";
 const ECHO_TEXT: &str = "hello wire";
 const CONCURRENCY: [usize; 2] = [1, 32];
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn echo_schema() -> Value {
     json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
@@ -233,213 +229,6 @@ impl Kind {
     }
 }
 
-/// One client: a keep-alive connection and, for MCP servers, a session.
-struct Client {
-    send: SendRequest<Full<Bytes>>,
-    addr: SocketAddr,
-    session: Option<String>,
-    protocol: &'static str,
-    next_id: u64,
-}
-
-impl Client {
-    async fn connect(
-        addr: SocketAddr,
-        kind: Kind,
-        protocol: &'static str,
-    ) -> Result<Self, BoxError> {
-        let tcp = TcpStream::connect(addr).await?;
-        tcp.set_nodelay(true)?;
-        let (send, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let mut c = Self {
-            send,
-            addr,
-            session: None,
-            protocol,
-            next_id: 1,
-        };
-        if kind != Kind::Hyper && protocol == STATEFUL {
-            let (status, headers, _) = c
-                .post(
-                    json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                        "protocolVersion": STATEFUL,
-                        "capabilities": {},
-                        "clientInfo": {"name": "wire-bench", "version": "1.0.0"}
-                    }}),
-                )
-                .await?;
-            if status != StatusCode::OK {
-                return Err(format!("initialize answered {status}").into());
-            }
-            let sid = headers
-                .get("mcp-session-id")
-                .and_then(|v| v.to_str().ok())
-                .ok_or("initialize gave no session id")?;
-            c.session = Some(sid.to_string());
-            let (status, _, _) = c
-                .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-                .await?;
-            if !status.is_success() {
-                return Err(format!("notifications/initialized answered {status}").into());
-            }
-        }
-        Ok(c)
-    }
-
-    async fn post(
-        &mut self,
-        body: Value,
-    ) -> Result<(StatusCode, hyper::HeaderMap, Bytes), BoxError> {
-        let mut req = Request::post("/mcp")
-            .header("host", self.addr.to_string())
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", self.protocol);
-        if self.protocol == STATELESS
-            && let Some(method) = body["method"].as_str()
-        {
-            req = req.header("mcp-method", method);
-            if let Some(name) = body["params"]["name"].as_str() {
-                req = req.header("mcp-name", name);
-            }
-        }
-        if let Some(s) = &self.session {
-            req = req.header("mcp-session-id", s.as_str());
-        }
-        let req = req.body(Full::new(Bytes::from(body.to_string())))?;
-        self.send.ready().await?;
-        let resp = self.send.send_request(req).await?;
-        let status = resp.status();
-        let (parts, body) = resp.into_parts();
-        let bytes = body.collect().await?.to_bytes();
-        Ok((status, parts.headers, bytes))
-    }
-
-    /// One `tools/call` round trip; checks the echo came back.
-    async fn call(&mut self) -> Result<(), BoxError> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut params = json!({"name": "echo", "arguments": {"text": ECHO_TEXT}});
-        if self.protocol == STATELESS {
-            params["_meta"] = json!({
-                "io.modelcontextprotocol/protocolVersion": STATELESS,
-                "io.modelcontextprotocol/clientCapabilities": {},
-                "io.modelcontextprotocol/clientInfo": {"name": "wire-bench", "version": "1.0.0"}
-            });
-        }
-        let (status, _, body) = self
-            .post(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}))
-            .await?;
-        if status != StatusCode::OK {
-            return Err(format!("tools/call answered {status}").into());
-        }
-        let needle = ECHO_TEXT.as_bytes();
-        if !body.windows(needle.len()).any(|w| w == needle) {
-            return Err(format!(
-                "tools/call answer lacks the echo: {}",
-                String::from_utf8_lossy(&body)
-            )
-            .into());
-        }
-        Ok(())
-    }
-}
-
-/// What one measurement produced.
-#[derive(Debug, Clone, Copy)]
-struct Point {
-    rps: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    /// CPU time of the whole process (load generator and server) per call, in microseconds.
-    /// The generator's share is the same for every server, so differences are server cost; and
-    /// unlike req/s it hardly moves when other processes compete for the cores.
-    cpu_us: f64,
-}
-
-/// CPU time (user + system) this process has used so far, from `/proc/self/stat` (Linux; the
-/// kernel reports it in USER_HZ ticks, 100 per second). `None` elsewhere.
-fn process_cpu() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name (which may contain spaces) closed by the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(Duration::from_millis((utime + stime) * 10))
-}
-
-async fn measure(
-    addr: SocketAddr,
-    kind: Kind,
-    protocol: &'static str,
-    clients: usize,
-    run: Duration,
-) -> Result<Point, BoxError> {
-    let mut conns = Vec::with_capacity(clients);
-    for _ in 0..clients {
-        conns.push(Client::connect(addr, kind, protocol).await?);
-    }
-    // Warm up each connection (and the server's session) before the clock starts.
-    for c in &mut conns {
-        c.call().await?;
-    }
-    let cpu_start = process_cpu();
-    let start = Instant::now();
-    let deadline = start + run;
-    let mut tasks = Vec::with_capacity(clients);
-    for mut c in conns {
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::with_capacity(4096);
-            while Instant::now() < deadline {
-                let t = Instant::now();
-                c.call().await?;
-                lat.push(t.elapsed());
-            }
-            Ok::<_, BoxError>(lat)
-        }));
-    }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await??);
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    let cpu = match (cpu_start, process_cpu()) {
-        (Some(a), Some(b)) => b.saturating_sub(a).as_secs_f64(),
-        _ => f64::NAN,
-    };
-    if all.is_empty() {
-        return Err("no call completed".into());
-    }
-    all.sort_unstable();
-    let pct = |p: f64| {
-        let i = ((all.len() as f64 - 1.0) * p).round() as usize;
-        all[i.min(all.len() - 1)].as_secs_f64() * 1000.0
-    };
-    Ok(Point {
-        rps: all.len() as f64 / elapsed,
-        p50_ms: pct(0.50),
-        p99_ms: pct(0.99),
-        cpu_us: cpu * 1e6 / all.len() as f64,
-    })
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 async fn run() -> Result<(), BoxError> {
     let full = std::env::args().any(|a| a == "--bench");
     let (secs, rounds) = if full {
@@ -455,6 +244,7 @@ async fn run() -> Result<(), BoxError> {
     } else {
         Duration::from_millis(200)
     };
+    let echo = ToolCall::new("echo", json!({"text": ECHO_TEXT}), ECHO_TEXT);
     let stop = CancellationToken::new();
     let kberg = start_kberg(stop.clone()).await?;
     let rmcp = start_rmcp(stop.clone()).await?;
@@ -472,7 +262,16 @@ async fn run() -> Result<(), BoxError> {
     for round in 0..rounds.max(1) {
         for &(kind, protocol, addr) in &cases {
             for clients in CONCURRENCY {
-                let p = measure(addr, kind, protocol, clients, run_for).await?;
+                let p = measure(
+                    addr,
+                    "/mcp",
+                    protocol,
+                    kind != Kind::Hyper,
+                    clients,
+                    &echo,
+                    Budget::Time(run_for),
+                )
+                .await?;
                 if full {
                     println!(
                         "round {} {:<28} {:<10} {:>2} client(s): {:>9.0} req/s  p50 {:.3} ms  p99 {:.3} ms  cpu {:.1} us/call",
@@ -507,12 +306,7 @@ async fn run() -> Result<(), BoxError> {
             .find(|(k, _)| *k == key)
             .map(|(_, v)| v.clone())
             .unwrap_or_default();
-        Point {
-            rps: median(pts.iter().map(|p| p.rps).collect()),
-            p50_ms: median(pts.iter().map(|p| p.p50_ms).collect()),
-            p99_ms: median(pts.iter().map(|p| p.p99_ms).collect()),
-            cpu_us: median(pts.iter().map(|p| p.cpu_us).collect()),
-        }
+        Point::median_of(&pts)
     };
     println!();
     println!("medians of {rounds} round(s) x {secs} s, one keep-alive connection per client");

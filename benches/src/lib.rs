@@ -1,5 +1,8 @@
 //! Shared fixtures of the benchmarks: the 6-field note schema and arguments that the gate and
-//! primitives benches call with, and the write capability their tools are bound to.
+//! primitives benches call with, the write capability their tools are bound to, and (in
+//! [`loopback`]) the HTTP load generator of the wire-level benches.
+
+pub mod loopback;
 
 use kberg_core::WriteCapability;
 use serde_json::{Value, json};
