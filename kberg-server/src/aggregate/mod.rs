@@ -21,6 +21,7 @@
 
 mod config;
 mod pattern;
+mod resources;
 mod upstream;
 
 pub use config::{
@@ -28,6 +29,8 @@ pub use config::{
     UpstreamConfig, UpstreamTransport, WriteRule,
 };
 pub use pattern::Pattern;
+pub use resources::{namespaced_uri, upstream_uri};
 pub use upstream::{
-    Aggregator, UPSTREAM_INVALID_RESULT, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE, UpstreamStatus,
+    Aggregator, Forward, UPSTREAM_INVALID_RESULT, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
+    UpstreamStatus,
 };

@@ -6,7 +6,7 @@
 //! tools only ever borrow the current [`Peer`]; when there is none they answer
 //! `upstream_unavailable` at once instead of waiting for a reconnect that may take long.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -15,13 +15,15 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use kberg_core::{
     Content, CoreError, PeerError, PromptArgs, PromptArgument, PromptMessage, PromptRegistry,
-    PromptResult, PromptSpec, Role, Tool, ToolContext, ToolError, ToolKind, ToolOutput,
-    ToolRegistry, ToolSpec, WriteCapability, check_name,
+    PromptResult, PromptSpec, ResourceDescriptor, ResourceRegistry, ResourceTemplate, Role, Tool,
+    ToolContext, ToolError, ToolKind, ToolOutput, ToolRegistry, ToolSpec, WriteCapability,
+    check_name,
 };
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
     CancelledNotificationParam, ClientNotification, ClientRequest, GetPromptRequest,
-    GetPromptRequestParams, ProgressNotificationParam, ProgressToken, RequestId, ServerResult,
+    GetPromptRequestParams, ProgressNotificationParam, ProgressToken, RequestId,
+    ResourceUpdatedNotificationParam, ServerResult,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -34,6 +36,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{AggregatorConfig, Backoff, ConfigError, UpstreamConfig, UpstreamTransport};
 use super::pattern::Pattern;
+use super::resources::{
+    check_scheme_namespace, namespaced_uri, sync_resources, sync_subscriptions,
+};
 
 /// The stable `code` in the structured content of a call whose upstream is not connected.
 pub const UPSTREAM_UNAVAILABLE: &str = "upstream_unavailable";
@@ -68,6 +73,7 @@ pub enum UpstreamStatus {
 struct Shared {
     registry: ToolRegistry,
     prompts: Option<PromptRegistry>,
+    resources: Option<ResourceRegistry>,
     separator: String,
     rules: Vec<(Pattern, WriteCapability)>,
     backoff: Backoff,
@@ -92,6 +98,16 @@ pub(super) struct Upstream {
     registered: Mutex<BTreeMap<String, String>>,
     /// Namespaced prompt names this upstream registered.
     registered_prompts: Mutex<BTreeSet<String>>,
+    /// Where forwarded resources live and updates are delivered, when resources are forwarded.
+    resources: Option<ResourceRegistry>,
+    /// Namespaced resource URIs this upstream registered, with what was registered.
+    pub(super) registered_resources: Mutex<BTreeMap<String, ResourceDescriptor>>,
+    /// Namespaced URI templates this upstream registered.
+    pub(super) registered_templates: Mutex<BTreeMap<String, ResourceTemplate>>,
+    /// Upstream resources and templates that could not be registered, with the reason.
+    pub(super) skipped_resources: Mutex<Vec<(String, String)>>,
+    /// Upstream URIs the current connection holds a `resources/subscribe` for.
+    pub(super) upstream_subscriptions: Mutex<BTreeSet<String>>,
     /// Upstream tool names that could not be registered, with the reason.
     skipped: Mutex<Vec<(String, String)>>,
     /// Progress tokens of forwarded calls -> the calling tool's context.
@@ -99,7 +115,7 @@ pub(super) struct Upstream {
 }
 
 impl Upstream {
-    fn namespace(&self) -> &str {
+    pub(super) fn namespace(&self) -> &str {
         &self.config.namespace
     }
 
@@ -125,6 +141,35 @@ impl Upstream {
             UpstreamStatus::Connecting => "it is still connecting".to_string(),
             UpstreamStatus::Connected { .. } => "its connection just ended".to_string(),
         }
+    }
+}
+
+/// What [`Aggregator::start_with`] forwards besides tools. Nothing by default.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Forward {
+    /// Registers the upstreams' prompts here, namespaced like tools.
+    pub prompts: Option<PromptRegistry>,
+    /// Registers the upstreams' resources and templates here, under `<namespace>+<uri>`.
+    pub resources: Option<ResourceRegistry>,
+}
+
+impl Forward {
+    /// Tools only.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Also forwards prompts into `prompts`.
+    pub fn prompts(mut self, prompts: PromptRegistry) -> Self {
+        self.prompts = Some(prompts);
+        self
+    }
+
+    /// Also forwards resources, resource templates and resource updates into `resources`.
+    pub fn resources(mut self, resources: ResourceRegistry) -> Self {
+        self.resources = Some(resources);
+        self
     }
 }
 
@@ -165,7 +210,7 @@ impl Aggregator {
     /// supervisor per upstream (on the current tokio runtime). Returns at once; upstream tools
     /// appear in the registry as their upstreams connect (see [`Aggregator::wait_connected`]).
     pub fn start(config: AggregatorConfig, registry: ToolRegistry) -> Result<Self, ConfigError> {
-        Self::start_inner(config, registry, None)
+        Self::start_with(config, registry, Forward::new())
     }
 
     /// Like [`Aggregator::start`], and also forwards the upstreams' prompts: each upstream
@@ -176,15 +221,37 @@ impl Aggregator {
         registry: ToolRegistry,
         prompts: PromptRegistry,
     ) -> Result<Self, ConfigError> {
-        Self::start_inner(config, registry, Some(prompts))
+        Self::start_with(config, registry, Forward::new().prompts(prompts))
     }
 
-    fn start_inner(
+    /// Like [`Aggregator::start`], and also forwards what `forward` names: prompts (see
+    /// [`Aggregator::start_with_prompts`]) and resources. Resources and resource templates are
+    /// registered in the given [`ResourceRegistry`] under `<namespace>+<upstream uri>` (see the
+    /// [module documentation](super)); every namespace must then be a valid URI scheme start
+    /// (a letter, then letters, digits, `-`, `.`), else the configuration is refused with
+    /// `invalid_namespace`. Reads, subscriptions and update notifications are relayed.
+    pub fn start_with(
         config: AggregatorConfig,
         registry: ToolRegistry,
-        prompts: Option<PromptRegistry>,
+        forward: Forward,
     ) -> Result<Self, ConfigError> {
+        let Forward { prompts, resources } = forward;
         let rules = config.validate()?;
+        if resources.is_some() {
+            let mut schemes = HashSet::new();
+            for u in &config.upstreams {
+                check_scheme_namespace(&u.namespace)?;
+                // URI schemes compare case-insensitively.
+                if !schemes.insert(u.namespace.to_ascii_lowercase()) {
+                    return Err(ConfigError::InvalidNamespace {
+                        namespace: u.namespace.clone(),
+                        reason: "another namespace differs from it only in case, which a URI \
+                                 scheme does not distinguish"
+                            .into(),
+                    });
+                }
+            }
+        }
         for (_, cap) in &rules {
             if registry.capabilities().iter().any(|c| c.id() == cap.id()) {
                 continue;
@@ -199,6 +266,7 @@ impl Aggregator {
         let shared = Arc::new(Shared {
             registry: registry.clone(),
             prompts,
+            resources: resources.clone(),
             separator: config.separator.clone(),
             rules,
             backoff: config.backoff,
@@ -219,6 +287,11 @@ impl Aggregator {
                 relist: Notify::new(),
                 registered: Mutex::new(BTreeMap::new()),
                 registered_prompts: Mutex::new(BTreeSet::new()),
+                resources: resources.clone(),
+                registered_resources: Mutex::new(BTreeMap::new()),
+                registered_templates: Mutex::new(BTreeMap::new()),
+                skipped_resources: Mutex::new(Vec::new()),
+                upstream_subscriptions: Mutex::new(BTreeSet::new()),
                 skipped: Mutex::new(Vec::new()),
                 progress: Mutex::new(HashMap::new()),
             });
@@ -299,6 +372,44 @@ impl Aggregator {
             .unwrap_or_default()
     }
 
+    /// The namespaced resource URIs and URI templates this upstream registered, sorted.
+    pub fn resources_of(&self, namespace: &str) -> Vec<String> {
+        let Some(u) = self.upstream(namespace) else {
+            return Vec::new();
+        };
+        let mut all: Vec<String> = u
+            .registered_resources
+            .lock()
+            .map(|r| r.keys().cloned().collect())
+            .unwrap_or_default();
+        if let Ok(t) = u.registered_templates.lock() {
+            all.extend(t.keys().cloned());
+        }
+        all.sort();
+        all
+    }
+
+    /// Upstream resources and templates that were not registered (no URI, a template syntax
+    /// the registry does not support, a URI already taken), with the reason.
+    pub fn skipped_resources(&self, namespace: &str) -> Vec<(String, String)> {
+        self.upstream(namespace)
+            .and_then(|u| u.skipped_resources.lock().ok().map(|s| s.clone()))
+            .unwrap_or_default()
+    }
+
+    /// The upstream URIs this upstream's current connection is subscribed to on behalf of
+    /// downstream subscribers, sorted.
+    pub fn upstream_subscriptions(&self, namespace: &str) -> Vec<String> {
+        self.upstream(namespace)
+            .and_then(|u| {
+                u.upstream_subscriptions
+                    .lock()
+                    .ok()
+                    .map(|s| s.iter().cloned().collect())
+            })
+            .unwrap_or_default()
+    }
+
     /// Stops every supervisor and waits for them: upstream sessions end and child processes
     /// are stopped. The registered tools stay and answer `upstream_unavailable`.
     pub async fn shutdown(mut self) {
@@ -341,6 +452,24 @@ impl ClientHandler for UpstreamClient {
 
     async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.up.relist.notify_one();
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        if self.up.resources.is_some() {
+            self.up.relist.notify_one();
+        }
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(resources) = &self.up.resources {
+            let uri = namespaced_uri(self.up.namespace(), &params.uri);
+            let told = resources.notify_updated(&uri);
+            tracing::debug!(namespace = self.up.namespace(), %uri, told, "upstream resource updated");
+        }
     }
 }
 
@@ -477,9 +606,23 @@ async fn run_connected(
     let waiting = client.waiting();
     tokio::pin!(waiting);
     let mut stop = Some(stop);
+    // A new connection holds no upstream subscriptions yet: take up what is still subscribed.
+    if let Ok(mut s) = up.upstream_subscriptions.lock() {
+        s.clear();
+    }
+    let mut interest = shared.resources.as_ref().map(|r| {
+        let mut rx = r.subscription_changes();
+        rx.mark_changed();
+        rx
+    });
     loop {
         tokio::select! {
             _ = &mut waiting => return Some("the connection ended".to_string()),
+            () = interest_changed(&mut interest) => {
+                if let Some(resources) = &shared.resources {
+                    sync_subscriptions(resources, up, peer).await;
+                }
+            }
             () = shutdown.cancelled() => {
                 if let Some(s) = stop.take() { s.cancel(); }
                 let _ = (&mut waiting).await;
@@ -511,6 +654,18 @@ async fn run_connected(
     }
 }
 
+/// Resolves when the registry's subscription interest changed; never when resources are not
+/// forwarded.
+async fn interest_changed(rx: &mut Option<watch::Receiver<u64>>) {
+    let open = match rx {
+        Some(r) => r.changed().await.is_ok(),
+        None => false,
+    };
+    if !open {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// Reads the upstream's tool list and makes the registry match it: new tools registered, gone
 /// tools removed, changed tools replaced. Tools that cannot be registered are skipped (logged,
 /// and reported by [`Aggregator::skipped`]).
@@ -521,6 +676,9 @@ async fn sync_tools(
 ) -> Result<(), ServiceError> {
     if let Some(prompts) = &shared.prompts {
         sync_prompts(shared, prompts, up, peer).await;
+    }
+    if let Some(resources) = &shared.resources {
+        sync_resources(resources, up, peer).await;
     }
     let tools = peer.list_all_tools().await?;
     let mut wanted: BTreeMap<String, ToolSpec> = BTreeMap::new();
@@ -677,7 +835,7 @@ impl Tool for ForwardedTool {
             )),
             // The gate answers this as `cancelled`.
             Err(Failure::Cancelled) => Err(ToolError::Peer(PeerError::Cancelled)),
-            Err(Failure::Refused(message)) => Err(ToolError::failed(format!(
+            Err(Failure::Refused(_, message)) => Err(ToolError::failed(format!(
                 "the server `{ns}` refused the call: {message}"
             ))),
             Err(Failure::Other(message)) => Err(ToolError::failed(format!(
@@ -696,8 +854,8 @@ pub(super) enum Failure {
     Timeout(Duration),
     /// The caller cancelled; the request was cancelled upstream.
     Cancelled,
-    /// The upstream answered with a JSON-RPC error.
-    Refused(String),
+    /// The upstream answered with a JSON-RPC error (its code and message).
+    Refused(i32, String),
     /// Anything else the client library reported.
     Other(String),
 }
@@ -714,7 +872,7 @@ impl Failure {
                 "{UPSTREAM_TIMEOUT}: its server `{ns}` did not answer within {after:?}; the request was cancelled there"
             ),
             Failure::Cancelled => "cancelled: the caller cancelled the request".to_string(),
-            Failure::Refused(m) => format!("upstream_error: the server `{ns}` refused: {m}"),
+            Failure::Refused(_, m) => format!("upstream_error: the server `{ns}` refused: {m}"),
             Failure::Other(m) => format!("upstream_error: the request to `{ns}` failed: {m}"),
         }
     }
@@ -774,7 +932,7 @@ pub(super) async fn forward(
     unanswered.peer = None;
     match outcome {
         Ok(r) => Ok(r),
-        Err(ServiceError::McpError(e)) => Err(Failure::Refused(e.message.to_string())),
+        Err(ServiceError::McpError(e)) => Err(Failure::Refused(e.code.0, e.message.to_string())),
         Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
             up.report_broken(generation);
             Err(Failure::Unavailable(e.to_string()))

@@ -1,0 +1,429 @@
+//! Upstream resources and resource templates, forwarded under namespaced URIs.
+//!
+//! Resource URIs cannot take a `<namespace><separator>` prefix the way tool names do (a URI
+//! starts with its scheme), so an upstream's URI `u` is exposed as `<namespace>+u`: the
+//! namespace becomes the first part of a new scheme (`fs+file:///tmp/a.txt`,
+//! `ev+demo://resource/static/document/x.md`). A scheme may contain `+`, so the result is still a
+//! valid URI; a namespace may not, so the part before the first `+` is always exactly the
+//! namespace and stripping `<namespace>+` gives back the upstream URI. Templates get the same
+//! prefix (`fs+file:///{path}`), so an expanded template maps back the same way.
+//!
+//! Reads are forwarded with the upstream's call timeout and the returned contents' URIs are
+//! namespaced again. Subscriptions are relayed: while a namespaced URI has at least one
+//! subscriber in the [`ResourceRegistry`] the aggregator holds one `resources/subscribe` on the
+//! upstream (if it advertises `resources.subscribe`), and the upstream's
+//! `notifications/resources/updated` becomes [`ResourceRegistry::notify_updated`] of the
+//! namespaced URI, so exactly its subscribers hear it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use kberg_core::{
+    CoreError, ResourceContents, ResourceDescriptor, ResourceError, ResourceReader,
+    ResourceRegistry, ResourceTemplate, TemplateVars,
+};
+// The aggregator's upstream sessions start with `initialize` (2025-11-25), where
+// `resources/subscribe` and `resources/unsubscribe` are how updates are asked for; rmcp marks
+// them deprecated only because 2026-07-28 replaced them.
+#[allow(deprecated)]
+use rmcp::model::{
+    ClientRequest, ReadResourceRequest, ReadResourceRequestParams, ServerResult, SubscribeRequest,
+    SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
+};
+use rmcp::service::{Peer, RoleClient};
+use serde_json::Value;
+
+use super::config::ConfigError;
+use super::upstream::{Failure, UPSTREAM_INVALID_RESULT, Upstream, forward};
+
+/// The namespaced form of an upstream URI (or URI template): `<namespace>+<uri>`.
+pub fn namespaced_uri(namespace: &str, uri: &str) -> String {
+    format!("{namespace}+{uri}")
+}
+
+/// The upstream URI inside a namespaced one, if `uri` is `<namespace>+<something>`.
+pub fn upstream_uri<'a>(namespace: &str, uri: &'a str) -> Option<&'a str> {
+    uri.strip_prefix(namespace)?
+        .strip_prefix('+')
+        .filter(|rest| !rest.is_empty())
+}
+
+/// Resource forwarding puts the namespace in front of a URI scheme, so it must be a valid
+/// scheme start: an ASCII letter, then letters, digits, `+`, `-` or `.` (RFC 3986, section 3.1).
+pub(super) fn check_scheme_namespace(ns: &str) -> Result<(), ConfigError> {
+    let mut bytes = ns.bytes();
+    let ok = bytes.next().is_some_and(|b| b.is_ascii_alphabetic())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::InvalidNamespace {
+            namespace: ns.to_string(),
+            reason: "resources are forwarded as `<namespace>+<uri>`, so the namespace must start \
+                     with a letter and use only letters, digits, `-` and `.`"
+                .to_string(),
+        })
+    }
+}
+
+/// Reads a forwarded resource (or an expanded forwarded template) from its upstream.
+pub(super) struct ForwardedReader {
+    pub(super) up: Arc<Upstream>,
+}
+
+#[async_trait]
+impl ResourceReader for ForwardedReader {
+    async fn read(
+        &self,
+        uri: &str,
+        _vars: &TemplateVars,
+    ) -> Result<Vec<ResourceContents>, ResourceError> {
+        let ns = self.up.namespace();
+        let Some(remote) = upstream_uri(ns, uri) else {
+            return Err(ResourceError::NotFound {
+                uri: uri.to_string(),
+            });
+        };
+        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(
+            ReadResourceRequestParams::new(remote),
+        ));
+        let failed = |message: String| ResourceError::ReadFailed {
+            uri: uri.to_string(),
+            message,
+        };
+        match forward(&self.up, request, None).await {
+            Ok(ServerResult::ReadResourceResult(r)) => {
+                let v = serde_json::to_value(&r).unwrap_or(Value::Null);
+                contents_of(ns, &v).ok_or_else(|| {
+                    failed(format!(
+                        "{UPSTREAM_INVALID_RESULT}: the server `{ns}` sent unreadable resource contents"
+                    ))
+                })
+            }
+            Ok(_) => Err(failed(format!(
+                "{UPSTREAM_INVALID_RESULT}: the server `{ns}` answered with something that is not resource contents"
+            ))),
+            Err(Failure::Refused(code, _))
+                if code == rmcp::model::ErrorCode::RESOURCE_NOT_FOUND.0 =>
+            {
+                Err(ResourceError::NotFound {
+                    uri: uri.to_string(),
+                })
+            }
+            Err(f) => Err(failed(f.message(ns))),
+        }
+    }
+}
+
+/// The contents of a `resources/read` result, their URIs namespaced; `None` when an entry is
+/// not the documented shape (no `uri`, neither `text` nor base64 `blob`).
+fn contents_of(ns: &str, result: &Value) -> Option<Vec<ResourceContents>> {
+    let entries = result.get("contents")?.as_array()?;
+    entries
+        .iter()
+        .map(|c| {
+            let uri = namespaced_uri(ns, c.get("uri")?.as_str()?);
+            let mime = c.get("mimeType").and_then(Value::as_str);
+            if let Some(text) = c.get("text").and_then(Value::as_str) {
+                Some(ResourceContents::text(uri, mime, text))
+            } else {
+                let blob = c.get("blob")?.as_str()?;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(blob)
+                    .ok()?;
+                Some(ResourceContents::blob(uri, mime, bytes))
+            }
+        })
+        .collect()
+}
+
+fn text(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+fn descriptor_of(ns: &str, v: &Value) -> Option<ResourceDescriptor> {
+    let uri = v.get("uri")?.as_str().filter(|u| !u.is_empty())?;
+    let name = text(v, "name").unwrap_or_else(|| uri.to_string());
+    let mut d = ResourceDescriptor::new(namespaced_uri(ns, uri), name);
+    d.title = text(v, "title");
+    d.description = text(v, "description");
+    d.mime_type = text(v, "mimeType");
+    d.size = v.get("size").and_then(Value::as_u64);
+    Some(d)
+}
+
+fn template_of(ns: &str, v: &Value) -> Option<ResourceTemplate> {
+    let t = v.get("uriTemplate")?.as_str().filter(|u| !u.is_empty())?;
+    let name = text(v, "name").unwrap_or_else(|| t.to_string());
+    let mut template = ResourceTemplate::new(namespaced_uri(ns, t), name);
+    template.title = text(v, "title");
+    template.description = text(v, "description");
+    template.mime_type = text(v, "mimeType");
+    Some(template)
+}
+
+/// Reads the upstream's resources and templates (every page) when it offers resources, and
+/// makes the registry match: unchanged entries stay registered (a concurrent read never finds
+/// one missing), changed resources are replaced in place (their subscriptions survive), gone
+/// ones are removed. Entries that cannot be registered are skipped, logged and reported by
+/// [`Aggregator::skipped_resources`](super::Aggregator::skipped_resources). A failure to list
+/// is logged and leaves the previous entries in place.
+pub(super) async fn sync_resources(
+    resources: &ResourceRegistry,
+    up: &Arc<Upstream>,
+    peer: &Peer<RoleClient>,
+) {
+    let ns = up.namespace();
+    let offers = peer
+        .peer_info()
+        .is_some_and(|i| i.capabilities.resources.is_some());
+    let (listed, listed_templates) = if offers {
+        let listed = match peer.list_all_resources().await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(namespace = ns, error = %e, "listing resources failed");
+                return;
+            }
+        };
+        let templates = match peer.list_all_resource_templates().await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(namespace = ns, error = %e, "listing resource templates failed");
+                return;
+            }
+        };
+        (listed, templates)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let mut skipped = Vec::new();
+    let mut wanted = BTreeMap::new();
+    for r in &listed {
+        let v = serde_json::to_value(r).unwrap_or(Value::Null);
+        match descriptor_of(ns, &v) {
+            Some(d) => {
+                wanted.insert(d.uri.clone(), d);
+            }
+            None => skipped.push((v.to_string(), "it has no URI".to_string())),
+        }
+    }
+    let mut wanted_templates = BTreeMap::new();
+    for t in &listed_templates {
+        let v = serde_json::to_value(t).unwrap_or(Value::Null);
+        match template_of(ns, &v) {
+            Some(t) => {
+                wanted_templates.insert(t.uri_template.clone(), t);
+            }
+            None => skipped.push((v.to_string(), "it has no URI template".to_string())),
+        }
+    }
+
+    let reader: Arc<dyn ResourceReader> = Arc::new(ForwardedReader { up: up.clone() });
+    let mut registered = up
+        .registered_resources
+        .lock()
+        .map(|r| r.clone())
+        .unwrap_or_default();
+    registered.retain(|uri, _| {
+        let keep = wanted.contains_key(uri);
+        if !keep {
+            resources.remove(uri);
+        }
+        keep
+    });
+    for (uri, d) in wanted {
+        match registered.get(&uri) {
+            Some(old) if *old == d => {}
+            Some(_) => match resources.register_or_replace(d.clone(), reader.clone()) {
+                Ok(_) => {
+                    registered.insert(uri, d);
+                }
+                Err(e) => {
+                    registered.remove(&uri);
+                    skipped.push((uri, e.to_string()));
+                }
+            },
+            None => match resources.register(d.clone(), reader.clone()) {
+                Ok(()) => {
+                    registered.insert(uri, d);
+                }
+                Err(e) => {
+                    let reason = match e {
+                        CoreError::Duplicate { .. } => {
+                            format!("`{uri}` is already taken by another resource")
+                        }
+                        other => other.to_string(),
+                    };
+                    skipped.push((uri, reason));
+                }
+            },
+        }
+    }
+
+    let mut templates = up
+        .registered_templates
+        .lock()
+        .map(|r| r.clone())
+        .unwrap_or_default();
+    templates.retain(|t, old| {
+        let keep = wanted_templates.get(t) == Some(old);
+        if !keep {
+            resources.remove_template(t);
+        }
+        keep
+    });
+    for (t, template) in wanted_templates {
+        if templates.contains_key(&t) {
+            continue;
+        }
+        match resources.register_template(template.clone(), reader.clone()) {
+            Ok(()) => {
+                templates.insert(t, template);
+            }
+            Err(e) => {
+                let reason = match e {
+                    CoreError::Duplicate { .. } => {
+                        format!("`{t}` is already taken by another template")
+                    }
+                    other => other.to_string(),
+                };
+                skipped.push((t, reason));
+            }
+        }
+    }
+    for (what, reason) in &skipped {
+        tracing::warn!(namespace = ns, resource = %what, %reason, "upstream resource skipped");
+    }
+    if let Ok(mut r) = up.registered_resources.lock() {
+        *r = registered;
+    }
+    if let Ok(mut r) = up.registered_templates.lock() {
+        *r = templates;
+    }
+    if let Ok(mut s) = up.skipped_resources.lock() {
+        *s = skipped;
+    }
+}
+
+/// Makes the upstream's subscriptions match the registry's interest: one `resources/subscribe`
+/// per upstream URI whose namespaced URI has a subscriber, one `resources/unsubscribe` when the
+/// last one leaves. Only when the upstream advertises `resources.subscribe`. A refused or
+/// timed-out subscribe is logged and tried again at the next change of interest.
+#[allow(deprecated)]
+pub(super) async fn sync_subscriptions(
+    resources: &ResourceRegistry,
+    up: &Upstream,
+    peer: &Peer<RoleClient>,
+) {
+    let ns = up.namespace();
+    let supports = peer.peer_info().is_some_and(|i| {
+        i.capabilities
+            .resources
+            .as_ref()
+            .and_then(|r| r.subscribe)
+            .unwrap_or(false)
+    });
+    let wanted: BTreeSet<String> = if supports {
+        resources
+            .subscribed_uris()
+            .iter()
+            .filter_map(|u| upstream_uri(ns, u).map(str::to_string))
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
+    let mut held = up
+        .upstream_subscriptions
+        .lock()
+        .map(|s| s.clone())
+        .unwrap_or_default();
+    for uri in held.difference(&wanted).cloned().collect::<Vec<_>>() {
+        let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
+            UnsubscribeRequestParams::new(uri.clone()),
+        ));
+        if let Err(f) = forward(up, request, None).await {
+            tracing::warn!(namespace = ns, %uri, error = %f.message(ns), "unsubscribing upstream failed");
+        }
+        // Either way the subscription is no longer wanted; a late update reaches nobody.
+        held.remove(&uri);
+    }
+    for uri in wanted.difference(&held).cloned().collect::<Vec<_>>() {
+        let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
+            SubscribeRequestParams::new(uri.clone()),
+        ));
+        match forward(up, request, None).await {
+            Ok(_) => {
+                held.insert(uri);
+            }
+            Err(f) => {
+                tracing::warn!(namespace = ns, %uri, error = %f.message(ns), "subscribing upstream failed");
+            }
+        }
+    }
+    if let Ok(mut s) = up.upstream_subscriptions.lock() {
+        *s = held;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaced_uris_map_back() {
+        assert_eq!(
+            namespaced_uri("fs", "file:///tmp/a.txt"),
+            "fs+file:///tmp/a.txt"
+        );
+        assert_eq!(
+            upstream_uri("fs", "fs+file:///tmp/a.txt"),
+            Some("file:///tmp/a.txt")
+        );
+        // An upstream URI that itself has a `+` scheme stays whole.
+        assert_eq!(upstream_uri("fs", "fs+ev+x://y"), Some("ev+x://y"));
+        assert_eq!(upstream_uri("fs", "file:///tmp/a.txt"), None);
+        assert_eq!(upstream_uri("fs", "fsx+file:///a"), None);
+        assert_eq!(upstream_uri("fs", "fs+"), None);
+        assert_eq!(upstream_uri("fs", "f+s+file:///a"), None);
+    }
+
+    #[test]
+    fn scheme_namespaces() {
+        assert!(check_scheme_namespace("fs").is_ok());
+        assert!(check_scheme_namespace("a-b.c2").is_ok());
+        for bad in ["2fs", "f_s", "", "-a", ".a"] {
+            assert_eq!(
+                check_scheme_namespace(bad).map_err(|e| e.code()),
+                Err("invalid_namespace"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn contents_are_namespaced_and_checked() {
+        let v = serde_json::json!({"contents": [
+            {"uri": "x://a", "mimeType": "text/plain", "text": "hi"},
+            {"uri": "x://b", "blob": "aGk="},
+        ]});
+        let c = contents_of("ns", &v).expect("valid");
+        assert_eq!(
+            c[0],
+            ResourceContents::text("ns+x://a", Some("text/plain"), "hi")
+        );
+        assert_eq!(
+            c[1],
+            ResourceContents::blob("ns+x://b", None, b"hi".to_vec())
+        );
+        for bad in [
+            serde_json::json!({"contents": 5}),
+            serde_json::json!({"contents": [{"text": "no uri"}]}),
+            serde_json::json!({"contents": [{"uri": "x://a"}]}),
+            serde_json::json!({"contents": [{"uri": "x://a", "blob": "not base64!"}]}),
+        ] {
+            assert!(contents_of("ns", &bad).is_none(), "{bad}");
+        }
+    }
+}

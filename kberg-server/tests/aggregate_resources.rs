@@ -1,0 +1,647 @@
+//! Forwarded resources against real MCP servers nobody here wrote.
+//!
+//! `@modelcontextprotocol/server-everything` (stdio and Streamable HTTP) offers static document
+//! resources (`demo://resource/static/document/<file>`), two URI templates
+//! (`demo://resource/dynamic/{text,blob}/{resourceId}`) and `resources.subscribe`; once its tool
+//! `toggle-subscriber-updates` is called it sends `notifications/resources/updated` for every
+//! subscribed URI at once and then every 5 seconds (fixed in its source, no option to change it).
+//! `@modelcontextprotocol/server-filesystem` offers no resources at all (no `resources`
+//! capability; it returns file contents only as tool results), which the tests check.
+//!
+//! Covered: namespaced listing of resources and templates (`<ns>+<uri>`) from both transports,
+//! reads of text and blob contents through kberg-server by rmcp's client, refusals of URIs of an
+//! unknown upstream, without the prefix and with prefix-injection tricks (`-32002`), relayed
+//! subscriptions reaching exactly the subscribed client, unsubscription stopping them,
+//! re-subscription after the upstream was killed and reconnected, a dead upstream's resources
+//! answering `upstream_unavailable` while others keep working, and the misbehaving stdio upstream
+//! (`aggregate_raw_upstream.py`) whose resource reads hang or answer garbage.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use base64::Engine as _;
+use kberg_core::{
+    CallOptions, Caller, Principal, ResourceBody, ResourceError, ResourceRegistry, ToolRegistry,
+};
+use kberg_server::aggregate::{
+    Aggregator, AggregatorConfig, Backoff, Forward, UPSTREAM_INVALID_RESULT, UPSTREAM_TIMEOUT,
+    UPSTREAM_UNAVAILABLE, UpstreamConfig, UpstreamTransport,
+};
+use kberg_server::{BearerTokens, HttpConfig, HttpServer, McpApp};
+use rmcp::model::{
+    ErrorCode, ReadResourceRequestParams, ResourceContents, ResourceUpdatedNotificationParam,
+    SubscribeRequestParams, UnsubscribeRequestParams,
+};
+use rmcp::service::{NotificationContext, RunningService, ServiceError};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+const WAIT: Duration = Duration::from_secs(60);
+const DOC: &str = "demo://resource/static/document/architecture.md";
+const OTHER_DOC: &str = "demo://resource/static/document/features.md";
+
+fn tools_dir() -> PathBuf {
+    std::env::var_os("KBERG_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools"))
+}
+
+fn need(p: PathBuf) -> String {
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/install-tools.sh",
+        p.display()
+    );
+    p.to_string_lossy().into_owned()
+}
+
+fn node() -> String {
+    need(tools_dir().join("node/bin/node"))
+}
+
+fn package(name: &str) -> String {
+    need(
+        tools_dir()
+            .join("node/node_modules/@modelcontextprotocol")
+            .join(name)
+            .join("dist/index.js"),
+    )
+}
+
+fn everything_stdio() -> UpstreamTransport {
+    UpstreamTransport::stdio(node())
+        .arg(package("server-everything"))
+        .arg("stdio")
+}
+
+fn raw_upstream() -> UpstreamTransport {
+    UpstreamTransport::stdio(need(tools_dir().join("venv/bin/python")))
+        .arg("-u")
+        .arg(need(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/aggregate_raw_upstream.py"),
+        ))
+}
+
+fn backoff() -> Backoff {
+    Backoff {
+        initial: Duration::from_millis(100),
+        max: Duration::from_secs(1),
+    }
+}
+
+fn reader() -> Caller {
+    Caller::new(Principal::new("reader"))
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// The everything server in Streamable HTTP mode (`index.js streamableHttp`, port from `PORT`),
+/// killed when dropped.
+struct HttpEverything {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HttpEverything {
+    async fn start() -> Self {
+        let port = free_port();
+        let child = std::process::Command::new(node())
+            .arg(package("server-everything"))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start server-everything");
+        let me = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        };
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let up = tokio::time::timeout(WAIT, async {
+            while tokio::net::TcpStream::connect(addr).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        assert!(up.is_ok(), "server-everything did not listen on {addr}");
+        me
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for HttpEverything {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct StopOnDrop(tokio_util::sync::CancellationToken);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// Serves the aggregator's registries with kberg-server on 127.0.0.1 (free port).
+async fn serve(tools: ToolRegistry, resources: ResourceRegistry) -> (String, StopOnDrop) {
+    let server = HttpServer::bind(
+        McpApp::builder("aggregate", "1")
+            .tools(tools)
+            .resources(resources)
+            .build(),
+        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .auth(BearerTokens::new().with_token("agent-token", Principal::new("agent"))),
+    )
+    .await
+    .expect("bind");
+    let url = format!("http://{}/mcp", server.local_addr());
+    let guard = StopOnDrop(server.shutdown_token());
+    tokio::spawn(server.run(std::future::pending()));
+    (url, guard)
+}
+
+/// An rmcp client that reports every `notifications/resources/updated` it receives.
+#[derive(Clone)]
+struct Watcher(mpsc::UnboundedSender<String>);
+
+impl ClientHandler for Watcher {
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.0.send(params.uri);
+    }
+}
+
+async fn client(
+    url: &str,
+) -> (
+    RunningService<RoleClient, Watcher>,
+    mpsc::UnboundedReceiver<String>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let c = Watcher(tx)
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url.to_string())
+                .auth_header("agent-token"),
+        ))
+        .await
+        .expect("client connects");
+    (c, rx)
+}
+
+async fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn mcp_code(e: &ServiceError) -> Option<ErrorCode> {
+    match e {
+        ServiceError::McpError(e) => Some(e.code),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_from_stdio_and_http_upstreams_listed_and_read_by_an_mcp_client() {
+    let everything = HttpEverything::start().await;
+    let fs_dir = std::env::temp_dir().join(format!("kberg-aggregate-res-{}", std::process::id()));
+    std::fs::create_dir_all(&fs_dir).expect("temp dir");
+    let fs_dir = std::fs::canonicalize(&fs_dir).expect("canonical");
+    let tools = ToolRegistry::new();
+    let resources = ResourceRegistry::new();
+    let c = AggregatorConfig::new()
+        .upstream(UpstreamConfig::new("ev", everything_stdio()))
+        .upstream(UpstreamConfig::new(
+            "evh",
+            UpstreamTransport::http(everything.url.clone()),
+        ))
+        .upstream(UpstreamConfig::new(
+            "fs",
+            UpstreamTransport::stdio(node())
+                .arg(package("server-filesystem"))
+                .arg(fs_dir.to_string_lossy()),
+        ))
+        .backoff(backoff());
+    let agg = Aggregator::start_with(
+        c,
+        tools.clone(),
+        Forward::new().resources(resources.clone()),
+    )
+    .expect("valid");
+    for ns in ["ev", "evh", "fs"] {
+        assert!(
+            agg.wait_connected(ns, 1, WAIT).await,
+            "{ns}: {:?}",
+            agg.status(ns)
+        );
+    }
+    // server-filesystem offers no resources: nothing is registered for it, its tools are.
+    assert!(
+        agg.resources_of("fs").is_empty(),
+        "{:?}",
+        agg.resources_of("fs")
+    );
+    assert!(agg.tools_of("fs").iter().any(|t| t == "fs__read_text_file"));
+
+    let (url, _server) = serve(tools, resources).await;
+    let (client, _updates) = client(&url).await;
+
+    let listed = client.list_all_resources().await.expect("resources/list");
+    let uris: Vec<&str> = listed.iter().map(|r| r.uri.as_str()).collect();
+    for ns in ["ev", "evh"] {
+        let want = format!("{ns}+{DOC}");
+        assert!(
+            uris.contains(&want.as_str()),
+            "{want} missing from {uris:?}"
+        );
+    }
+    assert!(
+        uris.iter()
+            .all(|u| u.starts_with("ev+") || u.starts_with("evh+")),
+        "{uris:?}"
+    );
+    let doc = listed
+        .iter()
+        .find(|r| r.uri == format!("ev+{DOC}"))
+        .expect("listed");
+    assert_eq!(doc.name, "architecture.md");
+    assert_eq!(doc.mime_type.as_deref(), Some("text/markdown"));
+
+    let templates = client
+        .list_all_resource_templates()
+        .await
+        .expect("resources/templates/list");
+    let ts: Vec<&str> = templates.iter().map(|t| t.uri_template.as_str()).collect();
+    for want in [
+        "ev+demo://resource/dynamic/text/{resourceId}",
+        "ev+demo://resource/dynamic/blob/{resourceId}",
+        "evh+demo://resource/dynamic/text/{resourceId}",
+    ] {
+        assert!(ts.contains(&want), "{want} missing from {ts:?}");
+    }
+
+    // A static document over HTTP, a text template over stdio, a blob template over HTTP.
+    let read = client
+        .read_resource(ReadResourceRequestParams::new(format!("evh+{DOC}")))
+        .await
+        .expect("read doc");
+    match read.contents.first() {
+        Some(ResourceContents::TextResourceContents { uri, text, .. }) => {
+            assert_eq!(uri, &format!("evh+{DOC}"));
+            assert!(!text.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    let read = client
+        .read_resource(ReadResourceRequestParams::new(
+            "ev+demo://resource/dynamic/text/7",
+        ))
+        .await
+        .expect("read text");
+    match read.contents.first() {
+        Some(ResourceContents::TextResourceContents {
+            uri,
+            text,
+            mime_type,
+            ..
+        }) => {
+            assert_eq!(uri, "ev+demo://resource/dynamic/text/7");
+            assert!(
+                text.starts_with("Resource 7: This is a plaintext resource"),
+                "{text}"
+            );
+            assert_eq!(mime_type.as_deref(), Some("text/plain"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let read = client
+        .read_resource(ReadResourceRequestParams::new(
+            "evh+demo://resource/dynamic/blob/3",
+        ))
+        .await
+        .expect("read blob");
+    match read.contents.first() {
+        Some(ResourceContents::BlobResourceContents { uri, blob, .. }) => {
+            assert_eq!(uri, "evh+demo://resource/dynamic/blob/3");
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(blob)
+                .expect("base64");
+            let text = String::from_utf8(bytes).expect("utf-8");
+            assert!(
+                text.starts_with("Resource 3: This is a base64 blob"),
+                "{text}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Refused with resource-not-found: an unknown upstream, no prefix, prefix injection (another
+    // upstream's prefix inside, a doubled prefix, an empty namespace), an unlisted URI of a known
+    // upstream, and a path escape out of a template segment.
+    for uri in [
+        "nope+demo://resource/dynamic/text/1".to_string(),
+        "demo://resource/dynamic/text/1".to_string(),
+        format!("ev+evh+{DOC}"),
+        format!("ev+ev+{DOC}"),
+        format!("+{DOC}"),
+        format!("EV+{DOC}"),
+        "ev+".to_string(),
+        "ev+demo://resource/static/document/missing.md".to_string(),
+        "ev+demo://resource/dynamic/text/1/../../static/document/architecture.md".to_string(),
+    ] {
+        let err = client
+            .read_resource(ReadResourceRequestParams::new(uri.clone()))
+            .await
+            .expect_err(&uri);
+        assert_eq!(
+            mcp_code(&err),
+            Some(ErrorCode::RESOURCE_NOT_FOUND),
+            "{uri}: {err}"
+        );
+        #[allow(deprecated)]
+        let err = client
+            .subscribe(SubscribeRequestParams::new(uri.clone()))
+            .await
+            .expect_err(&uri);
+        assert_eq!(
+            mcp_code(&err),
+            Some(ErrorCode::RESOURCE_NOT_FOUND),
+            "{uri}: {err}"
+        );
+    }
+    // A template match the upstream itself refuses (not a positive integer) is an error too.
+    let err = client
+        .read_resource(ReadResourceRequestParams::new(
+            "ev+demo://resource/dynamic/text/abc",
+        ))
+        .await
+        .expect_err("refused upstream");
+    assert!(err.to_string().contains("upstream_error"), "{err}");
+
+    let _ = client.cancel().await;
+    agg.shutdown().await;
+    let _ = std::fs::remove_dir_all(&fs_dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_are_relayed_stopped_and_renewed_after_a_reconnect() {
+    let tools = ToolRegistry::new();
+    let resources = ResourceRegistry::new();
+    let c = AggregatorConfig::new()
+        .upstream(UpstreamConfig::new("ev", everything_stdio()))
+        .backoff(backoff());
+    let agg = Aggregator::start_with(
+        c,
+        tools.clone(),
+        Forward::new().resources(resources.clone()),
+    )
+    .expect("valid");
+    assert!(
+        agg.wait_connected("ev", 1, WAIT).await,
+        "{:?}",
+        agg.status("ev")
+    );
+    let (url, _server) = serve(tools.clone(), resources.clone()).await;
+    let (one, mut one_updates) = client(&url).await;
+    let (two, mut two_updates) = client(&url).await;
+    let a = format!("ev+{DOC}");
+    let b = format!("ev+{OTHER_DOC}");
+
+    #[allow(deprecated)]
+    {
+        one.subscribe(SubscribeRequestParams::new(a.clone()))
+            .await
+            .expect("subscribe a");
+        two.subscribe(SubscribeRequestParams::new(b.clone()))
+            .await
+            .expect("subscribe b");
+    }
+    wait_until("both URIs subscribed upstream", || {
+        agg.upstream_subscriptions("ev") == vec![DOC.to_string(), OTHER_DOC.to_string()]
+    })
+    .await;
+
+    // Start the upstream's simulated updates (one round at once, then every 5 s).
+    let started = tools
+        .call(
+            &reader(),
+            "ev__toggle-subscriber-updates",
+            json!({}),
+            CallOptions::default(),
+        )
+        .await
+        .expect("toggle");
+    assert!(!started.is_error, "{started:?}");
+    let got = tokio::time::timeout(WAIT, one_updates.recv())
+        .await
+        .expect("client one hears an update")
+        .expect("open");
+    assert_eq!(got, a);
+    let got = tokio::time::timeout(WAIT, two_updates.recv())
+        .await
+        .expect("client two hears an update")
+        .expect("open");
+    assert_eq!(got, b);
+
+    // Client one leaves: the upstream subscription to A ends, B stays.
+    #[allow(deprecated)]
+    one.unsubscribe(UnsubscribeRequestParams::new(a.clone()))
+        .await
+        .expect("unsubscribe");
+    wait_until("A unsubscribed upstream", || {
+        agg.upstream_subscriptions("ev") == vec![OTHER_DOC.to_string()]
+    })
+    .await;
+    assert_eq!(resources.subscriber_count(&a), 0);
+    while one_updates.try_recv().is_ok() {}
+    // Two more rounds reach client two (so the upstream kept ticking after A ended); client one
+    // hears nothing in the meantime, and each client only ever heard its own URI.
+    for _ in 0..2 {
+        let got = tokio::time::timeout(WAIT, two_updates.recv())
+            .await
+            .expect("client two keeps hearing B")
+            .expect("open");
+        assert_eq!(got, b);
+    }
+    assert!(one_updates.try_recv().is_err(), "client one still hears A");
+
+    // Kill the upstream: after the reconnect, B is subscribed again on the new process and its
+    // updates reach client two once the new process's updates are started.
+    let pid = agg.upstream_pid("ev").expect("pid");
+    let killed = std::process::Command::new("kill")
+        .arg("-9")
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    assert!(
+        agg.wait_connected("ev", 2, WAIT).await,
+        "{:?}",
+        agg.status("ev")
+    );
+    wait_until("B subscribed again after the reconnect", || {
+        agg.upstream_subscriptions("ev") == vec![OTHER_DOC.to_string()]
+    })
+    .await;
+    // The registered resource survived the reconnect, so client two's subscription did too.
+    assert_eq!(resources.subscriber_count(&b), 1);
+    while two_updates.try_recv().is_ok() {}
+    let out = tools
+        .call(
+            &reader(),
+            "ev__toggle-subscriber-updates",
+            json!({}),
+            CallOptions::default(),
+        )
+        .await
+        .expect("toggle");
+    assert!(!out.is_error, "{out:?}");
+    let got = tokio::time::timeout(WAIT, two_updates.recv())
+        .await
+        .expect("client two hears the new process")
+        .expect("open");
+    assert_eq!(got, b);
+
+    // Client two disconnecting ends the last subscription upstream.
+    let _ = two.cancel().await;
+    wait_until("nothing subscribed upstream", || {
+        agg.upstream_subscriptions("ev").is_empty()
+    })
+    .await;
+    let _ = one.cancel().await;
+    agg.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_hanging_and_garbage_upstreams_resources_answer_stable_codes() {
+    let mut everything = HttpEverything::start().await;
+    let tools = ToolRegistry::new();
+    let resources = ResourceRegistry::new();
+    let c = AggregatorConfig::new()
+        .upstream(UpstreamConfig::new("ev", everything_stdio()))
+        .upstream(UpstreamConfig::new(
+            "evh",
+            UpstreamTransport::http(everything.url.clone()),
+        ))
+        .upstream(UpstreamConfig::new("raw", raw_upstream()).call_timeout(Duration::from_secs(1)))
+        .backoff(backoff());
+    let agg = Aggregator::start_with(
+        c,
+        tools.clone(),
+        Forward::new().resources(resources.clone()),
+    )
+    .expect("valid");
+    for ns in ["ev", "evh", "raw"] {
+        assert!(
+            agg.wait_connected(ns, 1, WAIT).await,
+            "{ns}: {:?}",
+            agg.status(ns)
+        );
+    }
+    assert_eq!(
+        agg.resources_of("raw"),
+        vec![
+            "raw+raw://garbage".to_string(),
+            "raw+raw://hang".to_string()
+        ]
+    );
+
+    let err = tokio::time::timeout(WAIT, resources.read("raw+raw://hang"))
+        .await
+        .expect("the hanging read ends")
+        .expect_err("timed out");
+    assert!(
+        matches!(&err, ResourceError::ReadFailed { message, .. } if message.starts_with(UPSTREAM_TIMEOUT)),
+        "{err:?}"
+    );
+    let err = resources
+        .read("raw+raw://garbage")
+        .await
+        .expect_err("garbage");
+    assert!(
+        matches!(&err, ResourceError::ReadFailed { message, .. } if message.starts_with(UPSTREAM_INVALID_RESULT)),
+        "{err:?}"
+    );
+
+    // The HTTP upstream dies: its resources stay listed and answer upstream_unavailable (the
+    // first read may be the one that finds the transport broken), the others keep working.
+    let uri = format!("evh+{DOC}");
+    assert!(resources.read(&uri).await.is_ok());
+    everything.stop();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match resources.read(&uri).await {
+            Err(ResourceError::ReadFailed { message, .. })
+                if message.starts_with(UPSTREAM_UNAVAILABLE) =>
+            {
+                break;
+            }
+            other => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "never unavailable: {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    assert!(resources.exists(&uri));
+    let ok = resources
+        .read(&format!("ev+{DOC}"))
+        .await
+        .expect("ev still reads");
+    assert!(matches!(&ok[0].body, ResourceBody::Text(t) if !t.is_empty()));
+    let ok = resources.read("raw+raw://garbage").await;
+    assert!(ok.is_err());
+    agg.shutdown().await;
+}
+
+#[tokio::test]
+async fn namespaces_that_cannot_prefix_a_scheme_are_refused_only_with_resources() {
+    for ns in ["f_s", "2fs", "-fs"] {
+        let c = || AggregatorConfig::new().upstream(UpstreamConfig::new(ns, everything_stdio()));
+        let err = Aggregator::start_with(
+            c(),
+            ToolRegistry::new(),
+            Forward::new().resources(ResourceRegistry::new()),
+        )
+        .expect_err(ns);
+        assert_eq!(err.code(), "invalid_namespace", "{ns}");
+        // Without resource forwarding the same namespace is fine.
+        let agg = Aggregator::start(c(), ToolRegistry::new()).expect(ns);
+        agg.shutdown().await;
+    }
+    // Schemes are case-insensitive: `ev` and `EV` would share one.
+    let c = AggregatorConfig::new()
+        .upstream(UpstreamConfig::new("ev", everything_stdio()))
+        .upstream(UpstreamConfig::new("EV", everything_stdio()));
+    let err = Aggregator::start_with(
+        c,
+        ToolRegistry::new(),
+        Forward::new().resources(ResourceRegistry::new()),
+    )
+    .expect_err("case duplicates");
+    assert_eq!(err.code(), "invalid_namespace");
+}
