@@ -645,3 +645,147 @@ async fn namespaces_that_cannot_prefix_a_scheme_are_refused_only_with_resources(
     .expect_err("case duplicates");
     assert_eq!(err.code(), "invalid_namespace");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_pages_list_changes_and_updates_are_followed() {
+    use kberg_core::{ResourceContents, ResourceDescriptor, ResourceEvent, ResourceTemplate};
+    // The upstream: a Kberg server paging its lists two at a time, with five notes and a
+    // template, whose resources change at runtime.
+    let upstream = ResourceRegistry::new();
+    for i in 1..=5 {
+        upstream
+            .register_text(
+                ResourceDescriptor::new(format!("notes://n{i}"), format!("n{i}")),
+                format!("note {i}"),
+            )
+            .expect("register");
+    }
+    upstream
+        .register_template(
+            ResourceTemplate::new("notes://by-id/{id}", "by id"),
+            kberg_core::reader_fn(|uri, vars| async move {
+                let id = vars.get("id").cloned().unwrap_or_default();
+                Ok(vec![ResourceContents::text(
+                    uri,
+                    None,
+                    format!("note #{id}"),
+                )])
+            }),
+        )
+        .expect("template");
+    let server = HttpServer::bind(
+        McpApp::builder("notes", "1")
+            .resources(upstream.clone())
+            .page_size(2)
+            .build(),
+        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .auth(BearerTokens::new().with_token("upstream-secret", Principal::new("aggregator"))),
+    )
+    .await
+    .expect("bind upstream");
+    let url = format!("http://{}/mcp", server.local_addr());
+    let _stop = StopOnDrop(server.shutdown_token());
+    tokio::spawn(server.run(std::future::pending()));
+
+    let resources = ResourceRegistry::new();
+    let agg = Aggregator::start_with(
+        AggregatorConfig::new().upstream(UpstreamConfig::new(
+            "app",
+            UpstreamTransport::http(url).header("authorization", "Bearer upstream-secret"),
+        )),
+        ToolRegistry::new(),
+        Forward::new().resources(resources.clone()),
+    )
+    .expect("valid");
+    assert!(
+        agg.wait_connected("app", 1, WAIT).await,
+        "{:?}",
+        agg.status("app")
+    );
+    let mut want: Vec<String> = (1..=5).map(|i| format!("app+notes://n{i}")).collect();
+    want.push("app+notes://by-id/{id}".to_string());
+    want.sort();
+    assert_eq!(agg.resources_of("app"), want, "every page was followed");
+    let read = resources
+        .read("app+notes://by-id/42")
+        .await
+        .expect("template read");
+    assert_eq!(read[0].uri, "app+notes://by-id/42");
+    assert_eq!(read[0].body, ResourceBody::Text("note #42".into()));
+
+    // A subscriber here makes the aggregator subscribe upstream; the upstream's update reaches it.
+    let mut sub = resources.subscriber();
+    sub.subscribe("app+notes://n1").expect("subscribe");
+    wait_until("n1 subscribed upstream", || {
+        agg.upstream_subscriptions("app") == vec!["notes://n1".to_string()]
+    })
+    .await;
+    wait_until("the upstream has the aggregator's subscription", || {
+        upstream.subscriber_count("notes://n1") == 1
+    })
+    .await;
+    assert_eq!(upstream.notify_updated("notes://n1"), 1);
+    let ev = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .expect("relayed update")
+        .expect("open");
+    assert_eq!(
+        ev,
+        ResourceEvent::Updated {
+            uri: "app+notes://n1".into()
+        }
+    );
+
+    // List changes upstream: one added, one removed, n1's description changed. The aggregated
+    // registry follows, and the subscription to n1 survives its replacement.
+    let mut changes = resources.changes();
+    upstream
+        .register_text(ResourceDescriptor::new("notes://n6", "n6"), "note 6")
+        .expect("add");
+    assert!(upstream.remove("notes://n5"));
+    upstream
+        .register_or_replace(
+            ResourceDescriptor::new("notes://n1", "n1").description("edited"),
+            kberg_core::reader_fn(|uri, _| async move {
+                Ok(vec![ResourceContents::text(uri, None, "note 1, edited")])
+            }),
+        )
+        .expect("replace");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let now = agg.resources_of("app");
+        let edited = resources
+            .list(None, 100)
+            .expect("list")
+            .items
+            .iter()
+            .any(|d| d.uri == "app+notes://n1" && d.description.as_deref() == Some("edited"));
+        if now.contains(&"app+notes://n6".to_string())
+            && !now.contains(&"app+notes://n5".to_string())
+            && edited
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not followed: {now:?}"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(200), changes.changed()).await;
+    }
+    assert!(!resources.exists("app+notes://n5"));
+    let read = resources.read("app+notes://n1").await.expect("read");
+    assert_eq!(read[0].body, ResourceBody::Text("note 1, edited".into()));
+    assert_eq!(resources.subscriber_count("app+notes://n1"), 1);
+    assert_eq!(
+        agg.upstream_subscriptions("app"),
+        vec!["notes://n1".to_string()]
+    );
+
+    // Dropping the last subscriber ends the upstream subscription.
+    drop(sub);
+    wait_until("n1 unsubscribed upstream", || {
+        agg.upstream_subscriptions("app").is_empty() && upstream.subscriber_count("notes://n1") == 0
+    })
+    .await;
+    agg.shutdown().await;
+}
