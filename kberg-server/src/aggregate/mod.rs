@@ -18,6 +18,52 @@
 //! shape answers `upstream_invalid_result`. After a reconnect the tool list is read again: tools
 //! added or removed upstream are added to or removed from the registry, which makes kberg-server
 //! send `notifications/tools/list_changed` to its clients.
+//!
+//! Prompts and resources are forwarded when asked for ([`Aggregator::start_with`] with a
+//! [`Forward`]). Prompts take the tools' namespaced names. Resources take the namespace in front
+//! of their URI scheme, joined by `+`: upstream `file:///tmp/a.txt` of namespace `fs` is
+//! `fs+file:///tmp/a.txt`, and the template `file:///{path}` is `fs+file:///{path}`. A scheme may
+//! contain `+` and a namespace may not, so the URI stays valid and maps back by stripping
+//! `<namespace>+` ([`namespaced_uri`], [`upstream_uri`]). Subscriptions to namespaced URIs are
+//! relayed upstream and the upstream's `notifications/resources/updated` reach exactly their
+//! subscribers.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use kberg_core::{ResourceRegistry, ToolRegistry, WriteCapability};
+//! use kberg_server::aggregate::{
+//!     Aggregator, AggregatorConfig, Forward, UpstreamConfig, UpstreamTransport,
+//! };
+//! use kberg_server::{HttpConfig, McpApp};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = AggregatorConfig::new()
+//!     .upstream(UpstreamConfig::new(
+//!         "fs",
+//!         UpstreamTransport::stdio("mcp-server-filesystem").arg("/srv"),
+//!     ))
+//!     .upstream(
+//!         UpstreamConfig::new(
+//!             "tickets",
+//!             UpstreamTransport::http("https://tickets.internal/mcp")
+//!                 .header("authorization", "Bearer upstream-secret"),
+//!         )
+//!         .call_timeout(Duration::from_secs(20)),
+//!     )
+//!     .write_rule("fs__write_*", WriteCapability::new("fs.write", "Change files"));
+//! let (tools, resources) = (ToolRegistry::new(), ResourceRegistry::new());
+//! let forward = Forward::new().resources(resources.clone());
+//! let aggregator = Aggregator::start_with(config, tools.clone(), forward)?;
+//! let app = McpApp::builder("gateway", "1.0.0")
+//!     .tools(tools)
+//!     .resources(resources)
+//!     .build();
+//! kberg_server::serve(app, HttpConfig::new("127.0.0.1:8765".parse()?), std::future::pending::<()>())
+//!     .await?;
+//! # drop(aggregator);
+//! # Ok(())
+//! # }
+//! ```
 
 mod config;
 mod pattern;
