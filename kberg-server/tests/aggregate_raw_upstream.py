@@ -75,7 +75,8 @@ for line in sys.stdin:
             {"uri": "raw://garbage", "name": "garbage"},
         ]})
     elif method == "resources/templates/list":
-        result(rid, {"resourceTemplates": []})
+        # RFC 6570 form-style query expansion, which the aggregated registry cannot match.
+        result(rid, {"resourceTemplates": [{"uriTemplate": "raw://search{?q}", "name": "search"}]})
     elif method == "resources/read":
         if params.get("uri") == "raw://hang":
             continue

@@ -567,6 +567,12 @@ async fn dead_hanging_and_garbage_upstreams_resources_answer_stable_codes() {
             "raw+raw://hang".to_string()
         ]
     );
+    // A template syntax the registry cannot match is skipped and reported, not half-served.
+    let skipped = agg.skipped_resources("raw");
+    assert!(
+        skipped.iter().any(|(t, _)| t == "raw+raw://search{?q}"),
+        "{skipped:?}"
+    );
 
     let err = tokio::time::timeout(WAIT, resources.read("raw+raw://hang"))
         .await
