@@ -540,7 +540,7 @@ async fn supervise(shared: Arc<Shared>, up: Arc<Upstream>, shutdown: Cancellatio
                     Err(_) => {
                         let _ = client.cancel().await;
                         format!(
-                            "it did not list its tools within {:?}",
+                            "it did not list its tools (and prompts and resources, when forwarded) within {:?}",
                             shared.connect_timeout
                         )
                     }
@@ -565,6 +565,10 @@ async fn supervise(shared: Arc<Shared>, up: Arc<Upstream>, shutdown: Cancellatio
                         let reason =
                             run_connected(&shared, &up, client, &peer, generation, &shutdown).await;
                         up.set_peer(None);
+                        // Whatever the gone connection held upstream ended with it.
+                        if let Ok(mut s) = up.upstream_subscriptions.lock() {
+                            s.clear();
+                        }
                         if let Ok(mut p) = up.pid.lock() {
                             *p = None;
                         }
@@ -646,7 +650,7 @@ async fn run_connected(
                     Err(_) => {
                         if let Some(s) = stop.take() { s.cancel(); }
                         let _ = (&mut waiting).await;
-                        return Some("it did not answer tools/list in time".to_string());
+                        return Some("it did not answer its list requests in time".to_string());
                     }
                 }
             }
