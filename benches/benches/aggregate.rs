@@ -23,9 +23,9 @@
 //! KBERG_AGG_SECS=5 KBERG_AGG_ROUNDS=5 cargo bench -p kberg-benches --bench aggregate
 //! ```
 //!
-//! Without `--bench` (as under `cargo test --benches`) it runs one smoke round of a few calls per
-//! case that only checks every path answers correctly. `KBERG_AGG_CALLS=N` (bench mode) replaces
-//! the time budget by N calls per client.
+//! Without `--bench` (as under `cargo test --benches`), or with `-- --test`, it runs one smoke
+//! round of a few calls per case that only checks every path answers correctly.
+//! `KBERG_AGG_CALLS=N` (bench mode) replaces the time budget by N calls per client.
 
 // A bench's report is its stdout.
 #![allow(clippy::print_stdout)]
@@ -193,7 +193,10 @@ struct Case {
 }
 
 async fn run() -> Result<(), BoxError> {
-    let full = std::env::args().any(|a| a == "--bench");
+    // `cargo bench` passes `--bench`; `cargo bench -- --test` and test runs (no `--bench`) get
+    // the smoke round.
+    let args: Vec<String> = std::env::args().collect();
+    let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test");
     let secs = env_number("KBERG_AGG_SECS", 3).max(1);
     let rounds = if full {
         env_number("KBERG_AGG_ROUNDS", 3).max(1)
