@@ -11,6 +11,14 @@
 //! sentence telling the model not to try again. Both are bounded: a model that sends the same
 //! failing call again, or needs more repair turns than allowed, is stopped with a clear outcome.
 //!
+//! Small models also loop: after a write succeeds they send the very same call again, turn after
+//! turn. A call identical (same tool, same arguments) to a write that already succeeded in this
+//! run is not run again ([`CallOutcome::Duplicate`]); the model is given the earlier result and
+//! its next turn is an answer-only turn (tool choice `none`, no text-call recovery), so the run
+//! ends with an answer and the write happened once. Read-only tools are run again (polling is
+//! legitimate). [`AgentConfig::dedupe_writes`] turns this off for apps whose writes are meant to
+//! repeat with identical arguments.
+//!
 //! Before a call runs, calls written into the text by small models are recovered (only for tools
 //! on the surface; see [`crate::recover_calls`]) and unambiguous argument mistakes are corrected
 //! (see [`crate::coerce_arguments`]); both are recorded in the outcome.
@@ -26,7 +34,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::coerce::{Coercion, coerce_arguments};
-use crate::message::{ChatOptions, ChatRequest, ChatResponse, Message, ToolCall, Usage};
+use crate::message::{
+    ChatOptions, ChatRequest, ChatResponse, Message, ToolCall, ToolChoice, Usage,
+};
 use crate::provider::{InferenceProvider, ProviderError, collect_stream};
 use crate::recover::recover_calls;
 use crate::surface::{SurfaceError, ToolSurface};
@@ -54,6 +64,14 @@ pub struct AgentConfig {
     pub recover_text_calls: bool,
     /// Correct unambiguous argument mistakes (default true).
     pub coerce_arguments: bool,
+    /// The tool choice of the run's first turn only, when set (later turns use
+    /// `options.tool_choice`). [`ToolChoice::Required`] here is the usual way to make a small
+    /// model act on a request it would otherwise only talk about, without forcing every later
+    /// turn to call a tool too.
+    pub first_turn_tool_choice: Option<ToolChoice>,
+    /// Never run an identical call of a tool that is not read-only twice in one run, and answer
+    /// the model's repeat with the earlier result followed by an answer-only turn (default true).
+    pub dedupe_writes: bool,
 }
 
 impl Default for AgentConfig {
@@ -68,6 +86,8 @@ impl Default for AgentConfig {
             stream: false,
             recover_text_calls: true,
             coerce_arguments: true,
+            first_turn_tool_choice: None,
+            dedupe_writes: true,
         }
     }
 }
@@ -126,6 +146,18 @@ impl AgentConfig {
         self.coerce_arguments = on;
         self
     }
+
+    /// Sets the first turn's tool choice.
+    pub fn first_turn_tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.first_turn_tool_choice = Some(choice);
+        self
+    }
+
+    /// Turns the deduplication of repeated identical writes on or off.
+    pub fn dedupe_writes(mut self, on: bool) -> Self {
+        self.dedupe_writes = on;
+        self
+    }
 }
 
 /// How one call ended.
@@ -134,6 +166,9 @@ impl AgentConfig {
 pub enum CallOutcome {
     /// The tool ran and succeeded.
     Ok,
+    /// The call was not run: the identical write already succeeded earlier in the run, and the
+    /// model was given that result.
+    Duplicate,
     /// The call was refused or failed with this code.
     Failed(ErrorCode),
 }
@@ -143,6 +178,7 @@ impl CallOutcome {
     pub fn as_str(&self) -> &'static str {
         match self {
             CallOutcome::Ok => "ok",
+            CallOutcome::Duplicate => "duplicate",
             CallOutcome::Failed(c) => c.as_str(),
         }
     }
@@ -307,8 +343,14 @@ struct Run<'a> {
     events: Option<&'a UnboundedSender<AgentEvent>>,
     request: ChatRequest,
     schemas: HashMap<String, Value>,
+    /// Tools declared read-only.
+    read_only: HashSet<String>,
     calls: Vec<CallRecord>,
     failures: HashMap<(String, String), u32>,
+    /// Writes that succeeded in this run (tool, arguments) -> the result the model was given.
+    done_writes: HashMap<(String, String), String>,
+    /// The next turn is answer-only: the model repeated a write that already succeeded.
+    answer_now: bool,
     repair_turns: u32,
     turns: u32,
     usage: Usage,
@@ -386,8 +428,11 @@ impl Agent {
                 options: self.config.options.clone(),
             },
             schemas: HashMap::new(),
+            read_only: HashSet::new(),
             calls: Vec::new(),
             failures: HashMap::new(),
+            done_writes: HashMap::new(),
+            answer_now: false,
             repair_turns: 0,
             turns: 0,
             usage: Usage::default(),
@@ -405,6 +450,13 @@ impl Agent {
             messages: run.request.messages,
         }
     }
+}
+
+/// The answer to a repeated identical write: the earlier result, and what to do instead.
+fn duplicate_note(name: &str, earlier: &str) -> String {
+    format!(
+        "Not run again: this exact call to `{name}` already succeeded earlier in this conversation. Its result was: {earlier}\nDo not repeat it. The request is done: answer the user now."
+    )
 }
 
 /// Added to a final refusal so a small model stops trying.
@@ -433,6 +485,11 @@ impl Run<'_> {
                     .iter()
                     .map(|t| (t.name.clone(), t.parameters.clone()))
                     .collect();
+                self.read_only = tools
+                    .iter()
+                    .filter(|t| t.read_only)
+                    .map(|t| t.name.clone())
+                    .collect();
                 self.request.tools = tools;
             }
             Err(e) => return StopReason::Surface(e),
@@ -457,7 +514,26 @@ impl Run<'_> {
             self.turns += 1;
             let turn = self.turns;
             self.emit(|| AgentEvent::TurnStarted { turn });
-            let response = match self.model_turn().await {
+            let answer_only = std::mem::take(&mut self.answer_now);
+            let turn_choice = if answer_only {
+                Some(ToolChoice::None)
+            } else if turn == 1 {
+                config.first_turn_tool_choice.clone()
+            } else {
+                None
+            };
+            let overridden = turn_choice.is_some();
+            if let Some(choice) = turn_choice {
+                self.request.options.tool_choice = choice;
+            }
+            let response = self.model_turn().await;
+            if overridden {
+                self.request
+                    .options
+                    .tool_choice
+                    .clone_from(&config.options.tool_choice);
+            }
+            let response = match response {
                 Ok(r) => r,
                 Err(ProviderError::Cancelled) => return StopReason::Cancelled,
                 Err(e) => return StopReason::Provider(e),
@@ -466,7 +542,8 @@ impl Run<'_> {
             let ChatResponse {
                 text, tool_calls, ..
             } = response;
-            let (calls, recovered, text_flags) = self.calls_of(text.as_str(), tool_calls);
+            let (calls, recovered, text_flags) =
+                self.calls_of(text.as_str(), tool_calls, !answer_only);
             if calls.is_empty() {
                 self.text.clone_from(&text);
                 self.request.messages.push(Message::assistant(text));
@@ -525,8 +602,13 @@ impl Run<'_> {
     /// The calls to run this turn: the structured ones, or else those recovered from the text
     /// (then the flag is set). The list says, per call, whether its arguments were recovered
     /// from a JSON string.
-    fn calls_of(&self, text: &str, structured: Vec<ToolCall>) -> (Vec<ToolCall>, bool, Vec<bool>) {
-        if !structured.is_empty() || !self.agent.config.recover_text_calls {
+    fn calls_of(
+        &self,
+        text: &str,
+        structured: Vec<ToolCall>,
+        recover: bool,
+    ) -> (Vec<ToolCall>, bool, Vec<bool>) {
+        if !structured.is_empty() || !recover || !self.agent.config.recover_text_calls {
             return (structured, false, Vec::new());
         }
         let visible: HashSet<&str> = self.schemas.keys().map(String::as_str).collect();
@@ -603,6 +685,22 @@ impl Run<'_> {
                 );
                 continue;
             }
+            let write_key = (config.dedupe_writes && !self.read_only.contains(&call.name))
+                .then(|| (call.name.clone(), call.arguments.to_string()));
+            if let Some(earlier) = write_key.as_ref().and_then(|k| self.done_writes.get(k)) {
+                let text = duplicate_note(&call.name, earlier);
+                tracing::debug!(tool = %call.name, "a repeated identical write was not run again");
+                self.answer_now = true;
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Duplicate,
+                    text,
+                    recovered,
+                    coercions,
+                );
+                continue;
+            }
             let call_for_event = call.clone();
             let coercions_for_event = coercions.clone();
             self.emit(|| AgentEvent::ToolCalled {
@@ -636,6 +734,9 @@ impl Run<'_> {
                 }
             };
             let Some(code) = result.effective_code() else {
+                if let Some(key) = write_key {
+                    self.done_writes.insert(key, result.text.clone());
+                }
                 self.record(
                     turn,
                     call,
@@ -696,7 +797,7 @@ impl Run<'_> {
             call_id: call.id.clone(),
             name: call.name.clone(),
             content: text,
-            is_error: outcome != CallOutcome::Ok,
+            is_error: matches!(outcome, CallOutcome::Failed(_)),
         });
         self.calls.push(CallRecord {
             turn,

@@ -167,10 +167,19 @@ impl ToolSurface for McpSurface {
             .map_err(|e| SurfaceError::Transport(e.to_string()))?;
         let defs: Vec<ToolDefinition> = tools
             .into_iter()
-            .map(|t| ToolDefinition {
-                name: t.name.into_owned(),
-                description: t.description.map(|d| d.into_owned()).unwrap_or_default(),
-                parameters: Value::Object((*t.input_schema).clone()),
+            .map(|t| {
+                // MCP's default for `readOnlyHint` is false: a tool that says nothing may write.
+                let read_only = t
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.read_only_hint)
+                    .unwrap_or(false);
+                ToolDefinition::new(
+                    t.name.into_owned(),
+                    t.description.map(|d| d.into_owned()).unwrap_or_default(),
+                    Value::Object((*t.input_schema).clone()),
+                )
+                .read_only(read_only)
             })
             .collect();
         if let Ok(mut listed) = self.listed.write() {

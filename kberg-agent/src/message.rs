@@ -92,6 +92,7 @@ pub struct ToolCall {
 
 /// A tool as the model is shown it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolDefinition {
     /// The name the model calls it by.
     pub name: String,
@@ -99,6 +100,29 @@ pub struct ToolDefinition {
     pub description: String,
     /// JSON Schema of its arguments.
     pub parameters: Value,
+    /// The tool declares that it does not modify its environment (MCP `readOnlyHint`). The loop
+    /// never runs an identical call of a tool that is not read-only twice in one run (see
+    /// [`crate::AgentConfig::dedupe_writes`]); unknown means not read-only.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+impl ToolDefinition {
+    /// A tool that is not declared read-only.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+            read_only: false,
+        }
+    }
+
+    /// Declares whether the tool is read-only.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
 }
 
 /// Tokens spent by one turn (or summed over a run).

@@ -176,10 +176,9 @@ impl ToolSurface for LocalSurface {
             .registry
             .list(&self.caller)
             .into_iter()
-            .map(|s| ToolDefinition {
-                name: s.name,
-                description: s.description,
-                parameters: s.input_schema,
+            .map(|s| {
+                let read_only = s.hints().read_only_hint.unwrap_or(false);
+                ToolDefinition::new(s.name, s.description, s.input_schema).read_only(read_only)
             })
             .collect())
     }

@@ -538,3 +538,168 @@ mod random_scripts {
         }
     }
 }
+
+/// A registry whose `add_note` (write) and `search_notes` (read) count their runs.
+fn counting_registry() -> (
+    ToolRegistry,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let writes = Arc::new(AtomicUsize::new(0));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let tools = ToolRegistry::new();
+    let write = WriteCapability::new("notes.write", "Create notes");
+    tools.declare(write.clone()).unwrap();
+    let w = Arc::clone(&writes);
+    tools
+        .register(
+            ToolBuilder::new("add_note")
+                .description("Create a note")
+                .write(write)
+                .handler(move |a: AddNote, _| {
+                    let w = Arc::clone(&w);
+                    async move {
+                        w.fetch_add(1, Ordering::SeqCst);
+                        Ok(ToolOutput::text(format!(
+                            "created {} (priority {})",
+                            a.title, a.priority
+                        )))
+                    }
+                }),
+        )
+        .unwrap();
+    let r = Arc::clone(&reads);
+    tools
+        .register(
+            ToolBuilder::new("search_notes")
+                .description("Find notes")
+                .handler(move |a: Search, _| {
+                    let r = Arc::clone(&r);
+                    async move {
+                        r.fetch_add(1, Ordering::SeqCst);
+                        Ok(ToolOutput::text(format!("found 2 notes about {}", a.query)))
+                    }
+                }),
+        )
+        .unwrap();
+    (tools, writes, reads)
+}
+
+#[tokio::test]
+async fn a_repeated_identical_write_is_not_run_again_and_the_model_is_asked_to_answer() {
+    use kberg_agent::ToolChoice;
+    use std::sync::atomic::Ordering;
+    let (tools, writes, _) = counting_registry();
+    let milk = json!({"title": "milk", "priority": 2});
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "add_note", milk.clone()),
+        // Small models often send the very same call again after it succeeded.
+        ScriptedProvider::call("c2", "add_note", milk.clone()),
+        ScriptedProvider::text("Added the note."),
+    ]);
+    let out = Agent::new(script.clone(), LocalSurface::new(tools, writer()))
+        .run(vec![Message::user("add milk")], &CancellationToken::new())
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(writes.load(Ordering::SeqCst), 1, "the write ran twice");
+    let outcomes: Vec<&str> = out.calls.iter().map(|c| c.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["ok", "duplicate"]);
+    assert_eq!(out.calls[1].outcome, CallOutcome::Duplicate);
+    // The model is given the earlier result and told to answer ...
+    let note = last_tool_text(&script, 2);
+    assert!(note.contains("Not run again"), "{note}");
+    assert!(note.contains("created milk (priority 2)"), "{note}");
+    // ... not as an error (nothing failed) ...
+    assert!(matches!(
+        out.messages.last(),
+        Some(Message::Assistant { .. })
+    ));
+    assert!(
+        out.messages.iter().any(
+            |m| matches!(m, Message::Tool { call_id, is_error: false, .. } if call_id == "c2")
+        )
+    );
+    // ... and its next turn may not call tools; the turn after that is back to normal.
+    let reqs = script.requests();
+    assert_eq!(reqs[1].options.tool_choice, ToolChoice::Auto);
+    assert_eq!(reqs[2].options.tool_choice, ToolChoice::None);
+}
+
+#[tokio::test]
+async fn the_answer_only_turn_does_not_recover_calls_from_text() {
+    use std::sync::atomic::Ordering;
+    let (tools, writes, _) = counting_registry();
+    let milk = json!({"title": "milk", "priority": 2});
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "add_note", milk.clone()),
+        ScriptedProvider::call("c2", "add_note", milk.clone()),
+        // Asked to answer, the model writes the call into its text once more.
+        ScriptedProvider::text(
+            r#"{"name": "add_note", "arguments": {"title": "eggs", "priority": 1}}"#,
+        ),
+    ]);
+    let out = Agent::new(script.clone(), LocalSurface::new(tools, writer()))
+        .run(vec![Message::user("add milk")], &CancellationToken::new())
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(out.calls.len(), 2);
+    assert_eq!(writes.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_repeated_read_runs_again_and_dedupe_can_be_turned_off() {
+    use kberg_agent::ToolChoice;
+    use std::sync::atomic::Ordering;
+    // Reads repeat legitimately (polling): they run every time.
+    let (tools, _, reads) = counting_registry();
+    let q = json!({"query": "milk"});
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "search_notes", q.clone()),
+        ScriptedProvider::call("c2", "search_notes", q.clone()),
+        ScriptedProvider::text("Two notes."),
+    ]);
+    let out = Agent::new(script.clone(), LocalSurface::new(tools, writer()))
+        .run(vec![Message::user("find milk")], &CancellationToken::new())
+        .await;
+    assert!(out.answered());
+    assert_eq!(reads.load(Ordering::SeqCst), 2);
+    assert_eq!(script.requests()[2].options.tool_choice, ToolChoice::Auto);
+
+    // An app whose writes are meant to repeat turns the guard off.
+    let (tools, writes, _) = counting_registry();
+    let milk = json!({"title": "milk", "priority": 2});
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "add_note", milk.clone()),
+        ScriptedProvider::call("c2", "add_note", milk.clone()),
+        ScriptedProvider::text("Added two."),
+    ]);
+    let out = Agent::new(script.clone(), LocalSurface::new(tools, writer()))
+        .with_config(AgentConfig::default().dedupe_writes(false))
+        .run(
+            vec![Message::user("add milk twice")],
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(out.answered());
+    assert_eq!(writes.load(Ordering::SeqCst), 2);
+    let outcomes: Vec<&str> = out.calls.iter().map(|c| c.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["ok", "ok"]);
+}
+
+#[tokio::test]
+async fn the_first_turn_tool_choice_applies_to_the_first_turn_only() {
+    use kberg_agent::ToolChoice;
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "search_notes", json!({"query": "milk"})),
+        ScriptedProvider::text("Two notes."),
+    ]);
+    let out = agent(&script, writer())
+        .with_config(AgentConfig::default().first_turn_tool_choice(ToolChoice::Required))
+        .run(vec![Message::user("find milk")], &CancellationToken::new())
+        .await;
+    assert!(out.answered());
+    let reqs = script.requests();
+    assert_eq!(reqs[0].options.tool_choice, ToolChoice::Required);
+    assert_eq!(reqs[1].options.tool_choice, ToolChoice::Auto);
+}

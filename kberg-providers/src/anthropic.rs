@@ -536,11 +536,7 @@ mod tests {
                     is_error: true,
                 },
             ],
-            tools: vec![ToolDefinition {
-                name: "f".into(),
-                description: "d".into(),
-                parameters: json!({"type": "object"}),
-            }],
+            tools: vec![ToolDefinition::new("f", "d", json!({"type": "object"}))],
             ..ChatRequest::default()
         };
         let body = p.request_body(&req, false);

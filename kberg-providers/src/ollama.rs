@@ -11,7 +11,7 @@
 use async_trait::async_trait;
 use kberg_agent::{
     ChatDelta, ChatRequest, ChatResponse, ChatStream, FinishReason, InferenceProvider, Message,
-    ProviderError, ToolCall, Usage,
+    ProviderError, ToolCall, ToolChoice, Usage,
 };
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -135,7 +135,9 @@ impl OllamaProvider {
             "stream": stream,
         });
         let obj = body.as_object_mut().expect("json! object literal");
-        if !request.tools.is_empty() {
+        // `/api/chat` has no tool choice: "no tools this turn" is said by sending none. A
+        // required or named choice cannot be expressed and is left to the model.
+        if !request.tools.is_empty() && request.options.tool_choice != ToolChoice::None {
             let tools: Vec<Value> = request.tools.iter().map(http::function_tool).collect();
             obj.insert("tools".into(), Value::Array(tools));
         }

@@ -184,11 +184,10 @@ fn message_json(m: &Message) -> Value {
                            "function": {"name": c.name, "arguments": c.arguments.to_string()}})
                 })
                 .collect();
-            let content = if content.is_empty() {
-                Value::Null
-            } else {
-                json!(content)
-            };
+            // The reference allows `null` (or no `content`) beside `tool_calls`, but servers
+            // differ: llama-cpp-python refuses `null` with a validation error and its chat
+            // templates read `content`, so it must be present. An empty string is accepted
+            // everywhere.
             json!({"role": "assistant", "content": content, "tool_calls": calls})
         }
         Message::Tool {

@@ -217,11 +217,11 @@ async fn request_has_the_documented_shape() {
     .await;
     let p = make(server.url());
     let mut req = request();
-    req.tools = vec![ToolDefinition {
-        name: "add_note".into(),
-        description: "Create a note".into(),
-        parameters: json!({"type": "object"}),
-    }];
+    req.tools = vec![ToolDefinition::new(
+        "add_note",
+        "Create a note",
+        json!({"type": "object"}),
+    )];
     req.options.tool_choice = ToolChoice::Required;
     req.options.stop = vec!["END".into()];
     let r = p.chat(&req, &CancellationToken::new()).await.unwrap();

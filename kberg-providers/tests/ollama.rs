@@ -164,11 +164,11 @@ async fn request_has_the_documented_shape() {
             .option("num_ctx", json!(8192)),
     );
     let mut req = request();
-    req.tools = vec![ToolDefinition {
-        name: "add_note".into(),
-        description: "Create a note".into(),
-        parameters: json!({"type": "object", "properties": {"title": {"type": "string"}}}),
-    }];
+    req.tools = vec![ToolDefinition::new(
+        "add_note",
+        "Create a note",
+        json!({"type": "object", "properties": {"title": {"type": "string"}}}),
+    )];
     req.options.temperature = Some(0.5);
     req.options.max_tokens = Some(64);
     req.messages.push(Message::Assistant {

@@ -178,11 +178,11 @@ async fn request_has_the_documented_shape() {
     let server = MockServer::start(vec![OpenAi.text("ok", false), OpenAi.text("ok", true)]).await;
     let p = make(server.url());
     let mut req = request();
-    req.tools = vec![ToolDefinition {
-        name: "add_note".into(),
-        description: "Create a note".into(),
-        parameters: json!({"type": "object"}),
-    }];
+    req.tools = vec![ToolDefinition::new(
+        "add_note",
+        "Create a note",
+        json!({"type": "object"}),
+    )];
     req.options.tool_choice = ToolChoice::Tool("add_note".into());
     req.options.max_tokens = Some(32);
     req.messages.push(Message::Assistant {
@@ -224,7 +224,9 @@ async fn request_has_the_documented_shape() {
     assert_eq!(call["id"], "call_9");
     assert_eq!(call["type"], "function");
     assert_eq!(call["function"]["arguments"], "{\"title\":\"x\"}");
-    assert_eq!(b["messages"][1]["content"], Value::Null);
+    // An empty string, not `null`: llama-cpp-python refuses `null` and its templates read
+    // the field.
+    assert_eq!(b["messages"][1]["content"], "");
     assert_eq!(b["messages"][2]["tool_call_id"], "call_9");
     assert!(b.get("stream").is_none());
     assert_eq!(reqs[1].body["stream"], true);
