@@ -3,7 +3,8 @@
 # (Node 22 + the official conformance suite and SDK clients from npm, the Python MCP SDK and the
 # embedding model files from PyPI), then checks formatting and lints, runs every crate's tests
 # (unit, integration, interop with the real clients, doc tests), and the official MCP conformance
-# suite for both protocol revisions.
+# suite for both protocol revisions, and the agent's live tier against a real model server (a
+# llama.cpp-based OpenAI-compatible server with a small instruct model, both from PyPI).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -30,3 +31,6 @@ done
 
 step "official MCP conformance suite"
 ./scripts/conformance.sh
+
+step "live tier: the agent against a real OpenAI-compatible model server (llama-cpp-python, SmolLM2-135M)"
+./scripts/live-tier.sh

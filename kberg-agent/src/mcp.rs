@@ -59,7 +59,15 @@ impl McpSurface {
         url: &str,
         config: StreamableHttpClientTransportConfig,
     ) -> Result<Self, SurfaceError> {
-        let transport = StreamableHttpClientTransport::from_config(config);
+        // rmcp's default client opens a TCP connection per request (pooling off, to dodge a
+        // delayed-ACK stall); keep-alive with TCP_NODELAY avoids the stall at its cause and the
+        // connection churn. No redirects: requests may carry a bearer token.
+        let http = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| SurfaceError::Connect(format!("{url}: the HTTP client: {e}")))?;
+        let transport = StreamableHttpClientTransport::with_client(http, config);
         let client = ()
             .serve(transport)
             .await

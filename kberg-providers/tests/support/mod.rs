@@ -220,9 +220,13 @@ pub async fn closed_port_url() -> String {
     format!("http://{addr}")
 }
 
+/// Bounded like a real app's input: servers that constrain generation by the schema (llama.cpp
+/// grammars) then cannot let a model ramble inside a string.
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct AddNote {
+    #[schemars(length(min = 1, max = 40))]
     title: String,
+    #[schemars(range(min = 1, max = 5))]
     priority: u8,
 }
 

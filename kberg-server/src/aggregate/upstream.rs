@@ -507,7 +507,7 @@ async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), String> {
             }
             let config =
                 StreamableHttpClientTransportConfig::with_uri(url.clone()).custom_headers(custom);
-            let transport = StreamableHttpClientTransport::from_config(config);
+            let transport = StreamableHttpClientTransport::with_client(http_client()?, config);
             let client = handler
                 .serve(transport)
                 .await
@@ -515,6 +515,20 @@ async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), String> {
             Ok((client, None))
         }
     }
+}
+
+/// The HTTP client for one upstream connection. rmcp's default client opens a new TCP connection
+/// for every request (it turns pooling off to dodge a delayed-ACK stall); measured here that
+/// tripled the aggregator's cost per forwarded call. This client keeps connections alive and
+/// sends with `TCP_NODELAY`, which avoids that stall at its cause (Nagle's algorithm waiting for
+/// the peer's delayed ACK). Redirects are not followed: the requests carry the upstream's
+/// credentials, which must never reach another endpoint.
+fn http_client() -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| format!("the HTTP client could not be built: {e}"))
 }
 
 async fn supervise(shared: Arc<Shared>, up: Arc<Upstream>, shutdown: CancellationToken) {
