@@ -685,6 +685,8 @@ impl Run<'_> {
                 );
                 continue;
             }
+            // serde_json's maps are ordered by key here (no `preserve_order`), so the arguments'
+            // text is canonical: the same arguments in another order make the same key.
             let write_key = (config.dedupe_writes && !self.read_only.contains(&call.name))
                 .then(|| (call.name.clone(), call.arguments.to_string()));
             if let Some(earlier) = write_key.as_ref().and_then(|k| self.done_writes.get(k)) {

@@ -703,3 +703,21 @@ async fn the_first_turn_tool_choice_applies_to_the_first_turn_only() {
     assert_eq!(reqs[0].options.tool_choice, ToolChoice::Required);
     assert_eq!(reqs[1].options.tool_choice, ToolChoice::Auto);
 }
+
+#[tokio::test]
+async fn the_same_write_with_its_arguments_in_another_order_is_still_a_repeat() {
+    use std::sync::atomic::Ordering;
+    let (tools, writes, _) = counting_registry();
+    let a: serde_json::Value = serde_json::from_str(r#"{"title": "milk", "priority": 2}"#).unwrap();
+    let b: serde_json::Value = serde_json::from_str(r#"{"priority": 2, "title": "milk"}"#).unwrap();
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "add_note", a),
+        ScriptedProvider::call("c2", "add_note", b),
+        ScriptedProvider::text("Added."),
+    ]);
+    let out = Agent::new(script, LocalSurface::new(tools, writer()))
+        .run(vec![Message::user("add milk")], &CancellationToken::new())
+        .await;
+    assert_eq!(writes.load(Ordering::SeqCst), 1);
+    assert_eq!(out.calls[1].outcome, CallOutcome::Duplicate);
+}
