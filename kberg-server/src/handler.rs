@@ -240,7 +240,30 @@ fn resource_error(e: ResourceError) -> McpError {
             Some(json!({"uri": uri})),
         ),
         ResourceError::InvalidCursor => invalid_cursor(),
+        ResourceError::ReadFailed { uri, message } => {
+            let code = read_failure_code(&message);
+            McpError::internal_error(
+                format!("reading {uri} failed: {message}"),
+                Some(json!({"uri": uri, "code": code})),
+            )
+        }
         other => McpError::internal_error(other.to_string(), None),
+    }
+}
+
+/// The stable code of a failed read for the error's `data.code`: a reader that starts its
+/// message with `<code>: ` (lowercase letters and `_`, as the aggregator's
+/// `upstream_unavailable: ...` / `upstream_timeout: ...` do) names it; otherwise `read_failed`.
+fn read_failure_code(message: &str) -> &str {
+    match message.split_once(": ") {
+        Some((code, _))
+            if !code.is_empty()
+                && code.len() <= 64
+                && code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') =>
+        {
+            code
+        }
+        _ => "read_failed",
     }
 }
 
@@ -843,6 +866,25 @@ impl ServerHandler for KbergHandler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_reads_carry_a_stable_code_in_their_data() {
+        let e = resource_error(ResourceError::ReadFailed {
+            uri: "ev+test://x".into(),
+            message: "upstream_timeout: its server `ev` did not answer within 1s".into(),
+        });
+        assert_eq!(e.code, rmcp::model::ErrorCode::INTERNAL_ERROR);
+        let data = e.data.expect("data");
+        assert_eq!(data["code"], "upstream_timeout");
+        assert_eq!(data["uri"], "ev+test://x");
+        for message in ["disk on fire", "Upstream: x", ": empty", "a b: c"] {
+            let e = resource_error(ResourceError::ReadFailed {
+                uri: "u".into(),
+                message: message.into(),
+            });
+            assert_eq!(e.data.expect("data")["code"], "read_failed", "{message}");
+        }
+    }
 
     #[test]
     fn only_annotated_schemas_need_header_checks() {
