@@ -88,8 +88,14 @@ impl UpstreamTransport {
 /// upstream's answer when no other timeout is configured.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How many forwarded requests one upstream has in flight at most, when no other bound is
+/// configured. Half of a Kberg server's default per-caller limit (64), since an upstream sees
+/// the whole aggregator as one caller.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 32;
+
 /// One upstream MCP server and the namespace its tools appear under.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct UpstreamConfig {
     /// The namespace (`fs` makes `read_file` appear as `fs__read_file`).
     pub namespace: String,
@@ -100,6 +106,11 @@ pub struct UpstreamConfig {
     /// upstream (`notifications/cancelled`) and the caller gets the stable code
     /// `upstream_timeout`.
     pub call_timeout: Duration,
+    /// How many forwarded requests may be in flight to this upstream at once (default
+    /// [`DEFAULT_MAX_IN_FLIGHT`]). Further requests wait for a free slot, and the wait counts
+    /// against `call_timeout`: an upstream that limits its callers (a Kberg server answers
+    /// `too_many_calls` past its per-caller limit) is never overrun by the aggregator's clients.
+    pub max_in_flight: usize,
 }
 
 impl UpstreamConfig {
@@ -109,7 +120,14 @@ impl UpstreamConfig {
             namespace: namespace.into(),
             transport,
             call_timeout: DEFAULT_CALL_TIMEOUT,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         }
+    }
+
+    /// Sets how many forwarded requests may be in flight to this upstream at once (at least 1).
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n;
+        self
     }
 
     /// Sets how long one forwarded request may wait for this upstream's answer.
@@ -233,6 +251,12 @@ impl AggregatorConfig {
         let mut seen = HashSet::new();
         for u in &self.upstreams {
             check_namespace(&u.namespace, &self.separator)?;
+            if u.max_in_flight == 0 || u.max_in_flight > tokio::sync::Semaphore::MAX_PERMITS {
+                return Err(ConfigError::InvalidTransport {
+                    namespace: u.namespace.clone(),
+                    reason: "max_in_flight must be at least 1".into(),
+                });
+            }
             if u.call_timeout.is_zero() {
                 return Err(ConfigError::InvalidTransport {
                     namespace: u.namespace.clone(),

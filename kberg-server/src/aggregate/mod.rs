@@ -71,8 +71,8 @@ mod resources;
 mod upstream;
 
 pub use config::{
-    AggregatorConfig, Backoff, ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_SEPARATOR, MAX_NAME_LEN,
-    UpstreamConfig, UpstreamTransport, WriteRule,
+    AggregatorConfig, Backoff, ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_SEPARATOR, MAX_NAME_LEN, UpstreamConfig, UpstreamTransport, WriteRule,
 };
 pub use pattern::Pattern;
 pub use resources::{namespaced_uri, upstream_uri};

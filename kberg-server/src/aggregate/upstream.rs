@@ -83,6 +83,8 @@ struct Shared {
 /// What forwarded tools and the supervisor share about one upstream.
 pub(super) struct Upstream {
     config: UpstreamConfig,
+    /// One permit per request that may be in flight to the upstream.
+    in_flight: tokio::sync::Semaphore,
     /// The live connection's peer and its generation.
     peer: RwLock<Option<(Peer<RoleClient>, u64)>>,
     pid: Mutex<Option<u32>>,
@@ -278,6 +280,7 @@ impl Aggregator {
         for u in config.upstreams {
             let (status, _) = watch::channel(UpstreamStatus::Connecting);
             let up = Arc::new(Upstream {
+                in_flight: tokio::sync::Semaphore::new(u.max_in_flight),
                 config: u,
                 peer: RwLock::new(None),
                 pid: Mutex::new(None),
@@ -906,6 +909,29 @@ pub(super) async fn forward(
     request: ClientRequest,
     ctx: Option<&ToolContext>,
 ) -> Result<ServerResult, Failure> {
+    if up.current_peer().is_none() {
+        // Not connected: answer at once rather than queue for a slot.
+        return Err(Failure::Unavailable(up.reason()));
+    }
+    let limit = up.config.call_timeout;
+    let never = CancellationToken::new();
+    let cancelled = ctx.map_or(&never, |c| c.cancellation());
+    let started = tokio::time::Instant::now();
+    // Wait for a slot: the upstream never has more than `max_in_flight` of our requests. The
+    // wait counts against the call timeout; nothing was sent yet, so nothing to cancel upstream.
+    let _slot = tokio::select! {
+        biased;
+        () = cancelled.cancelled() => return Err(Failure::Cancelled),
+        p = tokio::time::timeout(limit, up.in_flight.acquire()) => match p {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return Err(Failure::Unavailable("the aggregator is shutting down".into())),
+            Err(_) => {
+                tracing::warn!(namespace = up.namespace(), timeout = ?limit, "no free upstream slot within the call timeout");
+                return Err(Failure::Timeout(limit));
+            }
+        },
+    };
+    // The connection may have changed while this request waited.
     let Some((peer, generation)) = up.current_peer() else {
         return Err(Failure::Unavailable(up.reason()));
     };
@@ -934,13 +960,11 @@ pub(super) async fn forward(
     {
         m.insert(handle.progress_token.clone(), ctx.clone());
     }
-    let never = CancellationToken::new();
-    let cancelled = ctx.map_or(&never, |c| c.cancellation());
-    let limit = up.config.call_timeout;
+    let left = limit.saturating_sub(started.elapsed());
     let outcome = tokio::select! {
         biased;
         () = cancelled.cancelled() => return Err(Failure::Cancelled),
-        r = tokio::time::timeout(limit, handle.await_response()) => r,
+        r = tokio::time::timeout(left, handle.await_response()) => r,
     };
     let Ok(outcome) = outcome else {
         unanswered.reason = "the request timed out";

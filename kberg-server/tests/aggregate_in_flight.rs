@@ -1,0 +1,153 @@
+//! The aggregator's per-upstream bound on requests in flight: an upstream that limits its
+//! callers (a Kberg server answers `too_many_calls` past its per-caller limit, and it sees the
+//! whole aggregator as one caller) is never overrun; calls beyond the bound wait for a slot, and
+//! the wait counts against the call timeout.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use kberg_core::{CallOptions, Caller, Principal, ToolBuilder, ToolOutput, ToolRegistry};
+use kberg_server::aggregate::{
+    Aggregator, AggregatorConfig, UPSTREAM_TIMEOUT, UpstreamConfig, UpstreamTransport,
+};
+use kberg_server::{HttpConfig, HttpServer, Limits, McpApp, OpenAccess};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+struct StopOnDrop(CancellationToken);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// A Kberg upstream whose `hold` tool counts how many of its calls run at once, and that
+/// admits at most `per_caller` calls in flight from one caller.
+async fn upstream(per_caller: usize, hold: Duration) -> (String, Arc<AtomicUsize>, StopOnDrop) {
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let tools = ToolRegistry::new();
+    let (r, p) = (Arc::clone(&running), Arc::clone(&peak));
+    tools
+        .register(ToolBuilder::new("hold").raw_handler(
+            json!({"type": "object"}),
+            move |_a, _ctx| {
+                let (r, p) = (Arc::clone(&r), Arc::clone(&p));
+                async move {
+                    let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                    p.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(hold).await;
+                    r.fetch_sub(1, Ordering::SeqCst);
+                    Ok(ToolOutput::text("held"))
+                }
+            },
+        ))
+        .expect("register");
+    let server = HttpServer::bind(
+        McpApp::builder("upstream", "1").tools(tools).build(),
+        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .auth(OpenAccess::as_principal(Principal::new("aggregator")))
+            .limits(Limits::default().max_calls_per_principal(per_caller)),
+    )
+    .await
+    .expect("bind upstream");
+    let url = format!("http://{}/mcp", server.local_addr());
+    let stop = StopOnDrop(server.shutdown_token());
+    tokio::spawn(server.run(std::future::pending()));
+    (url, peak, stop)
+}
+
+fn caller() -> Caller {
+    Caller::new(Principal::new("agent"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_beyond_the_bound_wait_instead_of_overrunning_the_upstream() {
+    // The upstream admits 3 calls at once from the aggregator; the aggregator sends at most 3.
+    let (url, peak, _stop) = upstream(3, Duration::from_millis(150)).await;
+    let registry = ToolRegistry::new();
+    let config = AggregatorConfig::new()
+        .upstream(UpstreamConfig::new("up", UpstreamTransport::http(url)).max_in_flight(3));
+    let agg = Aggregator::start(config, registry.clone()).expect("valid");
+    assert!(
+        agg.wait_connected("up", 1, WAIT).await,
+        "{:?}",
+        agg.status("up")
+    );
+
+    let calls: Vec<_> = (0..12)
+        .map(|_| {
+            let registry = registry.clone();
+            tokio::spawn(async move {
+                registry
+                    .call(&caller(), "up__hold", json!({}), CallOptions::default())
+                    .await
+            })
+        })
+        .collect();
+    for call in calls {
+        let out = tokio::time::timeout(WAIT, call)
+            .await
+            .expect("every call ends")
+            .expect("task")
+            .expect("not refused by the gate");
+        // Without the bound, calls past the third would come back `too_many_calls`.
+        assert!(!out.is_error, "{out:?}");
+        assert_eq!(out.all_text(), "held");
+    }
+    let seen = peak.load(Ordering::SeqCst);
+    assert!(seen <= 3, "the upstream saw {seen} calls at once");
+    assert!(seen >= 2, "the calls did not overlap at all ({seen})");
+    agg.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_a_slot_counts_against_the_call_timeout() {
+    // One slot, held for far longer than the call timeout by the first call.
+    let (url, _peak, _stop) = upstream(8, Duration::from_secs(20)).await;
+    let registry = ToolRegistry::new();
+    let config = AggregatorConfig::new().upstream(
+        UpstreamConfig::new("up", UpstreamTransport::http(url))
+            .max_in_flight(1)
+            .call_timeout(Duration::from_millis(500)),
+    );
+    let agg = Aggregator::start(config, registry.clone()).expect("valid");
+    assert!(
+        agg.wait_connected("up", 1, WAIT).await,
+        "{:?}",
+        agg.status("up")
+    );
+
+    let who = caller();
+    let (a, b) = tokio::join!(
+        registry.call(&who, "up__hold", json!({}), CallOptions::default()),
+        registry.call(&who, "up__hold", json!({}), CallOptions::default()),
+    );
+    // Both end with the stable timeout code: the one that got the slot timed out upstream,
+    // the other while waiting for the slot.
+    for out in [a, b] {
+        let out = out.expect("not refused by the gate");
+        assert!(out.is_error, "{out:?}");
+        assert_eq!(
+            out.structured.as_ref().and_then(|s| s.get("code")),
+            Some(&json!(UPSTREAM_TIMEOUT)),
+            "{out:?}"
+        );
+    }
+    agg.shutdown().await;
+}
+
+#[test]
+fn a_zero_bound_is_refused() {
+    let config = AggregatorConfig::new().upstream(
+        UpstreamConfig::new("up", UpstreamTransport::http("http://127.0.0.1:1/mcp"))
+            .max_in_flight(0),
+    );
+    let err = config.validate().map(|_| ()).expect_err("zero");
+    assert_eq!(err.code(), "invalid_transport");
+}
