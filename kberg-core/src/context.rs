@@ -77,6 +77,7 @@ pub struct ToolContext {
     peer: Option<Arc<dyn ClientPeer>>,
     progress_token: Option<Value>,
     meta: Option<Value>,
+    client: Option<ClientInfo>,
     extras: CallExtras,
 }
 
@@ -104,8 +105,41 @@ impl std::fmt::Debug for ToolContext {
     }
 }
 
+/// Who the calling client says it is: MCP `clientInfo` (from `initialize` on a 2025-11-25
+/// session, from the request's `_meta` on 2026-07-28). It is self-reported: use it to tailor an
+/// answer (say, which agent's rule format to render), never to decide what a caller may do;
+/// that is the principal's grants.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct ClientInfo {
+    /// The client's name (`claude-code`, `mcp`, `rmcp`, ...).
+    pub name: String,
+    /// Its version.
+    pub version: String,
+    /// A display name, when it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+}
+
+impl ClientInfo {
+    /// A client called `name` at `version`.
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            version: version.into(),
+            title: None,
+        }
+    }
+
+    /// Sets the display name.
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+}
+
 /// Per-call options the transport passes to the gate: cancellation, the client channel, the
-/// request's progress token and `_meta`.
+/// request's progress token and `_meta`, and who the client says it is.
 #[derive(Clone, Default)]
 pub struct CallOptions {
     /// Cancelled when the client cancels the call (or the connection ends).
@@ -116,6 +150,8 @@ pub struct CallOptions {
     pub progress_token: Option<Value>,
     /// The request's `_meta`, for tools that need it.
     pub meta: Option<Value>,
+    /// The client's self-reported identity, when the transport knows it.
+    pub client: Option<ClientInfo>,
 }
 
 impl std::fmt::Debug for CallOptions {
@@ -124,6 +160,7 @@ impl std::fmt::Debug for CallOptions {
             .field("cancelled", &self.cancel.is_cancelled())
             .field("peer", &self.peer.is_some())
             .field("progress_token", &self.progress_token)
+            .field("client", &self.client)
             .finish()
     }
 }
@@ -146,6 +183,7 @@ impl ToolContext {
             peer: opts.peer,
             progress_token: opts.progress_token,
             meta: opts.meta,
+            client: opts.client,
             extras: CallExtras::default(),
         }
     }
@@ -153,6 +191,12 @@ impl ToolContext {
     pub(crate) fn with_extras(mut self, extras: CallExtras) -> Self {
         self.extras = extras;
         self
+    }
+
+    /// Who the calling client says it is (MCP `clientInfo`), when the transport knows it.
+    /// Self-reported: tailor answers with it, never grant anything by it.
+    pub fn client(&self) -> Option<&ClientInfo> {
+        self.client.as_ref()
     }
 
     /// Which step of the call this is: a [`CallPhase::Preview`] must change nothing and describe

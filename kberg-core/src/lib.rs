@@ -101,7 +101,7 @@ pub use confirm::{
     TicketDesk, TicketError, TicketOutcome, TicketStatus, TicketStore, output_from_json,
     output_to_json,
 };
-pub use context::{CallOptions, ClientPeer, PeerError, ToolContext};
+pub use context::{CallOptions, ClientInfo, ClientPeer, PeerError, ToolContext};
 pub use digest::{REDACTED, argument_digest, canonical_json, redact};
 pub use error::{CoreError, ErrorCode, GateError};
 pub use handle::{

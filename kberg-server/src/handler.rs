@@ -233,6 +233,18 @@ fn invalid_cursor() -> McpError {
     McpError::invalid_params("invalid pagination cursor", None)
 }
 
+/// Who the client says it is: the request's `_meta` clientInfo (2026-07-28), else the session's
+/// `initialize` (2025-11-25).
+fn client_info(ctx: &RequestContext<RoleServer>) -> Option<kberg_core::ClientInfo> {
+    let i = ctx
+        .meta
+        .client_info()
+        .or_else(|| ctx.peer.peer_info().map(|p| p.client_info.clone()))?;
+    let mut info = kberg_core::ClientInfo::new(i.name, i.version);
+    info.title = i.title;
+    Some(info)
+}
+
 fn resource_error(e: ResourceError) -> McpError {
     match e {
         ResourceError::NotFound { uri } => McpError::resource_not_found(
@@ -442,6 +454,7 @@ impl KbergHandler {
             req.request_state.as_deref(),
             req.input_responses.as_ref(),
         )?;
+        let client = client_info(&ctx);
         // The tool sees the request's `_meta`; move it rather than copy it.
         let meta_map = std::mem::take(&mut ctx.meta.0.0);
         let meta = (!meta_map.is_empty()).then_some(Value::Object(meta_map));
@@ -450,6 +463,7 @@ impl KbergHandler {
         opts.peer = Some(peer);
         opts.progress_token = progress_token;
         opts.meta = meta;
+        opts.client = client;
         let result = self
             .shared
             .app
@@ -770,6 +784,7 @@ impl ServerHandler for KbergHandler {
         )?;
         let mut opts = CallOptions::with_cancel(context.ct.clone());
         opts.peer = Some(peer);
+        opts.client = client_info(&context);
         opts.progress_token = context
             .meta
             .get_progress_token()

@@ -539,3 +539,32 @@ async fn custom_header_annotations_are_checked_for_tools_registered_at_runtime()
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.reply(4)["result"]["content"][0]["text"], "region eu");
 }
+
+#[tokio::test]
+async fn tools_see_who_the_client_says_it_is_in_both_generations() {
+    use kberg_core::ClientInfo;
+    let s = start().await;
+    let raw = Raw::new(&s.url, Some(READER));
+    // 2025-11-25: from the session's `initialize`.
+    let sid = raw.initialize().await;
+    let r = raw.call_old(&sid, 3, "count", json!({})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "counted", "{r}");
+    // 2026-07-28: from the request's `_meta`.
+    let r = raw
+        .stateless_meta(
+            4,
+            "tools/call",
+            json!({"name": "count", "arguments": {}}),
+            json!({"io.modelcontextprotocol/clientInfo": {"name": "claude-code", "version": "2.1.0", "title": "Claude Code"}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let seen = s.probe.clients.lock().expect("lock").clone();
+    assert_eq!(
+        seen,
+        [
+            Some(ClientInfo::new("raw-test", "0")),
+            Some(ClientInfo::new("claude-code", "2.1.0").title("Claude Code")),
+        ]
+    );
+}

@@ -65,6 +65,11 @@ pub struct AgentConfig {
     /// The projects it may use; empty means every project.
     #[serde(default)]
     pub projects: Vec<String>,
+    /// Set when `type` was not written and was guessed from the agent's name. Rendering then
+    /// prefers the type the connected client names itself as (MCP `clientInfo`); permissions
+    /// always use `agent_type`, since a client's self-report is never a credential.
+    #[serde(skip)]
+    pub type_guessed: bool,
 }
 
 impl AgentConfig {
@@ -239,6 +244,7 @@ pub fn init_data_dir(data_dir: &Path) -> Result<InitReport, ConfigError> {
                 agent_type: ty.to_string(),
                 token_secret: format!("{name}-token"),
                 projects: Vec::new(),
+                type_guessed: false,
             },
         );
     }

@@ -75,6 +75,7 @@ impl Shared {
                 message: format!("agent `{name}`: {message}"),
             };
             if agent.agent_type.is_empty() {
+                agent.type_guessed = true;
                 agent.agent_type = catalog
                     .guess_from_client(name)
                     .map(|t| t.name.clone())
@@ -132,6 +133,24 @@ impl Shared {
         }
         grants
     }
+}
+
+/// The agent type whose format a caller gets its rules in when it does not name one: the
+/// configured `type`; when that was only guessed from the agent's name, the type the client
+/// names itself as (`clientInfo.name` such as `claude-code` or `cursor-vscode`) if the catalog
+/// knows it, else the guess. Only rendering follows the client's self-report: permissions
+/// always use the configured or guessed type.
+fn rendering_type(
+    s: &Shared,
+    agent: &AgentConfig,
+    client: Option<&kberg_core::ClientInfo>,
+) -> String {
+    if !agent.type_guessed {
+        return agent.agent_type.clone();
+    }
+    client
+        .and_then(|c| s.renderer.catalog().guess_from_client(&c.name))
+        .map_or_else(|| agent.agent_type.clone(), |t| t.name.clone())
 }
 
 /// The URI of a rendered rules resource.
@@ -433,7 +452,9 @@ pub fn register_tools(tools: &ToolRegistry, shared: &Arc<Shared>) -> Result<(), 
                         Ok(x) => x,
                         Err(out) => return Ok(out),
                     };
-                    let agent_type = a.agent.unwrap_or(agent.agent_type);
+                    let agent_type = a
+                        .agent
+                        .unwrap_or_else(|| rendering_type(&s, &agent, ctx.client()));
                     blocking(move || {
                         let doc = match s.store.load(&a.project) {
                             Ok(l) => l.document,
@@ -909,6 +930,63 @@ mod tests {
 
         stop.cancel();
         task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn rules_render_for_the_client_only_when_the_type_was_guessed() {
+        use kberg_core::{CallOptions, ClientInfo};
+        let tmp = tempfile::tempdir().unwrap();
+        init_data_dir(tmp.path()).unwrap();
+        let mut config = GatewayConfig::load(tmp.path()).unwrap();
+        // `claude` has no `type`: it is guessed from the name; `codex` keeps its written type.
+        config.agents.get_mut("claude").unwrap().agent_type = String::new();
+        let shared = Shared::open(tmp.path(), config).unwrap();
+        shared
+            .store
+            .create("demo", &demo_document(), "test")
+            .unwrap();
+        assert!(shared.agent("claude").unwrap().type_guessed);
+        let tools = ToolRegistry::new();
+        register_tools(&tools, &shared).unwrap();
+        let rendered_for = |who: &str, client: Option<ClientInfo>| {
+            let (tools, c) = (tools.clone(), caller(&shared, who));
+            async move {
+                let opts = CallOptions {
+                    client,
+                    ..CallOptions::default()
+                };
+                let out = tools
+                    .call(&c, "get_rules", json!({"project": "demo"}), opts)
+                    .await
+                    .unwrap();
+                assert!(!out.is_error, "{out:?}");
+                out.structured.unwrap()["agent"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            }
+        };
+        // The client's self-report picks the format when the type was only guessed ...
+        assert_eq!(
+            rendered_for("claude", Some(ClientInfo::new("codex-cli", "0.9"))).await,
+            "codex"
+        );
+        // ... falls back to the guess when the catalog does not know the client ...
+        assert_eq!(
+            rendered_for("claude", Some(ClientInfo::new("mcp", "1"))).await,
+            "claude"
+        );
+        assert_eq!(rendered_for("claude", None).await, "claude");
+        // ... and never overrides a written type.
+        assert_eq!(
+            rendered_for("codex", Some(ClientInfo::new("claude-code", "2"))).await,
+            "codex"
+        );
+        // Permissions stay with the guessed type whatever the client says.
+        assert_eq!(
+            caller(&shared, "claude").principal().agent.as_deref(),
+            Some("claude")
+        );
     }
 
     #[tokio::test]

@@ -36,6 +36,8 @@ pub struct Probe {
     pub cancelled: tokio::sync::Mutex<mpsc::UnboundedReceiver<()>>,
     /// Calls of `ask_name` (each round runs the tool again).
     pub ask_runs: AtomicUsize,
+    /// Who each `count` call's client said it was.
+    pub clients: Arc<std::sync::Mutex<Vec<Option<kberg_core::ClientInfo>>>>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -107,15 +109,22 @@ pub fn app() -> (McpApp, Arc<Probe>) {
                 }),
         )
         .expect("slow");
+    let clients = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&clients);
     tools
         .register(
             ToolBuilder::new("count")
                 .description("Report progress twice")
-                .handler(|_a: Empty, ctx| async move {
-                    ctx.progress(1.0, Some(2.0), Some("half")).await?;
-                    ctx.log("info", Some("count"), json!("counting")).await?;
-                    ctx.progress(2.0, Some(2.0), Some("done")).await?;
-                    Ok(ToolOutput::text("counted"))
+                .handler(move |_a: Empty, ctx| {
+                    if let Ok(mut s) = seen.lock() {
+                        s.push(ctx.client().cloned());
+                    }
+                    async move {
+                        ctx.progress(1.0, Some(2.0), Some("half")).await?;
+                        ctx.log("info", Some("count"), json!("counting")).await?;
+                        ctx.progress(2.0, Some(2.0), Some("done")).await?;
+                        Ok(ToolOutput::text("counted"))
+                    }
                 }),
         )
         .expect("count");
@@ -123,6 +132,7 @@ pub fn app() -> (McpApp, Arc<Probe>) {
         started: tokio::sync::Mutex::new(started_rx),
         cancelled: tokio::sync::Mutex::new(cancel_rx),
         ask_runs: AtomicUsize::new(0),
+        clients,
     });
     let p = Arc::clone(&probe);
     tools
