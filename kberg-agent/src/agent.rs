@@ -455,7 +455,7 @@ impl Agent {
 /// The answer to a repeated identical write: the earlier result, and what to do instead.
 fn duplicate_note(name: &str, earlier: &str) -> String {
     format!(
-        "Not run again: this exact call to `{name}` already succeeded earlier in this conversation. Its result was: {earlier}\nDo not repeat it. The request is done: answer the user now."
+        "Not run again: this exact call to `{name}` already succeeded earlier in this conversation. Its result was: {earlier}\nDo not repeat it. Tell the user what was done."
     )
 }
 
