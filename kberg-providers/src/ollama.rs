@@ -401,6 +401,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_turn_that_may_not_call_tools_sends_none() {
+        use kberg_agent::ToolDefinition;
+        let p = OllamaProvider::new(OllamaConfig::new("m"));
+        let mut req = ChatRequest {
+            tools: vec![ToolDefinition::new("f", "d", json!({"type": "object"}))],
+            ..ChatRequest::default()
+        };
+        assert!(p.request_body(&req, false).get("tools").is_some());
+        req.options.tool_choice = ToolChoice::None;
+        assert!(p.request_body(&req, false).get("tools").is_none());
+    }
+
+    #[test]
     fn reply_with_tool_calls() {
         let v = json!({
             "model": "qwen2.5", "created_at": "2026-01-01T00:00:00Z",
