@@ -121,6 +121,10 @@ pub(super) struct Upstream {
     skipped: Mutex<Vec<(String, String)>>,
     /// Progress tokens of forwarded calls -> the calling tool's context.
     progress: Mutex<HashMap<ProgressToken, ToolContext>>,
+    /// Forwarded tool calls in flight, registered before their request is sent (so a request
+    /// the upstream makes of its client right away already finds its call), by a local id.
+    active: Mutex<HashMap<u64, ToolContext>>,
+    next_active: AtomicU64,
 }
 
 impl Upstream {
@@ -304,6 +308,8 @@ impl Aggregator {
                 upstream_subscriptions: Mutex::new(BTreeSet::new()),
                 skipped: Mutex::new(Vec::new()),
                 progress: Mutex::new(HashMap::new()),
+                active: Mutex::new(HashMap::new()),
+                next_active: AtomicU64::new(0),
             });
             tasks.push(tokio::spawn(supervise(
                 shared.clone(),
@@ -452,7 +458,7 @@ impl UpstreamClient {
         let ns = self.up.namespace();
         let calls: Vec<ToolContext> = self
             .up
-            .progress
+            .active
             .lock()
             .map(|m| m.values().cloned().collect())
             .unwrap_or_default();
@@ -568,7 +574,7 @@ impl ClientHandler for UpstreamClient {
         _context: NotificationContext<RoleClient>,
     ) {
         // Like requests, a log message reaches a client only when it can only be about its call.
-        let one = self.up.progress.lock().ok().and_then(|m| {
+        let one = self.up.active.lock().ok().and_then(|m| {
             let mut calls = m.values();
             match (calls.next(), calls.next()) {
                 (Some(c), None) => c.peer().cloned(),
@@ -965,6 +971,30 @@ struct ProgressRoute<'a> {
     token: ProgressToken,
 }
 
+/// Keeps a forwarded call in [`Upstream::active`] while it is in flight.
+struct ActiveCall<'a> {
+    up: &'a Upstream,
+    id: u64,
+}
+
+impl<'a> ActiveCall<'a> {
+    fn register(up: &'a Upstream, ctx: &ToolContext) -> Self {
+        let id = up.next_active.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut m) = up.active.lock() {
+            m.insert(id, ctx.clone());
+        }
+        Self { up, id }
+    }
+}
+
+impl Drop for ActiveCall<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.up.active.lock() {
+            m.remove(&self.id);
+        }
+    }
+}
+
 impl Drop for ProgressRoute<'_> {
     fn drop(&mut self) {
         if let Ok(mut m) = self.up.progress.lock() {
@@ -1086,6 +1116,7 @@ pub(super) async fn forward(
             }
         },
     };
+    let _active = ctx.map(|c| ActiveCall::register(up, c));
     // The connection may have changed while this request waited.
     let Some((peer, generation)) = up.current_peer() else {
         return Err(Failure::Unavailable(up.reason()));
