@@ -4,13 +4,14 @@
 //! whose tools change at runtime) updating the aggregated registry, and upstreams that hang or
 //! speak garbage on stdio (contained as unavailable, never stalling the aggregator).
 
+mod peers;
+
+use peers::*;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use kberg_core::{
-    CallOptions, Caller, CancellationToken, ErrorCode, Principal, ToolBuilder, ToolOutput,
-    ToolRegistry,
+    CallOptions, CancellationToken, ErrorCode, Principal, ToolBuilder, ToolOutput, ToolRegistry,
 };
 use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, Backoff, UpstreamConfig, UpstreamStatus, UpstreamTransport,
@@ -23,47 +24,6 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
-
-const WAIT: Duration = Duration::from_secs(60);
-
-fn tools_dir() -> PathBuf {
-    std::env::var_os("KBERG_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools"))
-}
-
-fn need(p: PathBuf) -> String {
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/install-tools.sh",
-        p.display()
-    );
-    p.to_string_lossy().into_owned()
-}
-
-fn node() -> String {
-    need(tools_dir().join("node/bin/node"))
-}
-
-fn everything_stdio() -> UpstreamTransport {
-    UpstreamTransport::stdio(node())
-        .arg(need(tools_dir().join(
-            "node/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-        )))
-        .arg("stdio")
-}
-
-fn reader() -> Caller {
-    Caller::new(Principal::new("reader"))
-}
-
-struct StopOnDrop(CancellationToken);
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.cancel();
-    }
-}
 
 /// Serves `tools` on 127.0.0.1 (free port) for bearer `token`; stops when the guard drops.
 async fn serve(tools: ToolRegistry, token: &str, who: &str) -> (String, StopOnDrop) {

@@ -3,6 +3,9 @@
 //! whole aggregator as one caller) is never overrun; calls beyond the bound wait for a slot, and
 //! the wait counts against the call timeout.
 
+mod peers;
+
+use peers::*;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,17 +17,6 @@ use kberg_server::aggregate::{
 };
 use kberg_server::{HttpConfig, HttpServer, Limits, McpApp, OpenAccess};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
-
-const WAIT: Duration = Duration::from_secs(60);
-
-struct StopOnDrop(CancellationToken);
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.cancel();
-    }
-}
 
 /// A Kberg upstream whose `hold` tool counts how many of its calls run at once, and that
 /// admits at most `per_caller` calls in flight from one caller.

@@ -7,52 +7,17 @@
 //! documented shape, and it reports the `notifications/cancelled` it received. Alongside it runs
 //! the real `@modelcontextprotocol/server-everything`, which must keep working meanwhile.
 
-use std::path::PathBuf;
+mod peers;
+
+use peers::*;
 use std::time::Duration;
 
-use kberg_core::{CallOptions, Caller, Principal, PromptRegistry, ToolOutput, ToolRegistry};
+use kberg_core::{CallOptions, PromptRegistry, ToolOutput, ToolRegistry};
 use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, Backoff, UPSTREAM_INVALID_RESULT, UPSTREAM_TIMEOUT,
-    UpstreamConfig, UpstreamTransport,
+    UpstreamConfig,
 };
 use serde_json::{Value, json};
-
-const WAIT: Duration = Duration::from_secs(60);
-
-fn tools_dir() -> PathBuf {
-    std::env::var_os("KBERG_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools"))
-}
-
-fn need(p: PathBuf) -> String {
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/install-tools.sh",
-        p.display()
-    );
-    p.to_string_lossy().into_owned()
-}
-
-fn everything_stdio() -> UpstreamTransport {
-    UpstreamTransport::stdio(need(tools_dir().join("node/bin/node")))
-        .arg(need(tools_dir().join(
-            "node/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-        )))
-        .arg("stdio")
-}
-
-fn raw_upstream() -> UpstreamTransport {
-    UpstreamTransport::stdio(need(tools_dir().join("venv/bin/python")))
-        .arg("-u")
-        .arg(need(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/aggregate_raw_upstream.py"),
-        ))
-}
-
-fn reader() -> Caller {
-    Caller::new(Principal::new("reader"))
-}
 
 fn config() -> AggregatorConfig {
     AggregatorConfig::new()

@@ -8,13 +8,14 @@
 
 #![allow(deprecated)] // sampling is deprecated by a later revision, still part of 2025-11-25
 
+mod peers;
+
+use peers::*;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use kberg_core::{Principal, ToolRegistry};
-use kberg_server::aggregate::{Aggregator, AggregatorConfig, UpstreamConfig, UpstreamTransport};
+use kberg_server::aggregate::{Aggregator, AggregatorConfig, UpstreamConfig};
 use kberg_server::{HttpConfig, HttpServer, McpApp, OpenAccess};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
@@ -27,40 +28,6 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::json;
 use tokio::sync::{Notify, mpsc};
-use tokio_util::sync::CancellationToken;
-
-const WAIT: Duration = Duration::from_secs(60);
-
-fn tools_dir() -> PathBuf {
-    std::env::var_os("KBERG_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools"))
-}
-
-fn need(p: PathBuf) -> String {
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/install-tools.sh",
-        p.display()
-    );
-    p.to_string_lossy().into_owned()
-}
-
-fn everything_stdio() -> UpstreamTransport {
-    UpstreamTransport::stdio(need(tools_dir().join("node/bin/node")))
-        .arg(need(tools_dir().join(
-            "node/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-        )))
-        .arg("stdio")
-}
-
-struct StopOnDrop(CancellationToken);
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.cancel();
-    }
-}
 
 /// A downstream client that can sample and be asked for input. Each sampling request is
 /// reported on `entered` and answered once `release` is notified (or at once when `hold` is

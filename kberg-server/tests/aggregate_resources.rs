@@ -16,14 +16,15 @@
 //! answering `upstream_unavailable` while others keep working, and the misbehaving stdio upstream
 //! (`aggregate_raw_upstream.py`) whose resource reads hang or answer garbage.
 
-use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
-use std::process::Stdio;
+mod peers;
+
+use peers::*;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use base64::Engine as _;
 use kberg_core::{
-    CallOptions, Caller, Principal, ResourceBody, ResourceError, ResourceRegistry, ToolRegistry,
+    CallOptions, Principal, ResourceBody, ResourceError, ResourceRegistry, ToolRegistry,
 };
 use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, Backoff, Forward, UPSTREAM_INVALID_RESULT, UPSTREAM_TIMEOUT,
@@ -41,118 +42,13 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-const WAIT: Duration = Duration::from_secs(60);
 const DOC: &str = "demo://resource/static/document/architecture.md";
 const OTHER_DOC: &str = "demo://resource/static/document/features.md";
-
-fn tools_dir() -> PathBuf {
-    std::env::var_os("KBERG_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools"))
-}
-
-fn need(p: PathBuf) -> String {
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/install-tools.sh",
-        p.display()
-    );
-    p.to_string_lossy().into_owned()
-}
-
-fn node() -> String {
-    need(tools_dir().join("node/bin/node"))
-}
-
-fn package(name: &str) -> String {
-    need(
-        tools_dir()
-            .join("node/node_modules/@modelcontextprotocol")
-            .join(name)
-            .join("dist/index.js"),
-    )
-}
-
-fn everything_stdio() -> UpstreamTransport {
-    UpstreamTransport::stdio(node())
-        .arg(package("server-everything"))
-        .arg("stdio")
-}
-
-fn raw_upstream() -> UpstreamTransport {
-    UpstreamTransport::stdio(need(tools_dir().join("venv/bin/python")))
-        .arg("-u")
-        .arg(need(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/aggregate_raw_upstream.py"),
-        ))
-}
 
 fn backoff() -> Backoff {
     Backoff {
         initial: Duration::from_millis(100),
         max: Duration::from_secs(1),
-    }
-}
-
-fn reader() -> Caller {
-    Caller::new(Principal::new("reader"))
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-/// The everything server in Streamable HTTP mode (`index.js streamableHttp`, port from `PORT`),
-/// killed when dropped.
-struct HttpEverything {
-    child: std::process::Child,
-    url: String,
-}
-
-impl HttpEverything {
-    async fn start() -> Self {
-        let port = free_port();
-        let child = std::process::Command::new(node())
-            .arg(package("server-everything"))
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start server-everything");
-        let me = Self {
-            child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
-        };
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let up = tokio::time::timeout(WAIT, async {
-            while tokio::net::TcpStream::connect(addr).await.is_err() {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-        .await;
-        assert!(up.is_ok(), "server-everything did not listen on {addr}");
-        me
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for HttpEverything {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-struct StopOnDrop(tokio_util::sync::CancellationToken);
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.cancel();
     }
 }
 

@@ -7,9 +7,11 @@
 //! unaffected, recovery after the reconnect), namespace tricks refused, credentials injected as
 //! headers, and the aggregator's registry served by kberg-server to rmcp's client.
 
-use std::net::{SocketAddr, TcpListener};
+mod peers;
+
+use peers::*;
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -27,42 +29,6 @@ use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
-
-const WAIT: Duration = Duration::from_secs(60);
-
-fn tools_dir() -> PathBuf {
-    std::env::var_os("KBERG_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools"))
-}
-
-fn need(p: PathBuf) -> String {
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/install-tools.sh",
-        p.display()
-    );
-    p.to_string_lossy().into_owned()
-}
-
-fn node() -> String {
-    need(tools_dir().join("node/bin/node"))
-}
-
-fn package(name: &str) -> String {
-    need(
-        tools_dir()
-            .join("node/node_modules/@modelcontextprotocol")
-            .join(name)
-            .join("dist/index.js"),
-    )
-}
-
-fn everything_stdio() -> UpstreamTransport {
-    UpstreamTransport::stdio(node())
-        .arg(package("server-everything"))
-        .arg("stdio")
-}
 
 fn filesystem(dir: &TempDir) -> UpstreamTransport {
     UpstreamTransport::stdio(node())
@@ -123,10 +89,6 @@ async fn started(config: AggregatorConfig, registry: ToolRegistry) -> Aggregator
         }
     }
     agg
-}
-
-fn reader() -> Caller {
-    Caller::new(Principal::new("reader"))
 }
 
 fn writer() -> Caller {
@@ -428,52 +390,6 @@ async fn unreachable_upstream_is_unavailable_not_fatal() {
     agg.shutdown().await;
 }
 
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-/// The everything server in Streamable HTTP mode (`index.js streamableHttp`, port from `PORT`),
-/// killed when dropped.
-struct HttpEverything {
-    child: std::process::Child,
-    url: String,
-}
-
-impl HttpEverything {
-    async fn start() -> Self {
-        let port = free_port();
-        let child = std::process::Command::new(node())
-            .arg(package("server-everything"))
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start server-everything");
-        let me = Self {
-            child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
-        };
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let up = tokio::time::timeout(WAIT, async {
-            while tokio::net::TcpStream::connect(addr).await.is_err() {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-        .await;
-        assert!(up.is_ok(), "server-everything did not listen on {addr}");
-        me
-    }
-}
-
-impl Drop for HttpEverything {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_upstreams_with_injected_credentials_served_to_an_mcp_client() {
     // Upstream 1: server-everything over Streamable HTTP.
@@ -593,12 +509,4 @@ async fn http_upstreams_with_injected_credentials_served_to_an_mcp_client() {
     );
     let _ = client.cancel().await;
     agg.shutdown().await;
-}
-
-struct StopOnDrop(tokio_util::sync::CancellationToken);
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.cancel();
-    }
 }
