@@ -84,6 +84,25 @@ async fn setup(
     Arc<Notify>,
     StopOnDrop,
 ) {
+    let (agg, url, stop) = serve_aggregator().await;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let release = Arc::new(Notify::new());
+    let human = Human {
+        entered: tx,
+        release: Arc::clone(&release),
+        hold,
+    };
+    let client = human
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url),
+        ))
+        .await
+        .expect("client connects");
+    (agg, client, rx, release, stop)
+}
+
+/// server-everything behind an aggregator, served by a Kberg server on 127.0.0.1.
+async fn serve_aggregator() -> (Aggregator, String, StopOnDrop) {
     let registry = ToolRegistry::new();
     let agg = Aggregator::start(
         AggregatorConfig::new().upstream(UpstreamConfig::new("ev", everything_stdio())),
@@ -105,20 +124,7 @@ async fn setup(
     let url = format!("http://{}/mcp", server.local_addr());
     let stop = StopOnDrop(server.shutdown_token());
     tokio::spawn(server.run(std::future::pending()));
-    let (tx, rx) = mpsc::unbounded_channel();
-    let release = Arc::new(Notify::new());
-    let human = Human {
-        entered: tx,
-        release: Arc::clone(&release),
-        hold,
-    };
-    let client = human
-        .serve(StreamableHttpClientTransport::from_config(
-            StreamableHttpClientTransportConfig::with_uri(url),
-        ))
-        .await
-        .expect("client connects");
-    (agg, client, rx, release, stop)
+    (agg, url, stop)
 }
 
 fn text_of(r: &CallToolResult) -> String {
@@ -228,5 +234,28 @@ async fn a_request_that_could_belong_to_two_calls_is_refused_not_guessed() {
         entered.try_recv().is_err(),
         "the client was asked B's question"
     );
+    agg.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_sampling_gets_a_clear_refusal_relayed() {
+    let (agg, url, _stop) = serve_aggregator().await;
+    // rmcp's bare client declares no sampling capability.
+    let client = ()
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url),
+        ))
+        .await
+        .expect("client connects");
+    let mut p = CallToolRequestParams::new("ev__trigger-sampling-request".to_string());
+    p.arguments = json!({"prompt": "hi", "maxTokens": 5}).as_object().cloned();
+    let out = tokio::time::timeout(WAIT, client.call_tool(p))
+        .await
+        .expect("the call ends")
+        .expect("a tool result");
+    assert_eq!(out.is_error, Some(true), "{out:?}");
+    let text = text_of(&out);
+    assert!(text.contains("does not support sampling"), "{text}");
+    client.cancel().await.expect("close");
     agg.shutdown().await;
 }
