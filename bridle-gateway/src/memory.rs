@@ -19,7 +19,7 @@ use bridle_memory::{EmbedderConfig, HttpEmbedderConfig, IndexReport, MemoryConfi
 use bridle_rules::{RulesError, RulesStore};
 use serde::{Deserialize, Serialize};
 
-use super::config::{ConfigError, read_secret};
+use crate::config::{ConfigError, read_secret};
 
 /// The `memory:` section of `bridle.yaml`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -223,7 +223,7 @@ pub fn write_last_indexed(
 /// Writes `last_indexed` back after a refresh through the MCP tool.
 pub struct RulesWriteBack {
     /// The gateway's shared state (its rules store).
-    pub shared: Arc<super::gateway::Shared>,
+    pub shared: Arc<crate::gateway::Shared>,
 }
 
 #[async_trait]
@@ -247,7 +247,7 @@ impl IndexListener for RulesWriteBack {
 /// all), the same rule the rules tools follow.
 pub struct AgentProjects {
     /// The gateway's shared state (its agents).
-    pub shared: Arc<super::gateway::Shared>,
+    pub shared: Arc<crate::gateway::Shared>,
 }
 
 impl ProjectAccess for AgentProjects {

@@ -31,7 +31,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::config::{AgentConfig, ConfigError, GatewayConfig, read_secret};
+use crate::config::{AgentConfig, ConfigError, GatewayConfig, read_secret};
 
 /// What every tool and the watcher share.
 pub struct Shared {
@@ -833,7 +833,7 @@ mod tests {
     #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
     use super::*;
-    use crate::bridle::config::{demo_document, init_data_dir};
+    use crate::config::{demo_document, init_data_dir};
     use kberg_core::ResourceEvent;
 
     fn setup() -> (tempfile::TempDir, Arc<Shared>) {

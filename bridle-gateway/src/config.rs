@@ -38,7 +38,7 @@ pub struct GatewayConfig {
     pub agents: BTreeMap<String, AgentConfig>,
     /// Bridle's memory (session memory and pattern-example search); off when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<super::memory::MemorySection>,
+    pub memory: Option<crate::memory::MemorySection>,
 }
 
 fn default_listen() -> String {

@@ -1,0 +1,158 @@
+//! `bridle`: the Bridle gateway and its command line.
+//!
+//! - `bridle serve`: one MCP endpoint on loopback for every coding agent (rules tools and
+//!   resources, per-agent bearer tokens from the secrets folder). On first start it lays out a
+//!   data directory on embedded defaults and prints how Claude Code and Codex connect.
+//! - `bridle render --project P --agent A [--out DIR] [--check]`: writes an agent's instruction
+//!   file, or (with `--check`) shows the diff and exits 1 when the file on disk is stale.
+//! - `bridle rules queue|approve|reject|log|source-vendor|queue-suggestions|upgrade`: the human side of the review
+//!   queue. Approving is only ever done here (or, later, in the web panel), never by an agent.
+//! - `bridle scope list|approve|deny`: decide agents' scope-expansion tickets.
+//! - `bridle memory index|refresh|search|purge`: the pattern examples of a project's rules
+//!   document in Bridle's memory (needs a `memory:` section in `bridle.yaml`); index and
+//!   refresh show progress on stderr and write `last_indexed` back to the document.
+//!
+//! The data directory is `--data-dir`, else `$BRIDLE_DATA_DIR`, else `./bridle-data`.
+
+#![allow(clippy::print_stdout)] // A command-line program prints its results on stdout.
+
+mod memory;
+mod render;
+mod rules;
+mod scope;
+mod serve;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use bridle_gateway::config::GatewayConfig;
+use bridle_rules::{AgentCatalog, Renderer, RulesStore};
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bridle",
+    version,
+    about = "Bridle: one set of rules for every coding agent"
+)]
+struct Cli {
+    /// The data directory (default: $BRIDLE_DATA_DIR, else ./bridle-data).
+    #[arg(long, global = true)]
+    data_dir: Option<PathBuf>,
+    /// Log level on stderr: error, warn, info, debug, trace.
+    #[arg(long, global = true, default_value = "warn")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create the data directory on embedded defaults (serve does this too).
+    Init,
+    /// Serve the MCP endpoint on loopback.
+    Serve {
+        /// Address to listen on (loopback only), overriding the configuration; port 0 picks a
+        /// free port.
+        #[arg(long)]
+        listen: Option<String>,
+    },
+    /// Render a project's rules into an agent's instruction file.
+    Render {
+        /// The project id.
+        #[arg(long)]
+        project: String,
+        /// The agent type (claude, codex, kimi, deepseek, gemini, cursor, copilot, ...);
+        /// several, comma-separated, when their files differ (`claude,codex,cursor`).
+        #[arg(long)]
+        agent: String,
+        /// The project root to write into (default: the current directory).
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+        /// Do not write; show the diff and exit 1 when the file on disk is stale.
+        #[arg(long)]
+        check: bool,
+    },
+    /// The review queue: proposals from agents and vendor guidance.
+    #[command(subcommand)]
+    Rules(rules::RulesCommand),
+    /// Scope-expansion tickets opened by agents.
+    #[command(subcommand)]
+    Scope(scope::ScopeCommand),
+    /// Pattern examples in Bridle's memory (needs a `memory:` section in bridle.yaml).
+    #[command(subcommand)]
+    Memory(memory::MemoryCommand),
+}
+
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn data_dir(cli: &Cli) -> PathBuf {
+    cli.data_dir
+        .clone()
+        .or_else(|| std::env::var_os("BRIDLE_DATA_DIR").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("bridle-data"))
+}
+
+pub(crate) fn who(by: Option<String>) -> String {
+    by.or_else(|| std::env::var("USER").ok())
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| "cli".to_string())
+}
+
+/// The store and renderer for command-line use: the configuration's templates folder when
+/// there is a configuration, the data directory's `templates/` otherwise.
+pub(crate) fn open_store(dir: &Path) -> Result<(RulesStore, Renderer), BoxError> {
+    let templates = match GatewayConfig::load(dir) {
+        Ok(c) => c.templates_path(dir),
+        Err(_) => dir.join("templates"),
+    };
+    let catalog = AgentCatalog::load(&templates)?;
+    Ok((
+        RulesStore::open(dir, catalog.clone())?,
+        Renderer::new(catalog)?,
+    ))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    kberg_examples::init_logging(&cli.log);
+    let dir = data_dir(&cli);
+    match run(cli.command, &dir) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command, dir: &Path) -> Result<ExitCode, BoxError> {
+    match command {
+        Command::Init => {
+            serve::init(dir)?;
+            println!("data directory ready: {}", dir.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve { listen } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(serve::serve(dir, listen))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Render {
+            project,
+            agent,
+            out,
+            check,
+        } => render::render(dir, &project, &agent, &out, check),
+        Command::Rules(c) => rules::rules(dir, c),
+        Command::Scope(c) => scope::scope(dir, c),
+        Command::Memory(c) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(memory::memory(dir, c))
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! `bridle memory index|refresh|search|purge`: a project's pattern examples in Bridle's memory.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use bridle_gateway::config::GatewayConfig;
+use bridle_gateway::memory::write_last_indexed;
+use bridle_rules::RulesStore;
+use clap::Subcommand;
+
+use crate::{BoxError, open_store, who};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum MemoryCommand {
+    /// Index the example repository the project lists under `patterns.custom[].example_repos`
+    /// with this reference tag (a git URL or a local path).
+    Index {
+        /// The project id.
+        #[arg(long)]
+        project: String,
+        /// The example's reference tag.
+        #[arg(long)]
+        tag: String,
+    },
+    /// Re-index an example that was indexed before; its chunks are replaced atomically.
+    Refresh {
+        /// The project id.
+        #[arg(long)]
+        project: String,
+        /// The example's reference tag.
+        #[arg(long)]
+        tag: String,
+    },
+    /// Search the project's pattern examples by meaning.
+    Search {
+        /// The project id.
+        #[arg(long)]
+        project: String,
+        /// What to look for.
+        query: String,
+        /// Only examples of this architecture pattern.
+        #[arg(long)]
+        arch_tag: Option<String>,
+        /// How many results.
+        #[arg(long, default_value_t = 5)]
+        k: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an example's chunks from memory.
+    Purge {
+        /// The project id.
+        #[arg(long)]
+        project: String,
+        /// The example's reference tag.
+        #[arg(long)]
+        tag: String,
+    },
+}
+
+/// Opens the memory service the configuration describes, or says how to configure it.
+pub(crate) async fn open_memory(
+    dir: &Path,
+    config: &GatewayConfig,
+) -> Result<bridle_memory::MemoryService, BoxError> {
+    let Some(section) = &config.memory else {
+        return Err(format!(
+            "memory is not configured in {}: add a `memory:` section (see bridle-gateway/README.md)",
+            dir.join("bridle.yaml").display()
+        )
+        .into());
+    };
+    let memory_config = section.to_config(dir, &config.secrets_path(dir))?;
+    Ok(bridle_memory::MemoryService::open(&memory_config).await?)
+}
+
+/// The example repository a project's rules document lists under `tag`.
+fn example_repo(
+    store: &RulesStore,
+    project: &str,
+    tag: &str,
+) -> Result<bridle_memory::ExampleRepo, BoxError> {
+    let doc = store.load(project)?.document;
+    let repos: Vec<&bridle_rules::ExampleRepo> = doc
+        .patterns
+        .custom
+        .iter()
+        .flat_map(|p| p.example_repos.iter())
+        .collect();
+    match repos.iter().find(|r| r.reference_tag == tag) {
+        Some(r) => Ok(bridle_memory::ExampleRepo {
+            url: r.url.clone(),
+            reference_tag: r.reference_tag.clone(),
+            arch_tag: r.arch_tag.clone(),
+        }),
+        None => Err(format!(
+            "project `{project}` lists no example repository tagged `{tag}` under patterns.custom[].example_repos (its tags: {})",
+            if repos.is_empty() {
+                "none".to_string()
+            } else {
+                repos
+                    .iter()
+                    .map(|r| r.reference_tag.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        )
+        .into()),
+    }
+}
+
+pub(crate) async fn memory(dir: &Path, command: MemoryCommand) -> Result<ExitCode, BoxError> {
+    let (store, _) = open_store(dir)?;
+    let config = GatewayConfig::load(dir)?;
+    let memory = open_memory(dir, &config).await?;
+    let progress = bridle_memory::BarProgress::new(std::io::stderr());
+    let (project, report) = match command {
+        MemoryCommand::Index { project, tag } => {
+            let repo = example_repo(&store, &project, &tag)?;
+            (project, memory.patterns.index(&repo, &progress).await?)
+        }
+        MemoryCommand::Refresh { project, tag } => {
+            let repo = example_repo(&store, &project, &tag)?;
+            let indexed = memory.patterns.examples().await?;
+            if !indexed.iter().any(|e| e.reference_tag == tag) {
+                return Err(format!(
+                    "`{tag}` has not been indexed yet; run `bridle memory index --project {project} --tag {tag}`"
+                )
+                .into());
+            }
+            (project, memory.patterns.index(&repo, &progress).await?)
+        }
+        MemoryCommand::Search {
+            project,
+            query,
+            arch_tag,
+            k,
+            json,
+        } => {
+            // Only the project's own examples: search wider, keep the project's tags.
+            let doc = store.load(&project)?.document;
+            let tags: Vec<String> = doc
+                .patterns
+                .custom
+                .iter()
+                .flat_map(|p| p.example_repos.iter())
+                .map(|r| r.reference_tag.clone())
+                .collect();
+            let k = k.clamp(1, 50);
+            let hits: Vec<bridle_memory::PatternHit> = memory
+                .patterns
+                .search(&query, arch_tag.as_deref(), (k * 4).min(200))
+                .await?
+                .into_iter()
+                .filter(|h| tags.contains(&h.reference_tag))
+                .take(k)
+                .collect();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&hits)?);
+            } else if hits.is_empty() {
+                println!("no pattern examples match");
+            } else {
+                for h in hits {
+                    println!(
+                        "{:.3} {}:{}-{} [{}] ({}, {})",
+                        h.score,
+                        h.file_path,
+                        h.start_line,
+                        h.end_line,
+                        h.chunk_type,
+                        h.reference_tag,
+                        h.arch_tag
+                    );
+                    for line in h.snippet.lines().take(6) {
+                        println!("    {line}");
+                    }
+                }
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        MemoryCommand::Purge { project, tag } => {
+            // The project must exist; the tag need not be listed any more.
+            store.load(&project)?;
+            let removed = memory.patterns.purge(&tag).await?;
+            println!("purged `{tag}`: {removed} chunk(s) removed");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let changed = write_last_indexed(&store, Some(&project), &report, &who(None))?;
+    println!(
+        "indexed `{}` from {}: {} chunks from {} files (replaced {}), last_indexed {}",
+        report.reference_tag,
+        report.source_repo,
+        report.chunks,
+        report.files,
+        report.replaced,
+        report.last_indexed
+    );
+    for (project, revision) in changed {
+        println!("project {project} is now at revision {revision}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

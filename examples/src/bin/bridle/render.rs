@@ -1,0 +1,61 @@
+//! `bridle render`: writes (or, with `--check`, compares) an agent's instruction file.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use bridle_rules::{Renderer, fsutil::write_atomic};
+
+use crate::{BoxError, open_store};
+
+pub(crate) fn render(
+    dir: &Path,
+    project: &str,
+    agents: &str,
+    out: &Path,
+    check: bool,
+) -> Result<ExitCode, BoxError> {
+    let (store, renderer) = open_store(dir)?;
+    let doc = store.load(project)?.document;
+    // Render everything first: nothing is written unless every agent renders.
+    let mut rendered: Vec<bridle_rules::Rendered> = Vec::new();
+    for agent in agents.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        let r = renderer.render(project, &doc, agent)?;
+        if let Some(other) = rendered.iter().find(|o| o.path == r.path) {
+            return Err(format!(
+                "agents `{}` and `{agent}` both write {}; render them into different folders",
+                other.agent, r.path
+            )
+            .into());
+        }
+        rendered.push(r);
+    }
+    if rendered.is_empty() {
+        return Err("name at least one agent with --agent".into());
+    }
+    let mut stale = false;
+    for r in &rendered {
+        let path = out.join(&r.path);
+        if check {
+            match Renderer::check(out, r)? {
+                None => println!("{} is up to date", path.display()),
+                Some(diff) => {
+                    print!("{diff}");
+                    eprintln!(
+                        "{} is stale; run `bridle render --project {project} --agent {}` to update it",
+                        path.display(),
+                        r.agent
+                    );
+                    stale = true;
+                }
+            }
+        } else {
+            write_atomic(&path, r.content.as_bytes())?;
+            println!("wrote {}", path.display());
+        }
+    }
+    Ok(if stale {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

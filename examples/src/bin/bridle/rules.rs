@@ -1,0 +1,195 @@
+//! `bridle rules queue|approve|reject|log|source-vendor|queue-suggestions|upgrade`: the human
+//! side of the review queue.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Subcommand;
+
+use crate::{BoxError, open_store, who};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum RulesCommand {
+    /// List pending proposals (or all, with --all).
+    Queue {
+        /// Only this project.
+        #[arg(long)]
+        project: Option<String>,
+        /// Include decided proposals.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a proposal: it becomes part of the project's rules, with its provenance.
+    Approve {
+        /// The proposal id.
+        id: u64,
+        /// Who approves (default: $USER).
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Reject a proposal, saying why.
+    Reject {
+        /// The proposal id.
+        id: u64,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+        /// Who rejects (default: $USER).
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// The change log, with the source of every change.
+    Log {
+        /// Only this project.
+        #[arg(long)]
+        project: Option<String>,
+    },
+    /// Read a vendor's published guidance (URL or file) and queue its suggestions for an agent.
+    SourceVendor {
+        /// The project id.
+        #[arg(long)]
+        project: String,
+        /// The agent type the guidance is for.
+        #[arg(long)]
+        agent: String,
+        /// An http(s) URL or a local file.
+        #[arg(long)]
+        from: String,
+    },
+    /// Queue the vendor suggestions written in a document's `agent_profiles` for review.
+    QueueSuggestions {
+        /// The project id.
+        #[arg(long)]
+        project: String,
+    },
+    /// Rewrite an older document in the current schema version.
+    Upgrade {
+        /// The project id.
+        #[arg(long)]
+        project: String,
+    },
+}
+
+pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxError> {
+    let (store, _) = open_store(dir)?;
+    match command {
+        RulesCommand::Queue { project, all, json } => {
+            let queue = store.queue(project.as_deref(), all)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&queue)?);
+            } else if queue.is_empty() {
+                println!("no pending proposals");
+            } else {
+                for p in queue {
+                    println!(
+                        "#{} [{}] {}: {} (from {} {}{}{})",
+                        p.id,
+                        p.status.as_str(),
+                        p.project,
+                        p.summary,
+                        p.origin.source.as_str(),
+                        p.origin.proposed_by,
+                        p.origin
+                            .agent_session
+                            .as_deref()
+                            .map(|s| format!(", session {s}"))
+                            .unwrap_or_default(),
+                        p.origin
+                            .source_ref
+                            .as_deref()
+                            .map(|s| format!(", {s}"))
+                            .unwrap_or_default(),
+                    );
+                }
+            }
+        }
+        RulesCommand::Approve { id, by } => {
+            let p = store.approve(id, &who(by))?;
+            println!(
+                "approved #{}: {} (project {} is now at revision {})",
+                p.id,
+                p.summary,
+                p.project,
+                p.applied_revision.unwrap_or_default()
+            );
+        }
+        RulesCommand::Reject { id, reason, by } => {
+            let p = store.reject(id, &who(by), &reason)?;
+            println!("rejected #{}: {}", p.id, p.summary);
+        }
+        RulesCommand::Log { project } => {
+            for c in store.changes(project.as_deref(), 0)? {
+                println!(
+                    "{} {} r{} [{}] by {}: {}{}",
+                    c.at,
+                    c.project,
+                    c.revision,
+                    c.source.as_str(),
+                    c.actor,
+                    c.summary,
+                    c.proposal_id
+                        .map(|p| format!(" (proposal #{p})"))
+                        .unwrap_or_default()
+                );
+            }
+        }
+        RulesCommand::SourceVendor {
+            project,
+            agent,
+            from,
+        } => {
+            let text = read_source(&from)?;
+            let report = store.queue_vendor_guidance(&project, &agent, &from, &text)?;
+            println!(
+                "queued {} suggestion(s) for review ({} already known)",
+                report.queued.len(),
+                report.skipped
+            );
+        }
+        RulesCommand::QueueSuggestions { project } => {
+            let report = store.queue_profile_suggestions(&project)?;
+            println!(
+                "queued {} suggestion(s) for review ({} already known)",
+                report.queued.len(),
+                report.skipped
+            );
+        }
+        RulesCommand::Upgrade { project } => match store.upgrade(&project, &who(None))? {
+            Some(from) => println!("migrated {project} from schema_version {from}"),
+            None => println!("{project} is already at the current schema version"),
+        },
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reads vendor guidance from a URL or a file.
+fn read_source(from: &str) -> Result<String, BoxError> {
+    if from.starts_with("http://") || from.starts_with("https://") {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let text = runtime.block_on(async {
+            let client = reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()?;
+            let response = client.get(from).send().await?.error_for_status()?;
+            response.text().await
+        });
+        return text.map_err(|e| {
+            format!(
+                "fetching {from} failed: {e}{}",
+                if from.starts_with("https://") && cfg!(not(feature = "rustls")) {
+                    " (this build has no TLS: rebuild with `--features rustls`, or save the page and pass the file)"
+                } else {
+                    ""
+                }
+            )
+            .into()
+        });
+    }
+    std::fs::read_to_string(from).map_err(|e| format!("{from}: {e}").into())
+}

@@ -1,0 +1,140 @@
+//! `bridle serve` and `bridle init`: the gateway on loopback, laid out on first start.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bridle_gateway::config::{GatewayConfig, MCP_PATH, demo_document, init_data_dir};
+use bridle_gateway::gateway::{BridleAuth, Shared, build_app, build_app_with, watch};
+use bridle_gateway::memory::{AgentProjects, ENABLE_HINT, RulesWriteBack};
+use bridle_rules::{AgentCatalog, RulesStore};
+use kberg_server::{HttpConfig, HttpServer};
+
+use crate::BoxError;
+use crate::memory::open_memory;
+
+/// Creates the data directory and the demo project when they do not exist.
+pub(crate) fn init(dir: &Path) -> Result<(), BoxError> {
+    let report = init_data_dir(dir)?;
+    let store = RulesStore::open(dir, AgentCatalog::builtin())?;
+    if report.created && store.projects()?.is_empty() {
+        store.create("demo", &demo_document(), "bridle-init")?;
+    }
+    Ok(())
+}
+
+pub(crate) async fn serve(dir: &Path, listen: Option<String>) -> Result<(), BoxError> {
+    init(dir)?;
+    let mut config = GatewayConfig::load(dir)?;
+    if let Some(l) = listen {
+        config.listen = l;
+    }
+    let addr = config.listen_addr()?;
+    if !addr.ip().is_loopback() {
+        return Err(
+            format!("{addr} is not a loopback address; Bridle serves on loopback only").into(),
+        );
+    }
+    let memory = match &config.memory {
+        Some(_) => Some(open_memory(dir, &config).await?),
+        None => None,
+    };
+    let shared = Shared::open(dir, config)?;
+    let auth = BridleAuth::new(dir, Arc::clone(&shared))?;
+    let tools = memory.as_ref().map(|m| {
+        let mut tools = m.tools();
+        tools.on_indexed = Some(Arc::new(RulesWriteBack {
+            shared: Arc::clone(&shared),
+        }) as Arc<dyn bridle_memory::tools::IndexListener>);
+        tools.access = Some(Arc::new(AgentProjects {
+            shared: Arc::clone(&shared),
+        }) as Arc<dyn bridle_memory::tools::ProjectAccess>);
+        tools
+    });
+    let app = match tools {
+        Some(tools) => build_app_with(&shared, Some(tools))?,
+        None => build_app(&shared)?,
+    };
+    let http = HttpConfig::new(addr).path(MCP_PATH).auth(auth);
+    let server = HttpServer::bind(app.clone(), http).await?;
+    let url = format!("http://{}{MCP_PATH}", server.local_addr());
+    print_connect_help(dir, &shared.config, &url);
+    if memory.is_none() {
+        println!("{ENABLE_HINT}");
+    }
+
+    let stop = server.shutdown_token();
+    let watcher = tokio::spawn(watch(
+        Arc::clone(&shared),
+        app.resources().clone(),
+        dir.join("projects"),
+        Duration::from_millis(250),
+        stop.clone(),
+    ));
+    server.run(shutdown_signal()).await?;
+    stop.cancel();
+    let _ = watcher.await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn print_connect_help(dir: &Path, config: &GatewayConfig, url: &str) {
+    let secrets = config.secrets_path(dir);
+    let secrets = std::fs::canonicalize(&secrets).unwrap_or(secrets);
+    println!("bridle: listening on {url}");
+    println!();
+    for (name, agent) in &config.agents {
+        let token_file = secrets.join(&agent.token_secret);
+        match agent.agent_type.as_str() {
+            "claude" => {
+                println!("Claude Code (agent `{name}`):");
+                println!(
+                    "  claude mcp add --transport http bridle {url} --header \"Authorization: Bearer $(cat {})\"",
+                    token_file.display()
+                );
+            }
+            "codex" => {
+                println!("Codex (agent `{name}`), in ~/.codex/config.toml:");
+                println!("  [mcp_servers.bridle]");
+                println!("  url = \"{url}\"");
+                println!("  bearer_token_env_var = \"BRIDLE_TOKEN\"");
+                println!(
+                    "  and before starting codex: export BRIDLE_TOKEN=\"$(cat {})\"",
+                    token_file.display()
+                );
+            }
+            other => {
+                println!(
+                    "{other} (agent `{name}`): connect to {url} with header \"Authorization: Bearer <contents of {}>\"",
+                    token_file.display()
+                );
+            }
+        }
+        println!();
+    }
+    println!(
+        "Review proposals with `bridle --data-dir {} rules queue`.",
+        dir.display()
+    );
+}
