@@ -6,12 +6,27 @@
 //! aggregator) and Bridle's (rules, memory), so that the `bridle` binary stays a thin command
 //! line and anyone can compose their own gateway from the same pieces.
 //!
+//! The modules, bottom-up:
 //! - [`config`]: the data directory and `bridle.yaml`.
-//! - [`gateway`]: the MCP app: rules tools and resources, per-agent auth with live grants, and
-//!   the watcher that tells subscribed agents when their rules change.
-//! - [`memory`]: the optional memory service (session memory, pattern-example search) and the
-//!   write-back of `last_indexed` into the rules documents.
+//! - [`error`]: why the gateway could not be assembled, and the stable refusal codes agents see.
+//! - [`context`]: [`GatewayContext`], what every tool reads (rules store, renderer, agents), with
+//!   each agent's live grants.
+//! - [`auth`]: bearer-token auth per agent.
+//! - [`tools`]: the gateway's own tools, one module per group.
+//! - [`resources`]: the rules as MCP resources and the watcher that notifies subscribers.
+//! - [`memory`]: the optional memory service and the write-back of `last_indexed`.
+//! - [`app`]: the MCP app assembled from the above.
 
+pub mod app;
+pub mod auth;
 pub mod config;
-pub mod gateway;
+pub mod context;
+pub mod error;
 pub mod memory;
+pub mod resources;
+pub mod tools;
+
+pub use app::{build_app, build_app_with};
+pub use auth::BridleAuth;
+pub use context::GatewayContext;
+pub use error::{GatewayError, RefusalCode};

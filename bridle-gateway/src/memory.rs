@@ -223,13 +223,13 @@ pub fn write_last_indexed(
 /// Writes `last_indexed` back after a refresh through the MCP tool.
 pub struct RulesWriteBack {
     /// The gateway's shared state (its rules store).
-    pub shared: Arc<crate::gateway::Shared>,
+    pub gw: Arc<crate::context::GatewayContext>,
 }
 
 #[async_trait]
 impl IndexListener for RulesWriteBack {
     async fn indexed(&self, report: &IndexReport) {
-        let shared = Arc::clone(&self.shared);
+        let shared = Arc::clone(&self.gw);
         let report = report.clone();
         let done = tokio::task::spawn_blocking(move || {
             write_last_indexed(&shared.store, None, &report, "bridle-memory")
@@ -247,12 +247,12 @@ impl IndexListener for RulesWriteBack {
 /// all), the same rule the rules tools follow.
 pub struct AgentProjects {
     /// The gateway's shared state (its agents).
-    pub shared: Arc<crate::gateway::Shared>,
+    pub gw: Arc<crate::context::GatewayContext>,
 }
 
 impl ProjectAccess for AgentProjects {
     fn allows(&self, caller: &kberg_core::Caller, project: &str) -> bool {
-        self.shared
+        self.gw
             .config
             .agents
             .get(&caller.principal().id)

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bridle_gateway::config::{GatewayConfig, MCP_PATH, demo_document, init_data_dir};
-use bridle_gateway::gateway::{BridleAuth, Shared, build_app, build_app_with, watch};
 use bridle_gateway::memory::{AgentProjects, ENABLE_HINT, RulesWriteBack};
+use bridle_gateway::resources::watch;
+use bridle_gateway::{BridleAuth, GatewayContext, build_app, build_app_with};
 use bridle_rules::{AgentCatalog, RulesStore};
 use kberg_server::{HttpConfig, HttpServer};
 
@@ -39,15 +40,15 @@ pub(crate) async fn serve(dir: &Path, listen: Option<String>) -> Result<(), BoxE
         Some(_) => Some(open_memory(dir, &config).await?),
         None => None,
     };
-    let shared = Shared::open(dir, config)?;
+    let shared = GatewayContext::open(dir, config)?;
     let auth = BridleAuth::new(dir, Arc::clone(&shared))?;
     let tools = memory.as_ref().map(|m| {
         let mut tools = m.tools();
         tools.on_indexed = Some(Arc::new(RulesWriteBack {
-            shared: Arc::clone(&shared),
+            gw: Arc::clone(&shared),
         }) as Arc<dyn bridle_memory::tools::IndexListener>);
         tools.access = Some(Arc::new(AgentProjects {
-            shared: Arc::clone(&shared),
+            gw: Arc::clone(&shared),
         }) as Arc<dyn bridle_memory::tools::ProjectAccess>);
         tools
     });

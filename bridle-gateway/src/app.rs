@@ -1,0 +1,46 @@
+//! Assembling the gateway's MCP app: its own tools, optional memory tools, the rules resources,
+//! and the instructions every agent is given on connect.
+
+use std::sync::Arc;
+
+use kberg_core::{ResourceRegistry, ToolRegistry};
+use kberg_server::McpApp;
+
+use crate::context::GatewayContext;
+use crate::error::GatewayError;
+use crate::resources::register_resources;
+use crate::tools::register_tools;
+
+/// Builds the gateway app (rules only).
+pub fn build_app(ctx: &Arc<GatewayContext>) -> Result<McpApp, GatewayError> {
+    build_app_with(ctx, None)
+}
+
+/// Builds the gateway app, with bridle-memory's four tools when `memory` is given (their
+/// `memory.write` / `memory.index` capabilities come from the projects' `permissions.memory`).
+pub fn build_app_with(
+    ctx: &Arc<GatewayContext>,
+    memory: Option<bridle_memory::tools::MemoryTools>,
+) -> Result<McpApp, GatewayError> {
+    let tools = ToolRegistry::new();
+    tools.set_audit_sink(Arc::new(kberg_core::TracingAuditSink));
+    register_tools(&tools, ctx)?;
+    let with_memory = memory.is_some();
+    if let Some(memory) = memory {
+        bridle_memory::tools::register(&tools, memory)?;
+    }
+    let resources = ResourceRegistry::new();
+    register_resources(&resources, ctx)?;
+    let mut instructions = String::from(
+        "Bridle holds this project's canonical rules. At the start of a session call `get_rules` (or read the `bridle://rules/<project>/<agent>` resource) and follow them. Propose rule changes with `propose_guardrail`, `add_pattern` or `update_rules`; a person approves them. Before expanding the scope of a task, call `request_scope_approval` and wait.",
+    );
+    if with_memory {
+        instructions.push_str(" Before writing code for a pattern, call `search_pattern_examples` for examples; `recall` finds decisions from earlier sessions and `remember` stores new ones.");
+    }
+    Ok(McpApp::builder("bridle", env!("CARGO_PKG_VERSION"))
+        .title("Bridle")
+        .instructions(instructions)
+        .tools(tools)
+        .resources(resources)
+        .build())
+}

@@ -1,0 +1,124 @@
+//! [`GatewayContext`]: what every gateway tool, resource and the watcher read: the rules store,
+//! the renderer and the configuration (agents and the projects each may use), with the agent's
+//! live grants computed from the project documents.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use bridle_rules::{AgentCatalog, Renderer, RulesStore};
+use kberg_core::Grants;
+
+use crate::config::{AgentConfig, ConfigError, GatewayConfig};
+use crate::error::GatewayError;
+
+/// What every gateway tool, resource and the watcher read.
+pub struct GatewayContext {
+    /// The rules store.
+    pub store: RulesStore,
+    /// The renderer (built-ins plus the templates folder).
+    pub renderer: Renderer,
+    /// The configuration.
+    pub config: GatewayConfig,
+}
+
+impl std::fmt::Debug for GatewayContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayContext")
+            .field("agents", &self.config.agents.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl GatewayContext {
+    /// Opens the store and the renderer of a data directory.
+    pub fn open(data_dir: &Path, mut config: GatewayConfig) -> Result<Arc<Self>, GatewayError> {
+        let catalog = AgentCatalog::load(&config.templates_path(data_dir))?;
+        for (name, agent) in &mut config.agents {
+            let invalid = |message: String| ConfigError::Invalid {
+                file: data_dir.join("bridle.yaml"),
+                message: format!("agent `{name}`: {message}"),
+            };
+            if agent.agent_type.is_empty() {
+                agent.type_guessed = true;
+                agent.agent_type = catalog
+                    .guess_from_client(name)
+                    .map(|t| t.name.clone())
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "set `type` (one of {}); it cannot be guessed from the name",
+                            catalog.names().join(", ")
+                        ))
+                    })?;
+            }
+            catalog
+                .get(&agent.agent_type)
+                .map_err(|e| invalid(e.to_string()))?;
+        }
+        let renderer = Renderer::new(catalog.clone())?;
+        let store = RulesStore::open(data_dir, catalog)?;
+        Ok(Arc::new(Self {
+            store,
+            renderer,
+            config,
+        }))
+    }
+
+    /// A configured agent by name.
+    pub fn agent(&self, name: &str) -> Option<&AgentConfig> {
+        self.config.agents.get(name)
+    }
+
+    /// The grants of a configured agent: the union of what its type is permitted in each of
+    /// its projects.
+    pub fn grants_for(&self, agent_name: &str) -> Grants {
+        let mut grants = Grants::none();
+        let Some(agent) = self.agent(agent_name) else {
+            return grants;
+        };
+        let projects = match self.store.projects() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list projects");
+                return grants;
+            }
+        };
+        for project in projects.iter().filter(|p| agent.may_use(p)) {
+            match self.store.load(project) {
+                Ok(loaded) => {
+                    for id in loaded
+                        .document
+                        .permissions_of(&agent.agent_type)
+                        .capability_ids()
+                    {
+                        grants.grant(id);
+                    }
+                }
+                Err(e) => tracing::warn!(project, error = %e, "project skipped for grants"),
+            }
+        }
+        grants
+    }
+}
+
+/// The agent type whose format a caller gets its rules in when it does not name one: the
+/// configured `type`; when that was only guessed from the agent's name, the type the client
+/// names itself as (`clientInfo.name` such as `claude-code` or `cursor-vscode`) if the catalog
+/// knows it, else the guess. Only rendering follows the client's self-report: permissions
+/// always use the configured or guessed type.
+pub(crate) fn rendering_type(
+    s: &GatewayContext,
+    agent: &AgentConfig,
+    client: Option<&kberg_core::ClientInfo>,
+) -> String {
+    if !agent.type_guessed {
+        return agent.agent_type.clone();
+    }
+    client
+        .and_then(|c| s.renderer.catalog().guess_from_client(&c.name))
+        .map_or_else(|| agent.agent_type.clone(), |t| t.name.clone())
+}
+
+/// The URI of a rendered rules resource.
+pub fn rules_uri(project: &str, agent_type: &str) -> String {
+    format!("bridle://rules/{project}/{agent_type}")
+}

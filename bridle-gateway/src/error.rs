@@ -1,0 +1,129 @@
+//! The gateway's errors: why it could not be assembled ([`GatewayError`]), and the stable codes
+//! of the refusals an agent can receive from the gateway's own tools ([`RefusalCode`]).
+//!
+//! Every refusal an agent sees has one shape, whatever part of the gateway produced it: an
+//! `isError` tool result whose structured content is `{"code", "message", "retryable"}`, the same
+//! shape kberg-core's gate uses for its own [`kberg_core::ErrorCode`]s. Codes that come from the
+//! rules store ([`bridle_rules::RulesError::code`]) travel in the same shape.
+
+use bridle_rules::RulesError;
+use kberg_core::ToolOutput;
+use serde_json::json;
+
+use crate::config::ConfigError;
+
+/// Why the gateway could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// Configuration or secrets.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The rules store.
+    #[error(transparent)]
+    Rules(#[from] RulesError),
+    /// Registering tools or resources.
+    #[error("registering the gateway's tools failed: {0}")]
+    Register(#[from] kberg_core::CoreError),
+}
+
+/// The stable codes of the refusals the gateway's tools answer with, beside kberg-core's
+/// [`kberg_core::ErrorCode`]s (which the gate answers with) and the rules store's codes.
+///
+/// The string form ([`RefusalCode::as_str`]) is the contract: it never changes meaning.
+///
+/// | code | meaning | retry? |
+/// |---|---|---|
+/// | `unknown_agent` | the caller is not a configured agent (its token was revoked, or the configuration changed) | no |
+/// | `project_not_allowed` | the agent is not configured for that project (an agent never learns whether such a project exists) | no |
+/// | `capability_required` | the agent's type lacks the permission for this action in this project | no |
+/// | `not_found` | no such item among the caller's own (a ticket another agent opened is reported missing) | no |
+/// | `credential_missing` | the upstream's credential mapping resolves to no secret for this agent; nothing was sent | no |
+/// | `upstream_disabled` | the upstream is disabled by an operator | later |
+/// | `internal` | the gateway failed; the log has the details | maybe |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RefusalCode {
+    /// The caller is not a configured agent.
+    UnknownAgent,
+    /// The agent is not configured for that project.
+    ProjectNotAllowed,
+    /// The agent's type lacks the permission for this action in this project.
+    CapabilityRequired,
+    /// No such item among the caller's own.
+    NotFound,
+    /// The upstream's credential mapping resolves to no secret for this agent.
+    CredentialMissing,
+    /// The upstream is disabled.
+    UpstreamDisabled,
+    /// The gateway failed.
+    Internal,
+}
+
+impl RefusalCode {
+    /// The stable string form.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RefusalCode::UnknownAgent => "unknown_agent",
+            RefusalCode::ProjectNotAllowed => "project_not_allowed",
+            RefusalCode::CapabilityRequired => "capability_required",
+            RefusalCode::NotFound => "not_found",
+            RefusalCode::CredentialMissing => "credential_missing",
+            RefusalCode::UpstreamDisabled => "upstream_disabled",
+            RefusalCode::Internal => "internal",
+        }
+    }
+
+    /// Whether the same call may succeed later without changes.
+    pub const fn is_retryable(self) -> bool {
+        matches!(self, RefusalCode::UpstreamDisabled | RefusalCode::Internal)
+    }
+}
+
+impl std::fmt::Display for RefusalCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A refusal in the one shape agents see: an error result with a sentence and
+/// `{"code", "message", "retryable"}` as structured content.
+pub fn refusal(code: RefusalCode, message: impl Into<String>) -> ToolOutput {
+    shaped(code.as_str(), code.is_retryable(), message.into())
+}
+
+/// The rules store's refusal, in the same shape (its code from [`RulesError::code`]).
+pub fn rules_refusal(e: &RulesError) -> ToolOutput {
+    shaped(e.code(), false, e.to_string())
+}
+
+fn shaped(code: &str, retryable: bool, message: String) -> ToolOutput {
+    ToolOutput::error_with(
+        message.clone(),
+        json!({"code": code, "message": message, "retryable": retryable}),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_refusal_has_the_one_shape() {
+        for code in [
+            RefusalCode::UnknownAgent,
+            RefusalCode::ProjectNotAllowed,
+            RefusalCode::CapabilityRequired,
+            RefusalCode::NotFound,
+            RefusalCode::CredentialMissing,
+            RefusalCode::UpstreamDisabled,
+            RefusalCode::Internal,
+        ] {
+            let out = refusal(code, "why");
+            assert!(out.is_error);
+            let s = out.structured.as_ref().expect("structured content");
+            assert_eq!(s["code"], code.as_str());
+            assert_eq!(s["message"], "why");
+            assert_eq!(s["retryable"], code.is_retryable());
+        }
+    }
+}

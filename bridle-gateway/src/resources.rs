@@ -1,0 +1,179 @@
+//! The rules as MCP resources: `bridle://rules/<project>/<agent-type>` for each project and each
+//! configured agent type, and the [`watch`] task that notifies subscribers when a project's
+//! rules change (an approval, a hand edit of the YAML file).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use kberg_core::{
+    ResourceContents, ResourceDescriptor, ResourceError, ResourceRegistry, reader_fn,
+};
+
+use crate::context::GatewayContext;
+use crate::error::GatewayError;
+
+/// The URI of a rendered rules resource.
+pub fn rules_uri(project: &str, agent_type: &str) -> String {
+    format!("bridle://rules/{project}/{agent_type}")
+}
+
+/// Registers a rules resource for each project and each configured agent type that has none
+/// yet. Returns the URIs added.
+pub fn register_resources(
+    resources: &ResourceRegistry,
+    ctx: &Arc<GatewayContext>,
+) -> Result<Vec<String>, GatewayError> {
+    let mut added = Vec::new();
+    let mut types: Vec<&str> = ctx
+        .config
+        .agents
+        .values()
+        .map(|a| a.agent_type.as_str())
+        .collect();
+    types.sort_unstable();
+    types.dedup();
+    for project in ctx.store.projects()? {
+        for agent_type in &types {
+            let uri = rules_uri(&project, agent_type);
+            if resources.exists(&uri) {
+                continue;
+            }
+            let s = Arc::clone(ctx);
+            let (p, a) = (project.clone(), agent_type.to_string());
+            let reader = reader_fn(move |uri: String, _vars| {
+                let s = Arc::clone(&s);
+                let (p, a) = (p.clone(), a.clone());
+                async move {
+                    let uri2 = uri.clone();
+                    let rendered = tokio::task::spawn_blocking(move || {
+                        let doc = s.store.load(&p)?.document;
+                        s.renderer.render(&p, &doc, &a)
+                    })
+                    .await
+                    .map_err(|e| ResourceError::ReadFailed {
+                        uri: uri2.clone(),
+                        message: e.to_string(),
+                    })?
+                    .map_err(|e| ResourceError::ReadFailed {
+                        uri: uri2,
+                        message: e.to_string(),
+                    })?;
+                    Ok(vec![ResourceContents::text(
+                        uri,
+                        Some("text/markdown"),
+                        rendered.content,
+                    )])
+                }
+            });
+            let target = ctx.renderer.catalog().get(agent_type)?;
+            resources.register(
+                ResourceDescriptor::new(uri.clone(), format!("{project}-{agent_type}-rules"))
+                    .title(format!("{project}: rules for {}", target.display))
+                    .description(format!(
+                        "The canonical rules of project `{project}` rendered as {} for {}",
+                        target.output, target.display
+                    ))
+                    .mime_type("text/markdown"),
+                reader,
+            )?;
+            added.push(uri);
+        }
+    }
+    Ok(added)
+}
+
+fn snapshot(projects_dir: &Path) -> BTreeMap<String, (SystemTime, u64)> {
+    let mut out = BTreeMap::new();
+    let Ok(rd) = std::fs::read_dir(projects_dir) else {
+        return out;
+    };
+    for entry in rd.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(project) = name.strip_suffix(".yaml") else {
+            continue;
+        };
+        if let Ok(meta) = entry.metadata() {
+            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            out.insert(project.to_string(), (modified, meta.len()));
+        }
+    }
+    out
+}
+
+/// Polls the projects folder and the change log every `every` until `stop` is cancelled; when a
+/// project's document changes (an approval on the command line, a hand edit), registers
+/// resources for new projects and notifies the subscribers of its rules resources.
+pub async fn watch(
+    gw: Arc<GatewayContext>,
+    resources: ResourceRegistry,
+    projects_dir: PathBuf,
+    every: Duration,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    // Two signals, because either alone can miss a change: file stamps catch hand edits (which
+    // leave no change-log row), the change log catches a rewrite that kept the same size within
+    // the filesystem's timestamp granularity.
+    let take = |gw: Arc<GatewayContext>, dir: PathBuf| async move {
+        tokio::task::spawn_blocking(move || {
+            let files = snapshot(&dir);
+            let change = gw.store.last_change_id().unwrap_or(0);
+            (files, change)
+        })
+        .await
+        .unwrap_or_default()
+    };
+    let (mut last, mut last_change) = take(Arc::clone(&gw), projects_dir.clone()).await;
+    let mut types: Vec<String> = gw
+        .config
+        .agents
+        .values()
+        .map(|a| a.agent_type.clone())
+        .collect();
+    types.sort_unstable();
+    types.dedup();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let (now, change) = take(Arc::clone(&gw), projects_dir.clone()).await;
+        if now == last && change == last_change {
+            continue;
+        }
+        let mut changed: std::collections::BTreeSet<String> = now
+            .iter()
+            .filter(|(project, stamp)| last.get(*project) != Some(*stamp))
+            .map(|(project, _)| project.clone())
+            .collect();
+        if change != last_change {
+            let s = Arc::clone(&gw);
+            let logged = tokio::task::spawn_blocking(move || s.store.changes(None, last_change))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            changed.extend(logged.into_iter().map(|c| c.project));
+        }
+        if let Err(e) = register_resources(&resources, &gw) {
+            tracing::warn!(error = %e, "registering rules resources failed");
+        }
+        // A project whose file is gone: its resources go too (subscribers are told).
+        for project in last.keys().filter(|p| !now.contains_key(*p)) {
+            for t in &types {
+                resources.remove(&rules_uri(project, t));
+            }
+            changed.remove(project);
+            tracing::info!(project, "project removed");
+        }
+        for project in changed.iter().filter(|p| now.contains_key(*p)) {
+            for t in &types {
+                let told = resources.notify_updated(&rules_uri(project, t));
+                tracing::info!(project, agent = %t, subscribers = told, "rules changed");
+            }
+        }
+        last = now;
+        last_change = change;
+    }
+}

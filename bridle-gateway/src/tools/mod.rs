@@ -1,0 +1,64 @@
+//! The gateway's own tools, one module per group: [`projects`] (listing projects, reading
+//! rules), [`proposals`] (proposing rule changes for review), [`scope`] (scope-expansion
+//! tickets). Approving is never an agent tool: those names are registered refusals.
+
+pub mod projects;
+pub mod proposals;
+pub mod scope;
+
+use std::sync::Arc;
+
+use kberg_core::{ToolContext, ToolError, ToolOutput, ToolRegistry};
+
+use crate::config::AgentConfig;
+use crate::context::GatewayContext;
+use crate::error::{GatewayError, RefusalCode, refusal};
+
+/// The refusal every approval-shaped tool name answers with.
+pub const HUMAN_ONLY: &str = "Approving and rejecting are human decisions in Bridle, never agent tools. A person decides in the review queue (`bridle rules approve <id>` or `bridle rules reject <id>`).";
+
+/// Registers every group of the gateway's own tools, and the refusals.
+pub fn register_tools(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), GatewayError> {
+    projects::register(tools, ctx)?;
+    proposals::register(tools, ctx)?;
+    scope::register(tools, ctx)?;
+    for name in [
+        "approve_proposal",
+        "reject_proposal",
+        "approve_scope_request",
+    ] {
+        tools.refuse(name, HUMAN_ONLY)?;
+    }
+    Ok(())
+}
+
+/// Runs blocking store work off the async threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ToolError::failed(format!("internal error: {e}")))
+}
+
+/// The calling agent's configuration, and whether it may use `project`.
+pub(crate) fn caller_agent(
+    gw: &GatewayContext,
+    ctx: &ToolContext,
+    project: &str,
+) -> Result<(String, AgentConfig), ToolOutput> {
+    let name = ctx.caller().principal().id.clone();
+    let Some(agent) = gw.agent(&name).cloned() else {
+        return Err(refusal(
+            RefusalCode::UnknownAgent,
+            format!("`{name}` is not a configured agent"),
+        ));
+    };
+    if !agent.may_use(project) {
+        return Err(refusal(
+            RefusalCode::ProjectNotAllowed,
+            format!("agent `{name}` is not configured for project `{project}`"),
+        ));
+    }
+    Ok((name, agent))
+}

@@ -1,0 +1,106 @@
+//! Scope tickets: `request_scope_approval` opens one under `scope.request` (a hard-instruction
+//! guardrail asks an agent to check in before expanding its task) and `scope_status` reads the
+//! decision. Tickets are private to the agent that opened them.
+
+use std::sync::Arc;
+
+use bridle_rules::capabilities;
+use kberg_core::{ToolBuilder, ToolOutput, ToolRegistry, WriteCapability};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{blocking, caller_agent};
+use crate::context::GatewayContext;
+use crate::error::{GatewayError, RefusalCode, refusal, rules_refusal};
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ScopeArgs {
+    /// The project id.
+    project: String,
+    /// What you want to do beyond the task you were given.
+    action: String,
+    /// Why it is needed.
+    reason: String,
+    /// Your session id (optional).
+    #[serde(default)]
+    session: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct TicketArgs {
+    /// The ticket id `request_scope_approval` returned.
+    ticket: u64,
+}
+
+/// Registers `request_scope_approval` and `scope_status`.
+pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), GatewayError> {
+    let scope_cap = WriteCapability::new(
+        capabilities::SCOPE_REQUEST,
+        "Ask a person to approve expanding the scope of a task",
+    );
+    tools.declare(scope_cap.clone())?;
+
+    let s = Arc::clone(ctx);
+    tools.register(
+        ToolBuilder::new("request_scope_approval")
+            .description("Before expanding the scope of your task (a hard-instruction guardrail asks for this), ask a person to approve. Returns a ticket; check it with scope_status and wait for `approved`.")
+            .write(scope_cap)
+            .small_model_safe()
+            .handler(move |a: ScopeArgs, ctx| {
+                let s = Arc::clone(&s);
+                async move {
+                    let (name, agent) = match caller_agent(&s, &ctx, &a.project) {
+                        Ok(x) => x,
+                        Err(out) => return Ok(out),
+                    };
+                    blocking(move || {
+                        match s.store.load(&a.project) {
+                            Ok(l) if !l.document.permissions_of(&agent.agent_type).scope.request => {
+                                return refusal(RefusalCode::CapabilityRequired, format!("agent type `{}` may not request scope approval in project `{}`", agent.agent_type, a.project));
+                            }
+                            Ok(_) => {}
+                            Err(e) => return rules_refusal(&e),
+                        }
+                        match s.store.request_scope(&a.project, &name, a.session.as_deref(), &a.action, &a.reason) {
+                            Ok(t) => ToolOutput::text(format!(
+                                "Scope ticket #{} is pending. Wait for a person to decide (check with scope_status); do not proceed until it is approved.",
+                                t.id
+                            ))
+                            .with_structured(json!({"ticket": t.id, "status": t.status})),
+                            Err(e) => rules_refusal(&e),
+                        }
+                    })
+                    .await
+                }
+            }),
+    )?;
+
+    let s = Arc::clone(ctx);
+    tools.register(
+        ToolBuilder::new("scope_status")
+            .description("Check the decision on a scope ticket you opened.")
+            .small_model_safe()
+            .handler(move |a: TicketArgs, ctx| {
+                let s = Arc::clone(&s);
+                async move {
+                    let name = ctx.caller().principal().id.clone();
+                    blocking(move || match s.store.scope_ticket(a.ticket) {
+                        Ok(t) if t.agent == name => ToolOutput::text(format!(
+                            "Scope ticket #{} is {}{}.",
+                            t.id,
+                            t.status,
+                            t.note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()
+                        ))
+                        .with_structured(json!({"ticket": t.id, "status": t.status, "note": t.note, "decided_by": t.decided_by})),
+                        // Another agent's ticket is reported as missing: ids are not secrets, but
+                        // tickets are private to the agent that opened them.
+                        Ok(_) => refusal(RefusalCode::NotFound, format!("unknown scope ticket `{}`", a.ticket)),
+                        Err(e) => rules_refusal(&e),
+                    })
+                    .await
+                }
+            }),
+    )?;
+    Ok(())
+}
