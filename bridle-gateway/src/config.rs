@@ -286,7 +286,7 @@ pub fn demo_document() -> RulesDocument {
         },
         ..AgentPermissions::default()
     };
-    doc.permissions.insert("claude".into(), propose);
+    doc.permissions.insert("claude".into(), propose.clone());
     doc.permissions.insert("codex".into(), propose);
     doc
 }

@@ -85,11 +85,11 @@ impl GatewayContext {
         for project in projects.iter().filter(|p| agent.may_use(p)) {
             match self.store.load(project) {
                 Ok(loaded) => {
-                    for id in loaded
-                        .document
-                        .permissions_of(&agent.agent_type)
-                        .capability_ids()
-                    {
+                    let permissions = loaded.document.permissions_of(&agent.agent_type);
+                    for id in permissions.capability_ids() {
+                        grants.grant(id);
+                    }
+                    for id in permissions.tool_capability_ids() {
                         grants.grant(id);
                     }
                 }

@@ -361,7 +361,7 @@ pub struct MemoryPermission {
 }
 
 /// What one agent type may do through Bridle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentPermissions {
     /// Gitea access.
@@ -382,6 +382,11 @@ pub struct AgentPermissions {
     /// Memory access.
     #[serde(default)]
     pub memory: MemoryPermission,
+    /// Access to the tools of other upstream MCP servers the gateway routes to, by the
+    /// upstream's namespace (`docs: {read: true, write: false}`). `gitea` and `kanboard` have
+    /// their own fields above; an entry here under either name is ignored.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, ReadWrite>,
 }
 
 impl AgentPermissions {
@@ -410,5 +415,31 @@ impl AgentPermissions {
             ids.push(crate::capabilities::MEMORY_INDEX);
         }
         ids
+    }
+
+    /// Read and write access to the tools of the upstream under `namespace`: the `gitea` and
+    /// `kanboard` fields for those names, else the `tools` entry (none: no access).
+    pub fn upstream(&self, namespace: &str) -> ReadWrite {
+        match namespace {
+            "gitea" => self.gitea,
+            "kanboard" => self.kanboard,
+            other => self.tools.get(other).copied().unwrap_or_default(),
+        }
+    }
+
+    /// The capability id that writing through the upstream under `namespace` needs:
+    /// `<namespace>.write` (`gitea.write`, `kanboard.write`, `docs.write`).
+    pub fn upstream_write_capability(namespace: &str) -> String {
+        format!("{namespace}.write")
+    }
+
+    /// The write capabilities of the upstreams in `tools` this agent may write to (the
+    /// `gitea` and `kanboard` ones come from [`AgentPermissions::capability_ids`]).
+    pub fn tool_capability_ids(&self) -> Vec<String> {
+        self.tools
+            .iter()
+            .filter(|(ns, rw)| rw.write && !matches!(ns.as_str(), "gitea" | "kanboard"))
+            .map(|(ns, _)| Self::upstream_write_capability(ns))
+            .collect()
     }
 }
