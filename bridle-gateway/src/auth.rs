@@ -15,6 +15,7 @@ use crate::context::GatewayContext;
 use crate::error::GatewayError;
 
 /// Bearer-token auth with live grants.
+#[derive(Clone)]
 pub struct BridleAuth {
     tokens: BearerTokens,
     ctx: Arc<GatewayContext>,

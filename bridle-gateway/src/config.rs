@@ -24,7 +24,8 @@ pub const MCP_PATH: &str = "/mcp";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayConfig {
-    /// Where `bridle serve` listens. Must be a loopback address.
+    /// Where `bridle serve` listens: loopback by default; another address needs
+    /// `allowed_hosts` and `allowed_origins`.
     #[serde(default = "default_listen")]
     pub listen: String,
     /// The secrets folder, relative to the data directory unless absolute.
@@ -39,6 +40,19 @@ pub struct GatewayConfig {
     /// Bridle's memory (session memory and pattern-example search); off when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<crate::memory::MemorySection>,
+    /// Upstream MCP servers the gateway routes agents to, by namespace (their tools appear as
+    /// `<namespace>__<tool>`); see [`crate::upstreams`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub upstreams: BTreeMap<String, crate::upstreams::UpstreamSection>,
+    /// Host names (with port, as clients send them in `Host`) the MCP endpoint answers to.
+    /// Needed, with `allowed_origins`, to listen on an address other than loopback (in a
+    /// container, behind a reverse proxy); on loopback the loopback names are allowed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<String>,
+    /// Origins (`https://panel.example.org`) browsers may call the endpoint from; requests with
+    /// any other `Origin` are refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_origins: Vec<String>,
 }
 
 fn default_listen() -> String {
@@ -136,17 +150,37 @@ impl GatewayConfig {
             message,
         };
         let addr = self.listen_addr().map_err(invalid)?;
-        if !addr.ip().is_loopback() {
-            return Err(invalid(format!(
-                "listen address {addr} is not loopback; Bridle serves on 127.0.0.1 or ::1 only"
-            )));
-        }
+        self.check_exposure(addr).map_err(invalid)?;
+        let agents = self.agents.keys().cloned().collect();
+        crate::upstreams::check_all(&self.upstreams, &agents)
+            .map_err(|e| invalid(e.to_string()))?;
         for (name, agent) in &self.agents {
             check_name("agent", name).map_err(|e| invalid(e.to_string()))?;
             check_name("secret", &agent.token_secret).map_err(|e| invalid(e.to_string()))?;
             for p in &agent.projects {
                 check_name("project", p).map_err(|e| invalid(e.to_string()))?;
             }
+        }
+        Ok(())
+    }
+
+    /// Whether the gateway may listen on `addr`: loopback always; any other address only when
+    /// every request must authenticate (there is no open mode in Bridle) and the allowed Host
+    /// names and Origins are configured explicitly, so DNS-rebinding and cross-site requests are
+    /// refused.
+    pub fn check_exposure(&self, addr: SocketAddr) -> Result<(), String> {
+        if addr.ip().is_loopback() {
+            return Ok(());
+        }
+        if self.allowed_hosts.is_empty() || self.allowed_origins.is_empty() {
+            return Err(format!(
+                "listen address {addr} is not loopback: set `allowed_hosts` (the names agents use to reach the gateway, e.g. `bridle.example.org:7878`) and `allowed_origins` in bridle.yaml to listen on it, or listen on 127.0.0.1"
+            ));
+        }
+        if self.agents.is_empty() {
+            return Err(format!(
+                "listen address {addr} is not loopback and no agent is configured"
+            ));
         }
         Ok(())
     }
@@ -254,6 +288,9 @@ pub fn init_data_dir(data_dir: &Path) -> Result<InitReport, ConfigError> {
         templates_dir: default_templates(),
         agents,
         memory: None,
+        upstreams: BTreeMap::new(),
+        allowed_hosts: Vec::new(),
+        allowed_origins: Vec::new(),
     };
     let yaml = serde_saphyr::to_string(&config).map_err(|e| ConfigError::Invalid {
         file: config_file.clone(),

@@ -24,6 +24,9 @@ pub enum GatewayError {
     /// Registering tools or resources.
     #[error("registering the gateway's tools failed: {0}")]
     Register(#[from] kberg_core::CoreError),
+    /// Listening or serving failed.
+    #[error("{0}")]
+    Serve(String),
 }
 
 /// The stable codes of the refusals the gateway's tools answer with, beside kberg-core's

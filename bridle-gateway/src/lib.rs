@@ -15,18 +15,24 @@
 //! - [`tools`]: the gateway's own tools, one module per group.
 //! - [`resources`]: the rules as MCP resources and the watcher that notifies subscribers.
 //! - [`memory`]: the optional memory service and the write-back of `last_indexed`.
+//! - [`upstreams`]: downstream MCP servers behind namespaced front tools, credentials injected
+//!   per request.
 //! - [`app`]: the MCP app assembled from the above.
+//! - [`gateway`]: [`Gateway`], everything assembled by [`GatewayBuilder`] and served over HTTP.
 
 pub mod app;
 pub mod auth;
 pub mod config;
 pub mod context;
 pub mod error;
+pub mod gateway;
 pub mod memory;
 pub mod resources;
 pub mod tools;
+pub mod upstreams;
 
 pub use app::{build_app, build_app_with};
 pub use auth::BridleAuth;
 pub use context::GatewayContext;
 pub use error::{GatewayError, RefusalCode};
+pub use gateway::{BoundGateway, Gateway, GatewayBuilder};

@@ -890,7 +890,14 @@ async fn sync_tools(
             .output_schema
             .as_ref()
             .map(|s| Value::Object((**s).clone()));
-        spec.hints.open_world_hint = t.annotations.as_ref().and_then(|a| a.open_world_hint);
+        // The upstream's own hints travel with its tools: a gateway in front classifies reads
+        // by `readOnlyHint`, and clients show them.
+        if let Some(a) = t.annotations.as_ref() {
+            spec.hints.read_only_hint = a.read_only_hint;
+            spec.hints.destructive_hint = a.destructive_hint;
+            spec.hints.idempotent_hint = a.idempotent_hint;
+            spec.hints.open_world_hint = a.open_world_hint;
+        }
         remote_of.insert(name.clone(), remote);
         wanted.insert(name, spec);
     }

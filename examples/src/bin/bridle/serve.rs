@@ -1,15 +1,11 @@
 //! `bridle serve` and `bridle init`: the gateway on loopback, laid out on first start.
 
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
 
-use bridle_gateway::config::{GatewayConfig, MCP_PATH, demo_document, init_data_dir};
-use bridle_gateway::memory::{AgentProjects, ENABLE_HINT, RulesWriteBack};
-use bridle_gateway::resources::watch;
-use bridle_gateway::{BridleAuth, GatewayContext, build_app, build_app_with};
+use bridle_gateway::GatewayBuilder;
+use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir};
+use bridle_gateway::memory::ENABLE_HINT;
 use bridle_rules::{AgentCatalog, RulesStore};
-use kberg_server::{HttpConfig, HttpServer};
 
 use crate::BoxError;
 use crate::memory::open_memory;
@@ -31,50 +27,19 @@ pub(crate) async fn serve(dir: &Path, listen: Option<String>) -> Result<(), BoxE
         config.listen = l;
     }
     let addr = config.listen_addr()?;
-    if !addr.ip().is_loopback() {
-        return Err(
-            format!("{addr} is not a loopback address; Bridle serves on loopback only").into(),
-        );
+    config.check_exposure(addr)?;
+    let mut builder = GatewayBuilder::new(dir, config.clone());
+    if config.memory.is_some() {
+        builder = builder.memory(open_memory(dir, &config).await?);
     }
-    let memory = match &config.memory {
-        Some(_) => Some(open_memory(dir, &config).await?),
-        None => None,
-    };
-    let shared = GatewayContext::open(dir, config)?;
-    let auth = BridleAuth::new(dir, Arc::clone(&shared))?;
-    let tools = memory.as_ref().map(|m| {
-        let mut tools = m.tools();
-        tools.on_indexed = Some(Arc::new(RulesWriteBack {
-            gw: Arc::clone(&shared),
-        }) as Arc<dyn bridle_memory::tools::IndexListener>);
-        tools.access = Some(Arc::new(AgentProjects {
-            gw: Arc::clone(&shared),
-        }) as Arc<dyn bridle_memory::tools::ProjectAccess>);
-        tools
-    });
-    let app = match tools {
-        Some(tools) => build_app_with(&shared, Some(tools))?,
-        None => build_app(&shared)?,
-    };
-    let http = HttpConfig::new(addr).path(MCP_PATH).auth(auth);
-    let server = HttpServer::bind(app.clone(), http).await?;
-    let url = format!("http://{}{MCP_PATH}", server.local_addr());
-    print_connect_help(dir, &shared.config, &url);
-    if memory.is_none() {
+    let gateway = builder.build().await?;
+    let has_memory = gateway.has_memory();
+    let bound = gateway.bind(addr).await?;
+    print_connect_help(dir, &config, &bound.url());
+    if !has_memory {
         println!("{ENABLE_HINT}");
     }
-
-    let stop = server.shutdown_token();
-    let watcher = tokio::spawn(watch(
-        Arc::clone(&shared),
-        app.resources().clone(),
-        dir.join("projects"),
-        Duration::from_millis(250),
-        stop.clone(),
-    ));
-    server.run(shutdown_signal()).await?;
-    stop.cancel();
-    let _ = watcher.await;
+    bound.run(shutdown_signal()).await?;
     Ok(())
 }
 

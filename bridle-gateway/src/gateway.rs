@@ -1,0 +1,247 @@
+//! [`Gateway`]: the whole gateway assembled from a data directory and its configuration, and
+//! served over Streamable HTTP.
+//!
+//! [`GatewayBuilder`] is the one way to put the pieces together: the rules context, the MCP app
+//! (the gateway's own tools, optional memory tools, the rules resources), the upstream MCP
+//! servers behind their front tools with credentials from a [`SecretSource`], and the per-agent
+//! authentication. [`Gateway::bind`] then listens (loopback by default; another address only
+//! with explicit allowed Host names and Origins) and [`BoundGateway::run`] serves until a
+//! shutdown signal, with the watcher that tells subscribed agents when their rules change.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kberg_server::{HttpConfig, HttpServer, McpApp};
+
+use crate::auth::BridleAuth;
+use crate::config::{ConfigError, GatewayConfig, MCP_PATH};
+use crate::context::GatewayContext;
+use crate::error::GatewayError;
+use crate::memory::{AgentProjects, RulesWriteBack};
+use crate::upstreams::{DEFAULT_CONNECT_TIMEOUT, FolderSecrets, SecretSource, UpstreamPool};
+
+/// Assembles a [`Gateway`].
+pub struct GatewayBuilder {
+    data_dir: PathBuf,
+    config: GatewayConfig,
+    secrets: Option<Arc<dyn SecretSource>>,
+    memory: Option<bridle_memory::MemoryService>,
+    connect_timeout: Duration,
+    watch_every: Duration,
+}
+
+impl std::fmt::Debug for GatewayBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayBuilder")
+            .field("data_dir", &self.data_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GatewayBuilder {
+    /// A gateway over `data_dir` with `config` (see [`GatewayConfig::load`]). Upstream secrets
+    /// come from the configuration's secrets folder unless [`GatewayBuilder::secrets`] names
+    /// another source.
+    pub fn new(data_dir: impl Into<PathBuf>, config: GatewayConfig) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            config,
+            secrets: None,
+            memory: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            watch_every: Duration::from_millis(250),
+        }
+    }
+
+    /// Where upstream credentials come from (the vault).
+    pub fn secrets(mut self, secrets: Arc<dyn SecretSource>) -> Self {
+        self.secrets = Some(secrets);
+        self
+    }
+
+    /// Serves bridle-memory's tools from this service.
+    pub fn memory(mut self, memory: bridle_memory::MemoryService) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// How long an upstream may take to start and list its tools (default 20 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How often the watcher looks for changed rules (default 250 ms).
+    pub fn watch_every(mut self, every: Duration) -> Self {
+        self.watch_every = every;
+        self
+    }
+
+    /// Opens the stores, builds the app and starts connecting to the upstreams. Must run on a
+    /// tokio runtime. A bad upstream entry or an unreadable agent token stops it here, named.
+    pub async fn build(self) -> Result<Gateway, GatewayError> {
+        let secrets_dir = self.config.secrets_path(&self.data_dir);
+        let ctx = GatewayContext::open(&self.data_dir, self.config)?;
+        let auth = BridleAuth::new(&self.data_dir, Arc::clone(&ctx))?;
+        let memory_tools = self.memory.as_ref().map(|m| {
+            let mut tools = m.tools();
+            tools.on_indexed = Some(Arc::new(RulesWriteBack {
+                gw: Arc::clone(&ctx),
+            })
+                as Arc<dyn bridle_memory::tools::IndexListener>);
+            tools.access = Some(Arc::new(AgentProjects {
+                gw: Arc::clone(&ctx),
+            })
+                as Arc<dyn bridle_memory::tools::ProjectAccess>);
+            tools
+        });
+        let app = crate::app::build_app_with(&ctx, memory_tools)?;
+        let secrets = self
+            .secrets
+            .unwrap_or_else(|| Arc::new(FolderSecrets::new(secrets_dir)));
+        let upstreams = UpstreamPool::start(&ctx, app.tools(), secrets, self.connect_timeout)
+            .map_err(|e| {
+                GatewayError::Config(ConfigError::Invalid {
+                    file: self.data_dir.join("bridle.yaml"),
+                    message: e.to_string(),
+                })
+            })?;
+        Ok(Gateway {
+            data_dir: self.data_dir,
+            ctx,
+            app,
+            auth,
+            upstreams,
+            has_memory: self.memory.is_some(),
+            watch_every: self.watch_every,
+        })
+    }
+}
+
+/// The assembled gateway.
+pub struct Gateway {
+    data_dir: PathBuf,
+    ctx: Arc<GatewayContext>,
+    app: McpApp,
+    auth: BridleAuth,
+    upstreams: UpstreamPool,
+    has_memory: bool,
+    watch_every: Duration,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("data_dir", &self.data_dir)
+            .field("upstreams", &self.upstreams)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gateway {
+    /// The rules context (store, renderer, configuration).
+    pub fn context(&self) -> &Arc<GatewayContext> {
+        &self.ctx
+    }
+
+    /// The MCP app (its registries).
+    pub fn app(&self) -> &McpApp {
+        &self.app
+    }
+
+    /// The upstream MCP servers.
+    pub fn upstreams(&self) -> &UpstreamPool {
+        &self.upstreams
+    }
+
+    /// Whether memory's tools are served.
+    pub fn has_memory(&self) -> bool {
+        self.has_memory
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Listens on `addr` (port 0 picks a free one). Refused unless `addr` is loopback or the
+    /// configuration names its allowed Host names and Origins.
+    pub async fn bind(self, addr: SocketAddr) -> Result<BoundGateway, GatewayError> {
+        let invalid = |message: String| {
+            GatewayError::Config(ConfigError::Invalid {
+                file: self.data_dir.join("bridle.yaml"),
+                message,
+            })
+        };
+        self.ctx.config.check_exposure(addr).map_err(invalid)?;
+        let mut http = HttpConfig::new(addr).path(MCP_PATH).auth(self.auth.clone());
+        if !self.ctx.config.allowed_hosts.is_empty() {
+            http = http.allowed_hosts(self.ctx.config.allowed_hosts.iter().cloned());
+        }
+        if !self.ctx.config.allowed_origins.is_empty() {
+            http = http.allowed_origins(self.ctx.config.allowed_origins.iter().cloned());
+        }
+        let server = HttpServer::bind(self.app.clone(), http)
+            .await
+            .map_err(|e| GatewayError::Serve(format!("cannot listen on {addr}: {e}")))?;
+        Ok(BoundGateway {
+            gateway: self,
+            server,
+        })
+    }
+}
+
+/// A gateway listening on its address.
+pub struct BoundGateway {
+    gateway: Gateway,
+    server: HttpServer,
+}
+
+impl std::fmt::Debug for BoundGateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundGateway")
+            .field("addr", &self.server.local_addr())
+            .finish_non_exhaustive()
+    }
+}
+
+impl BoundGateway {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    /// The MCP endpoint's URL.
+    pub fn url(&self) -> String {
+        format!("http://{}{MCP_PATH}", self.server.local_addr())
+    }
+
+    /// The gateway.
+    pub fn gateway(&self) -> &Gateway {
+        &self.gateway
+    }
+
+    /// Serves until `shutdown` completes, then closes the upstream connections.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), GatewayError> {
+        let stop = self.server.shutdown_token();
+        let g = &self.gateway;
+        let watcher = tokio::spawn(crate::resources::watch(
+            Arc::clone(&g.ctx),
+            g.app.resources().clone(),
+            g.data_dir.join("projects"),
+            g.watch_every,
+            stop.clone(),
+        ));
+        let served = self.server.run(shutdown).await;
+        stop.cancel();
+        let _ = watcher.await;
+        self.gateway.upstreams.shutdown().await;
+        served.map_err(|e| GatewayError::Serve(format!("serving failed: {e}")))
+    }
+}

@@ -1,0 +1,193 @@
+//! Where upstream credentials come from: the [`SecretSource`] trait the gateway's vault
+//! implements, a [`FolderSecrets`] source over a Docker-secrets-style folder, and
+//! [`Credential`], a secret value that never prints.
+//!
+//! The upstream routes ask the source for a secret's *version* on every forwarded call (cheap)
+//! and for its value only when they (re)connect, so a rotation reaches the next call without the
+//! value being read on the hot path.
+
+use std::path::PathBuf;
+
+/// A secret value. It prints and debugs as `[redacted]`; [`Credential::expose`] is the one way
+/// to read it, and the memory is wiped when it is dropped.
+#[derive(Clone)]
+pub struct Credential(zeroize::Zeroizing<String>);
+
+impl Credential {
+    /// Wraps a value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(zeroize::Zeroizing::new(value.into()))
+    }
+
+    /// The value, for the one place that injects it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl std::fmt::Display for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// Why a secret could not be had. Messages name the secret, never its value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SecretError {
+    /// No such secret (or it has no usable version).
+    #[error("secret `{name}` does not exist")]
+    Missing {
+        /// The secret's name.
+        name: String,
+    },
+    /// The secret exists but is empty.
+    #[error("secret `{name}` is empty")]
+    Empty {
+        /// The secret's name.
+        name: String,
+    },
+    /// The source failed.
+    #[error("secret `{name}` could not be read: {message}")]
+    Unreadable {
+        /// The secret's name.
+        name: String,
+        /// Why (never the value).
+        message: String,
+    },
+}
+
+/// One use of a secret in an injected request, for the record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretUse<'a> {
+    /// The secret's name.
+    pub name: &'a str,
+    /// The version used.
+    pub version: u64,
+    /// The upstream it was sent to.
+    pub upstream: &'a str,
+    /// The agent whose call it was.
+    pub agent: &'a str,
+    /// The request it went with (the forwarded tool).
+    pub request: &'a str,
+}
+
+/// A source of named secrets with versions: the vault, or a folder of files.
+pub trait SecretSource: Send + Sync {
+    /// The active version of `name`. Called on every forwarded call; must be cheap.
+    fn version(&self, name: &str) -> Result<u64, SecretError>;
+    /// The active value of `name` and its version.
+    fn current(&self, name: &str) -> Result<(Credential, u64), SecretError>;
+    /// Records a use. A source that cannot record fails the call (the request is not sent).
+    fn record_use(&self, used: &SecretUse<'_>) -> Result<(), SecretError>;
+}
+
+/// Secrets as files in a folder (the legacy `secrets/` folder, or `/run/secrets`): a file's
+/// trimmed content is the value; its modification time and length are its version. Uses are
+/// logged at `debug` (names and versions only); a folder has nowhere to keep a record.
+#[derive(Debug, Clone)]
+pub struct FolderSecrets {
+    dir: PathBuf,
+}
+
+impl FolderSecrets {
+    /// Secrets in `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    fn path(&self, name: &str) -> Result<PathBuf, SecretError> {
+        bridle_rules::check_name("secret", name).map_err(|e| SecretError::Unreadable {
+            name: name.to_string(),
+            message: e.to_string(),
+        })?;
+        Ok(self.dir.join(name))
+    }
+}
+
+impl SecretSource for FolderSecrets {
+    fn version(&self, name: &str) -> Result<u64, SecretError> {
+        let meta = std::fs::metadata(self.path(name)?).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => SecretError::Missing { name: name.into() },
+            _ => SecretError::Unreadable {
+                name: name.into(),
+                message: e.to_string(),
+            },
+        })?;
+        let nanos = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos() as u64);
+        Ok(nanos ^ meta.len().rotate_left(48))
+    }
+
+    fn current(&self, name: &str) -> Result<(Credential, u64), SecretError> {
+        let version = self.version(name)?;
+        let text =
+            std::fs::read_to_string(self.path(name)?).map_err(|e| SecretError::Unreadable {
+                name: name.into(),
+                message: e.to_string(),
+            })?;
+        let value = text.trim();
+        if value.is_empty() {
+            return Err(SecretError::Empty { name: name.into() });
+        }
+        Ok((Credential::new(value), version))
+    }
+
+    fn record_use(&self, used: &SecretUse<'_>) -> Result<(), SecretError> {
+        tracing::debug!(
+            secret = used.name,
+            version = used.version,
+            upstream = used.upstream,
+            agent = used.agent,
+            request = used.request,
+            "secret used"
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_credential_never_prints() {
+        let c = Credential::new("canary-value");
+        assert_eq!(format!("{c:?} {c}"), "[redacted] [redacted]");
+        assert_eq!(c.expose(), "canary-value");
+    }
+
+    #[test]
+    fn folder_secrets_have_versions_and_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = FolderSecrets::new(dir.path());
+        assert_eq!(
+            s.current("gitea").unwrap_err(),
+            SecretError::Missing {
+                name: "gitea".into()
+            }
+        );
+        std::fs::write(dir.path().join("gitea"), "  \n").unwrap();
+        assert!(matches!(s.current("gitea"), Err(SecretError::Empty { .. })));
+        std::fs::write(dir.path().join("gitea"), "one\n").unwrap();
+        let (v, n) = s.current("gitea").unwrap();
+        assert_eq!(v.expose(), "one");
+        std::fs::write(dir.path().join("gitea"), "second\n").unwrap();
+        assert_ne!(s.version("gitea").unwrap(), n);
+        assert!(matches!(
+            s.current("../etc"),
+            Err(SecretError::Unreadable { .. })
+        ));
+    }
+}

@@ -1,0 +1,249 @@
+//! Front tools: one per upstream tool, in the gateway's public registry, under the upstream's
+//! namespace (`gitea__list_repos`).
+//!
+//! A front tool is what the gate sees: a Read tool when the upstream marks it
+//! `readOnlyHint: true` or the configuration lists it under `reads`, else a Write tool bound to
+//! `<namespace>.write`. Its handler then checks what the gate cannot know, in this order: the
+//! caller is a configured agent; the upstream serves a project the agent may use and whose
+//! `permissions.<type>.<namespace>` allows the call (`read` for reads, `write` for writes; the
+//! grant is the union over projects, so each project is checked); the agent's credential
+//! mapping resolves to a secret. Only then is the call forwarded, on the connection that carries
+//! that agent's credential, and the use of the secret recorded.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use kberg_core::{
+    CallOptions, Tool, ToolContext, ToolError, ToolKind, ToolOutput, ToolRegistry, ToolSpec,
+};
+use serde_json::Value;
+
+use super::credential::SecretUse;
+use super::route::{Route, RouteError, write_capability};
+use crate::context::GatewayContext;
+use crate::error::{RefusalCode, refusal};
+
+/// A tool of an upstream, as the gateway offers it.
+pub(crate) struct FrontTool {
+    pub(crate) spec: ToolSpec,
+    pub(crate) route: Arc<Route>,
+    pub(crate) gw: Arc<GatewayContext>,
+}
+
+/// The front spec for an upstream tool spec from a private registry.
+pub(crate) fn front_spec(route: &Route, upstream: &ToolSpec) -> ToolSpec {
+    let remote = upstream
+        .name
+        .strip_prefix(&format!("{}__", route.namespace))
+        .unwrap_or(&upstream.name);
+    let read = upstream.hints.read_only_hint == Some(true) || route.section.listed_as_read(remote);
+    let mut spec = upstream.clone();
+    spec.kind = if read {
+        ToolKind::Read
+    } else {
+        ToolKind::Write(write_capability(&route.namespace))
+    };
+    spec
+}
+
+/// Whether the agent's type may make this call (a write when `write`) in some project the
+/// upstream serves and the agent may use. Reads the project documents: run it off the async
+/// threads.
+fn permitted(
+    gw: &GatewayContext,
+    route: &Route,
+    write: bool,
+    agent: &str,
+) -> Result<(), ToolOutput> {
+    let Some(config) = gw.agent(agent) else {
+        return Err(refusal(
+            RefusalCode::UnknownAgent,
+            format!("`{agent}` is not a configured agent"),
+        ));
+    };
+    let ns = &route.namespace;
+    let projects = gw.store.projects().unwrap_or_default();
+    let mut served = false;
+    for project in projects
+        .iter()
+        .filter(|p| config.may_use(p) && route.section.serves(p))
+    {
+        served = true;
+        let Ok(loaded) = gw.store.load(project) else {
+            continue;
+        };
+        let rw = loaded
+            .document
+            .permissions_of(&config.agent_type)
+            .upstream(ns);
+        if (write && rw.write) || (!write && rw.read) {
+            return Ok(());
+        }
+    }
+    let action = if write { "write" } else { "read" };
+    if !served {
+        return Err(refusal(
+            RefusalCode::ProjectNotAllowed,
+            format!(
+                "agent `{agent}` uses no project that the `{ns}` tools serve; ask an operator to add one"
+            ),
+        ));
+    }
+    Err(refusal(
+        RefusalCode::CapabilityRequired,
+        format!(
+            "agent type `{ty}` may not {action} through `{ns}` in its projects (permissions.{ty}.{ns}.{action} is false)",
+            ty = config.agent_type,
+        ),
+    ))
+}
+
+#[async_trait]
+impl Tool for FrontTool {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let agent = ctx.caller().principal().id.clone();
+        let ns = self.route.namespace.clone();
+        if !self.route.section.enabled {
+            return Ok(refusal(
+                RefusalCode::UpstreamDisabled,
+                format!("the `{ns}` tools are disabled by an operator"),
+            ));
+        }
+        let check = {
+            let (gw, route, agent) = (Arc::clone(&self.gw), Arc::clone(&self.route), agent.clone());
+            let write = !matches!(self.spec.kind, ToolKind::Read);
+            tokio::task::spawn_blocking(move || permitted(&gw, &route, write, &agent))
+                .await
+                .map_err(|e| ToolError::failed(format!("internal error: {e}")))?
+        };
+        if let Err(out) = check {
+            return Ok(out);
+        }
+        let (identity, secret) = match self.route.identity_for(&agent) {
+            Ok(x) => x,
+            Err(_) => {
+                return Ok(refusal(
+                    RefusalCode::CredentialMissing,
+                    format!(
+                        "no `{ns}` credential is mapped for agent `{agent}`; nothing was sent. Ask an operator to map one."
+                    ),
+                ));
+            }
+        };
+        let connection = match self.route.connection(&identity, secret.as_deref()).await {
+            Ok(c) => c,
+            Err(e) => return Ok(route_refusal(&ns, &self.spec.name, e)),
+        };
+        if let Err(e) = self.route.ready(&connection).await {
+            return Ok(route_refusal(&ns, &self.spec.name, e));
+        }
+        if let Some((name, version)) = &connection.secret {
+            let used = SecretUse {
+                name,
+                version: *version,
+                upstream: &ns,
+                agent: &agent,
+                request: &self.spec.name,
+            };
+            if let Err(e) = self.route.secrets().record_use(&used) {
+                tracing::warn!(namespace = %ns, error = %e, "recording a secret use failed; call not sent");
+                return Ok(refusal(
+                    RefusalCode::Internal,
+                    "the gateway could not record the use of the upstream credential, so the call was not sent",
+                ));
+            }
+        }
+        let opts = CallOptions {
+            cancel: ctx.cancellation().clone(),
+            peer: ctx.peer().cloned(),
+            progress_token: ctx.meta().and_then(|m| m.get("progressToken")).cloned(),
+            meta: ctx.meta().cloned(),
+            client: ctx.client().cloned(),
+        };
+        match connection
+            .registry
+            .call(&self.route.internal, &self.spec.name, args, opts)
+            .await
+        {
+            Ok(out) => Ok(out),
+            Err(e) => Ok(e.to_output()),
+        }
+    }
+}
+
+fn route_refusal(ns: &str, tool: &str, e: RouteError) -> ToolOutput {
+    match e {
+        RouteError::NoMapping => refusal(
+            RefusalCode::CredentialMissing,
+            format!("no `{ns}` credential is mapped for this agent; nothing was sent"),
+        ),
+        RouteError::Secret(e) => {
+            tracing::warn!(namespace = ns, error = %e, "upstream credential unavailable");
+            refusal(
+                RefusalCode::CredentialMissing,
+                format!(
+                    "the `{ns}` credential for this agent is not available ({e}); nothing was sent"
+                ),
+            )
+        }
+        RouteError::Unavailable(reason) => kberg_core::ToolOutput::error_with(
+            format!(
+                "The tool `{tool}` is unavailable: its server `{ns}` is not connected ({reason}). Try again later or use another tool."
+            ),
+            serde_json::json!({
+                "code": "upstream_unavailable",
+                "message": format!("`{ns}` is not connected: {reason}"),
+                "retryable": true,
+                "tool": tool,
+                "upstream": ns,
+            }),
+        ),
+    }
+}
+
+/// Makes the public registry's front tools for `route` match the tools its listing connection
+/// offers: new ones registered, gone ones removed, changed ones replaced. Returns the front
+/// tool names now registered.
+pub(crate) fn sync_front_tools(
+    public: &ToolRegistry,
+    route: &Arc<Route>,
+    gw: &Arc<GatewayContext>,
+    listing: &ToolRegistry,
+    registered: &mut BTreeMap<String, ToolSpec>,
+) -> Vec<String> {
+    let wanted: BTreeMap<String, ToolSpec> = listing
+        .list(&route.internal)
+        .into_iter()
+        .map(|s| (s.name.clone(), front_spec(route, &s)))
+        .collect();
+    for (name, spec) in registered.clone() {
+        if wanted.get(&name) != Some(&spec) {
+            public.remove(&name);
+            registered.remove(&name);
+        }
+    }
+    for (name, spec) in wanted {
+        if registered.contains_key(&name) {
+            continue;
+        }
+        let tool = FrontTool {
+            spec: spec.clone(),
+            route: Arc::clone(route),
+            gw: Arc::clone(gw),
+        };
+        match public.register(tool) {
+            Ok(()) => {
+                registered.insert(name, spec);
+            }
+            Err(e) => {
+                tracing::warn!(namespace = %route.namespace, tool = %name, error = %e, "upstream tool not offered");
+            }
+        }
+    }
+    registered.keys().cloned().collect()
+}

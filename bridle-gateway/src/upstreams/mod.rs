@@ -1,0 +1,240 @@
+//! Downstream MCP servers behind the gateway, with credentials injected per request.
+//!
+//! `bridle.yaml` names upstream MCP servers under `upstreams:` (stdio children or Streamable
+//! HTTP endpoints; [`config`]). Each is reached through Kberg's aggregator, one connection per
+//! credential identity ([`route`]), and offered to agents as namespaced front tools in the
+//! gateway's one registry ([`front`]), so every call passes Kberg's gate and then the gateway's
+//! per-project permission check. Credentials come from a [`SecretSource`] (the vault, or a
+//! secrets folder; [`credential`]), never from the client: a client's own `Authorization`
+//! header authenticates it to the gateway and goes no further.
+//!
+//! [`UpstreamPool::start`] checks every entry (a bad one stops the gateway at start, naming it),
+//! then connects in the background: an upstream that does not start, hangs or dies answers
+//! `upstream_unavailable` per call while the rest keep serving, and reconnects with backoff.
+
+pub mod config;
+pub mod credential;
+pub mod front;
+pub mod route;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kberg_core::{ToolRegistry, ToolSpec};
+use kberg_server::aggregate::UpstreamStatus;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{CredentialTarget, UpstreamConfigError, UpstreamSection};
+pub use credential::{Credential, FolderSecrets, SecretError, SecretSource, SecretUse};
+pub use route::{Identity, Route};
+
+use crate::context::GatewayContext;
+
+/// How long an upstream may take to start and list its tools before it counts as unavailable.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What an operator sees of one upstream.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UpstreamReport {
+    /// The namespace.
+    pub namespace: String,
+    /// `stdio` or `http`.
+    pub transport: &'static str,
+    /// Whether it is enabled.
+    pub enabled: bool,
+    /// Whether its listing connection is connected.
+    pub connected: bool,
+    /// Why it is not, when it is not.
+    pub last_error: Option<String>,
+    /// The front tools it offers.
+    pub tools: Vec<String>,
+    /// The projects it serves (empty: all).
+    pub projects: Vec<String>,
+}
+
+/// The gateway's upstreams: their routes and the tasks that keep the front tools in step.
+#[derive(Debug)]
+pub struct UpstreamPool {
+    routes: BTreeMap<String, Arc<Route>>,
+    offered: Arc<std::sync::Mutex<BTreeMap<String, Vec<String>>>>,
+    stop: CancellationToken,
+}
+
+impl Drop for UpstreamPool {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Checks every `upstreams:` entry against the configured agent names; returns each entry's
+/// credential target. Used at start and by `bridle` to check a configuration offline.
+pub fn check_all(
+    upstreams: &BTreeMap<String, UpstreamSection>,
+    agents: &BTreeSet<String>,
+) -> Result<BTreeMap<String, Option<CredentialTarget>>, UpstreamConfigError> {
+    upstreams
+        .iter()
+        .map(|(ns, section)| Ok((ns.clone(), section.check(ns, agents)?)))
+        .collect()
+}
+
+impl UpstreamPool {
+    /// Checks the configured upstreams, declares their write capabilities in `public`, and
+    /// starts connecting to each enabled one in the background (on the current tokio runtime).
+    pub fn start(
+        gw: &Arc<GatewayContext>,
+        public: &ToolRegistry,
+        secrets: Arc<dyn SecretSource>,
+        connect_timeout: Duration,
+    ) -> Result<Self, UpstreamConfigError> {
+        let agents: BTreeSet<String> = gw.config.agents.keys().cloned().collect();
+        let targets = check_all(&gw.config.upstreams, &agents)?;
+        let stop = CancellationToken::new();
+        let offered = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        let mut routes = BTreeMap::new();
+        for (ns, section) in &gw.config.upstreams {
+            let route = Arc::new(Route::new(
+                ns.clone(),
+                section.clone(),
+                targets.get(ns).cloned().flatten(),
+                Arc::clone(&secrets),
+                connect_timeout,
+            ));
+            public
+                .declare(route::write_capability(ns))
+                .map_err(|e| UpstreamConfigError {
+                    namespace: ns.clone(),
+                    message: e.to_string(),
+                })?;
+            if section.enabled {
+                tokio::spawn(keep_in_step(
+                    Arc::clone(&route),
+                    Arc::clone(gw),
+                    public.clone(),
+                    Arc::clone(&offered),
+                    stop.clone(),
+                ));
+            }
+            routes.insert(ns.clone(), route);
+        }
+        Ok(Self {
+            routes,
+            offered,
+            stop,
+        })
+    }
+
+    /// The routes, by namespace.
+    pub fn routes(&self) -> &BTreeMap<String, Arc<Route>> {
+        &self.routes
+    }
+
+    /// What an operator sees of every upstream.
+    pub async fn reports(&self) -> Vec<UpstreamReport> {
+        let mut out = Vec::new();
+        for (ns, route) in &self.routes {
+            let (identity, _) = route.listing_identity();
+            let status = match route.existing(&identity).await {
+                Some(c) => c.aggregator.status(ns),
+                None => None,
+            };
+            let (connected, last_error) = match status {
+                Some(UpstreamStatus::Connected { .. }) => (true, None),
+                Some(UpstreamStatus::Unavailable { reason }) => (false, Some(reason)),
+                Some(_) => (false, None),
+                None if !route.section.enabled => (false, Some("disabled".into())),
+                None => (false, None),
+            };
+            let tools = self
+                .offered
+                .lock()
+                .map(|o| o.get(ns).cloned().unwrap_or_default())
+                .unwrap_or_default();
+            out.push(UpstreamReport {
+                namespace: ns.clone(),
+                transport: if route.section.stdio.is_some() {
+                    "stdio"
+                } else {
+                    "http"
+                },
+                enabled: route.section.enabled,
+                connected,
+                last_error,
+                tools,
+                projects: route.section.projects.clone(),
+            });
+        }
+        out
+    }
+
+    /// Waits until the upstream under `namespace` offers at least one tool, or `timeout` passes.
+    /// Returns the tools it offers.
+    pub async fn wait_offered(&self, namespace: &str, timeout: Duration) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let now = self
+                .offered
+                .lock()
+                .map(|o| o.get(namespace).cloned().unwrap_or_default())
+                .unwrap_or_default();
+            if !now.is_empty() || tokio::time::Instant::now() >= deadline {
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops every connection.
+    pub async fn shutdown(&self) {
+        self.stop.cancel();
+        for route in self.routes.values() {
+            route.close_all().await;
+        }
+    }
+}
+
+/// Keeps the front tools of one upstream in step with what its listing connection offers:
+/// connects (retrying with backoff while it cannot), syncs on every change of the private
+/// registry, and re-reads the connection every few seconds so a rotated credential's new
+/// connection is followed.
+async fn keep_in_step(
+    route: Arc<Route>,
+    gw: Arc<GatewayContext>,
+    public: ToolRegistry,
+    offered: Arc<std::sync::Mutex<BTreeMap<String, Vec<String>>>>,
+    stop: CancellationToken,
+) {
+    let mut registered: BTreeMap<String, ToolSpec> = BTreeMap::new();
+    let mut delay = Duration::from_millis(250);
+    let (identity, secret) = route.listing_identity();
+    loop {
+        let connection = match route.connection(&identity, secret.as_deref()).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(namespace = %route.namespace, error = ?e, "upstream cannot be started; retrying");
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(30));
+                continue;
+            }
+        };
+        delay = Duration::from_millis(250);
+        let mut changes = connection.registry.changes();
+        let names =
+            front::sync_front_tools(&public, &route, &gw, &connection.registry, &mut registered);
+        if let Ok(mut o) = offered.lock() {
+            o.insert(route.namespace.clone(), names);
+        }
+        tokio::select! {
+            () = stop.cancelled() => break,
+            _ = changes.changed() => {}
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+    for name in registered.keys() {
+        public.remove(name);
+    }
+}

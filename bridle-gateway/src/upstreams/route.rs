@@ -1,0 +1,257 @@
+//! One upstream's route: the connections the gateway holds to it, one per credential identity.
+//!
+//! An upstream whose credential is one secret for every agent has one connection; one whose
+//! credential is per agent has one connection per agent (for a stdio server, one child per
+//! agent, since a child reads its token from its environment once). Each connection is a Kberg
+//! [`Aggregator`] over a private registry, so everything the aggregator does (namespacing,
+//! reconnect with backoff, timeouts, progress, cancellation) holds per connection; the gateway's
+//! public registry only holds front tools that pick the caller's connection.
+//!
+//! Credentials are resolved when a connection starts: into the environment of the child, or
+//! into a header the HTTP client sends with every request. On every call the route compares the
+//! secret's active version with the one its connection was started with; after a rotation the
+//! connection is replaced before the call is sent, so requests after a rotate use the new
+//! version, and one whose secret is gone (revoked, deleted) is closed and the call refused.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kberg_core::{Caller, Grants, Principal, ToolRegistry, WriteCapability};
+use kberg_server::aggregate::{
+    Aggregator, AggregatorConfig, UpstreamConfig, UpstreamStatus, UpstreamTransport,
+};
+
+use super::config::{CredentialTarget, UpstreamSection};
+use super::credential::{Credential, SecretError, SecretSource};
+
+/// Which credential a connection carries.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Identity {
+    /// No credential, or the one secret for every agent.
+    Shared,
+    /// One agent's own secret.
+    Agent(String),
+}
+
+/// One live connection to the upstream.
+pub(crate) struct Connection {
+    pub(crate) aggregator: Aggregator,
+    pub(crate) registry: ToolRegistry,
+    /// The secret (name, version) it was started with.
+    pub(crate) secret: Option<(String, u64)>,
+}
+
+/// Why a call could not be routed; the front tool turns it into a refusal.
+#[derive(Debug)]
+pub(crate) enum RouteError {
+    /// The agent has no secret in the mapping.
+    NoMapping,
+    /// The mapped secret could not be had.
+    Secret(SecretError),
+    /// The upstream is not reachable.
+    Unavailable(String),
+}
+
+/// The connections of one upstream.
+pub struct Route {
+    pub(crate) namespace: String,
+    pub(crate) section: UpstreamSection,
+    pub(crate) target: Option<CredentialTarget>,
+    secrets: Arc<dyn SecretSource>,
+    /// The caller the gateway uses on its private registries: it holds the upstream's write
+    /// capability, since the front tool has already checked the real caller.
+    pub(crate) internal: Caller,
+    connections: tokio::sync::Mutex<HashMap<Identity, Arc<Connection>>>,
+    connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Route")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The capability the private registries bind every forwarded tool to.
+pub(crate) fn write_capability(namespace: &str) -> WriteCapability {
+    WriteCapability::new(
+        bridle_rules::AgentPermissions::upstream_write_capability(namespace),
+        format!("Change things through the `{namespace}` upstream"),
+    )
+}
+
+impl Route {
+    pub(crate) fn new(
+        namespace: String,
+        section: UpstreamSection,
+        target: Option<CredentialTarget>,
+        secrets: Arc<dyn SecretSource>,
+        connect_timeout: Duration,
+    ) -> Self {
+        let cap = write_capability(&namespace);
+        let internal = Caller::new(
+            Principal::new(format!("bridle-gateway/{namespace}"))
+                .with_grants(Grants::of([cap.id().to_string()])),
+        );
+        Self {
+            namespace,
+            section,
+            target,
+            secrets,
+            internal,
+            connections: tokio::sync::Mutex::new(HashMap::new()),
+            connect_timeout,
+        }
+    }
+
+    /// The identity and secret name a call by `agent` uses.
+    pub(crate) fn identity_for(
+        &self,
+        agent: &str,
+    ) -> Result<(Identity, Option<String>), RouteError> {
+        let Some(c) = &self.section.credential else {
+            return Ok((Identity::Shared, None));
+        };
+        if let Some(secret) = c.per_agent.get(agent) {
+            return Ok((Identity::Agent(agent.to_string()), Some(secret.clone())));
+        }
+        match &c.secret {
+            Some(s) => Ok((Identity::Shared, Some(s.clone()))),
+            None => Err(RouteError::NoMapping),
+        }
+    }
+
+    /// The identity whose connection lists the upstream's tools for everyone: the shared one,
+    /// else the first agent of the mapping.
+    pub(crate) fn listing_identity(&self) -> (Identity, Option<String>) {
+        match &self.section.credential {
+            None => (Identity::Shared, None),
+            Some(c) => match (&c.secret, c.per_agent.iter().next()) {
+                (Some(s), _) => (Identity::Shared, Some(s.clone())),
+                (None, Some((agent, s))) => (Identity::Agent(agent.clone()), Some(s.clone())),
+                (None, None) => (Identity::Shared, None),
+            },
+        }
+    }
+
+    /// The connection for `identity`, started (or restarted after a rotation) as needed.
+    pub(crate) async fn connection(
+        &self,
+        identity: &Identity,
+        secret: Option<&str>,
+    ) -> Result<Arc<Connection>, RouteError> {
+        let version = match secret {
+            Some(name) => Some(self.secrets.version(name).map_err(RouteError::Secret)?),
+            None => None,
+        };
+        let mut connections = self.connections.lock().await;
+        if let Some(c) = connections.get(identity) {
+            let current = match (&c.secret, secret, version) {
+                (Some((n, v)), Some(name), Some(now)) => n == name && *v == now,
+                (None, None, _) => true,
+                _ => false,
+            };
+            if current {
+                return Ok(Arc::clone(c));
+            }
+            tracing::info!(
+                namespace = %self.namespace,
+                ?identity,
+                "upstream credential changed; reconnecting with the active version"
+            );
+            connections.remove(identity);
+        }
+        let credential = match secret {
+            Some(name) => {
+                let (value, version) = self.secrets.current(name).map_err(RouteError::Secret)?;
+                Some((name.to_string(), value, version))
+            }
+            None => None,
+        };
+        let connection = Arc::new(self.start(credential)?);
+        connections.insert(identity.clone(), Arc::clone(&connection));
+        Ok(connection)
+    }
+
+    /// The connection for `identity` if one is running.
+    pub(crate) async fn existing(&self, identity: &Identity) -> Option<Arc<Connection>> {
+        self.connections.lock().await.get(identity).cloned()
+    }
+
+    /// Closes every connection (the upstream was disabled, or the gateway stops).
+    pub(crate) async fn close_all(&self) {
+        self.connections.lock().await.clear();
+    }
+
+    /// Waits until `connection` has listed its tools, within the connect timeout.
+    pub(crate) async fn ready(&self, connection: &Connection) -> Result<(), RouteError> {
+        if connection
+            .aggregator
+            .wait_connected(&self.namespace, 1, self.connect_timeout)
+            .await
+        {
+            return Ok(());
+        }
+        let reason = match connection.aggregator.status(&self.namespace) {
+            Some(UpstreamStatus::Unavailable { reason }) => reason,
+            _ => format!("it did not connect within {:?}", self.connect_timeout),
+        };
+        Err(RouteError::Unavailable(reason))
+    }
+
+    fn start(
+        &self,
+        credential: Option<(String, Credential, u64)>,
+    ) -> Result<Connection, RouteError> {
+        let mut transport = match (&self.section.stdio, &self.section.http) {
+            (Some(s), _) => {
+                let mut t = UpstreamTransport::stdio(s.command.clone());
+                for a in &s.args {
+                    t = t.arg(a.clone());
+                }
+                for (k, v) in &s.env {
+                    t = t.env(k.clone(), v.clone());
+                }
+                t
+            }
+            (None, Some(h)) => UpstreamTransport::http(h.url.clone()),
+            (None, None) => {
+                return Err(RouteError::Unavailable(
+                    "the upstream names no transport".into(),
+                ));
+            }
+        };
+        let mut secret = None;
+        if let (Some((name, value, version)), Some(target)) = (credential, &self.target) {
+            let rendered = target.render(value.expose());
+            transport = match target {
+                CredentialTarget::Header { name, .. } => transport.header(name.clone(), rendered),
+                CredentialTarget::Env(var) => transport.env(var.clone(), rendered),
+            };
+            secret = Some((name, version));
+        }
+        let cap = write_capability(&self.namespace);
+        let config = AggregatorConfig::new()
+            .upstream(
+                UpstreamConfig::new(self.namespace.clone(), transport)
+                    .call_timeout(self.section.call_timeout()),
+            )
+            .connect_timeout(self.connect_timeout)
+            .write_rule("*", cap);
+        let registry = ToolRegistry::new();
+        let aggregator = Aggregator::start(config, registry.clone())
+            .map_err(|e| RouteError::Unavailable(e.to_string()))?;
+        Ok(Connection {
+            aggregator,
+            registry,
+            secret,
+        })
+    }
+
+    /// The secret source (for recording uses).
+    pub(crate) fn secrets(&self) -> &Arc<dyn SecretSource> {
+        &self.secrets
+    }
+}
