@@ -1,0 +1,424 @@
+//! Upstream MCP servers behind the gateway, over real HTTP on loopback: an HTTP upstream (a
+//! Kberg app that records the credentials of every request) reached by agents through the
+//! gateway with their own Bridle tokens. Checked: the right agent's secret on every request and
+//! never the client's own token, per-agent secrets, read/write permissions per project,
+//! rotation during traffic, a missing mapping refused, dead and hanging upstreams reported
+//! while the rest keeps serving, and bad entries refused at start.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bridle_gateway::GatewayBuilder;
+use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir};
+use bridle_rules::{AgentCatalog, ReadWrite, RulesStore};
+use kberg_agent::{McpSurface, ToolResult, ToolSurface};
+use kberg_core::{Grants, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability};
+use kberg_server::{AuthError, Authenticator, HeaderMap, HttpConfig, HttpServer, McpApp};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// What the upstream saw and which of its own tokens it accepts.
+#[derive(Default)]
+struct Recorder {
+    seen: Mutex<Vec<String>>,
+    accepted: Mutex<Vec<String>>,
+}
+
+/// Records the `Authorization` header of every request; accepts `token <accepted>`.
+struct RecordingAuth(Arc<Recorder>);
+
+#[async_trait]
+impl Authenticator for RecordingAuth {
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Principal>, AuthError> {
+        let value = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        self.0.seen.lock().unwrap().push(value.clone());
+        let Some(token) = value.strip_prefix("token ") else {
+            return Err(AuthError::Missing);
+        };
+        if !self.0.accepted.lock().unwrap().iter().any(|t| t == token) {
+            return Err(AuthError::Invalid);
+        }
+        Ok(Arc::new(
+            Principal::new(format!("user-of-{token}"))
+                .with_grants(Grants::of(["tickets.write".to_string()])),
+        ))
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct NoArgs {}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct CreateArgs {
+    /// The title.
+    title: String,
+}
+
+async fn start_upstream(recorder: Arc<Recorder>) -> (String, CancellationToken) {
+    let tools = ToolRegistry::new();
+    let cap = WriteCapability::new("tickets.write", "create tickets");
+    tools.declare(cap.clone()).unwrap();
+    tools
+        .register(
+            ToolBuilder::new("whoami")
+                .description("Who the upstream thinks you are.")
+                .handler(|_a: NoArgs, ctx| async move {
+                    Ok(ToolOutput::text(ctx.caller().principal().id.clone()))
+                }),
+        )
+        .unwrap();
+    tools
+        .register(ToolBuilder::new("create_ticket").write(cap).handler(
+            |a: CreateArgs, ctx| async move {
+                Ok(ToolOutput::text(format!(
+                    "created `{}` as {}",
+                    a.title,
+                    ctx.caller().principal().id
+                )))
+            },
+        ))
+        .unwrap();
+    let app = McpApp::builder("tickets", "1.0").tools(tools).build();
+    let config = HttpConfig::new("127.0.0.1:0".parse().unwrap())
+        .path("/mcp")
+        .auth(RecordingAuth(recorder));
+    let server = HttpServer::bind(app, config).await.unwrap();
+    let url = format!("http://{}/mcp", server.local_addr());
+    let stop = server.shutdown_token();
+    let s = stop.clone();
+    tokio::spawn(async move { server.run(async move { s.cancelled().await }).await });
+    (url, stop)
+}
+
+fn write_secret(dir: &Path, name: &str, value: &str) {
+    std::fs::write(dir.join("secrets").join(name), format!("{value}\n")).unwrap();
+}
+
+fn append_config(dir: &Path, extra: &str) {
+    let mut yaml = std::fs::read_to_string(dir.join("bridle.yaml")).unwrap();
+    yaml.push_str(extra);
+    std::fs::write(dir.join("bridle.yaml"), yaml).unwrap();
+}
+
+/// A data directory with agents `claude` and `codex`, an upstream `tickets` at `url` with
+/// per-agent secrets, and permissions: claude reads and writes, codex only reads.
+fn data_dir(url: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    init_data_dir(tmp.path()).unwrap();
+    append_config(
+        tmp.path(),
+        &format!(
+            "upstreams:\n  tickets:\n    http: {{url: '{url}'}}\n    credential:\n      per_agent: {{claude: tickets-claude, codex: tickets-codex}}\n      format: 'token {{secret}}'\n"
+        ),
+    );
+    write_secret(tmp.path(), "tickets-claude", "up-claude-1");
+    write_secret(tmp.path(), "tickets-codex", "up-codex-1");
+    let store = RulesStore::open(tmp.path(), AgentCatalog::builtin()).unwrap();
+    let mut doc = demo_document();
+    doc.permissions.get_mut("claude").unwrap().tools.insert(
+        "tickets".into(),
+        ReadWrite {
+            read: true,
+            write: true,
+        },
+    );
+    doc.permissions.get_mut("codex").unwrap().tools.insert(
+        "tickets".into(),
+        ReadWrite {
+            read: true,
+            write: false,
+        },
+    );
+    store.create("demo", &doc, "test").unwrap();
+    tmp
+}
+
+fn token(dir: &Path, agent: &str) -> String {
+    std::fs::read_to_string(dir.join("secrets").join(format!("{agent}-token")))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+async fn call(s: &McpSurface, name: &str, args: serde_json::Value) -> ToolResult {
+    s.call(name, args, CancellationToken::new()).await.unwrap()
+}
+
+fn code(r: &ToolResult) -> String {
+    r.structured
+        .as_ref()
+        .and_then(|s| s["code"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_reach_the_upstream_with_their_own_injected_secret() {
+    let recorder = Arc::new(Recorder::default());
+    recorder
+        .accepted
+        .lock()
+        .unwrap()
+        .extend(["up-claude-1".to_string(), "up-codex-1".to_string()]);
+    let (url, upstream_stop) = start_upstream(Arc::clone(&recorder)).await;
+    let tmp = data_dir(&url);
+    let config = GatewayConfig::load(tmp.path()).unwrap();
+    let gateway = GatewayBuilder::new(tmp.path(), config)
+        .build()
+        .await
+        .unwrap();
+    let offered = gateway
+        .upstreams()
+        .wait_offered("tickets", Duration::from_secs(30))
+        .await;
+    assert_eq!(offered, vec!["tickets__create_ticket", "tickets__whoami"]);
+    let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let gw_url = bound.url();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let served = tokio::spawn(bound.run(async move { s.cancelled().await }));
+
+    let claude_token = token(tmp.path(), "claude");
+    let codex_token = token(tmp.path(), "codex");
+    let claude = McpSurface::connect_http_with_bearer(&gw_url, &claude_token)
+        .await
+        .unwrap();
+    let codex = McpSurface::connect_http_with_bearer(&gw_url, &codex_token)
+        .await
+        .unwrap();
+    let listed = claude.tools().await.unwrap();
+    let whoami = listed.iter().find(|t| t.name == "tickets__whoami").unwrap();
+    assert!(whoami.read_only, "a read upstream tool stays a read");
+    let create = listed
+        .iter()
+        .find(|t| t.name == "tickets__create_ticket")
+        .unwrap();
+    assert!(!create.read_only);
+
+    // Each agent acts as its own upstream user.
+    let r = call(&claude, "tickets__whoami", json!({})).await;
+    assert!(!r.is_error, "{r:?}");
+    assert_eq!(r.text, "user-of-up-claude-1");
+    let r = call(&codex, "tickets__whoami", json!({})).await;
+    assert_eq!(r.text, "user-of-up-codex-1");
+    let r = call(&claude, "tickets__create_ticket", json!({"title": "t1"})).await;
+    assert_eq!(r.text, "created `t1` as user-of-up-claude-1");
+    // codex may read but not write.
+    let r = call(&codex, "tickets__create_ticket", json!({"title": "t2"})).await;
+    assert!(r.is_error);
+    assert_eq!(r.code.map(|c| c.as_str()), Some("capability_required"));
+
+    // Every request the upstream saw carried one of the mapped secrets, never a Bridle token.
+    {
+        let seen = recorder.seen.lock().unwrap();
+        assert!(!seen.is_empty());
+        for v in seen.iter() {
+            assert!(
+                v == "token up-claude-1" || v == "token up-codex-1",
+                "unexpected credential upstream: {v}"
+            );
+            assert!(!v.contains(&claude_token) && !v.contains(&codex_token));
+        }
+    }
+
+    // Rotation during traffic: the next call uses the new secret, the old one never again.
+    recorder
+        .accepted
+        .lock()
+        .unwrap()
+        .push("up-claude-2".to_string());
+    recorder.seen.lock().unwrap().clear();
+    write_secret(tmp.path(), "tickets-claude", "up-claude-2");
+    for _ in 0..5 {
+        let r = call(&claude, "tickets__whoami", json!({})).await;
+        assert_eq!(r.text, "user-of-up-claude-2");
+    }
+    assert!(
+        !recorder
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|v| v == "token up-claude-1"),
+        "the old version was sent after the rotation"
+    );
+
+    // A secret that disappears: refused, nothing sent.
+    std::fs::remove_file(tmp.path().join("secrets/tickets-codex")).unwrap();
+    recorder.seen.lock().unwrap().clear();
+    let r = call(&codex, "tickets__whoami", json!({})).await;
+    assert!(r.is_error);
+    assert_eq!(code(&r), "credential_missing", "{r:?}");
+    assert!(
+        recorder
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|v| v != "token up-codex-1")
+    );
+
+    stop.cancel();
+    served.await.unwrap().unwrap();
+    upstream_stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_without_a_mapping_is_refused_and_nothing_is_sent() {
+    let recorder = Arc::new(Recorder::default());
+    recorder
+        .accepted
+        .lock()
+        .unwrap()
+        .push("up-claude-1".to_string());
+    let (url, upstream_stop) = start_upstream(Arc::clone(&recorder)).await;
+    let tmp = tempfile::tempdir().unwrap();
+    init_data_dir(tmp.path()).unwrap();
+    append_config(
+        tmp.path(),
+        &format!(
+            "upstreams:\n  tickets:\n    http: {{url: '{url}'}}\n    credential:\n      per_agent: {{claude: tickets-claude}}\n      format: 'token {{secret}}'\n"
+        ),
+    );
+    write_secret(tmp.path(), "tickets-claude", "up-claude-1");
+    let store = RulesStore::open(tmp.path(), AgentCatalog::builtin()).unwrap();
+    let mut doc = demo_document();
+    for agent in ["claude", "codex"] {
+        doc.permissions.get_mut(agent).unwrap().tools.insert(
+            "tickets".into(),
+            ReadWrite {
+                read: true,
+                write: true,
+            },
+        );
+    }
+    store.create("demo", &doc, "test").unwrap();
+    let config = GatewayConfig::load(tmp.path()).unwrap();
+    let gateway = GatewayBuilder::new(tmp.path(), config)
+        .build()
+        .await
+        .unwrap();
+    assert!(
+        !gateway
+            .upstreams()
+            .wait_offered("tickets", Duration::from_secs(30))
+            .await
+            .is_empty()
+    );
+    let before = recorder.seen.lock().unwrap().len();
+    let codex = kberg_core::Caller::new(
+        Principal::new("codex")
+            .with_agent("codex")
+            .with_grants(gateway.context().grants_for("codex")),
+    );
+    let out = gateway
+        .app()
+        .tools()
+        .call(
+            &codex,
+            "tickets__whoami",
+            json!({}),
+            kberg_core::CallOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(out.is_error);
+    assert_eq!(
+        out.structured.as_ref().unwrap()["code"],
+        "credential_missing"
+    );
+    assert_eq!(
+        recorder.seen.lock().unwrap().len(),
+        before,
+        "a request was sent"
+    );
+    gateway.upstreams().shutdown().await;
+    upstream_stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_upstream_answers_per_call_and_the_rest_keeps_serving() {
+    let tmp = tempfile::tempdir().unwrap();
+    init_data_dir(tmp.path()).unwrap();
+    append_config(
+        tmp.path(),
+        "upstreams:\n  ghost:\n    stdio: {command: /nonexistent/bridle-test-server}\n  hang:\n    stdio: {command: sleep, args: ['600']}\n",
+    );
+    let store = RulesStore::open(tmp.path(), AgentCatalog::builtin()).unwrap();
+    store.create("demo", &demo_document(), "test").unwrap();
+    let config = GatewayConfig::load(tmp.path()).unwrap();
+    let gateway = GatewayBuilder::new(tmp.path(), config)
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    // The gateway's own tools keep working.
+    let caller = kberg_core::Caller::new(Principal::new("claude").with_agent("claude"));
+    let out = gateway
+        .app()
+        .tools()
+        .call(
+            &caller,
+            "list_projects",
+            json!({}),
+            kberg_core::CallOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(!out.is_error);
+    // And the operator sees why each upstream is down.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let reports = gateway.upstreams().reports().await;
+        let ghost = reports.iter().find(|r| r.namespace == "ghost").unwrap();
+        let hang = reports.iter().find(|r| r.namespace == "hang").unwrap();
+        if let (Some(g), Some(h)) = (&ghost.last_error, &hang.last_error) {
+            assert!(g.contains("could not start"), "{g}");
+            assert!(h.contains("within"), "{h}");
+            assert!(!ghost.connected && !hang.connected);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no error reported: {reports:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gateway.upstreams().shutdown().await;
+}
+
+#[test]
+fn bad_upstream_entries_stop_the_gateway_at_start_naming_them() {
+    let cases = [
+        (
+            "upstreams:\n  gitea:\n    http: {url: 'http://127.0.0.1:1/mcp'}\n    credential: {secret: t, format: 'token'}\n",
+            "exactly once",
+        ),
+        (
+            "upstreams:\n  gitea:\n    stdio: {command: gitea-mcp}\n    credential: {per_agent: {nobody: t}, env: GITEA_ACCESS_TOKEN}\n",
+            "not a configured agent",
+        ),
+        (
+            "upstreams:\n  gitea:\n    projects: [demo]\n",
+            "how to reach it",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        init_data_dir(tmp.path()).unwrap();
+        append_config(tmp.path(), extra);
+        let err = GatewayConfig::load(tmp.path()).unwrap_err().to_string();
+        assert!(err.contains("upstream `gitea`"), "{err}");
+        assert!(err.contains(needle), "{err}");
+    }
+}
