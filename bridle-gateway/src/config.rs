@@ -291,7 +291,7 @@ pub fn demo_document() -> RulesDocument {
         ..AgentPermissions::default()
     };
     doc.permissions.insert("claude".into(), propose.clone());
-    doc.permissions.insert("codex".into(), propose);
+    doc.permissions.insert("codex".into(), propose.clone());
     doc.permissions.insert("gemini".into(), propose);
     doc
 }
