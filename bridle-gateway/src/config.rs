@@ -247,7 +247,7 @@ fn write_new(path: &Path, content: &str, private: bool) -> Result<(), ConfigErro
 }
 
 /// Lays out a data directory on embedded defaults when it has no `bridle.yaml` yet: a
-/// configuration with a `claude` and a `codex` agent, a random token for each in `secrets/`,
+/// configuration with a `claude`, a `codex` and a `gemini` agent, a random token for each in `secrets/`,
 /// and a `demo` project. An existing setup is left as it is.
 pub fn init_data_dir(data_dir: &Path) -> Result<InitReport, ConfigError> {
     let config_file = data_dir.join("bridle.yaml");
@@ -263,7 +263,7 @@ pub fn init_data_dir(data_dir: &Path) -> Result<InitReport, ConfigError> {
         std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| io(&secrets, e))?;
     }
-    for name in ["claude-token", "codex-token"] {
+    for name in ["claude-token", "codex-token", "gemini-token"] {
         let path = secrets.join(name);
         if !path.exists() {
             let token = random_token().map_err(|e| io(Path::new("/dev/urandom"), e))?;
@@ -271,7 +271,11 @@ pub fn init_data_dir(data_dir: &Path) -> Result<InitReport, ConfigError> {
         }
     }
     let mut agents = BTreeMap::new();
-    for (name, ty) in [("claude", "claude"), ("codex", "codex")] {
+    for (name, ty) in [
+        ("claude", "claude"),
+        ("codex", "codex"),
+        ("gemini", "gemini"),
+    ] {
         agents.insert(
             name.to_string(),
             AgentConfig {
@@ -324,6 +328,7 @@ pub fn demo_document() -> RulesDocument {
         ..AgentPermissions::default()
     };
     doc.permissions.insert("claude".into(), propose.clone());
-    doc.permissions.insert("codex".into(), propose);
+    doc.permissions.insert("codex".into(), propose.clone());
+    doc.permissions.insert("gemini".into(), propose);
     doc
 }

@@ -40,7 +40,7 @@ fn first_start_lays_out_a_data_dir_and_says_how_to_connect() {
     }
     let help = printed.join("\n");
     assert!(
-        help.contains("claude mcp add --transport http bridle"),
+        help.contains("claude mcp add --scope user --transport http bridle"),
         "{help}"
     );
     assert!(help.contains("Authorization: Bearer $(cat "), "{help}");

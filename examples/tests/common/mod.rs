@@ -128,18 +128,25 @@ impl ClientRun {
 /// Runs a client program to completion (killed after `deadline`).
 pub async fn run_client(program: PathBuf, args: Vec<String>, deadline: Duration) -> ClientRun {
     let mut cmd = Command::new(&program);
-    cmd.args(&args)
-        .stdin(Stdio::null())
+    cmd.args(&args);
+    run_command(cmd, deadline).await
+}
+
+/// Runs a prepared command to completion with no standard input, its output captured; after
+/// `deadline` its whole process group is stopped and the test fails, naming the command.
+pub async fn run_command(mut cmd: Command, deadline: Duration) -> ClientRun {
+    let what = format!("{:?}", cmd.as_std());
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     // Its own process group, so a deadline stops it together with whatever it started (the
-    // conformance script's server, the Python SDK's stdio child).
+    // conformance script's server, the Python SDK's stdio child, a CLI's relaunched child).
     #[cfg(unix)]
     cmd.process_group(0);
     let child = cmd
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
     let pid = child.id();
     let out = match tokio::time::timeout(deadline, child.wait_with_output()).await {
         Ok(out) => out.expect("the client's output is readable"),
@@ -149,10 +156,7 @@ pub async fn run_client(program: PathBuf, args: Vec<String>, deadline: Duration)
                     .args(["-TERM", "--", &format!("-{pid}")])
                     .status();
             }
-            panic!(
-                "{} {args:?} did not finish in {deadline:?}",
-                program.display()
-            );
+            panic!("{what} did not finish in {deadline:?}");
         }
     };
     ClientRun {

@@ -2,7 +2,7 @@
 //!
 //! - `bridle serve`: one MCP endpoint on loopback for every coding agent (rules tools and
 //!   resources, per-agent bearer tokens from the secrets folder). On first start it lays out a
-//!   data directory on embedded defaults and prints how Claude Code and Codex connect.
+//!   data directory on embedded defaults and prints how Claude Code, Codex and Gemini CLI connect.
 //! - `bridle render --project P --agent A [--out DIR] [--check]`: writes an agent's instruction
 //!   file, or (with `--check`) shows the diff and exits 1 when the file on disk is stale.
 //! - `bridle rules queue|approve|reject|log|source-vendor|queue-suggestions|upgrade`: the human side of the review

@@ -65,19 +65,29 @@ async fn shutdown_signal() {
     }
 }
 
+/// Prints the listening address and, per agent, the command that registers the gateway in its
+/// client. Each command line is meant to be pasted into a POSIX shell as printed: the token is
+/// read from its secret file when the command runs (so it never appears in this output), and
+/// the file's path is shell-quoted.
 fn print_connect_help(dir: &Path, config: &GatewayConfig, url: &str) {
     let secrets = config.secrets_path(dir);
     let secrets = std::fs::canonicalize(&secrets).unwrap_or(secrets);
     println!("bridle: listening on {url}");
     println!();
     for (name, agent) in &config.agents {
-        let token_file = secrets.join(&agent.token_secret);
+        let token_file = shell_quote(&secrets.join(&agent.token_secret).display().to_string());
+        let bearer = format!("\"Authorization: Bearer $(cat {token_file})\"");
         match agent.agent_type.as_str() {
             "claude" => {
                 println!("Claude Code (agent `{name}`):");
                 println!(
-                    "  claude mcp add --transport http bridle {url} --header \"Authorization: Bearer $(cat {})\"",
-                    token_file.display()
+                    "  claude mcp add --scope user --transport http bridle {url} --header {bearer}"
+                );
+            }
+            "gemini" => {
+                println!("Gemini CLI (agent `{name}`):");
+                println!(
+                    "  gemini mcp add --scope user --transport http bridle {url} --header {bearer}"
                 );
             }
             "codex" => {
@@ -86,14 +96,12 @@ fn print_connect_help(dir: &Path, config: &GatewayConfig, url: &str) {
                 println!("  url = \"{url}\"");
                 println!("  bearer_token_env_var = \"BRIDLE_TOKEN\"");
                 println!(
-                    "  and before starting codex: export BRIDLE_TOKEN=\"$(cat {})\"",
-                    token_file.display()
+                    "  and before starting codex: export BRIDLE_TOKEN=\"$(cat {token_file})\""
                 );
             }
             other => {
                 println!(
-                    "{other} (agent `{name}`): connect to {url} with header \"Authorization: Bearer <contents of {}>\"",
-                    token_file.display()
+                    "{other} (agent `{name}`): connect to {url} with header \"Authorization: Bearer <contents of {token_file}>\""
                 );
             }
         }
@@ -103,4 +111,18 @@ fn print_connect_help(dir: &Path, config: &GatewayConfig, url: &str) {
         "Review proposals with `bridle --data-dir {} rules queue`.",
         dir.display()
     );
+}
+
+/// `text` as one POSIX shell word: unchanged when it holds only characters no shell treats
+/// specially, else in single quotes (a single quote inside becomes `'\''`).
+fn shell_quote(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c));
+    if plain {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
 }
