@@ -23,7 +23,10 @@ pub fn build_app_with(
     memory: Option<bridle_memory::tools::MemoryTools>,
 ) -> Result<McpApp, GatewayError> {
     let tools = ToolRegistry::new();
-    tools.set_audit_sink(Arc::new(kberg_core::TracingAuditSink));
+    tools.set_audit_sink(
+        ctx.sessions
+            .audit_sink(Some(Arc::new(kberg_core::TracingAuditSink))),
+    );
     register_tools(&tools, ctx)?;
     let with_memory = memory.is_some();
     if let Some(memory) = memory {

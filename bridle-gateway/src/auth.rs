@@ -59,6 +59,16 @@ impl BridleAuth {
 impl Authenticator for BridleAuth {
     async fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Principal>, AuthError> {
         let who = self.tokens.authenticate(headers).await?;
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        if !self.ctx.sessions.touch(
+            &who.id,
+            who.agent.as_deref(),
+            header("mcp-session-id"),
+            header("mcp-protocol-version"),
+        ) {
+            // An operator ended this session: the client must start a new one.
+            return Err(AuthError::Invalid);
+        }
         let ctx = Arc::clone(&self.ctx);
         let id = who.id.clone();
         let grants = tokio::task::spawn_blocking(move || ctx.grants_for(&id))

@@ -10,6 +10,7 @@ use kberg_core::Grants;
 
 use crate::config::{AgentConfig, ConfigError, GatewayConfig};
 use crate::error::GatewayError;
+use crate::sessions::SessionRegistry;
 
 /// What every gateway tool, resource and the watcher read.
 pub struct GatewayContext {
@@ -19,6 +20,8 @@ pub struct GatewayContext {
     pub renderer: Renderer,
     /// The configuration.
     pub config: GatewayConfig,
+    /// The live agents and sessions.
+    pub sessions: SessionRegistry,
 }
 
 impl std::fmt::Debug for GatewayContext {
@@ -60,6 +63,7 @@ impl GatewayContext {
             store,
             renderer,
             config,
+            sessions: SessionRegistry::default(),
         }))
     }
 

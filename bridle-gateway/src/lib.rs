@@ -11,6 +11,7 @@
 //! - [`error`]: why the gateway could not be assembled, and the stable refusal codes agents see.
 //! - [`context`]: [`GatewayContext`], what every tool reads (rules store, renderer, agents), with
 //!   each agent's live grants.
+//! - [`sessions`]: the live registry of connected agents and sessions.
 //! - [`auth`]: bearer-token auth per agent.
 //! - [`tools`]: the gateway's own tools, one module per group.
 //! - [`resources`]: the rules as MCP resources and the watcher that notifies subscribers.
@@ -28,6 +29,7 @@ pub mod error;
 pub mod gateway;
 pub mod memory;
 pub mod resources;
+pub mod sessions;
 pub mod tools;
 pub mod upstreams;
 

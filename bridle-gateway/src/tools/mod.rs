@@ -48,6 +48,9 @@ pub(crate) fn caller_agent(
     project: &str,
 ) -> Result<(String, AgentConfig), ToolOutput> {
     let name = ctx.caller().principal().id.clone();
+    if let Some(client) = ctx.client() {
+        gw.sessions.saw_client(&name, client);
+    }
     let Some(agent) = gw.agent(&name).cloned() else {
         return Err(refusal(
             RefusalCode::UnknownAgent,

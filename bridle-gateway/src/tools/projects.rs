@@ -36,6 +36,9 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                 let s = Arc::clone(&s);
                 async move {
                     let name = ctx.caller().principal().id.clone();
+                    if let Some(client) = ctx.client() {
+                        s.sessions.saw_client(&name, client);
+                    }
                     blocking(move || {
                         let Some(agent) = s.agent(&name).cloned() else {
                             return refusal(RefusalCode::UnknownAgent, format!("`{name}` is not a configured agent"));

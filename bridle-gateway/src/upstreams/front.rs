@@ -107,6 +107,9 @@ impl Tool for FrontTool {
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let agent = ctx.caller().principal().id.clone();
+        if let Some(client) = ctx.client() {
+            self.gw.sessions.saw_client(&agent, client);
+        }
         let ns = self.route.namespace.clone();
         if !self.route.section.enabled {
             return Ok(refusal(
