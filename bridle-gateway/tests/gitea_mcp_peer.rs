@@ -702,3 +702,56 @@ async fn the_branch_file_pull_request_workflow_writes_through() {
     }
     agg.shutdown().await;
 }
+
+/// Runs `gitea-mcp` with `token` (and `extra` environment) with its stderr captured, makes one
+/// call that Gitea refuses, stops it, and returns everything it wrote on stderr.
+async fn stderr_of_a_refused_call(token: &str, extra: &[(&str, &str)]) -> String {
+    use tokio::io::AsyncReadExt as _;
+    let gitea = GiteaStandIn::start([(ALICE, "alice")]).await;
+    let mut cmd = gitea_mcp::command(&gitea.url(), token);
+    cmd.envs(extra.iter().copied());
+    let (transport, stderr) = TokioChildProcess::builder(cmd)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start gitea-mcp");
+    let mut stderr = stderr.expect("piped stderr");
+    let reader = tokio::spawn(async move {
+        let mut all = String::new();
+        let _ = stderr.read_to_string(&mut all).await;
+        all
+    });
+    let client = tokio::time::timeout(WAIT, ().serve(transport))
+        .await
+        .expect("gitea-mcp initializes in time")
+        .expect("gitea-mcp initializes");
+    let out = client
+        .call_tool(rmcp::model::CallToolRequestParams::new("get_server_info"))
+        .await
+        .expect("tools/call answered");
+    assert_eq!(out.is_error, Some(true));
+    assert_eq!(gitea.requests().len(), 1);
+    let _ = client.cancel().await;
+    tokio::time::timeout(WAIT, reader)
+        .await
+        .expect("stderr closes when gitea-mcp exits")
+        .expect("stderr reader")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_token_reaches_the_childs_stderr_unless_its_log_level_is_critical() {
+    const WRONG: &str = "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee";
+    // FastMCP logs a failed tool call with its exception, which quotes Gitea's body, which quotes
+    // the rejected token: a child's stderr is as sensitive as its answers.
+    // (Its log renderer wraps at the terminal width, 80 columns without one; a wide one keeps the
+    // token on one line so the check cannot miss it.)
+    let noisy =
+        stderr_of_a_refused_call(WRONG, &[("COLUMNS", "1000"), ("FASTMCP_LOG_LEVEL", "INFO")])
+            .await;
+    assert!(noisy.contains(WRONG), "stderr was: {noisy}");
+    let quiet = stderr_of_a_refused_call(
+        WRONG,
+        &[("COLUMNS", "1000"), ("FASTMCP_LOG_LEVEL", "CRITICAL")],
+    )
+    .await;
+    assert!(!quiet.contains(WRONG), "stderr was: {quiet}");
+}

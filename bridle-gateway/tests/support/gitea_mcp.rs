@@ -2,9 +2,10 @@
 //! `scripts/install-tools.sh` installs into `.tools/gitea-mcp-venv`, `KBERG_TOOLS_DIR` overrides
 //! the folder) and the environment it runs with. It reads `GITEA_URL` and `GITEA_TOKEN` once at
 //! start and sends `Authorization: token <GITEA_TOKEN>` on every request; without a token it
-//! refuses to start. `FASTMCP_CHECK_FOR_UPDATES=off` keeps it offline: otherwise FastMCP asks the
-//! package index for a newer version while it prints its start banner (on stderr, which the
-//! child shares with the test).
+//! refuses to start. `FASTMCP_CHECK_FOR_UPDATES=off` keeps it offline (otherwise FastMCP asks the
+//! package index for a newer version while it prints its start banner on stderr), and
+//! `FASTMCP_LOG_LEVEL=CRITICAL` keeps failed calls out of its stderr: FastMCP logs each with its
+//! exception, which quotes Gitea's answer, which quotes a rejected token.
 
 use std::path::PathBuf;
 
@@ -34,6 +35,7 @@ pub fn env(url: &str, token: &str) -> Vec<(&'static str, String)> {
         ("GITEA_URL", url.to_owned()),
         ("GITEA_TOKEN", token.to_owned()),
         ("FASTMCP_CHECK_FOR_UPDATES", "off".to_owned()),
+        ("FASTMCP_LOG_LEVEL", "CRITICAL".to_owned()),
     ]
 }
 
