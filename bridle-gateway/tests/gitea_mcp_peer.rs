@@ -298,6 +298,16 @@ async fn read_and_write_tools_work_and_carry_the_token_on_every_request() {
     let gitea = GiteaStandIn::start([(ALICE, "alice")]).await;
     let (agg, reg) = aggregator(&gitea, &[("gitea", ALICE)]).await;
 
+    // The aggregator keeps the upstream's annotations on the namespaced tools.
+    for (names, read_only) in [(&READS[..], true), (&WRITES[..], false)] {
+        for name in names {
+            let spec = reg
+                .spec(&format!("gitea__{name}"))
+                .unwrap_or_else(|| panic!("gitea__{name} is not registered"));
+            assert_eq!(spec.hints.read_only_hint, Some(read_only), "{name}");
+        }
+    }
+
     let info = ok(&reg, "gitea__get_server_info", json!({})).await;
     assert_eq!(info["gitea_user"], "alice");
     assert_eq!(info["gitea_version"], GITEA_VERSION);
