@@ -23,7 +23,9 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 mod model;
+mod render;
 mod routes;
+mod writes;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
