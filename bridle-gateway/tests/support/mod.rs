@@ -1,0 +1,7 @@
+//! Fixtures the gateway's integration tests share (`mod support;` in a test file): the Gitea REST
+//! stand-in and the pinned third-party Gitea MCP server that runs against it.
+
+#![allow(dead_code)] // each test file uses its own subset
+
+pub mod gitea_mcp;
+pub mod gitea_standin;
