@@ -19,6 +19,7 @@
 //! - [`upstreams`]: downstream MCP servers behind namespaced front tools, credentials injected
 //!   per request.
 //! - [`app`]: the MCP app assembled from the above.
+//! - [`logging`]: the log filter binaries install (rmcp's message bodies never logged).
 //! - [`gateway`]: [`Gateway`], everything assembled by [`GatewayBuilder`] and served over HTTP.
 
 pub mod app;
@@ -27,6 +28,7 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod gateway;
+pub mod logging;
 pub mod memory;
 pub mod resources;
 pub mod sessions;

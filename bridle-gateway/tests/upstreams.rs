@@ -151,7 +151,9 @@ fn token(dir: &Path, agent: &str) -> String {
 }
 
 async fn call(s: &McpSurface, name: &str, args: serde_json::Value) -> ToolResult {
-    s.call(name, args, CancellationToken::new()).await.unwrap()
+    s.call(name, args, CancellationToken::new())
+        .await
+        .expect("the surface answers")
 }
 
 fn code(r: &ToolResult) -> String {

@@ -97,7 +97,8 @@ pub struct CredentialSection {
     /// `{secret}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<String>,
-    /// stdio: the environment variable of the child that carries it (`GITEA_ACCESS_TOKEN`).
+    /// stdio: the environment variable of the child that carries it (`GITEA_ACCESS_TOKEN` for
+    /// the official Go `gitea-mcp`, `GITEA_TOKEN` for the Python one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<String>,
 }

@@ -168,14 +168,20 @@ impl Tool for FrontTool {
             meta: ctx.meta().cloned(),
             client: ctx.client().cloned(),
         };
-        match connection
+        let mut out = match connection
             .registry
             .call(&self.route.internal, &self.spec.name, args, opts)
             .await
         {
-            Ok(out) => Ok(out),
-            Err(e) => Ok(e.to_output()),
+            Ok(out) => out,
+            Err(e) => e.to_output(),
+        };
+        if let Some(secret) = &connection.injected
+            && super::scrub::scrub_output(&mut out, secret.expose())
+        {
+            tracing::warn!(namespace = %ns, tool = %self.spec.name, "the upstream echoed its credential; scrubbed from the result");
         }
+        Ok(out)
     }
 }
 

@@ -16,6 +16,7 @@ pub mod config;
 pub mod credential;
 pub mod front;
 pub mod route;
+pub mod scrub;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -40,6 +40,8 @@ pub(crate) struct Connection {
     pub(crate) registry: ToolRegistry,
     /// The secret (name, version) it was started with.
     pub(crate) secret: Option<(String, u64)>,
+    /// The value it injects, to scrub from what the upstream answers.
+    pub(crate) injected: Option<Credential>,
 }
 
 /// Why a call could not be routed; the front tool turns it into a refusal.
@@ -224,6 +226,7 @@ impl Route {
             }
         };
         let mut secret = None;
+        let mut injected = None;
         if let (Some((name, value, version)), Some(target)) = (credential, &self.target) {
             let rendered = target.render(value.expose());
             transport = match target {
@@ -231,6 +234,7 @@ impl Route {
                 CredentialTarget::Env(var) => transport.env(var.clone(), rendered),
             };
             secret = Some((name, version));
+            injected = Some(value);
         }
         let cap = write_capability(&self.namespace);
         let config = AggregatorConfig::new()
@@ -247,6 +251,7 @@ impl Route {
             aggregator,
             registry,
             secret,
+            injected,
         })
     }
 

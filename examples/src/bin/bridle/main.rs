@@ -113,9 +113,24 @@ pub(crate) fn open_store(dir: &Path) -> Result<(RulesStore, Renderer), BoxError>
     ))
 }
 
+/// Logs to stderr (stdout may carry results, or an MCP stdio channel) through the gateway's
+/// filter, which never lets rmcp's message bodies into the log.
+fn init_logging(level: &str) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(false),
+        )
+        .with(bridle_gateway::logging::log_targets(level))
+        .try_init();
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    kberg_examples::init_logging(&cli.log);
+    init_logging(&cli.log);
     let dir = data_dir(&cli);
     match run(cli.command, &dir) {
         Ok(code) => code,

@@ -1,0 +1,31 @@
+//! The gateway's log filter: what each level shows, and the one exception.
+//!
+//! rmcp traces every JSON-RPC message it sends and receives at `TRACE`, bodies included, and an
+//! upstream's answer can carry a credential it echoes (Gitea quotes a rejected token in its
+//! error). The gateway scrubs such values out of what agents receive, but a trace line is
+//! written before the gateway sees the answer. So whatever level an operator asks for, rmcp's
+//! own events are capped at `DEBUG`: message bodies never reach the gateway's log. Binaries that
+//! serve the gateway install a subscriber with [`log_targets`] as its filter.
+
+use tracing::Level;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+
+/// The filter for `level` (`error`, `warn`, `info`, `debug`, `trace`; anything else is
+/// `info`), with rmcp capped at `DEBUG`.
+pub fn log_targets(level: &str) -> Targets {
+    let level = match level.to_ascii_lowercase().as_str() {
+        "error" => Level::ERROR,
+        "warn" => Level::WARN,
+        "debug" => Level::DEBUG,
+        "trace" => Level::TRACE,
+        _ => Level::INFO,
+    };
+    let rmcp = if level == Level::TRACE {
+        Level::DEBUG
+    } else {
+        level
+    };
+    Targets::new()
+        .with_default(LevelFilter::from_level(level))
+        .with_target("rmcp", LevelFilter::from_level(rmcp))
+}
