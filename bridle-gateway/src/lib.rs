@@ -30,6 +30,7 @@ pub mod memory;
 pub mod resources;
 pub mod tools;
 pub mod upstreams;
+pub mod vault;
 
 pub use app::{build_app, build_app_with};
 pub use auth::BridleAuth;
