@@ -36,7 +36,8 @@
 //! `key` (the master key file), `crypto` (HKDF, AEAD, HMACs), `store` (tables and shared
 //! writes), `value` (the redacted type), `name` (allowed names), `source` (read-only sources
 //! and references), `meta` (metadata types), `tokens` (agent bearer tokens), `audit` (reading
-//! the log), and this file (the secret operations).
+//! the log), `upstream` (the vault as the upstream routes' `SecretSource`), and this file (the
+//! secret operations).
 
 mod audit;
 mod crypto;
@@ -47,6 +48,7 @@ mod name;
 mod source;
 mod store;
 mod tokens;
+mod upstream;
 mod value;
 
 use std::path::{Path, PathBuf};
@@ -474,6 +476,27 @@ impl Vault {
     pub fn get(&self, name: &str) -> Result<SecretMeta, VaultError> {
         check_name("secret", name)?;
         meta_of(&self.connection(), name, now_ms())
+    }
+
+    /// The active version number of `name`, without decrypting (one indexed read: cheap enough
+    /// for every forwarded call). Refused like [`Vault::current`] if it was revoked.
+    pub fn active_version(&self, name: &str) -> Result<u64, VaultError> {
+        check_name("secret", name)?;
+        let conn = self.connection();
+        let (active, revoked): (i64, bool) = conn
+            .query_row(
+                "SELECT s.active_version, v.revoked_at IS NOT NULL FROM vault_secrets s
+                 JOIN vault_versions v ON v.name = s.name AND v.version = s.active_version
+                 WHERE s.name = ?1",
+                [name],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?
+            .ok_or_else(|| VaultError::SecretNotFound(name.to_owned()))?;
+        if revoked {
+            return Err(VaultError::NoActiveVersion(name.to_owned()));
+        }
+        Ok(from_sql_version(active))
     }
 
     /// The active value of `name`, for injection. Refused if the active version was revoked.
