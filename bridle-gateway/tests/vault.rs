@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bridle_gateway::vault::{
-    KeyOrigin, MasterKey, SecretRef, SecretValue, Vault, VaultConfig, VaultError, VersionState,
-    is_valid_name,
+    KeyOrigin, MAX_VALUE_LEN, MasterKey, SecretRef, SecretValue, Vault, VaultConfig, VaultError,
+    VersionState, is_valid_name,
 };
 use proptest::prelude::*;
 use rusqlite::Connection;
@@ -88,6 +88,15 @@ fn round_trip_and_metadata() {
     assert_eq!(code(v.version("gitea-token", 9)), "version_not_found");
     assert_eq!(code(v.create("bad name", &"x".into(), "a")), "invalid_name");
     assert_eq!(code(v.create("empty", &"".into(), "a")), "invalid_value");
+    let largest = SecretValue::new(vec![b'x'; MAX_VALUE_LEN]);
+    v.create("largest", &largest, "a")
+        .expect("64 KiB is allowed");
+    assert_eq!(v.current("largest").expect("current").value, largest);
+    let too_big = SecretValue::new(vec![b'x'; MAX_VALUE_LEN + 1]);
+    assert_eq!(
+        code(v.rotate("largest", &too_big, "a", HOUR)),
+        "invalid_value"
+    );
     assert_eq!(code(v.create("ok", &"x".into(), "")), "invalid_actor");
     assert_eq!(
         code(v.rotate("nope", &"x".into(), "a", HOUR)),
@@ -106,7 +115,7 @@ fn round_trip_and_metadata() {
         .into_iter()
         .map(|m| m.name)
         .collect();
-    assert_eq!(names, ["gitea-token", "other", "same"]);
+    assert_eq!(names, ["gitea-token", "largest", "other", "same"]);
 
     // Reopening keeps everything.
     drop(f.vault);

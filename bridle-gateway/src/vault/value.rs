@@ -22,7 +22,7 @@ pub const REDACTED: &str = "[redacted]";
 /// assert_eq!(format!("{token:?} {token}"), "[redacted] [redacted]");
 /// assert_eq!(token.expose(), b"s3cr3t");
 /// ```
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct SecretValue(Zeroizing<Vec<u8>>);
 
 impl SecretValue {
@@ -52,6 +52,17 @@ impl SecretValue {
         self.0.is_empty()
     }
 }
+
+/// Equality in constant time (for equal lengths), so comparing a presented value with a stored
+/// one does not reveal how many leading bytes matched.
+impl PartialEq for SecretValue {
+    fn eq(&self, other: &Self) -> bool {
+        use subtle::ConstantTimeEq;
+        self.0.as_slice().ct_eq(other.0.as_slice()).into()
+    }
+}
+
+impl Eq for SecretValue {}
 
 impl From<&str> for SecretValue {
     fn from(value: &str) -> Self {
