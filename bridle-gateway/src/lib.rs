@@ -34,6 +34,7 @@ pub mod resources;
 pub mod sessions;
 pub mod tools;
 pub mod upstreams;
+pub mod vault;
 
 pub use app::{build_app, build_app_with};
 pub use auth::BridleAuth;

@@ -1,0 +1,72 @@
+//! Reading the vault's audit log.
+//!
+//! Every create, rotate, revoke, import and recorded use of a secret, and every agent token
+//! operation, appends one row to `vault_audit` in the same transaction as the change (see
+//! `store`). Values appear only as fingerprints (keyed HMACs). This module reads the log back
+//! for the admin API and for tests.
+
+use chrono::{DateTime, Utc};
+use rusqlite::params;
+use serde::Serialize;
+
+use super::Vault;
+use super::error::VaultError;
+use super::store::{from_sql_version, time};
+
+/// One audit record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditEntry {
+    /// The record's position in the log (increasing, never reused).
+    pub seq: u64,
+    /// When it happened.
+    pub at: DateTime<Utc>,
+    /// `create`, `import`, `rotate`, `revoke`, `expire`, `use`, `agent_token_set`,
+    /// `agent_token_rotate` or `agent_token_revoke`.
+    pub action: String,
+    /// Who did it (an admin, an agent, `gateway`).
+    pub actor: String,
+    /// The secret concerned.
+    pub secret: Option<String>,
+    /// The secret or token version concerned.
+    pub version: Option<u64>,
+    /// The agent concerned (token operations).
+    pub agent: Option<String>,
+    /// The upstream a secret was injected into (uses).
+    pub upstream: Option<String>,
+    /// The request a secret was injected into (uses).
+    pub request_id: Option<String>,
+    /// The fingerprint of the value (or token hash) concerned.
+    pub fingerprint: Option<String>,
+}
+
+impl Vault {
+    /// Up to `limit` audit records with `seq > after`, oldest first.
+    pub fn audit_log(&self, after: u64, limit: usize) -> Result<Vec<AuditEntry>, VaultError> {
+        let conn = self.connection();
+        let mut stmt = conn.prepare_cached(
+            "SELECT seq, at, action, actor, secret, version, agent, upstream, request_id, fingerprint
+             FROM vault_audit WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(
+            params![
+                i64::try_from(after).unwrap_or(i64::MAX),
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+            |r| {
+                Ok(AuditEntry {
+                    seq: from_sql_version(r.get(0)?),
+                    at: time(r.get(1)?),
+                    action: r.get(2)?,
+                    actor: r.get(3)?,
+                    secret: r.get(4)?,
+                    version: r.get::<_, Option<i64>>(5)?.map(from_sql_version),
+                    agent: r.get(6)?,
+                    upstream: r.get(7)?,
+                    request_id: r.get(8)?,
+                    fingerprint: r.get(9)?,
+                })
+            },
+        )?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}

@@ -1,0 +1,248 @@
+//! Read-only secret sources and the references that name them.
+//!
+//! Configuration never holds a secret; it holds a reference to one, written `SOURCE:NAME`:
+//!
+//! - `vault:NAME`: the active version of `NAME` in the vault;
+//! - `docker:NAME`: the file `NAME` in the Docker secrets folder (`/run/secrets` by default);
+//! - `file:NAME`: the file `NAME` in the legacy `secrets/` folder of the data directory.
+//!
+//! The two folders are only ever read. A file's content is the secret, less one trailing line
+//! break (`\n` or `\r\n`, as `echo` and editors leave it); a file that is missing, or empty after
+//! that, is an error naming the reference, so an empty credential is never sent upstream.
+
+use std::fmt;
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use zeroize::Zeroizing;
+
+use super::error::VaultError;
+use super::name::check_name;
+use super::value::SecretValue;
+
+/// The largest secret value, in bytes (vault values and source files alike).
+pub const MAX_VALUE_LEN: usize = 64 * 1024;
+
+/// Where a referenced secret comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SecretRef {
+    /// `vault:NAME`: the vault's active version.
+    Vault(String),
+    /// `docker:NAME`: a file of the Docker secrets folder.
+    Docker(String),
+    /// `file:NAME`: a file of the data directory's `secrets/` folder.
+    File(String),
+}
+
+impl SecretRef {
+    /// The secret's name within its source.
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Vault(n) | Self::Docker(n) | Self::File(n) => n,
+        }
+    }
+
+    /// The source's prefix: `vault`, `docker` or `file`.
+    pub fn source(&self) -> &'static str {
+        match self {
+            Self::Vault(_) => "vault",
+            Self::Docker(_) => "docker",
+            Self::File(_) => "file",
+        }
+    }
+}
+
+impl FromStr for SecretRef {
+    type Err = VaultError;
+
+    fn from_str(s: &str) -> Result<Self, VaultError> {
+        let invalid = |reason: String| VaultError::InvalidReference {
+            reference: s.to_owned(),
+            reason,
+        };
+        let (source, name) = s.split_once(':').ok_or_else(|| {
+            invalid("expected SOURCE:NAME with SOURCE one of vault, docker, file".to_owned())
+        })?;
+        check_name("secret", name).map_err(|e| invalid(e.to_string()))?;
+        let name = name.to_owned();
+        match source {
+            "vault" => Ok(Self::Vault(name)),
+            "docker" => Ok(Self::Docker(name)),
+            "file" => Ok(Self::File(name)),
+            other => Err(invalid(format!(
+                "unknown source {other:?}; expected vault, docker or file"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for SecretRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.source(), self.name())
+    }
+}
+
+impl serde::Serialize for SecretRef {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SecretRef {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A resolved reference: the value, and the vault version when it came from the vault.
+#[derive(Debug, Clone)]
+pub struct ResolvedSecret {
+    /// The reference that was resolved.
+    pub reference: SecretRef,
+    /// The vault version used (`None` for files), for [`Vault::record_use`](super::Vault::record_use).
+    pub version: Option<u64>,
+    /// The value.
+    pub value: SecretValue,
+}
+
+/// Reads the secret file `dir/name` for `reference`.
+pub(crate) fn read_file(
+    reference: &str,
+    dir: &Path,
+    name: &str,
+) -> Result<SecretValue, VaultError> {
+    let path = dir.join(name);
+    let raw = match fs::read(&path) {
+        Ok(raw) => Zeroizing::new(raw),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return Err(VaultError::SourceSecretMissing {
+                reference: reference.to_owned(),
+                path,
+            });
+        }
+        Err(source) => return Err(VaultError::SourceUnreadable { path, source }),
+    };
+    let value = trim_line_break(&raw);
+    if value.is_empty() {
+        return Err(VaultError::SourceSecretEmpty {
+            reference: reference.to_owned(),
+            path,
+        });
+    }
+    if value.len() > MAX_VALUE_LEN {
+        return Err(VaultError::InvalidValue {
+            name: name.to_owned(),
+            reason: format!("{} holds more than {MAX_VALUE_LEN} bytes", path.display()),
+        });
+    }
+    Ok(SecretValue::new(value.to_vec()))
+}
+
+/// Every secret file of `dir`, sorted by name: regular files (or links to them) whose names do
+/// not start with `.`. A file with a name outside the vault's charset, or an empty one, is an
+/// error naming it, so an import never half-succeeds.
+pub(crate) fn read_folder(dir: &Path) -> Result<Vec<(String, SecretValue)>, VaultError> {
+    let unreadable = |source| VaultError::SourceUnreadable {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir).map_err(unreadable)? {
+        let entry = entry.map_err(unreadable)?;
+        let file_name = entry.file_name();
+        let display = file_name.to_string_lossy().into_owned();
+        if display.starts_with('.') {
+            continue;
+        }
+        let path: PathBuf = entry.path();
+        let meta = fs::metadata(&path).map_err(|source| VaultError::SourceUnreadable {
+            path: path.clone(),
+            source,
+        })?;
+        if !meta.is_file() {
+            continue;
+        }
+        let name = file_name
+            .into_string()
+            .map_err(|_| VaultError::InvalidName {
+                kind: "secret",
+                name: display.clone(),
+                reason: "file names must be ASCII",
+            })?;
+        check_name("secret", &name)?;
+        names.push(name);
+    }
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| {
+            let reference = format!("{}", dir.join(&name).display());
+            read_file(&reference, dir, &name).map(|v| (name, v))
+        })
+        .collect()
+}
+
+fn trim_line_break(raw: &[u8]) -> &[u8] {
+    let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
+    raw.strip_suffix(b"\r").unwrap_or(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_parse_and_print() {
+        for (text, want) in [
+            ("vault:gitea-token", SecretRef::Vault("gitea-token".into())),
+            (
+                "docker:gitea_token",
+                SecretRef::Docker("gitea_token".into()),
+            ),
+            ("file:kanboard.key", SecretRef::File("kanboard.key".into())),
+        ] {
+            let parsed: SecretRef = text.parse().expect(text);
+            assert_eq!(parsed, want);
+            assert_eq!(parsed.to_string(), text);
+        }
+        for bad in [
+            "gitea",
+            "env:X",
+            "vault:",
+            "docker:../etc/passwd",
+            "file:a/b",
+            ":x",
+        ] {
+            let err = bad.parse::<SecretRef>().expect_err(bad);
+            assert_eq!(err.code(), "invalid_reference", "{bad}");
+            assert!(err.to_string().contains(bad), "{err}");
+        }
+    }
+
+    #[test]
+    fn files_lose_one_line_break_and_must_not_be_empty() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (name, content) in [
+            ("a", "tok\n"),
+            ("b", "tok\r\n"),
+            ("c", "tok"),
+            ("d", "tok\n\n"),
+        ] {
+            fs::write(dir.path().join(name), content).expect("write");
+        }
+        let read = |n| read_file(n, dir.path(), n).map(|v| v.expose().to_vec());
+        assert_eq!(read("a").expect("a"), b"tok");
+        assert_eq!(read("b").expect("b"), b"tok");
+        assert_eq!(read("c").expect("c"), b"tok");
+        assert_eq!(read("d").expect("d"), b"tok\n");
+        fs::write(dir.path().join("e"), "\n").expect("write");
+        assert_eq!(read("e").expect_err("empty").code(), "source_secret_empty");
+        assert_eq!(
+            read("zz").expect_err("missing").code(),
+            "source_secret_missing"
+        );
+    }
+}

@@ -1,0 +1,271 @@
+//! Agent bearer tokens: generated here, shown once, stored only as a keyed hash.
+//!
+//! A token is `bdl_` followed by 32 random bytes in URL-safe base64 (43 characters, 256 bits of
+//! entropy); the prefix lets secret scanners and people recognise one. The database keeps only
+//! HMAC-SHA256 of the token under a key derived from the master key, so authenticating is one
+//! indexed lookup of the hash, and a copied database yields no token (nor a way to test guesses
+//! offline without the key). Each agent has numbered token versions: `set` replaces every token
+//! at once, `rotate` adds one and lets the previous ones work for a grace period, `revoke` ends
+//! them all at once.
+
+use std::time::Duration;
+
+use base64::Engine;
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use zeroize::Zeroizing;
+
+use super::Vault;
+use super::crypto::FINGERPRINT_HEX;
+use super::error::VaultError;
+use super::meta::AgentTokenMeta;
+use super::name::{check_actor, check_name};
+use super::store::{
+    Record, after_ms, append_audit, from_sql_version, now_ms, time, to_sql_version,
+};
+use super::value::SecretValue;
+
+/// The prefix of every agent token.
+pub const TOKEN_PREFIX: &str = "bdl_";
+/// Random bytes in a token.
+const TOKEN_BYTES: usize = 32;
+/// Tokens longer than this are not looked up (nothing issued is near it).
+const MAX_TOKEN_LEN: usize = 512;
+
+/// A freshly issued token: show it to the operator once; it cannot be read back.
+#[derive(Debug, Clone)]
+pub struct IssuedToken {
+    /// The agent it authenticates.
+    pub agent: String,
+    /// Its version.
+    pub version: u64,
+    /// The token (prints as `[redacted]`).
+    pub token: SecretValue,
+}
+
+/// Who a presented token belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentMatch {
+    /// The agent.
+    pub agent: String,
+    /// The token version that matched.
+    pub version: u64,
+}
+
+impl Vault {
+    /// The keyed hash of a token (64 hex digits), as stored and looked up.
+    pub fn token_hash(&self, token: &str) -> String {
+        self.keys().token_hash(token.as_bytes())
+    }
+
+    /// Issues a new token for `agent` and revokes every token it had (first registration, or
+    /// "replace now" after a leak).
+    pub fn set_agent_token(&self, agent: &str, actor: &str) -> Result<IssuedToken, VaultError> {
+        self.issue(agent, actor, None)
+    }
+
+    /// Issues a new token for `agent`; its tokens that are valid now stay valid for `grace`
+    /// (or less, if an earlier rotation ends them sooner).
+    pub fn rotate_agent_token(
+        &self,
+        agent: &str,
+        grace: Duration,
+        actor: &str,
+    ) -> Result<IssuedToken, VaultError> {
+        self.issue(agent, actor, Some(grace))
+    }
+
+    fn issue(
+        &self,
+        agent: &str,
+        actor: &str,
+        grace: Option<Duration>,
+    ) -> Result<IssuedToken, VaultError> {
+        check_name("agent", agent)?;
+        check_actor(actor)?;
+        let token = generate_token()?;
+        let hash = self.token_hash(token.expose_str().unwrap_or_default());
+        let fingerprint = &hash[..FINGERPRINT_HEX];
+        let mut conn = self.connection();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = now_ms();
+        let latest: Option<i64> = tx.query_row(
+            "SELECT MAX(version) FROM vault_agent_tokens WHERE agent = ?1",
+            [agent],
+            |r| r.get(0),
+        )?;
+        let version = latest.map_or(1, |v| from_sql_version(v) + 1);
+        let action = match grace {
+            None => {
+                tx.execute(
+                    "UPDATE vault_agent_tokens SET revoked_at = ?2, revoked_by = ?3
+                     WHERE agent = ?1 AND revoked_at IS NULL",
+                    params![agent, now, actor],
+                )?;
+                "agent_token_set"
+            }
+            Some(grace) => {
+                tx.execute(
+                    "UPDATE vault_agent_tokens SET valid_until = MIN(COALESCE(valid_until, ?2), ?2)
+                     WHERE agent = ?1 AND revoked_at IS NULL",
+                    params![agent, after_ms(now, grace)],
+                )?;
+                "agent_token_rotate"
+            }
+        };
+        tx.execute(
+            "INSERT INTO vault_agent_tokens (agent, version, token_hash, created_by, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![agent, to_sql_version(version), hash, actor, now],
+        )?;
+        append_audit(
+            &tx,
+            now,
+            &Record {
+                action,
+                actor,
+                agent: Some(agent),
+                version: Some(version),
+                fingerprint: Some(fingerprint),
+                ..Record::default()
+            },
+        )?;
+        tx.commit()?;
+        tracing::info!(
+            agent,
+            version,
+            actor,
+            action,
+            fingerprint,
+            "agent token issued"
+        );
+        Ok(IssuedToken {
+            agent: agent.to_owned(),
+            version,
+            token,
+        })
+    }
+
+    /// Ends every token of `agent` at once; returns how many were still valid or in grace.
+    pub fn revoke_agent_tokens(&self, agent: &str, actor: &str) -> Result<usize, VaultError> {
+        check_name("agent", agent)?;
+        check_actor(actor)?;
+        let mut conn = self.connection();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = now_ms();
+        let revoked = tx.execute(
+            "UPDATE vault_agent_tokens SET revoked_at = ?2, revoked_by = ?3
+             WHERE agent = ?1 AND revoked_at IS NULL AND (valid_until IS NULL OR valid_until > ?2)",
+            params![agent, now, actor],
+        )?;
+        // Rotated-out tokens past their grace are ended too, so none is left unrevoked.
+        tx.execute(
+            "UPDATE vault_agent_tokens SET revoked_at = ?2, revoked_by = ?3
+             WHERE agent = ?1 AND revoked_at IS NULL",
+            params![agent, now, actor],
+        )?;
+        append_audit(
+            &tx,
+            now,
+            &Record {
+                action: "agent_token_revoke",
+                actor,
+                agent: Some(agent),
+                ..Record::default()
+            },
+        )?;
+        tx.commit()?;
+        tracing::info!(agent, actor, revoked, "agent tokens revoked");
+        Ok(revoked)
+    }
+
+    /// The agent a presented bearer token authenticates, if any: a valid, unrevoked token whose
+    /// grace period (if rotated out) has not ended.
+    pub fn agent_for_token(&self, token: &str) -> Result<Option<AgentMatch>, VaultError> {
+        if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+            return Ok(None);
+        }
+        let hash = self.token_hash(token);
+        let conn = self.connection();
+        let found = conn
+            .query_row(
+                "SELECT agent, version FROM vault_agent_tokens
+                 WHERE token_hash = ?1 AND revoked_at IS NULL
+                   AND (valid_until IS NULL OR valid_until > ?2)",
+                params![hash, now_ms()],
+                |r| {
+                    Ok(AgentMatch {
+                        agent: r.get(0)?,
+                        version: from_sql_version(r.get(1)?),
+                    })
+                },
+            )
+            .optional()?;
+        Ok(found)
+    }
+
+    /// Every token version of `agent`, oldest first (metadata only).
+    pub fn agent_tokens(&self, agent: &str) -> Result<Vec<AgentTokenMeta>, VaultError> {
+        check_name("agent", agent)?;
+        let conn = self.connection();
+        let now = now_ms();
+        let mut stmt = conn.prepare_cached(
+            "SELECT version, token_hash, created_by, created_at, valid_until, revoked_at
+             FROM vault_agent_tokens WHERE agent = ?1 ORDER BY version",
+        )?;
+        let rows = stmt.query_map([agent], |r| {
+            let hash: String = r.get(1)?;
+            let valid_until: Option<i64> = r.get(4)?;
+            let revoked_at: Option<i64> = r.get(5)?;
+            Ok(AgentTokenMeta {
+                agent: agent.to_owned(),
+                version: from_sql_version(r.get(0)?),
+                fingerprint: hash.chars().take(FINGERPRINT_HEX).collect(),
+                created_by: r.get(2)?,
+                created_at: time(r.get(3)?),
+                valid_until: valid_until.map(time),
+                revoked_at: revoked_at.map(time),
+                valid: revoked_at.is_none() && valid_until.is_none_or(|u| u > now),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every agent that has at least one token row, by name.
+    pub fn agents_with_tokens(&self) -> Result<Vec<String>, VaultError> {
+        let conn = self.connection();
+        let mut stmt =
+            conn.prepare_cached("SELECT DISTINCT agent FROM vault_agent_tokens ORDER BY agent")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// A new random token: the prefix and 32 random bytes, URL-safe base64 without padding.
+fn generate_token() -> Result<SecretValue, VaultError> {
+    let mut raw = Zeroizing::new([0u8; TOKEN_BYTES]);
+    getrandom::fill(raw.as_mut()).map_err(|e| VaultError::Randomness(e.to_string()))?;
+    let mut token = String::with_capacity(TOKEN_PREFIX.len() + 43);
+    token.push_str(TOKEN_PREFIX);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode_string(raw.as_ref(), &mut token);
+    Ok(SecretValue::from(token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_prefixed_url_safe_and_distinct() {
+        let a = generate_token().expect("random");
+        let b = generate_token().expect("random");
+        let a = a.expose_str().expect("utf-8");
+        assert!(a.starts_with(TOKEN_PREFIX));
+        assert_eq!(a.len(), TOKEN_PREFIX.len() + 43);
+        assert!(
+            a[TOKEN_PREFIX.len()..]
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        );
+        assert_ne!(a, b.expose_str().expect("utf-8"));
+    }
+}

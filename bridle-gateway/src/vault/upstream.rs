@@ -1,0 +1,114 @@
+//! The vault as the upstream routes' [`SecretSource`].
+//!
+//! The upstream routes ask for a secret's active version on every forwarded call and for its
+//! value only when they (re)connect; every injected request is recorded through
+//! [`Vault::record_use`]. This adapter maps the vault's errors onto the routes' [`SecretError`]:
+//! a missing secret, or one whose active version was revoked, is `Missing` (so the call is
+//! refused, never sent without a credential); anything else is `Unreadable` with the vault's
+//! stable code and sentence.
+
+use crate::upstreams::{Credential, SecretError, SecretSource, SecretUse};
+
+use super::Vault;
+use super::error::VaultError;
+
+fn to_secret_error(name: &str, e: VaultError) -> SecretError {
+    match e {
+        VaultError::SecretNotFound(_) | VaultError::NoActiveVersion(_) => SecretError::Missing {
+            name: name.to_owned(),
+        },
+        e => SecretError::Unreadable {
+            name: name.to_owned(),
+            message: format!("{}: {e}", e.code()),
+        },
+    }
+}
+
+impl SecretSource for Vault {
+    fn version(&self, name: &str) -> Result<u64, SecretError> {
+        self.active_version(name)
+            .map_err(|e| to_secret_error(name, e))
+    }
+
+    fn current(&self, name: &str) -> Result<(Credential, u64), SecretError> {
+        let current = self.current(name).map_err(|e| to_secret_error(name, e))?;
+        let text = current
+            .value
+            .expose_str()
+            .ok_or_else(|| SecretError::Unreadable {
+                name: name.to_owned(),
+                message: "the value is not UTF-8 text, so it cannot go in a header".to_owned(),
+            })?;
+        Ok((Credential::new(text), current.version))
+    }
+
+    fn record_use(&self, used: &SecretUse<'_>) -> Result<(), SecretError> {
+        Vault::record_use(
+            self,
+            used.name,
+            used.version,
+            used.upstream,
+            used.request,
+            used.agent,
+        )
+        .map_err(|e| to_secret_error(used.name, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vault::{MasterKey, SecretValue, VaultConfig};
+
+    #[test]
+    fn the_vault_serves_the_upstream_routes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let vault = Vault::open(
+            &dir.path().join("vault.db"),
+            &MasterKey::from_bytes([3; 32]),
+            VaultConfig::default(),
+        )
+        .expect("open");
+        let source: &dyn SecretSource = &vault;
+        assert_eq!(
+            source.version("gitea").expect_err("missing"),
+            SecretError::Missing {
+                name: "gitea".into()
+            }
+        );
+        vault
+            .create("gitea", &"tok-1".into(), "admin")
+            .expect("create");
+        let (cred, version) = source.current("gitea").expect("current");
+        assert_eq!((cred.expose(), version), ("tok-1", 1));
+        vault
+            .rotate("gitea", &"tok-2".into(), "admin", std::time::Duration::ZERO)
+            .expect("rotate");
+        assert_eq!(source.version("gitea").expect("version"), 2);
+        source
+            .record_use(&SecretUse {
+                name: "gitea",
+                version: 2,
+                upstream: "gitea",
+                agent: "claude",
+                request: "gitea.list_repos",
+            })
+            .expect("recorded");
+        let log = vault.audit_log(0, 10).expect("log");
+        let used = log.iter().find(|e| e.action == "use").expect("use record");
+        assert_eq!(used.actor, "claude");
+        assert_eq!(used.request_id.as_deref(), Some("gitea.list_repos"));
+        vault.revoke("gitea", 2, "admin").expect("revoke");
+        assert!(matches!(
+            source.current("gitea"),
+            Err(SecretError::Missing { .. })
+        ));
+        vault
+            .create("binary", &SecretValue::new(vec![0xff, 0xfe]), "admin")
+            .expect("create");
+        assert!(matches!(
+            source.current("binary"),
+            Err(SecretError::Unreadable { .. })
+        ));
+    }
+}

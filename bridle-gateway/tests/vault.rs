@@ -1,0 +1,955 @@
+//! The vault through its public API, against real SQLite files and real key files.
+//!
+//! Tampering is done the way an attacker with the database would do it: raw SQL on the file.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bridle_gateway::vault::{
+    KeyOrigin, MAX_VALUE_LEN, MasterKey, SecretRef, SecretValue, Vault, VaultConfig, VaultError,
+    VersionState, is_valid_name,
+};
+use proptest::prelude::*;
+use rusqlite::Connection;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn key(byte: u8) -> MasterKey {
+    MasterKey::from_bytes([byte; 32])
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    vault: Vault,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let vault = open(dir.path(), &key(7));
+        Self { dir, vault }
+    }
+
+    fn db(&self) -> PathBuf {
+        self.dir.path().join("vault.db")
+    }
+
+    /// A plain SQLite connection to the vault file, as anyone with the file has (no foreign
+    /// key checks, which an attacker would not keep on either).
+    fn raw(&self) -> Connection {
+        let raw = Connection::open(self.db()).expect("raw connection");
+        raw.execute_batch("PRAGMA foreign_keys = OFF")
+            .expect("pragma");
+        raw
+    }
+}
+
+fn open(dir: &Path, key: &MasterKey) -> Vault {
+    Vault::open(
+        &dir.join("vault.db"),
+        key,
+        VaultConfig {
+            docker_secrets_dir: dir.join("run-secrets"),
+            secrets_dir: Some(dir.join("secrets")),
+        },
+    )
+    .expect("vault opens")
+}
+
+fn code<T: std::fmt::Debug>(r: Result<T, VaultError>) -> &'static str {
+    r.expect_err("an error").code()
+}
+
+#[test]
+fn round_trip_and_metadata() {
+    let f = Fixture::new();
+    let v = &f.vault;
+    assert_eq!(
+        v.create("gitea-token", &"tok-1".into(), "admin:alice")
+            .expect("create"),
+        1
+    );
+    let cur = v.current("gitea-token").expect("current");
+    assert_eq!((cur.version, cur.value.expose()), (1, &b"tok-1"[..]));
+    let meta = v.get("gitea-token").expect("get");
+    assert_eq!(meta.active_version, 1);
+    assert_eq!(meta.created_by, "admin:alice");
+    assert_eq!(meta.versions.len(), 1);
+    assert_eq!(meta.versions[0].state, VersionState::Active);
+    assert_eq!(meta.versions[0].fingerprint.len(), 16);
+    assert_eq!(meta.last_used_at, None);
+    assert_eq!(
+        code(v.create("gitea-token", &"x".into(), "a")),
+        "secret_exists"
+    );
+    assert_eq!(code(v.current("nope")), "secret_not_found");
+    assert_eq!(code(v.version("gitea-token", 9)), "version_not_found");
+    assert_eq!(code(v.create("bad name", &"x".into(), "a")), "invalid_name");
+    assert_eq!(code(v.create("empty", &"".into(), "a")), "invalid_value");
+    let largest = SecretValue::new(vec![b'x'; MAX_VALUE_LEN]);
+    v.create("largest", &largest, "a")
+        .expect("64 KiB is allowed");
+    assert_eq!(v.current("largest").expect("current").value, largest);
+    let too_big = SecretValue::new(vec![b'x'; MAX_VALUE_LEN + 1]);
+    assert_eq!(
+        code(v.rotate("largest", &too_big, "a", HOUR)),
+        "invalid_value"
+    );
+    assert_eq!(code(v.create("ok", &"x".into(), "")), "invalid_actor");
+    assert_eq!(
+        code(v.rotate("nope", &"x".into(), "a", HOUR)),
+        "secret_not_found"
+    );
+
+    // Same value, same fingerprint; different value, different fingerprint.
+    v.create("same", &"tok-1".into(), "a").expect("create");
+    v.create("other", &"tok-2".into(), "a").expect("create");
+    let fp = |n| v.get(n).expect("get").versions[0].fingerprint.clone();
+    assert_eq!(fp("same"), fp("gitea-token"));
+    assert_ne!(fp("other"), fp("gitea-token"));
+    let names: Vec<_> = v
+        .list()
+        .expect("list")
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    assert_eq!(names, ["gitea-token", "largest", "other", "same"]);
+
+    // Reopening keeps everything.
+    drop(f.vault);
+    let v = open(f.dir.path(), &key(7));
+    assert_eq!(
+        v.current("gitea-token").expect("current").value.expose(),
+        b"tok-1"
+    );
+}
+
+#[test]
+fn record_use_updates_last_use_and_appends_a_record() {
+    let f = Fixture::new();
+    let v = &f.vault;
+    v.create("gitea", &"tok".into(), "admin").expect("create");
+    v.record_use("gitea", 1, "gitea", "req-42", "agent:claude")
+        .expect("use");
+    let meta = v.get("gitea").expect("get");
+    assert!(meta.last_used_at.is_some());
+    assert_eq!(meta.versions[0].last_used_at, meta.last_used_at);
+    let log = v.audit_log(0, 100).expect("log");
+    let used = log
+        .iter()
+        .find(|e| e.action == "use")
+        .expect("a use record");
+    assert_eq!(used.actor, "agent:claude");
+    assert_eq!(used.secret.as_deref(), Some("gitea"));
+    assert_eq!(used.version, Some(1));
+    assert_eq!(used.upstream.as_deref(), Some("gitea"));
+    assert_eq!(used.request_id.as_deref(), Some("req-42"));
+    assert_eq!(
+        used.fingerprint.as_deref(),
+        Some(&*meta.versions[0].fingerprint)
+    );
+    assert_eq!(
+        code(v.record_use("gitea", 2, "gitea", "r", "a")),
+        "version_not_found"
+    );
+    assert_eq!(
+        code(v.record_use("nope", 1, "gitea", "r", "a")),
+        "secret_not_found"
+    );
+}
+
+#[test]
+fn wrong_master_key_is_refused_and_never_yields_garbage() {
+    let f = Fixture::new();
+    f.vault
+        .create("gitea", &"tok".into(), "admin")
+        .expect("create");
+    let err = Vault::open(&f.db(), &key(8), VaultConfig::default()).expect_err("wrong key");
+    assert_eq!(err.code(), "wrong_master_key");
+    assert!(err.to_string().contains("different master key"), "{err}");
+
+    // Even with the key check forged (copied from a database made with the other key), every
+    // row refuses to decrypt rather than returning bytes.
+    let other = tempfile::tempdir().expect("tempdir");
+    drop(open(other.path(), &key(8)));
+    let forged: String = Connection::open(other.path().join("vault.db"))
+        .expect("raw")
+        .query_row(
+            "SELECT value FROM vault_meta WHERE key = 'key_check'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("check value");
+    f.raw()
+        .execute(
+            "UPDATE vault_meta SET value = ?1 WHERE key = 'key_check'",
+            [forged],
+        )
+        .expect("forge");
+    let wrong = open(f.dir.path(), &key(8));
+    let err = wrong.current("gitea").expect_err("no garbage");
+    assert_eq!(err.code(), "decrypt_failed");
+    assert!(err.to_string().contains("gitea version 1"), "{err}");
+}
+
+#[test]
+fn tampered_rows_are_refused() {
+    let f = Fixture::new();
+    let v = &f.vault;
+    v.create("alpha", &"value-a".into(), "admin")
+        .expect("create");
+    v.create("bravo", &"value-b".into(), "admin")
+        .expect("create");
+    v.rotate("alpha", &"value-a2".into(), "admin", HOUR)
+        .expect("rotate");
+    let raw = f.raw();
+
+    // Ciphertexts swapped between two names.
+    raw.execute_batch(
+        "UPDATE vault_versions SET name = 'tmp' WHERE name = 'alpha' AND version = 1;
+         UPDATE vault_versions SET name = 'alpha' WHERE name = 'bravo' AND version = 1;
+         UPDATE vault_versions SET name = 'bravo' WHERE name = 'tmp';",
+    )
+    .expect("swap names");
+    assert_eq!(code(v.version("alpha", 1)), "decrypt_failed");
+    assert_eq!(code(v.current("bravo")), "decrypt_failed");
+
+    // Versions renumbered within one name.
+    raw.execute_batch(
+        "UPDATE vault_versions SET version = 99 WHERE name = 'alpha' AND version = 2;
+         UPDATE vault_versions SET version = 2 WHERE name = 'alpha' AND version = 1;
+         UPDATE vault_versions SET version = 1 WHERE name = 'alpha' AND version = 99;",
+    )
+    .expect("swap versions");
+    assert_eq!(code(v.current("alpha")), "decrypt_failed");
+
+    // One flipped byte of ciphertext, and a truncated nonce.
+    let f2 = Fixture::new();
+    f2.vault
+        .create("c", &"value-c".into(), "admin")
+        .expect("create");
+    f2.vault
+        .create("d", &"value-d".into(), "admin")
+        .expect("create");
+    let raw = f2.raw();
+    let mut ct: Vec<u8> = raw
+        .query_row(
+            "SELECT ciphertext FROM vault_versions WHERE name = 'c'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("ciphertext");
+    ct[0] ^= 1;
+    raw.execute(
+        "UPDATE vault_versions SET ciphertext = ?1 WHERE name = 'c'",
+        [ct],
+    )
+    .expect("flip");
+    assert_eq!(code(f2.vault.current("c")), "decrypt_failed");
+    raw.execute(
+        "UPDATE vault_versions SET nonce = x'00' WHERE name = 'd'",
+        [],
+    )
+    .expect("truncate nonce");
+    assert_eq!(code(f2.vault.current("d")), "decrypt_failed");
+}
+
+#[test]
+fn rotate_with_grace_keeps_the_old_version_until_it_ends() {
+    let f = Fixture::new();
+    let v = &f.vault;
+    v.create("s", &"one".into(), "admin").expect("create");
+    assert_eq!(
+        v.rotate("s", &"two".into(), "admin", HOUR).expect("rotate"),
+        2
+    );
+    let cur = v.current("s").expect("current");
+    assert_eq!((cur.version, cur.value.expose()), (2, &b"two"[..]));
+    assert_eq!(v.version("s", 1).expect("in grace").expose(), b"one");
+    let meta = v.get("s").expect("get");
+    assert!(matches!(meta.versions[0].state, VersionState::Grace { .. }));
+    assert_eq!(meta.versions[1].state, VersionState::Active);
+
+    // No grace: the previous version stops at once.
+    assert_eq!(
+        v.rotate("s", &"three".into(), "admin", Duration::ZERO)
+            .expect("rotate"),
+        3
+    );
+    assert_eq!(code(v.version("s", 2)), "version_expired");
+    assert_eq!(
+        v.version("s", 1).expect("still in its grace").expose(),
+        b"one"
+    );
+    assert!(matches!(
+        v.get("s").expect("get").versions[1].state,
+        VersionState::Expired { .. }
+    ));
+
+    // A short grace ends by itself (polled with a deadline), and the next rotation destroys
+    // the expired ciphertexts with an `expire` record each.
+    v.rotate("s", &"four".into(), "admin", Duration::from_millis(150))
+        .expect("rotate");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while v.version("s", 3).is_ok() {
+        assert!(Instant::now() < deadline, "grace never ended");
+        std::thread::yield_now();
+    }
+    assert_eq!(code(v.version("s", 3)), "version_expired");
+    v.rotate("s", &"five".into(), "admin", HOUR)
+        .expect("rotate");
+    let destroyed: Vec<i64> = {
+        let raw = f.raw();
+        let mut stmt = raw
+            .prepare("SELECT version FROM vault_versions WHERE name = 's' AND ciphertext IS NULL ORDER BY version")
+            .expect("prepare");
+        stmt.query_map([], |r| r.get(0))
+            .expect("query")
+            .map(|r| r.expect("row"))
+            .collect()
+    };
+    assert_eq!(destroyed, [2, 3]);
+    let expired: Vec<_> = v
+        .audit_log(0, 100)
+        .expect("log")
+        .into_iter()
+        .filter(|e| e.action == "expire")
+        .filter_map(|e| e.version)
+        .collect();
+    assert_eq!(expired, [2, 3]);
+    assert_eq!(v.version("s", 1).expect("still in grace").expose(), b"one");
+    assert_eq!(v.current("s").expect("current").value.expose(), b"five");
+}
+
+#[test]
+fn revoke_destroys_the_ciphertext() {
+    let f = Fixture::new();
+    let v = &f.vault;
+    v.create("s", &"old-value".into(), "admin").expect("create");
+    v.rotate("s", &"new-value".into(), "admin", HOUR)
+        .expect("rotate");
+    let old_ct: Vec<u8> = f
+        .raw()
+        .query_row(
+            "SELECT ciphertext FROM vault_versions WHERE name = 's' AND version = 1",
+            [],
+            |r| r.get(0),
+        )
+        .expect("ciphertext");
+    v.revoke("s", 1, "admin:bob").expect("revoke");
+    let (nonce, ct): (Option<Vec<u8>>, Option<Vec<u8>>) = f
+        .raw()
+        .query_row(
+            "SELECT nonce, ciphertext FROM vault_versions WHERE name = 's' AND version = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("row");
+    assert_eq!((nonce, ct), (None, None));
+    assert_eq!(code(v.version("s", 1)), "version_revoked");
+    assert_eq!(code(v.revoke("s", 1, "admin")), "version_revoked");
+    let meta = v.get("s").expect("get");
+    assert!(
+        matches!(&meta.versions[0].state, VersionState::Revoked { by, .. } if by == "admin:bob")
+    );
+    // Not even the bytes survive on disk (secure_delete, then a checkpoint).
+    for file in [f.db(), f.dir.path().join("vault.db-wal")] {
+        if let Ok(bytes) = std::fs::read(&file) {
+            assert!(
+                !bytes.windows(old_ct.len()).any(|w| w == old_ct),
+                "{} still holds the revoked ciphertext",
+                file.display()
+            );
+        }
+    }
+
+    // Revoking the active version leaves no active version: nothing falls back.
+    v.revoke("s", 2, "admin").expect("revoke active");
+    assert_eq!(code(v.current("s")), "no_active_version");
+    assert_eq!(
+        code(v.resolve(&"vault:s".parse().expect("ref"))),
+        "no_active_version"
+    );
+    assert_eq!(
+        v.rotate("s", &"fresh".into(), "admin", HOUR)
+            .expect("rotate"),
+        3
+    );
+    assert_eq!(v.current("s").expect("current").value.expose(), b"fresh");
+    assert_eq!(code(v.version("s", 2)), "version_revoked");
+}
+
+#[test]
+fn audit_log_is_append_only_and_a_failed_record_changes_nothing() {
+    let f = Fixture::new();
+    let v = &f.vault;
+    v.create("s", &"one".into(), "admin").expect("create");
+    let raw = f.raw();
+    assert!(
+        raw.execute("UPDATE vault_audit SET actor = 'x'", [])
+            .is_err()
+    );
+    assert!(raw.execute("DELETE FROM vault_audit", []).is_err());
+
+    // Make every audit insert fail, as a full disk or a broken table would.
+    raw.execute_batch(
+        "CREATE TRIGGER fail_audit BEFORE INSERT ON vault_audit
+         BEGIN SELECT RAISE(ABORT, 'audit disk full'); END;",
+    )
+    .expect("trigger");
+    let before = v.audit_log(0, 100).expect("log");
+    let err = v
+        .create("t", &"two".into(), "admin")
+        .expect_err("create refused");
+    assert_eq!(err.code(), "audit_write_failed");
+    assert!(err.to_string().contains("create"), "{err}");
+    assert_eq!(code(v.get("t")), "secret_not_found");
+    assert_eq!(
+        code(v.rotate("s", &"two".into(), "admin", HOUR)),
+        "audit_write_failed"
+    );
+    assert_eq!(v.current("s").expect("current").version, 1);
+    assert_eq!(code(v.revoke("s", 1, "admin")), "audit_write_failed");
+    assert_eq!(v.current("s").expect("not revoked").value.expose(), b"one");
+    assert_eq!(
+        code(v.record_use("s", 1, "up", "r1", "agent")),
+        "audit_write_failed"
+    );
+    assert_eq!(v.get("s").expect("get").last_used_at, None);
+    assert_eq!(
+        code(v.set_agent_token("claude", "admin")),
+        "audit_write_failed"
+    );
+    assert!(v.agent_tokens("claude").expect("tokens").is_empty());
+    std::fs::create_dir_all(f.dir.path().join("import")).expect("dir");
+    std::fs::write(f.dir.path().join("import/new"), "v").expect("write");
+    assert_eq!(
+        code(v.import_folder(&f.dir.path().join("import"), "admin")),
+        "audit_write_failed"
+    );
+    assert_eq!(code(v.get("new")), "secret_not_found");
+    assert_eq!(v.audit_log(0, 100).expect("log"), before);
+}
+
+#[test]
+fn master_key_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("vault.key");
+    let (created, origin) = MasterKey::load_or_create(&path).expect("create");
+    assert_eq!(origin, KeyOrigin::Created);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    assert_eq!(std::fs::read(&path).expect("read").len(), 32);
+    let (loaded, origin) = MasterKey::load_or_create(&path).expect("load");
+    assert_eq!(origin, KeyOrigin::Loaded);
+    // The loaded key opens what the created one wrote.
+    drop(open(dir.path(), &created).create("s", &"v".into(), "a"));
+    assert_eq!(
+        open(dir.path(), &loaded)
+            .current("s")
+            .expect("current")
+            .value
+            .expose(),
+        b"v"
+    );
+
+    // Hex and base64 forms of the same bytes are the same key.
+    let bytes = std::fs::read(&path).expect("read");
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let hex_path = dir.path().join("hex.key");
+    std::fs::write(&hex_path, format!("{hex}\n")).expect("write");
+    let from_hex = MasterKey::load(&hex_path).expect("hex key");
+    assert_eq!(
+        open(dir.path(), &from_hex)
+            .current("s")
+            .expect("current")
+            .value
+            .expose(),
+        b"v"
+    );
+    let b64_path = dir.path().join("b64.key");
+    std::fs::write(&b64_path, base64_std(&bytes)).expect("write");
+    let from_b64 = MasterKey::load(&b64_path).expect("base64 key");
+    assert_eq!(
+        open(dir.path(), &from_b64)
+            .current("s")
+            .expect("current")
+            .value
+            .expose(),
+        b"v"
+    );
+
+    // Bad files: clear errors, never a fallback, never the content.
+    let missing = dir.path().join("missing.key");
+    let err = MasterKey::load(&missing).expect_err("missing");
+    assert_eq!(err.code(), "master_key_missing");
+    assert!(err.to_string().contains("missing.key"), "{err}");
+    for (name, content) in [
+        ("empty.key", &b""[..]),
+        ("short.key", &[1u8; 31][..]),
+        ("long.key", &[1u8; 33][..]),
+        ("text.key", &b"correct horse battery staple"[..]),
+    ] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, content).expect("write");
+        let err = MasterKey::load(&p).expect_err(name);
+        assert_eq!(err.code(), "master_key_invalid", "{name}");
+        assert!(
+            err.to_string()
+                .contains(&format!("holds {} bytes", content.len())),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("horse"), "{err}");
+        // load_or_create never replaces a bad key with a new one.
+        assert_eq!(
+            MasterKey::load_or_create(&p).expect_err(name).code(),
+            "master_key_invalid"
+        );
+    }
+    let err = MasterKey::load(dir.path()).expect_err("a directory");
+    assert_eq!(err.code(), "master_key_unreadable");
+    let err = MasterKey::load_or_create(&dir.path().join("no-such-dir/vault.key"))
+        .expect_err("no directory");
+    assert_eq!(err.code(), "master_key_create_failed");
+}
+
+fn base64_std(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[test]
+fn database_file_is_private() {
+    let f = Fixture::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(f.db())
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let err = Vault::open(
+        &f.dir.path().join("no-such-dir/vault.db"),
+        &key(1),
+        VaultConfig::default(),
+    )
+    .expect_err("no directory");
+    assert_eq!(err.code(), "vault_database");
+}
+
+#[test]
+fn references_resolve_from_their_sources() {
+    let f = Fixture::new();
+    let v = &f.vault;
+    let run = f.dir.path().join("run-secrets");
+    let legacy = f.dir.path().join("secrets");
+    std::fs::create_dir_all(&run).expect("dir");
+    std::fs::create_dir_all(&legacy).expect("dir");
+    std::fs::write(run.join("gitea_token"), "from-docker\n").expect("write");
+    std::fs::write(legacy.join("kanboard"), "from-file").expect("write");
+    std::fs::write(legacy.join("blank"), "\n").expect("write");
+    v.create("gitea-token", &"from-vault".into(), "admin")
+        .expect("create");
+
+    let resolve = |r: &str| v.resolve(&r.parse::<SecretRef>().expect(r));
+    let got = resolve("vault:gitea-token").expect("vault");
+    assert_eq!(
+        (got.version, got.value.expose()),
+        (Some(1), &b"from-vault"[..])
+    );
+    let got = resolve("docker:gitea_token").expect("docker");
+    assert_eq!(
+        (got.version, got.value.expose()),
+        (None, &b"from-docker"[..])
+    );
+    assert_eq!(
+        resolve("file:kanboard").expect("file").value.expose(),
+        b"from-file"
+    );
+
+    for (reference, want) in [
+        ("docker:absent", "source_secret_missing"),
+        ("file:absent", "source_secret_missing"),
+        ("file:blank", "source_secret_empty"),
+        ("vault:absent", "secret_not_found"),
+    ] {
+        let err = resolve(reference).expect_err(reference);
+        assert_eq!(err.code(), want, "{reference}");
+        assert!(
+            err.to_string().contains("absent") || err.to_string().contains("blank"),
+            "{err}"
+        );
+    }
+    let err = resolve("docker:absent").expect_err("missing");
+    assert!(err.to_string().contains("docker:absent"), "{err}");
+
+    let no_legacy = Vault::open(
+        &f.dir.path().join("other.db"),
+        &key(7),
+        VaultConfig::default(),
+    )
+    .expect("open");
+    assert_eq!(
+        code(no_legacy.resolve(&"file:kanboard".parse().expect("ref"))),
+        "source_not_configured"
+    );
+    // References deserialize from configuration strings and refuse bad ones.
+    let r: SecretRef = serde_json::from_str("\"docker:gitea_token\"").expect("ref");
+    assert_eq!(r, SecretRef::Docker("gitea_token".into()));
+    assert!(serde_json::from_str::<SecretRef>("\"env:X\"").is_err());
+}
+
+#[test]
+fn import_is_idempotent_and_all_or_nothing() {
+    let f = Fixture::new();
+    let v = &f.vault;
+    let dir = f.dir.path().join("secrets");
+    std::fs::create_dir_all(dir.join("subdir")).expect("dir");
+    std::fs::write(dir.join("gitea_token"), "g\n").expect("write");
+    std::fs::write(dir.join("kanboard"), "k").expect("write");
+    std::fs::write(dir.join(".hidden"), "h").expect("write");
+
+    let first = v.import_folder(&dir, "admin:cli").expect("import");
+    assert_eq!(first.imported, ["gitea_token", "kanboard"]);
+    assert!(first.unchanged.is_empty() && first.differs.is_empty());
+    assert_eq!(
+        v.current("gitea_token").expect("current").value.expose(),
+        b"g"
+    );
+    let second = v.import_folder(&dir, "admin:cli").expect("import again");
+    assert!(second.imported.is_empty());
+    assert_eq!(second.unchanged, ["gitea_token", "kanboard"]);
+    let imports = |v: &Vault| {
+        v.audit_log(0, 100)
+            .expect("log")
+            .iter()
+            .filter(|e| e.action == "import")
+            .count()
+    };
+    assert_eq!(imports(v), 2);
+
+    std::fs::write(dir.join("kanboard"), "changed").expect("write");
+    let third = v.import_folder(&dir, "admin:cli").expect("import");
+    assert_eq!(third.differs, ["kanboard"]);
+    assert_eq!(v.current("kanboard").expect("current").value.expose(), b"k");
+    assert_eq!(imports(v), 2);
+    // The folder is only read.
+    assert!(dir.join("gitea_token").exists());
+
+    // One bad file stops the whole import, naming it, before anything is written.
+    std::fs::write(dir.join("new-one"), "n").expect("write");
+    std::fs::write(dir.join("bad name"), "x").expect("write");
+    let err = v.import_folder(&dir, "admin:cli").expect_err("bad name");
+    assert_eq!(err.code(), "invalid_name");
+    assert!(err.to_string().contains("bad name"), "{err}");
+    assert_eq!(code(v.get("new-one")), "secret_not_found");
+    std::fs::remove_file(dir.join("bad name")).expect("rm");
+    std::fs::write(dir.join("empty"), "").expect("write");
+    let err = v.import_folder(&dir, "admin:cli").expect_err("empty");
+    assert_eq!(err.code(), "source_secret_empty");
+    assert!(err.to_string().contains("empty"), "{err}");
+    assert_eq!(code(v.get("new-one")), "secret_not_found");
+    assert_eq!(
+        code(v.import_folder(&f.dir.path().join("nowhere"), "admin")),
+        "source_unreadable"
+    );
+}
+
+#[test]
+fn concurrent_rotations_give_exactly_consistent_versions() {
+    const THREADS: usize = 4;
+    const ROTATIONS: usize = 15;
+    let f = Fixture::new();
+    f.vault.create("s", &"v1".into(), "admin").expect("create");
+    let shared = Arc::new(f.vault);
+    let written = Arc::new(Mutex::new(Vec::new()));
+    std::thread::scope(|scope| {
+        for t in 0..THREADS {
+            // Half the writers share one handle, half open their own connection to the file.
+            let own = (t % 2 == 1).then(|| open(f.dir.path(), &key(7)));
+            let shared = Arc::clone(&shared);
+            let written = Arc::clone(&written);
+            scope.spawn(move || {
+                let vault = own.as_ref().unwrap_or(&shared);
+                for i in 0..ROTATIONS {
+                    let value = format!("t{t}-r{i}");
+                    let version = vault
+                        .rotate("s", &value.as_str().into(), &format!("writer-{t}"), HOUR)
+                        .expect("rotate");
+                    written.lock().expect("lock").push((version, value));
+                }
+            });
+        }
+    });
+    let vault = shared;
+    let written = written.lock().expect("lock").clone();
+    let versions: BTreeSet<u64> = written.iter().map(|(v, _)| *v).collect();
+    let total = (THREADS * ROTATIONS) as u64;
+    assert_eq!(versions.len() as u64, total, "no version handed out twice");
+    assert_eq!(versions, (2..=total + 1).collect::<BTreeSet<_>>());
+    let meta = vault.get("s").expect("get");
+    assert_eq!(meta.active_version, total + 1);
+    assert_eq!(meta.versions.len() as u64, total + 1);
+    for (version, value) in &written {
+        assert_eq!(
+            vault.version("s", *version).expect("usable").expose(),
+            value.as_bytes()
+        );
+    }
+    let rotations = vault
+        .audit_log(0, 1000)
+        .expect("log")
+        .iter()
+        .filter(|e| e.action == "rotate")
+        .count() as u64;
+    assert_eq!(rotations, total);
+}
+
+#[test]
+fn agent_tokens_are_stored_as_keyed_hashes() {
+    let f = Fixture::new();
+    let v = &f.vault;
+    let first = v.set_agent_token("claude", "admin").expect("set");
+    let token1 = first.token.expose_str().expect("utf-8").to_owned();
+    assert!(token1.starts_with("bdl_") && token1.len() >= 47);
+    assert_eq!(format!("{:?}", first.token), "[redacted]");
+    let found = v.agent_for_token(&token1).expect("lookup").expect("valid");
+    assert_eq!((found.agent.as_str(), found.version), ("claude", 1));
+    assert_eq!(v.agent_for_token("bdl_wrong").expect("lookup"), None);
+    assert_eq!(v.agent_for_token("").expect("lookup"), None);
+
+    // Only the keyed hash is in the database.
+    let hashes: Vec<String> = {
+        let raw = f.raw();
+        let mut stmt = raw
+            .prepare("SELECT token_hash FROM vault_agent_tokens")
+            .expect("prepare");
+        stmt.query_map([], |r| r.get(0))
+            .expect("query")
+            .map(|r| r.expect("row"))
+            .collect()
+    };
+    assert_eq!(hashes, [v.token_hash(&token1)]);
+    assert!(
+        !std::fs::read(f.db())
+            .expect("db")
+            .windows(token1.len())
+            .any(|w| w == token1.as_bytes())
+    );
+
+    // Rotate with grace: both work; rotate without: only the newest.
+    let second = v
+        .rotate_agent_token("claude", HOUR, "admin")
+        .expect("rotate");
+    let token2 = second.token.expose_str().expect("utf-8").to_owned();
+    assert_eq!(second.version, 2);
+    assert!(v.agent_for_token(&token1).expect("lookup").is_some());
+    assert_eq!(
+        v.agent_for_token(&token2)
+            .expect("lookup")
+            .map(|m| m.version),
+        Some(2)
+    );
+    let third = v
+        .rotate_agent_token("claude", Duration::ZERO, "admin")
+        .expect("rotate");
+    let token3 = third.token.expose_str().expect("utf-8").to_owned();
+    assert_eq!(v.agent_for_token(&token1).expect("lookup"), None);
+    assert_eq!(v.agent_for_token(&token2).expect("lookup"), None);
+    assert!(v.agent_for_token(&token3).expect("lookup").is_some());
+    let meta = v.agent_tokens("claude").expect("meta");
+    assert_eq!(
+        meta.iter().map(|m| m.valid).collect::<Vec<_>>(),
+        [false, false, true]
+    );
+
+    // Another agent is independent; revoke ends one agent's tokens at once.
+    let gemini = v.set_agent_token("gemini", "admin").expect("set");
+    let gemini_token = gemini.token.expose_str().expect("utf-8").to_owned();
+    assert_eq!(v.revoke_agent_tokens("claude", "admin").expect("revoke"), 1);
+    assert_eq!(v.agent_for_token(&token3).expect("lookup"), None);
+    assert_eq!(
+        v.agent_for_token(&gemini_token)
+            .expect("lookup")
+            .map(|m| m.agent),
+        Some("gemini".to_owned())
+    );
+    // Set replaces every token immediately.
+    let replaced = v.set_agent_token("gemini", "admin").expect("set");
+    assert_eq!(v.agent_for_token(&gemini_token).expect("lookup"), None);
+    assert!(
+        v.agent_for_token(replaced.token.expose_str().expect("utf-8"))
+            .expect("lookup")
+            .is_some()
+    );
+    assert_eq!(
+        v.agents_with_tokens().expect("agents"),
+        ["claude", "gemini"]
+    );
+    assert_eq!(
+        code(v.set_agent_token("bad agent", "admin")),
+        "invalid_name"
+    );
+    let actions: Vec<_> = v
+        .audit_log(0, 100)
+        .expect("log")
+        .into_iter()
+        .map(|e| e.action)
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "agent_token_set",
+            "agent_token_rotate",
+            "agent_token_rotate",
+            "agent_token_set",
+            "agent_token_revoke",
+            "agent_token_set"
+        ]
+    );
+}
+
+/// A `MakeWriter` that appends every log line to a shared buffer.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("lock").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
+    type Writer = LogBuffer;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[test]
+fn a_canary_value_appears_in_no_metadata_output_record_or_log_line() {
+    const CANARY: &str = "CANARY-6b1f9e-secret-value";
+    const CANARY2: &str = "CANARY-6b1f9e-rotated-value";
+    let logs = LogBuffer::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(logs.clone())
+        .finish();
+    let f = Fixture::new();
+    let mut seen = Vec::<String>::new();
+    tracing::subscriber::with_default(subscriber, || {
+        let v = &f.vault;
+        v.create("canary", &CANARY.into(), "admin").expect("create");
+        let cur = v.current("canary").expect("current");
+        assert_eq!(cur.value.expose(), CANARY.as_bytes());
+        seen.push(format!("{cur:?}"));
+        v.record_use("canary", 1, "gitea", "req-1", "agent:claude")
+            .expect("use");
+        v.rotate("canary", &CANARY2.into(), "admin", HOUR)
+            .expect("rotate");
+        seen.push(format!("{:?}", v.version("canary", 1).expect("grace")));
+        let secrets = f.dir.path().join("secrets");
+        std::fs::create_dir_all(&secrets).expect("dir");
+        std::fs::write(secrets.join("canary-file"), CANARY).expect("write");
+        v.import_folder(&secrets, "admin").expect("import");
+        let resolved = v
+            .resolve(&"file:canary-file".parse().expect("ref"))
+            .expect("resolve");
+        assert_eq!(resolved.value.expose(), CANARY.as_bytes());
+        seen.push(format!("{resolved:?}"));
+        v.revoke("canary", 1, "admin").expect("revoke");
+        let list = v.list().expect("list");
+        seen.push(format!("{list:?}"));
+        seen.push(format!("{list:#?}"));
+        seen.push(serde_json::to_string(&list).expect("json"));
+        seen.push(serde_json::to_string(&v.get("canary").expect("get")).expect("json"));
+        let log = v.audit_log(0, 100).expect("log");
+        seen.push(format!("{log:?}"));
+        seen.push(serde_json::to_string(&log).expect("json"));
+        seen.push(format!("{v:?}"));
+        seen.push(serde_json::to_string(&SecretValue::from(CANARY)).expect("json"));
+        seen.push(format!("{}", SecretValue::from(CANARY)));
+        let err = v
+            .create("canary", &CANARY.into(), "admin")
+            .expect_err("exists");
+        seen.push(format!("{err:?} {err}"));
+        let err = v
+            .rotate("canary", &"".into(), "admin", HOUR)
+            .expect_err("empty");
+        seen.push(format!("{err:?} {err}"));
+    });
+    let logs = String::from_utf8(logs.0.lock().expect("lock").clone()).expect("utf-8 logs");
+    assert!(
+        logs.contains("vault secret created"),
+        "logs were captured: {logs}"
+    );
+    assert!(
+        logs.contains("vault secret used"),
+        "TRACE/DEBUG lines too: {logs}"
+    );
+    for text in seen.iter().chain(std::iter::once(&logs)) {
+        for canary in [CANARY, CANARY2, "CANARY-6b1f9e"] {
+            assert!(!text.contains(canary), "the value leaked into: {text}");
+        }
+    }
+    // Nor is it in the database file in clear.
+    let db = std::fs::read(f.db()).expect("db");
+    assert!(!db.windows(13).any(|w| w == b"CANARY-6b1f9e"));
+    let raw_audit: String = f
+        .raw()
+        .query_row(
+            "SELECT group_concat(coalesce(fingerprint, '') || actor, ',') FROM vault_audit",
+            [],
+            |r| r.get(0),
+        )
+        .expect("audit rows");
+    assert!(!raw_audit.contains("CANARY-6b1f9e-secret"));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Any name and value either round-trips or is refused with a clear error, as the name
+    /// charset and value limits say.
+    #[test]
+    fn random_names_and_values_round_trip_or_are_refused(
+        name in prop_oneof![
+            "[A-Za-z0-9][A-Za-z0-9._-]{0,20}",
+            "[A-Za-z0-9._/ é:\\-]{0,20}",
+            "[a-z]{125,132}",
+        ],
+        value in prop::collection::vec(any::<u8>(), 0..64),
+    ) {
+        let f = Fixture::new();
+        let value = SecretValue::new(value);
+        match f.vault.create(&name, &value, "prop") {
+            Ok(version) => {
+                prop_assert!(is_valid_name(&name));
+                prop_assert!(!value.is_empty());
+                prop_assert_eq!(version, 1);
+                let back = f.vault.current(&name).expect("current");
+                prop_assert_eq!(back.value.expose(), value.expose());
+                prop_assert_eq!(f.vault.get(&name).expect("get").name, name);
+            }
+            Err(e) => {
+                let valid = is_valid_name(&name);
+                prop_assert!(!valid || value.is_empty(), "refused a valid pair: {e}");
+                prop_assert_eq!(e.code(), if valid { "invalid_value" } else { "invalid_name" });
+                prop_assert!(!e.to_string().is_empty());
+            }
+        }
+    }
+}
