@@ -19,6 +19,7 @@ mod config;
 pub mod embed;
 mod error;
 pub mod patterns;
+mod progress;
 pub mod repo;
 pub mod session;
 pub mod store;
@@ -36,8 +37,8 @@ pub use embed::{
 };
 pub use error::{MemoryError, Result};
 pub use patterns::{
-    BarProgress, ExampleRepo, IndexReport, IndexedExample, NoProgress, PatternHit, PatternIndex,
-    PatternIndexConfig, Progress, ProgressEvent, SearchMode,
+    BarProgress, ExampleRepo, IndexReport, IndexedExample, LineProgress, NoProgress, PatternHit,
+    PatternIndex, PatternIndexConfig, Progress, ProgressEvent, SearchMode,
 };
 pub use session::{Memory, MemoryFilter, NewMemory, RecallHit, SessionMemory};
 pub use store::embedded::EmbeddedStore;

@@ -18,7 +18,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -28,6 +27,8 @@ use crate::error::{MemoryError, Result};
 use crate::repo::{FileRules, collect_files, fetch};
 use crate::store::{CollectionConfig, Filter, Payload, Point, VectorStore};
 use crate::time::{rfc3339, stable_id, unix_now};
+
+pub use crate::progress::{BarProgress, LineProgress, NoProgress, Progress, ProgressEvent};
 
 /// One example repository of a pattern, as the rules document lists it
 /// (`patterns.custom[].example_repos[]`).
@@ -39,132 +40,6 @@ pub struct ExampleRepo {
     pub reference_tag: String,
     /// The architecture pattern it illustrates.
     pub arch_tag: String,
-}
-
-/// A step of long indexing work.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum ProgressEvent {
-    /// Cloning or opening the source.
-    Fetching {
-        /// The URL or path.
-        source: String,
-    },
-    /// Files were read and chunked.
-    Chunked {
-        /// Files kept.
-        files: usize,
-        /// Chunks made.
-        chunks: usize,
-    },
-    /// Chunks embedded so far.
-    Embedded {
-        /// Done.
-        done: usize,
-        /// Total.
-        total: usize,
-    },
-    /// Writing the new chunks in place of the old ones.
-    Storing {
-        /// How many.
-        chunks: usize,
-    },
-}
-
-impl ProgressEvent {
-    /// `(progress, total)` for a progress bar: the embedding step dominates, so it counts
-    /// chunks; the other steps are markers.
-    pub fn fraction(&self) -> (f64, Option<f64>) {
-        match self {
-            ProgressEvent::Fetching { .. } => (0.0, None),
-            ProgressEvent::Chunked { chunks, .. } => (0.0, Some(*chunks as f64)),
-            ProgressEvent::Embedded { done, total } => (*done as f64, Some(*total as f64)),
-            ProgressEvent::Storing { chunks } => (*chunks as f64, Some(*chunks as f64)),
-        }
-    }
-
-    /// A one-line description.
-    pub fn message(&self) -> String {
-        match self {
-            ProgressEvent::Fetching { source } => format!("fetching {source}"),
-            ProgressEvent::Chunked { files, chunks } => {
-                format!("{chunks} chunks from {files} files")
-            }
-            ProgressEvent::Embedded { done, total } => format!("embedded {done}/{total} chunks"),
-            ProgressEvent::Storing { chunks } => format!("storing {chunks} chunks"),
-        }
-    }
-}
-
-/// Receives progress of long work.
-#[async_trait]
-pub trait Progress: Send + Sync {
-    /// Called at each step; must return quickly.
-    async fn report(&self, event: ProgressEvent);
-}
-
-/// Progress that goes nowhere.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoProgress;
-
-#[async_trait]
-impl Progress for NoProgress {
-    async fn report(&self, _event: ProgressEvent) {}
-}
-
-/// A text progress bar for command lines: each event rewrites one line of `out` (use
-/// `std::io::stderr()`), e.g. `[##########----------]  48/96 embedded 48/96 chunks`. A write
-/// error is ignored: progress must never fail the work it reports on.
-pub struct BarProgress<W: std::io::Write + Send> {
-    out: std::sync::Mutex<W>,
-    width: usize,
-}
-
-impl<W: std::io::Write + Send> BarProgress<W> {
-    /// A bar of 20 cells writing to `out`.
-    pub fn new(out: W) -> Self {
-        Self {
-            out: std::sync::Mutex::new(out),
-            width: 20,
-        }
-    }
-
-    /// The line drawn for `event`.
-    pub fn line(&self, event: &ProgressEvent) -> String {
-        let (done, total) = event.fraction();
-        let bar = match total {
-            Some(t) if t > 0.0 => {
-                let filled = ((done / t).clamp(0.0, 1.0) * self.width as f64).round() as usize;
-                format!(
-                    "[{}{}] ",
-                    "#".repeat(filled),
-                    "-".repeat(self.width - filled)
-                )
-            }
-            _ => format!("[{}] ", " ".repeat(self.width)),
-        };
-        format!("{bar}{}", event.message())
-    }
-
-    /// Gives the writer back.
-    pub fn into_inner(self) -> W {
-        self.out.into_inner().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-#[async_trait]
-impl<W: std::io::Write + Send> Progress for BarProgress<W> {
-    async fn report(&self, event: ProgressEvent) {
-        let line = self.line(&event);
-        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        let end = if matches!(event, ProgressEvent::Storing { .. }) {
-            "\n"
-        } else {
-            ""
-        };
-        let _ = write!(out, "\r\x1b[2K{line}{end}");
-        let _ = out.flush();
-    }
 }
 
 /// What indexing did.
@@ -664,26 +539,5 @@ impl PatternIndex {
             }
         }
         Ok(by_tag.into_values().collect())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn the_bar_draws_each_step() {
-        let bar = BarProgress::new(Vec::new());
-        let half = bar.line(&ProgressEvent::Embedded {
-            done: 48,
-            total: 96,
-        });
-        assert_eq!(half, "[##########----------] embedded 48/96 chunks");
-        bar.report(ProgressEvent::Fetching { source: "r".into() })
-            .await;
-        bar.report(ProgressEvent::Storing { chunks: 96 }).await;
-        let text = String::from_utf8(bar.into_inner()).unwrap_or_default();
-        assert!(text.contains("fetching r"));
-        assert!(text.ends_with("[####################] storing 96 chunks\n"));
     }
 }

@@ -18,8 +18,7 @@
 //! `bridle memory index` writes): each read first compares SQLite's `data_version`, which moves
 //! only when another connection commits, and reloads the in-memory copy when it moved.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -28,6 +27,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, params};
 
 use super::keywords::{self, Bm25Index, keyword_text};
+use super::topk::{TopK, Worst};
 use super::{
     CollectionConfig, Distance, Filter, Payload, Point, PointId, Record, ScoredPoint, VectorStore,
     dot, normalize,
@@ -246,63 +246,6 @@ impl Collection {
 
 /// From this many points on, an unfiltered search scans in parallel.
 const PARALLEL_SCAN_POINTS: usize = 32_768;
-
-/// A heap entry ordered so that the heap's top is the worst of the best `k`.
-struct Worst(f32, usize);
-
-impl PartialEq for Worst {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for Worst {}
-impl PartialOrd for Worst {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Worst {
-    fn cmp(&self, o: &Self) -> Ordering {
-        // Reversed: the lowest score is the greatest, so it sits on top to be evicted.
-        o.0.total_cmp(&self.0).then(self.1.cmp(&o.1))
-    }
-}
-
-/// The best `k` (score, row) pairs of a stream.
-struct TopK {
-    k: usize,
-    heap: BinaryHeap<Worst>,
-}
-
-impl TopK {
-    fn new(k: usize) -> Self {
-        Self {
-            k,
-            heap: BinaryHeap::with_capacity(k + 1),
-        }
-    }
-
-    #[inline]
-    fn push(&mut self, score: f32, row: usize) {
-        if self.heap.len() < self.k {
-            self.heap.push(Worst(score, row));
-        } else if let Some(worst) = self.heap.peek()
-            && score > worst.0
-        {
-            self.heap.pop();
-            self.heap.push(Worst(score, row));
-        }
-    }
-
-    fn into_sorted(self) -> Vec<(f32, usize)> {
-        // `into_sorted_vec` is ascending by `Ord`, i.e. best score first.
-        self.heap
-            .into_sorted_vec()
-            .into_iter()
-            .map(|Worst(s, r)| (s, r))
-            .collect()
-    }
-}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave SQLite torn (transactions roll back on drop).

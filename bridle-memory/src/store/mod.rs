@@ -16,6 +16,7 @@ pub mod embedded;
 pub mod keywords;
 #[cfg(feature = "qdrant")]
 pub mod qdrant;
+mod topk;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
