@@ -15,7 +15,8 @@
 //!   (`hybrid`, what `search_pattern_examples` does by default).
 //!
 //! A question is answered at file level when a result comes from an answering file, and at item
-//! level when a result's lines overlap an answering item. Reported: recall@5, recall@10 and the
+//! level when a result's lines overlap an answering item (its doc comment and attributes
+//! included). Reported: recall@5, recall@10 and the
 //! mean reciprocal rank over the top 10. Run:
 //!
 //! ```sh
@@ -114,9 +115,17 @@ fn questions(root: &Path) -> Vec<Question> {
                 .iter()
                 .position(|l| l.contains(anchor))
                 .unwrap_or_else(|| panic!("anchor {anchor:?} not in {file}"));
+            // The item's doc comment and attributes are part of it.
+            let mut first = start;
+            while first > 0 && {
+                let l = lines[first - 1].trim_start();
+                l.starts_with("///") || l.starts_with("#[")
+            } {
+                first -= 1;
+            }
             answers.push(Answer {
                 file: file.to_string(),
-                start: start + 1,
+                start: first + 1,
                 end: item_end(&lines, start) + 1,
             });
         }
@@ -245,6 +254,8 @@ fn bm25_hits(payloads: &[Payload], index: &Bm25Index, query: &str) -> Vec<Hit> {
 }
 
 struct Row {
+    /// With `BRIDLE_RETRIEVAL_VERBOSE` set: the top 5 of every item-level miss.
+    detail: Vec<String>,
     chunker: &'static str,
     ranking: &'static str,
     chunks: usize,
@@ -320,6 +331,7 @@ async fn evaluate_chunks(
         }
         let (file, item, misses) = score(qs, &results);
         rows.push(Row {
+            detail: detail(qs, &results, &misses),
             chunker: name,
             ranking,
             chunks: chunks.len(),
@@ -403,6 +415,7 @@ async fn evaluate_pipeline(
         }
         let (file, item, misses) = score(qs, &results);
         rows.push(Row {
+            detail: detail(qs, &results, &misses),
             chunker: name,
             ranking,
             chunks: report.chunks,
@@ -413,6 +426,34 @@ async fn evaluate_pipeline(
         });
     }
     rows
+}
+
+/// The top 5 of each missed question, when `BRIDLE_RETRIEVAL_VERBOSE` is set.
+fn detail(qs: &[Question], results: &[Vec<Hit>], misses: &[usize]) -> Vec<String> {
+    if std::env::var_os("BRIDLE_RETRIEVAL_VERBOSE").is_none() {
+        return Vec::new();
+    }
+    misses
+        .iter()
+        .map(|&n| {
+            let want: Vec<String> = qs[n]
+                .answers
+                .iter()
+                .map(|a| format!("{}:{}-{}", a.file, a.start, a.end))
+                .collect();
+            let got: Vec<String> = results[n]
+                .iter()
+                .take(5)
+                .map(|h| format!("{}:{}-{}", h.file, h.start, h.end))
+                .collect();
+            format!(
+                "{} (want {}) got {}",
+                qs[n].text,
+                want.join(", "),
+                got.join(", ")
+            )
+        })
+        .collect()
 }
 
 fn model_dir() -> PathBuf {
@@ -443,50 +484,27 @@ fn main() {
         let texts: Vec<String> = qs.iter().map(|q| q.text.clone()).collect();
         let query_vectors = embedder.embed(&texts).await.expect("embed questions");
         let mut rows = Vec::new();
-        rows.extend(
-            evaluate_chunks(
-                "legacy",
-                legacy_chunks(&root),
-                &store,
-                &embedder,
-                &qs,
-                &query_vectors,
-            )
-            .await,
-        );
-        rows.extend(
-            evaluate_chunks(
-                "window-40",
-                window_chunks(&root, 40, 10),
-                &store,
-                &embedder,
-                &qs,
-                &query_vectors,
-            )
-            .await,
-        );
-        rows.extend(
-            evaluate_pipeline(
-                "tree-sitter",
-                &root,
-                store.clone(),
-                embedder.clone(),
-                256,
-                &qs,
-            )
-            .await,
-        );
-        rows.extend(
-            evaluate_pipeline(
-                "tree-sitter-128",
-                &root,
-                store.clone(),
-                embedder.clone(),
-                128,
-                &qs,
-            )
-            .await,
-        );
+        // `BRIDLE_RETRIEVAL_ONLY=tree-sitter` runs one chunker (while tuning).
+        let only = std::env::var("BRIDLE_RETRIEVAL_ONLY").ok();
+        let want = |name: &str| only.as_deref().is_none_or(|o| o == name);
+        if want("legacy") {
+            let chunks = legacy_chunks(&root);
+            rows.extend(
+                evaluate_chunks("legacy", chunks, &store, &embedder, &qs, &query_vectors).await,
+            );
+        }
+        if want("window-40") {
+            let chunks = window_chunks(&root, 40, 10);
+            rows.extend(
+                evaluate_chunks("window-40", chunks, &store, &embedder, &qs, &query_vectors).await,
+            );
+        }
+        for (name, max_tokens) in [("tree-sitter", 256), ("tree-sitter-128", 128)] {
+            if want(name) {
+                let (s, e) = (store.clone(), embedder.clone());
+                rows.extend(evaluate_pipeline(name, &root, s, e, max_tokens, &qs).await);
+            }
+        }
         rows
     });
     let files = source_files(&root).len();
@@ -520,6 +538,9 @@ fn main() {
         eprintln!("item-level misses at 5, tree-sitter {}:", r.ranking);
         for &n in &r.misses {
             eprintln!("  - {}", qs[n].text);
+        }
+        for d in &r.detail {
+            eprintln!("    {d}");
         }
     }
 }
