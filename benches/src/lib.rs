@@ -1,7 +1,9 @@
 //! Shared fixtures of the benchmarks: the 6-field note schema and arguments that the gate and
-//! primitives benches call with, the write capability their tools are bound to, and (in
-//! [`loopback`]) the HTTP load generator of the wire-level benches.
+//! primitives benches call with, the write capability their tools are bound to, (in
+//! [`loopback`]) the HTTP load generator of the wire-level benches, and (in [`legacy_chunk`])
+//! the line-based chunker the retrieval benchmark compares the tree-sitter one with.
 
+pub mod legacy_chunk;
 pub mod loopback;
 
 use kberg_core::WriteCapability;

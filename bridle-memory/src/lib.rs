@@ -19,6 +19,7 @@ mod config;
 pub mod embed;
 mod error;
 pub mod patterns;
+mod progress;
 pub mod repo;
 pub mod session;
 pub mod store;
@@ -30,11 +31,14 @@ pub use config::{
 };
 #[cfg(feature = "local-embed")]
 pub use embed::LocalEmbedder;
-pub use embed::{ConstantEmbedder, Embedder, HttpEmbedderConfig, OllamaEmbedder, OpenAiEmbedder};
+pub use embed::{
+    ConstantEmbedder, DEFAULT_MAX_INPUT_TOKENS, Embedder, HttpEmbedderConfig, OllamaEmbedder,
+    OpenAiEmbedder, fit_input,
+};
 pub use error::{MemoryError, Result};
 pub use patterns::{
-    BarProgress, ExampleRepo, IndexReport, IndexedExample, NoProgress, PatternHit, PatternIndex,
-    PatternIndexConfig, Progress, ProgressEvent,
+    BarProgress, ExampleRepo, IndexReport, IndexedExample, LineProgress, NoProgress, PatternHit,
+    PatternIndex, PatternIndexConfig, Progress, ProgressEvent, SearchMode,
 };
 pub use session::{Memory, MemoryFilter, NewMemory, RecallHit, SessionMemory};
 pub use store::embedded::EmbeddedStore;

@@ -7,7 +7,7 @@
 //! running during a refresh sees the old set or the new one, never a mix and never nothing.
 //!
 //! Each chunk's payload carries `reference_tag`, `arch_tag`, `source_repo`, `file_path`,
-//! `chunk_type`, `start_line`, `end_line`, `language` (when known), `last_indexed` (RFC 3339),
+//! `chunk_type`, `context` (the enclosing items, `impl Store > pub fn load`), `start_line`, `end_line`, `language` (when known), `last_indexed` (RFC 3339),
 //! `embedding_model` and the `text` of the snippet. There is no automatic re-fetching: a tag is
 //! re-indexed only by [`PatternIndex::refresh`] (or by indexing it again), which reads the source
 //! back from the stored payload.
@@ -18,16 +18,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::chunk::{ChunkConfig, Language, chunk_file};
-use crate::embed::Embedder;
+use crate::embed::{Embedder, fit_input};
 use crate::error::{MemoryError, Result};
 use crate::repo::{FileRules, collect_files, fetch};
 use crate::store::{CollectionConfig, Filter, Payload, Point, VectorStore};
 use crate::time::{rfc3339, stable_id, unix_now};
+
+pub use crate::progress::{BarProgress, LineProgress, NoProgress, Progress, ProgressEvent};
 
 /// One example repository of a pattern, as the rules document lists it
 /// (`patterns.custom[].example_repos[]`).
@@ -39,132 +40,6 @@ pub struct ExampleRepo {
     pub reference_tag: String,
     /// The architecture pattern it illustrates.
     pub arch_tag: String,
-}
-
-/// A step of long indexing work.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum ProgressEvent {
-    /// Cloning or opening the source.
-    Fetching {
-        /// The URL or path.
-        source: String,
-    },
-    /// Files were read and chunked.
-    Chunked {
-        /// Files kept.
-        files: usize,
-        /// Chunks made.
-        chunks: usize,
-    },
-    /// Chunks embedded so far.
-    Embedded {
-        /// Done.
-        done: usize,
-        /// Total.
-        total: usize,
-    },
-    /// Writing the new chunks in place of the old ones.
-    Storing {
-        /// How many.
-        chunks: usize,
-    },
-}
-
-impl ProgressEvent {
-    /// `(progress, total)` for a progress bar: the embedding step dominates, so it counts
-    /// chunks; the other steps are markers.
-    pub fn fraction(&self) -> (f64, Option<f64>) {
-        match self {
-            ProgressEvent::Fetching { .. } => (0.0, None),
-            ProgressEvent::Chunked { chunks, .. } => (0.0, Some(*chunks as f64)),
-            ProgressEvent::Embedded { done, total } => (*done as f64, Some(*total as f64)),
-            ProgressEvent::Storing { chunks } => (*chunks as f64, Some(*chunks as f64)),
-        }
-    }
-
-    /// A one-line description.
-    pub fn message(&self) -> String {
-        match self {
-            ProgressEvent::Fetching { source } => format!("fetching {source}"),
-            ProgressEvent::Chunked { files, chunks } => {
-                format!("{chunks} chunks from {files} files")
-            }
-            ProgressEvent::Embedded { done, total } => format!("embedded {done}/{total} chunks"),
-            ProgressEvent::Storing { chunks } => format!("storing {chunks} chunks"),
-        }
-    }
-}
-
-/// Receives progress of long work.
-#[async_trait]
-pub trait Progress: Send + Sync {
-    /// Called at each step; must return quickly.
-    async fn report(&self, event: ProgressEvent);
-}
-
-/// Progress that goes nowhere.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoProgress;
-
-#[async_trait]
-impl Progress for NoProgress {
-    async fn report(&self, _event: ProgressEvent) {}
-}
-
-/// A text progress bar for command lines: each event rewrites one line of `out` (use
-/// `std::io::stderr()`), e.g. `[##########----------]  48/96 embedded 48/96 chunks`. A write
-/// error is ignored: progress must never fail the work it reports on.
-pub struct BarProgress<W: std::io::Write + Send> {
-    out: std::sync::Mutex<W>,
-    width: usize,
-}
-
-impl<W: std::io::Write + Send> BarProgress<W> {
-    /// A bar of 20 cells writing to `out`.
-    pub fn new(out: W) -> Self {
-        Self {
-            out: std::sync::Mutex::new(out),
-            width: 20,
-        }
-    }
-
-    /// The line drawn for `event`.
-    pub fn line(&self, event: &ProgressEvent) -> String {
-        let (done, total) = event.fraction();
-        let bar = match total {
-            Some(t) if t > 0.0 => {
-                let filled = ((done / t).clamp(0.0, 1.0) * self.width as f64).round() as usize;
-                format!(
-                    "[{}{}] ",
-                    "#".repeat(filled),
-                    "-".repeat(self.width - filled)
-                )
-            }
-            _ => format!("[{}] ", " ".repeat(self.width)),
-        };
-        format!("{bar}{}", event.message())
-    }
-
-    /// Gives the writer back.
-    pub fn into_inner(self) -> W {
-        self.out.into_inner().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-#[async_trait]
-impl<W: std::io::Write + Send> Progress for BarProgress<W> {
-    async fn report(&self, event: ProgressEvent) {
-        let line = self.line(&event);
-        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        let end = if matches!(event, ProgressEvent::Storing { .. }) {
-            "\n"
-        } else {
-            ""
-        };
-        let _ = write!(out, "\r\x1b[2K{line}{end}");
-        let _ = out.flush();
-    }
 }
 
 /// What indexing did.
@@ -186,6 +61,50 @@ pub struct IndexReport {
     pub last_indexed: String,
 }
 
+/// How a search ranks.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchMode {
+    /// Vector similarity fused with a BM25 keyword ranking by reciprocal rank fusion (the
+    /// default: `benches/benches/memory_retrieval.rs` measured it ahead of either alone).
+    #[default]
+    Hybrid,
+    /// Vector similarity alone.
+    Vector,
+}
+
+impl SearchMode {
+    /// `hybrid` or `vector`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SearchMode::Hybrid => "hybrid",
+            SearchMode::Vector => "vector",
+        }
+    }
+}
+
+/// Runs one search of `store` in `mode`.
+pub(crate) async fn search_store(
+    store: &dyn VectorStore,
+    collection: &str,
+    mode: SearchMode,
+    vector: &[f32],
+    query: &str,
+    filter: Option<&Filter>,
+    limit: usize,
+) -> Result<Vec<crate::store::ScoredPoint>> {
+    match mode {
+        SearchMode::Vector => store.search(collection, vector, filter, limit).await,
+        SearchMode::Hybrid => {
+            store
+                .search_hybrid(collection, vector, query, filter, limit)
+                .await
+        }
+    }
+}
+
 /// A search hit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PatternHit {
@@ -195,9 +114,13 @@ pub struct PatternHit {
     pub start_line: u64,
     /// Last line, inclusive.
     pub end_line: u64,
-    /// `function`, `type`, `impl`, `module`, `block` or `window`.
+    /// `function`, `type`, `impl`, `module`, `block`, `section` or `window`.
     pub chunk_type: String,
-    /// Similarity (higher is closer).
+    /// The enclosing items, e.g. `impl Store > pub fn load` (empty for top-level blocks).
+    #[serde(default)]
+    pub context: String,
+    /// Higher is closer: the cosine similarity in `vector` mode, the fused reciprocal-rank score
+    /// in `hybrid` mode.
     pub score: f32,
     /// The example's tag.
     pub reference_tag: String,
@@ -237,6 +160,8 @@ pub struct PatternIndexConfig {
     pub files: FileRules,
     /// How long a clone may take.
     pub clone_timeout: Duration,
+    /// How [`PatternIndex::search`] ranks.
+    pub search: SearchMode,
 }
 
 impl Default for PatternIndexConfig {
@@ -247,6 +172,7 @@ impl Default for PatternIndexConfig {
             chunking: ChunkConfig::default(),
             files: FileRules::default(),
             clone_timeout: Duration::from_secs(300),
+            search: SearchMode::default(),
         }
     }
 }
@@ -336,12 +262,15 @@ impl PatternIndex {
         let checkout = fetch(&repo.url, self.config.clone_timeout).await?;
         let root = checkout.root().to_path_buf();
         let rules = self.config.files.clone();
-        let chunking = self.config.chunking;
+        let mut chunking = self.config.chunking;
+        chunking.max_tokens = chunking.max_tokens.min(self.embedder.max_input_tokens());
+        let embedder = Arc::clone(&self.embedder);
         let (files, chunks) = tokio::task::spawn_blocking(move || -> Result<_> {
             let files = collect_files(&root, &rules)?;
+            let count = |t: &str| embedder.count_tokens(t);
             let mut chunks = Vec::new();
             for f in &files {
-                for c in chunk_file(&f.path, &f.text, &chunking) {
+                for c in chunk_file(&f.path, &f.text, &chunking, &count) {
                     chunks.push((f.path.clone(), c));
                 }
             }
@@ -364,10 +293,11 @@ impl PatternIndex {
         let total = chunks.len();
         let mut vectors = Vec::with_capacity(total);
         for batch in chunks.chunks(self.config.batch_size.max(1)) {
-            // The path gives the model context the snippet alone lacks.
+            // The path and the containers' headers give the model context the snippet alone
+            // lacks; the chunker sized them to fit, `fit_input` makes sure of it.
             let texts: Vec<String> = batch
                 .iter()
-                .map(|(p, c)| format!("{p}\n{}", c.text))
+                .map(|(p, c)| fit_input(self.embedder.as_ref(), &c.embedding_text(p)))
                 .collect();
             let v = self.embedder.embed(&texts).await?;
             super::embed::check_vectors(self.embedder.dimension(), texts.len(), &v)?;
@@ -392,6 +322,7 @@ impl PatternIndex {
                 payload.insert("source_repo".into(), json!(source));
                 payload.insert("file_path".into(), json!(path));
                 payload.insert("chunk_type".into(), json!(c.chunk_type.as_str()));
+                payload.insert("context".into(), json!(c.context_path()));
                 payload.insert("start_line".into(), json!(c.start_line));
                 payload.insert("end_line".into(), json!(c.end_line));
                 if let Some(l) = Language::of_path(&path) {
@@ -478,12 +409,25 @@ impl PatternIndex {
         self.index(&repo, progress).await
     }
 
-    /// Semantic search, optionally within one pattern.
+    /// Search, optionally within one pattern, ranked the configured way
+    /// ([`PatternIndexConfig::search`]).
     pub async fn search(
         &self,
         query: &str,
         arch_tag: Option<&str>,
         limit: usize,
+    ) -> Result<Vec<PatternHit>> {
+        self.search_with(query, arch_tag, limit, self.config.search)
+            .await
+    }
+
+    /// Search ranked by `mode`.
+    pub async fn search_with(
+        &self,
+        query: &str,
+        arch_tag: Option<&str>,
+        limit: usize,
+        mode: SearchMode,
     ) -> Result<Vec<PatternHit>> {
         if query.trim().is_empty() {
             return Err(MemoryError::InvalidInput(
@@ -498,20 +442,24 @@ impl PatternIndex {
         {
             return Ok(Vec::new());
         }
-        let v = self.embedder.embed(&[query.to_string()]).await?;
+        let v = self
+            .embedder
+            .embed(&[fit_input(self.embedder.as_ref(), query)])
+            .await?;
         super::embed::check_vectors(self.embedder.dimension(), 1, &v)?;
         let filter = arch_tag
             .filter(|t| !t.is_empty())
             .map(|t| Filter::eq("arch_tag", t));
-        let hits = self
-            .store
-            .search(
-                &self.config.collection,
-                &v[0],
-                filter.as_ref(),
-                limit.clamp(1, 100),
-            )
-            .await?;
+        let hits = search_store(
+            self.store.as_ref(),
+            &self.config.collection,
+            mode,
+            &v[0],
+            query,
+            filter.as_ref(),
+            limit.clamp(1, 100),
+        )
+        .await?;
         Ok(hits
             .into_iter()
             .map(|h| {
@@ -521,6 +469,7 @@ impl PatternIndex {
                     start_line: p.get("start_line").and_then(Value::as_u64).unwrap_or(0),
                     end_line: p.get("end_line").and_then(Value::as_u64).unwrap_or(0),
                     chunk_type: text(p, "chunk_type"),
+                    context: text(p, "context"),
                     score: h.score,
                     reference_tag: text(p, "reference_tag"),
                     arch_tag: text(p, "arch_tag"),
@@ -590,26 +539,5 @@ impl PatternIndex {
             }
         }
         Ok(by_tag.into_values().collect())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn the_bar_draws_each_step() {
-        let bar = BarProgress::new(Vec::new());
-        let half = bar.line(&ProgressEvent::Embedded {
-            done: 48,
-            total: 96,
-        });
-        assert_eq!(half, "[##########----------] embedded 48/96 chunks");
-        bar.report(ProgressEvent::Fetching { source: "r".into() })
-            .await;
-        bar.report(ProgressEvent::Storing { chunks: 96 }).await;
-        let text = String::from_utf8(bar.into_inner()).unwrap_or_default();
-        assert!(text.contains("fetching r"));
-        assert!(text.ends_with("[####################] storing 96 chunks\n"));
     }
 }

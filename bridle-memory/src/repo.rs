@@ -6,8 +6,10 @@
 //! [`Checkout`] is dropped. git never prompts: a private repository fails with a clear error
 //! instead of hanging on a credentials prompt.
 //!
-//! [`collect_files`] walks the tree and keeps text files of code and documentation, skipping
-//! what would only add noise to search: version-control and dependency folders (`.git`,
+//! [`collect_files`] walks the tree with the `ignore` crate, so `.gitignore`, `.ignore` and
+//! global git excludes are honoured and hidden files are skipped (ignored files, local
+//! configuration with secrets among them, are never read, embedded or sent to an embedder). It
+//! keeps text files of code and documentation, skipping what would only add noise to search: version-control and dependency folders (`.git`,
 //! `node_modules`, `vendor`, `target`, ...), lock files, minified and generated files (by name,
 //! or by an `@generated` / `Code generated ... DO NOT EDIT` marker near the top), binary files
 //! (a NUL byte, or not UTF-8) and files over a size limit.
@@ -144,6 +146,8 @@ pub struct FileRules {
     pub max_file_bytes: u64,
     /// At most this many files are read.
     pub max_files: usize,
+    /// Whether hidden files and folders (names starting with `.`) are read too.
+    pub hidden: bool,
 }
 
 impl Default for FileRules {
@@ -151,6 +155,7 @@ impl Default for FileRules {
         Self {
             max_file_bytes: 256 * 1024,
             max_files: 20_000,
+            hidden: false,
         }
     }
 }
@@ -245,57 +250,83 @@ fn looks_generated(text: &str) -> bool {
 }
 
 /// Walks `root` and returns the indexable files, sorted by path.
+///
+/// The walk is the `ignore` crate's (ripgrep's): `.gitignore` files (also outside a git
+/// checkout, so a copied tree keeps its rules), `.git/info/exclude`, the user's global git
+/// excludes and `.ignore` files are honoured, hidden files and folders are skipped unless
+/// [`FileRules::hidden`] says otherwise, and symlinks are not followed (they may leave the
+/// repository or loop). The folder, name, size, binary and generated-file rules above apply on
+/// top.
 pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let entries = std::fs::read_dir(&dir).map_err(|e| MemoryError::RepoUnavailable {
+    if !root.is_dir() {
+        return Err(MemoryError::RepoUnavailable {
             source_repo: root.display().to_string(),
-            reason: format!("cannot read {}: {e}", dir.display()),
-        })?;
-        for entry in entries.flatten() {
-            let Ok(ft) = entry.file_type() else { continue };
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let path = entry.path();
-            // Symlinks are not followed: they may leave the repository or loop.
-            if ft.is_dir() {
-                if !SKIP_DIRS.contains(&name.as_str()) {
-                    stack.push(path);
-                }
+            reason: "it is not a readable directory".into(),
+        });
+    }
+    let walker = ignore::WalkBuilder::new(root)
+        .hidden(!rules.hidden)
+        .git_ignore(true)
+        .git_global(true)
+        .git_exclude(true)
+        .ignore(true)
+        .parents(true)
+        .require_git(false)
+        .follow_links(false)
+        .max_filesize(Some(rules.max_file_bytes))
+        .sort_by_file_name(std::cmp::Ord::cmp)
+        .filter_entry(|e| {
+            let is_dir = e.file_type().is_some_and(|t| t.is_dir());
+            !(is_dir
+                && e.depth() > 0
+                && SKIP_DIRS.contains(&e.file_name().to_string_lossy().as_ref()))
+        })
+        .build();
+    let mut out = Vec::new();
+    for entry in walker {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                // An unreadable folder or a malformed ignore file: skip it, say so.
+                tracing::debug!(error = %e, "skipped while walking the repository");
                 continue;
             }
-            if !ft.is_file() || !wanted_name(&name) {
-                continue;
-            }
-            let Ok(meta) = entry.metadata() else { continue };
-            if meta.len() > rules.max_file_bytes || meta.len() == 0 {
-                continue;
-            }
-            let Ok(bytes) = std::fs::read(&path) else {
-                continue;
-            };
-            if bytes.iter().take(8000).any(|b| *b == 0) {
-                continue;
-            }
-            let Ok(text) = String::from_utf8(bytes) else {
-                continue;
-            };
-            if looks_generated(&text) || text.trim().is_empty() {
-                continue;
-            }
-            let rel = path
-                .strip_prefix(root)
-                .unwrap_or(&path)
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy())
-                .collect::<Vec<_>>()
-                .join("/");
-            out.push(SourceFile { path: rel, text });
-            if out.len() >= rules.max_files {
-                tracing::warn!(root = %root.display(), max = rules.max_files, "file limit reached; the rest is not indexed");
-                out.sort_by(|a, b| a.path.cmp(&b.path));
-                return Ok(out);
-            }
+        };
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !wanted_name(&name) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(meta) = entry.metadata() else { continue };
+        if meta.len() > rules.max_file_bytes || meta.len() == 0 {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(path) else {
+            continue;
+        };
+        if bytes.iter().take(8000).any(|b| *b == 0) {
+            continue;
+        }
+        let Ok(text) = String::from_utf8(bytes) else {
+            continue;
+        };
+        if looks_generated(&text) || text.trim().is_empty() {
+            continue;
+        }
+        let rel = path
+            .strip_prefix(root)
+            .unwrap_or(path)
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/");
+        out.push(SourceFile { path: rel, text });
+        if out.len() >= rules.max_files {
+            tracing::warn!(root = %root.display(), max = rules.max_files, "file limit reached; the rest is not indexed");
+            break;
         }
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));

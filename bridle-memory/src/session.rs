@@ -12,8 +12,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::embed::{Embedder, check_vectors};
+use crate::embed::{Embedder, check_vectors, fit_input};
 use crate::error::{MemoryError, Result};
+use crate::patterns::{SearchMode, search_store};
 use crate::store::{CollectionConfig, Condition, Filter, Payload, Point, PointId, VectorStore};
 use crate::time::{fresh_id, rfc3339, unix_now};
 
@@ -61,7 +62,8 @@ pub struct Memory {
 /// A recalled memory and how close it is to the query.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RecallHit {
-    /// Similarity (higher is closer).
+    /// Higher is closer: the cosine similarity in `vector` mode, the fused reciprocal-rank score
+    /// in `hybrid` mode.
     pub score: f32,
     /// The memory.
     #[serde(flatten)]
@@ -157,6 +159,7 @@ pub struct SessionMemory {
     store: Arc<dyn VectorStore>,
     embedder: Arc<dyn Embedder>,
     collection: String,
+    mode: SearchMode,
 }
 
 impl std::fmt::Debug for SessionMemory {
@@ -184,7 +187,19 @@ impl SessionMemory {
             store,
             embedder,
             collection: collection.into(),
+            mode: SearchMode::default(),
         }
+    }
+
+    /// The same memory, recalling in `mode` by default.
+    pub fn with_search_mode(mut self, mode: SearchMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// How [`SessionMemory::recall`] ranks.
+    pub fn search_mode(&self) -> SearchMode {
+        self.mode
     }
 
     async fn exists(&self) -> Result<bool> {
@@ -201,7 +216,11 @@ impl SessionMemory {
                 "at most 32 tags, each 1 to 100 characters".into(),
             ));
         }
-        let v = self.embedder.embed(std::slice::from_ref(&m.text)).await?;
+        // A text longer than the model's window is stored whole and embedded by its beginning.
+        let v = self
+            .embedder
+            .embed(&[fit_input(self.embedder.as_ref(), &m.text)])
+            .await?;
         check_vectors(self.embedder.dimension(), 1, &v)?;
         self.store
             .ensure_collection(
@@ -239,24 +258,45 @@ impl SessionMemory {
         Ok(memory)
     }
 
-    /// The `k` memories closest to `query` among those matching `filter`.
+    /// The `k` memories closest to `query` among those matching `filter`, ranked the default
+    /// way ([`SessionMemory::with_search_mode`]; hybrid unless set).
     pub async fn recall(
         &self,
         query: &str,
         filter: &MemoryFilter,
         k: usize,
     ) -> Result<Vec<RecallHit>> {
+        self.recall_with(query, filter, k, self.mode).await
+    }
+
+    /// [`SessionMemory::recall`] ranked by `mode`.
+    pub async fn recall_with(
+        &self,
+        query: &str,
+        filter: &MemoryFilter,
+        k: usize,
+        mode: SearchMode,
+    ) -> Result<Vec<RecallHit>> {
         required("query", query, MAX_TEXT_CHARS)?;
         if !self.exists().await? {
             return Ok(Vec::new());
         }
-        let v = self.embedder.embed(&[query.to_string()]).await?;
+        let v = self
+            .embedder
+            .embed(&[fit_input(self.embedder.as_ref(), query)])
+            .await?;
         check_vectors(self.embedder.dimension(), 1, &v)?;
         let f = filter.to_filter();
-        let hits = self
-            .store
-            .search(&self.collection, &v[0], Some(&f), k.clamp(1, 100))
-            .await?;
+        let hits = search_store(
+            self.store.as_ref(),
+            &self.collection,
+            mode,
+            &v[0],
+            query,
+            Some(&f),
+            k.clamp(1, 100),
+        )
+        .await?;
         Ok(hits
             .into_iter()
             .map(|h| RecallHit {

@@ -27,7 +27,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::MemoryError;
-use crate::patterns::{IndexReport, PatternIndex, Progress, ProgressEvent};
+use crate::patterns::{IndexReport, PatternIndex, Progress, ProgressEvent, SearchMode};
 use crate::session::{MemoryFilter, NewMemory, SessionMemory};
 
 /// The capability `remember` needs.
@@ -117,6 +117,8 @@ struct RecallArgs {
     tags: Vec<String>,
     /// How many to return (1 to 100, default 5).
     k: Option<u32>,
+    /// `hybrid` (meaning and exact words, the default) or `vector` (meaning only).
+    mode: Option<SearchMode>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -144,6 +146,8 @@ struct SearchArgs {
     arch_tag: Option<String>,
     /// How many results (1 to 50, default 5).
     k: Option<u32>,
+    /// `hybrid` (meaning and exact words, the default) or `vector` (meaning only).
+    mode: Option<SearchMode>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -208,7 +212,8 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
                     tags: a.tags,
                 };
                 let k = a.k.unwrap_or(5) as usize;
-                match session.recall(&a.query, &filter, k).await {
+                let mode = a.mode.unwrap_or(session.search_mode());
+                match session.recall_with(&a.query, &filter, k, mode).await {
                     Ok(hits) => {
                         let text = if hits.is_empty() {
                             "No matching memories.".to_string()
@@ -261,19 +266,23 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
     let patterns = Arc::clone(&tools.patterns);
     let search = ToolBuilder::new("search_pattern_examples")
         .title("Search pattern examples")
-        .description("Semantic search over the indexed example repositories of the project's architecture patterns. Returns file, lines, chunk type, score and the code.")
+        .description("Search the indexed example repositories of the project's architecture patterns by meaning and exact words (identifiers, messages). Returns file, lines, chunk type, enclosing items, score and the code.")
         .small_model_safe()
         .handler(move |a: SearchArgs, _ctx| {
             let patterns = Arc::clone(&patterns);
             async move {
                 let k = a.k.unwrap_or(5).clamp(1, 50) as usize;
-                match patterns.search(&a.query, a.arch_tag.as_deref(), k).await {
+                let mode = a.mode.unwrap_or(patterns.config().search);
+                match patterns.search_with(&a.query, a.arch_tag.as_deref(), k, mode).await {
                     Ok(hits) => {
                         let text = if hits.is_empty() {
                             "No pattern examples match.".to_string()
                         } else {
                             hits.iter()
-                                .map(|h| format!("{}:{}-{} ({}, {}, score {:.3})\n{}", h.file_path, h.start_line, h.end_line, h.chunk_type, h.reference_tag, h.score, h.snippet))
+                                .map(|h| {
+                                    let ctx = if h.context.is_empty() { String::new() } else { format!(" {}", h.context) };
+                                    format!("{}:{}-{} ({}{ctx}, {}, score {:.3})\n{}", h.file_path, h.start_line, h.end_line, h.chunk_type, h.reference_tag, h.score, h.snippet)
+                                })
                                 .collect::<Vec<_>>()
                                 .join("\n\n")
                         };

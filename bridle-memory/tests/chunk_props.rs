@@ -1,5 +1,6 @@
-//! Property tests of the chunker and the filter language: arbitrary input never panics, chunks
-//! stay inside the file, and no non-blank line of code is lost.
+//! Property tests of the chunker and the filter language: arbitrary input never panics in any
+//! grammar, chunks stay inside the file and within the token budget, and no non-blank line of
+//! code is lost.
 
 use bridle_memory::chunk::{ChunkConfig, chunk_file};
 use bridle_memory::{Condition, Filter, MatchValue};
@@ -37,6 +38,17 @@ fn source() -> impl Strategy<Value = String> {
             ";",
             "=>",
             "async def g():",
+            "class A {",
+            "public void m() {",
+            "namespace N {",
+            "def m",
+            "end",
+            "<?php",
+            "# Heading",
+            "```",
+            "struct S {",
+            "/// doc",
+            "#[attr]",
         ]),
         0..8,
     )
@@ -48,16 +60,23 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
 
     #[test]
-    fn chunks_cover_every_code_line(text in source(), ext in prop::sample::select(vec!["rs", "py", "go", "ts", "js", "md", "txt"]), max in 1usize..40) {
+    fn chunks_cover_every_code_line(
+        text in source(),
+        ext in prop::sample::select(vec!["rs", "py", "go", "ts", "tsx", "js", "java", "c", "cpp", "cs", "rb", "php", "md", "txt"]),
+        max in 16usize..80,
+    ) {
         let path = format!("f.{ext}");
-        let config = ChunkConfig { max_lines: max, window_lines: max.max(2), overlap_lines: 1 };
-        let chunks = chunk_file(&path, &text, &config);
+        let config = ChunkConfig { max_tokens: max, min_tokens: 4, overlap_lines: 1 };
+        // One token per whitespace-separated word: any monotone counter will do.
+        let count = |t: &str| t.split_whitespace().count();
+        let chunks = chunk_file(&path, &text, &config, &count);
         let lines: Vec<&str> = text.lines().collect();
         let mut covered = vec![false; lines.len()];
         for c in &chunks {
             prop_assert!(c.start_line >= 1 && c.start_line <= c.end_line && c.end_line <= lines.len());
-            prop_assert_eq!(&c.text, &lines[c.start_line - 1..c.end_line].join("\n"));
-            prop_assert!(c.end_line - c.start_line < config.max_lines.max(config.window_lines));
+            // The text is the lines, cut short only when one line alone exceeds the budget.
+            prop_assert!(lines[c.start_line - 1..c.end_line].join("\n").starts_with(&c.text));
+            prop_assert!(count(&c.embedding_text(&path)) <= max, "over budget: {:?}", c);
             for flag in covered.iter_mut().take(c.end_line).skip(c.start_line - 1) {
                 *flag = true;
             }
@@ -65,8 +84,8 @@ proptest! {
         for (i, l) in lines.iter().enumerate() {
             prop_assert!(covered[i] || l.trim().is_empty(), "line {} lost: {:?}", i + 1, l);
         }
-        if !matches!(ext, "md" | "txt") {
-            prop_assert!(chunks.windows(2).all(|w| w[0].end_line < w[1].start_line), "code chunks do not overlap");
+        if ext != "txt" {
+            prop_assert!(chunks.windows(2).all(|w| w[0].end_line < w[1].start_line), "code chunks do not overlap: {:?}", chunks);
         }
     }
 

@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use bridle_memory::{
-    EmbeddedStore, Embedder, ExampleRepo, LocalEmbedder, NoProgress, PatternIndex,
+    EmbeddedStore, Embedder, ExampleRepo, LocalEmbedder, NoProgress, PatternIndex, SearchMode,
+    VectorStore, fit_input,
 };
 
 fn model_dir() -> PathBuf {
@@ -79,6 +80,62 @@ async fn embeds_like_the_reference_model() {
     assert_eq!(e.embed(&[huge]).await.expect("truncated")[0].len(), 384);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_tokens_with_its_tokenizer_and_chunks_fit_its_window() {
+    let e = Arc::new(LocalEmbedder::load(model_dir()).expect("load the model"));
+    // 256 positions less [CLS] and [SEP].
+    assert_eq!(e.max_input_tokens(), 254);
+    assert_eq!(e.count_tokens("hello world"), 2);
+    assert_eq!(e.count_tokens("word ".repeat(1000).as_str()), 1000);
+    let cut = fit_input(e.as_ref(), &"word ".repeat(1000));
+    assert_eq!(e.count_tokens(&cut), 254);
+    assert!("word ".repeat(1000).starts_with(&cut));
+    assert_eq!(fit_input(e.as_ref(), "short"), "short");
+
+    // A long impl with long methods: every chunk's embedded text fits the window, methods are
+    // chunks of their own, and a method too long for one chunk keeps its signature as context.
+    let body: String = (0..120)
+        .map(|i| {
+            format!("        let value_{i} = compute_something(input, {i}).unwrap_or_default();\n")
+        })
+        .collect();
+    let methods: String = (0..4)
+        .map(|m| format!("    /// Method {m}.\n    pub fn method_{m}(&self, input: u64) -> u64 {{\n{body}        0\n    }}\n\n"))
+        .collect();
+    let src = format!("pub struct Store;\n\nimpl Store {{\n{methods}}}\n");
+    let dir = tempfile::tempdir().expect("temp");
+    common::write_tree(&dir.path().join("repo"), &[("src/store.rs", src.as_str())]);
+    let store = Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("open"));
+    let index = PatternIndex::new(store.clone(), e.clone());
+    index
+        .index(
+            &ExampleRepo {
+                url: dir.path().join("repo").display().to_string(),
+                reference_tag: "t".into(),
+                arch_tag: "a".into(),
+            },
+            &NoProgress,
+        )
+        .await
+        .expect("index");
+    let (records, _) = store
+        .scroll("pattern_examples", None, None, 1000)
+        .await
+        .expect("scroll");
+    assert!(records.len() > 8, "long methods are cut: {}", records.len());
+    for r in &records {
+        let text = r.payload["text"].as_str().expect("text");
+        assert!(e.count_tokens(text) <= 254, "a chunk over the window");
+        let context = r.payload["context"].as_str().expect("context");
+        if text.contains("let value_") {
+            assert!(
+                context.starts_with("impl Store > pub fn method_"),
+                "{context}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_missing_or_broken_model_folder_is_a_clear_error() {
     let err = LocalEmbedder::load("/no/such/model").expect_err("missing");
@@ -138,8 +195,10 @@ async fn pattern_search_finds_files_by_meaning() {
         ("email new users after they register", "jobs/mailer.py"),
         ("measure how long requests take", "cmd/metrics/main.go"),
     ] {
+        // By meaning alone: these queries share no word with the code on purpose (hybrid
+        // ranking is measured on a real code base in benches/benches/memory_retrieval.rs).
         let hits = index
-            .search(query, Some("layered"), 3)
+            .search_with(query, Some("layered"), 3, SearchMode::Vector)
             .await
             .expect("search");
         assert_eq!(

@@ -58,6 +58,17 @@ const RUST_MVC: &[(&str, &str)] = &[
     ),
     ("Cargo.lock", "[[package]]\nname = \"users\"\n"),
     ("static/app.min.js", "function list_users_handler(){}\n"),
+    // Ignored by .gitignore / .ignore, or hidden: never read, so never sent to an embedder.
+    (".gitignore", "/config.local.yaml\n*.secret.rs\n"),
+    (".env", "DATABASE_PASSWORD=list_users_handler\n"),
+    ("config.local.yaml", "api_key: list_users_handler\n"),
+    (
+        "src/keys.secret.rs",
+        "pub const KEY: &str = \"list_users_handler\";\n",
+    ),
+    ("src/.ignore", "scratch.rs\n"),
+    ("src/scratch.rs", "pub fn list_users_handler() {}\n"),
+    (".github/workflows/ci.yml", "name: list_users_handler\n"),
 ];
 
 fn tags(reference: &str, arch: &str, url: &str) -> ExampleRepo {
@@ -174,13 +185,49 @@ async fn indexes_a_local_repository_and_finds_the_right_files() {
         .await
         .expect("search");
     let h = &hits[0];
-    assert_eq!(h.chunk_type, "type", "a Python class");
+    // A small class: its header and docstring merge into its one method, which names it.
+    assert_eq!(h.chunk_type, "function", "a Python method");
+    assert_eq!(h.context, "class InvoiceCalculator > def total_with_tax");
     assert_eq!((h.start_line, h.end_line), (4, 8));
     assert!(h.snippet.contains("def total_with_tax"));
     assert_eq!(
         (h.reference_tag.as_str(), h.arch_tag.as_str()),
         ("mvc-example-1", "modified-mvc")
     );
+
+    // Ignored, hidden and skipped files are nowhere in the index.
+    let (all, _) = f
+        .store
+        .scroll("pattern_examples", None, None, 1000)
+        .await
+        .expect("scroll");
+    let mut paths: Vec<String> = all
+        .iter()
+        .filter_map(|r| r.payload.get("file_path")?.as_str().map(str::to_string))
+        .collect();
+    paths.sort();
+    paths.dedup();
+    assert_eq!(
+        paths,
+        [
+            "README.md",
+            "cmd/server/main.go",
+            "scripts/billing.py",
+            "src/controller/users.rs",
+            "src/model/user.rs",
+            "src/view/render.rs"
+        ]
+    );
+    assert!(all.iter().all(|r| {
+        !r.payload["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("DATABASE_PASSWORD")
+            && !r.payload["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("api_key")
+    }));
 
     // The payload carries what the plan lists.
     let (records, _) = f
@@ -194,6 +241,7 @@ async fn indexes_a_local_repository_and_finds_the_right_files() {
         "source_repo",
         "file_path",
         "chunk_type",
+        "context",
         "last_indexed",
         "start_line",
         "end_line",

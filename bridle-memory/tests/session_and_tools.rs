@@ -361,6 +361,34 @@ async fn the_tools_pass_the_gate() {
     assert_eq!(s["results"][0]["file_path"], json!("src/auth.rs"));
     assert_eq!(s["results"][0]["chunk_type"], json!("function"));
     assert!(out.all_text().contains("src/auth.rs:1-1"));
+    assert_eq!(
+        s["results"][0]["context"],
+        json!("pub fn verify_password_hash")
+    );
+    // Both rankings are offered; anything else is refused by the gate's schema check.
+    for mode in ["vector", "hybrid"] {
+        let out = registry
+            .call(
+                &reader,
+                "search_pattern_examples",
+                json!({"query": "verify password hash", "mode": mode}),
+                CallOptions::default(),
+            )
+            .await
+            .expect("search in a mode");
+        let s = out.structured.clone().expect("structured");
+        assert_eq!(s["results"][0]["file_path"], json!("src/auth.rs"), "{mode}");
+    }
+    let err = registry
+        .call(
+            &reader,
+            "search_pattern_examples",
+            json!({"query": "verify password hash", "mode": "fuzzy"}),
+            CallOptions::default(),
+        )
+        .await
+        .expect_err("unknown mode");
+    assert_eq!(err.code(), ErrorCode::InvalidArguments, "{err:?}");
 
     let err = registry
         .call(

@@ -27,6 +27,9 @@ pub struct HttpEmbedderConfig {
     pub dimension: Option<usize>,
     /// Per-request timeout.
     pub timeout: Duration,
+    /// The model's input window in tokens (default 512); chunks and queries are cut to fit.
+    /// Without the model's tokenizer, tokens are estimated at one per three bytes.
+    pub max_input_tokens: usize,
 }
 
 impl HttpEmbedderConfig {
@@ -38,6 +41,7 @@ impl HttpEmbedderConfig {
             api_key: None,
             dimension: None,
             timeout: Duration::from_secs(60),
+            max_input_tokens: super::DEFAULT_MAX_INPUT_TOKENS,
         }
     }
 
@@ -163,6 +167,7 @@ struct Connected {
     client: Client,
     wire: Wire,
     dimension: usize,
+    max_input_tokens: usize,
 }
 
 impl Connected {
@@ -173,6 +178,7 @@ impl Connected {
             client,
             wire,
             dimension,
+            max_input_tokens: config.max_input_tokens.max(1),
         })
     }
 
@@ -288,6 +294,10 @@ macro_rules! delegate_embedder {
 
             async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
                 self.0.embed(texts).await
+            }
+
+            fn max_input_tokens(&self) -> usize {
+                self.0.max_input_tokens
             }
         }
     )*};

@@ -177,6 +177,10 @@ impl Bert {
 struct Model {
     bert: Bert,
     tokenizer: tokenizers::Tokenizer,
+    /// The same vocabulary without truncation or padding, for counting.
+    counter: tokenizers::Tokenizer,
+    /// Text tokens per input (the window less `[CLS]` and `[SEP]`).
+    max_input_tokens: usize,
     dimension: usize,
 }
 
@@ -229,6 +233,16 @@ impl LocalEmbedder {
         }
         let mut tokenizer = tokenizers::Tokenizer::from_bytes(read("tokenizer.json")?)
             .map_err(|e| fail(format!("tokenizer.json: {e}")))?;
+        let mut counter = tokenizer.clone();
+        counter
+            .with_truncation(None)
+            .map_err(|e| fail(format!("tokenizer truncation: {e}")))?;
+        counter.with_padding(None);
+        let window = MAX_TOKENS.min(config.max_position_embeddings);
+        let specials = counter
+            .encode("", true)
+            .map(|e| e.get_ids().len())
+            .unwrap_or(2);
         tokenizer
             .with_truncation(Some(tokenizers::TruncationParams {
                 max_length: MAX_TOKENS.min(config.max_position_embeddings),
@@ -264,6 +278,8 @@ impl LocalEmbedder {
             model: Arc::new(Model {
                 bert,
                 tokenizer,
+                counter,
+                max_input_tokens: window.saturating_sub(specials).max(1),
                 dimension: config.hidden_size,
             }),
             name,
@@ -309,6 +325,18 @@ impl Embedder for LocalEmbedder {
 
     fn model(&self) -> &str {
         &self.name
+    }
+
+    fn max_input_tokens(&self) -> usize {
+        self.model.max_input_tokens
+    }
+
+    fn count_tokens(&self, text: &str) -> usize {
+        match self.model.counter.encode(text, false) {
+            Ok(e) => e.get_ids().len(),
+            // A text the tokenizer cannot read is counted by the safe estimate.
+            Err(_) => text.len(),
+        }
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {

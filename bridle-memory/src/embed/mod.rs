@@ -33,6 +33,49 @@ pub trait Embedder: Send + Sync + 'static {
 
     /// One vector per text, in order. An empty input gives an empty output.
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>>;
+
+    /// The most tokens of text one input may hold, not counting the model's own special tokens
+    /// (`[CLS]`, `[SEP]`): what is longer is cut by the model, or refused by a server. Chunking
+    /// sizes chunks to fit, and [`fit_input`] cuts other texts (memories, queries) to it.
+    fn max_input_tokens(&self) -> usize {
+        DEFAULT_MAX_INPUT_TOKENS
+    }
+
+    /// How many tokens `text` takes in this model's input, special tokens not counted. The
+    /// default is an estimate that errs high (one token per three bytes, where BPE and WordPiece
+    /// vocabularies average three to four characters per token on code); an embedder with its
+    /// tokenizer at hand counts exactly.
+    fn count_tokens(&self, text: &str) -> usize {
+        text.len().div_ceil(3)
+    }
+}
+
+/// The input window assumed for an embedder that does not say (512 tokens: BERT-class models
+/// and most embedding servers take at least that).
+pub const DEFAULT_MAX_INPUT_TOKENS: usize = 512;
+
+/// `text` cut (at a character boundary) to the longest prefix that fits the embedder's input
+/// window, so what is sent is exactly what is embedded.
+pub fn fit_input(embedder: &dyn Embedder, text: &str) -> String {
+    let max = embedder.max_input_tokens();
+    if embedder.count_tokens(text) <= max {
+        return text.to_string();
+    }
+    let ends: Vec<usize> = text
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain([text.len()])
+        .collect();
+    let (mut lo, mut hi) = (0usize, ends.len() - 1);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if embedder.count_tokens(&text[..ends[mid]]) <= max {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    text[..ends[lo]].to_string()
 }
 
 /// Checks that `vectors` has one vector of `dimension` per input.

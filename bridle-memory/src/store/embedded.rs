@@ -18,15 +18,16 @@
 //! `bridle memory index` writes): each read first compares SQLite's `data_version`, which moves
 //! only when another connection commits, and reloads the in-memory copy when it moved.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use async_trait::async_trait;
 use rusqlite::{Connection, params};
 
+use super::keywords::{self, Bm25Index, keyword_text};
+use super::topk::{TopK, Worst};
 use super::{
     CollectionConfig, Distance, Filter, Payload, Point, PointId, Record, ScoredPoint, VectorStore,
     dot, normalize,
@@ -62,6 +63,8 @@ struct Collection {
     vectors: Vec<f32>,
     payloads: Vec<Arc<Payload>>,
     slots: HashMap<PointId, usize>,
+    /// BM25 over the rows' keyword text, built on the first hybrid search after a write.
+    keywords: OnceLock<Bm25Index>,
 }
 
 impl Collection {
@@ -72,6 +75,7 @@ impl Collection {
             vectors: Vec::new(),
             payloads: Vec::new(),
             slots: HashMap::new(),
+            keywords: OnceLock::new(),
         }
     }
 
@@ -85,6 +89,7 @@ impl Collection {
     }
 
     fn put(&mut self, id: PointId, vector: &[f32], payload: Arc<Payload>) {
+        self.keywords = OnceLock::new();
         let d = self.config.dimension;
         match self.slots.get(&id) {
             Some(&i) => {
@@ -105,6 +110,7 @@ impl Collection {
         let Some(i) = self.slots.remove(&id) else {
             return false;
         };
+        self.keywords = OnceLock::new();
         let d = self.config.dimension;
         let last = self.ids.len() - 1;
         if i != last {
@@ -123,6 +129,50 @@ impl Collection {
         let filter = filter.filter(|f| !f.is_empty());
         (0..self.len())
             .filter(move |&i| filter.is_none_or(|f| f.matches(self.ids[i], &self.payloads[i])))
+    }
+
+    /// The vector ranking and the BM25 ranking, fused.
+    fn search_hybrid(
+        &self,
+        query: &[f32],
+        text: &str,
+        filter: Option<&Filter>,
+        limit: usize,
+    ) -> Vec<ScoredPoint> {
+        let n = keywords::candidates(limit);
+        let by_vector: Vec<usize> = self
+            .search(query, filter, n)
+            .iter()
+            .filter_map(|p| self.slots.get(&p.id).copied())
+            .collect();
+        let index = self.keywords.get_or_init(|| {
+            Bm25Index::build(
+                self.payloads
+                    .iter()
+                    .map(|p| keyword_text(p))
+                    .collect::<Vec<_>>()
+                    .iter()
+                    .map(String::as_str),
+            )
+        });
+        let filter = filter.filter(|f| !f.is_empty());
+        let by_keywords: Vec<usize> = index
+            .search(
+                text,
+                |i| filter.is_none_or(|f| f.matches(self.ids[i], &self.payloads[i])),
+                n,
+            )
+            .into_iter()
+            .map(|(i, _)| i)
+            .collect();
+        keywords::rrf(&[by_vector, by_keywords], limit)
+            .into_iter()
+            .map(|(i, score)| ScoredPoint {
+                id: self.ids[i],
+                score,
+                payload: Payload::clone(&self.payloads[i]),
+            })
+            .collect()
     }
 
     fn search(&self, query: &[f32], filter: Option<&Filter>, limit: usize) -> Vec<ScoredPoint> {
@@ -196,63 +246,6 @@ impl Collection {
 
 /// From this many points on, an unfiltered search scans in parallel.
 const PARALLEL_SCAN_POINTS: usize = 32_768;
-
-/// A heap entry ordered so that the heap's top is the worst of the best `k`.
-struct Worst(f32, usize);
-
-impl PartialEq for Worst {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for Worst {}
-impl PartialOrd for Worst {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Worst {
-    fn cmp(&self, o: &Self) -> Ordering {
-        // Reversed: the lowest score is the greatest, so it sits on top to be evicted.
-        o.0.total_cmp(&self.0).then(self.1.cmp(&o.1))
-    }
-}
-
-/// The best `k` (score, row) pairs of a stream.
-struct TopK {
-    k: usize,
-    heap: BinaryHeap<Worst>,
-}
-
-impl TopK {
-    fn new(k: usize) -> Self {
-        Self {
-            k,
-            heap: BinaryHeap::with_capacity(k + 1),
-        }
-    }
-
-    #[inline]
-    fn push(&mut self, score: f32, row: usize) {
-        if self.heap.len() < self.k {
-            self.heap.push(Worst(score, row));
-        } else if let Some(worst) = self.heap.peek()
-            && score > worst.0
-        {
-            self.heap.pop();
-            self.heap.push(Worst(score, row));
-        }
-    }
-
-    fn into_sorted(self) -> Vec<(f32, usize)> {
-        // `into_sorted_vec` is ascending by `Ord`, i.e. best score first.
-        self.heap
-            .into_sorted_vec()
-            .into_iter()
-            .map(|Worst(s, r)| (s, r))
-            .collect()
-    }
-}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave SQLite torn (transactions roll back on drop).
@@ -656,6 +649,34 @@ impl EmbeddedStore {
         }
     }
 
+    /// Hybrid search (synchronous form of [`VectorStore::search_hybrid`]).
+    pub fn search_hybrid_sync(
+        &self,
+        collection: &str,
+        vector: &[f32],
+        text: &str,
+        filter: Option<&Filter>,
+        limit: usize,
+    ) -> Result<Vec<ScoredPoint>> {
+        self.sync_external();
+        let c = self.get(collection)?;
+        let c = read(&c);
+        if vector.len() != c.config.dimension {
+            return Err(MemoryError::DimensionMismatch {
+                expected: c.config.dimension,
+                actual: vector.len(),
+            });
+        }
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut q = vector.to_vec();
+        if c.config.distance == Distance::Cosine {
+            normalize(&mut q);
+        }
+        Ok(c.search_hybrid(&q, text, filter, limit))
+    }
+
     /// Counts points matching `filter` (synchronous form).
     pub fn count_sync(&self, collection: &str, filter: Option<&Filter>) -> Result<u64> {
         self.sync_external();
@@ -752,6 +773,25 @@ impl VectorStore for EmbeddedStore {
         }
         let (name, vector, filter) = (collection.to_string(), vector.to_vec(), filter.cloned());
         self.blocking(move |s| s.search_sync(&name, &vector, filter.as_ref(), limit))
+            .await
+    }
+
+    async fn search_hybrid(
+        &self,
+        collection: &str,
+        vector: &[f32],
+        text: &str,
+        filter: Option<&Filter>,
+        limit: usize,
+    ) -> Result<Vec<ScoredPoint>> {
+        self.sync_external();
+        let (name, vector, text, filter) = (
+            collection.to_string(),
+            vector.to_vec(),
+            text.to_string(),
+            filter.cloned(),
+        );
+        self.blocking(move |s| s.search_hybrid_sync(&name, &vector, &text, filter.as_ref(), limit))
             .await
     }
 

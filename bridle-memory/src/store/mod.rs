@@ -13,8 +13,10 @@
 //! new one, never a mix and never nothing (see each backend for how it keeps that promise).
 
 pub mod embedded;
+pub mod keywords;
 #[cfg(feature = "qdrant")]
 pub mod qdrant;
+mod topk;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -322,6 +324,19 @@ pub trait VectorStore: Send + Sync + 'static {
         &self,
         collection: &str,
         vector: &[f32],
+        filter: Option<&Filter>,
+        limit: usize,
+    ) -> Result<Vec<ScoredPoint>>;
+
+    /// Hybrid search: the `limit` points matching `filter` best by reciprocal rank fusion
+    /// ([`keywords::rrf`]) of the vector ranking for `vector` and a BM25 keyword ranking for
+    /// `text` over each point's [`keywords::keyword_text`]. Scores are the fused RRF scores
+    /// (higher is better; not a similarity).
+    async fn search_hybrid(
+        &self,
+        collection: &str,
+        vector: &[f32],
+        text: &str,
         filter: Option<&Filter>,
         limit: usize,
     ) -> Result<Vec<ScoredPoint>>;

@@ -10,6 +10,14 @@
 //! deletes the old ones that were not overwritten. A concurrent search never sees *nothing*, but
 //! during that short window it can see old and new points together. The embedded store has no
 //! such window.
+//!
+//! Hybrid search: each collection has, beside its unnamed dense vector, a sparse vector named
+//! [`KEYWORD_VECTOR`] with Qdrant's IDF modifier, filled at upsert with the term frequencies of
+//! the point's keyword text ([`keywords::sparse_terms`], the same terms the embedded store's BM25
+//! reads). [`VectorStore::search_hybrid`] is one Query API call: a dense and a sparse prefetch,
+//! fused by Qdrant's reciprocal rank fusion, so moving from the embedded store changes nothing
+//! for the user. A collection created before this existed has no sparse vector; re-create it
+//! (re-index) to search it hybrid.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -17,16 +25,21 @@ use std::sync::RwLock;
 use async_trait::async_trait;
 use qdrant_client::Qdrant;
 use qdrant_client::qdrant::{
-    self, CountPointsBuilder, CreateCollectionBuilder, DeletePointsBuilder, PointStruct,
-    PointsIdsList, QueryPointsBuilder, ScrollPointsBuilder, UpsertPointsBuilder,
-    VectorParamsBuilder,
+    self, CountPointsBuilder, CreateCollectionBuilder, DeletePointsBuilder, Fusion, NamedVectors,
+    PointStruct, PointsIdsList, PrefetchQueryBuilder, Query, QueryPointsBuilder,
+    ScrollPointsBuilder, SparseVectorParamsBuilder, SparseVectorsConfigBuilder,
+    UpsertPointsBuilder, Vector, VectorInput, VectorParamsBuilder,
 };
 
+use super::keywords::{self, keyword_text, sparse_terms};
 use super::{
     CollectionConfig, Condition, Distance, Filter, MatchValue, Payload, Point, PointId, Record,
     ScoredPoint, VectorStore,
 };
 use crate::error::{MemoryError, Result};
+
+/// The name of the sparse vector that carries each point's keyword terms.
+pub const KEYWORD_VECTOR: &str = "keywords";
 
 /// How to reach Qdrant.
 #[derive(Debug, Clone)]
@@ -48,6 +61,16 @@ impl QdrantConfig {
             collection_prefix: String::new(),
         }
     }
+}
+
+/// The sparse keyword vector of every collection, weighted by Qdrant's IDF.
+fn sparse_config() -> SparseVectorsConfigBuilder {
+    let mut c = SparseVectorsConfigBuilder::default();
+    c.add_named_vector_params(
+        KEYWORD_VECTOR,
+        SparseVectorParamsBuilder::default().modifier(qdrant::Modifier::Idf as i32),
+    );
+    c
 }
 
 /// A [`VectorStore`] on a Qdrant server.
@@ -211,7 +234,15 @@ impl QdrantStore {
         }
         let structs: Vec<PointStruct> = points
             .into_iter()
-            .map(|p| PointStruct::new(p.id, p.vector, qdrant_client::Payload::from(p.payload)))
+            .map(|p| {
+                let (indices, values): (Vec<u32>, Vec<f32>) =
+                    sparse_terms(&keyword_text(&p.payload)).into_iter().unzip();
+                // "" is Qdrant's name for the unnamed (default) dense vector.
+                let vectors = NamedVectors::default()
+                    .add_vector("", Vector::new_dense(p.vector))
+                    .add_vector(KEYWORD_VECTOR, Vector::new_sparse(indices, values));
+                PointStruct::new(p.id, vectors, qdrant_client::Payload::from(p.payload))
+            })
             .collect();
         self.client
             .upsert_points(UpsertPointsBuilder::new(self.name(collection), structs).wait(true))
@@ -286,7 +317,8 @@ impl VectorStore for QdrantStore {
         self.client
             .create_collection(
                 CreateCollectionBuilder::new(self.name(name))
-                    .vectors_config(VectorParamsBuilder::new(config.dimension as u64, distance)),
+                    .vectors_config(VectorParamsBuilder::new(config.dimension as u64, distance))
+                    .sparse_vectors_config(sparse_config()),
             )
             .await
             .map_err(store_err)?;
@@ -357,6 +389,55 @@ impl VectorStore for QdrantStore {
         if let Some(f) = f.filter(|f| !f.is_empty()) {
             q = q.filter(filter(f));
         }
+        let resp = self.client.query(q).await.map_err(store_err)?;
+        Ok(resp
+            .result
+            .into_iter()
+            .filter_map(|p| {
+                Some(ScoredPoint {
+                    id: num_id(p.id)?,
+                    score: p.score,
+                    payload: json_payload(p.payload),
+                })
+            })
+            .collect())
+    }
+
+    async fn search_hybrid(
+        &self,
+        collection: &str,
+        vector: &[f32],
+        text: &str,
+        f: Option<&Filter>,
+        limit: usize,
+    ) -> Result<Vec<ScoredPoint>> {
+        let config = self.config(collection).await?;
+        Self::check(config, vector)?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let n = keywords::candidates(limit) as u64;
+        let (indices, values): (Vec<u32>, Vec<f32>) = sparse_terms(text)
+            .into_iter()
+            .map(|(i, _)| (i, 1.0))
+            .unzip();
+        let mut dense = PrefetchQueryBuilder::default()
+            .query(Query::new_nearest(vector.to_vec()))
+            .limit(n);
+        let mut sparse = PrefetchQueryBuilder::default()
+            .query(Query::new_nearest(VectorInput::new_sparse(indices, values)))
+            .using(KEYWORD_VECTOR)
+            .limit(n);
+        if let Some(f) = f.filter(|f| !f.is_empty()) {
+            dense = dense.filter(filter(f));
+            sparse = sparse.filter(filter(f));
+        }
+        let q = QueryPointsBuilder::new(self.name(collection))
+            .add_prefetch(dense)
+            .add_prefetch(sparse)
+            .query(Query::new_fusion(Fusion::Rrf))
+            .limit(limit as u64)
+            .with_payload(true);
         let resp = self.client.query(q).await.map_err(store_err)?;
         Ok(resp
             .result

@@ -33,10 +33,12 @@ async def main(url, token, queries):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 out["tools"] = sorted(t.name for t in (await session.list_tools()).tools)
-                for query, arch in queries:
+                for query, arch, *mode in queries:
                     args = {"query": query, "k": 3}
                     if arch is not None:
                         args["arch_tag"] = arch
+                    if mode:
+                        args["mode"] = mode[0]
                     r = await session.call_tool("search_pattern_examples", args)
                     hits = structured(r).get("results", [])
                     out["searches"].append(

@@ -26,6 +26,7 @@ pub async fn run(store: &dyn VectorStore, prefix: &str) {
     writes_and_search(store, prefix).await;
     filters(store, prefix).await;
     scroll_and_replace(store, prefix).await;
+    hybrid(store, prefix).await;
 }
 
 async fn collections(store: &dyn VectorStore, prefix: &str) {
@@ -345,5 +346,95 @@ async fn scroll_and_replace(store: &dyn VectorStore, prefix: &str) {
             .expect("count"),
         3
     );
+    store.drop_collection(&name).await.expect("drop");
+}
+
+/// Hybrid search: a point the vector ranks low but whose text holds the query's rare words is
+/// lifted by the keyword ranking; filters hold in both rankings; after a write the keyword
+/// side sees the new text.
+async fn hybrid(store: &dyn VectorStore, prefix: &str) {
+    let name = format!("{prefix}_hybrid");
+    let _ = store.drop_collection(&name).await;
+    store
+        .ensure_collection(&name, CollectionConfig::cosine(4))
+        .await
+        .expect("create");
+    let mut points = Vec::new();
+    for i in 0..12u64 {
+        // Vectors close to the query for low ids, far for high ones; plain texts.
+        let w = 1.0 - i as f32 * 0.08;
+        points.push(point(
+            i,
+            vec![w, 1.0 - w, 0.1, 0.0],
+            json!({"text": format!("ordinary text number {i}"), "group": if i % 2 == 0 { "even" } else { "odd" }}),
+        ));
+    }
+    // The farthest point holds the rare words.
+    points.push(point(
+        12,
+        vec![0.0, 1.0, 0.1, 0.0],
+        json!({"text": "fn parse_comparator_operator(input: &str)", "group": "even", "file_path": "src/parse.rs"}),
+    ));
+    store.upsert(&name, points).await.expect("upsert");
+    let query = [1.0, 0.0, 0.1, 0.0];
+    let by_vector = store.search(&name, &query, None, 3).await.expect("search");
+    assert!(by_vector.iter().all(|h| h.id != 12));
+    let fused = store
+        .search_hybrid(
+            &name,
+            &query,
+            "where is the comparator operator parsed",
+            None,
+            3,
+        )
+        .await
+        .expect("hybrid");
+    assert_eq!(fused.len(), 3);
+    assert!(
+        fused.iter().any(|h| h.id == 12),
+        "the keyword match is in the top 3: {fused:?}"
+    );
+    assert!(fused.windows(2).all(|w| w[0].score >= w[1].score));
+    // A filter applies to both rankings.
+    let odd = store
+        .search_hybrid(
+            &name,
+            &query,
+            "comparator operator",
+            Some(&Filter::eq("group", "odd")),
+            5,
+        )
+        .await
+        .expect("filtered hybrid");
+    assert!(!odd.is_empty() && odd.iter().all(|h| h.payload["group"] == json!("odd")));
+    // No keyword in common: the vector ranking alone decides.
+    let plain = store
+        .search_hybrid(&name, &query, "zebra", None, 3)
+        .await
+        .expect("hybrid without keyword hits");
+    let ids: Vec<u64> = plain.iter().map(|h| h.id).collect();
+    assert_eq!(ids, by_vector.iter().map(|h| h.id).collect::<Vec<_>>());
+    // The keyword side follows writes.
+    store
+        .upsert(
+            &name,
+            vec![point(
+                3,
+                vec![0.2, 0.8, 0.1, 0.0],
+                json!({"text": "zebra crossing", "group": "odd"}),
+            )],
+        )
+        .await
+        .expect("rewrite");
+    let z = store
+        .search_hybrid(&name, &query, "zebra", None, 3)
+        .await
+        .expect("hybrid after write");
+    assert_eq!(z[0].id, 3, "{z:?}");
+    let err = store
+        .search_hybrid(&name, &[1.0; 5], "x", None, 3)
+        .await
+        .expect_err("wrong dimension");
+    assert_eq!(err.code(), "dimension_mismatch");
     store.drop_collection(&name).await.expect("drop");
 }

@@ -1,0 +1,383 @@
+//! Code-aware chunking: a source file cut into the units a reader would cite, each small enough
+//! for the embedder to read whole.
+//!
+//! Where a grammar applies (Rust, Python, JavaScript, TypeScript, Go, Java, C, C++, C#, Ruby,
+//! PHP) the file is parsed with tree-sitter and cut along its syntax tree (see [`syntax`]): a
+//! function, a type, an `impl` block or a module is one chunk, its type read from the syntax
+//! node; containers (`impl`, `class`, `trait`, `interface`, `namespace`, `mod`) are opened so that
+//! each method is a chunk of its own that carries the container's header line as context; doc
+//! comments, attributes and decorators stay with the item they introduce; tiny neighbours (`use`,
+//! `mod` declarations, constants) are merged into one `block`. Markdown is cut by headings
+//! ([`text`]). Anything else is cut into token-sized `window`s.
+//!
+//! Sizes are in the embedder's own tokens: the caller passes the embedder's token counter and its
+//! input window ([`ChunkConfig::max_tokens`]), and no chunk's [`Chunk::embedding_text`] is longer
+//! than that budget (an item that does not fit is cut at line boundaries, each part keeping the
+//! item's signature as context; a single line longer than the budget is cut by characters).
+//!
+//! Parsing is robust rather than exact: tree-sitter recovers from syntax errors, and whatever the
+//! tree looks like every non-blank line of the file ends up in exactly one chunk.
+
+pub mod syntax;
+pub mod text;
+
+use serde::{Deserialize, Serialize};
+
+/// What a chunk is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChunkType {
+    /// A function or method.
+    Function,
+    /// A type: struct, enum, trait, union, class, interface, type alias.
+    Type,
+    /// A Rust `impl` block (its header and associated items other than methods).
+    Impl,
+    /// A module or namespace.
+    Module,
+    /// Other code: imports, constants, statements (small neighbours merged).
+    Block,
+    /// A Markdown section, from one heading to the next.
+    Section,
+    /// A window of lines from a file no grammar applies to.
+    Window,
+}
+
+impl ChunkType {
+    /// The payload string (`function`, `type`, `impl`, `module`, `block`, `section`, `window`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChunkType::Function => "function",
+            ChunkType::Type => "type",
+            ChunkType::Impl => "impl",
+            ChunkType::Module => "module",
+            ChunkType::Block => "block",
+            ChunkType::Section => "section",
+            ChunkType::Window => "window",
+        }
+    }
+
+    /// How much a chunk of this type says about what it is: merged chunks keep the strongest.
+    fn rank(self) -> u8 {
+        match self {
+            ChunkType::Function => 5,
+            ChunkType::Type => 4,
+            ChunkType::Impl => 3,
+            ChunkType::Module => 2,
+            ChunkType::Section => 1,
+            ChunkType::Block | ChunkType::Window => 0,
+        }
+    }
+}
+
+/// A language the chunker understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Language {
+    /// `.rs`
+    Rust,
+    /// `.py`, `.pyi`
+    Python,
+    /// `.js`, `.jsx`, `.mjs`, `.cjs`
+    JavaScript,
+    /// `.ts`, `.mts`, `.cts`
+    TypeScript,
+    /// `.tsx`
+    Tsx,
+    /// `.go`
+    Go,
+    /// `.java`
+    Java,
+    /// `.c`, `.h`
+    C,
+    /// `.cc`, `.cpp`, `.cxx`, `.hpp`, `.hh`, `.hxx`
+    Cpp,
+    /// `.cs`
+    CSharp,
+    /// `.rb`
+    Ruby,
+    /// `.php`
+    Php,
+    /// `.md`, `.markdown`
+    Markdown,
+}
+
+impl Language {
+    /// The language of a file, from its extension.
+    pub fn of_path(path: &str) -> Option<Self> {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let ext = name.rsplit_once('.')?.1.to_ascii_lowercase();
+        Some(match ext.as_str() {
+            "rs" => Language::Rust,
+            "py" | "pyi" => Language::Python,
+            "js" | "jsx" | "mjs" | "cjs" => Language::JavaScript,
+            "ts" | "mts" | "cts" => Language::TypeScript,
+            "tsx" => Language::Tsx,
+            "go" => Language::Go,
+            "java" => Language::Java,
+            "c" | "h" => Language::C,
+            "cc" | "cpp" | "cxx" | "hpp" | "hh" | "hxx" => Language::Cpp,
+            "cs" => Language::CSharp,
+            "rb" => Language::Ruby,
+            "php" => Language::Php,
+            "md" | "markdown" => Language::Markdown,
+            _ => return None,
+        })
+    }
+
+    /// The payload string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Language::Rust => "rust",
+            Language::Python => "python",
+            Language::JavaScript => "javascript",
+            Language::TypeScript => "typescript",
+            Language::Tsx => "tsx",
+            Language::Go => "go",
+            Language::Java => "java",
+            Language::C => "c",
+            Language::Cpp => "cpp",
+            Language::CSharp => "csharp",
+            Language::Ruby => "ruby",
+            Language::Php => "php",
+            Language::Markdown => "markdown",
+        }
+    }
+}
+
+/// Chunk sizes, in the embedder's tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkConfig {
+    /// The most tokens a chunk's [`Chunk::embedding_text`] may take. The pattern index lowers it
+    /// to the embedder's [`crate::Embedder::max_input_tokens`] when that is smaller.
+    pub max_tokens: usize,
+    /// Chunks under this many tokens are merged with a neighbour when the sum fits.
+    pub min_tokens: usize,
+    /// How many lines consecutive windows share (files no grammar applies to, and parts of a
+    /// long item).
+    pub overlap_lines: usize,
+}
+
+impl Default for ChunkConfig {
+    fn default() -> Self {
+        Self {
+            max_tokens: 256,
+            min_tokens: 48,
+            overlap_lines: 2,
+        }
+    }
+}
+
+/// Counts the tokens a text takes in the embedder's input (see
+/// [`crate::Embedder::count_tokens`]).
+pub type TokenCounter<'a> = &'a (dyn Fn(&str) -> usize + Sync);
+
+/// A piece of a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    /// The lines, joined by `\n`.
+    pub text: String,
+    /// First line, 1-based.
+    pub start_line: usize,
+    /// Last line, 1-based, inclusive.
+    pub end_line: usize,
+    /// What it is.
+    pub chunk_type: ChunkType,
+    /// The names of the enclosing items, outermost first, ending with this chunk's own item:
+    /// `["impl Store", "fn load"]`. Empty for blocks and windows at top level.
+    pub context: Vec<String>,
+    /// The header lines of the enclosing containers (`impl Store {`), given to the embedder
+    /// before the text so a method is read in its container's light.
+    pub header: String,
+}
+
+impl Chunk {
+    /// The context as one string: `impl Store > fn load`.
+    pub fn context_path(&self) -> String {
+        self.context.join(" > ")
+    }
+
+    /// What is embedded for this chunk: the file path, the containers' header lines, the text.
+    pub fn embedding_text(&self, path: &str) -> String {
+        embedding_text(path, &self.header, &self.text)
+    }
+}
+
+fn embedding_text(path: &str, header: &str, text: &str) -> String {
+    if header.is_empty() {
+        format!("{path}\n{text}")
+    } else {
+        format!("{path}\n{header}\n{text}")
+    }
+}
+
+/// Cuts a file into chunks. `path` picks the grammar; `count` is the embedder's token counter.
+/// Blank-only chunks are dropped; every other line is in exactly one chunk.
+pub fn chunk_file(
+    path: &str,
+    text: &str,
+    config: &ChunkConfig,
+    count: TokenCounter<'_>,
+) -> Vec<Chunk> {
+    let config = ChunkConfig {
+        max_tokens: config.max_tokens.max(16),
+        min_tokens: config.min_tokens.min(config.max_tokens / 2),
+        overlap_lines: config.overlap_lines,
+    };
+    let lines = Lines::new(path, text, count);
+    let chunks = match Language::of_path(path) {
+        Some(Language::Markdown) => text::markdown(&lines, &config),
+        Some(lang) => syntax::chunk(lang, &lines, &config).unwrap_or_else(|| {
+            text::windows(&lines, 0, lines.len(), &[], "", &config, ChunkType::Window)
+        }),
+        None => text::windows(&lines, 0, lines.len(), &[], "", &config, ChunkType::Window),
+    };
+    chunks
+        .into_iter()
+        .map(|s| s.finish(&lines, &config))
+        .collect()
+}
+
+/// A file's lines with their token costs, shared by the cutters.
+pub(crate) struct Lines<'a> {
+    path: &'a str,
+    source: &'a str,
+    lines: Vec<&'a str>,
+    /// Tokens of each line (plus one for its line break).
+    cost: Vec<usize>,
+    count: TokenCounter<'a>,
+}
+
+impl<'a> Lines<'a> {
+    fn new(path: &'a str, source: &'a str, count: TokenCounter<'a>) -> Self {
+        let lines: Vec<&str> = source.lines().collect();
+        let cost = lines
+            .iter()
+            .map(|l| if l.trim().is_empty() { 1 } else { count(l) + 1 })
+            .collect();
+        Self {
+            path,
+            source,
+            lines,
+            cost,
+            count,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    pub(crate) fn line(&self, i: usize) -> &'a str {
+        self.lines.get(i).copied().unwrap_or("")
+    }
+
+    pub(crate) fn source(&self) -> &'a str {
+        self.source
+    }
+
+    /// Tokens of lines `start..end` (additive estimate; [`Span::finish`] checks exactly).
+    pub(crate) fn cost(&self, start: usize, end: usize) -> usize {
+        self.cost[start.min(self.cost.len())..end.min(self.cost.len())]
+            .iter()
+            .sum()
+    }
+
+    /// Tokens the path line and `header` add to every chunk.
+    pub(crate) fn overhead(&self, header: &str) -> usize {
+        let h = if header.is_empty() {
+            0
+        } else {
+            (self.count)(header) + 1
+        };
+        (self.count)(self.path) + 1 + h
+    }
+
+    pub(crate) fn blank(&self, start: usize, end: usize) -> bool {
+        (start..end.min(self.len())).all(|i| self.line(i).trim().is_empty())
+    }
+}
+
+/// A chunk before its text is cut out: lines `start..end` (0-based, exclusive end).
+#[derive(Debug, Clone)]
+pub(crate) struct Span {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) ty: ChunkType,
+    pub(crate) context: Vec<String>,
+    pub(crate) header: String,
+}
+
+impl Span {
+    /// Cuts the text out and makes sure the embedded text fits the budget: the additive line
+    /// estimate is checked against the exact count, and trailing characters are dropped from
+    /// the text until it fits (only a line longer than the whole budget gets there).
+    fn finish(self, lines: &Lines<'_>, config: &ChunkConfig) -> Chunk {
+        let mut text = (self.start..self.end)
+            .map(|i| lines.line(i))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut header = self.header;
+        let fits = |h: &str, t: &str| {
+            (lines.count)(&embedding_text(lines.path, h, t)) <= config.max_tokens
+        };
+        if !fits(&header, &text) {
+            if !fits("", "") || !fits(&header, "") {
+                header.clear();
+            }
+            // Binary search on a character prefix of the text.
+            let chars: Vec<(usize, char)> = text.char_indices().collect();
+            let (mut lo, mut hi) = (0usize, chars.len());
+            while lo < hi {
+                let mid = (lo + hi).div_ceil(2);
+                let cut = chars.get(mid).map_or(text.len(), |c| c.0);
+                if fits(&header, &text[..cut]) {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            let cut = chars.get(lo).map_or(text.len(), |c| c.0);
+            text.truncate(cut);
+        }
+        Chunk {
+            text,
+            start_line: self.start + 1,
+            end_line: self.end,
+            chunk_type: self.ty,
+            context: self.context,
+            header,
+        }
+    }
+}
+
+/// Merges neighbours within one list of spans: consecutive `block`s, and any span under
+/// `min_tokens` with its neighbour, while the sum fits the budget.
+pub(crate) fn merge_small(spans: Vec<Span>, lines: &Lines<'_>, config: &ChunkConfig) -> Vec<Span> {
+    let mut out: Vec<Span> = Vec::with_capacity(spans.len());
+    for s in spans {
+        if let Some(last) = out.last_mut() {
+            let budget = config
+                .max_tokens
+                .saturating_sub(lines.overhead(&last.header));
+            let fits = lines.cost(last.start, s.end) <= budget && last.header == s.header;
+            let small = |x: &Span| lines.cost(x.start, x.end) < config.min_tokens;
+            let both_blocks = last.ty == ChunkType::Block && s.ty == ChunkType::Block;
+            if fits && (both_blocks || small(last) || small(&s)) {
+                if s.ty.rank() > last.ty.rank() {
+                    last.ty = s.ty;
+                    last.context = s.context;
+                } else if last.context.is_empty() {
+                    last.context = s.context;
+                }
+                last.end = s.end;
+                continue;
+            }
+        }
+        out.push(s);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

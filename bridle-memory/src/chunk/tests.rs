@@ -1,0 +1,261 @@
+//! Unit tests of the chunker, with a whitespace token counter (one token per word).
+
+use super::*;
+
+fn words(s: &str) -> usize {
+    s.split_whitespace().count()
+}
+
+fn cut(path: &str, src: &str, max: usize) -> Vec<Chunk> {
+    let cfg = ChunkConfig {
+        max_tokens: max,
+        min_tokens: 6,
+        overlap_lines: 1,
+    };
+    chunk_file(path, src, &cfg, &words)
+}
+
+fn kinds(chunks: &[Chunk]) -> Vec<(ChunkType, usize, usize, String)> {
+    chunks
+        .iter()
+        .map(|c| (c.chunk_type, c.start_line, c.end_line, c.context_path()))
+        .collect()
+}
+
+const RUST: &str = r#"use std::fmt;
+use std::io;
+
+/// A point on the plane, with a doc comment
+/// that spans two lines.
+#[derive(Debug)]
+pub struct Point {
+    x: i32,
+    y: i32,
+}
+
+impl Point {
+    /// Makes the origin point of the plane.
+    pub fn origin() -> Self {
+        let brace = '{';
+        let s = "}}}";
+        Self { x: 0, y: 0 }
+    }
+
+    /// The distance to another point, squared and summed.
+    pub fn distance(&self, other: &Point) -> i32 {
+        let dx = self.x - other.x;
+        let dy = self.y - other.y;
+        dx * dx + dy * dy
+    }
+}
+"#;
+
+#[test]
+fn rust_methods_are_chunks_with_their_impl_as_context() {
+    let c = cut("src/point.rs", RUST, 200);
+    let k = kinds(&c);
+    assert_eq!(k[0].0, ChunkType::Block, "{k:?}");
+    assert_eq!((k[1].0, k[1].1, k[1].2), (ChunkType::Type, 4, 10), "{k:?}");
+    assert_eq!(k[1].3, "pub struct Point");
+    assert!(c[1].text.starts_with("/// A point"));
+    let origin = c
+        .iter()
+        .find(|c| c.text.contains("fn origin"))
+        .expect("origin");
+    assert_eq!(origin.chunk_type, ChunkType::Function);
+    assert_eq!(origin.context_path(), "impl Point > pub fn origin");
+    assert_eq!(origin.header, "impl Point {");
+    assert!(origin.text.contains("/// Makes the origin"));
+    let dist = c
+        .iter()
+        .find(|c| c.text.contains("fn distance"))
+        .expect("distance");
+    assert_eq!(dist.context_path(), "impl Point > pub fn distance");
+    assert_eq!(
+        dist.end_line, 26,
+        "the impl's closing brace joins its last method"
+    );
+    assert!(!std::ptr::eq(origin, dist));
+}
+
+#[test]
+fn every_non_blank_line_is_in_exactly_one_chunk() {
+    for (path, src) in [
+        ("a.rs", RUST),
+        ("a.py", PY),
+        ("a.ts", TS),
+        ("a.go", GO),
+        ("a.md", MD),
+        ("a.txt", MD),
+    ] {
+        for max in [16, 30, 200] {
+            let c = cut(path, src, max);
+            let lines: Vec<&str> = src.lines().collect();
+            let mut seen = vec![0; lines.len()];
+            for ch in &c {
+                for l in ch.start_line..=ch.end_line {
+                    seen[l - 1] += 1;
+                }
+            }
+            for (i, l) in lines.iter().enumerate() {
+                if !l.trim().is_empty() {
+                    if path.ends_with(".txt") {
+                        assert!(seen[i] >= 1, "{path} max {max}: line {} lost", i + 1);
+                    } else {
+                        assert_eq!(
+                            seen[i],
+                            1,
+                            "{path} max {max}: line {} in {} chunks: {:?}",
+                            i + 1,
+                            seen[i],
+                            kinds(&c)
+                        );
+                    }
+                }
+            }
+            for ch in &c {
+                assert!(
+                    words(&ch.embedding_text(path)) <= max,
+                    "{path} {max}: {ch:?}"
+                );
+            }
+        }
+    }
+}
+
+const PY: &str = "import os\nimport sys\n\n@dataclass\nclass Store:\n    \"\"\"Keeps things on disk.\"\"\"\n    path: str\n\n    def load(self, key):\n        with open(self.path) as f:\n            return f.read()\n\n    def save(self, key, value):\n        with open(self.path, 'w') as f:\n            f.write(value)\n\n\ndef main():\n    Store('x').load('k')\n";
+
+#[test]
+fn python_classes_open_into_methods() {
+    let c = cut("store.py", PY, 200);
+    let load = c
+        .iter()
+        .find(|c| c.text.contains("def load"))
+        .expect("load");
+    assert_eq!(load.chunk_type, ChunkType::Function);
+    assert_eq!(load.context_path(), "class Store > def load");
+    assert_eq!(load.header, "class Store:");
+    let main = c
+        .iter()
+        .find(|c| c.text.contains("def main"))
+        .expect("main");
+    assert_eq!(main.context_path(), "def main");
+    assert!(
+        c.iter()
+            .any(|c| c.text.contains("@dataclass") && c.text.contains("class Store"))
+    );
+}
+
+const TS: &str = "import { x } from './x';\n\nexport interface Repo {\n  id: number;\n}\n\nexport const load = async (id: number) => {\n  return `${id}}`;\n};\n\nexport class Service {\n  constructor(private repo: Repo) {}\n  run(): number {\n    return this.repo.id + 1;\n  }\n}\n";
+
+#[test]
+fn typescript_items() {
+    let c = cut("a.ts", TS, 200);
+    let load = c
+        .iter()
+        .find(|c| c.text.contains("const load"))
+        .expect("load");
+    assert_eq!(load.chunk_type, ChunkType::Function, "{:?}", kinds(&c));
+    let run = c.iter().find(|c| c.text.contains("run()")).expect("run");
+    assert_eq!(run.chunk_type, ChunkType::Function);
+    assert!(
+        run.context_path().starts_with("class Service"),
+        "{:?}",
+        kinds(&c)
+    );
+}
+
+const GO: &str = "package main\n\nimport \"fmt\"\n\ntype User struct {\n\tName string\n}\n\n// Hello greets the user by name, politely.\nfunc (u User) Hello() string {\n\treturn \"}\" + u.Name\n}\n";
+
+#[test]
+fn go_items_keep_their_comments() {
+    let c = cut("main.go", GO, 200);
+    let hello = c
+        .iter()
+        .find(|c| c.text.contains("func (u User)"))
+        .expect("hello");
+    assert_eq!(hello.chunk_type, ChunkType::Function);
+    assert!(hello.text.starts_with("// Hello greets"));
+    assert!(
+        c.iter()
+            .any(|c| c.chunk_type == ChunkType::Type && c.text.contains("type User"))
+    );
+}
+
+const MD: &str = "# Title\n\nIntro text about the project and what it does for people.\n\n## Install\n\nRun the installer with the right flags for your system.\n\n```sh\n# not a heading\nmake install\n```\n\n## Use\n\nCall it from your program and read the answer carefully.\n";
+
+#[test]
+fn markdown_is_cut_by_headings() {
+    let c = cut("README.md", MD, 200);
+    assert!(c.iter().all(|c| c.chunk_type == ChunkType::Section));
+    let install = c
+        .iter()
+        .find(|c| c.text.contains("make install"))
+        .expect("install");
+    assert_eq!(install.context_path(), "Title > Install");
+    assert!(install.text.contains("# not a heading"));
+}
+
+#[test]
+fn long_items_are_cut_into_parts_that_keep_the_signature() {
+    let body: String = (0..50).map(|i| format!("    let x{i} = {i};\n")).collect();
+    let src = format!("fn big() {{\n{body}}}\n");
+    let c = cut("a.rs", &src, 40);
+    assert!(c.len() > 3, "{:?}", kinds(&c));
+    assert!(c.iter().all(|c| c.chunk_type == ChunkType::Function));
+    assert_eq!(c.last().map(|c| c.end_line), Some(52));
+    assert_eq!(c[1].header, "fn big() {");
+    assert!(c.iter().all(|ch| words(&ch.embedding_text("a.rs")) <= 40));
+    // A line longer than the budget is cut by characters.
+    let long = format!("const X: &str = \"{}\";\n", "word ".repeat(100));
+    let c = cut("b.rs", &long, 20);
+    assert_eq!(c.len(), 1);
+    assert!(words(&c[0].embedding_text("b.rs")) <= 20);
+}
+
+#[test]
+fn broken_and_empty_input() {
+    let src = "fn broken() {\n  if x {\n\nfn after() {}\n";
+    let c = cut("x.rs", src, 200);
+    let covered: usize = c.iter().map(|c| c.end_line - c.start_line + 1).sum();
+    assert!(covered >= 3);
+    assert!(cut("e.rs", "", 200).is_empty());
+    assert!(cut("e.md", "", 200).is_empty());
+}
+
+#[test]
+fn every_grammar_loads_and_finds_a_function() {
+    for (path, src) in [
+        ("a.js", "function add(a, b) {\n  return a + b;\n}\n"),
+        (
+            "a.tsx",
+            "export function App() {\n  return <div>hi</div>;\n}\n",
+        ),
+        (
+            "A.java",
+            "class A {\n  int add(int a, int b) {\n    return a + b;\n  }\n}\n",
+        ),
+        ("a.c", "int add(int a, int b) {\n  return a + b;\n}\n"),
+        (
+            "a.cpp",
+            "namespace n {\nint add(int a, int b) {\n  return a + b;\n}\n}\n",
+        ),
+        (
+            "A.cs",
+            "class A {\n  int Add(int a, int b) {\n    return a + b;\n  }\n}\n",
+        ),
+        ("a.rb", "class A\n  def add(a, b)\n    a + b\n  end\nend\n"),
+        (
+            "a.php",
+            "<?php\nfunction add($a, $b) {\n  return $a + $b;\n}\n",
+        ),
+    ] {
+        let c = cut(path, src, 200);
+        assert!(
+            c.iter().any(|c| c.chunk_type == ChunkType::Function
+                && (c.context_path().contains("dd") || c.context_path().contains("App"))),
+            "{path}: {:?}",
+            kinds(&c)
+        );
+    }
+}

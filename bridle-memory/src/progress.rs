@@ -1,0 +1,217 @@
+//! Progress of long work (indexing a repository), and the listeners that show it.
+//!
+//! [`ProgressEvent`]s carry a `fraction()` and a `message()`, which is all a progress bar needs:
+//! the MCP tool turns them into `notifications/progress`, [`BarProgress`] draws a one-line bar on
+//! a terminal, [`LineProgress`] writes plain lines for a pipe or a log, and a command line with
+//! its own bar library (indicatif's `ProgressBar::set_position` / `set_message`) implements
+//! [`Progress`] in a few lines.
+
+use async_trait::async_trait;
+
+/// A step of long indexing work.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ProgressEvent {
+    /// Cloning or opening the source.
+    Fetching {
+        /// The URL or path.
+        source: String,
+    },
+    /// Files were read and chunked.
+    Chunked {
+        /// Files kept.
+        files: usize,
+        /// Chunks made.
+        chunks: usize,
+    },
+    /// Chunks embedded so far.
+    Embedded {
+        /// Done.
+        done: usize,
+        /// Total.
+        total: usize,
+    },
+    /// Writing the new chunks in place of the old ones.
+    Storing {
+        /// How many.
+        chunks: usize,
+    },
+}
+
+impl ProgressEvent {
+    /// `(progress, total)` for a progress bar: the embedding step dominates, so it counts
+    /// chunks; the other steps are markers.
+    pub fn fraction(&self) -> (f64, Option<f64>) {
+        match self {
+            ProgressEvent::Fetching { .. } => (0.0, None),
+            ProgressEvent::Chunked { chunks, .. } => (0.0, Some(*chunks as f64)),
+            ProgressEvent::Embedded { done, total } => (*done as f64, Some(*total as f64)),
+            ProgressEvent::Storing { chunks } => (*chunks as f64, Some(*chunks as f64)),
+        }
+    }
+
+    /// A one-line description.
+    pub fn message(&self) -> String {
+        match self {
+            ProgressEvent::Fetching { source } => format!("fetching {source}"),
+            ProgressEvent::Chunked { files, chunks } => {
+                format!("{chunks} chunks from {files} files")
+            }
+            ProgressEvent::Embedded { done, total } => format!("embedded {done}/{total} chunks"),
+            ProgressEvent::Storing { chunks } => format!("storing {chunks} chunks"),
+        }
+    }
+}
+
+/// Receives progress of long work.
+#[async_trait]
+pub trait Progress: Send + Sync {
+    /// Called at each step; must return quickly.
+    async fn report(&self, event: ProgressEvent);
+}
+
+/// Progress that goes nowhere.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProgress;
+
+#[async_trait]
+impl Progress for NoProgress {
+    async fn report(&self, _event: ProgressEvent) {}
+}
+
+/// Plain progress lines for a pipe or a log file: one line per step, no escape codes, and
+/// embedding steps only at each tenth of the work (and the last), so a log stays short:
+/// `embedded 48/96 chunks`.
+pub struct LineProgress<W: std::io::Write + Send> {
+    out: std::sync::Mutex<W>,
+    /// The last tenth written for the embedding step.
+    tenth: std::sync::atomic::AtomicUsize,
+}
+
+impl<W: std::io::Write + Send> LineProgress<W> {
+    /// Lines written to `out`.
+    pub fn new(out: W) -> Self {
+        Self {
+            out: std::sync::Mutex::new(out),
+            tenth: std::sync::atomic::AtomicUsize::new(usize::MAX),
+        }
+    }
+
+    /// Gives the writer back.
+    pub fn into_inner(self) -> W {
+        self.out.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl<W: std::io::Write + Send> Progress for LineProgress<W> {
+    async fn report(&self, event: ProgressEvent) {
+        if let ProgressEvent::Embedded { done, total } = &event {
+            let tenth = if *total == 0 { 10 } else { done * 10 / total };
+            let last = self.tenth.swap(tenth, std::sync::atomic::Ordering::Relaxed);
+            if tenth == last && done != total {
+                return;
+            }
+        }
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = writeln!(out, "{}", event.message());
+        let _ = out.flush();
+    }
+}
+
+/// A text progress bar for terminals: each event rewrites one line of `out` (use
+/// `std::io::stderr()`), e.g. `[##########----------]  48/96 embedded 48/96 chunks`, with a
+/// carriage return and an erase-line escape: use it only when the output is a terminal
+/// ([`std::io::IsTerminal`]) and [`LineProgress`] otherwise. A write error is ignored: progress
+/// must never fail the work it reports on.
+pub struct BarProgress<W: std::io::Write + Send> {
+    out: std::sync::Mutex<W>,
+    width: usize,
+}
+
+impl<W: std::io::Write + Send> BarProgress<W> {
+    /// A bar of 20 cells writing to `out`.
+    pub fn new(out: W) -> Self {
+        Self {
+            out: std::sync::Mutex::new(out),
+            width: 20,
+        }
+    }
+
+    /// The line drawn for `event`.
+    pub fn line(&self, event: &ProgressEvent) -> String {
+        let (done, total) = event.fraction();
+        let bar = match total {
+            Some(t) if t > 0.0 => {
+                let filled = ((done / t).clamp(0.0, 1.0) * self.width as f64).round() as usize;
+                format!(
+                    "[{}{}] ",
+                    "#".repeat(filled),
+                    "-".repeat(self.width - filled)
+                )
+            }
+            _ => format!("[{}] ", " ".repeat(self.width)),
+        };
+        format!("{bar}{}", event.message())
+    }
+
+    /// Gives the writer back.
+    pub fn into_inner(self) -> W {
+        self.out.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl<W: std::io::Write + Send> Progress for BarProgress<W> {
+    async fn report(&self, event: ProgressEvent) {
+        let line = self.line(&event);
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let end = if matches!(event, ProgressEvent::Storing { .. }) {
+            "\n"
+        } else {
+            ""
+        };
+        let _ = write!(out, "\r\x1b[2K{line}{end}");
+        let _ = out.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_bar_draws_each_step() {
+        let bar = BarProgress::new(Vec::new());
+        let half = bar.line(&ProgressEvent::Embedded {
+            done: 48,
+            total: 96,
+        });
+        assert_eq!(half, "[##########----------] embedded 48/96 chunks");
+        bar.report(ProgressEvent::Fetching { source: "r".into() })
+            .await;
+        bar.report(ProgressEvent::Storing { chunks: 96 }).await;
+        let text = String::from_utf8(bar.into_inner()).unwrap_or_default();
+        assert!(text.contains("fetching r"));
+        assert!(text.ends_with("[####################] storing 96 chunks\n"));
+    }
+
+    #[tokio::test]
+    async fn lines_have_no_escapes_and_thin_out_embedding_steps() {
+        let lines = LineProgress::new(Vec::new());
+        lines
+            .report(ProgressEvent::Fetching { source: "r".into() })
+            .await;
+        for done in 1..=100 {
+            lines
+                .report(ProgressEvent::Embedded { done, total: 100 })
+                .await;
+        }
+        lines.report(ProgressEvent::Storing { chunks: 100 }).await;
+        let text = String::from_utf8(lines.into_inner()).unwrap_or_default();
+        assert!(!text.contains('\x1b') && !text.contains('\r'));
+        let embedded = text.lines().filter(|l| l.starts_with("embedded")).count();
+        assert_eq!(embedded, 11, "{text}");
+        assert!(text.contains("embedded 100/100 chunks\nstoring 100 chunks\n"));
+    }
+}
