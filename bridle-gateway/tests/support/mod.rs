@@ -1,0 +1,3 @@
+//! Fixtures shared by the gateway's integration tests.
+
+pub mod kanboard_standin;
