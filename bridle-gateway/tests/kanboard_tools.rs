@@ -425,6 +425,7 @@ async fn bad_writes_get_named_errors_before_kanboard_says_false() {
         .await;
     let s = out.structured.unwrap();
     assert_eq!(s["code"], "unknown_name");
+    assert_eq!(s["retryable"], false);
     assert_eq!(s["field"], "column");
     assert!(
         s["choices"][0].as_str().unwrap().starts_with("Backlog ("),
@@ -709,8 +710,11 @@ async fn dead_slow_and_wrong_url_kanboards_give_clear_errors() {
         format!("http://{}/jsonrpc.php", l.local_addr().unwrap())
     };
     let d = fixture_with(Some(&dead), Duration::from_secs(5)).await;
-    let (code, text) = d.refused("claude", "whoami", json!({})).await;
-    assert_eq!(code, "kanboard_unreachable");
+    let out = d.call("claude", "whoami", json!({})).await;
+    let shape = out.structured.clone().unwrap();
+    assert_eq!(shape["code"], "kanboard_unreachable");
+    assert_eq!(shape["retryable"], true);
+    let text = out.all_text();
     assert!(text.contains("the other tools keep working"), "{text}");
 
     // Slow: the stand-in never answers; the call ends at the limit.

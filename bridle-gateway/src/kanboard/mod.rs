@@ -134,10 +134,41 @@ pub fn register(registry: &ToolRegistry, tools: KanboardTools) -> Result<(), Cor
     Ok(())
 }
 
-/// A tool failure the model can act on: a sentence and a stable code.
+/// The codes the Kanboard tools refuse with that may succeed later unchanged: Kanboard was
+/// down or slow. (A write that timed out may have been applied: its message says to check, or
+/// to repeat a create with the same `reference`.)
+const RETRYABLE: &[&str] = &["kanboard_unreachable", "kanboard_timeout"];
+
+/// A refusal in the gateway's one shape: an error result with a sentence and
+/// `{"code", "message", "retryable"}` (see [`crate::RefusalCode`]). The Kanboard codes:
+///
+/// | code | meaning |
+/// |---|---|
+/// | `kanboard_not_configured` | the caller has no Kanboard credential in the gateway |
+/// | `project_not_mapped` | the project is not mapped to the caller's Bridle projects |
+/// | `task_not_found`, `subtask_not_found`, `project_not_found` | no such item among the caller's projects |
+/// | `unknown_name` | a column, swimlane, category or user matches nothing (`choices` lists the valid ones) |
+/// | `invalid_date` | a date is not ISO 8601 |
+/// | `invalid_arguments`, `nothing_to_update` | the arguments say nothing usable |
+/// | `no_kanboard_user` | the action needs a Kanboard user and the credential is the application token alone |
+/// | `kanboard_rejected` | Kanboard answered `false` although every checked field was valid |
+/// | `kanboard_unauthorized`, `kanboard_forbidden` | Kanboard refused the credential (401) or the access (403) |
+/// | `kanboard_unreachable`, `kanboard_timeout` | Kanboard is down or slow (retryable) |
+/// | `kanboard_wrong_url` | the URL does not serve Kanboard's JSON-RPC API |
+/// | `kanboard_invalid_params`, `kanboard_method_not_found`, `kanboard_error`, `kanboard_bad_answer` | Kanboard's own JSON-RPC errors |
 pub(crate) fn refusal(code: &str, message: impl Into<String>) -> ToolOutput {
+    refusal_with(code, message, Value::Null)
+}
+
+/// A refusal with extra structured fields (merged beside `code`, `message`, `retryable`).
+pub(crate) fn refusal_with(code: &str, message: impl Into<String>, extra: Value) -> ToolOutput {
     let message = message.into();
-    ToolOutput::error_with(message.clone(), json!({"code": code, "message": message}))
+    let mut details =
+        json!({"code": code, "message": message, "retryable": RETRYABLE.contains(&code)});
+    if let (Value::Object(d), Value::Object(e)) = (&mut details, extra) {
+        d.extend(e);
+    }
+    ToolOutput::error_with(message, details)
 }
 
 fn kanboard_refusal(e: &KanboardError) -> ToolOutput {

@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use super::client::as_id;
 use super::read::with_session;
 use super::resolve::{NameOrId, ResolveError};
-use super::{KanboardTools, Session, dates, json_output, refusal, task_summary};
+use super::{KanboardTools, Session, dates, json_output, refusal, refusal_with, task_summary};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub(crate) struct CreateTaskArgs {
@@ -184,10 +184,10 @@ pub(crate) struct UpdateSubtaskArgs {
 }
 
 fn resolve_refusal(e: &ResolveError) -> ToolOutput {
-    let message = e.to_string();
-    ToolOutput::error_with(
-        message.clone(),
-        json!({"code": "unknown_name", "message": message, "field": e.what, "given": e.given, "choices": e.choices}),
+    refusal_with(
+        "unknown_name",
+        e.to_string(),
+        json!({"field": e.what, "given": e.given, "choices": e.choices}),
     )
 }
 
