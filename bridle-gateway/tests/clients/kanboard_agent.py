@@ -14,6 +14,10 @@ Streamable HTTP, in front of the Kanboard stand-in:
     python kanboard_agent.py badtoken URL
         A wrong bearer token must not get a session. Prints `RESULT <json>`.
 
+    python kanboard_agent.py stdio PROJECT_ID COMMAND ARGS...
+        Starts COMMAND (`bridle kanboard serve ...`) as an MCP server over stdio, lists the
+        tools, reads and creates a task. Prints `RESULT <json>`.
+
 Exit status 0 means every check held; otherwise the failing check is on stderr.
 """
 
@@ -21,7 +25,8 @@ import json
 import sys
 
 import anyio
-from mcp import ClientSession
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -138,12 +143,30 @@ async def badtoken(url):
     check(False, "a wrong token got a session")
 
 
+async def stdio(project, command, args):
+    params = StdioServerParameters(command=command, args=args)
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            listed = {t.name for t in (await session.list_tools()).tools}
+            check(TOOLS <= listed, f"every Kanboard tool is offered over stdio: missing {TOOLS - listed}")
+            me = await ok(session, "whoami", {})
+            created = await ok(session, "create_task", {"project_id": project, "title": "Over stdio", "column": "Ready"})
+            board = await ok(session, "get_board", {"project_id": project})
+            code, _ = await refused(session, "get_project", {"project_id": project + 100})
+            check(code == "project_not_mapped", f"unmapped project over stdio: {code}")
+            titles = [t["title"] for lane in board["swimlanes"] for c in lane["columns"] for t in c["tasks"]]
+            return {"kind": me["kind"], "task_id": created["task_id"], "titles": titles}
+
+
 def main():
     mode = sys.argv[1]
     if mode == "agent":
         result = anyio.run(agent, sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif mode == "reader":
         result = anyio.run(reader, sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif mode == "stdio":
+        result = anyio.run(stdio, int(sys.argv[2]), sys.argv[3], sys.argv[4:])
     else:
         result = anyio.run(badtoken, sys.argv[2])
     print("RESULT " + json.dumps(result), flush=True)
