@@ -13,12 +13,14 @@
 //! | [`resolve`] | a project's columns, swimlanes, categories, tags and users in one batch; names to ids |
 //! | `read` | the read tools |
 //! | `write` | the write tools and the refusals |
+//! | [`access`] | [`VaultAccess`]: credentials from the gateway's secret source, projects from a `kanboard:` mapping |
 //!
 //! Two things come from the embedder, per request and per agent, through [`KanboardAccess`]:
 //! the [`Credential`] the call uses (so Kanboard's own permissions apply and its activity
 //! stream names the agent), and the Kanboard projects the agent may see (its Bridle projects'
 //! mapping). Any project or task outside that set is refused, never passed through.
 
+pub mod access;
 pub mod client;
 pub mod dates;
 mod read;
@@ -32,6 +34,7 @@ use async_trait::async_trait;
 use kberg_core::{Caller, CoreError, ToolContext, ToolOutput, ToolRegistry};
 use serde_json::{Value, json};
 
+pub use access::{BridleProjects, KanboardAgent, KanboardConfig, VaultAccess};
 pub use client::{Credential, KanboardClient, KanboardError};
 pub use resolve::{NameOrId, ProjectContext};
 
@@ -49,8 +52,8 @@ pub trait KanboardAccess: Send + Sync {
     async fn projects(&self, caller: &Caller) -> BTreeSet<i64>;
 }
 
-/// A fixed table of agents: for the stand-alone server and for tests. The gateway implements
-/// [`KanboardAccess`] over its vault and project mappings instead.
+/// A fixed table of agents: for the stand-alone server and for tests. The gateway uses
+/// [`VaultAccess`] (its secret source and project mappings) instead.
 #[derive(Debug, Clone, Default)]
 pub struct StaticAccess {
     agents: BTreeMap<String, (Credential, BTreeSet<i64>)>,
