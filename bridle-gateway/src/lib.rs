@@ -15,6 +15,8 @@
 //! - [`auth`]: bearer-token auth per agent.
 //! - [`tools`]: the gateway's own tools, one module per group.
 //! - [`resources`]: the rules as MCP resources and the watcher that notifies subscribers.
+//! - `kanboard` (feature `kanboard`): the Kanboard tool set, with credentials and project
+//!   mappings given per request and per agent by the embedder.
 //! - [`memory`]: the optional memory service and the write-back of `last_indexed`.
 //! - [`upstreams`]: downstream MCP servers behind namespaced front tools, credentials injected
 //!   per request.
@@ -28,6 +30,8 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod gateway;
+#[cfg(feature = "kanboard")]
+pub mod kanboard;
 pub mod logging;
 pub mod memory;
 pub mod resources;

@@ -844,6 +844,23 @@ impl RulesStore {
         )
     }
 
+    /// Queues one vendor-seeded guardrail statement for an agent profile, from the document
+    /// `source_ref` (a URL or file). Returns the new proposal's id, or `None` when the statement
+    /// was queued before (in any state) or is already policy.
+    pub fn queue_vendor_statement(
+        &self,
+        project: &str,
+        agent: &str,
+        source_ref: &str,
+        statement: &str,
+    ) -> Result<Option<u64>, RulesError> {
+        self.catalog.get(agent)?;
+        let doc = self.load(project)?.document;
+        let origin = Origin::vendor(agent, source_ref);
+        let conn = self.connect()?;
+        self.queue_candidate(&conn, &doc, project, agent, &origin, statement, None)
+    }
+
     /// Queues the guardrail candidates found in a vendor's guidance text for an agent profile.
     /// Idempotent: a candidate queued before (in any state) or already in policy is skipped.
     pub fn queue_vendor_guidance(

@@ -7,6 +7,7 @@
 //!   file, or (with `--check`) shows the diff and exits 1 when the file on disk is stale.
 //! - `bridle rules queue|approve|reject|log|source-vendor|queue-suggestions|upgrade`: the human side of the review
 //!   queue. Approving is only ever done here (or, later, in the web panel), never by an agent.
+//! - `bridle kanboard serve --url URL --project ID`: the Kanboard tools alone, over stdio.
 //! - `bridle scope list|approve|deny`: decide agents' scope-expansion tickets.
 //! - `bridle memory index|refresh|search|purge`: the pattern examples of a project's rules
 //!   document in Bridle's memory (needs a `memory:` section in `bridle.yaml`); index and
@@ -16,6 +17,7 @@
 
 #![allow(clippy::print_stdout)] // A command-line program prints its results on stdout.
 
+mod kanboard;
 mod memory;
 mod render;
 mod rules;
@@ -82,6 +84,9 @@ enum Command {
     /// Pattern examples in Bridle's memory (needs a `memory:` section in bridle.yaml).
     #[command(subcommand)]
     Memory(memory::MemoryCommand),
+    /// The Kanboard tools on their own.
+    #[command(subcommand)]
+    Kanboard(kanboard::KanboardCommand),
 }
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -168,6 +173,13 @@ fn run(command: Command, dir: &Path) -> Result<ExitCode, BoxError> {
                 .enable_all()
                 .build()?;
             runtime.block_on(memory::memory(dir, c))
+        }
+        Command::Kanboard(c) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(kanboard::kanboard(c))?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
+use bridle_rules::vendor::{SourceReport, VendorFeed, VendorFeedConfig, VendorSource};
 use clap::Subcommand;
 
 use crate::{BoxError, open_store, who};
@@ -142,12 +142,16 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
             agent,
             from,
         } => {
-            let text = read_source(&from)?;
-            let report = store.queue_vendor_guidance(&project, &agent, &from, &text)?;
+            let report = source_vendor(&store, &project, &agent, &from)?;
             println!(
-                "queued {} suggestion(s) for review ({} already known)",
+                "queued {} suggestion(s) for review ({} already known{})",
                 report.queued.len(),
-                report.skipped
+                report.skipped,
+                if report.not_modified {
+                    "; the page is unchanged since the last run"
+                } else {
+                    ""
+                }
             );
         }
         RulesCommand::QueueSuggestions { project } => {
@@ -166,30 +170,33 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
     Ok(ExitCode::SUCCESS)
 }
 
-/// Reads vendor guidance from a URL or a file.
-fn read_source(from: &str) -> Result<String, BoxError> {
-    if from.starts_with("http://") || from.starts_with("https://") {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let text = runtime.block_on(async {
-            let client = reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()?;
-            let response = client.get(from).send().await?.error_for_status()?;
-            response.text().await
-        });
-        return text.map_err(|e| {
-            format!(
-                "fetching {from} failed: {e}{}",
-                if from.starts_with("https://") && cfg!(not(feature = "rustls")) {
-                    " (this build has no TLS: rebuild with `--features rustls`, or save the page and pass the file)"
-                } else {
-                    ""
-                }
-            )
-            .into()
-        });
+/// Reads one vendor page (URL or file) through the vendor feed, which sends the last run's
+/// validators, refuses redirects to other sites, error pages and huge bodies, and records each
+/// candidate's source, fetch time and excerpt.
+fn source_vendor(
+    store: &bridle_rules::RulesStore,
+    project: &str,
+    agent: &str,
+    from: &str,
+) -> Result<SourceReport, BoxError> {
+    let mut config = VendorFeedConfig::default();
+    config.profiles.insert(
+        agent.to_string(),
+        vec![VendorSource {
+            url: from.to_string(),
+            format: None,
+        }],
+    );
+    let feed = VendorFeed::new(config).map_err(|e| format!("{e} [{}]", e.code()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let run = runtime
+        .block_on(feed.run(store, project))
+        .map_err(|e| format!("{e} [{}]", e.code()))?;
+    match run.sources.into_iter().next().map(|s| s.outcome) {
+        Some(Ok(report)) => Ok(report),
+        Some(Err(e)) => Err(format!("{e} [{}]", e.code()).into()),
+        None => Err("no source was read".into()),
     }
-    std::fs::read_to_string(from).map_err(|e| format!("{from}: {e}").into())
 }

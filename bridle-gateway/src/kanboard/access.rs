@@ -1,0 +1,195 @@
+//! Who may reach Kanboard, with which credential, on which projects: [`VaultAccess`], the
+//! gateway's [`KanboardAccess`] over its secret source and a `kanboard:` configuration section.
+//!
+//! Every call asks the secret source for the agent's token (so a rotation applies to the next
+//! call) and records the use, like the upstream routes do; a source that cannot record the use
+//! gets no credential, so nothing is sent. The agent's Kanboard projects are the union of the
+//! mappings of its Bridle projects, computed per call from a function the gateway gives (the
+//! agent's configured projects), so a changed mapping or project list applies at once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use kberg_core::Caller;
+use serde::{Deserialize, Serialize};
+
+use super::{Credential, KanboardAccess};
+use crate::upstreams::{SecretSource, SecretUse};
+
+fn default_timeout_secs() -> u64 {
+    30
+}
+
+/// How one agent reaches Kanboard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KanboardAgent {
+    /// The secret holding the token.
+    pub secret: String,
+    /// The Kanboard user the token belongs to (a personal API token); omitted, the secret is
+    /// the application token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// With the application token: the Kanboard user id comments are written as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acting_user_id: Option<i64>,
+}
+
+/// The `kanboard:` section of a gateway configuration.
+///
+/// ```yaml
+/// kanboard:
+///   url: http://127.0.0.1:8080/jsonrpc.php
+///   timeout_secs: 30
+///   agents:
+///     claude: {secret: kanboard-claude, user: claude-bot}
+///     codex: {secret: kanboard-app, acting_user_id: 4}
+///   projects:            # Bridle project -> Kanboard project ids
+///     shop: [1, 3]
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KanboardConfig {
+    /// Kanboard's JSON-RPC endpoint (ends in `/jsonrpc.php`).
+    pub url: String,
+    /// The time limit of one Kanboard request, in seconds.
+    #[serde(default = "default_timeout_secs")]
+    pub timeout_secs: u64,
+    /// Per agent (its principal id): its credential.
+    #[serde(default)]
+    pub agents: BTreeMap<String, KanboardAgent>,
+    /// Per Bridle project: the Kanboard projects it maps to.
+    #[serde(default)]
+    pub projects: BTreeMap<String, Vec<i64>>,
+}
+
+/// The Bridle projects a caller may use (the gateway's agent configuration decides).
+pub type BridleProjects = Arc<dyn Fn(&Caller) -> Vec<String> + Send + Sync>;
+
+/// [`KanboardAccess`] over a secret source and a [`KanboardConfig`].
+pub struct VaultAccess {
+    config: KanboardConfig,
+    secrets: Arc<dyn SecretSource>,
+    bridle_projects: BridleProjects,
+}
+
+impl std::fmt::Debug for VaultAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VaultAccess")
+            .field("agents", &self.config.agents.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl VaultAccess {
+    /// Access per `config`, tokens from `secrets`, each caller's Bridle projects from
+    /// `bridle_projects`.
+    pub fn new(
+        config: KanboardConfig,
+        secrets: Arc<dyn SecretSource>,
+        bridle_projects: BridleProjects,
+    ) -> Self {
+        Self {
+            config,
+            secrets,
+            bridle_projects,
+        }
+    }
+}
+
+#[async_trait]
+impl KanboardAccess for VaultAccess {
+    async fn credential(&self, caller: &Caller) -> Option<Credential> {
+        let agent_id = caller.principal().id.as_str();
+        let agent = self.config.agents.get(agent_id)?;
+        let (secret, version) = match self.secrets.current(&agent.secret) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(agent = agent_id, error = %e, "no Kanboard credential");
+                return None;
+            }
+        };
+        let used = SecretUse {
+            name: &agent.secret,
+            version,
+            upstream: "kanboard",
+            agent: agent_id,
+            request: "kanboard",
+        };
+        if let Err(e) = self.secrets.record_use(&used) {
+            tracing::warn!(agent = agent_id, error = %e, "the use of the Kanboard credential could not be recorded; nothing is sent");
+            return None;
+        }
+        let token = secret.expose().to_string();
+        Some(match &agent.user {
+            Some(username) => Credential::User {
+                username: username.clone(),
+                token,
+            },
+            None => Credential::AppToken {
+                token,
+                acting_user_id: agent.acting_user_id,
+            },
+        })
+    }
+
+    async fn projects(&self, caller: &Caller) -> BTreeSet<i64> {
+        (self.bridle_projects)(caller)
+            .iter()
+            .filter_map(|p| self.config.projects.get(p))
+            .flatten()
+            .copied()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstreams::FolderSecrets;
+    use kberg_core::Principal;
+
+    #[tokio::test]
+    async fn tokens_come_from_the_secrets_on_every_call_and_projects_from_the_mapping() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("kanboard-claude"), "t1\n").expect("write");
+        let config: KanboardConfig = serde_saphyr::from_str(
+            "url: http://127.0.0.1:9/jsonrpc.php\nagents:\n  claude: {secret: kanboard-claude, user: claude-bot}\n  codex: {secret: missing}\nprojects:\n  shop: [1, 3]\n  ops: [3, 4]\n",
+        )
+        .expect("config");
+        let access = VaultAccess::new(
+            config,
+            Arc::new(FolderSecrets::new(dir.path())),
+            Arc::new(|c: &Caller| match c.principal().id.as_str() {
+                "claude" => vec!["shop".into(), "ops".into()],
+                _ => vec!["shop".into()],
+            }),
+        );
+        let claude = Caller::new(Principal::new("claude"));
+        match access.credential(&claude).await {
+            Some(Credential::User { username, token }) => {
+                assert_eq!((username.as_str(), token.as_str()), ("claude-bot", "t1"));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // A rotated token is used on the next call.
+        std::fs::write(dir.path().join("kanboard-claude"), "t2-longer\n").expect("write");
+        match access.credential(&claude).await {
+            Some(Credential::User { token, .. }) => assert_eq!(token, "t2-longer"),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(
+            access.projects(&claude).await,
+            [1, 3, 4].into_iter().collect()
+        );
+        let codex = Caller::new(Principal::new("codex"));
+        assert!(access.credential(&codex).await.is_none());
+        assert!(
+            access
+                .credential(&Caller::new(Principal::new("stranger")))
+                .await
+                .is_none()
+        );
+    }
+}

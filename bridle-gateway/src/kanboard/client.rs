@@ -1,0 +1,428 @@
+//! Kanboard's JSON-RPC 2.0 API over HTTP, with its quirks turned into stable errors.
+//!
+//! Kanboard answers almost everything with HTTP 200: a JSON-RPC error object (`-32602 Invalid
+//! params`, `-32601 Method not found`), `result: false` when validation failed (with no
+//! reason), `result: null` when the object does not exist, and, behind a wrong URL, a web page.
+//! Credentials and access are the exceptions: `401` and `403`, each with a JSON-RPC error and
+//! `id: null`. [`KanboardClient`] maps every one of these to a [`KanboardError`] with a stable
+//! code, so a tool never hands a model a bare `false` or a page of HTML.
+//!
+//! The client never retries: a create that timed out may have been applied, so repeating it
+//! blindly would duplicate it (the tools find a retried create by its `reference` instead).
+//! Credentials are given per call, so each agent's requests carry its own token and Kanboard's
+//! own permissions and activity stream apply to that agent; they are never logged.
+
+use std::time::Duration;
+
+use reqwest::{StatusCode, Url};
+use serde_json::{Value, json};
+
+/// How a request authenticates to Kanboard (HTTP Basic, as Kanboard's API expects).
+#[derive(Clone)]
+pub enum Credential {
+    /// The application token (`jsonrpc:<token>`): every procedure, no user. Tools that act as a
+    /// user (comments, "my tasks") use `acting_user_id` when set.
+    AppToken {
+        /// The API token from Kanboard's settings.
+        token: String,
+        /// The Kanboard user the application acts for, if any.
+        acting_user_id: Option<i64>,
+    },
+    /// A user's personal API token (`<username>:<token>`): that user's permissions, and the
+    /// activity stream names that user.
+    User {
+        /// The Kanboard username.
+        username: String,
+        /// The user's API token (or password).
+        token: String,
+    },
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credential::AppToken { acting_user_id, .. } => f
+                .debug_struct("AppToken")
+                .field("acting_user_id", acting_user_id)
+                .finish_non_exhaustive(),
+            Credential::User { username, .. } => f
+                .debug_struct("User")
+                .field("username", username)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+impl Credential {
+    fn basic(&self) -> (&str, &str) {
+        match self {
+            Credential::AppToken { token, .. } => ("jsonrpc", token),
+            Credential::User { username, token } => (username, token),
+        }
+    }
+}
+
+/// Why a Kanboard call failed. [`KanboardError::code`] is stable and reaches the model.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum KanboardError {
+    /// Nothing answers at the configured URL.
+    #[error("Kanboard at {url} cannot be reached ({reason}); the other tools keep working")]
+    Unreachable {
+        /// The endpoint.
+        url: String,
+        /// What the connection said.
+        reason: String,
+    },
+    /// Kanboard did not answer in time. A write may or may not have been applied.
+    #[error(
+        "Kanboard did not answer within {secs} s; a write may or may not have been applied, so check before repeating it"
+    )]
+    Timeout {
+        /// The limit.
+        secs: u64,
+    },
+    /// The URL answers, but not with Kanboard's JSON-RPC API (usually a web page).
+    #[error(
+        "{url} does not serve Kanboard's JSON-RPC API (it answered HTTP {status} with {what}); the URL should end in /jsonrpc.php"
+    )]
+    NotJsonRpc {
+        /// The endpoint.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// What came back instead (`an HTML page`, `invalid JSON`).
+        what: String,
+    },
+    /// 401: the credentials were refused (wrong token, or the user is locked out).
+    #[error(
+        "Kanboard refused the credentials of this agent (HTTP 401); an administrator must fix the agent's Kanboard token"
+    )]
+    Unauthorized,
+    /// 403: the credentials are valid but may not do this.
+    #[error("Kanboard denied access to `{method}` for this agent's Kanboard user (HTTP 403)")]
+    Forbidden {
+        /// The procedure.
+        method: String,
+    },
+    /// `-32602`: Kanboard rejected the parameters.
+    #[error("Kanboard rejected the parameters of `{method}`: {detail}")]
+    InvalidParams {
+        /// The procedure.
+        method: String,
+        /// Kanboard's `data` (`Wrong number of arguments`, ...).
+        detail: String,
+    },
+    /// `-32601`: the procedure does not exist in this Kanboard.
+    #[error("this Kanboard has no procedure `{method}` (it may be too old)")]
+    MethodNotFound {
+        /// The procedure.
+        method: String,
+    },
+    /// Another JSON-RPC error.
+    #[error("Kanboard answered `{method}` with error {code}: {message}")]
+    Rpc {
+        /// The procedure.
+        method: String,
+        /// The JSON-RPC code.
+        code: i64,
+        /// Its message.
+        message: String,
+    },
+    /// A batch answer that does not match the requests.
+    #[error("Kanboard's answer to a batch did not match its requests: {0}")]
+    BadBatch(String),
+}
+
+impl KanboardError {
+    /// The stable code of this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            KanboardError::Unreachable { .. } => "kanboard_unreachable",
+            KanboardError::Timeout { .. } => "kanboard_timeout",
+            KanboardError::NotJsonRpc { .. } => "kanboard_wrong_url",
+            KanboardError::Unauthorized => "kanboard_unauthorized",
+            KanboardError::Forbidden { .. } => "kanboard_forbidden",
+            KanboardError::InvalidParams { .. } => "kanboard_invalid_params",
+            KanboardError::MethodNotFound { .. } => "kanboard_method_not_found",
+            KanboardError::Rpc { .. } => "kanboard_error",
+            KanboardError::BadBatch(_) => "kanboard_bad_answer",
+        }
+    }
+}
+
+/// A JSON-RPC client for one Kanboard.
+#[derive(Debug, Clone)]
+pub struct KanboardClient {
+    http: reqwest::Client,
+    endpoint: Url,
+    timeout: Duration,
+}
+
+impl KanboardClient {
+    /// A client for the endpoint (`https://kanboard.example/jsonrpc.php`), with a time limit
+    /// per request.
+    pub fn new(endpoint: Url, timeout: Duration) -> Result<Self, KanboardError> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            // A redirect would drop the credentials or send them elsewhere; show it instead.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("bridle-kanboard/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| KanboardError::Unreachable {
+                url: endpoint.to_string(),
+                reason: e.to_string(),
+            })?;
+        Ok(Self {
+            http,
+            endpoint,
+            timeout,
+        })
+    }
+
+    /// The endpoint.
+    pub fn endpoint(&self) -> &Url {
+        &self.endpoint
+    }
+
+    /// Calls one procedure with named parameters (`params` is an object, or `Value::Null` for
+    /// none). Returns Kanboard's `result` as it came (`false` and `null` included).
+    pub async fn call(
+        &self,
+        credential: &Credential,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, KanboardError> {
+        let mut request = json!({"jsonrpc": "2.0", "method": method, "id": 1});
+        if !params.is_null() {
+            request["params"] = params;
+        }
+        let answer = self.post(credential, method, &request).await?;
+        single_result(method, &answer)
+    }
+
+    /// Calls several procedures in one JSON-RPC batch (one HTTP request). Each entry of the
+    /// answer is that call's result or error, in the order given.
+    pub async fn batch(
+        &self,
+        credential: &Credential,
+        calls: &[(&str, Value)],
+    ) -> Result<Vec<Result<Value, KanboardError>>, KanboardError> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let requests: Vec<Value> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, (method, params))| {
+                let mut r = json!({"jsonrpc": "2.0", "method": method, "id": i + 1});
+                if !params.is_null() {
+                    r["params"] = params.clone();
+                }
+                r
+            })
+            .collect();
+        let first = calls[0].0;
+        let answer = self
+            .post(credential, first, &Value::Array(requests))
+            .await?;
+        let Value::Array(items) = answer else {
+            // A whole-batch failure (401/403 arrive as one object with id null).
+            return Err(match single_result(first, &answer) {
+                Err(e) => e,
+                Ok(_) => KanboardError::BadBatch("a single answer to a batch".into()),
+            });
+        };
+        let mut out: Vec<Option<Result<Value, KanboardError>>> = vec![None; calls.len()];
+        for item in &items {
+            let idx = item
+                .get("id")
+                .and_then(Value::as_u64)
+                .and_then(|id| usize::try_from(id).ok())
+                .filter(|id| (1..=calls.len()).contains(id))
+                .ok_or_else(|| KanboardError::BadBatch(format!("unexpected id in {item}")))?;
+            out[idx - 1] = Some(single_result(calls[idx - 1].0, item));
+        }
+        out.into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.ok_or_else(|| KanboardError::BadBatch(format!("no answer to `{}`", calls[i].0)))
+            })
+            .collect()
+    }
+
+    async fn post(
+        &self,
+        credential: &Credential,
+        method: &str,
+        body: &Value,
+    ) -> Result<Value, KanboardError> {
+        let (user, pass) = credential.basic();
+        let response = self
+            .http
+            .post(self.endpoint.clone())
+            .basic_auth(user, Some(pass))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| self.transport(&e))?;
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let bytes = response.bytes().await.map_err(|e| self.transport(&e))?;
+        tracing::debug!(
+            method,
+            status = status.as_u16(),
+            bytes = bytes.len(),
+            "kanboard answered"
+        );
+        match status {
+            StatusCode::UNAUTHORIZED => return Err(KanboardError::Unauthorized),
+            StatusCode::FORBIDDEN => {
+                return Err(KanboardError::Forbidden {
+                    method: method.to_string(),
+                });
+            }
+            _ => {}
+        }
+        let not_rpc = |what: &str| KanboardError::NotJsonRpc {
+            url: self.endpoint.to_string(),
+            status: status.as_u16(),
+            what: what.to_string(),
+        };
+        if content_type.contains("html") {
+            return Err(not_rpc("an HTML page"));
+        }
+        let value: Value = serde_json::from_slice(&bytes).map_err(|_| {
+            let head = String::from_utf8_lossy(&bytes[..bytes.len().min(256)]).to_lowercase();
+            if head.contains("<html") || head.contains("<!doctype") {
+                not_rpc("an HTML page")
+            } else {
+                not_rpc("a body that is not JSON")
+            }
+        })?;
+        if !status.is_success() {
+            // JSON-RPC errors come with HTTP 200; anything else is not the API speaking.
+            return match single_result(method, &value) {
+                Err(e) => Err(e),
+                Ok(_) => Err(not_rpc("an unexpected status")),
+            };
+        }
+        let looks_rpc = match &value {
+            Value::Object(o) => o.get("jsonrpc").is_some(),
+            Value::Array(items) => items.iter().all(|i| i.get("jsonrpc").is_some()),
+            _ => false,
+        };
+        if !looks_rpc {
+            return Err(not_rpc("JSON that is not JSON-RPC"));
+        }
+        Ok(value)
+    }
+
+    fn transport(&self, e: &reqwest::Error) -> KanboardError {
+        if e.is_timeout() {
+            return KanboardError::Timeout {
+                secs: self.timeout.as_secs(),
+            };
+        }
+        let mut reason = e.to_string();
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            reason = s.to_string();
+            source = s.source();
+        }
+        KanboardError::Unreachable {
+            url: self.endpoint.to_string(),
+            reason,
+        }
+    }
+}
+
+/// One JSON-RPC answer's result, or its error as a [`KanboardError`].
+fn single_result(method: &str, answer: &Value) -> Result<Value, KanboardError> {
+    if let Some(error) = answer.get("error") {
+        let code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
+        let message = error
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("no message")
+            .to_string();
+        let detail = error
+            .get("data")
+            .map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_string))
+            .unwrap_or_else(|| message.clone());
+        return Err(match code {
+            401 => KanboardError::Unauthorized,
+            403 => KanboardError::Forbidden {
+                method: method.to_string(),
+            },
+            -32602 => KanboardError::InvalidParams {
+                method: method.to_string(),
+                detail,
+            },
+            -32601 => KanboardError::MethodNotFound {
+                method: method.to_string(),
+            },
+            _ => KanboardError::Rpc {
+                method: method.to_string(),
+                code,
+                message,
+            },
+        });
+    }
+    answer
+        .get("result")
+        .cloned()
+        .ok_or_else(|| KanboardError::BadBatch(format!("an answer to `{method}` without result")))
+}
+
+/// An id from Kanboard, which sends numbers (and, in older versions, numeric strings).
+pub fn as_id(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_of_the_recorded_answers() {
+        let bad = json!({"jsonrpc": "2.0", "error": {"code": -32602, "message": "Invalid params", "data": "Wrong number of arguments"}, "id": 23});
+        let e = single_result("createTask", &bad).unwrap_err();
+        assert_eq!(e.code(), "kanboard_invalid_params");
+        assert!(e.to_string().contains("Wrong number of arguments"));
+        let missing = json!({"jsonrpc": "2.0", "error": {"code": -32601, "message": "Method not found"}, "id": 27});
+        assert_eq!(
+            single_result("noSuchMethod", &missing).unwrap_err().code(),
+            "kanboard_method_not_found"
+        );
+        let ok = json!({"jsonrpc": "2.0", "result": false, "id": 12});
+        assert_eq!(single_result("updateTask", &ok).unwrap(), json!(false));
+        assert_eq!(as_id(&json!("12")), Some(12));
+        assert_eq!(as_id(&json!(null)), None);
+    }
+
+    #[test]
+    fn credentials_do_not_print() {
+        let c = Credential::User {
+            username: "claude".into(),
+            token: "s3cret".into(),
+        };
+        assert!(!format!("{c:?}").contains("s3cret"));
+        let c = Credential::AppToken {
+            token: "s3cret".into(),
+            acting_user_id: None,
+        };
+        assert!(!format!("{c:?}").contains("s3cret"));
+    }
+}

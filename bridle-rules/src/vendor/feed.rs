@@ -1,0 +1,462 @@
+//! The vendor feed without its transport: what is configured, what was seen, what was queued.
+//!
+//! A feed run fetches each source configured for an agent profile and queues what it finds.
+//! Two things must survive between runs: each source's validators (`ETag`, `Last-Modified`),
+//! so an unchanged page is answered `304 Not Modified` and queues nothing; and, for every
+//! queued candidate, the source URL, the fetch time and the excerpt it came from, so a reviewer
+//! sees a suggestion in context. Both live in the [`FeedLedger`], two tables beside the review
+//! queue in the store's database.
+//!
+//! [`FeedLedger::ingest`] queues first and records the validators last: a run that fails half
+//! way leaves the old validators, so the next run fetches the page again and queues what is
+//! still missing (queueing is idempotent by fingerprint). A page that could not be read (an
+//! error status, a redirect elsewhere, a body over the limit) never reaches `ingest`, so it
+//! queues nothing and changes no state.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+use super::extract::{DocumentFormat, extract};
+use crate::{RulesError, RulesStore};
+
+const LEDGER_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS vendor_feed_sources (
+    project TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    url TEXT NOT NULL,
+    etag TEXT,
+    last_modified TEXT,
+    fetched_at TEXT NOT NULL,
+    PRIMARY KEY (project, agent, url)
+);
+CREATE TABLE IF NOT EXISTS vendor_candidates (
+    proposal_id INTEGER PRIMARY KEY,
+    project TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    statement TEXT NOT NULL,
+    source_url TEXT NOT NULL,
+    fetched_at TEXT NOT NULL,
+    excerpt TEXT NOT NULL
+);
+";
+
+/// The default size limit of a fetched page: 2 MiB.
+pub const DEFAULT_MAX_BYTES: u64 = 2 * 1024 * 1024;
+
+/// The default time limit of one fetch, in seconds.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
+
+fn default_max_bytes() -> u64 {
+    DEFAULT_MAX_BYTES
+}
+
+fn default_timeout_secs() -> u64 {
+    DEFAULT_TIMEOUT_SECS
+}
+
+/// The vendor feed's configuration: the published guidance pages of each agent profile, and
+/// when and how to fetch them.
+///
+/// ```yaml
+/// profiles:
+///   claude:
+///     - url: https://vendor.example/claude-code/best-practices
+///   codex:
+///     - url: https://vendor.example/codex/agents-md.md
+///       format: markdown
+/// interval_minutes: 1440   # omit to run only on demand
+/// max_bytes: 2097152
+/// timeout_secs: 30
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VendorFeedConfig {
+    /// Per agent type (`claude`, `codex`, ...): the pages its vendor publishes.
+    #[serde(default)]
+    pub profiles: BTreeMap<String, Vec<VendorSource>>,
+    /// Run every this many minutes; `None` runs only on demand.
+    #[serde(default)]
+    pub interval_minutes: Option<u64>,
+    /// The largest page accepted, in bytes.
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: u64,
+    /// The time limit of one fetch, in seconds.
+    #[serde(default = "default_timeout_secs")]
+    pub timeout_secs: u64,
+}
+
+impl Default for VendorFeedConfig {
+    fn default() -> Self {
+        Self {
+            profiles: BTreeMap::new(),
+            interval_minutes: None,
+            max_bytes: DEFAULT_MAX_BYTES,
+            timeout_secs: DEFAULT_TIMEOUT_SECS,
+        }
+    }
+}
+
+/// One published guidance page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VendorSource {
+    /// An `http://` or `https://` URL, or a local file path (anything without `://`).
+    pub url: String,
+    /// How the page is written, when its `Content-Type` (or file name) does not say, or says
+    /// wrongly (a raw Markdown file served as `text/plain` reads fine either way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<DocumentFormat>,
+}
+
+/// Why a feed source could not be read or queued. Every variant has a stable
+/// [`FeedError::code`]; none of them queues anything.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FeedError {
+    /// The URL does not parse, has an unsupported scheme, or needs TLS this build lacks.
+    #[error("{url}: not a usable feed URL: {reason}")]
+    BadUrl {
+        /// The source URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// No connection could be made (nothing listening, name not found, connection reset).
+    #[error("{url}: the feed cannot be reached ({reason}); nothing was queued")]
+    Unreachable {
+        /// The source URL.
+        url: String,
+        /// What the connection attempt said.
+        reason: String,
+    },
+    /// The server did not answer within the time limit.
+    #[error("{url}: no complete answer within {secs} s; nothing was queued")]
+    Timeout {
+        /// The source URL.
+        url: String,
+        /// The limit.
+        secs: u64,
+    },
+    /// The server redirected to another site (or too many times).
+    #[error(
+        "{url}: redirected to {to}; a feed is only followed on its own site, so nothing was queued (update the source's URL if the page moved)"
+    )]
+    Redirected {
+        /// The source URL.
+        url: String,
+        /// Where the server pointed.
+        to: String,
+    },
+    /// The server answered with an error status (its error page is not read).
+    #[error("{url}: the server answered HTTP {status}; nothing was queued")]
+    HttpStatus {
+        /// The source URL.
+        url: String,
+        /// The status code.
+        status: u16,
+    },
+    /// The page is larger than the configured limit.
+    #[error("{url}: the page is larger than the limit of {limit} bytes; nothing was queued")]
+    TooLarge {
+        /// The source URL.
+        url: String,
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// The page is not HTML, Markdown or plain text.
+    #[error(
+        "{url}: the page is `{content_type}`, not HTML, Markdown or plain text; nothing was queued"
+    )]
+    NotText {
+        /// The source URL.
+        url: String,
+        /// The `Content-Type` it came with.
+        content_type: String,
+    },
+    /// A local source file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Queueing failed in the rules store (unknown project or agent, database error, ...).
+    #[error(transparent)]
+    Rules(#[from] RulesError),
+}
+
+impl FeedError {
+    /// The stable code of this error (a store error keeps its own code).
+    pub fn code(&self) -> &'static str {
+        match self {
+            FeedError::BadUrl { .. } => "feed_bad_url",
+            FeedError::Unreachable { .. } => "feed_unreachable",
+            FeedError::Timeout { .. } => "feed_timeout",
+            FeedError::Redirected { .. } => "feed_redirected",
+            FeedError::HttpStatus { .. } => "feed_http_status",
+            FeedError::TooLarge { .. } => "feed_too_large",
+            FeedError::NotText { .. } => "feed_not_text",
+            FeedError::Io { .. } => "io_error",
+            FeedError::Rules(e) => e.code(),
+        }
+    }
+}
+
+/// A source's cache validators, sent back as `If-None-Match` / `If-Modified-Since`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Validators {
+    /// The `ETag` the server sent.
+    pub etag: Option<String>,
+    /// The `Last-Modified` the server sent.
+    pub last_modified: Option<String>,
+}
+
+/// A page that was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedPage {
+    /// How it is written.
+    pub format: DocumentFormat,
+    /// Its text (invalid UTF-8 replaced, never refused).
+    pub text: String,
+    /// Its validators, for the next run.
+    pub validators: Validators,
+}
+
+/// What fetching a source gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchOutcome {
+    /// The server said the page is unchanged since the validators were taken.
+    NotModified,
+    /// The page.
+    Page(FetchedPage),
+}
+
+/// A queued candidate and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VendorCandidate {
+    /// The proposal in the review queue.
+    pub proposal_id: u64,
+    /// The project it was queued in.
+    pub project: String,
+    /// The agent profile it is for.
+    pub agent: String,
+    /// The suggested guardrail statement.
+    pub statement: String,
+    /// The source it was read from.
+    pub source_url: String,
+    /// When the page was fetched (RFC 3339, UTC).
+    pub fetched_at: String,
+    /// The passage it was found in.
+    pub excerpt: String,
+}
+
+/// What one source gave in one run.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct SourceReport {
+    /// When it was fetched (RFC 3339, UTC).
+    pub fetched_at: String,
+    /// The page was unchanged (`304`), so nothing was read.
+    pub not_modified: bool,
+    /// Candidates queued by this run.
+    pub queued: Vec<VendorCandidate>,
+    /// Candidates found but queued before or already policy.
+    pub skipped: usize,
+}
+
+/// Reads a local source file, refusing one over `max_bytes`. Its format comes from the file
+/// name, else from the text.
+pub fn read_file_source(path: &Path, max_bytes: u64) -> Result<FetchOutcome, FeedError> {
+    let io = |source| FeedError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    file.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(FeedError::TooLarge {
+            url: path.display().to_string(),
+            limit: max_bytes,
+        });
+    }
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let format = path
+        .file_name()
+        .and_then(|n| DocumentFormat::from_file_name(&n.to_string_lossy()))
+        .unwrap_or_else(|| DocumentFormat::sniff(&text));
+    Ok(FetchOutcome::Page(FetchedPage {
+        format,
+        text,
+        validators: Validators::default(),
+    }))
+}
+
+/// The feed's memory, in the store's database: validators per (project, agent, source) and the
+/// provenance of every queued candidate.
+#[derive(Debug, Clone)]
+pub struct FeedLedger {
+    db_path: PathBuf,
+}
+
+impl FeedLedger {
+    /// Opens the ledger of a store (creating its tables when missing).
+    pub fn open(store: &RulesStore) -> Result<Self, RulesError> {
+        let ledger = Self {
+            db_path: store.db_path().to_path_buf(),
+        };
+        ledger.connect()?.execute_batch(LEDGER_SCHEMA)?;
+        Ok(ledger)
+    }
+
+    fn connect(&self) -> Result<Connection, RulesError> {
+        let conn = Connection::open(&self.db_path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        Ok(conn)
+    }
+
+    /// The validators kept for a source, if it was read before.
+    pub fn validators(
+        &self,
+        project: &str,
+        agent: &str,
+        url: &str,
+    ) -> Result<Option<Validators>, RulesError> {
+        let row = self
+            .connect()?
+            .query_row(
+                "SELECT etag, last_modified FROM vendor_feed_sources WHERE project = ?1 AND agent = ?2 AND url = ?3",
+                params![project, agent, url],
+                |r| {
+                    Ok(Validators {
+                        etag: r.get(0)?,
+                        last_modified: r.get(1)?,
+                    })
+                },
+            )
+            .optional()?;
+        Ok(row)
+    }
+
+    /// Where a queued proposal came from, if the feed queued it.
+    pub fn candidate(&self, proposal_id: u64) -> Result<Option<VendorCandidate>, RulesError> {
+        let conn = self.connect()?;
+        let mut stmt = conn.prepare(
+            "SELECT proposal_id, project, agent, statement, source_url, fetched_at, excerpt FROM vendor_candidates WHERE proposal_id = ?1",
+        )?;
+        Ok(stmt
+            .query_row(params![proposal_id as i64], candidate_row)
+            .optional()?)
+    }
+
+    /// Every candidate the feed queued in a project, oldest first.
+    pub fn candidates(&self, project: &str) -> Result<Vec<VendorCandidate>, RulesError> {
+        let conn = self.connect()?;
+        let mut stmt = conn.prepare(
+            "SELECT proposal_id, project, agent, statement, source_url, fetched_at, excerpt FROM vendor_candidates WHERE project = ?1 ORDER BY proposal_id",
+        )?;
+        let rows = stmt.query_map(params![project], candidate_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Queues what a fetched source holds for `agent` in `project`, then records its
+    /// validators. A `NotModified` outcome queues nothing.
+    pub fn ingest(
+        &self,
+        store: &RulesStore,
+        project: &str,
+        agent: &str,
+        url: &str,
+        outcome: FetchOutcome,
+        fetched_at: &str,
+    ) -> Result<SourceReport, RulesError> {
+        store.catalog().get(agent)?;
+        // Fail on an unknown project before touching anything.
+        store.load(project)?;
+        let mut report = SourceReport {
+            fetched_at: fetched_at.to_string(),
+            ..SourceReport::default()
+        };
+        let page = match outcome {
+            FetchOutcome::NotModified => {
+                report.not_modified = true;
+                self.connect()?.execute(
+                    "UPDATE vendor_feed_sources SET fetched_at = ?4 WHERE project = ?1 AND agent = ?2 AND url = ?3",
+                    params![project, agent, url, fetched_at],
+                )?;
+                return Ok(report);
+            }
+            FetchOutcome::Page(page) => page,
+        };
+        let conn = self.connect()?;
+        for found in extract(&page.text, page.format) {
+            match store.queue_vendor_statement(project, agent, url, &found.statement)? {
+                Some(proposal_id) => {
+                    let candidate = VendorCandidate {
+                        proposal_id,
+                        project: project.to_string(),
+                        agent: agent.to_string(),
+                        statement: found.statement,
+                        source_url: url.to_string(),
+                        fetched_at: fetched_at.to_string(),
+                        excerpt: found.excerpt,
+                    };
+                    conn.execute(
+                        "INSERT OR REPLACE INTO vendor_candidates (proposal_id, project, agent, statement, source_url, fetched_at, excerpt) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        params![
+                            proposal_id as i64,
+                            candidate.project,
+                            candidate.agent,
+                            candidate.statement,
+                            candidate.source_url,
+                            candidate.fetched_at,
+                            candidate.excerpt
+                        ],
+                    )?;
+                    report.queued.push(candidate);
+                }
+                None => report.skipped += 1,
+            }
+        }
+        conn.execute(
+            "INSERT INTO vendor_feed_sources (project, agent, url, etag, last_modified, fetched_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (project, agent, url) DO UPDATE SET etag = excluded.etag, last_modified = excluded.last_modified, fetched_at = excluded.fetched_at",
+            params![
+                project,
+                agent,
+                url,
+                page.validators.etag,
+                page.validators.last_modified,
+                fetched_at
+            ],
+        )?;
+        tracing::info!(
+            project,
+            agent,
+            url,
+            queued = report.queued.len(),
+            skipped = report.skipped,
+            "vendor feed source ingested"
+        );
+        Ok(report)
+    }
+}
+
+fn candidate_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<VendorCandidate> {
+    Ok(VendorCandidate {
+        proposal_id: r.get::<_, i64>(0)? as u64,
+        project: r.get(1)?,
+        agent: r.get(2)?,
+        statement: r.get(3)?,
+        source_url: r.get(4)?,
+        fetched_at: r.get(5)?,
+        excerpt: r.get(6)?,
+    })
+}
