@@ -6,14 +6,13 @@
 //!
 //! [`GateError`] is what a *caller* (a model, an MCP client) sees when a tool call does not run
 //! or fails. Every variant carries a stable [`ErrorCode`]: a string that never changes meaning,
-//! so programs match on it, plus a short sentence a small model can act on. [`GateError::to_output`]
-//! turns one into the model-visible tool result (error flag set, the sentence as text, the code
-//! and details in structured content).
+//! so programs match on it, plus a short sentence a small model can act on. The gate turns one
+//! into the model-visible tool result ([`GateError::to_output`]: error flag set, the sentence as
+//! text, the code and details in structured content); this module only names and words them.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::tool::ToolOutput;
 use crate::validate::FieldError;
 
 /// A mistake in how the app configured a registry. Returned by registration calls.
@@ -483,57 +482,6 @@ impl GateError {
             | GateError::ConfirmDeclined { tool } => tool,
         }
     }
-
-    /// Machine-readable details: always `code`, `message`, `tool` and `retryable`, plus
-    /// `reason`, `capability` or `errors` where the variant has them.
-    pub fn details(&self) -> Value {
-        let code = self.code();
-        let mut v = json!({
-            "code": code.as_str(),
-            "message": self.to_string(),
-            "tool": self.tool(),
-            "retryable": code.is_retryable(),
-        });
-        let obj = v.as_object_mut().expect("json! object literal");
-        match self {
-            GateError::Refused { reason, .. } => {
-                obj.insert("reason".into(), Value::String(reason.clone()));
-            }
-            GateError::CapabilityRequired { capability, .. } => {
-                obj.insert("capability".into(), Value::String(capability.clone()));
-            }
-            GateError::InvalidArguments { errors, .. } => {
-                obj.insert(
-                    "errors".into(),
-                    serde_json::to_value(errors).expect("FieldError serializes"),
-                );
-            }
-            GateError::InputRequired { requests, .. } => {
-                obj.insert("inputRequests".into(), requests.clone());
-            }
-            GateError::HandleInvalid { pointer, .. } | GateError::HandleExpired { pointer, .. } => {
-                obj.insert("pointer".into(), Value::String(pointer.clone()));
-            }
-            GateError::ScopeRequired { field, .. } => {
-                obj.insert("field".into(), Value::String(field.clone()));
-            }
-            GateError::ScopeUnknown { scope, .. } | GateError::ScopeForbidden { scope, .. } => {
-                obj.insert("scope".into(), Value::String(scope.clone()));
-            }
-            GateError::PendingHumanConfirm { ticket, reason, .. } => {
-                obj.insert("ticket".into(), Value::String(ticket.clone()));
-                obj.insert("reason".into(), Value::String(reason.clone()));
-            }
-            _ => {}
-        }
-        v
-    }
-
-    /// The model-visible tool result: error flag set, the sentence as text content, and
-    /// [`GateError::details`] as structured content.
-    pub fn to_output(&self) -> ToolOutput {
-        ToolOutput::error_with(self.to_string(), self.details())
-    }
 }
 
 #[cfg(test)]
@@ -580,20 +528,5 @@ mod tests {
                 Value::String(c.as_str().into())
             );
         }
-    }
-
-    #[test]
-    fn output_carries_code_and_flag() {
-        let e = GateError::CapabilityRequired {
-            tool: "delete_note".into(),
-            capability: "notes.write".into(),
-        };
-        let out = e.to_output();
-        assert!(out.is_error);
-        let s = out.structured.clone().unwrap();
-        assert_eq!(s["code"], "capability_required");
-        assert_eq!(s["capability"], "notes.write");
-        assert_eq!(s["retryable"], false);
-        assert!(out.all_text().contains("notes.write"));
     }
 }
