@@ -109,6 +109,11 @@ pub enum CoreError {
 /// | `ticket_already_decided` | the ticket was already approved or denied; nothing runs twice | no |
 /// | `ticket_forbidden` | this principal may not approve or deny tickets (or not this one) | no |
 /// | `ticket_store_failed` | the ticket store could not be read or written | maybe |
+/// | `too_many_calls` | (kberg-server) the caller already has as many calls in flight as allowed | yes, after one finishes |
+/// | `upstream_unavailable` | (aggregator) the forwarded tool's upstream server is not connected; `upstream` names it | yes, later |
+/// | `upstream_timeout` | (aggregator) the upstream did not answer within its call timeout; the call was cancelled there | yes, later |
+/// | `upstream_invalid_result` | (aggregator) the upstream answered with something that is not the documented result | no |
+/// | `upstream_error` | (aggregator) the upstream refused a forwarded prompt or resource request, or it failed otherwise | maybe |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -165,11 +170,22 @@ pub enum ErrorCode {
     TicketForbidden,
     /// The ticket store failed.
     TicketStoreFailed,
+    /// The caller already has as many calls in flight as the server allows.
+    TooManyCalls,
+    /// A forwarded call's upstream server is not connected.
+    UpstreamUnavailable,
+    /// A forwarded call's upstream server did not answer in time; the call was cancelled there.
+    UpstreamTimeout,
+    /// A forwarded call's upstream server answered with something that is not the documented
+    /// result shape.
+    UpstreamInvalidResult,
+    /// A forwarded request's upstream server refused it, or the request failed otherwise.
+    UpstreamError,
 }
 
 impl ErrorCode {
     /// Every code, for documentation and tests.
-    pub const ALL: [ErrorCode; 26] = [
+    pub const ALL: [ErrorCode; 31] = [
         ErrorCode::UnknownTool,
         ErrorCode::Refused,
         ErrorCode::NotInSurface,
@@ -196,6 +212,11 @@ impl ErrorCode {
         ErrorCode::TicketAlreadyDecided,
         ErrorCode::TicketForbidden,
         ErrorCode::TicketStoreFailed,
+        ErrorCode::TooManyCalls,
+        ErrorCode::UpstreamUnavailable,
+        ErrorCode::UpstreamTimeout,
+        ErrorCode::UpstreamInvalidResult,
+        ErrorCode::UpstreamError,
     ];
 
     /// The stable string form of the code.
@@ -227,6 +248,11 @@ impl ErrorCode {
             ErrorCode::TicketAlreadyDecided => "ticket_already_decided",
             ErrorCode::TicketForbidden => "ticket_forbidden",
             ErrorCode::TicketStoreFailed => "ticket_store_failed",
+            ErrorCode::TooManyCalls => "too_many_calls",
+            ErrorCode::UpstreamUnavailable => "upstream_unavailable",
+            ErrorCode::UpstreamTimeout => "upstream_timeout",
+            ErrorCode::UpstreamInvalidResult => "upstream_invalid_result",
+            ErrorCode::UpstreamError => "upstream_error",
         }
     }
 
@@ -247,6 +273,9 @@ impl ErrorCode {
                 | ErrorCode::ScopeUnknown
                 | ErrorCode::TicketPending
                 | ErrorCode::TicketStoreFailed
+                | ErrorCode::TooManyCalls
+                | ErrorCode::UpstreamUnavailable
+                | ErrorCode::UpstreamTimeout
         )
     }
 }
@@ -520,6 +549,11 @@ mod tests {
                 "ticket_already_decided",
                 "ticket_forbidden",
                 "ticket_store_failed",
+                "too_many_calls",
+                "upstream_unavailable",
+                "upstream_timeout",
+                "upstream_invalid_result",
+                "upstream_error",
             ]
         );
         for c in ErrorCode::ALL {

@@ -121,6 +121,7 @@ pub use content::{
 pub use context::{CallOptions, ClientInfo, ClientPeer, PeerError, ToolContext};
 pub use digest::{REDACTED, argument_digest, canonical_json, redact};
 pub use error::{CoreError, ErrorCode, GateError};
+pub use gate::Refusal;
 pub use handle::{
     HANDLE_SCHEMA_KEYWORD, Handle, HandleCodec, HandleError, HandleKind, MAX_INTERNAL_ID_LEN,
 };

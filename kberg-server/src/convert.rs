@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use kberg_core::{
-    Content, GateError, PromptMessage, PromptResult, PromptSpec, ResourceContents,
+    Content, PromptMessage, PromptResult, PromptSpec, Refusal, ResourceContents,
     ResourceDescriptor, ResourceTemplate, Role, ToolKind, ToolOutput, ToolSpec,
 };
 use rmcp::ErrorData as McpError;
@@ -100,29 +100,13 @@ pub(crate) fn call_result(out: ToolOutput) -> Result<CallToolResult, McpError> {
     Ok(r)
 }
 
-/// The `tools/call` result of a gate refusal: the error flag, the sentence as text, and the
-/// details (with the stable `code`) as structured content.
-pub(crate) fn refusal_result(e: &GateError) -> CallToolResult {
-    let mut r = CallToolResult::error(vec![ContentBlock::text(e.to_string())]);
-    r.structured_content = Some(e.details());
-    r
-}
-
-/// An error result produced by this crate (not by the gate), with a stable code.
-pub(crate) fn server_refusal(
-    tool: &str,
-    code: &str,
-    message: String,
-    retryable: bool,
-) -> CallToolResult {
-    let mut r = CallToolResult::error(vec![ContentBlock::text(message.clone())]);
-    r.structured_content = Some(json!({
-        "code": code,
-        "message": message,
-        "tool": tool,
-        "retryable": retryable,
-    }));
-    r
+/// The `tools/call` result of a refusal (the gate's, this crate's, the aggregator's all have
+/// this one shape): the error flag, the sentence as text, and the details (with the stable
+/// `code`) as structured content.
+pub(crate) fn refusal_result(r: &Refusal) -> CallToolResult {
+    let mut out = CallToolResult::error(vec![ContentBlock::text(r.message().to_string())]);
+    out.structured_content = Some(r.details());
+    out
 }
 
 fn resource_contents_json(r: &ResourceContents) -> Value {
@@ -257,7 +241,7 @@ pub(crate) fn prompt_result(r: &PromptResult) -> Result<m::GetPromptResult, McpE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kberg_core::{ToolBuilder, WriteCapability};
+    use kberg_core::{GateError, ToolBuilder, WriteCapability};
 
     #[test]
     fn every_content_kind_converts() {
@@ -313,7 +297,7 @@ mod tests {
             tool: "add".into(),
             capability: "notes.write".into(),
         };
-        let v = serde_json::to_value(refusal_result(&e)).expect("serializes");
+        let v = serde_json::to_value(refusal_result(&e.refusal())).expect("serializes");
         assert_eq!(v["isError"], true);
         assert_eq!(v["structuredContent"]["code"], "capability_required");
         assert!(

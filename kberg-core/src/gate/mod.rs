@@ -33,6 +33,8 @@ mod commit;
 mod confirm;
 mod prepare;
 mod refusal;
+
+pub use self::refusal::Refusal;
 mod run;
 mod scope;
 
