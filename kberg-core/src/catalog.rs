@@ -38,11 +38,16 @@ pub(crate) struct Entry {
     pub(crate) plain: bool,
 }
 
+/// A map by tool name. Hashed with foldhash (seeded per process): every call looks its tool up
+/// by name, and SipHash was a tenth of the gate's own cost. Keys are inserted by the app only,
+/// so callers cannot grow collision chains.
+pub(crate) type ByName<V> = HashMap<Arc<str>, V, foldhash::fast::RandomState>;
+
 /// One consistent view of the registered tools, refusals, capabilities and scopes.
 #[derive(Default, Clone)]
 pub(crate) struct Catalog {
-    pub(crate) tools: HashMap<Arc<str>, Arc<Entry>>,
-    pub(crate) refusals: HashMap<Arc<str>, Arc<str>>,
+    pub(crate) tools: ByName<Arc<Entry>>,
+    pub(crate) refusals: ByName<Arc<str>>,
     pub(crate) capabilities: Arc<CapabilityCatalog>,
     pub(crate) scopes: Arc<BTreeMap<String, ScopeSpec>>,
 }

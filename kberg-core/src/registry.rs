@@ -472,23 +472,23 @@ impl ToolRegistry {
     /// preview / commit and human confirmation → the tool runs with the call's cancellation
     /// token → an [`AuditEvent`](crate::AuditEvent) is recorded when a sink is set. Each
     /// refusal is a [`GateError`] with a stable [`ErrorCode`](crate::ErrorCode).
-    pub async fn call(
-        &self,
-        caller: &Caller,
-        name: &str,
+    ///
+    /// (Written as a function returning the gate's future rather than an `async fn`, which
+    /// would wrap that future in one more of its own size.)
+    pub fn call<'a>(
+        &'a self,
+        caller: &'a Caller,
+        name: &'a str,
         args: Value,
         opts: CallOptions,
-    ) -> Result<ToolOutput, GateError> {
-        self.state
-            .gate
-            .call(
-                self.state.current.load_full(),
-                caller,
-                name,
-                args,
-                opts,
-                None,
-            )
-            .await
+    ) -> impl Future<Output = Result<ToolOutput, GateError>> + Send + 'a {
+        self.state.gate.call(
+            self.state.current.load_full(),
+            caller,
+            name,
+            args,
+            opts,
+            None,
+        )
     }
 }

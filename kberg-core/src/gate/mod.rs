@@ -220,9 +220,35 @@ impl Gate {
         drop(catalog);
         let result = match front {
             Err(e) => Err(e),
+            // The common call: no preview or commit, no confirm policy, no approved ticket. It
+            // runs straight away; this future then holds little more than the tool's own
+            // (boxed) future, so creating and moving it stays cheap.
+            Ok(call)
+                if approved.is_none()
+                    && !call.entry.spec.previews
+                    && settings.confirm.is_none() =>
+            {
+                let extras = CallExtras {
+                    phase: CallPhase::Direct,
+                    scope: trail.scope.clone(),
+                    ticket: None,
+                    handles: settings.handles.clone(),
+                };
+                let args = call.resolved.unwrap_or(call.args);
+                run::run(&call.entry, args, caller, opts, extras).await
+            }
+            // Preview / commit, confirmation, approved tickets: the full step 5, boxed so its
+            // larger state is only allocated for the calls that need it.
             Ok(call) => {
-                self.confirm_and_run(call, caller, opts, &settings, approved.as_ref(), &mut trail)
-                    .await
+                Box::pin(self.confirm_and_run(
+                    call,
+                    caller,
+                    opts,
+                    &settings,
+                    approved.as_ref(),
+                    &mut trail,
+                ))
+                .await
             }
         };
         if let (Some(sink), Some((started, at))) = (audit.as_ref(), clock) {

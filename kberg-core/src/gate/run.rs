@@ -1,8 +1,9 @@
 //! Gate step 6: the tool runs, with the call's cancellation token.
 //!
 //! The tool's future is polled once at once, inside its tracing span: most tools finish on that
-//! first poll and pay for nothing more (no cancellation waiter, no instrumented wrapper). A tool
-//! that is still pending is raced against the token: if the token fires first the future is
+//! first poll and pay for nothing more (no cancellation waiter, no instrumented wrapper, no
+//! state of the race in the gate's future). A tool that is still pending is raced against the
+//! token: if the token fires first the future is
 //! dropped and the call answers `cancelled`, as does a tool that stops with an error once the
 //! token fired, whatever words it chose. A panicking tool answers `tool_failed`; a structured
 //! result that does not match the declared output schema answers `tool_failed` too.
@@ -49,12 +50,21 @@ pub(crate) async fn run(
     };
     let outcome = match first {
         Poll::Ready(outcome) => outcome,
+        // A tool still at work: raced against the token, in a boxed future of its own so that
+        // the common, finished-at-once call does not carry the race's state.
         Poll::Pending => {
             let rest = AssertUnwindSafe(fut).catch_unwind();
-            tokio::select! {
-                biased;
-                r = tracing::Instrument::instrument(rest, span) => r,
-                () = cancel.cancelled() => return Err(GateError::Cancelled { tool: name() }),
+            let raced = Box::pin(async {
+                tokio::select! {
+                    biased;
+                    r = tracing::Instrument::instrument(rest, span) => Some(r),
+                    () = cancel.cancelled() => None,
+                }
+            })
+            .await;
+            match raced {
+                Some(outcome) => outcome,
+                None => return Err(GateError::Cancelled { tool: name() }),
             }
         }
     };
