@@ -6,11 +6,16 @@
 //! `gate_size/10` and `gate_size/10000` run the same call with 10 and 10,000 tools registered
 //! (goal <= 1.1x). Arguments are cloned in the untimed setup of each batch; both sides own and
 //! drop them inside the timed part.
+//!
+//! For instruction counts, `KBERG_GATE_LOOP=<n>` runs `n` calls of each side through the
+//! never-inlined `measured_raw` / `measured_gate` (arguments built outside them) and exits, to
+//! be run under `valgrind --tool=callgrind --toggle-collect='*measured_*'`; see
+//! `benches/README.md`.
 
 use std::hint::black_box;
 use std::sync::Arc;
 
-use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, criterion_group};
 use kberg_core::{
     CallOptions, Caller, Grants, Principal, Tool, ToolBuilder, ToolOutput, ToolRegistry,
 };
@@ -91,5 +96,44 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
+/// One raw validation of owned arguments, as the criterion baseline does it.
+#[inline(never)]
+fn measured_raw(validator: &jsonschema::Validator, a: serde_json::Value) -> bool {
+    let valid = validator.is_valid(black_box(&a));
+    drop(a);
+    valid
+}
+
+/// One gate call, as the criterion bench does it.
+#[inline(never)]
+fn measured_gate(r: &ToolRegistry, caller: &Caller, a: serde_json::Value) -> bool {
+    futures::executor::block_on(r.call(caller, "tool_00007", a, CallOptions::default())).is_ok()
+}
+
+/// `n` calls of each side, for an instruction counter; both must succeed.
+fn count_loop(n: usize) {
+    let caller = Caller::new(Principal::new("bench").with_grants(Grants::of(["notes.write"])));
+    let validator = jsonschema::validator_for(&schema()).expect("valid schema");
+    let small = registry(10);
+    for _ in 0..n {
+        assert!(measured_raw(&validator, args()));
+    }
+    for _ in 0..n {
+        assert!(measured_gate(&small, &caller, args()));
+    }
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    // The bench binary is an edge: reading its own switch from the environment is its job.
+    if let Some(n) = std::env::var("KBERG_GATE_LOOP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        count_loop(n);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -16,14 +16,20 @@ use std::sync::Arc;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use kberg_core::{
     COMMIT_TOKEN_FIELD, CallOptions, Caller, FlushPolicy, Grants, HandleCodec, JsonlAuditSink,
-    MemoryAuditSink, Principal, ToolBuilder, ToolOutput, ToolRegistry,
+    MemoryAuditSink, Principal, ToolBuilder, ToolOutput, ToolRegistry, ToolRegistryBuilder,
 };
 use serde_json::{Value, json};
 
 use kberg_benches::{note_args as args, note_schema as schema, notes_write as cap};
 
 fn registry() -> ToolRegistry {
-    let r = ToolRegistry::new();
+    registry_with(ToolRegistry::builder())
+}
+
+fn registry_with(builder: ToolRegistryBuilder) -> ToolRegistry {
+    let r = builder
+        .handle_codec(HandleCodec::new("bench", &[9u8; 32]).expect("32-byte secret"))
+        .build();
     r.declare(cap()).expect("declare once");
     r.register(
         ToolBuilder::new("add_note")
@@ -51,7 +57,6 @@ fn registry() -> ToolRegistry {
         ))
         .expect("register");
     }
-    r.set_handle_codec(HandleCodec::new("bench", &[9u8; 32]).expect("32-byte secret"));
     r
 }
 
@@ -72,9 +77,8 @@ fn bench(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
-    let memory = registry();
     let mem_sink = Arc::new(MemoryAuditSink::new());
-    memory.set_audit_sink(mem_sink.clone());
+    let memory = registry_with(ToolRegistry::builder().audit_sink(mem_sink.clone()));
     g.bench_function("memory", |b| {
         b.iter_batched(
             args,
@@ -83,10 +87,9 @@ fn bench(c: &mut Criterion) {
         )
     });
     let path = std::env::temp_dir().join(format!("kberg-bench-audit-{}.jsonl", std::process::id()));
-    let jsonl = registry();
     {
         let sink = Arc::new(JsonlAuditSink::open(&path, FlushPolicy::default()).expect("open log"));
-        jsonl.set_audit_sink(sink.clone());
+        let jsonl = registry_with(ToolRegistry::builder().audit_sink(sink.clone()));
         g.bench_function("jsonl", |b| {
             b.iter_batched(
                 args,
@@ -94,7 +97,7 @@ fn bench(c: &mut Criterion) {
                 BatchSize::SmallInput,
             )
         });
-        jsonl.set_audit_sink(Arc::new(MemoryAuditSink::new()));
+        drop(jsonl);
         sink.flush().expect("flush");
         if sink.dropped() > 0 {
             eprintln!("audit/jsonl: {} events dropped (overflow)", sink.dropped());

@@ -22,11 +22,12 @@ pub fn build_app_with(
     ctx: &Arc<GatewayContext>,
     memory: Option<bridle_memory::tools::MemoryTools>,
 ) -> Result<McpApp, GatewayError> {
-    let tools = ToolRegistry::new();
-    tools.set_audit_sink(
-        ctx.sessions
-            .audit_sink(Some(Arc::new(kberg_core::TracingAuditSink))),
-    );
+    let tools = ToolRegistry::builder()
+        .audit_sink(
+            ctx.sessions
+                .audit_sink(Some(Arc::new(kberg_core::TracingAuditSink))),
+        )
+        .build();
     register_tools(&tools, ctx)?;
     let with_memory = memory.is_some();
     if let Some(memory) = memory {

@@ -24,19 +24,20 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use async_trait::async_trait;
 use base64::Engine as _;
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Value, json};
+use tokio::sync::watch;
 
 use crate::capability::Grants;
+use crate::content::{ToolOutput, output_from_json, output_to_json};
 use crate::error::{ErrorCode, GateError};
 use crate::preview::CallPhase;
 use crate::principal::{Caller, Principal, SurfaceProjection};
-use crate::registry::ToolRegistry;
-use crate::resource::{ResourceBody, ResourceContents};
 use crate::scope::ScopeSet;
-use crate::tool::{Content, FnTool, ToolBuilder, ToolError, ToolOutput, ToolSpec};
+use crate::tool::{FnTool, ToolBuilder, ToolError, ToolSpec};
 
 /// What a policy asks for when a call needs a human.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -515,26 +516,53 @@ pub(crate) fn new_ticket_id() -> Result<String, StoreError> {
     Ok(format!("tk_{}", URL_SAFE_NO_PAD.encode(raw)))
 }
 
+/// What the desk needs of the gate, and all it sees of it: the ticket store and settings in
+/// force, the change signal, and a way to run an approved ticket's call through the gate. The
+/// [`ToolRegistry`](crate::ToolRegistry) implements it; the desk holds no registry.
+#[async_trait]
+pub(crate) trait TicketRunner: Send + Sync {
+    /// Where tickets are kept.
+    fn store(&self) -> Arc<dyn TicketStore>;
+    /// Who may decide tickets and how long they wait.
+    fn config(&self) -> ConfirmConfig;
+    /// A receiver of the ticket list's version.
+    fn changes(&self) -> watch::Receiver<u64>;
+    /// Bumps the ticket list's version.
+    fn changed(&self);
+    /// Runs an approved ticket's call through the gate, skipping only the confirm step.
+    async fn run_approved(
+        &self,
+        ticket: &ConfirmTicket,
+        approver: &str,
+    ) -> Result<ToolOutput, GateError>;
+}
+
 /// The app's window on tickets: list, approve, deny, fetch results. Get one from
-/// [`ToolRegistry::tickets`]; cheap to clone.
-#[derive(Debug, Clone)]
+/// [`ToolRegistry::tickets`](crate::ToolRegistry::tickets); cheap to clone.
+#[derive(Clone)]
 pub struct TicketDesk {
-    registry: ToolRegistry,
+    runner: Arc<dyn TicketRunner>,
+}
+
+impl std::fmt::Debug for TicketDesk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TicketDesk").finish_non_exhaustive()
+    }
 }
 
 impl TicketDesk {
-    pub(crate) fn new(registry: ToolRegistry) -> Self {
-        Self { registry }
+    pub(crate) fn new(runner: Arc<dyn TicketRunner>) -> Self {
+        Self { runner }
     }
 
     fn store(&self) -> Arc<dyn TicketStore> {
-        self.registry.ticket_store()
+        self.runner.store()
     }
 
     /// A receiver whose value changes whenever a ticket is filed, approved, finished or
     /// denied: what an app's UI waits on to refresh its list of pending approvals.
-    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.registry.ticket_changes()
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.runner.changes()
     }
 
     /// Every ticket, oldest first; pending tickets past their expiry read as expired.
@@ -567,7 +595,7 @@ impl TicketDesk {
     }
 
     fn check_decider(&self, t: &ConfirmTicket, decider: &Principal) -> Result<(), TicketError> {
-        let cfg = self.registry.confirm_config();
+        let cfg = self.runner.config();
         let may = decider.grants.contains(&cfg.approver_grant)
             && (cfg.allow_self_approval || decider.id != t.principal.id);
         if may {
@@ -629,8 +657,8 @@ impl TicketDesk {
             });
         }
         tracing::info!(ticket = %id, approver = %approver.id, tool = %t.tool, "ticket approved");
-        self.registry.tickets_changed();
-        let result = self.registry.run_approved(&running, &approver.id).await;
+        self.runner.changed();
+        let result = self.runner.run_approved(&running, &approver.id).await;
         let outcome = TicketOutcome::from_result(result);
         let mut done = running;
         done.status = match outcome {
@@ -641,7 +669,7 @@ impl TicketDesk {
         if !store.replace_if(TicketStatus::Running, &done)? {
             tracing::error!(ticket = %id, "ticket changed while its call ran; result not stored");
         }
-        self.registry.tickets_changed();
+        self.runner.changed();
         Ok(outcome)
     }
 
@@ -667,7 +695,7 @@ impl TicketDesk {
             });
         }
         tracing::info!(ticket = %id, denier = %denier.id, "ticket denied");
-        self.registry.tickets_changed();
+        self.runner.changed();
         Ok(())
     }
 
@@ -698,20 +726,20 @@ impl TicketDesk {
     /// error result carrying the ticket's code (`ticket_pending`, `ticket_denied`, ...). Register
     /// it in the same registry; it does not keep the registry alive.
     pub fn result_tool(&self, name: &str) -> FnTool {
-        let registry = self.registry.downgrade();
+        let runner = Arc::downgrade(&self.runner);
         ToolBuilder::new(name)
             .description(
                 "Get the result of a call that waited for a person's approval, by its ticket id.",
             )
             .small_model_safe()
             .handler(move |args: TicketArgs, ctx| {
-                let registry = registry.clone();
+                let runner = runner.clone();
                 async move {
-                    let registry = registry
+                    let runner = runner
                         .upgrade()
                         .ok_or_else(|| ToolError::failed("the app is shutting down"))?;
                     Ok(
-                        match registry.tickets().result(&args.ticket, ctx.caller()) {
+                        match TicketDesk::new(runner).result(&args.ticket, ctx.caller()) {
                             Ok(out) => out,
                             Err(e) => e.to_output(),
                         },
@@ -766,146 +794,9 @@ struct TicketArgs {
     ticket: String,
 }
 
-/// A tool result as JSON, in the MCP `CallToolResult` shape (bytes as base64).
-pub fn output_to_json(out: &ToolOutput) -> Value {
-    let content: Vec<Value> = out.content.iter().map(content_to_json).collect();
-    let mut v = json!({"content": content, "isError": out.is_error});
-    if let Some(s) = &out.structured {
-        v["structuredContent"] = s.clone();
-    }
-    v
-}
-
-fn content_to_json(c: &Content) -> Value {
-    match c {
-        Content::Text(t) => json!({"type": "text", "text": t}),
-        Content::Image { data, mime_type } => {
-            json!({"type": "image", "data": STANDARD.encode(data), "mimeType": mime_type})
-        }
-        Content::Audio { data, mime_type } => {
-            json!({"type": "audio", "data": STANDARD.encode(data), "mimeType": mime_type})
-        }
-        Content::ResourceLink {
-            uri,
-            name,
-            description,
-            mime_type,
-        } => json!({"type": "resource_link", "uri": uri, "name": name,
-                    "description": description, "mimeType": mime_type}),
-        Content::Resource(r) => {
-            let mut res = json!({"uri": r.uri, "mimeType": r.mime_type});
-            match &r.body {
-                ResourceBody::Text(t) => res["text"] = Value::String(t.clone()),
-                ResourceBody::Blob(b) => res["blob"] = Value::String(STANDARD.encode(b)),
-            }
-            json!({"type": "resource", "resource": res})
-        }
-    }
-}
-
-fn str_field(v: &Value, k: &str) -> Result<String, String> {
-    v.get(k)
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .ok_or_else(|| format!("content block lacks `{k}`"))
-}
-
-fn opt_str(v: &Value, k: &str) -> Option<String> {
-    v.get(k).and_then(Value::as_str).map(str::to_string)
-}
-
-fn bytes_field(v: &Value, k: &str) -> Result<Vec<u8>, String> {
-    STANDARD
-        .decode(str_field(v, k)?)
-        .map_err(|e| format!("`{k}` is not base64: {e}"))
-}
-
-/// The inverse of [`output_to_json`].
-pub fn output_from_json(v: &Value) -> Result<ToolOutput, String> {
-    let blocks = v
-        .get("content")
-        .and_then(Value::as_array)
-        .ok_or("result lacks `content`")?;
-    let mut content = Vec::with_capacity(blocks.len());
-    for b in blocks {
-        content.push(match b.get("type").and_then(Value::as_str) {
-            Some("text") => Content::Text(str_field(b, "text")?),
-            Some("image") => Content::Image {
-                data: bytes_field(b, "data")?,
-                mime_type: str_field(b, "mimeType")?,
-            },
-            Some("audio") => Content::Audio {
-                data: bytes_field(b, "data")?,
-                mime_type: str_field(b, "mimeType")?,
-            },
-            Some("resource_link") => Content::ResourceLink {
-                uri: str_field(b, "uri")?,
-                name: str_field(b, "name")?,
-                description: opt_str(b, "description"),
-                mime_type: opt_str(b, "mimeType"),
-            },
-            Some("resource") => {
-                let r = b.get("resource").ok_or("resource block lacks `resource`")?;
-                let body = match (r.get("text"), r.get("blob")) {
-                    (Some(Value::String(t)), _) => ResourceBody::Text(t.clone()),
-                    (_, Some(_)) => ResourceBody::Blob(bytes_field(r, "blob")?),
-                    _ => return Err("resource has neither text nor blob".into()),
-                };
-                Content::Resource(ResourceContents {
-                    uri: str_field(r, "uri")?,
-                    mime_type: opt_str(r, "mimeType"),
-                    body,
-                })
-            }
-            other => return Err(format!("unknown content type {other:?}")),
-        });
-    }
-    Ok(ToolOutput {
-        content,
-        structured: v.get("structuredContent").cloned(),
-        is_error: v.get("isError").and_then(Value::as_bool).unwrap_or(false),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn outputs_round_trip_through_json() {
-        let out = ToolOutput {
-            content: vec![
-                Content::text("hi"),
-                Content::Image {
-                    data: vec![1, 2, 255],
-                    mime_type: "image/png".into(),
-                },
-                Content::Audio {
-                    data: vec![0],
-                    mime_type: "audio/wav".into(),
-                },
-                Content::ResourceLink {
-                    uri: "app://x".into(),
-                    name: "x".into(),
-                    description: None,
-                    mime_type: Some("text/plain".into()),
-                },
-                Content::Resource(ResourceContents::blob("app://b", None, vec![9, 8])),
-                Content::Resource(ResourceContents::text("app://t", Some("text/plain"), "t")),
-            ],
-            structured: Some(json!({"n": 1})),
-            is_error: true,
-        };
-        assert_eq!(output_from_json(&output_to_json(&out)).unwrap(), out);
-        assert!(output_from_json(&json!({"content": [{"type": "video"}]})).is_err());
-        assert!(
-            output_from_json(
-                &json!({"content": [{"type": "image", "data": "!!", "mimeType": "x"}]})
-            )
-            .is_err()
-        );
-        assert!(output_from_json(&json!({})).is_err());
-    }
 
     #[test]
     fn outcomes_round_trip() {

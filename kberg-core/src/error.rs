@@ -6,14 +6,13 @@
 //!
 //! [`GateError`] is what a *caller* (a model, an MCP client) sees when a tool call does not run
 //! or fails. Every variant carries a stable [`ErrorCode`]: a string that never changes meaning,
-//! so programs match on it, plus a short sentence a small model can act on. [`GateError::to_output`]
-//! turns one into the model-visible tool result (error flag set, the sentence as text, the code
-//! and details in structured content).
+//! so programs match on it, plus a short sentence a small model can act on. The gate turns one
+//! into the model-visible tool result ([`GateError::to_output`]: error flag set, the sentence as
+//! text, the code and details in structured content); this module only names and words them.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::tool::ToolOutput;
 use crate::validate::FieldError;
 
 /// A mistake in how the app configured a registry. Returned by registration calls.
@@ -110,6 +109,11 @@ pub enum CoreError {
 /// | `ticket_already_decided` | the ticket was already approved or denied; nothing runs twice | no |
 /// | `ticket_forbidden` | this principal may not approve or deny tickets (or not this one) | no |
 /// | `ticket_store_failed` | the ticket store could not be read or written | maybe |
+/// | `too_many_calls` | (kberg-server) the caller already has as many calls in flight as allowed | yes, after one finishes |
+/// | `upstream_unavailable` | (aggregator) the forwarded tool's upstream server is not connected; `upstream` names it | yes, later |
+/// | `upstream_timeout` | (aggregator) the upstream did not answer within its call timeout; the call was cancelled there | yes, later |
+/// | `upstream_invalid_result` | (aggregator) the upstream answered with something that is not the documented result | no |
+/// | `upstream_error` | (aggregator) the upstream refused a forwarded prompt or resource request, or it failed otherwise | maybe |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -166,11 +170,22 @@ pub enum ErrorCode {
     TicketForbidden,
     /// The ticket store failed.
     TicketStoreFailed,
+    /// The caller already has as many calls in flight as the server allows.
+    TooManyCalls,
+    /// A forwarded call's upstream server is not connected.
+    UpstreamUnavailable,
+    /// A forwarded call's upstream server did not answer in time; the call was cancelled there.
+    UpstreamTimeout,
+    /// A forwarded call's upstream server answered with something that is not the documented
+    /// result shape.
+    UpstreamInvalidResult,
+    /// A forwarded request's upstream server refused it, or the request failed otherwise.
+    UpstreamError,
 }
 
 impl ErrorCode {
     /// Every code, for documentation and tests.
-    pub const ALL: [ErrorCode; 26] = [
+    pub const ALL: [ErrorCode; 31] = [
         ErrorCode::UnknownTool,
         ErrorCode::Refused,
         ErrorCode::NotInSurface,
@@ -197,6 +212,11 @@ impl ErrorCode {
         ErrorCode::TicketAlreadyDecided,
         ErrorCode::TicketForbidden,
         ErrorCode::TicketStoreFailed,
+        ErrorCode::TooManyCalls,
+        ErrorCode::UpstreamUnavailable,
+        ErrorCode::UpstreamTimeout,
+        ErrorCode::UpstreamInvalidResult,
+        ErrorCode::UpstreamError,
     ];
 
     /// The stable string form of the code.
@@ -228,6 +248,11 @@ impl ErrorCode {
             ErrorCode::TicketAlreadyDecided => "ticket_already_decided",
             ErrorCode::TicketForbidden => "ticket_forbidden",
             ErrorCode::TicketStoreFailed => "ticket_store_failed",
+            ErrorCode::TooManyCalls => "too_many_calls",
+            ErrorCode::UpstreamUnavailable => "upstream_unavailable",
+            ErrorCode::UpstreamTimeout => "upstream_timeout",
+            ErrorCode::UpstreamInvalidResult => "upstream_invalid_result",
+            ErrorCode::UpstreamError => "upstream_error",
         }
     }
 
@@ -248,6 +273,9 @@ impl ErrorCode {
                 | ErrorCode::ScopeUnknown
                 | ErrorCode::TicketPending
                 | ErrorCode::TicketStoreFailed
+                | ErrorCode::TooManyCalls
+                | ErrorCode::UpstreamUnavailable
+                | ErrorCode::UpstreamTimeout
         )
     }
 }
@@ -483,57 +511,6 @@ impl GateError {
             | GateError::ConfirmDeclined { tool } => tool,
         }
     }
-
-    /// Machine-readable details: always `code`, `message`, `tool` and `retryable`, plus
-    /// `reason`, `capability` or `errors` where the variant has them.
-    pub fn details(&self) -> Value {
-        let code = self.code();
-        let mut v = json!({
-            "code": code.as_str(),
-            "message": self.to_string(),
-            "tool": self.tool(),
-            "retryable": code.is_retryable(),
-        });
-        let obj = v.as_object_mut().expect("json! object literal");
-        match self {
-            GateError::Refused { reason, .. } => {
-                obj.insert("reason".into(), Value::String(reason.clone()));
-            }
-            GateError::CapabilityRequired { capability, .. } => {
-                obj.insert("capability".into(), Value::String(capability.clone()));
-            }
-            GateError::InvalidArguments { errors, .. } => {
-                obj.insert(
-                    "errors".into(),
-                    serde_json::to_value(errors).expect("FieldError serializes"),
-                );
-            }
-            GateError::InputRequired { requests, .. } => {
-                obj.insert("inputRequests".into(), requests.clone());
-            }
-            GateError::HandleInvalid { pointer, .. } | GateError::HandleExpired { pointer, .. } => {
-                obj.insert("pointer".into(), Value::String(pointer.clone()));
-            }
-            GateError::ScopeRequired { field, .. } => {
-                obj.insert("field".into(), Value::String(field.clone()));
-            }
-            GateError::ScopeUnknown { scope, .. } | GateError::ScopeForbidden { scope, .. } => {
-                obj.insert("scope".into(), Value::String(scope.clone()));
-            }
-            GateError::PendingHumanConfirm { ticket, reason, .. } => {
-                obj.insert("ticket".into(), Value::String(ticket.clone()));
-                obj.insert("reason".into(), Value::String(reason.clone()));
-            }
-            _ => {}
-        }
-        v
-    }
-
-    /// The model-visible tool result: error flag set, the sentence as text content, and
-    /// [`GateError::details`] as structured content.
-    pub fn to_output(&self) -> ToolOutput {
-        ToolOutput::error_with(self.to_string(), self.details())
-    }
 }
 
 #[cfg(test)]
@@ -572,6 +549,11 @@ mod tests {
                 "ticket_already_decided",
                 "ticket_forbidden",
                 "ticket_store_failed",
+                "too_many_calls",
+                "upstream_unavailable",
+                "upstream_timeout",
+                "upstream_invalid_result",
+                "upstream_error",
             ]
         );
         for c in ErrorCode::ALL {
@@ -580,20 +562,5 @@ mod tests {
                 Value::String(c.as_str().into())
             );
         }
-    }
-
-    #[test]
-    fn output_carries_code_and_flag() {
-        let e = GateError::CapabilityRequired {
-            tool: "delete_note".into(),
-            capability: "notes.write".into(),
-        };
-        let out = e.to_output();
-        assert!(out.is_error);
-        let s = out.structured.clone().unwrap();
-        assert_eq!(s["code"], "capability_required");
-        assert_eq!(s["capability"], "notes.write");
-        assert_eq!(s["retryable"], false);
-        assert!(out.all_text().contains("notes.write"));
     }
 }

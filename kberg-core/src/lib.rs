@@ -72,24 +72,39 @@
 //! # }
 //! ```
 
-mod audit;
-mod audit_log;
-mod capability;
-mod confirm;
-mod context;
+// The modules, bottom layer first, one group per layer (ARCHITECTURE.md names the layers; a
+// module imports only modules of lower layers, which `tests/layers.rs` checks).
+mod content;
 mod digest;
-mod error;
 mod handle;
+mod pagination;
+mod validate;
+
+mod error;
 mod preview;
-mod principal;
-mod prompt;
-mod registry;
+
+mod audit;
+mod capability;
 mod resource;
 mod scope;
+
+mod audit_log;
+mod principal;
+
+mod context;
+
+mod tool;
+
+mod confirm;
+mod prompt;
+
+mod catalog;
 #[cfg(feature = "sqlite")]
 mod ticket_sqlite;
-mod tool;
-mod validate;
+
+mod gate;
+
+mod registry;
 
 pub use audit::{AuditEvent, AuditOutcome, AuditSink, MemoryAuditSink, TracingAuditSink};
 #[cfg(feature = "sqlite")]
@@ -98,32 +113,35 @@ pub use audit_log::{AuditLogError, FlushPolicy, JsonlAuditSink, Overflow};
 pub use capability::{CapabilityCatalog, Grants, WriteCapability};
 pub use confirm::{
     ConfirmConfig, ConfirmPolicy, ConfirmRequest, ConfirmTicket, MemoryTicketStore, StoreError,
-    TicketDesk, TicketError, TicketOutcome, TicketStatus, TicketStore, output_from_json,
-    output_to_json,
+    TicketDesk, TicketError, TicketOutcome, TicketStatus, TicketStore,
+};
+pub use content::{
+    Content, ResourceBody, ResourceContents, ToolOutput, output_from_json, output_to_json,
 };
 pub use context::{CallOptions, ClientInfo, ClientPeer, PeerError, ToolContext};
 pub use digest::{REDACTED, argument_digest, canonical_json, redact};
 pub use error::{CoreError, ErrorCode, GateError};
+pub use gate::Refusal;
 pub use handle::{
     HANDLE_SCHEMA_KEYWORD, Handle, HandleCodec, HandleError, HandleKind, MAX_INTERNAL_ID_LEN,
 };
+pub use pagination::{InvalidCursor, Page};
 pub use preview::{COMMIT_TOKEN_FIELD, CallPhase, CommitConfig};
 pub use principal::{Caller, Principal, SurfaceProjection};
 pub use prompt::{
     PromptArgs, PromptArgument, PromptError, PromptMessage, PromptRegistry, PromptResult,
     PromptSpec, Role,
 };
-pub use registry::{InvalidCursor, Page, ToolRegistry};
+pub use registry::{ToolRegistry, ToolRegistryBuilder};
 pub use resource::{
-    ResourceBody, ResourceContents, ResourceDescriptor, ResourceError, ResourceEvent,
-    ResourceReader, ResourceRegistry, ResourceTemplate, Subscriber, TemplateVars, reader_fn,
+    ResourceDescriptor, ResourceError, ResourceEvent, ResourceReader, ResourceRegistry,
+    ResourceTemplate, Subscriber, TemplateVars, reader_fn,
 };
 pub use scope::{SCOPE_SCHEMA_KEYWORD, Scope, ScopeSet, ScopeSpec};
 #[cfg(feature = "sqlite")]
 pub use ticket_sqlite::SqliteTicketStore;
 pub use tool::{
-    Content, FnTool, Tool, ToolBuilder, ToolError, ToolHints, ToolKind, ToolOutput, ToolSpec,
-    check_name, schema_of,
+    FnTool, Tool, ToolBuilder, ToolError, ToolHints, ToolKind, ToolSpec, check_name, schema_of,
 };
 pub use validate::{CompiledSchema, FieldError};
 

@@ -25,9 +25,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::content::{Content, ToolOutput};
 use crate::digest::sha256_hex;
-use crate::error::GateError;
-use crate::tool::{Content, ToolOutput};
 
 /// The argument name a preview tool's commit token travels in.
 pub const COMMIT_TOKEN_FIELD: &str = "commit_token";
@@ -114,18 +113,6 @@ pub(crate) enum Redeem {
     Used,
     Expired,
     ArgumentsChanged,
-}
-
-impl Redeem {
-    pub(crate) fn into_gate_error(self, tool: &str) -> GateError {
-        let tool = tool.to_string();
-        match self {
-            Redeem::Invalid => GateError::CommitTokenInvalid { tool },
-            Redeem::Used => GateError::CommitTokenUsed { tool },
-            Redeem::Expired => GateError::CommitTokenExpired { tool },
-            Redeem::ArgumentsChanged => GateError::CommitArgumentsChanged { tool },
-        }
-    }
 }
 
 /// A short, stable fingerprint of a token for the audit log (the token itself is a bearer

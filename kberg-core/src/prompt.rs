@@ -20,10 +20,11 @@ use tokio::sync::watch;
 
 use serde_json::Value;
 
+use crate::content::Content;
 use crate::context::{CallOptions, PeerError, ToolContext};
 use crate::error::CoreError;
 use crate::principal::{Caller, Principal};
-use crate::tool::{Content, ToolError, check_name};
+use crate::tool::{ToolError, check_name};
 
 /// Who says a prompt message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,48 +19,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
+use crate::content::ResourceContents;
 use crate::error::CoreError;
-use crate::registry::{InvalidCursor, Page, paginate};
-
-/// The body of a resource.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ResourceBody {
-    /// UTF-8 text.
-    Text(String),
-    /// Binary data (transports encode it as base64).
-    Blob(Vec<u8>),
-}
-
-/// The contents of one resource, as read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResourceContents {
-    /// The URI read.
-    pub uri: String,
-    /// MIME type, if known.
-    pub mime_type: Option<String>,
-    /// Text or bytes.
-    pub body: ResourceBody,
-}
-
-impl ResourceContents {
-    /// Text contents.
-    pub fn text(uri: impl Into<String>, mime: Option<&str>, text: impl Into<String>) -> Self {
-        Self {
-            uri: uri.into(),
-            mime_type: mime.map(str::to_string),
-            body: ResourceBody::Text(text.into()),
-        }
-    }
-
-    /// Binary contents.
-    pub fn blob(uri: impl Into<String>, mime: Option<&str>, bytes: Vec<u8>) -> Self {
-        Self {
-            uri: uri.into(),
-            mime_type: mime.map(str::to_string),
-            body: ResourceBody::Blob(bytes),
-        }
-    }
-}
+use crate::pagination::{InvalidCursor, Page, paginate};
 
 /// What a client is told about a resource.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -747,6 +708,7 @@ impl Drop for Subscriber {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::content::ResourceBody;
 
     #[test]
     fn templates_match() {

@@ -16,6 +16,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::error::CoreError;
+
 /// The JSON Schema keyword marking a string property as the tool's scope argument.
 pub const SCOPE_SCHEMA_KEYWORD: &str = "x-kberg-scope";
 
@@ -207,6 +209,26 @@ pub(crate) fn project_scope(schema: &mut serde_json::Value, field: &str, hide: b
     }
     if hide && let Some(props) = obj.get_mut("properties").and_then(|p| p.as_object_mut()) {
         props.remove(field);
+    }
+}
+
+/// Checks a scope name: 1 to 128 characters, no whitespace or control characters.
+pub(crate) fn check_scope_name(name: &str) -> Result<(), CoreError> {
+    let reason = if name.is_empty() {
+        Some("a scope name must not be empty")
+    } else if name.len() > 128 {
+        Some("a scope name must be at most 128 characters")
+    } else if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Some("a scope name may not contain whitespace or control characters")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(CoreError::InvalidName {
+            name: name.to_string(),
+            reason,
+        }),
+        None => Ok(()),
     }
 }
 

@@ -22,8 +22,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::capability::WriteCapability;
+use crate::content::{Content, ToolOutput};
 use crate::context::{PeerError, ToolContext};
-use crate::resource::ResourceContents;
+use crate::error::CoreError;
 
 /// Whether a tool changes state, and if so under which capability.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -134,114 +135,16 @@ impl ToolSpec {
     }
 }
 
-/// One block of a tool result or prompt message.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum Content {
-    /// Plain text.
-    Text(String),
-    /// An image (raw bytes; transports encode them).
-    Image {
-        /// The bytes.
-        data: Vec<u8>,
-        /// e.g. `image/png`.
-        mime_type: String,
-    },
-    /// Audio (raw bytes).
-    Audio {
-        /// The bytes.
-        data: Vec<u8>,
-        /// e.g. `audio/wav`.
-        mime_type: String,
-    },
-    /// A link to a resource the client may read.
-    ResourceLink {
-        /// Its URI.
-        uri: String,
-        /// Its name.
-        name: String,
-        /// Optional description.
-        description: Option<String>,
-        /// Optional MIME type.
-        mime_type: Option<String>,
-    },
-    /// A resource's contents embedded in the result.
-    Resource(ResourceContents),
-}
-
-impl Content {
-    /// A text block.
-    pub fn text(s: impl Into<String>) -> Self {
-        Content::Text(s.into())
-    }
-}
-
-/// What a tool call produced.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ToolOutput {
-    /// Content blocks, for the model.
-    pub content: Vec<Content>,
-    /// Structured result, for programs (matches the output schema when one is declared).
-    pub structured: Option<Value>,
-    /// Whether this is an error result (the model sees it; the call itself completed).
-    pub is_error: bool,
-}
-
 impl ToolOutput {
-    /// A single text block.
-    pub fn text(s: impl Into<String>) -> Self {
-        Self {
-            content: vec![Content::Text(s.into())],
-            ..Self::default()
-        }
-    }
-
     /// A structured result, also rendered as JSON text for clients that only read content.
-    pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<Self, crate::ToolError> {
+    pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<Self, ToolError> {
         let v = serde_json::to_value(value)
-            .map_err(|e| crate::ToolError::failed(format!("result does not serialize: {e}")))?;
+            .map_err(|e| ToolError::failed(format!("result does not serialize: {e}")))?;
         Ok(Self {
             content: vec![Content::Text(v.to_string())],
             structured: Some(v),
             is_error: false,
         })
-    }
-
-    /// Content blocks.
-    pub fn contents(content: Vec<Content>) -> Self {
-        Self {
-            content,
-            ..Self::default()
-        }
-    }
-
-    /// An error result with a sentence and structured details.
-    pub fn error_with(message: impl Into<String>, details: Value) -> Self {
-        Self {
-            content: vec![Content::Text(message.into())],
-            structured: Some(details),
-            is_error: true,
-        }
-    }
-
-    /// Adds structured content.
-    pub fn with_structured(mut self, v: Value) -> Self {
-        self.structured = Some(v);
-        self
-    }
-
-    /// All text blocks joined by newlines.
-    pub fn all_text(&self) -> String {
-        let mut s = String::new();
-        for c in &self.content {
-            if let Content::Text(t) = c {
-                if !s.is_empty() {
-                    s.push('\n');
-                }
-                s.push_str(t);
-            }
-        }
-        s
     }
 }
 
@@ -519,7 +422,7 @@ pub fn schema_of<T: JsonSchema>() -> Value {
 
 /// Checks a tool or prompt name against what MCP clients accept: 1 to 128 characters of
 /// ASCII letters, digits, `_`, `-` and `.`.
-pub fn check_name(name: &str) -> Result<(), crate::CoreError> {
+pub fn check_name(name: &str) -> Result<(), CoreError> {
     let reason = if name.is_empty() {
         Some("a name must not be empty")
     } else if name.len() > 128 {
@@ -533,7 +436,7 @@ pub fn check_name(name: &str) -> Result<(), crate::CoreError> {
         None
     };
     match reason {
-        Some(reason) => Err(crate::CoreError::InvalidName {
+        Some(reason) => Err(CoreError::InvalidName {
             name: name.to_string(),
             reason,
         }),

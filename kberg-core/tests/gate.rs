@@ -24,7 +24,11 @@ fn notes_write() -> WriteCapability {
 }
 
 fn registry() -> ToolRegistry {
-    let r = ToolRegistry::new();
+    registry_with(ToolRegistry::builder())
+}
+
+fn registry_with(builder: ToolRegistryBuilder) -> ToolRegistry {
+    let r = builder.build();
     r.declare(notes_write()).unwrap();
     r.register(
         ToolBuilder::new("search")
@@ -302,9 +306,8 @@ fn registration_errors() {
 
 #[tokio::test]
 async fn deprecated_capability_keeps_working_and_is_audited() {
-    let r = ToolRegistry::new();
     let audit = Arc::new(MemoryAuditSink::new());
-    r.set_audit_sink(audit.clone());
+    let r = ToolRegistry::builder().audit_sink(audit.clone()).build();
     r.declare(WriteCapability::new("notes.edit", "Edit notes"))
         .unwrap();
     r.declare(WriteCapability::new("notes.write", "Old name").deprecated("notes.edit"))
@@ -574,9 +577,8 @@ async fn concurrent_calls_and_registrations() {
 
 #[tokio::test]
 async fn every_call_is_audited() {
-    let r = registry();
     let audit = Arc::new(MemoryAuditSink::new());
-    r.set_audit_sink(audit.clone());
+    let r = registry_with(ToolRegistry::builder().audit_sink(audit.clone()));
     let _ = call(&r, &anon(), "search", json!({"q": "a"})).await;
     let _ = call(&r, &anon(), "add_note", json!({"title": "a"})).await;
     let _ = call(&r, &anon(), "nope", json!({})).await;

@@ -23,8 +23,8 @@ struct Login {
     password: String,
 }
 
-fn registry() -> ToolRegistry {
-    let tools = ToolRegistry::new();
+fn registry_with(builder: ToolRegistryBuilder) -> ToolRegistry {
+    let tools = builder.build();
     let cap = WriteCapability::new("accounts.login", "Log in");
     tools.declare(cap.clone()).unwrap();
     tools
@@ -61,9 +61,8 @@ async fn login(tools: &ToolRegistry, who: &str, password: &str) {
 
 #[tokio::test]
 async fn events_carry_a_redacted_argument_digest() {
-    let tools = registry();
     let sink = Arc::new(MemoryAuditSink::new());
-    tools.set_audit_sink(sink.clone());
+    let tools = registry_with(ToolRegistry::builder().audit_sink(sink.clone()));
     login(&tools, "ann", "hunter2").await;
     login(&tools, "ann", "letmein").await;
     login(&tools, "bob", "hunter2").await;
@@ -93,7 +92,13 @@ async fn events_carry_a_redacted_argument_digest() {
 
 #[tokio::test]
 async fn events_name_tickets_commit_tokens_and_scope() {
-    let tools = ToolRegistry::new();
+    let sink = Arc::new(MemoryAuditSink::new());
+    let tools = ToolRegistry::builder()
+        .confirm_policy(|_s: &ToolSpec, a: &Value, _c: &Caller| {
+            (a["n"].as_u64() > Some(50)).then(|| ConfirmRequest::new("big"))
+        })
+        .audit_sink(sink.clone())
+        .build();
     let cap = WriteCapability::new("w", "write");
     tools.declare(cap.clone()).unwrap();
     tools
@@ -111,11 +116,6 @@ async fn events_name_tickets_commit_tokens_and_scope() {
                 ),
         )
         .unwrap();
-    tools.set_confirm_policy(|_s: &ToolSpec, a: &Value, _c: &Caller| {
-        (a["n"].as_u64() > Some(50)).then(|| ConfirmRequest::new("big"))
-    });
-    let sink = Arc::new(MemoryAuditSink::new());
-    tools.set_audit_sink(sink.clone());
     let who = Caller::new(Principal::new("agent").with_grants(Grants::of(["w"])))
         .with_scopes(ScopeSet::any().with_current("inbox"));
     let preview = tools
@@ -185,9 +185,8 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 async fn jsonl_sink_writes_one_record_per_line_and_appends() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
-    let tools = registry();
     let sink = Arc::new(JsonlAuditSink::open(&path, FlushPolicy::default()).unwrap());
-    tools.set_audit_sink(sink.clone());
+    let tools = registry_with(ToolRegistry::builder().audit_sink(sink.clone()));
     login(&tools, "ann", "hunter2").await;
     sink.flush().unwrap();
     let lines = read_lines(&path);
@@ -203,10 +202,10 @@ async fn jsonl_sink_writes_one_record_per_line_and_appends() {
     assert_eq!(r["args_digest"].as_str().unwrap().len(), 64);
     assert!(r["at_ms"].as_u64().unwrap() > 0);
     // Dropping the sink flushes; reopening appends.
-    tools.set_audit_sink(Arc::new(MemoryAuditSink::new()));
+    drop(tools);
     drop(sink);
     let sink = Arc::new(JsonlAuditSink::open(&path, FlushPolicy::default()).unwrap());
-    tools.set_audit_sink(sink.clone());
+    let tools = registry_with(ToolRegistry::builder().audit_sink(sink.clone()));
     let _ = tools
         .call(
             &Caller::new(Principal::new("eve")),
@@ -225,9 +224,8 @@ async fn jsonl_sink_writes_one_record_per_line_and_appends() {
 
 /// A registry logging to a JSON Lines file at `path` under `policy`, after `n` logins.
 async fn logged(path: &Path, policy: FlushPolicy, n: usize) -> (ToolRegistry, Arc<JsonlAuditSink>) {
-    let tools = registry();
     let sink = Arc::new(JsonlAuditSink::open(path, policy).unwrap());
-    tools.set_audit_sink(sink.clone());
+    let tools = registry_with(ToolRegistry::builder().audit_sink(sink.clone()));
     for i in 0..n {
         login(&tools, &format!("u{i}"), "pw").await;
     }
@@ -242,7 +240,7 @@ async fn drop_flushes_what_the_policy_held_back() {
         .with_max_events(1_000_000)
         .with_max_delay(Duration::from_secs(3600));
     let (tools, sink) = logged(&path, policy, 25).await;
-    tools.set_audit_sink(Arc::new(MemoryAuditSink::new()));
+    drop(tools);
     drop(sink);
     assert_eq!(read_lines(&path).len(), 25);
 }
@@ -255,7 +253,7 @@ async fn count_and_delay_both_trigger_a_flush() {
     let policy = FlushPolicy::default()
         .with_max_events(5)
         .with_max_delay(Duration::from_secs(3600));
-    let (tools, _sink) = logged(&path, policy, 5).await;
+    let (_tools, _sink) = logged(&path, policy, 5).await;
     eventually("five flushed lines", || {
         std::fs::read_to_string(&path).unwrap().lines().count() == 5
     });
@@ -265,7 +263,7 @@ async fn count_and_delay_both_trigger_a_flush() {
         .with_max_events(1_000_000)
         .with_max_delay(Duration::from_millis(20));
     let sink = Arc::new(JsonlAuditSink::open(&path, policy).unwrap());
-    tools.set_audit_sink(sink.clone());
+    let tools = registry_with(ToolRegistry::builder().audit_sink(sink.clone()));
     login(&tools, "late", "pw").await;
     eventually("the delayed line", || {
         std::fs::read_to_string(&path).unwrap().lines().count() == 1
@@ -281,7 +279,7 @@ async fn overflow_drops_are_counted_in_gap_records() {
         .with_overflow(Overflow::Drop);
     let total = 5_000;
     let (tools, sink) = logged(&path, policy, total as usize).await;
-    tools.set_audit_sink(Arc::new(MemoryAuditSink::new()));
+    drop(tools);
     drop(sink);
     let lines = read_lines(&path);
     let written = lines.iter().filter(|l| l.get("tool").is_some()).count() as u64;
@@ -322,9 +320,8 @@ fn a_torn_last_line_is_cut_on_open() {
 async fn sqlite_sink_inserts_rows() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.db");
-    let tools = registry();
     let sink = Arc::new(SqliteAuditSink::open(&path, FlushPolicy::default()).unwrap());
-    tools.set_audit_sink(sink.clone());
+    let tools = registry_with(ToolRegistry::builder().audit_sink(sink.clone()));
     login(&tools, "ann", "hunter2").await;
     let _ = tools
         .call(
@@ -377,7 +374,6 @@ fn crash_child(dir: &Path) {
         .build()
         .unwrap();
     rt.block_on(async {
-        let tools = registry();
         // Nothing is flushed by count or time: only the explicit flush and full buffers write.
         let policy = FlushPolicy::default()
             .with_max_events(usize::MAX)
@@ -390,7 +386,7 @@ fn crash_child(dir: &Path) {
         let db = Arc::new(SqliteAuditSink::open(dir.join("audit.db"), policy).unwrap());
         #[cfg(feature = "sqlite")]
         sinks.push(db.clone());
-        tools.set_audit_sink(Arc::new(Fanout(sinks)));
+        let tools = registry_with(ToolRegistry::builder().audit_sink(Arc::new(Fanout(sinks))));
         for i in 0..FLUSHED {
             login(&tools, &i.to_string(), "hunter2").await;
         }
@@ -492,9 +488,8 @@ fn a_killed_writer_loses_at_most_the_unflushed_tail() {
 
     // Reopening cuts the partial line and appends cleanly after the last whole record.
     let sink = JsonlAuditSink::open(&log, FlushPolicy::default()).unwrap();
-    let tools = registry();
     let sink = Arc::new(sink);
-    tools.set_audit_sink(sink.clone());
+    let tools = registry_with(ToolRegistry::builder().audit_sink(sink.clone()));
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();

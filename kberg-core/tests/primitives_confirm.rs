@@ -33,11 +33,24 @@ struct App {
     runs: Runs,
 }
 
+/// Holds calls that delete more than 50 notes for a person.
+fn bulk_policy(spec: &ToolSpec, args: &Value, _c: &Caller) -> Option<ConfirmRequest> {
+    let n = args["ids"].as_array().map_or(0, Vec::len);
+    (spec.name.starts_with("bulk_delete") && n > 50)
+        .then(|| ConfirmRequest::new(format!("deletes {n} notes, more than 50")))
+}
+
 fn app_with_store(store: Option<Arc<dyn TicketStore>>) -> App {
-    let tools = ToolRegistry::new();
+    let mut builder = ToolRegistry::builder().confirm_policy(bulk_policy);
     if let Some(s) = store {
-        tools.set_ticket_store(s);
+        builder = builder.ticket_store(s);
     }
+    app_with(builder)
+}
+
+/// The app's tools in a registry built by `builder` (which sets the confirm policy).
+fn app_with(builder: ToolRegistryBuilder) -> App {
+    let tools = builder.build();
     let cap = WriteCapability::new("notes.delete", "Delete notes");
     tools.declare(cap.clone()).unwrap();
     let runs: Runs = Arc::default();
@@ -64,11 +77,6 @@ fn app_with_store(store: Option<Arc<dyn TicketStore>>) -> App {
             }))
             .unwrap();
     }
-    tools.set_confirm_policy(|spec: &ToolSpec, args: &Value, _c: &Caller| {
-        let n = args["ids"].as_array().map_or(0, Vec::len);
-        (spec.name.starts_with("bulk_delete") && n > 50)
-            .then(|| ConfirmRequest::new(format!("deletes {n} notes, more than 50")))
-    });
     App { tools, runs }
 }
 
@@ -225,10 +233,19 @@ async fn only_principals_with_the_right_may_decide() {
     assert!(app.runs.lock().unwrap().is_empty());
     assert_eq!(desk.get(&id).unwrap().status, TicketStatus::Pending);
     // Unless the app allows self-approval.
-    app.tools
-        .set_confirm_config(ConfirmConfig::default().allow_self_approval(true));
-    desk.approve(&id, &selfish).await.unwrap();
-    assert_eq!(app.runs.lock().unwrap().len(), 1);
+    let lenient = app_with(
+        ToolRegistry::builder()
+            .confirm_policy(bulk_policy)
+            .confirm_config(ConfirmConfig::default().allow_self_approval(true)),
+    );
+    let own = ask(&lenient, "bulk_delete", many(51)).await;
+    lenient
+        .tools
+        .tickets()
+        .approve(&own, &selfish)
+        .await
+        .unwrap();
+    assert_eq!(lenient.runs.lock().unwrap().len(), 1);
     // Unknown tickets.
     assert_eq!(
         desk.approve("tk_nope", &admin()).await.unwrap_err().code(),
@@ -256,9 +273,11 @@ async fn denial_is_final() {
 
 #[tokio::test]
 async fn expired_tickets_cannot_be_approved() {
-    let app = app();
-    app.tools
-        .set_confirm_config(ConfirmConfig::default().with_ttl(Duration::ZERO));
+    let app = app_with(
+        ToolRegistry::builder()
+            .confirm_policy(bulk_policy)
+            .confirm_config(ConfirmConfig::default().with_ttl(Duration::ZERO)),
+    );
     let id = ask(&app, "bulk_delete", many(80)).await;
     let desk = app.tools.tickets();
     assert_eq!(desk.get(&id).unwrap().status, TicketStatus::Expired);
@@ -366,13 +385,12 @@ impl ClientPeer for Peer {
 }
 
 fn asking_app() -> App {
-    let app = app();
-    app.tools
-        .set_confirm_policy(|_s: &ToolSpec, args: &Value, _c: &Caller| {
+    app_with(
+        ToolRegistry::builder().confirm_policy(|_s: &ToolSpec, args: &Value, _c: &Caller| {
             let n = args["ids"].as_array().map_or(0, Vec::len);
             (n > 50).then(|| ConfirmRequest::new("more than 50").or_ask_client())
-        });
-    app
+        }),
+    )
 }
 
 async fn call_with_peer(app: &App, peer: Arc<Peer>) -> Result<ToolOutput, GateError> {

@@ -42,10 +42,11 @@ struct App {
 }
 
 fn app_with(codec: Option<HandleCodec>) -> App {
-    let tools = ToolRegistry::new();
+    let mut builder = ToolRegistry::builder();
     if let Some(c) = codec {
-        tools.set_handle_codec(c);
+        builder = builder.handle_codec(c);
     }
+    let tools = builder.build();
     tools
         .register(
             ToolBuilder::new("list_notes")

@@ -29,7 +29,11 @@ struct App {
 }
 
 fn app() -> App {
-    let tools = ToolRegistry::new();
+    app_with(ToolRegistry::builder())
+}
+
+fn app_with(builder: ToolRegistryBuilder) -> App {
+    let tools = builder.build();
     let cap = WriteCapability::new("notes.delete", "Delete notes");
     tools.declare(cap.clone()).unwrap();
     let log: Log = Arc::default();
@@ -278,9 +282,9 @@ async fn tokens_are_bound_to_principal_and_tool() {
 
 #[tokio::test]
 async fn expired_tokens_are_refused() {
-    let app = app();
-    app.tools
-        .set_commit_config(CommitConfig::default().with_ttl(Duration::ZERO));
+    let app = app_with(
+        ToolRegistry::builder().commit_config(CommitConfig::default().with_ttl(Duration::ZERO)),
+    );
     let ann = writer("ann");
     let token = token_of(
         &call(&app, &ann, "delete_notes", json!({"ids": ["a"]}))

@@ -1,18 +1,17 @@
 //! Translation between kberg-core's transport-free types and rmcp's wire types.
 //!
-//! kberg-core knows nothing of MCP's JSON shapes; this module is the one place that does. Hot
-//! paths (a tool's text result) build rmcp values directly; colder ones (resource contents,
-//! prompt messages, listings) go through the documented JSON shape, which keeps this module
-//! short and independent of rmcp's constructor churn. A conversion that fails is an internal
+//! kberg-core's content types (`Content`, `ToolOutput`, `ResourceContents`) serialize to MCP's
+//! JSON shape through their one serde derive; everything else about the wire (tool
+//! descriptions, listings, prompt messages, refusals) is mapped here and nowhere else. Hot paths
+//! (a tool's text result) build rmcp values directly; colder ones go through the documented
+//! JSON shape, which keeps this module short and independent of rmcp's constructor churn. A conversion that fails is an internal
 //! error of this crate, never a panic. JSON-built results say `resultType: complete` (required
 //! by 2026-07-28); rmcp strips it again for older peers.
 
 use std::sync::Arc;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as B64;
 use kberg_core::{
-    Content, GateError, PromptMessage, PromptResult, PromptSpec, ResourceBody, ResourceContents,
+    Content, PromptMessage, PromptResult, PromptSpec, Refusal, ResourceContents,
     ResourceDescriptor, ResourceTemplate, Role, ToolKind, ToolOutput, ToolSpec,
 };
 use rmcp::ErrorData as McpError;
@@ -70,42 +69,18 @@ pub(crate) fn tool(spec: &ToolSpec) -> m::Tool {
     t
 }
 
-fn content_json(c: &Content) -> Value {
-    match c {
-        Content::Text(t) => json!({"type": "text", "text": t}),
-        Content::Image { data, mime_type } => {
-            json!({"type": "image", "data": B64.encode(data), "mimeType": mime_type})
-        }
-        Content::Audio { data, mime_type } => {
-            json!({"type": "audio", "data": B64.encode(data), "mimeType": mime_type})
-        }
-        Content::ResourceLink {
-            uri,
-            name,
-            description,
-            mime_type,
-        } => {
-            let mut v = json!({"type": "resource_link", "uri": uri, "name": name});
-            if let Some(d) = description {
-                v["description"] = json!(d);
-            }
-            if let Some(mt) = mime_type {
-                v["mimeType"] = json!(mt);
-            }
-            v
-        }
-        Content::Resource(r) => json!({"type": "resource", "resource": resource_contents_json(r)}),
-        // kberg-core's Content is non-exhaustive; a block this crate does not know yet is
-        // rendered as its debug text rather than dropped.
-        #[allow(unreachable_patterns)]
-        other => json!({"type": "text", "text": format!("{other:?}")}),
-    }
+/// A content block in its MCP JSON shape: kberg-core's one serde codec for content.
+fn content_json(c: &Content) -> Result<Value, McpError> {
+    serde_json::to_value(c).map_err(|e| {
+        tracing::error!(error = %e, "a content block did not serialize");
+        McpError::internal_error(format!("could not encode a content block: {e}"), None)
+    })
 }
 
 fn content_block(c: Content) -> Result<ContentBlock, McpError> {
     match c {
         Content::Text(t) => Ok(ContentBlock::text(t)),
-        other => from_json("a content block", content_json(&other)),
+        other => from_json("a content block", content_json(&other)?),
     }
 }
 
@@ -125,41 +100,19 @@ pub(crate) fn call_result(out: ToolOutput) -> Result<CallToolResult, McpError> {
     Ok(r)
 }
 
-/// The `tools/call` result of a gate refusal: the error flag, the sentence as text, and the
-/// details (with the stable `code`) as structured content.
-pub(crate) fn refusal_result(e: &GateError) -> CallToolResult {
-    let mut r = CallToolResult::error(vec![ContentBlock::text(e.to_string())]);
-    r.structured_content = Some(e.details());
-    r
-}
-
-/// An error result produced by this crate (not by the gate), with a stable code.
-pub(crate) fn server_refusal(
-    tool: &str,
-    code: &str,
-    message: String,
-    retryable: bool,
-) -> CallToolResult {
-    let mut r = CallToolResult::error(vec![ContentBlock::text(message.clone())]);
-    r.structured_content = Some(json!({
-        "code": code,
-        "message": message,
-        "tool": tool,
-        "retryable": retryable,
-    }));
-    r
+/// The `tools/call` result of a refusal (the gate's, this crate's, the aggregator's all have
+/// this one shape): the error flag, the sentence as text, and the details (with the stable
+/// `code`) as structured content.
+pub(crate) fn refusal_result(r: &Refusal) -> CallToolResult {
+    let mut out = CallToolResult::error(vec![ContentBlock::text(r.message().to_string())]);
+    out.structured_content = Some(r.details());
+    out
 }
 
 fn resource_contents_json(r: &ResourceContents) -> Value {
-    let mut v = json!({"uri": r.uri});
-    if let Some(mt) = &r.mime_type {
-        v["mimeType"] = json!(mt);
-    }
-    match &r.body {
-        ResourceBody::Text(t) => v["text"] = json!(t),
-        ResourceBody::Blob(b) => v["blob"] = json!(B64.encode(b)),
-    }
-    v
+    // kberg-core's derive gives MCP's shape (`uri`, `mimeType`, `text` or base64 `blob`); it
+    // cannot fail for strings and bytes.
+    serde_json::to_value(r).unwrap_or(Value::Null)
 }
 
 fn descriptor_json(d: &ResourceDescriptor) -> Value {
@@ -263,17 +216,22 @@ pub(crate) fn list_prompts(
     from_json("a prompt list", with_cursor(v, next))
 }
 
-fn message_json(msg: &PromptMessage) -> Value {
+fn message_json(msg: &PromptMessage) -> Result<Value, McpError> {
     let role = match msg.role {
         Role::User => "user",
         Role::Assistant => "assistant",
     };
-    json!({"role": role, "content": content_json(&msg.content)})
+    Ok(json!({"role": role, "content": content_json(&msg.content)?}))
 }
 
 /// `prompts/get` result.
 pub(crate) fn prompt_result(r: &PromptResult) -> Result<m::GetPromptResult, McpError> {
-    let mut v = json!({"resultType": "complete", "messages": r.messages.iter().map(message_json).collect::<Vec<_>>()});
+    let messages = r
+        .messages
+        .iter()
+        .map(message_json)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut v = json!({"resultType": "complete", "messages": messages});
     if let Some(d) = &r.description {
         v["description"] = json!(d);
     }
@@ -283,7 +241,7 @@ pub(crate) fn prompt_result(r: &PromptResult) -> Result<m::GetPromptResult, McpE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kberg_core::{ToolBuilder, WriteCapability};
+    use kberg_core::{GateError, ToolBuilder, WriteCapability};
 
     #[test]
     fn every_content_kind_converts() {
@@ -339,7 +297,7 @@ mod tests {
             tool: "add".into(),
             capability: "notes.write".into(),
         };
-        let v = serde_json::to_value(refusal_result(&e)).expect("serializes");
+        let v = serde_json::to_value(refusal_result(&e.refusal())).expect("serializes");
         assert_eq!(v["isError"], true);
         assert_eq!(v["structuredContent"]["code"], "capability_required");
         assert!(

@@ -30,8 +30,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use kberg_core::{
-    CallOptions, Caller, ClientPeer, GateError, Principal, PromptArgs, PromptError, ResourceError,
-    ResourceEvent, Subscriber,
+    CallOptions, Caller, ClientPeer, ErrorCode, GateError, Principal, PromptArgs, PromptError,
+    Refusal, ResourceError, ResourceEvent, Subscriber,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
@@ -433,16 +433,15 @@ impl KbergHandler {
         let principal = self.principal(&ctx)?;
         let Some(_permit) = self.shared.calls.try_acquire(&principal.id) else {
             let max = self.shared.calls.max();
-            return Ok(convert::server_refusal(
-                &req.name,
-                "too_many_calls",
+            let refusal = Refusal::new(
+                ErrorCode::TooManyCalls,
+                req.name.to_string(),
                 format!(
                     "You already have {max} calls in flight. Wait for one to finish, then call `{}` again.",
                     req.name
                 ),
-                true,
-            )
-            .into());
+            );
+            return Ok(convert::refusal_result(&refusal).into());
         };
         let caller = Caller::new(principal);
         let progress_token = ctx
@@ -484,9 +483,9 @@ impl KbergHandler {
                 Some(cap) => Err(McpError::missing_required_client_capability(
                     convert::from_json("client capabilities", json!({ cap: {} }))?,
                 )),
-                None => Ok(convert::refusal_result(&e).into()),
+                None => Ok(convert::refusal_result(&e.refusal()).into()),
             },
-            (Err(e), _) => Ok(convert::refusal_result(&e).into()),
+            (Err(e), _) => Ok(convert::refusal_result(&e.refusal()).into()),
         }
     }
 }

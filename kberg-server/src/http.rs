@@ -118,6 +118,12 @@ struct Peek<'a> {
     method: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     id: Option<serde_json::Value>,
+    /// Present on a response; only whether it is there matters.
+    #[serde(default)]
+    result: Option<serde::de::IgnoredAny>,
+    /// Present on an error response.
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
 }
 
 /// What [`peek`] learned about a message.
@@ -150,7 +156,8 @@ fn jsonrpc_error_for(
 
 /// Checks that a body is one well-formed JSON-RPC 2.0 message and returns its method (absent
 /// for responses). Malformed JSON is `-32700`; valid JSON that is not a JSON-RPC 2.0 message
-/// (wrong or missing `jsonrpc`, a batch, a scalar) is `-32600`. Both with HTTP 400.
+/// (wrong or missing `jsonrpc`, a batch, a scalar, an object with neither a `method` nor an
+/// `id` with `result` or `error`) is `-32600`. Both with HTTP 400.
 #[allow(clippy::result_large_err)]
 fn peek(body: &[u8]) -> Result<Peeked, Response> {
     let value_kind = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
@@ -160,6 +167,13 @@ fn peek(body: &[u8]) -> Result<Peeked, Response> {
                 return Err(jsonrpc_error(
                     -32600,
                     "Invalid Request: `jsonrpc` must be \"2.0\"",
+                ));
+            }
+            if p.method.is_none() && (p.id.is_none() || p.result.is_none() == p.error.is_none()) {
+                return Err(jsonrpc_error(
+                    -32600,
+                    "Invalid Request: a message needs a `method` (a request or notification), \
+                     or an `id` with `result` or `error` (a response)",
                 ));
             }
             Ok(Peeked {
@@ -419,7 +433,7 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
                     let resp = next.run(req).await;
                     hold(resp, permit)
                 }
-                _ => next.run(req).await,
+                _ => as_jsonrpc_error(next.run(req).await).await,
             }
         }
         _ => next.run(req).await,
@@ -602,6 +616,13 @@ mod tests {
             (br#"{"jsonrpc":"1.0","method":"x"}"#, -32600),
             (br#"{"method":"x"}"#, -32600),
             (br#"{"jsonrpc":2,"method":"x"}"#, -32600),
+            (br#"{"jsonrpc":"2.0"}"#, -32600),
+            (br#"{"jsonrpc":"2.0","id":1}"#, -32600),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"result":{},"error":{}}"#,
+                -32600,
+            ),
+            (br#"{"jsonrpc":"2.0","result":{}}"#, -32600),
         ] {
             let Err(resp) = peek(body) else {
                 panic!("{:?} accepted", String::from_utf8_lossy(body));

@@ -391,3 +391,49 @@ async fn batches_and_scalars_in_a_session_are_invalid_requests() {
     }
     still_serves(&c, &sid).await;
 }
+
+/// `{"jsonrpc":"2.0"}` is valid JSON and names the version, but it is neither a request (no
+/// `method`) nor a response (no `id` with `result` or `error`): JSON-RPC calls that an invalid
+/// request, `400` with `-32600`, on every path a POST can take (with and without a session,
+/// both protocol generations, with and without `Mcp-Method`), never rmcp's `415`.
+#[tokio::test]
+async fn a_message_that_is_neither_request_nor_response_is_an_invalid_request() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let bodies = [
+        r#"{"jsonrpc":"2.0"}"#,
+        r#"{"jsonrpc":"2.0","id":1}"#,
+        r#"{"jsonrpc":"2.0","params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":7}"#,
+    ];
+    let paths: [(&str, Vec<(&str, &str)>); 4] = [
+        ("no session", vec![]),
+        (
+            "in a session",
+            vec![
+                ("mcp-session-id", sid.as_str()),
+                ("mcp-protocol-version", PROTO_OLD),
+            ],
+        ),
+        (
+            "2026-07-28 with Mcp-Method",
+            vec![
+                ("mcp-protocol-version", PROTO_NEW),
+                ("mcp-method", "tools/list"),
+            ],
+        ),
+        (
+            "2026-07-28 without Mcp-Method",
+            vec![("mcp-protocol-version", PROTO_NEW)],
+        ),
+    ];
+    for body in bodies {
+        for (path, headers) in &paths {
+            let r = c.post_with(body.to_string(), headers).await;
+            assert_eq!(r.status, 400, "{body} ({path}): {}", r.text);
+            assert_eq!(error_code(&r), json!(-32600), "{body} ({path}): {}", r.text);
+        }
+    }
+    still_serves(&c, &sid).await;
+}

@@ -66,17 +66,23 @@
 //! ```
 
 mod config;
+mod error;
+mod forward;
+mod front;
 mod pattern;
+mod prompts;
+mod relay;
 mod resources;
-mod upstream;
+mod supervisor;
+mod tools;
 
 pub use config::{
     AggregatorConfig, Backoff, ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_SEPARATOR, MAX_NAME_LEN, UpstreamConfig, UpstreamTransport, WriteRule,
 };
-pub use pattern::Pattern;
-pub use resources::{namespaced_uri, upstream_uri};
-pub use upstream::{
+pub use front::{
     Aggregator, Forward, UPSTREAM_INVALID_RESULT, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
     UpstreamStatus,
 };
+pub use pattern::Pattern;
+pub use resources::{namespaced_uri, upstream_uri};

@@ -19,7 +19,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use base64::Engine as _;
 use kberg_core::{
     CoreError, ResourceContents, ResourceDescriptor, ResourceError, ResourceReader,
     ResourceRegistry, ResourceTemplate, TemplateVars,
@@ -33,10 +32,13 @@ use rmcp::model::{
     SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::{Peer, RoleClient};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::config::ConfigError;
-use super::upstream::{Failure, UPSTREAM_INVALID_RESULT, Upstream, forward};
+use super::error::UpstreamError;
+use super::forward::{forward, result_kind};
+use super::front::Upstream;
 
 /// The namespaced form of an upstream URI (or URI template): `<namespace>+<uri>`.
 pub fn namespaced_uri(namespace: &str, uri: &str) -> String {
@@ -97,44 +99,49 @@ impl ResourceReader for ForwardedReader {
             Ok(ServerResult::ReadResourceResult(r)) => {
                 let v = serde_json::to_value(&r).unwrap_or(Value::Null);
                 contents_of(ns, &v).ok_or_else(|| {
-                    failed(format!(
-                        "{UPSTREAM_INVALID_RESULT}: the server `{ns}` sent unreadable resource contents"
-                    ))
+                    failed(
+                        UpstreamError::InvalidResult {
+                            namespace: ns.to_string(),
+                            expected: "readable resource contents",
+                            found:
+                                "contents without a `uri`, or with neither `text` nor base64 `blob`"
+                                    .into(),
+                        }
+                        .coded_message(),
+                    )
                 })
             }
-            Ok(_) => Err(failed(format!(
-                "{UPSTREAM_INVALID_RESULT}: the server `{ns}` answered with something that is not resource contents"
-            ))),
-            Err(Failure::Refused(code, _))
+            Ok(other) => Err(failed(
+                UpstreamError::InvalidResult {
+                    namespace: ns.to_string(),
+                    expected: "resource contents",
+                    found: result_kind(&other),
+                }
+                .coded_message(),
+            )),
+            Err(UpstreamError::Refused { code, .. })
                 if code == rmcp::model::ErrorCode::RESOURCE_NOT_FOUND.0 =>
             {
                 Err(ResourceError::NotFound {
                     uri: uri.to_string(),
                 })
             }
-            Err(f) => Err(failed(f.message(ns))),
+            Err(e) => Err(failed(e.coded_message())),
         }
     }
 }
 
 /// The contents of a `resources/read` result, their URIs namespaced; `None` when an entry is
-/// not the documented shape (no `uri`, neither `text` nor base64 `blob`).
+/// not the documented shape (no `uri`, neither `text` nor base64 `blob`). Read with
+/// kberg-core's one codec for resource contents.
 fn contents_of(ns: &str, result: &Value) -> Option<Vec<ResourceContents>> {
     let entries = result.get("contents")?.as_array()?;
     entries
         .iter()
         .map(|c| {
-            let uri = namespaced_uri(ns, c.get("uri")?.as_str()?);
-            let mime = c.get("mimeType").and_then(Value::as_str);
-            if let Some(text) = c.get("text").and_then(Value::as_str) {
-                Some(ResourceContents::text(uri, mime, text))
-            } else {
-                let blob = c.get("blob")?.as_str()?;
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(blob)
-                    .ok()?;
-                Some(ResourceContents::blob(uri, mime, bytes))
-            }
+            let mut contents = ResourceContents::deserialize(c).ok()?;
+            contents.uri = namespaced_uri(ns, &contents.uri);
+            Some(contents)
         })
         .collect()
 }
@@ -343,8 +350,8 @@ pub(super) async fn sync_subscriptions(
         let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
             UnsubscribeRequestParams::new(uri.clone()),
         ));
-        if let Err(f) = forward(up, request, None).await {
-            tracing::warn!(namespace = ns, %uri, error = %f.message(ns), "unsubscribing upstream failed");
+        if let Err(e) = forward(up, request, None).await {
+            tracing::warn!(namespace = ns, %uri, error = %e.coded_message(), "unsubscribing upstream failed");
         }
         // Either way the subscription is no longer wanted; a late update reaches nobody.
         held.remove(&uri);
@@ -357,8 +364,8 @@ pub(super) async fn sync_subscriptions(
             Ok(_) => {
                 held.insert(uri);
             }
-            Err(f) => {
-                tracing::warn!(namespace = ns, %uri, error = %f.message(ns), "subscribing upstream failed");
+            Err(e) => {
+                tracing::warn!(namespace = ns, %uri, error = %e.coded_message(), "subscribing upstream failed");
             }
         }
     }

@@ -1,0 +1,140 @@
+//! The registered tools as one immutable snapshot: what the gate looks a call up in.
+//!
+//! A [`Catalog`] holds every tool with its schemas compiled at registration, the refusals, the
+//! declared capabilities and the declared scopes. The [`ToolRegistry`](crate::ToolRegistry)
+//! publishes a new catalog on every change (copy on write, behind an atomic pointer), so a call
+//! reads one consistent catalog without a lock and a tool removed mid-call finishes that call.
+//! Compiling a tool ([`Entry::compile`]) is where a schema that does not compile, a reserved
+//! argument name or a missing scope field is refused, so such a tool never reaches a caller.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::capability::{Authorization, CapabilityCatalog};
+use crate::error::CoreError;
+use crate::handle::{HandleSite, handle_sites};
+use crate::preview::{COMMIT_TOKEN_FIELD, preview_envelope_schema, project_commit_field};
+use crate::principal::{Caller, SurfaceProjection};
+use crate::scope::{ScopeSpec, find_scope_field, project_scope};
+use crate::tool::{Tool, ToolKind, ToolSpec, check_name};
+use crate::validate::CompiledSchema;
+
+/// A registered tool with its compiled schemas and what the gate precomputed about it.
+pub(crate) struct Entry {
+    pub(crate) spec: ToolSpec,
+    pub(crate) tool: Arc<dyn Tool>,
+    pub(crate) input: CompiledSchema,
+    pub(crate) output: Option<CompiledSchema>,
+    /// What the `Full` projection lists (commit token added, scope optional).
+    pub(crate) listed_full: ToolSpec,
+    /// What the `Compact` projection lists (the scope argument hidden too).
+    pub(crate) listed_compact: ToolSpec,
+    /// Where handle arguments sit.
+    pub(crate) handles: Vec<HandleSite>,
+    /// Whether a call needs anything from the gate beyond admission and validation (a commit
+    /// token, a scope, handles): `false` lets the gate skip those steps entirely.
+    pub(crate) plain: bool,
+}
+
+/// A map by tool name. Hashed with foldhash (seeded per process): every call looks its tool up
+/// by name, and SipHash was a tenth of the gate's own cost. Keys are inserted by the app only,
+/// so callers cannot grow collision chains.
+pub(crate) type ByName<V> = HashMap<Arc<str>, V, foldhash::fast::RandomState>;
+
+/// One consistent view of the registered tools, refusals, capabilities and scopes.
+#[derive(Default, Clone)]
+pub(crate) struct Catalog {
+    pub(crate) tools: ByName<Arc<Entry>>,
+    pub(crate) refusals: ByName<Arc<str>>,
+    pub(crate) capabilities: Arc<CapabilityCatalog>,
+    pub(crate) scopes: Arc<BTreeMap<String, ScopeSpec>>,
+}
+
+impl Catalog {
+    /// Whether `caller` is shown `e` in a listing (see [`SurfaceProjection`]).
+    pub(crate) fn lists(&self, e: &Entry, caller: &Caller) -> bool {
+        match caller.projection() {
+            SurfaceProjection::Full => true,
+            SurfaceProjection::Compact => {
+                e.spec.small_model_safe
+                    && match &e.spec.kind {
+                        ToolKind::Read => true,
+                        ToolKind::Write(c) => !matches!(
+                            self.capabilities.authorizes(caller.grants(), c.id()),
+                            Authorization::Denied
+                        ),
+                    }
+            }
+        }
+    }
+}
+
+impl Entry {
+    /// Compiles a tool's schemas and derives its projected listings. Fails on an invalid name,
+    /// a schema that does not compile, a preview tool that declares `commit_token` itself, or
+    /// a scope field that is not one of the schema's properties.
+    pub(crate) fn compile(tool: Arc<dyn Tool>) -> Result<Entry, CoreError> {
+        let mut spec = tool.spec();
+        check_name(&spec.name)?;
+        let invalid = |which: &'static str, reason: String| CoreError::InvalidSchema {
+            tool: spec.name.clone(),
+            which,
+            reason,
+        };
+        let input = CompiledSchema::compile(spec.input_schema.clone())
+            .map_err(|reason| invalid("input", reason))?;
+        let output = match &spec.output_schema {
+            None => None,
+            Some(s) => Some(
+                CompiledSchema::compile(s.clone()).map_err(|reason| invalid("output", reason))?,
+            ),
+        };
+        let props = spec
+            .input_schema
+            .get("properties")
+            .and_then(Value::as_object);
+        if spec.previews && props.is_some_and(|p| p.contains_key(COMMIT_TOKEN_FIELD)) {
+            return Err(invalid(
+                "input",
+                format!("`{COMMIT_TOKEN_FIELD}` is reserved for the gate on a tool that previews"),
+            ));
+        }
+        let scope_field = match &spec.scope_field {
+            Some(field) if !props.is_some_and(|p| p.contains_key(field)) => {
+                return Err(invalid(
+                    "input",
+                    format!("the scope field `{field}` is not one of the schema's properties"),
+                ));
+            }
+            Some(field) => Some(field.clone()),
+            None => find_scope_field(&spec.input_schema),
+        };
+        spec.scope_field = scope_field;
+        let handles = handle_sites(&spec.input_schema);
+        let mut listed_full = spec.clone();
+        if spec.previews {
+            project_commit_field(&mut listed_full.input_schema);
+            if let Some(out) = &mut listed_full.output_schema {
+                *out = json!({"type": "object", "anyOf": [out.clone(), preview_envelope_schema()]});
+            }
+        }
+        let mut listed_compact = listed_full.clone();
+        if let Some(field) = &spec.scope_field {
+            project_scope(&mut listed_full.input_schema, field, false);
+            project_scope(&mut listed_compact.input_schema, field, true);
+        }
+        let plain = !spec.previews && spec.scope_field.is_none() && handles.is_empty();
+        Ok(Entry {
+            spec,
+            tool,
+            input,
+            output,
+            listed_full,
+            listed_compact,
+            handles,
+            plain,
+        })
+    }
+}

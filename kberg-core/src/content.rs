@@ -1,0 +1,410 @@
+//! What a tool or a resource hands back: content blocks, tool results, resource contents.
+//!
+//! This is the bottom layer of the crate: plain data that every other module builds or reads
+//! and that imports nothing of its own crate. Its JSON form is the MCP one (`CallToolResult`,
+//! `ContentBlock`, `ResourceContents`, bytes as base64) and there is exactly one codec for it:
+//! the serde derive below, with the block's `type` as its tag. The confirm tickets store
+//! results in this form, and kberg-server hands it to rmcp.
+
+use std::borrow::Cow;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+/// The body of a resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceBody {
+    /// UTF-8 text (`text` on the wire).
+    Text(String),
+    /// Binary data (`blob` on the wire, base64).
+    Blob(#[serde(with = "base64_bytes")] Vec<u8>),
+}
+
+/// The contents of one resource, as read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceContents {
+    /// The URI read.
+    pub uri: String,
+    /// MIME type, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    /// Text or bytes.
+    #[serde(flatten)]
+    pub body: ResourceBody,
+}
+
+impl ResourceContents {
+    /// Text contents.
+    pub fn text(uri: impl Into<String>, mime: Option<&str>, text: impl Into<String>) -> Self {
+        Self {
+            uri: uri.into(),
+            mime_type: mime.map(str::to_string),
+            body: ResourceBody::Text(text.into()),
+        }
+    }
+
+    /// Binary contents.
+    pub fn blob(uri: impl Into<String>, mime: Option<&str>, bytes: Vec<u8>) -> Self {
+        Self {
+            uri: uri.into(),
+            mime_type: mime.map(str::to_string),
+            body: ResourceBody::Blob(bytes),
+        }
+    }
+}
+
+/// One block of a tool result or prompt message. Serializes as an MCP `ContentBlock`
+/// (`{"type": "text", "text": …}`, `{"type": "image", "data": <base64>, "mimeType": …}`, …).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Content {
+    /// Plain text.
+    Text(String),
+    /// An image (raw bytes; transports encode them).
+    Image {
+        /// The bytes.
+        data: Vec<u8>,
+        /// e.g. `image/png`.
+        mime_type: String,
+    },
+    /// Audio (raw bytes).
+    Audio {
+        /// The bytes.
+        data: Vec<u8>,
+        /// e.g. `audio/wav`.
+        mime_type: String,
+    },
+    /// A link to a resource the client may read.
+    ResourceLink {
+        /// Its URI.
+        uri: String,
+        /// Its name.
+        name: String,
+        /// Optional description.
+        description: Option<String>,
+        /// Optional MIME type.
+        mime_type: Option<String>,
+    },
+    /// A resource's contents embedded in the result.
+    Resource(ResourceContents),
+}
+
+impl Content {
+    /// A text block.
+    pub fn text(s: impl Into<String>) -> Self {
+        Content::Text(s.into())
+    }
+}
+
+/// The wire form of a [`Content`] block: the derive that is this crate's one JSON codec for
+/// content. Borrowed when serializing, owned when deserializing.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ContentWire<'a> {
+    Text {
+        text: Cow<'a, str>,
+    },
+    Image {
+        #[serde(with = "base64_bytes_cow")]
+        data: Cow<'a, [u8]>,
+        #[serde(rename = "mimeType")]
+        mime_type: Cow<'a, str>,
+    },
+    Audio {
+        #[serde(with = "base64_bytes_cow")]
+        data: Cow<'a, [u8]>,
+        #[serde(rename = "mimeType")]
+        mime_type: Cow<'a, str>,
+    },
+    ResourceLink {
+        uri: Cow<'a, str>,
+        name: Cow<'a, str>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<Cow<'a, str>>,
+        #[serde(rename = "mimeType", default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<Cow<'a, str>>,
+    },
+    Resource {
+        resource: Cow<'a, ResourceContents>,
+    },
+}
+
+impl<'a> From<&'a Content> for ContentWire<'a> {
+    fn from(c: &'a Content) -> Self {
+        match c {
+            Content::Text(t) => ContentWire::Text { text: t.into() },
+            Content::Image { data, mime_type } => ContentWire::Image {
+                data: Cow::Borrowed(data),
+                mime_type: mime_type.into(),
+            },
+            Content::Audio { data, mime_type } => ContentWire::Audio {
+                data: Cow::Borrowed(data),
+                mime_type: mime_type.into(),
+            },
+            Content::ResourceLink {
+                uri,
+                name,
+                description,
+                mime_type,
+            } => ContentWire::ResourceLink {
+                uri: uri.into(),
+                name: name.into(),
+                description: description.as_deref().map(Cow::Borrowed),
+                mime_type: mime_type.as_deref().map(Cow::Borrowed),
+            },
+            Content::Resource(r) => ContentWire::Resource {
+                resource: Cow::Borrowed(r),
+            },
+        }
+    }
+}
+
+impl From<ContentWire<'_>> for Content {
+    fn from(w: ContentWire<'_>) -> Self {
+        match w {
+            ContentWire::Text { text } => Content::Text(text.into_owned()),
+            ContentWire::Image { data, mime_type } => Content::Image {
+                data: data.into_owned(),
+                mime_type: mime_type.into_owned(),
+            },
+            ContentWire::Audio { data, mime_type } => Content::Audio {
+                data: data.into_owned(),
+                mime_type: mime_type.into_owned(),
+            },
+            ContentWire::ResourceLink {
+                uri,
+                name,
+                description,
+                mime_type,
+            } => Content::ResourceLink {
+                uri: uri.into_owned(),
+                name: name.into_owned(),
+                description: description.map(Cow::into_owned),
+                mime_type: mime_type.map(Cow::into_owned),
+            },
+            ContentWire::Resource { resource } => Content::Resource(resource.into_owned()),
+        }
+    }
+}
+
+impl Serialize for Content {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ContentWire::from(self).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        ContentWire::deserialize(d).map(Content::from)
+    }
+}
+
+/// What a tool call produced. Serializes as an MCP `CallToolResult` (`content`,
+/// `structuredContent`, `isError`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// Content blocks, for the model.
+    pub content: Vec<Content>,
+    /// Structured result, for programs (matches the output schema when one is declared).
+    #[serde(
+        rename = "structuredContent",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub structured: Option<Value>,
+    /// Whether this is an error result (the model sees it; the call itself completed).
+    #[serde(rename = "isError", default)]
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A single text block.
+    pub fn text(s: impl Into<String>) -> Self {
+        Self {
+            content: vec![Content::Text(s.into())],
+            ..Self::default()
+        }
+    }
+
+    /// Content blocks.
+    pub fn contents(content: Vec<Content>) -> Self {
+        Self {
+            content,
+            ..Self::default()
+        }
+    }
+
+    /// An error result with a sentence and structured details.
+    pub fn error_with(message: impl Into<String>, details: Value) -> Self {
+        Self {
+            content: vec![Content::Text(message.into())],
+            structured: Some(details),
+            is_error: true,
+        }
+    }
+
+    /// Adds structured content.
+    pub fn with_structured(mut self, v: Value) -> Self {
+        self.structured = Some(v);
+        self
+    }
+
+    /// All text blocks joined by newlines.
+    pub fn all_text(&self) -> String {
+        let mut s = String::new();
+        for c in &self.content {
+            if let Content::Text(t) = c {
+                if !s.is_empty() {
+                    s.push('\n');
+                }
+                s.push_str(t);
+            }
+        }
+        s
+    }
+}
+
+/// A tool result as JSON, in the MCP `CallToolResult` shape (bytes as base64): the serde form
+/// of [`ToolOutput`].
+pub fn output_to_json(out: &ToolOutput) -> Value {
+    serde_json::to_value(out).unwrap_or_else(|e| {
+        // Every field is a string, bytes, a bool or already a JSON value: this cannot fail.
+        tracing::error!(error = %e, "a tool result did not serialize");
+        Value::Null
+    })
+}
+
+/// The inverse of [`output_to_json`]: a `CallToolResult` read back, or why it is not one.
+pub fn output_from_json(v: &Value) -> Result<ToolOutput, String> {
+    ToolOutput::deserialize(v).map_err(|e| e.to_string())
+}
+
+/// Bytes as standard base64 strings.
+mod base64_bytes {
+    use super::*;
+
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = Cow::<str>::deserialize(d)?;
+        STANDARD
+            .decode(text.as_bytes())
+            .map_err(|e| serde::de::Error::custom(format!("not base64: {e}")))
+    }
+}
+
+/// [`base64_bytes`] for the borrowed wire form.
+mod base64_bytes_cow {
+    use super::*;
+
+    // serde hands a `with` module the field as it is declared: a reference to the `Cow`.
+    #[allow(clippy::ptr_arg)]
+    pub(super) fn serialize<S: Serializer>(bytes: &Cow<'_, [u8]>, s: S) -> Result<S::Ok, S::Error> {
+        super::base64_bytes::serialize(bytes, s)
+    }
+
+    pub(super) fn deserialize<'de, 'a, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Cow<'a, [u8]>, D::Error> {
+        super::base64_bytes::deserialize(d).map(Cow::Owned)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn every_kind() -> ToolOutput {
+        ToolOutput {
+            content: vec![
+                Content::text("hi"),
+                Content::Image {
+                    data: vec![1, 2, 255],
+                    mime_type: "image/png".into(),
+                },
+                Content::Audio {
+                    data: vec![0],
+                    mime_type: "audio/wav".into(),
+                },
+                Content::ResourceLink {
+                    uri: "app://x".into(),
+                    name: "x".into(),
+                    description: None,
+                    mime_type: Some("text/plain".into()),
+                },
+                Content::Resource(ResourceContents::blob("app://b", None, vec![9, 8])),
+                Content::Resource(ResourceContents::text("app://t", Some("text/plain"), "t")),
+            ],
+            structured: Some(json!({"n": 1})),
+            is_error: true,
+        }
+    }
+
+    #[test]
+    fn outputs_round_trip_through_json() {
+        let out = every_kind();
+        assert_eq!(output_from_json(&output_to_json(&out)).unwrap(), out);
+        assert!(output_from_json(&json!({"content": [{"type": "video"}]})).is_err());
+        assert!(
+            output_from_json(
+                &json!({"content": [{"type": "image", "data": "!!", "mimeType": "x"}]})
+            )
+            .is_err()
+        );
+        assert!(output_from_json(&json!({})).is_err());
+    }
+
+    #[test]
+    fn the_wire_shape_is_mcps() {
+        let v = output_to_json(&every_kind());
+        assert_eq!(v["content"][0], json!({"type": "text", "text": "hi"}));
+        assert_eq!(
+            v["content"][1],
+            json!({"type": "image", "data": "AQL/", "mimeType": "image/png"})
+        );
+        assert_eq!(
+            v["content"][3],
+            json!({"type": "resource_link", "uri": "app://x", "name": "x", "mimeType": "text/plain"})
+        );
+        assert_eq!(
+            v["content"][4],
+            json!({"type": "resource", "resource": {"uri": "app://b", "blob": "CQg="}})
+        );
+        assert_eq!(
+            v["content"][5]["resource"],
+            json!({"uri": "app://t", "mimeType": "text/plain", "text": "t"})
+        );
+        assert_eq!(v["structuredContent"], json!({"n": 1}));
+        assert_eq!(v["isError"], true);
+    }
+
+    #[test]
+    fn older_stored_forms_still_read() {
+        // Tickets filed before the derive wrote explicit nulls for absent optional fields.
+        let v = json!({"content": [
+            {"type": "resource_link", "uri": "u", "name": "n", "description": null, "mimeType": null},
+            {"type": "resource", "resource": {"uri": "u", "mimeType": null, "text": "t"}}
+        ], "isError": false});
+        let out = output_from_json(&v).unwrap();
+        assert_eq!(
+            out.content[0],
+            Content::ResourceLink {
+                uri: "u".into(),
+                name: "n".into(),
+                description: None,
+                mime_type: None
+            }
+        );
+        assert_eq!(
+            out.content[1],
+            Content::Resource(ResourceContents::text("u", None, "t"))
+        );
+    }
+}

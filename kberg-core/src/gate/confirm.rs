@@ -1,0 +1,140 @@
+//! Gate step 5b: human confirmation.
+//!
+//! After the arguments validated (and a commit token checked), the app's [`ConfirmPolicy`] may
+//! hold a call for a person. Where the policy allows it and the client supports elicitation the
+//! person is asked through the client now ([`ask_client`]); otherwise, or when asking fails, the
+//! call is filed as a [`ConfirmTicket`] ([`file_ticket`]) and answers `pending_human_confirm`.
+//! The ticket desk later runs an approved ticket back through the gate, skipping only this step.
+//!
+//! [`ConfirmPolicy`]: crate::confirm::ConfirmPolicy
+
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+
+use crate::catalog::Entry;
+use crate::confirm::{ConfirmRequest, ConfirmTicket, TicketStatus, new_ticket_id};
+use crate::context::{CallOptions, PeerError, ToolContext};
+use crate::digest::{canonical_json, redact};
+use crate::error::GateError;
+use crate::gate::{GateSettings, Trail};
+use crate::preview::CallPhase;
+use crate::principal::Caller;
+
+/// The longest argument text shown in a confirmation question.
+const MAX_SHOWN_ARGS: usize = 600;
+
+/// Asks the human through the client (elicitation). `None` when the client cannot be asked
+/// (no channel, no elicitation support, or the request failed): the caller files a ticket.
+/// `Some(Ok)` means approved.
+pub(crate) async fn ask_client(
+    entry: &Entry,
+    args: &Value,
+    caller: &Caller,
+    opts: &CallOptions,
+    req: &ConfirmRequest,
+) -> Option<Result<(), GateError>> {
+    let name = entry.spec.name.clone();
+    let peer = opts.peer.as_ref()?;
+    if !peer.supports("elicitation") {
+        return None;
+    }
+    let ctx = ToolContext::new(caller.clone(), opts.clone());
+    let mut shown = canonical_json(&redact(args, &entry.spec.sensitive_fields));
+    if shown.len() > MAX_SHOWN_ARGS {
+        let cut = (0..=MAX_SHOWN_ARGS)
+            .rev()
+            .find(|i| shown.is_char_boundary(*i))
+            .unwrap_or(0);
+        shown.truncate(cut);
+        shown.push('…');
+    }
+    let who = caller
+        .principal()
+        .agent
+        .clone()
+        .unwrap_or_else(|| caller.principal().id.clone());
+    let message = format!(
+        "{who} wants to run `{name}` ({}) with {shown}. Allow it?",
+        req.reason()
+    );
+    let schema = json!({
+        "type": "object",
+        "properties": {"approve": {"type": "boolean", "title": "Allow this call"}},
+        "required": ["approve"]
+    });
+    match ctx.elicit(&message, schema).await {
+        Ok(answer) => {
+            let accepted = answer.get("action").and_then(Value::as_str) == Some("accept")
+                && answer.pointer("/content/approve") == Some(&Value::Bool(true));
+            tracing::info!(tool = %name, accepted, "confirmation asked through the client");
+            Some(if accepted {
+                Ok(())
+            } else {
+                Err(GateError::ConfirmDeclined { tool: name })
+            })
+        }
+        Err(PeerError::InputRequired { requests }) => Some(Err(GateError::InputRequired {
+            tool: name,
+            requests,
+        })),
+        Err(PeerError::Cancelled) => Some(Err(GateError::Cancelled { tool: name })),
+        Err(e) => {
+            tracing::warn!(tool = %name, error = %e, "elicitation failed; filing a ticket");
+            None
+        }
+    }
+}
+
+/// Files a ticket for a call a human must approve; the answer for the caller.
+pub(crate) fn file_ticket(
+    entry: &Entry,
+    args: Value,
+    caller: &Caller,
+    settings: &GateSettings,
+    req: &ConfirmRequest,
+    phase: CallPhase,
+    trail: &mut Trail,
+) -> GateError {
+    let name = entry.spec.name.clone();
+    let failed = |what: String| {
+        tracing::error!(tool = %name, error = %what, "confirm ticket not filed");
+        GateError::ToolFailed {
+            tool: name.clone(),
+            message: "the call needs a person's approval, but the request could not be filed (internal error)".into(),
+        }
+    };
+    let id = match new_ticket_id() {
+        Ok(id) => id,
+        Err(e) => return failed(e.0),
+    };
+    let now = SystemTime::now();
+    let ticket = ConfirmTicket {
+        id: id.clone(),
+        tool: name.clone(),
+        arguments: args,
+        reason: req.reason().to_string(),
+        phase,
+        principal: caller.principal().clone(),
+        grants: caller.grants().clone(),
+        projection: caller.projection(),
+        scopes: caller.scopes().clone(),
+        created_at: now,
+        expires_at: now + settings.confirm_config.ttl,
+        status: TicketStatus::Pending,
+        decided_by: None,
+        decided_at: None,
+        note: None,
+        outcome: None,
+    };
+    if let Err(e) = settings.tickets.insert(&ticket) {
+        return failed(e.0);
+    }
+    tracing::info!(tool = %name, ticket = %id, principal = %caller.principal().id, "call held for a person's approval");
+    trail.ticket = Some(id.clone());
+    GateError::PendingHumanConfirm {
+        tool: name,
+        ticket: id,
+        reason: req.reason().to_string(),
+    }
+}

@@ -1,0 +1,423 @@
+//! The dispatch gate every tool call passes through, whatever transport it came from.
+//!
+//! Its order is fixed and documented because it is a security property: a caller who may not
+//! call a tool learns that, never a critique of arguments it was not entitled to send.
+//!
+//! 1. the tool exists (a registered refusal answers with its reason);
+//! 2. it is visible in the caller's projection;
+//! 3. a write tool's capability is granted (directly or through a deprecated id);
+//! 4. the arguments validate against the schema compiled at registration ([`prepare`]). Before
+//!    that the gate takes out what belongs to it: a preview tool's `commit_token`, and the scope
+//!    argument, which it fills from the caller's current scope and checks ([`scope`]:
+//!    `scope_required`, `scope_unknown`, `scope_forbidden`); after it, every
+//!    [handle](crate::handle::Handle) argument is resolved to the app's internal id
+//!    (`handle_invalid`, `handle_expired`);
+//! 5. confirm / preview ([`commit`], [`confirm`]): a preview tool without a token runs as a dry
+//!    run and answers with a commit token; with one, the token is redeemed (single use, bound to
+//!    tool, principal and arguments). Then the app's [`ConfirmPolicy`] may hold the call for a
+//!    human: asked through the client (elicitation) or filed as a ticket
+//!    (`pending_human_confirm`);
+//! 6. the tool runs with the call's cancellation token ([`run`]); if the token fires first the
+//!    call is dropped and answers `cancelled` (so does a tool that stops with an error once it
+//!    fired); a panicking tool answers `tool_failed`;
+//! 7. an [`AuditEvent`] is recorded, whatever the outcome, with the argument digest and any
+//!    ticket or commit-token fingerprint. Nothing of it is gathered when no sink is set.
+//!
+//! A refusal becomes the caller's tool result in [`refusal`]. The gate works on one
+//! [`Catalog`] snapshot that the registry above it hands in, and on the app's
+//! [`GateSettings`]; it knows nothing of how tools are stored.
+//!
+//! [`ConfirmPolicy`]: crate::confirm::ConfirmPolicy
+
+mod commit;
+mod confirm;
+mod prepare;
+mod refusal;
+
+pub use self::refusal::Refusal;
+mod run;
+mod scope;
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use arc_swap::ArcSwap;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::audit::{AuditEvent, AuditOutcome, AuditSink};
+use crate::capability::Authorization;
+use crate::catalog::{Catalog, Entry};
+use crate::confirm::{ConfirmConfig, ConfirmPolicy, ConfirmTicket, MemoryTicketStore, TicketStore};
+use crate::content::ToolOutput;
+use crate::context::{CallExtras, CallOptions};
+use crate::error::GateError;
+use crate::handle::HandleCodec;
+use crate::preview::{CallPhase, CommitConfig, CommitTokens};
+use crate::principal::{Caller, SurfaceProjection};
+use crate::tool::{ToolKind, ToolSpec};
+
+use self::commit::CommitStep;
+use self::prepare::{PreparedCall, check_args, prepare_call};
+
+/// The app's settings for the primitives: handles, confirmation, tickets, commit tokens.
+#[derive(Clone)]
+pub(crate) struct GateSettings {
+    pub(crate) handles: Option<Arc<HandleCodec>>,
+    pub(crate) confirm: Option<Arc<dyn ConfirmPolicy>>,
+    pub(crate) confirm_config: ConfirmConfig,
+    pub(crate) tickets: Arc<dyn TicketStore>,
+    pub(crate) commit: CommitConfig,
+}
+
+impl Default for GateSettings {
+    fn default() -> Self {
+        Self {
+            handles: None,
+            confirm: None,
+            confirm_config: ConfirmConfig::default(),
+            tickets: Arc::new(MemoryTicketStore::new()),
+            commit: CommitConfig::default(),
+        }
+    }
+}
+
+/// The gate's own state: its settings, where audit events go, the commit tokens it issued, and
+/// the version of the ticket list (bumped whenever a ticket is filed or decided).
+pub(crate) struct Gate {
+    settings: ArcSwap<GateSettings>,
+    audit: ArcSwap<Option<Arc<dyn AuditSink>>>,
+    commits: CommitTokens,
+    tickets_version: watch::Sender<u64>,
+}
+
+/// A call that runs because a human approved its ticket.
+pub(crate) struct Approved<'a> {
+    pub(crate) ticket: &'a str,
+    pub(crate) approver: &'a str,
+    pub(crate) phase: CallPhase,
+}
+
+/// What the gate records about a call beyond who and what.
+#[derive(Default)]
+pub(crate) struct Trail {
+    pub(crate) args_digest: Option<String>,
+    pub(crate) ticket: Option<String>,
+    pub(crate) approved_by: Option<String>,
+    pub(crate) commit_token: Option<String>,
+    pub(crate) phase: CallPhase,
+    pub(crate) scope: Option<String>,
+}
+
+impl Gate {
+    /// A gate with these settings and sink.
+    pub(crate) fn new(settings: GateSettings, audit: Option<Arc<dyn AuditSink>>) -> Self {
+        Self {
+            settings: ArcSwap::from_pointee(settings),
+            audit: ArcSwap::from_pointee(audit),
+            commits: CommitTokens::default(),
+            tickets_version: watch::channel(0).0,
+        }
+    }
+
+    /// The current settings.
+    pub(crate) fn settings(&self) -> Arc<GateSettings> {
+        self.settings.load_full()
+    }
+
+    /// Changes the settings (what the deprecated registry setters do).
+    pub(crate) fn update_settings(&self, f: impl Fn(&mut GateSettings)) {
+        self.settings.rcu(|current| {
+            let mut next = GateSettings::clone(current);
+            f(&mut next);
+            next
+        });
+    }
+
+    /// Replaces the audit sink (what the deprecated registry setter does).
+    pub(crate) fn set_audit_sink(&self, sink: Option<Arc<dyn AuditSink>>) {
+        self.audit.store(Arc::new(sink));
+    }
+
+    /// A receiver whose value changes whenever a ticket is filed or decided.
+    pub(crate) fn ticket_changes(&self) -> watch::Receiver<u64> {
+        self.tickets_version.subscribe()
+    }
+
+    /// Tells ticket watchers the list changed.
+    pub(crate) fn tickets_changed(&self) {
+        self.tickets_version.send_modify(|v| *v += 1);
+    }
+
+    /// Runs steps 1-4 without running the tool: the spec of the tool `caller` may call with
+    /// `args`, or the refusal.
+    pub(crate) fn check(
+        &self,
+        catalog: &Catalog,
+        caller: &Caller,
+        name: &str,
+        args: &Value,
+    ) -> Result<ToolSpec, GateError> {
+        let (entry, _) = admit(catalog, caller, name)?;
+        check_args(catalog, &entry, caller, args)?;
+        Ok(entry.spec.clone())
+    }
+
+    /// The whole gate for one call: checks, runs and audits it. `approved` is set when a
+    /// human approved the call's ticket (the confirm step is then skipped).
+    pub(crate) async fn call(
+        &self,
+        catalog: Arc<Catalog>,
+        caller: &Caller,
+        name: &str,
+        args: Value,
+        opts: CallOptions,
+        approved: Option<Approved<'_>>,
+    ) -> Result<ToolOutput, GateError> {
+        let args = if args.is_null() {
+            Value::Object(Default::default())
+        } else {
+            args
+        };
+        // Everything the audit event needs is gathered only when a sink is set: the common
+        // unaudited call pays for none of it.
+        let audit: Option<Arc<dyn AuditSink>> = self.audit.load().as_ref().clone();
+        let clock = audit.as_ref().map(|_| (Instant::now(), SystemTime::now()));
+        let settings = self.settings.load_full();
+        let mut trail = Trail::default();
+        if let Some(a) = &approved {
+            trail.ticket = Some(a.ticket.to_string());
+            trail.approved_by = Some(a.approver.to_string());
+        }
+        let admitted = admit(&catalog, caller, name);
+        let (kind, capability, deprecated) = match &admitted {
+            _ if audit.is_none() => ("", None, None),
+            Ok((e, via)) => (
+                e.spec.kind.label(),
+                e.spec.kind.capability().map(str::to_string),
+                via.clone(),
+            ),
+            Err(_) => match catalog.tools.get(name) {
+                Some(e) => (
+                    e.spec.kind.label(),
+                    e.spec.kind.capability().map(str::to_string),
+                    None,
+                ),
+                None => ("unknown", None, None),
+            },
+        };
+        let front = admitted.and_then(|(entry, _)| {
+            prepare_call(
+                &catalog,
+                &settings,
+                entry,
+                caller,
+                args,
+                audit.is_some(),
+                &mut trail,
+            )
+        });
+        drop(catalog);
+        let result = match front {
+            Err(e) => Err(e),
+            // The common call: no preview or commit, no confirm policy, no approved ticket. It
+            // runs straight away; this future then holds little more than the tool's own
+            // (boxed) future, so creating and moving it stays cheap.
+            Ok(call)
+                if approved.is_none()
+                    && !call.entry.spec.previews
+                    && settings.confirm.is_none() =>
+            {
+                let extras = CallExtras {
+                    phase: CallPhase::Direct,
+                    scope: trail.scope.clone(),
+                    ticket: None,
+                    handles: settings.handles.clone(),
+                };
+                let args = call.resolved.unwrap_or(call.args);
+                run::run(&call.entry, args, caller, opts, extras).await
+            }
+            // Preview / commit, confirmation, approved tickets: the full step 5, boxed so its
+            // larger state is only allocated for the calls that need it.
+            Ok(call) => {
+                Box::pin(self.confirm_and_run(
+                    call,
+                    caller,
+                    opts,
+                    &settings,
+                    approved.as_ref(),
+                    &mut trail,
+                ))
+                .await
+            }
+        };
+        if let (Some(sink), Some((started, at))) = (audit.as_ref(), clock) {
+            let p = caller.principal();
+            sink.record(&AuditEvent {
+                at,
+                principal: p.id.clone(),
+                agent: p.agent.clone(),
+                tool: name.to_string(),
+                kind,
+                capability,
+                via_deprecated: deprecated,
+                outcome: match &result {
+                    Ok(_) => AuditOutcome::Ok,
+                    Err(e) => AuditOutcome::Error(e.code()),
+                },
+                duration: started.elapsed(),
+                args_digest: trail.args_digest,
+                ticket: trail.ticket,
+                approved_by: trail.approved_by,
+                commit_token: trail.commit_token,
+                phase: trail.phase,
+                scope: trail.scope,
+            });
+        }
+        result
+    }
+
+    /// Gate steps 5 and 6: commit token, confirmation, run, preview wrapping.
+    ///
+    /// A commit token is checked first (so a bad one is refused before a human is bothered) and
+    /// spent at the last moment the call is decided: when a ticket is filed (a replay then
+    /// cannot file a second one) or just before the tool runs. A call that stops to ask the
+    /// client (`input_required` on the stateless protocol) leaves it unspent, so the re-sent
+    /// call with the answer can still commit.
+    async fn confirm_and_run(
+        &self,
+        call: PreparedCall,
+        caller: &Caller,
+        opts: CallOptions,
+        settings: &GateSettings,
+        approved: Option<&Approved<'_>>,
+        trail: &mut Trail,
+    ) -> Result<ToolOutput, GateError> {
+        let PreparedCall {
+            entry,
+            args,
+            resolved,
+            binding,
+            commit_token,
+        } = call;
+        let step = CommitStep {
+            tokens: &self.commits,
+            tool: entry.spec.name.as_str(),
+            principal: caller.principal().id.as_str(),
+            digest: binding.as_deref().unwrap_or_default(),
+            // An approved call's arguments were filed without the token, so it has none.
+            token: commit_token.as_deref().filter(|_| approved.is_none()),
+        };
+        let phase = match approved {
+            Some(a) => a.phase,
+            None => step.phase(entry.spec.previews, &mut trail.commit_token)?,
+        };
+        trail.phase = phase;
+        // Human confirmation (never for a preview, which changes nothing).
+        if approved.is_none()
+            && phase != CallPhase::Preview
+            && let Some(policy) = &settings.confirm
+            && let Some(req) = policy.check(&entry.spec, resolved.as_ref().unwrap_or(&args), caller)
+        {
+            let asked = if req.asks_client() {
+                confirm::ask_client(&entry, &args, caller, &opts, &req).await
+            } else {
+                None
+            };
+            match asked {
+                Some(answer) => answer?,
+                None => {
+                    step.spend()?;
+                    let refusal =
+                        confirm::file_ticket(&entry, args, caller, settings, &req, phase, trail);
+                    if trail.ticket.is_some() {
+                        self.tickets_changed();
+                    }
+                    return Err(refusal);
+                }
+            }
+        }
+        step.spend()?;
+        let extras = CallExtras {
+            phase,
+            scope: trail.scope.clone(),
+            ticket: approved.map(|a| a.ticket.to_string()),
+            handles: settings.handles.clone(),
+        };
+        let out = run::run(&entry, resolved.unwrap_or(args), caller, opts, extras).await?;
+        if phase != CallPhase::Preview || out.is_error {
+            return Ok(out);
+        }
+        step.issue(out, &settings.commit, &mut trail.commit_token)
+    }
+
+    /// Runs an approved ticket's call through the gate, skipping only the confirm step.
+    pub(crate) async fn run_approved(
+        &self,
+        catalog: Arc<Catalog>,
+        ticket: &ConfirmTicket,
+        approver: &str,
+    ) -> Result<ToolOutput, GateError> {
+        let caller = ticket.caller();
+        self.call(
+            catalog,
+            &caller,
+            &ticket.tool,
+            ticket.arguments.clone(),
+            CallOptions::default(),
+            Some(Approved {
+                ticket: &ticket.id,
+                approver,
+                phase: ticket.phase,
+            }),
+        )
+        .await
+    }
+}
+
+/// Gate steps 1-3. Returns the entry and the deprecated capability id used, if any.
+fn admit(
+    catalog: &Catalog,
+    caller: &Caller,
+    name: &str,
+) -> Result<(Arc<Entry>, Option<String>), GateError> {
+    let Some(entry) = catalog.tools.get(name) else {
+        return Err(match catalog.refusals.get(name) {
+            Some(reason) => GateError::Refused {
+                tool: name.to_string(),
+                reason: reason.to_string(),
+            },
+            None => GateError::UnknownTool {
+                tool: name.to_string(),
+            },
+        });
+    };
+    if caller.projection() == SurfaceProjection::Compact && !entry.spec.small_model_safe {
+        return Err(GateError::NotInSurface {
+            tool: name.to_string(),
+        });
+    }
+    let mut via = None;
+    if let ToolKind::Write(cap) = &entry.spec.kind {
+        match catalog.capabilities.authorizes(caller.grants(), cap.id()) {
+            Authorization::Direct => {}
+            Authorization::Deprecated(old) => {
+                tracing::warn!(
+                    principal = %caller.principal().id,
+                    tool = name,
+                    deprecated = old,
+                    replacement = cap.id(),
+                    "call authorized through a deprecated capability id"
+                );
+                via = Some(old.to_string());
+            }
+            Authorization::Denied => {
+                return Err(GateError::CapabilityRequired {
+                    tool: name.to_string(),
+                    capability: cap.id().to_string(),
+                });
+            }
+        }
+    }
+    Ok((Arc::clone(entry), via))
+}

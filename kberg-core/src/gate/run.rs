@@ -1,0 +1,126 @@
+//! Gate step 6: the tool runs, with the call's cancellation token.
+//!
+//! The tool's future is polled once at once, inside its tracing span: most tools finish on that
+//! first poll and pay for nothing more (no cancellation waiter, no instrumented wrapper, no
+//! state of the race in the gate's future). A tool that is still pending is raced against the
+//! token: if the token fires first the future is
+//! dropped and the call answers `cancelled`, as does a tool that stops with an error once the
+//! token fired, whatever words it chose. A panicking tool answers `tool_failed`; a structured
+//! result that does not match the declared output schema answers `tool_failed` too.
+
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::task::Poll;
+
+use futures::FutureExt;
+use serde_json::Value;
+
+use crate::catalog::Entry;
+use crate::content::ToolOutput;
+use crate::context::{CallExtras, CallOptions, PeerError, ToolContext};
+use crate::error::GateError;
+use crate::preview::CallPhase;
+use crate::principal::Caller;
+use crate::tool::ToolError;
+
+type Outcome = std::thread::Result<Result<ToolOutput, ToolError>>;
+
+/// Runs the tool and maps what it did onto the gate's answer.
+pub(crate) async fn run(
+    entry: &Entry,
+    args: Value,
+    caller: &Caller,
+    opts: CallOptions,
+    extras: CallExtras,
+) -> Result<ToolOutput, GateError> {
+    let preview = extras.phase == CallPhase::Preview;
+    // The name is copied into an error only on the paths that produce one.
+    let name = || entry.spec.name.clone();
+    if opts.cancel.is_cancelled() {
+        return Err(GateError::Cancelled { tool: name() });
+    }
+    let cancel = opts.cancel.clone();
+    let ctx = ToolContext::new(caller.clone(), opts).with_extras(extras);
+    let span = tracing::debug_span!("tool_call", tool = %entry.spec.name, principal = %caller.principal().id);
+    let mut fut = entry.tool.call(args, ctx);
+    let first = {
+        let _entered = span.enter();
+        std::future::poll_fn(|cx| Poll::Ready(poll_catching(fut.as_mut(), cx))).await
+    };
+    let outcome = match first {
+        Poll::Ready(outcome) => outcome,
+        // A tool still at work: raced against the token, in a boxed future of its own so that
+        // the common, finished-at-once call does not carry the race's state.
+        Poll::Pending => {
+            let rest = AssertUnwindSafe(fut).catch_unwind();
+            let raced = Box::pin(async {
+                tokio::select! {
+                    biased;
+                    r = tracing::Instrument::instrument(rest, span) => Some(r),
+                    () = cancel.cancelled() => None,
+                }
+            })
+            .await;
+            match raced {
+                Some(outcome) => outcome,
+                None => return Err(GateError::Cancelled { tool: name() }),
+            }
+        }
+    };
+    // A tool that noticed the cancellation and stopped with an error was cancelled.
+    if !matches!(outcome, Ok(Ok(_))) && cancel.is_cancelled() {
+        return Err(GateError::Cancelled { tool: name() });
+    }
+    match outcome {
+        Err(_panic) => {
+            tracing::error!(tool = %entry.spec.name, "tool panicked");
+            Err(GateError::ToolFailed {
+                tool: name(),
+                message: "the tool stopped unexpectedly (internal error)".into(),
+            })
+        }
+        Ok(Err(ToolError::Failed { message })) => Err(GateError::ToolFailed {
+            tool: name(),
+            message,
+        }),
+        Ok(Err(ToolError::Peer(PeerError::Cancelled))) => {
+            Err(GateError::Cancelled { tool: name() })
+        }
+        Ok(Err(ToolError::Peer(PeerError::InputRequired { requests }))) => {
+            Err(GateError::InputRequired {
+                tool: name(),
+                requests,
+            })
+        }
+        Ok(Err(ToolError::Peer(e))) => Err(GateError::ToolFailed {
+            tool: name(),
+            message: e.to_string(),
+        }),
+        Ok(Ok(out)) => {
+            if let (Some(schema), Some(structured), false, false) =
+                (&entry.output, &out.structured, out.is_error, preview)
+                && !schema.is_valid(structured)
+            {
+                tracing::error!(tool = %entry.spec.name, "structured result does not match the output schema");
+                return Err(GateError::ToolFailed {
+                    tool: name(),
+                    message: "the tool's result does not match its declared output schema (internal error)".into(),
+                });
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// One poll of the tool's future; a panic is caught and reported as the outcome.
+fn poll_catching<F>(fut: Pin<&mut F>, cx: &mut std::task::Context<'_>) -> Poll<Outcome>
+where
+    F: Future<Output = Result<ToolOutput, ToolError>> + ?Sized,
+{
+    match catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
+        Ok(Poll::Ready(r)) => Poll::Ready(Ok(r)),
+        Ok(Poll::Pending) => Poll::Pending,
+        Err(panic) => Poll::Ready(Err(panic)),
+    }
+}

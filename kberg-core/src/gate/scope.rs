@@ -1,0 +1,61 @@
+//! Gate step 4a: the scope argument, filled in and checked before validation.
+//!
+//! A scoped tool's caller may leave the scope argument out: the gate fills it with the caller's
+//! current scope. Whatever the scope, it must be declared by the app (`scope_unknown`) and one
+//! the caller may use (`scope_forbidden`); with no scope given and none current the call answers
+//! `scope_required`. A scope of the wrong type is left for validation to name.
+
+use serde_json::Value;
+
+use crate::catalog::{Catalog, Entry};
+use crate::error::GateError;
+use crate::principal::Caller;
+
+/// Fills a scoped tool's scope argument from the caller's current scope and checks it. The
+/// scope the call works in, or `None` for a tool without one.
+pub(crate) fn apply_scope(
+    catalog: &Catalog,
+    entry: &Entry,
+    caller: &Caller,
+    args: &mut Value,
+) -> Result<Option<String>, GateError> {
+    let Some(field) = entry.spec.scope_field.as_deref() else {
+        return Ok(None);
+    };
+    let Some(obj) = args.as_object_mut() else {
+        // Not an object: validation refuses it.
+        return Ok(None);
+    };
+    let tool = || entry.spec.name.clone();
+    let scope = match obj.get(field) {
+        None | Some(Value::Null) => match caller.scopes().current() {
+            Some(current) => {
+                obj.insert(field.to_string(), Value::String(current.to_string()));
+                current.to_string()
+            }
+            None => {
+                return Err(GateError::ScopeRequired {
+                    tool: tool(),
+                    field: field.to_string(),
+                });
+            }
+        },
+        Some(Value::String(s)) => s.clone(),
+        // Another type: validation names it.
+        Some(_) => return Ok(None),
+    };
+    if !catalog.scopes.contains_key(&scope) {
+        return Err(GateError::ScopeUnknown {
+            tool: tool(),
+            scope,
+        });
+    }
+    if !caller.scopes().allows(&scope) {
+        tracing::warn!(principal = %caller.principal().id, tool = %entry.spec.name, scope = %scope, "scope refused");
+        return Err(GateError::ScopeForbidden {
+            tool: tool(),
+            scope,
+        });
+    }
+    Ok(Some(scope))
+}

@@ -1,0 +1,199 @@
+//! The one request path to an upstream: every forwarded tool call, prompt and resource request
+//! goes through [`forward`].
+//!
+//! A request waits for one of the upstream's in-flight slots, is sent on the current
+//! connection, and waits for its answer at most the upstream's call timeout (the wait for a
+//! slot counts). While a tool call is in flight it is registered ([`ActiveCall`]) so the client
+//! relay can find the client to ask, and its progress token routes progress back
+//! ([`ProgressRoute`]). A request that ends without an answer (timeout, cancellation, the
+//! caller dropped) is cancelled upstream with `notifications/cancelled`; a transport failure
+//! wakes the supervisor.
+
+use std::sync::atomic::Ordering;
+
+use kberg_core::ToolContext;
+use rmcp::model::{
+    CancelledNotification, CancelledNotificationParam, ClientNotification, ClientRequest,
+    ProgressToken, RequestId, ServerResult,
+};
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
+use tokio_util::sync::CancellationToken;
+
+use super::error::UpstreamError;
+use super::front::Upstream;
+
+/// Removes a forwarded call's progress route when the call ends, however it ends.
+struct ProgressRoute<'a> {
+    up: &'a Upstream,
+    token: ProgressToken,
+}
+
+/// Keeps a forwarded call in [`Upstream::active`] while it is in flight.
+struct ActiveCall<'a> {
+    up: &'a Upstream,
+    id: u64,
+}
+
+impl<'a> ActiveCall<'a> {
+    fn register(up: &'a Upstream, ctx: &ToolContext) -> Self {
+        let id = up.next_active.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut m) = up.active.lock() {
+            m.insert(id, ctx.clone());
+        }
+        Self { up, id }
+    }
+}
+
+impl Drop for ActiveCall<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.up.active.lock() {
+            m.remove(&self.id);
+        }
+    }
+}
+
+impl Drop for ProgressRoute<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.up.progress.lock() {
+            m.remove(&self.token);
+        }
+    }
+}
+/// Sends one request to the upstream's current connection and waits for its answer, at most
+/// the upstream's call timeout. When `ctx` is given, the upstream's progress for this request
+/// reaches it and its cancellation cancels the request. A request that ends without an answer
+/// (timeout, cancellation, the caller dropped) is cancelled upstream with
+/// `notifications/cancelled`; a transport failure wakes the supervisor.
+pub(super) async fn forward(
+    up: &Upstream,
+    request: ClientRequest,
+    ctx: Option<&ToolContext>,
+) -> Result<ServerResult, UpstreamError> {
+    let ns = up.namespace();
+    let unavailable = |reason: String| UpstreamError::Unavailable {
+        namespace: ns.to_string(),
+        reason,
+    };
+    let timeout = |after| UpstreamError::Timeout {
+        namespace: ns.to_string(),
+        after,
+    };
+    if up.current_peer().is_none() {
+        // Not connected: answer at once rather than queue for a slot.
+        return Err(unavailable(up.reason()));
+    }
+    let limit = up.config.call_timeout;
+    let never = CancellationToken::new();
+    let cancelled = ctx.map_or(&never, |c| c.cancellation());
+    let started = tokio::time::Instant::now();
+    // Wait for a slot: the upstream never has more than `max_in_flight` of our requests. The
+    // wait counts against the call timeout; nothing was sent yet, so nothing to cancel upstream.
+    let _slot = tokio::select! {
+        biased;
+        () = cancelled.cancelled() => return Err(UpstreamError::Cancelled),
+        p = tokio::time::timeout(limit, up.in_flight.acquire()) => match p {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return Err(unavailable("the aggregator is shutting down".into())),
+            Err(_) => {
+                tracing::warn!(namespace = up.namespace(), timeout = ?limit, "no free upstream slot within the call timeout");
+                return Err(timeout(limit));
+            }
+        },
+    };
+    let _active = ctx.map(|c| ActiveCall::register(up, c));
+    // The connection may have changed while this request waited.
+    let Some((peer, generation)) = up.current_peer() else {
+        return Err(unavailable(up.reason()));
+    };
+    let handle = match peer
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+    {
+        Ok(h) => h,
+        Err(e) => {
+            up.report_broken(generation);
+            return Err(unavailable(e.to_string()));
+        }
+    };
+    // Sends `notifications/cancelled` upstream if this request ends without an answer.
+    let mut unanswered = CancelUnanswered {
+        peer: Some(peer.clone()),
+        id: handle.id.clone(),
+        reason: "the caller cancelled the request",
+    };
+    let _route = ProgressRoute {
+        up,
+        token: handle.progress_token.clone(),
+    };
+    if let Some(ctx) = ctx
+        && let Ok(mut m) = up.progress.lock()
+    {
+        m.insert(handle.progress_token.clone(), ctx.clone());
+    }
+    let left = limit.saturating_sub(started.elapsed());
+    let outcome = tokio::select! {
+        biased;
+        () = cancelled.cancelled() => return Err(UpstreamError::Cancelled),
+        r = tokio::time::timeout(left, handle.await_response()) => r,
+    };
+    let Ok(outcome) = outcome else {
+        unanswered.reason = "the request timed out";
+        tracing::warn!(namespace = up.namespace(), timeout = ?limit, "upstream request timed out");
+        return Err(timeout(limit));
+    };
+    unanswered.peer = None;
+    match outcome {
+        Ok(r) => Ok(r),
+        Err(ServiceError::McpError(e)) => Err(UpstreamError::Refused {
+            namespace: ns.to_string(),
+            code: e.code.0,
+            message: e.message.to_string(),
+        }),
+        Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
+            up.report_broken(generation);
+            Err(unavailable(e.to_string()))
+        }
+        Err(e) => Err(UpstreamError::Failed {
+            namespace: ns.to_string(),
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// Tells the upstream a forwarded request was abandoned, when dropped while still armed.
+struct CancelUnanswered {
+    peer: Option<Peer<RoleClient>>,
+    id: RequestId,
+    reason: &'static str,
+}
+
+impl Drop for CancelUnanswered {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let note = CancelledNotification::new(CancelledNotificationParam::new(
+            Some(self.id.clone()),
+            Some(self.reason.into()),
+        ));
+        rt.spawn(async move {
+            let _ = peer
+                .send_notification(ClientNotification::CancelledNotification(note))
+                .await;
+        });
+    }
+}
+
+/// The top-level keys of an unexpected result, to say what came instead.
+pub(super) fn result_kind(r: &ServerResult) -> String {
+    serde_json::to_value(r)
+        .ok()
+        .and_then(|v| {
+            v.as_object()
+                .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
+        })
+        .unwrap_or_else(|| "unreadable".into())
+}

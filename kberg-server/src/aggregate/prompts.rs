@@ -1,0 +1,161 @@
+//! Prompt forwarding: the upstream's prompts, namespaced like its tools, in the aggregator's
+//! [`PromptRegistry`], and `prompts/get` forwarded to the upstream.
+//!
+//! The list is read on each (re)connection and list change; a prompt whose description did not
+//! change stays registered, so a concurrent `prompts/get` never finds it missing. A failure
+//! here is logged and leaves the upstream's tools unaffected; a forwarded `prompts/get` that
+//! goes wrong answers `<code>: <sentence>` with the stable upstream code.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use kberg_core::{
+    PromptArgs, PromptArgument, PromptMessage, PromptRegistry, PromptResult, PromptSpec, Role,
+};
+use rmcp::model::{ClientRequest, GetPromptRequest, GetPromptRequestParams, ServerResult};
+use rmcp::service::{Peer, RoleClient};
+use serde_json::Value;
+
+use super::error::UpstreamError;
+use super::forward::{forward, result_kind};
+use super::front::{Shared, Upstream};
+use super::tools::content_of;
+
+/// Reads the upstream's prompts (when it offers any) and registers them namespaced; the previous
+/// set is replaced. A failure here is logged and leaves tools unaffected.
+pub(super) async fn sync_prompts(
+    shared: &Shared,
+    prompts: &PromptRegistry,
+    up: &Arc<Upstream>,
+    peer: &Peer<RoleClient>,
+) {
+    let offers = peer
+        .peer_info()
+        .is_some_and(|i| i.capabilities.prompts.is_some());
+    let listed = if offers {
+        match peer.list_all_prompts().await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(namespace = up.namespace(), error = %e, "listing prompts failed");
+                return;
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let old = up
+        .registered_prompts
+        .lock()
+        .map(|r| r.clone())
+        .unwrap_or_default();
+    let mut wanted = Vec::new();
+    for p in listed {
+        let name = format!("{}{}{}", up.namespace(), shared.separator, p.name);
+        let mut spec = PromptSpec::new(name.clone(), p.description.clone().unwrap_or_default());
+        spec.description = p.description.clone();
+        spec.title = p.title.clone();
+        for a in p.arguments.iter().flatten() {
+            let mut arg = if a.required.unwrap_or(false) {
+                PromptArgument::required(a.name.clone(), a.description.clone().unwrap_or_default())
+            } else {
+                PromptArgument::optional(a.name.clone(), a.description.clone().unwrap_or_default())
+            };
+            arg.description = a.description.clone();
+            arg.title = a.title.clone();
+            spec = spec.argument(arg);
+        }
+        wanted.push((name, spec, p.name.clone()));
+    }
+    // Prompts whose description did not change stay registered: a concurrent `prompts/get` never
+    // sees one of them missing while the list is refreshed.
+    let current: std::collections::HashMap<String, PromptSpec> = prompts
+        .list()
+        .into_iter()
+        .filter(|s| old.contains(&s.name))
+        .map(|s| (s.name.clone(), s))
+        .collect();
+    let mut now = BTreeSet::new();
+    for name in &old {
+        let unchanged = wanted
+            .iter()
+            .any(|(n, spec, _)| n == name && current.get(name) == Some(spec));
+        if unchanged {
+            now.insert(name.clone());
+        } else {
+            prompts.remove(name);
+        }
+    }
+    for (name, spec, remote) in wanted {
+        if now.contains(&name) {
+            continue;
+        }
+        let upstream = up.clone();
+        let registered = prompts.register(spec, move |args| {
+            let remote = remote.clone();
+            let upstream = upstream.clone();
+            async move { forward_prompt(&upstream, &remote, args).await }
+        });
+        match registered {
+            Ok(()) => {
+                now.insert(name);
+            }
+            Err(e) => {
+                tracing::warn!(namespace = up.namespace(), prompt = %name, error = %e, "upstream prompt skipped");
+            }
+        }
+    }
+    if let Ok(mut r) = up.registered_prompts.lock() {
+        *r = now;
+    }
+}
+
+async fn forward_prompt(
+    up: &Upstream,
+    remote: &str,
+    args: PromptArgs,
+) -> Result<PromptResult, String> {
+    let ns = up.namespace();
+    let arguments: serde_json::Map<String, Value> = args
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    let params = GetPromptRequestParams::new(remote).with_arguments(arguments);
+    let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+    let result = match forward(up, request, None).await {
+        Ok(ServerResult::GetPromptResult(r)) => r,
+        Ok(other) => {
+            return Err(UpstreamError::InvalidResult {
+                namespace: ns.to_string(),
+                expected: "a prompt",
+                found: result_kind(&other),
+            }
+            .coded_message());
+        }
+        Err(e) => return Err(e.coded_message()),
+    };
+    let v = serde_json::to_value(&result)
+        .map_err(|e| format!("the server `{ns}` sent an unreadable prompt: {e}"))?;
+    let messages = v
+        .get("messages")
+        .and_then(Value::as_array)
+        .map(|m| {
+            m.iter()
+                .map(|msg| PromptMessage {
+                    role: if msg.get("role").and_then(Value::as_str) == Some("assistant") {
+                        Role::Assistant
+                    } else {
+                        Role::User
+                    },
+                    content: content_of(msg.get("content").cloned().unwrap_or(Value::Null)),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(PromptResult {
+        description: v
+            .get("description")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        messages,
+    })
+}

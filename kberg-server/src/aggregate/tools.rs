@@ -1,0 +1,227 @@
+//! Tool forwarding: the upstream's tools as [`ForwardedTool`]s in the aggregator's registry.
+//!
+//! [`sync_tools`] makes the registry match the upstream's tool list (new tools registered under
+//! their namespaced names, gone ones removed, changed ones replaced; ones that cannot be
+//! registered skipped with the reason) and has prompts and resources synchronized first, when
+//! they are forwarded. A forwarded tool's call passes Kberg's gate like any other, then goes
+//! upstream through [`forward`]; what goes wrong on the way is answered with the same refusal
+//! shape every other refusal has (`upstream_unavailable`, `upstream_timeout`,
+//! `upstream_invalid_result`), and the upstream's result passes through unchanged.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use kberg_core::{
+    Content, CoreError, ErrorCode, PeerError, Refusal, Tool, ToolContext, ToolError, ToolKind,
+    ToolOutput, ToolSpec, check_name,
+};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ServerResult,
+};
+use rmcp::service::{Peer, RoleClient, ServiceError};
+use serde_json::Value;
+
+use super::error::UpstreamError;
+use super::forward::{forward, result_kind};
+use super::front::{Shared, Upstream};
+use super::prompts::sync_prompts;
+use super::resources::sync_resources;
+
+/// Reads the upstream's tool list and makes the registry match it: new tools registered, gone
+/// tools removed, changed tools replaced. Tools that cannot be registered are skipped (logged,
+/// and reported by [`Aggregator::skipped`]).
+pub(super) async fn sync_tools(
+    shared: &Shared,
+    up: &Arc<Upstream>,
+    peer: &Peer<RoleClient>,
+) -> Result<(), ServiceError> {
+    if let Some(prompts) = &shared.prompts {
+        sync_prompts(shared, prompts, up, peer).await;
+    }
+    if let Some(resources) = &shared.resources {
+        sync_resources(resources, up, peer).await;
+    }
+    let tools = peer.list_all_tools().await?;
+    let mut wanted: BTreeMap<String, ToolSpec> = BTreeMap::new();
+    let mut remote_of: BTreeMap<String, String> = BTreeMap::new();
+    let mut skipped = Vec::new();
+    for t in tools {
+        let remote = t.name.to_string();
+        let name = format!("{}{}{}", up.namespace(), shared.separator, remote);
+        if let Err(e) = check_name(&name) {
+            skipped.push((remote, e.to_string()));
+            continue;
+        }
+        let kind = shared
+            .rules
+            .iter()
+            .find(|(p, _)| p.matches(&name))
+            .map(|(_, c)| ToolKind::Write(c.clone()))
+            .unwrap_or(ToolKind::Read);
+        let mut spec = ToolSpec::new(
+            name.clone(),
+            t.description.as_deref().unwrap_or_default(),
+            Value::Object((*t.input_schema).clone()),
+            kind,
+        );
+        spec.title = t.title.clone();
+        spec.output_schema = t
+            .output_schema
+            .as_ref()
+            .map(|s| Value::Object((**s).clone()));
+        // The upstream's own hints travel with its tools: a gateway in front classifies reads
+        // by `readOnlyHint`, and clients show them.
+        if let Some(a) = t.annotations.as_ref() {
+            spec.hints.read_only_hint = a.read_only_hint;
+            spec.hints.destructive_hint = a.destructive_hint;
+            spec.hints.idempotent_hint = a.idempotent_hint;
+            spec.hints.open_world_hint = a.open_world_hint;
+        }
+        remote_of.insert(name.clone(), remote);
+        wanted.insert(name, spec);
+    }
+    let mut registered = up.registered.lock().map(|r| r.clone()).unwrap_or_default();
+    for name in registered.keys().cloned().collect::<Vec<_>>() {
+        let keep = wanted
+            .get(&name)
+            .is_some_and(|w| shared.registry.spec(&name).as_ref() == Some(w));
+        if !keep {
+            shared.registry.remove(&name);
+            registered.remove(&name);
+        }
+    }
+    for (name, spec) in wanted {
+        if registered.contains_key(&name) {
+            continue;
+        }
+        let remote = remote_of.remove(&name).unwrap_or_default();
+        let tool = ForwardedTool {
+            spec,
+            remote: remote.clone(),
+            up: up.clone(),
+        };
+        match shared.registry.register(tool) {
+            Ok(()) => {
+                registered.insert(name, remote);
+            }
+            Err(e) => {
+                let reason = match &e {
+                    CoreError::Duplicate { .. } => {
+                        format!("`{name}` is already taken by another tool")
+                    }
+                    other => other.to_string(),
+                };
+                tracing::warn!(namespace = up.namespace(), tool = %remote, %reason, "upstream tool skipped");
+                skipped.push((remote, reason));
+            }
+        }
+    }
+    if let Ok(mut r) = up.registered.lock() {
+        *r = registered;
+    }
+    if let Ok(mut s) = up.skipped.lock() {
+        *s = skipped;
+    }
+    Ok(())
+}
+
+/// An upstream tool registered in the aggregator's registry.
+pub(super) struct ForwardedTool {
+    spec: ToolSpec,
+    remote: String,
+    up: Arc<Upstream>,
+}
+
+#[async_trait]
+impl Tool for ForwardedTool {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let ns = self.up.namespace();
+        let mut params = CallToolRequestParams::new(self.remote.clone());
+        params.arguments = match args {
+            Value::Object(map) => Some(map),
+            Value::Null => None,
+            _ => return Err(ToolError::failed("the arguments must be an object")),
+        };
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let name = &self.spec.name;
+        match forward(&self.up, request, Some(&ctx)).await {
+            Ok(ServerResult::CallToolResult(r)) => Ok(to_output(r)),
+            Ok(other) => Ok(refusal(
+                name,
+                &UpstreamError::InvalidResult {
+                    namespace: ns.to_string(),
+                    expected: "a tool result",
+                    found: result_kind(&other),
+                },
+            )),
+            Err(
+                e @ (UpstreamError::Unavailable { .. }
+                | UpstreamError::Timeout { .. }
+                | UpstreamError::InvalidResult { .. }),
+            ) => Ok(refusal(name, &e)),
+            // The gate answers this as `cancelled`.
+            Err(UpstreamError::Cancelled) => Err(ToolError::Peer(PeerError::Cancelled)),
+            // The upstream's own refusal or failure: the gate answers `tool_failed` with it.
+            Err(e) => Err(ToolError::failed(e.to_string())),
+        }
+    }
+}
+
+/// A forwarded call the aggregator answers itself, in the shape of every refusal (a stable
+/// code, the sentence, the tool, and the `upstream`).
+fn refusal(tool: &str, e: &UpstreamError) -> ToolOutput {
+    let (lead, advice) = match e.code() {
+        ErrorCode::UpstreamUnavailable => {
+            ("is unavailable", " Try again later or use another tool.")
+        }
+        ErrorCode::UpstreamTimeout => ("timed out", " Try again later or use another tool."),
+        _ => ("failed", ""),
+    };
+    let namespace = match e {
+        UpstreamError::Unavailable { namespace, .. }
+        | UpstreamError::Timeout { namespace, .. }
+        | UpstreamError::Refused { namespace, .. }
+        | UpstreamError::InvalidResult { namespace, .. }
+        | UpstreamError::Failed { namespace, .. } => Some(namespace.as_str()),
+        _ => None,
+    };
+    let r = Refusal::new(
+        e.code(),
+        tool,
+        format!("The tool `{tool}` {lead}: {e}.{advice}"),
+    );
+    match namespace {
+        Some(ns) => r.with("upstream", ns),
+        None => r,
+    }
+    .to_output()
+}
+
+/// An upstream result as Kberg output: content blocks, structured content and the error flag
+/// pass through unchanged.
+fn to_output(r: CallToolResult) -> ToolOutput {
+    let content = r
+        .content
+        .iter()
+        .map(|block| content_of(serde_json::to_value(block).unwrap_or(Value::Null)))
+        .collect();
+    ToolOutput {
+        content,
+        structured: r.structured_content,
+        is_error: r.is_error.unwrap_or(false),
+    }
+}
+
+/// A content block in MCP's JSON shape as Kberg content (kberg-core's one codec); a block it
+/// does not know is passed on as its JSON text, so nothing is silently lost.
+pub(super) fn content_of(v: Value) -> Content {
+    match serde_json::from_value::<Content>(v.clone()) {
+        Ok(c) => c,
+        Err(_) => Content::Text(v.to_string()),
+    }
+}
