@@ -82,8 +82,9 @@ pub(crate) async fn kanboard(command: KanboardCommand) -> Result<(), BoxError> {
         .map_err(|e| format!("--url {}: {e}", args.url))?;
     let client = KanboardClient::new(endpoint, Duration::from_secs(args.timeout_secs))?;
     let access = StaticAccess::new().agent(AGENT, credential, args.projects);
-    let tools = ToolRegistry::new();
-    tools.set_audit_sink(Arc::new(kberg_core::TracingAuditSink));
+    let tools = ToolRegistry::builder()
+        .audit_sink(Arc::new(kberg_core::TracingAuditSink))
+        .build();
     kanboard::register(&tools, KanboardTools::new(client, Arc::new(access)))?;
     let app = McpApp::builder("bridle-kanboard", env!("CARGO_PKG_VERSION"))
         .title("Bridle Kanboard")
