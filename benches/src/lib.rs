@@ -3,6 +3,7 @@
 //! [`loopback`]) the HTTP load generator of the wire-level benches.
 
 pub mod loopback;
+pub mod tasks;
 
 use kberg_core::WriteCapability;
 use serde_json::{Value, json};
