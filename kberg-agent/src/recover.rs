@@ -45,6 +45,15 @@ fn scan(text: &str, visible: &HashSet<&str>) -> (Vec<RecoveredCall>, Vec<String>
     if !text.contains('{') {
         return (Vec::new(), Vec::new());
     }
+    // Some servers' templates HTML-escape the prompt, and small models copy the escapes into
+    // their calls (`{&#34;note_id&#34;: 5}`).
+    let unescaped;
+    let text = if text.contains("&#34;") || text.contains("&quot;") {
+        unescaped = unescape_html(text);
+        unescaped.as_str()
+    } else {
+        text
+    };
     let mut out = Vec::new();
     let mut unlisted = Vec::new();
     for block in tagged_blocks(text).chain(fenced_blocks(text)) {
@@ -53,11 +62,70 @@ fn scan(text: &str, visible: &HashSet<&str>) -> (Vec<RecoveredCall>, Vec<String>
         }
     }
     if out.is_empty() && unlisted.is_empty() {
+        prefixed_calls(text, visible, &mut out, &mut unlisted);
+    }
+    if out.is_empty() && unlisted.is_empty() {
         for v in json_values(text) {
             collect(&v, visible, &mut out, &mut unlisted);
         }
     }
     (out, unlisted)
+}
+
+fn unescape_html(text: &str) -> String {
+    text.replace("&amp;", "&")
+        .replace("&#34;", "\"")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+}
+
+/// The `functions.<name>:` form followed by the arguments as JSON: what the
+/// `chatml-function-calling` prompt format teaches a model to write.
+fn prefixed_calls(
+    text: &str,
+    visible: &HashSet<&str>,
+    out: &mut Vec<RecoveredCall>,
+    unlisted: &mut Vec<String>,
+) {
+    let mut rest = text;
+    while let Some(at) = rest.find("functions.") {
+        let after = &rest[at + "functions.".len()..];
+        let name_len = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+            .unwrap_or(after.len());
+        let name = &after[..name_len];
+        let tail = after[name_len..].trim_start();
+        rest = &after[name_len..];
+        let Some(args_text) = tail.strip_prefix(':').map(str::trim_start) else {
+            continue;
+        };
+        if name.is_empty() || !args_text.starts_with('{') {
+            continue;
+        }
+        let mut stream = serde_json::Deserializer::from_str(args_text).into_iter::<Value>();
+        let Some(Ok(arguments @ Value::Object(_))) = stream.next() else {
+            continue;
+        };
+        if visible.contains(name) {
+            out.push(RecoveredCall {
+                name: name.to_string(),
+                arguments,
+                arguments_were_text: false,
+            });
+        } else {
+            unlisted.push(name.to_string());
+        }
+    }
+}
+
+/// Whether a line is a `functions.<name>:` call header.
+fn is_prefixed_call_line(line: &str) -> bool {
+    line.strip_prefix("functions.").is_some_and(|r| {
+        let name_len = r
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+            .unwrap_or(r.len());
+        name_len > 0 && r[name_len..].trim_start().starts_with(':')
+    })
 }
 
 /// Whether `text` says something in words outside JSON: what is left once every JSON value
@@ -84,7 +152,11 @@ pub fn has_words(text: &str) -> bool {
     rest.push_str(&text[kept_from..]);
     rest.lines()
         .map(str::trim)
-        .filter(|l| !l.starts_with(['{', '[', '}', ']', '"']) && !l.starts_with("```"))
+        .filter(|l| {
+            !l.starts_with(['{', '[', '}', ']', '"'])
+                && !l.starts_with("```")
+                && !is_prefixed_call_line(l)
+        })
         .map(|l| l.replace("<tool_call>", "").replace("</tool_call>", ""))
         .any(|l| l.chars().any(char::is_alphabetic))
 }
@@ -322,6 +394,21 @@ mod tests {
         // A listed tool is recovered, not named as unlisted.
         let text = r#"{"name": "add_note", "arguments": {"title": "t"}}"#;
         assert!(unlisted_calls(text, &vis()).is_empty());
+    }
+
+    #[test]
+    fn the_functions_prefix_form_and_html_escapes_are_recovered() {
+        let text = "functions.search_notes:\n{&#34;query&#34;: &#34;milk&#34;}";
+        let c = recover_calls(text, &vis());
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].arguments, json!({"query": "milk"}));
+        assert_eq!(
+            unlisted_calls("functions.delete_note:\n{\"note_id\": 3}", &vis()),
+            ["delete_note"]
+        );
+        assert!(!has_words("functions.add_note:\n{&#34;title&#34;:&#34;x"));
+        assert!(has_words("functions are fun: really"));
+        assert!(recover_calls("functions.search_notes: not json", &vis()).is_empty());
     }
 
     #[test]
