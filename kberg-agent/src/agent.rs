@@ -307,8 +307,19 @@ impl Run<'_> {
             };
             self.usage.add(response.usage);
             let ChatResponse {
-                text, tool_calls, ..
+                text,
+                mut tool_calls,
+                ..
             } = response;
+            if answer_only && !tool_calls.is_empty() {
+                // Some servers ignore tool choice `none` (llama-cpp-python's grammar-constrained
+                // function calling does): an answer-only turn never runs a call.
+                tracing::debug!(
+                    count = tool_calls.len(),
+                    "calls in an answer-only turn are not run"
+                );
+                tool_calls.clear();
+            }
             let (calls, recovered, text_flags) =
                 self.calls_of(text.as_str(), tool_calls, !answer_only);
             if calls.is_empty() {

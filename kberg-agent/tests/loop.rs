@@ -322,7 +322,7 @@ async fn turn_limit_and_token_budget() {
     });
     let script = ScriptedProvider::new(calls);
     let out = agent(&script, writer())
-        .with_config(AgentConfig::default().max_turns(3))
+        .with_config(AgentConfig::default().max_turns(3).final_answer_turn(false))
         .run(vec![Message::user("search")], &CancellationToken::new())
         .await;
     assert!(matches!(out.stop, StopReason::TurnLimit));

@@ -205,6 +205,15 @@ async fn the_last_turn_is_answer_only_once_a_tool_ran() {
     );
     assert_eq!(out.interventions.final_answer_turns, 1);
 
+    // A server that ignores tool choice `none` and calls anyway: the call is not run, the text
+    // is the answer.
+    let mut both = q(3);
+    both.text = "Note 17 is the dentist.".into();
+    let script = ScriptedProvider::new([q(1), q(2), both]);
+    let out = run(&script, AgentConfig::default().max_turns(3)).await;
+    assert_eq!(out.calls.len(), 2);
+    assert_eq!(out.answer(), Some("Note 17 is the dentist."));
+
     // Off: the last turn may call tools, and the run ends at the limit.
     let script = ScriptedProvider::new([q(1), q(2), q(3)]);
     let out = run(
