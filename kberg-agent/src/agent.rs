@@ -555,6 +555,11 @@ impl Run<'_> {
         });
 
         let mut stop = None;
+        // A call that reached the identical-failure bound ends the run only when nothing else
+        // in its turn made progress: a model that repeats a failed call beside a new one (the
+        // search it was told to make) is recovering.
+        let mut repeated = None;
+        let mut progressed = false;
         let mut retryable = false;
         for PendingCall {
             call,
@@ -579,10 +584,12 @@ impl Run<'_> {
                 let (code, text) = self.explain_unlisted(&call.name).await;
                 self.interventions.unlisted_explained += 1;
                 if self.count_failure(&call, code) {
-                    stop = Some(StopReason::RepeatedFailure {
+                    repeated.get_or_insert(StopReason::RepeatedFailure {
                         tool: call.name.clone(),
                         code,
                     });
+                } else {
+                    progressed = true;
                 }
                 self.record(
                     turn,
@@ -654,6 +661,7 @@ impl Run<'_> {
                 }
             };
             let Some(code) = result.effective_code() else {
+                progressed = true;
                 if let Some(key) = key {
                     self.done.insert(key, result.text.clone());
                 }
@@ -681,11 +689,15 @@ impl Run<'_> {
                     }
                 }
             }
-            if code != ErrorCode::Cancelled && self.count_failure(&call, code) && stop.is_none() {
-                stop = Some(StopReason::RepeatedFailure {
-                    tool: call.name.clone(),
-                    code,
-                });
+            if code != ErrorCode::Cancelled {
+                if self.count_failure(&call, code) {
+                    repeated.get_or_insert(StopReason::RepeatedFailure {
+                        tool: call.name.clone(),
+                        code,
+                    });
+                } else {
+                    progressed = true;
+                }
             }
             self.record(
                 turn,
@@ -695,6 +707,9 @@ impl Run<'_> {
                 (recovered, false),
                 coercions,
             );
+        }
+        if stop.is_none() && !progressed {
+            stop = repeated;
         }
         (stop, retryable)
     }

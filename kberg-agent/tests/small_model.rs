@@ -309,3 +309,30 @@ async fn a_text_call_to_a_write_without_its_capability_is_explained_and_never_ru
     assert!(out.calls.is_empty());
     assert_eq!(archives.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test]
+async fn a_repeated_failing_call_beside_a_new_call_does_not_end_the_run() {
+    // The model repeats the invented id but also searches, as the hint told it: it is
+    // recovering, so the run goes on and the search's id is used.
+    let mut both =
+        ScriptedProvider::call("c2", "set_priority", json!({"note_id": 1, "priority": 5}));
+    both.tool_calls.push(kberg_agent::ToolCall {
+        id: "c3".into(),
+        name: "find_notes".into(),
+        arguments: json!({"query": "dentist"}),
+    });
+    let (r, sets, _) = registry();
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "set_priority", json!({"note_id": 1, "priority": 5})),
+        both,
+        ScriptedProvider::call("c4", "set_priority", json!({"note_id": 17, "priority": 5})),
+        ScriptedProvider::text("Done."),
+    ]);
+    let out = Agent::new(script.clone(), LocalSurface::new(r, caller()))
+        .run(vec![Message::user("go")], &CancellationToken::new())
+        .await;
+    assert_eq!(out.answer(), Some("Done."));
+    assert_eq!(sets.load(Ordering::SeqCst), 1);
+    let outcomes: Vec<&str> = out.calls.iter().map(|c| c.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["tool_failed", "tool_failed", "ok", "ok"]);
+}
