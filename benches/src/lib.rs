@@ -5,6 +5,7 @@
 
 pub mod legacy_chunk;
 pub mod loopback;
+pub mod tasks;
 
 use kberg_core::WriteCapability;
 use serde_json::{Value, json};

@@ -1,9 +1,10 @@
 //! The tool-use loop.
 //!
-//! [`Agent::run`] alternates model turns and tool calls until the model answers without calling
-//! a tool, or a limit stops it: the turn limit, the token budget, cancellation, or the repair
-//! bounds. Each stop is a [`StopReason`] in the [`RunOutcome`], beside the final text, every call
-//! with its outcome code, and the number of repair turns.
+//! [`Agent::run`] alternates model turns and tool calls until the model answers in words, or a
+//! limit stops it: the turn limit, the token budget, cancellation, or the repair bounds. Each
+//! stop is a [`StopReason`] in the [`RunOutcome`], beside the final text, every call with its
+//! outcome code, the number of repair turns and what the loop did for the model
+//! ([`crate::Interventions`]).
 //!
 //! The repair turn is the heart of it. A call whose arguments fail validation is answered with the
 //! gate's per-field diagnostic, which names each field and what was expected, and the model gets
@@ -11,313 +12,37 @@
 //! sentence telling the model not to try again. Both are bounded: a model that sends the same
 //! failing call again, or needs more repair turns than allowed, is stopped with a clear outcome.
 //!
-//! Small models also loop: after a write succeeds they send the very same call again, turn after
-//! turn. A call identical (same tool, same arguments) to a write that already succeeded in this
-//! run is not run again ([`CallOutcome::Duplicate`]); the model is given the earlier result and
-//! its next turn is an answer-only turn (tool choice `none`, no text-call recovery), so the run
-//! ends with an answer and the write happened once. Read-only tools are run again (polling is
-//! legitimate). [`AgentConfig::dedupe_writes`] turns this off for apps whose writes are meant to
-//! repeat with identical arguments.
+//! Small local models misbehave in ways the loop has to absorb, each handled by an
+//! [`AgentConfig`] option (see its fields): they write one call several times in a message
+//! (collapsed), repeat a write or a read that already succeeded (not run again; the next turn is
+//! answer-only), never stop calling tools (the last turn is answer-only), write calls to tools
+//! they were not offered (answered with the gate's reason and the listed names, never run), write
+//! call JSON that does not parse (answered with the parse error), copy a tool's JSON out as their
+//! answer (asked once for words), and invent ids (told which tool finds them).
 //!
-//! Before a call runs, calls written into the text by small models are recovered (only for tools
-//! on the surface; see [`crate::recover_calls`]) and unambiguous argument mistakes are corrected
-//! (see [`crate::coerce_arguments`]); both are recorded in the outcome.
+//! Before a call runs, calls written into the text are recovered (only for tools on the surface;
+//! see [`crate::recover_calls`]) and unambiguous argument mistakes are corrected (see
+//! [`crate::coerce_arguments`]); both are recorded in the outcome.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use kberg_core::ErrorCode;
-use serde::{Deserialize, Serialize};
+use kberg_core::{ErrorCode, canonical_json};
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::coerce::{Coercion, coerce_arguments};
+use crate::config::AgentConfig;
 use crate::message::{
-    ChatOptions, ChatRequest, ChatResponse, Message, ToolCall, ToolChoice, Usage,
+    ChatOptions, ChatRequest, ChatResponse, Message, ToolCall, ToolChoice, ToolDefinition, Usage,
 };
+use crate::nudge;
+use crate::outcome::{AgentEvent, CallOutcome, CallRecord, Interventions, RunOutcome, StopReason};
 use crate::provider::{InferenceProvider, ProviderError, collect_stream};
-use crate::recover::recover_calls;
-use crate::surface::{SurfaceError, ToolSurface};
-
-/// How a run is bounded and what each turn asks for.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct AgentConfig {
-    /// The most model turns in one run (default 8).
-    pub max_turns: u32,
-    /// Stop once this many tokens (input + output, summed over turns) are spent.
-    pub token_budget: Option<u64>,
-    /// The most repair turns (turns that follow a retryable failure) in one run (default 3).
-    pub max_repair_turns: u32,
-    /// Stop when the same call (same tool, same arguments) has failed this many times
-    /// (default 2: the model is told once, and stopped if it sends the call again).
-    pub max_identical_failures: u32,
-    /// A system prompt put first when the conversation has none.
-    pub system_prompt: Option<String>,
-    /// Options for every turn.
-    pub options: ChatOptions,
-    /// Use the provider's streaming form and emit [`AgentEvent::TextDelta`]s (default false).
-    pub stream: bool,
-    /// Recover calls a model wrote into its text (default true).
-    pub recover_text_calls: bool,
-    /// Correct unambiguous argument mistakes (default true).
-    pub coerce_arguments: bool,
-    /// The tool choice of the run's first turn only, when set (later turns use
-    /// `options.tool_choice`). [`ToolChoice::Required`] here is the usual way to make a small
-    /// model act on a request it would otherwise only talk about, without forcing every later
-    /// turn to call a tool too.
-    pub first_turn_tool_choice: Option<ToolChoice>,
-    /// Never run an identical call of a tool that is not read-only twice in one run, and answer
-    /// the model's repeat with the earlier result followed by an answer-only turn (default true).
-    pub dedupe_writes: bool,
-}
-
-impl Default for AgentConfig {
-    fn default() -> Self {
-        Self {
-            max_turns: 8,
-            token_budget: None,
-            max_repair_turns: 3,
-            max_identical_failures: 2,
-            system_prompt: None,
-            options: ChatOptions::default(),
-            stream: false,
-            recover_text_calls: true,
-            coerce_arguments: true,
-            first_turn_tool_choice: None,
-            dedupe_writes: true,
-        }
-    }
-}
-
-impl AgentConfig {
-    /// Sets the turn limit.
-    pub fn max_turns(mut self, n: u32) -> Self {
-        self.max_turns = n;
-        self
-    }
-
-    /// Sets the token budget.
-    pub fn token_budget(mut self, tokens: u64) -> Self {
-        self.token_budget = Some(tokens);
-        self
-    }
-
-    /// Sets the repair-turn limit.
-    pub fn max_repair_turns(mut self, n: u32) -> Self {
-        self.max_repair_turns = n;
-        self
-    }
-
-    /// Sets how often one identical call may fail before the run stops (at least 1).
-    pub fn max_identical_failures(mut self, n: u32) -> Self {
-        self.max_identical_failures = n.max(1);
-        self
-    }
-
-    /// Sets the system prompt.
-    pub fn system_prompt(mut self, prompt: impl Into<String>) -> Self {
-        self.system_prompt = Some(prompt.into());
-        self
-    }
-
-    /// Sets the per-turn options.
-    pub fn options(mut self, options: ChatOptions) -> Self {
-        self.options = options;
-        self
-    }
-
-    /// Streams turns (emitting text deltas).
-    pub fn stream(mut self, on: bool) -> Self {
-        self.stream = on;
-        self
-    }
-
-    /// Turns text-call recovery on or off.
-    pub fn recover_text_calls(mut self, on: bool) -> Self {
-        self.recover_text_calls = on;
-        self
-    }
-
-    /// Turns argument coercion on or off.
-    pub fn coerce_arguments(mut self, on: bool) -> Self {
-        self.coerce_arguments = on;
-        self
-    }
-
-    /// Sets the first turn's tool choice.
-    pub fn first_turn_tool_choice(mut self, choice: ToolChoice) -> Self {
-        self.first_turn_tool_choice = Some(choice);
-        self
-    }
-
-    /// Turns the deduplication of repeated identical writes on or off.
-    pub fn dedupe_writes(mut self, on: bool) -> Self {
-        self.dedupe_writes = on;
-        self
-    }
-}
-
-/// How one call ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CallOutcome {
-    /// The tool ran and succeeded.
-    Ok,
-    /// The call was not run: the identical write already succeeded earlier in the run, and the
-    /// model was given that result.
-    Duplicate,
-    /// The call was refused or failed with this code.
-    Failed(ErrorCode),
-}
-
-impl CallOutcome {
-    /// `ok`, or the error code's stable string.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            CallOutcome::Ok => "ok",
-            CallOutcome::Duplicate => "duplicate",
-            CallOutcome::Failed(c) => c.as_str(),
-        }
-    }
-}
-
-/// One tool call of a run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CallRecord {
-    /// The turn it was made in (1-based).
-    pub turn: u32,
-    /// The call's id.
-    pub id: String,
-    /// The tool.
-    pub name: String,
-    /// The arguments as executed (after coercion).
-    pub arguments: Value,
-    /// How it ended.
-    pub outcome: CallOutcome,
-    /// Whether it was recovered from the message text.
-    pub recovered_from_text: bool,
-    /// Corrections the loop made to the arguments.
-    pub coercions: Vec<Coercion>,
-}
-
-/// Why a run stopped.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum StopReason {
-    /// The model answered without calling a tool.
-    #[error("the model answered")]
-    Answered,
-    /// The turn limit was reached.
-    #[error("the turn limit was reached")]
-    TurnLimit,
-    /// The token budget was spent.
-    #[error("the token budget was spent")]
-    TokenBudget,
-    /// The run was cancelled.
-    #[error("the run was cancelled")]
-    Cancelled,
-    /// The model kept sending a call that had already failed.
-    #[error("the model sent the same failing call to `{tool}` again ({code})")]
-    RepeatedFailure {
-        /// The tool.
-        tool: String,
-        /// The code the call failed with.
-        code: ErrorCode,
-    },
-    /// More repair turns were needed than allowed.
-    #[error("the model needed more than {limit} repair turns")]
-    RepairLimit {
-        /// The limit.
-        limit: u32,
-    },
-    /// The provider failed.
-    #[error("the provider failed: {0}")]
-    Provider(#[source] ProviderError),
-    /// The tool surface failed.
-    #[error("the tool surface failed: {0}")]
-    Surface(#[source] SurfaceError),
-}
-
-impl StopReason {
-    /// A stable string naming the reason.
-    pub fn code(&self) -> &'static str {
-        match self {
-            StopReason::Answered => "answered",
-            StopReason::TurnLimit => "turn_limit",
-            StopReason::TokenBudget => "token_budget",
-            StopReason::Cancelled => "cancelled",
-            StopReason::RepeatedFailure { .. } => "repeated_failure",
-            StopReason::RepairLimit { .. } => "repair_limit",
-            StopReason::Provider(_) => "provider_error",
-            StopReason::Surface(_) => "surface_error",
-        }
-    }
-}
-
-/// What a run did and why it stopped.
-#[derive(Debug, Clone)]
-pub struct RunOutcome {
-    /// Why it stopped.
-    pub stop: StopReason,
-    /// The model's last text (its answer when `stop` is [`StopReason::Answered`]).
-    pub text: String,
-    /// Every tool call, in order.
-    pub calls: Vec<CallRecord>,
-    /// Turns that followed a retryable failure.
-    pub repair_turns: u32,
-    /// Model turns taken.
-    pub turns: u32,
-    /// Tokens spent over all turns.
-    pub usage: Usage,
-    /// The whole conversation, to persist or to resume with another run.
-    pub messages: Vec<Message>,
-}
-
-impl RunOutcome {
-    /// Whether the model answered.
-    pub fn answered(&self) -> bool {
-        matches!(self.stop, StopReason::Answered)
-    }
-}
-
-/// What happens during a run, for an app's UI.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum AgentEvent {
-    /// A model turn starts (1-based).
-    TurnStarted {
-        /// The turn.
-        turn: u32,
-    },
-    /// Text arrived (streaming runs emit it piece by piece; others once per turn).
-    TextDelta {
-        /// The text.
-        text: String,
-    },
-    /// A tool is about to be called.
-    ToolCalled {
-        /// The call, with the arguments as they will be sent.
-        call: ToolCall,
-        /// Whether it was recovered from the text.
-        recovered_from_text: bool,
-        /// Corrections made to the arguments.
-        coercions: Vec<Coercion>,
-    },
-    /// A tool call finished.
-    ToolResult {
-        /// The call's id.
-        call_id: String,
-        /// The tool.
-        name: String,
-        /// How it ended.
-        outcome: CallOutcome,
-        /// The text the model is given.
-        text: String,
-    },
-}
+use crate::recover::{has_words, malformed_call, recover_calls, unlisted_calls};
+use crate::surface::{ToolResult, ToolSurface};
 
 /// The tool-use loop over one provider and one tool surface.
 #[derive(Clone)]
@@ -337,6 +62,33 @@ impl std::fmt::Debug for Agent {
     }
 }
 
+/// One call of a turn, before it runs.
+struct PendingCall {
+    call: ToolCall,
+    coercions: Vec<Coercion>,
+    /// Not on the surface: answered with the reason, never sent.
+    unlisted: bool,
+}
+
+/// What follows a turn without calls.
+enum AfterText {
+    /// The run ends.
+    Stop(StopReason),
+    /// The model was answered and gets another turn (a repair turn when it was told its call
+    /// did not parse).
+    Again { repair: bool },
+}
+
+/// Why the next turn is answer-only.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AnswerNow {
+    No,
+    /// The model repeated a call that already succeeded.
+    Repeat,
+    /// The model was asked to answer in words.
+    Words,
+}
+
 struct Run<'a> {
     agent: &'a Agent,
     cancel: &'a CancellationToken,
@@ -347,14 +99,18 @@ struct Run<'a> {
     read_only: HashSet<String>,
     calls: Vec<CallRecord>,
     failures: HashMap<(String, String), u32>,
-    /// Writes that succeeded in this run (tool, arguments) -> the result the model was given.
-    done_writes: HashMap<(String, String), String>,
-    /// The next turn is answer-only: the model repeated a write that already succeeded.
-    answer_now: bool,
+    /// Calls that succeeded in this run (tool, canonical arguments) -> the result the model was
+    /// given: writes always, reads when [`AgentConfig::guard_repeated_reads`] is on.
+    done: HashMap<(String, String), String>,
+    answer_now: AnswerNow,
+    /// The stop reason held back while the model gets an answer-only turn after looping.
+    pending_stop: Option<StopReason>,
+    asked_for_words: bool,
     repair_turns: u32,
     turns: u32,
     usage: Usage,
     text: String,
+    interventions: Interventions,
 }
 
 impl Agent {
@@ -431,12 +187,15 @@ impl Agent {
             read_only: HashSet::new(),
             calls: Vec::new(),
             failures: HashMap::new(),
-            done_writes: HashMap::new(),
-            answer_now: false,
+            done: HashMap::new(),
+            answer_now: AnswerNow::No,
+            pending_stop: None,
+            asked_for_words: false,
             repair_turns: 0,
             turns: 0,
             usage: Usage::default(),
             text: String::new(),
+            interventions: Interventions::default(),
         };
         let stop = run.drive().instrument(span).await;
         tracing::debug!(stop = stop.code(), turns = run.turns, "agent run finished");
@@ -448,22 +207,15 @@ impl Agent {
             turns: run.turns,
             usage: run.usage,
             messages: run.request.messages,
+            interventions: run.interventions,
         }
     }
 }
 
-/// The answer to a repeated identical write: the earlier result, and what to do instead.
-fn duplicate_note(name: &str, earlier: &str) -> String {
-    format!(
-        "Not run again: this exact call to `{name}` already succeeded earlier in this conversation. Its result was: {earlier}\nDo not repeat it. Tell the user what was done."
-    )
-}
-
-/// Added to a final refusal so a small model stops trying.
-fn final_note(name: &str) -> String {
-    format!(
-        "\nThis is final: do not call `{name}` again. Continue without it, or tell the user what you could not do."
-    )
+/// A call's key for the repeat guards: the tool and its arguments in canonical spelling, so the
+/// same arguments in another key order are the same call.
+fn call_key(call: &ToolCall) -> (String, String) {
+    (call.name.clone(), canonical_json(&call.arguments))
 }
 
 impl Run<'_> {
@@ -473,6 +225,37 @@ impl Run<'_> {
         }
     }
 
+    fn config(&self) -> &AgentConfig {
+        &self.agent.config
+    }
+
+    fn install_tools(&mut self, tools: Vec<ToolDefinition>) {
+        self.schemas = tools
+            .iter()
+            .map(|t| (t.name.clone(), t.parameters.clone()))
+            .collect();
+        self.read_only = tools
+            .iter()
+            .filter(|t| t.read_only)
+            .map(|t| t.name.clone())
+            .collect();
+        self.request.tools = tools;
+    }
+
+    /// Whether this turn must be the last chance to answer: the turn limit or the token budget
+    /// is nearly spent after a tool ran.
+    fn budget_nearly_spent(&self) -> bool {
+        let config = self.config();
+        if !config.final_answer_turn || self.calls.is_empty() {
+            return false;
+        }
+        let last_turn = self.turns + 1 >= config.max_turns;
+        let tokens_low = config
+            .token_budget
+            .is_some_and(|b| self.usage.total().saturating_mul(5) >= b.saturating_mul(4));
+        last_turn || tokens_low
+    }
+
     async fn drive(&mut self) -> StopReason {
         let tools = tokio::select! {
             biased;
@@ -480,28 +263,17 @@ impl Run<'_> {
             t = self.agent.surface.tools() => t,
         };
         match tools {
-            Ok(tools) => {
-                self.schemas = tools
-                    .iter()
-                    .map(|t| (t.name.clone(), t.parameters.clone()))
-                    .collect();
-                self.read_only = tools
-                    .iter()
-                    .filter(|t| t.read_only)
-                    .map(|t| t.name.clone())
-                    .collect();
-                self.request.tools = tools;
-            }
+            Ok(tools) => self.install_tools(tools),
             Err(e) => return StopReason::Surface(e),
         }
-        let config = &self.agent.config;
         let mut repair_pending = false;
         loop {
+            let config = self.config();
             if self.cancel.is_cancelled() {
                 return StopReason::Cancelled;
             }
             if self.turns >= config.max_turns {
-                return StopReason::TurnLimit;
+                return self.pending_stop.take().unwrap_or(StopReason::TurnLimit);
             }
             if repair_pending {
                 if self.repair_turns >= config.max_repair_turns {
@@ -511,28 +283,23 @@ impl Run<'_> {
                 }
                 self.repair_turns += 1;
             }
+            let answer_now = std::mem::replace(&mut self.answer_now, AnswerNow::No);
+            let final_turn = answer_now == AnswerNow::No && self.budget_nearly_spent();
+            if final_turn {
+                self.interventions.final_answer_turns += 1;
+            }
+            let answer_only = answer_now != AnswerNow::No || final_turn;
             self.turns += 1;
             let turn = self.turns;
             self.emit(|| AgentEvent::TurnStarted { turn });
-            let answer_only = std::mem::take(&mut self.answer_now);
             let turn_choice = if answer_only {
                 Some(ToolChoice::None)
             } else if turn == 1 {
-                config.first_turn_tool_choice.clone()
+                self.config().first_turn_tool_choice.clone()
             } else {
                 None
             };
-            let overridden = turn_choice.is_some();
-            if let Some(choice) = turn_choice {
-                self.request.options.tool_choice = choice;
-            }
-            let response = self.model_turn().await;
-            if overridden {
-                self.request
-                    .options
-                    .tool_choice
-                    .clone_from(&config.options.tool_choice);
-            }
+            let response = self.model_turn(turn_choice).await;
             let response = match response {
                 Ok(r) => r,
                 Err(ProviderError::Cancelled) => return StopReason::Cancelled,
@@ -540,16 +307,31 @@ impl Run<'_> {
             };
             self.usage.add(response.usage);
             let ChatResponse {
-                text, tool_calls, ..
+                text,
+                mut tool_calls,
+                ..
             } = response;
+            if answer_only && !tool_calls.is_empty() {
+                // Some servers ignore tool choice `none` (llama-cpp-python's grammar-constrained
+                // function calling does): an answer-only turn never runs a call.
+                tracing::debug!(
+                    count = tool_calls.len(),
+                    "calls in an answer-only turn are not run"
+                );
+                tool_calls.clear();
+            }
             let (calls, recovered, text_flags) =
                 self.calls_of(text.as_str(), tool_calls, !answer_only);
             if calls.is_empty() {
-                self.text.clone_from(&text);
-                self.request.messages.push(Message::assistant(text));
-                return StopReason::Answered;
+                match self.no_calls(text, answer_only) {
+                    AfterText::Stop(stop) => return stop,
+                    AfterText::Again { repair } => {
+                        repair_pending = repair;
+                        continue;
+                    }
+                }
             }
-            if let Some(budget) = config.token_budget
+            if let Some(budget) = self.config().token_budget
                 && self.usage.total() >= budget
             {
                 // The calls are not run: the budget is spent. Keep the text only, so the stored
@@ -564,14 +346,79 @@ impl Run<'_> {
             let (stop, retryable) = self
                 .run_calls(turn, text, calls, recovered, text_flags)
                 .await;
-            if let Some(stop) = stop {
-                return stop;
+            match stop {
+                // The model loops on a failing call: one answer-only turn to tell the user, and
+                // the run ends with the repeat as its reason if no answer comes.
+                Some(stop @ StopReason::RepeatedFailure { .. })
+                    if self.config().final_answer_turn && self.pending_stop.is_none() =>
+                {
+                    self.pending_stop = Some(stop);
+                    self.answer_now = AnswerNow::Repeat;
+                    self.interventions.final_answer_turns += 1;
+                    repair_pending = false;
+                }
+                Some(stop) => return stop,
+                None => repair_pending = retryable,
             }
-            repair_pending = retryable;
         }
     }
 
-    async fn model_turn(&self) -> Result<ChatResponse, ProviderError> {
+    /// A turn without calls: the answer, or a text the loop answers back (a malformed call, JSON
+    /// instead of words).
+    fn no_calls(&mut self, text: String, answer_only: bool) -> AfterText {
+        self.text.clone_from(&text);
+        let config = self.config();
+        let visible: HashSet<&str> = self.schemas.keys().map(String::as_str).collect();
+        let diagnostic =
+            (config.diagnose_malformed_calls && config.recover_text_calls && !answer_only)
+                .then(|| malformed_call(&text, &visible))
+                .flatten();
+        if let Some(error) = diagnostic {
+            tracing::debug!(%error, "answering call-like text that does not parse");
+            self.interventions.parse_diagnostics += 1;
+            self.request.messages.push(Message::assistant(text));
+            self.request
+                .messages
+                .push(Message::user(nudge::parse_diagnostic(&error)));
+            return AfterText::Again { repair: true };
+        }
+        let in_words = has_words(&text);
+        if in_words {
+            self.request.messages.push(Message::assistant(text));
+            return AfterText::Stop(StopReason::Answered);
+        }
+        if config.ask_for_words && !self.asked_for_words {
+            tracing::debug!("the final text held only JSON; asking for an answer in words");
+            self.asked_for_words = true;
+            self.interventions.words_requested += 1;
+            self.answer_now = AnswerNow::Words;
+            self.request.messages.push(Message::assistant(text));
+            self.request
+                .messages
+                .push(Message::user(nudge::words_request()));
+            return AfterText::Again { repair: false };
+        }
+        self.request.messages.push(Message::assistant(text));
+        AfterText::Stop(self.pending_stop.take().unwrap_or(StopReason::NoAnswer))
+    }
+
+    async fn model_turn(
+        &mut self,
+        choice: Option<ToolChoice>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let overridden = choice.is_some();
+        if let Some(choice) = choice {
+            self.request.options.tool_choice = choice;
+        }
+        let r = self.send_turn().await;
+        if overridden {
+            let ChatOptions { tool_choice, .. } = &self.agent.config.options;
+            self.request.options.tool_choice.clone_from(tool_choice);
+        }
+        r
+    }
+
+    async fn send_turn(&self) -> Result<ChatResponse, ProviderError> {
         let provider = &self.agent.provider;
         let fut = async {
             if self.agent.config.stream {
@@ -600,27 +447,35 @@ impl Run<'_> {
     }
 
     /// The calls to run this turn: the structured ones, or else those recovered from the text
-    /// (then the flag is set). The list says, per call, whether its arguments were recovered
-    /// from a JSON string.
+    /// (then the flag is set), followed by text calls to unlisted tools when those are
+    /// explained. The list says, per call, whether its arguments were recovered from a JSON
+    /// string.
     fn calls_of(
         &self,
         text: &str,
         structured: Vec<ToolCall>,
         recover: bool,
     ) -> (Vec<ToolCall>, bool, Vec<bool>) {
-        if !structured.is_empty() || !recover || !self.agent.config.recover_text_calls {
+        let config = self.config();
+        if !structured.is_empty() || !recover || !config.recover_text_calls {
             return (structured, false, Vec::new());
         }
         let visible: HashSet<&str> = self.schemas.keys().map(String::as_str).collect();
         let recovered = recover_calls(text, &visible);
-        if !recovered.is_empty() {
+        let unlisted = if recovered.is_empty() && config.explain_unlisted_calls {
+            unlisted_calls(text, &visible)
+        } else {
+            Vec::new()
+        };
+        if !recovered.is_empty() || !unlisted.is_empty() {
             tracing::debug!(
                 count = recovered.len(),
+                unlisted = unlisted.len(),
                 "recovered tool calls from the text"
             );
         }
-        let flags = recovered.iter().map(|c| c.arguments_were_text).collect();
-        let calls = recovered
+        let mut flags: Vec<bool> = recovered.iter().map(|c| c.arguments_were_text).collect();
+        let mut calls: Vec<ToolCall> = recovered
             .into_iter()
             .map(|c| ToolCall {
                 id: String::new(),
@@ -628,24 +483,38 @@ impl Run<'_> {
                 arguments: c.arguments,
             })
             .collect();
+        for name in unlisted {
+            flags.push(false);
+            calls.push(ToolCall {
+                id: String::new(),
+                name,
+                arguments: Value::Object(Default::default()),
+            });
+        }
         (calls, true, flags)
     }
 
-    /// Runs one turn's calls in order. Returns a stop reason if the run must end, and whether a
-    /// retryable failure asks for a repair turn.
-    async fn run_calls(
+    /// Ids, coercions, and the in-turn collapse of identical calls.
+    fn prepare(
         &mut self,
         turn: u32,
-        text: String,
-        mut calls: Vec<ToolCall>,
-        recovered: bool,
-        text_flags: Vec<bool>,
-    ) -> (Option<StopReason>, bool) {
-        let mut coercions_per_call = Vec::with_capacity(calls.len());
-        for (i, call) in calls.iter_mut().enumerate() {
+        calls: Vec<ToolCall>,
+        text_flags: &[bool],
+    ) -> Vec<PendingCall> {
+        let collapse = self.config().collapse_calls_in_turn;
+        let coerce = self.config().coerce_arguments;
+        let mut seen = HashSet::new();
+        let mut out = Vec::with_capacity(calls.len());
+        for (i, mut call) in calls.into_iter().enumerate() {
+            if collapse && !seen.insert(call_key(&call)) {
+                self.interventions.calls_collapsed += 1;
+                tracing::debug!(tool = %call.name, "an identical call in the same turn was dropped");
+                continue;
+            }
             if call.id.is_empty() {
                 call.id = format!("call_{turn}_{}", i + 1);
             }
+            let unlisted = !self.schemas.contains_key(&call.name);
             let mut coercions = Vec::new();
             if text_flags.get(i).copied().unwrap_or(false) {
                 coercions.push(Coercion {
@@ -654,24 +523,50 @@ impl Run<'_> {
                     to: "an object".into(),
                 });
             }
-            if self.agent.config.coerce_arguments
-                && let Some(schema) = self.schemas.get(&call.name)
-            {
+            if coerce && let Some(schema) = self.schemas.get(&call.name) {
                 coercions.extend(coerce_arguments(&mut call.arguments, schema));
             }
-            coercions_per_call.push(coercions);
+            self.interventions.coercions += u32::try_from(coercions.len()).unwrap_or(u32::MAX);
+            out.push(PendingCall {
+                call,
+                coercions,
+                unlisted,
+            });
         }
-        // A recovered call's text was the call itself; the stored turn carries it as a call.
-        let content = if recovered { String::new() } else { text };
+        out
+    }
+
+    /// Runs one turn's calls in order. Returns a stop reason if the run must end, and whether a
+    /// retryable failure asks for a repair turn.
+    async fn run_calls(
+        &mut self,
+        turn: u32,
+        text: String,
+        calls: Vec<ToolCall>,
+        recovered: bool,
+        text_flags: Vec<bool>,
+    ) -> (Option<StopReason>, bool) {
+        let pending = self.prepare(turn, calls, &text_flags);
+        // The model's text stays beside the calls, recovered ones included: the stored
+        // conversation keeps what the model wrote.
         self.request.messages.push(Message::Assistant {
-            content,
-            tool_calls: calls.clone(),
+            content: text,
+            tool_calls: pending.iter().map(|p| p.call.clone()).collect(),
         });
 
-        let config = &self.agent.config;
         let mut stop = None;
+        // A call that reached the identical-failure bound ends the run only when nothing else
+        // in its turn made progress: a model that repeats a failed call beside a new one (the
+        // search it was told to make) is recovering.
+        let mut repeated = None;
+        let mut progressed = false;
         let mut retryable = false;
-        for (call, coercions) in calls.into_iter().zip(coercions_per_call) {
+        for PendingCall {
+            call,
+            coercions,
+            unlisted,
+        } in pending
+        {
             if stop.is_some() {
                 // Every call in a stored turn gets a result, even the ones not run.
                 let text = format!("The call to `{}` was not run: the run stopped.", call.name);
@@ -680,25 +575,55 @@ impl Run<'_> {
                     call,
                     CallOutcome::Failed(ErrorCode::Cancelled),
                     text,
-                    recovered,
+                    (recovered, false),
                     coercions,
                 );
                 continue;
             }
-            // serde_json's maps are ordered by key here (no `preserve_order`), so the arguments'
-            // text is canonical: the same arguments in another order make the same key.
-            let write_key = (config.dedupe_writes && !self.read_only.contains(&call.name))
-                .then(|| (call.name.clone(), call.arguments.to_string()));
-            if let Some(earlier) = write_key.as_ref().and_then(|k| self.done_writes.get(k)) {
-                let text = duplicate_note(&call.name, earlier);
-                tracing::debug!(tool = %call.name, "a repeated identical write was not run again");
-                self.answer_now = true;
+            if unlisted && recovered {
+                let (code, text) = self.explain_unlisted(&call.name).await;
+                self.interventions.unlisted_explained += 1;
+                if self.count_failure(&call, code) {
+                    repeated.get_or_insert(StopReason::RepeatedFailure {
+                        tool: call.name.clone(),
+                        code,
+                    });
+                } else {
+                    progressed = true;
+                }
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Failed(code),
+                    text,
+                    (true, true),
+                    coercions,
+                );
+                continue;
+            }
+            let read = self.read_only.contains(&call.name);
+            let guarded = if read {
+                self.config().guard_repeated_reads
+            } else {
+                self.config().dedupe_writes
+            };
+            let key = guarded.then(|| call_key(&call));
+            if let Some(earlier) = key.as_ref().and_then(|k| self.done.get(k)) {
+                let text = if read {
+                    self.interventions.reads_deduplicated += 1;
+                    nudge::duplicate_read(&call.name, earlier)
+                } else {
+                    self.interventions.writes_deduplicated += 1;
+                    nudge::duplicate_write(&call.name, earlier)
+                };
+                tracing::debug!(tool = %call.name, read, "a repeated identical call was not run again");
+                self.answer_now = AnswerNow::Repeat;
                 self.record(
                     turn,
                     call,
                     CallOutcome::Duplicate,
                     text,
-                    recovered,
+                    (recovered, false),
                     coercions,
                 );
                 continue;
@@ -728,7 +653,7 @@ impl Run<'_> {
                         call,
                         CallOutcome::Failed(ErrorCode::ToolFailed),
                         text,
-                        recovered,
+                        (recovered, false),
                         coercions,
                     );
                     stop = Some(StopReason::Surface(e));
@@ -736,15 +661,16 @@ impl Run<'_> {
                 }
             };
             let Some(code) = result.effective_code() else {
-                if let Some(key) = write_key {
-                    self.done_writes.insert(key, result.text.clone());
+                progressed = true;
+                if let Some(key) = key {
+                    self.done.insert(key, result.text.clone());
                 }
                 self.record(
                     turn,
                     call,
                     CallOutcome::Ok,
                     result.text,
-                    recovered,
+                    (recovered, false),
                     coercions,
                 );
                 continue;
@@ -754,18 +680,23 @@ impl Run<'_> {
                 ErrorCode::Cancelled => {
                     stop = Some(StopReason::Cancelled);
                 }
-                c if !c.is_retryable() => text.push_str(&final_note(&call.name)),
-                _ => retryable = true,
+                c if !c.is_retryable() => text.push_str(&nudge::final_refusal(&call.name)),
+                _ => {
+                    retryable = true;
+                    if let Some(hint) = self.id_hint(&call, code) {
+                        self.interventions.id_hints += 1;
+                        text.push_str(&hint);
+                    }
+                }
             }
             if code != ErrorCode::Cancelled {
-                let key = (call.name.clone(), call.arguments.to_string());
-                let n = self.failures.entry(key).or_insert(0);
-                *n += 1;
-                if *n >= config.max_identical_failures && stop.is_none() {
-                    stop = Some(StopReason::RepeatedFailure {
+                if self.count_failure(&call, code) {
+                    repeated.get_or_insert(StopReason::RepeatedFailure {
                         tool: call.name.clone(),
                         code,
                     });
+                } else {
+                    progressed = true;
                 }
             }
             self.record(
@@ -773,11 +704,79 @@ impl Run<'_> {
                 call,
                 CallOutcome::Failed(code),
                 text,
-                recovered,
+                (recovered, false),
                 coercions,
             );
         }
+        if stop.is_none() && !progressed {
+            stop = repeated;
+        }
         (stop, retryable)
+    }
+
+    /// Counts a failure of `call`; true when it reached the identical-failure bound.
+    fn count_failure(&mut self, call: &ToolCall, _code: ErrorCode) -> bool {
+        let n = self.failures.entry(call_key(call)).or_insert(0);
+        *n += 1;
+        *n >= self.agent.config.max_identical_failures
+    }
+
+    /// The answer to a text call to a tool that is not listed: the surface's reason (a refusal,
+    /// a missing capability) or `unknown_tool`, then the names the model may call.
+    async fn explain_unlisted(&self, name: &str) -> (ErrorCode, String) {
+        let explained = self.agent.surface.explain_unlisted(name).await;
+        let (code, mut text) = match explained {
+            Some(ToolResult {
+                text,
+                code: Some(code),
+                ..
+            }) => (code, text),
+            Some(ToolResult { text, .. }) => (ErrorCode::UnknownTool, text),
+            None => (
+                ErrorCode::UnknownTool,
+                format!("`{name}` is not a tool you can call."),
+            ),
+        };
+        text.push_str(&nudge::final_refusal(name));
+        let names: Vec<String> = self.request.tools.iter().map(|t| t.name.clone()).collect();
+        text.push_str(&nudge::listed_tools(&names));
+        (code, text)
+    }
+
+    /// The hint for a failed call that passed an id: the tool that finds ids for it.
+    fn id_hint(&self, call: &ToolCall, code: ErrorCode) -> Option<String> {
+        let config = self.config();
+        if !config.id_hints
+            || !matches!(
+                code,
+                ErrorCode::ToolFailed | ErrorCode::HandleInvalid | ErrorCode::HandleExpired
+            )
+        {
+            return None;
+        }
+        let args = call.arguments.as_object()?;
+        args.keys().find_map(|arg| {
+            let source = match config.id_sources.get(arg) {
+                Some(tool) => Some(tool.clone()),
+                None if arg == "id" || arg.ends_with("_id") || arg.ends_with("Id") => {
+                    self.finder_tool(&call.name)
+                }
+                None => None,
+            }?;
+            (source != call.name).then(|| nudge::id_hint(arg, &source))
+        })
+    }
+
+    /// A listed read-only tool that finds things: `search*` first, then `find*`, then `list*`.
+    fn finder_tool(&self, except: &str) -> Option<String> {
+        ["search", "find", "list"].iter().find_map(|prefix| {
+            self.request
+                .tools
+                .iter()
+                .filter(|t| t.read_only && t.name != except)
+                .find(|t| t.name.starts_with(prefix))
+                .map(|t| t.name.clone())
+        })
     }
 
     fn record(
@@ -786,7 +785,7 @@ impl Run<'_> {
         call: ToolCall,
         outcome: CallOutcome,
         text: String,
-        recovered: bool,
+        (recovered, not_sent): (bool, bool),
         coercions: Vec<Coercion>,
     ) {
         self.emit(|| AgentEvent::ToolResult {
@@ -809,6 +808,7 @@ impl Run<'_> {
             outcome,
             recovered_from_text: recovered,
             coercions,
+            not_sent,
         });
     }
 }

@@ -44,27 +44,32 @@
 
 mod agent;
 mod coerce;
+mod config;
 #[cfg(feature = "mcp")]
 mod mcp;
 mod message;
+mod nudge;
+mod outcome;
 mod provider;
 mod recover;
 mod scripted;
 mod surface;
 
-pub use agent::{Agent, AgentConfig, AgentEvent, CallOutcome, CallRecord, RunOutcome, StopReason};
+pub use agent::Agent;
 pub use coerce::{Coercion, coerce_arguments};
+pub use config::AgentConfig;
 #[cfg(feature = "mcp")]
 pub use mcp::McpSurface;
 pub use message::{
     ChatOptions, ChatRequest, ChatResponse, FinishReason, Message, ToolCall, ToolChoice,
     ToolDefinition, Usage,
 };
+pub use outcome::{AgentEvent, CallOutcome, CallRecord, Interventions, RunOutcome, StopReason};
 pub use provider::{
     ChatDelta, ChatStream, InferenceProvider, ProviderError, StreamAssembler, collect_stream,
     parse_arguments, response_to_deltas,
 };
-pub use recover::{RecoveredCall, recover_calls};
+pub use recover::{RecoveredCall, has_words, malformed_call, recover_calls, unlisted_calls};
 pub use scripted::ScriptedProvider;
 pub use surface::{LocalSurface, SurfaceError, ToolResult, ToolSurface};
 

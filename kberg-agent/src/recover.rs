@@ -30,22 +30,161 @@ const ARG_KEYS: [&str; 5] = ["arguments", "parameters", "args", "input", "params
 /// call, bare JSON objects anywhere in the text are tried. Calls to names outside `visible` are
 /// ignored.
 pub fn recover_calls(text: &str, visible: &HashSet<&str>) -> Vec<RecoveredCall> {
+    scan(text, visible).0
+}
+
+/// The names of call-shaped objects in `text` (a tool-name key with an identifier as its value,
+/// and an arguments key or nothing else) that name no tool in `visible`: calls the model wrote
+/// to a tool it was not offered. Never run; the loop answers them with the reason.
+pub fn unlisted_calls(text: &str, visible: &HashSet<&str>) -> Vec<String> {
+    scan(text, visible).1
+}
+
+fn scan(text: &str, visible: &HashSet<&str>) -> (Vec<RecoveredCall>, Vec<String>) {
     // Cheap exit for ordinary prose: every form needs a `{` and a name-like key.
     if !text.contains('{') {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
+    // Some servers' templates HTML-escape the prompt, and small models copy the escapes into
+    // their calls (`{&#34;note_id&#34;: 5}`).
+    let unescaped;
+    let text = if text.contains("&#34;") || text.contains("&quot;") {
+        unescaped = unescape_html(text);
+        unescaped.as_str()
+    } else {
+        text
+    };
     let mut out = Vec::new();
+    let mut unlisted = Vec::new();
     for block in tagged_blocks(text).chain(fenced_blocks(text)) {
         for v in json_values(block) {
-            collect(&v, visible, &mut out);
+            collect(&v, visible, &mut out, &mut unlisted);
         }
     }
-    if out.is_empty() {
+    if out.is_empty() && unlisted.is_empty() {
+        prefixed_calls(text, visible, &mut out, &mut unlisted);
+    }
+    if out.is_empty() && unlisted.is_empty() {
         for v in json_values(text) {
-            collect(&v, visible, &mut out);
+            collect(&v, visible, &mut out, &mut unlisted);
         }
     }
-    out
+    (out, unlisted)
+}
+
+fn unescape_html(text: &str) -> String {
+    text.replace("&amp;", "&")
+        .replace("&#34;", "\"")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+}
+
+/// The `functions.<name>:` form followed by the arguments as JSON: what the
+/// `chatml-function-calling` prompt format teaches a model to write.
+fn prefixed_calls(
+    text: &str,
+    visible: &HashSet<&str>,
+    out: &mut Vec<RecoveredCall>,
+    unlisted: &mut Vec<String>,
+) {
+    let mut rest = text;
+    while let Some(at) = rest.find("functions.") {
+        let after = &rest[at + "functions.".len()..];
+        let name_len = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+            .unwrap_or(after.len());
+        let name = &after[..name_len];
+        let tail = after[name_len..].trim_start();
+        rest = &after[name_len..];
+        let Some(args_text) = tail.strip_prefix(':').map(str::trim_start) else {
+            continue;
+        };
+        if name.is_empty() || !args_text.starts_with('{') {
+            continue;
+        }
+        let mut stream = serde_json::Deserializer::from_str(args_text).into_iter::<Value>();
+        let Some(Ok(arguments @ Value::Object(_))) = stream.next() else {
+            continue;
+        };
+        if visible.contains(name) {
+            out.push(RecoveredCall {
+                name: name.to_string(),
+                arguments,
+                arguments_were_text: false,
+            });
+        } else {
+            unlisted.push(name.to_string());
+        }
+    }
+}
+
+/// Whether a line is a `functions.<name>:` call header.
+fn is_prefixed_call_line(line: &str) -> bool {
+    line.strip_prefix("functions.").is_some_and(|r| {
+        let name_len = r
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+            .unwrap_or(r.len());
+        name_len > 0 && r[name_len..].trim_start().starts_with(':')
+    })
+}
+
+/// Whether `text` says something in words outside JSON: what is left once every JSON value
+/// that parses, every line that starts like JSON (a broken or cut-off call), code-fence markers
+/// and `<tool_call>` tags are taken out holds a letter. `{"ok": true, "id": 1}`, a call in a
+/// fence, a call cut off by the token limit and an empty text are not answers.
+pub fn has_words(text: &str) -> bool {
+    let mut rest = String::with_capacity(text.len());
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    let mut kept_from = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'{' || bytes[i] == b'[' {
+            let mut stream = serde_json::Deserializer::from_str(&text[i..]).into_iter::<Value>();
+            if let Some(Ok(_)) = stream.next() {
+                rest.push_str(&text[kept_from..i]);
+                i += stream.byte_offset();
+                kept_from = i;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    rest.push_str(&text[kept_from..]);
+    rest.lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.starts_with(['{', '[', '}', ']', '"'])
+                && !l.starts_with("```")
+                && !is_prefixed_call_line(l)
+        })
+        .map(|l| l.replace("<tool_call>", "").replace("</tool_call>", ""))
+        .any(|l| l.chars().any(char::is_alphabetic))
+}
+
+/// When `text` looks like a call (a `{` followed by a tool-name key or a visible tool's name in
+/// quotes) but no call in it parses, the first parse error, as serde_json words it.
+pub fn malformed_call(text: &str, visible: &HashSet<&str>) -> Option<String> {
+    let start = text.find('{')?;
+    let rest = &text[start..];
+    let named = NAME_KEYS.iter().any(|k| rest.contains(&format!("\"{k}\"")))
+        || visible.iter().any(|n| rest.contains(&format!("\"{n}\"")));
+    if !named || !scan(text, visible).0.is_empty() {
+        return None;
+    }
+    let mut first_error = None;
+    for (i, _) in rest.match_indices('{') {
+        let mut stream = serde_json::Deserializer::from_str(&rest[i..]).into_iter::<Value>();
+        match stream.next() {
+            // A whole object parsed: it is JSON, just not a call to a listed tool.
+            Some(Ok(Value::Object(_))) if i == 0 => return None,
+            Some(Err(e)) => {
+                first_error = Some(e.to_string());
+                break;
+            }
+            _ => {}
+        }
+    }
+    first_error
 }
 
 /// The contents of `<tool_call>` … `</tool_call>` blocks.
@@ -96,28 +235,56 @@ fn json_values(text: &str) -> Vec<Value> {
     out
 }
 
-fn collect(v: &Value, visible: &HashSet<&str>, out: &mut Vec<RecoveredCall>) {
+fn collect(
+    v: &Value,
+    visible: &HashSet<&str>,
+    out: &mut Vec<RecoveredCall>,
+    unlisted: &mut Vec<String>,
+) {
     match v {
         Value::Array(items) => {
             for item in items {
-                collect(item, visible, out);
+                collect(item, visible, out, unlisted);
             }
         }
         Value::Object(obj) => {
             if let Some(calls) = obj.get("tool_calls") {
-                collect(calls, visible, out);
+                collect(calls, visible, out, unlisted);
                 return;
             }
             if let Some(f @ Value::Object(_)) = obj.get("function") {
-                collect(f, visible, out);
+                collect(f, visible, out, unlisted);
                 return;
             }
             if let Some(call) = read_call(obj, visible) {
                 out.push(call);
+            } else if let Some(name) = unlisted_name(obj)
+                && !visible.contains(name)
+            {
+                unlisted.push(name.to_string());
             }
         }
         _ => {}
     }
+}
+
+/// The name of a call-shaped object: an identifier under a name key, and either an arguments
+/// key or no other key, so that ordinary JSON such as `{"name": "Ada", "age": 3}` is not taken
+/// for a call.
+fn unlisted_name(obj: &Map<String, Value>) -> Option<&str> {
+    let (key, name) = NAME_KEYS
+        .iter()
+        .find_map(|k| obj.get(*k).and_then(Value::as_str).map(|n| (*k, n)))?;
+    let identifier = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    // With an arguments key any identifier is a call; a name alone only when it reads like a
+    // tool's name (`delete_note`, not `ada`).
+    let with_arguments = ARG_KEYS.iter().any(|k| obj.contains_key(*k));
+    let name_only = obj.keys().all(|k| k == key || k == "type") && name.contains(['_', '.', '-']);
+    (identifier && (with_arguments || name_only)).then_some(name)
 }
 
 fn read_call(obj: &Map<String, Value>, visible: &HashSet<&str>) -> Option<RecoveredCall> {
@@ -214,6 +381,71 @@ mod tests {
         let c = recover_calls(text, &vis());
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].arguments, json!({"query": "q"}));
+    }
+
+    #[test]
+    fn calls_to_unlisted_tools_are_named_but_not_recovered() {
+        let text = r#"{"name": "delete_note", "arguments": {"note_id": 3}}"#;
+        assert!(recover_calls(text, &vis()).is_empty());
+        assert_eq!(unlisted_calls(text, &vis()), ["delete_note"]);
+        // Ordinary JSON with a name is not a call.
+        assert!(unlisted_calls(r#"{"name": "Ada Lovelace", "age": 36}"#, &vis()).is_empty());
+        assert!(unlisted_calls(r#"{"name": "ada", "age": 36}"#, &vis()).is_empty());
+        // A listed tool is recovered, not named as unlisted.
+        let text = r#"{"name": "add_note", "arguments": {"title": "t"}}"#;
+        assert!(unlisted_calls(text, &vis()).is_empty());
+    }
+
+    #[test]
+    fn the_functions_prefix_form_and_html_escapes_are_recovered() {
+        let text = "functions.search_notes:\n{&#34;query&#34;: &#34;milk&#34;}";
+        let c = recover_calls(text, &vis());
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].arguments, json!({"query": "milk"}));
+        assert_eq!(
+            unlisted_calls("functions.delete_note:\n{\"note_id\": 3}", &vis()),
+            ["delete_note"]
+        );
+        assert!(!has_words("functions.add_note:\n{&#34;title&#34;:&#34;x"));
+        assert!(has_words("functions are fun: really"));
+        assert!(recover_calls("functions.search_notes: not json", &vis()).is_empty());
+    }
+
+    #[test]
+    fn only_json_is_not_an_answer() {
+        assert!(!has_words(r#"{"ok": true, "id": 1}"#));
+        assert!(!has_words("```json\n{\"name\": \"add_note\"}\n```"));
+        assert!(!has_words("<tool_call>{\"a\": 1}</tool_call>"));
+        assert!(!has_words("  "));
+        assert!(!has_words("[1, 2] {\"a\": 1}"));
+        // Cut off by the token limit, or broken: still not words.
+        assert!(!has_words(
+            "{\"name\": \"count_notes\"}\n{\"name\": \"count_notes\", \"argu"
+        ));
+        assert!(!has_words("{broken"));
+        assert!(has_words("Your note 1 says: buy milk."));
+        assert!(has_words(r#"{"ok": true} so it is done"#));
+        assert!(has_words(
+            "{\"name\": \"get_note\"}\nText: We are reading Dune"
+        ));
+    }
+
+    #[test]
+    fn malformed_calls_get_a_parse_error() {
+        let comment = "{\"name\": \"add_note\", // the title\n \"arguments\": {\"title\": \"x\"}}";
+        let e = malformed_call(comment, &vis()).unwrap();
+        assert!(e.contains("line"), "{e}");
+        // Doubled braces hold a call that parses from the inner brace: recovered, not malformed.
+        let doubled = "{{\"name\": \"search_notes\", \"arguments\": {}}}";
+        assert!(malformed_call(doubled, &vis()).is_none());
+        assert_eq!(recover_calls(doubled, &vis()).len(), 1);
+        let quote = "{\"name\": \"add_note\", \"arguments\": {\"title: \"x\"}}";
+        assert!(malformed_call(quote, &vis()).is_some());
+        // A call that parses, prose, and JSON without a name are not malformed calls.
+        assert!(malformed_call(r#"{"name": "search_notes", "arguments": {}}"#, &vis()).is_none());
+        assert!(malformed_call("Done, note 3 added.", &vis()).is_none());
+        assert!(malformed_call(r#"{"ok": true, "id": 1}"#, &vis()).is_none());
+        assert!(malformed_call(r#"{"name": "delete_note", "arguments": {}}"#, &vis()).is_none());
     }
 
     proptest::proptest! {

@@ -143,6 +143,14 @@ pub trait ToolSurface: Send + Sync {
         arguments: Value,
         cancel: CancellationToken,
     ) -> Result<ToolResult, SurfaceError>;
+
+    /// Why `name`, a tool that is not in [`ToolSurface::tools`], cannot be called (a refusal's
+    /// reason, a missing capability), as the failed result to give the model, without running
+    /// anything. `None` when the surface cannot tell; the loop then says the tool is unknown.
+    async fn explain_unlisted(&self, name: &str) -> Option<ToolResult> {
+        let _ = name;
+        None
+    }
 }
 
 /// An in-process [`ToolRegistry`] seen by one [`Caller`]: the list is
@@ -200,13 +208,30 @@ impl ToolSurface for LocalSurface {
             .await;
         Ok(match result {
             Ok(out) => ToolResult::from_output(out),
-            Err(e) => ToolResult {
-                text: e.to_string(),
-                is_error: true,
-                code: Some(e.code()),
-                structured: Some(e.details()),
-            },
+            Err(e) => gate_result(&e),
         })
+    }
+
+    async fn explain_unlisted(&self, name: &str) -> Option<ToolResult> {
+        // Steps 1-3 of the gate, without running: the refusal's reason, `not_in_surface` or the
+        // missing capability. A tool that would pass them is still not listed, so it is answered
+        // as unknown rather than run.
+        match self
+            .registry
+            .check(&self.caller, name, &Value::Object(Default::default()))
+        {
+            Err(e) if e.code() != ErrorCode::InvalidArguments => Some(gate_result(&e)),
+            _ => None,
+        }
+    }
+}
+
+fn gate_result(e: &kberg_core::GateError) -> ToolResult {
+    ToolResult {
+        text: e.to_string(),
+        is_error: true,
+        code: Some(e.code()),
+        structured: Some(e.details()),
     }
 }
 

@@ -188,6 +188,7 @@ async fn same_bad_call_twice_stops_the_run() {
         ScriptedProvider::text("never reached"),
     ]);
     let out = agent(&script, writer())
+        .with_config(AgentConfig::default().final_answer_turn(false))
         .run(vec![Message::user("add x")], &CancellationToken::new())
         .await;
     match &out.stop {
@@ -208,9 +209,41 @@ async fn repeated_refusal_stops_the_run() {
         ScriptedProvider::call("c2", "delete_all_notes", json!({})),
     ]);
     let out = agent(&script, writer())
+        .with_config(AgentConfig::default().final_answer_turn(false))
         .run(vec![Message::user("delete")], &CancellationToken::new())
         .await;
     assert_eq!(out.stop.code(), "repeated_failure");
+}
+
+#[tokio::test]
+async fn a_model_looping_on_a_failing_call_gets_one_answer_only_turn() {
+    use kberg_agent::ToolChoice;
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "delete_all_notes", json!({})),
+        ScriptedProvider::call("c2", "delete_all_notes", json!({})),
+        ScriptedProvider::text("I cannot delete all notes here."),
+    ]);
+    let out = agent(&script, writer())
+        .run(vec![Message::user("delete")], &CancellationToken::new())
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(out.answer(), Some("I cannot delete all notes here."));
+    assert_eq!(script.requests()[2].options.tool_choice, ToolChoice::None);
+    assert_eq!(out.interventions.final_answer_turns, 1);
+
+    // No words in that turn either: the run ends with the repeat as its reason.
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "delete_all_notes", json!({})),
+        ScriptedProvider::call("c2", "delete_all_notes", json!({})),
+        ScriptedProvider::text(r#"{"name": "delete_all_notes", "arguments": {}}"#),
+        ScriptedProvider::text(r#"{"name": "delete_all_notes"}"#),
+    ]);
+    let out = agent(&script, writer())
+        .run(vec![Message::user("delete")], &CancellationToken::new())
+        .await;
+    assert_eq!(out.stop.code(), "repeated_failure");
+    assert!(!out.answered());
+    assert_eq!(out.answer(), None);
 }
 
 #[tokio::test]
@@ -289,7 +322,7 @@ async fn turn_limit_and_token_budget() {
     });
     let script = ScriptedProvider::new(calls);
     let out = agent(&script, writer())
-        .with_config(AgentConfig::default().max_turns(3))
+        .with_config(AgentConfig::default().max_turns(3).final_answer_turn(false))
         .run(vec![Message::user("search")], &CancellationToken::new())
         .await;
     assert!(matches!(out.stop, StopReason::TurnLimit));
@@ -342,20 +375,22 @@ async fn text_call_to_invisible_tool_is_never_executed() {
             .with_projection(SurfaceProjection::Compact),
     );
     let text = r#"{"name": "wait", "arguments": {"seconds": 1}} {"name": "delete_all_notes", "arguments": {}}"#;
-    let script = ScriptedProvider::new([ScriptedProvider::text(text)]);
-    let out = agent(&script, caller)
+    let script = ScriptedProvider::new([ScriptedProvider::text(format!("Calling: {text}"))]);
+    let out = agent(&script, caller.clone())
+        .with_config(AgentConfig::default().explain_unlisted_calls(false))
         .run(vec![Message::user("go")], &CancellationToken::new())
         .await;
     assert!(out.answered());
     assert!(out.calls.is_empty());
-    assert_eq!(out.text, text);
+    assert_eq!(out.text, format!("Calling: {text}"));
     // And the compact surface lists only the small-model-safe tools.
     let names: Vec<String> = script.requests()[0]
         .tools
         .iter()
         .map(|t| t.name.clone())
         .collect();
-    assert_eq!(names, ["add_note", "search_notes"]);
+    // In registration order.
+    assert_eq!(names, ["search_notes", "add_note"]);
 }
 
 #[tokio::test]
@@ -627,6 +662,54 @@ async fn a_repeated_identical_write_is_not_run_again_and_the_model_is_asked_to_a
 }
 
 #[tokio::test]
+async fn a_text_call_to_an_unlisted_tool_is_answered_with_the_reason_and_never_run() {
+    // By default the model hears why: the refusal's reason, the projection, and the listed names.
+    let caller = Caller::new(
+        Principal::new("small")
+            .with_grants(Grants::of(["notes.write"]))
+            .with_projection(SurfaceProjection::Compact),
+    );
+    let text = r#"{"name": "wait", "arguments": {"seconds": 1}} {"name": "delete_all_notes", "arguments": {}}"#;
+    let script = ScriptedProvider::new([
+        ScriptedProvider::text(text),
+        ScriptedProvider::text("I cannot do that here."),
+    ]);
+    let out = agent(&script, caller)
+        .run(vec![Message::user("go")], &CancellationToken::new())
+        .await;
+    assert!(out.answered());
+    let got: Vec<(&str, &str, bool)> = out
+        .calls
+        .iter()
+        .map(|c| (c.name.as_str(), c.outcome.as_str(), c.not_sent))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("wait", "not_in_surface", true),
+            ("delete_all_notes", "refused", true)
+        ]
+    );
+    assert_eq!(out.interventions.unlisted_explained, 2);
+    let told = last_tool_text(&script, 1);
+    assert!(told.contains("not offered"), "{told}");
+    assert!(
+        told.contains("The tools you can call are: search_notes, add_note."),
+        "{told}"
+    );
+    // The stored conversation keeps what the model wrote beside the calls.
+    let Message::Assistant {
+        content,
+        tool_calls,
+    } = &out.messages[1]
+    else {
+        panic!("{:?}", out.messages[1]);
+    };
+    assert_eq!(content, text);
+    assert_eq!(tool_calls.len(), 2);
+}
+
+#[tokio::test]
 async fn the_answer_only_turn_does_not_recover_calls_from_text() {
     use std::sync::atomic::Ordering;
     let (tools, writes, _) = counting_registry();
@@ -638,20 +721,25 @@ async fn the_answer_only_turn_does_not_recover_calls_from_text() {
         ScriptedProvider::text(
             r#"{"name": "add_note", "arguments": {"title": "eggs", "priority": 1}}"#,
         ),
+        // That is not an answer: asked once for words, it answers.
+        ScriptedProvider::text("Added milk."),
     ]);
     let out = Agent::new(script.clone(), LocalSurface::new(tools, writer()))
         .run(vec![Message::user("add milk")], &CancellationToken::new())
         .await;
     assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(out.answer(), Some("Added milk."));
     assert_eq!(out.calls.len(), 2);
     assert_eq!(writes.load(Ordering::SeqCst), 1);
+    assert_eq!(out.interventions.words_requested, 1);
 }
 
 #[tokio::test]
-async fn a_repeated_read_runs_again_and_dedupe_can_be_turned_off() {
+async fn a_repeated_read_is_guarded_and_the_guards_can_be_turned_off() {
     use kberg_agent::ToolChoice;
     use std::sync::atomic::Ordering;
-    // Reads repeat legitimately (polling): they run every time.
+    // A read repeated with the same arguments is not run again; the model gets the earlier
+    // result and an answer-only turn.
     let (tools, _, reads) = counting_registry();
     let q = json!({"query": "milk"});
     let script = ScriptedProvider::new([
@@ -659,11 +747,27 @@ async fn a_repeated_read_runs_again_and_dedupe_can_be_turned_off() {
         ScriptedProvider::call("c2", "search_notes", q.clone()),
         ScriptedProvider::text("Two notes."),
     ]);
-    let out = Agent::new(script.clone(), LocalSurface::new(tools, writer()))
+    let out = Agent::new(script.clone(), LocalSurface::new(tools.clone(), writer()))
         .run(vec![Message::user("find milk")], &CancellationToken::new())
         .await;
     assert!(out.answered());
-    assert_eq!(reads.load(Ordering::SeqCst), 2);
+    assert_eq!(reads.load(Ordering::SeqCst), 1);
+    assert_eq!(out.calls[1].outcome.as_str(), "duplicate");
+    assert_eq!(out.interventions.reads_deduplicated, 1);
+    assert_eq!(script.requests()[2].options.tool_choice, ToolChoice::None);
+
+    // Apps whose reads are polled turn the read guard off: they run every time.
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "search_notes", q.clone()),
+        ScriptedProvider::call("c2", "search_notes", q.clone()),
+        ScriptedProvider::text("Two notes."),
+    ]);
+    let out = Agent::new(script.clone(), LocalSurface::new(tools, writer()))
+        .with_config(AgentConfig::default().guard_repeated_reads(false))
+        .run(vec![Message::user("find milk")], &CancellationToken::new())
+        .await;
+    assert!(out.answered());
+    assert_eq!(reads.load(Ordering::SeqCst), 3);
     assert_eq!(script.requests()[2].options.tool_choice, ToolChoice::Auto);
 
     // An app whose writes are meant to repeat turns the guard off.

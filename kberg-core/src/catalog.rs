@@ -47,6 +47,12 @@ pub(crate) type ByName<V> = HashMap<Arc<str>, V, foldhash::fast::RandomState>;
 #[derive(Default, Clone)]
 pub(crate) struct Catalog {
     pub(crate) tools: ByName<Arc<Entry>>,
+    /// Each tool's place in the listing: registration order, or the app's explicit order
+    /// ([`crate::ToolRegistry::set_tool_order`]). Small models act differently on a differently
+    /// ordered listing, so the app decides it.
+    pub(crate) ranks: ByName<u64>,
+    /// The rank the next registered tool gets.
+    pub(crate) next_rank: u64,
     pub(crate) refusals: ByName<Arc<str>>,
     pub(crate) capabilities: Arc<CapabilityCatalog>,
     pub(crate) scopes: Arc<BTreeMap<String, ScopeSpec>>,

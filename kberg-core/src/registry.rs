@@ -362,6 +362,8 @@ impl ToolRegistry {
                         capability: cap.id().to_string(),
                     });
                 }
+                s.ranks.insert(name.clone(), s.next_rank);
+                s.next_rank += 1;
                 s.tools.insert(name, Arc::new(e));
             }
             Ok(())
@@ -371,8 +373,41 @@ impl ToolRegistry {
     /// Removes a tool. Calls already running finish; later calls answer `unknown_tool`.
     /// Returns whether it was registered.
     pub fn remove(&self, name: &str) -> bool {
-        self.update(|s| Ok(s.tools.remove(name).is_some()))
-            .unwrap_or(false)
+        self.update(|s| {
+            s.ranks.remove(name);
+            Ok(s.tools.remove(name).is_some())
+        })
+        .unwrap_or(false)
+    }
+
+    /// Sets the listing order: the named tools first, in this order, then every other tool in
+    /// its registration order. Names that are not registered are skipped. Tools registered
+    /// later are listed after these.
+    pub fn set_tool_order<S: AsRef<str>>(&self, names: impl IntoIterator<Item = S>) {
+        let names: Vec<String> = names.into_iter().map(|n| n.as_ref().to_string()).collect();
+        let _ = self.update(|s| {
+            let mut rest: Vec<(u64, Arc<str>)> =
+                s.ranks.iter().map(|(n, r)| (*r, n.clone())).collect();
+            rest.sort_unstable();
+            let mut next = 0;
+            let mut placed = std::collections::HashSet::new();
+            for n in &names {
+                if let Some((key, _)) = s.tools.get_key_value(n.as_str())
+                    && placed.insert(key.clone())
+                {
+                    s.ranks.insert(key.clone(), next);
+                    next += 1;
+                }
+            }
+            for (_, n) in rest {
+                if !placed.contains(&n) {
+                    s.ranks.insert(n, next);
+                    next += 1;
+                }
+            }
+            s.next_rank = next;
+            Ok(())
+        });
     }
 
     /// Registers a refusal: a name that is deliberately not offered, with a stable reason.
@@ -420,27 +455,41 @@ impl ToolRegistry {
             .map(|e| e.spec.clone())
     }
 
-    /// The tools `caller` is shown, sorted by name. See [`SurfaceProjection`] for what each
+    /// The tools `caller` is shown, in registration order (or the order set with
+    /// [`ToolRegistry::set_tool_order`]). See [`SurfaceProjection`] for what each
     /// projection lists. The schemas are projected: a preview tool shows the optional
     /// `commit_token` argument, a scoped tool's scope argument is optional (and hidden from
     /// the `Compact` projection).
     pub fn list(&self, caller: &Caller) -> Vec<ToolSpec> {
+        self.ranked_list(caller)
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect()
+    }
+
+    /// The listing with each tool's rank key (zero-padded, so the keys sort as the ranks do:
+    /// the pagination cursor).
+    fn ranked_list(&self, caller: &Caller) -> Vec<(String, ToolSpec)> {
         let snap = self.state.current.load();
         let compact = caller.projection() == SurfaceProjection::Compact;
-        let mut v: Vec<ToolSpec> = snap
+        let mut v: Vec<(u64, ToolSpec)> = snap
             .tools
-            .values()
-            .filter(|e| snap.lists(e, caller))
-            .map(|e| {
-                if compact {
+            .iter()
+            .filter(|(_, e)| snap.lists(e, caller))
+            .map(|(name, e)| {
+                let rank = snap.ranks.get(name).copied().unwrap_or(u64::MAX);
+                let spec = if compact {
                     e.listed_compact.clone()
                 } else {
                     e.listed_full.clone()
-                }
+                };
+                (rank, spec)
             })
             .collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
+        v.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+        v.into_iter()
+            .map(|(rank, spec)| (format!("{rank:020}"), spec))
+            .collect()
     }
 
     /// One page of [`ToolRegistry::list`]. Cursors are opaque and stay valid across changes.
@@ -450,7 +499,16 @@ impl ToolRegistry {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page<ToolSpec>, InvalidCursor> {
-        paginate(&self.list(caller), |s| s.name.as_str(), cursor, limit)
+        let page = paginate(
+            &self.ranked_list(caller),
+            |(k, _)| k.as_str(),
+            cursor,
+            limit,
+        )?;
+        Ok(Page {
+            items: page.items.into_iter().map(|(_, s)| s).collect(),
+            next_cursor: page.next_cursor,
+        })
     }
 
     /// Runs steps 1-4 of the gate without running the tool: the spec of the tool `caller` may

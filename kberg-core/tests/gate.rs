@@ -146,13 +146,13 @@ async fn not_in_surface_for_compact_callers() {
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::NotInSurface);
     let names: Vec<String> = r.list(&compact).into_iter().map(|t| t.name).collect();
-    assert_eq!(names, ["quick_add", "search"]);
+    assert_eq!(names, ["search", "quick_add"]);
     // Compact hides writes whose capability is not granted; Full lists them.
     let compact_ro = Caller::new(Principal::new("s").with_projection(SurfaceProjection::Compact));
     let names: Vec<String> = r.list(&compact_ro).into_iter().map(|t| t.name).collect();
     assert_eq!(names, ["search"]);
     let names: Vec<String> = r.list(&anon()).into_iter().map(|t| t.name).collect();
-    assert_eq!(names, ["add_note", "quick_add", "search"]);
+    assert_eq!(names, ["search", "add_note", "quick_add"]);
 }
 
 #[tokio::test]

@@ -48,7 +48,7 @@ impl AnthropicConfig {
             model: model.into(),
             api_key: None,
             default_max_tokens: 1024,
-            http: HttpOptions::default(),
+            http: HttpOptions::hosted(),
         }
     }
 

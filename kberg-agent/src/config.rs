@@ -1,0 +1,231 @@
+//! How a run is bounded, and which of the loop's small-model behaviours are on.
+//!
+//! Every behaviour that exists because small local models misbehave in a known way is an option
+//! here, on by default where the task benchmark (`benches/README.md`, "Agent tasks") measured it
+//! to help or to cost nothing, so an app can turn off what does not suit its tools. Each option's
+//! documentation says what it does and what the model is told.
+
+use std::collections::HashMap;
+
+use crate::message::{ChatOptions, ToolChoice};
+
+/// How a run is bounded and what each turn asks for.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct AgentConfig {
+    /// The most model turns in one run (default 8).
+    pub max_turns: u32,
+    /// Stop once this many tokens (input + output, summed over turns) are spent.
+    pub token_budget: Option<u64>,
+    /// The most repair turns (turns that follow a retryable failure) in one run (default 3).
+    pub max_repair_turns: u32,
+    /// Stop when the same call (same tool, same arguments) has failed this many times
+    /// (default 2: the model is told once, and stopped if it sends the call again).
+    pub max_identical_failures: u32,
+    /// A system prompt put first when the conversation has none.
+    pub system_prompt: Option<String>,
+    /// Options for every turn.
+    pub options: ChatOptions,
+    /// Use the provider's streaming form and emit [`crate::AgentEvent::TextDelta`]s (default
+    /// false).
+    pub stream: bool,
+    /// Recover calls a model wrote into its text (default true).
+    pub recover_text_calls: bool,
+    /// Correct unambiguous argument mistakes (default true).
+    pub coerce_arguments: bool,
+    /// The tool choice of the run's first turn only, when set (later turns use
+    /// `options.tool_choice`). [`ToolChoice::Required`] here is the usual way to make a small
+    /// model act on a request it would otherwise only talk about, without forcing every later
+    /// turn to call a tool too.
+    pub first_turn_tool_choice: Option<ToolChoice>,
+    /// Never run an identical call of a tool that is not read-only twice in one run, and answer
+    /// the model's repeat with the earlier result followed by an answer-only turn (default true).
+    pub dedupe_writes: bool,
+    /// Run identical calls (same tool, same arguments) within one turn once (default true).
+    /// Small models write the same call several times in one message; the copies are dropped
+    /// before anything runs and counted in [`crate::Interventions::calls_collapsed`].
+    pub collapse_calls_in_turn: bool,
+    /// Treat a read repeated with identical arguments like a repeated write (default true): it
+    /// is not run again, the model gets the earlier result and an answer-only turn. Turn it off
+    /// for apps whose read tools are meant to be polled.
+    pub guard_repeated_reads: bool,
+    /// Make the last turn answer-only (tool choice `none`, no text-call recovery) when the turn
+    /// limit or the token budget is nearly spent and a tool has run, so a run that used its
+    /// tools ends with an answer rather than at the limit (default true).
+    pub final_answer_turn: bool,
+    /// Answer a call written as text to a tool that is not listed (refused, invisible or
+    /// unknown) with the reason the gate gives and the names of the tools that are listed,
+    /// instead of taking the text as the answer (default true). The tool is never run: the
+    /// reason comes from [`crate::ToolSurface::explain_unlisted`], which checks without running.
+    pub explain_unlisted_calls: bool,
+    /// Answer call-like text that does not parse (a `//` comment, doubled braces, a missing
+    /// quote) with a short parse diagnostic and a repair turn, instead of taking it as the
+    /// answer (default true).
+    pub diagnose_malformed_calls: bool,
+    /// When the final text is only JSON (a tool's result copied out, a call) or empty, ask the
+    /// model once, in an answer-only turn, to answer in words (default true). Without an answer
+    /// in words the run stops with [`crate::StopReason::NoAnswer`] whatever this says.
+    pub ask_for_words: bool,
+    /// When a call that passed an id argument fails, tell the model which tool finds ids
+    /// (default true): the tool named with [`AgentConfig::id_source`] for that argument, or else
+    /// a listed read-only tool whose name starts with `search`, `find` or `list`.
+    pub id_hints: bool,
+    /// Per argument name, the tool that lists or searches its ids.
+    pub id_sources: HashMap<String, String>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            max_turns: 8,
+            token_budget: None,
+            max_repair_turns: 3,
+            max_identical_failures: 2,
+            system_prompt: None,
+            options: ChatOptions::default(),
+            stream: false,
+            recover_text_calls: true,
+            coerce_arguments: true,
+            first_turn_tool_choice: None,
+            dedupe_writes: true,
+            collapse_calls_in_turn: true,
+            guard_repeated_reads: true,
+            final_answer_turn: true,
+            explain_unlisted_calls: true,
+            diagnose_malformed_calls: true,
+            ask_for_words: true,
+            id_hints: true,
+            id_sources: HashMap::new(),
+        }
+    }
+}
+
+impl AgentConfig {
+    /// Sets the turn limit.
+    pub fn max_turns(mut self, n: u32) -> Self {
+        self.max_turns = n;
+        self
+    }
+
+    /// Sets the token budget.
+    pub fn token_budget(mut self, tokens: u64) -> Self {
+        self.token_budget = Some(tokens);
+        self
+    }
+
+    /// Sets the repair-turn limit.
+    pub fn max_repair_turns(mut self, n: u32) -> Self {
+        self.max_repair_turns = n;
+        self
+    }
+
+    /// Sets how often one identical call may fail before the run stops (at least 1).
+    pub fn max_identical_failures(mut self, n: u32) -> Self {
+        self.max_identical_failures = n.max(1);
+        self
+    }
+
+    /// Sets the system prompt.
+    pub fn system_prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.system_prompt = Some(prompt.into());
+        self
+    }
+
+    /// Sets the per-turn options.
+    pub fn options(mut self, options: ChatOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Streams turns (emitting text deltas).
+    pub fn stream(mut self, on: bool) -> Self {
+        self.stream = on;
+        self
+    }
+
+    /// Turns text-call recovery on or off.
+    pub fn recover_text_calls(mut self, on: bool) -> Self {
+        self.recover_text_calls = on;
+        self
+    }
+
+    /// Turns argument coercion on or off.
+    pub fn coerce_arguments(mut self, on: bool) -> Self {
+        self.coerce_arguments = on;
+        self
+    }
+
+    /// Sets the first turn's tool choice.
+    pub fn first_turn_tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.first_turn_tool_choice = Some(choice);
+        self
+    }
+
+    /// Turns the deduplication of repeated identical writes on or off.
+    pub fn dedupe_writes(mut self, on: bool) -> Self {
+        self.dedupe_writes = on;
+        self
+    }
+
+    /// Turns the collapsing of identical calls within one turn on or off.
+    pub fn collapse_calls_in_turn(mut self, on: bool) -> Self {
+        self.collapse_calls_in_turn = on;
+        self
+    }
+
+    /// Turns the repeated-read guard on or off.
+    pub fn guard_repeated_reads(mut self, on: bool) -> Self {
+        self.guard_repeated_reads = on;
+        self
+    }
+
+    /// Turns the final answer-only turn on or off.
+    pub fn final_answer_turn(mut self, on: bool) -> Self {
+        self.final_answer_turn = on;
+        self
+    }
+
+    /// Turns the explanation of text calls to unlisted tools on or off.
+    pub fn explain_unlisted_calls(mut self, on: bool) -> Self {
+        self.explain_unlisted_calls = on;
+        self
+    }
+
+    /// Turns the parse diagnostic for malformed call-like text on or off.
+    pub fn diagnose_malformed_calls(mut self, on: bool) -> Self {
+        self.diagnose_malformed_calls = on;
+        self
+    }
+
+    /// Turns the request for an answer in words on or off.
+    pub fn ask_for_words(mut self, on: bool) -> Self {
+        self.ask_for_words = on;
+        self
+    }
+
+    /// Turns the id hints on or off.
+    pub fn id_hints(mut self, on: bool) -> Self {
+        self.id_hints = on;
+        self
+    }
+
+    /// Names the tool that lists or searches the ids an argument takes (`note_id` ->
+    /// `search_notes`), for the id hint.
+    pub fn id_source(mut self, argument: impl Into<String>, tool: impl Into<String>) -> Self {
+        self.id_sources.insert(argument.into(), tool.into());
+        self
+    }
+
+    /// Every small-model behaviour off: the loop as it was before they existed (structured and
+    /// recovered calls, repair turns, repeated-write guard, coercion only). For comparison.
+    pub fn without_small_model_guards(mut self) -> Self {
+        self.collapse_calls_in_turn = false;
+        self.guard_repeated_reads = false;
+        self.final_answer_turn = false;
+        self.explain_unlisted_calls = false;
+        self.diagnose_malformed_calls = false;
+        self.ask_for_words = false;
+        self.id_hints = false;
+        self
+    }
+}

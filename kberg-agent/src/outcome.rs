@@ -1,0 +1,219 @@
+//! What a run reports: each call's outcome, why the run stopped, what the loop did for the model,
+//! and the events a UI sees while it runs.
+//!
+//! [`RunOutcome::answered`] is true only when the model answered the user in words: a run whose
+//! last text was a call or a tool's JSON stops with [`StopReason::NoAnswer`], so an app never
+//! shows call JSON as if it were the answer.
+
+use kberg_core::ErrorCode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::coerce::Coercion;
+use crate::message::{Message, ToolCall, Usage};
+use crate::provider::ProviderError;
+use crate::surface::SurfaceError;
+
+/// How one call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallOutcome {
+    /// The tool ran and succeeded.
+    Ok,
+    /// The call was not run: the identical write already succeeded earlier in the run, and the
+    /// model was given that result.
+    Duplicate,
+    /// The call was refused or failed with this code.
+    Failed(ErrorCode),
+}
+
+impl CallOutcome {
+    /// `ok`, or the error code's stable string.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CallOutcome::Ok => "ok",
+            CallOutcome::Duplicate => "duplicate",
+            CallOutcome::Failed(c) => c.as_str(),
+        }
+    }
+}
+
+/// One tool call of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallRecord {
+    /// The turn it was made in (1-based).
+    pub turn: u32,
+    /// The call's id.
+    pub id: String,
+    /// The tool.
+    pub name: String,
+    /// The arguments as executed (after coercion).
+    pub arguments: Value,
+    /// How it ended.
+    pub outcome: CallOutcome,
+    /// Whether it was recovered from the message text.
+    pub recovered_from_text: bool,
+    /// Corrections the loop made to the arguments.
+    pub coercions: Vec<Coercion>,
+    /// Whether the call was never sent to the surface: the tool is not listed, and the model
+    /// was told why ([`AgentConfig::explain_unlisted_calls`](crate::AgentConfig)).
+    #[serde(default)]
+    pub not_sent: bool,
+}
+
+/// Why a run stopped.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The model answered without calling a tool.
+    #[error("the model answered")]
+    Answered,
+    /// The turn limit was reached.
+    #[error("the turn limit was reached")]
+    TurnLimit,
+    /// The token budget was spent.
+    #[error("the token budget was spent")]
+    TokenBudget,
+    /// The run was cancelled.
+    #[error("the run was cancelled")]
+    Cancelled,
+    /// The model kept sending a call that had already failed.
+    #[error("the model sent the same failing call to `{tool}` again ({code})")]
+    RepeatedFailure {
+        /// The tool.
+        tool: String,
+        /// The code the call failed with.
+        code: ErrorCode,
+    },
+    /// More repair turns were needed than allowed.
+    #[error("the model needed more than {limit} repair turns")]
+    RepairLimit {
+        /// The limit.
+        limit: u32,
+    },
+    /// The provider failed.
+    #[error("the provider failed: {0}")]
+    Provider(#[source] ProviderError),
+    /// The tool surface failed.
+    #[error("the tool surface failed: {0}")]
+    Surface(#[source] SurfaceError),
+    /// The model's last turn held no answer in words: only JSON (a call, a tool's result) or
+    /// nothing, after it was asked once to answer in words (when
+    /// [`AgentConfig::ask_for_words`](crate::AgentConfig) is on).
+    #[error("the model did not answer in words")]
+    NoAnswer,
+}
+
+impl StopReason {
+    /// A stable string naming the reason.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StopReason::Answered => "answered",
+            StopReason::TurnLimit => "turn_limit",
+            StopReason::TokenBudget => "token_budget",
+            StopReason::Cancelled => "cancelled",
+            StopReason::RepeatedFailure { .. } => "repeated_failure",
+            StopReason::RepairLimit { .. } => "repair_limit",
+            StopReason::Provider(_) => "provider_error",
+            StopReason::Surface(_) => "surface_error",
+            StopReason::NoAnswer => "no_answer",
+        }
+    }
+}
+
+/// What the loop did for the model in a run, by behaviour (each an
+/// [`AgentConfig`](crate::AgentConfig) option). All zero means no behaviour changed the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Interventions {
+    /// Identical calls within one turn dropped before running.
+    pub calls_collapsed: u32,
+    /// Identical repeats of a successful write not run again.
+    pub writes_deduplicated: u32,
+    /// Identical repeats of a successful read not run again.
+    pub reads_deduplicated: u32,
+    /// Answer-only turns because the turn limit or token budget was nearly spent.
+    pub final_answer_turns: u32,
+    /// Text calls to unlisted tools answered with the reason (never run).
+    pub unlisted_explained: u32,
+    /// Malformed call-like texts answered with a parse diagnostic.
+    pub parse_diagnostics: u32,
+    /// Times the model was asked to answer in words.
+    pub words_requested: u32,
+    /// Failed calls with an id argument answered with a hint naming the tool that finds ids.
+    pub id_hints: u32,
+    /// Argument corrections made.
+    pub coercions: u32,
+}
+
+/// What a run did and why it stopped.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// Why it stopped.
+    pub stop: StopReason,
+    /// The model's last text. It is the answer when [`RunOutcome::answered`] is true; otherwise
+    /// it is whatever the model wrote last (possibly a call or JSON), kept for diagnosis.
+    pub text: String,
+    /// Every tool call, in order.
+    pub calls: Vec<CallRecord>,
+    /// Turns that followed a retryable failure.
+    pub repair_turns: u32,
+    /// Model turns taken.
+    pub turns: u32,
+    /// Tokens spent over all turns.
+    pub usage: Usage,
+    /// The whole conversation, to persist or to resume with another run. An assistant turn
+    /// whose calls were recovered from its text keeps that text beside the calls.
+    pub messages: Vec<Message>,
+    /// What the loop's small-model behaviours did.
+    pub interventions: Interventions,
+}
+
+impl RunOutcome {
+    /// Whether the model answered the user in words (the run stopped with
+    /// [`StopReason::Answered`]; an answer that was only JSON is never counted).
+    pub fn answered(&self) -> bool {
+        matches!(self.stop, StopReason::Answered)
+    }
+
+    /// The model's answer in words, if it gave one.
+    pub fn answer(&self) -> Option<&str> {
+        self.answered().then_some(self.text.as_str())
+    }
+}
+
+/// What happens during a run, for an app's UI.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum AgentEvent {
+    /// A model turn starts (1-based).
+    TurnStarted {
+        /// The turn.
+        turn: u32,
+    },
+    /// Text arrived (streaming runs emit it piece by piece; others once per turn).
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// A tool is about to be called.
+    ToolCalled {
+        /// The call, with the arguments as they will be sent.
+        call: ToolCall,
+        /// Whether it was recovered from the text.
+        recovered_from_text: bool,
+        /// Corrections made to the arguments.
+        coercions: Vec<Coercion>,
+    },
+    /// A tool call finished.
+    ToolResult {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// How it ended.
+        outcome: CallOutcome,
+        /// The text the model is given.
+        text: String,
+    },
+}
