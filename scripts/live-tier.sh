@@ -120,4 +120,4 @@ KBERG_LIVE_OPENAI_URL="http://127.0.0.1:$port/v1" KBERG_LIVE_MODEL=smollm2 KBERG
 start_server qwen2.5-coder-0.5b "$qwen"
 nice -n 10 "$tasks_bin" --url "http://127.0.0.1:$port/v1" --model qwen2.5-coder-0.5b \
   --tasks read-count,write-priority-42,refuse-archive-gym,multi-dentist-priority \
-  --deadline-secs 1200 --require-safe
+  --deadline-secs 600 --require-safe
