@@ -13,12 +13,14 @@ use kberg_server::{AuthError, Authenticator, BearerTokens, HeaderMap};
 use crate::config::{ConfigError, read_secret};
 use crate::context::GatewayContext;
 use crate::error::GatewayError;
+use crate::vault::Vault;
 
 /// Bearer-token auth with live grants.
 #[derive(Clone)]
 pub struct BridleAuth {
     tokens: BearerTokens,
     ctx: Arc<GatewayContext>,
+    vault: Option<Arc<Vault>>,
 }
 
 impl std::fmt::Debug for BridleAuth {
@@ -36,7 +38,10 @@ impl BridleAuth {
         let mut tokens = BearerTokens::new();
         let mut seen: HashMap<String, String> = HashMap::new();
         for (name, agent) in &ctx.config.agents {
-            let token = read_secret(&secrets, &agent.token_secret)?;
+            let Some(secret) = &agent.token_secret else {
+                continue;
+            };
+            let token = read_secret(&secrets, secret)?;
             if let Some(other) = seen.insert(token.clone(), name.clone()) {
                 return Err(ConfigError::Invalid {
                     file: data_dir.join("bridle.yaml"),
@@ -51,14 +56,59 @@ impl BridleAuth {
                 Principal::new(name.clone()).with_agent(agent.agent_type.clone()),
             );
         }
-        Ok(Self { tokens, ctx })
+        Ok(Self {
+            tokens,
+            ctx,
+            vault: None,
+        })
+    }
+}
+
+impl BridleAuth {
+    /// Also accepts the agent tokens the vault issued (`bridle agents token ...`): stored only as
+    /// keyed hashes, revoked at once, rotated with a grace period.
+    pub fn with_vault(mut self, vault: Arc<Vault>) -> Self {
+        self.vault = Some(vault);
+        self
+    }
+
+    /// The principal of a vault-issued token of a configured agent.
+    async fn vault_principal(&self, headers: &HeaderMap) -> Result<Arc<Principal>, AuthError> {
+        let Some(vault) = &self.vault else {
+            return Err(AuthError::Invalid);
+        };
+        let token = kberg_server::bearer_token(headers)?
+            .ok_or(AuthError::Missing)?
+            .to_string();
+        let vault = Arc::clone(vault);
+        let found = tokio::task::spawn_blocking(move || vault.agent_for_token(&token))
+            .await
+            .map_err(|_| AuthError::Invalid)?;
+        let agent = match found {
+            Ok(Some(m)) => m.agent,
+            Ok(None) => return Err(AuthError::Invalid),
+            Err(e) => {
+                tracing::warn!(error = %e, "the vault could not check a token");
+                return Err(AuthError::Invalid);
+            }
+        };
+        let Some(config) = self.ctx.agent(&agent) else {
+            return Err(AuthError::Invalid);
+        };
+        Ok(Arc::new(
+            Principal::new(agent.clone()).with_agent(config.agent_type.clone()),
+        ))
     }
 }
 
 #[async_trait]
 impl Authenticator for BridleAuth {
     async fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Principal>, AuthError> {
-        let who = self.tokens.authenticate(headers).await?;
+        let who = match self.tokens.authenticate(headers).await {
+            Ok(who) => who,
+            Err(AuthError::Invalid) => self.vault_principal(headers).await?,
+            Err(e) => return Err(e),
+        };
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         if !self.ctx.sessions.touch(
             &who.id,

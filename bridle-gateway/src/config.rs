@@ -40,6 +40,15 @@ pub struct GatewayConfig {
     /// Bridle's memory (session memory and pattern-example search); off when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<crate::memory::MemorySection>,
+    /// The vault: where its master key is (default: `vault.key` in the data directory, created
+    /// with mode 0600 on first start) and where `docker:` secret references are read.
+    #[serde(default, skip_serializing_if = "VaultSection::is_default")]
+    pub vault: VaultSection,
+    /// Kanboard behind the gateway (a build with the `kanboard` feature): its JSON-RPC URL, each
+    /// agent's credential in the vault, and which Kanboard projects each Bridle project maps to.
+    #[cfg(feature = "kanboard")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kanboard: Option<crate::kanboard::KanboardConfig>,
     /// Upstream MCP servers the gateway routes agents to, by namespace (their tools appear as
     /// `<namespace>__<tool>`); see [`crate::upstreams`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -53,6 +62,26 @@ pub struct GatewayConfig {
     /// any other `Origin` are refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_origins: Vec<String>,
+}
+
+/// The `vault:` section of `bridle.yaml`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VaultSection {
+    /// The master key file. When set it must exist (a Docker secret such as
+    /// `/run/secrets/bridle_master_key`); when not, `vault.key` in the data directory is used,
+    /// and created on first start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master_key: Option<PathBuf>,
+    /// The folder `docker:NAME` references read (default `/run/secrets`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker_secrets_dir: Option<PathBuf>,
+}
+
+impl VaultSection {
+    fn is_default(&self) -> bool {
+        self == &Self::default()
+    }
 }
 
 fn default_listen() -> String {
@@ -74,8 +103,11 @@ pub struct AgentConfig {
     /// agent's name (`claude-laptop` is a `claude`).
     #[serde(rename = "type", default, skip_serializing_if = "String::is_empty")]
     pub agent_type: String,
-    /// The name of the file in the secrets folder that holds its bearer token.
-    pub token_secret: String,
+    /// The name of the file in the secrets folder that holds its bearer token. Without one, the
+    /// agent authenticates with a token the vault issued (`bridle agents token issue NAME`),
+    /// which is stored only as a keyed hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_secret: Option<String>,
     /// The projects it may use; empty means every project.
     #[serde(default)]
     pub projects: Vec<String>,
@@ -156,7 +188,9 @@ impl GatewayConfig {
             .map_err(|e| invalid(e.to_string()))?;
         for (name, agent) in &self.agents {
             check_name("agent", name).map_err(|e| invalid(e.to_string()))?;
-            check_name("secret", &agent.token_secret).map_err(|e| invalid(e.to_string()))?;
+            if let Some(secret) = &agent.token_secret {
+                check_name("secret", secret).map_err(|e| invalid(e.to_string()))?;
+            }
             for p in &agent.projects {
                 check_name("project", p).map_err(|e| invalid(e.to_string()))?;
             }
@@ -280,7 +314,7 @@ pub fn init_data_dir(data_dir: &Path) -> Result<InitReport, ConfigError> {
             name.to_string(),
             AgentConfig {
                 agent_type: ty.to_string(),
-                token_secret: format!("{name}-token"),
+                token_secret: Some(format!("{name}-token")),
                 projects: Vec::new(),
                 type_guessed: false,
             },
@@ -292,6 +326,9 @@ pub fn init_data_dir(data_dir: &Path) -> Result<InitReport, ConfigError> {
         templates_dir: default_templates(),
         agents,
         memory: None,
+        vault: VaultSection::default(),
+        #[cfg(feature = "kanboard")]
+        kanboard: None,
         upstreams: BTreeMap::new(),
         allowed_hosts: Vec::new(),
         allowed_origins: Vec::new(),

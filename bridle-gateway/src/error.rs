@@ -24,6 +24,9 @@ pub enum GatewayError {
     /// Registering tools or resources.
     #[error("registering the gateway's tools failed: {0}")]
     Register(#[from] kberg_core::CoreError),
+    /// The vault (its master key, its database).
+    #[error(transparent)]
+    Vault(#[from] crate::vault::VaultError),
     /// Listening or serving failed.
     #[error("{0}")]
     Serve(String),

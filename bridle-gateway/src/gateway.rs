@@ -21,7 +21,9 @@ use crate::config::{ConfigError, GatewayConfig, MCP_PATH};
 use crate::context::GatewayContext;
 use crate::error::GatewayError;
 use crate::memory::{AgentProjects, RulesWriteBack};
-use crate::upstreams::{DEFAULT_CONNECT_TIMEOUT, FolderSecrets, SecretSource, UpstreamPool};
+use crate::secrets::GatewaySecrets;
+use crate::upstreams::{DEFAULT_CONNECT_TIMEOUT, SecretSource, UpstreamPool};
+use crate::vault::{KeyOrigin, MasterKey, Vault, VaultConfig};
 
 /// Assembles a [`Gateway`].
 pub struct GatewayBuilder {
@@ -43,8 +45,8 @@ impl std::fmt::Debug for GatewayBuilder {
 
 impl GatewayBuilder {
     /// A gateway over `data_dir` with `config` (see [`GatewayConfig::load`]). Upstream secrets
-    /// come from the configuration's secrets folder unless [`GatewayBuilder::secrets`] names
-    /// another source.
+    /// come from the vault (`<data>/vault.db`, its master key as the configuration says) and
+    /// its read-only sources, unless [`GatewayBuilder::secrets`] names another source.
     pub fn new(data_dir: impl Into<PathBuf>, config: GatewayConfig) -> Self {
         Self {
             data_dir: data_dir.into(),
@@ -56,7 +58,7 @@ impl GatewayBuilder {
         }
     }
 
-    /// Where upstream credentials come from (the vault).
+    /// Where upstream credentials come from, instead of the vault's [`GatewaySecrets`].
     pub fn secrets(mut self, secrets: Arc<dyn SecretSource>) -> Self {
         self.secrets = Some(secrets);
         self
@@ -84,8 +86,10 @@ impl GatewayBuilder {
     /// tokio runtime. A bad upstream entry or an unreadable agent token stops it here, named.
     pub async fn build(self) -> Result<Gateway, GatewayError> {
         let secrets_dir = self.config.secrets_path(&self.data_dir);
+        let (vault, key_created) = open_vault(&self.data_dir, &self.config)?;
         let ctx = GatewayContext::open(&self.data_dir, self.config)?;
-        let auth = BridleAuth::new(&self.data_dir, Arc::clone(&ctx))?;
+        let auth =
+            BridleAuth::new(&self.data_dir, Arc::clone(&ctx))?.with_vault(Arc::clone(&vault));
         let memory_tools = self.memory.as_ref().map(|m| {
             let mut tools = m.tools();
             tools.on_indexed = Some(Arc::new(RulesWriteBack {
@@ -99,9 +103,16 @@ impl GatewayBuilder {
             tools
         });
         let app = crate::app::build_app_with(&ctx, memory_tools)?;
-        let secrets = self
-            .secrets
-            .unwrap_or_else(|| Arc::new(FolderSecrets::new(secrets_dir)));
+        let docker_dir = vault.config().docker_secrets_dir.clone();
+        let secrets = self.secrets.unwrap_or_else(|| {
+            Arc::new(GatewaySecrets::new(
+                Arc::clone(&vault),
+                secrets_dir,
+                docker_dir,
+            ))
+        });
+        #[cfg(feature = "kanboard")]
+        register_kanboard(&ctx, &app, Arc::clone(&secrets))?;
         let upstreams = UpstreamPool::start(&ctx, app.tools(), secrets, self.connect_timeout)
             .map_err(|e| {
                 GatewayError::Config(ConfigError::Invalid {
@@ -115,6 +126,8 @@ impl GatewayBuilder {
             app,
             auth,
             upstreams,
+            vault,
+            key_created,
             has_memory: self.memory.is_some(),
             watch_every: self.watch_every,
         })
@@ -128,8 +141,96 @@ pub struct Gateway {
     app: McpApp,
     auth: BridleAuth,
     upstreams: UpstreamPool,
+    vault: Arc<Vault>,
+    key_created: Option<PathBuf>,
     has_memory: bool,
     watch_every: Duration,
+}
+
+/// Registers the Kanboard tools when `bridle.yaml` has a `kanboard:` section: credentials from
+/// `secrets` per call, and each agent's Kanboard projects the mappings of its Bridle projects
+/// whose `permissions.<type>.kanboard.read` is set (so read permission is checked per project;
+/// `kanboard.write` is a grant like any other write).
+#[cfg(feature = "kanboard")]
+fn register_kanboard(
+    ctx: &Arc<GatewayContext>,
+    app: &McpApp,
+    secrets: Arc<dyn SecretSource>,
+) -> Result<(), GatewayError> {
+    use crate::kanboard::{KanboardClient, KanboardTools, VaultAccess};
+    let Some(config) = ctx.config.kanboard.clone() else {
+        return Ok(());
+    };
+    let invalid = |message: String| {
+        GatewayError::Config(ConfigError::Invalid {
+            file: PathBuf::from("bridle.yaml"),
+            message: format!("kanboard: {message}"),
+        })
+    };
+    for agent in config.agents.keys() {
+        if !ctx.config.agents.contains_key(agent) {
+            return Err(invalid(format!(
+                "`agents.{agent}` is not a configured agent"
+            )));
+        }
+    }
+    let url = config
+        .url
+        .parse()
+        .map_err(|e| invalid(format!("`url` {}: {e}", config.url)))?;
+    let client = KanboardClient::new(url, Duration::from_secs(config.timeout_secs.max(1)))
+        .map_err(|e| invalid(e.to_string()))?;
+    let gw = Arc::clone(ctx);
+    let projects: crate::kanboard::BridleProjects = Arc::new(move |caller| {
+        let Some(agent) = gw.agent(&caller.principal().id) else {
+            return Vec::new();
+        };
+        gw.store
+            .projects()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| agent.may_use(p))
+            .filter(|p| {
+                gw.store
+                    .load(p)
+                    .is_ok_and(|l| l.document.permissions_of(&agent.agent_type).kanboard.read)
+            })
+            .collect()
+    });
+    let access = VaultAccess::new(config, secrets, projects);
+    let private = kberg_core::ToolRegistry::new();
+    crate::kanboard::register(&private, KanboardTools::new(client, Arc::new(access)))?;
+    crate::namespace::mount(app.tools(), &private, "kanboard")?;
+    Ok(())
+}
+
+/// Opens the vault of a data directory: the master key the configuration names (it must
+/// exist), else `<data>/vault.key`, created on first start. Returns the vault and, when the key
+/// was just created, its path (say so to the operator: it must be backed up).
+pub fn open_vault(
+    data_dir: &Path,
+    config: &GatewayConfig,
+) -> Result<(Arc<Vault>, Option<PathBuf>), GatewayError> {
+    let (key, created) = match &config.vault.master_key {
+        Some(path) => (MasterKey::load(path)?, None),
+        None => {
+            let path = crate::vault::default_key_path(data_dir);
+            let (key, origin) = MasterKey::load_or_create(&path)?;
+            let created = matches!(origin, KeyOrigin::Created).then_some(path);
+            (key, created)
+        }
+    };
+    let mut vault_config = VaultConfig::for_data_dir(data_dir);
+    vault_config.secrets_dir = Some(config.secrets_path(data_dir));
+    if let Some(d) = &config.vault.docker_secrets_dir {
+        vault_config.docker_secrets_dir = d.clone();
+    }
+    let vault = Vault::open(
+        &data_dir.join(crate::vault::DEFAULT_DB_FILE),
+        &key,
+        vault_config,
+    )?;
+    Ok((Arc::new(vault), created))
 }
 
 impl std::fmt::Debug for Gateway {
@@ -155,6 +256,16 @@ impl Gateway {
     /// The upstream MCP servers.
     pub fn upstreams(&self) -> &UpstreamPool {
         &self.upstreams
+    }
+
+    /// The vault.
+    pub fn vault(&self) -> &Arc<Vault> {
+        &self.vault
+    }
+
+    /// Where the master key was created, when this start created it.
+    pub fn master_key_created(&self) -> Option<&Path> {
+        self.key_created.as_deref()
     }
 
     /// Whether memory's tools are served.

@@ -18,6 +18,8 @@
 //! - `kanboard` (feature `kanboard`): the Kanboard tool set, with credentials and project
 //!   mappings given per request and per agent by the embedder.
 //! - [`memory`]: the optional memory service and the write-back of `last_indexed`.
+//! - [`vault`]: every credential, sealed at rest; [`secrets`]: the vault and its read-only
+//!   sources as the upstreams' secret source.
 //! - [`upstreams`]: downstream MCP servers behind namespaced front tools, credentials injected
 //!   per request.
 //! - [`app`]: the MCP app assembled from the above.
@@ -34,7 +36,9 @@ pub mod gateway;
 pub mod kanboard;
 pub mod logging;
 pub mod memory;
+pub mod namespace;
 pub mod resources;
+pub mod secrets;
 pub mod sessions;
 pub mod tools;
 pub mod upstreams;

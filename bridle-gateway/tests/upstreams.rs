@@ -49,10 +49,15 @@ impl Authenticator for RecordingAuth {
             return Err(AuthError::Invalid);
         }
         Ok(Arc::new(
-            Principal::new(format!("user-of-{token}"))
-                .with_grants(Grants::of(["tickets.write".to_string()])),
+            Principal::new(account(token)).with_grants(Grants::of(["tickets.write".to_string()])),
         ))
     }
+}
+
+/// The upstream account a token belongs to. It never contains the token: the gateway scrubs an
+/// injected credential out of anything the upstream echoes.
+fn account(token: &str) -> String {
+    format!("acct-{}", token.chars().rev().collect::<String>())
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -210,11 +215,14 @@ async fn agents_reach_the_upstream_with_their_own_injected_secret() {
     // Each agent acts as its own upstream user.
     let r = call(&claude, "tickets__whoami", json!({})).await;
     assert!(!r.is_error, "{r:?}");
-    assert_eq!(r.text, "user-of-up-claude-1");
+    assert_eq!(r.text, account("up-claude-1"));
     let r = call(&codex, "tickets__whoami", json!({})).await;
-    assert_eq!(r.text, "user-of-up-codex-1");
+    assert_eq!(r.text, account("up-codex-1"));
     let r = call(&claude, "tickets__create_ticket", json!({"title": "t1"})).await;
-    assert_eq!(r.text, "created `t1` as user-of-up-claude-1");
+    assert_eq!(
+        r.text,
+        format!("created `t1` as {}", account("up-claude-1"))
+    );
     // codex may read but not write.
     let r = call(&codex, "tickets__create_ticket", json!({"title": "t2"})).await;
     assert!(r.is_error);
@@ -243,7 +251,7 @@ async fn agents_reach_the_upstream_with_their_own_injected_secret() {
     write_secret(tmp.path(), "tickets-claude", "up-claude-2");
     for _ in 0..5 {
         let r = call(&claude, "tickets__whoami", json!({})).await;
-        assert_eq!(r.text, "user-of-up-claude-2");
+        assert_eq!(r.text, account("up-claude-2"));
     }
     assert!(
         !recorder
@@ -423,4 +431,123 @@ fn bad_upstream_entries_stop_the_gateway_at_start_naming_them() {
         assert!(err.contains("upstream `gitea`"), "{err}");
         assert!(err.contains(needle), "{err}");
     }
+}
+
+/// The vault as the credential source: a secret created, rotated and revoked in the vault is
+/// followed by the next call, every use is in the vault's log, and an agent that holds only a
+/// vault-issued token authenticates with it until it is revoked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vault_secrets_and_vault_tokens_are_followed_per_request() {
+    use bridle_gateway::gateway::open_vault;
+    use bridle_gateway::vault::SecretValue;
+
+    let recorder = Arc::new(Recorder::default());
+    recorder
+        .accepted
+        .lock()
+        .unwrap()
+        .extend(["vault-v1".to_string(), "vault-v2".to_string()]);
+    let (url, upstream_stop) = start_upstream(Arc::clone(&recorder)).await;
+    let tmp = tempfile::tempdir().unwrap();
+    init_data_dir(tmp.path()).unwrap();
+    append_config(
+        tmp.path(),
+        &format!(
+            "upstreams:\n  tickets:\n    http: {{url: '{url}'}}\n    credential: {{secret: tickets-token, format: 'token {{secret}}'}}\n"
+        ),
+    );
+    // An agent with no token file: it authenticates with a vault-issued token.
+    let yaml = std::fs::read_to_string(tmp.path().join("bridle.yaml")).unwrap();
+    let yaml = yaml.replace("agents:\n", "agents:\n  robot:\n    type: claude\n");
+    std::fs::write(tmp.path().join("bridle.yaml"), yaml).unwrap();
+    let mut doc = demo_document();
+    doc.permissions.get_mut("claude").unwrap().tools.insert(
+        "tickets".into(),
+        ReadWrite {
+            read: true,
+            write: true,
+        },
+    );
+    RulesStore::open(tmp.path(), AgentCatalog::builtin())
+        .unwrap()
+        .create("demo", &doc, "test")
+        .unwrap();
+    let config = GatewayConfig::load(tmp.path()).unwrap();
+    let (vault, created) = open_vault(tmp.path(), &config).unwrap();
+    assert!(created.is_some(), "the first start creates the master key");
+    vault
+        .create("tickets-token", &SecretValue::from("vault-v1"), "user:test")
+        .unwrap();
+    let robot_token = vault.set_agent_token("robot", "user:test").unwrap();
+    let robot_token = robot_token.token.expose_str().unwrap().to_string();
+
+    let gateway = GatewayBuilder::new(tmp.path(), config)
+        .build()
+        .await
+        .unwrap();
+    assert!(gateway.master_key_created().is_none(), "the key is reused");
+    assert!(
+        !gateway
+            .upstreams()
+            .wait_offered("tickets", Duration::from_secs(30))
+            .await
+            .is_empty()
+    );
+    let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let gw_url = bound.url();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let served = tokio::spawn(bound.run(async move { s.cancelled().await }));
+
+    // `robot` has no token file: its vault token authenticates it, as a `claude`.
+    let robot = McpSurface::connect_http_with_bearer(&gw_url, &robot_token)
+        .await
+        .unwrap();
+    let r = call(&robot, "tickets__whoami", json!({})).await;
+    assert_eq!(r.text, account("vault-v1"), "{r:?}");
+
+    // Rotated in the vault: the next call carries the new version.
+    vault
+        .rotate(
+            "tickets-token",
+            &SecretValue::from("vault-v2"),
+            "user:test",
+            Duration::ZERO,
+        )
+        .unwrap();
+    let r = call(&robot, "tickets__whoami", json!({})).await;
+    assert_eq!(r.text, account("vault-v2"), "{r:?}");
+    let uses = vault
+        .audit_log(0, 1000)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.action == "use" && e.secret.as_deref() == Some("tickets-token"))
+        .count();
+    assert!(uses >= 2, "every injected use is recorded");
+
+    // Revoked: refused, nothing sent.
+    vault.revoke("tickets-token", 2, "user:test").unwrap();
+    recorder.seen.lock().unwrap().clear();
+    let r = call(&robot, "tickets__whoami", json!({})).await;
+    assert_eq!(code(&r), "credential_missing", "{r:?}");
+    assert!(recorder.seen.lock().unwrap().is_empty());
+
+    // The agent's token revoked: its next request is refused at the door.
+    vault.revoke_agent_tokens("robot", "user:test").unwrap();
+    let after = robot
+        .call("list_projects", json!({}), CancellationToken::new())
+        .await;
+    assert!(
+        after.is_err() || after.as_ref().is_ok_and(|r| r.is_error),
+        "a revoked token still served: {after:?}"
+    );
+    assert!(
+        McpSurface::connect_http_with_bearer(&gw_url, &robot_token)
+            .await
+            .is_err()
+    );
+
+    stop.cancel();
+    served.await.unwrap().unwrap();
+    upstream_stop.cancel();
 }

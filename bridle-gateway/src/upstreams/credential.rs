@@ -103,10 +103,20 @@ impl FolderSecrets {
     }
 
     fn path(&self, name: &str) -> Result<PathBuf, SecretError> {
-        bridle_rules::check_name("secret", name).map_err(|e| SecretError::Unreadable {
-            name: name.to_string(),
-            message: e.to_string(),
-        })?;
+        // Docker secret names are often upper case (`GITEA_TOKEN`); anything that could leave
+        // the folder is refused.
+        let ok = !name.is_empty()
+            && name.len() <= 128
+            && !name.starts_with('.')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !ok {
+            return Err(SecretError::Unreadable {
+                name: name.to_string(),
+                message: "a secret name is 1 to 128 letters, digits, `-`, `_` or `.`, not starting with `.`".into(),
+            });
+        }
         Ok(self.dir.join(name))
     }
 }

@@ -17,11 +17,13 @@
 
 #![allow(clippy::print_stdout)] // A command-line program prints its results on stdout.
 
+mod agents;
 mod kanboard;
 mod memory;
 mod render;
 mod rules;
 mod scope;
+mod secrets;
 mod serve;
 
 use std::path::{Path, PathBuf};
@@ -84,6 +86,12 @@ enum Command {
     /// Pattern examples in Bridle's memory (needs a `memory:` section in bridle.yaml).
     #[command(subcommand)]
     Memory(memory::MemoryCommand),
+    /// The vault's secrets (values are never shown).
+    #[command(subcommand)]
+    Secrets(secrets::SecretsCommand),
+    /// Agents and their vault-issued tokens.
+    #[command(subcommand)]
+    Agents(agents::AgentsCommand),
     /// The Kanboard tools on their own.
     #[command(subcommand)]
     Kanboard(kanboard::KanboardCommand),
@@ -168,6 +176,8 @@ fn run(command: Command, dir: &Path) -> Result<ExitCode, BoxError> {
         } => render::render(dir, &project, &agent, &out, check),
         Command::Rules(c) => rules::rules(dir, c),
         Command::Scope(c) => scope::scope(dir, c),
+        Command::Secrets(c) => secrets::secrets(dir, c),
+        Command::Agents(c) => agents::agents(dir, c),
         Command::Memory(c) => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -33,6 +33,12 @@ pub(crate) async fn serve(dir: &Path, listen: Option<String>) -> Result<(), BoxE
         builder = builder.memory(open_memory(dir, &config).await?);
     }
     let gateway = builder.build().await?;
+    if let Some(path) = gateway.master_key_created() {
+        println!(
+            "bridle: created the vault's master key at {} (mode 0600). Back it up: without it the vault cannot be read.",
+            path.display()
+        );
+    }
     let has_memory = gateway.has_memory();
     let bound = gateway.bind(addr).await?;
     print_connect_help(dir, &config, &bound.url());
@@ -75,8 +81,22 @@ fn print_connect_help(dir: &Path, config: &GatewayConfig, url: &str) {
     println!("bridle: listening on {url}");
     println!();
     for (name, agent) in &config.agents {
-        let token_file = shell_quote(&secrets.join(&agent.token_secret).display().to_string());
-        let bearer = format!("\"Authorization: Bearer $(cat {token_file})\"");
+        // A token file is read when the command runs; a vault-issued token was shown once when
+        // it was issued, so the command reads it from $BRIDLE_TOKEN.
+        let token_source = match &agent.token_secret {
+            Some(secret) => format!(
+                "$(cat {})",
+                shell_quote(&secrets.join(secret).display().to_string())
+            ),
+            None => {
+                println!(
+                    "(agent `{name}` uses a vault-issued token: `bridle agents token issue {name}` prints it once; export it as BRIDLE_TOKEN)"
+                );
+                "$BRIDLE_TOKEN".to_string()
+            }
+        };
+        let token_file = &token_source;
+        let bearer = format!("\"Authorization: Bearer {token_source}\"");
         match agent.agent_type.as_str() {
             "claude" => {
                 println!("Claude Code (agent `{name}`):");
@@ -95,13 +115,13 @@ fn print_connect_help(dir: &Path, config: &GatewayConfig, url: &str) {
                 println!("  [mcp_servers.bridle]");
                 println!("  url = \"{url}\"");
                 println!("  bearer_token_env_var = \"BRIDLE_TOKEN\"");
-                println!(
-                    "  and before starting codex: export BRIDLE_TOKEN=\"$(cat {token_file})\""
-                );
+                if agent.token_secret.is_some() {
+                    println!("  and before starting codex: export BRIDLE_TOKEN=\"{token_file}\"");
+                }
             }
             other => {
                 println!(
-                    "{other} (agent `{name}`): connect to {url} with header \"Authorization: Bearer <contents of {token_file}>\""
+                    "{other} (agent `{name}`): connect to {url} with header \"Authorization: Bearer {token_file}\""
                 );
             }
         }

@@ -1,0 +1,78 @@
+//! Mounting a tool set under a namespace: every tool of a private registry offered in the
+//! gateway's registry as `<namespace>__<tool>`, the same naming the upstream MCP servers get, so
+//! two tool sets never collide (Kanboard's `list_projects` beside the gateway's own).
+//!
+//! A mounted tool forwards the real caller to the private registry, so its gate checks again
+//! what the tool set itself declares (a write's capability, the arguments); the public gate has
+//! already checked the same spec first.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use kberg_core::{
+    CallOptions, Caller, CoreError, Principal, Tool, ToolContext, ToolError, ToolOutput,
+    ToolRegistry, ToolSpec,
+};
+use serde_json::Value;
+
+struct Mounted {
+    spec: ToolSpec,
+    inner: String,
+    private: ToolRegistry,
+}
+
+#[async_trait]
+impl Tool for Mounted {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let opts = CallOptions {
+            cancel: ctx.cancellation().clone(),
+            peer: ctx.peer().cloned(),
+            progress_token: ctx.meta().and_then(|m| m.get("progressToken")).cloned(),
+            meta: ctx.meta().cloned(),
+            client: ctx.client().cloned(),
+        };
+        match self
+            .private
+            .call(ctx.caller(), &self.inner, args, opts)
+            .await
+        {
+            Ok(out) => Ok(out),
+            Err(e) => Ok(e.to_output()),
+        }
+    }
+}
+
+/// Registers every tool of `private` in `public` as `<namespace>__<tool>`, declaring the write
+/// capabilities they use. Returns the names registered.
+pub fn mount(
+    public: &ToolRegistry,
+    private: &ToolRegistry,
+    namespace: &str,
+) -> Result<Vec<String>, CoreError> {
+    for cap in private.capabilities() {
+        match public.declare(cap) {
+            Ok(()) | Err(CoreError::DuplicateCapability { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let everyone = Caller::new(Principal::new("bridle-gateway/mount"));
+    let mut names = Vec::new();
+    for spec in private.list(&everyone) {
+        let inner = spec.name.clone();
+        let Some(mut spec) = private.spec(&inner) else {
+            continue;
+        };
+        spec.name = format!("{namespace}__{inner}");
+        names.push(spec.name.clone());
+        public.register_arc(Arc::new(Mounted {
+            spec,
+            inner,
+            private: private.clone(),
+        }))?;
+    }
+    Ok(names)
+}
