@@ -114,7 +114,7 @@ impl GatewayBuilder {
             ctx,
             app,
             auth,
-            upstreams,
+            upstreams: Arc::new(upstreams),
             has_memory: self.memory.is_some(),
             watch_every: self.watch_every,
         })
@@ -127,7 +127,7 @@ pub struct Gateway {
     ctx: Arc<GatewayContext>,
     app: McpApp,
     auth: BridleAuth,
-    upstreams: UpstreamPool,
+    upstreams: Arc<UpstreamPool>,
     has_memory: bool,
     watch_every: Duration,
 }
@@ -155,6 +155,16 @@ impl Gateway {
     /// The upstream MCP servers.
     pub fn upstreams(&self) -> &UpstreamPool {
         &self.upstreams
+    }
+
+    /// The admin API's state over this gateway (its rules store and upstreams), admitting the
+    /// admins `credentials` accept; serve it with [`crate::admin::AdminServer`].
+    pub fn admin_state(
+        &self,
+        credentials: Arc<dyn crate::admin::AdminCredentials>,
+    ) -> crate::admin::AdminState {
+        crate::admin::AdminState::new(Arc::clone(&self.ctx), credentials)
+            .integrations(Arc::clone(&self.upstreams) as Arc<dyn crate::admin::IntegrationStatus>)
     }
 
     /// Whether memory's tools are served.
