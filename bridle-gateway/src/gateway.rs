@@ -6,7 +6,8 @@
 //! servers behind their front tools with credentials from a [`SecretSource`], and the per-agent
 //! authentication. [`Gateway::bind`] then listens (loopback by default; another address only
 //! with explicit allowed Host names and Origins) and [`BoundGateway::run`] serves until a
-//! shutdown signal, with the watcher that tells subscribed agents when their rules change.
+//! shutdown signal, with the watcher that tells subscribed agents when their rules change, and
+//! the admin API on its own loopback listener when [`GatewayBuilder::admin`] asks for it.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use kberg_server::{HttpConfig, HttpServer, McpApp};
 
+use crate::admin::{AdminCredentials, AdminServer};
 use crate::auth::BridleAuth;
 use crate::config::{ConfigError, GatewayConfig, MCP_PATH};
 use crate::context::GatewayContext;
@@ -31,6 +33,14 @@ pub struct GatewayBuilder {
     memory: Option<bridle_memory::MemoryService>,
     connect_timeout: Duration,
     watch_every: Duration,
+    admin: Option<AdminListen>,
+}
+
+/// Where the admin API listens and who it admits.
+#[derive(Clone)]
+struct AdminListen {
+    addr: SocketAddr,
+    credentials: Arc<dyn AdminCredentials>,
 }
 
 impl std::fmt::Debug for GatewayBuilder {
@@ -53,7 +63,15 @@ impl GatewayBuilder {
             memory: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             watch_every: Duration::from_millis(250),
+            admin: None,
         }
+    }
+
+    /// Also serves the admin API on its own loopback `addr` (port 0 picks a free one),
+    /// admitting the admins `credentials` accept. [`BoundGateway::admin_url`] says where.
+    pub fn admin(mut self, addr: SocketAddr, credentials: Arc<dyn AdminCredentials>) -> Self {
+        self.admin = Some(AdminListen { addr, credentials });
+        self
     }
 
     /// Where upstream credentials come from (the vault).
@@ -117,6 +135,7 @@ impl GatewayBuilder {
             upstreams: Arc::new(upstreams),
             has_memory: self.memory.is_some(),
             watch_every: self.watch_every,
+            admin: self.admin,
         })
     }
 }
@@ -130,6 +149,7 @@ pub struct Gateway {
     upstreams: Arc<UpstreamPool>,
     has_memory: bool,
     watch_every: Duration,
+    admin: Option<AdminListen>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -159,10 +179,7 @@ impl Gateway {
 
     /// The admin API's state over this gateway (its rules store and upstreams), admitting the
     /// admins `credentials` accept; serve it with [`crate::admin::AdminServer`].
-    pub fn admin_state(
-        &self,
-        credentials: Arc<dyn crate::admin::AdminCredentials>,
-    ) -> crate::admin::AdminState {
+    pub fn admin_state(&self, credentials: Arc<dyn AdminCredentials>) -> crate::admin::AdminState {
         crate::admin::AdminState::new(Arc::clone(&self.ctx), credentials)
             .integrations(Arc::clone(&self.upstreams) as Arc<dyn crate::admin::IntegrationStatus>)
     }
@@ -197,9 +214,18 @@ impl Gateway {
         let server = HttpServer::bind(self.app.clone(), http)
             .await
             .map_err(|e| GatewayError::Serve(format!("cannot listen on {addr}: {e}")))?;
+        let admin = match &self.admin {
+            Some(a) => Some(
+                AdminServer::bind(a.addr, self.admin_state(Arc::clone(&a.credentials)))
+                    .await
+                    .map_err(|e| GatewayError::Serve(e.to_string()))?,
+            ),
+            None => None,
+        };
         Ok(BoundGateway {
             gateway: self,
             server,
+            admin,
         })
     }
 }
@@ -208,6 +234,7 @@ impl Gateway {
 pub struct BoundGateway {
     gateway: Gateway,
     server: HttpServer,
+    admin: Option<AdminServer>,
 }
 
 impl std::fmt::Debug for BoundGateway {
@@ -229,6 +256,11 @@ impl BoundGateway {
         format!("http://{}{MCP_PATH}", self.server.local_addr())
     }
 
+    /// The admin API's base URL, when [`GatewayBuilder::admin`] asked for it.
+    pub fn admin_url(&self) -> Option<String> {
+        self.admin.as_ref().map(AdminServer::url)
+    }
+
     /// The gateway.
     pub fn gateway(&self) -> &Gateway {
         &self.gateway
@@ -248,9 +280,19 @@ impl BoundGateway {
             g.watch_every,
             stop.clone(),
         ));
+        let admin = self
+            .admin
+            .map(|a| tokio::spawn(a.run(stop.clone().cancelled_owned())));
         let served = self.server.run(shutdown).await;
         stop.cancel();
         let _ = watcher.await;
+        if let Some(admin) = admin {
+            match admin.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "the admin API stopped with an error"),
+                Err(e) => tracing::warn!(error = %e, "the admin API task failed"),
+            }
+        }
         self.gateway.upstreams.shutdown().await;
         served.map_err(|e| GatewayError::Serve(format!("serving failed: {e}")))
     }

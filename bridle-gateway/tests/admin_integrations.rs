@@ -133,3 +133,82 @@ async fn integrations_report_each_upstream_from_the_gateway() {
         .unwrap();
     gateway.upstreams().shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_gateway_serves_the_admin_api_beside_mcp_and_stops_both() {
+    let tmp = tempfile::tempdir().unwrap();
+    init_data_dir(tmp.path()).unwrap();
+    RulesStore::open(tmp.path(), AgentCatalog::builtin())
+        .unwrap()
+        .create("demo", &demo_document(), "test")
+        .unwrap();
+    let config = GatewayConfig::load(tmp.path()).unwrap();
+    let agent_token = bridle_gateway::config::read_secret(
+        &config.secrets_path(tmp.path()),
+        &config.agents["claude"].token_secret,
+    )
+    .unwrap();
+    let mut admins = AdminTokens::new().unwrap();
+    admins.insert("alice", "alice-token").unwrap();
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let bound = GatewayBuilder::new(tmp.path(), config)
+        .admin(loopback, Arc::new(admins))
+        .build()
+        .await
+        .unwrap()
+        .bind(loopback)
+        .await
+        .unwrap();
+    let admin = bound.admin_url().unwrap();
+    assert_ne!(admin, bound.url());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(bound.run(async move {
+        let _ = stopped.await;
+    }));
+    let http = reqwest::Client::new();
+    let resp = http
+        .get(format!("{admin}/projects"))
+        .bearer_auth("alice-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["items"][0]["name"], "demo");
+    // The agent's token is good for MCP, never for the admin API.
+    let resp = http
+        .get(format!("{admin}/projects"))
+        .bearer_auth(&agent_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the gateway stops")
+        .unwrap()
+        .unwrap();
+    // Both listeners are closed.
+    assert!(http.get(format!("{admin}/projects")).send().await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_is_refused_on_a_non_loopback_address() {
+    let tmp = tempfile::tempdir().unwrap();
+    init_data_dir(tmp.path()).unwrap();
+    let config = GatewayConfig::load(tmp.path()).unwrap();
+    let err = GatewayBuilder::new(tmp.path(), config)
+        .admin(
+            SocketAddr::from(([0, 0, 0, 0], 0)),
+            Arc::new(AdminTokens::new().unwrap()),
+        )
+        .build()
+        .await
+        .unwrap()
+        .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("loopback"), "{err}");
+}
