@@ -214,6 +214,9 @@ impl Gateway {
         let server = HttpServer::bind(self.app.clone(), http)
             .await
             .map_err(|e| GatewayError::Serve(format!("cannot listen on {addr}: {e}")))?;
+        if let Some(a) = &self.admin {
+            self.check_admins_are_not_agents(a.credentials.as_ref())?;
+        }
         let admin = match &self.admin {
             Some(a) => Some(
                 AdminServer::bind(a.addr, self.admin_state(Arc::clone(&a.credentials)))
@@ -227,6 +230,29 @@ impl Gateway {
             server,
             admin,
         })
+    }
+}
+
+impl Gateway {
+    /// An agent's token must never open the admin API: refuse to start when an admin
+    /// credential accepts one (named by agent, never by token).
+    fn check_admins_are_not_agents(
+        &self,
+        credentials: &dyn AdminCredentials,
+    ) -> Result<(), GatewayError> {
+        let secrets = self.ctx.config.secrets_path(&self.data_dir);
+        for (name, agent) in &self.ctx.config.agents {
+            let token = crate::config::read_secret(&secrets, &agent.token_secret)?;
+            if credentials.verify(&token).is_some() {
+                return Err(GatewayError::Config(ConfigError::Invalid {
+                    file: self.data_dir.join("bridle.yaml"),
+                    message: format!(
+                        "agent `{name}`'s token is also an admin credential; give admins their own"
+                    ),
+                }));
+            }
+        }
+        Ok(())
     }
 }
 

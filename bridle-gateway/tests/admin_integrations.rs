@@ -212,3 +212,29 @@ async fn the_admin_api_is_refused_on_a_non_loopback_address() {
         .unwrap_err();
     assert!(err.to_string().contains("loopback"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_credential_that_is_an_agents_token_stops_the_gateway() {
+    let tmp = tempfile::tempdir().unwrap();
+    init_data_dir(tmp.path()).unwrap();
+    let config = GatewayConfig::load(tmp.path()).unwrap();
+    let agent_token = bridle_gateway::config::read_secret(
+        &config.secrets_path(tmp.path()),
+        &config.agents["codex"].token_secret,
+    )
+    .unwrap();
+    let mut admins = AdminTokens::new().unwrap();
+    admins.insert("alice", &agent_token).unwrap();
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let err = GatewayBuilder::new(tmp.path(), config)
+        .admin(loopback, Arc::new(admins))
+        .build()
+        .await
+        .unwrap()
+        .bind(loopback)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("agent `codex`"), "{err}");
+    assert!(!err.contains(&agent_token), "{err}");
+}
