@@ -6,7 +6,8 @@
 //! servers behind their front tools with credentials from a [`SecretSource`], and the per-agent
 //! authentication. [`Gateway::bind`] then listens (loopback by default; another address only
 //! with explicit allowed Host names and Origins) and [`BoundGateway::run`] serves until a
-//! shutdown signal, with the watcher that tells subscribed agents when their rules change.
+//! shutdown signal, with the watcher that tells subscribed agents when their rules change, and
+//! the admin API on its own loopback listener when [`GatewayBuilder::admin`] asks for it.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use kberg_server::{HttpConfig, HttpServer, McpApp};
 
+use crate::admin::{AdminCredentials, AdminServer};
 use crate::auth::BridleAuth;
 use crate::config::{ConfigError, GatewayConfig, MCP_PATH};
 use crate::context::GatewayContext;
@@ -33,6 +35,14 @@ pub struct GatewayBuilder {
     memory: Option<bridle_memory::MemoryService>,
     connect_timeout: Duration,
     watch_every: Duration,
+    admin: Option<AdminListen>,
+}
+
+/// Where the admin API listens and who it admits.
+#[derive(Clone)]
+struct AdminListen {
+    addr: SocketAddr,
+    credentials: Arc<dyn AdminCredentials>,
 }
 
 impl std::fmt::Debug for GatewayBuilder {
@@ -55,7 +65,15 @@ impl GatewayBuilder {
             memory: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             watch_every: Duration::from_millis(250),
+            admin: None,
         }
+    }
+
+    /// Also serves the admin API on its own loopback `addr` (port 0 picks a free one),
+    /// admitting the admins `credentials` accept. [`BoundGateway::admin_url`] says where.
+    pub fn admin(mut self, addr: SocketAddr, credentials: Arc<dyn AdminCredentials>) -> Self {
+        self.admin = Some(AdminListen { addr, credentials });
+        self
     }
 
     /// Where upstream credentials come from, instead of the vault's [`GatewaySecrets`].
@@ -125,11 +143,12 @@ impl GatewayBuilder {
             ctx,
             app,
             auth,
-            upstreams,
+            upstreams: Arc::new(upstreams),
             vault,
             key_created,
             has_memory: self.memory.is_some(),
             watch_every: self.watch_every,
+            admin: self.admin,
         })
     }
 }
@@ -140,11 +159,12 @@ pub struct Gateway {
     ctx: Arc<GatewayContext>,
     app: McpApp,
     auth: BridleAuth,
-    upstreams: UpstreamPool,
+    upstreams: Arc<UpstreamPool>,
     vault: Arc<Vault>,
     key_created: Option<PathBuf>,
     has_memory: bool,
     watch_every: Duration,
+    admin: Option<AdminListen>,
 }
 
 /// Registers the Kanboard tools when `bridle.yaml` has a `kanboard:` section: credentials from
@@ -268,6 +288,13 @@ impl Gateway {
         self.key_created.as_deref()
     }
 
+    /// The admin API's state over this gateway (its rules store and upstreams), admitting the
+    /// admins `credentials` accept; serve it with [`crate::admin::AdminServer`].
+    pub fn admin_state(&self, credentials: Arc<dyn AdminCredentials>) -> crate::admin::AdminState {
+        crate::admin::AdminState::new(Arc::clone(&self.ctx), credentials)
+            .integrations(Arc::clone(&self.upstreams) as Arc<dyn crate::admin::IntegrationStatus>)
+    }
+
     /// Whether memory's tools are served.
     pub fn has_memory(&self) -> bool {
         self.has_memory
@@ -298,10 +325,50 @@ impl Gateway {
         let server = HttpServer::bind(self.app.clone(), http)
             .await
             .map_err(|e| GatewayError::Serve(format!("cannot listen on {addr}: {e}")))?;
+        if let Some(a) = &self.admin {
+            self.check_admins_are_not_agents(a.credentials.as_ref())?;
+        }
+        let admin = match &self.admin {
+            Some(a) => Some(
+                AdminServer::bind(a.addr, self.admin_state(Arc::clone(&a.credentials)))
+                    .await
+                    .map_err(|e| GatewayError::Serve(e.to_string()))?,
+            ),
+            None => None,
+        };
         Ok(BoundGateway {
             gateway: self,
             server,
+            admin,
         })
+    }
+}
+
+impl Gateway {
+    /// An agent's token must never open the admin API: refuse to start when an admin
+    /// credential accepts one (named by agent, never by token).
+    fn check_admins_are_not_agents(
+        &self,
+        credentials: &dyn AdminCredentials,
+    ) -> Result<(), GatewayError> {
+        let secrets = self.ctx.config.secrets_path(&self.data_dir);
+        // Vault-issued agent tokens exist here only as keyed hashes, so only token files can be
+        // compared.
+        for (name, agent) in &self.ctx.config.agents {
+            let Some(secret) = &agent.token_secret else {
+                continue;
+            };
+            let token = crate::config::read_secret(&secrets, secret)?;
+            if credentials.verify(&token).is_some() {
+                return Err(GatewayError::Config(ConfigError::Invalid {
+                    file: self.data_dir.join("bridle.yaml"),
+                    message: format!(
+                        "agent `{name}`'s token is also an admin credential; give admins their own"
+                    ),
+                }));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -309,6 +376,7 @@ impl Gateway {
 pub struct BoundGateway {
     gateway: Gateway,
     server: HttpServer,
+    admin: Option<AdminServer>,
 }
 
 impl std::fmt::Debug for BoundGateway {
@@ -330,6 +398,11 @@ impl BoundGateway {
         format!("http://{}{MCP_PATH}", self.server.local_addr())
     }
 
+    /// The admin API's base URL, when [`GatewayBuilder::admin`] asked for it.
+    pub fn admin_url(&self) -> Option<String> {
+        self.admin.as_ref().map(AdminServer::url)
+    }
+
     /// The gateway.
     pub fn gateway(&self) -> &Gateway {
         &self.gateway
@@ -349,9 +422,19 @@ impl BoundGateway {
             g.watch_every,
             stop.clone(),
         ));
+        let admin = self
+            .admin
+            .map(|a| tokio::spawn(a.run(stop.clone().cancelled_owned())));
         let served = self.server.run(shutdown).await;
         stop.cancel();
         let _ = watcher.await;
+        if let Some(admin) = admin {
+            match admin.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "the admin API stopped with an error"),
+                Err(e) => tracing::warn!(error = %e, "the admin API task failed"),
+            }
+        }
         self.gateway.upstreams.shutdown().await;
         served.map_err(|e| GatewayError::Serve(format!("serving failed: {e}")))
     }

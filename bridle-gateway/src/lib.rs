@@ -23,9 +23,12 @@
 //! - [`upstreams`]: downstream MCP servers behind namespaced front tools, credentials injected
 //!   per request.
 //! - [`app`]: the MCP app assembled from the above.
+//! - [`admin`]: the admin API (projects, the review queue, scope tickets, integrations) over
+//!   HTTP with problem-details errors and its OpenAPI document.
 //! - [`logging`]: the log filter binaries install (rmcp's message bodies never logged).
 //! - [`gateway`]: [`Gateway`], everything assembled by [`GatewayBuilder`] and served over HTTP.
 
+pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod config;

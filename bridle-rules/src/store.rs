@@ -55,6 +55,12 @@ CREATE TABLE IF NOT EXISTS changes (
     proposal_id INTEGER,
     at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS revisions (
+    project TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    document TEXT NOT NULL,
+    PRIMARY KEY (project, revision)
+);
 CREATE TABLE IF NOT EXISTS scope_requests (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     project TEXT NOT NULL,
@@ -445,7 +451,7 @@ impl RulesStore {
         }
         let mut doc = doc.clone();
         doc.revision = 1;
-        self.write_doc(&path, &doc)?;
+        self.write_doc(&tx, project, &path, &doc)?;
         record_change(&tx, project, 1, Source::User, actor, "create project", None)?;
         tx.commit()?;
         Ok(())
@@ -474,7 +480,7 @@ impl RulesStore {
         }
         let mut doc = edited.clone();
         doc.revision = current.revision + 1;
-        self.write_doc(&path, &doc)?;
+        self.write_doc(&tx, project, &path, &doc)?;
         record_change(
             &tx,
             project,
@@ -500,7 +506,7 @@ impl RulesStore {
         };
         let mut doc = loaded.document;
         doc.revision += 1;
-        self.write_doc(&path, &doc)?;
+        self.write_doc(&tx, project, &path, &doc)?;
         record_change(
             &tx,
             project,
@@ -514,7 +520,15 @@ impl RulesStore {
         Ok(Some(from))
     }
 
-    fn write_doc(&self, path: &Path, doc: &RulesDocument) -> Result<(), RulesError> {
+    /// Validates and writes a document, keeping a copy of the revision in the database (in the
+    /// caller's transaction) so older revisions can be read back and diffed.
+    fn write_doc(
+        &self,
+        tx: &Connection,
+        project: &str,
+        path: &Path,
+        doc: &RulesDocument,
+    ) -> Result<(), RulesError> {
         let problems = validate::validate(doc, &self.catalog, None);
         if !problems.is_empty() {
             return Err(RulesError::Invalid {
@@ -523,7 +537,51 @@ impl RulesStore {
             });
         }
         let text = yaml::to_yaml(doc)?;
+        tx.execute(
+            "INSERT OR REPLACE INTO revisions (project, revision, document) VALUES (?1, ?2, ?3)",
+            params![project, doc.revision as i64, text],
+        )?;
         write_atomic(path, text.as_bytes())
+    }
+
+    /// The document of a project as it was at `revision`, for revisions written since the
+    /// store kept copies (older ones are [`RulesError::NotFound`] of kind `revision`).
+    pub fn document_at(&self, project: &str, revision: u64) -> Result<RulesDocument, RulesError> {
+        let path = self.project_path(project)?;
+        let current = self.load(project)?.document;
+        if current.revision == revision {
+            return Ok(current);
+        }
+        let conn = self.connect()?;
+        let text: Option<String> = conn
+            .query_row(
+                "SELECT document FROM revisions WHERE project = ?1 AND revision = ?2",
+                params![project, revision as i64],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let text = text.ok_or_else(|| RulesError::NotFound {
+            kind: "revision",
+            id: format!("{project}@{revision}"),
+        })?;
+        Ok(yaml::load_str(&text, &path, project, &self.catalog)?.document)
+    }
+
+    /// The document a pending proposal would produce if it were approved now by `approver`
+    /// (nothing is written). Fails as [`RulesStore::approve`] would.
+    pub fn preview(&self, id: u64, approver: &str) -> Result<RulesDocument, RulesError> {
+        let p = self.proposal(id)?;
+        if p.status != ProposalStatus::Pending {
+            return Err(RulesError::AlreadyDecided {
+                kind: "proposal",
+                id: id.to_string(),
+                status: p.status.as_str().into(),
+            });
+        }
+        let mut doc = self.load(&p.project)?.document;
+        apply(&mut doc, &p, approver, &now_rfc3339())?;
+        doc.revision += 1;
+        Ok(doc)
     }
 
     /// Queues a change for review. The document is not touched.
@@ -617,7 +675,7 @@ impl RulesStore {
         let now = now_rfc3339();
         apply(&mut doc, &p, approved_by, &now)?;
         doc.revision += 1;
-        self.write_doc(&path, &doc)?;
+        self.write_doc(&tx, &p.project, &path, &doc)?;
         tx.execute(
             "UPDATE proposals SET status = 'approved', decided_by = ?1, decided_at = ?2, applied_revision = ?3 WHERE id = ?4",
             params![approved_by, now, doc.revision as i64, id as i64],

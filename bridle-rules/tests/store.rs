@@ -465,3 +465,47 @@ fn suggestions_in_agent_profiles_are_queued_for_review_once() {
             .is_empty()
     );
 }
+
+#[test]
+fn earlier_revisions_are_kept_and_a_preview_writes_nothing() {
+    let (_dir, store) = store();
+    let p = store
+        .propose(
+            "shop",
+            &Origin::agent("claude", None),
+            &guardrail("no-force-push"),
+            None,
+        )
+        .unwrap();
+    let preview = store.preview(p.id, "alice").unwrap();
+    assert_eq!(preview.revision, 2);
+    assert!(preview.guardrail("no-force-push").is_some());
+    // Nothing was written.
+    assert_eq!(store.load("shop").unwrap().document.revision, 1);
+    assert!(store.document_at("shop", 2).is_err());
+
+    store.approve(p.id, "alice").unwrap();
+    let first = store.document_at("shop", 1).unwrap();
+    assert_eq!(first.revision, 1);
+    assert!(first.guardrail("no-force-push").is_none());
+    assert!(
+        store
+            .document_at("shop", 2)
+            .unwrap()
+            .guardrail("no-force-push")
+            .is_some()
+    );
+    match store.document_at("shop", 9) {
+        Err(RulesError::NotFound { kind, .. }) => assert_eq!(kind, "revision"),
+        other => panic!("expected not found, got {other:?}"),
+    }
+    // A decided proposal has nothing to preview and cannot be approved again.
+    assert!(matches!(
+        store.preview(p.id, "bob"),
+        Err(RulesError::AlreadyDecided { .. })
+    ));
+    assert!(matches!(
+        store.approve(p.id, "bob"),
+        Err(RulesError::AlreadyDecided { .. })
+    ));
+}

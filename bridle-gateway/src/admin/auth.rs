@@ -1,0 +1,238 @@
+//! Who may use the admin API: admins, never agents.
+//!
+//! [`AdminCredentials`] is the one question the API asks: "which admin, if any, does this bearer
+//! token belong to?". It is deliberately small so the vault can answer it later; until then
+//! [`AdminTokens`] answers it from a keyed-hash list (built in code, or read from a file of
+//! `name token` lines). Agents' tokens are never in that list, so an agent gets 401 here,
+//! always. The [`require_admin`] middleware runs before every handler except the OpenAPI
+//! document and hands the handler an [`AdminIdentity`].
+
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::Response;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+
+use super::error::ApiError;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// An authenticated admin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminIdentity {
+    /// The admin's name (lowercase letters, digits, `-`, `_`, `.`).
+    pub name: String,
+}
+
+impl AdminIdentity {
+    /// The actor recorded in the rules store's change log and decisions for a change made
+    /// through this API: `admin:<name>@api` (the source is `user`; the suffix is the surface).
+    pub fn actor(&self) -> String {
+        format!("admin:{}@api", self.name)
+    }
+}
+
+/// Verifies a presented bearer token. Implementations compare in constant time and never log
+/// the token.
+pub trait AdminCredentials: Send + Sync + 'static {
+    /// The admin the token belongs to, or `None`.
+    fn verify(&self, token: &str) -> Option<AdminIdentity>;
+}
+
+/// Why admin credentials could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CredentialsError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line is not `name token`, or names an invalid admin.
+    #[error("{path}: line {line}: {message}")]
+    Line {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The 1-based line.
+        line: usize,
+        /// What is wrong (never the token).
+        message: String,
+    },
+    /// No randomness for the hashing key.
+    #[error("no randomness for the credential key: {0}")]
+    Random(String),
+}
+
+/// Admin tokens held only as HMAC-SHA256 digests under a per-process random key: a memory dump
+/// shows no token, and a verification compares every digest in constant time.
+pub struct AdminTokens {
+    key: [u8; 32],
+    entries: Vec<(String, [u8; 32])>,
+}
+
+impl std::fmt::Debug for AdminTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminTokens")
+            .field(
+                "admins",
+                &self.entries.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl AdminTokens {
+    /// An empty list with a fresh random key.
+    pub fn new() -> Result<Self, CredentialsError> {
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key).map_err(|e| CredentialsError::Random(e.to_string()))?;
+        Ok(Self {
+            key,
+            entries: Vec::new(),
+        })
+    }
+
+    /// Adds an admin with its token (only the digest is kept). An admin name must be a valid
+    /// Bridle name; an empty token is refused.
+    pub fn insert(&mut self, name: &str, token: &str) -> Result<(), String> {
+        bridle_rules::check_name("admin", name).map_err(|e| e.to_string())?;
+        if token.trim().is_empty() {
+            return Err(format!("admin `{name}` has an empty token"));
+        }
+        let digest = self.digest(token.trim());
+        self.entries.push((name.to_string(), digest));
+        Ok(())
+    }
+
+    /// Reads a file of `name token` lines (blank lines and `#` comments skipped).
+    pub fn from_file(path: &Path) -> Result<Self, CredentialsError> {
+        let text = std::fs::read_to_string(path).map_err(|source| CredentialsError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut tokens = Self::new()?;
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let bad = |message: String| CredentialsError::Line {
+                path: path.to_path_buf(),
+                line: i + 1,
+                message,
+            };
+            let (name, token) = line
+                .split_once(char::is_whitespace)
+                .ok_or_else(|| bad("expected `name token`".into()))?;
+            tokens.insert(name, token).map_err(bad)?;
+        }
+        Ok(tokens)
+    }
+
+    /// How many admins are listed.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no admin is listed.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn digest(&self, token: &str) -> [u8; 32] {
+        let mut mac =
+            HmacSha256::new_from_slice(&self.key).expect("HMAC accepts keys of any length");
+        mac.update(token.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+}
+
+impl AdminCredentials for AdminTokens {
+    fn verify(&self, token: &str) -> Option<AdminIdentity> {
+        let presented = self.digest(token);
+        let mut found: Option<&str> = None;
+        // Every entry is compared, so the time taken does not say which one matched.
+        for (name, digest) in &self.entries {
+            if bool::from(digest.ct_eq(&presented)) {
+                found = Some(name);
+            }
+        }
+        found.map(|name| AdminIdentity {
+            name: name.to_string(),
+        })
+    }
+}
+
+/// The middleware in front of every authenticated route: a `Bearer` token an
+/// [`AdminCredentials`] accepts, or 401 with `WWW-Authenticate`.
+pub async fn require_admin(
+    State(credentials): State<Arc<dyn AdminCredentials>>,
+    mut request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .ok_or_else(|| ApiError::Unauthorized("an admin bearer token is required".into()))?;
+    let token = header
+        .to_str()
+        .ok()
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            ApiError::Unauthorized("the Authorization header must be `Bearer <token>`".into())
+        })?;
+    let identity = credentials
+        .verify(token)
+        .ok_or_else(|| ApiError::Unauthorized("the token is not an admin credential".into()))?;
+    tracing::debug!(admin = %identity.name, "admin authenticated");
+    request.extensions_mut().insert(identity);
+    Ok(next.run(request).await)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn tokens_verify_by_digest_and_refuse_others() {
+        let mut t = AdminTokens::new().unwrap();
+        t.insert("alice", "a-secret").unwrap();
+        t.insert("bob", "b-secret").unwrap();
+        assert_eq!(t.verify("a-secret").unwrap().name, "alice");
+        assert_eq!(t.verify("b-secret").unwrap().name, "bob");
+        assert!(t.verify("a-secre").is_none());
+        assert!(t.verify("").is_none());
+        assert!(t.insert("Bad Name", "x").is_err());
+        assert!(t.insert("carol", "  ").is_err());
+        assert!(!format!("{t:?}").contains("secret"));
+    }
+
+    #[test]
+    fn a_file_of_name_token_lines_loads_and_bad_lines_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admins");
+        std::fs::write(&path, "# admins\nalice tok-1\n\nbob   tok-2\n").unwrap();
+        let t = AdminTokens::from_file(&path).unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.verify("tok-2").unwrap().name, "bob");
+        std::fs::write(&path, "alice tok-1\njustaname\n").unwrap();
+        let err = AdminTokens::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains("line 2"), "{err}");
+        assert!(!err.contains("tok-1"));
+    }
+}

@@ -1,0 +1,305 @@
+//! One shape for every failure of the admin API: RFC 9457 problem details
+//! (`application/problem+json`) with a stable `code`.
+//!
+//! Scripts and the panel branch on `code`, never on the sentence in `detail`, so a code never
+//! changes meaning. Every refusal the API makes, from a missing credential to a stale revision
+//! or a YAML document that does not parse, goes through [`ApiError`] and comes out as one
+//! [`ProblemDetails`] body.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bridle_rules::RulesError;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// The media type of a problem-details body.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An RFC 9457 problem-details body.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ProblemDetails {
+    /// A URI naming the problem type: `urn:bridle:problem:<code>`.
+    #[serde(rename = "type")]
+    pub type_uri: String,
+    /// A short summary of the problem type.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What went wrong this time, in a sentence.
+    pub detail: String,
+    /// The stable code (see the README's table).
+    pub code: String,
+    /// The individual problems (YAML positions, document checks), when there are several.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
+    /// On a revision conflict: the document's current revision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<u64>,
+}
+
+/// One problem inside a document or request.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FieldError {
+    /// A stable code for this problem.
+    pub code: String,
+    /// The sentence.
+    pub message: String,
+    /// The field, as a dotted path, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The 1-based line in the submitted YAML, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+    /// The 1-based column in the submitted YAML, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<u64>,
+}
+
+/// Why an admin request failed. Each variant has a stable [`ApiError::code`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiError {
+    /// No credential, or one that is not an admin's (an agent's token included).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// An id that names nothing.
+    #[error("{detail}")]
+    NotFound {
+        /// The code (`unknown_project`, `not_found`, ...).
+        code: &'static str,
+        /// The sentence.
+        detail: String,
+    },
+    /// An edit based on an older revision than the document's.
+    #[error("{detail}")]
+    RevisionConflict {
+        /// The sentence.
+        detail: String,
+        /// The document's revision now.
+        current_revision: u64,
+    },
+    /// A change that conflicts with the current state (already decided, already exists).
+    #[error("{detail}")]
+    Conflict {
+        /// The code.
+        code: &'static str,
+        /// The sentence.
+        detail: String,
+    },
+    /// The body is not JSON (or YAML) that parses.
+    #[error("{detail}")]
+    Malformed {
+        /// The code (`malformed_json`, `invalid_yaml`).
+        code: &'static str,
+        /// The sentence.
+        detail: String,
+        /// The positions, when known.
+        errors: Vec<FieldError>,
+    },
+    /// The body parses but does not say something valid (wrong types, a failing document check).
+    #[error("{detail}")]
+    Invalid {
+        /// The code (`invalid_request`, `invalid_document`, `invalid_name`, ...).
+        code: &'static str,
+        /// The sentence.
+        detail: String,
+        /// The problems.
+        errors: Vec<FieldError>,
+    },
+    /// A query string that does not parse (bad cursor or limit).
+    #[error("{0}")]
+    BadQuery(String),
+    /// The body is larger than the configured limit.
+    #[error("the request body is larger than {limit} bytes")]
+    BodyTooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// The body is not of a media type the endpoint takes.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// The route exists but not with this method.
+    #[error("this resource does not support that method")]
+    MethodNotAllowed,
+    /// No route has this path.
+    #[error("no admin API resource at `{0}`")]
+    UnknownRoute(String),
+    /// Something failed inside the gateway (the database, a file). Logged; the client gets a
+    /// sentence without internals.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::NotFound { code, .. } => code,
+            ApiError::RevisionConflict { .. } => "revision_conflict",
+            ApiError::Conflict { code, .. } => code,
+            ApiError::Malformed { code, .. } => code,
+            ApiError::Invalid { code, .. } => code,
+            ApiError::BadQuery(_) => "invalid_query",
+            ApiError::BodyTooLarge { .. } => "body_too_large",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::UnknownRoute(_) => "unknown_route",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound { .. } | ApiError::UnknownRoute(_) => StatusCode::NOT_FOUND,
+            ApiError::RevisionConflict { .. } | ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::Malformed { .. } | ApiError::BadQuery(_) => StatusCode::BAD_REQUEST,
+            ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// A request-level invalid value (`invalid_request`).
+    pub fn invalid(detail: impl Into<String>) -> Self {
+        ApiError::Invalid {
+            code: "invalid_request",
+            detail: detail.into(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// The problem-details body.
+    pub fn problem(&self) -> ProblemDetails {
+        let status = self.status();
+        let (errors, current_revision) = match self {
+            ApiError::Malformed { errors, .. } | ApiError::Invalid { errors, .. } => {
+                (errors.clone(), None)
+            }
+            ApiError::RevisionConflict {
+                current_revision, ..
+            } => (Vec::new(), Some(*current_revision)),
+            _ => (Vec::new(), None),
+        };
+        ProblemDetails {
+            type_uri: format!("urn:bridle:problem:{}", self.code()),
+            title: status.canonical_reason().unwrap_or("Error").to_string(),
+            status: status.as_u16(),
+            detail: self.to_string(),
+            code: self.code().to_string(),
+            errors,
+            current_revision,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(detail) = &self {
+            tracing::error!(detail = %detail, "admin API request failed");
+        }
+        let problem = self.problem();
+        // A ProblemDetails is plain data; serializing it cannot fail.
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        let mut response = (self.status(), body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if matches!(self, ApiError::Unauthorized(_)) {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"bridle-admin\", error=\"invalid_token\""),
+            );
+        }
+        response
+    }
+}
+
+impl From<RulesError> for ApiError {
+    fn from(e: RulesError) -> Self {
+        let detail = e.to_string();
+        match e {
+            RulesError::Parse {
+                position, message, ..
+            } => ApiError::Malformed {
+                code: "invalid_yaml",
+                detail: format!("the YAML document does not parse: {message}"),
+                errors: vec![FieldError {
+                    code: "parse_error".into(),
+                    message,
+                    field: position.field,
+                    line: position.line,
+                    column: position.column,
+                }],
+            },
+            RulesError::Invalid { problems, .. } => ApiError::Invalid {
+                code: "invalid_document",
+                detail: format!("the document is invalid ({} problems)", problems.len()),
+                errors: problems
+                    .into_iter()
+                    .map(|p| FieldError {
+                        code: p.code.into(),
+                        message: p.message,
+                        field: Some(p.field),
+                        line: p.line,
+                        column: None,
+                    })
+                    .collect(),
+            },
+            RulesError::TooNew {
+                found, supported, ..
+            } => ApiError::Invalid {
+                code: "schema_too_new",
+                detail: format!(
+                    "schema_version {found} is newer than this gateway supports ({supported})"
+                ),
+                errors: Vec::new(),
+            },
+            RulesError::Migration { from, message, .. } => ApiError::Invalid {
+                code: "migration_failed",
+                detail: format!("migrating from schema_version {from} failed: {message}"),
+                errors: Vec::new(),
+            },
+            RulesError::Conflict { actual, .. } => ApiError::RevisionConflict {
+                detail,
+                current_revision: actual,
+            },
+            RulesError::UnknownProject(_) => ApiError::NotFound {
+                code: "unknown_project",
+                detail,
+            },
+            RulesError::UnknownAgent { .. } => ApiError::NotFound {
+                code: "unknown_agent_type",
+                detail,
+            },
+            RulesError::NotFound { .. } => ApiError::NotFound {
+                code: "not_found",
+                detail,
+            },
+            RulesError::AlreadyDecided { .. } => ApiError::Conflict {
+                code: "already_decided",
+                detail,
+            },
+            RulesError::Rejected(_) => ApiError::Conflict {
+                code: "change_refused",
+                detail,
+            },
+            RulesError::InvalidName { .. } => ApiError::Invalid {
+                code: "invalid_name",
+                detail,
+                errors: Vec::new(),
+            },
+            // Files, the database, templates: internals, logged, not shown.
+            other => {
+                tracing::error!(error = %other, code = other.code(), "rules store failed");
+                ApiError::Internal(format!(
+                    "the rules store failed ({}); see the gateway's log",
+                    other.code()
+                ))
+            }
+        }
+    }
+}

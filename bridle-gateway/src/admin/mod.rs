@@ -1,0 +1,154 @@
+//! The admin API: every control of the gateway over one authenticated JSON API under
+//! [`BASE_PATH`], served on its own listener (loopback by default) by [`AdminServer`].
+//!
+//! Admins use it (the command line and the web panel are its clients); agents never do: their
+//! tokens are not admin credentials and get 401 here. Each resource is one module with its
+//! routes, handlers and wire types; [`router`] puts them behind the admin-auth middleware and
+//! the body limit, and answers unknown routes and wrong methods with the same problem details
+//! as every other failure. Resources that need the vault and the agent registry (agents,
+//! secrets) slot in the same way: a module with a `routes()` merged in [`authenticated`].
+//!
+//! Every change made through the API is recorded in the rules store with source `user` and the
+//! actor [`AdminIdentity::actor`] (`admin:<name>@api`).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Method, Uri};
+use axum::routing::get;
+
+use crate::context::GatewayContext;
+use crate::upstreams::{UpstreamPool, UpstreamReport};
+
+pub mod auth;
+pub mod error;
+pub mod integrations;
+pub mod openapi;
+pub mod page;
+pub mod projects;
+pub mod queue;
+pub mod scope;
+mod server;
+
+pub use auth::{AdminCredentials, AdminIdentity, AdminTokens, CredentialsError};
+pub use error::{ApiError, FieldError, ProblemDetails};
+pub use server::{AdminServeError, AdminServer};
+
+/// Where the API is mounted.
+pub const BASE_PATH: &str = "/admin/api/v1";
+
+/// The default largest request body (1 MiB): a rules document is a few kilobytes.
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// What the integrations resource reads: each upstream's status.
+#[async_trait]
+pub trait IntegrationStatus: Send + Sync + 'static {
+    /// One report per configured upstream, sorted by namespace.
+    async fn reports(&self) -> Vec<UpstreamReport>;
+}
+
+#[async_trait]
+impl IntegrationStatus for UpstreamPool {
+    async fn reports(&self) -> Vec<UpstreamReport> {
+        UpstreamPool::reports(self).await
+    }
+}
+
+/// What every admin handler reads: the gateway's stores and who may call.
+#[derive(Clone)]
+pub struct AdminState {
+    pub(crate) ctx: Arc<GatewayContext>,
+    pub(crate) credentials: Arc<dyn AdminCredentials>,
+    pub(crate) integrations: Option<Arc<dyn IntegrationStatus>>,
+    pub(crate) body_limit: usize,
+}
+
+impl std::fmt::Debug for AdminState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminState")
+            .field("body_limit", &self.body_limit)
+            .field("integrations", &self.integrations.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AdminState {
+    /// The API over a gateway's rules context, admitting the admins `credentials` accept.
+    pub fn new(ctx: Arc<GatewayContext>, credentials: Arc<dyn AdminCredentials>) -> Self {
+        Self {
+            ctx,
+            credentials,
+            integrations: None,
+            body_limit: DEFAULT_BODY_LIMIT,
+        }
+    }
+
+    /// Reports the upstreams of this pool (the gateway's) under `integrations`; without it the
+    /// list is empty.
+    pub fn integrations(mut self, integrations: Arc<dyn IntegrationStatus>) -> Self {
+        self.integrations = Some(integrations);
+        self
+    }
+
+    /// The largest request body accepted (default [`DEFAULT_BODY_LIMIT`]); a larger one gets
+    /// 413 `body_too_large`.
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
+    }
+}
+
+/// The authenticated resources, before the auth layer: each resource module adds its routes.
+pub fn authenticated() -> Router<AdminState> {
+    Router::new()
+        .merge(projects::routes())
+        .merge(queue::routes())
+        .merge(scope::routes())
+        .merge(integrations::routes())
+}
+
+/// The whole admin API as an axum router (paths include [`BASE_PATH`]), ready to serve or to
+/// merge into another router.
+pub fn router(state: AdminState) -> Router {
+    let credentials = Arc::clone(&state.credentials);
+    Router::new()
+        .merge(
+            authenticated().route_layer(axum::middleware::from_fn_with_state(
+                credentials,
+                auth::require_admin,
+            )),
+        )
+        .route(
+            &format!("{BASE_PATH}/openapi.json"),
+            get(openapi::serve_document),
+        )
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.body_limit))
+        .with_state(state)
+}
+
+async fn unknown_route(uri: Uri) -> ApiError {
+    ApiError::UnknownRoute(uri.path().to_string())
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    tracing::debug!(%method, path = uri.path(), "method not allowed");
+    ApiError::MethodNotAllowed
+}
+
+/// `BASE_PATH` joined with `path`.
+pub(crate) fn path(p: &str) -> String {
+    format!("{BASE_PATH}{p}")
+}
+
+/// Runs a blocking store call off the async threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Internal(format!("a store task failed: {e}")))?
+}

@@ -1,0 +1,64 @@
+//! The OpenAPI 3.1 document of the admin API, generated from the handlers' types and paths
+//! with `utoipa`, served at `/admin/api/v1/openapi.json` without authentication (it describes
+//! the API, it holds nothing secret). A test keeps the committed copy,
+//! `bridle-gateway/openapi/admin-v1.json`, current.
+
+use axum::response::IntoResponse;
+use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+
+use super::error::{FieldError, ProblemDetails};
+use super::{integrations, projects, queue, scope};
+
+/// The admin API's OpenAPI description.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Bridle admin API",
+        description = "Every control of the Bridle gateway over one authenticated HTTP API. Errors are RFC 9457 problem details with a stable `code`.",
+        license(name = "MIT OR Apache-2.0"),
+    ),
+    paths(
+        projects::list, projects::create, projects::get_one, projects::replace,
+        projects::render, projects::diff, projects::history,
+        queue::list, queue::get_one, queue::approve, queue::reject,
+        scope::list, scope::get_one, scope::approve, scope::deny,
+        integrations::list, integrations::get_one,
+    ),
+    components(schemas(ProblemDetails, FieldError)),
+    modifiers(&AdminTokenScheme),
+    tags(
+        (name = "projects", description = "Rules documents: read, replace, render, diff, history"),
+        (name = "queue", description = "The review queue of proposed changes"),
+        (name = "scope", description = "Scope-expansion tickets"),
+        (name = "integrations", description = "Upstream MCP servers"),
+    ),
+)]
+pub struct AdminApiDoc;
+
+struct AdminTokenScheme;
+
+impl utoipa::Modify for AdminTokenScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "admin_token",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("An admin credential (never an agent's token)"))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The document as JSON.
+pub fn document() -> serde_json::Value {
+    // The generated document is plain data; encoding it cannot fail.
+    serde_json::to_value(AdminApiDoc::openapi()).unwrap_or_default()
+}
+
+pub(crate) async fn serve_document() -> impl IntoResponse {
+    axum::Json(document())
+}

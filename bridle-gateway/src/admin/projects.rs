@@ -1,0 +1,544 @@
+//! Projects: the canonical rules documents. List, create, read (JSON or YAML, with the
+//! revision as an `ETag`), replace against a base revision (a stale one is 409 with the
+//! current revision), render for an agent type, diff two revisions, and the change history.
+//!
+//! A submitted document is either JSON (`document`) or YAML text (`yaml`); both go through the
+//! rules crate's loader, so migrations and checks are the same as for a file on disk, and a
+//! YAML mistake comes back with its line and column.
+
+use std::path::Path;
+
+use axum::Router;
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bridle_rules::{ChangeRecord, RulesDocument, RulesError};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::auth::AdminIdentity;
+use super::error::{ApiError, ProblemDetails};
+use super::page::{ApiJson, ApiPath, ApiQuery, paginate};
+use super::{AdminState, blocking, path};
+
+/// The media type of a YAML document.
+pub const YAML: &str = "application/yaml";
+
+pub(crate) fn routes() -> Router<AdminState> {
+    Router::new()
+        .route(&path("/projects"), get(list).post(create))
+        .route(&path("/projects/{project}"), get(get_one).put(replace))
+        .route(
+            &path("/projects/{project}/render/{agent_type}"),
+            get(render),
+        )
+        .route(&path("/projects/{project}/diff"), get(diff))
+        .route(&path("/projects/{project}/history"), get(history))
+}
+
+/// A project in a list.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ProjectSummary {
+    /// The project id.
+    pub name: String,
+    /// The human name from the document.
+    pub title: String,
+    /// The document's revision.
+    pub revision: u64,
+    /// How many guardrails it has.
+    pub guardrails: usize,
+}
+
+/// A page of projects.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ProjectPage {
+    /// The projects, by id.
+    pub items: Vec<ProjectSummary>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Paging and filters of the project list.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ProjectQuery {
+    /// From a previous page's `next_cursor`.
+    pub cursor: Option<String>,
+    /// Page size (1 to 500, default 50).
+    pub limit: Option<usize>,
+    /// Only projects whose id contains this text.
+    pub q: Option<String>,
+}
+
+/// A project's canonical document with its revision.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ProjectDocument {
+    /// The project id.
+    pub project: String,
+    /// The document's revision (also the `ETag`).
+    pub revision: u64,
+    /// The document (the rules JSON Schema, `bridle-rules/schema/rules.schema.json`).
+    #[schema(value_type = Object)]
+    pub document: RulesDocument,
+    /// The same document as canonical YAML.
+    pub yaml: String,
+}
+
+/// A new project.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProject {
+    /// The project id (lowercase letters, digits, `-`, `_`, `.`).
+    pub name: String,
+    /// The document as JSON (give this or `yaml`).
+    #[schema(value_type = Option<Object>)]
+    pub document: Option<serde_json::Value>,
+    /// The document as YAML text (give this or `document`).
+    pub yaml: Option<String>,
+}
+
+/// A replacement document, based on the revision the editor started from.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplaceProject {
+    /// The revision the edit started from; a stale one is refused with 409.
+    pub base_revision: u64,
+    /// The document as JSON (give this or `yaml`).
+    #[schema(value_type = Option<Object>)]
+    pub document: Option<serde_json::Value>,
+    /// The document as YAML text (give this or `document`).
+    pub yaml: Option<String>,
+    /// One line for the change history (default: "edit through the admin API").
+    pub summary: Option<String>,
+}
+
+/// Where a change landed.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Saved {
+    /// The project id.
+    pub project: String,
+    /// The document's new revision.
+    pub revision: u64,
+}
+
+/// A document rendered for one agent type.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RenderedFile {
+    /// The project id.
+    pub project: String,
+    /// The agent type.
+    pub agent_type: String,
+    /// The revision rendered.
+    pub revision: u64,
+    /// Where the file goes, relative to the project root.
+    pub path: String,
+    /// The file's content.
+    pub content: String,
+}
+
+/// Which two revisions to compare.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DiffQuery {
+    /// The older revision.
+    pub from: u64,
+    /// The newer revision (default: the current one).
+    pub to: Option<u64>,
+}
+
+/// A unified diff between two revisions of a document's YAML.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RevisionDiff {
+    /// The project id.
+    pub project: String,
+    /// The older revision.
+    pub from: u64,
+    /// The newer revision.
+    pub to: u64,
+    /// The unified diff (empty when they are the same).
+    pub diff: String,
+}
+
+/// One entry of a project's change history.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ChangeEntry {
+    /// The change id (grows across projects).
+    pub id: u64,
+    /// The revision the change produced.
+    pub revision: u64,
+    /// `user`, `agent` or `vendor`: where the change came from.
+    pub source: String,
+    /// Who made or approved it (`admin:<name>@api` through this API).
+    pub actor: String,
+    /// One line.
+    pub summary: String,
+    /// The proposal it promoted, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proposal_id: Option<u64>,
+    /// When (RFC 3339).
+    pub at: String,
+}
+
+impl From<ChangeRecord> for ChangeEntry {
+    fn from(c: ChangeRecord) -> Self {
+        Self {
+            id: c.id,
+            revision: c.revision,
+            source: c.source.as_str().to_string(),
+            actor: c.actor,
+            summary: c.summary,
+            proposal_id: c.proposal_id,
+            at: c.at,
+        }
+    }
+}
+
+/// A page of history.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ChangePage {
+    /// The changes, oldest first.
+    pub items: Vec<ChangeEntry>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Paging and filters of the history.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryQuery {
+    /// From a previous page's `next_cursor`.
+    pub cursor: Option<String>,
+    /// Page size (1 to 500, default 50).
+    pub limit: Option<usize>,
+    /// Only changes from this source (`user`, `agent`, `vendor`).
+    pub source: Option<String>,
+    /// Only changes by this actor.
+    pub actor: Option<String>,
+}
+
+/// Lists the projects.
+#[utoipa::path(get, path = "/admin/api/v1/projects", tag = "projects",
+    params(ProjectQuery),
+    responses(
+        (status = 200, body = ProjectPage),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub(crate) async fn list(
+    State(s): State<AdminState>,
+    ApiQuery(q): ApiQuery<ProjectQuery>,
+) -> Result<axum::Json<ProjectPage>, ApiError> {
+    let ctx = s.ctx.clone();
+    let filter = q.q.clone();
+    let summaries = blocking(move || {
+        let mut out = Vec::new();
+        for name in ctx.store.projects()? {
+            if filter.as_deref().is_some_and(|f| !name.contains(f)) {
+                continue;
+            }
+            match ctx.store.load(&name) {
+                Ok(loaded) => out.push(ProjectSummary {
+                    title: loaded.document.project.name.clone(),
+                    revision: loaded.document.revision,
+                    guardrails: loaded.document.guardrails.len(),
+                    name,
+                }),
+                // A broken file is still a project an admin must see (to fix it).
+                Err(e) => {
+                    tracing::warn!(project = %name, error = %e, "project does not load");
+                    out.push(ProjectSummary {
+                        title: String::new(),
+                        revision: 0,
+                        guardrails: 0,
+                        name,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    })
+    .await?;
+    let page = paginate(summaries, |p| p.name.clone(), q.cursor.as_deref(), q.limit)?;
+    Ok(axum::Json(ProjectPage {
+        items: page.items,
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// Parses a submitted document (JSON or YAML) through the rules loader.
+fn parse_submitted(
+    s: &AdminState,
+    project: &str,
+    document: Option<serde_json::Value>,
+    yaml: Option<String>,
+) -> Result<RulesDocument, ApiError> {
+    let text = match (document, yaml) {
+        (Some(doc), None) => serde_json::to_string(&doc)
+            .map_err(|e| ApiError::Internal(format!("cannot re-encode the document: {e}")))?,
+        (None, Some(yaml)) => yaml,
+        _ => {
+            return Err(ApiError::invalid(
+                "give the document as exactly one of `document` (JSON) or `yaml` (text)",
+            ));
+        }
+    };
+    let loaded = bridle_rules::load_str(
+        &text,
+        Path::new("request body"),
+        project,
+        s.ctx.store.catalog(),
+    )?;
+    Ok(loaded.document)
+}
+
+/// Creates a project.
+#[utoipa::path(post, path = "/admin/api/v1/projects", tag = "projects",
+    request_body = CreateProject,
+    responses(
+        (status = 201, body = Saved),
+        (status = 400, description = "malformed JSON or YAML (with line and column)", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "the project exists", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub(crate) async fn create(
+    State(s): State<AdminState>,
+    Extension(admin): Extension<AdminIdentity>,
+    ApiJson(body): ApiJson<CreateProject>,
+) -> Result<(StatusCode, axum::Json<Saved>), ApiError> {
+    bridle_rules::check_name("project", &body.name)?;
+    let doc = parse_submitted(&s, &body.name, body.document, body.yaml)?;
+    let ctx = s.ctx.clone();
+    let name = body.name.clone();
+    blocking(move || {
+        ctx.store.create(&name, &doc, &admin.actor())?;
+        tracing::info!(project = %name, admin = %admin.name, "project created through the admin API");
+        Ok(())
+    })
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(Saved {
+            project: body.name,
+            revision: 1,
+        }),
+    ))
+}
+
+fn wants_yaml(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|t| matches!(t.split(';').next().map(str::trim), Some(YAML | "text/yaml")))
+        })
+}
+
+fn etag(revision: u64) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{revision}\"")).expect("a number is a valid header value")
+}
+
+/// The canonical document with its revision: JSON by default, YAML with `Accept:
+/// application/yaml`. The revision is also the `ETag`.
+#[utoipa::path(get, path = "/admin/api/v1/projects/{project}", tag = "projects",
+    params(("project" = String, Path, description = "The project id")),
+    responses(
+        (status = 200, body = ProjectDocument, headers(("ETag" = String, description = "The revision, quoted"))),
+        (status = 200, description = "With `Accept: application/yaml`", body = String, content_type = "application/yaml"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub(crate) async fn get_one(
+    State(s): State<AdminState>,
+    ApiPath(project): ApiPath<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let ctx = s.ctx.clone();
+    let name = project.clone();
+    let doc = blocking(move || Ok(ctx.store.load(&name)?.document)).await?;
+    let yaml = bridle_rules::to_yaml(&doc)?;
+    let tag = etag(doc.revision);
+    let mut response = if wants_yaml(&headers) {
+        (
+            [(header::CONTENT_TYPE, HeaderValue::from_static(YAML))],
+            yaml,
+        )
+            .into_response()
+    } else {
+        axum::Json(ProjectDocument {
+            project,
+            revision: doc.revision,
+            document: doc,
+            yaml,
+        })
+        .into_response()
+    };
+    response.headers_mut().insert(header::ETAG, tag);
+    Ok(response)
+}
+
+/// Replaces the document, based on `base_revision`. A stale base is 409 with
+/// `current_revision`; nothing is written then.
+#[utoipa::path(put, path = "/admin/api/v1/projects/{project}", tag = "projects",
+    params(("project" = String, Path, description = "The project id")),
+    request_body = ReplaceProject,
+    responses(
+        (status = 200, body = Saved),
+        (status = 400, description = "malformed JSON or YAML (with line and column)", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "stale base revision; `current_revision` says the current one", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub(crate) async fn replace(
+    State(s): State<AdminState>,
+    Extension(admin): Extension<AdminIdentity>,
+    ApiPath(project): ApiPath<String>,
+    ApiJson(body): ApiJson<ReplaceProject>,
+) -> Result<axum::Json<Saved>, ApiError> {
+    let doc = parse_submitted(&s, &project, body.document, body.yaml)?;
+    let summary = body
+        .summary
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| "edit through the admin API".into());
+    let ctx = s.ctx.clone();
+    let name = project.clone();
+    let revision = blocking(move || {
+        Ok(ctx
+            .store
+            .save_edit(&name, &doc, body.base_revision, &admin.actor(), &summary)?)
+    })
+    .await?;
+    Ok(axum::Json(Saved { project, revision }))
+}
+
+/// The document rendered for one agent type (the file that agent reads).
+#[utoipa::path(get, path = "/admin/api/v1/projects/{project}/render/{agent_type}", tag = "projects",
+    params(
+        ("project" = String, Path, description = "The project id"),
+        ("agent_type" = String, Path, description = "An agent type of the catalog (claude, codex, ...)"),
+    ),
+    responses(
+        (status = 200, body = RenderedFile),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, description = "unknown project or agent type", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub(crate) async fn render(
+    State(s): State<AdminState>,
+    ApiPath((project, agent_type)): ApiPath<(String, String)>,
+) -> Result<axum::Json<RenderedFile>, ApiError> {
+    let ctx = s.ctx.clone();
+    let name = project.clone();
+    let doc = blocking(move || Ok(ctx.store.load(&name)?.document)).await?;
+    let rendered = s.ctx.renderer.render(&project, &doc, &agent_type)?;
+    Ok(axum::Json(RenderedFile {
+        project,
+        agent_type: rendered.agent,
+        revision: doc.revision,
+        path: rendered.path,
+        content: rendered.content,
+    }))
+}
+
+/// A unified diff between two revisions' YAML. Revisions are kept from the time the store
+/// started keeping copies; an older one is 404.
+#[utoipa::path(get, path = "/admin/api/v1/projects/{project}/diff", tag = "projects",
+    params(("project" = String, Path, description = "The project id"), DiffQuery),
+    responses(
+        (status = 200, body = RevisionDiff),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, description = "unknown project or revision", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub(crate) async fn diff(
+    State(s): State<AdminState>,
+    ApiPath(project): ApiPath<String>,
+    ApiQuery(q): ApiQuery<DiffQuery>,
+) -> Result<axum::Json<RevisionDiff>, ApiError> {
+    let ctx = s.ctx.clone();
+    let name = project.clone();
+    let (from, to, old, new) = blocking(move || {
+        let current = ctx.store.load(&name)?.document;
+        let to = q.to.unwrap_or(current.revision);
+        let old = ctx.store.document_at(&name, q.from)?;
+        let new = ctx.store.document_at(&name, to)?;
+        Ok((q.from, to, old, new))
+    })
+    .await?;
+    let diff = unified_diff(
+        &bridle_rules::to_yaml(&old)?,
+        &bridle_rules::to_yaml(&new)?,
+        &format!("{project}@{from}"),
+        &format!("{project}@{to}"),
+    );
+    Ok(axum::Json(RevisionDiff {
+        project,
+        from,
+        to,
+        diff,
+    }))
+}
+
+/// A unified diff of two texts (empty when equal).
+pub(crate) fn unified_diff(old: &str, new: &str, old_name: &str, new_name: &str) -> String {
+    if old == new {
+        return String::new();
+    }
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(old_name, new_name)
+        .to_string()
+}
+
+/// The change history of a project, oldest first.
+#[utoipa::path(get, path = "/admin/api/v1/projects/{project}/history", tag = "projects",
+    params(("project" = String, Path, description = "The project id"), HistoryQuery),
+    responses(
+        (status = 200, body = ChangePage),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub(crate) async fn history(
+    State(s): State<AdminState>,
+    ApiPath(project): ApiPath<String>,
+    ApiQuery(q): ApiQuery<HistoryQuery>,
+) -> Result<axum::Json<ChangePage>, ApiError> {
+    let ctx = s.ctx.clone();
+    let source = q.source.clone();
+    let actor = q.actor.clone();
+    let changes = blocking(move || {
+        // An unknown project is 404, not an empty history.
+        if !ctx.store.project_path(&project)?.exists() {
+            return Err(RulesError::UnknownProject(project).into());
+        }
+        Ok(ctx
+            .store
+            .changes(Some(&project), 0)?
+            .into_iter()
+            .map(ChangeEntry::from)
+            .filter(|c| source.as_deref().is_none_or(|s| c.source == s))
+            .filter(|c| actor.as_deref().is_none_or(|a| c.actor == a))
+            .collect::<Vec<_>>())
+    })
+    .await?;
+    let page = paginate(changes, |c| c.id, q.cursor.as_deref(), q.limit)?;
+    Ok(axum::Json(ChangePage {
+        items: page.items,
+        next_cursor: page.next_cursor,
+    }))
+}

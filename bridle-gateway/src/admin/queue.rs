@@ -1,0 +1,300 @@
+//! The review queue: what agents and vendor feeds proposed, with provenance, the diff each
+//! would make, and an admin's approval or rejection.
+//!
+//! Approval goes through [`bridle_rules::RulesStore::approve`], whose immediate SQLite
+//! transaction serializes deciders across threads and processes: when two admins approve the
+//! same item at once, exactly one wins and the other gets 409 `already_decided`.
+
+use axum::Router;
+use axum::extract::{Extension, State};
+use axum::routing::{get, post};
+use bridle_rules::{Proposal, ProposalStatus};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::auth::AdminIdentity;
+use super::error::{ApiError, ProblemDetails};
+use super::page::{ApiJson, ApiPath, ApiQuery, paginate};
+use super::projects::unified_diff;
+use super::{AdminState, blocking, path};
+
+pub(crate) fn routes() -> Router<AdminState> {
+    Router::new()
+        .route(&path("/queue"), get(list))
+        .route(&path("/queue/{id}"), get(get_one))
+        .route(&path("/queue/{id}/approve"), post(approve))
+        .route(&path("/queue/{id}/reject"), post(reject))
+}
+
+/// Who proposed a change.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ProposalOrigin {
+    /// `agent` or `vendor`.
+    pub source: String,
+    /// The agent's name, or `vendor:<feed>`.
+    pub proposed_by: String,
+    /// The agent's session, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_session: Option<String>,
+    /// The vendor document (URL or file), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_ref: Option<String>,
+}
+
+/// A queued change and where it stands.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ProposalView {
+    /// Its id.
+    pub id: u64,
+    /// The project.
+    pub project: String,
+    /// `pending`, `approved` or `rejected`.
+    pub status: String,
+    /// One line describing the change.
+    pub summary: String,
+    /// The change (`kind`: `guardrail`, `pattern`, `update_project`, with its fields).
+    #[schema(value_type = Object)]
+    pub change: serde_json::Value,
+    /// Who proposed it.
+    pub origin: ProposalOrigin,
+    /// The revision it was based on, when the proposer gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_revision: Option<u64>,
+    /// When it was queued (RFC 3339).
+    pub created_at: String,
+    /// Who decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    /// When.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<String>,
+    /// The rejection reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision_note: Option<String>,
+    /// The revision the approval produced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub applied_revision: Option<u64>,
+}
+
+impl From<Proposal> for ProposalView {
+    fn from(p: Proposal) -> Self {
+        Self {
+            id: p.id,
+            project: p.project,
+            status: p.status.as_str().to_string(),
+            summary: p.summary,
+            // A ChangeRequest is plain data; encoding it cannot fail.
+            change: serde_json::to_value(&p.change).unwrap_or_default(),
+            origin: ProposalOrigin {
+                source: p.origin.source.as_str().to_string(),
+                proposed_by: p.origin.proposed_by,
+                agent_session: p.origin.agent_session,
+                source_ref: p.origin.source_ref,
+            },
+            base_revision: p.base_revision,
+            created_at: p.created_at,
+            decided_by: p.decided_by,
+            decided_at: p.decided_at,
+            decision_note: p.decision_note,
+            applied_revision: p.applied_revision,
+        }
+    }
+}
+
+/// A queued change with the diff it would make to the document now.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ProposalDetail {
+    /// The proposal.
+    #[serde(flatten)]
+    pub proposal: ProposalView,
+    /// For a pending proposal that applies cleanly: the unified diff of the document's YAML.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+    /// For a pending proposal that would be refused now: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub would_refuse: Option<String>,
+}
+
+/// A page of proposals.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ProposalPage {
+    /// The proposals, oldest first.
+    pub items: Vec<ProposalView>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Paging and filters of the queue.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct QueueQuery {
+    /// From a previous page's `next_cursor`.
+    pub cursor: Option<String>,
+    /// Page size (1 to 500, default 50).
+    pub limit: Option<usize>,
+    /// Only this project's proposals.
+    pub project: Option<String>,
+    /// `pending` (default), `approved`, `rejected` or `all`.
+    pub status: Option<String>,
+    /// Only proposals from this source (`agent`, `vendor`).
+    pub source: Option<String>,
+    /// Only proposals by this agent or feed (`proposed_by`).
+    pub proposed_by: Option<String>,
+}
+
+/// Why a proposal is rejected.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RejectBody {
+    /// The reason, shown to the proposer.
+    pub reason: String,
+}
+
+/// Lists the queue (pending proposals by default).
+#[utoipa::path(get, path = "/admin/api/v1/queue", tag = "queue",
+    params(QueueQuery),
+    responses(
+        (status = 200, body = ProposalPage),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub(crate) async fn list(
+    State(s): State<AdminState>,
+    ApiQuery(q): ApiQuery<QueueQuery>,
+) -> Result<axum::Json<ProposalPage>, ApiError> {
+    let status = match q.status.as_deref().unwrap_or("pending") {
+        "all" => None,
+        "pending" => Some(ProposalStatus::Pending),
+        "approved" => Some(ProposalStatus::Approved),
+        "rejected" => Some(ProposalStatus::Rejected),
+        other => {
+            return Err(ApiError::BadQuery(format!(
+                "`status` must be pending, approved, rejected or all, not `{other}`"
+            )));
+        }
+    };
+    let ctx = s.ctx.clone();
+    let project = q.project.clone();
+    let include_decided = status != Some(ProposalStatus::Pending);
+    let all = blocking(move || Ok(ctx.store.queue(project.as_deref(), include_decided)?)).await?;
+    let items: Vec<ProposalView> = all
+        .into_iter()
+        .filter(|p| status.is_none_or(|st| p.status == st))
+        .filter(|p| {
+            q.source
+                .as_deref()
+                .is_none_or(|src| p.origin.source.as_str() == src)
+        })
+        .filter(|p| {
+            q.proposed_by
+                .as_deref()
+                .is_none_or(|by| p.origin.proposed_by == by)
+        })
+        .map(ProposalView::from)
+        .collect();
+    let page = paginate(items, |p| p.id, q.cursor.as_deref(), q.limit)?;
+    Ok(axum::Json(ProposalPage {
+        items: page.items,
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// One proposal, with the diff it would make now.
+#[utoipa::path(get, path = "/admin/api/v1/queue/{id}", tag = "queue",
+    params(("id" = u64, Path, description = "The proposal id")),
+    responses(
+        (status = 200, body = ProposalDetail),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub(crate) async fn get_one(
+    State(s): State<AdminState>,
+    Extension(admin): Extension<AdminIdentity>,
+    ApiPath(id): ApiPath<u64>,
+) -> Result<axum::Json<ProposalDetail>, ApiError> {
+    let ctx = s.ctx.clone();
+    blocking(move || {
+        let p = ctx.store.proposal(id)?;
+        let (diff, would_refuse) = if p.status == ProposalStatus::Pending {
+            let current = ctx.store.load(&p.project)?.document;
+            match ctx.store.preview(id, &admin.actor()) {
+                Ok(after) => (
+                    Some(unified_diff(
+                        &bridle_rules::to_yaml(&current)?,
+                        &bridle_rules::to_yaml(&after)?,
+                        &format!("{}@{}", p.project, current.revision),
+                        &format!("{}@{}", p.project, after.revision),
+                    )),
+                    None,
+                ),
+                Err(e) => (None, Some(e.to_string())),
+            }
+        } else {
+            (None, None)
+        };
+        Ok(axum::Json(ProposalDetail {
+            proposal: p.into(),
+            diff,
+            would_refuse,
+        }))
+    })
+    .await
+}
+
+/// Approves a pending proposal: the change goes into the document with its provenance.
+#[utoipa::path(post, path = "/admin/api/v1/queue/{id}/approve", tag = "queue",
+    params(("id" = u64, Path, description = "The proposal id")),
+    responses(
+        (status = 200, body = ProposalView),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "already decided (another admin was first), or it no longer applies", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub(crate) async fn approve(
+    State(s): State<AdminState>,
+    Extension(admin): Extension<AdminIdentity>,
+    ApiPath(id): ApiPath<u64>,
+) -> Result<axum::Json<ProposalView>, ApiError> {
+    let ctx = s.ctx.clone();
+    blocking(move || {
+        let p = ctx.store.approve(id, &admin.actor())?;
+        tracing::info!(proposal = id, admin = %admin.name, "proposal approved through the admin API");
+        Ok(axum::Json(p.into()))
+    })
+    .await
+}
+
+/// Rejects a pending proposal with a reason.
+#[utoipa::path(post, path = "/admin/api/v1/queue/{id}/reject", tag = "queue",
+    params(("id" = u64, Path, description = "The proposal id")),
+    request_body = RejectBody,
+    responses(
+        (status = 200, body = ProposalView),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "already decided", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "no reason given", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub(crate) async fn reject(
+    State(s): State<AdminState>,
+    Extension(admin): Extension<AdminIdentity>,
+    ApiPath(id): ApiPath<u64>,
+    ApiJson(body): ApiJson<RejectBody>,
+) -> Result<axum::Json<ProposalView>, ApiError> {
+    if body.reason.trim().is_empty() {
+        return Err(ApiError::invalid("a rejection says why: give a `reason`"));
+    }
+    let ctx = s.ctx.clone();
+    blocking(move || {
+        let p = ctx.store.reject(id, &admin.actor(), body.reason.trim())?;
+        tracing::info!(proposal = id, admin = %admin.name, "proposal rejected through the admin API");
+        Ok(axum::Json(p.into()))
+    })
+    .await
+}

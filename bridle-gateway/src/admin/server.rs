@@ -1,0 +1,111 @@
+//! [`AdminServer`]: the admin API on its own listener, loopback unless asked otherwise, with
+//! TCP_NODELAY on every accepted socket (small JSON answers must not wait for the peer's
+//! delayed ACK) and graceful shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use axum::serve::ListenerExt;
+use tokio_util::sync::CancellationToken;
+
+use super::{AdminState, BASE_PATH, router};
+
+/// Why the admin API could not listen.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminServeError {
+    /// A non-loopback address through [`AdminServer::bind`].
+    #[error(
+        "the admin API listens on loopback only; `{0}` is not (use AdminServer::bind_exposed behind TLS)"
+    )]
+    NotLoopback(SocketAddr),
+    /// The socket could not be bound or served.
+    #[error("admin API on {addr}: {source}")]
+    Io {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The admin API, bound to its address.
+#[derive(Debug)]
+pub struct AdminServer {
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+    state: AdminState,
+    stop: CancellationToken,
+}
+
+impl AdminServer {
+    /// Listens on a loopback `addr` (port 0 picks a free one).
+    pub async fn bind(addr: SocketAddr, state: AdminState) -> Result<Self, AdminServeError> {
+        if !addr.ip().is_loopback() {
+            return Err(AdminServeError::NotLoopback(addr));
+        }
+        Self::bind_exposed(addr, state).await
+    }
+
+    /// Listens on any `addr`, loopback or not: only behind a TLS-terminating reverse proxy or a
+    /// private network, since admin tokens travel in every request.
+    pub async fn bind_exposed(
+        addr: SocketAddr,
+        state: AdminState,
+    ) -> Result<Self, AdminServeError> {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| AdminServeError::Io { addr, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| AdminServeError::Io { addr, source })?;
+        tracing::info!(%addr, "admin API listening");
+        Ok(Self {
+            listener,
+            addr,
+            state,
+            stop: CancellationToken::new(),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The API's base URL (`http://<addr>/admin/api/v1`).
+    pub fn url(&self) -> String {
+        format!("http://{}{BASE_PATH}", self.addr)
+    }
+
+    /// A token that stops the server when cancelled (as `shutdown` completing does).
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Serves until `shutdown` completes or the token is cancelled; requests in flight finish.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), AdminServeError> {
+        let addr = self.addr;
+        let stop = self.stop.clone();
+        let listener = self.listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::warn!(error = %e, "cannot set TCP_NODELAY on an admin connection");
+            }
+        });
+        axum::serve(listener, router(self.state))
+            .with_graceful_shutdown(async move {
+                tokio::select! {
+                    () = shutdown => {}
+                    () = stop.cancelled() => {}
+                }
+            })
+            .await
+            .map_err(|source| AdminServeError::Io { addr, source })?;
+        tracing::info!(%addr, "admin API stopped");
+        Ok(())
+    }
+}

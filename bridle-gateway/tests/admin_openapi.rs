@@ -1,0 +1,59 @@
+//! The committed OpenAPI document (`openapi/admin-v1.json`) must be what the handlers' types
+//! generate. Regenerate with
+//! `BRIDLE_UPDATE_GOLDEN=1 cargo test -p bridle-gateway --test admin_openapi`.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+use std::path::Path;
+
+#[test]
+fn committed_openapi_document_is_current() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi/admin-v1.json");
+    let mut generated =
+        serde_json::to_string_pretty(&bridle_gateway::admin::openapi::document()).unwrap();
+    generated.push('\n');
+    if std::env::var_os("BRIDLE_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        committed == generated,
+        "openapi/admin-v1.json is stale; regenerate with BRIDLE_UPDATE_GOLDEN=1"
+    );
+}
+
+#[test]
+fn the_document_is_openapi_3_1_and_covers_every_route() {
+    let doc = bridle_gateway::admin::openapi::document();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1."));
+    let paths = doc["paths"].as_object().unwrap();
+    for (path, methods) in [
+        ("/admin/api/v1/projects", &["get", "post"][..]),
+        ("/admin/api/v1/projects/{project}", &["get", "put"]),
+        (
+            "/admin/api/v1/projects/{project}/render/{agent_type}",
+            &["get"],
+        ),
+        ("/admin/api/v1/projects/{project}/diff", &["get"]),
+        ("/admin/api/v1/projects/{project}/history", &["get"]),
+        ("/admin/api/v1/queue", &["get"]),
+        ("/admin/api/v1/queue/{id}", &["get"]),
+        ("/admin/api/v1/queue/{id}/approve", &["post"]),
+        ("/admin/api/v1/queue/{id}/reject", &["post"]),
+        ("/admin/api/v1/scope-tickets", &["get"]),
+        ("/admin/api/v1/scope-tickets/{id}", &["get"]),
+        ("/admin/api/v1/scope-tickets/{id}/approve", &["post"]),
+        ("/admin/api/v1/scope-tickets/{id}/deny", &["post"]),
+        ("/admin/api/v1/integrations", &["get"]),
+        ("/admin/api/v1/integrations/{namespace}", &["get"]),
+    ] {
+        for m in methods {
+            assert!(paths[path][*m].is_object(), "{m} {path} is documented");
+        }
+    }
+    assert_eq!(
+        doc["components"]["securitySchemes"]["admin_token"]["scheme"],
+        "bearer"
+    );
+    assert!(doc["components"]["schemas"]["ProblemDetails"].is_object());
+}

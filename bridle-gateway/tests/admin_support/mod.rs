@@ -1,0 +1,153 @@
+//! The admin API test harness: a running admin API over a fresh data directory with the demo
+//! project, two admins, and helpers that check the problem-details shape.
+
+#![allow(dead_code)] // Each test file uses part of the harness.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bridle_gateway::GatewayContext;
+use bridle_gateway::admin::{AdminServer, AdminState, AdminTokens};
+use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir, read_secret};
+use bridle_rules::{ChangeRequest, Origin, Severity};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+pub const ALICE: &str = "alice-admin-token-0123456789";
+pub const BOB: &str = "bob-admin-token-9876543210";
+
+/// A running admin API over a fresh data directory with the demo project.
+pub struct Api {
+    pub tmp: tempfile::TempDir,
+    pub ctx: Arc<GatewayContext>,
+    pub base: String,
+    pub http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Api {
+    pub async fn start() -> Self {
+        Self::start_with(|s| s).await
+    }
+
+    pub async fn start_with(configure: impl FnOnce(AdminState) -> AdminState) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        init_data_dir(tmp.path()).unwrap();
+        let config = GatewayConfig::load(tmp.path()).unwrap();
+        let ctx = GatewayContext::open(tmp.path(), config).unwrap();
+        ctx.store.create("demo", &demo_document(), "test").unwrap();
+        let mut admins = AdminTokens::new().unwrap();
+        admins.insert("alice", ALICE).unwrap();
+        admins.insert("bob", BOB).unwrap();
+        let state = configure(AdminState::new(Arc::clone(&ctx), Arc::new(admins)));
+        let server = AdminServer::bind(SocketAddr::from(([127, 0, 0, 1], 0)), state)
+            .await
+            .unwrap();
+        let base = server.url();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            server
+                .run(async move {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+        Self {
+            tmp,
+            ctx,
+            base,
+            http: reqwest::Client::new(),
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.get(self.url(path)).bearer_auth(ALICE)
+    }
+
+    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.post(self.url(path)).bearer_auth(ALICE)
+    }
+
+    pub fn put(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.put(self.url(path)).bearer_auth(ALICE)
+    }
+
+    /// Every configured agent's bearer token, from the data directory.
+    pub fn agent_tokens(&self) -> Vec<(String, String)> {
+        let secrets = self.ctx.config.secrets_path(self.tmp.path());
+        self.ctx
+            .config
+            .agents
+            .iter()
+            .map(|(name, a)| {
+                (
+                    name.clone(),
+                    read_secret(&secrets, a.token_secret.as_deref().unwrap()).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    pub fn propose_guardrail(&self, id: &str) -> u64 {
+        self.ctx
+            .store
+            .propose(
+                "demo",
+                &Origin::agent("claude", Some("sess-1".into())),
+                &ChangeRequest::Guardrail {
+                    id: id.into(),
+                    statement: format!("Statement for {id}."),
+                    severity: Severity::HardInstruction,
+                    applies_to: vec!["all_agents".into()],
+                },
+                None,
+            )
+            .unwrap()
+            .id
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(30), task)
+                .await
+                .expect("the server stops")
+                .unwrap();
+        }
+    }
+}
+
+pub async fn json_ok(resp: reqwest::Response, status: StatusCode) -> Value {
+    assert_eq!(resp.status(), status, "unexpected status");
+    resp.json().await.unwrap()
+}
+
+/// Checks the problem-details shape and returns the body.
+pub async fn problem(resp: reqwest::Response, status: StatusCode, code: &str) -> Value {
+    let got = resp.status();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(got, status, "status of {body}");
+    assert_eq!(content_type, "application/problem+json", "{body}");
+    assert_eq!(body["code"], code, "{body}");
+    assert_eq!(body["status"], status.as_u16(), "{body}");
+    assert_eq!(body["type"], format!("urn:bridle:problem:{code}"));
+    assert!(body["title"].as_str().is_some_and(|t| !t.is_empty()));
+    assert!(body["detail"].as_str().is_some_and(|t| !t.is_empty()));
+    body
+}
