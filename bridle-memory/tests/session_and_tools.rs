@@ -255,13 +255,14 @@ async fn the_tools_pass_the_gate() {
         .into_iter()
         .map(|s| s.name)
         .collect();
+    // Listed in registration order (the app decides the order small models see).
     assert_eq!(
         names,
         vec![
             "recall",
-            "refresh_pattern_example",
             "remember",
-            "search_pattern_examples"
+            "search_pattern_examples",
+            "refresh_pattern_example"
         ]
     );
     assert_eq!(

@@ -34,7 +34,7 @@ pub(crate) async fn serve(dir: &Path, listen: Option<String>) -> Result<(), BoxE
     }
     let gateway = builder.build().await?;
     if let Some(path) = gateway.master_key_created() {
-        println!(
+        eprintln!(
             "bridle: created the vault's master key at {} (mode 0600). Back it up: without it the vault cannot be read.",
             path.display()
         );
