@@ -20,11 +20,13 @@
 //! - [`memory`]: the optional memory service and the write-back of `last_indexed`.
 //! - [`upstreams`]: downstream MCP servers behind namespaced front tools, credentials injected
 //!   per request.
+//! - [`audit`]: the append-only, hash-chained audit log of every change and tool call.
 //! - [`app`]: the MCP app assembled from the above.
 //! - [`logging`]: the log filter binaries install (rmcp's message bodies never logged).
 //! - [`gateway`]: [`Gateway`], everything assembled by [`GatewayBuilder`] and served over HTTP.
 
 pub mod app;
+pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod context;
