@@ -116,34 +116,62 @@ impl Row {
         row
     }
 
-    /// The canonical content: every column but the hashes, as one JSON array in column order.
+    /// The canonical content: every column but the hashes, as one JSON array in column order
+    /// (serialized straight from the fields, no intermediate JSON tree).
     fn canonical(&self) -> String {
-        serde_json::json!([
+        #[derive(Serialize)]
+        struct Canonical<'a>(
+            i64,
+            i64,
+            &'a str,
+            &'a str,
+            &'a Option<String>,
+            &'a Option<String>,
+            &'a Option<String>,
+            &'a Option<String>,
+            &'a Option<String>,
+            &'a Option<String>,
+            &'a str,
+            &'a Option<String>,
+            &'a Option<String>,
+            &'a Option<String>,
+            &'a Option<String>,
+            &'a Option<String>,
+            &'a Option<String>,
+            &'a str,
+            &'a Option<String>,
+            &'a Option<String>,
+            &'a Option<String>,
+            Option<i64>,
+            &'a Option<String>,
+        );
+        let c = Canonical(
             self.id,
             self.at_ms,
-            self.source_type,
-            self.actor,
-            self.surface,
-            self.agent_type,
-            self.session,
-            self.client_name,
-            self.client_version,
-            self.source_url,
-            self.kind,
-            self.project,
-            self.subject,
-            self.agent,
-            self.before_rev,
-            self.after_rev,
-            self.digest,
-            self.outcome,
-            self.code,
-            self.tool_kind,
-            self.capability,
+            &self.source_type,
+            &self.actor,
+            &self.surface,
+            &self.agent_type,
+            &self.session,
+            &self.client_name,
+            &self.client_version,
+            &self.source_url,
+            &self.kind,
+            &self.project,
+            &self.subject,
+            &self.agent,
+            &self.before_rev,
+            &self.after_rev,
+            &self.digest,
+            &self.outcome,
+            &self.code,
+            &self.tool_kind,
+            &self.capability,
             self.duration_us,
-            self.detail,
-        ])
-        .to_string()
+            &self.detail,
+        );
+        // Serializing strings, integers and options into a String cannot fail.
+        serde_json::to_string(&c).unwrap_or_default()
     }
 
     /// SHA-256 (hex) of the domain tag, the stored previous hash and the canonical content.
