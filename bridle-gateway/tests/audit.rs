@@ -644,10 +644,29 @@ fn the_writer_survives_a_full_queue_and_reports_the_loss() {
     );
     // It keeps working afterwards.
     assert!(log.record_tool_call(call(99)));
+    assert!(log.record_tool_call(Entry::secret_use(
+        "claude-1",
+        "gitea-token",
+        3,
+        "gitea",
+        "req-17",
+        Some("fp:1a2b".into())
+    )));
     log.flush().expect("flush");
     assert_eq!(
         log.query(&AuditQuery::all()).expect("query").entries.len(),
-        10
+        11
+    );
+    let used = log
+        .query(&AuditQuery::all().kind(Kind::SecretUse).agent("claude-1"))
+        .expect("query")
+        .entries;
+    assert_eq!(used.len(), 1);
+    assert_eq!(used[0].subject.as_deref(), Some("gitea-token v3"));
+    assert_eq!(used[0].change.digest.as_deref(), Some("fp:1a2b"));
+    assert_eq!(
+        used[0].detail.as_deref(),
+        Some("injected into upstream gitea, request req-17")
     );
     assert!(log.verify().expect("verify").is_intact());
     assert_eq!(log.lost(), 3);

@@ -409,6 +409,29 @@ impl Entry {
         e
     }
 
+    /// The use of a secret injected into an upstream request on `agent`'s behalf: the secret's
+    /// name and version as the subject, the upstream and request id in the detail, and the
+    /// value only as its keyed fingerprint (never the value). A call-path entry: queue it with
+    /// [`crate::audit::AuditLog::record_tool_call`].
+    pub fn secret_use(
+        agent: impl Into<String>,
+        secret: &str,
+        version: u64,
+        upstream: &str,
+        request_id: &str,
+        fingerprint: Option<String>,
+    ) -> Self {
+        let mut e = Entry::agent(agent, Kind::SecretUse)
+            .subject(format!("{secret} v{version}"))
+            .detail(format!(
+                "injected into upstream {upstream}, request {request_id}"
+            ));
+        if let Some(f) = fingerprint {
+            e = e.change(Change::digest(f));
+        }
+        e
+    }
+
     /// The agent type of an agent source (ignored for other sources).
     pub fn agent_type(mut self, agent_type: impl Into<String>) -> Self {
         if let Source::Agent { agent_type: t, .. } = &mut self.source {

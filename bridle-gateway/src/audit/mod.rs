@@ -236,7 +236,8 @@ impl AuditLog {
             .ok_or_else(|| AuditError::Database(rusqlite::Error::QueryReturnedNoRows))
     }
 
-    /// Queues a tool-call entry for the writer thread without waiting; `false` when the queue
+    /// Queues an entry of the call path (a tool call, a secret use) for the writer thread
+    /// without waiting; `false` when the queue
     /// was full and the entry was lost (counted in [`AuditLog::lost`] and reported by a
     /// `system` `entries_lost` entry).
     pub fn record_tool_call(&self, entry: Entry) -> bool {
