@@ -26,7 +26,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 fn registry() -> ToolRegistry {
-    let r = ToolRegistry::new();
+    registry_with(ToolRegistry::builder().build())
+}
+
+fn registry_with(r: ToolRegistry) -> ToolRegistry {
     r.declare(cap()).expect("declare once");
     r.register(
         ToolBuilder::new("add_note")
@@ -43,9 +46,12 @@ fn registry() -> ToolRegistry {
 }
 
 fn audited(dir: &std::path::Path, name: &str) -> (ToolRegistry, AuditLog) {
-    let r = registry();
     let log = AuditLog::open(AuditConfig::new(dir.join(format!("{name}.db")))).expect("open log");
-    r.set_audit_sink(Arc::new(log.clone()));
+    let r = registry_with(
+        ToolRegistry::builder()
+            .audit_sink(Arc::new(log.clone()))
+            .build(),
+    );
     (r, log)
 }
 

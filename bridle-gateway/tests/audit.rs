@@ -225,7 +225,9 @@ fn each_source_round_trips_and_is_found_by_every_filter() {
 }
 
 fn registry_with(log: &AuditLog) -> ToolRegistry {
-    let r = ToolRegistry::new();
+    let r = ToolRegistry::builder()
+        .audit_sink(Arc::new(log.clone()))
+        .build();
     let cap = WriteCapability::new("notes.write", "Write notes");
     r.declare(cap.clone()).expect("declare");
     r.register(
@@ -245,7 +247,6 @@ fn registry_with(log: &AuditLog) -> ToolRegistry {
         |_, _| async { Ok(ToolOutput::default()) },
     ))
     .expect("register");
-    r.set_audit_sink(Arc::new(log.clone()));
     r
 }
 
