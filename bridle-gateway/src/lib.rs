@@ -22,6 +22,7 @@
 //!   sources as the upstreams' secret source.
 //! - [`upstreams`]: downstream MCP servers behind namespaced front tools, credentials injected
 //!   per request.
+//! - [`audit`]: the append-only, hash-chained audit log of every change and tool call.
 //! - [`app`]: the MCP app assembled from the above.
 //! - [`admin`]: the admin API (projects, the review queue, scope tickets, integrations) over
 //!   HTTP with problem-details errors and its OpenAPI document.
@@ -30,6 +31,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod context;

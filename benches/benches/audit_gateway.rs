@@ -1,0 +1,138 @@
+//! What the gateway's audit log (bridle-gateway's `AuditLog` as the registry's audit sink)
+//! adds to a `tools/call`, each against the same call with no sink, in the same run.
+//!
+//! - `registry/off` vs `registry/on`: the gate's no-op 6-field Write call in process (as in
+//!   `gate.rs`); with the sink on, the gate digests the arguments and builds its event, the sink
+//!   builds an entry and queues it, and the writer thread hashes, chains and inserts it in a
+//!   SQLite transaction per batch. This is the worst case: a tool that does nothing.
+//! - `http/off` vs `http/on`: a `tools/call` of an `echo` tool over loopback HTTP through
+//!   kberg-server (2026-07-28, one keep-alive connection, TCP_NODELAY), the path an agent's call
+//!   to the gateway takes.
+//!
+//! The database lives in a temporary directory; the writer thread shares the machine's cores with
+//! the measured loop, as it does in the gateway.
+
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bridle_gateway::audit::{AuditConfig, AuditLog};
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use kberg_benches::loopback::{Client, STATELESS, ToolCall};
+use kberg_benches::{note_args as args, note_schema as schema, notes_write as cap};
+use kberg_core::{CallOptions, Caller, Grants, Principal, ToolBuilder, ToolOutput, ToolRegistry};
+use kberg_server::{HttpConfig, HttpServer, McpApp};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+fn registry() -> ToolRegistry {
+    registry_with(ToolRegistry::builder().build())
+}
+
+fn registry_with(r: ToolRegistry) -> ToolRegistry {
+    r.declare(cap()).expect("declare once");
+    r.register(
+        ToolBuilder::new("add_note")
+            .write(cap())
+            .raw_handler(schema(), |_, _| async { Ok(ToolOutput::default()) }),
+    )
+    .expect("register");
+    r.register(ToolBuilder::new("echo").raw_handler(
+        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+        |a, _| async move { Ok(ToolOutput::text(a["text"].as_str().unwrap_or_default())) },
+    ))
+    .expect("register");
+    r
+}
+
+fn audited(dir: &std::path::Path, name: &str) -> (ToolRegistry, AuditLog) {
+    let log = AuditLog::open(AuditConfig::new(dir.join(format!("{name}.db")))).expect("open log");
+    let r = registry_with(
+        ToolRegistry::builder()
+            .audit_sink(Arc::new(log.clone()))
+            .build(),
+    );
+    (r, log)
+}
+
+fn bench_registry(c: &mut Criterion, dir: &std::path::Path) {
+    let caller = Caller::new(Principal::new("claude").with_grants(Grants::of(["notes.write"])));
+    let call = |r: &ToolRegistry, a| {
+        futures::executor::block_on(r.call(&caller, "add_note", a, CallOptions::default())).is_ok()
+    };
+    let off = registry();
+    let (on, log) = audited(dir, "registry");
+    let mut g = c.benchmark_group("audit_gateway/registry");
+    g.bench_function("off", |b| {
+        b.iter_batched(args, |a| black_box(call(&off, a)), BatchSize::SmallInput)
+    });
+    g.bench_function("on", |b| {
+        b.iter_batched(args, |a| black_box(call(&on, a)), BatchSize::SmallInput)
+    });
+    g.finish();
+    report(&log, "registry");
+}
+
+/// Says how many tool-call entries were written and how many the full queue lost (a loop of
+/// no-op calls outruns the writer thread; the loss is counted and recorded, never silent).
+fn report(log: &AuditLog, name: &str) {
+    log.flush().expect("flush");
+    let written = log
+        .head()
+        .map(|(id, _)| id)
+        .expect("read the head of the log");
+    eprintln!(
+        "audit_gateway/{name}: {written} entries written, {} tool-call entries lost (queue full)",
+        log.lost()
+    );
+}
+
+async fn serve(tools: ToolRegistry, stop: CancellationToken) -> SocketAddr {
+    let app = McpApp::builder("audit-bench", "1.0.0").tools(tools).build();
+    let config =
+        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0))).shutdown_token(stop.clone());
+    let server = HttpServer::bind(app, config).await.expect("bind");
+    let addr = server.local_addr();
+    tokio::spawn(async move {
+        let _ = server.run(async move { stop.cancelled().await }).await;
+    });
+    addr
+}
+
+fn bench_http(c: &mut Criterion, dir: &std::path::Path) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let stop = CancellationToken::new();
+    let (on, log) = audited(dir, "http");
+    let (off_addr, on_addr) = rt.block_on(async {
+        (
+            serve(registry(), stop.clone()).await,
+            serve(on, stop.clone()).await,
+        )
+    });
+    let echo = ToolCall::new("echo", json!({"text": "hello audit"}), "hello audit");
+    let mut g = c.benchmark_group("audit_gateway/http");
+    for (name, addr) in [("off", off_addr), ("on", on_addr)] {
+        let mut client = rt
+            .block_on(Client::connect(addr, "/mcp", STATELESS, false))
+            .expect("connect");
+        g.bench_function(name, |b| {
+            b.iter(|| rt.block_on(client.call(&echo)).expect("tools/call"))
+        });
+    }
+    g.finish();
+    stop.cancel();
+    report(&log, "http");
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    bench_registry(c, dir.path());
+    bench_http(c, dir.path());
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,309 @@
+//! The gateway's audit log: one append-only, tamper-evident record of every change and every
+//! tool call, saying who acted (an admin through a surface, an agent, a vendor feed, the gateway
+//! itself), what changed and how it ended.
+//!
+//! It exists so an operator can answer "who changed this rule, and which agent called that tool"
+//! after the fact, and notice when someone edited the record itself. It lives in one SQLite file
+//! given by the caller (for example `<data>/audit.db`).
+//!
+//! - **Two write paths.** Changes (approvals, secret operations, agent and upstream changes) go
+//!   through [`AuditLog::record`], which writes synchronously and returns the error when the
+//!   entry cannot be written, so the operation that wanted it can fail too. Tool calls go through
+//!   [`AuditLog::record_tool_call`] or the log's [`kberg_core::AuditSink`] implementation, which
+//!   never wait: they queue the entry for one writer thread that batches inserts in
+//!   transactions (see `writer` for the flush policy).
+//! - **A full queue** (the disk cannot keep up) never blocks a call and never loses silently:
+//!   the entry is counted ([`AuditLog::lost`]) and the next write appends a `system`
+//!   `entries_lost` entry with the count. [`AuditLog::flush`] writes what is queued (for shutdown
+//!   and tests).
+//! - **Tamper evidence.** Each entry stores the SHA-256 of its canonical content and the previous
+//!   entry's hash; [`AuditLog::verify`] walks the chain and names the first edited, inserted or
+//!   deleted entry. Someone able to rewrite the file can recompute every hash after an edit; keep
+//!   [`VerifyReport::head_id`] and the head hash ([`AuditLog::head`]) elsewhere to detect that.
+//! - **Retention** by age or count ([`Retention`]) removes the oldest entries, keeps the last
+//!   removed entry's hash as the chain's new anchor, and records itself as a `retention_trim`
+//!   entry, so a trimmed log still verifies.
+//! - **Nothing secret.** Entries hold names, revisions, digests and stable codes; tool calls keep
+//!   kberg-core's redacted argument digest and never an argument value.
+//!
+//! ```
+//! use bridle_gateway::audit::{AuditConfig, AuditLog, AuditQuery, Entry, Kind, Surface};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let log = AuditLog::open(AuditConfig::new(dir.path().join("audit.db")))?;
+//! log.record(Entry::user("alice", Surface::Cli, Kind::SecretRotate).subject("gitea-token"))?;
+//! assert!(log.verify()?.is_intact());
+//! assert_eq!(log.query(&AuditQuery::all().actor("alice"))?.entries.len(), 1);
+//! # Ok(()) }
+//! ```
+
+mod entry;
+mod error;
+mod query;
+mod row;
+mod sink;
+mod store;
+mod writer;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+use rusqlite::Connection;
+
+pub use entry::{
+    Change, ClientName, Entry, Kind, Outcome, Source, SourceType, Surface, ToolCallInfo,
+};
+pub use error::AuditError;
+pub use query::{AuditPage, AuditQuery, MAX_PAGE};
+pub use row::StoredEntry;
+pub use store::{BreakKind, ChainBreak, Retention, TrimReport, VerifyReport};
+
+use writer::{CallQueue, SharedConnection, lock_conn, ms_since_epoch};
+
+/// How the log is opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AuditConfig {
+    /// The SQLite file (created if missing).
+    pub path: PathBuf,
+    /// Tool-call entries the queue holds before new ones are counted as lost (default 8192).
+    pub capacity: usize,
+    /// Entries per transaction at most; a full batch wakes the writer (default 256).
+    pub max_batch: usize,
+    /// How long a queued entry waits at most before its batch is written (default 50 ms).
+    pub max_delay: Duration,
+    /// Commit with `synchronous=FULL` (survives power loss) instead of `NORMAL` (survives a
+    /// crash of the process) (default `false`).
+    pub fsync: bool,
+    /// How long entries are kept (default: forever).
+    pub retention: Retention,
+    /// How often the writer thread applies [`AuditConfig::retention`] (default 10 minutes; it
+    /// also runs once at open).
+    pub retention_every: Duration,
+}
+
+impl AuditConfig {
+    /// Defaults, with the database at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        AuditConfig {
+            path: path.into(),
+            capacity: 8192,
+            max_batch: 256,
+            max_delay: Duration::from_millis(50),
+            fsync: false,
+            retention: Retention::keep_all(),
+            retention_every: Duration::from_secs(600),
+        }
+    }
+
+    /// Sets the queue capacity (at least 1).
+    pub fn with_capacity(mut self, n: usize) -> Self {
+        self.capacity = n.max(1);
+        self
+    }
+
+    /// Sets the batch size (at least 1).
+    pub fn with_max_batch(mut self, n: usize) -> Self {
+        self.max_batch = n.max(1);
+        self
+    }
+
+    /// Sets the longest wait of a queued entry.
+    pub fn with_max_delay(mut self, d: Duration) -> Self {
+        self.max_delay = d;
+        self
+    }
+
+    /// Sets whether commits reach the disk before returning.
+    pub fn with_fsync(mut self, fsync: bool) -> Self {
+        self.fsync = fsync;
+        self
+    }
+
+    /// Sets the retention.
+    pub fn with_retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Sets how often retention runs.
+    pub fn with_retention_every(mut self, every: Duration) -> Self {
+        self.retention_every = every;
+        self
+    }
+}
+
+/// The writer side: the connection every write takes, the queue, and the writer thread.
+struct AuditWriter {
+    conn: SharedConnection,
+    queue: Arc<CallQueue>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// A second connection for reads, so queries and verification do not wait for writes.
+    reader: Mutex<Connection>,
+    retention: Retention,
+}
+
+impl Drop for AuditWriter {
+    fn drop(&mut self) {
+        // The thread writes what is queued, then stops.
+        self.queue.close();
+        let thread = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(t) = thread
+            && t.join().is_err()
+        {
+            tracing::error!("audit writer thread panicked");
+        }
+    }
+}
+
+/// The audit log. Cheap to clone (all clones share one database and writer thread); the writer
+/// thread writes what is queued and stops when the last clone is dropped.
+#[derive(Clone)]
+pub struct AuditLog {
+    writer: Arc<AuditWriter>,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditLog")
+            .field("queued", &self.writer.queue.len())
+            .field("lost", &self.lost())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AuditLog {
+    /// Opens (creating if needed) the log at `config.path`, applies retention once, and starts
+    /// the writer thread.
+    pub fn open(config: AuditConfig) -> Result<Self, AuditError> {
+        let mut conn = store::open(&config.path, config.fsync)?;
+        let reader = store::open(&config.path, config.fsync)?;
+        if let Some(r) = store::trim(
+            &mut conn,
+            config.retention,
+            ms_since_epoch(SystemTime::now()),
+        )? {
+            tracing::info!(
+                removed = r.removed,
+                through_id = r.through_id,
+                "audit retention at open"
+            );
+        }
+        let conn = Arc::new(Mutex::new(conn));
+        let queue = Arc::new(CallQueue::new(
+            config.capacity,
+            config.max_batch,
+            config.max_delay,
+        ));
+        let thread = {
+            let (queue, conn) = (Arc::clone(&queue), Arc::clone(&conn));
+            let (retention, every) = (config.retention, config.retention_every);
+            std::thread::Builder::new()
+                .name("bridle-audit".into())
+                .spawn(move || writer::run(queue, conn, retention, every))?
+        };
+        Ok(AuditLog {
+            writer: Arc::new(AuditWriter {
+                conn,
+                queue,
+                thread: Mutex::new(Some(thread)),
+                reader: Mutex::new(reader),
+                retention: config.retention,
+            }),
+        })
+    }
+
+    /// Records a change synchronously, after everything queued before it; returns its id. When
+    /// the entry cannot be written the error is returned and nothing of it is stored: the
+    /// operation that wanted the record must fail.
+    pub fn record(&self, entry: Entry) -> Result<u64, AuditError> {
+        let at = ms_since_epoch(SystemTime::now());
+        let mut conn = lock_conn(&self.writer.conn);
+        // Queued tool calls first, so the chain keeps the order things happened in. Their own
+        // failure is counted and reported by the queue; it does not decide this write.
+        let _ = self.writer.queue.write_pending(&mut conn);
+        let ids = store::append(&mut conn, &[(entry, at)])?;
+        ids.first()
+            .copied()
+            .ok_or_else(|| AuditError::Database(rusqlite::Error::QueryReturnedNoRows))
+    }
+
+    /// Queues an entry of the call path (a tool call, a secret use) for the writer thread
+    /// without waiting; `false` when the queue
+    /// was full and the entry was lost (counted in [`AuditLog::lost`] and reported by a
+    /// `system` `entries_lost` entry).
+    pub fn record_tool_call(&self, entry: Entry) -> bool {
+        self.writer
+            .queue
+            .push(entry, ms_since_epoch(SystemTime::now()))
+    }
+
+    /// Queues an entry stamped with the time it happened (the gate's time of the call).
+    pub(crate) fn enqueue_at(&self, entry: Entry, at: SystemTime) -> bool {
+        self.writer.queue.push(entry, ms_since_epoch(at))
+    }
+
+    /// Writes everything queued so far, and any unrecorded loss, before returning.
+    pub fn flush(&self) -> Result<(), AuditError> {
+        let mut conn = lock_conn(&self.writer.conn);
+        self.writer.queue.write_pending(&mut conn).map(drop)
+    }
+
+    /// Tool-call entries lost since the log opened (queue full, or their batch failed).
+    pub fn lost(&self) -> u64 {
+        self.writer.queue.lost_total()
+    }
+
+    /// Tool-call entries waiting for the writer thread.
+    pub fn queued(&self) -> usize {
+        self.writer.queue.len()
+    }
+
+    /// Walks the chain from its anchor to its head and reports the first break.
+    pub fn verify(&self) -> Result<VerifyReport, AuditError> {
+        store::verify(&mut self.reader())
+    }
+
+    /// The last id written and its hash: keep them elsewhere to detect a rewrite of the whole
+    /// file.
+    pub fn head(&self) -> Result<(u64, String), AuditError> {
+        let ends = store::ends(&self.reader())?;
+        Ok((u64::try_from(ends.head_id).unwrap_or(0), ends.head_hash))
+    }
+
+    /// Applies the configured retention now; `None` when nothing was due.
+    pub fn apply_retention(&self) -> Result<Option<TrimReport>, AuditError> {
+        self.trim(self.writer.retention)
+    }
+
+    /// Applies `retention` now (whatever is configured); `None` when nothing was due. The
+    /// trim is recorded as a `system` `retention_trim` entry.
+    pub fn trim(&self, retention: Retention) -> Result<Option<TrimReport>, AuditError> {
+        let mut conn = lock_conn(&self.writer.conn);
+        let _ = self.writer.queue.write_pending(&mut conn);
+        store::trim(&mut conn, retention, ms_since_epoch(SystemTime::now()))
+    }
+
+    /// One page of entries matching `query`.
+    pub fn query(&self, query: &AuditQuery) -> Result<AuditPage, AuditError> {
+        query::page(&self.reader(), query)
+    }
+
+    /// Writes every entry `query` matches to `out` as JSON Lines (one [`StoredEntry`] object a
+    /// line); returns how many.
+    pub fn export_jsonl(&self, query: &AuditQuery, out: &mut dyn Write) -> Result<u64, AuditError> {
+        query::export(&self.reader(), query, out)
+    }
+
+    fn reader(&self) -> MutexGuard<'_, Connection> {
+        self.writer.reader.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,372 @@
+//! The SQLite side of the log: the schema, appending entries to the chain, retention, and
+//! walking the chain to verify it.
+//!
+//! Two tables: `gateway_audit` (one row per entry, [`Row`]'s columns) and `gateway_audit_chain`
+//! (one row: the anchor, the id and hash the chain starts after, which retention moves forward,
+//! and the head, the last id and hash written). Every append runs in a `BEGIN IMMEDIATE`
+//! transaction that reads the head, links the new rows to it and moves it, so two writers (two
+//! processes, say) can never fork the chain, and a failed transaction leaves no trace.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde::Serialize;
+
+use super::entry::{Entry, Kind};
+use super::error::AuditError;
+use super::row::{COLUMNS, GENESIS, Row};
+
+const SCHEMA: &str = "
+    CREATE TABLE IF NOT EXISTS gateway_audit (
+        id INTEGER PRIMARY KEY,
+        at_ms INTEGER NOT NULL,
+        source_type TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        surface TEXT,
+        agent_type TEXT,
+        session TEXT,
+        client_name TEXT,
+        client_version TEXT,
+        source_url TEXT,
+        kind TEXT NOT NULL,
+        project TEXT,
+        subject TEXT,
+        agent TEXT,
+        before_rev TEXT,
+        after_rev TEXT,
+        digest TEXT,
+        outcome TEXT NOT NULL,
+        code TEXT,
+        tool_kind TEXT,
+        capability TEXT,
+        duration_us INTEGER,
+        detail TEXT,
+        prev_hash TEXT NOT NULL,
+        hash TEXT NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS gateway_audit_at ON gateway_audit (at_ms);
+    CREATE INDEX IF NOT EXISTS gateway_audit_actor ON gateway_audit (source_type, actor);
+    CREATE INDEX IF NOT EXISTS gateway_audit_agent ON gateway_audit (agent);
+    CREATE INDEX IF NOT EXISTS gateway_audit_project ON gateway_audit (project);
+    CREATE INDEX IF NOT EXISTS gateway_audit_kind ON gateway_audit (kind);
+    CREATE TABLE IF NOT EXISTS gateway_audit_chain (
+        one INTEGER PRIMARY KEY CHECK (one = 1),
+        anchor_id INTEGER NOT NULL,
+        anchor_hash TEXT NOT NULL,
+        head_id INTEGER NOT NULL,
+        head_hash TEXT NOT NULL
+    );
+";
+
+/// Where the chain starts (after retention) and ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ChainEnds {
+    pub anchor_id: i64,
+    pub anchor_hash: String,
+    pub head_id: i64,
+    pub head_hash: String,
+}
+
+/// Opens the database at `path` (WAL, a busy timeout) and creates the tables.
+pub(crate) fn open(path: &Path, fsync: bool) -> Result<Connection, AuditError> {
+    let conn = Connection::open(path)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", if fsync { "FULL" } else { "NORMAL" })?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.execute_batch(SCHEMA)?;
+    conn.execute(
+        "INSERT OR IGNORE INTO gateway_audit_chain (one, anchor_id, anchor_hash, head_id, head_hash)
+         VALUES (1, 0, ?1, 0, ?1)",
+        params![GENESIS],
+    )?;
+    Ok(conn)
+}
+
+/// The chain's ends as stored.
+pub(crate) fn ends(conn: &Connection) -> Result<ChainEnds, AuditError> {
+    Ok(conn.query_row(
+        "SELECT anchor_id, anchor_hash, head_id, head_hash FROM gateway_audit_chain WHERE one = 1",
+        [],
+        |r| {
+            Ok(ChainEnds {
+                anchor_id: r.get(0)?,
+                anchor_hash: r.get(1)?,
+                head_id: r.get(2)?,
+                head_hash: r.get(3)?,
+            })
+        },
+    )?)
+}
+
+/// Appends `entries` (each with its time) in one transaction, in order; returns their ids.
+pub(crate) fn append(
+    conn: &mut Connection,
+    entries: &[(Entry, i64)],
+) -> Result<Vec<u64>, AuditError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let ids = append_in(&tx, entries)?;
+    tx.commit()?;
+    Ok(ids)
+}
+
+fn append_in(conn: &Connection, entries: &[(Entry, i64)]) -> Result<Vec<u64>, AuditError> {
+    let head = ends(conn)?;
+    let (mut id, mut prev) = (head.head_id, head.head_hash);
+    let mut ids = Vec::with_capacity(entries.len());
+    for (entry, at_ms) in entries {
+        id += 1;
+        let row = Row::from_entry(entry, id, *at_ms, &prev);
+        row.insert(conn)?;
+        prev = row.hash;
+        ids.push(u64::try_from(id).unwrap_or(0));
+    }
+    conn.execute(
+        "UPDATE gateway_audit_chain SET head_id = ?1, head_hash = ?2 WHERE one = 1",
+        params![id, prev],
+    )?;
+    Ok(ids)
+}
+
+/// How long entries are kept. Both limits may be set; an entry goes when either says so.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Retention {
+    /// Remove entries older than this.
+    pub max_age: Option<Duration>,
+    /// Keep at most this many entries (the `retention_trim` entry included).
+    pub max_entries: Option<u64>,
+}
+
+impl Retention {
+    /// Keep everything (the default).
+    pub fn keep_all() -> Self {
+        Retention::default()
+    }
+
+    /// Sets the age limit.
+    pub fn with_max_age(mut self, age: Duration) -> Self {
+        self.max_age = Some(age);
+        self
+    }
+
+    /// Sets the count limit (at least 1).
+    pub fn with_max_entries(mut self, n: u64) -> Self {
+        self.max_entries = Some(n.max(1));
+        self
+    }
+}
+
+/// What a retention pass removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TrimReport {
+    /// How many entries were removed.
+    pub removed: u64,
+    /// The last removed id: the chain now starts after it.
+    pub through_id: u64,
+    /// The id of the `retention_trim` entry that records the pass.
+    pub entry_id: u64,
+}
+
+/// Removes what `retention` says is too old or too many, moves the anchor to the last removed
+/// entry's hash and records the pass as a `system` `retention_trim` entry, all in one
+/// transaction. `None` when nothing was due.
+pub(crate) fn trim(
+    conn: &mut Connection,
+    retention: Retention,
+    now_ms: i64,
+) -> Result<Option<TrimReport>, AuditError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut cutoff: Option<i64> = None;
+    if let Some(age) = retention.max_age {
+        let before = now_ms.saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX));
+        let by_age: Option<i64> = tx.query_row(
+            "SELECT MAX(id) FROM gateway_audit WHERE at_ms < ?1",
+            params![before],
+            |r| r.get(0),
+        )?;
+        cutoff = cutoff.max(by_age);
+    }
+    if let Some(max) = retention.max_entries {
+        let count: i64 = tx.query_row("SELECT COUNT(*) FROM gateway_audit", [], |r| r.get(0))?;
+        // Only when over the limit; then keep `max - 1` old entries, so with the trim entry
+        // there are `max` (and the next pass finds nothing due).
+        let keep = i64::try_from(max.saturating_sub(1)).unwrap_or(i64::MAX);
+        if count > i64::try_from(max).unwrap_or(i64::MAX) {
+            let by_count: Option<i64> = tx
+                .query_row(
+                    "SELECT id FROM gateway_audit ORDER BY id LIMIT 1 OFFSET ?1",
+                    params![count - keep - 1],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            cutoff = cutoff.max(by_count);
+        }
+    }
+    let Some(cutoff) = cutoff else {
+        return Ok(None);
+    };
+    let anchor_hash: String = tx.query_row(
+        "SELECT hash FROM gateway_audit WHERE id = ?1",
+        params![cutoff],
+        |r| r.get(0),
+    )?;
+    let removed = tx.execute("DELETE FROM gateway_audit WHERE id <= ?1", params![cutoff])?;
+    tx.execute(
+        "UPDATE gateway_audit_chain SET anchor_id = ?1, anchor_hash = ?2 WHERE one = 1",
+        params![cutoff, anchor_hash],
+    )?;
+    let mut limits = Vec::new();
+    if let Some(age) = retention.max_age {
+        limits.push(format!("max_age {}s", age.as_secs()));
+    }
+    if let Some(n) = retention.max_entries {
+        limits.push(format!("max_entries {n}"));
+    }
+    let entry = Entry::system("audit", Kind::RetentionTrim)
+        .subject(format!("through id {cutoff}"))
+        .detail(format!(
+            "removed {removed} entries through id {cutoff} ({})",
+            limits.join(", ")
+        ));
+    let ids = append_in(&tx, &[(entry, now_ms)])?;
+    tx.commit()?;
+    Ok(Some(TrimReport {
+        removed: removed as u64,
+        through_id: u64::try_from(cutoff).unwrap_or(0),
+        entry_id: ids.first().copied().unwrap_or(0),
+    }))
+}
+
+/// What is wrong at the first entry where the chain breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum BreakKind {
+    /// The entry's content or hash was changed after it was written (its link to the entry
+    /// before is intact, its own hash is not).
+    Edited,
+    /// The entry was not written by the log: it links to no entry before it.
+    Inserted,
+    /// Entries are missing before this id (the `id` of the break is the first missing one).
+    Deleted,
+}
+
+/// The first place the chain breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ChainBreak {
+    /// The entry at fault: the edited or inserted one, or the first missing id.
+    pub id: u64,
+    /// What is wrong there.
+    pub kind: BreakKind,
+}
+
+/// The result of [`super::AuditLog::verify`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VerifyReport {
+    /// Entries walked before the first break (all of them when intact).
+    pub checked: u64,
+    /// The id the chain starts after (0, or the last entry retention removed).
+    pub anchor_id: u64,
+    /// The last id written.
+    pub head_id: u64,
+    /// The first break, or `None` when every entry is intact.
+    pub first_break: Option<ChainBreak>,
+}
+
+impl VerifyReport {
+    /// Whether the chain is intact from the anchor to the head.
+    pub fn is_intact(&self) -> bool {
+        self.first_break.is_none()
+    }
+}
+
+/// Walks the chain from the anchor to the head in one read transaction.
+pub(crate) fn verify(conn: &mut Connection) -> Result<VerifyReport, AuditError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+    let ends = ends(&tx)?;
+    let to_u64 = |v: i64| u64::try_from(v).unwrap_or(0);
+    let mut report = VerifyReport {
+        checked: 0,
+        anchor_id: to_u64(ends.anchor_id),
+        head_id: to_u64(ends.head_id),
+        first_break: None,
+    };
+    let mut expected_id = ends.anchor_id + 1;
+    let mut expected_prev = ends.anchor_hash.clone();
+    let broken = |id: i64, kind| ChainBreak {
+        id: to_u64(id),
+        kind,
+    };
+    {
+        let mut st = tx.prepare(&format!(
+            "SELECT {COLUMNS} FROM gateway_audit WHERE id > ?1 ORDER BY id"
+        ))?;
+        // Rows at or before the anchor were removed by retention; one that is back is inserted.
+        let stale: Option<i64> = tx
+            .query_row(
+                "SELECT MIN(id) FROM gateway_audit WHERE id <= ?1",
+                params![ends.anchor_id],
+                |r| r.get(0),
+            )
+            .optional()?
+            .flatten();
+        if let Some(id) = stale {
+            report.first_break = Some(broken(id, BreakKind::Inserted));
+            return Ok(report);
+        }
+        let mut rows = st.query(params![ends.anchor_id])?;
+        while let Some(r) = rows.next()? {
+            let row = Row::from_sql(r)?;
+            let self_ok = row.compute_hash() == row.hash;
+            let link_ok = row.prev_hash == expected_prev;
+            let fault = if row.id > expected_id {
+                Some(broken(expected_id, BreakKind::Deleted))
+            } else if !link_ok && self_ok {
+                // Either this row is a stranger with a hash of its own, or the row before was
+                // edited and its hash recomputed. The row after (or the head) tells which: it
+                // still links to this one only in the second case.
+                let next_prev: Option<String> = tx
+                    .query_row(
+                        "SELECT prev_hash FROM gateway_audit WHERE id = ?1",
+                        params![row.id + 1],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                let successor_links = match next_prev {
+                    Some(p) => p == row.hash,
+                    None => ends.head_hash == row.hash,
+                };
+                if successor_links && row.id > ends.anchor_id + 1 {
+                    Some(broken(row.id - 1, BreakKind::Edited))
+                } else {
+                    Some(broken(row.id, BreakKind::Inserted))
+                }
+            } else if !link_ok {
+                Some(broken(row.id, BreakKind::Inserted))
+            } else if !self_ok {
+                Some(broken(row.id, BreakKind::Edited))
+            } else {
+                None
+            };
+            if let Some(fault) = fault {
+                report.first_break = Some(fault);
+                return Ok(report);
+            }
+            report.checked += 1;
+            expected_id = row.id + 1;
+            expected_prev = row.hash;
+        }
+    }
+    // Rows missing at the end: the head says more was written than is there.
+    if expected_id <= ends.head_id {
+        report.first_break = Some(broken(expected_id, BreakKind::Deleted));
+    } else if expected_id - 1 > ends.head_id {
+        // Rows past the head: written by hand.
+        report.first_break = Some(broken(ends.head_id + 1, BreakKind::Inserted));
+    } else if expected_prev != ends.head_hash && ends.head_id > ends.anchor_id {
+        // The last row was edited and its hash recomputed.
+        report.first_break = Some(broken(ends.head_id, BreakKind::Edited));
+    }
+    Ok(report)
+}

@@ -1,0 +1,245 @@
+//! Keeping tool-call entries off the call path: a bounded queue and one writer thread that
+//! batches them into transactions, as kberg-core's audit sinks do.
+//!
+//! The call path takes the queue's mutex, pushes the entry and, only when it starts a batch or
+//! fills one, wakes the writer (one wake-up per batch under load, not one per call). The writer
+//! waits until a batch is full or its oldest entry is `max_delay` old, then takes the database
+//! connection, takes the whole queue *while holding the connection* and appends it in one
+//! transaction. Synchronous writes and flushes take the connection the same way, so entries
+//! reach the chain in the order they were recorded.
+//!
+//! When the queue is full the entry is not queued and the call goes on: the loss is counted
+//! ([`CallQueue::lost_total`]) and the next write first appends a `system` `entries_lost` entry
+//! saying how many entries were lost and why. A batch whose transaction fails is counted the same
+//! way.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use rusqlite::Connection;
+
+use super::entry::{Entry, Kind};
+use super::error::AuditError;
+use super::store::{self, Retention};
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn ms_since_epoch(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The queued entries and the losses not yet recorded.
+#[derive(Default)]
+struct Pending {
+    entries: Vec<(Entry, i64)>,
+    /// When the oldest queued entry arrived.
+    first_at: Option<Instant>,
+    /// Entries refused because the queue was full, since the last `entries_lost` entry.
+    lost_full: u64,
+    /// Entries whose batch failed to write, since the last `entries_lost` entry.
+    lost_failed: u64,
+    /// The error of the last failed batch.
+    last_failure: Option<String>,
+    closed: bool,
+}
+
+/// The bounded queue between the call path and the writer thread.
+pub(crate) struct CallQueue {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+    lost_total: AtomicU64,
+    capacity: usize,
+    max_batch: usize,
+    max_delay: Duration,
+}
+
+impl CallQueue {
+    pub fn new(capacity: usize, max_batch: usize, max_delay: Duration) -> Self {
+        let capacity = capacity.max(1);
+        CallQueue {
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+            lost_total: AtomicU64::new(0),
+            capacity,
+            max_batch: max_batch.clamp(1, capacity),
+            max_delay,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        // A plain buffer: a panic elsewhere leaves it consistent.
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues one entry without waiting; `false` when the queue was full (the loss is counted).
+    pub fn push(&self, entry: Entry, at_ms: i64) -> bool {
+        let mut q = self.lock();
+        if q.entries.len() >= self.capacity {
+            q.lost_full += 1;
+            if self.lost_total.fetch_add(1, Ordering::Relaxed) == 0 {
+                tracing::warn!("audit log cannot keep up; tool-call entries are lost (counted)");
+            }
+            return false;
+        }
+        q.entries.push((entry, at_ms));
+        let len = q.entries.len();
+        if len == 1 {
+            q.first_at = Some(Instant::now());
+        }
+        if len == 1 || len == self.max_batch {
+            self.wake.notify_one();
+        }
+        true
+    }
+
+    /// Entries lost since the log opened (queue full or failed batch).
+    pub fn lost_total(&self) -> u64 {
+        self.lost_total.load(Ordering::Relaxed)
+    }
+
+    /// Entries waiting for the writer.
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    /// Tells the writer thread to write what is queued and stop.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.wake.notify_all();
+    }
+
+    /// Appends everything queued, preceded by an `entries_lost` entry when losses are
+    /// unrecorded. The caller holds the database connection, so nobody else can take the queue
+    /// between here and the commit. Returns how many queued entries were written.
+    pub fn write_pending(&self, conn: &mut Connection) -> Result<usize, AuditError> {
+        let (batch, lost_full, lost_failed, failure) = {
+            let mut q = self.lock();
+            q.first_at = None;
+            (
+                std::mem::take(&mut q.entries),
+                std::mem::take(&mut q.lost_full),
+                std::mem::take(&mut q.lost_failed),
+                q.last_failure.take(),
+            )
+        };
+        if batch.is_empty() && lost_full + lost_failed == 0 {
+            return Ok(0);
+        }
+        let n = batch.len();
+        let mut entries = Vec::with_capacity(n + 1);
+        if lost_full + lost_failed > 0 {
+            entries.push((
+                lost_entry(lost_full, lost_failed, failure.as_deref()),
+                now_ms(),
+            ));
+        }
+        entries.extend(batch);
+        match store::append(conn, &entries) {
+            Ok(_) => Ok(n),
+            Err(e) => {
+                tracing::error!(error = %e, entries = n, "audit batch not written; counted as lost");
+                let mut q = self.lock();
+                q.lost_full += lost_full;
+                q.lost_failed += lost_failed + n as u64;
+                q.last_failure = Some(e.to_string());
+                self.lost_total.fetch_add(n as u64, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    ms_since_epoch(SystemTime::now())
+}
+
+fn lost_entry(full: u64, failed: u64, failure: Option<&str>) -> Entry {
+    let mut why = Vec::new();
+    if full > 0 {
+        why.push(format!("{full} because the queue was full"));
+    }
+    if failed > 0 {
+        why.push(format!(
+            "{failed} because their batch failed to write ({})",
+            failure.unwrap_or("unknown error")
+        ));
+    }
+    Entry::system("audit", Kind::EntriesLost)
+        .subject(format!("{} entries", full + failed))
+        .detail(format!(
+            "{} tool-call entries lost: {}",
+            full + failed,
+            why.join("; ")
+        ))
+        .outcome(super::entry::Outcome::error("entries_lost"))
+}
+
+/// The connection all writes go through.
+pub(crate) type SharedConnection = Arc<Mutex<Connection>>;
+
+pub(crate) fn lock_conn(conn: &SharedConnection) -> MutexGuard<'_, Connection> {
+    // A connection whose holder panicked mid-transaction rolls back on the next BEGIN's failure
+    // or on drop of the transaction; the handle itself stays usable.
+    conn.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The writer thread's body: batches, periodic retention, and a last write on close.
+pub(crate) fn run(
+    queue: Arc<CallQueue>,
+    conn: SharedConnection,
+    retention: Retention,
+    retention_every: Duration,
+) {
+    let retains = retention.max_age.is_some() || retention.max_entries.is_some();
+    let mut last_retention = Instant::now();
+    loop {
+        let closing = {
+            let mut q = queue.lock();
+            loop {
+                if q.closed || q.entries.len() >= queue.max_batch {
+                    break;
+                }
+                let retention_left =
+                    retains.then(|| retention_every.saturating_sub(last_retention.elapsed()));
+                if retention_left == Some(Duration::ZERO) {
+                    break;
+                }
+                let batch_left = q
+                    .first_at
+                    .map(|t| queue.max_delay.saturating_sub(t.elapsed()));
+                if batch_left == Some(Duration::ZERO) {
+                    break;
+                }
+                let wait = match (batch_left, retention_left) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                q = match wait {
+                    None => queue.wake.wait(q).unwrap_or_else(|p| p.into_inner()),
+                    Some(d) => {
+                        queue
+                            .wake
+                            .wait_timeout(q, d)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0
+                    }
+                };
+            }
+            q.closed
+        };
+        let mut c = lock_conn(&conn);
+        // An error is logged and counted by write_pending; the thread goes on.
+        let _ = queue.write_pending(&mut c);
+        if retains && last_retention.elapsed() >= retention_every {
+            last_retention = Instant::now();
+            if let Err(e) = store::trim(&mut c, retention, now_ms()) {
+                tracing::error!(error = %e, "audit retention pass failed");
+            }
+        }
+        drop(c);
+        if closing {
+            break;
+        }
+    }
+}
