@@ -15,6 +15,18 @@ use kberg_core::{
 };
 use serde_json::Value;
 
+/// The options for passing a call on to another registry: the same cancellation, client
+/// channel, progress token, `_meta` and client identity as the call being handled.
+pub(crate) fn forwarded_options(ctx: &ToolContext) -> CallOptions {
+    CallOptions {
+        cancel: ctx.cancellation().clone(),
+        peer: ctx.peer().cloned(),
+        progress_token: ctx.meta().and_then(|m| m.get("progressToken")).cloned(),
+        meta: ctx.meta().cloned(),
+        client: ctx.client().cloned(),
+    }
+}
+
 struct Mounted {
     spec: ToolSpec,
     inner: String,
@@ -28,13 +40,7 @@ impl Tool for Mounted {
     }
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let opts = CallOptions {
-            cancel: ctx.cancellation().clone(),
-            peer: ctx.peer().cloned(),
-            progress_token: ctx.meta().and_then(|m| m.get("progressToken")).cloned(),
-            meta: ctx.meta().cloned(),
-            client: ctx.client().cloned(),
-        };
+        let opts = forwarded_options(&ctx);
         match self
             .private
             .call(ctx.caller(), &self.inner, args, opts)

@@ -14,9 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use kberg_core::{
-    CallOptions, Tool, ToolContext, ToolError, ToolKind, ToolOutput, ToolRegistry, ToolSpec,
-};
+use kberg_core::{Tool, ToolContext, ToolError, ToolKind, ToolOutput, ToolRegistry, ToolSpec};
 use serde_json::Value;
 
 use super::credential::SecretUse;
@@ -161,13 +159,7 @@ impl Tool for FrontTool {
                 ));
             }
         }
-        let opts = CallOptions {
-            cancel: ctx.cancellation().clone(),
-            peer: ctx.peer().cloned(),
-            progress_token: ctx.meta().and_then(|m| m.get("progressToken")).cloned(),
-            meta: ctx.meta().cloned(),
-            client: ctx.client().cloned(),
-        };
+        let opts = crate::namespace::forwarded_options(&ctx);
         let mut out = match connection
             .registry
             .call(&self.route.internal, &self.spec.name, args, opts)
