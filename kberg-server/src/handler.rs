@@ -27,7 +27,8 @@
 #![allow(deprecated)]
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use kberg_core::{
     CallOptions, Caller, ClientPeer, ErrorCode, GateError, Principal, PromptArgs, PromptError,
@@ -45,7 +46,7 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::app::McpApp;
@@ -171,6 +172,58 @@ enum Command {
 struct SessionState {
     log: Arc<LogThreshold>,
     forwarder: OnceLock<mpsc::UnboundedSender<Command>>,
+    /// Watchers of `subscriptions/listen` requests whose filter was accepted but whose
+    /// `listen` has not started yet. rmcp sends the acknowledgement between the two calls, so
+    /// the watchers must exist before it: a change the client causes right after the
+    /// acknowledgement is then still seen.
+    pending_listens: Mutex<Vec<PendingListen>>,
+}
+
+/// How long accepted-but-unstarted listen watchers are kept. A listen whose acknowledgement
+/// could not be sent never starts; its watchers are dropped after this.
+const PENDING_LISTEN_TTL: Duration = Duration::from_secs(30);
+
+/// The watchers of one accepted `subscriptions/listen`, created when its filter is accepted.
+struct PendingListen {
+    /// The requested filter, as JSON: what both calls see of the request.
+    key: String,
+    created: Instant,
+    watchers: ListenWatchers,
+}
+
+/// What one `subscriptions/listen` stream watches.
+struct ListenWatchers {
+    subscriber: Subscriber,
+    tools: watch::Receiver<u64>,
+    resources: watch::Receiver<u64>,
+    prompts: watch::Receiver<u64>,
+}
+
+impl ListenWatchers {
+    /// Watchers of the three registries as they are now, and of `uris`' updates.
+    fn new(app: &McpApp, uris: &[String]) -> Self {
+        let subscriber = app.resources().subscriber();
+        for uri in uris {
+            // A resource removed meanwhile is simply not watched.
+            let _ = subscriber.subscribe(uri);
+        }
+        let mut tools = app.tools().changes();
+        let mut resources = app.resources().changes();
+        let mut prompts = app.prompts().changes();
+        tools.mark_unchanged();
+        resources.mark_unchanged();
+        prompts.mark_unchanged();
+        Self {
+            subscriber,
+            tools,
+            resources,
+            prompts,
+        }
+    }
+}
+
+fn filter_key(filter: &SubscriptionFilter) -> String {
+    serde_json::to_string(filter).unwrap_or_default()
 }
 
 /// The rmcp handler serving one [`McpApp`].
@@ -311,6 +364,7 @@ impl KbergHandler {
             session: Arc::new(SessionState {
                 log: Arc::new(LogThreshold::new("debug")),
                 forwarder: OnceLock::new(),
+                pending_listens: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -689,6 +743,26 @@ impl ServerHandler for KbergHandler {
             let resources = self.shared.app.resources();
             uris.retain(|u| resources.exists(u));
         }
+        // Watch from now on, before rmcp acknowledges the filter (see `pending_listens`).
+        let watchers = ListenWatchers::new(
+            &self.shared.app,
+            accepted
+                .resource_subscriptions
+                .as_deref()
+                .unwrap_or_default(),
+        );
+        let now = Instant::now();
+        let mut pending = self
+            .session
+            .pending_listens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        pending.retain(|p| now.duration_since(p.created) < PENDING_LISTEN_TTL);
+        pending.push(PendingListen {
+            key: filter_key(requested),
+            created: now,
+            watchers,
+        });
         Some(accepted)
     }
 
@@ -696,17 +770,34 @@ impl ServerHandler for KbergHandler {
         let app = &self.shared.app;
         let accepted = context.accepted().clone();
         let sink = context.sink().clone();
-        let mut subscriber = app.resources().subscriber();
-        for uri in accepted.resource_subscriptions.iter().flatten() {
-            // A resource removed since the filter was accepted is simply not watched.
-            let _ = subscriber.subscribe(uri);
-        }
-        let mut tools = app.tools().changes();
-        let mut resources = app.resources().changes();
-        let mut prompts = app.prompts().changes();
-        tools.mark_unchanged();
-        resources.mark_unchanged();
-        prompts.mark_unchanged();
+        let prepared = {
+            let key = filter_key(context.requested());
+            let mut pending = self
+                .session
+                .pending_listens
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            pending
+                .iter()
+                .position(|p| p.key == key)
+                .map(|i| pending.remove(i).watchers)
+        };
+        // The server always advertises resource subscriptions and list changes, so rmcp's
+        // narrowing to the advertised capabilities never removes a URI that was watched.
+        let ListenWatchers {
+            mut subscriber,
+            mut tools,
+            mut resources,
+            mut prompts,
+        } = prepared.unwrap_or_else(|| {
+            ListenWatchers::new(
+                app,
+                accepted
+                    .resource_subscriptions
+                    .as_deref()
+                    .unwrap_or_default(),
+            )
+        });
         let t_on = accepted.tools_list_changed == Some(true);
         let r_on = accepted.resources_list_changed == Some(true);
         let p_on = accepted.prompts_list_changed == Some(true);
