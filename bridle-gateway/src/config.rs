@@ -281,9 +281,23 @@ fn write_new(path: &Path, content: &str, private: bool) -> Result<(), ConfigErro
 }
 
 /// Lays out a data directory on embedded defaults when it has no `bridle.yaml` yet: a
-/// configuration with a `claude`, a `codex` and a `gemini` agent, a random token for each in `secrets/`,
-/// and a `demo` project. An existing setup is left as it is.
+/// configuration with a `claude`, a `codex` and a `gemini` agent whose tokens the vault issues
+/// (no `token_secret`; see [`issue_first_tokens`](crate::gateway::issue_first_tokens), which
+/// the first start calls to issue and show them once), and an empty `secrets/` folder for
+/// read-only file secrets. The `demo` project is the caller's to create. An existing setup is
+/// left as it is.
 pub fn init_data_dir(data_dir: &Path) -> Result<InitReport, ConfigError> {
+    lay_out(data_dir, false)
+}
+
+/// Like [`init_data_dir`], but each demo agent's token is a random 0600 file in `secrets/`
+/// (`<agent>-token`, named by `token_secret`): for setups that keep every credential as a file
+/// (Docker secrets, a secrets manager writing files) and for test fixtures that read them.
+pub fn init_data_dir_with_token_files(data_dir: &Path) -> Result<InitReport, ConfigError> {
+    lay_out(data_dir, true)
+}
+
+fn lay_out(data_dir: &Path, token_files: bool) -> Result<InitReport, ConfigError> {
     let config_file = data_dir.join("bridle.yaml");
     if config_file.exists() {
         return Ok(InitReport::default());
@@ -299,7 +313,7 @@ pub fn init_data_dir(data_dir: &Path) -> Result<InitReport, ConfigError> {
     }
     for name in ["claude-token", "codex-token", "gemini-token"] {
         let path = secrets.join(name);
-        if !path.exists() {
+        if token_files && !path.exists() {
             let token = random_token().map_err(|e| io(Path::new("/dev/urandom"), e))?;
             write_new(&path, &format!("{token}\n"), true)?;
         }
@@ -314,7 +328,7 @@ pub fn init_data_dir(data_dir: &Path) -> Result<InitReport, ConfigError> {
             name.to_string(),
             AgentConfig {
                 agent_type: ty.to_string(),
-                token_secret: Some(format!("{name}-token")),
+                token_secret: token_files.then(|| format!("{name}-token")),
                 projects: Vec::new(),
                 type_guessed: false,
             },
@@ -337,8 +351,11 @@ pub fn init_data_dir(data_dir: &Path) -> Result<InitReport, ConfigError> {
         file: config_file.clone(),
         message: e.to_string(),
     })?;
-    let header =
-        "# Bridle gateway configuration. Tokens live in the secrets folder, one file per secret.\n";
+    let header = if token_files {
+        "# Bridle gateway configuration. Agent tokens live in the secrets folder, one file per secret.\n"
+    } else {
+        "# Bridle gateway configuration. Agent tokens live in the vault, stored only as keyed hashes:\n# `bridle agents token issue|rotate|revoke <agent>` manages them.\n"
+    };
     write_new(&config_file, &format!("{header}{yaml}"), false)?;
     Ok(InitReport { created: true })
 }

@@ -253,6 +253,29 @@ pub fn open_vault(
     Ok((Arc::new(vault), created))
 }
 
+/// Issues a vault token to every configured agent that takes one from the vault (no
+/// `token_secret`) and has never had one, and returns them: the only time these tokens exist in
+/// the clear. Call it on a data directory's first start ([`InitReport::created`]) and show each
+/// token to the operator once. An agent whose tokens were all revoked has had one, so it gets
+/// none here: a revocation survives a restart, and re-issuing is `bridle agents token issue`.
+///
+/// [`InitReport::created`]: crate::config::InitReport::created
+pub fn issue_first_tokens(
+    vault: &Vault,
+    config: &GatewayConfig,
+    actor: &str,
+) -> Result<Vec<crate::vault::IssuedToken>, GatewayError> {
+    let had = vault.agents_with_tokens()?;
+    let mut issued = Vec::new();
+    for (name, agent) in &config.agents {
+        if agent.token_secret.is_some() || had.iter().any(|a| a == name) {
+            continue;
+        }
+        issued.push(vault.set_agent_token(name, actor)?);
+    }
+    Ok(issued)
+}
+
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gateway")

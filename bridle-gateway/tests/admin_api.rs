@@ -12,7 +12,7 @@ use std::sync::Arc;
 use admin_support::{ALICE, Api, BOB, json_ok, problem};
 use bridle_gateway::GatewayContext;
 use bridle_gateway::admin::{AdminServer, AdminState, AdminTokens};
-use bridle_gateway::config::{GatewayConfig, init_data_dir};
+use bridle_gateway::config::{GatewayConfig, init_data_dir_with_token_files};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -213,7 +213,7 @@ async fn routes_methods_bodies_and_queries_fail_as_problem_details() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_listens_on_loopback_only_unless_exposed() {
     let tmp = tempfile::tempdir().unwrap();
-    init_data_dir(tmp.path()).unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
     let ctx = GatewayContext::open(tmp.path(), GatewayConfig::load(tmp.path()).unwrap()).unwrap();
     let state = AdminState::new(ctx, Arc::new(AdminTokens::new().unwrap()));
     let err = AdminServer::bind(SocketAddr::from(([0, 0, 0, 0], 0)), state)

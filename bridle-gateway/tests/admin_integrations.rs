@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bridle_gateway::GatewayBuilder;
 use bridle_gateway::admin::{AdminServer, AdminTokens};
-use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir};
+use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
 use bridle_rules::{AgentCatalog, RulesStore};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -17,7 +17,7 @@ use serde_json::Value;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn integrations_report_each_upstream_from_the_gateway() {
     let tmp = tempfile::tempdir().unwrap();
-    init_data_dir(tmp.path()).unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
     let mut yaml = std::fs::read_to_string(tmp.path().join("bridle.yaml")).unwrap();
     yaml.push_str(
         "upstreams:\n  ghost:\n    stdio: {command: /nonexistent/bridle-test-server}\n    projects: [demo]\n  hang:\n    stdio: {command: sleep, args: ['600']}\n",
@@ -137,7 +137,7 @@ async fn integrations_report_each_upstream_from_the_gateway() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bound_gateway_serves_the_admin_api_beside_mcp_and_stops_both() {
     let tmp = tempfile::tempdir().unwrap();
-    init_data_dir(tmp.path()).unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
     RulesStore::open(tmp.path(), AgentCatalog::builtin())
         .unwrap()
         .create("demo", &demo_document(), "test")
@@ -197,7 +197,7 @@ async fn a_bound_gateway_serves_the_admin_api_beside_mcp_and_stops_both() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_is_refused_on_a_non_loopback_address() {
     let tmp = tempfile::tempdir().unwrap();
-    init_data_dir(tmp.path()).unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
     let config = GatewayConfig::load(tmp.path()).unwrap();
     let err = GatewayBuilder::new(tmp.path(), config)
         .admin(
@@ -216,7 +216,7 @@ async fn the_admin_api_is_refused_on_a_non_loopback_address() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_credential_that_is_an_agents_token_stops_the_gateway() {
     let tmp = tempfile::tempdir().unwrap();
-    init_data_dir(tmp.path()).unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
     let config = GatewayConfig::load(tmp.path()).unwrap();
     let agent_token = bridle_gateway::config::read_secret(
         &config.secrets_path(tmp.path()),

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bridle_gateway::GatewayBuilder;
-use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir};
+use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
 use bridle_rules::{AgentCatalog, ReadWrite, RulesStore};
 use kberg_agent::{McpSurface, ToolResult, ToolSurface};
 use serde_json::json;
@@ -76,10 +76,10 @@ async fn a_canary_secret_reaches_gitea_and_nothing_an_agent_or_a_log_sees() {
 
     let gitea = GiteaStandIn::start([(CANARY, "alice"), (CODEX_GITEA, "bob")]).await;
     let tmp = tempfile::tempdir().unwrap();
-    init_data_dir(tmp.path()).unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
     let mut yaml = std::fs::read_to_string(tmp.path().join("bridle.yaml")).unwrap();
     yaml.push_str(&format!(
-        "upstreams:\n  gitea:\n    stdio:\n      command: '{}'\n      env: {{GITEA_URL: '{}', FASTMCP_CHECK_FOR_UPDATES: 'off', FASTMCP_LOG_LEVEL: CRITICAL}}\n    credential:\n      env: GITEA_TOKEN\n      per_agent: {{claude: gitea-claude, codex: gitea-codex, gemini: gitea-gemini}}\n",
+        "upstreams:\n  gitea:\n    stdio:\n      command: '{}'\n      env: {{GITEA_URL: '{}', FASTMCP_CHECK_FOR_UPDATES: 'off', FASTMCP_LOG_LEVEL: INFO, COLUMNS: '1000'}}\n    credential:\n      env: GITEA_TOKEN\n      per_agent: {{claude: gitea-claude, codex: gitea-codex, gemini: gitea-gemini}}\n",
         gitea_mcp::program(),
         gitea.url()
     ));
@@ -248,6 +248,18 @@ async fn a_canary_secret_reaches_gitea_and_nothing_an_agent_or_a_log_sees() {
     served.await.unwrap().unwrap();
     let logged = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
     assert!(logged.contains("gitea"), "the log was captured");
+    // gitea-mcp logs at INFO here (on one line per record: a wide terminal), so its failed call
+    // with the rejected token reached the gateway's log through the child's stderr, with the
+    // token replaced.
+    let from_child: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains(kberg_server::aggregate::STDERR_TARGET))
+        .collect();
+    assert!(
+        from_child.iter().any(|l| l.contains("[redacted]")),
+        "the child's stderr was not logged with its token redacted:\n{}",
+        from_child.join("\n")
+    );
     for secret in [CANARY, REJECTED, CODEX_GITEA] {
         assert!(
             !logged.contains(secret),

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir};
+use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
 use bridle_gateway::resources::{rules_uri, watch};
 use bridle_gateway::tools::register_tools;
 use bridle_gateway::{GatewayContext, build_app};
@@ -17,7 +17,7 @@ use serde_json::json;
 
 fn setup() -> (tempfile::TempDir, Arc<GatewayContext>) {
     let tmp = tempfile::tempdir().unwrap();
-    init_data_dir(tmp.path()).unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
     let config = GatewayConfig::load(tmp.path()).unwrap();
     let shared = GatewayContext::open(tmp.path(), config).unwrap();
     shared
@@ -113,7 +113,7 @@ async fn the_watcher_follows_the_projects_folder() {
 async fn rules_render_for_the_client_only_when_the_type_was_guessed() {
     use kberg_core::{CallOptions, ClientInfo};
     let tmp = tempfile::tempdir().unwrap();
-    init_data_dir(tmp.path()).unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
     let mut config = GatewayConfig::load(tmp.path()).unwrap();
     // `claude` has no `type`: it is guessed from the name; `codex` keeps its written type.
     config.agents.get_mut("claude").unwrap().agent_type = String::new();

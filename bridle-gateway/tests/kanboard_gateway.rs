@@ -8,7 +8,7 @@
 mod support;
 
 use bridle_gateway::GatewayBuilder;
-use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir};
+use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
 use bridle_gateway::gateway::open_vault;
 use bridle_gateway::vault::SecretValue;
 use bridle_rules::{AgentCatalog, ReadWrite, RulesStore};
@@ -25,7 +25,7 @@ async fn kanboard_from_the_configuration_with_vault_credentials() {
     let hidden = kb.add_project("Hidden", &[1, claude_user, codex_user]);
 
     let tmp = tempfile::tempdir().unwrap();
-    init_data_dir(tmp.path()).unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
     let mut yaml = std::fs::read_to_string(tmp.path().join("bridle.yaml")).unwrap();
     yaml.push_str(&format!(
         "kanboard:\n  url: '{}'\n  agents:\n    claude: {{secret: kanboard-claude, user: claude-bot}}\n    codex: {{secret: kanboard-codex, user: codex-bot}}\n  projects:\n    demo: [{shop}]\n",

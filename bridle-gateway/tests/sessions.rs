@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
 use bridle_gateway::GatewayBuilder;
-use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir};
+use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
 use bridle_gateway::sessions::Generation;
 use bridle_rules::{AgentCatalog, RulesStore};
 use kberg_agent::{McpSurface, ToolSurface};
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_are_listed_counted_and_ended() {
     let tmp = tempfile::tempdir().unwrap();
-    init_data_dir(tmp.path()).unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
     RulesStore::open(tmp.path(), AgentCatalog::builtin())
         .unwrap()
         .create("demo", &demo_document(), "test")

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bridle_gateway::GatewayBuilder;
-use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir};
+use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
 use bridle_rules::{AgentCatalog, ReadWrite, RulesStore};
 use kberg_agent::{McpSurface, ToolResult, ToolSurface};
 use kberg_core::{Grants, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability};
@@ -119,7 +119,7 @@ fn append_config(dir: &Path, extra: &str) {
 /// per-agent secrets, and permissions: claude reads and writes, codex only reads.
 fn data_dir(url: &str) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
-    init_data_dir(tmp.path()).unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
     append_config(
         tmp.path(),
         &format!(
@@ -293,7 +293,7 @@ async fn an_agent_without_a_mapping_is_refused_and_nothing_is_sent() {
         .push("up-claude-1".to_string());
     let (url, upstream_stop) = start_upstream(Arc::clone(&recorder)).await;
     let tmp = tempfile::tempdir().unwrap();
-    init_data_dir(tmp.path()).unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
     append_config(
         tmp.path(),
         &format!(
@@ -359,7 +359,7 @@ async fn an_agent_without_a_mapping_is_refused_and_nothing_is_sent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_upstream_answers_per_call_and_the_rest_keeps_serving() {
     let tmp = tempfile::tempdir().unwrap();
-    init_data_dir(tmp.path()).unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
     append_config(
         tmp.path(),
         "upstreams:\n  ghost:\n    stdio: {command: /nonexistent/bridle-test-server}\n  hang:\n    stdio: {command: sleep, args: ['600']}\n",
@@ -425,7 +425,7 @@ fn bad_upstream_entries_stop_the_gateway_at_start_naming_them() {
     ];
     for (extra, needle) in cases {
         let tmp = tempfile::tempdir().unwrap();
-        init_data_dir(tmp.path()).unwrap();
+        init_data_dir_with_token_files(tmp.path()).unwrap();
         append_config(tmp.path(), extra);
         let err = GatewayConfig::load(tmp.path()).unwrap_err().to_string();
         assert!(err.contains("upstream `gitea`"), "{err}");
@@ -449,7 +449,7 @@ async fn vault_secrets_and_vault_tokens_are_followed_per_request() {
         .extend(["vault-v1".to_string(), "vault-v2".to_string()]);
     let (url, upstream_stop) = start_upstream(Arc::clone(&recorder)).await;
     let tmp = tempfile::tempdir().unwrap();
-    init_data_dir(tmp.path()).unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
     append_config(
         tmp.path(),
         &format!(

@@ -953,3 +953,66 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_first_start_issues_each_vault_agent_one_token_once() {
+    use bridle_gateway::config::{GatewayConfig, init_data_dir};
+    use bridle_gateway::gateway::{issue_first_tokens, open_vault};
+    let dir = tempfile::tempdir().expect("tempdir");
+    assert!(init_data_dir(dir.path()).expect("init").created);
+    let config = GatewayConfig::load(dir.path()).expect("config");
+    assert!(config.agents.values().all(|a| a.token_secret.is_none()));
+    let (vault, created) = open_vault(dir.path(), &config).expect("vault");
+    assert!(created.is_some(), "the master key was created");
+
+    let issued = issue_first_tokens(&vault, &config, "test").expect("issue");
+    let agents: BTreeSet<&str> = issued.iter().map(|t| t.agent.as_str()).collect();
+    assert_eq!(agents, BTreeSet::from(["claude", "codex", "gemini"]));
+    for t in &issued {
+        let token = t.token.expose_str().expect("utf-8");
+        let found = vault
+            .agent_for_token(token)
+            .expect("lookup")
+            .expect("known");
+        assert_eq!(found.agent, t.agent);
+        assert!(
+            !format!("{t:?}").contains(token),
+            "a token printed in Debug"
+        );
+    }
+    // Only once: a second call (a restart) issues nothing, and neither does one after a
+    // revocation, which must survive the restart.
+    assert!(
+        issue_first_tokens(&vault, &config, "test")
+            .expect("again")
+            .is_empty()
+    );
+    vault.revoke_agent_tokens("claude", "test").expect("revoke");
+    assert!(
+        issue_first_tokens(&vault, &config, "test")
+            .expect("after revoke")
+            .is_empty()
+    );
+    let claude = issued.iter().find(|t| t.agent == "claude").expect("claude");
+    assert!(
+        vault
+            .agent_for_token(claude.token.expose_str().expect("utf-8"))
+            .expect("lookup")
+            .is_none()
+    );
+    // No file of the data directory holds a token in the clear.
+    for entry in std::fs::read_dir(dir.path()).expect("read dir") {
+        let path = entry.expect("entry").path();
+        if path.is_file() {
+            let bytes = std::fs::read(&path).expect("read");
+            for t in &issued {
+                let token = t.token.expose();
+                assert!(
+                    !bytes.windows(token.len()).any(|w| w == token),
+                    "{} holds a token",
+                    path.display()
+                );
+            }
+        }
+    }
+}

@@ -43,21 +43,43 @@ fn first_start_lays_out_a_data_dir_and_says_how_to_connect() {
         help.contains("claude mcp add --scope user --transport http bridle"),
         "{help}"
     );
-    assert!(help.contains("Authorization: Bearer $(cat "), "{help}");
     assert!(help.contains("[mcp_servers.bridle]"), "{help}");
     assert!(help.contains("bearer_token_env_var"), "{help}");
-    // Tokens are in the secrets folder, never in the configuration or the help.
-    let token = std::fs::read_to_string(dir.join("secrets/claude-token")).unwrap();
-    let token = token.trim();
-    assert_eq!(token.len(), 48);
-    assert!(!help.contains(token));
+    // The first start issues each demo agent's token from the vault and shows it this once,
+    // in its one-liner; the data directory keeps only its keyed hash.
+    assert!(help.contains("shown this once"), "{help}");
+    let token = help
+        .split("Authorization: Bearer ")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_string();
+    assert!(token.starts_with("bdl_"), "{token}");
     let config = std::fs::read_to_string(dir.join("bridle.yaml")).unwrap();
-    assert!(!config.contains(token));
-    assert!(config.contains("token_secret: claude-token"));
+    assert!(!config.contains(&token));
+    assert!(!config.contains("token_secret"), "{config}");
+    assert!(
+        std::fs::read_dir(dir.join("secrets"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "no token files"
+    );
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            let bytes = std::fs::read(&path).unwrap();
+            assert!(
+                !bytes.windows(token.len()).any(|w| w == token.as_bytes()),
+                "{} holds the token in the clear",
+                path.display()
+            );
+        }
+    }
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dir.join("secrets/claude-token"))
+        let mode = std::fs::metadata(dir.join("vault.key"))
             .unwrap()
             .permissions()
             .mode();
@@ -65,18 +87,97 @@ fn first_start_lays_out_a_data_dir_and_says_how_to_connect() {
     }
     assert!(dir.join("projects/demo.yaml").is_file());
     assert!(dir.join("bridle.db").is_file());
+
+    // The printed token authenticates.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let status = rt.block_on(async {
+        reqwest::Client::new()
+            .post(&server.url)
+            .header("Authorization", format!("Bearer {token}"))
+            .header("Accept", "application/json, text/event-stream")
+            .header("Content-Type", "application/json")
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    assert_eq!(status, 200);
     drop(server);
 
-    // A second start keeps everything (same tokens).
+    // A second start keeps everything and shows no token again.
     let again = run_bridle(&dir, &["init"]);
     assert!(again.status.success());
-    let token2 = std::fs::read_to_string(dir.join("secrets/claude-token")).unwrap();
-    assert_eq!(token2.trim(), token);
+    assert!(
+        stdout(&again).contains("already set up"),
+        "{}",
+        stdout(&again)
+    );
+    assert!(!stdout(&again).contains("bdl_"), "{}", stdout(&again));
+    let server = Server::start(&dir);
+    let mut printed = Vec::new();
+    while !printed
+        .iter()
+        .any(|l: &String| l.starts_with("Review proposals"))
+    {
+        printed.push(
+            server
+                .stdout
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .unwrap(),
+        );
+    }
+    let help = printed.join("\n");
+    assert!(!help.contains(&token), "{help}");
+    assert!(help.contains("$BRIDLE_TOKEN"), "{help}");
+}
+
+#[test]
+fn init_with_token_files_keeps_tokens_as_private_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run_bridle(tmp.path(), &["init", "--token-files"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let token = std::fs::read_to_string(tmp.path().join("secrets/claude-token")).unwrap();
+    let token = token.trim();
+    assert_eq!(token.len(), 48);
+    assert!(!stdout(&out).contains(token));
+    let config = std::fs::read_to_string(tmp.path().join("bridle.yaml")).unwrap();
+    assert!(config.contains("token_secret: claude-token"));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(tmp.path().join("secrets/claude-token"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}
+
+#[test]
+fn init_prints_each_vault_token_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run_bridle(tmp.path(), &["init"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = stdout(&out);
+    for agent in ["claude", "codex", "gemini"] {
+        assert!(
+            printed.contains(&format!("agent `{agent}`: token bdl_")),
+            "{printed}\n{}",
+            stderr(&out)
+        );
+    }
+    assert!(stderr(&out).contains("master key"), "{}", stderr(&out));
+    let listed = run_bridle(tmp.path(), &["agents", "list"]);
+    assert!(listed.status.success(), "{}", stderr(&listed));
 }
 
 fn demo_dir() -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
-    let out = run_bridle(tmp.path(), &["init"]);
+    let out = run_bridle(tmp.path(), &["init", "--token-files"]);
     assert!(out.status.success(), "{}", stderr(&out));
     tmp
 }

@@ -7,7 +7,15 @@ tool, prompt and resource never answer, the `garbage` ones answer a result that 
 documented shape, and every `notifications/cancelled` it receives is recorded and reported by
 the `cancelled` tool, so a test can check that an abandoned request was cancelled upstream.
 """
-import json, sys
+import json, os, sys
+
+# A server that prints its configuration at start, credential included, as some do. The
+# aggregator must log these lines with the credential redacted, and cut the overlong one.
+if os.environ.get("RAW_STDERR_TOKEN"):
+    sys.stderr.write("raw upstream starting, token=" + os.environ["RAW_STDERR_TOKEN"] + "\n")
+    sys.stderr.write("x" * 10000 + "\n")
+    sys.stderr.write("raw upstream ready\n")
+    sys.stderr.flush()
 
 cancelled = []
 PROTOCOL = "2025-11-25"

@@ -67,6 +67,40 @@ pub struct StdioSection {
     /// `credential.env`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// What becomes of the child's standard error: `log` (the default: each line a log event
+    /// under `kberg_server::aggregate::child_stderr`, the credential redacted), `inherit` (the
+    /// gateway's own stderr, unfiltered) or `discard`.
+    #[serde(default, skip_serializing_if = "StderrMode::is_default")]
+    pub stderr: StderrMode,
+}
+
+/// What becomes of a child-process upstream's standard error.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StderrMode {
+    /// Logged line by line, the credential redacted.
+    #[default]
+    Log,
+    /// Written to the gateway's own stderr, unfiltered (a child that prints its credential
+    /// then prints it there).
+    Inherit,
+    /// Dropped.
+    Discard,
+}
+
+impl StderrMode {
+    fn is_default(&self) -> bool {
+        *self == StderrMode::Log
+    }
+
+    /// The aggregator's setting for this mode.
+    pub fn child_stderr(self) -> kberg_server::aggregate::ChildStderr {
+        match self {
+            StderrMode::Log => kberg_server::aggregate::ChildStderr::Log,
+            StderrMode::Inherit => kberg_server::aggregate::ChildStderr::Inherit,
+            StderrMode::Discard => kberg_server::aggregate::ChildStderr::Discard,
+        }
+    }
 }
 
 /// A Streamable HTTP upstream.
@@ -143,6 +177,14 @@ impl UpstreamSection {
     /// The call timeout.
     pub fn call_timeout(&self) -> Duration {
         Duration::from_secs(self.call_timeout_secs)
+    }
+
+    /// What becomes of a child's standard error (`log` for HTTP upstreams, where it is unused).
+    pub fn stderr(&self) -> kberg_server::aggregate::ChildStderr {
+        self.stdio
+            .as_ref()
+            .map_or(StderrMode::Log, |s| s.stderr)
+            .child_stderr()
     }
 
     /// Whether it serves `project`.

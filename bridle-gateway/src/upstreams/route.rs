@@ -227,8 +227,13 @@ impl Route {
         };
         let mut secret = None;
         let mut injected = None;
+        // The child's stderr is logged with exactly its credential redacted: its other
+        // environment (a URL, a log level) stays readable.
+        let mut redact = Vec::new();
         if let (Some((name, value, version)), Some(target)) = (credential, &self.target) {
             let rendered = target.render(value.expose());
+            redact.push(value.expose().to_string());
+            redact.push(rendered.clone());
             transport = match target {
                 CredentialTarget::Header { name, .. } => transport.header(name.clone(), rendered),
                 CredentialTarget::Env(var) => transport.env(var.clone(), rendered),
@@ -240,7 +245,9 @@ impl Route {
         let config = AggregatorConfig::new()
             .upstream(
                 UpstreamConfig::new(self.namespace.clone(), transport)
-                    .call_timeout(self.section.call_timeout()),
+                    .call_timeout(self.section.call_timeout())
+                    .stderr(self.section.stderr())
+                    .stderr_redact(redact),
             )
             .connect_timeout(self.connect_timeout)
             .write_rule("*", cap);

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use bridle_gateway::GatewayContext;
 use bridle_gateway::admin::{AdminServer, AdminState, AdminTokens};
-use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir, read_secret};
+use bridle_gateway::config::{
+    GatewayConfig, demo_document, init_data_dir_with_token_files, read_secret,
+};
 use bridle_rules::{ChangeRequest, Origin, Severity};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -34,7 +36,7 @@ impl Api {
 
     pub async fn start_with(configure: impl FnOnce(AdminState) -> AdminState) -> Self {
         let tmp = tempfile::tempdir().unwrap();
-        init_data_dir(tmp.path()).unwrap();
+        init_data_dir_with_token_files(tmp.path()).unwrap();
         let config = GatewayConfig::load(tmp.path()).unwrap();
         let ctx = GatewayContext::open(tmp.path(), config).unwrap();
         ctx.store.create("demo", &demo_document(), "test").unwrap();

@@ -12,6 +12,7 @@ use std::time::Duration;
 use kberg_core::WriteCapability;
 
 use super::pattern::Pattern;
+use super::stderr::ChildStderr;
 
 /// The separator between a namespace and an upstream tool name when none is configured.
 pub const DEFAULT_SEPARATOR: &str = "__";
@@ -111,6 +112,17 @@ pub struct UpstreamConfig {
     /// against `call_timeout`: an upstream that limits its callers (a Kberg server answers
     /// `too_many_calls` past its per-caller limit) is never overrun by the aggregator's clients.
     pub max_in_flight: usize,
+    /// What becomes of a child-process upstream's standard error (default
+    /// [`ChildStderr::Log`]: logged line by line, its environment's values redacted). Ignored
+    /// for HTTP upstreams.
+    pub stderr: ChildStderr,
+    /// The values redacted from logged stderr lines. `None` (the default) redacts every value
+    /// of the child's configured environment of at least [`MIN_REDACTED_LEN`] bytes: safe when
+    /// nothing says which of them are credentials. A caller that knows sets exactly those, so
+    /// that a logged URL or path stays readable.
+    ///
+    /// [`MIN_REDACTED_LEN`]: super::MIN_REDACTED_LEN
+    pub stderr_redact: Option<Vec<String>>,
 }
 
 impl UpstreamConfig {
@@ -121,7 +133,22 @@ impl UpstreamConfig {
             transport,
             call_timeout: DEFAULT_CALL_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            stderr: ChildStderr::default(),
+            stderr_redact: None,
         }
+    }
+
+    /// Redacts exactly these values (the child's credentials) from its logged stderr lines,
+    /// instead of every value of its environment.
+    pub fn stderr_redact(mut self, values: impl IntoIterator<Item = String>) -> Self {
+        self.stderr_redact = Some(values.into_iter().collect());
+        self
+    }
+
+    /// Sets what becomes of a child-process upstream's standard error.
+    pub fn stderr(mut self, stderr: ChildStderr) -> Self {
+        self.stderr = stderr;
+        self
     }
 
     /// Sets how many forwarded requests may be in flight to this upstream at once (at least 1).

@@ -73,6 +73,7 @@ mod pattern;
 mod prompts;
 mod relay;
 mod resources;
+mod stderr;
 mod supervisor;
 mod tools;
 
@@ -86,3 +87,4 @@ pub use front::{
 };
 pub use pattern::Pattern;
 pub use resources::{namespaced_uri, upstream_uri};
+pub use stderr::{ChildStderr, MAX_STDERR_LINE, MIN_REDACTED_LEN, STDERR_TARGET};

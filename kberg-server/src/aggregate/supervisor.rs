@@ -37,10 +37,20 @@ async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), ConnectErr
                 cmd.env(k, v);
             }
             cmd.kill_on_drop(true);
-            let transport = TokioChildProcess::new(cmd).map_err(|e| ConnectError::Spawn {
-                command: command.clone(),
-                message: e.to_string(),
-            })?;
+            let (transport, stderr) = TokioChildProcess::builder(cmd)
+                .stderr(up.config.stderr.stdio())
+                .spawn()
+                .map_err(|e| ConnectError::Spawn {
+                    command: command.clone(),
+                    message: e.to_string(),
+                })?;
+            if let Some(stderr) = stderr {
+                tokio::spawn(super::stderr::drain(
+                    up.config.namespace.clone(),
+                    stderr,
+                    super::stderr::redactions(up.config.stderr_redact.as_deref(), env),
+                ));
+            }
             let pid = transport.id();
             let client = handler
                 .serve(transport)

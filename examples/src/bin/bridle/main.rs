@@ -52,8 +52,14 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Create the data directory on embedded defaults (serve does this too).
-    Init,
+    /// Create the data directory on embedded defaults (serve does this too). Works offline.
+    /// On a new directory it prints each demo agent's vault token, this once.
+    Init {
+        /// Keep each demo agent's token as a 0600 file in `secrets/` (`<agent>-token`) instead
+        /// of in the vault: for setups that hand every credential over as a file.
+        #[arg(long)]
+        token_files: bool,
+    },
     /// Serve the MCP endpoint on loopback.
     Serve {
         /// Address to listen on (loopback only), overriding the configuration; port 0 picks a
@@ -156,8 +162,8 @@ fn main() -> ExitCode {
 
 fn run(command: Command, dir: &Path) -> Result<ExitCode, BoxError> {
     match command {
-        Command::Init => {
-            serve::init(dir)?;
+        Command::Init { token_files } => {
+            serve::init(dir, token_files)?;
             println!("data directory ready: {}", dir.display());
             Ok(ExitCode::SUCCESS)
         }

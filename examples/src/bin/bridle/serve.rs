@@ -3,25 +3,72 @@
 use std::path::Path;
 
 use bridle_gateway::GatewayBuilder;
-use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir};
+use bridle_gateway::config::{
+    GatewayConfig, demo_document, init_data_dir, init_data_dir_with_token_files,
+};
+use bridle_gateway::gateway::{issue_first_tokens, open_vault};
 use bridle_gateway::memory::ENABLE_HINT;
+use bridle_gateway::vault::IssuedToken;
 use bridle_rules::{AgentCatalog, RulesStore};
 
 use crate::BoxError;
 use crate::memory::open_memory;
 
-/// Creates the data directory and the demo project when they do not exist.
-pub(crate) fn init(dir: &Path) -> Result<(), BoxError> {
-    let report = init_data_dir(dir)?;
+/// Who the first start's vault operations are recorded as.
+const FIRST_START_ACTOR: &str = "bridle-first-start";
+
+/// Creates the data directory and the demo project when they do not exist; returns whether it
+/// did. `token_files` lays out the agents' tokens as files instead of in the vault.
+fn lay_out(dir: &Path, token_files: bool) -> Result<bool, BoxError> {
+    let report = if token_files {
+        init_data_dir_with_token_files(dir)?
+    } else {
+        init_data_dir(dir)?
+    };
     let store = RulesStore::open(dir, AgentCatalog::builtin())?;
     if report.created && store.projects()?.is_empty() {
         store.create("demo", &demo_document(), "bridle-init")?;
     }
+    Ok(report.created)
+}
+
+/// `bridle init`: lays out the data directory offline. On a new directory the demo agents'
+/// vault tokens are issued and printed here, once.
+pub(crate) fn init(dir: &Path, token_files: bool) -> Result<(), BoxError> {
+    if !lay_out(dir, token_files)? {
+        println!(
+            "bridle: {} is already set up; nothing changed",
+            dir.display()
+        );
+        return Ok(());
+    }
+    let config = GatewayConfig::load(dir)?;
+    let (vault, key_created) = open_vault(dir, &config)?;
+    if let Some(path) = key_created {
+        master_key_notice(&path);
+    }
+    let issued = issue_first_tokens(&vault, &config, FIRST_START_ACTOR)?;
+    println!("bridle: set up {}", dir.display());
+    for t in &issued {
+        println!(
+            "agent `{}`: token {} (shown this once; `bridle agents token rotate {}` issues a new one)",
+            t.agent,
+            t.token.expose_str().unwrap_or_default(),
+            t.agent
+        );
+    }
     Ok(())
 }
 
+fn master_key_notice(path: &Path) {
+    eprintln!(
+        "bridle: created the vault's master key at {} (mode 0600). Back it up: without it the vault cannot be read.",
+        path.display()
+    );
+}
+
 pub(crate) async fn serve(dir: &Path, listen: Option<String>) -> Result<(), BoxError> {
-    init(dir)?;
+    let first_start = lay_out(dir, false)?;
     let mut config = GatewayConfig::load(dir)?;
     if let Some(l) = listen {
         config.listen = l;
@@ -34,14 +81,18 @@ pub(crate) async fn serve(dir: &Path, listen: Option<String>) -> Result<(), BoxE
     }
     let gateway = builder.build().await?;
     if let Some(path) = gateway.master_key_created() {
-        eprintln!(
-            "bridle: created the vault's master key at {} (mode 0600). Back it up: without it the vault cannot be read.",
-            path.display()
-        );
+        master_key_notice(path);
     }
+    // The demo agents' tokens exist in the clear only now, and are shown in the one-liners
+    // below this once.
+    let issued = if first_start {
+        issue_first_tokens(gateway.vault(), &config, FIRST_START_ACTOR)?
+    } else {
+        Vec::new()
+    };
     let has_memory = gateway.has_memory();
     let bound = gateway.bind(addr).await?;
-    print_connect_help(dir, &config, &bound.url());
+    print_connect_help(dir, &config, &bound.url(), &issued);
     if !has_memory {
         println!("{ENABLE_HINT}");
     }
@@ -72,25 +123,32 @@ async fn shutdown_signal() {
 }
 
 /// Prints the listening address and, per agent, the command that registers the gateway in its
-/// client. Each command line is meant to be pasted into a POSIX shell as printed: the token is
-/// read from its secret file when the command runs (so it never appears in this output), and
-/// the file's path is shell-quoted.
-fn print_connect_help(dir: &Path, config: &GatewayConfig, url: &str) {
+/// client. Each command line is meant to be pasted into a POSIX shell as printed. A token file
+/// is read when the command runs (its path shell-quoted), so the token never appears here; a
+/// vault token just issued (`issued`, first start only) is printed in its one-liner this once;
+/// any other vault token is read from `$BRIDLE_TOKEN`.
+fn print_connect_help(dir: &Path, config: &GatewayConfig, url: &str, issued: &[IssuedToken]) {
     let secrets = config.secrets_path(dir);
     let secrets = std::fs::canonicalize(&secrets).unwrap_or(secrets);
     println!("bridle: listening on {url}");
     println!();
+    if !issued.is_empty() {
+        println!(
+            "First start: each agent's token is in its command below, shown this once (the vault keeps only a keyed hash)."
+        );
+        println!();
+    }
     for (name, agent) in &config.agents {
-        // A token file is read when the command runs; a vault-issued token was shown once when
-        // it was issued, so the command reads it from $BRIDLE_TOKEN.
-        let token_source = match &agent.token_secret {
-            Some(secret) => format!(
+        let fresh = issued.iter().find(|t| &t.agent == name);
+        let token_source = match (&agent.token_secret, fresh) {
+            (Some(secret), _) => format!(
                 "$(cat {})",
                 shell_quote(&secrets.join(secret).display().to_string())
             ),
-            None => {
+            (None, Some(t)) => t.token.expose_str().unwrap_or_default().to_string(),
+            (None, None) => {
                 println!(
-                    "(agent `{name}` uses a vault-issued token: `bridle agents token issue {name}` prints it once; export it as BRIDLE_TOKEN)"
+                    "(agent `{name}` uses a vault-issued token: `bridle agents token rotate {name}` prints a new one once; export it as BRIDLE_TOKEN)"
                 );
                 "$BRIDLE_TOKEN".to_string()
             }
@@ -115,7 +173,7 @@ fn print_connect_help(dir: &Path, config: &GatewayConfig, url: &str) {
                 println!("  [mcp_servers.bridle]");
                 println!("  url = \"{url}\"");
                 println!("  bearer_token_env_var = \"BRIDLE_TOKEN\"");
-                if agent.token_secret.is_some() {
+                if agent.token_secret.is_some() || fresh.is_some() {
                     println!("  and before starting codex: export BRIDLE_TOKEN=\"{token_file}\"");
                 }
             }

@@ -1,0 +1,162 @@
+//! What becomes of a child-process upstream's standard error.
+//!
+//! A child inheriting the gateway's stderr writes around the gateway's own log: unstructured,
+//! unattributed, and (with a server that prints its configuration or headers at start) possibly
+//! carrying the credential the aggregator put in its environment. By default the aggregator
+//! pipes it instead and turns each line into a `tracing` event under the target
+//! [`STDERR_TARGET`], with the upstream's namespace, after replacing every value of the child's
+//! configured environment that occurs in it with `[redacted]`. Lines are cut at
+//! [`MAX_STDERR_LINE`] bytes, so a child writing without newlines cannot grow the buffer.
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::ChildStderr as ProcessStderr;
+
+/// The `tracing` target of a child's stderr lines.
+pub const STDERR_TARGET: &str = "kberg_server::aggregate::child_stderr";
+
+/// The longest stderr line logged; the rest of a longer line is dropped (and counted).
+pub const MAX_STDERR_LINE: usize = 4096;
+
+/// Environment values shorter than this are not redacted from stderr lines: they are switches
+/// (`1`, `true`, `debug`), not credentials, and replacing them would mangle every line.
+pub const MIN_REDACTED_LEN: usize = 6;
+
+/// What the aggregator does with a child-process upstream's standard error.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ChildStderr {
+    /// Each line becomes a `tracing` INFO event under [`STDERR_TARGET`], with the configured
+    /// environment's values redacted (the default).
+    #[default]
+    Log,
+    /// The child writes to the aggregator's own stderr, unfiltered.
+    Inherit,
+    /// The child's stderr goes nowhere.
+    Discard,
+}
+
+impl ChildStderr {
+    pub(super) fn stdio(self) -> std::process::Stdio {
+        match self {
+            ChildStderr::Log => std::process::Stdio::piped(),
+            ChildStderr::Inherit => std::process::Stdio::inherit(),
+            ChildStderr::Discard => std::process::Stdio::null(),
+        }
+    }
+}
+
+/// The values to redact from a child's stderr: the ones configured, else its environment's
+/// values of at least [`MIN_REDACTED_LEN`] bytes; longest first, so that a value containing
+/// another is replaced whole. Empty values are never "redacted" (that would match everywhere).
+pub(super) fn redactions(configured: Option<&[String]>, env: &[(String, String)]) -> Vec<String> {
+    let mut values: Vec<String> = match configured {
+        Some(values) => values.iter().filter(|v| !v.is_empty()).cloned().collect(),
+        None => env
+            .iter()
+            .map(|(_, v)| v.clone())
+            .filter(|v| v.len() >= MIN_REDACTED_LEN)
+            .collect(),
+    };
+    values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    values.dedup();
+    values
+}
+
+/// One stderr line, as logged: lossy UTF-8, trailing whitespace trimmed, secrets redacted.
+pub(super) fn clean_line(raw: &[u8], redact: &[String]) -> String {
+    let mut line = String::from_utf8_lossy(raw).trim_end().to_string();
+    for value in redact {
+        if line.contains(value.as_str()) {
+            line = line.replace(value.as_str(), "[redacted]");
+        }
+    }
+    line
+}
+
+/// Reads `stderr` to its end, logging each line for `namespace`. Ends when the child closes it.
+pub(super) async fn drain(namespace: String, stderr: ProcessStderr, redact: Vec<String>) {
+    let mut reader = BufReader::new(stderr);
+    let mut line = Vec::with_capacity(256);
+    let mut dropped = 0usize;
+    loop {
+        let chunk = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(chunk) => chunk,
+        };
+        let (take, ends) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let room = MAX_STDERR_LINE.saturating_sub(line.len());
+        let kept = take.min(room);
+        line.extend_from_slice(&chunk[..kept]);
+        dropped += take - kept;
+        reader.consume(take);
+        if ends {
+            emit(&namespace, &line, dropped, &redact);
+            line.clear();
+            dropped = 0;
+        }
+    }
+    if !line.is_empty() {
+        emit(&namespace, &line, dropped, &redact);
+    }
+}
+
+fn emit(namespace: &str, raw: &[u8], dropped: usize, redact: &[String]) {
+    let line = clean_line(raw, redact);
+    if line.is_empty() {
+        return;
+    }
+    if dropped > 0 {
+        tracing::info!(target: STDERR_TARGET, upstream = namespace, dropped_bytes = dropped, "{line}");
+    } else {
+        tracing::info!(target: STDERR_TARGET, upstream = namespace, "{line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configured_values_are_redacted_and_switches_are_not() {
+        let env = vec![
+            ("TOKEN".to_string(), "s3cret-token-value".to_string()),
+            ("LEVEL".to_string(), "debug".to_string()),
+        ];
+        let redact = redactions(None, &env);
+        assert_eq!(redact, vec!["s3cret-token-value".to_string()]);
+        let line = clean_line(
+            b"debug: Authorization: Bearer s3cret-token-value\r\n",
+            &redact,
+        );
+        assert_eq!(line, "debug: Authorization: Bearer [redacted]");
+    }
+
+    #[test]
+    fn a_value_containing_another_is_replaced_whole() {
+        let env = vec![
+            ("A".to_string(), "abcdef".to_string()),
+            ("B".to_string(), "abcdefghij".to_string()),
+        ];
+        let redact = redactions(None, &env);
+        assert_eq!(clean_line(b"x abcdefghij y", &redact), "x [redacted] y");
+    }
+
+    #[test]
+    fn configured_values_replace_the_environment_and_short_ones_count() {
+        let env = vec![("URL".to_string(), "http://127.0.0.1:3000".to_string())];
+        let redact = redactions(Some(&["tok".to_string(), String::new()]), &env);
+        assert_eq!(redact, vec!["tok".to_string()]);
+        assert_eq!(
+            clean_line(b"GET http://127.0.0.1:3000 with tok", &redact),
+            "GET http://127.0.0.1:3000 with [redacted]"
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_is_kept_lossily() {
+        assert_eq!(clean_line(b"bad \xff byte\n", &[]), "bad \u{fffd} byte");
+    }
+}
