@@ -53,6 +53,11 @@ pub struct GatewayConfig {
     /// `<namespace>__<tool>`); see [`crate::upstreams`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub upstreams: BTreeMap<String, crate::upstreams::UpstreamSection>,
+    /// The vendor-guidance feed: each agent profile's published guidance pages, fetched on an
+    /// interval (and on demand) into the review queues as vendor-seeded proposals; see
+    /// [`bridle_rules::vendor::VendorFeedConfig`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor_feed: Option<bridle_rules::vendor::VendorFeedConfig>,
     /// Host names (with port, as clients send them in `Host`) the MCP endpoint answers to.
     /// Needed, with `allowed_origins`, to listen on an address other than loopback (in a
     /// container, behind a reverse proxy); on loopback the loopback names are allowed.
@@ -344,6 +349,7 @@ fn lay_out(data_dir: &Path, token_files: bool) -> Result<InitReport, ConfigError
         #[cfg(feature = "kanboard")]
         kanboard: None,
         upstreams: BTreeMap::new(),
+        vendor_feed: None,
         allowed_hosts: Vec::new(),
         allowed_origins: Vec::new(),
     };

@@ -138,8 +138,20 @@ impl GatewayBuilder {
                     message: e.to_string(),
                 })
             })?;
+        let vendor_feed = match &ctx.config.vendor_feed {
+            Some(feed) => Some(Arc::new(
+                bridle_rules::vendor::VendorFeed::new(feed.clone()).map_err(|e| {
+                    GatewayError::Config(ConfigError::Invalid {
+                        file: self.data_dir.join("bridle.yaml"),
+                        message: format!("vendor_feed: {e} [{}]", e.code()),
+                    })
+                })?,
+            )),
+            None => None,
+        };
         Ok(Gateway {
             data_dir: self.data_dir,
+            vendor_feed,
             ctx,
             app,
             auth,
@@ -165,6 +177,7 @@ pub struct Gateway {
     has_memory: bool,
     watch_every: Duration,
     admin: Option<AdminListen>,
+    vendor_feed: Option<Arc<bridle_rules::vendor::VendorFeed>>,
 }
 
 /// Registers the Kanboard tools when `bridle.yaml` has a `kanboard:` section: credentials from
@@ -286,6 +299,14 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
+    /// The vendor-guidance feed `bridle.yaml` configures, if any: run on its interval while the
+    /// gateway serves, and on demand through [`VendorFeed::run_configured`].
+    ///
+    /// [`VendorFeed::run_configured`]: bridle_rules::vendor::VendorFeed::run_configured
+    pub fn vendor_feed(&self) -> Option<&Arc<bridle_rules::vendor::VendorFeed>> {
+        self.vendor_feed.as_ref()
+    }
+
     /// The rules context (store, renderer, configuration).
     pub fn context(&self) -> &Arc<GatewayContext> {
         &self.ctx
@@ -445,12 +466,20 @@ impl BoundGateway {
             g.watch_every,
             stop.clone(),
         ));
+        let feed = g.vendor_feed.clone().map(|feed| {
+            let store = g.ctx.store.clone();
+            let stopped = stop.clone().cancelled_owned();
+            tokio::spawn(async move { feed.run_every(&store, stopped).await })
+        });
         let admin = self
             .admin
             .map(|a| tokio::spawn(a.run(stop.clone().cancelled_owned())));
         let served = self.server.run(shutdown).await;
         stop.cancel();
         let _ = watcher.await;
+        if let Some(feed) = feed {
+            let _ = feed.await;
+        }
         if let Some(admin) = admin {
             match admin.await {
                 Ok(Ok(())) => {}

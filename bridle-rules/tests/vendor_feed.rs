@@ -179,6 +179,7 @@ fn feed(sources: &[(&str, String)], timeout_secs: u64, max_bytes: u64) -> Vendor
     VendorFeed::new(VendorFeedConfig {
         profiles,
         interval_minutes: None,
+        projects: Vec::new(),
         max_bytes,
         timeout_secs,
     })
@@ -407,11 +408,11 @@ async fn an_interval_run_queues_then_stops_on_shutdown() {
     let feed = VendorFeed::new(VendorFeedConfig {
         profiles,
         interval_minutes: Some(60),
+        projects: vec!["shop".to_string()],
         ..VendorFeedConfig::default()
     })
     .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let projects = vec!["shop".to_string()];
     let watcher_store = store.clone();
     let watcher = async move {
         // The first tick runs at once; wait for its proposals with a deadline, then stop.
@@ -425,9 +426,52 @@ async fn an_interval_run_queues_then_stops_on_shutdown() {
         }
         let _ = stop.send(());
     };
-    let runner = feed.run_every(&store, &projects, async {
+    let runner = feed.run_every(&store, async {
         let _ = stopped.await;
     });
     tokio::join!(runner, watcher);
+    assert_eq!(store.queue(Some("shop"), false).unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn a_configured_run_queues_into_every_project_or_the_named_ones() {
+    let site = site().await;
+    let (_dir, store) = store();
+    store
+        .create("docs", &RulesDocument::new("Docs"), "alice")
+        .unwrap();
+    let mut profiles = BTreeMap::new();
+    profiles.insert(
+        "claude".to_string(),
+        vec![VendorSource {
+            url: format!("{}/guide.html", site.base),
+            format: None,
+        }],
+    );
+    // No projects named: every project the store holds.
+    let every = VendorFeed::new(VendorFeedConfig {
+        profiles: profiles.clone(),
+        ..VendorFeedConfig::default()
+    })
+    .unwrap();
+    let runs = every.run_configured(&store).await.unwrap();
+    let names: Vec<&str> = runs.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(names, ["docs", "shop"]);
+    for (project, run) in &runs {
+        assert_eq!(run.as_ref().unwrap().queued(), 3, "{project}");
+    }
+
+    // Named projects, one of them unknown: that one fails with a clear error, the other runs
+    // (and queues nothing new: the page is unchanged).
+    let named = VendorFeed::new(VendorFeedConfig {
+        profiles,
+        projects: vec!["nope".to_string(), "shop".to_string()],
+        ..VendorFeedConfig::default()
+    })
+    .unwrap();
+    let runs = named.run_configured(&store).await.unwrap();
+    assert_eq!(runs.len(), 2);
+    assert!(runs[0].1.is_err(), "{:?}", runs[0].1);
+    assert_eq!(runs[1].1.as_ref().unwrap().queued(), 0);
     assert_eq!(store.queue(Some("shop"), false).unwrap().len(), 3);
 }

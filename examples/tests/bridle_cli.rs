@@ -617,3 +617,46 @@ fn vendor_guidance_is_fetched_from_a_url() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("404"), "{}", stderr(&o));
 }
+
+#[test]
+fn the_configured_vendor_feed_runs_on_demand() {
+    let data = demo_dir();
+    let d = data.path();
+    let o = run_bridle(d, &["rules", "run-feed"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no `vendor_feed:`"), "{}", stderr(&o));
+
+    let guidance = d.join("codex-guide.md");
+    std::fs::write(
+        &guidance,
+        "# Codex\n\n- Always run the linter before you commit.\n- Never push to main directly.\n",
+    )
+    .unwrap();
+    let cfg = d.join("bridle.yaml");
+    let mut yaml = std::fs::read_to_string(&cfg).unwrap();
+    yaml.push_str(&format!(
+        "vendor_feed:\n  profiles:\n    codex:\n      - url: '{}'\n  projects: [demo, nope]\n",
+        guidance.display()
+    ));
+    std::fs::write(&cfg, yaml).unwrap();
+    let o = run_bridle(d, &["rules", "run-feed"]);
+    // The unknown project fails (exit 1), after the known one ran.
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(out.contains("demo codex"), "{out}");
+    assert!(out.contains("queued 2"), "{out}");
+    assert!(out.contains("nope: failed [unknown_project]"), "{out}");
+    let queue = stdout(&run_bridle(d, &["rules", "queue"]));
+    assert_eq!(
+        queue.matches("from vendor vendor:codex").count(),
+        2,
+        "{queue}"
+    );
+    // Run again: nothing new is queued.
+    let o = run_bridle(d, &["rules", "run-feed"]);
+    assert!(
+        stdout(&o).contains("queued 0, 2 already known"),
+        "{}",
+        stdout(&o)
+    );
+}

@@ -167,7 +167,7 @@ mod tests {
             }),
         );
         let claude = Caller::new(Principal::new("claude"));
-        match access.credential(&claude).await {
+        match &access.credential(&claude).await {
             Some(Credential::User { username, token }) => {
                 assert_eq!((username.as_str(), token.as_str()), ("claude-bot", "t1"));
             }
@@ -175,7 +175,7 @@ mod tests {
         }
         // A rotated token is used on the next call.
         std::fs::write(dir.path().join("kanboard-claude"), "t2-longer\n").expect("write");
-        match access.credential(&claude).await {
+        match &access.credential(&claude).await {
             Some(Credential::User { token, .. }) => assert_eq!(token, "t2-longer"),
             other => panic!("unexpected {other:?}"),
         }

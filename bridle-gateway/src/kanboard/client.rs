@@ -53,6 +53,17 @@ impl std::fmt::Debug for Credential {
     }
 }
 
+/// The token is wiped from memory when the credential is dropped (it is built per call from the
+/// vault's value and lives only as long as the request).
+impl Drop for Credential {
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        match self {
+            Credential::AppToken { token, .. } | Credential::User { token, .. } => token.zeroize(),
+        }
+    }
+}
+
 impl Credential {
     fn basic(&self) -> (&str, &str) {
         match self {

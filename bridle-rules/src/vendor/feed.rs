@@ -69,6 +69,7 @@ fn default_timeout_secs() -> u64 {
 ///     - url: https://vendor.example/codex/agents-md.md
 ///       format: markdown
 /// interval_minutes: 1440   # omit to run only on demand
+/// projects: [shop]         # whose review queues get the suggestions; omit for every project
 /// max_bytes: 2097152
 /// timeout_secs: 30
 /// ```
@@ -81,6 +82,10 @@ pub struct VendorFeedConfig {
     /// Run every this many minutes; `None` runs only on demand.
     #[serde(default)]
     pub interval_minutes: Option<u64>,
+    /// The projects whose review queues receive the suggestions; empty means every project
+    /// the store holds at the time of the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub projects: Vec<String>,
     /// The largest page accepted, in bytes.
     #[serde(default = "default_max_bytes")]
     pub max_bytes: u64,
@@ -94,6 +99,7 @@ impl Default for VendorFeedConfig {
         Self {
             profiles: BTreeMap::new(),
             interval_minutes: None,
+            projects: Vec::new(),
             max_bytes: DEFAULT_MAX_BYTES,
             timeout_secs: DEFAULT_TIMEOUT_SECS,
         }

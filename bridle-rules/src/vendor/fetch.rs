@@ -317,12 +317,41 @@ impl VendorFeed {
         Ok(report)
     }
 
-    /// Runs the feed for `projects` every `interval_minutes` (the first run at once) until
-    /// `shutdown` completes. Returns at once when no interval is configured.
+    /// The projects a configured run queues into: the configured ones, else every project the
+    /// store holds now.
+    pub fn projects(&self, store: &RulesStore) -> Result<Vec<String>, FeedError> {
+        if self.config.projects.is_empty() {
+            Ok(store.projects()?)
+        } else {
+            Ok(self.config.projects.clone())
+        }
+    }
+
+    /// Runs the feed once into each of [`projects`](Self::projects), in order. A project's
+    /// failure (an unknown project, a store error) is its entry's error; the others still run.
+    pub async fn run_configured(
+        &self,
+        store: &RulesStore,
+    ) -> Result<Vec<(String, Result<FeedRun, FeedError>)>, FeedError> {
+        let known = store.projects()?;
+        let mut runs = Vec::new();
+        for project in self.projects(store)? {
+            let run = if known.contains(&project) {
+                self.run(store, &project).await
+            } else {
+                Err(crate::RulesError::UnknownProject(project.clone()).into())
+            };
+            runs.push((project, run));
+        }
+        Ok(runs)
+    }
+
+    /// Runs the feed ([`run_configured`](Self::run_configured)) every `interval_minutes`, the
+    /// first run at once, until `shutdown` completes. Returns at once when no interval is
+    /// configured.
     pub async fn run_every(
         &self,
         store: &RulesStore,
-        projects: &[String],
         shutdown: impl std::future::Future<Output = ()>,
     ) {
         let Some(minutes) = self.config.interval_minutes.filter(|m| *m > 0) else {
@@ -335,11 +364,20 @@ impl VendorFeed {
             tokio::select! {
                 () = &mut shutdown => return,
                 _ = ticks.tick() => {
-                    for project in projects {
-                        match self.run(store, project).await {
-                            Ok(run) => tracing::info!(project, queued = run.queued(), failed = run.failures().count(), "vendor feed run"),
-                            Err(e) => tracing::warn!(project, code = e.code(), error = %e, "vendor feed run failed"),
+                    let runs = tokio::select! {
+                        () = &mut shutdown => return,
+                        runs = self.run_configured(store) => runs,
+                    };
+                    match runs {
+                        Ok(runs) => {
+                            for (project, run) in runs {
+                                match run {
+                                    Ok(run) => tracing::info!(project, queued = run.queued(), failed = run.failures().count(), "vendor feed run"),
+                                    Err(e) => tracing::warn!(project, code = e.code(), error = %e, "vendor feed run failed"),
+                                }
+                            }
                         }
+                        Err(e) => tracing::warn!(code = e.code(), error = %e, "vendor feed: the projects could not be listed"),
                     }
                 }
             }

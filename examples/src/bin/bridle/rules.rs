@@ -60,6 +60,10 @@ pub(crate) enum RulesCommand {
         #[arg(long)]
         from: String,
     },
+    /// Run the vendor feed `bridle.yaml` configures (`vendor_feed:`) once: every profile's
+    /// pages into every configured project's review queue. A running gateway also runs it on
+    /// its interval.
+    RunFeed,
     /// Queue the vendor suggestions written in a document's `agent_profiles` for review.
     QueueSuggestions {
         /// The project id.
@@ -154,6 +158,7 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
                 }
             );
         }
+        RulesCommand::RunFeed => return run_feed(dir, &store),
         RulesCommand::QueueSuggestions { project } => {
             let report = store.queue_profile_suggestions(&project)?;
             println!(
@@ -168,6 +173,63 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
         },
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the configured vendor feed once and prints each source's outcome; fails (exit 1) when
+/// any source or project failed, after running the others.
+fn run_feed(dir: &Path, store: &bridle_rules::RulesStore) -> Result<ExitCode, BoxError> {
+    let config = bridle_gateway::config::GatewayConfig::load(dir)?;
+    let Some(feed) = config.vendor_feed else {
+        return Err("bridle.yaml configures no `vendor_feed:` (see the gateway README)".into());
+    };
+    let feed = VendorFeed::new(feed).map_err(|e| format!("{e} [{}]", e.code()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let runs = runtime
+        .block_on(feed.run_configured(store))
+        .map_err(|e| format!("{e} [{}]", e.code()))?;
+    let mut failed = false;
+    for (project, run) in runs {
+        match run {
+            Ok(run) => {
+                for source in run.sources {
+                    match source.outcome {
+                        Ok(report) => println!(
+                            "{project} {} {}: queued {}, {} already known{}",
+                            source.agent,
+                            source.url,
+                            report.queued.len(),
+                            report.skipped,
+                            if report.not_modified {
+                                ", unchanged"
+                            } else {
+                                ""
+                            }
+                        ),
+                        Err(e) => {
+                            failed = true;
+                            println!(
+                                "{project} {} {}: failed [{}] {e}",
+                                source.agent,
+                                source.url,
+                                e.code()
+                            );
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                failed = true;
+                println!("{project}: failed [{}] {e}", e.code());
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Reads one vendor page (URL or file) through the vendor feed, which sends the last run's
