@@ -517,13 +517,25 @@ async fn vault_secrets_and_vault_tokens_are_followed_per_request() {
         .unwrap();
     let r = call(&robot, "tickets__whoami", json!({})).await;
     assert_eq!(r.text, account("vault-v2"), "{r:?}");
-    let uses = vault
+    let uses: Vec<_> = vault
         .audit_log(0, 1000)
         .unwrap()
         .into_iter()
         .filter(|e| e.action == "use" && e.secret.as_deref() == Some("tickets-token"))
-        .count();
-    assert!(uses >= 2, "every injected use is recorded");
+        .collect();
+    assert!(uses.len() >= 2, "every injected use is recorded");
+    // Each connection start (the first, and the one after the rotation) is a use of its own,
+    // recorded with the version it carried, before its first call.
+    let connects: Vec<Option<u64>> = uses
+        .iter()
+        .filter(|e| e.request_id.as_deref() == Some("connect"))
+        .map(|e| e.version)
+        .collect();
+    assert_eq!(connects, [Some(1), Some(2)], "{uses:?}");
+    assert!(
+        uses.iter()
+            .all(|e| e.upstream.as_deref() == Some("tickets"))
+    );
 
     // Revoked: refused, nothing sent.
     vault.revoke("tickets-token", 2, "user:test").unwrap();

@@ -23,7 +23,7 @@ use kberg_server::aggregate::{
 };
 
 use super::config::{CredentialTarget, UpstreamSection};
-use super::credential::{Credential, SecretError, SecretSource};
+use super::credential::{Credential, SecretError, SecretSource, SecretUse};
 
 /// Which credential a connection carries.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -54,6 +54,12 @@ pub(crate) enum RouteError {
     /// The upstream is not reachable.
     Unavailable(String),
 }
+
+/// The `request` of the use recorded when a connection starts with a credential.
+pub const CONNECT_REQUEST: &str = "connect";
+
+/// The `agent` of a use of the one secret every agent shares, at connection start.
+pub const SHARED_IDENTITY: &str = "shared";
 
 /// The connections of one upstream.
 pub struct Route {
@@ -168,6 +174,22 @@ impl Route {
         let credential = match secret {
             Some(name) => {
                 let (value, version) = self.secrets.current(name).map_err(RouteError::Secret)?;
+                // Starting a connection sends the credential too (initialize, the tool listing,
+                // and with it every request of the session): that is a use of its own, recorded
+                // before anything is sent.
+                let agent = match identity {
+                    Identity::Shared => SHARED_IDENTITY,
+                    Identity::Agent(a) => a.as_str(),
+                };
+                self.secrets
+                    .record_use(&SecretUse {
+                        name,
+                        version,
+                        upstream: &self.namespace,
+                        agent,
+                        request: CONNECT_REQUEST,
+                    })
+                    .map_err(RouteError::Secret)?;
                 Some((name.to_string(), value, version))
             }
             None => None,
