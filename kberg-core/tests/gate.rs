@@ -335,12 +335,15 @@ async fn deprecated_capability_keeps_working_and_is_audited() {
 async fn cancellation_drops_a_tool_that_ignores_it() {
     let r = ToolRegistry::new();
     let finished = Arc::new(AtomicUsize::new(0));
-    let f = finished.clone();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let (f, s) = (finished.clone(), started.clone());
     r.register(
         ToolBuilder::new("slow").raw_handler(json!({"type":"object"}), move |_, _| {
-            let f = f.clone();
+            let (f, s) = (f.clone(), s.clone());
             async move {
-                tokio::time::sleep(Duration::from_secs(30)).await;
+                s.notify_one();
+                // Never completes on its own within the test: only the cancel ends the call.
+                std::future::pending::<()>().await;
                 f.fetch_add(1, Ordering::SeqCst);
                 Ok(ToolOutput::text("done"))
             }
@@ -349,8 +352,11 @@ async fn cancellation_drops_a_tool_that_ignores_it() {
     .unwrap();
     let cancel = CancellationToken::new();
     let c2 = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    // Cancel only once the tool runs, so the test proves a running tool is dropped (a cancel
+    // before the start would be refused before the tool runs, which another test covers).
+    let s = started.clone();
+    let canceller = tokio::spawn(async move {
+        s.notified().await;
         c2.cancel();
     });
     let e = r
@@ -358,6 +364,7 @@ async fn cancellation_drops_a_tool_that_ignores_it() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::Cancelled);
+    canceller.await.unwrap();
     assert_eq!(finished.load(Ordering::SeqCst), 0);
 }
 
@@ -366,16 +373,21 @@ async fn cooperative_tool_sees_the_token() {
     let r = ToolRegistry::new();
     let observed = Arc::new(AtomicUsize::new(0));
     let o = observed.clone();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let seen = Arc::new(tokio::sync::Notify::new());
+    let (st, se) = (started.clone(), seen.clone());
     r.register(
         ToolBuilder::new("watcher").raw_handler(json!({"type":"object"}), move |_, ctx| {
-            let o = o.clone();
+            let (o, st, se) = (o.clone(), st.clone(), se.clone());
             async move {
                 // Observe the token from a task that outlives the dropped call future.
                 let token = ctx.cancellation().clone();
                 tokio::spawn(async move {
                     token.cancelled().await;
                     o.fetch_add(1, Ordering::SeqCst);
+                    se.notify_one();
                 });
+                st.notify_one();
                 std::future::pending::<()>().await;
                 Ok(ToolOutput::default())
             }
@@ -391,35 +403,38 @@ async fn cooperative_tool_sees_the_token() {
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    started.notified().await;
     cancel.cancel();
     assert_eq!(h.await.unwrap().unwrap_err().code(), ErrorCode::Cancelled);
-    for _ in 0..100 {
-        if observed.load(Ordering::SeqCst) == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    tokio::time::timeout(Duration::from_secs(30), seen.notified())
+        .await
+        .expect("the tool's task saw the cancellation");
     assert_eq!(observed.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn a_tool_that_stops_on_cancellation_answers_cancelled() {
     let r = ToolRegistry::new();
-    r.register(ToolBuilder::new("stops").raw_handler(
-        json!({"type":"object"}),
-        |_, ctx| async move {
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_secs(30)) => Ok(ToolOutput::text("done")),
-                () = ctx.cancellation().cancelled() => Err(ToolError::failed("stopped early")),
+    let started = Arc::new(tokio::sync::Notify::new());
+    let st = started.clone();
+    r.register(
+        ToolBuilder::new("stops").raw_handler(json!({"type":"object"}), move |_, ctx| {
+            let st = st.clone();
+            async move {
+                st.notify_one();
+                tokio::select! {
+                    () = std::future::pending::<()>() => Ok(ToolOutput::text("done")),
+                    () = ctx.cancellation().cancelled() => Err(ToolError::failed("stopped early")),
+                }
             }
-        },
-    ))
+        }),
+    )
     .unwrap();
     let cancel = CancellationToken::new();
     let c2 = cancel.clone();
+    // Cancel only once the tool runs (see `cancellation_drops_a_tool_that_ignores_it`).
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        started.notified().await;
         c2.cancel();
     });
     let e = r
