@@ -92,6 +92,15 @@ pub enum ProviderError {
     /// No reply within the configured timeout.
     #[error("no reply within {0:?}")]
     Timeout(Duration),
+    /// The reply exceeded a size bound: a non-streamed body, or one line of a streamed one.
+    /// Nothing of it was used past the bound.
+    #[error("the {what} exceeds {limit} bytes; it was not read further")]
+    TooLarge {
+        /// What was too large (`reply body`, `streamed line`).
+        what: &'static str,
+        /// The bound, in bytes.
+        limit: usize,
+    },
     /// The turn was cancelled.
     #[error("cancelled")]
     Cancelled,
@@ -110,6 +119,7 @@ impl ProviderError {
             ProviderError::Malformed { .. } => "malformed",
             ProviderError::Truncated { .. } => "truncated",
             ProviderError::Timeout(_) => "timeout",
+            ProviderError::TooLarge { .. } => "too_large",
             ProviderError::Cancelled => "cancelled",
         }
     }

@@ -37,7 +37,22 @@ pub struct HttpOptions {
     pub initial_backoff: Duration,
     /// The longest wait before a retry, whatever `Retry-After` says (default 30 s).
     pub max_retry_wait: Duration,
+    /// The largest non-streamed reply body read (default [`DEFAULT_MAX_BODY_BYTES`]); a larger
+    /// one is refused with [`ProviderError::TooLarge`] as soon as it passes the bound.
+    pub max_body_bytes: usize,
+    /// The longest line of a streamed reply (SSE or NDJSON; default
+    /// [`DEFAULT_MAX_LINE_BYTES`]); a longer one ends the stream with
+    /// [`ProviderError::TooLarge`], so a server that never sends a newline cannot grow the
+    /// buffer without bound.
+    pub max_line_bytes: usize,
 }
+
+/// The default bound of a non-streamed reply body: 16 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
+
+/// The default bound of one streamed line: 4 MiB (one SSE `data:` line carries one JSON
+/// chunk, a few hundred bytes in practice; a whole tool call's arguments fit many times over).
+pub const DEFAULT_MAX_LINE_BYTES: usize = 4 << 20;
 
 impl Default for HttpOptions {
     fn default() -> Self {
@@ -55,6 +70,8 @@ impl HttpOptions {
             max_retries: 2,
             initial_backoff: Duration::from_millis(500),
             max_retry_wait: Duration::from_secs(30),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
         }
     }
 
@@ -65,6 +82,18 @@ impl HttpOptions {
             stream_idle_timeout: Duration::from_secs(60),
             ..Self::local_cpu()
         }
+    }
+
+    /// Sets the largest non-streamed reply body read.
+    pub fn max_body_bytes(mut self, n: usize) -> Self {
+        self.max_body_bytes = n;
+        self
+    }
+
+    /// Sets the longest line of a streamed reply.
+    pub fn max_line_bytes(mut self, n: usize) -> Self {
+        self.max_line_bytes = n;
+        self
     }
 
     /// Sets the request timeout.
@@ -276,18 +305,41 @@ pub(crate) async fn post(
     }
 }
 
-/// Reads a whole JSON reply.
+/// Reads a whole JSON reply, at most `max_body_bytes` of it: a `Content-Length` above the bound
+/// is refused before reading, and a body without one is refused as soon as it passes it.
 async fn read_json(
     resp: reqwest::Response,
     opts: &HttpOptions,
     cancel: &CancellationToken,
 ) -> Result<Value, ProviderError> {
-    let bytes = cancellable(cancel, tokio::time::timeout(opts.timeout, resp.bytes()))
+    let limit = opts.max_body_bytes;
+    let too_large = || ProviderError::TooLarge {
+        what: "reply body",
+        limit,
+    };
+    if resp
+        .content_length()
+        .is_some_and(|n| n > u64::try_from(limit).unwrap_or(u64::MAX))
+    {
+        return Err(too_large());
+    }
+    let read = async {
+        let mut body = resp.bytes_stream();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| ProviderError::Truncated {
+                detail: format!("the reply body could not be read: {e}"),
+            })?;
+            if bytes.len() + chunk.len() > limit {
+                return Err(too_large());
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    };
+    let bytes = cancellable(cancel, tokio::time::timeout(opts.timeout, read))
         .await?
-        .map_err(|_| ProviderError::Timeout(opts.timeout))?
-        .map_err(|e| ProviderError::Truncated {
-            detail: format!("the reply body could not be read: {e}"),
-        })?;
+        .map_err(|_| ProviderError::Timeout(opts.timeout))??;
     serde_json::from_slice(&bytes)
         .map_err(|e| ProviderError::malformed(format!("the reply is not JSON: {e}")))
 }
@@ -338,6 +390,9 @@ pub(crate) trait LineDecoder: Send + 'static {
 struct LineState<D, S> {
     body: S,
     buf: Vec<u8>,
+    /// How much of `buf` is known to hold no newline: each byte is scanned once.
+    scanned: usize,
+    max_line: usize,
     decoder: D,
     pending: VecDeque<Result<ChatDelta, ProviderError>>,
     done: bool,
@@ -350,21 +405,47 @@ impl<D: LineDecoder, S> LineState<D, S> {
         self.buf.extend_from_slice(chunk);
         let mut start = 0;
         let mut out = Vec::new();
-        while let Some(pos) = self.buf[start..].iter().position(|b| *b == b'\n') {
-            let end = start + pos;
+        while let Some(pos) = self.buf[start + self.scanned..]
+            .iter()
+            .position(|b| *b == b'\n')
+        {
+            let end = start + self.scanned + pos;
+            self.scanned = 0;
+            if end - start > self.max_line {
+                self.fail(out, self.too_long());
+                return;
+            }
             let line = &self.buf[start..end];
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             let text = String::from_utf8_lossy(line);
             if let Err(e) = self.decoder.line(&text, &mut out) {
-                self.pending.extend(out.drain(..).map(Ok));
-                self.pending.push_back(Err(e));
-                self.done = true;
+                self.fail(out, e);
                 return;
             }
             start = end + 1;
         }
         self.buf.drain(..start);
+        self.scanned = self.buf.len();
+        if self.buf.len() > self.max_line {
+            self.fail(out, self.too_long());
+            return;
+        }
         self.pending.extend(out.into_iter().map(Ok));
+    }
+
+    fn too_long(&self) -> ProviderError {
+        ProviderError::TooLarge {
+            what: "streamed line",
+            limit: self.max_line,
+        }
+    }
+
+    /// Ends the stream with `e` after the deltas decoded before it.
+    fn fail(&mut self, out: Vec<ChatDelta>, e: ProviderError) {
+        self.pending.extend(out.into_iter().map(Ok));
+        self.pending.push_back(Err(e));
+        self.buf.clear();
+        self.done = true;
     }
 
     fn finish(&mut self) {
@@ -399,11 +480,18 @@ fn line_stream<D: LineDecoder>(
         resp.bytes_stream(),
         decoder,
         opts.stream_idle_timeout,
+        opts.max_line_bytes,
         cancel.clone(),
     )
 }
 
-fn lines_of<D, S, B>(body: S, decoder: D, idle: Duration, cancel: CancellationToken) -> ChatStream
+fn lines_of<D, S, B>(
+    body: S,
+    decoder: D,
+    idle: Duration,
+    max_line: usize,
+    cancel: CancellationToken,
+) -> ChatStream
 where
     D: LineDecoder,
     S: futures::Stream<Item = Result<B, reqwest::Error>> + Send + Unpin + 'static,
@@ -412,6 +500,8 @@ where
     let state = LineState {
         body,
         buf: Vec::new(),
+        scanned: 0,
+        max_line,
         decoder,
         pending: VecDeque::new(),
         done: false,

@@ -421,3 +421,72 @@ async fn nothing_listening_names_the_address() {
     assert_eq!(e.code(), "unreachable");
     assert!(e.to_string().contains(&url), "{e}");
 }
+
+fn bounded(url: String, body: usize, line: usize) -> Arc<dyn InferenceProvider> {
+    Arc::new(OpenAiProvider::new(
+        OpenAiConfig::new("local-model")
+            .base_url(format!("{url}/v1"))
+            .http(
+                HttpOptions::default()
+                    .max_retries(0)
+                    .max_body_bytes(body)
+                    .max_line_bytes(line),
+            ),
+    ))
+}
+
+#[tokio::test]
+async fn an_oversize_reply_body_is_too_large() {
+    // A body the bound refuses, whether it says its length or arrives in pieces without one.
+    let big = completion(
+        json!({"role": "assistant", "content": "x".repeat(64 * 1024)}),
+        "stop",
+    );
+    let text = big.to_string();
+    let (head, tail) = text.split_at(text.len() / 2);
+    let server = MockServer::start(vec![
+        Reply::json(200, &big),
+        Reply::stream("application/json", vec![head.to_string(), tail.to_string()]),
+    ])
+    .await;
+    for _ in 0..2 {
+        let e = bounded(server.url(), 16 * 1024, 1024)
+            .chat(&request(), &CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), "too_large", "{e}");
+        assert!(
+            e.to_string().contains("reply body exceeds 16384 bytes"),
+            "{e}"
+        );
+    }
+    // Within the bound the same reply reads.
+    let server = MockServer::start(vec![Reply::json(200, &big)]).await;
+    let r = bounded(server.url(), 1 << 20, 1024)
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(r.text.len(), 64 * 1024);
+}
+
+#[tokio::test]
+async fn a_streamed_line_without_end_is_too_large_and_what_came_before_is_kept() {
+    let first = chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": "hel"}}]));
+    // Then a line that never ends, sent in many small pieces (each one rescanned would be
+    // quadratic; the bound stops it either way).
+    let mut pieces = vec![first];
+    pieces.extend((0..64).map(|_| "y".repeat(256)));
+    let server = MockServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let s = bounded(server.url(), 1 << 20, 4096)
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let mut texts = String::new();
+    let e = collect_stream(s, |t| texts.push_str(t)).await.unwrap_err();
+    assert_eq!(e.code(), "too_large", "{e}");
+    assert!(
+        e.to_string().contains("streamed line exceeds 4096 bytes"),
+        "{e}"
+    );
+    assert_eq!(texts, "hel");
+}
