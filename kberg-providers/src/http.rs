@@ -213,6 +213,23 @@ async fn cancellable<T>(
     }
 }
 
+/// The waits between retries when the server sends no `Retry-After`: `initial_backoff`,
+/// doubling, each with a random jitter of up to its own length added (so clients that failed
+/// together do not retry in step), at most `max_retry_wait`. The same policy (backon's
+/// exponential backoff with jitter) as the aggregator's reconnects.
+fn retry_delays(opts: &HttpOptions) -> impl Iterator<Item = Duration> + Send + use<> {
+    let max = opts.max_retry_wait;
+    backon::BackoffBuilder::build(
+        backon::ExponentialBuilder::new()
+            .with_min_delay(opts.initial_backoff)
+            .with_max_delay(max.max(opts.initial_backoff))
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times(),
+    )
+    .map(move |d| d.min(max))
+}
+
 /// Posts `body` as JSON with `headers`, retrying 429 and 5xx. Returns the successful response
 /// (headers read, body not yet).
 pub(crate) async fn post(
@@ -224,6 +241,7 @@ pub(crate) async fn post(
     cancel: &CancellationToken,
 ) -> Result<reqwest::Response, ProviderError> {
     let mut attempt: u32 = 0;
+    let mut delays = retry_delays(opts);
     loop {
         attempt += 1;
         let mut req = client.post(&ep.url).json(body);
@@ -263,9 +281,7 @@ pub(crate) async fn post(
         let code = status.as_u16();
         let retryable = code == 429 || status.is_server_error();
         if retryable && attempt <= opts.max_retries {
-            let backoff = opts
-                .initial_backoff
-                .saturating_mul(2u32.saturating_pow(attempt - 1));
+            let backoff = delays.next().unwrap_or(opts.max_retry_wait);
             let wait = wait_hint.unwrap_or(backoff).min(opts.max_retry_wait);
             tracing::warn!(
                 status = code,
@@ -546,6 +562,19 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_delays_double_with_jitter_within_the_cap() {
+        let opts = HttpOptions::default()
+            .initial_backoff(Duration::from_millis(100))
+            .max_retry_wait(Duration::from_millis(700));
+        let mut floor = Duration::from_millis(100);
+        for d in retry_delays(&opts).take(30) {
+            assert!(d >= floor.min(opts.max_retry_wait), "{d:?} < {floor:?}");
+            assert!(d <= (floor * 2).min(opts.max_retry_wait), "{d:?}");
+            floor = (floor * 2).min(Duration::from_millis(700));
+        }
+    }
     use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 
     fn headers(v: &str) -> HeaderMap {

@@ -193,10 +193,28 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    /// The wait before attempt `n` (0-based) after a disconnect.
+    /// The wait before attempt `n` (0-based) after a disconnect, without jitter: the floor of
+    /// what [`Backoff::delays`] yields.
     pub fn delay(&self, attempt: u32) -> Duration {
         let factor = 1u32.checked_shl(attempt.min(16)).unwrap_or(u32::MAX);
         self.initial.saturating_mul(factor).min(self.max)
+    }
+
+    /// The waits before each reconnection attempt: `initial`, doubling, each with a random
+    /// jitter of up to its own length added (so upstreams that fail together do not all retry
+    /// at the same instant), never more than `max`. Endless; a fresh series starts after each
+    /// successful connection.
+    pub fn delays(&self) -> impl Iterator<Item = Duration> + Send + use<> {
+        let max = self.max.max(self.initial);
+        backon::BackoffBuilder::build(
+            backon::ExponentialBuilder::new()
+                .with_min_delay(self.initial)
+                .with_max_delay(max)
+                .with_factor(2.0)
+                .with_jitter()
+                .without_max_times(),
+        )
+        .map(move |d| d.min(max))
     }
 }
 
@@ -490,5 +508,13 @@ mod tests {
         assert_eq!(b.delay(2), Duration::from_millis(400));
         assert_eq!(b.delay(3), Duration::from_millis(500));
         assert_eq!(b.delay(u32::MAX), Duration::from_millis(500));
+        // The jittered series stays between the plain delay and twice it, capped at `max`.
+        for (n, d) in b.delays().take(40).enumerate() {
+            let floor = b.delay(u32::try_from(n).unwrap_or(u32::MAX));
+            assert!(
+                d >= floor && d <= (floor * 2).min(b.max),
+                "attempt {n}: {d:?}"
+            );
+        }
     }
 }

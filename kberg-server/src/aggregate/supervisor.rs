@@ -105,6 +105,7 @@ fn http_client() -> Result<reqwest::Client, ConnectError> {
 /// reconnects after the configured exponential [`Backoff`](super::Backoff) delay.
 pub(super) async fn supervise(shared: Arc<Shared>, up: Arc<Upstream>, shutdown: CancellationToken) {
     let mut attempt: u32 = 0;
+    let mut delays = shared.backoff.delays();
     let mut generation: u64 = 0;
     loop {
         let connected = tokio::select! {
@@ -133,6 +134,7 @@ pub(super) async fn supervise(shared: Arc<Shared>, up: Arc<Upstream>, shutdown: 
                     }
                     Ok(Ok(())) => {
                         attempt = 0;
+                        delays = shared.backoff.delays();
                         generation += 1;
                         if let Ok(mut p) = up.pid.lock() {
                             *p = pid;
@@ -171,7 +173,7 @@ pub(super) async fn supervise(shared: Arc<Shared>, up: Arc<Upstream>, shutdown: 
         tracing::warn!(namespace = up.namespace(), %reason, attempt, "upstream unavailable");
         up.status
             .send_replace(UpstreamStatus::Unavailable { reason });
-        let delay = shared.backoff.delay(attempt);
+        let delay = delays.next().unwrap_or(shared.backoff.max);
         attempt = attempt.saturating_add(1);
         tokio::select! {
             () = shutdown.cancelled() => return,
