@@ -270,7 +270,7 @@ impl TaskError {
 #[non_exhaustive]
 pub enum Started {
     /// A task was created; this is its first state.
-    Task(TaskSnapshot),
+    Task(Box<TaskSnapshot>),
     /// The call ended without a task: refused by the gate's checks, or (a tool with
     /// [`ToolSpec::task_after_input`](crate::ToolSpec::task_after_input)) finished or asked
     /// the client before it first waited.
@@ -575,7 +575,7 @@ impl TaskStore {
                     board.finish(&id, result);
                 }
             });
-            return Ok(Started::Task(first));
+            return Ok(Started::Task(Box::new(first)));
         }
         // Runs inside the call until the tool first waits: then the task becomes visible and
         // the call answers with it, while the tool goes on in the background.
@@ -599,7 +599,7 @@ impl TaskStore {
                         let first = weak.upgrade().and_then(|b| b.reveal(&task_id));
                         match first {
                             Some(s) => {
-                                let _ = tx.send(Started::Task(s));
+                                let _ = tx.send(Started::Task(Box::new(s)));
                             }
                             // The task expired already; the call answers as cancelled.
                             None => {
