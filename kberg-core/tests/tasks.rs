@@ -73,9 +73,10 @@ impl kberg_core::ClientPeer for Elicits {
 }
 
 fn with_peer() -> CallOptions {
-    let mut opts = CallOptions::default();
-    opts.peer = Some(std::sync::Arc::new(Elicits));
-    opts
+    CallOptions {
+        peer: Some(std::sync::Arc::new(Elicits)),
+        ..CallOptions::default()
+    }
 }
 
 fn task_of(s: Started) -> kberg_core::TaskSnapshot {
