@@ -7,11 +7,14 @@
 # REVISION defaults to both `2025-11-25` and `2026-07-28`. The script builds the binary (unless
 # --no-build), starts it on a free loopback port, runs `conformance server --requirements REV`
 # for each revision, stops the server by its pid (also on failure or Ctrl-C), and prints per
-# revision how many scored scenarios passed and which unscored ones (pending, extension,
-# added-after-release) passed.
+# revision how many scored scenarios passed, how many of the tasks extension's scenarios passed
+# (they run on 2026-07-28 only), how many of all the scenarios run passed ("all-run"), and which
+# unscored ones (pending, extension, added-after-release) passed.
 #
-# Exit status: 0 only if every scored scenario of every revision passed and each requirement set
-# has the size this pinned suite version defines (30 for 2025-11-25, 37 for 2026-07-28).
+# Exit status: 0 only if every scored scenario and every tasks-extension scenario of every
+# revision passed, and each set has the size this pinned suite version defines (scored: 30 for
+# 2025-11-25, 37 for 2026-07-28; tasks extension: 10 on 2026-07-28, one of which,
+# tasks-status-notifications, the suite itself skips with no checks).
 # With --baseline FILE the suite's own expected-failures mode is used instead (the run fails on
 # any failure not listed in FILE, and on any listed failure that now passes).
 #
@@ -34,7 +37,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --no-build) build=0 ;;
     --baseline) baseline="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     -*) echo "unknown option: $1" >&2; exit 2 ;;
     *) revisions+=("$1") ;;
   esac
@@ -47,6 +50,14 @@ expected_count() {
     2025-11-25) echo 30 ;;
     2026-07-28) echo 37 ;;
     *) echo "" ;;
+  esac
+}
+
+# The tasks extension's scenarios (io.modelcontextprotocol/tasks) this server must pass.
+expected_tasks_count() {
+  case "$1" in
+    2026-07-28) echo 10 ;;
+    *) echo 0 ;;
   esac
 }
 
@@ -115,6 +126,18 @@ for rev in "${revisions[@]}"; do
     status=1
   fi
 
+  # The tasks extension runs at the 2026-07-28 wire only.
+  tasks=()
+  if [ "$(expected_tasks_count "$rev")" != 0 ]; then
+    mapfile -t tasks < <("$node" "$suite" list --server \
+      | sed -n 's/^  - \(tasks-[^ ]*\) \[extension\]$/\1/p')
+  fi
+  want_tasks="$(expected_tasks_count "$rev")"
+  if [ "${#tasks[@]}" != "$want_tasks" ]; then
+    echo "$rev: the suite lists ${#tasks[@]} tasks-extension scenarios, expected $want_tasks (suite version changed?)" >&2
+    status=1
+  fi
+
   log="$out/$rev.log"
   args=(server --url "$url" --requirements "$rev" -o "$out/$rev")
   [ -n "$baseline" ] && args+=(--expected-failures "$baseline")
@@ -133,10 +156,22 @@ for rev in "${revisions[@]}"; do
       failed+=("$s")
     fi
   done
+  tasks_passed=0
+  for s in "${tasks[@]}"; do
+    if grep -q "^✓ $s:" <<<"$summary"; then
+      tasks_passed=$((tasks_passed + 1))
+    else
+      failed+=("$s")
+    fi
+  done
+  all_run="$(grep -c '^[✓✗] [^ ]*:' <<<"$summary" || true)"
+  all_passed="$(grep -c '^✓ [^ ]*:' <<<"$summary" || true)"
   unscored_pass="$(sed -n '/^Not scored for/,$p' "$log" | sed -n 's/^  ✓ \([^ ]*\) (\(.*\))$/\1 (\2)/p' | paste -sd ',' - | sed 's/,/, /g')"
   unscored_fail="$(sed -n '/^Not scored for/,$p' "$log" | sed -n 's/^  ✗ \([^ ]*\) (\(.*\))$/\1 (\2)/p' | paste -sd ',' - | sed 's/,/, /g')"
 
   echo "== $rev: $passed/${#scored[@]} scored scenarios passed (suite exit $suite_status; log $log)"
+  [ ${#tasks[@]} -eq 0 ] || echo "   tasks extension: $tasks_passed/${#tasks[@]} scenarios passed"
+  echo "   all-run: $all_passed/$all_run scenarios passed"
   [ ${#failed[@]} -eq 0 ] || echo "   failed: ${failed[*]}"
   echo "   unscored, passing: ${unscored_pass:-none}"
   echo "   unscored, failing: ${unscored_fail:-none}"

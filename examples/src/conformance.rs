@@ -11,8 +11,12 @@
 //! checks beyond the fixtures (sessions, `_meta` validation, caching hints, DNS-rebinding
 //! protection) is kberg-server's job, which is the point of running it.
 //!
+//! The tasks-extension fixtures (`greet`, `slow_compute`, ...) are in [`tasks`].
+//!
 //! The fixture texts follow the scenario descriptions word for word where the suite compares
 //! them.
+
+mod tasks;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -845,6 +849,7 @@ pub fn app() -> Result<ConformanceApp, CoreError> {
     client_request_tools(&tools)?;
     input_required_tools(&tools)?;
     trigger_tools(&tools, &prompt_registry)?;
+    tasks::tools(&tools)?;
     let watched_version = resources(&resource_registry)?;
     prompts(&prompt_registry)?;
     let app = McpApp::builder("kberg-conformance", env!("CARGO_PKG_VERSION"))

@@ -8,6 +8,13 @@
 //! servers' error results become `tool_failed`, and JSON-RPC errors are mapped by meaning
 //! (an unknown tool, invalid parameters). Cancelling a call drops the request, which makes rmcp
 //! send `notifications/cancelled` to the server.
+//!
+//! Every call declares the MCP tasks extension (in the request's `_meta`), so a server may
+//! answer a long-running tool with a task: the surface then waits for it, polling `tasks/get`
+//! at the interval the server suggests (kept between 50 ms and 5 s), and answers with the
+//! task's result, so the loop sees an ordinary tool result. Cancelling the call cancels the task
+//! (`tasks/cancel`). A task that asks the client for input cannot be answered by an agent: it is
+//! cancelled and the call answers `tool_failed` saying so.
 
 use std::collections::HashSet;
 use std::sync::RwLock;
@@ -15,7 +22,10 @@ use std::sync::RwLock;
 use async_trait::async_trait;
 use kberg_core::ErrorCode;
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
+    ContentBlock, GetTaskParams, RequestMetaObject, Task, TaskPayload,
+};
 use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -218,16 +228,38 @@ impl ToolSurface for McpSurface {
         };
         let mut params = CallToolRequestParams::new(name.to_string());
         params.arguments = arguments;
+        params.meta = Some(tasks_meta());
+        let peer = self.client.peer();
+        let mut request = std::pin::pin!(peer.call_tool_once(params));
         let outcome = tokio::select! {
             biased;
-            // Dropping the request future makes rmcp send notifications/cancelled.
             () = cancel.cancelled() => {
+                // The server may have started a task already: its answer, which names it, is
+                // awaited a moment longer so the task can be cancelled too. A call still
+                // unanswered after that is dropped, which makes rmcp send
+                // notifications/cancelled.
+                if let Ok(Ok(CallToolResponse::Task(t))) =
+                    tokio::time::timeout(LATE_TASK_GRACE, request).await
+                {
+                    self.cancel_task(&t.task.task_id).await;
+                }
+                return Ok(cancelled(name));
+            }
+            r = &mut request => r,
+        };
+        let outcome = match outcome {
+            Ok(CallToolResponse::Complete(r)) => Ok(r),
+            Ok(CallToolResponse::Task(t)) => {
+                return self.wait_for_task(name, t.task, &cancel).await;
+            }
+            // Only a 2026-07-28 session answers input_required, and this client speaks 2025-11-25.
+            Ok(_) => {
                 return Ok(ToolResult::error(
-                    ErrorCode::Cancelled,
-                    format!("The call to `{name}` was cancelled before it finished."),
+                    ErrorCode::ToolFailed,
+                    format!("The tool `{name}` asked for input this agent cannot give."),
                 ));
             }
-            r = self.client.call_tool(params) => r,
+            Err(e) => Err(e),
         };
         match outcome {
             Ok(r) => Ok(to_result(r)),
@@ -250,6 +282,133 @@ impl ToolSurface for McpSurface {
                 Ok(ToolResult::error(code, text))
             }
             Err(e) => Err(SurfaceError::Transport(e.to_string())),
+        }
+    }
+}
+
+/// The `_meta` of a request declaring the tasks extension (this client's session declares
+/// nothing at `initialize`, so the extension is declared per request).
+fn tasks_meta() -> RequestMetaObject {
+    let mut meta = RequestMetaObject::new();
+    meta.set_client_capabilities(tasks_capability());
+    meta
+}
+
+/// The client capabilities of a call: the tasks extension.
+fn tasks_capability() -> ClientCapabilities {
+    let mut caps = ClientCapabilities::default();
+    caps.extensions = Some(
+        [(
+            rmcp::model::TASKS_EXTENSION_ID.to_string(),
+            serde_json::Map::new(),
+        )]
+        .into_iter()
+        .collect(),
+    );
+    caps
+}
+
+fn cancelled(name: &str) -> ToolResult {
+    ToolResult::error(
+        ErrorCode::Cancelled,
+        format!("The call to `{name}` was cancelled before it finished."),
+    )
+}
+
+/// How long a cancelled call's answer is still awaited to learn whether it started a task.
+const LATE_TASK_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Bounds of the polling interval, whatever the server suggests.
+const MIN_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+const MAX_POLL: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl McpSurface {
+    /// Waits for the task a call started and answers with its result.
+    async fn wait_for_task(
+        &self,
+        name: &str,
+        task: Task,
+        cancel: &CancellationToken,
+    ) -> Result<ToolResult, SurfaceError> {
+        let id = task.task_id;
+        let mut wait = std::time::Duration::ZERO;
+        loop {
+            let got = tokio::select! {
+                biased;
+                () = cancel.cancelled() => {
+                    self.cancel_task(&id).await;
+                    return Ok(cancelled(name));
+                }
+                r = async {
+                    tokio::time::sleep(wait).await;
+                    let mut params = GetTaskParams::new(id.clone());
+                    params.meta = Some(tasks_meta());
+                    self.client.peer().get_task(params).await
+                } => r,
+            };
+            let detailed = match got {
+                Ok(r) => r.task,
+                Err(ServiceError::McpError(e)) => {
+                    return Ok(ToolResult::error(
+                        ErrorCode::ToolFailed,
+                        format!(
+                            "The tool `{name}` failed: its task is gone ({}).",
+                            e.message
+                        ),
+                    ));
+                }
+                Err(e) => return Err(SurfaceError::Transport(e.to_string())),
+            };
+            wait = detailed
+                .task
+                .poll_interval_ms
+                .map(std::time::Duration::from_millis)
+                .unwrap_or(std::time::Duration::from_millis(500))
+                .clamp(MIN_POLL, MAX_POLL);
+            match detailed.payload {
+                TaskPayload::Completed { result } => {
+                    return match serde_json::from_value::<CallToolResult>(Value::Object(result)) {
+                        Ok(r) => Ok(to_result(r)),
+                        Err(e) => Ok(ToolResult::error(
+                            ErrorCode::ToolFailed,
+                            format!(
+                                "The tool `{name}` failed: its task's result is malformed ({e})."
+                            ),
+                        )),
+                    };
+                }
+                TaskPayload::Failed { error } => {
+                    let message = error
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("no message");
+                    return Ok(ToolResult::error(
+                        ErrorCode::ToolFailed,
+                        format!("The tool `{name}` failed: {message}"),
+                    ));
+                }
+                TaskPayload::Cancelled => return Ok(cancelled(name)),
+                TaskPayload::InputRequired { .. } => {
+                    self.cancel_task(&id).await;
+                    return Ok(ToolResult::error(
+                        ErrorCode::ToolFailed,
+                        format!(
+                            "The tool `{name}` asked for input this agent cannot give, so it was cancelled."
+                        ),
+                    ));
+                }
+                // Working (or a status this version does not know): wait and look again.
+                _ => {}
+            }
+        }
+    }
+
+    /// Cancels a task, best effort.
+    async fn cancel_task(&self, id: &str) {
+        let mut params = CancelTaskParams::new(id.to_string());
+        params.meta = Some(tasks_meta());
+        if let Err(e) = self.client.peer().cancel_task(params).await {
+            tracing::debug!(task = id, error = %e, "the task was not cancelled");
         }
     }
 }

@@ -172,6 +172,9 @@ pub enum ErrorCode {
     TicketStoreFailed,
     /// The caller already has as many calls in flight as the server allows.
     TooManyCalls,
+    /// The caller already holds as many tasks as the app allows (running, or finished and not
+    /// yet expired).
+    TooManyTasks,
     /// A forwarded call's upstream server is not connected.
     UpstreamUnavailable,
     /// A forwarded call's upstream server did not answer in time; the call was cancelled there.
@@ -185,7 +188,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, for documentation and tests.
-    pub const ALL: [ErrorCode; 31] = [
+    pub const ALL: [ErrorCode; 32] = [
         ErrorCode::UnknownTool,
         ErrorCode::Refused,
         ErrorCode::NotInSurface,
@@ -213,6 +216,7 @@ impl ErrorCode {
         ErrorCode::TicketForbidden,
         ErrorCode::TicketStoreFailed,
         ErrorCode::TooManyCalls,
+        ErrorCode::TooManyTasks,
         ErrorCode::UpstreamUnavailable,
         ErrorCode::UpstreamTimeout,
         ErrorCode::UpstreamInvalidResult,
@@ -249,6 +253,7 @@ impl ErrorCode {
             ErrorCode::TicketForbidden => "ticket_forbidden",
             ErrorCode::TicketStoreFailed => "ticket_store_failed",
             ErrorCode::TooManyCalls => "too_many_calls",
+            ErrorCode::TooManyTasks => "too_many_tasks",
             ErrorCode::UpstreamUnavailable => "upstream_unavailable",
             ErrorCode::UpstreamTimeout => "upstream_timeout",
             ErrorCode::UpstreamInvalidResult => "upstream_invalid_result",
@@ -274,6 +279,7 @@ impl ErrorCode {
                 | ErrorCode::TicketPending
                 | ErrorCode::TicketStoreFailed
                 | ErrorCode::TooManyCalls
+                | ErrorCode::TooManyTasks
                 | ErrorCode::UpstreamUnavailable
                 | ErrorCode::UpstreamTimeout
         )
@@ -341,6 +347,14 @@ pub enum GateError {
         tool: String,
         /// The tool's own message.
         message: String,
+    },
+    /// The tool panicked. Its code is `tool_failed` like any failure; the variant exists so
+    /// that a task can tell an internal failure (a `failed` task) from a tool that reported
+    /// one (a `completed` task whose result is an error). The panic's payload is never shown.
+    #[error("The tool `{tool}` failed: the tool stopped unexpectedly (internal error)")]
+    ToolPanicked {
+        /// The tool.
+        tool: String,
     },
     /// The tool asked the client for input on a call path that answers in a new round trip
     /// (MCP 2026-07-28). The transport turns this into an `input_required` result.
@@ -471,7 +485,7 @@ impl GateError {
             GateError::CapabilityRequired { .. } => ErrorCode::CapabilityRequired,
             GateError::InvalidArguments { .. } => ErrorCode::InvalidArguments,
             GateError::Cancelled { .. } => ErrorCode::Cancelled,
-            GateError::ToolFailed { .. } => ErrorCode::ToolFailed,
+            GateError::ToolFailed { .. } | GateError::ToolPanicked { .. } => ErrorCode::ToolFailed,
             GateError::InputRequired { .. } => ErrorCode::InputRequired,
             GateError::HandleInvalid { .. } => ErrorCode::HandleInvalid,
             GateError::HandleExpired { .. } => ErrorCode::HandleExpired,
@@ -497,6 +511,7 @@ impl GateError {
             | GateError::InvalidArguments { tool, .. }
             | GateError::Cancelled { tool }
             | GateError::ToolFailed { tool, .. }
+            | GateError::ToolPanicked { tool }
             | GateError::InputRequired { tool, .. }
             | GateError::HandleInvalid { tool, .. }
             | GateError::HandleExpired { tool, .. }
@@ -550,6 +565,7 @@ mod tests {
                 "ticket_forbidden",
                 "ticket_store_failed",
                 "too_many_calls",
+                "too_many_tasks",
                 "upstream_unavailable",
                 "upstream_timeout",
                 "upstream_invalid_result",

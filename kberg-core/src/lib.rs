@@ -106,6 +106,8 @@ mod gate;
 
 mod registry;
 
+mod task;
+
 pub use audit::{AuditEvent, AuditOutcome, AuditSink, MemoryAuditSink, TracingAuditSink};
 #[cfg(feature = "sqlite")]
 pub use audit_log::SqliteAuditSink;
@@ -138,10 +140,12 @@ pub use resource::{
     ResourceTemplate, Subscriber, TemplateVars, reader_fn,
 };
 pub use scope::{SCOPE_SCHEMA_KEYWORD, Scope, ScopeSet, ScopeSpec};
+pub use task::{Started, TaskConfig, TaskError, TaskOutcome, TaskSnapshot, TaskStatus, TaskStore};
 #[cfg(feature = "sqlite")]
 pub use ticket_sqlite::SqliteTicketStore;
 pub use tool::{
-    FnTool, Tool, ToolBuilder, ToolError, ToolHints, ToolKind, ToolSpec, check_name, schema_of,
+    FnTool, TaskSupport, Tool, ToolBuilder, ToolError, ToolHints, ToolKind, ToolSpec, check_name,
+    schema_of,
 };
 pub use validate::{CompiledSchema, FieldError};
 

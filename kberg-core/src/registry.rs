@@ -35,7 +35,7 @@ use crate::pagination::{InvalidCursor, Page, paginate};
 use crate::preview::CommitConfig;
 use crate::principal::{Caller, SurfaceProjection};
 use crate::scope::{ScopeSpec, check_scope_name};
-use crate::tool::{Tool, ToolKind, ToolSpec, check_name};
+use crate::tool::{TaskSupport, Tool, ToolKind, ToolSpec, check_name};
 
 /// The registry's shared state: the published catalog, its writer lock and version, the gate.
 struct RegistryState {
@@ -453,6 +453,17 @@ impl ToolRegistry {
             .tools
             .get(name)
             .map(|e| e.spec.clone())
+    }
+
+    /// Whether a registered tool may run as a task (a lookup; nothing is cloned), and whether
+    /// it gathers its input inside the call first ([`ToolSpec::task_after_input`]).
+    pub fn task_support(&self, name: &str) -> Option<(TaskSupport, bool)> {
+        self.state
+            .current
+            .load()
+            .tools
+            .get(name)
+            .map(|e| (e.spec.task_support, e.spec.task_after_input))
     }
 
     /// The tools `caller` is shown, in registration order (or the order set with

@@ -96,6 +96,28 @@ pub struct ToolSpec {
     /// The top-level argument that carries the scope, when the tool works in one. Set by
     /// [`ToolBuilder::scope_field`], or found from a [`crate::Scope`]-typed field.
     pub scope_field: Option<String>,
+    /// Whether the tool may run as a task (the MCP tasks extension): never (the default), when
+    /// the client supports tasks, or only as a task. See [`TaskSupport`].
+    pub task_support: TaskSupport,
+    /// A task tool that first runs inside the call: it may finish there or ask the client
+    /// (in `input_required` round trips), and becomes a task the first time it waits on
+    /// anything else. Set by [`ToolBuilder::task_after_input`].
+    pub task_after_input: bool,
+}
+
+/// Whether a tool may run as a task: a call that answers at once with a task id while the tool
+/// goes on working, its status and result read later (`tasks/get`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TaskSupport {
+    /// The tool always answers within the call (the default).
+    #[default]
+    Forbidden,
+    /// The tool runs as a task when the client supports tasks, and within the call otherwise.
+    Optional,
+    /// The tool only runs as a task; a client that does not support tasks is refused.
+    Required,
 }
 
 impl ToolSpec {
@@ -118,6 +140,8 @@ impl ToolSpec {
             previews: false,
             sensitive_fields: Vec::new(),
             scope_field: None,
+            task_support: TaskSupport::Forbidden,
+            task_after_input: false,
         }
     }
 
@@ -340,6 +364,23 @@ impl ToolBuilder {
     /// with the caller's current scope when left out and refuses scopes the caller may not use.
     pub fn scope_field(mut self, field: impl Into<String>) -> Self {
         self.spec.scope_field = Some(field.into());
+        self
+    }
+
+    /// Lets the tool run as a task (see [`TaskSupport`]). Long-running tools (indexing a
+    /// repository, waiting for a human) declare [`TaskSupport::Optional`] so that a client
+    /// that supports tasks gets a task id at once and polls for the result.
+    pub fn task_support(mut self, support: TaskSupport) -> Self {
+        self.spec.task_support = support;
+        self
+    }
+
+    /// For a task tool: run it inside the call first. It may finish there (a plain result) or
+    /// ask the client questions (answered in `input_required` round trips on 2026-07-28); it
+    /// becomes a task the first time it waits on anything else, and its questions from then on
+    /// are the task's `inputRequests`.
+    pub fn task_after_input(mut self) -> Self {
+        self.spec.task_after_input = true;
         self
     }
 

@@ -3,11 +3,12 @@
 //! An app is its three registries plus the identity it announces (name, version, title,
 //! instructions). The same `McpApp` is served over HTTP and stdio at once if the app wants; the
 //! registries are shared, so a tool registered at runtime appears on every transport and every
-//! connected client is told (`list_changed`).
+//! connected client is told (`list_changed`). Its [`TaskStore`] keeps the tasks of the tools
+//! that run as tasks (the MCP tasks extension), for every transport alike.
 
 use std::sync::Arc;
 
-use kberg_core::{PromptRegistry, ResourceRegistry, ToolRegistry};
+use kberg_core::{PromptRegistry, ResourceRegistry, TaskConfig, TaskStore, ToolRegistry};
 
 /// Default page size of `tools/list`, `resources/list` and `resources/templates/list`.
 pub const DEFAULT_PAGE_SIZE: usize = 100;
@@ -21,6 +22,7 @@ pub(crate) struct AppInner {
     pub(crate) resources: ResourceRegistry,
     pub(crate) prompts: PromptRegistry,
     pub(crate) page_size: usize,
+    pub(crate) tasks: TaskStore,
 }
 
 /// The tools, resources and prompts an app serves, and how it introduces itself. Cheap to
@@ -55,7 +57,9 @@ impl McpApp {
                 resources: ResourceRegistry::new(),
                 prompts: PromptRegistry::new(),
                 page_size: DEFAULT_PAGE_SIZE,
+                tasks: TaskStore::new(ToolRegistry::new(), TaskConfig::default()),
             },
+            task_config: TaskConfig::default(),
         }
     }
 
@@ -83,6 +87,12 @@ impl McpApp {
     pub fn prompts(&self) -> &PromptRegistry {
         &self.inner.prompts
     }
+
+    /// The app's tasks (tools declared with [`kberg_core::TaskSupport`] run as tasks for
+    /// clients that support the tasks extension).
+    pub fn tasks(&self) -> &TaskStore {
+        &self.inner.tasks
+    }
 }
 
 /// Builds an [`McpApp`]. Registries not given are empty (and can be filled later through the
@@ -90,6 +100,7 @@ impl McpApp {
 #[must_use]
 pub struct McpAppBuilder {
     inner: AppInner,
+    task_config: TaskConfig,
 }
 
 impl std::fmt::Debug for McpAppBuilder {
@@ -137,10 +148,19 @@ impl McpAppBuilder {
         self
     }
 
+    /// How long tasks live, the polling interval suggested to clients, and how many tasks a
+    /// principal may hold (defaults: [`TaskConfig::default`]).
+    pub fn task_config(mut self, config: TaskConfig) -> Self {
+        self.task_config = config;
+        self
+    }
+
     /// Finishes the app.
     pub fn build(self) -> McpApp {
+        let mut inner = self.inner;
+        inner.tasks = TaskStore::new(inner.tools.clone(), self.task_config);
         McpApp {
-            inner: Arc::new(self.inner),
+            inner: Arc::new(inner),
         }
     }
 }

@@ -20,7 +20,9 @@
 //!   that needs a client capability the request did not declare answers `-32021`; the methods
 //!   that revision removed (`initialize`, `ping`, `logging/setLevel`, `resources/subscribe`,
 //!   `resources/unsubscribe`) answer `-32601`;
-//! - a known method with params of the wrong shape is `-32602`, an unknown one `-32601`.
+//! - a known method with params of the wrong shape is `-32602`, an unknown one `-32601`;
+//! - tasks (`tools/call` answered with a task, `tasks/get`, `tasks/update`, `tasks/cancel`):
+//!   see [`crate::tasks`].
 
 // Logging, sampling and roots are deprecated by the 2026-07-28 revision but still part of
 // 2025-11-25, which this handler serves too.
@@ -32,16 +34,17 @@ use std::time::{Duration, Instant};
 
 use kberg_core::{
     CallOptions, Caller, ClientPeer, ErrorCode, GateError, Principal, PromptArgs, PromptError,
-    Refusal, ResourceError, ResourceEvent, Subscriber,
+    Refusal, ResourceError, ResourceEvent, Started, Subscriber, TaskSupport, ToolOutput,
 };
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
-    GetPromptRequestParams, GetPromptResponse, InitializeRequestParams, InitializeResult,
-    InputRequests, InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, Reference, ResourceUpdatedNotificationParam,
-    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
-    UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities,
+    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse,
+    GetTaskParams, GetTaskResult, InitializeRequestParams, InitializeResult, InputRequests,
+    InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, Reference, ResourceUpdatedNotificationParam, ServerConfig,
+    SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, TASKS_EXTENSION_ID,
+    UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
@@ -144,6 +147,7 @@ impl Shared {
                 "prompts": {"listChanged": true},
                 "completions": {},
                 "logging": {},
+                "extensions": {TASKS_EXTENSION_ID: {}},
             },
             "serverInfo": server_info,
         });
@@ -498,6 +502,22 @@ impl KbergHandler {
             return Ok(convert::refusal_result(&refusal).into());
         };
         let caller = Caller::new(principal);
+        // A tool with task support runs as a task when the client declared the extension
+        // (a single lookup; tools without it pay nothing more).
+        let task_support = self
+            .shared
+            .app
+            .tools()
+            .task_support(&req.name)
+            .map(|(s, _)| s)
+            .filter(|s| *s != TaskSupport::Forbidden);
+        let as_task = task_support.is_some()
+            && ctx
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks());
+        if task_support == Some(TaskSupport::Required) && !as_task {
+            return self.refuse_required_task(&caller, &req);
+        }
         let progress_token = ctx
             .meta
             .get_progress_token()
@@ -517,19 +537,72 @@ impl KbergHandler {
         opts.progress_token = progress_token;
         opts.meta = meta;
         opts.client = client;
-        let result = self
-            .shared
-            .app
-            .tools()
-            .call(&caller, &req.name, args, opts)
-            .await;
+        let result = if as_task {
+            // 2025-11-25 sessions get the task's status notifications on their stream.
+            let notify = !is_stateless(&ctx);
+            match self
+                .shared
+                .app
+                .tasks()
+                .start(&caller, &req.name, args, opts, notify)
+                .await
+            {
+                Ok(Started::Task(s)) => {
+                    return Ok(CallToolResponse::Task(crate::tasks::created(&s)?));
+                }
+                Ok(Started::Finished(r)) => r,
+                Ok(_) => Err(GateError::ToolPanicked {
+                    tool: req.name.to_string(),
+                }),
+                Err(e) => {
+                    let refusal = crate::tasks::refusal(&e, &req.name);
+                    return Ok(convert::refusal_result(&refusal).into());
+                }
+            }
+        } else {
+            self.shared
+                .app
+                .tools()
+                .call(&caller, &req.name, args, opts)
+                .await
+        };
+        Self::call_answer(result, round_trip, &answers)
+    }
+
+    /// A `required` task tool called by a client without the tasks extension: the gate's checks
+    /// first (a caller who may not call the tool learns only that), then `-32021` naming the
+    /// extension.
+    fn refuse_required_task(
+        &self,
+        caller: &Caller,
+        req: &CallToolRequestParams,
+    ) -> Result<CallToolResponse, McpError> {
+        let args = req
+            .arguments
+            .clone()
+            .map(Value::Object)
+            .unwrap_or_else(|| json!({}));
+        match self.shared.app.tools().check(caller, &req.name, &args) {
+            Ok(_) => Err(McpError::missing_required_client_capability(
+                ClientCapabilities::builder().enable_tasks().build(),
+            )),
+            Err(e) => Self::call_answer(Err(e), None, &BTreeMap::new()),
+        }
+    }
+
+    /// The wire answer of a finished call.
+    fn call_answer(
+        result: Result<ToolOutput, GateError>,
+        round_trip: Option<Arc<RoundTripPeer>>,
+        answers: &BTreeMap<String, Value>,
+    ) -> Result<CallToolResponse, McpError> {
         match (result, round_trip) {
             (Ok(out), _) => Ok(convert::call_result(out)?.into()),
             (Err(e @ GateError::UnknownTool { .. }), _) => {
                 Err(McpError::invalid_params(e.to_string(), Some(e.details())))
             }
             (Err(GateError::InputRequired { requests, tool }), Some(p)) => {
-                Ok(Self::input_required(&p, requests, &answers, &tool)?.into())
+                Ok(Self::input_required(&p, requests, answers, &tool)?.into())
             }
             // 2026-07-28 (SEP-2575): a tool that needs a capability the request did not
             // declare is a protocol error naming the capability.
@@ -925,6 +998,47 @@ impl ServerHandler for KbergHandler {
             "a completion",
             json!({"resultType": "complete", "completion": {"values": values, "total": total, "hasMore": false}}),
         )
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let principal = self.principal(&context)?;
+        let task = self
+            .shared
+            .app
+            .tasks()
+            .get(&principal.id, &request.task_id)
+            .map_err(|e| crate::tasks::error(&e))?;
+        crate::tasks::detailed(&task)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let principal = self.principal(&context)?;
+        self.shared
+            .app
+            .tasks()
+            .answer(&principal.id, &request.task_id, request.input_responses)
+            .map_err(|e| crate::tasks::error(&e))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let principal = self.principal(&context)?;
+        self.shared
+            .app
+            .tasks()
+            .cancel(&principal.id, &request.task_id)
+            .map_err(|e| crate::tasks::error(&e))
     }
 
     async fn on_custom_request(

@@ -36,6 +36,7 @@ pub mod input;
 mod limits;
 mod peer;
 mod stdio;
+mod tasks;
 
 pub use aggregate::{Aggregator, AggregatorConfig, UpstreamConfig, UpstreamTransport};
 pub use app::{DEFAULT_PAGE_SIZE, McpApp, McpAppBuilder};

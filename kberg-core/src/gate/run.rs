@@ -75,10 +75,7 @@ pub(crate) async fn run(
     match outcome {
         Err(_panic) => {
             tracing::error!(tool = %entry.spec.name, "tool panicked");
-            Err(GateError::ToolFailed {
-                tool: name(),
-                message: "the tool stopped unexpectedly (internal error)".into(),
-            })
+            Err(GateError::ToolPanicked { tool: name() })
         }
         Ok(Err(ToolError::Failed { message })) => Err(GateError::ToolFailed {
             tool: name(),

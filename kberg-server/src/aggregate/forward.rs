@@ -7,14 +7,17 @@
 //! relay can find the client to ask, and its progress token routes progress back
 //! ([`ProgressRoute`]). A request that ends without an answer (timeout, cancellation, the
 //! caller dropped) is cancelled upstream with `notifications/cancelled`; a transport failure
-//! wakes the supervisor.
+//! wakes the supervisor. A tool call to an upstream that supports tasks may have started a
+//! task by the time the caller gives up: its answer is still awaited (within the call timeout)
+//! and a task it names is cancelled, so no upstream task runs on unwatched.
 
 use std::sync::atomic::Ordering;
 
+use futures::future::Either;
 use kberg_core::ToolContext;
 use rmcp::model::{
-    CancelledNotification, CancelledNotificationParam, ClientNotification, ClientRequest,
-    ProgressToken, RequestId, ServerResult,
+    CancelTaskParams, CancelTaskRequest, CancelledNotification, CancelledNotificationParam,
+    ClientNotification, ClientRequest, ProgressToken, RequestId, ServerResult,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 use tokio_util::sync::CancellationToken;
@@ -105,6 +108,10 @@ pub(super) async fn forward(
     let Some((peer, generation)) = up.current_peer() else {
         return Err(unavailable(up.reason()));
     };
+    let may_start_task = matches!(request, ClientRequest::CallToolRequest(_))
+        && peer
+            .peer_info()
+            .is_some_and(|i| i.capabilities.supports_tasks());
     let handle = match peer
         .send_cancellable_request(request, PeerRequestOptions::no_options())
         .await
@@ -131,10 +138,17 @@ pub(super) async fn forward(
         m.insert(handle.progress_token.clone(), ctx.clone());
     }
     let left = limit.saturating_sub(started.elapsed());
+    let response = if may_start_task {
+        // The watcher cancels what the caller abandons, knowing whether it was a task.
+        unanswered.peer = None;
+        Either::Left(watch_for_late_task(peer.clone(), handle, left))
+    } else {
+        Either::Right(handle.await_response())
+    };
     let outcome = tokio::select! {
         biased;
         () = cancelled.cancelled() => return Err(UpstreamError::Cancelled),
-        r = tokio::time::timeout(left, handle.await_response()) => r,
+        r = tokio::time::timeout(left, response) => r,
     };
     let Ok(outcome) = outcome else {
         unanswered.reason = "the request timed out";
@@ -158,6 +172,65 @@ pub(super) async fn forward(
             message: e.to_string(),
         }),
     }
+}
+
+/// How long an abandoned tool call's answer is still awaited to learn whether it started a
+/// task (a task is answered at once; a call still unanswered by then is a long synchronous one,
+/// and is cancelled as usual).
+const LATE_TASK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Awaits a tool call's answer on a task of its own, so that the answer still arrives if the
+/// caller gives up. Once the caller is gone: an answer that is a task gets the task cancelled;
+/// no answer within [`LATE_TASK_GRACE`] gets the request cancelled (`notifications/cancelled`).
+/// (Cancelling the request at once could lose the answer naming a task the upstream already
+/// started.)
+async fn watch_for_late_task(
+    peer: Peer<RoleClient>,
+    handle: rmcp::service::RequestHandle<RoleClient>,
+    left: std::time::Duration,
+) -> Result<ServerResult, ServiceError> {
+    let (mut tx, rx) = tokio::sync::oneshot::channel();
+    let id = handle.id.clone();
+    tokio::spawn(async move {
+        let mut answer = std::pin::pin!(tokio::time::timeout(left, handle.await_response()));
+        let late = tokio::select! {
+            r = &mut answer => {
+                if let Ok(r) = r
+                    && let Err(unread) = tx.send(r)
+                {
+                    // Answered just as the caller left.
+                    Some(unread)
+                } else {
+                    None
+                }
+            }
+            () = tx.closed() => match tokio::time::timeout(LATE_TASK_GRACE, answer).await {
+                Ok(Ok(r)) => Some(r),
+                // The upstream did not answer within the call timeout: nothing to cancel here
+                // (the caller's side already reported the timeout).
+                Ok(Err(_)) => None,
+                Err(_) => {
+                    let note = CancelledNotification::new(CancelledNotificationParam::new(
+                        Some(id),
+                        Some("the caller cancelled the request".into()),
+                    ));
+                    let _ = peer
+                        .send_notification(ClientNotification::CancelledNotification(note))
+                        .await;
+                    None
+                }
+            },
+        };
+        if let Some(Ok(ServerResult::CreateTaskResult(t))) = late {
+            let cancel = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(
+                CancelTaskParams::new(t.task.task_id.clone()),
+            ));
+            if let Err(e) = peer.send_request(cancel).await {
+                tracing::debug!(task = %t.task.task_id, error = %e, "an abandoned upstream task was not cancelled");
+            }
+        }
+    });
+    rx.await.unwrap_or(Err(ServiceError::TransportClosed))
 }
 
 /// Tells the upstream a forwarded request was abandoned, when dropped while still armed.

@@ -75,6 +75,7 @@ mod relay;
 mod resources;
 mod stderr;
 mod supervisor;
+mod tasks;
 mod tools;
 
 pub use config::{

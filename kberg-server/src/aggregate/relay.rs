@@ -125,10 +125,13 @@ impl UpstreamClient {
 #[allow(deprecated)] // sampling and logging: see the imports
 impl ClientHandler for UpstreamClient {
     fn get_info(&self) -> ClientConfig {
-        // Sampling and elicitation are relayed to the calling client (see `relay_target`).
-        let capabilities = serde_json::from_value::<ClientCapabilities>(
-            json!({"sampling": {}, "elicitation": {"form": {}}}),
-        )
+        // Sampling and elicitation are relayed to the calling client (see `relay_target`);
+        // an upstream's tasks are followed to their end (see `tasks`).
+        let capabilities = serde_json::from_value::<ClientCapabilities>(json!({
+            "sampling": {},
+            "elicitation": {"form": {}},
+            "extensions": {rmcp::model::TASKS_EXTENSION_ID: {}},
+        }))
         .unwrap_or_default();
         ClientConfig::new(
             capabilities,

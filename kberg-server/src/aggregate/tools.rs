@@ -6,7 +6,8 @@
 //! they are forwarded. A forwarded tool's call passes Kberg's gate like any other, then goes
 //! upstream through [`forward`]; what goes wrong on the way is answered with the same refusal
 //! shape every other refusal has (`upstream_unavailable`, `upstream_timeout`,
-//! `upstream_invalid_result`), and the upstream's result passes through unchanged.
+//! `upstream_invalid_result`), and the upstream's result passes through unchanged. An upstream
+//! that answers with a task is followed to the task's end ([`super::tasks`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use super::forward::{forward, result_kind};
 use super::front::{Shared, Upstream};
 use super::prompts::sync_prompts;
 use super::resources::sync_resources;
+use super::tasks::Followed;
 
 /// Reads the upstream's tool list and makes the registry match it: new tools registered, gone
 /// tools removed, changed tools replaced. Tools that cannot be registered are skipped (logged,
@@ -151,6 +153,14 @@ impl Tool for ForwardedTool {
         let name = &self.spec.name;
         match forward(&self.up, request, Some(&ctx)).await {
             Ok(ServerResult::CallToolResult(r)) => Ok(to_output(r)),
+            // The upstream runs the call as a task: follow it to its end.
+            Ok(ServerResult::CreateTaskResult(t)) => {
+                match super::tasks::follow(&self.up, t.task, &ctx).await {
+                    Ok(out) => Ok(out),
+                    Err(Followed::Upstream(e)) => Ok(refusal(name, &e)),
+                    Err(Followed::Tool(e)) => Err(e),
+                }
+            }
             Ok(other) => Ok(refusal(
                 name,
                 &UpstreamError::InvalidResult {
@@ -204,7 +214,7 @@ fn refusal(tool: &str, e: &UpstreamError) -> ToolOutput {
 
 /// An upstream result as Kberg output: content blocks, structured content and the error flag
 /// pass through unchanged.
-fn to_output(r: CallToolResult) -> ToolOutput {
+pub(super) fn to_output(r: CallToolResult) -> ToolOutput {
     let content = r
         .content
         .iter()

@@ -1,0 +1,205 @@
+//! Following an upstream's task: a forwarded tool call that the upstream answered with a task
+//! (the MCP tasks extension, which the aggregator declares to its upstreams).
+//!
+//! The aggregator's client tells every upstream it supports tasks, so an upstream tool that runs
+//! as a task (or only as one) works through the aggregator. The forwarded call then follows the
+//! task to its end: `tasks/get` at the upstream's `pollIntervalMs` (kept between 50 ms and
+//! 5 s), each poll an ordinary forwarded request (with its slot and its call timeout, so a long
+//! task is not cut short by the timeout of one request); the upstream's questions
+//! (`input_required`) are relayed to the calling client through the call's client channel and
+//! answered upstream with `tasks/update`; a cancelled call cancels the upstream task
+//! (`tasks/cancel`). A completed task's result passes through unchanged; a failed or cancelled
+//! upstream task is the tool's failure (`tool_failed`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kberg_core::{PeerError, ToolContext, ToolError, ToolOutput};
+use rmcp::model::{
+    CallToolResult, CancelTaskParams, CancelTaskRequest, ClientRequest, GetTaskParams,
+    GetTaskRequest, InputRequests, InputResponses, ServerResult, Task, TaskPayload,
+    UpdateTaskParams, UpdateTaskRequest,
+};
+use serde_json::Value;
+
+use super::error::UpstreamError;
+use super::forward::{forward, result_kind};
+use super::front::Upstream;
+
+/// Bounds of the polling interval, whatever the upstream suggests.
+const MIN_POLL: Duration = Duration::from_millis(50);
+const MAX_POLL: Duration = Duration::from_secs(5);
+const DEFAULT_POLL: Duration = Duration::from_millis(500);
+
+fn interval(task: &Task) -> Duration {
+    task.poll_interval_ms
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_POLL)
+        .clamp(MIN_POLL, MAX_POLL)
+}
+
+/// How following a task ended without a result.
+pub(super) enum Followed {
+    /// The aggregator's own problem with the upstream (unavailable, timeout, bad answer).
+    Upstream(UpstreamError),
+    /// The tool failed (or was cancelled), as the gate should answer.
+    Tool(ToolError),
+}
+
+impl From<UpstreamError> for Followed {
+    fn from(e: UpstreamError) -> Self {
+        match e {
+            UpstreamError::Cancelled => Followed::Tool(ToolError::Peer(PeerError::Cancelled)),
+            e @ (UpstreamError::Unavailable { .. }
+            | UpstreamError::Timeout { .. }
+            | UpstreamError::InvalidResult { .. }) => Followed::Upstream(e),
+            other => Followed::Tool(ToolError::failed(other.to_string())),
+        }
+    }
+}
+
+/// Cancels the upstream task when dropped while armed: the gate drops a cancelled call's
+/// future, so the cancellation must not depend on the future running on.
+struct CancelOnDrop {
+    up: Option<Arc<Upstream>>,
+    id: String,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(up) = self.up.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let id = std::mem::take(&mut self.id);
+        rt.spawn(async move { cancel(&up, &id).await });
+    }
+}
+
+/// Follows the upstream task `task` to its end and answers with its result. If the call ends
+/// first (cancelled, dropped, failed), the upstream task is cancelled.
+pub(super) async fn follow(
+    up: &Arc<Upstream>,
+    task: Task,
+    ctx: &ToolContext,
+) -> Result<ToolOutput, Followed> {
+    let id = task.task_id.clone();
+    let mut guard = CancelOnDrop {
+        up: Some(Arc::clone(up)),
+        id: id.clone(),
+    };
+    let mut wait = Duration::ZERO;
+    loop {
+        if !wait.is_zero() {
+            tokio::select! {
+                biased;
+                () = ctx.cancellation().cancelled() => {
+                    return Err(UpstreamError::Cancelled.into());
+                }
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+        let get =
+            ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(id.clone())));
+        let detailed = match forward(up, get, Some(ctx)).await {
+            Ok(ServerResult::GetTaskResult(r)) => r.task,
+            Ok(other) => {
+                return Err(UpstreamError::InvalidResult {
+                    namespace: up.namespace().to_string(),
+                    expected: "a task",
+                    found: result_kind(&other),
+                }
+                .into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        wait = interval(&detailed.task);
+        if detailed.task.status.is_terminal() {
+            guard.up = None;
+        }
+        match detailed.payload {
+            TaskPayload::Completed { result } => {
+                let result: CallToolResult = serde_json::from_value(Value::Object(result))
+                    .map_err(|e| UpstreamError::InvalidResult {
+                        namespace: up.namespace().to_string(),
+                        expected: "a tool result",
+                        found: e.to_string(),
+                    })?;
+                return Ok(super::tools::to_output(result));
+            }
+            TaskPayload::Failed { error } => {
+                let message = error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("no message");
+                return Err(Followed::Tool(ToolError::failed(format!(
+                    "its task on the server `{}` failed: {message}",
+                    up.namespace()
+                ))));
+            }
+            TaskPayload::Cancelled => {
+                return Err(Followed::Tool(ToolError::failed(format!(
+                    "its task on the server `{}` was cancelled there",
+                    up.namespace()
+                ))));
+            }
+            TaskPayload::InputRequired { input_requests } => {
+                let responses = relay(up, input_requests, ctx).await?;
+                let update = ClientRequest::UpdateTaskRequest(UpdateTaskRequest::new(
+                    UpdateTaskParams::new(id.clone(), responses),
+                ));
+                forward(up, update, Some(ctx)).await?;
+                wait = Duration::ZERO;
+            }
+            // Working, or a status this version does not know: keep polling.
+            _ => {}
+        }
+    }
+}
+
+/// Asks the calling client the upstream task's questions, one after the other.
+async fn relay(
+    up: &Upstream,
+    requests: InputRequests,
+    ctx: &ToolContext,
+) -> Result<InputResponses, Followed> {
+    let mut responses = InputResponses::new();
+    for (key, request) in requests {
+        let v = serde_json::to_value(&request).unwrap_or(Value::Null);
+        let method = v["method"].as_str().unwrap_or_default().to_string();
+        let params = v.get("params").cloned().unwrap_or(Value::Null);
+        let Some(peer) = ctx.peer() else {
+            return Err(Followed::Tool(ToolError::Peer(PeerError::NotSupported(
+                method,
+            ))));
+        };
+        match peer
+            .request(&method, params, ctx.cancellation().clone())
+            .await
+        {
+            Ok(answer) => {
+                responses.insert(key, answer);
+            }
+            Err(PeerError::InputRequired { .. }) => {
+                return Err(Followed::Tool(ToolError::failed(format!(
+                    "the server `{}` asks {method} during its task, and the client of this call answers only in a new round trip (2026-07-28), which cannot be relayed",
+                    up.namespace()
+                ))));
+            }
+            Err(e) => return Err(Followed::Tool(ToolError::Peer(e))),
+        }
+    }
+    Ok(responses)
+}
+
+/// Cancels the upstream task, best effort (the call that followed it is over either way).
+async fn cancel(up: &Upstream, id: &str) {
+    let request = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(CancelTaskParams::new(
+        id.to_string(),
+    )));
+    if let Err(e) = forward(up, request, None).await {
+        tracing::debug!(namespace = up.namespace(), task = id, error = %e, "the upstream task was not cancelled");
+    }
+}

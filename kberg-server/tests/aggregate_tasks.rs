@@ -1,0 +1,263 @@
+//! The aggregator and an upstream's tasks: the aggregator declares the tasks extension to its
+//! upstreams, so an upstream tool that runs only as a task works through it. The forwarded call
+//! follows the task: it outlasts the call timeout of one request, relays the task's questions to
+//! the calling client and answers them upstream, and a cancelled call cancels the upstream task.
+//! The upstream is a Kberg server over real HTTP on 127.0.0.1; its tools signal the test and
+//! wait for its release, so nothing depends on timing.
+
+mod peers;
+
+use peers::*;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kberg_core::{
+    CallOptions, CancellationToken, ClientPeer, PeerError, Principal, TaskStatus, TaskSupport,
+    ToolBuilder, ToolOutput, ToolRegistry,
+};
+use kberg_server::aggregate::{Aggregator, AggregatorConfig, UpstreamConfig, UpstreamTransport};
+use kberg_server::{HttpConfig, HttpServer, McpApp, OpenAccess};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+
+struct Upstream {
+    url: String,
+    app: McpApp,
+    started: mpsc::UnboundedReceiver<()>,
+    release: watch::Sender<bool>,
+    _stop: StopOnDrop,
+}
+
+async fn upstream() -> Upstream {
+    let tools = ToolRegistry::new();
+    let (started_tx, started) = mpsc::unbounded_channel();
+    let (release, release_rx) = watch::channel(false);
+    tools
+        .register(
+            ToolBuilder::new("index")
+                .description("Indexes until released; only as a task")
+                .task_support(TaskSupport::Required)
+                .raw_handler(json!({"type": "object"}), move |_a, _ctx| {
+                    let started = started_tx.clone();
+                    let mut release = release_rx.clone();
+                    async move {
+                        let _ = started.send(());
+                        let _ = release.wait_for(|r| *r).await;
+                        Ok(ToolOutput::text("indexed"))
+                    }
+                }),
+        )
+        .expect("register index");
+    tools
+        .register(
+            ToolBuilder::new("confirm")
+                .description("Asks the user, as a task")
+                .task_support(TaskSupport::Required)
+                .raw_handler(json!({"type": "object"}), |_a, ctx| async move {
+                    let a = ctx
+                        .elicit(
+                            "Proceed?",
+                            json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}),
+                        )
+                        .await?;
+                    Ok(ToolOutput::text(format!("answer: {}", a["action"])))
+                }),
+        )
+        .expect("register confirm");
+    tools
+        .register(
+            ToolBuilder::new("long")
+                .description("Works 900 ms (three call timeouts of the test's aggregator)")
+                .task_support(TaskSupport::Required)
+                .raw_handler(json!({"type": "object"}), |_a, _ctx| async {
+                    tokio::time::sleep(Duration::from_millis(900)).await;
+                    Ok(ToolOutput::text("long done"))
+                }),
+        )
+        .expect("register long");
+    let app = McpApp::builder("upstream", "1").tools(tools).build();
+    let server = HttpServer::bind(
+        app.clone(),
+        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .auth(OpenAccess::as_principal(Principal::new("aggregator"))),
+    )
+    .await
+    .expect("bind upstream");
+    let url = format!("http://{}/mcp", server.local_addr());
+    let stop = StopOnDrop(server.shutdown_token());
+    tokio::spawn(server.run(std::future::pending()));
+    Upstream {
+        url,
+        app,
+        started,
+        release,
+        _stop: stop,
+    }
+}
+
+async fn aggregate(url: &str, call_timeout: Duration) -> (Aggregator, ToolRegistry) {
+    let registry = ToolRegistry::new();
+    let config = AggregatorConfig::new().upstream(
+        UpstreamConfig::new("up", UpstreamTransport::http(url.to_string()))
+            .call_timeout(call_timeout),
+    );
+    let agg = Aggregator::start(config, registry.clone()).expect("valid");
+    assert!(
+        agg.wait_connected("up", 1, WAIT).await,
+        "{:?}",
+        agg.status("up")
+    );
+    (agg, registry)
+}
+
+/// The calling client: answers elicitations with `accept`.
+struct Accepts;
+
+#[async_trait]
+impl ClientPeer for Accepts {
+    async fn notify(&self, _method: &str, _params: Value) -> Result<(), PeerError> {
+        Ok(())
+    }
+    async fn request(
+        &self,
+        method: &str,
+        _params: Value,
+        _cancel: CancellationToken,
+    ) -> Result<Value, PeerError> {
+        assert_eq!(method, "elicitation/create");
+        Ok(json!({"action": "accept", "content": {"ok": true}}))
+    }
+    fn supports(&self, capability: &str) -> bool {
+        capability == "elicitation"
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_only_upstream_tool_is_followed_past_the_call_timeout() {
+    let mut up = upstream().await;
+    // One request may take 300 ms; the `long` task works 900 ms, polled in short requests.
+    let (agg, registry) = aggregate(&up.url, Duration::from_millis(300)).await;
+    let out = tokio::time::timeout(
+        WAIT,
+        registry.call(&reader(), "up__long", json!({}), CallOptions::default()),
+    )
+    .await
+    .expect("the call ends")
+    .expect("not refused");
+    assert!(!out.is_error, "{out:?}");
+    assert_eq!(out.all_text(), "long done");
+    // A task held until released ends when it is released.
+    let call = tokio::spawn({
+        let registry = registry.clone();
+        async move {
+            registry
+                .call(&reader(), "up__index", json!({}), CallOptions::default())
+                .await
+        }
+    });
+    tokio::time::timeout(WAIT, up.started.recv())
+        .await
+        .expect("the upstream task started")
+        .expect("open");
+    up.release.send_replace(true);
+    let out = tokio::time::timeout(WAIT, call)
+        .await
+        .expect("the call ends")
+        .expect("joined")
+        .expect("not refused");
+    assert_eq!(out.all_text(), "indexed");
+    agg.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_tasks_questions_reach_the_calling_client() {
+    let up = upstream().await;
+    let (agg, registry) = aggregate(&up.url, Duration::from_secs(10)).await;
+    let opts = CallOptions {
+        peer: Some(Arc::new(Accepts)),
+        ..CallOptions::default()
+    };
+    let out = tokio::time::timeout(
+        WAIT,
+        registry.call(&reader(), "up__confirm", json!({}), opts),
+    )
+    .await
+    .expect("the call ends")
+    .expect("not refused");
+    assert_eq!(out.all_text(), "answer: \"accept\"", "{out:?}");
+    // Without a client channel the question cannot be asked: the call fails, and the upstream
+    // task is cancelled rather than left waiting.
+    let e = tokio::time::timeout(
+        WAIT,
+        registry.call(&reader(), "up__confirm", json!({}), CallOptions::default()),
+    )
+    .await
+    .expect("the call ends")
+    .expect_err("no client to ask");
+    assert_eq!(e.code().as_str(), "tool_failed", "{e}");
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let statuses: Vec<TaskStatus> = up
+            .app
+            .tasks()
+            .list("aggregator")
+            .iter()
+            .map(|t| t.status)
+            .collect();
+        if statuses.contains(&TaskStatus::Cancelled) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{statuses:?}");
+        tokio::task::yield_now().await;
+    }
+    agg.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_the_call_cancels_the_upstream_task() {
+    let mut up = upstream().await;
+    let (agg, registry) = aggregate(&up.url, Duration::from_secs(10)).await;
+    let cancel = CancellationToken::new();
+    let call = tokio::spawn({
+        let registry = registry.clone();
+        let cancel = cancel.clone();
+        async move {
+            registry
+                .call(
+                    &reader(),
+                    "up__index",
+                    json!({}),
+                    CallOptions::with_cancel(cancel),
+                )
+                .await
+        }
+    });
+    tokio::time::timeout(WAIT, up.started.recv())
+        .await
+        .expect("the upstream task started")
+        .expect("open");
+    let id = up.app.tasks().list("aggregator")[0].id.clone();
+    cancel.cancel();
+    let e = tokio::time::timeout(WAIT, call)
+        .await
+        .expect("the call ends")
+        .expect("joined")
+        .expect_err("cancelled");
+    assert_eq!(e.code().as_str(), "cancelled", "{e}");
+    let t = tokio::time::timeout(
+        Duration::from_secs(5),
+        up.app.tasks().wait("aggregator", &id),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the upstream task ends: {:?}",
+            up.app.tasks().list("aggregator")
+        )
+    })
+    .expect("still kept");
+    assert_eq!(t.status, TaskStatus::Cancelled);
+    agg.shutdown().await;
+}
