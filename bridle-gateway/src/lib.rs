@@ -26,6 +26,8 @@
 //! - [`app`]: the MCP app assembled from the above.
 //! - [`admin`]: the admin API (projects, the review queue, scope tickets, integrations) over
 //!   HTTP with problem-details errors and its OpenAPI document.
+//! - [`ops`]: `/healthz`, `/readyz` and Prometheus `/metrics` on the gateway's listener, and
+//!   the request layer that counts requests and drains them on shutdown.
 //! - [`logging`]: the log filter binaries install (rmcp's message bodies never logged).
 //! - [`gateway`]: [`Gateway`], everything assembled by [`GatewayBuilder`] and served over HTTP.
 
@@ -42,6 +44,7 @@ pub mod kanboard;
 pub mod logging;
 pub mod memory;
 pub mod namespace;
+pub mod ops;
 pub mod resources;
 pub mod secrets;
 pub mod sessions;
@@ -49,7 +52,7 @@ pub mod tools;
 pub mod upstreams;
 pub mod vault;
 
-pub use app::{build_app, build_app_with};
+pub use app::{build_app, build_app_observed, build_app_with};
 pub use auth::BridleAuth;
 pub use context::GatewayContext;
 pub use error::{GatewayError, RefusalCode};
