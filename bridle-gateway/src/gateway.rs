@@ -24,7 +24,6 @@ use crate::config::{ConfigError, GatewayConfig, MCP_PATH};
 use crate::context::GatewayContext;
 use crate::error::GatewayError;
 use crate::memory::{AgentProjects, RulesWriteBack};
-use crate::ops::metrics::RequestMetrics;
 use crate::ops::{GatewayMetrics, OpsState};
 use crate::secrets::GatewaySecrets;
 use crate::upstreams::{DEFAULT_CONNECT_TIMEOUT, SecretSource, UpstreamPool};
@@ -363,22 +362,13 @@ impl Gateway {
                 .collect(),
             draining: CancellationToken::new(),
         });
-        let requests = RequestMetrics {
-            metrics: Arc::clone(&self.metrics),
-            path: MCP_PATH,
-            max_body,
-            draining: ops.draining.clone(),
-        };
+        let metrics = Arc::clone(&self.metrics);
+        let draining = ops.draining.clone();
         let routes = crate::ops::routes(Arc::clone(&ops));
         let server = HttpServer::bind(self.app.clone(), http)
             .await
             .map_err(|e| GatewayError::Serve(format!("cannot listen on {addr}: {e}")))?
-            .map_router(|r| {
-                r.merge(routes).layer(axum::middleware::from_fn_with_state(
-                    requests,
-                    crate::ops::metrics::track_requests,
-                ))
-            });
+            .map_router(|r| metrics.instrument(r.merge(routes), MCP_PATH, max_body, draining));
         if let Some(a) = &self.admin {
             self.check_admins_are_not_agents(a.credentials.as_ref())?;
         }

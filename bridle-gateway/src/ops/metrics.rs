@@ -342,6 +342,28 @@ impl GatewayMetrics {
         Ok(out)
     }
 
+    /// Wraps `router` in the request layer for the MCP endpoint at
+    /// `path`: requests counted by method and generation, held in flight until answered, and
+    /// refused with `503 shutting_down` once `draining` is cancelled. `max_body` is the
+    /// endpoint's body limit (the layer reads a 2025-11-25 body up to it to learn its method).
+    pub fn instrument(
+        self: &Arc<Self>,
+        router: axum::Router,
+        path: &'static str,
+        max_body: usize,
+        draining: tokio_util::sync::CancellationToken,
+    ) -> axum::Router {
+        router.layer(axum::middleware::from_fn_with_state(
+            RequestMetrics {
+                metrics: Arc::clone(self),
+                path,
+                max_body,
+                draining,
+            },
+            track_requests,
+        ))
+    }
+
     /// An audit sink that counts each call and then passes the event to `next`.
     pub fn audit_sink(self: &Arc<Self>, next: Arc<dyn AuditSink>) -> Arc<dyn AuditSink> {
         Arc::new(MetricsSink {
@@ -390,10 +412,10 @@ fn generation(headers: &HeaderMap) -> &'static str {
 /// says the gateway is draining.
 #[derive(Debug, Clone)]
 pub(crate) struct RequestMetrics {
-    pub metrics: Arc<GatewayMetrics>,
-    pub path: &'static str,
-    pub max_body: usize,
-    pub draining: tokio_util::sync::CancellationToken,
+    metrics: Arc<GatewayMetrics>,
+    path: &'static str,
+    max_body: usize,
+    draining: tokio_util::sync::CancellationToken,
 }
 
 /// The method field of a JSON-RPC message, nothing else (other fields are skipped).
