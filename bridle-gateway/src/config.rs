@@ -195,7 +195,7 @@ impl GatewayConfig {
         Ok(config)
     }
 
-    fn check(&self, file: &Path) -> Result<(), ConfigError> {
+    pub(crate) fn check(&self, file: &Path) -> Result<(), ConfigError> {
         let invalid = |message: String| ConfigError::Invalid {
             file: file.to_path_buf(),
             message,

@@ -8,6 +8,7 @@
 //!
 //! The modules, bottom-up:
 //! - [`config`]: the data directory and `bridle.yaml`.
+//! - [`edge`]: settings from the environment and files, laid over `bridle.yaml`.
 //! - [`error`]: why the gateway could not be assembled, and the stable refusal codes agents see.
 //! - [`context`]: [`GatewayContext`], what every tool reads (rules store, renderer, agents), with
 //!   each agent's live grants.
@@ -37,6 +38,7 @@ pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod context;
+pub mod edge;
 pub mod error;
 pub mod gateway;
 #[cfg(feature = "kanboard")]

@@ -1,4 +1,5 @@
-//! Fixtures the ops tests share (`mod ops_support;`): a real Kberg upstream on loopback with a
+//! Fixtures the ops tests share (`mod ops_support;` here; the `bridle` binary's serve tests
+//! include this file by path): a real Kberg upstream on loopback with a
 //! `whoami` tool and a `slow` tool that holds until the test releases it, a data directory
 //! whose gateway routes to it, and a gateway served on a free port.
 
@@ -170,7 +171,7 @@ pub async fn poll_json(
     loop {
         let r = http.get(url).send().await.unwrap();
         let status = r.status().as_u16();
-        let body: serde_json::Value = r.json().await.unwrap();
+        let body: serde_json::Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
         if accept(status, &body) || tokio::time::Instant::now() >= deadline {
             return (status, body);
         }

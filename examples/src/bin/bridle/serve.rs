@@ -1,6 +1,7 @@
 //! `bridle serve` and `bridle init`: the gateway on loopback, laid out on first start.
 
 use std::path::Path;
+use std::time::Duration;
 
 use bridle_gateway::GatewayBuilder;
 use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir};
@@ -20,24 +21,35 @@ pub(crate) fn init(dir: &Path) -> Result<(), BoxError> {
     Ok(())
 }
 
-pub(crate) async fn serve(dir: &Path, listen: Option<String>) -> Result<(), BoxError> {
+pub(crate) async fn serve(
+    dir: &Path,
+    listen: Option<String>,
+    shutdown_grace: Duration,
+    json_log: bool,
+) -> Result<(), BoxError> {
     init(dir)?;
-    let mut config = GatewayConfig::load(dir)?;
+    let mut config = crate::load_config(dir)?;
     if let Some(l) = listen {
         config.listen = l;
     }
     let addr = config.listen_addr()?;
     config.check_exposure(addr)?;
-    let mut builder = GatewayBuilder::new(dir, config.clone());
+    let mut builder = GatewayBuilder::new(dir, config.clone()).shutdown_grace(shutdown_grace);
     if config.memory.is_some() {
         builder = builder.memory(open_memory(dir, &config).await?);
     }
     let gateway = builder.build().await?;
     if let Some(path) = gateway.master_key_created() {
-        eprintln!(
-            "bridle: created the vault's master key at {} (mode 0600). Back it up: without it the vault cannot be read.",
+        let notice = format!(
+            "created the vault's master key at {} (mode 0600). Back it up: without it the vault cannot be read.",
             path.display()
         );
+        // A JSON log is read by a collector: every stderr line must be one JSON object.
+        if json_log {
+            tracing::warn!("{notice}");
+        } else {
+            eprintln!("bridle: {notice}");
+        }
     }
     let has_memory = gateway.has_memory();
     let bound = gateway.bind(addr).await?;
@@ -46,6 +58,7 @@ pub(crate) async fn serve(dir: &Path, listen: Option<String>) -> Result<(), BoxE
         println!("{ENABLE_HINT}");
     }
     bound.run(shutdown_signal()).await?;
+    tracing::info!("bridle serve stopped");
     Ok(())
 }
 
@@ -59,6 +72,7 @@ async fn shutdown_signal() {
                     _ = tokio::signal::ctrl_c() => {}
                     _ = term.recv() => {}
                 }
+                tracing::info!("shutdown signal received");
             }
             Err(_) => {
                 let _ = tokio::signal::ctrl_c().await;
