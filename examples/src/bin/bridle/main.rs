@@ -3,6 +3,8 @@
 //! - `bridle serve`: one MCP endpoint on loopback for every coding agent (rules tools and
 //!   resources, per-agent bearer tokens from the secrets folder). On first start it lays out a
 //!   data directory on embedded defaults and prints how Claude Code, Codex and Gemini CLI connect.
+//! - `bridle health [--ready]`: asks a running gateway's `/healthz` (or `/readyz`); exits 0
+//!   when it answers 200 (the container image's health check).
 //! - `bridle render --project P --agent A [--out DIR] [--check]`: writes an agent's instruction
 //!   file, or (with `--check`) shows the diff and exits 1 when the file on disk is stale.
 //! - `bridle rules queue|approve|reject|log|source-vendor|queue-suggestions|upgrade`: the human side of the review
@@ -80,6 +82,17 @@ enum Command {
         /// Seconds in-flight calls may take to finish after SIGTERM or Ctrl-C.
         #[arg(long, default_value_t = 10)]
         shutdown_grace: u64,
+    },
+    /// Ask a running gateway whether it is alive (`/healthz`) or ready (`--ready`, `/readyz`);
+    /// exits 0 when it is. The container image's health check.
+    Health {
+        /// The gateway's base URL (default: its listen address from the configuration, with
+        /// an unspecified address asked on loopback).
+        #[arg(long)]
+        url: Option<String>,
+        /// Ask `/readyz` instead of `/healthz`.
+        #[arg(long)]
+        ready: bool,
     },
     /// Render a project's rules into an agent's instruction file.
     Render {
@@ -234,6 +247,12 @@ fn run(command: Command, dir: &Path, json_log: bool) -> Result<ExitCode, BoxErro
                 json_log,
             ))?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Health { url, ready } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(serve::health(dir, url, ready))
         }
         Command::Render {
             project,

@@ -1,6 +1,7 @@
 //! `bridle serve` and `bridle init`: the gateway on loopback, laid out on first start.
 
 use std::path::Path;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use bridle_gateway::GatewayBuilder;
@@ -60,6 +61,37 @@ pub(crate) async fn serve(
     bound.run(shutdown_signal()).await?;
     tracing::info!("bridle serve stopped");
     Ok(())
+}
+
+/// `bridle health`: GETs `/healthz` (or `/readyz`) of the gateway at `url`, else at the
+/// configured listen address; prints the answer; exit 0 on `200`.
+pub(crate) async fn health(
+    dir: &Path,
+    url: Option<String>,
+    ready: bool,
+) -> Result<ExitCode, BoxError> {
+    let base = match url {
+        Some(u) => u.trim_end_matches('/').to_string(),
+        None => {
+            let mut addr = crate::load_config(dir)?.listen_addr()?;
+            if addr.ip().is_unspecified() {
+                addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            format!("http://{addr}")
+        }
+    };
+    let path = if ready { "/readyz" } else { "/healthz" };
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    let response = client.get(format!("{base}{path}")).send().await?;
+    let status = response.status();
+    println!("{}", response.text().await.unwrap_or_default());
+    Ok(if status.is_success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 async fn shutdown_signal() {
