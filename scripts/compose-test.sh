@@ -139,6 +139,9 @@ wait_ready() {
 }
 wait_ready
 curl -sf "$URL/healthz" >/dev/null || fail "/healthz"
+# The image's HEALTHCHECK command, run as Docker runs it.
+compose exec -T gateway bridle health >/dev/null || fail "bridle health (the HEALTHCHECK) inside the container"
+compose exec -T gateway bridle health --ready >/dev/null || fail "bridle health --ready inside the container"
 curl -sf "$URL/metrics" | grep -q '^bridle_mcp_requests_in_flight ' || fail "/metrics"
 CONTAINER="$(compose ps -q gateway)"
 TOKEN="$(compose exec -T gateway cat /data/secrets/claude-token | tr -d '\r\n')"
