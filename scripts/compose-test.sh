@@ -186,5 +186,4 @@ compose stop gateway
 docker logs "$CONTAINER" 2>&1 | grep -q 'the gateway has stopped' || fail "no orderly stop in the log"
 compose down -v --remove-orphans
 COMPOSE_READY=""
-log "1 passed, 0 failed"
 echo "compose-test: 1 passed, 0 failed"

@@ -5,10 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
-use std::io::{BufRead, BufReader};
+mod bridle_support;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 /// The variables the `bridle` binary reads itself (the rest are the gateway library's
 /// `EDGE_VARIABLES`).
@@ -40,29 +40,8 @@ impl Drop for Reaped {
 
 /// Starts `bridle serve ARGS` and returns it with the URL it announced.
 fn serve(mut cmd: Command, args: &[&str]) -> (Reaped, String) {
-    let mut child = cmd
-        .arg("serve")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let first = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("bridle serve printed its address");
-    let url = first
-        .strip_prefix("bridle: listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
-        .to_string();
+    cmd.arg("serve").args(args).stderr(Stdio::inherit());
+    let (child, url, _stdout) = bridle_support::spawn_announced(&mut cmd);
     (Reaped(child), url)
 }
 

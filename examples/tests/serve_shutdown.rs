@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
+mod bridle_support;
+
 #[path = "../../bridle-gateway/tests/ops_support/mod.rs"]
 mod ops_support;
 
@@ -35,17 +37,15 @@ impl Drop for Serve {
 }
 
 fn spawn(dir: &std::path::Path, grace_secs: u64) -> Serve {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bridle"))
-        .arg("--data-dir")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bridle"));
+    cmd.arg("--data-dir")
         .arg(dir)
         .args(["--log", "info", "--log-format", "json", "serve"])
         .args(["--listen", "127.0.0.1:0", "--shutdown-grace"])
         .arg(grace_secs.to_string())
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    let (mut child, url, _stdout) = bridle_support::spawn_announced(&mut cmd);
     let err = child.stderr.take().unwrap();
     let (tx, stderr) = mpsc::channel();
     std::thread::spawn(move || {
@@ -56,29 +56,57 @@ fn spawn(dir: &std::path::Path, grace_secs: u64) -> Serve {
             }
         }
     });
-    let out = child.stdout.take().unwrap();
-    let (tx, stdout) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let first = stdout
-        .recv_timeout(Duration::from_secs(60))
-        .expect("bridle serve printed its address");
-    let url = first
-        .strip_prefix("bridle: listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
-        .to_string();
     let base = url.trim_end_matches("/mcp").to_string();
     Serve {
         child,
         base,
         url,
         stderr,
+    }
+}
+
+/// A gateway with the upstream `tickets`, spawned with `grace_secs` of shutdown grace, ready,
+/// with claude's `tickets__slow` call in flight (it has reached the upstream).
+struct InFlight {
+    upstream: ops_support::Upstream,
+    _dir: tempfile::TempDir,
+    serve: Serve,
+    call: tokio::task::JoinHandle<(
+        Result<kberg_agent::ToolResult, kberg_agent::SurfaceError>,
+        McpSurface,
+    )>,
+    token: String,
+    http: reqwest::Client,
+}
+
+async fn call_in_flight(grace_secs: u64) -> InFlight {
+    let upstream = start_upstream().await;
+    let dir = data_dir(Some(&upstream.url), "");
+    let token = token(dir.path(), "claude");
+    let serve = spawn(dir.path(), grace_secs);
+    let http = reqwest::Client::new();
+    let (status, body) = poll_json(&http, &format!("{}/readyz", serve.base), |s, _| s == 200).await;
+    assert_eq!(status, 200, "{body}");
+    let claude = McpSurface::connect_http_with_bearer(&serve.url, &token)
+        .await
+        .unwrap();
+    let started = upstream.started.notified();
+    let call = tokio::spawn(async move {
+        let r = claude
+            .call("tickets__slow", json!({}), CancellationToken::new())
+            .await;
+        (r, claude)
+    });
+    tokio::time::timeout(Duration::from_secs(30), started)
+        .await
+        .expect("the slow call reached the upstream");
+    InFlight {
+        upstream,
+        _dir: dir,
+        serve,
+        call,
+        token,
+        http,
     }
 }
 
@@ -123,29 +151,15 @@ fn logged(log: &[serde_json::Value], message: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_the_call_in_flight_finish_then_exits() {
-    let upstream = start_upstream().await;
-    let tmp = data_dir(Some(&upstream.url), "");
-    let claude_token = token(tmp.path(), "claude");
-    let mut serve = spawn(tmp.path(), 30);
-    let http = reqwest::Client::new();
+    let InFlight {
+        upstream,
+        _dir,
+        mut serve,
+        call,
+        token: claude_token,
+        http,
+    } = call_in_flight(30).await;
     let readyz = format!("{}/readyz", serve.base);
-    let (status, body) = poll_json(&http, &readyz, |s, _| s == 200).await;
-    assert_eq!(status, 200, "{body}");
-
-    let claude = McpSurface::connect_http_with_bearer(&serve.url, &claude_token)
-        .await
-        .unwrap();
-    let started = upstream.started.notified();
-    let call = tokio::spawn(async move {
-        let r = claude
-            .call("tickets__slow", json!({}), CancellationToken::new())
-            .await;
-        (r, claude)
-    });
-    tokio::time::timeout(Duration::from_secs(30), started)
-        .await
-        .expect("the slow call reached the upstream");
-
     sigterm(&serve.child);
     let (status, body) = poll_json(&http, &readyz, |s, _| s == 503).await;
     assert_eq!(status, 503, "{body}");
@@ -197,25 +211,13 @@ async fn sigterm_lets_the_call_in_flight_finish_then_exits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_grace_bounds_a_call_that_never_finishes() {
-    let upstream = start_upstream().await;
-    let tmp = data_dir(Some(&upstream.url), "");
-    let mut serve = spawn(tmp.path(), 1);
-    let http = reqwest::Client::new();
-    let (status, _) = poll_json(&http, &format!("{}/readyz", serve.base), |s, _| s == 200).await;
-    assert_eq!(status, 200);
-    let claude = McpSurface::connect_http_with_bearer(&serve.url, &token(tmp.path(), "claude"))
-        .await
-        .unwrap();
-    let started = upstream.started.notified();
-    let call = tokio::spawn(async move {
-        let r = claude
-            .call("tickets__slow", json!({}), CancellationToken::new())
-            .await;
-        (r, claude)
-    });
-    tokio::time::timeout(Duration::from_secs(30), started)
-        .await
-        .expect("the slow call reached the upstream");
+    let InFlight {
+        upstream,
+        _dir,
+        mut serve,
+        call,
+        ..
+    } = call_in_flight(1).await;
     sigterm(&serve.child);
     assert!(exited(&mut serve.child).await, "bridle serve exits 0");
     // Whether and when the client notices is the client's business; the gateway is gone.

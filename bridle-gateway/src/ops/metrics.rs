@@ -17,13 +17,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
+use axum::body::{Body, HttpBody as _};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::Response;
 use futures::StreamExt;
-use kberg_core::{AuditEvent, AuditOutcome, AuditSink};
+use kberg_core::{AuditEvent, AuditSink};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -314,7 +314,7 @@ impl GatewayMetrics {
         } else {
             event.tool.clone()
         };
-        let outcome = outcome_label(&event.outcome);
+        let outcome = crate::sessions::outcome_code(&event.outcome);
         self.tool_calls
             .get_or_create(&ToolCallLabels {
                 tool: tool.clone(),
@@ -370,17 +370,6 @@ impl GatewayMetrics {
             metrics: Arc::clone(self),
             next,
         })
-    }
-}
-
-/// `ok`, or the refusal's stable code.
-fn outcome_label(outcome: &AuditOutcome) -> String {
-    match outcome {
-        AuditOutcome::Ok => "ok".to_string(),
-        other => serde_json::to_value(other)
-            .ok()
-            .and_then(|v| v.get("code").and_then(|c| c.as_str()).map(str::to_string))
-            .unwrap_or_else(|| "error".into()),
     }
 }
 
@@ -466,6 +455,12 @@ pub(crate) async fn track_requests(
     m.metrics
         .observe_request(&RequestLabels { method, generation }, started.elapsed());
     if matches!(method, "sse_stream" | "subscriptions/listen") {
+        return resp;
+    }
+    // A body of known size (a JSON answer) is complete: the call is over, and what is left is
+    // writing it, which the server's graceful shutdown waits for. Keeping such a body as it is
+    // also keeps its Content-Length. A streamed answer (SSE) is held until it ends.
+    if resp.body().size_hint().exact().is_some() {
         return resp;
     }
     let (parts, body) = resp.into_parts();
