@@ -8,6 +8,7 @@ use kberg_server::McpApp;
 
 use crate::context::GatewayContext;
 use crate::error::GatewayError;
+use crate::ops::GatewayMetrics;
 use crate::resources::register_resources;
 use crate::tools::register_tools;
 
@@ -22,11 +23,22 @@ pub fn build_app_with(
     ctx: &Arc<GatewayContext>,
     memory: Option<bridle_memory::tools::MemoryTools>,
 ) -> Result<McpApp, GatewayError> {
+    build_app_observed(ctx, memory, None)
+}
+
+/// [`build_app_with`], with every tool call also counted in `metrics` (the gateway's
+/// `/metrics`).
+pub fn build_app_observed(
+    ctx: &Arc<GatewayContext>,
+    memory: Option<bridle_memory::tools::MemoryTools>,
+    metrics: Option<&Arc<GatewayMetrics>>,
+) -> Result<McpApp, GatewayError> {
+    let mut sink: Arc<dyn kberg_core::AuditSink> = Arc::new(kberg_core::TracingAuditSink);
+    if let Some(m) = metrics {
+        sink = m.audit_sink(sink);
+    }
     let tools = ToolRegistry::builder()
-        .audit_sink(
-            ctx.sessions
-                .audit_sink(Some(Arc::new(kberg_core::TracingAuditSink))),
-        )
+        .audit_sink(ctx.sessions.audit_sink(Some(sink)))
         .build();
     register_tools(&tools, ctx)?;
     let with_memory = memory.is_some();

@@ -67,6 +67,25 @@ pub struct GatewayConfig {
     /// any other `Origin` are refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_origins: Vec<String>,
+    /// What `/readyz` requires (see [`crate::ops`]).
+    #[serde(default, skip_serializing_if = "HealthSection::is_default")]
+    pub health: HealthSection,
+}
+
+/// The `health:` section of `bridle.yaml`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthSection {
+    /// Upstream namespaces `/readyz` does not wait for; every other enabled upstream must be
+    /// connected for the gateway to be ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub optional_upstreams: Vec<String>,
+}
+
+impl HealthSection {
+    fn is_default(&self) -> bool {
+        self == &Self::default()
+    }
 }
 
 /// The `vault:` section of `bridle.yaml`.
@@ -181,7 +200,7 @@ impl GatewayConfig {
         Ok(config)
     }
 
-    fn check(&self, file: &Path) -> Result<(), ConfigError> {
+    pub(crate) fn check(&self, file: &Path) -> Result<(), ConfigError> {
         let invalid = |message: String| ConfigError::Invalid {
             file: file.to_path_buf(),
             message,
@@ -191,6 +210,13 @@ impl GatewayConfig {
         let agents = self.agents.keys().cloned().collect();
         crate::upstreams::check_all(&self.upstreams, &agents)
             .map_err(|e| invalid(e.to_string()))?;
+        for ns in &self.health.optional_upstreams {
+            if !self.upstreams.contains_key(ns) {
+                return Err(invalid(format!(
+                    "health.optional_upstreams: `{ns}` is not a configured upstream"
+                )));
+            }
+        }
         for (name, agent) in &self.agents {
             check_name("agent", name).map_err(|e| invalid(e.to_string()))?;
             if let Some(secret) = &agent.token_secret {
@@ -352,6 +378,7 @@ fn lay_out(data_dir: &Path, token_files: bool) -> Result<InitReport, ConfigError
         vendor_feed: None,
         allowed_hosts: Vec::new(),
         allowed_origins: Vec::new(),
+        health: HealthSection::default(),
     };
     let yaml = serde_saphyr::to_string(&config).map_err(|e| ConfigError::Invalid {
         file: config_file.clone(),

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kberg_server::{HttpConfig, HttpServer, McpApp};
+use tokio_util::sync::CancellationToken;
 
 use crate::admin::{AdminCredentials, AdminServer};
 use crate::auth::BridleAuth;
@@ -23,6 +24,7 @@ use crate::config::{ConfigError, GatewayConfig, MCP_PATH};
 use crate::context::GatewayContext;
 use crate::error::GatewayError;
 use crate::memory::{AgentProjects, RulesWriteBack};
+use crate::ops::{GatewayMetrics, OpsState};
 use crate::secrets::GatewaySecrets;
 use crate::upstreams::{DEFAULT_CONNECT_TIMEOUT, SecretSource, UpstreamPool};
 use crate::vault::{KeyOrigin, MasterKey, Vault, VaultConfig};
@@ -36,7 +38,11 @@ pub struct GatewayBuilder {
     connect_timeout: Duration,
     watch_every: Duration,
     admin: Option<AdminListen>,
+    shutdown_grace: Duration,
 }
+
+/// How long in-flight calls may take to finish once shutdown begins, by default.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Where the admin API listens and who it admits.
 #[derive(Clone)]
@@ -66,7 +72,15 @@ impl GatewayBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             watch_every: Duration::from_millis(250),
             admin: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         }
+    }
+
+    /// How long in-flight calls may take to finish once shutdown begins (default 10 s); the
+    /// sessions and streams still open then are ended.
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
     }
 
     /// Also serves the admin API on its own loopback `addr` (port 0 picks a free one),
@@ -120,7 +134,8 @@ impl GatewayBuilder {
                 as Arc<dyn bridle_memory::tools::ProjectAccess>);
             tools
         });
-        let app = crate::app::build_app_with(&ctx, memory_tools)?;
+        let metrics = Arc::new(GatewayMetrics::new());
+        let app = crate::app::build_app_observed(&ctx, memory_tools, Some(&metrics))?;
         let docker_dir = vault.config().docker_secrets_dir.clone();
         let secrets = self.secrets.unwrap_or_else(|| {
             Arc::new(GatewaySecrets::new(
@@ -161,6 +176,8 @@ impl GatewayBuilder {
             has_memory: self.memory.is_some(),
             watch_every: self.watch_every,
             admin: self.admin,
+            metrics,
+            shutdown_grace: self.shutdown_grace,
         })
     }
 }
@@ -178,6 +195,8 @@ pub struct Gateway {
     watch_every: Duration,
     admin: Option<AdminListen>,
     vendor_feed: Option<Arc<bridle_rules::vendor::VendorFeed>>,
+    metrics: Arc<GatewayMetrics>,
+    shutdown_grace: Duration,
 }
 
 /// Registers the Kanboard tools when `bridle.yaml` has a `kanboard:` section: credentials from
@@ -339,6 +358,11 @@ impl Gateway {
             .integrations(Arc::clone(&self.upstreams) as Arc<dyn crate::admin::IntegrationStatus>)
     }
 
+    /// The gateway's metrics (served at `/metrics`).
+    pub fn metrics(&self) -> &Arc<GatewayMetrics> {
+        &self.metrics
+    }
+
     /// Whether memory's tools are served.
     pub fn has_memory(&self) -> bool {
         self.has_memory
@@ -366,9 +390,29 @@ impl Gateway {
         if !self.ctx.config.allowed_origins.is_empty() {
             http = http.allowed_origins(self.ctx.config.allowed_origins.iter().cloned());
         }
+        let max_body = http.limits.max_body_bytes;
+        let ops = Arc::new(OpsState {
+            ctx: Arc::clone(&self.ctx),
+            vault: Arc::clone(&self.vault),
+            upstreams: Arc::clone(&self.upstreams),
+            metrics: Arc::clone(&self.metrics),
+            optional_upstreams: self
+                .ctx
+                .config
+                .health
+                .optional_upstreams
+                .iter()
+                .cloned()
+                .collect(),
+            draining: CancellationToken::new(),
+        });
+        let metrics = Arc::clone(&self.metrics);
+        let draining = ops.draining.clone();
+        let routes = crate::ops::routes(Arc::clone(&ops));
         let server = HttpServer::bind(self.app.clone(), http)
             .await
-            .map_err(|e| GatewayError::Serve(format!("cannot listen on {addr}: {e}")))?;
+            .map_err(|e| GatewayError::Serve(format!("cannot listen on {addr}: {e}")))?
+            .map_router(|r| metrics.instrument(r.merge(routes), MCP_PATH, max_body, draining));
         if let Some(a) = &self.admin {
             self.check_admins_are_not_agents(a.credentials.as_ref())?;
         }
@@ -384,6 +428,7 @@ impl Gateway {
             gateway: self,
             server,
             admin,
+            ops,
         })
     }
 }
@@ -421,6 +466,7 @@ pub struct BoundGateway {
     gateway: Gateway,
     server: HttpServer,
     admin: Option<AdminServer>,
+    ops: Arc<OpsState>,
 }
 
 impl std::fmt::Debug for BoundGateway {
@@ -452,13 +498,27 @@ impl BoundGateway {
         &self.gateway
     }
 
-    /// Serves until `shutdown` completes, then closes the upstream connections.
+    /// What `/healthz`, `/readyz` and `/metrics` read.
+    pub fn ops(&self) -> &Arc<OpsState> {
+        &self.ops
+    }
+
+    /// Serves until `shutdown` completes, then shuts down gracefully: `/readyz` fails and new
+    /// MCP requests are refused (`503 shutting_down`) at once, in-flight calls get the
+    /// shutdown grace to finish, then every session and SSE stream is ended, the admin API and
+    /// the watcher stop, and the upstream connections close.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), GatewayError> {
         let stop = self.server.shutdown_token();
         let g = &self.gateway;
+        let shutdown = drain(
+            shutdown,
+            self.ops.draining.clone(),
+            Arc::clone(&g.metrics),
+            g.shutdown_grace,
+        );
         let watcher = tokio::spawn(crate::resources::watch(
             Arc::clone(&g.ctx),
             g.app.resources().clone(),
@@ -488,6 +548,38 @@ impl BoundGateway {
             }
         }
         self.gateway.upstreams.shutdown().await;
+        // The rules store and the vault commit every change in its own SQLite transaction, so
+        // nothing is left to write; their connections close as the gateway is dropped.
+        tracing::info!("the gateway has stopped");
         served.map_err(|e| GatewayError::Serve(format!("serving failed: {e}")))
+    }
+}
+
+/// Waits for `shutdown`, then marks the gateway draining and waits (up to `grace`) for the
+/// in-flight MCP requests to finish.
+async fn drain(
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    draining: CancellationToken,
+    metrics: Arc<GatewayMetrics>,
+    grace: Duration,
+) {
+    shutdown.await;
+    draining.cancel();
+    let in_flight = metrics.in_flight();
+    tracing::info!(
+        in_flight,
+        grace_ms = grace.as_millis() as u64,
+        "shutting down: finishing in-flight calls"
+    );
+    let deadline = tokio::time::Instant::now() + grace;
+    while metrics.in_flight() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let left = metrics.in_flight();
+    if left > 0 {
+        tracing::warn!(
+            in_flight = left,
+            "the shutdown grace passed with calls still in flight; ending them"
+        );
     }
 }

@@ -8,6 +8,7 @@
 //!
 //! The modules, bottom-up:
 //! - [`config`]: the data directory and `bridle.yaml`.
+//! - [`edge`]: settings from the environment and files, laid over `bridle.yaml`.
 //! - [`error`]: why the gateway could not be assembled, and the stable refusal codes agents see.
 //! - [`context`]: [`GatewayContext`], what every tool reads (rules store, renderer, agents), with
 //!   each agent's live grants.
@@ -26,6 +27,8 @@
 //! - [`app`]: the MCP app assembled from the above.
 //! - [`admin`]: the admin API (projects, the review queue, scope tickets, integrations) over
 //!   HTTP with problem-details errors and its OpenAPI document.
+//! - [`ops`]: `/healthz`, `/readyz` and Prometheus `/metrics` on the gateway's listener, and
+//!   the request layer that counts requests and drains them on shutdown.
 //! - [`logging`]: the log filter binaries install (rmcp's message bodies never logged).
 //! - [`gateway`]: [`Gateway`], everything assembled by [`GatewayBuilder`] and served over HTTP.
 
@@ -35,6 +38,7 @@ pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod context;
+pub mod edge;
 pub mod error;
 pub mod gateway;
 #[cfg(feature = "kanboard")]
@@ -42,6 +46,7 @@ pub mod kanboard;
 pub mod logging;
 pub mod memory;
 pub mod namespace;
+pub mod ops;
 pub mod resources;
 pub mod secrets;
 pub mod sessions;
@@ -49,7 +54,7 @@ pub mod tools;
 pub mod upstreams;
 pub mod vault;
 
-pub use app::{build_app, build_app_with};
+pub use app::{build_app, build_app_observed, build_app_with};
 pub use auth::BridleAuth;
 pub use context::GatewayContext;
 pub use error::{GatewayError, RefusalCode};

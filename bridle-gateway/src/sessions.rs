@@ -296,15 +296,20 @@ struct CountingSink {
     next: Option<Arc<dyn AuditSink>>,
 }
 
+/// `ok`, or the stable code of the refusal a call ended in (`error` when it has none).
+pub(crate) fn outcome_code(outcome: &AuditOutcome) -> String {
+    match outcome {
+        AuditOutcome::Ok => "ok".to_string(),
+        other => serde_json::to_value(other)
+            .ok()
+            .and_then(|v| v.get("code").and_then(|c| c.as_str()).map(str::to_string))
+            .unwrap_or_else(|| "error".into()),
+    }
+}
+
 impl AuditSink for CountingSink {
     fn record(&self, event: &AuditEvent) {
-        let outcome = match &event.outcome {
-            AuditOutcome::Ok => "ok".to_string(),
-            other => serde_json::to_value(other)
-                .ok()
-                .and_then(|v| v.get("code").and_then(|c| c.as_str()).map(str::to_string))
-                .unwrap_or_else(|| "error".into()),
-        };
+        let outcome = outcome_code(&event.outcome);
         {
             let mut book = self.registry.book();
             let c = book.calls.entry(event.principal.clone()).or_default();

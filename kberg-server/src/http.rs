@@ -543,6 +543,13 @@ impl HttpServer {
         self.local_addr
     }
 
+    /// Changes the router before it serves: merge the app's own routes beside the MCP
+    /// endpoint (they do not pass its guard layer) or wrap everything in a layer.
+    pub fn map_router(mut self, f: impl FnOnce(Router) -> Router) -> Self {
+        self.router = f(self.router);
+        self
+    }
+
     /// The token that ends every session and stream when cancelled.
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()

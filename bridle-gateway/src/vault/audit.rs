@@ -70,3 +70,19 @@ impl Vault {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 }
+
+impl Vault {
+    /// How many audit records each action has (`create`, `use`, `rotate`, ...), in action
+    /// order: the vault's operations since it was created, for the gateway's metrics. Also a
+    /// cheap proof that the vault's database answers (readiness).
+    pub fn action_counts(&self) -> Result<Vec<(String, u64)>, VaultError> {
+        let conn = self.connection();
+        let mut stmt = conn.prepare_cached(
+            "SELECT action, COUNT(*) FROM vault_audit GROUP BY action ORDER BY action",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, from_sql_version(r.get(1)?)))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}

@@ -184,3 +184,18 @@ pub fn expect_line(rx: &mpsc::Receiver<String>, prefix: &str) -> String {
         }
     }
 }
+
+/// Spawns `cmd` (a `bridle ... serve` command line) with stdout piped, and waits for the line
+/// announcing its address. Returns the child, the MCP URL, and the rest of its stdout.
+pub fn spawn_announced(cmd: &mut Command) -> (Child, String, mpsc::Receiver<String>) {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let stdout = lines_of(&mut child);
+    let first = stdout
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("bridle serve printed no address: {e}"));
+    let url = first
+        .strip_prefix("bridle: listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .to_string();
+    (child, url, stdout)
+}

@@ -6,7 +6,6 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use bridle_gateway::config::GatewayConfig;
 use bridle_gateway::gateway::open_vault;
 use clap::Subcommand;
 
@@ -44,7 +43,7 @@ pub(crate) enum TokenCommand {
 }
 
 pub(crate) fn agents(dir: &Path, command: AgentsCommand) -> Result<ExitCode, BoxError> {
-    let config = GatewayConfig::load(dir)?;
+    let config = crate::load_config(dir)?;
     let (vault, _) = open_vault(dir, &config)?;
     let actor = format!("user:{} (cli)", who(None));
     let known = |agent: &str| -> Result<(), BoxError> {

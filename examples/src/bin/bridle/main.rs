@@ -3,6 +3,8 @@
 //! - `bridle serve`: one MCP endpoint on loopback for every coding agent (rules tools and
 //!   resources, per-agent bearer tokens from the secrets folder). On first start it lays out a
 //!   data directory on embedded defaults and prints how Claude Code, Codex and Gemini CLI connect.
+//! - `bridle health [--ready]`: asks a running gateway's `/healthz` (or `/readyz`); exits 0
+//!   when it answers 200 (the container image's health check).
 //! - `bridle render --project P --agent A [--out DIR] [--check]`: writes an agent's instruction
 //!   file, or (with `--check`) shows the diff and exits 1 when the file on disk is stale.
 //! - `bridle rules queue|approve|reject|log|source-vendor|queue-suggestions|upgrade`: the human side of the review
@@ -13,7 +15,10 @@
 //!   document in Bridle's memory (needs a `memory:` section in `bridle.yaml`); index and
 //!   refresh show progress on stderr and write `last_indexed` back to the document.
 //!
-//! The data directory is `--data-dir`, else `$BRIDLE_DATA_DIR`, else `./bridle-data`.
+//! The data directory is `--data-dir`, else `$BRIDLE_DATA_DIR`, else `./bridle-data`. Other
+//! settings come from `bridle.yaml`, with the environment's laid over it (`BRIDLE_LISTEN`,
+//! `BRIDLE_MASTER_KEY_FILE`, `KANBOARD_URL`, ...; `bridle_gateway::edge` lists them) and the
+//! command line's flags over both. Logs go to stderr, as text or (`--log-format json`) JSON.
 
 #![allow(clippy::print_stdout)] // A command-line program prints its results on stdout.
 
@@ -30,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use bridle_gateway::config::GatewayConfig;
+use bridle_gateway::edge::EdgeSettings;
 use bridle_rules::{AgentCatalog, Renderer, RulesStore};
 use clap::{Parser, Subcommand};
 
@@ -43,11 +49,24 @@ struct Cli {
     /// The data directory (default: $BRIDLE_DATA_DIR, else ./bridle-data).
     #[arg(long, global = true)]
     data_dir: Option<PathBuf>,
-    /// Log level on stderr: error, warn, info, debug, trace.
-    #[arg(long, global = true, default_value = "warn")]
-    log: String,
+    /// Log level on stderr: error, warn, info, debug, trace (default: $BRIDLE_LOG, else warn).
+    #[arg(long, global = true)]
+    log: Option<String>,
+    /// Log format on stderr: `text` (for people) or `json` (one object a line, for log
+    /// collectors) (default: $BRIDLE_LOG_FORMAT, else text).
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -62,10 +81,24 @@ enum Command {
     },
     /// Serve the MCP endpoint on loopback.
     Serve {
-        /// Address to listen on (loopback only), overriding the configuration; port 0 picks a
-        /// free port.
+        /// Address to listen on, overriding $BRIDLE_LISTEN and the configuration; port 0
+        /// picks a free port. Not loopback only with `allowed_hosts` and `allowed_origins`.
         #[arg(long)]
         listen: Option<String>,
+        /// Seconds in-flight calls may take to finish after SIGTERM or Ctrl-C.
+        #[arg(long, default_value_t = 10)]
+        shutdown_grace: u64,
+    },
+    /// Ask a running gateway whether it is alive (`/healthz`) or ready (`--ready`, `/readyz`);
+    /// exits 0 when it is. The container image's health check.
+    Health {
+        /// The gateway's base URL (default: its listen address from the configuration, with
+        /// an unspecified address asked on loopback).
+        #[arg(long)]
+        url: Option<String>,
+        /// Ask `/readyz` instead of `/healthz`.
+        #[arg(long)]
+        ready: bool,
     },
     /// Render a project's rules into an agent's instruction file.
     Render {
@@ -121,7 +154,7 @@ pub(crate) fn who(by: Option<String>) -> String {
 /// The store and renderer for command-line use: the configuration's templates folder when
 /// there is a configuration, the data directory's `templates/` otherwise.
 pub(crate) fn open_store(dir: &Path) -> Result<(RulesStore, Renderer), BoxError> {
-    let templates = match GatewayConfig::load(dir) {
+    let templates = match load_config(dir) {
         Ok(c) => c.templates_path(dir),
         Err(_) => dir.join("templates"),
     };
@@ -132,26 +165,65 @@ pub(crate) fn open_store(dir: &Path) -> Result<(RulesStore, Renderer), BoxError>
     ))
 }
 
+/// The configuration of a data directory: `bridle.yaml` with the environment's settings laid
+/// over it (see `bridle_gateway::edge` for the variables and their precedence).
+pub(crate) fn load_config(dir: &Path) -> Result<GatewayConfig, BoxError> {
+    let mut config = GatewayConfig::load(dir)?;
+    let edge = EdgeSettings::from_lookup(|k| std::env::var(k).ok());
+    if !edge.is_empty() {
+        let set = config.overlay(&edge)?;
+        tracing::info!(?set, "settings from the environment laid over bridle.yaml");
+    }
+    Ok(config)
+}
+
 /// Logs to stderr (stdout may carry results, or an MCP stdio channel) through the gateway's
 /// filter, which never lets rmcp's message bodies into the log.
-fn init_logging(level: &str) {
+fn init_logging(level: &str, format: LogFormat) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    let _ = tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_ansi(false),
-        )
-        .with(bridle_gateway::logging::log_targets(level))
-        .try_init();
+    let filter = bridle_gateway::logging::log_targets(level);
+    let registry = tracing_subscriber::registry().with(filter);
+    let _ = match format {
+        LogFormat::Text => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(false),
+            )
+            .try_init(),
+        LogFormat::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(false),
+            )
+            .try_init(),
+    };
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(&cli.log);
+    let level = cli
+        .log
+        .clone()
+        .or_else(|| std::env::var("BRIDLE_LOG").ok())
+        .unwrap_or_else(|| "warn".to_string());
+    let format = match cli.log_format {
+        Some(f) => f,
+        None => match std::env::var("BRIDLE_LOG_FORMAT").ok().as_deref() {
+            None | Some("") | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => {
+                eprintln!("error: BRIDLE_LOG_FORMAT `{other}` is neither `text` nor `json`");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    init_logging(&level, format);
     let dir = data_dir(&cli);
-    match run(cli.command, &dir) {
+    match run(cli.command, &dir, format == LogFormat::Json) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
@@ -160,19 +232,33 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(command: Command, dir: &Path) -> Result<ExitCode, BoxError> {
+fn run(command: Command, dir: &Path, json_log: bool) -> Result<ExitCode, BoxError> {
     match command {
         Command::Init { token_files } => {
             serve::init(dir, token_files)?;
             println!("data directory ready: {}", dir.display());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { listen } => {
+        Command::Serve {
+            listen,
+            shutdown_grace,
+        } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(serve::serve(dir, listen))?;
+            runtime.block_on(serve::serve(
+                dir,
+                listen,
+                std::time::Duration::from_secs(shutdown_grace),
+                json_log,
+            ))?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Health { url, ready } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(serve::health(dir, url, ready))
         }
         Command::Render {
             project,

@@ -112,7 +112,7 @@ fn example_repo(
 
 pub(crate) async fn memory(dir: &Path, command: MemoryCommand) -> Result<ExitCode, BoxError> {
     let (store, _) = open_store(dir)?;
-    let config = GatewayConfig::load(dir)?;
+    let config = crate::load_config(dir)?;
     let memory = open_memory(dir, &config).await?;
     let progress = bridle_memory::BarProgress::new(std::io::stderr());
     let (project, report) = match command {

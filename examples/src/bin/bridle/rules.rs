@@ -178,7 +178,7 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
 /// Runs the configured vendor feed once and prints each source's outcome; fails (exit 1) when
 /// any source or project failed, after running the others.
 fn run_feed(dir: &Path, store: &bridle_rules::RulesStore) -> Result<ExitCode, BoxError> {
-    let config = bridle_gateway::config::GatewayConfig::load(dir)?;
+    let config = crate::load_config(dir)?;
     let Some(feed) = config.vendor_feed else {
         return Err("bridle.yaml configures no `vendor_feed:` (see the gateway README)".into());
     };

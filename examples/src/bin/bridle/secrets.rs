@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use bridle_gateway::config::GatewayConfig;
 use bridle_gateway::gateway::open_vault;
 use bridle_gateway::vault::SecretValue;
 use clap::Subcommand;
@@ -75,7 +74,7 @@ fn read_value(from_file: Option<&Path>) -> Result<SecretValue, BoxError> {
 }
 
 pub(crate) fn secrets(dir: &Path, command: SecretsCommand) -> Result<ExitCode, BoxError> {
-    let config = GatewayConfig::load(dir)?;
+    let config = crate::load_config(dir)?;
     let (vault, created) = open_vault(dir, &config)?;
     if let Some(path) = created {
         eprintln!(

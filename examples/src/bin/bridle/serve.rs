@@ -1,6 +1,8 @@
 //! `bridle serve` and `bridle init`: the gateway on loopback, laid out on first start.
 
 use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
 
 use bridle_gateway::GatewayBuilder;
 use bridle_gateway::config::{
@@ -42,10 +44,10 @@ pub(crate) fn init(dir: &Path, token_files: bool) -> Result<(), BoxError> {
         );
         return Ok(());
     }
-    let config = GatewayConfig::load(dir)?;
+    let config = crate::load_config(dir)?;
     let (vault, key_created) = open_vault(dir, &config)?;
     if let Some(path) = key_created {
-        master_key_notice(&path);
+        master_key_notice(&path, false);
     }
     let issued = issue_first_tokens(&vault, &config, FIRST_START_ACTOR)?;
     println!("bridle: set up {}", dir.display());
@@ -60,28 +62,39 @@ pub(crate) fn init(dir: &Path, token_files: bool) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn master_key_notice(path: &Path) {
-    eprintln!(
-        "bridle: created the vault's master key at {} (mode 0600). Back it up: without it the vault cannot be read.",
+fn master_key_notice(path: &Path, json_log: bool) {
+    let notice = format!(
+        "created the vault's master key at {} (mode 0600). Back it up: without it the vault cannot be read.",
         path.display()
     );
+    // A JSON log is read by a collector: every stderr line must be one JSON object.
+    if json_log {
+        tracing::warn!("{notice}");
+    } else {
+        eprintln!("bridle: {notice}");
+    }
 }
 
-pub(crate) async fn serve(dir: &Path, listen: Option<String>) -> Result<(), BoxError> {
+pub(crate) async fn serve(
+    dir: &Path,
+    listen: Option<String>,
+    shutdown_grace: Duration,
+    json_log: bool,
+) -> Result<(), BoxError> {
     let first_start = lay_out(dir, false)?;
-    let mut config = GatewayConfig::load(dir)?;
+    let mut config = crate::load_config(dir)?;
     if let Some(l) = listen {
         config.listen = l;
     }
     let addr = config.listen_addr()?;
     config.check_exposure(addr)?;
-    let mut builder = GatewayBuilder::new(dir, config.clone());
+    let mut builder = GatewayBuilder::new(dir, config.clone()).shutdown_grace(shutdown_grace);
     if config.memory.is_some() {
         builder = builder.memory(open_memory(dir, &config).await?);
     }
     let gateway = builder.build().await?;
     if let Some(path) = gateway.master_key_created() {
-        master_key_notice(path);
+        master_key_notice(path, json_log);
     }
     // The demo agents' tokens exist in the clear only now, and are shown in the one-liners
     // below this once.
@@ -97,7 +110,39 @@ pub(crate) async fn serve(dir: &Path, listen: Option<String>) -> Result<(), BoxE
         println!("{ENABLE_HINT}");
     }
     bound.run(shutdown_signal()).await?;
+    tracing::info!("bridle serve stopped");
     Ok(())
+}
+
+/// `bridle health`: GETs `/healthz` (or `/readyz`) of the gateway at `url`, else at the
+/// configured listen address; prints the answer; exit 0 on `200`.
+pub(crate) async fn health(
+    dir: &Path,
+    url: Option<String>,
+    ready: bool,
+) -> Result<ExitCode, BoxError> {
+    let base = match url {
+        Some(u) => u.trim_end_matches('/').to_string(),
+        None => {
+            let mut addr = crate::load_config(dir)?.listen_addr()?;
+            if addr.ip().is_unspecified() {
+                addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            format!("http://{addr}")
+        }
+    };
+    let path = if ready { "/readyz" } else { "/healthz" };
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    let response = client.get(format!("{base}{path}")).send().await?;
+    let status = response.status();
+    println!("{}", response.text().await.unwrap_or_default());
+    Ok(if status.is_success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 async fn shutdown_signal() {
@@ -110,6 +155,7 @@ async fn shutdown_signal() {
                     _ = tokio::signal::ctrl_c() => {}
                     _ = term.recv() => {}
                 }
+                tracing::info!("shutdown signal received");
             }
             Err(_) => {
                 let _ = tokio::signal::ctrl_c().await;

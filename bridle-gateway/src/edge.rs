@@ -1,0 +1,273 @@
+//! Settings given at the gateway's edge (environment variables and files), laid over
+//! `bridle.yaml`.
+//!
+//! A container is configured through its environment and its mounted files, while
+//! `bridle.yaml` stays the complete form of the configuration. [`EdgeSettings`] is the typed
+//! list of what the edge may set; a binary fills it from its environment
+//! ([`EdgeSettings::from_lookup`] with `std::env::var`: the library itself never reads the
+//! environment) and [`GatewayConfig::overlay`] lays it over the loaded file.
+//!
+//! Precedence, highest first: a command-line flag (`--listen`, `--data-dir`), then the
+//! environment, then `bridle.yaml`, then the built-in default. Secret values are never taken
+//! from the environment: the environment names files (`BRIDLE_MASTER_KEY_FILE`, the Docker
+//! secrets folder), and `bridle.yaml` refers to secrets by name (`docker:gitea_token`).
+
+use std::path::PathBuf;
+
+use crate::config::{ConfigError, GatewayConfig};
+use crate::memory::{MemoryEmbedderConfig, MemorySection, MemoryStoreConfig};
+
+/// The environment variables [`EdgeSettings::from_lookup`] reads, with what each sets.
+pub const EDGE_VARIABLES: &[(&str, &str)] = &[
+    ("BRIDLE_LISTEN", "listen"),
+    ("BRIDLE_ALLOWED_HOSTS", "allowed_hosts (comma-separated)"),
+    (
+        "BRIDLE_ALLOWED_ORIGINS",
+        "allowed_origins (comma-separated)",
+    ),
+    ("BRIDLE_MASTER_KEY_FILE", "vault.master_key (a file path)"),
+    ("BRIDLE_DOCKER_SECRETS_DIR", "vault.docker_secrets_dir"),
+    (
+        "KANBOARD_URL",
+        "kanboard.url (creates the section when absent)",
+    ),
+    ("QDRANT_URL", "memory.store: qdrant at this URL"),
+    (
+        "EMBEDDINGS_URL",
+        "memory.embedder's URL (openai-compatible when created)",
+    ),
+    ("EMBEDDINGS_MODEL", "memory.embedder's model"),
+    ("GITEA_MCP_URL", "upstreams.gitea.http.url"),
+];
+
+/// What the edge may set. Every field is optional: `None` leaves `bridle.yaml` as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EdgeSettings {
+    /// `BRIDLE_LISTEN`: the listen address.
+    pub listen: Option<String>,
+    /// `BRIDLE_ALLOWED_HOSTS`: the allowed Host names.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// `BRIDLE_ALLOWED_ORIGINS`: the allowed Origins.
+    pub allowed_origins: Option<Vec<String>>,
+    /// `BRIDLE_MASTER_KEY_FILE`: the vault's master key file (a Docker secret).
+    pub master_key_file: Option<PathBuf>,
+    /// `BRIDLE_DOCKER_SECRETS_DIR`: where `docker:NAME` references are read.
+    pub docker_secrets_dir: Option<PathBuf>,
+    /// `KANBOARD_URL`: Kanboard's JSON-RPC endpoint.
+    pub kanboard_url: Option<String>,
+    /// `QDRANT_URL`: memory's vectors in Qdrant at this gRPC URL.
+    pub qdrant_url: Option<String>,
+    /// `EMBEDDINGS_URL`: memory's embedding server.
+    pub embeddings_url: Option<String>,
+    /// `EMBEDDINGS_MODEL`: memory's embedding model.
+    pub embeddings_model: Option<String>,
+    /// `GITEA_MCP_URL`: the URL of the `gitea` upstream (Gitea's MCP server over HTTP).
+    pub gitea_mcp_url: Option<String>,
+}
+
+fn edge_error(message: String) -> ConfigError {
+    ConfigError::Invalid {
+        file: PathBuf::from("<environment>"),
+        message,
+    }
+}
+
+impl EdgeSettings {
+    /// Reads the settings through `get` (a binary passes `|k| std::env::var(k).ok()`). An empty
+    /// value counts as unset.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Self {
+        let text = |k: &str| {
+            get(k)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let list = |k: &str| {
+            text(k).map(|v| {
+                v.split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+            })
+        };
+        Self {
+            listen: text("BRIDLE_LISTEN"),
+            allowed_hosts: list("BRIDLE_ALLOWED_HOSTS"),
+            allowed_origins: list("BRIDLE_ALLOWED_ORIGINS"),
+            master_key_file: text("BRIDLE_MASTER_KEY_FILE").map(PathBuf::from),
+            docker_secrets_dir: text("BRIDLE_DOCKER_SECRETS_DIR").map(PathBuf::from),
+            kanboard_url: text("KANBOARD_URL"),
+            qdrant_url: text("QDRANT_URL"),
+            embeddings_url: text("EMBEDDINGS_URL"),
+            embeddings_model: text("EMBEDDINGS_MODEL"),
+            gitea_mcp_url: text("GITEA_MCP_URL"),
+        }
+    }
+
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+}
+
+impl GatewayConfig {
+    /// Lays `edge` over this configuration and checks the result as [`GatewayConfig::load`]
+    /// checks a file. Returns the `bridle.yaml` keys it set, for the log. A setting that has
+    /// nothing to apply to (`QDRANT_URL` without a `memory:` section, `GITEA_MCP_URL` without
+    /// an HTTP `gitea` upstream) is an error, never silently dropped.
+    pub fn overlay(&mut self, edge: &EdgeSettings) -> Result<Vec<&'static str>, ConfigError> {
+        let mut set = Vec::new();
+        if let Some(v) = &edge.listen {
+            self.listen = v.clone();
+            set.push("listen");
+        }
+        if let Some(v) = &edge.allowed_hosts {
+            self.allowed_hosts = v.clone();
+            set.push("allowed_hosts");
+        }
+        if let Some(v) = &edge.allowed_origins {
+            self.allowed_origins = v.clone();
+            set.push("allowed_origins");
+        }
+        if let Some(v) = &edge.master_key_file {
+            self.vault.master_key = Some(v.clone());
+            set.push("vault.master_key");
+        }
+        if let Some(v) = &edge.docker_secrets_dir {
+            self.vault.docker_secrets_dir = Some(v.clone());
+            set.push("vault.docker_secrets_dir");
+        }
+        if let Some(url) = &edge.kanboard_url {
+            self.overlay_kanboard(url)?;
+            set.push("kanboard.url");
+        }
+        // The embedder first: EMBEDDINGS_URL + EMBEDDINGS_MODEL may create the `memory:`
+        // section that QDRANT_URL then points at Qdrant.
+        if edge.embeddings_url.is_some() || edge.embeddings_model.is_some() {
+            self.overlay_embedder(edge)?;
+            set.push("memory.embedder");
+        }
+        if let Some(url) = &edge.qdrant_url {
+            let memory = self.memory.as_mut().ok_or_else(|| {
+                edge_error(
+                    "QDRANT_URL is set but bridle.yaml has no `memory:` section (memory needs an embedder: set EMBEDDINGS_URL and EMBEDDINGS_MODEL too, or add the section)".into(),
+                )
+            })?;
+            set_qdrant(memory, url);
+            set.push("memory.store");
+        }
+        if let Some(url) = &edge.gitea_mcp_url {
+            let http = self
+                .upstreams
+                .get_mut("gitea")
+                .and_then(|u| u.http.as_mut())
+                .ok_or_else(|| {
+                    edge_error(
+                        "GITEA_MCP_URL is set but bridle.yaml has no `upstreams.gitea` with `http:`"
+                            .into(),
+                    )
+                })?;
+            http.url = url.clone();
+            set.push("upstreams.gitea.http.url");
+        }
+        self.check(std::path::Path::new("bridle.yaml + environment"))?;
+        Ok(set)
+    }
+
+    #[cfg(feature = "kanboard")]
+    fn overlay_kanboard(&mut self, url: &str) -> Result<(), ConfigError> {
+        match &mut self.kanboard {
+            Some(k) => k.url = url.to_string(),
+            None => {
+                self.kanboard = Some(crate::kanboard::KanboardConfig {
+                    url: url.to_string(),
+                    timeout_secs: 30,
+                    agents: Default::default(),
+                    projects: Default::default(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(not(feature = "kanboard"))]
+    fn overlay_kanboard(&mut self, _url: &str) -> Result<(), ConfigError> {
+        Err(edge_error(
+            "KANBOARD_URL is set but this build has no Kanboard support (feature `kanboard`)"
+                .into(),
+        ))
+    }
+
+    fn overlay_embedder(&mut self, edge: &EdgeSettings) -> Result<(), ConfigError> {
+        match self.memory.as_mut().map(|m| &mut m.embedder) {
+            Some(MemoryEmbedderConfig::Openai { url, model, .. })
+            | Some(MemoryEmbedderConfig::Ollama { url, model }) => {
+                if let Some(u) = &edge.embeddings_url {
+                    *url = u.clone();
+                }
+                if let Some(m) = &edge.embeddings_model {
+                    *model = m.clone();
+                }
+                Ok(())
+            }
+            Some(MemoryEmbedderConfig::Local { .. }) | None => {
+                let (Some(url), Some(model)) = (&edge.embeddings_url, &edge.embeddings_model)
+                else {
+                    return Err(edge_error(
+                        "EMBEDDINGS_URL and EMBEDDINGS_MODEL are both needed to configure an embedding server when bridle.yaml names none".into(),
+                    ));
+                };
+                let embedder = MemoryEmbedderConfig::Openai {
+                    url: url.clone(),
+                    model: model.clone(),
+                    api_key_secret: None,
+                };
+                match self.memory.as_mut() {
+                    Some(m) => m.embedder = embedder,
+                    None => {
+                        self.memory = Some(MemorySection {
+                            store: MemoryStoreConfig::default(),
+                            embedder,
+                        });
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn set_qdrant(memory: &mut MemorySection, url: &str) {
+    let api_key_secret = match &memory.store {
+        MemoryStoreConfig::Qdrant { api_key_secret, .. } => api_key_secret.clone(),
+        MemoryStoreConfig::Embedded { .. } => None,
+    };
+    memory.store = MemoryStoreConfig::Qdrant {
+        url: url.to_string(),
+        api_key_secret,
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(pairs: &[(&str, &str)]) -> EdgeSettings {
+        let map: std::collections::HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        EdgeSettings::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn lists_are_split_and_empty_values_are_unset() {
+        let e = lookup(&[
+            ("BRIDLE_ALLOWED_HOSTS", " a:1, b:2 ,,"),
+            ("BRIDLE_LISTEN", "  "),
+        ]);
+        assert_eq!(e.allowed_hosts, Some(vec!["a:1".into(), "b:2".into()]));
+        assert_eq!(e.listen, None);
+        assert!(lookup(&[]).is_empty());
+    }
+}

@@ -1,0 +1,214 @@
+//! Settings from the environment laid over `bridle.yaml` (`bridle_gateway::edge`): each
+//! variable sets its key, the environment wins over the file, the result is checked as a file
+//! is, and a setting with nothing to apply to is an error, never dropped.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use bridle_gateway::config::GatewayConfig;
+use bridle_gateway::edge::{EDGE_VARIABLES, EdgeSettings};
+use bridle_gateway::memory::{MemoryEmbedderConfig, MemoryStoreConfig};
+
+fn edge(pairs: &[(&str, &str)]) -> EdgeSettings {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    EdgeSettings::from_lookup(|k| map.get(k).cloned())
+}
+
+fn config(yaml: &str) -> GatewayConfig {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("bridle.yaml"), yaml).unwrap();
+    GatewayConfig::load(tmp.path()).unwrap()
+}
+
+const AGENTS: &str = "agents:\n  claude: {type: claude, token_secret: claude-token}\n";
+
+#[test]
+fn the_environment_wins_over_the_file() {
+    let mut c = config(&format!(
+        "listen: 127.0.0.1:7000\nallowed_hosts: ['file:1']\nallowed_origins: ['http://file']\n{AGENTS}vault: {{master_key: /file/key}}\n"
+    ));
+    let set = c
+        .overlay(&edge(&[
+            ("BRIDLE_LISTEN", "127.0.0.1:7001"),
+            ("BRIDLE_ALLOWED_HOSTS", "bridle.lan:7878, localhost:7878"),
+            ("BRIDLE_ALLOWED_ORIGINS", "https://panel.lan"),
+            ("BRIDLE_MASTER_KEY_FILE", "/run/secrets/bridle_master_key"),
+            ("BRIDLE_DOCKER_SECRETS_DIR", "/run/other-secrets"),
+        ]))
+        .unwrap();
+    assert_eq!(
+        set,
+        [
+            "listen",
+            "allowed_hosts",
+            "allowed_origins",
+            "vault.master_key",
+            "vault.docker_secrets_dir"
+        ]
+    );
+    assert_eq!(c.listen, "127.0.0.1:7001");
+    assert_eq!(c.allowed_hosts, ["bridle.lan:7878", "localhost:7878"]);
+    assert_eq!(c.allowed_origins, ["https://panel.lan"]);
+    assert_eq!(
+        c.vault.master_key,
+        Some(PathBuf::from("/run/secrets/bridle_master_key"))
+    );
+    assert_eq!(
+        c.vault.docker_secrets_dir,
+        Some(PathBuf::from("/run/other-secrets"))
+    );
+}
+
+#[test]
+fn nothing_set_changes_nothing() {
+    let before = config(&format!("listen: 127.0.0.1:7000\n{AGENTS}"));
+    let mut after = before.clone();
+    assert!(edge(&[("BRIDLE_LISTEN", "")]).is_empty());
+    assert!(after.overlay(&edge(&[])).unwrap().is_empty());
+    assert_eq!(before, after);
+}
+
+#[test]
+fn the_result_is_checked_like_a_file() {
+    // Listening beyond loopback needs allowed hosts and origins, from either place.
+    let mut c = config(AGENTS);
+    let e = c
+        .overlay(&edge(&[("BRIDLE_LISTEN", "0.0.0.0:7878")]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("allowed_hosts"), "{e}");
+    let mut c = config(AGENTS);
+    c.overlay(&edge(&[
+        ("BRIDLE_LISTEN", "0.0.0.0:7878"),
+        ("BRIDLE_ALLOWED_HOSTS", "localhost:7878"),
+        ("BRIDLE_ALLOWED_ORIGINS", "http://localhost:7878"),
+    ]))
+    .unwrap();
+    assert_eq!(c.listen, "0.0.0.0:7878");
+    let mut c = config(AGENTS);
+    let e = c
+        .overlay(&edge(&[("BRIDLE_LISTEN", "not-an-address")]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("listen address `not-an-address`"), "{e}");
+}
+
+#[cfg(feature = "kanboard")]
+#[test]
+fn kanboard_url_sets_or_creates_the_section() {
+    let mut c = config(&format!(
+        "{AGENTS}kanboard:\n  url: http://file/jsonrpc.php\n  agents:\n    claude: {{secret: 'docker:kanboard_token'}}\n"
+    ));
+    c.overlay(&edge(&[("KANBOARD_URL", "http://kanboard/jsonrpc.php")]))
+        .unwrap();
+    let k = c.kanboard.as_ref().unwrap();
+    assert_eq!(k.url, "http://kanboard/jsonrpc.php");
+    assert!(
+        k.agents.contains_key("claude"),
+        "the rest of the section stays"
+    );
+    let mut c = config(AGENTS);
+    c.overlay(&edge(&[("KANBOARD_URL", "http://kanboard/jsonrpc.php")]))
+        .unwrap();
+    assert_eq!(c.kanboard.unwrap().url, "http://kanboard/jsonrpc.php");
+}
+
+#[test]
+fn embeddings_and_qdrant_configure_memory() {
+    // No memory section: both embedding settings create one, and Qdrant then holds it.
+    let mut c = config(AGENTS);
+    c.overlay(&edge(&[
+        ("EMBEDDINGS_URL", "http://embeddings/v1"),
+        ("EMBEDDINGS_MODEL", "all-minilm"),
+        ("QDRANT_URL", "http://qdrant:6334"),
+    ]))
+    .unwrap();
+    let m = c.memory.unwrap();
+    assert_eq!(
+        m.embedder,
+        MemoryEmbedderConfig::Openai {
+            url: "http://embeddings/v1".into(),
+            model: "all-minilm".into(),
+            api_key_secret: None
+        }
+    );
+    assert_eq!(
+        m.store,
+        MemoryStoreConfig::Qdrant {
+            url: "http://qdrant:6334".into(),
+            api_key_secret: None
+        }
+    );
+
+    // A configured server keeps its model and key; only the URL moves.
+    let mut c = config(&format!(
+        "{AGENTS}memory:\n  embedder: {{openai: {{url: 'http://file/v1', model: m1, api_key_secret: emb-key}}}}\n  store: {{qdrant: {{url: 'http://file:6334', api_key_secret: q-key}}}}\n"
+    ));
+    c.overlay(&edge(&[
+        ("EMBEDDINGS_URL", "http://embeddings/v1"),
+        ("QDRANT_URL", "http://qdrant:6334"),
+    ]))
+    .unwrap();
+    let m = c.memory.unwrap();
+    assert_eq!(
+        m.embedder,
+        MemoryEmbedderConfig::Openai {
+            url: "http://embeddings/v1".into(),
+            model: "m1".into(),
+            api_key_secret: Some("emb-key".into())
+        }
+    );
+    assert_eq!(
+        m.store,
+        MemoryStoreConfig::Qdrant {
+            url: "http://qdrant:6334".into(),
+            api_key_secret: Some("q-key".into())
+        }
+    );
+}
+
+#[test]
+fn a_setting_with_nothing_to_apply_to_is_an_error() {
+    for (pairs, needle) in [
+        (&[("QDRANT_URL", "http://q:6334")][..], "QDRANT_URL is set"),
+        (
+            &[("EMBEDDINGS_URL", "http://e/v1")][..],
+            "EMBEDDINGS_URL and EMBEDDINGS_MODEL are both needed",
+        ),
+        (
+            &[("GITEA_MCP_URL", "http://gitea-mcp/mcp")][..],
+            "GITEA_MCP_URL is set",
+        ),
+    ] {
+        let mut c = config(AGENTS);
+        let e = c.overlay(&edge(pairs)).unwrap_err().to_string();
+        assert!(e.contains(needle), "{e}");
+        assert!(e.starts_with("<environment>"), "{e}");
+    }
+}
+
+#[test]
+fn gitea_mcp_url_moves_the_gitea_upstream() {
+    let mut c = config(&format!(
+        "{AGENTS}upstreams:\n  gitea:\n    http: {{url: 'http://file/mcp'}}\n"
+    ));
+    c.overlay(&edge(&[("GITEA_MCP_URL", "http://gitea-mcp:8080/mcp")]))
+        .unwrap();
+    assert_eq!(
+        c.upstreams["gitea"].http.as_ref().unwrap().url,
+        "http://gitea-mcp:8080/mcp"
+    );
+}
+
+#[test]
+fn every_listed_variable_is_read() {
+    for (name, _) in EDGE_VARIABLES {
+        let e = edge(&[(name, "x")]);
+        assert!(!e.is_empty(), "{name} is listed but not read");
+    }
+}

@@ -1,0 +1,229 @@
+//! Graceful shutdown of a real `bridle serve` process: SIGTERM with a tool call in flight.
+//! The gateway stops being ready and refuses new MCP requests at once, lets the in-flight call
+//! finish and answer, closes its sessions and streams, and exits 0; its JSON log says what it
+//! did and carries no token. With a call that never finishes, the shutdown grace bounds the
+//! wait: the process still exits, and says so.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
+
+mod bridle_support;
+
+#[path = "../../bridle-gateway/tests/ops_support/mod.rs"]
+mod ops_support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use kberg_agent::{McpSurface, ToolSurface};
+use ops_support::{data_dir, poll_json, start_upstream, token};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// A spawned `bridle serve`, killed by pid if the test fails before it exits.
+struct Serve {
+    child: Child,
+    base: String,
+    url: String,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(dir: &std::path::Path, grace_secs: u64) -> Serve {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bridle"));
+    cmd.arg("--data-dir")
+        .arg(dir)
+        .args(["--log", "info", "--log-format", "json", "serve"])
+        .args(["--listen", "127.0.0.1:0", "--shutdown-grace"])
+        .arg(grace_secs.to_string())
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped());
+    let (mut child, url, _stdout) = bridle_support::spawn_announced(&mut cmd);
+    let err = child.stderr.take().unwrap();
+    let (tx, stderr) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let base = url.trim_end_matches("/mcp").to_string();
+    Serve {
+        child,
+        base,
+        url,
+        stderr,
+    }
+}
+
+/// A gateway with the upstream `tickets`, spawned with `grace_secs` of shutdown grace, ready,
+/// with claude's `tickets__slow` call in flight (it has reached the upstream).
+struct InFlight {
+    upstream: ops_support::Upstream,
+    _dir: tempfile::TempDir,
+    serve: Serve,
+    call: tokio::task::JoinHandle<(
+        Result<kberg_agent::ToolResult, kberg_agent::SurfaceError>,
+        McpSurface,
+    )>,
+    token: String,
+    http: reqwest::Client,
+}
+
+async fn call_in_flight(grace_secs: u64) -> InFlight {
+    let upstream = start_upstream().await;
+    let dir = data_dir(Some(&upstream.url), "");
+    let token = token(dir.path(), "claude");
+    let serve = spawn(dir.path(), grace_secs);
+    let http = reqwest::Client::new();
+    let (status, body) = poll_json(&http, &format!("{}/readyz", serve.base), |s, _| s == 200).await;
+    assert_eq!(status, 200, "{body}");
+    let claude = McpSurface::connect_http_with_bearer(&serve.url, &token)
+        .await
+        .unwrap();
+    let started = upstream.started.notified();
+    let call = tokio::spawn(async move {
+        let r = claude
+            .call("tickets__slow", json!({}), CancellationToken::new())
+            .await;
+        (r, claude)
+    });
+    tokio::time::timeout(Duration::from_secs(30), started)
+        .await
+        .expect("the slow call reached the upstream");
+    InFlight {
+        upstream,
+        _dir: dir,
+        serve,
+        call,
+        token,
+        http,
+    }
+}
+
+fn sigterm(child: &Child) {
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -TERM failed");
+}
+
+/// Waits (up to 60 s) for the process to exit; returns whether it exited 0.
+async fn exited(child: &mut Child) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.success();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "bridle serve did not exit after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every stderr line, each checked to be one JSON object.
+fn json_log(rx: &mpsc::Receiver<String>) -> Vec<serde_json::Value> {
+    rx.try_iter()
+        .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+fn logged(log: &[serde_json::Value], message: &str) -> bool {
+    log.iter().any(|e| {
+        e["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with(message))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_the_call_in_flight_finish_then_exits() {
+    let InFlight {
+        upstream,
+        _dir,
+        mut serve,
+        call,
+        token: claude_token,
+        http,
+    } = call_in_flight(30).await;
+    let readyz = format!("{}/readyz", serve.base);
+    sigterm(&serve.child);
+    let (status, body) = poll_json(&http, &readyz, |s, _| s == 503).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["not_ready"][0]["name"], "shutdown", "{body}");
+    // A new MCP request is refused while the gateway drains.
+    let r = http
+        .post(&serve.url)
+        .bearer_auth(&claude_token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    let refused: serde_json::Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+    assert_eq!(refused["error"], "shutting_down");
+    assert!(
+        serve.child.try_wait().unwrap().is_none(),
+        "the gateway waits for the call in flight"
+    );
+
+    upstream.release.notify_one();
+    let (r, _claude) = tokio::time::timeout(Duration::from_secs(30), call)
+        .await
+        .expect("the call answered")
+        .unwrap();
+    let r = r.expect("the in-flight call got its answer");
+    assert!(!r.is_error, "{r:?}");
+    assert_eq!(r.text, "finished");
+
+    assert!(exited(&mut serve.child).await, "bridle serve exits 0");
+    assert!(
+        std::net::TcpStream::connect(serve.base.trim_start_matches("http://")).is_err(),
+        "the listener is closed"
+    );
+    let log = json_log(&serve.stderr);
+    assert!(logged(&log, "shutdown signal received"), "{log:?}");
+    assert!(
+        logged(&log, "shutting down: finishing in-flight calls"),
+        "{log:?}"
+    );
+    assert!(logged(&log, "the gateway has stopped"), "{log:?}");
+    assert!(!logged(&log, "the shutdown grace passed"), "{log:?}");
+    let text = serde_json::to_string(&log).unwrap();
+    assert!(!text.contains(&claude_token), "a token reached the log");
+    upstream.stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grace_bounds_a_call_that_never_finishes() {
+    let InFlight {
+        upstream,
+        _dir,
+        mut serve,
+        call,
+        ..
+    } = call_in_flight(1).await;
+    sigterm(&serve.child);
+    assert!(exited(&mut serve.child).await, "bridle serve exits 0");
+    // Whether and when the client notices is the client's business; the gateway is gone.
+    call.abort();
+    let log = json_log(&serve.stderr);
+    assert!(logged(&log, "the shutdown grace passed"), "{log:?}");
+    upstream.release.notify_one();
+    upstream.stop.cancel();
+}
