@@ -23,10 +23,7 @@ pub fn build_app_with(
     memory: Option<bridle_memory::tools::MemoryTools>,
 ) -> Result<McpApp, GatewayError> {
     let tools = ToolRegistry::builder()
-        .audit_sink(
-            ctx.sessions
-                .audit_sink(Some(Arc::new(kberg_core::TracingAuditSink))),
-        )
+        .audit_sink(ctx.sessions.audit_sink(Some(ctx.tool_call_sink())))
         .build();
     register_tools(&tools, ctx)?;
     let with_memory = memory.is_some();

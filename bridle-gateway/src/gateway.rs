@@ -106,6 +106,10 @@ impl GatewayBuilder {
         let secrets_dir = self.config.secrets_path(&self.data_dir);
         let (vault, key_created) = open_vault(&self.data_dir, &self.config)?;
         let ctx = GatewayContext::open(&self.data_dir, self.config)?;
+        if ctx.config.audit.enabled {
+            let log = crate::audit::AuditLog::open(ctx.config.audit.log_config(&self.data_dir))?;
+            ctx.set_audit(log);
+        }
         let auth =
             BridleAuth::new(&self.data_dir, Arc::clone(&ctx))?.with_vault(Arc::clone(&vault));
         let memory_tools = self.memory.as_ref().map(|m| {
@@ -337,6 +341,15 @@ impl Gateway {
     pub fn admin_state(&self, credentials: Arc<dyn AdminCredentials>) -> crate::admin::AdminState {
         crate::admin::AdminState::new(Arc::clone(&self.ctx), credentials)
             .integrations(Arc::clone(&self.upstreams) as Arc<dyn crate::admin::IntegrationStatus>)
+            .vault(Arc::clone(&self.vault))
+    }
+
+    /// Also serves the admin API on its own loopback `addr` when bound, admitting the admins
+    /// `credentials` accept (as [`GatewayBuilder::admin`], once the vault is open: for
+    /// credentials kept in it).
+    pub fn with_admin(mut self, addr: SocketAddr, credentials: Arc<dyn AdminCredentials>) -> Self {
+        self.admin = Some(AdminListen { addr, credentials });
+        self
     }
 
     /// Whether memory's tools are served.

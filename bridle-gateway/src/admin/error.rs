@@ -124,6 +124,9 @@ pub enum ApiError {
     /// No route has this path.
     #[error("no admin API resource at `{0}`")]
     UnknownRoute(String),
+    /// The change was made, but its audit entry could not be written (the log says why).
+    #[error("{0}")]
+    AuditUnavailable(String),
     /// Something failed inside the gateway (the database, a file). Logged; the client gets a
     /// sentence without internals.
     #[error("{0}")]
@@ -145,6 +148,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::UnknownRoute(_) => "unknown_route",
+            ApiError::AuditUnavailable(_) => "audit_unavailable",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -160,7 +164,9 @@ impl ApiError {
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Internal(_) | ApiError::AuditUnavailable(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 
@@ -215,6 +221,16 @@ impl IntoResponse for ApiError {
             );
         }
         response
+    }
+}
+
+impl ApiError {
+    /// The answer when `change` was made but its audit entry could not be written.
+    pub fn audit_failed(change: &str, e: &crate::audit::AuditError) -> Self {
+        ApiError::AuditUnavailable(format!(
+            "{change} was made, but the audit log could not record it ({}); see the gateway's log",
+            e.code()
+        ))
     }
 }
 

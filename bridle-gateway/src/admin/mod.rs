@@ -8,8 +8,10 @@
 //! as every other failure. Resources that need the vault and the agent registry (agents,
 //! secrets) slot in the same way: a module with a `routes()` merged in [`authenticated`].
 //!
-//! Every change made through the API is recorded in the rules store with source `user` and the
-//! actor [`AdminIdentity::actor`] (`admin:<name>@api`).
+//! Every change made through the API is recorded in the rules store (or the vault) with the
+//! actor [`AdminActor::actor`] (`admin:<name>@<surface>`, the surface from the
+//! [`SURFACE_HEADER`] header, `api` by default) and in the gateway's audit log as a `user`-source
+//! entry naming the admin and the surface.
 
 use std::sync::Arc;
 
@@ -23,6 +25,7 @@ use crate::context::GatewayContext;
 use crate::upstreams::{UpstreamPool, UpstreamReport};
 
 pub mod auth;
+pub mod credential;
 pub mod error;
 pub mod integrations;
 pub mod openapi;
@@ -32,7 +35,9 @@ pub mod queue;
 pub mod scope;
 mod server;
 
-pub use auth::{AdminCredentials, AdminIdentity, AdminTokens, CredentialsError};
+pub use auth::{
+    AdminActor, AdminCredentials, AdminIdentity, AdminTokens, CredentialsError, SURFACE_HEADER,
+};
 pub use error::{ApiError, FieldError, ProblemDetails};
 pub use server::{AdminServeError, AdminServer};
 
@@ -62,6 +67,7 @@ pub struct AdminState {
     pub(crate) ctx: Arc<GatewayContext>,
     pub(crate) credentials: Arc<dyn AdminCredentials>,
     pub(crate) integrations: Option<Arc<dyn IntegrationStatus>>,
+    pub(crate) vault: Option<Arc<crate::vault::Vault>>,
     pub(crate) body_limit: usize,
 }
 
@@ -70,6 +76,7 @@ impl std::fmt::Debug for AdminState {
         f.debug_struct("AdminState")
             .field("body_limit", &self.body_limit)
             .field("integrations", &self.integrations.is_some())
+            .field("vault", &self.vault.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -81,6 +88,7 @@ impl AdminState {
             ctx,
             credentials,
             integrations: None,
+            vault: None,
             body_limit: DEFAULT_BODY_LIMIT,
         }
     }
@@ -90,6 +98,18 @@ impl AdminState {
     pub fn integrations(mut self, integrations: Arc<dyn IntegrationStatus>) -> Self {
         self.integrations = Some(integrations);
         self
+    }
+
+    /// Serves the secrets and agent-token resources from this vault; without it they answer
+    /// 503 `vault_unavailable`.
+    pub fn vault(mut self, vault: Arc<crate::vault::Vault>) -> Self {
+        self.vault = Some(vault);
+        self
+    }
+
+    /// The context the handlers read (rules store, sessions, audit log).
+    pub fn context(&self) -> &Arc<GatewayContext> {
+        &self.ctx
     }
 
     /// The largest request body accepted (default [`DEFAULT_BODY_LIMIT`]); a larger one gets
@@ -142,6 +162,18 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 /// `BASE_PATH` joined with `path`.
 pub(crate) fn path(p: &str) -> String {
     format!("{BASE_PATH}{p}")
+}
+
+/// Records a change an admin made (synchronously, after it was committed): a failed write is
+/// 500 `audit_unavailable`, naming `what` as made.
+pub(crate) fn record(
+    ctx: &GatewayContext,
+    entry: crate::audit::Entry,
+    what: &str,
+) -> Result<(), ApiError> {
+    ctx.record_change(entry)
+        .map(drop)
+        .map_err(|e| ApiError::audit_failed(what, &e))
 }
 
 /// Runs a blocking store call off the async threads.

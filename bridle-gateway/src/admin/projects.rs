@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use axum::Router;
-use axum::extract::{Extension, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -17,10 +17,11 @@ use bridle_rules::{ChangeRecord, RulesDocument, RulesError};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::auth::AdminIdentity;
+use super::auth::AdminActor;
 use super::error::{ApiError, ProblemDetails};
 use super::page::{ApiJson, ApiPath, ApiQuery, paginate};
-use super::{AdminState, blocking, path};
+use super::{AdminState, blocking, path, record};
+use crate::audit::{Change, Kind};
 
 /// The media type of a YAML document.
 pub const YAML: &str = "application/yaml";
@@ -309,7 +310,7 @@ fn parse_submitted(
     security(("admin_token" = [])))]
 pub(crate) async fn create(
     State(s): State<AdminState>,
-    Extension(admin): Extension<AdminIdentity>,
+    admin: AdminActor,
     ApiJson(body): ApiJson<CreateProject>,
 ) -> Result<(StatusCode, axum::Json<Saved>), ApiError> {
     bridle_rules::check_name("project", &body.name)?;
@@ -318,8 +319,16 @@ pub(crate) async fn create(
     let name = body.name.clone();
     blocking(move || {
         ctx.store.create(&name, &doc, &admin.actor())?;
-        tracing::info!(project = %name, admin = %admin.name, "project created through the admin API");
-        Ok(())
+        tracing::info!(project = %name, admin = %admin.identity.name, "project created through the admin API");
+        let entry = admin
+            .entry(Kind::RulesChange)
+            .project(&name)
+            .subject("project created")
+            .change(Change {
+                after: Some("1".into()),
+                ..Change::default()
+            });
+        record(&ctx, entry, "the project")
     })
     .await?;
     Ok((
@@ -402,7 +411,7 @@ pub(crate) async fn get_one(
     security(("admin_token" = [])))]
 pub(crate) async fn replace(
     State(s): State<AdminState>,
-    Extension(admin): Extension<AdminIdentity>,
+    admin: AdminActor,
     ApiPath(project): ApiPath<String>,
     ApiJson(body): ApiJson<ReplaceProject>,
 ) -> Result<axum::Json<Saved>, ApiError> {
@@ -414,9 +423,19 @@ pub(crate) async fn replace(
     let ctx = s.ctx.clone();
     let name = project.clone();
     let revision = blocking(move || {
-        Ok(ctx
-            .store
-            .save_edit(&name, &doc, body.base_revision, &admin.actor(), &summary)?)
+        let revision =
+            ctx.store
+                .save_edit(&name, &doc, body.base_revision, &admin.actor(), &summary)?;
+        let entry = admin
+            .entry(Kind::RulesChange)
+            .project(&name)
+            .subject("document replaced")
+            .change(Change::revisions(
+                body.base_revision.to_string(),
+                revision.to_string(),
+            ));
+        record(&ctx, entry, "the edit")?;
+        Ok(revision)
     })
     .await?;
     Ok(axum::Json(Saved { project, revision }))

@@ -13,11 +13,15 @@
 //!   document in Bridle's memory (needs a `memory:` section in `bridle.yaml`); index and
 //!   refresh show progress on stderr and write `last_indexed` back to the document.
 //!
+//! - `bridle audit verify|query|export`: the audit log of every change and tool call, read from
+//!   the data directory; `verify` names the first edited, inserted or deleted entry.
+//!
 //! The data directory is `--data-dir`, else `$BRIDLE_DATA_DIR`, else `./bridle-data`.
 
 #![allow(clippy::print_stdout)] // A command-line program prints its results on stdout.
 
 mod agents;
+mod audit;
 mod kanboard;
 mod memory;
 mod render;
@@ -60,12 +64,17 @@ enum Command {
         #[arg(long)]
         token_files: bool,
     },
-    /// Serve the MCP endpoint on loopback.
+    /// Serve the MCP endpoint on loopback, and the admin API beside it (`admin:` in bridle.yaml;
+    /// its credential is created in the vault and printed once on first start).
     Serve {
         /// Address to listen on (loopback only), overriding the configuration; port 0 picks a
         /// free port.
         #[arg(long)]
         listen: Option<String>,
+        /// Address of the admin API (loopback only), overriding `admin.listen`; default: the
+        /// port after the MCP endpoint's.
+        #[arg(long)]
+        admin_listen: Option<String>,
     },
     /// Render a project's rules into an agent's instruction file.
     Render {
@@ -98,6 +107,10 @@ enum Command {
     /// Agents and their vault-issued tokens.
     #[command(subcommand)]
     Agents(agents::AgentsCommand),
+    /// The audit log: verify its hash chain, query it, export it (offline on the data
+    /// directory).
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
     /// The Kanboard tools on their own.
     #[command(subcommand)]
     Kanboard(kanboard::KanboardCommand),
@@ -167,11 +180,14 @@ fn run(command: Command, dir: &Path) -> Result<ExitCode, BoxError> {
             println!("data directory ready: {}", dir.display());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { listen } => {
+        Command::Serve {
+            listen,
+            admin_listen,
+        } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(serve::serve(dir, listen))?;
+            runtime.block_on(serve::serve(dir, listen, admin_listen))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Render {
@@ -184,6 +200,7 @@ fn run(command: Command, dir: &Path) -> Result<ExitCode, BoxError> {
         Command::Scope(c) => scope::scope(dir, c),
         Command::Secrets(c) => secrets::secrets(dir, c),
         Command::Agents(c) => agents::agents(dir, c),
+        Command::Audit(c) => audit::audit(dir, c),
         Command::Memory(c) => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
