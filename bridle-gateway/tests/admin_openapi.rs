@@ -46,6 +46,25 @@ fn the_document_is_openapi_3_1_and_covers_every_route() {
         ("/admin/api/v1/scope-tickets/{id}/deny", &["post"]),
         ("/admin/api/v1/integrations", &["get"]),
         ("/admin/api/v1/integrations/{namespace}", &["get"]),
+        ("/admin/api/v1/agents", &["get"]),
+        ("/admin/api/v1/agents/{name}", &["get"]),
+        ("/admin/api/v1/agents/{name}/token", &["post"]),
+        ("/admin/api/v1/agents/{name}/rotate", &["post"]),
+        ("/admin/api/v1/agents/{name}/revoke", &["post"]),
+        ("/admin/api/v1/sessions", &["get"]),
+        ("/admin/api/v1/sessions/events", &["get"]),
+        ("/admin/api/v1/sessions/{id}", &["get"]),
+        ("/admin/api/v1/sessions/{id}/end", &["post"]),
+        ("/admin/api/v1/secrets", &["get", "post"]),
+        ("/admin/api/v1/secrets/{name}", &["get"]),
+        ("/admin/api/v1/secrets/{name}/rotate", &["post"]),
+        (
+            "/admin/api/v1/secrets/{name}/versions/{version}/revoke",
+            &["post"],
+        ),
+        ("/admin/api/v1/audit", &["get"]),
+        ("/admin/api/v1/audit/export", &["get"]),
+        ("/admin/api/v1/audit/verify", &["get"]),
     ] {
         for m in methods {
             assert!(paths[path][*m].is_object(), "{m} {path} is documented");

@@ -24,6 +24,8 @@ use axum::routing::get;
 use crate::context::GatewayContext;
 use crate::upstreams::{UpstreamPool, UpstreamReport};
 
+pub mod agents;
+pub mod audit_log;
 pub mod auth;
 pub mod credential;
 pub mod error;
@@ -33,7 +35,9 @@ pub mod page;
 pub mod projects;
 pub mod queue;
 pub mod scope;
+pub mod secrets;
 mod server;
+pub mod sessions;
 
 pub use auth::{
     AdminActor, AdminCredentials, AdminIdentity, AdminTokens, CredentialsError, SURFACE_HEADER,
@@ -69,6 +73,8 @@ pub struct AdminState {
     pub(crate) integrations: Option<Arc<dyn IntegrationStatus>>,
     pub(crate) vault: Option<Arc<crate::vault::Vault>>,
     pub(crate) body_limit: usize,
+    /// Cancelled when the server shuts down, so live streams end and let it stop.
+    pub(crate) streams: tokio_util::sync::CancellationToken,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -90,6 +96,7 @@ impl AdminState {
             integrations: None,
             vault: None,
             body_limit: DEFAULT_BODY_LIMIT,
+            streams: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -127,6 +134,10 @@ pub fn authenticated() -> Router<AdminState> {
         .merge(queue::routes())
         .merge(scope::routes())
         .merge(integrations::routes())
+        .merge(sessions::routes())
+        .merge(secrets::routes())
+        .merge(agents::routes())
+        .merge(audit_log::routes())
 }
 
 /// The whole admin API as an axum router (paths include [`BASE_PATH`]), ready to serve or to
