@@ -232,3 +232,21 @@ pub(crate) fn audit(dir: &Path, command: AuditCommand) -> Result<ExitCode, BoxEr
         }
     }
 }
+
+/// Records a change the command line made offline (on the data directory) in the audit log,
+/// as a `user` entry through the `cli` surface. The change is already made: a failed record is
+/// reported on stderr, and the command still succeeds.
+pub(crate) fn record_offline(dir: &Path, entry: bridle_gateway::audit::Entry) {
+    let result = (|| -> Result<(), BoxError> {
+        let config = GatewayConfig::load(dir)?;
+        if !config.audit.enabled {
+            return Ok(());
+        }
+        let log = AuditLog::open(config.audit.log_config(dir))?;
+        log.record(entry)?;
+        Ok(())
+    })();
+    if let Err(e) = result {
+        eprintln!("warning: the change was made, but the audit log could not record it: {e}");
+    }
+}

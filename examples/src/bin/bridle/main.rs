@@ -9,6 +9,11 @@
 //!   queue. Approving is only ever done here (or, later, in the web panel), never by an agent.
 //! - `bridle kanboard serve --url URL --project ID`: the Kanboard tools alone, over stdio.
 //! - `bridle scope list|approve|deny`: decide agents' scope-expansion tickets.
+//! - `bridle agents ...`, `bridle secrets ...`, `bridle scope ...` with `--url` (or
+//!   `$BRIDLE_ADMIN_URL`) and an admin credential (`--admin-token-file`, `$BRIDLE_ADMIN_TOKEN_FILE`
+//!   or `$BRIDLE_ADMIN_TOKEN`): the same commands as clients of a running gateway's admin API,
+//!   so the gateway applies and records each change at once; without `--url` they work offline
+//!   on the data directory.
 //! - `bridle memory index|refresh|search|purge`: the pattern examples of a project's rules
 //!   document in Bridle's memory (needs a `memory:` section in `bridle.yaml`); index and
 //!   refresh show progress on stderr and write `last_indexed` back to the document.
@@ -22,6 +27,7 @@
 
 mod agents;
 mod audit;
+mod client;
 mod kanboard;
 mod memory;
 mod render;
@@ -95,18 +101,30 @@ enum Command {
     /// The review queue: proposals from agents and vendor guidance.
     #[command(subcommand)]
     Rules(rules::RulesCommand),
-    /// Scope-expansion tickets opened by agents.
-    #[command(subcommand)]
-    Scope(scope::ScopeCommand),
+    /// Scope-expansion tickets opened by agents (through a running gateway with --url).
+    Scope {
+        #[command(subcommand)]
+        command: scope::ScopeCommand,
+        #[command(flatten)]
+        remote: client::Remote,
+    },
     /// Pattern examples in Bridle's memory (needs a `memory:` section in bridle.yaml).
     #[command(subcommand)]
     Memory(memory::MemoryCommand),
-    /// The vault's secrets (values are never shown).
-    #[command(subcommand)]
-    Secrets(secrets::SecretsCommand),
-    /// Agents and their vault-issued tokens.
-    #[command(subcommand)]
-    Agents(agents::AgentsCommand),
+    /// The vault's secrets (values are never shown); through a running gateway with --url.
+    Secrets {
+        #[command(subcommand)]
+        command: secrets::SecretsCommand,
+        #[command(flatten)]
+        remote: client::Remote,
+    },
+    /// Agents and their vault-issued tokens; through a running gateway with --url.
+    Agents {
+        #[command(subcommand)]
+        command: agents::AgentsCommand,
+        #[command(flatten)]
+        remote: client::Remote,
+    },
     /// The audit log: verify its hash chain, query it, export it (offline on the data
     /// directory).
     #[command(subcommand)]
@@ -197,9 +215,18 @@ fn run(command: Command, dir: &Path) -> Result<ExitCode, BoxError> {
             check,
         } => render::render(dir, &project, &agent, &out, check),
         Command::Rules(c) => rules::rules(dir, c),
-        Command::Scope(c) => scope::scope(dir, c),
-        Command::Secrets(c) => secrets::secrets(dir, c),
-        Command::Agents(c) => agents::agents(dir, c),
+        Command::Scope { command, remote } => match remote.client()? {
+            Some(api) => scope::scope_remote(&api, command),
+            None => scope::scope(dir, command),
+        },
+        Command::Secrets { command, remote } => match remote.client()? {
+            Some(api) => secrets::secrets_remote(&api, command),
+            None => secrets::secrets(dir, command),
+        },
+        Command::Agents { command, remote } => match remote.client()? {
+            Some(api) => agents::agents_remote(&api, command),
+            None => agents::agents(dir, command),
+        },
         Command::Audit(c) => audit::audit(dir, c),
         Command::Memory(c) => {
             let runtime = tokio::runtime::Builder::new_multi_thread()

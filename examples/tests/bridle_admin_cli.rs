@@ -1,0 +1,278 @@
+//! The command line as a client of a running gateway's admin API: `bridle serve` starts the
+//! admin API and prints its credential once; `bridle agents`, `bridle secrets` and `bridle
+//! scope` with `--url` change the running gateway, which applies each change at once (a revoked
+//! agent's live session is refused on its next call) and records it as the admin through the
+//! `cli` surface; `bridle audit verify|query|export` read that record offline.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
+
+mod bridle_support;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use bridle_rules::{AgentCatalog, RulesStore};
+use bridle_support::*;
+use kberg_agent::{McpSurface, ToolSurface};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const DEMO: &str = "schema_version: 2
+revision: 1
+project:
+  name: Demo
+permissions:
+  claude:
+    rules: {propose: true, approve: false}
+";
+const CLAUDE_TOKEN: &str = "claude-secret-admin-cli-0123";
+const CANARY: &str = "cli-secret-canary-93b7";
+
+/// The next line starting with `prefix` that the server printed, within a deadline.
+fn printed_line(server: &Server, prefix: &str) -> String {
+    loop {
+        let line = server
+            .stdout
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("no `{prefix}` line from bridle serve: {e}"));
+        if let Some(rest) = line.strip_prefix(prefix) {
+            return rest.trim().to_string();
+        }
+    }
+}
+
+/// Runs `bridle --data-dir DIR ARGS...` with the admin credential in a file, `stdin` piped in.
+fn remote(dir: &std::path::Path, args: &[&str], stdin: &str) -> (bool, String, String) {
+    let mut child = Command::new(bridle_bin())
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn the_command_line_changes_the_running_gateway_through_its_admin_api() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    lay_out(
+        dir,
+        &[TestAgent {
+            name: "claude",
+            agent_type: "claude",
+            token: CLAUDE_TOKEN,
+            projects: &["demo"],
+        }],
+        &[("demo", DEMO)],
+    );
+    let mut yaml = std::fs::read_to_string(dir.join("bridle.yaml")).unwrap();
+    yaml.push_str("  bot:\n    type: claude\n    projects: [demo]\n");
+    std::fs::write(dir.join("bridle.yaml"), yaml).unwrap();
+
+    let server = Server::start(dir);
+    let admin_url = printed_line(&server, "bridle: admin API on ");
+    assert!(admin_url.starts_with("http://127.0.0.1:"), "{admin_url}");
+    let _ = printed_line(&server, "admin credential for `admin`");
+    let admin_token = server.stdout.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(admin_token.starts_with("bda_"), "{admin_token}");
+    let token_file = dir.join("admin-token-for-tests");
+    std::fs::write(&token_file, &admin_token).unwrap();
+    let url_args = [
+        "--url",
+        admin_url.as_str(),
+        "--admin-token-file",
+        token_file.to_str().unwrap(),
+    ];
+    let with = |cmd: &[&str]| -> Vec<String> {
+        cmd.iter()
+            .map(|s| s.to_string())
+            .chain(url_args.iter().map(|s| s.to_string()))
+            .collect()
+    };
+    let run = |cmd: &[&str], stdin: &str| {
+        let args = with(cmd);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (ok, out, err) = remote(dir, &args, stdin);
+        assert!(ok, "bridle {args:?} failed:\n{out}\n{err}");
+        out
+    };
+
+    // An agent token issued through the API works on the MCP endpoint at once.
+    let out = run(&["agents", "token", "issue", "bot"], "");
+    let bot_token = out
+        .lines()
+        .find(|l| l.starts_with("bdl_"))
+        .unwrap_or_else(|| panic!("no token printed: {out}"))
+        .to_string();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mcp = server.url.clone();
+    let session = rt.block_on(async {
+        let s = McpSurface::connect_http_with_bearer(&mcp, &bot_token)
+            .await
+            .unwrap();
+        let r = s
+            .call("list_projects", json!({}), CancellationToken::new())
+            .await
+            .unwrap();
+        assert!(!r.is_error, "{r:?}");
+        s
+    });
+    let listed = run(&["agents", "list"], "");
+    assert!(listed.contains("bot [claude]"), "{listed}");
+    assert!(listed.contains("1 live session(s)"), "{listed}");
+
+    // Revoked through the API: the live session is refused on its very next call.
+    let out = run(&["agents", "token", "revoke", "bot"], "");
+    assert!(out.contains("ended 1 live session(s)"), "{out}");
+    rt.block_on(async {
+        match session
+            .call("list_projects", json!({}), CancellationToken::new())
+            .await
+        {
+            Err(_) => {}
+            Ok(r) => assert!(r.is_error, "a revoked agent still served: {r:?}"),
+        }
+        assert!(
+            McpSurface::connect_http_with_bearer(&mcp, &bot_token)
+                .await
+                .is_err()
+        );
+    });
+
+    // A secret through the API; its value is never printed back.
+    let out = run(
+        &["secrets", "create", "gitea-token"],
+        &format!("{CANARY}\n"),
+    );
+    assert!(out.contains("created `gitea-token` version 1"), "{out}");
+    let out = run(&["secrets", "rotate", "gitea-token"], "second-value\n");
+    assert!(out.contains("version 2"), "{out}");
+    let out = run(&["secrets", "list", "--json"], "");
+    assert!(
+        out.contains("gitea-token") && !out.contains(CANARY),
+        "{out}"
+    );
+    assert!(
+        !out.contains("admin-token."),
+        "admin credentials stay hidden"
+    );
+    let args = with(&["secrets", "import"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, _, err) = remote(dir, &args, "");
+    assert!(!ok && err.contains("without --url"), "{err}");
+
+    // A scope ticket decided through the API.
+    let store = RulesStore::open(dir, AgentCatalog::builtin()).unwrap();
+    let ticket = store
+        .request_scope("demo", "claude", None, "touch the CI", "the fix needs it")
+        .unwrap();
+    let out = run(&["scope", "list"], "");
+    assert!(out.contains(&format!("#{}", ticket.id)), "{out}");
+    let out = run(
+        &["scope", "approve", &ticket.id.to_string(), "--note", "fine"],
+        "",
+    );
+    assert!(out.contains("is approved"), "{out}");
+    assert_eq!(store.scope_ticket(ticket.id).unwrap().status, "approved");
+
+    // A refusal is the API's problem details, in a sentence.
+    let args = with(&["agents", "token", "issue", "claude"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, _, err) = remote(dir, &args, "");
+    assert!(!ok);
+    assert!(err.contains("token_in_secret_file"), "{err}");
+    // Without a credential the command says what it needs.
+    let (ok, _, err) = remote(dir, &["agents", "list", "--url", &admin_url], "");
+    assert!(!ok);
+    assert!(err.contains("credential"), "{err}");
+
+    // The gateway recorded every change as the admin through the cli surface.
+    let o = run_bridle(
+        dir,
+        &[
+            "audit", "query", "--source", "user", "--json", "--limit", "100",
+        ],
+    );
+    assert!(o.status.success(), "{o:?}");
+    let page: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let kinds: Vec<(String, String, String)> = page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap().to_string(),
+                e["source"]["admin"].as_str().unwrap().to_string(),
+                e["source"]["surface"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expect = |k: &str| (k.to_string(), "admin".to_string(), "cli".to_string());
+    assert_eq!(
+        kinds,
+        [
+            expect("agent_rotate"),
+            expect("agent_revoke"),
+            expect("secret_create"),
+            expect("secret_rotate"),
+            expect("approval"),
+        ]
+    );
+    let export = run_bridle(dir, &["audit", "export"]);
+    assert!(export.status.success());
+    let text = String::from_utf8_lossy(&export.stdout);
+    assert!(!text.contains(CANARY) && !text.contains(&bot_token) && !text.contains(&admin_token));
+    assert!(
+        text.lines()
+            .all(|l| serde_json::from_str::<Value>(l).is_ok())
+    );
+    let o = run_bridle(dir, &["audit", "verify"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("intact"));
+    drop(server);
+
+    // A hand-edited row: verify fails and names it.
+    let db = edit_a_row(dir);
+    let o = run_bridle(dir, &["audit", "verify"]);
+    assert!(!o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(&format!("BROKEN at entry {db} (edited)")),
+        "{out}"
+    );
+}
+
+/// Edits the `secret_create` entry's row by hand; returns its id.
+fn edit_a_row(dir: &std::path::Path) -> u64 {
+    let o = run_bridle(
+        dir,
+        &["audit", "query", "--kind", "secret_create", "--json"],
+    );
+    let page: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let id = page["entries"][0]["id"].as_u64().unwrap();
+    let db = rusqlite::Connection::open(dir.join("audit.db")).unwrap();
+    let n = db
+        .execute(
+            "UPDATE gateway_audit SET subject = 'nothing-to-see v1' WHERE id = ?1",
+            [id as i64],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    id
+}
