@@ -25,6 +25,12 @@ project:
 permissions:
   claude:
     rules: {propose: true, approve: false}
+agent_profiles:
+  claude:
+    vendor_guardrail_suggestions:
+      - id: read-before-edit
+        statement: Read a file before editing it.
+        source_ref: https://docs.example.org/agents/claude
 ";
 const CLAUDE_TOKEN: &str = "claude-secret-admin-cli-0123";
 const CANARY: &str = "cli-secret-canary-93b7";
@@ -234,6 +240,34 @@ fn the_command_line_changes_the_running_gateway_through_its_admin_api() {
             expect("approval"),
         ]
     );
+    // Vendor seeds queued offline are `vendor` entries with their source; an offline approval
+    // is a `user` entry through cli.
+    let o = run_bridle(dir, &["rules", "queue-suggestions", "--project", "demo"]);
+    assert!(o.status.success(), "{o:?}");
+    let o = run_bridle(dir, &["audit", "query", "--source", "vendor", "--json"]);
+    let vendor: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let seeds = vendor["entries"].as_array().unwrap();
+    assert!(
+        !seeds.is_empty(),
+        "the built-in profiles suggest something: {vendor}"
+    );
+    assert!(
+        seeds.iter().all(|e| e["kind"] == "proposal"
+            && e["source"]["feed"].as_str().unwrap().starts_with("vendor:"))
+    );
+    let first: u64 = seeds[0]["subject"].as_str().unwrap()["proposal #".len()..]
+        .parse()
+        .unwrap();
+    let o = run_bridle(
+        dir,
+        &["rules", "approve", &first.to_string(), "--by", "carol"],
+    );
+    assert!(o.status.success(), "{o:?}");
+    let o = run_bridle(dir, &["audit", "query", "--actor", "carol", "--json"]);
+    let carol: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(carol["entries"][0]["kind"], "approval");
+    assert_eq!(carol["entries"][0]["source"]["surface"], "cli");
+
     let export = run_bridle(dir, &["audit", "export"]);
     assert!(export.status.success());
     let text = String::from_utf8_lossy(&export.stdout);

@@ -229,7 +229,7 @@ pub struct HistoryQuery {
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn list(
+pub async fn list(
     State(s): State<AdminState>,
     ApiQuery(q): ApiQuery<ProjectQuery>,
 ) -> Result<axum::Json<ProjectPage>, ApiError> {
@@ -308,7 +308,7 @@ fn parse_submitted(
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn create(
+pub async fn create(
     State(s): State<AdminState>,
     admin: AdminActor,
     ApiJson(body): ApiJson<CreateProject>,
@@ -365,7 +365,7 @@ fn etag(revision: u64) -> HeaderValue {
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn get_one(
+pub async fn get_one(
     State(s): State<AdminState>,
     ApiPath(project): ApiPath<String>,
     headers: HeaderMap,
@@ -409,7 +409,7 @@ pub(crate) async fn get_one(
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn replace(
+pub async fn replace(
     State(s): State<AdminState>,
     admin: AdminActor,
     ApiPath(project): ApiPath<String>,
@@ -453,7 +453,7 @@ pub(crate) async fn replace(
         (status = 404, description = "unknown project or agent type", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn render(
+pub async fn render(
     State(s): State<AdminState>,
     ApiPath((project, agent_type)): ApiPath<(String, String)>,
 ) -> Result<axum::Json<RenderedFile>, ApiError> {
@@ -481,7 +481,7 @@ pub(crate) async fn render(
         (status = 404, description = "unknown project or revision", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn diff(
+pub async fn diff(
     State(s): State<AdminState>,
     ApiPath(project): ApiPath<String>,
     ApiQuery(q): ApiQuery<DiffQuery>,
@@ -532,7 +532,7 @@ pub(crate) fn unified_diff(old: &str, new: &str, old_name: &str, new_name: &str)
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn history(
+pub async fn history(
     State(s): State<AdminState>,
     ApiPath(project): ApiPath<String>,
     ApiQuery(q): ApiQuery<HistoryQuery>,

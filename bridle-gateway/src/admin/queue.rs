@@ -161,7 +161,7 @@ pub struct RejectBody {
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn list(
+pub async fn list(
     State(s): State<AdminState>,
     ApiQuery(q): ApiQuery<QueueQuery>,
 ) -> Result<axum::Json<ProposalPage>, ApiError> {
@@ -211,7 +211,7 @@ pub(crate) async fn list(
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn get_one(
+pub async fn get_one(
     State(s): State<AdminState>,
     admin: AdminActor,
     ApiPath(id): ApiPath<u64>,
@@ -255,7 +255,7 @@ pub(crate) async fn get_one(
         (status = 409, description = "already decided (another admin was first), or it no longer applies", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn approve(
+pub async fn approve(
     State(s): State<AdminState>,
     admin: AdminActor,
     ApiPath(id): ApiPath<u64>,
@@ -293,7 +293,7 @@ pub(crate) async fn approve(
         (status = 422, description = "no reason given", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn reject(
+pub async fn reject(
     State(s): State<AdminState>,
     admin: AdminActor,
     ApiPath(id): ApiPath<u64>,

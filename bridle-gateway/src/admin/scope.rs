@@ -113,7 +113,7 @@ pub struct DecideBody {
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn list(
+pub async fn list(
     State(s): State<AdminState>,
     ApiQuery(q): ApiQuery<TicketQuery>,
 ) -> Result<axum::Json<TicketPage>, ApiError> {
@@ -152,7 +152,7 @@ pub(crate) async fn list(
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn get_one(
+pub async fn get_one(
     State(s): State<AdminState>,
     ApiPath(id): ApiPath<u64>,
 ) -> Result<axum::Json<TicketView>, ApiError> {
@@ -200,7 +200,7 @@ async fn decide(
         (status = 409, description = "already decided", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn approve(
+pub async fn approve(
     State(s): State<AdminState>,
     admin: AdminActor,
     ApiPath(id): ApiPath<u64>,
@@ -220,7 +220,7 @@ pub(crate) async fn approve(
         (status = 409, description = "already decided", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn deny(
+pub async fn deny(
     State(s): State<AdminState>,
     admin: AdminActor,
     ApiPath(id): ApiPath<u64>,

@@ -237,6 +237,10 @@ pub(crate) fn audit(dir: &Path, command: AuditCommand) -> Result<ExitCode, BoxEr
 /// as a `user` entry through the `cli` surface. The change is already made: a failed record is
 /// reported on stderr, and the command still succeeds.
 pub(crate) fn record_offline(dir: &Path, entry: bridle_gateway::audit::Entry) {
+    if !dir.join("bridle.yaml").is_file() {
+        // Not a gateway's data directory (a bare rules folder): there is no log to write.
+        return;
+    }
     let result = (|| -> Result<(), BoxError> {
         let config = GatewayConfig::load(dir)?;
         if !config.audit.enabled {

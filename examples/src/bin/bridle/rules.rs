@@ -7,6 +7,9 @@ use std::process::ExitCode;
 use bridle_rules::vendor::{SourceReport, VendorFeed, VendorFeedConfig, VendorSource};
 use clap::Subcommand;
 
+use bridle_gateway::audit::{Change, Entry, Kind, Surface};
+
+use crate::audit::record_offline;
 use crate::{BoxError, open_store, who};
 
 #[derive(Debug, Subcommand)]
@@ -112,7 +115,17 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
             }
         }
         RulesCommand::Approve { id, by } => {
-            let p = store.approve(id, &who(by))?;
+            let p = store.approve(id, &who(by.clone()))?;
+            let mut entry = Entry::user(who(by), Surface::Cli, Kind::Approval)
+                .project(&p.project)
+                .subject(format!("proposal #{id}"));
+            if let Some(after) = p.applied_revision {
+                entry = entry.change(Change::revisions(
+                    after.saturating_sub(1).to_string(),
+                    after.to_string(),
+                ));
+            }
+            record_offline(dir, entry);
             println!(
                 "approved #{}: {} (project {} is now at revision {})",
                 p.id,
@@ -122,7 +135,13 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
             );
         }
         RulesCommand::Reject { id, reason, by } => {
-            let p = store.reject(id, &who(by), &reason)?;
+            let p = store.reject(id, &who(by.clone()), &reason)?;
+            record_offline(
+                dir,
+                Entry::user(who(by), Surface::Cli, Kind::Rejection)
+                    .project(&p.project)
+                    .subject(format!("proposal #{id}")),
+            );
             println!("rejected #{}: {}", p.id, p.summary);
         }
         RulesCommand::Log { project } => {
@@ -147,6 +166,18 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
             from,
         } => {
             let report = source_vendor(&store, &project, &agent, &from)?;
+            for c in &report.queued {
+                record_offline(
+                    dir,
+                    Entry::vendor(
+                        format!("vendor:{}", c.agent),
+                        Some(c.source_url.clone()),
+                        Kind::Proposal,
+                    )
+                    .project(&c.project)
+                    .subject(format!("proposal #{}", c.proposal_id)),
+                );
+            }
             println!(
                 "queued {} suggestion(s) for review ({} already known{})",
                 report.queued.len(),
@@ -161,6 +192,20 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
         RulesCommand::RunFeed => return run_feed(dir, &store),
         RulesCommand::QueueSuggestions { project } => {
             let report = store.queue_profile_suggestions(&project)?;
+            for id in &report.queued {
+                // The built-in profiles' guidance: the feed is the profile catalog itself.
+                let p = store.proposal(*id)?;
+                record_offline(
+                    dir,
+                    Entry::vendor(
+                        p.origin.proposed_by.clone(),
+                        p.origin.source_ref.clone(),
+                        Kind::Proposal,
+                    )
+                    .project(&project)
+                    .subject(format!("proposal #{id}")),
+                );
+            }
             println!(
                 "queued {} suggestion(s) for review ({} already known)",
                 report.queued.len(),
