@@ -163,6 +163,7 @@ impl GatewayBuilder {
             vault,
             key_created,
             has_memory: self.memory.is_some(),
+            memory: self.memory,
             watch_every: self.watch_every,
             admin: self.admin,
         })
@@ -179,6 +180,7 @@ pub struct Gateway {
     vault: Arc<Vault>,
     key_created: Option<PathBuf>,
     has_memory: bool,
+    memory: Option<bridle_memory::MemoryService>,
     watch_every: Duration,
     admin: Option<AdminListen>,
     vendor_feed: Option<Arc<bridle_rules::vendor::VendorFeed>>,
@@ -339,9 +341,13 @@ impl Gateway {
     /// The admin API's state over this gateway (its rules store and upstreams), admitting the
     /// admins `credentials` accept; serve it with [`crate::admin::AdminServer`].
     pub fn admin_state(&self, credentials: Arc<dyn AdminCredentials>) -> crate::admin::AdminState {
-        crate::admin::AdminState::new(Arc::clone(&self.ctx), credentials)
+        let state = crate::admin::AdminState::new(Arc::clone(&self.ctx), credentials)
             .integrations(Arc::clone(&self.upstreams) as Arc<dyn crate::admin::IntegrationStatus>)
-            .vault(Arc::clone(&self.vault))
+            .vault(Arc::clone(&self.vault));
+        match &self.memory {
+            Some(m) => state.memory(m.clone()),
+            None => state,
+        }
     }
 
     /// Also serves the admin API on its own loopback `addr` when bound, admitting the admins

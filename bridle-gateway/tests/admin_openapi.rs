@@ -65,6 +65,10 @@ fn the_document_is_openapi_3_1_and_covers_every_route() {
         ("/admin/api/v1/audit", &["get"]),
         ("/admin/api/v1/audit/export", &["get"]),
         ("/admin/api/v1/audit/verify", &["get"]),
+        ("/admin/api/v1/memory/sessions", &["get"]),
+        ("/admin/api/v1/memory/sessions/purge", &["post"]),
+        ("/admin/api/v1/memory/patterns", &["get"]),
+        ("/admin/api/v1/memory/patterns/{tag}/purge", &["post"]),
     ] {
         for m in methods {
             assert!(paths[path][*m].is_object(), "{m} {path} is documented");

@@ -31,6 +31,8 @@ agent_profiles:
       - id: read-before-edit
         statement: Read a file before editing it.
         source_ref: https://docs.example.org/agents/claude
+      - id: small-commits
+        statement: Keep each commit small.
 ";
 const CLAUDE_TOKEN: &str = "claude-secret-admin-cli-0123";
 const CANARY: &str = "cli-secret-canary-93b7";
@@ -267,6 +269,31 @@ fn the_command_line_changes_the_running_gateway_through_its_admin_api() {
     let carol: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(carol["entries"][0]["kind"], "approval");
     assert_eq!(carol["entries"][0]["source"]["surface"], "cli");
+    // The other seed, rejected through the API.
+    let second: u64 = seeds[1]["subject"].as_str().unwrap()["proposal #".len()..]
+        .parse()
+        .unwrap();
+    let queue = run(&["rules", "queue"], "");
+    assert!(queue.contains(&format!("#{second}")), "{queue}");
+    let out = run(
+        &[
+            "rules",
+            "reject",
+            &second.to_string(),
+            "--reason",
+            "not for us",
+        ],
+        "",
+    );
+    assert!(out.contains(&format!("rejected #{second}")), "{out}");
+    let o = run_bridle(dir, &["audit", "query", "--kind", "rejection", "--json"]);
+    let rejected: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rejected["entries"][0]["source"]["admin"], "admin");
+    assert_eq!(rejected["entries"][0]["source"]["surface"], "cli");
+    assert_eq!(
+        rejected["entries"][0]["subject"],
+        format!("proposal #{second}")
+    );
 
     let export = run_bridle(dir, &["audit", "export"]);
     assert!(export.status.success());

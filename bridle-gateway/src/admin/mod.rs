@@ -30,6 +30,7 @@ pub mod auth;
 pub mod credential;
 pub mod error;
 pub mod integrations;
+pub mod memory;
 pub mod openapi;
 pub mod page;
 pub mod projects;
@@ -72,6 +73,7 @@ pub struct AdminState {
     pub(crate) credentials: Arc<dyn AdminCredentials>,
     pub(crate) integrations: Option<Arc<dyn IntegrationStatus>>,
     pub(crate) vault: Option<Arc<crate::vault::Vault>>,
+    pub(crate) memory: Option<bridle_memory::MemoryService>,
     pub(crate) body_limit: usize,
     /// Cancelled when the server shuts down, so live streams end and let it stop.
     pub(crate) streams: tokio_util::sync::CancellationToken,
@@ -95,6 +97,7 @@ impl AdminState {
             credentials,
             integrations: None,
             vault: None,
+            memory: None,
             body_limit: DEFAULT_BODY_LIMIT,
             streams: tokio_util::sync::CancellationToken::new(),
         }
@@ -111,6 +114,12 @@ impl AdminState {
     /// 503 `vault_unavailable`.
     pub fn vault(mut self, vault: Arc<crate::vault::Vault>) -> Self {
         self.vault = Some(vault);
+        self
+    }
+
+    /// Serves the memory resource from this service; without it it answers 503 `memory_off`.
+    pub fn memory(mut self, memory: bridle_memory::MemoryService) -> Self {
+        self.memory = Some(memory);
         self
     }
 
@@ -138,6 +147,7 @@ pub fn authenticated() -> Router<AdminState> {
         .merge(secrets::routes())
         .merge(agents::routes())
         .merge(audit_log::routes())
+        .merge(memory::routes())
 }
 
 /// The whole admin API as an axum router (paths include [`BASE_PATH`]), ready to serve or to

@@ -8,7 +8,7 @@ use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use super::error::{FieldError, ProblemDetails};
-use super::{agents, audit_log, integrations, projects, queue, scope, secrets, sessions};
+use super::{agents, audit_log, integrations, memory, projects, queue, scope, secrets, sessions};
 
 /// The admin API's OpenAPI description.
 #[derive(OpenApi)]
@@ -28,6 +28,7 @@ use super::{agents, audit_log, integrations, projects, queue, scope, secrets, se
         sessions::list, sessions::get_one, sessions::end, sessions::events,
         secrets::list, secrets::get_one, secrets::create, secrets::rotate, secrets::revoke,
         audit_log::query, audit_log::export, audit_log::verify,
+        memory::sessions, memory::purge_sessions, memory::patterns, memory::purge_tag,
     ),
     components(schemas(ProblemDetails, FieldError)),
     modifiers(&AdminTokenScheme),
@@ -40,6 +41,7 @@ use super::{agents, audit_log, integrations, projects, queue, scope, secrets, se
         (name = "sessions", description = "The live session registry and its event stream"),
         (name = "secrets", description = "The vault's secrets (metadata only; values never returned)"),
         (name = "audit", description = "The tamper-evident audit log"),
+        (name = "memory", description = "Session memories and indexed pattern examples"),
     ),
 )]
 pub struct AdminApiDoc;

@@ -30,6 +30,11 @@ pub struct Gw {
 
 impl Gw {
     pub async fn start() -> Self {
+        Self::start_with(|b| b).await
+    }
+
+    /// As [`Gw::start`], with the builder adjusted first (memory, timeouts).
+    pub async fn start_with(configure: impl FnOnce(GatewayBuilder) -> GatewayBuilder) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         init_data_dir(tmp.path()).unwrap();
         RulesStore::open(tmp.path(), AgentCatalog::builtin())
@@ -46,12 +51,10 @@ impl Gw {
         let mut admins = AdminTokens::new().unwrap();
         admins.insert("alice", ALICE).unwrap();
         admins.insert("bob", BOB).unwrap();
-        let gateway = GatewayBuilder::new(tmp.path(), config)
+        let builder = GatewayBuilder::new(tmp.path(), config)
             .watch_every(Duration::from_millis(50))
-            .admin("127.0.0.1:0".parse().unwrap(), Arc::new(admins))
-            .build()
-            .await
-            .unwrap();
+            .admin("127.0.0.1:0".parse().unwrap(), Arc::new(admins));
+        let gateway = configure(builder).build().await.unwrap();
         let ctx = Arc::clone(gateway.context());
         let vault = Arc::clone(gateway.vault());
         let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();

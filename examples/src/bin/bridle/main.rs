@@ -9,7 +9,8 @@
 //!   queue. Approving is only ever done here (or, later, in the web panel), never by an agent.
 //! - `bridle kanboard serve --url URL --project ID`: the Kanboard tools alone, over stdio.
 //! - `bridle scope list|approve|deny`: decide agents' scope-expansion tickets.
-//! - `bridle agents ...`, `bridle secrets ...`, `bridle scope ...` with `--url` (or
+//! - `bridle agents ...`, `bridle secrets ...`, `bridle scope ...`, `bridle rules
+//!   queue|approve|reject` with `--url` (or
 //!   `$BRIDLE_ADMIN_URL`) and an admin credential (`--admin-token-file`, `$BRIDLE_ADMIN_TOKEN_FILE`
 //!   or `$BRIDLE_ADMIN_TOKEN`): the same commands as clients of a running gateway's admin API,
 //!   so the gateway applies and records each change at once; without `--url` they work offline
@@ -98,9 +99,14 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// The review queue: proposals from agents and vendor guidance.
-    #[command(subcommand)]
-    Rules(rules::RulesCommand),
+    /// The review queue: proposals from agents and vendor guidance (queue, approve and reject
+    /// through a running gateway with --url).
+    Rules {
+        #[command(subcommand)]
+        command: rules::RulesCommand,
+        #[command(flatten)]
+        remote: client::Remote,
+    },
     /// Scope-expansion tickets opened by agents (through a running gateway with --url).
     Scope {
         #[command(subcommand)]
@@ -214,7 +220,10 @@ fn run(command: Command, dir: &Path) -> Result<ExitCode, BoxError> {
             out,
             check,
         } => render::render(dir, &project, &agent, &out, check),
-        Command::Rules(c) => rules::rules(dir, c),
+        Command::Rules { command, remote } => match remote.client()? {
+            Some(api) => rules::rules_remote(&api, command),
+            None => rules::rules(dir, command),
+        },
         Command::Scope { command, remote } => match remote.client()? {
             Some(api) => scope::scope_remote(&api, command),
             None => scope::scope(dir, command),

@@ -1,5 +1,6 @@
 //! `bridle rules queue|approve|reject|log|source-vendor|queue-suggestions|upgrade`: the human
-//! side of the review queue.
+//! side of the review queue. With `--url`, `queue`, `approve` and `reject` go through a running
+//! gateway's admin API; the others read or write the data directory (offline).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -10,6 +11,7 @@ use clap::Subcommand;
 use bridle_gateway::audit::{Change, Entry, Kind, Surface};
 
 use crate::audit::record_offline;
+use crate::client::AdminClient;
 use crate::{BoxError, open_store, who};
 
 #[derive(Debug, Subcommand)]
@@ -306,4 +308,74 @@ fn source_vendor(
         Some(Err(e)) => Err(format!("{e} [{}]", e.code()).into()),
         None => Err("no source was read".into()),
     }
+}
+
+/// `queue`, `approve` and `reject` through a running gateway's admin API (the decider is the
+/// admin the credential names; `--by` does not apply). The others work on the data directory.
+pub(crate) fn rules_remote(api: &AdminClient, command: RulesCommand) -> Result<ExitCode, BoxError> {
+    match command {
+        RulesCommand::Queue { project, all, json } => {
+            let mut path = format!("/queue?status={}", if all { "all" } else { "pending" });
+            if let Some(p) = &project {
+                path.push_str(&format!("&project={}", crate::client::seg(p)));
+            }
+            let items = api.all(&path)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&items)?);
+            } else if items.is_empty() {
+                println!("the review queue is empty");
+            } else {
+                for p in items {
+                    let s = |v: &serde_json::Value| v.as_str().unwrap_or("?").to_string();
+                    println!(
+                        "#{} [{}] {}: {} (by {} {})",
+                        p["id"].as_u64().unwrap_or(0),
+                        s(&p["status"]),
+                        s(&p["project"]),
+                        s(&p["summary"]),
+                        s(&p["origin"]["source"]),
+                        s(&p["origin"]["proposed_by"]),
+                    );
+                }
+            }
+        }
+        RulesCommand::Approve { id, by } => {
+            if by.is_some() {
+                eprintln!(
+                    "note: --by does not apply through the admin API; the credential names the admin"
+                );
+            }
+            let p = api.post(&format!("/queue/{id}/approve"), None)?;
+            println!(
+                "approved #{}: {} (project {} is now at revision {})",
+                p["id"].as_u64().unwrap_or(0),
+                p["summary"].as_str().unwrap_or("?"),
+                p["project"].as_str().unwrap_or("?"),
+                p["applied_revision"].as_u64().unwrap_or(0)
+            );
+        }
+        RulesCommand::Reject { id, reason, by } => {
+            if by.is_some() {
+                eprintln!(
+                    "note: --by does not apply through the admin API; the credential names the admin"
+                );
+            }
+            let p = api.post(
+                &format!("/queue/{id}/reject"),
+                Some(serde_json::json!({ "reason": reason })),
+            )?;
+            println!(
+                "rejected #{}: {}",
+                p["id"].as_u64().unwrap_or(0),
+                p["summary"].as_str().unwrap_or("?")
+            );
+        }
+        _ => {
+            return Err(
+                "only `rules queue|approve|reject` go through the admin API; run the others without --url (they work on the data directory)"
+                    .into(),
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
