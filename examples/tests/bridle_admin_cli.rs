@@ -337,3 +337,105 @@ fn edit_a_row(dir: &std::path::Path) -> u64 {
     assert_eq!(n, 1);
     id
 }
+
+#[test]
+fn the_admin_credential_is_shown_once_or_taken_from_a_file_and_the_listener_stays_on_loopback() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    lay_out(
+        dir,
+        &[TestAgent {
+            name: "claude",
+            agent_type: "claude",
+            token: CLAUDE_TOKEN,
+            projects: &["demo"],
+        }],
+        &[("demo", DEMO)],
+    );
+    // First start: created in the vault and printed.
+    let server = Server::start(dir);
+    let url = printed_line(&server, "bridle: admin API on ");
+    let _ = printed_line(&server, "admin credential for `admin`");
+    let token = server.stdout.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(token.starts_with("bda_"));
+    drop(server);
+    // Second start: the same credential, never printed again.
+    let server = Server::start(dir);
+    let url2 = printed_line(&server, "bridle: admin API on ");
+    let note = server.stdout.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(note.contains("shown when it was created"), "{note}");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let http = reqwest::Client::new();
+    let status = |url: String, token: String| {
+        let http = http.clone();
+        rt.block_on(async move {
+            http.get(format!("{url}/agents"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    assert_eq!(status(url2.clone(), token.clone()), 200);
+    assert_eq!(status(url2.clone(), CLAUDE_TOKEN.to_string()), 401);
+    drop(server);
+    let _ = url;
+
+    // From a file (a Docker secret): nothing is created or printed.
+    let file = dir.join("admin-secret");
+    std::fs::write(&file, "file-admin-token-abcdef\n").unwrap();
+    let mut yaml = std::fs::read_to_string(dir.join("bridle.yaml")).unwrap();
+    yaml.push_str(&format!(
+        "admin:\n  name: ops\n  token_file: {}\n",
+        file.display()
+    ));
+    std::fs::write(dir.join("bridle.yaml"), &yaml).unwrap();
+    let server = Server::start(dir);
+    let url3 = printed_line(&server, "bridle: admin API on ");
+    let note = server.stdout.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(note.contains("admin-secret"), "{note}");
+    assert_eq!(status(url3.clone(), "file-admin-token-abcdef".into()), 200);
+    assert_eq!(
+        status(url3, token),
+        401,
+        "the vault credential is not in use now"
+    );
+    drop(server);
+
+    // A non-loopback admin listener is refused at start, named.
+    std::fs::write(
+        dir.join("bridle.yaml"),
+        yaml.replace("admin:\n", "admin:\n  listen: 0.0.0.0:7879\n"),
+    )
+    .unwrap();
+    let o = run_bridle(dir, &["serve", "--listen", "127.0.0.1:0"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("admin.listen") && err.contains("loopback"),
+        "{err}"
+    );
+    // Off: no admin API.
+    std::fs::write(
+        dir.join("bridle.yaml"),
+        yaml.replace("admin:\n", "admin:\n  enabled: false\n"),
+    )
+    .unwrap();
+    let server = Server::start(dir);
+    // Everything up to the memory hint, the last line of the start-up text.
+    let mut seen = Vec::new();
+    loop {
+        let line = server
+            .stdout
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the start-up text ends with the memory hint");
+        let last = line.starts_with("bridle: memory is off");
+        seen.push(line);
+        if last {
+            break;
+        }
+    }
+    assert!(seen.iter().all(|l| !l.contains("admin API")), "{seen:?}");
+}
