@@ -8,6 +8,10 @@
 //! - `http/off` vs `http/on`: a `tools/call` of an `echo` tool over loopback HTTP through
 //!   kberg-server (2026-07-28, one keep-alive connection, TCP_NODELAY), the path an agent's call
 //!   to the gateway takes.
+//! - `gateway/off` vs `gateway/on`: the whole Bridle gateway (`GatewayBuilder` over a data
+//!   directory laid out on defaults, per-agent bearer auth, live grants, the session registry)
+//!   answering `list_projects` over loopback HTTP, with `audit.enabled: false` and with the audit
+//!   log on (the default): the configuration choice an operator makes.
 //!
 //! The database lives in a temporary directory; the writer thread shares the machine's cores with
 //! the measured loop, as it does in the gateway.
@@ -128,10 +132,80 @@ fn bench_http(c: &mut Criterion, dir: &std::path::Path) {
     report(&log, "http");
 }
 
+/// A gateway over a fresh data directory with the demo project; `audit` says whether its audit
+/// log is on. Returns its address, the `claude` agent's token and the log.
+async fn gateway(
+    dir: &std::path::Path,
+    audit: bool,
+    stop: CancellationToken,
+) -> (SocketAddr, String, Option<AuditLog>) {
+    use bridle_gateway::GatewayBuilder;
+    use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir};
+    init_data_dir(dir).expect("lay out");
+    if !audit {
+        let yaml = std::fs::read_to_string(dir.join("bridle.yaml")).expect("config");
+        std::fs::write(
+            dir.join("bridle.yaml"),
+            format!("{yaml}audit:\n  enabled: false\n"),
+        )
+        .expect("config");
+    }
+    let config = GatewayConfig::load(dir).expect("config");
+    let token = std::fs::read_to_string(dir.join("secrets/claude-token")).expect("token");
+    let gw = GatewayBuilder::new(dir, config)
+        .build()
+        .await
+        .expect("gateway");
+    gw.context()
+        .store
+        .create("demo", &demo_document(), "bench")
+        .expect("demo");
+    let log = gw.context().audit().cloned();
+    assert_eq!(log.is_some(), audit);
+    let bound = gw
+        .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .expect("bind");
+    let addr = bound.local_addr();
+    tokio::spawn(bound.run(async move { stop.cancelled().await }));
+    (addr, token.trim().to_string(), log)
+}
+
+fn bench_gateway(c: &mut Criterion, dir: &std::path::Path) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let stop = CancellationToken::new();
+    let (off_dir, on_dir) = (dir.join("gateway-off"), dir.join("gateway-on"));
+    let ((off_addr, off_token, _), (on_addr, on_token, log)) = rt.block_on(async {
+        (
+            gateway(&off_dir, false, stop.clone()).await,
+            gateway(&on_dir, true, stop.clone()).await,
+        )
+    });
+    let list = ToolCall::new("list_projects", json!({}), "demo");
+    let mut g = c.benchmark_group("audit_gateway/gateway");
+    for (name, addr, token) in [("off", off_addr, off_token), ("on", on_addr, on_token)] {
+        let mut client = rt
+            .block_on(Client::connect(addr, "/mcp", STATELESS, false))
+            .expect("connect")
+            .with_bearer(token);
+        g.bench_function(name, |b| {
+            b.iter(|| rt.block_on(client.call(&list)).expect("tools/call"))
+        });
+    }
+    g.finish();
+    stop.cancel();
+    report(&log.expect("the audit log is on"), "gateway");
+}
+
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     bench_registry(c, dir.path());
     bench_http(c, dir.path());
+    bench_gateway(c, dir.path());
 }
 
 criterion_group!(benches, bench);

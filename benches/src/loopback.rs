@@ -59,6 +59,7 @@ pub struct Client {
     session: Option<String>,
     protocol: &'static str,
     next_id: u64,
+    bearer: Option<String>,
 }
 
 impl Client {
@@ -85,6 +86,7 @@ impl Client {
             session: None,
             protocol,
             next_id: 1,
+            bearer: None,
         };
         if handshake && protocol == STATEFUL {
             let (status, headers, _) = c
@@ -114,6 +116,13 @@ impl Client {
         Ok(c)
     }
 
+    /// Sends `Authorization: Bearer <token>` with every later request (a server with per-agent
+    /// auth, such as the Bridle gateway).
+    pub fn with_bearer(mut self, token: impl Into<String>) -> Self {
+        self.bearer = Some(token.into());
+        self
+    }
+
     /// Posts one JSON-RPC message and reads the whole answer.
     pub async fn post(
         &mut self,
@@ -134,6 +143,9 @@ impl Client {
         }
         if let Some(s) = &self.session {
             req = req.header("mcp-session-id", s.as_str());
+        }
+        if let Some(t) = &self.bearer {
+            req = req.header("authorization", format!("Bearer {t}"));
         }
         let req = req.body(Full::new(Bytes::from(body.to_string())))?;
         self.send.ready().await?;

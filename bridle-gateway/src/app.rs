@@ -33,7 +33,7 @@ pub fn build_app_observed(
     memory: Option<bridle_memory::tools::MemoryTools>,
     metrics: Option<&Arc<GatewayMetrics>>,
 ) -> Result<McpApp, GatewayError> {
-    let mut sink: Arc<dyn kberg_core::AuditSink> = Arc::new(kberg_core::TracingAuditSink);
+    let mut sink: Arc<dyn kberg_core::AuditSink> = ctx.tool_call_sink();
     if let Some(m) = metrics {
         sink = m.audit_sink(sink);
     }

@@ -44,6 +44,12 @@ pub struct GatewayConfig {
     /// with mode 0600 on first start) and where `docker:` secret references are read.
     #[serde(default, skip_serializing_if = "VaultSection::is_default")]
     pub vault: VaultSection,
+    /// The audit log of every change and tool call (on by default, in `audit.db`).
+    #[serde(default, skip_serializing_if = "AuditSection::is_default")]
+    pub audit: AuditSection,
+    /// The admin API: where it listens and where its credential comes from.
+    #[serde(default, skip_serializing_if = "AdminSection::is_default")]
+    pub admin: AdminSection,
     /// Kanboard behind the gateway (a build with the `kanboard` feature): its JSON-RPC URL, each
     /// agent's credential in the vault, and which Kanboard projects each Bridle project maps to.
     #[cfg(feature = "kanboard")]
@@ -106,6 +112,137 @@ impl VaultSection {
     fn is_default(&self) -> bool {
         self == &Self::default()
     }
+}
+
+/// The `audit:` section of `bridle.yaml`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditSection {
+    /// Whether the gateway records (default `true`). Off, tool calls and changes leave only
+    /// log lines.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The database, relative to the data directory unless absolute (default `audit.db`).
+    #[serde(default = "default_audit_path")]
+    pub path: PathBuf,
+    /// Remove entries older than this many days (default: keep them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age_days: Option<u64>,
+    /// Keep at most this many entries (default: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_entries: Option<u64>,
+    /// Commit each batch to the disk before going on (survives power loss; slower).
+    #[serde(default)]
+    pub fsync: bool,
+}
+
+impl Default for AuditSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            path: default_audit_path(),
+            max_age_days: None,
+            max_entries: None,
+            fsync: false,
+        }
+    }
+}
+
+impl AuditSection {
+    fn is_default(&self) -> bool {
+        self == &Self::default()
+    }
+
+    /// The database file of a data directory.
+    pub fn db_path(&self, data_dir: &Path) -> PathBuf {
+        data_dir.join(&self.path)
+    }
+
+    /// The log's settings: its file, fsync and retention.
+    pub fn log_config(&self, data_dir: &Path) -> crate::audit::AuditConfig {
+        let mut retention = crate::audit::Retention::keep_all();
+        if let Some(days) = self.max_age_days {
+            retention =
+                retention.with_max_age(std::time::Duration::from_secs(days.saturating_mul(86_400)));
+        }
+        if let Some(n) = self.max_entries {
+            retention = retention.with_max_entries(n);
+        }
+        crate::audit::AuditConfig::new(self.db_path(data_dir))
+            .with_fsync(self.fsync)
+            .with_retention(retention)
+    }
+}
+
+/// The `admin:` section of `bridle.yaml`: the admin API `bridle serve` starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSection {
+    /// Whether `bridle serve` starts the admin API (default `true`).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Where it listens, loopback only. Default: 127.0.0.1 on the port after the MCP
+    /// endpoint's (7879 beside 7878; a free port when the endpoint's is 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// The admin's name recorded in the audit log (default `admin`).
+    #[serde(default = "default_admin_name")]
+    pub name: String,
+    /// Where the admin credential comes from, instead of the vault: a file (a Docker secret
+    /// such as `/run/secrets/bridle_admin_token`) holding the token. Without it the vault
+    /// holds the credential, created and printed once on first start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+}
+
+impl Default for AdminSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            listen: None,
+            name: default_admin_name(),
+            token_file: None,
+        }
+    }
+}
+
+impl AdminSection {
+    fn is_default(&self) -> bool {
+        self == &Self::default()
+    }
+
+    /// Where the admin API listens beside an MCP endpoint on `mcp`; a non-loopback address is
+    /// refused.
+    pub fn listen_addr(&self, mcp: SocketAddr) -> Result<SocketAddr, String> {
+        let addr: SocketAddr = match &self.listen {
+            Some(l) => l.parse().map_err(|e| format!("admin.listen `{l}`: {e}"))?,
+            None => {
+                let port = match mcp.port() {
+                    0 => 0,
+                    p => p
+                        .checked_add(1)
+                        .ok_or_else(|| format!("set admin.listen: there is no port after {p}"))?,
+                };
+                SocketAddr::from(([127, 0, 0, 1], port))
+            }
+        };
+        if !addr.ip().is_loopback() {
+            return Err(format!(
+                "admin.listen {addr} is not loopback: the admin API listens on loopback only (put a TLS-terminating proxy in front to reach it from elsewhere)"
+            ));
+        }
+        Ok(addr)
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_audit_path() -> PathBuf {
+    PathBuf::from("audit.db")
+}
+fn default_admin_name() -> String {
+    "admin".to_string()
 }
 
 fn default_listen() -> String {
@@ -207,6 +344,8 @@ impl GatewayConfig {
         };
         let addr = self.listen_addr().map_err(invalid)?;
         self.check_exposure(addr).map_err(invalid)?;
+        self.admin.listen_addr(addr).map_err(invalid)?;
+        check_name("admin", &self.admin.name).map_err(|e| invalid(e.to_string()))?;
         let agents = self.agents.keys().cloned().collect();
         crate::upstreams::check_all(&self.upstreams, &agents)
             .map_err(|e| invalid(e.to_string()))?;
@@ -372,6 +511,8 @@ fn lay_out(data_dir: &Path, token_files: bool) -> Result<InitReport, ConfigError
         agents,
         memory: None,
         vault: VaultSection::default(),
+        audit: AuditSection::default(),
+        admin: AdminSection::default(),
         #[cfg(feature = "kanboard")]
         kanboard: None,
         upstreams: BTreeMap::new(),

@@ -22,6 +22,9 @@ pub struct GatewayContext {
     pub config: GatewayConfig,
     /// The live agents and sessions.
     pub sessions: SessionRegistry,
+    /// The audit log, once the gateway opened it (see [`GatewayContext::set_audit`]); unset,
+    /// changes and tool calls leave only log lines.
+    pub(crate) audit: std::sync::OnceLock<crate::audit::AuditLog>,
 }
 
 impl std::fmt::Debug for GatewayContext {
@@ -64,6 +67,7 @@ impl GatewayContext {
             renderer,
             config,
             sessions: SessionRegistry::default(),
+            audit: std::sync::OnceLock::new(),
         }))
     }
 

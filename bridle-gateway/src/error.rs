@@ -27,6 +27,9 @@ pub enum GatewayError {
     /// The vault (its master key, its database).
     #[error(transparent)]
     Vault(#[from] crate::vault::VaultError),
+    /// The audit log could not be opened.
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
     /// Listening or serving failed.
     #[error("{0}")]
     Serve(String),

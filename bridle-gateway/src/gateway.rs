@@ -120,6 +120,10 @@ impl GatewayBuilder {
         let secrets_dir = self.config.secrets_path(&self.data_dir);
         let (vault, key_created) = open_vault(&self.data_dir, &self.config)?;
         let ctx = GatewayContext::open(&self.data_dir, self.config)?;
+        if ctx.config.audit.enabled {
+            let log = crate::audit::AuditLog::open(ctx.config.audit.log_config(&self.data_dir))?;
+            ctx.set_audit(log);
+        }
         let auth =
             BridleAuth::new(&self.data_dir, Arc::clone(&ctx))?.with_vault(Arc::clone(&vault));
         let memory_tools = self.memory.as_ref().map(|m| {
@@ -174,6 +178,7 @@ impl GatewayBuilder {
             vault,
             key_created,
             has_memory: self.memory.is_some(),
+            memory: self.memory,
             watch_every: self.watch_every,
             admin: self.admin,
             metrics,
@@ -192,6 +197,7 @@ pub struct Gateway {
     vault: Arc<Vault>,
     key_created: Option<PathBuf>,
     has_memory: bool,
+    memory: Option<bridle_memory::MemoryService>,
     watch_every: Duration,
     admin: Option<AdminListen>,
     vendor_feed: Option<Arc<bridle_rules::vendor::VendorFeed>>,
@@ -354,8 +360,21 @@ impl Gateway {
     /// The admin API's state over this gateway (its rules store and upstreams), admitting the
     /// admins `credentials` accept; serve it with [`crate::admin::AdminServer`].
     pub fn admin_state(&self, credentials: Arc<dyn AdminCredentials>) -> crate::admin::AdminState {
-        crate::admin::AdminState::new(Arc::clone(&self.ctx), credentials)
+        let state = crate::admin::AdminState::new(Arc::clone(&self.ctx), credentials)
             .integrations(Arc::clone(&self.upstreams) as Arc<dyn crate::admin::IntegrationStatus>)
+            .vault(Arc::clone(&self.vault));
+        match &self.memory {
+            Some(m) => state.memory(m.clone()),
+            None => state,
+        }
+    }
+
+    /// Also serves the admin API on its own loopback `addr` when bound, admitting the admins
+    /// `credentials` accept (as [`GatewayBuilder::admin`], once the vault is open: for
+    /// credentials kept in it).
+    pub fn with_admin(mut self, addr: SocketAddr, credentials: Arc<dyn AdminCredentials>) -> Self {
+        self.admin = Some(AdminListen { addr, credentials });
+        self
     }
 
     /// The gateway's metrics (served at `/metrics`).

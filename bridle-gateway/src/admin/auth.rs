@@ -10,8 +10,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::header;
+use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::Response;
 use hmac::{Hmac, KeyInit, Mac};
@@ -19,6 +20,7 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
+use crate::audit::{Entry, Kind, Surface};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -34,6 +36,53 @@ impl AdminIdentity {
     /// through this API: `admin:<name>@api` (the source is `user`; the suffix is the surface).
     pub fn actor(&self) -> String {
         format!("admin:{}@api", self.name)
+    }
+}
+
+/// The request header an admin client names its surface in: `cli` (the `bridle` command line),
+/// `panel` (the web panel) or `api` (the default: the API called directly). It is what the audit
+/// log records as the surface; it grants nothing.
+pub const SURFACE_HEADER: &str = "bridle-surface";
+
+/// An authenticated admin and the surface they act through: what a handler records a change
+/// as. An extractor: a handler behind [`require_admin`] takes it as an argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminActor {
+    /// Who.
+    pub identity: AdminIdentity,
+    /// Through which surface.
+    pub surface: Surface,
+}
+
+impl AdminActor {
+    /// An admin acting through `surface`.
+    pub fn new(name: impl Into<String>, surface: Surface) -> Self {
+        Self {
+            identity: AdminIdentity { name: name.into() },
+            surface,
+        }
+    }
+
+    /// The actor the rules store and the vault record: `admin:<name>@<surface>`.
+    pub fn actor(&self) -> String {
+        format!("admin:{}@{}", self.identity.name, self.surface.as_str())
+    }
+
+    /// A `user`-source audit entry of this admin.
+    pub fn entry(&self, kind: Kind) -> Entry {
+        Entry::user(self.identity.name.clone(), self.surface, kind)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for AdminActor {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        parts
+            .extensions
+            .get::<AdminActor>()
+            .cloned()
+            .ok_or_else(|| ApiError::Unauthorized("an admin bearer token is required".into()))
     }
 }
 
@@ -197,7 +246,23 @@ pub async fn require_admin(
     let identity = credentials
         .verify(token)
         .ok_or_else(|| ApiError::Unauthorized("the token is not an admin credential".into()))?;
-    tracing::debug!(admin = %identity.name, "admin authenticated");
+    let surface = match request.headers().get(SURFACE_HEADER) {
+        None => Surface::Api,
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<Surface>().ok())
+            .ok_or_else(|| ApiError::Invalid {
+                code: "invalid_surface",
+                detail: format!("the `{SURFACE_HEADER}` header must be `api`, `cli` or `panel`"),
+                errors: Vec::new(),
+            })?,
+    };
+    tracing::debug!(admin = %identity.name, surface = surface.as_str(), "admin authenticated");
+    request.extensions_mut().insert(AdminActor {
+        identity: identity.clone(),
+        surface,
+    });
     request.extensions_mut().insert(identity);
     Ok(next.run(request).await)
 }

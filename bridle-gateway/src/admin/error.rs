@@ -124,6 +124,17 @@ pub enum ApiError {
     /// No route has this path.
     #[error("no admin API resource at `{0}`")]
     UnknownRoute(String),
+    /// A part of the gateway this resource needs is not running (no vault, no audit log).
+    #[error("{detail}")]
+    Unavailable {
+        /// The code (`vault_unavailable`, `audit_log_off`, ...).
+        code: &'static str,
+        /// The sentence.
+        detail: String,
+    },
+    /// The change was made, but its audit entry could not be written (the log says why).
+    #[error("{0}")]
+    AuditUnavailable(String),
     /// Something failed inside the gateway (the database, a file). Logged; the client gets a
     /// sentence without internals.
     #[error("{0}")]
@@ -145,6 +156,8 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::UnknownRoute(_) => "unknown_route",
+            ApiError::Unavailable { code, .. } => code,
+            ApiError::AuditUnavailable(_) => "audit_unavailable",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -160,7 +173,10 @@ impl ApiError {
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) | ApiError::AuditUnavailable(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 
@@ -215,6 +231,16 @@ impl IntoResponse for ApiError {
             );
         }
         response
+    }
+}
+
+impl ApiError {
+    /// The answer when `change` was made but its audit entry could not be written.
+    pub fn audit_failed(change: &str, e: &crate::audit::AuditError) -> Self {
+        ApiError::AuditUnavailable(format!(
+            "{change} was made, but the audit log could not record it ({}); see the gateway's log",
+            e.code()
+        ))
     }
 }
 
@@ -297,6 +323,70 @@ impl From<RulesError> for ApiError {
                 tracing::error!(error = %other, code = other.code(), "rules store failed");
                 ApiError::Internal(format!(
                     "the rules store failed ({}); see the gateway's log",
+                    other.code()
+                ))
+            }
+        }
+    }
+}
+
+impl From<crate::vault::VaultError> for ApiError {
+    fn from(e: crate::vault::VaultError) -> Self {
+        use crate::vault::VaultError as V;
+        let detail = e.to_string();
+        match e {
+            V::SecretNotFound(_) => ApiError::NotFound {
+                code: "unknown_secret",
+                detail,
+            },
+            V::VersionNotFound { .. } => ApiError::NotFound {
+                code: "unknown_version",
+                detail,
+            },
+            V::SecretExists(_) => ApiError::Conflict {
+                code: "secret_exists",
+                detail,
+            },
+            V::VersionRevoked { .. } => ApiError::Conflict {
+                code: "version_revoked",
+                detail,
+            },
+            V::NoActiveVersion(_) => ApiError::Conflict {
+                code: "no_active_version",
+                detail,
+            },
+            V::InvalidName { .. } => ApiError::Invalid {
+                code: "invalid_name",
+                detail,
+                errors: Vec::new(),
+            },
+            V::InvalidValue { .. } => ApiError::Invalid {
+                code: "invalid_value",
+                detail,
+                errors: Vec::new(),
+            },
+            // The key, the database, decryption: internals, logged, not shown.
+            other => {
+                tracing::error!(error = %other, code = other.code(), "vault failed");
+                ApiError::Internal(format!(
+                    "the vault failed ({}); see the gateway's log",
+                    other.code()
+                ))
+            }
+        }
+    }
+}
+
+impl From<crate::audit::AuditError> for ApiError {
+    fn from(e: crate::audit::AuditError) -> Self {
+        match e {
+            crate::audit::AuditError::InvalidCursor(_) => {
+                ApiError::BadQuery("`cursor` is not one this API returned".into())
+            }
+            other => {
+                tracing::error!(error = %other, code = other.code(), "audit log failed");
+                ApiError::Internal(format!(
+                    "the audit log failed ({}); see the gateway's log",
                     other.code()
                 ))
             }

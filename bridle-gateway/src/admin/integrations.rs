@@ -97,7 +97,7 @@ async fn reports(s: &AdminState) -> Vec<IntegrationView> {
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn list(
+pub async fn list(
     State(s): State<AdminState>,
     ApiQuery(q): ApiQuery<IntegrationQuery>,
 ) -> Result<axum::Json<IntegrationPage>, ApiError> {
@@ -127,7 +127,7 @@ pub(crate) async fn list(
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn get_one(
+pub async fn get_one(
     State(s): State<AdminState>,
     ApiPath(namespace): ApiPath<String>,
 ) -> Result<axum::Json<IntegrationView>, ApiError> {

@@ -8,8 +8,10 @@
 //! as every other failure. Resources that need the vault and the agent registry (agents,
 //! secrets) slot in the same way: a module with a `routes()` merged in [`authenticated`].
 //!
-//! Every change made through the API is recorded in the rules store with source `user` and the
-//! actor [`AdminIdentity::actor`] (`admin:<name>@api`).
+//! Every change made through the API is recorded in the rules store (or the vault) with the
+//! actor [`AdminActor::actor`] (`admin:<name>@<surface>`, the surface from the
+//! [`SURFACE_HEADER`] header, `api` by default) and in the gateway's audit log as a `user`-source
+//! entry naming the admin and the surface.
 
 use std::sync::Arc;
 
@@ -22,17 +24,25 @@ use axum::routing::get;
 use crate::context::GatewayContext;
 use crate::upstreams::{UpstreamPool, UpstreamReport};
 
+pub mod agents;
+pub mod audit_log;
 pub mod auth;
+pub mod credential;
 pub mod error;
 pub mod integrations;
+pub mod memory;
 pub mod openapi;
 pub mod page;
 pub mod projects;
 pub mod queue;
 pub mod scope;
+pub mod secrets;
 mod server;
+pub mod sessions;
 
-pub use auth::{AdminCredentials, AdminIdentity, AdminTokens, CredentialsError};
+pub use auth::{
+    AdminActor, AdminCredentials, AdminIdentity, AdminTokens, CredentialsError, SURFACE_HEADER,
+};
 pub use error::{ApiError, FieldError, ProblemDetails};
 pub use server::{AdminServeError, AdminServer};
 
@@ -62,7 +72,11 @@ pub struct AdminState {
     pub(crate) ctx: Arc<GatewayContext>,
     pub(crate) credentials: Arc<dyn AdminCredentials>,
     pub(crate) integrations: Option<Arc<dyn IntegrationStatus>>,
+    pub(crate) vault: Option<Arc<crate::vault::Vault>>,
+    pub(crate) memory: Option<bridle_memory::MemoryService>,
     pub(crate) body_limit: usize,
+    /// Cancelled when the server shuts down, so live streams end and let it stop.
+    pub(crate) streams: tokio_util::sync::CancellationToken,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -70,6 +84,7 @@ impl std::fmt::Debug for AdminState {
         f.debug_struct("AdminState")
             .field("body_limit", &self.body_limit)
             .field("integrations", &self.integrations.is_some())
+            .field("vault", &self.vault.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -81,7 +96,10 @@ impl AdminState {
             ctx,
             credentials,
             integrations: None,
+            vault: None,
+            memory: None,
             body_limit: DEFAULT_BODY_LIMIT,
+            streams: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -90,6 +108,24 @@ impl AdminState {
     pub fn integrations(mut self, integrations: Arc<dyn IntegrationStatus>) -> Self {
         self.integrations = Some(integrations);
         self
+    }
+
+    /// Serves the secrets and agent-token resources from this vault; without it they answer
+    /// 503 `vault_unavailable`.
+    pub fn vault(mut self, vault: Arc<crate::vault::Vault>) -> Self {
+        self.vault = Some(vault);
+        self
+    }
+
+    /// Serves the memory resource from this service; without it it answers 503 `memory_off`.
+    pub fn memory(mut self, memory: bridle_memory::MemoryService) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// The context the handlers read (rules store, sessions, audit log).
+    pub fn context(&self) -> &Arc<GatewayContext> {
+        &self.ctx
     }
 
     /// The largest request body accepted (default [`DEFAULT_BODY_LIMIT`]); a larger one gets
@@ -107,6 +143,11 @@ pub fn authenticated() -> Router<AdminState> {
         .merge(queue::routes())
         .merge(scope::routes())
         .merge(integrations::routes())
+        .merge(sessions::routes())
+        .merge(secrets::routes())
+        .merge(agents::routes())
+        .merge(audit_log::routes())
+        .merge(memory::routes())
 }
 
 /// The whole admin API as an axum router (paths include [`BASE_PATH`]), ready to serve or to
@@ -142,6 +183,18 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 /// `BASE_PATH` joined with `path`.
 pub(crate) fn path(p: &str) -> String {
     format!("{BASE_PATH}{p}")
+}
+
+/// Records a change an admin made (synchronously, after it was committed): a failed write is
+/// 500 `audit_unavailable`, naming `what` as made.
+pub(crate) fn record(
+    ctx: &GatewayContext,
+    entry: crate::audit::Entry,
+    what: &str,
+) -> Result<(), ApiError> {
+    ctx.record_change(entry)
+        .map(drop)
+        .map_err(|e| ApiError::audit_failed(what, &e))
 }
 
 /// Runs a blocking store call off the async threads.

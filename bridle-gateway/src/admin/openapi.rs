@@ -8,7 +8,7 @@ use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use super::error::{FieldError, ProblemDetails};
-use super::{integrations, projects, queue, scope};
+use super::{agents, audit_log, integrations, memory, projects, queue, scope, secrets, sessions};
 
 /// The admin API's OpenAPI description.
 #[derive(OpenApi)]
@@ -24,6 +24,11 @@ use super::{integrations, projects, queue, scope};
         queue::list, queue::get_one, queue::approve, queue::reject,
         scope::list, scope::get_one, scope::approve, scope::deny,
         integrations::list, integrations::get_one,
+        agents::list, agents::get_one, agents::issue, agents::rotate, agents::revoke,
+        sessions::list, sessions::get_one, sessions::end, sessions::events,
+        secrets::list, secrets::get_one, secrets::create, secrets::rotate, secrets::revoke,
+        audit_log::query, audit_log::export, audit_log::verify,
+        memory::sessions, memory::purge_sessions, memory::patterns, memory::purge_tag,
     ),
     components(schemas(ProblemDetails, FieldError)),
     modifiers(&AdminTokenScheme),
@@ -32,6 +37,11 @@ use super::{integrations, projects, queue, scope};
         (name = "queue", description = "The review queue of proposed changes"),
         (name = "scope", description = "Scope-expansion tickets"),
         (name = "integrations", description = "Upstream MCP servers"),
+        (name = "agents", description = "Configured agents and their vault-issued tokens"),
+        (name = "sessions", description = "The live session registry and its event stream"),
+        (name = "secrets", description = "The vault's secrets (metadata only; values never returned)"),
+        (name = "audit", description = "The tamper-evident audit log"),
+        (name = "memory", description = "Session memories and indexed pattern examples"),
     ),
 )]
 pub struct AdminApiDoc;

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use axum::Router;
-use axum::extract::{Extension, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -17,10 +17,11 @@ use bridle_rules::{ChangeRecord, RulesDocument, RulesError};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::auth::AdminIdentity;
+use super::auth::AdminActor;
 use super::error::{ApiError, ProblemDetails};
 use super::page::{ApiJson, ApiPath, ApiQuery, paginate};
-use super::{AdminState, blocking, path};
+use super::{AdminState, blocking, path, record};
+use crate::audit::{Change, Kind};
 
 /// The media type of a YAML document.
 pub const YAML: &str = "application/yaml";
@@ -228,7 +229,7 @@ pub struct HistoryQuery {
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn list(
+pub async fn list(
     State(s): State<AdminState>,
     ApiQuery(q): ApiQuery<ProjectQuery>,
 ) -> Result<axum::Json<ProjectPage>, ApiError> {
@@ -307,9 +308,9 @@ fn parse_submitted(
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn create(
+pub async fn create(
     State(s): State<AdminState>,
-    Extension(admin): Extension<AdminIdentity>,
+    admin: AdminActor,
     ApiJson(body): ApiJson<CreateProject>,
 ) -> Result<(StatusCode, axum::Json<Saved>), ApiError> {
     bridle_rules::check_name("project", &body.name)?;
@@ -318,8 +319,16 @@ pub(crate) async fn create(
     let name = body.name.clone();
     blocking(move || {
         ctx.store.create(&name, &doc, &admin.actor())?;
-        tracing::info!(project = %name, admin = %admin.name, "project created through the admin API");
-        Ok(())
+        tracing::info!(project = %name, admin = %admin.identity.name, "project created through the admin API");
+        let entry = admin
+            .entry(Kind::RulesChange)
+            .project(&name)
+            .subject("project created")
+            .change(Change {
+                after: Some("1".into()),
+                ..Change::default()
+            });
+        record(&ctx, entry, "the project")
     })
     .await?;
     Ok((
@@ -356,7 +365,7 @@ fn etag(revision: u64) -> HeaderValue {
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn get_one(
+pub async fn get_one(
     State(s): State<AdminState>,
     ApiPath(project): ApiPath<String>,
     headers: HeaderMap,
@@ -400,9 +409,9 @@ pub(crate) async fn get_one(
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn replace(
+pub async fn replace(
     State(s): State<AdminState>,
-    Extension(admin): Extension<AdminIdentity>,
+    admin: AdminActor,
     ApiPath(project): ApiPath<String>,
     ApiJson(body): ApiJson<ReplaceProject>,
 ) -> Result<axum::Json<Saved>, ApiError> {
@@ -414,9 +423,19 @@ pub(crate) async fn replace(
     let ctx = s.ctx.clone();
     let name = project.clone();
     let revision = blocking(move || {
-        Ok(ctx
-            .store
-            .save_edit(&name, &doc, body.base_revision, &admin.actor(), &summary)?)
+        let revision =
+            ctx.store
+                .save_edit(&name, &doc, body.base_revision, &admin.actor(), &summary)?;
+        let entry = admin
+            .entry(Kind::RulesChange)
+            .project(&name)
+            .subject("document replaced")
+            .change(Change::revisions(
+                body.base_revision.to_string(),
+                revision.to_string(),
+            ));
+        record(&ctx, entry, "the edit")?;
+        Ok(revision)
     })
     .await?;
     Ok(axum::Json(Saved { project, revision }))
@@ -434,7 +453,7 @@ pub(crate) async fn replace(
         (status = 404, description = "unknown project or agent type", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn render(
+pub async fn render(
     State(s): State<AdminState>,
     ApiPath((project, agent_type)): ApiPath<(String, String)>,
 ) -> Result<axum::Json<RenderedFile>, ApiError> {
@@ -462,7 +481,7 @@ pub(crate) async fn render(
         (status = 404, description = "unknown project or revision", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn diff(
+pub async fn diff(
     State(s): State<AdminState>,
     ApiPath(project): ApiPath<String>,
     ApiQuery(q): ApiQuery<DiffQuery>,
@@ -513,7 +532,7 @@ pub(crate) fn unified_diff(old: &str, new: &str, old_name: &str, new_name: &str)
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn history(
+pub async fn history(
     State(s): State<AdminState>,
     ApiPath(project): ApiPath<String>,
     ApiQuery(q): ApiQuery<HistoryQuery>,

@@ -6,17 +6,18 @@
 //! same item at once, exactly one wins and the other gets 409 `already_decided`.
 
 use axum::Router;
-use axum::extract::{Extension, State};
+use axum::extract::State;
 use axum::routing::{get, post};
 use bridle_rules::{Proposal, ProposalStatus};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::auth::AdminIdentity;
+use super::auth::AdminActor;
 use super::error::{ApiError, ProblemDetails};
 use super::page::{ApiJson, ApiPath, ApiQuery, paginate};
 use super::projects::unified_diff;
-use super::{AdminState, blocking, path};
+use super::{AdminState, blocking, path, record};
+use crate::audit::{Change, Kind};
 
 pub(crate) fn routes() -> Router<AdminState> {
     Router::new()
@@ -160,7 +161,7 @@ pub struct RejectBody {
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn list(
+pub async fn list(
     State(s): State<AdminState>,
     ApiQuery(q): ApiQuery<QueueQuery>,
 ) -> Result<axum::Json<ProposalPage>, ApiError> {
@@ -210,9 +211,9 @@ pub(crate) async fn list(
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn get_one(
+pub async fn get_one(
     State(s): State<AdminState>,
-    Extension(admin): Extension<AdminIdentity>,
+    admin: AdminActor,
     ApiPath(id): ApiPath<u64>,
 ) -> Result<axum::Json<ProposalDetail>, ApiError> {
     let ctx = s.ctx.clone();
@@ -254,15 +255,26 @@ pub(crate) async fn get_one(
         (status = 409, description = "already decided (another admin was first), or it no longer applies", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn approve(
+pub async fn approve(
     State(s): State<AdminState>,
-    Extension(admin): Extension<AdminIdentity>,
+    admin: AdminActor,
     ApiPath(id): ApiPath<u64>,
 ) -> Result<axum::Json<ProposalView>, ApiError> {
     let ctx = s.ctx.clone();
     blocking(move || {
         let p = ctx.store.approve(id, &admin.actor())?;
-        tracing::info!(proposal = id, admin = %admin.name, "proposal approved through the admin API");
+        tracing::info!(proposal = id, admin = %admin.identity.name, "proposal approved through the admin API");
+        let mut entry = admin
+            .entry(Kind::Approval)
+            .project(&p.project)
+            .subject(format!("proposal #{id}"));
+        if let Some(after) = p.applied_revision {
+            entry = entry.change(Change::revisions(
+                after.saturating_sub(1).to_string(),
+                after.to_string(),
+            ));
+        }
+        record(&ctx, entry, "the approval")?;
         Ok(axum::Json(p.into()))
     })
     .await
@@ -281,9 +293,9 @@ pub(crate) async fn approve(
         (status = 422, description = "no reason given", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn reject(
+pub async fn reject(
     State(s): State<AdminState>,
-    Extension(admin): Extension<AdminIdentity>,
+    admin: AdminActor,
     ApiPath(id): ApiPath<u64>,
     ApiJson(body): ApiJson<RejectBody>,
 ) -> Result<axum::Json<ProposalView>, ApiError> {
@@ -293,7 +305,12 @@ pub(crate) async fn reject(
     let ctx = s.ctx.clone();
     blocking(move || {
         let p = ctx.store.reject(id, &admin.actor(), body.reason.trim())?;
-        tracing::info!(proposal = id, admin = %admin.name, "proposal rejected through the admin API");
+        tracing::info!(proposal = id, admin = %admin.identity.name, "proposal rejected through the admin API");
+        let entry = admin
+            .entry(Kind::Rejection)
+            .project(&p.project)
+            .subject(format!("proposal #{id}"));
+        record(&ctx, entry, "the rejection")?;
         Ok(axum::Json(p.into()))
     })
     .await

@@ -1,16 +1,17 @@
 //! Scope tickets: an agent asked a person to widen what it may do; an admin approves or denies.
 
 use axum::Router;
-use axum::extract::{Extension, State};
+use axum::extract::State;
 use axum::routing::{get, post};
 use bridle_rules::ScopeTicket;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::auth::AdminIdentity;
+use super::auth::AdminActor;
 use super::error::{ApiError, ProblemDetails};
 use super::page::{ApiPath, ApiQuery, OptionalJson, paginate};
-use super::{AdminState, blocking, path};
+use super::{AdminState, blocking, path, record};
+use crate::audit::Kind;
 
 pub(crate) fn routes() -> Router<AdminState> {
     Router::new()
@@ -112,7 +113,7 @@ pub struct DecideBody {
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn list(
+pub async fn list(
     State(s): State<AdminState>,
     ApiQuery(q): ApiQuery<TicketQuery>,
 ) -> Result<axum::Json<TicketPage>, ApiError> {
@@ -151,7 +152,7 @@ pub(crate) async fn list(
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn get_one(
+pub async fn get_one(
     State(s): State<AdminState>,
     ApiPath(id): ApiPath<u64>,
 ) -> Result<axum::Json<TicketView>, ApiError> {
@@ -161,7 +162,7 @@ pub(crate) async fn get_one(
 
 async fn decide(
     s: AdminState,
-    admin: AdminIdentity,
+    admin: AdminActor,
     id: u64,
     approve: bool,
     note: Option<String>,
@@ -172,7 +173,17 @@ async fn decide(
         let t = ctx
             .store
             .decide_scope(id, approve, &admin.actor(), note.as_deref())?;
-        tracing::info!(ticket = id, approve, admin = %admin.name, "scope ticket decided through the admin API");
+        tracing::info!(ticket = id, approve, admin = %admin.identity.name, "scope ticket decided through the admin API");
+        let entry = admin
+            .entry(if approve {
+                Kind::Approval
+            } else {
+                Kind::Rejection
+            })
+            .project(&t.project)
+            .subject(format!("scope ticket #{id}"))
+            .about_agent(&t.agent);
+        record(&ctx, entry, "the decision")?;
         Ok(axum::Json(t.into()))
     })
     .await
@@ -189,9 +200,9 @@ async fn decide(
         (status = 409, description = "already decided", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn approve(
+pub async fn approve(
     State(s): State<AdminState>,
-    Extension(admin): Extension<AdminIdentity>,
+    admin: AdminActor,
     ApiPath(id): ApiPath<u64>,
     OptionalJson(body): OptionalJson<DecideBody>,
 ) -> Result<axum::Json<TicketView>, ApiError> {
@@ -209,9 +220,9 @@ pub(crate) async fn approve(
         (status = 409, description = "already decided", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
-pub(crate) async fn deny(
+pub async fn deny(
     State(s): State<AdminState>,
-    Extension(admin): Extension<AdminIdentity>,
+    admin: AdminActor,
     ApiPath(id): ApiPath<u64>,
     OptionalJson(body): OptionalJson<DecideBody>,
 ) -> Result<axum::Json<TicketView>, ApiError> {

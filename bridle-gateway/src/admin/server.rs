@@ -91,6 +91,7 @@ impl AdminServer {
     ) -> Result<(), AdminServeError> {
         let addr = self.addr;
         let stop = self.stop.clone();
+        let streams = self.state.streams.clone();
         let listener = self.listener.tap_io(|tcp| {
             if let Err(e) = tcp.set_nodelay(true) {
                 tracing::warn!(error = %e, "cannot set TCP_NODELAY on an admin connection");
@@ -102,6 +103,8 @@ impl AdminServer {
                     () = shutdown => {}
                     () = stop.cancelled() => {}
                 }
+                // Live streams never finish by themselves; end them so the server can stop.
+                streams.cancel();
             })
             .await
             .map_err(|source| AdminServeError::Io { addr, source })?;

@@ -40,6 +40,7 @@
 
 mod entry;
 mod error;
+mod gateway;
 mod query;
 mod row;
 mod sink;
@@ -58,6 +59,7 @@ pub use entry::{
     Change, ClientName, Entry, Kind, Outcome, Source, SourceType, Surface, ToolCallInfo,
 };
 pub use error::AuditError;
+pub use gateway::agent_entry;
 pub use query::{AuditPage, AuditQuery, MAX_PAGE};
 pub use row::StoredEntry;
 pub use store::{BreakKind, ChainBreak, Retention, TrimReport, VerifyReport};

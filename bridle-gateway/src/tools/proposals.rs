@@ -91,6 +91,7 @@ async fn propose(
         Ok(a) => a,
         Err(out) => return Ok(out),
     };
+    let client = ctx.client().cloned();
     blocking(move || {
         let doc = match gw.store.load(&project) {
             Ok(l) => l.document,
@@ -105,9 +106,24 @@ async fn propose(
                 ),
             );
         }
-        let origin = Origin::agent(name, session);
+        let origin = Origin::agent(name.clone(), session.clone());
         match gw.store.propose(&project, &origin, &change, base_revision) {
             Ok(p) => {
+                let entry = crate::audit::agent_entry(
+                    &name,
+                    &agent.agent_type,
+                    session.as_deref(),
+                    client.as_ref(),
+                    crate::audit::Kind::Proposal,
+                )
+                .project(&project)
+                .subject(format!("proposal #{}", p.id))
+                .change(crate::audit::Change {
+                    before: Some(doc.revision.to_string()),
+                    ..Default::default()
+                });
+                // The proposal is queued; a failed record is logged by record_change.
+                let _ = gw.record_change(entry);
                 let text = format!(
                     "Proposal #{} queued for review: {}. A person decides; nothing changes until it is approved.",
                     p.id, p.summary

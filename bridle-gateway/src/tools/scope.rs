@@ -54,6 +54,7 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                         Ok(x) => x,
                         Err(out) => return Ok(out),
                     };
+                    let client = ctx.client().cloned();
                     blocking(move || {
                         match s.store.load(&a.project) {
                             Ok(l) if !l.document.permissions_of(&agent.agent_type).scope.request => {
@@ -63,11 +64,18 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                             Err(e) => return rules_refusal(&e),
                         }
                         match s.store.request_scope(&a.project, &name, a.session.as_deref(), &a.action, &a.reason) {
-                            Ok(t) => ToolOutput::text(format!(
+                            Ok(t) => {
+                                let entry = crate::audit::agent_entry(&name, &agent.agent_type, a.session.as_deref(), client.as_ref(), crate::audit::Kind::ScopeRequest)
+                                    .project(&a.project)
+                                    .subject(format!("scope ticket #{}", t.id));
+                                // The ticket is open; a failed record is logged by record_change.
+                                let _ = s.record_change(entry);
+                                ToolOutput::text(format!(
                                 "Scope ticket #{} is pending. Wait for a person to decide (check with scope_status); do not proceed until it is approved.",
                                 t.id
                             ))
-                            .with_structured(json!({"ticket": t.id, "status": t.status})),
+                            .with_structured(json!({"ticket": t.id, "status": t.status}))
+                            }
                             Err(e) => rules_refusal(&e),
                         }
                     })

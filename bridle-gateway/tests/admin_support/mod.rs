@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // Each test file uses part of the harness.
 
+pub mod gateway;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,6 +9,10 @@ use std::time::Duration;
 use bridle_gateway::gateway::open_vault;
 use clap::Subcommand;
 
+use bridle_gateway::audit::{Entry, Kind, Surface};
+
+use crate::audit::record_offline;
+use crate::client::{AdminClient, seg};
 use crate::{BoxError, who};
 
 #[derive(Debug, Subcommand)]
@@ -85,12 +89,28 @@ pub(crate) fn agents(dir: &Path, command: AgentsCommand) -> Result<ExitCode, Box
         AgentsCommand::Token(TokenCommand::Issue { agent }) => {
             known(&agent)?;
             let t = vault.set_agent_token(&agent, &actor)?;
+            record_offline(
+                dir,
+                Entry::user(who(None), Surface::Cli, Kind::AgentRotate)
+                    .about_agent(&agent)
+                    .subject(format!("token v{}", t.version))
+                    .detail("token issued; earlier tokens revoked"),
+            );
             println!("token for `{agent}` (version {}), shown once:", t.version);
             println!("{}", t.token.expose_str().unwrap_or_default());
         }
         AgentsCommand::Token(TokenCommand::Rotate { agent, grace_secs }) => {
             known(&agent)?;
             let t = vault.rotate_agent_token(&agent, Duration::from_secs(grace_secs), &actor)?;
+            record_offline(
+                dir,
+                Entry::user(who(None), Surface::Cli, Kind::AgentRotate)
+                    .about_agent(&agent)
+                    .subject(format!("token v{}", t.version))
+                    .detail(format!(
+                        "token rotated; earlier tokens valid for {grace_secs}s"
+                    )),
+            );
             println!(
                 "new token for `{agent}` (version {}), shown once:",
                 t.version
@@ -100,7 +120,79 @@ pub(crate) fn agents(dir: &Path, command: AgentsCommand) -> Result<ExitCode, Box
         AgentsCommand::Token(TokenCommand::Revoke { agent }) => {
             known(&agent)?;
             let n = vault.revoke_agent_tokens(&agent, &actor)?;
+            record_offline(
+                dir,
+                Entry::user(who(None), Surface::Cli, Kind::AgentRevoke)
+                    .about_agent(&agent)
+                    .subject("every token")
+                    .detail(format!("{n} token(s) revoked")),
+            );
             println!("revoked {n} token(s) of `{agent}`");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The same commands through a running gateway's admin API.
+pub(crate) fn agents_remote(
+    api: &AdminClient,
+    command: AgentsCommand,
+) -> Result<ExitCode, BoxError> {
+    match command {
+        AgentsCommand::List => {
+            for a in api.all("/agents")? {
+                let projects: Vec<&str> = a["projects"]
+                    .as_array()
+                    .map(|p| p.iter().filter_map(|v| v.as_str()).collect())
+                    .unwrap_or_default();
+                println!(
+                    "{} [{}] projects: {}; token: {}{}; {} live session(s)",
+                    a["name"].as_str().unwrap_or("?"),
+                    a["agent_type"].as_str().unwrap_or("?"),
+                    if projects.is_empty() {
+                        "all".to_string()
+                    } else {
+                        projects.join(", ")
+                    },
+                    if a["token_source"] == "vault" {
+                        "vault"
+                    } else {
+                        "secret file"
+                    },
+                    match a["token_versions"].as_array().map(Vec::len) {
+                        Some(n) if n > 0 => format!(" ({n} vault token version(s))"),
+                        _ => String::new(),
+                    },
+                    a["sessions"].as_u64().unwrap_or(0),
+                );
+            }
+        }
+        AgentsCommand::Token(TokenCommand::Issue { agent }) => {
+            let t = api.post(&format!("/agents/{}/token", seg(&agent)), None)?;
+            println!(
+                "token for `{agent}` (version {}), shown once:",
+                t["version"].as_u64().unwrap_or(0)
+            );
+            println!("{}", t["token"].as_str().unwrap_or_default());
+        }
+        AgentsCommand::Token(TokenCommand::Rotate { agent, grace_secs }) => {
+            let t = api.post(
+                &format!("/agents/{}/rotate", seg(&agent)),
+                Some(serde_json::json!({ "grace_secs": grace_secs })),
+            )?;
+            println!(
+                "new token for `{agent}` (version {}), shown once:",
+                t["version"].as_u64().unwrap_or(0)
+            );
+            println!("{}", t["token"].as_str().unwrap_or_default());
+        }
+        AgentsCommand::Token(TokenCommand::Revoke { agent }) => {
+            let r = api.post(&format!("/agents/{}/revoke", seg(&agent)), None)?;
+            println!(
+                "revoked {} token(s) of `{agent}`; ended {} live session(s)",
+                r["revoked_tokens"].as_u64().unwrap_or(0),
+                r["ended_sessions"].as_u64().unwrap_or(0)
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -11,9 +11,18 @@
 //!   queue. Approving is only ever done here (or, later, in the web panel), never by an agent.
 //! - `bridle kanboard serve --url URL --project ID`: the Kanboard tools alone, over stdio.
 //! - `bridle scope list|approve|deny`: decide agents' scope-expansion tickets.
+//! - `bridle agents ...`, `bridle secrets ...`, `bridle scope ...`, `bridle rules
+//!   queue|approve|reject` with `--url` (or
+//!   `$BRIDLE_ADMIN_URL`) and an admin credential (`--admin-token-file`, `$BRIDLE_ADMIN_TOKEN_FILE`
+//!   or `$BRIDLE_ADMIN_TOKEN`): the same commands as clients of a running gateway's admin API,
+//!   so the gateway applies and records each change at once; without `--url` they work offline
+//!   on the data directory.
 //! - `bridle memory index|refresh|search|purge`: the pattern examples of a project's rules
 //!   document in Bridle's memory (needs a `memory:` section in `bridle.yaml`); index and
 //!   refresh show progress on stderr and write `last_indexed` back to the document.
+//!
+//! - `bridle audit verify|query|export`: the audit log of every change and tool call, read from
+//!   the data directory; `verify` names the first edited, inserted or deleted entry.
 //!
 //! The data directory is `--data-dir`, else `$BRIDLE_DATA_DIR`, else `./bridle-data`. Other
 //! settings come from `bridle.yaml`, with the environment's laid over it (`BRIDLE_LISTEN`,
@@ -23,6 +32,8 @@
 #![allow(clippy::print_stdout)] // A command-line program prints its results on stdout.
 
 mod agents;
+mod audit;
+mod client;
 mod kanboard;
 mod memory;
 mod render;
@@ -79,12 +90,17 @@ enum Command {
         #[arg(long)]
         token_files: bool,
     },
-    /// Serve the MCP endpoint on loopback.
+    /// Serve the MCP endpoint on loopback, and the admin API beside it (`admin:` in bridle.yaml;
+    /// its credential is created in the vault and printed once on first start).
     Serve {
         /// Address to listen on, overriding $BRIDLE_LISTEN and the configuration; port 0
         /// picks a free port. Not loopback only with `allowed_hosts` and `allowed_origins`.
         #[arg(long)]
         listen: Option<String>,
+        /// Address of the admin API (loopback only), overriding `admin.listen`; default: the
+        /// port after the MCP endpoint's.
+        #[arg(long)]
+        admin_listen: Option<String>,
         /// Seconds in-flight calls may take to finish after SIGTERM or Ctrl-C.
         #[arg(long, default_value_t = 10)]
         shutdown_grace: u64,
@@ -116,21 +132,42 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// The review queue: proposals from agents and vendor guidance.
-    #[command(subcommand)]
-    Rules(rules::RulesCommand),
-    /// Scope-expansion tickets opened by agents.
-    #[command(subcommand)]
-    Scope(scope::ScopeCommand),
+    /// The review queue: proposals from agents and vendor guidance (queue, approve and reject
+    /// through a running gateway with --url).
+    Rules {
+        #[command(subcommand)]
+        command: rules::RulesCommand,
+        #[command(flatten)]
+        remote: client::Remote,
+    },
+    /// Scope-expansion tickets opened by agents (through a running gateway with --url).
+    Scope {
+        #[command(subcommand)]
+        command: scope::ScopeCommand,
+        #[command(flatten)]
+        remote: client::Remote,
+    },
     /// Pattern examples in Bridle's memory (needs a `memory:` section in bridle.yaml).
     #[command(subcommand)]
     Memory(memory::MemoryCommand),
-    /// The vault's secrets (values are never shown).
+    /// The vault's secrets (values are never shown); through a running gateway with --url.
+    Secrets {
+        #[command(subcommand)]
+        command: secrets::SecretsCommand,
+        #[command(flatten)]
+        remote: client::Remote,
+    },
+    /// Agents and their vault-issued tokens; through a running gateway with --url.
+    Agents {
+        #[command(subcommand)]
+        command: agents::AgentsCommand,
+        #[command(flatten)]
+        remote: client::Remote,
+    },
+    /// The audit log: verify its hash chain, query it, export it (offline on the data
+    /// directory).
     #[command(subcommand)]
-    Secrets(secrets::SecretsCommand),
-    /// Agents and their vault-issued tokens.
-    #[command(subcommand)]
-    Agents(agents::AgentsCommand),
+    Audit(audit::AuditCommand),
     /// The Kanboard tools on their own.
     #[command(subcommand)]
     Kanboard(kanboard::KanboardCommand),
@@ -241,6 +278,7 @@ fn run(command: Command, dir: &Path, json_log: bool) -> Result<ExitCode, BoxErro
         }
         Command::Serve {
             listen,
+            admin_listen,
             shutdown_grace,
         } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -249,6 +287,7 @@ fn run(command: Command, dir: &Path, json_log: bool) -> Result<ExitCode, BoxErro
             runtime.block_on(serve::serve(
                 dir,
                 listen,
+                admin_listen,
                 std::time::Duration::from_secs(shutdown_grace),
                 json_log,
             ))?;
@@ -266,10 +305,23 @@ fn run(command: Command, dir: &Path, json_log: bool) -> Result<ExitCode, BoxErro
             out,
             check,
         } => render::render(dir, &project, &agent, &out, check),
-        Command::Rules(c) => rules::rules(dir, c),
-        Command::Scope(c) => scope::scope(dir, c),
-        Command::Secrets(c) => secrets::secrets(dir, c),
-        Command::Agents(c) => agents::agents(dir, c),
+        Command::Rules { command, remote } => match remote.client()? {
+            Some(api) => rules::rules_remote(&api, command),
+            None => rules::rules(dir, command),
+        },
+        Command::Scope { command, remote } => match remote.client()? {
+            Some(api) => scope::scope_remote(&api, command),
+            None => scope::scope(dir, command),
+        },
+        Command::Secrets { command, remote } => match remote.client()? {
+            Some(api) => secrets::secrets_remote(&api, command),
+            None => secrets::secrets(dir, command),
+        },
+        Command::Agents { command, remote } => match remote.client()? {
+            Some(api) => agents::agents_remote(&api, command),
+            None => agents::agents(dir, command),
+        },
+        Command::Audit(c) => audit::audit(dir, c),
         Command::Memory(c) => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -1,5 +1,6 @@
 //! `bridle rules queue|approve|reject|log|source-vendor|queue-suggestions|upgrade`: the human
-//! side of the review queue.
+//! side of the review queue. With `--url`, `queue`, `approve` and `reject` go through a running
+//! gateway's admin API; the others read or write the data directory (offline).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -7,6 +8,10 @@ use std::process::ExitCode;
 use bridle_rules::vendor::{SourceReport, VendorFeed, VendorFeedConfig, VendorSource};
 use clap::Subcommand;
 
+use bridle_gateway::audit::{Change, Entry, Kind, Surface};
+
+use crate::audit::record_offline;
+use crate::client::AdminClient;
 use crate::{BoxError, open_store, who};
 
 #[derive(Debug, Subcommand)]
@@ -112,7 +117,17 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
             }
         }
         RulesCommand::Approve { id, by } => {
-            let p = store.approve(id, &who(by))?;
+            let p = store.approve(id, &who(by.clone()))?;
+            let mut entry = Entry::user(who(by), Surface::Cli, Kind::Approval)
+                .project(&p.project)
+                .subject(format!("proposal #{id}"));
+            if let Some(after) = p.applied_revision {
+                entry = entry.change(Change::revisions(
+                    after.saturating_sub(1).to_string(),
+                    after.to_string(),
+                ));
+            }
+            record_offline(dir, entry);
             println!(
                 "approved #{}: {} (project {} is now at revision {})",
                 p.id,
@@ -122,7 +137,13 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
             );
         }
         RulesCommand::Reject { id, reason, by } => {
-            let p = store.reject(id, &who(by), &reason)?;
+            let p = store.reject(id, &who(by.clone()), &reason)?;
+            record_offline(
+                dir,
+                Entry::user(who(by), Surface::Cli, Kind::Rejection)
+                    .project(&p.project)
+                    .subject(format!("proposal #{id}")),
+            );
             println!("rejected #{}: {}", p.id, p.summary);
         }
         RulesCommand::Log { project } => {
@@ -147,6 +168,18 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
             from,
         } => {
             let report = source_vendor(&store, &project, &agent, &from)?;
+            for c in &report.queued {
+                record_offline(
+                    dir,
+                    Entry::vendor(
+                        format!("vendor:{}", c.agent),
+                        Some(c.source_url.clone()),
+                        Kind::Proposal,
+                    )
+                    .project(&c.project)
+                    .subject(format!("proposal #{}", c.proposal_id)),
+                );
+            }
             println!(
                 "queued {} suggestion(s) for review ({} already known{})",
                 report.queued.len(),
@@ -161,6 +194,20 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
         RulesCommand::RunFeed => return run_feed(dir, &store),
         RulesCommand::QueueSuggestions { project } => {
             let report = store.queue_profile_suggestions(&project)?;
+            for id in &report.queued {
+                // The built-in profiles' guidance: the feed is the profile catalog itself.
+                let p = store.proposal(*id)?;
+                record_offline(
+                    dir,
+                    Entry::vendor(
+                        p.origin.proposed_by.clone(),
+                        p.origin.source_ref.clone(),
+                        Kind::Proposal,
+                    )
+                    .project(&project)
+                    .subject(format!("proposal #{id}")),
+                );
+            }
             println!(
                 "queued {} suggestion(s) for review ({} already known)",
                 report.queued.len(),
@@ -261,4 +308,74 @@ fn source_vendor(
         Some(Err(e)) => Err(format!("{e} [{}]", e.code()).into()),
         None => Err("no source was read".into()),
     }
+}
+
+/// `queue`, `approve` and `reject` through a running gateway's admin API (the decider is the
+/// admin the credential names; `--by` does not apply). The others work on the data directory.
+pub(crate) fn rules_remote(api: &AdminClient, command: RulesCommand) -> Result<ExitCode, BoxError> {
+    match command {
+        RulesCommand::Queue { project, all, json } => {
+            let mut path = format!("/queue?status={}", if all { "all" } else { "pending" });
+            if let Some(p) = &project {
+                path.push_str(&format!("&project={}", crate::client::seg(p)));
+            }
+            let items = api.all(&path)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&items)?);
+            } else if items.is_empty() {
+                println!("the review queue is empty");
+            } else {
+                for p in items {
+                    let s = |v: &serde_json::Value| v.as_str().unwrap_or("?").to_string();
+                    println!(
+                        "#{} [{}] {}: {} (by {} {})",
+                        p["id"].as_u64().unwrap_or(0),
+                        s(&p["status"]),
+                        s(&p["project"]),
+                        s(&p["summary"]),
+                        s(&p["origin"]["source"]),
+                        s(&p["origin"]["proposed_by"]),
+                    );
+                }
+            }
+        }
+        RulesCommand::Approve { id, by } => {
+            if by.is_some() {
+                eprintln!(
+                    "note: --by does not apply through the admin API; the credential names the admin"
+                );
+            }
+            let p = api.post(&format!("/queue/{id}/approve"), None)?;
+            println!(
+                "approved #{}: {} (project {} is now at revision {})",
+                p["id"].as_u64().unwrap_or(0),
+                p["summary"].as_str().unwrap_or("?"),
+                p["project"].as_str().unwrap_or("?"),
+                p["applied_revision"].as_u64().unwrap_or(0)
+            );
+        }
+        RulesCommand::Reject { id, reason, by } => {
+            if by.is_some() {
+                eprintln!(
+                    "note: --by does not apply through the admin API; the credential names the admin"
+                );
+            }
+            let p = api.post(
+                &format!("/queue/{id}/reject"),
+                Some(serde_json::json!({ "reason": reason })),
+            )?;
+            println!(
+                "rejected #{}: {}",
+                p["id"].as_u64().unwrap_or(0),
+                p["summary"].as_str().unwrap_or("?")
+            );
+        }
+        _ => {
+            return Err(
+                "only `rules queue|approve|reject` go through the admin API; run the others without --url (they work on the data directory)"
+                    .into(),
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

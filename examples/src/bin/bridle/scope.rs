@@ -1,10 +1,12 @@
-//! `bridle scope list|approve|deny`: agents' scope-expansion tickets.
+//! `bridle scope list|approve|deny`: agents' scope-expansion tickets, offline on the data
+//! directory or (with `--url`) through a running gateway's admin API.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Subcommand;
 
+use crate::client::AdminClient;
 use crate::{BoxError, open_store, who};
 
 #[derive(Debug, Subcommand)]
@@ -60,5 +62,52 @@ pub(crate) fn scope(dir: &Path, command: ScopeCommand) -> Result<ExitCode, BoxEr
     };
     let t = store.decide_scope(ticket, approve, &who(by), note.as_deref())?;
     println!("scope ticket #{} is {}", t.id, t.status);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The same commands through a running gateway's admin API; the decider is the admin the
+/// credential names (`--by` does not apply).
+pub(crate) fn scope_remote(api: &AdminClient, command: ScopeCommand) -> Result<ExitCode, BoxError> {
+    let (ticket, verb, by, note) = match command {
+        ScopeCommand::List { all } => {
+            let tickets = api.all(if all {
+                "/scope-tickets?status=all"
+            } else {
+                "/scope-tickets"
+            })?;
+            if tickets.is_empty() {
+                println!("no pending scope tickets");
+            }
+            for t in tickets {
+                let s = |k: &str| t[k].as_str().unwrap_or("?").to_string();
+                println!(
+                    "#{} [{}] {} by {}: {} (because: {})",
+                    t["id"].as_u64().unwrap_or(0),
+                    s("status"),
+                    s("project"),
+                    s("agent"),
+                    s("action"),
+                    s("reason")
+                );
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        ScopeCommand::Approve { ticket, by, note } => (ticket, "approve", by, note),
+        ScopeCommand::Deny { ticket, by, note } => (ticket, "deny", by, note),
+    };
+    if by.is_some() {
+        eprintln!(
+            "note: --by does not apply through the admin API; the credential names the admin"
+        );
+    }
+    let t = api.post(
+        &format!("/scope-tickets/{ticket}/{verb}"),
+        Some(serde_json::json!({ "note": note })),
+    )?;
+    println!(
+        "scope ticket #{} is {}",
+        t["id"].as_u64().unwrap_or(0),
+        t["status"].as_str().unwrap_or("?")
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -12,6 +12,10 @@ use bridle_gateway::gateway::open_vault;
 use bridle_gateway::vault::SecretValue;
 use clap::Subcommand;
 
+use bridle_gateway::audit::{Change, Entry, Kind, Surface};
+
+use crate::audit::record_offline;
+use crate::client::{AdminClient, seg};
 use crate::{BoxError, who};
 
 #[derive(Debug, Subcommand)]
@@ -107,6 +111,11 @@ pub(crate) fn secrets(dir: &Path, command: SecretsCommand) -> Result<ExitCode, B
         SecretsCommand::Create { name, from_file } => {
             let value = read_value(from_file.as_deref())?;
             let v = vault.create(&name, &value, &actor)?;
+            record_offline(
+                dir,
+                Entry::user(who(None), Surface::Cli, Kind::SecretCreate)
+                    .subject(format!("{name} v{v}")),
+            );
             println!("created `{name}` version {v}");
         }
         SecretsCommand::Rotate {
@@ -116,10 +125,21 @@ pub(crate) fn secrets(dir: &Path, command: SecretsCommand) -> Result<ExitCode, B
         } => {
             let value = read_value(from_file.as_deref())?;
             let v = vault.rotate(&name, &value, &actor, Duration::from_secs(grace_secs))?;
+            record_offline(
+                dir,
+                Entry::user(who(None), Surface::Cli, Kind::SecretRotate)
+                    .subject(format!("{name} v{v}"))
+                    .change(Change::revisions((v - 1).to_string(), v.to_string())),
+            );
             println!("`{name}` is now at version {v}");
         }
         SecretsCommand::Revoke { name, version } => {
             vault.revoke(&name, version, &actor)?;
+            record_offline(
+                dir,
+                Entry::user(who(None), Surface::Cli, Kind::SecretRevoke)
+                    .subject(format!("{name} v{version}")),
+            );
             println!("revoked `{name}` version {version}");
         }
         SecretsCommand::Import { from } => {
@@ -136,6 +156,81 @@ pub(crate) fn secrets(dir: &Path, command: SecretsCommand) -> Result<ExitCode, B
                 } else {
                     format!(": {}", r.differs.join(", "))
                 }
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The same commands through a running gateway's admin API (`import` reads the gateway host's
+/// folder, so it stays offline).
+pub(crate) fn secrets_remote(
+    api: &AdminClient,
+    command: SecretsCommand,
+) -> Result<ExitCode, BoxError> {
+    match command {
+        SecretsCommand::List { json } => {
+            let list = api.all("/secrets")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else if list.is_empty() {
+                println!("the vault holds no secrets");
+            } else {
+                for s in list {
+                    println!(
+                        "{} v{} (created {} by {}, last used {})",
+                        s["name"].as_str().unwrap_or("?"),
+                        s["active_version"].as_u64().unwrap_or(0),
+                        s["created_at"].as_str().unwrap_or("?"),
+                        s["created_by"].as_str().unwrap_or("?"),
+                        s["last_used_at"].as_str().unwrap_or("never"),
+                    );
+                }
+            }
+        }
+        SecretsCommand::Create { name, from_file } => {
+            let value = read_value(from_file.as_deref())?;
+            let value = value
+                .expose_str()
+                .ok_or("the admin API takes UTF-8 values; store binary values offline")?;
+            let m = api.post(
+                "/secrets",
+                Some(serde_json::json!({ "name": name, "value": value })),
+            )?;
+            println!(
+                "created `{name}` version {}",
+                m["active_version"].as_u64().unwrap_or(0)
+            );
+        }
+        SecretsCommand::Rotate {
+            name,
+            from_file,
+            grace_secs,
+        } => {
+            let value = read_value(from_file.as_deref())?;
+            let value = value
+                .expose_str()
+                .ok_or("the admin API takes UTF-8 values; store binary values offline")?;
+            let m = api.post(
+                &format!("/secrets/{}/rotate", seg(&name)),
+                Some(serde_json::json!({ "value": value, "grace_secs": grace_secs })),
+            )?;
+            println!(
+                "`{name}` is now at version {}",
+                m["active_version"].as_u64().unwrap_or(0)
+            );
+        }
+        SecretsCommand::Revoke { name, version } => {
+            api.post(
+                &format!("/secrets/{}/versions/{version}/revoke", seg(&name)),
+                None,
+            )?;
+            println!("revoked `{name}` version {version}");
+        }
+        SecretsCommand::Import { .. } => {
+            return Err(
+                "`secrets import` reads a folder on the gateway's host: run it there without --url"
+                    .into(),
             );
         }
     }

@@ -1,10 +1,18 @@
-//! `bridle serve` and `bridle init`: the gateway on loopback, laid out on first start.
+//! `bridle serve` and `bridle init`: the gateway on loopback, laid out on first start, with the
+//! admin API beside it (`admin:` in bridle.yaml; loopback, the port after the MCP endpoint's by
+//! default). The admin credential is kept in the vault, created and printed once on first start,
+//! or read from `admin.token_file` (a Docker secret).
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bridle_gateway::GatewayBuilder;
+use bridle_gateway::admin::AdminCredentials;
+use bridle_gateway::admin::credential::{
+    VaultAdmins, admin_from_file, admin_secret_name, ensure_vault_admin,
+};
 use bridle_gateway::config::{
     GatewayConfig, demo_document, init_data_dir, init_data_dir_with_token_files,
 };
@@ -78,6 +86,7 @@ fn master_key_notice(path: &Path, json_log: bool) {
 pub(crate) async fn serve(
     dir: &Path,
     listen: Option<String>,
+    admin_listen: Option<String>,
     shutdown_grace: Duration,
     json_log: bool,
 ) -> Result<(), BoxError> {
@@ -86,13 +95,17 @@ pub(crate) async fn serve(
     if let Some(l) = listen {
         config.listen = l;
     }
+    if let Some(l) = admin_listen {
+        config.admin.listen = Some(l);
+    }
     let addr = config.listen_addr()?;
     config.check_exposure(addr)?;
+    let admin_addr = config.admin.listen_addr(addr)?;
     let mut builder = GatewayBuilder::new(dir, config.clone()).shutdown_grace(shutdown_grace);
     if config.memory.is_some() {
         builder = builder.memory(open_memory(dir, &config).await?);
     }
-    let gateway = builder.build().await?;
+    let mut gateway = builder.build().await?;
     if let Some(path) = gateway.master_key_created() {
         master_key_notice(path, json_log);
     }
@@ -103,9 +116,49 @@ pub(crate) async fn serve(
     } else {
         Vec::new()
     };
+    let mut new_admin_token = None;
+    if config.admin.enabled {
+        let name = config.admin.name.clone();
+        let credentials: Arc<dyn AdminCredentials> = match &config.admin.token_file {
+            Some(file) => Arc::new(admin_from_file(&name, file)?),
+            None => {
+                new_admin_token = ensure_vault_admin(gateway.vault(), &name, "bridle-serve")?;
+                Arc::new(VaultAdmins::new(Arc::clone(gateway.vault()), vec![name]))
+            }
+        };
+        gateway = gateway.with_admin(admin_addr, credentials);
+    }
     let has_memory = gateway.has_memory();
     let bound = gateway.bind(addr).await?;
     print_connect_help(dir, &config, &bound.url(), &issued);
+    if let Some(admin_url) = bound.admin_url() {
+        println!("bridle: admin API on {admin_url}");
+        match new_admin_token {
+            Some(token) => {
+                println!(
+                    "admin credential for `{}` (kept in the vault as `{}`), shown once:",
+                    config.admin.name,
+                    admin_secret_name(&config.admin.name)
+                );
+                println!("{}", token.expose_str().unwrap_or_default());
+                println!(
+                    "Save it (for example as BRIDLE_ADMIN_TOKEN); `bridle secrets rotate {}` sets a new one.",
+                    admin_secret_name(&config.admin.name)
+                );
+            }
+            None => println!(
+                "(the admin credential is {}; send it as `Authorization: Bearer <token>`)",
+                match &config.admin.token_file {
+                    Some(f) => format!("in {}", f.display()),
+                    None => format!(
+                        "in the vault as `{}`, shown when it was created",
+                        admin_secret_name(&config.admin.name)
+                    ),
+                }
+            ),
+        }
+        println!();
+    }
     if !has_memory {
         println!("{ENABLE_HINT}");
     }

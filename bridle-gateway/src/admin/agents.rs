@@ -1,0 +1,370 @@
+//! The configured agents over the API: list and get them (type, projects, token source and
+//! versions, live sessions, calls), and manage their vault-issued bearer tokens: issue (the
+//! token is in the answer once and never again), rotate with a grace period, revoke (every
+//! token at once, and the agent's live sessions are ended).
+//!
+//! Agents are configured in `bridle.yaml`; an agent whose token is a secret file authenticates
+//! with that file, so its token is changed by replacing the file, and the token operations here
+//! answer 409 `token_in_secret_file` for it.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::auth::AdminActor;
+use super::error::{ApiError, ProblemDetails};
+use super::page::{ApiPath, ApiQuery, OptionalJson, paginate};
+use super::secrets::vault_of;
+use super::{AdminState, blocking, path, record};
+use crate::audit::{Change, Kind};
+use crate::config::AgentConfig;
+use crate::vault::{AgentTokenMeta, IssuedToken};
+
+pub(crate) fn routes() -> Router<AdminState> {
+    Router::new()
+        .route(&path("/agents"), get(list))
+        .route(&path("/agents/{name}"), get(get_one))
+        .route(&path("/agents/{name}/token"), post(issue))
+        .route(&path("/agents/{name}/rotate"), post(rotate))
+        .route(&path("/agents/{name}/revoke"), post(revoke))
+}
+
+/// An agent as an admin sees it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AgentView {
+    /// Its name (the principal its calls are recorded under).
+    pub name: String,
+    /// Its type (`claude`, `codex`, ...): which rendering and which permissions apply.
+    pub agent_type: String,
+    /// Whether the type was guessed from the name (not written in `bridle.yaml`).
+    pub type_guessed: bool,
+    /// The projects it may use; empty means every project.
+    pub projects: Vec<String>,
+    /// `secret_file` (its token is a file in the secrets folder) or `vault` (vault-issued).
+    pub token_source: String,
+    /// The vault-issued token versions (metadata only: version, fingerprint, who and when,
+    /// validity), oldest first.
+    #[schema(value_type = Vec<Object>)]
+    pub token_versions: Vec<AgentTokenMeta>,
+    /// Its live sessions.
+    pub sessions: usize,
+    /// Tool calls it made since the gateway started.
+    pub calls_made: u64,
+    /// Tool calls refused since the gateway started.
+    pub calls_refused: u64,
+}
+
+/// A page of agents, by name.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AgentPage {
+    /// The agents.
+    pub items: Vec<AgentView>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Paging and filters of the agents.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AgentQuery {
+    /// From a previous page's `next_cursor`.
+    pub cursor: Option<String>,
+    /// Page size (1 to 500, default 50).
+    pub limit: Option<usize>,
+    /// Only agents that may use this project.
+    pub project: Option<String>,
+    /// Only agents of this type.
+    #[serde(rename = "type")]
+    #[param(rename = "type")]
+    pub agent_type: Option<String>,
+}
+
+/// A token just issued: the only time it is shown.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct IssuedTokenView {
+    /// The agent.
+    pub agent: String,
+    /// The token's version.
+    pub version: u64,
+    /// The bearer token. Store it now: it cannot be read back.
+    pub token: String,
+}
+
+/// How long the previous tokens stay valid after a rotation.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateToken {
+    /// Seconds the previous tokens stay valid (default 0: they end now).
+    #[serde(default)]
+    pub grace_secs: u64,
+}
+
+/// What revoking did.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Revoked {
+    /// The agent.
+    pub agent: String,
+    /// Token versions that were valid and are now revoked.
+    pub revoked_tokens: usize,
+    /// Live sessions ended.
+    pub ended_sessions: usize,
+}
+
+fn configured(s: &AdminState, name: &str) -> Result<AgentConfig, ApiError> {
+    s.ctx
+        .agent(name)
+        .cloned()
+        .ok_or_else(|| ApiError::NotFound {
+            code: "unknown_agent",
+            detail: format!("no configured agent `{name}`"),
+        })
+}
+
+fn view(s: &AdminState, name: &str, a: &AgentConfig, tokens: Vec<AgentTokenMeta>) -> AgentView {
+    let calls = s.ctx.sessions.calls(name);
+    AgentView {
+        name: name.to_string(),
+        agent_type: a.agent_type.clone(),
+        type_guessed: a.type_guessed,
+        projects: a.projects.clone(),
+        token_source: if a.token_secret.is_some() {
+            "secret_file"
+        } else {
+            "vault"
+        }
+        .into(),
+        token_versions: tokens,
+        sessions: s
+            .ctx
+            .sessions
+            .sessions()
+            .iter()
+            .filter(|r| r.agent == name)
+            .count(),
+        calls_made: calls.made,
+        calls_refused: calls.refused,
+    }
+}
+
+async fn tokens_of(s: &AdminState, name: &str) -> Result<Vec<AgentTokenMeta>, ApiError> {
+    let Some(vault) = s.vault.clone() else {
+        return Ok(Vec::new());
+    };
+    let name = name.to_string();
+    blocking(move || Ok(vault.agent_tokens(&name)?)).await
+}
+
+/// Lists the configured agents, by name.
+#[utoipa::path(get, path = "/admin/api/v1/agents", tag = "agents",
+    params(AgentQuery),
+    responses(
+        (status = 200, body = AgentPage),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn list(
+    State(s): State<AdminState>,
+    ApiQuery(q): ApiQuery<AgentQuery>,
+) -> Result<axum::Json<AgentPage>, ApiError> {
+    let names: Vec<(String, AgentConfig)> = s
+        .ctx
+        .config
+        .agents
+        .iter()
+        .filter(|(_, a)| q.project.as_deref().is_none_or(|p| a.may_use(p)))
+        .filter(|(_, a)| q.agent_type.as_deref().is_none_or(|t| a.agent_type == t))
+        .map(|(n, a)| (n.clone(), a.clone()))
+        .collect();
+    let page = paginate(names, |(n, _)| n.clone(), q.cursor.as_deref(), q.limit)?;
+    let mut items = Vec::with_capacity(page.items.len());
+    for (name, a) in page.items {
+        let tokens = tokens_of(&s, &name).await?;
+        items.push(view(&s, &name, &a, tokens));
+    }
+    Ok(axum::Json(AgentPage {
+        items,
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// One configured agent.
+#[utoipa::path(get, path = "/admin/api/v1/agents/{name}", tag = "agents",
+    params(("name" = String, Path, description = "The agent's name")),
+    responses(
+        (status = 200, body = AgentView),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn get_one(
+    State(s): State<AdminState>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<axum::Json<AgentView>, ApiError> {
+    let a = configured(&s, &name)?;
+    let tokens = tokens_of(&s, &name).await?;
+    Ok(axum::Json(view(&s, &name, &a, tokens)))
+}
+
+fn vault_issued(name: &str, a: &AgentConfig) -> Result<(), ApiError> {
+    match &a.token_secret {
+        Some(file) => Err(ApiError::Conflict {
+            code: "token_in_secret_file",
+            detail: format!(
+                "agent `{name}` authenticates with the secret file `{file}`; replace that file to change its token, or remove `token_secret` to use vault-issued tokens"
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+fn issued_view(t: IssuedToken) -> IssuedTokenView {
+    IssuedTokenView {
+        agent: t.agent,
+        version: t.version,
+        token: t.token.expose_str().unwrap_or_default().to_string(),
+    }
+}
+
+fn fingerprint(tokens: &[AgentTokenMeta], version: u64) -> Option<String> {
+    tokens
+        .iter()
+        .find(|t| t.version == version)
+        .map(|t| t.fingerprint.clone())
+}
+
+/// Issues a new token for an agent and revokes every earlier one; the token is in this answer
+/// only.
+#[utoipa::path(post, path = "/admin/api/v1/agents/{name}/token", tag = "agents",
+    params(("name" = String, Path, description = "The agent's name")),
+    responses(
+        (status = 201, body = IssuedTokenView),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "its token is a secret file", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn issue(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath(name): ApiPath<String>,
+) -> Result<(StatusCode, axum::Json<IssuedTokenView>), ApiError> {
+    let a = configured(&s, &name)?;
+    vault_issued(&name, &a)?;
+    let vault = vault_of(&s)?;
+    let ctx = s.ctx.clone();
+    let t = blocking(move || {
+        let t = vault.set_agent_token(&name, &admin.actor())?;
+        let tokens = vault.agent_tokens(&name)?;
+        let entry = admin
+            .entry(Kind::AgentRotate)
+            .about_agent(&name)
+            .subject(format!("token v{}", t.version))
+            .change(Change {
+                after: Some(t.version.to_string()),
+                digest: fingerprint(&tokens, t.version),
+                ..Change::default()
+            })
+            .detail("token issued; earlier tokens revoked");
+        record(&ctx, entry, "the token")?;
+        Ok(t)
+    })
+    .await?;
+    Ok((StatusCode::CREATED, axum::Json(issued_view(t))))
+}
+
+/// Issues a new token; the current ones stay valid for `grace_secs`. The token is in this
+/// answer only.
+#[utoipa::path(post, path = "/admin/api/v1/agents/{name}/rotate", tag = "agents",
+    params(("name" = String, Path, description = "The agent's name")),
+    request_body(content = Option<RotateToken>, description = "The grace period"),
+    responses(
+        (status = 200, body = IssuedTokenView),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "its token is a secret file", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn rotate(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath(name): ApiPath<String>,
+    OptionalJson(body): OptionalJson<RotateToken>,
+) -> Result<axum::Json<IssuedTokenView>, ApiError> {
+    let a = configured(&s, &name)?;
+    vault_issued(&name, &a)?;
+    let vault = vault_of(&s)?;
+    let ctx = s.ctx.clone();
+    let t = blocking(move || {
+        let t = vault.rotate_agent_token(
+            &name,
+            Duration::from_secs(body.grace_secs),
+            &admin.actor(),
+        )?;
+        let tokens = vault.agent_tokens(&name)?;
+        let entry = admin
+            .entry(Kind::AgentRotate)
+            .about_agent(&name)
+            .subject(format!("token v{}", t.version))
+            .change(Change {
+                before: Some(t.version.saturating_sub(1).to_string()),
+                after: Some(t.version.to_string()),
+                digest: fingerprint(&tokens, t.version),
+            })
+            .detail(format!(
+                "token rotated; earlier tokens valid for {}s",
+                body.grace_secs
+            ));
+        record(&ctx, entry, "the rotation")?;
+        Ok(t)
+    })
+    .await?;
+    Ok(axum::Json(issued_view(t)))
+}
+
+/// Revokes every token of an agent at once and ends its live sessions.
+#[utoipa::path(post, path = "/admin/api/v1/agents/{name}/revoke", tag = "agents",
+    params(("name" = String, Path, description = "The agent's name")),
+    responses(
+        (status = 200, body = Revoked),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "its token is a secret file", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn revoke(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath(name): ApiPath<String>,
+) -> Result<axum::Json<Revoked>, ApiError> {
+    let a = configured(&s, &name)?;
+    vault_issued(&name, &a)?;
+    let vault = vault_of(&s)?;
+    let ctx = s.ctx.clone();
+    let agent = name.clone();
+    let actor = admin.actor();
+    let revoked_tokens = blocking(move || Ok(vault.revoke_agent_tokens(&agent, &actor)?)).await?;
+    let ended_sessions = s.ctx.sessions.end_agent(&name);
+    tracing::info!(agent = %name, revoked_tokens, ended_sessions, admin = %admin.identity.name, "agent tokens revoked through the admin API");
+    let entry = admin
+        .entry(Kind::AgentRevoke)
+        .about_agent(&name)
+        .subject("every token")
+        .detail(format!(
+            "{revoked_tokens} token(s) revoked, {ended_sessions} session(s) ended"
+        ));
+    blocking(move || record(&ctx, entry, "the revocation")).await?;
+    Ok(axum::Json(Revoked {
+        agent: name,
+        revoked_tokens,
+        ended_sessions,
+    }))
+}

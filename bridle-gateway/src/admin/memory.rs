@@ -1,0 +1,303 @@
+//! Bridle's memory over the API: browse and search session memories and indexed
+//! pattern-example chunks, and purge them: session memories by a filter (at least a project),
+//! an example's chunks by its reference tag. An admin sees every project's memory.
+//!
+//! Without a `memory:` section the gateway has no memory service, and these routes answer 503
+//! `memory_off`.
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::{get, post};
+use bridle_memory::{Memory, MemoryError, MemoryFilter, MemoryService, PatternHit, RecallHit};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::auth::AdminActor;
+use super::error::{ApiError, ProblemDetails};
+use super::page::{ApiJson, ApiPath, ApiQuery};
+use super::{AdminState, path, record};
+use crate::audit::Kind;
+
+pub(crate) fn routes() -> Router<AdminState> {
+    Router::new()
+        .route(&path("/memory/sessions"), get(sessions))
+        .route(&path("/memory/sessions/purge"), post(purge_sessions))
+        .route(&path("/memory/patterns"), get(patterns))
+        .route(&path("/memory/patterns/{tag}/purge"), post(purge_tag))
+}
+
+impl From<MemoryError> for ApiError {
+    fn from(e: MemoryError) -> Self {
+        let detail = e.to_string();
+        match e {
+            MemoryError::InvalidInput(_) => ApiError::Invalid {
+                code: "invalid_request",
+                detail,
+                errors: Vec::new(),
+            },
+            MemoryError::UnknownTag(_) => ApiError::NotFound {
+                code: "unknown_tag",
+                detail,
+            },
+            MemoryError::UnknownMemory(_) => ApiError::NotFound {
+                code: "unknown_memory",
+                detail,
+            },
+            other => {
+                tracing::error!(error = %other, code = other.code(), "memory failed");
+                ApiError::Internal(format!(
+                    "the memory service failed ({}); see the gateway's log",
+                    other.code()
+                ))
+            }
+        }
+    }
+}
+
+fn memory_of(s: &AdminState) -> Result<MemoryService, ApiError> {
+    s.memory.clone().ok_or_else(|| ApiError::Unavailable {
+        code: "memory_off",
+        detail: "this gateway runs without memory (add a `memory:` section to bridle.yaml)".into(),
+    })
+}
+
+/// Filters and paging of session memories; with `q`, a ranked search instead of a listing.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct MemoryQuery {
+    /// Search text: ranked hits (at most `limit`, 1 to 100) instead of a listing.
+    pub q: Option<String>,
+    /// Only this project.
+    pub project: Option<String>,
+    /// Only this agent.
+    pub agent: Option<String>,
+    /// Only this kind (`decision`, `context`, ...).
+    pub kind: Option<String>,
+    /// Only this session.
+    pub session: Option<String>,
+    /// Only memories with this tag.
+    pub tag: Option<String>,
+    /// Page size (1 to 1000, default 50; a search: 1 to 100).
+    pub limit: Option<usize>,
+    /// From a previous page's `next_cursor` (listings only).
+    pub cursor: Option<String>,
+}
+
+/// Session memories: a page of a listing, or a search's hits (each with its `score`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct MemoryPage {
+    /// The memories (`id`, `kind`, `text`, `project`, `agent`, `session`, `tags`,
+    /// `created_at`; a search adds `score`).
+    #[schema(value_type = Vec<Object>)]
+    pub items: Vec<serde_json::Value>,
+    /// Pass as `cursor` for the next page of a listing; absent on the last and on searches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Which session memories to purge (every field set must match; at least a project).
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PurgeSessions {
+    /// The project (required).
+    pub project: String,
+    /// Only this agent's.
+    pub agent: Option<String>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only this session's.
+    pub session: Option<String>,
+    /// Only memories carrying all of these tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+/// What a purge removed.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Purged {
+    /// How many memories or chunks.
+    pub removed: u64,
+}
+
+/// Search of the indexed pattern examples.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PatternQuery {
+    /// The search text (required).
+    pub q: Option<String>,
+    /// Only this pattern (`arch_tag`).
+    pub arch_tag: Option<String>,
+    /// Hits (1 to 100, default 10).
+    pub limit: Option<usize>,
+}
+
+/// Pattern-example chunks found.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PatternPage {
+    /// The hits (`file_path`, `start_line`, `end_line`, `chunk_type`, `context`, `score`,
+    /// `reference_tag`, `arch_tag`, `source_repo`, `snippet`).
+    #[schema(value_type = Vec<Object>)]
+    pub items: Vec<PatternHit>,
+}
+
+fn to_value<T: Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or_default()
+}
+
+/// Session memories: listed by filter, or searched with `q`.
+#[utoipa::path(get, path = "/admin/api/v1/memory/sessions", tag = "memory",
+    params(MemoryQuery),
+    responses(
+        (status = 200, body = MemoryPage),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "no memory service", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn sessions(
+    State(s): State<AdminState>,
+    ApiQuery(q): ApiQuery<MemoryQuery>,
+) -> Result<axum::Json<MemoryPage>, ApiError> {
+    let memory = memory_of(&s)?;
+    let filter = MemoryFilter {
+        project: q.project.filter(|v| !v.is_empty()),
+        kind: q.kind.filter(|v| !v.is_empty()),
+        agent: q.agent.filter(|v| !v.is_empty()),
+        session: q.session.filter(|v| !v.is_empty()),
+        tags: q.tag.filter(|v| !v.is_empty()).into_iter().collect(),
+    };
+    if let Some(text) = q.q.filter(|t| !t.trim().is_empty()) {
+        let limit = q.limit.unwrap_or(10);
+        if limit == 0 || limit > 100 {
+            return Err(ApiError::BadQuery(
+                "a search's `limit` must be between 1 and 100".into(),
+            ));
+        }
+        let hits: Vec<RecallHit> = memory.session.recall(&text, &filter, limit).await?;
+        return Ok(axum::Json(MemoryPage {
+            items: hits.iter().map(to_value).collect(),
+            next_cursor: None,
+        }));
+    }
+    let limit = q.limit.unwrap_or(50);
+    if limit == 0 || limit > 1000 {
+        return Err(ApiError::BadQuery(
+            "`limit` must be between 1 and 1000".into(),
+        ));
+    }
+    let after = match q.cursor.as_deref().filter(|c| !c.is_empty()) {
+        None => None,
+        Some(c) => Some(
+            c.parse::<u64>()
+                .map_err(|_| ApiError::BadQuery("`cursor` is not one this API returned".into()))?,
+        ),
+    };
+    let (items, next): (Vec<Memory>, Option<u64>) =
+        memory.session.list(&filter, after, limit).await?;
+    Ok(axum::Json(MemoryPage {
+        items: items.iter().map(to_value).collect(),
+        next_cursor: next.map(|n| n.to_string()),
+    }))
+}
+
+/// Deletes every session memory the filter matches (at least a project).
+#[utoipa::path(post, path = "/admin/api/v1/memory/sessions/purge", tag = "memory",
+    request_body = PurgeSessions,
+    responses(
+        (status = 200, body = Purged),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "no memory service", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn purge_sessions(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiJson(body): ApiJson<PurgeSessions>,
+) -> Result<axum::Json<Purged>, ApiError> {
+    let memory = memory_of(&s)?;
+    if body.project.trim().is_empty() {
+        return Err(ApiError::invalid("a purge names a `project`"));
+    }
+    let filter = MemoryFilter {
+        project: Some(body.project.clone()),
+        kind: body.kind,
+        agent: body.agent.clone(),
+        session: body.session,
+        tags: body.tags,
+    };
+    let removed = memory.session.forget_matching(&filter).await?;
+    tracing::info!(project = %body.project, removed, admin = %admin.identity.name, "session memories purged through the admin API");
+    let mut entry = admin
+        .entry(Kind::MemoryPurge)
+        .project(&body.project)
+        .subject("session memories")
+        .detail(format!("removed {removed} session memories"));
+    if let Some(a) = &body.agent {
+        entry = entry.about_agent(a);
+    }
+    let ctx = s.ctx.clone();
+    super::blocking(move || record(&ctx, entry, "the purge")).await?;
+    Ok(axum::Json(Purged { removed }))
+}
+
+/// Searches the indexed pattern examples.
+#[utoipa::path(get, path = "/admin/api/v1/memory/patterns", tag = "memory",
+    params(PatternQuery),
+    responses(
+        (status = 200, body = PatternPage),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "no memory service", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn patterns(
+    State(s): State<AdminState>,
+    ApiQuery(q): ApiQuery<PatternQuery>,
+) -> Result<axum::Json<PatternPage>, ApiError> {
+    let memory = memory_of(&s)?;
+    let text =
+        q.q.filter(|t| !t.trim().is_empty())
+            .ok_or_else(|| ApiError::BadQuery("give the search text as `q`".into()))?;
+    let limit = q.limit.unwrap_or(10);
+    if limit == 0 || limit > 100 {
+        return Err(ApiError::BadQuery(
+            "`limit` must be between 1 and 100".into(),
+        ));
+    }
+    let items = memory
+        .patterns
+        .search(&text, q.arch_tag.as_deref(), limit)
+        .await?;
+    Ok(axum::Json(PatternPage { items }))
+}
+
+/// Removes one example's indexed chunks, by its reference tag.
+#[utoipa::path(post, path = "/admin/api/v1/memory/patterns/{tag}/purge", tag = "memory",
+    params(("tag" = String, Path, description = "The example's reference tag")),
+    responses(
+        (status = 200, body = Purged),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "no memory service", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn purge_tag(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath(tag): ApiPath<String>,
+) -> Result<axum::Json<Purged>, ApiError> {
+    let memory = memory_of(&s)?;
+    let removed = memory.patterns.purge(&tag).await?;
+    tracing::info!(tag = %tag, removed, admin = %admin.identity.name, "pattern chunks purged through the admin API");
+    let entry = admin
+        .entry(Kind::MemoryPurge)
+        .subject(format!("pattern examples {tag}"))
+        .detail(format!("removed {removed} chunks"));
+    let ctx = s.ctx.clone();
+    super::blocking(move || record(&ctx, entry, "the purge")).await?;
+    Ok(axum::Json(Purged { removed }))
+}

@@ -1,0 +1,207 @@
+//! The live session registry over the API: list and get sessions, end one (its next request is
+//! refused), and a live stream (Server-Sent Events) of connects, disconnects and calls.
+//!
+//! The stream opens with a `ready` event once it is subscribed, so a client knows every event
+//! after it will reach it; a slow client that falls behind gets a `lagged` event saying how many
+//! it missed. Streams end when the admin API shuts down.
+
+use std::convert::Infallible;
+
+use axum::Router;
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::routing::{get, post};
+use futures::Stream;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast::error::RecvError;
+use utoipa::{IntoParams, ToSchema};
+
+use super::auth::AdminActor;
+use super::error::{ApiError, ProblemDetails};
+use super::page::{ApiPath, ApiQuery, paginate};
+use super::{AdminState, blocking, path, record};
+use crate::audit::Kind;
+use crate::sessions::{SessionEvent, SessionRecord};
+
+pub(crate) fn routes() -> Router<AdminState> {
+    Router::new()
+        .route(&path("/sessions"), get(list))
+        .route(&path("/sessions/events"), get(events))
+        .route(&path("/sessions/{id}"), get(get_one))
+        .route(&path("/sessions/{id}/end"), post(end))
+}
+
+/// A page of live sessions.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SessionPage {
+    /// The sessions, by id: `id`, `agent`, `agent_type`, `client_name`, `client_version`,
+    /// `generation` (`stateful` or `stateless`), `protocol_version`, `started_ms`,
+    /// `last_seen_ms`, `requests`.
+    #[schema(value_type = Vec<Object>)]
+    pub items: Vec<SessionRecord>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// One live session.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SessionView {
+    /// The session (see [`SessionPage::items`]).
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub session: SessionRecord,
+}
+
+/// Paging and filters of the sessions.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SessionQuery {
+    /// From a previous page's `next_cursor`.
+    pub cursor: Option<String>,
+    /// Page size (1 to 500, default 50).
+    pub limit: Option<usize>,
+    /// Only this agent's sessions.
+    pub agent: Option<String>,
+}
+
+/// What ending a session did.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Ended {
+    /// The session.
+    pub id: String,
+    /// Its agent.
+    pub agent: String,
+}
+
+/// Lists the live sessions, by id.
+#[utoipa::path(get, path = "/admin/api/v1/sessions", tag = "sessions",
+    params(SessionQuery),
+    responses(
+        (status = 200, body = SessionPage),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn list(
+    State(s): State<AdminState>,
+    ApiQuery(q): ApiQuery<SessionQuery>,
+) -> Result<axum::Json<SessionPage>, ApiError> {
+    let mut all: Vec<SessionRecord> = s
+        .ctx
+        .sessions
+        .sessions()
+        .into_iter()
+        .filter(|r| q.agent.as_deref().is_none_or(|a| r.agent == a))
+        .collect();
+    all.sort_by(|a, b| a.id.cmp(&b.id));
+    let page = paginate(all, |r| r.id.clone(), q.cursor.as_deref(), q.limit)?;
+    Ok(axum::Json(SessionPage {
+        items: page.items,
+        next_cursor: page.next_cursor,
+    }))
+}
+
+fn unknown(id: &str) -> ApiError {
+    ApiError::NotFound {
+        code: "unknown_session",
+        detail: format!("no live session `{id}`"),
+    }
+}
+
+/// One live session (a stateless client's id is `<agent>/stateless`, sent URL-encoded).
+#[utoipa::path(get, path = "/admin/api/v1/sessions/{id}", tag = "sessions",
+    params(("id" = String, Path, description = "The session id")),
+    responses(
+        (status = 200, body = SessionView),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn get_one(
+    State(s): State<AdminState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<axum::Json<SessionView>, ApiError> {
+    s.ctx
+        .sessions
+        .session(&id)
+        .map(|session| axum::Json(SessionView { session }))
+        .ok_or_else(|| unknown(&id))
+}
+
+/// Ends a session: it leaves the registry and its next request is refused (the client must
+/// start a new one and authenticate again).
+#[utoipa::path(post, path = "/admin/api/v1/sessions/{id}/end", tag = "sessions",
+    params(("id" = String, Path, description = "The session id")),
+    responses(
+        (status = 200, body = Ended),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn end(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath(id): ApiPath<String>,
+) -> Result<axum::Json<Ended>, ApiError> {
+    let session = s.ctx.sessions.session(&id).ok_or_else(|| unknown(&id))?;
+    if !s.ctx.sessions.end(&id) {
+        return Err(unknown(&id));
+    }
+    tracing::info!(session = %id, agent = %session.agent, admin = %admin.identity.name, "session ended through the admin API");
+    let ctx = s.ctx.clone();
+    let entry = admin
+        .entry(Kind::SessionEnd)
+        .subject(format!("session {id}"))
+        .about_agent(&session.agent);
+    blocking(move || record(&ctx, entry, "ending the session")).await?;
+    Ok(axum::Json(Ended {
+        id,
+        agent: session.agent,
+    }))
+}
+
+fn event_of(e: &SessionEvent) -> Event {
+    let name = match e {
+        SessionEvent::Connected { .. } => "connect",
+        SessionEvent::Disconnected { .. } => "disconnect",
+        SessionEvent::Call { .. } => "call",
+    };
+    Event::default()
+        .event(name)
+        .data(serde_json::to_string(e).unwrap_or_default())
+}
+
+/// A live stream (`text/event-stream`) of `connect`, `disconnect` and `call` events, each a
+/// JSON object; it opens with `ready`, and a client that fell behind gets `lagged` with how
+/// many events it missed.
+#[utoipa::path(get, path = "/admin/api/v1/sessions/events", tag = "sessions",
+    responses(
+        (status = 200, description = "Server-Sent Events", body = String, content_type = "text/event-stream"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn events(
+    State(s): State<AdminState>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let rx = s.ctx.sessions.subscribe();
+    let ready = futures::stream::once(async { Ok(Event::default().event("ready").data("{}")) });
+    let live = futures::stream::unfold(rx, |mut rx| async move {
+        match rx.recv().await {
+            Ok(e) => Some((Ok(event_of(&e)), rx)),
+            Err(RecvError::Lagged(n)) => Some((
+                Ok(Event::default()
+                    .event("lagged")
+                    .data(format!("{{\"missed\":{n}}}"))),
+                rx,
+            )),
+            Err(RecvError::Closed) => None,
+        }
+    });
+    let stop = s.streams.clone();
+    let stream = ready
+        .chain(live)
+        .take_until(async move { stop.cancelled().await });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}

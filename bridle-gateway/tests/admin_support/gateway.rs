@@ -1,0 +1,118 @@
+//! A whole gateway for the admin tests: MCP endpoint and admin API on free loopback ports, the
+//! vault and the audit log in a fresh data directory, the demo project, the three demo agents
+//! (secret-file tokens) and one more, `bot` (a claude), that authenticates with vault-issued
+//! tokens only.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bridle_gateway::admin::AdminTokens;
+use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir, read_secret};
+use bridle_gateway::{GatewayBuilder, GatewayContext};
+use bridle_rules::{AgentCatalog, RulesStore};
+use tokio_util::sync::CancellationToken;
+
+use super::{ALICE, BOB};
+
+/// A running gateway with its admin API.
+pub struct Gw {
+    pub tmp: tempfile::TempDir,
+    pub ctx: Arc<GatewayContext>,
+    pub vault: Arc<bridle_gateway::vault::Vault>,
+    /// The MCP endpoint.
+    pub mcp: String,
+    /// The admin API's base URL.
+    pub base: String,
+    pub http: reqwest::Client,
+    stop: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Gw {
+    pub async fn start() -> Self {
+        Self::start_with(|b| b).await
+    }
+
+    /// As [`Gw::start`], with the builder adjusted first (memory, timeouts).
+    pub async fn start_with(configure: impl FnOnce(GatewayBuilder) -> GatewayBuilder) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        init_data_dir(tmp.path()).unwrap();
+        RulesStore::open(tmp.path(), AgentCatalog::builtin())
+            .unwrap()
+            .create("demo", &demo_document(), "test")
+            .unwrap();
+        let yaml = std::fs::read_to_string(tmp.path().join("bridle.yaml")).unwrap();
+        let yaml = yaml.replace(
+            "agents:\n",
+            "agents:\n  bot:\n    type: claude\n    projects: [demo]\n",
+        );
+        std::fs::write(tmp.path().join("bridle.yaml"), yaml).unwrap();
+        let config = GatewayConfig::load(tmp.path()).unwrap();
+        let mut admins = AdminTokens::new().unwrap();
+        admins.insert("alice", ALICE).unwrap();
+        admins.insert("bob", BOB).unwrap();
+        let builder = GatewayBuilder::new(tmp.path(), config)
+            .watch_every(Duration::from_millis(50))
+            .admin("127.0.0.1:0".parse().unwrap(), Arc::new(admins));
+        let gateway = configure(builder).build().await.unwrap();
+        let ctx = Arc::clone(gateway.context());
+        let vault = Arc::clone(gateway.vault());
+        let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let mcp = bound.url();
+        let base = bound.admin_url().unwrap();
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        let task = tokio::spawn(async move {
+            bound.run(async move { s.cancelled().await }).await.unwrap();
+        });
+        Self {
+            tmp,
+            ctx,
+            vault,
+            mcp,
+            base,
+            http: reqwest::Client::new(),
+            stop,
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.get(self.url(path)).bearer_auth(ALICE)
+    }
+
+    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.post(self.url(path)).bearer_auth(ALICE)
+    }
+
+    /// A demo agent's token from its secret file.
+    pub fn file_token(&self, agent: &str) -> String {
+        let secrets = self.ctx.config.secrets_path(self.tmp.path());
+        read_secret(&secrets, &format!("{agent}-token")).unwrap()
+    }
+
+    /// Every agent token in play: the demo agents' files and a fresh vault token of `bot`.
+    pub fn all_agent_tokens(&self) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = ["claude", "codex", "gemini"]
+            .iter()
+            .map(|a| (a.to_string(), self.file_token(a)))
+            .collect();
+        let t = self.vault.set_agent_token("bot", "test").unwrap();
+        v.push(("bot".into(), t.token.expose_str().unwrap().to_string()));
+        v
+    }
+
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(30), task)
+                .await
+                .expect("the gateway stops")
+                .unwrap();
+        }
+    }
+}

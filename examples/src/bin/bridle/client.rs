@@ -1,0 +1,166 @@
+//! The command line as a client of a running gateway's admin API.
+//!
+//! With `--url` (or `$BRIDLE_ADMIN_URL`), `bridle agents`, `bridle secrets` and `bridle scope`
+//! send their changes to the gateway's admin API instead of writing the data directory, so the
+//! running gateway applies each change at once and records it in its audit log as the admin
+//! the credential names, through the `cli` surface. The credential is read from
+//! `--admin-token-file`, else `$BRIDLE_ADMIN_TOKEN_FILE`, else `$BRIDLE_ADMIN_TOKEN`; it is
+//! never taken from a command-line argument (it would show in the process list).
+
+use std::path::PathBuf;
+
+use bridle_gateway::admin::SURFACE_HEADER;
+use serde_json::Value;
+
+use crate::BoxError;
+
+/// Where the admin API is and how to authenticate, from the command line and environment.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct Remote {
+    /// The admin API of a running gateway (`http://127.0.0.1:7879/admin/api/v1`; default
+    /// $BRIDLE_ADMIN_URL): changes go through it, so the gateway applies and records them at
+    /// once. Without it the data directory is changed directly (offline).
+    #[arg(long, global = true)]
+    pub url: Option<String>,
+    /// A file holding the admin credential (default $BRIDLE_ADMIN_TOKEN_FILE, else the
+    /// credential itself in $BRIDLE_ADMIN_TOKEN).
+    #[arg(long, global = true)]
+    pub admin_token_file: Option<PathBuf>,
+}
+
+impl Remote {
+    /// The client, when a URL was given.
+    pub(crate) fn client(&self) -> Result<Option<AdminClient>, BoxError> {
+        let url = self
+            .url
+            .clone()
+            .or_else(|| std::env::var("BRIDLE_ADMIN_URL").ok())
+            .filter(|u| !u.trim().is_empty());
+        let Some(url) = url else {
+            return Ok(None);
+        };
+        let file = self
+            .admin_token_file
+            .clone()
+            .or_else(|| std::env::var_os("BRIDLE_ADMIN_TOKEN_FILE").map(PathBuf::from));
+        let token = match &file {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| format!("{}: {e}", path.display()))?
+                .trim()
+                .to_string(),
+            None => std::env::var("BRIDLE_ADMIN_TOKEN")
+                .map(|t| t.trim().to_string())
+                .map_err(|_| {
+                    "the admin API needs a credential: --admin-token-file FILE, or $BRIDLE_ADMIN_TOKEN_FILE / $BRIDLE_ADMIN_TOKEN"
+                })?,
+        };
+        if token.is_empty() {
+            return Err("the admin credential is empty".into());
+        }
+        Ok(Some(AdminClient::new(&url, token)?))
+    }
+}
+
+/// A small blocking client of the admin API.
+pub(crate) struct AdminClient {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+    rt: tokio::runtime::Runtime,
+}
+
+impl AdminClient {
+    fn new(url: &str, token: String) -> Result<Self, BoxError> {
+        Ok(Self {
+            base: url.trim_end_matches('/').to_string(),
+            token,
+            http: reqwest::Client::new(),
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?,
+        })
+    }
+
+    /// `GET path`.
+    pub(crate) fn get(&self, path: &str) -> Result<Value, BoxError> {
+        self.send(reqwest::Method::GET, path, None)
+    }
+
+    /// `POST path` with an optional JSON body.
+    pub(crate) fn post(&self, path: &str, body: Option<Value>) -> Result<Value, BoxError> {
+        self.send(reqwest::Method::POST, path, body)
+    }
+
+    /// Every item of a paged list.
+    pub(crate) fn all(&self, path: &str) -> Result<Vec<Value>, BoxError> {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let url = match &cursor {
+                Some(c) => format!("{path}{sep}limit=500&cursor={c}"),
+                None => format!("{path}{sep}limit=500"),
+            };
+            let page = self.get(&url)?;
+            if let Some(list) = page["items"].as_array() {
+                items.extend(list.iter().cloned());
+            }
+            match page["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_string()),
+                None => return Ok(items),
+            }
+        }
+    }
+
+    fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, BoxError> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self
+            .http
+            .request(method, &url)
+            .bearer_auth(&self.token)
+            .header(SURFACE_HEADER, "cli");
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&b)?);
+        }
+        self.rt.block_on(async {
+            let resp = req
+                .send()
+                .await
+                .map_err(|e| format!("the admin API at {url} cannot be reached: {e}"))?;
+            let status = resp.status();
+            let bytes = resp.bytes().await?;
+            let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            if status.is_success() {
+                Ok(value)
+            } else {
+                Err(format!(
+                    "the admin API refused ({} {}): {}",
+                    status.as_u16(),
+                    value["code"].as_str().unwrap_or("?"),
+                    value["detail"].as_str().unwrap_or("no details")
+                )
+                .into())
+            }
+        })
+    }
+}
+
+/// A path segment, percent-encoded (names are plain, but say so rather than assume).
+pub(crate) fn seg(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
