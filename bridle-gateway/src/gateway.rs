@@ -360,9 +360,12 @@ impl Gateway {
     /// The admin API's state over this gateway (its rules store and upstreams), admitting the
     /// admins `credentials` accept; serve it with [`crate::admin::AdminServer`].
     pub fn admin_state(&self, credentials: Arc<dyn AdminCredentials>) -> crate::admin::AdminState {
-        let state = crate::admin::AdminState::new(Arc::clone(&self.ctx), credentials)
+        let mut state = crate::admin::AdminState::new(Arc::clone(&self.ctx), credentials)
             .integrations(Arc::clone(&self.upstreams) as Arc<dyn crate::admin::IntegrationStatus>)
             .vault(Arc::clone(&self.vault));
+        if let Some(feed) = &self.vendor_feed {
+            state = state.vendor_feed(Arc::clone(feed));
+        }
         match &self.memory {
             Some(m) => state.memory(m.clone()),
             None => state,
@@ -546,9 +549,9 @@ impl BoundGateway {
             stop.clone(),
         ));
         let feed = g.vendor_feed.clone().map(|feed| {
-            let store = g.ctx.store.clone();
+            let ctx = Arc::clone(&g.ctx);
             let stopped = stop.clone().cancelled_owned();
-            tokio::spawn(async move { feed.run_every(&store, stopped).await })
+            tokio::spawn(crate::feed::run_every(ctx, feed, stopped))
         });
         let admin = self
             .admin

@@ -40,6 +40,7 @@ pub mod config;
 pub mod context;
 pub mod edge;
 pub mod error;
+pub mod feed;
 pub mod gateway;
 #[cfg(feature = "kanboard")]
 pub mod kanboard;

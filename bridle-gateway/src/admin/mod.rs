@@ -29,6 +29,7 @@ pub mod audit_log;
 pub mod auth;
 pub mod credential;
 pub mod error;
+pub mod feeds;
 pub mod integrations;
 pub mod memory;
 pub mod openapi;
@@ -74,6 +75,7 @@ pub struct AdminState {
     pub(crate) integrations: Option<Arc<dyn IntegrationStatus>>,
     pub(crate) vault: Option<Arc<crate::vault::Vault>>,
     pub(crate) memory: Option<bridle_memory::MemoryService>,
+    pub(crate) vendor_feed: Option<Arc<bridle_rules::vendor::VendorFeed>>,
     pub(crate) body_limit: usize,
     /// Cancelled when the server shuts down, so live streams end and let it stop.
     pub(crate) streams: tokio_util::sync::CancellationToken,
@@ -98,6 +100,7 @@ impl AdminState {
             integrations: None,
             vault: None,
             memory: None,
+            vendor_feed: None,
             body_limit: DEFAULT_BODY_LIMIT,
             streams: tokio_util::sync::CancellationToken::new(),
         }
@@ -120,6 +123,13 @@ impl AdminState {
     /// Serves the memory resource from this service; without it it answers 503 `memory_off`.
     pub fn memory(mut self, memory: bridle_memory::MemoryService) -> Self {
         self.memory = Some(memory);
+        self
+    }
+
+    /// Serves the vendor feed resource from this feed; without it it answers 503
+    /// `vendor_feed_off`.
+    pub fn vendor_feed(mut self, feed: Arc<bridle_rules::vendor::VendorFeed>) -> Self {
+        self.vendor_feed = Some(feed);
         self
     }
 
@@ -148,6 +158,7 @@ pub fn authenticated() -> Router<AdminState> {
         .merge(agents::routes())
         .merge(audit_log::routes())
         .merge(memory::routes())
+        .merge(feeds::routes())
 }
 
 /// The whole admin API as an axum router (paths include [`BASE_PATH`]), ready to serve or to

@@ -8,7 +8,9 @@ use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use super::error::{FieldError, ProblemDetails};
-use super::{agents, audit_log, integrations, memory, projects, queue, scope, secrets, sessions};
+use super::{
+    agents, audit_log, feeds, integrations, memory, projects, queue, scope, secrets, sessions,
+};
 
 /// The admin API's OpenAPI description.
 #[derive(OpenApi)]
@@ -29,6 +31,7 @@ use super::{agents, audit_log, integrations, memory, projects, queue, scope, sec
         secrets::list, secrets::get_one, secrets::create, secrets::rotate, secrets::revoke,
         audit_log::query, audit_log::export, audit_log::verify,
         memory::sessions, memory::purge_sessions, memory::patterns, memory::purge_tag,
+        feeds::get_feed, feeds::run,
     ),
     components(schemas(ProblemDetails, FieldError)),
     modifiers(&AdminTokenScheme),
@@ -42,6 +45,7 @@ use super::{agents, audit_log, integrations, memory, projects, queue, scope, sec
         (name = "secrets", description = "The vault's secrets (metadata only; values never returned)"),
         (name = "audit", description = "The tamper-evident audit log"),
         (name = "memory", description = "Session memories and indexed pattern examples"),
+        (name = "feeds", description = "The vendor-guidance feed: its sources, and runs on demand"),
     ),
 )]
 pub struct AdminApiDoc;

@@ -1,0 +1,254 @@
+//! The admin API's vendor-feed resource over real HTTP: the configured sources, a run on
+//! demand that queues vendor proposals recorded as `vendor` audit entries, the failures of a
+//! dead source and an unknown project reported per entry, and the refusals (no feed, no or
+//! wrong credential, an agent's token).
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::header;
+use axum::routing::get;
+use bridle_gateway::GatewayBuilder;
+use bridle_gateway::admin::AdminTokens;
+use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
+use bridle_rules::{AgentCatalog, RulesStore};
+use reqwest::StatusCode;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+const ADMIN: &str = "feed-admin-token-0123456789abcdef";
+
+const GUIDE: &str = "<html><body><h1>Codex</h1><ul><li>Always run the linter before you commit.</li>\
+<li>Never push to main directly.</li></ul></body></html>";
+
+async fn site() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new().route(
+        "/guide.html",
+        get(|| async { ([(header::CONTENT_TYPE, "text/html")], GUIDE) }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/guide.html")
+}
+
+/// A closed loopback port: a source nothing answers at.
+async fn dead_url() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    format!("http://{addr}/gone.html")
+}
+
+struct Running {
+    _tmp: tempfile::TempDir,
+    admin: String,
+    mcp: String,
+    agent_token: String,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(feed_yaml: &str) -> Running {
+    let tmp = tempfile::tempdir().unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
+    let cfg = tmp.path().join("bridle.yaml");
+    let mut yaml = std::fs::read_to_string(&cfg).unwrap();
+    yaml.push_str(feed_yaml);
+    std::fs::write(&cfg, yaml).unwrap();
+    RulesStore::open(tmp.path(), AgentCatalog::builtin())
+        .unwrap()
+        .create("demo", &demo_document(), "test")
+        .unwrap();
+    let config = GatewayConfig::load(tmp.path()).unwrap();
+    let mut admins = AdminTokens::new().unwrap();
+    admins.insert("alice", ADMIN).unwrap();
+    let gateway = GatewayBuilder::new(tmp.path(), config)
+        .admin("127.0.0.1:0".parse().unwrap(), Arc::new(admins))
+        .build()
+        .await
+        .unwrap();
+    let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let admin = bound.admin_url().unwrap();
+    let mcp = bound.url();
+    let agent_token = std::fs::read_to_string(tmp.path().join("secrets/codex-token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let task = tokio::spawn(async move {
+        bound.run(async move { s.cancelled().await }).await.unwrap();
+    });
+    Running {
+        _tmp: tmp,
+        admin,
+        mcp,
+        agent_token,
+        stop,
+        task,
+    }
+}
+
+impl Running {
+    async fn stop(self) {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("the gateway stops")
+            .unwrap();
+    }
+}
+
+async fn json(resp: reqwest::Response, status: StatusCode) -> Value {
+    assert_eq!(resp.status(), status);
+    resp.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_on_demand_queues_vendor_proposals_and_reports_each_failure() {
+    let url = site().await;
+    let dead = dead_url().await;
+    // No interval: only the run on demand fetches.
+    let gw = start(&format!(
+        "vendor_feed:\n  profiles:\n    codex:\n      - url: {url}\n      - url: {dead}\n  projects: [demo, nope]\n"
+    ))
+    .await;
+    let http = reqwest::Client::new();
+
+    let feed = json(
+        http.get(format!("{}/vendor-feed", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(feed["sources"].as_array().unwrap().len(), 2, "{feed}");
+    assert_eq!(feed["sources"][0]["agent"], "codex");
+    assert_eq!(feed["projects"], serde_json::json!(["demo", "nope"]));
+    assert!(feed.get("interval_minutes").is_none(), "{feed}");
+
+    let run = json(
+        http.post(format!("{}/vendor-feed/run", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(run["queued"], 2, "{run}");
+    assert_eq!(
+        run["failed"], 2,
+        "the dead source and the unknown project: {run}"
+    );
+    let demo = &run["projects"][0];
+    assert_eq!(demo["project"], "demo");
+    assert_eq!(demo["sources"][0]["queued"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        demo["sources"][1]["error"]["code"], "feed_unreachable",
+        "{run}"
+    );
+    assert_eq!(
+        run["projects"][1]["error"]["code"], "unknown_project",
+        "{run}"
+    );
+
+    // The proposals wait in the queue as vendor proposals, and the audit log has them as
+    // `vendor` entries with their source.
+    let queue = json(
+        http.get(format!("{}/queue?project=demo", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(queue["items"].as_array().unwrap().len(), 2, "{queue}");
+    let audit = json(
+        http.get(format!("{}/audit?source=vendor", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let entries = audit["items"].as_array().unwrap();
+    assert_eq!(entries.len(), 2, "{audit}");
+    assert!(
+        entries.iter().all(|e| e["source"]["url"] == url.as_str()),
+        "{audit}"
+    );
+
+    // A second run: the page is already known, nothing new.
+    let again = json(
+        http.post(format!("{}/vendor-feed/run", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(again["queued"], 0, "{again}");
+
+    // Refusals: no credential, a wrong one, an agent's token; the agent's token also works on
+    // the MCP endpoint, so it is a real one.
+    for token in [None, Some("not-an-admin"), Some(gw.agent_token.as_str())] {
+        let mut req = http.post(format!("{}/vendor-feed/run", gw.admin));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{token:?}");
+    }
+    let mcp = http
+        .post(&gw.mcp)
+        .bearer_auth(&gw.agent_token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mcp.status(), StatusCode::OK);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_feed_the_resource_answers_vendor_feed_off() {
+    let gw = start("").await;
+    let http = reqwest::Client::new();
+    for resp in [
+        http.get(format!("{}/vendor-feed", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap(),
+        http.post(format!("{}/vendor-feed/run", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap(),
+    ] {
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["code"], "vendor_feed_off", "{body}");
+    }
+    // The wrong method is a clear 405.
+    let resp = http
+        .get(format!("{}/vendor-feed/run", gw.admin))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+    gw.stop().await;
+}
