@@ -30,24 +30,35 @@
 //! The store sits above the registry: it runs calls through [`ToolRegistry::call`] and nothing
 //! below imports it.
 
+//!
+//! The module's parts: [`snapshot`] (what a task looks like from outside, and its wire shape),
+//! [`peer`] (the client channel of a running task, and its status notifications), and here
+//! the store itself.
+
+mod peer;
+mod snapshot;
+
+pub use self::snapshot::{TaskOutcome, TaskSnapshot, TaskStatus};
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
-use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::content::ToolOutput;
-use crate::context::{CallOptions, ClientPeer, PeerError};
+use crate::context::CallOptions;
 use crate::error::GateError;
 use crate::principal::Caller;
 use crate::registry::ToolRegistry;
 use crate::tool::TaskSupport;
+
+use self::peer::{SwitchPeer, TaskPeer, spawn_notifier};
 
 /// JSON-RPC "internal error", the code of a task that failed inside the server.
 const INTERNAL_ERROR: i64 = -32603;
@@ -96,134 +107,6 @@ impl TaskConfig {
         self.max_per_principal = max;
         self
     }
-}
-
-/// Where a task is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum TaskStatus {
-    /// The tool is running.
-    Working,
-    /// The tool waits for answers from the client (see [`TaskSnapshot::input_requests`]).
-    InputRequired,
-    /// The tool finished; its result (possibly an error result) is in the task.
-    Completed,
-    /// The server failed internally while running the tool.
-    Failed,
-    /// The task was cancelled.
-    Cancelled,
-}
-
-impl TaskStatus {
-    /// Whether the task is over (completed, failed or cancelled).
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
-    }
-
-    /// The MCP wire name (`working`, `input_required`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Working => "working",
-            Self::InputRequired => "input_required",
-            Self::Completed => "completed",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
-        }
-    }
-}
-
-/// How a finished task ended.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum TaskOutcome {
-    /// The tool's result (an error result when the tool reported an error).
-    Completed(ToolOutput),
-    /// An internal failure, as a JSON-RPC error.
-    Failed {
-        /// JSON-RPC error code.
-        code: i64,
-        /// What went wrong, in words safe to show.
-        message: String,
-    },
-}
-
-/// One task as it stands.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct TaskSnapshot {
-    /// The task id.
-    pub id: String,
-    /// The tool it runs.
-    pub tool: String,
-    /// Its status.
-    pub status: TaskStatus,
-    /// A sentence on the current state, when there is one.
-    pub status_message: Option<String>,
-    /// When it was created.
-    pub created_at: SystemTime,
-    /// When its state last changed.
-    pub updated_at: SystemTime,
-    /// How long it is kept from its creation.
-    pub ttl: Duration,
-    /// The suggested polling interval.
-    pub poll_interval: Duration,
-    /// The questions waiting for the client, by key (`{method, params}`); empty unless
-    /// `input_required`.
-    pub input_requests: Map<String, Value>,
-    /// How it ended, once terminal (a cancelled task has none).
-    pub outcome: Option<TaskOutcome>,
-}
-
-impl TaskSnapshot {
-    /// The MCP tasks extension's task fields: `taskId`, `status`, `statusMessage`,
-    /// `createdAt`, `lastUpdatedAt` (RFC 3339, UTC), `ttlMs`, `pollIntervalMs` (integer
-    /// milliseconds).
-    pub fn task_json(&self) -> Map<String, Value> {
-        let mut m = Map::new();
-        m.insert("taskId".into(), json!(self.id));
-        m.insert("status".into(), json!(self.status.as_str()));
-        if let Some(s) = &self.status_message {
-            m.insert("statusMessage".into(), json!(s));
-        }
-        m.insert("createdAt".into(), json!(rfc3339(self.created_at)));
-        m.insert("lastUpdatedAt".into(), json!(rfc3339(self.updated_at)));
-        m.insert("ttlMs".into(), json!(millis(self.ttl)));
-        m.insert("pollIntervalMs".into(), json!(millis(self.poll_interval)));
-        m
-    }
-
-    /// The detailed task (the task fields, plus `inputRequests` while `input_required`, the
-    /// inlined `result` once completed, or the `error` once failed): the shape of a
-    /// `tasks/get` answer and of a `notifications/tasks` notification.
-    pub fn detailed_json(&self) -> Map<String, Value> {
-        let mut m = self.task_json();
-        if self.status == TaskStatus::InputRequired {
-            m.insert(
-                "inputRequests".into(),
-                Value::Object(self.input_requests.clone()),
-            );
-        }
-        match &self.outcome {
-            Some(TaskOutcome::Completed(out)) => {
-                let result = serde_json::to_value(out).unwrap_or_else(|_| json!({}));
-                m.insert("result".into(), result);
-            }
-            Some(TaskOutcome::Failed { code, message }) => {
-                m.insert("error".into(), json!({"code": code, "message": message}));
-            }
-            None => {}
-        }
-        m
-    }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-fn rfc3339(t: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// Why a task operation was refused. Each variant has a stable [`TaskError::code`].
@@ -745,114 +628,4 @@ fn new_task_id() -> String {
         bytes[8..].copy_from_slice(&n.to_le_bytes());
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Sends each state change of a task to the client that started it, in order.
-fn spawn_notifier(peer: Arc<dyn ClientPeer>) -> mpsc::UnboundedSender<TaskSnapshot> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<TaskSnapshot>();
-    tokio::spawn(async move {
-        while let Some(s) = rx.recv().await {
-            let params = Value::Object(s.detailed_json());
-            if let Err(e) = peer.notify("notifications/tasks", params).await {
-                tracing::debug!(task = %s.id, error = %e, "a task status notification was not sent");
-                if matches!(e, PeerError::Disconnected) {
-                    break;
-                }
-            }
-        }
-    });
-    tx
-}
-
-/// The client channel of a running task: questions become the task's input requests.
-struct TaskPeer {
-    board: Weak<TaskBoard>,
-    id: String,
-    origin: Option<Arc<dyn ClientPeer>>,
-    supported: Vec<String>,
-}
-
-#[async_trait]
-impl ClientPeer for TaskPeer {
-    async fn notify(&self, method: &str, params: Value) -> Result<(), PeerError> {
-        // The call that started the task may be over; a notification that cannot be delivered
-        // any more is not the tool's failure.
-        if let Some(p) = &self.origin
-            && let Err(e) = p.notify(method, params).await
-        {
-            tracing::debug!(task = %self.id, error = %e, "a task's notification was not delivered");
-        }
-        Ok(())
-    }
-
-    async fn request(
-        &self,
-        method: &str,
-        params: Value,
-        cancel: CancellationToken,
-    ) -> Result<Value, PeerError> {
-        let board = self.board.upgrade().ok_or(PeerError::Disconnected)?;
-        let (tx, rx) = oneshot::channel();
-        let key = board
-            .ask(&self.id, method, params, tx)
-            .ok_or(PeerError::Cancelled)?;
-        drop(board);
-        tokio::select! {
-            answer = rx => answer.map_err(|_| PeerError::Cancelled),
-            () = cancel.cancelled() => {
-                if let Some(board) = self.board.upgrade() {
-                    board.withdraw(&self.id, &key);
-                }
-                Err(PeerError::Cancelled)
-            }
-        }
-    }
-
-    fn supports(&self, capability: &str) -> bool {
-        self.supported.iter().any(|c| c == capability)
-    }
-}
-
-/// The client channel of a `task_after_input` tool: the call's own until the tool first
-/// waits, the task's after.
-struct SwitchPeer {
-    call: Option<Arc<dyn ClientPeer>>,
-    task: Arc<TaskPeer>,
-    escalated: Arc<AtomicBool>,
-}
-
-impl SwitchPeer {
-    fn current(&self) -> Option<&dyn ClientPeer> {
-        if self.escalated.load(Ordering::SeqCst) {
-            Some(self.task.as_ref())
-        } else {
-            self.call.as_deref()
-        }
-    }
-}
-
-#[async_trait]
-impl ClientPeer for SwitchPeer {
-    async fn notify(&self, method: &str, params: Value) -> Result<(), PeerError> {
-        match self.current() {
-            Some(p) => p.notify(method, params).await,
-            None => Ok(()),
-        }
-    }
-
-    async fn request(
-        &self,
-        method: &str,
-        params: Value,
-        cancel: CancellationToken,
-    ) -> Result<Value, PeerError> {
-        match self.current() {
-            Some(p) => p.request(method, params, cancel).await,
-            None => Err(PeerError::NotSupported(method.to_string())),
-        }
-    }
-
-    fn supports(&self, capability: &str) -> bool {
-        self.current().is_some_and(|p| p.supports(capability))
-    }
 }
