@@ -1,8 +1,8 @@
 //! Graceful shutdown of a real `bridle serve` process: SIGTERM with a tool call in flight.
 //! The gateway stops being ready and refuses new MCP requests at once, lets the in-flight call
 //! finish and answer, closes its sessions and streams, and exits 0; its JSON log (at `trace`)
-//! says what it did and carries no token. With a call that never finishes, the shutdown grace bounds the
-//! wait: the process still exits, and says so.
+//! says what it did and carries no token. With a call that never finishes, the shutdown grace
+//! bounds the wait: the process still exits, and says so.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir};
+use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
 use bridle_gateway::{BoundGateway, GatewayBuilder};
 use bridle_rules::{AgentCatalog, ReadWrite, RulesStore};
 use kberg_core::{ToolBuilder, ToolOutput, ToolRegistry};
@@ -100,7 +100,7 @@ pub fn append_config(dir: &Path, extra: &str) {
 /// the upstream `tickets` at `url` (none when `None`), readable by claude.
 pub fn data_dir(url: Option<&str>, extra: &str) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
-    init_data_dir(tmp.path()).unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
     if let Some(url) = url {
         append_config(
             tmp.path(),
