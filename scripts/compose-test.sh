@@ -123,6 +123,8 @@ fi
 mkdir -p docker/bin
 cp "$BRIDLE_HOST_BINARY" docker/bin/bridle
 strip docker/bin/bridle 2>/dev/null || true
+docker/bin/bridle serve --help | grep -q -- --shutdown-grace \
+    || fail "$BRIDLE_HOST_BINARY is not this checkout's bridle (no serve --shutdown-grace); a shared CARGO_TARGET_DIR may have been overwritten"
 COMPOSE_READY=1
 compose build -q gateway || compose build gateway
 
