@@ -34,9 +34,12 @@ USER bridle:bridle
 WORKDIR /data
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
     CMD ["/usr/local/bin/bridle", "health"]
+# First start lays out token files (never tokens on stdout, which is the container's log),
+# then execs bridle, so bridle is PID 1 and receives SIGTERM itself.
+COPY --chown=root:root docker/entrypoint.sh /usr/local/bin/bridle-entrypoint
 # SIGTERM drains: in-flight calls get --shutdown-grace seconds (keep it below the stop timeout).
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["/usr/local/bin/bridle"]
+ENTRYPOINT ["/usr/local/bin/bridle-entrypoint"]
 CMD ["serve", "--shutdown-grace", "20"]
 
 # ---- runtime-prebuilt: a binary built on the host (CI; no Rust image needed) ----

@@ -1,8 +1,8 @@
 //! Graceful shutdown of a real `bridle serve` process: SIGTERM with a tool call in flight.
 //! The gateway stops being ready and refuses new MCP requests at once, lets the in-flight call
-//! finish and answer, closes its sessions and streams, and exits 0; its JSON log says what it
-//! did and carries no token. With a call that never finishes, the shutdown grace bounds the
-//! wait: the process still exits, and says so.
+//! finish and answer, closes its sessions and streams, and exits 0; its JSON log (at `trace`)
+//! says what it did and carries no token. With a call that never finishes, the shutdown grace
+//! bounds the wait: the process still exits, and says so.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
@@ -36,11 +36,11 @@ impl Drop for Serve {
     }
 }
 
-fn spawn(dir: &std::path::Path, grace_secs: u64) -> Serve {
+fn spawn(dir: &std::path::Path, grace_secs: u64, level: &str) -> Serve {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_bridle"));
     cmd.arg("--data-dir")
         .arg(dir)
-        .args(["--log", "info", "--log-format", "json", "serve"])
+        .args(["--log", level, "--log-format", "json", "serve"])
         .args(["--listen", "127.0.0.1:0", "--shutdown-grace"])
         .arg(grace_secs.to_string())
         .stdin(Stdio::null())
@@ -79,11 +79,11 @@ struct InFlight {
     http: reqwest::Client,
 }
 
-async fn call_in_flight(grace_secs: u64) -> InFlight {
+async fn call_in_flight(grace_secs: u64, level: &str) -> InFlight {
     let upstream = start_upstream().await;
     let dir = data_dir(Some(&upstream.url), "");
     let token = token(dir.path(), "claude");
-    let serve = spawn(dir.path(), grace_secs);
+    let serve = spawn(dir.path(), grace_secs, level);
     let http = reqwest::Client::new();
     let (status, body) = poll_json(&http, &format!("{}/readyz", serve.base), |s, _| s == 200).await;
     assert_eq!(status, 200, "{body}");
@@ -158,7 +158,7 @@ async fn sigterm_lets_the_call_in_flight_finish_then_exits() {
         call,
         token: claude_token,
         http,
-    } = call_in_flight(30).await;
+    } = call_in_flight(30, "trace").await;
     let readyz = format!("{}/readyz", serve.base);
     sigterm(&serve.child);
     let (status, body) = poll_json(&http, &readyz, |s, _| s == 503).await;
@@ -204,6 +204,7 @@ async fn sigterm_lets_the_call_in_flight_finish_then_exits() {
     );
     assert!(logged(&log, "the gateway has stopped"), "{log:?}");
     assert!(!logged(&log, "the shutdown grace passed"), "{log:?}");
+    // Logged at `trace`, the most the log ever shows: the agent's token is in none of it.
     let text = serde_json::to_string(&log).unwrap();
     assert!(!text.contains(&claude_token), "a token reached the log");
     upstream.stop.cancel();
@@ -217,7 +218,7 @@ async fn the_grace_bounds_a_call_that_never_finishes() {
         mut serve,
         call,
         ..
-    } = call_in_flight(1).await;
+    } = call_in_flight(1, "info").await;
     sigterm(&serve.child);
     assert!(exited(&mut serve.child).await, "bridle serve exits 0");
     // Whether and when the client notices is the client's business; the gateway is gone.
