@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bridle_gateway::admin::AdminTokens;
-use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir, read_secret};
+use bridle_gateway::config::{
+    GatewayConfig, demo_document, init_data_dir_with_token_files, read_secret,
+};
 use bridle_gateway::{GatewayBuilder, GatewayContext};
 use bridle_rules::{AgentCatalog, RulesStore};
 use tokio_util::sync::CancellationToken;
@@ -36,7 +38,7 @@ impl Gw {
     /// As [`Gw::start`], with the builder adjusted first (memory, timeouts).
     pub async fn start_with(configure: impl FnOnce(GatewayBuilder) -> GatewayBuilder) -> Self {
         let tmp = tempfile::tempdir().unwrap();
-        init_data_dir(tmp.path()).unwrap();
+        init_data_dir_with_token_files(tmp.path()).unwrap();
         RulesStore::open(tmp.path(), AgentCatalog::builtin())
             .unwrap()
             .create("demo", &demo_document(), "test")
