@@ -140,8 +140,8 @@ async fn gateway(
     stop: CancellationToken,
 ) -> (SocketAddr, String, Option<AuditLog>) {
     use bridle_gateway::GatewayBuilder;
-    use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir};
-    init_data_dir(dir).expect("lay out");
+    use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
+    init_data_dir_with_token_files(dir).expect("lay out");
     if !audit {
         let yaml = std::fs::read_to_string(dir.join("bridle.yaml")).expect("config");
         std::fs::write(

@@ -242,18 +242,32 @@ fn run_feed(dir: &Path, store: &bridle_rules::RulesStore) -> Result<ExitCode, Bo
             Ok(run) => {
                 for source in run.sources {
                     match source.outcome {
-                        Ok(report) => println!(
-                            "{project} {} {}: queued {}, {} already known{}",
-                            source.agent,
-                            source.url,
-                            report.queued.len(),
-                            report.skipped,
-                            if report.not_modified {
-                                ", unchanged"
-                            } else {
-                                ""
+                        Ok(report) => {
+                            for c in &report.queued {
+                                record_offline(
+                                    dir,
+                                    Entry::vendor(
+                                        format!("vendor:{}", c.agent),
+                                        Some(c.source_url.clone()),
+                                        Kind::Proposal,
+                                    )
+                                    .project(&c.project)
+                                    .subject(format!("proposal #{}", c.proposal_id)),
+                                );
                             }
-                        ),
+                            println!(
+                                "{project} {} {}: queued {}, {} already known{}",
+                                source.agent,
+                                source.url,
+                                report.queued.len(),
+                                report.skipped,
+                                if report.not_modified {
+                                    ", unchanged"
+                                } else {
+                                    ""
+                                }
+                            );
+                        }
                         Err(e) => {
                             failed = true;
                             println!(
