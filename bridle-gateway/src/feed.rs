@@ -7,10 +7,22 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bridle_rules::vendor::{FeedError, FeedRun, VendorFeed};
+use bridle_rules::vendor::{FeedError, FeedRun, VendorCandidate, VendorFeed};
 
 use crate::audit::{Entry, Kind};
 use crate::context::GatewayContext;
+
+/// The audit entry of one queued vendor suggestion: source `vendor` (the feed's profile and the
+/// page), kind `proposal`, the project and the proposal.
+pub fn seed_entry(c: &VendorCandidate) -> Entry {
+    Entry::vendor(
+        format!("vendor:{}", c.agent),
+        Some(c.source_url.clone()),
+        Kind::Proposal,
+    )
+    .project(&c.project)
+    .subject(format!("proposal #{}", c.proposal_id))
+}
 
 /// One project's outcome of a run: what each source gave, or why the project could not run.
 pub type ProjectRun = (String, Result<FeedRun, FeedError>);
@@ -30,14 +42,7 @@ pub async fn run_feed(
                 continue;
             };
             for c in &report.queued {
-                let entry = Entry::vendor(
-                    format!("vendor:{}", c.agent),
-                    Some(c.source_url.clone()),
-                    Kind::Proposal,
-                )
-                .project(&c.project)
-                .subject(format!("proposal #{}", c.proposal_id));
-                if let Err(e) = ctx.record_change(entry) {
+                if let Err(e) = ctx.record_change(seed_entry(c)) {
                     tracing::warn!(proposal = c.proposal_id, error = %e, "a vendor proposal's audit entry was not written");
                 }
             }

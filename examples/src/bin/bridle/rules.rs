@@ -169,16 +169,7 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
         } => {
             let report = source_vendor(&store, &project, &agent, &from)?;
             for c in &report.queued {
-                record_offline(
-                    dir,
-                    Entry::vendor(
-                        format!("vendor:{}", c.agent),
-                        Some(c.source_url.clone()),
-                        Kind::Proposal,
-                    )
-                    .project(&c.project)
-                    .subject(format!("proposal #{}", c.proposal_id)),
-                );
+                record_offline(dir, bridle_gateway::feed::seed_entry(c));
             }
             println!(
                 "queued {} suggestion(s) for review ({} already known{})",
@@ -244,16 +235,7 @@ fn run_feed(dir: &Path, store: &bridle_rules::RulesStore) -> Result<ExitCode, Bo
                     match source.outcome {
                         Ok(report) => {
                             for c in &report.queued {
-                                record_offline(
-                                    dir,
-                                    Entry::vendor(
-                                        format!("vendor:{}", c.agent),
-                                        Some(c.source_url.clone()),
-                                        Kind::Proposal,
-                                    )
-                                    .project(&c.project)
-                                    .subject(format!("proposal #{}", c.proposal_id)),
-                                );
+                                record_offline(dir, bridle_gateway::feed::seed_entry(c));
                             }
                             println!(
                                 "{project} {} {}: queued {}, {} already known{}",
