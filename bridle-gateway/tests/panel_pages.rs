@@ -1,0 +1,835 @@
+//! The web panel at the HTML level: every page and partial through the in-process router
+//! (`tower::ServiceExt::oneshot`), the security headers and cookie, log-in and log-out,
+//! the cross-site check, read-only mode, and each page's error states.
+
+mod panel_support;
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use bridle_gateway::panel::PanelConfig;
+use panel_support::{ALICE, BOB, Client, Fixture, Site, WATCHER, panel_config};
+
+async fn signed_in(fixture: &Fixture) -> Client {
+    let mut c = Client::new(fixture.router(panel_config()));
+    c.login(ALICE).await;
+    c
+}
+
+/// No inline script or style anywhere in a page: the CSP would block it.
+fn assert_no_inline(body: &str) {
+    assert!(!body.contains("<style"), "an inline <style>");
+    assert!(!body.contains(" style="), "an inline style attribute");
+    assert!(
+        !body.contains(" on") || !body.contains(" onclick="),
+        "an inline handler"
+    );
+    for chunk in body.split("<script").skip(1) {
+        let tag = chunk.split('>').next().unwrap_or_default();
+        assert!(tag.contains(" src="), "an inline <script>: {tag}");
+    }
+}
+
+#[tokio::test]
+async fn the_login_page_is_served_with_a_strict_policy() {
+    let fixture = Fixture::new();
+    let c = Client::new(fixture.router(panel_config()));
+    let r = c.get("/panel/login").await;
+    assert_eq!(r.status, StatusCode::OK);
+    let csp = r.header("content-security-policy").unwrap();
+    assert!(csp.contains("default-src 'self'"), "{csp}");
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert!(
+        !csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"),
+        "{csp}"
+    );
+    assert_eq!(r.header("x-frame-options"), Some("DENY"));
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    assert!(r.body.contains(r#"<label for="token">"#));
+    assert!(r.body.contains("/panel/assets/htmx-2.0.11.min.js"));
+    assert!(r.body.contains(r#""allowEval":false"#));
+    assert!(r.body.contains(r#""includeIndicatorStyles":false"#));
+    assert_no_inline(&r.body);
+    // The base path itself leads to the log-in page without a session.
+    let r = c.get("/panel").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert!(r.location().starts_with("/panel"), "{}", r.location());
+}
+
+#[tokio::test]
+async fn assets_are_compiled_in_with_their_types() {
+    let fixture = Fixture::new();
+    let c = Client::new(fixture.router(panel_config()));
+    let htmx = c.get("/panel/assets/htmx-2.0.11.min.js").await;
+    assert_eq!(htmx.status, StatusCode::OK);
+    assert!(
+        htmx.header("content-type")
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    assert_eq!(
+        htmx.body,
+        include_str!("../panel-assets/vendor/htmx-2.0.11.min.js")
+    );
+    assert!(htmx.header("cache-control").unwrap().contains("immutable"));
+    let css = c.get("/panel/assets/panel-1.css").await;
+    assert!(css.header("content-type").unwrap().starts_with("text/css"));
+    assert!(css.body.contains("prefers-color-scheme: dark"));
+    assert!(css.body.contains(":focus-visible"));
+    let js = c.get("/panel/assets/panel-1.js").await;
+    assert!(
+        js.header("content-type")
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    assert_eq!(bridle_gateway::panel::HTMX_VERSION, "2.0.11");
+}
+
+#[tokio::test]
+async fn log_in_sets_a_server_side_session_cookie_and_refuses_other_tokens() {
+    let fixture = Fixture::new();
+    let c = Client::new(fixture.router(panel_config()));
+
+    for bad in ["", "nope", "alice", &format!("{ALICE}x")] {
+        let r = c.post("/panel/login", &[("token", bad)]).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{bad}");
+        assert!(r.body.contains("That is not an admin credential."));
+        assert!(r.set_cookies().is_empty());
+        assert!(!bad.is_empty() && !r.body.contains(bad) || bad.is_empty());
+    }
+    // A form without the field is a form error, not a crash.
+    let r = c.post("/panel/login", &[("nothing", "x")]).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.body.contains("invalid_form"));
+
+    let r = c
+        .post(
+            "/panel/login",
+            &[("token", ALICE), ("next", "/panel/queue")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(r.location(), "/panel/queue");
+    let cookie = r.set_cookies().pop().unwrap();
+    assert!(cookie.starts_with("bridle-panel="), "{cookie}");
+    for attr in ["Path=/", "HttpOnly", "SameSite=Strict", "Max-Age=28800"] {
+        assert!(cookie.contains(attr), "{cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "plain HTTP: {cookie}");
+    assert!(
+        !cookie.contains(ALICE),
+        "the credential never goes to the browser"
+    );
+
+    // `next` never leads off the panel.
+    for next in [
+        "https://evil.example/",
+        "//evil.example/",
+        "/elsewhere",
+        "/panel/login",
+    ] {
+        let r = c
+            .post("/panel/login", &[("token", ALICE), ("next", next)])
+            .await;
+        assert_eq!(r.location(), "/panel", "{next}");
+    }
+
+    // Behind TLS: the __Host- prefix and Secure.
+    let c = Client::new(fixture.router(panel_config().behind_tls(true)));
+    let r = c.post("/panel/login", &[("token", ALICE)]).await;
+    let cookie = r.set_cookies().pop().unwrap();
+    assert!(cookie.starts_with("__Host-bridle-panel="), "{cookie}");
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    assert!(
+        cookie.contains("Path=/") && !cookie.contains("Domain"),
+        "{cookie}"
+    );
+}
+
+#[tokio::test]
+async fn pages_need_a_session() {
+    let fixture = Fixture::new();
+    let mut c = Client::new(fixture.router(panel_config()));
+    let r = c.get("/panel/queue?status=all").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        r.location(),
+        "/panel/login?next=%2Fpanel%2Fqueue%3Fstatus%3Dall"
+    );
+    let r = c.get_htmx("/panel/queue").await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(r.header("hx-redirect"), Some("/panel/login"));
+    let id = fixture.propose_guardrail("no-session");
+    let r = c.post(&format!("/panel/queue/{id}/approve"), &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(r.location(), "/panel/login");
+    assert_eq!(fixture.proposal_status(id), "pending");
+    // A made-up cookie is no session.
+    c.cookie = Some("bridle-panel=made-up".into());
+    assert_eq!(c.get("/panel").await.status, StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn every_page_renders_for_a_signed_in_admin() {
+    let fixture = Fixture::new();
+    let proposal = fixture.propose_guardrail("every-page");
+    fixture.request_scope("write to gitea");
+    let c = signed_in(&fixture).await;
+    let pages = [
+        ("/panel", "Overview"),
+        ("/panel/projects", "Projects"),
+        ("/panel/projects/demo", "Canonical document (YAML)"),
+        (
+            "/panel/projects/demo/preview?agent_type=claude",
+            "CLAUDE.md",
+        ),
+        ("/panel/queue", "Review queue"),
+        (&format!("/panel/queue/{proposal}"), "Provenance"),
+        (
+            "/panel/queue?status=all&source=agent&project=demo",
+            "every-page",
+        ),
+        ("/panel/scope", "write to gitea"),
+        ("/panel/scope?status=all", "Scope tickets"),
+        (
+            "/panel/integrations",
+            "No upstream MCP servers are configured.",
+        ),
+    ];
+    for (path, text) in pages {
+        let r = c.get(path).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.body);
+        assert!(r.body.contains(text), "{path} lacks {text:?}: {}", r.body);
+        assert!(r.body.contains("alice"), "{path} names the admin");
+        assert!(r.body.contains(r#"action="/panel/logout""#), "{path}");
+        assert!(r.header("content-security-policy").is_some(), "{path}");
+        assert_no_inline(&r.body);
+        // Every input, select and textarea has a label.
+        for chunk in r.body.split("id=\"").skip(1) {
+            let id = chunk.split('"').next().unwrap();
+            let before = r.body.split(&format!("id=\"{id}\"")).next().unwrap();
+            let tag_start = before.rfind('<').unwrap();
+            let tag = &before[tag_start..];
+            if ["<input", "<select", "<textarea"]
+                .iter()
+                .any(|t| tag.starts_with(t))
+                && !tag.contains("type=\"hidden\"")
+            {
+                assert!(
+                    r.body.contains(&format!("for=\"{id}\"")),
+                    "{path}: #{id} has no label"
+                );
+            }
+        }
+    }
+    // The base path with a slash leads to the overview too.
+    let r = c.get("/panel/").await;
+    assert!(
+        r.status == StatusCode::OK && r.body.contains("Overview")
+            || r.status == StatusCode::SEE_OTHER && r.location() == "/panel",
+        "{} {}",
+        r.status,
+        r.location()
+    );
+    // The overview counts what waits.
+    let r = c.get("/panel").await;
+    assert!(r.body.contains("proposals waiting for a decision"));
+    assert!(r.body.contains("every-page"));
+    // The preview as an htmx partial: no layout around it.
+    let r = c
+        .get_htmx("/panel/projects/demo/preview?agent_type=codex")
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.body.contains("AGENTS.md"), "{}", r.body);
+    assert!(!r.body.contains("<html"));
+}
+
+#[tokio::test]
+async fn error_states_are_pages_with_the_api_code() {
+    let fixture = Fixture::new();
+    let c = signed_in(&fixture).await;
+    let cases = [
+        (
+            "/panel/projects/nope",
+            StatusCode::NOT_FOUND,
+            "unknown_project",
+        ),
+        (
+            "/panel/projects/demo/preview?agent_type=nope",
+            StatusCode::NOT_FOUND,
+            "unknown_agent_type",
+        ),
+        (
+            "/panel/projects/demo/preview",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_form",
+        ),
+        ("/panel/queue/999", StatusCode::NOT_FOUND, "not_found"),
+        ("/panel/queue/abc", StatusCode::BAD_REQUEST, ""),
+        (
+            "/panel/queue?status=bogus",
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+        ),
+        (
+            "/panel/scope?status=bogus",
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+        ),
+        (
+            "/panel/integrations/nope",
+            StatusCode::NOT_FOUND,
+            "unknown_integration",
+        ),
+        ("/panel/no-such-page", StatusCode::NOT_FOUND, "not_found"),
+    ];
+    for (path, status, code) in cases {
+        let r = c.get(path).await;
+        assert_eq!(r.status, status, "{path}: {}", r.body);
+        assert!(
+            r.header("content-type")
+                .unwrap_or_default()
+                .starts_with("text/html")
+                || code.is_empty(),
+            "{path}"
+        );
+        if !code.is_empty() {
+            assert!(
+                r.body.contains(&format!("<code>{code}</code>")),
+                "{path}: {}",
+                r.body
+            );
+            assert!(r.body.contains("role=\"alert\""), "{path}");
+        }
+        assert!(r.header("content-security-policy").is_some(), "{path}");
+    }
+    // An htmx request gets the error as a partial aimed at the message area.
+    let r = c
+        .get_htmx("/panel/projects/demo/preview?agent_type=nope")
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.header("hx-retarget"), Some("#flash"));
+    assert!(!r.body.contains("<html"));
+    assert!(r.body.contains("unknown_agent_type"));
+}
+
+#[tokio::test]
+async fn cross_site_posts_are_refused_and_change_nothing() {
+    let fixture = Fixture::new();
+    let c = signed_in(&fixture).await;
+    let id = fixture.propose_guardrail("csrf");
+    let path = format!("/panel/queue/{id}/approve");
+    for site in [
+        Site::CrossSite,
+        Site::ForeignOriginOnly,
+        Site::Origin("null".into()),
+    ] {
+        let r = c.post_as(&path, &[], site, false).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+        assert!(r.body.contains("cross_site_request"));
+        assert_eq!(fixture.proposal_status(id), "pending");
+    }
+    // Log-in is checked too (no log-in CSRF).
+    let r = c
+        .post_as("/panel/login", &[("token", ALICE)], Site::CrossSite, false)
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(r.set_cookies().is_empty());
+    // Same-site but another origin (another port of this host) is refused as well.
+    let r = c
+        .send(
+            axum::http::Request::builder()
+                .method("POST")
+                .uri(&path)
+                .header("host", &c.host)
+                .header("cookie", c.cookie.as_deref().unwrap())
+                .header("sec-fetch-site", "same-site")
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(fixture.proposal_status(id), "pending");
+    // An Origin that is this host passes without fetch metadata; so does a non-browser client.
+    let own = format!("http://{}", c.host);
+    let r = c.post_as(&path, &[], Site::Origin(own), false).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let id2 = fixture.propose_guardrail("csrf-2");
+    let r = c
+        .post_as(
+            &format!("/panel/queue/{id2}/approve"),
+            &[],
+            Site::NoHeaders,
+            false,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+
+    // A reverse proxy's public origin is accepted once configured.
+    let mut proxied =
+        Client::new(fixture.router(panel_config().allow_origin("https://bridle.example")));
+    proxied.login(ALICE).await;
+    let id3 = fixture.propose_guardrail("csrf-3");
+    let r = proxied
+        .post_as(
+            &format!("/panel/queue/{id3}/approve"),
+            &[],
+            Site::Origin("https://bridle.example".into()),
+            false,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+}
+
+#[tokio::test]
+async fn the_queue_approves_and_rejects_with_provenance() {
+    let fixture = Fixture::new();
+    let c = signed_in(&fixture).await;
+    let a = fixture.propose_guardrail("approve-me");
+    let b = fixture.propose_guardrail("reject-me");
+    let d = fixture.propose_guardrail("htmx-me");
+    let before = fixture.revision();
+
+    let detail = c.get(&format!("/panel/queue/{a}")).await;
+    assert!(detail.body.contains("claude"));
+    assert!(detail.body.contains("sess-1"));
+    assert!(detail.body.contains("d-add"), "the diff: {}", detail.body);
+    assert!(detail.body.contains("approve-me"));
+
+    let r = c.post(&format!("/panel/queue/{a}/approve"), &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert!(
+        r.location()
+            .starts_with(&format!("/panel/queue?notice=approved&id={a}"))
+    );
+    assert_eq!(fixture.proposal_status(a), "approved");
+    assert_eq!(fixture.revision(), before + 1);
+    let list = c.get(r.location()).await;
+    assert!(
+        list.body
+            .contains(&format!("Proposal #{a} approved (revision {})", before + 1))
+    );
+    assert!(
+        !list.body.contains(&format!("id=\"proposal-{a}\"")),
+        "it left the pending list"
+    );
+
+    // Approving again: the API's conflict, shown as a page.
+    let r = c.post(&format!("/panel/queue/{a}/approve"), &[]).await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert!(r.body.contains("already_decided"));
+
+    // Rejecting needs a reason.
+    let r = c
+        .post(&format!("/panel/queue/{b}/reject"), &[("reason", "  ")])
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.body.contains("give a reason"));
+    assert_eq!(fixture.proposal_status(b), "pending");
+    let r = c
+        .post(
+            &format!("/panel/queue/{b}/reject"),
+            &[("reason", "too broad")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    let p = fixture.ctx.store.proposal(b).unwrap();
+    assert_eq!(p.status.as_str(), "rejected");
+    assert_eq!(p.decision_note.as_deref(), Some("too broad"));
+    assert_eq!(p.decided_by.as_deref(), Some("admin:alice@api"));
+
+    // Through htmx: the row comes back decided.
+    let r = c.post_htmx(&format!("/panel/queue/{d}/approve"), &[]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(
+        r.body.starts_with(&format!("<tr id=\"proposal-{d}\"")),
+        "{}",
+        r.body
+    );
+    assert!(r.body.contains("approved"));
+    assert!(!r.body.contains("<html"));
+    // An htmx error goes to the message area.
+    let r = c.post_htmx(&format!("/panel/queue/{d}/approve"), &[]).await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert_eq!(r.header("hx-retarget"), Some("#flash"));
+    let r = c
+        .post_htmx("/panel/queue/999/reject", &[("reason", "x")])
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+
+    // Decided ones show with their decision.
+    let r = c.get("/panel/queue?status=rejected").await;
+    assert!(r.body.contains("too broad"));
+}
+
+#[tokio::test]
+async fn scope_tickets_are_approved_and_denied() {
+    let fixture = Fixture::new();
+    let c = signed_in(&fixture).await;
+    let a = fixture.request_scope("push to main");
+    let b = fixture.request_scope("delete a branch");
+    let r = c
+        .post(&format!("/panel/scope/{a}/approve"), &[("note", "once")])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let t = fixture.ctx.store.scope_ticket(a).unwrap();
+    assert_eq!(t.status, "approved");
+    assert_eq!(t.note.as_deref(), Some("once"));
+    let r = c
+        .post_htmx(&format!("/panel/scope/{b}/deny"), &[("note", "")])
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.body.contains(&format!("ticket-{b}")) && r.body.contains("denied"));
+    assert!(fixture.ctx.store.scope_ticket(b).unwrap().note.is_none());
+    let r = c.post(&format!("/panel/scope/{b}/approve"), &[]).await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    let r = c.get("/panel/scope?status=all").await;
+    assert!(r.body.contains("push to main") && r.body.contains("once"));
+}
+
+#[tokio::test]
+async fn editing_rules_reviews_a_diff_then_saves() {
+    let fixture = Fixture::new();
+    let c = signed_in(&fixture).await;
+    let doc = fixture.ctx.store.load("demo").unwrap().document;
+    let yaml = bridle_rules::to_yaml(&doc).unwrap();
+    let rev = doc.revision.to_string();
+    let edited = yaml.replacen("name: Demo", "name: Demo edited", 1);
+    assert_ne!(edited, yaml);
+
+    let r = c
+        .post(
+            "/panel/projects/demo/review",
+            &[
+                ("yaml", &edited.replace('\n', "\r\n")),
+                ("base_revision", &rev),
+                ("summary", "rename"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(
+        r.body
+            .contains(r#"<span class="d-add">+  name: Demo edited</span>"#)
+            || r.body.contains("+name: Demo edited")
+            || r.body.contains("Demo edited")
+    );
+    assert!(r.body.contains("d-del"));
+    assert!(r.body.contains("id=\"save\""));
+
+    // Unchanged text: nothing to save.
+    let r = c
+        .post(
+            "/panel/projects/demo/review",
+            &[("yaml", &yaml), ("base_revision", &rev)],
+        )
+        .await;
+    assert!(r.body.contains("nothing to save"));
+    assert!(!r.body.contains("id=\"save\""));
+
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[
+                ("yaml", &edited),
+                ("base_revision", &rev),
+                ("summary", "rename"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(
+        r.location(),
+        format!(
+            "/panel/projects/demo?notice=saved&revision={}",
+            doc.revision + 1
+        )
+    );
+    assert_eq!(
+        fixture
+            .ctx
+            .store
+            .load("demo")
+            .unwrap()
+            .document
+            .project
+            .name,
+        "Demo edited"
+    );
+    let page = c.get(r.location()).await;
+    assert!(
+        page.body
+            .contains(&format!("Saved (revision {}).", doc.revision + 1))
+    );
+    assert!(page.body.contains("admin:alice@api"));
+    assert!(page.body.contains("rename"));
+}
+
+#[tokio::test]
+async fn a_yaml_error_comes_back_with_line_and_column() {
+    let fixture = Fixture::new();
+    let c = signed_in(&fixture).await;
+    let rev = fixture.revision().to_string();
+    let broken = "schema_version: 1\nproject:\n  name: [unclosed\n";
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[("yaml", broken), ("base_revision", &rev)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert!(r.body.contains("invalid_yaml"), "{}", r.body);
+    assert!(r.body.contains("line "), "{}", r.body);
+    assert!(r.body.contains("column "), "{}", r.body);
+    // The text is kept in the editor, escaped.
+    assert!(r.body.contains("name: [unclosed"));
+    assert_eq!(fixture.revision().to_string(), rev);
+
+    // A document that parses but fails a check.
+    let invalid = bridle_rules::to_yaml(&fixture.ctx.store.load("demo").unwrap().document)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            if l.starts_with("schema_version:") {
+                "schema_version: 999"
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[("yaml", &invalid), ("base_revision", &rev)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
+    assert!(r.body.contains("schema_too_new"), "{}", r.body);
+
+    // HTML in the text stays text.
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[
+                ("yaml", "<script>alert(1)</script>"),
+                ("base_revision", &rev),
+            ],
+        )
+        .await;
+    assert!(!r.body.contains("<script>alert(1)</script>"));
+    assert!(r.body.contains("&lt;script&gt;"));
+    // A form without its fields.
+    let r = c.post("/panel/projects/demo/save", &[("yaml", "x")]).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.body.contains("invalid_form"));
+}
+
+#[tokio::test]
+async fn a_stale_save_shows_the_conflict_and_resolves_on_the_new_revision() {
+    let fixture = Fixture::new();
+    let c = signed_in(&fixture).await;
+    let doc = fixture.ctx.store.load("demo").unwrap().document;
+    let base = doc.revision;
+    let yaml = bridle_rules::to_yaml(&doc).unwrap();
+    // Bob saves first, through the API.
+    let mut theirs = doc.clone();
+    theirs.project.overview = "Bob's overview.".into();
+    let bob = fixture
+        .ctx
+        .store
+        .save_edit("demo", &theirs, base, "admin:bob@api", "bob's edit")
+        .unwrap();
+    assert_eq!(bob, base + 1);
+
+    let mine = yaml.replacen("name: Demo", "name: Demo by alice", 1);
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[("yaml", &mine), ("base_revision", &base.to_string())],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(r.body.contains("revision_conflict"));
+    assert!(r.body.contains(&format!("id=\"current-revision\">{bob}<")));
+    assert!(
+        r.body.contains("Bob&#x27;s overview.") || r.body.contains("Bob's overview."),
+        "{}",
+        r.body
+    );
+    assert!(r.body.contains("Demo by alice"));
+    assert!(
+        r.body
+            .contains(&format!(r#"name="base_revision" value="{bob}""#))
+    );
+    assert_eq!(fixture.revision(), bob, "nothing of alice's was saved");
+
+    // Reviewing against the old revision goes to the conflict view as well.
+    let r = c
+        .post(
+            "/panel/projects/demo/review",
+            &[("yaml", &mine), ("base_revision", &base.to_string())],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+
+    // Resolve: alice takes Bob's overview into her edit and saves on the new revision.
+    let current = bridle_rules::to_yaml(&fixture.ctx.store.load("demo").unwrap().document).unwrap();
+    let merged = current.replacen("name: Demo", "name: Demo by alice", 1);
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[("yaml", &merged), ("base_revision", &bob.to_string())],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let now = fixture.ctx.store.load("demo").unwrap().document;
+    assert_eq!(now.revision, bob + 1);
+    assert_eq!(now.project.name, "Demo by alice");
+    assert_eq!(now.project.overview, "Bob's overview.");
+}
+
+#[tokio::test]
+async fn projects_are_created_with_the_apis_checks() {
+    let fixture = Fixture::new();
+    let c = signed_in(&fixture).await;
+    let list = c.get("/panel/projects").await;
+    assert!(list.body.contains("/panel/projects/demo"));
+    assert!(list.body.contains("schema_version"), "the starter document");
+    let yaml = bridle_rules::to_yaml(&bridle_rules::RulesDocument::new("Second")).unwrap();
+    let r = c
+        .post("/panel/projects", &[("name", "second"), ("yaml", &yaml)])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(r.location(), "/panel/projects/second?notice=created");
+    assert!(c.get(r.location()).await.body.contains("Project created."));
+    let r = c
+        .post("/panel/projects", &[("name", "second"), ("yaml", &yaml)])
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(
+        r.body.contains(r#"value="second""#),
+        "the form keeps its values: {}",
+        r.body
+    );
+    let r = c
+        .post("/panel/projects", &[("name", "Bad Name"), ("yaml", &yaml)])
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
+    assert!(r.body.contains("invalid_name"));
+    let filtered = c.get("/panel/projects?q=sec").await;
+    assert!(filtered.body.contains("/panel/projects/second"));
+    assert!(!filtered.body.contains("/panel/projects/demo\""));
+}
+
+#[tokio::test]
+async fn watchers_and_a_read_only_panel_change_nothing() {
+    let fixture = Fixture::new();
+    let id = fixture.propose_guardrail("read-only");
+    let mut watcher = Client::new(fixture.router(panel_config()));
+    watcher.login(WATCHER).await;
+    let queue = watcher.get("/panel/queue").await;
+    assert!(queue.body.contains("Read-only"));
+    assert!(!queue.body.contains(&format!("id=\"approve-{id}\"")));
+    let project = watcher.get("/panel/projects/demo").await;
+    assert!(!project.body.contains("id=\"editor\""));
+    assert!(project.body.contains("class=\"yaml\""));
+    let r = watcher
+        .post(&format!("/panel/queue/{id}/approve"), &[])
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(r.body.contains("read_only"));
+    assert_eq!(fixture.proposal_status(id), "pending");
+    // Watchers can still log out.
+    let r = watcher.post("/panel/logout", &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+
+    let mut alice = Client::new(fixture.router(PanelConfig::default().read_only(true)));
+    alice.login(ALICE).await;
+    let r = alice.post(&format!("/panel/queue/{id}/approve"), &[]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(fixture.proposal_status(id), "pending");
+}
+
+#[tokio::test]
+async fn log_out_ends_the_session() {
+    let fixture = Fixture::new();
+    let mut c = signed_in(&fixture).await;
+    assert_eq!(c.get("/panel").await.status, StatusCode::OK);
+    let r = c.post("/panel/logout", &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(r.location(), "/panel/login?signed_out=1");
+    assert!(r.set_cookies().iter().any(|c| c.contains("Max-Age=0")));
+    // The old cookie no longer opens anything.
+    let r = c.get("/panel").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert!(r.location().starts_with("/panel/login"));
+    let page = c.get("/panel/login?signed_out=1").await;
+    assert!(page.body.contains("You are signed out."));
+    // A log-in page with a live session goes straight on.
+    c.login(BOB).await;
+    let r = c.get("/panel/login").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    c.cookie = None;
+    // Log-out without a session is harmless.
+    assert_eq!(
+        c.post("/panel/logout", &[]).await.status,
+        StatusCode::SEE_OTHER
+    );
+}
+
+#[tokio::test]
+async fn a_revoked_credential_ends_the_session_on_the_next_request() {
+    let fixture = Fixture::new();
+    let c = signed_in(&fixture).await;
+    assert_eq!(c.get("/panel/queue").await.status, StatusCode::OK);
+    fixture.admins.revoke(ALICE);
+    let r = c.get("/panel/queue").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(r.location(), "/panel/login");
+    assert!(r.set_cookies().iter().any(|c| c.contains("Max-Age=0")));
+    // The session is gone, not just refused once.
+    let r = c.get("/panel/integrations").await;
+    assert!(r.location().starts_with("/panel/login?next="));
+}
+
+#[tokio::test]
+async fn an_idle_session_expires() {
+    let fixture = Fixture::new();
+    let mut c = Client::new(fixture.router(
+        panel_config().session_lifetimes(Duration::from_secs(3600), Duration::from_millis(1)),
+    ));
+    c.login(ALICE).await;
+    // Wait until the idle time has surely passed (a deadline, not an assertion on time).
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_millis(5) {
+        tokio::task::yield_now().await;
+    }
+    let r = c.get("/panel").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn the_base_path_is_configurable() {
+    let fixture = Fixture::new();
+    let mut c = Client::new(fixture.router(panel_config().base_path("/bridle/panel")));
+    let r = c
+        .post(
+            "/bridle/panel/login",
+            &[("token", ALICE), ("next", "/bridle/panel/queue")],
+        )
+        .await;
+    assert_eq!(r.location(), "/bridle/panel/queue");
+    c.cookie = r.session_cookie();
+    let page = c.get("/bridle/panel/queue").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("/bridle/panel/assets/panel-1.css"));
+    assert!(page.body.contains(r#"href="/bridle/panel/projects""#));
+    // The API is still where it was, and the old base path is not the panel.
+    assert_ne!(c.get("/panel").await.status, StatusCode::OK);
+    assert!(
+        bridle_gateway::panel::router(PanelConfig::default().base_path("panel/"), &fixture.state())
+            .is_err()
+    );
+}
