@@ -261,6 +261,27 @@ pub(crate) fn diff_lines(diff: &str) -> Vec<DiffLine> {
         .collect()
 }
 
+/// An edit's text with its top-level `revision:` line set to `revision`: the store sets the
+/// revision on save, so an edit based on an older one should not show that line as a change.
+pub(crate) fn at_revision(yaml: &str, revision: u64) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for line in yaml.lines() {
+        let is_revision = line
+            .strip_prefix("revision:")
+            .is_some_and(|rest| rest.trim().chars().all(|c| c.is_ascii_digit()));
+        out.push(if is_revision {
+            format!("revision: {revision}")
+        } else {
+            line.to_string()
+        });
+    }
+    let mut text = out.join("\n");
+    if yaml.ends_with('\n') {
+        text.push('\n');
+    }
+    text
+}
+
 /// A unified diff of two texts (empty when equal).
 pub(crate) fn unified_diff(old: &str, new: &str, old_name: &str, new_name: &str) -> String {
     crate::admin::projects::unified_diff(old, new, old_name, new_name)
@@ -280,4 +301,30 @@ pub(crate) fn chrome(base: &str, admin: Option<&str>, may_change: bool, nav: &st
 /// A `303 See Other` to `to` (after a change: the browser then reloads with `GET`).
 pub(crate) fn see_other(to: &str) -> Response {
     Redirect::to(to).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_edit_is_moved_to_the_current_revision() {
+        assert_eq!(
+            at_revision(
+                "schema_version: 2\nrevision: 3\nproject:\n  revision: 1\n",
+                7
+            ),
+            "schema_version: 2\nrevision: 7\nproject:\n  revision: 1\n"
+        );
+        assert_eq!(at_revision("revision: x", 2), "revision: x");
+    }
+
+    #[test]
+    fn diff_lines_are_classified() {
+        let kinds: Vec<_> = diff_lines("--- a\n+++ b\n@@ -1 +1 @@\n-x\n+y\n z")
+            .into_iter()
+            .map(|l| l.kind)
+            .collect();
+        assert_eq!(kinds, ["file", "file", "hunk", "del", "add", "ctx"]);
+    }
 }

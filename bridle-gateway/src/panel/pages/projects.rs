@@ -23,7 +23,7 @@ use crate::panel::Panel;
 use crate::panel::api::{Problem, seg};
 use crate::panel::guard::is_htmx;
 use crate::panel::session::SignedIn;
-use crate::panel::view::{Page, PanelError, diff_lines, see_other, unified_diff};
+use crate::panel::view::{Page, PanelError, at_revision, diff_lines, see_other, unified_diff};
 
 /// The list's filter.
 #[derive(Debug, Default, Deserialize)]
@@ -300,11 +300,11 @@ pub(crate) async fn review(
     Path(project): Path<String>,
     PanelForm(form): PanelForm<EditForm>,
 ) -> Result<Response, PanelError> {
-    let yaml = form_text(&form.yaml);
     let current: ProjectDocument = panel
         .api
         .get(&who, &format!("/projects/{}", seg(&project)))
         .await?;
+    let yaml = at_revision(&form_text(&form.yaml), form.base_revision);
     if current.revision != form.base_revision {
         return Ok(conflict_page(
             &panel,
@@ -364,9 +364,11 @@ async fn conflict_page(
         .await
         .ok()
         .map(|d| diff_lines(&d.diff));
+    // The edit, moved onto the current revision: what saving it now would change.
+    let mine = at_revision(mine, current.revision);
     let ours = unified_diff(
         &current.yaml,
-        mine,
+        &mine,
         &format!("{project}@{}", current.revision),
         &format!("{project} (your edit)"),
     );
