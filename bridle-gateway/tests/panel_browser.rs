@@ -9,6 +9,8 @@
 //! The last test writes a screenshot of every page in the light and the dark theme to
 //! `<target dir>/panel-screenshots/{light,dark}/`, for a person to look at.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on any unexpected error.
+
 mod panel_support;
 
 use std::path::{Path, PathBuf};

@@ -2,13 +2,15 @@
 //! (`tower::ServiceExt::oneshot`), the security headers and cookie, log-in and log-out,
 //! the cross-site check, read-only mode, and each page's error states.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on any unexpected error.
+
 mod panel_support;
 
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use bridle_gateway::panel::PanelConfig;
-use panel_support::{ALICE, BOB, Client, Fixture, Site, WATCHER, panel_config};
+use panel_support::{ALICE, BOB, Caller, Client, Fixture, WATCHER, panel_config};
 
 async fn signed_in(fixture: &Fixture) -> Client {
     let mut c = Client::new(fixture.router(panel_config()));
@@ -321,9 +323,9 @@ async fn cross_site_posts_are_refused_and_change_nothing() {
     let id = fixture.propose_guardrail("csrf");
     let path = format!("/panel/queue/{id}/approve");
     for site in [
-        Site::CrossSite,
-        Site::ForeignOriginOnly,
-        Site::Origin("null".into()),
+        Caller::CrossSite,
+        Caller::ForeignOriginOnly,
+        Caller::Origin("null".into()),
     ] {
         let r = c.post_as(&path, &[], site, false).await;
         assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
@@ -332,7 +334,12 @@ async fn cross_site_posts_are_refused_and_change_nothing() {
     }
     // Log-in is checked too (no log-in CSRF).
     let r = c
-        .post_as("/panel/login", &[("token", ALICE)], Site::CrossSite, false)
+        .post_as(
+            "/panel/login",
+            &[("token", ALICE)],
+            Caller::CrossSite,
+            false,
+        )
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     assert!(r.set_cookies().is_empty());
@@ -353,14 +360,14 @@ async fn cross_site_posts_are_refused_and_change_nothing() {
     assert_eq!(fixture.proposal_status(id), "pending");
     // An Origin that is this host passes without fetch metadata; so does a non-browser client.
     let own = format!("http://{}", c.host);
-    let r = c.post_as(&path, &[], Site::Origin(own), false).await;
+    let r = c.post_as(&path, &[], Caller::Origin(own), false).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
     let id2 = fixture.propose_guardrail("csrf-2");
     let r = c
         .post_as(
             &format!("/panel/queue/{id2}/approve"),
             &[],
-            Site::NoHeaders,
+            Caller::NoHeaders,
             false,
         )
         .await;
@@ -375,7 +382,7 @@ async fn cross_site_posts_are_refused_and_change_nothing() {
         .post_as(
             &format!("/panel/queue/{id3}/approve"),
             &[],
-            Site::Origin("https://bridle.example".into()),
+            Caller::Origin("https://bridle.example".into()),
             false,
         )
         .await;

@@ -185,7 +185,7 @@ pub struct Client {
     pub host: String,
 }
 
-pub enum Site {
+pub enum Caller {
     /// `Sec-Fetch-Site: same-origin` and a matching `Origin`.
     SameOrigin,
     /// `Sec-Fetch-Site: cross-site` and a foreign `Origin`.
@@ -251,7 +251,7 @@ impl Client {
         &self,
         path: &str,
         form: &[(&str, &str)],
-        site: Site,
+        site: Caller,
         htmx: bool,
     ) -> Reply {
         let mut b = self
@@ -259,15 +259,15 @@ impl Client {
             .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
         let own = format!("http://{}", self.host);
         b = match site {
-            Site::SameOrigin => b
+            Caller::SameOrigin => b
                 .header("sec-fetch-site", "same-origin")
                 .header(header::ORIGIN, own),
-            Site::CrossSite => b
+            Caller::CrossSite => b
                 .header("sec-fetch-site", "cross-site")
                 .header(header::ORIGIN, "http://evil.example"),
-            Site::ForeignOriginOnly => b.header(header::ORIGIN, "http://evil.example"),
-            Site::NoHeaders => b,
-            Site::Origin(o) => b.header(header::ORIGIN, o),
+            Caller::ForeignOriginOnly => b.header(header::ORIGIN, "http://evil.example"),
+            Caller::NoHeaders => b,
+            Caller::Origin(o) => b.header(header::ORIGIN, o),
         };
         if htmx {
             b = b.header("hx-request", "true");
@@ -277,11 +277,11 @@ impl Client {
     }
 
     pub async fn post(&self, path: &str, form: &[(&str, &str)]) -> Reply {
-        self.post_as(path, form, Site::SameOrigin, false).await
+        self.post_as(path, form, Caller::SameOrigin, false).await
     }
 
     pub async fn post_htmx(&self, path: &str, form: &[(&str, &str)]) -> Reply {
-        self.post_as(path, form, Site::SameOrigin, true).await
+        self.post_as(path, form, Caller::SameOrigin, true).await
     }
 
     /// Logs in with `token`; panics unless the panel accepts it.
