@@ -840,3 +840,31 @@ async fn the_base_path_is_configurable() {
             .is_err()
     );
 }
+
+#[tokio::test]
+async fn areas_the_api_does_not_offer_say_so() {
+    let fixture = Fixture::new();
+    let c = signed_in(&fixture).await;
+    // On an admin API without these resources the page names the missing endpoint; the
+    // overview still shows everything else.
+    for path in [
+        "/panel/agents",
+        "/panel/sessions",
+        "/panel/secrets",
+        "/panel/audit",
+    ] {
+        let r = c.get(path).await;
+        if r.status == StatusCode::OK {
+            continue; // the API offers it
+        }
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{path}: {}", r.body);
+        assert!(
+            r.body.contains("<code>unknown_route</code>"),
+            "{path}: {}",
+            r.body
+        );
+    }
+    let r = c.get("/panel").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.body.contains("Review queue"));
+}

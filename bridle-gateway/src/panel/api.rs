@@ -17,6 +17,9 @@ use tower::ServiceExt;
 use super::session::SignedIn;
 use crate::admin::BASE_PATH;
 
+/// The header the admin API reads the acting surface from.
+const SURFACE_HEADER: &str = "bridle-surface";
+
 /// The largest API answer the panel reads (a project list or a rendered file is far smaller).
 const MAX_REPLY: usize = 16 * 1024 * 1024;
 
@@ -106,7 +109,10 @@ impl AdminApi {
             .map_err(|_| Problem::local("panel_error", "the session's credential is unusable"))?;
         let mut bearer = bearer;
         bearer.set_sensitive(true);
-        request = request.header(header::AUTHORIZATION, bearer);
+        // The surface the admin API records for the change: `admin:<name>@panel`.
+        request = request
+            .header(header::AUTHORIZATION, bearer)
+            .header(SURFACE_HEADER, "panel");
         let request = match body {
             Some(bytes) => request
                 .header(header::CONTENT_TYPE, "application/json")
@@ -156,6 +162,21 @@ impl AdminApi {
     ) -> Result<T, Problem> {
         let (status, bytes) = self.send(who, Method::GET, path, None).await?;
         Self::decode(status, &bytes)
+    }
+
+    /// `GET path` as it comes (an export), or the API's problem.
+    pub(crate) async fn get_raw(
+        &self,
+        who: &SignedIn,
+        path: &str,
+    ) -> Result<axum::body::Bytes, Problem> {
+        let (status, bytes) = self.send(who, Method::GET, path, None).await?;
+        if status.is_success() {
+            return Ok(bytes);
+        }
+        Err(Self::decode::<serde_json::Value>(status, &bytes)
+            .err()
+            .unwrap_or_else(|| Problem::local("panel_error", "the export failed")))
     }
 
     /// `method path` with a JSON body, decoded.

@@ -35,6 +35,10 @@ pub struct PanelConfig {
     pub watchers: BTreeSet<String>,
     /// The most sessions held at once (default 256); past it the least recently used one ends.
     pub max_sessions: usize,
+    /// The gateway's MCP URL as agents reach it, for the connect snippets shown with a new
+    /// token (default: none, and the snippets say `http://127.0.0.1:7878/mcp`, the default
+    /// listen address).
+    pub mcp_url: Option<String>,
 }
 
 impl Default for PanelConfig {
@@ -48,6 +52,7 @@ impl Default for PanelConfig {
             read_only: false,
             watchers: BTreeSet::new(),
             max_sessions: 256,
+            mcp_url: None,
         }
     }
 }
@@ -106,6 +111,12 @@ impl PanelConfig {
     /// Lets this admin only watch.
     pub fn watcher(mut self, admin: impl Into<String>) -> Self {
         self.watchers.insert(admin.into());
+        self
+    }
+
+    /// The MCP URL the connect snippets name.
+    pub fn mcp_url(mut self, url: impl Into<String>) -> Self {
+        self.mcp_url = Some(url.into());
         self
     }
 

@@ -99,6 +99,7 @@ impl Views {
         env.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
         env.add_filter("seg", |v: String| super::api::seg(&v));
+        env.add_filter("pattern", |v: String| exact_pattern(&v));
         for (name, source) in TEMPLATES {
             env.add_template(name, source)
                 .map_err(|e| PanelConfigError::Template {
@@ -261,6 +262,19 @@ pub(crate) fn diff_lines(diff: &str) -> Vec<DiffLine> {
         .collect()
 }
 
+/// An HTML `pattern` that matches exactly `text` (regular-expression syntax characters
+/// escaped; the browser anchors the pattern).
+pub(crate) fn exact_pattern(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 2);
+    for c in text.chars() {
+        if "^$\\.*+?()[]{}|/".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// An edit's text with its top-level `revision:` line set to `revision`: the store sets the
 /// revision on save, so an edit based on an older one should not show that line as a change.
 pub(crate) fn at_revision(yaml: &str, revision: u64) -> String {
@@ -317,6 +331,12 @@ mod tests {
             "schema_version: 2\nrevision: 7\nproject:\n  revision: 1\n"
         );
         assert_eq!(at_revision("revision: x", 2), "revision: x");
+    }
+
+    #[test]
+    fn patterns_escape_regex_syntax() {
+        assert_eq!(exact_pattern("db.password-1"), "db\\.password-1");
+        assert_eq!(exact_pattern("a(b)"), "a\\(b\\)");
     }
 
     #[test]

@@ -15,12 +15,16 @@ use super::Panel;
 use super::session::SignedIn;
 use super::view::{Page, PanelError, chrome};
 
+pub(crate) mod agents;
+pub(crate) mod audit;
 pub(crate) mod integrations;
 pub(crate) mod login;
 pub(crate) mod overview;
 pub(crate) mod projects;
 pub(crate) mod queue;
 pub(crate) mod scope;
+pub(crate) mod secrets;
+pub(crate) mod sessions;
 
 /// The routes that need a session.
 pub(crate) fn routes() -> Router<Panel> {
@@ -41,6 +45,23 @@ pub(crate) fn routes() -> Router<Panel> {
         .route("/scope/{id}/deny", post(scope::deny))
         .route("/integrations", get(integrations::list))
         .route("/integrations/{namespace}", get(integrations::show))
+        .route("/agents", get(agents::list))
+        .route("/agents/{name}", get(agents::show))
+        .route("/agents/{name}/token", post(agents::issue))
+        .route("/agents/{name}/rotate", post(agents::rotate))
+        .route("/agents/{name}/revoke", post(agents::revoke))
+        .route("/sessions", get(sessions::list))
+        .route("/sessions/{id}/end", post(sessions::end))
+        .route("/secrets", get(secrets::list).post(secrets::create))
+        .route("/secrets/{name}", get(secrets::show))
+        .route("/secrets/{name}/rotate", post(secrets::rotate))
+        .route(
+            "/secrets/{name}/versions/{version}/revoke",
+            post(secrets::revoke),
+        )
+        .route("/audit", get(audit::list))
+        .route("/audit/verify", get(audit::verify))
+        .route("/audit/export", get(audit::export))
 }
 
 /// Any other path under the base path.
@@ -143,6 +164,17 @@ impl Notice {
             "ticket_approved" => format!("Scope ticket{id} approved."),
             "ticket_denied" => format!("Scope ticket{id} denied."),
             "unchanged" => "Nothing to save: the document is unchanged.".to_string(),
+            "agent_revoked" => {
+                "Every token of this agent is revoked and its sessions ended.".to_string()
+            }
+            "secret_created" => {
+                "Secret added. Its value is in the vault and is never shown.".to_string()
+            }
+            "secret_rotated" => {
+                "Secret rotated. The new value is in the vault and is never shown.".to_string()
+            }
+            "secret_revoked" => format!("Version{id} revoked."),
+            "session_ended" => "Session ended.".to_string(),
             _ => return None,
         })
     }
@@ -151,4 +183,16 @@ impl Notice {
 /// Text from a browser form: line breaks back to `\n` (forms send `\r\n`).
 pub(crate) fn form_text(s: &str) -> String {
     s.replace("\r\n", "\n")
+}
+
+/// A destructive change goes ahead only when the admin typed the thing's name (checked here
+/// as well as by the form's `pattern`).
+pub(crate) fn confirm_matches(typed: &str, name: &str) -> Result<(), PanelError> {
+    if typed.trim() == name {
+        Ok(())
+    } else {
+        Err(PanelError::BadForm(format!(
+            "type `{name}` to confirm; nothing was changed"
+        )))
+    }
 }

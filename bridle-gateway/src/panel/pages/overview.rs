@@ -65,6 +65,14 @@ fn tile<T>(
     })
 }
 
+/// Any list resource, read only for its length (the agents, sessions and audit resources).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct Listed {
+    items: Vec<serde_json::Value>,
+    next_cursor: Option<String>,
+}
+
 fn more(next: &Option<String>) -> &'static str {
     if next.is_some() { "+" } else { "" }
 }
@@ -75,11 +83,14 @@ pub(crate) async fn show(
     Extension(who): Extension<SignedIn>,
 ) -> Result<Page, PanelError> {
     let api = &panel.api;
-    let (projects, queue, tickets, integrations) = tokio::join!(
+    let (projects, queue, tickets, integrations, agents, sessions, audit) = tokio::join!(
         api.get::<ProjectPage>(&who, "/projects?limit=500"),
         api.get::<ProposalPage>(&who, "/queue?limit=500"),
         api.get::<TicketPage>(&who, "/scope-tickets?limit=500"),
         api.get::<IntegrationPage>(&who, "/integrations?limit=500"),
+        api.get::<Listed>(&who, "/agents?limit=500"),
+        api.get::<Listed>(&who, "/sessions?limit=500"),
+        api.get::<Listed>(&who, "/audit?order=desc&limit=5"),
     );
     let recent = queue
         .as_ref()
@@ -111,11 +122,35 @@ pub(crate) async fn show(
                 "upstream MCP servers connected".into(),
             )
         })?,
+        tile("Agents", "/agents", agents, |a| {
+            (
+                format!("{}{}", a.items.len(), more(&a.next_cursor)),
+                "agents configured".into(),
+            )
+        })?,
+        tile("Sessions", "/sessions", sessions, |s| {
+            (
+                format!("{}{}", s.items.len(), more(&s.next_cursor)),
+                "agent sessions connected".into(),
+            )
+        })?,
     ];
+    // The latest audit entries, when the API offers the log.
+    let entries = audit.map(|a| a.items).unwrap_or_default();
+    let audit_rows: Vec<_> = entries
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "id": e["id"], "at": e["at"], "kind": e["kind"],
+                "source": e["source"]["type"], "project": e["project"],
+                "subject": e["subject"], "agent": e["agent"],
+            })
+        })
+        .collect();
     panel.page(
         &who,
         "overview.html",
         "overview",
-        context! { tiles => Serde(tiles), recent => Serde(recent) },
+        context! { tiles => Serde(tiles), recent => Serde(recent), audit => Serde(audit_rows) },
     )
 }
