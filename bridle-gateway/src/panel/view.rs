@@ -86,6 +86,42 @@ const TEMPLATES: &[(&str, &str)] = &[
         "partials/ticket_row.html",
         include_str!("../../panel-assets/templates/partials/ticket_row.html"),
     ),
+    (
+        "partials/session_rows.html",
+        include_str!("../../panel-assets/templates/partials/session_rows.html"),
+    ),
+    (
+        "agents.html",
+        include_str!("../../panel-assets/templates/agents.html"),
+    ),
+    (
+        "agent.html",
+        include_str!("../../panel-assets/templates/agent.html"),
+    ),
+    (
+        "agent_token.html",
+        include_str!("../../panel-assets/templates/agent_token.html"),
+    ),
+    (
+        "secrets.html",
+        include_str!("../../panel-assets/templates/secrets.html"),
+    ),
+    (
+        "secret.html",
+        include_str!("../../panel-assets/templates/secret.html"),
+    ),
+    (
+        "sessions.html",
+        include_str!("../../panel-assets/templates/sessions.html"),
+    ),
+    (
+        "audit.html",
+        include_str!("../../panel-assets/templates/audit.html"),
+    ),
+    (
+        "audit_verify.html",
+        include_str!("../../panel-assets/templates/audit_verify.html"),
+    ),
 ];
 
 /// The compiled templates.
