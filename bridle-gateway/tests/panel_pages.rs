@@ -34,7 +34,7 @@ fn assert_no_inline(body: &str) {
 
 #[tokio::test]
 async fn the_login_page_is_served_with_a_strict_policy() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let c = Client::new(fixture.router(panel_config()));
     let r = c.get("/panel/login").await;
     assert_eq!(r.status, StatusCode::OK);
@@ -61,7 +61,7 @@ async fn the_login_page_is_served_with_a_strict_policy() {
 
 #[tokio::test]
 async fn assets_are_compiled_in_with_their_types() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let c = Client::new(fixture.router(panel_config()));
     let htmx = c.get("/panel/assets/htmx-2.0.11.min.js").await;
     assert_eq!(htmx.status, StatusCode::OK);
@@ -90,7 +90,7 @@ async fn assets_are_compiled_in_with_their_types() {
 
 #[tokio::test]
 async fn log_in_sets_a_server_side_session_cookie_and_refuses_other_tokens() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let c = Client::new(fixture.router(panel_config()));
 
     for bad in ["", "nope", "alice", &format!("{ALICE}x")] {
@@ -151,7 +151,7 @@ async fn log_in_sets_a_server_side_session_cookie_and_refuses_other_tokens() {
 
 #[tokio::test]
 async fn pages_need_a_session() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let mut c = Client::new(fixture.router(panel_config()));
     let r = c.get("/panel/queue?status=all").await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
@@ -174,7 +174,7 @@ async fn pages_need_a_session() {
 
 #[tokio::test]
 async fn every_page_renders_for_a_signed_in_admin() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let proposal = fixture.propose_guardrail("every-page");
     fixture.request_scope("write to gitea");
     let c = signed_in(&fixture).await;
@@ -249,7 +249,7 @@ async fn every_page_renders_for_a_signed_in_admin() {
 
 #[tokio::test]
 async fn error_states_are_pages_with_the_api_code() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let c = signed_in(&fixture).await;
     let cases = [
         (
@@ -318,7 +318,7 @@ async fn error_states_are_pages_with_the_api_code() {
 
 #[tokio::test]
 async fn cross_site_posts_are_refused_and_change_nothing() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let c = signed_in(&fixture).await;
     let id = fixture.propose_guardrail("csrf");
     let path = format!("/panel/queue/{id}/approve");
@@ -391,7 +391,7 @@ async fn cross_site_posts_are_refused_and_change_nothing() {
 
 #[tokio::test]
 async fn the_queue_approves_and_rejects_with_provenance() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let c = signed_in(&fixture).await;
     let a = fixture.propose_guardrail("approve-me");
     let b = fixture.propose_guardrail("reject-me");
@@ -472,7 +472,7 @@ async fn the_queue_approves_and_rejects_with_provenance() {
 
 #[tokio::test]
 async fn scope_tickets_are_approved_and_denied() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let c = signed_in(&fixture).await;
     let a = fixture.request_scope("push to main");
     let b = fixture.request_scope("delete a branch");
@@ -497,7 +497,7 @@ async fn scope_tickets_are_approved_and_denied() {
 
 #[tokio::test]
 async fn editing_rules_reviews_a_diff_then_saves() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let c = signed_in(&fixture).await;
     let doc = fixture.ctx.store.load("demo").unwrap().document;
     let yaml = bridle_rules::to_yaml(&doc).unwrap();
@@ -575,7 +575,7 @@ async fn editing_rules_reviews_a_diff_then_saves() {
 
 #[tokio::test]
 async fn a_yaml_error_comes_back_with_line_and_column() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let c = signed_in(&fixture).await;
     let rev = fixture.revision().to_string();
     let broken = "schema_version: 1\nproject:\n  name: [unclosed\n";
@@ -635,7 +635,7 @@ async fn a_yaml_error_comes_back_with_line_and_column() {
 
 #[tokio::test]
 async fn a_stale_save_shows_the_conflict_and_resolves_on_the_new_revision() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let c = signed_in(&fixture).await;
     let doc = fixture.ctx.store.load("demo").unwrap().document;
     let base = doc.revision;
@@ -699,7 +699,7 @@ async fn a_stale_save_shows_the_conflict_and_resolves_on_the_new_revision() {
 
 #[tokio::test]
 async fn projects_are_created_with_the_apis_checks() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let c = signed_in(&fixture).await;
     let list = c.get("/panel/projects").await;
     assert!(list.body.contains("/panel/projects/demo"));
@@ -732,7 +732,7 @@ async fn projects_are_created_with_the_apis_checks() {
 
 #[tokio::test]
 async fn watchers_and_a_read_only_panel_change_nothing() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let id = fixture.propose_guardrail("read-only");
     let mut watcher = Client::new(fixture.router(panel_config()));
     watcher.login(WATCHER).await;
@@ -761,7 +761,7 @@ async fn watchers_and_a_read_only_panel_change_nothing() {
 
 #[tokio::test]
 async fn log_out_ends_the_session() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let mut c = signed_in(&fixture).await;
     assert_eq!(c.get("/panel").await.status, StatusCode::OK);
     let r = c.post("/panel/logout", &[]).await;
@@ -788,7 +788,7 @@ async fn log_out_ends_the_session() {
 
 #[tokio::test]
 async fn a_revoked_credential_ends_the_session_on_the_next_request() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let c = signed_in(&fixture).await;
     assert_eq!(c.get("/panel/queue").await.status, StatusCode::OK);
     fixture.admins.revoke(ALICE);
@@ -803,7 +803,7 @@ async fn a_revoked_credential_ends_the_session_on_the_next_request() {
 
 #[tokio::test]
 async fn an_idle_session_expires() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let mut c = Client::new(fixture.router(
         panel_config().session_lifetimes(Duration::from_secs(3600), Duration::from_millis(1)),
     ));
@@ -819,7 +819,7 @@ async fn an_idle_session_expires() {
 
 #[tokio::test]
 async fn the_base_path_is_configurable() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let mut c = Client::new(fixture.router(panel_config().base_path("/bridle/panel")));
     let r = c
         .post(
@@ -843,7 +843,7 @@ async fn the_base_path_is_configurable() {
 
 #[tokio::test]
 async fn areas_the_api_does_not_offer_say_so() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::new().await;
     let c = signed_in(&fixture).await;
     // On an admin API without these resources the page names the missing endpoint; the
     // overview still shows everything else.

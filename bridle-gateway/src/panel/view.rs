@@ -370,6 +370,33 @@ mod tests {
     }
 
     #[test]
+    fn every_template_file_is_compiled_in() {
+        let views = Views::new().expect("the templates parse");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("panel-assets/templates");
+        let mut files = Vec::new();
+        for sub in ["", "partials"] {
+            for entry in std::fs::read_dir(dir.join(sub)).expect("the templates folder") {
+                let path = entry.expect("an entry").path();
+                if path.extension().is_some_and(|e| e == "html") {
+                    let name = path
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .unwrap_or_default();
+                    files.push(if sub.is_empty() {
+                        name.to_string()
+                    } else {
+                        format!("{sub}/{name}")
+                    });
+                }
+            }
+        }
+        files.sort();
+        let mut registered: Vec<String> = TEMPLATES.iter().map(|(n, _)| n.to_string()).collect();
+        registered.sort();
+        assert_eq!(files, registered);
+    }
+
+    #[test]
     fn patterns_escape_regex_syntax() {
         assert_eq!(exact_pattern("db.password-1"), "db\\.password-1");
         assert_eq!(exact_pattern("a(b)"), "a\\(b\\)");

@@ -57,29 +57,44 @@ impl AdminCredentials for RevocableAdmins {
     }
 }
 
-/// A gateway data directory with the demo project and three admins.
+/// A gateway (not listening) over a fresh data directory with the demo project, its three
+/// demo agents plus `bot` (a claude with vault-issued tokens only), and three admins.
 pub struct Fixture {
     pub tmp: tempfile::TempDir,
     pub ctx: Arc<GatewayContext>,
     pub admins: Arc<RevocableAdmins>,
+    pub gateway: bridle_gateway::Gateway,
 }
 
 impl Fixture {
-    pub fn new() -> Self {
+    pub async fn new() -> Self {
         let tmp = tempfile::tempdir().unwrap();
         init_data_dir(tmp.path()).unwrap();
+        let yaml = std::fs::read_to_string(tmp.path().join("bridle.yaml")).unwrap();
+        let yaml = yaml.replace(
+            "agents:\n",
+            "agents:\n  bot:\n    type: claude\n    projects: [demo]\n",
+        );
+        std::fs::write(tmp.path().join("bridle.yaml"), yaml).unwrap();
         let config = GatewayConfig::load(tmp.path()).unwrap();
-        let ctx = GatewayContext::open(tmp.path(), config).unwrap();
+        let gateway = bridle_gateway::GatewayBuilder::new(tmp.path(), config)
+            .build()
+            .await
+            .unwrap();
+        let ctx = Arc::clone(gateway.context());
         ctx.store.create("demo", &demo_document(), "test").unwrap();
         let admins = RevocableAdmins::with(&[("alice", ALICE), ("bob", BOB), ("watcher", WATCHER)]);
-        Self { tmp, ctx, admins }
+        Self {
+            tmp,
+            ctx,
+            admins,
+            gateway,
+        }
     }
 
     pub fn state(&self) -> AdminState {
-        AdminState::new(
-            Arc::clone(&self.ctx),
-            Arc::clone(&self.admins) as Arc<dyn AdminCredentials>,
-        )
+        self.gateway
+            .admin_state(Arc::clone(&self.admins) as Arc<dyn AdminCredentials>)
     }
 
     /// The panel and the API as one router, as the admin listener serves them.
@@ -304,7 +319,7 @@ pub struct Served {
 
 impl Served {
     pub async fn start(config: PanelConfig) -> Self {
-        let fixture = Fixture::new();
+        let fixture = Fixture::new().await;
         let server = AdminServer::bind(SocketAddr::from(([127, 0, 0, 1], 0)), fixture.state())
             .await
             .unwrap()
