@@ -371,7 +371,7 @@ mod tests {
 
     #[test]
     fn every_template_file_is_compiled_in() {
-        let views = Views::new().expect("the templates parse");
+        Views::new().expect("the templates parse");
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("panel-assets/templates");
         let mut files = Vec::new();
         for sub in ["", "partials"] {
