@@ -358,3 +358,10 @@ impl Served {
         }
     }
 }
+
+/// A client signed in as alice on the default test panel.
+pub async fn signed_in(fixture: &Fixture) -> Client {
+    let mut c = Client::new(fixture.router(panel_config()));
+    c.login(ALICE).await;
+    c
+}
