@@ -233,7 +233,7 @@ async fn log_in_approve_a_proposal_and_log_out() {
     let decided = s.wait_for(&format!("#proposal-{id} .decision")).await;
     let text = decided.text().await.unwrap();
     assert!(text.contains("approved"), "{text}");
-    assert!(text.contains("admin:alice@api"), "{text}");
+    assert!(text.contains("admin:alice@panel"), "{text}");
     assert_eq!(s.served.fixture.proposal_status(id), "approved");
 
     // Reloaded, the pending queue no longer has it; the other one is still there.
@@ -424,6 +424,197 @@ async fn a_cross_site_form_post_is_refused() {
     s.stop().await;
 }
 
+#[tokio::test]
+async fn an_agent_token_is_seen_exactly_once() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = Session::start(false).await;
+    s.login(ALICE).await;
+    s.browser.goto(&s.url("/panel/agents/bot")).await.unwrap();
+    s.wait_for("#issue-token").await.click().await.unwrap();
+    let token = s
+        .wait_for("#token-value")
+        .await
+        .prop("value")
+        .await
+        .unwrap()
+        .unwrap();
+    let vault = s.served.fixture.gateway.vault();
+    assert_eq!(
+        vault
+            .agent_for_token(&token)
+            .unwrap()
+            .map(|m| m.agent)
+            .as_deref(),
+        Some("bot")
+    );
+    let snippets = s.body_text().await;
+    assert!(snippets.contains(&format!("Authorization: Bearer {token}")));
+    // Done: the agent's page, the list and the overview never show it again, and nothing
+    // was kept in the browser's storage.
+    s.browser
+        .find(Locator::Id("done"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    s.wait_for("#revoke-agent-open").await;
+    for path in ["/panel/agents/bot", "/panel/agents", "/panel"] {
+        s.browser.goto(&s.url(path)).await.unwrap();
+        s.wait_for("main").await;
+        assert!(
+            !s.browser.source().await.unwrap().contains(&token),
+            "{path}"
+        );
+    }
+    // htmx keeps only the current path in sessionStorage (no page snapshots: its history
+    // cache is off).
+    let storage = s
+        .browser
+        .execute(
+            "return JSON.stringify([Object.entries(localStorage), Object.entries(sessionStorage)]);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let storage = storage.as_str().unwrap();
+    assert!(!storage.contains(&token), "{storage}");
+    assert!(!storage.contains("htmx-history-cache"), "{storage}");
+
+    // Revoke through the dialog: the name must be typed first.
+    s.browser.goto(&s.url("/panel/agents/bot")).await.unwrap();
+    s.wait_for("#revoke-agent-open")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let field = s.wait_for("#revoke-agent-confirm").await;
+    field.send_keys("bo").await.unwrap();
+    s.browser
+        .find(Locator::Id("revoke-agent-submit"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    // The browser keeps the dialog open: the typed name does not match.
+    let still_open = s
+        .browser
+        .execute(
+            "return document.getElementById('revoke-agent').open;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(still_open, json!(true));
+    assert!(vault.agent_for_token(&token).unwrap().is_some());
+    field.send_keys("t").await.unwrap();
+    s.browser
+        .find(Locator::Id("revoke-agent-submit"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let notice = s.wait_for(".notice").await.text().await.unwrap();
+    assert!(notice.contains("revoked"), "{notice}");
+    assert!(vault.agent_for_token(&token).unwrap().is_none());
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_secret_is_added_and_rotated_and_its_value_never_seen() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = Session::start(false).await;
+    s.login(ALICE).await;
+    let first = "first-canary-3d91e0";
+    let second = "second-canary-b27c4f";
+    s.browser.goto(&s.url("/panel/secrets")).await.unwrap();
+    s.wait_for("#secret-name")
+        .await
+        .send_keys("kanboard.token")
+        .await
+        .unwrap();
+    s.browser
+        .find(Locator::Id("secret-value"))
+        .await
+        .unwrap()
+        .send_keys(first)
+        .await
+        .unwrap();
+    s.browser
+        .find(Locator::Id("add-secret"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert!(
+        s.wait_for(".notice")
+            .await
+            .text()
+            .await
+            .unwrap()
+            .contains("Secret added")
+    );
+    assert!(!s.browser.source().await.unwrap().contains(first));
+
+    s.wait_for("#rotate-value")
+        .await
+        .send_keys(second)
+        .await
+        .unwrap();
+    s.browser
+        .find(Locator::Id("rotate"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    // The rotated page is the one with version 2 (the old page's notice goes stale).
+    s.wait_for("#version-2").await;
+    assert!(
+        s.wait_for(".notice")
+            .await
+            .text()
+            .await
+            .unwrap()
+            .contains("rotated")
+    );
+    for path in [
+        "/panel/secrets",
+        "/panel/secrets/kanboard.token",
+        "/panel",
+        "/panel/audit",
+    ] {
+        s.browser.goto(&s.url(path)).await.unwrap();
+        s.wait_for("main").await;
+        let source = s.browser.source().await.unwrap();
+        assert!(
+            !source.contains(first) && !source.contains(second),
+            "{path}"
+        );
+    }
+    // No input on the page holds a value after the forms were sent.
+    s.browser
+        .goto(&s.url("/panel/secrets/kanboard.token"))
+        .await
+        .unwrap();
+    let value = s
+        .wait_for("#rotate-value")
+        .await
+        .prop("value")
+        .await
+        .unwrap();
+    assert_eq!(value.as_deref(), Some(""));
+    let vault = s.served.fixture.gateway.vault();
+    assert_eq!(
+        vault.version("kanboard.token", 2).unwrap().expose_str(),
+        Some(second)
+    );
+    s.stop().await;
+}
+
 fn screenshot_dir(theme: &str) -> PathBuf {
     // CARGO_TARGET_TMPDIR is `<target dir>/tmp`.
     let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -479,6 +670,11 @@ async fn screenshots_of_every_page_in_both_themes() {
             ("proposal", format!("/panel/queue/{proposal}"), ".diff"),
             ("scope", "/panel/scope".into(), "table"),
             ("integrations", "/panel/integrations".into(), "h1"),
+            ("agents", "/panel/agents".into(), "table"),
+            ("agent", "/panel/agents/bot".into(), "#issue-token"),
+            ("sessions", "/panel/sessions".into(), "table"),
+            ("secrets", "/panel/secrets".into(), "#secret-name"),
+            ("audit", "/panel/audit".into(), "#filter"),
             ("not-found", "/panel/projects/nope".into(), ".problem"),
         ];
         for (name, path, ready) in &pages {
@@ -486,6 +682,38 @@ async fn screenshots_of_every_page_in_both_themes() {
             s.wait_for(ready).await;
             shoot(&s, &dir, name).await;
         }
+
+        // A secret's page, and an agent's token page (from a form).
+        f.gateway
+            .vault()
+            .create(
+                "gitea.token",
+                &bridle_gateway::vault::SecretValue::new(b"screenshot-value".to_vec()),
+                "test",
+            )
+            .unwrap();
+        s.browser
+            .goto(&s.url("/panel/secrets/gitea.token"))
+            .await
+            .unwrap();
+        s.wait_for("#rotate-value").await;
+        shoot(&s, &dir, "secret").await;
+        s.browser
+            .find(Locator::Id("revoke-1-open"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        s.wait_for("#revoke-1-confirm").await;
+        shoot(&s, &dir, "secret-revoke-dialog").await;
+        s.browser.goto(&s.url("/panel/agents/bot")).await.unwrap();
+        s.wait_for("#issue-token").await.click().await.unwrap();
+        s.wait_for("#token-value").await;
+        shoot(&s, &dir, "agent-token").await;
+        s.browser.goto(&s.url("/panel/audit/verify")).await.unwrap();
+        s.wait_for("h1").await;
+        shoot(&s, &dir, "audit-verify").await;
 
         // The review and conflict pages come from a form.
         s.browser

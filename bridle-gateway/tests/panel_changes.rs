@@ -64,7 +64,7 @@ async fn the_queue_approves_and_rejects_with_provenance() {
     let p = fixture.ctx.store.proposal(b).unwrap();
     assert_eq!(p.status.as_str(), "rejected");
     assert_eq!(p.decision_note.as_deref(), Some("too broad"));
-    assert_eq!(p.decided_by.as_deref(), Some("admin:alice@api"));
+    assert_eq!(p.decided_by.as_deref(), Some("admin:alice@panel"));
 
     // Through htmx: the row comes back decided.
     let r = c.post_htmx(&format!("/panel/queue/{d}/approve"), &[]).await;
@@ -189,7 +189,7 @@ async fn editing_rules_reviews_a_diff_then_saves() {
         page.body
             .contains(&format!("Saved (revision {}).", doc.revision + 1))
     );
-    assert!(page.body.contains("admin:alice@api"));
+    assert!(page.body.contains("admin:alice@panel"));
     assert!(page.body.contains("rename"));
 }
 
