@@ -674,7 +674,6 @@ async fn screenshots_of_every_page_in_both_themes() {
             ("agent", "/panel/agents/bot".into(), "#issue-token"),
             ("sessions", "/panel/sessions".into(), "table"),
             ("secrets", "/panel/secrets".into(), "#secret-name"),
-            ("audit", "/panel/audit".into(), "#filter"),
             ("not-found", "/panel/projects/nope".into(), ".problem"),
         ];
         for (name, path, ready) in &pages {
@@ -756,6 +755,11 @@ async fn screenshots_of_every_page_in_both_themes() {
             .unwrap();
         s.wait_for("#current-revision").await;
         shoot(&s, &dir, "project-conflict").await;
+
+        // The audit log, now that the admin has changed things.
+        s.browser.goto(&s.url("/panel/audit")).await.unwrap();
+        s.wait_for(".audit").await;
+        shoot(&s, &dir, "audit").await;
 
         // Keyboard focus is visible.
         s.browser.goto(&s.url("/panel/queue")).await.unwrap();
