@@ -51,6 +51,8 @@ impl Driver {
             .arg("--allowed-ips=127.0.0.1")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            // Its own process group, so the browsers it starts end with it (see Drop).
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .expect("chromedriver starts");
@@ -109,8 +111,22 @@ impl Driver {
             .expect("a Chromium session")
     }
 
-    async fn stop(mut self) {
-        let _ = self.child.kill().await;
+    async fn stop(self) {
+        // Drop ends the driver and its browsers.
+    }
+}
+
+impl Drop for Driver {
+    /// Ends chromedriver's whole process group, the Chromium it started included, also when a
+    /// test fails half-way (the session is then never closed).
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
     }
 }
 
