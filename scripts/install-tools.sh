@@ -39,4 +39,13 @@ if ! stamp_ok "$tools/.gitea-mcp-stamp" "$root/tools/requirements-gitea-mcp.txt"
   "$tools/gitea-mcp-venv/bin/pip" check --disable-pip-version-check >/dev/null
   cp "$root/tools/requirements-gitea-mcp.txt" "$tools/.gitea-mcp-stamp"
 fi
+# Chromium and its WebDriver for the web panel's browser tests (bridle-gateway/tests/panel_browser.rs),
+# from Debian's packages when missing.
+if ! [ -x /usr/bin/chromium ] || ! [ -x /usr/bin/chromedriver ]; then
+  if [ "$(id -u)" = 0 ]; then apt_get=(apt-get); else apt_get=(sudo apt-get); fi
+  "${apt_get[@]}" update -qq
+  DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq --no-install-recommends \
+    chromium chromium-driver fonts-dejavu-core >/dev/null
+fi
+/usr/bin/chromedriver --version >/dev/null
 echo "tools ready in $tools"

@@ -29,6 +29,8 @@
 //!   HTTP with problem-details errors and its OpenAPI document.
 //! - [`ops`]: `/healthz`, `/readyz` and Prometheus `/metrics` on the gateway's listener, and
 //!   the request layer that counts requests and drains them on shutdown.
+//! - `panel` (feature `panel`): the web panel, server-rendered pages that call the admin API
+//!   in process, mounted by the admin listener.
 //! - [`logging`]: the log filter binaries install (rmcp's message bodies never logged).
 //! - [`gateway`]: [`Gateway`], everything assembled by [`GatewayBuilder`] and served over HTTP.
 
@@ -48,6 +50,8 @@ pub mod logging;
 pub mod memory;
 pub mod namespace;
 pub mod ops;
+#[cfg(feature = "panel")]
+pub mod panel;
 pub mod resources;
 pub mod secrets;
 pub mod sessions;

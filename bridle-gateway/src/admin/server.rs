@@ -19,6 +19,10 @@ pub enum AdminServeError {
         "the admin API listens on loopback only; `{0}` is not (use AdminServer::bind_exposed behind TLS)"
     )]
     NotLoopback(SocketAddr),
+    /// The web panel's configuration is refused.
+    #[cfg(feature = "panel")]
+    #[error("web panel: {0}")]
+    Panel(#[from] crate::panel::PanelConfigError),
     /// The socket could not be bound or served.
     #[error("admin API on {addr}: {source}")]
     Io {
@@ -37,6 +41,8 @@ pub struct AdminServer {
     addr: SocketAddr,
     state: AdminState,
     stop: CancellationToken,
+    #[cfg(feature = "panel")]
+    panel: Option<crate::panel::PanelConfig>,
 }
 
 impl AdminServer {
@@ -66,7 +72,17 @@ impl AdminServer {
             addr,
             state,
             stop: CancellationToken::new(),
+            #[cfg(feature = "panel")]
+            panel: Some(crate::panel::PanelConfig::default()),
         })
+    }
+
+    /// Serves the web panel beside the API with this configuration (by default it is served
+    /// under `/panel` with [`crate::panel::PanelConfig::default`]); `None` turns it off.
+    #[cfg(feature = "panel")]
+    pub fn panel(mut self, config: Option<crate::panel::PanelConfig>) -> Self {
+        self.panel = config;
+        self
     }
 
     /// The address it listens on.
@@ -97,7 +113,16 @@ impl AdminServer {
                 tracing::warn!(error = %e, "cannot set TCP_NODELAY on an admin connection");
             }
         });
-        axum::serve(listener, router(self.state))
+        #[cfg(feature = "panel")]
+        let app = match self.panel {
+            Some(config) => {
+                router(self.state.clone()).merge(crate::panel::router(config, &self.state)?)
+            }
+            None => router(self.state),
+        };
+        #[cfg(not(feature = "panel"))]
+        let app = router(self.state);
+        axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 tokio::select! {
                     () = shutdown => {}

@@ -1,0 +1,53 @@
+//! The panel's static files, compiled into the binary: one stylesheet, one small script (the
+//! confirm dialogs), and htmx 2.0.11 exactly as published in the `htmx.org` npm package
+//! (`panel-assets/vendor/`, with its licence). Each is served under a versioned name with a
+//! long cache lifetime: a new file gets a new name.
+
+use axum::Router;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use super::Panel;
+
+/// The htmx version vendored.
+pub const HTMX_VERSION: &str = "2.0.11";
+
+const HTMX: &str = include_str!("../../panel-assets/vendor/htmx-2.0.11.min.js");
+const CSS: &str = include_str!("../../panel-assets/panel.css");
+const JS: &str = include_str!("../../panel-assets/panel.js");
+
+/// The assets' paths under the base path (the templates link them by these).
+pub(crate) const HTMX_PATH: &str = "/assets/htmx-2.0.11.min.js";
+pub(crate) const CSS_PATH: &str = "/assets/panel-1.css";
+pub(crate) const JS_PATH: &str = "/assets/panel-1.js";
+
+pub(crate) fn routes() -> Router<Panel> {
+    Router::new()
+        .route(
+            HTMX_PATH,
+            get(|| async { asset(HTMX, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            CSS_PATH,
+            get(|| async { asset(CSS, "text/css; charset=utf-8") }),
+        )
+        .route(
+            JS_PATH,
+            get(|| async { asset(JS, "text/javascript; charset=utf-8") }),
+        )
+}
+
+fn asset(body: &'static str, content_type: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("public, max-age=31536000, immutable"),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}

@@ -1,0 +1,134 @@
+//! Log-in and log-out: an admin credential (the same token the admin API takes) is exchanged
+//! for a session cookie; the credential stays on the server. Log-out ends the session and
+//! removes the cookie.
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use minijinja::context;
+use serde::Deserialize;
+use zeroize::{Zeroize, Zeroizing};
+
+use super::PanelForm;
+use crate::panel::Panel;
+use crate::panel::guard::{clear_cookie, session_cookie, session_cookie_header};
+use crate::panel::session::SignedIn;
+use crate::panel::view::{Page, PanelError, chrome, see_other};
+
+/// The log-in page's query.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct LoginQuery {
+    next: Option<String>,
+    signed_out: Option<u8>,
+}
+
+/// The log-in form.
+#[derive(Deserialize)]
+pub(crate) struct LoginForm {
+    token: String,
+    #[serde(default)]
+    next: Option<String>,
+}
+
+impl Drop for LoginForm {
+    fn drop(&mut self) {
+        self.token.zeroize();
+    }
+}
+
+/// Where to go after log-in: a page of this panel, never another site.
+fn landing(panel: &Panel, next: Option<&str>) -> String {
+    let base = &panel.config.base_path;
+    next.filter(|n| {
+        (n == base || n.starts_with(&format!("{base}/")))
+            && !n.contains("//")
+            && !n.contains('\\')
+            && !n.chars().any(char::is_control)
+            && !n.starts_with(&format!("{base}/login"))
+    })
+    .map(str::to_string)
+    .unwrap_or_else(|| base.clone())
+}
+
+fn login_page(
+    panel: &Panel,
+    status: StatusCode,
+    next: &str,
+    error: Option<&str>,
+    notice: Option<&str>,
+) -> Result<Response, PanelError> {
+    let ctx = context! {
+        ..chrome(&panel.config.base_path, None, false, "login"),
+        ..context! { next => next, error => error, notice => notice }
+    };
+    Ok(Page {
+        status,
+        html: panel.views.render("login.html", ctx)?,
+    }
+    .into_response())
+}
+
+/// `GET /login`.
+pub(crate) async fn form(
+    State(panel): State<Panel>,
+    headers: HeaderMap,
+    Query(q): Query<LoginQuery>,
+) -> Result<Response, PanelError> {
+    let next = landing(&panel, q.next.as_deref());
+    if session_cookie(&headers, panel.config.cookie_name())
+        .and_then(|id| panel.sessions.get(&id))
+        .is_some()
+    {
+        return Ok(see_other(&next));
+    }
+    let notice = q.signed_out.map(|_| "You are signed out.");
+    login_page(&panel, StatusCode::OK, &next, None, notice)
+}
+
+/// `POST /login`.
+pub(crate) async fn submit(
+    State(panel): State<Panel>,
+    PanelForm(form): PanelForm<LoginForm>,
+) -> Result<Response, PanelError> {
+    let next = landing(&panel, form.next.as_deref());
+    let token = form.token.trim();
+    let Some(identity) = (!token.is_empty())
+        .then(|| panel.credentials.verify(token))
+        .flatten()
+    else {
+        tracing::warn!("panel log-in refused: not an admin credential");
+        return login_page(
+            &panel,
+            StatusCode::UNAUTHORIZED,
+            &next,
+            Some("That is not an admin credential."),
+            None,
+        );
+    };
+    let who = SignedIn {
+        may_change: panel.config.may_change(&identity.name),
+        admin: identity.name,
+        credential: Zeroizing::new(token.to_string()),
+    };
+    let id = panel
+        .sessions
+        .open(who)
+        .map_err(|e| PanelError::Internal(e.to_string()))?;
+    let mut response = see_other(&next);
+    let cookie = HeaderValue::from_str(&session_cookie_header(&panel, &id))
+        .map_err(|_| PanelError::Internal("the session cookie is not a header value".into()))?;
+    response.headers_mut().append(header::SET_COOKIE, cookie);
+    Ok(response)
+}
+
+/// `POST /logout`: ends the session (if any) and removes the cookie.
+pub(crate) async fn logout(State(panel): State<Panel>, headers: HeaderMap) -> Response {
+    if let Some(id) = session_cookie(&headers, panel.config.cookie_name()) {
+        panel.sessions.end(&id);
+    }
+    let mut response = see_other(&panel.url("/login?signed_out=1"));
+    if let Ok(v) = HeaderValue::from_str(&clear_cookie(&panel)) {
+        response.headers_mut().append(header::SET_COOKIE, v);
+    }
+    response
+}

@@ -1,0 +1,198 @@
+//! The pages, one module per area. Each handler reads what it shows from the admin API
+//! ([`super::api::AdminApi`]) as the signed-in admin and renders one template; a change is one
+//! API call, answered with a redirect to the page that shows its result (or, for an htmx
+//! request, the partial that replaces the changed row).
+
+use axum::Router;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use minijinja::{Value, context};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::Panel;
+use super::session::SignedIn;
+use super::view::{Page, PanelError, chrome};
+
+pub(crate) mod agents;
+pub(crate) mod audit;
+pub(crate) mod integrations;
+pub(crate) mod login;
+pub(crate) mod overview;
+pub(crate) mod projects;
+pub(crate) mod queue;
+pub(crate) mod scope;
+pub(crate) mod secrets;
+pub(crate) mod sessions;
+
+/// The routes that need a session.
+pub(crate) fn routes() -> Router<Panel> {
+    Router::new()
+        .route("/", get(overview::show))
+        .route("/projects", get(projects::list).post(projects::create))
+        .route("/projects/{project}", get(projects::show))
+        .route("/projects/{project}/preview", get(projects::preview))
+        .route("/projects/{project}/edit", post(projects::edit))
+        .route("/projects/{project}/review", post(projects::review))
+        .route("/projects/{project}/save", post(projects::save))
+        .route("/queue", get(queue::list))
+        .route("/queue/{id}", get(queue::show))
+        .route("/queue/{id}/approve", post(queue::approve))
+        .route("/queue/{id}/reject", post(queue::reject))
+        .route("/scope", get(scope::list))
+        .route("/scope/{id}/approve", post(scope::approve))
+        .route("/scope/{id}/deny", post(scope::deny))
+        .route("/integrations", get(integrations::list))
+        .route("/integrations/{namespace}", get(integrations::show))
+        .route("/agents", get(agents::list))
+        .route("/agents/{name}", get(agents::show))
+        .route("/agents/{name}/token", post(agents::issue))
+        .route("/agents/{name}/rotate", post(agents::rotate))
+        .route("/agents/{name}/revoke", post(agents::revoke))
+        .route("/sessions", get(sessions::list))
+        .route("/sessions/{id}/end", post(sessions::end))
+        .route("/secrets", get(secrets::list).post(secrets::create))
+        .route("/secrets/{name}", get(secrets::show))
+        .route("/secrets/{name}/rotate", post(secrets::rotate))
+        .route(
+            "/secrets/{name}/versions/{version}/revoke",
+            post(secrets::revoke),
+        )
+        .route("/audit", get(audit::list))
+        .route("/audit/verify", get(audit::verify))
+        .route("/audit/export", get(audit::export))
+}
+
+/// Any other path under the base path.
+pub(crate) async fn not_found() -> PanelError {
+    PanelError::NotFound
+}
+
+impl Panel {
+    /// Renders a full page for the signed-in admin.
+    pub(crate) fn page(
+        &self,
+        who: &SignedIn,
+        template: &str,
+        nav: &str,
+        ctx: Value,
+    ) -> Result<Page, PanelError> {
+        self.page_with_status(who, StatusCode::OK, template, nav, ctx)
+    }
+
+    /// Renders a full page with a status other than 200 (a refused form, shown again).
+    pub(crate) fn page_with_status(
+        &self,
+        who: &SignedIn,
+        status: StatusCode,
+        template: &str,
+        nav: &str,
+        ctx: Value,
+    ) -> Result<Page, PanelError> {
+        let ctx = context! {
+            ..chrome(&self.config.base_path, Some(&who.admin), who.may_change, nav),
+            ..ctx
+        };
+        Ok(Page {
+            status,
+            html: self.views.render(template, ctx)?,
+        })
+    }
+
+    /// Renders a partial (an htmx swap).
+    pub(crate) fn partial(
+        &self,
+        who: &SignedIn,
+        template: &str,
+        ctx: Value,
+    ) -> Result<Page, PanelError> {
+        let ctx = context! {
+            ..chrome(&self.config.base_path, Some(&who.admin), who.may_change, ""),
+            ..ctx
+        };
+        Ok(Page {
+            status: StatusCode::OK,
+            html: self.views.render(template, ctx)?,
+        })
+    }
+
+    /// `base_path` joined with `path`.
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.config.base_path)
+    }
+}
+
+/// A urlencoded form body, or the panel's 422 page.
+#[derive(Debug)]
+pub(crate) struct PanelForm<T>(pub(crate) T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequest<S> for PanelForm<T> {
+    type Rejection = PanelError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, PanelError> {
+        axum::Form::<T>::from_request(req, state)
+            .await
+            .map(|f| PanelForm(f.0))
+            .map_err(|e| {
+                PanelError::BadForm(format!("the form could not be read: {}", e.body_text()))
+            })
+    }
+}
+
+/// What a page says after a change it redirected from (`?notice=...`): a fixed sentence per
+/// code, so nothing from the query string is shown as given.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Notice {
+    notice: Option<String>,
+    id: Option<u64>,
+    revision: Option<u64>,
+}
+
+impl Notice {
+    pub(crate) fn text(&self) -> Option<String> {
+        let id = self.id.map(|i| format!(" #{i}")).unwrap_or_default();
+        let rev = self
+            .revision
+            .map(|r| format!(" (revision {r})"))
+            .unwrap_or_default();
+        Some(match self.notice.as_deref()? {
+            "created" => "Project created.".to_string(),
+            "saved" => format!("Saved{rev}."),
+            "approved" => format!("Proposal{id} approved{rev}."),
+            "rejected" => format!("Proposal{id} rejected."),
+            "ticket_approved" => format!("Scope ticket{id} approved."),
+            "ticket_denied" => format!("Scope ticket{id} denied."),
+            "unchanged" => "Nothing to save: the document is unchanged.".to_string(),
+            "agent_revoked" => {
+                "Every token of this agent is revoked and its sessions ended.".to_string()
+            }
+            "secret_created" => {
+                "Secret added. Its value is in the vault and is never shown.".to_string()
+            }
+            "secret_rotated" => {
+                "Secret rotated. The new value is in the vault and is never shown.".to_string()
+            }
+            "secret_revoked" => format!("Version{id} revoked."),
+            "session_ended" => "Session ended.".to_string(),
+            _ => return None,
+        })
+    }
+}
+
+/// Text from a browser form: line breaks back to `\n` (forms send `\r\n`).
+pub(crate) fn form_text(s: &str) -> String {
+    s.replace("\r\n", "\n")
+}
+
+/// A destructive change goes ahead only when the admin typed the thing's name (checked here
+/// as well as by the form's `pattern`).
+pub(crate) fn confirm_matches(typed: &str, name: &str) -> Result<(), PanelError> {
+    if typed.trim() == name {
+        Ok(())
+    } else {
+        Err(PanelError::BadForm(format!(
+            "type `{name}` to confirm; nothing was changed"
+        )))
+    }
+}

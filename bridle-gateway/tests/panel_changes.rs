@@ -1,0 +1,351 @@
+//! The web panel's changes at the HTML level (`oneshot` through the panel and the admin API):
+//! the review queue, scope tickets, and editing a project's rules (diff before save, YAML errors
+//! with line and column, the conflict view on a stale revision, new projects).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on any unexpected error.
+
+mod panel_support;
+
+use axum::http::StatusCode;
+use panel_support::{Fixture, signed_in};
+
+#[tokio::test]
+async fn the_queue_approves_and_rejects_with_provenance() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let a = fixture.propose_guardrail("approve-me");
+    let b = fixture.propose_guardrail("reject-me");
+    let d = fixture.propose_guardrail("htmx-me");
+    let before = fixture.revision();
+
+    let detail = c.get(&format!("/panel/queue/{a}")).await;
+    assert!(detail.body.contains("claude"));
+    assert!(detail.body.contains("sess-1"));
+    assert!(detail.body.contains("d-add"), "the diff: {}", detail.body);
+    assert!(detail.body.contains("approve-me"));
+
+    let r = c.post(&format!("/panel/queue/{a}/approve"), &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert!(
+        r.location()
+            .starts_with(&format!("/panel/queue?notice=approved&id={a}"))
+    );
+    assert_eq!(fixture.proposal_status(a), "approved");
+    assert_eq!(fixture.revision(), before + 1);
+    let list = c.get(r.location()).await;
+    assert!(
+        list.body
+            .contains(&format!("Proposal #{a} approved (revision {})", before + 1))
+    );
+    assert!(
+        !list.body.contains(&format!("id=\"proposal-{a}\"")),
+        "it left the pending list"
+    );
+
+    // Approving again: the API's conflict, shown as a page.
+    let r = c.post(&format!("/panel/queue/{a}/approve"), &[]).await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert!(r.body.contains("already_decided"));
+
+    // Rejecting needs a reason.
+    let r = c
+        .post(&format!("/panel/queue/{b}/reject"), &[("reason", "  ")])
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.body.contains("give a reason"));
+    assert_eq!(fixture.proposal_status(b), "pending");
+    let r = c
+        .post(
+            &format!("/panel/queue/{b}/reject"),
+            &[("reason", "too broad")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    let p = fixture.ctx.store.proposal(b).unwrap();
+    assert_eq!(p.status.as_str(), "rejected");
+    assert_eq!(p.decision_note.as_deref(), Some("too broad"));
+    assert_eq!(p.decided_by.as_deref(), Some("admin:alice@panel"));
+
+    // Through htmx: the row comes back decided.
+    let r = c.post_htmx(&format!("/panel/queue/{d}/approve"), &[]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(
+        r.body.starts_with(&format!("<tr id=\"proposal-{d}\"")),
+        "{}",
+        r.body
+    );
+    assert!(r.body.contains("approved"));
+    assert!(!r.body.contains("<html"));
+    // An htmx error goes to the message area.
+    let r = c.post_htmx(&format!("/panel/queue/{d}/approve"), &[]).await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert_eq!(r.header("hx-retarget"), Some("#flash"));
+    let r = c
+        .post_htmx("/panel/queue/999/reject", &[("reason", "x")])
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+
+    // Decided ones show with their decision.
+    let r = c.get("/panel/queue?status=rejected").await;
+    assert!(r.body.contains("too broad"));
+}
+
+#[tokio::test]
+async fn scope_tickets_are_approved_and_denied() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let a = fixture.request_scope("push to main");
+    let b = fixture.request_scope("delete a branch");
+    let r = c
+        .post(&format!("/panel/scope/{a}/approve"), &[("note", "once")])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let t = fixture.ctx.store.scope_ticket(a).unwrap();
+    assert_eq!(t.status, "approved");
+    assert_eq!(t.note.as_deref(), Some("once"));
+    let r = c
+        .post_htmx(&format!("/panel/scope/{b}/deny"), &[("note", "")])
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.body.contains(&format!("ticket-{b}")) && r.body.contains("denied"));
+    assert!(fixture.ctx.store.scope_ticket(b).unwrap().note.is_none());
+    let r = c.post(&format!("/panel/scope/{b}/approve"), &[]).await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    let r = c.get("/panel/scope?status=all").await;
+    assert!(r.body.contains("push to main") && r.body.contains("once"));
+}
+
+#[tokio::test]
+async fn editing_rules_reviews_a_diff_then_saves() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let doc = fixture.ctx.store.load("demo").unwrap().document;
+    let yaml = bridle_rules::to_yaml(&doc).unwrap();
+    let rev = doc.revision.to_string();
+    let edited = yaml.replacen("name: Demo", "name: Demo edited", 1);
+    assert_ne!(edited, yaml);
+
+    let r = c
+        .post(
+            "/panel/projects/demo/review",
+            &[
+                ("yaml", &edited.replace('\n', "\r\n")),
+                ("base_revision", &rev),
+                ("summary", "rename"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(
+        r.body
+            .contains(r#"<span class="d-add">+  name: Demo edited</span>"#)
+            || r.body.contains("+name: Demo edited")
+            || r.body.contains("Demo edited")
+    );
+    assert!(r.body.contains("d-del"));
+    assert!(r.body.contains("id=\"save\""));
+
+    // Unchanged text: nothing to save.
+    let r = c
+        .post(
+            "/panel/projects/demo/review",
+            &[("yaml", &yaml), ("base_revision", &rev)],
+        )
+        .await;
+    assert!(r.body.contains("nothing to save"));
+    assert!(!r.body.contains("id=\"save\""));
+
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[
+                ("yaml", &edited),
+                ("base_revision", &rev),
+                ("summary", "rename"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(
+        r.location(),
+        format!(
+            "/panel/projects/demo?notice=saved&revision={}",
+            doc.revision + 1
+        )
+    );
+    assert_eq!(
+        fixture
+            .ctx
+            .store
+            .load("demo")
+            .unwrap()
+            .document
+            .project
+            .name,
+        "Demo edited"
+    );
+    let page = c.get(r.location()).await;
+    assert!(
+        page.body
+            .contains(&format!("Saved (revision {}).", doc.revision + 1))
+    );
+    assert!(page.body.contains("admin:alice@panel"));
+    assert!(page.body.contains("rename"));
+}
+
+#[tokio::test]
+async fn a_yaml_error_comes_back_with_line_and_column() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let rev = fixture.revision().to_string();
+    let broken = "schema_version: 1\nproject:\n  name: [unclosed\n";
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[("yaml", broken), ("base_revision", &rev)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert!(r.body.contains("invalid_yaml"), "{}", r.body);
+    assert!(r.body.contains("line "), "{}", r.body);
+    assert!(r.body.contains("column "), "{}", r.body);
+    // The text is kept in the editor, escaped.
+    assert!(r.body.contains("name: [unclosed"));
+    assert_eq!(fixture.revision().to_string(), rev);
+
+    // A document that parses but fails a check.
+    let invalid = bridle_rules::to_yaml(&fixture.ctx.store.load("demo").unwrap().document)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            if l.starts_with("schema_version:") {
+                "schema_version: 999"
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[("yaml", &invalid), ("base_revision", &rev)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
+    assert!(r.body.contains("schema_too_new"), "{}", r.body);
+
+    // HTML in the text stays text.
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[
+                ("yaml", "<script>alert(1)</script>"),
+                ("base_revision", &rev),
+            ],
+        )
+        .await;
+    assert!(!r.body.contains("<script>alert(1)</script>"));
+    assert!(r.body.contains("&lt;script&gt;"));
+    // A form without its fields.
+    let r = c.post("/panel/projects/demo/save", &[("yaml", "x")]).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.body.contains("invalid_form"));
+}
+
+#[tokio::test]
+async fn a_stale_save_shows_the_conflict_and_resolves_on_the_new_revision() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let doc = fixture.ctx.store.load("demo").unwrap().document;
+    let base = doc.revision;
+    let yaml = bridle_rules::to_yaml(&doc).unwrap();
+    // Bob saves first, through the API.
+    let mut theirs = doc.clone();
+    theirs.project.overview = "Bob's overview.".into();
+    let bob = fixture
+        .ctx
+        .store
+        .save_edit("demo", &theirs, base, "admin:bob@api", "bob's edit")
+        .unwrap();
+    assert_eq!(bob, base + 1);
+
+    let mine = yaml.replacen("name: Demo", "name: Demo by alice", 1);
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[("yaml", &mine), ("base_revision", &base.to_string())],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(r.body.contains("revision_conflict"));
+    assert!(r.body.contains(&format!("id=\"current-revision\">{bob}<")));
+    assert!(
+        r.body.contains("Bob&#x27;s overview.") || r.body.contains("Bob's overview."),
+        "{}",
+        r.body
+    );
+    assert!(r.body.contains("Demo by alice"));
+    assert!(
+        r.body
+            .contains(&format!(r#"name="base_revision" value="{bob}""#))
+    );
+    assert_eq!(fixture.revision(), bob, "nothing of alice's was saved");
+
+    // Reviewing against the old revision goes to the conflict view as well.
+    let r = c
+        .post(
+            "/panel/projects/demo/review",
+            &[("yaml", &mine), ("base_revision", &base.to_string())],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+
+    // Resolve: alice takes Bob's overview into her edit and saves on the new revision.
+    let current = bridle_rules::to_yaml(&fixture.ctx.store.load("demo").unwrap().document).unwrap();
+    let merged = current.replacen("name: Demo", "name: Demo by alice", 1);
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[("yaml", &merged), ("base_revision", &bob.to_string())],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let now = fixture.ctx.store.load("demo").unwrap().document;
+    assert_eq!(now.revision, bob + 1);
+    assert_eq!(now.project.name, "Demo by alice");
+    assert_eq!(now.project.overview, "Bob's overview.");
+}
+
+#[tokio::test]
+async fn projects_are_created_with_the_apis_checks() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let list = c.get("/panel/projects").await;
+    assert!(list.body.contains("/panel/projects/demo"));
+    assert!(list.body.contains("schema_version"), "the starter document");
+    let yaml = bridle_rules::to_yaml(&bridle_rules::RulesDocument::new("Second")).unwrap();
+    let r = c
+        .post("/panel/projects", &[("name", "second"), ("yaml", &yaml)])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(r.location(), "/panel/projects/second?notice=created");
+    assert!(c.get(r.location()).await.body.contains("Project created."));
+    let r = c
+        .post("/panel/projects", &[("name", "second"), ("yaml", &yaml)])
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(
+        r.body.contains(r#"value="second""#),
+        "the form keeps its values: {}",
+        r.body
+    );
+    let r = c
+        .post("/panel/projects", &[("name", "Bad Name"), ("yaml", &yaml)])
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
+    assert!(r.body.contains("invalid_name"));
+    let filtered = c.get("/panel/projects?q=sec").await;
+    assert!(filtered.body.contains("/panel/projects/second"));
+    assert!(!filtered.body.contains("/panel/projects/demo\""));
+}

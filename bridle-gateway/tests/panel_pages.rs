@@ -1,0 +1,523 @@
+//! The web panel at the HTML level: every page and partial through the in-process router
+//! (`tower::ServiceExt::oneshot`), the security headers and cookie, log-in and log-out,
+//! the cross-site check, read-only mode, and each page's error states.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on any unexpected error.
+
+mod panel_support;
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use bridle_gateway::panel::PanelConfig;
+use panel_support::{ALICE, BOB, Caller, Client, Fixture, WATCHER, panel_config, signed_in};
+
+/// No inline script or style anywhere in a page: the CSP would block it.
+fn assert_no_inline(body: &str) {
+    assert!(!body.contains("<style"), "an inline <style>");
+    assert!(!body.contains(" style="), "an inline style attribute");
+    assert!(
+        !body.contains(" on") || !body.contains(" onclick="),
+        "an inline handler"
+    );
+    for chunk in body.split("<script").skip(1) {
+        let tag = chunk.split('>').next().unwrap_or_default();
+        assert!(tag.contains(" src="), "an inline <script>: {tag}");
+    }
+}
+
+#[tokio::test]
+async fn the_login_page_is_served_with_a_strict_policy() {
+    let fixture = Fixture::new().await;
+    let c = Client::new(fixture.router(panel_config()));
+    let r = c.get("/panel/login").await;
+    assert_eq!(r.status, StatusCode::OK);
+    let csp = r.header("content-security-policy").unwrap();
+    assert!(csp.contains("default-src 'self'"), "{csp}");
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert!(
+        !csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"),
+        "{csp}"
+    );
+    assert_eq!(r.header("x-frame-options"), Some("DENY"));
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    assert!(r.body.contains(r#"<label for="token">"#));
+    assert!(r.body.contains("/panel/assets/htmx-2.0.11.min.js"));
+    assert!(r.body.contains(r#""allowEval":false"#));
+    assert!(r.body.contains(r#""includeIndicatorStyles":false"#));
+    assert_no_inline(&r.body);
+    // The base path itself leads to the log-in page without a session.
+    let r = c.get("/panel").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert!(r.location().starts_with("/panel"), "{}", r.location());
+}
+
+#[tokio::test]
+async fn assets_are_compiled_in_with_their_types() {
+    let fixture = Fixture::new().await;
+    let c = Client::new(fixture.router(panel_config()));
+    let htmx = c.get("/panel/assets/htmx-2.0.11.min.js").await;
+    assert_eq!(htmx.status, StatusCode::OK);
+    assert!(
+        htmx.header("content-type")
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    assert_eq!(
+        htmx.body,
+        include_str!("../panel-assets/vendor/htmx-2.0.11.min.js")
+    );
+    assert!(htmx.header("cache-control").unwrap().contains("immutable"));
+    let css = c.get("/panel/assets/panel-1.css").await;
+    assert!(css.header("content-type").unwrap().starts_with("text/css"));
+    assert!(css.body.contains("prefers-color-scheme: dark"));
+    assert!(css.body.contains(":focus-visible"));
+    let js = c.get("/panel/assets/panel-1.js").await;
+    assert!(
+        js.header("content-type")
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    assert_eq!(bridle_gateway::panel::HTMX_VERSION, "2.0.11");
+}
+
+#[tokio::test]
+async fn log_in_sets_a_server_side_session_cookie_and_refuses_other_tokens() {
+    let fixture = Fixture::new().await;
+    let c = Client::new(fixture.router(panel_config()));
+
+    for bad in ["", "nope", "alice", &format!("{ALICE}x")] {
+        let r = c.post("/panel/login", &[("token", bad)]).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{bad}");
+        assert!(r.body.contains("That is not an admin credential."));
+        assert!(r.set_cookies().is_empty());
+        assert!(!bad.is_empty() && !r.body.contains(bad) || bad.is_empty());
+    }
+    // A form without the field is a form error, not a crash.
+    let r = c.post("/panel/login", &[("nothing", "x")]).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.body.contains("invalid_form"));
+
+    let r = c
+        .post(
+            "/panel/login",
+            &[("token", ALICE), ("next", "/panel/queue")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(r.location(), "/panel/queue");
+    let cookie = r.set_cookies().pop().unwrap();
+    assert!(cookie.starts_with("bridle-panel="), "{cookie}");
+    for attr in ["Path=/", "HttpOnly", "SameSite=Strict", "Max-Age=28800"] {
+        assert!(cookie.contains(attr), "{cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "plain HTTP: {cookie}");
+    assert!(
+        !cookie.contains(ALICE),
+        "the credential never goes to the browser"
+    );
+
+    // `next` never leads off the panel.
+    for next in [
+        "https://evil.example/",
+        "//evil.example/",
+        "/elsewhere",
+        "/panel/login",
+    ] {
+        let r = c
+            .post("/panel/login", &[("token", ALICE), ("next", next)])
+            .await;
+        assert_eq!(r.location(), "/panel", "{next}");
+    }
+
+    // Behind TLS: the __Host- prefix and Secure.
+    let c = Client::new(fixture.router(panel_config().behind_tls(true)));
+    let r = c.post("/panel/login", &[("token", ALICE)]).await;
+    let cookie = r.set_cookies().pop().unwrap();
+    assert!(cookie.starts_with("__Host-bridle-panel="), "{cookie}");
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    assert!(
+        cookie.contains("Path=/") && !cookie.contains("Domain"),
+        "{cookie}"
+    );
+}
+
+#[tokio::test]
+async fn pages_need_a_session() {
+    let fixture = Fixture::new().await;
+    let mut c = Client::new(fixture.router(panel_config()));
+    let r = c.get("/panel/queue?status=all").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        r.location(),
+        "/panel/login?next=%2Fpanel%2Fqueue%3Fstatus%3Dall"
+    );
+    let r = c.get_htmx("/panel/queue").await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(r.header("hx-redirect"), Some("/panel/login"));
+    let id = fixture.propose_guardrail("no-session");
+    let r = c.post(&format!("/panel/queue/{id}/approve"), &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(r.location(), "/panel/login");
+    assert_eq!(fixture.proposal_status(id), "pending");
+    // A made-up cookie is no session.
+    c.cookie = Some("bridle-panel=made-up".into());
+    assert_eq!(c.get("/panel").await.status, StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn every_page_renders_for_a_signed_in_admin() {
+    let fixture = Fixture::new().await;
+    let proposal = fixture.propose_guardrail("every-page");
+    fixture.request_scope("write to gitea");
+    let c = signed_in(&fixture).await;
+    let pages = [
+        ("/panel", "Overview"),
+        ("/panel/projects", "Projects"),
+        ("/panel/projects/demo", "Canonical document (YAML)"),
+        (
+            "/panel/projects/demo/preview?agent_type=claude",
+            "CLAUDE.md",
+        ),
+        ("/panel/queue", "Review queue"),
+        (&format!("/panel/queue/{proposal}"), "Provenance"),
+        (
+            "/panel/queue?status=all&source=agent&project=demo",
+            "every-page",
+        ),
+        ("/panel/scope", "write to gitea"),
+        ("/panel/scope?status=all", "Scope tickets"),
+        (
+            "/panel/integrations",
+            "No upstream MCP servers are configured.",
+        ),
+    ];
+    for (path, text) in pages {
+        let r = c.get(path).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.body);
+        assert!(r.body.contains(text), "{path} lacks {text:?}: {}", r.body);
+        assert!(r.body.contains("alice"), "{path} names the admin");
+        assert!(r.body.contains(r#"action="/panel/logout""#), "{path}");
+        assert!(r.header("content-security-policy").is_some(), "{path}");
+        assert_no_inline(&r.body);
+        // Every input, select and textarea has a label.
+        for chunk in r.body.split("id=\"").skip(1) {
+            let id = chunk.split('"').next().unwrap();
+            let before = r.body.split(&format!("id=\"{id}\"")).next().unwrap();
+            let tag_start = before.rfind('<').unwrap();
+            let tag = &before[tag_start..];
+            if ["<input", "<select", "<textarea"]
+                .iter()
+                .any(|t| tag.starts_with(t))
+                && !tag.contains("type=\"hidden\"")
+            {
+                assert!(
+                    r.body.contains(&format!("for=\"{id}\"")),
+                    "{path}: #{id} has no label"
+                );
+            }
+        }
+    }
+    // The base path with a slash leads to the overview too.
+    let r = c.get("/panel/").await;
+    assert!(
+        r.status == StatusCode::OK && r.body.contains("Overview")
+            || r.status == StatusCode::SEE_OTHER && r.location() == "/panel",
+        "{} {}",
+        r.status,
+        r.location()
+    );
+    // The overview counts what waits.
+    let r = c.get("/panel").await;
+    assert!(r.body.contains("proposals waiting for a decision"));
+    assert!(r.body.contains("every-page"));
+    // The preview as an htmx partial: no layout around it.
+    let r = c
+        .get_htmx("/panel/projects/demo/preview?agent_type=codex")
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.body.contains("AGENTS.md"), "{}", r.body);
+    assert!(!r.body.contains("<html"));
+}
+
+#[tokio::test]
+async fn error_states_are_pages_with_the_api_code() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let cases = [
+        (
+            "/panel/projects/nope",
+            StatusCode::NOT_FOUND,
+            "unknown_project",
+        ),
+        (
+            "/panel/projects/demo/preview?agent_type=nope",
+            StatusCode::NOT_FOUND,
+            "unknown_agent_type",
+        ),
+        (
+            "/panel/projects/demo/preview",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_form",
+        ),
+        ("/panel/queue/999", StatusCode::NOT_FOUND, "not_found"),
+        ("/panel/queue/abc", StatusCode::BAD_REQUEST, ""),
+        (
+            "/panel/queue?status=bogus",
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+        ),
+        (
+            "/panel/scope?status=bogus",
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+        ),
+        (
+            "/panel/integrations/nope",
+            StatusCode::NOT_FOUND,
+            "unknown_integration",
+        ),
+        ("/panel/no-such-page", StatusCode::NOT_FOUND, "not_found"),
+    ];
+    for (path, status, code) in cases {
+        let r = c.get(path).await;
+        assert_eq!(r.status, status, "{path}: {}", r.body);
+        assert!(
+            r.header("content-type")
+                .unwrap_or_default()
+                .starts_with("text/html")
+                || code.is_empty(),
+            "{path}"
+        );
+        if !code.is_empty() {
+            assert!(
+                r.body.contains(&format!("<code>{code}</code>")),
+                "{path}: {}",
+                r.body
+            );
+            assert!(r.body.contains("role=\"alert\""), "{path}");
+        }
+        assert!(r.header("content-security-policy").is_some(), "{path}");
+    }
+    // An htmx request gets the error as a partial aimed at the message area.
+    let r = c
+        .get_htmx("/panel/projects/demo/preview?agent_type=nope")
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.header("hx-retarget"), Some("#flash"));
+    assert!(!r.body.contains("<html"));
+    assert!(r.body.contains("unknown_agent_type"));
+}
+
+#[tokio::test]
+async fn cross_site_posts_are_refused_and_change_nothing() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let id = fixture.propose_guardrail("csrf");
+    let path = format!("/panel/queue/{id}/approve");
+    for site in [
+        Caller::CrossSite,
+        Caller::ForeignOriginOnly,
+        Caller::Origin("null".into()),
+    ] {
+        let r = c.post_as(&path, &[], site, false).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+        assert!(r.body.contains("cross_site_request"));
+        assert_eq!(fixture.proposal_status(id), "pending");
+    }
+    // Log-in is checked too (no log-in CSRF).
+    let r = c
+        .post_as(
+            "/panel/login",
+            &[("token", ALICE)],
+            Caller::CrossSite,
+            false,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(r.set_cookies().is_empty());
+    // Same-site but another origin (another port of this host) is refused as well.
+    let r = c
+        .send(
+            axum::http::Request::builder()
+                .method("POST")
+                .uri(&path)
+                .header("host", &c.host)
+                .header("cookie", c.cookie.as_deref().unwrap())
+                .header("sec-fetch-site", "same-site")
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(fixture.proposal_status(id), "pending");
+    // An Origin that is this host passes without fetch metadata; so does a non-browser client.
+    let own = format!("http://{}", c.host);
+    let r = c.post_as(&path, &[], Caller::Origin(own), false).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let id2 = fixture.propose_guardrail("csrf-2");
+    let r = c
+        .post_as(
+            &format!("/panel/queue/{id2}/approve"),
+            &[],
+            Caller::NoHeaders,
+            false,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+
+    // A reverse proxy's public origin is accepted once configured.
+    let mut proxied =
+        Client::new(fixture.router(panel_config().allow_origin("https://bridle.example")));
+    proxied.login(ALICE).await;
+    let id3 = fixture.propose_guardrail("csrf-3");
+    let r = proxied
+        .post_as(
+            &format!("/panel/queue/{id3}/approve"),
+            &[],
+            Caller::Origin("https://bridle.example".into()),
+            false,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+}
+
+#[tokio::test]
+async fn watchers_and_a_read_only_panel_change_nothing() {
+    let fixture = Fixture::new().await;
+    let id = fixture.propose_guardrail("read-only");
+    let mut watcher = Client::new(fixture.router(panel_config()));
+    watcher.login(WATCHER).await;
+    let queue = watcher.get("/panel/queue").await;
+    assert!(queue.body.contains("Read-only"));
+    assert!(!queue.body.contains(&format!("id=\"approve-{id}\"")));
+    let project = watcher.get("/panel/projects/demo").await;
+    assert!(!project.body.contains("id=\"editor\""));
+    assert!(project.body.contains("class=\"yaml\""));
+    let r = watcher
+        .post(&format!("/panel/queue/{id}/approve"), &[])
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(r.body.contains("read_only"));
+    assert_eq!(fixture.proposal_status(id), "pending");
+    // Watchers can still log out.
+    let r = watcher.post("/panel/logout", &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+
+    let mut alice = Client::new(fixture.router(PanelConfig::default().read_only(true)));
+    alice.login(ALICE).await;
+    let r = alice.post(&format!("/panel/queue/{id}/approve"), &[]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(fixture.proposal_status(id), "pending");
+}
+
+#[tokio::test]
+async fn log_out_ends_the_session() {
+    let fixture = Fixture::new().await;
+    let mut c = signed_in(&fixture).await;
+    assert_eq!(c.get("/panel").await.status, StatusCode::OK);
+    let r = c.post("/panel/logout", &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(r.location(), "/panel/login?signed_out=1");
+    assert!(r.set_cookies().iter().any(|c| c.contains("Max-Age=0")));
+    // The old cookie no longer opens anything.
+    let r = c.get("/panel").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert!(r.location().starts_with("/panel/login"));
+    let page = c.get("/panel/login?signed_out=1").await;
+    assert!(page.body.contains("You are signed out."));
+    // A log-in page with a live session goes straight on.
+    c.login(BOB).await;
+    let r = c.get("/panel/login").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    c.cookie = None;
+    // Log-out without a session is harmless.
+    assert_eq!(
+        c.post("/panel/logout", &[]).await.status,
+        StatusCode::SEE_OTHER
+    );
+}
+
+#[tokio::test]
+async fn a_revoked_credential_ends_the_session_on_the_next_request() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    assert_eq!(c.get("/panel/queue").await.status, StatusCode::OK);
+    fixture.admins.revoke(ALICE);
+    let r = c.get("/panel/queue").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(r.location(), "/panel/login");
+    assert!(r.set_cookies().iter().any(|c| c.contains("Max-Age=0")));
+    // The session is gone, not just refused once.
+    let r = c.get("/panel/integrations").await;
+    assert!(r.location().starts_with("/panel/login?next="));
+}
+
+#[tokio::test]
+async fn an_idle_session_expires() {
+    let fixture = Fixture::new().await;
+    let mut c = Client::new(fixture.router(
+        panel_config().session_lifetimes(Duration::from_secs(3600), Duration::from_millis(1)),
+    ));
+    c.login(ALICE).await;
+    // Wait until the idle time has surely passed (a deadline, not an assertion on time).
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_millis(5) {
+        tokio::task::yield_now().await;
+    }
+    let r = c.get("/panel").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn the_base_path_is_configurable() {
+    let fixture = Fixture::new().await;
+    let mut c = Client::new(fixture.router(panel_config().base_path("/bridle/panel")));
+    let r = c
+        .post(
+            "/bridle/panel/login",
+            &[("token", ALICE), ("next", "/bridle/panel/queue")],
+        )
+        .await;
+    assert_eq!(r.location(), "/bridle/panel/queue");
+    c.cookie = r.session_cookie();
+    let page = c.get("/bridle/panel/queue").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("/bridle/panel/assets/panel-1.css"));
+    assert!(page.body.contains(r#"href="/bridle/panel/projects""#));
+    // The API is still where it was, and the old base path is not the panel.
+    assert_ne!(c.get("/panel").await.status, StatusCode::OK);
+    assert!(
+        bridle_gateway::panel::router(PanelConfig::default().base_path("panel/"), &fixture.state())
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn areas_the_api_does_not_offer_say_so() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    // On an admin API without these resources the page names the missing endpoint; the
+    // overview still shows everything else.
+    for path in [
+        "/panel/agents",
+        "/panel/sessions",
+        "/panel/secrets",
+        "/panel/audit",
+    ] {
+        let r = c.get(path).await;
+        if r.status == StatusCode::OK {
+            continue; // the API offers it
+        }
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{path}: {}", r.body);
+        assert!(
+            r.body.contains("<code>unknown_route</code>"),
+            "{path}: {}",
+            r.body
+        );
+    }
+    let r = c.get("/panel").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.body.contains("Review queue"));
+}

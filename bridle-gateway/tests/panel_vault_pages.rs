@@ -1,0 +1,304 @@
+//! The web panel's agents, sessions, secrets and audit pages at the HTML level (`oneshot`
+//! through the panel and the admin API of a real gateway with its vault and audit log): tokens
+//! shown exactly once, secret values never, destructive changes confirmed by name, and each
+//! page's error states.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on any unexpected error.
+
+mod panel_support;
+
+use axum::http::StatusCode;
+use panel_support::{ALICE, Client, Fixture, panel_config};
+
+const CANARY: &str = "canary-secret-value-7f3a9c";
+
+async fn signed_in(fixture: &Fixture) -> Client {
+    let mut c = Client::new(fixture.router(panel_config()));
+    c.login(ALICE).await;
+    c
+}
+
+/// The `value` of the input with this id.
+fn input_value(body: &str, id: &str) -> String {
+    let at = body.find(&format!("id=\"{id}\"")).expect("the input");
+    let tag_start = body[..at].rfind('<').unwrap();
+    let tag = &body[tag_start..at + body[at..].find('>').unwrap()];
+    tag.split("value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn an_agent_token_is_shown_once_and_revoked_by_name() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let list = c.get("/panel/agents").await;
+    assert_eq!(list.status, StatusCode::OK, "{}", list.body);
+    for agent in ["bot", "claude", "codex", "gemini"] {
+        assert!(
+            list.body.contains(&format!("id=\"agent-{agent}\"")),
+            "{agent}"
+        );
+    }
+
+    let r = c.post("/panel/agents/bot/token", &[]).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    let token = input_value(&r.body, "token-value");
+    assert!(token.len() > 20, "{token}");
+    assert!(r.body.contains("only time this token is shown"));
+    assert!(
+        r.body
+            .contains("claude mcp add --scope user --transport http bridle")
+    );
+    assert!(r.body.contains("bearer_token_env_var"));
+    assert!(r.body.contains("gemini mcp add"));
+    // The vault accepts it as bot's.
+    assert_eq!(
+        fixture
+            .gateway
+            .vault()
+            .agent_for_token(&token)
+            .unwrap()
+            .map(|m| m.agent)
+            .as_deref(),
+        Some("bot")
+    );
+    // Nowhere else: not on the agent's page, the list or the overview.
+    for path in [
+        "/panel/agents/bot",
+        "/panel/agents",
+        "/panel",
+        "/panel/audit",
+    ] {
+        let page = c.get(path).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}");
+        assert!(!page.body.contains(&token), "{path} shows the token");
+    }
+    let detail = c.get("/panel/agents/bot").await;
+    assert!(detail.body.contains("<code>"), "fingerprints are shown");
+    assert!(
+        detail.body.contains("id=\"revoke-agent\""),
+        "the confirm dialog"
+    );
+    assert!(detail.body.contains(r#"pattern="bot""#));
+
+    // Rotate: a new token, shown once.
+    let r = c
+        .post("/panel/agents/bot/rotate", &[("grace_secs", "0")])
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let rotated = input_value(&r.body, "token-value");
+    assert_ne!(rotated, token);
+    let r = c
+        .post("/panel/agents/bot/rotate", &[("grace_secs", "soon")])
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+
+    // Revoke needs the name typed.
+    for typed in ["", "bo", "Bot"] {
+        let r = c
+            .post("/panel/agents/bot/revoke", &[("confirm", typed)])
+            .await;
+        assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{typed}");
+        assert!(r.body.contains("nothing was changed"));
+    }
+    assert!(
+        fixture
+            .gateway
+            .vault()
+            .agent_for_token(&rotated)
+            .unwrap()
+            .is_some()
+    );
+    let r = c
+        .post("/panel/agents/bot/revoke", &[("confirm", "bot")])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(r.location(), "/panel/agents/bot?notice=agent_revoked");
+    assert!(
+        fixture
+            .gateway
+            .vault()
+            .agent_for_token(&rotated)
+            .unwrap()
+            .is_none()
+    );
+
+    // Errors: an unknown agent, on its page and for a token.
+    let r = c.get("/panel/agents/nobody").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert!(r.body.contains("unknown_agent"));
+    let r = c.post("/panel/agents/nobody/token", &[]).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+}
+
+#[tokio::test]
+async fn a_secret_value_is_never_shown() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let r = c
+        .post(
+            "/panel/secrets",
+            &[("name", "gitea.token"), ("value", CANARY)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(
+        r.location(),
+        "/panel/secrets/gitea.token?notice=secret_created"
+    );
+    let detail = c.get(r.location()).await;
+    assert_eq!(detail.status, StatusCode::OK, "{}", detail.body);
+    assert!(detail.body.contains("Secret added."));
+    assert!(detail.body.contains("class=\"fingerprint\""));
+    assert!(detail.body.contains(r#"pattern="gitea\.token""#));
+
+    // Refused forms come back without the value.
+    let r = c
+        .post(
+            "/panel/secrets",
+            &[("name", "gitea.token"), ("value", CANARY)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(r.body.contains(r#"value="gitea.token""#));
+    let r = c
+        .post(
+            "/panel/secrets",
+            &[("name", "bad name!"), ("value", CANARY)],
+        )
+        .await;
+    assert!(r.status.is_client_error(), "{}", r.status);
+    let r = c
+        .post("/panel/secrets", &[("name", "empty"), ("value", "")])
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+
+    // Rotate, then revoke the old version by name.
+    let r = c
+        .post(
+            "/panel/secrets/gitea.token/rotate",
+            &[("value", "second-canary-value"), ("grace_secs", "")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let detail = c.get("/panel/secrets/gitea.token").await;
+    assert!(detail.body.contains("id=\"version-2\""));
+    let r = c
+        .post(
+            "/panel/secrets/gitea.token/versions/1/revoke",
+            &[("confirm", "gitea")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let r = c
+        .post(
+            "/panel/secrets/gitea.token/versions/1/revoke",
+            &[("confirm", "gitea.token")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let detail = c.get("/panel/secrets/gitea.token").await;
+    assert!(detail.body.contains("revoked"), "{}", detail.body);
+
+    // No page, partial or export ever carries a value.
+    for path in [
+        "/panel/secrets",
+        "/panel/secrets/gitea.token",
+        "/panel",
+        "/panel/audit",
+        "/panel/audit?source=user",
+        "/panel/audit/export",
+    ] {
+        let page = c.get(path).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+        assert!(!page.body.contains(CANARY), "{path} shows the value");
+        assert!(!page.body.contains("second-canary-value"), "{path}");
+    }
+    // The vault has them, untouched.
+    let v = fixture.gateway.vault().version("gitea.token", 2).unwrap();
+    assert_eq!(v.expose_str(), Some("second-canary-value"));
+    let r = c.get("/panel/secrets/nope").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn sessions_are_listed_and_ended() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let empty = c.get("/panel/sessions").await;
+    assert_eq!(empty.status, StatusCode::OK, "{}", empty.body);
+    assert!(empty.body.contains("No agent is connected."));
+    assert!(empty.body.contains(r#"hx-trigger="every 5s""#));
+    assert!(fixture.ctx.sessions.touch(
+        "claude",
+        Some("claude"),
+        Some("sess-panel-1"),
+        Some("2025-11-25")
+    ));
+    let list = c.get("/panel/sessions").await;
+    assert!(list.body.contains("sess-panel-1"), "{}", list.body);
+    let partial = c.get_htmx("/panel/sessions?agent=claude").await;
+    assert!(partial.body.contains("sess-panel-1"));
+    assert!(!partial.body.contains("<html"));
+    let r = c.post("/panel/sessions/sess-panel-1/end", &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert!(!fixture.ctx.sessions.touch(
+        "claude",
+        Some("claude"),
+        Some("sess-panel-1"),
+        Some("2025-11-25")
+    ));
+    let r = c.post("/panel/sessions/nope/end", &[]).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+}
+
+#[tokio::test]
+async fn the_audit_log_filters_exports_and_verifies() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let id = fixture.propose_guardrail("audited");
+    let r = c.post(&format!("/panel/queue/{id}/approve"), &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    let all = c.get("/panel/audit").await;
+    assert_eq!(all.status, StatusCode::OK, "{}", all.body);
+    assert!(all.body.contains("src-user"), "{}", all.body);
+    let users = c.get("/panel/audit?source=user&order=asc").await;
+    assert!(users.body.contains("src-user"));
+    assert!(!users.body.contains("src-agent\">agent"));
+    let export = c.get("/panel/audit/export?source=user").await;
+    assert_eq!(export.status, StatusCode::OK, "{}", export.body);
+    assert_eq!(export.header("content-type"), Some("application/x-ndjson"));
+    assert!(
+        export
+            .header("content-disposition")
+            .unwrap()
+            .contains("attachment")
+    );
+    for line in export.body.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["source"]["type"], "user", "{line}");
+    }
+    let verify = c.get("/panel/audit/verify").await;
+    assert_eq!(verify.status, StatusCode::OK, "{}", verify.body);
+    assert!(
+        verify.body.contains("id=\"chain-intact\""),
+        "{}",
+        verify.body
+    );
+    let bad = c.get("/panel/audit?from=yesterday").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.body);
+    assert!(bad.body.contains("invalid_query"));
+    // The overview lists the latest entries.
+    let overview = c.get("/panel").await;
+    assert!(
+        overview.body.contains("Recent audit entries"),
+        "{}",
+        overview.body
+    );
+}
