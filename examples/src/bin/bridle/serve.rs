@@ -133,9 +133,6 @@ pub(crate) async fn serve(
     print_connect_help(dir, &config, &bound.url(), &issued);
     if let Some(admin_url) = bound.admin_url() {
         println!("bridle: admin API on {admin_url}");
-        // The binary always builds the panel; the admin listener serves it under /panel/.
-        let origin = admin_url.trim_end_matches(bridle_gateway::admin::BASE_PATH);
-        println!("bridle: web panel on {origin}/panel/ (log in with the admin credential)");
         match new_admin_token {
             Some(token) => {
                 println!(
@@ -160,6 +157,9 @@ pub(crate) async fn serve(
                 }
             ),
         }
+        // The binary always builds the panel; the admin listener serves it under /panel/.
+        let origin = admin_url.trim_end_matches(bridle_gateway::admin::BASE_PATH);
+        println!("bridle: web panel on {origin}/panel/ (log in with the admin credential)");
         println!();
     }
     if !has_memory {
