@@ -161,7 +161,10 @@ pub fn run(bound: BoundGateway) -> Running {
     }
 }
 
-/// Polls `url` until `accept` says yes of its status and JSON body, or 30 s pass.
+/// Polls `url` until `accept` says yes of its status and JSON body, or 30 s pass. A request
+/// that fails in transport (the listener not accepting yet, a connection reset while the
+/// process starts or drains) counts as "not yet" and is retried; at the deadline it fails
+/// the test with the last error.
 pub async fn poll_json(
     http: &reqwest::Client,
     url: &str,
@@ -169,11 +172,27 @@ pub async fn poll_json(
 ) -> (u16, serde_json::Value) {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let r = http.get(url).send().await.unwrap();
-        let status = r.status().as_u16();
-        let body: serde_json::Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
-        if accept(status, &body) || tokio::time::Instant::now() >= deadline {
-            return (status, body);
+        let answer = match http.get(url).send().await {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                match r.text().await {
+                    Ok(text) => Ok((status, text)),
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok((status, text)) => {
+                let body: serde_json::Value = serde_json::from_str(&text).unwrap();
+                if accept(status, &body) || tokio::time::Instant::now() >= deadline {
+                    return (status, body);
+                }
+            }
+            Err(e) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "{url} never answered: {e}"
+            ),
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
