@@ -5,7 +5,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bridle_rules::vendor::{FeedError, FeedRun, VendorCandidate, VendorFeed};
 
@@ -52,51 +51,12 @@ pub async fn run_feed(
 }
 
 /// Runs the feed every `interval_minutes` (the first run at once) until `shutdown` completes;
-/// returns at once when it has no interval. Each run's outcome is logged per project.
+/// returns at once when it has no interval. Each run is [`run_feed`] (so its proposals are
+/// audited) on bridle-rules' schedule, which logs each outcome per project.
 pub async fn run_every(
     ctx: Arc<GatewayContext>,
     feed: Arc<VendorFeed>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let Some(minutes) = feed.config().interval_minutes.filter(|m| *m > 0) else {
-        return;
-    };
-    let mut ticks = tokio::time::interval(Duration::from_secs(minutes.saturating_mul(60)));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => return,
-            _ = ticks.tick() => {
-                let runs = tokio::select! {
-                    () = &mut shutdown => return,
-                    runs = run_feed(&ctx, &feed) => runs,
-                };
-                log_runs(runs);
-            }
-        }
-    }
-}
-
-fn log_runs(runs: Result<Vec<ProjectRun>, FeedError>) {
-    match runs {
-        Ok(runs) => {
-            for (project, run) in runs {
-                match run {
-                    Ok(run) => tracing::info!(
-                        project,
-                        queued = run.queued(),
-                        failed = run.failures().count(),
-                        "vendor feed run"
-                    ),
-                    Err(e) => {
-                        tracing::warn!(project, code = e.code(), error = %e, "vendor feed run failed")
-                    }
-                }
-            }
-        }
-        Err(e) => {
-            tracing::warn!(code = e.code(), error = %e, "vendor feed: the projects could not be listed");
-        }
-    }
+    feed.every(shutdown, || run_feed(&ctx, &feed)).await;
 }

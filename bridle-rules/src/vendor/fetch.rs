@@ -329,10 +329,7 @@ impl VendorFeed {
 
     /// Runs the feed once into each of [`projects`](Self::projects), in order. A project's
     /// failure (an unknown project, a store error) is its entry's error; the others still run.
-    pub async fn run_configured(
-        &self,
-        store: &RulesStore,
-    ) -> Result<Vec<(String, Result<FeedRun, FeedError>)>, FeedError> {
+    pub async fn run_configured(&self, store: &RulesStore) -> ConfiguredRuns {
         let known = store.projects()?;
         let mut runs = Vec::new();
         for project in self.projects(store)? {
@@ -348,12 +345,25 @@ impl VendorFeed {
 
     /// Runs the feed ([`run_configured`](Self::run_configured)) every `interval_minutes`, the
     /// first run at once, until `shutdown` completes. Returns at once when no interval is
-    /// configured.
+    /// configured. Each run's outcome is logged per project ([`log_runs`]).
     pub async fn run_every(
         &self,
         store: &RulesStore,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
+        self.every(shutdown, || self.run_configured(store)).await;
+    }
+
+    /// The schedule behind [`run_every`](Self::run_every), for a caller that wraps each run
+    /// (the gateway records every queued proposal in its audit log): calls `run` every
+    /// `interval_minutes`, the first call at once, until `shutdown` completes, and logs each
+    /// outcome. A run still going when `shutdown` completes is dropped. Returns at once when no
+    /// interval is configured.
+    pub async fn every<F, Fut>(&self, shutdown: impl std::future::Future<Output = ()>, mut run: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = ConfiguredRuns>,
+    {
         let Some(minutes) = self.config.interval_minutes.filter(|m| *m > 0) else {
             return;
         };
@@ -366,21 +376,40 @@ impl VendorFeed {
                 _ = ticks.tick() => {
                     let runs = tokio::select! {
                         () = &mut shutdown => return,
-                        runs = self.run_configured(store) => runs,
+                        runs = run() => runs,
                     };
-                    match runs {
-                        Ok(runs) => {
-                            for (project, run) in runs {
-                                match run {
-                                    Ok(run) => tracing::info!(project, queued = run.queued(), failed = run.failures().count(), "vendor feed run"),
-                                    Err(e) => tracing::warn!(project, code = e.code(), error = %e, "vendor feed run failed"),
-                                }
-                            }
-                        }
-                        Err(e) => tracing::warn!(code = e.code(), error = %e, "vendor feed: the projects could not be listed"),
+                    log_runs(&runs);
+                }
+            }
+        }
+    }
+}
+
+/// What [`VendorFeed::run_configured`] returns: per project, its run or why it could not run;
+/// the outer error when the projects could not be listed.
+pub type ConfiguredRuns = Result<Vec<(String, Result<FeedRun, FeedError>)>, FeedError>;
+
+/// Logs one scheduled run's outcome: a line per project (what was queued and how many sources
+/// failed, or the project's error), or why the projects could not be listed.
+pub fn log_runs(runs: &ConfiguredRuns) {
+    match runs {
+        Ok(runs) => {
+            for (project, run) in runs {
+                match run {
+                    Ok(run) => tracing::info!(
+                        project,
+                        queued = run.queued(),
+                        failed = run.failures().count(),
+                        "vendor feed run"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(project, code = e.code(), error = %e, "vendor feed run failed")
                     }
                 }
             }
+        }
+        Err(e) => {
+            tracing::warn!(code = e.code(), error = %e, "vendor feed: the projects could not be listed");
         }
     }
 }

@@ -33,7 +33,7 @@ pub use feed::{
     VendorFeedConfig, VendorSource, read_file_source,
 };
 #[cfg(feature = "fetch")]
-pub use fetch::{FeedFetcher, FeedRun, SourceRun, VendorFeed};
+pub use fetch::{ConfiguredRuns, FeedFetcher, FeedRun, SourceRun, VendorFeed, log_runs};
 
 /// A statement's identity for de-duplication: lowercase letters and digits, single spaces.
 pub fn fingerprint(statement: &str) -> String {
