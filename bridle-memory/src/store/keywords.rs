@@ -54,11 +54,14 @@ pub fn keyword_text(payload: &Payload) -> String {
     parts.join("\n")
 }
 
+/// English function words, and the keywords of Rust syntax that say nothing about what code
+/// does. Words that are also common method names (`get`, `new`, `set`) are kept: a question
+/// asking for "the value of a parameter by its name" is answered by a `fn get`.
 const STOP_WORDS: &[&str] = &[
     "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how",
     "i", "if", "in", "is", "it", "its", "of", "on", "or", "that", "the", "this", "to", "what",
-    "when", "where", "which", "who", "why", "with", "get", "gets", "let", "mut", "self", "pub",
-    "fn", "use", "new", "return", "we", "you", "there", "into", "not", "one", "some", "any",
+    "when", "where", "which", "who", "why", "with", "let", "mut", "self", "pub", "fn", "use",
+    "return", "we", "you", "there", "into", "not", "one", "some", "any",
 ];
 
 /// Cuts a few English suffixes so inflections meet (`closing`, `closed`, `closes` → `clos`).
