@@ -567,3 +567,43 @@ impl PatternIndex {
         Ok(by_tag.into_values().collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ScoredPoint;
+
+    fn hit(id: u64, tag: &str, file: &str, context: &str) -> ScoredPoint {
+        let mut payload = Payload::new();
+        payload.insert("reference_tag".into(), json!(tag));
+        payload.insert("file_path".into(), json!(file));
+        payload.insert("context".into(), json!(context));
+        ScoredPoint {
+            id,
+            score: 1.0 / id as f32,
+            payload,
+        }
+    }
+
+    #[test]
+    fn only_the_best_part_of_an_item_is_listed() {
+        let hits = vec![
+            hit(1, "t", "src/lib.rs", "pub struct Version"),
+            hit(2, "t", "src/lib.rs", "pub struct Version"),
+            hit(3, "t", "src/lib.rs", ""),
+            hit(4, "t", "src/lib.rs", ""),
+            hit(5, "t", "src/parse.rs", "pub struct Version"),
+            hit(6, "u", "src/lib.rs", "pub struct Version"),
+            hit(7, "t", "src/lib.rs", "impl Version > fn parse"),
+        ];
+        let ids = |v: Vec<ScoredPoint>| v.into_iter().map(|h| h.id).collect::<Vec<_>>();
+        // The second part of `Version` goes; context-less blocks, another file's and another
+        // example's item of the same name stay.
+        assert_eq!(
+            ids(best_part_of_each_item(hits.clone(), 10)),
+            [1, 3, 4, 5, 6, 7]
+        );
+        assert_eq!(ids(best_part_of_each_item(hits, 3)), [1, 3, 4]);
+        assert!(best_part_of_each_item(Vec::new(), 5).is_empty());
+    }
+}
