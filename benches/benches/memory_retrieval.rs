@@ -11,8 +11,14 @@
 //! - chunkers: the line-based chunker bridle-memory used before ([`kberg_benches::legacy_chunk`]),
 //!   the tree-sitter chunker through the real indexing pipeline ([`PatternIndex`]), and fixed
 //!   40-line windows (overlapping by 10);
-//! - rankings: vector similarity, BM25 alone, and the two fused by reciprocal rank fusion
-//!   (`hybrid`, what `search_pattern_examples` does by default).
+//! - rankings: vector similarity, BM25 alone, and the two fused by weighted reciprocal rank
+//!   fusion (`hybrid`, what `search_pattern_examples` does by default).
+//!
+//! Every third question is held out: the figures are reported for all questions, for the
+//! tuning ones and for the held-out ones, and the explanation of misses
+//! (`BRIDLE_RETRIEVAL_VERBOSE`) shows only the tuning questions unless
+//! `BRIDLE_RETRIEVAL_SHOW_HELD_OUT` is set. `BRIDLE_RETRIEVAL_SWEEP` scores other embedded
+//! texts, keyword texts and fusion settings over the pipeline's chunks.
 //!
 //! A question is answered at file level when a result comes from an answering file, and at item
 //! level when a result's lines overlap an answering item (its doc comment and attributes
