@@ -621,6 +621,9 @@ fn main() {
 /// One ranking of every chunk for every question, as indices into the pipeline's payloads.
 type Rankings = Vec<Vec<usize>>;
 
+/// Named ways of making a chunk's text from its payload.
+type TextsOf<'a> = Vec<(&'static str, Box<dyn Fn(&Payload) -> String + 'a>)>;
+
 /// With `BRIDLE_RETRIEVAL_SWEEP` set: item-level recall@5 of the pipeline's chunks under other
 /// embedded texts, keyword texts and fusion settings, each computed from full rankings, to see
 /// which change is worth making in the library before making it.
@@ -679,7 +682,7 @@ async fn sweep(
         out
     };
     vector_rankings.push(("pipeline", rank_in(collection.to_string()).await));
-    let variants: Vec<(&str, Box<dyn Fn(&Payload) -> String>)> = vec![
+    let variants: TextsOf<'_> = vec![
         (
             "path+names+text",
             Box::new(|p: &Payload| {
@@ -727,7 +730,7 @@ async fn sweep(
         store.upsert(&coll, points).await.expect("upsert");
         vector_rankings.push((name, rank_in(coll).await));
     }
-    let kw_variants: Vec<(&str, Box<dyn Fn(&Payload) -> String>)> = vec![
+    let kw_variants: TextsOf<'_> = vec![
         ("keyword_text", Box::new(|p: &Payload| keyword_text(p))),
         (
             "fields once",
