@@ -11,8 +11,14 @@
 //! - chunkers: the line-based chunker bridle-memory used before ([`kberg_benches::legacy_chunk`]),
 //!   the tree-sitter chunker through the real indexing pipeline ([`PatternIndex`]), and fixed
 //!   40-line windows (overlapping by 10);
-//! - rankings: vector similarity, BM25 alone, and the two fused by reciprocal rank fusion
-//!   (`hybrid`, what `search_pattern_examples` does by default).
+//! - rankings: vector similarity, BM25 alone, and the two fused by weighted reciprocal rank
+//!   fusion (`hybrid`, what `search_pattern_examples` does by default).
+//!
+//! Every third question is held out: the figures are reported for all questions, for the
+//! tuning ones and for the held-out ones, and the explanation of misses
+//! (`BRIDLE_RETRIEVAL_VERBOSE`) shows only the tuning questions unless
+//! `BRIDLE_RETRIEVAL_SHOW_HELD_OUT` is set. `BRIDLE_RETRIEVAL_SWEEP` scores other embedded
+//! texts, keyword texts and fusion settings over the pipeline's chunks.
 //!
 //! A question is answered at file level when a result comes from an answering file, and at item
 //! level when a result's lines overlap an answering item (its doc comment and attributes
@@ -34,8 +40,11 @@ use bridle_memory::{
 use kberg_benches::legacy_chunk;
 use serde_json::json;
 
-/// Results looked at per question.
+/// Results scored per question.
 const TOP: usize = 10;
+
+/// Results fetched per question, so a miss can say where its answer ranked beyond the top 10.
+const DEEP: usize = 50;
 
 struct Answer {
     file: String,
@@ -47,6 +56,9 @@ struct Answer {
 struct Question {
     text: String,
     answers: Vec<Answer>,
+    /// Every third question (the 3rd, 6th, ... line of `questions.tsv`) is held out: the
+    /// method is tuned looking only at the others' misses, and figures are reported for both.
+    held_out: bool,
 }
 
 /// A search result: the file and its lines (1-based, inclusive).
@@ -132,6 +144,7 @@ fn questions(root: &Path) -> Vec<Question> {
         out.push(Question {
             text: cols[0].to_string(),
             answers,
+            held_out: out.len() % 3 == 2,
         });
     }
     out
@@ -144,38 +157,61 @@ struct Score {
     mrr: f64,
 }
 
-/// (file level, item level) scores of one system over all questions, and the questions whose
-/// item-level answer is not in the top 5.
-fn score(qs: &[Question], results: &[Vec<Hit>]) -> (Score, Score, Vec<usize>) {
+/// The 0-based rank of the first result that answers `q` at item level, if any.
+fn item_rank(q: &Question, hits: &[Hit]) -> Option<usize> {
+    hits.iter().position(|h| {
+        q.answers
+            .iter()
+            .any(|a| a.file == h.file && h.start <= a.end && a.start <= h.end)
+    })
+}
+
+/// Which questions a figure is over.
+#[derive(Clone, Copy, PartialEq)]
+enum Subset {
+    All,
+    Tuning,
+    HeldOut,
+}
+
+impl Subset {
+    fn has(self, q: &Question) -> bool {
+        match self {
+            Subset::All => true,
+            Subset::Tuning => !q.held_out,
+            Subset::HeldOut => q.held_out,
+        }
+    }
+}
+
+/// (file level, item level) scores of one system over the questions of `subset`, looking at
+/// the top [`TOP`] results.
+fn score(qs: &[Question], results: &[Vec<Hit>], subset: Subset) -> (Score, Score) {
     let (mut file, mut item) = (Score::default(), Score::default());
-    let mut misses = Vec::new();
-    for (n, (q, hits)) in qs.iter().zip(results).enumerate() {
+    let mut k = 0.0;
+    for (q, hits) in qs.iter().zip(results) {
+        if !subset.has(q) {
+            continue;
+        }
+        k += 1.0;
+        let hits = &hits[..hits.len().min(TOP)];
         let file_rank = hits
             .iter()
             .position(|h| q.answers.iter().any(|a| a.file == h.file));
-        let item_rank = hits.iter().position(|h| {
-            q.answers
-                .iter()
-                .any(|a| a.file == h.file && h.start <= a.end && a.start <= h.end)
-        });
-        for (s, rank) in [(&mut file, file_rank), (&mut item, item_rank)] {
+        for (s, rank) in [(&mut file, file_rank), (&mut item, item_rank(q, hits))] {
             if let Some(r) = rank {
                 s.r5 += f64::from(r < 5);
                 s.r10 += f64::from(r < 10);
                 s.mrr += 1.0 / (r as f64 + 1.0);
             }
         }
-        if item_rank.is_none_or(|r| r >= 5) {
-            misses.push(n);
-        }
     }
-    let k = qs.len() as f64;
     for s in [&mut file, &mut item] {
         s.r5 /= k;
         s.r10 /= k;
         s.mrr /= k;
     }
-    (file, item, misses)
+    (file, item)
 }
 
 /// A chunk set outside the pipeline: (file, start, end, text) per chunk.
@@ -240,7 +276,7 @@ fn hits_of(points: Vec<bridle_memory::ScoredPoint>) -> Vec<Hit> {
 
 fn bm25_hits(payloads: &[Payload], index: &Bm25Index, query: &str) -> Vec<Hit> {
     index
-        .search(query, |_| true, TOP)
+        .search(query, |_| true, DEEP)
         .into_iter()
         .map(|(i, _)| {
             let p = &payloads[i];
@@ -254,15 +290,13 @@ fn bm25_hits(payloads: &[Payload], index: &Bm25Index, query: &str) -> Vec<Hit> {
 }
 
 struct Row {
-    /// With `BRIDLE_RETRIEVAL_VERBOSE` set: the top 5 of every item-level miss.
-    detail: Vec<String>,
     chunker: &'static str,
     ranking: &'static str,
     chunks: usize,
     truncated: usize,
-    file: Score,
-    item: Score,
-    misses: Vec<usize>,
+    /// The best results of each question: [`DEEP`] of them for a single ranking, [`TOP`] for
+    /// the fused one (whose candidate lists grow with the length asked for).
+    results: Vec<Vec<Hit>>,
 }
 
 /// Embeds a chunk set into its own collection and runs every question in every ranking.
@@ -319,7 +353,9 @@ async fn evaluate_chunks(
         let mut results = Vec::new();
         for (q, v) in qs.iter().zip(query_vectors) {
             results.push(match ranking {
-                "vector" => hits_of(store.search(name, v, None, TOP).await.expect("search")),
+                "vector" => hits_of(store.search(name, v, None, DEEP).await.expect("search")),
+                // Fusion takes more candidates for a longer list, so the scored list is
+                // fetched at the scored length (the deep one only explains misses).
                 "hybrid" => hits_of(
                     store
                         .search_hybrid(name, v, &q.text, None, TOP)
@@ -329,16 +365,12 @@ async fn evaluate_chunks(
                 _ => bm25_hits(&payloads, &index, &q.text),
             });
         }
-        let (file, item, misses) = score(qs, &results);
         rows.push(Row {
-            detail: detail(qs, &results, &misses),
             chunker: name,
             ranking,
             chunks: chunks.len(),
             truncated: over,
-            file,
-            item,
-            misses,
+            results,
         });
     }
     rows
@@ -376,6 +408,9 @@ async fn evaluate_pipeline(
         .scroll(&config.collection, None, None, 100_000)
         .await
         .expect("scroll");
+    if std::env::var_os("BRIDLE_RETRIEVAL_SWEEP").is_some() && name == "tree-sitter" {
+        sweep(&store, &embedder, &config.collection, &records, qs).await;
+    }
     let payloads: Vec<Payload> = records.into_iter().map(|r| r.payload).collect();
     let texts: Vec<String> = payloads
         .iter()
@@ -400,7 +435,12 @@ async fn evaluate_pipeline(
         for q in qs {
             results.push(match mode {
                 Some(m) => index
-                    .search_with(&q.text, None, TOP, m)
+                    .search_with(
+                        &q.text,
+                        None,
+                        if m == SearchMode::Hybrid { TOP } else { DEEP },
+                        m,
+                    )
                     .await
                     .expect("search")
                     .into_iter()
@@ -413,47 +453,59 @@ async fn evaluate_pipeline(
                 None => bm25_hits(&payloads, &bm25, &q.text),
             });
         }
-        let (file, item, misses) = score(qs, &results);
         rows.push(Row {
-            detail: detail(qs, &results, &misses),
             chunker: name,
             ranking,
             chunks: report.chunks,
             truncated: over,
-            file,
-            item,
-            misses,
+            results,
         });
     }
     rows
 }
 
-/// The top 5 of each missed question, when `BRIDLE_RETRIEVAL_VERBOSE` is set.
-fn detail(qs: &[Question], results: &[Vec<Hit>], misses: &[usize]) -> Vec<String> {
-    if std::env::var_os("BRIDLE_RETRIEVAL_VERBOSE").is_none() {
-        return Vec::new();
-    }
-    misses
-        .iter()
-        .map(|&n| {
-            let want: Vec<String> = qs[n]
-                .answers
-                .iter()
-                .map(|a| format!("{}:{}-{}", a.file, a.start, a.end))
-                .collect();
-            let got: Vec<String> = results[n]
+/// Why the default ranking misses: for each question of `subset` whose answer is not in the
+/// hybrid top 5 of `chunker`, where the answer ranked under each ranking (among the [`DEEP`]
+/// vector and BM25 results and the [`TOP`] fused ones; `-` when not among them) and what each
+/// ranking's top 5 was instead.
+fn explain_misses(qs: &[Question], rows: &[Row], chunker: &str, subset: Subset) {
+    let of = |ranking: &str| {
+        rows.iter()
+            .find(|r| r.chunker == chunker && r.ranking == ranking)
+    };
+    let (Some(vector), Some(bm25), Some(hybrid)) = (of("vector"), of("bm25"), of("hybrid")) else {
+        return;
+    };
+    let rank = |row: &Row, n: usize| {
+        item_rank(&qs[n], &row.results[n]).map_or("-".to_string(), |r| (r + 1).to_string())
+    };
+    eprintln!("item-level misses at 5 of {chunker} hybrid, where the answer ranked:");
+    for (n, q) in qs.iter().enumerate() {
+        if !subset.has(q) || item_rank(q, &hybrid.results[n]).is_some_and(|r| r < 5) {
+            continue;
+        }
+        let want: Vec<String> = q
+            .answers
+            .iter()
+            .map(|a| format!("{}:{}-{}", a.file, a.start, a.end))
+            .collect();
+        eprintln!(
+            "  - {} (want {}): vector {}, bm25 {}, hybrid {}",
+            q.text,
+            want.join(", "),
+            rank(vector, n),
+            rank(bm25, n),
+            rank(hybrid, n)
+        );
+        for (row, what) in [(vector, "vector"), (bm25, "bm25"), (hybrid, "hybrid")] {
+            let got: Vec<String> = row.results[n]
                 .iter()
                 .take(5)
                 .map(|h| format!("{}:{}-{}", h.file, h.start, h.end))
                 .collect();
-            format!(
-                "{} (want {}) got {}",
-                qs[n].text,
-                want.join(", "),
-                got.join(", ")
-            )
-        })
-        .collect()
+            eprintln!("      {what:>6} top 5: {}", got.join(", "));
+        }
+    }
 }
 
 fn model_dir() -> PathBuf {
@@ -519,28 +571,263 @@ fn main() {
     );
     eprintln!("|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
+        let (file, item) = score(&qs, &r.results, Subset::All);
         eprintln!(
             "| {} | {} | {} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.3} |",
             r.chunker,
             r.ranking,
             r.chunks,
             r.truncated,
-            r.file.r5,
-            r.file.r10,
-            r.file.mrr,
-            r.item.r5,
-            r.item.r10,
-            r.item.mrr
+            file.r5,
+            file.r10,
+            file.mrr,
+            item.r5,
+            item.r10,
+            item.mrr
         );
     }
+    let held = qs.iter().filter(|q| q.held_out).count();
     eprintln!();
-    for r in rows.iter().filter(|r| r.chunker == "tree-sitter") {
-        eprintln!("item-level misses at 5, tree-sitter {}:", r.ranking);
-        for &n in &r.misses {
-            eprintln!("  - {}", qs[n].text);
+    eprintln!(
+        "item level, tuning questions ({}) / held-out questions ({held}):",
+        qs.len() - held
+    );
+    eprintln!();
+    eprintln!(
+        "| chunker | ranking | tuning R@5 | tuning R@10 | tuning MRR | held-out R@5 | held-out R@10 | held-out MRR |"
+    );
+    eprintln!("|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        let (_, t) = score(&qs, &r.results, Subset::Tuning);
+        let (_, h) = score(&qs, &r.results, Subset::HeldOut);
+        eprintln!(
+            "| {} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.3} |",
+            r.chunker, r.ranking, t.r5, t.r10, t.mrr, h.r5, h.r10, h.mrr
+        );
+    }
+    if std::env::var_os("BRIDLE_RETRIEVAL_VERBOSE").is_some() {
+        eprintln!();
+        // Only the tuning questions' misses are shown unless asked: the held-out ones stay unseen
+        // while the method is tuned.
+        let subset = if std::env::var_os("BRIDLE_RETRIEVAL_SHOW_HELD_OUT").is_some() {
+            Subset::All
+        } else {
+            Subset::Tuning
+        };
+        explain_misses(&qs, &rows, "tree-sitter", subset);
+    }
+}
+
+/// One ranking of every chunk for every question, as indices into the pipeline's payloads.
+type Rankings = Vec<Vec<usize>>;
+
+/// Named ways of making a chunk's text from its payload.
+type TextsOf<'a> = Vec<(&'static str, Box<dyn Fn(&Payload) -> String + 'a>)>;
+
+/// With `BRIDLE_RETRIEVAL_SWEEP` set: item-level recall@5 of the pipeline's chunks under other
+/// embedded texts, keyword texts and fusion settings, each computed from full rankings, to see
+/// which change is worth making in the library before making it.
+async fn sweep(
+    store: &EmbeddedStore,
+    embedder: &LocalEmbedder,
+    collection: &str,
+    records: &[bridle_memory::Record],
+    qs: &[Question],
+) {
+    let payloads: Vec<&Payload> = records.iter().map(|r| &r.payload).collect();
+    let slot: std::collections::HashMap<u64, usize> =
+        records.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
+    let texts: Vec<String> = qs.iter().map(|q| q.text.clone()).collect();
+    let qv = &embedder.embed(&texts).await.expect("embed questions");
+    let slot = &slot;
+    let field = |p: &Payload, k: &str| p[k].as_str().unwrap_or_default().to_string();
+    let split_words = |s: &str| {
+        // identifiers into plain words, unstemmed
+        let mut out = String::new();
+        for w in s.split(|c: char| !c.is_alphanumeric()) {
+            let chars: Vec<char> = w.chars().collect();
+            let mut start = 0;
+            for i in 1..=chars.len() {
+                let b = i == chars.len()
+                    || (chars[i].is_uppercase()
+                        && (chars[i - 1].is_lowercase()
+                            || chars.get(i + 1).is_some_and(|n| n.is_lowercase())
+                                && chars[i - 1].is_uppercase()));
+                if b {
+                    let part: String = chars[start..i].iter().collect::<String>().to_lowercase();
+                    start = i;
+                    if !part.is_empty() {
+                        out.push_str(&part);
+                        out.push(' ');
+                    }
+                }
+            }
         }
-        for d in &r.detail {
-            eprintln!("    {d}");
+        out
+    };
+    let mut vector_rankings: Vec<(&str, Rankings)> = Vec::new();
+    let rank_in = |coll: String| async move {
+        let mut out = Vec::new();
+        for v in qv {
+            let hits = store
+                .search(&coll, v, None, records.len())
+                .await
+                .expect("search");
+            out.push(
+                hits.iter()
+                    .filter_map(|h| slot.get(&h.id).copied())
+                    .collect(),
+            );
+        }
+        out
+    };
+    vector_rankings.push(("pipeline", rank_in(collection.to_string()).await));
+    let variants: TextsOf<'_> = vec![
+        (
+            "path+names+text",
+            Box::new(|p: &Payload| {
+                format!(
+                    "{}\n{}\n{}",
+                    field(p, "file_path"),
+                    split_words(&field(p, "context")),
+                    field(p, "text")
+                )
+            }),
+        ),
+        (
+            "names+context+path+text",
+            Box::new(|p: &Payload| {
+                format!(
+                    "{}\n{} ({})\n{}",
+                    field(p, "file_path"),
+                    split_words(&field(p, "context")),
+                    field(p, "context"),
+                    field(p, "text")
+                )
+            }),
+        ),
+    ];
+    for (name, make) in &variants {
+        let texts: Vec<String> = payloads
+            .iter()
+            .map(|p| bridle_memory::fit_input(embedder, &make(p)))
+            .collect();
+        let vectors = embedder.embed(&texts).await.expect("embed");
+        let coll = format!("sweep_{name}");
+        store
+            .ensure_collection(&coll, CollectionConfig::cosine(embedder.dimension()))
+            .await
+            .expect("collection");
+        let points = records
+            .iter()
+            .zip(vectors)
+            .map(|(r, v)| Point {
+                id: r.id,
+                vector: v,
+                payload: r.payload.clone(),
+            })
+            .collect();
+        store.upsert(&coll, points).await.expect("upsert");
+        vector_rankings.push((name, rank_in(coll).await));
+    }
+    let kw_variants: TextsOf<'_> = vec![
+        ("keyword_text", Box::new(|p: &Payload| keyword_text(p))),
+        (
+            "fields once",
+            Box::new(|p: &Payload| {
+                format!(
+                    "{}\n{}\n{}",
+                    field(p, "file_path"),
+                    field(p, "context"),
+                    field(p, "text")
+                )
+            }),
+        ),
+    ];
+    let mut kw_rankings: Vec<(&str, Rankings)> = Vec::new();
+    for (name, make) in &kw_variants {
+        let docs: Vec<String> = payloads.iter().map(|p| make(p)).collect();
+        let index = Bm25Index::build(docs.iter().map(String::as_str));
+        kw_rankings.push((
+            name,
+            qs.iter()
+                .map(|q| {
+                    index
+                        .search(&q.text, |_| true, records.len())
+                        .into_iter()
+                        .map(|(i, _)| i)
+                        .collect()
+                })
+                .collect(),
+        ));
+    }
+    let hit = |i: usize| Hit {
+        file: field(payloads[i], "file_path"),
+        start: payloads[i]["start_line"].as_u64().unwrap_or(0) as usize,
+        end: payloads[i]["end_line"].as_u64().unwrap_or(0) as usize,
+    };
+    let dedup = |ranked: Vec<usize>| -> Vec<Hit> {
+        let mut seen = std::collections::HashSet::new();
+        ranked
+            .into_iter()
+            .filter(|&i| {
+                let c = field(payloads[i], "context");
+                c.is_empty() || seen.insert((field(payloads[i], "file_path"), c))
+            })
+            .take(TOP)
+            .map(hit)
+            .collect()
+    };
+    let report = |label: String, results: Vec<Vec<Hit>>| {
+        let (_, t) = score(qs, &results, Subset::Tuning);
+        let (_, h) = score(qs, &results, Subset::HeldOut);
+        let (_, a) = score(qs, &results, Subset::All);
+        eprintln!(
+            "| {label} | {:.2} | {:.3} | {:.2} | {:.3} | {:.2} | {:.2} |",
+            t.r5, t.mrr, h.r5, h.mrr, a.r5, a.r10
+        );
+    };
+    eprintln!();
+    eprintln!(
+        "| variant | tuning R@5 | tuning MRR | held-out R@5 | held-out MRR | all R@5 | all R@10 |"
+    );
+    eprintln!("|---|---|---|---|---|---|---|");
+    for (vn, vr) in &vector_rankings {
+        report(
+            format!("vector {vn}"),
+            vr.iter().map(|r| dedup(r.clone())).collect(),
+        );
+    }
+    for (kn, kr) in &kw_rankings {
+        report(
+            format!("bm25 {kn}"),
+            kr.iter().map(|r| dedup(r.clone())).collect(),
+        );
+    }
+    let depth = 50;
+    for (vn, vr) in &vector_rankings {
+        for (kn, kr) in &kw_rankings {
+            for k in [5.0f32, 10.0, 20.0, 60.0] {
+                for w in [1.0f32, 1.5, 2.0] {
+                    let results = vr
+                        .iter()
+                        .zip(kr)
+                        .map(|(v, b)| {
+                            let mut s: std::collections::HashMap<usize, f32> = Default::default();
+                            for (r, &i) in v.iter().take(depth).enumerate() {
+                                *s.entry(i).or_default() += w / (k + r as f32 + 1.0);
+                            }
+                            for (r, &i) in b.iter().take(depth).enumerate() {
+                                *s.entry(i).or_default() += 1.0 / (k + r as f32 + 1.0);
+                            }
+                            let mut all: Vec<(usize, f32)> = s.into_iter().collect();
+                            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                            dedup(all.into_iter().map(|(i, _)| i).collect())
+                        })
+                        .collect();
+                    report(format!("rrf {vn} + {kn} k={k} w={w}"), results);
+                }
+            }
         }
     }
 }

@@ -28,7 +28,7 @@ use crate::repo::{FileRules, collect_files, fetch};
 use crate::store::{CollectionConfig, Filter, Payload, Point, VectorStore};
 use crate::time::{rfc3339, stable_id, unix_now};
 
-pub use crate::progress::{BarProgress, LineProgress, NoProgress, Progress, ProgressEvent};
+pub use crate::progress::{LineProgress, NoProgress, Progress, ProgressEvent};
 
 /// One example repository of a pattern, as the rules document lists it
 /// (`patterns.custom[].example_repos[]`).
@@ -83,6 +83,29 @@ impl SearchMode {
             SearchMode::Vector => "vector",
         }
     }
+}
+
+/// How many results a search asks the store for per result it returns, so that dropping the
+/// other parts of an item already listed still leaves enough.
+const PARTS_PER_ITEM: usize = 3;
+
+/// The first `limit` hits, keeping only the best-ranked hit of each item: hits of the same
+/// example, file and non-empty `context` (the parts a long item or section was cut into) after
+/// the first are dropped. Hits without a context (top-level blocks, windows) are all kept.
+fn best_part_of_each_item(
+    hits: Vec<crate::store::ScoredPoint>,
+    limit: usize,
+) -> Vec<crate::store::ScoredPoint> {
+    let mut seen = std::collections::HashSet::new();
+    hits.into_iter()
+        .filter(|h| {
+            let p = &h.payload;
+            let context = text(p, "context");
+            context.is_empty()
+                || seen.insert((text(p, "reference_tag"), text(p, "file_path"), context))
+        })
+        .take(limit)
+        .collect()
 }
 
 /// Runs one search of `store` in `mode`.
@@ -450,6 +473,9 @@ impl PatternIndex {
         let filter = arch_tag
             .filter(|t| !t.is_empty())
             .map(|t| Filter::eq("arch_tag", t));
+        let limit = limit.clamp(1, 100);
+        // Parts of one long item (a doc comment cut in three, a section windowed) say the same
+        // thing and would crowd the list: ask for more and keep the best part of each item.
         let hits = search_store(
             self.store.as_ref(),
             &self.config.collection,
@@ -457,10 +483,10 @@ impl PatternIndex {
             &v[0],
             query,
             filter.as_ref(),
-            limit.clamp(1, 100),
+            limit * PARTS_PER_ITEM,
         )
         .await?;
-        Ok(hits
+        Ok(best_part_of_each_item(hits, limit)
             .into_iter()
             .map(|h| {
                 let p = &h.payload;
@@ -539,5 +565,45 @@ impl PatternIndex {
             }
         }
         Ok(by_tag.into_values().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ScoredPoint;
+
+    fn hit(id: u64, tag: &str, file: &str, context: &str) -> ScoredPoint {
+        let mut payload = Payload::new();
+        payload.insert("reference_tag".into(), json!(tag));
+        payload.insert("file_path".into(), json!(file));
+        payload.insert("context".into(), json!(context));
+        ScoredPoint {
+            id,
+            score: 1.0 / id as f32,
+            payload,
+        }
+    }
+
+    #[test]
+    fn only_the_best_part_of_an_item_is_listed() {
+        let hits = vec![
+            hit(1, "t", "src/lib.rs", "pub struct Version"),
+            hit(2, "t", "src/lib.rs", "pub struct Version"),
+            hit(3, "t", "src/lib.rs", ""),
+            hit(4, "t", "src/lib.rs", ""),
+            hit(5, "t", "src/parse.rs", "pub struct Version"),
+            hit(6, "u", "src/lib.rs", "pub struct Version"),
+            hit(7, "t", "src/lib.rs", "impl Version > fn parse"),
+        ];
+        let ids = |v: Vec<ScoredPoint>| v.into_iter().map(|h| h.id).collect::<Vec<_>>();
+        // The second part of `Version` goes; context-less blocks, another file's and another
+        // example's item of the same name stay.
+        assert_eq!(
+            ids(best_part_of_each_item(hits.clone(), 10)),
+            [1, 3, 4, 5, 6, 7]
+        );
+        assert_eq!(ids(best_part_of_each_item(hits, 3)), [1, 3, 4]);
+        assert!(best_part_of_each_item(Vec::new(), 5).is_empty());
     }
 }

@@ -1,10 +1,10 @@
 //! Progress of long work (indexing a repository), and the listeners that show it.
 //!
 //! [`ProgressEvent`]s carry a `fraction()` and a `message()`, which is all a progress bar needs:
-//! the MCP tool turns them into `notifications/progress`, [`BarProgress`] draws a one-line bar on
-//! a terminal, [`LineProgress`] writes plain lines for a pipe or a log, and a command line with
-//! its own bar library (indicatif's `ProgressBar::set_position` / `set_message`) implements
-//! [`Progress`] in a few lines.
+//! the MCP tool turns them into `notifications/progress`, [`LineProgress`] writes plain lines for
+//! a pipe or a log, and a command line draws a bar on a terminal with a bar library (the `bridle`
+//! binary uses indicatif's `ProgressBar::set_position` / `set_message`) by implementing
+//! [`Progress`] in a few lines. The library itself draws no terminal escapes.
 
 use async_trait::async_trait;
 
@@ -119,82 +119,9 @@ impl<W: std::io::Write + Send> Progress for LineProgress<W> {
     }
 }
 
-/// A text progress bar for terminals: each event rewrites one line of `out` (use
-/// `std::io::stderr()`), e.g. `[##########----------]  48/96 embedded 48/96 chunks`, with a
-/// carriage return and an erase-line escape: use it only when the output is a terminal
-/// ([`std::io::IsTerminal`]) and [`LineProgress`] otherwise. A write error is ignored: progress
-/// must never fail the work it reports on.
-pub struct BarProgress<W: std::io::Write + Send> {
-    out: std::sync::Mutex<W>,
-    width: usize,
-}
-
-impl<W: std::io::Write + Send> BarProgress<W> {
-    /// A bar of 20 cells writing to `out`.
-    pub fn new(out: W) -> Self {
-        Self {
-            out: std::sync::Mutex::new(out),
-            width: 20,
-        }
-    }
-
-    /// The line drawn for `event`.
-    pub fn line(&self, event: &ProgressEvent) -> String {
-        let (done, total) = event.fraction();
-        let bar = match total {
-            Some(t) if t > 0.0 => {
-                let filled = ((done / t).clamp(0.0, 1.0) * self.width as f64).round() as usize;
-                format!(
-                    "[{}{}] ",
-                    "#".repeat(filled),
-                    "-".repeat(self.width - filled)
-                )
-            }
-            _ => format!("[{}] ", " ".repeat(self.width)),
-        };
-        format!("{bar}{}", event.message())
-    }
-
-    /// Gives the writer back.
-    pub fn into_inner(self) -> W {
-        self.out.into_inner().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-#[async_trait]
-impl<W: std::io::Write + Send> Progress for BarProgress<W> {
-    async fn report(&self, event: ProgressEvent) {
-        let line = self.line(&event);
-        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        let end = if matches!(event, ProgressEvent::Storing { .. }) {
-            "\n"
-        } else {
-            ""
-        };
-        let _ = write!(out, "\r\x1b[2K{line}{end}");
-        let _ = out.flush();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn the_bar_draws_each_step() {
-        let bar = BarProgress::new(Vec::new());
-        let half = bar.line(&ProgressEvent::Embedded {
-            done: 48,
-            total: 96,
-        });
-        assert_eq!(half, "[##########----------] embedded 48/96 chunks");
-        bar.report(ProgressEvent::Fetching { source: "r".into() })
-            .await;
-        bar.report(ProgressEvent::Storing { chunks: 96 }).await;
-        let text = String::from_utf8(bar.into_inner()).unwrap_or_default();
-        assert!(text.contains("fetching r"));
-        assert!(text.ends_with("[####################] storing 96 chunks\n"));
-    }
 
     #[tokio::test]
     async fn lines_have_no_escapes_and_thin_out_embedding_steps() {

@@ -306,9 +306,29 @@ fn index_on_the_command_line_then_search_remember_and_recall_over_mcp() {
     let stdout = ok(&indexed, "bridle memory index");
     assert!(stdout.contains("indexed `demo-example`"), "{stdout}");
     assert!(stdout.contains("from 5 files"), "{stdout}");
+    // stderr is a pipe here, so progress comes as plain lines: no bar, no escape codes.
     let progress = String::from_utf8_lossy(&indexed.stderr);
     assert!(
-        progress.contains('%') || progress.contains('['),
+        !progress.contains('\x1b') && !progress.contains('\r'),
+        "{progress:?}"
+    );
+    let lines: Vec<&str> = progress.lines().collect();
+    assert!(
+        lines.iter().any(|l| l.starts_with("fetching ")),
+        "{progress}"
+    );
+    assert!(
+        lines.iter().any(|l| l.ends_with("chunks from 5 files")),
+        "{progress}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("embedded ") && l.ends_with(" chunks")),
+        "{progress}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("storing ")),
         "{progress}"
     );
     let (revision, stamp) = last_indexed(&store);

@@ -165,7 +165,7 @@ impl Collection {
             .into_iter()
             .map(|(i, _)| i)
             .collect();
-        keywords::rrf(&[by_vector, by_keywords], limit)
+        keywords::fuse(&by_vector, &by_keywords, limit)
             .into_iter()
             .map(|(i, score)| ScoredPoint {
                 id: self.ids[i],

@@ -2,14 +2,20 @@
 //!
 //! An embedding model of MiniLM's size reads meaning but misses exact words: an identifier, an
 //! error message, a file name. BM25 finds exactly those, so hybrid search ranks both ways and
-//! fuses the two rankings with reciprocal rank fusion (RRF: each list adds `1 / (k + rank)` for
-//! every point it ranks; `k = 60`, the value of Cormack et al., 2009), which needs no score
-//! calibration between the two. `benches/benches/memory_retrieval.rs` measures whether it helps.
+//! fuses the two rankings with weighted reciprocal rank fusion (RRF: each list adds
+//! `weight / (k + rank)` for every point it ranks; `k = 60`, the value of Cormack et al., 2009),
+//! which needs no score calibration between the two. The vector ranking weighs
+//! [`VECTOR_WEIGHT`] = 1.5 against the keywords' 1: `benches/benches/memory_retrieval.rs` measured
+//! equal weights letting a chunk that BM25 ranks well by its common words push out the one the
+//! vector ranked first (figures in `benches/README.md`).
 //!
 //! What is keyword-searchable: a point's [`keyword_text`], the string payload fields `file_path`,
-//! `context` and `text` joined. Both backends index the same text: the embedded store builds an
-//! in-memory [`Bm25Index`] per collection (rebuilt lazily after a write), and Qdrant stores the
-//! same terms as a sparse vector ([`sparse_terms`]) whose IDF Qdrant applies itself.
+//! `context` and `text` joined, `context` (the enclosing item names, `impl Store > pub fn load`)
+//! [`CONTEXT_REPEATS`] times so an item's own name weighs more than a word in its body (a crude
+//! BM25F field weight that needs no second index). Both backends index the same text: the
+//! embedded store builds an in-memory [`Bm25Index`] per collection (rebuilt lazily after a
+//! write), and Qdrant stores the same terms as a sparse vector ([`sparse_terms`]) whose IDF Qdrant
+//! applies itself; both fuse with [`rrf`] here, so the weights are the same on both.
 //!
 //! Terms: words are split on anything not a letter or digit and on case changes
 //! (`parseHeaderValue` → `parse`, `header`, `value`), lower-cased, stop words dropped, and cut
@@ -23,23 +29,39 @@ use super::Payload;
 /// The RRF constant.
 pub const RRF_K: f32 = 60.0;
 
+/// The weight of the vector ranking in hybrid search's fusion.
+pub const VECTOR_WEIGHT: f32 = 1.5;
+
+/// The weight of the BM25 ranking in hybrid search's fusion.
+pub const KEYWORD_WEIGHT: f32 = 1.0;
+
 /// The payload fields whose strings are keyword-searchable, in this order.
 pub const KEYWORD_FIELDS: [&str; 3] = ["file_path", "context", "text"];
 
-/// A point's keyword-searchable text.
+/// How many times `context` is repeated in [`keyword_text`].
+pub const CONTEXT_REPEATS: usize = 3;
+
+/// A point's keyword-searchable text: `file_path`, `context` ([`CONTEXT_REPEATS`] times) and
+/// `text`, one a line; fields that are missing or not strings are left out.
 pub fn keyword_text(payload: &Payload) -> String {
-    KEYWORD_FIELDS
-        .iter()
-        .filter_map(|f| payload.get(*f).and_then(|v| v.as_str()))
-        .collect::<Vec<_>>()
-        .join("\n")
+    let mut parts = Vec::new();
+    for f in KEYWORD_FIELDS {
+        if let Some(v) = payload.get(f).and_then(|v| v.as_str()) {
+            let times = if f == "context" { CONTEXT_REPEATS } else { 1 };
+            parts.extend(std::iter::repeat_n(v, times));
+        }
+    }
+    parts.join("\n")
 }
 
+/// English function words, and the keywords of Rust syntax that say nothing about what code
+/// does. Words that are also common method names (`get`, `new`, `set`) are kept: a question
+/// asking for "the value of a parameter by its name" is answered by a `fn get`.
 const STOP_WORDS: &[&str] = &[
     "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how",
     "i", "if", "in", "is", "it", "its", "of", "on", "or", "that", "the", "this", "to", "what",
-    "when", "where", "which", "who", "why", "with", "get", "gets", "let", "mut", "self", "pub",
-    "fn", "use", "new", "return", "we", "you", "there", "into", "not", "one", "some", "any",
+    "when", "where", "which", "who", "why", "with", "let", "mut", "self", "pub", "fn", "use",
+    "return", "we", "you", "there", "into", "not", "one", "some", "any",
 ];
 
 /// Cuts a few English suffixes so inflections meet (`closing`, `closed`, `closes` → `clos`).
@@ -185,18 +207,19 @@ impl Bm25Index {
     }
 }
 
-/// Reciprocal rank fusion of rankings (each best first): every key gets `Σ 1 / (k + rank)`
-/// over the lists that rank it (rank from 1). Best first; ties keep the first list's order.
-pub fn rrf<K: Copy + Eq + std::hash::Hash>(lists: &[Vec<K>], limit: usize) -> Vec<(K, f32)> {
+/// Weighted reciprocal rank fusion of rankings (each best first, with its weight): every key
+/// gets `Σ weight / (k + rank)` over the lists that rank it (rank from 1, `k` = [`RRF_K`]). Best
+/// first; ties keep the order in which the lists first named them.
+pub fn rrf<K: Copy + Eq + std::hash::Hash>(lists: &[(&[K], f32)], limit: usize) -> Vec<(K, f32)> {
     let mut score: HashMap<K, (f32, usize)> = HashMap::new();
     let mut order = 0usize;
-    for list in lists {
+    for (list, weight) in lists {
         for (rank, key) in list.iter().enumerate() {
             let e = score.entry(*key).or_insert_with(|| {
                 order += 1;
                 (0.0, order)
             });
-            e.0 += 1.0 / (RRF_K + rank as f32 + 1.0);
+            e.0 += weight / (RRF_K + rank as f32 + 1.0);
         }
     }
     let mut out: Vec<(K, f32, usize)> = score.into_iter().map(|(k, (s, o))| (k, s, o)).collect();
@@ -205,6 +228,19 @@ pub fn rrf<K: Copy + Eq + std::hash::Hash>(lists: &[Vec<K>], limit: usize) -> Ve
         .take(limit)
         .map(|(k, s, _)| (k, s))
         .collect()
+}
+
+/// Hybrid search's fusion: the vector ranking and the keyword ranking with their weights
+/// ([`VECTOR_WEIGHT`], [`KEYWORD_WEIGHT`]); what both stores call.
+pub fn fuse<K: Copy + Eq + std::hash::Hash>(
+    by_vector: &[K],
+    by_keywords: &[K],
+    limit: usize,
+) -> Vec<(K, f32)> {
+    rrf(
+        &[(by_vector, VECTOR_WEIGHT), (by_keywords, KEYWORD_WEIGHT)],
+        limit,
+    )
 }
 
 /// How many candidates each ranking contributes to a fusion returning `limit`.
@@ -262,11 +298,38 @@ mod tests {
 
     #[test]
     fn rrf_rewards_agreement() {
-        let fused = rrf(&[vec![1, 2, 3], vec![3, 1, 4]], 10);
+        let fused = rrf(&[(&[1, 2, 3], 1.0), (&[3, 1, 4], 1.0)], 10);
         assert_eq!(fused[0].0, 1);
         assert_eq!(fused[1].0, 3);
         assert_eq!(fused.len(), 4);
         assert!((fused[0].1 - (1.0 / 61.0 + 1.0 / 62.0)).abs() < 1e-6);
+        assert_eq!(rrf(&[(&[1, 2, 3], 1.0)], 2).len(), 2);
+    }
+
+    #[test]
+    fn the_heavier_list_wins_a_disagreement() {
+        // The vector ranking's first is the keywords' second and the other way round.
+        let fused = fuse(&[7, 8], &[8, 7], 10);
+        assert_eq!(fused[0].0, 7);
+        let w = VECTOR_WEIGHT / 61.0 + KEYWORD_WEIGHT / 62.0;
+        assert!((fused[0].1 - w).abs() < 1e-6);
+        // A point only one list ranks still counts.
+        assert_eq!(fuse(&[1], &[], 10), vec![(1, VECTOR_WEIGHT / 61.0)]);
+    }
+
+    #[test]
+    fn the_context_weighs_more_than_the_body() {
+        let mut p = Payload::new();
+        p.insert("file_path".into(), serde_json::json!("src/a.rs"));
+        p.insert("context".into(), serde_json::json!("fn load"));
+        p.insert("text".into(), serde_json::json!("fn load() {}"));
+        p.insert("start_line".into(), serde_json::json!(3));
+        assert_eq!(
+            keyword_text(&p),
+            "src/a.rs\nfn load\nfn load\nfn load\nfn load() {}"
+        );
+        p.remove("context");
+        assert_eq!(keyword_text(&p), "src/a.rs\nfn load() {}");
     }
 
     #[test]

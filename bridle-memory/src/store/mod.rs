@@ -329,7 +329,7 @@ pub trait VectorStore: Send + Sync + 'static {
     ) -> Result<Vec<ScoredPoint>>;
 
     /// Hybrid search: the `limit` points matching `filter` best by reciprocal rank fusion
-    /// ([`keywords::rrf`]) of the vector ranking for `vector` and a BM25 keyword ranking for
+    /// ([`keywords::fuse`], weighted) of the vector ranking for `vector` and a BM25 keyword ranking for
     /// `text` over each point's [`keywords::keyword_text`]. Scores are the fused RRF scores
     /// (higher is better; not a similarity).
     async fn search_hybrid(

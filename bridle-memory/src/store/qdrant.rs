@@ -14,9 +14,9 @@
 //! Hybrid search: each collection has, beside its unnamed dense vector, a sparse vector named
 //! [`KEYWORD_VECTOR`] with Qdrant's IDF modifier, filled at upsert with the term frequencies of
 //! the point's keyword text ([`keywords::sparse_terms`], the same terms the embedded store's BM25
-//! reads). [`VectorStore::search_hybrid`] is one Query API call: a dense and a sparse prefetch,
-//! fused by Qdrant's reciprocal rank fusion, so moving from the embedded store changes nothing
-//! for the user. A collection created before this existed has no sparse vector; re-create it
+//! reads). [`VectorStore::search_hybrid`] runs a dense and a sparse query and fuses the two
+//! rankings with the embedded store's own weighted reciprocal rank fusion ([`keywords::fuse`]),
+//! so moving from the embedded store changes nothing for the user. A collection created before this existed has no sparse vector; re-create it
 //! (re-index) to search it hybrid.
 
 use std::collections::HashMap;
@@ -25,10 +25,10 @@ use std::sync::RwLock;
 use async_trait::async_trait;
 use qdrant_client::Qdrant;
 use qdrant_client::qdrant::{
-    self, CountPointsBuilder, CreateCollectionBuilder, DeletePointsBuilder, Fusion, NamedVectors,
-    PointStruct, PointsIdsList, PrefetchQueryBuilder, Query, QueryPointsBuilder,
-    ScrollPointsBuilder, SparseVectorParamsBuilder, SparseVectorsConfigBuilder,
-    UpsertPointsBuilder, Vector, VectorInput, VectorParamsBuilder,
+    self, CountPointsBuilder, CreateCollectionBuilder, DeletePointsBuilder, NamedVectors,
+    PointStruct, PointsIdsList, Query, QueryPointsBuilder, ScrollPointsBuilder,
+    SparseVectorParamsBuilder, SparseVectorsConfigBuilder, UpsertPointsBuilder, Vector,
+    VectorInput, VectorParamsBuilder,
 };
 
 use super::keywords::{self, keyword_text, sparse_terms};
@@ -416,37 +416,52 @@ impl VectorStore for QdrantStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let n = keywords::candidates(limit) as u64;
+        let n = keywords::candidates(limit);
         let (indices, values): (Vec<u32>, Vec<f32>) = sparse_terms(text)
             .into_iter()
             .map(|(i, _)| (i, 1.0))
             .unzip();
-        let mut dense = PrefetchQueryBuilder::default()
-            .query(Query::new_nearest(vector.to_vec()))
-            .limit(n);
-        let mut sparse = PrefetchQueryBuilder::default()
-            .query(Query::new_nearest(VectorInput::new_sparse(indices, values)))
-            .using(KEYWORD_VECTOR)
-            .limit(n);
-        if let Some(f) = f.filter(|f| !f.is_empty()) {
-            dense = dense.filter(filter(f));
-            sparse = sparse.filter(filter(f));
-        }
-        let q = QueryPointsBuilder::new(self.name(collection))
-            .add_prefetch(dense)
-            .add_prefetch(sparse)
-            .query(Query::new_fusion(Fusion::Rrf))
-            .limit(limit as u64)
-            .with_payload(true);
-        let resp = self.client.query(q).await.map_err(store_err)?;
-        Ok(resp
-            .result
+        // Two plain queries fused here by the same weighted RRF as the embedded store's
+        // (`keywords::fuse`), rather than by Qdrant's server-side fusion, whose constant and
+        // weights depend on the server's version.
+        let by_vector = self.search(collection, vector, f, n).await?;
+        let by_keywords = if indices.is_empty() {
+            Vec::new()
+        } else {
+            let mut sparse = QueryPointsBuilder::new(self.name(collection))
+                .query(Query::new_nearest(VectorInput::new_sparse(indices, values)))
+                .using(KEYWORD_VECTOR)
+                .limit(n as u64)
+                .with_payload(true);
+            if let Some(f) = f.filter(|f| !f.is_empty()) {
+                sparse = sparse.filter(filter(f));
+            }
+            let resp = self.client.query(sparse).await.map_err(store_err)?;
+            resp.result
+                .into_iter()
+                .filter_map(|p| {
+                    Some(ScoredPoint {
+                        id: num_id(p.id)?,
+                        score: p.score,
+                        payload: json_payload(p.payload),
+                    })
+                })
+                .collect()
+        };
+        let ids = |points: &[ScoredPoint]| points.iter().map(|p| p.id).collect::<Vec<_>>();
+        let fused = keywords::fuse(&ids(&by_vector), &ids(&by_keywords), limit);
+        let mut payloads: HashMap<PointId, Payload> = by_vector
             .into_iter()
-            .filter_map(|p| {
+            .chain(by_keywords)
+            .map(|p| (p.id, p.payload))
+            .collect();
+        Ok(fused
+            .into_iter()
+            .filter_map(|(id, score)| {
                 Some(ScoredPoint {
-                    id: num_id(p.id)?,
-                    score: p.score,
-                    payload: json_payload(p.payload),
+                    id,
+                    score,
+                    payload: payloads.remove(&id)?,
                 })
             })
             .collect())

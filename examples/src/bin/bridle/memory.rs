@@ -1,5 +1,7 @@
 //! `bridle memory index|refresh|search|purge`: a project's pattern examples in Bridle's memory.
 
+mod progress;
+
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -110,15 +112,27 @@ fn example_repo(
     }
 }
 
+/// Indexes `repo` with progress on stderr, leaving the bar (if any) finished or failed.
+async fn index(
+    memory: &bridle_memory::MemoryService,
+    repo: &bridle_memory::ExampleRepo,
+    progress: &progress::IndexProgress,
+) -> Result<bridle_memory::IndexReport, BoxError> {
+    let result = memory.patterns.index(repo, progress).await;
+    let failure = result.as_ref().err().map(ToString::to_string);
+    progress.finish(failure.as_deref());
+    Ok(result?)
+}
+
 pub(crate) async fn memory(dir: &Path, command: MemoryCommand) -> Result<ExitCode, BoxError> {
     let (store, _) = open_store(dir)?;
     let config = crate::load_config(dir)?;
     let memory = open_memory(dir, &config).await?;
-    let progress = bridle_memory::BarProgress::new(std::io::stderr());
+    let progress = progress::IndexProgress::for_stderr();
     let (project, report) = match command {
         MemoryCommand::Index { project, tag } => {
             let repo = example_repo(&store, &project, &tag)?;
-            (project, memory.patterns.index(&repo, &progress).await?)
+            (project, index(&memory, &repo, &progress).await?)
         }
         MemoryCommand::Refresh { project, tag } => {
             let repo = example_repo(&store, &project, &tag)?;
@@ -129,7 +143,7 @@ pub(crate) async fn memory(dir: &Path, command: MemoryCommand) -> Result<ExitCod
                 )
                 .into());
             }
-            (project, memory.patterns.index(&repo, &progress).await?)
+            (project, index(&memory, &repo, &progress).await?)
         }
         MemoryCommand::Search {
             project,
