@@ -18,7 +18,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use panel_support::{ALICE, BOB, Served, panel_config};
+use panel_support::{ALICE, BOB, Fixture, Served, panel_config, stocked_memory};
 use serde_json::{Value, json};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -140,7 +140,11 @@ struct Session {
 
 impl Session {
     async fn start(dark: bool) -> Self {
-        let served = Served::start(panel_config()).await;
+        Self::start_on(dark, Fixture::new().await).await
+    }
+
+    async fn start_on(dark: bool, fixture: Fixture) -> Self {
+        let served = Served::start_on(panel_config(), fixture).await;
         let driver = Driver::start().await;
         let profile = tempfile::tempdir().unwrap();
         let browser = driver.browser(profile.path(), dark).await;
@@ -652,7 +656,8 @@ async fn shoot(s: &Session, dir: &Path, name: &str) {
 async fn screenshots_of_every_page_in_both_themes() {
     let _one = ONE_BROWSER.lock().await;
     for (theme, dark) in [("light", false), ("dark", true)] {
-        let s = Session::start(dark).await;
+        let (memory, _repo) = stocked_memory().await;
+        let s = Session::start_on(dark, Fixture::with_memory(memory).await).await;
         let dir = screenshot_dir(theme);
         let f = &s.served.fixture;
         let proposal = f.propose_guardrail("screenshot-guardrail");
@@ -690,6 +695,11 @@ async fn screenshots_of_every_page_in_both_themes() {
             ("agent", "/panel/agents/bot".into(), "#issue-token"),
             ("sessions", "/panel/sessions".into(), "table"),
             ("secrets", "/panel/secrets".into(), "#secret-name"),
+            (
+                "memory",
+                "/panel/memory?project=demo&pq=retry+backoff".into(),
+                "#chunks",
+            ),
             ("not-found", "/panel/projects/nope".into(), ".problem"),
         ];
         for (name, path, ready) in &pages {
@@ -722,6 +732,17 @@ async fn screenshots_of_every_page_in_both_themes() {
             .unwrap();
         s.wait_for("#revoke-1-confirm").await;
         shoot(&s, &dir, "secret-revoke-dialog").await;
+        s.browser
+            .goto(&s.url("/panel/memory?project=demo"))
+            .await
+            .unwrap();
+        s.wait_for("#purge-memories-open")
+            .await
+            .click()
+            .await
+            .unwrap();
+        s.wait_for("#purge-memories-confirm").await;
+        shoot(&s, &dir, "memory-purge-dialog").await;
         s.browser.goto(&s.url("/panel/agents/bot")).await.unwrap();
         s.wait_for("#issue-token").await.click().await.unwrap();
         s.wait_for("#token-value").await;

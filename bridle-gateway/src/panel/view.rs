@@ -119,6 +119,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../panel-assets/templates/audit.html"),
     ),
     (
+        "memory.html",
+        include_str!("../../panel-assets/templates/memory.html"),
+    ),
+    (
         "audit_verify.html",
         include_str!("../../panel-assets/templates/audit_verify.html"),
     ),

@@ -19,6 +19,7 @@ pub(crate) mod agents;
 pub(crate) mod audit;
 pub(crate) mod integrations;
 pub(crate) mod login;
+pub(crate) mod memory;
 pub(crate) mod overview;
 pub(crate) mod projects;
 pub(crate) mod queue;
@@ -59,6 +60,9 @@ pub(crate) fn routes() -> Router<Panel> {
             "/secrets/{name}/versions/{version}/revoke",
             post(secrets::revoke),
         )
+        .route("/memory", get(memory::show))
+        .route("/memory/purge", post(memory::purge_sessions))
+        .route("/memory/patterns/{tag}/purge", post(memory::purge_tag))
         .route("/audit", get(audit::list))
         .route("/audit/verify", get(audit::verify))
         .route("/audit/export", get(audit::export))
@@ -175,6 +179,14 @@ impl Notice {
             }
             "secret_revoked" => format!("Version{id} revoked."),
             "session_ended" => "Session ended.".to_string(),
+            "memories_purged" => match self.id.unwrap_or(0) {
+                1 => "1 session memory removed.".to_string(),
+                n => format!("{n} session memories removed."),
+            },
+            "chunks_purged" => match self.id.unwrap_or(0) {
+                1 => "1 indexed chunk removed.".to_string(),
+                n => format!("{n} indexed chunks removed."),
+            },
             _ => return None,
         })
     }
