@@ -38,6 +38,7 @@ pub(crate) fn routes() -> Router<Panel> {
         .route("/projects/{project}/review", post(projects::review))
         .route("/projects/{project}/save", post(projects::save))
         .route("/queue", get(queue::list))
+        .route("/queue/bulk", post(queue::bulk))
         .route("/queue/{id}", get(queue::show))
         .route("/queue/{id}/approve", post(queue::approve))
         .route("/queue/{id}/reject", post(queue::reject))
