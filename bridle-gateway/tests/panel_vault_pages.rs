@@ -234,7 +234,7 @@ async fn sessions_are_listed_and_ended() {
     let empty = c.get("/panel/sessions").await;
     assert_eq!(empty.status, StatusCode::OK, "{}", empty.body);
     assert!(empty.body.contains("No agent is connected."));
-    assert!(empty.body.contains(r#"hx-trigger="every 5s""#));
+    assert!(empty.body.contains(r#"hx-trigger="sse:changed""#));
     assert!(fixture.ctx.sessions.touch(
         "claude",
         Some("claude"),

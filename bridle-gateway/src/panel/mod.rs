@@ -15,8 +15,10 @@
 //!   session check);
 //! - `api`: the in-process admin API client and its problem-details failures;
 //! - `view`: the templates (minijinja, compiled in) and what every page shares;
-//! - `assets`: the stylesheet, the small script and the vendored htmx, compiled in;
-//! - `pages`: one module per area (login, overview, projects, queue, scope, integrations).
+//! - `assets`: the stylesheet, the small script and the vendored htmx and its SSE extension,
+//!   compiled in;
+//! - `pages`: one module per area (login, overview, projects, queue, scope, integrations,
+//!   agents, sessions, secrets, memory, audit) and the live streams (`live`).
 //!
 //! [`router`] assembles them under the configured base path (default `/panel`); the admin
 //! listener ([`crate::admin::AdminServer`]) merges it beside the API.
@@ -37,7 +39,7 @@ mod session;
 mod throttle;
 mod view;
 
-pub use assets::HTMX_VERSION;
+pub use assets::{HTMX_SSE_VERSION, HTMX_VERSION};
 pub use config::{LoginLimits, PanelConfig, PanelConfigError};
 
 /// What every page handler reads.

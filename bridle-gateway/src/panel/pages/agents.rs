@@ -95,18 +95,19 @@ pub(crate) async fn list(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
     Query(notice): Query<Notice>,
+    headers: axum::http::HeaderMap,
 ) -> Result<Page, PanelError> {
     let page: AgentPage = panel.api.get(&who, "/agents?limit=500").await?;
-    panel.page(
-        &who,
-        "agents.html",
-        "agents",
-        context! {
-            agents => Serde(page.items),
-            more => page.next_cursor.is_some(),
-            notice => notice.text(),
-        },
-    )
+    let ctx = context! {
+        agents => Serde(page.items),
+        more => page.next_cursor.is_some(),
+        notice => notice.text(),
+    };
+    // The rows alone for the live list's refresh.
+    if crate::panel::guard::is_htmx(&headers) {
+        return panel.partial(&who, "partials/agent_rows.html", ctx);
+    }
+    panel.page(&who, "agents.html", "agents", ctx)
 }
 
 /// `GET /agents/{name}`.

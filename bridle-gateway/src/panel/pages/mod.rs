@@ -18,6 +18,7 @@ use super::view::{Page, PanelError, chrome};
 pub(crate) mod agents;
 pub(crate) mod audit;
 pub(crate) mod integrations;
+pub(crate) mod live;
 pub(crate) mod login;
 pub(crate) mod memory;
 pub(crate) mod overview;
@@ -53,6 +54,7 @@ pub(crate) fn routes() -> Router<Panel> {
         .route("/agents/{name}/rotate", post(agents::rotate))
         .route("/agents/{name}/revoke", post(agents::revoke))
         .route("/sessions", get(sessions::list))
+        .route("/sessions/live", get(live::sessions))
         .route("/sessions/{id}/end", post(sessions::end))
         .route("/secrets", get(secrets::list).post(secrets::create))
         .route("/secrets/{name}", get(secrets::show))
@@ -66,6 +68,7 @@ pub(crate) fn routes() -> Router<Panel> {
         .route("/memory/patterns/{tag}/purge", post(memory::purge_tag))
         .route("/audit", get(audit::list))
         .route("/audit/verify", get(audit::verify))
+        .route("/audit/tail", get(live::audit_tail))
         .route("/audit/export", get(audit::export))
 }
 
