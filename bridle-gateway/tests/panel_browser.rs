@@ -543,6 +543,99 @@ async fn an_agent_token_is_seen_exactly_once() {
 }
 
 #[tokio::test]
+async fn an_agent_is_created_and_its_token_seen_exactly_once() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = Session::start(false).await;
+    s.login(ALICE).await;
+    s.browser.goto(&s.url("/panel/agents")).await.unwrap();
+    s.wait_for("#agent-name")
+        .await
+        .send_keys("fresh-agent")
+        .await
+        .unwrap();
+    s.browser
+        .find(Locator::Css("#agent-type option[value='codex']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    s.browser
+        .find(Locator::Id("agent-projects"))
+        .await
+        .unwrap()
+        .send_keys("demo")
+        .await
+        .unwrap();
+    s.browser
+        .find(Locator::Id("create-agent"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let token = s
+        .wait_for("#token-value")
+        .await
+        .prop("value")
+        .await
+        .unwrap()
+        .unwrap();
+    let vault = s.served.fixture.gateway.vault();
+    assert_eq!(
+        vault
+            .agent_for_token(&token)
+            .unwrap()
+            .map(|m| m.agent)
+            .as_deref(),
+        Some("fresh-agent")
+    );
+    // Back, reload, the list, the agent's page: never again.
+    s.browser.back().await.unwrap();
+    s.wait_for("main").await;
+    s.browser.refresh().await.unwrap();
+    s.wait_for("main").await;
+    assert!(
+        !s.browser.source().await.unwrap().contains(&token),
+        "after back and reload"
+    );
+    for path in ["/panel/agents", "/panel/agents/fresh-agent"] {
+        s.browser.goto(&s.url(path)).await.unwrap();
+        s.wait_for("main").await;
+        let source = s.browser.source().await.unwrap();
+        assert!(!source.contains(&token), "{path}");
+        assert!(source.contains("fresh-agent"), "{path}");
+    }
+    // Change its type and projects on its page.
+    s.browser
+        .find(Locator::Css("#change-type option[value='claude']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    s.browser
+        .find(Locator::Id("change-projects"))
+        .await
+        .unwrap()
+        .clear()
+        .await
+        .unwrap();
+    s.browser
+        .find(Locator::Id("change-agent"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let notice = s.wait_for(".notice").await.text().await.unwrap();
+    assert!(notice.contains("Agent changed"), "{notice}");
+    let facts = s.wait_for(".facts").await.text().await.unwrap();
+    assert!(facts.contains("claude") && facts.contains("all"), "{facts}");
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn a_secret_is_added_and_rotated_and_its_value_never_seen() {
     let _one = ONE_BROWSER.lock().await;
     let s = Session::start(false).await;

@@ -48,8 +48,9 @@ pub(crate) fn routes() -> Router<Panel> {
         .route("/scope/{id}/deny", post(scope::deny))
         .route("/integrations", get(integrations::list))
         .route("/integrations/{namespace}", get(integrations::show))
-        .route("/agents", get(agents::list))
+        .route("/agents", get(agents::list).post(agents::create))
         .route("/agents/{name}", get(agents::show))
+        .route("/agents/{name}/change", post(agents::change))
         .route("/agents/{name}/token", post(agents::issue))
         .route("/agents/{name}/rotate", post(agents::rotate))
         .route("/agents/{name}/revoke", post(agents::revoke))
@@ -183,6 +184,9 @@ impl Notice {
             }
             "secret_revoked" => format!("Version{id} revoked."),
             "session_ended" => "Session ended.".to_string(),
+            "agent_changed" => {
+                "Agent changed: its new type and projects hold from its next request.".to_string()
+            }
             "memories_purged" => match self.id.unwrap_or(0) {
                 1 => "1 session memory removed.".to_string(),
                 n => format!("{n} session memories removed."),
