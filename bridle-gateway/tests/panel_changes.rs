@@ -522,3 +522,151 @@ async fn a_watcher_has_no_bulk_form_and_cannot_post_one() {
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     assert_eq!(fixture.proposal_status(a), "pending");
 }
+
+#[tokio::test]
+async fn guardrails_as_forms_go_through_the_review_and_the_revision_check() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let page = c.get("/panel/projects/demo").await;
+    assert_eq!(page.status, StatusCode::OK);
+    for label in ["g-id", "g-statement", "g-severity", "g-applies"] {
+        assert!(
+            page.body.contains(&format!(r#"<label for="{label}">"#)),
+            "{label}"
+        );
+    }
+    let before = fixture.revision();
+
+    // Adding shows the diff; nothing is saved yet.
+    let r = c
+        .post(
+            "/panel/projects/demo/guardrails",
+            &[
+                ("id", "form-guardrail"),
+                ("statement", "Run the tests before every commit."),
+                ("severity", "guidance"),
+                ("applies_to", "claude, codex"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(r.body.contains("d-add"), "{}", r.body);
+    assert!(r.body.contains("form-guardrail"));
+    assert!(r.body.contains("guardrail form-guardrail added"));
+    assert_eq!(fixture.revision(), before, "a form never saves by itself");
+    // The review page's own save form, as the browser would send it.
+    let yaml = form_field(&r.body, "yaml");
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[
+                ("yaml", yaml.as_str()),
+                ("base_revision", &before.to_string()),
+                ("summary", "guardrail form-guardrail added"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(fixture.revision(), before + 1);
+    let doc = fixture.ctx.store.load("demo").unwrap().document;
+    let g = doc
+        .guardrails
+        .iter()
+        .find(|g| g.id == "form-guardrail")
+        .unwrap();
+    assert_eq!(g.applies_to, ["claude", "codex"]);
+    assert_eq!(g.severity.as_str(), "guidance");
+
+    // Removing: reviewed, then saved against a revision someone else moved on: the conflict view.
+    let r = c
+        .post("/panel/projects/demo/guardrails/form-guardrail/remove", &[])
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(r.body.contains("d-del"));
+    let yaml = form_field(&r.body, "yaml");
+    let mut other = fixture.ctx.store.load("demo").unwrap().document;
+    other.project.overview = "Changed meanwhile.".into();
+    fixture
+        .ctx
+        .store
+        .save_edit("demo", &other, other.revision, "admin:bob@api", "meanwhile")
+        .unwrap();
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[
+                ("yaml", yaml.as_str()),
+                ("base_revision", &(before + 1).to_string()),
+                ("summary", "guardrail form-guardrail removed"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(
+        fixture
+            .ctx
+            .store
+            .load("demo")
+            .unwrap()
+            .document
+            .guardrails
+            .iter()
+            .any(|g| g.id == "form-guardrail")
+    );
+
+    // Bad forms change nothing.
+    for (form, says) in [
+        (
+            vec![("id", " "), ("statement", "x"), ("severity", "guidance")],
+            "an id and a statement",
+        ),
+        (
+            vec![("id", "x"), ("statement", "y"), ("severity", "loud")],
+            "the severity is",
+        ),
+    ] {
+        let r = c.post("/panel/projects/demo/guardrails", &form).await;
+        assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{says}");
+        assert!(r.body.contains(says), "{says}");
+    }
+    let r = c
+        .post("/panel/projects/demo/guardrails/no-such/remove", &[])
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.body.contains("has no guardrail `no-such`"));
+    let r = c
+        .post(
+            "/panel/projects/nope/guardrails",
+            &[("id", "x"), ("statement", "y"), ("severity", "guidance")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+/// A form field's value from a page (a textarea's text or an input's value), unescaped.
+fn form_field(body: &str, name: &str) -> String {
+    let unescape = |s: &str| {
+        s.replace("&#x2f;", "/")
+            .replace("&quot;", "\"")
+            .replace("&#x27;", "'")
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&amp;", "&")
+    };
+    let at = body.find(&format!(r#"name="{name}""#)).expect("the field");
+    let tag_start = body[..at].rfind('<').unwrap();
+    if body[tag_start..].starts_with("<textarea") {
+        let open_end = at + body[at..].find('>').unwrap() + 1;
+        let close = open_end + body[open_end..].find("</textarea>").unwrap();
+        return unescape(&body[open_end..close]);
+    }
+    let tag = &body[tag_start..at + body[at..].find('>').unwrap()];
+    unescape(
+        tag.split("value=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap(),
+    )
+}

@@ -17,6 +17,7 @@ use super::view::{Page, PanelError, chrome};
 
 pub(crate) mod agents;
 pub(crate) mod audit;
+pub(crate) mod guardrails;
 pub(crate) mod integrations;
 pub(crate) mod live;
 pub(crate) mod login;
@@ -38,6 +39,11 @@ pub(crate) fn routes() -> Router<Panel> {
         .route("/projects/{project}/edit", post(projects::edit))
         .route("/projects/{project}/review", post(projects::review))
         .route("/projects/{project}/save", post(projects::save))
+        .route("/projects/{project}/guardrails", post(guardrails::put))
+        .route(
+            "/projects/{project}/guardrails/{id}/remove",
+            post(guardrails::remove),
+        )
         .route("/queue", get(queue::list))
         .route("/queue/bulk", post(queue::bulk))
         .route("/queue/{id}", get(queue::show))
