@@ -1,6 +1,8 @@
-//! Bearer-token auth with live grants: a token resolves to its configured agent, whose Kberg
-//! grants are computed on every request from the live project documents, so a permission change
-//! applies to the next request.
+//! Bearer-token auth with live grants: a token resolves to its configured agent, looked up in
+//! the live agent registry on every request (so an agent created through the admin API connects
+//! at once, a removed one is refused and a changed type applies), and its Kberg grants are
+//! computed on every request from the live project documents, so a permission change applies to
+//! the next request.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -72,7 +74,7 @@ impl BridleAuth {
         self
     }
 
-    /// The principal of a vault-issued token of a configured agent.
+    /// The principal of a vault-issued token (its agent's type is filled in by the caller).
     async fn vault_principal(&self, headers: &HeaderMap) -> Result<Arc<Principal>, AuthError> {
         let Some(vault) = &self.vault else {
             return Err(AuthError::Invalid);
@@ -92,23 +94,28 @@ impl BridleAuth {
                 return Err(AuthError::Invalid);
             }
         };
-        let Some(config) = self.ctx.agent(&agent) else {
-            return Err(AuthError::Invalid);
-        };
-        Ok(Arc::new(
-            Principal::new(agent.clone()).with_agent(config.agent_type.clone()),
-        ))
+        Ok(Arc::new(Principal::new(agent)))
     }
 }
 
 #[async_trait]
 impl Authenticator for BridleAuth {
     async fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Principal>, AuthError> {
-        let who = match self.tokens.authenticate(headers).await {
-            Ok(who) => who,
-            Err(AuthError::Invalid) => self.vault_principal(headers).await?,
+        let (who, from_file) = match self.tokens.authenticate(headers).await {
+            Ok(who) => (who, true),
+            Err(AuthError::Invalid) => (self.vault_principal(headers).await?, false),
             Err(e) => return Err(e),
         };
+        // The agent as it is now: removed agents are refused, a changed type applies, and a
+        // token file read at start opens only an agent that still authenticates with a file
+        // (not one of the same name created later with vault-issued tokens).
+        let Some(agent) = self.ctx.agent(&who.id) else {
+            return Err(AuthError::Invalid);
+        };
+        if from_file && agent.token_secret.is_none() {
+            return Err(AuthError::Invalid);
+        }
+        let who = Principal::clone(&who).with_agent(agent.agent_type);
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         if !self.ctx.sessions.touch(
             &who.id,
@@ -124,6 +131,6 @@ impl Authenticator for BridleAuth {
         let grants = tokio::task::spawn_blocking(move || ctx.grants_for(&id))
             .await
             .unwrap_or_default();
-        Ok(Arc::new(Principal::clone(&who).with_grants(grants)))
+        Ok(Arc::new(who.with_grants(grants)))
     }
 }

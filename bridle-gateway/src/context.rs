@@ -1,6 +1,6 @@
 //! [`GatewayContext`]: what every gateway tool, resource and the watcher read: the rules store,
-//! the renderer and the configuration (agents and the projects each may use), with the agent's
-//! live grants computed from the project documents.
+//! the renderer, the configuration and the live agent registry (the agents and the projects each
+//! may use), with the agent's live grants computed from the project documents.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use std::sync::Arc;
 use bridle_rules::{AgentCatalog, Renderer, RulesStore};
 use kberg_core::Grants;
 
+use crate::agent_registry::AgentRegistry;
 use crate::config::{AgentConfig, ConfigError, GatewayConfig};
 use crate::error::GatewayError;
 use crate::sessions::SessionRegistry;
@@ -18,8 +19,11 @@ pub struct GatewayContext {
     pub store: RulesStore,
     /// The renderer (built-ins plus the templates folder).
     pub renderer: Renderer,
-    /// The configuration.
+    /// The configuration as the gateway started with it. Its `agents` are those of the start;
+    /// the live ones are in [`GatewayContext::agents`].
     pub config: GatewayConfig,
+    /// The agents that may connect, live: created, changed and removed through the admin API.
+    pub agents: AgentRegistry,
     /// The live agents and sessions.
     pub sessions: SessionRegistry,
     /// The audit log, once the gateway opened it (see [`GatewayContext::set_audit`]); unset,
@@ -30,7 +34,7 @@ pub struct GatewayContext {
 impl std::fmt::Debug for GatewayContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GatewayContext")
-            .field("agents", &self.config.agents.keys().collect::<Vec<_>>())
+            .field("agents", &self.agents.all().keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -62,18 +66,20 @@ impl GatewayContext {
         }
         let renderer = Renderer::new(catalog.clone())?;
         let store = RulesStore::open(data_dir, catalog)?;
+        let agents = AgentRegistry::new(data_dir.join("bridle.yaml"), config.agents.clone());
         Ok(Arc::new(Self {
             store,
             renderer,
             config,
+            agents,
             sessions: SessionRegistry::default(),
             audit: std::sync::OnceLock::new(),
         }))
     }
 
-    /// A configured agent by name.
-    pub fn agent(&self, name: &str) -> Option<&AgentConfig> {
-        self.config.agents.get(name)
+    /// A configured agent by name, as it is now (see [`GatewayContext::agents`]).
+    pub fn agent(&self, name: &str) -> Option<AgentConfig> {
+        self.agents.get(name)
     }
 
     /// The grants of a configured agent: the union of what its type is permitted in each of

@@ -510,6 +510,15 @@ impl BoundGateway {
         format!("http://{}{MCP_PATH}", self.server.local_addr())
     }
 
+    /// Serves the web panel on the admin listener with this configuration (by default with
+    /// [`crate::panel::PanelConfig::default`]); `None` turns it off. Without an admin listener
+    /// this does nothing.
+    #[cfg(feature = "panel")]
+    pub fn panel(mut self, config: Option<crate::panel::PanelConfig>) -> Self {
+        self.admin = self.admin.map(|a| a.panel(config));
+        self
+    }
+
     /// The admin API's base URL, when [`GatewayBuilder::admin`] asked for it.
     pub fn admin_url(&self) -> Option<String> {
         self.admin.as_ref().map(AdminServer::url)

@@ -10,6 +10,8 @@
 //! - [`config`]: the data directory and `bridle.yaml`.
 //! - [`edge`]: settings from the environment and files, laid over `bridle.yaml`.
 //! - [`error`]: why the gateway could not be assembled, and the stable refusal codes agents see.
+//! - [`agent_registry`]: the live agents, created, changed and removed at run time and
+//!   persisted to `bridle.yaml`.
 //! - [`context`]: [`GatewayContext`], what every tool reads (rules store, renderer, agents), with
 //!   each agent's live grants.
 //! - [`sessions`]: the live registry of connected agents and sessions.
@@ -35,6 +37,7 @@
 //! - [`gateway`]: [`Gateway`], everything assembled by [`GatewayBuilder`] and served over HTTP.
 
 pub mod admin;
+pub mod agent_registry;
 pub mod app;
 pub mod audit;
 pub mod auth;

@@ -253,9 +253,7 @@ pub struct AgentProjects {
 impl ProjectAccess for AgentProjects {
     fn allows(&self, caller: &kberg_core::Caller, project: &str) -> bool {
         self.gw
-            .config
-            .agents
-            .get(&caller.principal().id)
+            .agent(&caller.principal().id)
             .is_some_and(|a| a.may_use(project))
     }
 }

@@ -26,14 +26,7 @@ pub fn register_resources(
     ctx: &Arc<GatewayContext>,
 ) -> Result<Vec<String>, GatewayError> {
     let mut added = Vec::new();
-    let mut types: Vec<&str> = ctx
-        .config
-        .agents
-        .values()
-        .map(|a| a.agent_type.as_str())
-        .collect();
-    types.sort_unstable();
-    types.dedup();
+    let types = agent_types(ctx);
     for project in ctx.store.projects()? {
         for agent_type in &types {
             let uri = rules_uri(&project, agent_type);
@@ -84,6 +77,19 @@ pub fn register_resources(
     Ok(added)
 }
 
+/// The types of the live agents, sorted, each once.
+fn agent_types(ctx: &GatewayContext) -> Vec<String> {
+    let mut types: Vec<String> = ctx
+        .agents
+        .all()
+        .into_values()
+        .map(|a| a.agent_type)
+        .collect();
+    types.sort_unstable();
+    types.dedup();
+    types
+}
+
 fn snapshot(projects_dir: &Path) -> BTreeMap<String, (SystemTime, u64)> {
     let mut out = BTreeMap::new();
     let Ok(rd) = std::fs::read_dir(projects_dir) else {
@@ -125,18 +131,19 @@ pub async fn watch(
         .unwrap_or_default()
     };
     let (mut last, mut last_change) = take(Arc::clone(&gw), projects_dir.clone()).await;
-    let mut types: Vec<String> = gw
-        .config
-        .agents
-        .values()
-        .map(|a| a.agent_type.clone())
-        .collect();
-    types.sort_unstable();
-    types.dedup();
+    let mut types = agent_types(&gw);
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {}
+        }
+        // An agent of a new type, created through the admin API, gets its rules resources.
+        let live = agent_types(&gw);
+        if live != types {
+            if let Err(e) = register_resources(&resources, &gw) {
+                tracing::warn!(error = %e, "registering rules resources failed");
+            }
+            types = live;
         }
         let (now, change) = take(Arc::clone(&gw), projects_dir.clone()).await;
         if now == last && change == last_change {

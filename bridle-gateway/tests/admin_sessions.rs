@@ -6,72 +6,12 @@
 
 mod admin_support;
 
-use std::time::Duration;
-
 use admin_support::gateway::Gw;
-use admin_support::{ALICE, json_ok, problem};
+use admin_support::{ALICE, Events, json_ok, problem};
 use kberg_agent::{McpSurface, ToolSurface};
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
-
-/// Reads SSE events (`event:` name and `data:` JSON) from a streaming response.
-struct Events {
-    resp: reqwest::Response,
-    buf: String,
-}
-
-impl Events {
-    fn new(resp: reqwest::Response) -> Self {
-        Self {
-            resp,
-            buf: String::new(),
-        }
-    }
-
-    /// The next event (skipping keep-alive comments), or a failure after a deadline.
-    async fn next(&mut self) -> (String, Value) {
-        tokio::time::timeout(Duration::from_secs(30), async {
-            loop {
-                if let Some(end) = self.buf.find("\n\n") {
-                    let block: String = self.buf.drain(..end + 2).collect();
-                    let mut name = String::new();
-                    let mut data = String::new();
-                    for line in block.lines() {
-                        if let Some(v) = line.strip_prefix("event:") {
-                            name = v.trim().to_string();
-                        } else if let Some(v) = line.strip_prefix("data:") {
-                            data.push_str(v.trim());
-                        }
-                    }
-                    if name.is_empty() {
-                        continue;
-                    }
-                    return (name, serde_json::from_str(&data).unwrap());
-                }
-                let chunk = self
-                    .resp
-                    .chunk()
-                    .await
-                    .unwrap()
-                    .expect("the stream is open");
-                self.buf.push_str(&String::from_utf8_lossy(&chunk));
-            }
-        })
-        .await
-        .expect("an event within the deadline")
-    }
-
-    /// The next event named `name`, skipping others.
-    async fn until(&mut self, name: &str) -> Value {
-        loop {
-            let (n, data) = self.next().await;
-            if n == name {
-                return data;
-            }
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_are_listed_streamed_and_ended() {

@@ -18,7 +18,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use panel_support::{ALICE, BOB, Served, panel_config};
+use panel_support::{ALICE, BOB, Fixture, Served, panel_config, stocked_memory};
 use serde_json::{Value, json};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -140,7 +140,11 @@ struct Session {
 
 impl Session {
     async fn start(dark: bool) -> Self {
-        let served = Served::start(panel_config()).await;
+        Self::start_on(dark, Fixture::new().await).await
+    }
+
+    async fn start_on(dark: bool, fixture: Fixture) -> Self {
+        let served = Served::start_on(panel_config(), fixture).await;
         let driver = Driver::start().await;
         let profile = tempfile::tempdir().unwrap();
         let browser = driver.browser(profile.path(), dark).await;
@@ -539,6 +543,99 @@ async fn an_agent_token_is_seen_exactly_once() {
 }
 
 #[tokio::test]
+async fn an_agent_is_created_and_its_token_seen_exactly_once() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = Session::start(false).await;
+    s.login(ALICE).await;
+    s.browser.goto(&s.url("/panel/agents")).await.unwrap();
+    s.wait_for("#agent-name")
+        .await
+        .send_keys("fresh-agent")
+        .await
+        .unwrap();
+    s.browser
+        .find(Locator::Css("#agent-type option[value='codex']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    s.browser
+        .find(Locator::Id("agent-projects"))
+        .await
+        .unwrap()
+        .send_keys("demo")
+        .await
+        .unwrap();
+    s.browser
+        .find(Locator::Id("create-agent"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let token = s
+        .wait_for("#token-value")
+        .await
+        .prop("value")
+        .await
+        .unwrap()
+        .unwrap();
+    let vault = s.served.fixture.gateway.vault();
+    assert_eq!(
+        vault
+            .agent_for_token(&token)
+            .unwrap()
+            .map(|m| m.agent)
+            .as_deref(),
+        Some("fresh-agent")
+    );
+    // Back, reload, the list, the agent's page: never again.
+    s.browser.back().await.unwrap();
+    s.wait_for("main").await;
+    s.browser.refresh().await.unwrap();
+    s.wait_for("main").await;
+    assert!(
+        !s.browser.source().await.unwrap().contains(&token),
+        "after back and reload"
+    );
+    for path in ["/panel/agents", "/panel/agents/fresh-agent"] {
+        s.browser.goto(&s.url(path)).await.unwrap();
+        s.wait_for("main").await;
+        let source = s.browser.source().await.unwrap();
+        assert!(!source.contains(&token), "{path}");
+        assert!(source.contains("fresh-agent"), "{path}");
+    }
+    // Change its type and projects on its page.
+    s.browser
+        .find(Locator::Css("#change-type option[value='claude']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    s.browser
+        .find(Locator::Id("change-projects"))
+        .await
+        .unwrap()
+        .clear()
+        .await
+        .unwrap();
+    s.browser
+        .find(Locator::Id("change-agent"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let notice = s.wait_for(".notice").await.text().await.unwrap();
+    assert!(notice.contains("Agent changed"), "{notice}");
+    let facts = s.wait_for(".facts").await.text().await.unwrap();
+    assert!(facts.contains("claude") && facts.contains("all"), "{facts}");
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn a_secret_is_added_and_rotated_and_its_value_never_seen() {
     let _one = ONE_BROWSER.lock().await;
     let s = Session::start(false).await;
@@ -652,7 +749,8 @@ async fn shoot(s: &Session, dir: &Path, name: &str) {
 async fn screenshots_of_every_page_in_both_themes() {
     let _one = ONE_BROWSER.lock().await;
     for (theme, dark) in [("light", false), ("dark", true)] {
-        let s = Session::start(dark).await;
+        let (memory, _repo) = stocked_memory().await;
+        let s = Session::start_on(dark, Fixture::with_memory(memory).await).await;
         let dir = screenshot_dir(theme);
         let f = &s.served.fixture;
         let proposal = f.propose_guardrail("screenshot-guardrail");
@@ -690,6 +788,11 @@ async fn screenshots_of_every_page_in_both_themes() {
             ("agent", "/panel/agents/bot".into(), "#issue-token"),
             ("sessions", "/panel/sessions".into(), "table"),
             ("secrets", "/panel/secrets".into(), "#secret-name"),
+            (
+                "memory",
+                "/panel/memory?project=demo&pq=retry+backoff".into(),
+                "#chunks",
+            ),
             ("not-found", "/panel/projects/nope".into(), ".problem"),
         ];
         for (name, path, ready) in &pages {
@@ -722,6 +825,17 @@ async fn screenshots_of_every_page_in_both_themes() {
             .unwrap();
         s.wait_for("#revoke-1-confirm").await;
         shoot(&s, &dir, "secret-revoke-dialog").await;
+        s.browser
+            .goto(&s.url("/panel/memory?project=demo"))
+            .await
+            .unwrap();
+        s.wait_for("#purge-memories-open")
+            .await
+            .click()
+            .await
+            .unwrap();
+        s.wait_for("#purge-memories-confirm").await;
+        shoot(&s, &dir, "memory-purge-dialog").await;
         s.browser.goto(&s.url("/panel/agents/bot")).await.unwrap();
         s.wait_for("#issue-token").await.click().await.unwrap();
         s.wait_for("#token-value").await;

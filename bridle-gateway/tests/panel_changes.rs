@@ -349,3 +349,324 @@ async fn projects_are_created_with_the_apis_checks() {
     assert!(filtered.body.contains("/panel/projects/second"));
     assert!(!filtered.body.contains("/panel/projects/demo\""));
 }
+
+#[tokio::test]
+async fn bulk_decisions_report_each_outcome_and_one_failure_hides_none() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let a = fixture.propose_guardrail("bulk-a");
+    let twin = fixture.propose_guardrail("bulk-a");
+    let decided = fixture.propose_guardrail("bulk-decided");
+    let b = fixture.propose_guardrail("bulk-b");
+    let r = c
+        .post(
+            &format!("/panel/queue/{decided}/reject"),
+            &[("reason", "earlier")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+
+    // The list offers the bulk form, and a labelled checkbox per pending row.
+    let list = c.get("/panel/queue").await;
+    assert!(
+        list.body
+            .contains(r#"<form method="post" action="/panel/queue/bulk" id="bulk""#)
+    );
+    for id in [a, twin, b] {
+        assert!(list.body.contains(&format!(
+            r#"form="bulk" name="ids" value="{id}" id="select-{id}""#
+        )));
+        assert!(list.body.contains(&format!(r#"<label for="select-{id}""#)));
+    }
+
+    let before = fixture.revision();
+    let (sa, st, sd, sb) = (
+        a.to_string(),
+        twin.to_string(),
+        decided.to_string(),
+        b.to_string(),
+    );
+    let r = c
+        .post(
+            "/panel/queue/bulk",
+            &[
+                ("ids", sa.as_str()),
+                ("ids", st.as_str()),
+                ("ids", sd.as_str()),
+                ("ids", sb.as_str()),
+                ("ids", sa.as_str()),
+                ("action", "approve"),
+                ("reason", ""),
+                ("status", "pending"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    // Each selected proposal once, in order, with its own outcome.
+    let outcome = |id: u64| {
+        let at = r.body.find(&format!(r#"id="outcome-{id}""#)).unwrap();
+        r.body[at..at + r.body[at..].find("</li>").unwrap()].to_string()
+    };
+    assert!(outcome(a).contains("approved"), "{}", outcome(a));
+    assert!(outcome(a).contains(&format!("revision {}", before + 1)));
+    assert!(outcome(twin).contains("not decided"), "{}", outcome(twin));
+    assert!(
+        outcome(decided).contains("already_decided"),
+        "{}",
+        outcome(decided)
+    );
+    assert!(outcome(b).contains("approved"), "{}", outcome(b));
+    assert_eq!(r.body.matches(&format!(r#"id="outcome-{a}""#)).count(), 1);
+    let order: Vec<usize> = [a, twin, decided, b]
+        .iter()
+        .map(|id| r.body.find(&format!(r#"id="outcome-{id}""#)).unwrap())
+        .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "in the order selected"
+    );
+    assert_eq!(fixture.proposal_status(a), "approved");
+    assert_eq!(fixture.proposal_status(b), "approved");
+    assert_eq!(
+        fixture.proposal_status(twin),
+        "pending",
+        "{}",
+        outcome(twin)
+    );
+    assert_eq!(fixture.proposal_status(decided), "rejected");
+    // The list below shows what is still pending.
+    assert!(r.body.contains(&format!(r#"id="proposal-{twin}""#)));
+    assert!(!r.body.contains(&format!(r#"id="proposal-{a}""#)));
+
+    // Bulk reject with one reason.
+    let r = c
+        .post(
+            "/panel/queue/bulk",
+            &[
+                ("ids", st.as_str()),
+                ("action", "reject"),
+                ("reason", "duplicate"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(outcome_of(&r.body, twin).contains("rejected"));
+    assert_eq!(fixture.proposal_status(twin), "rejected");
+}
+
+fn outcome_of(body: &str, id: u64) -> String {
+    let at = body.find(&format!(r#"id="outcome-{id}""#)).unwrap();
+    body[at..at + body[at..].find("</li>").unwrap()].to_string()
+}
+
+#[tokio::test]
+async fn bad_bulk_forms_decide_nothing() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let a = fixture.propose_guardrail("bulk-bad");
+    let sa = a.to_string();
+    let too_many: Vec<String> = (1..=201).map(|i| i.to_string()).collect();
+    let mut many: Vec<(&str, &str)> = too_many.iter().map(|i| ("ids", i.as_str())).collect();
+    many.push(("action", "approve"));
+    let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
+        (vec![("action", "approve")], "select at least one proposal"),
+        (
+            vec![("ids", sa.as_str()), ("action", "reject"), ("reason", "  ")],
+            "give a reason",
+        ),
+        (
+            vec![("ids", sa.as_str()), ("action", "delete")],
+            "is not a bulk action",
+        ),
+        (vec![("ids", sa.as_str())], "is not a bulk action"),
+        (
+            vec![("ids", "1; drop"), ("action", "approve")],
+            "is not a proposal number",
+        ),
+        (many, "at most 200 proposals"),
+    ];
+    for (form, says) in cases {
+        let r = c.post("/panel/queue/bulk", &form).await;
+        assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{says}");
+        assert!(r.body.contains(says), "{says}: {}", r.body);
+        assert!(r.body.contains("invalid_form"));
+    }
+    // Unknown proposals are outcomes, not a failed page.
+    let r = c
+        .post(
+            "/panel/queue/bulk",
+            &[("ids", "999999"), ("action", "approve")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(outcome_of(&r.body, 999_999).contains("not decided"));
+    assert_eq!(fixture.proposal_status(a), "pending");
+}
+
+#[tokio::test]
+async fn a_watcher_has_no_bulk_form_and_cannot_post_one() {
+    let fixture = Fixture::new().await;
+    let a = fixture.propose_guardrail("bulk-watched");
+    let mut w = panel_support::Client::new(fixture.router(panel_support::panel_config()));
+    w.login(panel_support::WATCHER).await;
+    let list = w.get("/panel/queue").await;
+    assert!(!list.body.contains("/panel/queue/bulk"));
+    assert!(!list.body.contains(r#"name="ids""#));
+    let sa = a.to_string();
+    let r = w
+        .post(
+            "/panel/queue/bulk",
+            &[("ids", sa.as_str()), ("action", "approve")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(fixture.proposal_status(a), "pending");
+}
+
+#[tokio::test]
+async fn guardrails_as_forms_go_through_the_review_and_the_revision_check() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let page = c.get("/panel/projects/demo").await;
+    assert_eq!(page.status, StatusCode::OK);
+    for label in ["g-id", "g-statement", "g-severity", "g-applies"] {
+        assert!(
+            page.body.contains(&format!(r#"<label for="{label}">"#)),
+            "{label}"
+        );
+    }
+    let before = fixture.revision();
+
+    // Adding shows the diff; nothing is saved yet.
+    let r = c
+        .post(
+            "/panel/projects/demo/guardrails",
+            &[
+                ("id", "form-guardrail"),
+                ("statement", "Run the tests before every commit."),
+                ("severity", "guidance"),
+                ("applies_to", "claude, codex"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(r.body.contains("d-add"), "{}", r.body);
+    assert!(r.body.contains("form-guardrail"));
+    assert!(r.body.contains("guardrail form-guardrail added"));
+    assert_eq!(fixture.revision(), before, "a form never saves by itself");
+    // The review page's own save form, as the browser would send it.
+    let yaml = form_field(&r.body, "yaml");
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[
+                ("yaml", yaml.as_str()),
+                ("base_revision", &before.to_string()),
+                ("summary", "guardrail form-guardrail added"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(fixture.revision(), before + 1);
+    let doc = fixture.ctx.store.load("demo").unwrap().document;
+    let g = doc
+        .guardrails
+        .iter()
+        .find(|g| g.id == "form-guardrail")
+        .unwrap();
+    assert_eq!(g.applies_to, ["claude", "codex"]);
+    assert_eq!(g.severity.as_str(), "guidance");
+
+    // Removing: reviewed, then saved against a revision someone else moved on: the conflict view.
+    let r = c
+        .post("/panel/projects/demo/guardrails/form-guardrail/remove", &[])
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(r.body.contains("d-del"));
+    let yaml = form_field(&r.body, "yaml");
+    let mut other = fixture.ctx.store.load("demo").unwrap().document;
+    other.project.overview = "Changed meanwhile.".into();
+    fixture
+        .ctx
+        .store
+        .save_edit("demo", &other, other.revision, "admin:bob@api", "meanwhile")
+        .unwrap();
+    let r = c
+        .post(
+            "/panel/projects/demo/save",
+            &[
+                ("yaml", yaml.as_str()),
+                ("base_revision", &(before + 1).to_string()),
+                ("summary", "guardrail form-guardrail removed"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(
+        fixture
+            .ctx
+            .store
+            .load("demo")
+            .unwrap()
+            .document
+            .guardrails
+            .iter()
+            .any(|g| g.id == "form-guardrail")
+    );
+
+    // Bad forms change nothing.
+    for (form, says) in [
+        (
+            vec![("id", " "), ("statement", "x"), ("severity", "guidance")],
+            "an id and a statement",
+        ),
+        (
+            vec![("id", "x"), ("statement", "y"), ("severity", "loud")],
+            "the severity is",
+        ),
+    ] {
+        let r = c.post("/panel/projects/demo/guardrails", &form).await;
+        assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{says}");
+        assert!(r.body.contains(says), "{says}");
+    }
+    let r = c
+        .post("/panel/projects/demo/guardrails/no-such/remove", &[])
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.body.contains("has no guardrail `no-such`"));
+    let r = c
+        .post(
+            "/panel/projects/nope/guardrails",
+            &[("id", "x"), ("statement", "y"), ("severity", "guidance")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+/// A form field's value from a page (a textarea's text or an input's value), unescaped.
+fn form_field(body: &str, name: &str) -> String {
+    let unescape = |s: &str| {
+        s.replace("&#x2f;", "/")
+            .replace("&quot;", "\"")
+            .replace("&#x27;", "'")
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&amp;", "&")
+    };
+    let at = body.find(&format!(r#"name="{name}""#)).expect("the field");
+    let tag_start = body[..at].rfind('<').unwrap();
+    if body[tag_start..].starts_with("<textarea") {
+        let open_end = at + body[at..].find('>').unwrap() + 1;
+        let close = open_end + body[open_end..].find("</textarea>").unwrap();
+        return unescape(&body[open_end..close]);
+    }
+    let tag = &body[tag_start..at + body[at..].find('>').unwrap()];
+    unescape(
+        tag.split("value=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap(),
+    )
+}

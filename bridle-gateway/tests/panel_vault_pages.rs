@@ -234,7 +234,7 @@ async fn sessions_are_listed_and_ended() {
     let empty = c.get("/panel/sessions").await;
     assert_eq!(empty.status, StatusCode::OK, "{}", empty.body);
     assert!(empty.body.contains("No agent is connected."));
-    assert!(empty.body.contains(r#"hx-trigger="every 5s""#));
+    assert!(empty.body.contains(r#"hx-trigger="sse:changed""#));
     assert!(fixture.ctx.sessions.touch(
         "claude",
         Some("claude"),
@@ -301,4 +301,132 @@ async fn the_audit_log_filters_exports_and_verifies() {
         "{}",
         overview.body
     );
+}
+
+#[tokio::test]
+async fn an_agent_is_created_with_its_token_shown_once_and_changed() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let list = c.get("/panel/agents").await;
+    for label in ["agent-name", "agent-type", "agent-projects"] {
+        assert!(
+            list.body.contains(&format!(r#"<label for="{label}">"#)),
+            "{label}"
+        );
+    }
+    assert!(list.body.contains(r#"<option value="codex">"#));
+
+    let r = c
+        .post(
+            "/panel/agents",
+            &[
+                ("name", "newbie"),
+                ("agent_type", "codex"),
+                ("projects", "demo"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    let token = input_value(&r.body, "token-value");
+    assert!(r.body.contains("only time this token is shown"));
+    assert_eq!(
+        fixture
+            .gateway
+            .vault()
+            .agent_for_token(&token)
+            .unwrap()
+            .map(|m| m.agent)
+            .as_deref(),
+        Some("newbie")
+    );
+    let yaml = std::fs::read_to_string(fixture.tmp.path().join("bridle.yaml")).unwrap();
+    assert!(yaml.contains("newbie"), "{yaml}");
+    assert!(!yaml.contains(&token), "the token never goes to the file");
+    for path in ["/panel/agents", "/panel/agents/newbie", "/panel/audit"] {
+        let page = c.get(path).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}");
+        assert!(!page.body.contains(&token), "{path} shows the token");
+    }
+    let page = c.get("/panel/agents/newbie").await;
+    assert!(page.body.contains(r#"<option value="codex" selected>"#));
+    assert!(
+        page.body
+            .contains(r#"id="change-projects" name="projects" value="demo""#)
+    );
+
+    // The same name again, a bad name, a missing field.
+    let r = c
+        .post(
+            "/panel/agents",
+            &[("name", "newbie"), ("agent_type", "codex")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(!r.body.contains("token-value"));
+    let r = c
+        .post(
+            "/panel/agents",
+            &[("name", "Bad Name!"), ("agent_type", "codex")],
+        )
+        .await;
+    assert!(r.status.is_client_error(), "{}", r.status);
+    assert!(!r.body.contains("token-value"));
+    let r = c
+        .post("/panel/agents", &[("name", " "), ("agent_type", "codex")])
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.body.contains("needs a name and a type"));
+
+    // Change its type and projects.
+    let r = c
+        .post(
+            "/panel/agents/newbie/change",
+            &[("agent_type", "claude"), ("projects", "")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(r.location(), "/panel/agents/newbie?notice=agent_changed");
+    let page = c.get(r.location()).await;
+    assert!(page.body.contains("Agent changed"));
+    assert!(page.body.contains(r#"<option value="claude" selected>"#));
+    assert!(
+        page.body.contains("<dt>Projects</dt><dd>all</dd>"),
+        "{}",
+        page.body
+    );
+    let r = c
+        .post(
+            "/panel/agents/newbie/change",
+            &[("agent_type", "no-such-type"), ("projects", "demo")],
+        )
+        .await;
+    assert!(r.status.is_client_error(), "{}", r.body);
+    let r = c
+        .post(
+            "/panel/agents/nobody/change",
+            &[("agent_type", "claude"), ("projects", "")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    let r = c
+        .post(
+            "/panel/agents/newbie/change",
+            &[("agent_type", ""), ("projects", "")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+
+    // A watcher sees neither form and may not post them.
+    let mut w = Client::new(fixture.router(panel_config()));
+    w.login(panel_support::WATCHER).await;
+    let list = w.get("/panel/agents").await;
+    assert!(!list.body.contains(r#"id="create-agent""#));
+    let r = w
+        .post(
+            "/panel/agents",
+            &[("name", "sneaky"), ("agent_type", "codex")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
 }

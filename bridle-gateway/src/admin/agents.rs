@@ -1,11 +1,13 @@
-//! The configured agents over the API: list and get them (type, projects, token source and
-//! versions, live sessions, calls), and manage their vault-issued bearer tokens: issue (the
-//! token is in the answer once and never again), rotate with a grace period, revoke (every
-//! token at once, and the agent's live sessions are ended).
+//! The agents over the API: list and get them (type, projects, token source and versions, live
+//! sessions, calls); create one (its first vault token is in the answer once and never again),
+//! change its type or projects, delete it (its tokens revoked, its sessions ended); and manage
+//! their vault-issued bearer tokens: issue, rotate with a grace period, revoke (every token at
+//! once, and the agent's live sessions are ended).
 //!
-//! Agents are configured in `bridle.yaml`; an agent whose token is a secret file authenticates
-//! with that file, so its token is changed by replacing the file, and the token operations here
-//! answer 409 `token_in_secret_file` for it.
+//! Agents live in the gateway's [`AgentRegistry`](crate::agent_registry::AgentRegistry): a
+//! change here is written to `bridle.yaml` and applies to the next MCP request. An agent whose
+//! token is a secret file authenticates with that file, so its token is changed by replacing the
+//! file, and the token operations here answer 409 `token_in_secret_file` for it.
 
 use std::time::Duration;
 
@@ -13,12 +15,14 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
+
+use crate::agent_registry::AgentChange;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::AdminActor;
 use super::error::{ApiError, ProblemDetails};
-use super::page::{ApiPath, ApiQuery, OptionalJson, paginate};
+use super::page::{ApiJson, ApiPath, ApiQuery, OptionalJson, paginate};
 use super::secrets::vault_of;
 use super::{AdminState, blocking, path, record};
 use crate::audit::{Change, Kind};
@@ -27,8 +31,11 @@ use crate::vault::{AgentTokenMeta, IssuedToken};
 
 pub(crate) fn routes() -> Router<AdminState> {
     Router::new()
-        .route(&path("/agents"), get(list))
-        .route(&path("/agents/{name}"), get(get_one))
+        .route(&path("/agents"), get(list).post(create))
+        .route(
+            &path("/agents/{name}"),
+            get(get_one).patch(change).delete(remove),
+        )
         .route(&path("/agents/{name}/token"), post(issue))
         .route(&path("/agents/{name}/rotate"), post(rotate))
         .route(&path("/agents/{name}/revoke"), post(revoke))
@@ -117,13 +124,10 @@ pub struct Revoked {
 }
 
 fn configured(s: &AdminState, name: &str) -> Result<AgentConfig, ApiError> {
-    s.ctx
-        .agent(name)
-        .cloned()
-        .ok_or_else(|| ApiError::NotFound {
-            code: "unknown_agent",
-            detail: format!("no configured agent `{name}`"),
-        })
+    s.ctx.agent(name).ok_or_else(|| ApiError::NotFound {
+        code: "unknown_agent",
+        detail: format!("no configured agent `{name}`"),
+    })
 }
 
 fn view(s: &AdminState, name: &str, a: &AgentConfig, tokens: Vec<AgentTokenMeta>) -> AgentView {
@@ -175,12 +179,11 @@ pub async fn list(
 ) -> Result<axum::Json<AgentPage>, ApiError> {
     let names: Vec<(String, AgentConfig)> = s
         .ctx
-        .config
         .agents
-        .iter()
+        .all()
+        .into_iter()
         .filter(|(_, a)| q.project.as_deref().is_none_or(|p| a.may_use(p)))
         .filter(|(_, a)| q.agent_type.as_deref().is_none_or(|t| a.agent_type == t))
-        .map(|(n, a)| (n.clone(), a.clone()))
         .collect();
     let page = paginate(names, |(n, _)| n.clone(), q.cursor.as_deref(), q.limit)?;
     let mut items = Vec::with_capacity(page.items.len());
@@ -363,6 +366,229 @@ pub async fn revoke(
         ));
     blocking(move || record(&ctx, entry, "the revocation")).await?;
     Ok(axum::Json(Revoked {
+        agent: name,
+        revoked_tokens,
+        ended_sessions,
+    }))
+}
+
+/// A new agent.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateAgent {
+    /// Its name: lowercase letters, digits and `-`, the principal its calls are recorded under.
+    pub name: String,
+    /// Its type (`claude`, `codex`, ...): which rendering and which permissions apply.
+    #[serde(rename = "type")]
+    #[schema(rename = "type")]
+    pub agent_type: String,
+    /// The projects it may use; empty or absent means every project.
+    #[serde(default)]
+    pub projects: Vec<String>,
+}
+
+/// An agent just created, with its first token: the only time that token is shown.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CreatedAgent {
+    /// The agent.
+    pub agent: AgentView,
+    /// Its first vault-issued token.
+    pub token: IssuedTokenView,
+}
+
+/// A change of an agent: the fields given are replaced, the others kept.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChangeAgentRequest {
+    /// Its new type.
+    #[serde(rename = "type", default)]
+    #[schema(rename = "type")]
+    pub agent_type: Option<String>,
+    /// Its new projects; empty means every project.
+    #[serde(default)]
+    pub projects: Option<Vec<String>>,
+}
+
+/// What deleting an agent did.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Deleted {
+    /// The agent.
+    pub agent: String,
+    /// Its vault-issued token versions that were valid and are now revoked.
+    pub revoked_tokens: usize,
+    /// Its live sessions, ended.
+    pub ended_sessions: usize,
+}
+
+fn describe(a: &AgentConfig) -> String {
+    let projects = if a.projects.is_empty() {
+        "every project".to_string()
+    } else {
+        a.projects.join(", ")
+    };
+    format!("type {}; projects: {projects}", a.agent_type)
+}
+
+/// Creates an agent (written to `bridle.yaml`, live at once) and issues its first vault token,
+/// shown in this answer only.
+#[utoipa::path(post, path = "/admin/api/v1/agents", tag = "agents",
+    request_body = CreateAgent,
+    responses(
+        (status = 201, body = CreatedAgent),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "an agent of that name exists", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "a bad name, type or project", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "no vault, or bridle.yaml cannot be written", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn create(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiJson(body): ApiJson<CreateAgent>,
+) -> Result<(StatusCode, axum::Json<CreatedAgent>), ApiError> {
+    let vault = vault_of(&s)?;
+    let ctx = s.ctx.clone();
+    let name = body.name.clone();
+    let (agent, t) = blocking(move || {
+        let agent = ctx.agents.create(
+            ctx.renderer.catalog(),
+            &body.name,
+            &body.agent_type,
+            body.projects,
+        )?;
+        let t = vault.set_agent_token(&body.name, &admin.actor())?;
+        let tokens = vault.agent_tokens(&body.name)?;
+        let entry = admin
+            .entry(Kind::AgentCreate)
+            .about_agent(&body.name)
+            .subject(body.name.clone())
+            .change(Change {
+                after: Some(t.version.to_string()),
+                digest: fingerprint(&tokens, t.version),
+                ..Change::default()
+            })
+            .detail(format!(
+                "agent created ({}); token issued",
+                describe(&agent)
+            ));
+        record(&ctx, entry, "the agent")?;
+        Ok((agent, t))
+    })
+    .await?;
+    tracing::info!(agent = %name, "agent created through the admin API");
+    let tokens = tokens_of(&s, &name).await?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(CreatedAgent {
+            agent: view(&s, &name, &agent, tokens),
+            token: issued_view(t),
+        }),
+    ))
+}
+
+/// Changes an agent's type or projects (written to `bridle.yaml`); the next MCP request of
+/// the agent is held to them.
+#[utoipa::path(patch, path = "/admin/api/v1/agents/{name}", tag = "agents",
+    params(("name" = String, Path, description = "The agent's name")),
+    request_body = ChangeAgentRequest,
+    responses(
+        (status = 200, body = AgentView),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "nothing to change, or a bad type or project", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "bridle.yaml cannot be written", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn change(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(body): ApiJson<ChangeAgentRequest>,
+) -> Result<axum::Json<AgentView>, ApiError> {
+    configured(&s, &name)?;
+    if body.agent_type.is_none() && body.projects.is_none() {
+        return Err(ApiError::invalid(
+            "give `type`, `projects` or both: there is nothing to change",
+        ));
+    }
+    let ctx = s.ctx.clone();
+    let agent = name.clone();
+    let after = blocking(move || {
+        let change = AgentChange {
+            agent_type: body.agent_type,
+            projects: body.projects,
+        };
+        let (before, after) = ctx.agents.update(ctx.renderer.catalog(), &agent, &change)?;
+        let entry = admin
+            .entry(Kind::AgentUpdate)
+            .about_agent(&agent)
+            .subject(agent.clone())
+            .change(Change {
+                before: Some(describe(&before)),
+                after: Some(describe(&after)),
+                digest: None,
+            })
+            .detail("type or projects changed");
+        record(&ctx, entry, "the change")?;
+        Ok(after)
+    })
+    .await?;
+    let tokens = tokens_of(&s, &name).await?;
+    Ok(axum::Json(view(&s, &name, &after, tokens)))
+}
+
+/// Deletes an agent: it is removed from `bridle.yaml` and refused from the next request, its
+/// vault tokens are revoked and its live sessions ended. An agent an upstream or Kanboard still
+/// names is refused with 409 `agent_in_use`.
+#[utoipa::path(delete, path = "/admin/api/v1/agents/{name}", tag = "agents",
+    params(("name" = String, Path, description = "The agent's name")),
+    responses(
+        (status = 200, body = Deleted),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "an upstream or Kanboard names the agent", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "bridle.yaml cannot be written", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn remove(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath(name): ApiPath<String>,
+) -> Result<axum::Json<Deleted>, ApiError> {
+    configured(&s, &name)?;
+    let ctx = s.ctx.clone();
+    let vault = s.vault.clone();
+    let agent = name.clone();
+    let actor = admin.actor();
+    let (removed, revoked_tokens) = blocking(move || {
+        let removed = ctx.agents.remove(&agent)?;
+        let revoked = match &vault {
+            Some(v) => v.revoke_agent_tokens(&agent, &actor)?,
+            None => 0,
+        };
+        Ok((removed, revoked))
+    })
+    .await?;
+    let ended_sessions = s.ctx.sessions.end_agent(&name);
+    tracing::info!(agent = %name, revoked_tokens, ended_sessions, admin = %admin.identity.name, "agent deleted through the admin API");
+    let entry = admin
+        .entry(Kind::AgentDelete)
+        .about_agent(&name)
+        .subject(name.clone())
+        .change(Change {
+            before: Some(describe(&removed)),
+            ..Change::default()
+        })
+        .detail(format!(
+            "agent deleted; {revoked_tokens} token(s) revoked, {ended_sessions} session(s) ended"
+        ));
+    let ctx = s.ctx.clone();
+    blocking(move || record(&ctx, entry, "the deletion")).await?;
+    Ok(axum::Json(Deleted {
         agent: name,
         revoked_tokens,
         ended_sessions,

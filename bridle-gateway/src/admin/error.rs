@@ -393,3 +393,26 @@ impl From<crate::audit::AuditError> for ApiError {
         }
     }
 }
+
+impl From<crate::agent_registry::AgentRegistryError> for ApiError {
+    fn from(e: crate::agent_registry::AgentRegistryError) -> Self {
+        use crate::agent_registry::AgentRegistryError as A;
+        let code = e.code();
+        let detail = e.to_string();
+        match e {
+            A::Exists(_) | A::Refused(_) => ApiError::Conflict { code, detail },
+            A::Unknown(_) => ApiError::NotFound { code, detail },
+            A::Invalid(_) => ApiError::Invalid {
+                code,
+                detail,
+                errors: Vec::new(),
+            },
+            // bridle.yaml could not be read or written: nothing changed; the admin is told why
+            // (the file's own problem, no secret in it).
+            other => {
+                tracing::error!(error = %other, code, "the agent registry could not persist");
+                ApiError::Unavailable { code, detail }
+            }
+        }
+    }
+}

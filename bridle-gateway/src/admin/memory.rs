@@ -54,7 +54,7 @@ impl From<MemoryError> for ApiError {
     }
 }
 
-fn memory_of(s: &AdminState) -> Result<MemoryService, ApiError> {
+pub(crate) fn memory_of(s: &AdminState) -> Result<MemoryService, ApiError> {
     s.memory.clone().ok_or_else(|| ApiError::Unavailable {
         code: "memory_off",
         detail: "this gateway runs without memory (add a `memory:` section to bridle.yaml)".into(),

@@ -34,6 +34,7 @@ pub mod integrations;
 pub mod memory;
 pub mod openapi;
 pub mod page;
+pub mod patterns;
 pub mod projects;
 pub mod queue;
 pub mod scope;
@@ -79,6 +80,8 @@ pub struct AdminState {
     pub(crate) body_limit: usize,
     /// Cancelled when the server shuts down, so live streams end and let it stop.
     pub(crate) streams: tokio_util::sync::CancellationToken,
+    /// The example repositories being indexed now (one run per reference tag).
+    pub(crate) index_runs: patterns::IndexRuns,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -103,6 +106,7 @@ impl AdminState {
             vendor_feed: None,
             body_limit: DEFAULT_BODY_LIMIT,
             streams: tokio_util::sync::CancellationToken::new(),
+            index_runs: patterns::IndexRuns::default(),
         }
     }
 
@@ -158,6 +162,7 @@ pub fn authenticated() -> Router<AdminState> {
         .merge(agents::routes())
         .merge(audit_log::routes())
         .merge(memory::routes())
+        .merge(patterns::routes())
         .merge(feeds::routes())
 }
 

@@ -9,7 +9,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use super::error::{FieldError, ProblemDetails};
 use super::{
-    agents, audit_log, feeds, integrations, memory, projects, queue, scope, secrets, sessions,
+    agents, audit_log, feeds, integrations, memory, patterns, projects, queue, scope, secrets,
+    sessions,
 };
 
 /// The admin API's OpenAPI description.
@@ -26,12 +27,15 @@ use super::{
         queue::list, queue::get_one, queue::approve, queue::reject,
         scope::list, scope::get_one, scope::approve, scope::deny,
         integrations::list, integrations::get_one,
-        agents::list, agents::get_one, agents::issue, agents::rotate, agents::revoke,
+        agents::list, agents::get_one, agents::create, agents::change, agents::remove,
+        agents::issue, agents::rotate, agents::revoke,
         sessions::list, sessions::get_one, sessions::end, sessions::events,
         secrets::list, secrets::get_one, secrets::create, secrets::rotate, secrets::revoke,
         audit_log::query, audit_log::export, audit_log::verify,
         memory::sessions, memory::purge_sessions, memory::patterns, memory::purge_tag,
         feeds::get_feed, feeds::run,
+        patterns::list, patterns::add_pattern, patterns::remove_pattern, patterns::add_example,
+        patterns::remove_example, patterns::index,
     ),
     components(schemas(ProblemDetails, FieldError)),
     modifiers(&AdminTokenScheme),
@@ -45,6 +49,7 @@ use super::{
         (name = "secrets", description = "The vault's secrets (metadata only; values never returned)"),
         (name = "audit", description = "The tamper-evident audit log"),
         (name = "memory", description = "Session memories and indexed pattern examples"),
+        (name = "patterns", description = "A project's patterns and example repositories, indexed with streamed progress"),
         (name = "feeds", description = "The vendor-guidance feed: its sources, and runs on demand"),
     ),
 )]

@@ -122,17 +122,21 @@ impl AdminServer {
         };
         #[cfg(not(feature = "panel"))]
         let app = router(self.state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                tokio::select! {
-                    () = shutdown => {}
-                    () = stop.cancelled() => {}
-                }
-                // Live streams never finish by themselves; end them so the server can stop.
-                streams.cancel();
-            })
-            .await
-            .map_err(|source| AdminServeError::Io { addr, source })?;
+        // The peer address lets the panel count failed log-ins per client.
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            tokio::select! {
+                () = shutdown => {}
+                () = stop.cancelled() => {}
+            }
+            // Live streams never finish by themselves; end them so the server can stop.
+            streams.cancel();
+        })
+        .await
+        .map_err(|source| AdminServeError::Io { addr, source })?;
         tracing::info!(%addr, "admin API stopped");
         Ok(())
     }

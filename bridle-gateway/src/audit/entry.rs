@@ -215,6 +215,8 @@ kinds! {
     AgentRotate => "agent_rotate",
     /// An agent's token revoked.
     AgentRevoke => "agent_revoke",
+    /// An agent deleted (its tokens revoked, its sessions ended).
+    AgentDelete => "agent_delete",
     /// A session ended by an operator.
     SessionEnd => "session_end",
     /// An upstream added, removed, enabled, disabled or remapped.

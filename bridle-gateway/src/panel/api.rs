@@ -94,14 +94,14 @@ impl AdminApi {
         Self { router }
     }
 
-    /// Sends one request; `path` is under [`BASE_PATH`] (with its query string, if any).
-    async fn send(
+    /// Sends one request and returns the API's response as it comes (its body unread).
+    async fn respond(
         &self,
         who: &SignedIn,
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
-    ) -> Result<(StatusCode, axum::body::Bytes), Problem> {
+    ) -> Result<axum::response::Response, Problem> {
         let mut request = Request::builder()
             .method(method.clone())
             .uri(format!("{BASE_PATH}{path}"));
@@ -124,13 +124,25 @@ impl AdminApi {
             Ok(r) => r,
             Err(never) => match never {},
         };
+        tracing::debug!(%method, path, status = response.status().as_u16(), admin = %who.admin, "panel called the admin API");
+        Ok(response)
+    }
+
+    /// Sends one request; `path` is under [`BASE_PATH`] (with its query string, if any).
+    async fn send(
+        &self,
+        who: &SignedIn,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, axum::body::Bytes), Problem> {
+        let response = self.respond(who, method, path, body).await?;
         let status = response.status();
         let bytes = axum::body::to_bytes(response.into_body(), MAX_REPLY)
             .await
             .map_err(|e| {
                 Problem::local("panel_error", format!("cannot read the API answer: {e}"))
             })?;
-        tracing::debug!(%method, path, status = status.as_u16(), admin = %who.admin, "panel called the admin API");
         Ok((status, bytes))
     }
 
@@ -162,6 +174,23 @@ impl AdminApi {
     ) -> Result<T, Problem> {
         let (status, bytes) = self.send(who, Method::GET, path, None).await?;
         Self::decode(status, &bytes)
+    }
+
+    /// `GET path` as a live body (a Server-Sent Events stream), or the API's problem.
+    pub(crate) async fn stream(&self, who: &SignedIn, path: &str) -> Result<Body, Problem> {
+        let response = self.respond(who, Method::GET, path, None).await?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response.into_body());
+        }
+        let bytes = axum::body::to_bytes(response.into_body(), MAX_REPLY)
+            .await
+            .map_err(|e| {
+                Problem::local("panel_error", format!("cannot read the API answer: {e}"))
+            })?;
+        Err(Self::decode::<serde_json::Value>(status, &bytes)
+            .err()
+            .unwrap_or_else(|| Problem::local("panel_error", "the stream did not open")))
     }
 
     /// `GET path` as it comes (an export), or the API's problem.

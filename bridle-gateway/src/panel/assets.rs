@@ -1,6 +1,7 @@
 //! The panel's static files, compiled into the binary: one stylesheet, one small script (the
-//! confirm dialogs), and htmx 2.0.11 exactly as published in the `htmx.org` npm package
-//! (`panel-assets/vendor/`, with its licence). Each is served under a versioned name with a
+//! confirm dialogs), htmx 2.0.11 exactly as published in the `htmx.org` npm package and its
+//! SSE extension 2.2.4 exactly as published in `htmx-ext-sse` (`panel-assets/vendor/`, with
+//! their licences). Each is served under a versioned name with a
 //! long cache lifetime: a new file gets a new name.
 
 use axum::Router;
@@ -13,12 +14,18 @@ use super::Panel;
 /// The htmx version vendored.
 pub const HTMX_VERSION: &str = "2.0.11";
 
+/// The version of htmx's SSE extension vendored.
+pub const HTMX_SSE_VERSION: &str = "2.2.4";
+
+const HTMX_SSE: &str = include_str!("../../panel-assets/vendor/htmx-ext-sse-2.2.4.min.js");
+
 const HTMX: &str = include_str!("../../panel-assets/vendor/htmx-2.0.11.min.js");
 const CSS: &str = include_str!("../../panel-assets/panel.css");
 const JS: &str = include_str!("../../panel-assets/panel.js");
 
 /// The assets' paths under the base path (the templates link them by these).
 pub(crate) const HTMX_PATH: &str = "/assets/htmx-2.0.11.min.js";
+pub(crate) const HTMX_SSE_PATH: &str = "/assets/htmx-ext-sse-2.2.4.min.js";
 pub(crate) const CSS_PATH: &str = "/assets/panel-1.css";
 pub(crate) const JS_PATH: &str = "/assets/panel-1.js";
 
@@ -27,6 +34,10 @@ pub(crate) fn routes() -> Router<Panel> {
         .route(
             HTMX_PATH,
             get(|| async { asset(HTMX, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            HTMX_SSE_PATH,
+            get(|| async { asset(HTMX_SSE, "text/javascript; charset=utf-8") }),
         )
         .route(
             CSS_PATH,

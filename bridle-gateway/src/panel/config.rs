@@ -39,6 +39,41 @@ pub struct PanelConfig {
     /// token (default: none, and the snippets say `http://127.0.0.1:7878/mcp`, the default
     /// listen address).
     pub mcp_url: Option<String>,
+    /// How many failed log-ins are tolerated before the panel answers 429 for a while.
+    pub login_limits: LoginLimits,
+}
+
+/// Failed log-ins tolerated in a sliding window, per client address and per credential tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LoginLimits {
+    /// Failures from one client address within `window` (default 10).
+    pub failures_per_address: usize,
+    /// Failures with one and the same credential within `window`, from any address (default 5).
+    pub failures_per_credential: usize,
+    /// How long a failure counts (default 15 minutes).
+    pub window: Duration,
+}
+
+impl Default for LoginLimits {
+    fn default() -> Self {
+        Self {
+            failures_per_address: 10,
+            failures_per_credential: 5,
+            window: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+impl LoginLimits {
+    /// Limits of `per_address` and `per_credential` failures within `window`.
+    pub fn new(per_address: usize, per_credential: usize, window: Duration) -> Self {
+        Self {
+            failures_per_address: per_address,
+            failures_per_credential: per_credential,
+            window,
+        }
+    }
 }
 
 impl Default for PanelConfig {
@@ -53,6 +88,7 @@ impl Default for PanelConfig {
             watchers: BTreeSet::new(),
             max_sessions: 256,
             mcp_url: None,
+            login_limits: LoginLimits::default(),
         }
     }
 }
@@ -120,6 +156,12 @@ impl PanelConfig {
         self
     }
 
+    /// Sets how many failed log-ins are tolerated.
+    pub fn login_limits(mut self, limits: LoginLimits) -> Self {
+        self.login_limits = limits;
+        self
+    }
+
     /// Sets the absolute and idle lifetimes of a session.
     pub fn session_lifetimes(mut self, lifetime: Duration, idle: Duration) -> Self {
         self.session_lifetime = lifetime;
@@ -166,6 +208,10 @@ impl PanelConfig {
         }
         if self.idle_timeout.is_zero() {
             return Err(PanelConfigError::Zero("idle_timeout"));
+        }
+        let l = &self.login_limits;
+        if l.failures_per_address == 0 || l.failures_per_credential == 0 || l.window.is_zero() {
+            return Err(PanelConfigError::Zero("login_limits"));
         }
         if self.max_sessions == 0 {
             return Err(PanelConfigError::Zero("max_sessions"));

@@ -10,12 +10,15 @@
 //! The parts, bottom-up:
 //! - [`config`]: [`PanelConfig`] (base path, session lifetimes, TLS, read-only mode);
 //! - `session`: the server-side session store behind the session cookie;
+//! - `throttle`: failed log-ins counted per client address and per credential;
 //! - `guard`: the security layers (security headers and CSP, the cross-site request check, the
 //!   session check);
 //! - `api`: the in-process admin API client and its problem-details failures;
 //! - `view`: the templates (minijinja, compiled in) and what every page shares;
-//! - `assets`: the stylesheet, the small script and the vendored htmx, compiled in;
-//! - `pages`: one module per area (login, overview, projects, queue, scope, integrations).
+//! - `assets`: the stylesheet, the small script and the vendored htmx and its SSE extension,
+//!   compiled in;
+//! - `pages`: one module per area (login, overview, projects, queue, scope, integrations,
+//!   agents, sessions, secrets, memory, audit) and the live streams (`live`).
 //!
 //! [`router`] assembles them under the configured base path (default `/panel`); the admin
 //! listener ([`crate::admin::AdminServer`]) merges it beside the API.
@@ -33,16 +36,18 @@ pub mod config;
 mod guard;
 mod pages;
 mod session;
+mod throttle;
 mod view;
 
-pub use assets::HTMX_VERSION;
-pub use config::{PanelConfig, PanelConfigError};
+pub use assets::{HTMX_SSE_VERSION, HTMX_VERSION};
+pub use config::{LoginLimits, PanelConfig, PanelConfigError};
 
 /// What every page handler reads.
 #[derive(Clone)]
 pub(crate) struct Panel {
     pub(crate) config: Arc<PanelConfig>,
     pub(crate) sessions: Arc<session::SessionStore>,
+    pub(crate) throttle: Arc<throttle::LoginThrottle>,
     pub(crate) api: api::AdminApi,
     pub(crate) views: Arc<view::Views>,
     pub(crate) credentials: Arc<dyn crate::admin::AdminCredentials>,
@@ -74,6 +79,7 @@ pub fn router(config: PanelConfig, state: &AdminState) -> Result<Router, PanelCo
         .collect();
     let panel = Panel {
         sessions: Arc::new(session::SessionStore::new(&config)),
+        throttle: Arc::new(throttle::LoginThrottle::new(config.login_limits)),
         config: Arc::new(config),
         api: api::AdminApi::new(crate::admin::router(state.clone())),
         views: Arc::new(view::Views::new()?),

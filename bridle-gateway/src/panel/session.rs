@@ -130,6 +130,15 @@ impl SessionStore {
         Some(session.who.clone())
     }
 
+    /// Whether the session with this id is still alive, without counting as use (a live
+    /// stream asks this now and then, and must not keep an idle session open).
+    pub(crate) fn is_alive(&self, id: &str) -> bool {
+        let now = Instant::now();
+        self.table()
+            .get(&digest(id))
+            .is_some_and(|s| self.alive(s, now))
+    }
+
     /// Ends the session with this id (log-out, or a credential the API no longer accepts).
     pub(crate) fn end(&self, id: &str) {
         if let Some(s) = self.table().remove(&digest(id)) {

@@ -87,6 +87,14 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../panel-assets/templates/partials/ticket_row.html"),
     ),
     (
+        "partials/agent_rows.html",
+        include_str!("../../panel-assets/templates/partials/agent_rows.html"),
+    ),
+    (
+        "partials/audit_rows.html",
+        include_str!("../../panel-assets/templates/partials/audit_rows.html"),
+    ),
+    (
         "partials/session_rows.html",
         include_str!("../../panel-assets/templates/partials/session_rows.html"),
     ),
@@ -117,6 +125,10 @@ const TEMPLATES: &[(&str, &str)] = &[
     (
         "audit.html",
         include_str!("../../panel-assets/templates/audit.html"),
+    ),
+    (
+        "memory.html",
+        include_str!("../../panel-assets/templates/memory.html"),
     ),
     (
         "audit_verify.html",

@@ -51,7 +51,7 @@ pub(crate) fn caller_agent(
     if let Some(client) = ctx.client() {
         gw.sessions.saw_client(&name, client);
     }
-    let Some(agent) = gw.agent(&name).cloned() else {
+    let Some(agent) = gw.agent(&name) else {
         return Err(refusal(
             RefusalCode::UnknownAgent,
             format!("`{name}` is not a configured agent"),

@@ -40,7 +40,7 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                         s.sessions.saw_client(&name, client);
                     }
                     blocking(move || {
-                        let Some(agent) = s.agent(&name).cloned() else {
+                        let Some(agent) = s.agent(&name) else {
                             return refusal(RefusalCode::UnknownAgent, format!("`{name}` is not a configured agent"));
                         };
                         let projects = match s.store.projects() {

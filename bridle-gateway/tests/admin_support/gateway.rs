@@ -37,6 +37,14 @@ impl Gw {
 
     /// As [`Gw::start`], with the builder adjusted first (memory, timeouts).
     pub async fn start_with(configure: impl FnOnce(GatewayBuilder) -> GatewayBuilder) -> Self {
+        Self::start_with_yaml("", configure).await
+    }
+
+    /// As [`Gw::start_with`], with `extra` (top-level sections) appended to `bridle.yaml`.
+    pub async fn start_with_yaml(
+        extra: &str,
+        configure: impl FnOnce(GatewayBuilder) -> GatewayBuilder,
+    ) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         init_data_dir_with_token_files(tmp.path()).unwrap();
         RulesStore::open(tmp.path(), AgentCatalog::builtin())
@@ -48,6 +56,7 @@ impl Gw {
             "agents:\n",
             "agents:\n  bot:\n    type: claude\n    projects: [demo]\n",
         );
+        let yaml = format!("{yaml}{extra}");
         std::fs::write(tmp.path().join("bridle.yaml"), yaml).unwrap();
         let config = GatewayConfig::load(tmp.path()).unwrap();
         let mut admins = AdminTokens::new().unwrap();
@@ -89,6 +98,19 @@ impl Gw {
 
     pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
         self.http.post(self.url(path)).bearer_auth(ALICE)
+    }
+
+    pub fn patch(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.patch(self.url(path)).bearer_auth(ALICE)
+    }
+
+    pub fn delete(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.delete(self.url(path)).bearer_auth(ALICE)
+    }
+
+    /// `bridle.yaml` as it is on disk now.
+    pub fn config_on_disk(&self) -> GatewayConfig {
+        GatewayConfig::load(self.tmp.path()).unwrap()
     }
 
     /// A demo agent's token from its secret file.

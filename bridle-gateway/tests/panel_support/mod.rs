@@ -68,6 +68,18 @@ pub struct Fixture {
 
 impl Fixture {
     pub async fn new() -> Self {
+        Self::build(|b| b).await
+    }
+
+    /// As [`Fixture::new`], with this memory service (session memories, pattern examples).
+    pub async fn with_memory(memory: bridle_memory::MemoryService) -> Self {
+        Self::build(move |b| b.memory(memory)).await
+    }
+
+    /// As [`Fixture::new`], with the gateway builder adjusted first.
+    pub async fn build(
+        configure: impl FnOnce(bridle_gateway::GatewayBuilder) -> bridle_gateway::GatewayBuilder,
+    ) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         init_data_dir(tmp.path()).unwrap();
         let yaml = std::fs::read_to_string(tmp.path().join("bridle.yaml")).unwrap();
@@ -77,7 +89,7 @@ impl Fixture {
         );
         std::fs::write(tmp.path().join("bridle.yaml"), yaml).unwrap();
         let config = GatewayConfig::load(tmp.path()).unwrap();
-        let gateway = bridle_gateway::GatewayBuilder::new(tmp.path(), config)
+        let gateway = configure(bridle_gateway::GatewayBuilder::new(tmp.path(), config))
             .build()
             .await
             .unwrap();
@@ -198,6 +210,8 @@ pub struct Client {
     pub router: Router,
     pub cookie: Option<String>,
     pub host: String,
+    /// The client address the server sees (as `axum::serve` with connect info sets it).
+    pub peer: Option<SocketAddr>,
 }
 
 pub enum Caller {
@@ -219,6 +233,7 @@ impl Client {
             router,
             cookie: None,
             host: "127.0.0.1:7879".into(),
+            peer: None,
         }
     }
 
@@ -243,6 +258,9 @@ impl Client {
             .header(header::HOST, &self.host);
         if let Some(c) = &self.cookie {
             b = b.header(header::COOKIE, c);
+        }
+        if let Some(peer) = self.peer {
+            b = b.extension(axum::extract::ConnectInfo(peer));
         }
         b
     }
@@ -319,7 +337,11 @@ pub struct Served {
 
 impl Served {
     pub async fn start(config: PanelConfig) -> Self {
-        let fixture = Fixture::new().await;
+        Self::start_on(config, Fixture::new().await).await
+    }
+
+    /// As [`Served::start`], over this fixture (one with memory, say).
+    pub async fn start_on(config: PanelConfig, fixture: Fixture) -> Self {
         let server = AdminServer::bind(SocketAddr::from(([127, 0, 0, 1], 0)), fixture.state())
             .await
             .unwrap()
@@ -364,4 +386,84 @@ pub async fn signed_in(fixture: &Fixture) -> Client {
     let mut c = Client::new(fixture.router(panel_config()));
     c.login(ALICE).await;
     c
+}
+
+/// A memory service over an in-memory store with a constant embedder (ranking then rests on
+/// the keyword half of the hybrid search).
+pub fn memory_service() -> bridle_memory::MemoryService {
+    bridle_memory::MemoryService::with(
+        Arc::new(bridle_memory::EmbeddedStore::open_in_memory().unwrap()),
+        Arc::new(bridle_memory::ConstantEmbedder::new(8)),
+        bridle_memory::PatternIndexConfig::default(),
+    )
+}
+
+pub async fn remember(
+    m: &bridle_memory::MemoryService,
+    project: &str,
+    agent: &str,
+    tag: &str,
+    text: &str,
+) {
+    m.session
+        .remember(bridle_memory::NewMemory {
+            kind: "decision".into(),
+            text: text.into(),
+            project: project.into(),
+            agent: Some(agent.into()),
+            session: Some("s-1".into()),
+            tags: vec![tag.into()],
+        })
+        .await
+        .unwrap();
+}
+
+/// A memory service with three session memories (two of `demo`, one of `other`) and one
+/// indexed example (`retry-example`, from the returned folder).
+pub async fn stocked_memory() -> (bridle_memory::MemoryService, tempfile::TempDir) {
+    let memory = memory_service();
+    remember(
+        &memory,
+        "demo",
+        "claude",
+        "db",
+        "We use SQLite for the queue.",
+    )
+    .await;
+    remember(
+        &memory,
+        "demo",
+        "codex",
+        "ops",
+        "Retries back off <script>alert(1)</script> exponentially.",
+    )
+    .await;
+    remember(
+        &memory,
+        "other",
+        "codex",
+        "db",
+        "The other project uses Postgres.",
+    )
+    .await;
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::write(
+        repo.path().join("retry.rs"),
+        "/// Retries with exponential backoff.\npub fn retry_with_backoff(attempts: u32) -> u32 {\n    attempts * 2\n}\n",
+    )
+    .unwrap();
+    let report = memory
+        .patterns
+        .index(
+            &bridle_memory::ExampleRepo {
+                url: repo.path().display().to_string(),
+                reference_tag: "retry-example".into(),
+                arch_tag: "retry".into(),
+            },
+            &bridle_memory::NoProgress,
+        )
+        .await
+        .unwrap();
+    assert!(report.chunks > 0);
+    (memory, repo)
 }

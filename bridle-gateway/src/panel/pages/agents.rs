@@ -1,7 +1,9 @@
 //! Agents: the identity mapping (type, projects), tokens by fingerprint and version, and the
 //! calls each made. Issuing or rotating a token shows it exactly once, on the page that answers
 //! the form (never in a redirect, never stored), with the connect snippets for the agent
-//! command lines; revoking asks for the agent's name in a `<dialog>` first.
+//! command lines; revoking asks for the agent's name in a `<dialog>` first. An agent is created
+//! here (name, type, projects; its first token shown once the same way) and its type and
+//! projects changed, through the API's `POST /agents` and `PATCH /agents/{name}`.
 //!
 //! The wire types are read leniently (the panel's own structs, unknown fields ignored), so the
 //! page works with whatever version of the agents resource the API has; without it, the page
@@ -90,23 +92,74 @@ struct RotateBody {
     grace_secs: u64,
 }
 
+/// The create form.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct CreateForm {
+    name: String,
+    agent_type: String,
+    projects: String,
+}
+
+/// The change form: the type, and the projects (comma- or space-separated; empty is all).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct ChangeForm {
+    agent_type: String,
+    projects: String,
+}
+
+#[derive(Serialize)]
+struct CreateBody<'a> {
+    name: &'a str,
+    #[serde(rename = "type")]
+    agent_type: &'a str,
+    projects: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct ChangeBody<'a> {
+    #[serde(rename = "type")]
+    agent_type: &'a str,
+    projects: Vec<String>,
+}
+
+/// What the API answers to a creation: the agent and its first token.
+#[derive(Deserialize)]
+struct CreatedAgent {
+    token: IssuedToken,
+}
+
+/// A projects field as a list (comma- or whitespace-separated, duplicates once).
+fn project_list(field: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for p in field.split([',', ' ', '\n', '\t']).map(str::trim) {
+        if !p.is_empty() && !out.iter().any(|o| o == p) {
+            out.push(p.to_string());
+        }
+    }
+    out
+}
+
 /// `GET /agents`.
 pub(crate) async fn list(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
     Query(notice): Query<Notice>,
+    headers: axum::http::HeaderMap,
 ) -> Result<Page, PanelError> {
     let page: AgentPage = panel.api.get(&who, "/agents?limit=500").await?;
-    panel.page(
-        &who,
-        "agents.html",
-        "agents",
-        context! {
-            agents => Serde(page.items),
-            more => page.next_cursor.is_some(),
-            notice => notice.text(),
-        },
-    )
+    let ctx = context! {
+        agents => Serde(page.items),
+        more => page.next_cursor.is_some(),
+        notice => notice.text(),
+        agent_types => Serde(panel.agent_types.as_ref()),
+    };
+    // The rows alone for the live list's refresh.
+    if crate::panel::guard::is_htmx(&headers) {
+        return panel.partial(&who, "partials/agent_rows.html", ctx);
+    }
+    panel.page(&who, "agents.html", "agents", ctx)
 }
 
 /// `GET /agents/{name}`.
@@ -120,12 +173,79 @@ pub(crate) async fn show(
         .api
         .get(&who, &format!("/agents/{}", seg(&name)))
         .await?;
+    let projects = agent.projects.join(", ");
     panel.page(
         &who,
         "agent.html",
         "agents",
-        context! { a => Serde(agent), notice => notice.text() },
+        context! {
+            a => Serde(agent),
+            projects => projects,
+            agent_types => Serde(panel.agent_types.as_ref()),
+            notice => notice.text(),
+        },
     )
+}
+
+/// `POST /agents`: a new agent and its first token, shown once.
+pub(crate) async fn create(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    PanelForm(form): PanelForm<CreateForm>,
+) -> Result<Response, PanelError> {
+    let name = form.name.trim();
+    let agent_type = form.agent_type.trim();
+    if name.is_empty() || agent_type.is_empty() {
+        return Err(PanelError::BadForm(
+            "a new agent needs a name and a type; nothing was created".into(),
+        ));
+    }
+    let created: CreatedAgent = panel
+        .api
+        .call(
+            &who,
+            Method::POST,
+            "/agents",
+            &CreateBody {
+                name,
+                agent_type,
+                projects: project_list(&form.projects),
+            },
+        )
+        .await?;
+    tracing::info!(agent = %name, admin = %who.admin, "agent created through the panel");
+    token_page(&panel, &who, created.token, "created")
+}
+
+/// `POST /agents/{name}/change`: a new type and projects.
+pub(crate) async fn change(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    Path(name): Path<String>,
+    PanelForm(form): PanelForm<ChangeForm>,
+) -> Result<Response, PanelError> {
+    let agent_type = form.agent_type.trim();
+    if agent_type.is_empty() {
+        return Err(PanelError::BadForm(
+            "an agent has a type; nothing was changed".into(),
+        ));
+    }
+    panel
+        .api
+        .call::<serde_json::Value>(
+            &who,
+            Method::PATCH,
+            &format!("/agents/{}", seg(&name)),
+            &ChangeBody {
+                agent_type,
+                projects: project_list(&form.projects),
+            },
+        )
+        .await?;
+    Ok(see_other(&panel.url(&format!(
+        "/agents/{}?notice=agent_changed",
+        seg(&name)
+    ))))
 }
 
 /// The connect snippets for a freshly shown token, per agent command line.

@@ -1,6 +1,7 @@
 //! The audit log: filters by source (user, agent, vendor, system), actor, agent, project, kind
 //! and time; pages through the API's cursor; verifies the hash chain; exports what the filters
-//! select as JSON Lines (the API's export, passed through).
+//! select as JSON Lines (the API's export, passed through). The first page, newest first, is
+//! a live tail: new entries matching the filters arrive over SSE (`live`).
 
 use axum::extract::{Extension, Query, State};
 use axum::http::{HeaderValue, header};
@@ -52,16 +53,40 @@ impl AuditFilter {
         }
     }
 
-    fn query(&self) -> String {
+    pub(crate) fn query(&self) -> String {
         serde_urlencoded::to_string(self).unwrap_or_default()
+    }
+
+    /// The filters a live tail follows: newest first, from the top.
+    pub(crate) fn for_tail(self) -> Self {
+        Self {
+            cursor: None,
+            order: Some("desc".into()),
+            ..self.cleaned()
+        }
     }
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-struct EntryPage {
-    items: Vec<serde_json::Value>,
-    next_cursor: Option<String>,
+pub(crate) struct EntryPage {
+    pub(crate) items: Vec<serde_json::Value>,
+    pub(crate) next_cursor: Option<String>,
+}
+
+/// The table rows' context for these entries.
+pub(crate) fn rows_of(items: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    items
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "e": e,
+                "source": e["source"]["type"],
+                "who": who_acted(&e["source"]),
+                "tool": e["tool"]["name"].as_str().or(e["tool"]["tool"].as_str()),
+            })
+        })
+        .collect()
 }
 
 /// Who acted, in a few words, from an entry's `source` object (`type` plus its fields).
@@ -91,18 +116,7 @@ pub(crate) async fn list(
         .api
         .get(&who, &format!("/audit?{}&limit=100", filter.query()))
         .await?;
-    let rows: Vec<_> = page
-        .items
-        .iter()
-        .map(|e| {
-            serde_json::json!({
-                "e": e,
-                "source": e["source"]["type"],
-                "who": who_acted(&e["source"]),
-                "tool": e["tool"]["name"].as_str().or(e["tool"]["tool"].as_str()),
-            })
-        })
-        .collect();
+    let rows = rows_of(&page.items);
     let next = page.next_cursor.as_ref().map(|c| {
         let mut f = filter.clone();
         f.cursor = Some(c.clone());
@@ -111,6 +125,15 @@ pub(crate) async fn list(
     let mut export = filter.clone();
     export.cursor = None;
     export.order = None;
+    // The first page, newest first, follows new entries live.
+    let live = filter.cursor.is_none() && filter.order.as_deref() == Some("desc");
+    let newest = page
+        .items
+        .iter()
+        .filter_map(|e| e["id"].as_u64())
+        .max()
+        .unwrap_or(0);
+    let tail = format!("{}&after={newest}", filter.clone().for_tail().query());
     panel.page(
         &who,
         "audit.html",
@@ -120,6 +143,8 @@ pub(crate) async fn list(
             filter => Serde(&filter),
             next => next,
             export => export.query(),
+            live => live,
+            tail => tail,
         },
     )
 }

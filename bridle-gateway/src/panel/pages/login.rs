@@ -1,8 +1,12 @@
 //! Log-in and log-out: an admin credential (the same token the admin API takes) is exchanged
 //! for a session cookie; the credential stays on the server. Log-out ends the session and
-//! removes the cookie.
+//! removes the cookie. Failed log-ins are counted per client address and per credential
+//! (`throttle`); past the limit the log-in page answers 429 `too_many_logins` with
+//! `Retry-After`, without checking the credential.
 
-use axum::extract::{Query, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Extension, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use minijinja::context;
@@ -57,9 +61,20 @@ fn login_page(
     error: Option<&str>,
     notice: Option<&str>,
 ) -> Result<Response, PanelError> {
+    login_page_with(panel, status, next, error, notice, None)
+}
+
+fn login_page_with(
+    panel: &Panel,
+    status: StatusCode,
+    next: &str,
+    error: Option<&str>,
+    notice: Option<&str>,
+    code: Option<&str>,
+) -> Result<Response, PanelError> {
     let ctx = context! {
         ..chrome(&panel.config.base_path, None, false, "login"),
-        ..context! { next => next, error => error, notice => notice }
+        ..context! { next => next, error => error, notice => notice, code => code }
     };
     Ok(Page {
         status,
@@ -88,15 +103,49 @@ pub(crate) async fn form(
 /// `POST /login`.
 pub(crate) async fn submit(
     State(panel): State<Panel>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     PanelForm(form): PanelForm<LoginForm>,
 ) -> Result<Response, PanelError> {
     let next = landing(&panel, form.next.as_deref());
     let token = form.token.trim();
+    let address = peer.map(|Extension(ConnectInfo(addr))| addr.ip());
+    if let Err(throttled) = panel.throttle.check(address, token) {
+        let seconds = throttled.retry_after.as_secs().max(1);
+        tracing::warn!(
+            address = ?address,
+            by = throttled.by,
+            retry_after_s = seconds,
+            "panel log-in throttled after repeated failures"
+        );
+        let minutes = seconds.div_ceil(60);
+        let message = format!(
+            "Too many failed log-ins {}. Try again in {minutes} minute{}.",
+            if throttled.by == "address" {
+                "from your address"
+            } else {
+                "with that credential"
+            },
+            if minutes == 1 { "" } else { "s" }
+        );
+        let mut response = login_page_with(
+            &panel,
+            StatusCode::TOO_MANY_REQUESTS,
+            &next,
+            Some(&message),
+            None,
+            Some("too_many_logins"),
+        )?;
+        if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return Ok(response);
+    }
     let Some(identity) = (!token.is_empty())
         .then(|| panel.credentials.verify(token))
         .flatten()
     else {
-        tracing::warn!("panel log-in refused: not an admin credential");
+        panel.throttle.failed(address, token);
+        tracing::warn!(address = ?address, "panel log-in refused: not an admin credential");
         return login_page(
             &panel,
             StatusCode::UNAUTHORIZED,
@@ -105,6 +154,7 @@ pub(crate) async fn submit(
             None,
         );
     };
+    panel.throttle.succeeded(address);
     let who = SignedIn {
         may_change: panel.config.may_change(&identity.name),
         admin: identity.name,

@@ -17,8 +17,11 @@ use super::view::{Page, PanelError, chrome};
 
 pub(crate) mod agents;
 pub(crate) mod audit;
+pub(crate) mod guardrails;
 pub(crate) mod integrations;
+pub(crate) mod live;
 pub(crate) mod login;
+pub(crate) mod memory;
 pub(crate) mod overview;
 pub(crate) mod projects;
 pub(crate) mod queue;
@@ -36,7 +39,13 @@ pub(crate) fn routes() -> Router<Panel> {
         .route("/projects/{project}/edit", post(projects::edit))
         .route("/projects/{project}/review", post(projects::review))
         .route("/projects/{project}/save", post(projects::save))
+        .route("/projects/{project}/guardrails", post(guardrails::put))
+        .route(
+            "/projects/{project}/guardrails/{id}/remove",
+            post(guardrails::remove),
+        )
         .route("/queue", get(queue::list))
+        .route("/queue/bulk", post(queue::bulk))
         .route("/queue/{id}", get(queue::show))
         .route("/queue/{id}/approve", post(queue::approve))
         .route("/queue/{id}/reject", post(queue::reject))
@@ -45,12 +54,14 @@ pub(crate) fn routes() -> Router<Panel> {
         .route("/scope/{id}/deny", post(scope::deny))
         .route("/integrations", get(integrations::list))
         .route("/integrations/{namespace}", get(integrations::show))
-        .route("/agents", get(agents::list))
+        .route("/agents", get(agents::list).post(agents::create))
         .route("/agents/{name}", get(agents::show))
+        .route("/agents/{name}/change", post(agents::change))
         .route("/agents/{name}/token", post(agents::issue))
         .route("/agents/{name}/rotate", post(agents::rotate))
         .route("/agents/{name}/revoke", post(agents::revoke))
         .route("/sessions", get(sessions::list))
+        .route("/sessions/live", get(live::sessions))
         .route("/sessions/{id}/end", post(sessions::end))
         .route("/secrets", get(secrets::list).post(secrets::create))
         .route("/secrets/{name}", get(secrets::show))
@@ -59,8 +70,12 @@ pub(crate) fn routes() -> Router<Panel> {
             "/secrets/{name}/versions/{version}/revoke",
             post(secrets::revoke),
         )
+        .route("/memory", get(memory::show))
+        .route("/memory/purge", post(memory::purge_sessions))
+        .route("/memory/patterns/{tag}/purge", post(memory::purge_tag))
         .route("/audit", get(audit::list))
         .route("/audit/verify", get(audit::verify))
+        .route("/audit/tail", get(live::audit_tail))
         .route("/audit/export", get(audit::export))
 }
 
@@ -175,6 +190,17 @@ impl Notice {
             }
             "secret_revoked" => format!("Version{id} revoked."),
             "session_ended" => "Session ended.".to_string(),
+            "agent_changed" => {
+                "Agent changed: its new type and projects hold from its next request.".to_string()
+            }
+            "memories_purged" => match self.id.unwrap_or(0) {
+                1 => "1 session memory removed.".to_string(),
+                n => format!("{n} session memories removed."),
+            },
+            "chunks_purged" => match self.id.unwrap_or(0) {
+                1 => "1 indexed chunk removed.".to_string(),
+                n => format!("{n} indexed chunks removed."),
+            },
             _ => return None,
         })
     }

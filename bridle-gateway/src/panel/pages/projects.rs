@@ -201,6 +201,7 @@ async fn project_page(
             summary => summary,
             problem => Serde(problem),
             history => Serde(recent),
+            guardrails => Serde(&doc.document.guardrails),
             agent_types => Serde(panel.agent_types.as_slice()),
             preview => preview,
             notice => notice,
@@ -318,27 +319,38 @@ pub(crate) async fn review(
         .await?
         .into_response());
     }
+    Ok(review_page(&panel, &who, &project, &current, &yaml, &form.summary)?.into_response())
+}
+
+/// The review page: the diff `yaml` would make to `current`, with the form that saves it
+/// against `current`'s revision.
+pub(crate) fn review_page(
+    panel: &Panel,
+    who: &SignedIn,
+    project: &str,
+    current: &ProjectDocument,
+    yaml: &str,
+    summary: &str,
+) -> Result<Page, PanelError> {
     let diff = unified_diff(
         &current.yaml,
-        &yaml,
+        yaml,
         &format!("{project}@{}", current.revision),
         &format!("{project} (your edit)"),
     );
-    Ok(panel
-        .page(
-            &who,
-            "project_review.html",
-            "projects",
-            context! {
-                project => project,
-                revision => current.revision,
-                yaml => yaml,
-                summary => form.summary,
-                diff => Serde(diff_lines(&diff)),
-                unchanged => diff.is_empty(),
-            },
-        )?
-        .into_response())
+    panel.page(
+        who,
+        "project_review.html",
+        "projects",
+        context! {
+            project => project,
+            revision => current.revision,
+            yaml => yaml,
+            summary => summary,
+            diff => Serde(diff_lines(&diff)),
+            unchanged => diff.is_empty(),
+        },
+    )
 }
 
 async fn conflict_page(

@@ -1,6 +1,11 @@
 //! The review queue: what agents and vendor feeds proposed, with provenance and the diff each
 //! would make; approve, or reject with a reason. From the list, htmx replaces the decided row
 //! in place; without script the form posts and the list reloads with a notice.
+//!
+//! Bulk actions: the pending rows' checkboxes belong to one form that approves or rejects (with
+//! one reason) every selected proposal, one API call each, in order. One that fails (a conflict
+//! with what an earlier one changed, one already decided) does not stop the rest: the answer is
+//! the list again with each selected proposal's own outcome.
 
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::HeaderMap;
@@ -57,28 +62,173 @@ pub(crate) async fn list(
     Query(filter): Query<QueueFilter>,
     Query(notice): Query<Notice>,
 ) -> Result<Response, PanelError> {
-    let filter = filter.cleaned();
+    list_page(&panel, &who, filter.cleaned(), notice.text(), None).await
+}
+
+/// The list, with a bulk action's outcomes above it when there are some.
+async fn list_page(
+    panel: &Panel,
+    who: &SignedIn,
+    filter: QueueFilter,
+    notice: Option<String>,
+    outcomes: Option<Vec<Outcome>>,
+) -> Result<Response, PanelError> {
     let mut query = serde_urlencoded::to_string(&filter).unwrap_or_default();
     if !query.is_empty() {
         query.push('&');
     }
     let page: ProposalPage = panel
         .api
-        .get(&who, &format!("/queue?{query}limit=500"))
+        .get(who, &format!("/queue?{query}limit=500"))
         .await?;
     Ok(panel
         .page(
-            &who,
+            who,
             "queue.html",
             "queue",
             context! {
                 proposals => Serde(page.items),
                 more => page.next_cursor.is_some(),
                 filter => Serde(filter),
-                notice => notice.text(),
+                notice => notice,
+                outcomes => Serde(outcomes),
             },
         )?
         .into_response())
+}
+
+/// The most proposals one bulk action decides.
+pub(crate) const MAX_BULK: usize = 200;
+
+/// One selected proposal's outcome in a bulk action.
+#[derive(Debug, Serialize)]
+struct Outcome {
+    id: u64,
+    ok: bool,
+    /// `approved` / `rejected` (with the revision an approval made), or the API's code.
+    code: String,
+    detail: String,
+    applied_revision: Option<u64>,
+}
+
+/// The bulk form: `action` (`approve` or `reject`), `reason` (for a rejection) and any number
+/// of `ids`, urlencoded as a browser sends checkboxes (the key repeated).
+#[derive(Debug, Default)]
+struct BulkForm {
+    action: String,
+    reason: String,
+    ids: Vec<u64>,
+    filter: QueueFilter,
+}
+
+impl BulkForm {
+    fn parse(body: &[u8]) -> Result<Self, PanelError> {
+        let mut form = BulkForm::default();
+        for (key, value) in form_urlencoded::parse(body) {
+            match key.as_ref() {
+                "action" => form.action = value.into_owned(),
+                "reason" => form.reason = value.trim().to_string(),
+                "ids" => {
+                    let id = value.trim().parse::<u64>().map_err(|_| {
+                        PanelError::BadForm(format!(
+                            "`{}` is not a proposal number; nothing was decided",
+                            value.chars().take(40).collect::<String>()
+                        ))
+                    })?;
+                    if !form.ids.contains(&id) {
+                        form.ids.push(id);
+                    }
+                }
+                "status" => form.filter.status = Some(value.into_owned()),
+                "project" => form.filter.project = Some(value.into_owned()),
+                "source" => form.filter.source = Some(value.into_owned()),
+                _ => {}
+            }
+        }
+        if form.ids.is_empty() {
+            return Err(PanelError::BadForm(
+                "select at least one proposal; nothing was decided".into(),
+            ));
+        }
+        if form.ids.len() > MAX_BULK {
+            return Err(PanelError::BadForm(format!(
+                "at most {MAX_BULK} proposals at once; nothing was decided"
+            )));
+        }
+        match form.action.as_str() {
+            "approve" => {}
+            "reject" if form.reason.is_empty() => {
+                return Err(PanelError::BadForm(
+                    "a rejection says why: give a reason; nothing was decided".into(),
+                ));
+            }
+            "reject" => {}
+            other => {
+                return Err(PanelError::BadForm(format!(
+                    "`{}` is not a bulk action (approve or reject); nothing was decided",
+                    other.chars().take(40).collect::<String>()
+                )));
+            }
+        }
+        Ok(form)
+    }
+}
+
+/// `POST /queue/bulk`: approves or rejects every selected proposal, each on its own.
+pub(crate) async fn bulk(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    body: axum::body::Bytes,
+) -> Result<Response, PanelError> {
+    let form = BulkForm::parse(&body)?;
+    let mut outcomes = Vec::with_capacity(form.ids.len());
+    for id in &form.ids {
+        let result: Result<ProposalView, _> = if form.action == "approve" {
+            panel
+                .api
+                .post_empty(&who, &format!("/queue/{id}/approve"))
+                .await
+        } else {
+            panel
+                .api
+                .call(
+                    &who,
+                    axum::http::Method::POST,
+                    &format!("/queue/{id}/reject"),
+                    &RejectBody {
+                        reason: &form.reason,
+                    },
+                )
+                .await
+        };
+        outcomes.push(match result {
+            Ok(view) => Outcome {
+                id: *id,
+                ok: true,
+                code: view.status.clone(),
+                detail: String::new(),
+                applied_revision: view.applied_revision,
+            },
+            // The credential no longer opens the API: every further call would fail alike.
+            Err(p) if p.status == 401 => return Err(PanelError::SessionEnded),
+            Err(p) => Outcome {
+                id: *id,
+                ok: false,
+                code: p.code,
+                detail: p.detail,
+                applied_revision: None,
+            },
+        });
+    }
+    let decided = outcomes.iter().filter(|o| o.ok).count();
+    tracing::info!(
+        admin = %who.admin,
+        action = %form.action,
+        selected = outcomes.len(),
+        decided,
+        "panel bulk decision"
+    );
+    list_page(&panel, &who, form.filter.cleaned(), None, Some(outcomes)).await
 }
 
 /// `GET /queue/{id}`.

@@ -1,5 +1,6 @@
 //! Sessions: the agents' live MCP sessions (client, protocol, when seen, requests), refreshed
-//! every few seconds by htmx polling the list partial, and ended by an admin.
+//! by htmx fetching the list partial again on each `changed` event of the live stream
+//! (`live::sessions`), and ended by an admin.
 
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::HeaderMap;

@@ -130,6 +130,11 @@ pub(crate) async fn serve(
     }
     let has_memory = gateway.has_memory();
     let bound = gateway.bind(addr).await?;
+    // The panel's connect snippets name the MCP address agents really reach.
+    let mcp_url = bound.url();
+    let bound = bound.panel(Some(
+        bridle_gateway::panel::PanelConfig::default().mcp_url(mcp_url),
+    ));
     print_connect_help(dir, &config, &bound.url(), &issued);
     if let Some(admin_url) = bound.admin_url() {
         println!("bridle: admin API on {admin_url}");

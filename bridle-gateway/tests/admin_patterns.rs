@@ -1,0 +1,455 @@
+//! Patterns and example repositories over real HTTP: a pattern and an example added (each a
+//! revision, a history entry and a `user` audit entry), an index triggered with its progress
+//! read from the Server-Sent Events stream as a client reads it, a second trigger refused with
+//! 409 while the first runs (the embedder holds it on a gate, released by the test), and
+//! `last_indexed` written back through the normal change path; a repository that can no longer
+//! be read ends with an `error` event and leaves the previous index and `last_indexed` intact;
+//! removal purges the chunks. Every failure path: no or wrong credential, agents' tokens, unknown
+//! projects, patterns and examples, duplicates, bad names, wrong types, malformed JSON, an
+//! oversize body, a gateway without memory.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
+
+mod admin_support;
+
+use std::sync::Arc;
+
+use admin_support::gateway::Gw;
+use admin_support::{Events, json_ok, problem};
+use async_trait::async_trait;
+use bridle_memory::{ConstantEmbedder, EmbeddedStore, Embedder, MemoryService, PatternIndexConfig};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+/// A constant embedder that answers only once the test opens its gate.
+struct GatedEmbedder {
+    inner: ConstantEmbedder,
+    gate: Arc<Semaphore>,
+}
+
+#[async_trait]
+impl Embedder for GatedEmbedder {
+    fn dimension(&self) -> usize {
+        self.inner.dimension()
+    }
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+    async fn embed(&self, texts: &[String]) -> bridle_memory::Result<Vec<Vec<f32>>> {
+        let _open = self.gate.acquire().await.unwrap();
+        self.inner.embed(texts).await
+    }
+}
+
+fn service(gate: Arc<Semaphore>) -> MemoryService {
+    MemoryService::with(
+        Arc::new(EmbeddedStore::open_in_memory().unwrap()),
+        Arc::new(GatedEmbedder {
+            inner: ConstantEmbedder::new(8),
+            gate,
+        }),
+        PatternIndexConfig::default(),
+    )
+}
+
+fn example_repo() -> tempfile::TempDir {
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::write(
+        repo.path().join("retry.rs"),
+        "/// Retries with exponential backoff.\npub fn retry_with_backoff(attempts: u32) -> u32 {\n    attempts * 2\n}\n",
+    )
+    .unwrap();
+    repo
+}
+
+async fn document(gw: &Gw) -> Value {
+    json_ok(
+        gw.get("/projects/demo").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await
+}
+
+async fn hits(gw: &Gw) -> usize {
+    let found = json_ok(
+        gw.get("/memory/patterns?q=retry%20backoff")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    found["items"].as_array().unwrap().len()
+}
+
+const INDEX: &str = "/projects/demo/patterns/retry/examples/retry-example/index";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn examples_are_added_indexed_with_streamed_progress_written_back_and_removed() {
+    let gate = Arc::new(Semaphore::new(0));
+    let gw = Gw::start_with(|b| b.memory(service(Arc::clone(&gate)))).await;
+    let repo = example_repo();
+    let r0 = document(&gw).await["revision"].as_u64().unwrap();
+
+    let added = json_ok(
+        gw.post("/projects/demo/patterns")
+            .json(&json!({"name": "retry", "description": "Retries with backoff."}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CREATED,
+    )
+    .await;
+    assert_eq!(added["revision"], r0 + 1);
+    let added = json_ok(
+        gw.post("/projects/demo/patterns/retry/examples")
+            .json(&json!({"url": repo.path().display().to_string(), "reference_tag": "retry-example"}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CREATED,
+    )
+    .await;
+    assert_eq!(added["revision"], r0 + 2);
+    let listed = json_ok(
+        gw.get("/projects/demo/patterns").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let ex = &listed["custom"][0]["example_repos"][0];
+    assert_eq!(ex["arch_tag"], "retry");
+    assert_eq!(ex["indexing"], false);
+    assert!(ex.get("last_indexed").is_none());
+
+    // Triggered: progress streams; the embedder holds the run on its gate.
+    let resp = gw.post(INDEX).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut events = Events::new(resp);
+    let started = events.until("started").await;
+    assert_eq!(started["reference_tag"], "retry-example");
+    loop {
+        let p = events.until("progress").await;
+        if p["step"] == "chunked" {
+            assert!(p["total"].as_f64().unwrap() >= 1.0, "{p}");
+            break;
+        }
+    }
+    // While it runs: it says so, a second trigger and a removal are refused.
+    let listed = json_ok(
+        gw.get("/projects/demo/patterns").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(listed["custom"][0]["example_repos"][0]["indexing"], true);
+    problem(
+        gw.post(INDEX).send().await.unwrap(),
+        StatusCode::CONFLICT,
+        "index_running",
+    )
+    .await;
+    problem(
+        gw.delete("/projects/demo/patterns/retry/examples/retry-example")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CONFLICT,
+        "index_running",
+    )
+    .await;
+
+    gate.add_permits(1_000);
+    let done = events.until("done").await;
+    assert!(done["report"]["chunks"].as_u64().unwrap() >= 1, "{done}");
+    assert_eq!(done["revision"], r0 + 3);
+    let last_indexed = done["report"]["last_indexed"].as_str().unwrap().to_string();
+    let doc = document(&gw).await;
+    assert_eq!(doc["revision"], r0 + 3);
+    assert_eq!(
+        doc["document"]["patterns"]["custom"][0]["example_repos"][0]["last_indexed"],
+        last_indexed.as_str()
+    );
+    assert!(hits(&gw).await >= 1);
+    let history = json_ok(
+        gw.get("/projects/demo/history?actor=admin:alice@api")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let summaries: Vec<&str> = history["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["summary"].as_str().unwrap())
+        .collect();
+    assert_eq!(summaries.len(), 3, "{history}");
+    assert!(summaries[2].contains("retry-example"), "{summaries:?}");
+
+    // The repository can no longer be read: an error event, the previous index kept.
+    drop(repo);
+    let mut events = Events::new(gw.post(INDEX).send().await.unwrap());
+    let failed = events.until("error").await;
+    assert!(!failed["code"].as_str().unwrap().is_empty(), "{failed}");
+    let doc = document(&gw).await;
+    assert_eq!(doc["revision"], r0 + 3, "nothing written back");
+    assert_eq!(
+        doc["document"]["patterns"]["custom"][0]["example_repos"][0]["last_indexed"],
+        last_indexed.as_str()
+    );
+    assert!(hits(&gw).await >= 1, "the previous index is intact");
+
+    // The audit log: each change as alice through the API; the failed run with its code.
+    let audit = json_ok(
+        gw.get("/audit?kind=pattern_change&source=user")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let items = audit["items"].as_array().unwrap();
+    assert_eq!(items.len(), 4, "{audit}");
+    for e in items {
+        assert_eq!(e["source"]["admin"], "alice");
+        assert_eq!(e["project"], "demo");
+    }
+    assert_eq!(items[2]["outcome"]["status"], "ok", "{}", items[2]);
+    assert_eq!(items[3]["outcome"]["status"], "error", "{}", items[3]);
+
+    // Removed: the example (its chunks purged), then the pattern.
+    let removed = json_ok(
+        gw.delete("/projects/demo/patterns/retry/examples/retry-example")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert!(removed["chunks_removed"].as_u64().unwrap() >= 1);
+    assert_eq!(hits(&gw).await, 0);
+    json_ok(
+        gw.delete("/projects/demo/patterns/retry")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let listed = json_ok(
+        gw.get("/projects/demo/patterns").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(listed["custom"], json!([]));
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_patterns_resource_refuses_what_it_must_and_changes_nothing() {
+    let gate = Arc::new(Semaphore::new(1_000));
+    let gw = Gw::start_with(|b| b.memory(service(gate))).await;
+    let repo = example_repo();
+    json_ok(
+        gw.post("/projects/demo/patterns")
+            .json(&json!({"name": "retry"}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CREATED,
+    )
+    .await;
+    json_ok(
+        gw.post("/projects/demo/patterns/retry/examples")
+            .json(&json!({"url": repo.path().display().to_string(), "reference_tag": "retry-example"}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CREATED,
+    )
+    .await;
+    let revision = document(&gw).await["revision"].clone();
+
+    // No credential, a wrong one, every agent's token.
+    let mut tokens = vec![None, Some("wrong".to_string())];
+    tokens.extend(gw.all_agent_tokens().into_iter().map(|(_, t)| Some(t)));
+    for t in tokens {
+        for req in [
+            gw.http.get(gw.url("/projects/demo/patterns")),
+            gw.http
+                .post(gw.url("/projects/demo/patterns"))
+                .json(&json!({"name": "x"})),
+            gw.http.post(gw.url(INDEX)),
+            gw.http.delete(gw.url("/projects/demo/patterns/retry")),
+        ] {
+            let req = match &t {
+                Some(t) => req.bearer_auth(t),
+                None => req,
+            };
+            problem(
+                req.send().await.unwrap(),
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+            )
+            .await;
+        }
+    }
+
+    // Unknown projects, patterns, examples.
+    for (req, code) in [
+        (gw.get("/projects/nope/patterns"), "unknown_project"),
+        (
+            gw.post("/projects/nope/patterns")
+                .json(&json!({"name": "x"})),
+            "unknown_project",
+        ),
+        (
+            gw.post("/projects/demo/patterns/nope/examples")
+                .json(&json!({"url": "/tmp", "reference_tag": "t"})),
+            "unknown_pattern",
+        ),
+        (gw.delete("/projects/demo/patterns/nope"), "unknown_pattern"),
+        (
+            gw.delete("/projects/demo/patterns/retry/examples/nope"),
+            "unknown_example",
+        ),
+        (
+            gw.post("/projects/demo/patterns/retry/examples/nope/index"),
+            "unknown_example",
+        ),
+        (
+            gw.post("/projects/demo/patterns/nope/examples/retry-example/index"),
+            "unknown_pattern",
+        ),
+    ] {
+        problem(req.send().await.unwrap(), StatusCode::NOT_FOUND, code).await;
+    }
+
+    // Duplicates.
+    problem(
+        gw.post("/projects/demo/patterns")
+            .json(&json!({"name": "retry"}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CONFLICT,
+        "pattern_exists",
+    )
+    .await;
+    problem(
+        gw.post("/projects/demo/patterns/retry/examples")
+            .json(&json!({"url": "/elsewhere", "reference_tag": "retry-example"}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CONFLICT,
+        "example_exists",
+    )
+    .await;
+
+    // Bad names, wrong types, unknown fields, an empty URL.
+    for (p, bad, code) in [
+        (
+            "/projects/demo/patterns",
+            json!({"name": "Bad Name"}),
+            "invalid_name",
+        ),
+        (
+            "/projects/demo/patterns/retry/examples",
+            json!({"url": "/tmp", "reference_tag": "../x"}),
+            "invalid_name",
+        ),
+        (
+            "/projects/demo/patterns",
+            json!({"name": 7}),
+            "invalid_request",
+        ),
+        (
+            "/projects/demo/patterns",
+            json!({"title": "x"}),
+            "invalid_request",
+        ),
+        (
+            "/projects/demo/patterns/retry/examples",
+            json!({"url": "  ", "reference_tag": "t"}),
+            "invalid_request",
+        ),
+        (
+            "/projects/demo/patterns/retry/examples",
+            json!({"url": ["/tmp"], "reference_tag": "t"}),
+            "invalid_request",
+        ),
+    ] {
+        problem(
+            gw.post(p).json(&bad).send().await.unwrap(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            code,
+        )
+        .await;
+    }
+    // Malformed JSON, not JSON, an oversize body.
+    problem(
+        gw.post("/projects/demo/patterns")
+            .header("content-type", "application/json")
+            .body("{\"name\": ")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::BAD_REQUEST,
+        "malformed_json",
+    )
+    .await;
+    problem(
+        gw.post("/projects/demo/patterns")
+            .header("content-type", "text/plain")
+            .body("retry")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    )
+    .await;
+    problem(
+        gw.post("/projects/demo/patterns")
+            .header("content-type", "application/json")
+            .body(format!(
+                "{{\"name\": \"x\", \"description\": \"{}\"}}",
+                "x".repeat(2 << 20)
+            ))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+    )
+    .await;
+    assert_eq!(document(&gw).await["revision"], revision, "nothing changed");
+    gw.stop().await;
+
+    // A gateway without memory: listing and editing work, indexing is 503.
+    let gw = Gw::start().await;
+    json_ok(
+        gw.post("/projects/demo/patterns")
+            .json(&json!({"name": "retry"}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CREATED,
+    )
+    .await;
+    problem(
+        gw.post(INDEX).send().await.unwrap(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "memory_off",
+    )
+    .await;
+    gw.stop().await;
+}
