@@ -28,6 +28,7 @@ pub mod agents;
 pub mod audit_log;
 pub mod auth;
 pub mod credential;
+mod decision;
 pub mod error;
 pub mod feeds;
 pub mod integrations;
