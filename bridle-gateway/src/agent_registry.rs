@@ -19,7 +19,9 @@ use std::sync::{Mutex, RwLock};
 
 use bridle_rules::{AgentCatalog, check_name};
 
-use crate::config::{AgentConfig, ConfigError, GatewayConfig};
+#[cfg(test)]
+use crate::config::GatewayConfig;
+use crate::config::{AgentConfig, RewriteError, rewrite};
 
 /// Why an agent could not be created, changed or removed. Each variant has a stable
 /// [`AgentRegistryError::code`].
@@ -179,39 +181,20 @@ impl AgentRegistry {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut live = self.all();
         let result = edit(&mut live)?;
-        let text = std::fs::read_to_string(&self.file)
-            .map_err(|e| AgentRegistryError::Persist(format!("{}: {e}", self.file.display())))?;
-        let mut on_disk: GatewayConfig = serde_saphyr::from_str(&text).map_err(|e| {
-            AgentRegistryError::Persist(format!(
-                "{} no longer parses ({}); fix it by hand first",
-                self.file.display(),
-                e.without_snippet()
-            ))
-        })?;
         // A type guessed from the name stays unwritten in the file, as the operator left it.
-        if let Err(e) = edit(&mut on_disk.agents) {
-            return Err(match e {
-                AgentRegistryError::Unknown(name) => AgentRegistryError::Persist(format!(
-                    "agent `{name}` is no longer in {}; it was removed by hand",
-                    self.file.display()
-                )),
-                other => other,
-            });
-        }
-        on_disk.check(&self.file).map_err(|e| match e {
-            ConfigError::Invalid { message, .. } => AgentRegistryError::Refused(message),
-            other => AgentRegistryError::Persist(other.to_string()),
-        })?;
-        check_kanboard(&on_disk)?;
-        let yaml = serde_saphyr::to_string(&on_disk)
-            .map_err(|e| AgentRegistryError::Persist(e.to_string()))?;
-        let header: String = text
-            .lines()
-            .take_while(|l| l.starts_with('#'))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        bridle_rules::fsutil::write_atomic(&self.file, format!("{header}{yaml}").as_bytes())
-            .map_err(|e| AgentRegistryError::Persist(e.to_string()))?;
+        rewrite(&self.file, |on_disk| edit(&mut on_disk.agents).map(drop)).map_err(
+            |e| match e {
+                RewriteError::Edit(AgentRegistryError::Unknown(name)) => {
+                    AgentRegistryError::Persist(format!(
+                        "agent `{name}` is no longer in {}; it was removed by hand",
+                        self.file.display()
+                    ))
+                }
+                RewriteError::Edit(other) => other,
+                RewriteError::Check(message) => AgentRegistryError::Refused(message),
+                RewriteError::Io(message) => AgentRegistryError::Persist(message),
+            },
+        )?;
         *self
             .agents
             .write()
@@ -239,24 +222,6 @@ fn check_projects(projects: &[String]) -> Result<(), AgentRegistryError> {
     for p in projects {
         check_name("project", p).map_err(|e| AgentRegistryError::Invalid(e.to_string()))?;
     }
-    Ok(())
-}
-
-#[cfg(feature = "kanboard")]
-fn check_kanboard(config: &GatewayConfig) -> Result<(), AgentRegistryError> {
-    let Some(k) = &config.kanboard else {
-        return Ok(());
-    };
-    match k.agents.keys().find(|a| !config.agents.contains_key(*a)) {
-        Some(a) => Err(AgentRegistryError::Refused(format!(
-            "kanboard.agents names agent `{a}`; remove it there first"
-        ))),
-        None => Ok(()),
-    }
-}
-
-#[cfg(not(feature = "kanboard"))]
-fn check_kanboard(_config: &GatewayConfig) -> Result<(), AgentRegistryError> {
     Ok(())
 }
 

@@ -407,6 +407,62 @@ impl GatewayConfig {
     }
 }
 
+/// Why [`rewrite`] left `bridle.yaml` as it was.
+#[derive(Debug)]
+pub(crate) enum RewriteError<E> {
+    /// The edit refused.
+    Edit(E),
+    /// The file could not be read or parsed, or written.
+    Io(String),
+    /// The edited configuration fails the checks a start makes.
+    Check(String),
+}
+
+/// Serializes every rewrite of a `bridle.yaml` within this process.
+static REWRITES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Rewrites `bridle.yaml` at `file` with `edit` applied: read and parsed fresh, edited, checked as
+/// at start, then written atomically in its complete form with its leading comment block kept.
+/// Nothing is written when any step fails. Rewrites are serialized.
+pub(crate) fn rewrite<E>(
+    file: &Path,
+    edit: impl FnOnce(&mut GatewayConfig) -> Result<(), E>,
+) -> Result<(), RewriteError<E>> {
+    let _one_at_a_time = REWRITES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| RewriteError::Io(format!("{}: {e}", file.display())))?;
+    let mut config: GatewayConfig = serde_saphyr::from_str(&text).map_err(|e| {
+        RewriteError::Io(format!(
+            "{} no longer parses ({}); fix it by hand first",
+            file.display(),
+            e.without_snippet()
+        ))
+    })?;
+    edit(&mut config).map_err(RewriteError::Edit)?;
+    config.check(file).map_err(|e| match e {
+        ConfigError::Invalid { message, .. } => RewriteError::Check(message),
+        other => RewriteError::Io(other.to_string()),
+    })?;
+    #[cfg(feature = "kanboard")]
+    if let Some(k) = &config.kanboard
+        && let Some(a) = k.agents.keys().find(|a| !config.agents.contains_key(*a))
+    {
+        return Err(RewriteError::Check(format!(
+            "kanboard.agents names agent `{a}`; remove it there first"
+        )));
+    }
+    let yaml = serde_saphyr::to_string(&config).map_err(|e| RewriteError::Io(e.to_string()))?;
+    let header: String = text
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    bridle_rules::fsutil::write_atomic(file, format!("{header}{yaml}").as_bytes())
+        .map_err(|e| RewriteError::Io(e.to_string()))
+}
+
 /// Reads one secret: the file's content with surrounding whitespace removed. An empty secret
 /// is an error (it would match an empty credential).
 pub fn read_secret(secrets_dir: &Path, name: &str) -> Result<String, ConfigError> {

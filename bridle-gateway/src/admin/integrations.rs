@@ -1,23 +1,33 @@
-//! Integrations: each upstream MCP server's status, from the gateway's upstream pool.
+//! Integrations: each upstream MCP server's status and the projects it serves, from the
+//! gateway's upstream pool, and turning one off or on while the gateway runs.
 //!
-//! Read-only for now: enabling, disabling and changing project mappings need the configuration
-//! to be writable at run time, which the gateway does not do yet.
+//! Disabling takes its tools out of every agent's list at once (connected clients get
+//! `list_changed`) and closes its connections; enabling connects it again. The change is
+//! written to `bridle.yaml` (`upstreams.<namespace>.enabled`, the file rewritten atomically as
+//! the agent registry does) so a restart keeps it, and recorded as an `upstream_change` audit
+//! entry. Changing an upstream's project mappings at run time is not offered: its routes and
+//! credentials are built at start.
 
 use axum::Router;
 use axum::extract::State;
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::auth::AdminActor;
 use super::error::{ApiError, ProblemDetails};
 use super::page::{ApiPath, ApiQuery, paginate};
-use super::{AdminState, path};
+use super::{AdminState, blocking, path, record};
+use crate::audit::{Change, Kind};
+use crate::config::{RewriteError, rewrite};
 use crate::upstreams::UpstreamReport;
 
 pub(crate) fn routes() -> Router<AdminState> {
     Router::new()
         .route(&path("/integrations"), get(list))
         .route(&path("/integrations/{namespace}"), get(get_one))
+        .route(&path("/integrations/{namespace}/enable"), post(enable))
+        .route(&path("/integrations/{namespace}/disable"), post(disable))
 }
 
 /// One upstream's status.
@@ -131,13 +141,125 @@ pub async fn get_one(
     State(s): State<AdminState>,
     ApiPath(namespace): ApiPath<String>,
 ) -> Result<axum::Json<IntegrationView>, ApiError> {
-    reports(&s)
+    report(&s, &namespace).await.map(axum::Json)
+}
+
+async fn report(s: &AdminState, namespace: &str) -> Result<IntegrationView, ApiError> {
+    reports(s)
         .await
         .into_iter()
         .find(|r| r.namespace == namespace)
-        .map(axum::Json)
         .ok_or_else(|| ApiError::NotFound {
             code: "unknown_integration",
             detail: format!("no upstream has namespace `{namespace}`"),
         })
+}
+
+/// Turns an upstream on: it connects again and its tools return to the agents' lists.
+#[utoipa::path(post, path = "/admin/api/v1/integrations/{namespace}/enable", tag = "integrations",
+    params(("namespace" = String, Path, description = "The upstream's namespace")),
+    responses(
+        (status = 200, body = IntegrationView),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "bridle.yaml cannot be written, or no upstream pool", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn enable(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath(namespace): ApiPath<String>,
+) -> Result<axum::Json<IntegrationView>, ApiError> {
+    switch(s, admin, namespace, true).await
+}
+
+/// Turns an upstream off: its tools leave every agent's list at once and its connections close.
+#[utoipa::path(post, path = "/admin/api/v1/integrations/{namespace}/disable", tag = "integrations",
+    params(("namespace" = String, Path, description = "The upstream's namespace")),
+    responses(
+        (status = 200, body = IntegrationView),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "bridle.yaml cannot be written, or no upstream pool", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn disable(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath(namespace): ApiPath<String>,
+) -> Result<axum::Json<IntegrationView>, ApiError> {
+    switch(s, admin, namespace, false).await
+}
+
+async fn switch(
+    s: AdminState,
+    admin: AdminActor,
+    namespace: String,
+    enabled: bool,
+) -> Result<axum::Json<IntegrationView>, ApiError> {
+    let before = report(&s, &namespace).await?;
+    let Some(pool) = s.integrations.clone() else {
+        return Err(ApiError::Unavailable {
+            code: "integrations_unavailable",
+            detail: "this admin API was started without the gateway's upstream pool".into(),
+        });
+    };
+    let file = s.ctx.agents.file().to_path_buf();
+    let ns = namespace.clone();
+    blocking(move || {
+        rewrite(&file, |config| {
+            match config.upstreams.get_mut(&ns) {
+                Some(section) => section.enabled = enabled,
+                None => return Err(()),
+            }
+            Ok(())
+        })
+        .map_err(|e| {
+            let detail = match e {
+                RewriteError::Edit(()) => format!(
+                    "upstream `{ns}` is no longer in {}; it was removed by hand",
+                    file.display()
+                ),
+                RewriteError::Check(m) | RewriteError::Io(m) => m,
+            };
+            tracing::error!(detail = %detail, "bridle.yaml could not be updated");
+            ApiError::Unavailable {
+                code: "config_write_failed",
+                detail: format!("bridle.yaml could not be updated: {detail}"),
+            }
+        })
+    })
+    .await?;
+    let changed = pool
+        .set_enabled(&namespace, enabled)
+        .await
+        .map_err(|detail| ApiError::Unavailable {
+            code: "integrations_unavailable",
+            detail,
+        })?;
+    let state = if enabled { "enabled" } else { "disabled" };
+    tracing::info!(namespace = %namespace, state, admin = %admin.identity.name, "upstream switched through the admin API");
+    let entry = admin
+        .entry(Kind::UpstreamChange)
+        .subject(namespace.clone())
+        .change(Change {
+            before: Some(
+                if before.enabled {
+                    "enabled"
+                } else {
+                    "disabled"
+                }
+                .into(),
+            ),
+            after: Some(state.into()),
+            digest: None,
+        })
+        .detail(if changed {
+            format!("upstream {state}")
+        } else {
+            format!("upstream was {state} already")
+        });
+    let ctx = s.ctx.clone();
+    blocking(move || record(&ctx, entry, "the change")).await?;
+    report(&s, &namespace).await.map(axum::Json)
 }

@@ -28,6 +28,7 @@ pub mod agents;
 pub mod audit_log;
 pub mod auth;
 pub mod credential;
+mod decision;
 pub mod error;
 pub mod feeds;
 pub mod integrations;
@@ -54,17 +55,31 @@ pub const BASE_PATH: &str = "/admin/api/v1";
 /// The default largest request body (1 MiB): a rules document is a few kilobytes.
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 
-/// What the integrations resource reads: each upstream's status.
+/// What the integrations resource reads (each upstream's status) and changes (whether one is
+/// enabled).
 #[async_trait]
 pub trait IntegrationStatus: Send + Sync + 'static {
     /// One report per configured upstream, sorted by namespace.
     async fn reports(&self) -> Vec<UpstreamReport>;
+
+    /// Turns an upstream on or off at run time; `Ok(false)` when it already was. An
+    /// implementation that cannot says so with `Err`.
+    async fn set_enabled(&self, namespace: &str, enabled: bool) -> Result<bool, String> {
+        let _ = (namespace, enabled);
+        Err("these integrations cannot be enabled or disabled at run time".into())
+    }
 }
 
 #[async_trait]
 impl IntegrationStatus for UpstreamPool {
     async fn reports(&self) -> Vec<UpstreamReport> {
         UpstreamPool::reports(self).await
+    }
+
+    async fn set_enabled(&self, namespace: &str, enabled: bool) -> Result<bool, String> {
+        UpstreamPool::set_enabled(self, namespace, enabled)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 

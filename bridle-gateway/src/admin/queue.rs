@@ -13,10 +13,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::AdminActor;
+use super::decision::decide_and_answer;
 use super::error::{ApiError, ProblemDetails};
 use super::page::{ApiJson, ApiPath, ApiQuery, paginate};
 use super::projects::unified_diff;
-use super::{AdminState, blocking, path, record};
+use super::{AdminState, blocking, path};
 use crate::audit::{Change, Kind};
 
 pub(crate) fn routes() -> Router<AdminState> {
@@ -260,23 +261,24 @@ pub async fn approve(
     admin: AdminActor,
     ApiPath(id): ApiPath<u64>,
 ) -> Result<axum::Json<ProposalView>, ApiError> {
-    let ctx = s.ctx.clone();
-    blocking(move || {
-        let p = ctx.store.approve(id, &admin.actor())?;
-        tracing::info!(proposal = id, admin = %admin.identity.name, "proposal approved through the admin API");
-        let mut entry = admin
-            .entry(Kind::Approval)
-            .project(&p.project)
-            .subject(format!("proposal #{id}"));
-        if let Some(after) = p.applied_revision {
-            entry = entry.change(Change::revisions(
-                after.saturating_sub(1).to_string(),
-                after.to_string(),
-            ));
-        }
-        record(&ctx, entry, "the approval")?;
-        Ok(axum::Json(p.into()))
-    })
+    decide_and_answer(
+        &s,
+        admin,
+        Kind::Approval,
+        format!("proposal #{id}"),
+        "the approval",
+        move |ctx, actor| Ok(ctx.store.approve(id, actor)?),
+        |p: &Proposal, entry| {
+            let entry = entry.project(&p.project);
+            match p.applied_revision {
+                Some(after) => entry.change(Change::revisions(
+                    after.saturating_sub(1).to_string(),
+                    after.to_string(),
+                )),
+                None => entry,
+            }
+        },
+    )
     .await
 }
 
@@ -302,16 +304,14 @@ pub async fn reject(
     if body.reason.trim().is_empty() {
         return Err(ApiError::invalid("a rejection says why: give a `reason`"));
     }
-    let ctx = s.ctx.clone();
-    blocking(move || {
-        let p = ctx.store.reject(id, &admin.actor(), body.reason.trim())?;
-        tracing::info!(proposal = id, admin = %admin.identity.name, "proposal rejected through the admin API");
-        let entry = admin
-            .entry(Kind::Rejection)
-            .project(&p.project)
-            .subject(format!("proposal #{id}"));
-        record(&ctx, entry, "the rejection")?;
-        Ok(axum::Json(p.into()))
-    })
+    decide_and_answer(
+        &s,
+        admin,
+        Kind::Rejection,
+        format!("proposal #{id}"),
+        "the rejection",
+        move |ctx, actor| Ok(ctx.store.reject(id, actor, body.reason.trim())?),
+        |p: &Proposal, entry| entry.project(&p.project),
+    )
     .await
 }

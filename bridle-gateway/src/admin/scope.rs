@@ -8,9 +8,10 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::AdminActor;
+use super::decision::decide_and_answer;
 use super::error::{ApiError, ProblemDetails};
 use super::page::{ApiPath, ApiQuery, OptionalJson, paginate};
-use super::{AdminState, blocking, path, record};
+use super::{AdminState, blocking, path};
 use crate::audit::Kind;
 
 pub(crate) fn routes() -> Router<AdminState> {
@@ -167,25 +168,25 @@ async fn decide(
     approve: bool,
     note: Option<String>,
 ) -> Result<axum::Json<TicketView>, ApiError> {
-    let ctx = s.ctx.clone();
-    blocking(move || {
-        let note = note.filter(|n| !n.trim().is_empty());
-        let t = ctx
-            .store
-            .decide_scope(id, approve, &admin.actor(), note.as_deref())?;
-        tracing::info!(ticket = id, approve, admin = %admin.identity.name, "scope ticket decided through the admin API");
-        let entry = admin
-            .entry(if approve {
-                Kind::Approval
-            } else {
-                Kind::Rejection
-            })
-            .project(&t.project)
-            .subject(format!("scope ticket #{id}"))
-            .about_agent(&t.agent);
-        record(&ctx, entry, "the decision")?;
-        Ok(axum::Json(t.into()))
-    })
+    let kind = if approve {
+        Kind::Approval
+    } else {
+        Kind::Rejection
+    };
+    decide_and_answer(
+        &s,
+        admin,
+        kind,
+        format!("scope ticket #{id}"),
+        "the decision",
+        move |ctx, actor| {
+            let note = note.filter(|n| !n.trim().is_empty());
+            Ok(ctx
+                .store
+                .decide_scope(id, approve, actor, note.as_deref())?)
+        },
+        |t: &ScopeTicket, entry| entry.project(&t.project).about_agent(&t.agent),
+    )
     .await
 }
 

@@ -97,7 +97,7 @@ impl OpsState {
             };
             upstreams.push(UpstreamSample {
                 namespace: ns.clone(),
-                enabled: route.section.enabled,
+                enabled: self.upstreams.is_enabled(ns).await,
                 connected,
                 connections,
             });

@@ -11,6 +11,9 @@
 //! [`UpstreamPool::start`] checks every entry (a bad one stops the gateway at start, naming it),
 //! then connects in the background: an upstream that does not start, hangs or dies answers
 //! `upstream_unavailable` per call while the rest keep serving, and reconnects with backoff.
+//! [`UpstreamPool::set_enabled`] turns one off or on while the gateway runs: off, its front
+//! tools leave the registry (connected clients are told, `list_changed`) and its connections
+//! close; on, it connects again and its tools return.
 
 pub mod config;
 pub mod credential;
@@ -60,7 +63,23 @@ pub struct UpstreamPool {
     routes: BTreeMap<String, Arc<Route>>,
     offered: Arc<std::sync::Mutex<BTreeMap<String, Vec<String>>>>,
     stop: CancellationToken,
+    /// The enabled upstreams' tasks that keep their front tools in step, by namespace.
+    running: tokio::sync::Mutex<BTreeMap<String, Running>>,
+    gw: Arc<GatewayContext>,
+    public: ToolRegistry,
 }
+
+/// One enabled upstream's task.
+#[derive(Debug)]
+struct Running {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// No upstream has that namespace.
+#[derive(Debug, thiserror::Error)]
+#[error("no upstream `{0}` is configured")]
+pub struct UnknownUpstream(pub String);
 
 impl Drop for UpstreamPool {
     fn drop(&mut self) {
@@ -94,6 +113,7 @@ impl UpstreamPool {
         let stop = CancellationToken::new();
         let offered = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
         let mut routes = BTreeMap::new();
+        let mut running = BTreeMap::new();
         for (ns, section) in &gw.config.upstreams {
             let route = Arc::new(Route::new(
                 ns.clone(),
@@ -109,13 +129,8 @@ impl UpstreamPool {
                     message: e.to_string(),
                 })?;
             if section.enabled {
-                tokio::spawn(keep_in_step(
-                    Arc::clone(&route),
-                    Arc::clone(gw),
-                    public.clone(),
-                    Arc::clone(&offered),
-                    stop.clone(),
-                ));
+                let run = spawn_in_step(&route, gw, public, &offered, &stop);
+                running.insert(ns.clone(), run);
             }
             routes.insert(ns.clone(), route);
         }
@@ -123,7 +138,51 @@ impl UpstreamPool {
             routes,
             offered,
             stop,
+            running: tokio::sync::Mutex::new(running),
+            gw: Arc::clone(gw),
+            public: public.clone(),
         })
+    }
+
+    /// Turns the upstream under `namespace` on or off while the gateway runs; returns whether
+    /// that changed anything. Off, its front tools are gone from the registry and its
+    /// connections closed when this returns; on, it starts connecting (its tools return once it
+    /// lists them). Only the running gateway changes: `bridle.yaml` is the caller's to update.
+    pub async fn set_enabled(
+        &self,
+        namespace: &str,
+        enabled: bool,
+    ) -> Result<bool, UnknownUpstream> {
+        let route = self
+            .routes
+            .get(namespace)
+            .ok_or_else(|| UnknownUpstream(namespace.to_string()))?;
+        let mut running = self.running.lock().await;
+        match (enabled, running.contains_key(namespace)) {
+            (true, false) => {
+                let run = spawn_in_step(route, &self.gw, &self.public, &self.offered, &self.stop);
+                running.insert(namespace.to_string(), run);
+                tracing::info!(namespace, "upstream enabled");
+                Ok(true)
+            }
+            (false, true) => {
+                if let Some(run) = running.remove(namespace) {
+                    run.stop.cancel();
+                    if let Err(e) = run.task.await {
+                        tracing::warn!(namespace, error = %e, "the upstream's task failed");
+                    }
+                }
+                route.close_all().await;
+                tracing::info!(namespace, "upstream disabled");
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Whether the upstream under `namespace` is enabled now.
+    pub async fn is_enabled(&self, namespace: &str) -> bool {
+        self.running.lock().await.contains_key(namespace)
     }
 
     /// The routes, by namespace.
@@ -135,6 +194,7 @@ impl UpstreamPool {
     pub async fn reports(&self) -> Vec<UpstreamReport> {
         let mut out = Vec::new();
         for (ns, route) in &self.routes {
+            let enabled = self.is_enabled(ns).await;
             let (identity, _) = route.listing_identity();
             let status = match route.existing(&identity).await {
                 Some(c) => c.aggregator.status(ns),
@@ -144,7 +204,7 @@ impl UpstreamPool {
                 Some(UpstreamStatus::Connected { .. }) => (true, None),
                 Some(UpstreamStatus::Unavailable { reason }) => (false, Some(reason)),
                 Some(_) => (false, None),
-                None if !route.section.enabled => (false, Some("disabled".into())),
+                None if !enabled => (false, Some("disabled".into())),
                 None => (false, None),
             };
             let tools = self
@@ -159,7 +219,7 @@ impl UpstreamPool {
                 } else {
                     "http"
                 },
-                enabled: route.section.enabled,
+                enabled,
                 connected,
                 last_error,
                 tools,
@@ -193,6 +253,26 @@ impl UpstreamPool {
             route.close_all().await;
         }
     }
+}
+
+/// Starts the task that keeps one upstream's front tools in step, stopped by its own token (a
+/// child of the pool's).
+fn spawn_in_step(
+    route: &Arc<Route>,
+    gw: &Arc<GatewayContext>,
+    public: &ToolRegistry,
+    offered: &Arc<std::sync::Mutex<BTreeMap<String, Vec<String>>>>,
+    pool_stop: &CancellationToken,
+) -> Running {
+    let stop = pool_stop.child_token();
+    let task = tokio::spawn(keep_in_step(
+        Arc::clone(route),
+        Arc::clone(gw),
+        public.clone(),
+        Arc::clone(offered),
+        stop.clone(),
+    ));
+    Running { stop, task }
 }
 
 /// Keeps the front tools of one upstream in step with what its listing connection offers:
@@ -237,5 +317,8 @@ async fn keep_in_step(
     }
     for name in registered.keys() {
         public.remove(name);
+    }
+    if let Ok(mut o) = offered.lock() {
+        o.remove(&route.namespace);
     }
 }
