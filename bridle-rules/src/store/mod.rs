@@ -172,8 +172,11 @@ impl RulesStore {
         let mut tx = self.backend.begin(true)?;
         let known = tx.document_projects()?;
         for project in files.iter().filter(|p| !known.contains(p)) {
+            // Stored as written (an older schema_version stays one, for `upgrade`), once it
+            // loads and validates.
             let loaded = self.load_file(project)?;
-            let text = yaml::to_yaml(&loaded.document)?;
+            let path = self.project_path(project)?;
+            let text = std::fs::read_to_string(&path).map_err(|e| RulesError::io(&path, e))?;
             tx.put_revision(project, loaded.document.revision, &text)?;
             tx.record_change(&NewChange {
                 project,
