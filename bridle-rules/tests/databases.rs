@@ -144,9 +144,9 @@ fn an_edited_migration_step_is_refused() {
 
 #[cfg(feature = "postgres")]
 mod postgres {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
-    use bridle_rules::db::postgres::{PgDatabase, PgSettings};
+    use bridle_rules::db::postgres::{LISTENING, PgDatabase, PgSettings};
     use bridle_rules::{
         AgentCatalog, ChangeRequest, DocumentSource, Origin, POSTGRES_MIGRATIONS, RulesDocument,
         RulesStore, Severity,
@@ -274,30 +274,27 @@ mod postgres {
         let b_dir = tempfile::tempdir().unwrap();
         let a = open(cluster, &name, a_dir.path());
         let b = open(cluster, &name, b_dir.path());
-        let mut heard = b.postgres().unwrap().listen();
+        let mut heard = Some(b.postgres().unwrap().listen());
         let mut doc = RulesDocument::new("Shop");
         doc.permissions.insert("claude".into(), Default::default());
-        // The listener may not be connected yet: keep changing until one is heard.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut n = 0;
-        let payload = loop {
-            assert!(
-                Instant::now() < deadline,
-                "no notification reached replica B"
-            );
-            a.create(&format!("p{n}"), &doc, "alice").unwrap();
-            n += 1;
-            let got = b.postgres().unwrap().run(async move {
-                let r = tokio::time::timeout(Duration::from_millis(500), heard.recv()).await;
-                (r, heard)
-            });
-            let (r, back) = got.unwrap();
-            heard = back;
-            if let Ok(Some(p)) = r {
-                break p;
-            }
+        let mut next = |b: &RulesStore| {
+            let mut rx = heard.take().unwrap();
+            let (r, back) = b
+                .postgres()
+                .unwrap()
+                .run(async move {
+                    let r = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await;
+                    (r, rx)
+                })
+                .unwrap();
+            heard = Some(back);
+            r.expect("a notification within the deadline").unwrap()
         };
-        assert!(payload.starts_with("rules:p"), "{payload}");
+        // The listener says when it is listening; from then on nothing is missed.
+        assert_eq!(next(&b), LISTENING);
+        a.create("p0", &doc, "alice").unwrap();
+        let payload = next(&b);
+        assert!(payload.starts_with("rules:p0:"), "{payload}");
         let id: u64 = payload.rsplit(':').next().unwrap().parse().unwrap();
         let logged = b.changes(None, id - 1).unwrap();
         assert_eq!(logged[0].id, id);

@@ -30,6 +30,9 @@ const MIGRATION_LOCK: i64 = 0x6272_6964_6c65_0001;
 /// The `NOTIFY` channel on which every store announces a change.
 pub const CHANGES_CHANNEL: &str = "bridle_changes";
 
+/// What [`PgDatabase::listen`] sends each time its connection starts listening.
+pub const LISTENING: &str = "listening";
+
 /// How to reach the server: a `postgres://` URL and, separately, the password (read from the
 /// vault or a secret file, never written in the URL of a configuration file). `Debug` shows
 /// neither the password nor one embedded in the URL.
@@ -82,6 +85,11 @@ impl PgSettings {
     pub fn with_password(mut self, password: &str) -> Self {
         self.config.password(password);
         self
+    }
+
+    /// Whether a password is set (also one written in the URL).
+    pub fn has_password(&self) -> bool {
+        self.config.get_password().is_some()
     }
 
     /// Sets the pool's size (8 by default).
@@ -270,24 +278,22 @@ impl PgDatabase {
     }
 
     /// Listens on [`CHANGES_CHANNEL`] on a connection of its own (outside the pool) and sends
-    /// each notification's payload to the returned receiver. The connection is re-made after a
-    /// failure (with a growing pause), and every re-connection sends a `reconnected` payload so
-    /// a receiver rescans whatever it may have missed. The task ends when the receiver is
-    /// dropped.
+    /// each notification's payload to the returned receiver. Each time the connection is
+    /// listening (first, and after a failure, re-made with a growing pause) it sends
+    /// [`LISTENING`], so a receiver rescans whatever it may have missed before. The task ends
+    /// when the receiver is dropped.
     pub fn listen(&self) -> tokio::sync::mpsc::UnboundedReceiver<String> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let config = self.settings.config.clone();
         self.runtime.handle.spawn(async move {
             let mut pause = Duration::from_millis(100);
-            let mut first = true;
             while !tx.is_closed() {
-                match listen_once(&config, &tx, first).await {
+                match listen_once(&config, &tx).await {
                     Ok(()) => return,
                     Err(e) => {
                         tracing::warn!(error = %e, "listening for database changes failed; reconnecting");
                     }
                 }
-                first = false;
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(5));
             }
@@ -300,7 +306,6 @@ impl PgDatabase {
 async fn listen_once(
     config: &tokio_postgres::Config,
     tx: &tokio::sync::mpsc::UnboundedSender<String>,
-    first: bool,
 ) -> Result<(), RulesError> {
     use futures::StreamExt;
     let (client, mut connection) = config.connect(NoTls).await.map_err(|e| pg_error(&e))?;
@@ -332,7 +337,7 @@ async fn listen_once(
         driver.abort();
         return Err(pg_error(&e));
     }
-    if !first && tx.send("reconnected".into()).is_err() {
+    if tx.send(LISTENING.into()).is_err() {
         driver.abort();
         return Ok(());
     }
