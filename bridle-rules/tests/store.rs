@@ -34,6 +34,8 @@ struct Fixture {
 
 impl Fixture {
     fn new(backend: Backend) -> Self {
+        #[cfg(not(feature = "postgres"))]
+        let Backend::Sqlite = backend;
         Self {
             dir: tempfile::tempdir().unwrap(),
             #[cfg(feature = "postgres")]

@@ -6,6 +6,9 @@
 //! revision check, the promotion and the decision of an approval happen as one step even when two
 //! replicas approve the same proposal at once (the second finds it decided). Every change-log
 //! row is announced on [`CHANGES_CHANNEL`] at commit, so the other replicas learn of it at once.
+//!
+//! Columns are read with `Row::get`, whose types hold by construction: the tables are this
+//! module's migrations, and opening refuses a database whose recorded steps differ.
 
 use tokio_postgres::Row;
 
