@@ -48,4 +48,14 @@ if ! [ -x /usr/bin/chromium ] || ! [ -x /usr/bin/chromedriver ]; then
     chromium chromium-driver fonts-dejavu-core >/dev/null
 fi
 /usr/bin/chromedriver --version >/dev/null
+# PostgreSQL server binaries (initdb, pg_ctl) for the tests that start a throwaway cluster
+# (bridle-rules and bridle-gateway with the `postgres` feature), from Debian's packages when
+# missing; the package also creates the unprivileged `postgres` user the server runs as.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then apt_get=(apt-get); else apt_get=(sudo apt-get); fi
+  "${apt_get[@]}" update -qq
+  DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq --no-install-recommends \
+    postgresql >/dev/null
+fi
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null
 echo "tools ready in $tools"

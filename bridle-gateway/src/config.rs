@@ -76,6 +76,16 @@ pub struct GatewayConfig {
     /// What `/readyz` requires (see [`crate::ops`]).
     #[serde(default, skip_serializing_if = "HealthSection::is_default")]
     pub health: HealthSection,
+    /// Where the rules store keeps its state: absent (or `sqlite`) for the embedded SQLite file
+    /// of the data directory, the default; `postgres://user@host:port/dbname` for PostgreSQL (a
+    /// build with the `postgres` feature), which several gateway replicas share. See
+    /// [`crate::db`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+    /// The PostgreSQL password as a secret reference (`docker:NAME`, `file:NAME` or
+    /// `vault:NAME`), never written in the URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database_password: Option<String>,
 }
 
 /// The `health:` section of `bridle.yaml`.
@@ -576,6 +586,8 @@ fn lay_out(data_dir: &Path, token_files: bool) -> Result<InitReport, ConfigError
         allowed_hosts: Vec::new(),
         allowed_origins: Vec::new(),
         health: HealthSection::default(),
+        database: None,
+        database_password: None,
     };
     let yaml = serde_saphyr::to_string(&config).map_err(|e| ConfigError::Invalid {
         file: config_file.clone(),

@@ -10,6 +10,7 @@ use kberg_core::Grants;
 
 use crate::agent_registry::AgentRegistry;
 use crate::config::{AgentConfig, ConfigError, GatewayConfig};
+use crate::db::StateDatabase;
 use crate::error::GatewayError;
 use crate::sessions::SessionRegistry;
 
@@ -40,8 +41,20 @@ impl std::fmt::Debug for GatewayContext {
 }
 
 impl GatewayContext {
-    /// Opens the store and the renderer of a data directory.
-    pub fn open(data_dir: &Path, mut config: GatewayConfig) -> Result<Arc<Self>, GatewayError> {
+    /// Opens the store and the renderer of a data directory, on the embedded SQLite database
+    /// (a configuration naming PostgreSQL is refused here: use [`GatewayContext::open_with`]).
+    pub fn open(data_dir: &Path, config: GatewayConfig) -> Result<Arc<Self>, GatewayError> {
+        Self::open_with(data_dir, config, &StateDatabase::embedded())
+    }
+
+    /// Opens the store and the renderer of a data directory on `database` (see
+    /// [`StateDatabase::open`]).
+    pub fn open_with(
+        data_dir: &Path,
+        mut config: GatewayConfig,
+        database: &StateDatabase,
+    ) -> Result<Arc<Self>, GatewayError> {
+        database.check_matches(data_dir, &config)?;
         let catalog = AgentCatalog::load(&config.templates_path(data_dir))?;
         for (name, agent) in &mut config.agents {
             let invalid = |message: String| ConfigError::Invalid {
@@ -65,7 +78,7 @@ impl GatewayContext {
                 .map_err(|e| invalid(e.to_string()))?;
         }
         let renderer = Renderer::new(catalog.clone())?;
-        let store = RulesStore::open(data_dir, catalog)?;
+        let store = database.open_rules(data_dir, catalog)?;
         let agents = AgentRegistry::new(data_dir.join("bridle.yaml"), config.agents.clone());
         Ok(Arc::new(Self {
             store,

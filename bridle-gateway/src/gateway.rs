@@ -119,7 +119,8 @@ impl GatewayBuilder {
     pub async fn build(self) -> Result<Gateway, GatewayError> {
         let secrets_dir = self.config.secrets_path(&self.data_dir);
         let (vault, key_created) = open_vault(&self.data_dir, &self.config)?;
-        let ctx = GatewayContext::open(&self.data_dir, self.config)?;
+        let database = crate::db::StateDatabase::open(&self.data_dir, &self.config, &vault)?;
+        let ctx = GatewayContext::open_with(&self.data_dir, self.config, &database)?;
         if ctx.config.audit.enabled {
             let log = crate::audit::AuditLog::open(ctx.config.audit.log_config(&self.data_dir))?;
             ctx.set_audit(log);

@@ -43,6 +43,7 @@ pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod context;
+pub mod db;
 pub mod edge;
 pub mod error;
 pub mod feed;

@@ -11,6 +11,8 @@ use kberg_core::{
     ResourceContents, ResourceDescriptor, ResourceError, ResourceRegistry, reader_fn,
 };
 
+use bridle_rules::DocumentSource;
+
 use crate::context::GatewayContext;
 use crate::error::GatewayError;
 
@@ -121,21 +123,36 @@ pub async fn watch(
     // Two signals, because either alone can miss a change: file stamps catch hand edits (which
     // leave no change-log row), the change log catches a rewrite that kept the same size within
     // the filesystem's timestamp granularity.
+    //
+    // With the database as the source of truth (PostgreSQL) the files are only copies: the
+    // projects come from the database, a change logged by any replica is written out to this
+    // data directory's files, and a NOTIFY wakes the watcher at once instead of at the next tick.
     let take = |gw: Arc<GatewayContext>, dir: PathBuf| async move {
         tokio::task::spawn_blocking(move || {
-            let files = snapshot(&dir);
             let change = gw.store.last_change_id().unwrap_or(0);
+            let files = match gw.store.document_source() {
+                DocumentSource::Database => gw
+                    .store
+                    .projects()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|p| (p, (SystemTime::UNIX_EPOCH, 0)))
+                    .collect(),
+                _ => snapshot(&dir),
+            };
             (files, change)
         })
         .await
         .unwrap_or_default()
     };
+    let mut heard = change_notifications(&gw);
     let (mut last, mut last_change) = take(Arc::clone(&gw), projects_dir.clone()).await;
     let mut types = agent_types(&gw);
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {}
+            Some(_) = next_notification(&mut heard) => {}
         }
         // An agent of a new type, created through the admin API, gets its rules resources.
         let live = agent_types(&gw);
@@ -162,6 +179,13 @@ pub async fn watch(
                 .and_then(Result::ok)
                 .unwrap_or_default();
             changed.extend(logged.into_iter().map(|c| c.project));
+            if gw.store.document_source() == DocumentSource::Database {
+                let s = Arc::clone(&gw);
+                if let Ok(Err(e)) = tokio::task::spawn_blocking(move || s.store.export_all()).await
+                {
+                    tracing::warn!(error = %e, "writing out project files failed");
+                }
+            }
         }
         if let Err(e) = register_resources(&resources, &gw) {
             tracing::warn!(error = %e, "registering rules resources failed");
@@ -182,5 +206,25 @@ pub async fn watch(
         }
         last = now;
         last_change = change;
+    }
+}
+
+/// Change notifications from the database (PostgreSQL `LISTEN`), when the store has one.
+type Notifications = Option<tokio::sync::mpsc::UnboundedReceiver<String>>;
+
+fn change_notifications(gw: &GatewayContext) -> Notifications {
+    #[cfg(feature = "postgres")]
+    if let Some(db) = gw.store.postgres() {
+        return Some(db.listen());
+    }
+    let _ = gw;
+    None
+}
+
+/// The next notification; never, without a database that sends them.
+async fn next_notification(heard: &mut Notifications) -> Option<String> {
+    match heard {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }

@@ -168,6 +168,37 @@ pub enum RulesError {
     /// The embedded database failed.
     #[error("database: {0}")]
     Database(#[from] rusqlite::Error),
+    /// The database records a schema step this build does not know: a newer Bridle wrote it.
+    #[error(
+        "the `{store}` tables are at schema version {found}, newer than this build supports ({supported}); upgrade Bridle or use a database of this version"
+    )]
+    DatabaseTooNew {
+        /// The store (`rules`, `vault`, ...).
+        store: &'static str,
+        /// The newest version the database records.
+        found: u32,
+        /// The newest version this build knows.
+        supported: u32,
+    },
+    /// A schema step recorded in the database has different SQL in this build.
+    #[error(
+        "schema step {version} (`{name}`) of the `{store}` tables was applied with different SQL than this build's; the database and this build disagree about the schema"
+    )]
+    MigrationChanged {
+        /// The store.
+        store: &'static str,
+        /// The step's number.
+        version: u32,
+        /// The step's name.
+        name: &'static str,
+    },
+    /// The PostgreSQL server failed or could not be reached (the message never holds the
+    /// password).
+    #[error("database: {0}")]
+    Postgres(String),
+    /// The database setting is not usable (a malformed URL, an unsupported scheme).
+    #[error("database setting: {0}")]
+    DatabaseConfig(String),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {
@@ -207,7 +238,10 @@ impl RulesError {
             RulesError::AlreadyDecided { .. } => "already_decided",
             RulesError::Rejected(_) => "proposal_rejected",
             RulesError::Template { .. } => "template_error",
-            RulesError::Database(_) => "database_error",
+            RulesError::Database(_) | RulesError::Postgres(_) => "database_error",
+            RulesError::DatabaseTooNew { .. } => "database_too_new",
+            RulesError::MigrationChanged { .. } => "migration_changed",
+            RulesError::DatabaseConfig(_) => "database_config",
             RulesError::Io { .. } => "io_error",
             RulesError::Serialize(_) => "serialize_error",
             RulesError::InvalidName { .. } => "invalid_name",

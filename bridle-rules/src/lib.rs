@@ -43,6 +43,7 @@
 //! ```
 
 pub mod agents;
+pub mod db;
 mod error;
 pub mod fsutil;
 pub mod migrate;
@@ -61,9 +62,11 @@ pub use model::{
     RulesPermission, ScopePermission, SecretsPermission, Severity, Source, VendorSuggestion,
 };
 pub use render::{Rendered, Renderer, provenance_text};
+#[cfg(feature = "postgres")]
+pub use store::POSTGRES_MIGRATIONS;
 pub use store::{
-    ChangeRecord, ChangeRequest, Origin, Proposal, ProposalStatus, RulesStore, ScopeTicket,
-    VendorReport,
+    ChangeRecord, ChangeRequest, DocumentSource, Origin, Proposal, ProposalStatus, RulesStore,
+    SQLITE_MIGRATIONS, ScopeTicket, VendorReport,
 };
 pub use validate::validate;
 pub use yaml::{Loaded, load_str, to_yaml};

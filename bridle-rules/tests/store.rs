@@ -1,21 +1,113 @@
 //! The review queue, decisions, conflicts, scope tickets, vendor sourcing and the change log,
-//! on a real data directory with a real SQLite file.
+//! on a real data directory with a real SQLite file and, with the `postgres` feature, on a real
+//! PostgreSQL database of a throwaway cluster (every test body runs on both).
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
+#[cfg(feature = "postgres")]
+#[path = "support/pg_cluster.rs"]
+mod pg_cluster;
+
+use std::path::Path;
+
+#[cfg(feature = "postgres")]
+use bridle_rules::db::postgres::PgDatabase;
 use bridle_rules::{
     AgentCatalog, ChangeRequest, CustomPattern, Origin, ProposalStatus, RulesDocument, RulesError,
     RulesStore, Severity, Source,
 };
 
-fn store() -> (tempfile::TempDir, RulesStore) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = RulesStore::open(dir.path(), AgentCatalog::builtin()).unwrap();
+/// Which database a test runs on.
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    Sqlite,
+    #[cfg(feature = "postgres")]
+    Postgres,
+}
+
+/// A data folder and, for PostgreSQL, the test's own database.
+struct Fixture {
+    dir: tempfile::TempDir,
+    #[cfg(feature = "postgres")]
+    database: Option<String>,
+}
+
+impl Fixture {
+    fn new(backend: Backend) -> Self {
+        #[cfg(not(feature = "postgres"))]
+        let Backend::Sqlite = backend;
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            #[cfg(feature = "postgres")]
+            database: match backend {
+                Backend::Sqlite => None,
+                Backend::Postgres => Some(pg_cluster::PgCluster::shared().create_database()),
+            },
+        }
+    }
+
+    /// The data folder.
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Opens a store on the fixture's database with `data_dir` as its data folder.
+    fn open_at(&self, data_dir: &Path) -> RulesStore {
+        #[cfg(feature = "postgres")]
+        if let Some(name) = &self.database {
+            let db = PgDatabase::connect(&pg_cluster::PgCluster::shared().settings(name)).unwrap();
+            return RulesStore::open_postgres(data_dir, AgentCatalog::builtin(), db).unwrap();
+        }
+        RulesStore::open(data_dir, AgentCatalog::builtin()).unwrap()
+    }
+
+    /// Another handle on the same database: another process on the same data folder
+    /// (SQLite), or another replica with a data folder of its own (PostgreSQL).
+    fn open_another(&self) -> RulesStore {
+        #[cfg(feature = "postgres")]
+        if self.database.is_some() {
+            let replica = tempfile::tempdir().unwrap().keep();
+            return self.open_at(&replica);
+        }
+        self.open_at(self.path())
+    }
+}
+
+fn store(backend: Backend) -> (Fixture, RulesStore) {
+    let fx = Fixture::new(backend);
+    let store = fx.open_at(fx.path());
     let mut doc = RulesDocument::new("Shop");
     doc.permissions.insert("claude".into(), Default::default());
     store.create("shop", &doc, "alice").unwrap();
-    (dir, store)
+    (fx, store)
 }
+
+/// Runs each named test body on SQLite and, with the `postgres` feature, on PostgreSQL.
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[test] fn $name() { super::$name(super::Backend::Sqlite) })*
+        }
+        #[cfg(feature = "postgres")]
+        mod postgres {
+            $(#[test] fn $name() { super::$name(super::Backend::Postgres) })*
+        }
+    };
+}
+
+on_every_backend!(
+    proposals_wait_for_a_person_and_carry_provenance,
+    rejection_records_why_and_changes_nothing,
+    stale_revisions_are_conflicts_and_lose_nothing,
+    bad_proposals_are_refused_with_reasons,
+    patterns_are_proposed_and_promoted,
+    vendor_sourcing_queues_once,
+    scope_tickets_are_decided_by_people,
+    concurrent_approvals_never_lose_an_update,
+    concurrent_approvals_of_one_proposal_have_one_winner,
+    suggestions_in_agent_profiles_are_queued_for_review_once,
+    earlier_revisions_are_kept_and_a_preview_writes_nothing,
+);
 
 fn guardrail(id: &str) -> ChangeRequest {
     ChangeRequest::Guardrail {
@@ -26,9 +118,8 @@ fn guardrail(id: &str) -> ChangeRequest {
     }
 }
 
-#[test]
-fn proposals_wait_for_a_person_and_carry_provenance() {
-    let (dir, store) = store();
+fn proposals_wait_for_a_person_and_carry_provenance(backend: Backend) {
+    let (dir, store) = store(backend);
     let origin = Origin::agent("claude", Some("sess-1".into()));
     let p = store
         .propose("shop", &origin, &guardrail("tests-first"), None)
@@ -75,9 +166,8 @@ fn proposals_wait_for_a_person_and_carry_provenance() {
     assert_eq!(store.last_change_id().unwrap(), log[1].id);
 }
 
-#[test]
-fn rejection_records_why_and_changes_nothing() {
-    let (_dir, store) = store();
+fn rejection_records_why_and_changes_nothing(backend: Backend) {
+    let (_dir, store) = store(backend);
     let p = store
         .propose("shop", &Origin::agent("codex", None), &guardrail("x"), None)
         .unwrap();
@@ -93,9 +183,8 @@ fn rejection_records_why_and_changes_nothing() {
     assert_eq!(store.changes(None, 0).unwrap().len(), 1);
 }
 
-#[test]
-fn stale_revisions_are_conflicts_and_lose_nothing() {
-    let (_dir, store) = store();
+fn stale_revisions_are_conflicts_and_lose_nothing(backend: Backend) {
+    let (_dir, store) = store(backend);
     let base = store.load("shop").unwrap().document;
     // Two people edit revision 1.
     let mut first = base.clone();
@@ -170,9 +259,8 @@ fn stale_revisions_are_conflicts_and_lose_nothing() {
     );
 }
 
-#[test]
-fn bad_proposals_are_refused_with_reasons() {
-    let (_dir, store) = store();
+fn bad_proposals_are_refused_with_reasons(backend: Backend) {
+    let (_dir, store) = store(backend);
     let o = Origin::agent("claude", None);
     assert_eq!(
         store
@@ -239,9 +327,8 @@ fn bad_proposals_are_refused_with_reasons() {
     assert_eq!(store.approve(999, "alice").unwrap_err().code(), "not_found");
 }
 
-#[test]
-fn patterns_are_proposed_and_promoted() {
-    let (_dir, store) = store();
+fn patterns_are_proposed_and_promoted(backend: Backend) {
+    let (_dir, store) = store(backend);
     let o = Origin::agent("claude", None);
     let p = store
         .propose(
@@ -261,9 +348,8 @@ fn patterns_are_proposed_and_promoted() {
     );
 }
 
-#[test]
-fn vendor_sourcing_queues_once() {
-    let (dir, store) = store();
+fn vendor_sourcing_queues_once(backend: Backend) {
+    let (dir, store) = store(backend);
     let guidance = "# Claude Code best practices\n\n- Always run the tests before you commit.\n- Keep CLAUDE.md short and specific.\n\nSome prose without advice.\n";
     let src = dir.path().join("vendor.md");
     std::fs::write(&src, guidance).unwrap();
@@ -308,9 +394,8 @@ fn vendor_sourcing_queues_once() {
     );
 }
 
-#[test]
-fn scope_tickets_are_decided_by_people() {
-    let (_dir, store) = store();
+fn scope_tickets_are_decided_by_people(backend: Backend) {
+    let (_dir, store) = store(backend);
     let t = store
         .request_scope(
             "shop",
@@ -354,7 +439,7 @@ fn scope_tickets_are_decided_by_people() {
 
 #[test]
 fn an_old_document_on_disk_is_upgraded_in_place() {
-    let (dir, store) = store();
+    let (dir, store) = store(Backend::Sqlite);
     let v1 = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/shop-v1.yaml"),
     )
@@ -374,7 +459,7 @@ fn an_old_document_on_disk_is_upgraded_in_place() {
 
 #[test]
 fn a_broken_file_is_reported_and_left_alone() {
-    let (dir, store) = store();
+    let (dir, store) = store(Backend::Sqlite);
     let path = dir.path().join("projects/shop.yaml");
     std::fs::write(&path, "schema_version: 2\nproject: {name: x\n").unwrap();
     let e = store.load("shop").unwrap_err();
@@ -394,9 +479,8 @@ fn a_broken_file_is_reported_and_left_alone() {
     );
 }
 
-#[test]
-fn concurrent_approvals_never_lose_an_update() {
-    let (dir, store) = store();
+fn concurrent_approvals_never_lose_an_update(backend: Backend) {
+    let (dir, store) = store(backend);
     let o = Origin::agent("claude", None);
     let ids: Vec<u64> = (0..8)
         .map(|i| {
@@ -409,9 +493,8 @@ fn concurrent_approvals_never_lose_an_update() {
     let handles: Vec<_> = ids
         .into_iter()
         .map(|id| {
-            let path = dir.path().to_path_buf();
+            let s = dir.open_another();
             std::thread::spawn(move || {
-                let s = RulesStore::open(&path, AgentCatalog::builtin()).unwrap();
                 s.approve(id, "alice").unwrap();
             })
         })
@@ -424,9 +507,8 @@ fn concurrent_approvals_never_lose_an_update() {
     assert_eq!(doc.revision, 9);
 }
 
-#[test]
-fn suggestions_in_agent_profiles_are_queued_for_review_once() {
-    let (_dir, store) = store();
+fn suggestions_in_agent_profiles_are_queued_for_review_once(backend: Backend) {
+    let (_dir, store) = store(backend);
     let mut doc = store.load("shop").unwrap().document;
     let rev = doc.revision;
     doc.agent_profiles.insert(
@@ -466,9 +548,8 @@ fn suggestions_in_agent_profiles_are_queued_for_review_once() {
     );
 }
 
-#[test]
-fn earlier_revisions_are_kept_and_a_preview_writes_nothing() {
-    let (_dir, store) = store();
+fn earlier_revisions_are_kept_and_a_preview_writes_nothing(backend: Backend) {
+    let (_dir, store) = store(backend);
     let p = store
         .propose(
             "shop",
@@ -508,4 +589,34 @@ fn earlier_revisions_are_kept_and_a_preview_writes_nothing() {
         store.approve(p.id, "bob"),
         Err(RulesError::AlreadyDecided { .. })
     ));
+}
+
+/// Several replicas (or processes) approve the same proposal at once: exactly one wins, the
+/// others are told it was decided, and the document gains it once.
+fn concurrent_approvals_of_one_proposal_have_one_winner(backend: Backend) {
+    let (dir, store) = store(backend);
+    let p = store
+        .propose(
+            "shop",
+            &Origin::agent("claude", None),
+            &guardrail("once"),
+            None,
+        )
+        .unwrap();
+    let handles: Vec<_> = (0..4)
+        .map(|i| {
+            let s = dir.open_another();
+            std::thread::spawn(move || s.approve(p.id, &format!("person-{i}")))
+        })
+        .collect();
+    let outcomes: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let won: Vec<_> = outcomes.iter().filter(|o| o.is_ok()).collect();
+    assert_eq!(won.len(), 1, "{outcomes:?}");
+    for lost in outcomes.iter().filter_map(|o| o.as_ref().err()) {
+        assert_eq!(lost.code(), "already_decided", "{lost}");
+    }
+    let doc = store.load("shop").unwrap().document;
+    assert_eq!(doc.revision, 2);
+    assert_eq!(doc.guardrails.iter().filter(|g| g.id == "once").count(), 1);
+    assert_eq!(store.changes(Some("shop"), 0).unwrap().len(), 2);
 }

@@ -8,6 +8,7 @@
 /// | `audit_io` | the export could not be written, or the writer thread could not start |
 /// | `audit_corrupt` | a stored row holds a value no gateway writes (it was edited by hand) |
 /// | `audit_invalid_cursor` | a query cursor that this log did not hand out |
+/// | `audit_schema` | the database's schema is newer than this build, or a step of it was edited |
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AuditError {
@@ -28,6 +29,9 @@ pub enum AuditError {
     /// A query cursor this log did not hand out.
     #[error("invalid audit cursor `{0}`")]
     InvalidCursor(String),
+    /// The database's schema is not one this build knows (newer, or a step edited since).
+    #[error("audit database schema: {0}")]
+    Schema(String),
 }
 
 impl AuditError {
@@ -38,6 +42,7 @@ impl AuditError {
             AuditError::Io(_) => "audit_io",
             AuditError::Corrupt { .. } => "audit_corrupt",
             AuditError::InvalidCursor(_) => "audit_invalid_cursor",
+            AuditError::Schema(_) => "audit_schema",
         }
     }
 }

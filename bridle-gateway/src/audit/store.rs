@@ -10,6 +10,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use bridle_rules::db::{Migration, Migrations, migrate_sqlite};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::Serialize;
 
@@ -17,7 +18,15 @@ use super::entry::{Entry, Kind};
 use super::error::AuditError;
 use super::row::{COLUMNS, GENESIS, Row};
 
-const SCHEMA: &str = "
+/// The log's tables as numbered, checksummed steps (`schema_migrations`, store `audit`). Step 1
+/// is the schema from before versioning, so such a file is adopted as it is; never edit a
+/// released step, add one.
+pub const AUDIT_MIGRATIONS: Migrations = Migrations {
+    store: "audit",
+    steps: &[Migration {
+        version: 1,
+        name: "baseline",
+        sql: "
     CREATE TABLE IF NOT EXISTS gateway_audit (
         id INTEGER PRIMARY KEY,
         at_ms INTEGER NOT NULL,
@@ -57,7 +66,9 @@ const SCHEMA: &str = "
         head_id INTEGER NOT NULL,
         head_hash TEXT NOT NULL
     );
-";
+",
+    }],
+};
 
 /// Where the chain starts (after retention) and ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,11 +81,14 @@ pub(crate) struct ChainEnds {
 
 /// Opens the database at `path` (WAL, a busy timeout) and creates the tables.
 pub(crate) fn open(path: &Path, fsync: bool) -> Result<Connection, AuditError> {
-    let conn = Connection::open(path)?;
+    let mut conn = Connection::open(path)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", if fsync { "FULL" } else { "NORMAL" })?;
     conn.busy_timeout(Duration::from_secs(5))?;
-    conn.execute_batch(SCHEMA)?;
+    migrate_sqlite(&mut conn, &AUDIT_MIGRATIONS).map_err(|e| match e {
+        bridle_rules::RulesError::Database(e) => AuditError::Database(e),
+        other => AuditError::Schema(other.to_string()),
+    })?;
     conn.execute(
         "INSERT OR IGNORE INTO gateway_audit_chain (one, anchor_id, anchor_hash, head_id, head_hash)
          VALUES (1, 0, ?1, 0, ?1)",

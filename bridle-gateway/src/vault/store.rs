@@ -14,6 +14,8 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bridle_rules::RulesError;
+use bridle_rules::db::{Migration, Migrations, migrate_sqlite};
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
@@ -23,7 +25,15 @@ use super::error::VaultError;
 /// The schema version this build writes and reads.
 pub(crate) const SCHEMA_VERSION: i64 = 1;
 
-const SCHEMA: &str = "
+/// The vault's tables as numbered, checksummed steps (`schema_migrations`, store `vault`).
+/// Step 1 is the schema from before versioning, so such a file is adopted as it is; never edit
+/// a released step, add one. (`vault_meta.schema_version` stays 1 for the builds before.)
+pub const VAULT_MIGRATIONS: Migrations = Migrations {
+    store: "vault",
+    steps: &[Migration {
+        version: 1,
+        name: "baseline",
+        sql: "
 CREATE TABLE IF NOT EXISTS vault_meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -75,7 +85,30 @@ CREATE TRIGGER IF NOT EXISTS vault_audit_no_update BEFORE UPDATE ON vault_audit
 BEGIN SELECT RAISE(ABORT, 'vault_audit is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS vault_audit_no_delete BEFORE DELETE ON vault_audit
 BEGIN SELECT RAISE(ABORT, 'vault_audit is append-only'); END;
-";
+",
+    }],
+};
+
+/// A migration failure as the vault's error: a database error stays one; a schema this build
+/// does not know (newer, or a step edited since) is `vault_schema`.
+fn schema_error(e: RulesError) -> VaultError {
+    match e {
+        RulesError::Database(e) => VaultError::Database(e),
+        RulesError::DatabaseTooNew {
+            found, supported, ..
+        } => VaultError::Schema {
+            found: i64::from(found),
+            expected: i64::from(supported),
+        },
+        other => {
+            tracing::warn!(error = %other, "the vault's schema does not match this build");
+            VaultError::Schema {
+                found: -1,
+                expected: i64::from(VAULT_MIGRATIONS.latest()),
+            }
+        }
+    }
+}
 
 /// Opens (creating if needed) the vault database and checks it belongs to `keys`.
 pub(crate) fn open(path: &Path, keys: &VaultKeys) -> Result<Connection, VaultError> {
@@ -90,8 +123,8 @@ pub(crate) fn open(path: &Path, keys: &VaultKeys) -> Result<Connection, VaultErr
     conn.execute_batch(
         "PRAGMA synchronous = FULL; PRAGMA secure_delete = ON; PRAGMA foreign_keys = ON;",
     )?;
+    migrate_sqlite(&mut conn, &VAULT_MIGRATIONS).map_err(schema_error)?;
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    tx.execute_batch(SCHEMA)?;
     let meta = |key: &str| {
         tx.query_row("SELECT value FROM vault_meta WHERE key = ?1", [key], |r| {
             r.get::<_, String>(0)

@@ -21,9 +21,17 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
 use super::extract::{DocumentFormat, extract};
+use crate::db::{Migration, Migrations, migrate_sqlite};
 use crate::{RulesError, RulesStore};
 
-const LEDGER_SCHEMA: &str = "
+/// The ledger's tables (in the store's SQLite file). Step 1 is the schema from before
+/// versioning, so such a file is adopted as it is; never edit a released step, add one.
+pub const LEDGER_MIGRATIONS: Migrations = Migrations {
+    store: "vendor_feed",
+    steps: &[Migration {
+        version: 1,
+        name: "baseline",
+        sql: "
 CREATE TABLE IF NOT EXISTS vendor_feed_sources (
     project TEXT NOT NULL,
     agent TEXT NOT NULL,
@@ -42,7 +50,9 @@ CREATE TABLE IF NOT EXISTS vendor_candidates (
     fetched_at TEXT NOT NULL,
     excerpt TEXT NOT NULL
 );
-";
+",
+    }],
+};
 
 /// The default size limit of a fetched page: 2 MiB.
 pub const DEFAULT_MAX_BYTES: u64 = 2 * 1024 * 1024;
@@ -318,7 +328,7 @@ impl FeedLedger {
         let ledger = Self {
             db_path: store.db_path().to_path_buf(),
         };
-        ledger.connect()?.execute_batch(LEDGER_SCHEMA)?;
+        migrate_sqlite(&mut ledger.connect()?, &LEDGER_MIGRATIONS)?;
         Ok(ledger)
     }
 

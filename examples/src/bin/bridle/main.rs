@@ -190,16 +190,24 @@ pub(crate) fn who(by: Option<String>) -> String {
 
 /// The store and renderer for command-line use: the configuration's templates folder when
 /// there is a configuration, the data directory's `templates/` otherwise.
+/// With `database: postgres://...` the store opens on that database (the password resolved
+/// through the vault), as `bridle serve` does.
 pub(crate) fn open_store(dir: &Path) -> Result<(RulesStore, Renderer), BoxError> {
-    let templates = match load_config(dir) {
-        Ok(c) => c.templates_path(dir),
-        Err(_) => dir.join("templates"),
+    let config = load_config(dir).ok();
+    let templates = match &config {
+        Some(c) => c.templates_path(dir),
+        None => dir.join("templates"),
     };
     let catalog = AgentCatalog::load(&templates)?;
-    Ok((
-        RulesStore::open(dir, catalog.clone())?,
-        Renderer::new(catalog)?,
-    ))
+    let store = match config.as_ref().filter(|c| c.database.is_some()) {
+        Some(c) => {
+            let (vault, _) = bridle_gateway::gateway::open_vault(dir, c)?;
+            bridle_gateway::db::StateDatabase::open(dir, c, &vault)?
+                .open_rules(dir, catalog.clone())?
+        }
+        None => RulesStore::open(dir, catalog.clone())?,
+    };
+    Ok((store, Renderer::new(catalog)?))
 }
 
 /// The configuration of a data directory: `bridle.yaml` with the environment's settings laid

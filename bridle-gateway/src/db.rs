@@ -1,0 +1,164 @@
+//! Where the gateway keeps its shared state: the `database:` line of `bridle.yaml`.
+//!
+//! Absent (or `sqlite`), the rules store uses the SQLite file of the data directory and its YAML
+//! files are the documents: one gateway process (and the command line) per data directory.
+//! `postgres://user@host:port/dbname` moves the review queue, decisions, change log, scope
+//! tickets and revisions into PostgreSQL (a build with the `postgres` feature): the database is
+//! then the source of truth for documents, each replica writes the YAML files of its own data
+//! directory out from it, and changes reach every replica through `LISTEN/NOTIFY`.
+//!
+//! The password never sits in the URL: `database_password` names it as a secret reference
+//! (`docker:`, `file:` or `vault:`), resolved here through the vault, and it appears in no log
+//! line or error.
+
+use std::path::Path;
+
+use bridle_rules::{AgentCatalog, RulesStore};
+
+use crate::config::{ConfigError, GatewayConfig};
+use crate::error::GatewayError;
+use crate::vault::Vault;
+
+/// The database the gateway's stores use.
+#[derive(Debug, Clone, Default)]
+pub struct StateDatabase {
+    #[cfg(feature = "postgres")]
+    postgres: Option<bridle_rules::db::postgres::PgDatabase>,
+}
+
+fn invalid(data_dir: &Path, message: String) -> GatewayError {
+    GatewayError::Config(ConfigError::Invalid {
+        file: data_dir.join("bridle.yaml"),
+        message,
+    })
+}
+
+/// Whether the configuration names PostgreSQL.
+fn wants_postgres(config: &GatewayConfig) -> bool {
+    config
+        .database
+        .as_deref()
+        .is_some_and(|d| d.starts_with("postgres://") || d.starts_with("postgresql://"))
+}
+
+impl StateDatabase {
+    /// The embedded default: SQLite files in the data directory.
+    pub fn embedded() -> Self {
+        Self::default()
+    }
+
+    /// Opens what `config.database` names, resolving `database_password` through `vault`. A
+    /// malformed value, a URL with a password in it, a build without PostgreSQL support or an
+    /// unreachable server stops here, named.
+    pub fn open(
+        data_dir: &Path,
+        config: &GatewayConfig,
+        vault: &Vault,
+    ) -> Result<Self, GatewayError> {
+        match config.database.as_deref() {
+            None | Some("sqlite") => {
+                if config.database_password.is_some() {
+                    return Err(invalid(
+                        data_dir,
+                        "database_password is set but `database` names no PostgreSQL server".into(),
+                    ));
+                }
+                Ok(Self::embedded())
+            }
+            Some(_) if wants_postgres(config) => Self::open_postgres(data_dir, config, vault),
+            Some(_) => Err(invalid(
+                data_dir,
+                "database: use `sqlite` (the default) or a `postgres://user@host:port/dbname` URL"
+                    .into(),
+            )),
+        }
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    fn open_postgres(
+        data_dir: &Path,
+        _config: &GatewayConfig,
+        _vault: &Vault,
+    ) -> Result<Self, GatewayError> {
+        Err(invalid(
+            data_dir,
+            "database: this build has no PostgreSQL support (the `postgres` feature)".into(),
+        ))
+    }
+
+    #[cfg(feature = "postgres")]
+    fn open_postgres(
+        data_dir: &Path,
+        config: &GatewayConfig,
+        vault: &Vault,
+    ) -> Result<Self, GatewayError> {
+        use bridle_rules::db::postgres::{PgDatabase, PgSettings};
+
+        let url = config.database.as_deref().unwrap_or_default();
+        let settings = PgSettings::from_url(url)
+            .map_err(|e| invalid(data_dir, format!("database: {e} [{}]", e.code())))?;
+        if settings.has_password() {
+            return Err(invalid(
+                data_dir,
+                "database: the URL holds a password; name it in `database_password` as a secret reference (docker:NAME, file:NAME, vault:NAME) instead".into(),
+            ));
+        }
+        let settings = match config.database_password.as_deref() {
+            None => settings,
+            Some(reference) => {
+                let reference: crate::vault::SecretRef = reference
+                    .parse()
+                    .map_err(|e| invalid(data_dir, format!("database_password: {e}")))?;
+                let resolved = vault.resolve(&reference)?;
+                let password = resolved.value.expose_str().ok_or_else(|| {
+                    invalid(
+                        data_dir,
+                        format!("database_password: `{reference}` is not UTF-8 text"),
+                    )
+                })?;
+                settings.with_password(password)
+            }
+        };
+        let db = PgDatabase::connect(&settings)?;
+        Ok(Self { postgres: Some(db) })
+    }
+
+    /// The PostgreSQL database, when the configuration names one.
+    #[cfg(feature = "postgres")]
+    pub fn postgres(&self) -> Option<&bridle_rules::db::postgres::PgDatabase> {
+        self.postgres.as_ref()
+    }
+
+    /// Opens the rules store of a data directory on this database.
+    pub fn open_rules(
+        &self,
+        data_dir: &Path,
+        catalog: AgentCatalog,
+    ) -> Result<RulesStore, GatewayError> {
+        #[cfg(feature = "postgres")]
+        if let Some(db) = &self.postgres {
+            return Ok(RulesStore::open_postgres(data_dir, catalog, db.clone())?);
+        }
+        Ok(RulesStore::open(data_dir, catalog)?)
+    }
+
+    /// Checks that this database is what `config` names (a PostgreSQL URL with no connection
+    /// opened would otherwise fall back to SQLite silently).
+    pub fn check_matches(
+        &self,
+        data_dir: &Path,
+        config: &GatewayConfig,
+    ) -> Result<(), GatewayError> {
+        #[cfg(feature = "postgres")]
+        let opened = self.postgres.is_some();
+        #[cfg(not(feature = "postgres"))]
+        let opened = false;
+        if wants_postgres(config) && !opened {
+            return Err(invalid(
+                data_dir,
+                "database: names PostgreSQL, but the store was opened without a connection to it (open it with StateDatabase::open)".into(),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,449 @@
+//! The PostgreSQL side of the stores: settings, a connection pool, a way for the synchronous
+//! store API to use it, versioned migrations, and change notifications.
+//!
+//! The stores' API is synchronous (the gateway calls it from blocking tasks, the command line
+//! from plain `main`), while `tokio-postgres` is async. [`PgDatabase`] therefore owns a small
+//! runtime on a thread of its own: the pool (`deadpool-postgres`) and every connection's I/O task
+//! live there, and a synchronous caller waits for a query's reply on a channel. That works the
+//! same from a blocking task, a plain thread or the command line, and never nests runtimes.
+//!
+//! Writers on several gateway replicas are serialized with a transaction-scoped advisory lock
+//! ([`PgClient::begin`] with `lock`), the PostgreSQL counterpart of SQLite's `BEGIN IMMEDIATE`.
+//! Changes are announced with `NOTIFY` in the writing transaction (delivered at commit) and
+//! received by [`PgDatabase::listen`].
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row};
+
+use super::{MIGRATIONS_TABLE, Migrations};
+use crate::error::RulesError;
+use crate::fsutil::now_rfc3339;
+
+/// The advisory-lock key every schema migration takes (any fixed number; one per purpose).
+const MIGRATION_LOCK: i64 = 0x6272_6964_6c65_0001;
+
+/// The `NOTIFY` channel on which every store announces a change.
+pub const CHANGES_CHANNEL: &str = "bridle_changes";
+
+/// What [`PgDatabase::listen`] sends each time its connection starts listening.
+pub const LISTENING: &str = "listening";
+
+/// How to reach the server: a `postgres://` URL and, separately, the password (read from the
+/// vault or a secret file, never written in the URL of a configuration file). `Debug` shows
+/// neither the password nor one embedded in the URL.
+#[derive(Clone)]
+pub struct PgSettings {
+    config: tokio_postgres::Config,
+    max_connections: usize,
+}
+
+impl std::fmt::Debug for PgSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgSettings")
+            .field("hosts", &self.config.get_hosts())
+            .field("ports", &self.config.get_ports())
+            .field("dbname", &self.config.get_dbname())
+            .field("user", &self.config.get_user())
+            .field(
+                "password",
+                &self.config.get_password().map(|_| "<redacted>"),
+            )
+            .field("max_connections", &self.max_connections)
+            .finish()
+    }
+}
+
+impl PgSettings {
+    /// Reads a `postgres://user@host:port/dbname` URL (or a `key=value` connection string).
+    pub fn from_url(url: &str) -> Result<Self, RulesError> {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(RulesError::DatabaseConfig(
+                "a PostgreSQL database is given as a `postgres://user@host:port/dbname` URL".into(),
+            ));
+        }
+        let config: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
+            // The parser's message names the bad part, never the password's value.
+            RulesError::DatabaseConfig(format!("the database URL does not parse: {e}"))
+        })?;
+        if config.get_dbname().is_none() {
+            return Err(RulesError::DatabaseConfig(
+                "the database URL names no database (`postgres://user@host:port/dbname`)".into(),
+            ));
+        }
+        Ok(Self {
+            config,
+            max_connections: 8,
+        })
+    }
+
+    /// Sets the password (from the vault or a secret file).
+    pub fn with_password(mut self, password: &str) -> Self {
+        self.config.password(password);
+        self
+    }
+
+    /// Whether a password is set (also one written in the URL).
+    pub fn has_password(&self) -> bool {
+        self.config.get_password().is_some()
+    }
+
+    /// Sets the pool's size (8 by default).
+    pub fn with_max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// The database name.
+    pub fn dbname(&self) -> &str {
+        self.config.get_dbname().unwrap_or_default()
+    }
+}
+
+/// The thread that runs the pool's connections. Dropping it lets the thread finish.
+struct DbRuntime {
+    handle: tokio::runtime::Handle,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// A pool of connections to one PostgreSQL database, usable from synchronous code. Cheap to
+/// clone (all clones share the pool).
+#[derive(Clone)]
+pub struct PgDatabase {
+    pool: Pool,
+    settings: Arc<PgSettings>,
+    runtime: Arc<DbRuntime>,
+}
+
+impl std::fmt::Debug for PgDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgDatabase")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn pg_error(e: &tokio_postgres::Error) -> RulesError {
+    match e.as_db_error() {
+        Some(db) => RulesError::Postgres(format!("{} ({})", db.message(), db.code().code())),
+        None => RulesError::Postgres(e.to_string()),
+    }
+}
+
+/// A pool error as the store's error (a backend error keeps PostgreSQL's message and code).
+fn pool_error(e: deadpool_postgres::PoolError) -> RulesError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => pg_error(&e),
+        other => RulesError::Postgres(format!("no database connection: {other}")),
+    }
+}
+
+impl PgDatabase {
+    /// Starts the pool's thread and checks that one connection can be made.
+    pub fn connect(settings: &PgSettings) -> Result<Self, RulesError> {
+        let (handle_tx, handle_rx) = std::sync::mpsc::sync_channel(1);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("bridle-postgres".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = handle_tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                let _ = handle_tx.send(Ok(rt.handle().clone()));
+                // Runs the connections' tasks until the database handle is dropped.
+                rt.block_on(async move {
+                    let _ = stop_rx.await;
+                });
+            })
+            .map_err(|e| RulesError::Postgres(format!("starting the database thread: {e}")))?;
+        let handle = handle_rx
+            .recv()
+            .map_err(|_| RulesError::Postgres("the database thread did not start".into()))?
+            .map_err(|e| RulesError::Postgres(format!("starting the database runtime: {e}")))?;
+        let manager = Manager::from_config(
+            settings.config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(settings.max_connections)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(Duration::from_secs(30)))
+            .create_timeout(Some(Duration::from_secs(10)))
+            .build()
+            .map_err(|e| RulesError::Postgres(format!("building the connection pool: {e}")))?;
+        let db = Self {
+            pool,
+            settings: Arc::new(settings.clone()),
+            runtime: Arc::new(DbRuntime {
+                handle,
+                _stop: stop_tx,
+            }),
+        };
+        db.client()?;
+        tracing::info!(database = settings.dbname(), "connected to PostgreSQL");
+        Ok(db)
+    }
+
+    /// Runs a future on the database's runtime and waits for it.
+    pub fn run<F, T>(&self, f: F) -> Result<T, RulesError>
+    where
+        F: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let task = self.runtime.handle.spawn(f);
+        futures::executor::block_on(task)
+            .map_err(|e| RulesError::Postgres(format!("a database task failed: {e}")))
+    }
+
+    /// The runtime the pool's connections run on (for tasks such as [`PgDatabase::listen`]).
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime.handle
+    }
+
+    /// A pooled connection, returned to the pool when dropped.
+    pub fn client(&self) -> Result<PgClient, RulesError> {
+        let pool = self.pool.clone();
+        let object = self
+            .run(async move { pool.get().await })?
+            .map_err(pool_error)?;
+        Ok(PgClient { object })
+    }
+
+    /// Brings the database up to `set`'s latest version (one transaction; concurrent replicas
+    /// wait for each other on an advisory lock). Returns the versions applied now.
+    pub fn migrate(&self, set: &Migrations) -> Result<Vec<u32>, RulesError> {
+        let client = self.client()?;
+        let tx = client.begin(Some(MIGRATION_LOCK))?;
+        tx.batch(MIGRATIONS_TABLE)?;
+        let applied: Vec<(u32, String)> = tx
+            .query(
+                "SELECT version, checksum FROM schema_migrations WHERE store = $1",
+                &[&set.store],
+            )?
+            .iter()
+            .map(|r| (r.get::<_, i32>(0) as u32, r.get::<_, String>(1)))
+            .collect();
+        let pending = set.pending(&applied)?;
+        let mut done = Vec::new();
+        for step in pending {
+            tx.batch(step.sql)?;
+            tx.execute(
+                "INSERT INTO schema_migrations (store, version, name, checksum, applied_at) VALUES ($1, $2, $3, $4, $5)",
+                &[&set.store, &(step.version as i32), &step.name, &step.checksum(), &now_rfc3339()],
+            )?;
+            tracing::info!(
+                store = set.store,
+                version = step.version,
+                name = step.name,
+                "schema migration applied"
+            );
+            done.push(step.version);
+        }
+        tx.commit()?;
+        Ok(done)
+    }
+
+    /// The versions the database records for a store, ascending.
+    pub fn applied(&self, store: &str) -> Result<Vec<u32>, RulesError> {
+        let client = self.client()?;
+        let exists = client
+            .query_opt("SELECT to_regclass('schema_migrations')::text", &[])?
+            .and_then(|r| r.get::<_, Option<String>>(0))
+            .is_some();
+        if !exists {
+            return Ok(Vec::new());
+        }
+        Ok(client
+            .query(
+                "SELECT version FROM schema_migrations WHERE store = $1 ORDER BY version",
+                &[&store],
+            )?
+            .iter()
+            .map(|r| r.get::<_, i32>(0) as u32)
+            .collect())
+    }
+
+    /// Listens on [`CHANGES_CHANNEL`] on a connection of its own (outside the pool) and sends
+    /// each notification's payload to the returned receiver. Each time the connection is
+    /// listening (first, and after a failure, re-made with a growing pause) it sends
+    /// [`LISTENING`], so a receiver rescans whatever it may have missed before. The task ends
+    /// when the receiver is dropped.
+    pub fn listen(&self) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let config = self.settings.config.clone();
+        self.runtime.handle.spawn(async move {
+            let mut pause = Duration::from_millis(100);
+            while !tx.is_closed() {
+                match listen_once(&config, &tx).await {
+                    Ok(()) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "listening for database changes failed; reconnecting");
+                    }
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+        });
+        rx
+    }
+}
+
+/// One LISTEN connection, until it fails (`Err`) or the receiver is gone (`Ok`).
+async fn listen_once(
+    config: &tokio_postgres::Config,
+    tx: &tokio::sync::mpsc::UnboundedSender<String>,
+) -> Result<(), RulesError> {
+    use futures::StreamExt;
+    let (client, mut connection) = config.connect(NoTls).await.map_err(|e| pg_error(&e))?;
+    let (msg_tx, mut msg_rx) = tokio::sync::mpsc::unbounded_channel();
+    let driver = tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(m) = messages.next().await {
+            match m {
+                Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                    if msg_tx.send(Ok(n.payload().to_string())).is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let _ = msg_tx.send(Err(pg_error(&e)));
+                    return;
+                }
+            }
+        }
+        let _ = msg_tx.send(Err(RulesError::Postgres(
+            "the listening connection closed".into(),
+        )));
+    });
+    let listening = client
+        .batch_execute(&format!("LISTEN {CHANGES_CHANNEL}"))
+        .await;
+    if let Err(e) = listening {
+        driver.abort();
+        return Err(pg_error(&e));
+    }
+    if tx.send(LISTENING.into()).is_err() {
+        driver.abort();
+        return Ok(());
+    }
+    let outcome = loop {
+        tokio::select! {
+            () = tx.closed() => break Ok(()),
+            m = msg_rx.recv() => match m {
+                Some(Ok(payload)) => {
+                    if tx.send(payload).is_err() {
+                        break Ok(());
+                    }
+                }
+                Some(Err(e)) => break Err(e),
+                None => break Err(RulesError::Postgres("the listening connection closed".into())),
+            },
+        }
+    };
+    driver.abort();
+    drop(client);
+    outcome
+}
+
+/// A pooled connection used from synchronous code.
+pub struct PgClient {
+    object: deadpool_postgres::Object,
+}
+
+impl std::fmt::Debug for PgClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgClient").finish_non_exhaustive()
+    }
+}
+
+// The client's futures only talk to the connection task (on the database runtime) over
+// channels, so waiting for them with a plain executor is sound from any thread.
+impl PgClient {
+    /// Runs statements without parameters.
+    pub fn batch(&self, sql: &str) -> Result<(), RulesError> {
+        futures::executor::block_on(self.object.batch_execute(sql)).map_err(|e| pg_error(&e))
+    }
+
+    /// Runs one statement; returns the rows it touched.
+    pub fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, RulesError> {
+        futures::executor::block_on(self.object.execute(sql, params)).map_err(|e| pg_error(&e))
+    }
+
+    /// Runs a query.
+    pub fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, RulesError> {
+        futures::executor::block_on(self.object.query(sql, params)).map_err(|e| pg_error(&e))
+    }
+
+    /// Runs a query that returns at most one row.
+    pub fn query_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, RulesError> {
+        futures::executor::block_on(self.object.query_opt(sql, params)).map_err(|e| pg_error(&e))
+    }
+
+    /// Starts a transaction on this connection. With `lock`, it first takes that
+    /// transaction-scoped advisory lock, so writers holding the same key (on any replica) run
+    /// one after another. Rolled back when dropped without [`PgTransaction::commit`].
+    pub fn begin(self, lock: Option<i64>) -> Result<PgTransaction, RulesError> {
+        self.batch("BEGIN")?;
+        let tx = PgTransaction { client: Some(self) };
+        if let Some(key) = lock {
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&key])?;
+        }
+        Ok(tx)
+    }
+}
+
+/// An open transaction on a pooled connection.
+#[derive(Debug)]
+pub struct PgTransaction {
+    client: Option<PgClient>,
+}
+
+impl std::ops::Deref for PgTransaction {
+    type Target = PgClient;
+    fn deref(&self) -> &PgClient {
+        self.client
+            .as_ref()
+            .expect("a transaction holds its connection until commit or drop")
+    }
+}
+
+impl PgTransaction {
+    /// Commits.
+    pub fn commit(mut self) -> Result<(), RulesError> {
+        match self.client.take() {
+            Some(c) => c.batch("COMMIT"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for PgTransaction {
+    fn drop(&mut self) {
+        if let Some(c) = self.client.take()
+            && let Err(e) = c.batch("ROLLBACK")
+        {
+            // The connection's state is unknown: keep it out of the pool.
+            tracing::warn!(error = %e, "rolling back a transaction failed; dropping the connection");
+            drop(deadpool_postgres::Object::take(c.object));
+        }
+    }
+}

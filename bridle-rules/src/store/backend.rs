@@ -1,0 +1,173 @@
+//! The storage interface of the rules store: the rows it reads and writes, and one transaction
+//! trait that SQLite and PostgreSQL each implement.
+//!
+//! [`RulesStore`](super::RulesStore) holds the workflow (checks, conflicts, promotion,
+//! provenance) once; a backend only stores and fetches rows. A write transaction is serialized
+//! against every other writer of the same database, in any process or replica (SQLite's
+//! `BEGIN IMMEDIATE`, a PostgreSQL advisory lock), so a check made inside it still holds at
+//! commit.
+
+use crate::error::RulesError;
+use crate::model::Source;
+
+use super::request::{ChangeRecord, ChangeRequest, Origin, Proposal, ProposalStatus, ScopeTicket};
+
+/// Where a store's documents live, and so which way round the YAML files and the database are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DocumentSource {
+    /// The YAML files are the documents (people may edit them by hand); the database keeps a
+    /// copy of each revision for diffs. The SQLite backend.
+    Files,
+    /// The database's newest revision is the document; the YAML files are written out from it
+    /// after each change, for people who keep them in git. The PostgreSQL backend.
+    Database,
+}
+
+/// A proposal to insert.
+pub(crate) struct NewProposal<'a> {
+    pub project: &'a str,
+    pub origin: &'a Origin,
+    pub change_json: String,
+    pub summary: String,
+    pub base_revision: Option<u64>,
+    pub fingerprint: Option<&'a str>,
+    pub created_at: String,
+}
+
+/// A proposal as stored.
+pub(crate) struct ProposalRow {
+    pub id: i64,
+    pub project: String,
+    pub source: String,
+    pub proposed_by: String,
+    pub agent_session: Option<String>,
+    pub source_ref: Option<String>,
+    pub base_revision: Option<i64>,
+    pub change: String,
+    pub summary: String,
+    pub status: String,
+    pub created_at: String,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<String>,
+    pub decision_note: Option<String>,
+    pub applied_revision: Option<i64>,
+}
+
+impl ProposalRow {
+    pub(crate) fn into_proposal(self) -> Result<Proposal, RulesError> {
+        let id = self.id as u64;
+        let change: ChangeRequest = serde_json::from_str(&self.change)
+            .map_err(|e| RulesError::Serialize(format!("proposal {id} is unreadable: {e}")))?;
+        Ok(Proposal {
+            id,
+            project: self.project,
+            origin: Origin {
+                source: Source::parse(&self.source).unwrap_or(Source::Agent),
+                proposed_by: self.proposed_by,
+                agent_session: self.agent_session,
+                source_ref: self.source_ref,
+            },
+            base_revision: self.base_revision.map(|v| v as u64),
+            change,
+            summary: self.summary,
+            status: ProposalStatus::parse(&self.status),
+            created_at: self.created_at,
+            decided_by: self.decided_by,
+            decided_at: self.decided_at,
+            decision_note: self.decision_note,
+            applied_revision: self.applied_revision.map(|v| v as u64),
+        })
+    }
+}
+
+/// A decision on a proposal or a scope ticket.
+pub(crate) struct Decision<'a> {
+    pub status: &'static str,
+    pub decided_by: &'a str,
+    pub at: &'a str,
+    pub note: Option<&'a str>,
+    pub applied_revision: Option<u64>,
+}
+
+/// A change-log entry to record.
+pub(crate) struct NewChange<'a> {
+    pub project: &'a str,
+    pub revision: u64,
+    pub source: Source,
+    pub actor: &'a str,
+    pub summary: &'a str,
+    pub proposal_id: Option<u64>,
+    pub at: String,
+}
+
+/// A scope ticket to open.
+pub(crate) struct NewTicket<'a> {
+    pub project: &'a str,
+    pub agent: &'a str,
+    pub agent_session: Option<&'a str>,
+    pub action: &'a str,
+    pub reason: &'a str,
+    pub created_at: String,
+}
+
+/// One transaction (or, for reads, one connection) on a rules database. Dropped without
+/// [`RulesTx::commit`], a write transaction is rolled back.
+pub(crate) trait RulesTx {
+    /// The newest stored revision of a project's document (its YAML text).
+    fn latest_document(&mut self, project: &str) -> Result<Option<String>, RulesError>;
+    /// The projects that have a stored revision, sorted.
+    fn document_projects(&mut self) -> Result<Vec<String>, RulesError>;
+    /// Stores a revision's text (replacing one of the same number).
+    fn put_revision(&mut self, project: &str, revision: u64, text: &str) -> Result<(), RulesError>;
+    /// A stored revision's text.
+    fn revision(&mut self, project: &str, revision: u64) -> Result<Option<String>, RulesError>;
+    /// Inserts a proposal; `None` when its fingerprint was queued before.
+    fn insert_proposal(&mut self, p: &NewProposal<'_>) -> Result<Option<u64>, RulesError>;
+    /// One proposal.
+    fn proposal(&mut self, id: u64) -> Result<Option<ProposalRow>, RulesError>;
+    /// Proposal ids, ascending: pending ones (or all), of one project or of all.
+    fn proposal_ids(
+        &mut self,
+        project: Option<&str>,
+        include_decided: bool,
+    ) -> Result<Vec<u64>, RulesError>;
+    /// Whether a guardrail proposal with this id was queued for the project (in any state).
+    fn guardrail_id_queued(&mut self, project: &str, id: &str) -> Result<bool, RulesError>;
+    /// Records a proposal's decision.
+    fn decide_proposal(&mut self, id: u64, d: &Decision<'_>) -> Result<(), RulesError>;
+    /// Appends to the change log; returns the entry's id.
+    fn record_change(&mut self, c: &NewChange<'_>) -> Result<u64, RulesError>;
+    /// Change-log entries after an id, oldest first.
+    fn changes(
+        &mut self,
+        project: Option<&str>,
+        after: u64,
+    ) -> Result<Vec<ChangeRecord>, RulesError>;
+    /// The newest change-log id (0 when empty).
+    fn last_change_id(&mut self) -> Result<u64, RulesError>;
+    /// Opens a scope ticket; returns its id.
+    fn insert_ticket(&mut self, t: &NewTicket<'_>) -> Result<u64, RulesError>;
+    /// One scope ticket.
+    fn ticket(&mut self, id: u64) -> Result<Option<ScopeTicket>, RulesError>;
+    /// Scope-ticket ids, ascending: pending ones, or all.
+    fn ticket_ids(&mut self, include_decided: bool) -> Result<Vec<u64>, RulesError>;
+    /// Records a scope ticket's decision.
+    fn decide_ticket(&mut self, id: u64, d: &Decision<'_>) -> Result<(), RulesError>;
+    /// Commits (a no-op for a read).
+    fn commit(self: Box<Self>) -> Result<(), RulesError>;
+}
+
+/// A rules database: hands out transactions.
+pub(crate) trait RulesBackend: Send + Sync + std::fmt::Debug {
+    /// A write transaction (serialized against every other writer) or a read.
+    fn begin(&self, write: bool) -> Result<Box<dyn RulesTx + '_>, RulesError>;
+    /// Which way round documents and files are.
+    fn documents(&self) -> DocumentSource;
+}
+
+/// The SQL column list both backends read proposals with, in [`ProposalRow`]'s order.
+pub(crate) const PROPOSAL_COLUMNS: &str = "id, project, source, proposed_by, agent_session, source_ref, base_revision, change, summary, status, created_at, decided_by, decided_at, decision_note, applied_revision";
+
+/// The SQL column list both backends read scope tickets with.
+pub(crate) const TICKET_COLUMNS: &str = "id, project, agent, agent_session, action, reason, status, created_at, decided_by, decided_at, note";

@@ -1,0 +1,862 @@
+//! The rules store: the review queue, decisions, scope tickets, the change log and the stored
+//! revisions of every project's document, over a database backend.
+//!
+//! Two backends hold the same workflow ([`backend`] is their interface):
+//!
+//! - **SQLite** (the embedded default, [`RulesStore::open`]): documents stay plain files
+//!   (`<data>/projects/<project>.yaml`) that people keep in git and edit by hand, and are the
+//!   source of truth; `<data>/bridle.db` holds the workflow and a copy of each revision.
+//! - **PostgreSQL** (feature `postgres`, [`RulesStore::open_postgres`]), for several gateway
+//!   replicas on one database: the database's newest revision is the document, and the YAML
+//!   files are written out from it after each change.
+//!
+//! Every change to a document goes through one path: a write transaction that is serialized
+//! against every other writer (SQLite's `BEGIN IMMEDIATE`, a PostgreSQL advisory lock), a
+//! revision check, the stored revision, the file, and a change-log row naming the source (user,
+//! agent or vendor) and the actor. Agents and vendor feeds never write documents: they add
+//! proposals, and only [`RulesStore::approve`] promotes one, with its provenance.
+
+pub(crate) mod backend;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod request;
+mod sqlite;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::agents::AgentCatalog;
+use crate::error::{RulesError, check_name};
+use crate::fsutil::{now_rfc3339, write_atomic};
+use crate::model::{RulesDocument, Severity, Source};
+use crate::validate;
+use crate::yaml::{self, Loaded};
+
+pub use backend::DocumentSource;
+use backend::{Decision, NewChange, NewProposal, NewTicket, RulesBackend, RulesTx};
+#[cfg(feature = "postgres")]
+pub use postgres::POSTGRES_MIGRATIONS;
+use request::apply;
+pub use request::{
+    ChangeRecord, ChangeRequest, Origin, Proposal, ProposalStatus, ScopeTicket, VendorReport,
+};
+pub use sqlite::SQLITE_MIGRATIONS;
+
+/// The projects folder and the database, with the agent catalog used to validate documents.
+#[derive(Debug, Clone)]
+pub struct RulesStore {
+    projects_dir: PathBuf,
+    db_path: PathBuf,
+    catalog: AgentCatalog,
+    backend: Arc<dyn RulesBackend>,
+    #[cfg(feature = "postgres")]
+    postgres: Option<crate::db::postgres::PgDatabase>,
+}
+
+/// A document file to write once the transaction that stored its revision has committed
+/// (the PostgreSQL backend, where the file is a copy of the database).
+struct Export {
+    path: PathBuf,
+    text: String,
+}
+
+impl RulesStore {
+    /// Opens (creating when missing) a store rooted at `data_dir`: `projects/` and `bridle.db`,
+    /// migrating the database to this build's schema (a database written by a newer Bridle is
+    /// refused with [`RulesError::DatabaseTooNew`]).
+    pub fn open(data_dir: &Path, catalog: AgentCatalog) -> Result<Self, RulesError> {
+        let projects_dir = data_dir.join("projects");
+        std::fs::create_dir_all(&projects_dir).map_err(|e| RulesError::io(&projects_dir, e))?;
+        let db_path = data_dir.join("bridle.db");
+        let backend = sqlite::SqliteRules::open(&db_path)?;
+        Ok(Self {
+            projects_dir,
+            db_path,
+            catalog,
+            backend: Arc::new(backend),
+            #[cfg(feature = "postgres")]
+            postgres: None,
+        })
+    }
+
+    /// Opens a store whose workflow and documents live in PostgreSQL, migrating the database.
+    /// `data_dir/projects/` receives a YAML copy of every document after each change; a YAML
+    /// file there whose project the database does not have yet is imported once (so a data
+    /// folder that ran on SQLite moves over with its documents).
+    #[cfg(feature = "postgres")]
+    pub fn open_postgres(
+        data_dir: &Path,
+        catalog: AgentCatalog,
+        db: crate::db::postgres::PgDatabase,
+    ) -> Result<Self, RulesError> {
+        let projects_dir = data_dir.join("projects");
+        std::fs::create_dir_all(&projects_dir).map_err(|e| RulesError::io(&projects_dir, e))?;
+        let backend = postgres::PostgresRules::open(db.clone())?;
+        let store = Self {
+            projects_dir,
+            db_path: data_dir.join("bridle.db"),
+            catalog,
+            backend: Arc::new(backend),
+            postgres: Some(db),
+        };
+        store.import_files()?;
+        store.export_all()?;
+        Ok(store)
+    }
+
+    /// The PostgreSQL database, when the store uses one (for change notifications).
+    #[cfg(feature = "postgres")]
+    pub fn postgres(&self) -> Option<&crate::db::postgres::PgDatabase> {
+        self.postgres.as_ref()
+    }
+
+    /// Which way round the documents and the YAML files are.
+    pub fn document_source(&self) -> DocumentSource {
+        self.backend.documents()
+    }
+
+    /// The agent catalog.
+    pub fn catalog(&self) -> &AgentCatalog {
+        &self.catalog
+    }
+
+    /// The SQLite file of the data folder (the rules database with the SQLite backend; the
+    /// vendor-feed ledger with either).
+    pub fn db_path(&self) -> &Path {
+        &self.db_path
+    }
+
+    /// The projects folder.
+    pub fn projects_dir(&self) -> &Path {
+        &self.projects_dir
+    }
+
+    /// The file of a project.
+    pub fn project_path(&self, project: &str) -> Result<PathBuf, RulesError> {
+        check_name("project", project)?;
+        Ok(self.projects_dir.join(format!("{project}.yaml")))
+    }
+
+    fn file_projects(&self) -> Result<Vec<String>, RulesError> {
+        let mut out = Vec::new();
+        let rd = std::fs::read_dir(&self.projects_dir)
+            .map_err(|e| RulesError::io(&self.projects_dir, e))?;
+        for entry in rd {
+            let entry = entry.map_err(|e| RulesError::io(&self.projects_dir, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(stem) = name.strip_suffix(".yaml")
+                && check_name("project", stem).is_ok()
+            {
+                out.push(stem.to_string());
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// The projects that have a document, sorted.
+    pub fn projects(&self) -> Result<Vec<String>, RulesError> {
+        match self.document_source() {
+            DocumentSource::Files => self.file_projects(),
+            DocumentSource::Database => self.backend.begin(false)?.document_projects(),
+        }
+    }
+
+    /// Copies the YAML files of projects the database lacks into it (PostgreSQL).
+    #[cfg(feature = "postgres")]
+    fn import_files(&self) -> Result<(), RulesError> {
+        let files = self.file_projects()?;
+        if files.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.backend.begin(true)?;
+        let known = tx.document_projects()?;
+        for project in files.iter().filter(|p| !known.contains(p)) {
+            // Stored as written (an older schema_version stays one, for `upgrade`), once it
+            // loads and validates.
+            let loaded = self.load_file(project)?;
+            let path = self.project_path(project)?;
+            let text = std::fs::read_to_string(&path).map_err(|e| RulesError::io(&path, e))?;
+            tx.put_revision(project, loaded.document.revision, &text)?;
+            tx.record_change(&NewChange {
+                project,
+                revision: loaded.document.revision,
+                source: Source::User,
+                actor: "bridle",
+                summary: "import the project's YAML file",
+                proposal_id: None,
+                at: now_rfc3339(),
+            })?;
+            tracing::info!(project, "project file imported into the database");
+        }
+        tx.commit()
+    }
+
+    /// Writes every project's newest document out as its YAML file (PostgreSQL), so the files
+    /// of this data folder catch up with changes made on other replicas while it was down.
+    pub fn export_all(&self) -> Result<(), RulesError> {
+        if self.document_source() != DocumentSource::Database {
+            return Ok(());
+        }
+        let mut tx = self.backend.begin(false)?;
+        for project in tx.document_projects()? {
+            if let Some(text) = tx.latest_document(&project)? {
+                let path = self.project_path(&project)?;
+                if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                    write_atomic(&path, text.as_bytes())?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn load_file(&self, project: &str) -> Result<Loaded, RulesError> {
+        let path = self.project_path(project)?;
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(RulesError::UnknownProject(project.to_string()));
+            }
+            Err(e) => return Err(RulesError::io(&path, e)),
+        };
+        yaml::load_str(&text, &path, project, &self.catalog)
+    }
+
+    /// Loads a project's document, in `tx` when the database holds documents.
+    fn load_in(&self, tx: &mut dyn RulesTx, project: &str) -> Result<Loaded, RulesError> {
+        match self.document_source() {
+            DocumentSource::Files => self.load_file(project),
+            DocumentSource::Database => {
+                let path = self.project_path(project)?;
+                let text = tx
+                    .latest_document(project)?
+                    .ok_or_else(|| RulesError::UnknownProject(project.to_string()))?;
+                yaml::load_str(&text, &path, project, &self.catalog)
+            }
+        }
+    }
+
+    /// Loads a project's document (migrating an older one in memory; see
+    /// [`RulesStore::upgrade`] to rewrite it).
+    pub fn load(&self, project: &str) -> Result<Loaded, RulesError> {
+        match self.document_source() {
+            DocumentSource::Files => self.load_file(project),
+            DocumentSource::Database => {
+                let mut tx = self.backend.begin(false)?;
+                self.load_in(&mut *tx, project)
+            }
+        }
+    }
+
+    /// Whether a project has a document, in `tx`.
+    fn exists_in(&self, tx: &mut dyn RulesTx, project: &str) -> Result<bool, RulesError> {
+        match self.document_source() {
+            DocumentSource::Files => Ok(self.project_path(project)?.exists()),
+            DocumentSource::Database => Ok(tx.latest_document(project)?.is_some()),
+        }
+    }
+
+    /// Commits, then writes the files that are copies of the database.
+    fn finish(&self, tx: Box<dyn RulesTx + '_>, exports: Vec<Export>) -> Result<(), RulesError> {
+        tx.commit()?;
+        for e in exports {
+            // The database has the change; a file that cannot be written is caught up by the
+            // next change or the next start (`export_all`), so it is logged, not failed.
+            if let Err(err) = write_atomic(&e.path, e.text.as_bytes()) {
+                tracing::warn!(error = %err, "writing out a project file failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates a project's document. Fails if one exists.
+    pub fn create(
+        &self,
+        project: &str,
+        doc: &RulesDocument,
+        actor: &str,
+    ) -> Result<(), RulesError> {
+        let path = self.project_path(project)?;
+        let mut tx = self.backend.begin(true)?;
+        if self.exists_in(&mut *tx, project)? {
+            return Err(RulesError::Rejected(format!(
+                "project `{project}` already exists"
+            )));
+        }
+        let mut doc = doc.clone();
+        doc.revision = 1;
+        let exports = self.write_doc(&mut *tx, project, &path, &doc)?;
+        record_change(
+            &mut *tx,
+            project,
+            1,
+            Source::User,
+            actor,
+            "create project",
+            None,
+        )?;
+        self.finish(tx, exports)
+    }
+
+    /// Saves a person's edit. `base_revision` is the revision the edit started from; if the
+    /// document moved on since, the edit is refused as a conflict and nothing is written.
+    pub fn save_edit(
+        &self,
+        project: &str,
+        edited: &RulesDocument,
+        base_revision: u64,
+        actor: &str,
+        summary: &str,
+    ) -> Result<u64, RulesError> {
+        let path = self.project_path(project)?;
+        let mut tx = self.backend.begin(true)?;
+        let current = self.load_in(&mut *tx, project)?.document;
+        if current.revision != base_revision {
+            return Err(RulesError::Conflict {
+                project: project.to_string(),
+                expected: base_revision,
+                actual: current.revision,
+            });
+        }
+        let mut doc = edited.clone();
+        doc.revision = current.revision + 1;
+        let exports = self.write_doc(&mut *tx, project, &path, &doc)?;
+        record_change(
+            &mut *tx,
+            project,
+            doc.revision,
+            Source::User,
+            actor,
+            summary,
+            None,
+        )?;
+        self.finish(tx, exports)?;
+        Ok(doc.revision)
+    }
+
+    /// Rewrites an older document in the current schema version. Returns the version it was
+    /// migrated from, or `None` when it already was current (then nothing is written).
+    pub fn upgrade(&self, project: &str, actor: &str) -> Result<Option<u32>, RulesError> {
+        let path = self.project_path(project)?;
+        let mut tx = self.backend.begin(true)?;
+        let loaded = self.load_in(&mut *tx, project)?;
+        let Some(from) = loaded.migrated_from else {
+            return Ok(None);
+        };
+        let mut doc = loaded.document;
+        doc.revision += 1;
+        let exports = self.write_doc(&mut *tx, project, &path, &doc)?;
+        record_change(
+            &mut *tx,
+            project,
+            doc.revision,
+            Source::User,
+            actor,
+            &format!("migrate from schema_version {from}"),
+            None,
+        )?;
+        self.finish(tx, exports)?;
+        Ok(Some(from))
+    }
+
+    /// Validates a document and stores its revision in the caller's transaction. With files as
+    /// the source of truth the file is written now (inside the transaction, as before commit);
+    /// with the database, the file to write after commit is returned.
+    fn write_doc(
+        &self,
+        tx: &mut dyn RulesTx,
+        project: &str,
+        path: &Path,
+        doc: &RulesDocument,
+    ) -> Result<Vec<Export>, RulesError> {
+        let problems = validate::validate(doc, &self.catalog, None);
+        if !problems.is_empty() {
+            return Err(RulesError::Invalid {
+                file: path.to_path_buf(),
+                problems,
+            });
+        }
+        let text = yaml::to_yaml(doc)?;
+        tx.put_revision(project, doc.revision, &text)?;
+        match self.document_source() {
+            DocumentSource::Files => {
+                write_atomic(path, text.as_bytes())?;
+                Ok(Vec::new())
+            }
+            DocumentSource::Database => Ok(vec![Export {
+                path: path.to_path_buf(),
+                text,
+            }]),
+        }
+    }
+
+    /// The document of a project as it was at `revision`, for revisions written since the
+    /// store kept copies (older ones are [`RulesError::NotFound`] of kind `revision`).
+    pub fn document_at(&self, project: &str, revision: u64) -> Result<RulesDocument, RulesError> {
+        let path = self.project_path(project)?;
+        let mut tx = self.backend.begin(false)?;
+        let current = self.load_in(&mut *tx, project)?.document;
+        if current.revision == revision {
+            return Ok(current);
+        }
+        let text = tx
+            .revision(project, revision)?
+            .ok_or_else(|| RulesError::NotFound {
+                kind: "revision",
+                id: format!("{project}@{revision}"),
+            })?;
+        Ok(yaml::load_str(&text, &path, project, &self.catalog)?.document)
+    }
+
+    /// The document a pending proposal would produce if it were approved now by `approver`
+    /// (nothing is written). Fails as [`RulesStore::approve`] would.
+    pub fn preview(&self, id: u64, approver: &str) -> Result<RulesDocument, RulesError> {
+        let mut tx = self.backend.begin(false)?;
+        let p = get_proposal(&mut *tx, id)?;
+        if p.status != ProposalStatus::Pending {
+            return Err(RulesError::AlreadyDecided {
+                kind: "proposal",
+                id: id.to_string(),
+                status: p.status.as_str().into(),
+            });
+        }
+        let mut doc = self.load_in(&mut *tx, &p.project)?.document;
+        apply(&mut doc, &p, approver, &now_rfc3339())?;
+        doc.revision += 1;
+        Ok(doc)
+    }
+
+    /// Queues a change for review. The document is not touched.
+    pub fn propose(
+        &self,
+        project: &str,
+        origin: &Origin,
+        change: &ChangeRequest,
+        base_revision: Option<u64>,
+    ) -> Result<Proposal, RulesError> {
+        change.check(&self.catalog)?;
+        let mut tx = self.backend.begin(true)?;
+        let doc = self.load_in(&mut *tx, project)?.document;
+        if let ChangeRequest::Guardrail { id, .. } = change
+            && doc.guardrail(id).is_some()
+        {
+            return Err(RulesError::Rejected(format!(
+                "guardrail `{id}` already exists in project `{project}`; propose a different id"
+            )));
+        }
+        if let Some(base) = base_revision
+            && base != doc.revision
+        {
+            return Err(RulesError::Conflict {
+                project: project.to_string(),
+                expected: base,
+                actual: doc.revision,
+            });
+        }
+        let id = insert_proposal(&mut *tx, project, origin, change, base_revision, None)?
+            .ok_or_else(|| RulesError::Rejected("the proposal was not stored".into()))?;
+        let p = get_proposal(&mut *tx, id)?;
+        tx.commit()?;
+        tracing::info!(project, proposal = id, by = %origin.proposed_by, "proposal queued");
+        Ok(p)
+    }
+
+    /// One proposal.
+    pub fn proposal(&self, id: u64) -> Result<Proposal, RulesError> {
+        get_proposal(&mut *self.backend.begin(false)?, id)
+    }
+
+    /// Proposals, newest last: the pending ones (or all, with `include_decided`), of one
+    /// project or of all.
+    pub fn queue(
+        &self,
+        project: Option<&str>,
+        include_decided: bool,
+    ) -> Result<Vec<Proposal>, RulesError> {
+        let mut tx = self.backend.begin(false)?;
+        let ids = tx.proposal_ids(project, include_decided)?;
+        ids.into_iter()
+            .map(|id| get_proposal(&mut *tx, id))
+            .collect()
+    }
+
+    /// Approves a proposal: promotes the change into the document with its provenance, bumps
+    /// the revision, and records the decision and the change. Returns the decided proposal;
+    /// its `applied_revision` is the document's new revision.
+    pub fn approve(&self, id: u64, approved_by: &str) -> Result<Proposal, RulesError> {
+        if approved_by.trim().is_empty() {
+            return Err(RulesError::Rejected(
+                "an approval names who approves".into(),
+            ));
+        }
+        let mut tx = self.backend.begin(true)?;
+        let p = get_proposal(&mut *tx, id)?;
+        if p.status != ProposalStatus::Pending {
+            return Err(RulesError::AlreadyDecided {
+                kind: "proposal",
+                id: id.to_string(),
+                status: p.status.as_str().into(),
+            });
+        }
+        let path = self.project_path(&p.project)?;
+        let mut doc = self.load_in(&mut *tx, &p.project)?.document;
+        if let Some(base) = p.base_revision
+            && base != doc.revision
+        {
+            return Err(RulesError::Conflict {
+                project: p.project.clone(),
+                expected: base,
+                actual: doc.revision,
+            });
+        }
+        let now = now_rfc3339();
+        apply(&mut doc, &p, approved_by, &now)?;
+        doc.revision += 1;
+        let exports = self.write_doc(&mut *tx, &p.project, &path, &doc)?;
+        tx.decide_proposal(
+            id,
+            &Decision {
+                status: ProposalStatus::Approved.as_str(),
+                decided_by: approved_by,
+                at: &now,
+                note: None,
+                applied_revision: Some(doc.revision),
+            },
+        )?;
+        record_change(
+            &mut *tx,
+            &p.project,
+            doc.revision,
+            p.origin.source,
+            approved_by,
+            &p.summary,
+            Some(id),
+        )?;
+        let decided = get_proposal(&mut *tx, id)?;
+        self.finish(tx, exports)?;
+        tracing::info!(project = %p.project, proposal = id, revision = doc.revision, "proposal approved");
+        Ok(decided)
+    }
+
+    /// Rejects a proposal with a reason. The document is not touched.
+    pub fn reject(&self, id: u64, rejected_by: &str, reason: &str) -> Result<Proposal, RulesError> {
+        if reason.trim().is_empty() {
+            return Err(RulesError::Rejected("a rejection says why".into()));
+        }
+        let mut tx = self.backend.begin(true)?;
+        let p = get_proposal(&mut *tx, id)?;
+        if p.status != ProposalStatus::Pending {
+            return Err(RulesError::AlreadyDecided {
+                kind: "proposal",
+                id: id.to_string(),
+                status: p.status.as_str().into(),
+            });
+        }
+        tx.decide_proposal(
+            id,
+            &Decision {
+                status: ProposalStatus::Rejected.as_str(),
+                decided_by: rejected_by,
+                at: &now_rfc3339(),
+                note: Some(reason),
+                applied_revision: None,
+            },
+        )?;
+        let decided = get_proposal(&mut *tx, id)?;
+        tx.commit()?;
+        Ok(decided)
+    }
+
+    /// The change log, oldest first, of one project or of all, after change id `after`.
+    pub fn changes(
+        &self,
+        project: Option<&str>,
+        after: u64,
+    ) -> Result<Vec<ChangeRecord>, RulesError> {
+        self.backend.begin(false)?.changes(project, after)
+    }
+
+    /// The id of the newest change (0 when there is none). Cheap; a server polls it to learn
+    /// that another process changed a document.
+    pub fn last_change_id(&self) -> Result<u64, RulesError> {
+        self.backend.begin(false)?.last_change_id()
+    }
+
+    /// Opens a scope-expansion ticket for a person to decide.
+    pub fn request_scope(
+        &self,
+        project: &str,
+        agent: &str,
+        agent_session: Option<&str>,
+        action: &str,
+        reason: &str,
+    ) -> Result<ScopeTicket, RulesError> {
+        self.load(project)?;
+        if action.trim().is_empty() {
+            return Err(RulesError::Rejected(
+                "a scope request says what the agent wants to do".into(),
+            ));
+        }
+        let mut tx = self.backend.begin(true)?;
+        let id = tx.insert_ticket(&NewTicket {
+            project,
+            agent,
+            agent_session,
+            action,
+            reason,
+            created_at: now_rfc3339(),
+        })?;
+        let t = get_ticket(&mut *tx, id)?;
+        tx.commit()?;
+        tracing::info!(project, agent, ticket = id, "scope approval requested");
+        Ok(t)
+    }
+
+    /// One scope ticket.
+    pub fn scope_ticket(&self, id: u64) -> Result<ScopeTicket, RulesError> {
+        get_ticket(&mut *self.backend.begin(false)?, id)
+    }
+
+    /// Scope tickets: pending ones, or all.
+    pub fn scope_tickets(&self, include_decided: bool) -> Result<Vec<ScopeTicket>, RulesError> {
+        let mut tx = self.backend.begin(false)?;
+        let ids = tx.ticket_ids(include_decided)?;
+        ids.into_iter().map(|id| get_ticket(&mut *tx, id)).collect()
+    }
+
+    /// A person decides a scope ticket.
+    pub fn decide_scope(
+        &self,
+        id: u64,
+        approve: bool,
+        decided_by: &str,
+        note: Option<&str>,
+    ) -> Result<ScopeTicket, RulesError> {
+        let mut tx = self.backend.begin(true)?;
+        let t = get_ticket(&mut *tx, id)?;
+        if t.status != "pending" {
+            return Err(RulesError::AlreadyDecided {
+                kind: "scope ticket",
+                id: id.to_string(),
+                status: t.status,
+            });
+        }
+        tx.decide_ticket(
+            id,
+            &Decision {
+                status: if approve { "approved" } else { "denied" },
+                decided_by,
+                at: &now_rfc3339(),
+                note,
+                applied_revision: None,
+            },
+        )?;
+        let t = get_ticket(&mut *tx, id)?;
+        tx.commit()?;
+        Ok(t)
+    }
+
+    /// Queues the vendor suggestions written in the document's `agent_profiles` for review, so
+    /// a person can promote them. Idempotent, like [`RulesStore::queue_vendor_guidance`].
+    pub fn queue_profile_suggestions(&self, project: &str) -> Result<VendorReport, RulesError> {
+        let doc = self.load(project)?.document;
+        let mut tx = self.backend.begin(true)?;
+        let mut report = VendorReport::default();
+        for (agent, profile) in &doc.agent_profiles {
+            for s in &profile.vendor_guardrail_suggestions {
+                let source_ref = s
+                    .source_ref
+                    .clone()
+                    .unwrap_or_else(|| format!("agent_profiles.{agent}"));
+                let origin = Origin::vendor(agent.as_str(), source_ref);
+                let queued = self.queue_candidate(
+                    &mut *tx,
+                    &doc,
+                    project,
+                    agent,
+                    &origin,
+                    &s.statement,
+                    Some(&s.id),
+                )?;
+                match queued {
+                    Some(id) => report.queued.push(id),
+                    None => report.skipped += 1,
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(report)
+    }
+
+    /// Queues one vendor candidate unless it was queued before or is already policy.
+    #[allow(clippy::too_many_arguments)] // Private: one call site per kind of vendor source.
+    fn queue_candidate(
+        &self,
+        tx: &mut dyn RulesTx,
+        doc: &RulesDocument,
+        project: &str,
+        agent: &str,
+        origin: &Origin,
+        statement: &str,
+        preferred_id: Option<&str>,
+    ) -> Result<Option<u64>, RulesError> {
+        let fp = crate::vendor::fingerprint(statement);
+        if doc
+            .guardrails
+            .iter()
+            .any(|g| crate::vendor::fingerprint(&g.statement) == fp)
+        {
+            return Ok(None);
+        }
+        let id = match preferred_id {
+            Some(id) if check_name("guardrail id", id).is_ok() && doc.guardrail(id).is_none() => {
+                id.to_string()
+            }
+            _ => unique_guardrail_id(tx, doc, project, agent, statement)?,
+        };
+        let change = ChangeRequest::Guardrail {
+            id,
+            statement: statement.to_string(),
+            severity: Severity::Guidance,
+            applies_to: vec![agent.to_string()],
+        };
+        insert_proposal(
+            tx,
+            project,
+            origin,
+            &change,
+            None,
+            Some(&format!("vendor:{agent}:{fp}")),
+        )
+    }
+
+    /// Queues one vendor-seeded guardrail statement for an agent profile, from the document
+    /// `source_ref` (a URL or file). Returns the new proposal's id, or `None` when the statement
+    /// was queued before (in any state) or is already policy.
+    pub fn queue_vendor_statement(
+        &self,
+        project: &str,
+        agent: &str,
+        source_ref: &str,
+        statement: &str,
+    ) -> Result<Option<u64>, RulesError> {
+        self.catalog.get(agent)?;
+        let doc = self.load(project)?.document;
+        let origin = Origin::vendor(agent, source_ref);
+        let mut tx = self.backend.begin(true)?;
+        let queued =
+            self.queue_candidate(&mut *tx, &doc, project, agent, &origin, statement, None)?;
+        tx.commit()?;
+        Ok(queued)
+    }
+
+    /// Queues the guardrail candidates found in a vendor's guidance text for an agent profile.
+    /// Idempotent: a candidate queued before (in any state) or already in policy is skipped.
+    pub fn queue_vendor_guidance(
+        &self,
+        project: &str,
+        agent: &str,
+        source_ref: &str,
+        text: &str,
+    ) -> Result<VendorReport, RulesError> {
+        self.catalog.get(agent)?;
+        let doc = self.load(project)?.document;
+        let origin = Origin::vendor(agent, source_ref);
+        let mut tx = self.backend.begin(true)?;
+        let mut report = VendorReport::default();
+        for statement in crate::vendor::extract_candidates(text) {
+            match self.queue_candidate(&mut *tx, &doc, project, agent, &origin, &statement, None)? {
+                Some(id) => report.queued.push(id),
+                None => report.skipped += 1,
+            }
+        }
+        tx.commit()?;
+        tracing::info!(
+            project,
+            agent,
+            source_ref,
+            queued = report.queued.len(),
+            skipped = report.skipped,
+            "vendor guidance sourced"
+        );
+        Ok(report)
+    }
+}
+
+fn unique_guardrail_id(
+    tx: &mut dyn RulesTx,
+    doc: &RulesDocument,
+    project: &str,
+    agent: &str,
+    statement: &str,
+) -> Result<String, RulesError> {
+    let base = format!("{agent}-{}", crate::migrate::slug(statement, 6));
+    let base: String = base.chars().take(56).collect();
+    let base = base.trim_end_matches('-').to_string();
+    let mut id = base.clone();
+    let mut n = 2;
+    loop {
+        if !tx.guardrail_id_queued(project, &id)? && doc.guardrail(&id).is_none() {
+            return Ok(id);
+        }
+        id = format!("{base}-{n}");
+        n += 1;
+    }
+}
+
+fn insert_proposal(
+    tx: &mut dyn RulesTx,
+    project: &str,
+    origin: &Origin,
+    change: &ChangeRequest,
+    base_revision: Option<u64>,
+    fingerprint: Option<&str>,
+) -> Result<Option<u64>, RulesError> {
+    let change_json =
+        serde_json::to_string(change).map_err(|e| RulesError::Serialize(e.to_string()))?;
+    tx.insert_proposal(&NewProposal {
+        project,
+        origin,
+        change_json,
+        summary: change.summary(),
+        base_revision,
+        fingerprint,
+        created_at: now_rfc3339(),
+    })
+}
+
+fn get_proposal(tx: &mut dyn RulesTx, id: u64) -> Result<Proposal, RulesError> {
+    tx.proposal(id)?
+        .ok_or_else(|| RulesError::NotFound {
+            kind: "proposal",
+            id: id.to_string(),
+        })?
+        .into_proposal()
+}
+
+fn get_ticket(tx: &mut dyn RulesTx, id: u64) -> Result<ScopeTicket, RulesError> {
+    tx.ticket(id)?.ok_or_else(|| RulesError::NotFound {
+        kind: "scope ticket",
+        id: id.to_string(),
+    })
+}
+
+fn record_change(
+    tx: &mut dyn RulesTx,
+    project: &str,
+    revision: u64,
+    source: Source,
+    actor: &str,
+    summary: &str,
+    proposal_id: Option<u64>,
+) -> Result<u64, RulesError> {
+    tx.record_change(&NewChange {
+        project,
+        revision,
+        source,
+        actor,
+        summary,
+        proposal_id,
+        at: now_rfc3339(),
+    })
+}

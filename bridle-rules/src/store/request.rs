@@ -1,0 +1,370 @@
+//! What the review queue holds: change requests, who asked, proposals and their fate, change-log
+//! entries and scope tickets, and how an approved change is promoted into a document. Plain data,
+//! shared by every storage backend.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::agents::AgentCatalog;
+use crate::error::{RulesError, check_name};
+use crate::model::{
+    ALL_AGENTS, CustomPattern, Guardrail, Provenance, RulesDocument, Severity, Source,
+};
+
+/// A change someone asks for. Agents send these through MCP tools; vendor sourcing creates
+/// guardrail ones; a person approves or rejects each.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ChangeRequest {
+    /// Add a guardrail.
+    Guardrail {
+        /// Its id (unique in the document).
+        id: String,
+        /// The statement.
+        statement: String,
+        /// How strongly it binds.
+        severity: Severity,
+        /// Agent types it applies to (`all_agents` for every agent).
+        applies_to: Vec<String>,
+    },
+    /// Add a standard pattern name, or a custom pattern.
+    Pattern {
+        /// A well-known pattern name, added to `patterns.standard`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        standard: Option<String>,
+        /// A custom pattern, added to `patterns.custom`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        custom: Option<CustomPattern>,
+    },
+    /// Replace parts of the `project` section. Only the fields given change.
+    UpdateProject {
+        /// New overview.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        overview: Option<String>,
+        /// New stack list.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stack: Option<Vec<String>>,
+        /// New conventions list.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        conventions: Option<Vec<String>>,
+    },
+}
+
+impl ChangeRequest {
+    /// One line describing the change.
+    pub fn summary(&self) -> String {
+        match self {
+            ChangeRequest::Guardrail {
+                id,
+                severity,
+                statement,
+                ..
+            } => format!("add {} guardrail `{id}`: {statement}", severity.as_str()),
+            ChangeRequest::Pattern { standard, custom } => match (standard, custom) {
+                (Some(s), _) => format!("add standard pattern `{s}`"),
+                (None, Some(c)) => format!("add custom pattern `{}`", c.name),
+                (None, None) => "add nothing".to_string(),
+            },
+            ChangeRequest::UpdateProject {
+                overview,
+                stack,
+                conventions,
+            } => {
+                let mut parts = Vec::new();
+                if overview.is_some() {
+                    parts.push("overview");
+                }
+                if stack.is_some() {
+                    parts.push("stack");
+                }
+                if conventions.is_some() {
+                    parts.push("conventions");
+                }
+                format!("update project {}", parts.join(", "))
+            }
+        }
+    }
+
+    /// Checks the request on its own (names, non-empty fields, known agents).
+    pub(crate) fn check(&self, catalog: &AgentCatalog) -> Result<(), RulesError> {
+        match self {
+            ChangeRequest::Guardrail {
+                id,
+                statement,
+                applies_to,
+                ..
+            } => {
+                check_name("guardrail id", id)?;
+                if statement.trim().is_empty() {
+                    return Err(RulesError::Rejected(
+                        "a guardrail needs a non-empty statement".into(),
+                    ));
+                }
+                if applies_to.is_empty() {
+                    return Err(RulesError::Rejected(format!(
+                        "applies_to must name at least one agent or `{ALL_AGENTS}`"
+                    )));
+                }
+                for a in applies_to {
+                    if a != ALL_AGENTS {
+                        catalog.get(a)?;
+                    }
+                }
+            }
+            ChangeRequest::Pattern { standard, custom } => {
+                if standard.is_some() == custom.is_some() {
+                    return Err(RulesError::Rejected(
+                        "a pattern proposal names exactly one of `standard` or `custom`".into(),
+                    ));
+                }
+                if standard.as_deref().is_some_and(|s| s.trim().is_empty())
+                    || custom.as_ref().is_some_and(|c| c.name.trim().is_empty())
+                {
+                    return Err(RulesError::Rejected("a pattern needs a name".into()));
+                }
+            }
+            ChangeRequest::UpdateProject {
+                overview,
+                stack,
+                conventions,
+            } => {
+                if overview.is_none() && stack.is_none() && conventions.is_none() {
+                    return Err(RulesError::Rejected(
+                        "an update names at least one of overview, stack, conventions".into(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Who asks for a change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// Agent or vendor (a person edits directly instead).
+    pub source: Source,
+    /// The agent name, or the vendor feed's name.
+    pub proposed_by: String,
+    /// The agent session, if any.
+    pub agent_session: Option<String>,
+    /// The vendor document (URL or file), if any.
+    pub source_ref: Option<String>,
+}
+
+impl Origin {
+    /// A change proposed by an agent in a session.
+    pub fn agent(name: impl Into<String>, session: Option<String>) -> Self {
+        Self {
+            source: Source::Agent,
+            proposed_by: name.into(),
+            agent_session: session,
+            source_ref: None,
+        }
+    }
+
+    /// A change suggested by a vendor's published guidance.
+    pub fn vendor(agent: impl Into<String>, source_ref: impl Into<String>) -> Self {
+        Self {
+            source: Source::Vendor,
+            proposed_by: format!("vendor:{}", agent.into()),
+            agent_session: None,
+            source_ref: Some(source_ref.into()),
+        }
+    }
+}
+
+/// Where a proposal stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProposalStatus {
+    /// Waiting for a person.
+    Pending,
+    /// Promoted into the document.
+    Approved,
+    /// Declined, with a reason.
+    Rejected,
+}
+
+impl ProposalStatus {
+    pub(crate) fn parse(s: &str) -> Self {
+        match s {
+            "approved" => ProposalStatus::Approved,
+            "rejected" => ProposalStatus::Rejected,
+            _ => ProposalStatus::Pending,
+        }
+    }
+
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProposalStatus::Pending => "pending",
+            ProposalStatus::Approved => "approved",
+            ProposalStatus::Rejected => "rejected",
+        }
+    }
+}
+
+/// A queued change and its fate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Proposal {
+    /// Its id.
+    pub id: u64,
+    /// The project.
+    pub project: String,
+    /// Who asked.
+    pub origin: Origin,
+    /// The revision it was based on, when the proposer gave one.
+    pub base_revision: Option<u64>,
+    /// The change.
+    pub change: ChangeRequest,
+    /// One line describing it.
+    pub summary: String,
+    /// Where it stands.
+    pub status: ProposalStatus,
+    /// When it was queued.
+    pub created_at: String,
+    /// Who decided.
+    pub decided_by: Option<String>,
+    /// When.
+    pub decided_at: Option<String>,
+    /// The rejection reason or approval note.
+    pub decision_note: Option<String>,
+    /// The document revision the approval produced.
+    pub applied_revision: Option<u64>,
+}
+
+/// One entry of the change log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChangeRecord {
+    /// Its id (increases with every change, across projects).
+    pub id: u64,
+    /// The project.
+    pub project: String,
+    /// The document revision after the change.
+    pub revision: u64,
+    /// User, agent or vendor.
+    pub source: Source,
+    /// The person who made or approved the change.
+    pub actor: String,
+    /// What changed.
+    pub summary: String,
+    /// The proposal it came from, if any.
+    pub proposal_id: Option<u64>,
+    /// When.
+    pub at: String,
+}
+
+/// A scope-expansion request and its decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ScopeTicket {
+    /// The ticket id.
+    pub id: u64,
+    /// The project.
+    pub project: String,
+    /// The agent that asked.
+    pub agent: String,
+    /// Its session.
+    pub agent_session: Option<String>,
+    /// What it wants to do.
+    pub action: String,
+    /// Why.
+    pub reason: String,
+    /// `pending`, `approved` or `denied`.
+    pub status: String,
+    /// When it was asked.
+    pub created_at: String,
+    /// Who decided.
+    pub decided_by: Option<String>,
+    /// When.
+    pub decided_at: Option<String>,
+    /// The decider's note.
+    pub note: Option<String>,
+}
+
+/// What a vendor-sourcing run did.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct VendorReport {
+    /// Proposals queued by this run.
+    pub queued: Vec<u64>,
+    /// Candidates skipped because they were queued before or are already policy.
+    pub skipped: usize,
+}
+
+/// Promotes an approved proposal into the document.
+pub(crate) fn apply(
+    doc: &mut RulesDocument,
+    p: &Proposal,
+    approved_by: &str,
+    now: &str,
+) -> Result<(), RulesError> {
+    match &p.change {
+        ChangeRequest::Guardrail {
+            id,
+            statement,
+            severity,
+            applies_to,
+        } => {
+            if doc.guardrail(id).is_some() {
+                return Err(RulesError::Rejected(format!(
+                    "guardrail `{id}` was added to project `{}` since this proposal was made; reject it and propose under another id",
+                    p.project
+                )));
+            }
+            doc.guardrails.push(Guardrail {
+                id: id.clone(),
+                statement: statement.clone(),
+                severity: *severity,
+                applies_to: applies_to.clone(),
+                provenance: Provenance {
+                    source: p.origin.source,
+                    proposed_by: Some(p.origin.proposed_by.clone()),
+                    agent_session: p.origin.agent_session.clone(),
+                    source_ref: p.origin.source_ref.clone(),
+                    proposal: Some(p.id),
+                    approved_by: Some(approved_by.to_string()),
+                    approved_at: Some(now.to_string()),
+                },
+            });
+            // A promoted vendor suggestion leaves the profile's pending list.
+            for profile in doc.agent_profiles.values_mut() {
+                profile.vendor_guardrail_suggestions.retain(|s| s.id != *id);
+            }
+        }
+        ChangeRequest::Pattern { standard, custom } => {
+            if let Some(s) = standard {
+                if doc.patterns.standard.iter().any(|x| x == s) {
+                    return Err(RulesError::Rejected(format!(
+                        "pattern `{s}` is already listed"
+                    )));
+                }
+                doc.patterns.standard.push(s.clone());
+            }
+            if let Some(c) = custom {
+                if doc.patterns.custom.iter().any(|x| x.name == c.name) {
+                    return Err(RulesError::Rejected(format!(
+                        "custom pattern `{}` already exists",
+                        c.name
+                    )));
+                }
+                doc.patterns.custom.push(c.clone());
+            }
+        }
+        ChangeRequest::UpdateProject {
+            overview,
+            stack,
+            conventions,
+        } => {
+            if let Some(o) = overview {
+                doc.project.overview = o.clone();
+            }
+            if let Some(s) = stack {
+                doc.project.stack = s.clone();
+            }
+            if let Some(c) = conventions {
+                doc.project.conventions = c.clone();
+            }
+        }
+    }
+    Ok(())
+}

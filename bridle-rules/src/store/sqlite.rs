@@ -1,0 +1,383 @@
+//! The embedded backend of the rules store: one SQLite file (`<data>/bridle.db`) beside the
+//! YAML documents, which stay the source of truth ([`DocumentSource::Files`]).
+//!
+//! A connection per operation keeps the store `Clone` and usable from any thread; WAL and a busy
+//! timeout let the gateway and the command line share the file, and `BEGIN IMMEDIATE` makes
+//! writers wait for each other.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::db::{Migration, Migrations, migrate_sqlite};
+use crate::error::RulesError;
+use crate::model::Source;
+
+use super::backend::{
+    Decision, DocumentSource, NewChange, NewProposal, NewTicket, PROPOSAL_COLUMNS, ProposalRow,
+    RulesBackend, RulesTx, TICKET_COLUMNS,
+};
+use super::request::{ChangeRecord, ScopeTicket};
+
+/// The rules tables in SQLite. Step 1 is the schema from before versioning (so such a file is
+/// adopted as it is); never edit a released step, add one.
+pub const SQLITE_MIGRATIONS: Migrations = Migrations {
+    store: "rules",
+    steps: &[
+        Migration {
+            version: 1,
+            name: "baseline",
+            sql: "
+CREATE TABLE IF NOT EXISTS proposals (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    project TEXT NOT NULL,
+    source TEXT NOT NULL,
+    proposed_by TEXT NOT NULL,
+    agent_session TEXT,
+    source_ref TEXT,
+    base_revision INTEGER,
+    change TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    fingerprint TEXT,
+    status TEXT NOT NULL DEFAULT 'pending',
+    created_at TEXT NOT NULL,
+    decided_by TEXT,
+    decided_at TEXT,
+    decision_note TEXT,
+    applied_revision INTEGER
+);
+CREATE UNIQUE INDEX IF NOT EXISTS proposals_fingerprint
+    ON proposals(project, fingerprint) WHERE fingerprint IS NOT NULL;
+CREATE TABLE IF NOT EXISTS changes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    project TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    source TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    proposal_id INTEGER,
+    at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS revisions (
+    project TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    document TEXT NOT NULL,
+    PRIMARY KEY (project, revision)
+);
+CREATE TABLE IF NOT EXISTS scope_requests (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    project TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    agent_session TEXT,
+    action TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    created_at TEXT NOT NULL,
+    decided_by TEXT,
+    decided_at TEXT,
+    note TEXT
+);
+",
+        },
+        Migration {
+            version: 2,
+            name: "queue_indexes",
+            sql: "
+CREATE INDEX proposals_queue ON proposals(project, status, id);
+CREATE INDEX changes_project ON changes(project, id);
+",
+        },
+    ],
+};
+
+/// The SQLite rules database.
+#[derive(Debug, Clone)]
+pub(crate) struct SqliteRules {
+    path: PathBuf,
+}
+
+impl SqliteRules {
+    /// Opens the file (creating it) and migrates it to this build's schema.
+    pub(crate) fn open(path: &Path) -> Result<Self, RulesError> {
+        let db = Self {
+            path: path.to_path_buf(),
+        };
+        migrate_sqlite(&mut db.connect()?, &SQLITE_MIGRATIONS)?;
+        Ok(db)
+    }
+
+    fn connect(&self) -> Result<Connection, RulesError> {
+        let conn = Connection::open(&self.path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        Ok(conn)
+    }
+}
+
+impl RulesBackend for SqliteRules {
+    fn begin(&self, write: bool) -> Result<Box<dyn RulesTx + '_>, RulesError> {
+        let conn = self.connect()?;
+        if write {
+            conn.execute_batch("BEGIN IMMEDIATE")?;
+        }
+        Ok(Box::new(SqliteTx { conn, open: write }))
+    }
+
+    fn documents(&self) -> DocumentSource {
+        DocumentSource::Files
+    }
+}
+
+/// A connection, in a write transaction when `open`.
+struct SqliteTx {
+    conn: Connection,
+    open: bool,
+}
+
+impl Drop for SqliteTx {
+    fn drop(&mut self) {
+        if self.open
+            && let Err(e) = self.conn.execute_batch("ROLLBACK")
+        {
+            tracing::warn!(error = %e, "rolling back a rules transaction failed");
+        }
+    }
+}
+
+fn ids(conn: &Connection, sql: &str, p: impl rusqlite::Params) -> Result<Vec<u64>, RulesError> {
+    let mut stmt = conn.prepare(sql)?;
+    let out: Vec<i64> = stmt.query_map(p, |r| r.get(0))?.collect::<Result<_, _>>()?;
+    Ok(out.into_iter().map(|v| v as u64).collect())
+}
+
+impl RulesTx for SqliteTx {
+    fn latest_document(&mut self, project: &str) -> Result<Option<String>, RulesError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT document FROM revisions WHERE project = ?1 ORDER BY revision DESC LIMIT 1",
+                params![project],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    fn document_projects(&mut self) -> Result<Vec<String>, RulesError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT DISTINCT project FROM revisions ORDER BY project")?;
+        let out = stmt
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        Ok(out)
+    }
+
+    fn put_revision(&mut self, project: &str, revision: u64, text: &str) -> Result<(), RulesError> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO revisions (project, revision, document) VALUES (?1, ?2, ?3)",
+            params![project, revision as i64, text],
+        )?;
+        Ok(())
+    }
+
+    fn revision(&mut self, project: &str, revision: u64) -> Result<Option<String>, RulesError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT document FROM revisions WHERE project = ?1 AND revision = ?2",
+                params![project, revision as i64],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    fn insert_proposal(&mut self, p: &NewProposal<'_>) -> Result<Option<u64>, RulesError> {
+        let inserted = self.conn.execute(
+            "INSERT OR IGNORE INTO proposals (project, source, proposed_by, agent_session, source_ref, base_revision, change, summary, fingerprint, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                p.project,
+                p.origin.source.as_str(),
+                p.origin.proposed_by,
+                p.origin.agent_session,
+                p.origin.source_ref,
+                p.base_revision.map(|v| v as i64),
+                p.change_json,
+                p.summary,
+                p.fingerprint,
+                p.created_at
+            ],
+        )?;
+        Ok((inserted == 1).then(|| self.conn.last_insert_rowid() as u64))
+    }
+
+    fn proposal(&mut self, id: u64) -> Result<Option<ProposalRow>, RulesError> {
+        Ok(self
+            .conn
+            .query_row(
+                &format!("SELECT {PROPOSAL_COLUMNS} FROM proposals WHERE id = ?1"),
+                params![id as i64],
+                |r| {
+                    Ok(ProposalRow {
+                        id: r.get(0)?,
+                        project: r.get(1)?,
+                        source: r.get(2)?,
+                        proposed_by: r.get(3)?,
+                        agent_session: r.get(4)?,
+                        source_ref: r.get(5)?,
+                        base_revision: r.get(6)?,
+                        change: r.get(7)?,
+                        summary: r.get(8)?,
+                        status: r.get(9)?,
+                        created_at: r.get(10)?,
+                        decided_by: r.get(11)?,
+                        decided_at: r.get(12)?,
+                        decision_note: r.get(13)?,
+                        applied_revision: r.get(14)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    fn proposal_ids(
+        &mut self,
+        project: Option<&str>,
+        include_decided: bool,
+    ) -> Result<Vec<u64>, RulesError> {
+        ids(
+            &self.conn,
+            "SELECT id FROM proposals WHERE (?1 IS NULL OR project = ?1) AND (?2 OR status = 'pending') ORDER BY id",
+            params![project, include_decided],
+        )
+    }
+
+    fn guardrail_id_queued(&mut self, project: &str, id: &str) -> Result<bool, RulesError> {
+        Ok(self.conn.query_row(
+            "SELECT EXISTS(SELECT 1 FROM proposals WHERE project = ?1 AND json_extract(change, '$.id') = ?2)",
+            params![project, id],
+            |r| r.get(0),
+        )?)
+    }
+
+    fn decide_proposal(&mut self, id: u64, d: &Decision<'_>) -> Result<(), RulesError> {
+        self.conn.execute(
+            "UPDATE proposals SET status = ?1, decided_by = ?2, decided_at = ?3, decision_note = ?4, applied_revision = ?5 WHERE id = ?6",
+            params![
+                d.status,
+                d.decided_by,
+                d.at,
+                d.note,
+                d.applied_revision.map(|v| v as i64),
+                id as i64
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn record_change(&mut self, c: &NewChange<'_>) -> Result<u64, RulesError> {
+        self.conn.execute(
+            "INSERT INTO changes (project, revision, source, actor, summary, proposal_id, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                c.project,
+                c.revision as i64,
+                c.source.as_str(),
+                c.actor,
+                c.summary,
+                c.proposal_id.map(|v| v as i64),
+                c.at
+            ],
+        )?;
+        Ok(self.conn.last_insert_rowid() as u64)
+    }
+
+    fn changes(
+        &mut self,
+        project: Option<&str>,
+        after: u64,
+    ) -> Result<Vec<ChangeRecord>, RulesError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, project, revision, source, actor, summary, proposal_id, at FROM changes
+             WHERE (?1 IS NULL OR project = ?1) AND id > ?2 ORDER BY id",
+        )?;
+        let rows = stmt.query_map(params![project, after as i64], |r| {
+            let source: String = r.get(3)?;
+            Ok(ChangeRecord {
+                id: r.get::<_, i64>(0)? as u64,
+                project: r.get(1)?,
+                revision: r.get::<_, i64>(2)? as u64,
+                source: Source::parse(&source).unwrap_or(Source::User),
+                actor: r.get(4)?,
+                summary: r.get(5)?,
+                proposal_id: r.get::<_, Option<i64>>(6)?.map(|v| v as u64),
+                at: r.get(7)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn last_change_id(&mut self) -> Result<u64, RulesError> {
+        let id: Option<i64> = self
+            .conn
+            .query_row("SELECT max(id) FROM changes", [], |r| r.get(0))?;
+        Ok(id.unwrap_or(0) as u64)
+    }
+
+    fn insert_ticket(&mut self, t: &NewTicket<'_>) -> Result<u64, RulesError> {
+        self.conn.execute(
+            "INSERT INTO scope_requests (project, agent, agent_session, action, reason, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![t.project, t.agent, t.agent_session, t.action, t.reason, t.created_at],
+        )?;
+        Ok(self.conn.last_insert_rowid() as u64)
+    }
+
+    fn ticket(&mut self, id: u64) -> Result<Option<ScopeTicket>, RulesError> {
+        Ok(self
+            .conn
+            .query_row(
+                &format!("SELECT {TICKET_COLUMNS} FROM scope_requests WHERE id = ?1"),
+                params![id as i64],
+                |r| {
+                    Ok(ScopeTicket {
+                        id: r.get::<_, i64>(0)? as u64,
+                        project: r.get(1)?,
+                        agent: r.get(2)?,
+                        agent_session: r.get(3)?,
+                        action: r.get(4)?,
+                        reason: r.get(5)?,
+                        status: r.get(6)?,
+                        created_at: r.get(7)?,
+                        decided_by: r.get(8)?,
+                        decided_at: r.get(9)?,
+                        note: r.get(10)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    fn ticket_ids(&mut self, include_decided: bool) -> Result<Vec<u64>, RulesError> {
+        ids(
+            &self.conn,
+            "SELECT id FROM scope_requests WHERE (?1 OR status = 'pending') ORDER BY id",
+            params![include_decided],
+        )
+    }
+
+    fn decide_ticket(&mut self, id: u64, d: &Decision<'_>) -> Result<(), RulesError> {
+        self.conn.execute(
+            "UPDATE scope_requests SET status = ?1, decided_by = ?2, decided_at = ?3, note = ?4 WHERE id = ?5",
+            params![d.status, d.decided_by, d.at, d.note, id as i64],
+        )?;
+        Ok(())
+    }
+
+    fn commit(mut self: Box<Self>) -> Result<(), RulesError> {
+        if self.open {
+            self.open = false;
+            self.conn.execute_batch("COMMIT")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,324 @@
+//! The databases under the rules store: versioned migrations (an old SQLite file moved forward
+//! with its data, a newer database refused), and, with the `postgres` feature, PostgreSQL as
+//! the source of truth for documents, replicas migrating at once, change notifications across
+//! replicas, and clear errors for a bad URL or password.
+
+#![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+#[cfg(feature = "postgres")]
+#[path = "support/pg_cluster.rs"]
+mod pg_cluster;
+
+use std::path::Path;
+
+use bridle_rules::db::{applied_sqlite, migrate_sqlite};
+use bridle_rules::vendor::FeedLedger;
+use bridle_rules::{
+    AgentCatalog, Origin, ProposalStatus, RulesDocument, RulesStore, SQLITE_MIGRATIONS, to_yaml,
+};
+
+const BEFORE_VERSIONING: &str = include_str!("fixtures/bridle-db-before-versioning.sql");
+
+/// A data folder as an older Bridle left it: `bridle.db` without `schema_migrations`, and the
+/// YAML file of project `shop` at revision 1.
+fn old_data_folder(dir: &Path) {
+    std::fs::create_dir_all(dir.join("projects")).unwrap();
+    let mut doc = RulesDocument::new("Shop");
+    doc.revision = 1;
+    doc.permissions.insert("claude".into(), Default::default());
+    let text = to_yaml(&doc).unwrap();
+    std::fs::write(dir.join("projects/shop.yaml"), &text).unwrap();
+    let conn = rusqlite::Connection::open(dir.join("bridle.db")).unwrap();
+    conn.execute_batch(BEFORE_VERSIONING).unwrap();
+    conn.execute(
+        "INSERT INTO revisions (project, revision, document) VALUES ('shop', 1, ?1)",
+        [&text],
+    )
+    .unwrap();
+}
+
+#[test]
+fn an_old_sqlite_database_is_migrated_forward_with_its_data() {
+    let dir = tempfile::tempdir().unwrap();
+    old_data_folder(dir.path());
+    let store = RulesStore::open(dir.path(), AgentCatalog::builtin()).unwrap();
+    FeedLedger::open(&store).unwrap();
+
+    let conn = rusqlite::Connection::open(dir.path().join("bridle.db")).unwrap();
+    assert_eq!(applied_sqlite(&conn, "rules").unwrap(), [1, 2]);
+    assert_eq!(applied_sqlite(&conn, "vendor_feed").unwrap(), [1]);
+    let indexes: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN ('proposals_queue', 'changes_project')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(indexes, 2, "step 2 ran");
+
+    // The workflow in flight is all there and goes on.
+    let all = store.queue(Some("shop"), true).unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0].status, ProposalStatus::Pending);
+    assert_eq!(all[0].origin.agent_session.as_deref(), Some("s-1"));
+    assert_eq!(all[1].status, ProposalStatus::Rejected);
+    assert_eq!(
+        all[1].decision_note.as_deref(),
+        Some("not for this project")
+    );
+    assert_eq!(store.scope_tickets(false).unwrap().len(), 1);
+    assert_eq!(store.last_change_id().unwrap(), 1);
+    let approved = store.approve(1, "alice").unwrap();
+    assert_eq!(approved.applied_revision, Some(2));
+    assert!(
+        store
+            .load("shop")
+            .unwrap()
+            .document
+            .guardrail("tests-first")
+            .is_some()
+    );
+    assert_eq!(store.document_at("shop", 1).unwrap().revision, 1);
+    assert_eq!(store.changes(None, 0).unwrap().len(), 2);
+    // Ids continue after the old rows.
+    let p = store
+        .propose(
+            "shop",
+            &Origin::agent("claude", None),
+            &bridle_rules::ChangeRequest::Pattern {
+                standard: Some("ddd".into()),
+                custom: None,
+            },
+            None,
+        )
+        .unwrap();
+    assert_eq!(p.id, 3);
+    // The feed ledger kept its validators.
+    let ledger = FeedLedger::open(&store).unwrap();
+    let v = ledger
+        .validators("shop", "claude", "https://docs.example.invalid/claude")
+        .unwrap()
+        .unwrap();
+    assert_eq!(v.etag.as_deref(), Some("\"v1\""));
+
+    // Opening again applies nothing.
+    let mut conn = rusqlite::Connection::open(dir.path().join("bridle.db")).unwrap();
+    assert!(
+        migrate_sqlite(&mut conn, &SQLITE_MIGRATIONS)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_sqlite_database_newer_than_the_build_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    RulesStore::open(dir.path(), AgentCatalog::builtin()).unwrap();
+    let conn = rusqlite::Connection::open(dir.path().join("bridle.db")).unwrap();
+    conn.execute(
+        "INSERT INTO schema_migrations (store, version, name, checksum, applied_at) VALUES ('rules', 7, 'future', 'x', 'now')",
+        [],
+    )
+    .unwrap();
+    let e = RulesStore::open(dir.path(), AgentCatalog::builtin()).unwrap_err();
+    assert_eq!(e.code(), "database_too_new");
+    let msg = e.to_string();
+    assert!(msg.contains("schema version 7"), "{msg}");
+    assert!(msg.contains("supports (2)"), "{msg}");
+}
+
+#[test]
+fn an_edited_migration_step_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    RulesStore::open(dir.path(), AgentCatalog::builtin()).unwrap();
+    let conn = rusqlite::Connection::open(dir.path().join("bridle.db")).unwrap();
+    conn.execute(
+        "UPDATE schema_migrations SET checksum = 'edited' WHERE store = 'rules' AND version = 2",
+        [],
+    )
+    .unwrap();
+    let e = RulesStore::open(dir.path(), AgentCatalog::builtin()).unwrap_err();
+    assert_eq!(e.code(), "migration_changed");
+    assert!(e.to_string().contains("step 2"), "{e}");
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use std::time::Duration;
+
+    use bridle_rules::db::postgres::{LISTENING, PgDatabase, PgSettings};
+    use bridle_rules::{
+        AgentCatalog, ChangeRequest, DocumentSource, Origin, POSTGRES_MIGRATIONS, RulesDocument,
+        RulesStore, Severity,
+    };
+
+    use super::pg_cluster::{PASSWORD, PgCluster};
+
+    fn open(cluster: &PgCluster, name: &str, dir: &std::path::Path) -> RulesStore {
+        let db = PgDatabase::connect(&cluster.settings(name)).unwrap();
+        RulesStore::open_postgres(dir, AgentCatalog::builtin(), db).unwrap()
+    }
+
+    #[test]
+    fn replicas_migrating_at_once_apply_each_step_once() {
+        let cluster = PgCluster::shared();
+        let name = cluster.create_database();
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let settings = cluster.settings(&name);
+                std::thread::spawn(move || {
+                    PgDatabase::connect(&settings)
+                        .unwrap()
+                        .migrate(&POSTGRES_MIGRATIONS)
+                        .unwrap()
+                })
+            })
+            .collect();
+        let applied: Vec<Vec<u32>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(applied.iter().filter(|a| *a == &[1, 2]).count(), 1);
+        assert_eq!(applied.iter().filter(|a| a.is_empty()).count(), 3);
+        let db = PgDatabase::connect(&cluster.settings(&name)).unwrap();
+        assert_eq!(db.applied("rules").unwrap(), [1, 2]);
+    }
+
+    #[test]
+    fn a_postgres_database_newer_than_the_build_is_refused() {
+        let cluster = PgCluster::shared();
+        let name = cluster.create_database();
+        let dir = tempfile::tempdir().unwrap();
+        open(cluster, &name, dir.path());
+        let db = PgDatabase::connect(&cluster.settings(&name)).unwrap();
+        db.client()
+            .unwrap()
+            .batch("INSERT INTO schema_migrations (store, version, name, checksum, applied_at) VALUES ('rules', 3, 'future', 'x', 'now')")
+            .unwrap();
+        let e = RulesStore::open_postgres(dir.path(), AgentCatalog::builtin(), db).unwrap_err();
+        assert_eq!(e.code(), "database_too_new");
+        assert!(e.to_string().contains("schema version 3"), "{e}");
+    }
+
+    /// With PostgreSQL the database holds the documents: YAML files in the data folder are
+    /// imported once (a folder that ran on SQLite moves over), every change is written out as
+    /// YAML, a replica's folder catches up when it opens, and a hand edit of a file is not the
+    /// document.
+    #[test]
+    fn the_database_is_the_source_of_truth_and_files_are_written_out() {
+        let cluster = PgCluster::shared();
+        let name = cluster.create_database();
+        let a_dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(a_dir.path().join("projects")).unwrap();
+        let mut doc = RulesDocument::new("Shop");
+        doc.revision = 4;
+        doc.permissions.insert("claude".into(), Default::default());
+        std::fs::write(
+            a_dir.path().join("projects/shop.yaml"),
+            bridle_rules::to_yaml(&doc).unwrap(),
+        )
+        .unwrap();
+        let a = open(cluster, &name, a_dir.path());
+        assert_eq!(a.document_source(), DocumentSource::Database);
+        assert_eq!(a.projects().unwrap(), ["shop"]);
+        assert_eq!(a.load("shop").unwrap().document.revision, 4);
+        assert_eq!(a.changes(None, 0).unwrap().len(), 1, "the import is logged");
+
+        // Replica B has an empty folder; it gets the file when it opens.
+        let b_dir = tempfile::tempdir().unwrap();
+        let b = open(cluster, &name, b_dir.path());
+        assert!(b_dir.path().join("projects/shop.yaml").is_file());
+
+        let p = b
+            .propose(
+                "shop",
+                &Origin::agent("claude", None),
+                &ChangeRequest::Guardrail {
+                    id: "tests-first".into(),
+                    statement: "Write a failing test first.".into(),
+                    severity: Severity::HardInstruction,
+                    applies_to: vec!["all_agents".into()],
+                },
+                None,
+            )
+            .unwrap();
+        a.approve(p.id, "alice").unwrap();
+        // B reads the approval made on A at once (no file of B's changed).
+        assert!(
+            b.load("shop")
+                .unwrap()
+                .document
+                .guardrail("tests-first")
+                .is_some()
+        );
+        let a_file = std::fs::read_to_string(a_dir.path().join("projects/shop.yaml")).unwrap();
+        assert!(a_file.contains("tests-first"), "A wrote the file out");
+
+        // A hand edit of A's file is not the document, and the next open writes it back.
+        std::fs::write(
+            a_dir.path().join("projects/shop.yaml"),
+            "schema_version: 2\nproject: {name: x\n",
+        )
+        .unwrap();
+        assert_eq!(a.load("shop").unwrap().document.revision, 5);
+        drop(a);
+        let a = open(cluster, &name, a_dir.path());
+        let a_file = std::fs::read_to_string(a_dir.path().join("projects/shop.yaml")).unwrap();
+        assert!(a_file.contains("tests-first"), "{a_file}");
+        assert_eq!(a.load("shop").unwrap().document.revision, 5);
+    }
+
+    /// An approval on replica A reaches a listener of replica B through NOTIFY.
+    #[test]
+    fn a_change_on_one_replica_is_announced_to_the_others() {
+        let cluster = PgCluster::shared();
+        let name = cluster.create_database();
+        let a_dir = tempfile::tempdir().unwrap();
+        let b_dir = tempfile::tempdir().unwrap();
+        let a = open(cluster, &name, a_dir.path());
+        let b = open(cluster, &name, b_dir.path());
+        let mut heard = Some(b.postgres().unwrap().listen());
+        let mut doc = RulesDocument::new("Shop");
+        doc.permissions.insert("claude".into(), Default::default());
+        let mut next = |b: &RulesStore| {
+            let mut rx = heard.take().unwrap();
+            let (r, back) = b
+                .postgres()
+                .unwrap()
+                .run(async move {
+                    let r = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await;
+                    (r, rx)
+                })
+                .unwrap();
+            heard = Some(back);
+            r.expect("a notification within the deadline").unwrap()
+        };
+        // The listener says when it is listening; from then on nothing is missed.
+        assert_eq!(next(&b), LISTENING);
+        a.create("p0", &doc, "alice").unwrap();
+        let payload = next(&b);
+        assert!(payload.starts_with("rules:p0:"), "{payload}");
+        let id: u64 = payload.rsplit(':').next().unwrap().parse().unwrap();
+        let logged = b.changes(None, id - 1).unwrap();
+        assert_eq!(logged[0].id, id);
+    }
+
+    #[test]
+    fn a_bad_url_or_password_is_a_clear_error_without_the_password() {
+        for url in ["mysql://x@h/db", "postgres://x@127.0.0.1:1"] {
+            let e = PgSettings::from_url(url).unwrap_err();
+            assert_eq!(e.code(), "database_config", "{url}: {e}");
+        }
+        let cluster = PgCluster::shared();
+        let settings = PgSettings::from_url(&cluster.url("postgres"))
+            .unwrap()
+            .with_password("wrong-secret-value");
+        assert!(!format!("{settings:?}").contains("wrong-secret-value"));
+        let e = PgDatabase::connect(&settings).unwrap_err();
+        assert_eq!(e.code(), "database_error");
+        assert!(!e.to_string().contains("wrong-secret-value"), "{e}");
+        assert!(e.to_string().contains("password"), "{e}");
+        // The right one connects.
+        let ok = PgSettings::from_url(&cluster.url("postgres"))
+            .unwrap()
+            .with_password(PASSWORD);
+        PgDatabase::connect(&ok).unwrap();
+    }
+}
