@@ -76,6 +76,10 @@ pub struct GatewayConfig {
     /// What `/readyz` requires (see [`crate::ops`]).
     #[serde(default, skip_serializing_if = "HealthSection::is_default")]
     pub health: HealthSection,
+    /// OpenTelemetry traces over OTLP (a build with feature `traces`); off when absent. See
+    /// [`crate::telemetry`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traces: Option<crate::telemetry::TracesSection>,
 }
 
 /// The `health:` section of `bridle.yaml`.
@@ -349,6 +353,14 @@ impl GatewayConfig {
         let agents = self.agents.keys().cloned().collect();
         crate::upstreams::check_all(&self.upstreams, &agents)
             .map_err(|e| invalid(e.to_string()))?;
+        if let Some(t) = &self.traces {
+            t.check().map_err(invalid)?;
+            if !cfg!(feature = "traces") {
+                return Err(invalid(
+                    "`traces:` is set but this build has no trace export (feature `traces`)".into(),
+                ));
+            }
+        }
         for ns in &self.health.optional_upstreams {
             if !self.upstreams.contains_key(ns) {
                 return Err(invalid(format!(
@@ -520,6 +532,7 @@ fn lay_out(data_dir: &Path, token_files: bool) -> Result<InitReport, ConfigError
         allowed_hosts: Vec::new(),
         allowed_origins: Vec::new(),
         health: HealthSection::default(),
+        traces: None,
     };
     let yaml = serde_saphyr::to_string(&config).map_err(|e| ConfigError::Invalid {
         file: config_file.clone(),

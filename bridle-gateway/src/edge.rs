@@ -38,6 +38,15 @@ pub const EDGE_VARIABLES: &[(&str, &str)] = &[
     ),
     ("EMBEDDINGS_MODEL", "memory.embedder's model"),
     ("GITEA_MCP_URL", "upstreams.gitea.http.url"),
+    (
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "traces.otlp.endpoint, the full traces URL (creates the section when absent)",
+    ),
+    (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "traces.otlp.endpoint as <base>/v1/traces, when the variable above is unset",
+    ),
+    ("OTEL_SERVICE_NAME", "traces.service_name"),
 ];
 
 /// What the edge may set. Every field is optional: `None` leaves `bridle.yaml` as it is.
@@ -64,6 +73,11 @@ pub struct EdgeSettings {
     pub embeddings_model: Option<String>,
     /// `GITEA_MCP_URL`: the URL of the `gitea` upstream (Gitea's MCP server over HTTP).
     pub gitea_mcp_url: Option<String>,
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else `OTEL_EXPORTER_OTLP_ENDPOINT` +
+    /// `/v1/traces`: where traces go (the OTLP exporter specification's variables).
+    pub otlp_traces_url: Option<String>,
+    /// `OTEL_SERVICE_NAME`: the traces' service name.
+    pub otel_service_name: Option<String>,
 }
 
 fn edge_error(message: String) -> ConfigError {
@@ -101,7 +115,39 @@ impl EdgeSettings {
             embeddings_url: text("EMBEDDINGS_URL"),
             embeddings_model: text("EMBEDDINGS_MODEL"),
             gitea_mcp_url: text("GITEA_MCP_URL"),
+            otlp_traces_url: text("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| {
+                text("OTEL_EXPORTER_OTLP_ENDPOINT")
+                    .map(|base| crate::telemetry::traces_url_of_base(&base))
+            }),
+            otel_service_name: text("OTEL_SERVICE_NAME"),
         }
+    }
+
+    /// Lays the trace settings over `traces` (the `traces:` section, `None` when absent):
+    /// an OTLP URL creates the section or replaces its endpoint; a service name needs a
+    /// section. Returns whether anything was set.
+    pub fn overlay_traces(
+        &self,
+        traces: &mut Option<crate::telemetry::TracesSection>,
+    ) -> Result<bool, ConfigError> {
+        let mut set = false;
+        if let Some(url) = &self.otlp_traces_url {
+            match traces {
+                Some(t) => t.otlp.endpoint = url.clone(),
+                None => *traces = Some(crate::telemetry::TracesSection::otlp(url.clone())),
+            }
+            set = true;
+        }
+        if let Some(name) = &self.otel_service_name {
+            let t = traces.as_mut().ok_or_else(|| {
+                edge_error(
+                    "OTEL_SERVICE_NAME is set but no traces are configured (set OTEL_EXPORTER_OTLP_ENDPOINT too, or add `traces:` to bridle.yaml)".into(),
+                )
+            })?;
+            t.service_name = name.clone();
+            set = true;
+        }
+        Ok(set)
     }
 
     /// Whether nothing is set.
@@ -169,6 +215,9 @@ impl GatewayConfig {
                 })?;
             http.url = url.clone();
             set.push("upstreams.gitea.http.url");
+        }
+        if edge.overlay_traces(&mut self.traces)? {
+            set.push("traces");
         }
         self.check(std::path::Path::new("bridle.yaml + environment"))?;
         Ok(set)
@@ -269,5 +318,32 @@ mod tests {
         assert_eq!(e.allowed_hosts, Some(vec!["a:1".into(), "b:2".into()]));
         assert_eq!(e.listen, None);
         assert!(lookup(&[]).is_empty());
+    }
+
+    #[test]
+    fn otlp_variables_follow_the_exporter_specification() {
+        let e = lookup(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/")]);
+        assert_eq!(
+            e.otlp_traces_url.as_deref(),
+            Some("http://c:4318/v1/traces")
+        );
+        // The per-signal variable is the full URL, and wins.
+        let e = lookup(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:9/x"),
+        ]);
+        assert_eq!(e.otlp_traces_url.as_deref(), Some("http://t:9/x"));
+        let mut traces = None;
+        let e = lookup(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_SERVICE_NAME", "gw"),
+        ]);
+        assert!(e.overlay_traces(&mut traces).unwrap());
+        let t = traces.unwrap();
+        assert_eq!(t.otlp.endpoint, "http://c:4318/v1/traces");
+        assert_eq!(t.service_name, "gw");
+        let e = lookup(&[("OTEL_SERVICE_NAME", "gw")]);
+        let err = e.overlay_traces(&mut None).unwrap_err().to_string();
+        assert!(err.contains("OTEL_SERVICE_NAME"), "{err}");
     }
 }

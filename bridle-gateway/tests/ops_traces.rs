@@ -371,6 +371,100 @@ async fn a_collector_that_never_answers_does_not_hold_calls_up() {
     drop(blackhole);
 }
 
+/// What an OTLP/HTTP collector stand-in received: each POST's path, content type and body.
+type Received = Arc<Mutex<Vec<(String, String, Vec<u8>)>>>;
+
+/// A collector on loopback that takes OTLP/HTTP exports the way the OTLP specification says a
+/// collector answers them (`200` with an empty `ExportTraceServiceResponse`, protobuf).
+async fn collector() -> (String, Received, CancellationToken) {
+    use axum::body::Bytes;
+    use axum::http::{HeaderMap, Uri};
+    let received: Received = Arc::default();
+    let r = Arc::clone(&received);
+    let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
+        let r = Arc::clone(&r);
+        async move {
+            let ct = headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            r.lock()
+                .unwrap()
+                .push((uri.path().to_string(), ct, body.to_vec()));
+            (
+                [("content-type", "application/x-protobuf")],
+                Vec::<u8>::new(),
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { s.cancelled().await })
+            .await;
+    });
+    (url, received, stop)
+}
+
+#[tokio::test]
+async fn spans_leave_over_otlp_http_protobuf() {
+    let (base, received, stop_collector) = collector().await;
+    let section = TracesSection::otlp(bridle_gateway::telemetry::traces_url_of_base(&base));
+    let telemetry = Telemetry::otlp(&section).unwrap();
+    let subscriber = tracing_subscriber::registry().with(telemetry.layer());
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let up = upstream(false).await;
+    let tmp = data_dir(Some(&up.url), "");
+    let t = telemetry.clone();
+    let bound = bind(tmp.path(), move |b| b.telemetry(t)).await;
+    bound
+        .gateway()
+        .upstreams()
+        .wait_offered("tickets", Duration::from_secs(30))
+        .await;
+    let gw = run(bound);
+    let caller = format!("00-{TRACE_ID}-{CALLER_SPAN}-01");
+    call(
+        &gw.url,
+        &token(tmp.path(), "claude"),
+        "tickets__echo",
+        Some(&caller),
+    )
+    .await;
+    gw.stop.cancel();
+    gw.served.await.unwrap().unwrap();
+    up.stop.cancel();
+    // The batch exporter sends from its own thread; flush and stop it off the async threads.
+    tokio::task::spawn_blocking(move || telemetry.shutdown())
+        .await
+        .unwrap();
+
+    let got = received.lock().unwrap().clone();
+    assert!(!got.is_empty(), "the collector received nothing");
+    let all: Vec<u8> = got.iter().flat_map(|(_, _, b)| b.clone()).collect();
+    for (path, ct, _) in &got {
+        assert_eq!(path, "/v1/traces");
+        assert_eq!(ct, "application/x-protobuf");
+    }
+    // Protobuf keeps strings as they are: the span names, the service name and the trace id
+    // (16 raw bytes) are in the export; the argument value is not.
+    let has = |needle: &[u8]| all.windows(needle.len()).any(|w| w == needle);
+    assert!(has(b"tools/call tickets__echo"));
+    assert!(has(b"tools/call echo"));
+    assert!(has(b"bridle"));
+    let trace_id: Vec<u8> = (0..16)
+        .map(|i| u8::from_str_radix(&TRACE_ID[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    assert!(has(&trace_id));
+    assert!(!has(ARG_CANARY.as_bytes()));
+    stop_collector.cancel();
+}
+
 #[test]
 fn a_bad_traces_section_is_refused_with_its_code() {
     let e = Telemetry::otlp(&TracesSection::otlp("collector:4318")).unwrap_err();
