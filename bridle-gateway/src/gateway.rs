@@ -142,11 +142,16 @@ impl GatewayBuilder {
         }
         let auth =
             BridleAuth::new(&self.data_dir, Arc::clone(&ctx))?.with_vault(Arc::clone(&vault));
+        let metrics = Arc::new(GatewayMetrics::new());
         let memory_tools = self.memory.as_ref().map(|m| {
             let mut tools = m.tools();
-            tools.on_indexed = Some(Arc::new(RulesWriteBack {
+            let write_back = Arc::new(RulesWriteBack {
                 gw: Arc::clone(&ctx),
-            })
+            });
+            tools.on_indexed = Some(Arc::new(crate::ops::IndexingProgress::new(
+                Arc::clone(&metrics),
+                write_back,
+            ))
                 as Arc<dyn bridle_memory::tools::IndexListener>);
             tools.access = Some(Arc::new(AgentProjects {
                 gw: Arc::clone(&ctx),
@@ -154,7 +159,6 @@ impl GatewayBuilder {
                 as Arc<dyn bridle_memory::tools::ProjectAccess>);
             tools
         });
-        let metrics = Arc::new(GatewayMetrics::new());
         let app = crate::app::build_app_observed(&ctx, memory_tools, Some(&metrics))?;
         let docker_dir = vault.config().docker_secrets_dir.clone();
         let secrets = self.secrets.unwrap_or_else(|| {
