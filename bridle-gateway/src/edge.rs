@@ -10,7 +10,8 @@
 //! Precedence, highest first: a command-line flag (`--listen`, `--data-dir`), then the
 //! environment, then `bridle.yaml`, then the built-in default. Secret values are never taken
 //! from the environment: the environment names files (`BRIDLE_MASTER_KEY_FILE`, the Docker
-//! secrets folder), and `bridle.yaml` refers to secrets by name (`docker:gitea_token`).
+//! secrets folder, the admin credential's file `BRIDLE_ADMIN_TOKEN_FILE`), and `bridle.yaml`
+//! refers to secrets by name (`docker:gitea_token`).
 
 use std::path::PathBuf;
 
@@ -26,6 +27,10 @@ pub const EDGE_VARIABLES: &[(&str, &str)] = &[
         "allowed_origins (comma-separated)",
     ),
     ("BRIDLE_MASTER_KEY_FILE", "vault.master_key (a file path)"),
+    (
+        "BRIDLE_ADMIN_TOKEN_FILE",
+        "admin.token_file (the admin credential's file, a Docker secret)",
+    ),
     ("BRIDLE_DOCKER_SECRETS_DIR", "vault.docker_secrets_dir"),
     (
         "KANBOARD_URL",
@@ -61,6 +66,9 @@ pub struct EdgeSettings {
     pub allowed_origins: Option<Vec<String>>,
     /// `BRIDLE_MASTER_KEY_FILE`: the vault's master key file (a Docker secret).
     pub master_key_file: Option<PathBuf>,
+    /// `BRIDLE_ADMIN_TOKEN_FILE`: the file holding the admin API's credential (a Docker
+    /// secret), instead of one created in the vault and printed once.
+    pub admin_token_file: Option<PathBuf>,
     /// `BRIDLE_DOCKER_SECRETS_DIR`: where `docker:NAME` references are read.
     pub docker_secrets_dir: Option<PathBuf>,
     /// `KANBOARD_URL`: Kanboard's JSON-RPC endpoint.
@@ -109,6 +117,7 @@ impl EdgeSettings {
             allowed_hosts: list("BRIDLE_ALLOWED_HOSTS"),
             allowed_origins: list("BRIDLE_ALLOWED_ORIGINS"),
             master_key_file: text("BRIDLE_MASTER_KEY_FILE").map(PathBuf::from),
+            admin_token_file: text("BRIDLE_ADMIN_TOKEN_FILE").map(PathBuf::from),
             docker_secrets_dir: text("BRIDLE_DOCKER_SECRETS_DIR").map(PathBuf::from),
             kanboard_url: text("KANBOARD_URL"),
             qdrant_url: text("QDRANT_URL"),
@@ -178,6 +187,10 @@ impl GatewayConfig {
         if let Some(v) = &edge.master_key_file {
             self.vault.master_key = Some(v.clone());
             set.push("vault.master_key");
+        }
+        if let Some(v) = &edge.admin_token_file {
+            self.admin.token_file = Some(v.clone());
+            set.push("admin.token_file");
         }
         if let Some(v) = &edge.docker_secrets_dir {
             self.vault.docker_secrets_dir = Some(v.clone());
