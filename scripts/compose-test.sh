@@ -79,6 +79,7 @@ fi
 SECRETS="$WORK/secrets"
 mkdir -p "$SECRETS"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$SECRETS/bridle_master_key"
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$SECRETS/bridle_admin_token"
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$SECRETS/gitea_token"
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$SECRETS/kanboard_token"
 # Readable by the gateway's user (uid 10001) alone.
@@ -164,7 +165,7 @@ log "the Python SDK client works through 127.0.0.1:$PORT with a bearer token"
 
 # --- 4. secrets are files, never environment ---------------------------------------------
 envs="$(docker inspect --format '{{json .Config.Env}}' "$CONTAINER")"
-for s in bridle_master_key gitea_token kanboard_token; do
+for s in bridle_master_key bridle_admin_token gitea_token kanboard_token; do
     value="$(cat "$SECRETS/$s")"
     case "$envs" in *"$value"*) fail "the secret $s is in the container's environment";; esac
     compose exec -T gateway test -f "/run/secrets/$s" || fail "/run/secrets/$s is not a file"

@@ -86,6 +86,10 @@ pub struct GatewayConfig {
     /// `vault:NAME`), never written in the URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub database_password: Option<String>,
+    /// OpenTelemetry traces over OTLP (a build with feature `traces`); off when absent. See
+    /// [`crate::telemetry`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traces: Option<crate::telemetry::TracesSection>,
 }
 
 /// The `health:` section of `bridle.yaml`.
@@ -359,6 +363,14 @@ impl GatewayConfig {
         let agents = self.agents.keys().cloned().collect();
         crate::upstreams::check_all(&self.upstreams, &agents)
             .map_err(|e| invalid(e.to_string()))?;
+        if let Some(t) = &self.traces {
+            t.check().map_err(invalid)?;
+            if !cfg!(feature = "traces") {
+                return Err(invalid(
+                    "`traces:` is set but this build has no trace export (feature `traces`)".into(),
+                ));
+            }
+        }
         for ns in &self.health.optional_upstreams {
             if !self.upstreams.contains_key(ns) {
                 return Err(invalid(format!(
@@ -588,6 +600,7 @@ fn lay_out(data_dir: &Path, token_files: bool) -> Result<InitReport, ConfigError
         health: HealthSection::default(),
         database: None,
         database_password: None,
+        traces: None,
     };
     let yaml = serde_saphyr::to_string(&config).map_err(|e| ConfigError::Invalid {
         file: config_file.clone(),

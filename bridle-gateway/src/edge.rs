@@ -10,7 +10,8 @@
 //! Precedence, highest first: a command-line flag (`--listen`, `--data-dir`), then the
 //! environment, then `bridle.yaml`, then the built-in default. Secret values are never taken
 //! from the environment: the environment names files (`BRIDLE_MASTER_KEY_FILE`, the Docker
-//! secrets folder), and `bridle.yaml` refers to secrets by name (`docker:gitea_token`).
+//! secrets folder, the admin credential's file `BRIDLE_ADMIN_TOKEN_FILE`), and `bridle.yaml`
+//! refers to secrets by name (`docker:gitea_token`).
 
 use std::path::PathBuf;
 
@@ -26,6 +27,10 @@ pub const EDGE_VARIABLES: &[(&str, &str)] = &[
         "allowed_origins (comma-separated)",
     ),
     ("BRIDLE_MASTER_KEY_FILE", "vault.master_key (a file path)"),
+    (
+        "BRIDLE_ADMIN_TOKEN_FILE",
+        "admin.token_file (the admin credential's file, a Docker secret)",
+    ),
     ("BRIDLE_DOCKER_SECRETS_DIR", "vault.docker_secrets_dir"),
     (
         "KANBOARD_URL",
@@ -38,6 +43,15 @@ pub const EDGE_VARIABLES: &[(&str, &str)] = &[
     ),
     ("EMBEDDINGS_MODEL", "memory.embedder's model"),
     ("GITEA_MCP_URL", "upstreams.gitea.http.url"),
+    (
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "traces.otlp.endpoint, the full traces URL (creates the section when absent)",
+    ),
+    (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "traces.otlp.endpoint as <base>/v1/traces, when the variable above is unset",
+    ),
+    ("OTEL_SERVICE_NAME", "traces.service_name"),
 ];
 
 /// What the edge may set. Every field is optional: `None` leaves `bridle.yaml` as it is.
@@ -52,6 +66,9 @@ pub struct EdgeSettings {
     pub allowed_origins: Option<Vec<String>>,
     /// `BRIDLE_MASTER_KEY_FILE`: the vault's master key file (a Docker secret).
     pub master_key_file: Option<PathBuf>,
+    /// `BRIDLE_ADMIN_TOKEN_FILE`: the file holding the admin API's credential (a Docker
+    /// secret), instead of one created in the vault and printed once.
+    pub admin_token_file: Option<PathBuf>,
     /// `BRIDLE_DOCKER_SECRETS_DIR`: where `docker:NAME` references are read.
     pub docker_secrets_dir: Option<PathBuf>,
     /// `KANBOARD_URL`: Kanboard's JSON-RPC endpoint.
@@ -64,6 +81,11 @@ pub struct EdgeSettings {
     pub embeddings_model: Option<String>,
     /// `GITEA_MCP_URL`: the URL of the `gitea` upstream (Gitea's MCP server over HTTP).
     pub gitea_mcp_url: Option<String>,
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else `OTEL_EXPORTER_OTLP_ENDPOINT` +
+    /// `/v1/traces`: where traces go (the OTLP exporter specification's variables).
+    pub otlp_traces_url: Option<String>,
+    /// `OTEL_SERVICE_NAME`: the traces' service name.
+    pub otel_service_name: Option<String>,
 }
 
 fn edge_error(message: String) -> ConfigError {
@@ -95,13 +117,46 @@ impl EdgeSettings {
             allowed_hosts: list("BRIDLE_ALLOWED_HOSTS"),
             allowed_origins: list("BRIDLE_ALLOWED_ORIGINS"),
             master_key_file: text("BRIDLE_MASTER_KEY_FILE").map(PathBuf::from),
+            admin_token_file: text("BRIDLE_ADMIN_TOKEN_FILE").map(PathBuf::from),
             docker_secrets_dir: text("BRIDLE_DOCKER_SECRETS_DIR").map(PathBuf::from),
             kanboard_url: text("KANBOARD_URL"),
             qdrant_url: text("QDRANT_URL"),
             embeddings_url: text("EMBEDDINGS_URL"),
             embeddings_model: text("EMBEDDINGS_MODEL"),
             gitea_mcp_url: text("GITEA_MCP_URL"),
+            otlp_traces_url: text("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| {
+                text("OTEL_EXPORTER_OTLP_ENDPOINT")
+                    .map(|base| crate::telemetry::traces_url_of_base(&base))
+            }),
+            otel_service_name: text("OTEL_SERVICE_NAME"),
         }
+    }
+
+    /// Lays the trace settings over `traces` (the `traces:` section, `None` when absent):
+    /// an OTLP URL creates the section or replaces its endpoint; a service name needs a
+    /// section. Returns whether anything was set.
+    pub fn overlay_traces(
+        &self,
+        traces: &mut Option<crate::telemetry::TracesSection>,
+    ) -> Result<bool, ConfigError> {
+        let mut set = false;
+        if let Some(url) = &self.otlp_traces_url {
+            match traces {
+                Some(t) => t.otlp.endpoint = url.clone(),
+                None => *traces = Some(crate::telemetry::TracesSection::otlp(url.clone())),
+            }
+            set = true;
+        }
+        if let Some(name) = &self.otel_service_name {
+            let t = traces.as_mut().ok_or_else(|| {
+                edge_error(
+                    "OTEL_SERVICE_NAME is set but no traces are configured (set OTEL_EXPORTER_OTLP_ENDPOINT too, or add `traces:` to bridle.yaml)".into(),
+                )
+            })?;
+            t.service_name = name.clone();
+            set = true;
+        }
+        Ok(set)
     }
 
     /// Whether nothing is set.
@@ -132,6 +187,10 @@ impl GatewayConfig {
         if let Some(v) = &edge.master_key_file {
             self.vault.master_key = Some(v.clone());
             set.push("vault.master_key");
+        }
+        if let Some(v) = &edge.admin_token_file {
+            self.admin.token_file = Some(v.clone());
+            set.push("admin.token_file");
         }
         if let Some(v) = &edge.docker_secrets_dir {
             self.vault.docker_secrets_dir = Some(v.clone());
@@ -169,6 +228,9 @@ impl GatewayConfig {
                 })?;
             http.url = url.clone();
             set.push("upstreams.gitea.http.url");
+        }
+        if edge.overlay_traces(&mut self.traces)? {
+            set.push("traces");
         }
         self.check(std::path::Path::new("bridle.yaml + environment"))?;
         Ok(set)
@@ -269,5 +331,32 @@ mod tests {
         assert_eq!(e.allowed_hosts, Some(vec!["a:1".into(), "b:2".into()]));
         assert_eq!(e.listen, None);
         assert!(lookup(&[]).is_empty());
+    }
+
+    #[test]
+    fn otlp_variables_follow_the_exporter_specification() {
+        let e = lookup(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/")]);
+        assert_eq!(
+            e.otlp_traces_url.as_deref(),
+            Some("http://c:4318/v1/traces")
+        );
+        // The per-signal variable is the full URL, and wins.
+        let e = lookup(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:9/x"),
+        ]);
+        assert_eq!(e.otlp_traces_url.as_deref(), Some("http://t:9/x"));
+        let mut traces = None;
+        let e = lookup(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_SERVICE_NAME", "gw"),
+        ]);
+        assert!(e.overlay_traces(&mut traces).unwrap());
+        let t = traces.unwrap();
+        assert_eq!(t.otlp.endpoint, "http://c:4318/v1/traces");
+        assert_eq!(t.service_name, "gw");
+        let e = lookup(&[("OTEL_SERVICE_NAME", "gw")]);
+        let err = e.overlay_traces(&mut None).unwrap_err().to_string();
+        assert!(err.contains("OTEL_SERVICE_NAME"), "{err}");
     }
 }

@@ -39,6 +39,8 @@ pub struct GatewayBuilder {
     watch_every: Duration,
     admin: Option<AdminListen>,
     shutdown_grace: Duration,
+    #[cfg(feature = "traces")]
+    telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 /// How long in-flight calls may take to finish once shutdown begins, by default.
@@ -73,7 +75,20 @@ impl GatewayBuilder {
             watch_every: Duration::from_millis(250),
             admin: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            #[cfg(feature = "traces")]
+            telemetry: None,
         }
+    }
+
+    /// Traces on: every MCP request on the endpoint gets a server span and every call
+    /// forwarded to an upstream a client span, exported through `telemetry` (whose
+    /// [`Telemetry::layer`](crate::telemetry::Telemetry::layer) the binary has put on its
+    /// subscriber). Without it no span is made and the caller's trace context is passed on to
+    /// upstreams unchanged. See [`crate::telemetry`].
+    #[cfg(feature = "traces")]
+    pub fn telemetry(mut self, telemetry: crate::telemetry::Telemetry) -> Self {
+        self.telemetry = Some(telemetry);
+        self
     }
 
     /// How long in-flight calls may take to finish once shutdown begins (default 10 s); the
@@ -117,6 +132,7 @@ impl GatewayBuilder {
     /// Opens the stores, builds the app and starts connecting to the upstreams. Must run on a
     /// tokio runtime. A bad upstream entry or an unreadable agent token stops it here, named.
     pub async fn build(self) -> Result<Gateway, GatewayError> {
+        let forward_hook = self.forward_hook();
         let secrets_dir = self.config.secrets_path(&self.data_dir);
         let (vault, key_created) = open_vault(&self.data_dir, &self.config)?;
         let database = crate::db::StateDatabase::open(&self.data_dir, &self.config, &vault)?;
@@ -127,11 +143,16 @@ impl GatewayBuilder {
         }
         let auth =
             BridleAuth::new(&self.data_dir, Arc::clone(&ctx))?.with_vault(Arc::clone(&vault));
+        let metrics = Arc::new(GatewayMetrics::new());
         let memory_tools = self.memory.as_ref().map(|m| {
             let mut tools = m.tools();
-            tools.on_indexed = Some(Arc::new(RulesWriteBack {
+            let write_back = Arc::new(RulesWriteBack {
                 gw: Arc::clone(&ctx),
-            })
+            });
+            tools.on_indexed = Some(Arc::new(crate::ops::IndexingProgress::new(
+                Arc::clone(&metrics),
+                write_back,
+            ))
                 as Arc<dyn bridle_memory::tools::IndexListener>);
             tools.access = Some(Arc::new(AgentProjects {
                 gw: Arc::clone(&ctx),
@@ -139,7 +160,6 @@ impl GatewayBuilder {
                 as Arc<dyn bridle_memory::tools::ProjectAccess>);
             tools
         });
-        let metrics = Arc::new(GatewayMetrics::new());
         let app = crate::app::build_app_observed(&ctx, memory_tools, Some(&metrics))?;
         let docker_dir = vault.config().docker_secrets_dir.clone();
         let secrets = self.secrets.unwrap_or_else(|| {
@@ -151,13 +171,19 @@ impl GatewayBuilder {
         });
         #[cfg(feature = "kanboard")]
         register_kanboard(&ctx, &app, Arc::clone(&secrets))?;
-        let upstreams = UpstreamPool::start(&ctx, app.tools(), secrets, self.connect_timeout)
-            .map_err(|e| {
-                GatewayError::Config(ConfigError::Invalid {
-                    file: self.data_dir.join("bridle.yaml"),
-                    message: e.to_string(),
-                })
-            })?;
+        let upstreams = UpstreamPool::start(
+            &ctx,
+            app.tools(),
+            secrets,
+            self.connect_timeout,
+            forward_hook,
+        )
+        .map_err(|e| {
+            GatewayError::Config(ConfigError::Invalid {
+                file: self.data_dir.join("bridle.yaml"),
+                message: e.to_string(),
+            })
+        })?;
         let vendor_feed = match &ctx.config.vendor_feed {
             Some(feed) => Some(Arc::new(
                 bridle_rules::vendor::VendorFeed::new(feed.clone()).map_err(|e| {
@@ -184,7 +210,21 @@ impl GatewayBuilder {
             admin: self.admin,
             metrics,
             shutdown_grace: self.shutdown_grace,
+            #[cfg(feature = "traces")]
+            telemetry: self.telemetry,
         })
+    }
+
+    /// What forwarded calls carry from their caller: a client span's context with traces on,
+    /// else the caller's own trace context, unchanged.
+    fn forward_hook(&self) -> Arc<dyn kberg_server::aggregate::ForwardHook> {
+        #[cfg(feature = "traces")]
+        if self.telemetry.is_some() {
+            return Arc::new(crate::telemetry::TraceHook);
+        }
+        Arc::new(kberg_server::aggregate::CarryMeta::keys(
+            crate::telemetry::TRACE_META_KEYS,
+        ))
     }
 }
 
@@ -204,6 +244,8 @@ pub struct Gateway {
     vendor_feed: Option<Arc<bridle_rules::vendor::VendorFeed>>,
     metrics: Arc<GatewayMetrics>,
     shutdown_grace: Duration,
+    #[cfg(feature = "traces")]
+    telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 /// Registers the Kanboard tools when `bridle.yaml` has a `kanboard:` section: credentials from
@@ -435,7 +477,15 @@ impl Gateway {
         let server = HttpServer::bind(self.app.clone(), http)
             .await
             .map_err(|e| GatewayError::Serve(format!("cannot listen on {addr}: {e}")))?
-            .map_router(|r| metrics.instrument(r.merge(routes), MCP_PATH, max_body, draining));
+            .map_router(|r| {
+                let r = r.merge(routes);
+                #[cfg(feature = "traces")]
+                let r = match &self.telemetry {
+                    Some(_) => crate::telemetry::http::trace_requests(r, MCP_PATH, max_body),
+                    None => r,
+                };
+                metrics.instrument(r, MCP_PATH, max_body, draining)
+            });
         if let Some(a) = &self.admin {
             self.check_admins_are_not_agents(a.credentials.as_ref())?;
         }
@@ -580,6 +630,10 @@ impl BoundGateway {
             }
         }
         self.gateway.upstreams.shutdown().await;
+        #[cfg(feature = "traces")]
+        if let Some(t) = &self.gateway.telemetry {
+            t.flush();
+        }
         // The rules store and the vault commit every change in its own SQLite transaction, so
         // nothing is left to write; their connections close as the gateway is dropped.
         tracing::info!("the gateway has stopped");

@@ -33,6 +33,8 @@
 //!   the request layer that counts requests and drains them on shutdown.
 //! - `panel` (feature `panel`): the web panel, server-rendered pages that call the admin API
 //!   in process, mounted by the admin listener.
+//! - [`telemetry`]: OpenTelemetry traces of MCP requests and forwarded calls (exported with
+//!   feature `traces`), trace context passed on to upstreams.
 //! - [`logging`]: the log filter binaries install (rmcp's message bodies never logged).
 //! - [`gateway`]: [`Gateway`], everything assembled by [`GatewayBuilder`] and served over HTTP.
 
@@ -59,6 +61,7 @@ pub mod panel;
 pub mod resources;
 pub mod secrets;
 pub mod sessions;
+pub mod telemetry;
 pub mod tools;
 pub mod upstreams;
 pub mod vault;

@@ -4,14 +4,16 @@
 //! upstream's answer can carry a credential it echoes (Gitea quotes a rejected token in its
 //! error). The gateway scrubs such values out of what agents receive, but a trace line is
 //! written before the gateway sees the answer. So whatever level an operator asks for, rmcp's
-//! own events are capped at `DEBUG`: message bodies never reach the gateway's log. Binaries that
-//! serve the gateway install a subscriber with [`log_targets`] as its filter.
+//! own events are capped at `DEBUG`: message bodies never reach the gateway's log. The trace
+//! spans ([`crate::telemetry::TRACE_TARGET`]) are for the trace exporter, not the log: the
+//! filter leaves them out. Binaries that serve the gateway put [`log_targets`] on their log
+//! layer (a per-layer filter, so that the trace layer beside it sees its spans).
 
 use tracing::Level;
 use tracing_subscriber::filter::{LevelFilter, Targets};
 
 /// The filter for `level` (`error`, `warn`, `info`, `debug`, `trace`; anything else is
-/// `info`), with rmcp capped at `DEBUG`.
+/// `info`), with rmcp capped at `DEBUG` and the trace spans left out.
 pub fn log_targets(level: &str) -> Targets {
     let level = match level.to_ascii_lowercase().as_str() {
         "error" => Level::ERROR,
@@ -28,4 +30,5 @@ pub fn log_targets(level: &str) -> Targets {
     Targets::new()
         .with_default(LevelFilter::from_level(level))
         .with_target("rmcp", LevelFilter::from_level(rmcp))
+        .with_target(crate::telemetry::TRACE_TARGET, LevelFilter::OFF)
 }

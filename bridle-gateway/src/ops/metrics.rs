@@ -90,6 +90,12 @@ struct ToolLabels {
     tool: String,
 }
 
+/// A pattern-example repository, by its reference tag (a configured name).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RepoLabel {
+    pub(crate) repo: String,
+}
+
 /// Latency buckets from 0.25 ms to about 16 s.
 fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_25, 2.0, 17))
@@ -235,6 +241,8 @@ pub struct GatewayMetrics {
     in_flight: Gauge,
     tool_calls: Family<ToolCallLabels, Counter>,
     tool_seconds: Family<ToolLabels, Histogram, fn() -> Histogram>,
+    /// Indexing progress per repository (see [`super::indexing`]).
+    pub(crate) indexing: super::indexing::IndexingGauges,
     snapshot: Arc<Mutex<Snapshot>>,
     /// One scrape at a time: the snapshot is filled and then encoded.
     scraping: tokio::sync::Mutex<()>,
@@ -285,6 +293,7 @@ impl GatewayMetrics {
             prometheus_client::registry::Unit::Seconds,
             tool_seconds.clone(),
         );
+        let indexing = super::indexing::IndexingGauges::register(registry);
         let snapshot = Arc::new(Mutex::new(Snapshot::default()));
         registry.register_collector(Box::new(ScrapeCollector(Arc::clone(&snapshot))));
         Self {
@@ -294,6 +303,7 @@ impl GatewayMetrics {
             in_flight,
             tool_calls,
             tool_seconds,
+            indexing,
             snapshot,
             scraping: tokio::sync::Mutex::new(()),
         }

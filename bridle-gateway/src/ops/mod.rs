@@ -7,13 +7,15 @@
 //! - `GET /healthz`: the process serves (always `200` while it does);
 //! - `GET /readyz`: `200` when the gateway can do its work, else `503`, with a JSON body that
 //!   names each check and why it failed ([`health`]);
-//! - `GET /metrics`: Prometheus metrics as OpenMetrics text ([`metrics`]).
+//! - `GET /metrics`: Prometheus metrics as OpenMetrics text ([`metrics`]; indexing progress
+//!   in [`indexing`]).
 //!
 //! None of them reveals a secret, an argument value or a session id; the metrics name
 //! configured agents, tools and upstream namespaces. [`OpsState`] is built by the
 //! [`GatewayBuilder`](crate::GatewayBuilder) and mounted by [`Gateway::bind`](crate::Gateway::bind).
 
 pub mod health;
+pub mod indexing;
 pub mod metrics;
 
 use std::collections::BTreeSet;
@@ -29,6 +31,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 pub use health::{Check, Readiness};
+pub use indexing::IndexingProgress;
 pub use metrics::GatewayMetrics;
 
 use crate::context::GatewayContext;

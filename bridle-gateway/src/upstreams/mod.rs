@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kberg_core::{ToolRegistry, ToolSpec};
-use kberg_server::aggregate::UpstreamStatus;
+use kberg_server::aggregate::{ForwardHook, UpstreamStatus};
 use tokio_util::sync::CancellationToken;
 
 pub use config::{CredentialTarget, UpstreamConfigError, UpstreamSection};
@@ -102,11 +102,14 @@ pub fn check_all(
 impl UpstreamPool {
     /// Checks the configured upstreams, declares their write capabilities in `public`, and
     /// starts connecting to each enabled one in the background (on the current tokio runtime).
+    /// `hook` decides what each forwarded call carries from its caller's `_meta` (the
+    /// gateway passes trace context on).
     pub fn start(
         gw: &Arc<GatewayContext>,
         public: &ToolRegistry,
         secrets: Arc<dyn SecretSource>,
         connect_timeout: Duration,
+        hook: Arc<dyn ForwardHook>,
     ) -> Result<Self, UpstreamConfigError> {
         let agents: BTreeSet<String> = gw.config.agents.keys().cloned().collect();
         let targets = check_all(&gw.config.upstreams, &agents)?;
@@ -121,6 +124,7 @@ impl UpstreamPool {
                 targets.get(ns).cloned().flatten(),
                 Arc::clone(&secrets),
                 connect_timeout,
+                Arc::clone(&hook),
             ));
             public
                 .declare(route::write_capability(ns))

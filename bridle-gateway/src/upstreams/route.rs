@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use kberg_core::{Caller, Grants, Principal, ToolRegistry, WriteCapability};
 use kberg_server::aggregate::{
-    Aggregator, AggregatorConfig, UpstreamConfig, UpstreamStatus, UpstreamTransport,
+    Aggregator, AggregatorConfig, Forward, ForwardHook, UpstreamConfig, UpstreamStatus,
+    UpstreamTransport,
 };
 
 use super::config::{CredentialTarget, UpstreamSection};
@@ -72,6 +73,8 @@ pub struct Route {
     pub(crate) internal: Caller,
     connections: tokio::sync::Mutex<HashMap<Identity, Arc<Connection>>>,
     connect_timeout: Duration,
+    /// What each forwarded call carries from its caller's `_meta` (trace context).
+    hook: Arc<dyn ForwardHook>,
 }
 
 impl std::fmt::Debug for Route {
@@ -97,6 +100,7 @@ impl Route {
         target: Option<CredentialTarget>,
         secrets: Arc<dyn SecretSource>,
         connect_timeout: Duration,
+        hook: Arc<dyn ForwardHook>,
     ) -> Self {
         let cap = write_capability(&namespace);
         let internal = Caller::new(
@@ -111,6 +115,7 @@ impl Route {
             internal,
             connections: tokio::sync::Mutex::new(HashMap::new()),
             connect_timeout,
+            hook,
         }
     }
 
@@ -274,7 +279,8 @@ impl Route {
             .connect_timeout(self.connect_timeout)
             .write_rule("*", cap);
         let registry = ToolRegistry::new();
-        let aggregator = Aggregator::start(config, registry.clone())
+        let forward = Forward::new().hook(Arc::clone(&self.hook));
+        let aggregator = Aggregator::start_with(config, registry.clone(), forward)
             .map_err(|e| RouteError::Unavailable(e.to_string()))?;
         Ok(Connection {
             aggregator,

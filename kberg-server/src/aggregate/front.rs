@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{AggregatorConfig, Backoff, ConfigError, UpstreamConfig};
+use super::hook::ForwardHook;
 use super::pattern::Pattern;
 use super::resources::check_scheme_namespace;
 use super::supervisor::supervise;
@@ -107,6 +108,8 @@ pub(super) struct Upstream {
     /// the upstream makes of its client right away already finds its call), by a local id.
     pub(super) active: Mutex<HashMap<u64, ToolContext>>,
     pub(super) next_active: AtomicU64,
+    /// Asked about each forwarded tool call (see [`ForwardHook`]).
+    pub(super) hook: Option<Arc<dyn ForwardHook>>,
 }
 
 impl Upstream {
@@ -140,13 +143,26 @@ impl Upstream {
 }
 
 /// What [`Aggregator::start_with`] forwards besides tools. Nothing by default.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 #[non_exhaustive]
 pub struct Forward {
     /// Registers the upstreams' prompts here, namespaced like tools.
     pub prompts: Option<PromptRegistry>,
     /// Registers the upstreams' resources and templates here, under `<namespace>+<uri>`.
     pub resources: Option<ResourceRegistry>,
+    /// Asked once per forwarded tool call what it carries from its caller's `_meta` and which
+    /// span it runs in (see [`ForwardHook`]).
+    pub hook: Option<Arc<dyn ForwardHook>>,
+}
+
+impl std::fmt::Debug for Forward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forward")
+            .field("prompts", &self.prompts.is_some())
+            .field("resources", &self.resources.is_some())
+            .field("hook", &self.hook.is_some())
+            .finish()
+    }
 }
 
 impl Forward {
@@ -164,6 +180,13 @@ impl Forward {
     /// Also forwards resources, resource templates and resource updates into `resources`.
     pub fn resources(mut self, resources: ResourceRegistry) -> Self {
         self.resources = Some(resources);
+        self
+    }
+
+    /// Asks `hook` about every forwarded tool call: the `_meta` keys it carries from the
+    /// caller (see [`CarryMeta`](super::CarryMeta)) and the span it runs in.
+    pub fn hook(mut self, hook: Arc<dyn ForwardHook>) -> Self {
+        self.hook = Some(hook);
         self
     }
 }
@@ -230,7 +253,11 @@ impl Aggregator {
         registry: ToolRegistry,
         forward: Forward,
     ) -> Result<Self, ConfigError> {
-        let Forward { prompts, resources } = forward;
+        let Forward {
+            prompts,
+            resources,
+            hook,
+        } = forward;
         let rules = config.validate()?;
         if resources.is_some() {
             let mut schemes = HashSet::new();
@@ -292,6 +319,7 @@ impl Aggregator {
                 progress: Mutex::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
                 next_active: AtomicU64::new(0),
+                hook: hook.clone(),
             });
             tasks.push(tokio::spawn(supervise(
                 shared.clone(),

@@ -19,6 +19,9 @@
 //! added or removed upstream are added to or removed from the registry, which makes kberg-server
 //! send `notifications/tools/list_changed` to its clients.
 //!
+//! What a forwarded tool call carries from its caller's `_meta` (W3C trace context, say) is
+//! decided by a [`ForwardHook`] given in [`Forward::hook`]; [`CarryMeta`] copies named keys.
+//!
 //! Prompts and resources are forwarded when asked for ([`Aggregator::start_with`] with a
 //! [`Forward`]). Prompts take the tools' namespaced names. Resources take the namespace in front
 //! of their URI scheme, joined by `+`: upstream `file:///tmp/a.txt` of namespace `fs` is
@@ -69,6 +72,7 @@ mod config;
 mod error;
 mod forward;
 mod front;
+mod hook;
 mod pattern;
 mod prompts;
 mod relay;
@@ -86,6 +90,7 @@ pub use front::{
     Aggregator, Forward, UPSTREAM_INVALID_RESULT, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
     UpstreamStatus,
 };
+pub use hook::{CarryMeta, ForwardHook, ForwardOutcome, OutgoingCall};
 pub use pattern::Pattern;
 pub use resources::{namespaced_uri, upstream_uri};
 pub use stderr::{ChildStderr, MAX_STDERR_LINE, MIN_REDACTED_LEN, STDERR_TARGET};

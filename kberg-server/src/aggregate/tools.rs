@@ -17,15 +17,18 @@ use kberg_core::{
     Content, CoreError, ErrorCode, PeerError, Refusal, Tool, ToolContext, ToolError, ToolKind,
     ToolOutput, ToolSpec, check_name,
 };
+use rmcp::model::GetMeta;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ServerResult,
 };
 use rmcp::service::{Peer, RoleClient, ServiceError};
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::error::UpstreamError;
 use super::forward::{forward, result_kind};
 use super::front::{Shared, Upstream};
+use super::hook::{ForwardOutcome, OutgoingCall};
 use super::prompts::sync_prompts;
 use super::resources::sync_resources;
 use super::tasks::Followed;
@@ -149,9 +152,32 @@ impl Tool for ForwardedTool {
             Value::Null => None,
             _ => return Err(ToolError::failed("the arguments must be an object")),
         };
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let name = &self.spec.name;
-        match forward(&self.up, request, Some(&ctx)).await {
+        let answer = match &self.up.hook {
+            None => forward(&self.up, request, Some(&ctx)).await,
+            Some(hook) => {
+                let call = OutgoingCall {
+                    namespace: ns,
+                    method: "tools/call",
+                    tool: &self.remote,
+                    caller_meta: ctx.meta().and_then(Value::as_object),
+                };
+                let mut meta = serde_json::Map::new();
+                let span = hook.outgoing(&call, &mut meta);
+                if !meta.is_empty() {
+                    request
+                        .get_meta_mut()
+                        .extend(rmcp::model::RequestMetaObject::from(meta));
+                }
+                let answer = forward(&self.up, request, Some(&ctx))
+                    .instrument(span.clone())
+                    .await;
+                hook.finished(&span, outcome_of(&answer));
+                answer
+            }
+        };
+        match answer {
             Ok(ServerResult::CallToolResult(r)) => Ok(to_output(r)),
             // The upstream runs the call as a task: follow it to its end.
             Ok(ServerResult::CreateTaskResult(t)) => {
@@ -179,6 +205,31 @@ impl Tool for ForwardedTool {
             // The upstream's own refusal or failure: the gate answers `tool_failed` with it.
             Err(e) => Err(ToolError::failed(e.to_string())),
         }
+    }
+}
+
+/// How a forwarded call's answer looks to a [`ForwardHook`](super::ForwardHook).
+fn outcome_of(answer: &Result<ServerResult, UpstreamError>) -> ForwardOutcome<'_> {
+    match answer {
+        Ok(ServerResult::CallToolResult(r)) if r.is_error == Some(true) => {
+            ForwardOutcome::ToolError {
+                code: r
+                    .structured_content
+                    .as_ref()
+                    .and_then(|s| s.get("code"))
+                    .and_then(Value::as_str),
+            }
+        }
+        Ok(ServerResult::CallToolResult(_) | ServerResult::CreateTaskResult(_)) => {
+            ForwardOutcome::Answered
+        }
+        Ok(_) => ForwardOutcome::Failed {
+            code: ErrorCode::UpstreamInvalidResult.as_str(),
+        },
+        Err(UpstreamError::Refused { code, .. }) => ForwardOutcome::Refused { code: *code },
+        Err(e) => ForwardOutcome::Failed {
+            code: e.code().as_str(),
+        },
     }
 }
 

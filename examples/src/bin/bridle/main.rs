@@ -28,6 +28,8 @@
 //! settings come from `bridle.yaml`, with the environment's laid over it (`BRIDLE_LISTEN`,
 //! `BRIDLE_MASTER_KEY_FILE`, `KANBOARD_URL`, ...; `bridle_gateway::edge` lists them) and the
 //! command line's flags over both. Logs go to stderr, as text or (`--log-format json`) JSON.
+//! `bridle serve` exports OpenTelemetry traces over OTLP when `traces:` in `bridle.yaml` or
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) says where.
 
 #![allow(clippy::print_stdout)] // A command-line program prints its results on stdout.
 
@@ -47,6 +49,7 @@ use std::process::ExitCode;
 
 use bridle_gateway::config::GatewayConfig;
 use bridle_gateway::edge::EdgeSettings;
+use bridle_gateway::telemetry::Telemetry;
 use bridle_rules::{AgentCatalog, Renderer, RulesStore};
 use clap::{Parser, Subcommand};
 
@@ -223,29 +226,49 @@ pub(crate) fn load_config(dir: &Path) -> Result<GatewayConfig, BoxError> {
 }
 
 /// Logs to stderr (stdout may carry results, or an MCP stdio channel) through the gateway's
-/// filter, which never lets rmcp's message bodies into the log.
-fn init_logging(level: &str, format: LogFormat) {
+/// filter, which never lets rmcp's message bodies into the log. With `telemetry`, the
+/// gateway's trace spans go to its exporter beside the log (each layer with its own filter).
+fn init_logging(level: &str, format: LogFormat, telemetry: Option<&Telemetry>) {
+    use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
+    type Boxed = Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>;
     let filter = bridle_gateway::logging::log_targets(level);
-    let registry = tracing_subscriber::registry().with(filter);
-    let _ = match format {
-        LogFormat::Text => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(std::io::stderr)
-                    .with_ansi(false),
-            )
-            .try_init(),
-        LogFormat::Json => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .json()
-                    .with_writer(std::io::stderr)
-                    .with_ansi(false),
-            )
-            .try_init(),
+    let log: Boxed = match format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .with_filter(filter)
+            .boxed(),
     };
+    let mut layers = vec![log];
+    if let Some(t) = telemetry {
+        layers.push(Box::new(t.layer()));
+    }
+    let _ = tracing_subscriber::registry().with(layers).try_init();
+}
+
+/// The traces `bridle serve` exports, from `bridle.yaml` and the environment (read before
+/// logging starts, so the exporter sees the first request): `None` when none are configured.
+/// A data directory without `bridle.yaml` yet (a first start) has only the environment's.
+fn serve_telemetry(dir: &Path) -> Result<Option<Telemetry>, BoxError> {
+    let traces = if dir.join("bridle.yaml").exists() {
+        load_config(dir)?.traces
+    } else {
+        let mut traces = None;
+        EdgeSettings::from_lookup(|k| std::env::var(k).ok()).overlay_traces(&mut traces)?;
+        traces
+    };
+    Ok(match traces {
+        Some(section) => Some(Telemetry::otlp(&section)?),
+        None => None,
+    })
 }
 
 fn main() -> ExitCode {
@@ -266,9 +289,29 @@ fn main() -> ExitCode {
             }
         },
     };
-    init_logging(&level, format);
     let dir = data_dir(&cli);
-    match run(cli.command, &dir, format == LogFormat::Json) {
+    let telemetry = match &cli.command {
+        Command::Serve { .. } => match serve_telemetry(&dir) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        _ => None,
+    };
+    init_logging(&level, format, telemetry.as_ref());
+    let outcome = run(
+        cli.command,
+        &dir,
+        format == LogFormat::Json,
+        telemetry.clone(),
+    );
+    // Sends the spans still queued (outside the runtime: the exporter's client blocks).
+    if let Some(t) = telemetry {
+        t.shutdown();
+    }
+    match outcome {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
@@ -277,7 +320,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(command: Command, dir: &Path, json_log: bool) -> Result<ExitCode, BoxError> {
+fn run(
+    command: Command,
+    dir: &Path,
+    json_log: bool,
+    telemetry: Option<Telemetry>,
+) -> Result<ExitCode, BoxError> {
     match command {
         Command::Init { token_files } => {
             serve::init(dir, token_files)?;
@@ -298,6 +346,7 @@ fn run(command: Command, dir: &Path, json_log: bool) -> Result<ExitCode, BoxErro
                 admin_listen,
                 std::time::Duration::from_secs(shutdown_grace),
                 json_log,
+                telemetry,
             ))?;
             Ok(ExitCode::SUCCESS)
         }

@@ -89,6 +89,7 @@ pub(crate) async fn serve(
     admin_listen: Option<String>,
     shutdown_grace: Duration,
     json_log: bool,
+    telemetry: Option<bridle_gateway::telemetry::Telemetry>,
 ) -> Result<(), BoxError> {
     let first_start = lay_out(dir, false)?;
     let mut config = crate::load_config(dir)?;
@@ -102,6 +103,12 @@ pub(crate) async fn serve(
     config.check_exposure(addr)?;
     let admin_addr = config.admin.listen_addr(addr)?;
     let mut builder = GatewayBuilder::new(dir, config.clone()).shutdown_grace(shutdown_grace);
+    if let Some(t) = telemetry {
+        if let Some(traces) = &config.traces {
+            tracing::info!(endpoint = %traces.otlp.endpoint, service = %traces.service_name, "exporting traces over OTLP");
+        }
+        builder = builder.telemetry(t);
+    }
     if config.memory.is_some() {
         builder = builder.memory(open_memory(dir, &config).await?);
     }

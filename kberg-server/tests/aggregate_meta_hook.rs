@@ -1,0 +1,184 @@
+//! The aggregator's `ForwardHook` over real HTTP: a forwarded tool call carries exactly the
+//! `_meta` keys its hook returns (`CarryMeta` copies the named keys of the caller's `_meta` and
+//! nothing else), runs inside the hook's span, and the hook learns how it ended: answered, a tool
+//! error with its code, or the aggregator's own code when the upstream is gone. Without a hook
+//! nothing of the caller's `_meta` is sent.
+
+mod peers;
+
+use peers::*;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use kberg_core::{CallOptions, Caller, Principal, ToolBuilder, ToolOutput, ToolRegistry};
+use kberg_server::aggregate::{
+    Aggregator, AggregatorConfig, CarryMeta, Forward, ForwardHook, ForwardOutcome, OutgoingCall,
+    UpstreamConfig, UpstreamTransport,
+};
+use kberg_server::{HttpConfig, HttpServer, McpApp, OpenAccess};
+use serde_json::{Map, Value, json};
+
+/// A Kberg upstream whose `meta` tool answers the `_meta` it received, and whose `fail` tool
+/// answers an error result with a code.
+async fn upstream() -> (String, StopOnDrop, tokio::task::JoinHandle<()>) {
+    let tools = ToolRegistry::new();
+    tools
+        .register(ToolBuilder::new("meta").raw_handler(
+            json!({"type": "object"}),
+            |_a, ctx| async move {
+                Ok(ToolOutput::text("meta")
+                    .with_structured(json!({"meta": ctx.meta().cloned().unwrap_or(Value::Null)})))
+            },
+        ))
+        .expect("register");
+    tools
+        .register(
+            ToolBuilder::new("fail")
+                .raw_handler(json!({"type": "object"}), |_a, _ctx| async move {
+                    Ok(ToolOutput::error_with("no", json!({"code": "not_today"})))
+                }),
+        )
+        .expect("register");
+    let server = HttpServer::bind(
+        McpApp::builder("upstream", "1").tools(tools).build(),
+        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .auth(OpenAccess::as_principal(Principal::new("aggregator"))),
+    )
+    .await
+    .expect("bind upstream");
+    let url = format!("http://{}/mcp", server.local_addr());
+    let stop = StopOnDrop(server.shutdown_token());
+    let served = tokio::spawn(async move {
+        let _ = server.run(std::future::pending()).await;
+    });
+    (url, stop, served)
+}
+
+/// Carries `traceparent`, adds a key of its own, and records what it is told.
+#[derive(Default)]
+struct Recording {
+    calls: Mutex<Vec<String>>,
+    outcomes: Mutex<Vec<String>>,
+}
+
+impl ForwardHook for Recording {
+    fn outgoing(&self, call: &OutgoingCall<'_>, meta: &mut Map<String, Value>) -> tracing::Span {
+        self.calls
+            .lock()
+            .expect("lock")
+            .push(format!("{} {} {}", call.namespace, call.method, call.tool));
+        CarryMeta::keys(["traceparent"]).outgoing(call, meta);
+        meta.insert("x-added".into(), json!("by-hook"));
+        tracing::info_span!("forwarded")
+    }
+
+    fn finished(&self, _span: &tracing::Span, outcome: ForwardOutcome<'_>) {
+        self.outcomes
+            .lock()
+            .expect("lock")
+            .push(format!("{outcome:?}"));
+    }
+}
+
+fn options(meta: Value) -> CallOptions {
+    CallOptions {
+        meta: Some(meta),
+        ..CallOptions::default()
+    }
+}
+
+fn caller() -> Caller {
+    Caller::new(Principal::new("agent"))
+}
+
+const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hook_decides_what_a_forwarded_call_carries_and_learns_how_it_ended() {
+    let (url, stop, served) = upstream().await;
+    let registry = ToolRegistry::new();
+    let hook = Arc::new(Recording::default());
+    let config =
+        AggregatorConfig::new().upstream(UpstreamConfig::new("up", UpstreamTransport::http(url)));
+    let agg = Aggregator::start_with(
+        config,
+        registry.clone(),
+        Forward::new().hook(Arc::clone(&hook) as Arc<dyn ForwardHook>),
+    )
+    .expect("valid");
+    assert!(
+        agg.wait_connected("up", 1, WAIT).await,
+        "{:?}",
+        agg.status("up")
+    );
+
+    let out = registry
+        .call(
+            &caller(),
+            "up__meta",
+            json!({}),
+            options(json!({"traceparent": TP, "secret": "not-for-upstreams"})),
+        )
+        .await
+        .expect("call");
+    let seen = &out.structured.as_ref().expect("structured")["meta"];
+    assert_eq!(seen["traceparent"], json!(TP), "{seen}");
+    assert_eq!(seen["x-added"], json!("by-hook"), "{seen}");
+    assert!(seen.get("secret").is_none(), "{seen}");
+
+    let out = registry
+        .call(&caller(), "up__fail", json!({}), options(json!({})))
+        .await
+        .expect("call");
+    assert!(out.is_error);
+
+    // The upstream goes away: the call answers the aggregator's code, and the hook learns it.
+    drop(stop);
+    tokio::time::timeout(WAIT, served)
+        .await
+        .expect("the upstream stops")
+        .expect("served");
+    let out = registry
+        .call(&caller(), "up__meta", json!({}), options(json!({})))
+        .await
+        .expect("call");
+    assert!(out.is_error);
+
+    assert_eq!(
+        *hook.calls.lock().expect("lock"),
+        [
+            "up tools/call meta",
+            "up tools/call fail",
+            "up tools/call meta"
+        ]
+    );
+    assert_eq!(
+        *hook.outcomes.lock().expect("lock"),
+        [
+            "Answered".to_string(),
+            r#"ToolError { code: Some("not_today") }"#.to_string(),
+            r#"Failed { code: "upstream_unavailable" }"#.to_string(),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_hook_the_callers_meta_stays_behind() {
+    let (url, _stop, _served) = upstream().await;
+    let registry = ToolRegistry::new();
+    let config =
+        AggregatorConfig::new().upstream(UpstreamConfig::new("up", UpstreamTransport::http(url)));
+    let agg = Aggregator::start(config, registry.clone()).expect("valid");
+    assert!(agg.wait_connected("up", 1, WAIT).await);
+    let out = registry
+        .call(
+            &caller(),
+            "up__meta",
+            json!({}),
+            options(json!({"traceparent": TP})),
+        )
+        .await
+        .expect("call");
+    let seen = &out.structured.as_ref().expect("structured")["meta"];
+    assert!(seen.get("traceparent").is_none(), "{seen}");
+}
