@@ -42,7 +42,7 @@ mod request;
 mod session;
 mod shared;
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use kberg_core::{Caller, Principal};
 use rmcp::model::{
@@ -58,7 +58,6 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use tokio::sync::oneshot;
 
 use crate::convert;
-use crate::peer::LogThreshold;
 use errors::{KNOWN_METHODS, REMOVED_IN_2026, invalid_cursor, removed, resource_error};
 use request::{cursor_of, is_stateless};
 use session::{Command, SessionState};
@@ -75,12 +74,8 @@ pub(crate) struct KbergHandler {
 impl KbergHandler {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         Self {
+            session: Arc::new(SessionState::new(Arc::clone(&shared.list_changed))),
             shared,
-            session: Arc::new(SessionState {
-                log: Arc::new(LogThreshold::new("debug")),
-                forwarder: OnceLock::new(),
-                pending_listens: Mutex::new(Vec::new()),
-            }),
         }
     }
 
@@ -124,7 +119,7 @@ impl ServerHandler for KbergHandler {
             return Err(removed("initialize"));
         }
         context.peer.set_peer_info(request.clone());
-        self.forwarder(&context.peer);
+        self.join_list_changed(&context.peer);
         self.negotiate_initialize(&request)
     }
 
@@ -230,10 +225,11 @@ impl ServerHandler for KbergHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.principal(&context)?;
-        // Unsubscribing from something never subscribed is not an error (idempotent).
-        let _ = self
-            .forwarder(&context.peer)
-            .send(Command::Unsubscribe(request.uri));
+        // Unsubscribing from something never subscribed is not an error (idempotent); a
+        // session that never subscribed has no subscription task to tell.
+        if let Some(tx) = self.session.forwarder.get() {
+            let _ = tx.send(Command::Unsubscribe(request.uri));
+        }
         Ok(())
     }
 

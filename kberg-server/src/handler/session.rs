@@ -1,9 +1,16 @@
-//! A 2025-11-25 session's own state and its forwarding task: the log level the client set,
-//! the watchers of accepted listens, and one task per session that sends resource updates
-//! for its subscriptions and `list_changed` for the three registries until the session's
-//! last handler is dropped or the server shuts down.
+//! A 2025-11-25 session's own state and what it is sent unasked: the log level the client set,
+//! the watchers of accepted listens, `list_changed` for the three registries, and resource
+//! updates for its subscriptions.
+//!
+//! Why the split between one fan-out and per-session tasks: an idle session must cost little
+//! (the memory bench holds 1,000 of them). `list_changed` goes to every session alike, so one
+//! task per transport ([`ListChangedFanout`]) watches the registries and notifies every
+//! session's peer; a session costs an entry in its map. Only a session that subscribes to a
+//! resource gets a task of its own, which holds its subscriptions and forwards their updates.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use kberg_core::{ResourceError, ResourceEvent, Subscriber};
 use rmcp::model::ResourceUpdatedNotificationParam;
@@ -16,34 +23,170 @@ use super::listen::PendingListen;
 use crate::app::McpApp;
 use crate::peer::LogThreshold;
 
-/// What a session's handlers ask its forwarding task to do.
+/// What a session's handlers ask its subscription task to do.
 pub(super) enum Command {
     Subscribe(String, oneshot::Sender<Result<(), ResourceError>>),
     Unsubscribe(String),
 }
 
-/// Per-session state. Dropped with the session's last handler clone, which ends the session's
-/// forwarding task and with it every resource subscription the session held.
+/// Per-session state. Dropped with the session's last handler clone, which leaves the
+/// `list_changed` fan-out and ends the session's subscription task (if it had one) and with it
+/// every resource subscription the session held.
 pub(super) struct SessionState {
     pub(super) log: Arc<LogThreshold>,
+    /// The subscription task's commands; started by the first `resources/subscribe`.
     pub(super) forwarder: OnceLock<mpsc::UnboundedSender<Command>>,
     /// Watchers of `subscriptions/listen` requests whose filter was accepted but whose
     /// `listen` has not started yet. rmcp sends the acknowledgement between the two calls, so
     /// the watchers must exist before it: a change the client causes right after the
     /// acknowledgement is then still seen.
     pub(super) pending_listens: Mutex<Vec<PendingListen>>,
+    /// This session's entry in the fan-out, once it was initialized.
+    pub(super) fanout_entry: OnceLock<u64>,
+    pub(super) fanout: Arc<ListChangedFanout>,
+}
+
+impl SessionState {
+    pub(super) fn new(fanout: Arc<ListChangedFanout>) -> Self {
+        Self {
+            log: Arc::new(LogThreshold::new("debug")),
+            forwarder: OnceLock::new(),
+            pending_listens: Mutex::new(Vec::new()),
+            fanout_entry: OnceLock::new(),
+            fanout,
+        }
+    }
+}
+
+impl Drop for SessionState {
+    fn drop(&mut self) {
+        if let Some(id) = self.fanout_entry.get() {
+            self.fanout.leave(*id);
+        }
+    }
+}
+
+/// The sessions of one transport that get `list_changed` notifications, and the one task that
+/// sends them (started with the first session).
+pub(crate) struct ListChangedFanout {
+    peers: Mutex<HashMap<u64, Peer<RoleServer>>>,
+    next_id: AtomicU64,
+    task: OnceLock<()>,
+}
+
+impl ListChangedFanout {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            peers: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            task: OnceLock::new(),
+        })
+    }
+
+    fn peers(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Peer<RoleServer>>> {
+        self.peers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds a session's peer; starts the fan-out task on first use.
+    fn join(
+        self: &Arc<Self>,
+        app: &McpApp,
+        shutdown: &CancellationToken,
+        peer: Peer<RoleServer>,
+    ) -> u64 {
+        self.task.get_or_init(|| {
+            tokio::spawn(fan_out(Arc::downgrade(self), app.clone(), shutdown.clone()));
+        });
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.peers().insert(id, peer);
+        id
+    }
+
+    fn leave(&self, id: u64) {
+        self.peers().remove(&id);
+    }
+}
+
+/// Which registry changed.
+#[derive(Clone, Copy)]
+enum ListChanged {
+    Tools,
+    Resources,
+    Prompts,
+}
+
+/// Watches the three registries (changes from the moment it starts) and tells every joined
+/// session, until the server shuts down or the transport's state is gone. A session whose
+/// transport closed is dropped from the map.
+async fn fan_out(fanout: Weak<ListChangedFanout>, app: McpApp, shutdown: CancellationToken) {
+    let mut tools = app.tools().changes();
+    let mut resources = app.resources().changes();
+    let mut prompts = app.prompts().changes();
+    tools.mark_unchanged();
+    resources.mark_unchanged();
+    prompts.mark_unchanged();
+    let (mut t_open, mut r_open, mut p_open) = (true, true, true);
+    loop {
+        let changed = tokio::select! {
+            r = tools.changed(), if t_open => match r {
+                Ok(()) => Some(ListChanged::Tools),
+                Err(_) => { t_open = false; None }
+            },
+            r = resources.changed(), if r_open => match r {
+                Ok(()) => Some(ListChanged::Resources),
+                Err(_) => { r_open = false; None }
+            },
+            r = prompts.changed(), if p_open => match r {
+                Ok(()) => Some(ListChanged::Prompts),
+                Err(_) => { p_open = false; None }
+            },
+            () = shutdown.cancelled() => break,
+        };
+        if !(t_open || r_open || p_open) {
+            break;
+        }
+        let Some(which) = changed else { continue };
+        let Some(fanout) = fanout.upgrade() else {
+            break;
+        };
+        let peers: Vec<(u64, Peer<RoleServer>)> = fanout
+            .peers()
+            .iter()
+            .map(|(id, p)| (*id, p.clone()))
+            .collect();
+        for (id, peer) in peers {
+            let sent = match which {
+                ListChanged::Tools => peer.notify_tool_list_changed().await,
+                ListChanged::Resources => peer.notify_resource_list_changed().await,
+                ListChanged::Prompts => peer.notify_prompt_list_changed().await,
+            };
+            match sent {
+                Ok(()) => {}
+                Err(rmcp::ServiceError::TransportClosed) => fanout.leave(id),
+                Err(e) => tracing::debug!(error = %e, "a list_changed notification was not sent"),
+            }
+        }
+    }
+    tracing::debug!("list_changed fan-out ended");
 }
 
 impl KbergHandler {
-    /// Starts the session's forwarding task once: resource updates for its subscriptions and
-    /// `list_changed` for the three registries.
+    /// Joins this session to the `list_changed` fan-out (once, at `initialize`).
+    pub(super) fn join_list_changed(&self, peer: &Peer<RoleServer>) {
+        self.session.fanout_entry.get_or_init(|| {
+            self.session
+                .fanout
+                .join(&self.shared.app, &self.shared.shutdown, peer.clone())
+        });
+    }
+
+    /// Starts the session's subscription task once: it holds the session's resource
+    /// subscriptions and forwards their updates.
     pub(super) fn forwarder(&self, peer: &Peer<RoleServer>) -> &mpsc::UnboundedSender<Command> {
         self.session.forwarder.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            let app = self.shared.app.clone();
-            let subscriber = app.resources().subscriber();
+            let subscriber = self.shared.app.resources().subscriber();
             tokio::spawn(forward(
-                app,
                 peer.clone(),
                 subscriber,
                 rx,
@@ -54,20 +197,14 @@ impl KbergHandler {
     }
 }
 
+/// A subscribing session's task: its subscriptions' updates, until every handler of the
+/// session is gone, the transport closed or the server shuts down.
 pub(super) async fn forward(
-    app: McpApp,
     peer: Peer<RoleServer>,
     mut subscriber: Subscriber,
     mut commands: mpsc::UnboundedReceiver<Command>,
     shutdown: CancellationToken,
 ) {
-    let mut tools = app.tools().changes();
-    let mut resources = app.resources().changes();
-    let mut prompts = app.prompts().changes();
-    tools.mark_unchanged();
-    resources.mark_unchanged();
-    prompts.mark_unchanged();
-    let (mut t_open, mut r_open, mut p_open) = (true, true, true);
     loop {
         let sent = tokio::select! {
             cmd = commands.recv() => match cmd {
@@ -89,18 +226,6 @@ pub(super) async fn forward(
                 Some(_) => Ok(()),
                 None => break,
             },
-            r = tools.changed(), if t_open => match r {
-                Ok(()) => peer.notify_tool_list_changed().await,
-                Err(_) => { t_open = false; Ok(()) }
-            },
-            r = resources.changed(), if r_open => match r {
-                Ok(()) => peer.notify_resource_list_changed().await,
-                Err(_) => { r_open = false; Ok(()) }
-            },
-            r = prompts.changed(), if p_open => match r {
-                Ok(()) => peer.notify_prompt_list_changed().await,
-                Err(_) => { p_open = false; Ok(()) }
-            },
             () = shutdown.cancelled() => break,
         };
         if let Err(e) = sent {
@@ -110,5 +235,5 @@ pub(super) async fn forward(
             tracing::debug!(error = %e, "a notification could not be sent");
         }
     }
-    tracing::debug!("session forwarding ended");
+    tracing::debug!("session subscriptions ended");
 }

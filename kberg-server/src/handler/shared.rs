@@ -11,6 +11,7 @@ use rmcp::model::{ProtocolVersion, ServerConfig, TASKS_EXTENSION_ID};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::session::ListChangedFanout;
 use crate::app::McpApp;
 use crate::convert;
 use crate::limits::CallCounter;
@@ -83,6 +84,8 @@ pub(crate) struct Shared {
     /// The principal of a transport without per-request credentials (stdio).
     pub(crate) fixed_principal: Option<Arc<Principal>>,
     pub(crate) shutdown: CancellationToken,
+    /// The sessions told about registry changes, and the one task that tells them.
+    pub(crate) list_changed: Arc<ListChangedFanout>,
 }
 
 impl Shared {
@@ -120,6 +123,7 @@ impl Shared {
             calls: CallCounter::new(max_calls_per_principal),
             fixed_principal,
             shutdown,
+            list_changed: ListChangedFanout::new(),
         }))
     }
 }
