@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::time::Duration;
 
 use kberg_core::{ResourceError, ResourceEvent, Subscriber};
 use rmcp::model::ResourceUpdatedNotificationParam;
@@ -107,6 +108,9 @@ impl ListChangedFanout {
     }
 }
 
+/// How long the fan-out waits for one session to take a notification.
+const NOTIFY_WAIT: Duration = Duration::from_secs(5);
+
 /// Which registry changed.
 #[derive(Clone, Copy)]
 enum ListChanged {
@@ -154,16 +158,28 @@ async fn fan_out(fanout: Weak<ListChangedFanout>, app: McpApp, shutdown: Cancell
             .iter()
             .map(|(id, p)| (*id, p.clone()))
             .collect();
-        for (id, peer) in peers {
-            let sent = match which {
-                ListChanged::Tools => peer.notify_tool_list_changed().await,
-                ListChanged::Resources => peer.notify_resource_list_changed().await,
-                ListChanged::Prompts => peer.notify_prompt_list_changed().await,
+        // Every session at once, each with a bounded wait: a client that does not read its
+        // stream delays the others by at most NOTIFY_WAIT and misses only this hint.
+        let sends = peers.into_iter().map(|(id, peer)| async move {
+            let send = async {
+                match which {
+                    ListChanged::Tools => peer.notify_tool_list_changed().await,
+                    ListChanged::Resources => peer.notify_resource_list_changed().await,
+                    ListChanged::Prompts => peer.notify_prompt_list_changed().await,
+                }
             };
+            (id, tokio::time::timeout(NOTIFY_WAIT, send).await)
+        });
+        for (id, sent) in futures::future::join_all(sends).await {
             match sent {
-                Ok(()) => {}
-                Err(rmcp::ServiceError::TransportClosed) => fanout.leave(id),
-                Err(e) => tracing::debug!(error = %e, "a list_changed notification was not sent"),
+                Ok(Ok(())) => {}
+                Ok(Err(rmcp::ServiceError::TransportClosed)) => fanout.leave(id),
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "a list_changed notification was not sent")
+                }
+                Err(_) => {
+                    tracing::debug!("a session took no list_changed notification in time; skipped")
+                }
             }
         }
     }
