@@ -1,8 +1,10 @@
 //! Shared fixtures of the benchmarks: the 6-field note schema and arguments that the gate and
 //! primitives benches call with, the write capability their tools are bound to, (in
-//! [`loopback`]) the HTTP load generator of the wire-level benches, and (in [`legacy_chunk`])
+//! [`loopback`]) the HTTP load generator of the wire-level benches, (in [`echo_servers`]) the
+//! Kberg and bare-rmcp echo servers they measure, and (in [`legacy_chunk`])
 //! the line-based chunker the retrieval benchmark compares the tree-sitter one with.
 
+pub mod echo_servers;
 pub mod legacy_chunk;
 pub mod loopback;
 pub mod tasks;

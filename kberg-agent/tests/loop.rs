@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use kberg_agent::{
     Agent, AgentConfig, AgentEvent, CallOutcome, ChatResponse, LocalSurface, Message,
@@ -30,62 +29,14 @@ struct Search {
     query: String,
 }
 
-#[derive(Deserialize, JsonSchema)]
-struct Wait {
-    seconds: u64,
-}
-
+/// The notes app: `search_notes`, `add_note` (`notes.write`), `wait`, and the refusal
+/// `delete_all_notes`.
 fn registry() -> ToolRegistry {
-    let tools = ToolRegistry::new();
-    let write = WriteCapability::new("notes.write", "Create notes");
-    tools.declare(write.clone()).unwrap();
-    tools
-        .register(
-            ToolBuilder::new("search_notes")
-                .description("Find notes")
-                .small_model_safe()
-                .handler(|a: Search, _| async move {
-                    Ok(ToolOutput::text(format!("found 2 notes about {}", a.query)))
-                }),
-        )
-        .unwrap();
-    tools
-        .register(
-            ToolBuilder::new("add_note")
-                .description("Create a note")
-                .write(write)
-                .small_model_safe()
-                .handler(|a: AddNote, _| async move {
-                    Ok(ToolOutput::text(format!(
-                        "created {} (priority {})",
-                        a.title, a.priority
-                    )))
-                }),
-        )
-        .unwrap();
-    tools
-        .register(
-            ToolBuilder::new("wait")
-                .description("Wait a while")
-                .handler(|a: Wait, ctx| async move {
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_secs(a.seconds)) => Ok(ToolOutput::text("waited")),
-                        () = ctx.cancellation().cancelled() => Err("stopped".into()),
-                    }
-                }),
-        )
-        .unwrap();
-    tools
-        .refuse(
-            "delete_all_notes",
-            "bulk deletion is never offered to models",
-        )
-        .unwrap();
-    tools
+    kberg_testkit::notes::registry_with_search()
 }
 
 fn writer() -> Caller {
-    Caller::new(Principal::new("w").with_grants(Grants::of(["notes.write"])))
+    Caller::new(kberg_testkit::notes::writer("w"))
 }
 
 fn reader() -> Caller {

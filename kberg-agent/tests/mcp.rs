@@ -11,7 +11,6 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use kberg_agent::{
@@ -19,44 +18,20 @@ use kberg_agent::{
     ScriptedProvider, StopReason, ToolSurface,
 };
 use kberg_core::{
-    Caller, ErrorCode, Grants, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability,
+    Caller, ErrorCode, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability,
 };
-use kberg_server::{BearerTokens, HttpConfig, HttpServer, McpApp, OpenAccess};
-use schemars::JsonSchema;
-use serde::Deserialize;
+use kberg_server::{BearerTokens, McpApp, OpenAccess};
+use kberg_testkit::peers::everything_stdio_command;
+use kberg_testkit::serve::{RunningServer, loopback};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-#[derive(Deserialize, JsonSchema)]
-struct AddNote {
-    title: String,
-    priority: u8,
-}
-
-#[derive(Deserialize, JsonSchema)]
-struct Wait {
-    seconds: u64,
-}
-
+/// The notes app (`add_note` under `notes.write`, `wait`, the refusal `delete_all_notes`) plus
+/// `purge_notes` under `notes.admin`, which no caller here holds.
 fn registry() -> ToolRegistry {
-    let tools = ToolRegistry::new();
-    let write = WriteCapability::new("notes.write", "Create notes");
+    let tools = kberg_testkit::notes::registry();
     let admin = WriteCapability::new("notes.admin", "Administer notes");
-    tools.declare(write.clone()).unwrap();
     tools.declare(admin.clone()).unwrap();
-    tools
-        .register(
-            ToolBuilder::new("add_note")
-                .description("Create a note")
-                .write(write)
-                .handler(|a: AddNote, _| async move {
-                    Ok(ToolOutput::text(format!(
-                        "created {} (priority {})",
-                        a.title, a.priority
-                    )))
-                }),
-        )
-        .unwrap();
     tools
         .register(
             ToolBuilder::new("purge_notes")
@@ -68,52 +43,16 @@ fn registry() -> ToolRegistry {
         )
         .unwrap();
     tools
-        .register(ToolBuilder::new("wait").description("Wait").handler(
-            |a: Wait, ctx| async move {
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_secs(a.seconds)) => Ok(ToolOutput::text("waited")),
-                    () = ctx.cancellation().cancelled() => Err("stopped".into()),
-                }
-            },
-        ))
-        .unwrap();
-    tools
-        .refuse(
-            "delete_all_notes",
-            "bulk deletion is never offered to models",
-        )
-        .unwrap();
-    tools
 }
 
 fn principal() -> Principal {
-    Principal::new("agent").with_grants(Grants::of(["notes.write"]))
+    kberg_testkit::notes::writer("agent")
 }
 
-/// A kberg-server on a free loopback port; stopped on drop.
-struct ServerGuard {
-    url: String,
-    stop: CancellationToken,
-}
-
-impl Drop for ServerGuard {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-async fn kberg_server() -> ServerGuard {
+/// A kberg-server serving the notes app to anyone as [`principal`]; stopped on drop.
+async fn kberg_server() -> RunningServer {
     let app = McpApp::builder("notes", "1.0.0").tools(registry()).build();
-    let config =
-        HttpConfig::new("127.0.0.1:0".parse().unwrap()).auth(OpenAccess::as_principal(principal()));
-    let server = HttpServer::bind(app, config).await.unwrap();
-    let url = format!("http://{}/mcp", server.local_addr());
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    tokio::spawn(async move {
-        let _ = server.run(async move { s.cancelled().await }).await;
-    });
-    ServerGuard { url, stop }
+    RunningServer::start(app, loopback().auth(OpenAccess::as_principal(principal()))).await
 }
 
 fn script() -> Vec<kberg_agent::ChatResponse> {
@@ -151,13 +90,14 @@ async fn kberg_server_over_http_gives_the_same_outcomes_as_in_process() {
         .map(|t| t.name)
         .collect();
     remote_names.sort();
-    let local_names: Vec<String> = local
+    let mut local_names: Vec<String> = local
         .tools()
         .await
         .unwrap()
         .into_iter()
         .map(|t| t.name)
         .collect();
+    local_names.sort();
     assert_eq!(remote_names, local_names);
 
     let remote_script = ScriptedProvider::new(script());
@@ -230,17 +170,8 @@ async fn bearer_token_selects_the_principal() {
     let tokens = BearerTokens::new()
         .with_token("writer-token", principal())
         .with_token("reader-token", Principal::new("reader"));
-    let config = HttpConfig::new("127.0.0.1:0".parse().unwrap()).auth(tokens);
-    let server = HttpServer::bind(app, config).await.unwrap();
-    let url = format!("http://{}/mcp", server.local_addr());
-    let stop = CancellationToken::new();
-    let _guard = ServerGuard {
-        url: url.clone(),
-        stop: stop.clone(),
-    };
-    tokio::spawn(async move {
-        let _ = server.run(async move { stop.cancelled().await }).await;
-    });
+    let server = RunningServer::start(app, loopback().auth(tokens)).await;
+    let url = server.url.clone();
 
     let e = McpSurface::connect_http_with_bearer(&url, "wrong-token")
         .await
@@ -272,41 +203,18 @@ async fn bearer_token_selects_the_principal() {
 
 #[tokio::test]
 async fn connecting_to_nothing_is_a_clear_error() {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    drop(l);
-    let e = McpSurface::connect_http(&format!("http://{addr}/mcp"))
+    let base = kberg_testkit::closed_port_url();
+    let e = McpSurface::connect_http(&format!("{base}/mcp"))
         .await
         .unwrap_err();
     assert_eq!(e.code(), "surface_connect");
-    assert!(e.to_string().contains(&addr.to_string()), "{e}");
-}
-
-fn tools_dir() -> PathBuf {
-    std::env::var_os("KBERG_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools"))
-}
-
-fn everything_command() -> tokio::process::Command {
-    let dir = tools_dir();
-    let node = dir.join("node/bin/node");
-    let script =
-        dir.join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    assert!(
-        node.exists() && script.exists(),
-        "the reference MCP server is not installed under {}: run scripts/install-tools.sh (or set KBERG_TOOLS_DIR)",
-        dir.display()
-    );
-    let mut cmd = tokio::process::Command::new(node);
-    cmd.arg(script).arg("stdio").kill_on_drop(true);
-    cmd.stderr(std::process::Stdio::null());
-    cmd
+    let addr = base.trim_start_matches("http://");
+    assert!(e.to_string().contains(addr), "{e}");
 }
 
 #[tokio::test]
 async fn reference_server_over_stdio() {
-    let surface = McpSurface::spawn(everything_command()).await.unwrap();
+    let surface = McpSurface::spawn(everything_stdio_command()).await.unwrap();
     let tools = surface.tools().await.unwrap();
     assert!(
         tools.iter().any(|t| t.name == "get-sum"),
@@ -343,7 +251,7 @@ async fn reference_server_over_stdio() {
 
 #[tokio::test]
 async fn reference_server_cancellation_mid_tool() {
-    let surface = McpSurface::spawn(everything_command()).await.unwrap();
+    let surface = McpSurface::spawn(everything_stdio_command()).await.unwrap();
     let agent = Agent::new(
         ScriptedProvider::new([ScriptedProvider::call(
             "c1",

@@ -14,7 +14,8 @@ use kberg_agent::{Agent, CallOutcome, McpSurface, Message, ScriptedProvider, Too
 use kberg_core::{
     ErrorCode, Principal, TaskStatus, TaskSupport, ToolBuilder, ToolOutput, ToolRegistry,
 };
-use kberg_server::{HttpConfig, HttpServer, McpApp, OpenAccess};
+use kberg_server::{McpApp, OpenAccess};
+use kberg_testkit::serve::{RunningServer, loopback};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -26,13 +27,8 @@ struct Server {
     app: McpApp,
     started: mpsc::UnboundedReceiver<()>,
     release: watch::Sender<bool>,
-    stop: CancellationToken,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
+    /// Stops the server when the fixture drops.
+    _server: RunningServer,
 }
 
 async fn server() -> Server {
@@ -80,21 +76,17 @@ async fn server() -> Server {
         )
         .unwrap();
     let app = McpApp::builder("tasks", "1.0.0").tools(tools).build();
-    let config = HttpConfig::new("127.0.0.1:0".parse().unwrap())
-        .auth(OpenAccess::as_principal(Principal::new("agent")));
-    let server = HttpServer::bind(app.clone(), config).await.unwrap();
-    let url = format!("http://{}/mcp", server.local_addr());
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    tokio::spawn(async move {
-        let _ = server.run(async move { s.cancelled().await }).await;
-    });
+    let server = RunningServer::start(
+        app.clone(),
+        loopback().auth(OpenAccess::as_principal(Principal::new("agent"))),
+    )
+    .await;
     Server {
-        url,
+        url: server.url.clone(),
         app,
         started,
         release,
-        stop,
+        _server: server,
     }
 }
 

@@ -12,6 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kberg_testkit::eventually;
+
 use kberg_core::*;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -169,16 +171,6 @@ fn read_lines(path: &Path) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
-}
-
-/// Polls `f` until it holds; fails after a generous deadline (the condition, not the time,
-/// is what is tested).
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[tokio::test]

@@ -26,8 +26,9 @@ use kberg_agent::{
 };
 use kberg_providers::HttpOptions;
 use kberg_providers::anthropic::{AnthropicConfig, AnthropicProvider};
+use kberg_testkit::scripted::{Reply, ScriptedServer};
 use serde_json::{Value, json};
-use support::{MockServer, Reply, Wire};
+use support::Wire;
 use tokio_util::sync::CancellationToken;
 
 struct Anthropic;
@@ -210,7 +211,7 @@ async fn cancellation_mid_tool() {
 
 #[tokio::test]
 async fn request_has_the_documented_shape() {
-    let server = MockServer::start(vec![
+    let server = ScriptedServer::start(vec![
         Anthropic.text("ok", false),
         Anthropic.text("ok", true),
     ])
@@ -252,7 +253,7 @@ async fn request_has_the_documented_shape() {
 
 #[tokio::test]
 async fn errors_are_actionable() {
-    let server = MockServer::start(vec![
+    let server = ScriptedServer::start(vec![
         Reply::json(401, &api_error("authentication_error", "invalid x-api-key")),
         Reply::json(
             404,
@@ -299,7 +300,7 @@ async fn errors_are_actionable() {
 async fn stream_error_event_truncation_and_slowness() {
     let mut overloaded = vec![message_start()];
     overloaded.push(ev("error", api_error("overloaded_error", "Overloaded")));
-    let server = MockServer::start(vec![
+    let server = ScriptedServer::start(vec![
         Reply::stream("text/event-stream", overloaded),
         Anthropic.text("Hello there", true).truncated(4),
         Anthropic.text("Hello there", true).truncated(3).aborted(),
@@ -331,7 +332,7 @@ async fn stream_error_event_truncation_and_slowness() {
 
 #[tokio::test]
 async fn malformed_reply_is_reported() {
-    let server = MockServer::start(vec![
+    let server = ScriptedServer::start(vec![
         Reply::json(200, &json!({"type": "message", "content": "not blocks"})),
         Reply::stream(
             "text/event-stream",

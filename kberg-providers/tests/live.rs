@@ -225,7 +225,7 @@ async fn live_missing_capability_never_runs() {
     for (label, provider) in providers() {
         // The same app, seen by a caller without `notes.write`.
         let surface = LocalSurface::new(
-            support::app_surface_registry(),
+            kberg_testkit::notes::registry(),
             Caller::new(Principal::new("reader")),
         );
         let agent =

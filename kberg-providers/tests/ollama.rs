@@ -21,8 +21,9 @@ use std::time::Duration;
 use kberg_agent::{ChatRequest, InferenceProvider, Message, ToolDefinition, collect_stream};
 use kberg_providers::HttpOptions;
 use kberg_providers::ollama::{OllamaConfig, OllamaProvider};
+use kberg_testkit::scripted::{Reply, ScriptedServer};
 use serde_json::{Value, json};
-use support::{MockServer, Reply, Wire};
+use support::Wire;
 use tokio_util::sync::CancellationToken;
 
 struct Ollama;
@@ -155,7 +156,7 @@ async fn cancellation_mid_tool() {
 
 #[tokio::test]
 async fn request_has_the_documented_shape() {
-    let server = MockServer::start(vec![Ollama.text("ok", false)]).await;
+    let server = ScriptedServer::start(vec![Ollama.text("ok", false)]).await;
     let p = OllamaProvider::new(
         OllamaConfig::new("qwen2.5")
             .base_url(server.url())
@@ -211,7 +212,7 @@ async fn request_has_the_documented_shape() {
 
 #[tokio::test]
 async fn unknown_model_says_to_pull_it() {
-    let server = MockServer::start(vec![Reply::json(
+    let server = ScriptedServer::start(vec![Reply::json(
         404,
         &json!({"error": "model \"qwen9\" not found, try pulling it first"}),
     )])
@@ -227,7 +228,7 @@ async fn unknown_model_says_to_pull_it() {
 
 #[tokio::test]
 async fn nothing_listening_says_where_it_looked() {
-    let url = support::closed_port_url().await;
+    let url = kberg_testkit::closed_port_url();
     let p = OllamaProvider::new(OllamaConfig::new("qwen2.5").base_url(url.clone()));
     let e = p
         .chat(&request(), &CancellationToken::new())
@@ -243,7 +244,7 @@ async fn nothing_listening_says_where_it_looked() {
 
 #[tokio::test]
 async fn server_error_is_retried_then_succeeds() {
-    let server = MockServer::start(vec![
+    let server = ScriptedServer::start(vec![
         Reply::json(
             500,
             &json!({"error": "llama runner process has terminated"}),
@@ -262,7 +263,7 @@ async fn server_error_is_retried_then_succeeds() {
 
 #[tokio::test]
 async fn server_error_after_retries_is_reported() {
-    let server = MockServer::start(vec![
+    let server = ScriptedServer::start(vec![
         Reply::json(500, &json!({"error": "boom"})),
         Reply::json(500, &json!({"error": "boom"})),
         Reply::json(500, &json!({"error": "still boom"})),
@@ -281,7 +282,7 @@ async fn server_error_after_retries_is_reported() {
 
 #[tokio::test]
 async fn streamed_text_arrives_in_pieces() {
-    let server = MockServer::start(vec![Ollama.text("Hello there", true)]).await;
+    let server = ScriptedServer::start(vec![Ollama.text("Hello there", true)]).await;
     let s = make(server.url())
         .chat_stream(&request(), &CancellationToken::new())
         .await
@@ -299,7 +300,7 @@ async fn streamed_text_arrives_in_pieces() {
 #[tokio::test]
 async fn truncated_stream_is_an_error() {
     // The final `done` line never comes.
-    let server = MockServer::start(vec![Ollama.text("Hello there", true).truncated(2)]).await;
+    let server = ScriptedServer::start(vec![Ollama.text("Hello there", true).truncated(2)]).await;
     let s = make(server.url())
         .chat_stream(&request(), &CancellationToken::new())
         .await
@@ -307,7 +308,7 @@ async fn truncated_stream_is_an_error() {
     let e = collect_stream(s, |_| {}).await.unwrap_err();
     assert_eq!(e.code(), "truncated");
     // The connection breaks mid-stream.
-    let server = MockServer::start(vec![
+    let server = ScriptedServer::start(vec![
         Ollama.text("Hello there", true).truncated(1).aborted(),
     ])
     .await;
@@ -321,7 +322,7 @@ async fn truncated_stream_is_an_error() {
 
 #[tokio::test]
 async fn slow_stream_hits_the_idle_timeout() {
-    let server = MockServer::start(vec![
+    let server = ScriptedServer::start(vec![
         Ollama
             .text("Hello there", true)
             .paced(Duration::from_millis(600)),
@@ -342,7 +343,7 @@ async fn slow_stream_hits_the_idle_timeout() {
 
 #[tokio::test]
 async fn slow_stream_within_the_idle_timeout_completes() {
-    let server = MockServer::start(vec![
+    let server = ScriptedServer::start(vec![
         Ollama
             .call("c", "add_note", &json!({"title": "x", "priority": 1}), true)
             .paced(Duration::from_millis(100)),
@@ -367,7 +368,7 @@ async fn slow_stream_within_the_idle_timeout_completes() {
 
 #[tokio::test]
 async fn error_line_in_stream_and_garbage_are_reported() {
-    let server = MockServer::start(vec![
+    let server = ScriptedServer::start(vec![
         Reply::stream(
             "application/x-ndjson",
             vec![
@@ -404,7 +405,7 @@ async fn error_line_in_stream_and_garbage_are_reported() {
 
 #[tokio::test]
 async fn cancellation_while_waiting_for_the_model() {
-    let server = MockServer::start(vec![
+    let server = ScriptedServer::start(vec![
         Ollama.text("late", false).paced(Duration::from_secs(30)),
     ])
     .await;

@@ -27,8 +27,9 @@ use kberg_agent::{
 };
 use kberg_providers::HttpOptions;
 use kberg_providers::openai::{OpenAiConfig, OpenAiProvider};
+use kberg_testkit::scripted::{Reply, ScriptedServer};
 use serde_json::{Value, json};
-use support::{MockServer, Reply, Wire};
+use support::Wire;
 use tokio_util::sync::CancellationToken;
 
 struct OpenAi;
@@ -175,7 +176,8 @@ async fn cancellation_mid_tool() {
 
 #[tokio::test]
 async fn request_has_the_documented_shape() {
-    let server = MockServer::start(vec![OpenAi.text("ok", false), OpenAi.text("ok", true)]).await;
+    let server =
+        ScriptedServer::start(vec![OpenAi.text("ok", false), OpenAi.text("ok", true)]).await;
     let p = make(server.url());
     let mut req = request();
     req.tools = vec![ToolDefinition::new(
@@ -249,7 +251,7 @@ async fn two_calls_interleaved_in_a_stream_assemble() {
         chunk(json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])),
         "data: [DONE]\n\n".into(),
     ];
-    let server = MockServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
     let s = make(server.url())
         .chat_stream(&request(), &CancellationToken::new())
         .await
@@ -267,7 +269,7 @@ async fn two_calls_interleaved_in_a_stream_assemble() {
 
 #[tokio::test]
 async fn bad_key_is_unauthorized() {
-    let server = MockServer::start(vec![Reply::json(401, &api_error(
+    let server = ScriptedServer::start(vec![Reply::json(401, &api_error(
         "Incorrect API key provided: sk-test. You can find your API key in your account settings.",
         "invalid_request_error", "invalid_api_key"))]).await;
     let e = make(server.url())
@@ -281,7 +283,7 @@ async fn bad_key_is_unauthorized() {
 
 #[tokio::test]
 async fn unknown_model_is_named() {
-    let server = MockServer::start(vec![Reply::json(
+    let server = ScriptedServer::start(vec![Reply::json(
         404,
         &api_error(
             "The model `gpt-9` does not exist or you do not have access to it.",
@@ -296,7 +298,8 @@ async fn unknown_model_is_named() {
         .unwrap_err();
     assert_eq!(e.code(), "model_not_found");
     // A 404 that is not about a model is a wrong base URL.
-    let server = MockServer::start(vec![Reply::json(404, &json!({"detail": "Not Found"}))]).await;
+    let server =
+        ScriptedServer::start(vec![Reply::json(404, &json!({"detail": "Not Found"}))]).await;
     let e = make(server.url())
         .chat(&request(), &CancellationToken::new())
         .await
@@ -318,7 +321,7 @@ async fn rate_limit_honours_retry_after() {
         )
         .header("retry-after", "0")
     };
-    let server = MockServer::start(vec![limited(), OpenAi.text("fine", false)]).await;
+    let server = ScriptedServer::start(vec![limited(), OpenAi.text("fine", false)]).await;
     let r = make(server.url())
         .chat(&request(), &CancellationToken::new())
         .await
@@ -327,7 +330,7 @@ async fn rate_limit_honours_retry_after() {
     assert_eq!(server.requests().len(), 2);
 
     // Still limited after every retry: the last Retry-After is reported.
-    let server = MockServer::start(vec![
+    let server = ScriptedServer::start(vec![
         limited(),
         limited(),
         limited().header("retry-after", "7"),
@@ -354,7 +357,7 @@ async fn rate_limit_honours_retry_after() {
 
 #[tokio::test]
 async fn truncated_and_slow_streams() {
-    let server = MockServer::start(vec![
+    let server = ScriptedServer::start(vec![
         OpenAi.text("Hello there", true).truncated(4),
         OpenAi.text("Hello there", true).truncated(2).aborted(),
         OpenAi
@@ -379,7 +382,7 @@ async fn truncated_and_slow_streams() {
 
 #[tokio::test]
 async fn malformed_replies_are_reported() {
-    let server = MockServer::start(vec![
+    let server = ScriptedServer::start(vec![
         Reply::json(200, &json!({"object": "chat.completion", "choices": []})),
         Reply::stream("text/event-stream", vec!["data: {not json}\n\n".into()]),
         Reply::stream("text/event-stream", vec![
@@ -413,7 +416,7 @@ async fn malformed_replies_are_reported() {
 
 #[tokio::test]
 async fn nothing_listening_names_the_address() {
-    let url = support::closed_port_url().await;
+    let url = kberg_testkit::closed_port_url();
     let e = make(url.clone())
         .chat(&request(), &CancellationToken::new())
         .await
@@ -444,7 +447,7 @@ async fn an_oversize_reply_body_is_too_large() {
     );
     let text = big.to_string();
     let (head, tail) = text.split_at(text.len() / 2);
-    let server = MockServer::start(vec![
+    let server = ScriptedServer::start(vec![
         Reply::json(200, &big),
         Reply::stream("application/json", vec![head.to_string(), tail.to_string()]),
     ])
@@ -461,7 +464,7 @@ async fn an_oversize_reply_body_is_too_large() {
         );
     }
     // Within the bound the same reply reads.
-    let server = MockServer::start(vec![Reply::json(200, &big)]).await;
+    let server = ScriptedServer::start(vec![Reply::json(200, &big)]).await;
     let r = bounded(server.url(), 1 << 20, 1024)
         .chat(&request(), &CancellationToken::new())
         .await
@@ -476,7 +479,7 @@ async fn a_streamed_line_without_end_is_too_large_and_what_came_before_is_kept()
     // quadratic; the bound stops it either way).
     let mut pieces = vec![first];
     pieces.extend((0..64).map(|_| "y".repeat(256)));
-    let server = MockServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
     let s = bounded(server.url(), 1 << 20, 4096)
         .chat_stream(&request(), &CancellationToken::new())
         .await

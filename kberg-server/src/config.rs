@@ -27,7 +27,10 @@ pub struct Limits {
     /// `subscriptions/listen` streams (2026-07-28). One beyond it gets `503`.
     pub max_listen_streams: usize,
     /// A session with no activity for this long is closed; later requests naming it get
-    /// `404 Not Found`. `None` keeps idle sessions until they are deleted.
+    /// `404 Not Found`. `None` keeps idle sessions until they are deleted. Default 30 minutes
+    /// (rmcp's is 5): agents keep a session open while their user is away for minutes, and
+    /// many clients do not re-initialize on a `404`; an idle session costs about 62 kB, so the
+    /// default [`Limits::max_sessions`] bounds idle sessions at about 16 MB.
     pub session_idle_timeout: Option<Duration>,
     /// Most `tools/call` requests one principal may have in flight at once. A call beyond it
     /// is answered at once with an error result whose code is `too_many_calls`.

@@ -407,17 +407,11 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
                         .get(SESSION_HEADER)
                         .and_then(|v| v.to_str().ok())
                     {
-                        let live: Vec<String> = g
-                            .sessions
-                            .sessions
-                            .read()
-                            .await
-                            .keys()
-                            .map(|k| k.to_string())
-                            .collect();
+                        // Forget sessions that ended (expired or closed) since the last one:
+                        // one pass over the map against rmcp's, without copying its ids.
+                        let live = g.sessions.sessions.read().await;
                         let mut owners = g.owners();
-                        // Forget sessions that ended (expired or closed) since the last one.
-                        owners.retain(|k, _| live.contains(k));
+                        owners.retain(|k, _| live.contains_key(k.as_str()));
                         owners.insert(sid.to_string(), principal.id.clone());
                     }
                     resp

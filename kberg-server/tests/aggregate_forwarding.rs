@@ -6,8 +6,9 @@
 
 mod peers;
 
+use kberg_testkit::serve::{RunningServer, loopback};
+
 use peers::*;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use kberg_core::{
@@ -16,7 +17,7 @@ use kberg_core::{
 use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, Backoff, UpstreamConfig, UpstreamStatus, UpstreamTransport,
 };
-use kberg_server::{BearerTokens, HttpConfig, HttpServer, McpApp};
+use kberg_server::{BearerTokens, McpApp};
 use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
 use rmcp::service::NotificationContext;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -27,16 +28,13 @@ use tokio::sync::mpsc;
 
 /// Serves `tools` on 127.0.0.1 (free port) for bearer `token`; stops when the guard drops.
 async fn serve(tools: ToolRegistry, token: &str, who: &str) -> (String, StopOnDrop) {
-    let server = HttpServer::bind(
+    let server = RunningServer::start(
         McpApp::builder("test", "1").tools(tools).build(),
-        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .auth(BearerTokens::new().with_token(token, Principal::new(who))),
+        loopback().auth(BearerTokens::new().with_token(token, Principal::new(who))),
     )
-    .await
-    .expect("bind");
-    let url = format!("http://{}/mcp", server.local_addr());
-    let guard = StopOnDrop(server.shutdown_token());
-    tokio::spawn(server.run(std::future::pending()));
+    .await;
+    let url = server.url.clone();
+    let guard = server.into_guard();
     (url, guard)
 }
 

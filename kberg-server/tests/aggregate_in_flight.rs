@@ -5,8 +5,9 @@
 
 mod peers;
 
+use kberg_testkit::serve::{RunningServer, loopback};
+
 use peers::*;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -15,7 +16,7 @@ use kberg_core::{CallOptions, Caller, Principal, ToolBuilder, ToolOutput, ToolRe
 use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, UPSTREAM_TIMEOUT, UpstreamConfig, UpstreamTransport,
 };
-use kberg_server::{HttpConfig, HttpServer, Limits, McpApp, OpenAccess};
+use kberg_server::{Limits, McpApp, OpenAccess};
 use serde_json::json;
 
 /// A Kberg upstream whose `hold` tool counts how many of its calls run at once, and that
@@ -40,17 +41,15 @@ async fn upstream(per_caller: usize, hold: Duration) -> (String, Arc<AtomicUsize
             },
         ))
         .expect("register");
-    let server = HttpServer::bind(
+    let server = RunningServer::start(
         McpApp::builder("upstream", "1").tools(tools).build(),
-        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
+        loopback()
             .auth(OpenAccess::as_principal(Principal::new("aggregator")))
             .limits(Limits::default().max_calls_per_principal(per_caller)),
     )
-    .await
-    .expect("bind upstream");
-    let url = format!("http://{}/mcp", server.local_addr());
-    let stop = StopOnDrop(server.shutdown_token());
-    tokio::spawn(server.run(std::future::pending()));
+    .await;
+    let url = server.url.clone();
+    let stop = server.into_guard();
     (url, peak, stop)
 }
 

@@ -10,13 +10,14 @@
 
 mod peers;
 
+use kberg_testkit::serve::{RunningServer, loopback};
+
 use peers::*;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use kberg_core::{Principal, ToolRegistry};
 use kberg_server::aggregate::{Aggregator, AggregatorConfig, UpstreamConfig};
-use kberg_server::{HttpConfig, HttpServer, McpApp, OpenAccess};
+use kberg_server::{McpApp, OpenAccess};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
     CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
@@ -114,16 +115,13 @@ async fn serve_aggregator() -> (Aggregator, String, StopOnDrop) {
         "{:?}",
         agg.status("ev")
     );
-    let server = HttpServer::bind(
+    let server = RunningServer::start(
         McpApp::builder("aggregate", "1").tools(registry).build(),
-        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .auth(OpenAccess::as_principal(Principal::new("agent"))),
+        loopback().auth(OpenAccess::as_principal(Principal::new("agent"))),
     )
-    .await
-    .expect("bind");
-    let url = format!("http://{}/mcp", server.local_addr());
-    let stop = StopOnDrop(server.shutdown_token());
-    tokio::spawn(server.run(std::future::pending()));
+    .await;
+    let url = server.url.clone();
+    let stop = server.into_guard();
     (agg, url, stop)
 }
 

@@ -18,8 +18,9 @@
 
 mod peers;
 
+use kberg_testkit::serve::{RunningServer, loopback};
+
 use peers::*;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -30,7 +31,7 @@ use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, Backoff, Forward, UPSTREAM_INVALID_RESULT, UPSTREAM_TIMEOUT,
     UPSTREAM_UNAVAILABLE, UpstreamConfig, UpstreamTransport,
 };
-use kberg_server::{BearerTokens, HttpConfig, HttpServer, McpApp};
+use kberg_server::{BearerTokens, McpApp};
 use rmcp::model::{
     ErrorCode, ReadResourceRequestParams, ResourceContents, ResourceUpdatedNotificationParam,
     SubscribeRequestParams, UnsubscribeRequestParams,
@@ -54,19 +55,16 @@ fn backoff() -> Backoff {
 
 /// Serves the aggregator's registries with kberg-server on 127.0.0.1 (free port).
 async fn serve(tools: ToolRegistry, resources: ResourceRegistry) -> (String, StopOnDrop) {
-    let server = HttpServer::bind(
+    let server = RunningServer::start(
         McpApp::builder("aggregate", "1")
             .tools(tools)
             .resources(resources)
             .build(),
-        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .auth(BearerTokens::new().with_token("agent-token", Principal::new("agent"))),
+        loopback().auth(BearerTokens::new().with_token("agent-token", Principal::new("agent"))),
     )
-    .await
-    .expect("bind");
-    let url = format!("http://{}/mcp", server.local_addr());
-    let guard = StopOnDrop(server.shutdown_token());
-    tokio::spawn(server.run(std::future::pending()));
+    .await;
+    let url = server.url.clone();
+    let guard = server.into_guard();
     (url, guard)
 }
 
@@ -575,19 +573,17 @@ async fn upstream_pages_list_changes_and_updates_are_followed() {
             }),
         )
         .expect("template");
-    let server = HttpServer::bind(
+    let server = RunningServer::start(
         McpApp::builder("notes", "1")
             .resources(upstream.clone())
             .page_size(2)
             .build(),
-        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
+        loopback()
             .auth(BearerTokens::new().with_token("upstream-secret", Principal::new("aggregator"))),
     )
-    .await
-    .expect("bind upstream");
-    let url = format!("http://{}/mcp", server.local_addr());
-    let _stop = StopOnDrop(server.shutdown_token());
-    tokio::spawn(server.run(std::future::pending()));
+    .await;
+    let url = server.url.clone();
+    let _stop = server.into_guard();
 
     let resources = ResourceRegistry::new();
     let agg = Aggregator::start_with(

@@ -7,8 +7,9 @@
 
 mod peers;
 
+use kberg_testkit::serve::{RunningServer, loopback};
+
 use peers::*;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use kberg_core::{
     ToolBuilder, ToolOutput, ToolRegistry,
 };
 use kberg_server::aggregate::{Aggregator, AggregatorConfig, UpstreamConfig, UpstreamTransport};
-use kberg_server::{HttpConfig, HttpServer, McpApp, OpenAccess};
+use kberg_server::{McpApp, OpenAccess};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
@@ -78,16 +79,13 @@ async fn upstream() -> Upstream {
         )
         .expect("register long");
     let app = McpApp::builder("upstream", "1").tools(tools).build();
-    let server = HttpServer::bind(
+    let server = RunningServer::start(
         app.clone(),
-        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .auth(OpenAccess::as_principal(Principal::new("aggregator"))),
+        loopback().auth(OpenAccess::as_principal(Principal::new("aggregator"))),
     )
-    .await
-    .expect("bind upstream");
-    let url = format!("http://{}/mcp", server.local_addr());
-    let stop = StopOnDrop(server.shutdown_token());
-    tokio::spawn(server.run(std::future::pending()));
+    .await;
+    let url = server.url.clone();
+    let stop = server.into_guard();
     Upstream {
         url,
         app,

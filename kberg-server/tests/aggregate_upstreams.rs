@@ -9,8 +9,9 @@
 
 mod peers;
 
+use kberg_testkit::serve::{RunningServer, loopback};
+
 use peers::*;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -23,7 +24,7 @@ use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, Backoff, UPSTREAM_UNAVAILABLE, UpstreamConfig, UpstreamStatus,
     UpstreamTransport,
 };
-use kberg_server::{BearerTokens, HttpConfig, HttpServer, McpApp};
+use kberg_server::{BearerTokens, McpApp};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -404,17 +405,13 @@ async fn http_upstreams_with_injected_credentials_served_to_an_mcp_client() {
                 }),
         )
         .expect("register");
-    let inner = HttpServer::bind(
+    let inner = RunningServer::start(
         McpApp::builder("inner", "1").tools(inner_tools).build(),
-        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
+        loopback()
             .auth(BearerTokens::new().with_token("upstream-secret", Principal::new("aggregator"))),
     )
-    .await
-    .expect("bind inner");
-    let inner_url = format!("http://{}/mcp", inner.local_addr());
-    let inner_stop = inner.shutdown_token();
-    let _stop_inner = StopOnDrop(inner_stop.clone());
-    tokio::spawn(inner.run(std::future::pending()));
+    .await;
+    let inner_url = inner.url.clone();
 
     let registry = ToolRegistry::new();
     let c = AggregatorConfig::new()
@@ -457,16 +454,13 @@ async fn http_upstreams_with_injected_credentials_served_to_an_mcp_client() {
     bare.shutdown().await;
 
     // The aggregator's registry served by kberg-server, called from rmcp's client.
-    let outer = HttpServer::bind(
+    let outer = RunningServer::start(
         McpApp::builder("aggregate", "1").tools(registry).build(),
-        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .auth(BearerTokens::new().with_token("agent-token", Principal::new("agent"))),
+        loopback().auth(BearerTokens::new().with_token("agent-token", Principal::new("agent"))),
     )
-    .await
-    .expect("bind outer");
-    let outer_url = format!("http://{}/mcp", outer.local_addr());
-    let _stop_outer = StopOnDrop(outer.shutdown_token());
-    tokio::spawn(outer.run(std::future::pending()));
+    .await;
+    let outer_url = outer.url.clone();
+    let _stop_outer = outer.into_guard();
 
     let client = ()
         .serve(StreamableHttpClientTransport::from_config(

@@ -222,6 +222,48 @@ async fn list_changed_progress_elicitation_and_reads() {
     c.cancel().await.expect("close");
 }
 
+/// `list_changed` reaches every open session through the one fan-out, also after another
+/// session ended (its entry is gone, the others are still told), and a session that never
+/// subscribed to a resource still gets its resource updates once it does.
+#[tokio::test]
+async fn list_changed_reaches_every_session_after_one_ended() {
+    let s = start().await;
+    let (a, mut a_in) = connect(&s.url, READER).await;
+    let (b, mut b_in) = connect(&s.url, WRITER).await;
+    let (c, _c_in) = connect(&s.url, READER).await;
+    let register = |name: &str| {
+        s.app
+            .tools()
+            .register(
+                ToolBuilder::new(name).raw_handler(json!({"type": "object"}), |_a, _c| async {
+                    Ok(ToolOutput::text("x"))
+                }),
+            )
+            .expect("register");
+    };
+    register("first_late");
+    within("a: tools/list_changed", a_in.tools_changed.recv()).await;
+    within("b: tools/list_changed", b_in.tools_changed.recv()).await;
+
+    // c ends its session (DELETE); a and b are still told about the next change.
+    c.cancel().await.expect("c closes");
+    register("second_late");
+    within("a: second tools/list_changed", a_in.tools_changed.recv()).await;
+    within("b: second tools/list_changed", b_in.tools_changed.recv()).await;
+
+    // b subscribes only now: its subscription task starts and delivers the update.
+    b.subscribe(SubscribeRequestParams::new("notes://1"))
+        .await
+        .expect("b subscribes");
+    s.app.resources().notify_updated("notes://1");
+    assert_eq!(
+        within("b: resources/updated", b_in.updates.recv()).await,
+        "notes://1"
+    );
+    a.cancel().await.expect("a closes");
+    b.cancel().await.expect("b closes");
+}
+
 #[tokio::test]
 async fn client_cancellation_reaches_the_tool() {
     let s = start().await;

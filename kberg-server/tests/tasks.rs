@@ -12,7 +12,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::{PROTO_NEW, PROTO_OLD, Raw, Resp};
@@ -20,10 +19,10 @@ use kberg_core::{
     Grants, Principal, TaskConfig, TaskSupport, ToolBuilder, ToolOutput, ToolRegistry,
     WriteCapability,
 };
-use kberg_server::{BearerTokens, HttpConfig, HttpServer, McpApp};
+use kberg_server::{BearerTokens, McpApp};
+use kberg_testkit::serve::{RunningServer, loopback};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
-use tokio_util::sync::CancellationToken;
 
 const ALICE: &str = "alice-token";
 const BOB: &str = "bob-token";
@@ -37,13 +36,8 @@ struct Fixture {
     /// Dropped `slow` runs (cancelled before they finished) announce themselves here.
     dropped: tokio::sync::Mutex<mpsc::UnboundedReceiver<()>>,
     release: watch::Sender<bool>,
-    stop: CancellationToken,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
+    /// Stops the server when the fixture drops.
+    _server: RunningServer,
 }
 
 /// Tells the test when a `slow` run ends without finishing.
@@ -151,25 +145,13 @@ async fn start(config: TaskConfig) -> Fixture {
             Principal::new("alice").with_grants(Grants::of(["jobs.run"])),
         )
         .with_token(BOB, Principal::new("bob"));
-    let server = HttpServer::bind(
-        app,
-        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0))).auth(auth),
-    )
-    .await
-    .expect("bind 127.0.0.1:0");
-    let addr = server.local_addr();
-    let stop = server.shutdown_token();
-    tokio::spawn(async move {
-        if let Err(e) = server.run(std::future::pending()).await {
-            panic!("server failed: {e}");
-        }
-    });
+    let server = RunningServer::start(app, loopback().auth(auth)).await;
     Fixture {
-        url: format!("http://{addr}/mcp"),
+        url: server.url.clone(),
         started: tokio::sync::Mutex::new(started),
         dropped: tokio::sync::Mutex::new(dropped),
         release,
-        stop,
+        _server: server,
     }
 }
 

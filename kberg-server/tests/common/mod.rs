@@ -15,12 +15,12 @@ use kberg_core::{
     ResourceContents, ResourceDescriptor, ResourceRegistry, ResourceTemplate, SurfaceProjection,
     ToolBuilder, ToolError, ToolOutput, ToolRegistry, WriteCapability, reader_fn,
 };
-use kberg_server::{BearerTokens, HttpConfig, HttpServer, Limits, McpApp};
+use kberg_server::{BearerTokens, HttpConfig, Limits, McpApp};
+use kberg_testkit::serve::{RunningServer, loopback};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 pub const READER: &str = "reader-token";
 pub const WRITER: &str = "writer-token";
@@ -265,22 +265,12 @@ pub struct TestServer {
     pub url: String,
     pub app: McpApp,
     pub probe: Arc<Probe>,
-    stop: CancellationToken,
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
+    /// Stops the server when the fixture drops.
+    server: RunningServer,
 }
 
 pub async fn start_with(limits: Limits) -> TestServer {
-    start_config(
-        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .auth(auth())
-            .limits(limits),
-    )
-    .await
+    start_config(loopback().auth(auth()).limits(limits)).await
 }
 
 pub async fn start() -> TestServer {
@@ -289,22 +279,13 @@ pub async fn start() -> TestServer {
 
 pub async fn start_config(config: HttpConfig) -> TestServer {
     let (app, probe) = app();
-    let server = HttpServer::bind(app.clone(), config)
-        .await
-        .expect("bind 127.0.0.1:0");
-    let addr = server.local_addr();
-    let stop = server.shutdown_token();
-    tokio::spawn(async move {
-        if let Err(e) = server.run(std::future::pending()).await {
-            panic!("server failed: {e}");
-        }
-    });
+    let server = RunningServer::start(app.clone(), config).await;
     TestServer {
-        addr,
-        url: format!("http://{addr}/mcp"),
+        addr: server.addr,
+        url: server.url.clone(),
         app,
         probe,
-        stop,
+        server,
     }
 }
 

@@ -1,0 +1,352 @@
+//! The bridge: an rmcp [`ServerHandler`] that serves an [`McpApp`]'s registries through the
+//! gate.
+//!
+//! rmcp owns the wire (framing, sessions, version negotiation, both protocol generations);
+//! this handler owns the meaning. One handler value exists per 2025-11-25 session (or per
+//! stateless request, or per stdio connection), cloned from the transport-wide [`Shared`]
+//! state. Every request resolves its principal afresh (from the HTTP request's authenticated
+//! extension, or the fixed stdio principal), so grants never depend on a session.
+//!
+//! Error mapping, documented because clients and the conformance suite match on it:
+//! - an unknown tool name is a JSON-RPC error `-32602` (invalid params) with the gate's
+//!   details as `data`, as the 2025-11-25 specification prescribes;
+//! - every other gate refusal (`refused`, `not_in_surface`, `capability_required`,
+//!   `invalid_arguments`, `tool_failed`, `cancelled`) is a `tools/call` result with
+//!   `isError: true`, the sentence as text and the details (stable `code`) as
+//!   `structuredContent`, so a model reads it and a program matches on it;
+//! - a principal over its concurrent-call limit gets the same kind of result with code
+//!   `too_many_calls` (retryable);
+//! - on 2026-07-28 a tool that asks the client something answers `input_required`; a tool
+//!   that needs a client capability the request did not declare answers `-32021`; the methods
+//!   that revision removed (`initialize`, `ping`, `logging/setLevel`, `resources/subscribe`,
+//!   `resources/unsubscribe`) answer `-32601`;
+//! - a known method with params of the wrong shape is `-32602`, an unknown one `-32601`;
+//! - tasks (`tools/call` answered with a task, `tasks/get`, `tasks/update`, `tasks/cancel`):
+//!   see [`crate::tasks`].
+//!
+//! One file per job: [`shared`] (what every handler of a transport shares), [`session`] (a
+//! 2025-11-25 session's state and forwarding task), [`request`] (one request's client
+//! channel per generation), [`call`] (`tools/call`), [`listen`] (`subscriptions/listen`),
+//! [`prompts`] (`prompts/get`, `completion/complete`) and [`errors`] (the JSON-RPC errors);
+//! this file holds the handler and the rmcp trait that dispatches to them.
+
+// Logging, sampling and roots are deprecated by the 2026-07-28 revision but still part of
+// 2025-11-25, which this handler serves too.
+#![allow(deprecated)]
+
+mod call;
+mod errors;
+mod listen;
+mod prompts;
+mod request;
+mod session;
+mod shared;
+
+use std::sync::Arc;
+
+use kberg_core::{Caller, Principal};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestParams,
+    CompleteResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
+    InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ServerConfig, SetLevelRequestParams,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams, UpdateTaskParams,
+};
+use rmcp::service::{RequestContext, SubscriptionContext};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use tokio::sync::oneshot;
+
+use crate::convert;
+use errors::{KNOWN_METHODS, REMOVED_IN_2026, invalid_cursor, removed, resource_error};
+use request::{cursor_of, is_stateless};
+use session::{Command, SessionState};
+
+pub(crate) use shared::{Authenticated, Shared};
+
+/// The rmcp handler serving one [`McpApp`].
+#[derive(Clone)]
+pub(crate) struct KbergHandler {
+    shared: Arc<Shared>,
+    session: Arc<SessionState>,
+}
+
+impl KbergHandler {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            session: Arc::new(SessionState::new(Arc::clone(&shared.list_changed))),
+            shared,
+        }
+    }
+
+    fn principal(&self, ctx: &RequestContext<RoleServer>) -> Result<Arc<Principal>, McpError> {
+        if let Some(parts) = ctx.extensions.get::<axum::http::request::Parts>()
+            && let Some(Authenticated(p)) = parts.extensions.get::<Authenticated>()
+        {
+            return Ok(Arc::clone(p));
+        }
+        if let Some(p) = &self.shared.fixed_principal {
+            return Ok(Arc::clone(p));
+        }
+        // The HTTP layer authenticates every request before it reaches rmcp; reaching here
+        // means the handler was mounted without it.
+        Err(McpError::invalid_request(
+            "the request is not authenticated",
+            None,
+        ))
+    }
+
+    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
+        Ok(Caller::new(self.principal(ctx)?))
+    }
+}
+
+impl ServerHandler for KbergHandler {
+    fn get_info(&self) -> ServerConfig {
+        self.shared.info.clone()
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        if context
+            .meta
+            .protocol_version()
+            .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+        {
+            return Err(removed("initialize"));
+        }
+        context.peer.set_peer_info(request.clone());
+        self.join_list_changed(&context.peer);
+        self.negotiate_initialize(&request)
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let caller = self.caller(&context)?;
+        let page = self
+            .shared
+            .app
+            .tools()
+            .list_page(
+                &caller,
+                cursor_of(&request),
+                self.shared.app.inner.page_size,
+            )
+            .map_err(|_| invalid_cursor())?;
+        let mut r = ListToolsResult::with_all_items(page.items.iter().map(convert::tool).collect());
+        r.next_cursor = page.next_cursor;
+        Ok(r)
+    }
+
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        self.shared.header_schemas.get(&self.shared.app, name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        self.call(request, context).await
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        self.principal(&context)?;
+        let page = self
+            .shared
+            .app
+            .resources()
+            .list(cursor_of(&request), self.shared.app.inner.page_size)
+            .map_err(resource_error)?;
+        convert::list_resources(&page.items, page.next_cursor)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        self.principal(&context)?;
+        let page = self
+            .shared
+            .app
+            .resources()
+            .list_templates(cursor_of(&request), self.shared.app.inner.page_size)
+            .map_err(resource_error)?;
+        convert::list_templates(&page.items, page.next_cursor)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        self.principal(&context)?;
+        let contents = self
+            .shared
+            .app
+            .resources()
+            .read(&request.uri)
+            .await
+            .map_err(resource_error)?;
+        Ok(convert::read_result(&contents)?.into())
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.principal(&context)?;
+        let (tx, rx) = oneshot::channel();
+        self.forwarder(&context.peer)
+            .send(Command::Subscribe(request.uri, tx))
+            .map_err(|_| McpError::internal_error("the session has ended", None))?;
+        rx.await
+            .map_err(|_| McpError::internal_error("the session has ended", None))?
+            .map_err(resource_error)
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.principal(&context)?;
+        // Unsubscribing from something never subscribed is not an error (idempotent); a
+        // session that never subscribed has no subscription task to tell.
+        if let Some(tx) = self.session.forwarder.get() {
+            let _ = tx.send(Command::Unsubscribe(request.uri));
+        }
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        self.accept_listen_filter(requested)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        self.serve_listen(context).await
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        self.principal(&context)?;
+        convert::list_prompts(&self.shared.app.prompts().list(), None)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        self.render_prompt(request, context).await
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        self.completion(request, context).await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let principal = self.principal(&context)?;
+        let task = self
+            .shared
+            .app
+            .tasks()
+            .get(&principal.id, &request.task_id)
+            .map_err(|e| crate::tasks::error(&e))?;
+        crate::tasks::detailed(&task)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let principal = self.principal(&context)?;
+        self.shared
+            .app
+            .tasks()
+            .answer(&principal.id, &request.task_id, request.input_responses)
+            .map_err(|e| crate::tasks::error(&e))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let principal = self.principal(&context)?;
+        self.shared
+            .app
+            .tasks()
+            .cancel(&principal.id, &request.task_id)
+            .map_err(|e| crate::tasks::error(&e))
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, McpError> {
+        // Methods the 2026-07-28 revision removed are unknown to its requests.
+        if is_stateless(&context) && REMOVED_IN_2026.contains(&request.method.as_str()) {
+            return Err(removed(&request.method));
+        }
+        // rmcp parses requests into known shapes first; a known method whose params do not
+        // fit its shape lands here. That is invalid params, not an unknown method.
+        if KNOWN_METHODS.contains(&request.method.as_str()) {
+            return Err(McpError::invalid_params(
+                format!("invalid params for `{}`", request.method),
+                None,
+            ));
+        }
+        Err(McpError::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            format!("method not found: {}", request.method),
+            None,
+        ))
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if is_stateless(&context) {
+            return Err(removed("logging/setLevel"));
+        }
+        let level = serde_json::to_value(request.level)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| "info".into());
+        self.session.log.set(&level);
+        Ok(())
+    }
+}

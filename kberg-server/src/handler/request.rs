@@ -1,0 +1,133 @@
+//! One request's view of its client, per protocol generation: whether it is a stateless
+//! 2026-07-28 request, its cursor, who the client says it is, and the channel back to the
+//! client a tool or prompt asks through (a session peer on 2025-11-25, a round-trip peer
+//! answering from `inputResponses` and `requestState` on 2026-07-28), and the
+//! `input_required` result built when a handler stopped on a question.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kberg_core::ClientPeer;
+use rmcp::model::{InputRequests, InputRequiredResult, PaginatedRequestParams, ProtocolVersion};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer};
+use serde_json::Value;
+
+use super::KbergHandler;
+use crate::convert;
+use crate::peer::{LogThreshold, RoundTripPeer, SessionPeer};
+
+/// Where a 2026-07-28 request declares the client's capabilities.
+pub(super) const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+
+pub(super) fn is_stateless(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+pub(super) fn cursor_of(p: &Option<PaginatedRequestParams>) -> Option<&str> {
+    p.as_ref().and_then(|p| p.cursor.as_deref())
+}
+
+/// Who the client says it is: the request's `_meta` clientInfo (2026-07-28), else the session's
+/// `initialize` (2025-11-25).
+pub(super) fn client_info(ctx: &RequestContext<RoleServer>) -> Option<kberg_core::ClientInfo> {
+    let i = ctx
+        .meta
+        .client_info()
+        .or_else(|| ctx.peer.peer_info().map(|p| p.client_info.clone()))?;
+    let mut info = kberg_core::ClientInfo::new(i.name, i.version);
+    info.title = i.title;
+    Some(info)
+}
+
+/// A request's client channel, the stateless peer behind it (2026-07-28 only) and the answers
+/// the client has given so far.
+pub(super) type PeerParts = (
+    Arc<dyn ClientPeer>,
+    Option<Arc<RoundTripPeer>>,
+    BTreeMap<String, Value>,
+);
+
+/// Decodes the `requestState` this server issued: the answers of earlier rounds.
+pub(super) fn decode_state(state: Option<&str>) -> Result<BTreeMap<String, Value>, McpError> {
+    match state {
+        None => Ok(BTreeMap::new()),
+        Some(s) => serde_json::from_str(s).map_err(|_| {
+            McpError::invalid_params("requestState is not one this server issued", None)
+        }),
+    }
+}
+
+impl KbergHandler {
+    /// The channel back to the client for one request, per protocol generation: on
+    /// 2026-07-28 a [`RoundTripPeer`] answering from the request's `inputResponses` and
+    /// `requestState` (returned too, with the answers so far, to build an `input_required`
+    /// result); on a 2025-11-25 session a [`SessionPeer`] sending server-initiated requests.
+    pub(super) fn client_peer(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        request_state: Option<&str>,
+        input_responses: Option<&rmcp::model::InputResponses>,
+    ) -> Result<PeerParts, McpError> {
+        if !is_stateless(ctx) {
+            let peer: Arc<dyn ClientPeer> = Arc::new(SessionPeer {
+                peer: ctx.peer.clone(),
+                log: Arc::clone(&self.session.log),
+            });
+            return Ok((peer, None, BTreeMap::new()));
+        }
+        let mut answers = decode_state(request_state)?;
+        if let Some(new) = input_responses {
+            answers.extend(new.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        // 2026-07-28: log messages only when the request names a level.
+        let log = match ctx
+            .meta
+            .log_level()
+            .and_then(|l| serde_json::to_value(l).ok())
+            .and_then(|v| v.as_str().map(str::to_string))
+        {
+            Some(level) => LogThreshold::new(&level),
+            None => LogThreshold::off(),
+        };
+        let capabilities = match ctx.meta.0.0.get(CLIENT_CAPABILITIES_META) {
+            Some(c) => Some(c.clone()),
+            None => ctx
+                .peer
+                .peer_info()
+                .and_then(|i| serde_json::to_value(&i.capabilities).ok()),
+        };
+        let p = Arc::new(RoundTripPeer::new(
+            ctx.peer.clone(),
+            capabilities,
+            answers.clone(),
+            Arc::new(log),
+        ));
+        let peer: Arc<dyn ClientPeer> = p.clone();
+        Ok((peer, Some(p), answers))
+    }
+
+    /// An `input_required` result for a handler that stopped on `requests`: every question of
+    /// this run (not only the one that stopped it) and the answers so far as `requestState`.
+    pub(super) fn input_required(
+        round_trip: &RoundTripPeer,
+        requests: Value,
+        answers: &BTreeMap<String, Value>,
+        what: &str,
+    ) -> Result<InputRequiredResult, McpError> {
+        let pending = round_trip.pending();
+        let requests = if pending.is_empty() {
+            requests
+        } else {
+            Value::Object(pending)
+        };
+        let requests: InputRequests = convert::from_json("the input requests", requests)
+            .inspect_err(|_| {
+                tracing::warn!(handler = %what, "a handler asked the client something malformed");
+            })?;
+        let state = serde_json::to_string(answers)
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        Ok(InputRequiredResult::new(Some(requests), Some(state)))
+    }
+}

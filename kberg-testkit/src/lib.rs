@@ -1,0 +1,36 @@
+//! Shared fixtures of the Kberg crates' tests, kept in one place instead of copied into each
+//! crate's `tests/`.
+//!
+//! This crate is a dev-dependency only (`publish = false`): nothing in a library crate depends on
+//! it. What it holds:
+//!
+//! - [`tools`]: where `scripts/install-tools.sh` put the pinned third-party test peers (Node, the
+//!   `@modelcontextprotocol` npm servers, the Python virtual environment and the packages in it),
+//!   found without naming a Python minor version, and a clear failure saying what to run when
+//!   one is missing;
+//! - [`eventually`]: polling a condition with a deadline, the one way tests wait for something
+//!   they cannot be signalled about;
+//! - [`notes`]: the small notes app (a read tool, a write tool under `notes.write`, a
+//!   cancellable wait, a registered refusal) that the agent and provider tests drive;
+//! - [`net`]: free loopback ports and guards that stop what a test started, also on failure;
+//! - [`peers`]: the pinned reference MCP server (`server-everything`) as a child process, over
+//!   stdio or Streamable HTTP;
+//! - [`scripted`] (feature `scripted`): a scripted HTTP server that records every request and
+//!   answers with prepared replies, for clients of services that cannot run here;
+//! - [`serve`] (feature `server`): a kberg-server app served on 127.0.0.1 that stops when its
+//!   guard drops.
+
+#![allow(clippy::unwrap_used)] // test support: a broken fixture should fail the test loudly
+
+pub mod eventually;
+pub mod net;
+pub mod notes;
+pub mod peers;
+#[cfg(feature = "scripted")]
+pub mod scripted;
+#[cfg(feature = "server")]
+pub mod serve;
+pub mod tools;
+
+pub use eventually::{WAIT, eventually, eventually_async};
+pub use net::{StopOnDrop, closed_port_url, free_port};
