@@ -296,6 +296,114 @@ async fn one_tools_call_through_the_gateway_is_one_connected_trace() {
     up.stop.cancel();
 }
 
+/// A 2025-11-25 session as claude (initialize, then initialized), its session id returned.
+async fn session(url: &str, bearer: &str) -> String {
+    let http = reqwest::Client::new();
+    let r = http
+        .post(url)
+        .bearer_auth(bearer)
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "probe", "version": "1"}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let id = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    r.text().await.unwrap();
+    let r = http
+        .post(url)
+        .bearer_auth(bearer)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &id)
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    id
+}
+
+#[tokio::test]
+async fn a_tool_error_answered_as_an_sse_stream_is_error_type_on_the_server_span() {
+    let exporter = InMemorySpanExporter::default();
+    let telemetry = Telemetry::with_exporter(exporter.clone(), "bridle-test");
+    let subscriber = tracing_subscriber::registry().with(telemetry.layer());
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let up = upstream(false).await;
+    let tmp = data_dir(Some(&up.url), "");
+    let t = telemetry.clone();
+    let bound = bind(tmp.path(), move |b| b.telemetry(t)).await;
+    bound
+        .gateway()
+        .upstreams()
+        .wait_offered("tickets", Duration::from_secs(30))
+        .await;
+    let gw = run(bound);
+    let claude = token(tmp.path(), "claude");
+    let id = session(&gw.url, &claude).await;
+
+    for (tool, error) in [
+        ("tickets__fail", Some("tool_error")),
+        ("tickets__echo", None),
+    ] {
+        exporter.reset();
+        let r = reqwest::Client::new()
+            .post(&gw.url)
+            .bearer_auth(&claude)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                "params": {"name": tool, "arguments": {"text": ARG_CANARY}}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        let streamed = r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream");
+        assert!(streamed, "a 2025-11-25 call is answered as an SSE stream");
+        let text = r.text().await.unwrap();
+        let answer: Value = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|m| m.get("result").is_some())
+            .unwrap_or_else(|| panic!("no answer event in {text}"));
+        assert_eq!(
+            answer["result"]["isError"],
+            json!(error.is_some()),
+            "{answer}"
+        );
+
+        let name = format!("tools/call {tool}");
+        let spans = spans_named(&exporter, &[name.as_str()]).await;
+        let server = one(&spans, &name, SpanKind::Server);
+        assert_eq!(attr(server, "error.type").as_deref(), error, "{server:#?}");
+        assert_eq!(
+            attr(server, "mcp.protocol.version").as_deref(),
+            Some("2025-11-25")
+        );
+        assert_eq!(attr(server, "mcp.session.id").as_deref(), Some(id.as_str()));
+        if error.is_some() {
+            assert!(matches!(server.status, Status::Error { .. }));
+        } else {
+            assert_eq!(server.status, Status::Unset);
+        }
+    }
+
+    gw.stop.cancel();
+    gw.served.await.unwrap().unwrap();
+    up.stop.cancel();
+}
+
 #[tokio::test]
 async fn without_traces_no_span_is_made_and_the_callers_context_passes_on() {
     let exporter = InMemorySpanExporter::default();

@@ -8,10 +8,12 @@
 //! span there is how the forwarded call's client span ([`super::TraceHook`]) becomes its child.
 //! Only POSTs whose body fits the endpoint's limit are read; others pass untouched and
 //! untraced. The span ends when the response has been sent (a streamed answer, when its stream
-//! ends), and records an HTTP refusal (`error.type` the status code) or, for a JSON answer, a
-//! JSON-RPC error or a tool result flagged `isError`.
+//! ends), and records an HTTP refusal (`error.type` the status code) or the answer's JSON-RPC
+//! error or tool result flagged `isError`, whether the answer is JSON or an SSE stream (read by
+//! the SSE parser from a copy of the stream, off the response's path).
 
 use axum::Router;
+use axum::body::Bytes;
 use axum::body::{Body, HttpBody as _};
 use axum::extract::{Request, State};
 use axum::http::Method;
@@ -139,11 +141,41 @@ async fn trace_request(State(t): State<Traced>, req: Request, next: Next) -> Res
             Err(_) => Response::from_parts(parts, Body::empty()),
         };
     }
-    // A streamed answer: the span lasts until the stream ends.
+    // A streamed answer (2025-11-25 answers a call as an SSE stream): the span lasts until the
+    // stream ends, and the SSE parser reads a copy of the stream on the side (the client's
+    // bytes pass untouched) to record the answer's event on it.
     let (parts, body) = resp.into_parts();
+    let (copy, copies) = futures::channel::mpsc::unbounded::<Bytes>();
+    tokio::spawn(record_streamed_answer(span.clone(), copies));
     let body = body.into_data_stream().map(move |chunk| {
         let _open = &span;
+        if let Ok(bytes) = &chunk {
+            // The reader stops once it has the answer; later copies have nowhere to go.
+            let _ = copy.unbounded_send(bytes.clone());
+        }
         chunk
     });
     Response::from_parts(parts, Body::from_stream(body))
+}
+
+/// Reads a streamed answer's events (`copies`, the stream's bytes as they are sent) with the
+/// SSE parser and records the first JSON-RPC response among them (a result or an error, not a
+/// notification or a request the server sends meanwhile) on the request's server span.
+async fn record_streamed_answer(
+    span: tracing::Span,
+    copies: futures::channel::mpsc::UnboundedReceiver<Bytes>,
+) {
+    let mut events = std::pin::pin!(sse_stream::SseStream::from_bytes_stream(
+        copies.map(Ok::<_, std::convert::Infallible>)
+    ));
+    while let Some(Ok(event)) = events.next().await {
+        let Some(data) = event.data else { continue };
+        let Ok(message) = serde_json::from_str::<Value>(&data) else {
+            continue;
+        };
+        if message.get("result").is_some() || message.get("error").is_some() {
+            spans::record_answer(&span, &message);
+            return;
+        }
+    }
 }
