@@ -405,7 +405,8 @@ impl Gateway {
     pub fn admin_state(&self, credentials: Arc<dyn AdminCredentials>) -> crate::admin::AdminState {
         let mut state = crate::admin::AdminState::new(Arc::clone(&self.ctx), credentials)
             .integrations(Arc::clone(&self.upstreams) as Arc<dyn crate::admin::IntegrationStatus>)
-            .vault(Arc::clone(&self.vault));
+            .vault(Arc::clone(&self.vault))
+            .metrics(Arc::clone(&self.metrics));
         if let Some(feed) = &self.vendor_feed {
             state = state.vendor_feed(Arc::clone(feed));
         }

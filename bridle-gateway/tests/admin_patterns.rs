@@ -4,7 +4,7 @@
 //! 409 while the first runs (the embedder holds it on a gate, released by the test), and
 //! `last_indexed` written back through the normal change path; a repository that can no longer
 //! be read ends with an `error` event and leaves the previous index and `last_indexed` intact;
-//! removal purges the chunks. Every failure path: no or wrong credential, agents' tokens, unknown
+//! removal purges the chunks; the indexing gauges on `/metrics` follow the run. Every failure path: no or wrong credential, agents' tokens, unknown
 //! projects, patterns and examples, duplicates, bad names, wrong types, malformed JSON, an
 //! oversize body, a gateway without memory.
 
@@ -61,6 +61,14 @@ fn example_repo() -> tempfile::TempDir {
     )
     .unwrap();
     repo
+}
+
+/// The gateway's Prometheus page (`/metrics` beside its MCP endpoint).
+async fn metrics(gw: &Gw) -> String {
+    let url = gw.mcp.trim_end_matches("/mcp").to_string() + "/metrics";
+    let r = gw.http.get(url).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    r.text().await.unwrap()
 }
 
 async fn document(gw: &Gw) -> Value {
@@ -148,6 +156,12 @@ async fn examples_are_added_indexed_with_streamed_progress_written_back_and_remo
     )
     .await;
     assert_eq!(listed["custom"][0]["example_repos"][0]["indexing"], true);
+    // The indexing gauges follow a run started through the API.
+    let page = metrics(&gw).await;
+    assert!(
+        page.contains(r#"bridle_indexing_active{repo="retry-example"} 1"#),
+        "{page}"
+    );
     problem(
         gw.post(INDEX).send().await.unwrap(),
         StatusCode::CONFLICT,
@@ -168,6 +182,18 @@ async fn examples_are_added_indexed_with_streamed_progress_written_back_and_remo
     let done = events.until("done").await;
     assert!(done["report"]["chunks"].as_u64().unwrap() >= 1, "{done}");
     assert_eq!(done["revision"], r0 + 3);
+    let page = metrics(&gw).await;
+    assert!(
+        page.contains(r#"bridle_indexing_active{repo="retry-example"} 0"#),
+        "{page}"
+    );
+    let chunks = done["report"]["chunks"].as_u64().unwrap();
+    assert!(
+        page.contains(&format!(
+            r#"bridle_indexing_chunks_done{{repo="retry-example"}} {chunks}"#
+        )),
+        "{page}"
+    );
     let last_indexed = done["report"]["last_indexed"].as_str().unwrap().to_string();
     let doc = document(&gw).await;
     assert_eq!(doc["revision"], r0 + 3);

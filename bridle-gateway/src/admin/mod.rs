@@ -97,6 +97,8 @@ pub struct AdminState {
     pub(crate) streams: tokio_util::sync::CancellationToken,
     /// The example repositories being indexed now (one run per reference tag).
     pub(crate) index_runs: patterns::IndexRuns,
+    /// The gateway's metrics, whose indexing gauges an index run through the API keeps.
+    pub(crate) metrics: Option<Arc<crate::ops::GatewayMetrics>>,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -122,7 +124,15 @@ impl AdminState {
             body_limit: DEFAULT_BODY_LIMIT,
             streams: tokio_util::sync::CancellationToken::new(),
             index_runs: patterns::IndexRuns::default(),
+            metrics: None,
         }
+    }
+
+    /// Keeps these metrics' indexing gauges (`bridle_indexing_*`) during index runs started
+    /// through the API; without it the runs are not counted.
+    pub fn metrics(mut self, metrics: Arc<crate::ops::GatewayMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Reports the upstreams of this pool (the gateway's) under `integrations`; without it the

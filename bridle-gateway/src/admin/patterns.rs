@@ -579,12 +579,19 @@ pub async fn remove_example(
     }))
 }
 
-/// Sends each step of an index as a `progress` event.
-struct EventProgress(tokio::sync::mpsc::UnboundedSender<Event>);
+/// Sends each step of an index as a `progress` event, and keeps the gateway's indexing gauges
+/// for its reference tag when the API has the metrics.
+struct EventProgress {
+    events: tokio::sync::mpsc::UnboundedSender<Event>,
+    gauges: Option<(Arc<crate::ops::GatewayMetrics>, String)>,
+}
 
 #[async_trait]
 impl Progress for EventProgress {
     async fn report(&self, event: ProgressEvent) {
+        if let Some((metrics, tag)) = &self.gauges {
+            metrics.indexing.step(tag, &event);
+        }
         let (done, total) = event.fraction();
         let step = match &event {
             ProgressEvent::Fetching { .. } => "fetching",
@@ -598,7 +605,7 @@ impl Progress for EventProgress {
             other => other.message(),
         };
         // A client that left stops reading; the index goes on regardless.
-        let _ = self.0.send(sse(
+        let _ = self.events.send(sse(
             "progress",
             &json!({"step": step, "message": message, "done": done, "total": total}),
         ));
@@ -661,10 +668,19 @@ pub async fn index(
         &json!({"project": project, "pattern": pattern, "reference_tag": tag, "source": redact_url(&repo.url)}),
     ));
     let ctx = s.ctx.clone();
+    let metrics = s.metrics.clone();
     tokio::spawn(async move {
         let _claim = claim;
-        let progress = EventProgress(tx.clone());
-        let last = match memory.patterns.index(&repo, &progress).await {
+        let gauges = metrics.map(|m| (m, repo.reference_tag.clone()));
+        let progress = EventProgress {
+            events: tx.clone(),
+            gauges: gauges.clone(),
+        };
+        let indexed = memory.patterns.index(&repo, &progress).await;
+        if let Some((metrics, tag)) = &gauges {
+            metrics.indexing.ended(tag, indexed.as_ref().ok());
+        }
+        let last = match indexed {
             Ok(report) => written_back(&ctx, &admin, &project, report).await,
             Err(e) => {
                 let detail = e.to_string().replace(&repo.url, &redact_url(&repo.url));
