@@ -204,11 +204,8 @@ async fn watch_for_late_task(
     tokio::spawn(async move {
         let mut answer = std::pin::pin!(handle.await_response());
         let late = tokio::select! {
-            r = &mut answer => match tx.send(r) {
-                Ok(()) => None,
-                // Answered just as the caller left.
-                Err(unread) => Some(unread),
-            },
+            // An answer the caller can no longer read came just as it left.
+            r = &mut answer => tx.send(r).err(),
             () = tx.closed() => match tokio::time::timeout(LATE_TASK_GRACE, answer).await {
                 Ok(r) => Some(r),
                 Err(_) => {
