@@ -43,7 +43,7 @@ pub(crate) async fn run(
         });
     }
     let preview = extras.phase == CallPhase::Preview;
-    let ctx = ToolContext::new(caller.clone(), opts).with_extras(extras);
+    let ctx = ToolContext::for_call(caller.clone(), opts, extras);
     let span = tracing::debug_span!("tool_call", tool = %entry.spec.name, principal = %caller.principal().id);
     if let Some(body) = &entry.sync {
         // A synchronous tool borrows the context: no boxed future, no copy of the token.
