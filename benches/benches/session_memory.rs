@@ -163,7 +163,10 @@ async fn open_sessions(addr: SocketAddr, n: usize) -> Result<(), BoxError> {
 }
 
 /// One measurement: (base kB, after kB, anonymous part of the base kB).
-async fn measure(kind: Kind, sessions: usize) -> Result<(u64, u64, u64), BoxError> {
+type Point = (u64, u64, u64);
+
+/// Measures one fresh server child.
+async fn measure(kind: Kind, sessions: usize) -> Result<Point, BoxError> {
     let server = Server::start(kind)?;
     open_sessions(server.addr, 1).await?;
     let (base, base_anon) = server.rss_kb()?;
@@ -183,8 +186,7 @@ async fn run() -> Result<(), BoxError> {
         (20, 1)
     };
     let kinds = [Kind::Kberg, Kind::Rmcp];
-    let mut results: Vec<(Kind, Vec<(u64, u64, u64)>)> =
-        kinds.iter().map(|k| (*k, vec![])).collect();
+    let mut results: Vec<(Kind, Vec<Point>)> = kinds.iter().map(|k| (*k, vec![])).collect();
     for round in 0..rounds.max(1) {
         for (kind, points) in &mut results {
             let (base, after, base_anon) = measure(*kind, sessions).await?;
