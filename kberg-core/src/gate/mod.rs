@@ -72,6 +72,9 @@ pub(crate) struct GateSettings {
     pub(crate) confirm_config: ConfirmConfig,
     pub(crate) tickets: Arc<dyn TicketStore>,
     pub(crate) commit: CommitConfig,
+    /// Where audit events go. Kept with the settings so a call reads both with one atomic
+    /// load.
+    pub(crate) audit: Option<Arc<dyn AuditSink>>,
 }
 
 impl Default for GateSettings {
@@ -82,6 +85,7 @@ impl Default for GateSettings {
             confirm_config: ConfirmConfig::default(),
             tickets: Arc::new(MemoryTicketStore::new()),
             commit: CommitConfig::default(),
+            audit: None,
         }
     }
 }
@@ -90,7 +94,6 @@ impl Default for GateSettings {
 /// the version of the ticket list (bumped whenever a ticket is filed or decided).
 pub(crate) struct Gate {
     settings: ArcSwap<GateSettings>,
-    audit: ArcSwap<Option<Arc<dyn AuditSink>>>,
     commits: CommitTokens,
     tickets_version: watch::Sender<u64>,
 }
@@ -128,10 +131,10 @@ pub(crate) struct Trail {
 
 impl Gate {
     /// A gate with these settings and sink.
-    pub(crate) fn new(settings: GateSettings, audit: Option<Arc<dyn AuditSink>>) -> Self {
+    pub(crate) fn new(mut settings: GateSettings, audit: Option<Arc<dyn AuditSink>>) -> Self {
+        settings.audit = audit;
         Self {
             settings: ArcSwap::from_pointee(settings),
-            audit: ArcSwap::from_pointee(audit),
             commits: CommitTokens::default(),
             tickets_version: watch::channel(0).0,
         }
@@ -153,7 +156,7 @@ impl Gate {
 
     /// Replaces the audit sink (what the deprecated registry setter does).
     pub(crate) fn set_audit_sink(&self, sink: Option<Arc<dyn AuditSink>>) {
-        self.audit.store(Arc::new(sink));
+        self.update_settings(|s| s.audit = sink.clone());
     }
 
     /// A receiver whose value changes whenever a ticket is filed or decided.
@@ -205,9 +208,9 @@ impl Gate {
         };
         // Everything the audit event needs is gathered only when a sink is set: the common
         // unaudited call pays for none of it.
-        let audit: Option<Arc<dyn AuditSink>> = self.audit.load().as_ref().clone();
-        let clock = audit.as_ref().map(|_| (Instant::now(), SystemTime::now()));
         let settings = self.settings.load();
+        let audit: Option<Arc<dyn AuditSink>> = settings.audit.clone();
+        let clock = audit.as_ref().map(|_| (Instant::now(), SystemTime::now()));
         let mut trail = Trail::default();
         if let Some(a) = &approved {
             trail.ticket = Some(a.ticket.to_string());
