@@ -12,9 +12,13 @@
 //! timed, and a gate future that did not finish on its first poll fails the bench.
 //!
 //! For instruction counts, `KBERG_GATE_LOOP=<n>` runs `n` calls of each side through the
-//! never-inlined `measured_raw` / `measured_gate` (arguments built outside them) and exits, to
+//! never-inlined `measured_raw` / `measured_gate` / `measured_gate_sync` (inputs built outside
+//! them), prints each side's wall time per call and exits, to
 //! be run under `valgrind --tool=callgrind --toggle-collect='*measured_*'`; see
 //! `benches/README.md`.
+
+// The counting mode's wall figures are its report, on stdout.
+#![allow(clippy::print_stdout)]
 
 use std::hint::black_box;
 use std::sync::Arc;
