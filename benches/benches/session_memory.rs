@@ -11,7 +11,9 @@
 //! `/proc/<pid>/status` (the base), then opens N sessions (`initialize` and
 //! `notifications/initialized`, each on a connection of its own that is closed afterwards, as a
 //! client that went quiet leaves it), and reads `VmRSS` again. Per session is
-//! `(after - base) / N`. Kberg runs with a session limit above N; both keep their default idle
+//! `(after - base) / N`. The base is also reported as its anonymous part (`RssAnon`: heap,
+//! stacks): the rest of a base is pages of the executable that the process ran or read, which
+//! depends on how much of the binary's code a server touches, not on what it allocates. Kberg runs with a session limit above N; both keep their default idle
 //! expiry, far longer than a run.
 //!
 //! Rounds interleave the two servers (a fresh child each time) and the report takes the
@@ -114,14 +116,19 @@ impl Server {
         Ok(Self { child, addr })
     }
 
-    /// The child's resident set in kB.
-    fn rss_kb(&self) -> Result<u64, BoxError> {
+    /// The child's resident set in kB: all of it (`VmRSS`) and its anonymous part (`RssAnon`:
+    /// heap, stacks, what the process allocated, as opposed to the pages of its executable and
+    /// libraries that it has run or read, which are file-backed).
+    fn rss_kb(&self) -> Result<(u64, u64), BoxError> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .ok_or_else(|| "no VmRSS in /proc/<pid>/status".into())
+        let field = |name: &str| -> Result<u64, BoxError> {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                .ok_or_else(|| format!("no {name} in /proc/<pid>/status").into())
+        };
+        Ok((field("VmRSS:")?, field("RssAnon:")?))
     }
 }
 
@@ -155,14 +162,17 @@ async fn open_sessions(addr: SocketAddr, n: usize) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// One measurement: (base kB, after kB).
-async fn measure(kind: Kind, sessions: usize) -> Result<(u64, u64), BoxError> {
+/// One measurement: (base kB, after kB, anonymous part of the base kB).
+type Point = (u64, u64, u64);
+
+/// Measures one fresh server child.
+async fn measure(kind: Kind, sessions: usize) -> Result<Point, BoxError> {
     let server = Server::start(kind)?;
     open_sessions(server.addr, 1).await?;
-    let base = server.rss_kb()?;
+    let (base, base_anon) = server.rss_kb()?;
     open_sessions(server.addr, sessions).await?;
-    let after = server.rss_kb()?;
-    Ok((base, after))
+    let (after, _) = server.rss_kb()?;
+    Ok((base, after, base_anon))
 }
 
 async fn run() -> Result<(), BoxError> {
@@ -176,23 +186,24 @@ async fn run() -> Result<(), BoxError> {
         (20, 1)
     };
     let kinds = [Kind::Kberg, Kind::Rmcp];
-    let mut results: Vec<(Kind, Vec<(u64, u64)>)> = kinds.iter().map(|k| (*k, vec![])).collect();
+    let mut results: Vec<(Kind, Vec<Point>)> = kinds.iter().map(|k| (*k, vec![])).collect();
     for round in 0..rounds.max(1) {
         for (kind, points) in &mut results {
-            let (base, after) = measure(*kind, sessions).await?;
+            let (base, after, base_anon) = measure(*kind, sessions).await?;
             let per = (after.saturating_sub(base)) as f64 / sessions as f64;
             if full {
                 println!(
-                    "round {} {:<22} base {:>7} kB  after {} sessions {:>7} kB  {:>6.1} kB/session",
+                    "round {} {:<22} base {:>7} kB (anonymous {:>6} kB)  after {} sessions {:>7} kB  {:>6.1} kB/session",
                     round + 1,
                     kind.label(),
                     base,
+                    base_anon,
                     sessions,
                     after,
                     per
                 );
             }
-            points.push((base, after));
+            points.push((base, after, base_anon));
         }
     }
     if !full {
@@ -212,26 +223,28 @@ async fn run() -> Result<(), BoxError> {
                 .map(|p| p.1.saturating_sub(p.0) as f64 / sessions as f64)
                 .collect(),
         );
-        (base, after, per)
+        let anon = median(pts.iter().map(|p| p.2 as f64).collect());
+        (base, after, per, anon)
     };
-    let (_, _, rmcp_per) = summary(Kind::Rmcp);
-    let (rmcp_base, _, _) = summary(Kind::Rmcp);
+    let (rmcp_base, _, rmcp_per, rmcp_anon) = summary(Kind::Rmcp);
     println!();
     println!("medians of {rounds} round(s), {sessions} idle 2025-11-25 sessions each");
     println!(
-        "| server | base RSS MB | RSS with sessions MB | kB per session | per session vs bare rmcp | base vs bare rmcp |"
+        "| server | base RSS MB | of it anonymous MB | RSS with sessions MB | kB per session | per session vs bare rmcp | base vs bare rmcp | anonymous base vs bare rmcp |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for kind in kinds {
-        let (base, after, per) = summary(kind);
+        let (base, after, per, anon) = summary(kind);
         println!(
-            "| {} | {:.1} | {:.1} | {:.1} | {:.2}x | {:+.1} MB |",
+            "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2}x | {:+.1} MB | {:+.1} MB |",
             kind.label(),
             base / 1024.0,
+            anon / 1024.0,
             after / 1024.0,
             per,
             per / rmcp_per,
-            (base - rmcp_base) / 1024.0
+            (base - rmcp_base) / 1024.0,
+            (anon - rmcp_anon) / 1024.0
         );
     }
     Ok(())

@@ -35,7 +35,9 @@ pub async fn start_kberg(stop: CancellationToken, limits: Limits) -> Result<Sock
     tools.register(
         ToolBuilder::new("echo")
             .description("Echo the text back")
-            .raw_handler(echo_schema(), |args, _ctx| async move {
+            // The echo never waits: the synchronous handler kind, which the gate calls
+            // directly (no boxed future).
+            .raw_sync_handler(echo_schema(), |args, _ctx| {
                 Ok(ToolOutput::text(args["text"].as_str().unwrap_or_default()))
             }),
     )?;

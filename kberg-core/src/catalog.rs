@@ -18,7 +18,7 @@ use crate::handle::{HandleSite, handle_sites};
 use crate::preview::{COMMIT_TOKEN_FIELD, preview_envelope_schema, project_commit_field};
 use crate::principal::{Caller, SurfaceProjection};
 use crate::scope::{ScopeSpec, find_scope_field, project_scope};
-use crate::tool::{Tool, ToolKind, ToolSpec, check_name};
+use crate::tool::{SyncHandler, Tool, ToolKind, ToolSpec, check_name};
 use crate::validate::CompiledSchema;
 
 /// A registered tool with its compiled schemas and what the gate precomputed about it.
@@ -36,6 +36,8 @@ pub(crate) struct Entry {
     /// Whether a call needs anything from the gate beyond admission and validation (a commit
     /// token, a scope, handles): `false` lets the gate skip those steps entirely.
     pub(crate) plain: bool,
+    /// The tool's synchronous body ([`Tool::synchronous`]), which the gate runs directly.
+    pub(crate) sync: Option<SyncHandler>,
 }
 
 /// A map by tool name. Hashed with foldhash (seeded per process): every call looks its tool up
@@ -132,8 +134,10 @@ impl Entry {
             project_scope(&mut listed_compact.input_schema, field, true);
         }
         let plain = !spec.previews && spec.scope_field.is_none() && handles.is_empty();
+        let sync = tool.synchronous();
         Ok(Entry {
             spec,
+            sync,
             tool,
             input,
             output,

@@ -177,6 +177,12 @@ impl CallOptions {
 
 impl ToolContext {
     pub(crate) fn new(caller: Caller, opts: CallOptions) -> Self {
+        Self::for_call(caller, opts, CallExtras::default())
+    }
+
+    /// The context of a call through the gate. (One constructor rather than `new` and a
+    /// setter: the context is a few hundred bytes, and each step would copy it.)
+    pub(crate) fn for_call(caller: Caller, opts: CallOptions, extras: CallExtras) -> Self {
         Self {
             caller,
             cancel: opts.cancel,
@@ -184,13 +190,8 @@ impl ToolContext {
             progress_token: opts.progress_token,
             meta: opts.meta,
             client: opts.client,
-            extras: CallExtras::default(),
+            extras,
         }
-    }
-
-    pub(crate) fn with_extras(mut self, extras: CallExtras) -> Self {
-        self.extras = extras;
-        self
     }
 
     /// Who the calling client says it is (MCP `clientInfo`), when the transport knows it.

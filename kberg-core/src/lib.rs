@@ -144,8 +144,8 @@ pub use task::{Started, TaskConfig, TaskError, TaskOutcome, TaskSnapshot, TaskSt
 #[cfg(feature = "sqlite")]
 pub use ticket_sqlite::SqliteTicketStore;
 pub use tool::{
-    FnTool, TaskSupport, Tool, ToolBuilder, ToolError, ToolHints, ToolKind, ToolSpec, check_name,
-    schema_of,
+    FnTool, SyncHandler, TaskSupport, Tool, ToolBuilder, ToolError, ToolHints, ToolKind, ToolSpec,
+    check_name, schema_of,
 };
 pub use validate::{CompiledSchema, FieldError};
 

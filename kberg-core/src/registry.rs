@@ -542,8 +542,11 @@ impl ToolRegistry {
     /// token → an [`AuditEvent`](crate::AuditEvent) is recorded when a sink is set. Each
     /// refusal is a [`GateError`] with a stable [`ErrorCode`](crate::ErrorCode).
     ///
-    /// (Written as a function returning the gate's future rather than an `async fn`, which
-    /// would wrap that future in one more of its own size.)
+    /// The synchronous checks (existence, projection, grant, arguments) run when `call` is
+    /// invoked, against the registry's current tools; the returned future carries the rest
+    /// (confirmation, the tool's run, the audit event) and does nothing until polled. (Written
+    /// as a function returning the gate's future rather than an `async fn`, which would defer
+    /// the checks and wrap that future in one more of its own size.)
     pub fn call<'a>(
         &'a self,
         caller: &'a Caller,
@@ -551,13 +554,8 @@ impl ToolRegistry {
         args: Value,
         opts: CallOptions,
     ) -> impl Future<Output = Result<ToolOutput, GateError>> + Send + 'a {
-        self.state.gate.call(
-            self.state.current.load_full(),
-            caller,
-            name,
-            args,
-            opts,
-            None,
-        )
+        self.state
+            .gate
+            .call(&self.state.current.load(), caller, name, args, opts, None)
     }
 }

@@ -218,15 +218,31 @@ pub trait Tool: Send + Sync + 'static {
     /// Runs the tool. The gate calls this only after every check passed, so `args` match the
     /// input schema.
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
+
+    /// The tool's synchronous body, for a tool whose work never waits (a lookup, a
+    /// computation over the app's state). Called once, at registration. When it returns one,
+    /// the gate runs it directly, borrowing the call's context, with no boxed future and no
+    /// copy of the context; [`call`](Tool::call) must do the same work (other paths, such as a
+    /// tool run as a task, still use it). The default is none.
+    fn synchronous(&self) -> Option<SyncHandler> {
+        None
+    }
 }
 
 type BoxFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send>>;
 type RawHandler = Arc<dyn Fn(Value, ToolContext) -> BoxFuture + Send + Sync>;
 
+/// A tool body that finishes without waiting: it gets the (validated) arguments and borrows
+/// the call's context. See [`Tool::synchronous`] and [`ToolBuilder::raw_sync_handler`].
+pub type SyncHandler =
+    Arc<dyn Fn(Value, &ToolContext) -> Result<ToolOutput, ToolError> + Send + Sync>;
+
 /// A tool made from a closure by [`ToolBuilder`].
 pub struct FnTool {
     spec: ToolSpec,
     handler: RawHandler,
+    /// Set for the synchronous handler kinds; `handler` then runs it in a ready future.
+    sync: Option<SyncHandler>,
 }
 
 impl std::fmt::Debug for FnTool {
@@ -252,6 +268,10 @@ impl Tool for FnTool {
         Self: 'async_trait,
     {
         (self.handler)(args, ctx)
+    }
+
+    fn synchronous(&self) -> Option<SyncHandler> {
+        self.sync.clone()
     }
 }
 
@@ -421,6 +441,7 @@ impl ToolBuilder {
         FnTool {
             spec: self.spec,
             handler,
+            sync: None,
         }
     }
 
@@ -436,6 +457,59 @@ impl ToolBuilder {
         FnTool {
             spec: self.spec,
             handler,
+            sync: None,
+        }
+    }
+
+    /// Finishes with a typed handler that completes without waiting: the input schema is
+    /// generated from `A`, the handler receives the arguments deserialized into `A` and borrows
+    /// the call's context. The gate runs it directly, with no boxed future (see
+    /// [`Tool::synchronous`]); use [`handler`](Self::handler) for anything that awaits.
+    ///
+    /// ```
+    /// use kberg_core::{ToolBuilder, ToolOutput};
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Add { a: i64, b: i64 }
+    ///
+    /// let tool = ToolBuilder::new("add")
+    ///     .sync_handler(|x: Add, _ctx| Ok(ToolOutput::text((x.a + x.b).to_string())));
+    /// ```
+    pub fn sync_handler<A, F>(mut self, f: F) -> FnTool
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(A, &ToolContext) -> Result<ToolOutput, ToolError> + Send + Sync + 'static,
+    {
+        self.spec.input_schema = schema_of::<A>();
+        let _marker: PhantomData<A> = PhantomData;
+        self.finish_sync(Arc::new(move |args: Value, ctx: &ToolContext| {
+            // As in `handler`: the gate validated `args` against the schema generated from `A`.
+            let typed: A = serde_json::from_value(args)
+                .map_err(|e| ToolError::failed(format!("the arguments could not be read: {e}")))?;
+            f(typed, ctx)
+        }))
+    }
+
+    /// Finishes with an untyped handler that completes without waiting, and a hand-written
+    /// input schema. The gate runs it directly, with no boxed future (see
+    /// [`Tool::synchronous`]).
+    pub fn raw_sync_handler<F>(mut self, input_schema: Value, f: F) -> FnTool
+    where
+        F: Fn(Value, &ToolContext) -> Result<ToolOutput, ToolError> + Send + Sync + 'static,
+    {
+        self.spec.input_schema = input_schema;
+        self.finish_sync(Arc::new(f))
+    }
+
+    fn finish_sync(self, sync: SyncHandler) -> FnTool {
+        let body = Arc::clone(&sync);
+        let handler: RawHandler = Arc::new(move |args, ctx: ToolContext| {
+            Box::pin(std::future::ready(body(args, &ctx))) as BoxFuture
+        });
+        FnTool {
+            spec: self.spec,
+            handler,
+            sync: Some(sync),
         }
     }
 }

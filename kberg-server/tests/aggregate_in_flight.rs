@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use kberg_core::{CallOptions, Caller, Principal, ToolBuilder, ToolOutput, ToolRegistry};
 use kberg_server::aggregate::{
-    Aggregator, AggregatorConfig, UPSTREAM_TIMEOUT, UpstreamConfig, UpstreamTransport,
+    Aggregator, AggregatorConfig, UPSTREAM_TIMEOUT, UpstreamConfig, UpstreamStatus,
+    UpstreamTransport,
 };
 use kberg_server::{Limits, McpApp, OpenAccess};
 use serde_json::json;
@@ -130,7 +131,92 @@ async fn waiting_for_a_slot_counts_against_the_call_timeout() {
             "{out:?}"
         );
     }
+    assert_eq!(
+        agg.status("up"),
+        Some(UpstreamStatus::Connected { generation: 1 })
+    );
     agg.shutdown().await;
+}
+
+/// Sends whether the call was cancelled when the tool's future is dropped.
+struct ReportOnDrop {
+    ctx: kberg_core::ToolContext,
+    tx: tokio::sync::mpsc::UnboundedSender<bool>,
+}
+
+impl Drop for ReportOnDrop {
+    fn drop(&mut self) {
+        let _ = self.tx.send(self.ctx.is_cancelled());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_call_is_cancelled_upstream() {
+    // A Kberg upstream offers tasks, so the aggregator watches a call's answer on a task of its
+    // own; a call that times out must still be cancelled upstream once the grace for a late
+    // task answer has passed, and must answer the timeout, not a closed transport.
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel();
+    let tools = ToolRegistry::new();
+    tools
+        .register(ToolBuilder::new("wait").raw_handler(
+            json!({"type": "object"}),
+            move |_a, ctx| {
+                let _ = started_tx.send(());
+                let report = ReportOnDrop {
+                    ctx,
+                    tx: ended_tx.clone(),
+                };
+                async move {
+                    let _report = report;
+                    std::future::pending::<()>().await;
+                    Ok(ToolOutput::text("never"))
+                }
+            },
+        ))
+        .expect("register");
+    let server = RunningServer::start(
+        McpApp::builder("upstream", "1").tools(tools).build(),
+        loopback().auth(OpenAccess::as_principal(Principal::new("aggregator"))),
+    )
+    .await;
+    let registry = ToolRegistry::new();
+    let config = AggregatorConfig::new().upstream(
+        UpstreamConfig::new("up", UpstreamTransport::http(server.url.clone()))
+            .call_timeout(Duration::from_millis(300)),
+    );
+    let agg = Aggregator::start(config, registry.clone()).expect("valid");
+    assert!(
+        agg.wait_connected("up", 1, WAIT).await,
+        "{:?}",
+        agg.status("up")
+    );
+
+    let out = registry
+        .call(&caller(), "up__wait", json!({}), CallOptions::default())
+        .await
+        .expect("not refused by the gate");
+    assert_eq!(
+        out.structured.as_ref().and_then(|s| s.get("code")),
+        Some(&json!(UPSTREAM_TIMEOUT)),
+        "{out:?}"
+    );
+    tokio::time::timeout(WAIT, started.recv())
+        .await
+        .expect("the tool started upstream")
+        .expect("started");
+    let cancelled = tokio::time::timeout(WAIT, ended.recv())
+        .await
+        .expect("the upstream call ended")
+        .expect("ended");
+    assert!(cancelled, "the upstream call ended without being cancelled");
+    // The timeout did not count as a broken connection.
+    assert_eq!(
+        agg.status("up"),
+        Some(UpstreamStatus::Connected { generation: 1 })
+    );
+    agg.shutdown().await;
+    drop(server);
 }
 
 #[test]

@@ -38,8 +38,12 @@ pub use self::refusal::Refusal;
 mod run;
 mod scope;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
+
+use futures::future::Either;
 
 use arc_swap::ArcSwap;
 use serde_json::Value;
@@ -68,6 +72,9 @@ pub(crate) struct GateSettings {
     pub(crate) confirm_config: ConfirmConfig,
     pub(crate) tickets: Arc<dyn TicketStore>,
     pub(crate) commit: CommitConfig,
+    /// Where audit events go. Kept with the settings so a call reads both with one atomic
+    /// load.
+    pub(crate) audit: Option<Arc<dyn AuditSink>>,
 }
 
 impl Default for GateSettings {
@@ -78,6 +85,7 @@ impl Default for GateSettings {
             confirm_config: ConfirmConfig::default(),
             tickets: Arc::new(MemoryTicketStore::new()),
             commit: CommitConfig::default(),
+            audit: None,
         }
     }
 }
@@ -86,7 +94,6 @@ impl Default for GateSettings {
 /// the version of the ticket list (bumped whenever a ticket is filed or decided).
 pub(crate) struct Gate {
     settings: ArcSwap<GateSettings>,
-    audit: ArcSwap<Option<Arc<dyn AuditSink>>>,
     commits: CommitTokens,
     tickets_version: watch::Sender<u64>,
 }
@@ -97,6 +104,19 @@ pub(crate) struct Approved<'a> {
     pub(crate) approver: &'a str,
     pub(crate) phase: CallPhase,
 }
+
+/// What is left of a call once its synchronous steps have run.
+enum Step {
+    /// Answered already (a refusal).
+    Done(Result<ToolOutput, GateError>),
+    /// The common call: only the tool's run is left.
+    Run(Arc<Entry>, Value, CallExtras),
+    /// Preview / commit, confirmation or an approved ticket: step 5, then the run.
+    Confirm(PreparedCall, Arc<GateSettings>),
+}
+
+/// The future of a call that needs more than the run step.
+type BoxedCall<'a> = Pin<Box<dyn Future<Output = Result<ToolOutput, GateError>> + Send + 'a>>;
 
 /// What the gate records about a call beyond who and what.
 #[derive(Default)]
@@ -111,10 +131,10 @@ pub(crate) struct Trail {
 
 impl Gate {
     /// A gate with these settings and sink.
-    pub(crate) fn new(settings: GateSettings, audit: Option<Arc<dyn AuditSink>>) -> Self {
+    pub(crate) fn new(mut settings: GateSettings, audit: Option<Arc<dyn AuditSink>>) -> Self {
+        settings.audit = audit;
         Self {
             settings: ArcSwap::from_pointee(settings),
-            audit: ArcSwap::from_pointee(audit),
             commits: CommitTokens::default(),
             tickets_version: watch::channel(0).0,
         }
@@ -136,7 +156,7 @@ impl Gate {
 
     /// Replaces the audit sink (what the deprecated registry setter does).
     pub(crate) fn set_audit_sink(&self, sink: Option<Arc<dyn AuditSink>>) {
-        self.audit.store(Arc::new(sink));
+        self.update_settings(|s| s.audit = sink.clone());
     }
 
     /// A receiver whose value changes whenever a ticket is filed or decided.
@@ -165,15 +185,22 @@ impl Gate {
 
     /// The whole gate for one call: checks, runs and audits it. `approved` is set when a
     /// human approved the call's ticket (the confirm step is then skipped).
-    pub(crate) async fn call(
-        &self,
-        catalog: Arc<Catalog>,
-        caller: &Caller,
-        name: &str,
+    ///
+    /// The synchronous steps (admission, arguments: 1 to 4) run now, against the borrowed
+    /// `catalog`; the returned future carries only what is left (confirm, run, audit), so
+    /// creating and moving it stays cheap and it holds no catalog snapshot. A refused call's
+    /// future is ready at once; the common call (no audit sink, no preview or commit, no
+    /// confirm policy, no approved ticket) is the run step's own future; every other call
+    /// takes one boxed future.
+    pub(crate) fn call<'a>(
+        &'a self,
+        catalog: &Catalog,
+        caller: &'a Caller,
+        name: &'a str,
         args: Value,
         opts: CallOptions,
-        approved: Option<Approved<'_>>,
-    ) -> Result<ToolOutput, GateError> {
+        approved: Option<Approved<'a>>,
+    ) -> impl Future<Output = Result<ToolOutput, GateError>> + Send + use<'a> {
         let args = if args.is_null() {
             Value::Object(Default::default())
         } else {
@@ -181,17 +208,16 @@ impl Gate {
         };
         // Everything the audit event needs is gathered only when a sink is set: the common
         // unaudited call pays for none of it.
-        let audit: Option<Arc<dyn AuditSink>> = self.audit.load().as_ref().clone();
+        let settings = self.settings.load();
+        let audit: Option<Arc<dyn AuditSink>> = settings.audit.clone();
         let clock = audit.as_ref().map(|_| (Instant::now(), SystemTime::now()));
-        let settings = self.settings.load_full();
         let mut trail = Trail::default();
         if let Some(a) = &approved {
             trail.ticket = Some(a.ticket.to_string());
             trail.approved_by = Some(a.approver.to_string());
         }
-        let admitted = admit(&catalog, caller, name);
-        let (kind, capability, deprecated) = match &admitted {
-            _ if audit.is_none() => ("", None, None),
+        let admitted = admit(catalog, caller, name);
+        let labels = audit.as_ref().map(|_| match &admitted {
             Ok((e, via)) => (
                 e.spec.kind.label(),
                 e.spec.kind.capability().map(str::to_string),
@@ -205,10 +231,10 @@ impl Gate {
                 ),
                 None => ("unknown", None, None),
             },
-        };
+        });
         let front = admitted.and_then(|(entry, _)| {
             prepare_call(
-                &catalog,
+                catalog,
                 &settings,
                 entry,
                 caller,
@@ -217,12 +243,9 @@ impl Gate {
                 &mut trail,
             )
         });
-        drop(catalog);
-        let result = match front {
-            Err(e) => Err(e),
-            // The common call: no preview or commit, no confirm policy, no approved ticket. It
-            // runs straight away; this future then holds little more than the tool's own
-            // (boxed) future, so creating and moving it stays cheap.
+        let step = match front {
+            Err(e) => Step::Done(Err(e)),
+            // The common call: no preview or commit, no confirm policy, no approved ticket.
             Ok(call)
                 if approved.is_none()
                     && !call.entry.spec.previews
@@ -235,23 +258,47 @@ impl Gate {
                     handles: settings.handles.clone(),
                 };
                 let args = call.resolved.unwrap_or(call.args);
-                run::run(&call.entry, args, caller, opts, extras).await
+                Step::Run(call.entry, args, extras)
             }
-            // Preview / commit, confirmation, approved tickets: the full step 5, boxed so its
-            // larger state is only allocated for the calls that need it.
-            Ok(call) => {
-                Box::pin(self.confirm_and_run(
-                    call,
-                    caller,
-                    opts,
-                    &settings,
-                    approved.as_ref(),
-                    &mut trail,
-                ))
-                .await
-            }
+            Ok(call) => Step::Confirm(call, arc_swap::Guard::into_inner(settings)),
         };
-        if let (Some(sink), Some((started, at))) = (audit.as_ref(), clock) {
+        let (Some(sink), Some((started, at)), Some((kind, capability, deprecated))) =
+            (audit, clock, labels)
+        else {
+            return match step {
+                Step::Done(r) => Either::Left(Either::Left(std::future::ready(r))),
+                Step::Run(entry, args, extras) => {
+                    Either::Left(Either::Right(run::run(entry, args, caller, opts, extras)))
+                }
+                Step::Confirm(call, settings) => Either::Right(Box::pin(async move {
+                    self.confirm_and_run(
+                        call,
+                        caller,
+                        opts,
+                        &settings,
+                        approved.as_ref(),
+                        &mut trail,
+                    )
+                    .await
+                }) as BoxedCall<'a>),
+            };
+        };
+        Either::Right(Box::pin(async move {
+            let result = match step {
+                Step::Done(r) => r,
+                Step::Run(entry, args, extras) => run::run(entry, args, caller, opts, extras).await,
+                Step::Confirm(call, settings) => {
+                    self.confirm_and_run(
+                        call,
+                        caller,
+                        opts,
+                        &settings,
+                        approved.as_ref(),
+                        &mut trail,
+                    )
+                    .await
+                }
+            };
             let p = caller.principal();
             sink.record(&AuditEvent {
                 at,
@@ -273,8 +320,8 @@ impl Gate {
                 phase: trail.phase,
                 scope: trail.scope,
             });
-        }
-        result
+            result
+        }) as BoxedCall<'a>)
     }
 
     /// Gate steps 5 and 6: commit token, confirmation, run, preview wrapping.
@@ -344,7 +391,14 @@ impl Gate {
             ticket: approved.map(|a| a.ticket.to_string()),
             handles: settings.handles.clone(),
         };
-        let out = run::run(&entry, resolved.unwrap_or(args), caller, opts, extras).await?;
+        let out = run::run(
+            Arc::clone(&entry),
+            resolved.unwrap_or(args),
+            caller,
+            opts,
+            extras,
+        )
+        .await?;
         if phase != CallPhase::Preview || out.is_error {
             return Ok(out);
         }
@@ -360,7 +414,7 @@ impl Gate {
     ) -> Result<ToolOutput, GateError> {
         let caller = ticket.caller();
         self.call(
-            catalog,
+            &catalog,
             &caller,
             &ticket.tool,
             ticket.arguments.clone(),

@@ -1,20 +1,23 @@
 //! Gate step 6: the tool runs, with the call's cancellation token.
 //!
-//! The tool's future is polled once at once, inside its tracing span: most tools finish on that
-//! first poll and pay for nothing more (no cancellation waiter, no instrumented wrapper, no
-//! state of the race in the gate's future). A tool that is still pending is raced against the
-//! token: if the token fires first the future is
-//! dropped and the call answers `cancelled`, as does a tool that stops with an error once the
-//! token fired, whatever words it chose. A panicking tool answers `tool_failed`; a structured
-//! result that does not match the declared output schema answers `tool_failed` too.
+//! A tool with a synchronous body ([`Tool::synchronous`](crate::Tool::synchronous)) is called
+//! directly, borrowing the context. Any other tool's future is polled once at once, inside its
+//! tracing span: most tools finish on that first poll and pay for nothing more (no
+//! cancellation waiter, no instrumented wrapper, no state of the race in the gate's future). A
+//! tool that is still pending is raced against the token: if the token fires first the future
+//! is dropped and the call answers `cancelled`, as does a tool that stops with an error once
+//! the token fired, whatever words it chose. A panicking tool answers `tool_failed`; a
+//! structured result that does not match the declared output schema answers `tool_failed` too.
 
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
 
 use futures::FutureExt;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use crate::catalog::Entry;
 use crate::content::ToolOutput;
@@ -28,21 +31,29 @@ type Outcome = std::thread::Result<Result<ToolOutput, ToolError>>;
 
 /// Runs the tool and maps what it did onto the gate's answer.
 pub(crate) async fn run(
-    entry: &Entry,
+    entry: Arc<Entry>,
     args: Value,
     caller: &Caller,
     opts: CallOptions,
     extras: CallExtras,
 ) -> Result<ToolOutput, GateError> {
-    let preview = extras.phase == CallPhase::Preview;
-    // The name is copied into an error only on the paths that produce one.
-    let name = || entry.spec.name.clone();
     if opts.cancel.is_cancelled() {
-        return Err(GateError::Cancelled { tool: name() });
+        return Err(GateError::Cancelled {
+            tool: entry.spec.name.clone(),
+        });
     }
-    let cancel = opts.cancel.clone();
-    let ctx = ToolContext::new(caller.clone(), opts).with_extras(extras);
+    let preview = extras.phase == CallPhase::Preview;
+    let ctx = ToolContext::for_call(caller.clone(), opts, extras);
     let span = tracing::debug_span!("tool_call", tool = %entry.spec.name, principal = %caller.principal().id);
+    if let Some(body) = &entry.sync {
+        // A synchronous tool borrows the context: no boxed future, no copy of the token.
+        let outcome = {
+            let _entered = span.enter();
+            catch_unwind(AssertUnwindSafe(|| body(args, &ctx)))
+        };
+        return finish(&entry, outcome, ctx.cancellation(), preview);
+    }
+    let cancel = ctx.cancellation().clone();
     let mut fut = entry.tool.call(args, ctx);
     let first = {
         let _entered = span.enter();
@@ -64,10 +75,26 @@ pub(crate) async fn run(
             .await;
             match raced {
                 Some(outcome) => outcome,
-                None => return Err(GateError::Cancelled { tool: name() }),
+                None => {
+                    return Err(GateError::Cancelled {
+                        tool: entry.spec.name.clone(),
+                    });
+                }
             }
         }
     };
+    finish(&entry, outcome, &cancel, preview)
+}
+
+/// Maps what the tool did onto the gate's answer.
+fn finish(
+    entry: &Entry,
+    outcome: Outcome,
+    cancel: &CancellationToken,
+    preview: bool,
+) -> Result<ToolOutput, GateError> {
+    // The name is copied into an error only on the paths that produce one.
+    let name = || entry.spec.name.clone();
     // A tool that noticed the cancellation and stopped with an error was cancelled.
     if !matches!(outcome, Ok(Ok(_))) && cancel.is_cancelled() {
         return Err(GateError::Cancelled { tool: name() });

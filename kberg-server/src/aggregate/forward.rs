@@ -103,6 +103,12 @@ pub(super) async fn forward(
             }
         },
     };
+    // A slot freed just as the wait ran out leaves nothing of the call's time: answer the
+    // timeout here instead of sending a request that cannot be awaited.
+    if started.elapsed() >= limit {
+        tracing::warn!(namespace = up.namespace(), timeout = ?limit, "no free upstream slot within the call timeout");
+        return Err(timeout(limit));
+    }
     let _active = ctx.map(|c| ActiveCall::register(up, c));
     // The connection may have changed while this request waited.
     let Some((peer, generation)) = up.current_peer() else {
@@ -141,7 +147,7 @@ pub(super) async fn forward(
     let response = if may_start_task {
         // The watcher cancels what the caller abandons, knowing whether it was a task.
         unanswered.peer = None;
-        Either::Left(watch_for_late_task(peer.clone(), handle, left))
+        Either::Left(watch_for_late_task(peer.clone(), handle))
     } else {
         Either::Right(handle.await_response())
     };
@@ -184,35 +190,28 @@ const LATE_TASK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// no answer within [`LATE_TASK_GRACE`] gets the request cancelled (`notifications/cancelled`).
 /// (Cancelling the request at once could lose the answer naming a task the upstream already
 /// started.)
+///
+/// The watcher has no deadline of its own: the caller's side holds the call timeout, and the
+/// watcher ends [`LATE_TASK_GRACE`] after the caller leaves. (A second timer here, set to the
+/// same instant, could fire first and drop the answer channel while the caller still waited,
+/// which the caller then read as a closed transport.)
 async fn watch_for_late_task(
     peer: Peer<RoleClient>,
     handle: rmcp::service::RequestHandle<RoleClient>,
-    left: std::time::Duration,
 ) -> Result<ServerResult, ServiceError> {
     let (mut tx, rx) = tokio::sync::oneshot::channel();
     let id = handle.id.clone();
     tokio::spawn(async move {
-        let mut answer = std::pin::pin!(tokio::time::timeout(left, handle.await_response()));
+        let mut answer = std::pin::pin!(handle.await_response());
         let late = tokio::select! {
-            r = &mut answer => {
-                if let Ok(r) = r
-                    && let Err(unread) = tx.send(r)
-                {
-                    // Answered just as the caller left.
-                    Some(unread)
-                } else {
-                    None
-                }
-            }
+            // An answer the caller can no longer read came just as it left.
+            r = &mut answer => tx.send(r).err(),
             () = tx.closed() => match tokio::time::timeout(LATE_TASK_GRACE, answer).await {
-                Ok(Ok(r)) => Some(r),
-                // The upstream did not answer within the call timeout: nothing to cancel here
-                // (the caller's side already reported the timeout).
-                Ok(Err(_)) => None,
+                Ok(r) => Some(r),
                 Err(_) => {
                     let note = CancelledNotification::new(CancelledNotificationParam::new(
                         Some(id),
-                        Some("the caller cancelled the request".into()),
+                        Some("the caller gave up on the request".into()),
                     ));
                     let _ = peer
                         .send_notification(ClientNotification::CancelledNotification(note))
@@ -230,6 +229,8 @@ async fn watch_for_late_task(
             }
         }
     });
+    // The watcher always answers while the caller waits; it is gone without answering only
+    // when the runtime is shutting down.
     rx.await.unwrap_or(Err(ServiceError::TransportClosed))
 }
 
