@@ -186,3 +186,72 @@ pub(crate) fn connect_postgres(
     };
     Ok(PgDatabase::connect(&settings)?)
 }
+
+/// The agent whose every earlier token a vault change ended (`agent_token_revoke NAME`, or
+/// `agent_token_set NAME`, which replaces them all), from a [`Vault::changes`] payload.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+fn agent_whose_tokens_ended(payload: &str) -> Option<&str> {
+    let (action, name) = payload.split_once(' ')?;
+    matches!(action, "agent_token_revoke" | "agent_token_set")
+        .then_some(name)
+        .filter(|n| !n.is_empty())
+}
+
+/// Follows the vault's changes made by any replica (this one included) until `stop`: when an
+/// agent's tokens are revoked or replaced, this replica's sessions of that agent end (as the
+/// replica that revoked them ends its own), so an open 2025-11-25 session or stream of a
+/// revoked agent does not outlive the revocation anywhere. Its next request is refused by the
+/// token check in any case; agents authenticating with a token file are left alone. Returns at
+/// once for a vault that is not in PostgreSQL.
+#[cfg(feature = "postgres")]
+pub(crate) async fn follow_vault_changes(
+    ctx: std::sync::Arc<crate::GatewayContext>,
+    vault: std::sync::Arc<Vault>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let Some(mut changes) = vault.changes() else {
+        return;
+    };
+    loop {
+        let change = tokio::select! {
+            () = stop.cancelled() => return,
+            change = changes.recv() => change,
+        };
+        let Some(change) = change else {
+            return;
+        };
+        let Some(agent) = agent_whose_tokens_ended(&change) else {
+            continue;
+        };
+        if ctx.agent(agent).is_some_and(|a| a.token_secret.is_none()) {
+            let ended = ctx.sessions.end_agent(agent);
+            if ended > 0 {
+                tracing::info!(agent, ended, change = %change, "sessions ended after a vault change");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::agent_whose_tokens_ended;
+
+    #[test]
+    fn only_revocations_and_replacements_end_sessions() {
+        assert_eq!(
+            agent_whose_tokens_ended("agent_token_revoke claude"),
+            Some("claude")
+        );
+        assert_eq!(agent_whose_tokens_ended("agent_token_set bot"), Some("bot"));
+        for other in [
+            "agent_token_rotate claude",
+            "revoke gitea-token",
+            "create claude",
+            "agent_token_revoke ",
+            "listening",
+            "",
+        ] {
+            assert_eq!(agent_whose_tokens_ended(other), None, "{other}");
+        }
+    }
+}

@@ -624,12 +624,20 @@ impl BoundGateway {
             let stopped = stop.clone().cancelled_owned();
             tokio::spawn(crate::feed::run_every(ctx, feed, stopped))
         });
+        #[cfg(feature = "postgres")]
+        let vault_changes = tokio::spawn(crate::db::follow_vault_changes(
+            Arc::clone(&g.ctx),
+            Arc::clone(&g.vault),
+            stop.clone(),
+        ));
         let admin = self
             .admin
             .map(|a| tokio::spawn(a.run(stop.clone().cancelled_owned())));
         let served = self.server.run(shutdown).await;
         stop.cancel();
         let _ = watcher.await;
+        #[cfg(feature = "postgres")]
+        let _ = vault_changes.await;
         if let Some(feed) = feed {
             let _ = feed.await;
         }
@@ -645,7 +653,7 @@ impl BoundGateway {
         if let Some(t) = &self.gateway.telemetry {
             t.flush();
         }
-        // The rules store and the vault commit every change in its own SQLite transaction, so
+        // The rules store and the vault commit every change in its own transaction, so
         // nothing is left to write; their connections close as the gateway is dropped.
         tracing::info!("the gateway has stopped");
         served.map_err(|e| GatewayError::Serve(format!("serving failed: {e}")))

@@ -40,10 +40,17 @@ fn shared_key() -> &'static Path {
 }
 
 /// A data directory configured for the cluster's database, its password in a secret file, and
-/// the replicas' shared master key.
+/// the replicas' shared master key. Besides the demo agents (token files) there is `bot`, a
+/// claude that authenticates with vault-issued tokens only.
 fn data_dir(cluster: &PgCluster, dbname: &str) -> (tempfile::TempDir, GatewayConfig) {
     let tmp = tempfile::tempdir().unwrap();
     init_data_dir_with_token_files(tmp.path()).unwrap();
+    let yaml = std::fs::read_to_string(tmp.path().join("bridle.yaml")).unwrap();
+    let yaml = yaml.replace(
+        "agents:\n",
+        "agents:\n  bot:\n    type: claude\n    projects: [demo]\n",
+    );
+    std::fs::write(tmp.path().join("bridle.yaml"), yaml).unwrap();
     let mut config = GatewayConfig::load(tmp.path()).unwrap();
     config.vault.master_key = Some(shared_key().to_path_buf());
     config.database = Some(cluster.url(dbname));
@@ -257,6 +264,7 @@ fn a_bad_database_setting_stops_the_gateway_with_a_clear_message() {
 
 /// A gateway replica serving MCP on a free loopback port.
 struct Replica {
+    ctx: Arc<GatewayContext>,
     vault: Arc<Vault>,
     mcp: String,
     stop: tokio_util::sync::CancellationToken,
@@ -267,6 +275,7 @@ impl Replica {
     async fn start(dir: &Path, config: GatewayConfig) -> Self {
         let gateway = GatewayBuilder::new(dir, config).build().await.unwrap();
         let vault = Arc::clone(gateway.vault());
+        let ctx = Arc::clone(gateway.context());
         let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let mcp = bound.url();
         let stop = tokio_util::sync::CancellationToken::new();
@@ -275,6 +284,7 @@ impl Replica {
             bound.run(async move { s.cancelled().await }).await.unwrap();
         });
         Self {
+            ctx,
             vault,
             mcp,
             stop,
@@ -301,6 +311,59 @@ impl Replica {
             .await
             .unwrap()
             .status()
+    }
+
+    /// Opens a 2025-11-25 session with `token` (initialize, then the initialized
+    /// notification under the session id the replica assigned) and returns its id.
+    async fn open_session(&self, token: &str) -> String {
+        let http = reqwest::Client::new();
+        let init = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "replica-test", "version": "1"}
+            }
+        });
+        let r = http
+            .post(&self.mcp)
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .json(&init)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), reqwest::StatusCode::OK);
+        let id = r
+            .headers()
+            .get("mcp-session-id")
+            .expect("a session id")
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let r = http
+            .post(&self.mcp)
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+        id
+    }
+
+    /// The ids of the live sessions of `agent` this replica knows.
+    fn sessions_of(&self, agent: &str) -> Vec<String> {
+        self.ctx
+            .sessions
+            .sessions()
+            .into_iter()
+            .filter(|s| s.agent == agent)
+            .map(|s| s.id)
+            .collect()
     }
 
     async fn stop(self) {
@@ -342,12 +405,12 @@ async fn a_token_issued_rotated_or_revoked_on_replica_a_holds_on_replica_b() {
 
     // Issued on A: B accepts it on the first request.
     let vault = Arc::clone(&a.vault);
-    let first = tokio::task::spawn_blocking(move || vault.set_agent_token("claude", "admin:alice"))
+    let first = tokio::task::spawn_blocking(move || vault.set_agent_token("bot", "admin:alice"))
         .await
         .unwrap()
         .unwrap();
     let first = first.token.expose_str().unwrap().to_owned();
-    assert_eq!(next_change(&mut changes).await, "agent_token_set claude");
+    assert_eq!(next_change(&mut changes).await, "agent_token_set bot");
     assert_eq!(b.status(&first).await, reqwest::StatusCode::OK);
     assert_eq!(
         b.status("bdl_not-a-token").await,
@@ -357,27 +420,41 @@ async fn a_token_issued_rotated_or_revoked_on_replica_a_holds_on_replica_b() {
     // Rotated on A without grace: B refuses the old token and accepts the new one.
     let vault = Arc::clone(&a.vault);
     let second = tokio::task::spawn_blocking(move || {
-        vault.rotate_agent_token("claude", Duration::ZERO, "admin:alice")
+        vault.rotate_agent_token("bot", Duration::ZERO, "admin:alice")
     })
     .await
     .unwrap()
     .unwrap();
     let second = second.token.expose_str().unwrap().to_owned();
-    assert_eq!(next_change(&mut changes).await, "agent_token_rotate claude");
+    assert_eq!(next_change(&mut changes).await, "agent_token_rotate bot");
     assert_eq!(b.status(&first).await, reqwest::StatusCode::UNAUTHORIZED);
     assert_eq!(b.status(&second).await, reqwest::StatusCode::OK);
+
+    // An open session on B of the agent about to be revoked.
+    let session = b.open_session(&second).await;
+    assert_eq!(b.sessions_of("bot"), [session.clone()]);
 
     // Revoked on A: the very next request on B (and on A) is 401.
     let vault = Arc::clone(&a.vault);
     let revoked =
-        tokio::task::spawn_blocking(move || vault.revoke_agent_tokens("claude", "admin:alice"))
+        tokio::task::spawn_blocking(move || vault.revoke_agent_tokens("bot", "admin:alice"))
             .await
             .unwrap()
             .unwrap();
     assert_eq!(revoked, 1);
     assert_eq!(b.status(&second).await, reqwest::StatusCode::UNAUTHORIZED);
     assert_eq!(a.status(&second).await, reqwest::StatusCode::UNAUTHORIZED);
-    assert_eq!(next_change(&mut changes).await, "agent_token_revoke claude");
+    assert_eq!(next_change(&mut changes).await, "agent_token_revoke bot");
+    // And B ends its session of the revoked agent, as A ends its own (polled with a deadline:
+    // B's follower runs beside this test's listener).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !b.sessions_of("bot").is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "B kept the revoked agent's session"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // Both replicas read one audit table: the three changes, in order, once each.
     let vault = Arc::clone(&b.vault);
