@@ -236,11 +236,13 @@ fn open_on(
         docker_secrets_dir: dir.join("run-secrets"),
         secrets_dir: Some(dir.join("secrets")),
     };
+    // Only PostgreSQL names a database.
+    #[cfg(not(feature = "postgres"))]
+    let _ = dbname;
     match backend {
         Backend::Sqlite => Vault::open(&dir.join("vault.db"), key, config),
         #[cfg(feature = "postgres")]
         Backend::Postgres => {
-            let _ = dbname;
             let db = bridle_rules::db::postgres::PgDatabase::connect(
                 &pg_cluster::PgCluster::shared().settings(dbname.expect("a database")),
             )
