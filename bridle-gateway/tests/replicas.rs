@@ -432,7 +432,7 @@ async fn a_token_issued_rotated_or_revoked_on_replica_a_holds_on_replica_b() {
 
     // An open session on B of the agent about to be revoked.
     let session = b.open_session(&second).await;
-    assert_eq!(b.sessions_of("bot"), [session.clone()]);
+    assert_eq!(b.sessions_of("bot"), [session]);
 
     // Revoked on A: the very next request on B (and on A) is 401.
     let vault = Arc::clone(&a.vault);
