@@ -3,13 +3,14 @@
 //! Absent (or `sqlite`), the rules store uses the SQLite file of the data directory and its YAML
 //! files are the documents: one gateway process (and the command line) per data directory.
 //! `postgres://user@host:port/dbname` moves the review queue, decisions, change log, scope
-//! tickets and revisions into PostgreSQL (a build with the `postgres` feature): the database is
-//! then the source of truth for documents, each replica writes the YAML files of its own data
-//! directory out from it, and changes reach every replica through `LISTEN/NOTIFY`.
+//! tickets and revisions, and the vault (secrets, agent tokens and its audit table), into
+//! PostgreSQL (a build with the `postgres` feature): the database is then the source of truth
+//! for documents, each replica writes the YAML files of its own data directory out from it, and
+//! changes reach every replica through `LISTEN/NOTIFY`.
 //!
-//! The password never sits in the URL: `database_password` names it as a secret reference
-//! (`docker:`, `file:` or `vault:`), resolved here through the vault, and it appears in no log
-//! line or error.
+//! The password never sits in the URL: `database_password` names it as a `docker:` or `file:`
+//! secret reference, read from its folder (not `vault:`: the vault itself lives in that
+//! database), and it appears in no log line or error.
 
 use std::path::Path;
 
@@ -34,7 +35,7 @@ fn invalid(data_dir: &Path, message: String) -> GatewayError {
 }
 
 /// Whether the configuration names PostgreSQL.
-fn wants_postgres(config: &GatewayConfig) -> bool {
+pub(crate) fn wants_postgres(config: &GatewayConfig) -> bool {
     config
         .database
         .as_deref()
@@ -47,9 +48,10 @@ impl StateDatabase {
         Self::default()
     }
 
-    /// Opens what `config.database` names, resolving `database_password` through `vault`. A
-    /// malformed value, a URL with a password in it, a build without PostgreSQL support or an
-    /// unreachable server stops here, named.
+    /// Opens what `config.database` names, reading `database_password` from the folders of
+    /// `vault`'s sources (`docker:` or `file:`). A malformed value, a URL with a password in
+    /// it, a `vault:` password, a build without PostgreSQL support or an unreachable server
+    /// stops here, named.
     pub fn open(
         data_dir: &Path,
         config: &GatewayConfig,
@@ -92,34 +94,7 @@ impl StateDatabase {
         config: &GatewayConfig,
         vault: &Vault,
     ) -> Result<Self, GatewayError> {
-        use bridle_rules::db::postgres::{PgDatabase, PgSettings};
-
-        let url = config.database.as_deref().unwrap_or_default();
-        let settings = PgSettings::from_url(url)
-            .map_err(|e| invalid(data_dir, format!("database: {e} [{}]", e.code())))?;
-        if settings.has_password() {
-            return Err(invalid(
-                data_dir,
-                "database: the URL holds a password; name it in `database_password` as a secret reference (docker:NAME, file:NAME, vault:NAME) instead".into(),
-            ));
-        }
-        let settings = match config.database_password.as_deref() {
-            None => settings,
-            Some(reference) => {
-                let reference: crate::vault::SecretRef = reference
-                    .parse()
-                    .map_err(|e| invalid(data_dir, format!("database_password: {e}")))?;
-                let resolved = vault.resolve(&reference)?;
-                let password = resolved.value.expose_str().ok_or_else(|| {
-                    invalid(
-                        data_dir,
-                        format!("database_password: `{reference}` is not UTF-8 text"),
-                    )
-                })?;
-                settings.with_password(password)
-            }
-        };
-        let db = PgDatabase::connect(&settings)?;
+        let db = connect_postgres(data_dir, config, vault.config())?;
         Ok(Self { postgres: Some(db) })
     }
 
@@ -160,5 +135,123 @@ impl StateDatabase {
             ));
         }
         Ok(())
+    }
+}
+
+/// Connects to the PostgreSQL database `config.database` names, with the password
+/// `config.database_password` names (a `docker:` or `file:` reference, read from the folders of
+/// `sources`). A malformed URL, a URL holding a password, a `vault:` reference, a missing secret
+/// or an unreachable server stops here, named, and the password is in no message.
+#[cfg(feature = "postgres")]
+pub(crate) fn connect_postgres(
+    data_dir: &Path,
+    config: &GatewayConfig,
+    sources: &crate::vault::VaultConfig,
+) -> Result<bridle_rules::db::postgres::PgDatabase, GatewayError> {
+    use crate::vault::SecretRef;
+    use bridle_rules::db::postgres::{PgDatabase, PgSettings};
+
+    let url = config.database.as_deref().unwrap_or_default();
+    let settings = PgSettings::from_url(url)
+        .map_err(|e| invalid(data_dir, format!("database: {e} [{}]", e.code())))?;
+    if settings.has_password() {
+        return Err(invalid(
+            data_dir,
+            "database: the URL holds a password; name it in `database_password` as a secret reference (docker:NAME, file:NAME) instead".into(),
+        ));
+    }
+    let settings = match config.database_password.as_deref() {
+        None => settings,
+        Some(reference) => {
+            let reference: SecretRef = reference
+                .parse()
+                .map_err(|e| invalid(data_dir, format!("database_password: {e}")))?;
+            if matches!(reference, SecretRef::Vault(_)) {
+                return Err(invalid(
+                    data_dir,
+                    format!(
+                        "database_password: `{reference}` cannot be used: the vault itself lives in this database; use docker:NAME or file:NAME"
+                    ),
+                ));
+            }
+            let value = sources.read_source(&reference)?;
+            let password = value.expose_str().ok_or_else(|| {
+                invalid(
+                    data_dir,
+                    format!("database_password: `{reference}` is not UTF-8 text"),
+                )
+            })?;
+            settings.with_password(password)
+        }
+    };
+    Ok(PgDatabase::connect(&settings)?)
+}
+
+/// The agent whose every earlier token a vault change ended (`agent_token_revoke NAME`, or
+/// `agent_token_set NAME`, which replaces them all), from a [`Vault::changes`] payload.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+fn agent_whose_tokens_ended(payload: &str) -> Option<&str> {
+    let (action, name) = payload.split_once(' ')?;
+    matches!(action, "agent_token_revoke" | "agent_token_set")
+        .then_some(name)
+        .filter(|n| !n.is_empty())
+}
+
+/// Follows the vault's changes made by any replica (this one included) until `stop`: when an
+/// agent's tokens are revoked or replaced, this replica's sessions of that agent end (as the
+/// replica that revoked them ends its own), so an open 2025-11-25 session or stream of a
+/// revoked agent does not outlive the revocation anywhere. Its next request is refused by the
+/// token check in any case; agents authenticating with a token file are left alone. Returns at
+/// once for a vault that is not in PostgreSQL.
+#[cfg(feature = "postgres")]
+pub(crate) async fn follow_vault_changes(
+    ctx: std::sync::Arc<crate::GatewayContext>,
+    vault: std::sync::Arc<Vault>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let Some(mut changes) = vault.changes() else {
+        return;
+    };
+    loop {
+        let change = tokio::select! {
+            () = stop.cancelled() => return,
+            change = changes.recv() => change,
+        };
+        let Some(change) = change else {
+            return;
+        };
+        let Some(agent) = agent_whose_tokens_ended(&change) else {
+            continue;
+        };
+        if ctx.agent(agent).is_some_and(|a| a.token_secret.is_none()) {
+            let ended = ctx.sessions.end_agent(agent);
+            if ended > 0 {
+                tracing::info!(agent, ended, change = %change, "sessions ended after a vault change");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::agent_whose_tokens_ended;
+
+    #[test]
+    fn only_revocations_and_replacements_end_sessions() {
+        assert_eq!(
+            agent_whose_tokens_ended("agent_token_revoke claude"),
+            Some("claude")
+        );
+        assert_eq!(agent_whose_tokens_ended("agent_token_set bot"), Some("bot"));
+        for other in [
+            "agent_token_rotate claude",
+            "revoke gitea-token",
+            "create claude",
+            "agent_token_revoke ",
+            "listening",
+            "",
+        ] {
+            assert_eq!(agent_whose_tokens_ended(other), None, "{other}");
+        }
     }
 }

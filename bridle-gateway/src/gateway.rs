@@ -306,7 +306,9 @@ fn register_kanboard(
 }
 
 /// Opens the vault of a data directory: the master key the configuration names (it must
-/// exist), else `<data>/vault.key`, created on first start. Returns the vault and, when the key
+/// exist), else `<data>/vault.key`, created on first start. With `database: postgres://...` the
+/// vault lives in that database, shared by every replica (give each the same master key), and
+/// `database_password` must be a `docker:` or `file:` reference. Returns the vault and, when the key
 /// was just created, its path (say so to the operator: it must be backed up).
 pub fn open_vault(
     data_dir: &Path,
@@ -325,6 +327,14 @@ pub fn open_vault(
     vault_config.secrets_dir = Some(config.secrets_path(data_dir));
     if let Some(d) = &config.vault.docker_secrets_dir {
         vault_config.docker_secrets_dir = d.clone();
+    }
+    #[cfg(feature = "postgres")]
+    if crate::db::wants_postgres(config) {
+        // Several replicas share this vault: each must hold the same master key (the same key
+        // file or Docker secret), or it is refused with `wrong_master_key`.
+        let db = crate::db::connect_postgres(data_dir, config, &vault_config)?;
+        let vault = Vault::open_postgres(db, &key, vault_config)?;
+        return Ok((Arc::new(vault), created));
     }
     let vault = Vault::open(
         &data_dir.join(crate::vault::DEFAULT_DB_FILE),
@@ -614,12 +624,20 @@ impl BoundGateway {
             let stopped = stop.clone().cancelled_owned();
             tokio::spawn(crate::feed::run_every(ctx, feed, stopped))
         });
+        #[cfg(feature = "postgres")]
+        let vault_changes = tokio::spawn(crate::db::follow_vault_changes(
+            Arc::clone(&g.ctx),
+            Arc::clone(&g.vault),
+            stop.clone(),
+        ));
         let admin = self
             .admin
             .map(|a| tokio::spawn(a.run(stop.clone().cancelled_owned())));
         let served = self.server.run(shutdown).await;
         stop.cancel();
         let _ = watcher.await;
+        #[cfg(feature = "postgres")]
+        let _ = vault_changes.await;
         if let Some(feed) = feed {
             let _ = feed.await;
         }
@@ -635,7 +653,7 @@ impl BoundGateway {
         if let Some(t) = &self.gateway.telemetry {
             t.flush();
         }
-        // The rules store and the vault commit every change in its own SQLite transaction, so
+        // The rules store and the vault commit every change in its own transaction, so
         // nothing is left to write; their connections close as the gateway is dropped.
         tracing::info!("the gateway has stopped");
         served.map_err(|e| GatewayError::Serve(format!("serving failed: {e}")))

@@ -1,8 +1,10 @@
 //! Gateway replicas on one PostgreSQL database (`database: postgres://...` in bridle.yaml): an
 //! approval made on replica A reaches an agent subscribed to its rules on replica B through
 //! `LISTEN/NOTIFY` (B's polling tick is set far beyond the test's deadline, so only the
-//! notification can deliver it), a project created on A appears on B, and a bad `database:`
-//! setting stops the gateway with a clear message that never holds the password.
+//! notification can deliver it), a project created on A appears on B, an agent token issued,
+//! rotated or revoked on A is accepted or refused by B's MCP endpoint on the next request (and
+//! B hears of each change on the vault's channel), and a bad `database:` setting (or another
+//! master key) stops the gateway with a clear message that never holds the password.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on any unexpected error.
 
@@ -10,24 +12,47 @@
 mod pg_cluster;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use bridle_gateway::GatewayBuilder;
 use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
 use bridle_gateway::db::StateDatabase;
 use bridle_gateway::gateway::open_vault;
 use bridle_gateway::resources::{rules_uri, watch};
+use bridle_gateway::vault::{MasterKey, Vault};
 use bridle_gateway::{GatewayContext, build_app};
 use bridle_rules::db::postgres::PgDatabase;
 use bridle_rules::{ChangeRequest, DocumentSource, Origin};
 use kberg_core::ResourceEvent;
 use pg_cluster::{PASSWORD, PgCluster};
 
-/// A data directory configured for the cluster's database, its password in a secret file.
+/// The master key every replica of these tests is given (one file, as a Docker secret would be).
+fn shared_key() -> &'static Path {
+    static KEY: OnceLock<tempfile::TempDir> = OnceLock::new();
+    let dir = KEY.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        MasterKey::load_or_create(&dir.path().join("master.key")).unwrap();
+        dir
+    });
+    // The folder lives as long as the test process.
+    Box::leak(dir.path().join("master.key").into_boxed_path())
+}
+
+/// A data directory configured for the cluster's database, its password in a secret file, and
+/// the replicas' shared master key. Besides the demo agents (token files) there is `bot`, a
+/// claude that authenticates with vault-issued tokens only.
 fn data_dir(cluster: &PgCluster, dbname: &str) -> (tempfile::TempDir, GatewayConfig) {
     let tmp = tempfile::tempdir().unwrap();
     init_data_dir_with_token_files(tmp.path()).unwrap();
+    let yaml = std::fs::read_to_string(tmp.path().join("bridle.yaml")).unwrap();
+    let yaml = yaml.replace(
+        "agents:\n",
+        "agents:\n  bot:\n    type: claude\n    projects: [demo]\n",
+    );
+    std::fs::write(tmp.path().join("bridle.yaml"), yaml).unwrap();
     let mut config = GatewayConfig::load(tmp.path()).unwrap();
+    config.vault.master_key = Some(shared_key().to_path_buf());
     config.database = Some(cluster.url(dbname));
     config.database_password = Some("file:pg-password".into());
     std::fs::write(
@@ -216,6 +241,239 @@ fn a_bad_database_setting_stops_the_gateway_with_a_clear_message() {
     let e = GatewayContext::open(dir.path(), config.clone()).unwrap_err();
     assert!(e.to_string().contains("PostgreSQL"), "{e}");
 
+    // The password of the database the vault lives in cannot come from that vault.
+    let mut c = config.clone();
+    c.database_password = Some("vault:pg-password".into());
+    let msg = fails(&c);
+    assert!(msg.contains("vault itself lives in this database"), "{msg}");
+    let e = open_vault(dir.path(), &c).unwrap_err();
+    assert!(e.to_string().contains("vault:pg-password"), "{e}");
+
+    // A replica given another master key is refused, naming the database.
+    let other_key = dir.path().join("other.key");
+    MasterKey::load_or_create(&other_key).unwrap();
+    let mut c = config.clone();
+    c.vault.master_key = Some(other_key);
+    let e = open_vault(dir.path(), &c).unwrap_err();
+    assert!(e.to_string().contains("different master key"), "{e}");
+    assert!(e.to_string().contains(&dbname), "{e}");
+
     // The right setting opens.
     StateDatabase::open(dir.path(), &config, &vault).unwrap();
+}
+
+/// A gateway replica serving MCP on a free loopback port.
+struct Replica {
+    ctx: Arc<GatewayContext>,
+    vault: Arc<Vault>,
+    mcp: String,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Replica {
+    async fn start(dir: &Path, config: GatewayConfig) -> Self {
+        let gateway = GatewayBuilder::new(dir, config).build().await.unwrap();
+        let vault = Arc::clone(gateway.vault());
+        let ctx = Arc::clone(gateway.context());
+        let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let mcp = bound.url();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let s = stop.clone();
+        let task = tokio::spawn(async move {
+            bound.run(async move { s.cancelled().await }).await.unwrap();
+        });
+        Self {
+            ctx,
+            vault,
+            mcp,
+            stop,
+            task,
+        }
+    }
+
+    /// The status of an MCP `initialize` sent with `token`.
+    async fn status(&self, token: &str) -> reqwest::StatusCode {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "replica-test", "version": "1"}
+            }
+        });
+        reqwest::Client::new()
+            .post(&self.mcp)
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    }
+
+    /// Opens a 2025-11-25 session with `token` (initialize, then the initialized
+    /// notification under the session id the replica assigned) and returns its id.
+    async fn open_session(&self, token: &str) -> String {
+        let http = reqwest::Client::new();
+        let init = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "replica-test", "version": "1"}
+            }
+        });
+        let r = http
+            .post(&self.mcp)
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .json(&init)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), reqwest::StatusCode::OK);
+        let id = r
+            .headers()
+            .get("mcp-session-id")
+            .expect("a session id")
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let r = http
+            .post(&self.mcp)
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+        id
+    }
+
+    /// The ids of the live sessions of `agent` this replica knows.
+    fn sessions_of(&self, agent: &str) -> Vec<String> {
+        self.ctx
+            .sessions
+            .sessions()
+            .into_iter()
+            .filter(|s| s.agent == agent)
+            .map(|s| s.id)
+            .collect()
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+    }
+}
+
+/// The next vault change a replica hears of, skipping `listening` markers.
+async fn next_change(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
+    loop {
+        let m = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .expect("a vault change within the deadline")
+            .expect("the listener is alive");
+        if m != bridle_rules::db::postgres::LISTENING {
+            return m;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_issued_rotated_or_revoked_on_replica_a_holds_on_replica_b() {
+    let cluster = PgCluster::shared();
+    let dbname = cluster.create_database();
+    let (a_dir, a_config) = data_dir(cluster, &dbname);
+    let (b_dir, b_config) = data_dir(cluster, &dbname);
+    let a = Replica::start(a_dir.path(), a_config).await;
+    let b = Replica::start(b_dir.path(), b_config).await;
+    assert!(a.vault.path().to_string_lossy().contains(&dbname));
+    let mut changes = b
+        .vault
+        .changes()
+        .expect("a PostgreSQL vault announces changes");
+    assert_eq!(
+        changes.recv().await.as_deref(),
+        Some(bridle_rules::db::postgres::LISTENING)
+    );
+
+    // Issued on A: B accepts it on the first request.
+    let vault = Arc::clone(&a.vault);
+    let first = tokio::task::spawn_blocking(move || vault.set_agent_token("bot", "admin:alice"))
+        .await
+        .unwrap()
+        .unwrap();
+    let first = first.token.expose_str().unwrap().to_owned();
+    assert_eq!(next_change(&mut changes).await, "agent_token_set bot");
+    assert_eq!(b.status(&first).await, reqwest::StatusCode::OK);
+    assert_eq!(
+        b.status("bdl_not-a-token").await,
+        reqwest::StatusCode::UNAUTHORIZED
+    );
+
+    // Rotated on A without grace: B refuses the old token and accepts the new one.
+    let vault = Arc::clone(&a.vault);
+    let second = tokio::task::spawn_blocking(move || {
+        vault.rotate_agent_token("bot", Duration::ZERO, "admin:alice")
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let second = second.token.expose_str().unwrap().to_owned();
+    assert_eq!(next_change(&mut changes).await, "agent_token_rotate bot");
+    assert_eq!(b.status(&first).await, reqwest::StatusCode::UNAUTHORIZED);
+    assert_eq!(b.status(&second).await, reqwest::StatusCode::OK);
+
+    // An open session on B of the agent about to be revoked.
+    let session = b.open_session(&second).await;
+    assert_eq!(b.sessions_of("bot"), [session]);
+
+    // Revoked on A: the very next request on B (and on A) is 401.
+    let vault = Arc::clone(&a.vault);
+    let revoked =
+        tokio::task::spawn_blocking(move || vault.revoke_agent_tokens("bot", "admin:alice"))
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(revoked, 1);
+    assert_eq!(b.status(&second).await, reqwest::StatusCode::UNAUTHORIZED);
+    assert_eq!(a.status(&second).await, reqwest::StatusCode::UNAUTHORIZED);
+    assert_eq!(next_change(&mut changes).await, "agent_token_revoke bot");
+    // And B ends its session of the revoked agent, as A ends its own (polled with a deadline:
+    // B's follower runs beside this test's listener).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !b.sessions_of("bot").is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "B kept the revoked agent's session"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Both replicas read one audit table: the three changes, in order, once each.
+    let vault = Arc::clone(&b.vault);
+    let actions: Vec<String> = tokio::task::spawn_blocking(move || vault.audit_log(0, 100))
+        .await
+        .unwrap()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.action)
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "agent_token_set",
+            "agent_token_rotate",
+            "agent_token_revoke"
+        ]
+    );
+    drop(changes);
+    a.stop().await;
+    b.stop().await;
 }

@@ -6,12 +6,10 @@
 //! for the admin API and for tests.
 
 use chrono::{DateTime, Utc};
-use rusqlite::params;
 use serde::Serialize;
 
 use super::Vault;
 use super::error::VaultError;
-use super::store::{from_sql_version, time};
 
 /// One audit record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -42,32 +40,10 @@ pub struct AuditEntry {
 impl Vault {
     /// Up to `limit` audit records with `seq > after`, oldest first.
     pub fn audit_log(&self, after: u64, limit: usize) -> Result<Vec<AuditEntry>, VaultError> {
-        let conn = self.connection();
-        let mut stmt = conn.prepare_cached(
-            "SELECT seq, at, action, actor, secret, version, agent, upstream, request_id, fingerprint
-             FROM vault_audit WHERE seq > ?1 ORDER BY seq LIMIT ?2",
-        )?;
-        let rows = stmt.query_map(
-            params![
-                i64::try_from(after).unwrap_or(i64::MAX),
-                i64::try_from(limit).unwrap_or(i64::MAX)
-            ],
-            |r| {
-                Ok(AuditEntry {
-                    seq: from_sql_version(r.get(0)?),
-                    at: time(r.get(1)?),
-                    action: r.get(2)?,
-                    actor: r.get(3)?,
-                    secret: r.get(4)?,
-                    version: r.get::<_, Option<i64>>(5)?.map(from_sql_version),
-                    agent: r.get(6)?,
-                    upstream: r.get(7)?,
-                    request_id: r.get(8)?,
-                    fingerprint: r.get(9)?,
-                })
-            },
-        )?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.read()?.audit(
+            i64::try_from(after).unwrap_or(i64::MAX),
+            i64::try_from(limit).unwrap_or(i64::MAX),
+        )
     }
 }
 
@@ -76,13 +52,6 @@ impl Vault {
     /// order: the vault's operations since it was created, for the gateway's metrics. Also a
     /// cheap proof that the vault's database answers (readiness).
     pub fn action_counts(&self) -> Result<Vec<(String, u64)>, VaultError> {
-        let conn = self.connection();
-        let mut stmt = conn.prepare_cached(
-            "SELECT action, COUNT(*) FROM vault_audit GROUP BY action ORDER BY action",
-        )?;
-        let rows = stmt.query_map([], |r| {
-            Ok((r.get::<_, String>(0)?, from_sql_version(r.get(1)?)))
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.read()?.action_counts()
     }
 }

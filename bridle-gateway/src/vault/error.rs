@@ -54,6 +54,10 @@ pub enum VaultError {
     /// `vault_database`: SQLite failed (open, schema, query or commit).
     #[error("the vault database failed: {0}")]
     Database(#[from] rusqlite::Error),
+    /// `vault_database`: PostgreSQL failed (connection, schema, query or commit); the message
+    /// is the server's, never a value.
+    #[error("the vault database failed: {0}")]
+    Postgres(String),
     /// `vault_schema`: the database holds a vault schema this build does not know.
     #[error("the vault database has schema version {found}, this build knows {expected}")]
     Schema {
@@ -187,7 +191,7 @@ impl VaultError {
             Self::MasterKeyInvalid { .. } => "master_key_invalid",
             Self::MasterKeyCreateFailed { .. } => "master_key_create_failed",
             Self::WrongMasterKey { .. } => "wrong_master_key",
-            Self::Database(_) => "vault_database",
+            Self::Database(_) | Self::Postgres(_) => "vault_database",
             Self::Schema { .. } => "vault_schema",
             Self::AuditWriteFailed { .. } => "audit_write_failed",
             Self::DecryptFailed { .. } => "decrypt_failed",

@@ -1,8 +1,9 @@
 //! The vault: every credential the gateway holds, encrypted at rest, write-only to callers.
 //!
 //! The gateway owns agents' bearer tokens and the tokens it injects into upstream requests
-//! (Gitea, Kanboard, any MCP server, embedder API keys). The vault keeps them in SQLite, each
-//! value sealed with XChaCha20-Poly1305 under a key derived (HKDF-SHA256) from a 32-byte master
+//! (Gitea, Kanboard, any MCP server, embedder API keys). The vault keeps them in SQLite (one
+//! gateway) or PostgreSQL (several replicas on one database, each given the same master key),
+//! each value sealed with XChaCha20-Poly1305 under a key derived (HKDF-SHA256) from a 32-byte master
 //! key file that lives outside the database. Callers can write values (`create`, `rotate`),
 //! destroy them (`revoke`), and read metadata (`list`, `get`: names, versions, states, who and
 //! when, a keyed fingerprint); only the injection path reads a value (`current`, `version`,
@@ -21,7 +22,9 @@
 //! - secrets leaking through the gateway's own output: metadata, errors, logs and audit records
 //!   never hold a value, and [`SecretValue`] prints and serializes as `[redacted]`;
 //! - a revoked credential coming back: revoke overwrites its ciphertext (SQLite `secure_delete`,
-//!   then a WAL checkpoint), so not even the master key recovers it;
+//!   then a WAL checkpoint), so not even the master key recovers it; on PostgreSQL the old row
+//!   version lasts until `VACUUM` (run after each revoke) and in the server's write-ahead log
+//!   and backups until they are recycled, still sealed under the master key;
 //! - a crash mid-write: WAL and one transaction per operation leave the last committed state.
 //!
 //! It does not protect against:
@@ -33,11 +36,12 @@
 //! - loss of the master key: without it, nothing in the vault can be read again.
 //!
 //! # Layout
-//! `key` (the master key file), `crypto` (HKDF, AEAD, HMACs), `store` (tables and shared
-//! writes), `value` (the redacted type), `name` (allowed names), `source` (read-only sources
-//! and references), `meta` (metadata types), `tokens` (agent bearer tokens), `audit` (reading
-//! the log), `upstream` (the vault as the upstream routes' `SecretSource`), and this file (the
-//! secret operations).
+//! `key` (the master key file), `crypto` (HKDF, AEAD, HMACs), `store` (the rows and the
+//! transaction trait both backends implement), `sqlite` and `postgres` (the backends), `value`
+//! (the redacted type), `name` (allowed names), `source` (read-only sources and references),
+//! `meta` (metadata types), `tokens` (agent bearer tokens), `audit` (reading the log),
+//! `upstream` (the vault as the upstream routes' `SecretSource`), and this file (the secret
+//! operations).
 
 mod audit;
 mod crypto;
@@ -45,30 +49,36 @@ mod error;
 mod key;
 mod meta;
 mod name;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod source;
+mod sqlite;
 mod store;
 mod tokens;
 mod upstream;
 mod value;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
-
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 pub use audit::AuditEntry;
 pub use error::VaultError;
 pub use key::{DEFAULT_KEY_FILE, KeyOrigin, MASTER_KEY_LEN, MasterKey, default_key_path};
 pub use meta::{AgentTokenMeta, SecretMeta, VersionMeta, VersionState};
 pub use name::{MAX_ACTOR_LEN, MAX_NAME_LEN, is_valid_name};
+#[cfg(feature = "postgres")]
+pub use postgres::{VAULT_CHANNEL, VAULT_PG_MIGRATIONS};
 pub use source::{MAX_VALUE_LEN, ResolvedSecret, SecretRef};
+pub use sqlite::VAULT_MIGRATIONS;
 pub use tokens::{AgentMatch, IssuedToken, TOKEN_PREFIX};
 pub use value::{REDACTED, SecretValue};
 
 use crypto::VaultKeys;
 use name::{check_actor, check_name};
-use store::{Record, after_ms, append_audit, from_sql_version, now_ms, time, to_sql_version};
+use store::{
+    NewVersion, Record, VaultBackend, VaultTx, VersionRow, after_ms, from_sql_version, now_ms,
+    time, to_sql_version,
+};
 
 /// The default Docker secrets folder.
 pub const DEFAULT_DOCKER_SECRETS_DIR: &str = "/run/secrets";
@@ -124,13 +134,15 @@ pub struct ImportReport {
     pub differs: Vec<String>,
 }
 
-/// The vault. Cheap to share behind an `Arc`; every method is a short, blocking SQLite
-/// transaction (call it from `spawn_blocking` on a busy async runtime).
+/// The vault. Cheap to share behind an `Arc`; every method is a short, blocking transaction on
+/// its database (call it from `spawn_blocking` on a busy async runtime).
 pub struct Vault {
-    conn: Mutex<Connection>,
+    backend: Box<dyn VaultBackend>,
     keys: VaultKeys,
     path: PathBuf,
     config: VaultConfig,
+    #[cfg(feature = "postgres")]
+    postgres: Option<bridle_rules::db::postgres::PgDatabase>,
 }
 
 impl std::fmt::Debug for Vault {
@@ -142,30 +154,48 @@ impl std::fmt::Debug for Vault {
     }
 }
 
-/// A version row as the operations need it.
-struct VersionRow {
-    nonce: Option<Vec<u8>>,
-    ciphertext: Option<Vec<u8>>,
-    grace_until: Option<i64>,
-    revoked_at: Option<i64>,
-}
-
 impl Vault {
     /// Opens the vault database at `db_path` (e.g. `<data>/vault.db`), creating it (mode 0600)
     /// on first use, and checks that it was created with this master key.
     pub fn open(db_path: &Path, key: &MasterKey, config: VaultConfig) -> Result<Self, VaultError> {
         let keys = VaultKeys::derive(key);
-        let conn = store::open(db_path, &keys)?;
+        let backend = sqlite::SqliteVault::open(db_path, &keys)?;
         tracing::debug!(path = %db_path.display(), "vault open");
         Ok(Self {
-            conn: Mutex::new(conn),
+            backend: Box::new(backend),
             keys,
             path: db_path.to_path_buf(),
             config,
+            #[cfg(feature = "postgres")]
+            postgres: None,
         })
     }
 
-    /// The database file.
+    /// Opens the vault in a PostgreSQL database shared by several gateway replicas, creating
+    /// and migrating its tables, and checks that it was created with this master key: every
+    /// replica must be given the same master key (the same key file or Docker secret), or it is
+    /// refused with `wrong_master_key`. Changes are announced on [`VAULT_CHANNEL`], and every
+    /// token check reads the database, so a token revoked on one replica is refused by all.
+    #[cfg(feature = "postgres")]
+    pub fn open_postgres(
+        db: bridle_rules::db::postgres::PgDatabase,
+        key: &MasterKey,
+        config: VaultConfig,
+    ) -> Result<Self, VaultError> {
+        let keys = VaultKeys::derive(key);
+        let backend = postgres::PgVault::open(db.clone(), &keys)?;
+        let path = postgres::location(&db);
+        tracing::debug!(path = %path.display(), "vault open");
+        Ok(Self {
+            backend: Box::new(backend),
+            keys,
+            path,
+            config,
+            postgres: Some(db),
+        })
+    }
+
+    /// Where the vault's database is: the SQLite file, or `postgres:DBNAME`.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -175,16 +205,31 @@ impl Vault {
         &self.config
     }
 
-    pub(crate) fn connection(&self) -> MutexGuard<'_, Connection> {
-        // A panic while holding the lock cannot leave SQLite half-written (the transaction
-        // rolls back when dropped), so a poisoned lock is still safe to use.
-        self.conn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// The PostgreSQL database the vault lives in, if it does.
+    #[cfg(feature = "postgres")]
+    pub fn postgres(&self) -> Option<&bridle_rules::db::postgres::PgDatabase> {
+        self.postgres.as_ref()
+    }
+
+    /// Each change made to the vault by any replica (a token issued, rotated or revoked, a
+    /// secret created, rotated, revoked or imported), as `ACTION NAME` (names are not secret),
+    /// plus [`bridle_rules::db::postgres::LISTENING`] each time the listening connection is
+    /// (re)made. `None` for a SQLite vault, which only this process writes.
+    #[cfg(feature = "postgres")]
+    pub fn changes(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<String>> {
+        self.postgres.as_ref().map(|db| db.listen_on(VAULT_CHANNEL))
     }
 
     pub(crate) fn keys(&self) -> &VaultKeys {
         &self.keys
+    }
+
+    pub(crate) fn write(&self) -> Result<Box<dyn VaultTx + '_>, VaultError> {
+        self.backend.begin(true)
+    }
+
+    pub(crate) fn read(&self) -> Result<Box<dyn VaultTx + '_>, VaultError> {
+        self.backend.begin(false)
     }
 
     /// Creates `name` with `value` as version 1. Refused if the name exists.
@@ -192,10 +237,9 @@ impl Vault {
         check_name("secret", name)?;
         check_actor(actor)?;
         check_value(name, value)?;
-        let mut conn = self.connection();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut tx = self.write()?;
         let now = now_ms();
-        let fingerprint = self.insert_new_secret(&tx, name, value, actor, now, "create")?;
+        let fingerprint = self.insert_new_secret(&mut *tx, name, value, actor, now, "create")?;
         tx.commit()?;
         tracing::info!(secret = name, version = 1, actor, %fingerprint, "vault secret created");
         Ok(1)
@@ -204,34 +248,29 @@ impl Vault {
     /// Writes the row of a new secret and its audit record; the caller commits.
     fn insert_new_secret(
         &self,
-        tx: &rusqlite::Transaction<'_>,
+        tx: &mut dyn VaultTx,
         name: &str,
         value: &SecretValue,
         actor: &str,
         now: i64,
         action: &'static str,
     ) -> Result<String, VaultError> {
-        let exists: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM vault_secrets WHERE name = ?1)",
-            [name],
-            |r| r.get(0),
-        )?;
-        if exists {
+        if tx.secret(name)?.is_some() {
             return Err(VaultError::SecretExists(name.to_owned()));
         }
         let sealed = self.keys.seal(name, 1, value)?;
         let fingerprint = self.keys.fingerprint(value.expose());
-        tx.execute(
-            "INSERT INTO vault_secrets (name, active_version, created_by, created_at) VALUES (?1, 1, ?2, ?3)",
-            params![name, actor, now],
-        )?;
-        tx.execute(
-            "INSERT INTO vault_versions (name, version, nonce, ciphertext, fingerprint, created_by, created_at)
-             VALUES (?1, 1, ?2, ?3, ?4, ?5, ?6)",
-            params![name, &sealed.nonce[..], sealed.ciphertext, fingerprint, actor, now],
-        )?;
-        append_audit(
-            tx,
+        tx.insert_secret(name, actor, now)?;
+        tx.insert_version(&NewVersion {
+            name,
+            version: 1,
+            nonce: &sealed.nonce[..],
+            ciphertext: &sealed.ciphertext,
+            fingerprint: &fingerprint,
+            actor,
+            now,
+        })?;
+        tx.append_audit(
             now,
             &Record {
                 action,
@@ -258,49 +297,28 @@ impl Vault {
         check_name("secret", name)?;
         check_actor(actor)?;
         check_value(name, value)?;
-        let mut conn = self.connection();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut tx = self.write()?;
         let now = now_ms();
-        let active: i64 = tx
-            .query_row(
-                "SELECT active_version FROM vault_secrets WHERE name = ?1",
-                [name],
-                |r| r.get(0),
-            )
-            .optional()?
-            .ok_or_else(|| VaultError::SecretNotFound(name.to_owned()))?;
-        let latest: i64 = tx.query_row(
-            "SELECT MAX(version) FROM vault_versions WHERE name = ?1",
-            [name],
-            |r| r.get(0),
-        )?;
+        let active = tx
+            .secret(name)?
+            .ok_or_else(|| VaultError::SecretNotFound(name.to_owned()))?
+            .active_version;
+        let latest = tx.max_version(name)?.unwrap_or(0);
         let version = from_sql_version(latest) + 1;
         let sealed = self.keys.seal(name, version, value)?;
         let fingerprint = self.keys.fingerprint(value.expose());
-        tx.execute(
-            "UPDATE vault_versions SET grace_until = ?3
-             WHERE name = ?1 AND version = ?2 AND revoked_at IS NULL",
-            params![name, active, after_ms(now, grace)],
-        )?;
-        tx.execute(
-            "INSERT INTO vault_versions (name, version, nonce, ciphertext, fingerprint, created_by, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                name,
-                to_sql_version(version),
-                &sealed.nonce[..],
-                sealed.ciphertext,
-                fingerprint,
-                actor,
-                now
-            ],
-        )?;
-        tx.execute(
-            "UPDATE vault_secrets SET active_version = ?2 WHERE name = ?1",
-            params![name, to_sql_version(version)],
-        )?;
-        append_audit(
-            &tx,
+        tx.set_grace(name, active, after_ms(now, grace))?;
+        tx.insert_version(&NewVersion {
+            name,
+            version: to_sql_version(version),
+            nonce: &sealed.nonce[..],
+            ciphertext: &sealed.ciphertext,
+            fingerprint: &fingerprint,
+            actor,
+            now,
+        })?;
+        tx.set_active(name, to_sql_version(version))?;
+        tx.append_audit(
             now,
             &Record {
                 action: "rotate",
@@ -311,7 +329,7 @@ impl Vault {
                 ..Record::default()
             },
         )?;
-        let expired = self.destroy_expired(&tx, name, actor, now)?;
+        let expired = destroy_expired(&mut *tx, name, actor, now)?;
         tx.commit()?;
         tracing::info!(
             secret = name,
@@ -325,45 +343,6 @@ impl Vault {
         Ok(version)
     }
 
-    /// Destroys the ciphertext of `name`'s versions whose grace period ended, with an `expire`
-    /// record each; returns how many.
-    fn destroy_expired(
-        &self,
-        tx: &rusqlite::Transaction<'_>,
-        name: &str,
-        actor: &str,
-        now: i64,
-    ) -> Result<usize, VaultError> {
-        let expired: Vec<(i64, String)> = {
-            let mut stmt = tx.prepare_cached(
-                "SELECT version, fingerprint FROM vault_versions
-                 WHERE name = ?1 AND grace_until IS NOT NULL AND grace_until <= ?2
-                   AND ciphertext IS NOT NULL",
-            )?;
-            let rows = stmt.query_map(params![name, now], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            rows.collect::<Result<_, _>>()?
-        };
-        for (version, fingerprint) in &expired {
-            tx.execute(
-                "UPDATE vault_versions SET nonce = NULL, ciphertext = NULL WHERE name = ?1 AND version = ?2",
-                params![name, version],
-            )?;
-            append_audit(
-                tx,
-                now,
-                &Record {
-                    action: "expire",
-                    actor,
-                    secret: Some(name),
-                    version: Some(from_sql_version(*version)),
-                    fingerprint: Some(fingerprint),
-                    ..Record::default()
-                },
-            )?;
-        }
-        Ok(expired.len())
-    }
-
     /// Revokes `version` of `name`: its ciphertext is destroyed for good and it is never
     /// returned again. Revoking the active version leaves the secret without one until the
     /// next rotation (nothing falls back to an older value). Revoking twice is an error.
@@ -371,46 +350,30 @@ impl Vault {
         check_name("secret", name)?;
         check_actor(actor)?;
         {
-            let mut conn = self.connection();
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut tx = self.write()?;
             let now = now_ms();
-            let row = self.version_row(&tx, name, version)?;
+            let row = version_row(&mut *tx, name, version)?;
             if row.revoked_at.is_some() {
                 return Err(VaultError::VersionRevoked {
                     name: name.to_owned(),
                     version,
                 });
             }
-            let fingerprint: String = tx.query_row(
-                "SELECT fingerprint FROM vault_versions WHERE name = ?1 AND version = ?2",
-                params![name, to_sql_version(version)],
-                |r| r.get(0),
-            )?;
-            tx.execute(
-                "UPDATE vault_versions SET nonce = NULL, ciphertext = NULL, revoked_at = ?3, revoked_by = ?4
-                 WHERE name = ?1 AND version = ?2",
-                params![name, to_sql_version(version), now, actor],
-            )?;
-            append_audit(
-                &tx,
+            tx.destroy(name, to_sql_version(version), Some((now, actor)))?;
+            tx.append_audit(
                 now,
                 &Record {
                     action: "revoke",
                     actor,
                     secret: Some(name),
                     version: Some(version),
-                    fingerprint: Some(&fingerprint),
+                    fingerprint: Some(&row.fingerprint),
                     ..Record::default()
                 },
             )?;
             tx.commit()?;
-            // Move the overwritten pages out of the WAL into the main file now, so the old
-            // ciphertext does not linger in the log until the next automatic checkpoint. A
-            // reader holding an old snapshot can delay this; the revoke itself is committed.
-            if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
-                tracing::warn!(error = %e, "vault checkpoint after revoke failed");
-            }
         }
+        self.backend.after_destroy();
         tracing::info!(
             secret = name,
             version,
@@ -420,79 +383,32 @@ impl Vault {
         Ok(())
     }
 
-    fn version_row(
-        &self,
-        conn: &Connection,
-        name: &str,
-        version: u64,
-    ) -> Result<VersionRow, VaultError> {
-        let row = conn
-            .query_row(
-                "SELECT nonce, ciphertext, grace_until, revoked_at FROM vault_versions
-                 WHERE name = ?1 AND version = ?2",
-                params![name, to_sql_version(version)],
-                |r| {
-                    Ok(VersionRow {
-                        nonce: r.get(0)?,
-                        ciphertext: r.get(1)?,
-                        grace_until: r.get(2)?,
-                        revoked_at: r.get(3)?,
-                    })
-                },
-            )
-            .optional()?;
-        match row {
-            Some(row) => Ok(row),
-            None => {
-                let exists: bool = conn.query_row(
-                    "SELECT EXISTS (SELECT 1 FROM vault_secrets WHERE name = ?1)",
-                    [name],
-                    |r| r.get(0),
-                )?;
-                Err(if exists {
-                    VaultError::VersionNotFound {
-                        name: name.to_owned(),
-                        version,
-                    }
-                } else {
-                    VaultError::SecretNotFound(name.to_owned())
-                })
-            }
-        }
-    }
-
     /// The metadata of every secret, by name.
     pub fn list(&self) -> Result<Vec<SecretMeta>, VaultError> {
-        let conn = self.connection();
-        let names: Vec<String> = {
-            let mut stmt = conn.prepare_cached("SELECT name FROM vault_secrets ORDER BY name")?;
-            let rows = stmt.query_map([], |r| r.get(0))?;
-            rows.collect::<Result<_, _>>()?
-        };
-        names.iter().map(|n| meta_of(&conn, n, now_ms())).collect()
+        let mut tx = self.read()?;
+        let names = tx.secret_names()?;
+        let now = now_ms();
+        names.iter().map(|n| meta_of(&mut *tx, n, now)).collect()
     }
 
     /// The metadata of `name`.
     pub fn get(&self, name: &str) -> Result<SecretMeta, VaultError> {
         check_name("secret", name)?;
-        meta_of(&self.connection(), name, now_ms())
+        meta_of(&mut *self.read()?, name, now_ms())
     }
 
-    /// The active version number of `name`, without decrypting (one indexed read: cheap enough
+    /// The active version number of `name`, without decrypting (indexed reads: cheap enough
     /// for every forwarded call). Refused like [`Vault::current`] if it was revoked.
     pub fn active_version(&self, name: &str) -> Result<u64, VaultError> {
         check_name("secret", name)?;
-        let conn = self.connection();
-        let (active, revoked): (i64, bool) = conn
-            .query_row(
-                "SELECT s.active_version, v.revoked_at IS NOT NULL FROM vault_secrets s
-                 JOIN vault_versions v ON v.name = s.name AND v.version = s.active_version
-                 WHERE s.name = ?1",
-                [name],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?
-            .ok_or_else(|| VaultError::SecretNotFound(name.to_owned()))?;
+        let mut tx = self.read()?;
+        let active = tx
+            .secret(name)?
+            .ok_or_else(|| VaultError::SecretNotFound(name.to_owned()))?
+            .active_version;
+        let revoked = tx
+            .version(name, active)?
+            .is_none_or(|v| v.revoked_at.is_some());
         if revoked {
             return Err(VaultError::NoActiveVersion(name.to_owned()));
         }
@@ -502,17 +418,13 @@ impl Vault {
     /// The active value of `name`, for injection. Refused if the active version was revoked.
     pub fn current(&self, name: &str) -> Result<CurrentSecret, VaultError> {
         check_name("secret", name)?;
-        let conn = self.connection();
-        let active: i64 = conn
-            .query_row(
-                "SELECT active_version FROM vault_secrets WHERE name = ?1",
-                [name],
-                |r| r.get(0),
-            )
-            .optional()?
-            .ok_or_else(|| VaultError::SecretNotFound(name.to_owned()))?;
+        let mut tx = self.read()?;
+        let active = tx
+            .secret(name)?
+            .ok_or_else(|| VaultError::SecretNotFound(name.to_owned()))?
+            .active_version;
         let version = from_sql_version(active);
-        let row = self.version_row(&conn, name, version)?;
+        let row = version_row(&mut *tx, name, version)?;
         if row.revoked_at.is_some() {
             return Err(VaultError::NoActiveVersion(name.to_owned()));
         }
@@ -524,8 +436,7 @@ impl Vault {
     /// grace period. Revoked and expired versions are refused.
     pub fn version(&self, name: &str, version: u64) -> Result<SecretValue, VaultError> {
         check_name("secret", name)?;
-        let conn = self.connection();
-        let row = self.version_row(&conn, name, version)?;
+        let row = version_row(&mut *self.read()?, name, version)?;
         if row.revoked_at.is_some() {
             return Err(VaultError::VersionRevoked {
                 name: name.to_owned(),
@@ -572,21 +483,11 @@ impl Vault {
     ) -> Result<(), VaultError> {
         check_name("secret", name)?;
         check_actor(actor)?;
-        let mut conn = self.connection();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut tx = self.write()?;
         let now = now_ms();
-        self.version_row(&tx, name, version)?;
-        let fingerprint: String = tx.query_row(
-            "SELECT fingerprint FROM vault_versions WHERE name = ?1 AND version = ?2",
-            params![name, to_sql_version(version)],
-            |r| r.get(0),
-        )?;
-        tx.execute(
-            "UPDATE vault_versions SET last_used_at = ?3 WHERE name = ?1 AND version = ?2",
-            params![name, to_sql_version(version), now],
-        )?;
-        append_audit(
-            &tx,
+        let row = version_row(&mut *tx, name, version)?;
+        tx.touch(name, to_sql_version(version), now)?;
+        tx.append_audit(
             now,
             &Record {
                 action: "use",
@@ -595,7 +496,7 @@ impl Vault {
                 version: Some(version),
                 upstream: Some(upstream),
                 request_id: Some(request_id),
-                fingerprint: Some(&fingerprint),
+                fingerprint: Some(&row.fingerprint),
                 ..Record::default()
             },
         )?;
@@ -620,22 +521,7 @@ impl Vault {
                 let current = self.current(name)?;
                 (Some(current.version), current.value)
             }
-            SecretRef::Docker(name) => (
-                None,
-                source::read_file(
-                    &reference.to_string(),
-                    &self.config.docker_secrets_dir,
-                    name,
-                )?,
-            ),
-            SecretRef::File(name) => {
-                let dir = self
-                    .config
-                    .secrets_dir
-                    .as_deref()
-                    .ok_or_else(|| VaultError::SourceNotConfigured(reference.to_string()))?;
-                (None, source::read_file(&reference.to_string(), dir, name)?)
-            }
+            other => (None, self.config.read_source(other)?),
         };
         Ok(ResolvedSecret {
             reference: reference.clone(),
@@ -656,31 +542,25 @@ impl Vault {
             check_value(name, value)?;
         }
         let mut report = ImportReport::default();
-        let mut conn = self.connection();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut tx = self.write()?;
         let now = now_ms();
         for (name, value) in &files {
-            let active: Option<String> = tx
-                .query_row(
-                    "SELECT v.fingerprint FROM vault_secrets s JOIN vault_versions v
-                       ON v.name = s.name AND v.version = s.active_version AND v.revoked_at IS NULL
-                     WHERE s.name = ?1",
-                    [name],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            let exists: bool = tx.query_row(
-                "SELECT EXISTS (SELECT 1 FROM vault_secrets WHERE name = ?1)",
-                [name],
-                |r| r.get(0),
-            )?;
-            if !exists {
-                self.insert_new_secret(&tx, name, value, actor, now, "import")?;
-                report.imported.push(name.clone());
-            } else if active.as_deref() == Some(&self.keys.fingerprint(value.expose())) {
-                report.unchanged.push(name.clone());
-            } else {
-                report.differs.push(name.clone());
+            match tx.secret(name)? {
+                None => {
+                    self.insert_new_secret(&mut *tx, name, value, actor, now, "import")?;
+                    report.imported.push(name.clone());
+                }
+                Some(secret) => {
+                    let active = tx
+                        .version(name, secret.active_version)?
+                        .filter(|v| v.revoked_at.is_none())
+                        .map(|v| v.fingerprint);
+                    if active.as_deref() == Some(&self.keys.fingerprint(value.expose())) {
+                        report.unchanged.push(name.clone());
+                    } else {
+                        report.differs.push(name.clone());
+                    }
+                }
             }
         }
         tx.commit()?;
@@ -694,6 +574,68 @@ impl Vault {
         );
         Ok(report)
     }
+}
+
+impl VaultConfig {
+    /// The value of a `docker:` or `file:` reference, read from its folder (no database is
+    /// involved, so this also serves before the vault itself is open, e.g. for the password of
+    /// the database the vault lives in). A `vault:` reference is refused here.
+    pub fn read_source(&self, reference: &SecretRef) -> Result<SecretValue, VaultError> {
+        match reference {
+            SecretRef::Vault(_) => Err(VaultError::InvalidReference {
+                reference: reference.to_string(),
+                reason: "a vault: reference cannot be read before the vault is open".into(),
+            }),
+            SecretRef::Docker(name) => {
+                source::read_file(&reference.to_string(), &self.docker_secrets_dir, name)
+            }
+            SecretRef::File(name) => {
+                let dir = self
+                    .secrets_dir
+                    .as_deref()
+                    .ok_or_else(|| VaultError::SourceNotConfigured(reference.to_string()))?;
+                source::read_file(&reference.to_string(), dir, name)
+            }
+        }
+    }
+}
+
+/// The version row of `name`/`version`, or the error saying which of the two is missing.
+fn version_row(tx: &mut dyn VaultTx, name: &str, version: u64) -> Result<VersionRow, VaultError> {
+    match tx.version(name, to_sql_version(version))? {
+        Some(row) => Ok(row),
+        None if tx.secret(name)?.is_some() => Err(VaultError::VersionNotFound {
+            name: name.to_owned(),
+            version,
+        }),
+        None => Err(VaultError::SecretNotFound(name.to_owned())),
+    }
+}
+
+/// Destroys the ciphertext of `name`'s versions whose grace period ended, with an `expire`
+/// record each; returns how many.
+fn destroy_expired(
+    tx: &mut dyn VaultTx,
+    name: &str,
+    actor: &str,
+    now: i64,
+) -> Result<usize, VaultError> {
+    let expired = tx.expired_versions(name, now)?;
+    for (version, fingerprint) in &expired {
+        tx.destroy(name, *version, None)?;
+        tx.append_audit(
+            now,
+            &Record {
+                action: "expire",
+                actor,
+                secret: Some(name),
+                version: Some(from_sql_version(*version)),
+                fingerprint: Some(fingerprint),
+                ..Record::default()
+            },
+        )?;
+    }
+    Ok(expired.len())
 }
 
 fn check_value(name: &str, value: &SecretValue) -> Result<(), VaultError> {
@@ -712,53 +654,43 @@ fn check_value(name: &str, value: &SecretValue) -> Result<(), VaultError> {
     Ok(())
 }
 
-fn meta_of(conn: &Connection, name: &str, now: i64) -> Result<SecretMeta, VaultError> {
-    let (active, created_by, created_at): (i64, String, i64) = conn
-        .query_row(
-            "SELECT active_version, created_by, created_at FROM vault_secrets WHERE name = ?1",
-            [name],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .optional()?
+fn meta_of(tx: &mut dyn VaultTx, name: &str, now: i64) -> Result<SecretMeta, VaultError> {
+    let secret = tx
+        .secret(name)?
         .ok_or_else(|| VaultError::SecretNotFound(name.to_owned()))?;
-    let mut stmt = conn.prepare_cached(
-        "SELECT version, fingerprint, created_by, created_at, grace_until, revoked_at, revoked_by,
-                last_used_at
-         FROM vault_versions WHERE name = ?1 ORDER BY version",
-    )?;
-    let rows = stmt.query_map([name], |r| {
-        let version: i64 = r.get(0)?;
-        let grace_until: Option<i64> = r.get(4)?;
-        let revoked_at: Option<i64> = r.get(5)?;
-        let revoked_by: Option<String> = r.get(6)?;
-        let state = match (revoked_at, grace_until) {
-            (Some(at), _) => VersionState::Revoked {
-                at: time(at),
-                by: revoked_by.unwrap_or_default(),
-            },
-            (None, Some(until)) if until <= now => VersionState::Expired { since: time(until) },
-            (None, Some(until)) => VersionState::Grace { until: time(until) },
-            (None, None) if version == active => VersionState::Active,
-            // A version after a revoked active one that was never rotated out cannot exist;
-            // reading one means the row was edited, and it is shown as unusable.
-            (None, None) => VersionState::Expired { since: time(0) },
-        };
-        Ok(VersionMeta {
-            version: from_sql_version(version),
-            state,
-            fingerprint: r.get(1)?,
-            created_by: r.get(2)?,
-            created_at: time(r.get(3)?),
-            last_used_at: r.get::<_, Option<i64>>(7)?.map(time),
+    let active = secret.active_version;
+    let versions: Vec<VersionMeta> = tx
+        .versions(name)?
+        .into_iter()
+        .map(|v| {
+            let state = match (v.revoked_at, v.grace_until) {
+                (Some(at), _) => VersionState::Revoked {
+                    at: time(at),
+                    by: v.revoked_by.unwrap_or_default(),
+                },
+                (None, Some(until)) if until <= now => VersionState::Expired { since: time(until) },
+                (None, Some(until)) => VersionState::Grace { until: time(until) },
+                (None, None) if v.version == active => VersionState::Active,
+                // A version after a revoked active one that was never rotated out cannot
+                // exist; reading one means the row was edited, and it is shown as unusable.
+                (None, None) => VersionState::Expired { since: time(0) },
+            };
+            VersionMeta {
+                version: from_sql_version(v.version),
+                state,
+                fingerprint: v.fingerprint,
+                created_by: v.created_by,
+                created_at: time(v.created_at),
+                last_used_at: v.last_used_at.map(time),
+            }
         })
-    })?;
-    let versions: Vec<VersionMeta> = rows.collect::<Result<_, _>>()?;
+        .collect();
     let last_used_at = versions.iter().filter_map(|v| v.last_used_at).max();
     Ok(SecretMeta {
         name: name.to_owned(),
         active_version: from_sql_version(active),
-        created_by,
-        created_at: time(created_at),
+        created_by: secret.created_by,
+        created_at: time(secret.created_at),
         last_used_at,
         versions,
     })

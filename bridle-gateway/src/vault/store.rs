@@ -1,190 +1,174 @@
-//! The vault's SQLite tables and the writes every operation shares.
+//! The vault's storage interface: the rows it reads and writes, and one transaction trait that
+//! the SQLite and PostgreSQL backends each implement.
 //!
-//! All vault state lives in five tables of one database file (prefixed `vault_`, so the file can
-//! be shared with other gateway tables): `vault_meta` (schema version and the master key's check
-//! value), `vault_secrets` (one row per name, its active version), `vault_versions` (one row per
-//! version: nonce, ciphertext, fingerprint, state), `vault_agent_tokens` (keyed hashes of agent
-//! bearer tokens) and `vault_audit` (append-only: triggers refuse UPDATE and DELETE). The
-//! database runs in WAL mode with `synchronous = FULL`, so a process killed at any instant leaves
-//! the last committed state readable, and with `secure_delete`, so a destroyed ciphertext is
-//! overwritten on disk rather than left in a free page. Every change and its audit record are
-//! written in one `BEGIN IMMEDIATE` transaction: if the record cannot be written, the change is
-//! rolled back with it.
+//! [`Vault`](super::Vault) holds the logic once (checks, sealing, versions, grace periods,
+//! audit records); a backend only stores and fetches rows. Five tables hold everything, in both
+//! dialects: `vault_meta` (schema version and the master key's check value), `vault_secrets`
+//! (one row per name, its active version), `vault_versions` (one row per version: nonce,
+//! ciphertext, fingerprint, state), `vault_agent_tokens` (keyed hashes of agent bearer tokens)
+//! and `vault_audit` (append-only). A write transaction is serialized against every other
+//! writer of the same database, in any process or replica (SQLite's `BEGIN IMMEDIATE`, a
+//! PostgreSQL advisory lock), and every change appends its audit record inside it: if the
+//! record cannot be written, the change is rolled back with it.
 
-use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bridle_rules::RulesError;
-use bridle_rules::db::{Migration, Migrations, migrate_sqlite};
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
-use super::crypto::VaultKeys;
+use super::audit::AuditEntry;
 use super::error::VaultError;
 
-/// The schema version this build writes and reads.
+/// The schema version `vault_meta` records (kept at 1; the steps are in `schema_migrations`).
 pub(crate) const SCHEMA_VERSION: i64 = 1;
 
-/// The vault's tables as numbered, checksummed steps (`schema_migrations`, store `vault`).
-/// Step 1 is the schema from before versioning, so such a file is adopted as it is; never edit
-/// a released step, add one. (`vault_meta.schema_version` stays 1 for the builds before.)
-pub const VAULT_MIGRATIONS: Migrations = Migrations {
-    store: "vault",
-    steps: &[Migration {
-        version: 1,
-        name: "baseline",
-        sql: "
-CREATE TABLE IF NOT EXISTS vault_meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS vault_secrets (
-    name           TEXT PRIMARY KEY,
-    active_version INTEGER NOT NULL,
-    created_by     TEXT NOT NULL,
-    created_at     INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS vault_versions (
-    name         TEXT NOT NULL REFERENCES vault_secrets(name),
-    version      INTEGER NOT NULL,
-    nonce        BLOB,
-    ciphertext   BLOB,
-    fingerprint  TEXT NOT NULL,
-    created_by   TEXT NOT NULL,
-    created_at   INTEGER NOT NULL,
-    grace_until  INTEGER,
-    revoked_at   INTEGER,
-    revoked_by   TEXT,
-    last_used_at INTEGER,
-    PRIMARY KEY (name, version)
-);
-CREATE TABLE IF NOT EXISTS vault_agent_tokens (
-    agent       TEXT NOT NULL,
-    version     INTEGER NOT NULL,
-    token_hash  TEXT NOT NULL UNIQUE,
-    created_by  TEXT NOT NULL,
-    created_at  INTEGER NOT NULL,
-    valid_until INTEGER,
-    revoked_at  INTEGER,
-    revoked_by  TEXT,
-    PRIMARY KEY (agent, version)
-);
-CREATE TABLE IF NOT EXISTS vault_audit (
-    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
-    at          INTEGER NOT NULL,
-    action      TEXT NOT NULL,
-    actor       TEXT NOT NULL,
-    secret      TEXT,
-    version     INTEGER,
-    agent       TEXT,
-    upstream    TEXT,
-    request_id  TEXT,
-    fingerprint TEXT
-);
-CREATE TRIGGER IF NOT EXISTS vault_audit_no_update BEFORE UPDATE ON vault_audit
-BEGIN SELECT RAISE(ABORT, 'vault_audit is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS vault_audit_no_delete BEFORE DELETE ON vault_audit
-BEGIN SELECT RAISE(ABORT, 'vault_audit is append-only'); END;
-",
-    }],
-};
+/// A secret's row.
+pub(crate) struct SecretRow {
+    pub active_version: i64,
+    pub created_by: String,
+    pub created_at: i64,
+}
 
-/// A migration failure as the vault's error: a database error stays one; a schema this build
-/// does not know (newer, or a step edited since) is `vault_schema`.
-fn schema_error(e: RulesError) -> VaultError {
-    match e {
-        RulesError::Database(e) => VaultError::Database(e),
-        RulesError::DatabaseTooNew {
-            found, supported, ..
-        } => VaultError::Schema {
-            found: i64::from(found),
-            expected: i64::from(supported),
-        },
-        other => {
-            tracing::warn!(error = %other, "the vault's schema does not match this build");
-            VaultError::Schema {
-                found: -1,
-                expected: i64::from(VAULT_MIGRATIONS.latest()),
-            }
-        }
+/// A version row as the operations need it.
+pub(crate) struct VersionRow {
+    pub nonce: Option<Vec<u8>>,
+    pub ciphertext: Option<Vec<u8>>,
+    pub fingerprint: String,
+    pub grace_until: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+/// A version row as the metadata needs it.
+pub(crate) struct VersionInfo {
+    pub version: i64,
+    pub fingerprint: String,
+    pub created_by: String,
+    pub created_at: i64,
+    pub grace_until: Option<i64>,
+    pub revoked_at: Option<i64>,
+    pub revoked_by: Option<String>,
+    pub last_used_at: Option<i64>,
+}
+
+/// A version to insert.
+pub(crate) struct NewVersion<'a> {
+    pub name: &'a str,
+    pub version: i64,
+    pub nonce: &'a [u8],
+    pub ciphertext: &'a [u8],
+    pub fingerprint: &'a str,
+    pub actor: &'a str,
+    pub now: i64,
+}
+
+/// An agent token row (metadata only).
+pub(crate) struct TokenRow {
+    pub version: i64,
+    pub token_hash: String,
+    pub created_by: String,
+    pub created_at: i64,
+    pub valid_until: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+/// One audit record to append.
+#[derive(Default)]
+pub(crate) struct Record<'a> {
+    pub(crate) action: &'static str,
+    pub(crate) actor: &'a str,
+    pub(crate) secret: Option<&'a str>,
+    pub(crate) version: Option<u64>,
+    pub(crate) agent: Option<&'a str>,
+    pub(crate) upstream: Option<&'a str>,
+    pub(crate) request_id: Option<&'a str>,
+    pub(crate) fingerprint: Option<&'a str>,
+}
+
+impl Record<'_> {
+    /// Whether the record is of a change other replicas must learn of (everything but a
+    /// recorded use, which is on the call path and changes no credential).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn is_change(&self) -> bool {
+        self.action != "use"
     }
 }
 
-/// Opens (creating if needed) the vault database and checks it belongs to `keys`.
-pub(crate) fn open(path: &Path, keys: &VaultKeys) -> Result<Connection, VaultError> {
-    create_private_file(path)?;
-    let mut conn = Connection::open(path)?;
-    conn.busy_timeout(Duration::from_secs(30))?;
-    // `journal_mode` answers with a row, so it is read rather than executed.
-    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        tracing::warn!(mode, "the vault database could not switch to WAL mode");
-    }
-    conn.execute_batch(
-        "PRAGMA synchronous = FULL; PRAGMA secure_delete = ON; PRAGMA foreign_keys = ON;",
-    )?;
-    migrate_sqlite(&mut conn, &VAULT_MIGRATIONS).map_err(schema_error)?;
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let meta = |key: &str| {
-        tx.query_row("SELECT value FROM vault_meta WHERE key = ?1", [key], |r| {
-            r.get::<_, String>(0)
-        })
-        .optional()
-    };
-    match meta("schema_version")? {
-        None => {
-            tx.execute(
-                "INSERT INTO vault_meta (key, value) VALUES ('schema_version', ?1)",
-                [SCHEMA_VERSION.to_string()],
-            )?;
-        }
-        Some(found) => {
-            let found = found.parse::<i64>().unwrap_or(-1);
-            if found != SCHEMA_VERSION {
-                return Err(VaultError::Schema {
-                    found,
-                    expected: SCHEMA_VERSION,
-                });
-            }
-        }
-    }
-    let check = keys.check_value();
-    match meta("key_check")? {
-        None => {
-            tx.execute(
-                "INSERT INTO vault_meta (key, value) VALUES ('key_check', ?1)",
-                [&check],
-            )?;
-        }
-        Some(stored) if stored == check => {}
-        Some(_) => {
-            return Err(VaultError::WrongMasterKey {
-                path: path.to_path_buf(),
-            });
-        }
-    }
-    tx.commit()?;
-    Ok(conn)
+/// One transaction (or, for reads, one connection) on a vault database. Dropped without
+/// [`VaultTx::commit`], a write transaction is rolled back.
+pub(crate) trait VaultTx {
+    /// A secret's row.
+    fn secret(&mut self, name: &str) -> Result<Option<SecretRow>, VaultError>;
+    /// Every secret's name, sorted.
+    fn secret_names(&mut self) -> Result<Vec<String>, VaultError>;
+    /// Inserts a secret's row with active version 1.
+    fn insert_secret(&mut self, name: &str, actor: &str, now: i64) -> Result<(), VaultError>;
+    /// Makes `version` the secret's active version.
+    fn set_active(&mut self, name: &str, version: i64) -> Result<(), VaultError>;
+    /// The highest version of a secret (`None` without versions).
+    fn max_version(&mut self, name: &str) -> Result<Option<i64>, VaultError>;
+    /// One version.
+    fn version(&mut self, name: &str, version: i64) -> Result<Option<VersionRow>, VaultError>;
+    /// Every version of a secret, oldest first.
+    fn versions(&mut self, name: &str) -> Result<Vec<VersionInfo>, VaultError>;
+    /// Inserts a version.
+    fn insert_version(&mut self, v: &NewVersion<'_>) -> Result<(), VaultError>;
+    /// Ends a version's use at `until`, unless it was revoked.
+    fn set_grace(&mut self, name: &str, version: i64, until: i64) -> Result<(), VaultError>;
+    /// The versions whose grace ended by `now` and that still hold a ciphertext, with their
+    /// fingerprints.
+    fn expired_versions(&mut self, name: &str, now: i64) -> Result<Vec<(i64, String)>, VaultError>;
+    /// Destroys a version's nonce and ciphertext; with `revoked` (when, by whom), marks it
+    /// revoked too.
+    fn destroy(
+        &mut self,
+        name: &str,
+        version: i64,
+        revoked: Option<(i64, &str)>,
+    ) -> Result<(), VaultError>;
+    /// Records a use of a version at `now`.
+    fn touch(&mut self, name: &str, version: i64, now: i64) -> Result<(), VaultError>;
+
+    /// The highest token version of an agent.
+    fn max_token_version(&mut self, agent: &str) -> Result<Option<i64>, VaultError>;
+    /// Revokes every unrevoked token of an agent; returns how many of them were still valid
+    /// (not past a rotation's grace) at `now`.
+    fn revoke_tokens(&mut self, agent: &str, now: i64, actor: &str) -> Result<usize, VaultError>;
+    /// Ends every unrevoked token of an agent at `until` at the latest.
+    fn cap_tokens(&mut self, agent: &str, until: i64) -> Result<(), VaultError>;
+    /// Inserts a token version (its keyed hash).
+    fn insert_token(
+        &mut self,
+        agent: &str,
+        version: i64,
+        hash: &str,
+        actor: &str,
+        now: i64,
+    ) -> Result<(), VaultError>;
+    /// The agent and version of a token hash that is unrevoked and valid at `now`.
+    fn token(&mut self, hash: &str, now: i64) -> Result<Option<(String, i64)>, VaultError>;
+    /// Every token version of an agent, oldest first.
+    fn tokens(&mut self, agent: &str) -> Result<Vec<TokenRow>, VaultError>;
+    /// Every agent with a token row, sorted.
+    fn token_agents(&mut self) -> Result<Vec<String>, VaultError>;
+
+    /// Appends an audit record; a failure is [`VaultError::AuditWriteFailed`], and the
+    /// caller's `?` drops the transaction, which rolls the whole operation back.
+    fn append_audit(&mut self, now: i64, record: &Record<'_>) -> Result<(), VaultError>;
+    /// Up to `limit` audit records with `seq > after`, oldest first.
+    fn audit(&mut self, after: i64, limit: i64) -> Result<Vec<AuditEntry>, VaultError>;
+    /// How many audit records each action has, in action order.
+    fn action_counts(&mut self) -> Result<Vec<(String, u64)>, VaultError>;
+
+    /// Commits (a no-op for a read).
+    fn commit(self: Box<Self>) -> Result<(), VaultError>;
 }
 
-/// Creates an empty database file with mode 0600 if there is none (SQLite gives its `-wal` and
-/// `-shm` files the same mode).
-fn create_private_file(path: &Path) -> Result<(), VaultError> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    match options.open(path) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(VaultError::Database(rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
-            Some(format!("cannot create {}: {e}", path.display())),
-        ))),
-    }
+/// A vault database: hands out transactions.
+pub(crate) trait VaultBackend: Send + Sync {
+    /// A write transaction (serialized against every other writer) or a read.
+    fn begin(&self, write: bool) -> Result<Box<dyn VaultTx + '_>, VaultError>;
+    /// Called after a committed revoke, so the backend can move destroyed bytes out of its
+    /// logs at once (SQLite checkpoints its WAL).
+    fn after_destroy(&self);
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -204,49 +188,7 @@ pub(crate) fn time(ms: i64) -> DateTime<Utc> {
     DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or_default()
 }
 
-/// One audit record to append.
-#[derive(Default)]
-pub(crate) struct Record<'a> {
-    pub(crate) action: &'static str,
-    pub(crate) actor: &'a str,
-    pub(crate) secret: Option<&'a str>,
-    pub(crate) version: Option<u64>,
-    pub(crate) agent: Option<&'a str>,
-    pub(crate) upstream: Option<&'a str>,
-    pub(crate) request_id: Option<&'a str>,
-    pub(crate) fingerprint: Option<&'a str>,
-}
-
-/// Appends `record` inside `tx`; a failure becomes [`VaultError::AuditWriteFailed`], and the
-/// caller's `?` drops the transaction, which rolls the whole operation back.
-pub(crate) fn append_audit(
-    tx: &Transaction<'_>,
-    now: i64,
-    record: &Record<'_>,
-) -> Result<(), VaultError> {
-    tx.execute(
-        "INSERT INTO vault_audit (at, action, actor, secret, version, agent, upstream, request_id, fingerprint)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        params![
-            now,
-            record.action,
-            record.actor,
-            record.secret,
-            record.version.map(to_sql_version),
-            record.agent,
-            record.upstream,
-            record.request_id,
-            record.fingerprint,
-        ],
-    )
-    .map(drop)
-    .map_err(|e| VaultError::AuditWriteFailed {
-        action: record.action,
-        reason: e.to_string(),
-    })
-}
-
-/// Versions are stored as SQLite integers (they never come near `i64::MAX`).
+/// Versions are stored as 64-bit integers (they never come near `i64::MAX`).
 pub(crate) fn to_sql_version(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }

@@ -11,7 +11,6 @@
 use std::time::Duration;
 
 use base64::Engine;
-use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use zeroize::Zeroizing;
 
 use super::Vault;
@@ -19,9 +18,7 @@ use super::crypto::FINGERPRINT_HEX;
 use super::error::VaultError;
 use super::meta::AgentTokenMeta;
 use super::name::{check_actor, check_name};
-use super::store::{
-    Record, after_ms, append_audit, from_sql_version, now_ms, time, to_sql_version,
-};
+use super::store::{Record, after_ms, from_sql_version, now_ms, time, to_sql_version};
 use super::value::SecretValue;
 
 /// The prefix of every agent token.
@@ -85,40 +82,22 @@ impl Vault {
         let token = generate_token()?;
         let hash = self.token_hash(token.expose_str().unwrap_or_default());
         let fingerprint = &hash[..FINGERPRINT_HEX];
-        let mut conn = self.connection();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut tx = self.write()?;
         let now = now_ms();
-        let latest: Option<i64> = tx.query_row(
-            "SELECT MAX(version) FROM vault_agent_tokens WHERE agent = ?1",
-            [agent],
-            |r| r.get(0),
-        )?;
+        let latest = tx.max_token_version(agent)?;
         let version = latest.map_or(1, |v| from_sql_version(v) + 1);
         let action = match grace {
             None => {
-                tx.execute(
-                    "UPDATE vault_agent_tokens SET revoked_at = ?2, revoked_by = ?3
-                     WHERE agent = ?1 AND revoked_at IS NULL",
-                    params![agent, now, actor],
-                )?;
+                tx.revoke_tokens(agent, now, actor)?;
                 "agent_token_set"
             }
             Some(grace) => {
-                tx.execute(
-                    "UPDATE vault_agent_tokens SET valid_until = MIN(COALESCE(valid_until, ?2), ?2)
-                     WHERE agent = ?1 AND revoked_at IS NULL",
-                    params![agent, after_ms(now, grace)],
-                )?;
+                tx.cap_tokens(agent, after_ms(now, grace))?;
                 "agent_token_rotate"
             }
         };
-        tx.execute(
-            "INSERT INTO vault_agent_tokens (agent, version, token_hash, created_by, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![agent, to_sql_version(version), hash, actor, now],
-        )?;
-        append_audit(
-            &tx,
+        tx.insert_token(agent, to_sql_version(version), &hash, actor, now)?;
+        tx.append_audit(
             now,
             &Record {
                 action,
@@ -149,22 +128,10 @@ impl Vault {
     pub fn revoke_agent_tokens(&self, agent: &str, actor: &str) -> Result<usize, VaultError> {
         check_name("agent", agent)?;
         check_actor(actor)?;
-        let mut conn = self.connection();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut tx = self.write()?;
         let now = now_ms();
-        let revoked = tx.execute(
-            "UPDATE vault_agent_tokens SET revoked_at = ?2, revoked_by = ?3
-             WHERE agent = ?1 AND revoked_at IS NULL AND (valid_until IS NULL OR valid_until > ?2)",
-            params![agent, now, actor],
-        )?;
-        // Rotated-out tokens past their grace are ended too, so none is left unrevoked.
-        tx.execute(
-            "UPDATE vault_agent_tokens SET revoked_at = ?2, revoked_by = ?3
-             WHERE agent = ?1 AND revoked_at IS NULL",
-            params![agent, now, actor],
-        )?;
-        append_audit(
-            &tx,
+        let revoked = tx.revoke_tokens(agent, now, actor)?;
+        tx.append_audit(
             now,
             &Record {
                 action: "agent_token_revoke",
@@ -185,58 +152,36 @@ impl Vault {
             return Ok(None);
         }
         let hash = self.token_hash(token);
-        let conn = self.connection();
-        let found = conn
-            .query_row(
-                "SELECT agent, version FROM vault_agent_tokens
-                 WHERE token_hash = ?1 AND revoked_at IS NULL
-                   AND (valid_until IS NULL OR valid_until > ?2)",
-                params![hash, now_ms()],
-                |r| {
-                    Ok(AgentMatch {
-                        agent: r.get(0)?,
-                        version: from_sql_version(r.get(1)?),
-                    })
-                },
-            )
-            .optional()?;
-        Ok(found)
+        let found = self.read()?.token(&hash, now_ms())?;
+        Ok(found.map(|(agent, version)| AgentMatch {
+            agent,
+            version: from_sql_version(version),
+        }))
     }
 
     /// Every token version of `agent`, oldest first (metadata only).
     pub fn agent_tokens(&self, agent: &str) -> Result<Vec<AgentTokenMeta>, VaultError> {
         check_name("agent", agent)?;
-        let conn = self.connection();
         let now = now_ms();
-        let mut stmt = conn.prepare_cached(
-            "SELECT version, token_hash, created_by, created_at, valid_until, revoked_at
-             FROM vault_agent_tokens WHERE agent = ?1 ORDER BY version",
-        )?;
-        let rows = stmt.query_map([agent], |r| {
-            let hash: String = r.get(1)?;
-            let valid_until: Option<i64> = r.get(4)?;
-            let revoked_at: Option<i64> = r.get(5)?;
-            Ok(AgentTokenMeta {
+        let rows = self.read()?.tokens(agent)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| AgentTokenMeta {
                 agent: agent.to_owned(),
-                version: from_sql_version(r.get(0)?),
-                fingerprint: hash.chars().take(FINGERPRINT_HEX).collect(),
-                created_by: r.get(2)?,
-                created_at: time(r.get(3)?),
-                valid_until: valid_until.map(time),
-                revoked_at: revoked_at.map(time),
-                valid: revoked_at.is_none() && valid_until.is_none_or(|u| u > now),
+                version: from_sql_version(r.version),
+                fingerprint: r.token_hash.chars().take(FINGERPRINT_HEX).collect(),
+                created_by: r.created_by,
+                created_at: time(r.created_at),
+                valid_until: r.valid_until.map(time),
+                revoked_at: r.revoked_at.map(time),
+                valid: r.revoked_at.is_none() && r.valid_until.is_none_or(|u| u > now),
             })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+            .collect())
     }
 
     /// Every agent that has at least one token row, by name.
     pub fn agents_with_tokens(&self) -> Result<Vec<String>, VaultError> {
-        let conn = self.connection();
-        let mut stmt =
-            conn.prepare_cached("SELECT DISTINCT agent FROM vault_agent_tokens ORDER BY agent")?;
-        let rows = stmt.query_map([], |r| r.get(0))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.read()?.token_agents()
     }
 }
 

@@ -198,6 +198,11 @@ impl PgDatabase {
         Ok(db)
     }
 
+    /// The database's name.
+    pub fn dbname(&self) -> &str {
+        self.settings.dbname()
+    }
+
     /// Runs a future on the database's runtime and waits for it.
     pub fn run<F, T>(&self, f: F) -> Result<T, RulesError>
     where
@@ -283,12 +288,23 @@ impl PgDatabase {
     /// [`LISTENING`], so a receiver rescans whatever it may have missed before. The task ends
     /// when the receiver is dropped.
     pub fn listen(&self) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+        self.listen_on(CHANGES_CHANNEL)
+    }
+
+    /// As [`PgDatabase::listen`], on another channel (another store's: the gateway's vault
+    /// announces its changes on a channel of its own). `channel` is a fixed identifier of
+    /// lower-case letters and underscores; any other name listens on nothing and is logged.
+    pub fn listen_on(&self, channel: &'static str) -> tokio::sync::mpsc::UnboundedReceiver<String> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        if channel.is_empty() || !channel.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+            tracing::error!(channel, "not a channel name; nothing is listened to");
+            return rx;
+        }
         let config = self.settings.config.clone();
         self.runtime.handle.spawn(async move {
             let mut pause = Duration::from_millis(100);
             while !tx.is_closed() {
-                match listen_once(&config, &tx).await {
+                match listen_once(&config, channel, &tx).await {
                     Ok(()) => return,
                     Err(e) => {
                         tracing::warn!(error = %e, "listening for database changes failed; reconnecting");
@@ -305,6 +321,7 @@ impl PgDatabase {
 /// One LISTEN connection, until it fails (`Err`) or the receiver is gone (`Ok`).
 async fn listen_once(
     config: &tokio_postgres::Config,
+    channel: &str,
     tx: &tokio::sync::mpsc::UnboundedSender<String>,
 ) -> Result<(), RulesError> {
     use futures::StreamExt;
@@ -330,9 +347,7 @@ async fn listen_once(
             "the listening connection closed".into(),
         )));
     });
-    let listening = client
-        .batch_execute(&format!("LISTEN {CHANGES_CHANNEL}"))
-        .await;
+    let listening = client.batch_execute(&format!("LISTEN {channel}")).await;
     if let Err(e) = listening {
         driver.abort();
         return Err(pg_error(&e));
