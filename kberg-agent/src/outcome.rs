@@ -144,6 +144,14 @@ pub struct Interventions {
     pub id_hints: u32,
     /// Argument corrections made.
     pub coercions: u32,
+    /// Arguments that were a copy of the tool's schema, replaced by the values they held.
+    pub schema_echoes_unwrapped: u32,
+    /// Writes not run because an id or number argument had no source in the conversation.
+    pub ungrounded_writes: u32,
+    /// Answers given before any tool ran, answered with a request to look first.
+    pub look_first_requests: u32,
+    /// Recovered turns shown to the model as their calls alone.
+    pub turns_compacted: u32,
 }
 
 /// What a run did and why it stopped.

@@ -75,9 +75,13 @@ fn json_line(model: &str, row: &Row) -> String {
             "reads_deduplicated": i.reads_deduplicated, "final_answer_turns": i.final_answer_turns,
             "unlisted_explained": i.unlisted_explained, "parse_diagnostics": i.parse_diagnostics,
             "words_requested": i.words_requested, "id_hints": i.id_hints, "coercions": i.coercions,
+            "schema_echoes_unwrapped": i.schema_echoes_unwrapped,
+            "ungrounded_writes": i.ungrounded_writes,
+            "look_first_requests": i.look_first_requests, "turns_compacted": i.turns_compacted,
         },
         "trace": r.trace,
         "text": r.text,
+        "messages": r.messages,
     })
     .to_string()
 }

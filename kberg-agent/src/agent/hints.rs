@@ -1,0 +1,137 @@
+//! What the loop tells the model about a call before or instead of running it: why an
+//! unlisted tool cannot be called, which tool finds an id, and whether a write's values have a
+//! source in the conversation ([`crate::ground`]). Split from the loop so each answer's logic
+//! sits beside the others.
+
+use kberg_core::ErrorCode;
+
+use super::Run;
+use crate::ground::{Grounds, is_id_name};
+use crate::message::{Message, ToolCall};
+use crate::nudge;
+use crate::surface::ToolResult;
+
+impl Run<'_> {
+    /// The answer to a text call to a tool that is not listed: the surface's reason (a refusal,
+    /// a missing capability) or `unknown_tool`, then the names the model may call.
+    pub(super) async fn explain_unlisted(&self, name: &str) -> (ErrorCode, String) {
+        let explained = self.agent.surface.explain_unlisted(name).await;
+        let (code, mut text) = match explained {
+            Some(ToolResult {
+                text,
+                code: Some(code),
+                ..
+            }) => (code, text),
+            Some(ToolResult { text, .. }) => (ErrorCode::UnknownTool, text),
+            None => (
+                ErrorCode::UnknownTool,
+                format!("`{name}` is not a tool you can call."),
+            ),
+        };
+        text.push_str(&nudge::final_refusal(name));
+        let names: Vec<String> = self.request.tools.iter().map(|t| t.name.clone()).collect();
+        text.push_str(&nudge::listed_tools(&names));
+        (code, text)
+    }
+
+    /// The hint for a failed call that passed an id: the tool that finds ids for it.
+    pub(super) fn id_hint(&self, call: &ToolCall, code: ErrorCode) -> Option<String> {
+        let config = self.config();
+        if !config.id_hints
+            || !matches!(
+                code,
+                ErrorCode::ToolFailed | ErrorCode::HandleInvalid | ErrorCode::HandleExpired
+            )
+        {
+            return None;
+        }
+        let args = call.arguments.as_object()?;
+        args.keys().find_map(|arg| {
+            let source = match config.id_sources.get(arg) {
+                Some(tool) => Some(tool.clone()),
+                None if is_id_name(arg) => self.finder_tool(&call.name),
+                None => None,
+            }?;
+            (source != call.name).then(|| nudge::id_hint(arg, &source))
+        })
+    }
+
+    /// A listed read-only tool that finds things: `search*` first, then `find*`, then `list*`.
+    pub(super) fn finder_tool(&self, except: &str) -> Option<String> {
+        ["search", "find", "list"].iter().find_map(|prefix| {
+            self.request
+                .tools
+                .iter()
+                .filter(|t| t.read_only && t.name != except)
+                .find(|t| t.name.starts_with(prefix))
+                .map(|t| t.name.clone())
+        })
+    }
+
+    /// The answer to a write whose id or number argument has no source in the conversation,
+    /// when [`crate::AgentConfig::ground_write_arguments`] is on; `None` when it may run.
+    pub(super) fn ungrounded(&self, call: &ToolCall) -> Option<String> {
+        let config = self.config();
+        if !config.ground_write_arguments || self.read_only.contains(&call.name) {
+            return None;
+        }
+        let grounds = Grounds::of(&self.request.messages, self.user_messages);
+        let bad = grounds.check(&call.arguments, &config.id_sources)?;
+        Some(if bad.is_id {
+            let finder = config
+                .id_sources
+                .get(&bad.argument)
+                .cloned()
+                .or_else(|| self.finder_tool(&call.name));
+            nudge::ungrounded_id(
+                &call.name,
+                &bad.argument,
+                &bad.value,
+                finder.as_deref(),
+                &self.user_request(),
+            )
+        } else {
+            nudge::ungrounded_value(&call.name, &bad.argument, &bad.value, &self.user_request())
+        })
+    }
+
+    /// The user's last own message (not one of the loop's notes), for reminders.
+    fn user_request(&self) -> String {
+        self.request.messages[..self.user_messages.min(self.request.messages.len())]
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                Message::User { content, .. } => Some(content.clone()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
+    /// The request to look first, when the model answered before any tool ran, the option is
+    /// on, it was not asked yet, and a read-only tool is listed.
+    pub(super) fn look_first(&mut self) -> Option<String> {
+        let looked = !self.calls.is_empty()
+            || self
+                .request
+                .messages
+                .iter()
+                .any(|m| matches!(m, Message::Tool { .. }));
+        if !self.config().look_before_answering || self.asked_to_look || looked {
+            return None;
+        }
+        let reads: Vec<String> = self
+            .request
+            .tools
+            .iter()
+            .filter(|t| t.read_only)
+            .take(2)
+            .map(|t| t.name.clone())
+            .collect();
+        if reads.is_empty() {
+            return None;
+        }
+        self.asked_to_look = true;
+        self.interventions.look_first_requests += 1;
+        Some(nudge::look_first(&reads))
+    }
+}
