@@ -33,7 +33,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::coerce::{Coercion, coerce_arguments, unwrap_schema_echo};
+use crate::coerce::{Coercion, coerce_arguments, drop_unknown_arguments, unwrap_schema_echo};
 use crate::config::AgentConfig;
 use crate::message::{
     ChatOptions, ChatRequest, ChatResponse, Message, ToolCall, ToolChoice, ToolDefinition, Usage,
@@ -570,6 +570,15 @@ impl Run<'_> {
                 tracing::debug!(tool = %call.name, "arguments that copied the schema were unwrapped");
                 self.interventions.schema_echoes_unwrapped += 1;
                 coercions.push(c);
+            }
+            if self.config().drop_unknown_read_arguments
+                && self.read_only.contains(&call.name)
+                && let Some(schema) = self.schemas.get(&call.name)
+            {
+                let dropped = drop_unknown_arguments(&mut call.arguments, schema);
+                self.interventions.read_arguments_dropped +=
+                    u32::try_from(dropped.len()).unwrap_or(u32::MAX);
+                coercions.extend(dropped);
             }
             if coerce && let Some(schema) = self.schemas.get(&call.name) {
                 coercions.extend(coerce_arguments(&mut call.arguments, schema));

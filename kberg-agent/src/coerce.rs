@@ -84,6 +84,39 @@ pub fn unwrap_schema_echo(args: &mut Value, schema: &Value) -> Option<Coercion> 
     })
 }
 
+/// Removes the top-level arguments a closed schema (`additionalProperties: false`) does not
+/// declare, returning one [`Coercion`] per removed key. The loop does this for read-only tools
+/// only (see [`crate::AgentConfig::drop_unknown_read_arguments`]): a read with an extra key is
+/// still the read the model meant, a write is not.
+pub fn drop_unknown_arguments(args: &mut Value, schema: &Value) -> Vec<Coercion> {
+    let closed = schema.get("additionalProperties") == Some(&Value::Bool(false));
+    let (Some(props), Some(obj)) = (
+        schema.get("properties").and_then(Value::as_object),
+        args.as_object_mut(),
+    ) else {
+        return Vec::new();
+    };
+    if !closed {
+        return Vec::new();
+    }
+    let unknown: Vec<String> = obj
+        .keys()
+        .filter(|k| !props.contains_key(*k))
+        .cloned()
+        .collect();
+    unknown
+        .into_iter()
+        .filter_map(|k| {
+            let v = obj.remove(&k)?;
+            Some(Coercion {
+                pointer: format!("/{}", k.replace('~', "~0").replace('/', "~1")),
+                from: v.to_string(),
+                to: "removed (not an argument of this tool)".into(),
+            })
+        })
+        .collect()
+}
+
 fn single_type(schema: &Value) -> Option<&str> {
     match schema.get("type")? {
         Value::String(t) => Some(t),
@@ -285,5 +318,20 @@ mod tests {
         assert!(unwrap_schema_echo(&mut args, &typed).is_none());
         let mut args = json!({"type": "object", "query": "x"});
         assert!(unwrap_schema_echo(&mut args, &search).is_none());
+    }
+
+    #[test]
+    fn unknown_keys_of_a_closed_schema_are_dropped() {
+        let closed = json!({"type": "object", "properties": {"query": {"type": "string"}}, "additionalProperties": false});
+        let mut args = json!({"query": "dentist", "type": "string"});
+        let c = drop_unknown_arguments(&mut args, &closed);
+        assert_eq!(args, json!({"query": "dentist"}));
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].pointer, "/type");
+        // An open schema keeps every key.
+        let open = json!({"type": "object", "properties": {"query": {"type": "string"}}});
+        let mut args = json!({"query": "dentist", "type": "string"});
+        assert!(drop_unknown_arguments(&mut args, &open).is_empty());
+        assert_eq!(args["type"], "string");
     }
 }

@@ -91,6 +91,12 @@ pub struct AgentConfig {
     /// copy their previous message, repeated and stale calls included; the stored conversation
     /// ([`crate::RunOutcome::messages`]) keeps what the model wrote.
     pub compact_recovered_turns: bool,
+    /// Remove, from a call to a read-only tool whose schema is closed
+    /// (`additionalProperties: false`), the arguments it does not declare (default true; see
+    /// [`crate::drop_unknown_arguments`]). Small models add schema keywords (`"type":
+    /// "string"`) or fields of the record they read; a write with an unknown key still gets
+    /// the gate's diagnostic, since what the model meant by it is unknown.
+    pub drop_unknown_read_arguments: bool,
 }
 
 impl Default for AgentConfig {
@@ -119,6 +125,7 @@ impl Default for AgentConfig {
             ground_write_arguments: true,
             look_before_answering: true,
             compact_recovered_turns: true,
+            drop_unknown_read_arguments: true,
         }
     }
 }
@@ -263,6 +270,12 @@ impl AgentConfig {
         self
     }
 
+    /// Turns the removal of undeclared arguments of reads on or off.
+    pub fn drop_unknown_read_arguments(mut self, on: bool) -> Self {
+        self.drop_unknown_read_arguments = on;
+        self
+    }
+
     /// Every small-model behaviour off: the loop as it was before they existed (structured and
     /// recovered calls, repair turns, repeated-write guard, coercion only). For comparison.
     pub fn without_small_model_guards(mut self) -> Self {
@@ -277,6 +290,7 @@ impl AgentConfig {
         self.ground_write_arguments = false;
         self.look_before_answering = false;
         self.compact_recovered_turns = false;
+        self.drop_unknown_read_arguments = false;
         self
     }
 }

@@ -29,7 +29,6 @@ use crate::message::Message;
 pub(crate) struct Grounds {
     user_numbers: Vec<f64>,
     user_text: String,
-    result_numbers: Vec<f64>,
     result_text: String,
 }
 
@@ -66,7 +65,6 @@ impl Grounds {
                     is_error: false,
                     ..
                 } => {
-                    g.result_numbers.extend(numbers_in(content));
                     g.result_text.push_str(&content.to_lowercase());
                     g.result_text.push('\n');
                 }
@@ -87,7 +85,7 @@ impl Grounds {
         args.iter().find_map(|(name, value)| {
             let is_id = is_id_name(name) || id_args.contains_key(name);
             let grounded = if is_id {
-                self.id_grounded(value)
+                self.id_grounded(name, value)
             } else {
                 self.number_grounded(value)
             };
@@ -99,23 +97,33 @@ impl Grounds {
         })
     }
 
-    fn id_grounded(&self, value: &Value) -> bool {
-        match value {
-            Value::Number(n) => n
-                .as_f64()
-                .is_none_or(|x| self.user_numbers.contains(&x) || self.result_numbers.contains(&x)),
+    /// An id is grounded when the user said it, or a result that succeeded shows it labelled
+    /// as an id (`note_id 17`, `"id": 17`, `note 17`): a bare number in a result (a priority,
+    /// a count) is not an id.
+    fn id_grounded(&self, name: &str, value: &Value) -> bool {
+        let text = match value {
+            Value::Number(n) => {
+                if n.as_f64().is_some_and(|x| self.user_numbers.contains(&x)) {
+                    return true;
+                }
+                n.to_string()
+            }
             Value::String(s) => {
                 let s = s.trim().to_lowercase();
                 if s.is_empty() {
                     return true;
                 }
-                if let Ok(x) = s.parse::<f64>() {
-                    return self.user_numbers.contains(&x) || self.result_numbers.contains(&x);
+                if s.parse::<f64>()
+                    .is_ok_and(|x| self.user_numbers.contains(&x))
+                    || (s.parse::<f64>().is_err() && self.user_text.contains(&s))
+                {
+                    return true;
                 }
-                self.user_text.contains(&s) || self.result_text.contains(&s)
+                s
             }
-            _ => true,
-        }
+            _ => return true,
+        };
+        labelled_in(&self.result_text, &name.to_lowercase(), &text)
     }
 
     fn number_grounded(&self, value: &Value) -> bool {
@@ -124,6 +132,40 @@ impl Grounds {
             _ => true,
         }
     }
+}
+
+/// Whether `text` holds `value` as a whole token right after a label naming an id: the
+/// argument's name, its stem (`note` for `note_id`), or a word ending in `id`, with at most a
+/// few quotes, colons, equals signs, spaces or `#` between.
+fn labelled_in(text: &str, name: &str, value: &str) -> bool {
+    let stem = name
+        .strip_suffix("_id")
+        .or_else(|| name.strip_suffix("id"))
+        .unwrap_or(name);
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(value).any(|(at, _)| {
+        let before = &text[..at];
+        let after = &text[at + value.len()..];
+        if before.chars().next_back().is_some_and(is_word)
+            || after.chars().next().is_some_and(|c| {
+                is_word(c) || c == '.' && after[1..].starts_with(|d: char| d.is_ascii_digit())
+            })
+        {
+            return false;
+        }
+        let label_end = before.trim_end_matches([' ', ':', '=', '"', '\'', '#']);
+        if before.len() - label_end.len() > 4 {
+            return false;
+        }
+        let label_start = label_end
+            .char_indices()
+            .rev()
+            .take_while(|(_, c)| is_word(*c))
+            .last()
+            .map_or(label_end.len(), |(i, _)| i);
+        let label = &label_end[label_start..];
+        !label.is_empty() && (label == name || label == stem || label.ends_with("id"))
+    })
 }
 
 /// The numbers in `text`: runs of digits (with one decimal point), and English number words
@@ -265,6 +307,32 @@ mod tests {
         assert!(bad.is_id && bad.argument == "note_id" && bad.value == "1");
         assert!(
             g.check(&json!({"note_id": 99, "priority": 5}), &none)
+                .is_some()
+        );
+        // A number a result shows as something else (a priority) is not an id.
+        let g2 = grounds(
+            "Set my Dentist note to 5",
+            &[("note_id 17 (priority 1)", false)],
+        );
+        assert!(
+            g2.check(&json!({"note_id": 1, "priority": 5}), &none)
+                .unwrap()
+                .is_id
+        );
+        let g3 = grounds(
+            "Set it to 5",
+            &[(r#"[{"id": 23, "title": "x"}, {"note": 24}]"#, false)],
+        );
+        assert_eq!(
+            g3.check(&json!({"note_id": 23, "priority": 5}), &none),
+            None
+        );
+        assert_eq!(
+            g3.check(&json!({"note_id": 24, "priority": 5}), &none),
+            None
+        );
+        assert!(
+            g3.check(&json!({"note_id": 2, "priority": 5}), &none)
                 .is_some()
         );
         // A number that only appears in a result (the old priority) has no source.

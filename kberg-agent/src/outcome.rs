@@ -152,6 +152,8 @@ pub struct Interventions {
     pub look_first_requests: u32,
     /// Recovered turns shown to the model as their calls alone.
     pub turns_compacted: u32,
+    /// Undeclared arguments removed from calls to read-only tools.
+    pub read_arguments_dropped: u32,
 }
 
 /// What a run did and why it stopped.

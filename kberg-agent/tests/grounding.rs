@@ -1,7 +1,8 @@
 //! The loop's second set of small-model behaviours, each on (the default) and off, with the
 //! scripted provider and a real registry: the source check of a write's id and number
-//! arguments, the request to look before answering, schema-shaped arguments unwrapped, and
-//! recovered turns sent to the model as their calls alone.
+//! arguments, the request to look before answering, schema-shaped arguments unwrapped,
+//! undeclared arguments dropped from reads, and recovered turns sent to the model as their calls
+//! alone.
 
 #![allow(clippy::unwrap_used)]
 
@@ -36,7 +37,11 @@ fn registry() -> (ToolRegistry, Arc<AtomicUsize>) {
             .small_model_safe()
             .raw_handler(
                 json!({"type": "object", "properties": {}, "additionalProperties": false}),
-                |_, _| async move { Ok(ToolOutput::text("note_id 17: \"Dentist\"\nnote_id 42: \"Groceries\"")) },
+                |_, _| async move {
+                    Ok(ToolOutput::text(
+                        "note_id 17: \"Dentist\"\nnote_id 42: \"Groceries\"",
+                    ))
+                },
             ),
     )
     .unwrap();
@@ -72,11 +77,7 @@ fn caller() -> Caller {
     )
 }
 
-async fn run(
-    script: &ScriptedProvider,
-    config: AgentConfig,
-    request: &str,
-) -> (RunOutcome, usize) {
+async fn run(script: &ScriptedProvider, config: AgentConfig, request: &str) -> (RunOutcome, usize) {
     let (r, sets) = registry();
     let out = Agent::new(script.clone(), LocalSurface::new(r, caller()))
         .with_config(config)
@@ -145,7 +146,10 @@ async fn a_number_copied_from_a_result_or_a_write_nobody_asked_for_is_not_run() 
     assert_eq!(sets, 1);
     assert_eq!(out.calls[2].arguments["priority"], 5);
     let told = last_text(&script, 2);
-    assert!(told.contains("`priority` 2 is not a value the user gave"), "{told}");
+    assert!(
+        told.contains("`priority` 2 is not a value the user gave"),
+        "{told}"
+    );
     assert!(told.contains(DENTIST), "{told}");
 
     // A question, and the model writes anyway: the write has no source and never runs.
@@ -234,19 +238,68 @@ async fn arguments_that_copy_the_schema_are_unwrapped() {
     assert_eq!(out.interventions.schema_echoes_unwrapped, 1);
     assert_eq!(out.calls[0].coercions[0].pointer, "");
 
-    // Off: the gate refuses the schema's keys as unknown fields.
+    // Off, with the removal of undeclared read arguments off too: the gate refuses the
+    // schema's keys as unknown fields.
     let script = ScriptedProvider::new([
         ScriptedProvider::text(echo),
         ScriptedProvider::text("I could not list them."),
     ]);
     let (out, _) = run(
         &script,
-        AgentConfig::default().unwrap_schema_arguments(false),
+        AgentConfig::default()
+            .unwrap_schema_arguments(false)
+            .drop_unknown_read_arguments(false),
         "list my notes",
     )
     .await;
     assert_eq!(out.calls[0].outcome.as_str(), "invalid_arguments");
     assert_eq!(out.interventions.schema_echoes_unwrapped, 0);
+}
+
+#[tokio::test]
+async fn undeclared_arguments_are_dropped_from_reads_only() {
+    // A schema keyword mixed into a search: the search runs without it.
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call(
+            "c1",
+            "search_notes",
+            json!({"query": "dentist", "type": "string"}),
+        ),
+        ScriptedProvider::call(
+            "c2",
+            "set_priority",
+            json!({"note_id": 17, "priority": 5, "tags": ["health"]}),
+        ),
+        ScriptedProvider::call("c3", "set_priority", json!({"note_id": 17, "priority": 5})),
+        ScriptedProvider::text("Done."),
+    ]);
+    let (out, sets) = run(&script, AgentConfig::default(), DENTIST).await;
+    assert!(out.answered());
+    let outcomes: Vec<&str> = out.calls.iter().map(|c| c.outcome.as_str()).collect();
+    // The write with a field it does not take is refused with the gate's diagnostic.
+    assert_eq!(outcomes, ["ok", "invalid_arguments", "ok"]);
+    assert_eq!(out.calls[0].arguments, json!({"query": "dentist"}));
+    assert_eq!(out.calls[0].coercions[0].pointer, "/type");
+    assert_eq!(out.interventions.read_arguments_dropped, 1);
+    assert_eq!(sets, 1);
+
+    // Off: the read is refused too.
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call(
+            "c1",
+            "search_notes",
+            json!({"query": "dentist", "type": "string"}),
+        ),
+        ScriptedProvider::text("I could not search."),
+    ]);
+    let (out, _) = run(
+        &script,
+        AgentConfig::default().drop_unknown_read_arguments(false),
+        DENTIST,
+    )
+    .await;
+    assert_eq!(out.calls[0].outcome.as_str(), "invalid_arguments");
+    assert_eq!(out.interventions.read_arguments_dropped, 0);
 }
 
 #[tokio::test]

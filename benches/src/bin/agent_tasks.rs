@@ -78,6 +78,7 @@ fn json_line(model: &str, row: &Row) -> String {
             "schema_echoes_unwrapped": i.schema_echoes_unwrapped,
             "ungrounded_writes": i.ungrounded_writes,
             "look_first_requests": i.look_first_requests, "turns_compacted": i.turns_compacted,
+            "read_arguments_dropped": i.read_arguments_dropped,
         },
         "trace": r.trace,
         "text": r.text,

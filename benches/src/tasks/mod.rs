@@ -429,6 +429,11 @@ pub fn variants() -> Vec<Variant> {
             fired: |i| i.turns_compacted > 0,
         },
         Variant {
+            name: "no-drop-unknown-read-arguments",
+            config: b().drop_unknown_read_arguments(false),
+            fired: |i| i.read_arguments_dropped > 0,
+        },
+        Variant {
             name: "none",
             config: b().without_small_model_guards(),
             fired: |_| true,
