@@ -65,7 +65,7 @@ impl std::fmt::Debug for Agent {
 }
 
 /// One call of a turn, before it runs.
-struct PendingCall {
+pub(super) struct PendingCall {
     call: ToolCall,
     coercions: Vec<Coercion>,
     /// Not on the surface: answered with the reason, never sent.
@@ -429,6 +429,9 @@ impl Run<'_> {
         &mut self,
         choice: Option<ToolChoice>,
     ) -> Result<ChatResponse, ProviderError> {
+        if self.config().forget_old_failures && hints::has_old_failures(&self.request.messages) {
+            self.interventions.failures_forgotten += 1;
+        }
         let overridden = choice.is_some();
         if let Some(choice) = choice {
             self.request.options.tool_choice = choice;
@@ -442,16 +445,21 @@ impl Run<'_> {
     }
 
     /// The request as the model is sent it: recovered turns as their calls alone when
-    /// [`AgentConfig::compact_recovered_turns`] is on (the stored conversation is unchanged).
+    /// [`AgentConfig::compact_recovered_turns`] is on, failed calls of earlier turns left out
+    /// when [`AgentConfig::forget_old_failures`] is on (the stored conversation is unchanged).
     fn request_to_send(&self) -> std::borrow::Cow<'_, ChatRequest> {
-        if !self.config().compact_recovered_turns || self.recovered_turns.is_empty() {
+        let compact = self.config().compact_recovered_turns && !self.recovered_turns.is_empty();
+        if !compact && !self.config().forget_old_failures {
             return std::borrow::Cow::Borrowed(&self.request);
         }
         let mut request = self.request.clone();
-        for &i in &self.recovered_turns {
+        for &i in self.recovered_turns.iter().filter(|_| compact) {
             if let Some(Message::Assistant { content, .. }) = request.messages.get_mut(i) {
                 content.clear();
             }
+        }
+        if self.config().forget_old_failures {
+            hints::forget_old_failures(&mut request.messages);
         }
         std::borrow::Cow::Owned(request)
     }
@@ -589,6 +597,9 @@ impl Run<'_> {
                 coercions,
                 unlisted,
             });
+        }
+        if self.config().split_array_arguments {
+            out = self.split_arrays(out);
         }
         out
     }

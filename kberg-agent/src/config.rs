@@ -97,6 +97,14 @@ pub struct AgentConfig {
     /// "string"`) or fields of the record they read; a write with an unknown key still gets
     /// the gate's diagnostic, since what the model meant by it is unknown.
     pub drop_unknown_read_arguments: bool,
+    /// Split a call whose one string argument holds a list of strings into one call per item
+    /// (default true): `add_tag` with `"tag": ["work", "urgent"]` runs as two calls. Each call
+    /// passes the gate on its own.
+    pub split_array_arguments: bool,
+    /// In the conversation sent to the model, leave out the failed calls of earlier turns and
+    /// their results (default true): the model keeps the last turn's failures to repair, and
+    /// no longer copies calls that failed before. The stored conversation keeps everything.
+    pub forget_old_failures: bool,
 }
 
 impl Default for AgentConfig {
@@ -126,6 +134,8 @@ impl Default for AgentConfig {
             look_before_answering: true,
             compact_recovered_turns: true,
             drop_unknown_read_arguments: true,
+            split_array_arguments: true,
+            forget_old_failures: true,
         }
     }
 }
@@ -276,6 +286,18 @@ impl AgentConfig {
         self
     }
 
+    /// Turns the splitting of list arguments into one call per item on or off.
+    pub fn split_array_arguments(mut self, on: bool) -> Self {
+        self.split_array_arguments = on;
+        self
+    }
+
+    /// Turns leaving earlier turns' failed calls out of what the model is sent on or off.
+    pub fn forget_old_failures(mut self, on: bool) -> Self {
+        self.forget_old_failures = on;
+        self
+    }
+
     /// Every small-model behaviour off: the loop as it was before they existed (structured and
     /// recovered calls, repair turns, repeated-write guard, coercion only). For comparison.
     pub fn without_small_model_guards(mut self) -> Self {
@@ -291,6 +313,8 @@ impl AgentConfig {
         self.look_before_answering = false;
         self.compact_recovered_turns = false;
         self.drop_unknown_read_arguments = false;
+        self.split_array_arguments = false;
+        self.forget_old_failures = false;
         self
     }
 }

@@ -154,6 +154,10 @@ pub struct Interventions {
     pub turns_compacted: u32,
     /// Undeclared arguments removed from calls to read-only tools.
     pub read_arguments_dropped: u32,
+    /// Calls split into one call per item of a list argument.
+    pub calls_split: u32,
+    /// Turns sent to the model without earlier turns' failed calls.
+    pub failures_forgotten: u32,
 }
 
 /// What a run did and why it stopped.

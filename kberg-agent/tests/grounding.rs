@@ -348,3 +348,107 @@ async fn recovered_turns_are_sent_as_their_calls_and_stored_as_written() {
             .any(|m| matches!(m, Message::Assistant { content, .. } if content == written))
     );
 }
+
+#[tokio::test]
+async fn a_list_for_a_one_value_argument_runs_as_one_call_per_item() {
+    let (r, _) = registry();
+    let tags = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let t = tags.clone();
+    let write = WriteCapability::new("notes.write", "Edit notes");
+    r.register(
+        ToolBuilder::new("add_tag")
+            .write(write)
+            .small_model_safe()
+            .raw_handler(
+                json!({"type": "object", "properties": {"note_id": {"type": "integer"}, "tag": {"type": "string"}}, "required": ["note_id", "tag"], "additionalProperties": false}),
+                move |a, _| {
+                    let t = t.clone();
+                    async move {
+                        t.lock().unwrap().push(a["tag"].as_str().unwrap_or("").to_string());
+                        Ok(ToolOutput::text("Tagged"))
+                    }
+                },
+            ),
+    )
+    .unwrap();
+    let both = json!({"note_id": 63, "tag": ["work", "urgent"]});
+    for on in [true, false] {
+        tags.lock().unwrap().clear();
+        let script = ScriptedProvider::new([
+            ScriptedProvider::call("c1", "add_tag", both.clone()),
+            ScriptedProvider::text("Tagged."),
+        ]);
+        let out = Agent::new(script.clone(), LocalSurface::new(r.clone(), caller()))
+            .with_config(AgentConfig::default().split_array_arguments(on))
+            .run(
+                vec![Message::user("Tag note 63 with both work and urgent.")],
+                &CancellationToken::new(),
+            )
+            .await;
+        assert!(out.answered());
+        if on {
+            assert_eq!(*tags.lock().unwrap(), ["work", "urgent"]);
+            let ids: Vec<&str> = out.calls.iter().map(|c| c.id.as_str()).collect();
+            assert_eq!(ids, ["c1_1", "c1_2"]);
+            assert_eq!(out.interventions.calls_split, 1);
+        } else {
+            assert!(tags.lock().unwrap().is_empty());
+            assert_eq!(out.calls[0].outcome.as_str(), "invalid_arguments");
+        }
+    }
+}
+
+#[tokio::test]
+async fn failed_calls_of_earlier_turns_are_not_sent_again() {
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "set_priority", json!({"note_id": 42, "priority": 5})),
+        ScriptedProvider::call("c2", "search_notes", json!({"query": "dentist"})),
+        ScriptedProvider::call("c3", "set_priority", json!({"note_id": 17, "priority": 5})),
+        ScriptedProvider::text("Done."),
+    ]);
+    let (out, _) = run(&script, AgentConfig::default(), DENTIST).await;
+    assert!(out.answered());
+    let sent_ids = |turn: usize| -> Vec<String> {
+        script.requests()[turn]
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool { call_id, .. } => Some(call_id.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    // Turn 2 still sees the failure it must repair; turn 3 no longer does.
+    assert_eq!(sent_ids(1), ["c1"]);
+    assert_eq!(sent_ids(2), ["c2"]);
+    assert_eq!(sent_ids(3), ["c2", "c3"]);
+    assert_eq!(out.interventions.failures_forgotten, 2);
+    // The stored conversation keeps everything.
+    let stored = out
+        .messages
+        .iter()
+        .filter(|m| matches!(m, Message::Tool { .. }))
+        .count();
+    assert_eq!(stored, 3);
+
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "set_priority", json!({"note_id": 42, "priority": 5})),
+        ScriptedProvider::call("c2", "search_notes", json!({"query": "dentist"})),
+        ScriptedProvider::text("Done."),
+    ]);
+    let (out, _) = run(
+        &script,
+        AgentConfig::default().forget_old_failures(false),
+        DENTIST,
+    )
+    .await;
+    assert_eq!(out.interventions.failures_forgotten, 0);
+    assert_eq!(
+        script.requests()[2]
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Tool { .. }))
+            .count(),
+        2
+    );
+}

@@ -434,6 +434,16 @@ pub fn variants() -> Vec<Variant> {
             fired: |i| i.read_arguments_dropped > 0,
         },
         Variant {
+            name: "no-split-array-arguments",
+            config: b().split_array_arguments(false),
+            fired: |i| i.calls_split > 0,
+        },
+        Variant {
+            name: "no-forget-old-failures",
+            config: b().forget_old_failures(false),
+            fired: |i| i.failures_forgotten > 0,
+        },
+        Variant {
             name: "none",
             config: b().without_small_model_guards(),
             fired: |_| true,

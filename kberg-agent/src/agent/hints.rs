@@ -5,7 +5,10 @@
 
 use kberg_core::ErrorCode;
 
-use super::Run;
+use serde_json::Value;
+
+use super::{PendingCall, Run};
+use crate::coerce::Coercion;
 use crate::ground::{Grounds, is_id_name};
 use crate::message::{Message, ToolCall};
 use crate::nudge;
@@ -134,4 +137,124 @@ impl Run<'_> {
         self.interventions.look_first_requests += 1;
         Some(nudge::look_first(&reads))
     }
+
+    /// Calls whose one string argument holds a list of strings, split into one call per item
+    /// ([`crate::AgentConfig::split_array_arguments`]): `add_tag` with `"tag": ["work",
+    /// "urgent"]` becomes two calls. Only when exactly one argument is such a list and the
+    /// tool's schema says that argument is a string.
+    pub(super) fn split_arrays(&mut self, calls: Vec<PendingCall>) -> Vec<PendingCall> {
+        let mut out = Vec::with_capacity(calls.len());
+        for pending in calls {
+            let Some(arg) = self.split_argument(&pending.call) else {
+                out.push(pending);
+                continue;
+            };
+            let items = match &pending.call.arguments[&arg] {
+                Value::Array(items) => items.clone(),
+                _ => Vec::new(),
+            };
+            self.interventions.calls_split += 1;
+            tracing::debug!(tool = %pending.call.name, count = items.len(), "a list for a one-value argument was split into calls");
+            for (n, item) in items.into_iter().enumerate() {
+                let mut call = pending.call.clone();
+                call.id = format!("{}_{}", pending.call.id, n + 1);
+                let from = call.arguments[&arg].to_string();
+                call.arguments[&arg] = item;
+                let mut coercions = pending.coercions.clone();
+                coercions.push(Coercion {
+                    pointer: format!("/{arg}"),
+                    from,
+                    to: format!("one call per item (this one: {})", call.arguments[&arg]),
+                });
+                out.push(PendingCall {
+                    call,
+                    coercions,
+                    unlisted: pending.unlisted,
+                });
+            }
+        }
+        out
+    }
+
+    fn split_argument(&self, call: &ToolCall) -> Option<String> {
+        let props = self
+            .schemas
+            .get(&call.name)?
+            .get("properties")?
+            .as_object()?;
+        let args = call.arguments.as_object()?;
+        let mut lists = args.iter().filter(|(_, v)| v.is_array());
+        let (name, value) = lists.next()?;
+        if lists.next().is_some() {
+            return None;
+        }
+        let is_string = props
+            .get(name)
+            .and_then(|p| p.get("type"))
+            .and_then(Value::as_str)
+            == Some("string");
+        let items = value.as_array()?;
+        (is_string && items.len() >= 2 && items.len() <= 8 && items.iter().all(Value::is_string))
+            .then(|| name.clone())
+    }
+}
+
+/// Leaves out of `messages` (what the model is sent) the failed calls of every assistant turn
+/// but the last, with their results, and turns left with neither text nor calls
+/// ([`crate::AgentConfig::forget_old_failures`]). Small models copy the calls they see; a call
+/// that failed and was answered a turn ago is copied again.
+pub(super) fn forget_old_failures(messages: &mut Vec<Message>) {
+    let Some(last) = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::Assistant { .. }))
+    else {
+        return;
+    };
+    let failed: std::collections::HashSet<String> = messages[..last]
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                call_id,
+                is_error: true,
+                ..
+            } => Some(call_id.clone()),
+            _ => None,
+        })
+        .collect();
+    if failed.is_empty() {
+        return;
+    }
+    let mut i = 0;
+    messages.retain_mut(|m| {
+        let keep = if i >= last {
+            true
+        } else {
+            match m {
+                Message::Tool { call_id, .. } => !failed.contains(call_id),
+                Message::Assistant {
+                    content,
+                    tool_calls,
+                } => {
+                    let had_calls = !tool_calls.is_empty();
+                    tool_calls.retain(|c| !failed.contains(&c.id));
+                    !(had_calls && tool_calls.is_empty() && content.trim().is_empty())
+                }
+                _ => true,
+            }
+        };
+        i += 1;
+        keep
+    });
+}
+
+/// Whether [`forget_old_failures`] would leave something out of `messages`.
+pub(super) fn has_old_failures(messages: &[Message]) -> bool {
+    messages
+        .iter()
+        .rposition(|m| matches!(m, Message::Assistant { .. }))
+        .is_some_and(|last| {
+            messages[..last]
+                .iter()
+                .any(|m| matches!(m, Message::Tool { is_error: true, .. }))
+        })
 }
