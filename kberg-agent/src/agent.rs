@@ -18,7 +18,11 @@
 //! answer-only), never stop calling tools (the last turn is answer-only), write calls to tools
 //! they were not offered (answered with the gate's reason and the listed names, never run), write
 //! call JSON that does not parse (answered with the parse error), copy a tool's JSON out as their
-//! answer (asked once for words), and invent ids (told which tool finds them).
+//! answer (asked once for words), invent ids or copy stale values into a write (not run: see
+//! [`crate::ground`]), answer before looking anything up (asked once to look first), copy a
+//! tool's schema or extra keys into a read's arguments (unwrapped, dropped), pass a list where
+//! one value is expected (one call per item), and copy their own earlier turns (sent their calls
+//! alone, without earlier failures; [`hints`] holds these answers).
 //!
 //! Before a call runs, calls written into the text are recovered (only for tools on the surface;
 //! see [`crate::recover_calls`]) and unambiguous argument mistakes are corrected (see
