@@ -177,6 +177,8 @@ pub(crate) fn numbers_in(text: &str) -> Vec<f64> {
     while i < chars.len() {
         if chars[i].is_ascii_digit() {
             let start = i;
+            // Digits inside a word (`q1`, `v2`) are part of the word, not a number said.
+            let in_word = i > 0 && chars[i - 1].is_alphabetic();
             while i < chars.len() && chars[i].is_ascii_digit() {
                 i += 1;
             }
@@ -187,6 +189,10 @@ pub(crate) fn numbers_in(text: &str) -> Vec<f64> {
                 }
             }
             let s: String = chars[start..i].iter().collect();
+            let word_follows = chars.get(i).is_some_and(|c| c.is_alphabetic());
+            if in_word || word_follows {
+                continue;
+            }
             if let Ok(x) = s.parse::<f64>() {
                 out.push(x);
             }
@@ -273,6 +279,8 @@ mod tests {
         assert_eq!(numbers_in("note forty-two to five"), vec![42.0, 5.0]);
         assert_eq!(numbers_in("forty two, twenty, 3.5"), vec![3.5, 42.0, 20.0]);
         assert!(numbers_in("no numbers here, someone").is_empty());
+        // Digits that are part of a word are not numbers the user gave.
+        assert!(numbers_in("tag it \"q1\", version v2, 3rd").is_empty());
     }
 
     fn grounds(user: &str, results: &[(&str, bool)]) -> Grounds {
