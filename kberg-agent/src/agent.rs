@@ -18,7 +18,11 @@
 //! answer-only), never stop calling tools (the last turn is answer-only), write calls to tools
 //! they were not offered (answered with the gate's reason and the listed names, never run), write
 //! call JSON that does not parse (answered with the parse error), copy a tool's JSON out as their
-//! answer (asked once for words), and invent ids (told which tool finds them).
+//! answer (asked once for words), invent ids or copy stale values into a write (not run: see
+//! [`crate::ground`]), answer before looking anything up (asked once to look first), copy a
+//! tool's schema or extra keys into a read's arguments (unwrapped, dropped), pass a list where
+//! one value is expected (one call per item), and copy their own earlier turns (sent their calls
+//! alone, without earlier failures; [`hints`] holds these answers).
 //!
 //! Before a call runs, calls written into the text are recovered (only for tools on the surface;
 //! see [`crate::recover_calls`]) and unambiguous argument mistakes are corrected (see
@@ -33,7 +37,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::coerce::{Coercion, coerce_arguments};
+use crate::coerce::{Coercion, coerce_arguments, drop_unknown_arguments, unwrap_schema_echo};
 use crate::config::AgentConfig;
 use crate::message::{
     ChatOptions, ChatRequest, ChatResponse, Message, ToolCall, ToolChoice, ToolDefinition, Usage,
@@ -42,7 +46,9 @@ use crate::nudge;
 use crate::outcome::{AgentEvent, CallOutcome, CallRecord, Interventions, RunOutcome, StopReason};
 use crate::provider::{InferenceProvider, ProviderError, collect_stream};
 use crate::recover::{has_words, malformed_call, recover_calls, unlisted_calls};
-use crate::surface::{ToolResult, ToolSurface};
+use crate::surface::ToolSurface;
+
+mod hints;
 
 /// The tool-use loop over one provider and one tool surface.
 #[derive(Clone)]
@@ -63,7 +69,7 @@ impl std::fmt::Debug for Agent {
 }
 
 /// One call of a turn, before it runs.
-struct PendingCall {
+pub(super) struct PendingCall {
     call: ToolCall,
     coercions: Vec<Coercion>,
     /// Not on the surface: answered with the reason, never sent.
@@ -106,6 +112,14 @@ struct Run<'a> {
     /// The stop reason held back while the model gets an answer-only turn after looping.
     pending_stop: Option<StopReason>,
     asked_for_words: bool,
+    /// Whether the model was asked to look before answering.
+    asked_to_look: bool,
+    /// How many of the conversation's first messages are the caller's (the rest are the run's):
+    /// the user's own words, for [`crate::ground`].
+    user_messages: usize,
+    /// Indices of assistant messages whose calls were recovered from the text: sent to the
+    /// model as the calls alone when [`AgentConfig::compact_recovered_turns`] is on.
+    recovered_turns: Vec<usize>,
     repair_turns: u32,
     turns: u32,
     usage: Usage,
@@ -191,12 +205,16 @@ impl Agent {
             answer_now: AnswerNow::No,
             pending_stop: None,
             asked_for_words: false,
+            asked_to_look: false,
+            user_messages: 0,
+            recovered_turns: Vec::new(),
             repair_turns: 0,
             turns: 0,
             usage: Usage::default(),
             text: String::new(),
             interventions: Interventions::default(),
         };
+        run.user_messages = run.request.messages.len();
         let stop = run.drive().instrument(span).await;
         tracing::debug!(stop = stop.code(), turns = run.turns, "agent run finished");
         RunOutcome {
@@ -383,11 +401,20 @@ impl Run<'_> {
             return AfterText::Again { repair: true };
         }
         let in_words = has_words(&text);
+        if in_words
+            && !answer_only
+            && let Some(request) = self.look_first()
+        {
+            tracing::debug!("an answer before any tool ran; asking the model to look first");
+            self.request.messages.push(Message::assistant(text));
+            self.request.messages.push(Message::user(request));
+            return AfterText::Again { repair: false };
+        }
         if in_words {
             self.request.messages.push(Message::assistant(text));
             return AfterText::Stop(StopReason::Answered);
         }
-        if config.ask_for_words && !self.asked_for_words {
+        if self.config().ask_for_words && !self.asked_for_words {
             tracing::debug!("the final text held only JSON; asking for an answer in words");
             self.asked_for_words = true;
             self.interventions.words_requested += 1;
@@ -406,6 +433,9 @@ impl Run<'_> {
         &mut self,
         choice: Option<ToolChoice>,
     ) -> Result<ChatResponse, ProviderError> {
+        if self.config().forget_old_failures && hints::has_old_failures(&self.request.messages) {
+            self.interventions.failures_forgotten += 1;
+        }
         let overridden = choice.is_some();
         if let Some(choice) = choice {
             self.request.options.tool_choice = choice;
@@ -418,11 +448,33 @@ impl Run<'_> {
         r
     }
 
+    /// The request as the model is sent it: recovered turns as their calls alone when
+    /// [`AgentConfig::compact_recovered_turns`] is on, failed calls of earlier turns left out
+    /// when [`AgentConfig::forget_old_failures`] is on (the stored conversation is unchanged).
+    fn request_to_send(&self) -> std::borrow::Cow<'_, ChatRequest> {
+        let compact = self.config().compact_recovered_turns && !self.recovered_turns.is_empty();
+        if !compact && !self.config().forget_old_failures {
+            return std::borrow::Cow::Borrowed(&self.request);
+        }
+        let mut request = self.request.clone();
+        for &i in self.recovered_turns.iter().filter(|_| compact) {
+            if let Some(Message::Assistant { content, .. }) = request.messages.get_mut(i) {
+                content.clear();
+            }
+        }
+        if self.config().forget_old_failures {
+            hints::forget_old_failures(&mut request.messages);
+        }
+        std::borrow::Cow::Owned(request)
+    }
+
     async fn send_turn(&self) -> Result<ChatResponse, ProviderError> {
         let provider = &self.agent.provider;
+        let request = self.request_to_send();
+        let request = request.as_ref();
         let fut = async {
             if self.agent.config.stream {
-                let stream = provider.chat_stream(&self.request, self.cancel).await?;
+                let stream = provider.chat_stream(request, self.cancel).await?;
                 collect_stream(stream, |t| {
                     self.emit(|| AgentEvent::TextDelta {
                         text: t.to_string(),
@@ -430,7 +482,7 @@ impl Run<'_> {
                 })
                 .await
             } else {
-                let r = provider.chat(&self.request, self.cancel).await?;
+                let r = provider.chat(request, self.cancel).await?;
                 if !r.text.is_empty() {
                     self.emit(|| AgentEvent::TextDelta {
                         text: r.text.clone(),
@@ -523,6 +575,23 @@ impl Run<'_> {
                     to: "an object".into(),
                 });
             }
+            if self.config().unwrap_schema_arguments
+                && let Some(schema) = self.schemas.get(&call.name)
+                && let Some(c) = unwrap_schema_echo(&mut call.arguments, schema)
+            {
+                tracing::debug!(tool = %call.name, "arguments that copied the schema were unwrapped");
+                self.interventions.schema_echoes_unwrapped += 1;
+                coercions.push(c);
+            }
+            if self.config().drop_unknown_read_arguments
+                && self.read_only.contains(&call.name)
+                && let Some(schema) = self.schemas.get(&call.name)
+            {
+                let dropped = drop_unknown_arguments(&mut call.arguments, schema);
+                self.interventions.read_arguments_dropped +=
+                    u32::try_from(dropped.len()).unwrap_or(u32::MAX);
+                coercions.extend(dropped);
+            }
             if coerce && let Some(schema) = self.schemas.get(&call.name) {
                 coercions.extend(coerce_arguments(&mut call.arguments, schema));
             }
@@ -532,6 +601,9 @@ impl Run<'_> {
                 coercions,
                 unlisted,
             });
+        }
+        if self.config().split_array_arguments {
+            out = self.split_arrays(out);
         }
         out
     }
@@ -547,6 +619,12 @@ impl Run<'_> {
         text_flags: Vec<bool>,
     ) -> (Option<StopReason>, bool) {
         let pending = self.prepare(turn, calls, &text_flags);
+        if recovered && !pending.is_empty() {
+            self.recovered_turns.push(self.request.messages.len());
+            if self.config().compact_recovered_turns {
+                self.interventions.turns_compacted += 1;
+            }
+        }
         // The model's text stays beside the calls, recovered ones included: the stored
         // conversation keeps what the model wrote.
         self.request.messages.push(Message::Assistant {
@@ -624,6 +702,29 @@ impl Run<'_> {
                     CallOutcome::Duplicate,
                     text,
                     (recovered, false),
+                    coercions,
+                );
+                continue;
+            }
+            if let Some(text) = self.ungrounded(&call) {
+                tracing::debug!(tool = %call.name, "a write whose values have no source was not run");
+                self.interventions.ungrounded_writes += 1;
+                retryable = true;
+                let code = ErrorCode::InvalidArguments;
+                if self.count_failure(&call, code) {
+                    repeated.get_or_insert(StopReason::RepeatedFailure {
+                        tool: call.name.clone(),
+                        code,
+                    });
+                } else {
+                    progressed = true;
+                }
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Failed(code),
+                    text,
+                    (recovered, true),
                     coercions,
                 );
                 continue;
@@ -719,64 +820,6 @@ impl Run<'_> {
         let n = self.failures.entry(call_key(call)).or_insert(0);
         *n += 1;
         *n >= self.agent.config.max_identical_failures
-    }
-
-    /// The answer to a text call to a tool that is not listed: the surface's reason (a refusal,
-    /// a missing capability) or `unknown_tool`, then the names the model may call.
-    async fn explain_unlisted(&self, name: &str) -> (ErrorCode, String) {
-        let explained = self.agent.surface.explain_unlisted(name).await;
-        let (code, mut text) = match explained {
-            Some(ToolResult {
-                text,
-                code: Some(code),
-                ..
-            }) => (code, text),
-            Some(ToolResult { text, .. }) => (ErrorCode::UnknownTool, text),
-            None => (
-                ErrorCode::UnknownTool,
-                format!("`{name}` is not a tool you can call."),
-            ),
-        };
-        text.push_str(&nudge::final_refusal(name));
-        let names: Vec<String> = self.request.tools.iter().map(|t| t.name.clone()).collect();
-        text.push_str(&nudge::listed_tools(&names));
-        (code, text)
-    }
-
-    /// The hint for a failed call that passed an id: the tool that finds ids for it.
-    fn id_hint(&self, call: &ToolCall, code: ErrorCode) -> Option<String> {
-        let config = self.config();
-        if !config.id_hints
-            || !matches!(
-                code,
-                ErrorCode::ToolFailed | ErrorCode::HandleInvalid | ErrorCode::HandleExpired
-            )
-        {
-            return None;
-        }
-        let args = call.arguments.as_object()?;
-        args.keys().find_map(|arg| {
-            let source = match config.id_sources.get(arg) {
-                Some(tool) => Some(tool.clone()),
-                None if arg == "id" || arg.ends_with("_id") || arg.ends_with("Id") => {
-                    self.finder_tool(&call.name)
-                }
-                None => None,
-            }?;
-            (source != call.name).then(|| nudge::id_hint(arg, &source))
-        })
-    }
-
-    /// A listed read-only tool that finds things: `search*` first, then `find*`, then `list*`.
-    fn finder_tool(&self, except: &str) -> Option<String> {
-        ["search", "find", "list"].iter().find_map(|prefix| {
-            self.request
-                .tools
-                .iter()
-                .filter(|t| t.read_only && t.name != except)
-                .find(|t| t.name.starts_with(prefix))
-                .map(|t| t.name.clone())
-        })
     }
 
     fn record(

@@ -41,6 +41,82 @@ pub fn coerce_arguments(args: &mut Value, schema: &Value) -> Vec<Coercion> {
     out
 }
 
+/// The keys of a JSON Schema object that a model copies when it echoes a tool's schema.
+const SCHEMA_KEYS: [&str; 7] = [
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "$schema",
+    "title",
+    "description",
+];
+
+/// Replaces arguments that are a copy of a JSON Schema (`{"type": "object", "properties":
+/// {...}}`, what small models write for a tool that takes no arguments) with the values they
+/// hold: each entry of `properties` that is a value rather than a schema (an object with a
+/// `type`). Only when every key is a schema keyword, `type` is `"object"`, `properties` is an
+/// object, and the tool's own schema has no property named `type` or `properties`, so a real
+/// argument is never taken for a schema.
+pub fn unwrap_schema_echo(args: &mut Value, schema: &Value) -> Option<Coercion> {
+    let obj = args.as_object()?;
+    let own = schema.get("properties").and_then(Value::as_object);
+    if own.is_some_and(|p| p.contains_key("type") || p.contains_key("properties")) {
+        return None;
+    }
+    if obj.get("type").and_then(Value::as_str) != Some("object")
+        || !obj.keys().all(|k| SCHEMA_KEYS.contains(&k.as_str()))
+    {
+        return None;
+    }
+    let props = obj.get("properties")?.as_object()?;
+    let values: Map<String, Value> = props
+        .iter()
+        .filter(|(_, v)| !v.as_object().is_some_and(|o| o.contains_key("type")))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let from = args.to_string();
+    *args = Value::Object(values);
+    Some(Coercion {
+        pointer: String::new(),
+        from,
+        to: args.to_string(),
+    })
+}
+
+/// Removes the top-level arguments a closed schema (`additionalProperties: false`) does not
+/// declare, returning one [`Coercion`] per removed key. The loop does this for read-only tools
+/// only (see [`crate::AgentConfig::drop_unknown_read_arguments`]): a read with an extra key is
+/// still the read the model meant, a write is not.
+pub fn drop_unknown_arguments(args: &mut Value, schema: &Value) -> Vec<Coercion> {
+    let closed = schema.get("additionalProperties") == Some(&Value::Bool(false));
+    let (Some(props), Some(obj)) = (
+        schema.get("properties").and_then(Value::as_object),
+        args.as_object_mut(),
+    ) else {
+        return Vec::new();
+    };
+    if !closed {
+        return Vec::new();
+    }
+    let unknown: Vec<String> = obj
+        .keys()
+        .filter(|k| !props.contains_key(*k))
+        .cloned()
+        .collect();
+    unknown
+        .into_iter()
+        .filter_map(|k| {
+            let v = obj.remove(&k)?;
+            Some(Coercion {
+                pointer: format!("/{}", k.replace('~', "~0").replace('/', "~1")),
+                from: v.to_string(),
+                to: "removed (not an argument of this tool)".into(),
+            })
+        })
+        .collect()
+}
+
 fn single_type(schema: &Value) -> Option<&str> {
     match schema.get("type")? {
         Value::String(t) => Some(t),
@@ -217,5 +293,45 @@ mod tests {
             let mut b = Value::String(s);
             let _ = coerce_arguments(&mut b, &schema());
         }
+    }
+
+    #[test]
+    fn a_copied_schema_becomes_the_values_it_holds() {
+        let none = json!({"type": "object", "properties": {}, "additionalProperties": false});
+        let mut args = json!({"type": "object", "properties": {}, "additionalProperties": false});
+        let c = unwrap_schema_echo(&mut args, &none).unwrap();
+        assert_eq!(args, json!({}));
+        assert_eq!(c.pointer, "");
+        let search = json!({"type": "object", "properties": {"query": {"type": "string"}}});
+        let mut args = json!({"type": "object", "properties": {"query": "dentist"}});
+        unwrap_schema_echo(&mut args, &search).unwrap();
+        assert_eq!(args, json!({"query": "dentist"}));
+        // A property schema copied without a value is dropped, not sent as the value.
+        let mut args = json!({"type": "object", "properties": {"query": {"type": "string"}}});
+        unwrap_schema_echo(&mut args, &search).unwrap();
+        assert_eq!(args, json!({}));
+        // Real arguments, or a tool that takes a `type`, are left alone.
+        let mut args = json!({"query": "dentist"});
+        assert!(unwrap_schema_echo(&mut args, &search).is_none());
+        let typed = json!({"type": "object", "properties": {"type": {"type": "string"}, "properties": {"type": "object"}}});
+        let mut args = json!({"type": "object", "properties": {}});
+        assert!(unwrap_schema_echo(&mut args, &typed).is_none());
+        let mut args = json!({"type": "object", "query": "x"});
+        assert!(unwrap_schema_echo(&mut args, &search).is_none());
+    }
+
+    #[test]
+    fn unknown_keys_of_a_closed_schema_are_dropped() {
+        let closed = json!({"type": "object", "properties": {"query": {"type": "string"}}, "additionalProperties": false});
+        let mut args = json!({"query": "dentist", "type": "string"});
+        let c = drop_unknown_arguments(&mut args, &closed);
+        assert_eq!(args, json!({"query": "dentist"}));
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].pointer, "/type");
+        // An open schema keeps every key.
+        let open = json!({"type": "object", "properties": {"query": {"type": "string"}}});
+        let mut args = json!({"query": "dentist", "type": "string"});
+        assert!(drop_unknown_arguments(&mut args, &open).is_empty());
+        assert_eq!(args["type"], "string");
     }
 }

@@ -72,6 +72,39 @@ pub struct AgentConfig {
     pub id_hints: bool,
     /// Per argument name, the tool that lists or searches its ids.
     pub id_sources: HashMap<String, String>,
+    /// Replace arguments that are a copy of the tool's JSON Schema (`{"type": "object",
+    /// "properties": {}}`, what small models write for a tool without arguments) with the
+    /// values they hold (default true; see [`crate::unwrap_schema_echo`]).
+    pub unwrap_schema_arguments: bool,
+    /// Do not run a write whose id argument appears neither in the user's words nor in a tool
+    /// result that succeeded, or whose number argument is not in the user's words; tell the
+    /// model which value has no source, which tool finds ids, and what the user asked (default
+    /// true). It stops invented ids, fields copied from a record just read, and writes nobody
+    /// asked for. Turn it off for apps whose writes take numbers the model must compute.
+    pub ground_write_arguments: bool,
+    /// When the model answers before any tool has run and the surface lists a read-only tool,
+    /// ask it once to look the answer up with a tool, or to repeat its answer if it needs no
+    /// data (default true). Small models answer questions about the app's data from nothing.
+    pub look_before_answering: bool,
+    /// In the conversation sent to the model, show a turn whose calls were recovered from its
+    /// text as the calls alone (each once), not the text it wrote (default true). Small models
+    /// copy their previous message, repeated and stale calls included; the stored conversation
+    /// ([`crate::RunOutcome::messages`]) keeps what the model wrote.
+    pub compact_recovered_turns: bool,
+    /// Remove, from a call to a read-only tool whose schema is closed
+    /// (`additionalProperties: false`), the arguments it does not declare (default true; see
+    /// [`crate::drop_unknown_arguments`]). Small models add schema keywords (`"type":
+    /// "string"`) or fields of the record they read; a write with an unknown key still gets
+    /// the gate's diagnostic, since what the model meant by it is unknown.
+    pub drop_unknown_read_arguments: bool,
+    /// Split a call whose one string argument holds a list of strings into one call per item
+    /// (default true): `add_tag` with `"tag": ["work", "urgent"]` runs as two calls. Each call
+    /// passes the gate on its own.
+    pub split_array_arguments: bool,
+    /// In the conversation sent to the model, leave out the failed calls of earlier turns and
+    /// their results (default true): the model keeps the last turn's failures to repair, and
+    /// no longer copies calls that failed before. The stored conversation keeps everything.
+    pub forget_old_failures: bool,
 }
 
 impl Default for AgentConfig {
@@ -96,6 +129,13 @@ impl Default for AgentConfig {
             ask_for_words: true,
             id_hints: true,
             id_sources: HashMap::new(),
+            unwrap_schema_arguments: true,
+            ground_write_arguments: true,
+            look_before_answering: true,
+            compact_recovered_turns: true,
+            drop_unknown_read_arguments: true,
+            split_array_arguments: true,
+            forget_old_failures: true,
         }
     }
 }
@@ -216,6 +256,48 @@ impl AgentConfig {
         self
     }
 
+    /// Turns the unwrapping of schema-shaped arguments on or off.
+    pub fn unwrap_schema_arguments(mut self, on: bool) -> Self {
+        self.unwrap_schema_arguments = on;
+        self
+    }
+
+    /// Turns the source check of write arguments on or off.
+    pub fn ground_write_arguments(mut self, on: bool) -> Self {
+        self.ground_write_arguments = on;
+        self
+    }
+
+    /// Turns the request to look before answering on or off.
+    pub fn look_before_answering(mut self, on: bool) -> Self {
+        self.look_before_answering = on;
+        self
+    }
+
+    /// Turns the compact form of recovered turns in what the model is sent on or off.
+    pub fn compact_recovered_turns(mut self, on: bool) -> Self {
+        self.compact_recovered_turns = on;
+        self
+    }
+
+    /// Turns the removal of undeclared arguments of reads on or off.
+    pub fn drop_unknown_read_arguments(mut self, on: bool) -> Self {
+        self.drop_unknown_read_arguments = on;
+        self
+    }
+
+    /// Turns the splitting of list arguments into one call per item on or off.
+    pub fn split_array_arguments(mut self, on: bool) -> Self {
+        self.split_array_arguments = on;
+        self
+    }
+
+    /// Turns leaving earlier turns' failed calls out of what the model is sent on or off.
+    pub fn forget_old_failures(mut self, on: bool) -> Self {
+        self.forget_old_failures = on;
+        self
+    }
+
     /// Every small-model behaviour off: the loop as it was before they existed (structured and
     /// recovered calls, repair turns, repeated-write guard, coercion only). For comparison.
     pub fn without_small_model_guards(mut self) -> Self {
@@ -226,6 +308,13 @@ impl AgentConfig {
         self.diagnose_malformed_calls = false;
         self.ask_for_words = false;
         self.id_hints = false;
+        self.unwrap_schema_arguments = false;
+        self.ground_write_arguments = false;
+        self.look_before_answering = false;
+        self.compact_recovered_turns = false;
+        self.drop_unknown_read_arguments = false;
+        self.split_array_arguments = false;
+        self.forget_old_failures = false;
         self
     }
 }

@@ -45,6 +45,7 @@
 mod agent;
 mod coerce;
 mod config;
+mod ground;
 #[cfg(feature = "mcp")]
 mod mcp;
 mod message;
@@ -56,7 +57,7 @@ mod scripted;
 mod surface;
 
 pub use agent::Agent;
-pub use coerce::{Coercion, coerce_arguments};
+pub use coerce::{Coercion, coerce_arguments, drop_unknown_arguments, unwrap_schema_echo};
 pub use config::AgentConfig;
 #[cfg(feature = "mcp")]
 pub use mcp::McpSurface;

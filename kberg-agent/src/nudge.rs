@@ -52,3 +52,41 @@ pub(crate) fn id_hint(argument: &str, source: &str) -> String {
         "\nIf you do not know the right `{argument}`, call `{source}` first to find it. Never guess an id."
     )
 }
+
+/// The answer to a write whose id argument has no source.
+pub(crate) fn ungrounded_id(
+    tool: &str,
+    argument: &str,
+    value: &str,
+    finder: Option<&str>,
+    request: &str,
+) -> String {
+    let next = match finder {
+        Some(f) => format!(
+            "Call `{f}` first with words from the user's request that name what to change, then call `{tool}` with the `{argument}` it returns. The user asked: \"{request}\""
+        ),
+        None => format!("Use a `{argument}` from the user's request or from a tool result."),
+    };
+    format!(
+        "Not run: `{argument}` {value} does not come from the user's request or from a tool result, so it is a guess. {next}"
+    )
+}
+
+/// The answer to a write whose number argument is not in the user's words.
+pub(crate) fn ungrounded_value(tool: &str, argument: &str, value: &str, request: &str) -> String {
+    format!(
+        "Not run: `{argument}` {value} is not a value the user gave. The user asked: \"{request}\"\nIf the user asked for this change, call `{tool}` again with the value from the request. Otherwise do not change anything: answer the user."
+    )
+}
+
+/// The request to look the answer up before answering.
+pub(crate) fn look_first(read_tools: &[String]) -> String {
+    format!(
+        "You answered without calling a tool, so your answer is not based on the app's data. If the request needs the app's data or a change, call a tool now (for example {}). If it needs neither, repeat your answer.",
+        read_tools
+            .iter()
+            .map(|t| format!("`{t}`"))
+            .collect::<Vec<_>>()
+            .join(" or ")
+    )
+}

@@ -144,6 +144,20 @@ pub struct Interventions {
     pub id_hints: u32,
     /// Argument corrections made.
     pub coercions: u32,
+    /// Arguments that were a copy of the tool's schema, replaced by the values they held.
+    pub schema_echoes_unwrapped: u32,
+    /// Writes not run because an id or number argument had no source in the conversation.
+    pub ungrounded_writes: u32,
+    /// Answers given before any tool ran, answered with a request to look first.
+    pub look_first_requests: u32,
+    /// Recovered turns shown to the model as their calls alone.
+    pub turns_compacted: u32,
+    /// Undeclared arguments removed from calls to read-only tools.
+    pub read_arguments_dropped: u32,
+    /// Calls split into one call per item of a list argument.
+    pub calls_split: u32,
+    /// Turns sent to the model without earlier turns' failed calls.
+    pub failures_forgotten: u32,
 }
 
 /// What a run did and why it stopped.

@@ -44,7 +44,16 @@ fn reader() -> Caller {
 }
 
 fn agent(script: &ScriptedProvider, caller: Caller) -> Agent {
-    Agent::new(script.clone(), LocalSurface::new(registry(), caller))
+    Agent::new(script.clone(), LocalSurface::new(registry(), caller)).with_config(core())
+}
+
+/// The loop's core behaviour: the defaults without the checks that need a real conversation
+/// (these scripts' users say "add milk" and the model writes a priority; the source check and
+/// the request to look first are tested in `small_model.rs`).
+fn core() -> AgentConfig {
+    AgentConfig::default()
+        .ground_write_arguments(false)
+        .look_before_answering(false)
 }
 
 fn last_tool_text(script: &ScriptedProvider, turn: usize) -> String {
@@ -139,7 +148,7 @@ async fn same_bad_call_twice_stops_the_run() {
         ScriptedProvider::text("never reached"),
     ]);
     let out = agent(&script, writer())
-        .with_config(AgentConfig::default().final_answer_turn(false))
+        .with_config(core().final_answer_turn(false))
         .run(vec![Message::user("add x")], &CancellationToken::new())
         .await;
     match &out.stop {
@@ -160,7 +169,7 @@ async fn repeated_refusal_stops_the_run() {
         ScriptedProvider::call("c2", "delete_all_notes", json!({})),
     ]);
     let out = agent(&script, writer())
-        .with_config(AgentConfig::default().final_answer_turn(false))
+        .with_config(core().final_answer_turn(false))
         .run(vec![Message::user("delete")], &CancellationToken::new())
         .await;
     assert_eq!(out.stop.code(), "repeated_failure");
@@ -205,7 +214,7 @@ async fn repair_budget_is_bounded() {
         ScriptedProvider::call("c2", "add_note", json!({"title": 2})),
         ScriptedProvider::call("c3", "add_note", json!({"title": 3})),
     ]);
-    let agent = agent(&script, writer()).with_config(AgentConfig::default().max_repair_turns(2));
+    let agent = agent(&script, writer()).with_config(core().max_repair_turns(2));
     let out = agent
         .run(vec![Message::user("add")], &CancellationToken::new())
         .await;
@@ -273,7 +282,7 @@ async fn turn_limit_and_token_budget() {
     });
     let script = ScriptedProvider::new(calls);
     let out = agent(&script, writer())
-        .with_config(AgentConfig::default().max_turns(3).final_answer_turn(false))
+        .with_config(core().max_turns(3).final_answer_turn(false))
         .run(vec![Message::user("search")], &CancellationToken::new())
         .await;
     assert!(matches!(out.stop, StopReason::TurnLimit));
@@ -287,7 +296,7 @@ async fn turn_limit_and_token_budget() {
     };
     let script = ScriptedProvider::new([costly]);
     let out = agent(&script, writer())
-        .with_config(AgentConfig::default().token_budget(1000))
+        .with_config(core().token_budget(1000))
         .run(vec![Message::user("search")], &CancellationToken::new())
         .await;
     assert!(matches!(out.stop, StopReason::TokenBudget));
@@ -328,7 +337,7 @@ async fn text_call_to_invisible_tool_is_never_executed() {
     let text = r#"{"name": "wait", "arguments": {"seconds": 1}} {"name": "delete_all_notes", "arguments": {}}"#;
     let script = ScriptedProvider::new([ScriptedProvider::text(format!("Calling: {text}"))]);
     let out = agent(&script, caller.clone())
-        .with_config(AgentConfig::default().explain_unlisted_calls(false))
+        .with_config(core().explain_unlisted_calls(false))
         .run(vec![Message::user("go")], &CancellationToken::new())
         .await;
     assert!(out.answered());
@@ -366,11 +375,8 @@ async fn events_streaming_and_resume() {
         ScriptedProvider::text("Two notes."),
     ]);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let agent = agent(&script, writer()).with_config(
-        AgentConfig::default()
-            .stream(true)
-            .system_prompt("Use the tools."),
-    );
+    let agent =
+        agent(&script, writer()).with_config(core().stream(true).system_prompt("Use the tools."));
     let out = agent
         .run_with_events(vec![Message::user("rust?")], &CancellationToken::new(), tx)
         .await;
@@ -492,7 +498,7 @@ mod random_scripts {
                     .with_grants(Grants::of(["notes.write"]))
                     .with_projection(SurfaceProjection::Compact),
             );
-            let mut config = AgentConfig::default().max_turns(6);
+            let mut config = core().max_turns(6);
             if let Some(b) = budget {
                 config = config.token_budget(b);
             }
@@ -585,6 +591,7 @@ async fn a_repeated_identical_write_is_not_run_again_and_the_model_is_asked_to_a
         ScriptedProvider::text("Added the note."),
     ]);
     let out = Agent::new(script.clone(), LocalSurface::new(tools, writer()))
+        .with_config(core())
         .run(vec![Message::user("add milk")], &CancellationToken::new())
         .await;
     assert!(out.answered(), "{:?}", out.stop);
@@ -676,6 +683,7 @@ async fn the_answer_only_turn_does_not_recover_calls_from_text() {
         ScriptedProvider::text("Added milk."),
     ]);
     let out = Agent::new(script.clone(), LocalSurface::new(tools, writer()))
+        .with_config(core())
         .run(vec![Message::user("add milk")], &CancellationToken::new())
         .await;
     assert!(out.answered(), "{:?}", out.stop);
@@ -699,6 +707,7 @@ async fn a_repeated_read_is_guarded_and_the_guards_can_be_turned_off() {
         ScriptedProvider::text("Two notes."),
     ]);
     let out = Agent::new(script.clone(), LocalSurface::new(tools.clone(), writer()))
+        .with_config(core())
         .run(vec![Message::user("find milk")], &CancellationToken::new())
         .await;
     assert!(out.answered());
@@ -714,7 +723,7 @@ async fn a_repeated_read_is_guarded_and_the_guards_can_be_turned_off() {
         ScriptedProvider::text("Two notes."),
     ]);
     let out = Agent::new(script.clone(), LocalSurface::new(tools, writer()))
-        .with_config(AgentConfig::default().guard_repeated_reads(false))
+        .with_config(core().guard_repeated_reads(false))
         .run(vec![Message::user("find milk")], &CancellationToken::new())
         .await;
     assert!(out.answered());
@@ -730,7 +739,7 @@ async fn a_repeated_read_is_guarded_and_the_guards_can_be_turned_off() {
         ScriptedProvider::text("Added two."),
     ]);
     let out = Agent::new(script.clone(), LocalSurface::new(tools, writer()))
-        .with_config(AgentConfig::default().dedupe_writes(false))
+        .with_config(core().dedupe_writes(false))
         .run(
             vec![Message::user("add milk twice")],
             &CancellationToken::new(),
@@ -750,7 +759,7 @@ async fn the_first_turn_tool_choice_applies_to_the_first_turn_only() {
         ScriptedProvider::text("Two notes."),
     ]);
     let out = agent(&script, writer())
-        .with_config(AgentConfig::default().first_turn_tool_choice(ToolChoice::Required))
+        .with_config(core().first_turn_tool_choice(ToolChoice::Required))
         .run(vec![Message::user("find milk")], &CancellationToken::new())
         .await;
     assert!(out.answered());
@@ -771,6 +780,7 @@ async fn the_same_write_with_its_arguments_in_another_order_is_still_a_repeat() 
         ScriptedProvider::text("Added."),
     ]);
     let out = Agent::new(script, LocalSurface::new(tools, writer()))
+        .with_config(core())
         .run(vec![Message::user("add milk")], &CancellationToken::new())
         .await;
     assert_eq!(writes.load(Ordering::SeqCst), 1);

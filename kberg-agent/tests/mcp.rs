@@ -102,10 +102,16 @@ async fn kberg_server_over_http_gives_the_same_outcomes_as_in_process() {
 
     let remote_script = ScriptedProvider::new(script());
     let remote_out = Agent::new(remote_script.clone(), remote)
-        .run(vec![Message::user("add milk")], &CancellationToken::new())
+        .run(
+            vec![Message::user("add milk, priority 2")],
+            &CancellationToken::new(),
+        )
         .await;
     let local_out = Agent::new(ScriptedProvider::new(script()), local)
-        .run(vec![Message::user("add milk")], &CancellationToken::new())
+        .run(
+            vec![Message::user("add milk, priority 2")],
+            &CancellationToken::new(),
+        )
         .await;
     assert!(remote_out.answered(), "{:?}", remote_out.stop);
     assert_eq!(
@@ -194,7 +200,10 @@ async fn bearer_token_selects_the_principal() {
             .await
             .unwrap();
         let out = Agent::new(call(), surface)
-            .run(vec![Message::user("add")], &CancellationToken::new())
+            .run(
+                vec![Message::user("add milk, priority 1")],
+                &CancellationToken::new(),
+            )
             .await;
         assert!(out.answered(), "{:?}", out.stop);
         assert_eq!(outcomes(&out), [expected], "{token}");

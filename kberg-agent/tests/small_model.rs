@@ -82,11 +82,14 @@ fn caller() -> Caller {
     )
 }
 
+/// What the user asks in these runs (the source check finds 17 and 5 in it).
+const REQUEST: &str = "Set the priority of note 17 to 5.";
+
 async fn run(script: &ScriptedProvider, config: AgentConfig) -> kberg_agent::RunOutcome {
     let (r, _, _) = registry();
     Agent::new(script.clone(), LocalSurface::new(r, caller()))
         .with_config(config)
-        .run(vec![Message::user("go")], &CancellationToken::new())
+        .run(vec![Message::user(REQUEST)], &CancellationToken::new())
         .await
 }
 
@@ -108,7 +111,7 @@ async fn identical_calls_in_one_turn_run_once_unless_turned_off() {
         ]);
         let out = Agent::new(script.clone(), LocalSurface::new(r, caller()))
             .with_config(AgentConfig::default().collapse_calls_in_turn(on))
-            .run(vec![Message::user("go")], &CancellationToken::new())
+            .run(vec![Message::user(REQUEST)], &CancellationToken::new())
             .await;
         assert!(out.answered());
         // Off, the copies reach the repeated-write guard one by one instead.
@@ -237,7 +240,11 @@ async fn an_invented_id_is_answered_with_the_tool_that_finds_ids() {
         ScriptedProvider::call("c3", "set_priority", json!({"note_id": 17, "priority": 5})),
         ScriptedProvider::text("Done."),
     ]);
-    let out = run(&script, AgentConfig::default()).await;
+    let out = run(
+        &script,
+        AgentConfig::default().ground_write_arguments(false),
+    )
+    .await;
     assert!(out.answered());
     assert_eq!(out.interventions.id_hints, 1);
     let told = last_text(&script, 1);
@@ -255,7 +262,9 @@ async fn an_invented_id_is_answered_with_the_tool_that_finds_ids() {
     ]);
     run(
         &script,
-        AgentConfig::default().id_source("note_id", "list_everything"),
+        AgentConfig::default()
+            .ground_write_arguments(false)
+            .id_source("note_id", "list_everything"),
     )
     .await;
     assert!(last_text(&script, 1).contains("call `list_everything` first"));
@@ -267,7 +276,13 @@ async fn an_invented_id_is_answered_with_the_tool_that_finds_ids() {
         ),
         ScriptedProvider::text("No such note."),
     ]);
-    let out = run(&script, AgentConfig::default().id_hints(false)).await;
+    let out = run(
+        &script,
+        AgentConfig::default()
+            .ground_write_arguments(false)
+            .id_hints(false),
+    )
+    .await;
     assert_eq!(out.interventions.id_hints, 0);
     assert!(!last_text(&script, 1).contains("first"));
 }
@@ -329,7 +344,8 @@ async fn a_repeated_failing_call_beside_a_new_call_does_not_end_the_run() {
         ScriptedProvider::text("Done."),
     ]);
     let out = Agent::new(script.clone(), LocalSurface::new(r, caller()))
-        .run(vec![Message::user("go")], &CancellationToken::new())
+        .with_config(AgentConfig::default().ground_write_arguments(false))
+        .run(vec![Message::user(REQUEST)], &CancellationToken::new())
         .await;
     assert_eq!(out.answer(), Some("Done."));
     assert_eq!(sets.load(Ordering::SeqCst), 1);

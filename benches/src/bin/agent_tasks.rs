@@ -38,7 +38,8 @@ struct Args {
     /// Only these task ids (comma-separated).
     #[arg(long, value_delimiter = ',')]
     tasks: Vec<String>,
-    /// Only these variants (comma-separated names; default: the defaults only).
+    /// Only these variants (comma-separated names; default: the defaults only). With
+    /// `--ablate`, the defaults and then these, in this order.
     #[arg(long, value_delimiter = ',')]
     variants: Vec<String>,
     /// Run the ablation (see the module documentation).
@@ -75,9 +76,15 @@ fn json_line(model: &str, row: &Row) -> String {
             "reads_deduplicated": i.reads_deduplicated, "final_answer_turns": i.final_answer_turns,
             "unlisted_explained": i.unlisted_explained, "parse_diagnostics": i.parse_diagnostics,
             "words_requested": i.words_requested, "id_hints": i.id_hints, "coercions": i.coercions,
+            "schema_echoes_unwrapped": i.schema_echoes_unwrapped,
+            "ungrounded_writes": i.ungrounded_writes,
+            "look_first_requests": i.look_first_requests, "turns_compacted": i.turns_compacted,
+            "read_arguments_dropped": i.read_arguments_dropped,
+            "calls_split": i.calls_split, "failures_forgotten": i.failures_forgotten,
         },
         "trace": r.trace,
         "text": r.text,
+        "messages": r.messages,
     })
     .to_string()
 }
@@ -95,7 +102,13 @@ async fn main() -> std::process::ExitCode {
         .filter(|t| args.tasks.is_empty() || args.tasks.iter().any(|id| id == t.id))
         .collect();
     let all_variants = variants();
-    let chosen: Vec<&Variant> = if args.ablate {
+    let chosen: Vec<&Variant> = if args.ablate && !args.variants.is_empty() {
+        // The defaults, then only the listed variants, in the order listed.
+        std::iter::once("defaults")
+            .chain(args.variants.iter().map(String::as_str))
+            .filter_map(|n| all_variants.iter().find(|v| v.name == n))
+            .collect()
+    } else if args.ablate {
         all_variants.iter().collect()
     } else if args.variants.is_empty() {
         all_variants

@@ -409,6 +409,41 @@ pub fn variants() -> Vec<Variant> {
             fired: |i| i.id_hints > 0,
         },
         Variant {
+            name: "no-unwrap-schema-arguments",
+            config: b().unwrap_schema_arguments(false),
+            fired: |i| i.schema_echoes_unwrapped > 0,
+        },
+        Variant {
+            name: "no-ground-write-arguments",
+            config: b().ground_write_arguments(false),
+            fired: |i| i.ungrounded_writes > 0,
+        },
+        Variant {
+            name: "no-look-before-answering",
+            config: b().look_before_answering(false),
+            fired: |i| i.look_first_requests > 0,
+        },
+        Variant {
+            name: "no-compact-recovered-turns",
+            config: b().compact_recovered_turns(false),
+            fired: |i| i.turns_compacted > 0,
+        },
+        Variant {
+            name: "no-drop-unknown-read-arguments",
+            config: b().drop_unknown_read_arguments(false),
+            fired: |i| i.read_arguments_dropped > 0,
+        },
+        Variant {
+            name: "no-split-array-arguments",
+            config: b().split_array_arguments(false),
+            fired: |i| i.calls_split > 0,
+        },
+        Variant {
+            name: "no-forget-old-failures",
+            config: b().forget_old_failures(false),
+            fired: |i| i.failures_forgotten > 0,
+        },
+        Variant {
             name: "none",
             config: b().without_small_model_guards(),
             fired: |_| true,
@@ -449,6 +484,9 @@ pub struct TaskResult {
     pub millis: u128,
     /// The model's last text.
     pub text: String,
+    /// The whole conversation as the model saw it (system prompt, turns, tool results), for
+    /// reading a run's trace.
+    pub messages: Vec<Message>,
 }
 
 /// The caller every task runs as: may edit notes, may not archive, sees the Compact projection.
@@ -514,6 +552,7 @@ pub fn grade(task: &Task, app: &NotesApp, outcome: &RunOutcome, millis: u128) ->
         interventions: outcome.interventions,
         millis,
         text: outcome.text.clone(),
+        messages: outcome.messages.clone(),
     }
 }
 
@@ -562,6 +601,9 @@ mod tests {
         } else {
             format!("It says {}.", task.answer_has.join(", "))
         };
+        // Twice: a task solved without a call is answered with a request to look first
+        // (`look_before_answering`), and the model repeats its answer.
+        turns.push(ScriptedProvider::text(words.clone()));
         turns.push(ScriptedProvider::text(words));
         ScriptedProvider::new(turns)
     }
@@ -588,6 +630,7 @@ mod tests {
                     interventions: Interventions::default(),
                     millis: 0,
                     text: String::new(),
+                    messages: Vec::new(),
                 })
                 .collect::<Vec<_>>(),
         );
@@ -627,7 +670,9 @@ mod tests {
             .await
             .unwrap();
         assert!(r.answered && !r.state_ok && !r.pass);
-        assert_eq!(r.interventions.id_hints, 1);
+        // The invented id has no source: the write is not run, the model told where ids come
+        // from.
+        assert_eq!(r.interventions.ungrounded_writes, 1);
         let hint = provider.requests()[1].messages.last().cloned().unwrap();
         assert!(format!("{hint:?}").contains("search_notes"), "{hint:?}");
         // A tool's JSON as the answer, twice: not answered.

@@ -1,0 +1,260 @@
+//! What the loop tells the model about a call before or instead of running it: why an
+//! unlisted tool cannot be called, which tool finds an id, and whether a write's values have a
+//! source in the conversation ([`crate::ground`]). Split from the loop so each answer's logic
+//! sits beside the others.
+
+use kberg_core::ErrorCode;
+
+use serde_json::Value;
+
+use super::{PendingCall, Run};
+use crate::coerce::Coercion;
+use crate::ground::{Grounds, is_id_name};
+use crate::message::{Message, ToolCall};
+use crate::nudge;
+use crate::surface::ToolResult;
+
+impl Run<'_> {
+    /// The answer to a text call to a tool that is not listed: the surface's reason (a refusal,
+    /// a missing capability) or `unknown_tool`, then the names the model may call.
+    pub(super) async fn explain_unlisted(&self, name: &str) -> (ErrorCode, String) {
+        let explained = self.agent.surface.explain_unlisted(name).await;
+        let (code, mut text) = match explained {
+            Some(ToolResult {
+                text,
+                code: Some(code),
+                ..
+            }) => (code, text),
+            Some(ToolResult { text, .. }) => (ErrorCode::UnknownTool, text),
+            None => (
+                ErrorCode::UnknownTool,
+                format!("`{name}` is not a tool you can call."),
+            ),
+        };
+        text.push_str(&nudge::final_refusal(name));
+        let names: Vec<String> = self.request.tools.iter().map(|t| t.name.clone()).collect();
+        text.push_str(&nudge::listed_tools(&names));
+        (code, text)
+    }
+
+    /// The hint for a failed call that passed an id: the tool that finds ids for it.
+    pub(super) fn id_hint(&self, call: &ToolCall, code: ErrorCode) -> Option<String> {
+        let config = self.config();
+        if !config.id_hints
+            || !matches!(
+                code,
+                ErrorCode::ToolFailed | ErrorCode::HandleInvalid | ErrorCode::HandleExpired
+            )
+        {
+            return None;
+        }
+        let args = call.arguments.as_object()?;
+        args.keys().find_map(|arg| {
+            let source = match config.id_sources.get(arg) {
+                Some(tool) => Some(tool.clone()),
+                None if is_id_name(arg) => self.finder_tool(&call.name),
+                None => None,
+            }?;
+            (source != call.name).then(|| nudge::id_hint(arg, &source))
+        })
+    }
+
+    /// A listed read-only tool that finds things: `search*` first, then `find*`, then `list*`.
+    pub(super) fn finder_tool(&self, except: &str) -> Option<String> {
+        ["search", "find", "list"].iter().find_map(|prefix| {
+            self.request
+                .tools
+                .iter()
+                .filter(|t| t.read_only && t.name != except)
+                .find(|t| t.name.starts_with(prefix))
+                .map(|t| t.name.clone())
+        })
+    }
+
+    /// The answer to a write whose id or number argument has no source in the conversation,
+    /// when [`crate::AgentConfig::ground_write_arguments`] is on; `None` when it may run.
+    pub(super) fn ungrounded(&self, call: &ToolCall) -> Option<String> {
+        let config = self.config();
+        if !config.ground_write_arguments || self.read_only.contains(&call.name) {
+            return None;
+        }
+        let grounds = Grounds::of(&self.request.messages, self.user_messages);
+        let bad = grounds.check(&call.arguments, &config.id_sources)?;
+        Some(if bad.is_id {
+            let finder = config
+                .id_sources
+                .get(&bad.argument)
+                .cloned()
+                .or_else(|| self.finder_tool(&call.name));
+            nudge::ungrounded_id(
+                &call.name,
+                &bad.argument,
+                &bad.value,
+                finder.as_deref(),
+                &self.user_request(),
+            )
+        } else {
+            nudge::ungrounded_value(&call.name, &bad.argument, &bad.value, &self.user_request())
+        })
+    }
+
+    /// The user's last own message (not one of the loop's notes), for reminders.
+    fn user_request(&self) -> String {
+        self.request.messages[..self.user_messages.min(self.request.messages.len())]
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                Message::User { content, .. } => Some(content.clone()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
+    /// The request to look first, when the model answered before any tool ran, the option is
+    /// on, it was not asked yet, and a read-only tool is listed.
+    pub(super) fn look_first(&mut self) -> Option<String> {
+        let looked = !self.calls.is_empty()
+            || self
+                .request
+                .messages
+                .iter()
+                .any(|m| matches!(m, Message::Tool { .. }));
+        if !self.config().look_before_answering || self.asked_to_look || looked {
+            return None;
+        }
+        let reads: Vec<String> = self
+            .request
+            .tools
+            .iter()
+            .filter(|t| t.read_only)
+            .take(2)
+            .map(|t| t.name.clone())
+            .collect();
+        if reads.is_empty() {
+            return None;
+        }
+        self.asked_to_look = true;
+        self.interventions.look_first_requests += 1;
+        Some(nudge::look_first(&reads))
+    }
+
+    /// Calls whose one string argument holds a list of strings, split into one call per item
+    /// ([`crate::AgentConfig::split_array_arguments`]): `add_tag` with `"tag": ["work",
+    /// "urgent"]` becomes two calls. Only when exactly one argument is such a list and the
+    /// tool's schema says that argument is a string.
+    pub(super) fn split_arrays(&mut self, calls: Vec<PendingCall>) -> Vec<PendingCall> {
+        let mut out = Vec::with_capacity(calls.len());
+        for pending in calls {
+            let Some(arg) = self.split_argument(&pending.call) else {
+                out.push(pending);
+                continue;
+            };
+            let items = match &pending.call.arguments[&arg] {
+                Value::Array(items) => items.clone(),
+                _ => Vec::new(),
+            };
+            self.interventions.calls_split += 1;
+            tracing::debug!(tool = %pending.call.name, count = items.len(), "a list for a one-value argument was split into calls");
+            for (n, item) in items.into_iter().enumerate() {
+                let mut call = pending.call.clone();
+                call.id = format!("{}_{}", pending.call.id, n + 1);
+                let from = call.arguments[&arg].to_string();
+                call.arguments[&arg] = item;
+                let mut coercions = pending.coercions.clone();
+                coercions.push(Coercion {
+                    pointer: format!("/{arg}"),
+                    from,
+                    to: format!("one call per item (this one: {})", call.arguments[&arg]),
+                });
+                out.push(PendingCall {
+                    call,
+                    coercions,
+                    unlisted: pending.unlisted,
+                });
+            }
+        }
+        out
+    }
+
+    fn split_argument(&self, call: &ToolCall) -> Option<String> {
+        let props = self
+            .schemas
+            .get(&call.name)?
+            .get("properties")?
+            .as_object()?;
+        let args = call.arguments.as_object()?;
+        let mut lists = args.iter().filter(|(_, v)| v.is_array());
+        let (name, value) = lists.next()?;
+        if lists.next().is_some() {
+            return None;
+        }
+        let is_string = props
+            .get(name)
+            .and_then(|p| p.get("type"))
+            .and_then(Value::as_str)
+            == Some("string");
+        let items = value.as_array()?;
+        (is_string && items.len() >= 2 && items.len() <= 8 && items.iter().all(Value::is_string))
+            .then(|| name.clone())
+    }
+}
+
+/// Leaves out of `messages` (what the model is sent) the failed calls of every assistant turn
+/// but the last, with their results, and turns left with neither text nor calls
+/// ([`crate::AgentConfig::forget_old_failures`]). Small models copy the calls they see; a call
+/// that failed and was answered a turn ago is copied again.
+pub(super) fn forget_old_failures(messages: &mut Vec<Message>) {
+    let Some(last) = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::Assistant { .. }))
+    else {
+        return;
+    };
+    let failed: std::collections::HashSet<String> = messages[..last]
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                call_id,
+                is_error: true,
+                ..
+            } => Some(call_id.clone()),
+            _ => None,
+        })
+        .collect();
+    if failed.is_empty() {
+        return;
+    }
+    let mut i = 0;
+    messages.retain_mut(|m| {
+        let keep = if i >= last {
+            true
+        } else {
+            match m {
+                Message::Tool { call_id, .. } => !failed.contains(call_id),
+                Message::Assistant {
+                    content,
+                    tool_calls,
+                } => {
+                    let had_calls = !tool_calls.is_empty();
+                    tool_calls.retain(|c| !failed.contains(&c.id));
+                    !(had_calls && tool_calls.is_empty() && content.trim().is_empty())
+                }
+                _ => true,
+            }
+        };
+        i += 1;
+        keep
+    });
+}
+
+/// Whether [`forget_old_failures`] would leave something out of `messages`.
+pub(super) fn has_old_failures(messages: &[Message]) -> bool {
+    messages
+        .iter()
+        .rposition(|m| matches!(m, Message::Assistant { .. }))
+        .is_some_and(|last| {
+            messages[..last]
+                .iter()
+                .any(|m| matches!(m, Message::Tool { is_error: true, .. }))
+        })
+}

@@ -1,0 +1,360 @@
+//! Whether a write's arguments come from the conversation.
+//!
+//! Small models fill a write's arguments with values nobody gave them: an invented id
+//! (`note_id: 1` where the app's ids are two-digit numbers), or a field copied from the record
+//! they just read (the note's old priority instead of the one the user asked for), or a whole
+//! write the user never asked for (a priority set while answering a question). Each such write
+//! runs and changes the app's data. The loop can catch them before they run, without knowing the
+//! task, by checking where each value could have come from:
+//!
+//! - an id argument (named `id`, ending in `_id` or `Id`, or named with
+//!   [`crate::AgentConfig::id_source`]) must appear in the user's words or in a tool result that
+//!   succeeded in this run (ids come from searches);
+//! - a number argument must appear in the user's words (digits, or English number words up to
+//!   ninety-nine: "forty-two", "five").
+//!
+//! Other values (text, flags, lists) are not checked: a model composes them. A write that fails
+//! the check is not run; the model is told which value has no source and shown the user's
+//! request, and may try again (see [`crate::AgentConfig::ground_write_arguments`]).
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::message::Message;
+
+/// Where a write's values may come from: the numbers and text of the user's messages, and of
+/// the tool results that succeeded.
+#[derive(Debug, Default)]
+pub(crate) struct Grounds {
+    user_numbers: Vec<f64>,
+    user_text: String,
+    result_text: String,
+}
+
+/// An argument with no source in the conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Ungrounded {
+    /// The argument's name.
+    pub argument: String,
+    /// The value as the model wrote it (JSON).
+    pub value: String,
+    /// Whether it is an id argument (ids may also come from tool results).
+    pub is_id: bool,
+}
+
+/// Whether an argument name is an id by its spelling.
+pub(crate) fn is_id_name(arg: &str) -> bool {
+    arg == "id" || arg.ends_with("_id") || arg.ends_with("Id")
+}
+
+impl Grounds {
+    /// The grounds in `messages`: `user_messages` are the indices of the user's own messages
+    /// (not the loop's notes to the model), tool results count when they did not fail.
+    pub(crate) fn of(messages: &[Message], user_messages: usize) -> Self {
+        let mut g = Grounds::default();
+        for (i, m) in messages.iter().enumerate() {
+            match m {
+                Message::User { content, .. } if i < user_messages => {
+                    g.user_numbers.extend(numbers_in(content));
+                    g.user_text.push_str(&content.to_lowercase());
+                    g.user_text.push('\n');
+                }
+                Message::Tool {
+                    content,
+                    is_error: false,
+                    ..
+                } => {
+                    g.result_text.push_str(&content.to_lowercase());
+                    g.result_text.push('\n');
+                }
+                _ => {}
+            }
+        }
+        g
+    }
+
+    /// The first top-level argument of `arguments` with no source, if any. `id_args` are the
+    /// argument names an app declared as ids beside those spelled as ids.
+    pub(crate) fn check(
+        &self,
+        arguments: &Value,
+        id_args: &HashMap<String, String>,
+    ) -> Option<Ungrounded> {
+        let args = arguments.as_object()?;
+        args.iter().find_map(|(name, value)| {
+            let is_id = is_id_name(name) || id_args.contains_key(name);
+            let grounded = if is_id {
+                self.id_grounded(name, value)
+            } else {
+                self.number_grounded(value)
+            };
+            (!grounded).then(|| Ungrounded {
+                argument: name.clone(),
+                value: value.to_string(),
+                is_id,
+            })
+        })
+    }
+
+    /// An id is grounded when the user said it, or a result that succeeded shows it labelled
+    /// as an id (`note_id 17`, `"id": 17`, `note 17`): a bare number in a result (a priority,
+    /// a count) is not an id.
+    fn id_grounded(&self, name: &str, value: &Value) -> bool {
+        let text = match value {
+            Value::Number(n) => {
+                if n.as_f64().is_some_and(|x| self.user_numbers.contains(&x)) {
+                    return true;
+                }
+                n.to_string()
+            }
+            Value::String(s) => {
+                let s = s.trim().to_lowercase();
+                if s.is_empty() {
+                    return true;
+                }
+                if s.parse::<f64>()
+                    .is_ok_and(|x| self.user_numbers.contains(&x))
+                    || (s.parse::<f64>().is_err() && self.user_text.contains(&s))
+                {
+                    return true;
+                }
+                s
+            }
+            _ => return true,
+        };
+        labelled_in(&self.result_text, &name.to_lowercase(), &text)
+    }
+
+    fn number_grounded(&self, value: &Value) -> bool {
+        match value {
+            Value::Number(n) => n.as_f64().is_none_or(|x| self.user_numbers.contains(&x)),
+            _ => true,
+        }
+    }
+}
+
+/// Whether `text` holds `value` as a whole token right after a label naming an id: the
+/// argument's name, its stem (`note` for `note_id`), or a word ending in `id`, with at most a
+/// few quotes, colons, equals signs, spaces or `#` between.
+fn labelled_in(text: &str, name: &str, value: &str) -> bool {
+    let stem = name
+        .strip_suffix("_id")
+        .or_else(|| name.strip_suffix("id"))
+        .unwrap_or(name);
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(value).any(|(at, _)| {
+        let before = &text[..at];
+        let after = &text[at + value.len()..];
+        if before.chars().next_back().is_some_and(is_word)
+            || after.chars().next().is_some_and(|c| {
+                is_word(c) || c == '.' && after[1..].starts_with(|d: char| d.is_ascii_digit())
+            })
+        {
+            return false;
+        }
+        let label_end = before.trim_end_matches([' ', ':', '=', '"', '\'', '#']);
+        if before.len() - label_end.len() > 4 {
+            return false;
+        }
+        let label_start = label_end
+            .char_indices()
+            .rev()
+            .take_while(|(_, c)| is_word(*c))
+            .last()
+            .map_or(label_end.len(), |(i, _)| i);
+        let label = &label_end[label_start..];
+        !label.is_empty() && (label == name || label == stem || label.ends_with("id"))
+    })
+}
+
+/// The numbers in `text`: runs of digits (with one decimal point), and English number words
+/// from zero to ninety-nine ("five", "forty-two", "forty two").
+pub(crate) fn numbers_in(text: &str) -> Vec<f64> {
+    let mut out = Vec::new();
+    let chars: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i].is_ascii_digit() {
+            let start = i;
+            // Digits inside a word (`q1`, `v2`) are part of the word, not a number said.
+            let in_word = i > 0 && chars[i - 1].is_alphabetic();
+            while i < chars.len() && chars[i].is_ascii_digit() {
+                i += 1;
+            }
+            if i + 1 < chars.len() && chars[i] == '.' && chars[i + 1].is_ascii_digit() {
+                i += 1;
+                while i < chars.len() && chars[i].is_ascii_digit() {
+                    i += 1;
+                }
+            }
+            let s: String = chars[start..i].iter().collect();
+            let word_follows = chars.get(i).is_some_and(|c| c.is_alphabetic());
+            if in_word || word_follows {
+                continue;
+            }
+            if let Ok(x) = s.parse::<f64>() {
+                out.push(x);
+            }
+            continue;
+        }
+        i += 1;
+    }
+    let lower = text.to_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !c.is_alphabetic())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut w = 0;
+    while w < words.len() {
+        if let Some(tens) = tens_word(words[w]) {
+            match words.get(w + 1).copied().and_then(unit_word) {
+                Some(unit) if unit > 0 && unit < 10 => {
+                    out.push(f64::from(tens + unit));
+                    w += 2;
+                }
+                _ => {
+                    out.push(f64::from(tens));
+                    w += 1;
+                }
+            }
+            continue;
+        }
+        if let Some(unit) = unit_word(words[w]) {
+            out.push(f64::from(unit));
+        }
+        w += 1;
+    }
+    out
+}
+
+fn unit_word(w: &str) -> Option<u32> {
+    const UNITS: [&str; 20] = [
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+    ];
+    UNITS
+        .iter()
+        .position(|u| *u == w)
+        .and_then(|p| u32::try_from(p).ok())
+}
+
+fn tens_word(w: &str) -> Option<u32> {
+    const TENS: [&str; 8] = [
+        "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
+    ];
+    TENS.iter()
+        .position(|t| *t == w)
+        .and_then(|p| u32::try_from(p).ok())
+        .map(|p| (p + 2) * 10)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn numbers_in_digits_and_words() {
+        assert_eq!(numbers_in("note 42 to 5."), vec![42.0, 5.0]);
+        assert_eq!(numbers_in("note forty-two to five"), vec![42.0, 5.0]);
+        assert_eq!(numbers_in("forty two, twenty, 3.5"), vec![3.5, 42.0, 20.0]);
+        assert!(numbers_in("no numbers here, someone").is_empty());
+        // Digits that are part of a word are not numbers the user gave.
+        assert!(numbers_in("tag it \"q1\", version v2, 3rd").is_empty());
+    }
+
+    fn grounds(user: &str, results: &[(&str, bool)]) -> Grounds {
+        let mut messages = vec![Message::system("sys"), Message::user(user)];
+        for (text, is_error) in results {
+            messages.push(Message::Tool {
+                call_id: "c".into(),
+                name: "t".into(),
+                content: (*text).into(),
+                is_error: *is_error,
+            });
+        }
+        messages.push(Message::user("a note from the loop: 99"));
+        Grounds::of(&messages, 2)
+    }
+
+    #[test]
+    fn ids_come_from_the_user_or_a_result_that_succeeded() {
+        let none = HashMap::new();
+        let g = grounds(
+            "Set my Dentist note to 5",
+            &[
+                ("note_id 17: Dentist (priority 2)", false),
+                ("There is no note with note_id 1.", true),
+            ],
+        );
+        assert_eq!(g.check(&json!({"note_id": 17, "priority": 5}), &none), None);
+        // An id that only appears in a failure, or in the loop's own note, has no source.
+        let bad = g
+            .check(&json!({"note_id": 1, "priority": 5}), &none)
+            .unwrap();
+        assert!(bad.is_id && bad.argument == "note_id" && bad.value == "1");
+        assert!(
+            g.check(&json!({"note_id": 99, "priority": 5}), &none)
+                .is_some()
+        );
+        // A number a result shows as something else (a priority) is not an id.
+        let g2 = grounds(
+            "Set my Dentist note to 5",
+            &[("note_id 17 (priority 1)", false)],
+        );
+        assert!(
+            g2.check(&json!({"note_id": 1, "priority": 5}), &none)
+                .unwrap()
+                .is_id
+        );
+        let g3 = grounds(
+            "Set it to 5",
+            &[(r#"[{"id": 23, "title": "x"}, {"note": 24}]"#, false)],
+        );
+        assert_eq!(
+            g3.check(&json!({"note_id": 23, "priority": 5}), &none),
+            None
+        );
+        assert_eq!(
+            g3.check(&json!({"note_id": 24, "priority": 5}), &none),
+            None
+        );
+        assert!(
+            g3.check(&json!({"note_id": 2, "priority": 5}), &none)
+                .is_some()
+        );
+        // A number that only appears in a result (the old priority) has no source.
+        let stale = g
+            .check(&json!({"note_id": 17, "priority": 2}), &none)
+            .unwrap();
+        assert!(!stale.is_id && stale.argument == "priority");
+        // Strings are ids only by name; text is never checked.
+        assert_eq!(
+            g.check(&json!({"note_id": "17", "title": "X"}), &none),
+            None
+        );
+        let named = HashMap::from([("note".to_string(), "search".to_string())]);
+        assert!(g.check(&json!({"note": 5}), &named).is_none());
+        assert!(g.check(&json!({"note": 6}), &named).unwrap().is_id);
+    }
+}
