@@ -54,6 +54,14 @@ pub(crate) fn routes() -> Router<Panel> {
         .route("/scope/{id}/deny", post(scope::deny))
         .route("/integrations", get(integrations::list))
         .route("/integrations/{namespace}", get(integrations::show))
+        .route(
+            "/integrations/{namespace}/enable",
+            post(integrations::enable),
+        )
+        .route(
+            "/integrations/{namespace}/disable",
+            post(integrations::disable),
+        )
         .route("/agents", get(agents::list).post(agents::create))
         .route("/agents/{name}", get(agents::show))
         .route("/agents/{name}/change", post(agents::change))
@@ -201,6 +209,13 @@ impl Notice {
                 1 => "1 indexed chunk removed.".to_string(),
                 n => format!("{n} indexed chunks removed."),
             },
+            "integration_enabled" => {
+                "Enabled: it connects again and its tools return to the agents' lists.".to_string()
+            }
+            "integration_disabled" => {
+                "Disabled: its tools have left the agents' lists and its connections are closed."
+                    .to_string()
+            }
             _ => return None,
         })
     }
