@@ -47,7 +47,7 @@ pub(crate) fn routes() -> Router<AdminState> {
 }
 
 /// A project's patterns.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct PatternList {
     /// The project.
     pub project: String,
@@ -60,7 +60,7 @@ pub struct PatternList {
 }
 
 /// A custom pattern.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct PatternView {
     /// Its name.
     pub name: String,
@@ -71,7 +71,7 @@ pub struct PatternView {
 }
 
 /// An example repository of a pattern.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ExampleView {
     /// A git URL or a local directory.
     pub url: String,
