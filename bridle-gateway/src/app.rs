@@ -43,7 +43,16 @@ pub fn build_app_observed(
     register_tools(&tools, ctx)?;
     let with_memory = memory.is_some();
     if let Some(memory) = memory {
+        let (patterns, listener) = (Arc::clone(&memory.patterns), memory.on_indexed.clone());
         bridle_memory::tools::register(&tools, memory)?;
+        // The refresh tool runs through the gateway's index-run registry (one run per tag,
+        // shared with the admin API).
+        crate::memory::refresh::replace_refresh_tool(
+            &tools,
+            patterns,
+            listener,
+            ctx.index_runs.clone(),
+        )?;
     }
     let resources = ResourceRegistry::new();
     register_resources(&resources, ctx)?;

@@ -30,6 +30,9 @@ pub struct GatewayContext {
     /// The audit log, once the gateway opened it (see [`GatewayContext::set_audit`]); unset,
     /// changes and tool calls leave only log lines.
     pub(crate) audit: std::sync::OnceLock<crate::audit::AuditLog>,
+    /// The pattern-example index runs (one per reference tag), shared by the admin API and
+    /// the `refresh_pattern_example` tool.
+    pub index_runs: crate::memory::IndexRuns,
 }
 
 impl std::fmt::Debug for GatewayContext {
@@ -87,6 +90,7 @@ impl GatewayContext {
             agents,
             sessions: SessionRegistry::default(),
             audit: std::sync::OnceLock::new(),
+            index_runs: crate::memory::IndexRuns::default(),
         }))
     }
 

@@ -4,7 +4,11 @@
 //! 409 while the first runs (the embedder holds it on a gate, released by the test), and
 //! `last_indexed` written back through the normal change path; a repository that can no longer
 //! be read ends with an `error` event and leaves the previous index and `last_indexed` intact;
-//! removal purges the chunks; the indexing gauges on `/metrics` follow the run. Every failure path: no or wrong credential, agents' tokens, unknown
+//! removal purges the chunks; the indexing gauges on `/metrics` follow the run. Index runs a
+//! browser can follow: started with 202 and a `Location`, followed over GET with every event
+//! replayed from the start (and after `Last-Event-ID`), and shared with the MCP tool
+//! `refresh_pattern_example` (a run the tool started is listed, followed and holds the tag
+//! against the API, and the tool is refused while the API's run holds it). Every failure path: no or wrong credential, agents' tokens, unknown
 //! projects, patterns and examples, duplicates, bad names, wrong types, malformed JSON, an
 //! oversize body, a gateway without memory.
 
@@ -313,6 +317,9 @@ async fn the_patterns_resource_refuses_what_it_must_and_changes_nothing() {
                 .post(gw.url("/projects/demo/patterns"))
                 .json(&json!({"name": "x"})),
             gw.http.post(gw.url(INDEX)),
+            gw.http.post(gw.url(RUNS)),
+            gw.http.get(gw.url("/index-runs/x")),
+            gw.http.get(gw.url("/index-runs/x/events")),
             gw.http.delete(gw.url("/projects/demo/patterns/retry")),
         ] {
             let req = match &t {
@@ -471,10 +478,273 @@ async fn the_patterns_resource_refuses_what_it_must_and_changes_nothing() {
         StatusCode::CREATED,
     )
     .await;
+    for req in [gw.post(INDEX), gw.post(RUNS)] {
+        problem(
+            req.send().await.unwrap(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "memory_off",
+        )
+        .await;
+    }
+    gw.stop().await;
+}
+
+const RUNS: &str = "/projects/demo/patterns/retry/examples/retry-example/index-runs";
+
+/// A whole SSE body (the stream ends with the run): each event's name, id and data.
+async fn whole_stream(resp: reqwest::Response) -> Vec<(String, u64, Value)> {
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = tokio::time::timeout(std::time::Duration::from_secs(30), resp.text())
+        .await
+        .expect("the stream ends with its run")
+        .unwrap();
+    body.split("\n\n")
+        .filter_map(|block| {
+            let (mut name, mut id, mut data) = (None, None, String::new());
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event:") {
+                    name = Some(v.trim().to_string());
+                } else if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().parse::<u64>().ok();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim());
+                }
+            }
+            Some((name?, id?, serde_json::from_str(&data).unwrap()))
+        })
+        .collect()
+}
+
+async fn example_view(gw: &Gw) -> Value {
+    let listed = json_ok(
+        gw.get("/projects/demo/patterns").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    listed["custom"][0]["example_repos"][0].clone()
+}
+
+/// Lets claude re-index pattern examples in the demo project (`permissions.claude.memory`).
+fn grant_index(gw: &Gw) {
+    let mut doc = gw.ctx.store.load("demo").unwrap().document;
+    let base = doc.revision;
+    doc.permissions.get_mut("claude").unwrap().memory.index = true;
+    gw.ctx
+        .store
+        .save_edit("demo", &doc, base, "test", "claude may re-index")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn index_runs_are_started_followed_by_replay_and_shared_with_the_refresh_tool() {
+    let gate = Arc::new(Semaphore::new(0));
+    let gw = Gw::start_with(|b| b.memory(service(Arc::clone(&gate)))).await;
+    let repo = example_repo();
+    for (path, body) in [
+        ("/projects/demo/patterns", json!({"name": "retry"})),
+        (
+            "/projects/demo/patterns/retry/examples",
+            json!({"url": repo.path().display().to_string(), "reference_tag": "retry-example"}),
+        ),
+    ] {
+        json_ok(
+            gw.post(path).json(&body).send().await.unwrap(),
+            StatusCode::CREATED,
+        )
+        .await;
+    }
+    grant_index(&gw);
+    let claude =
+        kberg_agent::McpSurface::connect_http_with_bearer(&gw.mcp, &gw.file_token("claude"))
+            .await
+            .unwrap();
+    let claude = Arc::new(claude);
+    let refresh = |c: Arc<kberg_agent::McpSurface>| async move {
+        use kberg_agent::ToolSurface;
+        c.call(
+            "refresh_pattern_example",
+            json!({"reference_tag": "retry-example"}),
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+    };
+
+    // Started: 202, its id, a Location of its status, where its events are.
+    let resp = gw.post(RUNS).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let location = resp.headers()["location"].to_str().unwrap().to_string();
+    let started = resp.json::<Value>().await.unwrap();
+    let id = started["run"]["id"].as_str().unwrap().to_string();
+    assert_eq!(location, format!("/admin/api/v1/index-runs/{id}"));
+    assert_eq!(started["status_url"], location.as_str());
+    assert_eq!(started["events_url"], format!("{location}/events").as_str());
+    assert_eq!(started["run"]["state"], "running");
+    assert_eq!(started["run"]["origin"], "api");
+    assert_eq!(started["run"]["actor"], "admin:alice@api");
+    let status_path = location.trim_start_matches("/admin/api/v1");
+    let status = json_ok(gw.get(status_path).send().await.unwrap(), StatusCode::OK).await;
+    assert_eq!(status["reference_tag"], "retry-example");
+    assert_eq!(status["project"], "demo");
+    assert_eq!(example_view(&gw).await["run_id"], id.as_str());
+
+    // While it runs: a second start (either way), the tool and a removal are refused.
+    let refused = problem(
+        gw.post(RUNS).send().await.unwrap(),
+        StatusCode::CONFLICT,
+        "index_running",
+    )
+    .await;
+    assert!(
+        refused["detail"].as_str().unwrap().contains(&id),
+        "{refused}"
+    );
     problem(
         gw.post(INDEX).send().await.unwrap(),
-        StatusCode::SERVICE_UNAVAILABLE,
-        "memory_off",
+        StatusCode::CONFLICT,
+        "index_running",
+    )
+    .await;
+    let r = refresh(Arc::clone(&claude)).await.unwrap();
+    assert!(r.is_error, "{r:?}");
+    let s = r.structured.clone().unwrap();
+    assert_eq!(s["code"], "index_running", "{r:?}");
+    assert_eq!(s["run_id"], id.as_str());
+
+    // A follower now: replay, then live, to the end.
+    let mut live = Events::new(
+        gw.get(&format!("{status_path}/events"))
+            .send()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(live.until("started").await["run_id"], id.as_str());
+    loop {
+        if live.until("progress").await["step"] == "chunked" {
+            break;
+        }
+    }
+    gate.add_permits(1_000);
+    let done = live.until("done").await;
+    assert!(done["report"]["chunks"].as_u64().unwrap() >= 1, "{done}");
+
+    // A late follower gets every event from the start, in order, and the stream ends.
+    let all = whole_stream(
+        gw.get(&format!("{status_path}/events"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let names: Vec<&str> = all.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(names.first(), Some(&"started"), "{names:?}");
+    assert_eq!(names.last(), Some(&"done"), "{names:?}");
+    assert!(names.contains(&"progress"), "{names:?}");
+    let ids: Vec<u64> = all.iter().map(|(_, i, _)| *i).collect();
+    assert_eq!(ids, (0..ids.len() as u64).collect::<Vec<_>>());
+    assert_eq!(all.last().unwrap().2, done);
+    // Resumed after event 1.
+    let resumed = whole_stream(
+        gw.get(&format!("{status_path}/events"))
+            .header("last-event-id", "1")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(resumed.first().unwrap().1, 2);
+    assert_eq!(resumed.len(), all.len() - 2);
+    let status = json_ok(gw.get(status_path).send().await.unwrap(), StatusCode::OK).await;
+    assert_eq!(status["state"], "done");
+    assert!(example_view(&gw).await.get("run_id").is_none());
+
+    // A run the tool starts is one of the registry's: listed, refused to the API, followed.
+    let all_permits = gate.acquire_many(1_000).await.unwrap();
+    all_permits.forget();
+    let tool_call = tokio::spawn(refresh(Arc::clone(&claude)));
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let tool_run = loop {
+        if let Some(id) = example_view(&gw).await["run_id"].as_str() {
+            break id.to_string();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the tool's run never showed"
+        );
+        tokio::task::yield_now().await;
+    };
+    assert_ne!(tool_run, id);
+    let status = json_ok(
+        gw.get(&format!("/index-runs/{tool_run}"))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(status["origin"], "tool");
+    assert_eq!(status["actor"], "claude");
+    for req in [gw.post(RUNS), gw.post(INDEX)] {
+        problem(
+            req.send().await.unwrap(),
+            StatusCode::CONFLICT,
+            "index_running",
+        )
+        .await;
+    }
+    problem(
+        gw.delete("/projects/demo/patterns/retry/examples/retry-example")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CONFLICT,
+        "index_running",
+    )
+    .await;
+    let follow = gw
+        .get(&format!("/index-runs/{tool_run}/events"))
+        .send()
+        .await
+        .unwrap();
+    gate.add_permits(1_000);
+    let r = tool_call.await.unwrap().unwrap();
+    assert!(!r.is_error, "{r:?}");
+    let events = whole_stream(follow).await;
+    assert_eq!(events.first().unwrap().0, "started");
+    assert_eq!(events.last().unwrap().0, "done");
+    assert!(example_view(&gw).await.get("run_id").is_none());
+    // The tool's run wrote last_indexed back as before.
+    assert!(example_view(&gw).await["last_indexed"].is_string());
+
+    // Unknown runs, a bad Last-Event-ID.
+    for p in [
+        "/index-runs/nope",
+        "/index-runs/nope/events",
+        "/index-runs/a%20b",
+    ] {
+        problem(
+            gw.get(p).send().await.unwrap(),
+            StatusCode::NOT_FOUND,
+            "unknown_index_run",
+        )
+        .await;
+    }
+    problem(
+        gw.get(&format!("/index-runs/{id}/events"))
+            .header("last-event-id", "two")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_request",
+    )
+    .await;
+    problem(
+        gw.post("/projects/demo/patterns/retry/examples/nope/index-runs")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+        "unknown_example",
     )
     .await;
     gw.stop().await;

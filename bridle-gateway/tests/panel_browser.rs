@@ -739,6 +739,123 @@ fn screenshot_dir(theme: &str) -> PathBuf {
     dir
 }
 
+/// Opens every `<details>` on the page (the add forms), as a click on each summary would.
+async fn open_details(s: &Session) {
+    s.browser
+        .execute(
+            "document.querySelectorAll('details').forEach(d => d.open = true);",
+            vec![],
+        )
+        .await
+        .unwrap();
+}
+
+async fn type_into(s: &Session, id: &str, text: &str) {
+    s.browser
+        .find(Locator::Id(id))
+        .await
+        .unwrap()
+        .send_keys(text)
+        .await
+        .unwrap();
+}
+
+async fn click(s: &Session, id: &str) {
+    s.browser
+        .find(Locator::Id(id))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn add_a_pattern_and_an_example_reindex_it_and_watch_progress_reach_100_percent() {
+    let _one = ONE_BROWSER.lock().await;
+    let memory = panel_support::memory_service();
+    let s = Session::start_on(false, Fixture::with_memory(memory).await).await;
+    let repo = tempfile::tempdir().unwrap();
+    for n in 0..6 {
+        std::fs::write(
+            repo.path().join(format!("retry{n}.rs")),
+            format!("/// Retries with exponential backoff, variant {n}.\npub fn retry_{n}(attempts: u32) -> u32 {{\n    attempts * {n}\n}}\n"),
+        )
+        .unwrap();
+    }
+    s.login(ALICE).await;
+
+    // A pattern, then an example of it, through the page's forms.
+    s.browser.goto(&s.url("/panel/patterns")).await.unwrap();
+    s.wait_for("#add-pattern-demo").await;
+    open_details(&s).await;
+    type_into(&s, "pattern-name-demo", "retry").await;
+    type_into(&s, "pattern-description-demo", "Retries with backoff.").await;
+    click(&s, "add-pattern-demo").await;
+    s.wait_for("#pattern-demo-retry").await;
+    assert!(s.body_text().await.contains("Pattern added."));
+    open_details(&s).await;
+    type_into(&s, "ex-url-demo-retry", &repo.path().display().to_string()).await;
+    type_into(&s, "ex-tag-demo-retry", "retry-example").await;
+    click(&s, "add-example-demo-retry").await;
+    s.wait_for("#example-retry-example").await;
+    let row = s
+        .wait_for("#example-retry-example")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(row.contains("never"), "not indexed yet: {row}");
+
+    // Re-indexed: the bar follows the run over SSE until it is full.
+    click(&s, "reindex-retry-example").await;
+    s.wait_for("#run-retry-example").await;
+    let done = s.wait_for("#run-retry-example .run-done").await;
+    let bar = s.wait_for("#run-retry-example .run-done progress").await;
+    let value: f64 = bar.attr("value").await.unwrap().unwrap().parse().unwrap();
+    let max: f64 = bar.attr("max").await.unwrap().unwrap().parse().unwrap();
+    assert!(max >= 6.0, "one chunk a file at least: {max}");
+    assert_eq!(value, max, "the bar is full");
+    let text = done.text().await.unwrap();
+    assert!(text.contains("100%"), "{text}");
+    assert!(text.contains("Indexed:"), "{text}");
+    // The bar's own accessible name, and its sentence in a live region.
+    assert_eq!(
+        bar.attr("aria-label").await.unwrap().as_deref(),
+        Some("Indexing progress")
+    );
+    let live = s.wait_for("#run-retry-example").await;
+    assert_eq!(
+        live.attr("aria-live").await.unwrap().as_deref(),
+        Some("polite")
+    );
+
+    // Reloaded: last indexed is the run's, no run is shown any more.
+    s.browser.goto(&s.url("/panel/patterns")).await.unwrap();
+    let row = s
+        .wait_for("#example-retry-example")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(!row.contains("never"), "{row}");
+    assert!(row.contains("idle"), "{row}");
+
+    // Removed through its <dialog>, the name typed.
+    click(&s, "remove-example-retry-example-open").await;
+    type_into(&s, "remove-example-retry-example-confirm", "retry-example").await;
+    click(&s, "remove-example-retry-example-submit").await;
+    s.wait_for(".notice").await;
+    assert!(s.body_text().await.contains("Example removed"));
+    assert!(
+        s.browser
+            .find(Locator::Id("example-retry-example"))
+            .await
+            .is_err()
+    );
+    s.stop().await;
+}
+
 async fn shoot(s: &Session, dir: &Path, name: &str) {
     let png = s.browser.screenshot().await.unwrap();
     assert!(png.starts_with(b"\x89PNG"), "{name} is a PNG");
@@ -754,6 +871,21 @@ async fn screenshots_of_every_page_in_both_themes() {
         let dir = screenshot_dir(theme);
         let f = &s.served.fixture;
         let proposal = f.propose_guardrail("screenshot-guardrail");
+        let mut doc = f.ctx.store.load("demo").unwrap().document;
+        doc.patterns.custom.push(bridle_rules::CustomPattern {
+            name: "retry".into(),
+            description: "Retries with exponential backoff.".into(),
+            example_repos: vec![bridle_rules::ExampleRepo {
+                url: _repo.path().display().to_string(),
+                reference_tag: "retry-example".into(),
+                arch_tag: "retry".into(),
+                last_indexed: None,
+            }],
+        });
+        f.ctx
+            .store
+            .save_edit("demo", &doc, doc.revision, "test", "a pattern to show")
+            .unwrap();
         f.propose_guardrail("another-guardrail");
         f.request_scope("push to the main branch");
 
@@ -784,6 +916,7 @@ async fn screenshots_of_every_page_in_both_themes() {
             ("proposal", format!("/panel/queue/{proposal}"), ".diff"),
             ("scope", "/panel/scope".into(), "table"),
             ("integrations", "/panel/integrations".into(), "h1"),
+            ("patterns", "/panel/patterns".into(), "#pattern-demo-retry"),
             ("agents", "/panel/agents".into(), "table"),
             ("agent", "/panel/agents/bot".into(), "#issue-token"),
             ("sessions", "/panel/sessions".into(), "table"),
@@ -800,6 +933,23 @@ async fn screenshots_of_every_page_in_both_themes() {
             s.wait_for(ready).await;
             shoot(&s, &dir, name).await;
         }
+
+        // An example re-indexed, its bar full; its removal's dialog.
+        s.browser.goto(&s.url("/panel/patterns")).await.unwrap();
+        s.wait_for("#reindex-retry-example")
+            .await
+            .click()
+            .await
+            .unwrap();
+        s.wait_for("#run-retry-example .run-done").await;
+        shoot(&s, &dir, "patterns-reindexed").await;
+        s.wait_for("#remove-example-retry-example-open")
+            .await
+            .click()
+            .await
+            .unwrap();
+        s.wait_for("#remove-example-retry-example-confirm").await;
+        shoot(&s, &dir, "patterns-remove-dialog").await;
 
         // A secret's page, and an agent's token page (from a form).
         f.gateway

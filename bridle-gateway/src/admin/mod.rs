@@ -31,6 +31,7 @@ pub mod credential;
 mod decision;
 pub mod error;
 pub mod feeds;
+pub mod index_runs;
 pub mod integrations;
 pub mod memory;
 pub mod openapi;
@@ -95,8 +96,6 @@ pub struct AdminState {
     pub(crate) body_limit: usize,
     /// Cancelled when the server shuts down, so live streams end and let it stop.
     pub(crate) streams: tokio_util::sync::CancellationToken,
-    /// The example repositories being indexed now (one run per reference tag).
-    pub(crate) index_runs: patterns::IndexRuns,
     /// The gateway's metrics, whose indexing gauges an index run through the API keeps.
     pub(crate) metrics: Option<Arc<crate::ops::GatewayMetrics>>,
 }
@@ -123,7 +122,6 @@ impl AdminState {
             vendor_feed: None,
             body_limit: DEFAULT_BODY_LIMIT,
             streams: tokio_util::sync::CancellationToken::new(),
-            index_runs: patterns::IndexRuns::default(),
             metrics: None,
         }
     }
@@ -188,6 +186,7 @@ pub fn authenticated() -> Router<AdminState> {
         .merge(audit_log::routes())
         .merge(memory::routes())
         .merge(patterns::routes())
+        .merge(index_runs::routes())
         .merge(feeds::routes())
 }
 

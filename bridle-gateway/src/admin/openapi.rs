@@ -9,8 +9,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use super::error::{FieldError, ProblemDetails};
 use super::{
-    agents, audit_log, feeds, integrations, memory, patterns, projects, queue, scope, secrets,
-    sessions,
+    agents, audit_log, feeds, index_runs, integrations, memory, patterns, projects, queue, scope,
+    secrets, sessions,
 };
 
 /// The admin API's OpenAPI description.
@@ -35,7 +35,8 @@ use super::{
         memory::sessions, memory::purge_sessions, memory::patterns, memory::purge_tag,
         feeds::get_feed, feeds::run,
         patterns::list, patterns::add_pattern, patterns::remove_pattern, patterns::add_example,
-        patterns::remove_example, patterns::index,
+        patterns::remove_example, index_runs::index, index_runs::start_run,
+        index_runs::run_status, index_runs::run_events,
     ),
     components(schemas(ProblemDetails, FieldError)),
     modifiers(&AdminTokenScheme),
@@ -49,7 +50,7 @@ use super::{
         (name = "secrets", description = "The vault's secrets (metadata only; values never returned)"),
         (name = "audit", description = "The tamper-evident audit log"),
         (name = "memory", description = "Session memories and indexed pattern examples"),
-        (name = "patterns", description = "A project's patterns and example repositories, indexed with streamed progress"),
+        (name = "patterns", description = "A project's patterns and example repositories, and their index runs (started, then followed as Server-Sent Events)"),
         (name = "feeds", description = "The vendor-guidance feed: its sources, and runs on demand"),
     ),
 )]

@@ -222,6 +222,16 @@ impl AdminApi {
         Self::decode(status, &bytes)
     }
 
+    /// `DELETE path`, decoded.
+    pub(crate) async fn delete<T: DeserializeOwned>(
+        &self,
+        who: &SignedIn,
+        path: &str,
+    ) -> Result<T, Problem> {
+        let (status, bytes) = self.send(who, Method::DELETE, path, None).await?;
+        Self::decode(status, &bytes)
+    }
+
     /// `POST path` with an empty body, decoded.
     pub(crate) async fn post_empty<T: DeserializeOwned>(
         &self,

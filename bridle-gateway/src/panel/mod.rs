@@ -18,7 +18,8 @@
 //! - `assets`: the stylesheet, the small script and the vendored htmx and its SSE extension,
 //!   compiled in;
 //! - `pages`: one module per area (login, overview, projects, queue, scope, integrations,
-//!   agents, sessions, secrets, memory, audit) and the live streams (`live`).
+//!   agents, sessions, secrets, patterns, memory, audit) and the live streams (`live`; an index
+//!   run's progress is in `patterns`).
 //!
 //! [`router`] assembles them under the configured base path (default `/panel`); the admin
 //! listener ([`crate::admin::AdminServer`]) merges it beside the API.

@@ -131,6 +131,14 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../panel-assets/templates/memory.html"),
     ),
     (
+        "patterns.html",
+        include_str!("../../panel-assets/templates/patterns.html"),
+    ),
+    (
+        "partials/index_progress.html",
+        include_str!("../../panel-assets/templates/partials/index_progress.html"),
+    ),
+    (
         "audit_verify.html",
         include_str!("../../panel-assets/templates/audit_verify.html"),
     ),

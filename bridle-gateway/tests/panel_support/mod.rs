@@ -80,6 +80,14 @@ impl Fixture {
     pub async fn build(
         configure: impl FnOnce(bridle_gateway::GatewayBuilder) -> bridle_gateway::GatewayBuilder,
     ) -> Self {
+        Self::build_with_yaml("", configure).await
+    }
+
+    /// As [`Fixture::build`], with `extra` (top-level sections) appended to `bridle.yaml`.
+    pub async fn build_with_yaml(
+        extra: &str,
+        configure: impl FnOnce(bridle_gateway::GatewayBuilder) -> bridle_gateway::GatewayBuilder,
+    ) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         init_data_dir(tmp.path()).unwrap();
         let yaml = std::fs::read_to_string(tmp.path().join("bridle.yaml")).unwrap();
@@ -87,7 +95,7 @@ impl Fixture {
             "agents:\n",
             "agents:\n  bot:\n    type: claude\n    projects: [demo]\n",
         );
-        std::fs::write(tmp.path().join("bridle.yaml"), yaml).unwrap();
+        std::fs::write(tmp.path().join("bridle.yaml"), format!("{yaml}{extra}")).unwrap();
         let config = GatewayConfig::load(tmp.path()).unwrap();
         let gateway = configure(bridle_gateway::GatewayBuilder::new(tmp.path(), config))
             .build()

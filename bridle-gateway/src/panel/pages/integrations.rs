@@ -1,8 +1,10 @@
-//! Integrations: each upstream MCP server's status, tools, project mapping and last error.
-//! Read-only, as the admin API's resource is (enabling and mapping need a writable
-//! configuration, which the gateway does not have yet).
+//! Integrations: each upstream MCP server's status, tools, project mapping and last error, and
+//! turning one on or off at run time (the admin API's `…/enable` and `…/disable`: the state is
+//! written to `bridle.yaml`, its tools leave or rejoin the agents' lists). Project mappings are
+//! shown, not changed: the API cannot change them at run time yet.
 
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, Path, Query, State};
+use axum::response::Response;
 use minijinja::context;
 use minijinja::value::Serde;
 
@@ -10,7 +12,9 @@ use crate::admin::integrations::{IntegrationPage, IntegrationView};
 use crate::panel::Panel;
 use crate::panel::api::seg;
 use crate::panel::session::SignedIn;
-use crate::panel::view::{Page, PanelError};
+use crate::panel::view::{Page, PanelError, see_other};
+
+use super::Notice;
 
 /// `GET /integrations`.
 pub(crate) async fn list(
@@ -31,6 +35,7 @@ pub(crate) async fn show(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
     Path(namespace): Path<String>,
+    Query(notice): Query<Notice>,
 ) -> Result<Page, PanelError> {
     let i: IntegrationView = panel
         .api
@@ -40,6 +45,41 @@ pub(crate) async fn show(
         &who,
         "integration.html",
         "integrations",
-        context! { i => Serde(i) },
+        context! { i => Serde(i), notice => notice.text() },
     )
+}
+
+async fn switch(
+    panel: &Panel,
+    who: &SignedIn,
+    namespace: &str,
+    on: bool,
+) -> Result<Response, PanelError> {
+    let verb = if on { "enable" } else { "disable" };
+    let _: IntegrationView = panel
+        .api
+        .post_empty(who, &format!("/integrations/{}/{verb}", seg(namespace)))
+        .await?;
+    Ok(see_other(&panel.url(&format!(
+        "/integrations/{}?notice=integration_{verb}d",
+        seg(namespace)
+    ))))
+}
+
+/// `POST /integrations/{namespace}/enable`.
+pub(crate) async fn enable(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    Path(namespace): Path<String>,
+) -> Result<Response, PanelError> {
+    switch(&panel, &who, &namespace, true).await
+}
+
+/// `POST /integrations/{namespace}/disable`.
+pub(crate) async fn disable(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    Path(namespace): Path<String>,
+) -> Result<Response, PanelError> {
+    switch(&panel, &who, &namespace, false).await
 }

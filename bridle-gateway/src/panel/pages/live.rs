@@ -42,7 +42,7 @@ pub(crate) const TAIL_EVERY: Duration = Duration::from_secs(1);
 const TAIL_BATCH: usize = 100;
 
 /// Completes when the panel session `id` has ended.
-async fn signed_out(panel: Panel, id: String) {
+pub(crate) async fn signed_out(panel: Panel, id: String) {
     let mut tick = tokio::time::interval(SESSION_CHECK);
     loop {
         tick.tick().await;

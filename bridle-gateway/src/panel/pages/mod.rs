@@ -23,6 +23,7 @@ pub(crate) mod live;
 pub(crate) mod login;
 pub(crate) mod memory;
 pub(crate) mod overview;
+pub(crate) mod patterns;
 pub(crate) mod projects;
 pub(crate) mod queue;
 pub(crate) mod scope;
@@ -54,6 +55,14 @@ pub(crate) fn routes() -> Router<Panel> {
         .route("/scope/{id}/deny", post(scope::deny))
         .route("/integrations", get(integrations::list))
         .route("/integrations/{namespace}", get(integrations::show))
+        .route(
+            "/integrations/{namespace}/enable",
+            post(integrations::enable),
+        )
+        .route(
+            "/integrations/{namespace}/disable",
+            post(integrations::disable),
+        )
         .route("/agents", get(agents::list).post(agents::create))
         .route("/agents/{name}", get(agents::show))
         .route("/agents/{name}/change", post(agents::change))
@@ -69,6 +78,25 @@ pub(crate) fn routes() -> Router<Panel> {
         .route(
             "/secrets/{name}/versions/{version}/revoke",
             post(secrets::revoke),
+        )
+        .route("/patterns", get(patterns::list))
+        .route("/patterns/runs/{id}/events", get(patterns::run_events))
+        .route("/patterns/{project}", post(patterns::add_pattern))
+        .route(
+            "/patterns/{project}/{pattern}/remove",
+            post(patterns::remove_pattern),
+        )
+        .route(
+            "/patterns/{project}/{pattern}/examples",
+            post(patterns::add_example),
+        )
+        .route(
+            "/patterns/{project}/{pattern}/examples/{tag}/remove",
+            post(patterns::remove_example),
+        )
+        .route(
+            "/patterns/{project}/{pattern}/examples/{tag}/index",
+            post(patterns::index),
         )
         .route("/memory", get(memory::show))
         .route("/memory/purge", post(memory::purge_sessions))
@@ -201,6 +229,18 @@ impl Notice {
                 1 => "1 indexed chunk removed.".to_string(),
                 n => format!("{n} indexed chunks removed."),
             },
+            "pattern_added" => "Pattern added.".to_string(),
+            "pattern_removed" => "Pattern removed, with its examples.".to_string(),
+            "example_added" => "Example added. Re-index it to make it searchable.".to_string(),
+            "example_removed" => "Example removed, with its indexed chunks.".to_string(),
+            "index_started" => "Re-index started; its progress is shown below.".to_string(),
+            "integration_enabled" => {
+                "Enabled: it connects again and its tools return to the agents' lists.".to_string()
+            }
+            "integration_disabled" => {
+                "Disabled: its tools have left the agents' lists and its connections are closed."
+                    .to_string()
+            }
             _ => return None,
         })
     }

@@ -9,6 +9,16 @@
 //! in-process embedder). Secrets (API keys) are never in the file, only the names of files in the
 //! secrets folder. Every (re-)index records its time in the example's `last_indexed` through the
 //! rules store's normal edit path, so the change log shows it as a `user` change.
+//!
+//! Every index the gateway runs, through the admin API or the `refresh_pattern_example` tool, is
+//! a run of the one registry in [`runs`] (one run per reference tag, followed by replay); the
+//! gateway's `refresh_pattern_example` ([`refresh`]) takes bridle-memory's tool's place for
+//! that.
+
+pub(crate) mod refresh;
+pub mod runs;
+
+pub use runs::{IndexRuns, RunEvent, RunEventKind, RunOrigin, RunStatus};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,0 +1,369 @@
+//! Patterns and example repositories: every project's custom patterns with their examples and
+//! when each was last indexed; adding and removing a pattern or an example (a removal asks in a
+//! native `<dialog>` for the name to be typed, checked again here); and re-indexing an example
+//! with a live progress bar.
+//!
+//! A re-index is the admin API's `POST …/index-runs`; the page then follows the run through
+//! `GET /patterns/runs/{id}/events`, which reads the API's `GET /index-runs/{id}/events` in
+//! process and turns each event into the bar's HTML (a `<progress>` and a sentence), for htmx's
+//! SSE extension to swap in. The API replays a run from its start, so a page opened late, or
+//! reloaded, still shows the whole run and its end; an example being indexed by someone else
+//! (another admin, or an agent's `refresh_pattern_example`) shows the same bar. After the end
+//! the stream sends `end`, on which the extension closes it.
+
+use std::convert::Infallible;
+
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::{HeaderMap, Method};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use minijinja::context;
+use minijinja::value::Serde;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Notice, PanelForm, confirm_matches};
+use crate::admin::patterns::PatternList;
+use crate::admin::projects::ProjectPage;
+use crate::panel::Panel;
+use crate::panel::api::seg;
+use crate::panel::session::SignedIn;
+use crate::panel::view::{PanelError, see_other};
+
+/// A project's patterns as the page shows them.
+#[derive(Debug, Serialize)]
+struct ProjectPatterns {
+    name: String,
+    title: String,
+    patterns: PatternList,
+}
+
+/// What the page was opened for: a run to follow.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RunQuery {
+    #[serde(default)]
+    run: Option<String>,
+    #[serde(default)]
+    tag: Option<String>,
+}
+
+/// `GET /patterns`.
+pub(crate) async fn list(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    Query(notice): Query<Notice>,
+    Query(follow): Query<RunQuery>,
+) -> Result<Response, PanelError> {
+    let projects: ProjectPage = panel.api.get(&who, "/projects?limit=500").await?;
+    let mut shown = Vec::with_capacity(projects.items.len());
+    for p in projects.items {
+        let patterns: PatternList = panel
+            .api
+            .get(&who, &format!("/projects/{}/patterns", seg(&p.name)))
+            .await?;
+        shown.push(ProjectPatterns {
+            name: p.name,
+            title: p.title,
+            patterns,
+        });
+    }
+    // The run the admin just started, drawn on its example's row (until it is in the list's
+    // `run_id`, or after it ended).
+    let follow = match (follow.run, follow.tag) {
+        (Some(run), Some(tag)) if is_run_id(&run) => Some((tag, run)),
+        _ => None,
+    };
+    Ok(panel
+        .page(
+            &who,
+            "patterns.html",
+            "patterns",
+            context! {
+                projects => Serde(&shown),
+                follow_tag => follow.as_ref().map(|(t, _)| t.clone()),
+                follow_run => follow.map(|(_, r)| r),
+                notice => notice.text(),
+            },
+        )?
+        .into_response())
+}
+
+/// A run id as the registry makes them (hex, `-`, digits); anything else is not followed.
+fn is_run_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() || b == b'-' || b.is_ascii_digit())
+}
+
+/// The add-pattern form.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub(crate) struct PatternForm {
+    name: String,
+    description: String,
+}
+
+/// The add-example form.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct ExampleForm {
+    url: String,
+    reference_tag: String,
+    arch_tag: String,
+}
+
+#[derive(Debug, Serialize)]
+struct ExampleBody {
+    url: String,
+    reference_tag: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arch_tag: Option<String>,
+}
+
+/// A removal's confirmation.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct ConfirmForm {
+    confirm: String,
+}
+
+fn back(panel: &Panel, notice: &str, anchor: &str) -> Response {
+    see_other(&panel.url(&format!("/patterns?notice={notice}#{anchor}")))
+}
+
+/// `POST /patterns/{project}`: adds a custom pattern.
+pub(crate) async fn add_pattern(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    Path(project): Path<String>,
+    PanelForm(form): PanelForm<PatternForm>,
+) -> Result<Response, PanelError> {
+    let body = PatternForm {
+        name: form.name.trim().to_string(),
+        description: form.description.trim().to_string(),
+    };
+    let _: Value = panel
+        .api
+        .call(
+            &who,
+            Method::POST,
+            &format!("/projects/{}/patterns", seg(&project)),
+            &body,
+        )
+        .await?;
+    Ok(back(
+        &panel,
+        "pattern_added",
+        &format!("pattern-{project}-{}", body.name),
+    ))
+}
+
+/// `POST /patterns/{project}/{pattern}/remove`: removes a pattern, once its name was typed.
+pub(crate) async fn remove_pattern(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    Path((project, pattern)): Path<(String, String)>,
+    PanelForm(form): PanelForm<ConfirmForm>,
+) -> Result<Response, PanelError> {
+    confirm_matches(&form.confirm, &pattern)?;
+    let _: Value = panel
+        .api
+        .delete(
+            &who,
+            &format!("/projects/{}/patterns/{}", seg(&project), seg(&pattern)),
+        )
+        .await?;
+    Ok(back(
+        &panel,
+        "pattern_removed",
+        &format!("project-{project}"),
+    ))
+}
+
+/// `POST /patterns/{project}/{pattern}/examples`: adds an example repository.
+pub(crate) async fn add_example(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    Path((project, pattern)): Path<(String, String)>,
+    PanelForm(form): PanelForm<ExampleForm>,
+) -> Result<Response, PanelError> {
+    let arch = form.arch_tag.trim();
+    let body = ExampleBody {
+        url: form.url.trim().to_string(),
+        reference_tag: form.reference_tag.trim().to_string(),
+        arch_tag: (!arch.is_empty()).then(|| arch.to_string()),
+    };
+    let _: Value = panel
+        .api
+        .call(
+            &who,
+            Method::POST,
+            &format!(
+                "/projects/{}/patterns/{}/examples",
+                seg(&project),
+                seg(&pattern)
+            ),
+            &body,
+        )
+        .await?;
+    Ok(back(
+        &panel,
+        "example_added",
+        &format!("example-{}", body.reference_tag),
+    ))
+}
+
+/// `POST /patterns/{project}/{pattern}/examples/{tag}/remove`: removes an example (its chunks
+/// too, unless another project lists its tag), once its tag was typed.
+pub(crate) async fn remove_example(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    Path((project, pattern, tag)): Path<(String, String, String)>,
+    PanelForm(form): PanelForm<ConfirmForm>,
+) -> Result<Response, PanelError> {
+    confirm_matches(&form.confirm, &tag)?;
+    let _: Value = panel
+        .api
+        .delete(
+            &who,
+            &format!(
+                "/projects/{}/patterns/{}/examples/{}",
+                seg(&project),
+                seg(&pattern),
+                seg(&tag)
+            ),
+        )
+        .await?;
+    Ok(back(
+        &panel,
+        "example_removed",
+        &format!("pattern-{project}-{pattern}"),
+    ))
+}
+
+/// `POST /patterns/{project}/{pattern}/examples/{tag}/index`: starts a re-index and shows the
+/// page following it.
+pub(crate) async fn index(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    Path((project, pattern, tag)): Path<(String, String, String)>,
+) -> Result<Response, PanelError> {
+    let started: Value = panel
+        .api
+        .post_empty(
+            &who,
+            &format!(
+                "/projects/{}/patterns/{}/examples/{}/index-runs",
+                seg(&project),
+                seg(&pattern),
+                seg(&tag)
+            ),
+        )
+        .await?;
+    let run = started["run"]["id"].as_str().unwrap_or_default();
+    let query = serde_urlencoded::to_string([
+        ("notice", "index_started"),
+        ("run", run),
+        ("tag", tag.as_str()),
+    ])
+    .unwrap_or_default();
+    Ok(see_other(
+        &panel.url(&format!("/patterns?{query}#example-{tag}")),
+    ))
+}
+
+/// One step of a run as the bar's HTML.
+fn bar(panel: &Panel, who: &SignedIn, name: &str, data: &Value) -> Option<String> {
+    let (done, total, text, state) = match name {
+        "started" => (0.0, None, "Starting…".to_string(), "running"),
+        "progress" => (
+            data["done"].as_f64().unwrap_or(0.0),
+            data["total"].as_f64(),
+            data["message"].as_str().unwrap_or("working").to_string(),
+            "running",
+        ),
+        "done" => {
+            let chunks = data["report"]["chunks"].as_f64().unwrap_or(0.0);
+            let files = data["report"]["files"].as_u64().unwrap_or(0);
+            (
+                chunks.max(1.0),
+                Some(chunks.max(1.0)),
+                format!("Indexed: {chunks} chunks from {files} files."),
+                "done",
+            )
+        }
+        "error" => (
+            0.0,
+            Some(1.0),
+            format!(
+                "Failed ({}): {} The previous index is kept.",
+                data["code"].as_str().unwrap_or("error"),
+                data["detail"].as_str().unwrap_or("")
+            ),
+            "error",
+        ),
+        _ => return None,
+    };
+    let percent = total
+        .filter(|t| *t > 0.0)
+        .map(|t| ((done / t) * 100.0).clamp(0.0, 100.0).round() as u64);
+    panel
+        .partial(
+            who,
+            "partials/index_progress.html",
+            context! { done => done, total => total, percent => percent, text => text, state => state },
+        )
+        .ok()
+        .map(|p| p.html.replace('\n', ""))
+}
+
+/// `GET /patterns/runs/{id}/events`: a run's events as the bar's HTML (`progress` events,
+/// then `end`).
+pub(crate) async fn run_events(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, PanelError> {
+    let session = crate::panel::guard::session_cookie(&headers, panel.config.cookie_name())
+        .ok_or(PanelError::SessionEnded)?;
+    let body = panel
+        .api
+        .stream(&who, &format!("/index-runs/{}/events", seg(&id)))
+        .await?;
+    let p = panel.clone();
+    let w = who.clone();
+    let events = sse_stream::SseStream::new(body)
+        .filter_map(move |item| {
+            let (p, w) = (p.clone(), w.clone());
+            async move {
+                let sse = match item {
+                    Ok(sse) => sse,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "panel could not read an index run's stream");
+                        return None;
+                    }
+                };
+                let name = sse.event.clone()?;
+                let data: Value = serde_json::from_str(sse.data.as_deref().unwrap_or("{}"))
+                    .unwrap_or(Value::Null);
+                let html = bar(&p, &w, &name, &data)?;
+                let ended = matches!(name.as_str(), "done" | "error");
+                let mut out = vec![Ok::<_, Infallible>(
+                    Event::default().event("progress").data(html),
+                )];
+                if ended {
+                    out.push(Ok(Event::default().event("end").data(name)));
+                }
+                Some(futures::stream::iter(out))
+            }
+        })
+        .flatten();
+    let stream = events.take_until(super::live::signed_out(panel.clone(), session));
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
