@@ -53,6 +53,14 @@ async fn the_login_page_is_served_with_a_strict_policy() {
     assert!(r.location().starts_with("/panel"), "{}", r.location());
 }
 
+/// The path of the panel's own asset ending in `ext` that `html` links (`panel-<digest><ext>`).
+fn asset_path(html: &str, ext: &str) -> String {
+    html.split('"')
+        .find(|part| part.contains("/assets/panel-") && part.ends_with(ext))
+        .unwrap_or_else(|| panic!("no panel{ext} linked in {html}"))
+        .to_string()
+}
+
 #[tokio::test]
 async fn assets_are_compiled_in_with_their_types() {
     let fixture = Fixture::new().await;
@@ -69,11 +77,20 @@ async fn assets_are_compiled_in_with_their_types() {
         include_str!("../panel-assets/vendor/htmx-2.0.11.min.js")
     );
     assert!(htmx.header("cache-control").unwrap().contains("immutable"));
-    let css = c.get("/panel/assets/panel-1.css").await;
+    // The panel's own files are named by a digest of their content: the page says which.
+    let login = c.get("/panel/login").await;
+    let css_path = asset_path(&login.body, ".css");
+    let js_path = asset_path(&login.body, ".js");
+    assert!(css_path.starts_with("/panel/assets/panel-"), "{css_path}");
+    assert_ne!(
+        c.get("/panel/assets/panel-1.css").await.status,
+        StatusCode::OK
+    );
+    let css = c.get(&css_path).await;
     assert!(css.header("content-type").unwrap().starts_with("text/css"));
     assert!(css.body.contains("prefers-color-scheme: dark"));
     assert!(css.body.contains(":focus-visible"));
-    let js = c.get("/panel/assets/panel-1.js").await;
+    let js = c.get(&js_path).await;
     assert!(
         js.header("content-type")
             .unwrap()
@@ -484,7 +501,11 @@ async fn the_base_path_is_configurable() {
     c.cookie = r.session_cookie();
     let page = c.get("/bridle/panel/queue").await;
     assert_eq!(page.status, StatusCode::OK);
-    assert!(page.body.contains("/bridle/panel/assets/panel-1.css"));
+    assert!(
+        asset_path(&page.body, ".css").starts_with("/bridle/panel/assets/panel-"),
+        "{}",
+        page.body
+    );
     assert!(page.body.contains(r#"href="/bridle/panel/projects""#));
     // The API is still where it was, and the old base path is not the panel.
     assert_ne!(c.get("/panel").await.status, StatusCode::OK);

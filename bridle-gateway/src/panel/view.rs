@@ -156,6 +156,15 @@ impl Views {
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
         env.add_filter("seg", |v: String| super::api::seg(&v));
         env.add_filter("pattern", |v: String| exact_pattern(&v));
+        // Fixed paths built from hex digits: safe as they are.
+        env.add_global(
+            "css_path",
+            Value::from_safe_string(super::assets::CSS_PATH.to_string()),
+        );
+        env.add_global(
+            "js_path",
+            Value::from_safe_string(super::assets::JS_PATH.to_string()),
+        );
         for (name, source) in TEMPLATES {
             env.add_template(name, source)
                 .map_err(|e| PanelConfigError::Template {
