@@ -183,6 +183,8 @@ impl Gate {
         // unaudited call pays for none of it.
         let audit: Option<Arc<dyn AuditSink>> = self.audit.load().as_ref().clone();
         let clock = audit.as_ref().map(|_| (Instant::now(), SystemTime::now()));
+        // The origin goes to the sink by reference count; opts itself moves into the run.
+        let origin = audit.as_ref().and_then(|_| opts.origin.clone());
         let settings = self.settings.load_full();
         let mut trail = Trail::default();
         if let Some(a) = &approved {
@@ -272,6 +274,7 @@ impl Gate {
                 commit_token: trail.commit_token,
                 phase: trail.phase,
                 scope: trail.scope,
+                origin,
             });
         }
         result
