@@ -16,14 +16,18 @@ use kberg_core::{
 use serde_json::Value;
 
 /// The options for passing a call on to another registry: the same cancellation, client
-/// channel, progress token, `_meta` and client identity as the call being handled.
+/// channel, progress token, `_meta`, origin (session and client, shared) and client identity
+/// as the call being handled.
 pub(crate) fn forwarded_options(ctx: &ToolContext) -> CallOptions {
+    // The client usually comes with the origin; copy it only when it came on its own.
+    let origin_client = ctx.origin().is_some_and(|o| o.client.is_some());
     CallOptions {
         cancel: ctx.cancellation().clone(),
         peer: ctx.peer().cloned(),
         progress_token: ctx.meta().and_then(|m| m.get("progressToken")).cloned(),
         meta: ctx.meta().cloned(),
-        client: ctx.client().cloned(),
+        client: ctx.client().filter(|_| !origin_client).cloned(),
+        origin: ctx.origin().cloned(),
     }
 }
 

@@ -8,12 +8,13 @@
 //! which proves what was asked without revealing it. [`crate::JsonlAuditSink`] and (feature
 //! `sqlite`) `SqliteAuditSink` write events to disk off the call path.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
 use crate::error::ErrorCode;
+use crate::origin::CallOrigin;
 use crate::preview::CallPhase;
 
 /// How a call ended.
@@ -62,6 +63,9 @@ pub struct AuditEvent {
     pub phase: CallPhase,
     /// The scope the call worked in.
     pub scope: Option<String>,
+    /// The session and client the call came in on, when the transport named them (shared
+    /// with the session, not copied per call).
+    pub origin: Option<Arc<CallOrigin>>,
 }
 
 impl AuditEvent {
@@ -94,6 +98,8 @@ impl AuditEvent {
             "commit_token": self.commit_token,
             "phase": self.phase.as_str(),
             "scope": self.scope,
+            "session": self.origin.as_ref().and_then(|o| o.session.as_deref()),
+            "client": self.origin.as_ref().and_then(|o| o.client.as_ref()),
         })
     }
 }

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::handle::{HandleCodec, HandleError, HandleKind};
+use crate::origin::{CallOrigin, ClientInfo};
 use crate::preview::CallPhase;
 use crate::principal::Caller;
 
@@ -78,6 +79,7 @@ pub struct ToolContext {
     progress_token: Option<Value>,
     meta: Option<Value>,
     client: Option<ClientInfo>,
+    origin: Option<Arc<CallOrigin>>,
     extras: CallExtras,
 }
 
@@ -105,39 +107,6 @@ impl std::fmt::Debug for ToolContext {
     }
 }
 
-/// Who the calling client says it is: MCP `clientInfo` (from `initialize` on a 2025-11-25
-/// session, from the request's `_meta` on 2026-07-28). It is self-reported: use it to tailor an
-/// answer (say, which agent's rule format to render), never to decide what a caller may do;
-/// that is the principal's grants.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[non_exhaustive]
-pub struct ClientInfo {
-    /// The client's name (`claude-code`, `mcp`, `rmcp`, ...).
-    pub name: String,
-    /// Its version.
-    pub version: String,
-    /// A display name, when it gave one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-}
-
-impl ClientInfo {
-    /// A client called `name` at `version`.
-    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            version: version.into(),
-            title: None,
-        }
-    }
-
-    /// Sets the display name.
-    pub fn title(mut self, title: impl Into<String>) -> Self {
-        self.title = Some(title.into());
-        self
-    }
-}
-
 /// Per-call options the transport passes to the gate: cancellation, the client channel, the
 /// request's progress token and `_meta`, and who the client says it is.
 #[derive(Clone, Default)]
@@ -150,8 +119,11 @@ pub struct CallOptions {
     pub progress_token: Option<Value>,
     /// The request's `_meta`, for tools that need it.
     pub meta: Option<Value>,
-    /// The client's self-reported identity, when the transport knows it.
+    /// The client's self-reported identity, when the transport knows it. Overrides the
+    /// client of [`CallOptions::origin`] for the tool.
     pub client: Option<ClientInfo>,
+    /// The session and client the call came in on, shared with the transport's session.
+    pub origin: Option<Arc<CallOrigin>>,
 }
 
 impl std::fmt::Debug for CallOptions {
@@ -161,6 +133,7 @@ impl std::fmt::Debug for CallOptions {
             .field("peer", &self.peer.is_some())
             .field("progress_token", &self.progress_token)
             .field("client", &self.client)
+            .field("origin", &self.origin)
             .finish()
     }
 }
@@ -190,6 +163,7 @@ impl ToolContext {
             progress_token: opts.progress_token,
             meta: opts.meta,
             client: opts.client,
+            origin: opts.origin,
             extras,
         }
     }
@@ -197,7 +171,19 @@ impl ToolContext {
     /// Who the calling client says it is (MCP `clientInfo`), when the transport knows it.
     /// Self-reported: tailor answers with it, never grant anything by it.
     pub fn client(&self) -> Option<&ClientInfo> {
-        self.client.as_ref()
+        self.client
+            .as_ref()
+            .or_else(|| self.origin.as_ref().and_then(|o| o.client.as_ref()))
+    }
+
+    /// The transport session the call came in on, when the protocol has one.
+    pub fn session(&self) -> Option<&str> {
+        self.origin.as_ref().and_then(|o| o.session.as_deref())
+    }
+
+    /// The session and client the call came in on, as the transport shares them.
+    pub fn origin(&self) -> Option<&Arc<CallOrigin>> {
+        self.origin.as_ref()
     }
 
     /// Which step of the call this is: a [`CallPhase::Preview`] must change nothing and describe

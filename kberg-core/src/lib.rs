@@ -77,6 +77,7 @@
 mod content;
 mod digest;
 mod handle;
+mod origin;
 mod pagination;
 mod validate;
 
@@ -120,13 +121,14 @@ pub use confirm::{
 pub use content::{
     Content, ResourceBody, ResourceContents, ToolOutput, output_from_json, output_to_json,
 };
-pub use context::{CallOptions, ClientInfo, ClientPeer, PeerError, ToolContext};
+pub use context::{CallOptions, ClientPeer, PeerError, ToolContext};
 pub use digest::{REDACTED, argument_digest, canonical_json, redact};
 pub use error::{CoreError, ErrorCode, GateError};
 pub use gate::Refusal;
 pub use handle::{
     HANDLE_SCHEMA_KEYWORD, Handle, HandleCodec, HandleError, HandleKind, MAX_INTERNAL_ID_LEN,
 };
+pub use origin::{CallOrigin, ClientInfo};
 pub use pagination::{InvalidCursor, Page};
 pub use preview::{COMMIT_TOKEN_FIELD, CallPhase, CommitConfig};
 pub use principal::{Caller, Principal, SurfaceProjection};

@@ -5,18 +5,25 @@
 //! `list_changed`) and closes its connections; enabling connects it again. The change is
 //! written to `bridle.yaml` (`upstreams.<namespace>.enabled`, the file rewritten atomically as
 //! the agent registry does) so a restart keeps it, and recorded as an `upstream_change` audit
-//! entry. Changing an upstream's project mappings at run time is not offered: its routes and
-//! credentials are built at start.
+//! entry.
+//!
+//! Which projects an upstream serves is changed the same way (`PATCH /integrations/{ns}` with
+//! `{"projects": [...]}`): every named project must exist, the file is rewritten
+//! (`upstreams.<namespace>.projects`) and checked as at start, the next call of its tools is
+//! checked against the new mapping (an agent whose projects it no longer serves is refused
+//! `project_not_allowed`), connected clients get `list_changed`, and the change is an
+//! `upstream_change` entry with the lists before and after. A refusal leaves the file as it was.
 
 use axum::Router;
 use axum::extract::State;
 use axum::routing::{get, post};
+use bridle_rules::check_name;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::AdminActor;
 use super::error::{ApiError, ProblemDetails};
-use super::page::{ApiPath, ApiQuery, paginate};
+use super::page::{ApiJson, ApiPath, ApiQuery, paginate};
 use super::{AdminState, blocking, path, record};
 use crate::audit::{Change, Kind};
 use crate::config::{RewriteError, rewrite};
@@ -25,7 +32,10 @@ use crate::upstreams::UpstreamReport;
 pub(crate) fn routes() -> Router<AdminState> {
     Router::new()
         .route(&path("/integrations"), get(list))
-        .route(&path("/integrations/{namespace}"), get(get_one))
+        .route(
+            &path("/integrations/{namespace}"),
+            get(get_one).patch(change),
+        )
         .route(&path("/integrations/{namespace}/enable"), post(enable))
         .route(&path("/integrations/{namespace}/disable"), post(disable))
 }
@@ -155,6 +165,125 @@ async fn report(s: &AdminState, namespace: &str) -> Result<IntegrationView, ApiE
         })
 }
 
+/// A change of an upstream: which projects it serves.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IntegrationChange {
+    /// The projects it serves from now on; empty means every project. Each must exist.
+    pub projects: Vec<String>,
+}
+
+fn listed(projects: &[String]) -> String {
+    if projects.is_empty() {
+        "all projects".into()
+    } else {
+        projects.join(",")
+    }
+}
+
+fn pool_of(s: &AdminState) -> Result<std::sync::Arc<dyn super::IntegrationStatus>, ApiError> {
+    s.integrations.clone().ok_or_else(|| ApiError::Unavailable {
+        code: "integrations_unavailable",
+        detail: "this admin API was started without the gateway's upstream pool".into(),
+    })
+}
+
+fn config_write_failed(file: &std::path::Path, ns: &str, e: RewriteError<()>) -> ApiError {
+    let detail = match e {
+        RewriteError::Edit(()) => format!(
+            "upstream `{ns}` is no longer in {}; it was removed by hand",
+            file.display()
+        ),
+        RewriteError::Check(m) | RewriteError::Io(m) => m,
+    };
+    tracing::error!(detail = %detail, "bridle.yaml could not be updated");
+    ApiError::Unavailable {
+        code: "config_write_failed",
+        detail: format!("bridle.yaml could not be updated: {detail}"),
+    }
+}
+
+/// Changes which projects an upstream serves: written to `bridle.yaml`, effective on the next
+/// call of its tools, connected clients told their list changed, recorded as `upstream_change`.
+#[utoipa::path(patch, path = "/admin/api/v1/integrations/{namespace}", tag = "integrations",
+    params(("namespace" = String, Path, description = "The upstream's namespace")),
+    request_body = IntegrationChange,
+    responses(
+        (status = 200, body = IntegrationView),
+        (status = 400, description = "malformed JSON", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, description = "no such upstream or project", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 415, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "a field of the wrong type, an unknown field or a bad project name", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "bridle.yaml cannot be written, or no upstream pool", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn change(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath(namespace): ApiPath<String>,
+    ApiJson(body): ApiJson<IntegrationChange>,
+) -> Result<axum::Json<IntegrationView>, ApiError> {
+    report(&s, &namespace).await?;
+    let pool = pool_of(&s)?;
+    let mut projects = body.projects;
+    for p in &projects {
+        check_name("project", p).map_err(|e| ApiError::invalid(e.to_string()))?;
+    }
+    projects.sort();
+    projects.dedup();
+    let ctx = s.ctx.clone();
+    let wanted = projects.clone();
+    blocking(move || {
+        let known = ctx.store.projects()?;
+        match wanted.iter().find(|p| !known.contains(p)) {
+            Some(p) => Err(ApiError::NotFound {
+                code: "unknown_project",
+                detail: format!("no project `{p}` exists"),
+            }),
+            None => Ok(()),
+        }
+    })
+    .await?;
+    let file = s.ctx.agents.file().to_path_buf();
+    let (ns, new) = (namespace.clone(), projects.clone());
+    blocking(move || {
+        rewrite(&file, |config| {
+            match config.upstreams.get_mut(&ns) {
+                Some(section) => section.projects = new,
+                None => return Err(()),
+            }
+            Ok(())
+        })
+        .map_err(|e| config_write_failed(&file, &ns, e))
+    })
+    .await?;
+    let previous = pool
+        .set_projects(&namespace, projects.clone())
+        .map_err(|detail| ApiError::Unavailable {
+            code: "integrations_unavailable",
+            detail,
+        })?;
+    tracing::info!(namespace = %namespace, admin = %admin.identity.name, "upstream project mapping changed through the admin API");
+    let entry = admin
+        .entry(Kind::UpstreamChange)
+        .subject(namespace.clone())
+        .change(Change {
+            before: Some(listed(&previous)),
+            after: Some(listed(&projects)),
+            digest: None,
+        })
+        .detail(if previous == projects {
+            "upstream projects unchanged".to_string()
+        } else {
+            "upstream projects changed".to_string()
+        });
+    let ctx = s.ctx.clone();
+    blocking(move || record(&ctx, entry, "the change")).await?;
+    report(&s, &namespace).await.map(axum::Json)
+}
+
 /// Turns an upstream on: it connects again and its tools return to the agents' lists.
 #[utoipa::path(post, path = "/admin/api/v1/integrations/{namespace}/enable", tag = "integrations",
     params(("namespace" = String, Path, description = "The upstream's namespace")),
@@ -198,12 +327,7 @@ async fn switch(
     enabled: bool,
 ) -> Result<axum::Json<IntegrationView>, ApiError> {
     let before = report(&s, &namespace).await?;
-    let Some(pool) = s.integrations.clone() else {
-        return Err(ApiError::Unavailable {
-            code: "integrations_unavailable",
-            detail: "this admin API was started without the gateway's upstream pool".into(),
-        });
-    };
+    let pool = pool_of(&s)?;
     let file = s.ctx.agents.file().to_path_buf();
     let ns = namespace.clone();
     blocking(move || {
@@ -214,20 +338,7 @@ async fn switch(
             }
             Ok(())
         })
-        .map_err(|e| {
-            let detail = match e {
-                RewriteError::Edit(()) => format!(
-                    "upstream `{ns}` is no longer in {}; it was removed by hand",
-                    file.display()
-                ),
-                RewriteError::Check(m) | RewriteError::Io(m) => m,
-            };
-            tracing::error!(detail = %detail, "bridle.yaml could not be updated");
-            ApiError::Unavailable {
-                code: "config_write_failed",
-                detail: format!("bridle.yaml could not be updated: {detail}"),
-            }
-        })
+        .map_err(|e| config_write_failed(&file, &ns, e))
     })
     .await?;
     let changed = pool

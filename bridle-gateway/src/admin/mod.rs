@@ -69,6 +69,13 @@ pub trait IntegrationStatus: Send + Sync + 'static {
         let _ = (namespace, enabled);
         Err("these integrations cannot be enabled or disabled at run time".into())
     }
+
+    /// Changes which projects an upstream serves at run time (empty: all); returns the previous
+    /// ones. An implementation that cannot says so with `Err`.
+    fn set_projects(&self, namespace: &str, projects: Vec<String>) -> Result<Vec<String>, String> {
+        let _ = (namespace, projects);
+        Err("these integrations' project mappings cannot be changed at run time".into())
+    }
 }
 
 #[async_trait]
@@ -81,6 +88,10 @@ impl IntegrationStatus for UpstreamPool {
         UpstreamPool::set_enabled(self, namespace, enabled)
             .await
             .map_err(|e| e.to_string())
+    }
+
+    fn set_projects(&self, namespace: &str, projects: Vec<String>) -> Result<Vec<String>, String> {
+        UpstreamPool::set_projects(self, namespace, projects).map_err(|e| e.to_string())
     }
 }
 

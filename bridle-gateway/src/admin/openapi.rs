@@ -26,7 +26,7 @@ use super::{
         projects::render, projects::diff, projects::history,
         queue::list, queue::get_one, queue::approve, queue::reject,
         scope::list, scope::get_one, scope::approve, scope::deny,
-        integrations::list, integrations::get_one, integrations::enable, integrations::disable,
+        integrations::list, integrations::get_one, integrations::change, integrations::enable, integrations::disable,
         agents::list, agents::get_one, agents::create, agents::change, agents::remove,
         agents::issue, agents::rotate, agents::revoke,
         sessions::list, sessions::get_one, sessions::end, sessions::events,

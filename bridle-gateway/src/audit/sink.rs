@@ -4,9 +4,10 @@
 //! The gate's [`AuditEvent`] names the principal (the agent), its agent label (the agent type),
 //! the tool, its kind and capability, the outcome code, the duration and the scope (recorded as
 //! the project). Its argument digest is kept (SHA-256 of the arguments after the tool's
-//! sensitive fields are redacted); argument values never reach the sink. The event carries no
-//! session or client name, so gate entries have none; entries recorded by the session registry
-//! ([`Entry::session`], [`Entry::client`]) do.
+//! sensitive fields are redacted); argument values never reach the sink. The event's origin
+//! (filled by kberg-server) gives the session and the client's self-reported name and version:
+//! on 2025-11-25 the `Mcp-Session-Id` and the `initialize`'s clientInfo; on 2026-07-28, which
+//! has no session, no session and the clientInfo the request's `_meta` carries, if any.
 
 use kberg_core::{AuditEvent, AuditOutcome, AuditSink, CallPhase};
 
@@ -29,6 +30,14 @@ pub(crate) fn entry_of(event: &AuditEvent) -> Entry {
     );
     if let Some(t) = &event.agent {
         entry = entry.agent_type(t.as_str());
+    }
+    if let Some(origin) = &event.origin {
+        if let Some(s) = &origin.session {
+            entry = entry.session(s.as_str());
+        }
+        if let Some(c) = &origin.client {
+            entry = entry.client(c.name.as_str(), Some(c.version.clone()));
+        }
     }
     if let Some(scope) = &event.scope {
         entry = entry.project(scope.as_str());

@@ -65,7 +65,7 @@ fn permitted(
     let mut served = false;
     for project in projects
         .iter()
-        .filter(|p| config.may_use(p) && route.section.serves(p))
+        .filter(|p| config.may_use(p) && route.serves(p))
     {
         served = true;
         let Ok(loaded) = gw.store.load(project) else {

@@ -13,7 +13,8 @@
 //! `upstream_unavailable` per call while the rest keep serving, and reconnects with backoff.
 //! [`UpstreamPool::set_enabled`] turns one off or on while the gateway runs: off, its front
 //! tools leave the registry (connected clients are told, `list_changed`) and its connections
-//! close; on, it connects again and its tools return.
+//! close; on, it connects again and its tools return. [`UpstreamPool::set_projects`] changes
+//! which projects one serves, checked on the next call.
 
 pub mod config;
 pub mod credential;
@@ -184,6 +185,29 @@ impl UpstreamPool {
         }
     }
 
+    /// Changes which projects the upstream under `namespace` serves (empty: all) while the
+    /// gateway runs; returns the previous ones. The next call of its tools is checked against
+    /// the new mapping, and connected clients get `list_changed` and list afresh. Only the running gateway changes: `bridle.yaml` is the
+    /// caller's to update.
+    pub fn set_projects(
+        &self,
+        namespace: &str,
+        projects: Vec<String>,
+    ) -> Result<Vec<String>, UnknownUpstream> {
+        let route = self
+            .routes
+            .get(namespace)
+            .ok_or_else(|| UnknownUpstream(namespace.to_string()))?;
+        let before = route.set_projects(projects);
+        // The tools stay registered (agents of still-mapped projects keep calling them), but
+        // every client is told its list changed, so it lists and reads what it may do afresh:
+        // re-setting the registry's listing order to what it is bumps its version and nothing
+        // else.
+        self.public.set_tool_order(std::iter::empty::<&str>());
+        tracing::info!(namespace, "upstream project mapping changed");
+        Ok(before)
+    }
+
     /// Whether the upstream under `namespace` is enabled now.
     pub async fn is_enabled(&self, namespace: &str) -> bool {
         self.running.lock().await.contains_key(namespace)
@@ -227,7 +251,7 @@ impl UpstreamPool {
                 connected,
                 last_error,
                 tools,
-                projects: route.section.projects.clone(),
+                projects: route.projects(),
             });
         }
         out

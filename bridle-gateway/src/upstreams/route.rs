@@ -66,6 +66,9 @@ pub const SHARED_IDENTITY: &str = "shared";
 pub struct Route {
     pub(crate) namespace: String,
     pub(crate) section: UpstreamSection,
+    /// The projects it serves now (empty: all): the section's at start, changed at run time by
+    /// [`Route::set_projects`] and read on every call.
+    served: std::sync::RwLock<Vec<String>>,
     pub(crate) target: Option<CredentialTarget>,
     secrets: Arc<dyn SecretSource>,
     /// The caller the gateway uses on its private registries: it holds the upstream's write
@@ -109,6 +112,7 @@ impl Route {
         );
         Self {
             namespace,
+            served: std::sync::RwLock::new(section.projects.clone()),
             section,
             target,
             secrets,
@@ -117,6 +121,33 @@ impl Route {
             connect_timeout,
             hook,
         }
+    }
+
+    /// Whether it serves `project` now.
+    pub(crate) fn serves(&self, project: &str) -> bool {
+        let served = self
+            .served
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        served.is_empty() || served.iter().any(|p| p == project)
+    }
+
+    /// The projects it serves now (empty: all).
+    pub fn projects(&self) -> Vec<String> {
+        self.served
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Changes the projects it serves (empty: all), effective on the next call; returns the
+    /// previous ones.
+    pub(crate) fn set_projects(&self, projects: Vec<String>) -> Vec<String> {
+        let mut served = self
+            .served
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        std::mem::replace(&mut *served, projects)
     }
 
     /// The identity and secret name a call by `agent` uses.

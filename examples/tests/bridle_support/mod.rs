@@ -199,3 +199,69 @@ pub fn spawn_announced(cmd: &mut Command) -> (Child, String, mpsc::Receiver<Stri
         .to_string();
     (child, url, stdout)
 }
+
+/// A running gateway's admin API as the command line reaches it: its URL and a file holding
+/// the credential `bridle serve` printed once.
+pub struct AdminAccess {
+    pub url: String,
+    pub token_file: PathBuf,
+}
+
+impl AdminAccess {
+    /// Reads the admin API's address and first-start credential from what `server` printed,
+    /// and keeps the credential in `dir/admin-token-for-tests`.
+    pub fn from_first_start(server: &Server, dir: &Path) -> AdminAccess {
+        let next = |prefix: &str| loop {
+            let line = server
+                .stdout
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("no `{prefix}` line from bridle serve: {e}"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.trim().to_string();
+            }
+        };
+        let url = next("bridle: admin API on ");
+        let _ = next("admin credential for `admin`");
+        let token = server.stdout.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert!(token.starts_with("bda_"), "{token}");
+        let token_file = dir.join("admin-token-for-tests");
+        std::fs::write(&token_file, &token).unwrap();
+        AdminAccess { url, token_file }
+    }
+
+    /// Runs `bridle --data-dir DIR ARGS... --url URL --admin-token-file FILE`.
+    pub fn run(&self, dir: &Path, args: &[&str]) -> Output {
+        Command::new(bridle_bin())
+            .arg("--data-dir")
+            .arg(dir)
+            .args(args)
+            .arg("--url")
+            .arg(&self.url)
+            .arg("--admin-token-file")
+            .arg(&self.token_file)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+/// The stdout of a run that must have succeeded (its output shown when it did not).
+pub fn succeeded(out: &Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The stderr of a run that must have failed.
+pub fn failed(out: &Output, what: &str) -> String {
+    assert!(
+        !out.status.success(),
+        "{what} should have failed:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}

@@ -211,6 +211,8 @@ impl Gate {
         let settings = self.settings.load();
         let audit: Option<Arc<dyn AuditSink>> = settings.audit.clone();
         let clock = audit.as_ref().map(|_| (Instant::now(), SystemTime::now()));
+        // The origin goes to the sink by reference count; opts itself moves into the run.
+        let origin = audit.as_ref().and_then(|_| opts.origin.clone());
         let mut trail = Trail::default();
         if let Some(a) = &approved {
             trail.ticket = Some(a.ticket.to_string());
@@ -319,6 +321,7 @@ impl Gate {
                 commit_token: trail.commit_token,
                 phase: trail.phase,
                 scope: trail.scope,
+                origin,
             });
             result
         }) as BoxedCall<'a>)

@@ -16,7 +16,7 @@ use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::{Value, json};
 
 use super::KbergHandler;
-use super::request::{client_info, is_stateless};
+use super::request::is_stateless;
 use crate::convert;
 use crate::peer::RoundTripPeer;
 
@@ -65,7 +65,7 @@ impl KbergHandler {
             req.request_state.as_deref(),
             req.input_responses.as_ref(),
         )?;
-        let client = client_info(&ctx);
+        let origin = self.call_origin(&ctx);
         // The tool sees the request's `_meta`; move it rather than copy it.
         let meta_map = std::mem::take(&mut ctx.meta.0.0);
         let meta = (!meta_map.is_empty()).then_some(Value::Object(meta_map));
@@ -74,7 +74,7 @@ impl KbergHandler {
         opts.peer = Some(peer);
         opts.progress_token = progress_token;
         opts.meta = meta;
-        opts.client = client;
+        opts.origin = origin;
         let result = if as_task {
             // 2025-11-25 sessions get the task's status notifications on their stream.
             let notify = !is_stateless(&ctx);

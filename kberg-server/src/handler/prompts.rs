@@ -12,7 +12,6 @@ use serde_json::{Value, json};
 
 use super::KbergHandler;
 use super::errors::prompt_error;
-use super::request::client_info;
 use crate::convert;
 
 impl KbergHandler {
@@ -45,7 +44,7 @@ impl KbergHandler {
         )?;
         let mut opts = CallOptions::with_cancel(context.ct.clone());
         opts.peer = Some(peer);
-        opts.client = client_info(&context);
+        opts.origin = self.call_origin(&context);
         opts.progress_token = context
             .meta
             .get_progress_token()

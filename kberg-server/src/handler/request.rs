@@ -41,6 +41,13 @@ pub(super) fn client_info(ctx: &RequestContext<RoleServer>) -> Option<kberg_core
     Some(info)
 }
 
+/// The `Mcp-Session-Id` a 2025-11-25 request came with, when it came over HTTP.
+fn session_id(ctx: &RequestContext<RoleServer>) -> Option<String> {
+    let parts = ctx.extensions.get::<axum::http::request::Parts>()?;
+    let id = parts.headers.get("mcp-session-id")?.to_str().ok()?;
+    Some(id.to_string())
+}
+
 /// A request's client channel, the stateless peer behind it (2026-07-28 only) and the answers
 /// the client has given so far.
 pub(super) type PeerParts = (
@@ -60,6 +67,31 @@ pub(super) fn decode_state(state: Option<&str>) -> Result<BTreeMap<String, Value
 }
 
 impl KbergHandler {
+    /// Where a call came in, for the tool and the audit sink. A 2025-11-25 session (or the
+    /// stdio connection) builds it once, at its first call, from its `Mcp-Session-Id` and its
+    /// `initialize`'s clientInfo, and shares it with every later call; a 2026-07-28 request has
+    /// no session, so its origin is only the clientInfo its `_meta` carries (or none at all).
+    pub(super) fn call_origin(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Option<Arc<kberg_core::CallOrigin>> {
+        if is_stateless(ctx) {
+            // Only what the request carries: without `_meta` clientInfo rmcp's stand-in peer
+            // info would name rmcp itself, which is no client's claim.
+            let i = ctx.meta.client_info()?;
+            let mut client = kberg_core::ClientInfo::new(i.name, i.version);
+            client.title = i.title;
+            return Some(Arc::new(kberg_core::CallOrigin::new(None, Some(client))));
+        }
+        let origin = self.session.origin.get_or_init(|| {
+            Arc::new(kberg_core::CallOrigin::new(
+                session_id(ctx),
+                client_info(ctx),
+            ))
+        });
+        Some(Arc::clone(origin))
+    }
+
     /// The channel back to the client for one request, per protocol generation: on
     /// 2026-07-28 a [`RoundTripPeer`] answering from the request's `inputResponses` and
     /// `requestState` (returned too, with the answers so far, to build an `input_required`

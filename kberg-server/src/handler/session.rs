@@ -45,6 +45,9 @@ pub(super) struct SessionState {
     /// This session's entry in the fan-out, once it was initialized.
     pub(super) fanout_entry: OnceLock<u64>,
     pub(super) fanout: Arc<ListChangedFanout>,
+    /// The session id and the client of its `initialize`, built at the session's first call
+    /// and shared by every later call.
+    pub(super) origin: OnceLock<Arc<kberg_core::CallOrigin>>,
 }
 
 impl SessionState {
@@ -55,6 +58,7 @@ impl SessionState {
             pending_listens: Mutex::new(Vec::new()),
             fanout_entry: OnceLock::new(),
             fanout,
+            origin: OnceLock::new(),
         }
     }
 }

@@ -1,6 +1,7 @@
-//! `bridle audit verify|query|export`: the gateway's audit log, read offline from the data
-//! directory (`audit.db`, or `audit.path` in `bridle.yaml`). No running gateway is needed: the
-//! log is a SQLite file the gateway appends to, and reading it while the gateway runs is safe.
+//! `bridle audit verify|query|export`: the gateway's audit log. With `--url` through a running
+//! gateway's admin API ([`audit_remote`]); without it offline, read from the data directory
+//! (`audit.db`, or `audit.path` in `bridle.yaml`): the log is a SQLite file the gateway appends
+//! to, and reading it while the gateway runs is safe.
 //!
 //! `verify` walks the hash chain and exits 1 naming the first edited, inserted or deleted
 //! entry; `query` prints one page of entries (filters combine with AND; `--cursor` continues);
@@ -16,16 +17,19 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 
 use crate::BoxError;
+use crate::client::{AdminClient, seg};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum AuditCommand {
-    /// Check the hash chain; exit 1 naming the first edited, inserted or deleted entry.
+    /// Check the hash chain; exit 1 naming the first edited, inserted or deleted entry
+    /// (through a running gateway with --url; offline on the data directory without).
     Verify {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },
-    /// Print one page of entries.
+    /// Print one page of entries (through a running gateway with --url; offline on the data
+    /// directory without).
     Query {
         #[command(flatten)]
         filter: Filter,
@@ -42,7 +46,8 @@ pub(crate) enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Write every matching entry as JSON Lines.
+    /// Write every matching entry as JSON Lines (through a running gateway with --url; offline
+    /// on the data directory without).
     Export {
         #[command(flatten)]
         filter: Filter,
@@ -123,7 +128,13 @@ pub(crate) fn open_log(dir: &Path) -> Result<AuditLog, BoxError> {
 
 /// One entry as a line: id, time, source and actor, kind, what, outcome.
 pub(crate) fn line(e: &StoredEntry) -> String {
-    let source = serde_json::to_value(&e.source).unwrap_or_default();
+    line_of(&serde_json::to_value(e).unwrap_or_default())
+}
+
+/// One entry, in its JSON shape (the log's and the admin API's alike), as a line.
+fn line_of(e: &serde_json::Value) -> String {
+    let s = |v: &serde_json::Value| v.as_str().map(str::to_string);
+    let source = &e["source"];
     let source_type = source["type"].as_str().unwrap_or("?");
     let actor = ["admin", "agent", "feed", "component"]
         .iter()
@@ -133,25 +144,41 @@ pub(crate) fn line(e: &StoredEntry) -> String {
         .as_str()
         .map(|s| format!("@{s}"))
         .unwrap_or_default();
-    let outcome = serde_json::to_value(&e.outcome).unwrap_or_default();
-    let outcome = outcome["code"]
+    let outcome = e["outcome"]["code"]
         .as_str()
         .map_or_else(|| "ok".to_string(), |c| format!("error {c}"));
     let mut what = Vec::new();
-    if let Some(p) = &e.project {
+    if let Some(p) = s(&e["project"]) {
         what.push(format!("project {p}"));
     }
-    if let Some(s) = &e.subject {
-        what.push(s.clone());
+    if let Some(sub) = s(&e["subject"]) {
+        what.push(sub);
     }
-    if let (Some(b), Some(a)) = (&e.change.before, &e.change.after) {
+    let revision = |v: &serde_json::Value| {
+        v.as_str()
+            .map(str::to_string)
+            .or_else(|| v.as_u64().map(|n| n.to_string()))
+    };
+    if let (Some(b), Some(a)) = (
+        revision(&e["change"]["before"]),
+        revision(&e["change"]["after"]),
+    ) {
         what.push(format!("r{b} -> r{a}"));
     }
+    // Milliseconds always, as the log keeps them (serde's form drops a zero fraction).
+    let at = e["at"].as_str().unwrap_or("?");
+    let at = DateTime::parse_from_rfc3339(at).map_or_else(
+        |_| at.to_string(),
+        |t| {
+            t.with_timezone(&Utc)
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        },
+    );
     format!(
         "#{} {} {source_type}:{actor}{surface} {} {} [{outcome}]",
-        e.id,
-        e.at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        e.kind,
+        e["id"].as_u64().unwrap_or(0),
+        at,
+        e["kind"].as_str().unwrap_or("?"),
         what.join(", ")
     )
 }
@@ -228,6 +255,118 @@ pub(crate) fn audit(dir: &Path, command: AuditCommand) -> Result<ExitCode, BoxEr
                 }
             };
             tracing::debug!(entries = n, "audit export");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The filters as the admin API's query string (the API checks them and answers a problem for
+/// a bad one).
+fn query_string(filter: &Filter) -> Vec<String> {
+    let mut q = Vec::new();
+    let time = |t: &DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let pairs = [
+        ("from", filter.from.as_ref().map(time)),
+        ("to", filter.to.as_ref().map(time)),
+        ("source", filter.source.clone()),
+        ("actor", filter.actor.clone()),
+        ("agent", filter.agent.clone()),
+        ("project", filter.project.clone()),
+        ("kind", filter.kind.clone()),
+    ];
+    for (k, v) in pairs {
+        if let Some(v) = v {
+            q.push(format!("{k}={}", seg(&v)));
+        }
+    }
+    q
+}
+
+fn with_query(path: &str, q: &[String]) -> String {
+    if q.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{}", q.join("&"))
+    }
+}
+
+/// `bridle audit verify|query|export --url`: the same commands through a running gateway's
+/// admin API, which flushes its queued tool-call entries first, so the answer includes every
+/// call made before it.
+pub(crate) fn audit_remote(api: &AdminClient, command: AuditCommand) -> Result<ExitCode, BoxError> {
+    match command {
+        AuditCommand::Verify { json } => {
+            let v = api.get("/audit/verify")?;
+            let intact = v["intact"].as_bool().unwrap_or(false);
+            let n = |k: &str| v[k].as_u64().unwrap_or(0);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else if intact {
+                println!(
+                    "audit log intact: {} entries (after id {} through id {})",
+                    n("checked"),
+                    n("anchor_id"),
+                    n("head_id")
+                );
+            } else {
+                println!(
+                    "audit log BROKEN at entry {} ({}): {} entries intact before it",
+                    n("first_break_id"),
+                    v["first_break_kind"].as_str().unwrap_or("?"),
+                    n("checked")
+                );
+            }
+            Ok(if intact {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        AuditCommand::Query {
+            filter,
+            newest_first,
+            limit,
+            cursor,
+            json,
+        } => {
+            let mut q = query_string(&filter);
+            q.push(format!("limit={limit}"));
+            if newest_first {
+                q.push("order=desc".into());
+            }
+            if let Some(c) = cursor {
+                q.push(format!("cursor={}", seg(&c)));
+            }
+            let page = api.get(&with_query("/audit", &q))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&page)?);
+            } else {
+                for e in page["items"].as_array().into_iter().flatten() {
+                    println!("{}", line_of(e));
+                }
+                if let Some(next) = page["next_cursor"].as_str() {
+                    println!("next: --cursor {next}");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        AuditCommand::Export { filter, out } => {
+            let lines = api.text(&with_query("/audit/export", &query_string(&filter)))?;
+            let n = lines.lines().filter(|l| !l.trim().is_empty()).count();
+            match out {
+                Some(path) => {
+                    std::fs::write(&path, lines.as_bytes())
+                        .map_err(|e| format!("{}: {e}", path.display()))?;
+                    eprintln!("wrote {n} entries to {}", path.display());
+                }
+                None => {
+                    let stdout = std::io::stdout();
+                    let mut lock = stdout.lock();
+                    lock.write_all(lines.as_bytes())?;
+                    lock.flush()?;
+                }
+            }
+            tracing::debug!(entries = n, "audit export through the admin API");
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -1,7 +1,8 @@
 //! The command line as a client of a running gateway's admin API.
 //!
-//! With `--url` (or `$BRIDLE_ADMIN_URL`), `bridle agents`, `bridle secrets` and `bridle scope`
-//! send their changes to the gateway's admin API instead of writing the data directory, so the
+//! With `--url` (or `$BRIDLE_ADMIN_URL`), `bridle agents`, `bridle secrets`, `bridle scope`,
+//! `bridle rules queue|approve|reject`, `bridle memory` and `bridle audit` send their changes
+//! (and their reads) to the gateway's admin API instead of writing the data directory, so the
 //! running gateway applies each change at once and records it in its audit log as the admin
 //! the credential names, through the `cli` surface. The credential is read from
 //! `--admin-token-file`, else `$BRIDLE_ADMIN_TOKEN_FILE`, else `$BRIDLE_ADMIN_TOKEN`; it is
@@ -112,12 +113,55 @@ impl AdminClient {
         }
     }
 
-    fn send(
+    /// `GET path` answered with text (the audit export's JSON Lines).
+    pub(crate) fn text(&self, path: &str) -> Result<String, BoxError> {
+        let (url, req) = self.request(reqwest::Method::GET, path, None)?;
+        self.rt.block_on(async {
+            let resp = checked(&url, req.send().await).await?;
+            Ok(resp.text().await?)
+        })
+    }
+
+    /// `POST path` answered with Server-Sent Events: `on_event(name, data)` for each event
+    /// until it returns `false` or the stream ends (an error when it ends before that).
+    pub(crate) fn events(
+        &self,
+        path: &str,
+        mut on_event: impl FnMut(&str, Value) -> Result<bool, BoxError>,
+    ) -> Result<(), BoxError> {
+        use futures::StreamExt;
+        let (url, req) = self.request(reqwest::Method::POST, path, None)?;
+        self.rt.block_on(async {
+            let resp = checked(&url, req.send().await).await?;
+            let chunks = futures::stream::unfold(resp, |mut resp| async move {
+                match resp.chunk().await {
+                    Ok(Some(bytes)) => Some((Ok(bytes), resp)),
+                    Ok(None) => None,
+                    Err(e) => Some((Err(e), resp)),
+                }
+            });
+            let mut events = std::pin::pin!(sse_stream::SseStream::from_bytes_stream(chunks));
+            while let Some(event) = events.next().await {
+                let event = event.map_err(|e| format!("the event stream from {url} broke: {e}"))?;
+                let (Some(name), Some(data)) = (event.event.as_deref(), event.data.as_deref())
+                else {
+                    continue; // keep-alive comments
+                };
+                let data: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+                if !on_event(name, data)? {
+                    return Ok(());
+                }
+            }
+            Err(format!("the event stream from {url} ended before its last event").into())
+        })
+    }
+
+    fn request(
         &self,
         method: reqwest::Method,
         path: &str,
         body: Option<Value>,
-    ) -> Result<Value, BoxError> {
+    ) -> Result<(String, reqwest::RequestBuilder), BoxError> {
         let url = format!("{}{path}", self.base);
         let mut req = self
             .http
@@ -129,27 +173,44 @@ impl AdminClient {
                 .header("content-type", "application/json")
                 .body(serde_json::to_vec(&b)?);
         }
+        Ok((url, req))
+    }
+
+    fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, BoxError> {
+        let (url, req) = self.request(method, path, body)?;
         self.rt.block_on(async {
-            let resp = req
-                .send()
-                .await
-                .map_err(|e| format!("the admin API at {url} cannot be reached: {e}"))?;
-            let status = resp.status();
+            let resp = checked(&url, req.send().await).await?;
             let bytes = resp.bytes().await?;
-            let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            if status.is_success() {
-                Ok(value)
-            } else {
-                Err(format!(
-                    "the admin API refused ({} {}): {}",
-                    status.as_u16(),
-                    value["code"].as_str().unwrap_or("?"),
-                    value["detail"].as_str().unwrap_or("no details")
-                )
-                .into())
-            }
+            Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
         })
     }
+}
+
+/// The answer when it is a success; otherwise the API's problem (status, code and detail) as
+/// the error, or that the API could not be reached.
+async fn checked(
+    url: &str,
+    sent: Result<reqwest::Response, reqwest::Error>,
+) -> Result<reqwest::Response, BoxError> {
+    let resp = sent.map_err(|e| format!("the admin API at {url} cannot be reached: {e}"))?;
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let bytes = resp.bytes().await?;
+    let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    Err(format!(
+        "the admin API refused ({} {}): {}",
+        status.as_u16(),
+        value["code"].as_str().unwrap_or("?"),
+        value["detail"].as_str().unwrap_or("no details")
+    )
+    .into())
 }
 
 /// A path segment, percent-encoded (names are plain, but say so rather than assume).

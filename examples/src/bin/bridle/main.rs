@@ -12,7 +12,7 @@
 //! - `bridle kanboard serve --url URL --project ID`: the Kanboard tools alone, over stdio.
 //! - `bridle scope list|approve|deny`: decide agents' scope-expansion tickets.
 //! - `bridle agents ...`, `bridle secrets ...`, `bridle scope ...`, `bridle rules
-//!   queue|approve|reject` with `--url` (or
+//!   queue|approve|reject`, `bridle memory ...`, `bridle audit ...` with `--url` (or
 //!   `$BRIDLE_ADMIN_URL`) and an admin credential (`--admin-token-file`, `$BRIDLE_ADMIN_TOKEN_FILE`
 //!   or `$BRIDLE_ADMIN_TOKEN`): the same commands as clients of a running gateway's admin API,
 //!   so the gateway applies and records each change at once; without `--url` they work offline
@@ -21,8 +21,9 @@
 //!   document in Bridle's memory (needs a `memory:` section in `bridle.yaml`); index and
 //!   refresh show progress on stderr and write `last_indexed` back to the document.
 //!
-//! - `bridle audit verify|query|export`: the audit log of every change and tool call, read from
-//!   the data directory; `verify` names the first edited, inserted or deleted entry.
+//! - `bridle audit verify|query|export`: the audit log of every change and tool call, through
+//!   the admin API with `--url`, else read from the data directory; `verify` names the first
+//!   edited, inserted or deleted entry.
 //!
 //! The data directory is `--data-dir`, else `$BRIDLE_DATA_DIR`, else `./bridle-data`. Other
 //! settings come from `bridle.yaml`, with the environment's laid over it (`BRIDLE_LISTEN`,
@@ -150,9 +151,14 @@ enum Command {
         #[command(flatten)]
         remote: client::Remote,
     },
-    /// Pattern examples in Bridle's memory (needs a `memory:` section in bridle.yaml).
-    #[command(subcommand)]
-    Memory(memory::MemoryCommand),
+    /// Pattern examples in Bridle's memory (needs a `memory:` section in bridle.yaml); through a
+    /// running gateway with --url, offline on the data directory without.
+    Memory {
+        #[command(subcommand)]
+        command: memory::MemoryCommand,
+        #[command(flatten)]
+        remote: client::Remote,
+    },
     /// The vault's secrets (values are never shown); through a running gateway with --url.
     Secrets {
         #[command(subcommand)]
@@ -167,10 +173,14 @@ enum Command {
         #[command(flatten)]
         remote: client::Remote,
     },
-    /// The audit log: verify its hash chain, query it, export it (offline on the data
-    /// directory).
-    #[command(subcommand)]
-    Audit(audit::AuditCommand),
+    /// The audit log: verify its hash chain, query it, export it; through a running gateway
+    /// with --url, offline on the data directory without.
+    Audit {
+        #[command(subcommand)]
+        command: audit::AuditCommand,
+        #[command(flatten)]
+        remote: client::Remote,
+    },
     /// The Kanboard tools on their own.
     #[command(subcommand)]
     Kanboard(kanboard::KanboardCommand),
@@ -378,13 +388,19 @@ fn run(
             Some(api) => agents::agents_remote(&api, command),
             None => agents::agents(dir, command),
         },
-        Command::Audit(c) => audit::audit(dir, c),
-        Command::Memory(c) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            runtime.block_on(memory::memory(dir, c))
-        }
+        Command::Audit { command, remote } => match remote.client()? {
+            Some(api) => audit::audit_remote(&api, command),
+            None => audit::audit(dir, command),
+        },
+        Command::Memory { command, remote } => match remote.client()? {
+            Some(api) => memory::remote::memory_remote(&api, command),
+            None => {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()?;
+                runtime.block_on(memory::memory(dir, command))
+            }
+        },
         Command::Kanboard(c) => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

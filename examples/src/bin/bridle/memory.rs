@@ -1,6 +1,11 @@
 //! `bridle memory index|refresh|search|purge`: a project's pattern examples in Bridle's memory.
+//!
+//! With `--url` each goes through a running gateway's admin API ([`remote`]), so the gateway
+//! indexes, searches and purges in its own memory and records each change at once; without it
+//! they work offline on the data directory, in this process.
 
 mod progress;
+pub(crate) mod remote;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -15,7 +20,8 @@ use crate::{BoxError, open_store, who};
 #[derive(Debug, Subcommand)]
 pub(crate) enum MemoryCommand {
     /// Index the example repository the project lists under `patterns.custom[].example_repos`
-    /// with this reference tag (a git URL or a local path).
+    /// with this reference tag (a git URL or a local path): through a running gateway with
+    /// --url; offline, in this process, without.
     Index {
         /// The project id.
         #[arg(long)]
@@ -24,7 +30,8 @@ pub(crate) enum MemoryCommand {
         #[arg(long)]
         tag: String,
     },
-    /// Re-index an example that was indexed before; its chunks are replaced atomically.
+    /// Re-index an example that was indexed before; its chunks are replaced atomically
+    /// (through a running gateway with --url; offline without).
     Refresh {
         /// The project id.
         #[arg(long)]
@@ -33,7 +40,8 @@ pub(crate) enum MemoryCommand {
         #[arg(long)]
         tag: String,
     },
-    /// Search the project's pattern examples by meaning.
+    /// Search the project's pattern examples by meaning (through a running gateway with --url;
+    /// offline without).
     Search {
         /// The project id.
         #[arg(long)]
@@ -50,7 +58,8 @@ pub(crate) enum MemoryCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Remove an example's chunks from memory.
+    /// Remove an example's chunks from memory (through a running gateway with --url; offline
+    /// without).
     Purge {
         /// The project id.
         #[arg(long)]
@@ -170,27 +179,7 @@ pub(crate) async fn memory(dir: &Path, command: MemoryCommand) -> Result<ExitCod
                 .filter(|h| tags.contains(&h.reference_tag))
                 .take(k)
                 .collect();
-            if json {
-                println!("{}", serde_json::to_string_pretty(&hits)?);
-            } else if hits.is_empty() {
-                println!("no pattern examples match");
-            } else {
-                for h in hits {
-                    println!(
-                        "{:.3} {}:{}-{} [{}] ({}, {})",
-                        h.score,
-                        h.file_path,
-                        h.start_line,
-                        h.end_line,
-                        h.chunk_type,
-                        h.reference_tag,
-                        h.arch_tag
-                    );
-                    for line in h.snippet.lines().take(6) {
-                        println!("    {line}");
-                    }
-                }
-            }
+            print_hits(&hits, json)?;
             return Ok(ExitCode::SUCCESS);
         }
         MemoryCommand::Purge { project, tag } => {
@@ -202,6 +191,15 @@ pub(crate) async fn memory(dir: &Path, command: MemoryCommand) -> Result<ExitCod
         }
     };
     let changed = write_last_indexed(&store, Some(&project), &report, &who(None))?;
+    print_indexed(&report);
+    for (project, revision) in changed {
+        println!("project {project} is now at revision {revision}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What an index did, as one line (offline and through the API alike).
+fn print_indexed(report: &bridle_memory::IndexReport) {
     println!(
         "indexed `{}` from {}: {} chunks from {} files (replaced {}), last_indexed {}",
         report.reference_tag,
@@ -211,8 +209,30 @@ pub(crate) async fn memory(dir: &Path, command: MemoryCommand) -> Result<ExitCod
         report.replaced,
         report.last_indexed
     );
-    for (project, revision) in changed {
-        println!("project {project} is now at revision {revision}");
+}
+
+/// Search hits, as JSON or as a few lines each.
+fn print_hits(hits: &[bridle_memory::PatternHit], json: bool) -> Result<(), BoxError> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(hits)?);
+    } else if hits.is_empty() {
+        println!("no pattern examples match");
+    } else {
+        for h in hits {
+            println!(
+                "{:.3} {}:{}-{} [{}] ({}, {})",
+                h.score,
+                h.file_path,
+                h.start_line,
+                h.end_line,
+                h.chunk_type,
+                h.reference_tag,
+                h.arch_tag
+            );
+            for line in h.snippet.lines().take(6) {
+                println!("    {line}");
+            }
+        }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

@@ -1,0 +1,363 @@
+//! Changing which projects an upstream serves at run time (`PATCH /integrations/{ns}`) over real
+//! HTTP: a real upstream MCP server on 127.0.0.1 behind the gateway and real MCP clients (rmcp's)
+//! connected as agents. `bot` may use only `demo`: while the upstream serves `demo` its call
+//! runs; remapped to `ops`, its open session is told the list changed and its next call is
+//! refused `project_not_allowed`, while `claude` (every project) still calls through `ops`.
+//! The mapping is in `bridle.yaml` and the audit log (as `user`, lists before and after); every
+//! refusal is a problem with its code and leaves the file as it was.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
+
+mod admin_support;
+
+use std::time::Duration;
+
+use admin_support::gateway::Gw;
+use admin_support::{json_ok, problem};
+use bridle_gateway::config::demo_document;
+use bridle_rules::ReadWrite;
+use kberg_core::{ToolBuilder, ToolOutput, ToolRegistry};
+use kberg_server::{HttpConfig, HttpServer, McpApp};
+use reqwest::StatusCode;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const TOOL: &str = "tickets__whoami";
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct NoArgs {}
+
+async fn start_upstream() -> (String, CancellationToken) {
+    let tools = ToolRegistry::new();
+    tools
+        .register(
+            ToolBuilder::new("whoami")
+                .description("Who the upstream thinks you are.")
+                .read_only_hint(true)
+                .handler(|_a: NoArgs, ctx| async move {
+                    Ok(ToolOutput::text(ctx.caller().principal().id.clone()))
+                }),
+        )
+        .unwrap();
+    let app = McpApp::builder("tickets", "1.0").tools(tools).build();
+    let server = HttpServer::bind(
+        app,
+        HttpConfig::new("127.0.0.1:0".parse().unwrap()).path("/mcp"),
+    )
+    .await
+    .unwrap();
+    let url = format!("http://{}/mcp", server.local_addr());
+    let stop = server.shutdown_token();
+    let s = stop.clone();
+    tokio::spawn(async move { server.run(async move { s.cancelled().await }).await });
+    (url, stop)
+}
+
+/// An MCP client that passes on every `tools/list_changed` it is sent.
+#[derive(Clone)]
+struct Listener(mpsc::UnboundedSender<()>);
+
+impl ClientHandler for Listener {
+    fn get_info(&self) -> ClientConfig {
+        serde_json::from_value(json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "mapping-test", "version": "1"}
+        }))
+        .unwrap()
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.0.send(());
+    }
+}
+
+async fn connect(
+    url: &str,
+    token: &str,
+) -> (
+    RunningService<RoleClient, Listener>,
+    mpsc::UnboundedReceiver<()>,
+) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(token),
+    );
+    (Listener(tx).serve(transport).await.unwrap(), rx)
+}
+
+async fn call(c: &RunningService<RoleClient, Listener>) -> CallToolResult {
+    c.call_tool(CallToolRequestParams::new(TOOL)).await.unwrap()
+}
+
+fn code(r: &CallToolResult) -> Option<String> {
+    r.structured_content
+        .as_ref()
+        .and_then(|s| s["code"].as_str().map(str::to_string))
+}
+
+/// Waits (with a deadline) until the agent is offered the upstream's tool.
+async fn until_listed(c: &RunningService<RoleClient, Listener>) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let tools = c.list_all_tools().await.unwrap();
+        if tools.iter().any(|t| t.name == TOOL) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{TOOL} is never offered"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn granting_tickets_reads() -> bridle_rules::RulesDocument {
+    let mut doc = demo_document();
+    doc.permissions.get_mut("claude").unwrap().tools.insert(
+        "tickets".into(),
+        ReadWrite {
+            read: true,
+            write: false,
+        },
+    );
+    doc
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstreams_projects_change_at_run_time_and_refusals_leave_the_file_alone() {
+    let (url, upstream) = start_upstream().await;
+    let gw = Gw::start_with_yaml(
+        &format!("upstreams:\n  tickets:\n    http: {{url: '{url}'}}\n    projects: [demo]\n"),
+        |b| b,
+    )
+    .await;
+    // Both projects let claude-type agents read through `tickets`.
+    let demo = gw.ctx.store.load("demo").unwrap().document;
+    let mut edited = granting_tickets_reads();
+    edited.revision = demo.revision;
+    gw.ctx
+        .store
+        .save_edit("demo", &edited, demo.revision, "test", "tickets reads")
+        .unwrap();
+    gw.ctx
+        .store
+        .create("ops", &granting_tickets_reads(), "test")
+        .unwrap();
+
+    let bot_token = gw
+        .all_agent_tokens()
+        .into_iter()
+        .find(|(a, _)| a == "bot")
+        .unwrap()
+        .1;
+    let (bot, mut bot_changed) = connect(&gw.mcp, &bot_token).await;
+    let (claude, _claude_changed) = connect(&gw.mcp, &gw.file_token("claude")).await;
+    until_listed(&bot).await;
+    until_listed(&claude).await;
+    let r = call(&bot).await;
+    assert_ne!(
+        r.is_error,
+        Some(true),
+        "bot may call while demo is served: {r:?}"
+    );
+
+    // Remapped to `ops`: bot's session is told, its next call refused; claude goes on.
+    while bot_changed.try_recv().is_ok() {}
+    let changed = json_ok(
+        gw.patch("/integrations/tickets")
+            .json(&json!({"projects": ["ops"]}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(changed["projects"], json!(["ops"]), "{changed}");
+    tokio::time::timeout(Duration::from_secs(20), bot_changed.recv())
+        .await
+        .expect("bot's session is told its list changed")
+        .unwrap();
+    let r = call(&bot).await;
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(code(&r).as_deref(), Some("project_not_allowed"), "{r:?}");
+    let r = call(&claude).await;
+    assert_ne!(r.is_error, Some(true), "claude still reaches ops: {r:?}");
+    assert_eq!(gw.config_on_disk().upstreams["tickets"].projects, ["ops"]);
+    let shown = json_ok(
+        gw.get("/integrations/tickets").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(shown["projects"], json!(["ops"]));
+    let listed = json_ok(
+        gw.get("/integrations?project=demo").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(listed["items"], json!([]), "{listed}");
+
+    // Every project again (an empty list), with duplicates folded: bot calls once more.
+    let all = json_ok(
+        gw.patch("/integrations/tickets")
+            .json(&json!({"projects": []}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(all["projects"], json!([]));
+    let r = call(&bot).await;
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    let twice = json_ok(
+        gw.patch("/integrations/tickets")
+            .json(&json!({"projects": ["demo", "ops", "demo"]}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(twice["projects"], json!(["demo", "ops"]));
+
+    let audit = json_ok(
+        gw.get("/audit?kind=upstream_change&source=user")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let items = audit["items"].as_array().unwrap();
+    let changes: Vec<(&str, &str)> = items
+        .iter()
+        .map(|e| {
+            (
+                e["change"]["before"].as_str().unwrap(),
+                e["change"]["after"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            ("demo", "ops"),
+            ("ops", "all projects"),
+            ("all projects", "demo,ops")
+        ],
+        "{audit}"
+    );
+    for e in items {
+        assert_eq!(e["source"]["admin"], "alice");
+        assert_eq!(e["source"]["surface"], "api");
+        assert_eq!(e["subject"], "tickets");
+    }
+
+    // Refusals: each a problem with its code, the file untouched.
+    let file = gw.tmp.path().join("bridle.yaml");
+    let before = std::fs::read(&file).unwrap();
+    let patch = |path: &str, body: &str| {
+        gw.patch(path)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+    };
+    let cases: [(&str, &str, StatusCode, &str); 7] = [
+        (
+            "/integrations/nope",
+            r#"{"projects": []}"#,
+            StatusCode::NOT_FOUND,
+            "unknown_integration",
+        ),
+        (
+            "/integrations/tickets",
+            r#"{"projects": ["ghost"]}"#,
+            StatusCode::NOT_FOUND,
+            "unknown_project",
+        ),
+        (
+            "/integrations/tickets",
+            r#"{"projects": ["../etc"]}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            "/integrations/tickets",
+            r#"{"projects": "demo"}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            "/integrations/tickets",
+            r#"{"projects": [], "enabled": false}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            "/integrations/tickets",
+            r#"{}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            "/integrations/tickets",
+            r#"{"projects": ["#,
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+        ),
+    ];
+    for (path, body, status, code) in cases {
+        problem(patch(path, body).send().await.unwrap(), status, code).await;
+    }
+    let huge = format!(r#"{{"projects": ["{}"]}}"#, "a".repeat(2 * 1024 * 1024));
+    problem(
+        patch("/integrations/tickets", &huge).send().await.unwrap(),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+    )
+    .await;
+    let mut tokens = vec![None, Some("wrong".to_string())];
+    tokens.extend(gw.all_agent_tokens().into_iter().map(|(_, t)| Some(t)));
+    for t in tokens {
+        let req = gw
+            .http
+            .patch(gw.url("/integrations/tickets"))
+            .json(&json!({"projects": []}));
+        let req = match &t {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        };
+        problem(
+            req.send().await.unwrap(),
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        )
+        .await;
+    }
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "a refusal changed bridle.yaml"
+    );
+    assert_eq!(
+        gw.config_on_disk().upstreams["tickets"].projects,
+        ["demo", "ops"]
+    );
+    let _: Value = json_ok(
+        gw.get("/integrations/tickets").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    bot.cancel().await.unwrap();
+    claude.cancel().await.unwrap();
+    gw.stop().await;
+    upstream.cancel();
+}
