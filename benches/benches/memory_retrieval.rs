@@ -348,12 +348,24 @@ fn bm25_hits(payloads: &[Payload], index: &Bm25Index, query: &str) -> Vec<Hit> {
 
 struct Row {
     chunker: &'static str,
+    /// Whether this is the pipeline with the library's default settings.
+    default: bool,
     ranking: &'static str,
     chunks: usize,
     truncated: usize,
     /// The best results of each question: [`DEEP`] of them for a single ranking, [`TOP`] for
     /// the fused one (whose candidate lists grow with the length asked for).
     results: Vec<Vec<Hit>>,
+}
+
+impl Row {
+    fn label(&self) -> String {
+        if self.default {
+            format!("**{}** (default)", self.chunker)
+        } else {
+            self.chunker.to_string()
+        }
+    }
 }
 
 /// Embeds a chunk set into its own collection and runs every question in every ranking.
@@ -424,6 +436,7 @@ async fn evaluate_chunks(
         }
         rows.push(Row {
             chunker: name,
+            default: false,
             ranking,
             chunks: chunks.len(),
             truncated: over,
@@ -466,7 +479,10 @@ async fn evaluate_pipeline(
         .await
         .expect("scroll");
     if std::env::var_os("BRIDLE_RETRIEVAL_SWEEP").is_some()
-        && name == "tree-sitter"
+        && std::env::var("BRIDLE_RETRIEVAL_EXPLAIN").map_or(
+            chunking == bridle_memory::chunk::ChunkConfig::default(),
+            |e| e == name,
+        )
         && !corpus.all_held_out
     {
         sweep(&store, &embedder, &config.collection, &records, qs).await;
@@ -515,6 +531,7 @@ async fn evaluate_pipeline(
         }
         rows.push(Row {
             chunker: name,
+            default: chunking == bridle_memory::chunk::ChunkConfig::default(),
             ranking,
             chunks: report.chunks,
             truncated: over,
@@ -668,28 +685,23 @@ fn main() {
                 );
             }
             let defaults = bridle_memory::chunk::ChunkConfig::default();
-            let round_one = bridle_memory::chunk::ChunkConfig {
-                keep_small_items: false,
-                outline_types: false,
-                ..defaults
+            let with = |keep_small_items: bool, outline_types: bool, max_tokens: usize| {
+                bridle_memory::chunk::ChunkConfig {
+                    keep_small_items,
+                    outline_types,
+                    max_tokens,
+                    ..defaults
+                }
             };
             for (name, chunking) in [
-                // The chunker as the previous round left it: small items merged, no outlines.
-                ("tree-sitter-r1", round_one),
+                // Small named items merged with their neighbours, no outlines (how the previous
+                // round chunked, with this round's fixes to names and container heads).
+                ("ts-merged", with(false, false, 256)),
+                ("ts-merged+outline", with(false, true, 256)),
+                ("ts-kept+outline", with(true, true, 256)),
                 (
-                    "tree-sitter-keep",
-                    bridle_memory::chunk::ChunkConfig {
-                        outline_types: false,
-                        ..defaults
-                    },
-                ),
-                ("tree-sitter", defaults),
-                (
-                    "tree-sitter-128",
-                    bridle_memory::chunk::ChunkConfig {
-                        max_tokens: 128,
-                        ..defaults
-                    },
+                    "ts-default-128",
+                    with(defaults.keep_small_items, defaults.outline_types, 128),
                 ),
             ] {
                 if want(name) {
@@ -721,7 +733,7 @@ fn report(corpus: &Corpus, qs: &[Question], rows: &[Row], embedder: &LocalEmbedd
         let (file, item) = score(qs, &r.results, Subset::All);
         eprintln!(
             "| {} | {} | {} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.3} |",
-            r.chunker,
+            r.label(),
             r.ranking,
             r.chunks,
             r.truncated,
@@ -753,7 +765,14 @@ fn report(corpus: &Corpus, qs: &[Question], rows: &[Row], embedder: &LocalEmbedd
         let (_, h) = score(qs, &r.results, Subset::HeldOut);
         eprintln!(
             "| {} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.3} |",
-            r.chunker, r.ranking, t.r5, t.r10, t.mrr, h.r5, h.r10, h.mrr
+            r.label(),
+            r.ranking,
+            t.r5,
+            t.r10,
+            t.mrr,
+            h.r5,
+            h.r10,
+            h.mrr
         );
     }
     if std::env::var_os("BRIDLE_RETRIEVAL_VERBOSE").is_some() {
@@ -765,7 +784,14 @@ fn report(corpus: &Corpus, qs: &[Question], rows: &[Row], embedder: &LocalEmbedd
         } else {
             Subset::Tuning
         };
-        explain_misses(corpus, qs, rows, "tree-sitter", subset, embedder);
+        let target = std::env::var("BRIDLE_RETRIEVAL_EXPLAIN").ok().or_else(|| {
+            rows.iter()
+                .find(|r| r.default)
+                .map(|r| r.chunker.to_string())
+        });
+        if let Some(t) = target {
+            explain_misses(corpus, qs, rows, &t, subset, embedder);
+        }
     }
 }
 

@@ -15,12 +15,12 @@
 //! than that budget (an item that does not fit is cut at line boundaries, each part keeping the
 //! item's signature as context; a single line longer than the budget is cut by characters).
 //!
-//! Small named items stay whole and alone ([`ChunkConfig::keep_small_items`]): a three-line
-//! `struct Router<T>` or a one-line `fn get` is a chunk of its own rather than half of a chunk
-//! about a neighbour, because a merged chunk's embedding is about both and answers neither. A
-//! type's chunk also carries an outline of the containers that give it methods
-//! ([`ChunkConfig::outline_types`], [`Chunk::outline`]). Both were chosen by
-//! `benches/benches/memory_retrieval.rs` (figures in `benches/README.md`).
+//! A type's chunk carries an outline of the containers of its file that give it members
+//! ([`ChunkConfig::outline_types`], [`Chunk::outline`]): a three-line `struct Router<T>` says
+//! nothing of inserting or matching routes, its `impl` does. Small named items can also be kept
+//! whole and alone rather than merged with a neighbour ([`ChunkConfig::keep_small_items`]); that
+//! one is off by default. Both defaults follow `benches/benches/memory_retrieval.rs` (figures in
+//! `benches/README.md`).
 //!
 //! Parsing is robust rather than exact: tree-sitter recovers from syntax errors, and whatever the
 //! tree looks like every non-blank line of the file ends up in exactly one chunk.
@@ -166,7 +166,8 @@ pub struct ChunkConfig {
     pub overlap_lines: usize,
     /// Whether a named item (function, type, impl, module) under `min_tokens` stays a chunk of
     /// its own. When set, only `block`s (imports, constants, statements) merge, with each other
-    /// or into a neighbouring item; when not, any small span merges with its neighbour.
+    /// or into a neighbouring item; when not (the default), any small span merges with its
+    /// neighbour.
     pub keep_small_items: bool,
     /// Whether a `type` chunk's embedded text ends with its outline: the containers of the same
     /// file that give the type methods, with their members' names ([`Chunk::outline`]).
@@ -179,7 +180,7 @@ impl Default for ChunkConfig {
             max_tokens: 256,
             min_tokens: 48,
             overlap_lines: 2,
-            keep_small_items: true,
+            keep_small_items: false,
             outline_types: true,
         }
     }

@@ -291,26 +291,28 @@ pub fn len() -> u8 { 2 }
 "#;
 
 #[test]
-fn small_named_items_stay_chunks_of_their_own() {
-    let c = cut("src/router.rs", SMALL_ITEMS, 200);
+fn small_named_items_stay_chunks_of_their_own_when_asked() {
+    let config = |keep_small_items| ChunkConfig {
+        max_tokens: 200,
+        min_tokens: 20,
+        overlap_lines: 1,
+        keep_small_items,
+        outline_types: false,
+    };
+    let c = chunk_file("src/router.rs", SMALL_ITEMS, &config(true), &words);
     let k = kinds(&c);
     let router = c
         .iter()
         .find(|c| c.context_path() == "pub struct Router")
         .unwrap_or_else(|| panic!("the struct is a chunk: {k:?}"));
     // The `use` block joins its neighbour, but the struct is no method's neighbour.
+    assert!(router.text.contains("use std::fmt"), "{k:?}");
     assert!(!router.text.contains("fn new"), "{k:?}");
     let get = c.iter().find(|c| c.text.contains("fn get")).expect("get");
     assert!(!get.text.contains("fn len"), "{k:?}");
-    // Merging them again is a setting.
-    let cfg = ChunkConfig {
-        max_tokens: 200,
-        min_tokens: 20,
-        overlap_lines: 1,
-        keep_small_items: false,
-        outline_types: false,
-    };
-    let merged = chunk_file("src/router.rs", SMALL_ITEMS, &cfg, &words);
+    // By default small neighbours merge.
+    assert!(!ChunkConfig::default().keep_small_items);
+    let merged = chunk_file("src/router.rs", SMALL_ITEMS, &config(false), &words);
     let get = merged
         .iter()
         .find(|c| c.text.contains("fn get"))
