@@ -1,10 +1,12 @@
 //! Retrieval quality of pattern-example search, measured on a real code base.
 //!
-//! The fixture (`fixtures/retrieval/`, see its README) is two small, permissively licensed Rust
-//! crates vendored as they were published: `semver` 1.0.28 and `matchit` 0.8.4. Each of the
-//! natural-language questions in `fixtures/retrieval/questions.tsv` was written by reading the
-//! code and names the items that answer it (a file and the first line of the item; the item runs
-//! to its closing brace). Every system below embeds with the same in-process all-MiniLM-L6-v2
+//! The fixtures (`fixtures/retrieval/`, see its README) are real code bases vendored as they were
+//! published: the Rust crates `semver` 1.0.28 and `matchit` 0.8.4 (a third of their questions
+//! held out), and the Python package `h11` 0.16.0 (`fixtures/retrieval/h11/`, every question held
+//! out: a check against fitting, never explained). Each natural-language question in a
+//! `questions.tsv` was written by reading the code and names the items that answer it (a file
+//! and the first line of the item; a Rust item runs to its closing brace, a Python one through
+//! its indented block). Every system below embeds with the same in-process all-MiniLM-L6-v2
 //! (`--features local-embed`; files from `scripts/install-tools.sh`, or the folder in
 //! `BRIDLE_MODEL_DIR`) in the same run:
 //!
