@@ -1,10 +1,12 @@
 //! Retrieval quality of pattern-example search, measured on a real code base.
 //!
-//! The fixture (`fixtures/retrieval/`, see its README) is two small, permissively licensed Rust
-//! crates vendored as they were published: `semver` 1.0.28 and `matchit` 0.8.4. Each of the
-//! natural-language questions in `fixtures/retrieval/questions.tsv` was written by reading the
-//! code and names the items that answer it (a file and the first line of the item; the item runs
-//! to its closing brace). Every system below embeds with the same in-process all-MiniLM-L6-v2
+//! The fixtures (`fixtures/retrieval/`, see its README) are real code bases vendored as they were
+//! published: the Rust crates `semver` 1.0.28 and `matchit` 0.8.4 (a third of their questions
+//! held out), and the Python package `h11` 0.16.0 (`fixtures/retrieval/h11/`, every question held
+//! out: a check against fitting, never explained). Each natural-language question in a
+//! `questions.tsv` was written by reading the code and names the items that answer it (a file
+//! and the first line of the item; a Rust item runs to its closing brace, a Python one through
+//! its indented block). Every system below embeds with the same in-process all-MiniLM-L6-v2
 //! (`--features local-embed`; files from `scripts/install-tools.sh`, or the folder in
 //! `BRIDLE_MODEL_DIR`) in the same run:
 //!
@@ -29,7 +31,7 @@
 //! nice -n 10 cargo bench -p kberg-benches --features local-embed --bench memory_retrieval
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bridle_memory::store::keywords::{Bm25Index, keyword_text};
@@ -110,7 +112,50 @@ fn item_end(lines: &[&str], start: usize) -> usize {
     lines.len().saturating_sub(1)
 }
 
-fn questions(root: &Path) -> Vec<Question> {
+/// Where the Python item starting at line `start` (0-based) ends: the last line indented deeper
+/// than its first line, or a closing bracket at the same indentation (`}` of a top-level dict).
+fn python_item_end(lines: &[&str], start: usize) -> usize {
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let own = indent(lines[start]);
+    let mut end = start;
+    for (i, line) in lines.iter().enumerate().skip(start + 1) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let deeper = indent(line) > own;
+        let closer = indent(line) == own && line.trim_start().starts_with([')', ']', '}']);
+        if !(deeper || closer) {
+            break;
+        }
+        end = i;
+    }
+    end
+}
+
+/// A code base the questions are asked of.
+struct Corpus {
+    /// Short name, in the tables.
+    name: &'static str,
+    /// The folder indexed.
+    root: PathBuf,
+    /// Paths under `root` that are not indexed (the questions, this fixture's README, another
+    /// corpus's folder).
+    skip: &'static [&'static str],
+    /// Whether every question is held out (a code base used only as a check).
+    all_held_out: bool,
+}
+
+impl Corpus {
+    fn indexed(&self, path: &str) -> bool {
+        !self
+            .skip
+            .iter()
+            .any(|s| path == *s || path.starts_with(&format!("{s}/")))
+    }
+}
+
+fn questions(corpus: &Corpus) -> Vec<Question> {
+    let root = &corpus.root;
     let tsv = std::fs::read_to_string(root.join("questions.tsv")).expect("questions.tsv");
     let mut out = Vec::new();
     for line in tsv
@@ -123,28 +168,41 @@ fn questions(root: &Path) -> Vec<Question> {
             let (file, anchor) = (pair[0], pair[1]);
             let text = std::fs::read_to_string(root.join(file)).expect("answer file");
             let lines: Vec<&str> = text.lines().collect();
+            // A line that is the anchor, else the first line containing it.
             let start = lines
                 .iter()
-                .position(|l| l.contains(anchor))
+                .position(|l| l.trim() == anchor)
+                .or_else(|| lines.iter().position(|l| l.contains(anchor)))
                 .unwrap_or_else(|| panic!("anchor {anchor:?} not in {file}"));
-            // The item's doc comment and attributes are part of it.
+            let python = file.ends_with(".py");
+            // The item's doc comment and attributes (Python: comments and decorators) are part
+            // of it.
             let mut first = start;
             while first > 0 && {
                 let l = lines[first - 1].trim_start();
-                l.starts_with("///") || l.starts_with("#[")
+                if python {
+                    l.starts_with('#') || l.starts_with('@')
+                } else {
+                    l.starts_with("///") || l.starts_with("#[")
+                }
             } {
                 first -= 1;
             }
+            let end = if python {
+                python_item_end(&lines, start)
+            } else {
+                item_end(&lines, start)
+            };
             answers.push(Answer {
                 file: file.to_string(),
                 start: first + 1,
-                end: item_end(&lines, start) + 1,
+                end: end + 1,
             });
         }
         out.push(Question {
             text: cols[0].to_string(),
             answers,
-            held_out: out.len() % 3 == 2,
+            held_out: corpus.all_held_out || out.len() % 3 == 2,
         });
     }
     out
@@ -217,14 +275,15 @@ fn score(qs: &[Question], results: &[Vec<Hit>], subset: Subset) -> (Score, Score
 /// A chunk set outside the pipeline: (file, start, end, text) per chunk.
 type Chunks = Vec<(String, usize, usize, String)>;
 
-fn source_files(root: &Path) -> Vec<bridle_memory::repo::SourceFile> {
-    let mut files = bridle_memory::repo::collect_files(root, &Default::default()).expect("walk");
-    files.retain(|f| f.path != "questions.tsv" && f.path != "README.md");
+fn source_files(corpus: &Corpus) -> Vec<bridle_memory::repo::SourceFile> {
+    let mut files =
+        bridle_memory::repo::collect_files(&corpus.root, &Default::default()).expect("walk");
+    files.retain(|f| corpus.indexed(&f.path));
     files
 }
 
-fn legacy_chunks(root: &Path) -> Chunks {
-    source_files(root)
+fn legacy_chunks(corpus: &Corpus) -> Chunks {
+    source_files(corpus)
         .into_iter()
         .flat_map(|f| {
             legacy_chunk::chunk_file(&f.path, &f.text, &legacy_chunk::ChunkConfig::default())
@@ -235,9 +294,9 @@ fn legacy_chunks(root: &Path) -> Chunks {
         .collect()
 }
 
-fn window_chunks(root: &Path, size: usize, overlap: usize) -> Chunks {
+fn window_chunks(corpus: &Corpus, size: usize, overlap: usize) -> Chunks {
     let mut out = Vec::new();
-    for f in source_files(root) {
+    for f in source_files(corpus) {
         let lines: Vec<&str> = f.text.lines().collect();
         let mut s = 0;
         while s < lines.len() {
@@ -291,12 +350,24 @@ fn bm25_hits(payloads: &[Payload], index: &Bm25Index, query: &str) -> Vec<Hit> {
 
 struct Row {
     chunker: &'static str,
+    /// Whether this is the pipeline with the library's default settings.
+    default: bool,
     ranking: &'static str,
     chunks: usize,
     truncated: usize,
     /// The best results of each question: [`DEEP`] of them for a single ranking, [`TOP`] for
     /// the fused one (whose candidate lists grow with the length asked for).
     results: Vec<Vec<Hit>>,
+}
+
+impl Row {
+    fn label(&self) -> String {
+        if self.default {
+            format!("**{}** (default)", self.chunker)
+        } else {
+            self.chunker.to_string()
+        }
+    }
 }
 
 /// Embeds a chunk set into its own collection and runs every question in every ranking.
@@ -367,6 +438,7 @@ async fn evaluate_chunks(
         }
         rows.push(Row {
             chunker: name,
+            default: false,
             ranking,
             chunks: chunks.len(),
             truncated: over,
@@ -379,15 +451,15 @@ async fn evaluate_chunks(
 /// The tree-sitter chunker through the real pipeline: `PatternIndex::index`, then its search.
 async fn evaluate_pipeline(
     name: &'static str,
-    root: &Path,
+    corpus: &Corpus,
     store: Arc<EmbeddedStore>,
     embedder: Arc<LocalEmbedder>,
-    max_tokens: usize,
+    chunking: bridle_memory::chunk::ChunkConfig,
     qs: &[Question],
 ) -> Vec<Row> {
     // The fixture minus its questions and its own README.
     let tree = tempfile::tempdir().expect("temp");
-    for f in source_files(root) {
+    for f in source_files(corpus) {
         let dest = tree.path().join(&f.path);
         std::fs::create_dir_all(dest.parent().expect("parent")).expect("mkdir");
         std::fs::write(dest, f.text).expect("copy");
@@ -396,7 +468,7 @@ async fn evaluate_pipeline(
         collection: format!("pipeline_{name}"),
         ..Default::default()
     };
-    config.chunking.max_tokens = max_tokens;
+    config.chunking = chunking;
     let index = PatternIndex::with_config(store.clone(), embedder.clone(), config.clone());
     let repo = ExampleRepo {
         url: tree.path().display().to_string(),
@@ -408,7 +480,13 @@ async fn evaluate_pipeline(
         .scroll(&config.collection, None, None, 100_000)
         .await
         .expect("scroll");
-    if std::env::var_os("BRIDLE_RETRIEVAL_SWEEP").is_some() && name == "tree-sitter" {
+    if std::env::var_os("BRIDLE_RETRIEVAL_SWEEP").is_some()
+        && std::env::var("BRIDLE_RETRIEVAL_EXPLAIN").map_or(
+            chunking == bridle_memory::chunk::ChunkConfig::default(),
+            |e| e == name,
+        )
+        && !corpus.all_held_out
+    {
         sweep(&store, &embedder, &config.collection, &records, qs).await;
     }
     let payloads: Vec<Payload> = records.into_iter().map(|r| r.payload).collect();
@@ -455,6 +533,7 @@ async fn evaluate_pipeline(
         }
         rows.push(Row {
             chunker: name,
+            default: chunking == bridle_memory::chunk::ChunkConfig::default(),
             ranking,
             chunks: report.chunks,
             truncated: over,
@@ -468,7 +547,14 @@ async fn evaluate_pipeline(
 /// hybrid top 5 of `chunker`, where the answer ranked under each ranking (among the [`DEEP`]
 /// vector and BM25 results and the [`TOP`] fused ones; `-` when not among them) and what each
 /// ranking's top 5 was instead.
-fn explain_misses(qs: &[Question], rows: &[Row], chunker: &str, subset: Subset) {
+fn explain_misses(
+    corpus: &Corpus,
+    qs: &[Question],
+    rows: &[Row],
+    chunker: &str,
+    subset: Subset,
+    embedder: &LocalEmbedder,
+) {
     let of = |ranking: &str| {
         rows.iter()
             .find(|r| r.chunker == chunker && r.ranking == ranking)
@@ -505,6 +591,31 @@ fn explain_misses(qs: &[Question], rows: &[Row], chunker: &str, subset: Subset) 
                 .collect();
             eprintln!("      {what:>6} top 5: {}", got.join(", "));
         }
+        // What the pipeline embedded for the chunks that hold the answer, exactly.
+        for a in &q.answers {
+            let text = std::fs::read_to_string(corpus.root.join(&a.file)).expect("answer file");
+            let count = |t: &str| embedder.count_tokens(t);
+            let config = bridle_memory::chunk::ChunkConfig {
+                max_tokens: 256.min(embedder.max_input_tokens()),
+                ..Default::default()
+            };
+            for c in bridle_memory::chunk::chunk_file(&a.file, &text, &config, &count) {
+                if c.start_line <= a.end && a.start <= c.end_line {
+                    let embedded = bridle_memory::fit_input(embedder, &c.embedding_text(&a.file));
+                    eprintln!(
+                        "      embedded for {}:{}-{} ({}, {}):",
+                        a.file,
+                        c.start_line,
+                        c.end_line,
+                        c.chunk_type.as_str(),
+                        c.context_path()
+                    );
+                    for l in embedded.lines() {
+                        eprintln!("        | {l}");
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -519,8 +630,21 @@ fn model_dir() -> PathBuf {
 
 fn main() {
     // `cargo bench` passes `--bench`; any other argument is a filter we do not use.
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/retrieval");
-    let qs = questions(&root);
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/retrieval");
+    let corpora = [
+        Corpus {
+            name: "semver+matchit",
+            root: fixtures.clone(),
+            skip: &["questions.tsv", "README.md", "h11"],
+            all_held_out: false,
+        },
+        Corpus {
+            name: "h11",
+            root: fixtures.join("h11"),
+            skip: &["questions.tsv"],
+            all_held_out: true,
+        },
+    ];
     let embedder = Arc::new(
         LocalEmbedder::load(model_dir()).expect("model files: run scripts/install-tools.sh"),
     );
@@ -529,52 +653,89 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let dir = tempfile::tempdir().expect("temp");
-    let store = Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("store"));
-    let started = std::time::Instant::now();
-    let rows = rt.block_on(async {
-        let texts: Vec<String> = qs.iter().map(|q| q.text.clone()).collect();
-        let query_vectors = embedder.embed(&texts).await.expect("embed questions");
-        let mut rows = Vec::new();
-        // `BRIDLE_RETRIEVAL_ONLY=tree-sitter` runs one chunker (while tuning).
-        let only = std::env::var("BRIDLE_RETRIEVAL_ONLY").ok();
-        let want = |name: &str| only.as_deref().is_none_or(|o| o == name);
-        if want("legacy") {
-            let chunks = legacy_chunks(&root);
-            rows.extend(
-                evaluate_chunks("legacy", chunks, &store, &embedder, &qs, &query_vectors).await,
-            );
+    // `BRIDLE_RETRIEVAL_ONLY=tree-sitter` runs one chunker, `BRIDLE_RETRIEVAL_CORPUS=h11` one
+    // code base (while tuning).
+    let only = std::env::var("BRIDLE_RETRIEVAL_ONLY").ok();
+    let only_corpus = std::env::var("BRIDLE_RETRIEVAL_CORPUS").ok();
+    for corpus in &corpora {
+        if only_corpus.as_deref().is_some_and(|c| c != corpus.name) {
+            continue;
         }
-        if want("window-40") {
-            let chunks = window_chunks(&root, 40, 10);
-            rows.extend(
-                evaluate_chunks("window-40", chunks, &store, &embedder, &qs, &query_vectors).await,
-            );
-        }
-        for (name, max_tokens) in [("tree-sitter", 256), ("tree-sitter-128", 128)] {
-            if want(name) {
-                let (s, e) = (store.clone(), embedder.clone());
-                rows.extend(evaluate_pipeline(name, &root, s, e, max_tokens, &qs).await);
+        let qs = questions(corpus);
+        let dir = tempfile::tempdir().expect("temp");
+        let store = Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("store"));
+        let started = std::time::Instant::now();
+        let rows = rt.block_on(async {
+            let texts: Vec<String> = qs.iter().map(|q| q.text.clone()).collect();
+            let query_vectors = embedder.embed(&texts).await.expect("embed questions");
+            let mut rows = Vec::new();
+            let want = |name: &str| {
+                only.as_deref()
+                    .is_none_or(|o| o.split(',').any(|o| o == name))
+            };
+            if want("legacy") {
+                let chunks = legacy_chunks(corpus);
+                rows.extend(
+                    evaluate_chunks("legacy", chunks, &store, &embedder, &qs, &query_vectors).await,
+                );
             }
-        }
-        rows
-    });
-    let files = source_files(&root).len();
+            if want("window-40") {
+                let chunks = window_chunks(corpus, 40, 10);
+                rows.extend(
+                    evaluate_chunks("window-40", chunks, &store, &embedder, &qs, &query_vectors)
+                        .await,
+                );
+            }
+            let defaults = bridle_memory::chunk::ChunkConfig::default();
+            let with = |keep_small_items: bool, outline_types: bool, max_tokens: usize| {
+                bridle_memory::chunk::ChunkConfig {
+                    keep_small_items,
+                    outline_types,
+                    max_tokens,
+                    ..defaults
+                }
+            };
+            for (name, chunking) in [
+                // Small named items merged with their neighbours, no outlines (how the previous
+                // round chunked, with this round's fixes to names and container heads).
+                ("ts-merged", with(false, false, 256)),
+                ("ts-merged+outline", with(false, true, 256)),
+                ("ts-kept+outline", with(true, true, 256)),
+                (
+                    "ts-default-128",
+                    with(defaults.keep_small_items, defaults.outline_types, 128),
+                ),
+            ] {
+                if want(name) {
+                    let (s, e) = (store.clone(), embedder.clone());
+                    rows.extend(evaluate_pipeline(name, corpus, s, e, chunking, &qs).await);
+                }
+            }
+            rows
+        });
+        report(corpus, &qs, &rows, &embedder, started.elapsed().as_secs());
+    }
+}
+
+/// Prints one corpus's tables (and, asked, the explanation of its tuning misses).
+fn report(corpus: &Corpus, qs: &[Question], rows: &[Row], embedder: &LocalEmbedder, secs: u64) {
+    let files = source_files(corpus).len();
+    eprintln!();
     eprintln!(
-        "memory_retrieval: {} questions over {files} files, all-MiniLM-L6-v2 in process ({} s)",
+        "memory_retrieval [{}]: {} questions over {files} files, all-MiniLM-L6-v2 in process ({secs} s)",
+        corpus.name,
         qs.len(),
-        started.elapsed().as_secs()
     );
     eprintln!();
     eprintln!(
         "| chunker | ranking | chunks | over window | file R@5 | file R@10 | file MRR | item R@5 | item R@10 | item MRR |"
     );
     eprintln!("|---|---|---|---|---|---|---|---|---|---|");
-    for r in &rows {
-        let (file, item) = score(&qs, &r.results, Subset::All);
+    for r in rows {
+        let (file, item) = score(qs, &r.results, Subset::All);
         eprintln!(
             "| {} | {} | {} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.3} |",
-            r.chunker,
+            r.label(),
             r.ranking,
             r.chunks,
             r.truncated,
@@ -585,6 +746,10 @@ fn main() {
             item.r10,
             item.mrr
         );
+    }
+    if corpus.all_held_out {
+        // Every question is held out: nothing more to split, and no miss is explained.
+        return;
     }
     let held = qs.iter().filter(|q| q.held_out).count();
     eprintln!();
@@ -597,12 +762,19 @@ fn main() {
         "| chunker | ranking | tuning R@5 | tuning R@10 | tuning MRR | held-out R@5 | held-out R@10 | held-out MRR |"
     );
     eprintln!("|---|---|---|---|---|---|---|---|");
-    for r in &rows {
-        let (_, t) = score(&qs, &r.results, Subset::Tuning);
-        let (_, h) = score(&qs, &r.results, Subset::HeldOut);
+    for r in rows {
+        let (_, t) = score(qs, &r.results, Subset::Tuning);
+        let (_, h) = score(qs, &r.results, Subset::HeldOut);
         eprintln!(
             "| {} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.3} |",
-            r.chunker, r.ranking, t.r5, t.r10, t.mrr, h.r5, h.r10, h.mrr
+            r.label(),
+            r.ranking,
+            t.r5,
+            t.r10,
+            t.mrr,
+            h.r5,
+            h.r10,
+            h.mrr
         );
     }
     if std::env::var_os("BRIDLE_RETRIEVAL_VERBOSE").is_some() {
@@ -614,7 +786,14 @@ fn main() {
         } else {
             Subset::Tuning
         };
-        explain_misses(&qs, &rows, "tree-sitter", subset);
+        let target = std::env::var("BRIDLE_RETRIEVAL_EXPLAIN").ok().or_else(|| {
+            rows.iter()
+                .find(|r| r.default)
+                .map(|r| r.chunker.to_string())
+        });
+        if let Some(t) = target {
+            explain_misses(corpus, qs, rows, &t, subset, embedder);
+        }
     }
 }
 

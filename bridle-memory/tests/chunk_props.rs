@@ -66,7 +66,7 @@ proptest! {
         max in 16usize..80,
     ) {
         let path = format!("f.{ext}");
-        let config = ChunkConfig { max_tokens: max, min_tokens: 4, overlap_lines: 1 };
+        let config = ChunkConfig { max_tokens: max, min_tokens: 4, overlap_lines: 1, ..Default::default() };
         // One token per whitespace-separated word: any monotone counter will do.
         let count = |t: &str| t.split_whitespace().count();
         let chunks = chunk_file(&path, &text, &config, &count);

@@ -140,7 +140,8 @@ async fn indexes_a_local_repository_and_finds_the_right_files() {
         .await
         .expect("index");
     assert_eq!(report.files, 6, "only the six real source and doc files");
-    assert!(report.chunks >= 7);
+    // At least one chunk per file (tiny neighbours within a file merge).
+    assert!(report.chunks >= 6, "{} chunks", report.chunks);
     assert_eq!(report.replaced, 0);
     assert!(report.last_indexed.ends_with('Z') && report.last_indexed.len() == 20);
 
@@ -185,10 +186,11 @@ async fn indexes_a_local_repository_and_finds_the_right_files() {
         .await
         .expect("search");
     let h = &hits[0];
-    // A small class: its header and docstring merge into its one method, which names it.
+    // A small class: its header and docstring merge into its one method, which names it, and
+    // the file's one import line joins them.
     assert_eq!(h.chunk_type, "function", "a Python method");
     assert_eq!(h.context, "class InvoiceCalculator > def total_with_tax");
-    assert_eq!((h.start_line, h.end_line), (4, 8));
+    assert_eq!((h.start_line, h.end_line), (1, 8));
     assert!(h.snippet.contains("def total_with_tax"));
     assert_eq!(
         (h.reference_tag.as_str(), h.arch_tag.as_str()),

@@ -15,9 +15,17 @@
 //! than that budget (an item that does not fit is cut at line boundaries, each part keeping the
 //! item's signature as context; a single line longer than the budget is cut by characters).
 //!
+//! A type's chunk carries an outline of the containers of its file that give it members
+//! ([`ChunkConfig::outline_types`], [`Chunk::outline`]): a three-line `struct Router<T>` says
+//! nothing of inserting or matching routes, its `impl` does. Small named items can also be kept
+//! whole and alone rather than merged with a neighbour ([`ChunkConfig::keep_small_items`]); that
+//! one is off by default. Both defaults follow `benches/benches/memory_retrieval.rs` (figures in
+//! `benches/README.md`).
+//!
 //! Parsing is robust rather than exact: tree-sitter recovers from syntax errors, and whatever the
 //! tree looks like every non-blank line of the file ends up in exactly one chunk.
 
+mod outline;
 pub mod syntax;
 pub mod text;
 
@@ -156,6 +164,14 @@ pub struct ChunkConfig {
     /// How many lines consecutive windows share (files no grammar applies to, and parts of a
     /// long item).
     pub overlap_lines: usize,
+    /// Whether a named item (function, type, impl, module) under `min_tokens` stays a chunk of
+    /// its own. When set, only `block`s (imports, constants, statements) merge, with each other
+    /// or into a neighbouring item; when not (the default), any small span merges with its
+    /// neighbour.
+    pub keep_small_items: bool,
+    /// Whether a `type` chunk's embedded text ends with its outline: the containers of the same
+    /// file that give the type methods, with their members' names ([`Chunk::outline`]).
+    pub outline_types: bool,
 }
 
 impl Default for ChunkConfig {
@@ -164,6 +180,8 @@ impl Default for ChunkConfig {
             max_tokens: 256,
             min_tokens: 48,
             overlap_lines: 2,
+            keep_small_items: false,
+            outline_types: true,
         }
     }
 }
@@ -189,6 +207,10 @@ pub struct Chunk {
     /// The header lines of the enclosing containers (`impl Store {`), given to the embedder
     /// before the text so a method is read in its container's light.
     pub header: String,
+    /// For a `type`: the containers of its file that give it members, one a line with the
+    /// members' names (`impl<T> Router<T>: new, insert, at`), given to the embedder after the
+    /// text. Empty for other chunks, and lines that would not fit the budget are left out.
+    pub outline: String,
 }
 
 impl Chunk {
@@ -197,9 +219,19 @@ impl Chunk {
         self.context.join(" > ")
     }
 
-    /// What is embedded for this chunk: the file path, the containers' header lines, the text.
+    /// What is embedded for this chunk: the file path, the containers' header lines, the text,
+    /// and a type's outline.
     pub fn embedding_text(&self, path: &str) -> String {
-        embedding_text(path, &self.header, &self.text)
+        embedding_text_with_outline(path, &self.header, &self.text, &self.outline)
+    }
+}
+
+fn embedding_text_with_outline(path: &str, header: &str, text: &str, outline: &str) -> String {
+    let head = embedding_text(path, header, text);
+    if outline.is_empty() {
+        head
+    } else {
+        format!("{head}\n{outline}")
     }
 }
 
@@ -222,7 +254,7 @@ pub fn chunk_file(
     let config = ChunkConfig {
         max_tokens: config.max_tokens.max(16),
         min_tokens: config.min_tokens.min(config.max_tokens / 2),
-        overlap_lines: config.overlap_lines,
+        ..*config
     };
     let lines = Lines::new(path, text, count);
     let chunks = match Language::of_path(path) {
@@ -232,10 +264,14 @@ pub fn chunk_file(
         }),
         None => text::windows(&lines, 0, lines.len(), &[], "", &config, ChunkType::Window),
     };
-    chunks
+    let mut chunks: Vec<Chunk> = chunks
         .into_iter()
         .map(|s| s.finish(&lines, &config))
-        .collect()
+        .collect();
+    if config.outline_types {
+        outline::outline_types(path, &mut chunks, config.max_tokens, count);
+    }
+    chunks
 }
 
 /// A file's lines with their token costs, shared by the cutters.
@@ -347,12 +383,15 @@ impl Span {
             chunk_type: self.ty,
             context: self.context,
             header,
+            outline: String::new(),
         }
     }
 }
 
-/// Merges neighbours within one list of spans: consecutive `block`s, and any span under
-/// `min_tokens` with its neighbour, while the sum fits the budget.
+/// Merges neighbours within one list of spans while the sum fits the budget: consecutive
+/// `block`s, and a span under `min_tokens` with its neighbour; with
+/// [`ChunkConfig::keep_small_items`], two named items (function, type, impl, module) never
+/// merge, so only a small block joins a neighbouring item.
 pub(crate) fn merge_small(spans: Vec<Span>, lines: &Lines<'_>, config: &ChunkConfig) -> Vec<Span> {
     let mut out: Vec<Span> = Vec::with_capacity(spans.len());
     for s in spans {
@@ -363,7 +402,16 @@ pub(crate) fn merge_small(spans: Vec<Span>, lines: &Lines<'_>, config: &ChunkCon
             let fits = lines.cost(last.start, s.end) <= budget && last.header == s.header;
             let small = |x: &Span| lines.cost(x.start, x.end) < config.min_tokens;
             let both_blocks = last.ty == ChunkType::Block && s.ty == ChunkType::Block;
-            if fits && (both_blocks || small(last) || small(&s)) {
+            let named = |x: &Span| {
+                matches!(
+                    x.ty,
+                    ChunkType::Function | ChunkType::Type | ChunkType::Impl | ChunkType::Module
+                )
+            };
+            let both_named = named(last) && named(&s);
+            let small_merges =
+                (small(last) || small(&s)) && !(config.keep_small_items && both_named);
+            if fits && (both_blocks || small_merges) {
                 if s.ty.rank() > last.ty.rank() {
                     last.ty = s.ty;
                     last.context = s.context;

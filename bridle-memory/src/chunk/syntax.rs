@@ -196,8 +196,15 @@ fn label(node: Node<'_>, lines: &Lines<'_>) -> String {
             .to_string(),
         _ => line.to_string(),
     };
-    if let Some(i) = text.find(['{', '(']) {
-        text.truncate(i);
+    // Cut at the first `{` / `(` after a visibility's own parenthesis (`pub(crate) enum
+    // Position` is named `Position`, not `pub`).
+    let from = if text.starts_with("pub(") {
+        text.find(')').map_or(0, |i| i + 1)
+    } else {
+        0
+    };
+    if let Some(i) = text[from..].find(['{', '(']) {
+        text.truncate(from + i);
     }
     let t = text.trim().trim_end_matches(':').trim();
     t.chars().take(100).collect()
@@ -461,6 +468,13 @@ impl Walker<'_, '_> {
         {
             let head = out.remove(0);
             out[0].start = head.start;
+            if out[0].ty == ChunkType::Block {
+                // A docstring or field list under the header is the container's own text.
+                out[0].ty = head.ty;
+                out[0].context = head.context;
+            }
+            // The member's text now holds the container's line: the header need not repeat it.
+            out[0].header = header.to_string();
         }
         out
     }

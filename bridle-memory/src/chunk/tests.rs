@@ -11,6 +11,7 @@ fn cut(path: &str, src: &str, max: usize) -> Vec<Chunk> {
         max_tokens: max,
         min_tokens: 6,
         overlap_lines: 1,
+        ..Default::default()
     };
     chunk_file(path, src, &cfg, &words)
 }
@@ -64,7 +65,9 @@ fn rust_methods_are_chunks_with_their_impl_as_context() {
         .expect("origin");
     assert_eq!(origin.chunk_type, ChunkType::Function);
     assert_eq!(origin.context_path(), "impl Point > pub fn origin");
-    assert_eq!(origin.header, "impl Point {");
+    // The impl's line opens the first method's text, so its header does not repeat it.
+    assert!(origin.text.contains("impl Point {"));
+    assert_eq!(origin.header, "");
     assert!(origin.text.contains("/// Makes the origin"));
     let dist = c
         .iter()
@@ -257,5 +260,99 @@ fn every_grammar_loads_and_finds_a_function() {
             "{path}: {:?}",
             kinds(&c)
         );
+    }
+}
+
+const SMALL_ITEMS: &str = r#"use std::fmt;
+
+/// The router.
+pub struct Router<T> {
+    root: Option<T>,
+}
+
+impl<T> Router<T> {
+    pub fn new() -> Self {
+        Self { root: None }
+    }
+
+    pub fn insert(&mut self, value: T) {
+        self.root = Some(value);
+    }
+}
+
+impl<T> fmt::Debug for Router<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Router")
+    }
+}
+
+pub fn get() -> u8 { 1 }
+pub fn len() -> u8 { 2 }
+"#;
+
+#[test]
+fn small_named_items_stay_chunks_of_their_own_when_asked() {
+    let config = |keep_small_items| ChunkConfig {
+        max_tokens: 200,
+        min_tokens: 20,
+        overlap_lines: 1,
+        keep_small_items,
+        outline_types: false,
+    };
+    let c = chunk_file("src/router.rs", SMALL_ITEMS, &config(true), &words);
+    let k = kinds(&c);
+    let router = c
+        .iter()
+        .find(|c| c.context_path() == "pub struct Router")
+        .unwrap_or_else(|| panic!("the struct is a chunk: {k:?}"));
+    // The `use` block joins its neighbour, but the struct is no method's neighbour.
+    assert!(router.text.contains("use std::fmt"), "{k:?}");
+    assert!(!router.text.contains("fn new"), "{k:?}");
+    let get = c.iter().find(|c| c.text.contains("fn get")).expect("get");
+    assert!(!get.text.contains("fn len"), "{k:?}");
+    // By default small neighbours merge.
+    assert!(!ChunkConfig::default().keep_small_items);
+    let merged = chunk_file("src/router.rs", SMALL_ITEMS, &config(false), &words);
+    let get = merged
+        .iter()
+        .find(|c| c.text.contains("fn get"))
+        .expect("get");
+    assert!(get.text.contains("fn len"), "{:?}", kinds(&merged));
+}
+
+#[test]
+fn a_type_chunk_carries_the_outline_of_its_impls() {
+    let c = cut("src/router.rs", SMALL_ITEMS, 200);
+    let router = c
+        .iter()
+        .find(|c| c.chunk_type == ChunkType::Type)
+        .expect("type");
+    assert_eq!(
+        router.outline,
+        "impl<T> Router<T>: new, insert\nimpl<T> fmt::Debug for Router<T>: fmt"
+    );
+    assert!(
+        router
+            .embedding_text("src/router.rs")
+            .ends_with(&router.outline)
+    );
+    // Other chunks have none, and the snippet itself is the source's lines.
+    assert!(
+        c.iter()
+            .filter(|c| c.chunk_type != ChunkType::Type)
+            .all(|c| c.outline.is_empty())
+    );
+    assert!(!router.text.contains("insert"));
+    // A Python class's head lists its methods the same way.
+    let py = cut("a.py", PY, 200);
+    let store = py
+        .iter()
+        .find(|c| c.chunk_type == ChunkType::Type)
+        .unwrap_or_else(|| panic!("class head: {:?}", kinds(&py)));
+    assert_eq!(store.outline, "class Store: load, save");
+    // An outline that does not fit is left out, line by line, never the code.
+    let tight = cut("src/router.rs", SMALL_ITEMS, 16);
+    for ch in &tight {
+        assert!(words(&ch.embedding_text("src/router.rs")) <= 16, "{ch:?}");
     }
 }

@@ -20,7 +20,8 @@
 //! Terms: words are split on anything not a letter or digit and on case changes
 //! (`parseHeaderValue` → `parse`, `header`, `value`), lower-cased, stop words dropped, and cut
 //! by a few English suffix rules (`parsing`, `parsed`, `parses` → `pars`) so a question's words
-//! meet the code's.
+//! meet the code's; a common abbreviation (`op`, `param`, `req`, `buf`) also counts as the words
+//! it stands for.
 
 use std::collections::HashMap;
 
@@ -62,6 +63,56 @@ const STOP_WORDS: &[&str] = &[
     "i", "if", "in", "is", "it", "its", "of", "on", "or", "that", "the", "this", "to", "what",
     "when", "where", "which", "who", "why", "with", "let", "mut", "self", "pub", "fn", "use",
     "return", "we", "you", "there", "into", "not", "one", "some", "any",
+];
+
+/// Abbreviations common in code across languages, with the words they stand for (both, when
+/// two are common). A term found here also counts as its words, in documents and queries alike,
+/// so a question about "the operator" meets `fn op` and "a parameter" meets `Params`. Keys are
+/// the abbreviations after [`stem`] (`params` → `param`).
+const ABBREVIATIONS: &[(&str, &[&str])] = &[
+    ("arg", &["argument"]),
+    ("attr", &["attribute"]),
+    ("buf", &["buffer"]),
+    ("cfg", &["configuration"]),
+    ("cmp", &["compare"]),
+    ("conn", &["connection"]),
+    ("ctx", &["context"]),
+    ("cur", &["current"]),
+    ("del", &["delete"]),
+    ("dir", &["directory"]),
+    ("dst", &["destination"]),
+    ("elem", &["element"]),
+    ("env", &["environment"]),
+    ("eq", &["equal"]),
+    ("err", &["error"]),
+    ("expr", &["expression"]),
+    ("fmt", &["format"]),
+    ("func", &["function"]),
+    ("idx", &["index"]),
+    ("init", &["initialize"]),
+    ("iter", &["iterator"]),
+    ("len", &["length"]),
+    ("max", &["maximum"]),
+    ("min", &["minimum"]),
+    ("msg", &["message"]),
+    ("num", &["number"]),
+    ("obj", &["object"]),
+    ("op", &["operator", "operation"]),
+    ("opt", &["option"]),
+    ("param", &["parameter"]),
+    ("pos", &["position"]),
+    ("prev", &["previous"]),
+    ("ptr", &["pointer"]),
+    ("recv", &["receive"]),
+    ("ref", &["reference"]),
+    ("req", &["request", "requirement"]),
+    ("resp", &["response"]),
+    ("src", &["source"]),
+    ("str", &["string"]),
+    ("tmp", &["temporary"]),
+    ("val", &["value"]),
+    ("var", &["variable"]),
+    ("vec", &["vector"]),
 ];
 
 /// Cuts a few English suffixes so inflections meet (`closing`, `closed`, `closes` → `clos`).
@@ -114,7 +165,11 @@ pub fn terms(text: &str) -> Vec<String> {
                 if STOP_WORDS.contains(&part.as_str()) {
                     continue;
                 }
-                out.push(stem(&part));
+                let term = stem(&part);
+                if let Some((_, long)) = ABBREVIATIONS.iter().find(|(a, _)| *a == term) {
+                    out.extend(long.iter().map(|w| stem(w)));
+                }
+                out.push(term);
             }
         }
     }
@@ -277,6 +332,19 @@ mod tests {
         assert_eq!(terms("close_connection()"), vec!["clos", "connection"]);
         assert_eq!(terms("how does the parser work"), vec!["parser", "work"]);
         assert_eq!(terms("entries"), vec!["entry"]);
+    }
+
+    #[test]
+    fn abbreviations_count_as_their_words() {
+        assert_eq!(terms("fn op"), vec!["operator", "operation", "op"]);
+        assert_eq!(terms("Params"), vec!["parameter", "param"]);
+        assert_eq!(
+            terms("the comparison operator"),
+            vec!["comparison", "operator"]
+        );
+        // A question's word meets the abbreviation in code.
+        let idx = Bm25Index::build(["fn op(input: &str)", "fn version(input: &str)"]);
+        assert_eq!(idx.search("read the operator", |_| true, 10)[0].0, 0);
     }
 
     #[test]
