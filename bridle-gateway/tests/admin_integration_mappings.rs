@@ -9,6 +9,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
 mod admin_support;
+#[path = "common/whoami_upstream.rs"]
+mod whoami_upstream;
 
 use std::time::Duration;
 
@@ -16,50 +18,16 @@ use admin_support::gateway::Gw;
 use admin_support::{json_ok, problem};
 use bridle_gateway::config::demo_document;
 use bridle_rules::ReadWrite;
-use kberg_core::{ToolBuilder, ToolOutput, ToolRegistry};
-use kberg_server::{HttpConfig, HttpServer, McpApp};
 use reqwest::StatusCode;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
-use schemars::JsonSchema;
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 const TOOL: &str = "tickets__whoami";
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct NoArgs {}
-
-async fn start_upstream() -> (String, CancellationToken) {
-    let tools = ToolRegistry::new();
-    tools
-        .register(
-            ToolBuilder::new("whoami")
-                .description("Who the upstream thinks you are.")
-                .read_only_hint(true)
-                .handler(|_a: NoArgs, ctx| async move {
-                    Ok(ToolOutput::text(ctx.caller().principal().id.clone()))
-                }),
-        )
-        .unwrap();
-    let app = McpApp::builder("tickets", "1.0").tools(tools).build();
-    let server = HttpServer::bind(
-        app,
-        HttpConfig::new("127.0.0.1:0".parse().unwrap()).path("/mcp"),
-    )
-    .await
-    .unwrap();
-    let url = format!("http://{}/mcp", server.local_addr());
-    let stop = server.shutdown_token();
-    let s = stop.clone();
-    tokio::spawn(async move { server.run(async move { s.cancelled().await }).await });
-    (url, stop)
-}
 
 /// An MCP client that passes on every `tools/list_changed` it is sent.
 #[derive(Clone)]
@@ -134,7 +102,7 @@ fn granting_tickets_reads() -> bridle_rules::RulesDocument {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstreams_projects_change_at_run_time_and_refusals_leave_the_file_alone() {
-    let (url, upstream) = start_upstream().await;
+    let (url, upstream) = whoami_upstream::start().await;
     let gw = Gw::start_with_yaml(
         &format!("upstreams:\n  tickets:\n    http: {{url: '{url}'}}\n    projects: [demo]\n"),
         |b| b,

@@ -7,47 +7,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
 mod admin_support;
+#[path = "common/whoami_upstream.rs"]
+mod whoami_upstream;
 
 use std::time::Duration;
 
 use admin_support::gateway::Gw;
 use admin_support::{json_ok, problem};
 use kberg_agent::{McpSurface, ToolSurface};
-use kberg_core::{ToolBuilder, ToolOutput, ToolRegistry};
-use kberg_server::{HttpConfig, HttpServer, McpApp};
 use reqwest::StatusCode;
-use schemars::JsonSchema;
-use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct NoArgs {}
-
-async fn start_upstream() -> (String, CancellationToken) {
-    let tools = ToolRegistry::new();
-    tools
-        .register(
-            ToolBuilder::new("whoami")
-                .description("Who the upstream thinks you are.")
-                .handler(|_a: NoArgs, ctx| async move {
-                    Ok(ToolOutput::text(ctx.caller().principal().id.clone()))
-                }),
-        )
-        .unwrap();
-    let app = McpApp::builder("tickets", "1.0").tools(tools).build();
-    let server = HttpServer::bind(
-        app,
-        HttpConfig::new("127.0.0.1:0".parse().unwrap()).path("/mcp"),
-    )
-    .await
-    .unwrap();
-    let url = format!("http://{}/mcp", server.local_addr());
-    let stop = server.shutdown_token();
-    let s = stop.clone();
-    tokio::spawn(async move { server.run(async move { s.cancelled().await }).await });
-    (url, stop)
-}
 
 async fn tool_names(s: &McpSurface) -> Vec<String> {
     s.tools()
@@ -78,7 +48,7 @@ const TOOL: &str = "tickets__whoami";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_disabled_and_enabled_at_run_time_leaves_and_rejoins_the_agents_lists() {
-    let (url, upstream) = start_upstream().await;
+    let (url, upstream) = whoami_upstream::start().await;
     let gw = Gw::start_with_yaml(
         &format!("upstreams:\n  tickets:\n    http: {{url: '{url}'}}\n"),
         |b| b,

@@ -7,44 +7,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
 mod panel_support;
+#[path = "common/whoami_upstream.rs"]
+mod whoami_upstream;
 
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use kberg_core::{ToolBuilder, ToolOutput, ToolRegistry};
-use kberg_server::{HttpConfig, HttpServer, McpApp};
 use panel_support::{Caller, Client, Fixture, WATCHER, panel_config, signed_in};
-use schemars::JsonSchema;
-use serde::Deserialize;
-use tokio_util::sync::CancellationToken;
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct NoArgs {}
-
-async fn start_upstream() -> (String, CancellationToken) {
-    let tools = ToolRegistry::new();
-    tools
-        .register(
-            ToolBuilder::new("whoami")
-                .description("Who the upstream thinks you are.")
-                .handler(|_a: NoArgs, ctx| async move {
-                    Ok(ToolOutput::text(ctx.caller().principal().id.clone()))
-                }),
-        )
-        .unwrap();
-    let app = McpApp::builder("tickets", "1.0").tools(tools).build();
-    let server = HttpServer::bind(
-        app,
-        HttpConfig::new("127.0.0.1:0".parse().unwrap()).path("/mcp"),
-    )
-    .await
-    .unwrap();
-    let url = format!("http://{}/mcp", server.local_addr());
-    let stop = server.shutdown_token();
-    let s = stop.clone();
-    tokio::spawn(async move { server.run(async move { s.cancelled().await }).await });
-    (url, stop)
-}
 
 /// The text of the element with `id` on the page (the first one; its inner HTML).
 fn element(body: &str, id: &str) -> String {
@@ -77,7 +46,7 @@ async fn until_listed(c: &Client, want: impl Fn(&str, &str) -> bool) -> (String,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_is_disabled_and_enabled_from_its_page() {
-    let (url, upstream) = start_upstream().await;
+    let (url, upstream) = whoami_upstream::start().await;
     let fixture = Fixture::build_with_yaml(
         &format!("upstreams:\n  tickets:\n    http: {{url: '{url}'}}\n"),
         |b| b,

@@ -65,7 +65,10 @@ pub async fn scenario_repair(wire: &dyn Wire, make: MakeProvider<'_>, stream: bo
     .await;
     let agent = agent(make(server.url()), stream);
     let out = agent
-        .run(vec![Message::user("add milk")], &CancellationToken::new())
+        .run(
+            vec![Message::user("add a note titled milk with priority 2")],
+            &CancellationToken::new(),
+        )
         .await;
     assert!(out.answered(), "{:?}", out.stop);
     assert_eq!(out.text, "Added the note.");
@@ -77,9 +80,11 @@ pub async fn scenario_repair(wire: &dyn Wire, make: MakeProvider<'_>, stream: bo
     let results = wire.tool_results(&reqs[1].body);
     assert_eq!(results.len(), 1, "{:?}", reqs[1].body);
     assert!(results[0].contains("`priority`"), "{}", results[0]);
+    // The third request carries the corrected call's result alone: the default
+    // `forget_old_failures` leaves an earlier turn's failed call out of what the model is sent.
     let results = wire.tool_results(&reqs[2].body);
-    assert_eq!(results.len(), 2);
-    assert_eq!(results[1], "created milk (priority 2)");
+    assert_eq!(results, ["created milk (priority 2)"], "{:?}", reqs[2].body);
+    assert!(!reqs[2].body.to_string().contains("`priority`"));
 }
 
 /// A refused call answered as final; the model accepts it.
