@@ -27,6 +27,9 @@ use tokio_util::sync::CancellationToken;
 #[derive(Default)]
 struct Recorder {
     seen: Mutex<Vec<String>>,
+    /// How many of those requests carried a body (JSON-RPC POSTs, which a forwarded call is;
+    /// the client's own GET stream, opened in the background after the handshake, is not).
+    posts: Mutex<usize>,
     accepted: Mutex<Vec<String>>,
 }
 
@@ -42,6 +45,9 @@ impl Authenticator for RecordingAuth {
             .unwrap_or("")
             .to_string();
         self.0.seen.lock().unwrap().push(value.clone());
+        if headers.contains_key("content-type") {
+            *self.0.posts.lock().unwrap() += 1;
+        }
         let Some(token) = value.strip_prefix("token ") else {
             return Err(AuthError::Missing);
         };
@@ -325,7 +331,7 @@ async fn an_agent_without_a_mapping_is_refused_and_nothing_is_sent() {
             .await
             .is_empty()
     );
-    let before = recorder.seen.lock().unwrap().len();
+    let before = *recorder.posts.lock().unwrap();
     let codex = kberg_core::Caller::new(
         Principal::new("codex")
             .with_agent("codex")
@@ -348,7 +354,7 @@ async fn an_agent_without_a_mapping_is_refused_and_nothing_is_sent() {
         "credential_missing"
     );
     assert_eq!(
-        recorder.seen.lock().unwrap().len(),
+        *recorder.posts.lock().unwrap(),
         before,
         "a request was sent"
     );
