@@ -661,14 +661,7 @@ impl Run<'_> {
             if unlisted && recovered {
                 let (code, text) = self.explain_unlisted(&call.name).await;
                 self.interventions.unlisted_explained += 1;
-                if self.count_failure(&call, code) {
-                    repeated.get_or_insert(StopReason::RepeatedFailure {
-                        tool: call.name.clone(),
-                        code,
-                    });
-                } else {
-                    progressed = true;
-                }
+                progressed |= self.note_failure(&call, code, &mut repeated);
                 self.record(
                     turn,
                     call,
@@ -711,14 +704,7 @@ impl Run<'_> {
                 self.interventions.ungrounded_writes += 1;
                 retryable = true;
                 let code = ErrorCode::InvalidArguments;
-                if self.count_failure(&call, code) {
-                    repeated.get_or_insert(StopReason::RepeatedFailure {
-                        tool: call.name.clone(),
-                        code,
-                    });
-                } else {
-                    progressed = true;
-                }
+                progressed |= self.note_failure(&call, code, &mut repeated);
                 self.record(
                     turn,
                     call,
@@ -791,14 +777,7 @@ impl Run<'_> {
                 }
             }
             if code != ErrorCode::Cancelled {
-                if self.count_failure(&call, code) {
-                    repeated.get_or_insert(StopReason::RepeatedFailure {
-                        tool: call.name.clone(),
-                        code,
-                    });
-                } else {
-                    progressed = true;
-                }
+                progressed |= self.note_failure(&call, code, &mut repeated);
             }
             self.record(
                 turn,
@@ -815,11 +794,26 @@ impl Run<'_> {
         (stop, retryable)
     }
 
-    /// Counts a failure of `call`; true when it reached the identical-failure bound.
-    fn count_failure(&mut self, call: &ToolCall, _code: ErrorCode) -> bool {
+    /// Counts a failure of `call`. When it reached the identical-failure bound, `repeated`
+    /// names it (the first such call of the turn wins) and false is returned; otherwise true:
+    /// the turn still made progress.
+    fn note_failure(
+        &mut self,
+        call: &ToolCall,
+        code: ErrorCode,
+        repeated: &mut Option<StopReason>,
+    ) -> bool {
         let n = self.failures.entry(call_key(call)).or_insert(0);
         *n += 1;
-        *n >= self.agent.config.max_identical_failures
+        if *n >= self.agent.config.max_identical_failures {
+            repeated.get_or_insert(StopReason::RepeatedFailure {
+                tool: call.name.clone(),
+                code,
+            });
+            false
+        } else {
+            true
+        }
     }
 
     fn record(
