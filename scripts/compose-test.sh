@@ -193,7 +193,19 @@ log "the data volume survived down and up"
 CONTAINER="$(compose ps -q gateway)"
 compose stop gateway
 [ "$(docker inspect --format '{{.State.ExitCode}}' "$CONTAINER")" = 0 ] || fail "the gateway did not exit 0 on SIGTERM"
-docker logs "$CONTAINER" 2>&1 | grep -q 'the gateway has stopped' || fail "no orderly stop in the log"
+# Docker copies the container's stderr into its log on its own schedule, and it may still be
+# copying when the container is already marked exited (it gives the copier up to 10 s before
+# it closes the log): ask for the last line a few times before calling it missing.
+stopped_logged=""
+for _ in $(seq 1 20); do
+    if docker logs "$CONTAINER" 2>&1 | grep -q 'the gateway has stopped'; then stopped_logged=1; break; fi
+    sleep 0.5
+done
+if [ -z "$stopped_logged" ]; then
+    docker logs --tail 15 "$CONTAINER" >&2 2>&1 || true
+    grep -iE 'logger|truncat' "$WORK/dockerd.log" >&2 2>/dev/null || true
+    fail "no orderly stop in the log"
+fi
 for t in "$TOKEN" "$FILE_TOKEN"; do
     if docker logs "$CONTAINER" 2>&1 | grep -qF "$t"; then fail "an agent token reached docker logs"; fi
 done
