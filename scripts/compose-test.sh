@@ -33,6 +33,10 @@ STARTED_DOCKERD=""
 
 log() { printf 'compose-test: %s\n' "$*" >&2; }
 fail() { log "FAILED: $*"; exit 1; }
+# Whether TEXT holds NEEDLE (a fixed string). Never `producer | grep -q`: under pipefail, grep
+# quitting at the first match can kill the producer with SIGPIPE and fail the pipeline, which
+# turns a found line into a miss (and hides a found token from an `if`).
+has() { grep -qF -- "$1" <<<"$2"; }
 
 cleanup() {
     local code=$?
@@ -125,7 +129,7 @@ fi
 mkdir -p docker/bin
 cp "$BRIDLE_HOST_BINARY" docker/bin/bridle
 strip docker/bin/bridle 2>/dev/null || true
-docker/bin/bridle serve --help | grep -q -- --shutdown-grace \
+has --shutdown-grace "$(docker/bin/bridle serve --help)" \
     || fail "$BRIDLE_HOST_BINARY is not this checkout's bridle (no serve --shutdown-grace); a shared CARGO_TARGET_DIR may have been overwritten"
 COMPOSE_READY=1
 compose build -q gateway || compose build gateway
@@ -146,12 +150,13 @@ curl -sf "$URL/healthz" >/dev/null || fail "/healthz"
 # The image's HEALTHCHECK command, run as Docker runs it.
 compose exec -T gateway bridle health >/dev/null || fail "bridle health (the HEALTHCHECK) inside the container"
 compose exec -T gateway bridle health --ready >/dev/null || fail "bridle health --ready inside the container"
-curl -sf "$URL/metrics" | grep -q '^bridle_mcp_requests_in_flight ' || fail "/metrics"
+metrics="$(curl -sf "$URL/metrics")" || fail "/metrics"
+grep -q '^bridle_mcp_requests_in_flight ' <<<"$metrics" || fail "/metrics"
 CONTAINER="$(compose ps -q gateway)"
 # The first start laid out token files in the volume and printed no token: stdout is the log.
 FILE_TOKEN="$(compose exec -T gateway cat /data/secrets/claude-token | tr -d '\r\n')"
 [ -n "$FILE_TOKEN" ] || fail "no token file in the data volume"
-if docker logs "$CONTAINER" 2>&1 | grep -qF "$FILE_TOKEN"; then fail "an agent token reached docker logs"; fi
+if has "$FILE_TOKEN" "$(docker logs "$CONTAINER" 2>&1)"; then fail "an agent token reached docker logs"; fi
 out="$("$PYTHON" examples/tests/clients/bridle_compose_client.py "$URL/mcp" "$FILE_TOKEN" check)"
 case "$out" in "OK "*) ;; *) fail "with the token file: $out";; esac
 # An agent token from the vault in the volume, issued the way an operator does (shown once).
@@ -183,7 +188,7 @@ log "secrets are files under /run/secrets, absent from the environment; the gate
 compose down
 compose up -d gateway
 wait_ready
-compose exec -T gateway bridle rules queue | grep -q compose-persists || fail "the proposal did not survive down/up"
+has compose-persists "$(compose exec -T gateway bridle rules queue)" || fail "the proposal did not survive down/up"
 # The token issued before `down` still opens the gateway: the vault lives in the volume.
 out="$("$PYTHON" examples/tests/clients/bridle_compose_client.py "$URL/mcp" "$TOKEN" check)"
 case "$out" in "OK "*) ;; *) fail "after down/up: $out";; esac
@@ -193,21 +198,13 @@ log "the data volume survived down and up"
 CONTAINER="$(compose ps -q gateway)"
 compose stop gateway
 [ "$(docker inspect --format '{{.State.ExitCode}}' "$CONTAINER")" = 0 ] || fail "the gateway did not exit 0 on SIGTERM"
-# Docker copies the container's stderr into its log on its own schedule, and it may still be
-# copying when the container is already marked exited (it gives the copier up to 10 s before
-# it closes the log): ask for the last line a few times before calling it missing.
-stopped_logged=""
-for _ in $(seq 1 20); do
-    if docker logs "$CONTAINER" 2>&1 | grep -q 'the gateway has stopped'; then stopped_logged=1; break; fi
-    sleep 0.5
-done
-if [ -z "$stopped_logged" ]; then
-    docker logs --tail 15 "$CONTAINER" >&2 2>&1 || true
-    grep -iE 'logger|truncat' "$WORK/dockerd.log" >&2 2>/dev/null || true
+logs="$(docker logs "$CONTAINER" 2>&1)"
+if ! has 'the gateway has stopped' "$logs"; then
+    printf '%s\n' "$logs" | tail -n 15 >&2
     fail "no orderly stop in the log"
 fi
 for t in "$TOKEN" "$FILE_TOKEN"; do
-    if docker logs "$CONTAINER" 2>&1 | grep -qF "$t"; then fail "an agent token reached docker logs"; fi
+    if has "$t" "$logs"; then fail "an agent token reached docker logs"; fi
 done
 compose down -v --remove-orphans
 COMPOSE_READY=""
