@@ -6,7 +6,9 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use bridle_rules::vendor::{FeedError, FeedRun, VendorCandidate, VendorFeed};
+use bridle_rules::vendor::{
+    FeedError, FeedRun, SourceReport, VendorCandidate, VendorFeed, VendorSource,
+};
 
 use crate::audit::{Entry, Kind};
 use crate::context::GatewayContext;
@@ -48,6 +50,25 @@ pub async fn run_feed(
         }
     }
     Ok(runs)
+}
+
+/// Reads one vendor page for `agent` into `project`'s review queue now (the admin API's and
+/// the command line's one-off read), with `feed`'s limits and ledger, and records each queued
+/// proposal as a `vendor` audit entry like a run does.
+pub async fn read_page(
+    ctx: &GatewayContext,
+    feed: &VendorFeed,
+    project: &str,
+    agent: &str,
+    source: &VendorSource,
+) -> Result<SourceReport, FeedError> {
+    let report = feed.read_page(&ctx.store, project, agent, source).await?;
+    for c in &report.queued {
+        if let Err(e) = ctx.record_change(seed_entry(c)) {
+            tracing::warn!(proposal = c.proposal_id, error = %e, "a vendor proposal's audit entry was not written");
+        }
+    }
+    Ok(report)
 }
 
 /// Runs the feed every `interval_minutes` (the first run at once) until `shutdown` completes;

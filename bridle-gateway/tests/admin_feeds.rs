@@ -1,7 +1,9 @@
 //! The admin API's vendor-feed resource over real HTTP: the configured sources, a run on
 //! demand that queues vendor proposals recorded as `vendor` audit entries, the failures of a
 //! dead source and an unknown project reported per entry, and the refusals (no feed, no or
-//! wrong credential, an agent's token).
+//! wrong credential, an agent's token). Beside it, the project-level operations the command
+//! line's `rules source-vendor|queue-suggestions|upgrade` use: a one-off page read (with every
+//! way it can be refused), the document's own profile suggestions, and a schema upgrade.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
@@ -53,6 +55,11 @@ struct Running {
 }
 
 async fn start(feed_yaml: &str) -> Running {
+    start_with(feed_yaml, &[]).await
+}
+
+/// A gateway whose data directory also holds these project files, as written by hand.
+async fn start_with(feed_yaml: &str, files: &[(&str, &str)]) -> Running {
     let tmp = tempfile::tempdir().unwrap();
     init_data_dir_with_token_files(tmp.path()).unwrap();
     let cfg = tmp.path().join("bridle.yaml");
@@ -63,6 +70,9 @@ async fn start(feed_yaml: &str) -> Running {
         .unwrap()
         .create("demo", &demo_document(), "test")
         .unwrap();
+    for (name, text) in files {
+        std::fs::write(tmp.path().join("projects").join(name), text).unwrap();
+    }
     let config = GatewayConfig::load(tmp.path()).unwrap();
     let mut admins = AdminTokens::new().unwrap();
     admins.insert("alice", ADMIN).unwrap();
@@ -250,5 +260,285 @@ async fn without_a_feed_the_resource_answers_vendor_feed_off() {
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+    gw.stop().await;
+}
+
+fn shop_v1() -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../bridle-rules/tests/fixtures/shop-v1.yaml"),
+    )
+    .unwrap()
+}
+
+async fn post(http: &reqwest::Client, url: String, body: Option<Value>) -> reqwest::Response {
+    let mut req = http.post(url).bearer_auth(ADMIN);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    req.send().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_off_page_read_queues_vendor_proposals_without_a_configured_feed() {
+    let url = site().await;
+    let gw = start("").await;
+    let http = reqwest::Client::new();
+    let read = |body: Value| {
+        post(
+            &http,
+            format!("{}/projects/demo/vendor-guidance", gw.admin),
+            Some(body),
+        )
+    };
+
+    let first = json(
+        read(serde_json::json!({ "agent": "codex", "url": url })).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(first["project"], "demo");
+    assert_eq!(first["queued"].as_array().unwrap().len(), 2, "{first}");
+    assert_eq!(first["skipped"], 0);
+    // Read again: the suggestions are known, nothing new is queued.
+    let again = json(
+        read(serde_json::json!({ "agent": "codex", "url": url, "format": "html" })).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(again["queued"], serde_json::json!([]), "{again}");
+    assert_eq!(again["skipped"], 2, "{again}");
+
+    // The proposals are vendor proposals with the page as their source, in the queue and in
+    // the audit log.
+    let queue = json(
+        http.get(format!("{}/queue?project=demo&source=vendor", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(queue["items"].as_array().unwrap().len(), 2, "{queue}");
+    let audit = json(
+        http.get(format!("{}/audit?source=vendor", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let entries = audit["items"].as_array().unwrap();
+    assert_eq!(entries.len(), 2, "{audit}");
+    assert!(
+        entries.iter().all(|e| e["source"]["url"] == url.as_str()),
+        "{audit}"
+    );
+
+    // Every refusal is a problem with a stable code, and queues nothing.
+    let dead = dead_url().await;
+    let cases = [
+        (
+            serde_json::json!({ "agent": "codex", "url": "/etc/passwd" }),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "feed_bad_url",
+        ),
+        (
+            serde_json::json!({ "agent": "codex", "url": "file:///etc/passwd" }),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "feed_bad_url",
+        ),
+        (
+            serde_json::json!({ "agent": "codex", "url": url, "format": "pdf" }),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            serde_json::json!({ "agent": "nobody", "url": url }),
+            StatusCode::NOT_FOUND,
+            "unknown_agent_type",
+        ),
+        (
+            serde_json::json!({ "agent": "codex", "url": dead }),
+            StatusCode::BAD_GATEWAY,
+            "feed_unreachable",
+        ),
+        (
+            serde_json::json!({ "agent": "codex", "url": url, "extra": 1 }),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            serde_json::json!({ "agent": 7, "url": url }),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+    ];
+    for (body, status, code) in cases {
+        let resp = read(body.clone()).await;
+        assert_eq!(resp.status(), status, "{body}");
+        let problem: Value = resp.json().await.unwrap();
+        assert_eq!(problem["code"], code, "{body}: {problem}");
+    }
+    let resp = post(
+        &http,
+        format!("{}/projects/nope/vendor-guidance", gw.admin),
+        Some(serde_json::json!({ "agent": "codex", "url": url })),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        resp.json::<Value>().await.unwrap()["code"],
+        "unknown_project"
+    );
+    let resp = http
+        .post(format!("{}/projects/demo/vendor-guidance", gw.admin))
+        .bearer_auth(ADMIN)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let resp = http
+        .post(format!("{}/projects/demo/vendor-guidance", gw.admin))
+        .bearer_auth(&gw.agent_token)
+        .json(&serde_json::json!({ "agent": "codex", "url": url }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    let after = json(
+        http.get(format!("{}/queue?project=demo&status=all", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        after["items"].as_array().unwrap().len(),
+        2,
+        "nothing more was queued: {after}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_document_is_upgraded_and_its_profile_suggestions_queued() {
+    let gw = start_with("", &[("shop.yaml", &shop_v1())]).await;
+    let http = reqwest::Client::new();
+
+    let queued = json(
+        post(
+            &http,
+            format!("{}/projects/shop/profile-suggestions", gw.admin),
+            None,
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(queued["queued"].as_array().unwrap().len(), 1, "{queued}");
+    let again = json(
+        post(
+            &http,
+            format!("{}/projects/shop/profile-suggestions", gw.admin),
+            None,
+        )
+        .await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(again["queued"], serde_json::json!([]), "{again}");
+    assert_eq!(again["skipped"], 1, "{again}");
+    let audit = json(
+        http.get(format!("{}/audit?source=vendor&project=shop", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(audit["items"].as_array().unwrap().len(), 1, "{audit}");
+
+    let up = json(
+        post(&http, format!("{}/projects/shop/upgrade", gw.admin), None).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(up["migrated_from"], 1, "{up}");
+    // The hand-written file had no revision: the migrated one is the first.
+    assert_eq!(up["revision"], 1, "{up}");
+    let doc = http
+        .get(format!("{}/projects/shop", gw.admin))
+        .bearer_auth(ADMIN)
+        .header("accept", "application/yaml")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(doc.starts_with("schema_version: 2\nrevision: 1\n"), "{doc}");
+    // The history and the audit log both name the admin and the migration.
+    let history = json(
+        http.get(format!("{}/projects/shop/history", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let last = history["items"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        last["summary"], "migrate from schema_version 1",
+        "{history}"
+    );
+    assert_eq!(last["actor"], "admin:alice@api", "{history}");
+    let audit = json(
+        http.get(format!("{}/audit?kind=rules_change&project=shop", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let entries = audit["items"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{audit}");
+    assert_eq!(entries[0]["change"]["before"], "0", "{audit}");
+    assert_eq!(entries[0]["change"]["after"], "1", "{audit}");
+
+    // A current document is left alone: no new revision, no entry.
+    let current = json(
+        post(&http, format!("{}/projects/shop/upgrade", gw.admin), None).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert!(current.get("migrated_from").is_none(), "{current}");
+    assert_eq!(current["revision"], 1, "{current}");
+
+    for path in ["upgrade", "profile-suggestions"] {
+        let resp = post(&http, format!("{}/projects/nope/{path}", gw.admin), None).await;
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(
+            resp.json::<Value>().await.unwrap()["code"],
+            "unknown_project",
+            "{path}"
+        );
+        let resp = http
+            .post(format!("{}/projects/shop/{path}", gw.admin))
+            .bearer_auth(&gw.agent_token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{path}");
+    }
     gw.stop().await;
 }

@@ -132,6 +132,15 @@ pub enum ApiError {
         /// The sentence.
         detail: String,
     },
+    /// A service the gateway reached for the request failed (a vendor page that is not there,
+    /// too slow, too large or not text).
+    #[error("{detail}")]
+    BadGateway {
+        /// The code (`feed_unreachable`, `feed_http_status`, ...).
+        code: &'static str,
+        /// The sentence.
+        detail: String,
+    },
     /// The change was made, but its audit entry could not be written (the log says why).
     #[error("{0}")]
     AuditUnavailable(String),
@@ -157,6 +166,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::UnknownRoute(_) => "unknown_route",
             ApiError::Unavailable { code, .. } => code,
+            ApiError::BadGateway { code, .. } => code,
             ApiError::AuditUnavailable(_) => "audit_unavailable",
             ApiError::Internal(_) => "internal",
         }
@@ -174,6 +184,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::BadGateway { .. } => StatusCode::BAD_GATEWAY,
             ApiError::Internal(_) | ApiError::AuditUnavailable(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }

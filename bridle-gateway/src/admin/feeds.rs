@@ -1,24 +1,38 @@
-//! The vendor-guidance feed: its configured sources, and a run on demand (the interval runs
-//! happen inside the gateway). Every proposal a run queues is a `vendor` entry of the audit log,
-//! and waits in the review queue for a person; nothing merges.
+//! The vendor-guidance feed: its configured sources, a run on demand (the interval runs
+//! happen inside the gateway), a one-off read of one page into one project's queue, and the
+//! queueing of the suggestions a project's own `agent_profiles` carry. Every proposal these
+//! queue is a `vendor` entry of the audit log, and waits in the review queue for a person;
+//! nothing merges.
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
 use axum::routing::{get, post};
-use bridle_rules::vendor::{DocumentFormat, FeedError, VendorFeed};
+use bridle_rules::vendor::{
+    DocumentFormat, FeedError, SourceReport, VendorFeed, VendorFeedConfig, VendorSource,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::auth::AdminActor;
 use super::error::{ApiError, ProblemDetails};
-use super::{AdminState, path};
+use super::page::{ApiJson, ApiPath};
+use super::{AdminState, blocking, path};
+use crate::audit::{Entry, Kind};
 
 pub(crate) fn routes() -> Router<AdminState> {
     Router::new()
         .route(&path("/vendor-feed"), get(get_feed))
         .route(&path("/vendor-feed/run"), post(run))
+        .route(
+            &path("/projects/{project}/vendor-guidance"),
+            post(read_guidance),
+        )
+        .route(
+            &path("/projects/{project}/profile-suggestions"),
+            post(queue_profile_suggestions),
+        )
 }
 
 /// One configured guidance page.
@@ -210,4 +224,176 @@ pub async fn run(
         view.projects.push(p);
     }
     Ok(axum::Json(view))
+}
+
+/// A vendor page to read once into a project's review queue.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GuidanceRequest {
+    /// The agent profile the guidance is for (an agent type of the catalog: `claude`, `codex`,
+    /// ...).
+    pub agent: String,
+    /// The page: an `http://` or `https://` URL. Files on the gateway's machine are read only
+    /// when `bridle.yaml` names them as feed sources, never by request.
+    pub url: String,
+    /// `html` or `markdown`, when the page's `Content-Type` does not say (or says wrongly).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
+}
+
+/// What a one-off read or a profile-suggestion queueing did.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct QueuedSuggestions {
+    /// The project.
+    pub project: String,
+    /// The proposals queued now, for review.
+    pub queued: Vec<u64>,
+    /// Suggestions found but already queued before or already policy.
+    pub skipped: usize,
+    /// The page was unchanged since it was last read, so nothing was read (one-off reads only).
+    pub not_modified: bool,
+}
+
+/// A failed read as the API answers it: the page's own failures are 502 with the feed's code;
+/// a URL that is not one is 422; the store's errors keep their own answers.
+fn feed_failure(e: FeedError) -> ApiError {
+    let code = e.code();
+    match e {
+        FeedError::Rules(e) => e.into(),
+        FeedError::BadUrl { .. } => ApiError::Invalid {
+            code,
+            detail: e.to_string(),
+            errors: Vec::new(),
+        },
+        FeedError::Unreachable { .. }
+        | FeedError::Timeout { .. }
+        | FeedError::Redirected { .. }
+        | FeedError::HttpStatus { .. }
+        | FeedError::TooLarge { .. }
+        | FeedError::NotText { .. } => ApiError::BadGateway {
+            code,
+            detail: e.to_string(),
+        },
+        other => ApiError::Internal(format!("the vendor page could not be read: {other}")),
+    }
+}
+
+/// Reads one vendor page now into the project's review queue, with the configured feed's
+/// limits (or the defaults when no feed is configured). The page's validators are kept: a second
+/// read of an unchanged page queues nothing and says `not_modified`.
+#[utoipa::path(post, path = "/admin/api/v1/projects/{project}/vendor-guidance", tag = "feeds",
+    params(("project" = String, Path, description = "The project id")),
+    request_body = GuidanceRequest,
+    responses(
+        (status = 200, body = QueuedSuggestions),
+        (status = 400, description = "malformed JSON", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, description = "unknown project or agent type", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "not an http(s) URL, or an unknown format", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 502, description = "the page could not be read (unreachable, timeout, an error status, a redirect off its site, too large, not text)", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn read_guidance(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath(project): ApiPath<String>,
+    ApiJson(body): ApiJson<GuidanceRequest>,
+) -> Result<axum::Json<QueuedSuggestions>, ApiError> {
+    let format = match body.format.as_deref() {
+        None => None,
+        Some("html") => Some(DocumentFormat::Html),
+        Some("markdown") => Some(DocumentFormat::Markdown),
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "`format` is `html` or `markdown`, not `{other}`"
+            )));
+        }
+    };
+    let scheme = body.url.split_once("://").map(|(scheme, _)| scheme);
+    if !matches!(scheme, Some("http" | "https")) {
+        return Err(ApiError::Invalid {
+            code: "feed_bad_url",
+            detail: format!(
+                "`{}` is not an http(s) URL; a file is read only when bridle.yaml names it as a feed source",
+                body.url
+            ),
+            errors: Vec::new(),
+        });
+    }
+    // An unknown project or agent type is refused before anything is fetched.
+    let ctx = s.ctx.clone();
+    let (p, agent) = (project.clone(), body.agent.clone());
+    blocking(move || {
+        ctx.store.catalog().get(&agent)?;
+        if !ctx.store.project_path(&p)?.exists() {
+            return Err(bridle_rules::RulesError::UnknownProject(p).into());
+        }
+        Ok(())
+    })
+    .await?;
+    let feed = match &s.vendor_feed {
+        Some(feed) => Arc::clone(feed),
+        None => Arc::new(VendorFeed::new(VendorFeedConfig::default()).map_err(feed_failure)?),
+    };
+    tracing::info!(admin = %admin.identity.name, project = %project, agent = %body.agent, url = %body.url, "vendor page read requested");
+    let source = VendorSource {
+        url: body.url,
+        format,
+    };
+    let report: SourceReport =
+        crate::feed::read_page(&s.ctx, &feed, &project, &body.agent, &source)
+            .await
+            .map_err(feed_failure)?;
+    Ok(axum::Json(QueuedSuggestions {
+        project,
+        queued: report.queued.iter().map(|c| c.proposal_id).collect(),
+        skipped: report.skipped,
+        not_modified: report.not_modified,
+    }))
+}
+
+/// Queues the vendor suggestions written in the project document's `agent_profiles` for
+/// review. Idempotent: a suggestion already queued or already policy is skipped.
+#[utoipa::path(post, path = "/admin/api/v1/projects/{project}/profile-suggestions", tag = "feeds",
+    params(("project" = String, Path, description = "The project id")),
+    responses(
+        (status = 200, body = QueuedSuggestions),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn queue_profile_suggestions(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath(project): ApiPath<String>,
+) -> Result<axum::Json<QueuedSuggestions>, ApiError> {
+    let ctx = s.ctx.clone();
+    let name = project.clone();
+    let queued = blocking(move || {
+        let report = ctx.store.queue_profile_suggestions(&name)?;
+        for id in &report.queued {
+            // The document's own profiles are the feed: the entry names the profile and the
+            // place in the document the suggestion came from.
+            let p = ctx.store.proposal(*id)?;
+            let entry = Entry::vendor(
+                p.origin.proposed_by.clone(),
+                p.origin.source_ref.clone(),
+                Kind::Proposal,
+            )
+            .project(&name)
+            .subject(format!("proposal #{id}"));
+            if let Err(e) = ctx.record_change(entry) {
+                tracing::warn!(proposal = id, error = %e, "a vendor proposal's audit entry was not written");
+            }
+        }
+        Ok(report)
+    })
+    .await?;
+    tracing::info!(admin = %admin.identity.name, project = %project, queued = queued.queued.len(), "profile suggestions queued");
+    Ok(axum::Json(QueuedSuggestions {
+        project,
+        queued: queued.queued,
+        skipped: queued.skipped,
+        not_modified: false,
+    }))
 }

@@ -23,7 +23,7 @@ use super::{
     ),
     paths(
         projects::list, projects::create, projects::get_one, projects::replace,
-        projects::render, projects::diff, projects::history,
+        projects::render, projects::diff, projects::history, projects::upgrade,
         queue::list, queue::get_one, queue::approve, queue::reject,
         scope::list, scope::get_one, scope::approve, scope::deny,
         integrations::list, integrations::get_one, integrations::change, integrations::enable, integrations::disable,
@@ -33,7 +33,7 @@ use super::{
         secrets::list, secrets::get_one, secrets::create, secrets::rotate, secrets::revoke,
         audit_log::query, audit_log::export, audit_log::verify,
         memory::sessions, memory::purge_sessions, memory::patterns, memory::purge_tag,
-        feeds::get_feed, feeds::run,
+        feeds::get_feed, feeds::run, feeds::read_guidance, feeds::queue_profile_suggestions,
         patterns::list, patterns::add_pattern, patterns::remove_pattern, patterns::add_example,
         patterns::remove_example, index_runs::index, index_runs::start_run,
         index_runs::run_status, index_runs::run_events,
@@ -51,7 +51,7 @@ use super::{
         (name = "audit", description = "The tamper-evident audit log"),
         (name = "memory", description = "Session memories and indexed pattern examples"),
         (name = "patterns", description = "A project's patterns and example repositories, and their index runs (started, then followed as Server-Sent Events)"),
-        (name = "feeds", description = "The vendor-guidance feed: its sources, and runs on demand"),
+        (name = "feeds", description = "The vendor-guidance feed: its sources, runs on demand, one-off page reads and a project's own profile suggestions"),
     ),
 )]
 pub struct AdminApiDoc;

@@ -2,6 +2,9 @@
 //! revision as an `ETag`), replace against a base revision (a stale one is 409 with the
 //! current revision), render for an agent type, diff two revisions, and the change history.
 //!
+//! An older document is rewritten in the current schema version on request (`upgrade`), as a
+//! new revision with its own history entry.
+//!
 //! A submitted document is either JSON (`document`) or YAML text (`yaml`); both go through the
 //! rules crate's loader, so migrations and checks are the same as for a file on disk, and a
 //! YAML mistake comes back with its line and column.
@@ -12,7 +15,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use bridle_rules::{ChangeRecord, RulesDocument, RulesError};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -36,6 +39,7 @@ pub(crate) fn routes() -> Router<AdminState> {
         )
         .route(&path("/projects/{project}/diff"), get(diff))
         .route(&path("/projects/{project}/history"), get(history))
+        .route(&path("/projects/{project}/upgrade"), post(upgrade))
 }
 
 /// A project in a list.
@@ -559,5 +563,59 @@ pub async fn history(
     Ok(axum::Json(ChangePage {
         items: page.items,
         next_cursor: page.next_cursor,
+    }))
+}
+
+/// What an upgrade did.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Upgraded {
+    /// The project.
+    pub project: String,
+    /// The schema version the document was migrated from; absent when it already was current
+    /// (then nothing was written).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migrated_from: Option<u32>,
+    /// The document's revision now.
+    pub revision: u64,
+}
+
+/// Rewrites an older document in the current schema version, as a new revision recorded in
+/// the history and the audit log. A document already current is left alone (no new revision).
+#[utoipa::path(post, path = "/admin/api/v1/projects/{project}/upgrade", tag = "projects",
+    params(("project" = String, Path, description = "The project id")),
+    responses(
+        (status = 200, body = Upgraded),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn upgrade(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath(project): ApiPath<String>,
+) -> Result<axum::Json<Upgraded>, ApiError> {
+    let ctx = s.ctx.clone();
+    let name = project.clone();
+    let (migrated_from, revision) = blocking(move || {
+        let migrated_from = ctx.store.upgrade(&name, &admin.actor())?;
+        let revision = ctx.store.load(&name)?.document.revision;
+        if let Some(from) = migrated_from {
+            let entry = admin
+                .entry(Kind::RulesChange)
+                .project(&name)
+                .subject(format!("migrated from schema_version {from}"))
+                .change(Change::revisions(
+                    revision.saturating_sub(1).to_string(),
+                    revision.to_string(),
+                ));
+            record(&ctx, entry, "the upgrade")?;
+        }
+        Ok((migrated_from, revision))
+    })
+    .await?;
+    Ok(axum::Json(Upgraded {
+        project,
+        migrated_from,
+        revision,
     }))
 }

@@ -279,6 +279,27 @@ impl VendorFeed {
         Ok(run)
     }
 
+    /// Reads one page for one agent profile into `project`'s review queue now, with this feed's
+    /// limits and ledger (the page's validators are kept, so a second read of an unchanged page
+    /// queues nothing), whether or not the page is one of the configured sources. This is
+    /// `bridle rules source-vendor` and the admin API's one-off read.
+    pub async fn read_page(
+        &self,
+        store: &RulesStore,
+        project: &str,
+        agent: &str,
+        source: &VendorSource,
+    ) -> Result<SourceReport, FeedError> {
+        let ledger = FeedLedger::open(store)?;
+        let outcome = self
+            .run_source(store, &ledger, project, agent, source)
+            .await;
+        if let Err(e) = &outcome {
+            tracing::warn!(project, agent, url = %source.url, code = e.code(), error = %e, "vendor page could not be read");
+        }
+        outcome
+    }
+
     async fn run_source(
         &self,
         store: &RulesStore,

@@ -265,3 +265,35 @@ pub fn failed(out: &Output, what: &str) -> String {
     );
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// A vendor's documentation site, reduced to what a docs host does for one page: an HTTP/1.1
+/// response (RFC 9112) with `Content-Type` and `Content-Length`, or a 404 for anything else.
+/// Serves `requests` connections, then stops.
+pub fn docs_site(body: &'static str, requests: usize) -> String {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(requests) {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut request_line = String::new();
+            let _ = reader.read_line(&mut request_line);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                line.clear();
+            }
+            let (status, content) = if request_line.starts_with("GET /best-practices.md ") {
+                ("200 OK", body)
+            } else {
+                ("404 Not Found", "not found\n")
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: text/markdown; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{content}",
+                content.len()
+            );
+        }
+    });
+    format!("http://{addr}")
+}

@@ -7,12 +7,13 @@
 //!   when it answers 200 (the container image's health check).
 //! - `bridle render --project P --agent A [--out DIR] [--check]`: writes an agent's instruction
 //!   file, or (with `--check`) shows the diff and exits 1 when the file on disk is stale.
-//! - `bridle rules queue|approve|reject|log|source-vendor|queue-suggestions|upgrade`: the human side of the review
-//!   queue. Approving is only ever done here (or, later, in the web panel), never by an agent.
+//! - `bridle rules queue|approve|reject|log|source-vendor|run-feed|queue-suggestions|upgrade`:
+//!   the human side of the review queue. Approving is only ever done by a person (here or in the
+//!   web panel), never by an agent.
 //! - `bridle kanboard serve --url URL --project ID`: the Kanboard tools alone, over stdio.
 //! - `bridle scope list|approve|deny`: decide agents' scope-expansion tickets.
-//! - `bridle agents ...`, `bridle secrets ...`, `bridle scope ...`, `bridle rules
-//!   queue|approve|reject`, `bridle memory ...`, `bridle audit ...` with `--url` (or
+//! - `bridle agents ...`, `bridle secrets ...`, `bridle scope ...`, `bridle rules ...`,
+//!   `bridle memory ...`, `bridle audit ...` with `--url` (or
 //!   `$BRIDLE_ADMIN_URL`) and an admin credential (`--admin-token-file`, `$BRIDLE_ADMIN_TOKEN_FILE`
 //!   or `$BRIDLE_ADMIN_TOKEN`): the same commands as clients of a running gateway's admin API,
 //!   so the gateway applies and records each change at once; without `--url` they work offline
@@ -136,8 +137,8 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// The review queue: proposals from agents and vendor guidance (queue, approve and reject
-    /// through a running gateway with --url).
+    /// The review queue: proposals from agents and vendor guidance (through a running gateway
+    /// with --url, offline on the data directory without).
     Rules {
         #[command(subcommand)]
         command: rules::RulesCommand,

@@ -1,12 +1,14 @@
-//! `bridle rules queue|approve|reject|log|source-vendor|queue-suggestions|upgrade`: the human
-//! side of the review queue. With `--url`, `queue`, `approve` and `reject` go through a running
-//! gateway's admin API; the others read or write the data directory (offline).
+//! `bridle rules queue|approve|reject|log|source-vendor|run-feed|queue-suggestions|upgrade`: the
+//! human side of the review queue. With `--url` every one goes through a running gateway's admin
+//! API, so the gateway applies and records the change at once; without it they read or write the
+//! data directory (offline, for a gateway that is not running).
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use bridle_rules::vendor::{SourceReport, VendorFeed, VendorFeedConfig, VendorSource};
+use bridle_rules::vendor::{SourceReport, VendorFeed, VendorSource};
 use clap::Subcommand;
+use serde_json::Value;
 
 use bridle_gateway::audit::{Change, Entry, Kind, Surface};
 
@@ -167,7 +169,7 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
             agent,
             from,
         } => {
-            let report = source_vendor(&store, &project, &agent, &from)?;
+            let report = source_vendor(dir, &store, &project, &agent, &from)?;
             for c in &report.queued {
                 record_offline(dir, bridle_gateway::feed::seed_entry(c));
             }
@@ -275,39 +277,34 @@ fn run_feed(dir: &Path, store: &bridle_rules::RulesStore) -> Result<ExitCode, Bo
     })
 }
 
-/// Reads one vendor page (URL or file) through the vendor feed, which sends the last run's
-/// validators, refuses redirects to other sites, error pages and huge bodies, and records each
-/// candidate's source, fetch time and excerpt.
+/// Reads one vendor page (URL or file) through the vendor feed, with the limits `bridle.yaml`
+/// configures for it (or the defaults): it sends the last read's validators, refuses redirects
+/// to other sites, error pages and huge bodies, and records each candidate's source, fetch time
+/// and excerpt.
 fn source_vendor(
+    dir: &Path,
     store: &bridle_rules::RulesStore,
     project: &str,
     agent: &str,
     from: &str,
 ) -> Result<SourceReport, BoxError> {
-    let mut config = VendorFeedConfig::default();
-    config.profiles.insert(
-        agent.to_string(),
-        vec![VendorSource {
-            url: from.to_string(),
-            format: None,
-        }],
-    );
+    let config = crate::load_config(dir)?.vendor_feed.unwrap_or_default();
     let feed = VendorFeed::new(config).map_err(|e| format!("{e} [{}]", e.code()))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let run = runtime
-        .block_on(feed.run(store, project))
-        .map_err(|e| format!("{e} [{}]", e.code()))?;
-    match run.sources.into_iter().next().map(|s| s.outcome) {
-        Some(Ok(report)) => Ok(report),
-        Some(Err(e)) => Err(format!("{e} [{}]", e.code()).into()),
-        None => Err("no source was read".into()),
-    }
+    let source = VendorSource {
+        url: from.to_string(),
+        format: None,
+    };
+    runtime
+        .block_on(feed.read_page(store, project, agent, &source))
+        .map_err(|e| format!("{e} [{}]", e.code()).into())
 }
 
-/// `queue`, `approve` and `reject` through a running gateway's admin API (the decider is the
-/// admin the credential names; `--by` does not apply). The others work on the data directory.
+/// Every rules command through a running gateway's admin API (the decider is the admin the
+/// credential names; `--by` does not apply). `source-vendor` reads only http(s) pages there:
+/// the gateway does not read files by request.
 pub(crate) fn rules_remote(api: &AdminClient, command: RulesCommand) -> Result<ExitCode, BoxError> {
     match command {
         RulesCommand::Queue { project, all, json } => {
@@ -366,12 +363,139 @@ pub(crate) fn rules_remote(api: &AdminClient, command: RulesCommand) -> Result<E
                 p["summary"].as_str().unwrap_or("?")
             );
         }
-        _ => {
-            return Err(
-                "only `rules queue|approve|reject` go through the admin API; run the others without --url (they work on the data directory)"
-                    .into(),
-            );
+        RulesCommand::Log { project } => {
+            let projects = match project {
+                Some(p) => vec![p],
+                None => api
+                    .all("/projects")?
+                    .iter()
+                    .filter_map(|p| p["name"].as_str().map(str::to_string))
+                    .collect(),
+            };
+            let mut changes = Vec::new();
+            for p in &projects {
+                for c in api.all(&format!("/projects/{}/history", crate::client::seg(p)))? {
+                    changes.push((p.clone(), c));
+                }
+            }
+            // Change ids grow across projects: one log in the order the changes were made.
+            changes.sort_by_key(|(_, c)| c["id"].as_u64().unwrap_or(0));
+            for (project, c) in changes {
+                let s = |v: &Value| v.as_str().unwrap_or("?").to_string();
+                println!(
+                    "{} {project} r{} [{}] by {}: {}{}",
+                    s(&c["at"]),
+                    c["revision"].as_u64().unwrap_or(0),
+                    s(&c["source"]),
+                    s(&c["actor"]),
+                    s(&c["summary"]),
+                    c["proposal_id"]
+                        .as_u64()
+                        .map(|p| format!(" (proposal #{p})"))
+                        .unwrap_or_default()
+                );
+            }
+        }
+        RulesCommand::SourceVendor {
+            project,
+            agent,
+            from,
+        } => {
+            if !(from.starts_with("http://") || from.starts_with("https://")) {
+                return Err(format!(
+                    "`{from}` is not an http(s) URL: the gateway reads no file by request; run this without --url to read a local file into the data directory"
+                )
+                .into());
+            }
+            let r = api.post(
+                &format!("/projects/{}/vendor-guidance", crate::client::seg(&project)),
+                Some(serde_json::json!({ "agent": agent, "url": from })),
+            )?;
+            print_queued(&r, true);
+        }
+        RulesCommand::RunFeed => {
+            let run = api.post("/vendor-feed/run", None)?;
+            let s = |v: &Value| v.as_str().unwrap_or("?").to_string();
+            for p in run["projects"].as_array().into_iter().flatten() {
+                let project = s(&p["project"]);
+                if let Some(e) = p.get("error") {
+                    println!("{project}: failed [{}] {}", s(&e["code"]), s(&e["message"]));
+                    continue;
+                }
+                for source in p["sources"].as_array().into_iter().flatten() {
+                    let (agent, url) = (s(&source["agent"]), s(&source["url"]));
+                    match source.get("error") {
+                        Some(e) => println!(
+                            "{project} {agent} {url}: failed [{}] {}",
+                            s(&e["code"]),
+                            s(&e["message"])
+                        ),
+                        None => println!(
+                            "{project} {agent} {url}: queued {}, {} already known{}",
+                            source["queued"].as_array().map_or(0, Vec::len),
+                            source["skipped"].as_u64().unwrap_or(0),
+                            if source["not_modified"].as_bool() == Some(true) {
+                                ", unchanged"
+                            } else {
+                                ""
+                            }
+                        ),
+                    }
+                }
+            }
+            if run["failed"].as_u64().unwrap_or(0) > 0 {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        RulesCommand::QueueSuggestions { project } => {
+            let r = api.post(
+                &format!(
+                    "/projects/{}/profile-suggestions",
+                    crate::client::seg(&project)
+                ),
+                None,
+            )?;
+            print_queued(&r, false);
+        }
+        RulesCommand::Upgrade { project } => {
+            let r = api.post(
+                &format!("/projects/{}/upgrade", crate::client::seg(&project)),
+                None,
+            )?;
+            match r["migrated_from"].as_u64() {
+                Some(from) => println!(
+                    "migrated {project} from schema_version {from} (now revision {})",
+                    r["revision"].as_u64().unwrap_or(0)
+                ),
+                None => println!("{project} is already at the current schema version"),
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The line `source-vendor` and `queue-suggestions` print, from the API's answer.
+fn print_queued(r: &Value, page: bool) {
+    let ids: Vec<String> = r["queued"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_u64)
+        .map(|id| format!("#{id}"))
+        .collect();
+    println!(
+        "queued {} suggestion(s) for review ({} already known{}){}",
+        ids.len(),
+        r["skipped"].as_u64().unwrap_or(0),
+        if page && r["not_modified"].as_bool() == Some(true) {
+            "; the page is unchanged since the last run"
+        } else {
+            ""
+        },
+        if ids.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", ids.join(" "))
+        }
+    );
 }
