@@ -71,16 +71,30 @@ pub trait ClientPeer: Send + Sync {
 }
 
 /// Everything a tool receives beside its arguments.
+///
+/// The gate builds one per call and moves it into the tool's future, so it is kept small:
+/// what every call has (caller, token, client channel, origin, handle codec, phase) is
+/// inline, and what most calls lack (progress token, `_meta`, client info, scope, ticket) sits
+/// in one [`CallDetails`] box, allocated only for a call that has any of it.
 #[derive(Clone)]
 pub struct ToolContext {
     caller: Caller,
     cancel: CancellationToken,
     peer: Option<Arc<dyn ClientPeer>>,
+    origin: Option<Arc<CallOrigin>>,
+    handles: Option<Arc<HandleCodec>>,
+    phase: CallPhase,
+    details: Option<Box<CallDetails>>,
+}
+
+/// The rarely-set parts of a [`ToolContext`], out of line.
+#[derive(Clone, Default)]
+struct CallDetails {
     progress_token: Option<Value>,
     meta: Option<Value>,
     client: Option<ClientInfo>,
-    origin: Option<Arc<CallOrigin>>,
-    extras: CallExtras,
+    scope: Option<String>,
+    ticket: Option<String>,
 }
 
 /// What the gate learned about a call on the way in (phase, scope, ticket) and the app's handle
@@ -99,10 +113,10 @@ impl std::fmt::Debug for ToolContext {
             .field("caller", &self.caller.principal().id)
             .field("cancelled", &self.cancel.is_cancelled())
             .field("peer", &self.peer.is_some())
-            .field("progress_token", &self.progress_token)
-            .field("phase", &self.extras.phase)
-            .field("scope", &self.extras.scope)
-            .field("ticket", &self.extras.ticket)
+            .field("progress_token", &self.progress_token())
+            .field("phase", &self.phase)
+            .field("scope", &self.scope())
+            .field("ticket", &self.ticket())
             .finish()
     }
 }
@@ -153,26 +167,53 @@ impl ToolContext {
         Self::for_call(caller, opts, CallExtras::default())
     }
 
-    /// The context of a call through the gate. (One constructor rather than `new` and a
-    /// setter: the context is a few hundred bytes, and each step would copy it.)
+    /// The context of a call through the gate, in one step (no setters: each would move it).
     pub(crate) fn for_call(caller: Caller, opts: CallOptions, extras: CallExtras) -> Self {
+        let CallOptions {
+            cancel,
+            peer,
+            progress_token,
+            meta,
+            client,
+            origin,
+        } = opts;
+        let CallExtras {
+            phase,
+            scope,
+            ticket,
+            handles,
+        } = extras;
+        let details = (progress_token.is_some()
+            || meta.is_some()
+            || client.is_some()
+            || scope.is_some()
+            || ticket.is_some())
+        .then(|| {
+            Box::new(CallDetails {
+                progress_token,
+                meta,
+                client,
+                scope,
+                ticket,
+            })
+        });
         Self {
             caller,
-            cancel: opts.cancel,
-            peer: opts.peer,
-            progress_token: opts.progress_token,
-            meta: opts.meta,
-            client: opts.client,
-            origin: opts.origin,
-            extras,
+            cancel,
+            peer,
+            origin,
+            handles,
+            phase,
+            details,
         }
     }
 
     /// Who the calling client says it is (MCP `clientInfo`), when the transport knows it.
     /// Self-reported: tailor answers with it, never grant anything by it.
     pub fn client(&self) -> Option<&ClientInfo> {
-        self.client
+        self.details
             .as_ref()
+            .and_then(|d| d.client.as_ref())
             .or_else(|| self.origin.as_ref().and_then(|o| o.client.as_ref()))
     }
 
@@ -189,22 +230,29 @@ impl ToolContext {
     /// Which step of the call this is: a [`CallPhase::Preview`] must change nothing and describe
     /// what it would do; [`CallPhase::Commit`] does exactly what was previewed.
     pub fn phase(&self) -> CallPhase {
-        self.extras.phase
+        self.phase
     }
 
     /// Whether this is a preview (dry run).
     pub fn is_preview(&self) -> bool {
-        self.extras.phase == CallPhase::Preview
+        self.phase == CallPhase::Preview
     }
 
     /// The scope the call works in, when the tool takes one (already checked by the gate).
     pub fn scope(&self) -> Option<&str> {
-        self.extras.scope.as_deref()
+        self.details.as_ref().and_then(|d| d.scope.as_deref())
     }
 
     /// The confirm ticket this call runs under, when a human approved it.
     pub fn ticket(&self) -> Option<&str> {
-        self.extras.ticket.as_deref()
+        self.details.as_ref().and_then(|d| d.ticket.as_deref())
+    }
+
+    /// The request's `_meta.progressToken`, if the client asked for progress.
+    fn progress_token(&self) -> Option<&Value> {
+        self.details
+            .as_ref()
+            .and_then(|d| d.progress_token.as_ref())
     }
 
     /// Mints a handle of kind `K` for `internal_id`, bound to this call's principal, to put in
@@ -221,7 +269,7 @@ impl ToolContext {
         internal_id: &str,
         ttl: Option<std::time::Duration>,
     ) -> Result<String, HandleError> {
-        let codec = self.extras.handles.as_ref().ok_or(HandleError::NoCodec)?;
+        let codec = self.handles.as_ref().ok_or(HandleError::NoCodec)?;
         let expires = ttl.map(|t| std::time::SystemTime::now() + t);
         codec.mint(&self.caller.principal().id, kind, internal_id, expires)
     }
@@ -249,7 +297,7 @@ impl ToolContext {
 
     /// The request's `_meta`, if any.
     pub fn meta(&self) -> Option<&Value> {
-        self.meta.as_ref()
+        self.details.as_ref().and_then(|d| d.meta.as_ref())
     }
 
     /// The client channel, if any.
@@ -264,7 +312,7 @@ impl ToolContext {
         total: Option<f64>,
         message: Option<&str>,
     ) -> Result<(), PeerError> {
-        let (Some(peer), Some(token)) = (&self.peer, &self.progress_token) else {
+        let (Some(peer), Some(token)) = (&self.peer, self.progress_token()) else {
             return Ok(());
         };
         let mut params = json!({"progressToken": token, "progress": progress});
@@ -332,5 +380,127 @@ impl ToolContext {
             return Err(PeerError::NotSupported(capability.to_string()));
         }
         peer.request(method, params, self.cancel.clone()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::principal::Principal;
+
+    /// A client channel that records the notifications it is asked to send.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<(String, Value)>>);
+
+    #[async_trait]
+    impl ClientPeer for Recorder {
+        async fn notify(&self, method: &str, params: Value) -> Result<(), PeerError> {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((method.to_string(), params));
+            Ok(())
+        }
+        async fn request(
+            &self,
+            _method: &str,
+            _params: Value,
+            _cancel: CancellationToken,
+        ) -> Result<Value, PeerError> {
+            Err(PeerError::Disconnected)
+        }
+        fn supports(&self, _capability: &str) -> bool {
+            false
+        }
+    }
+
+    fn caller() -> Caller {
+        Caller::new(Principal::new("p"))
+    }
+
+    fn origin() -> Arc<CallOrigin> {
+        Arc::new(CallOrigin::new(
+            Some("session-1".into()),
+            Some(ClientInfo::new("from-origin", "2")),
+        ))
+    }
+
+    #[test]
+    fn a_call_without_details_allocates_none_and_reads_as_empty() {
+        let opts = CallOptions {
+            origin: Some(origin()),
+            ..CallOptions::default()
+        };
+        let ctx = ToolContext::for_call(caller(), opts, CallExtras::default());
+        assert!(ctx.details.is_none());
+        assert_eq!(ctx.meta(), None);
+        assert_eq!(ctx.progress_token(), None);
+        assert_eq!(ctx.scope(), None);
+        assert_eq!(ctx.ticket(), None);
+        assert_eq!(ctx.phase(), CallPhase::Direct);
+        // Without a client of its own the call reports its origin's.
+        assert_eq!(ctx.client().map(|c| c.name.as_str()), Some("from-origin"));
+        assert_eq!(ctx.session(), Some("session-1"));
+    }
+
+    #[test]
+    fn every_detail_a_call_carries_reaches_the_tool() {
+        let opts = CallOptions {
+            progress_token: Some(json!(7)),
+            meta: Some(json!({"trace": "abc"})),
+            client: Some(ClientInfo::new("own", "1")),
+            origin: Some(origin()),
+            ..CallOptions::default()
+        };
+        let extras = CallExtras {
+            phase: CallPhase::Preview,
+            scope: Some("project-a".into()),
+            ticket: Some("t-1".into()),
+            handles: None,
+        };
+        let ctx = ToolContext::for_call(caller(), opts, extras);
+        assert_eq!(ctx.meta(), Some(&json!({"trace": "abc"})));
+        assert_eq!(ctx.progress_token(), Some(&json!(7)));
+        assert_eq!(ctx.scope(), Some("project-a"));
+        assert_eq!(ctx.ticket(), Some("t-1"));
+        assert!(ctx.is_preview());
+        // The call's own client wins over its origin's.
+        assert_eq!(ctx.client().map(|c| c.name.as_str()), Some("own"));
+        // One detail alone is kept too.
+        let opts = CallOptions {
+            meta: Some(json!({"only": true})),
+            ..CallOptions::default()
+        };
+        let ctx = ToolContext::for_call(caller(), opts, CallExtras::default());
+        assert_eq!(ctx.meta(), Some(&json!({"only": true})));
+        assert_eq!(ctx.scope(), None);
+    }
+
+    #[tokio::test]
+    async fn progress_goes_out_only_with_a_progress_token() {
+        let peer = Arc::new(Recorder::default());
+        let with = CallOptions {
+            peer: Some(Arc::clone(&peer) as Arc<dyn ClientPeer>),
+            progress_token: Some(json!("tok")),
+            ..CallOptions::default()
+        };
+        let ctx = ToolContext::for_call(caller(), with, CallExtras::default());
+        ctx.progress(1.0, Some(2.0), Some("half")).await.unwrap();
+        let without = CallOptions {
+            peer: Some(Arc::clone(&peer) as Arc<dyn ClientPeer>),
+            ..CallOptions::default()
+        };
+        let ctx = ToolContext::for_call(caller(), without, CallExtras::default());
+        ctx.progress(1.0, None, None).await.unwrap();
+        let sent = peer.0.lock().unwrap().clone();
+        assert_eq!(
+            sent,
+            vec![(
+                "notifications/progress".to_string(),
+                json!({"progressToken": "tok", "progress": 1.0, "total": 2.0, "message": "half"})
+            )]
+        );
     }
 }

@@ -54,7 +54,7 @@ use crate::capability::Authorization;
 use crate::catalog::{Catalog, Entry};
 use crate::confirm::{ConfirmConfig, ConfirmPolicy, ConfirmTicket, MemoryTicketStore, TicketStore};
 use crate::content::ToolOutput;
-use crate::context::{CallExtras, CallOptions};
+use crate::context::{CallExtras, CallOptions, ToolContext};
 use crate::error::GateError;
 use crate::handle::HandleCodec;
 use crate::preview::{CallPhase, CommitConfig, CommitTokens};
@@ -179,7 +179,7 @@ impl Gate {
         args: &Value,
     ) -> Result<ToolSpec, GateError> {
         let (entry, _) = admit(catalog, caller, name)?;
-        check_args(catalog, &entry, caller, args)?;
+        check_args(catalog, entry, caller, args)?;
         Ok(entry.spec.clone())
     }
 
@@ -190,8 +190,9 @@ impl Gate {
     /// `catalog`; the returned future carries only what is left (confirm, run, audit), so
     /// creating and moving it stays cheap and it holds no catalog snapshot. A refused call's
     /// future is ready at once; the common call (no audit sink, no preview or commit, no
-    /// confirm policy, no approved ticket) is the run step's own future; every other call
-    /// takes one boxed future.
+    /// confirm policy, no approved ticket) is the run step's own future, which holds only the
+    /// entry, the arguments and the tool context built here; every other call takes one
+    /// boxed future. The tool itself runs only when the future is polled.
     pub(crate) fn call<'a>(
         &'a self,
         catalog: &Catalog,
@@ -270,7 +271,10 @@ impl Gate {
             return match step {
                 Step::Done(r) => Either::Left(Either::Left(std::future::ready(r))),
                 Step::Run(entry, args, extras) => {
-                    Either::Left(Either::Right(run::run(entry, args, caller, opts, extras)))
+                    // The context is built here, once, and moved into the run step's future
+                    // (not the options and extras it is made of).
+                    let ctx = ToolContext::for_call(caller.clone(), opts, extras);
+                    Either::Left(Either::Right(run::run(entry, args, ctx)))
                 }
                 Step::Confirm(call, settings) => Either::Right(Box::pin(async move {
                     self.confirm_and_run(
@@ -288,7 +292,10 @@ impl Gate {
         Either::Right(Box::pin(async move {
             let result = match step {
                 Step::Done(r) => r,
-                Step::Run(entry, args, extras) => run::run(entry, args, caller, opts, extras).await,
+                Step::Run(entry, args, extras) => {
+                    let ctx = ToolContext::for_call(caller.clone(), opts, extras);
+                    run::run(entry, args, ctx).await
+                }
                 Step::Confirm(call, settings) => {
                     self.confirm_and_run(
                         call,
@@ -394,14 +401,8 @@ impl Gate {
             ticket: approved.map(|a| a.ticket.to_string()),
             handles: settings.handles.clone(),
         };
-        let out = run::run(
-            Arc::clone(&entry),
-            resolved.unwrap_or(args),
-            caller,
-            opts,
-            extras,
-        )
-        .await?;
+        let ctx = ToolContext::for_call(caller.clone(), opts, extras);
+        let out = run::run(Arc::clone(&entry), resolved.unwrap_or(args), ctx).await?;
         if phase != CallPhase::Preview || out.is_error {
             return Ok(out);
         }
@@ -433,11 +434,11 @@ impl Gate {
 }
 
 /// Gate steps 1-3. Returns the entry and the deprecated capability id used, if any.
-fn admit(
-    catalog: &Catalog,
+fn admit<'c>(
+    catalog: &'c Catalog,
     caller: &Caller,
     name: &str,
-) -> Result<(Arc<Entry>, Option<String>), GateError> {
+) -> Result<(&'c Arc<Entry>, Option<String>), GateError> {
     let Some(entry) = catalog.tools.get(name) else {
         return Err(match catalog.refusals.get(name) {
             Some(reason) => GateError::Refused {
@@ -476,5 +477,5 @@ fn admit(
             }
         }
     }
-    Ok((Arc::clone(entry), via))
+    Ok((entry, via))
 }

@@ -22,6 +22,8 @@ use crate::validate::FieldError;
 
 /// A call past the synchronous gate steps.
 pub(crate) struct PreparedCall {
+    /// The tool's entry: a reference count of the catalog's, taken only once the arguments
+    /// passed, for the future that runs the call.
     pub(crate) entry: Arc<Entry>,
     /// The arguments as asked (scope filled, commit token removed, handles opaque).
     pub(crate) args: Value,
@@ -39,7 +41,7 @@ pub(crate) struct PreparedCall {
 pub(crate) fn prepare_call(
     catalog: &Catalog,
     settings: &GateSettings,
-    entry: Arc<Entry>,
+    entry: &Arc<Entry>,
     caller: &Caller,
     mut args: Value,
     digest_for_audit: bool,
@@ -49,9 +51,9 @@ pub(crate) fn prepare_call(
         if digest_for_audit {
             trail.args_digest = Some(argument_digest(&args, &entry.spec.sensitive_fields));
         }
-        validate_args(&entry, &args)?;
+        validate_args(entry, &args)?;
         return Ok(PreparedCall {
-            entry,
+            entry: Arc::clone(entry),
             args,
             resolved: None,
             binding: None,
@@ -59,15 +61,15 @@ pub(crate) fn prepare_call(
         });
     }
     let commit_token = if entry.spec.previews {
-        take_commit_token(&entry, &mut args)?
+        take_commit_token(entry, &mut args)?
     } else {
         None
     };
-    trail.scope = apply_scope(catalog, &entry, caller, &mut args)?;
+    trail.scope = apply_scope(catalog, entry, caller, &mut args)?;
     if digest_for_audit {
         trail.args_digest = Some(argument_digest(&args, &entry.spec.sensitive_fields));
     }
-    validate_args(&entry, &args)?;
+    validate_args(entry, &args)?;
     let binding = entry.spec.previews.then(|| canonical_digest(&args));
     let mut resolved = None;
     if !entry.handles.is_empty() {
@@ -95,7 +97,7 @@ pub(crate) fn prepare_call(
         resolved = Some(copy);
     }
     Ok(PreparedCall {
-        entry,
+        entry: Arc::clone(entry),
         args,
         resolved,
         binding,

@@ -21,69 +21,96 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::Entry;
 use crate::content::ToolOutput;
-use crate::context::{CallExtras, CallOptions, PeerError, ToolContext};
+use crate::context::{PeerError, ToolContext};
 use crate::error::GateError;
-use crate::preview::CallPhase;
-use crate::principal::Caller;
-use crate::tool::ToolError;
+use crate::tool::{SyncHandler, ToolError};
 
 type Outcome = std::thread::Result<Result<ToolOutput, ToolError>>;
 
-/// Runs the tool and maps what it did onto the gate's answer.
-pub(crate) async fn run(
-    entry: Arc<Entry>,
+/// Runs a synchronous tool, borrowing the context: no boxed future, no copy of the
+/// cancellation token.
+fn run_sync(
+    entry: &Entry,
+    body: &SyncHandler,
     args: Value,
-    caller: &Caller,
-    opts: CallOptions,
-    extras: CallExtras,
+    ctx: ToolContext,
 ) -> Result<ToolOutput, GateError> {
-    if opts.cancel.is_cancelled() {
+    if ctx.is_cancelled() {
         return Err(GateError::Cancelled {
             tool: entry.spec.name.clone(),
         });
     }
-    let preview = extras.phase == CallPhase::Preview;
-    let ctx = ToolContext::for_call(caller.clone(), opts, extras);
-    let span = tracing::debug_span!("tool_call", tool = %entry.spec.name, principal = %caller.principal().id);
-    if let Some(body) = &entry.sync {
-        // A synchronous tool borrows the context: no boxed future, no copy of the token.
-        let outcome = {
-            let _entered = span.enter();
-            catch_unwind(AssertUnwindSafe(|| body(args, &ctx)))
-        };
-        return finish(&entry, outcome, ctx.cancellation(), preview);
-    }
-    let cancel = ctx.cancellation().clone();
-    let mut fut = entry.tool.call(args, ctx);
-    let first = {
+    let span = tool_span(entry, &ctx);
+    let outcome = {
         let _entered = span.enter();
-        std::future::poll_fn(|cx| Poll::Ready(poll_catching(fut.as_mut(), cx))).await
+        catch_unwind(AssertUnwindSafe(|| body(args, &ctx)))
     };
-    let outcome = match first {
-        Poll::Ready(outcome) => outcome,
-        // A tool still at work: raced against the token, in a boxed future of its own so that
-        // the common, finished-at-once call does not carry the race's state.
-        Poll::Pending => {
-            let rest = AssertUnwindSafe(fut).catch_unwind();
-            let raced = Box::pin(async {
-                tokio::select! {
-                    biased;
-                    r = tracing::Instrument::instrument(rest, span) => Some(r),
-                    () = cancel.cancelled() => None,
-                }
-            })
-            .await;
-            match raced {
-                Some(outcome) => outcome,
-                None => {
-                    return Err(GateError::Cancelled {
-                        tool: entry.spec.name.clone(),
-                    });
+    finish(entry, outcome, ctx.cancellation(), ctx.is_preview())
+}
+
+/// Runs the tool and maps what it did onto the gate's answer.
+///
+/// Written as an `async move` block over the three values it owns (an `async fn` would keep
+/// a second copy of its parameters in the future), and laid out so that nothing but the
+/// token, the race's box and the entry lives across the race: the future the gate returns
+/// stays a few hundred bytes, and every move of it is cheap.
+// Not an `async fn` on purpose: see above.
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn run(
+    entry: Arc<Entry>,
+    args: Value,
+    ctx: ToolContext,
+) -> impl Future<Output = Result<ToolOutput, GateError>> + Send + 'static {
+    async move {
+        if let Some(body) = &entry.sync {
+            return run_sync(&entry, body, args, ctx);
+        }
+        if ctx.is_cancelled() {
+            return Err(GateError::Cancelled {
+                tool: entry.spec.name.clone(),
+            });
+        }
+        let preview = ctx.is_preview();
+        let cancel = ctx.cancellation().clone();
+        // In a block of its own, so that the first poll's state (the span, the tool's future,
+        // its outcome) is gone from the future before the race is awaited.
+        let raced = {
+            let span = tool_span(&entry, &ctx);
+            let mut fut = entry.tool.call(args, ctx);
+            let first = {
+                let _entered = span.enter();
+                std::future::poll_fn(|cx| Poll::Ready(poll_catching(fut.as_mut(), cx))).await
+            };
+            match first {
+                Poll::Ready(outcome) => return finish(&entry, outcome, &cancel, preview),
+                // A tool still at work: raced against the token, in a boxed future of its
+                // own so that the common, finished-at-once call does not carry the race's
+                // state.
+                Poll::Pending => {
+                    let rest = AssertUnwindSafe(fut).catch_unwind();
+                    let token = cancel.clone();
+                    Box::pin(async move {
+                        tokio::select! {
+                            biased;
+                            r = tracing::Instrument::instrument(rest, span) => Some(r),
+                            () = token.cancelled() => None,
+                        }
+                    })
                 }
             }
+        };
+        match raced.await {
+            Some(outcome) => finish(&entry, outcome, &cancel, preview),
+            None => Err(GateError::Cancelled {
+                tool: entry.spec.name.clone(),
+            }),
         }
-    };
-    finish(&entry, outcome, &cancel, preview)
+    }
+}
+
+/// The span a tool runs in.
+fn tool_span(entry: &Entry, ctx: &ToolContext) -> tracing::Span {
+    tracing::debug_span!("tool_call", tool = %entry.spec.name, principal = %ctx.caller().principal().id)
 }
 
 /// Maps what the tool did onto the gate's answer.
