@@ -315,6 +315,7 @@ impl Walker<'_, '_> {
                 ty: ChunkType::Block,
                 context: context.to_vec(),
                 header: header.to_string(),
+                names: Vec::new(),
             });
         }
         merge_small(spans, self.lines, self.config)
@@ -336,8 +337,11 @@ impl Walker<'_, '_> {
         let item = inner(node);
         let ty = kind_type(item.kind());
         let mut own = context.to_vec();
+        let mut names = Vec::new();
         if ty != ChunkType::Block {
-            own.push(label(node, self.lines));
+            let l = label(node, self.lines);
+            names.push(l.clone());
+            own.push(l);
         }
         let budget = self
             .config
@@ -366,6 +370,7 @@ impl Walker<'_, '_> {
                 ty,
                 context: own,
                 header: header.to_string(),
+                names,
             }];
         }
         // Too long: parts at line boundaries, each after the first carrying the signature.
@@ -388,6 +393,7 @@ impl Walker<'_, '_> {
             ty,
             context: own.clone(),
             header: header.to_string(),
+            names,
         }];
         if e < end {
             spans.extend(windows(
@@ -447,6 +453,7 @@ impl Walker<'_, '_> {
             ty,
             context: own.to_vec(),
             header: header.to_string(),
+            names: own.last().cloned().into_iter().collect(),
         };
         // The closing lines after the last member join the last member.
         if let Some(last) = members.last_mut() {
