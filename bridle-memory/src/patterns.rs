@@ -346,7 +346,6 @@ impl PatternIndex {
                 payload.insert("file_path".into(), json!(path));
                 payload.insert("chunk_type".into(), json!(c.chunk_type.as_str()));
                 payload.insert("context".into(), json!(c.context_path()));
-                payload.insert("merged".into(), json!(c.merged));
                 payload.insert("start_line".into(), json!(c.start_line));
                 payload.insert("end_line".into(), json!(c.end_line));
                 if let Some(l) = Language::of_path(&path) {

@@ -211,10 +211,6 @@ pub struct Chunk {
     /// members' names (`impl<T> Router<T>: new, insert, at`), given to the embedder after the
     /// text. Empty for other chunks, and lines that would not fit the budget are left out.
     pub outline: String,
-    /// The labels of the other items this chunk holds: small neighbours merged with the item
-    /// its `context` names (`pub fn len`, `pub fn is_empty` beside `pub fn get`), in file order.
-    /// The context names one item; these keep the others findable by name.
-    pub merged: Vec<String>,
 }
 
 impl Chunk {
@@ -346,8 +342,6 @@ pub(crate) struct Span {
     pub(crate) ty: ChunkType,
     pub(crate) context: Vec<String>,
     pub(crate) header: String,
-    /// The labels of the named items in the span (its own and any merged into it).
-    pub(crate) names: Vec<String>,
 }
 
 impl Span {
@@ -382,9 +376,6 @@ impl Span {
             let cut = chars.get(lo).map_or(text.len(), |c| c.0);
             text.truncate(cut);
         }
-        let mut merged = self.names;
-        merged.retain(|n| !self.context.contains(n));
-        merged.dedup();
         Chunk {
             text,
             start_line: self.start + 1,
@@ -393,7 +384,6 @@ impl Span {
             context: self.context,
             header,
             outline: String::new(),
-            merged,
         }
     }
 }
@@ -429,7 +419,6 @@ pub(crate) fn merge_small(spans: Vec<Span>, lines: &Lines<'_>, config: &ChunkCon
                     last.context = s.context;
                 }
                 last.end = s.end;
-                last.names.extend(s.names);
                 continue;
             }
         }

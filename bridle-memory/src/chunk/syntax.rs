@@ -315,7 +315,6 @@ impl Walker<'_, '_> {
                 ty: ChunkType::Block,
                 context: context.to_vec(),
                 header: header.to_string(),
-                names: Vec::new(),
             });
         }
         merge_small(spans, self.lines, self.config)
@@ -337,11 +336,8 @@ impl Walker<'_, '_> {
         let item = inner(node);
         let ty = kind_type(item.kind());
         let mut own = context.to_vec();
-        let mut names = Vec::new();
         if ty != ChunkType::Block {
-            let l = label(node, self.lines);
-            names.push(l.clone());
-            own.push(l);
+            own.push(label(node, self.lines));
         }
         let budget = self
             .config
@@ -370,7 +366,6 @@ impl Walker<'_, '_> {
                 ty,
                 context: own,
                 header: header.to_string(),
-                names,
             }];
         }
         // Too long: parts at line boundaries, each after the first carrying the signature.
@@ -393,7 +388,6 @@ impl Walker<'_, '_> {
             ty,
             context: own.clone(),
             header: header.to_string(),
-            names,
         }];
         if e < end {
             spans.extend(windows(
@@ -453,7 +447,6 @@ impl Walker<'_, '_> {
             ty,
             context: own.to_vec(),
             header: header.to_string(),
-            names: own.last().cloned().into_iter().collect(),
         };
         // The closing lines after the last member join the last member.
         if let Some(last) = members.last_mut() {

@@ -318,26 +318,6 @@ fn small_named_items_stay_chunks_of_their_own_when_asked() {
         .find(|c| c.text.contains("fn get"))
         .expect("get");
     assert!(get.text.contains("fn len"), "{:?}", kinds(&merged));
-    // The chunk's context names one of them; the other is kept findable by its label.
-    let own = get.context.last().cloned().unwrap_or_default();
-    let other = if own.ends_with("fn get") {
-        "pub fn len"
-    } else {
-        "pub fn get"
-    };
-    assert!(
-        get.merged.iter().any(|m| m == other),
-        "{own}: {:?}",
-        get.merged
-    );
-    assert!(!get.merged.contains(&own));
-    // Nothing merged, nothing listed; a chunk never lists a label of its own context.
-    for ch in chunk_file("src/router.rs", SMALL_ITEMS, &config(true), &words) {
-        assert!(ch.merged.iter().all(|m| !ch.context.contains(m)), "{ch:?}");
-        if ch.context_path() == "pub struct Router" {
-            assert!(ch.merged.is_empty(), "{ch:?}");
-        }
-    }
 }
 
 #[test]

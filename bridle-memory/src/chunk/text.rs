@@ -44,7 +44,6 @@ pub(crate) fn windows(
             ty,
             context: context.to_vec(),
             header: header.to_string(),
-            names: Vec::new(),
         });
         if e >= end {
             break;
@@ -131,7 +130,6 @@ pub(crate) fn markdown(lines: &Lines<'_>, config: &ChunkConfig) -> Vec<Span> {
                 ty: ChunkType::Section,
                 context: context.clone(),
                 header: String::new(),
-                names: Vec::new(),
             });
         } else {
             // A long section: windows, each knowing its heading path.

@@ -37,29 +37,19 @@ pub const VECTOR_WEIGHT: f32 = 1.5;
 pub const KEYWORD_WEIGHT: f32 = 1.0;
 
 /// The payload fields whose strings are keyword-searchable, in this order.
-pub const KEYWORD_FIELDS: [&str; 4] = ["file_path", "context", "merged", "text"];
+pub const KEYWORD_FIELDS: [&str; 3] = ["file_path", "context", "text"];
 
-/// How many times `context`, and each label of `merged`, is repeated in [`keyword_text`].
+/// How many times `context` is repeated in [`keyword_text`].
 pub const CONTEXT_REPEATS: usize = 3;
 
-/// A point's keyword-searchable text: `file_path`, `context` and each label of `merged`
-/// ([`CONTEXT_REPEATS`] times each: an item's name, whether it is the one the context names or
-/// a small neighbour merged into the same chunk), then `text`, one a line; fields that are
-/// missing or of another type are left out (`merged` is a list of strings, the others strings).
+/// A point's keyword-searchable text: `file_path`, `context` ([`CONTEXT_REPEATS`] times) and
+/// `text`, one a line; fields that are missing or not strings are left out.
 pub fn keyword_text(payload: &Payload) -> String {
-    let mut parts: Vec<&str> = Vec::new();
+    let mut parts = Vec::new();
     for f in KEYWORD_FIELDS {
-        match payload.get(f) {
-            Some(serde_json::Value::String(v)) if f != "merged" => {
-                let times = if f == "context" { CONTEXT_REPEATS } else { 1 };
-                parts.extend(std::iter::repeat_n(v.as_str(), times));
-            }
-            Some(serde_json::Value::Array(items)) if f == "merged" => {
-                for v in items.iter().filter_map(|v| v.as_str()) {
-                    parts.extend(std::iter::repeat_n(v, CONTEXT_REPEATS));
-                }
-            }
-            _ => {}
+        if let Some(v) = payload.get(f).and_then(|v| v.as_str()) {
+            let times = if f == "context" { CONTEXT_REPEATS } else { 1 };
+            parts.extend(std::iter::repeat_n(v, times));
         }
     }
     parts.join("\n")
@@ -406,18 +396,7 @@ mod tests {
             keyword_text(&p),
             "src/a.rs\nfn load\nfn load\nfn load\nfn load() {}"
         );
-        // The labels of small neighbours merged into the chunk weigh as much as its own.
-        p.insert("merged".into(), serde_json::json!(["fn save", 7]));
-        assert_eq!(
-            keyword_text(&p),
-            "src/a.rs\nfn load\nfn load\nfn load\nfn save\nfn save\nfn save\nfn load() {}"
-        );
         p.remove("context");
-        p.remove("merged");
-        assert_eq!(keyword_text(&p), "src/a.rs\nfn load() {}");
-        // A `merged` that is not a list, or a `context` that is not a string, is left out.
-        p.insert("merged".into(), serde_json::json!("fn save"));
-        p.insert("context".into(), serde_json::json!(["fn load"]));
         assert_eq!(keyword_text(&p), "src/a.rs\nfn load() {}");
     }
 
