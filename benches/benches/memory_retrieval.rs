@@ -923,6 +923,33 @@ async fn sweep(
             }),
         ),
     ];
+    let kw_variants = {
+        let mut v = kw_variants;
+        v.push((
+            "own name x3, containers once",
+            Box::new(|p: &Payload| {
+                let context = field(p, "context");
+                let mut labels: Vec<&str> = context.split(" > ").collect();
+                let own = labels.pop().unwrap_or_default().to_string();
+                let merged: Vec<String> = p
+                    .get("merged")
+                    .and_then(|m| m.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let mut parts = vec![field(p, "file_path"), labels.join("\n")];
+                for name in std::iter::once(own).chain(merged) {
+                    parts.extend(std::iter::repeat_n(name, 3));
+                }
+                parts.push(field(p, "text"));
+                parts.join("\n")
+            }),
+        ));
+        v
+    };
     let mut kw_rankings: Vec<(&str, Rankings)> = Vec::new();
     for (name, make) in &kw_variants {
         let docs: Vec<String> = payloads.iter().map(|p| make(p)).collect();
