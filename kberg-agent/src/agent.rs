@@ -52,6 +52,7 @@ use crate::surface::ToolSurface;
 mod dispatch;
 mod hints;
 mod history;
+mod id_handles;
 mod repair;
 mod turn;
 
@@ -79,6 +80,8 @@ pub(super) struct PendingCall {
     coercions: Vec<Coercion>,
     /// Not on the surface: answered with the reason, never sent.
     unlisted: bool,
+    /// An argument is a handle the run never issued: answered, never sent.
+    unknown_handle: Option<id_handles::UnknownHandle>,
 }
 
 /// What follows a turn without calls.
@@ -125,6 +128,8 @@ struct Run<'a> {
     /// Indices of assistant messages whose calls were recovered from the text: sent to the
     /// model as the calls alone when [`AgentConfig::compact_recovered_turns`] is on.
     recovered_turns: Vec<usize>,
+    /// Short handles for the long ids in the conversation ([`AgentConfig::id_handles`]).
+    handles: id_handles::IdHandles,
     repair_turns: u32,
     turns: u32,
     usage: Usage,
@@ -213,6 +218,7 @@ impl Agent {
             asked_to_look: false,
             user_messages: 0,
             recovered_turns: Vec::new(),
+            handles: id_handles::IdHandles::default(),
             repair_turns: 0,
             turns: 0,
             usage: Usage::default(),

@@ -50,6 +50,7 @@ impl Run<'_> {
             call,
             coercions,
             unlisted,
+            unknown_handle,
         } in pending
         {
             if stop.is_some() {
@@ -75,6 +76,23 @@ impl Run<'_> {
                     CallOutcome::Failed(code),
                     text,
                     (true, true),
+                    coercions,
+                );
+                continue;
+            }
+            if let Some(unknown) = unknown_handle {
+                tracing::debug!(tool = %call.name, handle = %unknown.handle, "a call with a handle the run never issued was not sent");
+                self.interventions.unknown_handles += 1;
+                retryable = true;
+                let code = ErrorCode::InvalidArguments;
+                let text = self.unknown_handle(&call, &unknown);
+                progressed |= self.note_failure(&call, code, &mut repeated);
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Failed(code),
+                    text,
+                    (recovered, true),
                     coercions,
                 );
                 continue;

@@ -7,6 +7,7 @@ use kberg_core::ErrorCode;
 
 use serde_json::Value;
 
+use super::id_handles::UnknownHandle;
 use super::{PendingCall, Run};
 use crate::coerce::Coercion;
 use crate::ground::{Grounds, is_id_name};
@@ -57,6 +58,32 @@ impl Run<'_> {
             }?;
             (source != call.name).then(|| nudge::id_hint(arg, &source))
         })
+    }
+
+    /// The answer to a call whose argument is a handle the run never issued: the handles it
+    /// was shown, and the tool that finds ids when one is known for the argument.
+    pub(super) fn unknown_handle(&self, call: &ToolCall, unknown: &UnknownHandle) -> String {
+        let argument = unknown
+            .pointer
+            .trim_start_matches('/')
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        let mut text = nudge::unknown_handle(
+            &call.name,
+            argument,
+            &unknown.handle,
+            &self.handles.listing(),
+        );
+        let source = match self.config().id_sources.get(argument) {
+            Some(tool) => Some(tool.clone()),
+            None if is_id_name(argument) => self.finder_tool(&call.name),
+            None => None,
+        };
+        if let Some(source) = source.filter(|s| *s != call.name) {
+            text.push_str(&nudge::id_hint(argument, &source));
+        }
+        text
     }
 
     /// A listed read-only tool that finds things: `search*` first, then `find*`, then `list*`.
@@ -170,6 +197,7 @@ impl Run<'_> {
                     call,
                     coercions,
                     unlisted: pending.unlisted,
+                    unknown_handle: pending.unknown_handle.clone(),
                 });
             }
         }

@@ -15,6 +15,10 @@ impl Run<'_> {
         &mut self,
         choice: Option<ToolChoice>,
     ) -> Result<ChatResponse, ProviderError> {
+        if self.config().id_handles {
+            let new = self.handles.scan(&self.request.messages);
+            self.interventions.handles_issued += u32::try_from(new).unwrap_or(u32::MAX);
+        }
         if self.config().forget_old_failures && has_old_failures(&self.request.messages) {
             self.interventions.failures_forgotten += 1;
         }
@@ -32,10 +36,12 @@ impl Run<'_> {
 
     /// The request as the model is sent it: recovered turns as their calls alone when
     /// [`crate::AgentConfig::compact_recovered_turns`] is on, failed calls of earlier turns left out
-    /// when [`crate::AgentConfig::forget_old_failures`] is on (the stored conversation is unchanged).
+    /// when [`crate::AgentConfig::forget_old_failures`] is on, long ids as handles when
+    /// [`crate::AgentConfig::id_handles`] is on (the stored conversation is unchanged).
     fn request_to_send(&self) -> std::borrow::Cow<'_, ChatRequest> {
         let compact = self.config().compact_recovered_turns && !self.recovered_turns.is_empty();
-        if !compact && !self.config().forget_old_failures {
+        let handles = self.config().id_handles && !self.handles.is_empty();
+        if !compact && !self.config().forget_old_failures && !handles {
             return std::borrow::Cow::Borrowed(&self.request);
         }
         let mut request = self.request.clone();
@@ -46,6 +52,9 @@ impl Run<'_> {
         }
         if self.config().forget_old_failures {
             forget_old_failures(&mut request.messages);
+        }
+        if handles {
+            self.handles.shorten_messages(&mut request.messages);
         }
         std::borrow::Cow::Owned(request)
     }

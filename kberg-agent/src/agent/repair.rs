@@ -75,6 +75,14 @@ impl Run<'_> {
         let mut seen = HashSet::new();
         let mut out = Vec::with_capacity(calls.len());
         for (i, mut call) in calls.into_iter().enumerate() {
+            // Handles first: `#1` and the id it stands for are the same call.
+            let mut unknown_handle = None;
+            if self.config().id_handles {
+                match self.handles.resolve(&mut call.arguments) {
+                    Ok(n) => self.interventions.handles_resolved += n,
+                    Err(unknown) => unknown_handle = Some(unknown),
+                }
+            }
             if collapse && !seen.insert(call_key(&call)) {
                 self.interventions.calls_collapsed += 1;
                 tracing::debug!(tool = %call.name, "an identical call in the same turn was dropped");
@@ -117,6 +125,7 @@ impl Run<'_> {
                 call,
                 coercions,
                 unlisted,
+                unknown_handle,
             });
         }
         if self.config().split_array_arguments {

@@ -85,6 +85,15 @@ impl Run<'_> {
                 mut tool_calls,
                 ..
             } = response;
+            // The stored conversation holds real ids: a handle the model wrote in its text (a
+            // call written as text, an answer naming an id) is the id it stands for.
+            let text = if self.config().id_handles {
+                let (text, n) = self.handles.expand(&text);
+                self.interventions.handles_resolved += n;
+                text
+            } else {
+                text
+            };
             if answer_only && !tool_calls.is_empty() {
                 // Some servers ignore tool choice `none` (llama-cpp-python's grammar-constrained
                 // function calling does): an answer-only turn never runs a call.
