@@ -21,8 +21,9 @@
 //! answer (asked once for words), invent ids or copy stale values into a write (not run: see
 //! [`crate::ground`]), answer before looking anything up (asked once to look first), copy a
 //! tool's schema or extra keys into a read's arguments (unwrapped, dropped), pass a list where
-//! one value is expected (one call per item), and copy their own earlier turns (sent their calls
-//! alone, without earlier failures; [`hints`] holds these answers).
+//! one value is expected (one call per item), copy their own earlier turns (sent their calls
+//! alone, without earlier failures; [`hints`] holds these answers), and miscopy long ids (shown
+//! as short handles, see [`id_handles`]).
 //!
 //! Before a call runs, calls written into the text are recovered (only for tools on the surface;
 //! see [`crate::recover_calls`]) and unambiguous argument mistakes are corrected (see
@@ -31,7 +32,8 @@
 //! The loop is split by job: this module holds the agent and one run's state; [`turn`] is the
 //! turn loop and its stop reasons, [`history`] what the model is sent (as distinct from what is
 //! stored), [`repair`] how what the model wrote becomes calls, [`dispatch`] running them and the
-//! failure bookkeeping, and [`hints`] what the model is told instead of or beside a result.
+//! failure bookkeeping, [`hints`] what the model is told instead of or beside a result, and
+//! [`id_handles`] the run's short handles for long ids.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
