@@ -105,6 +105,13 @@ pub struct AgentConfig {
     /// their results (default true): the model keeps the last turn's failures to repair, and
     /// no longer copies calls that failed before. The stored conversation keeps everything.
     pub forget_old_failures: bool,
+    /// Show each long opaque id (a uuid, a hash, a path) in what the model is sent as a short
+    /// handle (`#1`), and replace a handle in a call's arguments with the id it stands for
+    /// before the call is checked or run (default true). Small models miscopy long ids; they
+    /// copy `#1`. The stored conversation, the outcome and the tools see only the real ids; a
+    /// handle the run never issued is answered with a repair turn, never sent. Once a run has
+    /// issued a handle, an argument that is exactly `#` and digits is read as a handle.
+    pub id_handles: bool,
 }
 
 impl Default for AgentConfig {
@@ -136,6 +143,7 @@ impl Default for AgentConfig {
             drop_unknown_read_arguments: true,
             split_array_arguments: true,
             forget_old_failures: true,
+            id_handles: true,
         }
     }
 }
@@ -298,6 +306,12 @@ impl AgentConfig {
         self
     }
 
+    /// Turns short handles for long ids on or off (see [`AgentConfig::id_handles`]).
+    pub fn id_handles(mut self, on: bool) -> Self {
+        self.id_handles = on;
+        self
+    }
+
     /// Every small-model behaviour off: the loop as it was before they existed (structured and
     /// recovered calls, repair turns, repeated-write guard, coercion only). For comparison.
     pub fn without_small_model_guards(mut self) -> Self {
@@ -315,6 +329,7 @@ impl AgentConfig {
         self.drop_unknown_read_arguments = false;
         self.split_array_arguments = false;
         self.forget_old_failures = false;
+        self.id_handles = false;
         self
     }
 }

@@ -53,6 +53,13 @@ pub(crate) fn id_hint(argument: &str, source: &str) -> String {
     )
 }
 
+/// The answer to a call whose argument is a handle no result showed.
+pub(crate) fn unknown_handle(tool: &str, argument: &str, handle: &str, known: &str) -> String {
+    format!(
+        "The call to `{tool}` was not run: `{argument}` is `{handle}`, but no result in this conversation showed `{handle}`. The handles you were shown are {known}: write one exactly as shown."
+    )
+}
+
 /// The answer to a write whose id argument has no source.
 pub(crate) fn ungrounded_id(
     tool: &str,

@@ -158,6 +158,12 @@ pub struct Interventions {
     pub calls_split: u32,
     /// Turns sent to the model without earlier turns' failed calls.
     pub failures_forgotten: u32,
+    /// Long ids given a short handle in what the model is sent.
+    pub handles_issued: u32,
+    /// Handles the model wrote that were replaced by the ids they stand for.
+    pub handles_resolved: u32,
+    /// Calls not sent because an argument was a handle the run never issued.
+    pub unknown_handles: u32,
 }
 
 /// What a run did and why it stopped.

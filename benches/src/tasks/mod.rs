@@ -444,6 +444,11 @@ pub fn variants() -> Vec<Variant> {
             fired: |i| i.failures_forgotten > 0,
         },
         Variant {
+            name: "no-id-handles",
+            config: b().id_handles(false),
+            fired: |i| i.handles_issued > 0,
+        },
+        Variant {
             name: "none",
             config: b().without_small_model_guards(),
             fired: |_| true,

@@ -7,6 +7,7 @@ use kberg_core::ErrorCode;
 
 use serde_json::Value;
 
+use super::id_handles::UnknownHandle;
 use super::{PendingCall, Run};
 use crate::coerce::Coercion;
 use crate::ground::{Grounds, is_id_name};
@@ -57,6 +58,32 @@ impl Run<'_> {
             }?;
             (source != call.name).then(|| nudge::id_hint(arg, &source))
         })
+    }
+
+    /// The answer to a call whose argument is a handle the run never issued: the handles it
+    /// was shown, and the tool that finds ids when one is known for the argument.
+    pub(super) fn unknown_handle(&self, call: &ToolCall, unknown: &UnknownHandle) -> String {
+        let argument = unknown
+            .pointer
+            .trim_start_matches('/')
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        let mut text = nudge::unknown_handle(
+            &call.name,
+            argument,
+            &unknown.handle,
+            &self.handles.listing(),
+        );
+        let source = match self.config().id_sources.get(argument) {
+            Some(tool) => Some(tool.clone()),
+            None if is_id_name(argument) => self.finder_tool(&call.name),
+            None => None,
+        };
+        if let Some(source) = source.filter(|s| *s != call.name) {
+            text.push_str(&nudge::id_hint(argument, &source));
+        }
+        text
     }
 
     /// A listed read-only tool that finds things: `search*` first, then `find*`, then `list*`.
@@ -170,6 +197,7 @@ impl Run<'_> {
                     call,
                     coercions,
                     unlisted: pending.unlisted,
+                    unknown_handle: pending.unknown_handle.clone(),
                 });
             }
         }
@@ -197,64 +225,4 @@ impl Run<'_> {
         (is_string && items.len() >= 2 && items.len() <= 8 && items.iter().all(Value::is_string))
             .then(|| name.clone())
     }
-}
-
-/// Leaves out of `messages` (what the model is sent) the failed calls of every assistant turn
-/// but the last, with their results, and turns left with neither text nor calls
-/// ([`crate::AgentConfig::forget_old_failures`]). Small models copy the calls they see; a call
-/// that failed and was answered a turn ago is copied again.
-pub(super) fn forget_old_failures(messages: &mut Vec<Message>) {
-    let Some(last) = messages
-        .iter()
-        .rposition(|m| matches!(m, Message::Assistant { .. }))
-    else {
-        return;
-    };
-    let failed: std::collections::HashSet<String> = messages[..last]
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool {
-                call_id,
-                is_error: true,
-                ..
-            } => Some(call_id.clone()),
-            _ => None,
-        })
-        .collect();
-    if failed.is_empty() {
-        return;
-    }
-    let mut i = 0;
-    messages.retain_mut(|m| {
-        let keep = if i >= last {
-            true
-        } else {
-            match m {
-                Message::Tool { call_id, .. } => !failed.contains(call_id),
-                Message::Assistant {
-                    content,
-                    tool_calls,
-                } => {
-                    let had_calls = !tool_calls.is_empty();
-                    tool_calls.retain(|c| !failed.contains(&c.id));
-                    !(had_calls && tool_calls.is_empty() && content.trim().is_empty())
-                }
-                _ => true,
-            }
-        };
-        i += 1;
-        keep
-    });
-}
-
-/// Whether [`forget_old_failures`] would leave something out of `messages`.
-pub(super) fn has_old_failures(messages: &[Message]) -> bool {
-    messages
-        .iter()
-        .rposition(|m| matches!(m, Message::Assistant { .. }))
-        .is_some_and(|last| {
-            messages[..last]
-                .iter()
-                .any(|m| matches!(m, Message::Tool { is_error: true, .. }))
-        })
 }

@@ -1,0 +1,276 @@
+//! Running one turn's calls and keeping the books. Each prepared call is explained (an unlisted
+//! tool), answered with an earlier result (a repeated read or write), held back (a write whose
+//! values have no source), or sent to the surface; every call gets exactly one result in the
+//! stored conversation and one [`crate::CallRecord`]. Failures are counted per identical call,
+//! so a model looping on the same failing call is stopped, but only when nothing else in its
+//! turn made progress.
+
+use kberg_core::ErrorCode;
+
+use crate::coerce::Coercion;
+use crate::message::{Message, ToolCall};
+use crate::nudge;
+use crate::outcome::{AgentEvent, CallOutcome, CallRecord, StopReason};
+
+use super::{AnswerNow, PendingCall, Run, call_key};
+
+impl Run<'_> {
+    /// Runs one turn's calls in order. Returns a stop reason if the run must end, and whether a
+    /// retryable failure asks for a repair turn.
+    pub(super) async fn run_calls(
+        &mut self,
+        turn: u32,
+        text: String,
+        calls: Vec<ToolCall>,
+        recovered: bool,
+        text_flags: Vec<bool>,
+    ) -> (Option<StopReason>, bool) {
+        let pending = self.prepare(turn, calls, &text_flags);
+        if recovered && !pending.is_empty() {
+            self.recovered_turns.push(self.request.messages.len());
+            if self.config().compact_recovered_turns {
+                self.interventions.turns_compacted += 1;
+            }
+        }
+        // The model's text stays beside the calls, recovered ones included: the stored
+        // conversation keeps what the model wrote.
+        self.request.messages.push(Message::Assistant {
+            content: text,
+            tool_calls: pending.iter().map(|p| p.call.clone()).collect(),
+        });
+
+        let mut stop = None;
+        // A call that reached the identical-failure bound ends the run only when nothing else
+        // in its turn made progress: a model that repeats a failed call beside a new one (the
+        // search it was told to make) is recovering.
+        let mut repeated = None;
+        let mut progressed = false;
+        let mut retryable = false;
+        for PendingCall {
+            call,
+            coercions,
+            unlisted,
+            unknown_handle,
+        } in pending
+        {
+            if stop.is_some() {
+                // Every call in a stored turn gets a result, even the ones not run.
+                let text = format!("The call to `{}` was not run: the run stopped.", call.name);
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Failed(ErrorCode::Cancelled),
+                    text,
+                    (recovered, false),
+                    coercions,
+                );
+                continue;
+            }
+            if unlisted && recovered {
+                let (code, text) = self.explain_unlisted(&call.name).await;
+                self.interventions.unlisted_explained += 1;
+                progressed |= self.note_failure(&call, code, &mut repeated);
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Failed(code),
+                    text,
+                    (true, true),
+                    coercions,
+                );
+                continue;
+            }
+            if let Some(unknown) = unknown_handle {
+                tracing::debug!(tool = %call.name, handle = %unknown.handle, "a call with a handle the run never issued was not sent");
+                self.interventions.unknown_handles += 1;
+                retryable = true;
+                let code = ErrorCode::InvalidArguments;
+                let text = self.unknown_handle(&call, &unknown);
+                progressed |= self.note_failure(&call, code, &mut repeated);
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Failed(code),
+                    text,
+                    (recovered, true),
+                    coercions,
+                );
+                continue;
+            }
+            let read = self.read_only.contains(&call.name);
+            let guarded = if read {
+                self.config().guard_repeated_reads
+            } else {
+                self.config().dedupe_writes
+            };
+            let key = guarded.then(|| call_key(&call));
+            if let Some(earlier) = key.as_ref().and_then(|k| self.done.get(k)) {
+                let text = if read {
+                    self.interventions.reads_deduplicated += 1;
+                    nudge::duplicate_read(&call.name, earlier)
+                } else {
+                    self.interventions.writes_deduplicated += 1;
+                    nudge::duplicate_write(&call.name, earlier)
+                };
+                tracing::debug!(tool = %call.name, read, "a repeated identical call was not run again");
+                self.answer_now = AnswerNow::Repeat;
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Duplicate,
+                    text,
+                    (recovered, false),
+                    coercions,
+                );
+                continue;
+            }
+            if let Some(text) = self.ungrounded(&call) {
+                tracing::debug!(tool = %call.name, "a write whose values have no source was not run");
+                self.interventions.ungrounded_writes += 1;
+                retryable = true;
+                let code = ErrorCode::InvalidArguments;
+                progressed |= self.note_failure(&call, code, &mut repeated);
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Failed(code),
+                    text,
+                    (recovered, true),
+                    coercions,
+                );
+                continue;
+            }
+            let call_for_event = call.clone();
+            let coercions_for_event = coercions.clone();
+            self.emit(|| AgentEvent::ToolCalled {
+                call: call_for_event,
+                recovered_from_text: recovered,
+                coercions: coercions_for_event,
+            });
+            let result = self
+                .agent
+                .surface
+                .call(
+                    &call.name,
+                    call.arguments.clone(),
+                    self.cancel.child_token(),
+                )
+                .await;
+            let result = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    let text = format!("The call to `{}` could not be made: {e}", call.name);
+                    self.record(
+                        turn,
+                        call,
+                        CallOutcome::Failed(ErrorCode::ToolFailed),
+                        text,
+                        (recovered, false),
+                        coercions,
+                    );
+                    stop = Some(StopReason::Surface(e));
+                    continue;
+                }
+            };
+            let Some(code) = result.effective_code() else {
+                progressed = true;
+                if let Some(key) = key {
+                    self.done.insert(key, result.text.clone());
+                }
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Ok,
+                    result.text,
+                    (recovered, false),
+                    coercions,
+                );
+                continue;
+            };
+            let mut text = result.text;
+            match code {
+                ErrorCode::Cancelled => {
+                    stop = Some(StopReason::Cancelled);
+                }
+                c if !c.is_retryable() => text.push_str(&nudge::final_refusal(&call.name)),
+                _ => {
+                    retryable = true;
+                    if let Some(hint) = self.id_hint(&call, code) {
+                        self.interventions.id_hints += 1;
+                        text.push_str(&hint);
+                    }
+                }
+            }
+            if code != ErrorCode::Cancelled {
+                progressed |= self.note_failure(&call, code, &mut repeated);
+            }
+            self.record(
+                turn,
+                call,
+                CallOutcome::Failed(code),
+                text,
+                (recovered, false),
+                coercions,
+            );
+        }
+        if stop.is_none() && !progressed {
+            stop = repeated;
+        }
+        (stop, retryable)
+    }
+
+    /// Counts a failure of `call`. When it reached the identical-failure bound, `repeated`
+    /// names it (the first such call of the turn wins) and false is returned; otherwise true:
+    /// the turn still made progress.
+    fn note_failure(
+        &mut self,
+        call: &ToolCall,
+        code: ErrorCode,
+        repeated: &mut Option<StopReason>,
+    ) -> bool {
+        let n = self.failures.entry(call_key(call)).or_insert(0);
+        *n += 1;
+        if *n >= self.agent.config.max_identical_failures {
+            repeated.get_or_insert(StopReason::RepeatedFailure {
+                tool: call.name.clone(),
+                code,
+            });
+            false
+        } else {
+            true
+        }
+    }
+
+    fn record(
+        &mut self,
+        turn: u32,
+        call: ToolCall,
+        outcome: CallOutcome,
+        text: String,
+        (recovered, not_sent): (bool, bool),
+        coercions: Vec<Coercion>,
+    ) {
+        self.emit(|| AgentEvent::ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            outcome,
+            text: text.clone(),
+        });
+        self.request.messages.push(Message::Tool {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: text,
+            is_error: matches!(outcome, CallOutcome::Failed(_)),
+        });
+        self.calls.push(CallRecord {
+            turn,
+            id: call.id,
+            name: call.name,
+            arguments: call.arguments,
+            outcome,
+            recovered_from_text: recovered,
+            coercions,
+            not_sent,
+        });
+    }
+}

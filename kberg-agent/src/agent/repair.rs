@@ -1,0 +1,136 @@
+//! Call repair: turning what the model wrote into the calls to run. Calls written as text are
+//! recovered (only for listed tools; text calls to other tools are kept aside to be explained,
+//! never sent), identical calls within a turn collapse to one, and arguments are repaired where
+//! the schema makes the intent unambiguous (a copied schema unwrapped, undeclared read arguments
+//! dropped, scalar coercions, a list split into one call per item). Every repair is recorded.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use crate::coerce::{Coercion, coerce_arguments, drop_unknown_arguments, unwrap_schema_echo};
+use crate::message::ToolCall;
+use crate::recover::{recover_calls, unlisted_calls};
+
+use super::{PendingCall, Run, call_key};
+
+impl Run<'_> {
+    /// The calls to run this turn: the structured ones, or else those recovered from the text
+    /// (then the flag is set), followed by text calls to unlisted tools when those are
+    /// explained. The list says, per call, whether its arguments were recovered from a JSON
+    /// string.
+    pub(super) fn calls_of(
+        &self,
+        text: &str,
+        structured: Vec<ToolCall>,
+        recover: bool,
+    ) -> (Vec<ToolCall>, bool, Vec<bool>) {
+        let config = self.config();
+        if !structured.is_empty() || !recover || !config.recover_text_calls {
+            return (structured, false, Vec::new());
+        }
+        let visible: HashSet<&str> = self.schemas.keys().map(String::as_str).collect();
+        let recovered = recover_calls(text, &visible);
+        let unlisted = if recovered.is_empty() && config.explain_unlisted_calls {
+            unlisted_calls(text, &visible)
+        } else {
+            Vec::new()
+        };
+        if !recovered.is_empty() || !unlisted.is_empty() {
+            tracing::debug!(
+                count = recovered.len(),
+                unlisted = unlisted.len(),
+                "recovered tool calls from the text"
+            );
+        }
+        let mut flags: Vec<bool> = recovered.iter().map(|c| c.arguments_were_text).collect();
+        let mut calls: Vec<ToolCall> = recovered
+            .into_iter()
+            .map(|c| ToolCall {
+                id: String::new(),
+                name: c.name,
+                arguments: c.arguments,
+            })
+            .collect();
+        for name in unlisted {
+            flags.push(false);
+            calls.push(ToolCall {
+                id: String::new(),
+                name,
+                arguments: Value::Object(Default::default()),
+            });
+        }
+        (calls, true, flags)
+    }
+
+    /// Ids, coercions, and the in-turn collapse of identical calls.
+    pub(super) fn prepare(
+        &mut self,
+        turn: u32,
+        calls: Vec<ToolCall>,
+        text_flags: &[bool],
+    ) -> Vec<PendingCall> {
+        let collapse = self.config().collapse_calls_in_turn;
+        let coerce = self.config().coerce_arguments;
+        let mut seen = HashSet::new();
+        let mut out = Vec::with_capacity(calls.len());
+        for (i, mut call) in calls.into_iter().enumerate() {
+            // Handles first: `#1` and the id it stands for are the same call.
+            let mut unknown_handle = None;
+            if self.config().id_handles {
+                match self.handles.resolve(&mut call.arguments) {
+                    Ok(n) => self.interventions.handles_resolved += n,
+                    Err(unknown) => unknown_handle = Some(unknown),
+                }
+            }
+            if collapse && !seen.insert(call_key(&call)) {
+                self.interventions.calls_collapsed += 1;
+                tracing::debug!(tool = %call.name, "an identical call in the same turn was dropped");
+                continue;
+            }
+            if call.id.is_empty() {
+                call.id = format!("call_{turn}_{}", i + 1);
+            }
+            let unlisted = !self.schemas.contains_key(&call.name);
+            let mut coercions = Vec::new();
+            if text_flags.get(i).copied().unwrap_or(false) {
+                coercions.push(Coercion {
+                    pointer: String::new(),
+                    from: "a JSON string".into(),
+                    to: "an object".into(),
+                });
+            }
+            if self.config().unwrap_schema_arguments
+                && let Some(schema) = self.schemas.get(&call.name)
+                && let Some(c) = unwrap_schema_echo(&mut call.arguments, schema)
+            {
+                tracing::debug!(tool = %call.name, "arguments that copied the schema were unwrapped");
+                self.interventions.schema_echoes_unwrapped += 1;
+                coercions.push(c);
+            }
+            if self.config().drop_unknown_read_arguments
+                && self.read_only.contains(&call.name)
+                && let Some(schema) = self.schemas.get(&call.name)
+            {
+                let dropped = drop_unknown_arguments(&mut call.arguments, schema);
+                self.interventions.read_arguments_dropped +=
+                    u32::try_from(dropped.len()).unwrap_or(u32::MAX);
+                coercions.extend(dropped);
+            }
+            if coerce && let Some(schema) = self.schemas.get(&call.name) {
+                coercions.extend(coerce_arguments(&mut call.arguments, schema));
+            }
+            self.interventions.coercions += u32::try_from(coercions.len()).unwrap_or(u32::MAX);
+            out.push(PendingCall {
+                call,
+                coercions,
+                unlisted,
+                unknown_handle,
+            });
+        }
+        if self.config().split_array_arguments {
+            out = self.split_arrays(out);
+        }
+        out
+    }
+}
