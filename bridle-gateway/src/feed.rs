@@ -25,6 +25,19 @@ pub fn seed_entry(c: &VendorCandidate) -> Entry {
     .subject(format!("proposal #{}", c.proposal_id))
 }
 
+/// The audit entry of one queued suggestion from a project document's own `agent_profiles`
+/// (the document is the feed): source `vendor` (the profile, and where in the document the
+/// suggestion stood), kind `proposal`, the project and the proposal.
+pub fn profile_entry(project: &str, proposal: &bridle_rules::Proposal) -> Entry {
+    Entry::vendor(
+        proposal.origin.proposed_by.clone(),
+        proposal.origin.source_ref.clone(),
+        Kind::Proposal,
+    )
+    .project(project)
+    .subject(format!("proposal #{}", proposal.id))
+}
+
 /// One project's outcome of a run: what each source gave, or why the project could not run.
 pub type ProjectRun = (String, Result<FeedRun, FeedError>);
 

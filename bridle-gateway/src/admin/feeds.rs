@@ -19,7 +19,6 @@ use super::auth::AdminActor;
 use super::error::{ApiError, ProblemDetails};
 use super::page::{ApiJson, ApiPath};
 use super::{AdminState, blocking, path};
-use crate::audit::{Entry, Kind};
 
 pub(crate) fn routes() -> Router<AdminState> {
     Router::new()
@@ -372,16 +371,7 @@ pub async fn queue_profile_suggestions(
     let queued = blocking(move || {
         let report = ctx.store.queue_profile_suggestions(&name)?;
         for id in &report.queued {
-            // The document's own profiles are the feed: the entry names the profile and the
-            // place in the document the suggestion came from.
-            let p = ctx.store.proposal(*id)?;
-            let entry = Entry::vendor(
-                p.origin.proposed_by.clone(),
-                p.origin.source_ref.clone(),
-                Kind::Proposal,
-            )
-            .project(&name)
-            .subject(format!("proposal #{id}"));
+            let entry = crate::feed::profile_entry(&name, &ctx.store.proposal(*id)?);
             if let Err(e) = ctx.record_change(entry) {
                 tracing::warn!(proposal = id, error = %e, "a vendor proposal's audit entry was not written");
             }

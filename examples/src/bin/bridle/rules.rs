@@ -8,8 +8,9 @@ use std::process::ExitCode;
 
 use bridle_rules::vendor::{SourceReport, VendorFeed, VendorSource};
 use clap::Subcommand;
-use serde_json::Value;
 
+use bridle_gateway::admin::feeds::{FeedRunView, QueuedSuggestions};
+use bridle_gateway::admin::projects::ChangeEntry;
 use bridle_gateway::audit::{Change, Entry, Kind, Surface};
 
 use crate::audit::record_offline;
@@ -150,18 +151,8 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
         }
         RulesCommand::Log { project } => {
             for c in store.changes(project.as_deref(), 0)? {
-                println!(
-                    "{} {} r{} [{}] by {}: {}{}",
-                    c.at,
-                    c.project,
-                    c.revision,
-                    c.source.as_str(),
-                    c.actor,
-                    c.summary,
-                    c.proposal_id
-                        .map(|p| format!(" (proposal #{p})"))
-                        .unwrap_or_default()
-                );
+                let project = c.project.clone();
+                print_change(&project, &ChangeEntry::from(c));
             }
         }
         RulesCommand::SourceVendor {
@@ -173,39 +164,17 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
             for c in &report.queued {
                 record_offline(dir, bridle_gateway::feed::seed_entry(c));
             }
-            println!(
-                "queued {} suggestion(s) for review ({} already known{})",
-                report.queued.len(),
-                report.skipped,
-                if report.not_modified {
-                    "; the page is unchanged since the last run"
-                } else {
-                    ""
-                }
-            );
+            let ids: Vec<u64> = report.queued.iter().map(|c| c.proposal_id).collect();
+            print_queued(&ids, report.skipped, report.not_modified);
         }
         RulesCommand::RunFeed => return run_feed(dir, &store),
         RulesCommand::QueueSuggestions { project } => {
             let report = store.queue_profile_suggestions(&project)?;
             for id in &report.queued {
-                // The built-in profiles' guidance: the feed is the profile catalog itself.
                 let p = store.proposal(*id)?;
-                record_offline(
-                    dir,
-                    Entry::vendor(
-                        p.origin.proposed_by.clone(),
-                        p.origin.source_ref.clone(),
-                        Kind::Proposal,
-                    )
-                    .project(&project)
-                    .subject(format!("proposal #{id}")),
-                );
+                record_offline(dir, bridle_gateway::feed::profile_entry(&project, &p));
             }
-            println!(
-                "queued {} suggestion(s) for review ({} already known)",
-                report.queued.len(),
-                report.skipped
-            );
+            print_queued(&report.queued, report.skipped, false);
         }
         RulesCommand::Upgrade { project } => match store.upgrade(&project, &who(None))? {
             Some(from) => println!("migrated {project} from schema_version {from}"),
@@ -239,26 +208,20 @@ fn run_feed(dir: &Path, store: &bridle_rules::RulesStore) -> Result<ExitCode, Bo
                             for c in &report.queued {
                                 record_offline(dir, bridle_gateway::feed::seed_entry(c));
                             }
-                            println!(
-                                "{project} {} {}: queued {}, {} already known{}",
-                                source.agent,
-                                source.url,
-                                report.queued.len(),
-                                report.skipped,
-                                if report.not_modified {
-                                    ", unchanged"
-                                } else {
-                                    ""
-                                }
+                            print_source(
+                                &project,
+                                &source.agent,
+                                &source.url,
+                                Ok((report.queued.len(), report.skipped, report.not_modified)),
                             );
                         }
                         Err(e) => {
                             failed = true;
-                            println!(
-                                "{project} {} {}: failed [{}] {e}",
-                                source.agent,
-                                source.url,
-                                e.code()
+                            print_source(
+                                &project,
+                                &source.agent,
+                                &source.url,
+                                Err((e.code(), &e.to_string())),
                             );
                         }
                     }
@@ -375,25 +338,13 @@ pub(crate) fn rules_remote(api: &AdminClient, command: RulesCommand) -> Result<E
             let mut changes = Vec::new();
             for p in &projects {
                 for c in api.all(&format!("/projects/{}/history", crate::client::seg(p)))? {
-                    changes.push((p.clone(), c));
+                    changes.push((p.clone(), serde_json::from_value::<ChangeEntry>(c)?));
                 }
             }
             // Change ids grow across projects: one log in the order the changes were made.
-            changes.sort_by_key(|(_, c)| c["id"].as_u64().unwrap_or(0));
-            for (project, c) in changes {
-                let s = |v: &Value| v.as_str().unwrap_or("?").to_string();
-                println!(
-                    "{} {project} r{} [{}] by {}: {}{}",
-                    s(&c["at"]),
-                    c["revision"].as_u64().unwrap_or(0),
-                    s(&c["source"]),
-                    s(&c["actor"]),
-                    s(&c["summary"]),
-                    c["proposal_id"]
-                        .as_u64()
-                        .map(|p| format!(" (proposal #{p})"))
-                        .unwrap_or_default()
-                );
+            changes.sort_by_key(|(_, c)| c.id);
+            for (project, c) in &changes {
+                print_change(project, c);
             }
         }
         RulesCommand::SourceVendor {
@@ -411,39 +362,25 @@ pub(crate) fn rules_remote(api: &AdminClient, command: RulesCommand) -> Result<E
                 &format!("/projects/{}/vendor-guidance", crate::client::seg(&project)),
                 Some(serde_json::json!({ "agent": agent, "url": from })),
             )?;
-            print_queued(&r, true);
+            let r: QueuedSuggestions = serde_json::from_value(r)?;
+            print_queued(&r.queued, r.skipped, r.not_modified);
         }
         RulesCommand::RunFeed => {
-            let run = api.post("/vendor-feed/run", None)?;
-            let s = |v: &Value| v.as_str().unwrap_or("?").to_string();
-            for p in run["projects"].as_array().into_iter().flatten() {
-                let project = s(&p["project"]);
-                if let Some(e) = p.get("error") {
-                    println!("{project}: failed [{}] {}", s(&e["code"]), s(&e["message"]));
+            let run: FeedRunView = serde_json::from_value(api.post("/vendor-feed/run", None)?)?;
+            for p in &run.projects {
+                if let Some(e) = &p.error {
+                    println!("{}: failed [{}] {}", p.project, e.code, e.message);
                     continue;
                 }
-                for source in p["sources"].as_array().into_iter().flatten() {
-                    let (agent, url) = (s(&source["agent"]), s(&source["url"]));
-                    match source.get("error") {
-                        Some(e) => println!(
-                            "{project} {agent} {url}: failed [{}] {}",
-                            s(&e["code"]),
-                            s(&e["message"])
-                        ),
-                        None => println!(
-                            "{project} {agent} {url}: queued {}, {} already known{}",
-                            source["queued"].as_array().map_or(0, Vec::len),
-                            source["skipped"].as_u64().unwrap_or(0),
-                            if source["not_modified"].as_bool() == Some(true) {
-                                ", unchanged"
-                            } else {
-                                ""
-                            }
-                        ),
-                    }
+                for source in &p.sources {
+                    let outcome = match &source.error {
+                        Some(e) => Err((e.code.as_str(), e.message.as_str())),
+                        None => Ok((source.queued.len(), source.skipped, source.not_modified)),
+                    };
+                    print_source(&p.project, &source.agent, &source.url, outcome);
                 }
             }
-            if run["failed"].as_u64().unwrap_or(0) > 0 {
+            if run.failed > 0 {
                 return Ok(ExitCode::FAILURE);
             }
         }
@@ -455,7 +392,8 @@ pub(crate) fn rules_remote(api: &AdminClient, command: RulesCommand) -> Result<E
                 ),
                 None,
             )?;
-            print_queued(&r, false);
+            let r: QueuedSuggestions = serde_json::from_value(r)?;
+            print_queued(&r.queued, r.skipped, false);
         }
         RulesCommand::Upgrade { project } => {
             let r = api.post(
@@ -474,20 +412,46 @@ pub(crate) fn rules_remote(api: &AdminClient, command: RulesCommand) -> Result<E
     Ok(ExitCode::SUCCESS)
 }
 
-/// The line `source-vendor` and `queue-suggestions` print, from the API's answer.
-fn print_queued(r: &Value, page: bool) {
-    let ids: Vec<String> = r["queued"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_u64)
-        .map(|id| format!("#{id}"))
-        .collect();
+/// One line of `rules log`.
+fn print_change(project: &str, c: &ChangeEntry) {
     println!(
-        "queued {} suggestion(s) for review ({} already known{}){}",
+        "{} {project} r{} [{}] by {}: {}{}",
+        c.at,
+        c.revision,
+        c.source,
+        c.actor,
+        c.summary,
+        c.proposal_id
+            .map(|p| format!(" (proposal #{p})"))
+            .unwrap_or_default()
+    );
+}
+
+/// One source's line of `rules run-feed`: what it queued (how many, how many already known,
+/// whether the page was unchanged), or why it failed (code and sentence).
+fn print_source(
+    project: &str,
+    agent: &str,
+    url: &str,
+    outcome: Result<(usize, usize, bool), (&str, &str)>,
+) {
+    match outcome {
+        Ok((queued, skipped, not_modified)) => println!(
+            "{project} {agent} {url}: queued {queued}, {skipped} already known{}",
+            if not_modified { ", unchanged" } else { "" }
+        ),
+        Err((code, message)) => println!("{project} {agent} {url}: failed [{code}] {message}"),
+    }
+}
+
+/// The line `source-vendor` and `queue-suggestions` print: how many were queued (and their
+/// ids), how many were already known, and whether the page was unchanged.
+fn print_queued(queued: &[u64], skipped: usize, not_modified: bool) {
+    let ids: Vec<String> = queued.iter().map(|id| format!("#{id}")).collect();
+    println!(
+        "queued {} suggestion(s) for review ({skipped} already known{}){}",
         ids.len(),
-        r["skipped"].as_u64().unwrap_or(0),
-        if page && r["not_modified"].as_bool() == Some(true) {
+        if not_modified {
             "; the page is unchanged since the last run"
         } else {
             ""
