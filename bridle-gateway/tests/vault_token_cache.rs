@@ -145,6 +145,8 @@ fn a_dropped_listening_connection_empties_the_cache_before_it_is_used_again() {
     wait_for(&b, "B listens", |s| s.listening);
     let issued = b.set_agent_token("bot", "admin:alice").unwrap();
     let token = issued.token.expose_str().unwrap().to_owned();
+    // B's own notification of the issue comes back to it (and drops bot's entries): after it.
+    wait_for(&b, "B hears its own change", |s| s.changes_heard >= 1);
     assert_eq!(check(&b, &token).as_deref(), Some("bot"));
 
     // A revocation B cannot hear of (written without its notification, as if sent while B's
