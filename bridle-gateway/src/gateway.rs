@@ -138,7 +138,14 @@ impl GatewayBuilder {
         let database = crate::db::StateDatabase::open(&self.data_dir, &self.config, &vault)?;
         let ctx = GatewayContext::open_with(&self.data_dir, self.config, &database)?;
         if ctx.config.audit.enabled {
-            let log = crate::audit::AuditLog::open(ctx.config.audit.log_config(&self.data_dir))?;
+            let config = ctx.config.audit.log_config(&self.data_dir);
+            #[cfg(feature = "postgres")]
+            let log = match database.postgres() {
+                Some(db) => crate::audit::AuditLog::open_postgres(db.clone(), config)?,
+                None => crate::audit::AuditLog::open(config)?,
+            };
+            #[cfg(not(feature = "postgres"))]
+            let log = crate::audit::AuditLog::open(config)?;
             ctx.set_audit(log);
         }
         let auth =

@@ -1,9 +1,10 @@
 //! Gateway replicas on one PostgreSQL database (`database: postgres://...` in bridle.yaml): an
 //! approval made on replica A reaches an agent subscribed to its rules on replica B through
 //! `LISTEN/NOTIFY` (B's polling tick is set far beyond the test's deadline, so only the
-//! notification can deliver it), a project created on A appears on B, an agent token issued,
-//! rotated or revoked on A is accepted or refused by B's MCP endpoint on the next request (and
-//! B hears of each change on the vault's channel), and a bad `database:` setting (or another
+//! notification can deliver it), a project created on A appears on B, an agent token issued on
+//! A is accepted by B's MCP endpoint on the next request, and one rotated out or revoked on A is
+//! refused by B as soon as B's vault has heard the change on its channel (B answers token checks
+//! from a cache those notifications invalidate), and a bad `database:` setting (or another
 //! master key) stops the gateway with a clear message that never holds the password.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on any unexpected error.
@@ -355,6 +356,19 @@ impl Replica {
         id
     }
 
+    /// Waits (with a deadline) until this replica's vault has heard `n` vault changes, so its
+    /// token cache no longer holds what they changed.
+    async fn has_heard(&self, n: u64) {
+        let mut status = self.vault.token_cache().expect("a PostgreSQL vault");
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            status.wait_for(|s| s.changes_heard >= n),
+        )
+        .await
+        .expect("the replica hears the vault's changes within the deadline")
+        .expect("the cache is alive");
+    }
+
     /// The ids of the live sessions of `agent` this replica knows.
     fn sessions_of(&self, agent: &str) -> Vec<String> {
         self.ctx
@@ -402,6 +416,12 @@ async fn a_token_issued_rotated_or_revoked_on_replica_a_holds_on_replica_b() {
         changes.recv().await.as_deref(),
         Some(bridle_rules::db::postgres::LISTENING)
     );
+    // B's token cache listens too, so the changes below are counted from here.
+    let mut status = b.vault.token_cache().expect("a PostgreSQL vault");
+    tokio::time::timeout(Duration::from_secs(30), status.wait_for(|s| s.listening))
+        .await
+        .expect("B's token cache listens within the deadline")
+        .expect("the cache is alive");
 
     // Issued on A: B accepts it on the first request.
     let vault = Arc::clone(&a.vault);
@@ -427,6 +447,7 @@ async fn a_token_issued_rotated_or_revoked_on_replica_a_holds_on_replica_b() {
     .unwrap();
     let second = second.token.expose_str().unwrap().to_owned();
     assert_eq!(next_change(&mut changes).await, "agent_token_rotate bot");
+    b.has_heard(2).await;
     assert_eq!(b.status(&first).await, reqwest::StatusCode::UNAUTHORIZED);
     assert_eq!(b.status(&second).await, reqwest::StatusCode::OK);
 
@@ -434,7 +455,7 @@ async fn a_token_issued_rotated_or_revoked_on_replica_a_holds_on_replica_b() {
     let session = b.open_session(&second).await;
     assert_eq!(b.sessions_of("bot"), [session]);
 
-    // Revoked on A: the very next request on B (and on A) is 401.
+    // Revoked on A: the very next request on A is 401, and on B once B has heard of it.
     let vault = Arc::clone(&a.vault);
     let revoked =
         tokio::task::spawn_blocking(move || vault.revoke_agent_tokens("bot", "admin:alice"))
@@ -442,9 +463,10 @@ async fn a_token_issued_rotated_or_revoked_on_replica_a_holds_on_replica_b() {
             .unwrap()
             .unwrap();
     assert_eq!(revoked, 1);
-    assert_eq!(b.status(&second).await, reqwest::StatusCode::UNAUTHORIZED);
     assert_eq!(a.status(&second).await, reqwest::StatusCode::UNAUTHORIZED);
     assert_eq!(next_change(&mut changes).await, "agent_token_revoke bot");
+    b.has_heard(3).await;
+    assert_eq!(b.status(&second).await, reqwest::StatusCode::UNAUTHORIZED);
     // And B ends its session of the revoked agent, as A ends its own (polled with a deadline:
     // B's follower runs beside this test's listener).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

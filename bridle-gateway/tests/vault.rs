@@ -11,6 +11,9 @@
 #[path = "../../bridle-rules/tests/support/pg_cluster.rs"]
 mod pg_cluster;
 
+#[path = "support/log_buffer.rs"]
+mod log_buffer;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -20,6 +23,7 @@ use bridle_gateway::vault::{
     KeyOrigin, MAX_VALUE_LEN, MasterKey, SecretRef, SecretValue, Vault, VaultConfig, VaultError,
     VersionState, is_valid_name,
 };
+use log_buffer::LogBuffer;
 use proptest::prelude::*;
 use rusqlite::Connection;
 
@@ -1010,27 +1014,6 @@ fn agent_tokens_are_stored_as_keyed_hashes(b: Backend) {
     );
 }
 
-/// A `MakeWriter` that appends every log line to a shared buffer.
-#[derive(Clone, Default)]
-struct LogBuffer(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for LogBuffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("lock").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
-    type Writer = LogBuffer;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
 fn a_canary_value_appears_in_no_metadata_output_record_or_log_line(b: Backend) {
     const CANARY: &str = "CANARY-6b1f9e-secret-value";
     const CANARY2: &str = "CANARY-6b1f9e-rotated-value";
@@ -1083,7 +1066,7 @@ fn a_canary_value_appears_in_no_metadata_output_record_or_log_line(b: Backend) {
             .expect_err("empty");
         seen.push(format!("{err:?} {err}"));
     });
-    let logs = String::from_utf8(logs.0.lock().expect("lock").clone()).expect("utf-8 logs");
+    let logs = logs.text();
     assert!(
         logs.contains("vault secret created"),
         "logs were captured: {logs}"

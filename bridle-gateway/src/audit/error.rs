@@ -4,7 +4,7 @@
 ///
 /// | code | meaning |
 /// |---|---|
-/// | `audit_database` | the database could not be opened, read or written |
+/// | `audit_database` | the database (SQLite or PostgreSQL) could not be opened, read or written |
 /// | `audit_io` | the export could not be written, or the writer thread could not start |
 /// | `audit_corrupt` | a stored row holds a value no gateway writes (it was edited by hand) |
 /// | `audit_invalid_cursor` | a query cursor that this log did not hand out |
@@ -15,6 +15,10 @@ pub enum AuditError {
     /// The database could not be opened, read or written.
     #[error("audit database: {0}")]
     Database(#[from] rusqlite::Error),
+    /// The PostgreSQL database could not be reached, read or written (PostgreSQL's message and
+    /// code; never the password).
+    #[error("audit database: {0}")]
+    Postgres(String),
     /// Writing an export, or starting the writer thread, failed.
     #[error("audit log I/O: {0}")]
     Io(#[from] std::io::Error),
@@ -38,7 +42,7 @@ impl AuditError {
     /// The stable code.
     pub fn code(&self) -> &'static str {
         match self {
-            AuditError::Database(_) => "audit_database",
+            AuditError::Database(_) | AuditError::Postgres(_) => "audit_database",
             AuditError::Io(_) => "audit_io",
             AuditError::Corrupt { .. } => "audit_corrupt",
             AuditError::InvalidCursor(_) => "audit_invalid_cursor",

@@ -4,7 +4,9 @@
 //!
 //! It exists so an operator can answer "who changed this rule, and which agent called that tool"
 //! after the fact, and notice when someone edited the record itself. It lives in one SQLite file
-//! given by the caller (for example `<data>/audit.db`).
+//! given by the caller (for example `<data>/audit.db`), or, when the gateway's state is in
+//! PostgreSQL, in that database ([`AuditLog::open_postgres`]), where every replica appends to
+//! one hash chain.
 //!
 //! - **Two write paths.** Changes (approvals, secret operations, agent and upstream changes) go
 //!   through [`AuditLog::record`], which writes synchronously and returns the error when the
@@ -38,9 +40,12 @@
 //! # Ok(()) }
 //! ```
 
+mod backend;
 mod entry;
 mod error;
 mod gateway;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod query;
 mod row;
 mod sink;
@@ -53,13 +58,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
-use rusqlite::Connection;
+use backend::AuditDb;
 
 pub use entry::{
     Change, ClientName, Entry, Kind, Outcome, Source, SourceType, Surface, ToolCallInfo,
 };
 pub use error::AuditError;
 pub use gateway::agent_entry;
+#[cfg(feature = "postgres")]
+pub use postgres::AUDIT_PG_MIGRATIONS;
 pub use query::{AuditPage, AuditQuery, MAX_PAGE};
 pub use row::StoredEntry;
 pub use store::{BreakKind, ChainBreak, Retention, TrimReport, VerifyReport};
@@ -145,7 +152,7 @@ struct AuditWriter {
     queue: Arc<CallQueue>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// A second connection for reads, so queries and verification do not wait for writes.
-    reader: Mutex<Connection>,
+    reader: Mutex<AuditDb>,
     retention: Retention,
 }
 
@@ -186,13 +193,32 @@ impl AuditLog {
     /// Opens (creating if needed) the log at `config.path`, applies retention once, and starts
     /// the writer thread.
     pub fn open(config: AuditConfig) -> Result<Self, AuditError> {
-        let mut conn = store::open(&config.path, config.fsync)?;
-        let reader = store::open(&config.path, config.fsync)?;
-        if let Some(r) = store::trim(
-            &mut conn,
-            config.retention,
-            ms_since_epoch(SystemTime::now()),
-        )? {
+        let conn = AuditDb::Sqlite(store::open(&config.path, config.fsync)?);
+        let reader = AuditDb::Sqlite(store::open(&config.path, config.fsync)?);
+        Self::start(conn, reader, &config)
+    }
+
+    /// Opens (creating and migrating its tables if needed) the log in the PostgreSQL database
+    /// the gateway's replicas share, applies retention once, and starts the writer thread.
+    /// Every replica appends to one hash chain: appends are serialized across replicas (an
+    /// advisory lock and the chain's head row taken `FOR UPDATE` in each append's transaction),
+    /// so entries written concurrently by two replicas still form one valid chain.
+    /// `config.path` and `config.fsync` are not used (the server decides durability).
+    #[cfg(feature = "postgres")]
+    pub fn open_postgres(
+        db: bridle_rules::db::postgres::PgDatabase,
+        config: AuditConfig,
+    ) -> Result<Self, AuditError> {
+        postgres::open(&db)?;
+        Self::start(
+            AuditDb::Postgres(db.clone()),
+            AuditDb::Postgres(db),
+            &config,
+        )
+    }
+
+    fn start(mut conn: AuditDb, reader: AuditDb, config: &AuditConfig) -> Result<Self, AuditError> {
+        if let Some(r) = conn.trim(config.retention, ms_since_epoch(SystemTime::now()))? {
             tracing::info!(
                 removed = r.removed,
                 through_id = r.through_id,
@@ -232,7 +258,7 @@ impl AuditLog {
         // Queued tool calls first, so the chain keeps the order things happened in. Their own
         // failure is counted and reported by the queue; it does not decide this write.
         let _ = self.writer.queue.write_pending(&mut conn);
-        let ids = store::append(&mut conn, &[(entry, at)])?;
+        let ids = conn.append(&[(entry, at)])?;
         ids.first()
             .copied()
             .ok_or_else(|| AuditError::Database(rusqlite::Error::QueryReturnedNoRows))
@@ -271,13 +297,13 @@ impl AuditLog {
 
     /// Walks the chain from its anchor to its head and reports the first break.
     pub fn verify(&self) -> Result<VerifyReport, AuditError> {
-        store::verify(&mut self.reader())
+        self.reader().verify()
     }
 
     /// The last id written and its hash: keep them elsewhere to detect a rewrite of the whole
     /// file.
     pub fn head(&self) -> Result<(u64, String), AuditError> {
-        let ends = store::ends(&self.reader())?;
+        let ends = self.reader().ends()?;
         Ok((u64::try_from(ends.head_id).unwrap_or(0), ends.head_hash))
     }
 
@@ -291,21 +317,22 @@ impl AuditLog {
     pub fn trim(&self, retention: Retention) -> Result<Option<TrimReport>, AuditError> {
         let mut conn = lock_conn(&self.writer.conn);
         let _ = self.writer.queue.write_pending(&mut conn);
-        store::trim(&mut conn, retention, ms_since_epoch(SystemTime::now()))
+        conn.trim(retention, ms_since_epoch(SystemTime::now()))
     }
 
     /// One page of entries matching `query`.
     pub fn query(&self, query: &AuditQuery) -> Result<AuditPage, AuditError> {
-        query::page(&self.reader(), query)
+        self.reader().page(query)
     }
 
     /// Writes every entry `query` matches to `out` as JSON Lines (one [`StoredEntry`] object a
     /// line); returns how many.
     pub fn export_jsonl(&self, query: &AuditQuery, out: &mut dyn Write) -> Result<u64, AuditError> {
-        query::export(&self.reader(), query, out)
+        let reader = self.reader();
+        query::export(|q| reader.page(q), query, out)
     }
 
-    fn reader(&self) -> MutexGuard<'_, Connection> {
+    fn reader(&self) -> MutexGuard<'_, AuditDb> {
         self.writer.reader.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -140,48 +140,55 @@ fn parse_cursor(cursor: &str, newest_first: bool) -> Result<i64, AuditError> {
     }
 }
 
-/// One page of `query`.
-pub(crate) fn page(conn: &Connection, query: &AuditQuery) -> Result<AuditPage, AuditError> {
+/// A bound value of a query.
+pub(crate) enum Arg {
+    Int(i64),
+    Text(String),
+}
+
+/// A query as SQL with numbered placeholders (`?1` for SQLite, `$1` for PostgreSQL) and its
+/// arguments, in either dialect.
+pub(crate) struct Select {
+    pub sql: String,
+    pub args: Vec<Arg>,
+    limit: usize,
+    newest_first: bool,
+}
+
+/// The SELECT of one page of `query`, placeholders written `{mark}N`.
+pub(crate) fn select(query: &AuditQuery, mark: char) -> Result<Select, AuditError> {
     let limit = query.limit.clamp(1, MAX_PAGE);
     let mut sql = format!("SELECT {COLUMNS} FROM gateway_audit WHERE 1 = 1");
-    let mut args: Vec<SqlValue> = Vec::new();
-    let mut filter = |sql: &mut String, clause: &str, v: SqlValue| {
+    let mut args: Vec<Arg> = Vec::new();
+    let mut filter = |sql: &mut String, clause: &str, v: Arg| {
         args.push(v);
-        sql.push_str(&format!(" AND {clause} ?{}", args.len()));
+        sql.push_str(&format!(" AND {clause} {mark}{}", args.len()));
     };
     if let Some(from) = query.from {
-        filter(
-            &mut sql,
-            "at_ms >=",
-            SqlValue::Integer(from.timestamp_millis()),
-        );
+        filter(&mut sql, "at_ms >=", Arg::Int(from.timestamp_millis()));
     }
     if let Some(to) = query.to {
-        filter(
-            &mut sql,
-            "at_ms <",
-            SqlValue::Integer(to.timestamp_millis()),
-        );
+        filter(&mut sql, "at_ms <", Arg::Int(to.timestamp_millis()));
     }
     if let Some(s) = query.source {
-        filter(&mut sql, "source_type =", SqlValue::Text(s.as_str().into()));
+        filter(&mut sql, "source_type =", Arg::Text(s.as_str().into()));
     }
     if let Some(a) = &query.actor {
-        filter(&mut sql, "actor =", SqlValue::Text(a.clone()));
+        filter(&mut sql, "actor =", Arg::Text(a.clone()));
     }
     if let Some(a) = &query.agent {
-        filter(&mut sql, "agent =", SqlValue::Text(a.clone()));
+        filter(&mut sql, "agent =", Arg::Text(a.clone()));
     }
     if let Some(p) = &query.project {
-        filter(&mut sql, "project =", SqlValue::Text(p.clone()));
+        filter(&mut sql, "project =", Arg::Text(p.clone()));
     }
     if let Some(k) = query.kind {
-        filter(&mut sql, "kind =", SqlValue::Text(k.as_str().into()));
+        filter(&mut sql, "kind =", Arg::Text(k.as_str().into()));
     }
     if let Some(c) = &query.cursor {
         let id = parse_cursor(c, query.newest_first)?;
         let op = if query.newest_first { "id <" } else { "id >" };
-        filter(&mut sql, op, SqlValue::Integer(id));
+        filter(&mut sql, op, Arg::Int(id));
     }
     sql.push_str(if query.newest_first {
         " ORDER BY id DESC"
@@ -190,23 +197,31 @@ pub(crate) fn page(conn: &Connection, query: &AuditQuery) -> Result<AuditPage, A
     });
     // One more than the page, to know whether another page follows.
     sql.push_str(&format!(" LIMIT {}", limit + 1));
-    let mut st = conn.prepare(&sql)?;
-    let rows = st.query_map(rusqlite::params_from_iter(args.iter()), Row::from_sql)?;
-    let mut entries = Vec::with_capacity(limit);
+    Ok(Select {
+        sql,
+        args,
+        limit,
+        newest_first: query.newest_first,
+    })
+}
+
+/// The page made of the rows `select` returned, in order.
+pub(crate) fn finish(
+    select: &Select,
+    rows: impl IntoIterator<Item = Result<Row, AuditError>>,
+) -> Result<AuditPage, AuditError> {
+    let mut entries = Vec::with_capacity(select.limit);
     let mut more = false;
     for row in rows {
-        if entries.len() == limit {
+        if entries.len() == select.limit {
             more = true;
             break;
         }
         entries.push(row?.into_stored()?);
     }
+    let dir = if select.newest_first { 'd' } else { 'a' };
     let next_cursor = match entries.last() {
-        Some(last) if more => Some(format!(
-            "{}{}",
-            if query.newest_first { 'd' } else { 'a' },
-            last.id
-        )),
+        Some(last) if more => Some(format!("{dir}{}", last.id)),
         _ => None,
     };
     Ok(AuditPage {
@@ -215,10 +230,26 @@ pub(crate) fn page(conn: &Connection, query: &AuditQuery) -> Result<AuditPage, A
     })
 }
 
+/// One page of `query`, from SQLite.
+pub(crate) fn page(conn: &Connection, query: &AuditQuery) -> Result<AuditPage, AuditError> {
+    let select = select(query, '?')?;
+    let args: Vec<SqlValue> = select
+        .args
+        .iter()
+        .map(|a| match a {
+            Arg::Int(i) => SqlValue::Integer(*i),
+            Arg::Text(t) => SqlValue::Text(t.clone()),
+        })
+        .collect();
+    let mut st = conn.prepare(&select.sql)?;
+    let rows = st.query_map(rusqlite::params_from_iter(args.iter()), Row::from_sql)?;
+    finish(&select, rows.map(|r| r.map_err(AuditError::from)))
+}
+
 /// Writes every entry `query` matches (from its cursor on, whatever its page size) to `out`,
-/// one JSON object per line; returns how many.
+/// one JSON object per line, reading it a page at a time with `page`; returns how many.
 pub(crate) fn export(
-    conn: &Connection,
+    mut page: impl FnMut(&AuditQuery) -> Result<AuditPage, AuditError>,
     query: &AuditQuery,
     out: &mut dyn Write,
 ) -> Result<u64, AuditError> {
@@ -226,7 +257,7 @@ pub(crate) fn export(
     q.limit = MAX_PAGE;
     let mut written = 0u64;
     loop {
-        let page = page(conn, &q)?;
+        let page = page(&q)?;
         for e in &page.entries {
             let mut line = serde_json::to_vec(e).map_err(std::io::Error::other)?;
             line.push(b'\n');

@@ -230,19 +230,7 @@ pub(crate) fn trim(
         "UPDATE gateway_audit_chain SET anchor_id = ?1, anchor_hash = ?2 WHERE one = 1",
         params![cutoff, anchor_hash],
     )?;
-    let mut limits = Vec::new();
-    if let Some(age) = retention.max_age {
-        limits.push(format!("max_age {}s", age.as_secs()));
-    }
-    if let Some(n) = retention.max_entries {
-        limits.push(format!("max_entries {n}"));
-    }
-    let entry = Entry::system("audit", Kind::RetentionTrim)
-        .subject(format!("through id {cutoff}"))
-        .detail(format!(
-            "removed {removed} entries through id {cutoff} ({})",
-            limits.join(", ")
-        ));
+    let entry = trim_entry(retention, cutoff, removed as u64);
     let ids = append_in(&tx, &[(entry, now_ms)])?;
     tx.commit()?;
     Ok(Some(TrimReport {
@@ -250,6 +238,24 @@ pub(crate) fn trim(
         through_id: u64::try_from(cutoff).unwrap_or(0),
         entry_id: ids.first().copied().unwrap_or(0),
     }))
+}
+
+/// The `system` `retention_trim` entry recording a pass that removed `removed` entries through
+/// id `cutoff`.
+pub(crate) fn trim_entry(retention: Retention, cutoff: i64, removed: u64) -> Entry {
+    let mut limits = Vec::new();
+    if let Some(age) = retention.max_age {
+        limits.push(format!("max_age {}s", age.as_secs()));
+    }
+    if let Some(n) = retention.max_entries {
+        limits.push(format!("max_entries {n}"));
+    }
+    Entry::system("audit", Kind::RetentionTrim)
+        .subject(format!("through id {cutoff}"))
+        .detail(format!(
+            "removed {removed} entries through id {cutoff} ({})",
+            limits.join(", ")
+        ))
 }
 
 /// What is wrong at the first entry where the chain breaks.
@@ -299,6 +305,46 @@ impl VerifyReport {
 pub(crate) fn verify(conn: &mut Connection) -> Result<VerifyReport, AuditError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
     let ends = ends(&tx)?;
+    // Rows at or before the anchor were removed by retention; one that is back is inserted.
+    let stale: Option<i64> = tx
+        .query_row(
+            "SELECT MIN(id) FROM gateway_audit WHERE id <= ?1",
+            params![ends.anchor_id],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten();
+    let mut st = tx.prepare(&format!(
+        "SELECT {COLUMNS} FROM gateway_audit WHERE id > ?1 ORDER BY id"
+    ))?;
+    let mut rows = st.query(params![ends.anchor_id])?;
+    let next_row = || -> Result<Option<Row>, AuditError> {
+        Ok(match rows.next()? {
+            Some(r) => Some(Row::from_sql(r)?),
+            None => None,
+        })
+    };
+    let prev_hash_of = |id: i64| -> Result<Option<String>, AuditError> {
+        Ok(tx
+            .query_row(
+                "SELECT prev_hash FROM gateway_audit WHERE id = ?1",
+                params![id],
+                |r| r.get(0),
+            )
+            .optional()?)
+    };
+    verify_chain(&ends, stale, next_row, prev_hash_of)
+}
+
+/// The chain walk itself, for either backend: `stale` is the lowest id at or before the anchor
+/// still present, `next_row` yields the rows after the anchor in id order, and `prev_hash_of`
+/// reads one row's `prev_hash`.
+pub(crate) fn verify_chain(
+    ends: &ChainEnds,
+    stale: Option<i64>,
+    mut next_row: impl FnMut() -> Result<Option<Row>, AuditError>,
+    mut prev_hash_of: impl FnMut(i64) -> Result<Option<String>, AuditError>,
+) -> Result<VerifyReport, AuditError> {
     let to_u64 = |v: i64| u64::try_from(v).unwrap_or(0);
     let mut report = VerifyReport {
         checked: 0,
@@ -312,65 +358,42 @@ pub(crate) fn verify(conn: &mut Connection) -> Result<VerifyReport, AuditError> 
         id: to_u64(id),
         kind,
     };
-    {
-        let mut st = tx.prepare(&format!(
-            "SELECT {COLUMNS} FROM gateway_audit WHERE id > ?1 ORDER BY id"
-        ))?;
-        // Rows at or before the anchor were removed by retention; one that is back is inserted.
-        let stale: Option<i64> = tx
-            .query_row(
-                "SELECT MIN(id) FROM gateway_audit WHERE id <= ?1",
-                params![ends.anchor_id],
-                |r| r.get(0),
-            )
-            .optional()?
-            .flatten();
-        if let Some(id) = stale {
-            report.first_break = Some(broken(id, BreakKind::Inserted));
+    if let Some(id) = stale {
+        report.first_break = Some(broken(id, BreakKind::Inserted));
+        return Ok(report);
+    }
+    while let Some(row) = next_row()? {
+        let self_ok = row.compute_hash() == row.hash;
+        let link_ok = row.prev_hash == expected_prev;
+        let fault = if row.id > expected_id {
+            Some(broken(expected_id, BreakKind::Deleted))
+        } else if !link_ok && self_ok {
+            // Either this row is a stranger with a hash of its own, or the row before was
+            // edited and its hash recomputed. The row after (or the head) tells which: it
+            // still links to this one only in the second case.
+            let successor_links = match prev_hash_of(row.id + 1)? {
+                Some(p) => p == row.hash,
+                None => ends.head_hash == row.hash,
+            };
+            if successor_links && row.id > ends.anchor_id + 1 {
+                Some(broken(row.id - 1, BreakKind::Edited))
+            } else {
+                Some(broken(row.id, BreakKind::Inserted))
+            }
+        } else if !link_ok {
+            Some(broken(row.id, BreakKind::Inserted))
+        } else if !self_ok {
+            Some(broken(row.id, BreakKind::Edited))
+        } else {
+            None
+        };
+        if let Some(fault) = fault {
+            report.first_break = Some(fault);
             return Ok(report);
         }
-        let mut rows = st.query(params![ends.anchor_id])?;
-        while let Some(r) = rows.next()? {
-            let row = Row::from_sql(r)?;
-            let self_ok = row.compute_hash() == row.hash;
-            let link_ok = row.prev_hash == expected_prev;
-            let fault = if row.id > expected_id {
-                Some(broken(expected_id, BreakKind::Deleted))
-            } else if !link_ok && self_ok {
-                // Either this row is a stranger with a hash of its own, or the row before was
-                // edited and its hash recomputed. The row after (or the head) tells which: it
-                // still links to this one only in the second case.
-                let next_prev: Option<String> = tx
-                    .query_row(
-                        "SELECT prev_hash FROM gateway_audit WHERE id = ?1",
-                        params![row.id + 1],
-                        |r| r.get(0),
-                    )
-                    .optional()?;
-                let successor_links = match next_prev {
-                    Some(p) => p == row.hash,
-                    None => ends.head_hash == row.hash,
-                };
-                if successor_links && row.id > ends.anchor_id + 1 {
-                    Some(broken(row.id - 1, BreakKind::Edited))
-                } else {
-                    Some(broken(row.id, BreakKind::Inserted))
-                }
-            } else if !link_ok {
-                Some(broken(row.id, BreakKind::Inserted))
-            } else if !self_ok {
-                Some(broken(row.id, BreakKind::Edited))
-            } else {
-                None
-            };
-            if let Some(fault) = fault {
-                report.first_break = Some(fault);
-                return Ok(report);
-            }
-            report.checked += 1;
-            expected_id = row.id + 1;
-            expected_prev = row.hash;
-        }
+        report.checked += 1;
+        expected_id = row.id + 1;
+        expected_prev = row.hash;
     }
     // Rows missing at the end: the head says more was written than is there.
     if expected_id <= ends.head_id {

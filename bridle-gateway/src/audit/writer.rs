@@ -17,11 +17,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use rusqlite::Connection;
-
+use super::backend::AuditDb;
 use super::entry::{Entry, Kind};
 use super::error::AuditError;
-use super::store::{self, Retention};
+use super::store::Retention;
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn ms_since_epoch(t: SystemTime) -> i64 {
@@ -112,7 +111,7 @@ impl CallQueue {
     /// Appends everything queued, preceded by an `entries_lost` entry when losses are
     /// unrecorded. The caller holds the database connection, so nobody else can take the queue
     /// between here and the commit. Returns how many queued entries were written.
-    pub fn write_pending(&self, conn: &mut Connection) -> Result<usize, AuditError> {
+    pub fn write_pending(&self, conn: &mut AuditDb) -> Result<usize, AuditError> {
         let (batch, lost_full, lost_failed, failure) = {
             let mut q = self.lock();
             q.first_at = None;
@@ -135,7 +134,7 @@ impl CallQueue {
             ));
         }
         entries.extend(batch);
-        match store::append(conn, &entries) {
+        match conn.append(&entries) {
             Ok(_) => Ok(n),
             Err(e) => {
                 tracing::error!(error = %e, entries = n, "audit batch not written; counted as lost");
@@ -176,9 +175,9 @@ fn lost_entry(full: u64, failed: u64, failure: Option<&str>) -> Entry {
 }
 
 /// The connection all writes go through.
-pub(crate) type SharedConnection = Arc<Mutex<Connection>>;
+pub(crate) type SharedConnection = Arc<Mutex<AuditDb>>;
 
-pub(crate) fn lock_conn(conn: &SharedConnection) -> MutexGuard<'_, Connection> {
+pub(crate) fn lock_conn(conn: &SharedConnection) -> MutexGuard<'_, AuditDb> {
     // A connection whose holder panicked mid-transaction rolls back on the next BEGIN's failure
     // or on drop of the transaction; the handle itself stays usable.
     conn.lock().unwrap_or_else(|p| p.into_inner())
@@ -233,7 +232,7 @@ pub(crate) fn run(
         let _ = queue.write_pending(&mut c);
         if retains && last_retention.elapsed() >= retention_every {
             last_retention = Instant::now();
-            if let Err(e) = store::trim(&mut c, retention, now_ms()) {
+            if let Err(e) = c.trim(retention, now_ms()) {
                 tracing::error!(error = %e, "audit retention pass failed");
             }
         }

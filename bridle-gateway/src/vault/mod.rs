@@ -39,7 +39,8 @@
 //! `key` (the master key file), `crypto` (HKDF, AEAD, HMACs), `store` (the rows and the
 //! transaction trait both backends implement), `sqlite` and `postgres` (the backends), `value`
 //! (the redacted type), `name` (allowed names), `source` (read-only sources and references),
-//! `meta` (metadata types), `tokens` (agent bearer tokens), `audit` (reading the log),
+//! `meta` (metadata types), `tokens` (agent bearer tokens), `token_cache` (verified tokens of a
+//! PostgreSQL vault, invalidated by its notifications), `audit` (reading the log),
 //! `upstream` (the vault as the upstream routes' `SecretSource`), and this file (the secret
 //! operations).
 
@@ -54,6 +55,8 @@ mod postgres;
 mod source;
 mod sqlite;
 mod store;
+#[cfg(feature = "postgres")]
+mod token_cache;
 mod tokens;
 mod upstream;
 mod value;
@@ -70,6 +73,10 @@ pub use name::{MAX_ACTOR_LEN, MAX_NAME_LEN, is_valid_name};
 pub use postgres::{VAULT_CHANNEL, VAULT_PG_MIGRATIONS};
 pub use source::{MAX_VALUE_LEN, ResolvedSecret, SecretRef};
 pub use sqlite::VAULT_MIGRATIONS;
+#[cfg(feature = "postgres")]
+pub use token_cache::{
+    CAPACITY as TOKEN_CACHE_CAPACITY, MAX_AGE as TOKEN_CACHE_MAX_AGE, TokenCacheStatus,
+};
 pub use tokens::{AgentMatch, IssuedToken, TOKEN_PREFIX};
 pub use value::{REDACTED, SecretValue};
 
@@ -143,6 +150,12 @@ pub struct Vault {
     config: VaultConfig,
     #[cfg(feature = "postgres")]
     postgres: Option<bridle_rules::db::postgres::PgDatabase>,
+    /// Verified token hashes, for a vault in PostgreSQL.
+    #[cfg(feature = "postgres")]
+    token_cache: Option<std::sync::Arc<token_cache::TokenCache>>,
+    /// Stops the task feeding `token_cache` when the vault is dropped.
+    #[cfg(feature = "postgres")]
+    _token_cache_feed: Option<tokio_util::sync::DropGuard>,
 }
 
 impl std::fmt::Debug for Vault {
@@ -168,14 +181,20 @@ impl Vault {
             config,
             #[cfg(feature = "postgres")]
             postgres: None,
+            #[cfg(feature = "postgres")]
+            token_cache: None,
+            #[cfg(feature = "postgres")]
+            _token_cache_feed: None,
         })
     }
 
     /// Opens the vault in a PostgreSQL database shared by several gateway replicas, creating
     /// and migrating its tables, and checks that it was created with this master key: every
     /// replica must be given the same master key (the same key file or Docker secret), or it is
-    /// refused with `wrong_master_key`. Changes are announced on [`VAULT_CHANNEL`], and every
-    /// token check reads the database, so a token revoked on one replica is refused by all.
+    /// refused with `wrong_master_key`. Changes are announced on [`VAULT_CHANNEL`]. Token
+    /// checks are answered from a bounded cache of verified token hashes while this handle
+    /// listens on that channel (a token revoked on another replica is refused as soon as its
+    /// notification arrives; see [`Vault::token_cache`]), and from the database otherwise.
     #[cfg(feature = "postgres")]
     pub fn open_postgres(
         db: bridle_rules::db::postgres::PgDatabase,
@@ -186,12 +205,21 @@ impl Vault {
         let backend = postgres::PgVault::open(db.clone(), &keys)?;
         let path = postgres::location(&db);
         tracing::debug!(path = %path.display(), "vault open");
+        let cache = std::sync::Arc::new(token_cache::TokenCache::new());
+        let stop = tokio_util::sync::CancellationToken::new();
+        db.runtime().spawn(token_cache::follow(
+            std::sync::Arc::clone(&cache),
+            db.listen_on(VAULT_CHANNEL),
+            stop.clone(),
+        ));
         Ok(Self {
             backend: Box::new(backend),
             keys,
             path,
             config,
             postgres: Some(db),
+            token_cache: Some(cache),
+            _token_cache_feed: Some(stop.drop_guard()),
         })
     }
 
@@ -218,6 +246,25 @@ impl Vault {
     #[cfg(feature = "postgres")]
     pub fn changes(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<String>> {
         self.postgres.as_ref().map(|db| db.listen_on(VAULT_CHANNEL))
+    }
+
+    /// The state of the token cache of a vault in PostgreSQL (`None` for SQLite, whose token
+    /// check is a local indexed read): whether it is in use (its listening connection is up)
+    /// and how many change notifications and connection failures it has seen. A test or a
+    /// health check can wait on it for a change made elsewhere to have reached this handle.
+    #[cfg(feature = "postgres")]
+    pub fn token_cache(&self) -> Option<tokio::sync::watch::Receiver<TokenCacheStatus>> {
+        self.token_cache.as_ref().map(|c| c.status())
+    }
+
+    /// Drops the cached tokens of `agent` after a change made through this handle (its own
+    /// notification comes back later).
+    fn forget_cached_tokens(&self, agent: &str) {
+        #[cfg(feature = "postgres")]
+        if let Some(cache) = &self.token_cache {
+            cache.forget_agent(agent);
+        }
+        let _ = agent;
     }
 
     pub(crate) fn keys(&self) -> &VaultKeys {

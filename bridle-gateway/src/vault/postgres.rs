@@ -5,8 +5,10 @@
 //! `schema_migrations`. Writers on every replica are serialized by one transaction-scoped
 //! advisory lock (the counterpart of SQLite's `BEGIN IMMEDIATE`), so version numbers and token
 //! versions never collide. Every change other than a recorded use announces itself on
-//! [`VAULT_CHANNEL`] in its transaction (delivered at commit); token checks read the database
-//! each time, so a revocation on one replica is refused by every replica at once.
+//! [`VAULT_CHANNEL`] in its transaction (delivered at commit). Token checks go through a small
+//! cache of verified token hashes (`token_cache`) that those notifications invalidate, and that
+//! is bypassed whenever the listening connection is down, so a revocation on one replica is
+//! refused by every other one as soon as its notification arrives.
 //!
 //! `vault_meta` keeps the master key's check value: every replica must hold the same master
 //! key (the same key file or Docker secret), or it is refused with `wrong_master_key`.
@@ -445,15 +447,19 @@ impl VaultTx for PgTx {
         Ok(())
     }
 
-    fn token(&mut self, hash: &str, now: i64) -> Result<Option<(String, i64)>, VaultError> {
+    fn token(
+        &mut self,
+        hash: &str,
+        now: i64,
+    ) -> Result<Option<(String, i64, Option<i64>)>, VaultError> {
         Ok(self
             .opt(
-                "SELECT agent, version FROM vault_agent_tokens
+                "SELECT agent, version, valid_until FROM vault_agent_tokens
                  WHERE token_hash = $1 AND revoked_at IS NULL
                    AND (valid_until IS NULL OR valid_until > $2)",
                 &[&hash, &now],
             )?
-            .map(|r| (r.get(0), r.get(1))))
+            .map(|r| (r.get(0), r.get(1), r.get(2))))
     }
 
     fn tokens(&mut self, agent: &str) -> Result<Vec<TokenRow>, VaultError> {

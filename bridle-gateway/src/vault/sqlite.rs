@@ -441,15 +441,21 @@ impl VaultTx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn token(&mut self, hash: &str, now: i64) -> Result<Option<(String, i64)>, VaultError> {
+    fn token(
+        &mut self,
+        hash: &str,
+        now: i64,
+    ) -> Result<Option<(String, i64, Option<i64>)>, VaultError> {
         Ok(self
             .conn
             .prepare_cached(
-                "SELECT agent, version FROM vault_agent_tokens
+                "SELECT agent, version, valid_until FROM vault_agent_tokens
                  WHERE token_hash = ?1 AND revoked_at IS NULL
                    AND (valid_until IS NULL OR valid_until > ?2)",
             )?
-            .query_row(params![hash, now], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_row(params![hash, now], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
             .optional()?)
     }
 

@@ -143,8 +143,13 @@ pub(crate) trait VaultTx {
         actor: &str,
         now: i64,
     ) -> Result<(), VaultError>;
-    /// The agent and version of a token hash that is unrevoked and valid at `now`.
-    fn token(&mut self, hash: &str, now: i64) -> Result<Option<(String, i64)>, VaultError>;
+    /// The agent, version and end of validity (a rotation's grace, if any) of a token hash that
+    /// is unrevoked and valid at `now`.
+    fn token(
+        &mut self,
+        hash: &str,
+        now: i64,
+    ) -> Result<Option<(String, i64, Option<i64>)>, VaultError>;
     /// Every token version of an agent, oldest first.
     fn tokens(&mut self, agent: &str) -> Result<Vec<TokenRow>, VaultError>;
     /// Every agent with a token row, sorted.

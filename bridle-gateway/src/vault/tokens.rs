@@ -3,7 +3,8 @@
 //! A token is `bdl_` followed by 32 random bytes in URL-safe base64 (43 characters, 256 bits of
 //! entropy); the prefix lets secret scanners and people recognise one. The database keeps only
 //! HMAC-SHA256 of the token under a key derived from the master key, so authenticating is one
-//! indexed lookup of the hash, and a copied database yields no token (nor a way to test guesses
+//! indexed lookup of the hash (on PostgreSQL, usually none: see `token_cache`), and a copied
+//! database yields no token (nor a way to test guesses
 //! offline without the key). Each agent has numbered token versions: `set` replaces every token
 //! at once, `rotate` adds one and lets the previous ones work for a grace period, `revoke` ends
 //! them all at once.
@@ -19,6 +20,8 @@ use super::error::VaultError;
 use super::meta::AgentTokenMeta;
 use super::name::{check_actor, check_name};
 use super::store::{Record, after_ms, from_sql_version, now_ms, time, to_sql_version};
+#[cfg(feature = "postgres")]
+use super::token_cache::Lookup;
 use super::value::SecretValue;
 
 /// The prefix of every agent token.
@@ -109,6 +112,7 @@ impl Vault {
             },
         )?;
         tx.commit()?;
+        self.forget_cached_tokens(agent);
         tracing::info!(
             agent,
             version,
@@ -141,6 +145,7 @@ impl Vault {
             },
         )?;
         tx.commit()?;
+        self.forget_cached_tokens(agent);
         tracing::info!(agent, actor, revoked, "agent tokens revoked");
         Ok(revoked)
     }
@@ -152,11 +157,30 @@ impl Vault {
             return Ok(None);
         }
         let hash = self.token_hash(token);
-        let found = self.read()?.token(&hash, now_ms())?;
-        Ok(found.map(|(agent, version)| AgentMatch {
-            agent,
-            version: from_sql_version(version),
-        }))
+        let now = now_ms();
+        #[cfg(feature = "postgres")]
+        let generation = match self.token_cache.as_deref().map(|c| c.lookup(&hash, now)) {
+            Some(Lookup::Hit(found)) => return Ok(Some(found)),
+            Some(Lookup::Miss(generation)) => Some(generation),
+            Some(Lookup::Bypass) | None => None,
+        };
+        let found = self
+            .read()?
+            .token(&hash, now)?
+            .map(|(agent, version, until)| {
+                let found = AgentMatch {
+                    agent,
+                    version: from_sql_version(version),
+                };
+                (found, until)
+            });
+        #[cfg(feature = "postgres")]
+        if let (Some(cache), Some(generation), Some((found, until))) =
+            (self.token_cache.as_deref(), generation, &found)
+        {
+            cache.insert(generation, &hash, found, *until, now);
+        }
+        Ok(found.map(|(found, _)| found))
     }
 
     /// Every token version of `agent`, oldest first (metadata only).

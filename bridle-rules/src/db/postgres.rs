@@ -33,6 +33,11 @@ pub const CHANGES_CHANNEL: &str = "bridle_changes";
 /// What [`PgDatabase::listen`] sends each time its connection starts listening.
 pub const LISTENING: &str = "listening";
 
+/// What [`PgDatabase::listen`] sends when its connection failed (before it is re-made): until
+/// the next [`LISTENING`], notifications may be missed, so a receiver that trusts them (a
+/// cache) stops trusting them.
+pub const NOT_LISTENING: &str = "not_listening";
+
 /// How to reach the server: a `postgres://` URL and, separately, the password (read from the
 /// vault or a secret file, never written in the URL of a configuration file). `Debug` shows
 /// neither the password nor one embedded in the URL.
@@ -285,8 +290,8 @@ impl PgDatabase {
     /// Listens on [`CHANGES_CHANNEL`] on a connection of its own (outside the pool) and sends
     /// each notification's payload to the returned receiver. Each time the connection is
     /// listening (first, and after a failure, re-made with a growing pause) it sends
-    /// [`LISTENING`], so a receiver rescans whatever it may have missed before. The task ends
-    /// when the receiver is dropped.
+    /// [`LISTENING`], so a receiver rescans whatever it may have missed before; each time the
+    /// connection fails it sends [`NOT_LISTENING`]. The task ends when the receiver is dropped.
     pub fn listen(&self) -> tokio::sync::mpsc::UnboundedReceiver<String> {
         self.listen_on(CHANGES_CHANNEL)
     }
@@ -308,6 +313,9 @@ impl PgDatabase {
                     Ok(()) => return,
                     Err(e) => {
                         tracing::warn!(error = %e, "listening for database changes failed; reconnecting");
+                        if tx.send(NOT_LISTENING.into()).is_err() {
+                            return;
+                        }
                     }
                 }
                 tokio::time::sleep(pause).await;
