@@ -78,7 +78,10 @@ impl Mapped {
 
 impl ToolVisibility for Mapped {
     fn visible(&self, tool: &ToolSpec, caller: &Caller) -> bool {
-        let map = self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let map = self
+            .0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match map.get(&tool.name) {
             None => true,
             Some(who) => who.iter().any(|p| *p == caller.principal().id),
@@ -198,14 +201,17 @@ fn bench(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("visibility");
     let none = registry();
-    let allow_all = registry_with(
-        ToolRegistry::builder().tool_visibility(|_: &ToolSpec, _: &Caller| true),
-    );
+    let allow_all =
+        registry_with(ToolRegistry::builder().tool_visibility(|_: &ToolSpec, _: &Caller| true));
     let mapped = registry_with(ToolRegistry::builder().tool_visibility(Mapped::new([(
         "add_note".to_string(),
         vec!["other".to_string(), "bench".to_string()],
     )])));
-    for (name, r) in [("none", &none), ("allow_all", &allow_all), ("mapped", &mapped)] {
+    for (name, r) in [
+        ("none", &none),
+        ("allow_all", &allow_all),
+        ("mapped", &mapped),
+    ] {
         g.bench_function(name, |b| {
             b.iter_batched(
                 args,
@@ -217,13 +223,18 @@ fn bench(c: &mut Criterion) {
     let list_none = hundred(ToolRegistry::builder());
     // Every tool named, the caller second in each list: the same 100 tools listed, so the
     // ratio is the filter's own cost.
-    let all_named = Mapped::new(
-        (0..100).map(|i| (format!("t{i:03}"), vec!["other".to_string(), "bench".to_string()])),
-    );
+    let all_named = Mapped::new((0..100).map(|i| {
+        (
+            format!("t{i:03}"),
+            vec!["other".to_string(), "bench".to_string()],
+        )
+    }));
     let list_mapped = hundred(ToolRegistry::builder().tool_visibility(all_named));
     assert_eq!(list_none.list(&caller).len(), 100);
     assert_eq!(list_mapped.list(&caller).len(), 100);
-    g.bench_function("list_none", |b| b.iter(|| black_box(list_none.list(&caller))));
+    g.bench_function("list_none", |b| {
+        b.iter(|| black_box(list_none.list(&caller)))
+    });
     g.bench_function("list_mapped", |b| {
         b.iter(|| black_box(list_mapped.list(&caller)))
     });

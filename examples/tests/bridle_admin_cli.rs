@@ -58,7 +58,10 @@ fn the_command_line_changes_the_running_gateway_through_its_admin_api() {
     assert!(admin.url.starts_with("http://127.0.0.1:"), "{}", admin.url);
     let admin_token = admin.token();
     let run = |cmd: &[&str], stdin: &str| {
-        succeeded(&admin.run_with_stdin(dir, cmd, stdin), &format!("bridle {cmd:?}"))
+        succeeded(
+            &admin.run_with_stdin(dir, cmd, stdin),
+            &format!("bridle {cmd:?}"),
+        )
     };
 
     // An agent token issued through the API works on the MCP endpoint at once.
@@ -120,7 +123,10 @@ fn the_command_line_changes_the_running_gateway_through_its_admin_api() {
         !out.contains("admin-token."),
         "admin credentials stay hidden"
     );
-    let err = failed(&admin.run(dir, &["secrets", "import"]), "secrets import --url");
+    let err = failed(
+        &admin.run(dir, &["secrets", "import"]),
+        "secrets import --url",
+    );
     assert!(err.contains("without --url"), "{err}");
 
     // A scope ticket decided through the API.

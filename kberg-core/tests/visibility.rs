@@ -99,7 +99,10 @@ async fn a_hidden_tool_is_neither_listed_nor_callable_and_answers_as_an_unknown_
     let r = registry(&mapping);
     let (alice, bob) = (caller("alice"), caller("bob"));
 
-    assert_eq!(names(&r, &alice), ["t0", "t1", "t2", "t3", "t4", "secret_write"]);
+    assert_eq!(
+        names(&r, &alice),
+        ["t0", "t1", "t2", "t3", "t4", "secret_write"]
+    );
     assert_eq!(names(&r, &bob), ["t0", "t1", "t3", "t4"]);
     let out = r
         .call(&alice, "t2", json!({"title": "x"}), CallOptions::default())
@@ -167,7 +170,10 @@ async fn a_change_of_mapping_is_seen_by_the_next_listing_and_call_and_bumps_the_
     changes.mark_unchanged();
     r.set_tool_visibility(None);
     assert!(changes.has_changed().unwrap());
-    assert_eq!(names(&r, &alice), ["t0", "t1", "t2", "t3", "t4", "secret_write"]);
+    assert_eq!(
+        names(&r, &alice),
+        ["t0", "t1", "t2", "t3", "t4", "secret_write"]
+    );
     // And one set later applies as the builder's would.
     let later = Mapping::default();
     later.only("t0", &[]);
@@ -181,7 +187,8 @@ fn page_cursors_stay_valid_while_tools_are_hidden_and_shown() {
     mapping.only("t1", &["alice"]);
     let r = registry(&mapping);
     let bob = caller("bob");
-    let page_names = |p: &Page<ToolSpec>| p.items.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+    let page_names =
+        |p: &Page<ToolSpec>| p.items.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
 
     let first = r.list_page(&bob, None, 2).unwrap();
     assert_eq!(page_names(&first), ["t0", "t2"]);
@@ -264,8 +271,16 @@ async fn a_hidden_tool_cannot_be_started_as_a_task() {
         Started::Finished(Err(g)) => assert_eq!(g.to_string(), unknown.to_string()),
         other => panic!("expected the gate's refusal, got {other:?}"),
     }
-    assert!(tasks
-        .start(&caller("alice"), "long", json!({"title": "x"}), CallOptions::default(), false)
-        .await
-        .is_ok());
+    assert!(
+        tasks
+            .start(
+                &caller("alice"),
+                "long",
+                json!({"title": "x"}),
+                CallOptions::default(),
+                false
+            )
+            .await
+            .is_ok()
+    );
 }
