@@ -9,6 +9,11 @@
 //! - `handles/mint`: minting one handle (for a result).
 //! - `preview/direct` vs `preview/preview_then_commit`: one direct write against the two calls
 //!   of a previewed write (dry run, token issued; commit, token checked and spent).
+//! - `visibility/none`, `visibility/allow_all`, `visibility/mapped`: the same write call on a
+//!   registry without a `ToolVisibility`, with one that shows everything, and with one that
+//!   looks the caller up in a per-tool map behind a lock (what a gateway's mapping does); and
+//!   `visibility/list_none` vs `visibility/list_mapped`: listing 100 tools without and with
+//!   that map (every tool named in it, all shown to the caller, so both list the same).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -17,6 +22,7 @@ use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use kberg_core::{
     COMMIT_TOKEN_FIELD, CallOptions, Caller, FlushPolicy, Grants, HandleCodec, JsonlAuditSink,
     MemoryAuditSink, Principal, ToolBuilder, ToolOutput, ToolRegistry, ToolRegistryBuilder,
+    ToolSpec, ToolVisibility,
 };
 use serde_json::{Value, json};
 
@@ -57,6 +63,43 @@ fn registry_with(builder: ToolRegistryBuilder) -> ToolRegistry {
         ))
         .expect("register");
     }
+    r
+}
+
+/// Who may know of which tool, behind a lock as a live mapping is: tool name to principals.
+/// A tool it does not name is shown to everyone.
+struct Mapped(std::sync::RwLock<std::collections::HashMap<String, Vec<String>>>);
+
+impl Mapped {
+    fn new(entries: impl IntoIterator<Item = (String, Vec<String>)>) -> Self {
+        Self(std::sync::RwLock::new(entries.into_iter().collect()))
+    }
+}
+
+impl ToolVisibility for Mapped {
+    fn visible(&self, tool: &ToolSpec, caller: &Caller) -> bool {
+        let map = self
+            .0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match map.get(&tool.name) {
+            None => true,
+            Some(who) => who.iter().any(|p| *p == caller.principal().id),
+        }
+    }
+}
+
+/// 100 read tools `t000`..`t099`.
+fn hundred(builder: ToolRegistryBuilder) -> ToolRegistry {
+    let r = builder.build();
+    r.register_all((0..100).map(|i| {
+        Arc::new(
+            ToolBuilder::new(format!("t{i:03}"))
+                .read()
+                .raw_handler(schema(), |_, _| async { Ok(ToolOutput::default()) }),
+        ) as Arc<dyn kberg_core::Tool>
+    }))
+    .expect("distinct names");
     r
 }
 
@@ -153,6 +196,47 @@ fn bench(c: &mut Criterion) {
             },
             BatchSize::SmallInput,
         )
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("visibility");
+    let none = registry();
+    let allow_all =
+        registry_with(ToolRegistry::builder().tool_visibility(|_: &ToolSpec, _: &Caller| true));
+    let mapped = registry_with(ToolRegistry::builder().tool_visibility(Mapped::new([(
+        "add_note".to_string(),
+        vec!["other".to_string(), "bench".to_string()],
+    )])));
+    for (name, r) in [
+        ("none", &none),
+        ("allow_all", &allow_all),
+        ("mapped", &mapped),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                args,
+                |a| black_box(call(r, &caller, "add_note", a).is_ok()),
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    let list_none = hundred(ToolRegistry::builder());
+    // Every tool named, the caller second in each list: the same 100 tools listed, so the
+    // ratio is the filter's own cost.
+    let all_named = Mapped::new((0..100).map(|i| {
+        (
+            format!("t{i:03}"),
+            vec!["other".to_string(), "bench".to_string()],
+        )
+    }));
+    let list_mapped = hundred(ToolRegistry::builder().tool_visibility(all_named));
+    assert_eq!(list_none.list(&caller).len(), 100);
+    assert_eq!(list_mapped.list(&caller).len(), 100);
+    g.bench_function("list_none", |b| {
+        b.iter(|| black_box(list_none.list(&caller)))
+    });
+    g.bench_function("list_mapped", |b| {
+        b.iter(|| black_box(list_mapped.list(&caller)))
     });
     g.finish();
 }

@@ -1,8 +1,9 @@
 //! Changing which projects an upstream serves at run time (`PATCH /integrations/{ns}`) over real
 //! HTTP: a real upstream MCP server on 127.0.0.1 behind the gateway and real MCP clients (rmcp's)
-//! connected as agents. `bot` may use only `demo`: while the upstream serves `demo` its call
-//! runs; remapped to `ops`, its open session is told the list changed and its next call is
-//! refused `project_not_allowed`, while `claude` (every project) still calls through `ops`.
+//! connected as agents. `bot` may use only `demo`: while the upstream serves `demo` it lists
+//! and calls the upstream's tool; remapped to `ops`, its open session is told the list changed,
+//! it no longer lists the tool, and its call answers exactly as a tool that does not exist
+//! (`unknown_tool`), while `claude` (every project) still lists and calls it through `ops`.
 //! The mapping is in `bridle.yaml` and the audit log (as `user`, lists before and after); every
 //! refusal is a problem with its code and leaves the file as it was.
 
@@ -66,10 +67,22 @@ async fn call(c: &RunningService<RoleClient, Listener>) -> CallToolResult {
     c.call_tool(CallToolRequestParams::new(TOOL)).await.unwrap()
 }
 
-fn code(r: &CallToolResult) -> Option<String> {
-    r.structured_content
-        .as_ref()
-        .and_then(|s| s["code"].as_str().map(str::to_string))
+async fn lists(c: &RunningService<RoleClient, Listener>) -> bool {
+    let tools = c.list_all_tools().await.unwrap();
+    tools.iter().any(|t| t.name == TOOL)
+}
+
+/// What a call of `name` answers (a result, or the protocol error an unknown tool gets), as
+/// text with the called name written as `{tool}`.
+async fn answer_of(c: &RunningService<RoleClient, Listener>, name: &str) -> String {
+    let answer = match c
+        .call_tool(CallToolRequestParams::new(name.to_string()))
+        .await
+    {
+        Ok(r) => serde_json::to_string(&r).unwrap(),
+        Err(e) => format!("{e:?}"),
+    };
+    answer.replace(name, "{tool}")
 }
 
 /// Waits (with a deadline) until the agent is offered the upstream's tool.
@@ -154,9 +167,13 @@ async fn an_upstreams_projects_change_at_run_time_and_refusals_leave_the_file_al
         .await
         .expect("bot's session is told its list changed")
         .unwrap();
-    let r = call(&bot).await;
-    assert_eq!(r.is_error, Some(true), "{r:?}");
-    assert_eq!(code(&r).as_deref(), Some("project_not_allowed"), "{r:?}");
+    assert!(!lists(&bot).await, "bot still lists {TOOL}");
+    // Refused `unknown_tool`, word for word what a name that never existed answers: nothing
+    // says the tool is there.
+    let hidden = answer_of(&bot, TOOL).await;
+    assert!(hidden.contains("unknown_tool"), "{hidden}");
+    assert_eq!(hidden, answer_of(&bot, "tickets__no_such_tool").await);
+    assert!(lists(&claude).await, "claude, still mapped, lists {TOOL}");
     let r = call(&claude).await;
     assert_ne!(r.is_error, Some(true), "claude still reaches ops: {r:?}");
     assert_eq!(gw.config_on_disk().upstreams["tickets"].projects, ["ops"]);
@@ -184,6 +201,7 @@ async fn an_upstreams_projects_change_at_run_time_and_refusals_leave_the_file_al
     )
     .await;
     assert_eq!(all["projects"], json!([]));
+    assert!(lists(&bot).await, "bot lists {TOOL} again");
     let r = call(&bot).await;
     assert_ne!(r.is_error, Some(true), "{r:?}");
     let twice = json_ok(

@@ -8,8 +8,6 @@
 
 mod bridle_support;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use bridle_rules::{AgentCatalog, RulesStore};
@@ -37,44 +35,6 @@ agent_profiles:
 const CLAUDE_TOKEN: &str = "claude-secret-admin-cli-0123";
 const CANARY: &str = "cli-secret-canary-93b7";
 
-/// The next line starting with `prefix` that the server printed, within a deadline.
-fn printed_line(server: &Server, prefix: &str) -> String {
-    loop {
-        let line = server
-            .stdout
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|e| panic!("no `{prefix}` line from bridle serve: {e}"));
-        if let Some(rest) = line.strip_prefix(prefix) {
-            return rest.trim().to_string();
-        }
-    }
-}
-
-/// Runs `bridle --data-dir DIR ARGS...` with the admin credential in a file, `stdin` piped in.
-fn remote(dir: &std::path::Path, args: &[&str], stdin: &str) -> (bool, String, String) {
-    let mut child = Command::new(bridle_bin())
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
 #[test]
 fn the_command_line_changes_the_running_gateway_through_its_admin_api() {
     let tmp = tempfile::tempdir().unwrap();
@@ -94,31 +54,14 @@ fn the_command_line_changes_the_running_gateway_through_its_admin_api() {
     std::fs::write(dir.join("bridle.yaml"), yaml).unwrap();
 
     let server = Server::start(dir);
-    let admin_url = printed_line(&server, "bridle: admin API on ");
-    assert!(admin_url.starts_with("http://127.0.0.1:"), "{admin_url}");
-    let _ = printed_line(&server, "admin credential for `admin`");
-    let admin_token = server.stdout.recv_timeout(Duration::from_secs(30)).unwrap();
-    assert!(admin_token.starts_with("bda_"), "{admin_token}");
-    let token_file = dir.join("admin-token-for-tests");
-    std::fs::write(&token_file, &admin_token).unwrap();
-    let url_args = [
-        "--url",
-        admin_url.as_str(),
-        "--admin-token-file",
-        token_file.to_str().unwrap(),
-    ];
-    let with = |cmd: &[&str]| -> Vec<String> {
-        cmd.iter()
-            .map(|s| s.to_string())
-            .chain(url_args.iter().map(|s| s.to_string()))
-            .collect()
-    };
+    let admin = AdminAccess::from_first_start(&server, dir);
+    assert!(admin.url.starts_with("http://127.0.0.1:"), "{}", admin.url);
+    let admin_token = admin.token();
     let run = |cmd: &[&str], stdin: &str| {
-        let args = with(cmd);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (ok, out, err) = remote(dir, &args, stdin);
-        assert!(ok, "bridle {args:?} failed:\n{out}\n{err}");
-        out
+        succeeded(
+            &admin.run_with_stdin(dir, cmd, stdin),
+            &format!("bridle {cmd:?}"),
+        )
     };
 
     // An agent token issued through the API works on the MCP endpoint at once.
@@ -180,10 +123,11 @@ fn the_command_line_changes_the_running_gateway_through_its_admin_api() {
         !out.contains("admin-token."),
         "admin credentials stay hidden"
     );
-    let args = with(&["secrets", "import"]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (ok, _, err) = remote(dir, &args, "");
-    assert!(!ok && err.contains("without --url"), "{err}");
+    let err = failed(
+        &admin.run(dir, &["secrets", "import"]),
+        "secrets import --url",
+    );
+    assert!(err.contains("without --url"), "{err}");
 
     // A scope ticket decided through the API.
     let store = RulesStore::open(dir, AgentCatalog::builtin()).unwrap();
@@ -200,14 +144,16 @@ fn the_command_line_changes_the_running_gateway_through_its_admin_api() {
     assert_eq!(store.scope_ticket(ticket.id).unwrap().status, "approved");
 
     // A refusal is the API's problem details, in a sentence.
-    let args = with(&["agents", "token", "issue", "claude"]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (ok, _, err) = remote(dir, &args, "");
-    assert!(!ok);
+    let err = failed(
+        &admin.run(dir, &["agents", "token", "issue", "claude"]),
+        "a token for a file-token agent",
+    );
     assert!(err.contains("token_in_secret_file"), "{err}");
     // Without a credential the command says what it needs.
-    let (ok, _, err) = remote(dir, &["agents", "list", "--url", &admin_url], "");
-    assert!(!ok);
+    let err = failed(
+        &run_bridle(dir, &["agents", "list", "--url", &admin.url]),
+        "no credential",
+    );
     assert!(err.contains("credential"), "{err}");
 
     // The gateway recorded every change as the admin through the cli surface.
@@ -354,15 +300,12 @@ fn the_admin_credential_is_shown_once_or_taken_from_a_file_and_the_listener_stay
     );
     // First start: created in the vault and printed.
     let server = Server::start(dir);
-    let url = printed_line(&server, "bridle: admin API on ");
-    let _ = printed_line(&server, "admin credential for `admin`");
-    let token = server.stdout.recv_timeout(Duration::from_secs(30)).unwrap();
-    assert!(token.starts_with("bda_"));
+    let token = AdminAccess::from_first_start(&server, dir).token();
     drop(server);
     // Second start: the same credential, never printed again.
     let server = Server::start(dir);
-    let url2 = printed_line(&server, "bridle: admin API on ");
-    let note = server.stdout.recv_timeout(Duration::from_secs(30)).unwrap();
+    let url2 = server.printed_line("bridle: admin API on ");
+    let note = server.next_line();
     assert!(note.contains("shown when it was created"), "{note}");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let http = reqwest::Client::new();
@@ -381,7 +324,6 @@ fn the_admin_credential_is_shown_once_or_taken_from_a_file_and_the_listener_stay
     assert_eq!(status(url2.clone(), token.clone()), 200);
     assert_eq!(status(url2.clone(), CLAUDE_TOKEN.to_string()), 401);
     drop(server);
-    let _ = url;
 
     // From a file (a Docker secret): nothing is created or printed.
     let file = dir.join("admin-secret");
@@ -393,8 +335,8 @@ fn the_admin_credential_is_shown_once_or_taken_from_a_file_and_the_listener_stay
     ));
     std::fs::write(dir.join("bridle.yaml"), &yaml).unwrap();
     let server = Server::start(dir);
-    let url3 = printed_line(&server, "bridle: admin API on ");
-    let note = server.stdout.recv_timeout(Duration::from_secs(30)).unwrap();
+    let url3 = server.printed_line("bridle: admin API on ");
+    let note = server.next_line();
     assert!(note.contains("admin-secret"), "{note}");
     assert_eq!(status(url3.clone(), "file-admin-token-abcdef".into()), 200);
     assert_eq!(

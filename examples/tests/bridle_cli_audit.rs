@@ -118,20 +118,10 @@ fn the_audit_log_is_read_through_the_running_gateway() {
     assert!(why.contains("400"), "{why}");
     let wrong = dir.join("wrong-token");
     std::fs::write(&wrong, "bda_not-the-credential").unwrap();
-    let out = std::process::Command::new(bridle_bin())
-        .arg("--data-dir")
-        .arg(dir)
-        .args([
-            "audit",
-            "verify",
-            "--url",
-            admin.url.as_str(),
-            "--admin-token-file",
-        ])
-        .arg(&wrong)
-        .output()
-        .unwrap();
-    let why = failed(&out, "a wrong credential");
+    let why = failed(
+        &admin.with_token_file(wrong).run(dir, &["audit", "verify"]),
+        "a wrong credential",
+    );
     assert!(why.contains("401"), "{why}");
     let gone = AdminAccess {
         url: "http://127.0.0.1:9/admin/api/v1".into(),

@@ -6,6 +6,11 @@
 //! reads one consistent catalog without a lock and a tool removed mid-call finishes that call.
 //! Compiling a tool ([`Entry::compile`]) is where a schema that does not compile, a reserved
 //! argument name or a missing scope field is refused, so such a tool never reaches a caller.
+//!
+//! The catalog also carries the app's [`ToolVisibility`], if it set one: which registered tools
+//! a given caller may know of at all. A tool it hides is left out of that caller's listings and
+//! answers that caller's calls exactly as a tool that was never registered, so its existence is
+//! not revealed. Without one (the common case) every check is a single `None` test.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -20,6 +25,48 @@ use crate::principal::{Caller, SurfaceProjection};
 use crate::scope::{ScopeSpec, find_scope_field, project_scope};
 use crate::tool::{SyncHandler, Tool, ToolKind, ToolSpec, check_name};
 use crate::validate::CompiledSchema;
+
+/// Which registered tools a caller may know of: the app's per-caller filter over the catalog.
+///
+/// A tool for which [`ToolVisibility::visible`] answers `false` is not in that caller's
+/// listing (`tools/list`, its pages, [`ToolRegistry::list`](crate::ToolRegistry::list)) and a
+/// call of it is refused `unknown_tool` with the same message a name that was never registered
+/// gets. The check runs before every other step of the gate, so a hidden tool's projection,
+/// capability or schema is never revealed either. It runs on every listing of every tool and on
+/// every call, on the caller's thread: keep it a lookup, never I/O.
+///
+/// Any `Fn(&ToolSpec, &Caller) -> bool` is one:
+///
+/// ```
+/// use kberg_core::{Caller, Principal, ToolBuilder, ToolOutput, ToolRegistry, ToolSpec};
+/// use serde_json::json;
+///
+/// let tools = ToolRegistry::builder()
+///     .tool_visibility(|tool: &ToolSpec, caller: &Caller| {
+///         !tool.name.starts_with("admin_") || caller.principal().id == "root"
+///     })
+///     .build();
+/// tools.register(ToolBuilder::new("admin_purge").read().raw_handler(
+///     json!({"type": "object"}),
+///     |_, _| async { Ok(ToolOutput::text("purged")) },
+/// ))?;
+/// assert!(tools.list(&Caller::new(Principal::new("guest"))).is_empty());
+/// assert_eq!(tools.list(&Caller::new(Principal::new("root"))).len(), 1);
+/// # Ok::<(), kberg_core::CoreError>(())
+/// ```
+pub trait ToolVisibility: Send + Sync + 'static {
+    /// Whether `caller` may know of `tool` (list it, call it).
+    fn visible(&self, tool: &ToolSpec, caller: &Caller) -> bool;
+}
+
+impl<F> ToolVisibility for F
+where
+    F: Fn(&ToolSpec, &Caller) -> bool + Send + Sync + 'static,
+{
+    fn visible(&self, tool: &ToolSpec, caller: &Caller) -> bool {
+        self(tool, caller)
+    }
+}
 
 /// A registered tool with its compiled schemas and what the gate precomputed about it.
 pub(crate) struct Entry {
@@ -58,11 +105,27 @@ pub(crate) struct Catalog {
     pub(crate) refusals: ByName<Arc<str>>,
     pub(crate) capabilities: Arc<CapabilityCatalog>,
     pub(crate) scopes: Arc<BTreeMap<String, ScopeSpec>>,
+    /// The app's per-caller filter, if it set one ([`ToolVisibility`]).
+    pub(crate) visibility: Option<Arc<dyn ToolVisibility>>,
 }
 
 impl Catalog {
-    /// Whether `caller` is shown `e` in a listing (see [`SurfaceProjection`]).
+    /// Whether `caller` may know of `e` at all (see [`ToolVisibility`]); a hidden tool answers
+    /// as an unknown one.
+    #[inline]
+    pub(crate) fn visible(&self, e: &Entry, caller: &Caller) -> bool {
+        match &self.visibility {
+            None => true,
+            Some(v) => v.visible(&e.spec, caller),
+        }
+    }
+
+    /// Whether `caller` is shown `e` in a listing (see [`SurfaceProjection`] and
+    /// [`ToolVisibility`]).
     pub(crate) fn lists(&self, e: &Entry, caller: &Caller) -> bool {
+        if !self.visible(e, caller) {
+            return false;
+        }
         match caller.projection() {
             SurfaceProjection::Full => true,
             SurfaceProjection::Compact => {

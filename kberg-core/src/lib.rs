@@ -114,6 +114,7 @@ pub use audit::{AuditEvent, AuditOutcome, AuditSink, MemoryAuditSink, TracingAud
 pub use audit_log::SqliteAuditSink;
 pub use audit_log::{AuditLogError, FlushPolicy, JsonlAuditSink, Overflow};
 pub use capability::{CapabilityCatalog, Grants, WriteCapability};
+pub use catalog::ToolVisibility;
 pub use confirm::{
     ConfirmConfig, ConfirmPolicy, ConfirmRequest, ConfirmTicket, MemoryTicketStore, StoreError,
     TicketDesk, TicketError, TicketOutcome, TicketStatus, TicketStore,

@@ -10,7 +10,9 @@
 //! The app configures the primitives once, with [`ToolRegistry::builder`]: the audit sink, the
 //! handle codec, commit tokens, the confirm policy, tickets. [`ToolRegistry::call`] hands each
 //! call to the gate (the `gate` module, which documents its order and refusals) with the
-//! current catalog. This is the top layer of the crate: it imports the gate and the catalog,
+//! current catalog. An app that shows different callers different tools sets a
+//! [`ToolVisibility`]; it lives in the catalog, so a listing and a call read the same one. This
+//! is the top layer of the crate: it imports the gate and the catalog,
 //! and nothing below imports it.
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -22,7 +24,7 @@ use tokio::sync::watch;
 
 use crate::audit::AuditSink;
 use crate::capability::WriteCapability;
-use crate::catalog::{Catalog, Entry};
+use crate::catalog::{Catalog, Entry, ToolVisibility};
 use crate::confirm::{
     ConfirmConfig, ConfirmPolicy, ConfirmTicket, TicketDesk, TicketRunner, TicketStore,
 };
@@ -87,6 +89,7 @@ impl Default for ToolRegistry {
 pub struct ToolRegistryBuilder {
     settings: GateSettings,
     audit: Option<Arc<dyn AuditSink>>,
+    visibility: Option<Arc<dyn ToolVisibility>>,
 }
 
 impl std::fmt::Debug for ToolRegistryBuilder {
@@ -97,6 +100,7 @@ impl std::fmt::Debug for ToolRegistryBuilder {
             .field("confirm", &self.settings.confirm.is_some())
             .field("confirm_config", &self.settings.confirm_config)
             .field("commit", &self.settings.commit)
+            .field("visibility", &self.visibility.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -140,12 +144,23 @@ impl ToolRegistryBuilder {
         self
     }
 
+    /// Which tools each caller may know of (default: every caller knows every tool). See
+    /// [`ToolVisibility`]; [`ToolRegistry::set_tool_visibility`] changes it later.
+    pub fn tool_visibility(mut self, visibility: impl ToolVisibility) -> Self {
+        self.visibility = Some(Arc::new(visibility));
+        self
+    }
+
     /// The registry, empty of tools.
     pub fn build(self) -> ToolRegistry {
         let (version, _) = watch::channel(0);
+        let catalog = Catalog {
+            visibility: self.visibility,
+            ..Catalog::default()
+        };
         ToolRegistry {
             state: Arc::new(RegistryState {
-                current: ArcSwap::from_pointee(Catalog::default()),
+                current: ArcSwap::from_pointee(catalog),
                 writer: Mutex::new(()),
                 version,
                 gate: Gate::new(self.settings, self.audit),
@@ -430,6 +445,23 @@ impl ToolRegistry {
         })
     }
 
+    /// Sets (or with `None` removes) which tools each caller may know of; see
+    /// [`ToolVisibility`]. Takes effect for the next listing and call, and bumps the version
+    /// ([`ToolRegistry::changes`]) since listings may differ.
+    pub fn set_tool_visibility(&self, visibility: Option<Arc<dyn ToolVisibility>>) {
+        let _ = self.update(|s| {
+            s.visibility = visibility;
+            Ok(())
+        });
+    }
+
+    /// Tells listeners ([`ToolRegistry::changes`]) that some caller's listing changed although
+    /// no tool did: what the app's [`ToolVisibility`] answers for someone changed (a mapping,
+    /// a membership). The tools and their order stay as they are.
+    pub fn visibility_changed(&self) {
+        self.state.version.send_modify(|v| *v += 1);
+    }
+
     /// A receiver whose value changes whenever the tool list changes.
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.state.version.subscribe()
@@ -445,7 +477,8 @@ impl ToolRegistry {
         self.len() == 0
     }
 
-    /// The spec of a registered tool, whatever the caller.
+    /// The spec of a registered tool, whatever the caller (its [`ToolVisibility`] included: an
+    /// app must not hand this to a caller the tool is hidden from).
     pub fn spec(&self, name: &str) -> Option<ToolSpec> {
         self.state
             .current
@@ -468,7 +501,8 @@ impl ToolRegistry {
 
     /// The tools `caller` is shown, in registration order (or the order set with
     /// [`ToolRegistry::set_tool_order`]). See [`SurfaceProjection`] for what each
-    /// projection lists. The schemas are projected: a preview tool shows the optional
+    /// projection lists; a tool the app's [`ToolVisibility`] hides from `caller` is never
+    /// listed. The schemas are projected: a preview tool shows the optional
     /// `commit_token` argument, a scoped tool's scope argument is optional (and hidden from
     /// the `Compact` projection).
     pub fn list(&self, caller: &Caller) -> Vec<ToolSpec> {
@@ -503,7 +537,9 @@ impl ToolRegistry {
             .collect()
     }
 
-    /// One page of [`ToolRegistry::list`]. Cursors are opaque and stay valid across changes.
+    /// One page of [`ToolRegistry::list`]. Cursors are opaque and stay valid across changes
+    /// (of the tools and of what the [`ToolVisibility`] shows): a cursor names a place in the
+    /// listing order, not an item, so the next page starts after it whatever was hidden since.
     pub fn list_page(
         &self,
         caller: &Caller,

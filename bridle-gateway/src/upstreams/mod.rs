@@ -14,19 +14,22 @@
 //! [`UpstreamPool::set_enabled`] turns one off or on while the gateway runs: off, its front
 //! tools leave the registry (connected clients are told, `list_changed`) and its connections
 //! close; on, it connects again and its tools return. [`UpstreamPool::set_projects`] changes
-//! which projects one serves, checked on the next call.
+//! which projects one serves, checked on the next listing and call: an upstream's tools are
+//! shown only to agents whose projects it serves ([`visibility`]), and to any other agent they
+//! answer as unknown tools.
 
 pub mod config;
 pub mod credential;
 pub mod front;
 pub mod route;
 pub mod scrub;
+mod visibility;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kberg_core::{ToolRegistry, ToolSpec};
+use kberg_core::{ToolRegistry, ToolSpec, ToolVisibility};
 use kberg_server::aggregate::{ForwardHook, UpstreamStatus};
 use tokio_util::sync::CancellationToken;
 
@@ -139,6 +142,14 @@ impl UpstreamPool {
             }
             routes.insert(ns.clone(), route);
         }
+        if !routes.is_empty() {
+            // The public registry's one filter: the gateway sets no other.
+            let visibility: Arc<dyn ToolVisibility> = Arc::new(visibility::UpstreamVisibility {
+                routes: routes.clone(),
+                gw: Arc::clone(gw),
+            });
+            public.set_tool_visibility(Some(visibility));
+        }
         Ok(Self {
             routes,
             offered,
@@ -187,8 +198,9 @@ impl UpstreamPool {
 
     /// Changes which projects the upstream under `namespace` serves (empty: all) while the
     /// gateway runs; returns the previous ones. The next call of its tools is checked against
-    /// the new mapping, and connected clients get `list_changed` and list afresh. Only the running gateway changes: `bridle.yaml` is the
-    /// caller's to update.
+    /// the new mapping: agents of projects it no longer serves no longer list its tools and
+    /// calling one answers `unknown_tool`. Connected clients get `list_changed` and list
+    /// afresh. Only the running gateway changes: `bridle.yaml` is the caller's to update.
     pub fn set_projects(
         &self,
         namespace: &str,
@@ -199,11 +211,11 @@ impl UpstreamPool {
             .get(namespace)
             .ok_or_else(|| UnknownUpstream(namespace.to_string()))?;
         let before = route.set_projects(projects);
-        // The tools stay registered (agents of still-mapped projects keep calling them), but
-        // every client is told its list changed, so it lists and reads what it may do afresh:
-        // re-setting the registry's listing order to what it is bumps its version and nothing
-        // else.
-        self.public.set_tool_order(std::iter::empty::<&str>());
+        // The tools stay registered (agents of still-mapped projects keep calling them); what
+        // each agent is shown changed, so clients are told to list afresh. The notification
+        // reaches every session (the registry has one version for all), a superset of the
+        // agents whose listing changed.
+        self.public.visibility_changed();
         tracing::info!(namespace, "upstream project mapping changed");
         Ok(before)
     }

@@ -132,6 +132,16 @@ impl Route {
         served.is_empty() || served.iter().any(|p| p == project)
     }
 
+    /// Whether it serves every project (no mapping) or one for which `wanted` holds: a read
+    /// of the mapping, nothing cloned.
+    pub(crate) fn serves_any(&self, wanted: impl Fn(&str) -> bool) -> bool {
+        let served = self
+            .served
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        served.is_empty() || served.iter().any(|p| wanted(p))
+    }
+
     /// The projects it serves now (empty: all).
     pub fn projects(&self) -> Vec<String> {
         self.served

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)] // Each test file uses a different subset.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
@@ -136,6 +136,27 @@ impl Server {
         server
     }
 
+    /// What follows `prefix` on the next line starting with it that it prints, within a
+    /// deadline (the lines before it are passed over).
+    pub fn printed_line(&self, prefix: &str) -> String {
+        loop {
+            let line = self
+                .stdout
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("no `{prefix}` line from bridle serve: {e}"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.trim().to_string();
+            }
+        }
+    }
+
+    /// The next line it prints, within a deadline.
+    pub fn next_line(&self) -> String {
+        self.stdout
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("bridle serve printed nothing more: {e}"))
+    }
+
     /// The rest of what it printed so far.
     pub fn printed(&self) -> Vec<String> {
         self.stdout.try_iter().collect()
@@ -211,37 +232,65 @@ impl AdminAccess {
     /// Reads the admin API's address and first-start credential from what `server` printed,
     /// and keeps the credential in `dir/admin-token-for-tests`.
     pub fn from_first_start(server: &Server, dir: &Path) -> AdminAccess {
-        let next = |prefix: &str| loop {
-            let line = server
-                .stdout
-                .recv_timeout(Duration::from_secs(30))
-                .unwrap_or_else(|e| panic!("no `{prefix}` line from bridle serve: {e}"));
-            if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.trim().to_string();
-            }
-        };
-        let url = next("bridle: admin API on ");
-        let _ = next("admin credential for `admin`");
-        let token = server.stdout.recv_timeout(Duration::from_secs(30)).unwrap();
+        let url = server.printed_line("bridle: admin API on ");
+        let _ = server.printed_line("admin credential for `admin`");
+        let token = server.next_line();
         assert!(token.starts_with("bda_"), "{token}");
         let token_file = dir.join("admin-token-for-tests");
         std::fs::write(&token_file, &token).unwrap();
         AdminAccess { url, token_file }
     }
 
-    /// Runs `bridle --data-dir DIR ARGS... --url URL --admin-token-file FILE`.
-    pub fn run(&self, dir: &Path, args: &[&str]) -> Output {
-        Command::new(bridle_bin())
-            .arg("--data-dir")
+    /// The credential the command line is given.
+    pub fn token(&self) -> String {
+        std::fs::read_to_string(&self.token_file).unwrap()
+    }
+
+    /// The same admin API with another credential file (a wrong one, for the bad paths).
+    pub fn with_token_file(&self, token_file: PathBuf) -> AdminAccess {
+        AdminAccess {
+            url: self.url.clone(),
+            token_file,
+        }
+    }
+
+    /// `bridle --data-dir DIR ARGS... --url URL --admin-token-file FILE`, not yet run.
+    pub fn command(&self, dir: &Path, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bridle_bin());
+        cmd.arg("--data-dir")
             .arg(dir)
             .args(args)
             .arg("--url")
             .arg(&self.url)
             .arg("--admin-token-file")
-            .arg(&self.token_file)
+            .arg(&self.token_file);
+        cmd
+    }
+
+    /// Runs `bridle --data-dir DIR ARGS... --url URL --admin-token-file FILE`.
+    pub fn run(&self, dir: &Path, args: &[&str]) -> Output {
+        self.command(dir, args)
             .stdin(Stdio::null())
             .output()
             .unwrap()
+    }
+
+    /// The same run with `stdin` written to its standard input (a secret's value).
+    pub fn run_with_stdin(&self, dir: &Path, args: &[&str], stdin: &str) -> Output {
+        let mut child = self
+            .command(dir, args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
     }
 }
 

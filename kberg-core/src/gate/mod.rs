@@ -3,7 +3,8 @@
 //! Its order is fixed and documented because it is a security property: a caller who may not
 //! call a tool learns that, never a critique of arguments it was not entitled to send.
 //!
-//! 1. the tool exists (a registered refusal answers with its reason);
+//! 1. the tool exists and the app's [`ToolVisibility`] shows it to this caller (a hidden one
+//!    answers as an unknown one; a registered refusal answers with its reason);
 //! 2. it is visible in the caller's projection;
 //! 3. a write tool's capability is granted (directly or through a deprecated id);
 //! 4. the arguments validate against the schema compiled at registration ([`prepare`]). Before
@@ -28,6 +29,7 @@
 //! [`GateSettings`]; it knows nothing of how tools are stored.
 //!
 //! [`ConfirmPolicy`]: crate::confirm::ConfirmPolicy
+//! [`ToolVisibility`]: crate::catalog::ToolVisibility
 
 mod commit;
 mod confirm;
@@ -439,7 +441,12 @@ fn admit<'c>(
     caller: &Caller,
     name: &str,
 ) -> Result<(&'c Arc<Entry>, Option<String>), GateError> {
-    let Some(entry) = catalog.tools.get(name) else {
+    // A tool hidden from this caller answers exactly as one never registered.
+    let Some(entry) = catalog
+        .tools
+        .get(name)
+        .filter(|e| catalog.visible(e, caller))
+    else {
         return Err(match catalog.refusals.get(name) {
             Some(reason) => GateError::Refused {
                 tool: name.to_string(),
