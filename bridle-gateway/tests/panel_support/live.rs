@@ -14,7 +14,7 @@ use bridle_gateway::config::{
 };
 use bridle_gateway::{GatewayBuilder, GatewayContext};
 use bridle_rules::{AgentCatalog, RulesStore};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::BufReader;
 use tokio_util::sync::CancellationToken;
 
 use super::{ALICE, BOB, RevocableAdmins, WATCHER, panel_config};

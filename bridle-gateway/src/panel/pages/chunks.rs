@@ -127,7 +127,7 @@ pub(crate) async fn list(
                 pattern => pattern,
                 description => description,
                 tags => tags,
-                chunk_types => CHUNK_TYPES,
+                chunk_types => Serde(CHUNK_TYPES),
                 filter => Serde(&params),
                 chunks => Serde(&page.items),
                 next => next,
