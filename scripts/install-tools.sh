@@ -39,7 +39,7 @@ if ! stamp_ok "$tools/.gitea-mcp-stamp" "$root/tools/requirements-gitea-mcp.txt"
   "$tools/gitea-mcp-venv/bin/pip" check --disable-pip-version-check >/dev/null
   cp "$root/tools/requirements-gitea-mcp.txt" "$tools/.gitea-mcp-stamp"
 fi
-# Chromium and its WebDriver for the web panel's browser tests (bridle-gateway/tests/panel_browser.rs),
+# Chromium and its WebDriver for the web panel's browser tests (bridle-gateway/tests/panel_browser_*.rs),
 # from Debian's packages when missing.
 if ! [ -x /usr/bin/chromium ] || ! [ -x /usr/bin/chromedriver ]; then
   if [ "$(id -u)" = 0 ]; then apt_get=(apt-get); else apt_get=(sudo apt-get); fi

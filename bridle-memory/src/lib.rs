@@ -37,8 +37,8 @@ pub use embed::{
 };
 pub use error::{MemoryError, Result};
 pub use patterns::{
-    ExampleRepo, IndexReport, IndexedExample, LineProgress, NoProgress, PatternHit, PatternIndex,
-    PatternIndexConfig, Progress, ProgressEvent, SearchMode,
+    ChunkFilter, ChunkPage, ExampleRepo, IndexReport, IndexedChunk, IndexedExample, LineProgress,
+    NoProgress, PatternHit, PatternIndex, PatternIndexConfig, Progress, ProgressEvent, SearchMode,
 };
 pub use session::{Memory, MemoryFilter, NewMemory, RecallHit, SessionMemory};
 pub use store::embedded::EmbeddedStore;

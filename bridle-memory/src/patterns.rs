@@ -25,7 +25,7 @@ use crate::chunk::{ChunkConfig, Language, chunk_file};
 use crate::embed::{Embedder, fit_input};
 use crate::error::{MemoryError, Result};
 use crate::repo::{FileRules, collect_files, fetch};
-use crate::store::{CollectionConfig, Filter, Payload, Point, VectorStore};
+use crate::store::{CollectionConfig, Condition, Filter, Payload, Point, VectorStore};
 use crate::time::{rfc3339, stable_id, unix_now};
 
 pub use crate::progress::{LineProgress, NoProgress, Progress, ProgressEvent};
@@ -169,6 +169,62 @@ pub struct IndexedExample {
     /// When it was indexed.
     pub last_indexed: String,
 }
+
+/// Which indexed chunks [`PatternIndex::chunks`] lists: every field set must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChunkFilter {
+    /// Only this pattern's chunks.
+    pub arch_tag: Option<String>,
+    /// Only chunks of these examples (any of them; empty: every example's).
+    pub reference_tags: Vec<String>,
+    /// Only chunks of this type (`function`, `type`, `section`, ...).
+    pub chunk_type: Option<String>,
+    /// Only chunks of this file (its path relative to the repository root).
+    pub file_path: Option<String>,
+}
+
+/// One stored chunk, as listed by [`PatternIndex::chunks`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct IndexedChunk {
+    /// The chunk's id in the store (stable across re-indexing of unchanged code).
+    pub id: u64,
+    /// The example's tag.
+    pub reference_tag: String,
+    /// The pattern.
+    pub arch_tag: String,
+    /// The source repository, as given when it was indexed.
+    pub source_repo: String,
+    /// The file, relative to the repository root.
+    pub file_path: String,
+    /// First line, 1-based.
+    pub start_line: u64,
+    /// Last line, inclusive.
+    pub end_line: u64,
+    /// `function`, `type`, `impl`, `module`, `block`, `section` or `window`.
+    pub chunk_type: String,
+    /// The enclosing items (empty for top-level blocks).
+    #[serde(default)]
+    pub context: String,
+    /// The language, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
+    /// When its example was indexed (RFC 3339).
+    pub last_indexed: String,
+    /// The code.
+    pub snippet: String,
+}
+
+/// One page of [`PatternIndex::chunks`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkPage {
+    /// The chunks, in id order.
+    pub items: Vec<IndexedChunk>,
+    /// Where the next page starts (pass it as `start`); `None` on the last page.
+    pub next: Option<u64>,
+}
+
+/// The largest page [`PatternIndex::chunks`] returns.
+pub const MAX_CHUNK_PAGE: usize = 500;
 
 /// Settings of a [`PatternIndex`].
 #[derive(Debug, Clone)]
@@ -529,6 +585,81 @@ impl PatternIndex {
             return Err(MemoryError::UnknownTag(reference_tag.to_string()));
         }
         Ok(n)
+    }
+
+    /// A page of the stored chunks matching `filter`, in id order (a stable order: a page
+    /// boundary does not move while other examples are indexed), from id `start` on
+    /// (inclusive; `None` for the first page), at most `limit` (1 to [`MAX_CHUNK_PAGE`]).
+    pub async fn chunks(
+        &self,
+        filter: &ChunkFilter,
+        start: Option<u64>,
+        limit: usize,
+    ) -> Result<ChunkPage> {
+        if limit == 0 || limit > MAX_CHUNK_PAGE {
+            return Err(MemoryError::InvalidInput(format!(
+                "a page holds 1 to {MAX_CHUNK_PAGE} chunks"
+            )));
+        }
+        if self
+            .store
+            .collection(&self.config.collection)
+            .await?
+            .is_none()
+        {
+            return Ok(ChunkPage {
+                items: Vec::new(),
+                next: None,
+            });
+        }
+        let mut f = Filter::all();
+        if !filter.reference_tags.is_empty() {
+            f = f.and(Condition::MatchAny {
+                key: "reference_tag".into(),
+                any: filter
+                    .reference_tags
+                    .iter()
+                    .map(|t| t.as_str().into())
+                    .collect(),
+            });
+        }
+        for (key, value) in [
+            ("arch_tag", &filter.arch_tag),
+            ("chunk_type", &filter.chunk_type),
+            ("file_path", &filter.file_path),
+        ] {
+            if let Some(v) = value.as_deref().filter(|v| !v.is_empty()) {
+                f = f.and_eq(key, v);
+            }
+        }
+        let (records, next) = self
+            .store
+            .scroll(&self.config.collection, Some(&f), start, limit)
+            .await?;
+        let items = records
+            .into_iter()
+            .map(|r| {
+                let p = &r.payload;
+                IndexedChunk {
+                    id: r.id,
+                    reference_tag: text(p, "reference_tag"),
+                    arch_tag: text(p, "arch_tag"),
+                    source_repo: text(p, "source_repo"),
+                    file_path: text(p, "file_path"),
+                    start_line: p.get("start_line").and_then(Value::as_u64).unwrap_or(0),
+                    end_line: p.get("end_line").and_then(Value::as_u64).unwrap_or(0),
+                    chunk_type: text(p, "chunk_type"),
+                    context: text(p, "context"),
+                    language: p
+                        .get("language")
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
+                    last_indexed: text(p, "last_indexed"),
+                    snippet: text(p, "text"),
+                }
+            })
+            .collect();
+        Ok(ChunkPage { items, next })
     }
 
     /// Every indexed example with its chunk count, sorted by tag.

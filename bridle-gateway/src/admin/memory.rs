@@ -2,21 +2,31 @@
 //! pattern-example chunks, and purge them: session memories by a filter (at least a project),
 //! an example's chunks by its reference tag. An admin sees every project's memory.
 //!
+//! A project's pattern has its own paged listing of the chunks its example repositories were
+//! indexed into (`/projects/{project}/patterns/{pattern}/chunks`): the pattern must be one of
+//! the project's (404 otherwise), and the pages follow the store's id order behind an opaque
+//! cursor. A source URL's credentials are never shown, here as in the pattern list.
+//!
 //! Without a `memory:` section the gateway has no memory service, and these routes answer 503
 //! `memory_off`.
 
 use axum::Router;
 use axum::extract::State;
 use axum::routing::{get, post};
-use bridle_memory::{Memory, MemoryError, MemoryFilter, MemoryService, PatternHit, RecallHit};
+use bridle_memory::{
+    ChunkFilter, IndexedChunk, Memory, MemoryError, MemoryFilter, MemoryService, PatternHit,
+    RecallHit,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::AdminActor;
 use super::error::{ApiError, ProblemDetails};
-use super::page::{ApiJson, ApiPath, ApiQuery};
-use super::{AdminState, path, record};
+use super::page::{ApiJson, ApiPath, ApiQuery, DEFAULT_LIMIT, decode_cursor, encode_cursor};
+use super::patterns::{unknown_example, unknown_pattern};
+use super::{AdminState, blocking, path, record};
 use crate::audit::Kind;
+use crate::memory::runs::redact_url;
 
 pub(crate) fn routes() -> Router<AdminState> {
     Router::new()
@@ -24,6 +34,10 @@ pub(crate) fn routes() -> Router<AdminState> {
         .route(&path("/memory/sessions/purge"), post(purge_sessions))
         .route(&path("/memory/patterns"), get(patterns))
         .route(&path("/memory/patterns/{tag}/purge"), post(purge_tag))
+        .route(
+            &path("/projects/{project}/patterns/{pattern}/chunks"),
+            get(pattern_chunks),
+        )
 }
 
 impl From<MemoryError> for ApiError {
@@ -270,7 +284,13 @@ pub async fn patterns(
     let items = memory
         .patterns
         .search(&text, q.arch_tag.as_deref(), limit)
-        .await?;
+        .await?
+        .into_iter()
+        .map(|mut h| {
+            h.source_repo = redact_url(&h.source_repo);
+            h
+        })
+        .collect();
     Ok(axum::Json(PatternPage { items }))
 }
 
@@ -300,4 +320,123 @@ pub async fn purge_tag(
     let ctx = s.ctx.clone();
     super::blocking(move || record(&ctx, entry, "the purge")).await?;
     Ok(axum::Json(Purged { removed }))
+}
+
+/// Filters and paging of a pattern's indexed chunks.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ChunkQuery {
+    /// Only this example's chunks (one of the pattern's reference tags).
+    pub tag: Option<String>,
+    /// Only chunks of this type (`function`, `type`, `impl`, `module`, `block`, `section`,
+    /// `window`).
+    pub chunk_type: Option<String>,
+    /// Only chunks of this file (its path in the repository).
+    pub file: Option<String>,
+    /// Page size (1 to 500, default 50).
+    pub limit: Option<usize>,
+    /// From a previous page's `next_cursor`.
+    pub cursor: Option<String>,
+}
+
+/// A page of a pattern's indexed chunks.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ChunkList {
+    /// The project.
+    pub project: String,
+    /// The pattern.
+    pub pattern: String,
+    /// The chunks (`id`, `reference_tag`, `arch_tag`, `source_repo`, `file_path`,
+    /// `start_line`, `end_line`, `chunk_type`, `context`, `language`, `last_indexed`,
+    /// `snippet`), in a stable order.
+    #[schema(value_type = Vec<Object>)]
+    pub items: Vec<IndexedChunk>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// The indexed chunks of a project's pattern (of its example repositories), paged and
+/// filterable.
+#[utoipa::path(get, path = "/admin/api/v1/projects/{project}/patterns/{pattern}/chunks", tag = "patterns",
+    params(
+        ("project" = String, Path, description = "The project id"),
+        ("pattern" = String, Path, description = "The custom pattern's name"),
+        ChunkQuery,
+    ),
+    responses(
+        (status = 200, body = ChunkList),
+        (status = 400, description = "a bad `cursor` or `limit`", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, description = "no such project, pattern, or example of the pattern", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "no memory service", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn pattern_chunks(
+    State(s): State<AdminState>,
+    ApiPath((project, pattern)): ApiPath<(String, String)>,
+    ApiQuery(q): ApiQuery<ChunkQuery>,
+) -> Result<axum::Json<ChunkList>, ApiError> {
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    if limit == 0 || limit > bridle_memory::patterns::MAX_CHUNK_PAGE {
+        return Err(ApiError::BadQuery(format!(
+            "`limit` must be between 1 and {}",
+            bridle_memory::patterns::MAX_CHUNK_PAGE
+        )));
+    }
+    let start =
+        match q.cursor.as_deref().filter(|c| !c.is_empty()) {
+            None => None,
+            Some(c) => Some(decode_cursor::<u64>(c).ok_or_else(|| {
+                ApiError::BadQuery("`cursor` is not one this API returned".into())
+            })?),
+        };
+    let ctx = s.ctx.clone();
+    let p = project.clone();
+    let doc = blocking(move || Ok(ctx.store.load(&p)?.document)).await?;
+    let custom = doc
+        .patterns
+        .custom
+        .iter()
+        .find(|c| c.name == pattern)
+        .ok_or_else(|| unknown_pattern(&project, &pattern))?;
+    let mut tags: Vec<String> = custom
+        .example_repos
+        .iter()
+        .map(|r| r.reference_tag.clone())
+        .collect();
+    if let Some(tag) = q.tag.filter(|t| !t.is_empty()) {
+        if !tags.contains(&tag) {
+            return Err(unknown_example(&pattern, &tag));
+        }
+        tags = vec![tag];
+    }
+    let memory = memory_of(&s)?;
+    let mut list = ChunkList {
+        project,
+        pattern,
+        items: Vec::new(),
+        next_cursor: None,
+    };
+    // A pattern without examples has no chunks (an empty tag list would mean every example's).
+    if tags.is_empty() {
+        return Ok(axum::Json(list));
+    }
+    let filter = ChunkFilter {
+        arch_tag: None,
+        reference_tags: tags,
+        chunk_type: q.chunk_type.filter(|v| !v.is_empty()),
+        file_path: q.file.filter(|v| !v.is_empty()),
+    };
+    let page = memory.patterns.chunks(&filter, start, limit).await?;
+    list.items = page
+        .items
+        .into_iter()
+        .map(|mut c| {
+            c.source_repo = redact_url(&c.source_repo);
+            c
+        })
+        .collect();
+    list.next_cursor = page.next.map(|n| encode_cursor(&n));
+    Ok(axum::Json(list))
 }

@@ -180,11 +180,13 @@ where
     })
 }
 
-fn encode_cursor(key: &impl Display) -> String {
+/// A list key as an opaque cursor.
+pub(crate) fn encode_cursor(key: &impl Display) -> String {
     URL_SAFE_NO_PAD.encode(key.to_string())
 }
 
-fn decode_cursor<K: FromStr>(cursor: &str) -> Option<K> {
+/// The key of a cursor [`encode_cursor`] made; `None` for anything else.
+pub(crate) fn decode_cursor<K: FromStr>(cursor: &str) -> Option<K> {
     let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
     String::from_utf8(bytes).ok()?.parse().ok()
 }

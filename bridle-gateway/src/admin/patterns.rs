@@ -1,9 +1,12 @@
 //! A project's patterns and their example repositories over the API: list them, add and remove
-//! a custom pattern or an example repository. Indexing one is in [`super::index_runs`].
+//! a custom pattern or an example repository, change a pattern's description. Indexing one is
+//! in [`super::index_runs`]; browsing its indexed chunks in [`super::memory`].
 //!
 //! Every change is an edit of the project's rules document through the rules store's normal
 //! path (a new revision and a history entry under the admin's actor) and a `pattern_change`
-//! entry of the audit log. An example that is being indexed (by the API or the
+//! entry of the audit log. A description is changed against the revision the admin read
+//! (`base_revision`): when someone saved since, it is refused with 409 `revision_conflict` and
+//! the current revision, as a whole-document edit is. An example that is being indexed (by the API or the
 //! `refresh_pattern_example` tool: one registry of runs) cannot be removed until its run ends
 //! (409 `index_running`); the list says which examples are indexing and by which run.
 
@@ -34,7 +37,7 @@ pub(crate) fn routes() -> Router<AdminState> {
         )
         .route(
             &path("/projects/{project}/patterns/{pattern}"),
-            delete(remove_pattern),
+            delete(remove_pattern).patch(change_pattern),
         )
         .route(
             &path("/projects/{project}/patterns/{pattern}/examples"),
@@ -113,6 +116,16 @@ pub struct NewExample {
     pub arch_tag: Option<String>,
 }
 
+/// A pattern's new description, against the revision it was read at.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PatternChange {
+    /// The document's revision the change starts from; a stale one is refused with 409.
+    pub base_revision: u64,
+    /// The new description (may be empty).
+    pub description: String,
+}
+
 /// The document's revision after a change.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct PatternsChanged {
@@ -155,7 +168,7 @@ fn view(doc: &RulesDocument, project: &str, runs: &IndexRuns) -> PatternList {
     }
 }
 
-fn unknown_pattern(project: &str, pattern: &str) -> ApiError {
+pub(super) fn unknown_pattern(project: &str, pattern: &str) -> ApiError {
     ApiError::NotFound {
         code: "unknown_pattern",
         detail: format!("project `{project}` has no custom pattern `{pattern}`"),
@@ -289,6 +302,58 @@ pub async fn add_pattern(
             chunks_removed: 0,
         }),
     ))
+}
+
+/// Changes a custom pattern's description, against `base_revision`.
+#[utoipa::path(patch, path = "/admin/api/v1/projects/{project}/patterns/{pattern}", tag = "patterns",
+    params(
+        ("project" = String, Path, description = "The project id"),
+        ("pattern" = String, Path, description = "The custom pattern's name"),
+    ),
+    request_body = PatternChange,
+    responses(
+        (status = 200, body = PatternsChanged),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "stale base revision; `current_revision` says the current one", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn change_pattern(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath((project, pattern)): ApiPath<(String, String)>,
+    ApiJson(body): ApiJson<PatternChange>,
+) -> Result<axum::Json<PatternsChanged>, ApiError> {
+    let ctx = s.ctx.clone();
+    let p = project.clone();
+    let revision = blocking(move || {
+        // The store refuses the save when the document moved past `base_revision`.
+        let mut doc = ctx.store.load(&p)?.document;
+        pattern_mut(&mut doc, &p, &pattern)?.description = body.description.trim().to_string();
+        let summary = format!("pattern `{pattern}` description changed");
+        let revision =
+            ctx.store
+                .save_edit(&p, &doc, body.base_revision, &admin.actor(), &summary)?;
+        let entry = admin
+            .entry(Kind::PatternChange)
+            .project(&p)
+            .subject(summary)
+            .change(Change::revisions(
+                body.base_revision.to_string(),
+                revision.to_string(),
+            ));
+        record(&ctx, entry, "the change")?;
+        Ok(revision)
+    })
+    .await?;
+    Ok(axum::Json(PatternsChanged {
+        project,
+        revision,
+        chunks_removed: 0,
+    }))
 }
 
 /// Removes a custom pattern and its example repositories (their indexed chunks too, unless

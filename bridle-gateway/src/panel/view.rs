@@ -47,6 +47,14 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../panel-assets/templates/project_conflict.html"),
     ),
     (
+        "pattern_chunks.html",
+        include_str!("../../panel-assets/templates/pattern_chunks.html"),
+    ),
+    (
+        "pattern_conflict.html",
+        include_str!("../../panel-assets/templates/pattern_conflict.html"),
+    ),
+    (
         "queue.html",
         include_str!("../../panel-assets/templates/queue.html"),
     ),

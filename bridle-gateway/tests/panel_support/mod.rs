@@ -4,6 +4,9 @@
 
 #![allow(dead_code)] // Each test file uses part of the harness.
 
+pub mod browser;
+pub mod live;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -17,6 +17,7 @@ use super::view::{Page, PanelError, chrome};
 
 pub(crate) mod agents;
 pub(crate) mod audit;
+pub(crate) mod chunks;
 pub(crate) mod guardrails;
 pub(crate) mod integrations;
 pub(crate) mod live;
@@ -86,6 +87,11 @@ pub(crate) fn routes() -> Router<Panel> {
             "/patterns/{project}/{pattern}/remove",
             post(patterns::remove_pattern),
         )
+        .route(
+            "/patterns/{project}/{pattern}/description",
+            post(patterns::change_description),
+        )
+        .route("/patterns/{project}/{pattern}/chunks", get(chunks::list))
         .route(
             "/patterns/{project}/{pattern}/examples",
             post(patterns::add_example),
@@ -231,6 +237,7 @@ impl Notice {
             },
             "pattern_added" => "Pattern added.".to_string(),
             "pattern_removed" => "Pattern removed, with its examples.".to_string(),
+            "description_changed" => "Description saved.".to_string(),
             "example_added" => "Example added. Re-index it to make it searchable.".to_string(),
             "example_removed" => "Example removed, with its indexed chunks.".to_string(),
             "index_started" => "Re-index started; its progress is shown below.".to_string(),

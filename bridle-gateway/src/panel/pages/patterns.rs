@@ -1,7 +1,10 @@
 //! Patterns and example repositories: every project's custom patterns with their examples and
 //! when each was last indexed; adding and removing a pattern or an example (a removal asks in a
-//! native `<dialog>` for the name to be typed, checked again here); and re-indexing an example
-//! with a live progress bar.
+//! native `<dialog>` for the name to be typed, checked again here); changing a pattern's
+//! description against the revision the page showed (when someone saved since, the conflict
+//! page shows both descriptions and offers the admin's again, based on the new revision); and
+//! re-indexing an example with a live progress bar. Each pattern links to its indexed chunks
+//! ([`super::chunks`]).
 //!
 //! A re-index is the admin API's `POST …/index-runs`; the page then follows the run through
 //! `GET /patterns/runs/{id}/events`, which reads the API's `GET /index-runs/{id}/events` in
@@ -14,7 +17,7 @@
 use std::convert::Infallible;
 
 use axum::extract::{Extension, Path, Query, State};
-use axum::http::{HeaderMap, Method};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -123,6 +126,20 @@ struct ExampleBody {
     arch_tag: Option<String>,
 }
 
+/// The description form.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct DescriptionForm {
+    base_revision: u64,
+    description: String,
+}
+
+#[derive(Debug, Serialize)]
+struct DescriptionBody<'a> {
+    base_revision: u64,
+    description: &'a str,
+}
+
 /// A removal's confirmation.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -159,6 +176,77 @@ pub(crate) async fn add_pattern(
         "pattern_added",
         &format!("pattern-{project}-{}", body.name),
     ))
+}
+
+/// `POST /patterns/{project}/{pattern}/description`: changes a pattern's description, based on
+/// the revision the form was drawn at; a stale one shows the conflict.
+pub(crate) async fn change_description(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    Path((project, pattern)): Path<(String, String)>,
+    PanelForm(form): PanelForm<DescriptionForm>,
+) -> Result<Response, PanelError> {
+    let mine = form.description.trim();
+    let (p, c) = (seg(&project), seg(&pattern));
+    let body = DescriptionBody {
+        base_revision: form.base_revision,
+        description: mine,
+    };
+    match panel
+        .api
+        .call::<Value>(
+            &who,
+            Method::PATCH,
+            &format!("/projects/{p}/patterns/{c}"),
+            &body,
+        )
+        .await
+    {
+        Ok(_) => Ok(back(
+            &panel,
+            "description_changed",
+            &format!("pattern-{project}-{pattern}"),
+        )),
+        Err(problem) if problem.code == "revision_conflict" => {
+            let now: PatternList = panel
+                .api
+                .get(&who, &format!("/projects/{p}/patterns"))
+                .await?;
+            let current = now
+                .custom
+                .iter()
+                .find(|x| x.name == pattern)
+                .map(|x| x.description.clone())
+                .ok_or_else(|| {
+                    PanelError::Api(crate::panel::api::Problem {
+                        status: StatusCode::NOT_FOUND.as_u16(),
+                        code: "unknown_pattern".into(),
+                        detail: format!(
+                            "project `{project}` no longer has a pattern `{pattern}`; nothing was saved"
+                        ),
+                        errors: Vec::new(),
+                        current_revision: Some(now.revision),
+                    })
+                })?;
+            Ok(panel
+                .page_with_status(
+                    &who,
+                    StatusCode::CONFLICT,
+                    "pattern_conflict.html",
+                    "patterns",
+                    context! {
+                        project => project,
+                        pattern => pattern,
+                        base_revision => form.base_revision,
+                        revision => now.revision,
+                        current => current,
+                        mine => mine,
+                    },
+                )?
+                .into_response())
+        }
+        Err(problem) => Err(problem.into()),
+    }
 }
 
 /// `POST /patterns/{project}/{pattern}/remove`: removes a pattern, once its name was typed.

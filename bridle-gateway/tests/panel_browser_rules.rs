@@ -1,0 +1,113 @@
+//! The web panel in a real browser, editing a project's rules: an edit reviewed as a diff,
+//! saved against a stale revision, shown as a conflict and resolved.
+//!
+//! The harness (Chromium through WebDriver) is `panel_support::browser`; these tests fail,
+//! saying so, when Chromium or its driver is missing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on any unexpected error.
+
+mod panel_support;
+
+use fantoccini::Locator;
+use panel_support::browser::{ONE_BROWSER, Session};
+use panel_support::{ALICE, BOB};
+use serde_json::json;
+
+#[tokio::test]
+async fn a_stale_edit_shows_the_conflict_and_is_resolved() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = Session::start(false).await;
+    s.login(ALICE).await;
+    let store = &s.served.fixture.ctx.store;
+    let base = s.served.fixture.revision();
+
+    s.browser
+        .goto(&s.url("/panel/projects/demo"))
+        .await
+        .unwrap();
+    let original = s
+        .wait_for("#yaml")
+        .await
+        .prop("value")
+        .await
+        .unwrap()
+        .unwrap();
+    let mine = original.replacen("name: Demo", "name: Demo from the browser", 1);
+    assert_ne!(mine, original);
+    s.set_value("yaml", &mine).await;
+    s.browser
+        .find(Locator::Id("summary"))
+        .await
+        .unwrap()
+        .send_keys("rename in the browser")
+        .await
+        .unwrap();
+    s.browser
+        .find(Locator::Id("review"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let added = s.wait_for(".diff .d-add").await.text().await.unwrap();
+    assert!(added.contains("Demo from the browser"), "{added}");
+
+    // Meanwhile Bob saves through the admin API.
+    let http = reqwest::Client::new();
+    let mut theirs = store.load("demo").unwrap().document;
+    theirs.project.overview = "Bob's overview.".into();
+    let bob_yaml = bridle_rules::to_yaml(&theirs).unwrap();
+    let r = http
+        .put(s.url("/admin/api/v1/projects/demo"))
+        .bearer_auth(BOB)
+        .json(&json!({ "base_revision": base, "yaml": bob_yaml, "summary": "bob" }))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{:?}", r.text().await);
+    let bobs = base + 1;
+
+    // Saving the reviewed edit now meets the conflict view.
+    s.browser
+        .find(Locator::Id("save"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let current = s.wait_for("#current-revision").await.text().await.unwrap();
+    assert_eq!(current, bobs.to_string());
+    let page = s.body_text().await;
+    assert!(page.contains("Someone else saved demo first"), "{page}");
+    assert!(page.contains("Bob's overview."), "what Bob changed: {page}");
+    assert!(
+        page.contains("Demo from the browser"),
+        "what the edit changes: {page}"
+    );
+    assert_eq!(
+        s.served.fixture.revision(),
+        bobs,
+        "nothing of alice's was saved"
+    );
+
+    // Resolve: keep Bob's overview and the rename, review against Bob's revision, save.
+    let merged = bridle_rules::to_yaml(&store.load("demo").unwrap().document)
+        .unwrap()
+        .replacen("name: Demo", "name: Demo from the browser", 1);
+    s.set_value("yaml", &merged).await;
+    s.browser
+        .find(Locator::Id("review"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    s.wait_for("#save").await.click().await.unwrap();
+    let notice = s.wait_for(".notice").await.text().await.unwrap();
+    assert_eq!(notice, format!("Saved (revision {}).", bobs + 1));
+    let now = store.load("demo").unwrap().document;
+    assert_eq!(now.project.name, "Demo from the browser");
+    assert_eq!(now.project.overview, "Bob's overview.");
+    assert_eq!(now.revision, bobs + 1);
+    s.stop().await;
+}

@@ -1,0 +1,296 @@
+//! The browser half of the panel's test harness: Debian's Chromium driven through WebDriver
+//! (`chromedriver`, started on a free loopback port) with `fantoccini`, against the panel
+//! served on loopback as `bridle serve` serves it, and the small steps the flows share.
+//!
+//! The browser tests need `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's `chromium`
+//! and `chromium-driver`; `scripts/install-tools.sh` installs them). Without them they fail,
+//! saying so: a browser test that passes without a browser would prove nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+use super::{Fixture, Served, panel_config};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// One browser at a time: the machine has two cores and each Chromium wants them.
+pub static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A chromedriver process on a free loopback port, killed when dropped.
+pub struct Driver {
+    child: tokio::process::Child,
+    url: String,
+}
+
+impl Driver {
+    pub async fn start() -> Self {
+        for binary in [CHROMIUM, CHROMEDRIVER] {
+            assert!(
+                Path::new(binary).exists(),
+                "{binary} is missing: the panel's browser tests need Debian's `chromium` and \
+                 `chromium-driver` (run scripts/install-tools.sh, or apt-get install chromium chromium-driver)"
+            );
+        }
+        let port = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap().port()
+        };
+        let child = tokio::process::Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .arg("--allowed-ips=127.0.0.1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            // Its own process group, so the browsers it starts end with it (see Drop).
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromedriver starts");
+        let url = format!("http://127.0.0.1:{port}");
+        // Ready when its status endpoint answers `ready: true` (polled with a deadline).
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(r) = http.get(format!("{url}/status")).send().await
+                && let Ok(v) = r.json::<Value>().await
+                && v["value"]["ready"] == true
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver did not become ready"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Self { child, url }
+    }
+
+    /// A fresh headless Chromium with its own profile, in the light or the dark theme.
+    pub async fn browser(&self, profile: &Path, dark: bool) -> Client {
+        let mut args = vec![
+            "--headless".to_string(),
+            "--no-sandbox".into(),
+            "--disable-gpu".into(),
+            "--disable-quic".into(),
+            "--no-first-run".into(),
+            "--disable-background-networking".into(),
+            "--disable-component-update".into(),
+            "--disable-sync".into(),
+            "--disable-dev-shm-usage".into(),
+            "--window-size=1280,1100".into(),
+            format!("--user-data-dir={}", profile.display()),
+        ];
+        if dark {
+            args.push("--force-dark-mode".into());
+            args.push("--blink-settings=preferredColorScheme=0".into());
+        } else {
+            args.push("--blink-settings=preferredColorScheme=1".into());
+        }
+        let caps = json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": { "binary": CHROMIUM, "args": args },
+        });
+        let Value::Object(caps) = caps else {
+            unreachable!("a JSON object literal")
+        };
+        ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&self.url)
+            .await
+            .expect("a Chromium session")
+    }
+
+    pub async fn stop(self) {
+        // Drop ends the driver and its browsers.
+    }
+}
+
+impl Drop for Driver {
+    /// Ends chromedriver's whole process group, the Chromium it started included, also when a
+    /// test fails half-way (the session is then never closed).
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// A headless Chromium under its own chromedriver, pointed at one panel (`base` is its
+/// origin), with the steps a flow takes in it.
+pub struct Browser {
+    pub driver: Driver,
+    pub browser: Client,
+    base: String,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    /// A fresh driver and browser (own profile) for the panel at `base`, in the light or the
+    /// dark theme.
+    pub async fn open(base: String, dark: bool) -> Self {
+        let driver = Driver::start().await;
+        let profile = tempfile::tempdir().unwrap();
+        let browser = driver.browser(profile.path(), dark).await;
+        Self {
+            driver,
+            browser,
+            base,
+            _profile: profile,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn login(&self, token: &str) {
+        let b = &self.browser;
+        // On the log-in page already (sent there by the panel), or go to it.
+        if b.find(Locator::Id("token")).await.is_err() {
+            b.goto(&self.url("/panel/login")).await.unwrap();
+        }
+        b.find(Locator::Id("token"))
+            .await
+            .unwrap()
+            .send_keys(token)
+            .await
+            .unwrap();
+        b.find(Locator::Id("login"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        b.wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(Locator::Id("logout"))
+            .await
+            .expect("signed in");
+    }
+
+    pub async fn wait_for(&self, css: &str) -> fantoccini::elements::Element {
+        self.browser
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no `{css}` appeared: {e}"))
+    }
+
+    pub async fn body_text(&self) -> String {
+        self.browser
+            .find(Locator::Css("body"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Replaces a textarea's text as a person's edit would end up (typing a whole document key
+    /// by key is slow and tests nothing more).
+    pub async fn set_value(&self, id: &str, text: &str) {
+        self.browser
+            .execute(
+                "document.getElementById(arguments[0]).value = arguments[1];",
+                vec![json!(id), json!(text)],
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Ends the browser session, then the driver with its browsers.
+    pub async fn close(self) {
+        let _ = self.browser.close().await;
+        self.driver.stop().await;
+    }
+}
+
+/// Everything one browser test of a served panel needs, stopped in order at the end; the
+/// browser's steps are [`Browser`]'s.
+pub struct Session {
+    pub served: Served,
+    tab: Browser,
+}
+
+impl std::ops::Deref for Session {
+    type Target = Browser;
+
+    fn deref(&self) -> &Browser {
+        &self.tab
+    }
+}
+
+impl Session {
+    pub async fn start(dark: bool) -> Self {
+        Self::start_on(dark, Fixture::new().await).await
+    }
+
+    pub async fn start_on(dark: bool, fixture: Fixture) -> Self {
+        let served = Served::start_on(panel_config(), fixture).await;
+        let tab = Browser::open(served.url(""), dark).await;
+        Self { served, tab }
+    }
+
+    pub async fn stop(self) {
+        self.tab.close().await;
+        self.served.stop().await;
+    }
+}
+
+pub fn screenshot_dir(theme: &str) -> PathBuf {
+    // CARGO_TARGET_TMPDIR is `<target dir>/tmp`.
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("target"));
+    let dir = target.join("panel-screenshots").join(theme);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Opens every `<details>` on the page (the add forms), as a click on each summary would.
+pub async fn open_details(s: &Browser) {
+    s.browser
+        .execute(
+            "document.querySelectorAll('details').forEach(d => d.open = true);",
+            vec![],
+        )
+        .await
+        .unwrap();
+}
+
+pub async fn type_into(s: &Browser, id: &str, text: &str) {
+    s.browser
+        .find(Locator::Id(id))
+        .await
+        .unwrap()
+        .send_keys(text)
+        .await
+        .unwrap();
+}
+
+pub async fn click(s: &Browser, id: &str) {
+    s.browser
+        .find(Locator::Id(id))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+pub async fn shoot(s: &Browser, dir: &Path, name: &str) {
+    let png = s.browser.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "{name} is a PNG");
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
