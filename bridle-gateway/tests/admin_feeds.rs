@@ -113,6 +113,15 @@ impl Running {
     }
 }
 
+/// An admin GET that must answer 200, decoded.
+async fn get_ok(http: &reqwest::Client, url: String) -> Value {
+    json(
+        http.get(url).bearer_auth(ADMIN).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await
+}
+
 async fn json(resp: reqwest::Response, status: StatusCode) -> Value {
     assert_eq!(resp.status(), status);
     resp.json().await.unwrap()
@@ -129,15 +138,7 @@ async fn a_run_on_demand_queues_vendor_proposals_and_reports_each_failure() {
     .await;
     let http = reqwest::Client::new();
 
-    let feed = json(
-        http.get(format!("{}/vendor-feed", gw.admin))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let feed = get_ok(&http, format!("{}/vendor-feed", gw.admin)).await;
     assert_eq!(feed["sources"].as_array().unwrap().len(), 2, "{feed}");
     assert_eq!(feed["sources"][0]["agent"], "codex");
     assert_eq!(feed["projects"], serde_json::json!(["demo", "nope"]));
@@ -171,25 +172,9 @@ async fn a_run_on_demand_queues_vendor_proposals_and_reports_each_failure() {
 
     // The proposals wait in the queue as vendor proposals, and the audit log has them as
     // `vendor` entries with their source.
-    let queue = json(
-        http.get(format!("{}/queue?project=demo", gw.admin))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let queue = get_ok(&http, format!("{}/queue?project=demo", gw.admin)).await;
     assert_eq!(queue["items"].as_array().unwrap().len(), 2, "{queue}");
-    let audit = json(
-        http.get(format!("{}/audit?source=vendor", gw.admin))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let audit = get_ok(&http, format!("{}/audit?source=vendor", gw.admin)).await;
     let entries = audit["items"].as_array().unwrap();
     assert_eq!(entries.len(), 2, "{audit}");
     assert!(
@@ -311,25 +296,13 @@ async fn a_one_off_page_read_queues_vendor_proposals_without_a_configured_feed()
 
     // The proposals are vendor proposals with the page as their source, in the queue and in
     // the audit log.
-    let queue = json(
-        http.get(format!("{}/queue?project=demo&source=vendor", gw.admin))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
+    let queue = get_ok(
+        &http,
+        format!("{}/queue?project=demo&source=vendor", gw.admin),
     )
     .await;
     assert_eq!(queue["items"].as_array().unwrap().len(), 2, "{queue}");
-    let audit = json(
-        http.get(format!("{}/audit?source=vendor", gw.admin))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let audit = get_ok(&http, format!("{}/audit?source=vendor", gw.admin)).await;
     let entries = audit["items"].as_array().unwrap();
     assert_eq!(entries.len(), 2, "{audit}");
     assert!(
@@ -410,15 +383,7 @@ async fn a_one_off_page_read_queues_vendor_proposals_without_a_configured_feed()
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
-    let after = json(
-        http.get(format!("{}/queue?project=demo&status=all", gw.admin))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let after = get_ok(&http, format!("{}/queue?project=demo&status=all", gw.admin)).await;
     assert_eq!(
         after["items"].as_array().unwrap().len(),
         2,
@@ -455,13 +420,9 @@ async fn an_old_document_is_upgraded_and_its_profile_suggestions_queued() {
     .await;
     assert_eq!(again["queued"], serde_json::json!([]), "{again}");
     assert_eq!(again["skipped"], 1, "{again}");
-    let audit = json(
-        http.get(format!("{}/audit?source=vendor&project=shop", gw.admin))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
+    let audit = get_ok(
+        &http,
+        format!("{}/audit?source=vendor&project=shop", gw.admin),
     )
     .await;
     assert_eq!(audit["items"].as_array().unwrap().len(), 1, "{audit}");
@@ -486,28 +447,16 @@ async fn an_old_document_is_upgraded_and_its_profile_suggestions_queued() {
         .unwrap();
     assert!(doc.starts_with("schema_version: 2\nrevision: 1\n"), "{doc}");
     // The history and the audit log both name the admin and the migration.
-    let history = json(
-        http.get(format!("{}/projects/shop/history", gw.admin))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
+    let history = get_ok(&http, format!("{}/projects/shop/history", gw.admin)).await;
     let last = history["items"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(
         last["summary"], "migrate from schema_version 1",
         "{history}"
     );
     assert_eq!(last["actor"], "admin:alice@api", "{history}");
-    let audit = json(
-        http.get(format!("{}/audit?kind=rules_change&project=shop", gw.admin))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
+    let audit = get_ok(
+        &http,
+        format!("{}/audit?kind=rules_change&project=shop", gw.admin),
     )
     .await;
     let entries = audit["items"].as_array().unwrap();
