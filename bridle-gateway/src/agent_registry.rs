@@ -99,6 +99,12 @@ impl AgentRegistry {
         self.read().get(name).cloned()
     }
 
+    /// Reads one agent in place, without copying it: for checks made on every listing and
+    /// call. `None` when there is no such agent.
+    pub fn inspect<R>(&self, name: &str, f: impl FnOnce(&AgentConfig) -> R) -> Option<R> {
+        self.read().get(name).map(f)
+    }
+
     /// Every agent, by name.
     pub fn all(&self) -> BTreeMap<String, AgentConfig> {
         self.read().clone()

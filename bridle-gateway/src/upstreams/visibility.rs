@@ -33,11 +33,12 @@ pub(crate) struct UpstreamVisibility {
 impl UpstreamVisibility {
     /// Whether the configured agent `agent` may know of the tools of `route`.
     fn shows(&self, route: &Route, agent: &str) -> bool {
-        let Some(config) = self.gw.agent(agent) else {
-            // Not a configured agent: it may use no project, so it learns of no upstream.
-            return false;
-        };
-        route.serves_any(|p| config.may_use(p))
+        // Read in place: this runs for every upstream tool of every listing and call. An agent
+        // that is not configured may use no project, so it learns of no upstream.
+        self.gw
+            .agents
+            .inspect(agent, |config| route.serves_any(|p| config.may_use(p)))
+            .unwrap_or(false)
     }
 }
 
