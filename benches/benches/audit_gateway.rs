@@ -12,6 +12,11 @@
 //!   directory laid out on defaults, per-agent bearer auth, live grants, the session registry)
 //!   answering `list_projects` over loopback HTTP, with `audit.enabled: false` and with the audit
 //!   log on (the default): the configuration choice an operator makes.
+//! - `http_paired` and `gateway_paired` (printed, not criterion groups): the same two pairs
+//!   measured interleaved, in rounds of 200 calls that alternate off and on (and which goes
+//!   first), so a change of the machine's load reaches both sides alike. The figure is the
+//!   median of the rounds' on/off ratios; the groups above run one side after the other, and on
+//!   a shared machine their ratio also carries the load's drift between the two.
 //!
 //! The database lives in a temporary directory; the writer thread shares the machine's cores with
 //! the measured loop, as it does in the gateway.
@@ -128,6 +133,11 @@ fn bench_http(c: &mut Criterion, dir: &std::path::Path) {
         });
     }
     g.finish();
+    let connect = |addr| {
+        rt.block_on(Client::connect(addr, "/mcp", STATELESS, false))
+            .expect("connect")
+    };
+    paired(&rt, "http", connect(off_addr), connect(on_addr), &echo);
     stop.cancel();
     report(&log, "http");
 }
@@ -187,19 +197,79 @@ fn bench_gateway(c: &mut Criterion, dir: &std::path::Path) {
     });
     let list = ToolCall::new("list_projects", json!({}), "demo");
     let mut g = c.benchmark_group("audit_gateway/gateway");
-    for (name, addr, token) in [("off", off_addr, off_token), ("on", on_addr, on_token)] {
-        let mut client = rt
-            .block_on(Client::connect(addr, "/mcp", STATELESS, false))
+    let connect = |addr, token: &str| {
+        rt.block_on(Client::connect(addr, "/mcp", STATELESS, false))
             .expect("connect")
-            .with_bearer(token);
+            .with_bearer(token.to_string())
+    };
+    for (name, addr, token) in [("off", off_addr, &off_token), ("on", on_addr, &on_token)] {
+        let mut client = connect(addr, token);
         g.bench_function(name, |b| {
             b.iter(|| rt.block_on(client.call(&list)).expect("tools/call"))
         });
     }
     g.finish();
+    paired(
+        &rt,
+        "gateway",
+        connect(off_addr, &off_token),
+        connect(on_addr, &on_token),
+        &list,
+    );
     stop.cancel();
     report(&log.expect("the audit log is on"), "gateway");
 }
+
+/// Rounds of [`PAIRED_CALLS`] calls, alternating the off and on clients (and which goes first):
+/// the interleaved twin of a criterion pair. Prints each side's median per call and the median
+/// of the per-round ratios.
+fn paired(
+    rt: &tokio::runtime::Runtime,
+    name: &str,
+    mut off: Client,
+    mut on: Client,
+    call: &ToolCall,
+) {
+    const ROUNDS: usize = 30;
+    let time = |client: &mut Client| {
+        let start = std::time::Instant::now();
+        for _ in 0..PAIRED_CALLS {
+            rt.block_on(client.call(call)).expect("tools/call");
+        }
+        start.elapsed().as_secs_f64() * 1e6 / PAIRED_CALLS as f64
+    };
+    // Warm both: connections, caches, the writer thread.
+    time(&mut off);
+    time(&mut on);
+    let (mut offs, mut ons, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let (a, b) = if round % 2 == 0 {
+            let a = time(&mut off);
+            (a, time(&mut on))
+        } else {
+            let b = time(&mut on);
+            (time(&mut off), b)
+        };
+        offs.push(a);
+        ons.push(b);
+        ratios.push(b / a);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "audit_gateway/{name}_paired: off {:.1} us, on {:.1} us per call (medians of {ROUNDS} rounds of {PAIRED_CALLS}); on/off ratio median {:.3}, range [{:.3}, {:.3}]",
+        median(&mut offs),
+        median(&mut ons),
+        median(&mut ratios),
+        ratios[0],
+        ratios[ratios.len() - 1],
+    );
+}
+
+/// Calls per round of [`paired`].
+const PAIRED_CALLS: usize = 200;
 
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -347,3 +347,62 @@ async fn an_upstreams_projects_change_at_run_time_and_refusals_leave_the_file_al
     gw.stop().await;
     upstream.cancel();
 }
+
+/// The other side of the mapping: the agent's own projects changed (`PATCH /agents/{name}`)
+/// while its session is open. Its session is told its list changed, as for a remapped upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_projects_changed_at_run_time_tell_its_session() {
+    let (url, upstream) = whoami_upstream::start().await;
+    let gw = Gw::start_with_yaml(
+        &format!("upstreams:\n  tickets:\n    http: {{url: '{url}'}}\n    projects: [demo]\n"),
+        |b| b,
+    )
+    .await;
+    let demo = gw.ctx.store.load("demo").unwrap().document;
+    let mut edited = granting_tickets_reads();
+    edited.revision = demo.revision;
+    gw.ctx
+        .store
+        .save_edit("demo", &edited, demo.revision, "test", "tickets reads")
+        .unwrap();
+    gw.ctx
+        .store
+        .create("ops", &granting_tickets_reads(), "test")
+        .unwrap();
+    let bot_token = gw
+        .all_agent_tokens()
+        .into_iter()
+        .find(|(a, _)| a == "bot")
+        .unwrap()
+        .1;
+    let (bot, mut bot_changed) = connect(&gw.mcp, &bot_token).await;
+    until_listed(&bot).await;
+
+    for (projects, listed) in [(json!(["ops"]), false), (json!(["demo"]), true)] {
+        while bot_changed.try_recv().is_ok() {}
+        let changed = json_ok(
+            gw.patch("/agents/bot")
+                .json(&json!({"projects": projects}))
+                .send()
+                .await
+                .unwrap(),
+            StatusCode::OK,
+        )
+        .await;
+        assert_eq!(changed["projects"], projects, "{changed}");
+        tokio::time::timeout(Duration::from_secs(20), bot_changed.recv())
+            .await
+            .expect("bot's session is told its list changed")
+            .unwrap();
+        assert_eq!(lists(&bot).await, listed, "bot on {projects}");
+        if !listed {
+            let hidden = answer_of(&bot, TOOL).await;
+            assert_eq!(hidden, answer_of(&bot, "tickets__no_such_tool").await);
+        }
+    }
+    let r = call(&bot).await;
+    assert_ne!(r.is_error, Some(true), "bot on demo again: {r:?}");
+    bot.cancel().await.unwrap();
+    gw.stop().await;
+    upstream.cancel();
+}

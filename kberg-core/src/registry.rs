@@ -488,6 +488,18 @@ impl ToolRegistry {
             .map(|e| e.spec.clone())
     }
 
+    /// Whether `name` is a registered tool that `caller` may know of (its [`ToolVisibility`]
+    /// asked; no projection applied). `false` for an unknown name: a transport that must look
+    /// a tool up outside a call (rmcp's `Mcp-Param-*` header check) answers a hidden tool
+    /// exactly as it answers an unknown one.
+    pub fn visible_to(&self, name: &str, caller: &Caller) -> bool {
+        let catalog = self.state.current.load();
+        catalog
+            .tools
+            .get(name)
+            .is_some_and(|e| catalog.visible(e, caller))
+    }
+
     /// Whether a registered tool may run as a task (a lookup; nothing is cloned), and whether
     /// it gathers its input inside the call first ([`ToolSpec::task_after_input`]).
     pub fn task_support(&self, name: &str) -> Option<(TaskSupport, bool)> {

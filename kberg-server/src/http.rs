@@ -47,7 +47,7 @@ use crate::auth::{AuthError, Authenticator};
 use crate::config::HttpConfig;
 use crate::error::ServerError;
 use crate::guard;
-use crate::handler::{Authenticated, KbergHandler, Shared};
+use crate::handler::{Authenticated, KbergHandler, REQUEST_PRINCIPAL, Shared};
 use crate::limits::{StreamCounter, StreamPermit};
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -272,7 +272,22 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
     };
     req.extensions_mut()
         .insert(Authenticated(std::sync::Arc::clone(&principal)));
+    REQUEST_PRINCIPAL
+        .scope(
+            std::sync::Arc::clone(&principal),
+            route(g, req, next, principal),
+        )
+        .await
+}
 
+/// The guard after authentication, run with the request's principal in
+/// [`REQUEST_PRINCIPAL`]: session ownership, the stream and session limits, and the body checks.
+async fn route(
+    g: Arc<GuardState>,
+    req: Request,
+    next: Next,
+    principal: std::sync::Arc<kberg_core::Principal>,
+) -> Response {
     let session = req
         .headers()
         .get(SESSION_HEADER)

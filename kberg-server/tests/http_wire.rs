@@ -569,3 +569,69 @@ async fn tools_see_who_the_client_says_it_is_in_both_generations() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_hidden_tools_header_annotations_reveal_nothing() {
+    use kberg_core::{Caller, ToolSpec};
+    let s = start().await;
+    s.app
+        .tools()
+        .register(kberg_core::ToolBuilder::new("regional").raw_handler(
+            json!({"type": "object", "properties": {
+                "region": {"type": "string", "x-mcp-header": "Region"}}, "required": ["region"]}),
+            |_args, _ctx| async move { Ok(kberg_core::ToolOutput::text("ran")) },
+        ))
+        .expect("register");
+    s.app
+        .tools()
+        .set_tool_visibility(Some(std::sync::Arc::new(|t: &ToolSpec, c: &Caller| {
+            t.name != "regional" || c.principal().id == "writer"
+        })));
+    let call = |id: i64, name: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": name, "arguments": {"region": "eu"},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": PROTO_NEW,
+                "io.modelcontextprotocol/clientCapabilities": {}}}})
+        .to_string()
+    };
+    let headers = |name: &'static str| {
+        [
+            ("mcp-protocol-version", PROTO_NEW),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", name),
+        ]
+    };
+    // No Mcp-Param-Region header: the writer, who may know the tool, is told it is missing.
+    let writer = Raw::new(&s.url, Some(WRITER));
+    let r = writer
+        .post_with(call(1, "regional"), &headers("regional"))
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(r.text.contains("Mcp-Param-Region"), "{}", r.text);
+
+    // The reader, from whom it is hidden, gets word for word what a name that never existed
+    // gets: no header error, nothing that tells the tool is there.
+    let reader = Raw::new(&s.url, Some(READER));
+    let hidden = reader
+        .post_with(call(2, "regional"), &headers("regional"))
+        .await;
+    let unknown = reader
+        .post_with(call(2, "imaginary"), &headers("imaginary"))
+        .await;
+    assert_eq!(hidden.status, unknown.status, "{}", hidden.text);
+    assert_eq!(
+        hidden.text.replace("regional", "NAME"),
+        unknown.text.replace("imaginary", "NAME"),
+    );
+    assert!(!hidden.text.contains("Mcp-Param"), "{}", hidden.text);
+    // With the header a hidden tool is still not run.
+    let mut with_header = headers("regional").to_vec();
+    with_header.push(("mcp-param-region", "eu"));
+    let r = reader.post_with(call(3, "regional"), &with_header).await;
+    assert!(!r.text.contains("ran"), "{}", r.text);
+    // And the writer runs it once the header is right.
+    let r = writer.post_with(call(4, "regional"), &with_header).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.reply(4)["result"]["content"][0]["text"], "ran");
+}

@@ -537,6 +537,9 @@ pub async fn change(
         Ok(after)
     })
     .await?;
+    if let Some(integrations) = &s.integrations {
+        integrations.agent_changed();
+    }
     let tokens = tokens_of(&s, &name).await?;
     Ok(axum::Json(view(&s, &name, &after, tokens)))
 }

@@ -76,6 +76,10 @@ pub trait IntegrationStatus: Send + Sync + 'static {
         let _ = (namespace, projects);
         Err("these integrations' project mappings cannot be changed at run time".into())
     }
+
+    /// Tells the integrations that an agent's type or projects changed: what that agent may
+    /// know of (project-mapped tools) may differ, so connected clients are told to list afresh.
+    fn agent_changed(&self) {}
 }
 
 #[async_trait]
@@ -92,6 +96,10 @@ impl IntegrationStatus for UpstreamPool {
 
     fn set_projects(&self, namespace: &str, projects: Vec<String>) -> Result<Vec<String>, String> {
         UpstreamPool::set_projects(self, namespace, projects).map_err(|e| e.to_string())
+    }
+
+    fn agent_changed(&self) {
+        UpstreamPool::agent_changed(self);
     }
 }
 

@@ -220,6 +220,15 @@ impl UpstreamPool {
         Ok(before)
     }
 
+    /// Tells connected clients to list afresh after an agent's projects changed, when that can
+    /// change a listing: some upstream serves only some projects. Without a mapping every agent
+    /// sees every upstream's tools, and nothing is sent.
+    pub fn agent_changed(&self) {
+        if self.routes.values().any(|r| !r.projects().is_empty()) {
+            self.public.visibility_changed();
+        }
+    }
+
     /// Whether the upstream under `namespace` is enabled now.
     pub async fn is_enabled(&self, namespace: &str) -> bool {
         self.running.lock().await.contains_key(namespace)

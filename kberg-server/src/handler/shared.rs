@@ -2,6 +2,12 @@
 //! `initialize` and `server/discover` with, the per-principal call counter, the principal of a
 //! transport without per-request credentials, and the cache of tool descriptions rmcp asks for
 //! to check `Mcp-Param-*` headers. Built once per HTTP server or stdio connection.
+//!
+//! rmcp asks for a tool's description ([`HeaderSchemas::get`]) before the request reaches a
+//! handler, without the request. With an app's [`kberg_core::ToolVisibility`] the answer
+//! depends on who asks, so the HTTP layer runs each authenticated request inside
+//! [`REQUEST_PRINCIPAL`], and a tool hidden from that principal has no description: rmcp skips
+//! its header check, and the call answers as for an unknown tool, revealing nothing.
 
 use std::sync::Arc;
 
@@ -20,6 +26,12 @@ use crate::limits::CallCounter;
 /// extensions.
 #[derive(Debug, Clone)]
 pub(crate) struct Authenticated(pub(crate) Arc<Principal>);
+
+tokio::task_local! {
+    /// The principal of the HTTP request being served, for the lookups rmcp makes without the
+    /// request ([`HeaderSchemas::get`]). Set by the HTTP layer around the whole request.
+    pub(crate) static REQUEST_PRINCIPAL: Arc<Principal>;
+}
 
 /// Tool descriptions rmcp asks for on every 2026-07-28 `tools/call` (to check `Mcp-Param-*`
 /// headers against `x-mcp-header` annotations). Only tools whose schema has such annotations
@@ -59,7 +71,7 @@ impl HeaderSchemas {
             if c.0 == version
                 && let Some(t) = c.1.get(name)
             {
-                return t.clone();
+                return t.clone().filter(|_| Self::visible(app, name));
             }
         }
         // Unknown names are not cached (the map stays bounded by the registry).
@@ -71,7 +83,19 @@ impl HeaderSchemas {
             c.1.clear();
         }
         c.1.insert(name.to_string(), tool.clone());
-        tool
+        drop(c);
+        tool.filter(|_| Self::visible(app, name))
+    }
+
+    /// Whether the principal of the request being served may know of `name`. A lookup outside
+    /// any request (no principal) is refused, so a hidden tool can never be described.
+    fn visible(app: &McpApp, name: &str) -> bool {
+        REQUEST_PRINCIPAL
+            .try_with(|p| {
+                app.tools()
+                    .visible_to(name, &kberg_core::Caller::new(Arc::clone(p)))
+            })
+            .unwrap_or(false)
     }
 }
 
