@@ -258,7 +258,7 @@ fn paired(
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    println!(
+    eprintln!(
         "audit_gateway/{name}_paired: off {:.1} us, on {:.1} us per call (medians of {ROUNDS} rounds of {PAIRED_CALLS}); on/off ratio median {:.3}, range [{:.3}, {:.3}]",
         median(&mut offs),
         median(&mut ons),
