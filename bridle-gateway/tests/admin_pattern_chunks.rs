@@ -457,7 +457,7 @@ async fn a_description_is_changed_against_its_base_revision_and_a_stale_one_is_r
     for body in [
         json!({ "description": "x" }),
         json!({ "base_revision": "one", "description": "x" }),
-        json!({ "base_revision": now, "description": "x", "name": "other" }),
+        json!({ "base_revision": now, "description": "x", "title": "other" }),
     ] {
         problem(
             gw.patch("/projects/demo/patterns/retry")

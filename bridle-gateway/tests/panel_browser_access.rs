@@ -9,7 +9,6 @@
 
 mod panel_support;
 
-use fantoccini::Locator;
 use panel_support::ALICE;
 use panel_support::browser::{ONE_BROWSER, Session};
 use serde_json::json;
@@ -22,70 +21,34 @@ async fn log_in_approve_a_proposal_and_log_out() {
     let other = s.served.fixture.propose_guardrail("stays-pending");
 
     // Refused before log-in: the queue sends the browser to the log-in page.
-    s.browser.goto(&s.url("/panel/queue")).await.unwrap();
-    s.wait_for("#token").await;
+    s.visit("/panel/queue", "#token").await;
     s.login(ALICE).await;
     // The log-in came back to the page asked for.
-    assert!(
-        s.browser
-            .current_url()
-            .await
-            .unwrap()
-            .path()
-            .ends_with("/panel/queue")
-    );
+    assert!(s.path().await.ends_with("/panel/queue"));
 
     // Approve with htmx: the row is replaced in place by its decision.
-    s.wait_for(&format!("#approve-{id}"))
-        .await
-        .click()
-        .await
-        .unwrap();
-    let decided = s.wait_for(&format!("#proposal-{id} .decision")).await;
-    let text = decided.text().await.unwrap();
+    s.click_when(&format!("#approve-{id}")).await;
+    let text = s.text_of(&format!("#proposal-{id} .decision")).await;
     assert!(text.contains("approved"), "{text}");
     assert!(text.contains("admin:alice@panel"), "{text}");
     assert_eq!(s.served.fixture.proposal_status(id), "approved");
 
     // Reloaded, the pending queue no longer has it; the other one is still there.
-    s.browser.goto(&s.url("/panel/queue")).await.unwrap();
-    s.wait_for(&format!("#proposal-{other}")).await;
+    s.visit("/panel/queue", &format!("#proposal-{other}")).await;
     assert!(
-        s.browser
-            .find(Locator::Id(&format!("proposal-{id}")))
-            .await
-            .is_err(),
+        !s.has(&format!("proposal-{id}")).await,
         "the approved proposal left the queue"
     );
     // The session cookie is HttpOnly: the page's script cannot read it.
-    let cookies = s
-        .browser
-        .execute("return document.cookie;", vec![])
-        .await
-        .unwrap();
-    assert_eq!(cookies, json!(""));
+    assert_eq!(s.eval("return document.cookie;").await, json!(""));
 
     // Log out; the panel refuses the queue again.
-    s.browser
-        .find(Locator::Id("logout"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    s.click("logout").await;
     s.wait_for("#token").await;
     assert!(s.body_text().await.contains("You are signed out."));
-    s.browser.goto(&s.url("/panel/queue")).await.unwrap();
-    s.wait_for("#token").await;
-    assert!(
-        s.browser
-            .current_url()
-            .await
-            .unwrap()
-            .path()
-            .ends_with("/panel/login")
-    );
-    assert!(s.browser.find(Locator::Id("logout")).await.is_err());
+    s.visit("/panel/queue", "#token").await;
+    assert!(s.path().await.ends_with("/panel/login"));
+    assert!(!s.has("logout").await);
     s.stop().await;
 }
 
@@ -125,7 +88,7 @@ async fn a_cross_site_form_post_is_refused() {
         .goto(&format!("http://localhost:{evil_port}/"))
         .await
         .unwrap();
-    s.wait_for("#go").await.click().await.unwrap();
+    s.click_when("#go").await;
     s.wait_for("[data-code=cross_site_request]").await;
     let text = s.body_text().await;
     assert!(text.contains("403"), "{text}");

@@ -47,35 +47,26 @@ async fn an_agents_proposal_over_mcp_is_approved_in_the_panel_and_the_agent_sees
     assert_eq!(live.proposal_status(id), "pending");
 
     // The queue shows it with its provenance: an agent, the claude agent's session.
-    tab.browser.goto(&tab.url("/panel/queue")).await.unwrap();
     let row = tab
-        .wait_for(&format!("#proposal-{id}"))
+        .visit("/panel/queue", &format!("#proposal-{id}"))
         .await
         .text()
         .await
         .unwrap();
     assert!(row.to_lowercase().contains("agent claude"), "{row}");
     // Its own page shows the diff the approval would make.
-    tab.browser
-        .goto(&tab.url(&format!("/panel/queue/{id}")))
-        .await
-        .unwrap();
-    let added = tab.wait_for(".diff").await.text().await.unwrap();
-    assert!(added.contains("tests-before-commit"), "{added}");
-
-    // Approved in the queue (htmx replaces the row with its decision).
-    tab.browser.goto(&tab.url("/panel/queue")).await.unwrap();
-    tab.wait_for(&format!("#approve-{id}"))
-        .await
-        .click()
-        .await
-        .unwrap();
-    let decided = tab
-        .wait_for(&format!("#proposal-{id} .decision"))
+    let added = tab
+        .visit(&format!("/panel/queue/{id}"), ".diff")
         .await
         .text()
         .await
         .unwrap();
+    assert!(added.contains("tests-before-commit"), "{added}");
+
+    // Approved in the queue (htmx replaces the row with its decision).
+    tab.goto("/panel/queue").await;
+    tab.click_when(&format!("#approve-{id}")).await;
+    let decided = tab.text_of(&format!("#proposal-{id} .decision")).await;
     assert!(decided.contains("approved"), "{decided}");
     assert!(decided.contains("admin:alice@panel"), "{decided}");
     assert_eq!(live.proposal_status(id), "approved");
@@ -91,11 +82,12 @@ async fn an_agents_proposal_over_mcp_is_approved_in_the_panel_and_the_agent_sees
     assert!(status.success(), "the agent's checks held: {status}");
 
     // The audit page tells it: proposed by the agent, approved by alice in the panel.
-    tab.browser
-        .goto(&tab.url("/panel/audit?project=demo"))
+    let audit = tab
+        .visit("/panel/audit?project=demo", ".audit")
+        .await
+        .text()
         .await
         .unwrap();
-    let audit = tab.wait_for(".audit").await.text().await.unwrap();
     assert!(audit.contains("proposal"), "{audit}");
     assert!(audit.contains("approval"), "{audit}");
     tab.close().await;

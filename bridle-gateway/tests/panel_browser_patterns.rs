@@ -9,8 +9,7 @@
 
 mod panel_support;
 
-use fantoccini::Locator;
-use panel_support::browser::{ONE_BROWSER, Session, click, open_details, type_into};
+use panel_support::browser::{ONE_BROWSER, Session};
 use panel_support::{ALICE, Fixture};
 
 #[tokio::test]
@@ -29,29 +28,24 @@ async fn add_a_pattern_and_an_example_reindex_it_and_watch_progress_reach_100_pe
     s.login(ALICE).await;
 
     // A pattern, then an example of it, through the page's forms.
-    s.browser.goto(&s.url("/panel/patterns")).await.unwrap();
-    s.wait_for("#add-pattern-demo").await;
-    open_details(&s).await;
-    type_into(&s, "pattern-name-demo", "retry").await;
-    type_into(&s, "pattern-description-demo", "Retries with backoff.").await;
-    click(&s, "add-pattern-demo").await;
+    s.visit("/panel/patterns", "#add-pattern-demo").await;
+    s.open_details().await;
+    s.type_into("pattern-name-demo", "retry").await;
+    s.type_into("pattern-description-demo", "Retries with backoff.")
+        .await;
+    s.click("add-pattern-demo").await;
     s.wait_for("#pattern-demo-retry").await;
     assert!(s.body_text().await.contains("Pattern added."));
-    open_details(&s).await;
-    type_into(&s, "ex-url-demo-retry", &repo.path().display().to_string()).await;
-    type_into(&s, "ex-tag-demo-retry", "retry-example").await;
-    click(&s, "add-example-demo-retry").await;
-    s.wait_for("#example-retry-example").await;
-    let row = s
-        .wait_for("#example-retry-example")
-        .await
-        .text()
-        .await
-        .unwrap();
+    s.open_details().await;
+    s.type_into("ex-url-demo-retry", &repo.path().display().to_string())
+        .await;
+    s.type_into("ex-tag-demo-retry", "retry-example").await;
+    s.click("add-example-demo-retry").await;
+    let row = s.text_of("#example-retry-example").await;
     assert!(row.contains("never"), "not indexed yet: {row}");
 
     // Re-indexed: the bar follows the run over SSE until it is full.
-    click(&s, "reindex-retry-example").await;
+    s.click("reindex-retry-example").await;
     s.wait_for("#run-retry-example").await;
     let done = s.wait_for("#run-retry-example .run-done").await;
     let bar = s.wait_for("#run-retry-example .run-done progress").await;
@@ -62,6 +56,7 @@ async fn add_a_pattern_and_an_example_reindex_it_and_watch_progress_reach_100_pe
     let text = done.text().await.unwrap();
     assert!(text.contains("100%"), "{text}");
     assert!(text.contains("Indexed:"), "{text}");
+    assert!(text.contains(&format!("{max} chunks")), "{text}");
     // The bar's own accessible name, and its sentence in a live region.
     assert_eq!(
         bar.attr("aria-label").await.unwrap().as_deref(),
@@ -74,9 +69,8 @@ async fn add_a_pattern_and_an_example_reindex_it_and_watch_progress_reach_100_pe
     );
 
     // Reloaded: last indexed is the run's, no run is shown any more.
-    s.browser.goto(&s.url("/panel/patterns")).await.unwrap();
     let row = s
-        .wait_for("#example-retry-example")
+        .visit("/panel/patterns", "#example-retry-example")
         .await
         .text()
         .await
@@ -85,16 +79,11 @@ async fn add_a_pattern_and_an_example_reindex_it_and_watch_progress_reach_100_pe
     assert!(row.contains("idle"), "{row}");
 
     // Removed through its <dialog>, the name typed.
-    click(&s, "remove-example-retry-example-open").await;
-    type_into(&s, "remove-example-retry-example-confirm", "retry-example").await;
-    click(&s, "remove-example-retry-example-submit").await;
-    s.wait_for(".notice").await;
-    assert!(s.body_text().await.contains("Example removed"));
-    assert!(
-        s.browser
-            .find(Locator::Id("example-retry-example"))
-            .await
-            .is_err()
-    );
+    s.click("remove-example-retry-example-open").await;
+    s.type_into("remove-example-retry-example-confirm", "retry-example")
+        .await;
+    s.click("remove-example-retry-example-submit").await;
+    assert!(s.notice().await.contains("Example removed"));
+    assert!(!s.has("example-retry-example").await);
     s.stop().await;
 }

@@ -8,7 +8,6 @@
 
 mod panel_support;
 
-use fantoccini::Locator;
 use panel_support::browser::{ONE_BROWSER, Session};
 use panel_support::{ALICE, BOB};
 use serde_json::json;
@@ -21,35 +20,14 @@ async fn a_stale_edit_shows_the_conflict_and_is_resolved() {
     let store = &s.served.fixture.ctx.store;
     let base = s.served.fixture.revision();
 
-    s.browser
-        .goto(&s.url("/panel/projects/demo"))
-        .await
-        .unwrap();
-    let original = s
-        .wait_for("#yaml")
-        .await
-        .prop("value")
-        .await
-        .unwrap()
-        .unwrap();
+    s.goto("/panel/projects/demo").await;
+    let original = s.value_of("#yaml").await;
     let mine = original.replacen("name: Demo", "name: Demo from the browser", 1);
     assert_ne!(mine, original);
     s.set_value("yaml", &mine).await;
-    s.browser
-        .find(Locator::Id("summary"))
-        .await
-        .unwrap()
-        .send_keys("rename in the browser")
-        .await
-        .unwrap();
-    s.browser
-        .find(Locator::Id("review"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let added = s.wait_for(".diff .d-add").await.text().await.unwrap();
+    s.type_into("summary", "rename in the browser").await;
+    s.click("review").await;
+    let added = s.text_of(".diff .d-add").await;
     assert!(added.contains("Demo from the browser"), "{added}");
 
     // Meanwhile Bob saves through the admin API.
@@ -68,14 +46,8 @@ async fn a_stale_edit_shows_the_conflict_and_is_resolved() {
     let bobs = base + 1;
 
     // Saving the reviewed edit now meets the conflict view.
-    s.browser
-        .find(Locator::Id("save"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let current = s.wait_for("#current-revision").await.text().await.unwrap();
+    s.click("save").await;
+    let current = s.text_of("#current-revision").await;
     assert_eq!(current, bobs.to_string());
     let page = s.body_text().await;
     assert!(page.contains("Someone else saved demo first"), "{page}");
@@ -95,15 +67,9 @@ async fn a_stale_edit_shows_the_conflict_and_is_resolved() {
         .unwrap()
         .replacen("name: Demo", "name: Demo from the browser", 1);
     s.set_value("yaml", &merged).await;
-    s.browser
-        .find(Locator::Id("review"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    s.wait_for("#save").await.click().await.unwrap();
-    let notice = s.wait_for(".notice").await.text().await.unwrap();
+    s.click("review").await;
+    s.click_when("#save").await;
+    let notice = s.notice().await;
     assert_eq!(notice, format!("Saved (revision {}).", bobs + 1));
     let now = store.load("demo").unwrap().document;
     assert_eq!(now.project.name, "Demo from the browser");

@@ -243,7 +243,7 @@ async fn a_description_is_saved_and_a_stale_one_shows_the_conflict() {
     let base_s = base.to_string();
     let r = c
         .post(
-            "/panel/patterns/demo/retry/description",
+            "/panel/patterns/demo/retry/change",
             &[
                 ("base_revision", base_s.as_str()),
                 ("description", "Retries, with jitter."),
@@ -268,7 +268,7 @@ async fn a_description_is_saved_and_a_stale_one_shows_the_conflict() {
     // current description and the admin's, and offers it again based on the new revision.
     let r = c
         .post(
-            "/panel/patterns/demo/retry/description",
+            "/panel/patterns/demo/retry/change",
             &[
                 ("base_revision", base_s.as_str()),
                 ("description", "Mine <b>bold</b>."),
@@ -306,7 +306,7 @@ async fn a_description_is_saved_and_a_stale_one_shows_the_conflict() {
     let next = (base + 1).to_string();
     let r = c
         .post(
-            "/panel/patterns/demo/retry/description",
+            "/panel/patterns/demo/retry/change",
             &[("base_revision", next.as_str()), ("description", "Mine.")],
         )
         .await;
@@ -318,7 +318,7 @@ async fn a_description_is_saved_and_a_stale_one_shows_the_conflict() {
     // An unknown pattern; a form without its revision.
     let r = c
         .post(
-            "/panel/patterns/demo/nope/description",
+            "/panel/patterns/demo/nope/change",
             &[("base_revision", next.as_str()), ("description", "x")],
         )
         .await;
@@ -326,7 +326,7 @@ async fn a_description_is_saved_and_a_stale_one_shows_the_conflict() {
     assert!(r.body.contains("data-code=\"unknown_pattern\""));
     let r = c
         .post(
-            "/panel/patterns/demo/retry/description",
+            "/panel/patterns/demo/retry/change",
             &[("base_revision", "many"), ("description", "x")],
         )
         .await;
@@ -340,7 +340,7 @@ async fn a_description_is_saved_and_a_stale_one_shows_the_conflict() {
     ];
     let r = c
         .post_as(
-            "/panel/patterns/demo/retry/description",
+            "/panel/patterns/demo/retry/change",
             &form,
             Caller::CrossSite,
             false,
@@ -351,9 +351,7 @@ async fn a_description_is_saved_and_a_stale_one_shows_the_conflict() {
     w.login(WATCHER).await;
     let page = w.get("/panel/patterns").await;
     assert!(!page.body.contains("save-description-demo-retry"));
-    let r = w
-        .post("/panel/patterns/demo/retry/description", &form)
-        .await;
+    let r = w.post("/panel/patterns/demo/retry/change", &form).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
     let now = f.ctx.store.load("demo").unwrap().document;
     assert_eq!(now.patterns.custom[0].description, "Mine.");

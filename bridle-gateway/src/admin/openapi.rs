@@ -36,7 +36,7 @@ use super::{
         memory::pattern_chunks,
         feeds::get_feed, feeds::run, feeds::read_guidance, feeds::queue_profile_suggestions,
         patterns::list, patterns::add_pattern, patterns::change_pattern, patterns::remove_pattern,
-        patterns::add_example,
+        patterns::add_example, patterns::add_standard, patterns::remove_standard,
         patterns::remove_example, index_runs::index, index_runs::start_run,
         index_runs::run_status, index_runs::run_events,
     ),

@@ -1,12 +1,14 @@
 //! A project's patterns and their example repositories over the API: list them, add and remove
-//! a custom pattern or an example repository, change a pattern's description. Indexing one is
-//! in [`super::index_runs`]; browsing its indexed chunks in [`super::memory`].
+//! a well-known (standard) pattern, a custom pattern or an example repository, rename a custom
+//! pattern or change its description. Indexing one is in [`super::index_runs`]; browsing its
+//! indexed chunks in [`super::memory`].
 //!
 //! Every change is an edit of the project's rules document through the rules store's normal
 //! path (a new revision and a history entry under the admin's actor) and a `pattern_change`
-//! entry of the audit log. A description is changed against the revision the admin read
-//! (`base_revision`): when someone saved since, it is refused with 409 `revision_conflict` and
-//! the current revision, as a whole-document edit is. An example that is being indexed (by the API or the
+//! entry of the audit log. A rename or a description is changed against the revision the admin
+//! read (`base_revision`): when someone saved since, it is refused with 409 `revision_conflict`
+//! and the current revision, as a whole-document edit is. A rename keeps the examples' pattern
+//! tags (`arch_tag`), which their indexed chunks carry, so what agents find does not change. An example that is being indexed (by the API or the
 //! `refresh_pattern_example` tool: one registry of runs) cannot be removed until its run ends
 //! (409 `index_running`); the list says which examples are indexing and by which run.
 
@@ -38,6 +40,14 @@ pub(crate) fn routes() -> Router<AdminState> {
         .route(
             &path("/projects/{project}/patterns/{pattern}"),
             delete(remove_pattern).patch(change_pattern),
+        )
+        .route(
+            &path("/projects/{project}/standard-patterns"),
+            axum::routing::post(add_standard),
+        )
+        .route(
+            &path("/projects/{project}/standard-patterns/{name}"),
+            delete(remove_standard),
         )
         .route(
             &path("/projects/{project}/patterns/{pattern}/examples"),
@@ -116,14 +126,27 @@ pub struct NewExample {
     pub arch_tag: Option<String>,
 }
 
-/// A pattern's new description, against the revision it was read at.
+/// A well-known pattern the project follows (`MVC`, `hexagonal`, ...).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewStandardPattern {
+    /// Its name: up to 64 letters, digits, spaces and `-_./+&()'`.
+    pub name: String,
+}
+
+/// A custom pattern's new name or description (or both), against the revision it was read at.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PatternChange {
     /// The document's revision the change starts from; a stale one is refused with 409.
     pub base_revision: u64,
-    /// The new description (may be empty).
-    pub description: String,
+    /// The new description (may be empty); absent: unchanged.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The new name (as a new pattern's); absent or the same: unchanged. Its examples keep
+    /// their pattern tags.
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// The document's revision after a change.
@@ -304,7 +327,7 @@ pub async fn add_pattern(
     ))
 }
 
-/// Changes a custom pattern's description, against `base_revision`.
+/// Renames a custom pattern or changes its description (or both), against `base_revision`.
 #[utoipa::path(patch, path = "/admin/api/v1/projects/{project}/patterns/{pattern}", tag = "patterns",
     params(
         ("project" = String, Path, description = "The project id"),
@@ -316,7 +339,7 @@ pub async fn add_pattern(
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "stale base revision; `current_revision` says the current one", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "stale base revision (`current_revision` says the current one), or the new name is taken", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
     ),
@@ -327,13 +350,52 @@ pub async fn change_pattern(
     ApiPath((project, pattern)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<PatternChange>,
 ) -> Result<axum::Json<PatternsChanged>, ApiError> {
+    let rename = body
+        .name
+        .as_deref()
+        .map(str::trim)
+        .filter(|n| *n != pattern)
+        .map(str::to_string);
+    if let Some(name) = &rename {
+        check_name("pattern", name)?;
+    }
+    let description = body
+        .description
+        .as_deref()
+        .map(str::trim)
+        .map(str::to_string);
+    if rename.is_none() && description.is_none() {
+        return Err(ApiError::invalid(
+            "name a new `name` or a `description` to change",
+        ));
+    }
+    let summary = match (&rename, &description) {
+        (Some(to), None) => format!("pattern `{pattern}` renamed to `{to}`"),
+        (Some(to), Some(_)) => {
+            format!("pattern `{pattern}` renamed to `{to}` and its description changed")
+        }
+        (None, _) => format!("pattern `{pattern}` description changed"),
+    };
     let ctx = s.ctx.clone();
     let p = project.clone();
     let revision = blocking(move || {
         // The store refuses the save when the document moved past `base_revision`.
         let mut doc = ctx.store.load(&p)?.document;
-        pattern_mut(&mut doc, &p, &pattern)?.description = body.description.trim().to_string();
-        let summary = format!("pattern `{pattern}` description changed");
+        if let Some(to) = &rename
+            && doc.patterns.custom.iter().any(|c| &c.name == to)
+        {
+            return Err(ApiError::Conflict {
+                code: "pattern_exists",
+                detail: format!("project `{p}` has a pattern `{to}` already; nothing was changed"),
+            });
+        }
+        let target = pattern_mut(&mut doc, &p, &pattern)?;
+        if let Some(to) = rename {
+            target.name = to;
+        }
+        if let Some(d) = description {
+            target.description = d;
+        }
         let revision =
             ctx.store
                 .save_edit(&p, &doc, body.base_revision, &admin.actor(), &summary)?;
@@ -347,6 +409,132 @@ pub async fn change_pattern(
             ));
         record(&ctx, entry, "the change")?;
         Ok(revision)
+    })
+    .await?;
+    Ok(axum::Json(PatternsChanged {
+        project,
+        revision,
+        chunks_removed: 0,
+    }))
+}
+
+/// A well-known pattern's name as it is shown to agents: one line of words, so a name can
+/// carry no markup or instructions into a rendered file.
+fn check_standard_name(name: &str) -> Result<(), ApiError> {
+    let reason = if name.is_empty() {
+        Some("must not be empty")
+    } else if name.chars().count() > 64 {
+        Some("must be at most 64 characters")
+    } else if !name
+        .chars()
+        .all(|c| c.is_alphanumeric() || c == ' ' || "-_./+&()'".contains(c))
+    {
+        Some("may only use letters, digits, spaces and `-_./+&()'`")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(ApiError::Invalid {
+            code: "invalid_name",
+            detail: format!("the standard pattern name `{name}` {reason}"),
+            errors: Vec::new(),
+        }),
+        None => Ok(()),
+    }
+}
+
+fn unknown_standard(project: &str, name: &str) -> ApiError {
+    ApiError::NotFound {
+        code: "unknown_pattern",
+        detail: format!("project `{project}` follows no standard pattern `{name}`"),
+    }
+}
+
+/// Adds a well-known pattern to those a project follows.
+#[utoipa::path(post, path = "/admin/api/v1/projects/{project}/standard-patterns", tag = "patterns",
+    params(("project" = String, Path, description = "The project id")),
+    request_body = NewStandardPattern,
+    responses(
+        (status = 201, body = PatternsChanged),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "the project follows it already", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn add_standard(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath(project): ApiPath<String>,
+    ApiJson(body): ApiJson<NewStandardPattern>,
+) -> Result<(StatusCode, axum::Json<PatternsChanged>), ApiError> {
+    let name = body.name.trim().to_string();
+    check_standard_name(&name)?;
+    let ctx = s.ctx.clone();
+    let p = project.clone();
+    let revision = blocking(move || {
+        let summary = format!("standard pattern `{name}` added");
+        edit(&ctx, &admin, &p, &summary, |doc| {
+            // `MVC` and `mvc` are one pattern.
+            if doc
+                .patterns
+                .standard
+                .iter()
+                .any(|x| x.to_lowercase() == name.to_lowercase())
+            {
+                return Err(ApiError::Conflict {
+                    code: "pattern_exists",
+                    detail: format!("project `{p}` follows `{name}` already"),
+                });
+            }
+            doc.patterns.standard.push(name.clone());
+            Ok(())
+        })
+    })
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(PatternsChanged {
+            project,
+            revision,
+            chunks_removed: 0,
+        }),
+    ))
+}
+
+/// Removes a well-known pattern from those a project follows.
+#[utoipa::path(delete, path = "/admin/api/v1/projects/{project}/standard-patterns/{name}", tag = "patterns",
+    params(
+        ("project" = String, Path, description = "The project id"),
+        ("name" = String, Path, description = "The standard pattern's name, as listed"),
+    ),
+    responses(
+        (status = 200, body = PatternsChanged),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn remove_standard(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+    ApiPath((project, name)): ApiPath<(String, String)>,
+) -> Result<axum::Json<PatternsChanged>, ApiError> {
+    let ctx = s.ctx.clone();
+    let p = project.clone();
+    let revision = blocking(move || {
+        let summary = format!("standard pattern `{name}` removed");
+        edit(&ctx, &admin, &p, &summary, |doc| {
+            let at = doc
+                .patterns
+                .standard
+                .iter()
+                .position(|x| *x == name)
+                .ok_or_else(|| unknown_standard(&p, &name))?;
+            doc.patterns.standard.remove(at);
+            Ok(())
+        })
     })
     .await?;
     Ok(axum::Json(PatternsChanged {

@@ -152,25 +152,48 @@ impl Browser {
         format!("{}{path}", self.base)
     }
 
-    pub async fn login(&self, token: &str) {
-        let b = &self.browser;
-        // On the log-in page already (sent there by the panel), or go to it.
-        if b.find(Locator::Id("token")).await.is_err() {
-            b.goto(&self.url("/panel/login")).await.unwrap();
+    /// Goes to `path` on the panel's origin.
+    pub async fn goto(&self, path: &str) {
+        self.browser
+            .goto(&self.url(path))
+            .await
+            .unwrap_or_else(|e| panic!("{path} did not load: {e}"));
+    }
+
+    /// Goes to `path` and waits for `ready` (a CSS selector) to appear on it.
+    pub async fn visit(&self, path: &str, ready: &str) -> fantoccini::elements::Element {
+        self.goto(path).await;
+        self.wait_for(ready).await
+    }
+
+    /// Goes to `path` until `ready` is on it (for a state the gateway reaches on its own, as an
+    /// upstream's connection), loading it again each time, within a deadline.
+    pub async fn visit_until(&self, path: &str, ready: &str) -> fantoccini::elements::Element {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            self.goto(path).await;
+            if let Ok(e) = self.browser.find(Locator::Css(ready)).await {
+                return e;
+            }
+            assert!(Instant::now() < deadline, "{path} never showed `{ready}`");
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        b.find(Locator::Id("token"))
-            .await
-            .unwrap()
-            .send_keys(token)
-            .await
-            .unwrap();
-        b.find(Locator::Id("login"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-        b.wait()
+    }
+
+    /// The path of the page shown now.
+    pub async fn path(&self) -> String {
+        self.browser.current_url().await.unwrap().path().to_string()
+    }
+
+    pub async fn login(&self, token: &str) {
+        // On the log-in page already (sent there by the panel), or go to it.
+        if self.browser.find(Locator::Id("token")).await.is_err() {
+            self.goto("/panel/login").await;
+        }
+        self.type_into("token", token).await;
+        self.click("login").await;
+        self.browser
+            .wait()
             .at_most(Duration::from_secs(30))
             .for_element(Locator::Id("logout"))
             .await
@@ -186,14 +209,87 @@ impl Browser {
             .unwrap_or_else(|e| panic!("no `{css}` appeared: {e}"))
     }
 
+    /// The text of `css` once it appears.
+    pub async fn text_of(&self, css: &str) -> String {
+        self.wait_for(css).await.text().await.unwrap()
+    }
+
+    /// The value of the field `css` once it appears.
+    pub async fn value_of(&self, css: &str) -> String {
+        self.wait_for(css)
+            .await
+            .prop("value")
+            .await
+            .unwrap()
+            .unwrap_or_default()
+    }
+
+    /// The page's notice (what a change redirected to says).
+    pub async fn notice(&self) -> String {
+        self.text_of(".notice").await
+    }
+
+    /// Whether an element with this id is on the page now.
+    pub async fn has(&self, id: &str) -> bool {
+        self.browser.find(Locator::Id(id)).await.is_ok()
+    }
+
     pub async fn body_text(&self) -> String {
+        self.text_of("body").await
+    }
+
+    /// The page's HTML as the browser holds it now.
+    pub async fn source(&self) -> String {
+        self.browser.source().await.unwrap()
+    }
+
+    /// Runs a script in the page and returns its value.
+    pub async fn eval(&self, script: &str) -> Value {
+        self.browser.execute(script, vec![]).await.unwrap()
+    }
+
+    /// Types `text` into the element with this id, as a person would.
+    pub async fn type_into(&self, id: &str, text: &str) {
         self.browser
-            .find(Locator::Css("body"))
+            .find(Locator::Id(id))
             .await
-            .unwrap()
-            .text()
+            .unwrap_or_else(|e| panic!("no #{id} to type into: {e}"))
+            .send_keys(text)
             .await
-            .unwrap()
+            .unwrap();
+    }
+
+    /// Clicks the element with this id.
+    pub async fn click(&self, id: &str) {
+        self.browser
+            .find(Locator::Id(id))
+            .await
+            .unwrap_or_else(|e| panic!("no #{id} to click: {e}"))
+            .click()
+            .await
+            .unwrap();
+    }
+
+    /// Waits for `css` and clicks it.
+    pub async fn click_when(&self, css: &str) {
+        self.wait_for(css).await.click().await.unwrap();
+    }
+
+    /// Picks `value` in the `<select>` with this id.
+    pub async fn select(&self, id: &str, value: &str) {
+        self.browser
+            .find(Locator::Css(&format!("#{id} option[value='{value}']")))
+            .await
+            .unwrap_or_else(|e| panic!("#{id} has no option {value}: {e}"))
+            .click()
+            .await
+            .unwrap();
+    }
+
+    /// Opens every `<details>` on the page (the add forms), as a click on each summary would.
+    pub async fn open_details(&self) {
+        self.eval("document.querySelectorAll('details').forEach(d => d.open = true);")
+            .await;
     }
 
     /// Replaces a textarea's text as a person's edit would end up (typing a whole document key
@@ -206,6 +302,36 @@ impl Browser {
             )
             .await
             .unwrap();
+    }
+
+    /// A screenshot of the whole page (the window grown to the page's height for it, then
+    /// back), written to `dir/name.png`.
+    pub async fn shoot(&self, dir: &Path, name: &str) {
+        let (width, height) = self.browser.get_window_size().await.unwrap();
+        let sizes = self
+            .eval("return [Math.ceil(document.documentElement.scrollHeight), window.innerHeight];")
+            .await;
+        let page = sizes[0].as_u64().unwrap_or(0);
+        let inner = sizes[1].as_u64().unwrap_or(height);
+        // The window's frame around the page; Chromium caps a window's height, so a page taller
+        // than that is cut at it.
+        let frame = height.saturating_sub(inner);
+        let tall = (page + frame).clamp(height, 8000);
+        if tall > height {
+            self.browser
+                .set_window_size(width as u32, tall as u32)
+                .await
+                .unwrap();
+        }
+        let png = self.browser.screenshot().await.unwrap();
+        if tall > height {
+            self.browser
+                .set_window_size(width as u32, height as u32)
+                .await
+                .unwrap();
+        }
+        assert!(png.starts_with(b"\x89PNG"), "{name} is a PNG");
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
     }
 
     /// Ends the browser session, then the driver with its browsers.
@@ -256,41 +382,4 @@ pub fn screenshot_dir(theme: &str) -> PathBuf {
     let dir = target.join("panel-screenshots").join(theme);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// Opens every `<details>` on the page (the add forms), as a click on each summary would.
-pub async fn open_details(s: &Browser) {
-    s.browser
-        .execute(
-            "document.querySelectorAll('details').forEach(d => d.open = true);",
-            vec![],
-        )
-        .await
-        .unwrap();
-}
-
-pub async fn type_into(s: &Browser, id: &str, text: &str) {
-    s.browser
-        .find(Locator::Id(id))
-        .await
-        .unwrap()
-        .send_keys(text)
-        .await
-        .unwrap();
-}
-
-pub async fn click(s: &Browser, id: &str) {
-    s.browser
-        .find(Locator::Id(id))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-}
-
-pub async fn shoot(s: &Browser, dir: &Path, name: &str) {
-    let png = s.browser.screenshot().await.unwrap();
-    assert!(png.starts_with(b"\x89PNG"), "{name} is a PNG");
-    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
 }

@@ -88,8 +88,13 @@ pub(crate) fn routes() -> Router<Panel> {
             post(patterns::remove_pattern),
         )
         .route(
-            "/patterns/{project}/{pattern}/description",
-            post(patterns::change_description),
+            "/patterns/{project}/{pattern}/change",
+            post(patterns::change_pattern),
+        )
+        .route("/standard-patterns/{project}", post(patterns::add_standard))
+        .route(
+            "/standard-patterns/{project}/{name}/remove",
+            post(patterns::remove_standard),
         )
         .route("/patterns/{project}/{pattern}/chunks", get(chunks::list))
         .route(
@@ -238,6 +243,12 @@ impl Notice {
             "pattern_added" => "Pattern added.".to_string(),
             "pattern_removed" => "Pattern removed, with its examples.".to_string(),
             "description_changed" => "Description saved.".to_string(),
+            "pattern_renamed" => {
+                "Pattern renamed. Its examples keep their pattern tags, so searches find the same chunks."
+                    .to_string()
+            }
+            "standard_added" => "Well-known pattern added.".to_string(),
+            "standard_removed" => "Well-known pattern removed.".to_string(),
             "example_added" => "Example added. Re-index it to make it searchable.".to_string(),
             "example_removed" => "Example removed, with its indexed chunks.".to_string(),
             "index_started" => "Re-index started; its progress is shown below.".to_string(),

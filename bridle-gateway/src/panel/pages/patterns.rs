@@ -1,10 +1,11 @@
-//! Patterns and example repositories: every project's custom patterns with their examples and
-//! when each was last indexed; adding and removing a pattern or an example (a removal asks in a
-//! native `<dialog>` for the name to be typed, checked again here); changing a pattern's
-//! description against the revision the page showed (when someone saved since, the conflict
-//! page shows both descriptions and offers the admin's again, based on the new revision); and
-//! re-indexing an example with a live progress bar. Each pattern links to its indexed chunks
-//! ([`super::chunks`]).
+//! Patterns and example repositories: every project's well-known (standard) patterns, and its
+//! custom patterns with their examples and when each was last indexed; adding and removing a
+//! standard pattern, a custom pattern or an example (a custom pattern's or an example's removal
+//! asks in a native `<dialog>` for the name to be typed, checked again here); renaming a custom
+//! pattern or changing its description against the revision the page showed (when someone
+//! saved since, the conflict page shows both versions and offers the admin's again, based on
+//! the new revision); and re-indexing an example with a live progress bar. Each pattern links
+//! to its indexed chunks ([`super::chunks`]). A watcher sees the same page without its forms.
 //!
 //! A re-index is the admin API's `POST …/index-runs`; the page then follows the run through
 //! `GET /patterns/runs/{id}/events`, which reads the API's `GET /index-runs/{id}/events` in
@@ -126,18 +127,29 @@ struct ExampleBody {
     arch_tag: Option<String>,
 }
 
-/// The description form.
+/// The form that renames a custom pattern or changes its description. A form without `name`
+/// (or with the pattern's own) renames nothing.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub(crate) struct DescriptionForm {
+pub(crate) struct ChangeForm {
     base_revision: u64,
+    name: Option<String>,
     description: String,
 }
 
 #[derive(Debug, Serialize)]
-struct DescriptionBody<'a> {
+struct ChangeBody<'a> {
     base_revision: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
     description: &'a str,
+}
+
+/// The add-standard-pattern form.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub(crate) struct StandardForm {
+    name: String,
 }
 
 /// A removal's confirmation.
@@ -178,18 +190,75 @@ pub(crate) async fn add_pattern(
     ))
 }
 
-/// `POST /patterns/{project}/{pattern}/description`: changes a pattern's description, based on
-/// the revision the form was drawn at; a stale one shows the conflict.
-pub(crate) async fn change_description(
+/// `POST /standard-patterns/{project}`: adds a well-known pattern to those a project follows.
+pub(crate) async fn add_standard(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    Path(project): Path<String>,
+    PanelForm(form): PanelForm<StandardForm>,
+) -> Result<Response, PanelError> {
+    let body = StandardForm {
+        name: form.name.trim().to_string(),
+    };
+    let _: Value = panel
+        .api
+        .call(
+            &who,
+            Method::POST,
+            &format!("/projects/{}/standard-patterns", seg(&project)),
+            &body,
+        )
+        .await?;
+    Ok(back(
+        &panel,
+        "standard_added",
+        &format!("standard-{project}"),
+    ))
+}
+
+/// `POST /standard-patterns/{project}/{name}/remove`: removes a well-known pattern (only its
+/// name goes, so no name is asked for).
+pub(crate) async fn remove_standard(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    Path((project, name)): Path<(String, String)>,
+) -> Result<Response, PanelError> {
+    let _: Value = panel
+        .api
+        .delete(
+            &who,
+            &format!(
+                "/projects/{}/standard-patterns/{}",
+                seg(&project),
+                seg(&name)
+            ),
+        )
+        .await?;
+    Ok(back(
+        &panel,
+        "standard_removed",
+        &format!("standard-{project}"),
+    ))
+}
+
+/// `POST /patterns/{project}/{pattern}/change`: renames a pattern or changes its description,
+/// based on the revision the form was drawn at; a stale one shows the conflict.
+pub(crate) async fn change_pattern(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
     Path((project, pattern)): Path<(String, String)>,
-    PanelForm(form): PanelForm<DescriptionForm>,
+    PanelForm(form): PanelForm<ChangeForm>,
 ) -> Result<Response, PanelError> {
     let mine = form.description.trim();
+    let name = form
+        .name
+        .as_deref()
+        .map(str::trim)
+        .filter(|n| *n != pattern);
     let (p, c) = (seg(&project), seg(&pattern));
-    let body = DescriptionBody {
+    let body = ChangeBody {
         base_revision: form.base_revision,
+        name,
         description: mine,
     };
     match panel
@@ -202,11 +271,18 @@ pub(crate) async fn change_description(
         )
         .await
     {
-        Ok(_) => Ok(back(
-            &panel,
-            "description_changed",
-            &format!("pattern-{project}-{pattern}"),
-        )),
+        Ok(_) => Ok(match name {
+            Some(to) => back(
+                &panel,
+                "pattern_renamed",
+                &format!("pattern-{project}-{to}"),
+            ),
+            None => back(
+                &panel,
+                "description_changed",
+                &format!("pattern-{project}-{pattern}"),
+            ),
+        }),
         Err(problem) if problem.code == "revision_conflict" => {
             let now: PatternList = panel
                 .api
@@ -222,7 +298,7 @@ pub(crate) async fn change_description(
                         status: StatusCode::NOT_FOUND.as_u16(),
                         code: "unknown_pattern".into(),
                         detail: format!(
-                            "project `{project}` no longer has a pattern `{pattern}`; nothing was saved"
+                            "project `{project}` no longer has a pattern `{pattern}` (renamed or removed since); nothing was saved"
                         ),
                         errors: Vec::new(),
                         current_revision: Some(now.revision),
@@ -236,11 +312,12 @@ pub(crate) async fn change_description(
                     "patterns",
                     context! {
                         project => project,
-                        pattern => pattern,
+                        pattern => &pattern,
                         base_revision => form.base_revision,
                         revision => now.revision,
                         current => current,
                         mine => mine,
+                        new_name => name.unwrap_or(&pattern),
                     },
                 )?
                 .into_response())
@@ -363,6 +440,11 @@ pub(crate) async fn index(
     ))
 }
 
+/// `1 chunk`, `2 chunks`.
+fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// One step of a run as the bar's HTML.
 fn bar(panel: &Panel, who: &SignedIn, name: &str, data: &Value) -> Option<String> {
     let (done, total, text, state) = match name {
@@ -379,7 +461,11 @@ fn bar(panel: &Panel, who: &SignedIn, name: &str, data: &Value) -> Option<String
             (
                 chunks.max(1.0),
                 Some(chunks.max(1.0)),
-                format!("Indexed: {chunks} chunks from {files} files."),
+                format!(
+                    "Indexed: {} from {}.",
+                    counted(chunks as u64, "chunk", "chunks"),
+                    counted(files, "file", "files")
+                ),
                 "done",
             )
         }
