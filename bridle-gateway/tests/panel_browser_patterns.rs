@@ -57,6 +57,9 @@ async fn add_a_pattern_and_an_example_reindex_it_and_watch_progress_reach_100_pe
     assert!(text.contains("100%"), "{text}");
     assert!(text.contains("Indexed:"), "{text}");
     assert!(text.contains(&format!("{max} chunks")), "{text}");
+    // The row's "Last indexed" is the run's at once, without a reload.
+    let last = s.text_of("#last-indexed-retry-example").await;
+    assert!(!last.contains("never"), "{last}");
     // The bar's own accessible name, and its sentence in a live region.
     assert_eq!(
         bar.attr("aria-label").await.unwrap().as_deref(),

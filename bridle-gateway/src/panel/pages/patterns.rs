@@ -484,11 +484,21 @@ fn bar(panel: &Panel, who: &SignedIn, name: &str, data: &Value) -> Option<String
     let percent = total
         .filter(|t| *t > 0.0)
         .map(|t| ((done / t) * 100.0).clamp(0.0, 100.0).round() as u64);
+    // A finished run also replaces its row's "Last indexed" (htmx's out-of-band swap), so the
+    // page says what the run wrote back without a reload.
+    let indexed = match (
+        name,
+        data["report"]["reference_tag"].as_str(),
+        data["report"]["last_indexed"].as_str(),
+    ) {
+        ("done", Some(tag), Some(at)) => Some(context! { tag => tag, at => at }),
+        _ => None,
+    };
     panel
         .partial(
             who,
             "partials/index_progress.html",
-            context! { done => done, total => total, percent => percent, text => text, state => state },
+            context! { done => done, total => total, percent => percent, text => text, state => state, indexed => indexed },
         )
         .ok()
         .map(|p| p.html.replace('\n', ""))
