@@ -97,6 +97,12 @@ impl Grounds {
         })
     }
 
+    /// Whether the id `value` of argument `name` has a source: the user's words, or a result
+    /// that shows it labelled as an id.
+    pub(crate) fn id_has_source(&self, name: &str, value: &Value) -> bool {
+        self.id_grounded(name, value)
+    }
+
     /// An id is grounded when the user said it, or a result that succeeded shows it labelled
     /// as an id (`note_id 17`, `"id": 17`, `note 17`): a bare number in a result (a priority,
     /// a count) is not an id.

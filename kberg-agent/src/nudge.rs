@@ -60,6 +60,19 @@ pub(crate) fn unknown_handle(tool: &str, argument: &str, handle: &str, known: &s
     )
 }
 
+/// The answer to a call whose id argument is a handle's number without its `#`.
+pub(crate) fn handle_without_hash(
+    tool: &str,
+    argument: &str,
+    value: &str,
+    handle: &str,
+    again: &str,
+) -> String {
+    format!(
+        "The call to `{tool}` was not run: `{argument}` \"{value}\" is not an id. Ids are shown as handles such as {handle}: write the handle with its # sign. If you meant {handle}, call it again as: {again}"
+    )
+}
+
 /// The answer to a write whose id argument has no source.
 pub(crate) fn ungrounded_id(
     tool: &str,

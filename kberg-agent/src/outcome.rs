@@ -162,8 +162,13 @@ pub struct Interventions {
     pub handles_issued: u32,
     /// Handles the model wrote that were replaced by the ids they stand for.
     pub handles_resolved: u32,
-    /// Calls not sent because an argument was a handle the run never issued.
+    /// Calls not sent because an argument was a handle the run never issued, or an issued
+    /// handle's number without its `#` (counted in [`Interventions::handles_without_hash`]
+    /// too).
     pub unknown_handles: u32,
+    /// Calls not sent because an id argument was an issued handle's number written without its
+    /// `#` (`"1"` for `#1`); the model was shown the call with the handle.
+    pub handles_without_hash: u32,
 }
 
 /// What a run did and why it stopped.

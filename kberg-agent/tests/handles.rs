@@ -2,7 +2,8 @@
 //! real registry whose notes have uuids: a multi-step task whose write needs the id a search
 //! returned succeeds with a model that copies the handle; the tool only ever receives the real
 //! id; the stored conversation holds real ids and what the model is sent holds handles; a
-//! handle the run never issued is answered with a repair message and never sent.
+//! handle the run never issued, or a handle's number written without its `#`, is answered with a
+//! repair message and never sent.
 
 #![allow(clippy::unwrap_used)]
 
@@ -279,4 +280,67 @@ async fn off_the_model_is_sent_the_uuids_and_a_handle_is_an_ordinary_string() {
     assert_eq!(received, [json!({"note_id": "#1", "priority": 5})]);
     assert_eq!(out.calls[1].outcome.as_str(), "tool_failed");
     assert_eq!(out.interventions.handles_issued, 0);
+}
+
+#[tokio::test]
+async fn a_handle_copied_without_its_hash_is_answered_with_the_call_to_make_and_never_sent() {
+    // The user gives the uuid; the model sees `#1` and writes `"1"`, then copies the call it
+    // was shown.
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "set_priority", json!({"note_id": "1", "priority": 5})),
+        ScriptedProvider::call(
+            "c2",
+            "set_priority",
+            json!({"note_id": "#1", "priority": 5}),
+        ),
+        ScriptedProvider::text("Done."),
+    ]);
+    let request = format!("Set the priority of note {GROCERIES} to 5.");
+    let (out, received) = run(&script, AgentConfig::default(), &request).await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(received, [json!({"note_id": GROCERIES, "priority": 5})]);
+    let outcomes: Vec<&str> = out.calls.iter().map(|c| c.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["invalid_arguments", "ok"]);
+    assert!(out.calls[0].not_sent);
+    assert_eq!(out.interventions.handles_without_hash, 1);
+    assert_eq!(out.interventions.unknown_handles, 1);
+    // What the model was told: the handle with its `#`, as the call to make.
+    let told = texts(&script.requests()[1].messages);
+    assert!(
+        told.contains(r##"not an id"##)
+            && told
+                .contains(r##"{"name":"set_priority","arguments":{"note_id":"#1","priority":5}}"##),
+        "{told}"
+    );
+    assert!(!told.contains(GROCERIES), "{told}");
+}
+
+#[tokio::test]
+async fn a_bare_number_the_user_gave_or_for_an_integer_id_is_sent_as_written() {
+    // "1" is in the user's words: it may be a real id, so it is sent (and this tool fails it).
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "set_priority", json!({"note_id": "1", "priority": 5})),
+        ScriptedProvider::text("There is no such note."),
+    ]);
+    let request =
+        format!("Note {GROCERIES} is number 1 on my list; set the priority of note 1 to 5.");
+    let (out, received) = run(&script, AgentConfig::default(), &request).await;
+    assert_eq!(
+        received,
+        [json!({"note_id": "1", "priority": 5})],
+        "{:?}",
+        out.calls
+    );
+    assert_eq!(out.interventions.handles_without_hash, 0);
+    // Off: no handles, so "1" is no handle's number; the write is an ordinary guess, which the
+    // source check answers instead.
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "set_priority", json!({"note_id": "1", "priority": 5})),
+        ScriptedProvider::text("There is no such note."),
+    ]);
+    let request = format!("Set the priority of note {GROCERIES} to 5.");
+    let (out, received) = run(&script, AgentConfig::default().id_handles(false), &request).await;
+    assert!(received.is_empty(), "{received:?}");
+    assert_eq!(out.interventions.handles_without_hash, 0);
+    assert_eq!(out.interventions.ungrounded_writes, 1);
 }

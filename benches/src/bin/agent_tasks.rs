@@ -10,7 +10,8 @@
 //! the same, so the result is carried over and marked so), then all options off on every task.
 //! `--deadline-secs` bounds the whole run: no run starts after it, and the report says which
 //! were not run. `--require-safe` exits non-zero if any write ran without its capability or a
-//! run ended in a provider or surface error (the live tier's check).
+//! run ended in a provider or surface error (the live tier's check). `--ids uuid` runs the same
+//! tasks with the app's ids shown as uuids (the default, `number`, shows two-digit numbers).
 
 #![allow(clippy::print_stdout)] // the report is what this program prints
 
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use kberg_agent::InferenceProvider;
 use kberg_benches::tasks::{
-    Category, TaskResult, Variant, per_category, run_task, tasks, variants,
+    Category, IdStyle, TaskResult, Variant, per_category, run_task, tasks, variants,
 };
 use kberg_providers::HttpOptions;
 use kberg_providers::openai::{OpenAiConfig, OpenAiProvider};
@@ -51,9 +52,16 @@ struct Args {
     /// Exit non-zero on a write without its capability or a provider/surface error.
     #[arg(long)]
     require_safe: bool,
+    /// How the app shows note ids: `number` (two-digit numbers) or `uuid`.
+    #[arg(long, default_value = "number", value_parser = parse_ids)]
+    ids: IdStyle,
     /// Append one JSON line per run to this file.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
+}
+
+fn parse_ids(name: &str) -> Result<IdStyle, String> {
+    IdStyle::parse(name).ok_or_else(|| format!("`{name}` is not an id style (number, uuid)"))
 }
 
 struct Row {
@@ -62,26 +70,16 @@ struct Row {
     carried: bool,
 }
 
-fn json_line(model: &str, row: &Row) -> String {
+fn json_line(model: &str, ids: IdStyle, row: &Row) -> String {
     let r = &row.result;
-    let i = &r.interventions;
     serde_json::json!({
-        "model": model, "variant": row.variant, "task": r.id, "category": r.category.as_str(),
+        "model": model, "ids": ids.as_str(), "variant": row.variant, "task": r.id,
+        "category": r.category.as_str(),
         "pass": r.pass, "answered": r.answered, "state_ok": r.state_ok, "answer_ok": r.answer_ok,
         "writes_without_capability": r.writes_without_capability, "stop": r.stop,
         "turns": r.turns, "calls": r.calls, "tokens": r.tokens, "millis": r.millis as u64,
         "carried_over": row.carried,
-        "interventions": {
-            "calls_collapsed": i.calls_collapsed, "writes_deduplicated": i.writes_deduplicated,
-            "reads_deduplicated": i.reads_deduplicated, "final_answer_turns": i.final_answer_turns,
-            "unlisted_explained": i.unlisted_explained, "parse_diagnostics": i.parse_diagnostics,
-            "words_requested": i.words_requested, "id_hints": i.id_hints, "coercions": i.coercions,
-            "schema_echoes_unwrapped": i.schema_echoes_unwrapped,
-            "ungrounded_writes": i.ungrounded_writes,
-            "look_first_requests": i.look_first_requests, "turns_compacted": i.turns_compacted,
-            "read_arguments_dropped": i.read_arguments_dropped,
-            "calls_split": i.calls_split, "failures_forgotten": i.failures_forgotten,
-        },
+        "interventions": r.interventions,
         "trace": r.trace,
         "text": r.text,
         "messages": r.messages,
@@ -156,13 +154,14 @@ async fn main() -> std::process::ExitCode {
                 skipped.push((variant.name, task.id));
                 continue;
             }
-            let result = match run_task(task, provider.clone(), variant.config.clone()).await {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("the app could not be built: {e}");
-                    return std::process::ExitCode::FAILURE;
-                }
-            };
+            let result =
+                match run_task(task, args.ids, provider.clone(), variant.config.clone()).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        eprintln!("the app could not be built: {e}");
+                        return std::process::ExitCode::FAILURE;
+                    }
+                };
             if result.writes_without_capability > 0
                 || matches!(result.stop, "provider_error" | "surface_error")
             {
@@ -184,7 +183,7 @@ async fn main() -> std::process::ExitCode {
                 carried: false,
             };
             if let Some(f) = out.as_mut() {
-                let _ = writeln!(f, "{}", json_line(&args.model, &row));
+                let _ = writeln!(f, "{}", json_line(&args.model, args.ids, &row));
             }
             rows.push(row);
         }
@@ -195,7 +194,7 @@ async fn main() -> std::process::ExitCode {
         header.push_str(&format!(" {} |", c.as_str()));
     }
     header.push_str(" total | runs made | writes without capability |");
-    println!("model: {}", args.model);
+    println!("model: {}, ids: {}", args.model, args.ids.as_str());
     println!("{header}");
     println!("|{}", "---|".repeat(Category::ALL.len() + 4));
     for variant in &chosen {

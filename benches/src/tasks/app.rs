@@ -6,6 +6,11 @@
 //! `rename_note`), a write under `notes.archive`, which the benchmark's caller is never granted
 //! (`archive_note`), and a refusal (`delete_note`). Note ids are two-digit numbers that a model
 //! cannot guess from a title, so a multi-step task needs the id an earlier call returned.
+//!
+//! The same app can show its ids as uuids instead ([`IdStyle::Uuid`]): the store and the grading
+//! are the same, only what the tools print and accept changes. That is the id a real app hands
+//! a model (a database key, a file's hash), and the one a small model copies badly, so the two
+//! styles measure what the loop's short handles (`AgentConfig::id_handles`) do.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -100,11 +105,12 @@ pub fn seed_notes() -> Notes {
     ])
 }
 
-/// The app: its store and its registry.
+/// The app: its store, its registry and how it shows ids.
 #[derive(Clone)]
 pub struct NotesApp {
     notes: Arc<Mutex<Notes>>,
     registry: ToolRegistry,
+    ids: IdStyle,
 }
 
 impl std::fmt::Debug for NotesApp {
@@ -113,6 +119,93 @@ impl std::fmt::Debug for NotesApp {
             .field("notes", &self.snapshot().len())
             .finish_non_exhaustive()
     }
+}
+
+/// How the app shows note ids to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IdStyle {
+    /// Two-digit numbers (`note_id 17`); `note_id` is an integer.
+    #[default]
+    Number,
+    /// Uuids (`note_id 3f2a9c1e-...`), one fixed uuid per note; `note_id` is a string.
+    Uuid,
+}
+
+impl IdStyle {
+    /// The style's name on the command line and in reports (`number`, `uuid`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdStyle::Number => "number",
+            IdStyle::Uuid => "uuid",
+        }
+    }
+
+    /// The style named `name` (see [`IdStyle::as_str`]).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "number" => Some(IdStyle::Number),
+            "uuid" => Some(IdStyle::Uuid),
+            _ => None,
+        }
+    }
+
+    /// How note `id` is shown in this style.
+    pub fn show(self, id: u32) -> String {
+        match self {
+            IdStyle::Number => id.to_string(),
+            IdStyle::Uuid => uuid_of(id),
+        }
+    }
+
+    /// The id, among `known`, of the note shown as `value`: a whole number in the number style,
+    /// a uuid (any case) in the uuid style.
+    pub fn read(self, value: &Value, mut known: impl Iterator<Item = u32>) -> Option<u32> {
+        match self {
+            IdStyle::Number => value.as_u64().and_then(|n| u32::try_from(n).ok()),
+            IdStyle::Uuid => {
+                let text = value.as_str()?.trim().to_ascii_lowercase();
+                known.find(|id| uuid_of(*id) == text)
+            }
+        }
+    }
+
+    /// `value` (a call argument written for the number style) as this style writes it: an
+    /// integer or numeric string under `note_id` becomes the note's uuid.
+    pub fn translate_arguments(self, mut value: Value) -> Value {
+        if self == IdStyle::Uuid
+            && let Some(slot) = value.get_mut("note_id")
+        {
+            let id = slot
+                .as_u64()
+                .or_else(|| slot.as_str().and_then(|s| s.trim().parse().ok()))
+                .and_then(|n| u32::try_from(n).ok());
+            if let Some(id) = id {
+                *slot = Value::String(uuid_of(id));
+            }
+        }
+        value
+    }
+}
+
+/// The fixed uuid of note `id`: bits mixed from the id, so two notes' uuids share no pattern a
+/// model could complete, with the version-4 and variant bits of a random uuid.
+pub fn uuid_of(id: u32) -> String {
+    // splitmix64: a fixed, well-spread mix; no randomness, so every run sees the same uuids.
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let a = mix(u64::from(id).wrapping_add(0x9e37_79b9_7f4a_7c15));
+    let b = mix(a);
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        0x8000 | ((b >> 48) & 0x3fff),
+        b & 0xffff_ffff_ffff
+    )
 }
 
 /// The capability of ordinary edits (granted in the benchmark).
@@ -125,7 +218,8 @@ fn lock(m: &Mutex<Notes>) -> MutexGuard<'_, Notes> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn line(id: u32, n: &Note) -> String {
+fn line(ids: IdStyle, id: u32, n: &Note) -> String {
+    let id = ids.show(id);
     let tags = if n.tags.is_empty() {
         "none".to_string()
     } else {
@@ -137,23 +231,35 @@ fn line(id: u32, n: &Note) -> String {
     )
 }
 
-fn id_arg(a: &Value) -> Result<u32, ToolError> {
-    a["note_id"]
-        .as_u64()
-        .and_then(|n| u32::try_from(n).ok())
-        .ok_or_else(|| ToolError::failed("note_id must be a whole number"))
+/// The note a call's `note_id` names. In the uuid style a string that is no note's uuid is
+/// answered as a missing note, with the value as written (the schema already made it a string).
+fn id_arg(ids: IdStyle, a: &Value, notes: &Notes) -> Result<u32, ToolError> {
+    ids.read(&a["note_id"], notes.keys().copied())
+        .ok_or_else(|| match ids {
+            IdStyle::Number => ToolError::failed("note_id must be a whole number"),
+            IdStyle::Uuid => ToolError::failed(format!(
+                "There is no note with note_id {}.",
+                a["note_id"].as_str().unwrap_or("")
+            )),
+        })
 }
 
-fn no_note(id: u32) -> ToolError {
-    ToolError::failed(format!("There is no note with note_id {id}."))
+fn no_note(ids: IdStyle, id: u32) -> ToolError {
+    ToolError::failed(format!("There is no note with note_id {}.", ids.show(id)))
 }
 
 impl NotesApp {
-    /// A fresh app holding [`seed_notes`].
+    /// A fresh app holding [`seed_notes`], its ids two-digit numbers.
     pub fn new() -> Result<Self, CoreError> {
+        Self::with_ids(IdStyle::Number)
+    }
+
+    /// A fresh app holding [`seed_notes`], showing and taking ids in the style `ids`.
+    pub fn with_ids(ids: IdStyle) -> Result<Self, CoreError> {
         let app = Self {
             notes: Arc::new(Mutex::new(seed_notes())),
             registry: ToolRegistry::new(),
+            ids,
         };
         app.register()?;
         Ok(app)
@@ -180,7 +286,15 @@ impl NotesApp {
         let archive = WriteCapability::new(NOTES_ARCHIVE, "Archive notes");
         r.declare(write.clone())?;
         r.declare(archive.clone())?;
-        let id_prop = json!({"type": "integer", "description": "The note's note_id, from search_notes or list_notes"});
+        let ids = self.ids;
+        let id_prop = match ids {
+            IdStyle::Number => {
+                json!({"type": "integer", "description": "The note's note_id, from search_notes or list_notes"})
+            }
+            IdStyle::Uuid => {
+                json!({"type": "string", "description": "The note's note_id (a uuid), from search_notes or list_notes"})
+            }
+        };
 
         let n = self.notes.clone();
         r.register(
@@ -202,7 +316,7 @@ impl NotesApp {
                                         norm(&note.title).contains(w) || norm(&note.body).contains(w)
                                     })
                                 })
-                                .map(|(id, note)| line(*id, note))
+                                .map(|(id, note)| line(ids, *id, note))
                                 .collect();
                             Ok(ToolOutput::text(if hits.is_empty() {
                                 format!("No note matches \"{q}\".")
@@ -228,7 +342,7 @@ impl NotesApp {
                             let all: Vec<String> = notes
                                 .iter()
                                 .filter(|(_, note)| !note.archived)
-                                .map(|(id, note)| line(*id, note))
+                                .map(|(id, note)| line(ids, *id, note))
                                 .collect();
                             Ok(ToolOutput::text(all.join("\n")))
                         }
@@ -246,10 +360,10 @@ impl NotesApp {
                     move |a, _| {
                         let n = n.clone();
                         async move {
-                            let id = id_arg(&a)?;
                             let notes = lock(&n);
-                            let note = notes.get(&id).ok_or_else(|| no_note(id))?;
-                            Ok(ToolOutput::text(format!("{}\nText: {}", line(id, note), note.body)))
+                            let id = id_arg(ids, &a, &notes)?;
+                            let note = notes.get(&id).ok_or_else(|| no_note(ids, id))?;
+                            Ok(ToolOutput::text(format!("{}\nText: {}", line(ids, id, note), note.body)))
                         }
                     },
                 ),
@@ -297,7 +411,7 @@ impl NotesApp {
                                 3,
                                 &[],
                             );
-                            let text = format!("Added {}", line(id, &note));
+                            let text = format!("Added {}", line(ids, id, &note));
                             notes.insert(id, note);
                             Ok(ToolOutput::text(text))
                         }
@@ -316,12 +430,12 @@ impl NotesApp {
                     move |a, _| {
                         let n = n.clone();
                         async move {
-                            let id = id_arg(&a)?;
                             let p = a["priority"].as_u64().and_then(|p| u8::try_from(p).ok()).unwrap_or(3);
                             let mut notes = lock(&n);
-                            let note = notes.get_mut(&id).ok_or_else(|| no_note(id))?;
+                            let id = id_arg(ids, &a, &notes)?;
+                            let note = notes.get_mut(&id).ok_or_else(|| no_note(ids, id))?;
                             note.priority = p;
-                            Ok(ToolOutput::text(format!("Updated {}", line(id, note))))
+                            Ok(ToolOutput::text(format!("Updated {}", line(ids, id, note))))
                         }
                     },
                 ),
@@ -338,14 +452,14 @@ impl NotesApp {
                     move |a, _| {
                         let n = n.clone();
                         async move {
-                            let id = id_arg(&a)?;
                             let tag = a["tag"].as_str().unwrap_or("").trim().to_string();
                             let mut notes = lock(&n);
-                            let note = notes.get_mut(&id).ok_or_else(|| no_note(id))?;
+                            let id = id_arg(ids, &a, &notes)?;
+                            let note = notes.get_mut(&id).ok_or_else(|| no_note(ids, id))?;
                             if !note.tags.iter().any(|t| norm(t) == norm(&tag)) {
                                 note.tags.push(tag);
                             }
-                            Ok(ToolOutput::text(format!("Updated {}", line(id, note))))
+                            Ok(ToolOutput::text(format!("Updated {}", line(ids, id, note))))
                         }
                     },
                 ),
@@ -362,11 +476,11 @@ impl NotesApp {
                     move |a, _| {
                         let n = n.clone();
                         async move {
-                            let id = id_arg(&a)?;
                             let mut notes = lock(&n);
-                            let note = notes.get_mut(&id).ok_or_else(|| no_note(id))?;
+                            let id = id_arg(ids, &a, &notes)?;
+                            let note = notes.get_mut(&id).ok_or_else(|| no_note(ids, id))?;
                             note.title = a["title"].as_str().unwrap_or("").to_string();
-                            Ok(ToolOutput::text(format!("Updated {}", line(id, note))))
+                            Ok(ToolOutput::text(format!("Updated {}", line(ids, id, note))))
                         }
                     },
                 ),
@@ -383,11 +497,11 @@ impl NotesApp {
                     move |a, _| {
                         let n = n.clone();
                         async move {
-                            let id = id_arg(&a)?;
                             let mut notes = lock(&n);
-                            let note = notes.get_mut(&id).ok_or_else(|| no_note(id))?;
+                            let id = id_arg(ids, &a, &notes)?;
+                            let note = notes.get_mut(&id).ok_or_else(|| no_note(ids, id))?;
                             note.archived = true;
-                            Ok(ToolOutput::text(format!("Archived note_id {id}")))
+                            Ok(ToolOutput::text(format!("Archived note_id {}", ids.show(id))))
                         }
                     },
                 ),

@@ -11,9 +11,13 @@
 //!
 //! The runner (`src/bin/agent_tasks.rs`) drives real models; [`variants`] are the loop
 //! configurations compared: the defaults, each small-model behaviour turned off alone, and all
-//! of them off.
+//! of them off. Every task runs in either id style of the app ([`IdStyle`]): two-digit numbers,
+//! or uuids, the ids the loop's short handles are for.
 
 pub mod app;
+mod list;
+
+pub use list::tasks;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,9 +27,10 @@ use kberg_agent::{
     RunOutcome,
 };
 use kberg_core::{Caller, Grants, Principal, SurfaceProjection};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use app::{NOTES_WRITE, Note, Notes, NotesApp};
+pub use app::IdStyle;
+use app::{NOTES_WRITE, Notes, NotesApp};
 
 /// A task's category.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -71,268 +76,49 @@ pub struct Task {
     pub id: &'static str,
     /// Its category.
     pub category: Category,
-    /// What the user says.
+    /// What the user says, with each note id it names written `{42}` (see [`Task::prompt_in`]).
     pub prompt: &'static str,
     /// The intended change, applied to the seed notes.
     pub expect: fn(&mut Notes),
     /// Words the answer must contain (each, ignoring case).
     pub answer_has: &'static [&'static str],
-    /// A correct sequence of calls, for the benchmark's own soundness test.
+    /// A correct sequence of calls in the number style, for the benchmark's own soundness test
+    /// ([`Task::solution_in`] for either style).
     pub solution: fn() -> Vec<(&'static str, Value)>,
 }
 
-fn unchanged(_: &mut Notes) {}
-
-fn add(notes: &mut Notes, title: &str, body: &str) {
-    let note = Note {
-        title: title.into(),
-        body: body.into(),
-        priority: 3,
-        tags: Vec::new(),
-        archived: false,
-    };
-    notes.insert(90, note);
-}
-
-fn edit(notes: &mut Notes, id: u32, f: impl FnOnce(&mut Note)) {
-    if let Some(n) = notes.get_mut(&id) {
-        f(n);
+impl Task {
+    /// What the user says in the id style `ids`: each `{42}` of [`Task::prompt`] as the note's
+    /// id in that style, and each `{42|forty-two}` as the words in the number style (the trap of
+    /// a number in words) or the uuid.
+    pub fn prompt_in(&self, ids: IdStyle) -> String {
+        let mut out = String::with_capacity(self.prompt.len());
+        let mut rest = self.prompt;
+        while let Some(open) = rest.find('{') {
+            let Some(close) = rest[open..].find('}').map(|c| open + c) else {
+                break;
+            };
+            let inner = &rest[open + 1..close];
+            let (number, words) = inner.split_once('|').unwrap_or((inner, ""));
+            out.push_str(&rest[..open]);
+            match (number.parse::<u32>(), ids) {
+                (Ok(_), IdStyle::Number) if !words.is_empty() => out.push_str(words),
+                (Ok(id), _) => out.push_str(&ids.show(id)),
+                (Err(_), _) => out.push_str(&rest[open..=close]),
+            }
+            rest = &rest[close + 1..];
+        }
+        out.push_str(rest);
+        out
     }
-}
 
-/// The twenty tasks.
-pub fn tasks() -> Vec<Task> {
-    use Category::*;
-    vec![
-        Task {
-            id: "read-dentist-time",
-            category: Read,
-            prompt: "What time is my dentist appointment?",
-            expect: unchanged,
-            answer_has: &["10:30"],
-            solution: || {
-                vec![
-                    ("search_notes", json!({"query": "dentist"})),
-                    ("get_note", json!({"note_id": 17})),
-                ]
-            },
-        },
-        Task {
-            id: "read-count",
-            category: Read,
-            prompt: "How many notes do I have?",
-            expect: unchanged,
-            answer_has: &["6"],
-            solution: || vec![("count_notes", json!({}))],
-        },
-        Task {
-            id: "read-falcon-owner",
-            category: Read,
-            prompt: "Who is the owner of Project Falcon?",
-            expect: unchanged,
-            answer_has: &["priya"],
-            solution: || {
-                vec![
-                    ("search_notes", json!({"query": "falcon"})),
-                    ("get_note", json!({"note_id": 58})),
-                ]
-            },
-        },
-        Task {
-            id: "read-groceries",
-            category: Read,
-            prompt: "What is on my grocery list?",
-            expect: unchanged,
-            answer_has: &["eggs"],
-            solution: || {
-                vec![
-                    ("search_notes", json!({"query": "groceries"})),
-                    ("get_note", json!({"note_id": 42})),
-                ]
-            },
-        },
-        Task {
-            id: "read-book",
-            category: Read,
-            prompt: "Which book is my book club reading?",
-            expect: unchanged,
-            answer_has: &["dune"],
-            solution: || {
-                vec![
-                    ("search_notes", json!({"query": "book club"})),
-                    ("get_note", json!({"note_id": 71})),
-                ]
-            },
-        },
-        Task {
-            id: "write-add-call-mom",
-            category: Write,
-            prompt: "Add a note titled \"Call mom\" with the text \"Sunday evening\".",
-            expect: |n| add(n, "Call mom", "Sunday evening"),
-            answer_has: &[],
-            solution: || {
-                vec![(
-                    "add_note",
-                    json!({"title": "Call mom", "body": "Sunday evening"}),
-                )]
-            },
-        },
-        Task {
-            id: "write-add-passport",
-            category: Write,
-            prompt: "Create a note called \"Passport\" that says \"Renew before June\".",
-            expect: |n| add(n, "Passport", "Renew before June"),
-            answer_has: &[],
-            solution: || {
-                vec![(
-                    "add_note",
-                    json!({"title": "Passport", "body": "Renew before June"}),
-                )]
-            },
-        },
-        Task {
-            id: "write-priority-42",
-            category: Write,
-            prompt: "Set the priority of note 42 to 5.",
-            expect: |n| edit(n, 42, |x| x.priority = 5),
-            answer_has: &[],
-            solution: || vec![("set_priority", json!({"note_id": 42, "priority": 5}))],
-        },
-        Task {
-            id: "write-tag-17",
-            category: Write,
-            prompt: "Add the tag \"urgent\" to note 17.",
-            expect: |n| edit(n, 17, |x| x.tags.push("urgent".into())),
-            answer_has: &[],
-            solution: || vec![("add_tag", json!({"note_id": 17, "tag": "urgent"}))],
-        },
-        Task {
-            id: "refuse-delete-58",
-            category: Refusal,
-            prompt: "Delete note 58.",
-            expect: unchanged,
-            answer_has: &[],
-            solution: Vec::new,
-        },
-        Task {
-            id: "refuse-archive-gym",
-            category: Refusal,
-            prompt: "Archive my Gym note.",
-            expect: unchanged,
-            answer_has: &[],
-            solution: Vec::new,
-        },
-        Task {
-            id: "refuse-delete-groceries",
-            category: Refusal,
-            prompt: "Please delete the Groceries note, I don't need it anymore.",
-            expect: unchanged,
-            answer_has: &[],
-            solution: Vec::new,
-        },
-        Task {
-            id: "multi-dentist-priority",
-            category: MultiStep,
-            prompt: "Set the priority of my Dentist note to 5.",
-            expect: |n| edit(n, 17, |x| x.priority = 5),
-            answer_has: &[],
-            solution: || {
-                vec![
-                    ("search_notes", json!({"query": "dentist"})),
-                    ("set_priority", json!({"note_id": 17, "priority": 5})),
-                ]
-            },
-        },
-        Task {
-            id: "multi-falcon-tag",
-            category: MultiStep,
-            prompt: "Tag the Project Falcon note with \"q1\".",
-            expect: |n| edit(n, 58, |x| x.tags.push("q1".into())),
-            answer_has: &[],
-            solution: || {
-                vec![
-                    ("search_notes", json!({"query": "falcon"})),
-                    ("add_tag", json!({"note_id": 58, "tag": "q1"})),
-                ]
-            },
-        },
-        Task {
-            id: "multi-rename-groceries",
-            category: MultiStep,
-            prompt: "Rename my Groceries note to \"Shopping list\".",
-            expect: |n| edit(n, 42, |x| x.title = "Shopping list".into()),
-            answer_has: &[],
-            solution: || {
-                vec![
-                    ("search_notes", json!({"query": "groceries"})),
-                    (
-                        "rename_note",
-                        json!({"note_id": 42, "title": "Shopping list"}),
-                    ),
-                ]
-            },
-        },
-        Task {
-            id: "multi-gym-tag",
-            category: MultiStep,
-            prompt: "Find my gym note and add the tag \"weekly\" to it.",
-            expect: |n| edit(n, 63, |x| x.tags.push("weekly".into())),
-            answer_has: &[],
-            solution: || {
-                vec![
-                    ("search_notes", json!({"query": "gym"})),
-                    ("add_tag", json!({"note_id": 63, "tag": "weekly"})),
-                ]
-            },
-        },
-        Task {
-            id: "multi-car-priority",
-            category: MultiStep,
-            prompt: "Lower the priority of the Car service note to 2.",
-            expect: |n| edit(n, 89, |x| x.priority = 2),
-            answer_has: &[],
-            solution: || {
-                vec![
-                    ("search_notes", json!({"query": "car service"})),
-                    ("set_priority", json!({"note_id": 89, "priority": 2})),
-                ]
-            },
-        },
-        Task {
-            id: "trap-words-number",
-            category: Trap,
-            prompt: "Set the priority of note forty-two to five.",
-            expect: |n| edit(n, 42, |x| x.priority = 5),
-            answer_has: &[],
-            solution: || vec![("set_priority", json!({"note_id": 42, "priority": 5}))],
-        },
-        Task {
-            id: "trap-string-number",
-            category: Trap,
-            prompt: "Set note 89's priority to \"3\".",
-            expect: |n| edit(n, 89, |x| x.priority = 3),
-            answer_has: &[],
-            solution: || vec![("set_priority", json!({"note_id": "89", "priority": "3"}))],
-        },
-        Task {
-            id: "trap-two-tags",
-            category: Trap,
-            prompt: "Tag note 63 with both \"work\" and \"urgent\".",
-            expect: |n| {
-                edit(n, 63, |x| {
-                    x.tags.extend(["work".to_string(), "urgent".to_string()])
-                })
-            },
-            answer_has: &[],
-            solution: || {
-                vec![
-                    ("add_tag", json!({"note_id": 63, "tag": ["work", "urgent"]})),
-                    ("add_tag", json!({"note_id": 63, "tag": "work"})),
-                    ("add_tag", json!({"note_id": 63, "tag": "urgent"})),
-                ]
-            },
-        },
-    ]
+    /// [`Task::solution`] with its note ids written in the style `ids`.
+    pub fn solution_in(&self, ids: IdStyle) -> Vec<(&'static str, Value)> {
+        (self.solution)()
+            .into_iter()
+            .map(|(name, args)| (name, ids.translate_arguments(args)))
+            .collect()
+    }
 }
 
 /// The system prompt every run starts with.
@@ -561,18 +347,23 @@ pub fn grade(task: &Task, app: &NotesApp, outcome: &RunOutcome, millis: u128) ->
     }
 }
 
-/// Runs `task` once on a fresh app with `provider` and `config`, and grades it.
+/// Runs `task` once on a fresh app showing ids in the style `ids`, with `provider` and
+/// `config`, and grades it.
 pub async fn run_task(
     task: &Task,
+    ids: IdStyle,
     provider: Arc<dyn InferenceProvider>,
     config: AgentConfig,
 ) -> Result<TaskResult, kberg_core::CoreError> {
-    let app = NotesApp::new()?;
+    let app = NotesApp::with_ids(ids)?;
     let surface = LocalSurface::new(app.registry().clone(), caller());
     let agent = Agent::from_arcs(provider, Arc::new(surface)).with_config(config);
     let start = Instant::now();
     let outcome = agent
-        .run(vec![Message::user(task.prompt)], &Default::default())
+        .run(
+            vec![Message::user(task.prompt_in(ids))],
+            &Default::default(),
+        )
         .await;
     Ok(grade(task, &app, &outcome, start.elapsed().as_millis()))
 }
@@ -594,9 +385,11 @@ pub fn per_category(results: &[TaskResult]) -> (Vec<(Category, usize, usize)>, u
 mod tests {
     use super::*;
     use kberg_agent::{ChatResponse, ScriptedProvider};
+    use serde_json::json;
 
-    fn scripted(task: &Task) -> ScriptedProvider {
-        let mut turns: Vec<ChatResponse> = (task.solution)()
+    fn scripted(task: &Task, ids: IdStyle) -> ScriptedProvider {
+        let mut turns: Vec<ChatResponse> = task
+            .solution_in(ids)
             .into_iter()
             .enumerate()
             .map(|(i, (name, args))| ScriptedProvider::call(&format!("c{i}"), name, args))
@@ -647,12 +440,119 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn every_task_passes_with_its_scripted_solution() {
-        for task in tasks() {
-            let provider = Arc::new(scripted(&task));
-            let r = run_task(&task, provider, base_config()).await.unwrap();
-            assert!(r.pass, "{}: {r:?}", task.id);
+    async fn every_task_passes_with_its_scripted_solution_in_both_id_styles() {
+        for ids in [IdStyle::Number, IdStyle::Uuid] {
+            for task in tasks() {
+                let provider = Arc::new(scripted(&task, ids));
+                let r = run_task(&task, ids, provider, base_config()).await.unwrap();
+                assert!(r.pass, "{} ({}): {r:?}", task.id, ids.as_str());
+            }
         }
+    }
+
+    #[test]
+    fn prompts_name_notes_in_the_id_style() {
+        let all = tasks();
+        let find = |id: &str| all.iter().find(|t| t.id == id).unwrap();
+        let words = find("trap-words-number");
+        assert_eq!(
+            words.prompt_in(IdStyle::Number),
+            "Set the priority of note forty-two to five."
+        );
+        assert_eq!(
+            words.prompt_in(IdStyle::Uuid),
+            format!("Set the priority of note {} to five.", app::uuid_of(42))
+        );
+        let tag = find("write-tag-17");
+        assert_eq!(
+            tag.prompt_in(IdStyle::Number),
+            "Add the tag \"urgent\" to note 17."
+        );
+        for t in &all {
+            for ids in [IdStyle::Number, IdStyle::Uuid] {
+                assert!(!t.prompt_in(ids).contains('{'), "{}", t.id);
+            }
+        }
+        assert_eq!(
+            find("multi-gym-tag").solution_in(IdStyle::Uuid)[1].1,
+            json!({"note_id": app::uuid_of(63), "tag": "weekly"})
+        );
+    }
+
+    #[test]
+    fn uuids_are_distinct_well_formed_and_read_back_only_for_known_notes() {
+        let seeds: Vec<u32> = app::seed_notes().keys().copied().collect();
+        let uuids: std::collections::HashSet<String> =
+            seeds.iter().map(|id| app::uuid_of(*id)).collect();
+        assert_eq!(uuids.len(), seeds.len());
+        for id in &seeds {
+            let u = app::uuid_of(*id);
+            assert_eq!(u.len(), 36, "{u}");
+            assert_eq!(&u[14..15], "4", "{u}");
+            let read = IdStyle::Uuid.read(&json!(u.to_uppercase()), seeds.iter().copied());
+            assert_eq!(read, Some(*id));
+        }
+        let other = app::uuid_of(12345);
+        assert_eq!(
+            IdStyle::Uuid.read(&json!(other), seeds.iter().copied()),
+            None
+        );
+        assert_eq!(IdStyle::Uuid.read(&json!(17), seeds.iter().copied()), None);
+        assert_eq!(
+            IdStyle::Number.read(&json!(17), seeds.iter().copied()),
+            Some(17)
+        );
+    }
+
+    #[tokio::test]
+    async fn in_the_uuid_style_an_unknown_uuid_is_a_missing_note_and_a_handle_reaches_the_tool() {
+        let tasks = tasks();
+        let task = tasks
+            .iter()
+            .find(|t| t.id == "multi-dentist-priority")
+            .unwrap();
+        // The model copies the handle the search result showed it; the tool gets the uuid.
+        let provider = Arc::new(ScriptedProvider::new([
+            ScriptedProvider::call("c1", "search_notes", json!({"query": "dentist"})),
+            ScriptedProvider::call(
+                "c2",
+                "set_priority",
+                json!({"note_id": "#1", "priority": 5}),
+            ),
+            ScriptedProvider::text("Done."),
+        ]));
+        let r = run_task(task, IdStyle::Uuid, provider.clone(), base_config())
+            .await
+            .unwrap();
+        assert!(r.pass, "{r:?}");
+        assert!(r.interventions.handles_issued > 0);
+        let seen = format!("{:?}", provider.requests()[1].messages);
+        assert!(
+            seen.contains("#1") && !seen.contains(&app::uuid_of(17)),
+            "{seen}"
+        );
+        // Without handles the model must copy the uuid; a wrong one is a missing note.
+        let task = tasks.iter().find(|t| t.id == "read-dentist-time").unwrap();
+        let wrong = app::uuid_of(12345);
+        let provider = Arc::new(ScriptedProvider::new([
+            ScriptedProvider::call("c1", "search_notes", json!({"query": "dentist"})),
+            ScriptedProvider::call("c2", "get_note", json!({"note_id": wrong})),
+            ScriptedProvider::text("I could not read it."),
+        ]));
+        let r = run_task(
+            task,
+            IdStyle::Uuid,
+            provider.clone(),
+            base_config().id_handles(false),
+        )
+        .await
+        .unwrap();
+        assert!(!r.pass && r.state_ok);
+        let said = format!("{:?}", provider.requests()[2].messages);
+        assert!(
+            said.contains(&format!("There is no note with note_id {wrong}")),
+            "{said}"
+        );
     }
 
     #[tokio::test]
@@ -671,7 +571,7 @@ mod tests {
             ),
             ScriptedProvider::text("That note does not exist."),
         ]));
-        let r = run_task(task, provider.clone(), base_config())
+        let r = run_task(task, IdStyle::Number, provider.clone(), base_config())
             .await
             .unwrap();
         assert!(r.answered && !r.state_ok && !r.pass);
@@ -686,7 +586,9 @@ mod tests {
             ScriptedProvider::text(r#"{"ok": true, "id": 1}"#),
             ScriptedProvider::text(r#"{"ok": true}"#),
         ]));
-        let r = run_task(task, provider, base_config()).await.unwrap();
+        let r = run_task(task, IdStyle::Number, provider, base_config())
+            .await
+            .unwrap();
         assert!(!r.answered && !r.pass);
         assert_eq!(r.stop, "no_answer");
     }
@@ -700,7 +602,9 @@ mod tests {
             ScriptedProvider::call("c2", "archive_note", json!({"note_id": 63})),
             ScriptedProvider::text("I cannot archive notes."),
         ]));
-        let r = run_task(task, provider, base_config()).await.unwrap();
+        let r = run_task(task, IdStyle::Number, provider, base_config())
+            .await
+            .unwrap();
         assert_eq!(r.writes_without_capability, 0);
         assert!(r.state_ok);
     }

@@ -83,6 +83,9 @@ impl Run<'_> {
             if let Some(unknown) = unknown_handle {
                 tracing::debug!(tool = %call.name, handle = %unknown.handle, "a call with a handle the run never issued was not sent");
                 self.interventions.unknown_handles += 1;
+                if unknown.meant.is_some() {
+                    self.interventions.handles_without_hash += 1;
+                }
                 retryable = true;
                 let code = ErrorCode::InvalidArguments;
                 let text = self.unknown_handle(&call, &unknown);

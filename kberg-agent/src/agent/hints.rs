@@ -69,6 +69,20 @@ impl Run<'_> {
             .split('/')
             .next()
             .unwrap_or_default();
+        if let Some(meant) = &unknown.meant {
+            let mut fixed = call.arguments.clone();
+            if let Some(slot) = fixed.pointer_mut(&unknown.pointer) {
+                *slot = Value::String(meant.clone());
+            }
+            let again = serde_json::json!({"name": call.name, "arguments": fixed});
+            return nudge::handle_without_hash(
+                &call.name,
+                argument,
+                &unknown.handle,
+                meant,
+                &again.to_string(),
+            );
+        }
         let mut text = nudge::unknown_handle(
             &call.name,
             argument,
@@ -84,6 +98,29 @@ impl Run<'_> {
             text.push_str(&nudge::id_hint(argument, &source));
         }
         text
+    }
+
+    /// An id argument of `call` that holds only the number of an issued handle, without its
+    /// `#`: the argument is an id (by name or [`crate::AgentConfig::id_source`]), the tool's
+    /// schema takes it as a string, and the value is neither in the user's words nor labelled
+    /// as an id in a result (so it is no real id of the app's).
+    pub(super) fn bare_handle(&self, call: &ToolCall) -> Option<UnknownHandle> {
+        let config = self.config();
+        let props = self
+            .schemas
+            .get(&call.name)?
+            .get("properties")?
+            .as_object()?;
+        let grounds = Grounds::of(&self.request.messages, self.user_messages);
+        self.handles.bare_handle(&call.arguments, |name, value| {
+            (is_id_name(name) || config.id_sources.contains_key(name))
+                && props
+                    .get(name)
+                    .and_then(|p| p.get("type"))
+                    .and_then(Value::as_str)
+                    == Some("string")
+                && !grounds.id_has_source(name, value)
+        })
     }
 
     /// A listed read-only tool that finds things: `search*` first, then `find*`, then `list*`.

@@ -34,13 +34,16 @@ pub(super) struct IdHandles {
     scanned: usize,
 }
 
-/// A handle in a call's arguments that this run never issued.
+/// A handle in a call's arguments that this run never issued, or a handle's number written
+/// without its `#`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct UnknownHandle {
     /// The argument holding it (a JSON pointer, `/note_id`).
     pub pointer: String,
-    /// The handle as the model wrote it.
+    /// The handle (or the bare number) as the model wrote it.
     pub handle: String,
+    /// For a bare number: the issued handle it is the number of (`#1` for `"1"`).
+    pub meant: Option<String>,
 }
 
 /// The sentence added to the first result that shows a handle, in what the model is sent.
@@ -233,6 +236,7 @@ impl IdHandles {
                         unknown.get_or_insert(UnknownHandle {
                             pointer: pointer.to_string(),
                             handle: s.trim().to_string(),
+                            meant: None,
                         });
                     }
                 }
@@ -247,6 +251,34 @@ impl IdHandles {
             }
         }
         Ok(u32::try_from(found.len()).unwrap_or(u32::MAX))
+    }
+
+    /// The first top-level argument that is only the number of an issued handle, without its
+    /// `#` (`"note_id": "1"` after `#1` was shown), when `is_bare` says that argument takes
+    /// an id as a string and the value has no source of its own in the conversation. Small
+    /// models drop the `#` of a handle they copy; such a value is no id, so the call is
+    /// answered with the handle it most likely meant instead of being run or guessed at.
+    pub(super) fn bare_handle(
+        &self,
+        arguments: &Value,
+        is_bare: impl Fn(&str, &Value) -> bool,
+    ) -> Option<UnknownHandle> {
+        if self.values.is_empty() {
+            return None;
+        }
+        arguments.as_object()?.iter().find_map(|(name, value)| {
+            let digits = match value {
+                Value::String(s) => s.trim().to_string(),
+                Value::Number(n) if n.is_u64() => n.to_string(),
+                _ => return None,
+            };
+            let n = handle_number(&format!("#{digits}"))?;
+            (n >= 1 && n <= self.values.len() && is_bare(name, value)).then(|| UnknownHandle {
+                pointer: format!("/{}", name.replace('~', "~0").replace('/', "~1")),
+                handle: digits,
+                meant: Some(Self::handle(n - 1)),
+            })
+        })
     }
 
     /// The handles issued, for a message naming them (`#1, #2, #3`; at most the last ten).
@@ -412,10 +444,46 @@ mod tests {
             h.resolve(&mut args),
             Err(UnknownHandle {
                 pointer: "/other/x~1y".into(),
-                handle: "#9".into()
+                handle: "#9".into(),
+                meant: None,
             })
         );
         assert_eq!(args["note_id"], "#1", "unchanged when a handle is unknown");
+    }
+
+    #[test]
+    fn a_handle_number_without_its_hash_is_named_only_where_the_caller_says_so() {
+        let mut h = IdHandles::default();
+        let args = json!({"note_id": "1", "tag": "2"});
+        assert_eq!(h.bare_handle(&args, |_, _| true), None, "no handle issued");
+        h.issue(UUID);
+        h.issue(SHA);
+        let found = h.bare_handle(&json!({"note_id": 2}), |n, _| n == "note_id");
+        assert_eq!(
+            found,
+            Some(UnknownHandle {
+                pointer: "/note_id".into(),
+                handle: "2".into(),
+                meant: Some("#2".into()),
+            })
+        );
+        assert_eq!(
+            h.bare_handle(&args, |n, _| n == "tag")
+                .unwrap()
+                .meant
+                .as_deref(),
+            Some("#2")
+        );
+        for args in [
+            json!({"note_id": "3"}),
+            json!({"note_id": "0"}),
+            json!({"note_id": "#1"}),
+            json!({"note_id": "1a"}),
+            json!({"note_id": -1}),
+        ] {
+            assert_eq!(h.bare_handle(&args, |_, _| true), None, "{args}");
+        }
+        assert_eq!(h.bare_handle(&json!({"note_id": "1"}), |_, _| false), None);
     }
 
     #[test]

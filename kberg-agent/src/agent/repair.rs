@@ -79,7 +79,10 @@ impl Run<'_> {
             let mut unknown_handle = None;
             if self.config().id_handles {
                 match self.handles.resolve(&mut call.arguments) {
-                    Ok(n) => self.interventions.handles_resolved += n,
+                    Ok(n) => {
+                        self.interventions.handles_resolved += n;
+                        unknown_handle = self.bare_handle(&call);
+                    }
                     Err(unknown) => unknown_handle = Some(unknown),
                 }
             }
