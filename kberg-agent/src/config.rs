@@ -107,8 +107,10 @@ pub struct AgentConfig {
     pub forget_old_failures: bool,
     /// Show each long opaque id (a uuid, a hash, a path) in what the model is sent as a short
     /// handle (`#1`), and replace a handle in a call's arguments with the id it stands for
-    /// before the call is checked or run (default true). Small models miscopy long ids; they
-    /// copy `#1`. The stored conversation, the outcome and the tools see only the real ids; a
+    /// before the call is checked or run (default **false**, from the measurement: on the task
+    /// benchmark with uuid ids Qwen2.5-Coder-0.5B passed 12/20 without handles and 7/20 with
+    /// them, since it copies uuids correctly and drops the `#` of a handle). For a model that
+    /// miscopies long ids, which copies `#1`. The stored conversation, the outcome and the tools see only the real ids; a
     /// handle the run never issued is answered with a repair turn, never sent. Once a run has
     /// issued a handle, an argument that is exactly `#` and digits is read as a handle.
     pub id_handles: bool,
@@ -143,7 +145,7 @@ impl Default for AgentConfig {
             drop_unknown_read_arguments: true,
             split_array_arguments: true,
             forget_old_failures: true,
-            id_handles: true,
+            id_handles: false,
         }
     }
 }

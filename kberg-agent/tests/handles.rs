@@ -128,7 +128,7 @@ async fn a_write_copies_the_handle_from_a_search_and_the_tool_receives_the_uuid(
     ]);
     let (out, received) = run(
         &script,
-        AgentConfig::default(),
+        AgentConfig::default().id_handles(true),
         "Set the priority of my Dentist note to 5.",
     )
     .await;
@@ -182,7 +182,7 @@ async fn a_handle_in_a_call_written_as_text_is_resolved() {
     ]);
     let (out, received) = run(
         &script,
-        AgentConfig::default(),
+        AgentConfig::default().id_handles(true),
         "Set the priority of my Groceries note to 4.",
     )
     .await;
@@ -215,7 +215,7 @@ async fn an_unknown_handle_is_answered_with_the_handles_shown_and_never_sent() {
     ]);
     let (out, received) = run(
         &script,
-        AgentConfig::default(),
+        AgentConfig::default().id_handles(true),
         "Set the priority of my Dentist note to 5.",
     )
     .await;
@@ -248,7 +248,7 @@ async fn a_uuid_the_user_gives_is_shown_as_a_handle_too() {
         ScriptedProvider::text("Done."),
     ]);
     let request = format!("Set the priority of note {GROCERIES} to 3.");
-    let (out, received) = run(&script, AgentConfig::default(), &request).await;
+    let (out, received) = run(&script, AgentConfig::default().id_handles(true), &request).await;
     assert!(out.answered(), "{:?}", out.stop);
     assert_eq!(received, [json!({"note_id": GROCERIES, "priority": 3})]);
     let seen = texts(&script.requests()[0].messages);
@@ -296,7 +296,7 @@ async fn a_handle_copied_without_its_hash_is_answered_with_the_call_to_make_and_
         ScriptedProvider::text("Done."),
     ]);
     let request = format!("Set the priority of note {GROCERIES} to 5.");
-    let (out, received) = run(&script, AgentConfig::default(), &request).await;
+    let (out, received) = run(&script, AgentConfig::default().id_handles(true), &request).await;
     assert!(out.answered(), "{:?}", out.stop);
     assert_eq!(received, [json!({"note_id": GROCERIES, "priority": 5})]);
     let outcomes: Vec<&str> = out.calls.iter().map(|c| c.outcome.as_str()).collect();
@@ -324,7 +324,7 @@ async fn a_bare_number_the_user_gave_or_for_an_integer_id_is_sent_as_written() {
     ]);
     let request =
         format!("Note {GROCERIES} is number 1 on my list; set the priority of note 1 to 5.");
-    let (out, received) = run(&script, AgentConfig::default(), &request).await;
+    let (out, received) = run(&script, AgentConfig::default().id_handles(true), &request).await;
     assert_eq!(
         received,
         [json!({"note_id": "1", "priority": 5})],

@@ -230,8 +230,8 @@ pub fn variants() -> Vec<Variant> {
             fired: |i| i.failures_forgotten > 0,
         },
         Variant {
-            name: "no-id-handles",
-            config: b().id_handles(false),
+            name: "id-handles",
+            config: b().id_handles(true),
             fired: |i| i.handles_issued > 0,
         },
         Variant {
@@ -521,9 +521,14 @@ mod tests {
             ),
             ScriptedProvider::text("Done."),
         ]));
-        let r = run_task(task, IdStyle::Uuid, provider.clone(), base_config())
-            .await
-            .unwrap();
+        let r = run_task(
+            task,
+            IdStyle::Uuid,
+            provider.clone(),
+            base_config().id_handles(true),
+        )
+        .await
+        .unwrap();
         assert!(r.pass, "{r:?}");
         assert!(r.interventions.handles_issued > 0);
         let seen = format!("{:?}", provider.requests()[1].messages);
@@ -539,14 +544,9 @@ mod tests {
             ScriptedProvider::call("c2", "get_note", json!({"note_id": wrong})),
             ScriptedProvider::text("I could not read it."),
         ]));
-        let r = run_task(
-            task,
-            IdStyle::Uuid,
-            provider.clone(),
-            base_config().id_handles(false),
-        )
-        .await
-        .unwrap();
+        let r = run_task(task, IdStyle::Uuid, provider.clone(), base_config())
+            .await
+            .unwrap();
         assert!(!r.pass && r.state_ok);
         let said = format!("{:?}", provider.requests()[2].messages);
         assert!(
