@@ -88,22 +88,16 @@ impl FeedLedger {
                 db: LedgerDb::Postgres(db.clone()),
             });
         }
-        let ledger = Self {
-            db: LedgerDb::Sqlite(store.db_path().to_path_buf()),
-        };
-        if let LedgerConn::Sqlite(mut conn) = ledger.connect()? {
-            migrate_sqlite(&mut conn, &LEDGER_MIGRATIONS)?;
-        }
-        Ok(ledger)
+        let path = store.db_path().to_path_buf();
+        migrate_sqlite(&mut sqlite_connect(&path)?, &LEDGER_MIGRATIONS)?;
+        Ok(Self {
+            db: LedgerDb::Sqlite(path),
+        })
     }
 
     fn connect(&self) -> Result<LedgerConn, RulesError> {
         match &self.db {
-            LedgerDb::Sqlite(path) => {
-                let conn = Connection::open(path)?;
-                conn.busy_timeout(std::time::Duration::from_secs(10))?;
-                Ok(LedgerConn::Sqlite(conn))
-            }
+            LedgerDb::Sqlite(path) => Ok(LedgerConn::Sqlite(sqlite_connect(path)?)),
             #[cfg(feature = "postgres")]
             LedgerDb::Postgres(db) => Ok(LedgerConn::Postgres(db.client()?)),
         }
@@ -187,6 +181,12 @@ impl FeedLedger {
         );
         Ok(report)
     }
+}
+
+fn sqlite_connect(path: &std::path::Path) -> Result<Connection, RulesError> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    Ok(conn)
 }
 
 /// The columns every candidate query reads, in [`candidate_row`]'s order.
