@@ -149,9 +149,7 @@ fn a_ticket_filed_on_one_replica_is_decided_once_on_either() {
             "round {round}: {outcomes:?}"
         );
         assert!(
-            outcomes
-                .iter()
-                .any(|o| *o == Err(ErrorCode::TicketAlreadyDecided)),
+            outcomes.contains(&Err(ErrorCode::TicketAlreadyDecided)),
             "round {round}: {outcomes:?}"
         );
         assert_eq!(runs.load(Ordering::SeqCst), before + 1, "the call ran once");
