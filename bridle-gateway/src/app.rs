@@ -1,5 +1,6 @@
 //! Assembling the gateway's MCP app: its own tools, optional memory tools, the rules resources,
-//! and the instructions every agent is given on connect.
+//! and the instructions every agent is given on connect. With the state in PostgreSQL the app's
+//! confirm tickets are kept there too (`tickets`), so every replica sees and decides one set.
 
 use std::sync::Arc;
 
@@ -37,9 +38,13 @@ pub fn build_app_observed(
     if let Some(m) = metrics {
         sink = m.audit_sink(sink);
     }
-    let tools = ToolRegistry::builder()
-        .audit_sink(ctx.sessions.audit_sink(Some(sink)))
-        .build();
+    #[allow(unused_mut)] // Only the PostgreSQL build changes it.
+    let mut builder = ToolRegistry::builder().audit_sink(ctx.sessions.audit_sink(Some(sink)));
+    #[cfg(feature = "postgres")]
+    if let Some(db) = ctx.store.postgres() {
+        builder = builder.ticket_store(Arc::new(crate::tickets::PgTicketStore::open(db.clone())?));
+    }
+    let tools = builder.build();
     register_tools(&tools, ctx)?;
     let with_memory = memory.is_some();
     if let Some(memory) = memory {

@@ -3,8 +3,9 @@
 //! Absent (or `sqlite`), the rules store uses the SQLite file of the data directory and its YAML
 //! files are the documents: one gateway process (and the command line) per data directory.
 //! `postgres://user@host:port/dbname` moves the review queue, decisions, change log, scope
-//! tickets and revisions, and the vault (secrets, agent tokens and its audit table), into
-//! PostgreSQL (a build with the `postgres` feature): the database is then the source of truth
+//! tickets and revisions, the vault (secrets, agent tokens and its audit table), the audit log,
+//! confirm tickets and the vendor-feed ledger into PostgreSQL (a build with the `postgres`
+//! feature): the database is then the source of truth
 //! for documents, each replica writes the YAML files of its own data directory out from it, and
 //! changes reach every replica through `LISTEN/NOTIFY`.
 //!
@@ -57,6 +58,26 @@ impl StateDatabase {
         config: &GatewayConfig,
         vault: &Vault,
     ) -> Result<Self, GatewayError> {
+        Self::open_with_sources(data_dir, config, vault.config())
+    }
+
+    /// Opens what `config.database` names without opening the vault: `database_password` is
+    /// read from the configuration's own secret folders (what the command line's read-only
+    /// commands use, so they neither need the master key nor create one). Refused like
+    /// [`StateDatabase::open`].
+    pub fn open_configured(data_dir: &Path, config: &GatewayConfig) -> Result<Self, GatewayError> {
+        Self::open_with_sources(
+            data_dir,
+            config,
+            &crate::gateway::vault_config(data_dir, config),
+        )
+    }
+
+    fn open_with_sources(
+        data_dir: &Path,
+        config: &GatewayConfig,
+        sources: &crate::vault::VaultConfig,
+    ) -> Result<Self, GatewayError> {
         match config.database.as_deref() {
             None | Some("sqlite") => {
                 if config.database_password.is_some() {
@@ -67,7 +88,7 @@ impl StateDatabase {
                 }
                 Ok(Self::embedded())
             }
-            Some(_) if wants_postgres(config) => Self::open_postgres(data_dir, config, vault),
+            Some(_) if wants_postgres(config) => Self::open_postgres(data_dir, config, sources),
             Some(_) => Err(invalid(
                 data_dir,
                 "database: use `sqlite` (the default) or a `postgres://user@host:port/dbname` URL"
@@ -80,7 +101,7 @@ impl StateDatabase {
     fn open_postgres(
         data_dir: &Path,
         _config: &GatewayConfig,
-        _vault: &Vault,
+        _sources: &crate::vault::VaultConfig,
     ) -> Result<Self, GatewayError> {
         Err(invalid(
             data_dir,
@@ -92,9 +113,9 @@ impl StateDatabase {
     fn open_postgres(
         data_dir: &Path,
         config: &GatewayConfig,
-        vault: &Vault,
+        sources: &crate::vault::VaultConfig,
     ) -> Result<Self, GatewayError> {
-        let db = connect_postgres(data_dir, config, vault.config())?;
+        let db = connect_postgres(data_dir, config, sources)?;
         Ok(Self { postgres: Some(db) })
     }
 
@@ -115,6 +136,29 @@ impl StateDatabase {
             return Ok(RulesStore::open_postgres(data_dir, catalog, db.clone())?);
         }
         Ok(RulesStore::open(data_dir, catalog)?)
+    }
+
+    /// Opens the audit log on this database: `config.path`'s SQLite file on the embedded
+    /// default, the PostgreSQL tables (one hash chain for every replica) otherwise. The gateway
+    /// and the command line's offline `bridle audit` both open it here, so they read the same log.
+    pub fn open_audit(
+        &self,
+        config: crate::audit::AuditConfig,
+    ) -> Result<crate::audit::AuditLog, GatewayError> {
+        #[cfg(feature = "postgres")]
+        if let Some(db) = &self.postgres {
+            return Ok(crate::audit::AuditLog::open_postgres(db.clone(), config)?);
+        }
+        Ok(crate::audit::AuditLog::open(config)?)
+    }
+
+    /// Whether this is the embedded default (SQLite files in the data directory).
+    pub fn is_embedded(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        let embedded = self.postgres.is_none();
+        #[cfg(not(feature = "postgres"))]
+        let embedded = true;
+        embedded
     }
 
     /// Checks that this database is what `config` names (a PostgreSQL URL with no connection

@@ -138,14 +138,7 @@ impl GatewayBuilder {
         let database = crate::db::StateDatabase::open(&self.data_dir, &self.config, &vault)?;
         let ctx = GatewayContext::open_with(&self.data_dir, self.config, &database)?;
         if ctx.config.audit.enabled {
-            let config = ctx.config.audit.log_config(&self.data_dir);
-            #[cfg(feature = "postgres")]
-            let log = match database.postgres() {
-                Some(db) => crate::audit::AuditLog::open_postgres(db.clone(), config)?,
-                None => crate::audit::AuditLog::open(config)?,
-            };
-            #[cfg(not(feature = "postgres"))]
-            let log = crate::audit::AuditLog::open(config)?;
+            let log = database.open_audit(ctx.config.audit.log_config(&self.data_dir))?;
             ctx.set_audit(log);
         }
         let auth =
@@ -330,11 +323,7 @@ pub fn open_vault(
             (key, created)
         }
     };
-    let mut vault_config = VaultConfig::for_data_dir(data_dir);
-    vault_config.secrets_dir = Some(config.secrets_path(data_dir));
-    if let Some(d) = &config.vault.docker_secrets_dir {
-        vault_config.docker_secrets_dir = d.clone();
-    }
+    let vault_config = vault_config(data_dir, config);
     #[cfg(feature = "postgres")]
     if crate::db::wants_postgres(config) {
         // Several replicas share this vault: each must hold the same master key (the same key
@@ -349,6 +338,17 @@ pub fn open_vault(
         vault_config,
     )?;
     Ok((Arc::new(vault), created))
+}
+
+/// The vault's settings for a data directory: its read-only sources (the secrets folder the
+/// configuration names, the Docker secrets folder), which also hold `database_password`.
+pub fn vault_config(data_dir: &Path, config: &GatewayConfig) -> VaultConfig {
+    let mut vault_config = VaultConfig::for_data_dir(data_dir);
+    vault_config.secrets_dir = Some(config.secrets_path(data_dir));
+    if let Some(d) = &config.vault.docker_secrets_dir {
+        vault_config.docker_secrets_dir = d.clone();
+    }
+    vault_config
 }
 
 /// Issues a vault token to every configured agent that takes one from the vault (no

@@ -62,6 +62,8 @@ pub mod resources;
 pub mod secrets;
 pub mod sessions;
 pub mod telemetry;
+#[cfg(feature = "postgres")]
+pub mod tickets;
 pub mod tools;
 pub mod upstreams;
 pub mod vault;

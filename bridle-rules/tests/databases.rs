@@ -1,7 +1,8 @@
 //! The databases under the rules store: versioned migrations (an old SQLite file moved forward
 //! with its data, a newer database refused), and, with the `postgres` feature, PostgreSQL as
 //! the source of truth for documents, replicas migrating at once, change notifications across
-//! replicas, and clear errors for a bad URL or password.
+//! replicas, the vendor-feed ledger shared by replicas, and clear errors for a bad URL or
+//! password.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
@@ -298,6 +299,122 @@ mod postgres {
         let id: u64 = payload.rsplit(':').next().unwrap().parse().unwrap();
         let logged = b.changes(None, id - 1).unwrap();
         assert_eq!(logged[0].id, id);
+    }
+
+    /// Two replicas (two stores on two pools, two data folders) run one feed's page at the same
+    /// moment: each suggestion is queued once, the ledger holds one provenance row per queued
+    /// proposal and the source's validators, and both replicas read the same ledger.
+    #[test]
+    fn two_replicas_ingesting_one_page_queue_each_suggestion_once() {
+        use bridle_rules::vendor::{
+            DocumentFormat, FeedLedger, FetchOutcome, FetchedPage, LEDGER_PG_MIGRATIONS, Validators,
+        };
+        let cluster = PgCluster::shared();
+        let name = cluster.create_database();
+        let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let a = open(cluster, &name, a_dir.path());
+        let b = open(cluster, &name, b_dir.path());
+        let mut doc = RulesDocument::new("Shop");
+        doc.permissions.insert("claude".into(), Default::default());
+        a.create("shop", &doc, "alice").unwrap();
+        let url = "https://docs.example.invalid/claude";
+        let text: String = (0..12)
+            .map(|i| format!("- Always run check number {i} before committing.\n"))
+            .collect();
+        let page = FetchedPage {
+            format: DocumentFormat::Markdown,
+            text,
+            validators: Validators {
+                etag: Some("\"v1\"".into()),
+                last_modified: None,
+            },
+        };
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let reports: Vec<_> = std::thread::scope(|s| {
+            let runs: Vec<_> = [&a, &b]
+                .into_iter()
+                .map(|store| {
+                    let (page, barrier) = (page.clone(), std::sync::Arc::clone(&barrier));
+                    s.spawn(move || {
+                        let ledger = FeedLedger::open(store).unwrap();
+                        barrier.wait();
+                        ledger
+                            .ingest(
+                                store,
+                                "shop",
+                                "claude",
+                                url,
+                                FetchOutcome::Page(page),
+                                "2026-12-02T00:00:00Z",
+                            )
+                            .unwrap()
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        let queued: usize = reports.iter().map(|r| r.queued.len()).sum();
+        let skipped: usize = reports.iter().map(|r| r.skipped).sum();
+        assert_eq!(queued, 12, "{reports:?}");
+        assert_eq!(skipped, 12, "each replica skipped what the other queued");
+        let queue = b.queue(Some("shop"), true).unwrap();
+        assert_eq!(
+            queue.len(),
+            12,
+            "each suggestion is in the queue exactly once"
+        );
+
+        // Both replicas read one ledger: the provenance of every queued proposal, whichever
+        // replica queued it, and the validators one replica recorded.
+        for store in [&a, &b] {
+            let ledger = FeedLedger::open(store).unwrap();
+            assert_eq!(ledger.candidates("shop").unwrap().len(), 12);
+            for p in &queue {
+                let c = ledger.candidate(p.id).unwrap().unwrap();
+                assert_eq!(c.source_url, url);
+                assert!(c.excerpt.contains(&c.statement), "{c:?}");
+            }
+            let v = ledger.validators("shop", "claude", url).unwrap().unwrap();
+            assert_eq!(v.etag.as_deref(), Some("\"v1\""));
+        }
+        assert_eq!(
+            FeedLedger::open(&a).unwrap().candidate(999_999).unwrap(),
+            None
+        );
+
+        // A 304 on replica B touches the row replica A's run wrote and queues nothing.
+        let report = FeedLedger::open(&b)
+            .unwrap()
+            .ingest(
+                &b,
+                "shop",
+                "claude",
+                url,
+                FetchOutcome::NotModified,
+                "2026-12-02T01:00:00Z",
+            )
+            .unwrap();
+        assert!(report.not_modified && report.queued.is_empty());
+        assert_eq!(b.queue(Some("shop"), true).unwrap().len(), 12);
+
+        // The ledger's schema is versioned in the database, and nothing is in B's SQLite file.
+        let db = PgDatabase::connect(&cluster.settings(&name)).unwrap();
+        assert_eq!(
+            db.applied("vendor_feed").unwrap(),
+            [LEDGER_PG_MIGRATIONS.latest()]
+        );
+        assert!(!b_dir.path().join("bridle.db").exists());
+
+        // Bad paths answer as on SQLite: an unknown project or agent, before anything is read.
+        let ledger = FeedLedger::open(&a).unwrap();
+        let e = ledger
+            .ingest(&a, "nope", "claude", url, FetchOutcome::NotModified, "t")
+            .unwrap_err();
+        assert_eq!(e.code(), "unknown_project", "{e}");
+        let e = ledger
+            .ingest(&a, "shop", "nobody", url, FetchOutcome::NotModified, "t")
+            .unwrap_err();
+        assert_eq!(e.code(), "unknown_agent", "{e}");
     }
 
     #[test]

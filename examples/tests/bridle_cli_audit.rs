@@ -4,10 +4,17 @@
 //! as `user` through the `cli` surface before it answered), an export holds what the query
 //! shows, and after a hand edit of a row `verify` exits 1 naming that row. The bad paths: a
 //! wrong credential, a filter the API refuses, and a gateway that is not there.
+//!
+//! Offline (no `--url`) with `database: postgres://...` in `bridle.yaml`, the same commands read
+//! the log in that database (a throwaway PostgreSQL cluster on loopback), never a local
+//! `audit.db`; a row edited on the server is named, and a wrong password is a clear error that
+//! does not show it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
 mod bridle_support;
+#[path = "../../bridle-rules/tests/support/pg_cluster.rs"]
+mod pg_cluster;
 
 use bridle_support::*;
 use serde_json::Value;
@@ -19,14 +26,9 @@ project:
   name: Demo
 ";
 
-fn json(out: &str) -> Value {
-    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
-}
-
-#[test]
-fn the_audit_log_is_read_through_the_running_gateway() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
+/// Lays out a data directory with agent `claude` and project `demo`; returns its `bridle.yaml`
+/// for the test to extend.
+fn demo_data_dir(dir: &std::path::Path) -> String {
     lay_out(
         dir,
         &[TestAgent {
@@ -37,7 +39,18 @@ fn the_audit_log_is_read_through_the_running_gateway() {
         }],
         &[("demo", DEMO)],
     );
-    let mut yaml = std::fs::read_to_string(dir.join("bridle.yaml")).unwrap();
+    std::fs::read_to_string(dir.join("bridle.yaml")).unwrap()
+}
+
+fn json(out: &str) -> Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+#[test]
+fn the_audit_log_is_read_through_the_running_gateway() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut yaml = demo_data_dir(dir);
     yaml.push_str("  bot:\n    type: claude\n    projects: [demo]\n");
     std::fs::write(dir.join("bridle.yaml"), yaml).unwrap();
     let server = Server::start(dir);
@@ -154,4 +167,67 @@ fn the_audit_log_is_read_through_the_running_gateway() {
     assert_eq!(report["intact"], false, "{report}");
     assert_eq!(report["first_break_id"], id, "{report}");
     drop(server);
+}
+
+#[test]
+fn offline_audit_reads_the_postgres_log_the_configuration_names() {
+    use bridle_gateway::audit::{AuditConfig, AuditLog, Entry, Kind, Surface};
+    use bridle_rules::db::postgres::PgDatabase;
+
+    let cluster = pg_cluster::PgCluster::shared();
+    let dbname = cluster.create_database();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut yaml = demo_data_dir(dir);
+    yaml.push_str(&format!(
+        "database: {}\ndatabase_password: file:pg-password\n",
+        cluster.url(&dbname)
+    ));
+    std::fs::write(dir.join("bridle.yaml"), yaml).unwrap();
+    std::fs::write(dir.join("secrets/pg-password"), pg_cluster::PASSWORD).unwrap();
+
+    // What the replicas recorded, in the database.
+    let db = PgDatabase::connect(&cluster.settings(&dbname)).unwrap();
+    let log = AuditLog::open_postgres(db.clone(), AuditConfig::new(dir.join("unused.db"))).unwrap();
+    log.record(Entry::user("alice", Surface::Api, Kind::SecretRotate).subject("gitea-token"))
+        .unwrap();
+    log.record(Entry::agent("claude", Kind::Proposal).project("demo"))
+        .unwrap();
+    drop(log);
+
+    let out = succeeded(&run_bridle(dir, &["audit", "verify"]), "audit verify");
+    assert!(out.starts_with("audit log intact: 2 entries"), "{out}");
+    let page = json(&succeeded(
+        &run_bridle(dir, &["audit", "query", "--actor", "alice", "--json"]),
+        "audit query",
+    ));
+    let entries = page["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{page}");
+    assert_eq!(entries[0]["subject"], "gitea-token", "{page}");
+    let exported = succeeded(&run_bridle(dir, &["audit", "export"]), "audit export");
+    assert_eq!(exported.lines().count(), 2, "{exported}");
+    assert!(
+        !dir.join("audit.db").exists(),
+        "no local audit log was opened or created"
+    );
+
+    // A row edited on the server: verify exits 1 naming it.
+    db.client()
+        .unwrap()
+        .batch("UPDATE gateway_audit SET actor = 'mallory' WHERE id = 1")
+        .unwrap();
+    let out = run_bridle(dir, &["audit", "verify"]);
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!out.status.success(), "{printed}");
+    assert!(
+        printed.starts_with("audit log BROKEN at entry 1 (edited)"),
+        "{printed}"
+    );
+
+    // A wrong password is a clear error without the password.
+    std::fs::write(dir.join("secrets/pg-password"), "not-the-pg-password").unwrap();
+    let why = failed(&run_bridle(dir, &["audit", "verify"]), "a wrong password");
+    assert!(why.contains("password"), "{why}");
+    assert!(!why.contains("not-the-pg-password"), "{why}");
+    assert!(!dir.join("audit.db").exists());
 }

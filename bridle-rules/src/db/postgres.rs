@@ -10,7 +10,10 @@
 //! Writers on several gateway replicas are serialized with a transaction-scoped advisory lock
 //! ([`PgClient::begin`] with `lock`), the PostgreSQL counterpart of SQLite's `BEGIN IMMEDIATE`.
 //! Changes are announced with `NOTIFY` in the writing transaction (delivered at commit) and
-//! received by [`PgDatabase::listen`].
+//! received by [`PgDatabase::listen`]. A listening connection sits idle for long stretches, so
+//! one that died unseen (a peer that vanished, a dropped route, a NAT that forgot it) would
+//! otherwise only be noticed by the kernel's default keepalive after two hours; it uses TCP
+//! keepalives and a user timeout so it is noticed within [`LISTEN_DEAD_AFTER`] and re-made.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -37,6 +40,33 @@ pub const LISTENING: &str = "listening";
 /// the next [`LISTENING`], notifications may be missed, so a receiver that trusts them (a
 /// cache) stops trusting them.
 pub const NOT_LISTENING: &str = "not_listening";
+
+/// How long a listening connection may be silent before the first TCP keepalive probe.
+pub const LISTEN_KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+
+/// The pause between unanswered keepalive probes of a listening connection.
+pub const LISTEN_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How many unanswered probes end a listening connection.
+pub const LISTEN_KEEPALIVE_RETRIES: u32 = 3;
+
+/// The longest a listening connection that died unseen goes unnoticed: the idle time plus the
+/// unanswered probes (10 s + 3 x 5 s); data sent and never acknowledged ends it as soon (the
+/// connection's TCP user timeout). It then fails, [`NOT_LISTENING`] is sent, and it is re-made.
+pub const LISTEN_DEAD_AFTER: Duration = Duration::from_secs(25);
+
+/// The connection settings of a listening connection: `config` with keepalives on and the
+/// bounds above (the pool's connections keep the defaults; they are used, not left idle).
+fn listen_config(config: &tokio_postgres::Config) -> tokio_postgres::Config {
+    let mut config = config.clone();
+    config
+        .keepalives(true)
+        .keepalives_idle(LISTEN_KEEPALIVE_IDLE)
+        .keepalives_interval(LISTEN_KEEPALIVE_INTERVAL)
+        .keepalives_retries(LISTEN_KEEPALIVE_RETRIES)
+        .tcp_user_timeout(LISTEN_DEAD_AFTER);
+    config
+}
 
 /// How to reach the server: a `postgres://` URL and, separately, the password (read from the
 /// vault or a secret file, never written in the URL of a configuration file). `Debug` shows
@@ -292,6 +322,8 @@ impl PgDatabase {
     /// listening (first, and after a failure, re-made with a growing pause) it sends
     /// [`LISTENING`], so a receiver rescans whatever it may have missed before; each time the
     /// connection fails it sends [`NOT_LISTENING`]. The task ends when the receiver is dropped.
+    /// The connection uses TCP keepalives, so one that died unseen fails within
+    /// [`LISTEN_DEAD_AFTER`].
     pub fn listen(&self) -> tokio::sync::mpsc::UnboundedReceiver<String> {
         self.listen_on(CHANGES_CHANNEL)
     }
@@ -305,7 +337,7 @@ impl PgDatabase {
             tracing::error!(channel, "not a channel name; nothing is listened to");
             return rx;
         }
-        let config = self.settings.config.clone();
+        let config = listen_config(&self.settings.config);
         self.runtime.handle.spawn(async move {
             let mut pause = Duration::from_millis(100);
             while !tx.is_closed() {
@@ -468,5 +500,33 @@ impl Drop for PgTransaction {
             tracing::warn!(error = %e, "rolling back a transaction failed; dropping the connection");
             drop(deadpool_postgres::Object::take(c.object));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listening_connection_notices_a_dead_peer_within_the_bound() {
+        let settings = PgSettings::from_url("postgres://u@127.0.0.1:5432/db").unwrap();
+        let config = listen_config(&settings.config);
+        assert!(config.get_keepalives());
+        assert_eq!(config.get_keepalives_idle(), LISTEN_KEEPALIVE_IDLE);
+        assert_eq!(
+            config.get_keepalives_interval(),
+            Some(LISTEN_KEEPALIVE_INTERVAL)
+        );
+        assert_eq!(
+            config.get_keepalives_retries(),
+            Some(LISTEN_KEEPALIVE_RETRIES)
+        );
+        assert_eq!(config.get_tcp_user_timeout(), Some(&LISTEN_DEAD_AFTER));
+        assert_eq!(
+            LISTEN_KEEPALIVE_IDLE + LISTEN_KEEPALIVE_INTERVAL * LISTEN_KEEPALIVE_RETRIES,
+            LISTEN_DEAD_AFTER
+        );
+        // The pool's own settings are left as they were.
+        assert_eq!(settings.config.get_tcp_user_timeout(), None);
     }
 }

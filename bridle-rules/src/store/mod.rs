@@ -120,8 +120,8 @@ impl RulesStore {
         &self.catalog
     }
 
-    /// The SQLite file of the data folder (the rules database with the SQLite backend; the
-    /// vendor-feed ledger with either).
+    /// The SQLite file of the data folder (the rules database and the vendor-feed ledger with
+    /// the SQLite backend; unused with PostgreSQL, where both are in the database).
     pub fn db_path(&self) -> &Path {
         &self.db_path
     }

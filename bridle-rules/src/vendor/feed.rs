@@ -4,8 +4,8 @@
 //! Two things must survive between runs: each source's validators (`ETag`, `Last-Modified`),
 //! so an unchanged page is answered `304 Not Modified` and queues nothing; and, for every
 //! queued candidate, the source URL, the fetch time and the excerpt it came from, so a reviewer
-//! sees a suggestion in context. Both live in the [`FeedLedger`], two tables beside the review
-//! queue in the store's database.
+//! sees a suggestion in context. Both live in the [`FeedLedger`] (module `ledger`), two tables
+//! beside the review queue in the store's database.
 //!
 //! [`FeedLedger::ingest`] queues first and records the validators last: a run that fails half
 //! way leaves the old validators, so the next run fetches the page again and queues what is
@@ -17,42 +17,12 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
-use super::extract::{DocumentFormat, extract};
-use crate::db::{Migration, Migrations, migrate_sqlite};
-use crate::{RulesError, RulesStore};
+use super::extract::DocumentFormat;
+use crate::RulesError;
 
-/// The ledger's tables (in the store's SQLite file). Step 1 is the schema from before
-/// versioning, so such a file is adopted as it is; never edit a released step, add one.
-pub const LEDGER_MIGRATIONS: Migrations = Migrations {
-    store: "vendor_feed",
-    steps: &[Migration {
-        version: 1,
-        name: "baseline",
-        sql: "
-CREATE TABLE IF NOT EXISTS vendor_feed_sources (
-    project TEXT NOT NULL,
-    agent TEXT NOT NULL,
-    url TEXT NOT NULL,
-    etag TEXT,
-    last_modified TEXT,
-    fetched_at TEXT NOT NULL,
-    PRIMARY KEY (project, agent, url)
-);
-CREATE TABLE IF NOT EXISTS vendor_candidates (
-    proposal_id INTEGER PRIMARY KEY,
-    project TEXT NOT NULL,
-    agent TEXT NOT NULL,
-    statement TEXT NOT NULL,
-    source_url TEXT NOT NULL,
-    fetched_at TEXT NOT NULL,
-    excerpt TEXT NOT NULL
-);
-",
-    }],
-};
+pub use super::ledger::{FeedLedger, LEDGER_MIGRATIONS};
 
 /// The default size limit of a fetched page: 2 MiB.
 pub const DEFAULT_MAX_BYTES: u64 = 2 * 1024 * 1024;
@@ -313,166 +283,4 @@ pub fn read_file_source(path: &Path, max_bytes: u64) -> Result<FetchOutcome, Fee
         text,
         validators: Validators::default(),
     }))
-}
-
-/// The feed's memory, in the store's database: validators per (project, agent, source) and the
-/// provenance of every queued candidate.
-#[derive(Debug, Clone)]
-pub struct FeedLedger {
-    db_path: PathBuf,
-}
-
-impl FeedLedger {
-    /// Opens the ledger of a store (creating its tables when missing).
-    pub fn open(store: &RulesStore) -> Result<Self, RulesError> {
-        let ledger = Self {
-            db_path: store.db_path().to_path_buf(),
-        };
-        migrate_sqlite(&mut ledger.connect()?, &LEDGER_MIGRATIONS)?;
-        Ok(ledger)
-    }
-
-    fn connect(&self) -> Result<Connection, RulesError> {
-        let conn = Connection::open(&self.db_path)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
-        Ok(conn)
-    }
-
-    /// The validators kept for a source, if it was read before.
-    pub fn validators(
-        &self,
-        project: &str,
-        agent: &str,
-        url: &str,
-    ) -> Result<Option<Validators>, RulesError> {
-        let row = self
-            .connect()?
-            .query_row(
-                "SELECT etag, last_modified FROM vendor_feed_sources WHERE project = ?1 AND agent = ?2 AND url = ?3",
-                params![project, agent, url],
-                |r| {
-                    Ok(Validators {
-                        etag: r.get(0)?,
-                        last_modified: r.get(1)?,
-                    })
-                },
-            )
-            .optional()?;
-        Ok(row)
-    }
-
-    /// Where a queued proposal came from, if the feed queued it.
-    pub fn candidate(&self, proposal_id: u64) -> Result<Option<VendorCandidate>, RulesError> {
-        let conn = self.connect()?;
-        let mut stmt = conn.prepare(
-            "SELECT proposal_id, project, agent, statement, source_url, fetched_at, excerpt FROM vendor_candidates WHERE proposal_id = ?1",
-        )?;
-        Ok(stmt
-            .query_row(params![proposal_id as i64], candidate_row)
-            .optional()?)
-    }
-
-    /// Every candidate the feed queued in a project, oldest first.
-    pub fn candidates(&self, project: &str) -> Result<Vec<VendorCandidate>, RulesError> {
-        let conn = self.connect()?;
-        let mut stmt = conn.prepare(
-            "SELECT proposal_id, project, agent, statement, source_url, fetched_at, excerpt FROM vendor_candidates WHERE project = ?1 ORDER BY proposal_id",
-        )?;
-        let rows = stmt.query_map(params![project], candidate_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    /// Queues what a fetched source holds for `agent` in `project`, then records its
-    /// validators. A `NotModified` outcome queues nothing.
-    pub fn ingest(
-        &self,
-        store: &RulesStore,
-        project: &str,
-        agent: &str,
-        url: &str,
-        outcome: FetchOutcome,
-        fetched_at: &str,
-    ) -> Result<SourceReport, RulesError> {
-        store.catalog().get(agent)?;
-        // Fail on an unknown project before touching anything.
-        store.load(project)?;
-        let mut report = SourceReport {
-            fetched_at: fetched_at.to_string(),
-            ..SourceReport::default()
-        };
-        let page = match outcome {
-            FetchOutcome::NotModified => {
-                report.not_modified = true;
-                self.connect()?.execute(
-                    "UPDATE vendor_feed_sources SET fetched_at = ?4 WHERE project = ?1 AND agent = ?2 AND url = ?3",
-                    params![project, agent, url, fetched_at],
-                )?;
-                return Ok(report);
-            }
-            FetchOutcome::Page(page) => page,
-        };
-        let conn = self.connect()?;
-        for found in extract(&page.text, page.format) {
-            match store.queue_vendor_statement(project, agent, url, &found.statement)? {
-                Some(proposal_id) => {
-                    let candidate = VendorCandidate {
-                        proposal_id,
-                        project: project.to_string(),
-                        agent: agent.to_string(),
-                        statement: found.statement,
-                        source_url: url.to_string(),
-                        fetched_at: fetched_at.to_string(),
-                        excerpt: found.excerpt,
-                    };
-                    conn.execute(
-                        "INSERT OR REPLACE INTO vendor_candidates (proposal_id, project, agent, statement, source_url, fetched_at, excerpt) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                        params![
-                            proposal_id as i64,
-                            candidate.project,
-                            candidate.agent,
-                            candidate.statement,
-                            candidate.source_url,
-                            candidate.fetched_at,
-                            candidate.excerpt
-                        ],
-                    )?;
-                    report.queued.push(candidate);
-                }
-                None => report.skipped += 1,
-            }
-        }
-        conn.execute(
-            "INSERT INTO vendor_feed_sources (project, agent, url, etag, last_modified, fetched_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (project, agent, url) DO UPDATE SET etag = excluded.etag, last_modified = excluded.last_modified, fetched_at = excluded.fetched_at",
-            params![
-                project,
-                agent,
-                url,
-                page.validators.etag,
-                page.validators.last_modified,
-                fetched_at
-            ],
-        )?;
-        tracing::info!(
-            project,
-            agent,
-            url,
-            queued = report.queued.len(),
-            skipped = report.skipped,
-            "vendor feed source ingested"
-        );
-        Ok(report)
-    }
-}
-
-fn candidate_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<VendorCandidate> {
-    Ok(VendorCandidate {
-        proposal_id: r.get::<_, i64>(0)? as u64,
-        project: r.get(1)?,
-        agent: r.get(2)?,
-        statement: r.get(3)?,
-        source_url: r.get(4)?,
-        fetched_at: r.get(5)?,
-        excerpt: r.get(6)?,
-    })
 }

@@ -9,8 +9,9 @@
 //!   from (maintained parsers, Unicode sentence boundaries; never panics on any input).
 //! - [`feed`]: the configuration (sources per agent profile, interval, limits), the
 //!   [`FeedLedger`] that remembers each source's `ETag` / `Last-Modified` and every queued
-//!   candidate's source URL, fetch time and excerpt, and [`FeedLedger::ingest`], which queues a
-//!   fetched page's candidates.
+//!   candidate's source URL, fetch time and excerpt (`ledger`: in the store's SQLite file, or
+//!   in PostgreSQL shared by the replicas when the store is there), and [`FeedLedger::ingest`],
+//!   which queues a fetched page's candidates.
 //! - `fetch` (feature `fetch`): the HTTP side, [`FeedFetcher`] (conditional requests, no
 //!   redirect to another site, a size limit, error statuses refused) and [`VendorFeed`], which
 //!   runs every configured source on demand or on an interval.
@@ -26,14 +27,19 @@ pub mod extract;
 pub mod feed;
 #[cfg(feature = "fetch")]
 mod fetch;
+mod ledger;
+#[cfg(feature = "postgres")]
+mod ledger_postgres;
 
 pub use extract::{DocumentFormat, Excerpted, extract, extract_candidates};
 pub use feed::{
-    FeedError, FeedLedger, FetchOutcome, FetchedPage, SourceReport, Validators, VendorCandidate,
-    VendorFeedConfig, VendorSource, read_file_source,
+    FeedError, FeedLedger, FetchOutcome, FetchedPage, LEDGER_MIGRATIONS, SourceReport, Validators,
+    VendorCandidate, VendorFeedConfig, VendorSource, read_file_source,
 };
 #[cfg(feature = "fetch")]
 pub use fetch::{ConfiguredRuns, FeedFetcher, FeedRun, SourceRun, VendorFeed, log_runs};
+#[cfg(feature = "postgres")]
+pub use ledger_postgres::LEDGER_PG_MIGRATIONS;
 
 /// A statement's identity for de-duplication: lowercase letters and digits, single spaces.
 pub fn fingerprint(statement: &str) -> String {

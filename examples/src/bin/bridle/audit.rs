@@ -1,7 +1,8 @@
 //! `bridle audit verify|query|export`: the gateway's audit log. With `--url` through a running
-//! gateway's admin API ([`audit_remote`]); without it offline, read from the data directory
-//! (`audit.db`, or `audit.path` in `bridle.yaml`): the log is a SQLite file the gateway appends
-//! to, and reading it while the gateway runs is safe.
+//! gateway's admin API ([`audit_remote`]); without it offline, read where the gateway keeps
+//! it: the data directory's SQLite file (`audit.db`, or `audit.path` in `bridle.yaml`), or,
+//! with `database: postgres://...`, the PostgreSQL database every replica appends to. Reading
+//! it while the gateway runs is safe either way.
 //!
 //! `verify` walks the hash chain and exits 1 naming the first edited, inserted or deleted
 //! entry; `query` prints one page of entries (filters combine with AND; `--cursor` continues);
@@ -13,6 +14,7 @@ use std::process::ExitCode;
 
 use bridle_gateway::audit::{AuditLog, AuditQuery, Kind, SourceType, StoredEntry};
 use bridle_gateway::config::GatewayConfig;
+use bridle_gateway::db::StateDatabase;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 
@@ -112,18 +114,27 @@ impl Filter {
     }
 }
 
-/// Opens the data directory's audit log.
+/// Opens the data directory's audit log where the gateway keeps it: the SQLite file, or, with
+/// `database: postgres://...`, the PostgreSQL database the replicas share (the password read
+/// from `database_password`'s secret folder; the vault is not opened).
 pub(crate) fn open_log(dir: &Path) -> Result<AuditLog, BoxError> {
-    let config = GatewayConfig::load(dir)?;
-    let path = config.audit.db_path(dir);
-    if !path.exists() {
-        return Err(format!(
-            "no audit log at {} (the gateway creates it on its first start)",
-            path.display()
-        )
-        .into());
+    let config = crate::load_config(dir)?;
+    open_configured_log(dir, &config)
+}
+
+fn open_configured_log(dir: &Path, config: &GatewayConfig) -> Result<AuditLog, BoxError> {
+    let database = StateDatabase::open_configured(dir, config)?;
+    if database.is_embedded() {
+        let path = config.audit.db_path(dir);
+        if !path.exists() {
+            return Err(format!(
+                "no audit log at {} (the gateway creates it on its first start)",
+                path.display()
+            )
+            .into());
+        }
     }
-    Ok(AuditLog::open(config.audit.log_config(dir))?)
+    Ok(database.open_audit(config.audit.log_config(dir))?)
 }
 
 /// One entry as a line: id, time, source and actor, kind, what, outcome.
@@ -381,11 +392,12 @@ pub(crate) fn record_offline(dir: &Path, entry: bridle_gateway::audit::Entry) {
         return;
     }
     let result = (|| -> Result<(), BoxError> {
-        let config = GatewayConfig::load(dir)?;
+        let config = crate::load_config(dir)?;
         if !config.audit.enabled {
             return Ok(());
         }
-        let log = AuditLog::open(config.audit.log_config(dir))?;
+        let database = StateDatabase::open_configured(dir, &config)?;
+        let log = database.open_audit(config.audit.log_config(dir))?;
         log.record(entry)?;
         Ok(())
     })();

@@ -1,0 +1,246 @@
+//! Confirm tickets in PostgreSQL (feature `postgres`), so every gateway replica sees one set:
+//! a ticket filed on replica A is listed, approved or denied, and its result fetched, on
+//! replica B, and decided exactly once across them.
+//!
+//! kberg-core keeps tickets behind its `TicketStore` trait (in memory, or in SQLite with
+//! `SqliteTicketStore`) and has no network, so the PostgreSQL implementation lives here, in the
+//! gateway, on the state database's pool. The table mirrors the SQLite one: an id, the status in
+//! a column of its own (so a decision's compare-and-set is one `UPDATE ... WHERE status = $n`,
+//! atomic across replicas: of two replicas approving one ticket at once, one row update wins and
+//! the other finds the ticket decided), and the ticket as JSON. The schema is versioned as the
+//! `confirm_tickets` store of `schema_migrations`.
+//!
+//! What differs from SQLite is the restart rule. SQLite marks every `running` ticket failed when
+//! the store opens (its process died while the call ran). Here another replica may be running
+//! one at that moment, so each store holds a session-level advisory lock of its own (its
+//! *runner* number, drawn from a sequence) on a connection it keeps, and records that number on
+//! each ticket it moves to `running`. Opening a store marks failed (`tool_failed`,
+//! "interrupted") only the running tickets whose runner's lock is free, that is whose replica is
+//! gone: nothing runs twice, and nothing another replica is running is touched.
+
+use std::time::UNIX_EPOCH;
+
+use bridle_rules::RulesError;
+use bridle_rules::db::postgres::{PgClient, PgDatabase};
+use bridle_rules::db::{Migration, Migrations};
+use kberg_core::{ConfirmTicket, ErrorCode, StoreError, TicketOutcome, TicketStatus, TicketStore};
+use serde_json::json;
+
+/// The confirm-ticket table in PostgreSQL. Never edit a released step, add one.
+pub const TICKETS_PG_MIGRATIONS: Migrations = Migrations {
+    store: "confirm_tickets",
+    steps: &[Migration {
+        version: 1,
+        name: "baseline",
+        sql: "
+CREATE TABLE confirm_tickets (
+    id            TEXT PRIMARY KEY,
+    status        TEXT NOT NULL,
+    created_at_ns BIGINT NOT NULL,
+    runner        BIGINT,
+    body          TEXT NOT NULL
+);
+CREATE INDEX confirm_tickets_created ON confirm_tickets (created_at_ns, id);
+CREATE SEQUENCE confirm_ticket_runners;
+",
+    }],
+};
+
+/// The high half of every runner's advisory-lock key (the low half is the runner number), apart
+/// from the other stores' lock keys.
+const RUNNER_LOCK_BASE: i64 = 0x6274_6b74_0000_0000;
+
+fn runner_lock(runner: i64) -> i64 {
+    RUNNER_LOCK_BASE | (runner & 0xffff_ffff)
+}
+
+fn db(e: RulesError) -> StoreError {
+    StoreError(e.to_string())
+}
+
+fn to_json(t: &ConfirmTicket) -> Result<String, StoreError> {
+    serde_json::to_string(t).map_err(|e| StoreError(format!("ticket does not serialize: {e}")))
+}
+
+fn from_json(s: &str) -> Result<ConfirmTicket, StoreError> {
+    serde_json::from_str(s).map_err(|e| StoreError(format!("stored ticket is unreadable: {e}")))
+}
+
+/// Confirm tickets in the gateway's PostgreSQL database, shared by every replica.
+pub struct PgTicketStore {
+    db: PgDatabase,
+    runner: i64,
+    /// The connection holding this store's runner lock, kept for the store's life (the lock
+    /// ends with the connection, or when the store is dropped).
+    lock: PgClient,
+}
+
+impl std::fmt::Debug for PgTicketStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgTicketStore")
+            .field("database", &self.db.dbname())
+            .field("runner", &self.runner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgTicketStore {
+    /// Migrates the table, takes this store's runner lock, and marks failed the tickets whose
+    /// call was interrupted by the end of the replica that ran it. A database newer than this
+    /// build is refused (`database_too_new`).
+    pub fn open(db: PgDatabase) -> Result<Self, RulesError> {
+        db.migrate(&TICKETS_PG_MIGRATIONS)?;
+        let lock = db.client()?;
+        let runner: i64 = lock
+            .query_opt("SELECT nextval('confirm_ticket_runners')", &[])?
+            .map(|r| r.get(0))
+            .ok_or_else(|| RulesError::Postgres("the runner sequence gave no value".into()))?;
+        lock.execute("SELECT pg_advisory_lock($1)", &[&runner_lock(runner)])?;
+        let store = Self { db, runner, lock };
+        store
+            .fail_interrupted()
+            .map_err(|e| RulesError::Postgres(e.0))?;
+        Ok(store)
+    }
+
+    /// This store's runner number (recorded on the tickets whose call it runs).
+    pub fn runner(&self) -> i64 {
+        self.runner
+    }
+
+    fn client(&self) -> Result<PgClient, StoreError> {
+        self.db.client().map_err(db)
+    }
+
+    fn bodies(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<ConfirmTicket>, StoreError> {
+        self.client()?
+            .query(sql, params)
+            .map_err(db)?
+            .iter()
+            .map(|r| from_json(&r.get::<_, String>(0)))
+            .collect()
+    }
+
+    /// Marks failed each running ticket whose runner is gone (its advisory lock is free).
+    fn fail_interrupted(&self) -> Result<(), StoreError> {
+        let client = self.client()?;
+        let running: Vec<(String, Option<i64>)> = client
+            .query(
+                "SELECT id, runner FROM confirm_tickets WHERE status = 'running'",
+                &[],
+            )
+            .map_err(db)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        for (id, runner) in running {
+            if let Some(runner) = runner {
+                let key = runner_lock(runner);
+                let free: bool = client
+                    .query_opt("SELECT pg_try_advisory_lock($1)", &[&key])
+                    .map_err(db)?
+                    .is_some_and(|r| r.get(0));
+                if !free {
+                    // Its replica is alive and running the call.
+                    continue;
+                }
+                client
+                    .execute("SELECT pg_advisory_unlock($1)", &[&key])
+                    .map_err(db)?;
+            }
+            let Some(mut t) = self.get(&id)? else {
+                continue;
+            };
+            tracing::warn!(ticket = %t.id, "ticket's call was interrupted by the end of its replica; marked failed");
+            let message = format!(
+                "The approved call to `{}` was interrupted by a restart; it may or may not have taken effect and is not run again.",
+                t.tool
+            );
+            t.status = TicketStatus::Failed;
+            t.outcome = Some(TicketOutcome::Error {
+                code: ErrorCode::ToolFailed,
+                details: json!({"code": "tool_failed", "message": message, "tool": t.tool, "retryable": false}),
+                message,
+            });
+            self.replace_if(TicketStatus::Running, &t)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PgTicketStore {
+    fn drop(&mut self) {
+        // The lock's connection goes back to the pool: free the lock, or this runner would
+        // look alive for as long as that connection lives.
+        if let Err(e) = self.lock.execute(
+            "SELECT pg_advisory_unlock($1)",
+            &[&runner_lock(self.runner)],
+        ) {
+            tracing::warn!(error = %e, runner = self.runner, "freeing a ticket store's runner lock failed");
+        }
+    }
+}
+
+impl TicketStore for PgTicketStore {
+    fn insert(&self, ticket: &ConfirmTicket) -> Result<(), StoreError> {
+        let created = ticket
+            .created_at
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        self.client()?
+            .execute(
+                "INSERT INTO confirm_tickets (id, status, created_at_ns, body) VALUES ($1, $2, $3, $4)",
+                &[&ticket.id, &ticket.status.as_str(), &created, &to_json(ticket)?],
+            )
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn get(&self, id: &str) -> Result<Option<ConfirmTicket>, StoreError> {
+        Ok(self
+            .bodies("SELECT body FROM confirm_tickets WHERE id = $1", &[&id])?
+            .pop())
+    }
+
+    fn list(&self) -> Result<Vec<ConfirmTicket>, StoreError> {
+        self.bodies(
+            "SELECT body FROM confirm_tickets ORDER BY created_at_ns, id",
+            &[],
+        )
+    }
+
+    fn replace_if(&self, expected: TicketStatus, next: &ConfirmTicket) -> Result<bool, StoreError> {
+        // A ticket moved to `running` records who runs it, so a replica that opens later can
+        // tell a live call from an interrupted one.
+        let runner = (next.status == TicketStatus::Running).then_some(self.runner);
+        let n = self
+            .client()?
+            .execute(
+                "UPDATE confirm_tickets SET status = $1, body = $2, runner = $3 WHERE id = $4 AND status = $5",
+                &[
+                    &next.status.as_str(),
+                    &to_json(next)?,
+                    &runner,
+                    &next.id,
+                    &expected.as_str(),
+                ],
+            )
+            .map_err(db)?;
+        Ok(n == 1)
+    }
+
+    fn remove_if(&self, id: &str, expected: TicketStatus) -> Result<bool, StoreError> {
+        let n = self
+            .client()?
+            .execute(
+                "DELETE FROM confirm_tickets WHERE id = $1 AND status = $2",
+                &[&id, &expected.as_str()],
+            )
+            .map_err(db)?;
+        Ok(n == 1)
+    }
+}

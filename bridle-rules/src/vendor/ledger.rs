@@ -1,0 +1,339 @@
+//! The feed ledger: what a vendor feed has already seen and queued, kept in the rules store's
+//! database so it outlives a run.
+//!
+//! It lives where the store's state lives. On SQLite that is the data folder's file, one
+//! gateway per folder. On PostgreSQL (feature `postgres`, a store opened with
+//! `RulesStore::open_postgres`) it is the database every replica shares, so a source's
+//! validators and each queued candidate's provenance are the same on every replica: a page one
+//! replica read is answered `304 Not Modified` for another, and a reviewer on any replica sees
+//! where a suggestion came from. Queueing itself is de-duplicated by fingerprint inside the
+//! rules store's serialized write transaction, so two replicas running one feed at the same
+//! moment queue each suggestion once: one queues it, the other finds it queued and skips it.
+//!
+//! [`FeedLedger`] holds the logic once; each dialect only stores and fetches rows
+//! ([`LedgerConn`], here for SQLite and in `ledger_postgres` for PostgreSQL).
+
+use std::path::PathBuf;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::extract::extract;
+use super::feed::{FetchOutcome, SourceReport, Validators, VendorCandidate};
+use crate::db::{Migration, Migrations, migrate_sqlite};
+use crate::{RulesError, RulesStore};
+
+/// The ledger's tables (in the store's SQLite file). Step 1 is the schema from before
+/// versioning, so such a file is adopted as it is; never edit a released step, add one. The
+/// PostgreSQL tables are `LEDGER_PG_MIGRATIONS` (feature `postgres`).
+pub const LEDGER_MIGRATIONS: Migrations = Migrations {
+    store: "vendor_feed",
+    steps: &[Migration {
+        version: 1,
+        name: "baseline",
+        sql: "
+CREATE TABLE IF NOT EXISTS vendor_feed_sources (
+    project TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    url TEXT NOT NULL,
+    etag TEXT,
+    last_modified TEXT,
+    fetched_at TEXT NOT NULL,
+    PRIMARY KEY (project, agent, url)
+);
+CREATE TABLE IF NOT EXISTS vendor_candidates (
+    proposal_id INTEGER PRIMARY KEY,
+    project TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    statement TEXT NOT NULL,
+    source_url TEXT NOT NULL,
+    fetched_at TEXT NOT NULL,
+    excerpt TEXT NOT NULL
+);
+",
+    }],
+};
+
+/// Where the ledger's rows are.
+#[derive(Debug, Clone)]
+enum LedgerDb {
+    /// The store's SQLite file.
+    Sqlite(PathBuf),
+    /// The PostgreSQL database the store (and every replica) uses.
+    #[cfg(feature = "postgres")]
+    Postgres(crate::db::postgres::PgDatabase),
+}
+
+/// One connection to the ledger's rows, in its dialect.
+pub(super) enum LedgerConn {
+    Sqlite(Connection),
+    #[cfg(feature = "postgres")]
+    Postgres(crate::db::postgres::PgClient),
+}
+
+/// The feed's memory, in the store's database: validators per (project, agent, source) and the
+/// provenance of every queued candidate.
+#[derive(Debug, Clone)]
+pub struct FeedLedger {
+    db: LedgerDb,
+}
+
+impl FeedLedger {
+    /// Opens the ledger of a store (creating or migrating its tables): in the store's SQLite
+    /// file, or, for a store on PostgreSQL, in that database.
+    pub fn open(store: &RulesStore) -> Result<Self, RulesError> {
+        #[cfg(feature = "postgres")]
+        if let Some(db) = store.postgres() {
+            db.migrate(&super::ledger_postgres::LEDGER_PG_MIGRATIONS)?;
+            return Ok(Self {
+                db: LedgerDb::Postgres(db.clone()),
+            });
+        }
+        let path = store.db_path().to_path_buf();
+        migrate_sqlite(&mut sqlite_connect(&path)?, &LEDGER_MIGRATIONS)?;
+        Ok(Self {
+            db: LedgerDb::Sqlite(path),
+        })
+    }
+
+    fn connect(&self) -> Result<LedgerConn, RulesError> {
+        match &self.db {
+            LedgerDb::Sqlite(path) => Ok(LedgerConn::Sqlite(sqlite_connect(path)?)),
+            #[cfg(feature = "postgres")]
+            LedgerDb::Postgres(db) => Ok(LedgerConn::Postgres(db.client()?)),
+        }
+    }
+
+    /// The validators kept for a source, if it was read before.
+    pub fn validators(
+        &self,
+        project: &str,
+        agent: &str,
+        url: &str,
+    ) -> Result<Option<Validators>, RulesError> {
+        self.connect()?.validators(project, agent, url)
+    }
+
+    /// Where a queued proposal came from, if the feed queued it.
+    pub fn candidate(&self, proposal_id: u64) -> Result<Option<VendorCandidate>, RulesError> {
+        self.connect()?.candidate(proposal_id)
+    }
+
+    /// Every candidate the feed queued in a project, oldest first.
+    pub fn candidates(&self, project: &str) -> Result<Vec<VendorCandidate>, RulesError> {
+        self.connect()?.candidates(project)
+    }
+
+    /// Queues what a fetched source holds for `agent` in `project`, then records its
+    /// validators. A `NotModified` outcome queues nothing. A candidate queued before (by this
+    /// process or, on PostgreSQL, by another replica) is skipped.
+    pub fn ingest(
+        &self,
+        store: &RulesStore,
+        project: &str,
+        agent: &str,
+        url: &str,
+        outcome: FetchOutcome,
+        fetched_at: &str,
+    ) -> Result<SourceReport, RulesError> {
+        store.catalog().get(agent)?;
+        // Fail on an unknown project before touching anything.
+        store.load(project)?;
+        let mut report = SourceReport {
+            fetched_at: fetched_at.to_string(),
+            ..SourceReport::default()
+        };
+        let page = match outcome {
+            FetchOutcome::NotModified => {
+                report.not_modified = true;
+                self.connect()?
+                    .touch_source(project, agent, url, fetched_at)?;
+                return Ok(report);
+            }
+            FetchOutcome::Page(page) => page,
+        };
+        let conn = self.connect()?;
+        for found in extract(&page.text, page.format) {
+            match store.queue_vendor_statement(project, agent, url, &found.statement)? {
+                Some(proposal_id) => {
+                    let candidate = VendorCandidate {
+                        proposal_id,
+                        project: project.to_string(),
+                        agent: agent.to_string(),
+                        statement: found.statement,
+                        source_url: url.to_string(),
+                        fetched_at: fetched_at.to_string(),
+                        excerpt: found.excerpt,
+                    };
+                    conn.put_candidate(&candidate)?;
+                    report.queued.push(candidate);
+                }
+                None => report.skipped += 1,
+            }
+        }
+        conn.put_source(project, agent, url, &page.validators, fetched_at)?;
+        tracing::info!(
+            project,
+            agent,
+            url,
+            queued = report.queued.len(),
+            skipped = report.skipped,
+            "vendor feed source ingested"
+        );
+        Ok(report)
+    }
+}
+
+fn sqlite_connect(path: &std::path::Path) -> Result<Connection, RulesError> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    Ok(conn)
+}
+
+/// The columns every candidate query reads, in [`candidate_row`]'s order.
+pub(super) const CANDIDATE_COLUMNS: &str =
+    "proposal_id, project, agent, statement, source_url, fetched_at, excerpt";
+
+impl LedgerConn {
+    fn validators(
+        &self,
+        project: &str,
+        agent: &str,
+        url: &str,
+    ) -> Result<Option<Validators>, RulesError> {
+        match self {
+            LedgerConn::Sqlite(conn) => Ok(conn
+                .query_row(
+                    "SELECT etag, last_modified FROM vendor_feed_sources WHERE project = ?1 AND agent = ?2 AND url = ?3",
+                    params![project, agent, url],
+                    |r| {
+                        Ok(Validators {
+                            etag: r.get(0)?,
+                            last_modified: r.get(1)?,
+                        })
+                    },
+                )
+                .optional()?),
+            #[cfg(feature = "postgres")]
+            LedgerConn::Postgres(c) => super::ledger_postgres::validators(c, project, agent, url),
+        }
+    }
+
+    fn candidate(&self, proposal_id: u64) -> Result<Option<VendorCandidate>, RulesError> {
+        match self {
+            LedgerConn::Sqlite(conn) => {
+                let mut stmt = conn.prepare(&format!(
+                    "SELECT {CANDIDATE_COLUMNS} FROM vendor_candidates WHERE proposal_id = ?1"
+                ))?;
+                Ok(stmt
+                    .query_row(params![proposal_id as i64], candidate_row)
+                    .optional()?)
+            }
+            #[cfg(feature = "postgres")]
+            LedgerConn::Postgres(c) => super::ledger_postgres::candidate(c, proposal_id),
+        }
+    }
+
+    fn candidates(&self, project: &str) -> Result<Vec<VendorCandidate>, RulesError> {
+        match self {
+            LedgerConn::Sqlite(conn) => {
+                let mut stmt = conn.prepare(&format!(
+                    "SELECT {CANDIDATE_COLUMNS} FROM vendor_candidates WHERE project = ?1 ORDER BY proposal_id"
+                ))?;
+                let rows = stmt.query_map(params![project], candidate_row)?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            }
+            #[cfg(feature = "postgres")]
+            LedgerConn::Postgres(c) => super::ledger_postgres::candidates(c, project),
+        }
+    }
+
+    /// Records that an unchanged source was checked at `fetched_at`.
+    fn touch_source(
+        &self,
+        project: &str,
+        agent: &str,
+        url: &str,
+        fetched_at: &str,
+    ) -> Result<(), RulesError> {
+        match self {
+            LedgerConn::Sqlite(conn) => {
+                conn.execute(
+                    "UPDATE vendor_feed_sources SET fetched_at = ?4 WHERE project = ?1 AND agent = ?2 AND url = ?3",
+                    params![project, agent, url, fetched_at],
+                )?;
+                Ok(())
+            }
+            #[cfg(feature = "postgres")]
+            LedgerConn::Postgres(c) => {
+                super::ledger_postgres::touch_source(c, project, agent, url, fetched_at)
+            }
+        }
+    }
+
+    /// Records (or replaces) a queued candidate's provenance.
+    fn put_candidate(&self, c: &VendorCandidate) -> Result<(), RulesError> {
+        match self {
+            LedgerConn::Sqlite(conn) => {
+                conn.execute(
+                    &format!("INSERT OR REPLACE INTO vendor_candidates ({CANDIDATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+                    params![
+                        c.proposal_id as i64,
+                        c.project,
+                        c.agent,
+                        c.statement,
+                        c.source_url,
+                        c.fetched_at,
+                        c.excerpt
+                    ],
+                )?;
+                Ok(())
+            }
+            #[cfg(feature = "postgres")]
+            LedgerConn::Postgres(client) => super::ledger_postgres::put_candidate(client, c),
+        }
+    }
+
+    /// Records a source's validators and fetch time.
+    fn put_source(
+        &self,
+        project: &str,
+        agent: &str,
+        url: &str,
+        validators: &Validators,
+        fetched_at: &str,
+    ) -> Result<(), RulesError> {
+        match self {
+            LedgerConn::Sqlite(conn) => {
+                conn.execute(
+                    "INSERT INTO vendor_feed_sources (project, agent, url, etag, last_modified, fetched_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT (project, agent, url) DO UPDATE SET etag = excluded.etag, last_modified = excluded.last_modified, fetched_at = excluded.fetched_at",
+                    params![
+                        project,
+                        agent,
+                        url,
+                        validators.etag,
+                        validators.last_modified,
+                        fetched_at
+                    ],
+                )?;
+                Ok(())
+            }
+            #[cfg(feature = "postgres")]
+            LedgerConn::Postgres(c) => {
+                super::ledger_postgres::put_source(c, project, agent, url, validators, fetched_at)
+            }
+        }
+    }
+}
+
+fn candidate_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<VendorCandidate> {
+    Ok(VendorCandidate {
+        proposal_id: r.get::<_, i64>(0)? as u64,
+        project: r.get(1)?,
+        agent: r.get(2)?,
+        statement: r.get(3)?,
+        source_url: r.get(4)?,
+        fetched_at: r.get(5)?,
+        excerpt: r.get(6)?,
+    })
+}
