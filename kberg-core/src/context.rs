@@ -8,7 +8,7 @@
 //! things tools actually do: report progress, log, ask the user (elicitation), ask the client's
 //! model (sampling), list roots.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -76,10 +76,15 @@ pub trait ClientPeer: Send + Sync {
 /// what every call has (caller, token, client channel, origin, handle codec, phase) is
 /// inline, and what most calls lack (progress token, `_meta`, client info, scope, ticket) sits
 /// in one [`CallDetails`] box, allocated only for a call that has any of it.
-#[derive(Clone)]
+///
+/// The cancellation token is the call's when the call came with one
+/// ([`CallOptions::with_cancel`]); a call without one (an in-process call with
+/// [`CallOptions::default`]) gets its token only when the tool first asks for it
+/// ([`ToolContext::cancellation`]), so the common call allocates none. Clones of a context
+/// share one token.
 pub struct ToolContext {
     caller: Caller,
-    cancel: CancellationToken,
+    cancel: OnceLock<CancellationToken>,
     peer: Option<Arc<dyn ClientPeer>>,
     origin: Option<Arc<CallOrigin>>,
     handles: Option<Arc<HandleCodec>>,
@@ -109,11 +114,26 @@ pub(crate) struct CallExtras {
     pub(crate) handles: Option<Arc<HandleCodec>>,
 }
 
+impl Clone for ToolContext {
+    fn clone(&self) -> Self {
+        Self {
+            caller: self.caller.clone(),
+            // The clone shares the token: one is created now if the call had none yet.
+            cancel: OnceLock::from(self.cancellation().clone()),
+            peer: self.peer.clone(),
+            origin: self.origin.clone(),
+            handles: self.handles.clone(),
+            phase: self.phase,
+            details: self.details.clone(),
+        }
+    }
+}
+
 impl std::fmt::Debug for ToolContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolContext")
             .field("caller", &self.caller.principal().id)
-            .field("cancelled", &self.cancel.is_cancelled())
+            .field("cancelled", &self.is_cancelled())
             .field("peer", &self.peer.is_some())
             .field("progress_token", &self.progress_token())
             .field("phase", &self.phase)
@@ -144,10 +164,11 @@ impl std::fmt::Debug for ToolContext {
 /// they are kept a few words wide: what a transport sets on every call (token, client channel,
 /// origin) is inline, and what most calls lack (progress token, `_meta`, client info) sits in
 /// one box, allocated only for a call that has any of it and handed on to the tool's context
-/// as it is.
+/// as it is. Options without a token carry none: such a call can be cancelled only by its own
+/// tool, and its token is created when the tool first asks for it.
 #[derive(Clone, Default)]
 pub struct CallOptions {
-    pub(crate) cancel: CancellationToken,
+    pub(crate) cancel: Option<CancellationToken>,
     pub(crate) peer: Option<Arc<dyn ClientPeer>>,
     pub(crate) origin: Option<Arc<CallOrigin>>,
     details: Option<Box<CallDetails>>,
@@ -156,7 +177,10 @@ pub struct CallOptions {
 impl std::fmt::Debug for CallOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallOptions")
-            .field("cancelled", &self.cancel.is_cancelled())
+            .field(
+                "cancelled",
+                &self.cancel.as_ref().map(CancellationToken::is_cancelled),
+            )
             .field("peer", &self.peer.is_some())
             .field("progress_token", &self.progress_token())
             .field("client", &self.client())
@@ -170,7 +194,7 @@ impl CallOptions {
     /// cancels it when the client cancels the call or the connection ends).
     pub fn with_cancel(cancel: CancellationToken) -> Self {
         Self {
-            cancel,
+            cancel: Some(cancel),
             ..Self::default()
         }
     }
@@ -206,9 +230,9 @@ impl CallOptions {
         self
     }
 
-    /// The call's cancellation token.
-    pub fn cancellation(&self) -> &CancellationToken {
-        &self.cancel
+    /// The call's cancellation token, if it was given one.
+    pub fn cancellation(&self) -> Option<&CancellationToken> {
+        self.cancel.as_ref()
     }
 
     /// The channel back to the client, if any.
@@ -270,7 +294,7 @@ impl ToolContext {
         }
         Self {
             caller,
-            cancel,
+            cancel: cancel.map(OnceLock::from).unwrap_or_default(),
             peer,
             origin,
             handles,
@@ -356,14 +380,22 @@ impl ToolContext {
     }
 
     /// The call's cancellation token. Long-running tools should watch it; if they do not, the
-    /// gate drops their future when it fires.
+    /// gate drops their future when it fires. A call that came without a token gets one here,
+    /// on first use (only the tool and its clones of this context can then cancel it).
     pub fn cancellation(&self) -> &CancellationToken {
-        &self.cancel
+        self.cancel.get_or_init(CancellationToken::new)
+    }
+
+    /// The call's token if it has one already, without creating one.
+    pub(crate) fn cancellation_if_any(&self) -> Option<&CancellationToken> {
+        self.cancel.get()
     }
 
     /// Whether the call has been cancelled.
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.cancel
+            .get()
+            .is_some_and(CancellationToken::is_cancelled)
     }
 
     /// The request's `_meta`, if any.
@@ -450,7 +482,8 @@ impl ToolContext {
         if !peer.supports(capability) {
             return Err(PeerError::NotSupported(capability.to_string()));
         }
-        peer.request(method, params, self.cancel.clone()).await
+        peer.request(method, params, self.cancellation().clone())
+            .await
     }
 }
 
@@ -539,6 +572,44 @@ mod tests {
         let ctx = ToolContext::for_call(caller(), opts, CallExtras::default());
         assert_eq!(ctx.meta(), Some(&json!({"only": true})));
         assert_eq!(ctx.scope(), None);
+    }
+
+    #[test]
+    fn a_call_without_a_token_creates_one_only_when_asked_and_clones_share_it() {
+        let ctx = ToolContext::for_call(caller(), CallOptions::default(), CallExtras::default());
+        assert!(ctx.cancellation_if_any().is_none());
+        assert!(!ctx.is_cancelled());
+        // A clone taken before the token exists still shares it with the original.
+        let twin = ctx.clone();
+        twin.cancellation().cancel();
+        assert!(ctx.is_cancelled());
+        assert!(ctx.cancellation().is_cancelled());
+        // One taken after the original created its token shares that one.
+        let ctx = ToolContext::for_call(caller(), CallOptions::default(), CallExtras::default());
+        let token = ctx.cancellation().clone();
+        let twin = ctx.clone();
+        token.cancel();
+        assert!(twin.is_cancelled());
+    }
+
+    #[test]
+    fn a_call_with_a_token_shows_that_token() {
+        let token = CancellationToken::new();
+        let opts = CallOptions::with_cancel(token.clone());
+        assert!(opts.cancellation().is_some());
+        assert!(CallOptions::default().cancellation().is_none());
+        let ctx = ToolContext::for_call(caller(), opts, CallExtras::default());
+        assert!(ctx.cancellation_if_any().is_some());
+        assert!(!ctx.is_cancelled());
+        token.cancel();
+        assert!(ctx.is_cancelled());
+        assert!(ctx.cancellation().is_cancelled());
+    }
+
+    #[test]
+    fn call_options_stay_a_few_words_wide() {
+        // Token, client channel (a wide pointer), origin and the details box.
+        assert!(std::mem::size_of::<CallOptions>() <= 5 * std::mem::size_of::<usize>());
     }
 
     #[tokio::test]
