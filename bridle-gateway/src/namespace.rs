@@ -21,14 +21,23 @@ use serde_json::Value;
 pub(crate) fn forwarded_options(ctx: &ToolContext) -> CallOptions {
     // The client usually comes with the origin; copy it only when it came on its own.
     let origin_client = ctx.origin().is_some_and(|o| o.client.is_some());
-    CallOptions {
-        cancel: ctx.cancellation().clone(),
-        peer: ctx.peer().cloned(),
-        progress_token: ctx.meta().and_then(|m| m.get("progressToken")).cloned(),
-        meta: ctx.meta().cloned(),
-        client: ctx.client().filter(|_| !origin_client).cloned(),
-        origin: ctx.origin().cloned(),
+    let mut opts = CallOptions::with_cancel(ctx.cancellation().clone());
+    if let Some(peer) = ctx.peer() {
+        opts = opts.with_peer(Arc::clone(peer));
     }
+    if let Some(token) = ctx.meta().and_then(|m| m.get("progressToken")) {
+        opts = opts.with_progress_token(token.clone());
+    }
+    if let Some(meta) = ctx.meta() {
+        opts = opts.with_meta(meta.clone());
+    }
+    if let Some(client) = ctx.client().filter(|_| !origin_client) {
+        opts = opts.with_client(client.clone());
+    }
+    if let Some(origin) = ctx.origin() {
+        opts = opts.with_origin(Arc::clone(origin));
+    }
+    opts
 }
 
 struct Mounted {

@@ -128,9 +128,9 @@ async fn rules_render_for_the_client_only_when_the_type_was_guessed() {
     let rendered_for = |who: &str, client: Option<ClientInfo>| {
         let (tools, c) = (tools.clone(), caller(&shared, who));
         async move {
-            let opts = CallOptions {
-                client,
-                ..CallOptions::default()
+            let opts = match client {
+                Some(client) => CallOptions::default().with_client(client),
+                None => CallOptions::default(),
             };
             let out = tools
                 .call(&c, "get_rules", json!({"project": "demo"}), opts)

@@ -402,11 +402,9 @@ async fn the_tools_pass_the_gate() {
         .expect_err("no grant");
     assert_eq!(err.code(), ErrorCode::CapabilityRequired);
     let peer = Arc::new(RecordingPeer::default());
-    let opts = CallOptions {
-        peer: Some(peer.clone()),
-        progress_token: Some(json!("tok-1")),
-        ..CallOptions::default()
-    };
+    let opts = CallOptions::default()
+        .with_peer(peer.clone())
+        .with_progress_token(json!("tok-1"));
     let out = registry
         .call(
             &writer,

@@ -8,7 +8,7 @@
 //! things tools actually do: report progress, log, ask the user (elicitation), ask the client's
 //! model (sampling), list roots.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -76,10 +76,15 @@ pub trait ClientPeer: Send + Sync {
 /// what every call has (caller, token, client channel, origin, handle codec, phase) is
 /// inline, and what most calls lack (progress token, `_meta`, client info, scope, ticket) sits
 /// in one [`CallDetails`] box, allocated only for a call that has any of it.
-#[derive(Clone)]
+///
+/// The cancellation token is the call's when the call came with one
+/// ([`CallOptions::with_cancel`]); a call without one (an in-process call with
+/// [`CallOptions::default`]) gets its token only when the tool first asks for it
+/// ([`ToolContext::cancellation`]), so the common call allocates none. Clones of a context
+/// share one token.
 pub struct ToolContext {
     caller: Caller,
-    cancel: CancellationToken,
+    cancel: OnceLock<CancellationToken>,
     peer: Option<Arc<dyn ClientPeer>>,
     origin: Option<Arc<CallOrigin>>,
     handles: Option<Arc<HandleCodec>>,
@@ -87,7 +92,9 @@ pub struct ToolContext {
     details: Option<Box<CallDetails>>,
 }
 
-/// The rarely-set parts of a [`ToolContext`], out of line.
+/// The rarely-set parts of a call, out of line: a [`CallOptions`] sets the request's (progress
+/// token, `_meta`, client info) and the gate adds its own (scope, ticket) when the box becomes
+/// the [`ToolContext`]'s.
 #[derive(Clone, Default)]
 struct CallDetails {
     progress_token: Option<Value>,
@@ -107,11 +114,26 @@ pub(crate) struct CallExtras {
     pub(crate) handles: Option<Arc<HandleCodec>>,
 }
 
+impl Clone for ToolContext {
+    fn clone(&self) -> Self {
+        Self {
+            caller: self.caller.clone(),
+            // The clone shares the token: one is created now if the call had none yet.
+            cancel: OnceLock::from(self.cancellation().clone()),
+            peer: self.peer.clone(),
+            origin: self.origin.clone(),
+            handles: self.handles.clone(),
+            phase: self.phase,
+            details: self.details.clone(),
+        }
+    }
+}
+
 impl std::fmt::Debug for ToolContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolContext")
             .field("caller", &self.caller.principal().id)
-            .field("cancelled", &self.cancel.is_cancelled())
+            .field("cancelled", &self.is_cancelled())
             .field("peer", &self.peer.is_some())
             .field("progress_token", &self.progress_token())
             .field("phase", &self.phase)
@@ -123,42 +145,125 @@ impl std::fmt::Debug for ToolContext {
 
 /// Per-call options the transport passes to the gate: cancellation, the client channel, the
 /// request's progress token and `_meta`, and who the client says it is.
+///
+/// Start from [`CallOptions::default`] (or [`CallOptions::with_cancel`]) and add what the call
+/// has with the `with_*` methods:
+///
+/// ```
+/// use kberg_core::{CallOptions, CancellationToken};
+/// use serde_json::json;
+///
+/// let token = CancellationToken::new();
+/// let opts = CallOptions::with_cancel(token.clone())
+///     .with_progress_token(json!("p-1"))
+///     .with_meta(json!({"progressToken": "p-1"}));
+/// assert_eq!(opts.progress_token(), Some(&json!("p-1")));
+/// ```
+///
+/// The options travel by value through the registry and the gate into the tool's context, so
+/// they are kept a few words wide: what a transport sets on every call (token, client channel,
+/// origin) is inline, and what most calls lack (progress token, `_meta`, client info) sits in
+/// one box, allocated only for a call that has any of it and handed on to the tool's context
+/// as it is. Options without a token carry none: such a call can be cancelled only by its own
+/// tool, and its token is created when the tool first asks for it.
 #[derive(Clone, Default)]
 pub struct CallOptions {
-    /// Cancelled when the client cancels the call (or the connection ends).
-    pub cancel: CancellationToken,
-    /// The channel back to the client, if any.
-    pub peer: Option<Arc<dyn ClientPeer>>,
-    /// The request's `_meta.progressToken`, if the client asked for progress.
-    pub progress_token: Option<Value>,
-    /// The request's `_meta`, for tools that need it.
-    pub meta: Option<Value>,
-    /// The client's self-reported identity, when the transport knows it. Overrides the
-    /// client of [`CallOptions::origin`] for the tool.
-    pub client: Option<ClientInfo>,
-    /// The session and client the call came in on, shared with the transport's session.
-    pub origin: Option<Arc<CallOrigin>>,
+    pub(crate) cancel: Option<CancellationToken>,
+    pub(crate) peer: Option<Arc<dyn ClientPeer>>,
+    pub(crate) origin: Option<Arc<CallOrigin>>,
+    details: Option<Box<CallDetails>>,
 }
 
 impl std::fmt::Debug for CallOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallOptions")
-            .field("cancelled", &self.cancel.is_cancelled())
+            .field(
+                "cancelled",
+                &self.cancel.as_ref().map(CancellationToken::is_cancelled),
+            )
             .field("peer", &self.peer.is_some())
-            .field("progress_token", &self.progress_token)
-            .field("client", &self.client)
+            .field("progress_token", &self.progress_token())
+            .field("client", &self.client())
             .field("origin", &self.origin)
             .finish()
     }
 }
 
 impl CallOptions {
-    /// Options with this cancellation token.
+    /// Options with this cancellation token: cancelling it cancels the call (the transport
+    /// cancels it when the client cancels the call or the connection ends).
     pub fn with_cancel(cancel: CancellationToken) -> Self {
         Self {
-            cancel,
+            cancel: Some(cancel),
             ..Self::default()
         }
+    }
+
+    /// Sets the channel back to the client.
+    pub fn with_peer(mut self, peer: Arc<dyn ClientPeer>) -> Self {
+        self.peer = Some(peer);
+        self
+    }
+
+    /// Sets the request's `_meta.progressToken` (the client asked for progress).
+    pub fn with_progress_token(mut self, token: Value) -> Self {
+        self.details_mut().progress_token = Some(token);
+        self
+    }
+
+    /// Sets the request's `_meta`, for tools that need it.
+    pub fn with_meta(mut self, meta: Value) -> Self {
+        self.details_mut().meta = Some(meta);
+        self
+    }
+
+    /// Sets the client's self-reported identity. It overrides the client of the
+    /// [origin](CallOptions::with_origin) for the tool.
+    pub fn with_client(mut self, client: ClientInfo) -> Self {
+        self.details_mut().client = Some(client);
+        self
+    }
+
+    /// Sets the session and client the call came in on, shared with the transport's session.
+    pub fn with_origin(mut self, origin: Arc<CallOrigin>) -> Self {
+        self.origin = Some(origin);
+        self
+    }
+
+    /// The call's cancellation token, if it was given one.
+    pub fn cancellation(&self) -> Option<&CancellationToken> {
+        self.cancel.as_ref()
+    }
+
+    /// The channel back to the client, if any.
+    pub fn peer(&self) -> Option<&Arc<dyn ClientPeer>> {
+        self.peer.as_ref()
+    }
+
+    /// The request's `_meta.progressToken`, if any.
+    pub fn progress_token(&self) -> Option<&Value> {
+        self.details
+            .as_ref()
+            .and_then(|d| d.progress_token.as_ref())
+    }
+
+    /// The request's `_meta`, if any.
+    pub fn meta(&self) -> Option<&Value> {
+        self.details.as_ref().and_then(|d| d.meta.as_ref())
+    }
+
+    /// The client's self-reported identity, when it was set on its own.
+    pub fn client(&self) -> Option<&ClientInfo> {
+        self.details.as_ref().and_then(|d| d.client.as_ref())
+    }
+
+    /// The session and client the call came in on, if the transport shares them.
+    pub fn origin(&self) -> Option<&Arc<CallOrigin>> {
+        self.origin.as_ref()
+    }
+
+    fn details_mut(&mut self) -> &mut CallDetails {
+        self.details.get_or_insert_with(Box::default)
     }
 }
 
@@ -172,10 +277,8 @@ impl ToolContext {
         let CallOptions {
             cancel,
             peer,
-            progress_token,
-            meta,
-            client,
             origin,
+            mut details,
         } = opts;
         let CallExtras {
             phase,
@@ -183,23 +286,15 @@ impl ToolContext {
             ticket,
             handles,
         } = extras;
-        let details = (progress_token.is_some()
-            || meta.is_some()
-            || client.is_some()
-            || scope.is_some()
-            || ticket.is_some())
-        .then(|| {
-            Box::new(CallDetails {
-                progress_token,
-                meta,
-                client,
-                scope,
-                ticket,
-            })
-        });
+        // The options' box (if any) becomes the context's: the gate's own details join it.
+        if scope.is_some() || ticket.is_some() {
+            let d = details.get_or_insert_with(Box::default);
+            d.scope = scope;
+            d.ticket = ticket;
+        }
         Self {
             caller,
-            cancel,
+            cancel: cancel.map(OnceLock::from).unwrap_or_default(),
             peer,
             origin,
             handles,
@@ -285,14 +380,22 @@ impl ToolContext {
     }
 
     /// The call's cancellation token. Long-running tools should watch it; if they do not, the
-    /// gate drops their future when it fires.
+    /// gate drops their future when it fires. A call that came without a token gets one here,
+    /// on first use (only the tool and its clones of this context can then cancel it).
     pub fn cancellation(&self) -> &CancellationToken {
-        &self.cancel
+        self.cancel.get_or_init(CancellationToken::new)
+    }
+
+    /// The call's token if it has one already, without creating one.
+    pub(crate) fn cancellation_if_any(&self) -> Option<&CancellationToken> {
+        self.cancel.get()
     }
 
     /// Whether the call has been cancelled.
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.cancel
+            .get()
+            .is_some_and(CancellationToken::is_cancelled)
     }
 
     /// The request's `_meta`, if any.
@@ -379,7 +482,8 @@ impl ToolContext {
         if !peer.supports(capability) {
             return Err(PeerError::NotSupported(capability.to_string()));
         }
-        peer.request(method, params, self.cancel.clone()).await
+        peer.request(method, params, self.cancellation().clone())
+            .await
     }
 }
 
@@ -429,10 +533,7 @@ mod tests {
 
     #[test]
     fn a_call_without_details_allocates_none_and_reads_as_empty() {
-        let opts = CallOptions {
-            origin: Some(origin()),
-            ..CallOptions::default()
-        };
+        let opts = CallOptions::default().with_origin(origin());
         let ctx = ToolContext::for_call(caller(), opts, CallExtras::default());
         assert!(ctx.details.is_none());
         assert_eq!(ctx.meta(), None);
@@ -447,13 +548,11 @@ mod tests {
 
     #[test]
     fn every_detail_a_call_carries_reaches_the_tool() {
-        let opts = CallOptions {
-            progress_token: Some(json!(7)),
-            meta: Some(json!({"trace": "abc"})),
-            client: Some(ClientInfo::new("own", "1")),
-            origin: Some(origin()),
-            ..CallOptions::default()
-        };
+        let opts = CallOptions::default()
+            .with_progress_token(json!(7))
+            .with_meta(json!({"trace": "abc"}))
+            .with_client(ClientInfo::new("own", "1"))
+            .with_origin(origin());
         let extras = CallExtras {
             phase: CallPhase::Preview,
             scope: Some("project-a".into()),
@@ -469,29 +568,59 @@ mod tests {
         // The call's own client wins over its origin's.
         assert_eq!(ctx.client().map(|c| c.name.as_str()), Some("own"));
         // One detail alone is kept too.
-        let opts = CallOptions {
-            meta: Some(json!({"only": true})),
-            ..CallOptions::default()
-        };
+        let opts = CallOptions::default().with_meta(json!({"only": true}));
         let ctx = ToolContext::for_call(caller(), opts, CallExtras::default());
         assert_eq!(ctx.meta(), Some(&json!({"only": true})));
         assert_eq!(ctx.scope(), None);
     }
 
+    #[test]
+    fn a_call_without_a_token_creates_one_only_when_asked_and_clones_share_it() {
+        let ctx = ToolContext::for_call(caller(), CallOptions::default(), CallExtras::default());
+        assert!(ctx.cancellation_if_any().is_none());
+        assert!(!ctx.is_cancelled());
+        // A clone taken before the token exists still shares it with the original.
+        let twin = ctx.clone();
+        twin.cancellation().cancel();
+        assert!(ctx.is_cancelled());
+        assert!(ctx.cancellation().is_cancelled());
+        // One taken after the original created its token shares that one.
+        let ctx = ToolContext::for_call(caller(), CallOptions::default(), CallExtras::default());
+        let token = ctx.cancellation().clone();
+        let twin = ctx.clone();
+        token.cancel();
+        assert!(twin.is_cancelled());
+    }
+
+    #[test]
+    fn a_call_with_a_token_shows_that_token() {
+        let token = CancellationToken::new();
+        let opts = CallOptions::with_cancel(token.clone());
+        assert!(opts.cancellation().is_some());
+        assert!(CallOptions::default().cancellation().is_none());
+        let ctx = ToolContext::for_call(caller(), opts, CallExtras::default());
+        assert!(ctx.cancellation_if_any().is_some());
+        assert!(!ctx.is_cancelled());
+        token.cancel();
+        assert!(ctx.is_cancelled());
+        assert!(ctx.cancellation().is_cancelled());
+    }
+
+    #[test]
+    fn call_options_stay_a_few_words_wide() {
+        // Token, client channel (a wide pointer), origin and the details box.
+        assert!(std::mem::size_of::<CallOptions>() <= 5 * std::mem::size_of::<usize>());
+    }
+
     #[tokio::test]
     async fn progress_goes_out_only_with_a_progress_token() {
         let peer = Arc::new(Recorder::default());
-        let with = CallOptions {
-            peer: Some(Arc::clone(&peer) as Arc<dyn ClientPeer>),
-            progress_token: Some(json!("tok")),
-            ..CallOptions::default()
-        };
+        let with = CallOptions::default()
+            .with_peer(Arc::clone(&peer) as Arc<dyn ClientPeer>)
+            .with_progress_token(json!("tok"));
         let ctx = ToolContext::for_call(caller(), with, CallExtras::default());
         ctx.progress(1.0, Some(2.0), Some("half")).await.unwrap();
-        let without = CallOptions {
-            peer: Some(Arc::clone(&peer) as Arc<dyn ClientPeer>),
-            ..CallOptions::default()
-        };
+        let without = CallOptions::default().with_peer(Arc::clone(&peer) as Arc<dyn ClientPeer>);
         let ctx = ToolContext::for_call(caller(), without, CallExtras::default());
         ctx.progress(1.0, None, None).await.unwrap();
         let sent = peer.0.lock().unwrap().clone();

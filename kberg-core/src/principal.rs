@@ -91,13 +91,34 @@ impl Principal {
 }
 
 /// A principal as one call path sees it: the effective grants and projection, possibly
-/// narrowed by a session. Cheap to clone.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// narrowed by a session. Cheap to clone: one reference count.
+///
+/// Every call carries a caller into the gate and the tool's context, so it is kept behind a
+/// single [`Arc`]: a clone is one atomic increment and the value is one pointer wide. The
+/// narrowing methods copy the shared state only when it is shared.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Caller {
+    inner: Arc<CallerState>,
+}
+
+/// What a [`Caller`] shares between its clones.
+#[derive(Clone, PartialEq, Eq)]
+struct CallerState {
     principal: Arc<Principal>,
-    grants: Arc<Grants>,
+    grants: Grants,
     projection: SurfaceProjection,
-    scopes: Arc<ScopeSet>,
+    scopes: ScopeSet,
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field("principal", &self.inner.principal)
+            .field("grants", &self.inner.grants)
+            .field("projection", &self.inner.projection)
+            .field("scopes", &self.inner.scopes)
+            .finish()
+    }
 }
 
 impl Caller {
@@ -105,58 +126,68 @@ impl Caller {
     pub fn new(principal: impl Into<Arc<Principal>>) -> Self {
         let principal = principal.into();
         Self {
-            grants: Arc::new(principal.grants.clone()),
-            projection: principal.projection,
-            principal,
-            scopes: Arc::default(),
+            inner: Arc::new(CallerState {
+                grants: principal.grants.clone(),
+                projection: principal.projection,
+                principal,
+                scopes: ScopeSet::default(),
+            }),
         }
+    }
+
+    /// The state to change, copied first if another clone shares it.
+    fn state_mut(&mut self) -> &mut CallerState {
+        Arc::make_mut(&mut self.inner)
     }
 
     /// Sets the scopes this caller may use and its current one (see [`ScopeSet`]). The app
     /// decides them per principal or per session; the default allows none.
     pub fn with_scopes(mut self, scopes: ScopeSet) -> Self {
-        self.scopes = Arc::new(scopes);
+        self.state_mut().scopes = scopes;
         self
     }
 
     /// Sets the current scope (it must still be one the caller may use).
     pub fn with_current_scope(mut self, scope: impl Into<String>) -> Self {
-        self.scopes = Arc::new(ScopeSet::clone(&self.scopes).with_current(scope));
+        let state = self.state_mut();
+        state.scopes = std::mem::take(&mut state.scopes).with_current(scope);
         self
     }
 
     /// Narrows the scopes to those also in `limit`. Never widens.
     pub fn narrowed_scopes(mut self, limit: &ScopeSet) -> Self {
-        self.scopes = Arc::new(self.scopes.narrowed(limit));
+        let state = self.state_mut();
+        state.scopes = state.scopes.narrowed(limit);
         self
     }
 
     /// The scopes this caller may use and its current one.
     pub fn scopes(&self) -> &ScopeSet {
-        &self.scopes
+        &self.inner.scopes
     }
 
     /// Narrows the effective grants to those also in `limit` and the projection to the narrower
     /// one. Never widens.
     pub fn narrowed(mut self, limit: &Grants, projection: SurfaceProjection) -> Self {
-        self.grants = Arc::new(self.grants.intersection(limit));
-        self.projection = self.projection.narrowest(projection);
+        let state = self.state_mut();
+        state.grants = state.grants.intersection(limit);
+        state.projection = state.projection.narrowest(projection);
         self
     }
 
     /// The principal behind this caller.
     pub fn principal(&self) -> &Principal {
-        &self.principal
+        &self.inner.principal
     }
 
     /// The effective grants.
     pub fn grants(&self) -> &Grants {
-        &self.grants
+        &self.inner.grants
     }
 
     /// The effective projection.
     pub fn projection(&self) -> SurfaceProjection {
-        self.projection
+        self.inner.projection
     }
 }
 
@@ -182,5 +213,24 @@ mod tests {
         assert_eq!(c.projection(), SurfaceProjection::Compact);
         let c = c.narrowed(&Grants::of(["y"]), SurfaceProjection::Full);
         assert_eq!(c.projection(), SurfaceProjection::Compact);
+    }
+
+    #[test]
+    fn a_caller_is_one_pointer_and_narrowing_a_clone_leaves_the_original() {
+        assert_eq!(std::mem::size_of::<Caller>(), std::mem::size_of::<usize>());
+        let p = Principal::new("a").with_grants(Grants::of(["x", "y"]));
+        let original = Caller::new(p).with_scopes(ScopeSet::only(["s1", "s2"]));
+        let narrowed = original
+            .clone()
+            .narrowed(&Grants::of(["y"]), SurfaceProjection::Compact)
+            .narrowed_scopes(&ScopeSet::only(["s2"]));
+        assert_eq!(original.grants(), &Grants::of(["x", "y"]));
+        assert_eq!(original.projection(), SurfaceProjection::Full);
+        assert_eq!(original.scopes(), &ScopeSet::only(["s1", "s2"]));
+        assert_eq!(narrowed.grants(), &Grants::of(["y"]));
+        assert_eq!(narrowed.projection(), SurfaceProjection::Compact);
+        assert_eq!(narrowed.scopes(), &ScopeSet::only(["s2"]));
+        assert_ne!(original, narrowed);
+        assert_eq!(original.clone(), original);
     }
 }

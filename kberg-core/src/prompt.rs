@@ -476,10 +476,7 @@ mod tests {
     }
 
     fn opts(answer: Option<Value>) -> CallOptions {
-        CallOptions {
-            peer: Some(Arc::new(FixedPeer { answer })),
-            ..CallOptions::default()
-        }
+        CallOptions::default().with_peer(Arc::new(FixedPeer { answer }))
     }
 
     #[tokio::test]

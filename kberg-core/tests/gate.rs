@@ -450,6 +450,31 @@ async fn a_tool_that_stops_on_cancellation_answers_cancelled() {
 }
 
 #[tokio::test]
+async fn a_call_without_a_token_runs_a_pending_tool_to_its_end() {
+    // Default options carry no token: the gate has nothing to race, and the tool's context
+    // creates a token (never fired) only when the tool asks for one.
+    let r = ToolRegistry::new();
+    r.register(ToolBuilder::new("waits").raw_handler(
+        json!({"type":"object"}),
+        |_, ctx| async move {
+            tokio::task::yield_now().await;
+            let token = ctx.cancellation().clone();
+            tokio::task::yield_now().await;
+            Ok(ToolOutput::text(format!(
+                "cancelled: {}",
+                token.is_cancelled() || ctx.is_cancelled()
+            )))
+        },
+    ))
+    .unwrap();
+    let out = r
+        .call(&anon(), "waits", json!({}), CallOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(out.all_text(), "cancelled: false");
+}
+
+#[tokio::test]
 async fn already_cancelled_call_does_not_run() {
     let r = registry();
     let cancel = CancellationToken::new();

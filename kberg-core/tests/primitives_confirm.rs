@@ -394,10 +394,7 @@ fn asking_app() -> App {
 }
 
 async fn call_with_peer(app: &App, peer: Arc<Peer>) -> Result<ToolOutput, GateError> {
-    let opts = CallOptions {
-        peer: Some(peer),
-        ..CallOptions::default()
-    };
+    let opts = CallOptions::default().with_peer(peer);
     app.tools
         .call(&agent(), "bulk_delete", many(60), opts)
         .await
@@ -637,10 +634,7 @@ async fn a_stateless_commit_survives_the_input_required_round_trip() {
                 answer,
                 asked: Mutex::default(),
             });
-            let opts = CallOptions {
-                peer: Some(peer),
-                ..CallOptions::default()
-            };
+            let opts = CallOptions::default().with_peer(peer);
             tools
                 .call(&agent(), "bulk_delete_previewed", commit, opts)
                 .await
@@ -722,10 +716,7 @@ async fn the_question_shows_redacted_bounded_arguments() {
         answer: Ok(json!({"action": "accept", "content": {"approve": true}})),
         asked: Mutex::default(),
     });
-    let opts = CallOptions {
-        peer: Some(peer.clone()),
-        ..CallOptions::default()
-    };
+    let opts = CallOptions::default().with_peer(peer.clone());
     for n in [60, 5000] {
         let mut args = many(n);
         args["password"] = json!("hunter2");

@@ -73,10 +73,7 @@ impl kberg_core::ClientPeer for Elicits {
 }
 
 fn with_peer() -> CallOptions {
-    CallOptions {
-        peer: Some(std::sync::Arc::new(Elicits)),
-        ..CallOptions::default()
-    }
+    CallOptions::default().with_peer(std::sync::Arc::new(Elicits))
 }
 
 fn task_of(s: Started) -> kberg_core::TaskSnapshot {

@@ -81,10 +81,7 @@ impl ForwardHook for Recording {
 }
 
 fn options(meta: Value) -> CallOptions {
-    CallOptions {
-        meta: Some(meta),
-        ..CallOptions::default()
-    }
+    CallOptions::default().with_meta(meta)
 }
 
 fn caller() -> Caller {

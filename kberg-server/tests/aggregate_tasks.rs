@@ -173,10 +173,7 @@ async fn a_task_only_upstream_tool_is_followed_past_the_call_timeout() {
 async fn an_upstream_tasks_questions_reach_the_calling_client() {
     let up = upstream().await;
     let (agg, registry) = aggregate(&up.url, Duration::from_secs(10)).await;
-    let opts = CallOptions {
-        peer: Some(Arc::new(Accepts)),
-        ..CallOptions::default()
-    };
+    let opts = CallOptions::default().with_peer(Arc::new(Accepts));
     let out = tokio::time::timeout(
         WAIT,
         registry.call(&reader(), "up__confirm", json!({}), opts),

@@ -64,7 +64,7 @@ use crate::principal::{Caller, SurfaceProjection};
 use crate::tool::{ToolKind, ToolSpec};
 
 use self::commit::CommitStep;
-use self::prepare::{PreparedCall, check_args, prepare_call};
+use self::prepare::{PreparedCall, check_args, prepare_call, validate_args};
 
 /// The app's settings for the primitives: handles, confirmation, tickets, commit tokens.
 #[derive(Clone)]
@@ -209,9 +209,33 @@ impl Gate {
         } else {
             args
         };
+        let settings = self.settings.load();
+        let admitted = admit(catalog, caller, name);
+        // The common call, straight through: no audit sink, no confirm policy, no approved
+        // ticket, and a plain tool (no preview, scope or handles), so step 4 is the validation
+        // alone and step 5 has nothing to do. No trail, no prepared call, no step to build.
+        if approved.is_none()
+            && settings.audit.is_none()
+            && settings.confirm.is_none()
+            && let Ok((entry, _)) = &admitted
+            && entry.plain
+        {
+            return match validate_args(entry, &args) {
+                Err(e) => Either::Left(Either::Left(std::future::ready(Err(e)))),
+                Ok(()) => {
+                    let extras = CallExtras {
+                        phase: CallPhase::Direct,
+                        scope: None,
+                        ticket: None,
+                        handles: settings.handles.clone(),
+                    };
+                    let ctx = ToolContext::for_call(caller.clone(), opts, extras);
+                    Either::Left(Either::Right(run::run(Arc::clone(entry), args, ctx)))
+                }
+            };
+        }
         // Everything the audit event needs is gathered only when a sink is set: the common
         // unaudited call pays for none of it.
-        let settings = self.settings.load();
         let audit: Option<Arc<dyn AuditSink>> = settings.audit.clone();
         let clock = audit.as_ref().map(|_| (Instant::now(), SystemTime::now()));
         // The origin goes to the sink by reference count; opts itself moves into the run.
@@ -221,7 +245,6 @@ impl Gate {
             trail.ticket = Some(a.ticket.to_string());
             trail.approved_by = Some(a.approver.to_string());
         }
-        let admitted = admit(catalog, caller, name);
         let labels = audit.as_ref().map(|_| match &admitted {
             Ok((e, via)) => (
                 e.spec.kind.label(),

@@ -143,7 +143,8 @@ fn take_commit_token(entry: &Entry, args: &mut Value) -> Result<Option<String>, 
     }
 }
 
-fn validate_args(entry: &Entry, args: &Value) -> Result<(), GateError> {
+/// Validates the arguments against the tool's compiled schema (`invalid_arguments`).
+pub(crate) fn validate_args(entry: &Entry, args: &Value) -> Result<(), GateError> {
     if entry.input.is_valid(args) {
         return Ok(());
     }

@@ -1,5 +1,9 @@
 //! Gate step 6: the tool runs, with the call's cancellation token.
 //!
+//! A call that came without a token (an in-process call with default options) has none to race
+//! or check: the gate neither creates nor clones one, and the tool's context creates it only if
+//! the tool asks ([`ToolContext::cancellation`]); nothing but the tool itself could fire it.
+//!
 //! A tool with a synchronous body ([`Tool::synchronous`](crate::Tool::synchronous)) is called
 //! directly, borrowing the context. Any other tool's future is polled once at once, inside its
 //! tracing span: most tools finish on that first poll and pay for nothing more (no
@@ -45,7 +49,7 @@ fn run_sync(
         let _entered = span.enter();
         catch_unwind(AssertUnwindSafe(|| body(args, &ctx)))
     };
-    finish(entry, outcome, ctx.cancellation(), ctx.is_preview())
+    finish(entry, outcome, ctx.cancellation_if_any(), ctx.is_preview())
 }
 
 /// Runs the tool and maps what it did onto the gate's answer.
@@ -71,7 +75,9 @@ pub(crate) fn run(
             });
         }
         let preview = ctx.is_preview();
-        let cancel = ctx.cancellation().clone();
+        // A call that came without a token has nothing to race against (only the tool could
+        // create and fire its token): it is neither cloned nor created here.
+        let cancel = ctx.cancellation_if_any().cloned();
         // In a block of its own, so that the first poll's state (the span, the tool's future,
         // its outcome) is gone from the future before the race is awaited.
         let raced = {
@@ -82,7 +88,7 @@ pub(crate) fn run(
                 std::future::poll_fn(|cx| Poll::Ready(poll_catching(fut.as_mut(), cx))).await
             };
             match first {
-                Poll::Ready(outcome) => return finish(&entry, outcome, &cancel, preview),
+                Poll::Ready(outcome) => return finish(&entry, outcome, cancel.as_ref(), preview),
                 // A tool still at work: raced against the token, in a boxed future of its
                 // own so that the common, finished-at-once call does not carry the race's
                 // state.
@@ -90,17 +96,21 @@ pub(crate) fn run(
                     let rest = AssertUnwindSafe(fut).catch_unwind();
                     let token = cancel.clone();
                     Box::pin(async move {
-                        tokio::select! {
-                            biased;
-                            r = tracing::Instrument::instrument(rest, span) => Some(r),
-                            () = token.cancelled() => None,
+                        let rest = tracing::Instrument::instrument(rest, span);
+                        match token {
+                            Some(token) => tokio::select! {
+                                biased;
+                                r = rest => Some(r),
+                                () = token.cancelled() => None,
+                            },
+                            None => Some(rest.await),
                         }
                     })
                 }
             }
         };
         match raced.await {
-            Some(outcome) => finish(&entry, outcome, &cancel, preview),
+            Some(outcome) => finish(&entry, outcome, cancel.as_ref(), preview),
             None => Err(GateError::Cancelled {
                 tool: entry.spec.name.clone(),
             }),
@@ -117,13 +127,13 @@ fn tool_span(entry: &Entry, ctx: &ToolContext) -> tracing::Span {
 fn finish(
     entry: &Entry,
     outcome: Outcome,
-    cancel: &CancellationToken,
+    cancel: Option<&CancellationToken>,
     preview: bool,
 ) -> Result<ToolOutput, GateError> {
     // The name is copied into an error only on the paths that produce one.
     let name = || entry.spec.name.clone();
     // A tool that noticed the cancellation and stopped with an error was cancelled.
-    if !matches!(outcome, Ok(Ok(_))) && cancel.is_cancelled() {
+    if !matches!(outcome, Ok(Ok(_))) && cancel.is_some_and(CancellationToken::is_cancelled) {
         return Err(GateError::Cancelled { tool: name() });
     }
     match outcome {

@@ -445,7 +445,7 @@ impl TaskStore {
             supported,
         });
         let mut run_opts = opts;
-        run_opts.cancel = cancel;
+        run_opts.cancel = Some(cancel);
         let tools = board.tools.clone();
         let caller = caller.clone();
         let tool = name.to_string();

@@ -70,11 +70,16 @@ impl KbergHandler {
         let meta_map = std::mem::take(&mut ctx.meta.0.0);
         let meta = (!meta_map.is_empty()).then_some(Value::Object(meta_map));
         let args = req.arguments.map(Value::Object).unwrap_or(Value::Null);
-        let mut opts = CallOptions::with_cancel(ctx.ct.clone());
-        opts.peer = Some(peer);
-        opts.progress_token = progress_token;
-        opts.meta = meta;
-        opts.origin = origin;
+        let mut opts = CallOptions::with_cancel(ctx.ct.clone()).with_peer(peer);
+        if let Some(token) = progress_token {
+            opts = opts.with_progress_token(token);
+        }
+        if let Some(meta) = meta {
+            opts = opts.with_meta(meta);
+        }
+        if let Some(origin) = origin {
+            opts = opts.with_origin(origin);
+        }
         let result = if as_task {
             // 2025-11-25 sessions get the task's status notifications on their stream.
             let notify = !is_stateless(&ctx);

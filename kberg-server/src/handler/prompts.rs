@@ -42,15 +42,21 @@ impl KbergHandler {
             request.request_state.as_deref(),
             request.input_responses.as_ref(),
         )?;
-        let mut opts = CallOptions::with_cancel(context.ct.clone());
-        opts.peer = Some(peer);
-        opts.origin = self.call_origin(&context);
-        opts.progress_token = context
+        let mut opts = CallOptions::with_cancel(context.ct.clone()).with_peer(peer);
+        if let Some(origin) = self.call_origin(&context) {
+            opts = opts.with_origin(origin);
+        }
+        if let Some(token) = context
             .meta
             .get_progress_token()
-            .and_then(|t| serde_json::to_value(t).ok());
+            .and_then(|t| serde_json::to_value(t).ok())
+        {
+            opts = opts.with_progress_token(token);
+        }
         let meta_map = std::mem::take(&mut context.meta.0.0);
-        opts.meta = (!meta_map.is_empty()).then_some(Value::Object(meta_map));
+        if !meta_map.is_empty() {
+            opts = opts.with_meta(Value::Object(meta_map));
+        }
         let rendered = self
             .shared
             .app
