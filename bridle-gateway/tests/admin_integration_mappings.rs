@@ -113,8 +113,9 @@ fn granting_tickets_reads() -> bridle_rules::RulesDocument {
     doc
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upstreams_projects_change_at_run_time_and_refusals_leave_the_file_alone() {
+/// A gateway whose upstream `tickets` serves only `demo`, with projects `demo` and `ops` both
+/// letting claude-type agents read through it; and `bot`'s token.
+async fn mapped_to_demo() -> (Gw, tokio_util::sync::CancellationToken, String) {
     let (url, upstream) = whoami_upstream::start().await;
     let gw = Gw::start_with_yaml(
         &format!("upstreams:\n  tickets:\n    http: {{url: '{url}'}}\n    projects: [demo]\n"),
@@ -133,13 +134,18 @@ async fn an_upstreams_projects_change_at_run_time_and_refusals_leave_the_file_al
         .store
         .create("ops", &granting_tickets_reads(), "test")
         .unwrap();
-
     let bot_token = gw
         .all_agent_tokens()
         .into_iter()
         .find(|(a, _)| a == "bot")
         .unwrap()
         .1;
+    (gw, upstream, bot_token)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstreams_projects_change_at_run_time_and_refusals_leave_the_file_alone() {
+    let (gw, upstream, bot_token) = mapped_to_demo().await;
     let (bot, mut bot_changed) = connect(&gw.mcp, &bot_token).await;
     let (claude, _claude_changed) = connect(&gw.mcp, &gw.file_token("claude")).await;
     until_listed(&bot).await;
@@ -352,29 +358,7 @@ async fn an_upstreams_projects_change_at_run_time_and_refusals_leave_the_file_al
 /// while its session is open. Its session is told its list changed, as for a remapped upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agents_projects_changed_at_run_time_tell_its_session() {
-    let (url, upstream) = whoami_upstream::start().await;
-    let gw = Gw::start_with_yaml(
-        &format!("upstreams:\n  tickets:\n    http: {{url: '{url}'}}\n    projects: [demo]\n"),
-        |b| b,
-    )
-    .await;
-    let demo = gw.ctx.store.load("demo").unwrap().document;
-    let mut edited = granting_tickets_reads();
-    edited.revision = demo.revision;
-    gw.ctx
-        .store
-        .save_edit("demo", &edited, demo.revision, "test", "tickets reads")
-        .unwrap();
-    gw.ctx
-        .store
-        .create("ops", &granting_tickets_reads(), "test")
-        .unwrap();
-    let bot_token = gw
-        .all_agent_tokens()
-        .into_iter()
-        .find(|(a, _)| a == "bot")
-        .unwrap()
-        .1;
+    let (gw, upstream, bot_token) = mapped_to_demo().await;
     let (bot, mut bot_changed) = connect(&gw.mcp, &bot_token).await;
     until_listed(&bot).await;
 
