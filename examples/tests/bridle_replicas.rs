@@ -120,8 +120,13 @@ fn runtime() -> tokio::runtime::Runtime {
 /// The Python agent in `mode` against `url`, its stdin piped (the traffic mode waits on it).
 fn agent(mode: &str, url: &str, arg: &str, pause_at: Option<usize>) -> Reaped {
     let mut cmd = Command::new(python());
-    cmd.arg(client_script("bridle_replicas_client.py"))
-        .args([mode, url, AGENT_TOKEN, PROJECT, arg]);
+    cmd.arg(client_script("bridle_replicas_client.py")).args([
+        mode,
+        url,
+        AGENT_TOKEN,
+        PROJECT,
+        arg,
+    ]);
     if let Some(k) = pause_at {
         cmd.arg(k.to_string());
     }
@@ -225,13 +230,19 @@ fn the_python_agent_works_through_the_proxy_and_survives_a_replica_killed_mid_tr
         "{seen:?}"
     );
     let skipped = proxy.skipped();
-    assert!(skipped[0] >= 1, "the proxy never met the dead replica: {skipped:?}");
+    assert!(
+        skipped[0] >= 1,
+        "the proxy never met the dead replica: {skipped:?}"
+    );
     assert_eq!(skipped[1], 0);
     assert!(proxy.forwarded()[1] > before[1]);
 
     // The review queue (read on B, the survivor): each accepted proposal exactly once, under
     // the id the agent was given; an unanswered one at most once; nothing else.
-    let queue = b.get(&rt, &format!("/queue?status=all&project={PROJECT}&limit=500"));
+    let queue = b.get(
+        &rt,
+        &format!("/queue?status=all&project={PROJECT}&limit=500"),
+    );
     let items = queue["items"].as_array().unwrap();
     let mut by_guardrail: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     for item in items {
@@ -251,7 +262,10 @@ fn the_python_agent_works_through_the_proxy_and_survives_a_replica_killed_mid_tr
             Seen::Failed(_) => assert!(ids.len() <= 1, "proposal {i}: {ids:?}"),
         }
     }
-    assert!(by_guardrail.is_empty(), "unexpected proposals: {by_guardrail:?}");
+    assert!(
+        by_guardrail.is_empty(),
+        "unexpected proposals: {by_guardrail:?}"
+    );
 }
 
 /// Approves proposal `id` on both replicas' admin APIs at the same moment; returns each
@@ -270,7 +284,12 @@ fn approve_on_both(
         let http = http.clone();
         tokio::spawn(async move {
             barrier.wait().await;
-            let r = http.post(&url).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+            let r = http
+                .post(&url)
+                .bearer_auth(ADMIN_TOKEN)
+                .send()
+                .await
+                .unwrap();
             let status = r.status().as_u16();
             (status, r.json::<Value>().await.unwrap())
         })
