@@ -201,34 +201,37 @@ async fn run(full: bool, proxies: &[(&str, RoundRobinProxy)]) -> Result<(), BoxE
     Ok(())
 }
 
+/// Starts both replicas (the first imports the project; the second reads it from the
+/// database) and the two proxies, measures, and stops the replicas.
+fn measure_replicas(full: bool, dirs: &ReplicaDirs) -> Result<(), BoxError> {
+    let a = Replica::start(dirs.dir(0).to_path_buf())?;
+    let b = Replica::start(dirs.dir(1).to_path_buf())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let outcome = rt.block_on(async {
+        let proxies = [
+            ("one replica", RoundRobinProxy::start(vec![a.addr]).await?),
+            (
+                "two replicas",
+                RoundRobinProxy::start(vec![a.addr, b.addr]).await?,
+            ),
+        ];
+        run(full, &proxies).await
+    });
+    drop(rt);
+    a.stop();
+    b.stop();
+    outcome
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test");
     let cluster = pg_cluster::PgCluster::start();
     let dbname = cluster.create_database();
     let dirs = ReplicaDirs::lay_out(2, &cluster.url(&dbname), pg_cluster::PASSWORD);
-    let outcome = (|| -> Result<(), BoxError> {
-        // The first replica imports the project; the second reads it from the database.
-        let a = Replica::start(dirs.dir(0).to_path_buf())?;
-        let b = Replica::start(dirs.dir(1).to_path_buf())?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?;
-        let outcome = rt.block_on(async {
-            let proxies = [
-                ("one replica", RoundRobinProxy::start(vec![a.addr]).await?),
-                (
-                    "two replicas",
-                    RoundRobinProxy::start(vec![a.addr, b.addr]).await?,
-                ),
-            ];
-            run(full, &proxies).await
-        });
-        drop(rt);
-        a.stop();
-        b.stop();
-        outcome
-    })();
+    let outcome = measure_replicas(full, &dirs);
     drop(dirs);
     drop(cluster);
     if let Err(e) = outcome {
