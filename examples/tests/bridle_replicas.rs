@@ -172,9 +172,11 @@ fn read_outcomes(
 
 /// The guardrail id a queued proposal adds.
 fn guardrail_of(item: &Value) -> Option<&str> {
-    (item["change"]["kind"] == "guardrail")
-        .then(|| item["change"]["id"].as_str())
-        .flatten()
+    if item["change"]["kind"] == "guardrail" {
+        item["change"]["id"].as_str()
+    } else {
+        None
+    }
 }
 
 #[test]
