@@ -159,7 +159,7 @@ async fn run(full: bool, proxies: &[(&str, RoundRobinProxy)]) -> Result<(), BoxE
     }
     // The two-replica proxy really spread the calls.
     let spread = proxies[1].1.forwarded();
-    if spread.iter().any(|&n| n == 0) || proxies.iter().any(|(_, p)| p.failed() > 0) {
+    if spread.contains(&0) || proxies.iter().any(|(_, p)| p.failed() > 0) {
         return Err(format!("the proxy did not alternate cleanly: forwarded {spread:?}").into());
     }
     if !full {
