@@ -259,9 +259,30 @@ pub async fn measure(
     call: &ToolCall,
     budget: Budget,
 ) -> Result<Point, BoxError> {
+    measure_as(addr, path, protocol, handshake, None, clients, call, budget).await
+}
+
+/// [`measure`] with `Authorization: Bearer <bearer>` on every request, when given (a server
+/// with per-agent auth, such as the Bridle gateway). The handshake, when asked for, is sent
+/// without it.
+#[allow(clippy::too_many_arguments)] // measure's parameters plus the credential
+pub async fn measure_as(
+    addr: SocketAddr,
+    path: &str,
+    protocol: &'static str,
+    handshake: bool,
+    bearer: Option<&str>,
+    clients: usize,
+    call: &ToolCall,
+    budget: Budget,
+) -> Result<Point, BoxError> {
     let mut conns = Vec::with_capacity(clients);
     for _ in 0..clients {
-        conns.push(Client::connect(addr, path, protocol, handshake).await?);
+        let c = Client::connect(addr, path, protocol, handshake).await?;
+        conns.push(match bearer {
+            Some(t) => c.with_bearer(t),
+            None => c,
+        });
     }
     // Warm up each connection (and the server's session) before the clock starts.
     for c in &mut conns {

@@ -3,11 +3,15 @@
 //! A rules file is the source of truth and users keep it in git, so a crash must never leave it
 //! half-written: [`write_atomic`] writes a temporary file beside the target, flushes it to disk,
 //! renames it over the target (atomic on POSIX filesystems) and flushes the directory so the
-//! rename itself survives a power cut. Timestamps are RFC 3339 in UTC, computed from the system
+//! rename itself survives a power cut. Each call has its own temporary file (process id and a
+//! per-process counter), because writers in one process may overlap: with PostgreSQL the files
+//! are copies written after each commit and by the change watcher, and two writers sharing one
+//! temporary file could rename the other's half-written bytes into place. Timestamps are RFC 3339 in UTC, computed from the system
 //! clock without a date library.
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::RulesError;
 
@@ -22,7 +26,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RulesError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "file".into());
-    let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let tmp = dir.join(format!(
+        ".{file_name}.tmp-{}-{}",
+        std::process::id(),
+        WRITES.fetch_add(1, Ordering::Relaxed)
+    ));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
@@ -81,5 +90,31 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn overlapping_writers_in_one_process_each_replace_the_file_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("demo.yaml");
+        let texts: Vec<String> = (0..8)
+            .map(|i| format!("{i}").repeat(64 * 1024 + i))
+            .collect();
+        std::thread::scope(|s| {
+            for t in &texts {
+                let p = &p;
+                s.spawn(move || {
+                    for _ in 0..20 {
+                        write_atomic(p, t.as_bytes()).unwrap();
+                    }
+                });
+            }
+        });
+        let now = std::fs::read_to_string(&p).unwrap();
+        assert!(texts.contains(&now), "a mixed file of {} bytes", now.len());
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [std::ffi::OsString::from("demo.yaml")]);
     }
 }

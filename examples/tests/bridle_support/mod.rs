@@ -161,6 +161,13 @@ impl Server {
     pub fn printed(&self) -> Vec<String> {
         self.stdout.try_iter().collect()
     }
+
+    /// Kills it with SIGKILL (`kill -9`: no shutdown of any kind) and reaps it.
+    pub fn kill_now(&mut self) {
+        self.child.kill().unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(!status.success(), "bridle serve was killed: {status}");
+    }
 }
 
 impl Drop for Server {
