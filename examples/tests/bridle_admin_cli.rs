@@ -155,6 +155,14 @@ fn the_command_line_changes_the_running_gateway_through_its_admin_api() {
         "no credential",
     );
     assert!(err.contains("credential"), "{err}");
+    // The listener's address alone reaches the API too (its path is added).
+    let listener = admin.url.trim_end_matches("/admin/api/v1");
+    assert_ne!(listener, admin.url);
+    let listed = succeeded(
+        &admin.with_url(listener).run(dir, &["agents", "list"]),
+        "agents list at the listener's address",
+    );
+    assert!(listed.contains("claude"), "{listed}");
 
     // The gateway recorded every change as the admin through the cli surface.
     let o = run_bridle(

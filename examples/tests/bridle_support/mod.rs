@@ -261,6 +261,14 @@ impl AdminAccess {
         }
     }
 
+    /// The same credential against another URL of the admin API.
+    pub fn with_url(&self, url: &str) -> AdminAccess {
+        AdminAccess {
+            url: url.to_string(),
+            token_file: self.token_file.clone(),
+        }
+    }
+
     /// `bridle --data-dir DIR ARGS... --url URL --admin-token-file FILE`, not yet run.
     pub fn command(&self, dir: &Path, args: &[&str]) -> Command {
         let mut cmd = Command::new(bridle_bin());

@@ -18,9 +18,10 @@ use crate::BoxError;
 /// Where the admin API is and how to authenticate, from the command line and environment.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub(crate) struct Remote {
-    /// The admin API of a running gateway (`http://127.0.0.1:7879/admin/api/v1`; default
-    /// $BRIDLE_ADMIN_URL): changes go through it, so the gateway applies and records them at
-    /// once. Without it the data directory is changed directly (offline).
+    /// The admin API of a running gateway (`http://127.0.0.1:7879/admin/api/v1`, or just the
+    /// listener, `http://127.0.0.1:7879`; default $BRIDLE_ADMIN_URL): changes go through it, so
+    /// the gateway applies and records them at once. Without it the data directory is changed
+    /// directly (offline).
     #[arg(long, global = true)]
     pub url: Option<String>,
     /// A file holding the admin credential (default $BRIDLE_ADMIN_TOKEN_FILE, else the
@@ -73,7 +74,7 @@ pub(crate) struct AdminClient {
 impl AdminClient {
     fn new(url: &str, token: String) -> Result<Self, BoxError> {
         Ok(Self {
-            base: url.trim_end_matches('/').to_string(),
+            base: api_base(url),
             token,
             http: reqwest::Client::new(),
             rt: tokio::runtime::Builder::new_current_thread()
@@ -224,4 +225,43 @@ pub(crate) fn seg(s: &str) -> String {
             }
         })
         .collect()
+}
+
+/// The admin API's base for `url`: as given, or with the API's own path added when `url` names
+/// only the listener (`http://127.0.0.1:7879` or `.../`). A URL with any other path is kept,
+/// for a gateway behind a reverse proxy that mounts the API elsewhere.
+fn api_base(url: &str) -> String {
+    let url = url.trim().trim_end_matches('/');
+    let bare = url
+        .split_once("://")
+        .is_some_and(|(_, rest)| !rest.contains('/'));
+    if bare {
+        format!("{url}/admin/api/v1")
+    } else {
+        url.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::api_base;
+
+    #[test]
+    fn a_listener_url_gets_the_api_path_and_any_other_path_is_kept() {
+        for given in [
+            "http://127.0.0.1:7879",
+            "http://127.0.0.1:7879/",
+            " http://127.0.0.1:7879/admin/api/v1/ ",
+        ] {
+            assert_eq!(api_base(given), "http://127.0.0.1:7879/admin/api/v1");
+        }
+        assert_eq!(
+            api_base("https://ops.example/bridle/admin/api/v1"),
+            "https://ops.example/bridle/admin/api/v1"
+        );
+        assert_eq!(
+            api_base("https://ops.example/bridle"),
+            "https://ops.example/bridle"
+        );
+    }
 }
