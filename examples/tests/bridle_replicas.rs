@@ -268,6 +268,22 @@ fn the_python_agent_works_through_the_proxy_and_survives_a_replica_killed_mid_tr
         by_guardrail.is_empty(),
         "unexpected proposals: {by_guardrail:?}"
     );
+    no_secret_logged(&[&a, &b]);
+}
+
+/// The canary: neither replica's logs hold the agent's token, the admin credential or the
+/// database password, whatever the traffic was (the kill included).
+fn no_secret_logged(replicas: &[&Replica]) {
+    for (n, r) in replicas.iter().enumerate() {
+        let logged = r.server.logged();
+        for (what, secret) in [
+            ("the agent token", AGENT_TOKEN),
+            ("the admin credential", ADMIN_TOKEN),
+            ("the database password", PASSWORD),
+        ] {
+            assert!(!logged.contains(secret), "replica {n} logged {what}");
+        }
+    }
 }
 
 /// Approves proposal `id` on both replicas' admin APIs at the same moment; returns each
@@ -367,6 +383,7 @@ fn concurrent_approvals_on_both_replicas_have_exactly_one_winner() {
         .map(|p| p["id"].as_u64().unwrap())
         .collect();
     assert_eq!(approved, ids);
+    no_secret_logged(&[&a, &b]);
 }
 
 #[test]

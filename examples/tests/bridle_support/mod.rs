@@ -96,6 +96,8 @@ pub struct Server {
     pub url: String,
     /// Everything it printed on stdout before the URL line and after, as it arrives.
     pub stdout: mpsc::Receiver<String>,
+    /// Everything it logged on stderr so far (also passed on to the test's own stderr).
+    logs: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl Server {
@@ -107,9 +109,23 @@ impl Server {
             .args(["--log", "warn", "serve", "--listen", "127.0.0.1:0"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let logs = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let err = child.stderr.take().unwrap();
+        let kept = std::sync::Arc::clone(&logs);
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("{line}");
+                let mut kept = kept
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                kept.push_str(&line);
+                kept.push('\n');
+            }
+        });
         let out = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -124,6 +140,7 @@ impl Server {
             child,
             url: String::new(),
             stdout: rx,
+            logs,
         };
         let first = server
             .stdout
@@ -160,6 +177,14 @@ impl Server {
     /// The rest of what it printed so far.
     pub fn printed(&self) -> Vec<String> {
         self.stdout.try_iter().collect()
+    }
+
+    /// What it logged on stderr so far, for the canary checks.
+    pub fn logged(&self) -> String {
+        self.logs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Kills it with SIGKILL (`kill -9`: no shutdown of any kind) and reaps it.
