@@ -23,8 +23,7 @@ use std::time::UNIX_EPOCH;
 use bridle_rules::RulesError;
 use bridle_rules::db::postgres::{PgClient, PgDatabase};
 use bridle_rules::db::{Migration, Migrations};
-use kberg_core::{ConfirmTicket, ErrorCode, StoreError, TicketOutcome, TicketStatus, TicketStore};
-use serde_json::json;
+use kberg_core::{ConfirmTicket, StoreError, TicketStatus, TicketStore, mark_interrupted};
 
 /// The confirm-ticket table in PostgreSQL. Never edit a released step, add one.
 pub const TICKETS_PG_MIGRATIONS: Migrations = Migrations {
@@ -152,21 +151,9 @@ impl PgTicketStore {
                     .execute("SELECT pg_advisory_unlock($1)", &[&key])
                     .map_err(db)?;
             }
-            let Some(mut t) = self.get(&id)? else {
-                continue;
-            };
-            tracing::warn!(ticket = %t.id, "ticket's call was interrupted by the end of its replica; marked failed");
-            let message = format!(
-                "The approved call to `{}` was interrupted by a restart; it may or may not have taken effect and is not run again.",
-                t.tool
-            );
-            t.status = TicketStatus::Failed;
-            t.outcome = Some(TicketOutcome::Error {
-                code: ErrorCode::ToolFailed,
-                details: json!({"code": "tool_failed", "message": message, "tool": t.tool, "retryable": false}),
-                message,
-            });
-            self.replace_if(TicketStatus::Running, &t)?;
+            if let Some(t) = self.get(&id)? {
+                mark_interrupted(self, t)?;
+            }
         }
         Ok(())
     }

@@ -315,6 +315,32 @@ pub trait TicketStore: Send + Sync {
     fn remove_if(&self, id: &str, expected: TicketStatus) -> Result<bool, StoreError>;
 }
 
+/// Marks failed a ticket found `running` whose call was interrupted: the process (or replica)
+/// that ran it ended before the call finished. Nothing can tell whether the call took effect, so
+/// it is never run again; its outcome becomes `tool_failed` with a sentence that says so. A store
+/// calls this for each such ticket when it opens (which tickets qualify is the store's rule:
+/// SQLite takes every running one, a store shared by replicas only those whose replica is gone).
+///
+/// The write is [`TicketStore::replace_if`] from `running`, so a ticket decided meanwhile is left
+/// as it is. Returns whether the ticket was marked.
+pub fn mark_interrupted(
+    store: &(impl TicketStore + ?Sized),
+    mut ticket: ConfirmTicket,
+) -> Result<bool, StoreError> {
+    tracing::warn!(ticket = %ticket.id, "ticket's call was interrupted by the end of the process that ran it; marked failed");
+    let message = format!(
+        "The approved call to `{}` was interrupted by a restart; it may or may not have taken effect and is not run again.",
+        ticket.tool
+    );
+    ticket.status = TicketStatus::Failed;
+    ticket.outcome = Some(TicketOutcome::Error {
+        code: ErrorCode::ToolFailed,
+        details: json!({"code": ErrorCode::ToolFailed, "message": message, "tool": ticket.tool, "retryable": false}),
+        message,
+    });
+    store.replace_if(TicketStatus::Running, &ticket)
+}
+
 /// Tickets in memory; they end with the process.
 #[derive(Debug, Default)]
 pub struct MemoryTicketStore {
@@ -814,5 +840,66 @@ mod tests {
         assert!(
             serde_json::from_value::<TicketOutcome>(json!({"error": {"code": "nope"}})).is_err()
         );
+    }
+
+    fn ticket(id: &str, status: TicketStatus) -> ConfirmTicket {
+        let now = SystemTime::now();
+        ConfirmTicket {
+            id: id.into(),
+            tool: "bulk_delete".into(),
+            arguments: json!({"ids": [1, 2]}),
+            reason: "more than one".into(),
+            phase: CallPhase::Direct,
+            principal: Principal::new("agent"),
+            grants: Grants::default(),
+            projection: SurfaceProjection::default(),
+            scopes: ScopeSet::default(),
+            created_at: now,
+            expires_at: now + Duration::from_secs(60),
+            status,
+            decided_by: Some("admin".into()),
+            decided_at: Some(now),
+            note: None,
+            outcome: None,
+        }
+    }
+
+    #[test]
+    fn an_interrupted_ticket_is_marked_failed_once_and_a_decided_one_is_left_alone() {
+        let store = MemoryTicketStore::new();
+        store
+            .insert(&ticket("tk_run", TicketStatus::Running))
+            .unwrap();
+        let running = store.get("tk_run").unwrap().unwrap();
+        assert!(mark_interrupted(&store, running.clone()).unwrap());
+        let marked = store.get("tk_run").unwrap().unwrap();
+        assert_eq!(marked.status, TicketStatus::Failed);
+        let Some(TicketOutcome::Error {
+            code,
+            message,
+            details,
+        }) = &marked.outcome
+        else {
+            panic!("no error outcome: {marked:?}");
+        };
+        assert_eq!(*code, ErrorCode::ToolFailed);
+        assert!(
+            message.contains("`bulk_delete` was interrupted"),
+            "{message}"
+        );
+        assert_eq!(
+            details,
+            &json!({"code": "tool_failed", "message": message, "tool": "bulk_delete", "retryable": false})
+        );
+        // The same ticket again (a second store opening with a stale copy): already failed.
+        assert!(!mark_interrupted(&store, running).unwrap());
+        assert_eq!(store.get("tk_run").unwrap().unwrap(), marked);
+
+        // A ticket that finished meanwhile keeps its outcome.
+        let mut done = ticket("tk_done", TicketStatus::Done);
+        done.outcome = Some(TicketOutcome::Output(ToolOutput::text("deleted")));
+        store.insert(&done).unwrap();
+        assert!(!mark_interrupted(&store, done.clone()).unwrap());
+        assert_eq!(store.get("tk_done").unwrap().unwrap(), done);
     }
 }

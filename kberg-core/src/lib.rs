@@ -117,7 +117,7 @@ pub use capability::{CapabilityCatalog, Grants, WriteCapability};
 pub use catalog::ToolVisibility;
 pub use confirm::{
     ConfirmConfig, ConfirmPolicy, ConfirmRequest, ConfirmTicket, MemoryTicketStore, StoreError,
-    TicketDesk, TicketError, TicketOutcome, TicketStatus, TicketStore,
+    TicketDesk, TicketError, TicketOutcome, TicketStatus, TicketStore, mark_interrupted,
 };
 pub use content::{
     Content, ResourceBody, ResourceContents, ToolOutput, output_from_json, output_to_json,

@@ -12,10 +12,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::json;
 
-use crate::confirm::{ConfirmTicket, StoreError, TicketOutcome, TicketStatus, TicketStore};
-use crate::error::ErrorCode;
+use crate::confirm::{ConfirmTicket, StoreError, TicketStatus, TicketStore, mark_interrupted};
 
 fn db(e: rusqlite::Error) -> StoreError {
     StoreError(e.to_string())
@@ -95,19 +93,8 @@ impl SqliteTicketStore {
     fn fail_interrupted(&self) -> Result<(), StoreError> {
         let running =
             self.tickets_where("SELECT body FROM confirm_tickets WHERE status = 'running'")?;
-        for mut t in running {
-            tracing::warn!(ticket = %t.id, "ticket's call was interrupted by a restart; marked failed");
-            let message = format!(
-                "The approved call to `{}` was interrupted by a restart; it may or may not have taken effect and is not run again.",
-                t.tool
-            );
-            t.status = TicketStatus::Failed;
-            t.outcome = Some(TicketOutcome::Error {
-                code: ErrorCode::ToolFailed,
-                details: json!({"code": "tool_failed", "message": message, "tool": t.tool, "retryable": false}),
-                message,
-            });
-            self.replace_if(TicketStatus::Running, &t)?;
+        for t in running {
+            mark_interrupted(self, t)?;
         }
         Ok(())
     }
