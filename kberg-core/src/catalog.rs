@@ -11,16 +11,25 @@
 //! a given caller may know of at all. A tool it hides is left out of that caller's listings and
 //! answers that caller's calls exactly as a tool that was never registered, so its existence is
 //! not revealed. Without one (the common case) every check is a single `None` test.
+//!
+//! The app's [`GateSettings`] (audit sink, confirm policy, handle codec, tickets, commit tokens)
+//! travel in the same snapshot: a call reads its tools and its settings with one atomic load,
+//! and a settings change publishes a new catalog like a tool change does (without bumping the
+//! tool list's version).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::audit::AuditSink;
 use crate::capability::{Authorization, CapabilityCatalog};
+use crate::confirm::{ConfirmConfig, ConfirmPolicy, MemoryTicketStore, TicketStore};
 use crate::error::CoreError;
-use crate::handle::{HandleSite, handle_sites};
-use crate::preview::{COMMIT_TOKEN_FIELD, preview_envelope_schema, project_commit_field};
+use crate::handle::{HandleCodec, HandleSite, handle_sites};
+use crate::preview::{
+    COMMIT_TOKEN_FIELD, CommitConfig, preview_envelope_schema, project_commit_field,
+};
 use crate::principal::{Caller, SurfaceProjection};
 use crate::scope::{ScopeSpec, find_scope_field, project_scope};
 use crate::tool::{SyncHandler, Tool, ToolKind, ToolSpec, check_name};
@@ -92,7 +101,35 @@ pub(crate) struct Entry {
 /// so callers cannot grow collision chains.
 pub(crate) type ByName<V> = HashMap<Arc<str>, V, foldhash::fast::RandomState>;
 
-/// One consistent view of the registered tools, refusals, capabilities and scopes.
+/// The app's settings for the gate's primitives: audit, handles, confirmation, tickets, commit
+/// tokens. Set once by the registry's builder (or the deprecated setters, which publish a new
+/// catalog).
+#[derive(Clone)]
+pub(crate) struct GateSettings {
+    pub(crate) handles: Option<Arc<HandleCodec>>,
+    pub(crate) confirm: Option<Arc<dyn ConfirmPolicy>>,
+    pub(crate) confirm_config: ConfirmConfig,
+    pub(crate) tickets: Arc<dyn TicketStore>,
+    pub(crate) commit: CommitConfig,
+    /// Where audit events go.
+    pub(crate) audit: Option<Arc<dyn AuditSink>>,
+}
+
+impl Default for GateSettings {
+    fn default() -> Self {
+        Self {
+            handles: None,
+            confirm: None,
+            confirm_config: ConfirmConfig::default(),
+            tickets: Arc::new(MemoryTicketStore::new()),
+            commit: CommitConfig::default(),
+            audit: None,
+        }
+    }
+}
+
+/// One consistent view of the registered tools, refusals, capabilities and scopes, and the
+/// gate's settings.
 #[derive(Default, Clone)]
 pub(crate) struct Catalog {
     pub(crate) tools: ByName<Arc<Entry>>,
@@ -107,6 +144,8 @@ pub(crate) struct Catalog {
     pub(crate) scopes: Arc<BTreeMap<String, ScopeSpec>>,
     /// The app's per-caller filter, if it set one ([`ToolVisibility`]).
     pub(crate) visibility: Option<Arc<dyn ToolVisibility>>,
+    /// The gate's settings, read with the tools in one atomic load.
+    pub(crate) settings: Arc<GateSettings>,
 }
 
 impl Catalog {

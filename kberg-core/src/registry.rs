@@ -24,14 +24,14 @@ use tokio::sync::watch;
 
 use crate::audit::AuditSink;
 use crate::capability::WriteCapability;
-use crate::catalog::{Catalog, Entry, ToolVisibility};
+use crate::catalog::{Catalog, Entry, GateSettings, ToolVisibility};
 use crate::confirm::{
     ConfirmConfig, ConfirmPolicy, ConfirmTicket, TicketDesk, TicketRunner, TicketStore,
 };
 use crate::content::ToolOutput;
 use crate::context::CallOptions;
 use crate::error::{CoreError, GateError};
-use crate::gate::{Gate, GateSettings};
+use crate::gate::Gate;
 use crate::handle::HandleCodec;
 use crate::pagination::{InvalidCursor, Page, paginate};
 use crate::preview::CommitConfig;
@@ -152,10 +152,12 @@ impl ToolRegistryBuilder {
     }
 
     /// The registry, empty of tools.
-    pub fn build(self) -> ToolRegistry {
+    pub fn build(mut self) -> ToolRegistry {
         let (version, _) = watch::channel(0);
+        self.settings.audit = self.audit;
         let catalog = Catalog {
             visibility: self.visibility,
+            settings: Arc::new(self.settings),
             ..Catalog::default()
         };
         ToolRegistry {
@@ -163,7 +165,7 @@ impl ToolRegistryBuilder {
                 current: ArcSwap::from_pointee(catalog),
                 writer: Mutex::new(()),
                 version,
-                gate: Gate::new(self.settings, self.audit),
+                gate: Gate::new(),
             }),
         }
     }
@@ -172,11 +174,11 @@ impl ToolRegistryBuilder {
 #[async_trait]
 impl TicketRunner for RegistryState {
     fn store(&self) -> Arc<dyn TicketStore> {
-        Arc::clone(&self.gate.settings().tickets)
+        Arc::clone(&self.current.load().settings.tickets)
     }
 
     fn config(&self) -> ConfirmConfig {
-        self.gate.settings().confirm_config.clone()
+        self.current.load().settings.confirm_config.clone()
     }
 
     fn changes(&self) -> watch::Receiver<u64> {
@@ -231,61 +233,60 @@ impl ToolRegistry {
         Ok(r)
     }
 
+    /// Publishes a catalog whose gate settings `f` changed (what the deprecated setters do).
+    /// The tool list is unchanged, so its version is not bumped.
+    fn update_settings(&self, f: impl FnOnce(&mut GateSettings)) {
+        let _guard = self.lock_writer();
+        let mut next = Catalog::clone(&self.state.current.load());
+        f(Arc::make_mut(&mut next.settings));
+        self.state.current.store(Arc::new(next));
+    }
+
     /// Sets where audit events go (replacing any previous sink).
     #[deprecated(note = "configure the sink once with `ToolRegistry::builder().audit_sink(..)`")]
     pub fn set_audit_sink(&self, sink: Arc<dyn AuditSink>) {
-        self.state.gate.set_audit_sink(Some(sink));
+        self.update_settings(|g| g.audit = Some(sink));
     }
 
     /// Sets the handle codec.
     #[deprecated(note = "configure the codec once with `ToolRegistry::builder().handle_codec(..)`")]
     pub fn set_handle_codec(&self, codec: HandleCodec) {
-        let codec = Arc::new(codec);
-        self.state
-            .gate
-            .update_settings(|g| g.handles = Some(Arc::clone(&codec)));
+        self.update_settings(|g| g.handles = Some(Arc::new(codec)));
     }
 
     /// The handle codec, if set (to mint handles outside a tool call).
     pub fn handle_codec(&self) -> Option<Arc<HandleCodec>> {
-        self.state.gate.settings().handles.clone()
+        self.state.current.load().settings.handles.clone()
     }
 
     /// Sets how long commit tokens live and how many are kept.
     #[deprecated(note = "configure once with `ToolRegistry::builder().commit_config(..)`")]
     pub fn set_commit_config(&self, config: CommitConfig) {
-        self.state.gate.update_settings(|g| g.commit = config);
+        self.update_settings(|g| g.commit = config);
     }
 
     /// Sets the policy that decides which calls need a human.
     #[deprecated(note = "configure once with `ToolRegistry::builder().confirm_policy(..)`")]
     pub fn set_confirm_policy(&self, policy: impl ConfirmPolicy + 'static) {
-        let policy: Arc<dyn ConfirmPolicy> = Arc::new(policy);
-        self.state
-            .gate
-            .update_settings(|g| g.confirm = Some(Arc::clone(&policy)));
+        self.update_settings(|g| g.confirm = Some(Arc::new(policy)));
     }
 
     /// Removes the confirm policy: no call waits for a human.
     #[deprecated(note = "build the registry without `confirm_policy` instead")]
     pub fn clear_confirm_policy(&self) {
-        self.state.gate.update_settings(|g| g.confirm = None);
+        self.update_settings(|g| g.confirm = None);
     }
 
     /// Sets ticket lifetime and who may decide tickets.
     #[deprecated(note = "configure once with `ToolRegistry::builder().confirm_config(..)`")]
     pub fn set_confirm_config(&self, config: ConfirmConfig) {
-        self.state
-            .gate
-            .update_settings(|g| g.confirm_config = config.clone());
+        self.update_settings(|g| g.confirm_config = config);
     }
 
     /// Sets where tickets are kept.
     #[deprecated(note = "configure once with `ToolRegistry::builder().ticket_store(..)`")]
     pub fn set_ticket_store(&self, store: Arc<dyn TicketStore>) {
-        self.state
-            .gate
-            .update_settings(|g| g.tickets = Arc::clone(&store));
+        self.update_settings(|g| g.tickets = store);
     }
 
     /// The app's window on confirm tickets: list, approve, deny, fetch results.

@@ -13,11 +13,12 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 
 use crate::catalog::Entry;
+use crate::catalog::GateSettings;
 use crate::confirm::{ConfirmRequest, ConfirmTicket, TicketStatus, new_ticket_id};
 use crate::context::{CallOptions, PeerError, ToolContext};
 use crate::digest::{canonical_json, redact};
 use crate::error::GateError;
-use crate::gate::{GateSettings, Trail};
+use crate::gate::Trail;
 use crate::preview::CallPhase;
 use crate::principal::Caller;
 

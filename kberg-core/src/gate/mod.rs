@@ -25,8 +25,8 @@
 //!    ticket or commit-token fingerprint. Nothing of it is gathered when no sink is set.
 //!
 //! A refusal becomes the caller's tool result in [`refusal`]. The gate works on one
-//! [`Catalog`] snapshot that the registry above it hands in, and on the app's
-//! [`GateSettings`]; it knows nothing of how tools are stored.
+//! [`Catalog`] snapshot that the registry above it hands in, which carries the app's
+//! [`GateSettings`] too; it knows nothing of how tools are stored.
 //!
 //! [`ConfirmPolicy`]: crate::confirm::ConfirmPolicy
 //! [`ToolVisibility`]: crate::catalog::ToolVisibility
@@ -47,55 +47,26 @@ use std::time::{Instant, SystemTime};
 
 use futures::future::Either;
 
-use arc_swap::ArcSwap;
 use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::audit::{AuditEvent, AuditOutcome, AuditSink};
 use crate::capability::Authorization;
-use crate::catalog::{Catalog, Entry};
-use crate::confirm::{ConfirmConfig, ConfirmPolicy, ConfirmTicket, MemoryTicketStore, TicketStore};
+use crate::catalog::{Catalog, Entry, GateSettings};
+use crate::confirm::ConfirmTicket;
 use crate::content::ToolOutput;
 use crate::context::{CallExtras, CallOptions, ToolContext};
 use crate::error::GateError;
-use crate::handle::HandleCodec;
-use crate::preview::{CallPhase, CommitConfig, CommitTokens};
+use crate::preview::{CallPhase, CommitTokens};
 use crate::principal::{Caller, SurfaceProjection};
 use crate::tool::{ToolKind, ToolSpec};
 
 use self::commit::CommitStep;
 use self::prepare::{PreparedCall, check_args, prepare_call, validate_args};
 
-/// The app's settings for the primitives: handles, confirmation, tickets, commit tokens.
-#[derive(Clone)]
-pub(crate) struct GateSettings {
-    pub(crate) handles: Option<Arc<HandleCodec>>,
-    pub(crate) confirm: Option<Arc<dyn ConfirmPolicy>>,
-    pub(crate) confirm_config: ConfirmConfig,
-    pub(crate) tickets: Arc<dyn TicketStore>,
-    pub(crate) commit: CommitConfig,
-    /// Where audit events go. Kept with the settings so a call reads both with one atomic
-    /// load.
-    pub(crate) audit: Option<Arc<dyn AuditSink>>,
-}
-
-impl Default for GateSettings {
-    fn default() -> Self {
-        Self {
-            handles: None,
-            confirm: None,
-            confirm_config: ConfirmConfig::default(),
-            tickets: Arc::new(MemoryTicketStore::new()),
-            commit: CommitConfig::default(),
-            audit: None,
-        }
-    }
-}
-
-/// The gate's own state: its settings, where audit events go, the commit tokens it issued, and
-/// the version of the ticket list (bumped whenever a ticket is filed or decided).
+/// The gate's own state: the commit tokens it issued, and the version of the ticket list
+/// (bumped whenever a ticket is filed or decided). Its settings come with each catalog.
 pub(crate) struct Gate {
-    settings: ArcSwap<GateSettings>,
     commits: CommitTokens,
     tickets_version: watch::Sender<u64>,
 }
@@ -132,33 +103,12 @@ pub(crate) struct Trail {
 }
 
 impl Gate {
-    /// A gate with these settings and sink.
-    pub(crate) fn new(mut settings: GateSettings, audit: Option<Arc<dyn AuditSink>>) -> Self {
-        settings.audit = audit;
+    /// A gate that has issued no commit token yet.
+    pub(crate) fn new() -> Self {
         Self {
-            settings: ArcSwap::from_pointee(settings),
             commits: CommitTokens::default(),
             tickets_version: watch::channel(0).0,
         }
-    }
-
-    /// The current settings.
-    pub(crate) fn settings(&self) -> Arc<GateSettings> {
-        self.settings.load_full()
-    }
-
-    /// Changes the settings (what the deprecated registry setters do).
-    pub(crate) fn update_settings(&self, f: impl Fn(&mut GateSettings)) {
-        self.settings.rcu(|current| {
-            let mut next = GateSettings::clone(current);
-            f(&mut next);
-            next
-        });
-    }
-
-    /// Replaces the audit sink (what the deprecated registry setter does).
-    pub(crate) fn set_audit_sink(&self, sink: Option<Arc<dyn AuditSink>>) {
-        self.update_settings(|s| s.audit = sink.clone());
     }
 
     /// A receiver whose value changes whenever a ticket is filed or decided.
@@ -209,7 +159,7 @@ impl Gate {
         } else {
             args
         };
-        let settings = self.settings.load();
+        let settings = &catalog.settings;
         let admitted = admit(catalog, caller, name);
         // The common call, straight through: no audit sink, no confirm policy, no approved
         // ticket, and a plain tool (no preview, scope or handles), so step 4 is the validation
@@ -263,7 +213,7 @@ impl Gate {
         let front = admitted.and_then(|(entry, _)| {
             prepare_call(
                 catalog,
-                &settings,
+                settings,
                 entry,
                 caller,
                 args,
@@ -288,7 +238,7 @@ impl Gate {
                 let args = call.resolved.unwrap_or(call.args);
                 Step::Run(call.entry, args, extras)
             }
-            Ok(call) => Step::Confirm(call, arc_swap::Guard::into_inner(settings)),
+            Ok(call) => Step::Confirm(call, Arc::clone(settings)),
         };
         let (Some(sink), Some((started, at)), Some((kind, capability, deprecated))) =
             (audit, clock, labels)

@@ -10,11 +10,12 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::catalog::GateSettings;
 use crate::catalog::{Catalog, Entry};
 use crate::digest::{argument_digest, canonical_digest};
 use crate::error::GateError;
+use crate::gate::Trail;
 use crate::gate::scope::apply_scope;
-use crate::gate::{GateSettings, Trail};
 use crate::handle::{HandleError, resolve_sites};
 use crate::preview::COMMIT_TOKEN_FIELD;
 use crate::principal::Caller;
