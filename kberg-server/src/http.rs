@@ -167,11 +167,10 @@ impl Drop for ListenBody {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let _permit = permit;
-                let ended =
-                    tokio::time::timeout(LISTEN_WIND_DOWN, async {
-                        while inner.next().await.is_some() {}
-                    })
-                    .await;
+                let ended = tokio::time::timeout(LISTEN_WIND_DOWN, async {
+                    while inner.next().await.is_some() {}
+                })
+                .await;
                 if ended.is_err() {
                     tracing::warn!("a closed listen stream did not end in time; dropped");
                 }

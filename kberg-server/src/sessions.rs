@@ -284,7 +284,10 @@ impl SessionManager for SessionTable {
         session.push(message).await
     }
 
-    async fn create_standalone_stream(&self, id: &SessionId) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, SessionError> {
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, SessionError> {
         let session = self.session(id)?;
         session.touch();
         let mut routes = session.routes.lock().await;
@@ -449,10 +452,11 @@ impl Session {
                 let Some(entry) = routes.streams.get_mut(&stream) else {
                     return Ok(());
                 };
-                let event =
-                    entry
-                        .events
-                        .stamp(ServerSseMessage::from_message(message), Some(stream), replay);
+                let event = entry.events.stamp(
+                    ServerSseMessage::from_message(message),
+                    Some(stream),
+                    replay,
+                );
                 let delivered = match &entry.tx {
                     Some(tx) => tx.send(event).await.is_ok(),
                     None => false,
@@ -574,11 +578,11 @@ impl Routes {
         let find = |key: RouteKey| self.keys.get(&key).copied();
         match message {
             ServerJsonRpcMessage::Response(r) => find(RouteKey::Request(r.id.clone())).map(end),
-            ServerJsonRpcMessage::Error(e) => e
-                .id
-                .clone()
-                .and_then(|id| find(RouteKey::Request(id)))
-                .map(end),
+            ServerJsonRpcMessage::Error(e) => {
+                e.id.clone()
+                    .and_then(|id| find(RouteKey::Request(id)))
+                    .map(end)
+            }
             ServerJsonRpcMessage::Notification(n) => match &n.notification {
                 ServerNotification::ProgressNotification(p) => {
                     find(RouteKey::Progress(p.params.progress_token.clone())).map(keep)
@@ -793,5 +797,237 @@ impl Transport<RoleServer> for SessionTransport {
     async fn close(&mut self) -> Result<(), SessionError> {
         self.session.end().await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn client(v: Value) -> ClientJsonRpcMessage {
+        serde_json::from_value(v).expect("a client message")
+    }
+
+    fn server(v: Value) -> ServerJsonRpcMessage {
+        serde_json::from_value(v).expect("a server message")
+    }
+
+    fn answer(id: i64) -> ServerJsonRpcMessage {
+        server(json!({"jsonrpc": "2.0", "id": id, "result": {}}))
+    }
+
+    fn call(id: i64, meta: Value) -> ClientJsonRpcMessage {
+        client(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                      "params": {"name": "t", "arguments": {}, "_meta": meta}}))
+    }
+
+    /// A session past its handshake, and the transport its service would run on.
+    async fn session(settings: SessionSettings) -> (SessionTable, SessionId, SessionTransport) {
+        let table = SessionTable::new(settings);
+        let (id, mut transport) = table.create_session().await.expect("create");
+        let init = client(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}),
+        );
+        let handshake = table.initialize_session(&id, init);
+        let service = async {
+            let m = transport.receive().await.expect("the initialize request");
+            assert!(matches!(m, ClientJsonRpcMessage::Request(_)));
+            transport.send(answer(0)).await.expect("answer");
+        };
+        let (answered, ()) = tokio::join!(handshake, service);
+        assert!(matches!(
+            answered.expect("handshake"),
+            ServerJsonRpcMessage::Response(_)
+        ));
+        (table, id, transport)
+    }
+
+    async fn next(events: &mut (impl Stream<Item = ServerSseMessage> + Unpin)) -> ServerSseMessage {
+        tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("an event in time")
+            .expect("the stream is open")
+    }
+
+    fn json_of(event: &ServerSseMessage) -> Value {
+        serde_json::to_value(event.message.as_deref().expect("a message")).expect("json")
+    }
+
+    #[tokio::test]
+    async fn an_answer_goes_to_its_request_stream_and_ends_it() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let mut events = table
+            .create_stream(&id, call(1, json!({"progressToken": "p1"})))
+            .await
+            .expect("stream");
+        let priming = next(&mut events).await;
+        assert_eq!(priming.event_id.as_deref(), Some("0/0"));
+        assert!(priming.message.is_none() && priming.retry.is_some());
+        assert!(transport.receive().await.is_some());
+        transport
+            .send(server(
+                json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                                 "params": {"progressToken": "p1", "progress": 1}}),
+            ))
+            .await
+            .expect("progress");
+        transport.send(answer(1)).await.expect("answer");
+        let progress = next(&mut events).await;
+        assert_eq!(progress.event_id.as_deref(), Some("1/0"));
+        assert_eq!(json_of(&progress)["method"], "notifications/progress");
+        let done = next(&mut events).await;
+        assert_eq!(done.event_id.as_deref(), Some("2/0"));
+        assert_eq!(json_of(&done)["id"], 1);
+        assert!(events.next().await.is_none(), "the answer ends the stream");
+    }
+
+    #[tokio::test]
+    async fn unrouted_messages_wait_for_the_standalone_stream() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let changed =
+            || server(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+        transport
+            .send(changed())
+            .await
+            .expect("sent with no stream open");
+        let mut get = table.create_standalone_stream(&id).await.expect("get");
+        let first = next(&mut get).await;
+        assert_eq!(first.event_id.as_deref(), Some("1"));
+        transport.send(changed()).await.expect("sent");
+        assert_eq!(next(&mut get).await.event_id.as_deref(), Some("2"));
+        // A second GET while the first is open carries nothing.
+        let mut shadow = table.create_standalone_stream(&id).await.expect("shadow");
+        transport.send(changed()).await.expect("sent");
+        assert_eq!(next(&mut get).await.event_id.as_deref(), Some("3"));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), shadow.next())
+                .await
+                .is_err(),
+            "the shadow stream stays silent"
+        );
+        // Reconnecting after event 1 replays 2 and 3, not 1 again.
+        drop(get);
+        let mut resumed = table.resume(&id, "1".into()).await.expect("resume");
+        assert_eq!(next(&mut resumed).await.event_id.as_deref(), Some("2"));
+        assert_eq!(next(&mut resumed).await.event_id.as_deref(), Some("3"));
+    }
+
+    #[tokio::test]
+    async fn an_answer_the_client_missed_is_kept_for_a_resume() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let mut events = table
+            .create_stream(&id, call(7, json!({})))
+            .await
+            .expect("stream");
+        assert_eq!(next(&mut events).await.event_id.as_deref(), Some("0/0"));
+        drop(events);
+        assert!(transport.receive().await.is_some());
+        transport.send(answer(7)).await.expect("answer");
+        let mut resumed = table.resume(&id, "0/0".into()).await.expect("resume");
+        let done = next(&mut resumed).await;
+        assert_eq!(json_of(&done)["id"], 7);
+        assert!(
+            resumed.next().await.is_none(),
+            "a completed stream ends after its replay"
+        );
+        assert!(matches!(
+            table.resume(&id, "x/y".into()).await,
+            Err(SessionError::BadEventId(_))
+        ));
+        assert!(matches!(
+            table.resume(&id, "0/99".into()).await,
+            Err(SessionError::NoStream(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_server_request_rides_its_originating_request_stream() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let mut events = table
+            .create_stream(&id, call(3, json!({})))
+            .await
+            .expect("stream");
+        let _priming = next(&mut events).await;
+        assert!(transport.receive().await.is_some());
+        let mut ask = server(json!({"jsonrpc": "2.0", "id": 100, "method": "roots/list"}));
+        if let ServerJsonRpcMessage::Request(r) = &mut ask {
+            r.request
+                .extensions_mut()
+                .insert(OriginatingRequestId(RequestId::Number(3)));
+        }
+        transport.send(ask).await.expect("ask");
+        assert_eq!(json_of(&next(&mut events).await)["method"], "roots/list");
+    }
+
+    #[tokio::test]
+    async fn delete_ends_the_session_and_its_streams() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let mut events = table
+            .create_stream(&id, call(1, json!({})))
+            .await
+            .expect("stream");
+        let _priming = next(&mut events).await;
+        table.close_session(&id).await.expect("close");
+        assert!(!table.has_session(&id).await.expect("has"));
+        assert_eq!(table.len(), 0);
+        assert!(events.next().await.is_none());
+        // The service reads what was queued, then the end of its input.
+        assert!(transport.receive().await.is_some());
+        assert!(transport.receive().await.is_none());
+        // A late answer is dropped quietly; a notification fails.
+        assert!(transport.send(answer(1)).await.is_ok());
+        let note = server(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+        assert!(matches!(
+            transport.send(note).await,
+            Err(SessionError::Ended)
+        ));
+        assert!(matches!(
+            table.create_stream(&id, call(2, json!({}))).await,
+            Err(SessionError::NotFound(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_idle_session_expires_but_not_while_a_request_is_in_flight() {
+        let settings = SessionSettings {
+            idle_timeout: Some(Duration::from_millis(30)),
+            ..SessionSettings::default()
+        };
+        let (table, id, mut transport) = session(settings).await;
+        let _events = table
+            .create_stream(&id, call(1, json!({})))
+            .await
+            .expect("stream");
+        assert!(transport.receive().await.is_some());
+        // In flight: the transport wakes, sees the request, and keeps waiting.
+        let waited = tokio::time::timeout(Duration::from_millis(200), transport.receive()).await;
+        assert!(
+            waited.is_err(),
+            "a session with a request in flight is not idle"
+        );
+        transport.send(answer(1)).await.expect("answer");
+        assert!(transport.receive().await.is_none(), "idle: the input ends");
+        assert!(!table.has_session(&id).await.expect("has"));
+        assert_eq!(table.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn restore_reopens_a_known_id_once() {
+        let table = SessionTable::new(SessionSettings::default());
+        let id: SessionId = "restored-id".into();
+        assert!(matches!(
+            table.restore_session(id.clone()).await,
+            Ok(RestoreOutcome::Restored(_))
+        ));
+        assert!(table.has_session(&id).await.expect("has"));
+        assert!(matches!(
+            table.restore_session(id.clone()).await,
+            Ok(RestoreOutcome::AlreadyPresent)
+        ));
     }
 }
