@@ -29,8 +29,9 @@ pub struct Limits {
     /// A session with no activity for this long is closed; later requests naming it get
     /// `404 Not Found`. `None` keeps idle sessions until they are deleted. Default 30 minutes
     /// (rmcp's is 5): agents keep a session open while their user is away for minutes, and
-    /// many clients do not re-initialize on a `404`; an idle session costs about 62 kB, so the
-    /// default [`Limits::max_sessions`] bounds idle sessions at about 16 MB.
+    /// many clients do not re-initialize on a `404`; an idle session costs about 27 kB, so
+    /// the default [`Limits::max_sessions`] bounds idle sessions at about 7 MB. Idle means no
+    /// message either way, no request in flight and no GET stream open.
     pub session_idle_timeout: Option<Duration>,
     /// Most `tools/call` requests one principal may have in flight at once. A call beyond it
     /// is answered at once with an error result whose code is `too_many_calls`.

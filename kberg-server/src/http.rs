@@ -35,7 +35,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::serve::ListenerExt;
 use futures::StreamExt;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde::Deserialize;
 use serde_json::json;
@@ -47,8 +46,9 @@ use crate::auth::{AuthError, Authenticator};
 use crate::config::HttpConfig;
 use crate::error::ServerError;
 use crate::guard;
-use crate::handler::{Authenticated, KbergHandler, REQUEST_PRINCIPAL, Shared};
+use crate::handler::{Authenticated, KbergHandler, ListenClosed, REQUEST_PRINCIPAL, Shared};
 use crate::limits::{StreamCounter, StreamPermit};
+use crate::sessions::{SessionSettings, SessionTable};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
@@ -57,7 +57,7 @@ struct GuardState {
     allow: guard::AllowList,
     max_body: usize,
     max_sessions: usize,
-    sessions: Arc<LocalSessionManager>,
+    sessions: Arc<SessionTable>,
     streams: Arc<StreamCounter>,
     /// Serializes `initialize` so the session count check and the session's creation are one
     /// step (initializes are rare; calls never take this lock).
@@ -106,6 +106,77 @@ fn hold(resp: Response, permit: StreamPermit) -> Response {
         chunk
     });
     Response::from_parts(parts, Body::from_stream(stream))
+}
+
+/// How long a `subscriptions/listen` whose client closed its stream gets to end (see
+/// [`ListenBody`]) before its stream is dropped anyway.
+const LISTEN_WIND_DOWN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs a `subscriptions/listen` request: marks it with a [`ListenClosed`] and keeps `permit`
+/// in its answer's body (see [`ListenBody`]).
+async fn run_listen(mut req: Request, next: Next, permit: StreamPermit) -> Response {
+    let closed = CancellationToken::new();
+    req.extensions_mut().insert(ListenClosed(closed.clone()));
+    let (parts, body) = as_jsonrpc_error(next.run(req).await).await.into_parts();
+    let body = ListenBody {
+        inner: Some(body.into_data_stream()),
+        closed,
+        permit: Some(permit),
+    };
+    Response::from_parts(parts, Body::from_stream(body))
+}
+
+/// The body of a `subscriptions/listen` answer. A client ends a listen by closing the stream,
+/// and the server drops the body before it ended: then this cancels the listen's
+/// [`ListenClosed`] and reads rmcp's side of the stream to its end on a task of its own (for at
+/// most [`LISTEN_WIND_DOWN`]), so the listen returns and rmcp sends its final result into a
+/// stream that is still there. Dropping rmcp's stream instead would cancel the request's
+/// service, which then fails to send that result and logs an ERROR for an ordinary close.
+struct ListenBody {
+    inner: Option<axum::body::BodyDataStream>,
+    closed: CancellationToken,
+    /// The listen-stream slot, given back when the listen has ended.
+    permit: Option<StreamPermit>,
+}
+
+impl futures::Stream for ListenBody {
+    type Item = Result<axum::body::Bytes, axum::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let Some(inner) = self.inner.as_mut() else {
+            return std::task::Poll::Ready(None);
+        };
+        let next = inner.poll_next_unpin(cx);
+        if let std::task::Poll::Ready(None) = next {
+            self.inner = None;
+        }
+        next
+    }
+}
+
+impl Drop for ListenBody {
+    fn drop(&mut self) {
+        let Some(mut inner) = self.inner.take() else {
+            return;
+        };
+        self.closed.cancel();
+        let permit = self.permit.take();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _permit = permit;
+                let ended = tokio::time::timeout(LISTEN_WIND_DOWN, async {
+                    while inner.next().await.is_some() {}
+                })
+                .await;
+                if ended.is_err() {
+                    tracing::warn!("a closed listen stream did not end in time; dropped");
+                }
+            });
+        }
+    }
 }
 
 /// The fields of a JSON-RPC message this layer needs; every other field is skipped (but its
@@ -348,25 +419,17 @@ async fn route(
             // whose `Mcp-Method` header rmcp checks against its body. Only session-less legacy
             // requests (`initialize`) and header-less ones are read and peeked.
             if session.is_some() || (modern && header_method.is_some_and(|m| m != "initialize")) {
-                let permit = if session.is_none() && header_method == Some("subscriptions/listen") {
-                    match g.streams.try_acquire() {
-                        Some(p) => Some(p),
-                        None => {
-                            return status(
-                                StatusCode::SERVICE_UNAVAILABLE,
-                                "too_many_streams",
-                                "Too many open listen streams; close one and retry.",
-                            );
-                        }
-                    }
-                } else {
-                    None
-                };
-                let resp = as_jsonrpc_error(next.run(req).await).await;
-                return match permit {
-                    Some(p) => hold(resp, p),
-                    None => resp,
-                };
+                if session.is_none() && header_method == Some("subscriptions/listen") {
+                    let Some(permit) = g.streams.try_acquire() else {
+                        return status(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "too_many_streams",
+                            "Too many open listen streams; close one and retry.",
+                        );
+                    };
+                    return run_listen(req, next, permit).await;
+                }
+                return as_jsonrpc_error(next.run(req).await).await;
             }
             let (parts, body) = req.into_parts();
             let bytes = match axum::body::to_bytes(body, g.max_body).await {
@@ -408,8 +471,7 @@ async fn route(
             match (peeked.method.as_deref(), session) {
                 (Some("initialize"), None) => {
                     let _one_at_a_time = g.initializing.lock().await;
-                    let live = g.sessions.sessions.read().await.len();
-                    if live >= g.max_sessions {
+                    if g.sessions.len() >= g.max_sessions {
                         return status(
                             StatusCode::SERVICE_UNAVAILABLE,
                             "too_many_sessions",
@@ -424,9 +486,8 @@ async fn route(
                     {
                         // Forget sessions that ended (expired or closed) since the last one:
                         // one pass over the map against rmcp's, without copying its ids.
-                        let live = g.sessions.sessions.read().await;
                         let mut owners = g.owners();
-                        owners.retain(|k, _| live.contains_key(k.as_str()));
+                        g.sessions.retain_live(&mut owners);
                         owners.insert(sid.to_string(), principal.id.clone());
                     }
                     resp
@@ -439,8 +500,7 @@ async fn route(
                             "Too many open listen streams; close one and retry.",
                         );
                     };
-                    let resp = next.run(req).await;
-                    hold(resp, permit)
+                    run_listen(req, next, permit).await
                 }
                 _ => as_jsonrpc_error(next.run(req).await).await,
             }
@@ -473,9 +533,10 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
     )
     .map_err(|e| ServerError::Config(e.message.to_string()))?;
 
-    let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = limits.session_idle_timeout;
-    let sessions = Arc::new(sessions);
+    let sessions = Arc::new(SessionTable::new(SessionSettings {
+        idle_timeout: limits.session_idle_timeout,
+        ..SessionSettings::default()
+    }));
 
     // Host and Origin are checked by the guard layer, which always runs first on this route;
     // rmcp's own copy of the check is switched off so each request checks (and clones) the

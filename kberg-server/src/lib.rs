@@ -35,6 +35,7 @@ mod http;
 pub mod input;
 mod limits;
 mod peer;
+mod sessions;
 mod stdio;
 mod tasks;
 

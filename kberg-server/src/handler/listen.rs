@@ -2,6 +2,12 @@
 //! watchers created before rmcp acknowledges it (so a change right after the acknowledgement
 //! is seen), and the stream of resource updates and `list_changed` notifications it serves
 //! until the client or the server ends it.
+//!
+//! A client ends a listen by closing its stream. The HTTP layer then cancels the request's
+//! [`ListenClosed`] and keeps reading rmcp's side of the stream until it ends, so the listen
+//! returns and rmcp delivers its final result (to nobody). Ending it through rmcp's own
+//! disconnect path instead cancels the request's service, which then fails to send that result
+//! to a closed stream and logs an ERROR for an ordinary close.
 
 use std::time::{Duration, Instant};
 
@@ -10,6 +16,7 @@ use rmcp::ErrorData as McpError;
 use rmcp::model::SubscriptionFilter;
 use rmcp::service::SubscriptionContext;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::KbergHandler;
 use crate::app::McpApp;
@@ -17,6 +24,11 @@ use crate::app::McpApp;
 /// How long accepted-but-unstarted listen watchers are kept. A listen whose acknowledgement
 /// could not be sent never starts; its watchers are dropped after this.
 pub(super) const PENDING_LISTEN_TTL: Duration = Duration::from_secs(30);
+
+/// Cancelled when the client closed the stream of its `subscriptions/listen` (set by the HTTP
+/// layer in the request's extensions).
+#[derive(Clone, Debug)]
+pub(crate) struct ListenClosed(pub(crate) CancellationToken);
 
 /// The watchers of one accepted `subscriptions/listen`, created when its filter is accepted.
 pub(super) struct PendingListen {
@@ -128,6 +140,13 @@ impl KbergHandler {
                     .unwrap_or_default(),
             )
         });
+        let closed = context
+            .request_context()
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<ListenClosed>())
+            .map(|c| c.0.clone())
+            .unwrap_or_default();
         let t_on = accepted.tools_list_changed == Some(true);
         let r_on = accepted.resources_list_changed == Some(true);
         let p_on = accepted.prompts_list_changed == Some(true);
@@ -135,6 +154,7 @@ impl KbergHandler {
         loop {
             let sent = tokio::select! {
                 () = context.cancelled() => break,
+                () = closed.cancelled() => break,
                 () = self.shared.shutdown.cancelled() => break,
                 ev = subscriber.next() => match ev {
                     Some(ResourceEvent::Updated { uri }) => sink.notify_resource_updated(uri).await,

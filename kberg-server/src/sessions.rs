@@ -1,0 +1,1033 @@
+//! The 2025-11-25 sessions behind rmcp's Streamable HTTP service: [`SessionTable`], Kberg's
+//! implementation of rmcp's `SessionManager`, which keeps less per idle session than rmcp's
+//! own `LocalSessionManager`.
+//!
+//! Why not rmcp's: `LocalSessionManager` puts a worker task between the HTTP service and each
+//! session's MCP service, joined by five channels, and a tokio channel allocates its first
+//! block of 32 message slots when it is created (about 12 kB for a JSON-RPC message). Here a
+//! session is a routing table behind a lock: the HTTP side pushes the client's messages into
+//! one channel of boxed messages that the session's MCP service reads, and the service's
+//! `send` finds the SSE stream a message belongs to and writes it there itself. An idle
+//! session is its entry in the table, that table, the one channel, and rmcp's own service task
+//! (which every session manager gets).
+//!
+//! Routing (as rmcp's manager routes): a response or error goes to the stream of the POST that
+//! carried its request and ends that stream; a progress notification goes to the stream of the
+//! request that gave its token; a server request made while handling a client request
+//! (elicitation, sampling, roots, which rmcp marks with `OriginatingRequestId`) goes to that
+//! request's stream; everything else goes to the session's standalone (GET) stream. A second
+//! GET while one is open gets a stream that only carries keep-alives (rmcp's "shadow" stream,
+//! so that competing reconnections do not take each other's place).
+//!
+//! Resumption (SSE `Last-Event-ID`, which the specification makes optional for servers): every
+//! event gets an id, `<index>/<stream>` on a request's stream and `<index>` on the standalone
+//! stream (whose index 0 is the priming event rmcp sends first), and the last
+//! [`SessionSettings::replay`] events of each stream are kept while the stream lives. A GET with
+//! `Last-Event-ID` gets the kept events *after* that id, as the specification says (rmcp's own
+//! manager also repeats the event named). A request's stream whose client went away before the
+//! answer is kept with its events for [`SessionSettings::completed_ttl`], so a client that
+//! reconnects still gets the answer; the events the standalone stream could not deliver because
+//! none was open are delivered when the next one opens.
+//!
+//! Lifetime: a session ends on DELETE, when its MCP service ends (server shutdown), or when it
+//! has been idle for [`SessionSettings::idle_timeout`]: no message either way, no request in
+//! flight and no standalone stream open. A session whose `initialize` never arrives ends after
+//! [`SessionSettings::init_timeout`]. An ended session leaves the table at once, so a request
+//! naming it is a `404` (or, with rmcp's session store configured, a restore).
+
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+use rmcp::RoleServer;
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientNotification, GetExtensions, GetMeta, ProgressToken, RequestId,
+    ServerJsonRpcMessage, ServerNotification,
+};
+use rmcp::service::OriginatingRequestId;
+use rmcp::transport::Transport;
+use rmcp::transport::common::server_side_http::session_id;
+use rmcp::transport::streamable_http_server::session::{
+    RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
+};
+use tokio::sync::{mpsc, oneshot};
+
+/// How the session table keeps sessions and their streams.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionSettings {
+    /// A session idle this long ends; `None` keeps idle sessions until they are deleted.
+    pub(crate) idle_timeout: Option<Duration>,
+    /// A session whose `initialize` has not arrived this long after its creation ends.
+    pub(crate) init_timeout: Duration,
+    /// The `retry` of the priming event that opens each request's stream (`None`: no priming
+    /// event). Must match the HTTP service's, which primes the standalone stream.
+    pub(crate) sse_retry: Option<Duration>,
+    /// Events a stream buffers for a client that reads slowly; a full stream makes the
+    /// session's sender wait, as with rmcp's manager. Also the depth of the client-to-service
+    /// channel.
+    pub(crate) capacity: usize,
+    /// Events kept per stream for `Last-Event-ID` (at most `capacity`).
+    pub(crate) replay: usize,
+    /// How long the events of a request's stream whose client went away are kept for a resume.
+    pub(crate) completed_ttl: Duration,
+}
+
+impl Default for SessionSettings {
+    /// rmcp's defaults, with Kberg's idle expiry.
+    fn default() -> Self {
+        Self {
+            idle_timeout: Some(Duration::from_secs(30 * 60)),
+            init_timeout: Duration::from_secs(60),
+            sse_retry: Some(Duration::from_secs(3)),
+            capacity: 16,
+            replay: 16,
+            completed_ttl: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Why a session operation failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SessionError {
+    /// No live session has this id.
+    #[error("session not found: {0}")]
+    NotFound(SessionId),
+    /// The session ended while the operation ran.
+    #[error("the session has ended")]
+    Ended,
+    /// A `Last-Event-ID` that names no event of this server's.
+    #[error("invalid Last-Event-ID `{0}`")]
+    BadEventId(String),
+    /// A `Last-Event-ID` of a request's stream that is no longer kept.
+    #[error("no stream to resume for Last-Event-ID `{0}`")]
+    NoStream(String),
+    /// The first message of a session was not a request.
+    #[error("a session starts with the initialize request")]
+    NotARequest,
+}
+
+type Sessions = RwLock<HashMap<SessionId, Arc<Session>>>;
+
+/// The live 2025-11-25 sessions of one HTTP endpoint (rmcp's `SessionManager`).
+pub(crate) struct SessionTable {
+    sessions: Arc<Sessions>,
+    settings: Arc<SessionSettings>,
+}
+
+impl SessionTable {
+    pub(crate) fn new(settings: SessionSettings) -> Self {
+        Self {
+            sessions: Arc::new(RwLock::new(HashMap::new())),
+            settings: Arc::new(settings),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<SessionId, Arc<Session>>> {
+        // Inserts and removals are single statements; a poisoned lock holds a consistent map.
+        self.sessions.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many sessions are live.
+    pub(crate) fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Keeps in `map` only the entries whose key is a live session's id.
+    pub(crate) fn retain_live<V>(&self, map: &mut HashMap<String, V>) {
+        let live = self.read();
+        map.retain(|id, _| live.contains_key(id.as_str()));
+    }
+
+    fn session(&self, id: &SessionId) -> Result<Arc<Session>, SessionError> {
+        self.read()
+            .get(id)
+            .filter(|s| !s.has_ended())
+            .cloned()
+            .ok_or_else(|| SessionError::NotFound(id.clone()))
+    }
+
+    /// A new session under `id`, in the table, and the transport its MCP service runs on.
+    fn open(&self, id: SessionId) -> SessionTransport {
+        let (inbound, receiver) = mpsc::channel(self.settings.capacity.max(1));
+        let session = Arc::new(Session {
+            id: id.clone(),
+            table: Arc::downgrade(&self.sessions),
+            settings: Arc::clone(&self.settings),
+            inbound: std::sync::Mutex::new(Some(inbound)),
+            routes: tokio::sync::Mutex::new(Routes::default()),
+            created: Instant::now(),
+            last_active_ms: AtomicU64::new(0),
+            ended: AtomicBool::new(false),
+        });
+        self.sessions
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, Arc::clone(&session));
+        SessionTransport {
+            session,
+            inbound: receiver,
+        }
+    }
+}
+
+impl SessionManager for SessionTable {
+    type Error = SessionError;
+    type Transport = SessionTransport;
+
+    async fn create_session(&self) -> Result<(SessionId, SessionTransport), SessionError> {
+        let id = session_id();
+        let transport = self.open(id.clone());
+        Ok((id, transport))
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, SessionError> {
+        let session = self.session(id)?;
+        let ClientJsonRpcMessage::Request(request) = &message else {
+            return Err(SessionError::NotARequest);
+        };
+        let (answer, answered) = oneshot::channel();
+        {
+            let mut routes = session.routes.lock().await;
+            if routes.ended {
+                return Err(SessionError::Ended);
+            }
+            routes.handshake = Some((request.id.clone(), answer));
+        }
+        session.push(message).await?;
+        answered.await.map_err(|_| SessionError::Ended)
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, SessionError> {
+        Ok(self.session(id).is_ok())
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), SessionError> {
+        let removed = self
+            .sessions
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id);
+        if let Some(session) = removed {
+            session.end().await;
+        }
+        Ok(())
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, SessionError> {
+        let session = self.session(id)?;
+        session.touch();
+        let events = {
+            let mut routes = session.routes.lock().await;
+            if routes.ended {
+                return Err(SessionError::Ended);
+            }
+            let stream = routes.next_stream;
+            routes.next_stream = routes.next_stream.wrapping_add(1);
+            let (tx, rx) = mpsc::channel(self.settings.capacity.max(1));
+            let mut entry = RequestStream {
+                tx: Some(tx),
+                events: Replay::new(0),
+                keys: Vec::new(),
+                completed: None,
+            };
+            if let Some(retry) = self.settings.sse_retry {
+                let priming = entry.events.stamp(
+                    ServerSseMessage::retry(retry),
+                    Some(stream),
+                    self.settings.replay,
+                );
+                entry.offer(priming);
+            }
+            // Registered before the request reaches the service, so its answer finds the way.
+            if let ClientJsonRpcMessage::Request(request) = &message {
+                entry.keys.push(RouteKey::Request(request.id.clone()));
+                if let Some(token) = request.request.get_meta().get_progress_token() {
+                    entry.keys.push(RouteKey::Progress(token));
+                }
+            }
+            for key in &entry.keys {
+                routes.keys.insert(key.clone(), stream);
+            }
+            routes.streams.insert(stream, entry);
+            SseEvents(rx)
+        };
+        session.push(message).await?;
+        Ok(events)
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), SessionError> {
+        let session = self.session(id)?;
+        if let ClientJsonRpcMessage::Notification(n) = &message
+            && let ClientNotification::CancelledNotification(c) = &n.notification
+            && let Some(request) = &c.params.request_id
+        {
+            // The client gave up on the request: its stream ends; its events stay for a while.
+            let mut routes = session.routes.lock().await;
+            routes.complete(&RouteKey::Request(request.clone()));
+        }
+        session.push(message).await
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, SessionError> {
+        let session = self.session(id)?;
+        session.touch();
+        let mut routes = session.routes.lock().await;
+        if routes.ended {
+            return Err(SessionError::Ended);
+        }
+        let from = routes.undelivered_from;
+        Ok(routes.open_standalone(&self.settings, from))
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, SessionError> {
+        let session = self.session(id)?;
+        session.touch();
+        let (index, stream) = parse_event_id(&last_event_id)
+            .ok_or_else(|| SessionError::BadEventId(last_event_id.clone()))?;
+        let mut routes = session.routes.lock().await;
+        if routes.ended {
+            return Err(SessionError::Ended);
+        }
+        let Some(stream) = stream else {
+            return Ok(routes.open_standalone(&self.settings, Some(index.saturating_add(1))));
+        };
+        let entry = routes
+            .streams
+            .get_mut(&stream)
+            .ok_or(SessionError::NoStream(last_event_id))?;
+        let (tx, rx) = mpsc::channel(self.settings.capacity.max(1));
+        for event in entry.events.after(index) {
+            let _ = tx.try_send(event.clone());
+        }
+        // A completed stream ends after its replay; a live one goes on on the new connection.
+        if entry.completed.is_none() {
+            entry.tx = Some(tx);
+        }
+        Ok(SseEvents(rx))
+    }
+
+    async fn restore_session(
+        &self,
+        id: SessionId,
+    ) -> Result<RestoreOutcome<SessionTransport>, SessionError> {
+        if self.session(&id).is_ok() {
+            return Ok(RestoreOutcome::AlreadyPresent);
+        }
+        Ok(RestoreOutcome::Restored(self.open(id)))
+    }
+}
+
+/// `<index>/<stream>` (a request's stream) or `<index>` (the standalone stream).
+fn parse_event_id(id: &str) -> Option<(u64, Option<u64>)> {
+    match id.split_once('/') {
+        Some((index, stream)) => Some((index.parse().ok()?, Some(stream.parse().ok()?))),
+        None => Some((id.parse().ok()?, None)),
+    }
+}
+
+/// One session: the channel to its MCP service and where its messages go.
+struct Session {
+    id: SessionId,
+    table: Weak<Sessions>,
+    settings: Arc<SessionSettings>,
+    /// Client messages to the MCP service; taken when the session ends, which ends the
+    /// service's input once what is queued has been read.
+    inbound: std::sync::Mutex<Option<mpsc::Sender<Box<ClientJsonRpcMessage>>>>,
+    /// Held across a stream's `send`, so the events of a stream keep their order (a full stream
+    /// makes the session wait, as rmcp's manager's worker does).
+    routes: tokio::sync::Mutex<Routes>,
+    created: Instant,
+    /// Milliseconds after `created` of the last message or stream either way.
+    last_active_ms: AtomicU64,
+    ended: AtomicBool,
+}
+
+impl Session {
+    fn has_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    fn touch(&self) {
+        let now = u64::try_from(self.created.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_active_ms.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn last_active(&self) -> Instant {
+        self.created + Duration::from_millis(self.last_active_ms.load(Ordering::Relaxed))
+    }
+
+    /// Hands a client message to the session's MCP service.
+    async fn push(&self, message: ClientJsonRpcMessage) -> Result<(), SessionError> {
+        self.touch();
+        let inbound = self
+            .inbound
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or(SessionError::Ended)?;
+        inbound
+            .send(Box::new(message))
+            .await
+            .map_err(|_| SessionError::Ended)
+    }
+
+    /// Ends the session: out of the table, its service's input closed, its streams ended.
+    async fn end(&self) {
+        self.ended.store(true, Ordering::Release);
+        if let Some(table) = self.table.upgrade() {
+            let mut sessions = table.write().unwrap_or_else(PoisonError::into_inner);
+            // Only this session: a restore may have put a new one under the same id.
+            if sessions
+                .get(&self.id)
+                .is_some_and(|s| std::ptr::eq(Arc::as_ptr(s), self))
+            {
+                sessions.remove(&self.id);
+            }
+        }
+        self.inbound
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let mut routes = self.routes.lock().await;
+        routes.ended = true;
+        routes.handshake = None;
+        routes.streams.clear();
+        routes.keys.clear();
+        routes.standalone = None;
+        routes.shadows.clear();
+    }
+
+    /// Sends a message of the session's MCP service to the stream it belongs to.
+    async fn deliver(&self, message: ServerJsonRpcMessage) -> Result<(), SessionError> {
+        self.touch();
+        let replay = self.settings.replay;
+        let mut routes = self.routes.lock().await;
+        let answers = match &message {
+            ServerJsonRpcMessage::Response(r) => Some(&r.id),
+            ServerJsonRpcMessage::Error(e) => e.id.as_ref(),
+            _ => None,
+        };
+        if routes.ended {
+            // Nobody is left to tell about an answer; a request or notification fails.
+            return if answers.is_some() {
+                tracing::debug!(session = %self.id, "the session ended; an answer was dropped");
+                Ok(())
+            } else {
+                Err(SessionError::Ended)
+            };
+        }
+        if let (Some(id), Some((handshake, _))) = (answers, &routes.handshake)
+            && id == handshake
+            && let Some((_, answer)) = routes.handshake.take()
+        {
+            routes.initialized = true;
+            let _ = answer.send(message);
+            return Ok(());
+        }
+        match routes.route(&message) {
+            Some((stream, ends)) => {
+                let Some(entry) = routes.streams.get_mut(&stream) else {
+                    return Ok(());
+                };
+                let event = entry.events.stamp(
+                    ServerSseMessage::from_message(message),
+                    Some(stream),
+                    replay,
+                );
+                let delivered = match &entry.tx {
+                    Some(tx) => tx.send(event).await.is_ok(),
+                    None => false,
+                };
+                if !delivered {
+                    // The client went away; what it missed waits for a resume.
+                    entry.tx = None;
+                }
+                if ends {
+                    if delivered {
+                        routes.remove_stream(stream);
+                    } else {
+                        routes.complete_stream(stream);
+                    }
+                }
+            }
+            None => {
+                let event = routes.standalone_events.stamp(
+                    ServerSseMessage::from_message(message),
+                    None,
+                    replay,
+                );
+                let index = routes.standalone_events.next - 1;
+                let delivered = match &routes.standalone {
+                    Some(tx) => tx.send(event).await.is_ok(),
+                    None => false,
+                };
+                if !delivered {
+                    routes.standalone = None;
+                    routes.undelivered_from.get_or_insert(index);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// When the session's transport must next look at the clock: the end of the handshake
+    /// window, the idle deadline, or the expiry of a completed stream's events.
+    async fn next_wake(&self) -> Option<Instant> {
+        let routes = self.routes.lock().await;
+        if routes.ended {
+            return None;
+        }
+        let expiry = if routes.initialized {
+            self.settings
+                .idle_timeout
+                .map(|idle| self.last_active() + idle)
+        } else {
+            Some(self.created + self.settings.init_timeout)
+        };
+        let eviction = routes
+            .streams
+            .values()
+            .filter_map(|s| s.completed)
+            .min()
+            .map(|at| at + self.settings.completed_ttl);
+        match (expiry, eviction) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// At a wake-up: drops expired completed streams and says whether the session expired.
+    async fn check_expiry(&self) -> bool {
+        let now = Instant::now();
+        let mut routes = self.routes.lock().await;
+        let ttl = self.settings.completed_ttl;
+        routes
+            .streams
+            .retain(|_, s| s.completed.is_none_or(|at| now.duration_since(at) < ttl));
+        if !routes.initialized {
+            return now.duration_since(self.created) >= self.settings.init_timeout;
+        }
+        let Some(idle) = self.settings.idle_timeout else {
+            return false;
+        };
+        if now.duration_since(self.last_active()) < idle {
+            return false;
+        }
+        let busy = routes.streams.values().any(|s| s.completed.is_none())
+            || routes.standalone.as_ref().is_some_and(|tx| !tx.is_closed());
+        if busy {
+            // A request in flight or an open GET stream: not idle; look again later.
+            self.touch();
+            return false;
+        }
+        true
+    }
+}
+
+/// The streams of a session and which messages go to which.
+#[derive(Default)]
+struct Routes {
+    ended: bool,
+    /// The `initialize` request's id and where its answer goes, until it is answered.
+    handshake: Option<(RequestId, oneshot::Sender<ServerJsonRpcMessage>)>,
+    initialized: bool,
+    next_stream: u64,
+    /// The streams of requests: in flight, or completed and kept for a resume.
+    streams: HashMap<u64, RequestStream>,
+    /// The request ids and progress tokens of requests in flight, to their stream.
+    keys: HashMap<RouteKey, u64>,
+    /// The primary standalone (GET) stream.
+    standalone: Option<mpsc::Sender<ServerSseMessage>>,
+    /// The standalone stream's events; index 0 is rmcp's priming event.
+    standalone_events: Replay,
+    /// The first standalone event sent while no standalone stream was open.
+    undelivered_from: Option<u64>,
+    /// Further GET streams while the primary is open: keep-alives only.
+    shadows: Vec<mpsc::Sender<ServerSseMessage>>,
+}
+
+/// Most keep-alive-only GET streams per session (the oldest is ended beyond).
+const MAX_SHADOW_STREAMS: usize = 32;
+
+impl Routes {
+    /// The stream a message goes to and whether it ends that stream; `None` is the standalone.
+    fn route(&self, message: &ServerJsonRpcMessage) -> Option<(u64, bool)> {
+        let find = |key: RouteKey| self.keys.get(&key).copied();
+        match message {
+            ServerJsonRpcMessage::Response(r) => find(RouteKey::Request(r.id.clone())).map(end),
+            ServerJsonRpcMessage::Error(e) => {
+                e.id.clone()
+                    .and_then(|id| find(RouteKey::Request(id)))
+                    .map(end)
+            }
+            ServerJsonRpcMessage::Notification(n) => match &n.notification {
+                ServerNotification::ProgressNotification(p) => {
+                    find(RouteKey::Progress(p.params.progress_token.clone())).map(keep)
+                }
+                ServerNotification::CancelledNotification(c) => c
+                    .params
+                    .request_id
+                    .clone()
+                    .and_then(|id| find(RouteKey::Request(id)))
+                    .map(keep),
+                _ => None,
+            },
+            ServerJsonRpcMessage::Request(r) => {
+                let origin = r.request.extensions().get::<OriginatingRequestId>()?;
+                let stream = find(RouteKey::Request(origin.0.clone()));
+                if stream.is_none() {
+                    tracing::debug!(
+                        originating_request = %origin.0,
+                        "the request this server request belongs to has completed; \
+                         it goes to the standalone stream"
+                    );
+                }
+                stream.map(keep)
+            }
+        }
+    }
+
+    /// The request of `key` will send nothing more: its stream ends, its events stay.
+    fn complete(&mut self, key: &RouteKey) {
+        if let Some(stream) = self.keys.get(key).copied() {
+            self.complete_stream(stream);
+        }
+    }
+
+    fn complete_stream(&mut self, stream: u64) {
+        if let Some(entry) = self.streams.get_mut(&stream) {
+            entry.tx = None;
+            entry.completed = Some(Instant::now());
+            for key in entry.keys.drain(..) {
+                self.keys.remove(&key);
+            }
+        }
+    }
+
+    fn remove_stream(&mut self, stream: u64) {
+        if let Some(entry) = self.streams.remove(&stream) {
+            for key in entry.keys {
+                self.keys.remove(&key);
+            }
+        }
+    }
+
+    /// A GET stream: the primary one (with the kept events from index `from` on) when none is
+    /// open, otherwise a keep-alive-only one.
+    fn open_standalone(&mut self, settings: &SessionSettings, from: Option<u64>) -> SseEvents {
+        if self.standalone.as_ref().is_some_and(|tx| !tx.is_closed()) {
+            self.shadows.retain(|tx| !tx.is_closed());
+            if self.shadows.len() >= MAX_SHADOW_STREAMS {
+                self.shadows.remove(0);
+            }
+            let (tx, rx) = mpsc::channel(1);
+            self.shadows.push(tx);
+            return SseEvents(rx);
+        }
+        let (tx, rx) = mpsc::channel(settings.capacity.max(1));
+        if let Some(from) = from {
+            for event in self.standalone_events.after(from.saturating_sub(1)) {
+                let _ = tx.try_send(event.clone());
+            }
+        }
+        self.undelivered_from = None;
+        self.standalone = Some(tx);
+        SseEvents(rx)
+    }
+}
+
+fn end(stream: u64) -> (u64, bool) {
+    (stream, true)
+}
+
+fn keep(stream: u64) -> (u64, bool) {
+    (stream, false)
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+enum RouteKey {
+    Request(RequestId),
+    Progress(ProgressToken),
+}
+
+/// The stream of one POSTed request.
+struct RequestStream {
+    /// `None` once the client went away or the request completed.
+    tx: Option<mpsc::Sender<ServerSseMessage>>,
+    events: Replay,
+    keys: Vec<RouteKey>,
+    /// When the request completed without its client there to read the answer.
+    completed: Option<Instant>,
+}
+
+impl RequestStream {
+    /// Sends to a stream that was just created (it has room).
+    fn offer(&self, event: ServerSseMessage) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.try_send(event);
+        }
+    }
+}
+
+/// The numbering of a stream's events and the last ones sent, for `Last-Event-ID`.
+struct Replay {
+    next: u64,
+    kept: VecDeque<ServerSseMessage>,
+}
+
+impl Default for Replay {
+    /// The standalone stream's: index 0 is the priming event the HTTP service sends.
+    fn default() -> Self {
+        Self::new(1)
+    }
+}
+
+impl Replay {
+    fn new(first: u64) -> Self {
+        Self {
+            next: first,
+            kept: VecDeque::new(),
+        }
+    }
+
+    /// Gives `event` the next id (on `stream`, or the standalone stream) and keeps a copy.
+    fn stamp(
+        &mut self,
+        mut event: ServerSseMessage,
+        stream: Option<u64>,
+        keep: usize,
+    ) -> ServerSseMessage {
+        let index = self.next;
+        self.next += 1;
+        event.event_id = Some(match stream {
+            Some(stream) => format!("{index}/{stream}"),
+            None => index.to_string(),
+        });
+        if keep > 0 {
+            if self.kept.len() >= keep {
+                self.kept.pop_front();
+            }
+            self.kept.push_back(event.clone());
+        }
+        event
+    }
+
+    /// The kept events after the one numbered `index`.
+    fn after(&self, index: u64) -> impl Iterator<Item = &ServerSseMessage> {
+        let first_kept = self.next - self.kept.len() as u64;
+        let skip = index.saturating_add(1).saturating_sub(first_kept);
+        self.kept
+            .iter()
+            .skip(usize::try_from(skip).unwrap_or(usize::MAX))
+    }
+}
+
+/// The events of one SSE stream, as rmcp's HTTP service writes them out.
+pub(crate) struct SseEvents(mpsc::Receiver<ServerSseMessage>);
+
+impl Stream for SseEvents {
+    type Item = ServerSseMessage;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// The transport a session's MCP service runs on: it reads the client's messages from the
+/// session's channel and sends its own straight to their streams.
+pub(crate) struct SessionTransport {
+    session: Arc<Session>,
+    inbound: mpsc::Receiver<Box<ClientJsonRpcMessage>>,
+}
+
+impl Transport<RoleServer> for SessionTransport {
+    type Error = SessionError;
+
+    fn send(
+        &mut self,
+        item: ServerJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), SessionError>> + Send + 'static {
+        let session = Arc::clone(&self.session);
+        async move { session.deliver(item).await }
+    }
+
+    async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        loop {
+            let message = match self.session.next_wake().await {
+                None => self.inbound.recv().await,
+                Some(at) => tokio::select! {
+                    m = self.inbound.recv() => m,
+                    () = tokio::time::sleep_until(at.into()) => {
+                        if self.session.check_expiry().await {
+                            tracing::debug!(session = %self.session.id, "the session expired");
+                            self.session.end().await;
+                            return None;
+                        }
+                        continue;
+                    }
+                },
+            };
+            return message.map(|m| *m);
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), SessionError> {
+        self.session.end().await;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn client(v: Value) -> ClientJsonRpcMessage {
+        serde_json::from_value(v).expect("a client message")
+    }
+
+    fn server(v: Value) -> ServerJsonRpcMessage {
+        serde_json::from_value(v).expect("a server message")
+    }
+
+    fn answer(id: i64) -> ServerJsonRpcMessage {
+        server(json!({"jsonrpc": "2.0", "id": id, "result": {}}))
+    }
+
+    fn call(id: i64, meta: Value) -> ClientJsonRpcMessage {
+        client(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                      "params": {"name": "t", "arguments": {}, "_meta": meta}}))
+    }
+
+    /// A session past its handshake, and the transport its service would run on.
+    async fn session(settings: SessionSettings) -> (SessionTable, SessionId, SessionTransport) {
+        let table = SessionTable::new(settings);
+        let (id, mut transport) = table.create_session().await.expect("create");
+        let init = client(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}),
+        );
+        let handshake = table.initialize_session(&id, init);
+        let service = async {
+            let m = transport.receive().await.expect("the initialize request");
+            assert!(matches!(m, ClientJsonRpcMessage::Request(_)));
+            transport.send(answer(0)).await.expect("answer");
+        };
+        let (answered, ()) = tokio::join!(handshake, service);
+        assert!(matches!(
+            answered.expect("handshake"),
+            ServerJsonRpcMessage::Response(_)
+        ));
+        (table, id, transport)
+    }
+
+    async fn next(events: &mut (impl Stream<Item = ServerSseMessage> + Unpin)) -> ServerSseMessage {
+        tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("an event in time")
+            .expect("the stream is open")
+    }
+
+    fn json_of(event: &ServerSseMessage) -> Value {
+        serde_json::to_value(event.message.as_deref().expect("a message")).expect("json")
+    }
+
+    #[tokio::test]
+    async fn an_answer_goes_to_its_request_stream_and_ends_it() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let mut events = table
+            .create_stream(&id, call(1, json!({"progressToken": "p1"})))
+            .await
+            .expect("stream");
+        let priming = next(&mut events).await;
+        assert_eq!(priming.event_id.as_deref(), Some("0/0"));
+        assert!(priming.message.is_none() && priming.retry.is_some());
+        assert!(transport.receive().await.is_some());
+        transport
+            .send(server(
+                json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                                 "params": {"progressToken": "p1", "progress": 1}}),
+            ))
+            .await
+            .expect("progress");
+        transport.send(answer(1)).await.expect("answer");
+        let progress = next(&mut events).await;
+        assert_eq!(progress.event_id.as_deref(), Some("1/0"));
+        assert_eq!(json_of(&progress)["method"], "notifications/progress");
+        let done = next(&mut events).await;
+        assert_eq!(done.event_id.as_deref(), Some("2/0"));
+        assert_eq!(json_of(&done)["id"], 1);
+        assert!(events.next().await.is_none(), "the answer ends the stream");
+    }
+
+    #[tokio::test]
+    async fn unrouted_messages_wait_for_the_standalone_stream() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let changed =
+            || server(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+        transport
+            .send(changed())
+            .await
+            .expect("sent with no stream open");
+        let mut get = table.create_standalone_stream(&id).await.expect("get");
+        let first = next(&mut get).await;
+        assert_eq!(first.event_id.as_deref(), Some("1"));
+        transport.send(changed()).await.expect("sent");
+        assert_eq!(next(&mut get).await.event_id.as_deref(), Some("2"));
+        // A second GET while the first is open carries nothing.
+        let mut shadow = table.create_standalone_stream(&id).await.expect("shadow");
+        transport.send(changed()).await.expect("sent");
+        assert_eq!(next(&mut get).await.event_id.as_deref(), Some("3"));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), shadow.next())
+                .await
+                .is_err(),
+            "the shadow stream stays silent"
+        );
+        // Reconnecting after event 1 replays 2 and 3, not 1 again.
+        drop(get);
+        let mut resumed = table.resume(&id, "1".into()).await.expect("resume");
+        assert_eq!(next(&mut resumed).await.event_id.as_deref(), Some("2"));
+        assert_eq!(next(&mut resumed).await.event_id.as_deref(), Some("3"));
+    }
+
+    #[tokio::test]
+    async fn an_answer_the_client_missed_is_kept_for_a_resume() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let mut events = table
+            .create_stream(&id, call(7, json!({})))
+            .await
+            .expect("stream");
+        assert_eq!(next(&mut events).await.event_id.as_deref(), Some("0/0"));
+        drop(events);
+        assert!(transport.receive().await.is_some());
+        transport.send(answer(7)).await.expect("answer");
+        let mut resumed = table.resume(&id, "0/0".into()).await.expect("resume");
+        let done = next(&mut resumed).await;
+        assert_eq!(json_of(&done)["id"], 7);
+        assert!(
+            resumed.next().await.is_none(),
+            "a completed stream ends after its replay"
+        );
+        assert!(matches!(
+            table.resume(&id, "x/y".into()).await,
+            Err(SessionError::BadEventId(_))
+        ));
+        assert!(matches!(
+            table.resume(&id, "0/99".into()).await,
+            Err(SessionError::NoStream(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_server_request_rides_its_originating_request_stream() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let mut events = table
+            .create_stream(&id, call(3, json!({})))
+            .await
+            .expect("stream");
+        let _priming = next(&mut events).await;
+        assert!(transport.receive().await.is_some());
+        let mut ask = server(json!({"jsonrpc": "2.0", "id": 100, "method": "roots/list"}));
+        if let ServerJsonRpcMessage::Request(r) = &mut ask {
+            r.request
+                .extensions_mut()
+                .insert(OriginatingRequestId(RequestId::Number(3)));
+        }
+        transport.send(ask).await.expect("ask");
+        assert_eq!(json_of(&next(&mut events).await)["method"], "roots/list");
+    }
+
+    #[tokio::test]
+    async fn delete_ends_the_session_and_its_streams() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let mut events = table
+            .create_stream(&id, call(1, json!({})))
+            .await
+            .expect("stream");
+        let _priming = next(&mut events).await;
+        table.close_session(&id).await.expect("close");
+        assert!(!table.has_session(&id).await.expect("has"));
+        assert_eq!(table.len(), 0);
+        assert!(events.next().await.is_none());
+        // The service reads what was queued, then the end of its input.
+        assert!(transport.receive().await.is_some());
+        assert!(transport.receive().await.is_none());
+        // A late answer is dropped quietly; a notification fails.
+        assert!(transport.send(answer(1)).await.is_ok());
+        let note = server(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+        assert!(matches!(
+            transport.send(note).await,
+            Err(SessionError::Ended)
+        ));
+        assert!(matches!(
+            table.create_stream(&id, call(2, json!({}))).await,
+            Err(SessionError::NotFound(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_idle_session_expires_but_not_while_a_request_is_in_flight() {
+        let settings = SessionSettings {
+            idle_timeout: Some(Duration::from_millis(30)),
+            ..SessionSettings::default()
+        };
+        let (table, id, mut transport) = session(settings).await;
+        let _events = table
+            .create_stream(&id, call(1, json!({})))
+            .await
+            .expect("stream");
+        assert!(transport.receive().await.is_some());
+        // In flight: the transport wakes, sees the request, and keeps waiting.
+        let waited = tokio::time::timeout(Duration::from_millis(200), transport.receive()).await;
+        assert!(
+            waited.is_err(),
+            "a session with a request in flight is not idle"
+        );
+        transport.send(answer(1)).await.expect("answer");
+        assert!(transport.receive().await.is_none(), "idle: the input ends");
+        assert!(!table.has_session(&id).await.expect("has"));
+        assert_eq!(table.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn restore_reopens_a_known_id_once() {
+        let table = SessionTable::new(SessionSettings::default());
+        let id: SessionId = "restored-id".into();
+        assert!(matches!(
+            table.restore_session(id.clone()).await,
+            Ok(RestoreOutcome::Restored(_))
+        ));
+        assert!(table.has_session(&id).await.expect("has"));
+        assert!(matches!(
+            table.restore_session(id.clone()).await,
+            Ok(RestoreOutcome::AlreadyPresent)
+        ));
+    }
+}
