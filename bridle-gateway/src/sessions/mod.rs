@@ -10,6 +10,17 @@
 //! An operator can end a session: the next request that carries its id is refused, so the
 //! client must start a new session (and authenticate again). Sessions not seen for the idle
 //! timeout are dropped from the registry.
+//!
+//! One gateway keeps all of this in memory. Replicas on one PostgreSQL database share it
+//! through a [`SessionLedger`] ([`ledger`]; [`postgres`] with the feature): each replica still
+//! answers from memory, and [`SessionRegistry::follow`] exchanges what changed with the ledger
+//! every [`SYNC_EVERY`] (at once when a session is first seen or ended), so a request never
+//! waits for the database. An end reaches the other replicas through the ledger's
+//! announcements, sooner than the period.
+
+pub mod ledger;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,6 +28,14 @@ use std::time::{Duration, SystemTime};
 
 use kberg_core::{AuditEvent, AuditOutcome, AuditSink, ClientInfo};
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::GatewayError;
+pub use ledger::{ENDED_PREFIX, SessionBatch, SessionLedger, SessionSnapshot};
+
+/// How often a registry with a ledger exchanges what changed for what the other replicas
+/// wrote: the longest a session first seen on another replica, or a count, takes to show.
+pub const SYNC_EVERY: Duration = Duration::from_secs(1);
 
 /// How a connection speaks MCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -91,11 +110,22 @@ pub enum SessionEvent {
     },
 }
 
+/// What a registry with a ledger changed since it last wrote to it.
+#[derive(Default)]
+struct Unwritten {
+    /// Requests per session id (the record itself is read from the book when written).
+    touched: HashMap<String, u64>,
+    calls: HashMap<String, CallCounts>,
+    ended: Vec<String>,
+}
+
 #[derive(Default)]
 struct Book {
+    /// The live sessions: with a ledger, its last snapshot with this replica's changes since.
     sessions: HashMap<String, SessionRecord>,
     ended: HashMap<String, SystemTime>,
     calls: HashMap<String, CallCounts>,
+    unwritten: Unwritten,
 }
 
 /// The live registry.
@@ -104,12 +134,16 @@ pub struct SessionRegistry {
     book: Arc<Mutex<Book>>,
     events: tokio::sync::broadcast::Sender<SessionEvent>,
     idle: Duration,
+    ledger: Option<Arc<dyn SessionLedger>>,
+    /// Wakes [`SessionRegistry::follow`] before its period (a session first seen or ended).
+    wake: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for SessionRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionRegistry")
             .field("idle", &self.idle)
+            .field("ledger", &self.ledger)
             .finish_non_exhaustive()
     }
 }
@@ -133,7 +167,32 @@ impl SessionRegistry {
             book: Arc::new(Mutex::new(Book::default())),
             events,
             idle,
+            ledger: None,
+            wake: Arc::new(tokio::sync::Notify::new()),
         }
+    }
+
+    /// A registry shared with the other replicas through `ledger` (see
+    /// [`SessionRegistry::follow`]). It reads the ledger once here, so the sessions ended
+    /// recently on any replica are refused from the first request.
+    pub fn with_ledger(
+        idle: Duration,
+        ledger: Arc<dyn SessionLedger>,
+    ) -> Result<Self, GatewayError> {
+        let mut registry = Self::new(idle);
+        registry.ledger = Some(ledger);
+        registry.sync()?;
+        Ok(registry)
+    }
+
+    /// How long a session may go unseen before it is dropped.
+    pub fn idle(&self) -> Duration {
+        self.idle
+    }
+
+    /// The ledger this registry shares, if any.
+    pub fn ledger(&self) -> Option<&Arc<dyn SessionLedger>> {
+        self.ledger.as_ref()
     }
 
     fn book(&self) -> std::sync::MutexGuard<'_, Book> {
@@ -183,12 +242,16 @@ impl SessionRegistry {
         }
         book.ended
             .retain(|_, at| now.duration_since(*at).is_ok_and(|d| d < idle * 2));
+        let shared = self.ledger.is_some();
         match book.sessions.get_mut(&id) {
             Some(s) if s.agent == agent => {
                 s.last_seen_ms = ms(now);
                 s.requests += 1;
                 if protocol_version.is_some() {
                     s.protocol_version = protocol_version.map(str::to_string);
+                }
+                if shared {
+                    *book.unwritten.touched.entry(id).or_default() += 1;
                 }
             }
             // A session id presented by another agent than the one that opened it is not
@@ -207,6 +270,10 @@ impl SessionRegistry {
                     last_seen_ms: ms(now),
                     requests: 1,
                 };
+                if shared {
+                    *book.unwritten.touched.entry(id.clone()).or_default() += 1;
+                    self.wake.notify_one();
+                }
                 book.sessions.insert(id, record.clone());
                 let _ = self
                     .events
@@ -220,14 +287,24 @@ impl SessionRegistry {
     /// session.
     pub fn saw_client(&self, agent: &str, client: &ClientInfo) {
         let mut book = self.book();
-        if let Some(s) = book
+        let Some(s) = book
             .sessions
             .values_mut()
             .filter(|s| s.agent == agent)
             .max_by_key(|s| s.last_seen_ms)
+        else {
+            return;
+        };
+        if s.client_name.as_deref() == Some(client.name.as_str())
+            && s.client_version.as_deref() == Some(client.version.as_str())
         {
-            s.client_name = Some(client.name.clone());
-            s.client_version = Some(client.version.clone());
+            return;
+        }
+        s.client_name = Some(client.name.clone());
+        s.client_version = Some(client.version.clone());
+        if self.ledger.is_some() {
+            let id = s.id.clone();
+            book.unwritten.touched.entry(id).or_default();
         }
     }
 
@@ -239,12 +316,189 @@ impl SessionRegistry {
             return false;
         };
         book.ended.insert(id.to_string(), SystemTime::now());
+        if self.ledger.is_some() {
+            book.unwritten.touched.remove(id);
+            book.unwritten.ended.push(id.to_string());
+            self.wake.notify_one();
+        }
         let _ = self.events.send(SessionEvent::Disconnected {
             id: id.to_string(),
             agent: s.agent,
             reason: "ended",
         });
         true
+    }
+
+    /// A session another replica ended (heard from the ledger): refused from now on here too.
+    fn heard_end(&self, id: &str) {
+        let mut book = self.book();
+        book.ended.insert(id.to_string(), SystemTime::now());
+        book.unwritten.touched.remove(id);
+        if let Some(s) = book.sessions.remove(id) {
+            let _ = self.events.send(SessionEvent::Disconnected {
+                id: id.to_string(),
+                agent: s.agent,
+                reason: "ended",
+            });
+        }
+    }
+
+    /// Writes what this replica changed to the ledger and reads back what every replica
+    /// wrote (blocking; nothing to do without a ledger). What could not be written stays to
+    /// be written next time.
+    pub fn sync(&self) -> Result<(), GatewayError> {
+        let Some(ledger) = &self.ledger else {
+            return Ok(());
+        };
+        let batch = self.unwritten_batch();
+        if let Err(e) = ledger.write(&batch) {
+            self.put_back(batch);
+            return Err(e);
+        }
+        let snapshot = ledger.read(self.idle)?;
+        self.apply(snapshot);
+        Ok(())
+    }
+
+    fn unwritten_batch(&self) -> SessionBatch {
+        let mut book = self.book();
+        let unwritten = std::mem::take(&mut book.unwritten);
+        SessionBatch {
+            touched: unwritten
+                .touched
+                .into_iter()
+                .filter_map(|(id, n)| book.sessions.get(&id).map(|s| (s.clone(), n)))
+                .collect(),
+            calls: unwritten.calls.into_iter().collect(),
+            ended: unwritten.ended,
+        }
+    }
+
+    fn put_back(&self, batch: SessionBatch) {
+        let mut book = self.book();
+        let unwritten = &mut book.unwritten;
+        for (s, n) in batch.touched {
+            *unwritten.touched.entry(s.id).or_default() += n;
+        }
+        for (agent, c) in batch.calls {
+            let mine = unwritten.calls.entry(agent).or_default();
+            mine.made += c.made;
+            mine.refused += c.refused;
+        }
+        let later = std::mem::replace(&mut unwritten.ended, batch.ended);
+        unwritten.ended.extend(later);
+    }
+
+    /// Makes the ledger's snapshot the book, with what this replica changed since it was
+    /// taken laid over it; publishes the sessions that appeared or left meanwhile.
+    fn apply(&self, snapshot: SessionSnapshot) {
+        let mut book = self.book();
+        for (id, at) in snapshot.ended {
+            book.ended
+                .entry(id)
+                .or_insert(SystemTime::UNIX_EPOCH + Duration::from_millis(at));
+        }
+        let mut sessions: HashMap<String, SessionRecord> = snapshot
+            .sessions
+            .into_iter()
+            .filter(|s| !book.ended.contains_key(&s.id))
+            .map(|s| (s.id.clone(), s))
+            .collect();
+        for (id, n) in &book.unwritten.touched {
+            let Some(mine) = book.sessions.get(id) else {
+                continue;
+            };
+            match sessions.get_mut(id) {
+                Some(s) if s.agent == mine.agent => {
+                    s.requests += n;
+                    s.last_seen_ms = s.last_seen_ms.max(mine.last_seen_ms);
+                    if mine.client_name.is_some() {
+                        s.client_name.clone_from(&mine.client_name);
+                        s.client_version.clone_from(&mine.client_version);
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    sessions.insert(id.clone(), mine.clone());
+                }
+            }
+        }
+        let mut calls = snapshot.calls;
+        for (agent, c) in &book.unwritten.calls {
+            let sum = calls.entry(agent.clone()).or_default();
+            sum.made += c.made;
+            sum.refused += c.refused;
+        }
+        for s in sessions.values() {
+            if !book.sessions.contains_key(&s.id) {
+                let _ = self
+                    .events
+                    .send(SessionEvent::Connected { session: s.clone() });
+            }
+        }
+        for s in book.sessions.values() {
+            if !sessions.contains_key(&s.id) && !book.ended.contains_key(&s.id) {
+                let _ = self.events.send(SessionEvent::Disconnected {
+                    id: s.id.clone(),
+                    agent: s.agent.clone(),
+                    reason: "idle",
+                });
+            }
+        }
+        book.sessions = sessions;
+        book.calls = calls;
+    }
+
+    /// Keeps this registry and its ledger in step until `stop`: every [`SYNC_EVERY`] (and at
+    /// once when a session is first seen or ended here) it writes what changed and reads what
+    /// every replica wrote; an end announced by any replica is refused here as soon as it is
+    /// heard. A last write when stopped. Returns at once without a ledger.
+    pub async fn follow(self, stop: CancellationToken) {
+        let Some(ledger) = self.ledger.clone() else {
+            return;
+        };
+        let mut ends = ledger.ends();
+        let mut tick = tokio::time::interval(SYNC_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = tick.tick() => {}
+                () = self.wake.notified() => {}
+                Some(m) = ends.recv() => {
+                    if let Some(id) = m.strip_prefix(ENDED_PREFIX) {
+                        self.heard_end(id);
+                        continue;
+                    }
+                    // (Re)listening: ends may have been missed; read the ledger again.
+                }
+            }
+            failing = self.sync_logged(failing).await;
+        }
+        self.sync_logged(failing).await;
+    }
+
+    /// [`SessionRegistry::sync`] on a blocking task; logs the first failure of a run of them
+    /// and the recovery. Returns whether it failed.
+    async fn sync_logged(&self, failing: bool) -> bool {
+        let registry = self.clone();
+        let outcome = tokio::task::spawn_blocking(move || registry.sync())
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        match outcome {
+            Ok(()) if failing => {
+                tracing::info!("the sessions ledger is reachable again");
+                false
+            }
+            Ok(()) => false,
+            Err(e) if !failing => {
+                tracing::warn!(error = %e, "the sessions ledger could not be synchronized; retrying");
+                true
+            }
+            Err(_) => true,
+        }
     }
 
     /// Ends every session of `agent` (its token was revoked). Returns how many.
@@ -271,7 +525,8 @@ impl SessionRegistry {
         self.book().sessions.get(id).cloned()
     }
 
-    /// Calls made and refused by `agent` since the gateway started.
+    /// Calls made and refused by `agent` since the gateway started (with a ledger: since the
+    /// state database was created, summed over every replica).
     pub fn calls(&self, agent: &str) -> CallCounts {
         self.book().calls.get(agent).copied().unwrap_or_default()
     }
@@ -312,11 +567,21 @@ impl AuditSink for CountingSink {
         let outcome = outcome_code(&event.outcome);
         {
             let mut book = self.registry.book();
-            let c = book.calls.entry(event.principal.clone()).or_default();
-            if outcome == "ok" {
-                c.made += 1;
-            } else {
-                c.refused += 1;
+            let ok = outcome == "ok";
+            let add = |c: &mut CallCounts| {
+                if ok {
+                    c.made += 1;
+                } else {
+                    c.refused += 1;
+                }
+            };
+            add(book.calls.entry(event.principal.clone()).or_default());
+            if self.registry.ledger.is_some() {
+                add(book
+                    .unwritten
+                    .calls
+                    .entry(event.principal.clone())
+                    .or_default());
             }
         }
         let _ = self.registry.events.send(SessionEvent::Call {
