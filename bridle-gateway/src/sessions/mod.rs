@@ -531,6 +531,22 @@ impl SessionRegistry {
         self.book().calls.get(agent).copied().unwrap_or_default()
     }
 
+    /// Counts a call of `agent` that ran (`ok`) or was refused.
+    fn count_call(&self, agent: &str, ok: bool) {
+        let mut book = self.book();
+        let add = |c: &mut CallCounts| {
+            if ok {
+                c.made += 1;
+            } else {
+                c.refused += 1;
+            }
+        };
+        add(book.calls.entry(agent.to_string()).or_default());
+        if self.ledger.is_some() {
+            add(book.unwritten.calls.entry(agent.to_string()).or_default());
+        }
+    }
+
     /// A live stream of connects, disconnects and calls.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<SessionEvent> {
         self.events.subscribe()
@@ -565,25 +581,7 @@ pub(crate) fn outcome_code(outcome: &AuditOutcome) -> String {
 impl AuditSink for CountingSink {
     fn record(&self, event: &AuditEvent) {
         let outcome = outcome_code(&event.outcome);
-        {
-            let mut book = self.registry.book();
-            let ok = outcome == "ok";
-            let add = |c: &mut CallCounts| {
-                if ok {
-                    c.made += 1;
-                } else {
-                    c.refused += 1;
-                }
-            };
-            add(book.calls.entry(event.principal.clone()).or_default());
-            if self.registry.ledger.is_some() {
-                add(book
-                    .unwritten
-                    .calls
-                    .entry(event.principal.clone())
-                    .or_default());
-            }
-        }
+        self.registry.count_call(&event.principal, outcome == "ok");
         let _ = self.registry.events.send(SessionEvent::Call {
             agent: event.principal.clone(),
             tool: event.tool.clone(),
@@ -633,6 +631,166 @@ mod tests {
         assert!(r.touch("claude", Some("claude"), Some("s2"), None));
         assert_eq!(r.end_agent("claude"), 1);
         assert!(r.sessions().iter().all(|s| s.agent != "claude"));
+    }
+
+    /// A ledger in memory, as two registries in one process share it (what PostgreSQL does
+    /// for replicas), with its ends fed to every subscriber.
+    #[derive(Debug, Default)]
+    struct MemoryLedger {
+        inner: Mutex<(
+            SessionSnapshot,
+            Vec<tokio::sync::mpsc::UnboundedSender<String>>,
+        )>,
+    }
+
+    impl SessionLedger for MemoryLedger {
+        fn write(&self, batch: &SessionBatch) -> Result<(), GatewayError> {
+            let mut g = self.inner.lock().expect("lock");
+            let (snap, subs) = &mut *g;
+            for id in &batch.ended {
+                snap.sessions.retain(|s| &s.id != id);
+                snap.ended.push((id.clone(), 1));
+                for tx in subs.iter() {
+                    let _ = tx.send(format!("{ENDED_PREFIX}{id}"));
+                }
+            }
+            for (s, n) in &batch.touched {
+                if snap.ended.iter().any(|(id, _)| *id == s.id) {
+                    continue;
+                }
+                match snap.sessions.iter_mut().find(|x| x.id == s.id) {
+                    Some(x) if x.agent == s.agent => {
+                        x.requests += n;
+                        x.last_seen_ms = x.last_seen_ms.max(s.last_seen_ms);
+                    }
+                    Some(_) => {}
+                    None => snap.sessions.push(SessionRecord {
+                        requests: *n,
+                        ..s.clone()
+                    }),
+                }
+            }
+            for (agent, c) in &batch.calls {
+                let sum = snap.calls.entry(agent.clone()).or_default();
+                sum.made += c.made;
+                sum.refused += c.refused;
+            }
+            Ok(())
+        }
+
+        fn read(&self, _idle: Duration) -> Result<SessionSnapshot, GatewayError> {
+            Ok(self.inner.lock().expect("lock").0.clone())
+        }
+
+        fn ends(&self) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            self.inner.lock().expect("lock").1.push(tx);
+            rx
+        }
+    }
+
+    /// A ledger that refuses every write (an unreachable database).
+    #[derive(Debug)]
+    struct DownLedger;
+
+    impl SessionLedger for DownLedger {
+        fn write(&self, _: &SessionBatch) -> Result<(), GatewayError> {
+            Err(GatewayError::Serve("the database is down".into()))
+        }
+        fn read(&self, _: Duration) -> Result<SessionSnapshot, GatewayError> {
+            Err(GatewayError::Serve("the database is down".into()))
+        }
+        fn ends(&self) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+            tokio::sync::mpsc::unbounded_channel().1
+        }
+    }
+
+    #[test]
+    fn replicas_sharing_a_ledger_see_one_registry_and_sum_the_counts() {
+        let ledger: Arc<dyn SessionLedger> = Arc::new(MemoryLedger::default());
+        let a =
+            SessionRegistry::with_ledger(Duration::from_secs(60), Arc::clone(&ledger)).expect("a");
+        let b = SessionRegistry::with_ledger(Duration::from_secs(60), ledger).expect("b");
+        assert!(a.touch("claude", Some("claude"), Some("s1"), Some("2025-11-25")));
+        assert!(a.touch("claude", Some("claude"), Some("s1"), None));
+        assert!(b.touch("codex", Some("codex"), None, Some("2026-07-28")));
+        a.count_call("claude", true);
+        b.count_call("claude", true);
+        assert!(
+            b.session("s1").is_none(),
+            "nothing shared before an exchange"
+        );
+        a.sync().expect("a writes");
+        b.sync().expect("b writes and reads");
+        a.sync().expect("a reads");
+        for r in [&a, &b] {
+            assert_eq!(r.sessions().len(), 2);
+            assert_eq!(r.session("s1").map(|s| s.requests), Some(2));
+            assert_eq!(r.calls("claude").made, 2);
+        }
+        // Touched on both: the counts add up, and what is unwritten shows locally at once.
+        assert!(b.touch("claude", None, Some("s1"), None));
+        assert_eq!(b.session("s1").map(|s| s.requests), Some(3));
+        b.sync().expect("b");
+        assert!(a.touch("claude", None, Some("s1"), None));
+        a.sync().expect("a");
+        b.sync().expect("b");
+        assert_eq!(a.session("s1").map(|s| s.requests), Some(4));
+        assert_eq!(b.session("s1").map(|s| s.requests), Some(4));
+        // Another agent presenting the id is not merged into it anywhere.
+        assert!(b.touch("codex", None, Some("s1"), None));
+        b.sync().expect("b");
+        assert_eq!(b.session("s1").map(|s| s.agent), Some("claude".into()));
+        // Ended on B: B refuses it at once, A once it heard (or after its next read).
+        let mut ends = b.ledger().expect("shared").ends();
+        assert!(b.end("s1"));
+        assert!(!b.touch("claude", None, Some("s1"), None));
+        b.sync().expect("b writes the end");
+        let heard = ends.try_recv().expect("the end is announced");
+        a.heard_end(heard.strip_prefix(ENDED_PREFIX).expect("an end"));
+        assert!(!a.touch("claude", None, Some("s1"), None), "A refuses it");
+        assert!(a.session("s1").is_none());
+        a.sync().expect("a");
+        assert!(a.session("s1").is_none(), "an end is not undone by a read");
+        // A third replica starting later refuses it from its first request.
+        let c = SessionRegistry::with_ledger(
+            Duration::from_secs(60),
+            Arc::clone(b.ledger().expect("shared")),
+        )
+        .expect("c");
+        assert!(!c.touch("claude", None, Some("s1"), None));
+        assert_eq!(c.calls("claude").made, 2);
+    }
+
+    #[test]
+    fn what_could_not_be_written_is_written_later() {
+        let r = SessionRegistry::new(Duration::from_secs(60));
+        let r = SessionRegistry {
+            ledger: Some(Arc::new(DownLedger)),
+            ..r
+        };
+        assert!(r.touch("claude", None, Some("s1"), None));
+        r.count_call("claude", false);
+        assert!(r.end("s1"));
+        assert!(r.touch("claude", None, Some("s2"), None));
+        assert!(r.sync().is_err());
+        let batch = r.unwritten_batch();
+        assert_eq!(batch.ended, ["s1"]);
+        assert_eq!(batch.touched.len(), 1);
+        assert_eq!(batch.touched[0].1, 1);
+        assert_eq!(
+            batch.calls,
+            [(
+                "claude".to_string(),
+                CallCounts {
+                    made: 0,
+                    refused: 1
+                }
+            )]
+        );
+        // And the local view kept serving meanwhile.
+        assert!(!r.touch("claude", None, Some("s1"), None));
+        assert_eq!(r.calls("claude").refused, 1);
     }
 
     #[test]
