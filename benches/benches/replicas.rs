@@ -14,9 +14,13 @@
 //! (`initdb` + `pg_ctl`, as the tests do; fsync off). The proxy is the tests' one
 //! (`examples/tests/bridle_support/proxy.rs`: each request to the next upstream, TCP_NODELAY on
 //! both hops), so both cases pay the same extra hop. Clients are the load generator of
-//! `kberg_benches::loopback` on the 2026-07-28 revision (stateless: no session, so no affinity
-//! is needed): one keep-alive connection each, calls back to back, every answer checked. Rounds
-//! interleave the cases so a noisy moment hits both alike; the report is the median of the
+//! `kberg_benches::loopback`, on the 2026-07-28 revision (stateless: no session, so no affinity
+//! is needed) and on 2025-11-25 (a session per client: through one replica every request of it
+//! reaches the replica that holds it, as sticky routing gives; through two, every other one
+//! reaches the replica that resumed it from the database): one keep-alive connection each, calls
+//! back to back, every answer checked. Each round also opens 50 sessions on the first replica and
+//! times a call there, the first call on the second (the resume) and the next one. Rounds
+//! interleave the cases so a noisy moment hits all alike; the report is the median of the
 //! rounds.
 //!
 //! ```text
