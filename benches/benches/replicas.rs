@@ -112,6 +112,9 @@ impl Replica {
     }
 }
 
+/// One measured case: the proxy (its index), the protocol revision and the client count.
+type Case = (usize, &'static str, usize);
+
 async fn run(
     full: bool,
     proxies: &[(&str, RoundRobinProxy)],
@@ -132,7 +135,7 @@ async fn run(
         json!({"project": PROJECT}),
         "no-unrequested-refactors",
     );
-    let mut results: Vec<((usize, &str, usize), Vec<Point>)> = Vec::new();
+    let mut results: Vec<(Case, Vec<Point>)> = Vec::new();
     let mut restores = Vec::new();
     for round in 0..rounds {
         for (case, (label, proxy)) in proxies.iter().enumerate() {
