@@ -14,9 +14,13 @@
 //! (`initdb` + `pg_ctl`, as the tests do; fsync off). The proxy is the tests' one
 //! (`examples/tests/bridle_support/proxy.rs`: each request to the next upstream, TCP_NODELAY on
 //! both hops), so both cases pay the same extra hop. Clients are the load generator of
-//! `kberg_benches::loopback` on the 2026-07-28 revision (stateless: no session, so no affinity
-//! is needed): one keep-alive connection each, calls back to back, every answer checked. Rounds
-//! interleave the cases so a noisy moment hits both alike; the report is the median of the
+//! `kberg_benches::loopback`, on the 2026-07-28 revision (stateless: no session, so no affinity
+//! is needed) and on 2025-11-25 (a session per client: through one replica every request of it
+//! reaches the replica that holds it, as sticky routing gives; through two, every other one
+//! reaches the replica that resumed it from the database): one keep-alive connection each, calls
+//! back to back, every answer checked. Each round also opens 50 sessions on the first replica and
+//! times a call there, the first call on the second (the resume) and the next one. Rounds
+//! interleave the cases so a noisy moment hits all alike; the report is the median of the
 //! rounds.
 //!
 //! ```text
@@ -44,7 +48,7 @@ use std::time::Duration;
 use bridle_gateway::GatewayBuilder;
 use bridle_gateway::config::GatewayConfig;
 use kberg_benches::loopback::{
-    BoxError, Budget, Point, STATELESS, ToolCall, env_number, measure_as,
+    BoxError, Budget, Client, Point, STATEFUL, STATELESS, ToolCall, env_number, measure_as, median,
 };
 use proxy::RoundRobinProxy;
 use replica_dirs::{AGENT_TOKEN, PROJECT, ReplicaDirs};
@@ -108,7 +112,14 @@ impl Replica {
     }
 }
 
-async fn run(full: bool, proxies: &[(&str, RoundRobinProxy)]) -> Result<(), BoxError> {
+/// One measured case: the proxy (its index), the protocol revision and the client count.
+type Case = (usize, &'static str, usize);
+
+async fn run(
+    full: bool,
+    proxies: &[(&str, RoundRobinProxy)],
+    replicas: [SocketAddr; 2],
+) -> Result<(), BoxError> {
     let rounds = if full {
         env_number("KBERG_REPLICAS_ROUNDS", 3) as usize
     } else {
@@ -124,38 +135,47 @@ async fn run(full: bool, proxies: &[(&str, RoundRobinProxy)]) -> Result<(), BoxE
         json!({"project": PROJECT}),
         "no-unrequested-refactors",
     );
-    let mut results: Vec<((usize, usize), Vec<Point>)> = Vec::new();
+    let mut results: Vec<(Case, Vec<Point>)> = Vec::new();
+    let mut restores = Vec::new();
     for round in 0..rounds {
         for (case, (label, proxy)) in proxies.iter().enumerate() {
-            for clients in CONCURRENCY {
-                let p = measure_as(
-                    proxy.addr(),
-                    "/mcp",
-                    STATELESS,
-                    false,
-                    Some(AGENT_TOKEN),
-                    clients,
-                    &call,
-                    Budget::Calls(calls),
-                )
-                .await
-                .map_err(|e| format!("{label} with {clients} client(s): {e}"))?;
-                if full {
-                    println!(
-                        "round {} {label:<13} {clients:>2} client(s): {:>7.0} calls/s  p50 {:.3} ms  p99 {:.3} ms  cpu {:.0} us/call",
-                        round + 1,
-                        p.rps,
-                        p.p50_ms,
-                        p.p99_ms,
-                        p.cpu_us
-                    );
-                }
-                match results.iter_mut().find(|(k, _)| *k == (case, clients)) {
-                    Some((_, v)) => v.push(p),
-                    None => results.push(((case, clients), vec![p])),
+            // 2026-07-28 (no session), and 2025-11-25: through one replica every request of a
+            // session reaches the replica that holds it (what sticky routing gives); through
+            // the alternating proxy every other one reaches the replica that resumed it from
+            // the database.
+            for protocol in [STATELESS, STATEFUL] {
+                for clients in CONCURRENCY {
+                    let p = measure_as(
+                        proxy.addr(),
+                        "/mcp",
+                        protocol,
+                        true,
+                        Some(AGENT_TOKEN),
+                        clients,
+                        &call,
+                        Budget::Calls(calls),
+                    )
+                    .await
+                    .map_err(|e| format!("{label} {protocol} with {clients} client(s): {e}"))?;
+                    if full {
+                        println!(
+                            "round {} {label:<13} {protocol} {clients:>2} client(s): {:>7.0} calls/s  p50 {:.3} ms  p99 {:.3} ms  cpu {:.0} us/call",
+                            round + 1,
+                            p.rps,
+                            p.p50_ms,
+                            p.p99_ms,
+                            p.cpu_us
+                        );
+                    }
+                    let key = (case, protocol, clients);
+                    match results.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, v)) => v.push(p),
+                        None => results.push((key, vec![p])),
+                    }
                 }
             }
         }
+        restores.push(measure_restores(replicas, &call, if full { 50 } else { 2 }).await?);
     }
     // The two-replica proxy really spread the calls.
     let spread = proxies[1].1.forwarded();
@@ -168,37 +188,101 @@ async fn run(full: bool, proxies: &[(&str, RoundRobinProxy)]) -> Result<(), BoxE
         );
         return Ok(());
     }
-    let summary = |case: usize, clients: usize| {
+    let summary = |case: usize, protocol: &str, clients: usize| {
         let pts = results
             .iter()
-            .find(|(k, _)| *k == (case, clients))
+            .find(|(k, _)| *k == (case, protocol, clients))
             .map(|(_, v)| v.clone())
             .unwrap_or_default();
         Point::median_of(&pts)
     };
     println!();
     println!(
-        "medians of {rounds} round(s) x {calls} calls per client, {STATELESS}, get_rules through the proxy"
+        "medians of {rounds} round(s) x {calls} calls per client, get_rules through the proxy"
     );
     println!(
-        "| clients | one replica calls/s | two replicas calls/s | ratio | p50 ms one / two | cpu us/call one / two |"
+        "| protocol | clients | one replica calls/s | two replicas calls/s | ratio | p50 ms one / two | cpu us/call one / two |"
     );
-    println!("|---|---|---|---|---|---|");
-    for clients in CONCURRENCY {
-        let (one, two) = (summary(0, clients), summary(1, clients));
-        println!(
-            "| {clients} | {:.0} | {:.0} | {:.2}x | {:.3} / {:.3} | {:.0} / {:.0} |",
-            one.rps,
-            two.rps,
-            two.rps / one.rps,
-            one.p50_ms,
-            two.p50_ms,
-            one.cpu_us,
-            two.cpu_us
-        );
+    println!("|---|---|---|---|---|---|---|");
+    for protocol in [STATELESS, STATEFUL] {
+        for clients in CONCURRENCY {
+            let (one, two) = (summary(0, protocol, clients), summary(1, protocol, clients));
+            println!(
+                "| {protocol} | {clients} | {:.0} | {:.0} | {:.2}x | {:.3} / {:.3} | {:.0} / {:.0} |",
+                one.rps,
+                two.rps,
+                two.rps / one.rps,
+                one.p50_ms,
+                two.p50_ms,
+                one.cpu_us,
+                two.cpu_us
+            );
+        }
     }
+    let restore = |f: fn(&Restores) -> f64| median(restores.iter().map(f).collect());
+    println!();
+    println!(
+        "2025-11-25 sessions, medians of {rounds} round(s) x 50 sessions: initialize {:.3} ms (its state written to the database); first call on the replica that initialized it {:.3} ms; first call on the other replica (resumed from the database) {:.3} ms; its next call there {:.3} ms",
+        restore(|r| r.initialize_ms),
+        restore(|r| r.first_local_ms),
+        restore(|r| r.first_resumed_ms),
+        restore(|r| r.next_resumed_ms),
+    );
     println!("(two replicas' proxy forwarded {spread:?} calls to the first and the second)");
     Ok(())
+}
+
+/// Medians over sessions of one round of [`measure_restores`], in milliseconds.
+struct Restores {
+    initialize_ms: f64,
+    first_local_ms: f64,
+    first_resumed_ms: f64,
+    next_resumed_ms: f64,
+}
+
+/// One call's round trip, in milliseconds.
+async fn timed(c: &mut Client, call: &ToolCall) -> Result<f64, BoxError> {
+    let t = std::time::Instant::now();
+    c.call(call).await?;
+    Ok(t.elapsed().as_secs_f64() * 1e3)
+}
+
+/// Opens `sessions` 2025-11-25 sessions on the first replica, each timed (`initialize` and
+/// `notifications/initialized`: the session's state is written to the database), and times one
+/// call of each session on that replica, then the first call of each on the second replica
+/// (which resumes it from the database: one read, the handshake replayed) and the next one
+/// there. Sessions alternate which replica they first call, so neither order is favoured.
+async fn measure_restores(
+    replicas: [SocketAddr; 2],
+    call: &ToolCall,
+    sessions: usize,
+) -> Result<Restores, BoxError> {
+    let ms = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1e3;
+    let (mut init, mut local, mut resumed, mut next) = (vec![], vec![], vec![], vec![]);
+    for i in 0..sessions {
+        let t = std::time::Instant::now();
+        let mut on_a =
+            Client::connect_as(replicas[0], "/mcp", STATEFUL, true, Some(AGENT_TOKEN)).await?;
+        init.push(ms(t));
+        let sid = on_a.session().ok_or("no session id")?.to_string();
+        let mut on_b = Client::connect_as(replicas[1], "/mcp", STATEFUL, false, Some(AGENT_TOKEN))
+            .await?
+            .with_session(sid);
+        if i % 2 == 0 {
+            local.push(timed(&mut on_a, call).await?);
+            resumed.push(timed(&mut on_b, call).await?);
+        } else {
+            resumed.push(timed(&mut on_b, call).await?);
+            local.push(timed(&mut on_a, call).await?);
+        }
+        next.push(timed(&mut on_b, call).await?);
+    }
+    Ok(Restores {
+        initialize_ms: median(init),
+        first_local_ms: median(local),
+        first_resumed_ms: median(resumed),
+        next_resumed_ms: median(next),
+    })
 }
 
 /// Starts both replicas (the first imports the project; the second reads it from the
@@ -217,7 +301,7 @@ fn measure_replicas(full: bool, dirs: &ReplicaDirs) -> Result<(), BoxError> {
                 RoundRobinProxy::start(vec![a.addr, b.addr]).await?,
             ),
         ];
-        run(full, &proxies).await
+        run(full, &proxies, [a.addr, b.addr]).await
     });
     drop(rt);
     a.stop();

@@ -72,6 +72,18 @@ impl Client {
         protocol: &'static str,
         handshake: bool,
     ) -> Result<Self, BoxError> {
+        Self::connect_as(addr, path, protocol, handshake, None).await
+    }
+
+    /// As [`Client::connect`], sending `Authorization: Bearer <bearer>` from the first request
+    /// on (the handshake included), as a server with per-agent auth needs.
+    pub async fn connect_as(
+        addr: SocketAddr,
+        path: &str,
+        protocol: &'static str,
+        handshake: bool,
+        bearer: Option<&str>,
+    ) -> Result<Self, BoxError> {
         let tcp = TcpStream::connect(addr).await?;
         tcp.set_nodelay(true)?;
         let (send, conn) =
@@ -86,7 +98,7 @@ impl Client {
             session: None,
             protocol,
             next_id: 1,
-            bearer: None,
+            bearer: bearer.map(str::to_string),
         };
         if handshake && protocol == STATEFUL {
             let (status, headers, _) = c
@@ -114,6 +126,18 @@ impl Client {
             }
         }
         Ok(c)
+    }
+
+    /// The session id the handshake was given, if any.
+    pub fn session(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
+    /// Sends `Mcp-Session-Id: <id>` with every later request (a session opened by another
+    /// client, perhaps on another server instance that shares its sessions).
+    pub fn with_session(mut self, id: impl Into<String>) -> Self {
+        self.session = Some(id.into());
+        self
     }
 
     /// Sends `Authorization: Bearer <token>` with every later request (a server with per-agent
@@ -278,11 +302,7 @@ pub async fn measure_as(
 ) -> Result<Point, BoxError> {
     let mut conns = Vec::with_capacity(clients);
     for _ in 0..clients {
-        let c = Client::connect(addr, path, protocol, handshake).await?;
-        conns.push(match bearer {
-            Some(t) => c.with_bearer(t),
-            None => c,
-        });
+        conns.push(Client::connect_as(addr, path, protocol, handshake, bearer).await?);
     }
     // Warm up each connection (and the server's session) before the clock starts.
     for c in &mut conns {

@@ -83,15 +83,31 @@ impl GatewayContext {
         let renderer = Renderer::new(catalog.clone())?;
         let store = database.open_rules(data_dir, catalog)?;
         let agents = AgentRegistry::new(data_dir.join("bridle.yaml"), config.agents.clone());
+        let sessions = Self::open_sessions(database)?;
         Ok(Arc::new(Self {
             store,
             renderer,
             config,
             agents,
-            sessions: SessionRegistry::default(),
+            sessions,
             audit: std::sync::OnceLock::new(),
             index_runs: crate::memory::IndexRuns::default(),
         }))
+    }
+
+    /// The sessions registry: in memory, shared with the other replicas through the database
+    /// when it is PostgreSQL.
+    fn open_sessions(database: &StateDatabase) -> Result<SessionRegistry, GatewayError> {
+        #[cfg(feature = "postgres")]
+        if let Some(db) = database.postgres() {
+            let ledger = crate::sessions::postgres::PgSessionLedger::open(db.clone())?;
+            return SessionRegistry::with_ledger(
+                SessionRegistry::default().idle(),
+                Arc::new(ledger),
+            );
+        }
+        let _ = database;
+        Ok(SessionRegistry::default())
     }
 
     /// A configured agent by name, as it is now (see [`GatewayContext::agents`]).

@@ -4,7 +4,8 @@
 //! files are the documents: one gateway process (and the command line) per data directory.
 //! `postgres://user@host:port/dbname` moves the review queue, decisions, change log, scope
 //! tickets and revisions, the vault (secrets, agent tokens and its audit table), the audit log,
-//! confirm tickets and the vendor-feed ledger into PostgreSQL (a build with the `postgres`
+//! confirm tickets, the vendor-feed ledger and the sessions registry (with the 2025-11-25
+//! sessions any replica resumes) into PostgreSQL (a build with the `postgres`
 //! feature): the database is then the source of truth
 //! for documents, each replica writes the YAML files of its own data directory out from it, and
 //! changes reach every replica through `LISTEN/NOTIFY`.

@@ -39,6 +39,7 @@ pub struct GatewayBuilder {
     watch_every: Duration,
     admin: Option<AdminListen>,
     shutdown_grace: Duration,
+    resumable_sessions: bool,
     #[cfg(feature = "traces")]
     telemetry: Option<crate::telemetry::Telemetry>,
 }
@@ -75,6 +76,7 @@ impl GatewayBuilder {
             watch_every: Duration::from_millis(250),
             admin: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            resumable_sessions: true,
             #[cfg(feature = "traces")]
             telemetry: None,
         }
@@ -95,6 +97,15 @@ impl GatewayBuilder {
     /// sessions and streams still open then are ended.
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.shutdown_grace = grace;
+        self
+    }
+
+    /// Whether, on a PostgreSQL state database, 2025-11-25 sessions are kept there so any
+    /// replica resumes a session another initialized (default `true`). Off, a session lives in
+    /// the replica that initialized it, and the load balancer must route by `Mcp-Session-Id`
+    /// (sticky sessions). No effect on the embedded default (one process).
+    pub fn resumable_sessions(mut self, on: bool) -> Self {
+        self.resumable_sessions = on;
         self
     }
 
@@ -137,6 +148,7 @@ impl GatewayBuilder {
         let (vault, key_created) = open_vault(&self.data_dir, &self.config)?;
         let database = crate::db::StateDatabase::open(&self.data_dir, &self.config, &vault)?;
         let ctx = GatewayContext::open_with(&self.data_dir, self.config, &database)?;
+        let session_store = session_store(&database, self.resumable_sessions)?;
         if ctx.config.audit.enabled {
             let log = database.open_audit(ctx.config.audit.log_config(&self.data_dir))?;
             ctx.set_audit(log);
@@ -210,6 +222,7 @@ impl GatewayBuilder {
             admin: self.admin,
             metrics,
             shutdown_grace: self.shutdown_grace,
+            session_store,
             #[cfg(feature = "traces")]
             telemetry: self.telemetry,
         })
@@ -228,6 +241,21 @@ impl GatewayBuilder {
     }
 }
 
+/// Where 2025-11-25 sessions are kept for the other replicas: the PostgreSQL state database
+/// unless `resumable` is off; none on the embedded default.
+fn session_store(
+    database: &crate::db::StateDatabase,
+    resumable: bool,
+) -> Result<Option<Arc<dyn kberg_server::SessionStore>>, GatewayError> {
+    #[cfg(feature = "postgres")]
+    if let Some(db) = database.postgres().filter(|_| resumable) {
+        let store = crate::sessions::postgres::PgSessionStore::open(db.clone())?;
+        return Ok(Some(Arc::new(store)));
+    }
+    let _ = (database, resumable);
+    Ok(None)
+}
+
 /// The assembled gateway.
 pub struct Gateway {
     data_dir: PathBuf,
@@ -244,6 +272,7 @@ pub struct Gateway {
     vendor_feed: Option<Arc<bridle_rules::vendor::VendorFeed>>,
     metrics: Arc<GatewayMetrics>,
     shutdown_grace: Duration,
+    session_store: Option<Arc<dyn kberg_server::SessionStore>>,
     #[cfg(feature = "traces")]
     telemetry: Option<crate::telemetry::Telemetry>,
 }
@@ -467,6 +496,9 @@ impl Gateway {
         };
         self.ctx.config.check_exposure(addr).map_err(invalid)?;
         let mut http = HttpConfig::new(addr).path(MCP_PATH).auth(self.auth.clone());
+        if let Some(store) = &self.session_store {
+            http = http.session_store(Arc::clone(store));
+        }
         if !self.ctx.config.allowed_hosts.is_empty() {
             http = http.allowed_hosts(self.ctx.config.allowed_hosts.iter().cloned());
         }
@@ -637,6 +669,7 @@ impl BoundGateway {
             Arc::clone(&g.vault),
             stop.clone(),
         ));
+        let sessions = tokio::spawn(g.ctx.sessions.clone().follow(stop.clone()));
         let admin = self
             .admin
             .map(|a| tokio::spawn(a.run(stop.clone().cancelled_owned())));
@@ -655,13 +688,15 @@ impl BoundGateway {
                 Err(e) => tracing::warn!(error = %e, "the admin API task failed"),
             }
         }
+        // The sessions registry's last changes reach the ledger before the process ends.
+        let _ = sessions.await;
         self.gateway.upstreams.shutdown().await;
         #[cfg(feature = "traces")]
         if let Some(t) = &self.gateway.telemetry {
             t.flush();
         }
-        // The rules store and the vault commit every change in its own transaction, so
-        // nothing is left to write; their connections close as the gateway is dropped.
+        // The rules store and the vault commit every change in its own transaction (and the
+        // sessions registry wrote its last changes above), so nothing is left to write; their connections close as the gateway is dropped.
         tracing::info!("the gateway has stopped");
         served.map_err(|e| GatewayError::Serve(format!("serving failed: {e}")))
     }

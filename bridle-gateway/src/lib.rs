@@ -14,7 +14,9 @@
 //!   persisted to `bridle.yaml`.
 //! - [`context`]: [`GatewayContext`], what every tool reads (rules store, renderer, agents), with
 //!   each agent's live grants.
-//! - [`sessions`]: the live registry of connected agents and sessions.
+//! - [`sessions`]: the live registry of connected agents and sessions, shared by replicas
+//!   through a ledger in PostgreSQL (with the store from which a replica resumes a 2025-11-25
+//!   session another initialized).
 //! - [`auth`]: bearer-token auth per agent.
 //! - [`tools`]: the gateway's own tools, one module per group.
 //! - [`resources`]: the rules as MCP resources and the watcher that notifies subscribers.

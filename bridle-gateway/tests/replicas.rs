@@ -499,3 +499,114 @@ async fn a_token_issued_rotated_or_revoked_on_replica_a_holds_on_replica_b() {
     a.stop().await;
     b.stop().await;
 }
+
+/// Polls `done` (with a deadline) until it holds.
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_seen_on_either_replica_are_listed_counted_and_ended_on_both() {
+    use kberg_agent::{McpSurface, ToolSurface};
+    use serde_json::json;
+    use tokio_util::sync::CancellationToken;
+
+    let cluster = PgCluster::shared();
+    let dbname = cluster.create_database();
+    let (a_dir, a_config) = data_dir(cluster, &dbname);
+    let (b_dir, b_config) = data_dir(cluster, &dbname);
+    let token = std::fs::read_to_string(a_dir.path().join("secrets/claude-token")).unwrap();
+    let b_token = std::fs::read_to_string(b_dir.path().join("secrets/claude-token")).unwrap();
+    let a = Replica::start(a_dir.path(), a_config).await;
+    a.ctx
+        .store
+        .create("demo", &demo_document(), "test")
+        .unwrap();
+    let b = Replica::start(b_dir.path(), b_config).await;
+    assert!(a.ctx.sessions.ledger().is_some(), "a shared registry");
+
+    // One session on each replica: a call made on A, one made and one refused on B.
+    let on_a = McpSurface::connect_http_with_bearer(&a.mcp, token.trim())
+        .await
+        .unwrap();
+    let r = on_a
+        .call("list_projects", json!({}), CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(!r.is_error, "{r:?}");
+    let on_b = McpSurface::connect_http_with_bearer(&b.mcp, b_token.trim())
+        .await
+        .unwrap();
+    let r = on_b
+        .call("list_projects", json!({}), CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(!r.is_error, "{r:?}");
+    let r = on_b
+        .call(
+            "approve_proposal",
+            json!({"id": 1}),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(r.is_error);
+
+    // Each replica lists both sessions, and counts the calls of both.
+    for (name, replica) in [("A", &a), ("B", &b)] {
+        until(&format!("{name} lists both sessions"), || {
+            replica.sessions_of("claude").len() == 2
+        })
+        .await;
+        until(&format!("{name} counts the calls of both"), || {
+            let c = replica.ctx.sessions.calls("claude");
+            (c.made, c.refused) == (2, 1)
+        })
+        .await;
+    }
+    let a_ids = a.sessions_of("claude");
+    let b_ids = b.sessions_of("claude");
+    let mut sorted_a = a_ids.clone();
+    sorted_a.sort();
+    let mut sorted_b = b_ids.clone();
+    sorted_b.sort();
+    assert_eq!(sorted_a, sorted_b);
+    let seen_on_a = a
+        .ctx
+        .sessions
+        .sessions()
+        .into_iter()
+        .find(|s| s.agent == "claude" && s.client_name.is_some())
+        .expect("the client's self-report travels with the session");
+    assert!(seen_on_a.requests >= 2, "{seen_on_a:?}");
+
+    // Both ended by an operator on B, A's own session included: A refuses it once it heard
+    // (the end is announced, it does not wait for A's next exchange with the ledger).
+    for id in &b_ids {
+        assert!(b.ctx.sessions.end(id), "B knows {id}");
+    }
+    until("A forgets the sessions B ended", || {
+        a.sessions_of("claude").is_empty()
+    })
+    .await;
+    for (name, surface) in [("A", &on_a), ("B", &on_b)] {
+        match surface
+            .call("list_projects", json!({}), CancellationToken::new())
+            .await
+        {
+            Err(_) => {}
+            Ok(r) => assert!(r.is_error, "{name} still served an ended session: {r:?}"),
+        }
+    }
+    // Ending one again on either replica is refused as unknown, and it stays ended.
+    assert!(!a.ctx.sessions.end(&b_ids[0]));
+    assert!(!b.ctx.sessions.end(&b_ids[0]));
+    assert!(a.sessions_of("claude").is_empty());
+
+    a.stop().await;
+    b.stop().await;
+}

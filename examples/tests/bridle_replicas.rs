@@ -11,6 +11,9 @@
 //! - Both replicas' admin APIs approve one proposal at the same moment (a barrier): exactly one
 //!   answers 200, the other 409 `already_decided`, and the audit log holds one approval.
 //! - An approval made on replica A's admin API reaches the agent listening to its rules on B.
+//! - The same agent on the 2025-11-25 handshake: its one session is resumed by B from the
+//!   database (every other request lands there), survives A, where it was initialized, killed
+//!   with SIGKILL, and is never resumed or served for another agent's token.
 //!
 //! The cluster is the throwaway one the bridle-rules and bridle-gateway tests start (`initdb` and
 //! `pg_ctl` on a free loopback port; `scripts/install-tools.sh` installs Debian's `postgresql`),
@@ -37,7 +40,7 @@ use std::time::{Duration, Instant};
 use bridle_support::{Reaped, Server, client_script, expect_line, lines_of, python};
 use pg_cluster::{PASSWORD, PgCluster};
 use proxy::RoundRobinProxy;
-use replica_dirs::{ADMIN_TOKEN, AGENT_TOKEN, PROJECT, ReplicaDirs};
+use replica_dirs::{ADMIN_TOKEN, AGENT_TOKEN, OTHER_TOKEN, PROJECT, ReplicaDirs};
 use serde_json::Value;
 
 /// The rules resource of the demo project for a claude agent.
@@ -239,10 +242,20 @@ fn the_python_agent_works_through_the_proxy_and_survives_a_replica_killed_mid_tr
     assert_eq!(skipped[1], 0);
     assert!(proxy.forwarded()[1] > before[1]);
 
-    // The review queue (read on B, the survivor): each accepted proposal exactly once, under
-    // the id the agent was given; an unanswered one at most once; nothing else.
-    let queue = b.get(
-        &rt,
+    // The review queue (read on B, the survivor).
+    each_accepted_proposal_once(&rt, &b, &seen);
+    no_secret_logged(&[&a, &b]);
+}
+
+/// The review queue (read on `survivor`): each proposal the agent saw accepted exactly once,
+/// under the id it was given; an unanswered one at most once; nothing else.
+fn each_accepted_proposal_once(
+    rt: &tokio::runtime::Runtime,
+    survivor: &Replica,
+    seen: &BTreeMap<usize, Seen>,
+) {
+    let queue = survivor.get(
+        rt,
         &format!("/queue?status=all&project={PROJECT}&limit=500"),
     );
     let items = queue["items"].as_array().unwrap();
@@ -255,7 +268,7 @@ fn the_python_agent_works_through_the_proxy_and_survives_a_replica_killed_mid_tr
             .or_default()
             .push(item["id"].as_u64().unwrap());
     }
-    for (i, outcome) in &seen {
+    for (i, outcome) in seen {
         let ids = by_guardrail
             .remove(format!("replica-{i}").as_str())
             .unwrap_or_default();
@@ -268,6 +281,87 @@ fn the_python_agent_works_through_the_proxy_and_survives_a_replica_killed_mid_tr
         by_guardrail.is_empty(),
         "unexpected proposals: {by_guardrail:?}"
     );
+}
+
+/// The status of a `tools/list` sent straight to `replica` in the 2025-11-25 session `sid`
+/// with `token`.
+fn in_session(rt: &tokio::runtime::Runtime, replica: &Replica, token: &str, sid: &str) -> u16 {
+    rt.block_on(async {
+        reqwest::Client::new()
+            .post(format!("http://{}/mcp", replica.addr))
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", sid)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    })
+}
+
+#[test]
+fn a_2025_11_25_session_resumes_on_the_other_replica_for_its_owner_only() {
+    const CALLS: usize = 16;
+    const PAUSE_AT: usize = 5;
+    let rt = runtime();
+    let (_dirs, mut a, b) = two_replicas(&rt);
+    let proxy = rt
+        .block_on(RoundRobinProxy::start(vec![a.addr, b.addr]))
+        .unwrap();
+
+    // The handshake goes to A (the proxy's first upstream); from the next request on, every
+    // other one reaches B, which resumes the session from the database.
+    let mut client = agent(
+        "legacy-traffic",
+        &proxy.url("/mcp"),
+        &CALLS.to_string(),
+        Some(PAUSE_AT),
+    );
+    let lines = lines_of(&mut client.0);
+    assert_eq!(expect_line(&lines, "connected "), "connected 2025-11-25");
+    let sid = expect_line(&lines, "SESSION ")
+        .trim_start_matches("SESSION ")
+        .to_string();
+    expect_line(&lines, "ok list-tools ");
+    let mut seen = BTreeMap::new();
+    read_outcomes(&lines, "PAUSED", &mut seen);
+    assert!(
+        seen.values().all(|s| matches!(s, Seen::Accepted(_))),
+        "{seen:?}"
+    );
+    let before = proxy.forwarded();
+    assert!(before.iter().all(|&n| n >= 3), "{before:?}");
+
+    // Another agent naming the session is told it does not exist, on either replica: B does
+    // not resume it for them, A (which created it) does not serve it to them.
+    assert_eq!(in_session(&rt, &b, OTHER_TOKEN, &sid), 404);
+    assert_eq!(in_session(&rt, &a, OTHER_TOKEN, &sid), 404);
+    // Its owner still is served on both.
+    assert_eq!(in_session(&rt, &b, AGENT_TOKEN, &sid), 200);
+    assert_eq!(in_session(&rt, &a, AGENT_TOKEN, &sid), 200);
+
+    // A, where it was initialized, is killed; the session goes on, on B alone.
+    writeln!(client.0.stdin.as_mut().unwrap(), "go").unwrap();
+    a.server.kill_now();
+    read_outcomes(&lines, "ok list-tools-after", &mut seen);
+    let status = client.0.wait().unwrap();
+    assert!(status.success(), "the agent failed: {status}");
+    assert_eq!(seen.len(), CALLS);
+    let failed: Vec<_> = seen
+        .iter()
+        .filter(|(_, s)| matches!(s, Seen::Failed(_)))
+        .collect();
+    assert!(failed.len() <= 1, "{failed:?}");
+    assert!(
+        matches!(seen.get(&(CALLS - 1)), Some(Seen::Accepted(_))),
+        "{seen:?}"
+    );
+    assert!(proxy.skipped()[0] >= 1, "{:?}", proxy.skipped());
+    assert_eq!(in_session(&rt, &b, OTHER_TOKEN, &sid), 404);
+    each_accepted_proposal_once(&rt, &b, &seen);
     no_secret_logged(&[&a, &b]);
 }
 
@@ -278,6 +372,7 @@ fn no_secret_logged(replicas: &[&Replica]) {
         let logged = r.server.logged();
         for (what, secret) in [
             ("the agent token", AGENT_TOKEN),
+            ("the other agent's token", OTHER_TOKEN),
             ("the admin credential", ADMIN_TOKEN),
             ("the database password", PASSWORD),
         ] {

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Authenticator, OpenAccess};
+use crate::session_store::SessionStore;
 
 /// How much a client may ask of the server. Each limit is enforced on the wire and answered
 /// with a stable status when exceeded (see the crate documentation).
@@ -121,6 +122,10 @@ pub struct HttpConfig {
     /// cancels it when its shutdown signal fires; users of [`router`](crate::router) cancel it
     /// themselves.
     pub shutdown: CancellationToken,
+    /// Where 2025-11-25 sessions are kept for other instances behind the same address, so one
+    /// resumes a session another initialized (see [`SessionStore`]). Default `None`: a
+    /// session lives in this process only, and a load balancer must route by session.
+    pub session_store: Option<Arc<dyn SessionStore>>,
 }
 
 impl std::fmt::Debug for HttpConfig {
@@ -131,6 +136,7 @@ impl std::fmt::Debug for HttpConfig {
             .field("limits", &self.limits)
             .field("allowed_hosts", &self.allowed_hosts)
             .field("allowed_origins", &self.allowed_origins)
+            .field("session_store", &self.session_store.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -146,6 +152,7 @@ impl Default for HttpConfig {
             allowed_origins: LOOPBACK_ORIGINS.iter().map(|s| s.to_string()).collect(),
             sse_keep_alive: Some(Duration::from_secs(15)),
             shutdown: CancellationToken::new(),
+            session_store: None,
         }
     }
 }
@@ -174,6 +181,13 @@ impl HttpConfig {
     /// Sets a shared authenticator.
     pub fn auth_arc(mut self, auth: Arc<dyn Authenticator>) -> Self {
         self.auth = auth;
+        self
+    }
+
+    /// Keeps 2025-11-25 sessions in `store`, so another instance behind the same address
+    /// resumes them (see [`SessionStore`]).
+    pub fn session_store(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.session_store = Some(store);
         self
     }
 

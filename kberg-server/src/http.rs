@@ -25,7 +25,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
@@ -62,8 +62,9 @@ struct GuardState {
     /// Serializes `initialize` so the session count check and the session's creation are one
     /// step (initializes are rare; calls never take this lock).
     initializing: tokio::sync::Mutex<()>,
-    /// Which principal created each live session.
-    owners: Mutex<HashMap<String, String>>,
+    /// Which principal created each live session (shared with the session store, which
+    /// records the owner of a session it resumes).
+    owners: crate::session_store::SessionOwners,
 }
 
 impl GuardState {
@@ -541,7 +542,8 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
     // Host and Origin are checked by the guard layer, which always runs first on this route;
     // rmcp's own copy of the check is switched off so each request checks (and clones) the
     // lists once.
-    let rmcp_config = StreamableHttpServerConfig::default()
+    let owners = crate::session_store::SessionOwners::default();
+    let mut rmcp_config = StreamableHttpServerConfig::default()
         .disable_allowed_hosts()
         .disable_allowed_origins()
         .with_sse_keep_alive(config.sse_keep_alive)
@@ -549,6 +551,12 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
         .with_json_response(true)
         .with_cancellation_token(config.shutdown.clone())
         .with_max_request_body_bytes(limits.max_body_bytes);
+    rmcp_config.session_store = config.session_store.as_ref().map(|store| {
+        Arc::new(crate::session_store::OwnedSessions {
+            store: Arc::clone(store),
+            owners: Arc::clone(&owners),
+        }) as Arc<dyn rmcp::transport::streamable_http_server::session::store::SessionStore>
+    });
     let service = StreamableHttpService::new(
         move || Ok(KbergHandler::new(Arc::clone(&shared))),
         Arc::clone(&sessions),
@@ -562,7 +570,7 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
         sessions,
         streams: StreamCounter::new(limits.max_listen_streams),
         initializing: tokio::sync::Mutex::new(()),
-        owners: Mutex::new(HashMap::new()),
+        owners,
     });
     Ok(Router::new()
         .route_service(&config.path, service)

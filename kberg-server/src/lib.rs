@@ -35,6 +35,7 @@ mod http;
 pub mod input;
 mod limits;
 mod peer;
+mod session_store;
 mod sessions;
 mod stdio;
 mod tasks;
@@ -45,6 +46,7 @@ pub use auth::{AuthError, Authenticator, BearerTokens, OpenAccess, bearer_token}
 pub use config::{HttpConfig, LOOPBACK_HOSTS, LOOPBACK_ORIGINS, Limits};
 pub use error::ServerError;
 pub use http::{HttpServer, router, serve};
+pub use session_store::{SessionStore, SessionStoreFailure, StoredSession};
 pub use stdio::{serve_io, serve_stdio};
 
 /// Re-exported so callers of [`router`] name the same router type.

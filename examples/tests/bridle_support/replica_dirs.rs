@@ -1,7 +1,7 @@
 //! Data directories of gateway replicas that share one PostgreSQL database, laid out on disk as
 //! an operator would: each replica its own `bridle.yaml` naming the same `database:`, the same
-//! master key file and the same admin credential file (as Docker secrets would be), and one
-//! agent, `claude`, whose token is a file secret.
+//! master key file and the same admin credential file (as Docker secrets would be), and two
+//! agents, `claude` and `codex`, whose tokens are file secrets.
 //!
 //! Only the first replica's directory holds `projects/demo.yaml` (the demo document, in which
 //! `claude` may propose): it is imported into the database when that replica opens it, and
@@ -18,6 +18,10 @@ use std::path::{Path, PathBuf};
 pub const AGENT: &str = "claude";
 /// Its bearer token (a file secret in each replica's `secrets/`).
 pub const AGENT_TOKEN: &str = "claude-replicas-token-0123456789abcdef";
+/// A second agent every replica knows (for what one agent must not do to another's session).
+pub const OTHER_AGENT: &str = "codex";
+/// Its bearer token.
+pub const OTHER_TOKEN: &str = "codex-replicas-token-fedcba9876543210";
 /// The admin credential every replica's admin API accepts (from `admin.token_file`).
 pub const ADMIN_TOKEN: &str = "bda_replicas-admin-0123456789abcdef";
 /// The project in the first replica's directory.
@@ -60,6 +64,11 @@ impl ReplicaDirs {
                 )
                 .expect("the agent token");
                 std::fs::write(
+                    d.join(format!("secrets/{OTHER_AGENT}-token")),
+                    format!("{OTHER_TOKEN}\n"),
+                )
+                .expect("the other agent's token");
+                std::fs::write(
                     d.join("bridle.yaml"),
                     format!(
                         "listen: 127.0.0.1:0\n\
@@ -67,7 +76,8 @@ impl ReplicaDirs {
                          database_password: file:pg-password\n\
                          vault:\n  master_key: {}\n\
                          admin:\n  token_file: {}\n\
-                         agents:\n  {AGENT}:\n    type: claude\n    token_secret: {AGENT}-token\n    projects: [{PROJECT}]\n",
+                         agents:\n  {AGENT}:\n    type: claude\n    token_secret: {AGENT}-token\n    projects: [{PROJECT}]\n  \
+                         {OTHER_AGENT}:\n    type: codex\n    token_secret: {OTHER_AGENT}-token\n    projects: [{PROJECT}]\n",
                         master_key.display(),
                         admin_token.display(),
                     ),

@@ -9,6 +9,10 @@ always in the SDK's default mode (`server/discover`, so 2026-07-28 where the ser
         not retried: its outcome is unknown), then lists the tools again. With PAUSE_AT, after
         call PAUSE_AT it prints `PAUSED` and waits for a line on stdin before going on.
 
+    python bridle_replicas_client.py legacy-traffic URL TOKEN PROJECT COUNT [PAUSE_AT]
+        As `traffic`, on the 2025-11-25 initialize handshake (one `Mcp-Session-Id` for the
+        whole run, whichever replica answers); prints `SESSION <id>` after connecting.
+
     python bridle_replicas_client.py propose URL TOKEN PROJECT GUARDRAIL
         Proposes one guardrail and prints `PROPOSED <proposal id>`.
 
@@ -41,9 +45,21 @@ def text_of(result):
     return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
 
 
-def client(url, token):
+def client(url, token, mode="auto", seen=None):
     http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    return Client(streamable_http_client(url, http_client=http), read_timeout_seconds=TIMEOUT_S)
+    if seen is not None:
+
+        async def remember_session(response):
+            sid = response.headers.get("mcp-session-id")
+            if sid:
+                seen["session"] = sid
+
+        http.event_hooks = {"request": [], "response": [remember_session]}
+    return Client(
+        streamable_http_client(url, http_client=http),
+        mode=mode,
+        read_timeout_seconds=TIMEOUT_S,
+    )
 
 
 def guardrail(project, gid):
@@ -63,9 +79,13 @@ async def list_tools(session, what):
     print(f"ok {what} {len(names)}", flush=True)
 
 
-async def traffic(url, token, project, count, pause_at):
-    async with client(url, token) as session:
+async def traffic(url, token, project, count, pause_at, mode="auto"):
+    seen = {}
+    async with client(url, token, mode, seen) as session:
         print(f"connected {session.protocol_version}", flush=True)
+        if mode == "legacy":
+            check("session" in seen, "the handshake assigned a session id")
+            print(f"SESSION {seen['session']}", flush=True)
         await list_tools(session, "list-tools")
         for i in range(count):
             try:
@@ -108,9 +128,10 @@ async def listen(url, token, project, gid):
 
 def main():
     mode, url, token, project, arg = sys.argv[1:6]
-    if mode == "traffic":
+    if mode in ("traffic", "legacy-traffic"):
         pause_at = int(sys.argv[6]) if len(sys.argv) > 6 else None
-        anyio.run(traffic, url, token, project, int(arg), pause_at)
+        sdk_mode = "legacy" if mode == "legacy-traffic" else "auto"
+        anyio.run(traffic, url, token, project, int(arg), pause_at, sdk_mode)
     elif mode == "propose":
         anyio.run(propose, url, token, project, arg)
     elif mode == "listen":

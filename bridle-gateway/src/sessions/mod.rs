@@ -1,0 +1,804 @@
+//! The live registry of connected agents and their sessions, for operators.
+//!
+//! Every authenticated request passes [`SessionRegistry::touch`] (from the gateway's
+//! authenticator): a 2025-11-25 client is tracked by its `Mcp-Session-Id` (from the first request
+//! after `initialize`), a 2026-07-28 client, which has no sessions on the wire, by its agent and
+//! protocol version header. Tool calls add the client's
+//! self-reported identity (`clientInfo`: recorded, never trusted for permissions) and, through
+//! the audit sink ([`SessionRegistry::audit_sink`]), count calls made and refused per agent.
+//!
+//! An operator can end a session: the next request that carries its id is refused, so the
+//! client must start a new session (and authenticate again). Sessions not seen for the idle
+//! timeout are dropped from the registry.
+//!
+//! One gateway keeps all of this in memory. Replicas on one PostgreSQL database share it
+//! through a [`SessionLedger`] ([`ledger`]; [`postgres`] with the feature): each replica still
+//! answers from memory, and [`SessionRegistry::follow`] exchanges what changed with the ledger
+//! every [`SYNC_EVERY`] (at once when a session is first seen or ended), so a request never
+//! waits for the database. An end reaches the other replicas through the ledger's
+//! announcements, sooner than the period.
+
+pub mod ledger;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use kberg_core::{AuditEvent, AuditOutcome, AuditSink, ClientInfo};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::GatewayError;
+pub use ledger::{ENDED_PREFIX, SessionBatch, SessionLedger, SessionSnapshot};
+
+/// How often a registry with a ledger exchanges what changed for what the other replicas
+/// wrote: the longest a session first seen on another replica, or a count, takes to show.
+pub const SYNC_EVERY: Duration = Duration::from_secs(1);
+
+/// How a connection speaks MCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Generation {
+    /// 2025-11-25 and earlier: `initialize`, `Mcp-Session-Id`.
+    Stateful,
+    /// 2026-07-28: stateless, `_meta` on every request.
+    Stateless,
+}
+
+/// What an operator sees of one session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionRecord {
+    /// The session id (`Mcp-Session-Id`), or `<agent>/stateless` for a 2026-07-28 client.
+    pub id: String,
+    /// The agent (its principal id).
+    pub agent: String,
+    /// The agent's configured type.
+    pub agent_type: Option<String>,
+    /// The client's self-reported name, when a call carried it.
+    pub client_name: Option<String>,
+    /// The client's self-reported version.
+    pub client_version: Option<String>,
+    /// The protocol generation.
+    pub generation: Generation,
+    /// The `MCP-Protocol-Version` the client sent, if any.
+    pub protocol_version: Option<String>,
+    /// When the gateway first saw it (milliseconds since the Unix epoch).
+    pub started_ms: u64,
+    /// When it last sent a request.
+    pub last_seen_ms: u64,
+    /// Requests it made.
+    pub requests: u64,
+}
+
+/// Calls made and refused by one agent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CallCounts {
+    /// Tool calls that ran.
+    pub made: u64,
+    /// Tool calls the gate or a tool refused.
+    pub refused: u64,
+}
+
+/// An event of the registry, for live streams.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum SessionEvent {
+    /// A session was seen for the first time.
+    Connected {
+        /// The session.
+        session: SessionRecord,
+    },
+    /// A session was ended by an operator or expired.
+    Disconnected {
+        /// The session id.
+        id: String,
+        /// The agent.
+        agent: String,
+        /// `ended` or `idle`.
+        reason: &'static str,
+    },
+    /// A tool call finished.
+    Call {
+        /// The agent.
+        agent: String,
+        /// The tool.
+        tool: String,
+        /// `ok` or the refusal code.
+        outcome: String,
+    },
+}
+
+/// What a registry with a ledger changed since it last wrote to it.
+#[derive(Default)]
+struct Unwritten {
+    /// Requests per session id (the record itself is read from the book when written).
+    touched: HashMap<String, u64>,
+    calls: HashMap<String, CallCounts>,
+    ended: Vec<String>,
+}
+
+#[derive(Default)]
+struct Book {
+    /// The live sessions: with a ledger, its last snapshot with this replica's changes since.
+    sessions: HashMap<String, SessionRecord>,
+    ended: HashMap<String, SystemTime>,
+    calls: HashMap<String, CallCounts>,
+    unwritten: Unwritten,
+}
+
+/// The live registry.
+#[derive(Clone)]
+pub struct SessionRegistry {
+    book: Arc<Mutex<Book>>,
+    events: tokio::sync::broadcast::Sender<SessionEvent>,
+    idle: Duration,
+    ledger: Option<Arc<dyn SessionLedger>>,
+    /// Wakes [`SessionRegistry::follow`] before its period (a session first seen or ended).
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl std::fmt::Debug for SessionRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionRegistry")
+            .field("idle", &self.idle)
+            .field("ledger", &self.ledger)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for SessionRegistry {
+    fn default() -> Self {
+        Self::new(Duration::from_secs(30 * 60))
+    }
+}
+
+fn ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl SessionRegistry {
+    /// A registry that forgets sessions not seen for `idle`.
+    pub fn new(idle: Duration) -> Self {
+        let (events, _) = tokio::sync::broadcast::channel(256);
+        Self {
+            book: Arc::new(Mutex::new(Book::default())),
+            events,
+            idle,
+            ledger: None,
+            wake: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// A registry shared with the other replicas through `ledger` (see
+    /// [`SessionRegistry::follow`]). It reads the ledger once here, so the sessions ended
+    /// recently on any replica are refused from the first request.
+    pub fn with_ledger(
+        idle: Duration,
+        ledger: Arc<dyn SessionLedger>,
+    ) -> Result<Self, GatewayError> {
+        let mut registry = Self::new(idle);
+        registry.ledger = Some(ledger);
+        registry.sync()?;
+        Ok(registry)
+    }
+
+    /// How long a session may go unseen before it is dropped.
+    pub fn idle(&self) -> Duration {
+        self.idle
+    }
+
+    /// The ledger this registry shares, if any.
+    pub fn ledger(&self) -> Option<&Arc<dyn SessionLedger>> {
+        self.ledger.as_ref()
+    }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        // A panic while holding the lock leaves plain data behind; keep serving.
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a request by `agent`. Returns `false` when the session was ended by an operator
+    /// (the request must be refused).
+    pub fn touch(
+        &self,
+        agent: &str,
+        agent_type: Option<&str>,
+        session_id: Option<&str>,
+        protocol_version: Option<&str>,
+    ) -> bool {
+        let now = SystemTime::now();
+        let stateless = protocol_version.is_some_and(|v| v >= "2026-07-28");
+        let (id, generation) = match session_id {
+            Some(s) => (s.to_string(), Generation::Stateful),
+            None if stateless => (format!("{agent}/stateless"), Generation::Stateless),
+            // A 2025-11-25 `initialize` (no session yet): the session appears with the
+            // requests that carry the id the server assigns.
+            None => return true,
+        };
+        let mut book = self.book();
+        if session_id.is_some() && book.ended.contains_key(&id) {
+            return false;
+        }
+        let idle = self.idle;
+        let expired: Vec<(String, String)> = book
+            .sessions
+            .values()
+            .filter(|s| {
+                now.duration_since(SystemTime::UNIX_EPOCH + Duration::from_millis(s.last_seen_ms))
+                    .is_ok_and(|d| d > idle)
+            })
+            .map(|s| (s.id.clone(), s.agent.clone()))
+            .collect();
+        for (sid, a) in expired {
+            book.sessions.remove(&sid);
+            let _ = self.events.send(SessionEvent::Disconnected {
+                id: sid,
+                agent: a,
+                reason: "idle",
+            });
+        }
+        book.ended
+            .retain(|_, at| now.duration_since(*at).is_ok_and(|d| d < idle * 2));
+        let shared = self.ledger.is_some();
+        match book.sessions.get_mut(&id) {
+            Some(s) if s.agent == agent => {
+                s.last_seen_ms = ms(now);
+                s.requests += 1;
+                if protocol_version.is_some() {
+                    s.protocol_version = protocol_version.map(str::to_string);
+                }
+                if shared {
+                    *book.unwritten.touched.entry(id).or_default() += 1;
+                }
+            }
+            // A session id presented by another agent than the one that opened it is not
+            // that session; the transport refuses it, the registry does not merge them.
+            Some(_) => {}
+            None => {
+                let record = SessionRecord {
+                    id: id.clone(),
+                    agent: agent.to_string(),
+                    agent_type: agent_type.map(str::to_string),
+                    client_name: None,
+                    client_version: None,
+                    generation,
+                    protocol_version: protocol_version.map(str::to_string),
+                    started_ms: ms(now),
+                    last_seen_ms: ms(now),
+                    requests: 1,
+                };
+                if shared {
+                    *book.unwritten.touched.entry(id.clone()).or_default() += 1;
+                    self.wake.notify_one();
+                }
+                book.sessions.insert(id, record.clone());
+                let _ = self
+                    .events
+                    .send(SessionEvent::Connected { session: record });
+            }
+        }
+        true
+    }
+
+    /// Records the client identity a call of `agent` carried, on the agent's most recent
+    /// session.
+    pub fn saw_client(&self, agent: &str, client: &ClientInfo) {
+        let mut book = self.book();
+        let Some(s) = book
+            .sessions
+            .values_mut()
+            .filter(|s| s.agent == agent)
+            .max_by_key(|s| s.last_seen_ms)
+        else {
+            return;
+        };
+        if s.client_name.as_deref() == Some(client.name.as_str())
+            && s.client_version.as_deref() == Some(client.version.as_str())
+        {
+            return;
+        }
+        s.client_name = Some(client.name.clone());
+        s.client_version = Some(client.version.clone());
+        if self.ledger.is_some() {
+            let id = s.id.clone();
+            book.unwritten.touched.entry(id).or_default();
+        }
+    }
+
+    /// Ends a session: it leaves the registry and its next request is refused. Returns whether
+    /// it was known.
+    pub fn end(&self, id: &str) -> bool {
+        let mut book = self.book();
+        let Some(s) = book.sessions.remove(id) else {
+            return false;
+        };
+        book.ended.insert(id.to_string(), SystemTime::now());
+        if self.ledger.is_some() {
+            book.unwritten.touched.remove(id);
+            book.unwritten.ended.push(id.to_string());
+            self.wake.notify_one();
+        }
+        let _ = self.events.send(SessionEvent::Disconnected {
+            id: id.to_string(),
+            agent: s.agent,
+            reason: "ended",
+        });
+        true
+    }
+
+    /// A session another replica ended (heard from the ledger): refused from now on here too.
+    fn heard_end(&self, id: &str) {
+        let mut book = self.book();
+        book.ended.insert(id.to_string(), SystemTime::now());
+        book.unwritten.touched.remove(id);
+        if let Some(s) = book.sessions.remove(id) {
+            let _ = self.events.send(SessionEvent::Disconnected {
+                id: id.to_string(),
+                agent: s.agent,
+                reason: "ended",
+            });
+        }
+    }
+
+    /// Writes what this replica changed to the ledger and reads back what every replica
+    /// wrote (blocking; nothing to do without a ledger). What could not be written stays to
+    /// be written next time.
+    pub fn sync(&self) -> Result<(), GatewayError> {
+        let Some(ledger) = &self.ledger else {
+            return Ok(());
+        };
+        let batch = self.unwritten_batch();
+        if let Err(e) = ledger.write(&batch) {
+            self.put_back(batch);
+            return Err(e);
+        }
+        let snapshot = ledger.read(self.idle)?;
+        self.apply(snapshot);
+        Ok(())
+    }
+
+    fn unwritten_batch(&self) -> SessionBatch {
+        let mut book = self.book();
+        let unwritten = std::mem::take(&mut book.unwritten);
+        SessionBatch {
+            touched: unwritten
+                .touched
+                .into_iter()
+                .filter_map(|(id, n)| book.sessions.get(&id).map(|s| (s.clone(), n)))
+                .collect(),
+            calls: unwritten.calls.into_iter().collect(),
+            ended: unwritten.ended,
+        }
+    }
+
+    fn put_back(&self, batch: SessionBatch) {
+        let mut book = self.book();
+        let unwritten = &mut book.unwritten;
+        for (s, n) in batch.touched {
+            *unwritten.touched.entry(s.id).or_default() += n;
+        }
+        for (agent, c) in batch.calls {
+            let mine = unwritten.calls.entry(agent).or_default();
+            mine.made += c.made;
+            mine.refused += c.refused;
+        }
+        let later = std::mem::replace(&mut unwritten.ended, batch.ended);
+        unwritten.ended.extend(later);
+    }
+
+    /// Makes the ledger's snapshot the book, with what this replica changed since it was
+    /// taken laid over it; publishes the sessions that appeared or left meanwhile.
+    fn apply(&self, snapshot: SessionSnapshot) {
+        let mut book = self.book();
+        for (id, at) in snapshot.ended {
+            book.ended
+                .entry(id)
+                .or_insert(SystemTime::UNIX_EPOCH + Duration::from_millis(at));
+        }
+        let mut sessions: HashMap<String, SessionRecord> = snapshot
+            .sessions
+            .into_iter()
+            .filter(|s| !book.ended.contains_key(&s.id))
+            .map(|s| (s.id.clone(), s))
+            .collect();
+        for (id, n) in &book.unwritten.touched {
+            let Some(mine) = book.sessions.get(id) else {
+                continue;
+            };
+            match sessions.get_mut(id) {
+                Some(s) if s.agent == mine.agent => {
+                    s.requests += n;
+                    s.last_seen_ms = s.last_seen_ms.max(mine.last_seen_ms);
+                    if mine.client_name.is_some() {
+                        s.client_name.clone_from(&mine.client_name);
+                        s.client_version.clone_from(&mine.client_version);
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    sessions.insert(id.clone(), mine.clone());
+                }
+            }
+        }
+        let mut calls = snapshot.calls;
+        for (agent, c) in &book.unwritten.calls {
+            let sum = calls.entry(agent.clone()).or_default();
+            sum.made += c.made;
+            sum.refused += c.refused;
+        }
+        for s in sessions.values() {
+            if !book.sessions.contains_key(&s.id) {
+                let _ = self
+                    .events
+                    .send(SessionEvent::Connected { session: s.clone() });
+            }
+        }
+        for s in book.sessions.values() {
+            if !sessions.contains_key(&s.id) && !book.ended.contains_key(&s.id) {
+                let _ = self.events.send(SessionEvent::Disconnected {
+                    id: s.id.clone(),
+                    agent: s.agent.clone(),
+                    reason: "idle",
+                });
+            }
+        }
+        book.sessions = sessions;
+        book.calls = calls;
+    }
+
+    /// Keeps this registry and its ledger in step until `stop`: every [`SYNC_EVERY`] (and at
+    /// once when a session is first seen or ended here) it writes what changed and reads what
+    /// every replica wrote; an end announced by any replica is refused here as soon as it is
+    /// heard. A last write when stopped. Returns at once without a ledger.
+    pub async fn follow(self, stop: CancellationToken) {
+        let Some(ledger) = self.ledger.clone() else {
+            return;
+        };
+        let mut ends = ledger.ends();
+        let mut tick = tokio::time::interval(SYNC_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = tick.tick() => {}
+                () = self.wake.notified() => {}
+                Some(m) = ends.recv() => {
+                    if let Some(id) = m.strip_prefix(ENDED_PREFIX) {
+                        self.heard_end(id);
+                        continue;
+                    }
+                    // (Re)listening: ends may have been missed; read the ledger again.
+                }
+            }
+            failing = self.sync_logged(failing).await;
+        }
+        self.sync_logged(failing).await;
+    }
+
+    /// [`SessionRegistry::sync`] on a blocking task; logs the first failure of a run of them
+    /// and the recovery. Returns whether it failed.
+    async fn sync_logged(&self, failing: bool) -> bool {
+        let registry = self.clone();
+        let outcome = tokio::task::spawn_blocking(move || registry.sync())
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        match outcome {
+            Ok(()) if failing => {
+                tracing::info!("the sessions ledger is reachable again");
+                false
+            }
+            Ok(()) => false,
+            Err(e) if !failing => {
+                tracing::warn!(error = %e, "the sessions ledger could not be synchronized; retrying");
+                true
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// Ends every session of `agent` (its token was revoked). Returns how many.
+    pub fn end_agent(&self, agent: &str) -> usize {
+        let ids: Vec<String> = self
+            .book()
+            .sessions
+            .values()
+            .filter(|s| s.agent == agent)
+            .map(|s| s.id.clone())
+            .collect();
+        ids.iter().filter(|id| self.end(id)).count()
+    }
+
+    /// The live sessions, most recently seen first.
+    pub fn sessions(&self) -> Vec<SessionRecord> {
+        let mut v: Vec<SessionRecord> = self.book().sessions.values().cloned().collect();
+        v.sort_by(|a, b| b.last_seen_ms.cmp(&a.last_seen_ms).then(a.id.cmp(&b.id)));
+        v
+    }
+
+    /// One session.
+    pub fn session(&self, id: &str) -> Option<SessionRecord> {
+        self.book().sessions.get(id).cloned()
+    }
+
+    /// Calls made and refused by `agent` since the gateway started (with a ledger: since the
+    /// state database was created, summed over every replica).
+    pub fn calls(&self, agent: &str) -> CallCounts {
+        self.book().calls.get(agent).copied().unwrap_or_default()
+    }
+
+    /// Counts a call of `agent` that ran (`ok`) or was refused.
+    fn count_call(&self, agent: &str, ok: bool) {
+        let mut book = self.book();
+        let add = |c: &mut CallCounts| {
+            if ok {
+                c.made += 1;
+            } else {
+                c.refused += 1;
+            }
+        };
+        add(book.calls.entry(agent.to_string()).or_default());
+        if self.ledger.is_some() {
+            add(book.unwritten.calls.entry(agent.to_string()).or_default());
+        }
+    }
+
+    /// A live stream of connects, disconnects and calls.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<SessionEvent> {
+        self.events.subscribe()
+    }
+
+    /// An audit sink that counts each agent's calls and publishes them as events; put it in
+    /// front of the gateway's real audit sink.
+    pub fn audit_sink(&self, next: Option<Arc<dyn AuditSink>>) -> Arc<dyn AuditSink> {
+        Arc::new(CountingSink {
+            registry: self.clone(),
+            next,
+        })
+    }
+}
+
+struct CountingSink {
+    registry: SessionRegistry,
+    next: Option<Arc<dyn AuditSink>>,
+}
+
+/// `ok`, or the stable code of the refusal a call ended in (`error` when it has none).
+pub(crate) fn outcome_code(outcome: &AuditOutcome) -> String {
+    match outcome {
+        AuditOutcome::Ok => "ok".to_string(),
+        other => serde_json::to_value(other)
+            .ok()
+            .and_then(|v| v.get("code").and_then(|c| c.as_str()).map(str::to_string))
+            .unwrap_or_else(|| "error".into()),
+    }
+}
+
+impl AuditSink for CountingSink {
+    fn record(&self, event: &AuditEvent) {
+        let outcome = outcome_code(&event.outcome);
+        self.registry.count_call(&event.principal, outcome == "ok");
+        let _ = self.registry.events.send(SessionEvent::Call {
+            agent: event.principal.clone(),
+            tool: event.tool.clone(),
+            outcome,
+        });
+        if let Some(next) = &self.next {
+            next.record(event);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_are_tracked_ended_and_refused_after() {
+        let r = SessionRegistry::default();
+        let mut events = r.subscribe();
+        assert!(r.touch("claude", Some("claude"), Some("s1"), Some("2025-11-25")));
+        assert!(r.touch("claude", Some("claude"), Some("s1"), None));
+        assert!(r.touch("codex", Some("codex"), None, Some("2026-07-28")));
+        let all = r.sessions();
+        assert_eq!(all.len(), 2);
+        let s1 = r.session("s1").expect("s1 is live");
+        assert_eq!(s1.requests, 2);
+        assert_eq!(s1.generation, Generation::Stateful);
+        assert_eq!(
+            r.session("codex/stateless").map(|s| s.generation),
+            Some(Generation::Stateless)
+        );
+        r.saw_client("claude", &ClientInfo::new("claude-code", "2.1"));
+        assert_eq!(
+            r.session("s1").and_then(|s| s.client_name),
+            Some("claude-code".into())
+        );
+        assert!(matches!(
+            events.try_recv(),
+            Ok(SessionEvent::Connected { .. })
+        ));
+        assert!(r.end("s1"));
+        assert!(!r.end("s1"));
+        assert!(
+            !r.touch("claude", Some("claude"), Some("s1"), None),
+            "an ended session is refused"
+        );
+        assert!(r.touch("claude", Some("claude"), Some("s2"), None));
+        assert_eq!(r.end_agent("claude"), 1);
+        assert!(r.sessions().iter().all(|s| s.agent != "claude"));
+    }
+
+    /// A ledger in memory, as two registries in one process share it (what PostgreSQL does
+    /// for replicas), with its ends fed to every subscriber.
+    #[derive(Debug, Default)]
+    struct MemoryLedger {
+        inner: Mutex<(
+            SessionSnapshot,
+            Vec<tokio::sync::mpsc::UnboundedSender<String>>,
+        )>,
+    }
+
+    impl SessionLedger for MemoryLedger {
+        fn write(&self, batch: &SessionBatch) -> Result<(), GatewayError> {
+            let mut g = self.inner.lock().expect("lock");
+            let (snap, subs) = &mut *g;
+            for id in &batch.ended {
+                snap.sessions.retain(|s| &s.id != id);
+                snap.ended.push((id.clone(), 1));
+                for tx in subs.iter() {
+                    let _ = tx.send(format!("{ENDED_PREFIX}{id}"));
+                }
+            }
+            for (s, n) in &batch.touched {
+                if snap.ended.iter().any(|(id, _)| *id == s.id) {
+                    continue;
+                }
+                match snap.sessions.iter_mut().find(|x| x.id == s.id) {
+                    Some(x) if x.agent == s.agent => {
+                        x.requests += n;
+                        x.last_seen_ms = x.last_seen_ms.max(s.last_seen_ms);
+                    }
+                    Some(_) => {}
+                    None => snap.sessions.push(SessionRecord {
+                        requests: *n,
+                        ..s.clone()
+                    }),
+                }
+            }
+            for (agent, c) in &batch.calls {
+                let sum = snap.calls.entry(agent.clone()).or_default();
+                sum.made += c.made;
+                sum.refused += c.refused;
+            }
+            Ok(())
+        }
+
+        fn read(&self, _idle: Duration) -> Result<SessionSnapshot, GatewayError> {
+            Ok(self.inner.lock().expect("lock").0.clone())
+        }
+
+        fn ends(&self) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            self.inner.lock().expect("lock").1.push(tx);
+            rx
+        }
+    }
+
+    /// A ledger that refuses every write (an unreachable database).
+    #[derive(Debug)]
+    struct DownLedger;
+
+    impl SessionLedger for DownLedger {
+        fn write(&self, _: &SessionBatch) -> Result<(), GatewayError> {
+            Err(GatewayError::Serve("the database is down".into()))
+        }
+        fn read(&self, _: Duration) -> Result<SessionSnapshot, GatewayError> {
+            Err(GatewayError::Serve("the database is down".into()))
+        }
+        fn ends(&self) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+            tokio::sync::mpsc::unbounded_channel().1
+        }
+    }
+
+    #[test]
+    fn replicas_sharing_a_ledger_see_one_registry_and_sum_the_counts() {
+        let ledger: Arc<dyn SessionLedger> = Arc::new(MemoryLedger::default());
+        let a =
+            SessionRegistry::with_ledger(Duration::from_secs(60), Arc::clone(&ledger)).expect("a");
+        let b = SessionRegistry::with_ledger(Duration::from_secs(60), ledger).expect("b");
+        assert!(a.touch("claude", Some("claude"), Some("s1"), Some("2025-11-25")));
+        assert!(a.touch("claude", Some("claude"), Some("s1"), None));
+        assert!(b.touch("codex", Some("codex"), None, Some("2026-07-28")));
+        a.count_call("claude", true);
+        b.count_call("claude", true);
+        assert!(
+            b.session("s1").is_none(),
+            "nothing shared before an exchange"
+        );
+        a.sync().expect("a writes");
+        b.sync().expect("b writes and reads");
+        a.sync().expect("a reads");
+        for r in [&a, &b] {
+            assert_eq!(r.sessions().len(), 2);
+            assert_eq!(r.session("s1").map(|s| s.requests), Some(2));
+            assert_eq!(r.calls("claude").made, 2);
+        }
+        // Touched on both: the counts add up, and what is unwritten shows locally at once.
+        assert!(b.touch("claude", None, Some("s1"), None));
+        assert_eq!(b.session("s1").map(|s| s.requests), Some(3));
+        b.sync().expect("b");
+        assert!(a.touch("claude", None, Some("s1"), None));
+        a.sync().expect("a");
+        b.sync().expect("b");
+        assert_eq!(a.session("s1").map(|s| s.requests), Some(4));
+        assert_eq!(b.session("s1").map(|s| s.requests), Some(4));
+        // Another agent presenting the id is not merged into it anywhere.
+        assert!(b.touch("codex", None, Some("s1"), None));
+        b.sync().expect("b");
+        assert_eq!(b.session("s1").map(|s| s.agent), Some("claude".into()));
+        // Ended on B: B refuses it at once, A once it heard (or after its next read).
+        let mut ends = b.ledger().expect("shared").ends();
+        assert!(b.end("s1"));
+        assert!(!b.touch("claude", None, Some("s1"), None));
+        b.sync().expect("b writes the end");
+        let heard = ends.try_recv().expect("the end is announced");
+        a.heard_end(heard.strip_prefix(ENDED_PREFIX).expect("an end"));
+        assert!(!a.touch("claude", None, Some("s1"), None), "A refuses it");
+        assert!(a.session("s1").is_none());
+        a.sync().expect("a");
+        assert!(a.session("s1").is_none(), "an end is not undone by a read");
+        // A third replica starting later refuses it from its first request.
+        let c = SessionRegistry::with_ledger(
+            Duration::from_secs(60),
+            Arc::clone(b.ledger().expect("shared")),
+        )
+        .expect("c");
+        assert!(!c.touch("claude", None, Some("s1"), None));
+        assert_eq!(c.calls("claude").made, 2);
+    }
+
+    #[test]
+    fn what_could_not_be_written_is_written_later() {
+        let r = SessionRegistry::new(Duration::from_secs(60));
+        let r = SessionRegistry {
+            ledger: Some(Arc::new(DownLedger)),
+            ..r
+        };
+        assert!(r.touch("claude", None, Some("s1"), None));
+        r.count_call("claude", false);
+        assert!(r.end("s1"));
+        assert!(r.touch("claude", None, Some("s2"), None));
+        assert!(r.sync().is_err());
+        let batch = r.unwritten_batch();
+        assert_eq!(batch.ended, ["s1"]);
+        assert_eq!(batch.touched.len(), 1);
+        assert_eq!(batch.touched[0].1, 1);
+        assert_eq!(
+            batch.calls,
+            [(
+                "claude".to_string(),
+                CallCounts {
+                    made: 0,
+                    refused: 1
+                }
+            )]
+        );
+        // And the local view kept serving meanwhile.
+        assert!(!r.touch("claude", None, Some("s1"), None));
+        assert_eq!(r.calls("claude").refused, 1);
+    }
+
+    #[test]
+    fn idle_sessions_expire() {
+        let r = SessionRegistry::new(Duration::ZERO);
+        assert!(r.touch("claude", None, Some("s1"), None));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(r.touch("codex", None, Some("s2"), None));
+        assert!(r.session("s1").is_none());
+    }
+}
