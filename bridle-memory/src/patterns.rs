@@ -257,6 +257,8 @@ pub struct PatternIndexConfig {
     /// the enclosing names, each item's signature and documentation): the chunk's code and its
     /// summary are embedded apart and the normalised sum of the two vectors is stored, so a short
     /// item's doc weighs as much as its body. One vector per chunk, the same on every store.
+    /// Off by default until `benches/benches/memory_retrieval.rs` (row
+    /// `ts-merged+outline+summary`) measures it ahead on both of its code bases.
     pub summaries: bool,
 }
 
@@ -269,7 +271,7 @@ impl Default for PatternIndexConfig {
             files: FileRules::default(),
             clone_timeout: Duration::from_secs(300),
             search: SearchMode::default(),
-            summaries: true,
+            summaries: false,
         }
     }
 }

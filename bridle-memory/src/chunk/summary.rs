@@ -5,9 +5,10 @@
 //! The summary keeps what says what the code is for: the file, the enclosing names, each
 //! item's signature (its lines at the chunk's outer indentation, a signature cut over several
 //! lines joined) and its documentation (doc comments at any depth, so a field's or variant's
-//! doc counts; a Python docstring; comment lines just above an item). The pipeline embeds both
-//! texts and stores their normalised sum as the chunk's vector
-//! ([`crate::patterns::PatternIndex::index`]), so every store searches it like any vector.
+//! doc counts; a Python docstring; comment lines just above an item). With
+//! [`crate::PatternIndexConfig::summaries`] the pipeline embeds both texts and stores their
+//! normalised sum as the chunk's vector ([`crate::PatternIndex::index`]), so every store
+//! searches it like any other vector.
 
 /// The summary of a chunk of `path` with enclosing names `context` (`impl Params > pub fn
 /// get`) and source `text`; `None` when nothing in the text is a signature or documentation
