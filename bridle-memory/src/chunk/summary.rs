@@ -119,10 +119,9 @@ fn doc_comment(t: &str, outer: bool) -> Option<&str> {
         if let Some(rest) = t.strip_prefix("//") {
             return Some(rest.trim());
         }
-        if !t.starts_with("#[") && !t.starts_with("#!") && !t.starts_with("#include") {
-            if let Some(rest) = t.strip_prefix('#') {
-                return Some(rest.trim());
-            }
+        let directive = t.starts_with("#[") || t.starts_with("#!") || t.starts_with("#include");
+        if let Some(rest) = t.strip_prefix('#').filter(|_| !directive) {
+            return Some(rest.trim());
         }
     }
     None
