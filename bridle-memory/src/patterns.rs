@@ -257,8 +257,8 @@ pub struct PatternIndexConfig {
     /// the enclosing names, each item's signature and documentation): the chunk's code and its
     /// summary are embedded apart and the normalised sum of the two vectors is stored, so a short
     /// item's doc weighs as much as its body. One vector per chunk, the same on every store.
-    /// Off by default until `benches/benches/memory_retrieval.rs` (row
-    /// `ts-merged+outline+summary`) measures it ahead on both of its code bases.
+    /// Off by default: `benches/benches/memory_retrieval.rs` (row `ts-merged+outline+summary`)
+    /// measured it behind on both of its code bases (figures in `benches/README.md`).
     pub summaries: bool,
 }
 
