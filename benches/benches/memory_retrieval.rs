@@ -455,6 +455,7 @@ async fn evaluate_pipeline(
     store: Arc<EmbeddedStore>,
     embedder: Arc<LocalEmbedder>,
     chunking: bridle_memory::chunk::ChunkConfig,
+    summaries: bool,
     qs: &[Question],
 ) -> Vec<Row> {
     // The fixture minus its questions and its own README.
@@ -469,6 +470,9 @@ async fn evaluate_pipeline(
         ..Default::default()
     };
     config.chunking = chunking;
+    config.summaries = summaries;
+    let is_default = chunking == bridle_memory::chunk::ChunkConfig::default()
+        && summaries == bridle_memory::PatternIndexConfig::default().summaries;
     let index = PatternIndex::with_config(store.clone(), embedder.clone(), config.clone());
     let repo = ExampleRepo {
         url: tree.path().display().to_string(),
@@ -480,12 +484,13 @@ async fn evaluate_pipeline(
         .scroll(&config.collection, None, None, 100_000)
         .await
         .expect("scroll");
+    // The sweep starts from the default chunks embedded without summaries (it adds them
+    // itself), on every code base: on a held-out one it only scores.
     if std::env::var_os("BRIDLE_RETRIEVAL_SWEEP").is_some()
         && std::env::var("BRIDLE_RETRIEVAL_EXPLAIN").map_or(
-            chunking == bridle_memory::chunk::ChunkConfig::default(),
+            chunking == bridle_memory::chunk::ChunkConfig::default() && !summaries,
             |e| e == name,
         )
-        && !corpus.all_held_out
     {
         sweep(&store, &embedder, &config.collection, &records, qs).await;
     }
@@ -533,7 +538,7 @@ async fn evaluate_pipeline(
         }
         rows.push(Row {
             chunker: name,
-            default: chunking == bridle_memory::chunk::ChunkConfig::default(),
+            default: is_default,
             ranking,
             chunks: report.chunks,
             truncated: over,
@@ -695,20 +700,26 @@ fn main() {
                     ..defaults
                 }
             };
-            for (name, chunking) in [
-                // Small named items merged with their neighbours, no outlines (how the previous
-                // round chunked, with this round's fixes to names and container heads).
-                ("ts-merged", with(false, false, 256)),
-                ("ts-merged+outline", with(false, true, 256)),
-                ("ts-kept+outline", with(true, true, 256)),
+            for (name, chunking, summaries) in [
+                // Small named items merged with their neighbours, no outlines (how round 2
+                // chunked, with its fixes to names and container heads).
+                ("ts-merged", with(false, false, 256), false),
+                ("ts-merged+outline", with(false, true, 256), false),
+                // The same chunks, each vector the normalised sum of its code's and its
+                // summary's (round 4).
+                ("ts-merged+outline+summary", with(false, true, 256), true),
+                ("ts-kept+outline", with(true, true, 256), false),
                 (
                     "ts-default-128",
                     with(defaults.keep_small_items, defaults.outline_types, 128),
+                    false,
                 ),
             ] {
                 if want(name) {
                     let (s, e) = (store.clone(), embedder.clone());
-                    rows.extend(evaluate_pipeline(name, corpus, s, e, chunking, &qs).await);
+                    rows.extend(
+                        evaluate_pipeline(name, corpus, s, e, chunking, summaries, &qs).await,
+                    );
                 }
             }
             rows
@@ -861,6 +872,88 @@ async fn sweep(
         out
     };
     vector_rankings.push(("pipeline", rank_in(collection.to_string()).await));
+    // Each chunk's summary embedded alone (chunks without one keep their code's score), then
+    // ranked by the summary, by the better of the two cosines, and (below) fused as a third list.
+    {
+        let summaries: Vec<Option<String>> = payloads
+            .iter()
+            .map(|p| {
+                let ty = field(p, "chunk_type");
+                (ty != "section" && ty != "window")
+                    .then(|| {
+                        bridle_memory::chunk::summary_text(
+                            &field(p, "file_path"),
+                            &field(p, "context"),
+                            &field(p, "text"),
+                        )
+                    })
+                    .flatten()
+            })
+            .collect();
+        let with: Vec<usize> = (0..payloads.len())
+            .filter(|&i| summaries[i].is_some())
+            .collect();
+        let texts: Vec<String> = with
+            .iter()
+            .map(|&i| bridle_memory::fit_input(embedder, summaries[i].as_deref().unwrap_or("")))
+            .collect();
+        let vectors = embedder.embed(&texts).await.expect("embed summaries");
+        eprintln!(
+            "sweep: {} of {} chunks have a summary",
+            with.len(),
+            payloads.len()
+        );
+        let all_scores = |coll: String| async move {
+            let mut out = Vec::new();
+            for v in qv {
+                let hits = store
+                    .search(&coll, v, None, records.len())
+                    .await
+                    .expect("search");
+                out.push(
+                    hits.iter()
+                        .filter_map(|h| slot.get(&h.id).map(|&i| (i, h.score)))
+                        .collect::<std::collections::HashMap<usize, f32>>(),
+                );
+            }
+            out
+        };
+        let coll = "sweep_summary".to_string();
+        store
+            .ensure_collection(&coll, CollectionConfig::cosine(embedder.dimension()))
+            .await
+            .expect("collection");
+        let points = with
+            .iter()
+            .zip(vectors)
+            .map(|(&i, v)| Point {
+                id: records[i].id,
+                vector: v,
+                payload: records[i].payload.clone(),
+            })
+            .collect();
+        store.upsert(&coll, points).await.expect("upsert");
+        let code = all_scores(collection.to_string()).await;
+        let summary = all_scores(coll.clone()).await;
+        let by = |score: &dyn Fn(usize, usize) -> f32| -> Rankings {
+            (0..qs.len())
+                .map(|q| {
+                    let mut r: Vec<(usize, f32)> =
+                        (0..payloads.len()).map(|i| (i, score(q, i))).collect();
+                    r.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                    r.into_iter().map(|(i, _)| i).collect()
+                })
+                .collect()
+        };
+        let c = |q: usize, i: usize| code[q].get(&i).copied().unwrap_or(-1.0);
+        let s = |q: usize, i: usize| summary[q].get(&i).copied().unwrap_or(c(q, i));
+        vector_rankings.push(("summary", by(&s)));
+        vector_rankings.push(("max(code, summary)", by(&|q, i| c(q, i).max(s(q, i)))));
+        vector_rankings.push((
+            "sum of cosines(code, summary)",
+            by(&|q, i| c(q, i) + s(q, i)),
+        ));
+    }
     let variants: TextsOf<'_> = vec![
         (
             "path+names+text",
@@ -1034,6 +1127,41 @@ async fn sweep(
                     report(format!("rrf {vn} + {kn} k={k} w={w}"), results);
                 }
             }
+        }
+    }
+    // Three lists: the code's vector ranking, the summary's, and BM25's.
+    let find = |n: &str| {
+        vector_rankings
+            .iter()
+            .find(|(v, _)| *v == n)
+            .map(|(_, r)| r)
+    };
+    if let (Some(code), Some(summary)) = (find("pipeline"), find("summary")) {
+        let kr = &kw_rankings[0].1;
+        for (wc, ws) in [
+            (1.0f32, 1.0f32),
+            (1.5, 1.0),
+            (1.0, 1.5),
+            (1.5, 1.5),
+            (0.75, 0.75),
+        ] {
+            let results = (0..qs.len())
+                .map(|q| {
+                    let mut s: std::collections::HashMap<usize, f32> = Default::default();
+                    for (list, w) in [(&code[q], wc), (&summary[q], ws), (&kr[q], 1.0)] {
+                        for (r, &i) in list.iter().take(depth).enumerate() {
+                            *s.entry(i).or_default() += w / (60.0 + r as f32 + 1.0);
+                        }
+                    }
+                    let mut all: Vec<(usize, f32)> = s.into_iter().collect();
+                    all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                    dedup(all.into_iter().map(|(i, _)| i).collect())
+                })
+                .collect();
+            report(
+                format!("rrf3 code w={wc} + summary w={ws} + keyword_text k=60"),
+                results,
+            );
         }
     }
 }

@@ -108,6 +108,18 @@ fn best_part_of_each_item(
         .collect()
 }
 
+/// `a + b` scaled to unit length (cosine similarity to it is the mean of the two directions'
+/// agreement); `a` itself when the sum is zero.
+fn sum_normalised(a: &[f32], b: &[f32]) -> Vec<f32> {
+    let sum: Vec<f32> = a.iter().zip(b).map(|(x, y)| x + y).collect();
+    let norm = sum.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 && norm.is_finite() {
+        sum.into_iter().map(|x| x / norm).collect()
+    } else {
+        a.to_vec()
+    }
+}
+
 /// Runs one search of `store` in `mode`.
 pub(crate) async fn search_store(
     store: &dyn VectorStore,
@@ -241,6 +253,13 @@ pub struct PatternIndexConfig {
     pub clone_timeout: Duration,
     /// How [`PatternIndex::search`] ranks.
     pub search: SearchMode,
+    /// Whether a chunk's vector also reads its summary ([`crate::chunk::Chunk::summary_text`]:
+    /// the enclosing names, each item's signature and documentation): the chunk's code and its
+    /// summary are embedded apart and the normalised sum of the two vectors is stored, so a short
+    /// item's doc weighs as much as its body. One vector per chunk, the same on every store.
+    /// Off by default: `benches/benches/memory_retrieval.rs` (row `ts-merged+outline+summary`)
+    /// measured it behind on both of its code bases (figures in `benches/README.md`).
+    pub summaries: bool,
 }
 
 impl Default for PatternIndexConfig {
@@ -252,6 +271,7 @@ impl Default for PatternIndexConfig {
             files: FileRules::default(),
             clone_timeout: Duration::from_secs(300),
             search: SearchMode::default(),
+            summaries: false,
         }
     }
 }
@@ -374,13 +394,27 @@ impl PatternIndex {
         for batch in chunks.chunks(self.config.batch_size.max(1)) {
             // The path and the containers' headers give the model context the snippet alone
             // lacks; the chunker sized them to fit, `fit_input` makes sure of it.
-            let texts: Vec<String> = batch
+            let mut texts: Vec<String> = batch
                 .iter()
                 .map(|(p, c)| fit_input(self.embedder.as_ref(), &c.embedding_text(p)))
                 .collect();
+            // Each chunk's summary, when it has one, is embedded in the same request, after
+            // the code texts: `summary_of[i]` is its index in `texts`.
+            let mut summary_of = vec![None; batch.len()];
+            if self.config.summaries {
+                for (i, (p, c)) in batch.iter().enumerate() {
+                    if let Some(s) = c.summary_text(p) {
+                        summary_of[i] = Some(texts.len());
+                        texts.push(fit_input(self.embedder.as_ref(), &s));
+                    }
+                }
+            }
             let v = self.embedder.embed(&texts).await?;
             super::embed::check_vectors(self.embedder.dimension(), texts.len(), &v)?;
-            vectors.extend(v);
+            vectors.extend(summary_of.iter().enumerate().map(|(i, s)| match s {
+                Some(s) => sum_normalised(&v[i], &v[*s]),
+                None => v[i].clone(),
+            }));
             progress
                 .report(ProgressEvent::Embedded {
                     done: vectors.len(),

@@ -703,3 +703,93 @@ async fn a_refresh_dropped_midway_changes_nothing() {
         .expect("a later refresh completes");
     assert_eq!((report.files, report.replaced), (3, 10));
 }
+
+/// Records every text it is asked to embed, and embeds like [`HashingEmbedder`].
+#[derive(Debug, Default)]
+struct RecordingEmbedder {
+    asked: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl Embedder for RecordingEmbedder {
+    fn dimension(&self) -> usize {
+        64
+    }
+    fn model(&self) -> &str {
+        "recording"
+    }
+    async fn embed(&self, texts: &[String]) -> bridle_memory::Result<Vec<Vec<f32>>> {
+        self.asked
+            .lock()
+            .expect("lock")
+            .extend(texts.iter().cloned());
+        Ok(texts
+            .iter()
+            .map(|t| HashingEmbedder::new(64).vector(t))
+            .collect())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn summaries_are_embedded_beside_the_code_and_add_no_point() {
+    let dir = tempfile::tempdir().expect("temp");
+    let repo = dir.path().join("repo");
+    write_tree(
+        &repo,
+        &[(
+            "src/params.rs",
+            "pub struct Params {\n    vec: Vec<(String, String)>,\n}\n\nimpl Params {\n    /// Returns the value of the first parameter registered under the given key.\n    pub fn get(&self, key: &str) -> Option<&str> {\n        let found = self.vec.iter().find(|p| p.0 == key);\n        found.map(|p| p.1.as_str())\n    }\n}\n",
+        )],
+    );
+    let mut stored = Vec::new();
+    for summaries in [false, true] {
+        let store = Arc::new(EmbeddedStore::open_in_memory().expect("store"));
+        let embedder = Arc::new(RecordingEmbedder::default());
+        let index = PatternIndex::with_config(
+            store.clone(),
+            embedder.clone(),
+            PatternIndexConfig {
+                summaries,
+                ..PatternIndexConfig::default()
+            },
+        );
+        let report = index
+            .index(
+                &tags("params", "rust", &repo.display().to_string()),
+                &NoProgress,
+            )
+            .await
+            .expect("index");
+        let asked = embedder.asked.lock().expect("lock").clone();
+        let summary = asked.iter().find(|t| {
+            t.starts_with("src/params.rs\n")
+                && t.contains("Returns the value of the first parameter")
+                && !t.contains("self.vec.iter()")
+        });
+        if summaries {
+            let s = summary.expect("the method's summary was embedded");
+            assert!(
+                s.contains("pub fn get(&self, key: &str) -> Option<&str>"),
+                "{s}"
+            );
+            assert!(asked.len() > report.chunks, "{asked:?}");
+        } else {
+            assert!(summary.is_none(), "{asked:?}");
+            assert_eq!(asked.len(), report.chunks);
+        }
+        let hits = index
+            .search_with(
+                "value of the first parameter registered under the given key",
+                None,
+                5,
+                bridle_memory::SearchMode::Vector,
+            )
+            .await
+            .expect("search");
+        assert!(hits[0].context.ends_with("pub fn get"), "{hits:?}");
+        stored.push((report.chunks, hits[0].score));
+    }
+    // The same chunks either way; the summary moves the method's vector towards its doc.
+    assert_eq!(stored[0].0, stored[1].0);
+    assert!(stored[1].1 > stored[0].1, "{stored:?}");
+}

@@ -26,10 +26,13 @@
 //! tree looks like every non-blank line of the file ends up in exactly one chunk.
 
 mod outline;
+mod summary;
 pub mod syntax;
 pub mod text;
 
 use serde::{Deserialize, Serialize};
+
+pub use summary::summary_text;
 
 /// What a chunk is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -223,6 +226,16 @@ impl Chunk {
     /// and a type's outline.
     pub fn embedding_text(&self, path: &str) -> String {
         embedding_text_with_outline(path, &self.header, &self.text, &self.outline)
+    }
+
+    /// The second text embedded for this chunk: the path, the enclosing names, and each item's
+    /// signature and documentation ([`summary_text`]); `None` for Markdown sections, windows,
+    /// and chunks with neither signature nor documentation.
+    pub fn summary_text(&self, path: &str) -> Option<String> {
+        match self.chunk_type {
+            ChunkType::Section | ChunkType::Window => None,
+            _ => summary_text(path, &self.context_path(), &self.text),
+        }
     }
 }
 
