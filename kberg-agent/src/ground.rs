@@ -494,4 +494,96 @@ mod tests {
         assert!(g.check(&json!({"note": 5}), &named).is_none());
         assert!(g.check(&json!({"note": 6}), &named).unwrap().is_id);
     }
+
+    #[test]
+    fn text_must_be_the_users_whole_words_unless_composed() {
+        let none = HashMap::new();
+        let composed = HashSet::new();
+        let schema = json!({"type": "object", "properties": {
+            "note_id": {"type": "string"},
+            "tag": {"type": "string"},
+            "color": {"type": "string", "enum": ["red"]},
+            "due": {"type": "string", "format": "date"},
+            "priority": {"type": "integer"},
+        }});
+        let g = grounds(
+            "Tag note 17 with \"Work-Urgent\".",
+            &[("note_id 17 tags: health", false)],
+        );
+        assert_eq!(words_of("  Work-Urgent. "), "work urgent");
+        for ok in ["work urgent", "WORK", "urgent!", "", "--"] {
+            assert_eq!(
+                g.check_text(
+                    &json!({"note_id": "x", "tag": ok}),
+                    &schema,
+                    &none,
+                    &composed
+                ),
+                None,
+                "{ok}"
+            );
+        }
+        // Copied from a result, part of a word, or words not side by side: no source.
+        for bad in ["health", "wor", "urgent work"] {
+            let u = g
+                .check_text(&json!({"tag": bad}), &schema, &none, &composed)
+                .unwrap();
+            assert!(u.is_text && !u.is_id && u.argument == "tag", "{bad}");
+        }
+        // Ids, enums, formats, non-strings, undeclared and composed arguments are not checked.
+        let skip = json!({"note_id": "abc", "color": "red", "due": "2026-12-03", "priority": 9, "other": "x"});
+        assert_eq!(g.check_text(&skip, &schema, &none, &composed), None);
+        let named = HashMap::from([("tag".to_string(), "search".to_string())]);
+        assert_eq!(
+            g.check_text(&json!({"tag": "health"}), &schema, &named, &composed),
+            None
+        );
+        let composed = HashSet::from(["tag".to_string()]);
+        assert_eq!(
+            g.check_text(&json!({"tag": "health"}), &schema, &none, &composed),
+            None
+        );
+    }
+
+    #[test]
+    fn a_write_is_requested_when_it_carries_a_new_value_from_the_user() {
+        let none = HashSet::new();
+        let g = grounds(
+            "Tag note 63 with both work and urgent",
+            &[("note_id 63 tags: health; note_id 17", false)],
+        );
+        let first = json!({"note_id": 63, "tag": "work"});
+        assert_eq!(
+            g.user_values(&first, &none),
+            HashSet::from(["n:63".to_string(), "t:work".to_string()])
+        );
+        let used = g.user_values(&first, &none);
+        assert_eq!(
+            g.new_user_values(&json!({"note_id": 63, "tag": "urgent"}), &used, &none),
+            1
+        );
+        assert_eq!(
+            g.new_user_values(
+                &json!({"note_id": "63", "tag": ["work", "urgent"]}),
+                &used,
+                &none
+            ),
+            1
+        );
+        // Values from a result (an id, a tag) and the user's values again: nothing new.
+        assert_eq!(
+            g.new_user_values(&json!({"note_id": 17, "tag": "work"}), &used, &none),
+            0
+        );
+        assert_eq!(
+            g.new_user_values(&json!({"note_id": 63, "tag": "health"}), &used, &none),
+            0
+        );
+        // Composed arguments are not the user's values.
+        let skip = HashSet::from(["tag".to_string()]);
+        assert_eq!(
+            g.new_user_values(&json!({"note_id": 63, "tag": "urgent"}), &used, &skip),
+            0
+        );
+    }
 }
