@@ -240,6 +240,15 @@ pub fn variants() -> Vec<Variant> {
             fired: |i| i.writes_held > 0,
         },
         Variant {
+            // The three together: the loop as it was before them (round 2's defaults).
+            name: "no-request-bounds",
+            config: b()
+                .ground_write_text(false)
+                .stop_unrequested_writes(false)
+                .hold_writes_after_reads(false),
+            fired: |i| i.ungrounded_texts + i.unrequested_writes + i.writes_held > 0,
+        },
+        Variant {
             name: "no-forget-old-failures",
             config: b().forget_old_failures(false),
             fired: |i| i.failures_forgotten > 0,
