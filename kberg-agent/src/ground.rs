@@ -295,14 +295,62 @@ fn labelled_in(text: &str, name: &str, value: &str) -> bool {
 }
 
 /// `text` in lower case with every run of characters other than letters and digits made one
-/// space, trimmed: `"Call Mom."` and `call  mom` are both `call mom`.
+/// space, trimmed: `"Call Mom."` and `call  mom` are both `call mom`. HTML escapes of
+/// punctuation are punctuation first (`Milk &#34;`, even escaped twice as `Milk &amp;#34`, is
+/// `milk`): servers that constrain calls to a grammar write quotes that way.
 pub(crate) fn words_of(text: &str) -> String {
-    let lower = text.to_lowercase();
+    let lower = unescape_punctuation(&text.to_lowercase());
     lower
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `text` (lower case) with `&amp;` undone, then the escapes of punctuation (`&#34;`, `&#x27;`,
+/// `&quot;`, `&apos;`, `&lt;`, `&gt;`, the final `;` optional) made a space. Escapes of letters
+/// or digits are left alone, so no word appears that the text did not hold.
+fn unescape_punctuation(text: &str) -> String {
+    let mut s = text.to_string();
+    while s.contains("&amp;") {
+        s = s.replace("&amp;", "&");
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s.as_str();
+    while let Some(at) = rest.find('&') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let name_len = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '#'))
+            .unwrap_or(after.len());
+        let name = &after[..name_len];
+        let code = if let Some(hex) = name.strip_prefix("#x") {
+            u32::from_str_radix(hex, 16).ok()
+        } else if let Some(dec) = name.strip_prefix('#') {
+            dec.parse::<u32>().ok()
+        } else {
+            match name {
+                "quot" => Some(34),
+                "apos" => Some(39),
+                "lt" => Some(60),
+                "gt" => Some(62),
+                _ => None,
+            }
+        };
+        match code.and_then(char::from_u32) {
+            Some(c) if c.is_ascii_punctuation() => {
+                out.push(' ');
+                let skip = name_len + usize::from(after[name_len..].starts_with(';'));
+                rest = &after[skip..];
+            }
+            _ => {
+                out.push('&');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The numbers in `text`: runs of digits (with one decimal point), and English number words
@@ -511,6 +559,14 @@ mod tests {
             &[("note_id 17 tags: health", false)],
         );
         assert_eq!(words_of("  Work-Urgent. "), "work urgent");
+        assert_eq!(words_of("Milk &#34;"), "milk");
+        assert_eq!(words_of("Milk &amp;#34"), "milk");
+        assert_eq!(
+            words_of("&quot;Work&quot; &#x27;urgent&#39;"),
+            "work urgent"
+        );
+        // An escape of a letter, or no escape at all, stays as written.
+        assert_eq!(words_of("a &#65; b & c &nbsp;"), "a 65 b c nbsp");
         for ok in ["work urgent", "WORK", "urgent!", "", "--"] {
             assert_eq!(
                 g.check_text(
