@@ -103,6 +103,8 @@ enum AnswerNow {
     Repeat,
     /// The model was asked to answer in words.
     Words,
+    /// A write the user did not ask for was held: the request is done.
+    Done,
 }
 
 struct Run<'a> {

@@ -5,7 +5,7 @@
 //! to help or to cost nothing, so an app can turn off what does not suit its tools. Each option's
 //! documentation says what it does and what the model is told.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::message::{ChatOptions, ToolChoice};
 
@@ -40,6 +40,8 @@ pub struct AgentConfig {
     pub first_turn_tool_choice: Option<ToolChoice>,
     /// Never run an identical call of a tool that is not read-only twice in one run, and answer
     /// the model's repeat with the earlier result followed by an answer-only turn (default true).
+    /// An app whose writes are meant to repeat turns off
+    /// [`AgentConfig::stop_unrequested_writes`] too: a repeat carries nothing new.
     pub dedupe_writes: bool,
     /// Run identical calls (same tool, same arguments) within one turn once (default true).
     /// Small models write the same call several times in one message; the copies are dropped
@@ -114,6 +116,33 @@ pub struct AgentConfig {
     /// handle the run never issued is answered with a repair turn, never sent. Once a run has
     /// issued a handle, an argument that is exactly `#` and digits is read as a handle.
     pub id_handles: bool,
+    /// Do not run a write whose text argument (a string the schema declares without `enum` or
+    /// `format`, not an id) is not in the user's own words, as whole words; tell the model the
+    /// value has no source and quote the request (default true). It stops a tag or a title
+    /// copied from a record just read and a note nobody asked for. Arguments the model is meant
+    /// to write itself (a summary, a message) are named with
+    /// [`AgentConfig::composed_argument`] and never checked.
+    pub ground_write_text: bool,
+    /// Text arguments the model composes itself, exempt from [`AgentConfig::ground_write_text`]
+    /// and never counted as the user's values.
+    pub composed_arguments: HashSet<String>,
+    /// Once a write has succeeded in the run, do not run a further write that the user did not
+    /// ask for, and make the next turn answer-only (default true). A write is *requested* when
+    /// it carries a value from the user's own words (a number the user gave, a text in the
+    /// user's words, an id the user gave) that no write that succeeded in this run carried:
+    /// "tag note 63 with work and urgent" requests two `add_tag` calls, one per tag, but after
+    /// `set_priority` of note 42 to 5, an `add_tag` or `add_note` whose values come from a
+    /// result, or reuse the 42 and the 5, is not requested. The model is told what succeeded
+    /// and asked to answer in words. Turn it off for apps whose requests fan out over records a
+    /// search finds ("tag all my health notes"): the second record's write reuses the user's
+    /// values and would be held.
+    pub stop_unrequested_writes: bool,
+    /// Within one turn, do not run a write listed after a read that ran in that turn: the model
+    /// wrote it before it saw the read's result (default true). The model is told to call it
+    /// again, with values from the result, if it is still needed. A read answered from an
+    /// earlier result (a repeat, [`AgentConfig::guard_repeated_reads`]) does not hold a write:
+    /// its result was seen.
+    pub hold_writes_after_reads: bool,
 }
 
 impl Default for AgentConfig {
@@ -146,6 +175,10 @@ impl Default for AgentConfig {
             split_array_arguments: true,
             forget_old_failures: true,
             id_handles: false,
+            ground_write_text: true,
+            composed_arguments: HashSet::new(),
+            stop_unrequested_writes: true,
+            hold_writes_after_reads: true,
         }
     }
 }
@@ -314,6 +347,31 @@ impl AgentConfig {
         self
     }
 
+    /// Turns the source check of write text arguments on or off.
+    pub fn ground_write_text(mut self, on: bool) -> Self {
+        self.ground_write_text = on;
+        self
+    }
+
+    /// Names a text argument the model composes itself (a summary, a message body), exempt
+    /// from [`AgentConfig::ground_write_text`].
+    pub fn composed_argument(mut self, argument: impl Into<String>) -> Self {
+        self.composed_arguments.insert(argument.into());
+        self
+    }
+
+    /// Turns holding back writes the user did not ask for on or off.
+    pub fn stop_unrequested_writes(mut self, on: bool) -> Self {
+        self.stop_unrequested_writes = on;
+        self
+    }
+
+    /// Turns holding back writes listed after a read in the same turn on or off.
+    pub fn hold_writes_after_reads(mut self, on: bool) -> Self {
+        self.hold_writes_after_reads = on;
+        self
+    }
+
     /// Every small-model behaviour off: the loop as it was before they existed (structured and
     /// recovered calls, repair turns, repeated-write guard, coercion only). For comparison.
     pub fn without_small_model_guards(mut self) -> Self {
@@ -332,6 +390,9 @@ impl AgentConfig {
         self.split_array_arguments = false;
         self.forget_old_failures = false;
         self.id_handles = false;
+        self.ground_write_text = false;
+        self.stop_unrequested_writes = false;
+        self.hold_writes_after_reads = false;
         self
     }
 }

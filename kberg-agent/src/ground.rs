@@ -13,11 +13,22 @@
 //! - a number argument must appear in the user's words (digits, or English number words up to
 //!   ninety-nine: "forty-two", "five").
 //!
-//! Other values (text, flags, lists) are not checked: a model composes them. A write that fails
-//! the check is not run; the model is told which value has no source and shown the user's
-//! request, and may try again (see [`crate::AgentConfig::ground_write_arguments`]).
+//! - with [`crate::AgentConfig::ground_write_text`], a text argument (a string the schema
+//!   declares as such, without `enum` or `format`) must appear in the user's words, as whole
+//!   words (`"Call mom"` in `Add a note titled "Call mom"`), unless the app names it with
+//!   [`crate::AgentConfig::composed_argument`] (a summary the model writes itself).
+//!
+//! Flags and other values are not checked. A write that fails the check is not run; the model
+//! is told which value has no source and shown the user's request, and may try again (see
+//! [`crate::AgentConfig::ground_write_arguments`]).
+//!
+//! The same sources define which writes the user asked for
+//! ([`Grounds::new_user_values`], [`crate::AgentConfig::stop_unrequested_writes`]): a write
+//! carries values from the user's words, and once a write succeeded, a further one is
+//! requested only when it carries a value from the user's words that no successful write of
+//! the run carried yet.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -29,6 +40,8 @@ use crate::message::Message;
 pub(crate) struct Grounds {
     user_numbers: Vec<f64>,
     user_text: String,
+    /// The user's words as [`words_of`] spells them, with a space at each end.
+    user_words: String,
     result_text: String,
 }
 
@@ -41,6 +54,8 @@ pub(crate) struct Ungrounded {
     pub value: String,
     /// Whether it is an id argument (ids may also come from tool results).
     pub is_id: bool,
+    /// Whether it is a text argument ([`Grounds::check_text`]).
+    pub is_text: bool,
 }
 
 /// Whether an argument name is an id by its spelling.
@@ -59,6 +74,9 @@ impl Grounds {
                     g.user_numbers.extend(numbers_in(content));
                     g.user_text.push_str(&content.to_lowercase());
                     g.user_text.push('\n');
+                    g.user_words.push(' ');
+                    g.user_words.push_str(&words_of(content));
+                    g.user_words.push(' ');
                 }
                 Message::Tool {
                     content,
@@ -93,8 +111,110 @@ impl Grounds {
                 argument: name.clone(),
                 value: value.to_string(),
                 is_id,
+                is_text: false,
             })
         })
+    }
+
+    /// The first text argument of `arguments` that is not in the user's words, if any. A text
+    /// argument is one the tool's `schema` declares with `"type": "string"` and neither `enum`
+    /// nor `format`, that is not an id (by name or in `id_args`, checked by [`Grounds::check`])
+    /// and not named in `composed`. An empty string, or one without letters or digits, passes.
+    pub(crate) fn check_text(
+        &self,
+        arguments: &Value,
+        schema: &Value,
+        id_args: &HashMap<String, String>,
+        composed: &HashSet<String>,
+    ) -> Option<Ungrounded> {
+        let args = arguments.as_object()?;
+        let props = schema.get("properties")?.as_object()?;
+        args.iter().find_map(|(name, value)| {
+            let Value::String(text) = value else {
+                return None;
+            };
+            let prop = props.get(name)?;
+            let is_text = prop.get("type").and_then(Value::as_str) == Some("string")
+                && prop.get("enum").is_none()
+                && prop.get("format").is_none();
+            if !is_text
+                || is_id_name(name)
+                || id_args.contains_key(name)
+                || composed.contains(name)
+                || self.text_grounded(text)
+            {
+                return None;
+            }
+            Some(Ungrounded {
+                argument: name.clone(),
+                value: value.to_string(),
+                is_id: false,
+                is_text: true,
+            })
+        })
+    }
+
+    /// Whether `text` appears in the user's words as whole words (case, punctuation and
+    /// spacing aside).
+    fn text_grounded(&self, text: &str) -> bool {
+        let words = words_of(text);
+        words.is_empty() || self.user_words.contains(&format!(" {words} "))
+    }
+
+    /// The values of `arguments` (top level, and the items of a list) that come from the
+    /// user's words, each as a key: a number the user gave, or a text in the user's words.
+    /// Ids and numbers that only a result shows are not among them, nor the arguments named in
+    /// `skip` (text the model composes).
+    pub(crate) fn user_values(&self, arguments: &Value, skip: &HashSet<String>) -> HashSet<String> {
+        let mut out = HashSet::new();
+        let Some(args) = arguments.as_object() else {
+            return out;
+        };
+        let mut add = |value: &Value| match value {
+            Value::Number(n) => {
+                if let Some(x) = n.as_f64().filter(|x| self.user_numbers.contains(x)) {
+                    out.insert(format!("n:{x}"));
+                }
+            }
+            Value::String(s) => {
+                if let Ok(x) = s.trim().parse::<f64>() {
+                    if self.user_numbers.contains(&x) {
+                        out.insert(format!("n:{x}"));
+                    }
+                } else {
+                    let words = words_of(s);
+                    if !words.is_empty() && self.text_grounded(s) {
+                        out.insert(format!("t:{words}"));
+                    }
+                }
+            }
+            _ => {}
+        };
+        for (name, value) in args {
+            if skip.contains(name) {
+                continue;
+            }
+            match value {
+                Value::Array(items) => items.iter().for_each(&mut add),
+                v => add(v),
+            }
+        }
+        out
+    }
+
+    /// The values of `arguments` from the user's words that are not in `used` (the user values
+    /// of the writes that succeeded): a write after a successful one is requested only when
+    /// this is not empty.
+    pub(crate) fn new_user_values(
+        &self,
+        arguments: &Value,
+        used: &HashSet<String>,
+        skip: &HashSet<String>,
+    ) -> usize {
+        self.user_values(arguments, skip)
+            .iter()
+            .filter(|v| !used.contains(*v))
+            .count()
     }
 
     /// Whether the id `value` of argument `name` has a source: the user's words, or a result
@@ -172,6 +292,65 @@ fn labelled_in(text: &str, name: &str, value: &str) -> bool {
         let label = &label_end[label_start..];
         !label.is_empty() && (label == name || label == stem || label.ends_with("id"))
     })
+}
+
+/// `text` in lower case with every run of characters other than letters and digits made one
+/// space, trimmed: `"Call Mom."` and `call  mom` are both `call mom`. HTML escapes of
+/// punctuation are punctuation first (`Milk &#34;`, even escaped twice as `Milk &amp;#34`, is
+/// `milk`): servers that constrain calls to a grammar write quotes that way.
+pub(crate) fn words_of(text: &str) -> String {
+    let lower = unescape_punctuation(&text.to_lowercase());
+    lower
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `text` (lower case) with `&amp;` undone, then the escapes of punctuation (`&#34;`, `&#x27;`,
+/// `&quot;`, `&apos;`, `&lt;`, `&gt;`, the final `;` optional) made a space. Escapes of letters
+/// or digits are left alone, so no word appears that the text did not hold.
+fn unescape_punctuation(text: &str) -> String {
+    let mut s = text.to_string();
+    while s.contains("&amp;") {
+        s = s.replace("&amp;", "&");
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s.as_str();
+    while let Some(at) = rest.find('&') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let name_len = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '#'))
+            .unwrap_or(after.len());
+        let name = &after[..name_len];
+        let code = if let Some(hex) = name.strip_prefix("#x") {
+            u32::from_str_radix(hex, 16).ok()
+        } else if let Some(dec) = name.strip_prefix('#') {
+            dec.parse::<u32>().ok()
+        } else {
+            match name {
+                "quot" => Some(34),
+                "apos" => Some(39),
+                "lt" => Some(60),
+                "gt" => Some(62),
+                _ => None,
+            }
+        };
+        match code.and_then(char::from_u32) {
+            Some(c) if c.is_ascii_punctuation() => {
+                out.push(' ');
+                let skip = name_len + usize::from(after[name_len..].starts_with(';'));
+                rest = &after[skip..];
+            }
+            _ => {
+                out.push('&');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The numbers in `text`: runs of digits (with one decimal point), and English number words
@@ -362,5 +541,105 @@ mod tests {
         let named = HashMap::from([("note".to_string(), "search".to_string())]);
         assert!(g.check(&json!({"note": 5}), &named).is_none());
         assert!(g.check(&json!({"note": 6}), &named).unwrap().is_id);
+    }
+
+    #[test]
+    fn text_must_be_the_users_whole_words_unless_composed() {
+        let none = HashMap::new();
+        let composed = HashSet::new();
+        let schema = json!({"type": "object", "properties": {
+            "note_id": {"type": "string"},
+            "tag": {"type": "string"},
+            "color": {"type": "string", "enum": ["red"]},
+            "due": {"type": "string", "format": "date"},
+            "priority": {"type": "integer"},
+        }});
+        let g = grounds(
+            "Tag note 17 with \"Work-Urgent\".",
+            &[("note_id 17 tags: health", false)],
+        );
+        assert_eq!(words_of("  Work-Urgent. "), "work urgent");
+        assert_eq!(words_of("Milk &#34;"), "milk");
+        assert_eq!(words_of("Milk &amp;#34"), "milk");
+        assert_eq!(
+            words_of("&quot;Work&quot; &#x27;urgent&#39;"),
+            "work urgent"
+        );
+        // An escape of a letter, or no escape at all, stays as written.
+        assert_eq!(words_of("a &#65; b & c &nbsp;"), "a 65 b c nbsp");
+        for ok in ["work urgent", "WORK", "urgent!", "", "--"] {
+            assert_eq!(
+                g.check_text(
+                    &json!({"note_id": "x", "tag": ok}),
+                    &schema,
+                    &none,
+                    &composed
+                ),
+                None,
+                "{ok}"
+            );
+        }
+        // Copied from a result, part of a word, or words not side by side: no source.
+        for bad in ["health", "wor", "urgent work"] {
+            let u = g
+                .check_text(&json!({"tag": bad}), &schema, &none, &composed)
+                .unwrap();
+            assert!(u.is_text && !u.is_id && u.argument == "tag", "{bad}");
+        }
+        // Ids, enums, formats, non-strings, undeclared and composed arguments are not checked.
+        let skip = json!({"note_id": "abc", "color": "red", "due": "2026-12-03", "priority": 9, "other": "x"});
+        assert_eq!(g.check_text(&skip, &schema, &none, &composed), None);
+        let named = HashMap::from([("tag".to_string(), "search".to_string())]);
+        assert_eq!(
+            g.check_text(&json!({"tag": "health"}), &schema, &named, &composed),
+            None
+        );
+        let composed = HashSet::from(["tag".to_string()]);
+        assert_eq!(
+            g.check_text(&json!({"tag": "health"}), &schema, &none, &composed),
+            None
+        );
+    }
+
+    #[test]
+    fn a_write_is_requested_when_it_carries_a_new_value_from_the_user() {
+        let none = HashSet::new();
+        let g = grounds(
+            "Tag note 63 with both work and urgent",
+            &[("note_id 63 tags: health; note_id 17", false)],
+        );
+        let first = json!({"note_id": 63, "tag": "work"});
+        assert_eq!(
+            g.user_values(&first, &none),
+            HashSet::from(["n:63".to_string(), "t:work".to_string()])
+        );
+        let used = g.user_values(&first, &none);
+        assert_eq!(
+            g.new_user_values(&json!({"note_id": 63, "tag": "urgent"}), &used, &none),
+            1
+        );
+        assert_eq!(
+            g.new_user_values(
+                &json!({"note_id": "63", "tag": ["work", "urgent"]}),
+                &used,
+                &none
+            ),
+            1
+        );
+        // Values from a result (an id, a tag) and the user's values again: nothing new.
+        assert_eq!(
+            g.new_user_values(&json!({"note_id": 17, "tag": "work"}), &used, &none),
+            0
+        );
+        assert_eq!(
+            g.new_user_values(&json!({"note_id": 63, "tag": "health"}), &used, &none),
+            0
+        );
+        // Composed arguments are not the user's values.
+        let skip = HashSet::from(["tag".to_string()]);
+        assert_eq!(
+            g.new_user_values(&json!({"note_id": 63, "tag": "urgent"}), &used, &skip),
+            0
+        );
     }
 }

@@ -110,3 +110,17 @@ pub(crate) fn look_first(read_tools: &[String]) -> String {
             .join(" or ")
     )
 }
+
+/// The answer to a write nobody asked for, after the requested one succeeded.
+pub(crate) fn unrequested_write(tool: &str, done: &str, request: &str) -> String {
+    format!(
+        "Not run: the user's request is done (`{done}` succeeded), and this call to `{tool}` changes something the user did not ask for. The user asked: \"{request}\"\nDo not call another tool. Tell the user, in words, what was done."
+    )
+}
+
+/// The answer to a write listed after a read in the same turn.
+pub(crate) fn write_after_read(tool: &str, read: &str) -> String {
+    format!(
+        "Not run yet: this call to `{tool}` came after `{read}` in the same message, so it was written before you saw that result. Read the result of `{read}` above, then call `{tool}` again with values from it if the user's request still needs it."
+    )
+}

@@ -25,6 +25,14 @@ pub enum CallOutcome {
     Duplicate,
     /// The call was refused or failed with this code.
     Failed(ErrorCode),
+    /// The write was not run: it was listed after a read in the same turn, before the model
+    /// saw the read's result, and the model was asked to call it again if still needed
+    /// ([`AgentConfig::hold_writes_after_reads`](crate::AgentConfig)).
+    Held,
+    /// The write was not run: a write had already succeeded and this one carried no value
+    /// from the user's words that the run's writes had not, so nobody asked for it
+    /// ([`AgentConfig::stop_unrequested_writes`](crate::AgentConfig)).
+    Unrequested,
 }
 
 impl CallOutcome {
@@ -34,6 +42,8 @@ impl CallOutcome {
             CallOutcome::Ok => "ok",
             CallOutcome::Duplicate => "duplicate",
             CallOutcome::Failed(c) => c.as_str(),
+            CallOutcome::Held => "held",
+            CallOutcome::Unrequested => "unrequested",
         }
     }
 }
@@ -55,8 +65,9 @@ pub struct CallRecord {
     pub recovered_from_text: bool,
     /// Corrections the loop made to the arguments.
     pub coercions: Vec<Coercion>,
-    /// Whether the call was never sent to the surface: the tool is not listed, and the model
-    /// was told why ([`AgentConfig::explain_unlisted_calls`](crate::AgentConfig)).
+    /// Whether the call was never sent to the surface: the tool is not listed, a check held it
+    /// back (a handle, a value with no source, [`CallOutcome::Held`],
+    /// [`CallOutcome::Unrequested`]), and the model was told why.
     #[serde(default)]
     pub not_sent: bool,
 }
@@ -169,6 +180,12 @@ pub struct Interventions {
     /// Calls not sent because an id argument was an issued handle's number written without its
     /// `#` (`"1"` for `#1`); the model was shown the call with the handle.
     pub handles_without_hash: u32,
+    /// Writes not run because a text argument was not in the user's words.
+    pub ungrounded_texts: u32,
+    /// Writes not run because a write had succeeded and nobody asked for this one.
+    pub unrequested_writes: u32,
+    /// Writes not run because they were listed after a read in the same turn.
+    pub writes_held: u32,
 }
 
 /// What a run did and why it stopped.

@@ -730,7 +730,8 @@ async fn a_repeated_read_is_guarded_and_the_guards_can_be_turned_off() {
     assert_eq!(reads.load(Ordering::SeqCst), 3);
     assert_eq!(script.requests()[2].options.tool_choice, ToolChoice::Auto);
 
-    // An app whose writes are meant to repeat turns the guard off.
+    // An app whose writes are meant to repeat turns the guard off, and the hold on writes
+    // that carry nothing new from the request (the repeat is one).
     let (tools, writes, _) = counting_registry();
     let milk = json!({"title": "milk", "priority": 2});
     let script = ScriptedProvider::new([
@@ -739,7 +740,7 @@ async fn a_repeated_read_is_guarded_and_the_guards_can_be_turned_off() {
         ScriptedProvider::text("Added two."),
     ]);
     let out = Agent::new(script.clone(), LocalSurface::new(tools, writer()))
-        .with_config(core().dedupe_writes(false))
+        .with_config(core().dedupe_writes(false).stop_unrequested_writes(false))
         .run(
             vec![Message::user("add milk twice")],
             &CancellationToken::new(),

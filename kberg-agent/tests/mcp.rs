@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use kberg_agent::{
-    Agent, AgentEvent, CallOutcome, LocalSurface, McpSurface, Message, RunOutcome,
+    Agent, AgentConfig, AgentEvent, CallOutcome, LocalSurface, McpSurface, Message, RunOutcome,
     ScriptedProvider, StopReason, ToolSurface,
 };
 use kberg_core::{
@@ -100,14 +100,19 @@ async fn kberg_server_over_http_gives_the_same_outcomes_as_in_process() {
     local_names.sort();
     assert_eq!(remote_names, local_names);
 
+    // Every call of the script is sent, so each surface's answer is compared: after the
+    // successful `add_note`, the default loop would hold the other writes as unrequested.
+    let config = || AgentConfig::default().stop_unrequested_writes(false);
     let remote_script = ScriptedProvider::new(script());
     let remote_out = Agent::new(remote_script.clone(), remote)
+        .with_config(config())
         .run(
             vec![Message::user("add milk, priority 2")],
             &CancellationToken::new(),
         )
         .await;
     let local_out = Agent::new(ScriptedProvider::new(script()), local)
+        .with_config(config())
         .run(
             vec![Message::user("add milk, priority 2")],
             &CancellationToken::new(),

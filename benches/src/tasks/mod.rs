@@ -225,6 +225,30 @@ pub fn variants() -> Vec<Variant> {
             fired: |i| i.calls_split > 0,
         },
         Variant {
+            name: "no-ground-write-text",
+            config: b().ground_write_text(false),
+            fired: |i| i.ungrounded_texts > 0,
+        },
+        Variant {
+            name: "no-stop-unrequested-writes",
+            config: b().stop_unrequested_writes(false),
+            fired: |i| i.unrequested_writes > 0,
+        },
+        Variant {
+            name: "no-hold-writes-after-reads",
+            config: b().hold_writes_after_reads(false),
+            fired: |i| i.writes_held > 0,
+        },
+        Variant {
+            // The three together: the loop as it was before them (round 2's defaults).
+            name: "no-request-bounds",
+            config: b()
+                .ground_write_text(false)
+                .stop_unrequested_writes(false)
+                .hold_writes_after_reads(false),
+            fired: |i| i.ungrounded_texts + i.unrequested_writes + i.writes_held > 0,
+        },
+        Variant {
             name: "no-forget-old-failures",
             config: b().forget_old_failures(false),
             fired: |i| i.failures_forgotten > 0,

@@ -46,6 +46,9 @@ impl Run<'_> {
         let mut repeated = None;
         let mut progressed = false;
         let mut retryable = false;
+        // The first read of this turn that was sent: a write listed after it was written
+        // before the model saw its result.
+        let mut read_sent: Option<String> = None;
         for PendingCall {
             call,
             coercions,
@@ -127,9 +130,45 @@ impl Run<'_> {
                 );
                 continue;
             }
-            if let Some(text) = self.ungrounded(&call) {
+            if !read
+                && self.config().hold_writes_after_reads
+                && self.schemas.contains_key(&call.name)
+                && let Some(read_name) = &read_sent
+            {
+                tracing::debug!(tool = %call.name, read = %read_name, "a write listed after a read in the same turn was held");
+                self.interventions.writes_held += 1;
+                let text = nudge::write_after_read(&call.name, read_name);
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Held,
+                    text,
+                    (recovered, true),
+                    coercions,
+                );
+                continue;
+            }
+            if let Some(text) = self.unrequested(&call) {
+                tracing::debug!(tool = %call.name, "a write nobody asked for was not run");
+                self.interventions.unrequested_writes += 1;
+                self.answer_now = AnswerNow::Done;
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Unrequested,
+                    text,
+                    (recovered, true),
+                    coercions,
+                );
+                continue;
+            }
+            if let Some((text, is_text)) = self.ungrounded(&call) {
                 tracing::debug!(tool = %call.name, "a write whose values have no source was not run");
-                self.interventions.ungrounded_writes += 1;
+                if is_text {
+                    self.interventions.ungrounded_texts += 1;
+                } else {
+                    self.interventions.ungrounded_writes += 1;
+                }
                 retryable = true;
                 let code = ErrorCode::InvalidArguments;
                 progressed |= self.note_failure(&call, code, &mut repeated);
@@ -150,6 +189,9 @@ impl Run<'_> {
                 recovered_from_text: recovered,
                 coercions: coercions_for_event,
             });
+            if read && read_sent.is_none() {
+                read_sent = Some(call.name.clone());
+            }
             let result = self
                 .agent
                 .surface
@@ -263,7 +305,12 @@ impl Run<'_> {
             call_id: call.id.clone(),
             name: call.name.clone(),
             content: text,
-            is_error: matches!(outcome, CallOutcome::Failed(_)),
+            // A call held back is no result: it grounds nothing, and like a failure it is left
+            // out of later turns ([`crate::AgentConfig::forget_old_failures`]).
+            is_error: matches!(
+                outcome,
+                CallOutcome::Failed(_) | CallOutcome::Held | CallOutcome::Unrequested
+            ),
         });
         self.calls.push(CallRecord {
             turn,

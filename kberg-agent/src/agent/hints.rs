@@ -7,12 +7,15 @@ use kberg_core::ErrorCode;
 
 use serde_json::Value;
 
+use std::collections::HashSet;
+
 use super::id_handles::UnknownHandle;
 use super::{PendingCall, Run};
 use crate::coerce::Coercion;
 use crate::ground::{Grounds, is_id_name};
 use crate::message::{Message, ToolCall};
 use crate::nudge;
+use crate::outcome::{CallOutcome, CallRecord};
 use crate::surface::ToolResult;
 
 impl Run<'_> {
@@ -135,16 +138,38 @@ impl Run<'_> {
         })
     }
 
-    /// The answer to a write whose id or number argument has no source in the conversation,
-    /// when [`crate::AgentConfig::ground_write_arguments`] is on; `None` when it may run.
-    pub(super) fn ungrounded(&self, call: &ToolCall) -> Option<String> {
+    /// The answer to a write whose id or number argument has no source in the conversation
+    /// (when [`crate::AgentConfig::ground_write_arguments`] is on), or whose text argument is
+    /// not in the user's words (when [`crate::AgentConfig::ground_write_text`] is on), with
+    /// whether it was the text; `None` when it may run.
+    pub(super) fn ungrounded(&self, call: &ToolCall) -> Option<(String, bool)> {
         let config = self.config();
-        if !config.ground_write_arguments || self.read_only.contains(&call.name) {
+        if !(config.ground_write_arguments || config.ground_write_text)
+            || self.read_only.contains(&call.name)
+        {
             return None;
         }
         let grounds = Grounds::of(&self.request.messages, self.user_messages);
-        let bad = grounds.check(&call.arguments, &config.id_sources)?;
-        Some(if bad.is_id {
+        let values = config
+            .ground_write_arguments
+            .then(|| grounds.check(&call.arguments, &config.id_sources))
+            .flatten();
+        let bad = values.or_else(|| {
+            let schema = self.schemas.get(&call.name)?;
+            config
+                .ground_write_text
+                .then(|| {
+                    grounds.check_text(
+                        &call.arguments,
+                        schema,
+                        &config.id_sources,
+                        &config.composed_arguments,
+                    )
+                })
+                .flatten()
+        })?;
+        let is_text = bad.is_text;
+        let text = if bad.is_id {
             let finder = config
                 .id_sources
                 .get(&bad.argument)
@@ -159,7 +184,36 @@ impl Run<'_> {
             )
         } else {
             nudge::ungrounded_value(&call.name, &bad.argument, &bad.value, &self.user_request())
-        })
+        };
+        Some((text, is_text))
+    }
+
+    /// The answer to a write nobody asked for ([`crate::AgentConfig::stop_unrequested_writes`]):
+    /// a write already succeeded in this run, and `call`, a listed write, carries no value from
+    /// the user's words that the successful writes did not. `None` when it may run.
+    pub(super) fn unrequested(&self, call: &ToolCall) -> Option<String> {
+        let config = self.config();
+        // A tool that is not listed never runs: the surface's refusal says why.
+        if !config.stop_unrequested_writes
+            || self.read_only.contains(&call.name)
+            || !self.schemas.contains_key(&call.name)
+        {
+            return None;
+        }
+        let done: Vec<&CallRecord> = self
+            .calls
+            .iter()
+            .filter(|c| c.outcome == CallOutcome::Ok && !self.read_only.contains(&c.name))
+            .collect();
+        let last = done.last()?;
+        let grounds = Grounds::of(&self.request.messages, self.user_messages);
+        let skip = &config.composed_arguments;
+        let used: HashSet<String> = done
+            .iter()
+            .flat_map(|c| grounds.user_values(&c.arguments, skip))
+            .collect();
+        (grounds.new_user_values(&call.arguments, &used, skip) == 0)
+            .then(|| nudge::unrequested_write(&call.name, &last.name, &self.user_request()))
     }
 
     /// The user's last own message (not one of the loop's notes), for reminders.
