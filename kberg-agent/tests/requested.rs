@@ -74,6 +74,14 @@ fn registry() -> (ToolRegistry, Ran) {
     (r, ran)
 }
 
+/// The defaults with the three request bounds on (they are off by default until measured).
+fn bounds() -> AgentConfig {
+    AgentConfig::default()
+        .ground_write_text(true)
+        .stop_unrequested_writes(true)
+        .hold_writes_after_reads(true)
+}
+
 fn caller() -> Caller {
     Caller::new(
         Principal::new("small")
@@ -138,7 +146,7 @@ async fn a_tag_copied_from_a_result_is_not_run_and_the_requested_one_is() {
         ScriptedProvider::call("c3", "add_tag", json!({"note_id": 17, "tag": "Q1"})),
         ScriptedProvider::text("Done: the Dentist note is tagged q1."),
     ]);
-    let (out, ran) = run(&script, AgentConfig::default(), FALCON).await;
+    let (out, ran) = run(&script, bounds(), FALCON).await;
     assert!(out.answered(), "{:?}", out.stop);
     assert_eq!(
         ran,
@@ -162,7 +170,7 @@ async fn a_tag_copied_from_a_result_is_not_run_and_the_requested_one_is() {
     ]);
     let (out, ran) = run(
         &script,
-        AgentConfig::default().ground_write_text(false),
+        bounds().ground_write_text(false),
         FALCON,
     )
     .await;
@@ -183,7 +191,7 @@ async fn text_counts_as_given_by_whole_words_and_composed_or_enum_arguments_are_
         ),
         ScriptedProvider::text("Added."),
     ]);
-    let (out, ran) = run(&script, AgentConfig::default(), request).await;
+    let (out, ran) = run(&script, bounds(), request).await;
     assert!(out.answered());
     assert_eq!(ran.len(), 1, "{:?}", outcomes(&out));
 
@@ -192,7 +200,7 @@ async fn text_counts_as_given_by_whole_words_and_composed_or_enum_arguments_are_
         ScriptedProvider::call("c1", "add_note", json!({"title": "Call mo", "body": ""})),
         ScriptedProvider::text("Could not add it."),
     ]);
-    let (out, ran) = run(&script, AgentConfig::default(), request).await;
+    let (out, ran) = run(&script, bounds(), request).await;
     assert!(ran.is_empty());
     assert_eq!(out.calls[0].outcome.as_str(), "invalid_arguments");
     assert!(result_of(&out, "c1").contains("`title`"));
@@ -208,11 +216,11 @@ async fn text_counts_as_given_by_whole_words_and_composed_or_enum_arguments_are_
             ScriptedProvider::text("Added."),
         ])
     };
-    let (_, ran) = run(&composed(), AgentConfig::default(), request).await;
+    let (_, ran) = run(&composed(), bounds(), request).await;
     assert!(ran.is_empty());
     let (out, ran) = run(
         &composed(),
-        AgentConfig::default().composed_argument("body"),
+        bounds().composed_argument("body"),
         request,
     )
     .await;
@@ -232,7 +240,7 @@ async fn a_write_after_the_requested_one_is_held_and_the_next_turn_is_answer_onl
         ScriptedProvider::call("c2", "add_tag", json!({"note_id": 17, "tag": "health"})),
         ScriptedProvider::text("The priority of note 17 is now 5."),
     ]);
-    let (out, ran) = run(&script, AgentConfig::default(), PRIORITY).await;
+    let (out, ran) = run(&script, bounds(), PRIORITY).await;
     assert!(out.answered(), "{:?}", out.stop);
     assert_eq!(ran.len(), 1);
     assert_eq!(out.calls[1].outcome, CallOutcome::Unrequested);
@@ -254,7 +262,7 @@ async fn a_write_after_the_requested_one_is_held_and_the_next_turn_is_answer_onl
     ]);
     let (out, ran) = run(
         &script,
-        AgentConfig::default()
+        bounds()
             .stop_unrequested_writes(false)
             .ground_write_text(false),
         PRIORITY,
@@ -275,7 +283,7 @@ async fn a_second_write_with_a_new_value_from_the_request_is_requested() {
         ScriptedProvider::call("c3", "add_note", json!({"title": "work", "body": "urgent"})),
         ScriptedProvider::text("Tagged."),
     ]);
-    let (out, ran) = run(&script, AgentConfig::default(), request).await;
+    let (out, ran) = run(&script, bounds(), request).await;
     assert!(out.answered());
     assert_eq!(
         ran,
@@ -300,7 +308,7 @@ async fn before_any_write_succeeded_nothing_is_held_and_a_result_id_alone_is_not
     ]);
     let (out, ran) = run(
         &script,
-        AgentConfig::default(),
+        bounds(),
         "Set the priority of my Dentist note to 5.",
     )
     .await;
@@ -333,7 +341,7 @@ async fn a_write_after_a_read_in_the_same_turn_is_held_until_the_result_is_seen(
         ScriptedProvider::call("c3", "set_priority", json!({"note_id": 17, "priority": 5})),
         ScriptedProvider::text("Done: the Dentist note has priority 5."),
     ]);
-    let (out, ran) = run(&script, AgentConfig::default(), DENTIST).await;
+    let (out, ran) = run(&script, bounds(), DENTIST).await;
     assert!(out.answered(), "{:?}", out.stop);
     assert_eq!(
         ran,
@@ -363,7 +371,7 @@ async fn a_write_after_a_read_in_the_same_turn_is_held_until_the_result_is_seen(
     ]);
     let (_, ran) = run(
         &script,
-        AgentConfig::default().hold_writes_after_reads(false),
+        bounds().hold_writes_after_reads(false),
         DENTIST,
     )
     .await;
@@ -384,7 +392,7 @@ async fn a_read_answered_from_an_earlier_result_does_not_hold_the_write_after_it
         ScriptedProvider::text(turn),
         ScriptedProvider::text("Done: the Dentist note has priority 5."),
     ]);
-    let (out, ran) = run(&script, AgentConfig::default(), DENTIST).await;
+    let (out, ran) = run(&script, bounds(), DENTIST).await;
     assert!(out.answered(), "{:?}", out.stop);
     assert_eq!(ran.len(), 1);
     assert_eq!(
@@ -404,15 +412,17 @@ async fn a_read_answered_from_an_earlier_result_does_not_hold_the_write_after_it
         ),
         ScriptedProvider::text("Done."),
     ]);
-    let (out, ran) = run(&script, AgentConfig::default(), PRIORITY).await;
+    let (out, ran) = run(&script, bounds(), PRIORITY).await;
     assert_eq!(ran.len(), 1);
     assert_eq!(out.interventions.writes_held, 0);
 }
 
 #[tokio::test]
-async fn all_three_are_off_without_small_model_guards() {
-    let c = AgentConfig::default().without_small_model_guards();
+async fn all_three_are_off_by_default_and_without_small_model_guards() {
+    let c = bounds().without_small_model_guards();
     assert!(!c.ground_write_text && !c.stop_unrequested_writes && !c.hold_writes_after_reads);
     let d = AgentConfig::default();
-    assert!(d.ground_write_text && d.stop_unrequested_writes && d.hold_writes_after_reads);
+    assert!(!d.ground_write_text && !d.stop_unrequested_writes && !d.hold_writes_after_reads);
+    let on = bounds();
+    assert!(on.ground_write_text && on.stop_unrequested_writes && on.hold_writes_after_reads);
 }
