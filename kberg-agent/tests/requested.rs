@@ -168,12 +168,7 @@ async fn a_tag_copied_from_a_result_is_not_run_and_the_requested_one_is() {
         ScriptedProvider::call("c2", "add_tag", json!({"note_id": 17, "tag": "health"})),
         ScriptedProvider::text("Done."),
     ]);
-    let (out, ran) = run(
-        &script,
-        bounds().ground_write_text(false),
-        FALCON,
-    )
-    .await;
+    let (out, ran) = run(&script, bounds().ground_write_text(false), FALCON).await;
     assert!(out.answered());
     assert_eq!(ran.len(), 1);
     assert_eq!(out.interventions.ungrounded_texts, 0);
@@ -218,12 +213,7 @@ async fn text_counts_as_given_by_whole_words_and_composed_or_enum_arguments_are_
     };
     let (_, ran) = run(&composed(), bounds(), request).await;
     assert!(ran.is_empty());
-    let (out, ran) = run(
-        &composed(),
-        bounds().composed_argument("body"),
-        request,
-    )
-    .await;
+    let (out, ran) = run(&composed(), bounds().composed_argument("body"), request).await;
     assert_eq!(ran.len(), 1);
     assert_eq!(out.interventions.ungrounded_texts, 0);
 }
@@ -369,12 +359,7 @@ async fn a_write_after_a_read_in_the_same_turn_is_held_until_the_result_is_seen(
         ),
         ScriptedProvider::text("Done."),
     ]);
-    let (_, ran) = run(
-        &script,
-        bounds().hold_writes_after_reads(false),
-        DENTIST,
-    )
-    .await;
+    let (_, ran) = run(&script, bounds().hold_writes_after_reads(false), DENTIST).await;
     assert_eq!(
         ran,
         vec![("set_priority".into(), json!({"note_id": 42, "priority": 5}))]
