@@ -16,14 +16,44 @@
 pub fn summary_text(path: &str, context: &str, text: &str) -> Option<String> {
     let lines: Vec<&str> = text.lines().collect();
     let indent = |l: &str| l.len() - l.trim_start().len();
-    let outer = lines
+    let mut outer = lines
         .iter()
         .filter(|l| !l.trim().is_empty())
         .map(|l| indent(l))
         .min()?;
     let mut said: Vec<String> = Vec::new();
     let mut docstring: Option<&str> = None;
+    let mut after_doc = false;
     let mut i = 0;
+    // A method chunk starts with its containers' headers (`pub struct Params`, `impl Params`)
+    // at the outer indentation, with no body of their own, and the item is indented below
+    // them. The headers are said as they are, and the item's own level counts as outer.
+    let headers = lines
+        .iter()
+        .take_while(|l| {
+            let t = l.trim();
+            t.is_empty() || (indent(l) == outer && !t.ends_with(['{', ':', '(', ',']))
+        })
+        .count();
+    let body: Vec<&&str> = lines[headers..]
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    if let Some(inner) = body.first().map(|l| indent(l))
+        && headers > 0
+        && inner > outer
+        && body
+            .iter()
+            .all(|l| indent(l) >= inner || is_noise(l.trim()))
+    {
+        for header in lines[..headers].iter().map(|l| l.trim()) {
+            if !header.is_empty() && !is_noise(header) {
+                said.push(header.to_string());
+            }
+        }
+        outer = inner;
+        i = headers;
+    }
     while i < lines.len() {
         let line = lines[i];
         let t = line.trim();
@@ -56,9 +86,15 @@ pub fn summary_text(path: &str, context: &str, text: &str) -> Option<String> {
             if !doc.is_empty() {
                 said.push(doc.to_string());
             }
+            after_doc = true;
             continue;
         }
-        if indent(line) != outer || is_noise(t) {
+        // A documented item's signature counts at any depth (a method inside an `impl` or a
+        // class of a merged chunk: a line that opens a body or takes parameters); other nested
+        // lines, documented fields and variants among them, are its body.
+        let documented = std::mem::take(&mut after_doc)
+            && (t.contains('(') || t.ends_with('{') || t.ends_with(':'));
+        if (indent(line) != outer && !documented) || is_noise(t) {
             continue;
         }
         // A signature, joined over its lines while a parenthesis is open.
@@ -166,6 +202,28 @@ mod tests {
             summary_text("src/params.rs", "impl Params > pub fn get", text).as_deref(),
             Some(
                 "src/params.rs\nimpl Params > pub fn get\nReturns the value of the first parameter registered under the given key.\npub fn get(&self, key: impl AsRef<str>) -> Option<&'v str>"
+            )
+        );
+    }
+
+    #[test]
+    fn a_documented_method_inside_its_impl_keeps_its_signature() {
+        let text = "pub struct Params {\n    vec: Vec<(String, String)>,\n}\n\nimpl Params {\n    /// Returns the value under the key.\n    pub fn get(&self, key: &str) -> Option<&str> {\n        self.find(key)\n    }\n}";
+        assert_eq!(
+            summary_text("src/params.rs", "impl Params > pub fn get", text).as_deref(),
+            Some(
+                "src/params.rs\nimpl Params > pub fn get\npub struct Params\nimpl Params\nReturns the value under the key.\npub fn get(&self, key: &str) -> Option<&str>"
+            )
+        );
+    }
+
+    #[test]
+    fn a_method_below_its_containers_headers_keeps_its_signature() {
+        let text = "pub struct Params\nimpl Params\n    /// Returns the value under the key.\n    pub fn get(&self, key: &str) -> Option<&str> {\n        self.find(key)\n    }\n}";
+        assert_eq!(
+            summary_text("src/params.rs", "impl Params > pub fn get", text).as_deref(),
+            Some(
+                "src/params.rs\nimpl Params > pub fn get\npub struct Params\nimpl Params\nReturns the value under the key.\npub fn get(&self, key: &str) -> Option<&str>"
             )
         );
     }
