@@ -2,7 +2,8 @@
 //! The gateway stops being ready and refuses new MCP requests at once, lets the in-flight call
 //! finish and answer, closes its sessions and streams, and exits 0; its JSON log (at `trace`)
 //! says what it did and carries no token. With a call that never finishes, the shutdown grace
-//! bounds the wait: the process still exits, and says so.
+//! bounds the wait: the process still exits, and says so. A gateway whose stdout is closed
+//! from the start (its reader gone) loses its announcements but keeps serving.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
@@ -51,9 +52,7 @@ fn spawn(dir: &std::path::Path, grace_secs: u64, level: &str) -> Serve {
     std::thread::spawn(move || {
         for line in BufReader::new(err).lines() {
             let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
+            let _ = tx.send(line);
         }
     });
     let base = url.trim_end_matches("/mcp").to_string();
@@ -227,4 +226,42 @@ async fn the_grace_bounds_a_call_that_never_finishes() {
     assert!(logged(&log, "the shutdown grace passed"), "{log:?}");
     upstream.release.notify_one();
     upstream.stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_does_not_stop_the_gateway() {
+    let dir = data_dir(None, "");
+    // A free port for the endpoint: the gateway's announcement of it goes nowhere.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let child = Command::new(env!("CARGO_BIN_EXE_bridle"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--admin-listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut serve = Serve {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+        url: String::new(),
+        stderr: mpsc::channel::<String>().1,
+    };
+    let http = reqwest::Client::new();
+    let (status, body) = poll_json(&http, &format!("{}/readyz", serve.base), |s, _| s == 200).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        serve.child.try_wait().unwrap().is_none(),
+        "the gateway is still running"
+    );
+    sigterm(&serve.child);
+    assert!(exited(&mut serve.child).await, "bridle serve exits 0");
 }

@@ -212,16 +212,15 @@ impl Drop for Reaped {
     }
 }
 
-/// Reads lines from a child's stdout on a thread.
+/// Reads lines from a child's stdout on a thread. The thread reads to the end even when the
+/// receiver is dropped, so the child never writes to a closed pipe.
 pub fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
     let out = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines() {
             let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
+            let _ = tx.send(line);
         }
     });
     rx

@@ -24,6 +24,19 @@ use bridle_rules::{AgentCatalog, RulesStore};
 use crate::BoxError;
 use crate::memory::open_memory;
 
+/// `println!` for a running gateway: a closed stdout (its reader gone, as in
+/// `bridle serve | head -1`) loses the text but never stops the gateway, which only announces
+/// on stdout and logs on stderr.
+macro_rules! say {
+    () => {
+        say!("")
+    };
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// Who the first start's vault operations are recorded as.
 const FIRST_START_ACTOR: &str = "bridle-first-start";
 
@@ -144,21 +157,21 @@ pub(crate) async fn serve(
     ));
     print_connect_help(dir, &config, &bound.url(), &issued);
     if let Some(admin_url) = bound.admin_url() {
-        println!("bridle: admin API on {admin_url}");
+        say!("bridle: admin API on {admin_url}");
         match new_admin_token {
             Some(token) => {
-                println!(
+                say!(
                     "admin credential for `{}` (kept in the vault as `{}`), shown once:",
                     config.admin.name,
                     admin_secret_name(&config.admin.name)
                 );
-                println!("{}", token.expose_str().unwrap_or_default());
-                println!(
+                say!("{}", token.expose_str().unwrap_or_default());
+                say!(
                     "Save it (for example as BRIDLE_ADMIN_TOKEN); `bridle secrets rotate {}` sets a new one.",
                     admin_secret_name(&config.admin.name)
                 );
             }
-            None => println!(
+            None => say!(
                 "(the admin credential is {}; send it as `Authorization: Bearer <token>`)",
                 match &config.admin.token_file {
                     Some(f) => format!("in {}", f.display()),
@@ -171,11 +184,11 @@ pub(crate) async fn serve(
         }
         // The binary always builds the panel; the admin listener serves it under /panel/.
         let origin = admin_url.trim_end_matches(bridle_gateway::admin::BASE_PATH);
-        println!("bridle: web panel on {origin}/panel/ (log in with the admin credential)");
-        println!();
+        say!("bridle: web panel on {origin}/panel/ (log in with the admin credential)");
+        say!();
     }
     if !has_memory {
-        println!("{ENABLE_HINT}");
+        say!("{ENABLE_HINT}");
     }
     bound.run(shutdown_signal()).await?;
     tracing::info!("bridle serve stopped");
@@ -244,13 +257,13 @@ async fn shutdown_signal() {
 fn print_connect_help(dir: &Path, config: &GatewayConfig, url: &str, issued: &[IssuedToken]) {
     let secrets = config.secrets_path(dir);
     let secrets = std::fs::canonicalize(&secrets).unwrap_or(secrets);
-    println!("bridle: listening on {url}");
-    println!();
+    say!("bridle: listening on {url}");
+    say!();
     if !issued.is_empty() {
-        println!(
+        say!(
             "First start: each agent's token is in its command below, shown this once (the vault keeps only a keyed hash)."
         );
-        println!();
+        say!();
     }
     for (name, agent) in &config.agents {
         let fresh = issued.iter().find(|t| &t.agent == name);
@@ -261,7 +274,7 @@ fn print_connect_help(dir: &Path, config: &GatewayConfig, url: &str, issued: &[I
             ),
             (None, Some(t)) => t.token.expose_str().unwrap_or_default().to_string(),
             (None, None) => {
-                println!(
+                say!(
                     "(agent `{name}` uses a vault-issued token: `bridle agents token rotate {name}` prints a new one once; export it as BRIDLE_TOKEN)"
                 );
                 "$BRIDLE_TOKEN".to_string()
@@ -271,35 +284,35 @@ fn print_connect_help(dir: &Path, config: &GatewayConfig, url: &str, issued: &[I
         let bearer = format!("\"Authorization: Bearer {token_source}\"");
         match agent.agent_type.as_str() {
             "claude" => {
-                println!("Claude Code (agent `{name}`):");
-                println!(
+                say!("Claude Code (agent `{name}`):");
+                say!(
                     "  claude mcp add --scope user --transport http bridle {url} --header {bearer}"
                 );
             }
             "gemini" => {
-                println!("Gemini CLI (agent `{name}`):");
-                println!(
+                say!("Gemini CLI (agent `{name}`):");
+                say!(
                     "  gemini mcp add --scope user --transport http bridle {url} --header {bearer}"
                 );
             }
             "codex" => {
-                println!("Codex (agent `{name}`), in ~/.codex/config.toml:");
-                println!("  [mcp_servers.bridle]");
-                println!("  url = \"{url}\"");
-                println!("  bearer_token_env_var = \"BRIDLE_TOKEN\"");
+                say!("Codex (agent `{name}`), in ~/.codex/config.toml:");
+                say!("  [mcp_servers.bridle]");
+                say!("  url = \"{url}\"");
+                say!("  bearer_token_env_var = \"BRIDLE_TOKEN\"");
                 if agent.token_secret.is_some() || fresh.is_some() {
-                    println!("  and before starting codex: export BRIDLE_TOKEN=\"{token_file}\"");
+                    say!("  and before starting codex: export BRIDLE_TOKEN=\"{token_file}\"");
                 }
             }
             other => {
-                println!(
+                say!(
                     "{other} (agent `{name}`): connect to {url} with header \"Authorization: Bearer {token_file}\""
                 );
             }
         }
-        println!();
+        say!();
     }
-    println!(
+    say!(
         "Review proposals with `bridle --data-dir {} rules queue`.",
         dir.display()
     );
