@@ -12,14 +12,13 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bridle_gateway::GatewayBuilder;
 use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
 use bridle_rules::{AgentCatalog, ReadWrite, RulesStore};
 use kberg_agent::{McpSurface, ToolResult, ToolSurface};
+use kberg_testkit::log::LogBuffer;
 use serde_json::json;
 use support::gitea_mcp;
 use support::gitea_standin::GiteaStandIn;
@@ -29,23 +28,6 @@ const CANARY: &str = "canary-7f3a9c1e-gitea-secret-of-claude";
 const CODEX_GITEA: &str = "0b9a8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b";
 /// A token the stand-in rejects; Gitea echoes a rejected token in its error body.
 const REJECTED: &str = "canary-rejected-5d1e-never-valid";
-
-/// Everything the gateway logs, at every level.
-#[derive(Clone, Default)]
-struct LogBuffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogBuffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 async fn call(s: &McpSurface, name: &str, args: serde_json::Value) -> ToolResult {
     s.call(name, args, CancellationToken::new())

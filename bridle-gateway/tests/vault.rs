@@ -11,9 +11,6 @@
 #[path = "../../bridle-rules/tests/support/pg_cluster.rs"]
 mod pg_cluster;
 
-#[path = "support/log_buffer.rs"]
-mod log_buffer;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -23,7 +20,7 @@ use bridle_gateway::vault::{
     KeyOrigin, MAX_VALUE_LEN, MasterKey, SecretRef, SecretValue, Vault, VaultConfig, VaultError,
     VersionState, is_valid_name,
 };
-use log_buffer::LogBuffer;
+use kberg_testkit::log::LogBuffer;
 use proptest::prelude::*;
 use rusqlite::Connection;
 

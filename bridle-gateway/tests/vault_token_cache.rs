@@ -10,15 +10,12 @@
 #[path = "../../bridle-rules/tests/support/pg_cluster.rs"]
 mod pg_cluster;
 
-#[path = "support/log_buffer.rs"]
-mod log_buffer;
-
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use bridle_gateway::vault::{MasterKey, TokenCacheStatus, Vault, VaultConfig};
 use bridle_rules::db::postgres::PgDatabase;
-use log_buffer::LogBuffer;
+use kberg_testkit::log::LogBuffer;
 use pg_cluster::PgCluster;
 
 /// Every log line of this test binary, from every thread (the vault's listener runs on its

@@ -7,71 +7,21 @@
 
 mod peers;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kberg_core::ToolRegistry;
 use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, ChildStderr, MAX_STDERR_LINE, STDERR_TARGET, UpstreamConfig,
 };
+use kberg_testkit::log::LogBuffer;
 use peers::*;
 
 const CANARY: &str = "canary-5e1f0c2b9a7d4e3f";
 
-/// Everything the subscriber wrote.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().expect("log buffer")).into_owned()
-    }
-}
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn subscriber(captured: &Captured) -> impl tracing::Subscriber + Send + Sync {
-    let writer = captured.clone();
-    tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .finish()
-}
-
-/// Waits (with a deadline) until `needle` was logged.
-async fn logged(captured: &Captured, needle: &str) -> String {
-    tokio::time::timeout(WAIT, async {
-        loop {
-            let text = captured.text();
-            if text.contains(needle) {
-                return text;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "`{needle}` was never logged; log so far:\n{}",
-            captured.text()
-        )
-    })
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn stderr_lines_are_logged_with_the_credential_redacted() {
-    let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(subscriber(&captured));
+    let captured = LogBuffer::default();
+    let _guard = tracing::subscriber::set_default(captured.subscriber(tracing::Level::TRACE));
     let registry = ToolRegistry::new();
     let config = AggregatorConfig::new().upstream(UpstreamConfig::new(
         "raw",
@@ -84,7 +34,7 @@ async fn stderr_lines_are_logged_with_the_credential_redacted() {
         agg.status("raw")
     );
 
-    let text = logged(&captured, "raw upstream ready").await;
+    let text = captured.wait_for("raw upstream ready").await;
     assert!(
         !text.contains(CANARY),
         "the credential reached the log:\n{text}"
@@ -117,8 +67,8 @@ async fn stderr_lines_are_logged_with_the_credential_redacted() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn discarded_stderr_logs_nothing() {
-    let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(subscriber(&captured));
+    let captured = LogBuffer::default();
+    let _guard = tracing::subscriber::set_default(captured.subscriber(tracing::Level::TRACE));
     let registry = ToolRegistry::new();
     let config = AggregatorConfig::new().upstream(
         UpstreamConfig::new("raw", raw_upstream().env("RAW_STDERR_TOKEN", CANARY))

@@ -3,45 +3,18 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
 use futures::StreamExt;
+use kberg_testkit::log::LogBuffer;
 use serde_json::json;
-
-/// Everything the subscriber wrote.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().expect("log buffer")).into_owned()
-    }
-}
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 // One thread: the subscriber set below sees every task of the server.
 #[tokio::test(flavor = "current_thread")]
 async fn closing_a_listen_stream_logs_no_error() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let captured = LogBuffer::default();
+    let _guard = tracing::subscriber::set_default(captured.subscriber(tracing::Level::DEBUG));
 
     let s = start().await;
     let c = Raw::new(&s.url, Some(READER));

@@ -17,12 +17,16 @@
 //!   stdio or Streamable HTTP;
 //! - [`scripted`] (feature `scripted`): a scripted HTTP server that records every request and
 //!   answers with prepared replies, for clients of services that cannot run here;
+//! - [`log`] (feature `log`): a `tracing` writer that keeps every log line in memory, for
+//!   canary checks and for waiting on a log line;
 //! - [`serve`] (feature `server`): a kberg-server app served on 127.0.0.1 that stops when its
 //!   guard drops.
 
 #![allow(clippy::unwrap_used)] // test support: a broken fixture should fail the test loudly
 
 pub mod eventually;
+#[cfg(feature = "log")]
+pub mod log;
 pub mod net;
 pub mod notes;
 pub mod peers;
