@@ -228,7 +228,7 @@ async fn a_canary_secret_reaches_gitea_and_nothing_an_agent_or_a_log_sees() {
 
     stop.cancel();
     served.await.unwrap().unwrap();
-    let logged = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let logged = logs.text();
     assert!(logged.contains("gitea"), "the log was captured");
     // gitea-mcp logs at INFO here (on one line per record: a wide terminal), so its failed call
     // with the rejected token reached the gateway's log through the child's stderr, with the

@@ -7,7 +7,6 @@
 
 mod peers;
 
-use std::time::Duration;
 
 use kberg_core::ToolRegistry;
 use kberg_server::aggregate::{
