@@ -7,7 +7,6 @@
 
 mod peers;
 
-
 use kberg_core::ToolRegistry;
 use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, ChildStderr, MAX_STDERR_LINE, STDERR_TARGET, UpstreamConfig,
