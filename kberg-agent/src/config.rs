@@ -118,7 +118,7 @@ pub struct AgentConfig {
     pub id_handles: bool,
     /// Do not run a write whose text argument (a string the schema declares without `enum` or
     /// `format`, not an id) is not in the user's own words, as whole words; tell the model the
-    /// value has no source and quote the request (default false: not yet measured on a live model, see `benches/README.md`, agent tasks round 4). It stops a tag or a title
+    /// value has no source and quote the request (default false: on a live model it changed no outcome, see `benches/README.md`, agent tasks round 5). It stops a tag or a title
     /// copied from a record just read and a note nobody asked for. Arguments the model is meant
     /// to write itself (a summary, a message) are named with
     /// [`AgentConfig::composed_argument`] and never checked.
@@ -127,18 +127,18 @@ pub struct AgentConfig {
     /// and never counted as the user's values.
     pub composed_arguments: HashSet<String>,
     /// Once a write has succeeded in the run, do not run a further write that the user did not
-    /// ask for, and make the next turn answer-only (default false: not yet measured on a live model, see `benches/README.md`, agent tasks round 4). A write is *requested* when
+    /// ask for, and make the next turn answer-only (default false: on a live model it cut tool calls by a fifth and changed no outcome, and it can hold a legitimate write, below; see `benches/README.md`, agent tasks round 5). A write is *requested* when
     /// it carries a value from the user's own words (a number the user gave, a text in the
     /// user's words, an id the user gave) that no write that succeeded in this run carried:
     /// "tag note 63 with work and urgent" requests two `add_tag` calls, one per tag, but after
     /// `set_priority` of note 42 to 5, an `add_tag` or `add_note` whose values come from a
     /// result, or reuse the 42 and the 5, is not requested. The model is told what succeeded
-    /// and asked to answer in words. Turn it off for apps whose requests fan out over records a
+    /// and asked to answer in words. Leave it off for apps whose requests fan out over records a
     /// search finds ("tag all my health notes"): the second record's write reuses the user's
     /// values and would be held.
     pub stop_unrequested_writes: bool,
     /// Within one turn, do not run a write listed after a read that ran in that turn: the model
-    /// wrote it before it saw the read's result (default false: not yet measured on a live model, see `benches/README.md`, agent tasks round 4). The model is told to call it
+    /// wrote it before it saw the read's result (default false: on a live model it changed no outcome, see `benches/README.md`, agent tasks round 5). The model is told to call it
     /// again, with values from the result, if it is still needed. A read answered from an
     /// earlier result (a repeat, [`AgentConfig::guard_repeated_reads`]) does not hold a write:
     /// its result was seen.
