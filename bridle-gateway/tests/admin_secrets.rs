@@ -281,20 +281,19 @@ async fn the_secrets_resource_refuses_what_it_must() {
         "malformed_json",
     )
     .await;
-    problem(
-        gw.post("/secrets")
-            .header("content-type", "application/json")
-            .body(format!(
-                "{{\"name\": \"big\", \"value\": \"{}\"}}",
-                "v".repeat(2 << 20)
-            ))
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "body_too_large",
-    )
-    .await;
+    let too_large = gw
+        .post("/secrets")
+        .header("content-type", "application/json")
+        .body(format!(
+            "{{\"name\": \"big\", \"value\": \"{}\"}}",
+            "v".repeat(2 << 20)
+        ))
+        .send()
+        .await
+        .unwrap();
+    // The unread rest of the body ends the connection; the client is told not to reuse it.
+    assert_eq!(too_large.headers()["connection"], "close");
+    problem(too_large, StatusCode::PAYLOAD_TOO_LARGE, "body_too_large").await;
     problem(
         gw.post("/secrets")
             .body("name=n&value=v")

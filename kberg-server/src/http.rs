@@ -440,7 +440,7 @@ async fn route(
                     // apart by the error's source chain.
                     let too_big = std::error::Error::source(&e)
                         .is_some_and(|s| s.to_string().contains("length limit"));
-                    return if too_big {
+                    let mut reply = if too_big {
                         status(
                             StatusCode::PAYLOAD_TOO_LARGE,
                             "payload_too_large",
@@ -453,6 +453,13 @@ async fn route(
                             "Bad Request: unreadable body",
                         )
                     };
+                    // The body was not read to its end: the connection cannot carry another
+                    // request, and a client that reused it would write into a closing socket.
+                    reply.headers_mut().insert(
+                        axum::http::header::CONNECTION,
+                        axum::http::HeaderValue::from_static("close"),
+                    );
+                    return reply;
                 }
             };
             let peeked = match peek(&bytes) {

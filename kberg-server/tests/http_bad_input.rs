@@ -175,6 +175,8 @@ async fn oversized_bodies_get_413() {
                      "params": {"name": "echo", "arguments": {"text": "x".repeat(10_000)}}});
     let r = c.post(big.clone(), Some(&sid)).await;
     assert_eq!(r.status, 413, "in a session: {}", r.text);
+    // The unread rest of the body ends the connection; the client is told not to reuse it.
+    assert_eq!(r.headers["connection"], "close");
     let r = c.post(big.clone(), None).await;
     assert_eq!(r.status, 413, "without a session: {}", r.text);
     let r = c.stateless(1, "tools/call", big["params"].clone()).await;

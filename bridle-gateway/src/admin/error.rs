@@ -235,6 +235,12 @@ impl IntoResponse for ApiError {
         let mut response = (self.status(), body).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if matches!(self, ApiError::BodyTooLarge { .. }) {
+            // The rest of the body was never read, so the connection cannot carry another
+            // request: say so, or a client that reuses it sends its next request into a
+            // connection the server is closing.
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if matches!(self, ApiError::Unauthorized(_)) {
             headers.insert(
                 header::WWW_AUTHENTICATE,
