@@ -344,12 +344,21 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
     };
     req.extensions_mut()
         .insert(Authenticated(std::sync::Arc::clone(&principal)));
-    REQUEST_PRINCIPAL
+    let mut resp = REQUEST_PRINCIPAL
         .scope(
             std::sync::Arc::clone(&principal),
             route(g, req, next, principal),
         )
-        .await
+        .await;
+    if resp.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        // Whoever refused the body (this guard or rmcp's own limit inside a session) left the
+        // rest of it unread: the connection cannot carry another request.
+        resp.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    resp
 }
 
 /// The guard after authentication, run with the request's principal in
