@@ -449,19 +449,19 @@ async fn route(
                     // apart by the error's source chain.
                     let too_big = std::error::Error::source(&e)
                         .is_some_and(|s| s.to_string().contains("length limit"));
-                    let mut reply = if too_big {
-                        status(
+                    if too_big {
+                        // `guard_layer` marks every 413 `Connection: close`.
+                        return status(
                             StatusCode::PAYLOAD_TOO_LARGE,
                             "payload_too_large",
                             &format!("Payload Too Large: the body exceeds {} bytes", g.max_body),
-                        )
-                    } else {
-                        status(
-                            StatusCode::BAD_REQUEST,
-                            "bad_body",
-                            "Bad Request: unreadable body",
-                        )
-                    };
+                        );
+                    }
+                    let mut reply = status(
+                        StatusCode::BAD_REQUEST,
+                        "bad_body",
+                        "Bad Request: unreadable body",
+                    );
                     // The body was not read to its end: the connection cannot carry another
                     // request, and a client that reused it would write into a closing socket.
                     reply.headers_mut().insert(
