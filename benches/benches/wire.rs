@@ -24,6 +24,14 @@
 //!
 //! Without `--bench` (as under `cargo test --benches`) it runs one short smoke round that only
 //! checks every server answers correctly.
+//!
+//! Counting mode, for a figure that other load on the machine cannot move: with
+//! `KBERG_WIRE_COUNT=<calls>` and `KBERG_WIRE_CASE=<server>/<protocol>` (`kberg` or `rmcp`,
+//! `2025-11-25` or `2026-07-28`) the binary starts that one server and makes that many calls
+//! from one client, then exits. Run under `valgrind --tool=callgrind` with two call counts, the
+//! difference of the two totals over the difference of the counts is the instructions one call
+//! costs the whole process (client and server, start-up cancelled out);
+//! `benches/wire-instructions.sh` does that for the four cases.
 
 // A bench's report is its stdout.
 #![allow(clippy::print_stdout)]
@@ -107,7 +115,39 @@ impl Kind {
     }
 }
 
+/// Counting mode (see the module docs): one server, one client, `calls` calls.
+async fn count(case: &str, calls: u64) -> Result<(), BoxError> {
+    let (server, protocol) = case
+        .split_once('/')
+        .ok_or("KBERG_WIRE_CASE is <kberg|rmcp>/<protocol>")?;
+    let protocol = match protocol {
+        STATEFUL => STATEFUL,
+        STATELESS => STATELESS,
+        other => return Err(format!("unknown protocol {other:?} in KBERG_WIRE_CASE").into()),
+    };
+    let stop = CancellationToken::new();
+    let addr = match server {
+        "kberg" => start_kberg(stop.clone(), Limits::default()).await?,
+        "rmcp" => start_rmcp(stop.clone()).await?,
+        other => return Err(format!("unknown server {other:?} in KBERG_WIRE_CASE").into()),
+    };
+    let echo = ToolCall::new("echo", json!({"text": ECHO_TEXT}), ECHO_TEXT);
+    let calls = usize::try_from(calls)?;
+    let p = measure(addr, "/mcp", protocol, true, 1, &echo, Budget::Calls(calls)).await?;
+    stop.cancel();
+    println!("{case}: {} calls answered", p.calls);
+    Ok(())
+}
+
 async fn run() -> Result<(), BoxError> {
+    if let (Ok(case), Some(calls)) = (
+        std::env::var("KBERG_WIRE_CASE"),
+        std::env::var("KBERG_WIRE_COUNT")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok()),
+    ) {
+        return count(&case, calls).await;
+    }
     let full = std::env::args().any(|a| a == "--bench");
     let (secs, rounds) = if full {
         (
