@@ -102,19 +102,39 @@ pub struct Caller {
 }
 
 /// What a [`Caller`] shares between its clones.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 struct CallerState {
     principal: Arc<Principal>,
-    grants: Grants,
+    /// The grants once narrowed; `None` while they are the principal's own, so a caller built
+    /// for each request copies no grant set.
+    narrowed: Option<Grants>,
     projection: SurfaceProjection,
     scopes: ScopeSet,
 }
+
+impl CallerState {
+    fn grants(&self) -> &Grants {
+        self.narrowed.as_ref().unwrap_or(&self.principal.grants)
+    }
+}
+
+// Equal when they mean the same: the effective grants compare, however they were reached.
+impl PartialEq for CallerState {
+    fn eq(&self, other: &Self) -> bool {
+        self.principal == other.principal
+            && self.grants() == other.grants()
+            && self.projection == other.projection
+            && self.scopes == other.scopes
+    }
+}
+
+impl Eq for CallerState {}
 
 impl std::fmt::Debug for Caller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Caller")
             .field("principal", &self.inner.principal)
-            .field("grants", &self.inner.grants)
+            .field("grants", self.inner.grants())
             .field("projection", &self.inner.projection)
             .field("scopes", &self.inner.scopes)
             .finish()
@@ -127,7 +147,7 @@ impl Caller {
         let principal = principal.into();
         Self {
             inner: Arc::new(CallerState {
-                grants: principal.grants.clone(),
+                narrowed: None,
                 projection: principal.projection,
                 principal,
                 scopes: ScopeSet::default(),
@@ -170,7 +190,7 @@ impl Caller {
     /// one. Never widens.
     pub fn narrowed(mut self, limit: &Grants, projection: SurfaceProjection) -> Self {
         let state = self.state_mut();
-        state.grants = state.grants.intersection(limit);
+        state.narrowed = Some(state.grants().intersection(limit));
         state.projection = state.projection.narrowest(projection);
         self
     }
@@ -182,7 +202,7 @@ impl Caller {
 
     /// The effective grants.
     pub fn grants(&self) -> &Grants {
-        &self.inner.grants
+        self.inner.grants()
     }
 
     /// The effective projection.

@@ -4,29 +4,59 @@
 //! Both hand out permits that give their slot back when dropped, so a call that panics, is
 //! cancelled or whose client disconnects never leaks a slot.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+use kberg_core::Principal;
 
 /// Calls in flight, per principal id.
 #[derive(Debug)]
 pub(crate) struct CallCounter {
     max: usize,
-    in_flight: Mutex<HashMap<String, usize>>,
+    in_flight: Mutex<HashMap<ById, usize, foldhash::fast::RandomState>>,
+}
+
+/// A principal as a map key: hashed and compared by its id, held by reference count, so taking
+/// a slot copies no string.
+#[derive(Debug, Clone)]
+struct ById(Arc<Principal>);
+
+impl PartialEq for ById {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+
+impl Eq for ById {}
+
+impl Hash for ById {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // As `str` hashes, so that lookups by `&str` find it (`Borrow`'s contract).
+        self.0.id.as_str().hash(state);
+    }
+}
+
+impl Borrow<str> for ById {
+    fn borrow(&self) -> &str {
+        &self.0.id
+    }
 }
 
 /// One call's slot; returned on drop.
 #[derive(Debug)]
 pub(crate) struct CallPermit {
     counter: Arc<CallCounter>,
-    principal: String,
+    principal: Arc<Principal>,
 }
 
 impl CallCounter {
     pub(crate) fn new(max: usize) -> Arc<Self> {
         Arc::new(Self {
             max: max.max(1),
-            in_flight: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(HashMap::default()),
         })
     }
 
@@ -35,20 +65,20 @@ impl CallCounter {
     }
 
     /// A slot for `principal`, or `None` when it already has `max` calls in flight.
-    pub(crate) fn try_acquire(self: &Arc<Self>, principal: &str) -> Option<CallPermit> {
+    pub(crate) fn try_acquire(self: &Arc<Self>, principal: &Arc<Principal>) -> Option<CallPermit> {
         // The map holds plain counters updated in single statements; a poisoned lock still
         // holds consistent counts.
         let mut m = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        match m.get_mut(principal) {
+        match m.get_mut(principal.id.as_str()) {
             Some(n) if *n >= self.max => return None,
             Some(n) => *n += 1,
             None => {
-                m.insert(principal.to_string(), 1);
+                m.insert(ById(Arc::clone(principal)), 1);
             }
         }
         Some(CallPermit {
             counter: Arc::clone(self),
-            principal: principal.to_string(),
+            principal: Arc::clone(principal),
         })
     }
 }
@@ -60,10 +90,11 @@ impl Drop for CallPermit {
             .in_flight
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = m.get_mut(&self.principal) {
+        let id = self.principal.id.as_str();
+        if let Some(n) = m.get_mut(id) {
             *n -= 1;
             if *n == 0 {
-                m.remove(&self.principal);
+                m.remove(id);
             }
         }
     }
@@ -120,12 +151,20 @@ mod tests {
     #[test]
     fn calls_are_counted_per_principal() {
         let c = CallCounter::new(2);
-        let a1 = c.try_acquire("a").expect("first");
-        let _a2 = c.try_acquire("a").expect("second");
-        assert!(c.try_acquire("a").is_none());
-        let _b = c.try_acquire("b").expect("other principal");
+        let a = Arc::new(Principal::new("a"));
+        // Another value with the same id is the same principal for the limit.
+        let a_again = Arc::new(Principal::new("a"));
+        let b = Arc::new(Principal::new("b"));
+        let a1 = c.try_acquire(&a).expect("first");
+        let a2 = c.try_acquire(&a_again).expect("second");
+        assert!(c.try_acquire(&a).is_none());
+        let b1 = c.try_acquire(&b).expect("other principal");
         drop(a1);
-        assert!(c.try_acquire("a").is_some());
+        assert!(c.try_acquire(&a).is_some());
+        drop(a2);
+        drop(b1);
+        // Every slot returned: no principal is left in the map.
+        assert!(c.in_flight.lock().expect("lock").is_empty());
     }
 
     #[test]

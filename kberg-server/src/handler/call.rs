@@ -27,7 +27,7 @@ impl KbergHandler {
         mut ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let principal = self.principal(&ctx)?;
-        let Some(_permit) = self.shared.calls.try_acquire(&principal.id) else {
+        let Some(_permit) = self.shared.calls.try_acquire(&principal) else {
             let max = self.shared.calls.max();
             let refusal = Refusal::new(
                 ErrorCode::TooManyCalls,
