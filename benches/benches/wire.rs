@@ -140,13 +140,22 @@ async fn count(case: &str, calls: u64) -> Result<(), BoxError> {
 }
 
 async fn run() -> Result<(), BoxError> {
-    if let (Ok(case), Some(calls)) = (
+    // A counting run that is asked for but mistyped fails, rather than quietly running the
+    // timed rounds.
+    match (
         std::env::var("KBERG_WIRE_CASE"),
-        std::env::var("KBERG_WIRE_COUNT")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok()),
+        std::env::var("KBERG_WIRE_COUNT"),
     ) {
-        return count(&case, calls).await;
+        (Ok(case), Ok(calls)) => {
+            let calls = calls
+                .parse::<u64>()
+                .map_err(|_| format!("KBERG_WIRE_COUNT is a number of calls, not {calls:?}"))?;
+            return count(&case, calls).await;
+        }
+        (Ok(_), Err(_)) | (Err(_), Ok(_)) => {
+            return Err("counting mode needs both KBERG_WIRE_CASE and KBERG_WIRE_COUNT".into());
+        }
+        (Err(_), Err(_)) => {}
     }
     let full = std::env::args().any(|a| a == "--bench");
     let (secs, rounds) = if full {
