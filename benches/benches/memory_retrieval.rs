@@ -1081,9 +1081,22 @@ async fn sweep(
         let (_, t) = score(qs, &results, Subset::Tuning);
         let (_, h) = score(qs, &results, Subset::HeldOut);
         let (_, a) = score(qs, &results, Subset::All);
+        // A code base with no tuning questions (h11, all held out) has no tuning figures.
+        let cell = |x: f64, digits: usize| {
+            if x.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{x:.digits$}")
+            }
+        };
         eprintln!(
-            "| {label} | {:.2} | {:.3} | {:.2} | {:.3} | {:.2} | {:.2} |",
-            t.r5, t.mrr, h.r5, h.mrr, a.r5, a.r10
+            "| {label} | {} | {} | {} | {} | {} | {} |",
+            cell(t.r5, 2),
+            cell(t.mrr, 3),
+            cell(h.r5, 2),
+            cell(h.mrr, 3),
+            cell(a.r5, 2),
+            cell(a.r10, 2)
         );
     };
     eprintln!();

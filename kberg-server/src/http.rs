@@ -50,7 +50,16 @@ use crate::handler::{Authenticated, KbergHandler, ListenClosed, REQUEST_PRINCIPA
 use crate::limits::{StreamCounter, StreamPermit};
 use crate::sessions::{SessionSettings, SessionTable};
 
-const SESSION_HEADER: &str = "mcp-session-id";
+// The header names the guard reads on every request, built once: a lookup by a `&str` name
+// parses and checks the name on each call, a lookup by a `HeaderName` only hashes it.
+/// `Mcp-Session-Id`.
+const SESSION_HEADER: axum::http::HeaderName =
+    axum::http::HeaderName::from_static("mcp-session-id");
+/// `Mcp-Protocol-Version`.
+const PROTOCOL_VERSION_HEADER: axum::http::HeaderName =
+    axum::http::HeaderName::from_static("mcp-protocol-version");
+/// `Mcp-Method` (2026-07-28).
+const METHOD_HEADER: axum::http::HeaderName = axum::http::HeaderName::from_static("mcp-method");
 
 struct GuardState {
     auth: Arc<dyn Authenticator>,
@@ -418,12 +427,12 @@ async fn route(
         (Method::POST, session) if is_json(req.headers()) => {
             let modern = req
                 .headers()
-                .get("mcp-protocol-version")
+                .get(PROTOCOL_VERSION_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| v >= "2026-07-28");
             let header_method = req
                 .headers()
-                .get("mcp-method")
+                .get(METHOD_HEADER)
                 .and_then(|v| v.to_str().ok());
             // The hot path reads no body here: a request in a session, or a 2026-07-28 request
             // whose `Mcp-Method` header rmcp checks against its body. Only session-less legacy

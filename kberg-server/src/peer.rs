@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 /// MCP log levels, lowest first.
-const LEVELS: [&str; 8] = [
+pub(crate) const LEVELS: [&str; 8] = [
     "debug",
     "info",
     "notice",

@@ -15,14 +15,60 @@ use serde_json::Value;
 
 use super::KbergHandler;
 use crate::convert;
-use crate::peer::{LogThreshold, RoundTripPeer, SessionPeer};
+use crate::peer::{LEVELS, LogThreshold, RoundTripPeer, SessionPeer};
 
 /// Where a 2026-07-28 request declares the client's capabilities.
 pub(super) const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
 
+/// Where a request names its protocol version (2026-07-28 requests always do).
+const PROTOCOL_VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// Where a 2026-07-28 request names its client.
+const CLIENT_INFO_META: &str = "io.modelcontextprotocol/clientInfo";
+
+/// Where a 2026-07-28 request asks for log messages from a level up.
+const LOG_LEVEL_META: &str = "io.modelcontextprotocol/logLevel";
+
+/// The value of `key` in a small JSON object such as a request's `_meta` or its `clientInfo`.
+///
+/// `serde_json`'s map (an `IndexMap` here, the workspace keeps key order) hashes the key with
+/// SipHash on every lookup, which costs more than comparing it against the handful of keys a
+/// `_meta` holds: up to [`SCAN_LIMIT`] entries are scanned in order, a larger map is looked up.
+/// Keys are unique, so both find the same entry.
+pub(super) fn field<'a>(map: &'a serde_json::Map<String, Value>, key: &str) -> Option<&'a Value> {
+    if map.len() > SCAN_LIMIT {
+        return map.get(key);
+    }
+    map.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v)
+}
+
+/// The largest map [`field`] scans instead of hashing the key.
+const SCAN_LIMIT: usize = 12;
+
+/// Whether the request is a stateless 2026-07-28 (or later) one: the version its `_meta`
+/// names, else the one its session negotiated. The same answer as
+/// `ctx.protocol_version()`, read in place: that decodes (and allocates) the version on each
+/// call.
 pub(super) fn is_stateless(ctx: &RequestContext<RoleServer>) -> bool {
-    ctx.protocol_version()
-        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+    let newer = |v: &str| v >= ProtocolVersion::V_2026_07_28.as_str();
+    match field(&ctx.meta.0.0, PROTOCOL_VERSION_META).and_then(Value::as_str) {
+        Some(v) => newer(v),
+        None => ctx
+            .peer
+            .peer_info()
+            .is_some_and(|i| newer(i.protocol_version.as_str())),
+    }
+}
+
+/// The client a 2026-07-28 request's `_meta` names, read in place: its name and version
+/// (strings both, as the schema requires; rmcp has refused a request whose `clientInfo` is
+/// malformed before it reaches a handler) and its display title.
+fn meta_client_info(ctx: &RequestContext<RoleServer>) -> Option<kberg_core::ClientInfo> {
+    let info = field(&ctx.meta.0.0, CLIENT_INFO_META)?.as_object()?;
+    let text = |k: &str| field(info, k).and_then(Value::as_str);
+    let mut client = kberg_core::ClientInfo::new(text("name")?, text("version")?);
+    client.title = text("title").map(str::to_string);
+    Some(client)
 }
 
 pub(super) fn cursor_of(p: &Option<PaginatedRequestParams>) -> Option<&str> {
@@ -78,9 +124,7 @@ impl KbergHandler {
         if is_stateless(ctx) {
             // Only what the request carries: without `_meta` clientInfo rmcp's stand-in peer
             // info would name rmcp itself, which is no client's claim.
-            let i = ctx.meta.client_info()?;
-            let mut client = kberg_core::ClientInfo::new(i.name, i.version);
-            client.title = i.title;
+            let client = meta_client_info(ctx)?;
             return Some(Arc::new(kberg_core::CallOrigin::new(None, Some(client))));
         }
         let origin = self.session.origin.get_or_init(|| {
@@ -113,17 +157,13 @@ impl KbergHandler {
         if let Some(new) = input_responses {
             answers.extend(new.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
-        // 2026-07-28: log messages only when the request names a level.
-        let log = match ctx
-            .meta
-            .log_level()
-            .and_then(|l| serde_json::to_value(l).ok())
-            .and_then(|v| v.as_str().map(str::to_string))
-        {
-            Some(level) => LogThreshold::new(&level),
-            None => LogThreshold::off(),
+        // 2026-07-28: log messages only when the request names a level (one of the
+        // schema's, spelled as it spells them; anything else asks for none).
+        let log = match field(&ctx.meta.0.0, LOG_LEVEL_META).and_then(Value::as_str) {
+            Some(level) if LEVELS.contains(&level) => LogThreshold::new(level),
+            _ => LogThreshold::off(),
         };
-        let capabilities = match ctx.meta.0.0.get(CLIENT_CAPABILITIES_META) {
+        let capabilities = match field(&ctx.meta.0.0, CLIENT_CAPABILITIES_META) {
             Some(c) => Some(c.clone()),
             None => ctx
                 .peer
@@ -161,5 +201,31 @@ impl KbergHandler {
         let state = serde_json::to_string(answers)
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         Ok(InputRequiredResult::new(Some(requests), Some(state)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SCAN_LIMIT, field};
+    use serde_json::{Map, Value, json};
+
+    fn map(n: usize) -> Map<String, Value> {
+        (0..n).map(|i| (format!("key{i}"), json!(i))).collect()
+    }
+
+    #[test]
+    fn a_scanned_map_and_a_looked_up_one_answer_alike() {
+        for n in [0, 1, 5, SCAN_LIMIT, SCAN_LIMIT + 1, 40] {
+            let m = map(n);
+            for i in 0..n {
+                let key = format!("key{i}");
+                assert_eq!(field(&m, &key), m.get(&key), "{n} entries, {key}");
+                assert_eq!(field(&m, &key), Some(&json!(i)));
+            }
+            assert_eq!(field(&m, "absent"), None, "{n} entries");
+            // A key is matched whole, never by a prefix.
+            assert_eq!(field(&m, "key"), None, "{n} entries");
+            assert_eq!(field(&m, ""), None, "{n} entries");
+        }
     }
 }
