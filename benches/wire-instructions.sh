@@ -9,6 +9,11 @@
 # connection), with the low and the high call count; (high total - low total) / (high - low) is
 # what one call costs the whole process, client and server, with start-up and the handshake
 # cancelled out. The client's share is the same for both servers.
+#
+#   KBERG_WIRE_CLIENTS=16 benches/wire-instructions.sh <binary> 512 2560
+#
+# shares the calls between 16 clients, each on its own connection (both counts must be
+# multiples of it).
 set -euo pipefail
 bin="${1:?usage: $0 <wire bench binary> [low calls] [high calls]}"
 low="${2:-500}"

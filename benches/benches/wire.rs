@@ -28,7 +28,8 @@
 //! Counting mode, for a figure that other load on the machine cannot move: with
 //! `KBERG_WIRE_COUNT=<calls>` and `KBERG_WIRE_CASE=<server>/<protocol>` (`kberg` or `rmcp`,
 //! `2025-11-25` or `2026-07-28`) the binary starts that one server and makes that many calls
-//! from one client, then exits. Run under `valgrind --tool=callgrind` with two call counts, the
+//! from one client (or shared evenly between `KBERG_WIRE_CLIENTS` clients, each on its own
+//! connection), then exits. Run under `valgrind --tool=callgrind` with two call counts, the
 //! difference of the two totals over the difference of the counts is the instructions one call
 //! costs the whole process (client and server, start-up cancelled out);
 //! `benches/wire-instructions.sh` does that for the four cases.
@@ -115,8 +116,9 @@ impl Kind {
     }
 }
 
-/// Counting mode (see the module docs): one server, one client, `calls` calls.
-async fn count(case: &str, calls: u64) -> Result<(), BoxError> {
+/// Counting mode (see the module docs): one server, `clients` clients (one unless
+/// `KBERG_WIRE_CLIENTS` says more), `calls` calls in all, shared evenly between them.
+async fn count(case: &str, calls: u64, clients: usize) -> Result<(), BoxError> {
     let (server, protocol) = case
         .split_once('/')
         .ok_or("KBERG_WIRE_CASE is <kberg|rmcp>/<protocol>")?;
@@ -133,7 +135,17 @@ async fn count(case: &str, calls: u64) -> Result<(), BoxError> {
     };
     let echo = ToolCall::new("echo", json!({"text": ECHO_TEXT}), ECHO_TEXT);
     let calls = usize::try_from(calls)?;
-    let p = measure(addr, "/mcp", protocol, true, 1, &echo, Budget::Calls(calls)).await?;
+    if clients == 0 {
+        return Err("KBERG_WIRE_CLIENTS must be at least 1".into());
+    }
+    if calls % clients != 0 {
+        return Err(format!(
+            "KBERG_WIRE_COUNT ({calls}) must be a multiple of KBERG_WIRE_CLIENTS ({clients})"
+        )
+        .into());
+    }
+    let each = Budget::Calls(calls / clients);
+    let p = measure(addr, "/mcp", protocol, true, clients, &echo, each).await?;
     stop.cancel();
     println!("{case}: {} calls answered", p.calls);
     Ok(())
@@ -150,7 +162,13 @@ async fn run() -> Result<(), BoxError> {
             let calls = calls
                 .parse::<u64>()
                 .map_err(|_| format!("KBERG_WIRE_COUNT is a number of calls, not {calls:?}"))?;
-            return count(&case, calls).await;
+            let clients = match std::env::var("KBERG_WIRE_CLIENTS") {
+                Ok(n) => n
+                    .parse::<usize>()
+                    .map_err(|_| format!("KBERG_WIRE_CLIENTS is a number of clients, not {n:?}"))?,
+                Err(_) => 1,
+            };
+            return count(&case, calls, clients).await;
         }
         (Ok(_), Err(_)) | (Err(_), Ok(_)) => {
             return Err("counting mode needs both KBERG_WIRE_CASE and KBERG_WIRE_COUNT".into());
