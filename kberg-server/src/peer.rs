@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 /// MCP log levels, lowest first.
-pub(crate) const LEVELS: [&str; 8] = [
+const LEVELS: [&str; 8] = [
     "debug",
     "info",
     "notice",
@@ -91,6 +91,16 @@ impl LogThreshold {
     /// No log message passes (2026-07-28 requests that carry no `logLevel`).
     pub(crate) fn off() -> Self {
         Self(AtomicU8::new(OFF))
+    }
+
+    /// The threshold a 2026-07-28 request's `_meta` `logLevel` asks for: one of the schema's
+    /// levels, spelled as the schema spells them; anything else (or none) asks for no log
+    /// messages at all.
+    pub(crate) fn requested(level: Option<&str>) -> Self {
+        match level.and_then(|l| LEVELS.iter().position(|known| *known == l)) {
+            Some(rank) => Self(AtomicU8::new(rank as u8)),
+            None => Self::off(),
+        }
     }
 
     pub(crate) fn set(&self, level: &str) {
@@ -357,6 +367,19 @@ impl ClientPeer for RoundTripPeer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_asks_for_a_known_level_or_for_none() {
+        let warning = json!({"level": "warning"});
+        let debug = json!({"level": "debug"});
+        let t = LogThreshold::requested(Some("info"));
+        assert!(t.allows(&warning) && !t.allows(&debug));
+        assert!(LogThreshold::requested(Some("debug")).allows(&debug));
+        for asked in [None, Some("verbose"), Some("INFO"), Some("")] {
+            let t = LogThreshold::requested(asked);
+            assert!(!t.allows(&json!({"level": "emergency"})), "{asked:?}");
+        }
+    }
 
     #[test]
     fn levels_rank_in_order() {

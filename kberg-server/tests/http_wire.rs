@@ -459,6 +459,31 @@ async fn removed_methods_and_log_levels_on_2026() {
         .collect();
     assert_eq!(logs.len(), 1, "{}", r.text);
     assert_eq!(logs[0]["params"]["data"], "counting");
+    // A level the schema does not name (or one spelled otherwise) asks for no log messages;
+    // the call itself is answered as usual.
+    for (id, level) in [(31, json!("verbose")), (32, json!("INFO")), (33, json!(3))] {
+        let r = c
+            .stateless_meta(
+                id,
+                "tools/call",
+                json!({"name": "count", "arguments": {}}),
+                json!({"io.modelcontextprotocol/logLevel": level}),
+            )
+            .await;
+        assert!(
+            r.messages()
+                .iter()
+                .all(|m| m["method"] != "notifications/message"),
+            "{level}: {}",
+            r.text
+        );
+        assert_eq!(
+            r.reply(id)["result"]["content"][0]["text"],
+            "counted",
+            "{level}: {}",
+            r.text
+        );
+    }
     // Legacy results keep the legacy shape (no resultType).
     let o = Raw::new(&s.url, Some(READER));
     let sid = o.initialize().await;

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::KbergHandler;
 use crate::convert;
-use crate::peer::{LEVELS, LogThreshold, RoundTripPeer, SessionPeer};
+use crate::peer::{LogThreshold, RoundTripPeer, SessionPeer};
 
 /// Where a 2026-07-28 request declares the client's capabilities.
 pub(super) const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -157,12 +157,9 @@ impl KbergHandler {
         if let Some(new) = input_responses {
             answers.extend(new.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
-        // 2026-07-28: log messages only when the request names a level (one of the
-        // schema's, spelled as it spells them; anything else asks for none).
-        let log = match field(&ctx.meta.0.0, LOG_LEVEL_META).and_then(Value::as_str) {
-            Some(level) if LEVELS.contains(&level) => LogThreshold::new(level),
-            _ => LogThreshold::off(),
-        };
+        // 2026-07-28: log messages only when the request names a level.
+        let log =
+            LogThreshold::requested(field(&ctx.meta.0.0, LOG_LEVEL_META).and_then(Value::as_str));
         let capabilities = match field(&ctx.meta.0.0, CLIENT_CAPABILITIES_META) {
             Some(c) => Some(c.clone()),
             None => ctx
