@@ -26,6 +26,8 @@
 //! Without `--bench` (as under `cargo test --benches`), or with `-- --test`, it runs one smoke
 //! round of a few calls per case that only checks every path answers correctly.
 //! `KBERG_AGG_CALLS=N` (bench mode) replaces the time budget by N calls per client.
+//! `KBERG_AGG_CASES=kb-aggregated,kb-direct` runs only the named cases (`kb` or `ev`, then
+//! `direct` or `aggregated`), for a profiler that should see one path alone.
 
 // A bench's report is its stdout.
 #![allow(clippy::print_stdout)]
@@ -192,6 +194,17 @@ struct Case {
     call: ToolCall,
 }
 
+impl Case {
+    /// The case's name in `KBERG_AGG_CASES`.
+    fn key(&self) -> String {
+        let up = match self.upstream {
+            Upstream::Kberg => "kb",
+            Upstream::Everything => "ev",
+        };
+        format!("{up}-{}", self.path.label())
+    }
+}
+
 async fn run() -> Result<(), BoxError> {
     // `cargo bench` passes `--bench`; `cargo bench -- --test` and test runs (no `--bench`) get
     // the smoke round.
@@ -269,6 +282,23 @@ async fn run() -> Result<(), BoxError> {
         },
     ];
 
+    let wanted = std::env::var("KBERG_AGG_CASES").ok();
+    let cases: Vec<&Case> = cases
+        .iter()
+        .filter(|c| {
+            wanted
+                .as_deref()
+                .is_none_or(|w| w.split(',').any(|n| n.trim() == c.key()))
+        })
+        .collect();
+    if cases.is_empty() {
+        return Err(format!(
+            "KBERG_AGG_CASES={} names no case (kb-direct, kb-aggregated, ev-direct, ev-aggregated)",
+            wanted.unwrap_or_default()
+        )
+        .into());
+    }
+
     type Key = (Upstream, Path, usize);
     let mut results: Vec<(Key, Vec<Point>)> = Vec::new();
     for round in 0..rounds {
@@ -317,12 +347,10 @@ async fn run() -> Result<(), BoxError> {
     }
 
     let summary = |key: Key| {
-        let pts = results
+        results
             .iter()
             .find(|(k, _)| *k == key)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default();
-        Point::median_of(&pts)
+            .map(|(_, v)| Point::median_of(v))
     };
     println!();
     match budget {
@@ -342,9 +370,16 @@ async fn run() -> Result<(), BoxError> {
         for clients in CONCURRENCY {
             let direct = summary((upstream, Path::Direct, clients));
             for path in [Path::Direct, Path::Aggregated] {
-                let p = summary((upstream, path, clients));
+                // A case left out by KBERG_AGG_CASES has no row; without its direct case the
+                // ratio is not known.
+                let Some(p) = summary((upstream, path, clients)) else {
+                    continue;
+                };
+                let ratio = direct
+                    .as_ref()
+                    .map_or_else(|| "-".to_string(), |d| format!("{:.3}x", p.rps / d.rps));
                 println!(
-                    "| {} | {} | {} | {:.0} | {:.3} | {:.3} | {:.1} | {:.3}x |",
+                    "| {} | {} | {} | {:.0} | {:.3} | {:.3} | {:.1} | {ratio} |",
                     upstream.label(),
                     path.label(),
                     clients,
@@ -352,7 +387,6 @@ async fn run() -> Result<(), BoxError> {
                     p.p50_ms,
                     p.p99_ms,
                     p.cpu_us,
-                    p.rps / direct.rps
                 );
             }
         }
