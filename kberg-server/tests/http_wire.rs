@@ -432,18 +432,7 @@ async fn removed_methods_and_log_levels_on_2026() {
         assert_eq!(r.status, 404, "{method}: {}", r.text);
         assert_eq!(r.reply(1)["error"]["code"], -32601, "{method}: {}", r.text);
     }
-    // Without a logLevel in _meta no log message is sent; with one, it is.
-    let r = c
-        .stateless(2, "tools/call", json!({"name": "count", "arguments": {}}))
-        .await;
-    assert!(
-        r.messages()
-            .iter()
-            .all(|m| m["method"] != "notifications/message"),
-        "{}",
-        r.text
-    );
-    assert_eq!(r.reply(2)["result"]["content"][0]["text"], "counted");
+    // With a logLevel in _meta the log message is sent.
     let r = c
         .stateless_meta(
             3,
@@ -459,28 +448,37 @@ async fn removed_methods_and_log_levels_on_2026() {
         .collect();
     assert_eq!(logs.len(), 1, "{}", r.text);
     assert_eq!(logs[0]["params"]["data"], "counting");
-    // A level the schema does not name (or one spelled otherwise) asks for no log messages;
-    // the call itself is answered as usual.
-    for (id, level) in [(31, json!("verbose")), (32, json!("INFO")), (33, json!(3))] {
+    // No logLevel, or a level the schema does not name (or one spelled otherwise), asks for
+    // no log messages; the call itself is answered as usual.
+    for (id, level) in [
+        (2, None),
+        (31, Some(json!("verbose"))),
+        (32, Some(json!("INFO"))),
+        (33, Some(json!(3))),
+    ] {
+        let extra = match &level {
+            Some(l) => json!({"io.modelcontextprotocol/logLevel": l}),
+            None => json!({}),
+        };
         let r = c
             .stateless_meta(
                 id,
                 "tools/call",
                 json!({"name": "count", "arguments": {}}),
-                json!({"io.modelcontextprotocol/logLevel": level}),
+                extra,
             )
             .await;
         assert!(
             r.messages()
                 .iter()
                 .all(|m| m["method"] != "notifications/message"),
-            "{level}: {}",
+            "{level:?}: {}",
             r.text
         );
         assert_eq!(
             r.reply(id)["result"]["content"][0]["text"],
             "counted",
-            "{level}: {}",
+            "{level:?}: {}",
             r.text
         );
     }
