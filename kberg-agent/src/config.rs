@@ -143,6 +143,15 @@ pub struct AgentConfig {
     /// earlier result (a repeat, [`AgentConfig::guard_repeated_reads`]) does not hold a write:
     /// its result was seen.
     pub hold_writes_after_reads: bool,
+    /// Send an answer-only turn (the last turn, one after a repeat, a request for words) as a
+    /// short conversation: the caller's messages, then the results of the run's calls in one
+    /// message, each once, and the request to answer from them, with no tools listed (default
+    /// true: on the task benchmark it turned reads whose answer the model had already read
+    /// into answers, see `benches/README.md`, agent tasks round 6). A model that writes its
+    /// calls as text is told how to call tools by the tool listing itself, and ignores tool
+    /// choice `none`; without the listing and its own earlier calls in view it answers in
+    /// words. The stored conversation keeps every turn as it happened.
+    pub focused_answer_turns: bool,
 }
 
 impl Default for AgentConfig {
@@ -179,6 +188,7 @@ impl Default for AgentConfig {
             composed_arguments: HashSet::new(),
             stop_unrequested_writes: false,
             hold_writes_after_reads: false,
+            focused_answer_turns: true,
         }
     }
 }
@@ -372,6 +382,13 @@ impl AgentConfig {
         self
     }
 
+    /// Turns the short form of answer-only turns on or off (see
+    /// [`AgentConfig::focused_answer_turns`]).
+    pub fn focused_answer_turns(mut self, on: bool) -> Self {
+        self.focused_answer_turns = on;
+        self
+    }
+
     /// Every small-model behaviour off: the loop as it was before they existed (structured and
     /// recovered calls, repair turns, repeated-write guard, coercion only). For comparison.
     pub fn without_small_model_guards(mut self) -> Self {
@@ -393,6 +410,7 @@ impl AgentConfig {
         self.ground_write_text = false;
         self.stop_unrequested_writes = false;
         self.hold_writes_after_reads = false;
+        self.focused_answer_turns = false;
         self
     }
 }

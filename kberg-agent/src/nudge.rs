@@ -41,6 +41,38 @@ pub(crate) fn parse_diagnostic(error: &str) -> String {
     )
 }
 
+/// One call's result in a focused answer turn: the call as `name(arguments)` and what it
+/// returned (or why it failed).
+pub(crate) fn focused_result(
+    name: &str,
+    arguments: &serde_json::Value,
+    ok: bool,
+    content: &str,
+) -> String {
+    let args = match arguments {
+        serde_json::Value::Object(m) if m.is_empty() => String::new(),
+        serde_json::Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => format!("{k}: {s}"),
+                v => format!("{k}: {v}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        v => v.to_string(),
+    };
+    let verb = if ok { "returned" } else { "failed" };
+    format!("{name}({args}) {verb}:\n{}", content.trim())
+}
+
+/// A focused answer turn's one message: the results, then the request to answer from them.
+pub(crate) fn focused_answer(results: &[String]) -> String {
+    format!(
+        "Here is what the app's tools returned for my request:\n\n{}\n\nUsing only these results, answer my request above in one or two short sentences, in plain words. Do not write JSON.",
+        results.join("\n\n")
+    )
+}
+
 /// The request for an answer in words after a final text that was only JSON.
 pub(crate) fn words_request() -> String {
     "Now answer the user in plain words, using the tool results above. Do not write JSON and do not call a tool.".to_string()

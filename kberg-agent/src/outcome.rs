@@ -186,6 +186,10 @@ pub struct Interventions {
     pub unrequested_writes: u32,
     /// Writes not run because they were listed after a read in the same turn.
     pub writes_held: u32,
+    /// Answer-only turns sent in their short form: the run's results and the request, no tools
+    /// ([`AgentConfig::focused_answer_turns`](crate::AgentConfig)).
+    #[serde(default)]
+    pub answer_turns_focused: u32,
 }
 
 /// What a run did and why it stopped.

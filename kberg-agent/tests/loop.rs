@@ -600,7 +600,16 @@ async fn a_repeated_identical_write_is_not_run_again_and_the_model_is_asked_to_a
     assert_eq!(outcomes, ["ok", "duplicate"]);
     assert_eq!(out.calls[1].outcome, CallOutcome::Duplicate);
     // The model is given the earlier result and told to answer ...
-    let note = last_tool_text(&script, 2);
+    let note = out
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool {
+                call_id, content, ..
+            } if call_id == "c2" => Some(content.clone()),
+            _ => None,
+        })
+        .expect("the repeat's answer is stored");
     assert!(note.contains("Not run again"), "{note}");
     assert!(note.contains("created milk (priority 2)"), "{note}");
     // ... not as an error (nothing failed) ...
@@ -786,4 +795,99 @@ async fn the_same_write_with_its_arguments_in_another_order_is_still_a_repeat() 
         .await;
     assert_eq!(writes.load(Ordering::SeqCst), 1);
     assert_eq!(out.calls[1].outcome, CallOutcome::Duplicate);
+}
+
+#[tokio::test]
+async fn an_answer_only_turn_is_sent_as_the_results_and_the_request_without_tools() {
+    use kberg_agent::ToolChoice;
+    let (tools, _, _) = counting_registry();
+    let q = json!({"query": "milk"});
+    let turns = || {
+        ScriptedProvider::new([
+            ScriptedProvider::call("c1", "search_notes", q.clone()),
+            // A failed call: its reason is a result the answer may need.
+            ScriptedProvider::call("c2", "add_note", json!({"title": "milk"})),
+            ScriptedProvider::call("c3", "search_notes", q.clone()),
+            ScriptedProvider::text("Two notes mention milk."),
+        ])
+    };
+    let request = vec![Message::system("Be brief."), Message::user("find milk")];
+
+    // On (the default): the caller's messages, then one message with each result once, the
+    // call that gave it, and the request to answer; no tools, tool choice `none`.
+    let script = turns();
+    let out = Agent::new(script.clone(), LocalSurface::new(tools.clone(), writer()))
+        .with_config(core())
+        .run(request.clone(), &CancellationToken::new())
+        .await;
+    assert_eq!(out.answer(), Some("Two notes mention milk."));
+    assert_eq!(out.interventions.answer_turns_focused, 1);
+    let sent = &script.requests()[3];
+    assert!(sent.tools.is_empty(), "{:?}", sent.tools);
+    assert_eq!(sent.options.tool_choice, ToolChoice::None);
+    assert_eq!(sent.messages.len(), 3, "{:#?}", sent.messages);
+    assert_eq!(sent.messages[..2], request[..]);
+    let Message::User { content } = &sent.messages[2] else {
+        panic!(
+            "expected the results as a user message: {:?}",
+            sent.messages[2]
+        );
+    };
+    let search = "search_notes(query: milk) returned:\n";
+    assert_eq!(content.matches(search).count(), 1, "{content}");
+    assert!(
+        content.contains("add_note(title: milk) failed:\n"),
+        "{content}"
+    );
+    assert!(!content.contains("Not run again"), "{content}");
+    assert!(content.ends_with("Do not write JSON."), "{content}");
+    // The stored conversation keeps every turn as it happened.
+    assert!(
+        out.messages.iter().any(
+            |m| matches!(m, Message::Tool { content, .. } if content.contains("Not run again"))
+        )
+    );
+
+    // Off: the whole conversation and the listing, tool choice `none`.
+    let script = turns();
+    let out = Agent::new(script.clone(), LocalSurface::new(tools.clone(), writer()))
+        .with_config(core().focused_answer_turns(false))
+        .run(request.clone(), &CancellationToken::new())
+        .await;
+    assert_eq!(out.answer(), Some("Two notes mention milk."));
+    assert_eq!(out.interventions.answer_turns_focused, 0);
+    let sent = &script.requests()[3];
+    assert!(!sent.tools.is_empty());
+    assert_eq!(sent.options.tool_choice, ToolChoice::None);
+    assert!(last_tool_text(&script, 3).contains("Not run again"));
+
+    // A caller's history that holds calls keeps the listing (some wires refuse results
+    // without it), still with tool choice `none`.
+    let mut history = vec![
+        Message::user("earlier"),
+        Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![kberg_agent::ToolCall {
+                id: "h1".into(),
+                name: "search_notes".into(),
+                arguments: json!({"query": "x"}),
+            }],
+        },
+        Message::Tool {
+            call_id: "h1".into(),
+            name: "search_notes".into(),
+            content: "nothing".into(),
+            is_error: false,
+        },
+    ];
+    history.push(Message::user("find milk"));
+    let script = turns();
+    Agent::new(script.clone(), LocalSurface::new(tools, writer()))
+        .with_config(core())
+        .run(history, &CancellationToken::new())
+        .await;
+    let sent = &script.requests()[3];
+    assert!(!sent.tools.is_empty());
+    assert_eq!(sent.options.tool_choice, ToolChoice::None);
+    assert_eq!(sent.messages.len(), 5);
 }

@@ -251,6 +251,11 @@ pub fn variants() -> Vec<Variant> {
             fired: |_| true,
         },
         Variant {
+            name: "no-focused-answer-turns",
+            config: b().focused_answer_turns(false),
+            fired: |i| i.answer_turns_focused > 0,
+        },
+        Variant {
             name: "no-forget-old-failures",
             config: b().forget_old_failures(false),
             fired: |i| i.failures_forgotten > 0,

@@ -4,8 +4,11 @@
 //! failed calls, because small models copy what they see. Sending (streamed or not, cancellable)
 //! and the per-turn tool choice live here too.
 
+use std::collections::{HashMap, HashSet};
+
 use crate::message::{ChatOptions, ChatRequest, ChatResponse, Message, ToolChoice};
-use crate::outcome::AgentEvent;
+use crate::nudge;
+use crate::outcome::{AgentEvent, CallOutcome, CallRecord};
 use crate::provider::{ProviderError, collect_stream};
 
 use super::Run;
@@ -22,11 +25,20 @@ impl Run<'_> {
         if self.config().forget_old_failures && has_old_failures(&self.request.messages) {
             self.interventions.failures_forgotten += 1;
         }
+        let focused = (choice == Some(ToolChoice::None) && self.config().focused_answer_turns)
+            .then(|| self.focused_request())
+            .flatten();
+        if focused.is_some() {
+            self.interventions.answer_turns_focused += 1;
+        }
         let overridden = choice.is_some();
         if let Some(choice) = choice {
             self.request.options.tool_choice = choice;
         }
-        let r = self.send_turn().await;
+        let r = match &focused {
+            Some(request) => self.send(request).await,
+            None => self.send_turn().await,
+        };
         if overridden {
             let ChatOptions { tool_choice, .. } = &self.agent.config.options;
             self.request.options.tool_choice.clone_from(tool_choice);
@@ -59,10 +71,72 @@ impl Run<'_> {
         std::borrow::Cow::Owned(request)
     }
 
+    /// An answer-only turn in its short form ([`crate::AgentConfig::focused_answer_turns`]): the
+    /// caller's messages, then one message with the result of each call the run sent (each
+    /// distinct result once, in order) and the request to answer from them; no tools. `None`
+    /// when no call of the run has a result to show.
+    fn focused_request(&self) -> Option<ChatRequest> {
+        let sent: HashMap<&str, &CallRecord> = self
+            .calls
+            .iter()
+            .filter(|c| {
+                !c.not_sent && matches!(c.outcome, CallOutcome::Ok | CallOutcome::Failed(_))
+            })
+            .map(|c| (c.id.as_str(), c))
+            .collect();
+        let mut seen = HashSet::new();
+        let mut results = Vec::new();
+        for m in &self.request.messages[self.user_messages.min(self.request.messages.len())..] {
+            let Message::Tool {
+                call_id, content, ..
+            } = m
+            else {
+                continue;
+            };
+            let Some(call) = sent.get(call_id.as_str()) else {
+                continue;
+            };
+            if seen.insert((call.name.as_str(), content.as_str())) {
+                results.push(nudge::focused_result(
+                    &call.name,
+                    &call.arguments,
+                    call.outcome == CallOutcome::Ok,
+                    content,
+                ));
+            }
+        }
+        if results.is_empty() {
+            return None;
+        }
+        let mut messages = self.request.messages[..self.user_messages].to_vec();
+        // Some wires (Anthropic's) refuse a conversation holding tool calls or results without
+        // the tools listed: a caller's history with either keeps the listing.
+        let history_has_calls = messages.iter().any(|m| match m {
+            Message::Tool { .. } => true,
+            Message::Assistant { tool_calls, .. } => !tool_calls.is_empty(),
+            _ => false,
+        });
+        messages.push(Message::user(nudge::focused_answer(&results)));
+        let mut options = self.request.options.clone();
+        options.tool_choice = ToolChoice::None;
+        Some(ChatRequest {
+            messages,
+            tools: if history_has_calls {
+                self.request.tools.clone()
+            } else {
+                Vec::new()
+            },
+            options,
+        })
+    }
+
     async fn send_turn(&self) -> Result<ChatResponse, ProviderError> {
-        let provider = &self.agent.provider;
         let request = self.request_to_send();
-        let request = request.as_ref();
+        self.send(request.as_ref()).await
+    }
+
+    async fn send(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        let provider = &self.agent.provider;
         let fut = async {
             if self.agent.config.stream {
                 let stream = provider.chat_stream(request, self.cancel).await?;
