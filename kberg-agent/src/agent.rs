@@ -126,6 +126,8 @@ struct Run<'a> {
     asked_for_words: bool,
     /// Whether the model was asked to look before answering.
     asked_to_look: bool,
+    /// The one tool the next turn lists ([`AgentConfig::narrow_after_guessed_ids`]).
+    narrow_to: Option<String>,
     /// How many of the conversation's first messages are the caller's (the rest are the run's):
     /// the user's own words, for [`crate::ground`].
     user_messages: usize,
@@ -220,6 +222,7 @@ impl Agent {
             pending_stop: None,
             asked_for_words: false,
             asked_to_look: false,
+            narrow_to: None,
             user_messages: 0,
             recovered_turns: Vec::new(),
             handles: id_handles::IdHandles::default(),

@@ -152,6 +152,15 @@ pub struct AgentConfig {
     /// choice `none`; without the listing and its own earlier calls in view it answers in
     /// words. The stored conversation keeps every turn as it happened.
     pub focused_answer_turns: bool,
+    /// After a write was not run because its id argument had no source
+    /// ([`AgentConfig::ground_write_arguments`]), send the next turn with only the tool that
+    /// finds ids listed (the one named with [`AgentConfig::id_source`], else a read-only
+    /// `search*`, `find*` or `list*` tool), unless that tool already ran in the run. A model
+    /// that writes its calls as text copies its own guessed call again when the whole listing
+    /// is in view; with one tool listed it calls that one. Calls to other tools in that turn
+    /// are still handled as usual (default true: on the task benchmark it won two of five
+    /// multi-step chains, see `benches/README.md`, agent tasks round 6).
+    pub narrow_after_guessed_ids: bool,
 }
 
 impl Default for AgentConfig {
@@ -189,6 +198,7 @@ impl Default for AgentConfig {
             stop_unrequested_writes: false,
             hold_writes_after_reads: false,
             focused_answer_turns: true,
+            narrow_after_guessed_ids: true,
         }
     }
 }
@@ -389,6 +399,13 @@ impl AgentConfig {
         self
     }
 
+    /// Turns listing only the id finder after a guessed id on or off (see
+    /// [`AgentConfig::narrow_after_guessed_ids`]).
+    pub fn narrow_after_guessed_ids(mut self, on: bool) -> Self {
+        self.narrow_after_guessed_ids = on;
+        self
+    }
+
     /// Every small-model behaviour off: the loop as it was before they existed (structured and
     /// recovered calls, repair turns, repeated-write guard, coercion only). For comparison.
     pub fn without_small_model_guards(mut self) -> Self {
@@ -411,6 +428,7 @@ impl AgentConfig {
         self.stop_unrequested_writes = false;
         self.hold_writes_after_reads = false;
         self.focused_answer_turns = false;
+        self.narrow_after_guessed_ids = false;
         self
     }
 }

@@ -190,6 +190,10 @@ pub struct Interventions {
     /// ([`AgentConfig::focused_answer_turns`](crate::AgentConfig)).
     #[serde(default)]
     pub answer_turns_focused: u32,
+    /// Turns sent with only the tool that finds ids listed, after a write with a guessed id
+    /// ([`AgentConfig::narrow_after_guessed_ids`](crate::AgentConfig)).
+    #[serde(default)]
+    pub turns_narrowed: u32,
 }
 
 /// What a run did and why it stopped.

@@ -452,3 +452,58 @@ async fn failed_calls_of_earlier_turns_are_not_sent_again() {
         2
     );
 }
+
+#[tokio::test]
+async fn after_a_guessed_id_the_next_turn_lists_only_the_tool_that_finds_ids() {
+    let names = |script: &ScriptedProvider, turn: usize| -> Vec<String> {
+        script.requests()[turn]
+            .tools
+            .iter()
+            .map(|t| t.name.clone())
+            .collect()
+    };
+    let turns = || {
+        ScriptedProvider::new([
+            ScriptedProvider::call("c1", "set_priority", json!({"note_id": 1, "priority": 5})),
+            ScriptedProvider::call("c2", "search_notes", json!({"query": "dentist"})),
+            ScriptedProvider::call("c3", "set_priority", json!({"note_id": 17, "priority": 5})),
+            ScriptedProvider::text("Done: the dentist note has priority 5."),
+        ])
+    };
+    // On (the default): the turn after the guess lists `search_notes` alone; the turn after
+    // that lists everything again.
+    let script = turns();
+    let (out, sets) = run(&script, AgentConfig::default(), DENTIST).await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(sets, 1);
+    assert_eq!(out.interventions.turns_narrowed, 1);
+    assert_eq!(names(&script, 1), ["search_notes"]);
+    assert_eq!(names(&script, 0), names(&script, 2));
+    assert!(names(&script, 2).len() > 1);
+
+    // Off: every turn lists every tool.
+    let script = turns();
+    let (out, sets) = run(
+        &script,
+        AgentConfig::default().narrow_after_guessed_ids(false),
+        DENTIST,
+    )
+    .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(sets, 1);
+    assert_eq!(out.interventions.turns_narrowed, 0);
+    assert_eq!(names(&script, 0), names(&script, 1));
+
+    // The finder already ran: nothing to narrow to.
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "search_notes", json!({"query": "dentist"})),
+        ScriptedProvider::call("c2", "set_priority", json!({"note_id": 1, "priority": 5})),
+        ScriptedProvider::call("c3", "set_priority", json!({"note_id": 17, "priority": 5})),
+        ScriptedProvider::text("Done."),
+    ]);
+    let (out, sets) = run(&script, AgentConfig::default(), DENTIST).await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(sets, 1);
+    assert_eq!(out.interventions.turns_narrowed, 0);
+    assert_eq!(names(&script, 0), names(&script, 2));
+}

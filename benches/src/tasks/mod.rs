@@ -256,6 +256,11 @@ pub fn variants() -> Vec<Variant> {
             fired: |i| i.answer_turns_focused > 0,
         },
         Variant {
+            name: "no-narrow-after-guessed-ids",
+            config: b().narrow_after_guessed_ids(false),
+            fired: |i| i.turns_narrowed > 0,
+        },
+        Variant {
             name: "no-forget-old-failures",
             config: b().forget_old_failures(false),
             fired: |i| i.failures_forgotten > 0,

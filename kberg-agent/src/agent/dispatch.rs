@@ -162,8 +162,18 @@ impl Run<'_> {
                 );
                 continue;
             }
-            if let Some((text, is_text)) = self.ungrounded(&call) {
+            if let Some((text, is_text, finder)) = self.ungrounded(&call) {
                 tracing::debug!(tool = %call.name, "a write whose values have no source was not run");
+                // The next turn lists only the tool that finds ids, unless it already ran.
+                if let Some(finder) = finder
+                    && self.config().narrow_after_guessed_ids
+                    && !self
+                        .calls
+                        .iter()
+                        .any(|c| c.name == finder && c.outcome == CallOutcome::Ok)
+                {
+                    self.narrow_to = Some(finder);
+                }
                 if is_text {
                     self.interventions.ungrounded_texts += 1;
                 } else {

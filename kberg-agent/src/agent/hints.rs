@@ -142,7 +142,7 @@ impl Run<'_> {
     /// (when [`crate::AgentConfig::ground_write_arguments`] is on), or whose text argument is
     /// not in the user's words (when [`crate::AgentConfig::ground_write_text`] is on), with
     /// whether it was the text; `None` when it may run.
-    pub(super) fn ungrounded(&self, call: &ToolCall) -> Option<(String, bool)> {
+    pub(super) fn ungrounded(&self, call: &ToolCall) -> Option<(String, bool, Option<String>)> {
         let config = self.config();
         if !(config.ground_write_arguments || config.ground_write_text)
             || self.read_only.contains(&call.name)
@@ -169,12 +169,15 @@ impl Run<'_> {
                 .flatten()
         })?;
         let is_text = bad.is_text;
-        let text = if bad.is_id {
-            let finder = config
+        let finder = bad.is_id.then(|| {
+            config
                 .id_sources
                 .get(&bad.argument)
                 .cloned()
-                .or_else(|| self.finder_tool(&call.name));
+                .or_else(|| self.finder_tool(&call.name))
+        });
+        let finder = finder.flatten();
+        let text = if bad.is_id {
             nudge::ungrounded_id(
                 &call.name,
                 &bad.argument,
@@ -185,7 +188,7 @@ impl Run<'_> {
         } else {
             nudge::ungrounded_value(&call.name, &bad.argument, &bad.value, &self.user_request())
         };
-        Some((text, is_text))
+        Some((text, is_text, finder))
     }
 
     /// The answer to a write nobody asked for ([`crate::AgentConfig::stop_unrequested_writes`]):

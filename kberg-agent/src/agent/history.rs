@@ -31,13 +31,27 @@ impl Run<'_> {
         if focused.is_some() {
             self.interventions.answer_turns_focused += 1;
         }
+        let narrow = self
+            .narrow_to
+            .take()
+            .filter(|_| choice != Some(ToolChoice::None));
         let overridden = choice.is_some();
         if let Some(choice) = choice {
             self.request.options.tool_choice = choice;
         }
-        let r = match &focused {
-            Some(request) => self.send(request).await,
-            None => self.send_turn().await,
+        let r = match (&focused, narrow) {
+            (Some(request), _) => self.send(request).await,
+            (None, Some(tool)) => {
+                let mut request = self.request_to_send().into_owned();
+                request.tools.retain(|t| t.name == tool);
+                if request.tools.is_empty() {
+                    self.send_turn().await
+                } else {
+                    self.interventions.turns_narrowed += 1;
+                    self.send(&request).await
+                }
+            }
+            (None, None) => self.send_turn().await,
         };
         if overridden {
             let ChatOptions { tool_choice, .. } = &self.agent.config.options;
