@@ -150,7 +150,9 @@ pub struct AgentConfig {
     /// into answers, see `benches/README.md`, agent tasks round 6). A model that writes its
     /// calls as text is told how to call tools by the tool listing itself, and ignores tool
     /// choice `none`; without the listing and its own earlier calls in view it answers in
-    /// words. The stored conversation keeps every turn as it happened.
+    /// words. That message replaces, for the turn, what the loop's other notes told the model
+    /// (a repeat's "answer now", the request for words): the run's results and the request say
+    /// the same. The stored conversation keeps every turn and note as it happened.
     pub focused_answer_turns: bool,
     /// After a write was not run because its id argument had no source
     /// ([`AgentConfig::ground_write_arguments`]), send the next turn with only the tool that

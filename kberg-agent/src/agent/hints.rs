@@ -141,7 +141,7 @@ impl Run<'_> {
     /// The answer to a write whose id or number argument has no source in the conversation
     /// (when [`crate::AgentConfig::ground_write_arguments`] is on), or whose text argument is
     /// not in the user's words (when [`crate::AgentConfig::ground_write_text`] is on), with
-    /// whether it was the text; `None` when it may run.
+    /// whether it was the text and, for an id, the tool that finds ids; `None` when it may run.
     pub(super) fn ungrounded(&self, call: &ToolCall) -> Option<(String, bool, Option<String>)> {
         let config = self.config();
         if !(config.ground_write_arguments || config.ground_write_text)
@@ -169,14 +169,15 @@ impl Run<'_> {
                 .flatten()
         })?;
         let is_text = bad.is_text;
-        let finder = bad.is_id.then(|| {
+        let finder = if bad.is_id {
             config
                 .id_sources
                 .get(&bad.argument)
                 .cloned()
                 .or_else(|| self.finder_tool(&call.name))
-        });
-        let finder = finder.flatten();
+        } else {
+            None
+        };
         let text = if bad.is_id {
             nudge::ungrounded_id(
                 &call.name,
