@@ -180,6 +180,31 @@ impl Client {
         Ok((status, parts.headers, bytes))
     }
 
+    /// Ends the client's session, as a well-behaved client does when it is done
+    /// (`DELETE` with its `Mcp-Session-Id`), so that a server with a session limit has room for
+    /// the next measurement's clients. Nothing to do without a session; a server that does not
+    /// let clients end sessions (`405`) is fine too.
+    pub async fn close(mut self) -> Result<(), BoxError> {
+        let Some(sid) = self.session.take() else {
+            return Ok(());
+        };
+        let mut req = Request::delete(self.path.as_str())
+            .header("host", self.host.as_str())
+            .header("mcp-protocol-version", self.protocol)
+            .header("mcp-session-id", sid.as_str());
+        if let Some(t) = &self.bearer {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let req = req.body(Full::new(Bytes::new()))?;
+        self.send.ready().await?;
+        let status = self.send.send_request(req).await?.status();
+        if status.is_success() || status == StatusCode::METHOD_NOT_ALLOWED {
+            Ok(())
+        } else {
+            Err(format!("ending the session answered {status}").into())
+        }
+    }
+
     /// One `tools/call` round trip; checks the answer is 200 and contains `call.expect`.
     pub async fn call(&mut self, call: &ToolCall) -> Result<(), BoxError> {
         let id = self.next_id;
@@ -327,18 +352,26 @@ pub async fn measure_as(
                 c.call(&call).await?;
                 lat.push(t.elapsed());
             }
-            Ok::<_, BoxError>(lat)
+            Ok::<_, BoxError>((lat, c))
         }));
     }
     let mut all = Vec::new();
+    let mut done = Vec::with_capacity(clients);
     for t in tasks {
-        all.extend(t.await??);
+        let (lat, c) = t.await??;
+        all.extend(lat);
+        done.push(c);
     }
     let elapsed = start.elapsed().as_secs_f64();
     let cpu = match (cpu_start, process_cpu()) {
         (Some(a), Some(b)) => b.saturating_sub(a).as_secs_f64(),
         _ => f64::NAN,
     };
+    // After the clock: the sessions this measurement opened are ended, so that rounds do not
+    // pile them up against the server's session limit.
+    for c in done {
+        c.close().await?;
+    }
     if all.is_empty() {
         return Err("no call completed".into());
     }

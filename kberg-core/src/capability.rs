@@ -116,6 +116,7 @@ impl CapabilityCatalog {
 
     /// Whether `grants` authorize `capability`, directly or through a deprecated id. Returns the
     /// deprecated id used, if any, so the caller can log it.
+    #[inline(always)]
     pub(crate) fn authorizes<'g>(&self, grants: &'g Grants, capability: &str) -> Authorization<'g> {
         if grants.contains(capability) {
             return Authorization::Direct;

@@ -32,7 +32,7 @@ use crate::preview::{
 };
 use crate::principal::{Caller, SurfaceProjection};
 use crate::scope::{ScopeSpec, find_scope_field, project_scope};
-use crate::tool::{SyncHandler, Tool, ToolKind, ToolSpec, check_name};
+use crate::tool::{AsyncHandler, SyncHandler, Tool, ToolKind, ToolSpec, check_name};
 use crate::validate::CompiledSchema;
 
 /// Which registered tools a caller may know of: the app's per-caller filter over the catalog.
@@ -94,6 +94,9 @@ pub(crate) struct Entry {
     pub(crate) plain: bool,
     /// The tool's synchronous body ([`Tool::synchronous`]), which the gate runs directly.
     pub(crate) sync: Option<SyncHandler>,
+    /// The tool's body whose future borrows nothing ([`Tool::detached`]), which the gate calls
+    /// instead of [`Tool::call`].
+    pub(crate) detached: Option<AsyncHandler>,
 }
 
 /// A map by tool name. Hashed with foldhash (seeded per process): every call looks its tool up
@@ -237,9 +240,11 @@ impl Entry {
         }
         let plain = !spec.previews && spec.scope_field.is_none() && handles.is_empty();
         let sync = tool.synchronous();
+        let detached = tool.detached();
         Ok(Entry {
             spec,
             sync,
+            detached,
             tool,
             input,
             output,

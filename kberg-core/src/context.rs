@@ -273,6 +273,7 @@ impl ToolContext {
     }
 
     /// The context of a call through the gate, in one step (no setters: each would move it).
+    #[inline(always)]
     pub(crate) fn for_call(caller: Caller, opts: CallOptions, extras: CallExtras) -> Self {
         let CallOptions {
             cancel,

@@ -147,8 +147,8 @@ pub use task::{Started, TaskConfig, TaskError, TaskOutcome, TaskSnapshot, TaskSt
 #[cfg(feature = "sqlite")]
 pub use ticket_sqlite::SqliteTicketStore;
 pub use tool::{
-    FnTool, SyncHandler, TaskSupport, Tool, ToolBuilder, ToolError, ToolHints, ToolKind, ToolSpec,
-    check_name, schema_of,
+    AsyncHandler, FnTool, SyncHandler, TaskSupport, Tool, ToolBuilder, ToolError, ToolFuture,
+    ToolHints, ToolKind, ToolSpec, check_name, schema_of,
 };
 pub use validate::{CompiledSchema, FieldError};
 

@@ -227,10 +227,24 @@ pub trait Tool: Send + Sync + 'static {
     fn synchronous(&self) -> Option<SyncHandler> {
         None
     }
+
+    /// The tool's body as a function whose future owns all it needs (it borrows neither the
+    /// tool nor anything else), for a tool that has one. Called once, at registration. When it
+    /// returns one, the gate calls it instead of [`call`](Tool::call) and keeps the future in
+    /// the call's own, with no second allocation to hold the tool; [`call`](Tool::call) must
+    /// do the same work. The default is none: the gate then wraps [`call`](Tool::call) in a
+    /// future that holds the tool.
+    fn detached(&self) -> Option<AsyncHandler> {
+        None
+    }
 }
 
-type BoxFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send>>;
-type RawHandler = Arc<dyn Fn(Value, ToolContext) -> BoxFuture + Send + Sync>;
+/// The future of a tool's run that borrows nothing (see [`Tool::detached`]).
+pub type ToolFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send>>;
+
+/// A tool body that gets the (validated) arguments and the call's context and returns a
+/// future that borrows nothing. See [`Tool::detached`] and [`ToolBuilder::raw_handler`].
+pub type AsyncHandler = Arc<dyn Fn(Value, ToolContext) -> ToolFuture + Send + Sync>;
 
 /// A tool body that finishes without waiting: it gets the (validated) arguments and borrows
 /// the call's context. See [`Tool::synchronous`] and [`ToolBuilder::raw_sync_handler`].
@@ -240,7 +254,7 @@ pub type SyncHandler =
 /// A tool made from a closure by [`ToolBuilder`].
 pub struct FnTool {
     spec: ToolSpec,
-    handler: RawHandler,
+    handler: AsyncHandler,
     /// Set for the synchronous handler kinds; `handler` then runs it in a ready future.
     sync: Option<SyncHandler>,
 }
@@ -272,6 +286,10 @@ impl Tool for FnTool {
 
     fn synchronous(&self) -> Option<SyncHandler> {
         self.sync.clone()
+    }
+
+    fn detached(&self) -> Option<AsyncHandler> {
+        Some(Arc::clone(&self.handler))
     }
 }
 
@@ -427,7 +445,7 @@ impl ToolBuilder {
         self.spec.input_schema = schema_of::<A>();
         let f = Arc::new(f);
         let _marker: PhantomData<A> = PhantomData;
-        let handler: RawHandler = Arc::new(move |args: Value, ctx: ToolContext| {
+        let handler: AsyncHandler = Arc::new(move |args: Value, ctx: ToolContext| {
             let f = Arc::clone(&f);
             Box::pin(async move {
                 // The gate validated `args` against the schema generated from `A`; a mismatch
@@ -436,7 +454,7 @@ impl ToolBuilder {
                     ToolError::failed(format!("the arguments could not be read: {e}"))
                 })?;
                 f(typed, ctx).await
-            }) as BoxFuture
+            }) as ToolFuture
         });
         FnTool {
             spec: self.spec,
@@ -453,7 +471,7 @@ impl ToolBuilder {
         Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
     {
         self.spec.input_schema = input_schema;
-        let handler: RawHandler = Arc::new(move |args, ctx| Box::pin(f(args, ctx)) as BoxFuture);
+        let handler: AsyncHandler = Arc::new(move |args, ctx| Box::pin(f(args, ctx)) as ToolFuture);
         FnTool {
             spec: self.spec,
             handler,
@@ -503,8 +521,8 @@ impl ToolBuilder {
 
     fn finish_sync(self, sync: SyncHandler) -> FnTool {
         let body = Arc::clone(&sync);
-        let handler: RawHandler = Arc::new(move |args, ctx: ToolContext| {
-            Box::pin(std::future::ready(body(args, &ctx))) as BoxFuture
+        let handler: AsyncHandler = Arc::new(move |args, ctx: ToolContext| {
+            Box::pin(std::future::ready(body(args, &ctx))) as ToolFuture
         });
         FnTool {
             spec: self.spec,

@@ -59,6 +59,7 @@ impl CompiledSchema {
     }
 
     /// Whether `instance` is valid. Cheaper than [`CompiledSchema::diagnose`].
+    #[inline]
     pub fn is_valid(&self, instance: &Value) -> bool {
         self.validator.is_valid(instance)
     }

@@ -696,3 +696,71 @@ async fn check_runs_the_first_steps_only() {
         ErrorCode::CapabilityRequired
     );
 }
+
+/// A tool implemented by hand, whose future borrows the tool (as an `async fn` in an `impl
+/// Tool` does): it has no detached body, so the gate holds the tool for it.
+struct Tally {
+    runs: AtomicUsize,
+}
+
+impl Tool for Tally {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            "tally",
+            "counts its runs",
+            json!({"type": "object", "properties": {
+                "yields": {"type": "integer", "minimum": 0},
+                "hold": {"type": "boolean"}
+            }}),
+            ToolKind::Read,
+        )
+    }
+
+    fn call<'t, 'f>(
+        &'t self,
+        args: Value,
+        _ctx: ToolContext,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<ToolOutput, ToolError>> + Send + 'f>,
+    >
+    where
+        't: 'f,
+        Self: 'f,
+    {
+        Box::pin(async move {
+            for _ in 0..args["yields"].as_u64().unwrap_or(0) {
+                tokio::task::yield_now().await;
+            }
+            if args["hold"] == json!(true) {
+                std::future::pending::<()>().await;
+            }
+            let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+            Ok(ToolOutput::text(n.to_string()))
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_tool_implemented_by_hand_runs_at_once_or_after_waiting() {
+    let r = ToolRegistry::new();
+    r.register(Tally {
+        runs: AtomicUsize::new(0),
+    })
+    .unwrap();
+    let a = anon();
+    let out = call(&r, &a, "tally", json!({})).await.unwrap();
+    assert_eq!(out.all_text(), "1");
+    let out = call(&r, &a, "tally", json!({"yields": 3})).await.unwrap();
+    assert_eq!(out.all_text(), "2");
+    // Dropped while it waits (its future still holds the tool): nothing runs, nothing leaks
+    // into the next call.
+    let mut pending = Box::pin(r.call(&a, "tally", json!({"hold": true}), CallOptions::default()));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(
+        std::future::Future::poll(pending.as_mut(), &mut cx).is_pending(),
+        "the tool waits"
+    );
+    drop(pending);
+    let out = call(&r, &a, "tally", json!({})).await.unwrap();
+    assert_eq!(out.all_text(), "3");
+}

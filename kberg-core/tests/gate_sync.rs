@@ -246,3 +246,49 @@ fn the_checks_run_at_call_and_the_tool_only_when_polled() {
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::UnknownTool);
 }
+
+#[test]
+fn a_call_polled_again_after_it_answered_does_not_run_the_tool_again() {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = registry(Arc::clone(&runs));
+    let async_runs = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&async_runs);
+    r.register(
+        ToolBuilder::new("counted").raw_handler(json!({"type": "object"}), move |_, _| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Ok(ToolOutput::text("ran")) }
+        }),
+    )
+    .unwrap();
+    let w = writer();
+    let mut cx = Context::from_waker(Waker::noop());
+    for (tool, ran) in [("whoami", &runs), ("counted", &async_runs)] {
+        let mut call = pin!(r.call(&w, tool, json!({}), CallOptions::default()));
+        let Poll::Ready(first) = call.as_mut().poll(&mut cx) else {
+            panic!("{tool} finishes on its first poll");
+        };
+        assert!(first.is_ok(), "{tool}: {first:?}");
+        // A second poll is the caller's bug: it answers an error, and the tool does not run
+        // again (with arguments the first run already took).
+        let Poll::Ready(again) = call.as_mut().poll(&mut cx) else {
+            panic!("{tool}: a finished call answers at once");
+        };
+        assert_eq!(again.unwrap_err().code(), ErrorCode::ToolFailed, "{tool}");
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "{tool} ran once");
+    }
+    // A refusal too.
+    let a = anon();
+    let mut refused = pin!(r.call(&a, "nope", json!({}), CallOptions::default()));
+    let Poll::Ready(first) = refused.as_mut().poll(&mut cx) else {
+        panic!("a refusal is ready at once");
+    };
+    assert_eq!(first.unwrap_err().code(), ErrorCode::UnknownTool);
+    let Poll::Ready(again) = refused.as_mut().poll(&mut cx) else {
+        panic!("a finished call answers at once");
+    };
+    assert_eq!(again.unwrap_err().code(), ErrorCode::ToolFailed);
+}

@@ -43,9 +43,8 @@ mod scope;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Instant, SystemTime};
-
-use futures::future::Either;
 
 use serde_json::Value;
 use tokio::sync::watch;
@@ -90,6 +89,36 @@ enum Step {
 
 /// The future of a call that needs more than the run step.
 type BoxedCall<'a> = Pin<Box<dyn Future<Output = Result<ToolOutput, GateError>> + Send + 'a>>;
+
+/// The future of one call through the gate, as [`Gate::call`] returns it: answered already (a
+/// refusal), the run step alone (the common call), or one boxed future for a call that needs
+/// more (audit, preview or commit, confirmation, an approved ticket).
+///
+/// An enum rather than nested `Either`s: one discriminant to match on each poll, and nothing in
+/// it needs pinning.
+pub(crate) enum GateCall<'a> {
+    /// The answer, until it is taken by the first poll.
+    Ready(Option<Result<ToolOutput, GateError>>),
+    /// The run step of the common call.
+    Run(run::RunCall),
+    /// Every other call.
+    Boxed(BoxedCall<'a>),
+}
+
+impl Future for GateCall<'_> {
+    type Output = Result<ToolOutput, GateError>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            GateCall::Run(run) => Pin::new(run).poll(cx),
+            GateCall::Boxed(fut) => fut.as_mut().poll(cx),
+            GateCall::Ready(answer) => {
+                Poll::Ready(answer.take().unwrap_or_else(run::polled_after_finish))
+            }
+        }
+    }
+}
 
 /// What the gate records about a call beyond who and what.
 #[derive(Default)]
@@ -150,15 +179,15 @@ impl Gate {
         catalog: &Catalog,
         caller: &'a Caller,
         name: &'a str,
-        args: Value,
+        mut args: Value,
         opts: CallOptions,
         approved: Option<Approved<'a>>,
-    ) -> impl Future<Output = Result<ToolOutput, GateError>> + Send + use<'a> {
-        let args = if args.is_null() {
-            Value::Object(Default::default())
-        } else {
-            args
-        };
+    ) -> GateCall<'a> {
+        // Absent arguments are an empty object (the run step relies on that: see
+        // `run::RunCall`).
+        if args.is_null() {
+            args = Value::Object(Default::default());
+        }
         let settings = &catalog.settings;
         let admitted = admit(catalog, caller, name);
         // The common call, straight through: no audit sink, no confirm policy, no approved
@@ -171,7 +200,7 @@ impl Gate {
             && entry.plain
         {
             return match validate_args(entry, &args) {
-                Err(e) => Either::Left(Either::Left(std::future::ready(Err(e)))),
+                Err(e) => GateCall::Ready(Some(Err(e))),
                 Ok(()) => {
                     let extras = CallExtras {
                         phase: CallPhase::Direct,
@@ -180,7 +209,7 @@ impl Gate {
                         handles: settings.handles.clone(),
                     };
                     let ctx = ToolContext::for_call(caller.clone(), opts, extras);
-                    Either::Left(Either::Right(run::run(Arc::clone(entry), args, ctx)))
+                    GateCall::Run(run::run(Arc::clone(entry), args, ctx))
                 }
             };
         }
@@ -244,14 +273,14 @@ impl Gate {
             (audit, clock, labels)
         else {
             return match step {
-                Step::Done(r) => Either::Left(Either::Left(std::future::ready(r))),
+                Step::Done(r) => GateCall::Ready(Some(r)),
                 Step::Run(entry, args, extras) => {
                     // The context is built here, once, and moved into the run step's future
                     // (not the options and extras it is made of).
                     let ctx = ToolContext::for_call(caller.clone(), opts, extras);
-                    Either::Left(Either::Right(run::run(entry, args, ctx)))
+                    GateCall::Run(run::run(entry, args, ctx))
                 }
-                Step::Confirm(call, settings) => Either::Right(Box::pin(async move {
+                Step::Confirm(call, settings) => GateCall::Boxed(Box::pin(async move {
                     self.confirm_and_run(
                         call,
                         caller,
@@ -261,10 +290,10 @@ impl Gate {
                         &mut trail,
                     )
                     .await
-                }) as BoxedCall<'a>),
+                })),
             };
         };
-        Either::Right(Box::pin(async move {
+        GateCall::Boxed(Box::pin(async move {
             let result = match step {
                 Step::Done(r) => r,
                 Step::Run(entry, args, extras) => {
@@ -306,7 +335,7 @@ impl Gate {
                 origin,
             });
             result
-        }) as BoxedCall<'a>)
+        }))
     }
 
     /// Gate steps 5 and 6: commit token, confirmation, run, preview wrapping.
@@ -409,6 +438,7 @@ impl Gate {
 }
 
 /// Gate steps 1-3. Returns the entry and the deprecated capability id used, if any.
+#[inline(always)]
 fn admit<'c>(
     catalog: &'c Catalog,
     caller: &Caller,

@@ -145,6 +145,7 @@ fn take_commit_token(entry: &Entry, args: &mut Value) -> Result<Option<String>, 
 }
 
 /// Validates the arguments against the tool's compiled schema (`invalid_arguments`).
+#[inline]
 pub(crate) fn validate_args(entry: &Entry, args: &Value) -> Result<(), GateError> {
     if entry.input.is_valid(args) {
         return Ok(());

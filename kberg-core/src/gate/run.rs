@@ -17,7 +17,7 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 
 use futures::FutureExt;
 use serde_json::Value;
@@ -27,98 +27,219 @@ use crate::catalog::Entry;
 use crate::content::ToolOutput;
 use crate::context::{PeerError, ToolContext};
 use crate::error::GateError;
-use crate::tool::{SyncHandler, ToolError};
+use crate::tool::{SyncHandler, ToolError, ToolFuture};
 
 type Outcome = std::thread::Result<Result<ToolOutput, ToolError>>;
 
 /// Runs a synchronous tool, borrowing the context: no boxed future, no copy of the
 /// cancellation token.
+#[inline]
 fn run_sync(
     entry: &Entry,
     body: &SyncHandler,
     args: Value,
-    ctx: ToolContext,
+    ctx: &ToolContext,
 ) -> Result<ToolOutput, GateError> {
     if ctx.is_cancelled() {
         return Err(GateError::Cancelled {
             tool: entry.spec.name.clone(),
         });
     }
-    let span = tool_span(entry, &ctx);
+    let span = tool_span(entry, ctx);
     let outcome = {
         let _entered = span.enter();
-        catch_unwind(AssertUnwindSafe(|| body(args, &ctx)))
+        catch_unwind(AssertUnwindSafe(|| body(args, ctx)))
     };
-    finish(entry, outcome, ctx.cancellation_if_any(), ctx.is_preview())
+    answer(entry, outcome, ctx.cancellation_if_any(), ctx.is_preview())
 }
 
-/// Runs the tool and maps what it did onto the gate's answer.
+/// [`finish`], with the common outcome (a result, and no output schema to check it against)
+/// mapped inline, without a call or a move of the outcome.
+#[inline(always)]
+fn answer(
+    entry: &Entry,
+    outcome: Outcome,
+    cancel: Option<&CancellationToken>,
+    preview: bool,
+) -> Result<ToolOutput, GateError> {
+    match outcome {
+        Ok(Ok(out)) if entry.output.is_none() => Ok(out),
+        outcome => finish(entry, outcome, cancel, preview),
+    }
+}
+
+/// The run step of one call: the tool runs when this future is first polled, and what it did
+/// becomes the gate's answer.
 ///
-/// Written as an `async move` block over the three values it owns (an `async fn` would keep
-/// a second copy of its parameters in the future), and laid out so that nothing but the
-/// token, the race's box and the entry lives across the race: the future the gate returns
-/// stays a few hundred bytes, and every move of it is cheap.
-// Not an `async fn` on purpose: see above.
-#[allow(clippy::manual_async_fn)]
-pub(crate) fn run(
-    entry: Arc<Entry>,
-    args: Value,
-    ctx: ToolContext,
-) -> impl Future<Output = Result<ToolOutput, GateError>> + Send + 'static {
-    async move {
-        if let Some(body) = &entry.sync {
-            return run_sync(&entry, body, args, ctx);
-        }
-        if ctx.is_cancelled() {
-            return Err(GateError::Cancelled {
-                tool: entry.spec.name.clone(),
-            });
-        }
-        let preview = ctx.is_preview();
-        // A call that came without a token has nothing to race against (only the tool could
-        // create and fire its token): it is neither cloned nor created here.
-        let cancel = ctx.cancellation_if_any().cloned();
-        // In a block of its own, so that the first poll's state (the span, the tool's future,
-        // its outcome) is gone from the future before the race is awaited.
-        let raced = {
-            let span = tool_span(&entry, &ctx);
-            let mut fut = entry.tool.call(args, ctx);
-            let first = {
-                let _entered = span.enter();
-                std::future::poll_fn(|cx| Poll::Ready(poll_catching(fut.as_mut(), cx))).await
-            };
-            match first {
-                Poll::Ready(outcome) => return finish(&entry, outcome, cancel.as_ref(), preview),
-                // A tool still at work: raced against the token, in a boxed future of its
-                // own so that the common, finished-at-once call does not carry the race's
-                // state.
-                Poll::Pending => {
-                    let rest = AssertUnwindSafe(fut).catch_unwind();
-                    let token = cancel.clone();
-                    Box::pin(async move {
-                        let rest = tracing::Instrument::instrument(rest, span);
-                        match token {
-                            Some(token) => tokio::select! {
-                                biased;
-                                r = rest => Some(r),
-                                () = token.cancelled() => None,
-                            },
-                            None => Some(rest.await),
-                        }
-                    })
-                }
+/// Written by hand rather than as an `async` block: its unstarted state is only the entry, the
+/// arguments and the tool context, and the first poll (span, the tool's future, its outcome)
+/// lives on the stack of that poll instead of in the future, so the future the gate returns
+/// stays small and every move of it is cheap. Nothing in it needs pinning (`Unpin`).
+pub(crate) struct RunCall {
+    state: RunState,
+}
+
+enum RunState {
+    /// Not polled yet, or a synchronous tool's call answered at its first poll: the arguments
+    /// are taken out when it runs and leave `null` behind, which marks the call as run (before,
+    /// they are always an object: the gate makes absent ones `{}`). The context is borrowed by
+    /// the tool and dropped with the future.
+    Start {
+        entry: Arc<Entry>,
+        args: Value,
+        ctx: ToolContext,
+    },
+    /// A tool that was still at work after its first poll, raced against the call's token.
+    Racing {
+        entry: Arc<Entry>,
+        cancel: Option<CancellationToken>,
+        preview: bool,
+        race: Race,
+    },
+    /// An async tool's call, answered.
+    Done,
+}
+
+/// A pending tool's future raced against the token: `None` when the token fired first.
+type Race = Pin<Box<dyn Future<Output = Option<Outcome>> + Send>>;
+
+/// What the first poll of an async tool leaves when the tool is still at work: its token, the
+/// preview flag and the race.
+type Pending = (Option<CancellationToken>, bool, Race);
+
+/// The run step of a call that passed the gate's checks (see [`RunCall`]).
+pub(crate) fn run(entry: Arc<Entry>, args: Value, ctx: ToolContext) -> RunCall {
+    RunCall {
+        state: RunState::Start { entry, args, ctx },
+    }
+}
+
+impl Future for RunCall {
+    type Output = Result<ToolOutput, GateError>;
+
+    /// A synchronous tool's poll is inlined into the caller's, so that its call has no frame
+    /// of its own between the gate and the tool; every other poll is out of line.
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let RunState::Start { entry, args, ctx } = &mut this.state
+            && let Some(body) = &entry.sync
+        {
+            if args.is_null() {
+                return Poll::Ready(polled_after_finish());
             }
+            return Poll::Ready(run_sync(entry, body, std::mem::take(args), ctx));
+        }
+        this.poll_async(cx)
+    }
+}
+
+impl RunCall {
+    /// Every poll but a synchronous tool's.
+    fn poll_async(&mut self, cx: &mut Context<'_>) -> Poll<Result<ToolOutput, GateError>> {
+        if let RunState::Racing {
+            entry,
+            cancel,
+            preview,
+            race,
+        } = &mut self.state
+        {
+            let done = match race.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(outcome)) => finish(entry, outcome, cancel.as_ref(), *preview),
+                Poll::Ready(None) => Err(GateError::Cancelled {
+                    tool: entry.spec.name.clone(),
+                }),
+            };
+            self.state = RunState::Done;
+            return Poll::Ready(done);
+        }
+        let RunState::Start { entry, args, ctx } =
+            std::mem::replace(&mut self.state, RunState::Done)
+        else {
+            return Poll::Ready(polled_after_finish());
         };
-        match raced.await {
-            Some(outcome) => finish(&entry, outcome, cancel.as_ref(), preview),
-            None => Err(GateError::Cancelled {
-                tool: entry.spec.name.clone(),
-            }),
+        match first_poll(&entry, args, ctx, cx) {
+            Ok(done) => Poll::Ready(done),
+            Err((cancel, preview, race)) => {
+                self.state = RunState::Racing {
+                    entry,
+                    cancel,
+                    preview,
+                    race,
+                };
+                // Polled at once, so that the token's waiter is registered.
+                self.poll_async(cx)
+            }
         }
     }
 }
 
+/// An async tool's first poll, inside its span: most tools finish on it and pay for nothing
+/// more (no cancellation waiter, no instrumented wrapper, no race). A tool still at work is
+/// raced against the token, in a boxed future of its own.
+#[inline(always)]
+fn first_poll(
+    entry: &Arc<Entry>,
+    args: Value,
+    ctx: ToolContext,
+    cx: &mut Context<'_>,
+) -> Result<Result<ToolOutput, GateError>, Pending> {
+    if ctx.is_cancelled() {
+        return Ok(Err(GateError::Cancelled {
+            tool: entry.spec.name.clone(),
+        }));
+    }
+    let preview = ctx.is_preview();
+    // A call that came without a token has nothing to race against (only the tool could
+    // create and fire its token): it is neither cloned nor created here.
+    let cancel = ctx.cancellation_if_any().cloned();
+    let span = tool_span(entry, &ctx);
+    // The tool's future must not borrow the entry (the run step owns it): a tool with a
+    // detached body gives such a future itself; any other is wrapped in one that holds the
+    // tool.
+    let mut fut: ToolFuture = match &entry.detached {
+        Some(body) => body(args, ctx),
+        None => {
+            let tool = Arc::clone(&entry.tool);
+            Box::pin(async move { tool.call(args, ctx).await })
+        }
+    };
+    let first = {
+        let _entered = span.enter();
+        poll_catching(fut.as_mut(), cx)
+    };
+    if let Poll::Ready(outcome) = first {
+        return Ok(answer(entry, outcome, cancel.as_ref(), preview));
+    }
+    let rest = AssertUnwindSafe(fut).catch_unwind();
+    let token = cancel.clone();
+    let race: Race = Box::pin(async move {
+        let rest = tracing::Instrument::instrument(rest, span);
+        match token {
+            Some(token) => tokio::select! {
+                biased;
+                r = rest => Some(r),
+                () = token.cancelled() => None,
+            },
+            None => Some(rest.await),
+        }
+    });
+    Err((cancel, preview, race))
+}
+
+/// The answer of a run step polled again after it answered: a bug in the caller, which gets an
+/// error rather than a panic inside the gate.
+#[cold]
+pub(crate) fn polled_after_finish() -> Result<ToolOutput, GateError> {
+    tracing::error!("a tool call's future was polled after it finished");
+    Err(GateError::ToolPanicked {
+        tool: String::new(),
+    })
+}
+
 /// The span a tool runs in.
+#[inline(always)]
 fn tool_span(entry: &Entry, ctx: &ToolContext) -> tracing::Span {
     tracing::debug_span!("tool_call", tool = %entry.spec.name, principal = %ctx.caller().principal().id)
 }
