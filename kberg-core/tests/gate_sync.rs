@@ -277,7 +277,9 @@ fn a_call_polled_again_after_it_answered_does_not_run_the_tool_again() {
         let Poll::Ready(again) = call.as_mut().poll(&mut cx) else {
             panic!("{tool}: a finished call answers at once");
         };
-        assert_eq!(again.unwrap_err().code(), ErrorCode::ToolFailed, "{tool}");
+        let again = again.unwrap_err();
+        assert_eq!(again.code(), ErrorCode::ToolFailed, "{tool}");
+        assert!(again.to_string().contains("already answered"), "{again}");
         assert_eq!(ran.load(Ordering::SeqCst), 1, "{tool} ran once");
     }
     // A refusal too.

@@ -233,8 +233,10 @@ fn first_poll(
 #[cold]
 pub(crate) fn polled_after_finish() -> Result<ToolOutput, GateError> {
     tracing::error!("a tool call's future was polled after it finished");
-    Err(GateError::ToolPanicked {
+    Err(GateError::ToolFailed {
         tool: String::new(),
+        message: "this call had already answered; its future was polled again (internal error)"
+            .into(),
     })
 }
 
