@@ -192,21 +192,34 @@ impl Browser {
         }
         self.type_into("token", token).await;
         self.click("login").await;
-        self.browser
-            .wait()
-            .at_most(Duration::from_secs(30))
-            .for_element(Locator::Id("logout"))
+        self.wait_until_found(Locator::Id("logout"))
             .await
-            .expect("signed in");
+            .unwrap_or_else(|e| panic!("not signed in: {e}"));
     }
 
+    /// The element `css` once it is on the page (30 s at most).
     pub async fn wait_for(&self, css: &str) -> fantoccini::elements::Element {
-        self.browser
-            .wait()
-            .at_most(Duration::from_secs(30))
-            .for_element(Locator::Css(css))
+        self.wait_until_found(Locator::Css(css))
             .await
             .unwrap_or_else(|e| panic!("no `{css}` appeared: {e}"))
+    }
+
+    /// Looks for `locator` every 50 ms until it is found, for 30 s at most, and returns the
+    /// last error otherwise. Every error is tried again, not only "no such element": while a
+    /// form's submission or a redirect is under way ChromeDriver may answer a look-up with
+    /// "aborted by navigation", which says nothing about the page that is coming.
+    async fn wait_until_found(
+        &self,
+        locator: Locator<'_>,
+    ) -> Result<fantoccini::elements::Element, fantoccini::error::CmdError> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.browser.find(locator).await {
+                Ok(found) => return Ok(found),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
     }
 
     /// The text of `css` once it appears.
