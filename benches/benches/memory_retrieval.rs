@@ -20,7 +20,9 @@
 //! tuning ones and for the held-out ones, and the explanation of misses
 //! (`BRIDLE_RETRIEVAL_VERBOSE`) shows only the tuning questions unless
 //! `BRIDLE_RETRIEVAL_SHOW_HELD_OUT` is set. `BRIDLE_RETRIEVAL_SWEEP` scores other embedded
-//! texts, keyword texts and fusion settings over the pipeline's chunks.
+//! texts, keyword texts and fusion settings over the pipeline's chunks; with
+//! `BRIDLE_RETRIEVAL_GENERATE_URL` (an OpenAI-compatible server's `/v1`) it also asks that model
+//! for a description of each chunk and scores those ([`generated_texts`]).
 //!
 //! A question is answered at file level when a result comes from an answering file, and at item
 //! level when a result's lines overlap an answering item (its doc comment and attributes
@@ -856,7 +858,8 @@ async fn sweep(
         out
     };
     let mut vector_rankings: Vec<(&str, Rankings)> = Vec::new();
-    let rank_in = |coll: String| async move {
+    // Every chunk's cosine to each question, in a collection holding some chunks' vectors.
+    let all_scores = |coll: String| async move {
         let mut out = Vec::new();
         for v in qv {
             let hits = store
@@ -865,13 +868,45 @@ async fn sweep(
                 .expect("search");
             out.push(
                 hits.iter()
-                    .filter_map(|h| slot.get(&h.id).copied())
-                    .collect(),
+                    .filter_map(|h| slot.get(&h.id).map(|&i| (i, h.score)))
+                    .collect::<std::collections::HashMap<usize, f32>>(),
             );
         }
         out
     };
-    vector_rankings.push(("pipeline", rank_in(collection.to_string()).await));
+    // `texts[j]` embedded as chunk `with[j]`'s vector in a new collection `coll`, then scored.
+    let embed_scores = |coll: String, texts: Vec<String>, with: Vec<usize>| async move {
+        let vectors = embedder.embed(&texts).await.expect("embed");
+        store
+            .ensure_collection(&coll, CollectionConfig::cosine(embedder.dimension()))
+            .await
+            .expect("collection");
+        let points = with
+            .iter()
+            .zip(vectors)
+            .map(|(&i, v)| Point {
+                id: records[i].id,
+                vector: v,
+                payload: records[i].payload.clone(),
+            })
+            .collect();
+        store.upsert(&coll, points).await.expect("upsert");
+        all_scores(coll).await
+    };
+    // Every chunk ranked for each question by `score(question, chunk)`.
+    let by = |score: &dyn Fn(usize, usize) -> f32| -> Rankings {
+        (0..qs.len())
+            .map(|q| {
+                let mut r: Vec<(usize, f32)> =
+                    (0..payloads.len()).map(|i| (i, score(q, i))).collect();
+                r.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                r.into_iter().map(|(i, _)| i).collect()
+            })
+            .collect()
+    };
+    let code = all_scores(collection.to_string()).await;
+    let c = |q: usize, i: usize| code[q].get(&i).copied().unwrap_or(-1.0);
+    vector_rankings.push(("pipeline", by(&c)));
     // Each chunk's summary embedded alone (chunks without one keep their code's score), then
     // ranked by the summary, by the better of the two cosines, and (below) fused as a third list.
     {
@@ -897,61 +932,61 @@ async fn sweep(
             .iter()
             .map(|&i| bridle_memory::fit_input(embedder, summaries[i].as_deref().unwrap_or("")))
             .collect();
-        let vectors = embedder.embed(&texts).await.expect("embed summaries");
         eprintln!(
             "sweep: {} of {} chunks have a summary",
             with.len(),
             payloads.len()
         );
-        let all_scores = |coll: String| async move {
-            let mut out = Vec::new();
-            for v in qv {
-                let hits = store
-                    .search(&coll, v, None, records.len())
-                    .await
-                    .expect("search");
-                out.push(
-                    hits.iter()
-                        .filter_map(|h| slot.get(&h.id).map(|&i| (i, h.score)))
-                        .collect::<std::collections::HashMap<usize, f32>>(),
-                );
-            }
-            out
-        };
-        let coll = "sweep_summary".to_string();
-        store
-            .ensure_collection(&coll, CollectionConfig::cosine(embedder.dimension()))
-            .await
-            .expect("collection");
-        let points = with
-            .iter()
-            .zip(vectors)
-            .map(|(&i, v)| Point {
-                id: records[i].id,
-                vector: v,
-                payload: records[i].payload.clone(),
-            })
-            .collect();
-        store.upsert(&coll, points).await.expect("upsert");
-        let code = all_scores(collection.to_string()).await;
-        let summary = all_scores(coll.clone()).await;
-        let by = |score: &dyn Fn(usize, usize) -> f32| -> Rankings {
-            (0..qs.len())
-                .map(|q| {
-                    let mut r: Vec<(usize, f32)> =
-                        (0..payloads.len()).map(|i| (i, score(q, i))).collect();
-                    r.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-                    r.into_iter().map(|(i, _)| i).collect()
-                })
-                .collect()
-        };
-        let c = |q: usize, i: usize| code[q].get(&i).copied().unwrap_or(-1.0);
+        let summary = embed_scores("sweep_summary".into(), texts, with).await;
         let s = |q: usize, i: usize| summary[q].get(&i).copied().unwrap_or(c(q, i));
         vector_rankings.push(("summary", by(&s)));
         vector_rankings.push(("max(code, summary)", by(&|q, i| c(q, i).max(s(q, i)))));
         vector_rankings.push((
             "sum of cosines(code, summary)",
             by(&|q, i| c(q, i) + s(q, i)),
+        ));
+    }
+    // Descriptions written by a generating model (round 6), with
+    // `BRIDLE_RETRIEVAL_GENERATE_URL` set: ranked alone, as the better of the two cosines, by
+    // their sum, and as one text with the code; their words also join BM25's (below).
+    let generated = generated_texts(&payloads).await;
+    if let Some(generated) = &generated {
+        let with: Vec<usize> = (0..payloads.len())
+            .filter(|&i| generated[i].is_some())
+            .collect();
+        let alone: Vec<String> = with
+            .iter()
+            .map(|&i| bridle_memory::fit_input(embedder, generated[i].as_deref().unwrap_or("")))
+            .collect();
+        let described = embed_scores("sweep_generated".into(), alone, with).await;
+        let both: Vec<String> = (0..payloads.len())
+            .map(|i| {
+                let text = field(payloads[i], "text");
+                bridle_memory::fit_input(
+                    embedder,
+                    &match &generated[i] {
+                        Some(g) => format!("{g}\n{text}"),
+                        None => text,
+                    },
+                )
+            })
+            .collect();
+        let together = embed_scores(
+            "sweep_generated_code".into(),
+            both,
+            (0..payloads.len()).collect(),
+        )
+        .await;
+        let g = |q: usize, i: usize| described[q].get(&i).copied().unwrap_or(c(q, i));
+        vector_rankings.push(("generated", by(&g)));
+        vector_rankings.push(("max(code, generated)", by(&|q, i| c(q, i).max(g(q, i)))));
+        vector_rankings.push((
+            "sum of cosines(code, generated)",
+            by(&|q, i| c(q, i) + g(q, i)),
+        ));
+        vector_rankings.push((
+            "generated+code as one text",
+            by(&|q, i| together[q].get(&i).copied().unwrap_or(-1.0)),
         ));
     }
     let variants: TextsOf<'_> = vec![
@@ -984,23 +1019,13 @@ async fn sweep(
             .iter()
             .map(|p| bridle_memory::fit_input(embedder, &make(p)))
             .collect();
-        let vectors = embedder.embed(&texts).await.expect("embed");
-        let coll = format!("sweep_{name}");
-        store
-            .ensure_collection(&coll, CollectionConfig::cosine(embedder.dimension()))
-            .await
-            .expect("collection");
-        let points = records
-            .iter()
-            .zip(vectors)
-            .map(|(r, v)| Point {
-                id: r.id,
-                vector: v,
-                payload: r.payload.clone(),
-            })
-            .collect();
-        store.upsert(&coll, points).await.expect("upsert");
-        vector_rankings.push((name, rank_in(coll).await));
+        let scores = embed_scores(
+            format!("sweep_{name}"),
+            texts,
+            (0..payloads.len()).collect(),
+        )
+        .await;
+        vector_rankings.push((name, by(&|q, i| scores[q].get(&i).copied().unwrap_or(-1.0))));
     }
     let kw_variants: TextsOf<'_> = vec![
         ("keyword_text", Box::new(|p: &Payload| keyword_text(p))),
@@ -1041,6 +1066,26 @@ async fn sweep(
                 parts.join("\n")
             }),
         ));
+        v
+    };
+    let kw_variants = {
+        let mut v = kw_variants;
+        if let Some(generated) = &generated {
+            let payloads = &payloads;
+            v.push((
+                "keyword_text + generated",
+                Box::new(move |p: &Payload| {
+                    let i = payloads
+                        .iter()
+                        .position(|q| std::ptr::eq(*q, p))
+                        .expect("a payload of this sweep");
+                    match &generated[i] {
+                        Some(g) => format!("{}\n{g}", keyword_text(p)),
+                        None => keyword_text(p),
+                    }
+                }),
+            ));
+        }
         v
     };
     let mut kw_rankings: Vec<(&str, Rankings)> = Vec::new();
@@ -1149,8 +1194,19 @@ async fn sweep(
             .find(|(v, _)| *v == n)
             .map(|(_, r)| r)
     };
-    if let (Some(code), Some(summary)) = (find("pipeline"), find("summary")) {
-        let kr = &kw_rankings[0].1;
+    for (second, kr) in [("summary", &kw_rankings[0]), ("generated", &kw_rankings[0])]
+        .into_iter()
+        .chain(
+            kw_rankings
+                .iter()
+                .filter(|(n, _)| *n == "keyword_text + generated")
+                .map(|k| ("generated", k)),
+        )
+    {
+        let (Some(code), Some(summary)) = (find("pipeline"), find(second)) else {
+            continue;
+        };
+        let (kn, kr) = (kr.0, &kr.1);
         for (wc, ws) in [
             (1.0f32, 1.0f32),
             (1.5, 1.0),
@@ -1172,9 +1228,101 @@ async fn sweep(
                 })
                 .collect();
             report(
-                format!("rrf3 code w={wc} + summary w={ws} + keyword_text k=60"),
+                format!("rrf3 code w={wc} + {second} w={ws} + {kn} k=60"),
                 results,
             );
         }
     }
+}
+
+/// The instruction that asks a generating model to describe a chunk (round 6).
+const DESCRIBE: &str = "Describe what the given code does in at most two short sentences, for a \
+code search index: say what it is for and what it works on, in plain words. Do not explain it \
+line by line.";
+
+/// With `BRIDLE_RETRIEVAL_GENERATE_URL` set (an OpenAI-compatible base URL ending in `/v1`;
+/// `BRIDLE_RETRIEVAL_GENERATE_MODEL` names the model, `qwen` by default): for each chunk of
+/// code (not prose sections or windows) a description written by that model at temperature 0,
+/// or `None` when the variable is unset. Answers are cached in a JSON file
+/// (`BRIDLE_RETRIEVAL_GENERATED`, by default in the temporary folder, one per model) keyed by the
+/// instruction and the chunk, so a second run asks nothing.
+async fn generated_texts(payloads: &[&Payload]) -> Option<Vec<Option<String>>> {
+    use kberg_agent::{CancellationToken, ChatOptions, ChatRequest, InferenceProvider, Message};
+    use kberg_providers::HttpOptions;
+    use kberg_providers::openai::{OpenAiConfig, OpenAiProvider};
+
+    let url = std::env::var("BRIDLE_RETRIEVAL_GENERATE_URL").ok()?;
+    let model =
+        std::env::var("BRIDLE_RETRIEVAL_GENERATE_MODEL").unwrap_or_else(|_| "qwen".to_string());
+    let cache_path = std::env::var_os("BRIDLE_RETRIEVAL_GENERATED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("bridle-retrieval-generated-{model}.json"))
+        });
+    let mut cache: serde_json::Map<String, serde_json::Value> = std::fs::read(&cache_path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let provider = OpenAiProvider::new(
+        OpenAiConfig::new(model)
+            .base_url(url)
+            .http(HttpOptions::local_cpu()),
+    );
+    let cancel = CancellationToken::new();
+    let field = |p: &Payload, k: &str| p[k].as_str().unwrap_or_default().to_string();
+    let mut out = Vec::with_capacity(payloads.len());
+    let (mut asked, started) = (0usize, std::time::Instant::now());
+    for p in payloads {
+        let ty = field(p, "chunk_type");
+        if ty == "section" || ty == "window" {
+            out.push(None);
+            continue;
+        }
+        let prompt = format!(
+            "File: {}\nItem: {}\n\n{}",
+            field(p, "file_path"),
+            field(p, "context"),
+            field(p, "text")
+        );
+        let key = format!("{DESCRIBE}\n\n{prompt}");
+        if let Some(text) = cache.get(&key).and_then(|v| v.as_str()) {
+            out.push(Some(text.to_string()));
+            continue;
+        }
+        let request = ChatRequest {
+            messages: vec![Message::system(DESCRIBE), Message::user(prompt)],
+            tools: Vec::new(),
+            options: ChatOptions {
+                temperature: Some(0.0),
+                max_tokens: Some(64),
+                seed: Some(0),
+                ..Default::default()
+            },
+        };
+        let answer = provider
+            .chat(&request, &cancel)
+            .await
+            .expect("the generating model answers");
+        let text = answer.text.trim().to_string();
+        asked += 1;
+        if asked % 20 == 0 {
+            eprintln!(
+                "generated {asked} descriptions in {} s",
+                started.elapsed().as_secs()
+            );
+        }
+        cache.insert(key, serde_json::Value::String(text.clone()));
+        std::fs::write(
+            &cache_path,
+            serde_json::to_vec(&cache).expect("a JSON map serialises"),
+        )
+        .expect("write the generated descriptions' cache");
+        out.push(Some(text));
+    }
+    eprintln!(
+        "sweep: {} generated descriptions ({asked} asked for) cached in {}",
+        out.iter().flatten().count(),
+        cache_path.display()
+    );
+    Some(out)
 }
