@@ -282,6 +282,35 @@ fn a_call_polled_again_after_it_answered_does_not_run_the_tool_again() {
         assert!(again.to_string().contains("already answered"), "{again}");
         assert_eq!(ran.load(Ordering::SeqCst), 1, "{tool} ran once");
     }
+    // An audited call (the gate's boxed future) too: recorded once.
+    let audit = Arc::new(MemoryAuditSink::new());
+    let audited = ToolRegistry::builder().audit_sink(audit.clone()).build();
+    let audited_runs = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&audited_runs);
+    audited
+        .register(ToolBuilder::new("counted").raw_handler(
+            json!({"type": "object"}),
+            move |_, _| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { Ok(ToolOutput::text("ran")) }
+            },
+        ))
+        .unwrap();
+    let mut call = pin!(audited.call(&w, "counted", json!({}), CallOptions::default()));
+    let Poll::Ready(first) = call.as_mut().poll(&mut cx) else {
+        panic!("an audited call finishes on its first poll");
+    };
+    assert!(first.is_ok(), "{first:?}");
+    let Poll::Ready(again) = call.as_mut().poll(&mut cx) else {
+        panic!("a finished audited call answers at once");
+    };
+    assert_eq!(again.unwrap_err().code(), ErrorCode::ToolFailed);
+    assert_eq!(
+        audited_runs.load(Ordering::SeqCst),
+        1,
+        "the audited tool ran once"
+    );
+    assert_eq!(audit.events().len(), 1, "one audit event");
     // A refusal too.
     let a = anon();
     let mut refused = pin!(r.call(&a, "nope", json!({}), CallOptions::default()));

@@ -95,7 +95,9 @@ type BoxedCall<'a> = Pin<Box<dyn Future<Output = Result<ToolOutput, GateError>> 
 /// more (audit, preview or commit, confirmation, an approved ticket).
 ///
 /// An enum rather than nested `Either`s: one discriminant to match on each poll, and nothing in
-/// it needs pinning.
+/// it needs pinning. Polled again after it answered, every arm answers `tool_failed` (see
+/// [`run::polled_after_finish`]) rather than panicking or running the tool again: a boxed call
+/// that answered becomes `Ready(None)`.
 pub(crate) enum GateCall<'a> {
     /// The answer, until it is taken by the first poll.
     Ready(Option<Result<ToolOutput, GateError>>),
@@ -110,9 +112,17 @@ impl Future for GateCall<'_> {
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.get_mut() {
+        let this = self.get_mut();
+        match this {
             GateCall::Run(run) => Pin::new(run).poll(cx),
-            GateCall::Boxed(fut) => fut.as_mut().poll(cx),
+            GateCall::Boxed(fut) => {
+                let answer = fut.as_mut().poll(cx);
+                if answer.is_ready() {
+                    // An `async` block resumed after it finished would panic.
+                    *this = GateCall::Ready(None);
+                }
+                answer
+            }
             GateCall::Ready(answer) => {
                 Poll::Ready(answer.take().unwrap_or_else(run::polled_after_finish))
             }
