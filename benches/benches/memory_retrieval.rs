@@ -1068,29 +1068,25 @@ async fn sweep(
         ));
         v
     };
-    let kw_variants = {
-        let mut v = kw_variants;
-        if let Some(generated) = &generated {
-            let payloads = &payloads;
-            v.push((
-                "keyword_text + generated",
-                Box::new(move |p: &Payload| {
-                    let i = payloads
-                        .iter()
-                        .position(|q| std::ptr::eq(*q, p))
-                        .expect("a payload of this sweep");
-                    match &generated[i] {
-                        Some(g) => format!("{}\n{g}", keyword_text(p)),
-                        None => keyword_text(p),
-                    }
-                }),
-            ));
-        }
-        v
-    };
+    // Each keyword text's documents, one per chunk; with descriptions, the default keyword text
+    // followed by the chunk's description as well.
+    let mut kw_docs: Vec<(&str, Vec<String>)> = kw_variants
+        .iter()
+        .map(|(name, make)| (*name, payloads.iter().map(|p| make(p)).collect()))
+        .collect();
+    if let Some(generated) = &generated {
+        let docs = payloads
+            .iter()
+            .zip(generated)
+            .map(|(p, g)| match g {
+                Some(g) => format!("{}\n{g}", keyword_text(p)),
+                None => keyword_text(p),
+            })
+            .collect();
+        kw_docs.push(("keyword_text + generated", docs));
+    }
     let mut kw_rankings: Vec<(&str, Rankings)> = Vec::new();
-    for (name, make) in &kw_variants {
-        let docs: Vec<String> = payloads.iter().map(|p| make(p)).collect();
+    for (name, docs) in &kw_docs {
         let index = Bm25Index::build(docs.iter().map(String::as_str));
         kw_rankings.push((
             name,
