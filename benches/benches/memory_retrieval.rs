@@ -22,7 +22,9 @@
 //! `BRIDLE_RETRIEVAL_SHOW_HELD_OUT` is set. `BRIDLE_RETRIEVAL_SWEEP` scores other embedded
 //! texts, keyword texts and fusion settings over the pipeline's chunks; with
 //! `BRIDLE_RETRIEVAL_GENERATE_URL` (an OpenAI-compatible server's `/v1`) it also asks that model
-//! for a description of each chunk and scores those ([`generated_texts`]).
+//! for a description of each chunk and scores those ([`generated_texts`]). With
+//! `BRIDLE_RETRIEVAL_EMBED_URL` every vector comes from another embedding model, served over
+//! HTTP, instead ([`QueryPassage`]).
 //!
 //! A question is answered at file level when a result comes from an answering file, and at item
 //! level when a result's lines overlap an answering item (its doc comment and attributes
@@ -314,7 +316,7 @@ fn window_chunks(corpus: &Corpus, size: usize, overlap: usize) -> Chunks {
 }
 
 /// How many chunks' embedded text is longer than the model reads.
-fn truncated(embedder: &LocalEmbedder, texts: &[String]) -> usize {
+fn truncated(embedder: &dyn Embedder, texts: &[String]) -> usize {
     texts
         .iter()
         .filter(|t| embedder.count_tokens(t) > embedder.max_input_tokens())
@@ -377,7 +379,7 @@ async fn evaluate_chunks(
     name: &'static str,
     chunks: Chunks,
     store: &EmbeddedStore,
-    embedder: &LocalEmbedder,
+    embedder: &dyn Embedder,
     qs: &[Question],
     query_vectors: &[Vec<f32>],
 ) -> Vec<Row> {
@@ -455,7 +457,7 @@ async fn evaluate_pipeline(
     name: &'static str,
     corpus: &Corpus,
     store: Arc<EmbeddedStore>,
-    embedder: Arc<LocalEmbedder>,
+    embedder: Arc<dyn Embedder>,
     chunking: bridle_memory::chunk::ChunkConfig,
     summaries: bool,
     qs: &[Question],
@@ -494,14 +496,14 @@ async fn evaluate_pipeline(
             |e| e == name,
         )
     {
-        sweep(&store, &embedder, &config.collection, &records, qs).await;
+        sweep(&store, embedder.as_ref(), &config.collection, &records, qs).await;
     }
     let payloads: Vec<Payload> = records.into_iter().map(|r| r.payload).collect();
     let texts: Vec<String> = payloads
         .iter()
         .map(|p| p["text"].as_str().unwrap_or_default().to_string())
         .collect();
-    let over = truncated(&embedder, &texts);
+    let over = truncated(embedder.as_ref(), &texts);
     let bm25 = Bm25Index::build(
         payloads
             .iter()
@@ -560,7 +562,7 @@ fn explain_misses(
     rows: &[Row],
     chunker: &str,
     subset: Subset,
-    embedder: &LocalEmbedder,
+    embedder: &dyn Embedder,
 ) {
     let of = |ranking: &str| {
         rows.iter()
@@ -626,6 +628,78 @@ fn explain_misses(
     }
 }
 
+/// With `BRIDLE_RETRIEVAL_EMBED_URL` (an OpenAI-compatible server's `/v1`): an embedding model
+/// served there that wants queries and passages told apart (e5-class models), under two model
+/// names (`BRIDLE_RETRIEVAL_EMBED_QUERY_MODEL`, default `e5-query`, and
+/// `BRIDLE_RETRIEVAL_EMBED_PASSAGE_MODEL`, default `e5-passage`). The benchmark's questions are
+/// embedded as queries, every other text as a passage. Chunks are still sized and counted with
+/// the in-process model's tokenizer, so the chunks are the default's and only the vectors change
+/// (round 7).
+struct QueryPassage {
+    local: Arc<LocalEmbedder>,
+    query: bridle_memory::OpenAiEmbedder,
+    passage: bridle_memory::OpenAiEmbedder,
+    questions: std::collections::HashSet<String>,
+}
+
+impl QueryPassage {
+    async fn connect(
+        url: &str,
+        local: Arc<LocalEmbedder>,
+        questions: std::collections::HashSet<String>,
+    ) -> Self {
+        let model = |var: &str, default: &str| {
+            let name = std::env::var(var).unwrap_or_else(|_| default.to_string());
+            bridle_memory::HttpEmbedderConfig::new(url, name)
+        };
+        let query = bridle_memory::OpenAiEmbedder::connect(model(
+            "BRIDLE_RETRIEVAL_EMBED_QUERY_MODEL",
+            "e5-query",
+        ))
+        .await
+        .expect("embedding server");
+        let passage = bridle_memory::OpenAiEmbedder::connect(model(
+            "BRIDLE_RETRIEVAL_EMBED_PASSAGE_MODEL",
+            "e5-passage",
+        ))
+        .await
+        .expect("embedding server");
+        Self {
+            local,
+            query,
+            passage,
+            questions,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Embedder for QueryPassage {
+    fn dimension(&self) -> usize {
+        self.passage.dimension()
+    }
+
+    fn model(&self) -> &str {
+        self.passage.model()
+    }
+
+    async fn embed(&self, texts: &[String]) -> bridle_memory::Result<Vec<Vec<f32>>> {
+        if !texts.is_empty() && texts.iter().all(|t| self.questions.contains(t)) {
+            self.query.embed(texts).await
+        } else {
+            self.passage.embed(texts).await
+        }
+    }
+
+    fn max_input_tokens(&self) -> usize {
+        self.local.max_input_tokens()
+    }
+
+    fn count_tokens(&self, text: &str) -> usize {
+        self.local.count_tokens(text)
+    }
+}
+
 fn model_dir() -> PathBuf {
     std::env::var_os("BRIDLE_MODEL_DIR")
         .map(PathBuf::from)
@@ -652,7 +726,7 @@ fn main() {
             all_held_out: true,
         },
     ];
-    let embedder = Arc::new(
+    let local = Arc::new(
         LocalEmbedder::load(model_dir()).expect("model files: run scripts/install-tools.sh"),
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -660,6 +734,17 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    let embedder: Arc<dyn Embedder> = match std::env::var("BRIDLE_RETRIEVAL_EMBED_URL") {
+        Ok(url) => {
+            let questions = corpora
+                .iter()
+                .flat_map(questions)
+                .map(|q| q.text)
+                .collect();
+            Arc::new(rt.block_on(QueryPassage::connect(&url, local, questions)))
+        }
+        Err(_) => local,
+    };
     // `BRIDLE_RETRIEVAL_ONLY=tree-sitter` runs one chunker, `BRIDLE_RETRIEVAL_CORPUS=h11` one
     // code base (while tuning).
     let only = std::env::var("BRIDLE_RETRIEVAL_ONLY").ok();
@@ -683,14 +768,29 @@ fn main() {
             if want("legacy") {
                 let chunks = legacy_chunks(corpus);
                 rows.extend(
-                    evaluate_chunks("legacy", chunks, &store, &embedder, &qs, &query_vectors).await,
+                    evaluate_chunks(
+                        "legacy",
+                        chunks,
+                        &store,
+                        embedder.as_ref(),
+                        &qs,
+                        &query_vectors,
+                    )
+                    .await,
                 );
             }
             if want("window-40") {
                 let chunks = window_chunks(corpus, 40, 10);
                 rows.extend(
-                    evaluate_chunks("window-40", chunks, &store, &embedder, &qs, &query_vectors)
-                        .await,
+                    evaluate_chunks(
+                        "window-40",
+                        chunks,
+                        &store,
+                        embedder.as_ref(),
+                        &qs,
+                        &query_vectors,
+                    )
+                    .await,
                 );
             }
             let defaults = bridle_memory::chunk::ChunkConfig::default();
@@ -726,18 +826,25 @@ fn main() {
             }
             rows
         });
-        report(corpus, &qs, &rows, &embedder, started.elapsed().as_secs());
+        report(
+            corpus,
+            &qs,
+            &rows,
+            embedder.as_ref(),
+            started.elapsed().as_secs(),
+        );
     }
 }
 
 /// Prints one corpus's tables (and, asked, the explanation of its tuning misses).
-fn report(corpus: &Corpus, qs: &[Question], rows: &[Row], embedder: &LocalEmbedder, secs: u64) {
+fn report(corpus: &Corpus, qs: &[Question], rows: &[Row], embedder: &dyn Embedder, secs: u64) {
     let files = source_files(corpus).len();
     eprintln!();
     eprintln!(
-        "memory_retrieval [{}]: {} questions over {files} files, all-MiniLM-L6-v2 in process ({secs} s)",
+        "memory_retrieval [{}]: {} questions over {files} files, embedded by {} ({secs} s)",
         corpus.name,
         qs.len(),
+        embedder.model(),
     );
     eprintln!();
     eprintln!(
@@ -821,7 +928,7 @@ type TextsOf<'a> = Vec<(&'static str, Box<dyn Fn(&Payload) -> String + 'a>)>;
 /// which change is worth making in the library before making it.
 async fn sweep(
     store: &EmbeddedStore,
-    embedder: &LocalEmbedder,
+    embedder: &dyn Embedder,
     collection: &str,
     records: &[bridle_memory::Record],
     qs: &[Question],
