@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::upstreams::{Credential, FolderSecrets, SecretError, SecretSource, SecretUse};
-use crate::vault::{SecretRef, Vault};
+use crate::vault::{SecretRef, Vault, VaultError};
 
 /// The vault, and the folders its `docker:` and `file:` references read.
 #[derive(Clone)]
@@ -61,8 +61,14 @@ impl GatewaySecrets {
         }
     }
 
+    /// Whether a bare name is the vault's: every answer but "no such secret" (or a name the
+    /// vault cannot hold) is. A revoked secret, or a vault that fails to answer, is refused by
+    /// the vault; it never falls back to an older copy left in the `secrets/` folder.
     fn in_vault(&self, name: &str) -> bool {
-        self.vault.active_version(name).is_ok()
+        !matches!(
+            self.vault.active_version(name),
+            Err(VaultError::SecretNotFound(_) | VaultError::InvalidName { .. })
+        )
     }
 }
 
@@ -105,5 +111,61 @@ impl SecretSource for GatewaySecrets {
             ),
             None => self.legacy.record_use(used),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::vault::{MasterKey, VaultConfig};
+
+    fn secrets(dir: &std::path::Path) -> GatewaySecrets {
+        let vault = Vault::open(
+            &dir.join("vault.db"),
+            &MasterKey::from_bytes([3; 32]),
+            VaultConfig::default(),
+        )
+        .expect("vault");
+        let legacy = dir.join("secrets");
+        std::fs::create_dir_all(&legacy).expect("dir");
+        GatewaySecrets::new(Arc::new(vault), legacy, dir.join("run"))
+    }
+
+    fn value(s: &GatewaySecrets, name: &str) -> Result<String, SecretError> {
+        s.current(name).map(|(c, _)| c.expose().to_string())
+    }
+
+    #[test]
+    fn a_bare_name_reads_the_folder_only_while_the_vault_has_no_such_secret() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = secrets(dir.path());
+        std::fs::write(dir.path().join("secrets/gitea-token"), "old-file-token\n").expect("write");
+        // Not imported yet: the file answers.
+        assert_eq!(value(&s, "gitea-token").as_deref(), Ok("old-file-token"));
+        // Imported (the file stays behind), then rotated after a leak, then revoked.
+        s.vault()
+            .create("gitea-token", &"vault-token-1".into(), "admin")
+            .expect("create");
+        assert_eq!(value(&s, "gitea-token").as_deref(), Ok("vault-token-1"));
+        let v2 = s
+            .vault()
+            .rotate(
+                "gitea-token",
+                &"vault-token-2".into(),
+                "admin",
+                std::time::Duration::ZERO,
+            )
+            .expect("rotate");
+        s.vault().revoke("gitea-token", v2, "admin").expect("revoke");
+        // Refused: neither the revoked value nor the stale file is used.
+        let refused = value(&s, "gitea-token").expect_err("revoked");
+        assert!(
+            matches!(refused, SecretError::Missing { .. }),
+            "{refused:?}"
+        );
+        assert!(!refused.to_string().contains("token-"), "{refused}");
+        assert!(s.version("gitea-token").is_err());
     }
 }
