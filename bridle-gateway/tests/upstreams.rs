@@ -550,6 +550,36 @@ async fn vault_secrets_and_vault_tokens_are_followed_per_request() {
     assert_eq!(code(&r), "credential_missing", "{r:?}");
     assert!(recorder.seen.lock().unwrap().is_empty());
 
+    // Rotated to a value pasted with its line break: it cannot go in a header, so the call is
+    // refused naming the secret, and nothing is forwarded (not as an unauthenticated request
+    // either), and no use is recorded. (Replacing the stale connection ends its session.)
+    let posts = *recorder.posts.lock().unwrap();
+    let recorded = vault.audit_log(0, 1000).unwrap().len();
+    vault
+        .rotate(
+            "tickets-token",
+            &SecretValue::from("vault-v3\n"),
+            "user:test",
+            Duration::ZERO,
+        )
+        .unwrap();
+    let r = call(&robot, "tickets__whoami", json!({})).await;
+    assert_eq!(code(&r), "credential_missing", "{r:?}");
+    assert!(r.text.contains("cannot be sent"), "{r:?}");
+    assert!(!r.text.contains("vault-v3"), "{r:?}");
+    assert_eq!(*recorder.posts.lock().unwrap(), posts);
+    let seen = recorder.seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().all(|h| h == "token vault-v2"),
+        "only the old session's close: {seen:?}"
+    );
+    let uses_since: Vec<_> = vault.audit_log(0, 1000).unwrap()[recorded..]
+        .iter()
+        .filter(|e| e.action == "use")
+        .cloned()
+        .collect();
+    assert!(uses_since.is_empty(), "{uses_since:?}");
+
     // The agent's token revoked: its next request is refused at the door.
     vault.revoke_agent_tokens("robot", "user:test").unwrap();
     let after = robot

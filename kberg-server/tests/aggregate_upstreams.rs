@@ -439,7 +439,7 @@ async fn http_upstreams_with_injected_credentials_served_to_an_mcp_client() {
     // Without the header the same upstream is refused.
     let c = AggregatorConfig::new().upstream(UpstreamConfig::new(
         "inner",
-        UpstreamTransport::http(inner_url),
+        UpstreamTransport::http(inner_url.clone()),
     ));
     let bare = Aggregator::start(c, ToolRegistry::new()).expect("valid");
     let mut rx = bare.status_changes("inner").expect("known");
@@ -452,6 +452,20 @@ async fn http_upstreams_with_injected_credentials_served_to_an_mcp_client() {
     .expect("status");
     drop(rx);
     bare.shutdown().await;
+
+    // A credential that cannot be sent as a header (a pasted token with its line break) is
+    // refused when the aggregator starts, naming the header and not the value, rather than
+    // calling without it.
+    let c = AggregatorConfig::new().upstream(UpstreamConfig::new(
+        "inner",
+        UpstreamTransport::http(inner_url.clone())
+            .header("authorization", "Bearer upstream-secret\n"),
+    ));
+    let refused = Aggregator::start(c, ToolRegistry::new())
+        .expect_err("a header value with a line break")
+        .to_string();
+    assert!(refused.contains("`authorization`"), "{refused}");
+    assert!(!refused.contains("upstream-secret"), "{refused}");
 
     // The aggregator's registry served by kberg-server, called from rmcp's client.
     let outer = RunningServer::start(

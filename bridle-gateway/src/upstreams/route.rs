@@ -220,6 +220,7 @@ impl Route {
         let credential = match secret {
             Some(name) => {
                 let (value, version) = self.secrets.current(name).map_err(RouteError::Secret)?;
+                self.check_sendable(name, &value)?;
                 // Starting a connection sends the credential too (initialize, the tool listing,
                 // and with it every request of the session): that is a use of its own, recorded
                 // before anything is sent.
@@ -269,6 +270,31 @@ impl Route {
             _ => format!("it did not connect within {:?}", self.connect_timeout),
         };
         Err(RouteError::Unavailable(reason))
+    }
+
+    /// Refuses a value that cannot be sent where the credential goes: a header value with a
+    /// line break or another control character (a token pasted with its newline). Checked
+    /// before the use is recorded and before anything is sent; the upstream is never called
+    /// without its credential instead.
+    fn check_sendable(&self, name: &str, value: &Credential) -> Result<(), RouteError> {
+        let Some(CredentialTarget::Header { name: header, .. }) = &self.target else {
+            return Ok(());
+        };
+        let rendered = self
+            .target
+            .as_ref()
+            .map(|t| t.render(value.expose()))
+            .unwrap_or_default();
+        if axum::http::HeaderValue::from_str(&rendered).is_ok() {
+            return Ok(());
+        }
+        Err(RouteError::Secret(SecretError::Unreadable {
+            name: name.to_string(),
+            message: format!(
+                "its value cannot be sent in the `{header}` header (it holds a line break or \
+                 another control character); rotate it to a value without one"
+            ),
+        }))
     }
 
     fn start(

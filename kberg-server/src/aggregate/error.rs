@@ -112,6 +112,11 @@ pub enum ConnectError {
     /// The HTTP client could not be built.
     #[error("the HTTP client could not be built: {0}")]
     HttpClient(String),
+    /// A configured header cannot be sent (a name that is not a header name, or a value with a
+    /// line break or another control character): the upstream is not called without it. The
+    /// value is never shown.
+    #[error("the header `{0}` cannot be sent: its name or value is not valid in HTTP")]
+    InvalidHeader(String),
     /// The attempt did not finish in time.
     #[error("it did not finish connecting within {0:?}")]
     Timeout(Duration),

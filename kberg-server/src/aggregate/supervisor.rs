@@ -64,12 +64,17 @@ async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), ConnectErr
         UpstreamTransport::Http { url, headers } => {
             let mut custom = HashMap::new();
             for (k, v) in headers {
-                // Checked by the config; a header that slipped through is left out, not shown.
-                if let (Ok(k), Ok(v)) = (
+                // Checked when the aggregator starts; a header that slipped through (a
+                // credential with a line break) fails the connection rather than being left
+                // out, which would make the call unauthenticated.
+                match (
                     axum::http::HeaderName::try_from(k.as_str()),
                     axum::http::HeaderValue::try_from(v.as_str()),
                 ) {
-                    custom.insert(k, v);
+                    (Ok(k), Ok(v)) => {
+                        custom.insert(k, v);
+                    }
+                    _ => return Err(ConnectError::InvalidHeader(k.chars().take(64).collect())),
                 }
             }
             let config =
