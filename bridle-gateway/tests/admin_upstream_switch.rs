@@ -169,3 +169,42 @@ async fn an_upstream_disabled_and_enabled_at_run_time_leaves_and_rejoins_the_age
     gw.stop().await;
     upstream.cancel();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_disabled_in_the_config_at_start_can_be_enabled_at_run_time() {
+    let (url, upstream) = whoami_upstream::start().await;
+    let gw = Gw::start_with_yaml(
+        &format!("upstreams:\n  tickets:\n    http: {{url: '{url}'}}\n    enabled: false\n"),
+        |b| b,
+    )
+    .await;
+    let agent = McpSurface::connect_http_with_bearer(&gw.mcp, &gw.file_token("claude"))
+        .await
+        .unwrap();
+    assert!(!tool_names(&agent).await.iter().any(|t| t == TOOL));
+
+    let on = json_ok(
+        gw.post("/integrations/tickets/enable")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(on["enabled"], true);
+    until_tools(&agent, |n| n.iter().any(|t| t == TOOL)).await;
+    // Enabled for real: the call passes the switch and reaches the per-project permission
+    // check (the demo project grants no `tickets` reads), not `upstream_disabled`.
+    let r = agent
+        .call(TOOL, json!({}), CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        r.structured.as_ref().unwrap()["code"],
+        "capability_required",
+        "{r:?}"
+    );
+    assert!(gw.config_on_disk().upstreams["tickets"].enabled);
+    gw.stop().await;
+    upstream.cancel();
+}

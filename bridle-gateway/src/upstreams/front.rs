@@ -109,7 +109,11 @@ impl Tool for FrontTool {
             self.gw.sessions.saw_client(&agent, client);
         }
         let ns = self.route.namespace.clone();
-        if !self.route.section.enabled {
+        if !self
+            .route
+            .enabled
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
             return Ok(refusal(
                 RefusalCode::UpstreamDisabled,
                 format!("the `{ns}` tools are disabled by an operator"),

@@ -174,6 +174,9 @@ impl UpstreamPool {
             .get(namespace)
             .ok_or_else(|| UnknownUpstream(namespace.to_string()))?;
         let mut running = self.running.lock().await;
+        route
+            .enabled
+            .store(enabled, std::sync::atomic::Ordering::Release);
         match (enabled, running.contains_key(namespace)) {
             (true, false) => {
                 let run = spawn_in_step(route, &self.gw, &self.public, &self.offered, &self.stop);

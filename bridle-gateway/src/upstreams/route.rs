@@ -69,6 +69,9 @@ pub struct Route {
     /// The projects it serves now (empty: all): the section's at start, changed at run time by
     /// [`Route::set_projects`] and read on every call.
     served: std::sync::RwLock<Vec<String>>,
+    /// Whether its tools may be called now: the section's at start, changed at run time by
+    /// the pool's `set_enabled` and read on every call.
+    pub(crate) enabled: std::sync::atomic::AtomicBool,
     pub(crate) target: Option<CredentialTarget>,
     secrets: Arc<dyn SecretSource>,
     /// The caller the gateway uses on its private registries: it holds the upstream's write
@@ -113,6 +116,7 @@ impl Route {
         Self {
             namespace,
             served: std::sync::RwLock::new(section.projects.clone()),
+            enabled: std::sync::atomic::AtomicBool::new(section.enabled),
             section,
             target,
             secrets,
