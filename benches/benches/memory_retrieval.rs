@@ -736,11 +736,7 @@ fn main() {
         .expect("runtime");
     let embedder: Arc<dyn Embedder> = match std::env::var("BRIDLE_RETRIEVAL_EMBED_URL") {
         Ok(url) => {
-            let questions = corpora
-                .iter()
-                .flat_map(questions)
-                .map(|q| q.text)
-                .collect();
+            let questions = corpora.iter().flat_map(questions).map(|q| q.text).collect();
             Arc::new(rt.block_on(QueryPassage::connect(&url, local, questions)))
         }
         Err(_) => local,

@@ -158,7 +158,9 @@ mod tests {
                 std::time::Duration::ZERO,
             )
             .expect("rotate");
-        s.vault().revoke("gitea-token", v2, "admin").expect("revoke");
+        s.vault()
+            .revoke("gitea-token", v2, "admin")
+            .expect("revoke");
         // Refused: neither the revoked value nor the stale file is used.
         let refused = value(&s, "gitea-token").expect_err("revoked");
         assert!(

@@ -728,16 +728,19 @@ async fn index_runs_are_started_followed_by_replay_and_shared_with_the_refresh_t
         )
         .await;
     }
-    problem(
-        gw.get(&format!("/index-runs/{id}/events"))
-            .header("last-event-id", "two")
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "invalid_request",
-    )
-    .await;
+    // Not a number, or the largest id (no event can follow it).
+    for last in ["two", "18446744073709551615", "18446744073709551616", "-1"] {
+        problem(
+            gw.get(&format!("/index-runs/{id}/events"))
+                .header("last-event-id", last)
+                .send()
+                .await
+                .unwrap(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        )
+        .await;
+    }
     problem(
         gw.post("/projects/demo/patterns/retry/examples/nope/index-runs")
             .send()

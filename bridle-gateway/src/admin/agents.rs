@@ -101,6 +101,11 @@ pub struct IssuedTokenView {
     pub version: u64,
     /// The bearer token. Store it now: it cannot be read back.
     pub token: String,
+    /// Set when the token was issued but the gateway's audit log could not record it (the
+    /// vault's own log has the issue). The token is still returned, since it cannot be
+    /// shown again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// How long the previous tokens stay valid after a rotation.
@@ -227,12 +232,27 @@ fn vault_issued(name: &str, a: &AgentConfig) -> Result<(), ApiError> {
     }
 }
 
-fn issued_view(t: IssuedToken) -> IssuedTokenView {
+fn issued_view(t: IssuedToken, warning: Option<String>) -> IssuedTokenView {
     IssuedTokenView {
         agent: t.agent,
         version: t.version,
         token: t.token.expose_str().unwrap_or_default().to_string(),
+        warning,
     }
+}
+
+/// Records a token's issue in the audit log. A token is shown once: when the entry cannot be
+/// written, the token is still answered (the vault's own log has the issue), with the failure
+/// as a warning, instead of an error that would lose the only copy of the token.
+fn record_issue(
+    ctx: &crate::context::GatewayContext,
+    entry: crate::audit::Entry,
+    what: &str,
+) -> Option<String> {
+    let e = record(ctx, entry, what).err()?;
+    let message = e.to_string();
+    tracing::error!(error = %message, "a token was issued but the audit log could not record it");
+    Some(message)
 }
 
 fn fingerprint(tokens: &[AgentTokenMeta], version: u64) -> Option<String> {
@@ -264,7 +284,7 @@ pub async fn issue(
     let ctx = s.ctx.clone();
     let t = blocking(move || {
         let t = vault.set_agent_token(&name, &admin.actor())?;
-        let tokens = vault.agent_tokens(&name)?;
+        let tokens = vault.agent_tokens(&name).unwrap_or_default();
         let entry = admin
             .entry(Kind::AgentRotate)
             .about_agent(&name)
@@ -275,11 +295,11 @@ pub async fn issue(
                 ..Change::default()
             })
             .detail("token issued; earlier tokens revoked");
-        record(&ctx, entry, "the token")?;
-        Ok(t)
+        let warning = record_issue(&ctx, entry, "the token");
+        Ok(issued_view(t, warning))
     })
     .await?;
-    Ok((StatusCode::CREATED, axum::Json(issued_view(t))))
+    Ok((StatusCode::CREATED, axum::Json(t)))
 }
 
 /// Issues a new token; the current ones stay valid for `grace_secs`. The token is in this
@@ -312,7 +332,7 @@ pub async fn rotate(
             Duration::from_secs(body.grace_secs),
             &admin.actor(),
         )?;
-        let tokens = vault.agent_tokens(&name)?;
+        let tokens = vault.agent_tokens(&name).unwrap_or_default();
         let entry = admin
             .entry(Kind::AgentRotate)
             .about_agent(&name)
@@ -326,11 +346,11 @@ pub async fn rotate(
                 "token rotated; earlier tokens valid for {}s",
                 body.grace_secs
             ));
-        record(&ctx, entry, "the rotation")?;
-        Ok(t)
+        let warning = record_issue(&ctx, entry, "the rotation");
+        Ok(issued_view(t, warning))
     })
     .await?;
-    Ok(axum::Json(issued_view(t)))
+    Ok(axum::Json(t))
 }
 
 /// Revokes every token of an agent at once and ends its live sessions.
@@ -458,8 +478,18 @@ pub async fn create(
             &body.agent_type,
             body.projects,
         )?;
-        let t = vault.set_agent_token(&body.name, &admin.actor())?;
-        let tokens = vault.agent_tokens(&body.name)?;
+        // An agent whose first token cannot be issued is taken out again, so that a retry
+        // does not find it half made (`agent_exists`, and no token).
+        let t = match vault.set_agent_token(&body.name, &admin.actor()) {
+            Ok(t) => t,
+            Err(e) => {
+                if let Err(undo) = ctx.agents.remove(&body.name) {
+                    tracing::error!(agent = %body.name, error = %undo, "an agent whose token could not be issued was not removed again");
+                }
+                return Err(e.into());
+            }
+        };
+        let tokens = vault.agent_tokens(&body.name).unwrap_or_default();
         let entry = admin
             .entry(Kind::AgentCreate)
             .about_agent(&body.name)
@@ -473,8 +503,8 @@ pub async fn create(
                 "agent created ({}); token issued",
                 describe(&agent)
             ));
-        record(&ctx, entry, "the agent")?;
-        Ok((agent, t))
+        let warning = record_issue(&ctx, entry, "the agent");
+        Ok((agent, issued_view(t, warning)))
     })
     .await?;
     tracing::info!(agent = %name, "agent created through the admin API");
@@ -483,7 +513,7 @@ pub async fn create(
         StatusCode::CREATED,
         axum::Json(CreatedAgent {
             agent: view(&s, &name, &agent, tokens),
-            token: issued_view(t),
+            token: t,
         }),
     ))
 }

@@ -367,7 +367,7 @@ pub async fn run_events(
             .to_str()
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(|last| last + 1)
+            .and_then(|last| last.checked_add(1))
             .ok_or_else(|| ApiError::invalid("`Last-Event-ID` must be an event id (a number)"))?,
     };
     Ok(events_of(&s, run, from).into_response())
