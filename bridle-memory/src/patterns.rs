@@ -10,7 +10,10 @@
 //! `chunk_type`, `context` (the enclosing items, `impl Store > pub fn load`), `start_line`, `end_line`, `language` (when known), `last_indexed` (RFC 3339),
 //! `embedding_model` and the `text` of the snippet. There is no automatic re-fetching: a tag is
 //! re-indexed only by [`PatternIndex::refresh`] (or by indexing it again), which reads the source
-//! back from the stored payload.
+//! back from the stored payload. The payload keeps the source as given (a private
+//! repository's URL may carry its access token) so that a refresh can fetch it; everything
+//! that shows a source (search results, listings, reports, progress, errors, log lines) shows
+//! it through [`redact_url`](crate::repo::redact_url), its user part and query as `***`.
 //!
 //! Long work reports [`ProgressEvent`]s through the [`Progress`] trait; the MCP tools turn them
 //! into progress notifications, a command line into a progress bar.
@@ -24,7 +27,7 @@ use serde_json::{Value, json};
 use crate::chunk::{ChunkConfig, Language, chunk_file};
 use crate::embed::{Embedder, fit_input};
 use crate::error::{MemoryError, Result};
-use crate::repo::{FileRules, collect_files, fetch};
+use crate::repo::{FileRules, collect_files, fetch, redact_url};
 use crate::store::{CollectionConfig, Condition, Filter, Payload, Point, VectorStore};
 use crate::time::{rfc3339, stable_id, unix_now};
 
@@ -49,7 +52,7 @@ pub struct IndexReport {
     pub reference_tag: String,
     /// The pattern.
     pub arch_tag: String,
-    /// The source.
+    /// The source (its user part and query shown as `***`).
     pub source_repo: String,
     /// Files indexed.
     pub files: usize,
@@ -161,7 +164,7 @@ pub struct PatternHit {
     pub reference_tag: String,
     /// The pattern.
     pub arch_tag: String,
-    /// The source repository.
+    /// The source repository (its user part and query shown as `***`).
     pub source_repo: String,
     /// The code.
     pub snippet: String,
@@ -174,7 +177,7 @@ pub struct IndexedExample {
     pub reference_tag: String,
     /// The pattern.
     pub arch_tag: String,
-    /// The source.
+    /// The source (its user part and query shown as `***`).
     pub source_repo: String,
     /// How many chunks.
     pub chunks: u64,
@@ -204,7 +207,8 @@ pub struct IndexedChunk {
     pub reference_tag: String,
     /// The pattern.
     pub arch_tag: String,
-    /// The source repository, as given when it was indexed.
+    /// The source repository, as given when it was indexed (its user part and query shown as
+    /// `***`).
     pub source_repo: String,
     /// The file, relative to the repository root.
     pub file_path: String,
@@ -355,7 +359,7 @@ impl PatternIndex {
         self.ensure().await?;
         progress
             .report(ProgressEvent::Fetching {
-                source: repo.url.clone(),
+                source: redact_url(&repo.url),
             })
             .await;
         let checkout = fetch(&repo.url, self.config.clone_timeout).await?;
@@ -472,7 +476,7 @@ impl PatternIndex {
         Ok(IndexReport {
             reference_tag: repo.reference_tag.clone(),
             arch_tag: repo.arch_tag.clone(),
-            source_repo: source,
+            source_repo: redact_url(&source),
             files,
             chunks: count,
             replaced,
@@ -589,7 +593,7 @@ impl PatternIndex {
                     score: h.score,
                     reference_tag: text(p, "reference_tag"),
                     arch_tag: text(p, "arch_tag"),
-                    source_repo: text(p, "source_repo"),
+                    source_repo: redact_url(&text(p, "source_repo")),
                     snippet: text(p, "text"),
                 }
             })
@@ -678,7 +682,7 @@ impl PatternIndex {
                     id: r.id,
                     reference_tag: text(p, "reference_tag"),
                     arch_tag: text(p, "arch_tag"),
-                    source_repo: text(p, "source_repo"),
+                    source_repo: redact_url(&text(p, "source_repo")),
                     file_path: text(p, "file_path"),
                     start_line: p.get("start_line").and_then(Value::as_u64).unwrap_or(0),
                     end_line: p.get("end_line").and_then(Value::as_u64).unwrap_or(0),
@@ -718,7 +722,7 @@ impl PatternIndex {
                 let e = by_tag.entry(tag.clone()).or_insert_with(|| IndexedExample {
                     reference_tag: tag,
                     arch_tag: text(&r.payload, "arch_tag"),
-                    source_repo: text(&r.payload, "source_repo"),
+                    source_repo: redact_url(&text(&r.payload, "source_repo")),
                     chunks: 0,
                     last_indexed: text(&r.payload, "last_indexed"),
                 });

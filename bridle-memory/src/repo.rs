@@ -39,12 +39,95 @@ fn is_remote(source: &str) -> bool {
     source.contains("://") || (source.starts_with("git@") && source.contains(':'))
 }
 
+/// `source` as it may be shown: a URL's user part (`https://user:token@host/...`, where a
+/// private repository's access token goes) and its query are replaced by `***`. Everything a
+/// repository source reaches outside memory (search results, listings, progress, errors, log
+/// lines) goes through this; the payload keeps the source as given, so that a refresh can
+/// fetch it again.
+///
+/// ```
+/// use bridle_memory::repo::redact_url;
+///
+/// assert_eq!(
+///     redact_url("https://x-access-token:s3cret@git.example/team/app.git"),
+///     "https://***@git.example/team/app.git"
+/// );
+/// assert_eq!(redact_url("https://host/r.git?private_token=s3cret"), "https://host/r.git?***");
+/// assert_eq!(redact_url("git@host:team/app.git"), "git@host:team/app.git");
+/// assert_eq!(redact_url("/srv/repos/app"), "/srv/repos/app");
+/// ```
+pub fn redact_url(source: &str) -> String {
+    let s = source.trim();
+    let Some(scheme_end) = s.find("://") else {
+        return s.to_string();
+    };
+    let (head, rest) = s.split_at(scheme_end + 3);
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let mut out = String::with_capacity(s.len());
+    out.push_str(head);
+    match authority.rfind('@') {
+        Some(at) => {
+            out.push_str("***@");
+            out.push_str(&authority[at + 1..]);
+        }
+        None => out.push_str(authority),
+    }
+    match tail.find('?') {
+        Some(q) => {
+            out.push_str(&tail[..q]);
+            out.push_str("?***");
+        }
+        None => out.push_str(tail),
+    }
+    out
+}
+
+/// The parts of `source` that [`redact_url`] hides (a URL's user part and query), to scrub
+/// out of what git says about it.
+fn hidden_parts(source: &str) -> Vec<&str> {
+    let s = source.trim();
+    let Some(scheme_end) = s.find("://") else {
+        return Vec::new();
+    };
+    let rest = &s[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let mut parts = Vec::new();
+    if let Some(at) = rest[..authority_end].rfind('@') {
+        let user = &rest[..at];
+        parts.push(user);
+        parts.extend(user.split(':').filter(|p| p.len() >= 4));
+    }
+    if let Some(q) = rest[authority_end..].find('?') {
+        let query = &rest[authority_end + q + 1..];
+        parts.push(query);
+        parts.extend(
+            query
+                .split('&')
+                .filter_map(|kv| kv.split_once('=').map(|(_, v)| v))
+                .filter(|v| v.len() >= 4),
+        );
+    }
+    parts.retain(|p| !p.is_empty());
+    // Longest first, so that a part is never left half replaced by a shorter one inside it.
+    parts.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    parts
+}
+
+/// `text` with every part of `source` that [`redact_url`] hides replaced by `***`.
+fn scrub(text: &str, source: &str) -> String {
+    hidden_parts(source)
+        .into_iter()
+        .fold(text.to_string(), |t, part| t.replace(part, "***"))
+}
+
 /// Makes `source` readable: a local directory as is, anything else cloned with
-/// `git clone --depth 1` within `timeout`.
+/// `git clone --depth 1` within `timeout`. Errors and log lines name the source as
+/// [`redact_url`] shows it.
 pub async fn fetch(source: &str, timeout: Duration) -> Result<Checkout> {
     let unavailable = |reason: String| MemoryError::RepoUnavailable {
-        source_repo: source.to_string(),
-        reason,
+        source_repo: redact_url(source),
+        reason: scrub(&reason, source),
     };
     let trimmed = source.trim();
     if trimmed.is_empty() {
@@ -93,7 +176,7 @@ pub async fn fetch(source: &str, timeout: Duration) -> Result<Checkout> {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
-    tracing::info!(source = trimmed, "cloning example repository");
+    tracing::info!(source = %redact_url(trimmed), "cloning example repository");
     let child = cmd
         .spawn()
         .map_err(|e| unavailable(format!("cannot run git: {e}")))?;
@@ -336,6 +419,49 @@ pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_source_is_shown_without_its_user_part_or_query() {
+        for (source, shown) in [
+            (
+                "https://bot:s3cret-token@git.example/x.git",
+                "https://***@git.example/x.git",
+            ),
+            (
+                "https://s3cret-token@git.example/x.git",
+                "https://***@git.example/x.git",
+            ),
+            ("https://git.example/x@y", "https://git.example/x@y"),
+            (
+                "https://git.example/x.git?private_token=s3cret-token",
+                "https://git.example/x.git?***",
+            ),
+            ("  https://git.example/x.git  ", "https://git.example/x.git"),
+            ("git@git.example:team/x.git", "git@git.example:team/x.git"),
+            ("/srv/repos/x", "/srv/repos/x"),
+            ("", ""),
+            ("https://", "https://"),
+            ("https://@", "https://***@"),
+        ] {
+            assert_eq!(redact_url(source), shown, "{source}");
+        }
+        let said = "fatal: unable to access 'https://bot:s3cret-token@git.example/x.git/': 403";
+        let scrubbed = scrub(said, "https://bot:s3cret-token@git.example/x.git");
+        assert!(!scrubbed.contains("s3cret-token"), "{scrubbed}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_clone_names_the_source_without_its_token() {
+        // Nothing listens on port 9 of the loopback: the clone fails at once.
+        let source = "http://bot:s3cret-token@127.0.0.1:9/team/x.git";
+        let err = fetch(source, Duration::from_secs(30))
+            .await
+            .map(|_| ())
+            .expect_err("nothing to clone");
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains("s3cret-token"), "{shown}");
+        assert!(shown.contains("127.0.0.1:9"), "{shown}");
+    }
 
     #[test]
     fn names_and_markers() {

@@ -413,17 +413,10 @@ fn run_prefix() -> &'static str {
     })
 }
 
-/// A URL without its user information (`https://user:token@host/x` → `https://***@host/x`):
-/// a git URL may carry a credential, which never goes into an answer, event or log line.
-pub fn redact_url(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://")
-        && let Some(at) = rest.find('@')
-        && !rest[..at].contains('/')
-    {
-        return format!("{scheme}://***@{}", &rest[at + 1..]);
-    }
-    url.to_string()
-}
+/// A URL without its user information or query (`https://user:token@host/x` →
+/// `https://***@host/x`): a git URL may carry a credential, which never goes into an answer,
+/// event or log line. The one rule memory itself applies to every source it shows.
+pub use bridle_memory::repo::redact_url;
 
 #[cfg(test)]
 mod tests {
