@@ -434,11 +434,19 @@ async fn route(
                 .headers()
                 .get(METHOD_HEADER)
                 .and_then(|v| v.to_str().ok());
-            // The hot path reads no body here: a request in a session, or a 2026-07-28 request
-            // whose `Mcp-Method` header rmcp checks against its body. Only session-less legacy
-            // requests (`initialize`) and header-less ones are read and peeked.
-            if session.is_some() || (modern && header_method.is_some_and(|m| m != "initialize")) {
-                if session.is_none() && header_method == Some("subscriptions/listen") {
+            // The hot path reads no body here: a legacy request in a session, or a 2026-07-28
+            // request whose `Mcp-Method` header rmcp checks against its body. Only
+            // session-less legacy requests (`initialize`) and header-less 2026-07-28 ones are
+            // read and peeked. (rmcp serves a 2026-07-28 request statelessly whatever
+            // `Mcp-Session-Id` it carries, so a session header decides nothing for one: a
+            // listen stream takes its slot with or without it.)
+            let fast = if modern {
+                header_method.is_some_and(|m| m != "initialize")
+            } else {
+                session.is_some()
+            };
+            if fast {
+                if header_method == Some("subscriptions/listen") {
                     let Some(permit) = g.streams.try_acquire() else {
                         return status(
                             StatusCode::SERVICE_UNAVAILABLE,

@@ -96,6 +96,39 @@ async fn listen_streams_are_limited() {
         )
         .await;
     assert_eq!(r.status, 503, "{}", r.text);
+    // A session header (any value: rmcp serves a 2026-07-28 request statelessly) does not
+    // take a listen stream past the limit, with or without the `Mcp-Method` header.
+    let listen = json!({
+        "jsonrpc": "2.0", "id": 2, "method": "subscriptions/listen",
+        "params": {
+            "notifications": {"toolsListChanged": true},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    })
+    .to_string();
+    for sid in [other.as_str(), "not-a-session"] {
+        for with_method in [true, false] {
+            let mut headers = vec![
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-session-id", sid),
+            ];
+            if with_method {
+                headers.push(("mcp-method", "subscriptions/listen"));
+            }
+            // A stream let through would never end: the deadline turns that into a failure.
+            let r = tokio::time::timeout(
+                Duration::from_secs(30),
+                c.post_with(listen.clone(), &headers),
+            )
+            .await
+            .expect("a listen stream was opened past the limit");
+            assert_eq!(r.status, 503, "{sid} {with_method}: {}", r.text);
+        }
+    }
     // Closing the first stream frees its slot (the server notices the disconnect).
     drop(first);
     let mut reopened = None;
