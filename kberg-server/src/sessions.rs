@@ -233,6 +233,17 @@ impl SessionManager for SessionTable {
             if routes.ended {
                 return Err(SessionError::Ended);
             }
+            // A request whose id is still in flight in this session (a client that retried
+            // without waiting) is answered `-32600` on its own stream and never reaches the
+            // service: routed, it would take over the first request's stream, which would
+            // then wait for ever and keep the session from expiring.
+            if let ClientJsonRpcMessage::Request(request) = &message
+                && routes
+                    .keys
+                    .contains_key(&RouteKey::Request(request.id.clone()))
+            {
+                return Ok(SseEvents(duplicate_id(request.id.clone())));
+            }
             let stream = routes.next_stream;
             routes.next_stream = routes.next_stream.wrapping_add(1);
             let (tx, rx) = mpsc::channel(self.settings.capacity.max(1));
@@ -747,6 +758,19 @@ impl Replay {
 
 /// The events of one SSE stream, as rmcp's HTTP service writes them out.
 pub(crate) struct SseEvents(mpsc::Receiver<ServerSseMessage>);
+
+/// A stream with one event: the `-32600` answer to a request whose id is already in flight.
+fn duplicate_id(id: RequestId) -> mpsc::Receiver<ServerSseMessage> {
+    let (tx, rx) = mpsc::channel(1);
+    let error = rmcp::model::ErrorData::invalid_request(
+        "a request with this id is still in flight in this session; use a new id",
+        None,
+    );
+    let answer = ServerJsonRpcMessage::Error(rmcp::model::JsonRpcError::new(Some(id), error));
+    // The channel has room for this one event and nothing else was sent on it.
+    let _ = tx.try_send(ServerSseMessage::from_message(answer));
+    rx
+}
 
 impl Stream for SseEvents {
     type Item = ServerSseMessage;

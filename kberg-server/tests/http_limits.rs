@@ -194,6 +194,21 @@ async fn concurrent_calls_per_principal_are_limited_and_cancellation_reaches_the
         .await
         .expect("slow tool started");
 
+    // The same id again while the first is in flight: refused on its own stream, without
+    // taking over the first request's (which still ends by its cancellation below).
+    let dup = tokio::time::timeout(
+        Duration::from_secs(30),
+        c.post(
+            json!({"jsonrpc": "2.0", "id": 50, "method": "tools/call",
+                   "params": {"name": "echo", "arguments": {"text": "dup"}}}),
+            Some(&sid),
+        ),
+    )
+    .await
+    .expect("the duplicate was answered");
+    let answer = dup.reply(50);
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+
     let r = c
         .call_old(&sid, 51, "echo", json!({"text": "second"}))
         .await;
