@@ -74,6 +74,9 @@ struct GuardState {
     /// Which principal created each live session (shared with the session store, which
     /// records the owner of a session it resumes).
     owners: crate::session_store::SessionOwners,
+    /// Whether sessions are also kept in a session store (another replica's session may then
+    /// be named, and resumed, here).
+    stored: bool,
 }
 
 impl GuardState {
@@ -412,6 +415,15 @@ async fn route(
             }
         }
         (Method::DELETE, Some(sid)) => {
+            // A session that is not live here (never was, or ended) is 404, as for any other
+            // request naming it; with a session store rmcp looks it up there first.
+            if !g.stored && !g.sessions.is_live(&sid) {
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "session_not_found",
+                    "Not Found: Session not found",
+                );
+            }
             let mut resp = next.run(req).await;
             if resp.status().is_success() {
                 g.owners().remove(&sid);
@@ -604,6 +616,7 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
         streams: StreamCounter::new(limits.max_listen_streams),
         initializing: tokio::sync::Mutex::new(()),
         owners,
+        stored: config.session_store.is_some(),
     });
     Ok(Router::new()
         .route_service(&config.path, service)

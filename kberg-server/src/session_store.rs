@@ -96,6 +96,15 @@ impl RmcpSessionStore for OwnedSessions {
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        // Within a request, only the session's owner ends a stored session (another replica's
+        // session is not in this one's owner map, so the guard could not refuse it).
+        if let Some(caller) = request_principal()
+            && let Some(stored) = self.store.load(session_id).await?
+            && stored.owner != caller
+        {
+            tracing::warn!(principal = %caller, "refused to delete another principal's stored session");
+            return Ok(());
+        }
         self.store.delete(session_id).await
     }
 }
@@ -182,7 +191,20 @@ mod tests {
             owners.lock().expect("lock").get("s1").map(String::as_str),
             Some("alice")
         );
-        store.delete("s1").await.expect("deleted");
+        // Another principal cannot end it; its owner can.
+        as_principal("bob", store.delete("s1"))
+            .await
+            .expect("answers");
+        assert!(
+            as_principal("alice", store.load("s1"))
+                .await
+                .expect("loads")
+                .is_some(),
+            "another principal deleted it"
+        );
+        as_principal("alice", store.delete("s1"))
+            .await
+            .expect("deleted");
         assert!(
             as_principal("alice", store.load("s1"))
                 .await

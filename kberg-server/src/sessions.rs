@@ -136,6 +136,11 @@ impl SessionTable {
         self.read().len()
     }
 
+    /// Whether `id` names a live session.
+    pub(crate) fn is_live(&self, id: &str) -> bool {
+        self.read().get(id).is_some_and(|s| !s.has_ended())
+    }
+
     /// Keeps in `map` only the entries whose key is a live session's id.
     pub(crate) fn retain_live<V>(&self, map: &mut HashMap<String, V>) {
         let live = self.read();

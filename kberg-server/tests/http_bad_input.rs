@@ -223,6 +223,21 @@ async fn unknown_and_missing_sessions() {
     );
     let r = c.post(list, Some(&sid)).await;
     assert_eq!(r.status, 404, "{}", r.text);
+    // Ending it again, or ending a session that never was, is 404 like any other request.
+    for gone in [sid.as_str(), "no-such-session"] {
+        let r = read(
+            c.http
+                .delete(&c.url)
+                .header("authorization", format!("Bearer {READER}"))
+                .header("mcp-session-id", gone)
+                .header("mcp-protocol-version", PROTO_OLD)
+                .send()
+                .await
+                .expect("DELETE"),
+        )
+        .await;
+        assert_eq!(r.status, 404, "{gone}: {}", r.text);
+    }
     let sid = c.initialize().await;
     still_serves(&c, &sid).await;
 }
