@@ -364,7 +364,11 @@ async fn unreachable_upstream_is_unavailable_not_fatal() {
     let c = AggregatorConfig::new()
         .upstream(UpstreamConfig::new(
             "gone",
-            UpstreamTransport::http(format!("http://127.0.0.1:{port}/mcp")),
+            // Credentials in the URL and a header: the reason shown names neither.
+            UpstreamTransport::http(format!(
+                "http://bot:s3cret-user@127.0.0.1:{port}/mcp?api_key=s3cret-query"
+            ))
+            .header("authorization", "Bearer s3cret-header"),
         ))
         .upstream(UpstreamConfig::new(
             "missing",
@@ -385,7 +389,16 @@ async fn unreachable_upstream_is_unavailable_not_fatal() {
         .expect("reported unavailable")
         .map(|s| s.clone())
         .expect("status");
-        assert!(matches!(seen, UpstreamStatus::Unavailable { .. }));
+        let UpstreamStatus::Unavailable { reason } = &seen else {
+            unreachable!("waited for Unavailable")
+        };
+        assert!(!reason.contains("s3cret"), "{reason}");
+        if ns == "gone" {
+            assert!(
+                reason.contains(&format!("127.0.0.1:{port}/mcp")),
+                "{reason}"
+            );
+        }
         assert!(agg.tools_of(ns).is_empty());
     }
     agg.shutdown().await;

@@ -20,8 +20,9 @@ pub const DEFAULT_SEPARATOR: &str = "__";
 /// The longest name MCP clients accept (and kberg-core checks).
 pub const MAX_NAME_LEN: usize = 128;
 
-/// How the aggregator reaches one upstream MCP server.
-#[derive(Debug, Clone)]
+/// How the aggregator reaches one upstream MCP server. Its `Debug` shows the environment's
+/// and headers' names, never their values, and the URL without its user part and query.
+#[derive(Clone)]
 #[non_exhaustive]
 pub enum UpstreamTransport {
     /// A child process spoken to over its stdin and stdout.
@@ -42,7 +43,85 @@ pub enum UpstreamTransport {
     },
 }
 
+impl std::fmt::Debug for UpstreamTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names =
+            |pairs: &[(String, String)]| pairs.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+        match self {
+            UpstreamTransport::Stdio { command, args, env } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", &names(env))
+                .finish(),
+            UpstreamTransport::Http { headers, .. } => f
+                .debug_struct("Http")
+                .field("url", &self.shown_target())
+                .field("headers", &names(headers))
+                .finish(),
+        }
+    }
+}
+
 impl UpstreamTransport {
+    /// What names this upstream in errors and log lines: the command, or the URL without its
+    /// user part, query and fragment (where credentials in a URL go).
+    pub(crate) fn shown_target(&self) -> String {
+        match self {
+            UpstreamTransport::Stdio { command, .. } => command.clone(),
+            UpstreamTransport::Http { url, .. } => match reqwest::Url::parse(url) {
+                Ok(mut u) => {
+                    // Both only fail for URLs that cannot have a user part.
+                    let _ = u.set_username("");
+                    let _ = u.set_password(None);
+                    u.set_query(None);
+                    u.set_fragment(None);
+                    u.to_string()
+                }
+                Err(_) => "the configured URL (unreadable)".into(),
+            },
+        }
+    }
+
+    /// `text` (an error from the client library, a refusal the upstream wrote) with every
+    /// credential this transport carries replaced by `***`: header values and their words,
+    /// environment values, and the URL's user part and query values. Parts shorter than four
+    /// characters are left, as they would match ordinary words.
+    pub(crate) fn redact(&self, text: &str) -> String {
+        let mut hidden: Vec<String> = Vec::new();
+        match self {
+            UpstreamTransport::Stdio { env, .. } => {
+                hidden.extend(env.iter().map(|(_, v)| v.clone()));
+            }
+            UpstreamTransport::Http { url, headers } => {
+                for (_, v) in headers {
+                    hidden.push(v.clone());
+                    hidden.extend(v.split_whitespace().map(str::to_string));
+                }
+                if let Ok(u) = reqwest::Url::parse(url) {
+                    hidden.push(u.username().to_string());
+                    hidden.extend(u.password().map(str::to_string));
+                    hidden.extend(u.query().map(str::to_string));
+                    hidden.extend(u.query_pairs().map(|(_, v)| v.into_owned()));
+                    // The same parts as written, before the parser's percent-encoding.
+                    if let Some((_, rest)) = url.split_once("://")
+                        && let Some((user, _)) = rest.split_once('@')
+                        && !user.contains('/')
+                    {
+                        hidden.push(user.to_string());
+                        hidden.extend(user.split(':').map(str::to_string));
+                    }
+                }
+            }
+        }
+        hidden.retain(|h| h.chars().count() >= 4);
+        // Longest first, so that no part is left half replaced by a shorter one inside it.
+        hidden.sort_by_key(|h| std::cmp::Reverse(h.len()));
+        hidden
+            .iter()
+            .fold(text.to_string(), |t, h| t.replace(h.as_str(), "***"))
+    }
+
     /// A child process with no arguments or extra environment yet.
     pub fn stdio(command: impl Into<String>) -> Self {
         UpstreamTransport::Stdio {
@@ -516,5 +595,42 @@ mod tests {
                 "attempt {n}: {d:?}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod redaction_tests {
+    use super::UpstreamTransport;
+
+    #[test]
+    fn credentials_are_redacted_from_what_is_shown() {
+        let t = UpstreamTransport::http(
+            "https://bot:s3cret-pass@mcp.example/v1?api_key=s3cret-key&region=eu#frag",
+        )
+        .header("authorization", "Bearer s3cret-token");
+        assert_eq!(t.shown_target(), "https://mcp.example/v1");
+        let said = "HTTP 401: invalid token s3cret-token for https://bot:s3cret-pass@mcp.example/v1?api_key=s3cret-key";
+        let shown = t.redact(said);
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.starts_with("HTTP 401: invalid token ***"), "{shown}");
+        let debug = format!("{t:?}");
+        assert!(!debug.contains("s3cret"), "{debug}");
+        assert!(debug.contains("authorization"), "{debug}");
+
+        let t = UpstreamTransport::stdio("server")
+            .env("API_TOKEN", "s3cret-env")
+            .env("LEVEL", "1");
+        assert_eq!(
+            t.redact("bad token s3cret-env, level 1"),
+            "bad token ***, level 1"
+        );
+        let debug = format!("{t:?}");
+        assert!(
+            !debug.contains("s3cret") && debug.contains("API_TOKEN"),
+            "{debug}"
+        );
+        // Short values would match ordinary words and are left.
+        let t = UpstreamTransport::http("http://a:b@host/").header("x-k", "ab");
+        assert_eq!(t.redact("a b ab"), "a b ab");
     }
 }

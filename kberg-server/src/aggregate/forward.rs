@@ -73,9 +73,12 @@ pub(super) async fn forward(
     ctx: Option<&ToolContext>,
 ) -> Result<ServerResult, UpstreamError> {
     let ns = up.namespace();
+    // What the client library or the upstream says may carry the upstream's credentials (a
+    // URL with a token, an error body echoing a header): redacted before callers see it.
+    let redact = |text: &str| up.config.transport.redact(text);
     let unavailable = |reason: String| UpstreamError::Unavailable {
         namespace: ns.to_string(),
-        reason,
+        reason: redact(&reason),
     };
     let timeout = |after| UpstreamError::Timeout {
         namespace: ns.to_string(),
@@ -167,7 +170,7 @@ pub(super) async fn forward(
         Err(ServiceError::McpError(e)) => Err(UpstreamError::Refused {
             namespace: ns.to_string(),
             code: e.code.0,
-            message: e.message.to_string(),
+            message: redact(&e.message),
         }),
         Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
             up.report_broken(generation);
@@ -175,7 +178,7 @@ pub(super) async fn forward(
         }
         Err(e) => Err(UpstreamError::Failed {
             namespace: ns.to_string(),
-            message: e.to_string(),
+            message: redact(&e.to_string()),
         }),
     }
 }

@@ -42,7 +42,7 @@ async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), ConnectErr
                 .spawn()
                 .map_err(|e| ConnectError::Spawn {
                     command: command.clone(),
-                    message: e.to_string(),
+                    message: up.config.transport.redact(&e.to_string()),
                 })?;
             if let Some(stderr) = stderr {
                 tokio::spawn(super::stderr::drain(
@@ -57,7 +57,7 @@ async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), ConnectErr
                 .await
                 .map_err(|e| ConnectError::Initialize {
                     target: command.clone(),
-                    message: e.to_string(),
+                    message: up.config.transport.redact(&e.to_string()),
                 })?;
             Ok((client, pid))
         }
@@ -83,9 +83,11 @@ async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), ConnectErr
             let client = handler
                 .serve(transport)
                 .await
+                // Neither the URL's credentials nor a header's value (an upstream may echo
+                // the token in its error body) reach the reason, which callers are shown.
                 .map_err(|e| ConnectError::Initialize {
-                    target: url.clone(),
-                    message: e.to_string(),
+                    target: up.config.transport.shown_target(),
+                    message: up.config.transport.redact(&e.to_string()),
                 })?;
             Ok((client, None))
         }
