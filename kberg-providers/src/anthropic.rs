@@ -421,7 +421,11 @@ impl EventDecoder {
 
 impl LineDecoder for EventDecoder {
     fn line(&mut self, line: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
-        match self.sse.line(line) {
+        let event = self.sse.line(line);
+        if self.sse.overflowed() {
+            return Err(crate::sse::event_too_large(&self.sse));
+        }
+        match event {
             Some(ev) => self.event(&ev.data, out),
             None => Ok(()),
         }
@@ -478,7 +482,8 @@ impl InferenceProvider for AnthropicProvider {
         let body = self.request_body(request, true);
         let ep = self.endpoint();
         let decoder = EventDecoder {
-            sse: SseParser::new(),
+            // One event joins at most what a whole non-streamed reply may hold.
+            sse: SseParser::with_max_data(self.config.http.max_body_bytes),
             finish: FinishReason::Stop,
             output_tokens: 0,
             stopped: false,

@@ -165,11 +165,14 @@ pub(crate) fn error_message(body: &[u8]) -> String {
             .or_else(|| v.get("message"))
             .and_then(Value::as_str);
         if let Some(m) = found {
-            return m.to_string();
+            return shortened(m.trim());
         }
     }
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
+    shortened(String::from_utf8_lossy(body).trim())
+}
+
+/// `text` cut to its first 300 characters (with `...`), or `(empty body)`.
+fn shortened(text: &str) -> String {
     if text.chars().count() > 300 {
         format!("{}...", text.chars().take(300).collect::<String>())
     } else if text.is_empty() {
@@ -272,10 +275,8 @@ pub(crate) async fn post(
             return Ok(resp);
         }
         let wait_hint = retry_after(resp.headers());
-        let body = cancellable(cancel, tokio::time::timeout(opts.timeout, resp.bytes()))
+        let body = cancellable(cancel, tokio::time::timeout(opts.timeout, error_body(resp)))
             .await?
-            .ok()
-            .and_then(Result::ok)
             .unwrap_or_default();
         let detail = error_message(&body);
         let code = status.as_u16();
@@ -319,6 +320,25 @@ pub(crate) async fn post(
             c => ProviderError::Rejected { status: c, detail },
         });
     }
+}
+
+/// How much of an error reply is read: enough for any real error message, and a server that
+/// answers an error with an endless body costs no more than this.
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// The first [`MAX_ERROR_BODY_BYTES`] of an error reply (what is beyond is not read); a body
+/// that breaks off gives what came.
+async fn error_body(resp: reqwest::Response) -> Vec<u8> {
+    let mut body = resp.bytes_stream();
+    let mut bytes = Vec::new();
+    while let Some(Ok(chunk)) = body.next().await {
+        let room = MAX_ERROR_BODY_BYTES - bytes.len();
+        bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if bytes.len() >= MAX_ERROR_BODY_BYTES {
+            break;
+        }
+    }
+    bytes
 }
 
 /// Reads a whole JSON reply, at most `max_body_bytes` of it: a `Content-Length` above the bound
@@ -621,6 +641,9 @@ mod tests {
         assert_eq!(error_message(b""), "(empty body)");
         let long = "x".repeat(1000);
         assert!(error_message(long.as_bytes()).len() < 320);
+        // A JSON error's message is cut the same way.
+        let json_long = serde_json::json!({"error": {"message": long}}).to_string();
+        assert!(error_message(json_long.as_bytes()).len() < 320);
         assert_eq!(error_message(&[0xff, 0xfe]), "\u{fffd}\u{fffd}");
     }
 }

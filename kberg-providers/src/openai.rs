@@ -361,7 +361,11 @@ impl ChunkDecoder {
 
 impl LineDecoder for ChunkDecoder {
     fn line(&mut self, line: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
-        match self.sse.line(line) {
+        let event = self.sse.line(line);
+        if self.sse.overflowed() {
+            return Err(crate::sse::event_too_large(&self.sse));
+        }
+        match event {
             Some(ev) => self.event(&ev.data, out),
             None => Ok(()),
         }
@@ -418,7 +422,8 @@ impl InferenceProvider for OpenAiProvider {
         let body = self.request_body(request, true);
         let ep = self.endpoint();
         let decoder = ChunkDecoder {
-            sse: SseParser::new(),
+            // One event joins at most what a whole non-streamed reply may hold.
+            sse: SseParser::with_max_data(self.config.http.max_body_bytes),
             finish: None,
             done: false,
         };

@@ -6,6 +6,15 @@
 //! `\n`), `id:` and `retry:` read and ignored, comments (`:` lines, used for keep-alives) skipped,
 //! and a blank line dispatching the event. This is a provider stream, not the MCP wire.
 
+/// The error a stream ends with when one event's data passed its parser's bound.
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub(crate) fn event_too_large(parser: &SseParser) -> kberg_agent::ProviderError {
+    kberg_agent::ProviderError::TooLarge {
+        what: "streamed event",
+        limit: parser.max_data(),
+    }
+}
+
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
@@ -16,17 +25,53 @@ pub struct SseEvent {
 }
 
 /// Assembles events from lines.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SseParser {
     event: Option<String>,
     data: String,
     has_data: bool,
+    /// The most bytes of `data:` one event may join.
+    max_data: usize,
+    /// An event's data passed `max_data`: what came after was dropped.
+    overflowed: bool,
+}
+
+impl Default for SseParser {
+    fn default() -> Self {
+        Self {
+            event: None,
+            data: String::new(),
+            has_data: false,
+            max_data: usize::MAX,
+            overflowed: false,
+        }
+    }
 }
 
 impl SseParser {
-    /// A parser with no event in progress.
+    /// A parser with no event in progress and no bound on an event's data.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A parser whose events join at most `max` bytes of `data:` lines: a server that sends
+    /// data lines without ever ending the event (no blank line) cannot grow it without bound.
+    /// Past the bound the rest is dropped and [`overflowed`](Self::overflowed) says so.
+    pub fn with_max_data(max: usize) -> Self {
+        Self {
+            max_data: max,
+            ..Self::default()
+        }
+    }
+
+    /// Whether an event's data passed the bound of [`with_max_data`](Self::with_max_data).
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+
+    /// The bound of [`with_max_data`](Self::with_max_data).
+    pub fn max_data(&self) -> usize {
+        self.max_data
     }
 
     /// Feeds one line (without its end-of-line). Returns an event when the line completes one.
@@ -47,6 +92,10 @@ impl SseParser {
         match field {
             "event" => self.event = Some(value.to_string()),
             "data" => {
+                if self.data.len() + value.len() + 1 > self.max_data {
+                    self.overflowed = true;
+                    return None;
+                }
                 if self.has_data {
                     self.data.push('\n');
                 }
@@ -81,6 +130,18 @@ impl SseParser {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_that_never_ends_is_bounded() {
+        let mut p = SseParser::with_max_data(32);
+        for _ in 0..10 {
+            assert_eq!(p.line("data: 0123456789"), None);
+        }
+        assert!(p.overflowed());
+        let ev = p.line("").expect("what fitted is dispatched");
+        assert!(ev.data.len() <= 32, "{}", ev.data);
+        assert!(!SseParser::new().overflowed());
+    }
 
     fn parse(text: &str) -> Vec<SseEvent> {
         let mut p = SseParser::new();

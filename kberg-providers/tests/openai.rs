@@ -493,3 +493,51 @@ async fn a_streamed_line_without_end_is_too_large_and_what_came_before_is_kept()
     );
     assert_eq!(texts, "hel");
 }
+
+#[tokio::test]
+async fn an_endless_error_body_is_read_no_further_than_its_message_needs() {
+    // A 500 whose body goes on far longer than the client's timeout allows: only its start is
+    // read, so the call fails as the server error it is (not as a timeout), with a short detail.
+    let pieces = vec!["oops ".repeat(20_000); 200];
+    let mut endless = Reply::stream("text/plain", pieces).paced(Duration::from_millis(100));
+    endless.status = 500;
+    let server = ScriptedServer::start(vec![endless]).await;
+    let provider = Arc::new(OpenAiProvider::new(
+        OpenAiConfig::new("local-model")
+            .base_url(format!("{}/v1", server.url()))
+            .http(
+                HttpOptions::default()
+                    .max_retries(0)
+                    .timeout(Duration::from_secs(5)),
+            ),
+    ));
+    let e = provider
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert_ne!(e.code(), "timeout", "{e}");
+    assert!(e.to_string().contains("oops"), "{e}");
+    assert!(e.to_string().len() < 600, "{e}");
+}
+
+#[tokio::test]
+async fn an_event_whose_data_lines_never_end_is_too_large() {
+    // Each line is short, but the event never ends (no blank line): its joined data is bounded
+    // by the reply bound, and what came before it is kept.
+    let first = chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": "hel"}}]));
+    let mut pieces = vec![first];
+    pieces.extend((0..64).map(|_| format!("data: {}\n", "z".repeat(200))));
+    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let s = bounded(server.url(), 4096, 1024)
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let mut texts = String::new();
+    let e = collect_stream(s, |t| texts.push_str(t)).await.unwrap_err();
+    assert_eq!(e.code(), "too_large", "{e}");
+    assert!(
+        e.to_string().contains("streamed event exceeds 4096 bytes"),
+        "{e}"
+    );
+    assert_eq!(texts, "hel");
+}
