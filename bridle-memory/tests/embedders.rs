@@ -286,3 +286,38 @@ async fn ollama_embeds_batches() {
         .expect_err("empty model");
     assert_eq!(err.code(), "invalid_input");
 }
+
+/// A body that never ends: 64 KiB of `byte` after 64 KiB, for ever.
+fn endless(byte: u8) -> axum::body::Body {
+    let chunk = axum::body::Bytes::from(vec![byte; 64 << 10]);
+    axum::body::Body::from_stream(futures::stream::repeat_with(move || {
+        Ok::<_, std::io::Error>(chunk.clone())
+    }))
+}
+
+#[tokio::test]
+async fn an_endless_answer_is_read_to_a_bound() {
+    // An answer that never ends is refused once past the bound instead of filling memory; an
+    // endless error is read no further than the start its message needs.
+    let router = axum::Router::new()
+        .route(
+            "/v1/embeddings",
+            post(|| async { (StatusCode::OK, endless(b' ')) }),
+        )
+        .route(
+            "/api/embed",
+            post(|| async { (StatusCode::INTERNAL_SERVER_ERROR, endless(b'e')) }),
+        );
+    let s = serve(router).await;
+    let err = OpenAiEmbedder::connect(HttpEmbedderConfig::new(&s.url, "m"))
+        .await
+        .expect_err("endless");
+    assert_eq!(err.code(), "embedder_protocol", "{err}");
+    assert!(err.to_string().contains("larger than"), "{err}");
+    let err = OllamaEmbedder::connect(HttpEmbedderConfig::new(&s.url, "m"))
+        .await
+        .expect_err("endless error");
+    assert_eq!(err.code(), "embedder_unavailable", "{err}");
+    assert!(err.to_string().contains("500"), "{err}");
+    assert!(err.to_string().len() < 1000, "{err}");
+}

@@ -101,9 +101,28 @@ impl Client {
         if let Some(k) = &self.api_key {
             req = req.bearer_auth(k);
         }
-        let resp = req.send().await.map_err(|e| unavailable(describe(&e)))?;
+        let mut resp = req.send().await.map_err(|e| unavailable(describe(&e)))?;
         let status = resp.status();
-        let bytes = resp.bytes().await.map_err(|e| unavailable(describe(&e)))?;
+        // An answer is read to a bound: a whole batch's vectors fit with room to spare, and an
+        // error needs no more than its first lines.
+        let limit = if status.is_success() {
+            MAX_ANSWER_BYTES
+        } else {
+            MAX_ERROR_BYTES
+        };
+        let mut bytes = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| unavailable(describe(&e)))? {
+            if bytes.len() + chunk.len() > limit {
+                if status.is_success() {
+                    return Err(MemoryError::EmbedderProtocol(format!(
+                        "the answer is larger than {limit} bytes"
+                    )));
+                }
+                bytes.extend_from_slice(&chunk[..limit - bytes.len()]);
+                break;
+            }
+            bytes.extend_from_slice(&chunk);
+        }
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes);
             let snippet: String = text.chars().take(300).collect();
@@ -113,6 +132,13 @@ impl Client {
             .map_err(|e| MemoryError::EmbedderProtocol(format!("the answer is not JSON: {e}")))
     }
 }
+
+/// The largest embedding answer read (64 MiB: a batch of 64 texts of 4,096 dimensions is
+/// about 5 MiB of JSON).
+const MAX_ANSWER_BYTES: usize = 64 << 20;
+
+/// How much of an error answer is read.
+const MAX_ERROR_BYTES: usize = 64 << 10;
 
 fn describe(e: &reqwest::Error) -> String {
     if e.is_timeout() {
