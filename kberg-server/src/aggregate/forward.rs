@@ -198,10 +198,14 @@ const LATE_TASK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// watcher ends [`LATE_TASK_GRACE`] after the caller leaves. (A second timer here, set to the
 /// same instant, could fire first and drop the answer channel while the caller still waited,
 /// which the caller then read as a closed transport.)
-async fn watch_for_late_task(
+///
+/// The watcher is spawned when this is called, not when the returned future is first polled:
+/// a caller that is cancelled before it ever polls the answer still has its request watched
+/// (and cancelled upstream), since the request was already sent.
+fn watch_for_late_task(
     peer: Peer<RoleClient>,
     handle: rmcp::service::RequestHandle<RoleClient>,
-) -> Result<ServerResult, ServiceError> {
+) -> impl std::future::Future<Output = Result<ServerResult, ServiceError>> + Send {
     let (mut tx, rx) = tokio::sync::oneshot::channel();
     let id = handle.id.clone();
     tokio::spawn(async move {
@@ -234,7 +238,7 @@ async fn watch_for_late_task(
     });
     // The watcher always answers while the caller waits; it is gone without answering only
     // when the runtime is shutting down.
-    rx.await.unwrap_or(Err(ServiceError::TransportClosed))
+    async move { rx.await.unwrap_or(Err(ServiceError::TransportClosed)) }
 }
 
 /// Tells the upstream a forwarded request was abandoned, when dropped while still armed.
