@@ -373,6 +373,15 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
     resp
 }
 
+/// Whether the request names the 2026-07-28 generation (or a later one) in its
+/// `MCP-Protocol-Version` header.
+fn is_modern(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(PROTOCOL_VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v >= "2026-07-28")
+}
+
 /// The guard after authentication, run with the request's principal in
 /// [`REQUEST_PRINCIPAL`]: session ownership, the stream and session limits, and the body checks.
 async fn route(
@@ -396,6 +405,22 @@ async fn route(
                 "Not Found: Session not found",
             );
         }
+    }
+
+    // A legacy request naming a session that is not live here is resumed from the session
+    // store (another instance's session): that opens a session, so it counts against
+    // `max_sessions` like an `initialize`. (rmcp ignores the header on 2026-07-28 requests.)
+    if let Some(sid) = &session
+        && g.stored
+        && !is_modern(req.headers())
+        && !g.sessions.is_live(sid)
+        && g.sessions.len() >= g.max_sessions
+    {
+        return status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_sessions",
+            "Too many open sessions; end one (DELETE) and retry.",
+        );
     }
 
     match (req.method().clone(), session) {
@@ -437,11 +462,7 @@ async fn route(
             resp
         }
         (Method::POST, session) if is_json(req.headers()) => {
-            let modern = req
-                .headers()
-                .get(PROTOCOL_VERSION_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v >= "2026-07-28");
+            let modern = is_modern(req.headers());
             let header_method = req
                 .headers()
                 .get(METHOD_HEADER)

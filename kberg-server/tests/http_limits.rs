@@ -259,3 +259,68 @@ async fn concurrent_calls_per_principal_are_limited_and_cancellation_reaches_the
     }
     assert!(freed, "the call slot was not returned");
 }
+
+/// Sessions kept in memory, shared by two instances as a database would be.
+#[derive(Default)]
+struct SharedStore(
+    std::sync::Mutex<std::collections::HashMap<String, kberg_server::StoredSession>>,
+);
+
+#[async_trait::async_trait]
+impl kberg_server::SessionStore for SharedStore {
+    async fn load(
+        &self,
+        id: &str,
+    ) -> Result<Option<kberg_server::StoredSession>, kberg_server::SessionStoreFailure> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned())
+    }
+    async fn store(
+        &self,
+        id: &str,
+        s: &kberg_server::StoredSession,
+    ) -> Result<(), kberg_server::SessionStoreFailure> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.into(), s.clone());
+        Ok(())
+    }
+    async fn delete(&self, id: &str) -> Result<(), kberg_server::SessionStoreFailure> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn sessions_resumed_from_the_store_count_against_the_session_limit() {
+    let store: std::sync::Arc<dyn kberg_server::SessionStore> =
+        std::sync::Arc::new(SharedStore::default());
+    let config = |max: usize| {
+        kberg_testkit::serve::loopback()
+            .auth(auth())
+            .limits(Limits::default().max_sessions(max))
+            .session_store(std::sync::Arc::clone(&store))
+    };
+    let a = start_config(config(1)).await;
+    let b = start_config(config(8)).await;
+    let on_a = Raw::new(&a.url, Some(READER));
+    let on_b = Raw::new(&b.url, Some(READER));
+    // A session started on B, and A's one session slot taken.
+    let from_b = on_b.initialize().await;
+    let own = on_a.initialize().await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    // Naming B's session on A would open a second session there: refused like an initialize.
+    let r = on_a.post(list.clone(), Some(&from_b)).await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert!(r.text.contains("too_many_sessions"), "{}", r.text);
+    // Once A's own session ends, B's resumes on A.
+    assert_eq!(delete(&on_a, &own).await, 200);
+    let r = on_a.post(list, Some(&from_b)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.reply(1)["result"]["tools"].is_array(), "{}", r.text);
+}
