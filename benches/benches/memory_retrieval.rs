@@ -761,33 +761,17 @@ fn main() {
                 only.as_deref()
                     .is_none_or(|o| o.split(',').any(|o| o == name))
             };
-            if want("legacy") {
-                let chunks = legacy_chunks(corpus);
-                rows.extend(
-                    evaluate_chunks(
-                        "legacy",
-                        chunks,
-                        &store,
-                        embedder.as_ref(),
-                        &qs,
-                        &query_vectors,
-                    )
-                    .await,
-                );
-            }
-            if want("window-40") {
-                let chunks = window_chunks(corpus, 40, 10);
-                rows.extend(
-                    evaluate_chunks(
-                        "window-40",
-                        chunks,
-                        &store,
-                        embedder.as_ref(),
-                        &qs,
-                        &query_vectors,
-                    )
-                    .await,
-                );
+            // The chunkers ranked by the store directly: the old line-based one, fixed windows.
+            for name in ["legacy", "window-40"] {
+                if !want(name) {
+                    continue;
+                }
+                let chunks = match name {
+                    "legacy" => legacy_chunks(corpus),
+                    _ => window_chunks(corpus, 40, 10),
+                };
+                let e = embedder.as_ref();
+                rows.extend(evaluate_chunks(name, chunks, &store, e, &qs, &query_vectors).await);
             }
             let defaults = bridle_memory::chunk::ChunkConfig::default();
             let with = |keep_small_items: bool, outline_types: bool, max_tokens: usize| {

@@ -46,6 +46,33 @@ async fn until_tools(s: &McpSurface, want: impl Fn(&[String]) -> bool) -> Vec<St
 
 const TOOL: &str = "tickets__whoami";
 
+/// Enables `tickets` through the API and checks it is back for `agent`: listed, and its call
+/// passing the switch to reach the gateway's per-project permission check (the demo project
+/// grants no `tickets` reads), where a disabled upstream's call never gets. The change is in
+/// `bridle.yaml`.
+async fn enable_and_call(gw: &Gw, agent: &McpSurface) {
+    let on = json_ok(
+        gw.post("/integrations/tickets/enable")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(on["enabled"], true);
+    until_tools(agent, |n| n.iter().any(|t| t == TOOL)).await;
+    let r = agent
+        .call(TOOL, json!({}), CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        r.structured.as_ref().unwrap()["code"],
+        "capability_required",
+        "{r:?}"
+    );
+    assert!(gw.config_on_disk().upstreams["tickets"].enabled);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_disabled_and_enabled_at_run_time_leaves_and_rejoins_the_agents_lists() {
     let (url, upstream) = whoami_upstream::start().await;
@@ -87,28 +114,7 @@ async fn an_upstream_disabled_and_enabled_at_run_time_leaves_and_rejoins_the_age
     .await;
     assert_eq!(again["enabled"], false);
 
-    let on = json_ok(
-        gw.post("/integrations/tickets/enable")
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
-    assert_eq!(on["enabled"], true);
-    until_tools(&agent, |n| n.iter().any(|t| t == TOOL)).await;
-    // Back: the call reaches the gateway's per-project permission check again (the demo
-    // project grants no `tickets` reads), where a disabled upstream's call never got.
-    let r = agent
-        .call(TOOL, json!({}), CancellationToken::new())
-        .await
-        .unwrap();
-    assert_eq!(
-        r.structured.as_ref().unwrap()["code"],
-        "capability_required",
-        "{r:?}"
-    );
-    assert!(gw.config_on_disk().upstreams["tickets"].enabled);
+    enable_and_call(&gw, &agent).await;
     let shown = json_ok(
         gw.get("/integrations/tickets").send().await.unwrap(),
         StatusCode::OK,
@@ -183,28 +189,7 @@ async fn an_upstream_disabled_in_the_config_at_start_can_be_enabled_at_run_time(
         .unwrap();
     assert!(!tool_names(&agent).await.iter().any(|t| t == TOOL));
 
-    let on = json_ok(
-        gw.post("/integrations/tickets/enable")
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
-    assert_eq!(on["enabled"], true);
-    until_tools(&agent, |n| n.iter().any(|t| t == TOOL)).await;
-    // Enabled for real: the call passes the switch and reaches the per-project permission
-    // check (the demo project grants no `tickets` reads), not `upstream_disabled`.
-    let r = agent
-        .call(TOOL, json!({}), CancellationToken::new())
-        .await
-        .unwrap();
-    assert_eq!(
-        r.structured.as_ref().unwrap()["code"],
-        "capability_required",
-        "{r:?}"
-    );
-    assert!(gw.config_on_disk().upstreams["tickets"].enabled);
+    enable_and_call(&gw, &agent).await;
     gw.stop().await;
     upstream.cancel();
 }

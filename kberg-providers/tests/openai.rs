@@ -425,17 +425,23 @@ async fn nothing_listening_names_the_address() {
     assert!(e.to_string().contains(&url), "{e}");
 }
 
-fn bounded(url: String, body: usize, line: usize) -> Arc<dyn InferenceProvider> {
+/// A provider at `url` with these HTTP options.
+fn with_options(url: String, http: HttpOptions) -> Arc<dyn InferenceProvider> {
     Arc::new(OpenAiProvider::new(
         OpenAiConfig::new("local-model")
             .base_url(format!("{url}/v1"))
-            .http(
-                HttpOptions::default()
-                    .max_retries(0)
-                    .max_body_bytes(body)
-                    .max_line_bytes(line),
-            ),
+            .http(http),
     ))
+}
+
+fn bounded(url: String, body: usize, line: usize) -> Arc<dyn InferenceProvider> {
+    with_options(
+        url,
+        HttpOptions::default()
+            .max_retries(0)
+            .max_body_bytes(body)
+            .max_line_bytes(line),
+    )
 }
 
 #[tokio::test]
@@ -502,15 +508,12 @@ async fn an_endless_error_body_is_read_no_further_than_its_message_needs() {
     let mut endless = Reply::stream("text/plain", pieces).paced(Duration::from_millis(100));
     endless.status = 500;
     let server = ScriptedServer::start(vec![endless]).await;
-    let provider = Arc::new(OpenAiProvider::new(
-        OpenAiConfig::new("local-model")
-            .base_url(format!("{}/v1", server.url()))
-            .http(
-                HttpOptions::default()
-                    .max_retries(0)
-                    .timeout(Duration::from_secs(5)),
-            ),
-    ));
+    let provider = with_options(
+        server.url(),
+        HttpOptions::default()
+            .max_retries(0)
+            .timeout(Duration::from_secs(5)),
+    );
     let e = provider
         .chat(&request(), &CancellationToken::new())
         .await
