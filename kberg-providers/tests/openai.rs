@@ -485,18 +485,26 @@ async fn a_streamed_line_without_end_is_too_large_and_what_came_before_is_kept()
     // quadratic; the bound stops it either way).
     let mut pieces = vec![first];
     pieces.extend((0..64).map(|_| "y".repeat(256)));
+    let provider = |url| bounded(url, 1 << 20, 4096);
+    too_large_after_hel(pieces, provider, "streamed line exceeds 4096 bytes").await;
+}
+
+/// Streams `pieces` to `provider` and checks the stream ends `too_large` with `says`, after
+/// delivering the text that came before (`hel`).
+async fn too_large_after_hel(
+    pieces: Vec<String>,
+    provider: impl Fn(String) -> Arc<dyn InferenceProvider>,
+    says: &str,
+) {
     let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
-    let s = bounded(server.url(), 1 << 20, 4096)
+    let s = provider(server.url())
         .chat_stream(&request(), &CancellationToken::new())
         .await
         .unwrap();
     let mut texts = String::new();
     let e = collect_stream(s, |t| texts.push_str(t)).await.unwrap_err();
     assert_eq!(e.code(), "too_large", "{e}");
-    assert!(
-        e.to_string().contains("streamed line exceeds 4096 bytes"),
-        "{e}"
-    );
+    assert!(e.to_string().contains(says), "{e}");
     assert_eq!(texts, "hel");
 }
 
@@ -530,17 +538,6 @@ async fn an_event_whose_data_lines_never_end_is_too_large() {
     let first = chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": "hel"}}]));
     let mut pieces = vec![first];
     pieces.extend((0..64).map(|_| format!("data: {}\n", "z".repeat(200))));
-    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
-    let s = bounded(server.url(), 4096, 1024)
-        .chat_stream(&request(), &CancellationToken::new())
-        .await
-        .unwrap();
-    let mut texts = String::new();
-    let e = collect_stream(s, |t| texts.push_str(t)).await.unwrap_err();
-    assert_eq!(e.code(), "too_large", "{e}");
-    assert!(
-        e.to_string().contains("streamed event exceeds 4096 bytes"),
-        "{e}"
-    );
-    assert_eq!(texts, "hel");
+    let provider = |url| bounded(url, 4096, 1024);
+    too_large_after_hel(pieces, provider, "streamed event exceeds 4096 bytes").await;
 }
