@@ -500,9 +500,11 @@ async fn too_large_after_hel(
     let s = provider(server.url())
         .chat_stream(&request(), &CancellationToken::new())
         .await
-        .unwrap();
+        .expect("the stream starts");
     let mut texts = String::new();
-    let e = collect_stream(s, |t| texts.push_str(t)).await.unwrap_err();
+    let e = collect_stream(s, |t| texts.push_str(t))
+        .await
+        .expect_err("the stream ends too large");
     assert_eq!(e.code(), "too_large", "{e}");
     assert!(e.to_string().contains(says), "{e}");
     assert_eq!(texts, "hel");
