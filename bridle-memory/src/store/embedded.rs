@@ -600,13 +600,16 @@ impl EmbeddedStore {
         let config = read(&c).config;
         Self::prepare(config, &mut points)?;
         let mut db = lock(&self.inner.db);
-        self.sync_locked(&db);
-        // Writers are serialized by `db`, so the set computed here is still current at commit.
+        // The write lock of the database is taken first (`IMMEDIATE`), then what another
+        // process committed is loaded: no other writer, in this process (`db`) or another
+        // (`bridle memory index`), can change the set computed here before this commits.
+        let tx = db.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        self.sync_locked(&tx);
+        let c = self.get(collection)?;
         let old: Vec<PointId> = {
             let c = read(&c);
             c.matching(Some(filter)).map(|i| c.ids[i]).collect()
         };
-        let tx = db.transaction()?;
         Self::delete_rows(&tx, collection, &old)?;
         Self::insert_rows(&tx, collection, &points)?;
         tx.commit()?;
