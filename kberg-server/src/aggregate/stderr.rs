@@ -103,8 +103,35 @@ pub(super) async fn drain(namespace: String, stderr: ProcessStderr, redact: Vec<
     }
 }
 
+/// The kept start of a line cut at [`MAX_STDERR_LINE`]: if it ends with the beginning of a
+/// value to redact (a secret the cut went through), that beginning is cut off too and marked,
+/// so no part of the secret is logged.
+fn cut_tail(raw: &[u8], redact: &[String]) -> Vec<u8> {
+    let straddled = redact
+        .iter()
+        .filter_map(|v| {
+            let v = v.as_bytes();
+            (1..v.len().min(raw.len() + 1))
+                .rev()
+                .find(|&k| raw.ends_with(&v[..k]))
+        })
+        .max();
+    match straddled {
+        Some(k) => {
+            let mut kept = raw[..raw.len() - k].to_vec();
+            kept.extend_from_slice(b"[redacted]");
+            kept
+        }
+        None => raw.to_vec(),
+    }
+}
+
 fn emit(namespace: &str, raw: &[u8], dropped: usize, redact: &[String]) {
-    let line = clean_line(raw, redact);
+    let line = if dropped > 0 {
+        clean_line(&cut_tail(raw, redact), redact)
+    } else {
+        clean_line(raw, redact)
+    };
     if line.is_empty() {
         return;
     }
@@ -153,6 +180,18 @@ mod tests {
             clean_line(b"GET http://127.0.0.1:3000 with tok", &redact),
             "GET http://127.0.0.1:3000 with [redacted]"
         );
+    }
+
+    #[test]
+    fn a_secret_the_line_cut_went_through_is_not_logged_in_part() {
+        let redact = vec!["s3cret-token-value".to_string()];
+        let mut raw = vec![b'x'; MAX_STDERR_LINE - 6];
+        raw.extend_from_slice(b"s3cret");
+        let kept = cut_tail(&raw, &redact);
+        assert!(kept.ends_with(b"x[redacted]"));
+        assert!(!String::from_utf8_lossy(&kept).contains("s3cret"));
+        // A line that ends with no beginning of a secret is kept as it is.
+        assert_eq!(cut_tail(b"plain line", &redact), b"plain line".to_vec());
     }
 
     #[test]
