@@ -53,6 +53,20 @@ pub enum MemoryError {
         /// The requested one.
         requested: String,
     },
+    /// The stored vectors were made by another embedding model than the one configured now
+    /// (of the same dimension, or the store would have said so): their similarities to a query
+    /// embedded by the new model mean nothing, so nothing is ranked until they are re-indexed.
+    #[error(
+        "what is stored was embedded by the model `{indexed}`, not by `{current}`, the one configured now: re-index it ({remedy}) before searching"
+    )]
+    ModelMismatch {
+        /// The model recorded with the stored vectors.
+        indexed: String,
+        /// The model configured now.
+        current: String,
+        /// How to re-index (for pattern examples, `refresh_pattern_example`).
+        remedy: String,
+    },
     /// Bad input from the caller (an empty query, a malformed filter, a bad name).
     #[error("invalid input: {0}")]
     InvalidInput(String),
@@ -92,6 +106,7 @@ impl MemoryError {
     /// | `store` | the vector store failed |
     /// | `unknown_collection` | no such collection |
     /// | `collection_mismatch` | the collection exists with another dimension or distance |
+    /// | `model_mismatch` | the stored vectors are another embedding model's |
     /// | `invalid_input` | the caller's input is malformed |
     /// | `repo_unavailable` | the repository could not be fetched |
     /// | `nothing_to_index` | the repository has no indexable file |
@@ -106,6 +121,7 @@ impl MemoryError {
             MemoryError::Store(_) => "store",
             MemoryError::UnknownCollection(_) => "unknown_collection",
             MemoryError::CollectionMismatch { .. } => "collection_mismatch",
+            MemoryError::ModelMismatch { .. } => "model_mismatch",
             MemoryError::InvalidInput(_) => "invalid_input",
             MemoryError::RepoUnavailable { .. } => "repo_unavailable",
             MemoryError::NothingToIndex { .. } => "nothing_to_index",

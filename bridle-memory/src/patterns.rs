@@ -580,6 +580,19 @@ impl PatternIndex {
             limit * PARTS_PER_ITEM,
         )
         .await?;
+        // Vectors of another model rank by meaningless similarities: refused, not ranked.
+        if let Some(indexed) = hits.iter().find_map(|h| {
+            h.payload
+                .get("embedding_model")
+                .and_then(Value::as_str)
+                .filter(|m| *m != self.embedder.model())
+        }) {
+            return Err(MemoryError::ModelMismatch {
+                indexed: indexed.to_string(),
+                current: self.embedder.model().to_string(),
+                remedy: "refresh_pattern_example, for each reference tag".into(),
+            });
+        }
         Ok(best_part_of_each_item(hits, limit)
             .into_iter()
             .map(|h| {

@@ -793,3 +793,42 @@ async fn summaries_are_embedded_beside_the_code_and_add_no_point() {
     assert_eq!(stored[0].0, stored[1].0);
     assert!(stored[1].1 > stored[0].1, "{stored:?}");
 }
+
+#[tokio::test]
+async fn vectors_of_another_model_are_refused_until_re_indexed() {
+    let f = fixture();
+    let url = f.repo.display().to_string();
+    f.index
+        .index(&tags("mvc-ref", "mvc", &url), &NoProgress)
+        .await
+        .expect("index");
+    // The same store searched with another model of the same dimension: its similarities to
+    // the stored vectors mean nothing, so the search is refused, saying what to do.
+    let other = PatternIndex::new(
+        f.store.clone(),
+        Arc::new(bridle_memory::ConstantEmbedder::new(256)),
+    );
+    let err = other
+        .search("list the users", None, 5)
+        .await
+        .expect_err("another model's vectors");
+    assert_eq!(err.code(), "model_mismatch", "{err}");
+    let said = err.to_string();
+    assert!(
+        said.contains("`hashing`") && said.contains("`constant`"),
+        "{said}"
+    );
+    assert!(said.contains("refresh_pattern_example"), "{said}");
+    // Re-indexed with the new model, it searches again.
+    other
+        .refresh("mvc-ref", &NoProgress)
+        .await
+        .expect("refresh");
+    assert!(
+        !other
+            .search("list the users", None, 5)
+            .await
+            .expect("search")
+            .is_empty()
+    );
+}

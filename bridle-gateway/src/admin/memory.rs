@@ -57,6 +57,11 @@ impl From<MemoryError> for ApiError {
                 code: "unknown_memory",
                 detail,
             },
+            // The stored vectors are another model's: re-indexing resolves it.
+            MemoryError::ModelMismatch { .. } => ApiError::Conflict {
+                code: "model_mismatch",
+                detail,
+            },
             other => {
                 tracing::error!(error = %other, code = other.code(), "memory failed");
                 ApiError::Internal(format!(
