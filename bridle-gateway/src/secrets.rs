@@ -96,12 +96,7 @@ impl SecretSource for GatewaySecrets {
     }
 
     fn record_use(&self, used: &SecretUse<'_>) -> Result<(), SecretError> {
-        let vault_name = match self.source(used.name) {
-            Source::Vault(n) => Some(n),
-            Source::VaultOrLegacy(n) if self.in_vault(n) => Some(n),
-            _ => None,
-        };
-        match vault_name {
+        match self.vault_name(used.name) {
             Some(n) => SecretSource::record_use(
                 self.vault.as_ref(),
                 &SecretUse {
@@ -110,6 +105,57 @@ impl SecretSource for GatewaySecrets {
                 },
             ),
             None => self.legacy.record_use(used),
+        }
+    }
+
+    fn blocks(&self, name: &str) -> bool {
+        // A bare name asks the vault whether it holds it; `file:` and `docker:` do not.
+        !matches!(self.source(name), Source::Folder(..))
+    }
+
+    fn record_uses(&self, uses: &[SecretUse<'_>]) -> Vec<Result<(), SecretError>> {
+        let mut outcomes: Vec<Option<Result<(), SecretError>>> = vec![None; uses.len()];
+        let mut in_vault = Vec::new();
+        let mut at = Vec::new();
+        for (i, used) in uses.iter().enumerate() {
+            match self.vault_name(used.name) {
+                Some(n) => {
+                    in_vault.push(SecretUse {
+                        name: n,
+                        ..used.clone()
+                    });
+                    at.push(i);
+                }
+                None => outcomes[i] = Some(self.legacy.record_use(used)),
+            }
+        }
+        if !in_vault.is_empty() {
+            let recorded = SecretSource::record_uses(self.vault.as_ref(), &in_vault);
+            for (i, outcome) in at.into_iter().zip(recorded) {
+                outcomes[i] = Some(outcome);
+            }
+        }
+        uses.iter()
+            .zip(outcomes)
+            .map(|(used, outcome)| {
+                outcome.unwrap_or_else(|| {
+                    Err(SecretError::Unreadable {
+                        name: used.name.to_owned(),
+                        message: "the vault answered no outcome for the use".to_owned(),
+                    })
+                })
+            })
+            .collect()
+    }
+}
+
+impl GatewaySecrets {
+    /// The vault's name for a use of `name`, or `None` for a secret kept in a folder.
+    fn vault_name<'a>(&'a self, name: &'a str) -> Option<&'a str> {
+        match self.source(name) {
+            Source::Vault(n) => Some(n),
+            Source::VaultOrLegacy(n) if self.in_vault(n) => Some(n),
+            _ => None,
         }
     }
 }

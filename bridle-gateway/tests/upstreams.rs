@@ -543,6 +543,23 @@ async fn vault_secrets_and_vault_tokens_are_followed_per_request() {
             .all(|e| e.upstream.as_deref() == Some("tickets"))
     );
 
+    // Calls at once: their uses are recorded in shared batches, and each call is recorded
+    // exactly once, before it is sent.
+    let forwarded = |log: &[bridle_gateway::vault::AuditEntry]| {
+        log.iter()
+            .filter(|e| e.action == "use" && e.request_id.as_deref() != Some("connect"))
+            .count()
+    };
+    let before = forwarded(&vault.audit_log(0, 10_000).unwrap());
+    let answers =
+        futures::future::join_all((0..24).map(|_| call(&robot, "tickets__whoami", json!({}))))
+            .await;
+    for r in &answers {
+        assert_eq!(r.text, account("vault-v2"), "{r:?}");
+    }
+    let log = vault.audit_log(0, 10_000).unwrap();
+    assert_eq!(forwarded(&log), before + 24, "{:?}", log.last());
+
     // Revoked: refused, nothing sent.
     vault.revoke("tickets-token", 2, "user:test").unwrap();
     recorder.seen.lock().unwrap().clear();

@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bridle_gateway::vault::{
-    KeyOrigin, MAX_VALUE_LEN, MasterKey, SecretRef, SecretValue, Vault, VaultConfig, VaultError,
-    VersionState, is_valid_name,
+    KeyOrigin, MAX_VALUE_LEN, MasterKey, SecretRef, SecretUseRecord, SecretValue, Vault,
+    VaultConfig, VaultError, VersionState, is_valid_name,
 };
 use kberg_testkit::log::LogBuffer;
 use proptest::prelude::*;
@@ -356,6 +356,90 @@ fn record_use_updates_last_use_and_appends_a_record(b: Backend) {
     );
 }
 
+fn record_uses_commits_a_batch_and_refuses_each_bad_use_alone(b: Backend) {
+    let f = Fixture::new(b);
+    let v = &f.vault;
+    v.create("gitea", &"tok".into(), "admin").expect("create");
+    v.rotate("gitea", &"tok-2".into(), "admin", HOUR)
+        .expect("rotate");
+    v.create("kanboard", &"kb".into(), "admin").expect("create");
+    let use_of = |name, version, request_id, actor| SecretUseRecord {
+        name,
+        version,
+        upstream: "up",
+        request_id,
+        actor,
+    };
+    let outcomes = v
+        .record_uses(&[
+            use_of("gitea", 2, "r1", "claude"),
+            use_of("gitea", 9, "r2", "claude"),
+            use_of("nope", 1, "r3", "claude"),
+            use_of("bad/name", 1, "r4", "claude"),
+            use_of("kanboard", 1, "r5", "bad\nactor"),
+            use_of("gitea", 1, "r6", "codex"),
+            use_of("kanboard", 1, "r7", "codex"),
+        ])
+        .expect("the batch is written");
+    let codes: Vec<&str> = outcomes
+        .iter()
+        .map(|o| o.as_ref().map_or_else(VaultError::code, |()| "ok"))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            "ok",
+            "version_not_found",
+            "secret_not_found",
+            "invalid_name",
+            "invalid_actor",
+            "ok",
+            "ok"
+        ]
+    );
+    // Exactly the accepted uses are in the log, in order, each with its own request and actor.
+    let used: Vec<(String, Option<u64>, Option<String>, String)> = v
+        .audit_log(0, 100)
+        .expect("log")
+        .into_iter()
+        .filter(|e| e.action == "use")
+        .map(|e| {
+            (
+                e.secret.unwrap_or_default(),
+                e.version,
+                e.request_id,
+                e.actor,
+            )
+        })
+        .collect();
+    assert_eq!(
+        used,
+        [
+            ("gitea".into(), Some(2), Some("r1".into()), "claude".into()),
+            ("gitea".into(), Some(1), Some("r6".into()), "codex".into()),
+            (
+                "kanboard".into(),
+                Some(1),
+                Some("r7".into()),
+                "codex".into()
+            ),
+        ]
+    );
+    let meta = v.get("kanboard").expect("get");
+    assert!(meta.last_used_at.is_some());
+    // A batch of refusals only writes nothing, and an empty batch is a no-op.
+    let before = v.audit_log(0, 100).expect("log");
+    let outcomes = v
+        .record_uses(&[use_of("nope", 1, "r8", "claude")])
+        .expect("answered");
+    assert_eq!(
+        code(outcomes.into_iter().next().expect("one")),
+        "secret_not_found"
+    );
+    assert!(v.record_uses(&[]).expect("empty").is_empty());
+    assert_eq!(v.audit_log(0, 100).expect("log"), before);
+}
+
 fn wrong_master_key_is_refused_and_never_yields_garbage(b: Backend) {
     let f = Fixture::new(b);
     f.vault
@@ -618,6 +702,25 @@ fn audit_log_is_append_only_and_a_failed_record_changes_nothing(b: Backend) {
         code(v.record_use("s", 1, "up", "r1", "agent")),
         "audit_write_failed"
     );
+    assert_eq!(v.get("s").expect("get").last_used_at, None);
+    // A batch whose record fails is refused whole: no use of it is recorded.
+    let batch = [
+        SecretUseRecord {
+            name: "s",
+            version: 1,
+            upstream: "up",
+            request_id: "r2",
+            actor: "agent",
+        },
+        SecretUseRecord {
+            name: "nope",
+            version: 1,
+            upstream: "up",
+            request_id: "r3",
+            actor: "agent",
+        },
+    ];
+    assert_eq!(code(v.record_uses(&batch)), "audit_write_failed");
     assert_eq!(v.get("s").expect("get").last_used_at, None);
     assert_eq!(
         code(v.set_agent_token("claude", "admin")),
@@ -1261,6 +1364,7 @@ macro_rules! on_both {
 on_both!(
     round_trip_and_metadata,
     record_use_updates_last_use_and_appends_a_record,
+    record_uses_commits_a_batch_and_refuses_each_bad_use_alone,
     wrong_master_key_is_refused_and_never_yields_garbage,
     tampered_rows_are_refused,
     rotate_with_grace_keeps_the_old_version_until_it_ends,

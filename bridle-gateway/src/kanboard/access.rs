@@ -15,7 +15,7 @@ use kberg_core::Caller;
 use serde::{Deserialize, Serialize};
 
 use super::{Credential, KanboardAccess};
-use crate::upstreams::{SecretSource, SecretUse};
+use crate::upstreams::{SecretDesk, SecretSource, SecretUse};
 
 fn default_timeout_secs() -> u64 {
     30
@@ -70,7 +70,7 @@ pub type BridleProjects = Arc<dyn Fn(&Caller) -> Vec<String> + Send + Sync>;
 /// [`KanboardAccess`] over a secret source and a [`KanboardConfig`].
 pub struct VaultAccess {
     config: KanboardConfig,
-    secrets: Arc<dyn SecretSource>,
+    secrets: SecretDesk,
     bridle_projects: BridleProjects,
 }
 
@@ -92,7 +92,7 @@ impl VaultAccess {
     ) -> Self {
         Self {
             config,
-            secrets,
+            secrets: SecretDesk::new(secrets),
             bridle_projects,
         }
     }
@@ -103,7 +103,7 @@ impl KanboardAccess for VaultAccess {
     async fn credential(&self, caller: &Caller) -> Option<Credential> {
         let agent_id = caller.principal().id.as_str();
         let agent = self.config.agents.get(agent_id)?;
-        let (secret, version) = match self.secrets.current(&agent.secret) {
+        let (secret, version) = match self.secrets.current(&agent.secret).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(agent = agent_id, error = %e, "no Kanboard credential");
@@ -117,7 +117,7 @@ impl KanboardAccess for VaultAccess {
             agent: agent_id,
             request: "kanboard",
         };
-        if let Err(e) = self.secrets.record_use(&used) {
+        if let Err(e) = self.secrets.record_use(&used).await {
             tracing::warn!(agent = agent_id, error = %e, "the use of the Kanboard credential could not be recorded; nothing is sent");
             return None;
         }

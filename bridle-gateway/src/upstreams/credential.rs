@@ -86,6 +86,20 @@ pub trait SecretSource: Send + Sync {
     fn current(&self, name: &str) -> Result<(Credential, u64), SecretError>;
     /// Records a use. A source that cannot record fails the call (the request is not sent).
     fn record_use(&self, used: &SecretUse<'_>) -> Result<(), SecretError>;
+    /// Records several uses, one outcome each, in order. The default records them one by one;
+    /// a source with a database records them in one transaction (the vault: one commit for the
+    /// batch), which is what [`SecretDesk`] calls under load.
+    fn record_uses(&self, uses: &[SecretUse<'_>]) -> Vec<Result<(), SecretError>> {
+        uses.iter().map(|used| self.record_use(used)).collect()
+    }
+    /// Whether looking up or recording `name` may wait on a database or the network (the
+    /// default). [`SecretDesk`] runs such calls on the blocking pool and batches their uses;
+    /// a source that answers from a file's metadata and records nothing says `false`, and is
+    /// called inline (a thread hop would cost more than the call).
+    fn blocks(&self, name: &str) -> bool {
+        let _ = name;
+        true
+    }
 }
 
 /// Secrets as files in a folder (the legacy `secrets/` folder, or `/run/secrets`): a file's
@@ -150,6 +164,10 @@ impl SecretSource for FolderSecrets {
             return Err(SecretError::Empty { name: name.into() });
         }
         Ok((Credential::new(value), version))
+    }
+
+    fn blocks(&self, _name: &str) -> bool {
+        false
     }
 
     fn record_use(&self, used: &SecretUse<'_>) -> Result<(), SecretError> {

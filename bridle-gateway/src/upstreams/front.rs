@@ -155,7 +155,7 @@ impl Tool for FrontTool {
                 agent: &agent,
                 request: &self.spec.name,
             };
-            if let Err(e) = self.route.secrets().record_use(&used) {
+            if let Err(e) = self.route.secrets().record_use(&used).await {
                 tracing::warn!(namespace = %ns, error = %e, "recording a secret use failed; call not sent");
                 return Ok(refusal(
                     RefusalCode::Internal,

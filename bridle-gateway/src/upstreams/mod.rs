@@ -20,6 +20,7 @@
 
 pub mod config;
 pub mod credential;
+mod desk;
 pub mod front;
 pub mod route;
 pub mod scrub;
@@ -35,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{CredentialTarget, UpstreamConfigError, UpstreamSection};
 pub use credential::{Credential, FolderSecrets, SecretError, SecretSource, SecretUse};
+pub(crate) use desk::SecretDesk;
 pub use route::{Identity, Route};
 
 use crate::context::GatewayContext;
@@ -121,12 +123,13 @@ impl UpstreamPool {
         let offered = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
         let mut routes = BTreeMap::new();
         let mut running = BTreeMap::new();
+        let secrets = SecretDesk::new(secrets);
         for (ns, section) in &gw.config.upstreams {
             let route = Arc::new(Route::new(
                 ns.clone(),
                 section.clone(),
                 targets.get(ns).cloned().flatten(),
-                Arc::clone(&secrets),
+                secrets.clone(),
                 connect_timeout,
                 Arc::clone(&hook),
             ));

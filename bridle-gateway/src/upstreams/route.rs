@@ -24,7 +24,8 @@ use kberg_server::aggregate::{
 };
 
 use super::config::{CredentialTarget, UpstreamSection};
-use super::credential::{Credential, SecretError, SecretSource, SecretUse};
+use super::credential::{Credential, SecretError, SecretUse};
+use super::desk::SecretDesk;
 
 /// Which credential a connection carries.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -73,7 +74,7 @@ pub struct Route {
     /// the pool's `set_enabled` and read on every call.
     pub(crate) enabled: std::sync::atomic::AtomicBool,
     pub(crate) target: Option<CredentialTarget>,
-    secrets: Arc<dyn SecretSource>,
+    secrets: SecretDesk,
     /// The caller the gateway uses on its private registries: it holds the upstream's write
     /// capability, since the front tool has already checked the real caller.
     pub(crate) internal: Caller,
@@ -104,7 +105,7 @@ impl Route {
         namespace: String,
         section: UpstreamSection,
         target: Option<CredentialTarget>,
-        secrets: Arc<dyn SecretSource>,
+        secrets: SecretDesk,
         connect_timeout: Duration,
         hook: Arc<dyn ForwardHook>,
     ) -> Self {
@@ -201,7 +202,12 @@ impl Route {
         secret: Option<&str>,
     ) -> Result<Arc<Connection>, RouteError> {
         let version = match secret {
-            Some(name) => Some(self.secrets.version(name).map_err(RouteError::Secret)?),
+            Some(name) => Some(
+                self.secrets
+                    .version(name)
+                    .await
+                    .map_err(RouteError::Secret)?,
+            ),
             None => None,
         };
         let mut connections = self.connections.lock().await;
@@ -223,7 +229,11 @@ impl Route {
         }
         let credential = match secret {
             Some(name) => {
-                let (value, version) = self.secrets.current(name).map_err(RouteError::Secret)?;
+                let (value, version) = self
+                    .secrets
+                    .current(name)
+                    .await
+                    .map_err(RouteError::Secret)?;
                 self.check_sendable(name, &value)?;
                 // Starting a connection sends the credential too (initialize, the tool listing,
                 // and with it every request of the session): that is a use of its own, recorded
@@ -240,6 +250,7 @@ impl Route {
                         agent,
                         request: CONNECT_REQUEST,
                     })
+                    .await
                     .map_err(RouteError::Secret)?;
                 Some((name.to_string(), value, version))
             }
@@ -362,7 +373,7 @@ impl Route {
     }
 
     /// The secret source (for recording uses).
-    pub(crate) fn secrets(&self) -> &Arc<dyn SecretSource> {
+    pub(crate) fn secrets(&self) -> &SecretDesk {
         &self.secrets
     }
 }

@@ -129,6 +129,22 @@ pub struct CurrentSecret {
     pub value: SecretValue,
 }
 
+/// One use of a secret, for [`Vault::record_uses`]: which version of which secret went in a
+/// request to which upstream, for whom.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SecretUseRecord<'a> {
+    /// The secret's name.
+    pub name: &'a str,
+    /// The version injected.
+    pub version: u64,
+    /// The upstream the request went to.
+    pub upstream: &'a str,
+    /// The request it went with (the forwarded tool, or `connect`).
+    pub request_id: &'a str,
+    /// Whose request it was (usually the agent).
+    pub actor: &'a str,
+}
+
 /// What [`Vault::import_folder`] did with each file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ImportReport {
@@ -519,7 +535,8 @@ impl Vault {
 
     /// Records that `version` of `name` was injected into a request to `upstream`: updates its
     /// last use and appends a `use` record (with the request id and actor, usually the agent).
-    /// The caller should not send the request if this fails.
+    /// The caller should not send the request if this fails. Under load, prefer
+    /// [`Vault::record_uses`], which records many uses with one commit.
     pub fn record_use(
         &self,
         name: &str,
@@ -528,35 +545,102 @@ impl Vault {
         request_id: &str,
         actor: &str,
     ) -> Result<(), VaultError> {
-        check_name("secret", name)?;
-        check_actor(actor)?;
-        let mut tx = self.write()?;
-        let now = now_ms();
-        let row = version_row(&mut *tx, name, version)?;
-        tx.touch(name, to_sql_version(version), now)?;
-        tx.append_audit(
-            now,
-            &Record {
-                action: "use",
-                actor,
-                secret: Some(name),
-                version: Some(version),
-                upstream: Some(upstream),
-                request_id: Some(request_id),
-                fingerprint: Some(&row.fingerprint),
-                ..Record::default()
-            },
-        )?;
-        tx.commit()?;
-        tracing::debug!(
-            secret = name,
+        let used = SecretUseRecord {
+            name,
             version,
             upstream,
             request_id,
             actor,
-            "vault secret used"
-        );
-        Ok(())
+        };
+        match self.record_uses(std::slice::from_ref(&used))?.pop() {
+            Some(outcome) => outcome,
+            None => Err(VaultError::AuditWriteFailed {
+                action: "use",
+                reason: "the batch answered no outcome".to_owned(),
+            }),
+        }
+    }
+
+    /// Records many uses in one transaction, so they share one commit (one `fsync` with the
+    /// embedded database): the gateway's forwarded calls record their uses this way, in
+    /// batches of whatever arrived while the previous batch was being written.
+    ///
+    /// The outer error means nothing was recorded (the database failed); otherwise each use
+    /// has its own outcome, in order: a use of an unknown secret or version, or with an invalid
+    /// name or actor, is refused on its own and the others are recorded.
+    ///
+    /// ```
+    /// # use bridle_gateway::vault::{MasterKey, SecretUseRecord, Vault, VaultConfig};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let vault = Vault::open(&dir.path().join("vault.db"), &MasterKey::from_bytes([7; 32]), VaultConfig::default())?;
+    /// vault.create("gitea", &"tok".into(), "admin")?;
+    /// let use_of = |name| SecretUseRecord { name, version: 1, upstream: "gitea", request_id: "r1", actor: "claude" };
+    /// let outcomes = vault.record_uses(&[use_of("gitea"), use_of("nope")])?;
+    /// assert!(outcomes[0].is_ok());
+    /// assert_eq!(outcomes[1].as_ref().unwrap_err().code(), "secret_not_found");
+    /// # Ok::<(), bridle_gateway::vault::VaultError>(())
+    /// ```
+    pub fn record_uses(
+        &self,
+        uses: &[SecretUseRecord<'_>],
+    ) -> Result<Vec<Result<(), VaultError>>, VaultError> {
+        let mut outcomes = Vec::with_capacity(uses.len());
+        let mut tx = self.write()?;
+        let now = now_ms();
+        let mut recorded = 0usize;
+        for used in uses {
+            // Refusals of one use (a bad name, an unknown version) are read-only checks made
+            // before anything of that use is written, so the others still commit; a failed
+            // write ends the whole batch (the transaction rolls back when `tx` drops).
+            let checked = check_name("secret", used.name)
+                .and_then(|()| check_actor(used.actor))
+                .and_then(|()| version_row(&mut *tx, used.name, used.version));
+            let row = match checked {
+                Ok(row) => row,
+                Err(
+                    e @ (VaultError::InvalidName { .. }
+                    | VaultError::InvalidActor(_)
+                    | VaultError::SecretNotFound(_)
+                    | VaultError::VersionNotFound { .. }),
+                ) => {
+                    outcomes.push(Err(e));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            tx.touch(used.name, to_sql_version(used.version), now)?;
+            tx.append_audit(
+                now,
+                &Record {
+                    action: "use",
+                    actor: used.actor,
+                    secret: Some(used.name),
+                    version: Some(used.version),
+                    upstream: Some(used.upstream),
+                    request_id: Some(used.request_id),
+                    fingerprint: Some(&row.fingerprint),
+                    ..Record::default()
+                },
+            )?;
+            recorded += 1;
+            outcomes.push(Ok(()));
+        }
+        if recorded > 0 {
+            tx.commit()?;
+        }
+        for (used, outcome) in uses.iter().zip(&outcomes) {
+            if outcome.is_ok() {
+                tracing::debug!(
+                    secret = used.name,
+                    version = used.version,
+                    upstream = used.upstream,
+                    request_id = used.request_id,
+                    actor = used.actor,
+                    "vault secret used"
+                );
+            }
+        }
+        Ok(outcomes)
     }
 
     /// Resolves a reference to its value: `vault:` from the vault (its active version),

@@ -9,8 +9,8 @@
 
 use crate::upstreams::{Credential, SecretError, SecretSource, SecretUse};
 
-use super::Vault;
 use super::error::VaultError;
+use super::{SecretUseRecord, Vault};
 
 fn to_secret_error(name: &str, e: VaultError) -> SecretError {
     match e {
@@ -43,15 +43,45 @@ impl SecretSource for Vault {
     }
 
     fn record_use(&self, used: &SecretUse<'_>) -> Result<(), SecretError> {
-        Vault::record_use(
-            self,
-            used.name,
-            used.version,
-            used.upstream,
-            used.request,
-            used.agent,
-        )
-        .map_err(|e| to_secret_error(used.name, e))
+        let mut outcomes = SecretSource::record_uses(self, std::slice::from_ref(used));
+        outcomes.pop().unwrap_or_else(|| {
+            Err(SecretError::Unreadable {
+                name: used.name.to_owned(),
+                message: "the vault answered no outcome for the use".to_owned(),
+            })
+        })
+    }
+
+    fn record_uses(&self, uses: &[SecretUse<'_>]) -> Vec<Result<(), SecretError>> {
+        let records: Vec<SecretUseRecord<'_>> = uses
+            .iter()
+            .map(|used| SecretUseRecord {
+                name: used.name,
+                version: used.version,
+                upstream: used.upstream,
+                request_id: used.request,
+                actor: used.agent,
+            })
+            .collect();
+        match Vault::record_uses(self, &records) {
+            Ok(outcomes) => uses
+                .iter()
+                .zip(outcomes)
+                .map(|(used, outcome)| outcome.map_err(|e| to_secret_error(used.name, e)))
+                .collect(),
+            // Nothing of the batch was recorded: every call of it is refused.
+            Err(e) => {
+                let message = format!("{}: {e}", e.code());
+                uses.iter()
+                    .map(|used| {
+                        Err(SecretError::Unreadable {
+                            name: used.name.to_owned(),
+                            message: message.clone(),
+                        })
+                    })
+                    .collect()
+            }
+        }
     }
 }
 

@@ -1,0 +1,257 @@
+//! What the vault's record of each credential use costs a call the Bridle gateway forwards to an
+//! upstream, against the same call with a credential that leaves no record, in the same run.
+//!
+//! One gateway (`GatewayBuilder` over a data directory laid out on defaults, the `claude` agent's
+//! bearer token, the audit log on) and one upstream, a Kberg HTTP server whose only tool is a
+//! trivial `echo`, mounted twice under two namespaces that differ only in their credential:
+//!
+//! - `vault__echo`: the credential is `vault:up-token`, a vault secret. Every forwarded call
+//!   looks up its active version and records its use (the secret's last use, and an entry in the
+//!   vault's append-only log, committed with `synchronous = FULL`) before it is sent.
+//! - `file__echo`: the credential is `file:up-token`, a file in the data directory's `secrets/`,
+//!   whose use is only logged: the baseline.
+//!
+//! Clients are the wire bench's load generator (`kberg_benches::loopback`): one HTTP/1.1
+//! keep-alive connection per client, protocol 2026-07-28, calls back to back, every answer
+//! checked. Rounds interleave the cases; the table is the median of the rounds, and the ratio is
+//! vault / file throughput. Everything runs on one two-worker tokio runtime, as the gateway does
+//! on this machine.
+//!
+//! ```text
+//! cargo bench -p kberg-benches --bench gateway_upstream                 # 3 rounds x 3 s per point
+//! KBERG_GWUP_SECS=5 KBERG_GWUP_ROUNDS=5 cargo bench -p kberg-benches --bench gateway_upstream
+//! KBERG_GWUP_CLIENTS=1,32 cargo bench -p kberg-benches --bench gateway_upstream
+//! ```
+//!
+//! Without `--bench` (as under `cargo test --benches`), or with `-- --test`, it makes 5 calls per
+//! client per case and checks that both paths answer and that the vault recorded every use.
+
+#![allow(clippy::print_stdout)] // the bench's report is its output
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use bridle_gateway::GatewayBuilder;
+use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
+use bridle_gateway::vault::SecretValue;
+use kberg_benches::loopback::{
+    BoxError, Budget, Point, STATELESS, ToolCall, env_number, measure_as,
+};
+use kberg_core::{ToolBuilder, ToolOutput, ToolRegistry};
+use kberg_server::{HttpConfig, HttpServer, McpApp};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// The upstream's token (what the gateway injects; the upstream accepts anything).
+const UPSTREAM_TOKEN: &str = "upstream-token-for-the-bench";
+
+async fn start_upstream(stop: CancellationToken) -> Result<String, BoxError> {
+    let tools = ToolRegistry::new();
+    tools.register(ToolBuilder::new("echo").raw_handler(
+        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+        |a, _| async move { Ok(ToolOutput::text(a["text"].as_str().unwrap_or_default())) },
+    ))?;
+    let app = McpApp::builder("echo-upstream", "1.0.0")
+        .tools(tools)
+        .build();
+    let config = HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .path("/mcp")
+        .shutdown_token(stop.clone());
+    let server = HttpServer::bind(app, config).await?;
+    let url = format!("http://{}/mcp", server.local_addr());
+    tokio::spawn(async move {
+        let _ = server.run(async move { stop.cancelled().await }).await;
+    });
+    Ok(url)
+}
+
+/// A gateway over `dir` with the upstream at `url` mounted as `vault` and `file`; returns its
+/// address and the `claude` agent's token.
+async fn start_gateway(
+    dir: &Path,
+    url: &str,
+    stop: CancellationToken,
+) -> Result<(SocketAddr, String), BoxError> {
+    init_data_dir_with_token_files(dir)?;
+    let mut yaml = std::fs::read_to_string(dir.join("bridle.yaml"))?;
+    for (ns, secret) in [("vault", "vault:up-token"), ("file", "file:up-token")] {
+        if !yaml.contains("upstreams:\n") {
+            yaml.push_str("upstreams:\n");
+        }
+        yaml.push_str(&format!(
+            "  {ns}:\n    http: {{url: '{url}'}}\n    credential: {{secret: '{secret}', format: 'Bearer {{secret}}'}}\n"
+        ));
+    }
+    std::fs::write(dir.join("bridle.yaml"), yaml)?;
+    std::fs::write(dir.join("secrets/up-token"), format!("{UPSTREAM_TOKEN}\n"))?;
+    let config = GatewayConfig::load(dir)?;
+    let token = std::fs::read_to_string(dir.join("secrets/claude-token"))?;
+    // The secret is in the vault before the gateway starts, as an operator would have it.
+    {
+        let (vault, _) = bridle_gateway::gateway::open_vault(dir, &config)?;
+        vault.create("up-token", &SecretValue::from(UPSTREAM_TOKEN), "bench")?;
+    }
+    let gw = GatewayBuilder::new(dir, config).build().await?;
+    let mut doc = demo_document();
+    let claude = doc
+        .permissions
+        .get_mut("claude")
+        .ok_or("the demo document has no claude permissions")?;
+    for ns in ["vault", "file"] {
+        claude.tools.insert(
+            ns.into(),
+            serde_json::from_value(json!({"read": true, "write": false}))?,
+        );
+    }
+    gw.context().store.create("demo", &doc, "bench")?;
+    for ns in ["vault", "file"] {
+        let offered = gw
+            .upstreams()
+            .wait_offered(ns, Duration::from_secs(30))
+            .await;
+        if offered.is_empty() {
+            return Err(format!("the `{ns}` upstream offered no tool").into());
+        }
+    }
+    let bound = gw.bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+    let addr = bound.local_addr();
+    tokio::spawn(bound.run(async move { stop.cancelled().await }));
+    Ok((addr, token.trim().to_string()))
+}
+
+/// How many `use` records the vault of `dir` holds (read with its own handle).
+fn recorded_uses(dir: &Path) -> Result<usize, BoxError> {
+    let config = GatewayConfig::load(dir)?;
+    let (vault, _) = bridle_gateway::gateway::open_vault(dir, &config)?;
+    let mut count = 0;
+    let mut after = 0;
+    loop {
+        let page = vault.audit_log(after, 1000)?;
+        let Some(last) = page.last() else {
+            return Ok(count);
+        };
+        after = last.seq;
+        count += page.iter().filter(|e| e.action == "use").count();
+    }
+}
+
+async fn run() -> Result<(), BoxError> {
+    // `cargo bench` passes `--bench`; test runs (no `--bench`) and `-- --test` get the smoke
+    // round.
+    let args: Vec<String> = std::env::args().collect();
+    let full = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test");
+    let secs = env_number("KBERG_GWUP_SECS", 3).max(1);
+    let rounds = if full {
+        env_number("KBERG_GWUP_ROUNDS", 3).max(1)
+    } else {
+        1
+    };
+    let budget = if full {
+        Budget::Time(Duration::from_secs(secs))
+    } else {
+        Budget::Calls(5)
+    };
+    let clients: Vec<usize> = std::env::var("KBERG_GWUP_CLIENTS")
+        .unwrap_or_else(|_| "1,16".into())
+        .split(',')
+        .map(|c| c.trim().parse::<usize>())
+        .collect::<Result<_, _>>()?;
+
+    let stop = CancellationToken::new();
+    let _stop = stop.clone().drop_guard();
+    let dir = tempfile::tempdir()?;
+    let url = start_upstream(stop.clone()).await?;
+    let (addr, token) = start_gateway(dir.path(), &url, stop.clone()).await?;
+    let cases = [
+        (
+            "file",
+            ToolCall::new("file__echo", json!({"text": "hi"}), "hi"),
+        ),
+        (
+            "vault",
+            ToolCall::new("vault__echo", json!({"text": "hi"}), "hi"),
+        ),
+    ];
+
+    let uses_before = recorded_uses(dir.path())?;
+    let mut vault_calls = 0;
+    let mut rows = Vec::new();
+    for &n in &clients {
+        let mut points: [Vec<Point>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..rounds {
+            // Alternate which case goes first, so a drift of the machine's load reaches both.
+            let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for i in order {
+                let (name, call) = &cases[i];
+                let p = measure_as(
+                    addr,
+                    "/mcp",
+                    STATELESS,
+                    false,
+                    Some(&token),
+                    n,
+                    call,
+                    budget,
+                )
+                .await
+                .map_err(|e| format!("{name} with {n} clients: {e}"))?;
+                if *name == "vault" {
+                    // The timed calls plus one warm-up call per client.
+                    vault_calls += p.calls + n;
+                }
+                points[i].push(p);
+            }
+        }
+        rows.push((
+            n,
+            Point::median_of(&points[0]),
+            Point::median_of(&points[1]),
+        ));
+    }
+    let recorded = recorded_uses(dir.path())? - uses_before;
+    if recorded != vault_calls {
+        return Err(format!(
+            "the vault recorded {recorded} uses for {vault_calls} forwarded calls with its secret"
+        )
+        .into());
+    }
+
+    println!(
+        "gateway_upstream: {rounds} round(s), {budget:?} per point, medians; {recorded} uses recorded for {vault_calls} vault calls"
+    );
+    println!("| credential | clients | calls/s | p50 ms | p99 ms | CPU us/call | vault / file |");
+    println!("|---|---|---|---|---|---|---|");
+    for (n, file, vault) in rows {
+        for (name, p, ratio) in [
+            ("file", file, "1".to_string()),
+            ("vault", vault, format!("**{:.3}x**", vault.rps / file.rps)),
+        ] {
+            println!(
+                "| {name} | {n} | {:.0} | {:.3} | {:.3} | {:.1} | {ratio} |",
+                p.rps, p.p50_ms, p.p99_ms, p.cpu_us
+            );
+        }
+    }
+    Ok(())
+}
+
+fn main() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let outcome = rt.block_on(run());
+    drop(rt);
+    if let Err(e) = outcome {
+        eprintln!("gateway_upstream bench failed: {e}");
+        std::process::exit(1);
+    }
+}
