@@ -395,21 +395,5 @@ async fn run() -> Result<(), BoxError> {
 }
 
 fn main() {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the runtime: {e}");
-            std::process::exit(1);
-        }
-    };
-    let outcome = rt.block_on(run());
-    // Ends the servers' remaining tasks before exiting.
-    drop(rt);
-    if let Err(e) = outcome {
-        eprintln!("aggregate bench failed: {e}");
-        std::process::exit(1);
-    }
+    kberg_benches::loopback::run_main("aggregate bench", None, run());
 }

@@ -237,21 +237,5 @@ async fn run() -> Result<(), BoxError> {
 }
 
 fn main() {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the runtime: {e}");
-            std::process::exit(1);
-        }
-    };
-    let outcome = rt.block_on(run());
-    drop(rt);
-    if let Err(e) = outcome {
-        eprintln!("gateway_upstream bench failed: {e}");
-        std::process::exit(1);
-    }
+    kberg_benches::loopback::run_main("gateway_upstream bench", Some(2), run());
 }

@@ -286,18 +286,5 @@ async fn run() -> Result<(), BoxError> {
 }
 
 fn main() {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the runtime: {e}");
-            std::process::exit(1);
-        }
-    };
-    if let Err(e) = rt.block_on(run()) {
-        eprintln!("wire bench failed: {e}");
-        std::process::exit(1);
-    }
+    kberg_benches::loopback::run_main("wire bench", None, run());
 }

@@ -396,3 +396,29 @@ pub fn env_number(name: &str, default: u64) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// The `main` of a bench that is a plain binary: runs `run` on a multi-thread tokio runtime
+/// (`workers` worker threads, or tokio's default), ends the runtime's remaining tasks (the
+/// servers it started), and exits with status 1 saying `"{name} failed: {error}"` if `run`
+/// failed or the runtime could not start.
+pub fn run_main<F>(name: &str, workers: Option<usize>, run: F)
+where
+    F: std::future::Future<Output = Result<(), BoxError>>,
+{
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        builder.worker_threads(n);
+    }
+    let outcome = match builder.enable_all().build() {
+        Ok(rt) => {
+            let outcome = rt.block_on(run);
+            drop(rt);
+            outcome
+        }
+        Err(e) => Err(format!("cannot start the runtime: {e}").into()),
+    };
+    if let Err(e) = outcome {
+        eprintln!("{name} failed: {e}");
+        std::process::exit(1);
+    }
+}
