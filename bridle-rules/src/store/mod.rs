@@ -17,6 +17,7 @@
 //! proposals, and only [`RulesStore::approve`] promotes one, with its provenance.
 
 pub(crate) mod backend;
+mod cache;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod request;
@@ -51,6 +52,8 @@ pub struct RulesStore {
     backend: Arc<dyn RulesBackend>,
     #[cfg(feature = "postgres")]
     postgres: Option<crate::db::postgres::PgDatabase>,
+    /// Parsed documents of unchanged files (shared by clones).
+    documents: Arc<cache::DocumentCache>,
 }
 
 /// A document file to write once the transaction that stored its revision has committed
@@ -76,6 +79,7 @@ impl RulesStore {
             backend: Arc::new(backend),
             #[cfg(feature = "postgres")]
             postgres: None,
+            documents: Arc::default(),
         })
     }
 
@@ -98,6 +102,7 @@ impl RulesStore {
             catalog,
             backend: Arc::new(backend),
             postgres: Some(db),
+            documents: Arc::default(),
         };
         store.import_files()?;
         store.export_all()?;
@@ -212,14 +217,27 @@ impl RulesStore {
 
     fn load_file(&self, project: &str) -> Result<Loaded, RulesError> {
         let path = self.project_path(project)?;
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(RulesError::UnknownProject(project.to_string()));
+        let missing = |e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                self.documents.forget(project);
+                RulesError::UnknownProject(project.to_string())
+            } else {
+                RulesError::io(&path, e)
             }
-            Err(e) => return Err(RulesError::io(&path, e)),
         };
-        yaml::load_str(&text, &path, project, &self.catalog)
+        let before = cache::stamp(&path).map_err(missing)?;
+        if let Some(loaded) = before.and_then(|s| self.documents.get(project, s)) {
+            return Ok(loaded);
+        }
+        let text = std::fs::read_to_string(&path).map_err(missing)?;
+        let loaded = yaml::load_str(&text, &path, project, &self.catalog)?;
+        // Kept only if the file did not change while it was read.
+        if let (Some(before), Ok(Some(after))) = (before, cache::stamp(&path))
+            && before == after
+        {
+            self.documents.put(project, before, &loaded);
+        }
+        Ok(loaded)
     }
 
     /// Loads a project's document, in `tx` when the database holds documents.
