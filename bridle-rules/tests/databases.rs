@@ -266,6 +266,61 @@ mod postgres {
         assert_eq!(a.load("shop").unwrap().document.revision, 5);
     }
 
+    /// A load reads the newest revision's text from the database every time and parses it only
+    /// when that text differs from the one it parsed last: a revision written by another
+    /// replica, a text rewritten in place under the same revision number, and a text that no
+    /// longer parses are each seen by the very next load, and a store that reads a bad text
+    /// reports it on every load until it is fixed.
+    #[test]
+    fn every_change_of_the_stored_text_reaches_the_next_load() {
+        let cluster = PgCluster::shared();
+        let name = cluster.create_database();
+        let a_dir = tempfile::tempdir().unwrap();
+        let b_dir = tempfile::tempdir().unwrap();
+        let a = open(cluster, &name, a_dir.path());
+        let b = open(cluster, &name, b_dir.path());
+        let mut doc = RulesDocument::new("Shop");
+        doc.project.overview = "first".into();
+        a.create("shop", &doc, "alice").unwrap();
+        let overview = |s: &RulesStore| s.load("shop").unwrap().document.project.overview;
+        assert_eq!(overview(&b), "first");
+        assert_eq!(overview(&b), "first");
+
+        // A new revision written by the other replica.
+        let mut next = a.load("shop").unwrap().document;
+        next.project.overview = "second".into();
+        a.save_edit("shop", &next, next.revision, "alice", "overview")
+            .unwrap();
+        assert_eq!(overview(&b), "second");
+
+        // The newest revision's text rewritten in place (same revision number).
+        let db = PgDatabase::connect(&cluster.settings(&name)).unwrap();
+        let set_latest = |text: &str| {
+            db.client()
+                .unwrap()
+                .execute(
+                    "UPDATE revisions SET document = $2 WHERE project = $1 AND revision = \
+                     (SELECT MAX(revision) FROM revisions WHERE project = $1)",
+                    &[&"shop", &text],
+                )
+                .unwrap()
+        };
+        let mut in_place = b.load("shop").unwrap().document;
+        in_place.project.overview = "third".into();
+        assert_eq!(set_latest(&bridle_rules::to_yaml(&in_place).unwrap()), 1);
+        assert_eq!(overview(&b), "third");
+
+        // A text that does not parse is an error on every load, not the last good document.
+        set_latest("schema_version: 2\nproject: {name: x\n");
+        for _ in 0..2 {
+            let e = b.load("shop").unwrap_err();
+            assert_eq!(e.code(), "parse_error", "{e}");
+        }
+        set_latest(&bridle_rules::to_yaml(&in_place).unwrap());
+        assert_eq!(overview(&b), "third");
+        assert_eq!(overview(&a), "third");
+    }
+
     /// An approval on replica A reaches a listener of replica B through NOTIFY.
     #[test]
     fn a_change_on_one_replica_is_announced_to_the_others() {

@@ -343,7 +343,7 @@ pub(crate) fn page(db: &PgDatabase, query: &AuditQuery) -> Result<AuditPage, Aud
     let rows = db
         .client()
         .map_err(pg)?
-        .query(&select.sql, &args)
+        .query_uncached(&select.sql, &args)
         .map_err(pg)?;
     query::finish(&select, rows.iter().map(|r| Ok(row_of(r))))
 }

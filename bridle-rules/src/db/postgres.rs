@@ -428,6 +428,9 @@ impl std::fmt::Debug for PgClient {
 
 // The client's futures only talk to the connection task (on the database runtime) over
 // channels, so waiting for them with a plain executor is sound from any thread.
+//
+// Statements with parameters are prepared once per pooled connection and kept in its cache
+// (a statement sent by text is prepared again on every call: one more round trip each).
 impl PgClient {
     /// Runs statements without parameters.
     pub fn batch(&self, sql: &str) -> Result<(), RulesError> {
@@ -436,11 +439,30 @@ impl PgClient {
 
     /// Runs one statement; returns the rows it touched.
     pub fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, RulesError> {
-        futures::executor::block_on(self.object.execute(sql, params)).map_err(|e| pg_error(&e))
+        futures::executor::block_on(async {
+            let statement = self.object.prepare_cached(sql).await?;
+            self.object.execute(&statement, params).await
+        })
+        .map_err(|e| pg_error(&e))
     }
 
     /// Runs a query.
     pub fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, RulesError> {
+        futures::executor::block_on(async {
+            let statement = self.object.prepare_cached(sql).await?;
+            self.object.query(&statement, params).await
+        })
+        .map_err(|e| pg_error(&e))
+    }
+
+    /// Runs a query whose text is made per call (filters chosen by the caller), without
+    /// keeping it in the connection's statement cache, which would otherwise grow by one entry
+    /// for every variant.
+    pub fn query_uncached(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, RulesError> {
         futures::executor::block_on(self.object.query(sql, params)).map_err(|e| pg_error(&e))
     }
 
@@ -450,7 +472,11 @@ impl PgClient {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Option<Row>, RulesError> {
-        futures::executor::block_on(self.object.query_opt(sql, params)).map_err(|e| pg_error(&e))
+        futures::executor::block_on(async {
+            let statement = self.object.prepare_cached(sql).await?;
+            self.object.query_opt(&statement, params).await
+        })
+        .map_err(|e| pg_error(&e))
     }
 
     /// Starts a transaction on this connection. With `lock`, it first takes that

@@ -164,6 +164,12 @@ pub(crate) trait RulesBackend: Send + Sync + std::fmt::Debug {
     fn begin(&self, write: bool) -> Result<Box<dyn RulesTx + '_>, RulesError>;
     /// Which way round documents and files are.
     fn documents(&self) -> DocumentSource;
+    /// The newest stored revision of a project's document, read on its own (a load that
+    /// needs no other query: the database backend runs it as one statement, without a
+    /// transaction around it).
+    fn latest_document(&self, project: &str) -> Result<Option<String>, RulesError> {
+        self.begin(false)?.latest_document(project)
+    }
 }
 
 /// The SQL column list both backends read proposals with, in [`ProposalRow`]'s order.

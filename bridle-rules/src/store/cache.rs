@@ -1,13 +1,17 @@
-//! The parsed documents of a store whose documents are files, kept while their file is
-//! unchanged.
+//! The parsed documents of a store, kept while their source is unchanged.
 //!
 //! The gateway loads a project's document on every call that checks a permission, and parsing
-//! the YAML was about a third of a forwarded call's CPU. A file's stamp (inode, length,
-//! modification and status-change times) is read with one `stat`; a document is served from
-//! memory only while its file has the same stamp. A file modified within [`SETTLE`] of the
-//! moment it was read is not kept, so two writes inside one tick of the file system's clock
-//! (the same stamp, different content) cannot leave a stale document behind: the same rule git
-//! applies to its index.
+//! the YAML was about a third of a forwarded call's CPU.
+//!
+//! - **Files** (SQLite stores): a file's stamp (inode, length, modification and status-change
+//!   times) is read with one `stat`; a document is served from memory only while its file has
+//!   the same stamp. A file modified within [`SETTLE`] of the moment it was read is not kept,
+//!   so two writes inside one tick of the file system's clock (the same stamp, different
+//!   content) cannot leave a stale document behind: the same rule git applies to its index.
+//! - **Database** (PostgreSQL stores): the newest revision's text is still read from the
+//!   database on every load (another replica may have written it), and the parse is skipped
+//!   when that text is byte for byte the text the kept document was parsed from. Nothing can
+//!   go stale: the key is the content itself.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -60,6 +64,8 @@ impl Stamp {
 #[derive(Debug, Default)]
 pub(crate) struct DocumentCache {
     entries: Mutex<HashMap<String, (Stamp, Loaded)>>,
+    /// Parsed documents by project, each with the text it was parsed from (database source).
+    texts: Mutex<HashMap<String, (String, Loaded)>>,
 }
 
 impl DocumentCache {
@@ -95,6 +101,35 @@ impl DocumentCache {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(project);
+    }
+
+    /// The document of `project` parsed from exactly `text`, or `parse(text)` (kept for the
+    /// next load when it succeeds; a text that fails to parse is not kept, so its error is
+    /// reported on every load).
+    pub(crate) fn parsed_text<E>(
+        &self,
+        project: &str,
+        text: String,
+        parse: impl FnOnce(&str) -> Result<Loaded, E>,
+    ) -> Result<Loaded, E> {
+        {
+            let texts = self
+                .texts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some((kept, loaded)) = texts.get(project)
+                && *kept == text
+            {
+                return Ok(loaded.clone());
+            }
+        }
+        // Parsed outside the lock: loads of other projects do not wait for this one.
+        let loaded = parse(&text)?;
+        self.texts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(project.to_owned(), (text, loaded.clone()));
+        Ok(loaded)
     }
 }
 

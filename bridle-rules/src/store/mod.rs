@@ -52,7 +52,7 @@ pub struct RulesStore {
     backend: Arc<dyn RulesBackend>,
     #[cfg(feature = "postgres")]
     postgres: Option<crate::db::postgres::PgDatabase>,
-    /// Parsed documents of unchanged files (shared by clones).
+    /// Parsed documents of unchanged files or database texts (shared by clones).
     documents: Arc<cache::DocumentCache>,
 }
 
@@ -249,9 +249,22 @@ impl RulesStore {
                 let text = tx
                     .latest_document(project)?
                     .ok_or_else(|| RulesError::UnknownProject(project.to_string()))?;
-                yaml::load_str(&text, &path, project, &self.catalog)
+                self.parse_database_text(project, &path, text)
             }
         }
+    }
+
+    /// A document read from the database: parsed, or the document parsed from the same text
+    /// before.
+    fn parse_database_text(
+        &self,
+        project: &str,
+        path: &Path,
+        text: String,
+    ) -> Result<Loaded, RulesError> {
+        self.documents.parsed_text(project, text, |text| {
+            yaml::load_str(text, path, project, &self.catalog)
+        })
     }
 
     /// Loads a project's document (migrating an older one in memory; see
@@ -260,8 +273,12 @@ impl RulesStore {
         match self.document_source() {
             DocumentSource::Files => self.load_file(project),
             DocumentSource::Database => {
-                let mut tx = self.backend.begin(false)?;
-                self.load_in(&mut *tx, project)
+                let path = self.project_path(project)?;
+                let text = self
+                    .backend
+                    .latest_document(project)?
+                    .ok_or_else(|| RulesError::UnknownProject(project.to_string()))?;
+                self.parse_database_text(project, &path, text)
             }
         }
     }
