@@ -274,6 +274,110 @@ async fn memories_and_pattern_examples_are_browsed_searched_and_purged() {
     gw.stop().await;
 }
 
+/// An embedder of another model with the same dimension as [`ConstantEmbedder`] (8).
+#[derive(Debug)]
+struct OtherModel;
+
+#[async_trait::async_trait]
+impl bridle_memory::Embedder for OtherModel {
+    fn dimension(&self) -> usize {
+        8
+    }
+    fn model(&self) -> &str {
+        "other-model"
+    }
+    async fn embed(&self, texts: &[String]) -> bridle_memory::Result<Vec<Vec<f32>>> {
+        let mut v = vec![0.0; 8];
+        v[1] = 1.0;
+        Ok(vec![v; texts.len()])
+    }
+}
+
+/// After the embedder changed, a search of session memories answers 409 `model_mismatch`
+/// naming the remedy; `POST /memory/sessions/reembed` embeds them again (once: a second run
+/// changes nothing), is recorded as `memory_reembed`, and the search works again. Agents may
+/// not call it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_memories_of_another_model_are_embedded_again_on_request() {
+    let store: Arc<EmbeddedStore> = Arc::new(EmbeddedStore::open_in_memory().unwrap());
+    let old = MemoryService::with(
+        store.clone(),
+        Arc::new(ConstantEmbedder::new(8)),
+        PatternIndexConfig::default(),
+    );
+    remember(&old, "demo", "claude", "We use SQLite for the queue.").await;
+    remember(&old, "demo", "claude", "Retries back off exponentially.").await;
+    let current = MemoryService::with(store, Arc::new(OtherModel), PatternIndexConfig::default());
+    let gw = Gw::start_with(move |b| b.memory(current)).await;
+
+    let refused = problem(
+        gw.get("/memory/sessions?project=demo&q=queue")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CONFLICT,
+        "model_mismatch",
+    )
+    .await;
+    let detail = refused["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("`constant`") && detail.contains("/memory/sessions/reembed"),
+        "{detail}"
+    );
+
+    for (_, token) in gw.all_agent_tokens() {
+        problem(
+            gw.http
+                .post(gw.url("/memory/sessions/reembed"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap(),
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        )
+        .await;
+    }
+    let done = json_ok(
+        gw.post("/memory/sessions/reembed").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(done, json!({"reembedded": 2, "unchanged": 0}));
+    let again = json_ok(
+        gw.post("/memory/sessions/reembed").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(again, json!({"reembedded": 0, "unchanged": 2}));
+
+    let found = json_ok(
+        gw.get("/memory/sessions?project=demo&q=queue")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(found["items"].as_array().unwrap().len(), 2);
+
+    let audit = json_ok(
+        gw.get("/audit?kind=memory_reembed").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let entries = audit["items"].as_array().unwrap();
+    assert_eq!(entries.len(), 2);
+    assert!(entries.iter().all(|e| e["source"]["admin"] == "alice"));
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["detail"].as_str().unwrap().contains("embedded 2 session")),
+        "{entries:?}"
+    );
+    gw.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_memory_the_resource_says_so() {
     let gw = Gw::start().await;
@@ -285,6 +389,12 @@ async fn without_memory_the_resource_says_so() {
     .await;
     problem(
         gw.post("/memory/patterns/x/purge").send().await.unwrap(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "memory_off",
+    )
+    .await;
+    problem(
+        gw.post("/memory/sessions/reembed").send().await.unwrap(),
         StatusCode::SERVICE_UNAVAILABLE,
         "memory_off",
     )

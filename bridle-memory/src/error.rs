@@ -64,7 +64,8 @@ pub enum MemoryError {
         indexed: String,
         /// The model configured now.
         current: String,
-        /// How to re-index (for pattern examples, `refresh_pattern_example`).
+        /// How to re-index (for pattern examples, `refresh_pattern_example`; for session
+        /// memories, re-embedding them).
         remedy: String,
     },
     /// Bad input from the caller (an empty query, a malformed filter, a bad name).

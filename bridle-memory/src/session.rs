@@ -6,6 +6,13 @@
 //! agent, session and tags (all given tags must be present). `list` and `forget` are for
 //! administration. Everything lives in one collection of the vector store, so the embedded store
 //! and Qdrant behave the same.
+//!
+//! Each memory records the embedding model that made its vector (`embedding_model` in its
+//! payload). A recall whose hits include a memory embedded by another model is refused with
+//! [`MemoryError::ModelMismatch`] (its similarities to the query would mean nothing), until
+//! [`SessionMemory::reembed`] has embedded those memories again from their stored text with
+//! the model configured now. Memories written before the model was recorded carry none and are
+//! taken as they are (`reembed` stamps them too).
 
 use std::sync::Arc;
 
@@ -118,6 +125,16 @@ fn opt(p: &Payload, key: &str) -> Option<String> {
     p.get(key).and_then(Value::as_str).map(str::to_string)
 }
 
+/// The payload field that names the model a memory's vector was made by.
+const MODEL_FIELD: &str = "embedding_model";
+
+/// The model recorded with a memory, when it is not `current` (none recorded: taken as is).
+fn stale_model<'a>(p: &'a Payload, current: &str) -> Option<&'a str> {
+    p.get(MODEL_FIELD)
+        .and_then(Value::as_str)
+        .filter(|m| *m != current)
+}
+
 fn memory_of(id: PointId, p: &Payload) -> Memory {
     Memory {
         id,
@@ -153,6 +170,21 @@ fn required(what: &str, v: &str, max: usize) -> Result<()> {
     Ok(())
 }
 
+/// What [`SessionMemory::reembed`] did.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub struct ReembedReport {
+    /// Memories embedded again by the configured model (another model's, or none recorded).
+    pub reembedded: u64,
+    /// Memories already embedded by the configured model, left as they were.
+    pub unchanged: u64,
+}
+
+/// How many memories are read per page and embedded per request while re-embedding.
+const REEMBED_PAGE: usize = 256;
+const REEMBED_BATCH: usize = 32;
+
 /// Session memory over any store and embedder.
 #[derive(Clone)]
 pub struct SessionMemory {
@@ -160,6 +192,9 @@ pub struct SessionMemory {
     embedder: Arc<dyn Embedder>,
     collection: String,
     mode: SearchMode,
+    /// Held by deletions and by each batch that [`SessionMemory::reembed`] writes back, so a
+    /// memory forgotten while its text was being embedded again is not written back to life.
+    writes: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for SessionMemory {
@@ -188,6 +223,7 @@ impl SessionMemory {
             embedder,
             collection: collection.into(),
             mode: SearchMode::default(),
+            writes: Arc::default(),
         }
     }
 
@@ -241,6 +277,7 @@ impl SessionMemory {
             payload.insert("session".into(), json!(s));
         }
         payload.insert("tags".into(), json!(m.tags));
+        payload.insert(MODEL_FIELD.into(), json!(self.embedder.model()));
         payload.insert("created_at".into(), json!(rfc3339(now)));
         payload.insert("created_unix".into(), json!(now));
         let memory = memory_of(id, &payload);
@@ -297,6 +334,18 @@ impl SessionMemory {
             k.clamp(1, 100),
         )
         .await?;
+        // Vectors of another model rank by meaningless similarities: refused, not ranked.
+        if let Some(indexed) = hits
+            .iter()
+            .find_map(|h| stale_model(&h.payload, self.embedder.model()))
+        {
+            return Err(MemoryError::ModelMismatch {
+                indexed: indexed.to_string(),
+                current: self.embedder.model().to_string(),
+                remedy: "`bridle memory reembed`, or POST /admin/api/v1/memory/sessions/reembed"
+                    .into(),
+            });
+        }
         Ok(hits
             .into_iter()
             .map(|h| RecallHit {
@@ -331,8 +380,81 @@ impl SessionMemory {
         ))
     }
 
+    /// Embeds again, from its stored text, every memory that another embedding model embedded
+    /// (or that records none), with the model configured now, keeping its id and payload; a
+    /// memory already embedded by this model is left alone, so a second run does nothing and an
+    /// interrupted one resumes where it stopped. Memories written meanwhile are the new model's
+    /// already; one forgotten meanwhile stays forgotten. The configured model must have the
+    /// collection's dimension (the store refuses another).
+    pub async fn reembed(&self) -> Result<ReembedReport> {
+        let mut report = ReembedReport::default();
+        if !self.exists().await? {
+            return Ok(report);
+        }
+        let model = self.embedder.model().to_string();
+        let mut after = None;
+        loop {
+            let (records, next) = self
+                .store
+                .scroll(&self.collection, None, after, REEMBED_PAGE)
+                .await?;
+            let (current, stale): (Vec<_>, Vec<_>) = records
+                .into_iter()
+                .partition(|r| r.payload.get(MODEL_FIELD).and_then(Value::as_str) == Some(&model));
+            report.unchanged += current.len() as u64;
+            for batch in stale.chunks(REEMBED_BATCH) {
+                let texts: Vec<String> = batch
+                    .iter()
+                    .map(|r| {
+                        let text = r.payload.get("text").and_then(Value::as_str).unwrap_or("");
+                        fit_input(self.embedder.as_ref(), text)
+                    })
+                    .collect();
+                let vectors = self.embedder.embed(&texts).await?;
+                check_vectors(self.embedder.dimension(), batch.len(), &vectors)?;
+                let _writes = self.writes.lock().await;
+                // Only the memories still there are written back.
+                let ids: Vec<PointId> = batch.iter().map(|r| r.id).collect();
+                let (live, _) = self
+                    .store
+                    .scroll(
+                        &self.collection,
+                        Some(&Filter::all().and(Condition::HasId(ids))),
+                        None,
+                        batch.len(),
+                    )
+                    .await?;
+                let live: std::collections::HashSet<PointId> = live.iter().map(|r| r.id).collect();
+                let points: Vec<Point> = batch
+                    .iter()
+                    .zip(vectors)
+                    .filter(|(r, _)| live.contains(&r.id))
+                    .map(|(r, vector)| {
+                        let mut payload = r.payload.clone();
+                        payload.insert(MODEL_FIELD.into(), json!(model));
+                        Point {
+                            id: r.id,
+                            vector,
+                            payload,
+                        }
+                    })
+                    .collect();
+                report.reembedded += points.len() as u64;
+                if !points.is_empty() {
+                    self.store.upsert(&self.collection, points).await?;
+                }
+            }
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        Ok(report)
+    }
+
     /// Deletes one memory. An unknown id answers [`MemoryError::UnknownMemory`].
     pub async fn forget(&self, id: u64) -> Result<()> {
+        let _writes = self.writes.lock().await;
         if !self.exists().await? {
             return Err(MemoryError::UnknownMemory(id));
         }
@@ -357,6 +479,7 @@ impl SessionMemory {
                 "refusing to forget everything: give at least a project".into(),
             ));
         }
+        let _writes = self.writes.lock().await;
         if !self.exists().await? {
             return Ok(0);
         }

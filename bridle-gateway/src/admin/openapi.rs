@@ -32,7 +32,7 @@ use super::{
         sessions::list, sessions::get_one, sessions::end, sessions::events,
         secrets::list, secrets::get_one, secrets::create, secrets::rotate, secrets::revoke,
         audit_log::query, audit_log::export, audit_log::verify,
-        memory::sessions, memory::purge_sessions, memory::patterns, memory::purge_tag,
+        memory::sessions, memory::purge_sessions, memory::reembed_sessions, memory::patterns, memory::purge_tag,
         memory::pattern_chunks,
         feeds::get_feed, feeds::run, feeds::read_guidance, feeds::queue_profile_suggestions,
         patterns::list, patterns::add_pattern, patterns::change_pattern, patterns::remove_pattern,

@@ -225,6 +225,8 @@ kinds! {
     PatternChange => "pattern_change",
     /// Memory purged.
     MemoryPurge => "memory_purge",
+    /// Session memories embedded again by the configured embedding model.
+    MemoryReembed => "memory_reembed",
     /// A vendor sourcing run.
     SourcingRun => "sourcing_run",
     /// Old entries removed by retention (the entry says how many and through which id).

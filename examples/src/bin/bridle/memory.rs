@@ -1,4 +1,5 @@
-//! `bridle memory index|refresh|search|purge`: a project's pattern examples in Bridle's memory.
+//! `bridle memory index|refresh|search|purge`: a project's pattern examples in Bridle's memory;
+//! `bridle memory reembed`: session memories embedded again after the embedding model changed.
 //!
 //! With `--url` each goes through a running gateway's admin API ([`remote`]), so the gateway
 //! indexes, searches and purges in its own memory and records each change at once; without it
@@ -58,6 +59,11 @@ pub(crate) enum MemoryCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Embed the session memories again, from their stored text, with the embedding model
+    /// configured now (after `memory.embedder` changed: until then a recall that meets a memory
+    /// of the old model is refused with `model_mismatch`). Memories the configured model
+    /// embedded are left alone (through a running gateway with --url; offline without).
+    Reembed,
     /// Remove an example's chunks from memory (through a running gateway with --url; offline
     /// without).
     Purge {
@@ -182,6 +188,11 @@ pub(crate) async fn memory(dir: &Path, command: MemoryCommand) -> Result<ExitCod
             print_hits(&hits, json)?;
             return Ok(ExitCode::SUCCESS);
         }
+        MemoryCommand::Reembed => {
+            let report = memory.session.reembed().await?;
+            print_reembedded(report.reembedded, report.unchanged);
+            return Ok(ExitCode::SUCCESS);
+        }
         MemoryCommand::Purge { project, tag } => {
             // The project must exist; the tag need not be listed any more.
             store.load(&project)?;
@@ -208,6 +219,13 @@ fn print_indexed(report: &bridle_memory::IndexReport) {
         report.files,
         report.replaced,
         report.last_indexed
+    );
+}
+
+/// What a re-embedding did, as one line (offline and through the API alike).
+fn print_reembedded(reembedded: u64, unchanged: u64) {
+    println!(
+        "embedded {reembedded} session memories again with the configured model ({unchanged} unchanged)"
     );
 }
 

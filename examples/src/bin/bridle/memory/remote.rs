@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use bridle_memory::{IndexReport, PatternHit};
 use serde_json::Value;
 
-use super::{MemoryCommand, print_hits, print_indexed};
+use super::{MemoryCommand, print_hits, print_indexed, print_reembedded};
 use crate::BoxError;
 use crate::client::{AdminClient, seg};
 
@@ -94,6 +94,14 @@ pub(crate) fn memory_remote(
                 .take(k)
                 .collect();
             print_hits(&hits, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        MemoryCommand::Reembed => {
+            let done = api.post("/memory/sessions/reembed", None)?;
+            print_reembedded(
+                done["reembedded"].as_u64().unwrap_or(0),
+                done["unchanged"].as_u64().unwrap_or(0),
+            );
             Ok(ExitCode::SUCCESS)
         }
         MemoryCommand::Purge { project, tag } => {
