@@ -325,19 +325,8 @@ async fn session_memories_of_another_model_are_embedded_again_on_request() {
         "{detail}"
     );
 
-    for (_, token) in gw.all_agent_tokens() {
-        problem(
-            gw.http
-                .post(gw.url("/memory/sessions/reembed"))
-                .bearer_auth(&token)
-                .send()
-                .await
-                .unwrap(),
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-        )
+    gw.refuses_agents(reqwest::Method::POST, "/memory/sessions/reembed")
         .await;
-    }
     let done = json_ok(
         gw.post("/memory/sessions/reembed").send().await.unwrap(),
         StatusCode::OK,

@@ -117,19 +117,8 @@ async fn sessions_are_listed_streamed_and_ended() {
     assert_eq!(audit["items"][0]["agent"], "claude");
 
     // The stream and the listing need an admin.
-    for (_, token) in gw.all_agent_tokens() {
-        problem(
-            gw.http
-                .get(gw.url("/sessions/events"))
-                .bearer_auth(&token)
-                .send()
-                .await
-                .unwrap(),
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-        )
+    gw.refuses_agents(reqwest::Method::GET, "/sessions/events")
         .await;
-    }
     problem(
         gw.http
             .get(gw.url("/sessions/events"))

@@ -73,6 +73,10 @@ fn project() -> MemoryFilter {
     MemoryFilter::project("bridle")
 }
 
+fn store_in(dir: &std::path::Path) -> Arc<dyn VectorStore> {
+    Arc::new(EmbeddedStore::open(dir.join("m.sqlite")).expect("open"))
+}
+
 async fn top(mem: &SessionMemory, query: &str) -> bridle_memory::Result<String> {
     let hits = mem
         .recall_with(query, &project(), 1, SearchMode::Vector)
@@ -83,8 +87,7 @@ async fn top(mem: &SessionMemory, query: &str) -> bridle_memory::Result<String> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_model_is_refused_until_the_memories_are_embedded_again() {
     let dir = tempfile::tempdir().expect("temp");
-    let store: Arc<dyn VectorStore> =
-        Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("open"));
+    let store = store_in(dir.path());
     let old = SessionMemory::new(store.clone(), Arc::new(HashingEmbedder::new(DIM)));
     let mut before = Vec::new();
     for t in TEXTS {
@@ -161,8 +164,7 @@ async fn a_changed_model_is_refused_until_the_memories_are_embedded_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_without_a_recorded_model_is_recalled_and_stamped_by_reembed() {
     let dir = tempfile::tempdir().expect("temp");
-    let store: Arc<dyn VectorStore> =
-        Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("open"));
+    let store = store_in(dir.path());
     let mem = SessionMemory::new(store.clone(), Arc::new(HashingEmbedder::new(DIM)));
     mem.remember(new(TEXTS[1])).await.unwrap();
     let mut payload = Payload::new();
@@ -214,8 +216,7 @@ async fn a_memory_without_a_recorded_model_is_recalled_and_stamped_by_reembed() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_forgotten_during_reembed_stays_forgotten() {
     let dir = tempfile::tempdir().expect("temp");
-    let store: Arc<dyn VectorStore> =
-        Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("open"));
+    let store = store_in(dir.path());
     let old = SessionMemory::new(store.clone(), Arc::new(HashingEmbedder::new(DIM)));
     let mut ids = Vec::new();
     for t in TEXTS {

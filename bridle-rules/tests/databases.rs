@@ -160,6 +160,18 @@ mod postgres {
         RulesStore::open_postgres(dir, AgentCatalog::builtin(), db).unwrap()
     }
 
+    /// Two stores on one database, each with its own data folder (kept alive by the first
+    /// value).
+    fn two_replicas(
+        cluster: &PgCluster,
+        name: &str,
+    ) -> ([tempfile::TempDir; 2], RulesStore, RulesStore) {
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let a = open(cluster, name, dirs[0].path());
+        let b = open(cluster, name, dirs[1].path());
+        (dirs, a, b)
+    }
+
     #[test]
     fn replicas_migrating_at_once_apply_each_step_once() {
         let cluster = PgCluster::shared();
@@ -275,10 +287,7 @@ mod postgres {
     fn every_change_of_the_stored_text_reaches_the_next_load() {
         let cluster = PgCluster::shared();
         let name = cluster.create_database();
-        let a_dir = tempfile::tempdir().unwrap();
-        let b_dir = tempfile::tempdir().unwrap();
-        let a = open(cluster, &name, a_dir.path());
-        let b = open(cluster, &name, b_dir.path());
+        let (_dirs, a, b) = two_replicas(cluster, &name);
         let mut doc = RulesDocument::new("Shop");
         doc.project.overview = "first".into();
         a.create("shop", &doc, "alice").unwrap();
@@ -326,10 +335,7 @@ mod postgres {
     fn a_change_on_one_replica_is_announced_to_the_others() {
         let cluster = PgCluster::shared();
         let name = cluster.create_database();
-        let a_dir = tempfile::tempdir().unwrap();
-        let b_dir = tempfile::tempdir().unwrap();
-        let a = open(cluster, &name, a_dir.path());
-        let b = open(cluster, &name, b_dir.path());
+        let (_dirs, a, b) = two_replicas(cluster, &name);
         let mut heard = Some(b.postgres().unwrap().listen());
         let mut doc = RulesDocument::new("Shop");
         doc.permissions.insert("claude".into(), Default::default());

@@ -120,6 +120,22 @@ impl Gw {
     }
 
     /// Every agent token in play: the demo agents' files and a fresh vault token of `bot`.
+    /// Asserts that every agent's token is refused on `method path` with 401 `unauthorized`
+    /// (admin routes take admin tokens only).
+    pub async fn refuses_agents(&self, method: reqwest::Method, path: &str) {
+        for (agent, token) in self.all_agent_tokens() {
+            let resp = self
+                .http
+                .request(method.clone(), self.url(path))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 401, "{agent}'s token on {method} {path}");
+            super::problem(resp, reqwest::StatusCode::UNAUTHORIZED, "unauthorized").await;
+        }
+    }
+
     pub fn all_agent_tokens(&self) -> Vec<(String, String)> {
         let mut v: Vec<(String, String)> = ["claude", "codex", "gemini"]
             .iter()
