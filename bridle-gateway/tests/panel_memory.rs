@@ -10,7 +10,7 @@ mod panel_support;
 use axum::http::StatusCode;
 use bridle_memory::{MemoryFilter, MemoryService};
 use panel_support::{
-    Caller, Client, Fixture, WATCHER, panel_config, signed_in, stocked_memory as stocked,
+    Caller, Client, Fixture, WATCHER, panel_config, remember, signed_in, stocked_memory as stocked,
 };
 
 async fn count(m: &MemoryService, project: &str) -> usize {
@@ -222,6 +222,90 @@ async fn session_memories_are_purged_by_filter_once_the_project_is_typed() {
         "{}",
         audit.body
     );
+}
+
+/// An embedder of another model than the stocked memories' (`constant`), same dimension.
+#[derive(Debug)]
+struct OtherModel;
+
+#[async_trait::async_trait]
+impl bridle_memory::Embedder for OtherModel {
+    fn dimension(&self) -> usize {
+        8
+    }
+    fn model(&self) -> &str {
+        "other-model"
+    }
+    async fn embed(&self, texts: &[String]) -> bridle_memory::Result<Vec<Vec<f32>>> {
+        let mut v = vec![0.0; 8];
+        v[1] = 1.0;
+        Ok(vec![v; texts.len()])
+    }
+}
+
+/// After the embedder changed, a search says why it found nothing and offers to embed the
+/// memories again (not to a watcher); once done, the search answers.
+#[tokio::test]
+async fn memories_of_another_model_are_embedded_again_from_the_page() {
+    let store = std::sync::Arc::new(bridle_memory::EmbeddedStore::open_in_memory().unwrap());
+    let old = MemoryService::with(
+        store.clone(),
+        std::sync::Arc::new(bridle_memory::ConstantEmbedder::new(8)),
+        bridle_memory::PatternIndexConfig::default(),
+    );
+    for (agent, text) in [
+        ("claude", "We use SQLite for the queue."),
+        ("codex", "Retries back off exponentially."),
+        ("codex", "Tokens are hashed before they are stored."),
+    ] {
+        remember(&old, "demo", agent, "db", text).await;
+    }
+    let memory = MemoryService::with(
+        store,
+        std::sync::Arc::new(OtherModel),
+        bridle_memory::PatternIndexConfig::default(),
+    );
+    let fixture = Fixture::with_memory(memory.clone()).await;
+    let c = signed_in(&fixture).await;
+
+    let page = c.get("/panel/memory?q=queue").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("model_mismatch"), "{}", page.body);
+    assert!(page.body.contains(r#"id="reembed-memories""#));
+    let mut watcher = Client::new(fixture.router(panel_config()));
+    watcher.login(WATCHER).await;
+    let seen = watcher.get("/panel/memory?q=queue").await;
+    assert!(seen.body.contains("model_mismatch"));
+    assert!(!seen.body.contains(r#"id="reembed-memories""#));
+    let r = watcher.post("/panel/memory/reembed", &[("x", "")]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = c
+        .post_as(
+            "/panel/memory/reembed",
+            &[("x", "")],
+            Caller::ForeignOriginOnly,
+            false,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+
+    let r = c.post("/panel/memory/reembed", &[("x", "")]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(
+        r.location(),
+        "/panel/memory?notice=memories_reembedded&id=3"
+    );
+    let after = c.get(r.location()).await;
+    assert!(
+        after
+            .body
+            .contains("3 session memories embedded again with the configured model."),
+        "{}",
+        after.body
+    );
+    let found = c.get("/panel/memory?q=queue").await;
+    assert!(!found.body.contains("model_mismatch"), "{}", found.body);
+    assert!(found.body.contains("We use SQLite"), "{}", found.body);
 }
 
 #[tokio::test]

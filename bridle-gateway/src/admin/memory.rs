@@ -263,10 +263,12 @@ pub async fn purge_sessions(
     Ok(axum::Json(Purged { removed }))
 }
 
-/// Embeds again, from their stored text, the session memories another embedding model embedded
-/// (after the gateway's `memory.embedder` changed; until then a recall that meets one answers 409
-/// `model_mismatch`). Memories the configured model embedded are left alone, so running it again
-/// does nothing. Recorded as `memory_reembed`.
+/// Embeds the session memories of another embedding model again.
+///
+/// After the gateway's `memory.embedder` changed, a search that meets a memory embedded by the
+/// old model answers 409 `model_mismatch`; this embeds those memories again from their stored
+/// text. Memories the configured model embedded are left alone, so running it again does
+/// nothing. Recorded as `memory_reembed`.
 #[utoipa::path(post, path = "/admin/api/v1/memory/sessions/reembed", tag = "memory",
     responses(
         (status = 200, body = Reembedded),

@@ -307,6 +307,28 @@ pub(crate) async fn purge_sessions(
     Ok(see_other(&panel.url(&format!("/memory?{back}"))))
 }
 
+/// What `POST /memory/sessions/reembed` answers.
+#[derive(Debug, Deserialize)]
+struct Reembedded {
+    reembedded: u64,
+}
+
+/// `POST /memory/reembed`: embeds the session memories of another embedding model again (the
+/// page offers it where a search answered `model_mismatch`).
+pub(crate) async fn reembed_sessions(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+) -> Result<Response, PanelError> {
+    let done: Reembedded = panel
+        .api
+        .post_empty(&who, "/memory/sessions/reembed")
+        .await?;
+    Ok(see_other(&panel.url(&format!(
+        "/memory?notice=memories_reembedded&id={}",
+        done.reembedded
+    ))))
+}
+
 /// `POST /memory/patterns/{tag}/purge`: removes one example's chunks, once its tag has been
 /// typed.
 pub(crate) async fn purge_tag(

@@ -111,6 +111,7 @@ pub(crate) fn routes() -> Router<Panel> {
         )
         .route("/memory", get(memory::show))
         .route("/memory/purge", post(memory::purge_sessions))
+        .route("/memory/reembed", post(memory::reembed_sessions))
         .route("/memory/patterns/{tag}/purge", post(memory::purge_tag))
         .route("/audit", get(audit::list))
         .route("/audit/verify", get(audit::verify))
@@ -235,6 +236,10 @@ impl Notice {
             "memories_purged" => match self.id.unwrap_or(0) {
                 1 => "1 session memory removed.".to_string(),
                 n => format!("{n} session memories removed."),
+            },
+            "memories_reembedded" => match self.id.unwrap_or(0) {
+                1 => "1 session memory embedded again with the configured model.".to_string(),
+                n => format!("{n} session memories embedded again with the configured model."),
             },
             "chunks_purged" => match self.id.unwrap_or(0) {
                 1 => "1 indexed chunk removed.".to_string(),
