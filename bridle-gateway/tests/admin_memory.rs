@@ -274,25 +274,6 @@ async fn memories_and_pattern_examples_are_browsed_searched_and_purged() {
     gw.stop().await;
 }
 
-/// An embedder of another model with the same dimension as [`ConstantEmbedder`] (8).
-#[derive(Debug)]
-struct OtherModel;
-
-#[async_trait::async_trait]
-impl bridle_memory::Embedder for OtherModel {
-    fn dimension(&self) -> usize {
-        8
-    }
-    fn model(&self) -> &str {
-        "other-model"
-    }
-    async fn embed(&self, texts: &[String]) -> bridle_memory::Result<Vec<Vec<f32>>> {
-        let mut v = vec![0.0; 8];
-        v[1] = 1.0;
-        Ok(vec![v; texts.len()])
-    }
-}
-
 /// After the embedder changed, a search of session memories answers 409 `model_mismatch`
 /// naming the remedy; `POST /memory/sessions/reembed` embeds them again (once: a second run
 /// changes nothing), is recorded as `memory_reembed`, and the search works again. Agents may
@@ -307,7 +288,11 @@ async fn session_memories_of_another_model_are_embedded_again_on_request() {
     );
     remember(&old, "demo", "claude", "We use SQLite for the queue.").await;
     remember(&old, "demo", "claude", "Retries back off exponentially.").await;
-    let current = MemoryService::with(store, Arc::new(OtherModel), PatternIndexConfig::default());
+    let current = MemoryService::with(
+        store,
+        Arc::new(ConstantEmbedder::new(8).named("other-model")),
+        PatternIndexConfig::default(),
+    );
     let gw = Gw::start_with(move |b| b.memory(current)).await;
 
     let refused = problem(

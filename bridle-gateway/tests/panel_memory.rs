@@ -224,25 +224,6 @@ async fn session_memories_are_purged_by_filter_once_the_project_is_typed() {
     );
 }
 
-/// An embedder of another model than the stocked memories' (`constant`), same dimension.
-#[derive(Debug)]
-struct OtherModel;
-
-#[async_trait::async_trait]
-impl bridle_memory::Embedder for OtherModel {
-    fn dimension(&self) -> usize {
-        8
-    }
-    fn model(&self) -> &str {
-        "other-model"
-    }
-    async fn embed(&self, texts: &[String]) -> bridle_memory::Result<Vec<Vec<f32>>> {
-        let mut v = vec![0.0; 8];
-        v[1] = 1.0;
-        Ok(vec![v; texts.len()])
-    }
-}
-
 /// After the embedder changed, a search says why it found nothing and offers to embed the
 /// memories again (not to a watcher); once done, the search answers.
 #[tokio::test]
@@ -262,7 +243,7 @@ async fn memories_of_another_model_are_embedded_again_from_the_page() {
     }
     let memory = MemoryService::with(
         store,
-        std::sync::Arc::new(OtherModel),
+        std::sync::Arc::new(bridle_memory::ConstantEmbedder::new(8).named("other-model")),
         bridle_memory::PatternIndexConfig::default(),
     );
     let fixture = Fixture::with_memory(memory.clone()).await;

@@ -106,14 +106,29 @@ pub(crate) fn check_vectors(dimension: usize, inputs: usize, vectors: &[Vec<f32>
 #[derive(Debug, Clone)]
 pub struct ConstantEmbedder {
     dimension: usize,
+    model: String,
 }
 
 impl ConstantEmbedder {
-    /// A constant embedder of this dimension (at least 1).
+    /// A constant embedder of this dimension (at least 1), whose model is named `constant`.
     pub fn new(dimension: usize) -> Self {
         Self {
             dimension: dimension.max(1),
+            model: "constant".to_owned(),
         }
+    }
+
+    /// The same embedder under another model name: what a store sees after the configured
+    /// model changed (for tests of the model check).
+    ///
+    /// ```
+    /// use bridle_memory::{ConstantEmbedder, Embedder};
+    ///
+    /// assert_eq!(ConstantEmbedder::new(8).named("other").model(), "other");
+    /// ```
+    pub fn named(mut self, model: impl Into<String>) -> Self {
+        self.model = model.into();
+        self
     }
 }
 
@@ -124,7 +139,7 @@ impl Embedder for ConstantEmbedder {
     }
 
     fn model(&self) -> &str {
-        "constant"
+        &self.model
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
