@@ -352,6 +352,81 @@ async fn session_memories_of_another_model_are_embedded_again_on_request() {
     gw.stop().await;
 }
 
+/// A model of the same dimension whose second request fails (a server gone for a moment).
+#[derive(Debug, Default)]
+struct FlakyModel(std::sync::atomic::AtomicUsize);
+
+#[async_trait::async_trait]
+impl bridle_memory::Embedder for FlakyModel {
+    fn dimension(&self) -> usize {
+        8
+    }
+    fn model(&self) -> &str {
+        "flaky-model"
+    }
+    async fn embed(&self, texts: &[String]) -> bridle_memory::Result<Vec<Vec<f32>>> {
+        if self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            return Err(bridle_memory::MemoryError::EmbedderUnavailable {
+                endpoint: "http://127.0.0.1:1/v1".into(),
+                reason: "connection refused".into(),
+            });
+        }
+        let mut v = vec![0.0; 8];
+        v[2] = 1.0;
+        Ok(vec![v; texts.len()])
+    }
+}
+
+/// A re-embedding that fails part-way keeps what it did, answers the error, and is audited with
+/// the error and what it did before it; running it again finishes the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reembed_that_fails_part_way_is_audited_and_resumes() {
+    let store: Arc<EmbeddedStore> = Arc::new(EmbeddedStore::open_in_memory().unwrap());
+    let old = MemoryService::with(
+        store.clone(),
+        Arc::new(ConstantEmbedder::new(8)),
+        PatternIndexConfig::default(),
+    );
+    // More than one batch (32 memories a request).
+    for i in 0..40 {
+        remember(&old, "demo", "claude", &format!("decision number {i}")).await;
+    }
+    let current = MemoryService::with(
+        store,
+        Arc::new(FlakyModel::default()),
+        PatternIndexConfig::default(),
+    );
+    let gw = Gw::start_with(move |b| b.memory(current)).await;
+    problem(
+        gw.post("/memory/sessions/reembed").send().await.unwrap(),
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+    )
+    .await;
+    let audit = json_ok(
+        gw.get("/audit?kind=memory_reembed").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let entries = audit["items"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["outcome"]["status"], "error");
+    assert_eq!(entries[0]["outcome"]["code"], "embedder_unavailable");
+    assert!(
+        entries[0]["detail"].as_str().unwrap().contains(
+            "embedded 32 session memories again with the configured model before it failed"
+        ),
+        "{entries:?}"
+    );
+    let done = json_ok(
+        gw.post("/memory/sessions/reembed").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(done, json!({"reembedded": 8, "unchanged": 32}));
+    gw.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_memory_the_resource_says_so() {
     let gw = Gw::start().await;

@@ -388,8 +388,16 @@ impl SessionMemory {
     /// collection's dimension (the store refuses another).
     pub async fn reembed(&self) -> Result<ReembedReport> {
         let mut report = ReembedReport::default();
+        self.reembed_into(&mut report).await?;
+        Ok(report)
+    }
+
+    /// [`SessionMemory::reembed`], counting into `report` as it goes: after an error (the
+    /// embedder or the store failed part-way), `report` says what was done before it, which
+    /// stays done.
+    pub async fn reembed_into(&self, report: &mut ReembedReport) -> Result<()> {
         if !self.exists().await? {
-            return Ok(report);
+            return Ok(());
         }
         let model = self.embedder.model().to_string();
         let mut after = None;
@@ -449,7 +457,7 @@ impl SessionMemory {
                 None => break,
             }
         }
-        Ok(report)
+        Ok(())
     }
 
     /// Deletes one memory. An unknown id answers [`MemoryError::UnknownMemory`].

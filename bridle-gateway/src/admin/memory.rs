@@ -25,7 +25,7 @@ use super::error::{ApiError, ProblemDetails};
 use super::page::{ApiJson, ApiPath, ApiQuery, DEFAULT_LIMIT, decode_cursor, encode_cursor};
 use super::patterns::{unknown_example, unknown_pattern};
 use super::{AdminState, blocking, path, record};
-use crate::audit::Kind;
+use crate::audit::{Kind, Outcome};
 use crate::memory::runs::redact_url;
 
 pub(crate) fn routes() -> Router<AdminState> {
@@ -171,6 +171,7 @@ fn to_value<T: Serialize>(v: &T) -> serde_json::Value {
         (status = 200, body = MemoryPage),
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`model_mismatch`: a search met memories of another embedding model (`POST /memory/sessions/reembed`)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, description = "no memory service", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
@@ -282,22 +283,30 @@ pub async fn reembed_sessions(
     admin: AdminActor,
 ) -> Result<axum::Json<Reembedded>, ApiError> {
     let memory = memory_of(&s)?;
-    let report = memory.session.reembed().await?;
+    let mut report = bridle_memory::ReembedReport::default();
+    let outcome = memory.session.reembed_into(&mut report).await;
     tracing::info!(
         reembedded = report.reembedded,
         unchanged = report.unchanged,
+        failed = outcome.as_ref().err().map(|e| e.code()),
         admin = %admin.identity.name,
         "session memories embedded again through the admin API"
     );
-    let entry = admin
-        .entry(Kind::MemoryReembed)
-        .subject("session memories")
-        .detail(format!(
+    let mut entry = admin.entry(Kind::MemoryReembed).subject("session memories");
+    // A run that failed part-way changed what it did before the failure: recorded too.
+    entry = match &outcome {
+        Ok(()) => entry.detail(format!(
             "embedded {} session memories again with the configured model ({} unchanged)",
             report.reembedded, report.unchanged
-        ));
+        )),
+        Err(e) => entry.outcome(Outcome::error(e.code())).detail(format!(
+            "embedded {} session memories again with the configured model before it failed",
+            report.reembedded
+        )),
+    };
     let ctx = s.ctx.clone();
     super::blocking(move || record(&ctx, entry, "the re-embedding")).await?;
+    outcome?;
     Ok(axum::Json(Reembedded {
         reembedded: report.reembedded,
         unchanged: report.unchanged,
