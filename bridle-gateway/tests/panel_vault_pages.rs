@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on any unexpected error.
 
+#[path = "common/audit_fault.rs"]
+mod audit_fault;
 mod panel_support;
 
 use axum::http::StatusCode;
@@ -429,4 +431,57 @@ async fn an_agent_is_created_with_its_token_shown_once_and_changed() {
         )
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn a_change_the_audit_log_cannot_record_is_shown_as_made() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    audit_fault::break_audit(fixture.tmp.path());
+
+    // The token is shown (it cannot be shown again), with the warning beside it.
+    let r = c.post("/panel/agents/bot/token", &[]).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let token = input_value(&r.body, "token-value");
+    assert!(r.body.contains(r#"id="token-warning""#), "{}", r.body);
+    assert!(
+        r.body
+            .contains("the token was made, but the audit log could not record it"),
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        fixture
+            .gateway
+            .vault()
+            .agent_for_token(&token)
+            .unwrap()
+            .map(|m| m.agent)
+            .as_deref(),
+        Some("bot")
+    );
+
+    // Any other change: the error page says it was made, without the value.
+    let r = c
+        .post(
+            "/panel/secrets",
+            &[("name", "gitea.token"), ("value", CANARY)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", r.body);
+    assert!(
+        r.body.contains(r#"data-code="audit_unavailable""#),
+        "{}",
+        r.body
+    );
+    assert!(r.body.contains("the secret was made"), "{}", r.body);
+    assert!(!r.body.contains(CANARY));
+    let detail = c.get("/panel/secrets/gitea.token").await;
+    assert_eq!(detail.status, StatusCode::OK, "{}", detail.body);
+
+    // Repaired, the token page has no warning.
+    audit_fault::repair_audit(fixture.tmp.path());
+    let r = c.post("/panel/agents/bot/token", &[]).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(!r.body.contains("token-warning"));
 }

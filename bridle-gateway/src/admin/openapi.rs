@@ -41,7 +41,7 @@ use super::{
         index_runs::run_status, index_runs::run_events,
     ),
     components(schemas(ProblemDetails, FieldError)),
-    modifiers(&AdminTokenScheme),
+    modifiers(&AdminTokenScheme, &AuditUnavailable),
     tags(
         (name = "projects", description = "Rules documents: read, replace, render, diff, history"),
         (name = "queue", description = "The review queue of proposed changes"),
@@ -75,6 +75,69 @@ impl utoipa::Modify for AdminTokenScheme {
     }
 }
 
+/// Every change an admin makes is recorded in the audit log right after it is committed; when
+/// the entry cannot be written the change stands and the answer is 500 `audit_unavailable`,
+/// naming it as made. This adds that answer to every operation that changes something, but
+/// those that hand out a token (which warn in their answer instead, since the token cannot be
+/// shown again), start a background run (its outcome is recorded when it ends) or only queue a
+/// vendor's proposals (whose entries are logged when they cannot be written).
+struct AuditUnavailable;
+
+/// The changing operations that never answer `audit_unavailable` (see [`AuditUnavailable`]).
+const NOT_AUDIT_FAILING: &[&str] = &[
+    "POST /admin/api/v1/agents",
+    "POST /admin/api/v1/agents/{name}/token",
+    "POST /admin/api/v1/agents/{name}/rotate",
+    "POST /admin/api/v1/projects/{project}/patterns/{pattern}/examples/{tag}/index-runs",
+    "POST /admin/api/v1/vendor-feed/run",
+    "POST /admin/api/v1/projects/{project}/vendor-guidance",
+    "POST /admin/api/v1/projects/{project}/profile-suggestions",
+];
+
+/// What the added 500 answer says.
+const AUDIT_UNAVAILABLE: &str = "`audit_unavailable`: the change was made, but the audit log could not record it (see the gateway's log)";
+
+impl utoipa::Modify for AuditUnavailable {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+        for (path, item) in &mut openapi.paths.paths {
+            let ops = [
+                ("POST", item.post.as_mut()),
+                ("PUT", item.put.as_mut()),
+                ("PATCH", item.patch.as_mut()),
+                ("DELETE", item.delete.as_mut()),
+            ];
+            for (method, op) in ops {
+                let Some(op) = op else { continue };
+                if NOT_AUDIT_FAILING.contains(&format!("{method} {path}").as_str()) {
+                    continue;
+                }
+                match op.responses.responses.get_mut("500") {
+                    // An operation that documents a 500 of its own gets this one beside it.
+                    Some(RefOr::T(r)) => {
+                        r.description = format!("{}; or {AUDIT_UNAVAILABLE}", r.description);
+                    }
+                    Some(RefOr::Ref(_)) => {}
+                    None => {
+                        let problem = ContentBuilder::new()
+                            .schema(Some(Ref::from_schema_name("ProblemDetails")))
+                            .build();
+                        op.responses.responses.insert(
+                            "500".into(),
+                            RefOr::T(
+                                ResponseBuilder::new()
+                                    .description(AUDIT_UNAVAILABLE)
+                                    .content("application/problem+json", problem)
+                                    .build(),
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The document as JSON.
 pub fn document() -> serde_json::Value {
     // The generated document is plain data; encoding it cannot fail.
@@ -83,4 +146,53 @@ pub fn document() -> serde_json::Value {
 
 pub(crate) async fn serve_document() -> impl IntoResponse {
     axum::Json(document())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_exception_names_an_operation_and_every_other_change_may_be_unrecorded() {
+        let doc = document();
+        let paths = doc["paths"].as_object().expect("paths");
+        for exception in NOT_AUDIT_FAILING {
+            let (method, path) = exception.split_once(' ').expect("METHOD path");
+            let op = &paths[path][method.to_lowercase()];
+            assert!(op.is_object(), "{exception} is not in the document");
+            assert!(op["responses"].get("500").is_none(), "{exception}");
+        }
+        let mut changing = 0;
+        for (path, item) in paths {
+            for method in ["post", "put", "patch", "delete"] {
+                let Some(op) = item.get(method) else { continue };
+                let named = format!("{} {path}", method.to_uppercase());
+                if NOT_AUDIT_FAILING.contains(&named.as_str()) {
+                    continue;
+                }
+                changing += 1;
+                let answer = &op["responses"]["500"];
+                assert!(
+                    answer["description"]
+                        .as_str()
+                        .is_some_and(|d| d.contains("audit_unavailable")),
+                    "{named}: {answer}"
+                );
+                assert_eq!(
+                    answer["content"]["application/problem+json"]["schema"]["$ref"],
+                    "#/components/schemas/ProblemDetails",
+                    "{named}"
+                );
+            }
+        }
+        assert!(changing > 20, "{changing} changing operations");
+        // An operation's own 500 is kept beside it.
+        let reembed = &paths["/admin/api/v1/memory/sessions/reembed"]["post"]["responses"]["500"];
+        assert!(
+            reembed["description"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("the embedder or the store failed")),
+            "{reembed}"
+        );
+    }
 }

@@ -63,6 +63,9 @@ struct IssuedToken {
     agent: String,
     version: u64,
     token: String,
+    /// Set when the audit log could not record the issue: shown beside the token.
+    #[serde(default)]
+    warning: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -298,6 +301,7 @@ fn token_page(
             agent => issued.agent,
             version => issued.version,
             token => issued.token,
+            warning => issued.warning,
             what => what,
             mcp_url => mcp_url,
             mcp_url_known => panel.config.mcp_url.is_some(),
