@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use crate::chunk::{ChunkConfig, Language, chunk_file};
 use crate::embed::{Embedder, fit_input};
 use crate::error::{MemoryError, Result};
-use crate::repo::{FileRules, collect_files, fetch, redact_url};
+use crate::repo::{FileRules, fetch, redact_url, source_files};
 use crate::store::{CollectionConfig, Condition, Filter, Payload, Point, VectorStore};
 use crate::time::{rfc3339, stable_id, unix_now};
 
@@ -369,15 +369,16 @@ impl PatternIndex {
         chunking.max_tokens = chunking.max_tokens.min(self.embedder.max_input_tokens());
         let embedder = Arc::clone(&self.embedder);
         let (files, chunks) = tokio::task::spawn_blocking(move || -> Result<_> {
-            let files = collect_files(&root, &rules)?;
+            // One file's text at a time: what stays is its chunks.
             let count = |t: &str| embedder.count_tokens(t);
-            let mut chunks = Vec::new();
-            for f in &files {
+            let (mut files, mut chunks) = (0, Vec::new());
+            for f in source_files(&root, &rules)? {
+                files += 1;
                 for c in chunk_file(&f.path, &f.text, &chunking, &count) {
                     chunks.push((f.path.clone(), c));
                 }
             }
-            Ok((files.len(), chunks))
+            Ok((files, chunks))
         })
         .await
         .map_err(|e| MemoryError::Store(format!("the chunking worker stopped: {e}")))??;

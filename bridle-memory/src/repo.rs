@@ -222,7 +222,7 @@ pub struct SourceFile {
     pub text: String,
 }
 
-/// Limits of [`collect_files`].
+/// Limits of [`source_files`] and [`collect_files`].
 #[derive(Debug, Clone)]
 pub struct FileRules {
     /// Files larger than this are skipped.
@@ -332,15 +332,24 @@ fn looks_generated(text: &str) -> bool {
     })
 }
 
-/// Walks `root` and returns the indexable files, sorted by path.
+/// Walks `root` and returns the indexable files, sorted by path: [`source_files`], collected.
+/// Every file's text is in memory at once; to index a large tree, iterate [`source_files`]
+/// instead, which holds one file at a time.
+pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> {
+    Ok(source_files(root, rules)?.collect())
+}
+
+/// Walks `root` and yields its indexable files in path order, each read only when the
+/// iterator reaches it, so a walk holds one file's text at a time whatever the tree's size.
 ///
 /// The walk is the `ignore` crate's (ripgrep's): `.gitignore` files (also outside a git
 /// checkout, so a copied tree keeps its rules), `.git/info/exclude`, the user's global git
 /// excludes and `.ignore` files are honoured, hidden files and folders are skipped unless
 /// [`FileRules::hidden`] says otherwise, and symlinks are not followed (they may leave the
 /// repository or loop). The folder, name, size, binary and generated-file rules above apply on
-/// top.
-pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> {
+/// top, and at most [`FileRules::max_files`] files are yielded. A file that cannot be read
+/// when its turn comes (removed or changed since the walk) is skipped.
+pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
     if !root.is_dir() {
         return Err(MemoryError::RepoUnavailable {
             source_repo: root.display().to_string(),
@@ -365,7 +374,7 @@ pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> 
                 && SKIP_DIRS.contains(&e.file_name().to_string_lossy().as_ref()))
         })
         .build();
-    let mut out = Vec::new();
+    let mut found = Vec::new();
     for entry in walker {
         let entry = match entry {
             Ok(e) => e,
@@ -382,38 +391,71 @@ pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> 
         if !wanted_name(&name) {
             continue;
         }
-        let path = entry.path();
         let Ok(meta) = entry.metadata() else { continue };
         if meta.len() > rules.max_file_bytes || meta.len() == 0 {
             continue;
         }
-        let Ok(bytes) = std::fs::read(path) else {
-            continue;
-        };
-        if bytes.iter().take(8000).any(|b| *b == 0) {
-            continue;
-        }
-        let Ok(text) = String::from_utf8(bytes) else {
-            continue;
-        };
-        if looks_generated(&text) || text.trim().is_empty() {
-            continue;
-        }
+        let path = entry.into_path();
         let rel = path
             .strip_prefix(root)
-            .unwrap_or(path)
+            .unwrap_or(&path)
             .components()
             .map(|c| c.as_os_str().to_string_lossy())
             .collect::<Vec<_>>()
             .join("/");
-        out.push(SourceFile { path: rel, text });
-        if out.len() >= rules.max_files {
-            tracing::warn!(root = %root.display(), max = rules.max_files, "file limit reached; the rest is not indexed");
-            break;
-        }
+        found.push((rel, path));
     }
-    out.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(out)
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(SourceFiles {
+        found: found.into_iter(),
+        max_file_bytes: rules.max_file_bytes,
+        left: rules.max_files,
+        root: root.to_path_buf(),
+    })
+}
+
+/// The indexable files of a tree, read one at a time (see [`source_files`]).
+#[derive(Debug)]
+pub struct SourceFiles {
+    /// The candidates the walk found (relative path, full path), in path order.
+    found: std::vec::IntoIter<(String, PathBuf)>,
+    max_file_bytes: u64,
+    /// How many more files may be yielded.
+    left: usize,
+    root: PathBuf,
+}
+
+impl Iterator for SourceFiles {
+    type Item = SourceFile;
+
+    fn next(&mut self) -> Option<SourceFile> {
+        while self.left > 0 {
+            let (rel, path) = self.found.next()?;
+            if let Some(text) = indexable_text(&path, self.max_file_bytes) {
+                self.left -= 1;
+                if self.left == 0 && self.found.len() > 0 {
+                    tracing::warn!(root = %self.root.display(), "file limit reached; the rest is not indexed");
+                }
+                return Some(SourceFile { path: rel, text });
+            }
+        }
+        None
+    }
+}
+
+/// A candidate's text, when it is indexable: not over the size limit (it may have grown since
+/// the walk), not binary (a NUL byte near the start, or not UTF-8), not generated, not blank.
+fn indexable_text(path: &Path, max_file_bytes: u64) -> Option<String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).ok()?;
+    let mut bytes = Vec::new();
+    // One byte over the limit tells a file that grew past it.
+    file.take(max_file_bytes + 1).read_to_end(&mut bytes).ok()?;
+    if bytes.len() as u64 > max_file_bytes || bytes.iter().take(8000).any(|b| *b == 0) {
+        return None;
+    }
+    let text = String::from_utf8(bytes).ok()?;
+    (!looks_generated(&text) && !text.trim().is_empty()).then_some(text)
 }
 
 #[cfg(test)]
@@ -461,6 +503,59 @@ mod tests {
         let shown = format!("{err} {err:?}");
         assert!(!shown.contains("s3cret-token"), "{shown}");
         assert!(shown.contains("127.0.0.1:9"), "{shown}");
+    }
+
+    #[test]
+    fn files_are_read_one_at_a_time_in_path_order_and_a_change_after_the_walk_counts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |rel: &str, text: &str| {
+            let p = dir.path().join(rel);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(p, text).expect("write");
+        };
+        write("b/lib.rs", "fn b() {}\n");
+        write("a-z.rs", "fn az() {}\n");
+        write("a/main.rs", "fn main() {}\n");
+        write("c.rs", "fn c() {}\n");
+        write("d.rs", "fn d() {}\n");
+        write("e.rs", "fn e() {}\n");
+        let rules = FileRules {
+            max_file_bytes: 64,
+            ..FileRules::default()
+        };
+        let all = collect_files(dir.path(), &rules).expect("walk");
+        let paths: Vec<&str> = all.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["a-z.rs", "a/main.rs", "b/lib.rs", "c.rs", "d.rs", "e.rs"]
+        );
+        assert_eq!(all[1].text, "fn main() {}\n");
+
+        // Nothing is read before the iterator reaches it: a file removed, grown past the
+        // limit or made binary after the walk is skipped, one rewritten is read as it is now.
+        let mut files = source_files(dir.path(), &rules).expect("walk");
+        let first = files.next().expect("a first file");
+        assert_eq!(first.path, "a-z.rs");
+        std::fs::remove_file(dir.path().join("a/main.rs")).expect("remove");
+        write("b/lib.rs", &"x".repeat(65));
+        write("c.rs", "fn c() {}\0\n");
+        write("d.rs", "fn rewritten() {}\n");
+        let rest: Vec<SourceFile> = files.collect();
+        let paths: Vec<&str> = rest.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["d.rs", "e.rs"]);
+        assert_eq!(rest[0].text, "fn rewritten() {}\n");
+
+        // The limit counts files yielded, in path order.
+        let two = FileRules {
+            max_files: 2,
+            ..rules
+        };
+        let paths: Vec<String> = source_files(dir.path(), &two)
+            .expect("walk")
+            .map(|f| f.path)
+            .collect();
+        assert_eq!(paths, ["a-z.rs", "d.rs"]);
+        assert!(source_files(&dir.path().join("missing"), &two).is_err());
     }
 
     #[test]
