@@ -22,7 +22,9 @@
 //! `BRIDLE_RETRIEVAL_SHOW_HELD_OUT` is set. `BRIDLE_RETRIEVAL_SWEEP` scores other embedded
 //! texts, keyword texts and fusion settings over the pipeline's chunks; with
 //! `BRIDLE_RETRIEVAL_GENERATE_URL` (an OpenAI-compatible server's `/v1`) it also asks that model
-//! for a description of each chunk and scores those ([`generated_texts`]). With
+//! for a description of each chunk and scores those ([`generated_texts`]), and with
+//! `BRIDLE_RETRIEVAL_HYDE_URL` for the code that would answer each question, whose vector and
+//! words join the question's ([`hypothetical_answers`]). With
 //! `BRIDLE_RETRIEVAL_EMBED_URL` every vector comes from another embedding model, served over
 //! HTTP, instead ([`QueryPassage`]).
 //!
@@ -919,7 +921,12 @@ async fn sweep(
     let texts: Vec<String> = qs.iter().map(|q| q.text.clone()).collect();
     let qv = &embedder.embed(&texts).await.expect("embed questions");
     let slot = &slot;
-    let field = |p: &Payload, k: &str| p[k].as_str().unwrap_or_default().to_string();
+    let field = |p: &Payload, k: &str| {
+        p.get(k)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
     let split_words = |s: &str| {
         // identifiers into plain words, unstemmed
         let mut out = String::new();
@@ -945,10 +952,10 @@ async fn sweep(
         out
     };
     let mut vector_rankings: Vec<(&str, Rankings)> = Vec::new();
-    // Every chunk's cosine to each question, in a collection holding some chunks' vectors.
-    let all_scores = |coll: String| async move {
+    // Every chunk's cosine to each query vector, in a collection holding some chunks' vectors.
+    let scores_with = |coll: String, vectors: Vec<Vec<f32>>| async move {
         let mut out = Vec::new();
-        for v in qv {
+        for v in &vectors {
             let hits = store
                 .search(&coll, v, None, records.len())
                 .await
@@ -961,6 +968,8 @@ async fn sweep(
         }
         out
     };
+    // The same, for the questions' own vectors.
+    let all_scores = |coll: String| scores_with(coll, qv.clone());
     // `texts[j]` embedded as chunk `with[j]`'s vector in a new collection `coll`, then scored.
     let embed_scores = |coll: String, texts: Vec<String>, with: Vec<usize>| async move {
         let vectors = embedder.embed(&texts).await.expect("embed");
@@ -1076,6 +1085,50 @@ async fn sweep(
             by(&|q, i| together[q].get(&i).copied().unwrap_or(-1.0)),
         ));
     }
+    // Round 8: the code a generating model guesses answers each question (a hypothetical
+    // document), with `BRIDLE_RETRIEVAL_HYDE_URL` set: its vector ranked alone, summed with the
+    // question's, and the better of the two cosines; its words also join BM25's query (below).
+    let language = {
+        let mut counts: std::collections::HashMap<String, usize> = Default::default();
+        for p in &payloads {
+            *counts.entry(field(p, "language")).or_default() += 1;
+        }
+        counts
+            .into_iter()
+            .filter(|(l, _)| !l.is_empty() && l != "markdown")
+            .max_by_key(|(_, n)| *n)
+            .map(|(l, _)| l)
+            .unwrap_or_default()
+    };
+    let hypotheses = hypothetical_answers(qs, &language).await;
+    if let Some(h) = &hypotheses {
+        let texts: Vec<String> = h
+            .iter()
+            .map(|t| bridle_memory::fit_input(embedder, t))
+            .collect();
+        let hv = embedder.embed(&texts).await.expect("embed hypotheses");
+        let mixed: Vec<Vec<f32>> = qv
+            .iter()
+            .zip(&hv)
+            .map(|(a, b)| {
+                let mut v: Vec<f32> = a.iter().zip(b).map(|(x, y)| x + y).collect();
+                bridle_memory::store::normalize(&mut v);
+                v
+            })
+            .collect();
+        let alone = scores_with(collection.to_string(), hv).await;
+        let summed = scores_with(collection.to_string(), mixed).await;
+        let hs = |q: usize, i: usize| alone[q].get(&i).copied().unwrap_or(-1.0);
+        vector_rankings.push(("hypothesis", by(&hs)));
+        vector_rankings.push((
+            "question+hypothesis vectors summed",
+            by(&|q, i| summed[q].get(&i).copied().unwrap_or(-1.0)),
+        ));
+        vector_rankings.push((
+            "max(question, hypothesis)",
+            by(&|q, i| c(q, i).max(hs(q, i))),
+        ));
+    }
     let variants: TextsOf<'_> = vec![
         (
             "path+names+text",
@@ -1181,6 +1234,22 @@ async fn sweep(
                 .map(|q| {
                     index
                         .search(&q.text, |_| true, records.len())
+                        .into_iter()
+                        .map(|(i, _)| i)
+                        .collect()
+                })
+                .collect(),
+        ));
+    }
+    if let Some(h) = &hypotheses {
+        let index = Bm25Index::build(kw_docs[0].1.iter().map(String::as_str));
+        kw_rankings.push((
+            "keyword_text, question + hypothesis",
+            qs.iter()
+                .zip(h)
+                .map(|(q, h)| {
+                    index
+                        .search(&format!("{}\n{h}", q.text), |_| true, records.len())
                         .into_iter()
                         .map(|(i, _)| i)
                         .collect()
@@ -1323,38 +1392,102 @@ const DESCRIBE: &str = "Describe what the given code does in at most two short s
 code search index: say what it is for and what it works on, in plain words. Do not explain it \
 line by line.";
 
+/// A generating model behind an OpenAI-compatible server, asked at temperature 0, its answers
+/// cached in a JSON file keyed by the instruction and the prompt, so a second run asks nothing.
+struct Generator {
+    provider: kberg_providers::openai::OpenAiProvider,
+    cache: serde_json::Map<String, serde_json::Value>,
+    cache_path: PathBuf,
+    asked: usize,
+    started: std::time::Instant,
+}
+
+impl Generator {
+    /// The model at `url` (a base URL ending in `/v1`); `BRIDLE_RETRIEVAL_GENERATE_MODEL` names
+    /// it (`qwen` by default). `cache_var` names the variable that may set the cache file, by
+    /// default `bridle-retrieval-{what}-{model}.json` in the temporary folder.
+    fn new(url: String, what: &str, cache_var: &str) -> Self {
+        use kberg_providers::HttpOptions;
+        use kberg_providers::openai::{OpenAiConfig, OpenAiProvider};
+        let model =
+            std::env::var("BRIDLE_RETRIEVAL_GENERATE_MODEL").unwrap_or_else(|_| "qwen".to_string());
+        let cache_path = std::env::var_os(cache_var)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("bridle-retrieval-{what}-{model}.json"))
+            });
+        let cache = std::fs::read(&cache_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let provider = OpenAiProvider::new(
+            OpenAiConfig::new(model)
+                .base_url(url)
+                .http(HttpOptions::local_cpu()),
+        );
+        Self {
+            provider,
+            cache,
+            cache_path,
+            asked: 0,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// The model's answer to `prompt` under the instruction `system`, at most `max_tokens`.
+    async fn ask(&mut self, system: &str, prompt: String, max_tokens: u32) -> String {
+        use kberg_agent::{
+            CancellationToken, ChatOptions, ChatRequest, InferenceProvider, Message,
+        };
+        let key = format!("{system}\n\n{prompt}");
+        if let Some(text) = self.cache.get(&key).and_then(|v| v.as_str()) {
+            return text.to_string();
+        }
+        let request = ChatRequest {
+            messages: vec![Message::system(system), Message::user(prompt)],
+            tools: Vec::new(),
+            options: ChatOptions {
+                temperature: Some(0.0),
+                max_tokens: Some(max_tokens),
+                seed: Some(0),
+                ..Default::default()
+            },
+        };
+        let answer = self
+            .provider
+            .chat(&request, &CancellationToken::new())
+            .await
+            .expect("the generating model answers");
+        let text = answer.text.trim().to_string();
+        self.asked += 1;
+        if self.asked.is_multiple_of(20) {
+            eprintln!(
+                "generated {} answers in {} s",
+                self.asked,
+                self.started.elapsed().as_secs()
+            );
+        }
+        self.cache
+            .insert(key, serde_json::Value::String(text.clone()));
+        std::fs::write(
+            &self.cache_path,
+            serde_json::to_vec(&self.cache).expect("a JSON map serialises"),
+        )
+        .expect("write the generated answers' cache");
+        text
+    }
+}
+
 /// With `BRIDLE_RETRIEVAL_GENERATE_URL` set (an OpenAI-compatible base URL ending in `/v1`;
 /// `BRIDLE_RETRIEVAL_GENERATE_MODEL` names the model, `qwen` by default): for each chunk of
 /// code (not prose sections or windows) a description written by that model at temperature 0,
-/// or `None` when the variable is unset. Answers are cached in a JSON file
-/// (`BRIDLE_RETRIEVAL_GENERATED`, by default in the temporary folder, one per model) keyed by the
-/// instruction and the chunk, so a second run asks nothing.
+/// or `None` when the variable is unset. Answers are cached (`BRIDLE_RETRIEVAL_GENERATED`, by
+/// default in the temporary folder, one file per model).
 async fn generated_texts(payloads: &[&Payload]) -> Option<Vec<Option<String>>> {
-    use kberg_agent::{CancellationToken, ChatOptions, ChatRequest, InferenceProvider, Message};
-    use kberg_providers::HttpOptions;
-    use kberg_providers::openai::{OpenAiConfig, OpenAiProvider};
-
     let url = std::env::var("BRIDLE_RETRIEVAL_GENERATE_URL").ok()?;
-    let model =
-        std::env::var("BRIDLE_RETRIEVAL_GENERATE_MODEL").unwrap_or_else(|_| "qwen".to_string());
-    let cache_path = std::env::var_os("BRIDLE_RETRIEVAL_GENERATED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            std::env::temp_dir().join(format!("bridle-retrieval-generated-{model}.json"))
-        });
-    let mut cache: serde_json::Map<String, serde_json::Value> = std::fs::read(&cache_path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
-    let provider = OpenAiProvider::new(
-        OpenAiConfig::new(model)
-            .base_url(url)
-            .http(HttpOptions::local_cpu()),
-    );
-    let cancel = CancellationToken::new();
+    let mut model = Generator::new(url, "generated", "BRIDLE_RETRIEVAL_GENERATED");
     let field = |p: &Payload, k: &str| p[k].as_str().unwrap_or_default().to_string();
     let mut out = Vec::with_capacity(payloads.len());
-    let (mut asked, started) = (0usize, std::time::Instant::now());
     for p in payloads {
         let ty = field(p, "chunk_type");
         if ty == "section" || ty == "window" {
@@ -1367,45 +1500,40 @@ async fn generated_texts(payloads: &[&Payload]) -> Option<Vec<Option<String>>> {
             field(p, "context"),
             field(p, "text")
         );
-        let key = format!("{DESCRIBE}\n\n{prompt}");
-        if let Some(text) = cache.get(&key).and_then(|v| v.as_str()) {
-            out.push(Some(text.to_string()));
-            continue;
-        }
-        let request = ChatRequest {
-            messages: vec![Message::system(DESCRIBE), Message::user(prompt)],
-            tools: Vec::new(),
-            options: ChatOptions {
-                temperature: Some(0.0),
-                max_tokens: Some(64),
-                seed: Some(0),
-                ..Default::default()
-            },
-        };
-        let answer = provider
-            .chat(&request, &cancel)
-            .await
-            .expect("the generating model answers");
-        let text = answer.text.trim().to_string();
-        asked += 1;
-        if asked % 20 == 0 {
-            eprintln!(
-                "generated {asked} descriptions in {} s",
-                started.elapsed().as_secs()
-            );
-        }
-        cache.insert(key, serde_json::Value::String(text.clone()));
-        std::fs::write(
-            &cache_path,
-            serde_json::to_vec(&cache).expect("a JSON map serialises"),
-        )
-        .expect("write the generated descriptions' cache");
-        out.push(Some(text));
+        out.push(Some(model.ask(DESCRIBE, prompt, 64).await));
     }
     eprintln!(
-        "sweep: {} generated descriptions ({asked} asked for) cached in {}",
+        "sweep: {} generated descriptions ({} asked for) cached in {}",
         out.iter().flatten().count(),
-        cache_path.display()
+        model.asked,
+        model.cache_path.display()
+    );
+    Some(out)
+}
+
+/// The instruction that asks a generating model for the code a question is about (round 8).
+const HYPOTHESIZE: &str = "You help search a code base. Given a question about it, write the \
+code that most likely answers it: the signature of the function, method or type, with a one-line \
+doc comment and a short body. Use the code base's language and its naming style. Write only \
+code, no explanation.";
+
+/// With `BRIDLE_RETRIEVAL_HYDE_URL` set (an OpenAI-compatible base URL ending in `/v1`): for each
+/// question, the code that a generating model guesses answers it (a hypothetical document, the
+/// query side's counterpart of round 6's descriptions), in the corpus's `language`; `None` when
+/// the variable is unset. Cached like [`generated_texts`] (`BRIDLE_RETRIEVAL_HYPOTHESES`).
+async fn hypothetical_answers(qs: &[Question], language: &str) -> Option<Vec<String>> {
+    let url = std::env::var("BRIDLE_RETRIEVAL_HYDE_URL").ok()?;
+    let mut model = Generator::new(url, "hypotheses", "BRIDLE_RETRIEVAL_HYPOTHESES");
+    let mut out = Vec::with_capacity(qs.len());
+    for q in qs {
+        let prompt = format!("Language: {language}\nQuestion: {}", q.text);
+        out.push(model.ask(HYPOTHESIZE, prompt, 128).await);
+    }
+    eprintln!(
+        "sweep: {} hypothetical answers ({} asked for) cached in {}",
+        out.len(),
+        model.asked,
+        model.cache_path.display()
     );
     Some(out)
 }
