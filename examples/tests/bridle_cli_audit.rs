@@ -5,6 +5,9 @@
 //! shows, and after a hand edit of a row `verify` exits 1 naming that row. The bad paths: a
 //! wrong credential, a filter the API refuses, and a gateway that is not there.
 //!
+//! With the audit log failing, a change still stands and the command line says it is not
+//! recorded.
+//!
 //! Offline (no `--url`) with `database: postgres://...` in `bridle.yaml`, the same commands read
 //! the log in that database (a throwaway PostgreSQL cluster on loopback), never a local
 //! `audit.db`; a row edited on the server is named, and a wrong password is a clear error that
@@ -166,6 +169,75 @@ fn the_audit_log_is_read_through_the_running_gateway() {
     ));
     assert_eq!(report["intact"], false, "{report}");
     assert_eq!(report["first_break_id"], id, "{report}");
+    drop(server);
+}
+
+/// With every audit insert failing (a trigger on `audit.db`), a change through the command line
+/// still stands and says it is not recorded: a token is printed with a warning on stderr (it
+/// cannot be shown again), any other change fails naming itself as made; no value is printed.
+#[test]
+fn a_change_the_audit_log_cannot_record_is_reported_by_the_command_line() {
+    const CANARY: &str = "canary-cli-audit-failure-61f0c2";
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut yaml = demo_data_dir(dir);
+    yaml.push_str("  bot:\n    type: claude\n    projects: [demo]\n");
+    std::fs::write(dir.join("bridle.yaml"), yaml).unwrap();
+    let server = Server::start(dir);
+    let admin = AdminAccess::from_first_start(&server, dir);
+    rusqlite::Connection::open(dir.join("audit.db"))
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER fail_audit BEFORE INSERT ON gateway_audit
+             BEGIN SELECT RAISE(ABORT, 'the disk is full'); END;",
+        )
+        .unwrap();
+
+    let out = admin.run(dir, &["agents", "token", "issue", "bot"]);
+    let printed = succeeded(&out, "agents token issue");
+    let token = printed.lines().find(|l| l.starts_with("bdl_")).unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("warning: the token was made, but the audit log could not record it"),
+        "{said}"
+    );
+    assert!(!said.contains(token));
+    let out = admin.run(dir, &["agents", "token", "rotate", "bot"]);
+    succeeded(&out, "agents token rotate");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("warning: the rotation was made"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let value = dir.join("value.txt");
+    std::fs::write(&value, CANARY).unwrap();
+    let out = admin.run(
+        dir,
+        &[
+            "secrets",
+            "create",
+            "gitea.token",
+            "--from-file",
+            value.to_str().unwrap(),
+        ],
+    );
+    let why = failed(&out, "secrets create with the audit log broken");
+    assert!(why.contains("500 audit_unavailable"), "{why}");
+    assert!(why.contains("the secret was made"), "{why}");
+    assert!(!why.contains(CANARY) && !String::from_utf8_lossy(&out.stdout).contains(CANARY));
+    let listed = json(&succeeded(
+        &admin.run(dir, &["secrets", "list", "--json"]),
+        "secrets list",
+    ));
+    assert!(listed.to_string().contains("gitea.token"), "{listed}");
+    let logged = server.logged();
+    assert!(
+        logged.contains("an audit entry could not be written"),
+        "{logged}"
+    );
+    assert!(!logged.contains(CANARY), "the value reached the log");
+    assert!(!logged.contains(token), "the token reached the log");
     drop(server);
 }
 

@@ -174,6 +174,7 @@ pub(crate) fn agents_remote(
                 t["version"].as_u64().unwrap_or(0)
             );
             println!("{}", t["token"].as_str().unwrap_or_default());
+            warn_if_unrecorded(&t);
         }
         AgentsCommand::Token(TokenCommand::Rotate { agent, grace_secs }) => {
             let t = api.post(
@@ -185,6 +186,7 @@ pub(crate) fn agents_remote(
                 t["version"].as_u64().unwrap_or(0)
             );
             println!("{}", t["token"].as_str().unwrap_or_default());
+            warn_if_unrecorded(&t);
         }
         AgentsCommand::Token(TokenCommand::Revoke { agent }) => {
             let r = api.post(&format!("/agents/{}/revoke", seg(&agent)), None)?;
@@ -196,4 +198,13 @@ pub(crate) fn agents_remote(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A token the gateway issued but could not record in its audit log comes with a warning
+/// (the token is still returned, since it cannot be shown again): said on stderr, as the
+/// offline commands do.
+fn warn_if_unrecorded(issued: &serde_json::Value) {
+    if let Some(w) = issued["warning"].as_str() {
+        eprintln!("warning: {w}");
+    }
 }
