@@ -14,16 +14,6 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-async fn mcp_works(url: &str, token: &str) -> bool {
-    match McpSurface::connect_http_with_bearer(url, token).await {
-        Ok(s) => s
-            .call("list_projects", json!({}), CancellationToken::new())
-            .await
-            .is_ok_and(|r| !r.is_error),
-        Err(_) => false,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_are_listed_and_their_vault_tokens_issued_rotated_and_revoked() {
     let gw = Gw::start().await;
@@ -68,7 +58,7 @@ async fn agents_are_listed_and_their_vault_tokens_issued_rotated_and_revoked() {
     .await;
     let t1 = issued["token"].as_str().unwrap().to_string();
     assert!(t1.starts_with("bdl_"));
-    assert!(mcp_works(&gw.mcp, &t1).await);
+    assert!(gw.mcp_works(&t1).await);
     let bot = gw.get("/agents/bot").send().await.unwrap();
     let text = bot.text().await.unwrap();
     assert!(!text.contains(&t1), "the token is never shown again");
@@ -88,8 +78,8 @@ async fn agents_are_listed_and_their_vault_tokens_issued_rotated_and_revoked() {
     .await;
     let t2 = rotated["token"].as_str().unwrap().to_string();
     assert_eq!(rotated["version"], 2);
-    assert!(mcp_works(&gw.mcp, &t2).await);
-    assert!(!mcp_works(&gw.mcp, &t1).await);
+    assert!(gw.mcp_works(&t2).await);
+    assert!(!gw.mcp_works(&t1).await);
     // With a grace period (and no body at all, the default is 0).
     let r3 = json_ok(
         gw.post("/agents/bot/rotate")
@@ -101,8 +91,8 @@ async fn agents_are_listed_and_their_vault_tokens_issued_rotated_and_revoked() {
     )
     .await;
     let t3 = r3["token"].as_str().unwrap().to_string();
-    assert!(mcp_works(&gw.mcp, &t2).await, "in grace");
-    assert!(mcp_works(&gw.mcp, &t3).await);
+    assert!(gw.mcp_works(&t2).await, "in grace");
+    assert!(gw.mcp_works(&t3).await);
 
     // Revoked: every token at once, and its live sessions end.
     let live = McpSurface::connect_http_with_bearer(&gw.mcp, &t3)
@@ -122,8 +112,8 @@ async fn agents_are_listed_and_their_vault_tokens_issued_rotated_and_revoked() {
     .await;
     assert_eq!(revoked["revoked_tokens"], 2);
     assert!(revoked["ended_sessions"].as_u64().unwrap() >= 1);
-    assert!(!mcp_works(&gw.mcp, &t2).await);
-    assert!(!mcp_works(&gw.mcp, &t3).await);
+    assert!(!gw.mcp_works(&t2).await);
+    assert!(!gw.mcp_works(&t3).await);
     match live
         .call("list_projects", json!({}), CancellationToken::new())
         .await
@@ -211,7 +201,7 @@ async fn the_agents_resource_refuses_what_it_must() {
     }
     // The agent token used above still works on MCP: nothing was revoked by the attempts.
     let bot = gw.all_agent_tokens().pop().unwrap().1;
-    assert!(mcp_works(&gw.mcp, &bot).await);
+    assert!(gw.mcp_works(&bot).await);
 
     // Unknown agents.
     for (method, p) in [

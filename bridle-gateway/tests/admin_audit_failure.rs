@@ -14,24 +14,12 @@ mod audit_fault;
 use admin_support::gateway::Gw;
 use admin_support::{json_ok, problem};
 use bridle_rules::{ChangeRequest, Origin, ProposalStatus, Severity};
-use kberg_agent::{McpSurface, ToolSurface};
 use kberg_testkit::log::LogBuffer;
 use reqwest::StatusCode;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 const CANARY: &str = "canary-audit-failure-value-4b8e21";
 const ROTATED: &str = "canary-audit-failure-rotated-93ad70";
-
-async fn mcp_works(url: &str, token: &str) -> bool {
-    match McpSurface::connect_http_with_bearer(url, token).await {
-        Ok(s) => s
-            .call("list_projects", json!({}), CancellationToken::new())
-            .await
-            .is_ok_and(|r| !r.is_error),
-        Err(_) => false,
-    }
-}
 
 /// Checks a 500 `audit_unavailable` that names `what` as made, and that `secrets` are not in
 /// it.
@@ -52,19 +40,8 @@ async fn unrecorded(resp: reqwest::Response, what: &str, secrets: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_stand_and_say_so_when_the_audit_log_cannot_record_them() {
     let logs = LogBuffer::default();
-    let sink = logs.clone();
-    {
-        use tracing_subscriber::layer::SubscriberExt;
-        use tracing_subscriber::util::SubscriberInitExt;
-        tracing_subscriber::registry()
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(move || sink.clone())
-                    .with_ansi(false),
-            )
-            .with(bridle_gateway::logging::log_targets("trace"))
-            .init();
-    }
+    tracing::subscriber::set_global_default(logs.subscriber(tracing::Level::TRACE))
+        .expect("the only subscriber of this test binary");
     let gw = Gw::start().await;
     let recorded_before =
         json_ok(gw.get("/audit").send().await.unwrap(), StatusCode::OK).await["items"]
@@ -147,7 +124,7 @@ async fn changes_stand_and_say_so_when_the_audit_log_cannot_record_them() {
         "{warning}"
     );
     assert!(!warning.contains(&token));
-    assert!(mcp_works(&gw.mcp, &token).await, "the issued token works");
+    assert!(gw.mcp_works(&token).await, "the issued token works");
     let rotated = json_ok(
         gw.post("/agents/bot/rotate")
             .json(&json!({"grace_secs": 0}))
@@ -159,8 +136,8 @@ async fn changes_stand_and_say_so_when_the_audit_log_cannot_record_them() {
     .await;
     let second = rotated["token"].as_str().unwrap().to_string();
     assert!(rotated["warning"].as_str().is_some(), "{rotated}");
-    assert!(mcp_works(&gw.mcp, &second).await);
-    assert!(!mcp_works(&gw.mcp, &token).await, "the first token ended");
+    assert!(gw.mcp_works(&second).await);
+    assert!(!gw.mcp_works(&token).await, "the first token ended");
 
     // Nothing of the failed changes is in the chain: the log still holds what it held.
     audit_fault::repair_audit(gw.tmp.path());
@@ -185,18 +162,7 @@ async fn changes_stand_and_say_so_when_the_audit_log_cannot_record_them() {
         "{}",
         resp.text().await.unwrap()
     );
-    let page = json_ok(
-        gw.get("/audit?source=user").send().await.unwrap(),
-        StatusCode::OK,
-    )
-    .await;
-    let kinds: Vec<&str> = page["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["kind"].as_str().unwrap())
-        .collect();
-    assert_eq!(kinds, ["secret_revoke"], "{page}");
+    assert_eq!(gw.audit_kinds("?source=user").await, ["secret_revoke"]);
     let verify = json_ok(
         gw.get("/audit/verify").send().await.unwrap(),
         StatusCode::OK,
@@ -214,14 +180,7 @@ async fn changes_stand_and_say_so_when_the_audit_log_cannot_record_them() {
     for secret in [CANARY, ROTATED, token.as_str(), second.as_str()] {
         assert!(!text.contains(secret), "a secret value reached the log");
     }
-    let export = gw
-        .get("/audit/export")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let export = gw.audit_export().await;
     for secret in [CANARY, ROTATED, token.as_str(), second.as_str()] {
         assert!(
             !export.contains(secret),

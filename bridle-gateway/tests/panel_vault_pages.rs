@@ -20,6 +20,16 @@ async fn signed_in(fixture: &Fixture) -> Client {
     c
 }
 
+/// The agent the vault knows `token` as, if any.
+fn token_agent(fixture: &Fixture, token: &str) -> Option<String> {
+    fixture
+        .gateway
+        .vault()
+        .agent_for_token(token)
+        .unwrap()
+        .map(|m| m.agent)
+}
+
 /// The `value` of the input with this id.
 fn input_value(body: &str, id: &str) -> String {
     let at = body.find(&format!("id=\"{id}\"")).expect("the input");
@@ -60,16 +70,7 @@ async fn an_agent_token_is_shown_once_and_revoked_by_name() {
     assert!(r.body.contains("bearer_token_env_var"));
     assert!(r.body.contains("gemini mcp add"));
     // The vault accepts it as bot's.
-    assert_eq!(
-        fixture
-            .gateway
-            .vault()
-            .agent_for_token(&token)
-            .unwrap()
-            .map(|m| m.agent)
-            .as_deref(),
-        Some("bot")
-    );
+    assert_eq!(token_agent(&fixture, &token).as_deref(), Some("bot"));
     // Nowhere else: not on the agent's page, the list or the overview.
     for path in [
         "/panel/agents/bot",
@@ -109,27 +110,13 @@ async fn an_agent_token_is_shown_once_and_revoked_by_name() {
         assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{typed}");
         assert!(r.body.contains("nothing was changed"));
     }
-    assert!(
-        fixture
-            .gateway
-            .vault()
-            .agent_for_token(&rotated)
-            .unwrap()
-            .is_some()
-    );
+    assert!(token_agent(&fixture, &rotated).is_some());
     let r = c
         .post("/panel/agents/bot/revoke", &[("confirm", "bot")])
         .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
     assert_eq!(r.location(), "/panel/agents/bot?notice=agent_revoked");
-    assert!(
-        fixture
-            .gateway
-            .vault()
-            .agent_for_token(&rotated)
-            .unwrap()
-            .is_none()
-    );
+    assert!(token_agent(&fixture, &rotated).is_none());
 
     // Errors: an unknown agent, on its page and for a token.
     let r = c.get("/panel/agents/nobody").await;
@@ -332,16 +319,7 @@ async fn an_agent_is_created_with_its_token_shown_once_and_changed() {
     assert_eq!(r.header("cache-control"), Some("no-store"));
     let token = input_value(&r.body, "token-value");
     assert!(r.body.contains("only time this token is shown"));
-    assert_eq!(
-        fixture
-            .gateway
-            .vault()
-            .agent_for_token(&token)
-            .unwrap()
-            .map(|m| m.agent)
-            .as_deref(),
-        Some("newbie")
-    );
+    assert_eq!(token_agent(&fixture, &token).as_deref(), Some("newbie"));
     let yaml = std::fs::read_to_string(fixture.tmp.path().join("bridle.yaml")).unwrap();
     assert!(yaml.contains("newbie"), "{yaml}");
     assert!(!yaml.contains(&token), "the token never goes to the file");
@@ -450,16 +428,7 @@ async fn a_change_the_audit_log_cannot_record_is_shown_as_made() {
         "{}",
         r.body
     );
-    assert_eq!(
-        fixture
-            .gateway
-            .vault()
-            .agent_for_token(&token)
-            .unwrap()
-            .map(|m| m.agent)
-            .as_deref(),
-        Some("bot")
-    );
+    assert_eq!(token_agent(&fixture, &token).as_deref(), Some("bot"));
 
     // Any other change: the error page says it was made, without the value.
     let r = c

@@ -45,6 +45,17 @@ fn demo_data_dir(dir: &std::path::Path) -> String {
     std::fs::read_to_string(dir.join("bridle.yaml")).unwrap()
 }
 
+/// `bridle serve` over the demo data directory with one more agent, `bot` (vault tokens only),
+/// and the admin access of its first start.
+fn serve_with_bot(dir: &std::path::Path) -> (Server, AdminAccess) {
+    let mut yaml = demo_data_dir(dir);
+    yaml.push_str("  bot:\n    type: claude\n    projects: [demo]\n");
+    std::fs::write(dir.join("bridle.yaml"), yaml).unwrap();
+    let server = Server::start(dir);
+    let admin = AdminAccess::from_first_start(&server, dir);
+    (server, admin)
+}
+
 fn json(out: &str) -> Value {
     serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
 }
@@ -53,11 +64,7 @@ fn json(out: &str) -> Value {
 fn the_audit_log_is_read_through_the_running_gateway() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut yaml = demo_data_dir(dir);
-    yaml.push_str("  bot:\n    type: claude\n    projects: [demo]\n");
-    std::fs::write(dir.join("bridle.yaml"), yaml).unwrap();
-    let server = Server::start(dir);
-    let admin = AdminAccess::from_first_start(&server, dir);
+    let (server, admin) = serve_with_bot(dir);
 
     let out = succeeded(&admin.run(dir, &["audit", "verify"]), "audit verify");
     assert!(out.starts_with("audit log intact: "), "{out}");
@@ -180,11 +187,7 @@ fn a_change_the_audit_log_cannot_record_is_reported_by_the_command_line() {
     const CANARY: &str = "canary-cli-audit-failure-61f0c2";
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut yaml = demo_data_dir(dir);
-    yaml.push_str("  bot:\n    type: claude\n    projects: [demo]\n");
-    std::fs::write(dir.join("bridle.yaml"), yaml).unwrap();
-    let server = Server::start(dir);
-    let admin = AdminAccess::from_first_start(&server, dir);
+    let (server, admin) = serve_with_bot(dir);
     rusqlite::Connection::open(dir.join("audit.db"))
         .unwrap()
         .execute_batch(

@@ -136,6 +136,44 @@ impl Gw {
         }
     }
 
+    /// The kinds of the audit entries `GET /audit{query}` lists (`query` empty or `?...`).
+    pub async fn audit_kinds(&self, query: &str) -> Vec<String> {
+        let page = super::json_ok(
+            self.get(&format!("/audit{query}")).send().await.unwrap(),
+            reqwest::StatusCode::OK,
+        )
+        .await;
+        page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// The whole audit log as `GET /audit/export` gives it (JSON Lines).
+    pub async fn audit_export(&self) -> String {
+        let resp = self.get("/audit/export").send().await.unwrap();
+        assert_eq!(resp.status(), reqwest::StatusCode::OK);
+        resp.text().await.unwrap()
+    }
+
+    /// Whether `token` opens a session on the MCP endpoint and a tool call answers.
+    pub async fn mcp_works(&self, token: &str) -> bool {
+        use kberg_agent::{McpSurface, ToolSurface};
+        match McpSurface::connect_http_with_bearer(&self.mcp, token).await {
+            Ok(s) => s
+                .call(
+                    "list_projects",
+                    serde_json::json!({}),
+                    CancellationToken::new(),
+                )
+                .await
+                .is_ok_and(|r| !r.is_error),
+            Err(_) => false,
+        }
+    }
+
     pub fn all_agent_tokens(&self) -> Vec<(String, String)> {
         let mut v: Vec<(String, String)> = ["claude", "codex", "gemini"]
             .iter()
