@@ -15,6 +15,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
 mod admin_support;
+#[path = "common/audit_fault.rs"]
+mod audit_fault;
 
 use std::sync::Arc;
 
@@ -750,5 +752,56 @@ async fn index_runs_are_started_followed_by_replay_and_shared_with_the_refresh_t
         "unknown_example",
     )
     .await;
+    gw.stop().await;
+}
+
+/// An index whose write-back the audit log cannot record: the index and `last_indexed` stand,
+/// and the stream ends with `error` `audit_unavailable` carrying the report and the revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_the_audit_log_cannot_record_ends_with_its_report_and_the_code() {
+    let gate = Arc::new(Semaphore::new(1_000));
+    let gw = Gw::start_with(|b| b.memory(service(gate))).await;
+    let repo = example_repo();
+    json_ok(
+        gw.post("/projects/demo/patterns")
+            .json(&json!({"name": "retry", "description": "Retries with backoff."}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CREATED,
+    )
+    .await;
+    let added = json_ok(
+        gw.post("/projects/demo/patterns/retry/examples")
+            .json(&json!({"url": repo.path().display().to_string(), "reference_tag": "retry-example"}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CREATED,
+    )
+    .await;
+    let before = added["revision"].as_u64().unwrap();
+    audit_fault::break_audit(gw.tmp.path());
+
+    let resp = gw.post(INDEX).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK, "the stream starts");
+    let ended = Events::new(resp).until("error").await;
+    assert_eq!(ended["code"], "audit_unavailable", "{ended}");
+    assert!(
+        ended["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("the index was made, but the audit log could not record it"),
+        "{ended}"
+    );
+    assert_eq!(ended["revision"], before + 1, "{ended}");
+    assert!(ended["report"]["chunks"].as_u64().unwrap() >= 1, "{ended}");
+    let doc = document(&gw).await;
+    assert_eq!(doc["revision"], before + 1);
+    assert_eq!(
+        doc["document"]["patterns"]["custom"][0]["example_repos"][0]["last_indexed"],
+        ended["report"]["last_indexed"]
+    );
+    assert!(hits(&gw).await >= 1, "the index is searchable");
     gw.stop().await;
 }

@@ -181,8 +181,10 @@ impl Progress for RunProgress<'_> {
 }
 
 /// Writes a finished index's `last_indexed` into the project's document (a revision, a history
-/// entry and a `pattern_change` audit entry) and ends the run with `done` (or `error` when the
-/// write-back failed).
+/// entry and a `pattern_change` audit entry) and ends the run with `done`, or with `error` when
+/// the write-back failed (`last_indexed` not written) or its audit entry could not be recorded
+/// (`audit_unavailable`: written all the same, so the event carries the report and the
+/// revision as `done` would).
 async fn written_back(
     ctx: &Arc<GatewayContext>,
     admin: &AdminActor,
@@ -212,22 +214,27 @@ async fn written_back(
                 "{} chunks from {} files; last_indexed {}",
                 r.chunks, r.files, r.last_indexed
             ));
-        record(&c, entry, "the index")?;
-        Ok(revision)
+        Ok((revision, record(&c, entry, "the index").err()))
     })
     .await;
+    let outcome = |revision: Option<u64>| {
+        json!({"report": {
+            "reference_tag": report.reference_tag,
+            "arch_tag": report.arch_tag,
+            "files": report.files,
+            "chunks": report.chunks,
+            "replaced": report.replaced,
+            "last_indexed": report.last_indexed,
+        }, "revision": revision})
+    };
     match written {
-        Ok(revision) => handle.finish(
-            RunEventKind::Done,
-            json!({"report": {
-                "reference_tag": report.reference_tag,
-                "arch_tag": report.arch_tag,
-                "files": report.files,
-                "chunks": report.chunks,
-                "replaced": report.replaced,
-                "last_indexed": report.last_indexed,
-            }, "revision": revision}),
-        ),
+        Ok((revision, None)) => handle.finish(RunEventKind::Done, outcome(revision)),
+        Ok((revision, Some(unrecorded))) => {
+            let mut event = outcome(revision);
+            event["code"] = json!(unrecorded.code());
+            event["detail"] = json!(unrecorded.to_string());
+            handle.finish(RunEventKind::Error, event);
+        }
         Err(e) => handle.finish(
             RunEventKind::Error,
             json!({"code": e.code(), "detail": format!("indexed, but last_indexed was not written back: {e}")}),
@@ -258,7 +265,8 @@ fn events_of(
 /// Indexes (or re-indexes) an example repository from the URL the document lists, streaming
 /// `started`, `progress` (`step`, `message`, `done`, `total`), then `done` (the report and the
 /// document's new revision, `last_indexed` written back) or `error` (`code`, `detail`; the
-/// previous index is kept). A second start for the same tag while one runs (from the API or
+/// previous index is kept; with `audit_unavailable` the index and its write-back were made and
+/// the event also has the report and the revision). A second start for the same tag while one runs (from the API or
 /// the `refresh_pattern_example` tool) is 409 `index_running`.
 #[utoipa::path(post, path = "/admin/api/v1/projects/{project}/patterns/{pattern}/examples/{tag}/index", tag = "patterns",
     params(
@@ -343,7 +351,8 @@ pub async fn run_status(
 /// Follows an index run as Server-Sent Events: every event it has had, from the start (or after
 /// `Last-Event-ID`), then each new one, ending after `done` or `error`. Each event's id is its
 /// position in the run; its data is a JSON object (`started`: the run; `progress`: `step`,
-/// `message`, `done`, `total`; `done`: `report`, `revision`; `error`: `code`, `detail`).
+/// `message`, `done`, `total`; `done`: `report`, `revision`; `error`: `code`, `detail`, and for
+/// `audit_unavailable` also `report` and `revision`).
 #[utoipa::path(get, path = "/admin/api/v1/index-runs/{id}/events", tag = "patterns",
     params(
         ("id" = String, Path, description = "The run's id"),

@@ -79,8 +79,9 @@ impl utoipa::Modify for AdminTokenScheme {
 /// the entry cannot be written the change stands and the answer is 500 `audit_unavailable`,
 /// naming it as made. This adds that answer to every operation that changes something, but
 /// those that hand out a token (which warn in their answer instead, since the token cannot be
-/// shown again), start a background run (its outcome is recorded when it ends) or only queue a
-/// vendor's proposals (whose entries are logged when they cannot be written).
+/// shown again), run an index (whose stream ends with an `error` event `audit_unavailable`
+/// instead) or only queue a vendor's proposals (whose entries are logged when they cannot be
+/// written).
 struct AuditUnavailable;
 
 /// The changing operations that never answer `audit_unavailable` (see [`AuditUnavailable`]).
@@ -88,6 +89,7 @@ const NOT_AUDIT_FAILING: &[&str] = &[
     "POST /admin/api/v1/agents",
     "POST /admin/api/v1/agents/{name}/token",
     "POST /admin/api/v1/agents/{name}/rotate",
+    "POST /admin/api/v1/projects/{project}/patterns/{pattern}/examples/{tag}/index",
     "POST /admin/api/v1/projects/{project}/patterns/{pattern}/examples/{tag}/index-runs",
     "POST /admin/api/v1/vendor-feed/run",
     "POST /admin/api/v1/projects/{project}/vendor-guidance",

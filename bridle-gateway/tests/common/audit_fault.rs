@@ -2,6 +2,8 @@
 //! in `audit.db` fails, as a full disk or a damaged table would make it, until it is repaired.
 //! The gateway's own connection sees the change on its next write.
 
+#![allow(dead_code)] // Each test file uses part of it.
+
 use std::path::Path;
 
 /// Makes every audit insert fail.
