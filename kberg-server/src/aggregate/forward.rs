@@ -205,13 +205,16 @@ const LATE_TASK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 fn watch_for_late_task(
     peer: Peer<RoleClient>,
     handle: rmcp::service::RequestHandle<RoleClient>,
-) -> impl std::future::Future<Output = Result<ServerResult, ServiceError>> + Send {
+) -> LateAnswer {
     let (mut tx, rx) = tokio::sync::oneshot::channel();
     let id = handle.id.clone();
+    let watcher = peer.clone();
     tokio::spawn(async move {
+        let peer = watcher;
         let mut answer = std::pin::pin!(handle.await_response());
         let late = tokio::select! {
-            // An answer the caller can no longer read came just as it left.
+            // An answer the caller can no longer read came just as it left. (One handed over
+            // that the caller then leaves unread is cancelled by `LateAnswer`'s drop.)
             r = &mut answer => tx.send(r).err(),
             () = tx.closed() => match tokio::time::timeout(LATE_TASK_GRACE, answer).await {
                 Ok(r) => Some(r),
@@ -228,17 +231,56 @@ fn watch_for_late_task(
             },
         };
         if let Some(Ok(ServerResult::CreateTaskResult(t))) = late {
-            let cancel = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(
-                CancelTaskParams::new(t.task.task_id.clone()),
-            ));
-            if let Err(e) = peer.send_request(cancel).await {
-                tracing::debug!(task = %t.task.task_id, error = %e, "an abandoned upstream task was not cancelled");
-            }
+            cancel_task(&peer, t.task.task_id).await;
         }
     });
-    // The watcher always answers while the caller waits; it is gone without answering only
-    // when the runtime is shutting down.
-    async move { rx.await.unwrap_or(Err(ServiceError::TransportClosed)) }
+    LateAnswer { rx, peer }
+}
+
+/// Cancels an upstream task nobody waits for any more.
+async fn cancel_task(peer: &Peer<RoleClient>, task_id: String) {
+    let cancel = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(CancelTaskParams::new(
+        task_id.clone(),
+    )));
+    if let Err(e) = peer.send_request(cancel).await {
+        tracing::debug!(task = %task_id, error = %e, "an abandoned upstream task was not cancelled");
+    }
+}
+
+/// The caller's side of [`watch_for_late_task`]: the answer once the watcher hands it over. The
+/// watcher always answers while the caller waits; it is gone without answering only when the
+/// runtime is shutting down.
+///
+/// An answer can be handed over just as the caller gives up (its cancellation wins the race
+/// with the answer): dropped unread, an answer that names a task gets that task cancelled, so
+/// it is not left running upstream.
+struct LateAnswer {
+    rx: tokio::sync::oneshot::Receiver<Result<ServerResult, ServiceError>>,
+    peer: Peer<RoleClient>,
+}
+
+impl std::future::Future for LateAnswer {
+    type Output = Result<ServerResult, ServiceError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(ServiceError::TransportClosed)))
+    }
+}
+
+impl Drop for LateAnswer {
+    fn drop(&mut self) {
+        if let Ok(Ok(ServerResult::CreateTaskResult(t))) = self.rx.try_recv()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let peer = self.peer.clone();
+            rt.spawn(async move { cancel_task(&peer, t.task.task_id).await });
+        }
+    }
 }
 
 /// Tells the upstream a forwarded request was abandoned, when dropped while still armed.
