@@ -433,7 +433,7 @@ impl Iterator for SourceFiles {
             let (rel, path) = self.found.next()?;
             if let Some(text) = indexable_text(&path, self.max_file_bytes) {
                 self.left -= 1;
-                if self.left == 0 && self.found.len() > 0 {
+                if self.left == 0 && !self.found.as_slice().is_empty() {
                     tracing::warn!(root = %self.root.display(), "file limit reached; the rest is not indexed");
                 }
                 return Some(SourceFile { path: rel, text });

@@ -42,7 +42,9 @@ use super::patterns::{pattern_mut, unknown_example};
 use super::{AdminState, BASE_PATH, blocking, path, record};
 use crate::audit::{Change, Kind, Outcome};
 use crate::context::GatewayContext;
-use crate::memory::runs::{RunEventKind, RunHandle, RunOrigin, RunStart, RunStatus, redact_url};
+use crate::memory::runs::{
+    RunEventKind, RunHandle, RunOrigin, RunStart, RunStatus, redact_url, report_event,
+};
 
 pub(crate) fn routes() -> Router<AdminState> {
     Router::new()
@@ -217,16 +219,8 @@ async fn written_back(
         Ok((revision, record(&c, entry, "the index").err()))
     })
     .await;
-    let outcome = |revision: Option<u64>| {
-        json!({"report": {
-            "reference_tag": report.reference_tag,
-            "arch_tag": report.arch_tag,
-            "files": report.files,
-            "chunks": report.chunks,
-            "replaced": report.replaced,
-            "last_indexed": report.last_indexed,
-        }, "revision": revision})
-    };
+    let outcome =
+        |revision: Option<u64>| json!({"report": report_event(&report), "revision": revision});
     match written {
         Ok((revision, None)) => handle.finish(RunEventKind::Done, outcome(revision)),
         Ok((revision, Some(unrecorded))) => {
@@ -266,8 +260,8 @@ fn events_of(
 /// `started`, `progress` (`step`, `message`, `done`, `total`), then `done` (the report and the
 /// document's new revision, `last_indexed` written back) or `error` (`code`, `detail`; the
 /// previous index is kept; with `audit_unavailable` the index and its write-back were made and
-/// the event also has the report and the revision). A second start for the same tag while one runs (from the API or
-/// the `refresh_pattern_example` tool) is 409 `index_running`.
+/// the event also has the report and the revision). A second start for the same tag while one
+/// runs (from the API or the `refresh_pattern_example` tool) is 409 `index_running`.
 #[utoipa::path(post, path = "/admin/api/v1/projects/{project}/patterns/{pattern}/examples/{tag}/index", tag = "patterns",
     params(
         ("project" = String, Path, description = "The project id"),

@@ -18,7 +18,7 @@ use kberg_core::{CoreError, Tool, ToolContext, ToolError, ToolOutput, ToolRegist
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::runs::{IndexRuns, RunEventKind, RunHandle, RunOrigin, RunStart};
+use super::runs::{IndexRuns, RunEventKind, RunHandle, RunOrigin, RunStart, report_event};
 
 /// The tool's name.
 pub const REFRESH_TOOL: &str = "refresh_pattern_example";
@@ -126,17 +126,7 @@ impl Tool for RegisteredRefresh {
                 if let Some(l) = &self.listener {
                     l.indexed(&report).await;
                 }
-                run.finish(
-                    RunEventKind::Done,
-                    json!({"report": {
-                        "reference_tag": report.reference_tag,
-                        "arch_tag": report.arch_tag,
-                        "files": report.files,
-                        "chunks": report.chunks,
-                        "replaced": report.replaced,
-                        "last_indexed": report.last_indexed,
-                    }}),
-                );
+                run.finish(RunEventKind::Done, json!({"report": report_event(&report)}));
                 let text = format!(
                     "Re-indexed `{}`: {} chunks from {} files (replaced {}), last_indexed {}.",
                     report.reference_tag,

@@ -20,6 +20,19 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
+/// The `report` a finished run's `done` event carries (an index's figures; its source is left
+/// out, as it is shown elsewhere redacted).
+pub fn report_event(report: &bridle_memory::IndexReport) -> Value {
+    json!({
+        "reference_tag": report.reference_tag,
+        "arch_tag": report.arch_tag,
+        "files": report.files,
+        "chunks": report.chunks,
+        "replaced": report.replaced,
+        "last_indexed": report.last_indexed,
+    })
+}
+
 /// How many finished runs stay readable (the oldest is forgotten first).
 pub const KEEP_FINISHED: usize = 64;
 

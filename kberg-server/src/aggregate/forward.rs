@@ -208,9 +208,11 @@ fn watch_for_late_task(
 ) -> LateAnswer {
     let (mut tx, rx) = tokio::sync::oneshot::channel();
     let id = handle.id.clone();
-    let watcher = peer.clone();
+    let caller_side = LateAnswer {
+        rx,
+        peer: peer.clone(),
+    };
     tokio::spawn(async move {
-        let peer = watcher;
         let mut answer = std::pin::pin!(handle.await_response());
         let late = tokio::select! {
             // An answer the caller can no longer read came just as it left. (One handed over
@@ -234,7 +236,7 @@ fn watch_for_late_task(
             cancel_task(&peer, t.task.task_id).await;
         }
     });
-    LateAnswer { rx, peer }
+    caller_side
 }
 
 /// Cancels an upstream task nobody waits for any more.
