@@ -29,9 +29,8 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, Method, StatusCode, header};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::serve::ListenerExt;
 use futures::StreamExt;
@@ -77,6 +76,50 @@ struct GuardState {
     /// Whether sessions are also kept in a session store (another replica's session may then
     /// be named, and resumed, here).
     stored: bool,
+}
+
+/// rmcp's Streamable HTTP service as kberg-server configures it.
+type RmcpService = StreamableHttpService<KbergHandler, SessionTable>;
+
+/// The guard and the rmcp service behind it, shared by every request on the route.
+struct Guarded {
+    guard: GuardState,
+    rmcp: RmcpService,
+}
+
+impl Guarded {
+    /// Hands a request that passed the guard to rmcp. rmcp's future is boxed: it is several
+    /// kilobytes, and held inline it would make every guard future that awaits it as large,
+    /// to be copied each time one is built and moved.
+    async fn run(&self, req: Request) -> Response {
+        Box::pin(self.rmcp.handle(req)).await.map(Body::new)
+    }
+}
+
+/// The MCP endpoint's service: the guard, then rmcp, called directly.
+///
+/// A hand-written service rather than an axum `from_fn` layer around rmcp's tower service:
+/// that pair boxed the inner service and its future on every request and copied rmcp's
+/// configuration for each call; this one shares both behind one `Arc` and boxes one future.
+#[derive(Clone)]
+struct McpEndpoint(Arc<Guarded>);
+
+impl tower::Service<Request> for McpEndpoint {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let guarded = Arc::clone(&self.0);
+        Box::pin(async move { Ok(guard_layer(guarded, req).await) })
+    }
 }
 
 impl GuardState {
@@ -127,7 +170,7 @@ const LISTEN_WIND_DOWN: std::time::Duration = std::time::Duration::from_secs(10)
 
 /// Runs a `subscriptions/listen` request: marks it with a [`ListenClosed`] and keeps `permit`
 /// in its answer's body (see [`ListenBody`]).
-async fn run_listen(mut req: Request, next: Next, permit: StreamPermit) -> Response {
+async fn run_listen(mut req: Request, next: &Guarded, permit: StreamPermit) -> Response {
     let closed = CancellationToken::new();
     req.extensions_mut().insert(ListenClosed(closed.clone()));
     let (parts, body) = as_jsonrpc_error(next.run(req).await).await.into_parts();
@@ -338,7 +381,8 @@ fn is_json(headers: &axum::http::HeaderMap) -> bool {
         .is_some_and(|e| e.trim().eq_ignore_ascii_case("application/json"))
 }
 
-async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: Next) -> Response {
+async fn guard_layer(next: Arc<Guarded>, mut req: Request) -> Response {
+    let g = &next.guard;
     if let Err(refusal) = g.allow.check(req.uri(), req.headers()) {
         tracing::warn!(?refusal, "refused a request by Host/Origin");
         let code = match refusal {
@@ -359,7 +403,7 @@ async fn guard_layer(State(g): State<Arc<GuardState>>, mut req: Request, next: N
     let mut resp = REQUEST_PRINCIPAL
         .scope(
             std::sync::Arc::clone(&principal),
-            route(g, req, next, principal),
+            route(&next, req, principal),
         )
         .await;
     if resp.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -385,11 +429,11 @@ fn is_modern(headers: &axum::http::HeaderMap) -> bool {
 /// The guard after authentication, run with the request's principal in
 /// [`REQUEST_PRINCIPAL`]: session ownership, the stream and session limits, and the body checks.
 async fn route(
-    g: Arc<GuardState>,
+    next: &Guarded,
     req: Request,
-    next: Next,
     principal: std::sync::Arc<kberg_core::Principal>,
 ) -> Response {
+    let g = &next.guard;
     let session = req
         .headers()
         .get(SESSION_HEADER)
@@ -628,7 +672,7 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
         Arc::clone(&sessions),
         rmcp_config,
     );
-    let guard = Arc::new(GuardState {
+    let guard = GuardState {
         auth: Arc::clone(&config.auth),
         allow: guard::AllowList::new(&config.allowed_hosts, &config.allowed_origins),
         max_body: limits.max_body_bytes,
@@ -638,10 +682,12 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
         initializing: tokio::sync::Mutex::new(()),
         owners,
         stored: config.session_store.is_some(),
-    });
-    Ok(Router::new()
-        .route_service(&config.path, service)
-        .route_layer(middleware::from_fn_with_state(guard, guard_layer)))
+    };
+    let endpoint = McpEndpoint(Arc::new(Guarded {
+        guard,
+        rmcp: service,
+    }));
+    Ok(Router::new().route_service(&config.path, endpoint))
 }
 
 /// A bound HTTP server, not yet serving. Bind first to learn the address (port 0 picks a free
