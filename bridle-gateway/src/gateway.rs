@@ -124,7 +124,7 @@ impl GatewayBuilder {
 
     /// Serves bridle-memory's tools from this service.
     pub fn memory(mut self, memory: bridle_memory::MemoryService) -> Self {
-        self.memory = Some(memory);
+        self.memory = Some(crate::memory::hosted(memory));
         self
     }
 

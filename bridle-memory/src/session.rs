@@ -195,7 +195,13 @@ pub struct SessionMemory {
     /// Held by deletions and by each batch that [`SessionMemory::reembed`] writes back, so a
     /// memory forgotten while its text was being embedded again is not written back to life.
     writes: Arc<tokio::sync::Mutex<()>>,
+    /// What a `model_mismatch` tells the reader to do (see
+    /// [`SessionMemory::with_reembed_remedy`]).
+    reembed_remedy: Arc<str>,
 }
+
+/// The remedy a `model_mismatch` of session memory names unless the host names its own.
+const DEFAULT_REEMBED_REMEDY: &str = "embed them again with `SessionMemory::reembed`";
 
 impl std::fmt::Debug for SessionMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -224,7 +230,29 @@ impl SessionMemory {
             collection: collection.into(),
             mode: SearchMode::default(),
             writes: Arc::default(),
+            reembed_remedy: Arc::from(DEFAULT_REEMBED_REMEDY),
         }
+    }
+
+    /// The same memory, naming `remedy` in the [`MemoryError::ModelMismatch`] a recall over
+    /// another model's vectors returns: how whoever reads it (an agent, an operator) has the
+    /// memories embedded again in the host, such as a command or an admin route. Unless set,
+    /// it names [`SessionMemory::reembed`].
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use bridle_memory::{ConstantEmbedder, EmbeddedStore, SessionMemory};
+    /// # fn main() -> bridle_memory::Result<()> {
+    /// let store = Arc::new(EmbeddedStore::open_in_memory()?);
+    /// let memory = SessionMemory::new(store, Arc::new(ConstantEmbedder::new(64)))
+    ///     .with_reembed_remedy("`myapp memory reembed`");
+    /// # let _ = memory;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_reembed_remedy(mut self, remedy: impl Into<String>) -> Self {
+        self.reembed_remedy = Arc::from(remedy.into());
+        self
     }
 
     /// The same memory, recalling in `mode` by default.
@@ -342,8 +370,7 @@ impl SessionMemory {
             return Err(MemoryError::ModelMismatch {
                 indexed: indexed.to_string(),
                 current: self.embedder.model().to_string(),
-                remedy: "`bridle memory reembed`, or POST /admin/api/v1/memory/sessions/reembed"
-                    .into(),
+                remedy: self.reembed_remedy.to_string(),
             });
         }
         Ok(hits

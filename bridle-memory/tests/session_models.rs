@@ -110,10 +110,28 @@ async fn a_changed_model_is_refused_until_the_memories_are_embedded_again() {
         assert!(
             said.contains("`hashing`")
                 && said.contains("`reversed`")
-                && said.contains("bridle memory reembed"),
+                && said.contains("`SessionMemory::reembed`"),
             "{said}"
         );
     }
+    // A host names its own way to re-embed.
+    let hosted = current
+        .clone()
+        .with_reembed_remedy("`myapp memory reembed`");
+    let said = hosted
+        .recall_with(
+            "which vector store did we choose",
+            &project(),
+            3,
+            SearchMode::Hybrid,
+        )
+        .await
+        .expect_err("another model's vectors")
+        .to_string();
+    assert!(
+        said.contains("`myapp memory reembed`") && !said.contains("SessionMemory::reembed"),
+        "{said}"
+    );
     // Listing needs no vectors and still works.
     let (listed, _) = current.list(&project(), None, 10).await.expect("list");
     assert_eq!(listed.len(), 3);

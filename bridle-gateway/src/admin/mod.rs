@@ -168,7 +168,7 @@ impl AdminState {
 
     /// Serves the memory resource from this service; without it it answers 503 `memory_off`.
     pub fn memory(mut self, memory: bridle_memory::MemoryService) -> Self {
-        self.memory = Some(memory);
+        self.memory = Some(crate::memory::hosted(memory));
         self
     }
 

@@ -180,6 +180,24 @@ fn qdrant_store(
     })
 }
 
+/// What a recall over another embedding model's vectors tells its reader to do on a gateway:
+/// the command and the admin route that embed the session memories again.
+pub const REEMBED_REMEDY: &str =
+    "`bridle memory reembed`, or POST /admin/api/v1/memory/sessions/reembed";
+
+/// `memory` with its session half naming the gateway's [`REEMBED_REMEDY`] in a
+/// `model_mismatch` (bridle-memory names its own method unless told).
+pub(crate) fn hosted(mut memory: bridle_memory::MemoryService) -> bridle_memory::MemoryService {
+    memory.session = Arc::new(
+        memory
+            .session
+            .as_ref()
+            .clone()
+            .with_reembed_remedy(REEMBED_REMEDY),
+    );
+    memory
+}
+
 /// Writes `report.last_indexed` into every example repository tagged `report.reference_tag`
 /// (in `project` only, or in every project), each through [`RulesStore::save_edit`], which
 /// records the change with source `user` and `actor`. A document that moved on meanwhile is
