@@ -70,6 +70,30 @@ fn example_repo() -> tempfile::TempDir {
 }
 
 /// The gateway's Prometheus page (`/metrics` beside its MCP endpoint).
+/// Adds the `retry` pattern to the `demo` project and the example repository at `repo` to it
+/// (reference tag `retry-example`); returns the document's revision after the two changes.
+async fn add_retry_example(gw: &Gw, repo: &tempfile::TempDir) -> u64 {
+    let mut revision = 0;
+    for (path, body) in [
+        (
+            "/projects/demo/patterns",
+            json!({"name": "retry", "description": "Retries with backoff."}),
+        ),
+        (
+            "/projects/demo/patterns/retry/examples",
+            json!({"url": repo.path().display().to_string(), "reference_tag": "retry-example"}),
+        ),
+    ] {
+        let added = json_ok(
+            gw.post(path).json(&body).send().await.unwrap(),
+            StatusCode::CREATED,
+        )
+        .await;
+        revision = added["revision"].as_u64().unwrap();
+    }
+    revision
+}
+
 async fn metrics(gw: &Gw) -> String {
     let url = gw.mcp.trim_end_matches("/mcp").to_string() + "/metrics";
     let r = gw.http.get(url).send().await.unwrap();
@@ -106,26 +130,11 @@ async fn examples_are_added_indexed_with_streamed_progress_written_back_and_remo
     let repo = example_repo();
     let r0 = document(&gw).await["revision"].as_u64().unwrap();
 
-    let added = json_ok(
-        gw.post("/projects/demo/patterns")
-            .json(&json!({"name": "retry", "description": "Retries with backoff."}))
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::CREATED,
-    )
-    .await;
-    assert_eq!(added["revision"], r0 + 1);
-    let added = json_ok(
-        gw.post("/projects/demo/patterns/retry/examples")
-            .json(&json!({"url": repo.path().display().to_string(), "reference_tag": "retry-example"}))
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::CREATED,
-    )
-    .await;
-    assert_eq!(added["revision"], r0 + 2);
+    assert_eq!(
+        add_retry_example(&gw, &repo).await,
+        r0 + 2,
+        "one revision each"
+    );
     let listed = json_ok(
         gw.get("/projects/demo/patterns").send().await.unwrap(),
         StatusCode::OK,
@@ -542,19 +551,7 @@ async fn index_runs_are_started_followed_by_replay_and_shared_with_the_refresh_t
     let gate = Arc::new(Semaphore::new(0));
     let gw = Gw::start_with(|b| b.memory(service(Arc::clone(&gate)))).await;
     let repo = example_repo();
-    for (path, body) in [
-        ("/projects/demo/patterns", json!({"name": "retry"})),
-        (
-            "/projects/demo/patterns/retry/examples",
-            json!({"url": repo.path().display().to_string(), "reference_tag": "retry-example"}),
-        ),
-    ] {
-        json_ok(
-            gw.post(path).json(&body).send().await.unwrap(),
-            StatusCode::CREATED,
-        )
-        .await;
-    }
+    add_retry_example(&gw, &repo).await;
     grant_index(&gw);
     let claude =
         kberg_agent::McpSurface::connect_http_with_bearer(&gw.mcp, &gw.file_token("claude"))
@@ -762,25 +759,7 @@ async fn an_index_the_audit_log_cannot_record_ends_with_its_report_and_the_code(
     let gate = Arc::new(Semaphore::new(1_000));
     let gw = Gw::start_with(|b| b.memory(service(gate))).await;
     let repo = example_repo();
-    json_ok(
-        gw.post("/projects/demo/patterns")
-            .json(&json!({"name": "retry", "description": "Retries with backoff."}))
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::CREATED,
-    )
-    .await;
-    let added = json_ok(
-        gw.post("/projects/demo/patterns/retry/examples")
-            .json(&json!({"url": repo.path().display().to_string(), "reference_tag": "retry-example"}))
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::CREATED,
-    )
-    .await;
-    let before = added["revision"].as_u64().unwrap();
+    let before = add_retry_example(&gw, &repo).await;
     audit_fault::break_audit(gw.tmp.path());
 
     let resp = gw.post(INDEX).send().await.unwrap();
