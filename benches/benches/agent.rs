@@ -17,8 +17,8 @@ use std::hint::black_box;
 use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
 use kberg_agent::{
-    Agent, ChatRequest, ChatResponse, FinishReason, InferenceProvider, LocalSurface, Message,
-    ProviderError, ToolCall, recover_calls,
+    Agent, CallOutcome, ChatRequest, ChatResponse, FinishReason, InferenceProvider, LocalSurface,
+    Message, ProviderError, ToolCall, recover_calls,
 };
 use kberg_core::{
     CallOptions, Caller, Grants, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability,
@@ -28,10 +28,20 @@ use tokio_util::sync::CancellationToken;
 
 const TOOL_TURNS: usize = 4;
 
-/// Answers with a tool call until the conversation holds `TOOL_TURNS` results, then with text.
-/// Stateless, so every benchmark iteration replays the same conversation.
+/// The titles of the notes the tool-call turns add, one per turn: four different calls, as the
+/// loop answers a call repeated word for word with its first result instead of running it.
+const TITLES: [&str; TOOL_TURNS] = ["Groceries", "Chores", "Errands", "Bills"];
+
+/// The user's request. It names every value of the calls the provider answers with: the loop
+/// refuses a write whose values the user never gave (the grounding check, on by default), and
+/// the bench measures calls that run.
+const REQUEST: &str = "Add four notes with the body milk, eggs, bread: Groceries (priority 0), \
+                       Chores (priority 1), Errands (priority 2) and Bills (priority 3)";
+
+/// Answers with the next tool call until the conversation holds `TOOL_TURNS` results, then with
+/// text. Stateless, so every benchmark iteration replays the same conversation.
 struct Instant {
-    call: ChatResponse,
+    calls: Vec<ChatResponse>,
     answer: ChatResponse,
 }
 
@@ -55,29 +65,28 @@ impl InferenceProvider for Instant {
             .iter()
             .filter(|m| matches!(m, Message::Tool { .. }))
             .count();
-        Ok(if results < TOOL_TURNS {
-            self.call.clone()
-        } else {
-            self.answer.clone()
-        })
+        Ok(self.calls.get(results).unwrap_or(&self.answer).clone())
     }
 }
 
-fn args() -> Value {
-    json!({"title": "Groceries", "body": "milk, eggs, bread", "priority": 2})
+/// The arguments of turn `turn`'s call.
+fn args(turn: usize) -> Value {
+    json!({"title": TITLES[turn], "body": "milk, eggs, bread", "priority": turn})
 }
 
 fn provider() -> Instant {
     Instant {
-        call: ChatResponse {
-            tool_calls: vec![ToolCall {
-                id: "call_1".into(),
-                name: "add_note".into(),
-                arguments: args(),
-            }],
-            finish: FinishReason::ToolCalls,
-            ..ChatResponse::default()
-        },
+        calls: (0..TOOL_TURNS)
+            .map(|turn| ChatResponse {
+                tool_calls: vec![ToolCall {
+                    id: format!("call_{turn}"),
+                    name: "add_note".into(),
+                    arguments: args(turn),
+                }],
+                finish: FinishReason::ToolCalls,
+                ..ChatResponse::default()
+            })
+            .collect(),
         answer: ChatResponse {
             text: "Added the note.".into(),
             ..ChatResponse::default()
@@ -133,11 +142,19 @@ fn bench_loop(c: &mut Criterion) {
     let bare = provider();
     let who = caller();
     let cancel = CancellationToken::new();
+    // What is timed is a run whose four calls all ran: checked once, outside the timing.
+    let out = rt.block_on(agent.run(vec![Message::user(REQUEST)], &cancel));
+    let ran: Vec<_> = out.calls.iter().map(|c| c.outcome).collect();
+    assert!(
+        out.answered() && ran == [CallOutcome::Ok; TOOL_TURNS],
+        "{:?} {ran:?}",
+        out.stop
+    );
     let mut group = c.benchmark_group("loop");
     group.bench_function("agent_run", |b| {
         b.iter(|| {
-            let out = rt.block_on(agent.run(vec![Message::user("add groceries")], &cancel));
-            assert!(out.answered());
+            let out = rt.block_on(agent.run(vec![Message::user(REQUEST)], &cancel));
+            assert!(out.answered(), "{:?}", out.stop);
             black_box(out)
         })
     });
@@ -147,18 +164,18 @@ fn bench_loop(c: &mut Criterion) {
                 // The same provider calls, with a conversation as long as the loop's at each
                 // turn, and the same gate calls.
                 let mut request = ChatRequest {
-                    messages: vec![Message::user("add groceries")],
+                    messages: vec![Message::user(REQUEST)],
                     ..ChatRequest::default()
                 };
-                for _ in 0..TOOL_TURNS {
+                for turn in 0..TOOL_TURNS {
                     let r = bare.chat(&request, &cancel).await.expect("instant");
                     let out = tools
-                        .call(&who, "add_note", args(), CallOptions::default())
+                        .call(&who, "add_note", args(turn), CallOptions::default())
                         .await
                         .expect("runs");
                     request.messages.push(r.to_message());
                     request.messages.push(Message::Tool {
-                        call_id: "call_1".into(),
+                        call_id: format!("call_{turn}"),
                         name: "add_note".into(),
                         content: out.all_text(),
                         is_error: false,
