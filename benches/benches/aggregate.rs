@@ -84,12 +84,6 @@ async fn start_kberg_upstream(stop: CancellationToken) -> Result<SocketAddr, Box
     serve("aggregate-bench-upstream", tools, stop).await
 }
 
-fn tools_dir() -> PathBuf {
-    std::env::var_os("KBERG_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools"))
-}
-
 fn need(p: PathBuf) -> Result<PathBuf, BoxError> {
     if p.exists() {
         Ok(p)
@@ -108,9 +102,9 @@ struct Everything {
 
 impl Everything {
     async fn start() -> Result<Self, BoxError> {
-        let node = need(tools_dir().join("node/bin/node"))?;
+        let node = need(kberg_testkit::tools::tools_dir().join("node/bin/node"))?;
         let script = need(
-            tools_dir()
+            kberg_testkit::tools::tools_dir()
                 .join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
         )?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?

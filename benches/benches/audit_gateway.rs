@@ -230,19 +230,21 @@ fn paired(
     mut on: Client,
     call: &ToolCall,
 ) {
-    const ROUNDS: usize = 30;
+    // Without `--bench` (as under `cargo test --benches`) a smoke run: two short rounds.
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let (rounds, calls) = if smoke { (2, 10) } else { (30, PAIRED_CALLS) };
     let time = |client: &mut Client| {
         let start = std::time::Instant::now();
-        for _ in 0..PAIRED_CALLS {
+        for _ in 0..calls {
             rt.block_on(client.call(call)).expect("tools/call");
         }
-        start.elapsed().as_secs_f64() * 1e6 / PAIRED_CALLS as f64
+        start.elapsed().as_secs_f64() * 1e6 / calls as f64
     };
     // Warm both: connections, caches, the writer thread.
     time(&mut off);
     time(&mut on);
     let (mut offs, mut ons, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         let (a, b) = if round % 2 == 0 {
             let a = time(&mut off);
             (a, time(&mut on))
@@ -259,7 +261,7 @@ fn paired(
         v[v.len() / 2]
     };
     eprintln!(
-        "audit_gateway/{name}_paired: off {:.1} us, on {:.1} us per call (medians of {ROUNDS} rounds of {PAIRED_CALLS}); on/off ratio median {:.3}, range [{:.3}, {:.3}]",
+        "audit_gateway/{name}_paired: off {:.1} us, on {:.1} us per call (medians of {rounds} rounds of {calls}); on/off ratio median {:.3}, range [{:.3}, {:.3}]",
         median(&mut offs),
         median(&mut ons),
         median(&mut ratios),

