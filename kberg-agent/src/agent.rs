@@ -107,6 +107,22 @@ enum AnswerNow {
     Done,
 }
 
+/// The grounds of a run's conversation ([`crate::ground::Grounds`]) and how many of its
+/// messages they hold.
+#[derive(Default)]
+struct GroundsSoFar {
+    grounds: crate::ground::Grounds,
+    seen: usize,
+}
+
+impl std::ops::Deref for GroundsSoFar {
+    type Target = crate::ground::Grounds;
+
+    fn deref(&self) -> &Self::Target {
+        &self.grounds
+    }
+}
+
 struct Run<'a> {
     agent: &'a Agent,
     cancel: &'a CancellationToken,
@@ -136,6 +152,8 @@ struct Run<'a> {
     recovered_turns: Vec<usize>,
     /// Short handles for the long ids in the conversation ([`AgentConfig::id_handles`]).
     handles: id_handles::IdHandles,
+    /// Where the conversation's values come from, kept between the writes it checks.
+    grounds: std::sync::Mutex<GroundsSoFar>,
     repair_turns: u32,
     turns: u32,
     usage: Usage,
@@ -226,6 +244,7 @@ impl Agent {
             user_messages: 0,
             recovered_turns: Vec::new(),
             handles: id_handles::IdHandles::default(),
+            grounds: std::sync::Mutex::default(),
             repair_turns: 0,
             turns: 0,
             usage: Usage::default(),

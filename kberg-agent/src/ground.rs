@@ -66,30 +66,39 @@ pub(crate) fn is_id_name(arg: &str) -> bool {
 impl Grounds {
     /// The grounds in `messages`: `user_messages` are the indices of the user's own messages
     /// (not the loop's notes to the model), tool results count when they did not fail.
+    #[cfg(test)]
     pub(crate) fn of(messages: &[Message], user_messages: usize) -> Self {
         let mut g = Grounds::default();
-        for (i, m) in messages.iter().enumerate() {
+        g.add(messages, 0, user_messages);
+        g
+    }
+
+    /// Adds the grounds of `messages[from..]`: `user_messages` are the indices, from the start
+    /// of `messages`, of the user's own messages (not the loop's notes to the model); tool
+    /// results count when they did not fail. A conversation that only grows is gathered once,
+    /// its new messages added as they come.
+    pub(crate) fn add(&mut self, messages: &[Message], from: usize, user_messages: usize) {
+        for (i, m) in messages.iter().enumerate().skip(from) {
             match m {
                 Message::User { content, .. } if i < user_messages => {
-                    g.user_numbers.extend(numbers_in(content));
-                    g.user_text.push_str(&content.to_lowercase());
-                    g.user_text.push('\n');
-                    g.user_words.push(' ');
-                    g.user_words.push_str(&words_of(content));
-                    g.user_words.push(' ');
+                    self.user_numbers.extend(numbers_in(content));
+                    self.user_text.push_str(&content.to_lowercase());
+                    self.user_text.push('\n');
+                    self.user_words.push(' ');
+                    self.user_words.push_str(&words_of(content));
+                    self.user_words.push(' ');
                 }
                 Message::Tool {
                     content,
                     is_error: false,
                     ..
                 } => {
-                    g.result_text.push_str(&content.to_lowercase());
-                    g.result_text.push('\n');
+                    self.result_text.push_str(&content.to_lowercase());
+                    self.result_text.push('\n');
                 }
                 _ => {}
             }
         }
-        g
     }
 
     /// The first top-level argument of `arguments` with no source, if any. `id_args` are the
@@ -466,6 +475,37 @@ mod tests {
         assert!(numbers_in("no numbers here, someone").is_empty());
         // Digits that are part of a word are not numbers the user gave.
         assert!(numbers_in("tag it \"q1\", version v2, 3rd").is_empty());
+    }
+
+    #[test]
+    fn grounds_added_message_by_message_are_the_grounds_of_the_whole() {
+        let mut messages = vec![
+            Message::system("sys"),
+            Message::user("set note 42 to forty-two"),
+        ];
+        let mut so_far = Grounds::default();
+        so_far.add(&messages, 0, 2);
+        for (text, is_error) in [("id n-17 found", false), ("failed: n-99", true)] {
+            messages.push(Message::Tool {
+                call_id: "c".into(),
+                name: "t".into(),
+                content: text.into(),
+                is_error,
+            });
+            messages.push(Message::user("a note from the loop: 7"));
+            so_far.add(&messages, messages.len() - 2, 2);
+        }
+        assert_eq!(
+            format!("{so_far:?}"),
+            format!("{:?}", Grounds::of(&messages, 2))
+        );
+        assert!(so_far.id_has_source("note_id", &json!("n-17")));
+        assert!(!so_far.id_has_source("note_id", &json!("n-99")));
+        assert!(
+            so_far
+                .check(&json!({"priority": 7}), &HashMap::new())
+                .is_some()
+        );
     }
 
     fn grounds(user: &str, results: &[(&str, bool)]) -> Grounds {

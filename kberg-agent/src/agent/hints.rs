@@ -12,7 +12,9 @@ use std::collections::HashSet;
 use super::id_handles::UnknownHandle;
 use super::{PendingCall, Run};
 use crate::coerce::Coercion;
-use crate::ground::{Grounds, is_id_name};
+use crate::ground::is_id_name;
+
+use super::GroundsSoFar;
 use crate::message::{Message, ToolCall};
 use crate::nudge;
 use crate::outcome::{CallOutcome, CallRecord};
@@ -114,7 +116,7 @@ impl Run<'_> {
             .get(&call.name)?
             .get("properties")?
             .as_object()?;
-        let grounds = Grounds::of(&self.request.messages, self.user_messages);
+        let grounds = self.grounds();
         self.handles.bare_handle(&call.arguments, |name, value| {
             (is_id_name(name) || config.id_sources.contains_key(name))
                 && props
@@ -149,7 +151,7 @@ impl Run<'_> {
         {
             return None;
         }
-        let grounds = Grounds::of(&self.request.messages, self.user_messages);
+        let grounds = self.grounds();
         let values = config
             .ground_write_arguments
             .then(|| grounds.check(&call.arguments, &config.id_sources))
@@ -210,7 +212,7 @@ impl Run<'_> {
             .filter(|c| c.outcome == CallOutcome::Ok && !self.read_only.contains(&c.name))
             .collect();
         let last = done.last()?;
-        let grounds = Grounds::of(&self.request.messages, self.user_messages);
+        let grounds = self.grounds();
         let skip = &config.composed_arguments;
         let used: HashSet<String> = done
             .iter()
@@ -218,6 +220,24 @@ impl Run<'_> {
             .collect();
         (grounds.new_user_values(&call.arguments, &used, skip) == 0)
             .then(|| nudge::unrequested_write(&call.name, &last.name, &self.user_request()))
+    }
+
+    /// The conversation's grounds ([`crate::ground::Grounds::add`]), gathered once and brought up to date with
+    /// the messages added since the last write was checked (the run only appends to its
+    /// conversation; one that shrank is gathered again).
+    fn grounds(&self) -> std::sync::MutexGuard<'_, GroundsSoFar> {
+        let mut so_far = self
+            .grounds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let messages = &self.request.messages;
+        if so_far.seen > messages.len() {
+            *so_far = GroundsSoFar::default();
+        }
+        let from = so_far.seen;
+        so_far.grounds.add(messages, from, self.user_messages);
+        so_far.seen = messages.len();
+        so_far
     }
 
     /// The user's last own message (not one of the loop's notes), for reminders.

@@ -67,7 +67,10 @@ impl Run<'_> {
     fn request_to_send(&self) -> std::borrow::Cow<'_, ChatRequest> {
         let compact = self.config().compact_recovered_turns && !self.recovered_turns.is_empty();
         let handles = self.config().id_handles && !self.handles.is_empty();
-        if !compact && !self.config().forget_old_failures && !handles {
+        // The conversation is copied only when something in it is sent otherwise: with no
+        // failed call before the last turn there is nothing to forget.
+        let forget = self.config().forget_old_failures && has_old_failures(&self.request.messages);
+        if !compact && !forget && !handles {
             return std::borrow::Cow::Borrowed(&self.request);
         }
         let mut request = self.request.clone();
@@ -76,7 +79,7 @@ impl Run<'_> {
                 content.clear();
             }
         }
-        if self.config().forget_old_failures {
+        if forget {
             forget_old_failures(&mut request.messages);
         }
         if handles {
