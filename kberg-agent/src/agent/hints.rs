@@ -10,11 +10,9 @@ use serde_json::Value;
 use std::collections::HashSet;
 
 use super::id_handles::UnknownHandle;
-use super::{PendingCall, Run};
+use super::{GroundsSoFar, PendingCall, Run};
 use crate::coerce::Coercion;
 use crate::ground::is_id_name;
-
-use super::GroundsSoFar;
 use crate::message::{Message, ToolCall};
 use crate::nudge;
 use crate::outcome::{CallOutcome, CallRecord};
@@ -222,9 +220,9 @@ impl Run<'_> {
             .then(|| nudge::unrequested_write(&call.name, &last.name, &self.user_request()))
     }
 
-    /// The conversation's grounds ([`crate::ground::Grounds::add`]), gathered once and brought up to date with
-    /// the messages added since the last write was checked (the run only appends to its
-    /// conversation; one that shrank is gathered again).
+    /// The conversation's grounds ([`crate::ground::Grounds::add`]), gathered once and brought
+    /// up to date with the messages added since the last write was checked (the run only
+    /// appends to its conversation; one that shrank is gathered again).
     fn grounds(&self) -> std::sync::MutexGuard<'_, GroundsSoFar> {
         let mut so_far = self
             .grounds
