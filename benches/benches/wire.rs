@@ -33,6 +33,23 @@
 //! difference of the two totals over the difference of the counts is the instructions one call
 //! costs the whole process (client and server, start-up cancelled out);
 //! `benches/wire-instructions.sh` does that for the four cases.
+//!
+//! Paired mode, for a throughput ratio that a few percent can be read from: with
+//! `KBERG_WIRE_PAIRS=<n>` (and `--bench`) Kberg and bare rmcp alternate in `n` pairs of short
+//! slices (`KBERG_WIRE_SLICE_MS`, 500 by default; the first of each pair alternates too), each
+//! slice on new connections and sessions. On two cores shared by the load generator and the
+//! server, where each client's task and its connection's task happen to run decides a
+//! round's throughput more than the server's code does, and a 5-second round keeps one
+//! placement; hundreds of short slices average over placements and over the machine's slow
+//! drifts alike. The report gives, per point, both servers' calls over their summed time, the
+//! ratio, the quartiles of the per-pair ratios, and the CPU per call of each. Only the points
+//! named in `KBERG_WIRE_POINTS` (a comma list of `<protocol>/<clients>`, for example
+//! `2026-07-28/1`) are measured; by default all six.
+//!
+//! ```text
+//! KBERG_WIRE_PAIRS=60 cargo bench -p kberg-benches --bench wire
+//! KBERG_WIRE_PAIRS=200 KBERG_WIRE_POINTS=2026-07-28/1 cargo bench -p kberg-benches --bench wire
+//! ```
 
 // A bench's report is its stdout.
 #![allow(clippy::print_stdout)]
@@ -194,6 +211,32 @@ async fn run() -> Result<(), BoxError> {
     let kberg = start_kberg(stop.clone(), Limits::default()).await?;
     let rmcp = start_rmcp(stop.clone()).await?;
     let hyper = start_hyper(stop.clone()).await?;
+    let pairs = env_number("KBERG_WIRE_PAIRS", 0);
+    if full && pairs > 0 {
+        let slice = Duration::from_millis(env_number("KBERG_WIRE_SLICE_MS", 500).max(10));
+        let points = match std::env::var("KBERG_WIRE_POINTS") {
+            Ok(list) => parse_points(&list)?,
+            Err(_) => all_points(),
+        };
+        let outcome = paired(kberg, rmcp, &echo, &points, pairs, slice).await;
+        stop.cancel();
+        return outcome;
+    }
+    if !full {
+        // The paired mode's path, once, on the cheapest point.
+        let pair = paired_point(
+            kberg,
+            rmcp,
+            &echo,
+            (STATELESS, 1),
+            2,
+            Duration::from_millis(50),
+        )
+        .await?;
+        if pair.kberg.calls == 0 || pair.rmcp.calls == 0 || pair.ratios.len() != 2 {
+            return Err("the paired mode's smoke run completed no pair".into());
+        }
+    }
     // The ceiling does not speak MCP, so it is measured once.
     let cases = [
         (Kind::Kberg, STATEFUL, kberg),
@@ -281,6 +324,164 @@ async fn run() -> Result<(), BoxError> {
                 p.cpu_us / base.cpu_us
             );
         }
+    }
+    Ok(())
+}
+
+/// A point of the paired mode: a protocol generation and a number of clients.
+type PairPoint = (&'static str, usize);
+
+/// The six points of the goal: both generations at 1, 16 and 32 clients.
+fn all_points() -> Vec<PairPoint> {
+    [STATEFUL, STATELESS]
+        .into_iter()
+        .flat_map(|p| CONCURRENCY.map(|c| (p, c)))
+        .collect()
+}
+
+/// `KBERG_WIRE_POINTS`: a comma list of `<protocol>/<clients>`.
+fn parse_points(list: &str) -> Result<Vec<PairPoint>, BoxError> {
+    let bad = || format!("KBERG_WIRE_POINTS is a comma list of <protocol>/<clients>, not {list:?}");
+    let mut points = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (protocol, clients) = item.split_once('/').ok_or_else(bad)?;
+        let protocol = match protocol {
+            STATEFUL => STATEFUL,
+            STATELESS => STATELESS,
+            _ => return Err(bad().into()),
+        };
+        let clients = clients.parse::<usize>().map_err(|_| bad())?;
+        if clients == 0 {
+            return Err(bad().into());
+        }
+        points.push((protocol, clients));
+    }
+    if points.is_empty() {
+        return Err(bad().into());
+    }
+    Ok(points)
+}
+
+/// One server's slices of a point, summed.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    calls: usize,
+    secs: f64,
+    cpu_secs: f64,
+}
+
+impl Tally {
+    fn add(&mut self, p: &Point) {
+        self.calls += p.calls;
+        self.secs += p.calls as f64 / p.rps;
+        self.cpu_secs += p.cpu_us * p.calls as f64 / 1e6;
+    }
+
+    fn rps(&self) -> f64 {
+        self.calls as f64 / self.secs
+    }
+
+    fn cpu_us(&self) -> f64 {
+        self.cpu_secs * 1e6 / self.calls as f64
+    }
+}
+
+/// What the paired slices of one point gave.
+struct Pairs {
+    kberg: Tally,
+    rmcp: Tally,
+    /// Kberg's req/s over bare rmcp's, pair by pair, sorted.
+    ratios: Vec<f64>,
+}
+
+/// `pairs` pairs of `slice`-long measurements of Kberg and bare rmcp at one point; the first
+/// of each pair alternates.
+async fn paired_point(
+    kberg: SocketAddr,
+    rmcp: SocketAddr,
+    echo: &ToolCall,
+    (protocol, clients): PairPoint,
+    pairs: u64,
+    slice: Duration,
+) -> Result<Pairs, BoxError> {
+    let mut out = Pairs {
+        kberg: Tally::default(),
+        rmcp: Tally::default(),
+        ratios: Vec::with_capacity(usize::try_from(pairs)?),
+    };
+    for i in 0..pairs {
+        let order = if i % 2 == 0 {
+            [(true, kberg), (false, rmcp)]
+        } else {
+            [(false, rmcp), (true, kberg)]
+        };
+        let mut rps = [0.0f64; 2];
+        for (is_kberg, addr) in order {
+            let p = measure(
+                addr,
+                "/mcp",
+                protocol,
+                true,
+                clients,
+                echo,
+                Budget::Time(slice),
+            )
+            .await?;
+            if is_kberg {
+                out.kberg.add(&p);
+                rps[0] = p.rps;
+            } else {
+                out.rmcp.add(&p);
+                rps[1] = p.rps;
+            }
+        }
+        out.ratios.push(rps[0] / rps[1]);
+    }
+    out.ratios.sort_by(f64::total_cmp);
+    Ok(out)
+}
+
+/// The paired mode (see the module docs).
+async fn paired(
+    kberg: SocketAddr,
+    rmcp: SocketAddr,
+    echo: &ToolCall,
+    points: &[PairPoint],
+    pairs: u64,
+    slice: Duration,
+) -> Result<(), BoxError> {
+    let mut rows = Vec::with_capacity(points.len());
+    for &point in points {
+        let r = paired_point(kberg, rmcp, echo, point, pairs, slice).await?;
+        let q = |f: f64| r.ratios[((r.ratios.len() - 1) as f64 * f).round() as usize];
+        let row = format!(
+            "| {} | {} | {:.0} | {:.0} | **{:.3}x** | {:.3} / {:.3} / {:.3} | {:.1} | {:.1} | {:.3}x |",
+            point.0,
+            point.1,
+            r.kberg.rps(),
+            r.rmcp.rps(),
+            r.kberg.rps() / r.rmcp.rps(),
+            q(0.25),
+            q(0.5),
+            q(0.75),
+            r.kberg.cpu_us(),
+            r.rmcp.cpu_us(),
+            r.kberg.cpu_us() / r.rmcp.cpu_us(),
+        );
+        println!("{row}");
+        rows.push(row);
+    }
+    println!();
+    println!(
+        "{pairs} pairs of {} ms slices per point, new connections for every slice",
+        slice.as_millis()
+    );
+    println!(
+        "| protocol | clients | Kberg req/s | bare rmcp req/s | Kberg / rmcp | pair ratios q1 / median / q3 | Kberg CPU us/call | rmcp CPU us/call | CPU ratio |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for row in rows {
+        println!("{row}");
     }
     Ok(())
 }

@@ -4,98 +4,74 @@
 //! Both hand out permits that give their slot back when dropped, so a call that panics, is
 //! cancelled or whose client disconnects never leaks a slot.
 
-use std::borrow::Borrow;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use kberg_core::Principal;
+/// How many principals the call counter holds before it forgets those with no call in flight.
+/// Below it a principal's entry stays at zero between calls, so a lone client's every call is
+/// a counter bump rather than an insertion and a removal.
+const CALL_COUNTER_SWEEP_AT: usize = 1024;
 
 /// Calls in flight, per principal id.
 #[derive(Debug)]
 pub(crate) struct CallCounter {
     max: usize,
-    in_flight: Mutex<HashMap<ById, usize, foldhash::fast::RandomState>>,
+    in_flight: Mutex<HashMap<Box<str>, usize, foldhash::fast::RandomState>>,
 }
 
-/// A principal as a map key: hashed and compared by its id, held by reference count, so taking
-/// a slot copies no string.
-#[derive(Debug, Clone)]
-struct ById(Arc<Principal>);
-
-impl PartialEq for ById {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.id == other.0.id
-    }
-}
-
-impl Eq for ById {}
-
-impl Hash for ById {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        // As `str` hashes, so that lookups by `&str` find it (`Borrow`'s contract).
-        self.0.id.as_str().hash(state);
-    }
-}
-
-impl Borrow<str> for ById {
-    fn borrow(&self) -> &str {
-        &self.0.id
-    }
-}
-
-/// One call's slot; returned on drop.
+/// One call's slot; returned on drop. It borrows the counter and the principal's id (both
+/// outlive the call), so taking a slot touches no reference count.
 #[derive(Debug)]
-pub(crate) struct CallPermit {
-    counter: Arc<CallCounter>,
-    principal: Arc<Principal>,
+pub(crate) struct CallPermit<'a> {
+    counter: &'a CallCounter,
+    principal: &'a str,
 }
 
 impl CallCounter {
-    pub(crate) fn new(max: usize) -> Arc<Self> {
-        Arc::new(Self {
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
             max: max.max(1),
             in_flight: Mutex::new(HashMap::default()),
-        })
+        }
     }
 
     pub(crate) fn max(&self) -> usize {
         self.max
     }
 
-    /// A slot for `principal`, or `None` when it already has `max` calls in flight.
-    pub(crate) fn try_acquire(self: &Arc<Self>, principal: &Arc<Principal>) -> Option<CallPermit> {
-        // The map holds plain counters updated in single statements; a poisoned lock still
-        // holds consistent counts.
-        let mut m = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        match m.get_mut(principal.id.as_str()) {
+    /// The map, locked. It holds plain counters updated in single statements; a poisoned lock
+    /// still holds consistent counts.
+    fn map(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<Box<str>, usize, foldhash::fast::RandomState>> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for the principal `id`, or `None` when it already has `max` calls in flight.
+    pub(crate) fn try_acquire<'a>(&'a self, id: &'a str) -> Option<CallPermit<'a>> {
+        let mut m = self.map();
+        match m.get_mut(id) {
             Some(n) if *n >= self.max => return None,
             Some(n) => *n += 1,
             None => {
-                m.insert(ById(Arc::clone(principal)), 1);
+                if m.len() >= CALL_COUNTER_SWEEP_AT {
+                    m.retain(|_, n| *n > 0);
+                }
+                m.insert(id.into(), 1);
             }
         }
         Some(CallPermit {
-            counter: Arc::clone(self),
-            principal: Arc::clone(principal),
+            counter: self,
+            principal: id,
         })
     }
 }
 
-impl Drop for CallPermit {
+impl Drop for CallPermit<'_> {
     fn drop(&mut self) {
-        let mut m = self
-            .counter
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let id = self.principal.id.as_str();
-        if let Some(n) = m.get_mut(id) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(id);
-            }
+        if let Some(n) = self.counter.map().get_mut(self.principal) {
+            *n = n.saturating_sub(1);
         }
     }
 }
@@ -151,20 +127,40 @@ mod tests {
     #[test]
     fn calls_are_counted_per_principal() {
         let c = CallCounter::new(2);
-        let a = Arc::new(Principal::new("a"));
-        // Another value with the same id is the same principal for the limit.
-        let a_again = Arc::new(Principal::new("a"));
-        let b = Arc::new(Principal::new("b"));
-        let a1 = c.try_acquire(&a).expect("first");
+        // Another string with the same id is the same principal for the limit.
+        let a_again = String::from("a");
+        let a1 = c.try_acquire("a").expect("first");
         let a2 = c.try_acquire(&a_again).expect("second");
-        assert!(c.try_acquire(&a).is_none());
-        let b1 = c.try_acquire(&b).expect("other principal");
+        assert!(c.try_acquire("a").is_none());
+        let b1 = c.try_acquire("b").expect("other principal");
         drop(a1);
-        assert!(c.try_acquire(&a).is_some());
+        assert!(c.try_acquire("a").is_some());
         drop(a2);
         drop(b1);
-        // Every slot returned: no principal is left in the map.
-        assert!(c.in_flight.lock().expect("lock").is_empty());
+        // Every slot returned: each principal's count is back to zero.
+        assert!(c.map().values().all(|n| *n == 0));
+        assert!(c.try_acquire("a").is_some() && c.try_acquire("b").is_some());
+    }
+
+    #[test]
+    fn principals_without_calls_are_forgotten_when_the_counter_grows() {
+        let c = CallCounter::new(1);
+        let ids: Vec<String> = (0..CALL_COUNTER_SWEEP_AT)
+            .map(|i| format!("p{i}"))
+            .collect();
+        let busy = c.try_acquire("busy").expect("a slot");
+        for id in &ids[1..] {
+            drop(c.try_acquire(id).expect("a slot"));
+        }
+        assert_eq!(c.map().len(), CALL_COUNTER_SWEEP_AT);
+        // A new principal past the bound sweeps every idle entry; the busy one stays, and
+        // still has its one call in flight.
+        let new = c.try_acquire("new").expect("a slot");
+        assert_eq!(c.map().len(), 2);
+        assert!(c.try_acquire("busy").is_none());
+        drop(busy);
+        drop(new);
+        assert!(c.try_acquire("busy").is_some());
     }
 
     #[test]

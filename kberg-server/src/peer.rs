@@ -236,7 +236,8 @@ pub(crate) struct RoundTripPeer {
     /// Every answer known so far: earlier rounds (from `requestState`) and this one.
     pub(crate) answers: BTreeMap<String, Value>,
     pub(crate) asked: AtomicUsize,
-    pub(crate) log: Arc<LogThreshold>,
+    /// This request's own threshold (its `_meta` `logLevel`), shared with nothing.
+    pub(crate) log: LogThreshold,
     /// Questions asked during this run that have no answer yet, by key.
     pub(crate) pending: Mutex<serde_json::Map<String, Value>>,
     /// A capability the tool needed and the client did not declare.
@@ -248,7 +249,7 @@ impl RoundTripPeer {
         peer: Peer<RoleServer>,
         capabilities: Option<Value>,
         answers: BTreeMap<String, Value>,
-        log: Arc<LogThreshold>,
+        log: LogThreshold,
     ) -> Self {
         Self {
             peer,

@@ -26,8 +26,8 @@ impl KbergHandler {
         req: CallToolRequestParams,
         mut ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let principal = self.principal(&ctx)?;
-        let Some(_permit) = self.shared.calls.try_acquire(&principal) else {
+        let caller = self.caller(&ctx)?;
+        let Some(_permit) = self.shared.calls.try_acquire(&caller.principal().id) else {
             let max = self.shared.calls.max();
             let refusal = Refusal::new(
                 ErrorCode::TooManyCalls,
@@ -39,7 +39,6 @@ impl KbergHandler {
             );
             return Ok(convert::refusal_result(&refusal).into());
         };
-        let caller = Caller::new(principal);
         // A tool with task support runs as a task when the client declared the extension
         // (a single lookup; tools without it pay nothing more).
         let task_support = self

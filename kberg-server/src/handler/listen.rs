@@ -94,7 +94,7 @@ impl KbergHandler {
         );
         let now = Instant::now();
         let mut pending = self
-            .session
+            .session()
             .pending_listens
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -115,7 +115,7 @@ impl KbergHandler {
         let prepared = {
             let key = filter_key(context.requested());
             let mut pending = self
-                .session
+                .session()
                 .pending_listens
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);

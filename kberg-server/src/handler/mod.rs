@@ -42,7 +42,7 @@ mod request;
 mod session;
 mod shared;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use kberg_core::{Caller, Principal};
 use rmcp::model::{
@@ -66,18 +66,27 @@ pub(crate) use listen::ListenClosed;
 pub(crate) use shared::{Authenticated, REQUEST_PRINCIPAL, Shared};
 
 /// The rmcp handler serving one [`McpApp`].
-#[derive(Clone)]
 pub(crate) struct KbergHandler {
     shared: Arc<Shared>,
-    session: Arc<SessionState>,
+    /// The session's own state, made at its first use. rmcp makes a handler for every
+    /// 2026-07-28 request (and one more to look up the called tool's schema for its header
+    /// checks); such a request has no session, and most never touch this, so making a handler
+    /// allocates nothing.
+    session: OnceLock<Arc<SessionState>>,
 }
 
 impl KbergHandler {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         Self {
-            session: Arc::new(SessionState::new(Arc::clone(&shared.list_changed))),
+            session: OnceLock::new(),
             shared,
         }
+    }
+
+    /// The session's state, made at the first call.
+    fn session(&self) -> &Arc<SessionState> {
+        self.session
+            .get_or_init(|| Arc::new(SessionState::new(Arc::clone(&self.shared.list_changed))))
     }
 
     fn principal(&self, ctx: &RequestContext<RoleServer>) -> Result<Arc<Principal>, McpError> {
@@ -227,7 +236,7 @@ impl ServerHandler for KbergHandler {
         self.principal(&context)?;
         // Unsubscribing from something never subscribed is not an error (idempotent); a
         // session that never subscribed has no subscription task to tell.
-        if let Some(tx) = self.session.forwarder.get() {
+        if let Some(tx) = self.session().forwarder.get() {
             let _ = tx.send(Command::Unsubscribe(request.uri));
         }
         Ok(())
@@ -346,7 +355,7 @@ impl ServerHandler for KbergHandler {
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_else(|| "info".into());
-        self.session.log.set(&level);
+        self.session().log.set(&level);
         Ok(())
     }
 }

@@ -127,7 +127,7 @@ impl KbergHandler {
             let client = meta_client_info(ctx)?;
             return Some(Arc::new(kberg_core::CallOrigin::new(None, Some(client))));
         }
-        let origin = self.session.origin.get_or_init(|| {
+        let origin = self.session().origin.get_or_init(|| {
             Arc::new(kberg_core::CallOrigin::new(
                 session_id(ctx),
                 client_info(ctx),
@@ -149,7 +149,7 @@ impl KbergHandler {
         if !is_stateless(ctx) {
             let peer: Arc<dyn ClientPeer> = Arc::new(SessionPeer {
                 peer: ctx.peer.clone(),
-                log: Arc::clone(&self.session.log),
+                log: Arc::clone(&self.session().log),
             });
             return Ok((peer, None, BTreeMap::new()));
         }
@@ -171,7 +171,7 @@ impl KbergHandler {
             ctx.peer.clone(),
             capabilities,
             answers.clone(),
-            Arc::new(log),
+            log,
         ));
         let peer: Arc<dyn ClientPeer> = p.clone();
         Ok((peer, Some(p), answers))

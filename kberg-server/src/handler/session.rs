@@ -193,8 +193,8 @@ async fn fan_out(fanout: Weak<ListChangedFanout>, app: McpApp, shutdown: Cancell
 impl KbergHandler {
     /// Joins this session to the `list_changed` fan-out (once, at `initialize`).
     pub(super) fn join_list_changed(&self, peer: &Peer<RoleServer>) {
-        self.session.fanout_entry.get_or_init(|| {
-            self.session
+        self.session().fanout_entry.get_or_init(|| {
+            self.session()
                 .fanout
                 .join(&self.shared.app, &self.shared.shutdown, peer.clone())
         });
@@ -203,7 +203,7 @@ impl KbergHandler {
     /// Starts the session's subscription task once: it holds the session's resource
     /// subscriptions and forwards their updates.
     pub(super) fn forwarder(&self, peer: &Peer<RoleServer>) -> &mpsc::UnboundedSender<Command> {
-        self.session.forwarder.get_or_init(|| {
+        self.session().forwarder.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
             let subscriber = self.shared.app.resources().subscriber();
             tokio::spawn(forward(

@@ -104,7 +104,7 @@ pub(crate) struct Shared {
     pub(crate) app: McpApp,
     pub(crate) header_schemas: HeaderSchemas,
     pub(crate) info: ServerConfig,
-    pub(crate) calls: Arc<CallCounter>,
+    pub(crate) calls: CallCounter,
     /// The principal of a transport without per-request credentials (stdio).
     pub(crate) fixed_principal: Option<Arc<Principal>>,
     pub(crate) shutdown: CancellationToken,
