@@ -21,6 +21,7 @@
 //! cargo bench -p kberg-benches --bench gateway_upstream                 # 3 rounds x 3 s per point
 //! KBERG_GWUP_SECS=5 KBERG_GWUP_ROUNDS=5 cargo bench -p kberg-benches --bench gateway_upstream
 //! KBERG_GWUP_CLIENTS=1,32 cargo bench -p kberg-benches --bench gateway_upstream
+//! KBERG_GWUP_CASES=file cargo bench -p kberg-benches --bench gateway_upstream   # one path alone
 //! ```
 //!
 //! Without `--bench` (as under `cargo test --benches`), or with `-- --test`, it makes 5 calls per
@@ -152,6 +153,19 @@ async fn run() -> Result<(), BoxError> {
     } else {
         Budget::Calls(5)
     };
+    // `KBERG_GWUP_CASES=file` (or `vault`) measures one path alone, for a profiler.
+    let only: Option<String> = std::env::var("KBERG_GWUP_CASES").ok();
+    if let Some(o) = &only
+        && !o.split(',').all(|c| matches!(c.trim(), "file" | "vault"))
+    {
+        return Err(
+            format!("KBERG_GWUP_CASES is a comma list of file and vault, not {o:?}").into(),
+        );
+    }
+    let wanted = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|c| c.trim() == name))
+    };
     let clients: Vec<usize> = std::env::var("KBERG_GWUP_CLIENTS")
         .unwrap_or_else(|_| "1,16".into())
         .split(',')
@@ -184,6 +198,9 @@ async fn run() -> Result<(), BoxError> {
             let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
             for i in order {
                 let (name, call) = &cases[i];
+                if !wanted(name) {
+                    continue;
+                }
                 let p = measure_as(
                     addr,
                     "/mcp",
@@ -227,6 +244,9 @@ async fn run() -> Result<(), BoxError> {
             ("file", file, "1".to_string()),
             ("vault", vault, format!("**{:.3}x**", vault.rps / file.rps)),
         ] {
+            if !wanted(name) {
+                continue;
+            }
             println!(
                 "| {name} | {n} | {:.0} | {:.3} | {:.3} | {:.1} | {ratio} |",
                 p.rps, p.p50_ms, p.p99_ms, p.cpu_us

@@ -1,6 +1,8 @@
 //! A store whose documents are files serves a parsed document from memory only while its file
 //! is unchanged: every way of changing the file (rewritten in place with the same length and
-//! modification time, replaced by a rename, deleted) is seen by the next load.
+//! modification time, replaced by a rename, deleted) is seen by the next load. The same holds
+//! for the listing of the projects folder: every entry added, removed or renamed is seen by the
+//! next listing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
@@ -75,4 +77,51 @@ fn every_change_of_a_document_file_reaches_the_next_load() {
         store.load("shop"),
         Err(RulesError::UnknownProject(p)) if p == "shop"
     ));
+}
+
+/// Sets a folder's modification time back, so that its listing is kept.
+fn age_folder(path: &Path, at: SystemTime) {
+    File::open(path).unwrap().set_modified(at).unwrap();
+}
+
+#[test]
+fn every_change_of_the_projects_folder_reaches_the_next_listing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RulesStore::open(dir.path(), AgentCatalog::builtin()).unwrap();
+    let projects = dir.path().join("projects");
+    let old = SystemTime::now() - Duration::from_secs(3600);
+    std::fs::write(projects.join("shop.yaml"), FIXTURE).unwrap();
+    age_folder(&projects, old);
+    assert_eq!(store.projects().unwrap(), ["shop"]);
+    // Kept now; a second listing answers the same, and so does a clone of the store.
+    assert_eq!(store.projects().unwrap(), ["shop"]);
+    assert_eq!(store.clone().projects().unwrap(), ["shop"]);
+
+    // A file added, with the folder's modification time put back: its status-change time
+    // still moved, so the new project is listed.
+    std::fs::write(projects.join("garden.yaml"), FIXTURE).unwrap();
+    age_folder(&projects, old);
+    assert_eq!(store.projects().unwrap(), ["garden", "shop"]);
+    assert_eq!(store.projects().unwrap(), ["garden", "shop"]);
+
+    // Renamed in from a file that is not a document (how the store and most editors write).
+    let tmp = projects.join(".tools.yaml.tmp");
+    std::fs::write(&tmp, FIXTURE).unwrap();
+    age_folder(&projects, old);
+    assert_eq!(store.projects().unwrap(), ["garden", "shop"]);
+    std::fs::rename(&tmp, projects.join("tools.yaml")).unwrap();
+    age_folder(&projects, old);
+    assert_eq!(store.projects().unwrap(), ["garden", "shop", "tools"]);
+
+    // Removed.
+    std::fs::remove_file(projects.join("garden.yaml")).unwrap();
+    age_folder(&projects, old);
+    assert_eq!(store.projects().unwrap(), ["shop", "tools"]);
+
+    // Just changed (not settled): read again on every listing, so a second change in the
+    // same tick is seen too.
+    std::fs::write(projects.join("garden.yaml"), FIXTURE).unwrap();
+    assert_eq!(store.projects().unwrap(), ["garden", "shop", "tools"]);
+    std::fs::remove_file(projects.join("tools.yaml")).unwrap();
+    assert_eq!(store.projects().unwrap(), ["garden", "shop"]);
 }

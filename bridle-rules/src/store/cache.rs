@@ -8,6 +8,10 @@
 //!   the same stamp. A file modified within [`SETTLE`] of the moment it was read is not kept,
 //!   so two writes inside one tick of the file system's clock (the same stamp, different
 //!   content) cannot leave a stale document behind: the same rule git applies to its index.
+//! - **The projects folder's listing** (which projects have a document) is kept the same way,
+//!   by the folder's stamp: creating, removing or renaming an entry changes the folder's
+//!   modification and status-change times, so one `stat` replaces opening and reading the
+//!   folder on every permission check.
 //! - **Database** (PostgreSQL stores): the newest revision's text is still read from the
 //!   database on every load (another replica may have written it), and the parse is skipped
 //!   when that text is byte for byte the text the kept document was parsed from. Nothing can
@@ -66,6 +70,8 @@ pub(crate) struct DocumentCache {
     entries: Mutex<HashMap<String, (Stamp, Loaded)>>,
     /// Parsed documents by project, each with the text it was parsed from (database source).
     texts: Mutex<HashMap<String, (String, Loaded)>>,
+    /// The projects folder's listing, with the folder's stamp when it was read.
+    listing: Mutex<Option<(Stamp, Vec<String>)>>,
 }
 
 impl DocumentCache {
@@ -93,6 +99,30 @@ impl DocumentCache {
         } else {
             entries.remove(project);
         }
+    }
+
+    /// The projects folder's listing, if the folder still has `stamp`.
+    pub(crate) fn listing(&self, stamp: Stamp) -> Option<Vec<String>> {
+        match &*self
+            .listing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            Some((kept, names)) if *kept == stamp => Some(names.clone()),
+            _ => None,
+        }
+    }
+
+    /// Keeps `names`, listed from a folder with `stamp`, if the folder has settled (the same
+    /// rule as for a document's file); forgets the kept listing otherwise.
+    pub(crate) fn put_listing(&self, stamp: Stamp, names: &[String]) {
+        let mut listing = self
+            .listing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *listing = stamp
+            .settled(SystemTime::now())
+            .then(|| (stamp, names.to_vec()));
     }
 
     /// Forgets `project` (its file is gone).

@@ -143,12 +143,19 @@ impl RulesStore {
     }
 
     fn file_projects(&self) -> Result<Vec<String>, RulesError> {
+        let io = |e| RulesError::io(&self.projects_dir, e);
+        // The folder's stamp first: while it is unchanged the kept listing is the listing.
+        let before = cache::stamp(&self.projects_dir).map_err(io)?;
+        if let Some(names) = before.and_then(|s| self.documents.listing(s)) {
+            return Ok(names);
+        }
         let mut out = Vec::new();
-        let rd = std::fs::read_dir(&self.projects_dir)
-            .map_err(|e| RulesError::io(&self.projects_dir, e))?;
-        for entry in rd {
-            let entry = entry.map_err(|e| RulesError::io(&self.projects_dir, e))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
+        for entry in std::fs::read_dir(&self.projects_dir).map_err(io)? {
+            let name = entry
+                .map_err(io)?
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
             if let Some(stem) = name.strip_suffix(".yaml")
                 && check_name("project", stem).is_ok()
             {
@@ -156,6 +163,12 @@ impl RulesStore {
             }
         }
         out.sort();
+        // Kept only if the folder did not change while it was read.
+        if let (Some(before), Ok(Some(after))) = (before, cache::stamp(&self.projects_dir))
+            && before == after
+        {
+            self.documents.put_listing(before, &out);
+        }
         Ok(out)
     }
 
