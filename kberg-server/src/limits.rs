@@ -8,16 +8,27 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// How many principals the call counter holds before it forgets those with no call in flight.
-/// Below it a principal's entry stays at zero between calls, so a lone client's every call is
-/// a counter bump rather than an insertion and a removal.
+/// How many principals the call counter holds before it first forgets those with no call in
+/// flight. Below it a principal's entry stays at zero between calls, so a lone client's every
+/// call is a counter bump rather than an insertion and a removal.
 const CALL_COUNTER_SWEEP_AT: usize = 1024;
 
 /// Calls in flight, per principal id.
 #[derive(Debug)]
 pub(crate) struct CallCounter {
     max: usize,
-    in_flight: Mutex<HashMap<Box<str>, usize, foldhash::fast::RandomState>>,
+    in_flight: Mutex<Counts>,
+}
+
+/// The counts, and the size at which the next sweep runs.
+#[derive(Debug)]
+struct Counts {
+    by_id: HashMap<Box<str>, usize, foldhash::fast::RandomState>,
+    /// At least [`CALL_COUNTER_SWEEP_AT`], and twice what the last sweep left: when most
+    /// entries are busy, a sweep frees little, and sweeping again at once on every new
+    /// principal would scan the whole map each time. Doubling keeps the scans' cost per call
+    /// constant.
+    sweep_at: usize,
 }
 
 /// One call's slot; returned on drop. It borrows the counter and the principal's id (both
@@ -32,7 +43,10 @@ impl CallCounter {
     pub(crate) fn new(max: usize) -> Self {
         Self {
             max: max.max(1),
-            in_flight: Mutex::new(HashMap::default()),
+            in_flight: Mutex::new(Counts {
+                by_id: HashMap::default(),
+                sweep_at: CALL_COUNTER_SWEEP_AT,
+            }),
         }
     }
 
@@ -40,25 +54,24 @@ impl CallCounter {
         self.max
     }
 
-    /// The map, locked. It holds plain counters updated in single statements; a poisoned lock
-    /// still holds consistent counts.
-    fn map(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<Box<str>, usize, foldhash::fast::RandomState>> {
+    /// The counts, locked. They are plain counters updated in single statements; a poisoned
+    /// lock still holds consistent counts.
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A slot for the principal `id`, or `None` when it already has `max` calls in flight.
     pub(crate) fn try_acquire<'a>(&'a self, id: &'a str) -> Option<CallPermit<'a>> {
-        let mut m = self.map();
-        match m.get_mut(id) {
+        let mut c = self.counts();
+        match c.by_id.get_mut(id) {
             Some(n) if *n >= self.max => return None,
             Some(n) => *n += 1,
             None => {
-                if m.len() >= CALL_COUNTER_SWEEP_AT {
-                    m.retain(|_, n| *n > 0);
+                if c.by_id.len() >= c.sweep_at {
+                    c.by_id.retain(|_, n| *n > 0);
+                    c.sweep_at = CALL_COUNTER_SWEEP_AT.max(2 * c.by_id.len());
                 }
-                m.insert(id.into(), 1);
+                c.by_id.insert(id.into(), 1);
             }
         }
         Some(CallPermit {
@@ -70,7 +83,7 @@ impl CallCounter {
 
 impl Drop for CallPermit<'_> {
     fn drop(&mut self) {
-        if let Some(n) = self.counter.map().get_mut(self.principal) {
+        if let Some(n) = self.counter.counts().by_id.get_mut(self.principal) {
             *n = n.saturating_sub(1);
         }
     }
@@ -138,7 +151,7 @@ mod tests {
         drop(a2);
         drop(b1);
         // Every slot returned: each principal's count is back to zero.
-        assert!(c.map().values().all(|n| *n == 0));
+        assert!(c.counts().by_id.values().all(|n| *n == 0));
         assert!(c.try_acquire("a").is_some() && c.try_acquire("b").is_some());
     }
 
@@ -152,15 +165,46 @@ mod tests {
         for id in &ids[1..] {
             drop(c.try_acquire(id).expect("a slot"));
         }
-        assert_eq!(c.map().len(), CALL_COUNTER_SWEEP_AT);
+        assert_eq!(c.counts().by_id.len(), CALL_COUNTER_SWEEP_AT);
         // A new principal past the bound sweeps every idle entry; the busy one stays, and
         // still has its one call in flight.
         let new = c.try_acquire("new").expect("a slot");
-        assert_eq!(c.map().len(), 2);
+        assert_eq!(c.counts().by_id.len(), 2);
         assert!(c.try_acquire("busy").is_none());
         drop(busy);
         drop(new);
         assert!(c.try_acquire("busy").is_some());
+    }
+
+    #[test]
+    fn a_sweep_that_frees_little_is_not_repeated_at_once() {
+        let c = CallCounter::new(1);
+        let ids: Vec<String> = (0..CALL_COUNTER_SWEEP_AT + 1)
+            .map(|i| format!("p{i}"))
+            .collect();
+        // Every principal busy: the sweep at the bound frees nothing, and the next one waits
+        // until the map has doubled.
+        let held: Vec<_> = ids
+            .iter()
+            .map(|id| c.try_acquire(id).expect("a slot"))
+            .collect();
+        assert_eq!(c.counts().by_id.len(), CALL_COUNTER_SWEEP_AT + 1);
+        assert_eq!(c.counts().sweep_at, 2 * CALL_COUNTER_SWEEP_AT);
+        drop(held);
+        // All idle now: the map keeps them until it reaches the new bound, then forgets them.
+        let more: Vec<String> = (0..CALL_COUNTER_SWEEP_AT)
+            .map(|i| format!("q{i}"))
+            .collect();
+        for id in &more[..CALL_COUNTER_SWEEP_AT - 1] {
+            drop(c.try_acquire(id).expect("a slot"));
+        }
+        assert_eq!(c.counts().by_id.len(), 2 * CALL_COUNTER_SWEEP_AT);
+        drop(
+            c.try_acquire(&more[CALL_COUNTER_SWEEP_AT - 1])
+                .expect("a slot"),
+        );
+        assert_eq!(c.counts().by_id.len(), 1);
+        assert_eq!(c.counts().sweep_at, CALL_COUNTER_SWEEP_AT);
     }
 
     #[test]
