@@ -133,17 +133,19 @@ impl Kind {
     }
 }
 
+/// The protocol generation a bench setting names, as the load generator spells it.
+fn generation(name: &str) -> Option<&'static str> {
+    [STATEFUL, STATELESS].into_iter().find(|g| *g == name)
+}
+
 /// Counting mode (see the module docs): one server, `clients` clients (one unless
 /// `KBERG_WIRE_CLIENTS` says more), `calls` calls in all, shared evenly between them.
 async fn count(case: &str, calls: u64, clients: usize) -> Result<(), BoxError> {
     let (server, protocol) = case
         .split_once('/')
         .ok_or("KBERG_WIRE_CASE is <kberg|rmcp>/<protocol>")?;
-    let protocol = match protocol {
-        STATEFUL => STATEFUL,
-        STATELESS => STATELESS,
-        other => return Err(format!("unknown protocol {other:?} in KBERG_WIRE_CASE").into()),
-    };
+    let protocol = generation(protocol)
+        .ok_or_else(|| format!("unknown protocol {protocol:?} in KBERG_WIRE_CASE"))?;
     let stop = CancellationToken::new();
     let addr = match server {
         "kberg" => start_kberg(stop.clone(), Limits::default()).await?,
@@ -345,11 +347,7 @@ fn parse_points(list: &str) -> Result<Vec<PairPoint>, BoxError> {
     let mut points = Vec::new();
     for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let (protocol, clients) = item.split_once('/').ok_or_else(bad)?;
-        let protocol = match protocol {
-            STATEFUL => STATEFUL,
-            STATELESS => STATELESS,
-            _ => return Err(bad().into()),
-        };
+        let protocol = generation(protocol).ok_or_else(bad)?;
         let clients = clients.parse::<usize>().map_err(|_| bad())?;
         if clients == 0 {
             return Err(bad().into());

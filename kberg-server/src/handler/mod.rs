@@ -236,7 +236,7 @@ impl ServerHandler for KbergHandler {
         self.principal(&context)?;
         // Unsubscribing from something never subscribed is not an error (idempotent); a
         // session that never subscribed has no subscription task to tell.
-        if let Some(tx) = self.session().forwarder.get() {
+        if let Some(tx) = self.session.get().and_then(|s| s.forwarder.get()) {
             let _ = tx.send(Command::Unsubscribe(request.uri));
         }
         Ok(())
