@@ -23,7 +23,8 @@
 //! ```
 //!
 //! Without `--bench` (as under `cargo test --benches`) it runs one short smoke round that only
-//! checks every server answers correctly.
+//! checks every server answers correctly, and the paired mode's path once in each process
+//! layout.
 //!
 //! Counting mode, for a figure that other load on the machine cannot move: with
 //! `KBERG_WIRE_COUNT=<calls>` and `KBERG_WIRE_CASE=<server>/<protocol>` (`kberg` or `rmcp`,
@@ -46,9 +47,17 @@
 //! named in `KBERG_WIRE_POINTS` (a comma list of `<protocol>/<clients>`, for example
 //! `2026-07-28/1`) are measured; by default all six.
 //!
+//! With `KBERG_WIRE_PROCESSES=separate` the paired mode runs each server in a child process
+//! of its own (this binary again, with `KBERG_WIRE_SERVE=kberg` or `rmcp`), as a deployed
+//! server runs apart from its clients: the load generator keeps this process's runtime, each
+//! server has a runtime of its own, and the CPU per call is the server process's alone (the sum
+//! of its threads' time on a CPU, from `/proc/<pid>/task/*/schedstat`). The default, `one`, keeps
+//! everything in this process and counts this process's CPU time.
+//!
 //! ```text
 //! KBERG_WIRE_PAIRS=60 cargo bench -p kberg-benches --bench wire
 //! KBERG_WIRE_PAIRS=200 KBERG_WIRE_POINTS=2026-07-28/1 cargo bench -p kberg-benches --bench wire
+//! KBERG_WIRE_PAIRS=50 KBERG_WIRE_PROCESSES=separate cargo bench -p kberg-benches --bench wire
 //! ```
 
 // A bench's report is its stdout.
@@ -62,7 +71,8 @@ use hyper::body::Bytes;
 use hyper::{Request, Response};
 use kberg_benches::echo_servers::{start_kberg, start_rmcp};
 use kberg_benches::loopback::{
-    BoxError, Budget, Point, STATEFUL, STATELESS, ToolCall, env_number, measure,
+    BoxError, Budget, Point, STATEFUL, STATELESS, Target, ToolCall, env_number, measure,
+    measure_cpu_of, pid_cpu, process_cpu,
 };
 use kberg_server::Limits;
 use serde_json::json;
@@ -170,7 +180,70 @@ async fn count(case: &str, calls: u64, clients: usize) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Server mode: this binary run as a child by the paired mode's `KBERG_WIRE_PROCESSES=separate`.
+/// Starts `server` (`kberg` or `rmcp`) on this process's runtime, writes `listening <address>`
+/// on stdout, and serves until stdin is closed (by the parent, or by its end).
+async fn serve_child(server: &str) -> Result<(), BoxError> {
+    let stop = CancellationToken::new();
+    let addr = match server {
+        "kberg" => start_kberg(stop.clone(), Limits::default()).await?,
+        "rmcp" => start_rmcp(stop.clone()).await?,
+        other => return Err(format!("unknown server {other:?} in KBERG_WIRE_SERVE").into()),
+    };
+    println!("listening {addr}");
+    let closed = stop.clone();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+        closed.cancel();
+    });
+    stop.cancelled().await;
+    Ok(())
+}
+
+/// A server in a child process of this bench binary (see [`serve_child`]); killed by its pid
+/// (through `Child::kill`) when dropped, also when the bench fails.
+struct ServerChild {
+    child: std::process::Child,
+    addr: SocketAddr,
+}
+
+impl ServerChild {
+    fn start(server: &str) -> Result<Self, BoxError> {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(std::env::current_exe()?)
+            .env("KBERG_WIRE_SERVE", server)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        let stdout = child.stdout.take();
+        // From here on, an error drops `me`, which kills the child.
+        let mut me = Self {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        };
+        let mut line = String::new();
+        std::io::BufReader::new(stdout.ok_or("the server child has no stdout")?)
+            .read_line(&mut line)?;
+        me.addr = line
+            .trim()
+            .strip_prefix("listening ")
+            .ok_or_else(|| format!("the {server} server child said {line:?}, not its address"))?
+            .parse()?;
+        Ok(me)
+    }
+}
+
+impl Drop for ServerChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 async fn run() -> Result<(), BoxError> {
+    if let Ok(server) = std::env::var("KBERG_WIRE_SERVE") {
+        return serve_child(&server).await;
+    }
     // A counting run that is asked for but mistyped fails, rather than quietly running the
     // timed rounds.
     match (
@@ -209,10 +282,15 @@ async fn run() -> Result<(), BoxError> {
         Duration::from_millis(200)
     };
     let echo = ToolCall::new("echo", json!({"text": ECHO_TEXT}), ECHO_TEXT);
-    let stop = CancellationToken::new();
-    let kberg = start_kberg(stop.clone(), Limits::default()).await?;
-    let rmcp = start_rmcp(stop.clone()).await?;
-    let hyper = start_hyper(stop.clone()).await?;
+    let separate = match std::env::var("KBERG_WIRE_PROCESSES").as_deref() {
+        Err(_) | Ok("one") => false,
+        Ok("separate") => true,
+        Ok(other) => {
+            return Err(
+                format!("KBERG_WIRE_PROCESSES is `one` or `separate`, not {other:?}").into(),
+            );
+        }
+    };
     let pairs = env_number("KBERG_WIRE_PAIRS", 0);
     if full && pairs > 0 {
         let slice = Duration::from_millis(env_number("KBERG_WIRE_SLICE_MS", 500).max(10));
@@ -220,23 +298,41 @@ async fn run() -> Result<(), BoxError> {
             Ok(list) => parse_points(&list)?,
             Err(_) => all_points(),
         };
-        let outcome = paired(kberg, rmcp, &echo, &points, pairs, slice).await;
+        if separate {
+            let kberg = ServerChild::start("kberg")?;
+            let rmcp = ServerChild::start("rmcp")?;
+            let sides = [Side::child(&kberg), Side::child(&rmcp)];
+            return paired(sides, &echo, &points, pairs, slice).await;
+        }
+        let stop = CancellationToken::new();
+        let sides = [
+            Side::here(start_kberg(stop.clone(), Limits::default()).await?),
+            Side::here(start_rmcp(stop.clone()).await?),
+        ];
+        let outcome = paired(sides, &echo, &points, pairs, slice).await;
         stop.cancel();
         return outcome;
     }
+    let stop = CancellationToken::new();
+    let kberg = start_kberg(stop.clone(), Limits::default()).await?;
+    let rmcp = start_rmcp(stop.clone()).await?;
+    let hyper = start_hyper(stop.clone()).await?;
     if !full {
-        // The paired mode's path, once, on the cheapest point.
-        let pair = paired_point(
-            kberg,
-            rmcp,
-            &echo,
-            (STATELESS, 1),
-            2,
-            Duration::from_millis(50),
-        )
-        .await?;
-        if pair.kberg.calls == 0 || pair.rmcp.calls == 0 || pair.ratios.len() != 2 {
-            return Err("the paired mode's smoke run completed no pair".into());
+        // The paired mode's path, once, on the cheapest point: with the servers in this
+        // process, and with each in a child process of its own.
+        let children = [ServerChild::start("kberg")?, ServerChild::start("rmcp")?];
+        for sides in [
+            [Side::here(kberg), Side::here(rmcp)],
+            [Side::child(&children[0]), Side::child(&children[1])],
+        ] {
+            let pair =
+                paired_point(&sides, &echo, (STATELESS, 1), 2, Duration::from_millis(50)).await?;
+            if pair.kberg.calls == 0 || pair.rmcp.calls == 0 || pair.ratios.len() != 2 {
+                return Err("the paired mode's smoke run completed no pair".into());
+            }
+            if !(pair.kberg.cpu_secs > 0.0 && pair.rmcp.cpu_secs > 0.0) {
+                return Err("the paired mode's smoke run measured no CPU time".into());
+            }
         }
     }
     // The ceiling does not speak MCP, so it is measured once.
@@ -392,11 +488,40 @@ struct Pairs {
     ratios: Vec<f64>,
 }
 
-/// `pairs` pairs of `slice`-long measurements of Kberg and bare rmcp at one point; the first
-/// of each pair alternates.
+/// One server of the paired mode: where it listens, and which process's CPU time its slices
+/// count.
+#[derive(Debug, Clone, Copy)]
+struct Side {
+    addr: SocketAddr,
+    /// The server's own process, when it runs in a child; `None`: this process (server and load
+    /// generator together).
+    pid: Option<u32>,
+}
+
+impl Side {
+    fn here(addr: SocketAddr) -> Self {
+        Self { addr, pid: None }
+    }
+
+    fn child(child: &ServerChild) -> Self {
+        Self {
+            addr: child.addr,
+            pid: Some(child.child.id()),
+        }
+    }
+
+    fn cpu(&self) -> Option<Duration> {
+        match self.pid {
+            Some(pid) => pid_cpu(pid),
+            None => process_cpu(),
+        }
+    }
+}
+
+/// `pairs` pairs of `slice`-long measurements of Kberg and bare rmcp (`sides`, in that order)
+/// at one point; the first of each pair alternates.
 async fn paired_point(
-    kberg: SocketAddr,
-    rmcp: SocketAddr,
+    sides: &[Side; 2],
     echo: &ToolCall,
     (protocol, clients): PairPoint,
     pairs: u64,
@@ -408,23 +533,23 @@ async fn paired_point(
         ratios: Vec::with_capacity(usize::try_from(pairs)?),
     };
     for i in 0..pairs {
+        let [kberg, rmcp] = sides;
         let order = if i % 2 == 0 {
             [(true, kberg), (false, rmcp)]
         } else {
             [(false, rmcp), (true, kberg)]
         };
         let mut rps = [0.0f64; 2];
-        for (is_kberg, addr) in order {
-            let p = measure(
-                addr,
-                "/mcp",
+        for (is_kberg, side) in order {
+            let target = Target {
+                addr: side.addr,
+                path: "/mcp",
                 protocol,
-                true,
-                clients,
-                echo,
-                Budget::Time(slice),
-            )
-            .await?;
+                handshake: true,
+                bearer: None,
+            };
+            let p =
+                measure_cpu_of(target, clients, echo, Budget::Time(slice), &|| side.cpu()).await?;
             if is_kberg {
                 out.kberg.add(&p);
                 rps[0] = p.rps;
@@ -441,8 +566,7 @@ async fn paired_point(
 
 /// The paired mode (see the module docs).
 async fn paired(
-    kberg: SocketAddr,
-    rmcp: SocketAddr,
+    sides: [Side; 2],
     echo: &ToolCall,
     points: &[PairPoint],
     pairs: u64,
@@ -450,7 +574,7 @@ async fn paired(
 ) -> Result<(), BoxError> {
     let mut rows = Vec::with_capacity(points.len());
     for &point in points {
-        let r = paired_point(kberg, rmcp, echo, point, pairs, slice).await?;
+        let r = paired_point(&sides, echo, point, pairs, slice).await?;
         let q = |f: f64| r.ratios[((r.ratios.len() - 1) as f64 * f).round() as usize];
         let row = format!(
             "| {} | {} | {:.0} | {:.0} | **{:.3}x** | {:.3} / {:.3} / {:.3} | {:.1} | {:.1} | {:.3}x |",
@@ -471,8 +595,13 @@ async fn paired(
     }
     println!();
     println!(
-        "{pairs} pairs of {} ms slices per point, new connections for every slice",
-        slice.as_millis()
+        "{pairs} pairs of {} ms slices per point, new connections for every slice; {}",
+        slice.as_millis(),
+        if sides[0].pid.is_some() {
+            "each server in a child process of its own, CPU time of the server's process"
+        } else {
+            "servers and load generator in one process, CPU time of that process"
+        }
     );
     println!(
         "| protocol | clients | Kberg req/s | bare rmcp req/s | Kberg / rmcp | pair ratios q1 / median / q3 | Kberg CPU us/call | rmcp CPU us/call | CPU ratio |"

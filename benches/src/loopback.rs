@@ -246,7 +246,8 @@ pub struct Point {
     /// 99th percentile round trip, milliseconds.
     pub p99_ms: f64,
     /// CPU time of the whole process (load generator and in-process servers) per call, in
-    /// microseconds. The generator's share is the same for every server, so differences are
+    /// microseconds ([`measure_cpu_of`] reads it from another source, such as a server's child
+    /// process). The generator's share is the same for every server, so differences are
     /// server cost; and unlike req/s it hardly moves when other processes compete for the cores.
     /// It does not include child processes (a Node upstream's CPU is not in it).
     pub cpu_us: f64,
@@ -288,6 +289,23 @@ pub fn process_cpu() -> Option<Duration> {
     Some(Duration::from_millis((utime + stime) * 10))
 }
 
+/// CPU time (user + system) process `pid` has used so far: the sum over its threads of the
+/// first field of `/proc/<pid>/task/<tid>/schedstat`, nanoseconds on a CPU (Linux). Finer than
+/// [`process_cpu`]'s ticks, for short measurements of a server in a child process; the time of
+/// a thread that ended between two readings is not in the second one. `None` elsewhere or when
+/// the process is gone.
+pub fn pid_cpu(pid: u32) -> Option<Duration> {
+    let mut ns: u64 = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let Ok(stat) = std::fs::read_to_string(task.ok()?.path().join("schedstat")) else {
+            // A thread that ended after the listing.
+            continue;
+        };
+        ns += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(Duration::from_nanos(ns))
+}
+
 /// How long one measurement runs.
 #[derive(Debug, Clone, Copy)]
 pub enum Budget {
@@ -325,6 +343,48 @@ pub async fn measure_as(
     call: &ToolCall,
     budget: Budget,
 ) -> Result<Point, BoxError> {
+    let target = Target {
+        addr,
+        path,
+        protocol,
+        handshake,
+        bearer,
+    };
+    measure_cpu_of(target, clients, call, budget, &process_cpu).await
+}
+
+/// Where [`measure_cpu_of`] sends its calls and how it opens a client.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// The server's address.
+    pub addr: SocketAddr,
+    /// The MCP endpoint's path.
+    pub path: &'a str,
+    /// The protocol generation every request names.
+    pub protocol: &'static str,
+    /// Whether each client `initialize`s a session first.
+    pub handshake: bool,
+    /// `Authorization: Bearer <bearer>` on every request but the handshake, when given.
+    pub bearer: Option<&'a str>,
+}
+
+/// [`measure_as`] with the CPU time read from `cpu` before and after the timed part, so that
+/// [`Point::cpu_us`] can be a server's in another process (see [`pid_cpu`]) instead of this
+/// process's.
+pub async fn measure_cpu_of(
+    target: Target<'_>,
+    clients: usize,
+    call: &ToolCall,
+    budget: Budget,
+    cpu: &(dyn Fn() -> Option<Duration> + Sync),
+) -> Result<Point, BoxError> {
+    let Target {
+        addr,
+        path,
+        protocol,
+        handshake,
+        bearer,
+    } = target;
     let mut conns = Vec::with_capacity(clients);
     for _ in 0..clients {
         conns.push(Client::connect_as(addr, path, protocol, handshake, bearer).await?);
@@ -333,7 +393,7 @@ pub async fn measure_as(
     for c in &mut conns {
         c.call(call).await?;
     }
-    let cpu_start = process_cpu();
+    let cpu_start = cpu();
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(clients);
     for mut c in conns {
@@ -363,7 +423,7 @@ pub async fn measure_as(
         done.push(c);
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let cpu = match (cpu_start, process_cpu()) {
+    let cpu = match (cpu_start, cpu()) {
         (Some(a), Some(b)) => b.saturating_sub(a).as_secs_f64(),
         _ => f64::NAN,
     };
