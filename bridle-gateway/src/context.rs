@@ -122,15 +122,15 @@ impl GatewayContext {
         let Some(agent) = self.agent(agent_name) else {
             return grants;
         };
-        let projects = match self.store.projects() {
-            Ok(p) => p,
+        let documents = match self.store.documents() {
+            Ok(d) => d,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list projects");
                 return grants;
             }
         };
-        for project in projects.iter().filter(|p| agent.may_use(p)) {
-            match self.store.load(project) {
+        for (project, loaded) in documents.iter().filter(|(p, _)| agent.may_use(p)) {
+            match loaded {
                 Ok(loaded) => {
                     let permissions = loaded.document.permissions_of(&agent.agent_type);
                     for id in permissions.capability_ids() {

@@ -65,8 +65,8 @@ pub use render::{Rendered, Renderer, provenance_text};
 #[cfg(feature = "postgres")]
 pub use store::POSTGRES_MIGRATIONS;
 pub use store::{
-    ChangeRecord, ChangeRequest, DocumentSource, Origin, Proposal, ProposalStatus, RulesStore,
-    SQLITE_MIGRATIONS, ScopeTicket, VendorReport,
+    ChangeRecord, ChangeRequest, DocumentSource, Documents, Origin, Proposal, ProposalStatus,
+    RulesStore, SQLITE_MIGRATIONS, ScopeTicket, VendorReport,
 };
 pub use validate::validate;
 pub use yaml::{Loaded, load_str, to_yaml};

@@ -188,10 +188,10 @@ mod postgres {
             })
             .collect();
         let applied: Vec<Vec<u32>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-        assert_eq!(applied.iter().filter(|a| *a == &[1, 2]).count(), 1);
+        assert_eq!(applied.iter().filter(|a| *a == &[1, 2, 3]).count(), 1);
         assert_eq!(applied.iter().filter(|a| a.is_empty()).count(), 3);
         let db = PgDatabase::connect(&cluster.settings(&name)).unwrap();
-        assert_eq!(db.applied("rules").unwrap(), [1, 2]);
+        assert_eq!(db.applied("rules").unwrap(), [1, 2, 3]);
     }
 
     #[test]
@@ -203,11 +203,11 @@ mod postgres {
         let db = PgDatabase::connect(&cluster.settings(&name)).unwrap();
         db.client()
             .unwrap()
-            .batch("INSERT INTO schema_migrations (store, version, name, checksum, applied_at) VALUES ('rules', 3, 'future', 'x', 'now')")
+            .batch("INSERT INTO schema_migrations (store, version, name, checksum, applied_at) VALUES ('rules', 4, 'future', 'x', 'now')")
             .unwrap();
         let e = RulesStore::open_postgres(dir.path(), AgentCatalog::builtin(), db).unwrap_err();
         assert_eq!(e.code(), "database_too_new");
-        assert!(e.to_string().contains("schema version 3"), "{e}");
+        assert!(e.to_string().contains("schema version 4"), "{e}");
     }
 
     /// With PostgreSQL the database holds the documents: YAML files in the data folder are
@@ -328,6 +328,72 @@ mod postgres {
         set_latest(&bridle_rules::to_yaml(&in_place).unwrap());
         assert_eq!(overview(&b), "third");
         assert_eq!(overview(&a), "third");
+    }
+
+    /// The set of every document that permission checks read: kept while the documents
+    /// version stands, and every write seen by the next call on any replica, also a revision
+    /// rewritten or deleted by hand in SQL.
+    #[test]
+    fn every_write_of_a_stored_document_reaches_the_next_documents_set() {
+        let cluster = PgCluster::shared();
+        let name = cluster.create_database();
+        let (_dirs, a, b) = two_replicas(cluster, &name);
+        let overviews = |s: &RulesStore| -> Vec<(String, String)> {
+            s.documents()
+                .unwrap()
+                .iter()
+                .map(|(p, d)| (p.to_string(), d.unwrap().document.project.overview.clone()))
+                .collect()
+        };
+        let one = |p: &str, o: &str| vec![(p.to_string(), o.to_string())];
+        assert!(b.documents().unwrap().is_empty());
+        let mut doc = RulesDocument::new("Shop");
+        doc.project.overview = "first".into();
+        a.create("shop", &doc, "alice").unwrap();
+        assert_eq!(overviews(&b), one("shop", "first"));
+        // Kept: the same set while nothing was written.
+        let kept = b.documents().unwrap();
+        assert!(std::sync::Arc::ptr_eq(&kept, &b.documents().unwrap()));
+
+        // A new revision written by the other replica.
+        let mut next = a.load("shop").unwrap().document;
+        next.project.overview = "second".into();
+        a.save_edit("shop", &next, next.revision, "alice", "overview")
+            .unwrap();
+        assert_eq!(overviews(&b), one("shop", "second"));
+        assert!(!std::sync::Arc::ptr_eq(&kept, &b.documents().unwrap()));
+
+        // By hand: the newest revision's text rewritten in place, then a second project
+        // inserted, then the first one's revisions deleted.
+        let db = PgDatabase::connect(&cluster.settings(&name)).unwrap();
+        let sql = |statement: &str, params: &[&(dyn tokio_postgres::types::ToSql + Sync)]| {
+            db.client().unwrap().execute(statement, params).unwrap()
+        };
+        next.project.overview = "third".into();
+        let third = bridle_rules::to_yaml(&next).unwrap();
+        let updated = sql(
+            "UPDATE revisions SET document = $2 WHERE project = $1 AND revision = \
+             (SELECT MAX(revision) FROM revisions WHERE project = $1)",
+            &[&"shop", &third],
+        );
+        assert_eq!(updated, 1);
+        assert_eq!(overviews(&b), one("shop", "third"));
+        let mut garden = RulesDocument::new("Garden");
+        garden.project.overview = "green".into();
+        garden.revision = 1;
+        let garden = bridle_rules::to_yaml(&garden).unwrap();
+        sql(
+            "INSERT INTO revisions (project, revision, document) VALUES ('garden', 1, $1)",
+            &[&garden],
+        );
+        let both = vec![
+            ("garden".to_string(), "green".to_string()),
+            ("shop".to_string(), "third".to_string()),
+        ];
+        assert_eq!(overviews(&b), both);
+        assert_eq!(overviews(&a), both);
+        sql("DELETE FROM revisions WHERE project = 'shop'", &[]);
+        assert_eq!(overviews(&b), one("garden", "green"));
     }
 
     /// An approval on replica A reaches a listener of replica B through NOTIFY.

@@ -2,13 +2,14 @@
 //! is unchanged: every way of changing the file (rewritten in place with the same length and
 //! modification time, replaced by a rename, deleted) is seen by the next load. The same holds
 //! for the listing of the projects folder: every entry added, removed or renamed is seen by the
-//! next listing.
+//! next listing, and for the set of every document that permission checks read.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bridle_rules::{AgentCatalog, RulesError, RulesStore};
@@ -124,4 +125,103 @@ fn every_change_of_the_projects_folder_reaches_the_next_listing() {
     assert_eq!(store.projects().unwrap(), ["garden", "shop", "tools"]);
     std::fs::remove_file(projects.join("tools.yaml")).unwrap();
     assert_eq!(store.projects().unwrap(), ["garden", "shop"]);
+}
+
+/// The first three words of every project's overview, from the store's shared set.
+fn overviews(store: &RulesStore) -> Vec<(String, String)> {
+    store
+        .documents()
+        .unwrap()
+        .iter()
+        .map(|(project, doc)| {
+            let overview = &doc.unwrap().document.project.overview;
+            let words: Vec<&str> = overview.split_whitespace().take(3).collect();
+            (project.to_string(), words.join(" "))
+        })
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(p, o)| (p.to_string(), o.to_string()))
+        .collect()
+}
+
+/// What the gateway's permission checks read: every document at once, shared while nothing
+/// changed, and every change of a document file or of the folder seen by the next call.
+#[test]
+fn every_change_of_a_document_or_the_folder_reaches_the_next_documents_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RulesStore::open(dir.path(), AgentCatalog::builtin()).unwrap();
+    let projects = dir.path().join("projects");
+    let old = SystemTime::now() - Duration::from_secs(3600);
+    let write_aged = |name: &str, text: &str| {
+        let path = projects.join(format!("{name}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        age(&path, old);
+        age_folder(&projects, old);
+    };
+    let market = FIXTURE.replacen("An online shop", "A market stall", 1);
+    write_aged("shop", FIXTURE);
+    write_aged("garden", &market);
+    let both = pairs(&[("garden", "A market stall"), ("shop", "An online shop")]);
+    assert_eq!(overviews(&store), both);
+    // Kept: the same set again, also for a clone of the store.
+    let first = store.documents().unwrap();
+    assert!(Arc::ptr_eq(&first, &store.documents().unwrap()));
+    assert!(Arc::ptr_eq(&first, &store.clone().documents().unwrap()));
+    assert_eq!(first.len(), 2);
+    assert!(first.get("shop").unwrap().is_ok());
+    assert!(first.get("nursery").is_none());
+
+    // Rewritten in place: same inode, same length, the modification time put back.
+    let same_length = FIXTURE
+        .replacen("An online shop", "An offline shop", 1)
+        .replacen("hand-made", "handmade", 1);
+    assert_eq!(same_length.len(), FIXTURE.len());
+    let mut f = OpenOptions::new()
+        .write(true)
+        .open(projects.join("shop.yaml"))
+        .unwrap();
+    f.write_all(same_length.as_bytes()).unwrap();
+    drop(f);
+    age(&projects.join("shop.yaml"), old);
+    let offline = pairs(&[("garden", "A market stall"), ("shop", "An offline shop")]);
+    assert_eq!(overviews(&store), offline);
+    assert!(!Arc::ptr_eq(&first, &store.documents().unwrap()));
+    assert_eq!(overviews(&store), offline);
+
+    // A project added, then one removed, each with the folder's time put back.
+    write_aged("nursery", &market);
+    assert_eq!(
+        overviews(&store),
+        pairs(&[
+            ("garden", "A market stall"),
+            ("nursery", "A market stall"),
+            ("shop", "An offline shop"),
+        ])
+    );
+    std::fs::remove_file(projects.join("garden.yaml")).unwrap();
+    age_folder(&projects, old);
+    let two = pairs(&[("nursery", "A market stall"), ("shop", "An offline shop")]);
+    assert_eq!(overviews(&store), two);
+
+    // A document that does not load is listed with its error on every call, and its repair
+    // (with the old time put back) is seen at once.
+    write_aged("nursery", "schema_version: 2\nproject: {name: x\n");
+    for _ in 0..2 {
+        let set = store.documents().unwrap();
+        let e = set.get("nursery").unwrap().unwrap_err();
+        assert_eq!(e.code(), "parse_error", "{e}");
+        assert!(set.get("shop").unwrap().is_ok());
+    }
+    write_aged("nursery", &market);
+    assert_eq!(overviews(&store), two);
+
+    // Just written (not settled): read again on every call, so a second write in the same
+    // tick is seen too.
+    std::fs::write(projects.join("shop.yaml"), FIXTURE).unwrap();
+    assert_eq!(overviews(&store)[1].1, "An online shop");
+    std::fs::write(projects.join("shop.yaml"), same_length.as_bytes()).unwrap();
+    assert_eq!(overviews(&store)[1].1, "An offline shop");
 }

@@ -61,14 +61,14 @@ fn permitted(
         ));
     };
     let ns = &route.namespace;
-    let projects = gw.store.projects().unwrap_or_default();
+    let documents = gw.store.documents().unwrap_or_default();
     let mut served = false;
-    for project in projects
+    for (_, loaded) in documents
         .iter()
-        .filter(|p| config.may_use(p) && route.serves(p))
+        .filter(|(p, _)| config.may_use(p) && route.serves(p))
     {
         served = true;
-        let Ok(loaded) = gw.store.load(project) else {
+        let Ok(loaded) = loaded else {
             continue;
         };
         let rw = loaded

@@ -164,6 +164,11 @@ pub(crate) trait RulesBackend: Send + Sync + std::fmt::Debug {
     fn begin(&self, write: bool) -> Result<Box<dyn RulesTx + '_>, RulesError>;
     /// Which way round documents and files are.
     fn documents(&self) -> DocumentSource;
+    /// A number that changes whenever a stored document may have changed (read on its own,
+    /// before the documents it vouches for); `None` where there is none (documents are files).
+    fn documents_version(&self) -> Result<Option<u64>, RulesError> {
+        Ok(None)
+    }
     /// The newest stored revision of a project's document, read on its own (a load that
     /// needs no other query: the database backend runs it as one statement, without a
     /// transaction around it).

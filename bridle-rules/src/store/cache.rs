@@ -16,12 +16,19 @@
 //!   database on every load (another replica may have written it), and the parse is skipped
 //!   when that text is byte for byte the text the kept document was parsed from. Nothing can
 //!   go stale: the key is the content itself.
+//! - **Every document at once** ([`Documents`], what a permission check reads): kept with a
+//!   key that says when any document may have changed. For files, the folder's stamp and every
+//!   document file's stamp, all settled; for the database, the documents version that a
+//!   trigger on the revisions table raises with every statement that writes it (so also an
+//!   edit made by hand in SQL), read before the documents. Checking the key costs a `stat` per
+//!   project or one small query, and the kept set is shared, not copied.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use crate::error::RulesError;
 use crate::yaml::Loaded;
 
 /// How old a file's last change must be before its parsed document is kept.
@@ -58,7 +65,7 @@ impl Stamp {
     }
 
     /// Whether the file last changed long enough before `now` for its content to be kept.
-    fn settled(&self, now: SystemTime) -> bool {
+    pub(crate) fn settled(&self, now: SystemTime) -> bool {
         now.duration_since(self.modified)
             .is_ok_and(|age| age >= SETTLE)
     }
@@ -67,35 +74,46 @@ impl Stamp {
 /// Parsed documents by project, each with the stamp of the file it was parsed from.
 #[derive(Debug, Default)]
 pub(crate) struct DocumentCache {
-    entries: Mutex<HashMap<String, (Stamp, Loaded)>>,
+    entries: Mutex<HashMap<String, (Stamp, Arc<Loaded>)>>,
     /// Parsed documents by project, each with the text it was parsed from (database source).
-    texts: Mutex<HashMap<String, (String, Loaded)>>,
+    texts: Mutex<HashMap<String, (String, Arc<Loaded>)>>,
     /// The projects folder's listing, with the folder's stamp when it was read.
     listing: Mutex<Option<(Stamp, Vec<String>)>>,
+    /// Every project's document, with what says that none of them changed since.
+    set: Mutex<Option<(SetKey, Arc<Documents>)>>,
+}
+
+/// What a kept [`Documents`] was read under (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SetKey {
+    /// The projects folder's stamp, then each listed project's file stamp, in listing order.
+    Files(Stamp, Vec<Stamp>),
+    /// The database's documents version.
+    Database(u64),
 }
 
 impl DocumentCache {
     /// The document of `project` if its file still has `stamp`.
-    pub(crate) fn get(&self, project: &str, stamp: Stamp) -> Option<Loaded> {
+    pub(crate) fn get(&self, project: &str, stamp: Stamp) -> Option<Arc<Loaded>> {
         let entries = self
             .entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match entries.get(project) {
-            Some((kept, loaded)) if *kept == stamp => Some(loaded.clone()),
+            Some((kept, loaded)) if *kept == stamp => Some(Arc::clone(loaded)),
             _ => None,
         }
     }
 
     /// Keeps `loaded`, parsed from a file with `stamp`, if the file has settled; forgets the
     /// project's entry otherwise.
-    pub(crate) fn put(&self, project: &str, stamp: Stamp, loaded: &Loaded) {
+    pub(crate) fn put(&self, project: &str, stamp: Stamp, loaded: &Arc<Loaded>) {
         let mut entries = self
             .entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if stamp.settled(SystemTime::now()) {
-            entries.insert(project.to_owned(), (stamp, loaded.clone()));
+            entries.insert(project.to_owned(), (stamp, Arc::clone(loaded)));
         } else {
             entries.remove(project);
         }
@@ -141,7 +159,7 @@ impl DocumentCache {
         project: &str,
         text: String,
         parse: impl FnOnce(&str) -> Result<Loaded, E>,
-    ) -> Result<Loaded, E> {
+    ) -> Result<Arc<Loaded>, E> {
         {
             let texts = self
                 .texts
@@ -150,16 +168,86 @@ impl DocumentCache {
             if let Some((kept, loaded)) = texts.get(project)
                 && *kept == text
             {
-                return Ok(loaded.clone());
+                return Ok(Arc::clone(loaded));
             }
         }
         // Parsed outside the lock: loads of other projects do not wait for this one.
-        let loaded = parse(&text)?;
+        let loaded = Arc::new(parse(&text)?);
         self.texts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(project.to_owned(), (text, loaded.clone()));
+            .insert(project.to_owned(), (text, Arc::clone(&loaded)));
         Ok(loaded)
+    }
+
+    /// The kept set of every document, if it was read under `key`.
+    pub(crate) fn set(&self, key: &SetKey) -> Option<Arc<Documents>> {
+        match &*self
+            .set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            Some((kept, set)) if kept == key => Some(Arc::clone(set)),
+            _ => None,
+        }
+    }
+
+    /// Keeps `set`, read under `key` (the caller has checked that the key may be kept);
+    /// `None` forgets the kept set.
+    pub(crate) fn put_set(&self, kept: Option<(SetKey, Arc<Documents>)>) {
+        *self
+            .set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = kept;
+    }
+}
+
+/// Every project's document, read at one moment and shared: what a permission check reads
+/// ([`RulesStore::documents`](super::RulesStore::documents)). A project whose document could
+/// not be loaded is listed with its error.
+#[derive(Debug, Default)]
+pub struct Documents {
+    entries: Vec<(String, SharedLoad)>,
+}
+
+/// One project's document as a [`Documents`] holds it, or the error that loading it gave.
+pub(crate) type SharedLoad = Result<Arc<Loaded>, Arc<RulesError>>;
+
+impl Documents {
+    /// The set of `entries`, put in name order.
+    pub(crate) fn new(mut entries: Vec<(String, SharedLoad)>) -> Self {
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        Self { entries }
+    }
+
+    /// Every project in name order, with its document or the error that loading it gave.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, Result<&Loaded, &RulesError>)> {
+        self.entries
+            .iter()
+            .map(|(name, doc)| (name.as_str(), doc.as_deref().map_err(|e| &**e)))
+    }
+
+    /// One project's document (or its error); `None` for a project that has none.
+    pub fn get(&self, project: &str) -> Option<Result<&Loaded, &RulesError>> {
+        self.entries
+            .binary_search_by(|(name, _)| name.as_str().cmp(project))
+            .ok()
+            .map(|i| self.entries[i].1.as_deref().map_err(|e| &**e))
+    }
+
+    /// How many projects there are.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there is no project.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Whether every project's document loaded.
+    pub(crate) fn all_loaded(&self) -> bool {
+        self.entries.iter().all(|(_, d)| d.is_ok())
     }
 }
 

@@ -32,9 +32,11 @@ use crate::fsutil::{now_rfc3339, write_atomic};
 use crate::model::{RulesDocument, Severity, Source};
 use crate::validate;
 use crate::yaml::{self, Loaded};
+use cache::SetKey;
 
 pub use backend::DocumentSource;
 use backend::{Decision, NewChange, NewProposal, NewTicket, RulesBackend, RulesTx};
+pub use cache::Documents;
 #[cfg(feature = "postgres")]
 pub use postgres::POSTGRES_MIGRATIONS;
 use request::apply;
@@ -143,11 +145,16 @@ impl RulesStore {
     }
 
     fn file_projects(&self) -> Result<Vec<String>, RulesError> {
+        Ok(self.file_listing()?.1)
+    }
+
+    /// The projects with a document file, sorted, with the folder's stamp read before them.
+    fn file_listing(&self) -> Result<(Option<cache::Stamp>, Vec<String>), RulesError> {
         let io = |e| RulesError::io(&self.projects_dir, e);
         // The folder's stamp first: while it is unchanged the kept listing is the listing.
         let before = cache::stamp(&self.projects_dir).map_err(io)?;
         if let Some(names) = before.and_then(|s| self.documents.listing(s)) {
-            return Ok(names);
+            return Ok((before, names));
         }
         let mut out = Vec::new();
         for entry in std::fs::read_dir(&self.projects_dir).map_err(io)? {
@@ -169,7 +176,7 @@ impl RulesStore {
         {
             self.documents.put_listing(before, &out);
         }
-        Ok(out)
+        Ok((before, out))
     }
 
     /// The projects that have a document, sorted.
@@ -228,7 +235,7 @@ impl RulesStore {
         Ok(())
     }
 
-    fn load_file(&self, project: &str) -> Result<Loaded, RulesError> {
+    fn load_file(&self, project: &str) -> Result<Arc<Loaded>, RulesError> {
         let path = self.project_path(project)?;
         let missing = |e: std::io::Error| {
             if e.kind() == std::io::ErrorKind::NotFound {
@@ -243,7 +250,7 @@ impl RulesStore {
             return Ok(loaded);
         }
         let text = std::fs::read_to_string(&path).map_err(missing)?;
-        let loaded = yaml::load_str(&text, &path, project, &self.catalog)?;
+        let loaded = Arc::new(yaml::load_str(&text, &path, project, &self.catalog)?);
         // Kept only if the file did not change while it was read.
         if let (Some(before), Ok(Some(after))) = (before, cache::stamp(&path))
             && before == after
@@ -255,6 +262,11 @@ impl RulesStore {
 
     /// Loads a project's document, in `tx` when the database holds documents.
     fn load_in(&self, tx: &mut dyn RulesTx, project: &str) -> Result<Loaded, RulesError> {
+        self.shared_in(tx, project).map(Arc::unwrap_or_clone)
+    }
+
+    /// [`Self::load_in`], the document as the cache shares it.
+    fn shared_in(&self, tx: &mut dyn RulesTx, project: &str) -> Result<Arc<Loaded>, RulesError> {
         match self.document_source() {
             DocumentSource::Files => self.load_file(project),
             DocumentSource::Database => {
@@ -274,7 +286,7 @@ impl RulesStore {
         project: &str,
         path: &Path,
         text: String,
-    ) -> Result<Loaded, RulesError> {
+    ) -> Result<Arc<Loaded>, RulesError> {
         self.documents.parsed_text(project, text, |text| {
             yaml::load_str(text, path, project, &self.catalog)
         })
@@ -283,7 +295,7 @@ impl RulesStore {
     /// Loads a project's document (migrating an older one in memory; see
     /// [`RulesStore::upgrade`] to rewrite it).
     pub fn load(&self, project: &str) -> Result<Loaded, RulesError> {
-        match self.document_source() {
+        let shared = match self.document_source() {
             DocumentSource::Files => self.load_file(project),
             DocumentSource::Database => {
                 let path = self.project_path(project)?;
@@ -293,7 +305,81 @@ impl RulesStore {
                     .ok_or_else(|| RulesError::UnknownProject(project.to_string()))?;
                 self.parse_database_text(project, &path, text)
             }
+        };
+        shared.map(Arc::unwrap_or_clone)
+    }
+
+    /// Every project's document as it is now, shared (see [`Documents`]): what a permission
+    /// check reads. While no document changed, this hands out the same set again, after a
+    /// `stat` of the projects folder and of each document file (files), or after one query of
+    /// the documents version (database), without reading, parsing or copying any document.
+    /// A file changed within the last two seconds is read again on every call until it has
+    /// settled (see the document cache's rules).
+    pub fn documents(&self) -> Result<Arc<Documents>, RulesError> {
+        match self.document_source() {
+            DocumentSource::Files => self.file_documents(),
+            DocumentSource::Database => self.database_documents(),
         }
+    }
+
+    fn file_documents(&self) -> Result<Arc<Documents>, RulesError> {
+        // The key is read before any document, so what is read is at least as new as it.
+        let (folder, names) = self.file_listing()?;
+        let mut stamps = Vec::with_capacity(names.len());
+        for name in &names {
+            match cache::stamp(&self.project_path(name)?) {
+                Ok(Some(stamp)) => stamps.push(stamp),
+                // Gone since the listing, or no stamp on this platform: read, not kept.
+                _ => break,
+            }
+        }
+        let key = folder
+            .filter(|_| stamps.len() == names.len())
+            .map(|f| SetKey::Files(f, stamps));
+        if let Some(set) = key.as_ref().and_then(|k| self.documents.set(k)) {
+            return Ok(set);
+        }
+        let set = Arc::new(Documents::new(
+            names
+                .into_iter()
+                .map(|name| {
+                    let doc = self.load_file(&name).map_err(Arc::new);
+                    (name, doc)
+                })
+                .collect(),
+        ));
+        // Kept only when every stamp has settled: a later change then shows in a stamp.
+        let now = std::time::SystemTime::now();
+        let settled = |key: &SetKey| match key {
+            SetKey::Files(folder, files) => {
+                folder.settled(now) && files.iter().all(|s| s.settled(now))
+            }
+            SetKey::Database(_) => true,
+        };
+        let kept = key.filter(|k| set.all_loaded() && settled(k));
+        self.documents.put_set(kept.map(|k| (k, Arc::clone(&set))));
+        Ok(set)
+    }
+
+    fn database_documents(&self) -> Result<Arc<Documents>, RulesError> {
+        // The version first: every write raises it in its own transaction, so documents read
+        // after it are at least as new as it says.
+        let key = self.backend.documents_version()?.map(SetKey::Database);
+        if let Some(set) = key.as_ref().and_then(|k| self.documents.set(k)) {
+            return Ok(set);
+        }
+        let mut tx = self.backend.begin(false)?;
+        let names = tx.document_projects()?;
+        let mut entries = Vec::with_capacity(names.len());
+        for name in names {
+            let doc = self.shared_in(&mut *tx, &name).map_err(Arc::new);
+            entries.push((name, doc));
+        }
+        drop(tx);
+        let set = Arc::new(Documents::new(entries));
+        let kept = key.filter(|_| set.all_loaded());
+        self.documents.put_set(kept.map(|k| (k, Arc::clone(&set))));
+        Ok(set)
     }
 
     /// Whether a project has a document, in `tx`.

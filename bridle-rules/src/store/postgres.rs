@@ -26,8 +26,9 @@ use super::request::{ChangeRecord, ScopeTicket};
 /// The advisory-lock key of rules writers.
 const RULES_LOCK: i64 = 0x6272_6964_6c65_0002;
 
-/// The rules tables in PostgreSQL, numbered like [`SQLITE_MIGRATIONS`](super::SQLITE_MIGRATIONS)
-/// (the same steps in this dialect). Never edit a released step, add one.
+/// The rules tables in PostgreSQL. Steps 1 and 2 are [`SQLITE_MIGRATIONS`](super::SQLITE_MIGRATIONS)'s
+/// steps in this dialect; step 3, the documents version, exists only here, where the database
+/// holds the documents. Never edit a released step, add one.
 pub const POSTGRES_MIGRATIONS: Migrations = Migrations {
     store: "rules",
     steps: &[
@@ -94,6 +95,28 @@ CREATE INDEX proposals_queue ON proposals(project, status, id);
 CREATE INDEX changes_project ON changes(project, id);
 ",
         },
+        Migration {
+            version: 3,
+            name: "documents_version",
+            // One number that every statement writing `revisions` raises in its own
+            // transaction, by the store or by hand: a replica reads it to know whether any
+            // document changed since it last read them all.
+            sql: "
+CREATE TABLE documents_version (
+    only_row BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (only_row),
+    version BIGINT NOT NULL
+);
+INSERT INTO documents_version (only_row, version) VALUES (TRUE, 0);
+CREATE FUNCTION rules_documents_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE documents_version SET version = version + 1;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER revisions_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON revisions
+    FOR EACH STATEMENT EXECUTE FUNCTION rules_documents_changed();
+",
+        },
     ],
 };
 
@@ -120,6 +143,14 @@ impl RulesBackend for PostgresRules {
 
     fn documents(&self) -> DocumentSource {
         DocumentSource::Database
+    }
+
+    fn documents_version(&self) -> Result<Option<u64>, RulesError> {
+        let row = self
+            .db
+            .client()?
+            .query_opt("SELECT version FROM documents_version", &[])?;
+        Ok(row.map(|r| r.get::<_, i64>(0) as u64))
     }
 
     fn latest_document(&self, project: &str) -> Result<Option<String>, RulesError> {
