@@ -85,12 +85,27 @@ fn age_folder(path: &Path, at: SystemTime) {
     File::open(path).unwrap().set_modified(at).unwrap();
 }
 
-#[test]
-fn every_change_of_the_projects_folder_reaches_the_next_listing() {
+/// A store on a new data folder, its projects folder, and a time an hour ago.
+fn store_in_new_folder() -> (
+    tempfile::TempDir,
+    RulesStore,
+    std::path::PathBuf,
+    SystemTime,
+) {
     let dir = tempfile::tempdir().unwrap();
     let store = RulesStore::open(dir.path(), AgentCatalog::builtin()).unwrap();
     let projects = dir.path().join("projects");
-    let old = SystemTime::now() - Duration::from_secs(3600);
+    (
+        dir,
+        store,
+        projects,
+        SystemTime::now() - Duration::from_secs(3600),
+    )
+}
+
+#[test]
+fn every_change_of_the_projects_folder_reaches_the_next_listing() {
+    let (_dir, store, projects, old) = store_in_new_folder();
     std::fs::write(projects.join("shop.yaml"), FIXTURE).unwrap();
     age_folder(&projects, old);
     assert_eq!(store.projects().unwrap(), ["shop"]);
@@ -151,10 +166,7 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
 /// changed, and every change of a document file or of the folder seen by the next call.
 #[test]
 fn every_change_of_a_document_or_the_folder_reaches_the_next_documents_set() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = RulesStore::open(dir.path(), AgentCatalog::builtin()).unwrap();
-    let projects = dir.path().join("projects");
-    let old = SystemTime::now() - Duration::from_secs(3600);
+    let (_dir, store, projects, old) = store_in_new_folder();
     let write_aged = |name: &str, text: &str| {
         let path = projects.join(format!("{name}.yaml"));
         std::fs::write(&path, text).unwrap();
