@@ -43,8 +43,8 @@ pub fn register_resources(
                 async move {
                     let uri2 = uri.clone();
                     let rendered = tokio::task::spawn_blocking(move || {
-                        let doc = s.store.load(&p)?.document;
-                        s.renderer.render(&p, &doc, &a)
+                        let loaded = s.store.load_shared(&p)?;
+                        s.renderer.render(&p, &loaded.document, &a)
                     })
                     .await
                     .map_err(|e| ResourceError::ReadFailed {

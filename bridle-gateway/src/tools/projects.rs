@@ -51,7 +51,7 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                             .into_iter()
                             .filter(|p| agent.may_use(p))
                             .map(|p| {
-                                let rev = s.store.load(&p).map(|l| l.document.revision).ok();
+                                let rev = s.store.load_shared(&p).map(|l| l.document.revision).ok();
                                 json!({"project": p, "revision": rev, "rules_resource": rules_uri(&p, &agent.agent_type)})
                             })
                             .collect();
@@ -81,11 +81,12 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                         .agent
                         .unwrap_or_else(|| rendering_type(&s, &agent, ctx.client()));
                     blocking(move || {
-                        let doc = match s.store.load(&a.project) {
-                            Ok(l) => l.document,
+                        let loaded = match s.store.load_shared(&a.project) {
+                            Ok(l) => l,
                             Err(e) => return rules_refusal(&e),
                         };
-                        let rendered = match s.renderer.render(&a.project, &doc, &agent_type) {
+                        let doc = &loaded.document;
+                        let rendered = match s.renderer.render(&a.project, doc, &agent_type) {
                             Ok(r) => r,
                             Err(e) => return rules_refusal(&e),
                         };

@@ -93,10 +93,11 @@ async fn propose(
     };
     let client = ctx.client().cloned();
     blocking(move || {
-        let doc = match gw.store.load(&project) {
-            Ok(l) => l.document,
+        let loaded = match gw.store.load_shared(&project) {
+            Ok(l) => l,
             Err(e) => return rules_refusal(&e),
         };
+        let doc = &loaded.document;
         if !doc.permissions_of(&agent.agent_type).rules.propose {
             return refusal(
                 RefusalCode::CapabilityRequired,

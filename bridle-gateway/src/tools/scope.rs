@@ -56,7 +56,7 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                     };
                     let client = ctx.client().cloned();
                     blocking(move || {
-                        match s.store.load(&a.project) {
+                        match s.store.load_shared(&a.project) {
                             Ok(l) if !l.document.permissions_of(&agent.agent_type).scope.request => {
                                 return refusal(RefusalCode::CapabilityRequired, format!("agent type `{}` may not request scope approval in project `{}`", agent.agent_type, a.project));
                             }

@@ -235,6 +235,15 @@ impl Documents {
             .map(|i| self.entries[i].1.as_deref().map_err(|e| &**e))
     }
 
+    /// One project's shared document; `Err(())` when it did not load, `None` for a project
+    /// that has none.
+    pub(crate) fn shared(&self, project: &str) -> Option<Result<Arc<Loaded>, ()>> {
+        self.entries
+            .binary_search_by(|(name, _)| name.as_str().cmp(project))
+            .ok()
+            .map(|i| self.entries[i].1.as_ref().map(Arc::clone).map_err(|_| ()))
+    }
+
     /// How many projects there are.
     pub fn len(&self) -> usize {
         self.entries.len()

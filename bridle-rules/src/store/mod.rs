@@ -295,18 +295,36 @@ impl RulesStore {
     /// Loads a project's document (migrating an older one in memory; see
     /// [`RulesStore::upgrade`] to rewrite it).
     pub fn load(&self, project: &str) -> Result<Loaded, RulesError> {
-        let shared = match self.document_source() {
+        self.load_shared(project).map(Arc::unwrap_or_clone)
+    }
+
+    /// [`Self::load`] without a copy: the document as the store keeps it. Files: one `stat` of
+    /// the project's file while it is unchanged. Database: the project's entry in
+    /// [`Self::documents`], so one query of the documents version while no document changed
+    /// (a document that does not load is read again on its own, for its error).
+    pub fn load_shared(&self, project: &str) -> Result<Arc<Loaded>, RulesError> {
+        match self.document_source() {
             DocumentSource::Files => self.load_file(project),
             DocumentSource::Database => {
-                let path = self.project_path(project)?;
-                let text = self
-                    .backend
-                    .latest_document(project)?
-                    .ok_or_else(|| RulesError::UnknownProject(project.to_string()))?;
-                self.parse_database_text(project, &path, text)
+                check_name("project", project)?;
+                match self.database_documents()?.shared(project) {
+                    Some(Ok(loaded)) => Ok(loaded),
+                    Some(Err(())) => self.load_database_text(project),
+                    None => Err(RulesError::UnknownProject(project.to_string())),
+                }
             }
-        };
-        shared.map(Arc::unwrap_or_clone)
+        }
+    }
+
+    /// A project's newest stored text, parsed (or the document parsed from the same text
+    /// before), read on its own.
+    fn load_database_text(&self, project: &str) -> Result<Arc<Loaded>, RulesError> {
+        let path = self.project_path(project)?;
+        let text = self
+            .backend
+            .latest_document(project)?
+            .ok_or_else(|| RulesError::UnknownProject(project.to_string()))?;
+        self.parse_database_text(project, &path, text)
     }
 
     /// Every project's document as it is now, shared (see [`Documents`]): what a permission
