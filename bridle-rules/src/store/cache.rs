@@ -229,19 +229,27 @@ impl Documents {
 
     /// One project's document (or its error); `None` for a project that has none.
     pub fn get(&self, project: &str) -> Option<Result<&Loaded, &RulesError>> {
-        self.entries
-            .binary_search_by(|(name, _)| name.as_str().cmp(project))
-            .ok()
-            .map(|i| self.entries[i].1.as_deref().map_err(|e| &**e))
+        self.entry(project)
+            .map(|doc| doc.as_deref().map_err(|e| &**e))
     }
 
     /// One project's shared document; `Err(())` when it did not load, `None` for a project
     /// that has none.
     pub(crate) fn shared(&self, project: &str) -> Option<Result<Arc<Loaded>, ()>> {
+        self.entry(project)
+            .map(|doc| doc.as_ref().map(Arc::clone).map_err(|_| ()))
+    }
+
+    fn entry(&self, project: &str) -> Option<&SharedLoad> {
         self.entries
             .binary_search_by(|(name, _)| name.as_str().cmp(project))
             .ok()
-            .map(|i| self.entries[i].1.as_ref().map(Arc::clone).map_err(|_| ()))
+            .map(|i| &self.entries[i].1)
+    }
+
+    /// The projects, in name order.
+    pub fn projects(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|(name, _)| name.as_str())
     }
 
     /// How many projects there are.

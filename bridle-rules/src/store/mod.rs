@@ -183,7 +183,12 @@ impl RulesStore {
     pub fn projects(&self) -> Result<Vec<String>, RulesError> {
         match self.document_source() {
             DocumentSource::Files => self.file_projects(),
-            DocumentSource::Database => self.backend.begin(false)?.document_projects(),
+            // From the shared set: one small query while no document changed.
+            DocumentSource::Database => Ok(self
+                .database_documents()?
+                .projects()
+                .map(str::to_owned)
+                .collect()),
         }
     }
 
