@@ -169,6 +169,17 @@ pub(crate) trait RulesBackend: Send + Sync + std::fmt::Debug {
     fn documents_version(&self) -> Result<Option<u64>, RulesError> {
         Ok(None)
     }
+    /// Every project's newest stored document text, by project.
+    fn latest_documents(&self) -> Result<Vec<(String, String)>, RulesError> {
+        let mut tx = self.begin(false)?;
+        let mut out = Vec::new();
+        for project in tx.document_projects()? {
+            if let Some(text) = tx.latest_document(&project)? {
+                out.push((project, text));
+            }
+        }
+        Ok(out)
+    }
     /// The newest stored revision of a project's document, read on its own (a load that
     /// needs no other query: the database backend runs it as one statement, without a
     /// transaction around it).

@@ -391,14 +391,15 @@ impl RulesStore {
         if let Some(set) = key.as_ref().and_then(|k| self.documents.set(k)) {
             return Ok(set);
         }
-        let mut tx = self.backend.begin(false)?;
-        let names = tx.document_projects()?;
-        let mut entries = Vec::with_capacity(names.len());
-        for name in names {
-            let doc = self.shared_in(&mut *tx, &name).map_err(Arc::new);
+        // Every newest text in one statement; only a text that changed is parsed again.
+        let mut entries = Vec::new();
+        for (name, text) in self.backend.latest_documents()? {
+            let doc = self
+                .project_path(&name)
+                .and_then(|path| self.parse_database_text(&name, &path, text))
+                .map_err(Arc::new);
             entries.push((name, doc));
         }
-        drop(tx);
         let set = Arc::new(Documents::new(entries));
         let kept = key.filter(|_| set.all_loaded());
         self.documents.put_set(kept.map(|k| (k, Arc::clone(&set))));

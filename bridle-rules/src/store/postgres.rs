@@ -153,6 +153,21 @@ impl RulesBackend for PostgresRules {
         Ok(row.map(|r| r.get::<_, i64>(0) as u64))
     }
 
+    fn latest_documents(&self) -> Result<Vec<(String, String)>, RulesError> {
+        // One statement: one round trip and one snapshot for every project.
+        Ok(self
+            .db
+            .client()?
+            .query(
+                "SELECT DISTINCT ON (project) project, document FROM revisions \
+                 ORDER BY project, revision DESC",
+                &[],
+            )?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect())
+    }
+
     fn latest_document(&self, project: &str) -> Result<Option<String>, RulesError> {
         // One statement is its own snapshot: no BEGIN and ROLLBACK round trips around it.
         Ok(self
