@@ -157,11 +157,7 @@ async fn count(case: &str, calls: u64, clients: usize) -> Result<(), BoxError> {
     let protocol = generation(protocol)
         .ok_or_else(|| format!("unknown protocol {protocol:?} in KBERG_WIRE_CASE"))?;
     let stop = CancellationToken::new();
-    let addr = match server {
-        "kberg" => start_kberg(stop.clone(), Limits::default()).await?,
-        "rmcp" => start_rmcp(stop.clone()).await?,
-        other => return Err(format!("unknown server {other:?} in KBERG_WIRE_CASE").into()),
-    };
+    let addr = start_named(server, "KBERG_WIRE_CASE", &stop).await?;
     let echo = ToolCall::new("echo", json!({"text": ECHO_TEXT}), ECHO_TEXT);
     let calls = usize::try_from(calls)?;
     if clients == 0 {
@@ -180,16 +176,25 @@ async fn count(case: &str, calls: u64, clients: usize) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Starts the server a setting names (`kberg` or `rmcp`) in this process, until `stop`.
+async fn start_named(
+    server: &str,
+    setting: &str,
+    stop: &CancellationToken,
+) -> Result<SocketAddr, BoxError> {
+    match server {
+        "kberg" => start_kberg(stop.clone(), Limits::default()).await,
+        "rmcp" => start_rmcp(stop.clone()).await,
+        other => Err(format!("unknown server {other:?} in {setting}").into()),
+    }
+}
+
 /// Server mode: this binary run as a child by the paired mode's `KBERG_WIRE_PROCESSES=separate`.
 /// Starts `server` (`kberg` or `rmcp`) on this process's runtime, writes `listening <address>`
 /// on stdout, and serves until stdin is closed (by the parent, or by its end).
 async fn serve_child(server: &str) -> Result<(), BoxError> {
     let stop = CancellationToken::new();
-    let addr = match server {
-        "kberg" => start_kberg(stop.clone(), Limits::default()).await?,
-        "rmcp" => start_rmcp(stop.clone()).await?,
-        other => return Err(format!("unknown server {other:?} in KBERG_WIRE_SERVE").into()),
-    };
+    let addr = start_named(server, "KBERG_WIRE_SERVE", &stop).await?;
     println!("listening {addr}");
     let closed = stop.clone();
     std::thread::spawn(move || {

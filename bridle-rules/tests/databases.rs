@@ -392,8 +392,28 @@ mod postgres {
         ];
         assert_eq!(overviews(&b), both);
         assert_eq!(overviews(&a), both);
+        // A text that does not parse: listed with its error, and that set is kept (the
+        // version moves with the text), until the text is repaired.
+        sql(
+            "UPDATE revisions SET document = $1 WHERE project = 'shop'",
+            &[&"schema_version: 2\nproject: {name: x\n"],
+        );
+        let broken = b.documents().unwrap();
+        let e = broken.get("shop").unwrap().unwrap_err();
+        assert_eq!(e.code(), "parse_error", "{e}");
+        assert!(broken.get("garden").unwrap().is_ok());
+        assert!(std::sync::Arc::ptr_eq(&broken, &b.documents().unwrap()));
+        assert_eq!(b.load("shop").unwrap_err().code(), "parse_error");
+        sql(
+            "UPDATE revisions SET document = $1 WHERE project = 'shop'",
+            &[&third],
+        );
+        assert_eq!(overviews(&b), both);
+
         sql("DELETE FROM revisions WHERE project = 'shop'", &[]);
         assert_eq!(overviews(&b), one("garden", "green"));
+        assert_eq!(b.load("shop").unwrap_err().code(), "unknown_project");
+        assert_eq!(b.load("../shop").unwrap_err().code(), "invalid_name");
     }
 
     /// An approval on replica A reaches a listener of replica B through NOTIFY.

@@ -18,10 +18,12 @@
 //!   go stale: the key is the content itself.
 //! - **Every document at once** ([`Documents`], what a permission check reads): kept with a
 //!   key that says when any document may have changed. For files, the folder's stamp and every
-//!   document file's stamp, all settled; for the database, the documents version that a
-//!   trigger on the revisions table raises with every statement that writes it (so also an
-//!   edit made by hand in SQL), read before the documents. Checking the key costs a `stat` per
-//!   project or one small query, and the kept set is shared, not copied.
+//!   document file's stamp, all settled, and only a set in which every document loaded; for
+//!   the database, the documents version that a trigger on the revisions table raises with
+//!   every statement that writes it (so also an edit made by hand in SQL), read before the
+//!   documents, and a set with a text that does not parse is kept too (its error goes with the
+//!   text, and the text with the version). Checking the key costs a `stat` per project or one
+//!   small query, and the kept set is shared, not copied.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -78,7 +80,7 @@ pub(crate) struct DocumentCache {
     /// Parsed documents by project, each with the text it was parsed from (database source).
     texts: Mutex<HashMap<String, (String, Arc<Loaded>)>>,
     /// The projects folder's listing, with the folder's stamp when it was read.
-    listing: Mutex<Option<(Stamp, Vec<String>)>>,
+    listing: Mutex<Option<(Stamp, Arc<[String]>)>>,
     /// Every project's document, with what says that none of them changed since.
     set: Mutex<Option<(SetKey, Arc<Documents>)>>,
 }
@@ -120,27 +122,27 @@ impl DocumentCache {
     }
 
     /// The projects folder's listing, if the folder still has `stamp`.
-    pub(crate) fn listing(&self, stamp: Stamp) -> Option<Vec<String>> {
+    pub(crate) fn listing(&self, stamp: Stamp) -> Option<Arc<[String]>> {
         match &*self
             .listing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
         {
-            Some((kept, names)) if *kept == stamp => Some(names.clone()),
+            Some((kept, names)) if *kept == stamp => Some(Arc::clone(names)),
             _ => None,
         }
     }
 
     /// Keeps `names`, listed from a folder with `stamp`, if the folder has settled (the same
     /// rule as for a document's file); forgets the kept listing otherwise.
-    pub(crate) fn put_listing(&self, stamp: Stamp, names: &[String]) {
+    pub(crate) fn put_listing(&self, stamp: Stamp, names: &Arc<[String]>) {
         let mut listing = self
             .listing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *listing = stamp
             .settled(SystemTime::now())
-            .then(|| (stamp, names.to_vec()));
+            .then(|| (stamp, Arc::clone(names)));
     }
 
     /// Forgets `project` (its file is gone).

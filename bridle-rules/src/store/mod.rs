@@ -145,11 +145,12 @@ impl RulesStore {
     }
 
     fn file_projects(&self) -> Result<Vec<String>, RulesError> {
-        Ok(self.file_listing()?.1)
+        Ok(self.file_listing()?.1.to_vec())
     }
 
     /// The projects with a document file, sorted, with the folder's stamp read before them.
-    fn file_listing(&self) -> Result<(Option<cache::Stamp>, Vec<String>), RulesError> {
+    /// The names are shared with the kept listing (no copy while the folder is unchanged).
+    fn file_listing(&self) -> Result<(Option<cache::Stamp>, Arc<[String]>), RulesError> {
         let io = |e| RulesError::io(&self.projects_dir, e);
         // The folder's stamp first: while it is unchanged the kept listing is the listing.
         let before = cache::stamp(&self.projects_dir).map_err(io)?;
@@ -170,6 +171,7 @@ impl RulesStore {
             }
         }
         out.sort();
+        let out: Arc<[String]> = out.into();
         // Kept only if the folder did not change while it was read.
         if let (Some(before), Ok(Some(after))) = (before, cache::stamp(&self.projects_dir))
             && before == after
@@ -267,12 +269,7 @@ impl RulesStore {
 
     /// Loads a project's document, in `tx` when the database holds documents.
     fn load_in(&self, tx: &mut dyn RulesTx, project: &str) -> Result<Loaded, RulesError> {
-        self.shared_in(tx, project).map(Arc::unwrap_or_clone)
-    }
-
-    /// [`Self::load_in`], the document as the cache shares it.
-    fn shared_in(&self, tx: &mut dyn RulesTx, project: &str) -> Result<Arc<Loaded>, RulesError> {
-        match self.document_source() {
+        let shared = match self.document_source() {
             DocumentSource::Files => self.load_file(project),
             DocumentSource::Database => {
                 let path = self.project_path(project)?;
@@ -281,7 +278,8 @@ impl RulesStore {
                     .ok_or_else(|| RulesError::UnknownProject(project.to_string()))?;
                 self.parse_database_text(project, &path, text)
             }
-        }
+        };
+        shared.map(Arc::unwrap_or_clone)
     }
 
     /// A document read from the database: parsed, or the document parsed from the same text
@@ -349,13 +347,17 @@ impl RulesStore {
         // The key is read before any document, so what is read is at least as new as it.
         let (folder, names) = self.file_listing()?;
         let mut stamps = Vec::with_capacity(names.len());
-        for name in &names {
+        for name in names.iter() {
             match cache::stamp(&self.project_path(name)?) {
                 Ok(Some(stamp)) => stamps.push(stamp),
                 // Gone since the listing, or no stamp on this platform: read, not kept.
                 _ => break,
             }
         }
+        // Kept only when every stamp has settled: a later change then shows in a stamp.
+        let now = std::time::SystemTime::now();
+        let settled =
+            folder.is_some_and(|f| f.settled(now)) && stamps.iter().all(|s| s.settled(now));
         let key = folder
             .filter(|_| stamps.len() == names.len())
             .map(|f| SetKey::Files(f, stamps));
@@ -364,22 +366,12 @@ impl RulesStore {
         }
         let set = Arc::new(Documents::new(
             names
-                .into_iter()
-                .map(|name| {
-                    let doc = self.load_file(&name).map_err(Arc::new);
-                    (name, doc)
-                })
+                .iter()
+                .map(|name| (name.clone(), self.load_file(name).map_err(Arc::new)))
                 .collect(),
         ));
-        // Kept only when every stamp has settled: a later change then shows in a stamp.
-        let now = std::time::SystemTime::now();
-        let settled = |key: &SetKey| match key {
-            SetKey::Files(folder, files) => {
-                folder.settled(now) && files.iter().all(|s| s.settled(now))
-            }
-            SetKey::Database(_) => true,
-        };
-        let kept = key.filter(|k| set.all_loaded() && settled(k));
+        // A load error may pass (a file being replaced, a permission fixed): not kept.
+        let kept = key.filter(|_| settled && set.all_loaded());
         self.documents.put_set(kept.map(|k| (k, Arc::clone(&set))));
         Ok(set)
     }
@@ -401,8 +393,9 @@ impl RulesStore {
             entries.push((name, doc));
         }
         let set = Arc::new(Documents::new(entries));
-        let kept = key.filter(|_| set.all_loaded());
-        self.documents.put_set(kept.map(|k| (k, Arc::clone(&set))));
+        // Kept with its errors too: here an error is a text that does not parse, and the
+        // version moves with the text.
+        self.documents.put_set(key.map(|k| (k, Arc::clone(&set))));
         Ok(set)
     }
 
