@@ -71,7 +71,11 @@ fn the_flag_beats_the_environment_which_beats_the_file() {
         l.local_addr().unwrap().port()
     };
     let env_listen = format!("127.0.0.1:{free}");
-    let (_s, url) = serve(bridle(tmp.path(), &[("BRIDLE_LISTEN", &env_listen)]), &[]);
+    // The admin API would take the port after `free`, which another process may hold.
+    let (_s, url) = serve(
+        bridle(tmp.path(), &[("BRIDLE_LISTEN", &env_listen)]),
+        &["--admin-listen", "127.0.0.1:0"],
+    );
     assert_eq!(port(&url), free, "the environment wins over bridle.yaml");
     drop(_s);
 
