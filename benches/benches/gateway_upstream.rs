@@ -106,6 +106,8 @@ async fn start_gateway(
         );
     }
     gw.context().store.create("demo", &doc, "bench")?;
+    // Settled, as on a deployment: else the first point's first two seconds re-read the file.
+    kberg_benches::settle_projects(dir)?;
     for ns in ["vault", "file"] {
         let offered = gw
             .upstreams()

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use kberg_core::Principal;
+use kberg_core::{Grants, Principal};
 use kberg_server::{AuthError, Authenticator, BearerTokens, HeaderMap};
 
 use crate::config::{ConfigError, read_secret};
@@ -74,36 +74,49 @@ impl BridleAuth {
         self
     }
 
-    /// The principal of a vault-issued token (its agent's type is filled in by the caller).
-    async fn vault_principal(&self, headers: &HeaderMap) -> Result<Arc<Principal>, AuthError> {
+    /// The principal of a vault-issued token (its agent's type is filled in by the caller),
+    /// with its agent's grants: both read in one trip to the blocking pool.
+    async fn vault_principal(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<(Arc<Principal>, Grants), AuthError> {
         let Some(vault) = &self.vault else {
             return Err(AuthError::Invalid);
         };
         let token = kberg_server::bearer_token(headers)?
             .ok_or(AuthError::Missing)?
             .to_string();
-        let vault = Arc::clone(vault);
-        let found = tokio::task::spawn_blocking(move || vault.agent_for_token(&token))
-            .await
-            .map_err(|_| AuthError::Invalid)?;
-        let agent = match found {
-            Ok(Some(m)) => m.agent,
-            Ok(None) => return Err(AuthError::Invalid),
+        let (vault, ctx) = (Arc::clone(vault), Arc::clone(&self.ctx));
+        let found = tokio::task::spawn_blocking(move || {
+            vault.agent_for_token(&token).map(|found| {
+                found.map(|m| {
+                    let grants = ctx.grants_for(&m.agent);
+                    (m.agent, grants)
+                })
+            })
+        })
+        .await
+        .map_err(|_| AuthError::Invalid)?;
+        match found {
+            Ok(Some((agent, grants))) => Ok((Arc::new(Principal::new(agent)), grants)),
+            Ok(None) => Err(AuthError::Invalid),
             Err(e) => {
                 tracing::warn!(error = %e, "the vault could not check a token");
-                return Err(AuthError::Invalid);
+                Err(AuthError::Invalid)
             }
-        };
-        Ok(Arc::new(Principal::new(agent)))
+        }
     }
 }
 
 #[async_trait]
 impl Authenticator for BridleAuth {
     async fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Principal>, AuthError> {
-        let (who, from_file) = match self.tokens.authenticate(headers).await {
-            Ok(who) => (who, true),
-            Err(AuthError::Invalid) => (self.vault_principal(headers).await?, false),
+        let (who, from_file, grants) = match self.tokens.authenticate(headers).await {
+            Ok(who) => (who, true, None),
+            Err(AuthError::Invalid) => {
+                let (who, grants) = self.vault_principal(headers).await?;
+                (who, false, Some(grants))
+            }
             Err(e) => return Err(e),
         };
         // The agent as it is now: removed agents are refused, a changed type applies, and a
@@ -126,11 +139,16 @@ impl Authenticator for BridleAuth {
             // An operator ended this session: the client must start a new one.
             return Err(AuthError::Invalid);
         }
-        let ctx = Arc::clone(&self.ctx);
-        let id = who.id.clone();
-        let grants = tokio::task::spawn_blocking(move || ctx.grants_for(&id))
-            .await
-            .unwrap_or_default();
+        let grants = match grants {
+            Some(grants) => grants,
+            None => {
+                let ctx = Arc::clone(&self.ctx);
+                let id = who.id.clone();
+                tokio::task::spawn_blocking(move || ctx.grants_for(&id))
+                    .await
+                    .unwrap_or_default()
+            }
+        };
         Ok(Arc::new(who.with_grants(grants)))
     }
 }

@@ -289,6 +289,91 @@ async fn agents_reach_the_upstream_with_their_own_injected_secret() {
     upstream_stop.cancel();
 }
 
+/// Sets whether `codex` may read `tickets` in the `demo` project, through a store of its own
+/// (as another process or an edit by hand would); `settled` puts the file's time an hour back,
+/// so the gateway keeps the documents it reads.
+fn codex_reads(dir: &Path, read: bool, settled: bool) {
+    let store = RulesStore::open(dir, AgentCatalog::builtin()).unwrap();
+    let mut doc = store.load("demo").unwrap().document;
+    let base = doc.revision;
+    doc.permissions
+        .get_mut("codex")
+        .unwrap()
+        .tools
+        .insert("tickets".into(), ReadWrite { read, write: false });
+    store
+        .save_edit("demo", &doc, base, "test", "codex reads tickets")
+        .unwrap();
+    if settled {
+        let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        for path in [dir.join("projects/demo.yaml"), dir.join("projects")] {
+            std::fs::File::open(&path)
+                .unwrap()
+                .set_modified(hour_ago)
+                .unwrap();
+        }
+    }
+}
+
+/// A forwarded call's permission check reads the documents its request's authentication
+/// found current: a permission taken away or given back, in a file that has settled (kept)
+/// or not (read again), is followed by the very next call, each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_permission_is_followed_by_the_next_forwarded_call() {
+    let recorder = Arc::new(Recorder::default());
+    recorder
+        .accepted
+        .lock()
+        .unwrap()
+        .extend(["up-claude-1".to_string(), "up-codex-1".to_string()]);
+    let (url, upstream_stop) = start_upstream(Arc::clone(&recorder)).await;
+    let tmp = data_dir(&url);
+    let config = GatewayConfig::load(tmp.path()).unwrap();
+    let gateway = GatewayBuilder::new(tmp.path(), config)
+        .build()
+        .await
+        .unwrap();
+    let offered = gateway
+        .upstreams()
+        .wait_offered("tickets", Duration::from_secs(30))
+        .await;
+    assert!(
+        offered.contains(&"tickets__whoami".to_string()),
+        "{offered:?}"
+    );
+    let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let gw_url = bound.url();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let served = tokio::spawn(bound.run(async move { s.cancelled().await }));
+    let codex = McpSurface::connect_http_with_bearer(&gw_url, &token(tmp.path(), "codex"))
+        .await
+        .unwrap();
+
+    for settled in [true, false, true] {
+        codex_reads(tmp.path(), true, settled);
+        for _ in 0..3 {
+            let r = call(&codex, "tickets__whoami", json!({})).await;
+            assert_eq!(r.text, account("up-codex-1"), "settled: {settled}: {r:?}");
+        }
+        let sent = recorder.seen.lock().unwrap().len();
+        codex_reads(tmp.path(), false, settled);
+        for _ in 0..3 {
+            let r = call(&codex, "tickets__whoami", json!({})).await;
+            assert_eq!(code(&r), "capability_required", "settled: {settled}: {r:?}");
+        }
+        assert_eq!(
+            recorder.seen.lock().unwrap().len(),
+            sent,
+            "a refused call sends nothing upstream"
+        );
+    }
+
+    stop.cancel();
+    served.await.unwrap().unwrap();
+    upstream_stop.cancel();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_without_a_mapping_is_refused_and_nothing_is_sent() {
     let recorder = Arc::new(Recorder::default());

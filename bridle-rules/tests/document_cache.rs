@@ -237,3 +237,52 @@ fn every_change_of_a_document_or_the_folder_reaches_the_next_documents_set() {
     std::fs::write(projects.join("shop.yaml"), same_length.as_bytes()).unwrap();
     assert_eq!(overviews(&store)[1].1, "An offline shop");
 }
+
+/// The recent set (what a forwarded call's permission check reads without I/O): only a set
+/// that the last check found current and kept, never one a later write or a later check that
+/// could not keep its set has made old.
+#[test]
+fn the_recent_set_is_the_last_set_found_current_and_nothing_older() {
+    let (_dir, store, projects, old) = store_in_new_folder();
+    let hour = Duration::from_secs(3600);
+    let path = projects.join("shop.yaml");
+    std::fs::write(&path, FIXTURE).unwrap();
+    age(&path, old);
+    age_folder(&projects, old);
+    assert!(
+        store.recent_documents(hour).is_none(),
+        "nothing was checked yet"
+    );
+    let first = store.documents().unwrap();
+    assert!(Arc::ptr_eq(&first, &store.recent_documents(hour).unwrap()));
+    assert!(
+        Arc::ptr_eq(&first, &store.clone().recent_documents(hour).unwrap()),
+        "a clone of the store shares it"
+    );
+
+    // A write through the store forgets it at once, before any check.
+    let mut edited = store.load("shop").unwrap().document;
+    let base = edited.revision;
+    edited.project.overview = "A market stall".into();
+    store
+        .save_edit("shop", &edited, base, "tester", "overview")
+        .unwrap();
+    assert!(store.recent_documents(hour).is_none());
+    // The next check reads the new text, which has not settled: it is neither kept nor recent.
+    assert_eq!(overviews(&store)[0].1, "A market stall");
+    assert!(store.recent_documents(hour).is_none());
+
+    // Settled again: kept and recent.
+    age(&path, old);
+    age_folder(&projects, old);
+    let settled = store.documents().unwrap();
+    assert!(Arc::ptr_eq(
+        &settled,
+        &store.recent_documents(hour).unwrap()
+    ));
+
+    // Changed by hand and checked, not settled: the kept set is forgotten.
+    std::fs::write(&path, FIXTURE).unwrap();
+    assert_eq!(overviews(&store)[0].1, "An online shop");
+    assert!(store.recent_documents(hour).is_none());
+}

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use bridle_rules::Documents;
 use kberg_core::{Tool, ToolContext, ToolError, ToolKind, ToolOutput, ToolRegistry, ToolSpec};
 use serde_json::Value;
 
@@ -45,14 +46,18 @@ pub(crate) fn front_spec(route: &Route, upstream: &ToolSpec) -> ToolSpec {
     spec
 }
 
+/// How old a documents set a forwarded call's permission check takes without checking it
+/// again: the request's authentication found it current at the start of the same request.
+const RECENT_DOCUMENTS: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Whether the agent's type may make this call (a write when `write`) in some project the
-/// upstream serves and the agent may use. Reads the project documents: run it off the async
-/// threads.
+/// upstream serves and the agent may use, by `documents`. No I/O.
 fn permitted(
     gw: &GatewayContext,
     route: &Route,
     write: bool,
     agent: &str,
+    documents: &Documents,
 ) -> Result<(), ToolOutput> {
     let Some(config) = gw.agent(agent) else {
         return Err(refusal(
@@ -61,7 +66,6 @@ fn permitted(
         ));
     };
     let ns = &route.namespace;
-    let documents = gw.store.documents().unwrap_or_default();
     let mut served = false;
     for (_, loaded) in documents
         .iter()
@@ -119,12 +123,22 @@ impl Tool for FrontTool {
                 format!("the `{ns}` tools are disabled by an operator"),
             ));
         }
-        let check = {
-            let (gw, route, agent) = (Arc::clone(&self.gw), Arc::clone(&self.route), agent.clone());
-            let write = !matches!(self.spec.kind, ToolKind::Read);
-            tokio::task::spawn_blocking(move || permitted(&gw, &route, write, &agent))
+        let write = !matches!(self.spec.kind, ToolKind::Read);
+        // The request's authentication read the documents an instant ago: the set it found
+        // current is taken as it is, without the blocking pool. Only a set older than that (a
+        // call that waited, or one that came without an authentication) is checked again.
+        let check = match self.gw.store.recent_documents(RECENT_DOCUMENTS) {
+            Some(documents) => permitted(&self.gw, &self.route, write, &agent, &documents),
+            None => {
+                let (gw, route, agent) =
+                    (Arc::clone(&self.gw), Arc::clone(&self.route), agent.clone());
+                tokio::task::spawn_blocking(move || {
+                    let documents = gw.store.documents().unwrap_or_default();
+                    permitted(&gw, &route, write, &agent, &documents)
+                })
                 .await
                 .map_err(|e| ToolError::failed(format!("internal error: {e}")))?
+            }
         };
         if let Err(out) = check {
             return Ok(out);

@@ -23,12 +23,15 @@
 //!   every statement that writes it (so also an edit made by hand in SQL), read before the
 //!   documents, and a set with a text that does not parse is kept too (its error goes with the
 //!   text, and the text with the version). Checking the key costs a `stat` per project or one
-//!   small query, and the kept set is shared, not copied.
+//!   small query, and the kept set is shared, not copied. The set also records when a key
+//!   last found it current, so a check that may read a set a moment old (the permission check
+//!   of a call whose request was just authenticated against the same set) takes it without
+//!   any I/O; a write through the store, or a read that could not keep its set, forgets it.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::RulesError;
 use crate::yaml::Loaded;
@@ -82,7 +85,15 @@ pub(crate) struct DocumentCache {
     /// The projects folder's listing, with the folder's stamp when it was read.
     listing: Mutex<Option<(Stamp, Arc<[String]>)>>,
     /// Every project's document, with what says that none of them changed since.
-    set: Mutex<Option<(SetKey, Arc<Documents>)>>,
+    set: Mutex<KeptSet>,
+}
+
+/// The kept set of every document and the newest moment it is known to be current.
+#[derive(Debug, Default)]
+struct KeptSet {
+    kept: Option<(SetKey, Arc<Documents>)>,
+    /// When the newest key applied here (a confirmation, a new set, or a forget) was read.
+    as_of: Option<Instant>,
 }
 
 /// What a kept [`Documents`] was read under (see the module docs).
@@ -182,25 +193,49 @@ impl DocumentCache {
         Ok(loaded)
     }
 
-    /// The kept set of every document, if it was read under `key`.
-    pub(crate) fn set(&self, key: &SetKey) -> Option<Arc<Documents>> {
-        match &*self
+    /// The kept set of every document, if it was read under `key`; `read_at` is when `key`
+    /// was read, so the set is known current as of then.
+    pub(crate) fn set(&self, key: &SetKey, read_at: Instant) -> Option<Arc<Documents>> {
+        let mut state = self
             .set
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-        {
-            Some((kept, set)) if kept == key => Some(Arc::clone(set)),
-            _ => None,
-        }
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let set = match &state.kept {
+            Some((kept, set)) if kept == key => Arc::clone(set),
+            _ => return None,
+        };
+        state.as_of = state.as_of.max(Some(read_at));
+        Some(set)
     }
 
-    /// Keeps `set`, read under `key` (the caller has checked that the key may be kept);
-    /// `None` forgets the kept set.
-    pub(crate) fn put_set(&self, kept: Option<(SetKey, Arc<Documents>)>) {
-        *self
+    /// Keeps `set`, read under a key read at `read_at` (the caller has checked that the key
+    /// may be kept); `None` forgets the kept set. A state recorded from a newer key is left as
+    /// it is: a slow reader cannot put back an older set.
+    pub(crate) fn put_set(&self, kept: Option<(SetKey, Arc<Documents>)>, read_at: Instant) {
+        let mut state = self
             .set
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = kept;
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if state.as_of.is_some_and(|newest| newest > read_at) {
+            return;
+        }
+        *state = KeptSet {
+            kept,
+            as_of: Some(read_at),
+        };
+    }
+
+    /// The kept set, if a key read at most `max_age` ago found it current.
+    pub(crate) fn recent_set(&self, max_age: Duration) -> Option<Arc<Documents>> {
+        let state = self
+            .set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (_, set) = state.kept.as_ref()?;
+        state
+            .as_of
+            .is_some_and(|t| t.elapsed() <= max_age)
+            .then(|| Arc::clone(set))
     }
 }
 
@@ -273,4 +308,47 @@ impl Documents {
 /// The stamp of the file at `path`, read with one `stat`.
 pub(crate) fn stamp(path: &Path) -> std::io::Result<Option<Stamp>> {
     Ok(Stamp::of(&std::fs::metadata(path)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set() -> Arc<Documents> {
+        Arc::new(Documents::new(Vec::new()))
+    }
+
+    /// Two checks that overlap: the one that read its key later wins, whichever puts last.
+    #[test]
+    fn a_set_read_under_an_older_key_does_not_replace_a_newer_one() {
+        let cache = DocumentCache::default();
+        let hour = Duration::from_secs(3600);
+        let (earlier, later) = (Instant::now(), Instant::now() + Duration::from_millis(1));
+        let newer = set();
+        cache.put_set(Some((SetKey::Database(2), Arc::clone(&newer))), later);
+        cache.put_set(Some((SetKey::Database(1), set())), earlier);
+        assert!(Arc::ptr_eq(&newer, &cache.recent_set(hour).unwrap()));
+        assert!(cache.set(&SetKey::Database(1), later).is_none());
+        assert!(cache.set(&SetKey::Database(2), earlier).is_some());
+
+        // A forget read before the newer key is ignored too; one read after it is not.
+        cache.put_set(None, earlier);
+        assert!(cache.recent_set(hour).is_some());
+        cache.put_set(None, later + Duration::from_millis(1));
+        assert!(cache.recent_set(hour).is_none());
+        assert!(cache.set(&SetKey::Database(2), later).is_none());
+    }
+
+    #[test]
+    fn a_set_older_than_the_asked_age_is_not_recent() {
+        let cache = DocumentCache::default();
+        let read_at = Instant::now();
+        cache.put_set(Some((SetKey::Database(1), set())), read_at);
+        // Wait until the age is past without a sleep: the clock moves forward.
+        while read_at.elapsed() <= Duration::from_micros(1) {
+            std::hint::spin_loop();
+        }
+        assert!(cache.recent_set(Duration::from_micros(1)).is_none());
+        assert!(cache.recent_set(Duration::from_secs(3600)).is_some());
+    }
 }

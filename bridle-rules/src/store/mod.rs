@@ -343,8 +343,18 @@ impl RulesStore {
         }
     }
 
+    /// The set [`Self::documents`] last found current, if it did so at most `max_age` ago and
+    /// kept it; `None` otherwise. No I/O: for a check that may read a set as old as a moment
+    /// ago, for example the permission check of a call whose request's authentication read the
+    /// documents an instant before. A set [`Self::documents`] could not keep (a file that
+    /// changed within the last two seconds) is never handed out here.
+    pub fn recent_documents(&self, max_age: std::time::Duration) -> Option<Arc<Documents>> {
+        self.documents.recent_set(max_age)
+    }
+
     fn file_documents(&self) -> Result<Arc<Documents>, RulesError> {
         // The key is read before any document, so what is read is at least as new as it.
+        let read_at = std::time::Instant::now();
         let (folder, names) = self.file_listing()?;
         let mut stamps = Vec::with_capacity(names.len());
         for name in names.iter() {
@@ -361,7 +371,7 @@ impl RulesStore {
         let key = folder
             .filter(|_| stamps.len() == names.len())
             .map(|f| SetKey::Files(f, stamps));
-        if let Some(set) = key.as_ref().and_then(|k| self.documents.set(k)) {
+        if let Some(set) = key.as_ref().and_then(|k| self.documents.set(k, read_at)) {
             return Ok(set);
         }
         let set = Arc::new(Documents::new(
@@ -372,15 +382,17 @@ impl RulesStore {
         ));
         // A load error may pass (a file being replaced, a permission fixed): not kept.
         let kept = key.filter(|_| settled && set.all_loaded());
-        self.documents.put_set(kept.map(|k| (k, Arc::clone(&set))));
+        self.documents
+            .put_set(kept.map(|k| (k, Arc::clone(&set))), read_at);
         Ok(set)
     }
 
     fn database_documents(&self) -> Result<Arc<Documents>, RulesError> {
         // The version first: every write raises it in its own transaction, so documents read
         // after it are at least as new as it says.
+        let read_at = std::time::Instant::now();
         let key = self.backend.documents_version()?.map(SetKey::Database);
-        if let Some(set) = key.as_ref().and_then(|k| self.documents.set(k)) {
+        if let Some(set) = key.as_ref().and_then(|k| self.documents.set(k, read_at)) {
             return Ok(set);
         }
         // Every newest text in one statement; only a text that changed is parsed again.
@@ -395,7 +407,8 @@ impl RulesStore {
         let set = Arc::new(Documents::new(entries));
         // Kept with its errors too: here an error is a text that does not parse, and the
         // version moves with the text.
-        self.documents.put_set(key.map(|k| (k, Arc::clone(&set))));
+        self.documents
+            .put_set(key.map(|k| (k, Arc::clone(&set))), read_at);
         Ok(set)
     }
 
@@ -417,6 +430,10 @@ impl RulesStore {
                 tracing::warn!(error = %err, "writing out a project file failed");
             }
         }
+        // What this write changed reaches every later check, also one that reads only the
+        // recent set: the kept set is forgotten once the files are written, and a read that
+        // began before now cannot put it back.
+        self.documents.put_set(None, std::time::Instant::now());
         Ok(())
     }
 
