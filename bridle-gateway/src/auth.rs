@@ -139,8 +139,13 @@ impl Authenticator for BridleAuth {
             // An operator ended this session: the client must start a new one.
             return Err(AuthError::Invalid);
         }
+        // Files that a few `stat`s find unchanged are read here; anything else (a change to
+        // read, a database to ask) on the blocking pool.
         let grants = match grants {
             Some(grants) => grants,
+            None if let Some(documents) = self.ctx.store.unchanged_documents() => {
+                self.ctx.grants_in(&who.id, &documents)
+            }
             None => {
                 let ctx = Arc::clone(&self.ctx);
                 let id = who.id.clone();

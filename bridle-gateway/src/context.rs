@@ -118,16 +118,20 @@ impl GatewayContext {
     /// The grants of a configured agent: the union of what its type is permitted in each of
     /// its projects.
     pub fn grants_for(&self, agent_name: &str) -> Grants {
+        match self.store.documents() {
+            Ok(documents) => self.grants_in(agent_name, &documents),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list projects");
+                Grants::none()
+            }
+        }
+    }
+
+    /// [`Self::grants_for`] by `documents`. No I/O.
+    pub fn grants_in(&self, agent_name: &str, documents: &bridle_rules::Documents) -> Grants {
         let mut grants = Grants::none();
         let Some(agent) = self.agent(agent_name) else {
             return grants;
-        };
-        let documents = match self.store.documents() {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot list projects");
-                return grants;
-            }
         };
         for (project, loaded) in documents.iter().filter(|(p, _)| agent.may_use(p)) {
             match loaded {

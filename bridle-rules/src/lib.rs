@@ -66,7 +66,7 @@ pub use render::{Rendered, Renderer, provenance_text};
 pub use store::POSTGRES_MIGRATIONS;
 pub use store::{
     ChangeRecord, ChangeRequest, DocumentSource, Documents, Origin, Proposal, ProposalStatus,
-    RulesStore, SQLITE_MIGRATIONS, ScopeTicket, VendorReport,
+    RulesStore, SQLITE_MIGRATIONS, ScopeTicket, UNCHANGED_CHECK_MAX, VendorReport,
 };
 pub use validate::validate;
 pub use yaml::{Loaded, load_str, to_yaml};

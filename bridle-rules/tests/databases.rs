@@ -354,6 +354,10 @@ mod postgres {
         // Kept: the same set while nothing was written.
         let kept = b.documents().unwrap();
         assert!(std::sync::Arc::ptr_eq(&kept, &b.documents().unwrap()));
+        // Checking a database means a query: never done without one.
+        assert!(b.unchanged_documents().is_none());
+        let recent = b.recent_documents(std::time::Duration::from_secs(3600));
+        assert!(std::sync::Arc::ptr_eq(&kept, &recent.unwrap()));
 
         // A new revision written by the other replica.
         let mut next = a.load("shop").unwrap().document;

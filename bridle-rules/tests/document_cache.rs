@@ -286,3 +286,58 @@ fn the_recent_set_is_the_last_set_found_current_and_nothing_older() {
     assert_eq!(overviews(&store)[0].1, "An online shop");
     assert!(store.recent_documents(hour).is_none());
 }
+
+/// The check an async thread may make: `stat`s only, and a set only when every stamp is the
+/// kept one; anything else (nothing kept, a change, too many documents) is left to
+/// `documents`.
+#[test]
+fn the_unchanged_set_is_handed_out_only_while_every_stamp_stands() {
+    let (_dir, store, projects, old) = store_in_new_folder();
+    let write_aged = |name: &str, text: &str| {
+        let path = projects.join(format!("{name}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        age(&path, old);
+        age_folder(&projects, old);
+    };
+    write_aged("shop", FIXTURE);
+    assert!(store.unchanged_documents().is_none(), "nothing kept yet");
+    let kept = store.documents().unwrap();
+    assert!(Arc::ptr_eq(&kept, &store.unchanged_documents().unwrap()));
+
+    // Rewritten in place with the same length and time: its status-change time moved.
+    let same_length = FIXTURE.replacen("hand-made", "handmade", 1);
+    let same_length = same_length.replacen("An online shop", "An offline shop", 1);
+    assert_eq!(same_length.len(), FIXTURE.len());
+    write_aged("shop", &same_length);
+    assert!(store.unchanged_documents().is_none());
+    assert_eq!(overviews(&store)[0].1, "An offline shop");
+    let second = store.unchanged_documents().unwrap();
+    assert!(!Arc::ptr_eq(&kept, &second));
+
+    // A project added: the folder's stamp moved.
+    write_aged("garden", FIXTURE);
+    assert!(store.unchanged_documents().is_none());
+    assert_eq!(overviews(&store).len(), 2);
+    assert!(store.unchanged_documents().is_some());
+
+    // Changed and not settled: `documents` reads it and keeps nothing, so nothing is handed
+    // out here until it settles.
+    std::fs::write(projects.join("shop.yaml"), FIXTURE).unwrap();
+    assert!(store.unchanged_documents().is_none());
+    assert_eq!(overviews(&store)[1].1, "An online shop");
+    assert!(store.unchanged_documents().is_none());
+    age(&projects.join("shop.yaml"), old);
+    store.documents().unwrap();
+    assert!(store.unchanged_documents().is_some());
+
+    // More documents than one check may `stat`: always left to `documents`.
+    for i in 0..bridle_rules::UNCHANGED_CHECK_MAX {
+        write_aged(&format!("p{i:03}"), FIXTURE);
+    }
+    assert_eq!(
+        store.documents().unwrap().len(),
+        bridle_rules::UNCHANGED_CHECK_MAX + 2
+    );
+    assert!(store.unchanged_documents().is_none());
+    assert!(store.recent_documents(Duration::from_secs(3600)).is_some());
+}

@@ -45,6 +45,10 @@ pub use request::{
 };
 pub use sqlite::SQLITE_MIGRATIONS;
 
+/// The most documents [`RulesStore::unchanged_documents`] checks (a `stat` each) before it
+/// leaves the check to [`RulesStore::documents`].
+pub const UNCHANGED_CHECK_MAX: usize = 64;
+
 /// The projects folder and the database, with the agent catalog used to validate documents.
 #[derive(Debug, Clone)]
 pub struct RulesStore {
@@ -350,6 +354,30 @@ impl RulesStore {
     /// changed within the last two seconds) is never handed out here.
     pub fn recent_documents(&self, max_age: std::time::Duration) -> Option<Arc<Documents>> {
         self.documents.recent_set(max_age)
+    }
+
+    /// The kept set, if checking its files finds every one unchanged: one `stat` of the
+    /// projects folder and one per document, no read. `None` when something changed, when no
+    /// set is kept, when there are more than [`UNCHANGED_CHECK_MAX`] documents, or when the
+    /// documents are in a database (checking there is a query): then [`Self::documents`]
+    /// answers. What [`Self::documents`] would hand out whenever this hands out a set, at the
+    /// cost of a few `stat`s: for a caller on an async thread that must not wait on a read.
+    pub fn unchanged_documents(&self) -> Option<Arc<Documents>> {
+        if self.document_source() != DocumentSource::Files {
+            return None;
+        }
+        let read_at = std::time::Instant::now();
+        let folder = cache::stamp(&self.projects_dir).ok()??;
+        let names = self.documents.listing(folder)?;
+        if names.len() > UNCHANGED_CHECK_MAX {
+            return None;
+        }
+        let mut stamps = Vec::with_capacity(names.len());
+        for name in names.iter() {
+            stamps.push(cache::stamp(&self.project_path(name).ok()?).ok()??);
+        }
+        // A kept key's stamps had all settled when it was kept, so equal stamps still have.
+        self.documents.set(&SetKey::Files(folder, stamps), read_at)
     }
 
     fn file_documents(&self) -> Result<Arc<Documents>, RulesError> {
