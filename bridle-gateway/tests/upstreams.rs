@@ -175,8 +175,19 @@ fn code(r: &ToolResult) -> String {
         .to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn agents_reach_the_upstream_with_their_own_injected_secret() {
+/// The `tickets` upstream accepting both agents' first secrets, and a gateway over
+/// [`data_dir`] in front of it, serving on a free port.
+struct Running {
+    recorder: Arc<Recorder>,
+    tmp: tempfile::TempDir,
+    gw_url: String,
+    offered: Vec<String>,
+    stop: CancellationToken,
+    served: tokio::task::JoinHandle<Result<(), bridle_gateway::GatewayError>>,
+    upstream_stop: CancellationToken,
+}
+
+async fn run_gateway() -> Running {
     let recorder = Arc::new(Recorder::default());
     recorder
         .accepted
@@ -194,19 +205,45 @@ async fn agents_reach_the_upstream_with_their_own_injected_secret() {
         .upstreams()
         .wait_offered("tickets", Duration::from_secs(30))
         .await;
-    assert_eq!(offered, vec!["tickets__create_ticket", "tickets__whoami"]);
     let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let gw_url = bound.url();
     let stop = CancellationToken::new();
     let s = stop.clone();
     let served = tokio::spawn(bound.run(async move { s.cancelled().await }));
+    Running {
+        recorder,
+        tmp,
+        gw_url,
+        offered,
+        stop,
+        served,
+        upstream_stop,
+    }
+}
+
+impl Running {
+    async fn stop(self) {
+        self.stop.cancel();
+        self.served.await.unwrap().unwrap();
+        self.upstream_stop.cancel();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_reach_the_upstream_with_their_own_injected_secret() {
+    let running = run_gateway().await;
+    let (recorder, tmp, gw_url) = (&running.recorder, &running.tmp, &running.gw_url);
+    assert_eq!(
+        running.offered,
+        vec!["tickets__create_ticket", "tickets__whoami"]
+    );
 
     let claude_token = token(tmp.path(), "claude");
     let codex_token = token(tmp.path(), "codex");
-    let claude = McpSurface::connect_http_with_bearer(&gw_url, &claude_token)
+    let claude = McpSurface::connect_http_with_bearer(gw_url, &claude_token)
         .await
         .unwrap();
-    let codex = McpSurface::connect_http_with_bearer(&gw_url, &codex_token)
+    let codex = McpSurface::connect_http_with_bearer(gw_url, &codex_token)
         .await
         .unwrap();
     let listed = claude.tools().await.unwrap();
@@ -284,9 +321,7 @@ async fn agents_reach_the_upstream_with_their_own_injected_secret() {
             .all(|v| v != "token up-codex-1")
     );
 
-    stop.cancel();
-    served.await.unwrap().unwrap();
-    upstream_stop.cancel();
+    running.stop().await;
 }
 
 /// Sets whether `codex` may read `tickets` in the `demo` project, through a store of its own
@@ -320,33 +355,14 @@ fn codex_reads(dir: &Path, read: bool, settled: bool) {
 /// or not (read again), is followed by the very next call, each time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_permission_is_followed_by_the_next_forwarded_call() {
-    let recorder = Arc::new(Recorder::default());
-    recorder
-        .accepted
-        .lock()
-        .unwrap()
-        .extend(["up-claude-1".to_string(), "up-codex-1".to_string()]);
-    let (url, upstream_stop) = start_upstream(Arc::clone(&recorder)).await;
-    let tmp = data_dir(&url);
-    let config = GatewayConfig::load(tmp.path()).unwrap();
-    let gateway = GatewayBuilder::new(tmp.path(), config)
-        .build()
-        .await
-        .unwrap();
-    let offered = gateway
-        .upstreams()
-        .wait_offered("tickets", Duration::from_secs(30))
-        .await;
+    let running = run_gateway().await;
+    let (recorder, tmp, gw_url) = (&running.recorder, &running.tmp, &running.gw_url);
     assert!(
-        offered.contains(&"tickets__whoami".to_string()),
-        "{offered:?}"
+        running.offered.contains(&"tickets__whoami".to_string()),
+        "{:?}",
+        running.offered
     );
-    let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let gw_url = bound.url();
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    let served = tokio::spawn(bound.run(async move { s.cancelled().await }));
-    let codex = McpSurface::connect_http_with_bearer(&gw_url, &token(tmp.path(), "codex"))
+    let codex = McpSurface::connect_http_with_bearer(gw_url, &token(tmp.path(), "codex"))
         .await
         .unwrap();
 
@@ -369,9 +385,7 @@ async fn a_changed_permission_is_followed_by_the_next_forwarded_call() {
         );
     }
 
-    stop.cancel();
-    served.await.unwrap().unwrap();
-    upstream_stop.cancel();
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -162,17 +162,20 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Writes the document of `name`, then puts its time and the folder's back to `old`.
+fn write_aged(projects: &Path, name: &str, text: &str, old: SystemTime) {
+    let path = projects.join(format!("{name}.yaml"));
+    std::fs::write(&path, text).unwrap();
+    age(&path, old);
+    age_folder(projects, old);
+}
+
 /// What the gateway's permission checks read: every document at once, shared while nothing
 /// changed, and every change of a document file or of the folder seen by the next call.
 #[test]
 fn every_change_of_a_document_or_the_folder_reaches_the_next_documents_set() {
     let (_dir, store, projects, old) = store_in_new_folder();
-    let write_aged = |name: &str, text: &str| {
-        let path = projects.join(format!("{name}.yaml"));
-        std::fs::write(&path, text).unwrap();
-        age(&path, old);
-        age_folder(&projects, old);
-    };
+    let write_aged = |name: &str, text: &str| write_aged(&projects, name, text, old);
     let market = FIXTURE.replacen("An online shop", "A market stall", 1);
     write_aged("shop", FIXTURE);
     write_aged("garden", &market);
@@ -293,12 +296,7 @@ fn the_recent_set_is_the_last_set_found_current_and_nothing_older() {
 #[test]
 fn the_unchanged_set_is_handed_out_only_while_every_stamp_stands() {
     let (_dir, store, projects, old) = store_in_new_folder();
-    let write_aged = |name: &str, text: &str| {
-        let path = projects.join(format!("{name}.yaml"));
-        std::fs::write(&path, text).unwrap();
-        age(&path, old);
-        age_folder(&projects, old);
-    };
+    let write_aged = |name: &str, text: &str| write_aged(&projects, name, text, old);
     write_aged("shop", FIXTURE);
     assert!(store.unchanged_documents().is_none(), "nothing kept yet");
     let kept = store.documents().unwrap();
