@@ -288,6 +288,19 @@ fn the_recent_set_is_the_last_set_found_current_and_nothing_older() {
     std::fs::write(&path, FIXTURE).unwrap();
     assert_eq!(overviews(&store)[0].1, "An online shop");
     assert!(store.recent_documents(hour).is_none());
+
+    // A check that fails (the projects folder gone) leaves nothing recent either.
+    age(&path, old);
+    age_folder(&projects, old);
+    store.documents().unwrap();
+    assert!(store.recent_documents(hour).is_some());
+    let away = projects.with_file_name("projects-away");
+    std::fs::rename(&projects, &away).unwrap();
+    assert!(store.documents().is_err());
+    assert!(store.recent_documents(hour).is_none());
+    assert!(store.unchanged_documents().is_none());
+    std::fs::rename(&away, &projects).unwrap();
+    assert_eq!(overviews(&store)[0].1, "An online shop");
 }
 
 /// The check an async thread may make: `stat`s only, and a set only when every stamp is the

@@ -341,10 +341,16 @@ impl RulesStore {
     /// A file changed within the last two seconds is read again on every call until it has
     /// settled (see the document cache's rules).
     pub fn documents(&self) -> Result<Arc<Documents>, RulesError> {
-        match self.document_source() {
+        let began = std::time::Instant::now();
+        let documents = match self.document_source() {
             DocumentSource::Files => self.file_documents(),
             DocumentSource::Database => self.database_documents(),
+        };
+        if documents.is_err() {
+            // What was kept is not known to be current any more: nothing is recent.
+            self.documents.put_set(None, began);
         }
+        documents
     }
 
     /// The set [`Self::documents`] last found current, if it did so at most `max_age` ago and
