@@ -124,9 +124,10 @@ impl Tool for FrontTool {
             ));
         }
         let write = !matches!(self.spec.kind, ToolKind::Read);
-        // The request's authentication read the documents an instant ago: the set it found
-        // current is taken as it is, without the blocking pool. Only a set older than that (a
-        // call that waited, or one that came without an authentication) is checked again.
+        // The request's authentication (every request to the gateway has one) checked the
+        // documents an instant ago: the set found current then, or by a later check, is taken
+        // as it is, without the blocking pool. Only when that was more than a second ago (a
+        // call that waited that long after its authentication) is the check made again.
         let check = match self.gw.store.recent_documents(RECENT_DOCUMENTS) {
             Some(documents) => permitted(&self.gw, &self.route, write, &agent, &documents),
             None => {
