@@ -22,10 +22,18 @@
 //! KBERG_GWUP_SECS=5 KBERG_GWUP_ROUNDS=5 cargo bench -p kberg-benches --bench gateway_upstream
 //! KBERG_GWUP_CLIENTS=1,32 cargo bench -p kberg-benches --bench gateway_upstream
 //! KBERG_GWUP_CASES=file cargo bench -p kberg-benches --bench gateway_upstream   # one path alone
+//! KBERG_GWUP_AGENT_TOKEN=vault cargo bench -p kberg-benches --bench gateway_upstream
 //! ```
 //!
+//! `KBERG_GWUP_AGENT_TOKEN` says how the calling agent authenticates: `file` (the default of a
+//! full run) with the `claude` agent's token file, or `vault` with a vault-issued token of an
+//! agent `robot` of the same type (what `bridle serve` issues on a first start; each request
+//! then checks it in the vault). Both reach the same upstream permissions.
+//!
 //! Without `--bench` (as under `cargo test --benches`), or with `-- --test`, it makes 5 calls per
-//! client per case and checks that both paths answer and that the vault recorded every use.
+//! client per case and checks that both paths answer and that the vault recorded every use; it
+//! authenticates with the vault-issued token unless `KBERG_GWUP_AGENT_TOKEN` says otherwise, so
+//! that path is run too.
 
 #![allow(clippy::print_stdout)] // the bench's report is its output
 
@@ -68,14 +76,22 @@ async fn start_upstream(stop: CancellationToken) -> Result<String, BoxError> {
 }
 
 /// A gateway over `dir` with the upstream at `url` mounted as `vault` and `file`; returns its
-/// address and the `claude` agent's token.
+/// address and the calling agent's token: the `claude` agent's token file, or with
+/// `vault_token` a vault-issued token of the agent `robot` (type `claude`).
 async fn start_gateway(
     dir: &Path,
     url: &str,
+    vault_token: bool,
     stop: CancellationToken,
 ) -> Result<(SocketAddr, String), BoxError> {
     init_data_dir_with_token_files(dir)?;
     let mut yaml = std::fs::read_to_string(dir.join("bridle.yaml"))?;
+    if vault_token {
+        if !yaml.contains("agents:\n") {
+            return Err("the laid-out bridle.yaml has no agents section".into());
+        }
+        yaml = yaml.replace("agents:\n", "agents:\n  robot:\n    type: claude\n");
+    }
     for (ns, secret) in [("vault", "vault:up-token"), ("file", "file:up-token")] {
         if !yaml.contains("upstreams:\n") {
             yaml.push_str("upstreams:\n");
@@ -87,11 +103,19 @@ async fn start_gateway(
     std::fs::write(dir.join("bridle.yaml"), yaml)?;
     std::fs::write(dir.join("secrets/up-token"), format!("{UPSTREAM_TOKEN}\n"))?;
     let config = GatewayConfig::load(dir)?;
-    let token = std::fs::read_to_string(dir.join("secrets/claude-token"))?;
+    let mut token = std::fs::read_to_string(dir.join("secrets/claude-token"))?;
     // The secret is in the vault before the gateway starts, as an operator would have it.
     {
         let (vault, _) = bridle_gateway::gateway::open_vault(dir, &config)?;
         vault.create("up-token", &SecretValue::from(UPSTREAM_TOKEN), "bench")?;
+        if vault_token {
+            let issued = vault.set_agent_token("robot", "bench")?;
+            token = issued
+                .token
+                .expose_str()
+                .ok_or("the issued token is not text")?
+                .to_string();
+        }
     }
     let gw = GatewayBuilder::new(dir, config).build().await?;
     let mut doc = demo_document();
@@ -174,11 +198,20 @@ async fn run() -> Result<(), BoxError> {
         .map(|c| c.trim().parse::<usize>())
         .collect::<Result<_, _>>()?;
 
+    let vault_token = match std::env::var("KBERG_GWUP_AGENT_TOKEN").ok().as_deref() {
+        None => !full,
+        Some("file") => false,
+        Some("vault") => true,
+        Some(other) => {
+            return Err(format!("KBERG_GWUP_AGENT_TOKEN is file or vault, not {other:?}").into());
+        }
+    };
+
     let stop = CancellationToken::new();
     let _stop = stop.clone().drop_guard();
     let dir = tempfile::tempdir()?;
     let url = start_upstream(stop.clone()).await?;
-    let (addr, token) = start_gateway(dir.path(), &url, stop.clone()).await?;
+    let (addr, token) = start_gateway(dir.path(), &url, vault_token, stop.clone()).await?;
     let cases = [
         (
             "file",
@@ -237,7 +270,12 @@ async fn run() -> Result<(), BoxError> {
     }
 
     println!(
-        "gateway_upstream: {rounds} round(s), {budget:?} per point, medians; {recorded} uses recorded for {vault_calls} vault calls"
+        "gateway_upstream: {rounds} round(s), {budget:?} per point, medians; {recorded} uses recorded for {vault_calls} vault calls; the agent authenticates with {}",
+        if vault_token {
+            "a vault-issued token"
+        } else {
+            "its token file"
+        }
     );
     println!("| credential | clients | calls/s | p50 ms | p99 ms | CPU us/call | vault / file |");
     println!("|---|---|---|---|---|---|---|");
