@@ -129,26 +129,31 @@ impl GatewayContext {
 
     /// [`Self::grants_for`] by `documents`. No I/O.
     pub fn grants_in(&self, agent_name: &str, documents: &bridle_rules::Documents) -> Grants {
-        let mut grants = Grants::none();
-        let Some(agent) = self.agent(agent_name) else {
-            return grants;
-        };
-        for (project, loaded) in documents.iter().filter(|(p, _)| agent.may_use(p)) {
-            match loaded {
-                Ok(loaded) => {
-                    let permissions = loaded.document.permissions_of(&agent.agent_type);
-                    for id in permissions.capability_ids() {
-                        grants.grant(id);
-                    }
-                    for id in permissions.tool_capability_ids() {
-                        grants.grant(id);
-                    }
-                }
-                Err(e) => tracing::warn!(project, error = %e, "project skipped for grants"),
-            }
-        }
-        grants
+        // Read in place: this runs on every request.
+        self.agents
+            .inspect(agent_name, |agent| agent_grants(agent, documents))
+            .unwrap_or_else(Grants::none)
     }
+}
+
+/// What `agent`'s type is permitted in each of its projects of `documents`, united.
+fn agent_grants(agent: &AgentConfig, documents: &bridle_rules::Documents) -> Grants {
+    let mut grants = Grants::none();
+    for (project, loaded) in documents.iter().filter(|(p, _)| agent.may_use(p)) {
+        match loaded {
+            Ok(loaded) => {
+                let permissions = loaded.document.permissions_of(&agent.agent_type);
+                for id in permissions.capability_ids() {
+                    grants.grant(id);
+                }
+                for id in permissions.tool_capability_ids() {
+                    grants.grant(id);
+                }
+            }
+            Err(e) => tracing::warn!(project, error = %e, "project skipped for grants"),
+        }
+    }
+    grants
 }
 
 /// The agent type whose format a caller gets its rules in when it does not name one: the

@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use super::credential::SecretUse;
 use super::route::{Route, RouteError, write_capability};
+use crate::config::AgentConfig;
 use crate::context::GatewayContext;
 use crate::error::{RefusalCode, refusal};
 
@@ -59,12 +60,27 @@ fn permitted(
     agent: &str,
     documents: &Documents,
 ) -> Result<(), ToolOutput> {
-    let Some(config) = gw.agent(agent) else {
-        return Err(refusal(
-            RefusalCode::UnknownAgent,
-            format!("`{agent}` is not a configured agent"),
-        ));
-    };
+    // Read in place: this runs on every forwarded call.
+    gw.agents
+        .inspect(agent, |config| {
+            permitted_for(config, route, write, agent, documents)
+        })
+        .unwrap_or_else(|| {
+            Err(refusal(
+                RefusalCode::UnknownAgent,
+                format!("`{agent}` is not a configured agent"),
+            ))
+        })
+}
+
+/// [`permitted`] for the configured agent `config`.
+fn permitted_for(
+    config: &AgentConfig,
+    route: &Route,
+    write: bool,
+    agent: &str,
+    documents: &Documents,
+) -> Result<(), ToolOutput> {
     let ns = &route.namespace;
     let mut served = false;
     for (_, loaded) in documents

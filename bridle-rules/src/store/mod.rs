@@ -378,33 +378,30 @@ impl RulesStore {
         if names.len() > UNCHANGED_CHECK_MAX {
             return None;
         }
-        let mut stamps = Vec::with_capacity(names.len());
-        for name in names.iter() {
-            stamps.push(cache::stamp(&self.project_path(name).ok()?).ok()??);
-        }
+        let stamps = self.file_stamps(&names)?;
         // A kept key's stamps had all settled when it was kept, so equal stamps still have.
         self.documents.set(&SetKey::Files(folder, stamps), read_at)
+    }
+
+    /// The stamp of each named project's file, in order; `None` if one is gone or has none.
+    fn file_stamps(&self, names: &[String]) -> Option<Vec<cache::Stamp>> {
+        names
+            .iter()
+            .map(|name| cache::stamp(&self.project_path(name).ok()?).ok()?)
+            .collect()
     }
 
     fn file_documents(&self) -> Result<Arc<Documents>, RulesError> {
         // The key is read before any document, so what is read is at least as new as it.
         let read_at = std::time::Instant::now();
         let (folder, names) = self.file_listing()?;
-        let mut stamps = Vec::with_capacity(names.len());
-        for name in names.iter() {
-            match cache::stamp(&self.project_path(name)?) {
-                Ok(Some(stamp)) => stamps.push(stamp),
-                // Gone since the listing, or no stamp on this platform: read, not kept.
-                _ => break,
-            }
-        }
+        // A file gone since the listing, or no stamp on this platform: read, not kept.
+        let stamps = self.file_stamps(&names);
         // Kept only when every stamp has settled: a later change then shows in a stamp.
         let now = std::time::SystemTime::now();
-        let settled =
-            folder.is_some_and(|f| f.settled(now)) && stamps.iter().all(|s| s.settled(now));
-        let key = folder
-            .filter(|_| stamps.len() == names.len())
-            .map(|f| SetKey::Files(f, stamps));
+        let settled = folder.is_some_and(|f| f.settled(now))
+            && stamps.iter().flatten().all(|s| s.settled(now));
+        let key = folder.zip(stamps).map(|(f, s)| SetKey::Files(f, s));
         if let Some(set) = key.as_ref().and_then(|k| self.documents.set(k, read_at)) {
             return Ok(set);
         }
