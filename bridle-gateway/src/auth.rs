@@ -75,17 +75,21 @@ impl BridleAuth {
     }
 
     /// The principal of a vault-issued token (its agent's type is filled in by the caller),
-    /// with its agent's grants: both read in one trip to the blocking pool.
+    /// with its agent's grants when they were read with it. A token the vault's cache vouches
+    /// for is answered here; any other is checked in the database on the blocking pool,
+    /// together with its agent's grants (one trip).
     async fn vault_principal(
         &self,
         headers: &HeaderMap,
-    ) -> Result<(Arc<Principal>, Grants), AuthError> {
+    ) -> Result<(Arc<Principal>, Option<Grants>), AuthError> {
         let Some(vault) = &self.vault else {
             return Err(AuthError::Invalid);
         };
-        let token = kberg_server::bearer_token(headers)?
-            .ok_or(AuthError::Missing)?
-            .to_string();
+        let token = kberg_server::bearer_token(headers)?.ok_or(AuthError::Missing)?;
+        if let Some(found) = vault.cached_agent_for_token(token) {
+            return Ok((Arc::new(Principal::new(found.agent)), None));
+        }
+        let token = token.to_string();
         let (vault, ctx) = (Arc::clone(vault), Arc::clone(&self.ctx));
         let found = tokio::task::spawn_blocking(move || {
             vault.agent_for_token(&token).map(|found| {
@@ -98,7 +102,7 @@ impl BridleAuth {
         .await
         .map_err(|_| AuthError::Invalid)?;
         match found {
-            Ok(Some((agent, grants))) => Ok((Arc::new(Principal::new(agent)), grants)),
+            Ok(Some((agent, grants))) => Ok((Arc::new(Principal::new(agent)), Some(grants))),
             Ok(None) => Err(AuthError::Invalid),
             Err(e) => {
                 tracing::warn!(error = %e, "the vault could not check a token");
@@ -115,7 +119,7 @@ impl Authenticator for BridleAuth {
             Ok(who) => (who, true, None),
             Err(AuthError::Invalid) => {
                 let (who, grants) = self.vault_principal(headers).await?;
-                (who, false, Some(grants))
+                (who, false, grants)
             }
             Err(e) => return Err(e),
         };

@@ -1377,3 +1377,124 @@ on_both!(
     a_canary_value_appears_in_no_metadata_output_record_or_log_line,
     the_first_start_issues_each_vault_agent_one_token_once,
 );
+
+/// Dates the SQLite vault's token-change marker an hour back, as on a gateway that has run a
+/// while with no token change: its token cache is then trusted (see `TOKEN_MARKER_SETTLE`).
+fn settle_marker(f: &Fixture) {
+    std::fs::File::options()
+        .write(true)
+        .open(f.dir.path().join("vault.db-tokens"))
+        .expect("the marker beside the vault")
+        .set_modified(std::time::SystemTime::now() - HOUR)
+        .expect("dated back");
+}
+
+/// A SQLite vault answers a token it verified from its cache once its token-change marker has
+/// settled, and follows a change made through another handle (as another process holds one) on
+/// the very next check: also on checks racing the change on other threads, and also when the
+/// marker is gone (then nothing is cached).
+#[test]
+fn a_sqlite_token_cache_follows_changes_made_through_another_handle() {
+    let f = Fixture::new(Backend::Sqlite);
+    let a = &f.vault;
+    let b = f.reopen(&key(7)).expect("a second handle");
+    let agent = |v: &Vault, t: &str| v.agent_for_token(t).expect("check").map(|m| m.agent);
+    let cached = |t: &str| a.cached_agent_for_token(t).map(|m| m.agent);
+    let claude = Some("claude".to_owned());
+    let token = b.set_agent_token("claude", "admin").expect("set");
+    let token = token.token.expose_str().expect("utf-8").to_owned();
+
+    // A marker changed just now is not trusted: checks read the database and cache nothing.
+    assert_eq!(agent(a, &token), claude);
+    assert_eq!(cached(&token), None, "a young marker is not trusted");
+    settle_marker(&f);
+    assert_eq!(cached(&token), None, "nothing cached yet");
+    assert_eq!(agent(a, &token), claude);
+    assert_eq!(
+        cached(&token),
+        claude,
+        "verified, then answered from the cache"
+    );
+    assert_eq!(cached("bdl_unknown"), None);
+    assert_eq!(agent(a, "bdl_unknown"), None);
+    assert_eq!(
+        cached("bdl_unknown"),
+        None,
+        "an unknown token is never cached"
+    );
+
+    // Revoked through the other handle while four threads check the token in a loop: every
+    // check that starts after the revocation returned refuses it.
+    let revoked = std::sync::atomic::AtomicBool::new(false);
+    let started = std::sync::Barrier::new(5);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                assert_eq!(cached(&token), claude, "cached before the change");
+                started.wait();
+                loop {
+                    let after = revoked.load(std::sync::atomic::Ordering::SeqCst);
+                    let found = agent(a, &token);
+                    if after {
+                        assert_eq!(found, None, "a revoked token accepted");
+                        break;
+                    }
+                }
+            });
+        }
+        started.wait();
+        assert_eq!(b.revoke_agent_tokens("claude", "admin").expect("revoke"), 1);
+        revoked.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    assert_eq!(cached(&token), None);
+
+    // A rotation through the other handle: the new token works at once; once settled and
+    // cached, a replacement through this handle ends both on the next check.
+    let second = b.set_agent_token("claude", "admin").expect("set");
+    let second = second.token.expose_str().expect("utf-8").to_owned();
+    assert_eq!(agent(a, &second), claude);
+    let third = b
+        .rotate_agent_token("claude", HOUR, "admin")
+        .expect("rotate");
+    let third = third.token.expose_str().expect("utf-8").to_owned();
+    settle_marker(&f);
+    for t in [&second, &third] {
+        assert_eq!(agent(a, t), claude);
+        assert_eq!(cached(t), claude);
+    }
+    a.set_agent_token("claude", "admin").expect("set");
+    assert_eq!(cached(&second), None);
+    assert_eq!(agent(a, &second), None);
+    assert_eq!(agent(a, &third), None);
+
+    let fourth = b.set_agent_token("claude", "admin").expect("set");
+    let fourth = fourth.token.expose_str().expect("utf-8").to_owned();
+    settle_marker(&f);
+    assert_eq!(agent(a, &fourth), claude);
+    assert_eq!(cached(&fourth), claude);
+    // A change no check saw while its marker was young (none came for a while): the new
+    // stamp, settled by now, still empties the cache.
+    b.revoke_agent_tokens("claude", "admin").expect("revoke");
+    settle_marker(&f);
+    assert_eq!(
+        cached(&fourth),
+        None,
+        "a revoked token answered from the cache"
+    );
+    assert_eq!(agent(a, &fourth), None);
+
+    let fifth = b.set_agent_token("claude", "admin").expect("set");
+    let fifth = fifth.token.expose_str().expect("utf-8").to_owned();
+    settle_marker(&f);
+    assert_eq!(agent(a, &fifth), claude);
+    assert_eq!(cached(&fifth), claude);
+    // No marker (removed by hand): nothing is trusted, every check reads the database; the
+    // next token change makes it again.
+    std::fs::remove_file(f.dir.path().join("vault.db-tokens")).expect("removed");
+    assert_eq!(cached(&fifth), None, "no marker, no cache");
+    assert_eq!(agent(a, &fifth), claude);
+    assert_eq!(cached(&fifth), None);
+    b.revoke_agent_tokens("claude", "admin").expect("revoke");
+    assert!(f.dir.path().join("vault.db-tokens").is_file(), "made again");
+    assert_eq!(agent(a, &fifth), None);
+}

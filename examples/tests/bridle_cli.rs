@@ -175,6 +175,96 @@ fn init_prints_each_vault_token_once() {
     assert!(listed.status.success(), "{}", stderr(&listed));
 }
 
+/// The token printed for `agent` by `bridle init` or `bridle agents token issue|rotate`.
+fn printed_token(out: &std::process::Output, agent: &str) -> String {
+    assert!(out.status.success(), "{}", stderr(out));
+    let printed = stdout(out);
+    // On the line that names the agent (`init`), or on the one after it (`issue`).
+    let lines: Vec<&str> = printed.lines().collect();
+    let named = format!("`{agent}`");
+    (0..lines.len())
+        .filter(|&i| lines[i].contains(&named))
+        .flat_map(|i| lines[i..].iter().take(2))
+        .flat_map(|l| l.split_whitespace())
+        .find(|w| w.starts_with("bdl_"))
+        .unwrap_or_else(|| panic!("no token for {agent}: {printed}"))
+        .to_string()
+}
+
+/// A running gateway answers vault-issued tokens from its cache once the vault's token-change
+/// marker has settled; a token revoked by the command line on the same data directory (another
+/// process, no `--url`) is still refused on the very next request, and a token it issues
+/// works on the next one.
+#[test]
+fn a_token_changed_offline_is_followed_by_the_running_gateway_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let claude = printed_token(&run_bridle(dir, &["init"]), "claude");
+    let server = Server::start(dir);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let status = |token: &str| {
+        rt.block_on(async {
+            reqwest::Client::new()
+                .post(&server.url)
+                .header("Authorization", format!("Bearer {token}"))
+                .header("Accept", "application/json, text/event-stream")
+                .header("Content-Type", "application/json")
+                .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    // As on a gateway that has run a while: the marker's last change an hour ago, so the
+    // first check after this reads the vault and the next ones are answered from the cache.
+    let settle = || {
+        std::fs::File::options()
+            .write(true)
+            .open(dir.join("vault.db-tokens"))
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600))
+            .unwrap();
+    };
+    settle();
+    for _ in 0..3 {
+        assert_eq!(status(&claude), 200);
+    }
+    let out = run_bridle(dir, &["agents", "token", "revoke", "claude"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        status(&claude),
+        401,
+        "a revoked token answered from the cache"
+    );
+
+    // A token issued offline works at once, and its replacement ends it at once, cached or not.
+    let second = printed_token(
+        &run_bridle(dir, &["agents", "token", "issue", "claude"]),
+        "claude",
+    );
+    assert_eq!(status(&second), 200);
+    settle();
+    for _ in 0..3 {
+        assert_eq!(status(&second), 200);
+    }
+    let third = printed_token(
+        &run_bridle(dir, &["agents", "token", "issue", "claude"]),
+        "claude",
+    );
+    assert_eq!(
+        status(&second),
+        401,
+        "a replaced token answered from the cache"
+    );
+    assert_eq!(status(&third), 200);
+    assert_eq!(status(&claude), 401);
+}
+
 fn demo_dir() -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     let out = run_bridle(tmp.path(), &["init", "--token-files"]);

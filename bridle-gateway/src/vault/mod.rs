@@ -39,8 +39,9 @@
 //! `key` (the master key file), `crypto` (HKDF, AEAD, HMACs), `store` (the rows and the
 //! transaction trait both backends implement), `sqlite` and `postgres` (the backends), `value`
 //! (the redacted type), `name` (allowed names), `source` (read-only sources and references),
-//! `meta` (metadata types), `tokens` (agent bearer tokens), `token_cache` (verified tokens of a
-//! PostgreSQL vault, invalidated by its notifications), `audit` (reading the log),
+//! `meta` (metadata types), `tokens` (agent bearer tokens), `token_cache` (verified tokens,
+//! invalidated by PostgreSQL's notifications or SQLite's token-change `marker`), `audit`
+//! (reading the log),
 //! `upstream` (the vault as the upstream routes' `SecretSource`), and this file (the secret
 //! operations).
 
@@ -48,6 +49,7 @@ mod audit;
 mod crypto;
 mod error;
 mod key;
+mod marker;
 mod meta;
 mod name;
 #[cfg(feature = "postgres")]
@@ -55,7 +57,6 @@ mod postgres;
 mod source;
 mod sqlite;
 mod store;
-#[cfg(feature = "postgres")]
 mod token_cache;
 mod tokens;
 mod upstream;
@@ -67,6 +68,7 @@ use std::time::Duration;
 pub use audit::AuditEntry;
 pub use error::VaultError;
 pub use key::{DEFAULT_KEY_FILE, KeyOrigin, MASTER_KEY_LEN, MasterKey, default_key_path};
+pub use marker::SETTLE as TOKEN_MARKER_SETTLE;
 pub use meta::{AgentTokenMeta, SecretMeta, VersionMeta, VersionState};
 pub use name::{MAX_ACTOR_LEN, MAX_NAME_LEN, is_valid_name};
 #[cfg(feature = "postgres")]
@@ -74,9 +76,8 @@ pub use postgres::{VAULT_CHANNEL, VAULT_PG_MIGRATIONS};
 pub use source::{MAX_VALUE_LEN, ResolvedSecret, SecretRef};
 pub use sqlite::VAULT_MIGRATIONS;
 #[cfg(feature = "postgres")]
-pub use token_cache::{
-    CAPACITY as TOKEN_CACHE_CAPACITY, MAX_AGE as TOKEN_CACHE_MAX_AGE, TokenCacheStatus,
-};
+pub use token_cache::TokenCacheStatus;
+pub use token_cache::{CAPACITY as TOKEN_CACHE_CAPACITY, MAX_AGE as TOKEN_CACHE_MAX_AGE};
 pub use tokens::{AgentMatch, IssuedToken, TOKEN_PREFIX};
 pub use value::{REDACTED, SecretValue};
 
@@ -166,9 +167,10 @@ pub struct Vault {
     config: VaultConfig,
     #[cfg(feature = "postgres")]
     postgres: Option<bridle_rules::db::postgres::PgDatabase>,
-    /// Verified token hashes, for a vault in PostgreSQL.
-    #[cfg(feature = "postgres")]
+    /// Verified token hashes (`None` for a SQLite vault whose marker could not be made).
     token_cache: Option<std::sync::Arc<token_cache::TokenCache>>,
+    /// A SQLite vault's token-change marker, which its cache is trusted under.
+    marker: Option<marker::ChangeMarker>,
     /// Stops the task feeding `token_cache` when the vault is dropped.
     #[cfg(feature = "postgres")]
     _token_cache_feed: Option<tokio_util::sync::DropGuard>,
@@ -190,6 +192,14 @@ impl Vault {
         let keys = VaultKeys::derive(key);
         let backend = sqlite::SqliteVault::open(db_path, &keys)?;
         tracing::debug!(path = %db_path.display(), "vault open");
+        let marker = marker::ChangeMarker::beside(db_path)
+            .inspect_err(|e| {
+                tracing::warn!(
+                    error = %e,
+                    "no token-change marker beside the vault; every token check reads the vault"
+                );
+            })
+            .ok();
         Ok(Self {
             backend: Box::new(backend),
             keys,
@@ -197,8 +207,10 @@ impl Vault {
             config,
             #[cfg(feature = "postgres")]
             postgres: None,
-            #[cfg(feature = "postgres")]
-            token_cache: None,
+            token_cache: marker
+                .as_ref()
+                .map(|_| std::sync::Arc::new(token_cache::TokenCache::new())),
+            marker,
             #[cfg(feature = "postgres")]
             _token_cache_feed: None,
         })
@@ -235,6 +247,7 @@ impl Vault {
             config,
             postgres: Some(db),
             token_cache: Some(cache),
+            marker: None,
             _token_cache_feed: Some(stop.drop_guard()),
         })
     }
@@ -264,23 +277,43 @@ impl Vault {
         self.postgres.as_ref().map(|db| db.listen_on(VAULT_CHANNEL))
     }
 
-    /// The state of the token cache of a vault in PostgreSQL (`None` for SQLite, whose token
-    /// check is a local indexed read): whether it is in use (its listening connection is up)
-    /// and how many change notifications and connection failures it has seen. A test or a
-    /// health check can wait on it for a change made elsewhere to have reached this handle.
+    /// The state of the token cache of a vault in PostgreSQL (`None` for SQLite, whose cache
+    /// follows the token-change marker beside its file): whether it is in use (its listening
+    /// connection is up) and how many change notifications and connection failures it has
+    /// seen. A test or a health check can wait on it for a change made elsewhere to have
+    /// reached this handle.
     #[cfg(feature = "postgres")]
     pub fn token_cache(&self) -> Option<tokio::sync::watch::Receiver<TokenCacheStatus>> {
+        self.postgres.as_ref()?;
         self.token_cache.as_ref().map(|c| c.status())
     }
 
-    /// Drops the cached tokens of `agent` after a change made through this handle (its own
-    /// notification comes back later).
+    /// Marks a change of agent tokens for other processes on a SQLite vault, once inside the
+    /// change's transaction and again after it (see [`marker`]).
+    fn mark_token_change(&self) {
+        if let Some(m) = &self.marker {
+            m.touch();
+        }
+    }
+
+    /// Drops the cached tokens of `agent` after a change made through this handle (on
+    /// PostgreSQL its own notification comes back later), and marks the change.
     fn forget_cached_tokens(&self, agent: &str) {
-        #[cfg(feature = "postgres")]
         if let Some(cache) = &self.token_cache {
             cache.forget_agent(agent);
         }
-        let _ = agent;
+        self.mark_token_change();
+    }
+
+    /// What the token cache says of `hash` at `now`.
+    fn cached_token(&self, hash: &str, now: i64) -> token_cache::Lookup {
+        match (&self.token_cache, &self.marker) {
+            (None, _) => token_cache::Lookup::Bypass,
+            (Some(cache), Some(m)) => {
+                cache.lookup_marked(hash, now, m.stamp(), std::time::SystemTime::now())
+            }
+            (Some(cache), None) => cache.lookup(hash, now),
+        }
     }
 
     pub(crate) fn keys(&self) -> &VaultKeys {

@@ -1,21 +1,26 @@
-//! A bounded in-process cache of verified agent tokens, for a vault in PostgreSQL.
+//! A bounded in-process cache of verified agent tokens.
 //!
-//! Without it, every MCP request with a vault-issued token is one database round trip (the
-//! token check), which on PostgreSQL costs far more than the request's own work. The cache maps
-//! the keyed hash of a token that the database verified (never the token itself) to its agent
-//! and version, and is trusted only as far as the vault's change notifications are:
+//! Without it, every MCP request with a vault-issued token is one database read on the blocking
+//! pool (the token check), which costs more than the request's own work in the gateway. The
+//! cache maps the keyed hash of a token that the database verified (never the token itself) to
+//! its agent and version, and is trusted only as far as the vault's change signal is:
 //!
-//! - it is used only while the replica's `LISTEN` connection on the vault's channel is up: until
-//!   it first listens, and from the moment it fails until it is re-made, every check reads the
-//!   database, and the cache is emptied at both ends (notifications may have been missed);
-//! - a token change on any replica (`agent_token_set`, `_rotate`, `_revoke`) drops that agent's
-//!   entries when its notification arrives, and at once on the replica that made it; a payload
-//!   it does not recognise empties the cache;
+//! - PostgreSQL: the replica's `LISTEN` connection on the vault's channel. The cache is used only
+//!   while it is up: until it first listens, and from the moment it fails until it is re-made,
+//!   every check reads the database, and the cache is emptied at both ends (notifications may
+//!   have been missed). A token change on any replica (`agent_token_set`, `_rotate`, `_revoke`)
+//!   drops that agent's entries when its notification arrives; a payload it does not recognise
+//!   empties the cache;
+//! - SQLite: the token-change marker beside the database ([`super::marker`]). The cache is used
+//!   only while the marker's stamp is settled and the one it saw when it last emptied itself; a
+//!   new stamp empties it, and a young or missing one bypasses it;
+//! - a token change made through this handle drops that agent's entries at once;
 //! - a check that read the database before an invalidation does not store what it read (a
 //!   generation number), so a revocation is never undone by a slow check;
 //! - an entry lasts no longer than the token's own validity (a rotation's grace) and at most
-//!   [`MAX_AGE`], which bounds how long a connection that died without the client noticing can
-//!   leave a revoked token accepted;
+//!   [`MAX_AGE`], which bounds how long a change the signal missed (a PostgreSQL connection that
+//!   died without the client noticing, a SQLite writer that died between its commit and its
+//!   marker) can leave a revoked token accepted;
 //! - at most [`CAPACITY`] entries are kept; the oldest goes first.
 //!
 //! Unknown tokens are never cached (a new token must work at once), so a guessed token always
@@ -25,9 +30,12 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
+#[cfg(feature = "postgres")]
 use bridle_rules::db::postgres::{LISTENING, NOT_LISTENING};
+#[cfg(feature = "postgres")]
 use tokio::sync::watch;
 
+use super::marker::Stamp;
 use super::tokens::AgentMatch;
 
 /// How many verified tokens a replica keeps.
@@ -35,7 +43,9 @@ pub const CAPACITY: usize = 4096;
 /// The longest an entry is trusted without reading the database again.
 pub const MAX_AGE: Duration = Duration::from_secs(10);
 
-/// What the cache knows of the vault's change notifications (see [`super::Vault::token_cache`]).
+/// What the cache of a vault in PostgreSQL knows of the vault's change notifications (see
+/// `Vault::token_cache`).
+#[cfg(feature = "postgres")]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TokenCacheStatus {
     /// Whether the listening connection is up, so the cache is in use.
@@ -68,7 +78,11 @@ struct Entry {
 
 #[derive(Default)]
 struct State {
-    listening: bool,
+    /// Whether the change signal can be trusted now: the PostgreSQL listener is up, or the
+    /// SQLite marker's stamp is settled and is `stamp`.
+    trusted: bool,
+    /// The SQLite marker's stamp the cache was emptied under.
+    stamp: Option<Stamp>,
     /// Bumped by every invalidation; a miss's read is stored only under the same generation.
     generation: u64,
     entries: HashMap<String, Entry>,
@@ -112,19 +126,22 @@ impl State {
 /// The cache of one vault handle.
 pub(crate) struct TokenCache {
     state: Mutex<State>,
+    #[cfg(feature = "postgres")]
     status: watch::Sender<TokenCacheStatus>,
 }
 
 impl TokenCache {
-    /// An empty cache, bypassed until [`LISTENING`] is heard.
+    /// An empty cache, bypassed until [`LISTENING`] is heard or a settled marker stamp is seen.
     pub(crate) fn new() -> Self {
         Self {
             state: Mutex::new(State::default()),
+            #[cfg(feature = "postgres")]
             status: watch::channel(TokenCacheStatus::default()).0,
         }
     }
 
     /// Follows its status.
+    #[cfg(feature = "postgres")]
     pub(crate) fn status(&self) -> watch::Receiver<TokenCacheStatus> {
         self.status.subscribe()
     }
@@ -140,8 +157,38 @@ impl TokenCache {
 
     /// What the cache says of the token whose keyed hash is `hash`, at `now` (milliseconds).
     pub(crate) fn lookup(&self, hash: &str, now: i64) -> Lookup {
-        let s = self.state();
-        if !s.listening {
+        Self::lookup_in(&self.state(), hash, now)
+    }
+
+    /// [`Self::lookup`] for a SQLite vault, whose marker's stamp is `stamp` at `wall` (see
+    /// [`super::marker`]): a stamp that is missing or not settled bypasses the cache (and
+    /// empties it), one that differs from the last empties it.
+    pub(crate) fn lookup_marked(
+        &self,
+        hash: &str,
+        now: i64,
+        stamp: Option<Stamp>,
+        wall: std::time::SystemTime,
+    ) -> Lookup {
+        let mut s = self.state();
+        match stamp.filter(|st| st.settled(wall)) {
+            // The next settled stamp differs from `None`, which empties the cache.
+            None => {
+                s.trusted = false;
+                s.stamp = None;
+            }
+            Some(st) if s.stamp != Some(st) => {
+                s.clear();
+                s.stamp = Some(st);
+                s.trusted = true;
+            }
+            Some(_) => {}
+        }
+        Self::lookup_in(&s, hash, now)
+    }
+
+    fn lookup_in(s: &State, hash: &str, now: i64) -> Lookup {
+        if !s.trusted {
             return Lookup::Bypass;
         }
         match s.entries.get(hash) {
@@ -164,7 +211,7 @@ impl TokenCache {
         now: i64,
     ) {
         let mut s = self.state();
-        if !s.listening || s.generation != generation {
+        if !s.trusted || s.generation != generation {
             return;
         }
         let max_age = i64::try_from(MAX_AGE.as_millis()).unwrap_or(i64::MAX);
@@ -189,20 +236,21 @@ impl TokenCache {
         );
     }
 
-    /// Drops every entry of `agent` (a change made through this handle, before its own
-    /// notification comes back).
+    /// Drops every entry of `agent` (a change made through this handle; on PostgreSQL, before
+    /// its own notification comes back).
     pub(crate) fn forget_agent(&self, agent: &str) {
         self.state().forget_agent(agent);
     }
 
     /// Applies one message of the vault's channel: a change, [`LISTENING`] or
     /// [`NOT_LISTENING`].
+    #[cfg(feature = "postgres")]
     pub(crate) fn on_message(&self, payload: &str) {
         let mut s = self.state();
         match payload {
             LISTENING => {
                 s.clear();
-                s.listening = true;
+                s.trusted = true;
                 drop(s);
                 self.status.send_modify(|st| st.listening = true);
             }
@@ -229,14 +277,16 @@ impl TokenCache {
     }
 
     /// The notifications stopped (the listener failed or ended): empty the cache and bypass it.
+    #[cfg(feature = "postgres")]
     pub(crate) fn lost(&self) {
         let s = self.state();
         self.lost_with(s);
     }
 
+    #[cfg(feature = "postgres")]
     fn lost_with(&self, mut s: std::sync::MutexGuard<'_, State>) {
         s.clear();
-        s.listening = false;
+        s.trusted = false;
         drop(s);
         self.status.send_modify(|st| {
             st.listening = false;
@@ -247,6 +297,7 @@ impl TokenCache {
 
 /// Feeds a cache from the vault's channel until `stop`, or until the listener ends (then the
 /// cache is left bypassed).
+#[cfg(feature = "postgres")]
 pub(crate) async fn follow(
     cache: std::sync::Arc<TokenCache>,
     mut messages: tokio::sync::mpsc::UnboundedReceiver<String>,
@@ -278,9 +329,10 @@ mod tests {
         }
     }
 
-    fn listening() -> TokenCache {
+    /// A cache whose change signal is trusted.
+    fn trusted() -> TokenCache {
         let c = TokenCache::new();
-        c.on_message(LISTENING);
+        c.state().trusted = true;
         c
     }
 
@@ -291,6 +343,7 @@ mod tests {
         c.insert(g, hash, &found(agent), valid_until, 1000);
     }
 
+    #[cfg(feature = "postgres")]
     #[test]
     fn bypassed_until_listening_and_after_the_connection_fails() {
         let c = TokenCache::new();
@@ -318,9 +371,10 @@ mod tests {
         assert_eq!(c.lookup("h", 1001), Lookup::Bypass);
     }
 
+    #[cfg(feature = "postgres")]
     #[test]
     fn a_token_change_drops_only_that_agents_entries() {
-        let c = listening();
+        let c = trusted();
         cache_it(&c, "h1", "claude", None);
         cache_it(&c, "h2", "bot", None);
         c.on_message("agent_token_revoke claude");
@@ -336,9 +390,10 @@ mod tests {
         assert_eq!(c.status().borrow().changes_heard, 3);
     }
 
+    #[cfg(feature = "postgres")]
     #[test]
     fn an_unrecognised_change_empties_the_cache() {
-        let c = listening();
+        let c = trusted();
         cache_it(&c, "h1", "claude", None);
         for odd in ["something new", "agent_token_revoke ", ""] {
             c.on_message(odd);
@@ -349,18 +404,18 @@ mod tests {
 
     #[test]
     fn a_read_from_before_an_invalidation_is_not_stored() {
-        let c = listening();
+        let c = trusted();
         let Lookup::Miss(g) = c.lookup("h", 1000) else {
             panic!("expected a miss");
         };
-        c.on_message("agent_token_revoke claude");
+        c.forget_agent("claude");
         c.insert(g, "h", &found("claude"), None, 1000);
         assert!(matches!(c.lookup("h", 1001), Lookup::Miss(_)));
     }
 
     #[test]
     fn entries_end_with_the_tokens_validity_and_their_maximum_age() {
-        let c = listening();
+        let c = trusted();
         cache_it(&c, "grace", "claude", Some(1500));
         assert!(matches!(c.lookup("grace", 1499), Lookup::Hit(_)));
         assert!(matches!(c.lookup("grace", 1500), Lookup::Miss(_)));
@@ -372,7 +427,7 @@ mod tests {
 
     #[test]
     fn at_most_capacity_entries_oldest_first() {
-        let c = listening();
+        let c = trusted();
         for i in 0..CAPACITY + 10 {
             cache_it(&c, &format!("h{i}"), "claude", None);
         }
@@ -395,5 +450,81 @@ mod tests {
             "{}",
             c.state().order.len()
         );
+    }
+
+    /// The marker of a SQLite vault: a stamp settled at `WALL`, or one written just now.
+    const WALL: std::time::Duration = std::time::Duration::from_secs(1_000_000);
+
+    fn marked(c: &TokenCache, hash: &str, stamp: Option<Stamp>) -> Lookup {
+        c.lookup_marked(
+            hash,
+            1000,
+            stamp,
+            std::time::UNIX_EPOCH + WALL + super::super::marker::SETTLE,
+        )
+    }
+
+    #[test]
+    fn a_sqlite_cache_is_trusted_only_under_one_settled_marker_stamp() {
+        let c = TokenCache::new();
+        let settled = Stamp::at(std::time::UNIX_EPOCH + WALL, 20);
+        let rewritten = Stamp::at(std::time::UNIX_EPOCH + WALL, 21);
+        let young = Stamp::at(
+            std::time::UNIX_EPOCH + WALL + std::time::Duration::from_secs(1),
+            20,
+        );
+        assert_eq!(marked(&c, "h", None), Lookup::Bypass, "no marker");
+        assert_eq!(
+            marked(&c, "h", Some(young)),
+            Lookup::Bypass,
+            "a young marker"
+        );
+        let Lookup::Miss(g) = marked(&c, "h", Some(settled)) else {
+            panic!("a settled marker: the cache is used");
+        };
+        c.insert(g, "h", &found("claude"), None, 1000);
+        assert_eq!(marked(&c, "h", Some(settled)), Lookup::Hit(found("claude")));
+        // Another process rewrote the marker: a new stamp empties the cache.
+        assert!(matches!(marked(&c, "h", Some(rewritten)), Lookup::Miss(_)));
+        let Lookup::Miss(g) = marked(&c, "h", Some(rewritten)) else {
+            panic!("a miss");
+        };
+        c.insert(g, "h", &found("claude"), None, 1000);
+        assert_eq!(
+            marked(&c, "h", Some(rewritten)),
+            Lookup::Hit(found("claude"))
+        );
+        // A young marker (a change being made) empties and bypasses it, and so does a missing
+        // one; what a check read while bypassed is not stored.
+        for gone in [Some(young), None] {
+            assert_eq!(marked(&c, "h", gone), Lookup::Bypass);
+            c.insert(g, "h", &found("claude"), None, 1000);
+            assert!(
+                matches!(marked(&c, "h", Some(rewritten)), Lookup::Miss(_)),
+                "emptied"
+            );
+            cache_it_marked(&c, "h", rewritten);
+        }
+        // A check that read before the marker changed cannot store what it read.
+        let Lookup::Miss(g) = marked(&c, "other", Some(rewritten)) else {
+            panic!("a miss");
+        };
+        assert!(matches!(
+            marked(&c, "other", Some(settled)),
+            Lookup::Miss(_)
+        ));
+        c.insert(g, "other", &found("bot"), None, 1000);
+        assert!(matches!(
+            marked(&c, "other", Some(settled)),
+            Lookup::Miss(_)
+        ));
+    }
+
+    fn cache_it_marked(c: &TokenCache, hash: &str, stamp: Stamp) {
+        let Lookup::Miss(g) = marked(c, hash, Some(stamp)) else {
+            panic!("expected a miss");
+        };
+        c.insert(g, hash, &found("claude"), None, 1000);
+        assert_eq!(marked(c, hash, Some(stamp)), Lookup::Hit(found("claude")));
     }
 }

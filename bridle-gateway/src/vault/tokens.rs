@@ -3,7 +3,7 @@
 //! A token is `bdl_` followed by 32 random bytes in URL-safe base64 (43 characters, 256 bits of
 //! entropy); the prefix lets secret scanners and people recognise one. The database keeps only
 //! HMAC-SHA256 of the token under a key derived from the master key, so authenticating is one
-//! indexed lookup of the hash (on PostgreSQL, usually none: see `token_cache`), and a copied
+//! indexed lookup of the hash (usually none: see `token_cache`), and a copied
 //! database yields no token (nor a way to test guesses
 //! offline without the key). Each agent has numbered token versions: `set` replaces every token
 //! at once, `rotate` adds one and lets the previous ones work for a grace period, `revoke` ends
@@ -20,7 +20,6 @@ use super::error::VaultError;
 use super::meta::AgentTokenMeta;
 use super::name::{check_actor, check_name};
 use super::store::{Record, after_ms, from_sql_version, now_ms, time, to_sql_version};
-#[cfg(feature = "postgres")]
 use super::token_cache::Lookup;
 use super::value::SecretValue;
 
@@ -86,6 +85,7 @@ impl Vault {
         let hash = self.token_hash(token.expose_str().unwrap_or_default());
         let fingerprint = &hash[..FINGERPRINT_HEX];
         let mut tx = self.write()?;
+        self.mark_token_change();
         let now = now_ms();
         let latest = tx.max_token_version(agent)?;
         let version = latest.map_or(1, |v| from_sql_version(v) + 1);
@@ -133,6 +133,7 @@ impl Vault {
         check_name("agent", agent)?;
         check_actor(actor)?;
         let mut tx = self.write()?;
+        self.mark_token_change();
         let now = now_ms();
         let revoked = tx.revoke_tokens(agent, now, actor)?;
         tx.append_audit(
@@ -151,18 +152,18 @@ impl Vault {
     }
 
     /// The agent a presented bearer token authenticates, if any: a valid, unrevoked token whose
-    /// grace period (if rotated out) has not ended.
+    /// grace period (if rotated out) has not ended. Answered from the token cache when it can
+    /// be trusted, otherwise by a read of the database.
     pub fn agent_for_token(&self, token: &str) -> Result<Option<AgentMatch>, VaultError> {
         if token.is_empty() || token.len() > MAX_TOKEN_LEN {
             return Ok(None);
         }
         let hash = self.token_hash(token);
         let now = now_ms();
-        #[cfg(feature = "postgres")]
-        let generation = match self.token_cache.as_deref().map(|c| c.lookup(&hash, now)) {
-            Some(Lookup::Hit(found)) => return Ok(Some(found)),
-            Some(Lookup::Miss(generation)) => Some(generation),
-            Some(Lookup::Bypass) | None => None,
+        let generation = match self.cached_token(&hash, now) {
+            Lookup::Hit(found) => return Ok(Some(found)),
+            Lookup::Miss(generation) => Some(generation),
+            Lookup::Bypass => None,
         };
         let found = self
             .read()?
@@ -174,13 +175,28 @@ impl Vault {
                 };
                 (found, until)
             });
-        #[cfg(feature = "postgres")]
         if let (Some(cache), Some(generation), Some((found, until))) =
             (self.token_cache.as_deref(), generation, &found)
         {
             cache.insert(generation, &hash, found, *until, now);
         }
         Ok(found.map(|(found, _)| found))
+    }
+
+    /// The agent of a presented bearer token if the token cache can answer without the
+    /// database: a token this vault verified within [`super::TOKEN_CACHE_MAX_AGE`], with no
+    /// token change since (on SQLite, the token-change marker unchanged and settled; on
+    /// PostgreSQL, the change notifications heard). It costs a keyed hash, a short lock and on
+    /// SQLite one `stat`, so it may be called on an async task. `None` means "ask
+    /// [`Vault::agent_for_token`]", never that the token is refused.
+    pub fn cached_agent_for_token(&self, token: &str) -> Option<AgentMatch> {
+        if token.is_empty() || token.len() > MAX_TOKEN_LEN || self.token_cache.is_none() {
+            return None;
+        }
+        match self.cached_token(&self.token_hash(token), now_ms()) {
+            Lookup::Hit(found) => Some(found),
+            Lookup::Miss(_) | Lookup::Bypass => None,
+        }
     }
 
     /// Every token version of `agent`, oldest first (metadata only).
