@@ -171,7 +171,7 @@ async fn gateway(
         .create("demo", &demo_document(), "bench")
         .expect("demo");
     // Settled, as on a deployment: else the first two seconds re-read the file.
-    kberg_benches::settle_projects(dir).expect("settle");
+    kberg_benches::settle_data_dir(dir).expect("settle");
     let log = gw.context().audit().cloned();
     assert_eq!(log.is_some(), audit);
     let bound = gw

@@ -131,7 +131,7 @@ async fn start_gateway(
     }
     gw.context().store.create("demo", &doc, "bench")?;
     // Settled, as on a deployment: else the first point's first two seconds re-read the file.
-    kberg_benches::settle_projects(dir)?;
+    kberg_benches::settle_data_dir(dir)?;
     for ns in ["vault", "file"] {
         let offered = gw
             .upstreams()

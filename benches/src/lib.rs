@@ -47,11 +47,13 @@ pub fn notes_write() -> WriteCapability {
     WriteCapability::new("notes.write", "Create notes")
 }
 
-/// Dates the project documents of the data folder `dir` (and their folder) an hour back, as the
-/// files of a deployment that has run a while are. The rules store reads a document changed
-/// less than two seconds ago again on every check (its settle rule), so a bench that measures
-/// right after writing one would otherwise time re-reads no running gateway does.
-pub fn settle_projects(dir: &std::path::Path) -> std::io::Result<()> {
+/// Dates the project documents of the data folder `dir` (and their folder) and its vault's
+/// token-change marker an hour back, as the files of a deployment that has run a while are. The
+/// rules store reads a document changed less than two seconds ago again on every check (its
+/// settle rule), and the vault trusts its token cache only under a marker that settled the same
+/// way, so a bench that measures right after writing either would otherwise time re-reads no
+/// running gateway does.
+pub fn settle_data_dir(dir: &std::path::Path) -> std::io::Result<()> {
     let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
     let projects = dir.join("projects");
     for entry in std::fs::read_dir(&projects)? {
@@ -59,6 +61,10 @@ pub fn settle_projects(dir: &std::path::Path) -> std::io::Result<()> {
         if path.extension().is_some_and(|e| e == "yaml") {
             std::fs::File::open(&path)?.set_modified(hour_ago)?;
         }
+    }
+    let marker = dir.join("vault.db-tokens");
+    if marker.is_file() {
+        std::fs::File::open(&marker)?.set_modified(hour_ago)?;
     }
     std::fs::File::open(&projects)?.set_modified(hour_ago)
 }
