@@ -66,7 +66,9 @@ fn bench(c: &mut Criterion) {
     let (dir, sqlite, postgres, _cluster) = vaults();
     let mut group = c.benchmark_group("check");
     for (name, vault) in [("sqlite", &sqlite), ("postgres", &postgres)] {
-        let heard = postgres.token_cache().map_or(0, |s| s.borrow().changes_heard);
+        let heard = postgres
+            .token_cache()
+            .map_or(0, |s| s.borrow().changes_heard);
         let issued = vault.set_agent_token("claude", "bench").expect("issue");
         let token = issued.token.expose_str().expect("utf-8").to_owned();
         if name == "sqlite" {
@@ -88,7 +90,10 @@ fn bench(c: &mut Criterion) {
         });
     }
     let unknown = format!("bdl_{}", "A".repeat(43));
-    for (name, vault) in [("sqlite_uncached", &sqlite), ("postgres_uncached", &postgres)] {
+    for (name, vault) in [
+        ("sqlite_uncached", &sqlite),
+        ("postgres_uncached", &postgres),
+    ] {
         assert!(vault.agent_for_token(&unknown).expect("check").is_none());
         group.bench_function(name, |b| {
             b.iter(|| black_box(vault.agent_for_token(black_box(&unknown)).expect("check")))
