@@ -1467,11 +1467,16 @@ fn a_sqlite_token_cache_follows_changes_made_through_another_handle() {
     assert_eq!(agent(a, &second), None);
     assert_eq!(agent(a, &third), None);
 
-    let fourth = b.set_agent_token("claude", "admin").expect("set");
-    let fourth = fourth.token.expose_str().expect("utf-8").to_owned();
-    settle_marker(&f);
-    assert_eq!(agent(a, &fourth), claude);
-    assert_eq!(cached(&fourth), claude);
+    // A token issued through the other handle, the marker settled, the token cached.
+    let issue_cached = || {
+        let issued = b.set_agent_token("claude", "admin").expect("set");
+        let token = issued.token.expose_str().expect("utf-8").to_owned();
+        settle_marker(&f);
+        assert_eq!(agent(a, &token), claude);
+        assert_eq!(cached(&token), claude);
+        token
+    };
+    let fourth = issue_cached();
     // A change no check saw while its marker was young (none came for a while): the new
     // stamp, settled by now, still empties the cache.
     b.revoke_agent_tokens("claude", "admin").expect("revoke");
@@ -1483,11 +1488,7 @@ fn a_sqlite_token_cache_follows_changes_made_through_another_handle() {
     );
     assert_eq!(agent(a, &fourth), None);
 
-    let fifth = b.set_agent_token("claude", "admin").expect("set");
-    let fifth = fifth.token.expose_str().expect("utf-8").to_owned();
-    settle_marker(&f);
-    assert_eq!(agent(a, &fifth), claude);
-    assert_eq!(cached(&fifth), claude);
+    let fifth = issue_cached();
     // No marker (removed by hand): nothing is trusted, every check reads the database; the
     // next token change makes it again.
     std::fs::remove_file(f.dir.path().join("vault.db-tokens")).expect("removed");

@@ -93,19 +93,7 @@ fn first_start_lays_out_a_data_dir_and_says_how_to_connect() {
         .enable_all()
         .build()
         .unwrap();
-    let status = rt.block_on(async {
-        reqwest::Client::new()
-            .post(&server.url)
-            .header("Authorization", format!("Bearer {token}"))
-            .header("Accept", "application/json, text/event-stream")
-            .header("Content-Type", "application/json")
-            .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
-            .send()
-            .await
-            .unwrap()
-            .status()
-    });
-    assert_eq!(status, 200);
+    assert_eq!(initialize_status(&rt, &server.url, &token), 200);
     drop(server);
 
     // A second start keeps everything and shows no token again.
@@ -175,6 +163,23 @@ fn init_prints_each_vault_token_once() {
     assert!(listed.status.success(), "{}", stderr(&listed));
 }
 
+/// The HTTP status of an `initialize` request to the MCP endpoint `url` with `token`.
+fn initialize_status(rt: &tokio::runtime::Runtime, url: &str, token: &str) -> u16 {
+    rt.block_on(async {
+        reqwest::Client::new()
+            .post(url)
+            .header("Authorization", format!("Bearer {token}"))
+            .header("Accept", "application/json, text/event-stream")
+            .header("Content-Type", "application/json")
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    })
+}
+
 /// The token printed for `agent` by `bridle init` or `bridle agents token issue|rotate`.
 fn printed_token(out: &std::process::Output, agent: &str) -> String {
     assert!(out.status.success(), "{}", stderr(out));
@@ -205,21 +210,7 @@ fn a_token_changed_offline_is_followed_by_the_running_gateway_at_once() {
         .enable_all()
         .build()
         .unwrap();
-    let status = |token: &str| {
-        rt.block_on(async {
-            reqwest::Client::new()
-                .post(&server.url)
-                .header("Authorization", format!("Bearer {token}"))
-                .header("Accept", "application/json, text/event-stream")
-                .header("Content-Type", "application/json")
-                .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        })
-    };
+    let status = |token: &str| initialize_status(&rt, &server.url, token);
     // As on a gateway that has run a while: the marker's last change an hour ago, so the
     // first check after this reads the vault and the next ones are answered from the cache.
     let settle = || {
