@@ -52,8 +52,27 @@ async fn the_watcher_follows_the_projects_folder() {
         Duration::from_millis(20),
         stop.clone(),
     ));
-    // Let the watcher take its first snapshot.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The watcher has taken its first snapshot once it has noticed a change made after it
+    // started (a change made before that snapshot is part of it, and would not be told): a
+    // project added and then touched until its resources appear.
+    let mut first = demo_document();
+    first.project.name = "Started".into();
+    shared.store.create("started", &first, "test").unwrap();
+    let started = rules_uri("started", "claude");
+    let started_file = tmp.path().join("projects/started.yaml");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut touches = 0;
+    while !resources.exists(&started) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the watcher never noticed a new project"
+        );
+        touches += 1;
+        let mut text = std::fs::read_to_string(&started_file).unwrap();
+        text.push_str(&format!("# touched {touches}\n"));
+        std::fs::write(&started_file, text).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // An approval (from any process) changes the file: subscribers are told.
     let p = shared
