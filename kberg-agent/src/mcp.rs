@@ -6,8 +6,9 @@
 //! [`kberg_core::GateError::details`]); those become the same [`ToolResult`] codes an in-process
 //! [`crate::LocalSurface`] gives, so a run behaves the same wherever its tools live. Other
 //! servers' error results become `tool_failed`, and JSON-RPC errors are mapped by meaning
-//! (an unknown tool, invalid parameters). Cancelling a call drops the request, which makes rmcp
-//! send `notifications/cancelled` to the server.
+//! (an unknown tool, invalid parameters). Cancelling a call sends `notifications/cancelled` to
+//! the server and waits until the transport has sent it, so the server hears of it even when
+//! the surface is dropped the moment the call returns (as when a cancelled run ends).
 //!
 //! Every call declares the MCP tasks extension (in the request's `_meta`), so a server may
 //! answer a long-running tool with a task: the surface then waits for it, polling `tasks/get`
@@ -23,10 +24,11 @@ use async_trait::async_trait;
 use kberg_core::ErrorCode;
 use rmcp::ServiceExt;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
-    ContentBlock, GetTaskParams, RequestMetaObject, Task, TaskPayload,
+    CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientRequest,
+    ContentBlock, GetTaskParams, RequestId, RequestMetaObject, ServerResult, Task, TaskPayload,
 };
-use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::service::{PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::Value;
@@ -230,22 +232,46 @@ impl ToolSurface for McpSurface {
         params.arguments = arguments;
         params.meta = Some(tasks_meta());
         let peer = self.client.peer();
-        let mut request = std::pin::pin!(peer.call_tool_once(params));
-        let outcome = tokio::select! {
-            biased;
-            () = cancel.cancelled() => {
-                // The server may have started a task already: its answer, which names it, is
-                // awaited a moment longer so the task can be cancelled too. A call still
-                // unanswered after that is dropped, which makes rmcp send
-                // notifications/cancelled.
-                if let Ok(Ok(CallToolResponse::Task(t))) =
-                    tokio::time::timeout(LATE_TASK_GRACE, request).await
-                {
-                    self.cancel_task(&t.task.task_id).await;
+        let sent = peer
+            .send_cancellable_request(
+                ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+                PeerRequestOptions::no_options(),
+            )
+            .await;
+        let outcome = match sent {
+            Err(e) => Err(e),
+            Ok(handle) => {
+                let id = handle.id.clone();
+                // Dropped unanswered (the whole run was dropped, not cancelled), the call is
+                // still cancelled on the server.
+                let mut guard = CancelOnDrop {
+                    peer: Some(peer.clone()),
+                    id: id.clone(),
+                };
+                let mut response = std::pin::pin!(handle.await_response());
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => {
+                        // The server may have started a task already: its answer, which names
+                        // it, is awaited a moment longer so the task can be cancelled too. A
+                        // call still unanswered after that is cancelled on the server.
+                        guard.disarm();
+                        match tokio::time::timeout(LATE_TASK_GRACE, response).await {
+                            Ok(Ok(ServerResult::CreateTaskResult(t))) => {
+                                self.cancel_task(&t.task.task_id).await;
+                            }
+                            // Answered or failed: nothing of it runs on the server any more.
+                            Ok(_) => {}
+                            Err(_) => self.cancel_request(name, id).await,
+                        }
+                        return Ok(cancelled(name));
+                    }
+                    r = &mut response => {
+                        guard.disarm();
+                        r.and_then(call_response)
+                    }
                 }
-                return Ok(cancelled(name));
             }
-            r = &mut request => r,
         };
         let outcome = match outcome {
             Ok(CallToolResponse::Complete(r)) => Ok(r),
@@ -308,12 +334,75 @@ fn tasks_capability() -> ClientCapabilities {
     caps
 }
 
+/// Sends `notifications/cancelled` for a call whose future was dropped before it was answered
+/// (on a task of its own: a drop cannot wait), unless disarmed.
+struct CancelOnDrop {
+    peer: Option<rmcp::Peer<RoleClient>>,
+    id: RequestId,
+}
+
+impl CancelOnDrop {
+    fn disarm(&mut self) {
+        self.peer = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let notice = cancel_notice(self.id.clone());
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(CANCEL_NOTICE_WAIT, peer.send_notification(notice.into()))
+                .await;
+        });
+    }
+}
+
+/// The notice that a call was cancelled by the agent.
+fn cancel_notice(id: RequestId) -> CancelledNotification {
+    CancelledNotification::new(CancelledNotificationParam::new(
+        Some(id),
+        Some("cancelled by the agent".to_string()),
+    ))
+}
+
+/// What a server answered to `tools/call`: a result, a request for input, or a task. An answer
+/// without content is an empty result; any other kind of answer is unexpected.
+fn call_response(answer: ServerResult) -> Result<CallToolResponse, ServiceError> {
+    match answer {
+        ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
+        ServerResult::InputRequiredResult(r) => Ok(CallToolResponse::InputRequired(r)),
+        ServerResult::CreateTaskResult(r) => Ok(CallToolResponse::Task(r)),
+        // Content-less answers, as rmcp's own `call_tool` takes them: `{}`, a task
+        // acknowledgement, or an object with nothing but `_meta`.
+        ServerResult::EmptyResult(_) | ServerResult::TaskAckResult(_) => {
+            Ok(CallToolResponse::Complete(CallToolResult::default()))
+        }
+        ServerResult::CustomResult(c)
+            if c.0
+                .as_object()
+                .is_some_and(|o| o.keys().all(|k| k == "_meta")) =>
+        {
+            Ok(CallToolResponse::Complete(CallToolResult::default()))
+        }
+        _ => Err(ServiceError::UnexpectedResponse),
+    }
+}
+
 fn cancelled(name: &str) -> ToolResult {
     ToolResult::error(
         ErrorCode::Cancelled,
         format!("The call to `{name}` was cancelled before it finished."),
     )
 }
+
+/// How long sending a call's cancellation may take before the call returns anyway.
+const CANCEL_NOTICE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long a cancelled call's answer is still awaited to learn whether it started a task.
 const LATE_TASK_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -400,6 +489,24 @@ impl McpSurface {
                 // Working (or a status this version does not know): wait and look again.
                 _ => {}
             }
+        }
+    }
+
+    /// Tells the server that the call `id` is cancelled and waits (at most
+    /// [`CANCEL_NOTICE_WAIT`]) until the transport has sent the notice, best effort: the
+    /// surface may be dropped as soon as the call returns, which would lose a notice still
+    /// queued.
+    async fn cancel_request(&self, name: &str, id: RequestId) {
+        let notice = cancel_notice(id);
+        let sent = tokio::time::timeout(
+            CANCEL_NOTICE_WAIT,
+            self.client.peer().send_notification(notice.into()),
+        )
+        .await;
+        match sent {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(tool = name, error = %e, "the cancellation was not sent"),
+            Err(_) => tracing::debug!(tool = name, "the cancellation was not sent in time"),
         }
     }
 

@@ -5,7 +5,9 @@
 //!   outcomes of the same script against the same registry in process;
 //! - the reference TypeScript server `@modelcontextprotocol/server-everything` spawned over stdio
 //!   (installed by `scripts/install-tools.sh`; `KBERG_TOOLS_DIR` overrides where the tools are):
-//!   a third-party server whose error results carry no Kberg code.
+//!   a third-party server whose error results carry no Kberg code;
+//! - a scripted server on an in-memory pipe, which records what the client sends (the
+//!   cancellation of a call).
 //!
 //! Every server is stopped when its guard drops, also when an assertion fails.
 
@@ -23,7 +25,7 @@ use kberg_core::{
 use kberg_server::{BearerTokens, McpApp, OpenAccess};
 use kberg_testkit::peers::everything_stdio_command;
 use kberg_testkit::serve::{RunningServer, loopback};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 /// The notes app (`add_note` under `notes.write`, `wait`, the refusal `delete_all_notes`) plus
@@ -145,34 +147,209 @@ async fn kberg_server_over_http_gives_the_same_outcomes_as_in_process() {
     assert!(tool_text(3).contains("do not call"), "{}", tool_text(3));
 }
 
+/// The agent's cancellation reaches the server's tool: the test cancels only once the tool has
+/// started on the server (its own signal, not a delay), and the tool must see its call's token
+/// fire, so a cancel that landed before the call went out, or that never crossed the wire,
+/// fails the test.
 #[tokio::test]
 async fn cancellation_mid_tool_over_http() {
-    let server = kberg_server().await;
+    let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
+    let (stopped_tx, stopped) = tokio::sync::oneshot::channel::<()>();
+    let signals = std::sync::Mutex::new(Some((started_tx, stopped_tx)));
+    let tools = ToolRegistry::new();
+    tools
+        .register(
+            ToolBuilder::new("wait")
+                .description("Wait until cancelled")
+                .raw_handler(json!({"type": "object"}), move |_, ctx| {
+                    let signals = signals.lock().unwrap().take();
+                    async move {
+                        let Some((started, stopped)) = signals else {
+                            return Ok(ToolOutput::text("called twice"));
+                        };
+                        let _ = started.send(());
+                        ctx.cancellation().cancelled().await;
+                        let _ = stopped.send(());
+                        Err("stopped".into())
+                    }
+                }),
+        )
+        .unwrap();
+    let app = McpApp::builder("waiter", "1.0.0").tools(tools).build();
+    let server =
+        RunningServer::start(app, loopback().auth(OpenAccess::as_principal(principal()))).await;
     let remote = McpSurface::connect_http(&server.url).await.unwrap();
     let agent = Agent::new(
-        ScriptedProvider::new([ScriptedProvider::call("c1", "wait", json!({"seconds": 30}))]),
+        ScriptedProvider::new([ScriptedProvider::call("c1", "wait", json!({}))]),
         remote,
     );
     let cancel = CancellationToken::new();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, _events) = tokio::sync::mpsc::unbounded_channel();
     let c = cancel.clone();
     let run = tokio::spawn(async move {
         agent
             .run_with_events(vec![Message::user("wait")], &c, tx)
             .await
     });
-    while let Some(ev) = rx.recv().await {
-        if matches!(ev, AgentEvent::ToolCalled { .. }) {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            cancel.cancel();
-        }
-    }
+    tokio::time::timeout(Duration::from_secs(30), started)
+        .await
+        .expect("the tool started on the server")
+        .unwrap();
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(30), stopped)
+        .await
+        .expect("the cancellation reached the server's tool")
+        .unwrap();
     let out = run.await.unwrap();
     assert!(matches!(out.stop, StopReason::Cancelled), "{:?}", out.stop);
     assert_eq!(
         out.calls[0].outcome,
         CallOutcome::Failed(ErrorCode::Cancelled)
     );
+}
+
+/// A scripted MCP server on an in-memory pipe: answers `initialize` and `tools/list` (one tool,
+/// `wait`), never answers `tools/call` (it signals `called` instead), signals `cancelled` when
+/// it is told a request was cancelled, refuses anything else, and returns every message it
+/// read once the client has gone.
+async fn silent_server(
+    io: tokio::io::DuplexStream,
+    called: tokio::sync::oneshot::Sender<()>,
+    cancelled: tokio::sync::oneshot::Sender<()>,
+) -> Vec<Value> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (read, mut write) = tokio::io::split(io);
+    let mut lines = tokio::io::BufReader::new(read).lines();
+    let mut called = Some(called);
+    let mut cancelled = Some(cancelled);
+    let mut seen = Vec::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let msg: Value = serde_json::from_str(&line).unwrap();
+        let result = match msg["method"].as_str() {
+            Some("initialize") => Some(json!({
+                "protocolVersion": msg["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "silent", "version": "1"}
+            })),
+            Some("tools/list") => Some(json!({
+                "tools": [{"name": "wait", "inputSchema": {"type": "object"}}]
+            })),
+            Some("tools/call") => {
+                if let Some(c) = called.take() {
+                    let _ = c.send(());
+                }
+                None
+            }
+            Some("notifications/cancelled") => {
+                if let Some(c) = cancelled.take() {
+                    let _ = c.send(());
+                }
+                None
+            }
+            _ => None,
+        };
+        let answer = match (msg.get("id"), result) {
+            (Some(id), Some(result)) => Some(json!({"jsonrpc": "2.0", "id": id, "result": result})),
+            (Some(id), None) if msg["method"] != "tools/call" => Some(json!({
+                "jsonrpc": "2.0", "id": id,
+                "error": {"code": -32601, "message": "not served here"}
+            })),
+            _ => None,
+        };
+        seen.push(msg);
+        if let Some(answer) = answer {
+            write
+                .write_all(format!("{answer}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+    }
+    seen
+}
+
+/// On the wire: a run cancelled mid-call sends `notifications/cancelled` for that call before
+/// the call returns, so the server hears of it although the run ends, and its surface is
+/// dropped, right after (a notice still queued then would be lost with the connection).
+#[tokio::test]
+async fn a_cancelled_call_is_cancelled_on_the_wire_before_the_run_ends() {
+    use rmcp::ServiceExt;
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (called_tx, called) = tokio::sync::oneshot::channel();
+    let (cancelled_tx, _cancelled) = tokio::sync::oneshot::channel();
+    let server = tokio::spawn(silent_server(server_io, called_tx, cancelled_tx));
+    let client = ().serve(tokio::io::split(client_io)).await.unwrap();
+    let agent = Agent::new(
+        ScriptedProvider::new([ScriptedProvider::call("c1", "wait", json!({}))]),
+        McpSurface::from_client(client),
+    );
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    let run = tokio::spawn(async move { agent.run(vec![Message::user("wait")], &c).await });
+    tokio::time::timeout(Duration::from_secs(30), called)
+        .await
+        .expect("the call reached the server")
+        .unwrap();
+    cancel.cancel();
+    // The run ends, and the agent with its surface and connection goes with the task.
+    let out = run.await.unwrap();
+    assert!(matches!(out.stop, StopReason::Cancelled), "{:?}", out.stop);
+    let seen = tokio::time::timeout(Duration::from_secs(30), server)
+        .await
+        .expect("the connection closed")
+        .unwrap();
+    let call = seen
+        .iter()
+        .find(|m| m["method"] == "tools/call")
+        .expect("the call");
+    assert!(
+        seen.iter()
+            .any(|m| m["method"] == "notifications/cancelled"
+                && m["params"]["requestId"] == call["id"]),
+        "no cancellation of the call was sent: {seen:#?}"
+    );
+}
+
+/// A run dropped mid-call (not cancelled: its future aborted, its agent kept) still cancels the
+/// call on the server.
+#[tokio::test]
+async fn a_run_dropped_mid_call_cancels_the_call_on_the_wire() {
+    use rmcp::ServiceExt;
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (called_tx, called) = tokio::sync::oneshot::channel();
+    let (cancelled_tx, cancelled) = tokio::sync::oneshot::channel();
+    let server = tokio::spawn(silent_server(server_io, called_tx, cancelled_tx));
+    let client = ().serve(tokio::io::split(client_io)).await.unwrap();
+    let agent = std::sync::Arc::new(Agent::new(
+        ScriptedProvider::new([ScriptedProvider::call("c1", "wait", json!({}))]),
+        McpSurface::from_client(client),
+    ));
+    let running = std::sync::Arc::clone(&agent);
+    let run = tokio::spawn(async move {
+        running
+            .run(vec![Message::user("wait")], &CancellationToken::new())
+            .await
+    });
+    tokio::time::timeout(Duration::from_secs(30), called)
+        .await
+        .expect("the call reached the server")
+        .unwrap();
+    run.abort();
+    assert!(run.await.unwrap_err().is_cancelled());
+    tokio::time::timeout(Duration::from_secs(30), cancelled)
+        .await
+        .expect("the dropped call was cancelled on the server")
+        .unwrap();
+    drop(agent);
+    let seen = tokio::time::timeout(Duration::from_secs(30), server)
+        .await
+        .expect("the connection closed")
+        .unwrap();
+    let call = seen.iter().find(|m| m["method"] == "tools/call").unwrap();
+    let notice = seen
+        .iter()
+        .find(|m| m["method"] == "notifications/cancelled")
+        .unwrap();
+    assert_eq!(notice["params"]["requestId"], call["id"]);
 }
 
 #[tokio::test]
