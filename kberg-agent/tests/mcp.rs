@@ -267,32 +267,39 @@ async fn silent_server(
     seen
 }
 
-/// On the wire: a run cancelled mid-call sends `notifications/cancelled` for that call before
-/// the call returns, so the server hears of it although the run ends, and its surface is
-/// dropped, right after (a notice still queued then would be lost with the connection).
-#[tokio::test]
-async fn a_cancelled_call_is_cancelled_on_the_wire_before_the_run_ends() {
+/// A surface connected to [`silent_server`], with the server's task and signals.
+struct Silent {
+    server: tokio::task::JoinHandle<Vec<Value>>,
+    called: tokio::sync::oneshot::Receiver<()>,
+    cancelled: tokio::sync::oneshot::Receiver<()>,
+    surface: McpSurface,
+}
+
+async fn silent() -> Silent {
     use rmcp::ServiceExt;
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     let (called_tx, called) = tokio::sync::oneshot::channel();
-    let (cancelled_tx, _cancelled) = tokio::sync::oneshot::channel();
+    let (cancelled_tx, cancelled) = tokio::sync::oneshot::channel();
     let server = tokio::spawn(silent_server(server_io, called_tx, cancelled_tx));
     let client = ().serve(tokio::io::split(client_io)).await.unwrap();
-    let agent = Agent::new(
+    Silent {
+        server,
+        called,
+        cancelled,
+        surface: McpSurface::from_client(client),
+    }
+}
+
+/// An agent whose model calls `wait` once.
+fn waiting_agent(surface: McpSurface) -> Agent {
+    Agent::new(
         ScriptedProvider::new([ScriptedProvider::call("c1", "wait", json!({}))]),
-        McpSurface::from_client(client),
-    );
-    let cancel = CancellationToken::new();
-    let c = cancel.clone();
-    let run = tokio::spawn(async move { agent.run(vec![Message::user("wait")], &c).await });
-    tokio::time::timeout(Duration::from_secs(30), called)
-        .await
-        .expect("the call reached the server")
-        .unwrap();
-    cancel.cancel();
-    // The run ends, and the agent with its surface and connection goes with the task.
-    let out = run.await.unwrap();
-    assert!(matches!(out.stop, StopReason::Cancelled), "{:?}", out.stop);
+        surface,
+    )
+}
+
+/// Waits for the silent server to close and checks that the client cancelled its call.
+async fn assert_call_cancelled(server: tokio::task::JoinHandle<Vec<Value>>) {
     let seen = tokio::time::timeout(Duration::from_secs(30), server)
         .await
         .expect("the connection closed")
@@ -309,47 +316,51 @@ async fn a_cancelled_call_is_cancelled_on_the_wire_before_the_run_ends() {
     );
 }
 
+/// On the wire: a run cancelled mid-call sends `notifications/cancelled` for that call before
+/// the call returns, so the server hears of it although the run ends, and its surface is
+/// dropped, right after (a notice still queued then would be lost with the connection).
+#[tokio::test]
+async fn a_cancelled_call_is_cancelled_on_the_wire_before_the_run_ends() {
+    let s = silent().await;
+    let agent = waiting_agent(s.surface);
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    let run = tokio::spawn(async move { agent.run(vec![Message::user("wait")], &c).await });
+    tokio::time::timeout(Duration::from_secs(30), s.called)
+        .await
+        .expect("the call reached the server")
+        .unwrap();
+    cancel.cancel();
+    // The run ends, and the agent with its surface and connection goes with the task.
+    let out = run.await.unwrap();
+    assert!(matches!(out.stop, StopReason::Cancelled), "{:?}", out.stop);
+    assert_call_cancelled(s.server).await;
+}
+
 /// A run dropped mid-call (not cancelled: its future aborted, its agent kept) still cancels the
 /// call on the server.
 #[tokio::test]
 async fn a_run_dropped_mid_call_cancels_the_call_on_the_wire() {
-    use rmcp::ServiceExt;
-    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-    let (called_tx, called) = tokio::sync::oneshot::channel();
-    let (cancelled_tx, cancelled) = tokio::sync::oneshot::channel();
-    let server = tokio::spawn(silent_server(server_io, called_tx, cancelled_tx));
-    let client = ().serve(tokio::io::split(client_io)).await.unwrap();
-    let agent = std::sync::Arc::new(Agent::new(
-        ScriptedProvider::new([ScriptedProvider::call("c1", "wait", json!({}))]),
-        McpSurface::from_client(client),
-    ));
+    let s = silent().await;
+    let agent = std::sync::Arc::new(waiting_agent(s.surface));
     let running = std::sync::Arc::clone(&agent);
     let run = tokio::spawn(async move {
         running
             .run(vec![Message::user("wait")], &CancellationToken::new())
             .await
     });
-    tokio::time::timeout(Duration::from_secs(30), called)
+    tokio::time::timeout(Duration::from_secs(30), s.called)
         .await
         .expect("the call reached the server")
         .unwrap();
     run.abort();
     assert!(run.await.unwrap_err().is_cancelled());
-    tokio::time::timeout(Duration::from_secs(30), cancelled)
+    tokio::time::timeout(Duration::from_secs(30), s.cancelled)
         .await
         .expect("the dropped call was cancelled on the server")
         .unwrap();
     drop(agent);
-    let seen = tokio::time::timeout(Duration::from_secs(30), server)
-        .await
-        .expect("the connection closed")
-        .unwrap();
-    let call = seen.iter().find(|m| m["method"] == "tools/call").unwrap();
-    let notice = seen
-        .iter()
-        .find(|m| m["method"] == "notifications/cancelled")
-        .unwrap();
-    assert_eq!(notice["params"]["requestId"], call["id"]);
+    assert_call_cancelled(s.server).await;
 }
 
 #[tokio::test]
