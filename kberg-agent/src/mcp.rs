@@ -254,9 +254,12 @@ impl ToolSurface for McpSurface {
                     () = cancel.cancelled() => {
                         // The server may have started a task already: its answer, which names
                         // it, is awaited a moment longer so the task can be cancelled too. A
-                        // call still unanswered after that is cancelled on the server.
+                        // call still unanswered after that is cancelled on the server. (The
+                        // guard stays armed while this waits: a call dropped meanwhile is
+                        // still cancelled.)
+                        let late = tokio::time::timeout(LATE_TASK_GRACE, response).await;
                         guard.disarm();
-                        match tokio::time::timeout(LATE_TASK_GRACE, response).await {
+                        match late {
                             Ok(Ok(ServerResult::CreateTaskResult(t))) => {
                                 self.cancel_task(&t.task.task_id).await;
                             }
