@@ -162,7 +162,8 @@ impl TokenCache {
 
     /// [`Self::lookup`] for a SQLite vault, whose marker's stamp is `stamp` at `wall` (see
     /// [`super::marker`]): a stamp that is missing or not settled bypasses the cache (and
-    /// empties it), one that differs from the last empties it.
+    /// forgets the last stamp, so that the next settled one empties it), one that differs from
+    /// the last empties it.
     pub(crate) fn lookup_marked(
         &self,
         hash: &str,
