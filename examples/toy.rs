@@ -247,6 +247,17 @@ async fn drive(url: &str, host: &str, model: &str, request: Vec<String>) -> Exit
                         }
                         let _ = writeln!(out, "  calling {}({})", call.name, call.arguments);
                     }
+                    AgentEvent::ToolProgress {
+                        name,
+                        progress,
+                        total,
+                        message,
+                        ..
+                    } => {
+                        let of = total.map(|t| format!("/{t}")).unwrap_or_default();
+                        let says = message.map(|m| format!(": {m}")).unwrap_or_default();
+                        let _ = writeln!(out, "  {name} at {progress}{of}{says}");
+                    }
                     _ => {}
                 }
             }

@@ -51,6 +51,7 @@ mod mcp;
 mod message;
 mod nudge;
 mod outcome;
+mod progress;
 mod provider;
 mod recover;
 mod scripted;
@@ -66,6 +67,7 @@ pub use message::{
     ToolDefinition, Usage,
 };
 pub use outcome::{AgentEvent, CallOutcome, CallRecord, Interventions, RunOutcome, StopReason};
+pub use progress::{MAX_PROGRESS_MESSAGE_CHARS, ProgressReport, ProgressSink};
 pub use provider::{
     ChatDelta, ChatStream, InferenceProvider, ProviderError, StreamAssembler, collect_stream,
     parse_arguments, response_to_deltas,

@@ -16,31 +16,132 @@
 //! task's result, so the loop sees an ordinary tool result. Cancelling the call cancels the task
 //! (`tasks/cancel`). A task that asks the client for input cannot be answered by an agent: it is
 //! cancelled and the call answers `tool_failed` saying so.
+//!
+//! rmcp gives every request a progress token of its own (in its `_meta`). For a call made with
+//! [`ToolSurface::call_with_progress`], the server's `notifications/progress` for that token
+//! (also while its task runs) go to the call's sink until the call returns; other reports are
+//! dropped. (A report the server sends before the request has left this side's queue, which
+//! would need the server to answer faster than the surface registers the call, is dropped too.)
 
-use std::collections::HashSet;
-use std::sync::RwLock;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
 use kberg_core::ErrorCode;
-use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
     CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientRequest,
-    ContentBlock, GetTaskParams, RequestId, RequestMetaObject, ServerResult, Task, TaskPayload,
+    ContentBlock, GetTaskParams, ProgressNotificationParam, ProgressToken, RequestId,
+    RequestMetaObject, ServerResult, Task, TaskPayload,
 };
-use rmcp::service::{PeerRequestOptions, RoleClient, RunningService, ServiceError};
+use rmcp::service::{
+    NotificationContext, PeerRequestOptions, RoleClient, RunningService, ServiceError,
+};
+use rmcp::transport::IntoTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, Peer, ServiceExt};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::message::ToolDefinition;
+use crate::progress::{ProgressReport, ProgressSink};
 use crate::surface::{SurfaceError, ToolResult, ToolSurface, code_of};
 
 /// A connected MCP server used as a tool surface.
 pub struct McpSurface {
-    client: RunningService<RoleClient, ()>,
+    client: Client,
     listed: RwLock<HashSet<String>>,
+}
+
+/// The running client: one this surface connected, which routes progress, or one the app
+/// connected itself ([`McpSurface::from_client`]), which does not.
+enum Client {
+    Routed(RunningService<RoleClient, ProgressRoutes>),
+    Plain(RunningService<RoleClient, ()>),
+}
+
+impl Client {
+    fn peer(&self) -> &Peer<RoleClient> {
+        match self {
+            Client::Routed(c) => c.peer(),
+            Client::Plain(c) => c.peer(),
+        }
+    }
+
+    /// The progress routes, when this client has them.
+    fn routes(&self) -> Option<&ProgressRoutes> {
+        match self {
+            Client::Routed(c) => Some(c.service()),
+            Client::Plain(_) => None,
+        }
+    }
+
+    async fn cancel(self) -> Result<(), tokio::task::JoinError> {
+        match self {
+            Client::Routed(c) => c.cancel().await.map(|_| ()),
+            Client::Plain(c) => c.cancel().await.map(|_| ()),
+        }
+    }
+}
+
+/// The client's handler: it passes each `notifications/progress` to the sink of the call whose
+/// token it names, if that call is still running (and drops it otherwise).
+#[derive(Clone, Default)]
+struct ProgressRoutes {
+    sinks: Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>,
+}
+
+impl ProgressRoutes {
+    /// Routes `token`'s reports to `sink` until the returned guard drops.
+    fn route(&self, token: ProgressToken, sink: ProgressSink) -> RouteGuard {
+        self.lock().insert(token.clone(), sink);
+        RouteGuard {
+            routes: self.clone(),
+            token,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, ProgressSink>> {
+        // The map is consistent after any panic (single inserts and removes).
+        self.sinks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+impl ClientHandler for ProgressRoutes {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        // The sink is called outside the lock: it runs the app's code.
+        let sink = self.lock().get(&params.progress_token).cloned();
+        if let Some(sink) = sink {
+            let mut report = ProgressReport::new(params.progress);
+            report.total = params.total;
+            report.message = params.message;
+            sink.report(report);
+        }
+    }
+}
+
+/// Removes a call's progress route when the call ends, however it ends.
+struct RouteGuard {
+    routes: ProgressRoutes,
+    token: ProgressToken,
+}
+
+impl Drop for RouteGuard {
+    fn drop(&mut self) {
+        let removed = self.routes.lock().remove(&self.token);
+        // The sink runs the app's code when dropped: outside the lock.
+        drop(removed);
+    }
 }
 
 impl std::fmt::Debug for McpSurface {
@@ -80,11 +181,7 @@ impl McpSurface {
             .build()
             .map_err(|e| SurfaceError::Connect(format!("{url}: the HTTP client: {e}")))?;
         let transport = StreamableHttpClientTransport::with_client(http, config);
-        let client = ()
-            .serve(transport)
-            .await
-            .map_err(|e| SurfaceError::Connect(format!("{url}: {e}")))?;
-        Ok(Self::from_client(client))
+        Self::serve_named(url, transport).await
     }
 
     /// Spawns `command` and speaks MCP with it over its stdin and stdout.
@@ -96,15 +193,40 @@ impl McpSurface {
             .into_owned();
         let transport = TokioChildProcess::new(command)
             .map_err(|e| SurfaceError::Connect(format!("could not start `{program}`: {e}")))?;
-        let client = ()
-            .serve(transport)
-            .await
-            .map_err(|e| SurfaceError::Connect(format!("`{program}`: {e}")))?;
-        Ok(Self::from_client(client))
+        Self::serve_named(&format!("`{program}`"), transport).await
     }
 
-    /// Wraps a client the app connected itself (custom transport, auth headers, ...).
+    /// Speaks MCP over any of rmcp's transports (an in-memory pipe, a transport the app built
+    /// with its own HTTP client or headers, ...): initializes the session and returns the
+    /// surface, which relays progress like one made by [`McpSurface::connect_http`].
+    pub async fn serve<T, E, A>(transport: T) -> Result<Self, SurfaceError>
+    where
+        T: IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Self::serve_named("the MCP server", transport).await
+    }
+
+    async fn serve_named<T, E, A>(what: &str, transport: T) -> Result<Self, SurfaceError>
+    where
+        T: IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let client = ProgressRoutes::default()
+            .serve(transport)
+            .await
+            .map_err(|e| SurfaceError::Connect(format!("{what}: {e}")))?;
+        Ok(Self::with(Client::Routed(client)))
+    }
+
+    /// Wraps a client the app connected itself (custom transport, auth headers, ...). Its calls
+    /// relay no progress (the client's handler is the app's); [`McpSurface::serve`] takes a
+    /// transport instead and does.
     pub fn from_client(client: RunningService<RoleClient, ()>) -> Self {
+        Self::with(Client::Plain(client))
+    }
+
+    fn with(client: Client) -> Self {
         Self {
             client,
             listed: RwLock::new(HashSet::new()),
@@ -113,7 +235,7 @@ impl McpSurface {
 
     /// The server's name and version, as it introduced itself.
     pub fn server_name(&self) -> Option<String> {
-        self.client.peer_info().and_then(|i| {
+        self.client.peer().peer_info().and_then(|i| {
             i.server_info
                 .as_ref()
                 .map(|s| format!("{} {}", s.name, s.version))
@@ -125,7 +247,6 @@ impl McpSurface {
         self.client
             .cancel()
             .await
-            .map(|_| ())
             .map_err(|e| SurfaceError::Transport(e.to_string()))
     }
 
@@ -182,6 +303,7 @@ impl ToolSurface for McpSurface {
     async fn tools(&self) -> Result<Vec<ToolDefinition>, SurfaceError> {
         let tools = self
             .client
+            .peer()
             .list_all_tools()
             .await
             .map_err(|e| SurfaceError::Transport(e.to_string()))?;
@@ -214,6 +336,31 @@ impl ToolSurface for McpSurface {
         arguments: Value,
         cancel: CancellationToken,
     ) -> Result<ToolResult, SurfaceError> {
+        self.call_routed(name, arguments, cancel, None).await
+    }
+
+    async fn call_with_progress(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+        progress: ProgressSink,
+    ) -> Result<ToolResult, SurfaceError> {
+        self.call_routed(name, arguments, cancel, Some(progress))
+            .await
+    }
+}
+
+impl McpSurface {
+    /// One `tools/call`; with a sink (and a client that routes progress), the call's progress
+    /// goes to the sink until the call returns.
+    async fn call_routed(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+        progress: Option<ProgressSink>,
+    ) -> Result<ToolResult, SurfaceError> {
         let arguments = match arguments {
             Value::Object(map) => Some(map),
             Value::Null => None,
@@ -232,6 +379,8 @@ impl ToolSurface for McpSurface {
         params.arguments = arguments;
         params.meta = Some(tasks_meta());
         let peer = self.client.peer();
+        // The call's progress route, held until this call returns (also while its task runs).
+        let mut _route = None;
         let sent = peer
             .send_cancellable_request(
                 ClientRequest::CallToolRequest(CallToolRequest::new(params)),
@@ -241,6 +390,10 @@ impl ToolSurface for McpSurface {
         let outcome = match sent {
             Err(e) => Err(e),
             Ok(handle) => {
+                // rmcp gives every request a progress token of its own.
+                if let (Some(routes), Some(sink)) = (self.client.routes(), progress) {
+                    _route = Some(routes.route(handle.progress_token.clone(), sink));
+                }
                 let id = handle.id.clone();
                 // Dropped unanswered (the whole run was dropped, not cancelled), the call is
                 // still cancelled on the server.
@@ -531,5 +684,24 @@ fn short_kind(v: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_calls_route_goes_when_the_call_ends() {
+        let routes = ProgressRoutes::default();
+        let token = |n| ProgressToken(rmcp::model::NumberOrString::Number(n));
+        let first = routes.route(token(1), ProgressSink::new(|_| {}));
+        let second = routes.route(token(2), ProgressSink::new(|_| {}));
+        assert_eq!(routes.len(), 2);
+        drop(first);
+        assert_eq!(routes.len(), 1);
+        assert!(routes.lock().contains_key(&token(2)));
+        drop(second);
+        assert_eq!(routes.len(), 0);
     }
 }

@@ -255,6 +255,21 @@ pub enum AgentEvent {
         /// Corrections made to the arguments.
         coercions: Vec<Coercion>,
     },
+    /// A running tool reported progress (between the call's [`AgentEvent::ToolCalled`] and its
+    /// [`AgentEvent::ToolResult`]; each report's `progress` exceeds the call's previous one).
+    /// Only a run with events asks tools for progress.
+    ToolProgress {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// How far the tool is.
+        progress: f64,
+        /// The figure `progress` reaches when the tool is done, if the tool knows it.
+        total: Option<f64>,
+        /// What the tool is doing, in its own words.
+        message: Option<String>,
+    },
     /// A tool call finished.
     ToolResult {
         /// The call's id.

@@ -8,12 +8,16 @@
 //! error result's structured content. A [`SurfaceError`] is reserved for the surface itself
 //! failing (the connection dropped), which ends the run.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use async_trait::async_trait;
 use kberg_core::{CallOptions, Caller, Content, ErrorCode, ToolOutput, ToolRegistry};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::message::ToolDefinition;
+use crate::progress::{LocalProgressPeer, ProgressSink};
 
 /// What one tool call produced, as the loop hands it to the model.
 #[derive(Debug, Clone, PartialEq)]
@@ -144,6 +148,20 @@ pub trait ToolSurface: Send + Sync {
         cancel: CancellationToken,
     ) -> Result<ToolResult, SurfaceError>;
 
+    /// [`ToolSurface::call`], with the tool's progress reports handed to `progress` while it
+    /// runs (the surface asks the tool for them, as an MCP client does with a progress token).
+    /// A surface that cannot relay progress makes the plain call: that is the default.
+    async fn call_with_progress(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+        progress: ProgressSink,
+    ) -> Result<ToolResult, SurfaceError> {
+        let _ = progress;
+        self.call(name, arguments, cancel).await
+    }
+
     /// Why `name`, a tool that is not in [`ToolSurface::tools`], cannot be called (a refusal's
     /// reason, a missing capability), as the failed result to give the model, without running
     /// anything. `None` when the surface cannot tell; the loop then says the tool is unknown.
@@ -175,6 +193,23 @@ impl LocalSurface {
     pub fn caller(&self) -> &Caller {
         &self.caller
     }
+
+    async fn call_with(&self, name: &str, arguments: Value, opts: CallOptions) -> ToolResult {
+        match self
+            .registry
+            .call(&self.caller, name, arguments, opts)
+            .await
+        {
+            Ok(out) => ToolResult::from_output(out),
+            Err(e) => gate_result(&e),
+        }
+    }
+}
+
+/// A progress token unique in this process, for a call whose progress is wanted.
+fn progress_token() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("kberg-agent-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 #[async_trait]
@@ -197,19 +232,30 @@ impl ToolSurface for LocalSurface {
         arguments: Value,
         cancel: CancellationToken,
     ) -> Result<ToolResult, SurfaceError> {
-        let result = self
-            .registry
-            .call(
-                &self.caller,
-                name,
-                arguments,
-                CallOptions::with_cancel(cancel),
-            )
-            .await;
-        Ok(match result {
-            Ok(out) => ToolResult::from_output(out),
-            Err(e) => gate_result(&e),
-        })
+        Ok(self
+            .call_with(name, arguments, CallOptions::with_cancel(cancel))
+            .await)
+    }
+
+    /// The tool gets a progress token and a client channel that passes its
+    /// [`progress`](kberg_core::ToolContext::progress) reports to `progress` (and nothing else:
+    /// elicitation, sampling and roots stay unsupported, as on a plain call).
+    async fn call_with_progress(
+        &self,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+        progress: ProgressSink,
+    ) -> Result<ToolResult, SurfaceError> {
+        let token = Value::String(progress_token());
+        let peer = LocalProgressPeer {
+            token: token.clone(),
+            sink: progress,
+        };
+        let opts = CallOptions::with_cancel(cancel)
+            .with_progress_token(token)
+            .with_peer(Arc::new(peer));
+        Ok(self.call_with(name, arguments, opts).await)
     }
 
     async fn explain_unlisted(&self, name: &str) -> Option<ToolResult> {

@@ -891,3 +891,97 @@ async fn an_answer_only_turn_is_sent_as_the_results_and_the_request_without_tool
     assert_eq!(sent.options.tool_choice, ToolChoice::None);
     assert_eq!(sent.messages.len(), 5);
 }
+
+/// A registry with `index`, a tool that reports its progress (three steps, one of them a
+/// repeat, which the sink drops) and says whether it was asked for progress at all.
+fn progress_registry() -> ToolRegistry {
+    let r = ToolRegistry::new();
+    r.register(
+        ToolBuilder::new("index")
+            .description("Index the repository")
+            .raw_handler(json!({"type": "object"}), |_, ctx| async move {
+                let asked = ctx.progress_token().is_some();
+                for (done, message) in [(1.0, "reading"), (1.0, "again"), (2.0, "writing")] {
+                    ctx.progress(done, Some(2.0), Some(message))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                ctx.log("info", None, json!("a log line goes nowhere"))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(ToolOutput::text(format!("asked for progress: {asked}")))
+            }),
+    )
+    .unwrap();
+    r
+}
+
+/// A run with events asks the tool for progress and passes each report on, in order, between
+/// the call and its result, with the call's id; a report that does not advance is dropped.
+#[tokio::test]
+async fn a_tools_progress_reaches_the_runs_events() {
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "index", json!({})),
+        ScriptedProvider::text("indexed"),
+    ]);
+    let agent = Agent::new(
+        script.clone(),
+        LocalSurface::new(progress_registry(), reader()),
+    )
+    .with_config(core());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let out = agent
+        .run_with_events(vec![Message::user("index")], &CancellationToken::new(), tx)
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    let mut seen = Vec::new();
+    while let Ok(ev) = rx.try_recv() {
+        match ev {
+            AgentEvent::ToolCalled { call, .. } => seen.push(format!("called {}", call.id)),
+            AgentEvent::ToolProgress {
+                call_id,
+                name,
+                progress,
+                total,
+                message,
+            } => seen.push(format!(
+                "{call_id} {name} {progress}/{} {}",
+                total.unwrap(),
+                message.unwrap()
+            )),
+            AgentEvent::ToolResult { call_id, text, .. } => {
+                seen.push(format!("result {call_id}: {text}"));
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            "called c1",
+            "c1 index 1/2 reading",
+            "c1 index 2/2 writing",
+            "result c1: asked for progress: true",
+        ]
+    );
+}
+
+/// A run without events does not ask tools for progress.
+#[tokio::test]
+async fn a_run_without_events_asks_for_no_progress() {
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "index", json!({})),
+        ScriptedProvider::text("indexed"),
+    ]);
+    let agent = Agent::new(
+        script.clone(),
+        LocalSurface::new(progress_registry(), reader()),
+    )
+    .with_config(core());
+    let out = agent
+        .run(vec![Message::user("index")], &CancellationToken::new())
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(out.calls[0].outcome, CallOutcome::Ok);
+    assert_eq!(last_tool_text(&script, 1), "asked for progress: false");
+}

@@ -451,6 +451,8 @@ async fn reference_server_over_stdio() {
     }
 }
 
+/// The agent cancels once the reference server's tool has started: its first progress report
+/// (the tool reports after each of its 0.1 s steps) is the signal, not a delay.
 #[tokio::test]
 async fn reference_server_cancellation_mid_tool() {
     let surface = McpSurface::spawn(everything_stdio_command()).await.unwrap();
@@ -458,7 +460,7 @@ async fn reference_server_cancellation_mid_tool() {
         ScriptedProvider::new([ScriptedProvider::call(
             "c1",
             "trigger-long-running-operation",
-            json!({"duration": 30, "steps": 3}),
+            json!({"duration": 30, "steps": 300}),
         )]),
         surface,
     );
@@ -470,9 +472,16 @@ async fn reference_server_cancellation_mid_tool() {
             .run_with_events(vec![Message::user("go")], &c, tx)
             .await
     });
+    let mut reports = Vec::new();
     while let Some(ev) = rx.recv().await {
-        if matches!(ev, AgentEvent::ToolCalled { .. }) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        if let AgentEvent::ToolProgress {
+            call_id,
+            progress,
+            total,
+            ..
+        } = ev
+        {
+            reports.push((call_id, progress, total));
             cancel.cancel();
         }
     }
@@ -482,4 +491,256 @@ async fn reference_server_cancellation_mid_tool() {
         out.calls[0].outcome,
         CallOutcome::Failed(ErrorCode::Cancelled)
     );
+    assert!(
+        reports.first() == Some(&("c1".to_string(), 1.0, Some(300.0))),
+        "{reports:?}"
+    );
+}
+
+/// Over HTTP, a Kberg server's tool reports progress and each report reaches the run's events
+/// while the tool still runs (the tool goes on only once the test has seen the report).
+#[tokio::test]
+async fn a_remote_tools_progress_reaches_the_runs_events() {
+    let (seen_tx, seen_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let seen_rx = tokio::sync::Mutex::new(seen_rx);
+    let seen_rx = std::sync::Arc::new(seen_rx);
+    let tools = ToolRegistry::new();
+    tools
+        .register(
+            ToolBuilder::new("index")
+                .description("Index the repository")
+                .raw_handler(json!({"type": "object"}), move |_, ctx| {
+                    let seen = std::sync::Arc::clone(&seen_rx);
+                    async move {
+                        for (done, message) in [(1.0, "reading"), (2.0, "writing")] {
+                            ctx.progress(done, Some(2.0), Some(message))
+                                .await
+                                .map_err(|e| e.to_string())?;
+                            // Until the agent's side has seen it.
+                            seen.lock().await.recv().await;
+                        }
+                        Ok(ToolOutput::text("indexed"))
+                    }
+                }),
+        )
+        .unwrap();
+    let app = McpApp::builder("indexer", "1.0.0").tools(tools).build();
+    let server =
+        RunningServer::start(app, loopback().auth(OpenAccess::as_principal(principal()))).await;
+    let agent = Agent::new(
+        ScriptedProvider::new([
+            ScriptedProvider::call("c1", "index", json!({})),
+            ScriptedProvider::text("done"),
+        ]),
+        McpSurface::connect_http(&server.url).await.unwrap(),
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let run = tokio::spawn(async move {
+        agent
+            .run_with_events(vec![Message::user("index")], &CancellationToken::new(), tx)
+            .await
+    });
+    let mut seen = Vec::new();
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .expect("the run goes on")
+    {
+        match ev {
+            AgentEvent::ToolProgress {
+                call_id,
+                name,
+                progress,
+                total,
+                message,
+            } => {
+                seen.push(format!(
+                    "{call_id} {name} {progress}/{total:?} {}",
+                    message.unwrap_or_default()
+                ));
+                seen_tx.send(()).unwrap();
+            }
+            AgentEvent::ToolResult { call_id, text, .. } => {
+                seen.push(format!("result {call_id}: {text}"));
+            }
+            _ => {}
+        }
+    }
+    let out = run.await.unwrap();
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(
+        seen,
+        [
+            "c1 index 1/Some(2.0) reading",
+            "c1 index 2/Some(2.0) writing",
+            "result c1: indexed",
+        ]
+    );
+}
+
+/// A scripted MCP server on an in-memory pipe whose one tool, `index`, reports progress under
+/// whatever token the call carries: a report for another token (at 0.5), a good one, one that does not
+/// advance, one whose figure is not a number, and a last good one; then it waits for `go`
+/// before it answers. It returns every message it read once the client has gone.
+async fn progress_server(
+    io: tokio::io::DuplexStream,
+    go: tokio::sync::oneshot::Receiver<()>,
+) -> Vec<Value> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (read, mut write) = tokio::io::split(io);
+    let mut lines = tokio::io::BufReader::new(read).lines();
+    let mut go = Some(go);
+    let mut seen = Vec::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let msg: Value = serde_json::from_str(&line).unwrap();
+        let mut out = Vec::new();
+        match msg["method"].as_str() {
+            Some("initialize") => out.push(json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                "protocolVersion": msg["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "progress", "version": "1"}
+            }})),
+            Some("tools/list") => out.push(json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                "tools": [{"name": "index", "inputSchema": {"type": "object"}}]
+            }})),
+            Some("tools/call") => {
+                let token = &msg["params"]["_meta"]["progressToken"];
+                let report = |token: &Value, progress: Value| {
+                    json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+                        "progressToken": token, "progress": progress, "total": 3,
+                        "message": format!("at {progress}")
+                    }})
+                };
+                if !token.is_null() {
+                    out.push(report(&json!("someone-else"), json!(0.5)));
+                    out.push(report(token, json!(1)));
+                    out.push(report(token, json!(1)));
+                    out.push(report(token, json!("two")));
+                    out.push(report(token, json!(2.5)));
+                }
+                for m in out.drain(..) {
+                    write.write_all(format!("{m}\n").as_bytes()).await.unwrap();
+                }
+                if let Some(go) = go.take() {
+                    let _ = go.await;
+                }
+                out.push(json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                    "content": [{"type": "text", "text": "indexed"}]
+                }}));
+            }
+            _ => {}
+        }
+        seen.push(msg);
+        for m in out {
+            write.write_all(format!("{m}\n").as_bytes()).await.unwrap();
+        }
+    }
+    seen
+}
+
+/// On the wire: a call made for a run with events carries a progress token of its own (beside
+/// the tasks extension), and only the reports for that token that advance reach the events; a
+/// malformed report neither reaches them nor breaks the session.
+#[tokio::test]
+async fn only_a_calls_own_advancing_progress_reaches_the_events() {
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (go_tx, go) = tokio::sync::oneshot::channel();
+    let server = tokio::spawn(progress_server(server_io, go));
+    let surface = McpSurface::serve(tokio::io::split(client_io))
+        .await
+        .unwrap();
+    let agent = Agent::new(
+        ScriptedProvider::new([
+            ScriptedProvider::call("c1", "index", json!({"path": "a"})),
+            ScriptedProvider::call("c2", "index", json!({"path": "b"})),
+            ScriptedProvider::text("done"),
+        ]),
+        surface,
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let run = tokio::spawn(async move {
+        agent
+            .run_with_events(vec![Message::user("index")], &CancellationToken::new(), tx)
+            .await
+    });
+    let mut go = Some(go_tx);
+    let mut reports = Vec::new();
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .expect("the run goes on")
+    {
+        if let AgentEvent::ToolProgress {
+            call_id,
+            progress,
+            message,
+            ..
+        } = ev
+        {
+            reports.push((call_id, progress, message.unwrap()));
+            // The last report of the first call is in: let the server answer.
+            if progress == 2.5 {
+                go.take().map(|g| g.send(()));
+            }
+        }
+    }
+    let out = run.await.unwrap();
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(outcomes(&out), ["ok", "ok"]);
+    // The second call's reports raced its answer (the server did not wait): whatever of them
+    // arrived came in order and under its own id.
+    let first: Vec<_> = reports.iter().filter(|r| r.0 == "c1").collect();
+    assert_eq!(
+        first,
+        [
+            &("c1".to_string(), 1.0, "at 1".to_string()),
+            &("c1".to_string(), 2.5, "at 2.5".to_string())
+        ]
+    );
+    assert!(
+        reports.iter().all(|r| r.0 == "c1" || r.0 == "c2"),
+        "{reports:?}"
+    );
+    let seen = server.await.unwrap();
+    let tokens: Vec<&Value> = seen
+        .iter()
+        .filter(|m| m["method"] == "tools/call")
+        .map(|m| &m["params"]["_meta"]["progressToken"])
+        .collect();
+    assert_eq!(tokens.len(), 2);
+    assert!(tokens.iter().all(|t| !t.is_null()), "{tokens:?}");
+    assert_ne!(tokens[0], tokens[1], "each call has a token of its own");
+}
+
+/// A surface built on a client the app connected itself relays no progress (the client's
+/// handler is the app's): the server's reports for its call reach no event.
+#[tokio::test]
+async fn a_surface_from_an_apps_client_relays_no_progress() {
+    use rmcp::ServiceExt;
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (go_tx, go) = tokio::sync::oneshot::channel();
+    go_tx.send(()).unwrap();
+    let server = tokio::spawn(progress_server(server_io, go));
+    let client = ().serve(tokio::io::split(client_io)).await.unwrap();
+    let agent = Agent::new(
+        ScriptedProvider::new([
+            ScriptedProvider::call("c1", "index", json!({})),
+            ScriptedProvider::text("done"),
+        ]),
+        McpSurface::from_client(client),
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let out = agent
+        .run_with_events(vec![Message::user("index")], &CancellationToken::new(), tx)
+        .await;
+    drop(agent);
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(outcomes(&out), ["ok"]);
+    let seen = server.await.unwrap();
+    let call = seen.iter().find(|m| m["method"] == "tools/call").unwrap();
+    assert!(
+        !call["params"]["_meta"]["progressToken"].is_null(),
+        "{call}"
+    );
+    while let Ok(ev) = rx.try_recv() {
+        assert!(!matches!(ev, AgentEvent::ToolProgress { .. }), "{ev:?}");
+    }
 }

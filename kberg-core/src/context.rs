@@ -344,8 +344,10 @@ impl ToolContext {
         self.details.as_ref().and_then(|d| d.ticket.as_deref())
     }
 
-    /// The request's `_meta.progressToken`, if the client asked for progress.
-    fn progress_token(&self) -> Option<&Value> {
+    /// The request's `_meta.progressToken`, if the client asked for progress: a tool whose
+    /// reports cost something to work out can skip them when it is `None` (its
+    /// [`ToolContext::progress`] is a no-op then).
+    pub fn progress_token(&self) -> Option<&Value> {
         self.details
             .as_ref()
             .and_then(|d| d.progress_token.as_ref())

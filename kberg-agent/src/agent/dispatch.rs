@@ -11,6 +11,7 @@ use crate::coerce::Coercion;
 use crate::message::{Message, ToolCall};
 use crate::nudge;
 use crate::outcome::{AgentEvent, CallOutcome, CallRecord, StopReason};
+use crate::progress::{ProgressReport, ProgressSink};
 
 use super::{AnswerNow, PendingCall, Run, call_key};
 
@@ -202,15 +203,29 @@ impl Run<'_> {
             if read && read_sent.is_none() {
                 read_sent = Some(call.name.clone());
             }
-            let result = self
-                .agent
-                .surface
-                .call(
-                    &call.name,
-                    call.arguments.clone(),
-                    self.cancel.child_token(),
-                )
-                .await;
+            let surface = &self.agent.surface;
+            let arguments = call.arguments.clone();
+            let cancel = self.cancel.child_token();
+            // A run with events asks the tool for progress and passes it on.
+            let result = match self.events {
+                Some(events) => {
+                    let (events, call_id, name) =
+                        (events.clone(), call.id.clone(), call.name.clone());
+                    let sink = ProgressSink::new(move |r: ProgressReport| {
+                        let _ = events.send(AgentEvent::ToolProgress {
+                            call_id: call_id.clone(),
+                            name: name.clone(),
+                            progress: r.progress,
+                            total: r.total,
+                            message: r.message,
+                        });
+                    });
+                    surface
+                        .call_with_progress(&call.name, arguments, cancel, sink)
+                        .await
+                }
+                None => surface.call(&call.name, arguments, cancel).await,
+            };
             let result = match result {
                 Ok(r) => r,
                 Err(e) => {

@@ -1,0 +1,248 @@
+//! A running tool's progress reports (MCP `notifications/progress`), relayed to the app.
+//!
+//! A surface asked for a call's progress ([`crate::ToolSurface::call_with_progress`]) requests
+//! it from the tool (a progress token in the call's `_meta`, or in its
+//! [`CallOptions`](kberg_core::CallOptions) in process) and hands every report the tool sends
+//! for that call to a [`ProgressSink`]. The sink keeps the sequence the MCP specification
+//! promises whatever the tool sends: each report's `progress` must exceed the last one's, so a
+//! report that does not, or whose figures are not finite numbers, is dropped. The loop turns
+//! the reports into [`AgentEvent::ToolProgress`](crate::AgentEvent::ToolProgress) events, and
+//! asks for progress only when a run has an event channel.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use kberg_core::{ClientPeer, PeerError};
+use serde_json::Value;
+
+/// The longest progress message passed on, in characters; a longer one is cut there (a report
+/// is for a status line, and the events of a run are held until the app reads them).
+pub const MAX_PROGRESS_MESSAGE_CHARS: usize = 1_000;
+
+/// One progress report of a running tool.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ProgressReport {
+    /// How far the tool is; greater than in the call's previous report.
+    pub progress: f64,
+    /// The figure `progress` reaches when the tool is done, if the tool knows it.
+    pub total: Option<f64>,
+    /// What the tool is doing, in its own words (at most [`MAX_PROGRESS_MESSAGE_CHARS`]).
+    pub message: Option<String>,
+}
+
+impl ProgressReport {
+    /// A report of `progress`, with no total and no message.
+    pub fn new(progress: f64) -> Self {
+        Self {
+            progress,
+            total: None,
+            message: None,
+        }
+    }
+
+    /// Sets the total.
+    pub fn with_total(mut self, total: f64) -> Self {
+        self.total = Some(total);
+        self
+    }
+
+    /// Sets the message.
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.message = Some(message.into());
+        self
+    }
+}
+
+/// Where a surface delivers the progress reports of one call.
+///
+/// Clones share the call's state: the last `progress` passed on, against which the next
+/// report is checked. Delivery is synchronous and must not block (the loop's own sink sends
+/// on an unbounded channel).
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use kberg_agent::{ProgressReport, ProgressSink};
+///
+/// let seen = Arc::new(Mutex::new(Vec::new()));
+/// let s = Arc::clone(&seen);
+/// let sink = ProgressSink::new(move |r: ProgressReport| s.lock().unwrap().push(r.progress));
+/// assert!(sink.report(ProgressReport::new(1.0)));
+/// assert!(!sink.report(ProgressReport::new(1.0))); // no increase: dropped
+/// assert!(!sink.report(ProgressReport::new(f64::NAN))); // not a number: dropped
+/// assert!(sink.report(ProgressReport::new(2.5).with_total(10.0)));
+/// assert_eq!(*seen.lock().unwrap(), vec![1.0, 2.5]);
+/// ```
+#[derive(Clone)]
+pub struct ProgressSink {
+    inner: Arc<SinkState>,
+}
+
+struct SinkState {
+    deliver: Box<dyn Fn(ProgressReport) + Send + Sync>,
+    last: Mutex<Option<f64>>,
+}
+
+impl std::fmt::Debug for ProgressSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgressSink")
+            .field("last", &self.inner.last.lock().ok().and_then(|l| *l))
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProgressSink {
+    /// A sink that hands each accepted report to `deliver`.
+    pub fn new(deliver: impl Fn(ProgressReport) + Send + Sync + 'static) -> Self {
+        Self {
+            inner: Arc::new(SinkState {
+                deliver: Box::new(deliver),
+                last: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Passes `report` on if its `progress` is a finite number greater than the last one passed
+    /// on; says whether it did. A total that is not a finite number is dropped from the report,
+    /// and a message longer than [`MAX_PROGRESS_MESSAGE_CHARS`] is cut.
+    pub fn report(&self, mut report: ProgressReport) -> bool {
+        if !report.progress.is_finite() {
+            return false;
+        }
+        {
+            let mut last = match self.inner.last.lock() {
+                Ok(l) => l,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            if last.is_some_and(|l| report.progress <= l) {
+                return false;
+            }
+            *last = Some(report.progress);
+        }
+        report.total = report.total.filter(|t| t.is_finite());
+        if let Some(m) = &mut report.message
+            && let Some((cut, _)) = m.char_indices().nth(MAX_PROGRESS_MESSAGE_CHARS)
+        {
+            m.truncate(cut);
+        }
+        (self.inner.deliver)(report);
+        true
+    }
+}
+
+/// The client channel an in-process call gets when its progress is wanted: it passes the
+/// call's `notifications/progress` to the sink and nothing else (a log message is dropped, and
+/// the client requests a tool may make, elicitation, sampling and roots, are not supported, as
+/// on a call without a channel).
+pub(crate) struct LocalProgressPeer {
+    pub(crate) token: Value,
+    pub(crate) sink: ProgressSink,
+}
+
+#[async_trait]
+impl ClientPeer for LocalProgressPeer {
+    async fn notify(&self, method: &str, params: Value) -> Result<(), PeerError> {
+        if method == "notifications/progress"
+            && params.get("progressToken") == Some(&self.token)
+            && let Some(progress) = params.get("progress").and_then(Value::as_f64)
+        {
+            self.sink.report(ProgressReport {
+                progress,
+                total: params.get("total").and_then(Value::as_f64),
+                message: params
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            });
+        }
+        Ok(())
+    }
+
+    async fn request(
+        &self,
+        method: &str,
+        _params: Value,
+        _cancel: tokio_util::sync::CancellationToken,
+    ) -> Result<Value, PeerError> {
+        Err(PeerError::NotSupported(method.to_string()))
+    }
+
+    fn supports(&self, _capability: &str) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collecting() -> (ProgressSink, Arc<Mutex<Vec<ProgressReport>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = Arc::clone(&seen);
+        let sink = ProgressSink::new(move |r| s.lock().unwrap().push(r));
+        (sink, seen)
+    }
+
+    #[test]
+    fn only_increasing_finite_reports_pass() {
+        let (sink, seen) = collecting();
+        assert!(!sink.report(ProgressReport::new(f64::INFINITY)));
+        assert!(sink.report(ProgressReport::new(-1.0)));
+        assert!(sink.report(ProgressReport::new(0.0).with_total(f64::NAN)));
+        assert!(!sink.report(ProgressReport::new(0.0)));
+        assert!(!sink.report(ProgressReport::new(-0.5)));
+        // A clone shares the last figure.
+        assert!(!sink.clone().report(ProgressReport::new(0.0)));
+        assert!(
+            sink.clone()
+                .report(ProgressReport::new(3.0).with_total(4.0))
+        );
+        let seen = seen.lock().unwrap();
+        let figures: Vec<_> = seen.iter().map(|r| (r.progress, r.total)).collect();
+        assert_eq!(figures, vec![(-1.0, None), (0.0, None), (3.0, Some(4.0))]);
+    }
+
+    #[test]
+    fn a_long_message_is_cut_on_a_character_boundary() {
+        let (sink, seen) = collecting();
+        let long = "é".repeat(MAX_PROGRESS_MESSAGE_CHARS + 5);
+        assert!(sink.report(ProgressReport::new(1.0).with_message(long)));
+        let message = seen.lock().unwrap()[0].message.clone().unwrap();
+        assert_eq!(message.chars().count(), MAX_PROGRESS_MESSAGE_CHARS);
+    }
+
+    #[tokio::test]
+    async fn the_local_peer_passes_on_only_its_calls_progress() {
+        let (sink, seen) = collecting();
+        let peer = LocalProgressPeer {
+            token: serde_json::json!("p-1"),
+            sink,
+        };
+        let ok = |v| async { peer.notify("notifications/progress", v).await.unwrap() };
+        ok(serde_json::json!({"progressToken": "p-2", "progress": 1})).await;
+        ok(serde_json::json!({"progressToken": "p-1", "progress": "1"})).await;
+        ok(serde_json::json!({"progressToken": "p-1", "progress": 1, "total": 2, "message": "half"}))
+            .await;
+        peer.notify(
+            "notifications/message",
+            serde_json::json!({"level": "info", "data": 1}),
+        )
+        .await
+        .unwrap();
+        assert!(!peer.supports("elicitation"));
+        assert!(matches!(
+            peer.request("roots/list", Value::Null, Default::default())
+                .await,
+            Err(PeerError::NotSupported(_))
+        ));
+        let seen = seen.lock().unwrap();
+        assert_eq!(
+            *seen,
+            vec![
+                ProgressReport::new(1.0)
+                    .with_total(2.0)
+                    .with_message("half")
+            ]
+        );
+    }
+}
