@@ -916,19 +916,22 @@ fn progress_registry() -> ToolRegistry {
     r
 }
 
-/// A run with events asks the tool for progress and passes each report on, in order, between
-/// the call and its result, with the call's id; a report that does not advance is dropped.
-#[tokio::test]
-async fn a_tools_progress_reaches_the_runs_events() {
+/// A model that calls `index` once, then answers, with [`progress_registry`].
+fn indexing_agent() -> (ScriptedProvider, Agent) {
     let script = ScriptedProvider::new([
         ScriptedProvider::call("c1", "index", json!({})),
         ScriptedProvider::text("indexed"),
     ]);
-    let agent = Agent::new(
-        script.clone(),
-        LocalSurface::new(progress_registry(), reader()),
-    )
-    .with_config(core());
+    let surface = LocalSurface::new(progress_registry(), reader());
+    let agent = Agent::new(script.clone(), surface).with_config(core());
+    (script, agent)
+}
+
+/// A run with events asks the tool for progress and passes each report on, in order, between
+/// the call and its result, with the call's id; a report that does not advance is dropped.
+#[tokio::test]
+async fn a_tools_progress_reaches_the_runs_events() {
+    let (_script, agent) = indexing_agent();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let out = agent
         .run_with_events(vec![Message::user("index")], &CancellationToken::new(), tx)
@@ -969,15 +972,7 @@ async fn a_tools_progress_reaches_the_runs_events() {
 /// A run without events does not ask tools for progress.
 #[tokio::test]
 async fn a_run_without_events_asks_for_no_progress() {
-    let script = ScriptedProvider::new([
-        ScriptedProvider::call("c1", "index", json!({})),
-        ScriptedProvider::text("indexed"),
-    ]);
-    let agent = Agent::new(
-        script.clone(),
-        LocalSurface::new(progress_registry(), reader()),
-    )
-    .with_config(core());
+    let (script, agent) = indexing_agent();
     let out = agent
         .run(vec![Message::user("index")], &CancellationToken::new())
         .await;
