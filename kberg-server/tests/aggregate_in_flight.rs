@@ -150,13 +150,20 @@ impl Drop for ReportOnDrop {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timed_out_call_is_cancelled_upstream() {
-    // A Kberg upstream offers tasks, so the aggregator watches a call's answer on a task of its
-    // own; a call that times out must still be cancelled upstream once the grace for a late
-    // task answer has passed, and must answer the timeout, not a closed transport.
-    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
-    let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel();
+/// A Kberg upstream (which offers tasks) whose `wait` tool never answers, behind an aggregator
+/// with `call_timeout`: the aggregator's registry, and the tool's signals (started; ended, with
+/// whether its call was cancelled).
+struct Waiting {
+    agg: Aggregator,
+    registry: ToolRegistry,
+    started: tokio::sync::mpsc::UnboundedReceiver<()>,
+    ended: tokio::sync::mpsc::UnboundedReceiver<bool>,
+    _server: RunningServer,
+}
+
+async fn waiting_upstream(call_timeout: Duration) -> Waiting {
+    let (started_tx, started) = tokio::sync::mpsc::unbounded_channel();
+    let (ended_tx, ended) = tokio::sync::mpsc::unbounded_channel();
     let tools = ToolRegistry::new();
     tools
         .register(ToolBuilder::new("wait").raw_handler(
@@ -183,7 +190,7 @@ async fn a_timed_out_call_is_cancelled_upstream() {
     let registry = ToolRegistry::new();
     let config = AggregatorConfig::new().upstream(
         UpstreamConfig::new("up", UpstreamTransport::http(server.url.clone()))
-            .call_timeout(Duration::from_millis(300)),
+            .call_timeout(call_timeout),
     );
     let agg = Aggregator::start(config, registry.clone()).expect("valid");
     assert!(
@@ -191,8 +198,40 @@ async fn a_timed_out_call_is_cancelled_upstream() {
         "{:?}",
         agg.status("up")
     );
+    Waiting {
+        agg,
+        registry,
+        started,
+        ended,
+        _server: server,
+    }
+}
 
-    let out = registry
+impl Waiting {
+    /// Waits until the upstream's tool has ended, and requires that its call was cancelled;
+    /// then requires that the connection still counts as healthy.
+    async fn assert_cancelled_upstream(mut self) {
+        let cancelled = tokio::time::timeout(WAIT, self.ended.recv())
+            .await
+            .expect("the upstream call ended")
+            .expect("ended");
+        assert!(cancelled, "the upstream call ended without being cancelled");
+        assert_eq!(
+            self.agg.status("up"),
+            Some(UpstreamStatus::Connected { generation: 1 })
+        );
+        self.agg.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_call_is_cancelled_upstream() {
+    // A Kberg upstream offers tasks, so a call that ends unanswered is watched for a late task
+    // answer; a call that times out must still be cancelled upstream once the grace for a late
+    // task answer has passed, and must answer the timeout, not a closed transport.
+    let mut w = waiting_upstream(Duration::from_millis(300)).await;
+    let out = w
+        .registry
         .call(&caller(), "up__wait", json!({}), CallOptions::default())
         .await
         .expect("not refused by the gate");
@@ -201,22 +240,33 @@ async fn a_timed_out_call_is_cancelled_upstream() {
         Some(&json!(UPSTREAM_TIMEOUT)),
         "{out:?}"
     );
-    tokio::time::timeout(WAIT, started.recv())
+    tokio::time::timeout(WAIT, w.started.recv())
         .await
         .expect("the tool started upstream")
         .expect("started");
-    let cancelled = tokio::time::timeout(WAIT, ended.recv())
-        .await
-        .expect("the upstream call ended")
-        .expect("ended");
-    assert!(cancelled, "the upstream call ended without being cancelled");
     // The timeout did not count as a broken connection.
-    assert_eq!(
-        agg.status("up"),
-        Some(UpstreamStatus::Connected { generation: 1 })
-    );
-    agg.shutdown().await;
-    drop(server);
+    w.assert_cancelled_upstream().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_unanswered_is_cancelled_upstream() {
+    // The caller's future is dropped (not cancelled) while the upstream's tool runs: the
+    // request is still watched, and cancelled upstream once the grace for a late task answer
+    // has passed.
+    let mut w = waiting_upstream(Duration::from_secs(60)).await;
+    let registry = w.registry.clone();
+    let call = tokio::spawn(async move {
+        registry
+            .call(&caller(), "up__wait", json!({}), CallOptions::default())
+            .await
+    });
+    tokio::time::timeout(WAIT, w.started.recv())
+        .await
+        .expect("the tool started upstream")
+        .expect("started");
+    call.abort();
+    assert!(call.await.expect_err("aborted").is_cancelled());
+    w.assert_cancelled_upstream().await;
 }
 
 #[test]

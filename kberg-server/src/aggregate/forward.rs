@@ -13,7 +13,6 @@
 
 use std::sync::atomic::Ordering;
 
-use futures::future::Either;
 use kberg_core::ToolContext;
 use rmcp::model::{
     CancelTaskParams, CancelTaskRequest, CancelledNotification, CancelledNotificationParam,
@@ -147,12 +146,20 @@ pub(super) async fn forward(
         m.insert(handle.progress_token.clone(), ctx.clone());
     }
     let left = limit.saturating_sub(started.elapsed());
-    let response = if may_start_task {
-        // The watcher cancels what the caller abandons, knowing whether it was a task.
-        unanswered.peer = None;
-        Either::Left(watch_for_late_task(peer.clone(), handle))
+    // The answer is read straight from the request's channel, on this task. A tool call that
+    // may have started a task is watched if this call ends unanswered (see `LateTaskWatch`);
+    // nothing is spawned for a call that is answered.
+    let late = if may_start_task {
+        unanswered.peer.take().map(|peer| LateTaskWatch {
+            peer,
+            id: handle.id.clone(),
+        })
     } else {
-        Either::Right(handle.await_response())
+        None
+    };
+    let response = Answer {
+        rx: Some(handle.rx),
+        late,
     };
     let outcome = tokio::select! {
         biased;
@@ -188,38 +195,67 @@ pub(super) async fn forward(
 /// and is cancelled as usual).
 const LATE_TASK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Awaits a tool call's answer on a task of its own, so that the answer still arrives if the
-/// caller gives up. Once the caller is gone: an answer that is a task gets the task cancelled;
-/// no answer within [`LATE_TASK_GRACE`] gets the request cancelled (`notifications/cancelled`).
-/// (Cancelling the request at once could lose the answer naming a task the upstream already
-/// started.)
+/// The answer channel of one forwarded request, as rmcp's request handle holds it.
+type AnswerRx = tokio::sync::oneshot::Receiver<Result<ServerResult, ServiceError>>;
+
+/// The answer of one forwarded request, read from rmcp's channel on the caller's task.
 ///
-/// The watcher has no deadline of its own: the caller's side holds the call timeout, and the
-/// watcher ends [`LATE_TASK_GRACE`] after the caller leaves. (A second timer here, set to the
-/// same instant, could fire first and drop the answer channel while the caller still waited,
-/// which the caller then read as a closed transport.)
-///
-/// The watcher is spawned when this is called, not when the returned future is first polled:
-/// a caller that is cancelled before it ever polls the answer still has its request watched
-/// (and cancelled upstream), since the request was already sent.
-fn watch_for_late_task(
+/// Dropped unanswered (the caller cancelled, timed out, or was dropped), a tool call that may
+/// have started a task is handed to a watcher ([`LateTaskWatch`]); a call that was answered
+/// costs no watcher.
+struct Answer {
+    /// `None` only once handed to the watcher, in `drop`.
+    rx: Option<AnswerRx>,
+    late: Option<LateTaskWatch>,
+}
+
+impl std::future::Future for Answer {
+    type Output = Result<ServerResult, ServiceError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let Some(rx) = self.rx.as_mut() else {
+            return std::task::Poll::Ready(Err(ServiceError::TransportClosed));
+        };
+        let answer = std::task::ready!(std::pin::Pin::new(rx).poll(cx));
+        // Answered (or the connection closed): nothing is left to watch.
+        self.late = None;
+        std::task::Poll::Ready(answer.unwrap_or(Err(ServiceError::TransportClosed)))
+    }
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        if let (Some(late), Some(rx)) = (self.late.take(), self.rx.take()) {
+            late.hand_over(rx);
+        }
+    }
+}
+
+/// Watches a tool call to an upstream that supports tasks once its caller has given up on it:
+/// its answer is still awaited, on a watcher task, for at most [`LATE_TASK_GRACE`]. An answer
+/// that is a task gets the task cancelled; no answer gets the request cancelled
+/// (`notifications/cancelled`). (Cancelling the request at once could lose the answer naming a
+/// task the upstream already started.) An answer already waiting when the caller gave up (its
+/// cancellation won the race with the answer) is read at once, so a task it names is cancelled
+/// too. The caller's side holds the call timeout; the watcher has no deadline but the grace.
+struct LateTaskWatch {
     peer: Peer<RoleClient>,
-    handle: rmcp::service::RequestHandle<RoleClient>,
-) -> LateAnswer {
-    let (mut tx, rx) = tokio::sync::oneshot::channel();
-    let id = handle.id.clone();
-    let caller_side = LateAnswer {
-        rx,
-        peer: peer.clone(),
-    };
-    tokio::spawn(async move {
-        let mut answer = std::pin::pin!(handle.await_response());
-        let late = tokio::select! {
-            // An answer the caller can no longer read came just as it left. (One handed over
-            // that the caller then leaves unread is cancelled by `LateAnswer`'s drop.)
-            r = &mut answer => tx.send(r).err(),
-            () = tx.closed() => match tokio::time::timeout(LATE_TASK_GRACE, answer).await {
-                Ok(r) => Some(r),
+    id: RequestId,
+}
+
+impl LateTaskWatch {
+    /// Hands the unanswered request's channel to a watcher task.
+    fn hand_over(self, answer: AnswerRx) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Self { peer, id } = self;
+        rt.spawn(async move {
+            let late = match tokio::time::timeout(LATE_TASK_GRACE, answer).await {
+                Ok(r) => r.ok(),
                 Err(_) => {
                     let note = CancelledNotification::new(CancelledNotificationParam::new(
                         Some(id),
@@ -230,13 +266,12 @@ fn watch_for_late_task(
                         .await;
                     None
                 }
-            },
-        };
-        if let Some(Ok(ServerResult::CreateTaskResult(t))) = late {
-            cancel_task(&peer, t.task.task_id).await;
-        }
-    });
-    caller_side
+            };
+            if let Some(Ok(ServerResult::CreateTaskResult(t))) = late {
+                cancel_task(&peer, t.task.task_id).await;
+            }
+        });
+    }
 }
 
 /// Cancels an upstream task nobody waits for any more.
@@ -246,42 +281,6 @@ async fn cancel_task(peer: &Peer<RoleClient>, task_id: String) {
     )));
     if let Err(e) = peer.send_request(cancel).await {
         tracing::debug!(task = %task_id, error = %e, "an abandoned upstream task was not cancelled");
-    }
-}
-
-/// The caller's side of [`watch_for_late_task`]: the answer once the watcher hands it over. The
-/// watcher always answers while the caller waits; it is gone without answering only when the
-/// runtime is shutting down.
-///
-/// An answer can be handed over just as the caller gives up (its cancellation wins the race
-/// with the answer): dropped unread, an answer that names a task gets that task cancelled, so
-/// it is not left running upstream.
-struct LateAnswer {
-    rx: tokio::sync::oneshot::Receiver<Result<ServerResult, ServiceError>>,
-    peer: Peer<RoleClient>,
-}
-
-impl std::future::Future for LateAnswer {
-    type Output = Result<ServerResult, ServiceError>;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.rx)
-            .poll(cx)
-            .map(|r| r.unwrap_or(Err(ServiceError::TransportClosed)))
-    }
-}
-
-impl Drop for LateAnswer {
-    fn drop(&mut self) {
-        if let Ok(Ok(ServerResult::CreateTaskResult(t))) = self.rx.try_recv()
-            && let Ok(rt) = tokio::runtime::Handle::try_current()
-        {
-            let peer = self.peer.clone();
-            rt.spawn(async move { cancel_task(&peer, t.task.task_id).await });
-        }
     }
 }
 
