@@ -57,8 +57,10 @@ impl ProgressReport {
 /// Where a surface delivers the progress reports of one call.
 ///
 /// Clones share the call's state: the last `progress` passed on, against which the next
-/// report is checked. Delivery is synchronous and must not block (the loop's own sink sends
-/// on an unbounded channel).
+/// report is checked, and whether the sink is [closed](ProgressSink::close). Delivery is
+/// synchronous, under the sink's lock, so it must not block and must not report to the same
+/// sink (the loop's own sink sends on an unbounded channel); that is what lets `close` promise
+/// that nothing is delivered after it returns.
 ///
 /// ```
 /// use std::sync::{Arc, Mutex};
@@ -80,13 +82,20 @@ pub struct ProgressSink {
 
 struct SinkState {
     deliver: Box<dyn Fn(ProgressReport) + Send + Sync>,
-    last: Mutex<Option<f64>>,
+    progress: Mutex<Passed>,
+}
+
+/// What a sink has passed on so far.
+#[derive(Debug, Default, Clone, Copy)]
+struct Passed {
+    last: Option<f64>,
+    closed: bool,
 }
 
 impl std::fmt::Debug for ProgressSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProgressSink")
-            .field("last", &self.inner.last.lock().ok().and_then(|l| *l))
+            .field("passed", &*self.passed())
             .finish_non_exhaustive()
     }
 }
@@ -97,27 +106,25 @@ impl ProgressSink {
         Self {
             inner: Arc::new(SinkState {
                 deliver: Box::new(deliver),
-                last: Mutex::new(None),
+                progress: Mutex::new(Passed::default()),
             }),
         }
     }
 
-    /// Passes `report` on if its `progress` is a finite number greater than the last one passed
-    /// on; says whether it did. A total that is not a finite number is dropped from the report,
-    /// and a message longer than [`MAX_PROGRESS_MESSAGE_CHARS`] is cut.
+    fn passed(&self) -> std::sync::MutexGuard<'_, Passed> {
+        // Two plain fields, consistent after any panic.
+        self.inner
+            .progress
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Passes `report` on if the sink is open and its `progress` is a finite number greater
+    /// than the last one passed on; says whether it did. A total that is not a finite number is
+    /// dropped from the report, and a message longer than [`MAX_PROGRESS_MESSAGE_CHARS`] is cut.
     pub fn report(&self, mut report: ProgressReport) -> bool {
         if !report.progress.is_finite() {
             return false;
-        }
-        {
-            let mut last = match self.inner.last.lock() {
-                Ok(l) => l,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-            if last.is_some_and(|l| report.progress <= l) {
-                return false;
-            }
-            *last = Some(report.progress);
         }
         report.total = report.total.filter(|t| t.is_finite());
         if let Some(m) = &mut report.message
@@ -125,8 +132,20 @@ impl ProgressSink {
         {
             m.truncate(cut);
         }
+        let mut passed = self.passed();
+        if passed.closed || passed.last.is_some_and(|l| report.progress <= l) {
+            return false;
+        }
+        passed.last = Some(report.progress);
         (self.inner.deliver)(report);
         true
+    }
+
+    /// Passes nothing on any more, from now on: a report still on its way when the call ended
+    /// (a surface may hand it over late) is dropped. Once `close` returns, no delivery is under
+    /// way either, so the loop closes a call's sink before it sends the call's result.
+    pub fn close(&self) {
+        self.passed().closed = true;
     }
 }
 
@@ -200,6 +219,15 @@ mod tests {
         let seen = seen.lock().unwrap();
         let figures: Vec<_> = seen.iter().map(|r| (r.progress, r.total)).collect();
         assert_eq!(figures, vec![(-1.0, None), (0.0, None), (3.0, Some(4.0))]);
+    }
+
+    #[test]
+    fn a_closed_sink_passes_nothing_on() {
+        let (sink, seen) = collecting();
+        assert!(sink.report(ProgressReport::new(1.0)));
+        sink.clone().close();
+        assert!(!sink.report(ProgressReport::new(2.0)));
+        assert_eq!(seen.lock().unwrap().len(), 1);
     }
 
     #[test]

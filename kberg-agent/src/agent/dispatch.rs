@@ -220,9 +220,12 @@ impl Run<'_> {
                             message: r.message,
                         });
                     });
-                    surface
-                        .call_with_progress(&call.name, arguments, cancel, sink)
-                        .await
+                    let result = surface
+                        .call_with_progress(&call.name, arguments, cancel, sink.clone())
+                        .await;
+                    // A report still on its way now would come after the call's result.
+                    sink.close();
+                    result
                 }
                 None => surface.call(&call.name, arguments, cancel).await,
             };
