@@ -94,8 +94,10 @@ struct Passed {
 
 impl std::fmt::Debug for ProgressSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `try_lock`: a sink may be formatted by its own delivery, under the lock.
+        let passed = self.inner.progress.try_lock().ok().map(|p| *p);
         f.debug_struct("ProgressSink")
-            .field("passed", &*self.passed())
+            .field("passed", &passed)
             .finish_non_exhaustive()
     }
 }
@@ -228,6 +230,7 @@ mod tests {
         sink.clone().close();
         assert!(!sink.report(ProgressReport::new(2.0)));
         assert_eq!(seen.lock().unwrap().len(), 1);
+        assert!(format!("{sink:?}").contains("closed: true"), "{sink:?}");
     }
 
     #[test]
