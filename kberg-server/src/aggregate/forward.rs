@@ -8,8 +8,9 @@
 //! ([`ProgressRoute`]). A request that ends without an answer (timeout, cancellation, the
 //! caller dropped) is cancelled upstream with `notifications/cancelled`; a transport failure
 //! wakes the supervisor. A tool call to an upstream that supports tasks may have started a
-//! task by the time the caller gives up: its answer is still awaited (within the call timeout)
-//! and a task it names is cancelled, so no upstream task runs on unwatched.
+//! task by the time the caller gives up: its answer is still awaited, by a watcher spawned then
+//! (for [`LATE_TASK_GRACE`]), and a task it names is cancelled, so no upstream task runs on
+//! unwatched; the caller reads an answer that comes in time itself ([`Answer`]).
 
 use std::sync::atomic::Ordering;
 
