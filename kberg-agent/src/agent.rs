@@ -58,6 +58,8 @@ mod id_handles;
 mod repair;
 mod turn;
 
+pub(crate) use self::dispatch::Limit;
+
 /// The tool-use loop over one provider and one tool surface.
 #[derive(Clone)]
 pub struct Agent {

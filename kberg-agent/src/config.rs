@@ -6,6 +6,7 @@
 //! documentation says what it does and what the model is told.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use crate::message::{ChatOptions, ToolChoice};
 
@@ -163,6 +164,18 @@ pub struct AgentConfig {
     /// are still handled as usual (default true: on the task benchmark it won two of five
     /// multi-step chains, see `benches/README.md`, agent tasks round 6).
     pub narrow_after_guessed_ids: bool,
+    /// How long one tool call may go without a sign of work before it is cancelled (default
+    /// 60 s; `None`: no limit). A sign of work is a progress report the call's sink passes on,
+    /// or a poll of the call's task that answers `working`; each one starts the wait anew, so
+    /// when this is set every call asks its tool for progress. A call cut off this way is
+    /// answered `tool_timeout` (not retryable: what a write did before it stopped is unknown)
+    /// and the run goes on, so the model can tell the user. Like
+    /// [`AgentConfig::tool_timeout`], it follows the MCP specification's advice that a client
+    /// bound every request it sends.
+    pub tool_idle_timeout: Option<Duration>,
+    /// The longest one tool call may take, whatever it reports (default 10 minutes; `None`: no
+    /// limit). Past it the call is cancelled and answered `tool_timeout`.
+    pub tool_timeout: Option<Duration>,
 }
 
 impl Default for AgentConfig {
@@ -201,6 +214,8 @@ impl Default for AgentConfig {
             hold_writes_after_reads: false,
             focused_answer_turns: true,
             narrow_after_guessed_ids: true,
+            tool_idle_timeout: Some(Duration::from_secs(60)),
+            tool_timeout: Some(Duration::from_secs(600)),
         }
     }
 }
@@ -405,6 +420,20 @@ impl AgentConfig {
     /// [`AgentConfig::narrow_after_guessed_ids`]).
     pub fn narrow_after_guessed_ids(mut self, on: bool) -> Self {
         self.narrow_after_guessed_ids = on;
+        self
+    }
+
+    /// Sets how long a tool call may go without a sign of work (`None`: no limit; see
+    /// [`AgentConfig::tool_idle_timeout`]).
+    pub fn tool_idle_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.tool_idle_timeout = limit;
+        self
+    }
+
+    /// Sets the longest a tool call may take (`None`: no limit; see
+    /// [`AgentConfig::tool_timeout`]).
+    pub fn tool_timeout(mut self, limit: Option<Duration>) -> Self {
+        self.tool_timeout = limit;
         self
     }
 

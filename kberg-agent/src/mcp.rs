@@ -15,7 +15,9 @@
 //! at the interval the server suggests (kept between 50 ms and 5 s), and answers with the
 //! task's result, so the loop sees an ordinary tool result. Cancelling the call cancels the task
 //! (`tasks/cancel`). A task that asks the client for input cannot be answered by an agent: it is
-//! cancelled and the call answers `tool_failed` saying so.
+//! cancelled and the call answers `tool_failed` saying so. With a progress sink, the task's
+//! creation and each poll that finds it working tell the sink the tool is alive
+//! ([`ProgressSink::alive`]), which restarts the loop's idle timeout.
 //!
 //! rmcp gives every request a progress token of its own (in its `_meta`). For a call made with
 //! [`ToolSurface::call_with_progress`], the server's `notifications/progress` for that token
@@ -381,6 +383,8 @@ impl McpSurface {
         let peer = self.client.peer();
         // The call's progress route, held until this call returns (also while its task runs).
         let mut _route = None;
+        // Polls of the call's task that answer `working` are signs of work too.
+        let alive = progress.clone();
         let sent = peer
             .send_cancellable_request(
                 ClientRequest::CallToolRequest(CallToolRequest::new(params)),
@@ -432,7 +436,9 @@ impl McpSurface {
         let outcome = match outcome {
             Ok(CallToolResponse::Complete(r)) => Ok(r),
             Ok(CallToolResponse::Task(t)) => {
-                return self.wait_for_task(name, t.task, &cancel).await;
+                return self
+                    .wait_for_task(name, t.task, &cancel, alive.as_ref())
+                    .await;
             }
             // Only a 2026-07-28 session answers input_required, and this client speaks 2025-11-25.
             Ok(_) => {
@@ -568,14 +574,23 @@ const MIN_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 const MAX_POLL: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl McpSurface {
-    /// Waits for the task a call started and answers with its result.
+    /// Waits for the task a call started and answers with its result. The task's creation and
+    /// each poll that finds it working are signs of work, told to `alive`
+    /// ([`ProgressSink::alive`]).
     async fn wait_for_task(
         &self,
         name: &str,
         task: Task,
         cancel: &CancellationToken,
+        alive: Option<&ProgressSink>,
     ) -> Result<ToolResult, SurfaceError> {
         let id = task.task_id;
+        let alive = || {
+            if let Some(sink) = alive {
+                sink.alive();
+            }
+        };
+        alive();
         let mut wait = std::time::Duration::ZERO;
         loop {
             let got = tokio::select! {
@@ -643,7 +658,9 @@ impl McpSurface {
                     ));
                 }
                 // Working (or a status this version does not know): wait and look again.
-                _ => {}
+                _ => {
+                    alive();
+                }
             }
         }
     }

@@ -25,6 +25,29 @@ pub(crate) fn final_refusal(name: &str) -> String {
     )
 }
 
+/// A call a tool timeout cut off (see [`crate::AgentConfig::tool_idle_timeout`]).
+pub(crate) fn tool_timeout(name: &str, limit: crate::agent::Limit) -> String {
+    let what = match limit {
+        crate::agent::Limit::Idle(d) => format!("showed no sign of work for {}", seconds(d)),
+        crate::agent::Limit::Total(d) => format!("did not finish within {}", seconds(d)),
+    };
+    format!(
+        "The tool `{name}` {what}, so the call was cancelled. Whether it did anything before it stopped is unknown."
+    )
+}
+
+/// A duration in seconds, as a person writes it: `60 seconds`, `0.25 seconds`.
+fn seconds(d: std::time::Duration) -> String {
+    let s = d.as_secs_f64();
+    if s == 1.0 {
+        "1 second".to_string()
+    } else if d.subsec_nanos() == 0 {
+        format!("{} seconds", d.as_secs())
+    } else {
+        format!("{} seconds", (s * 1000.0).round() / 1000.0)
+    }
+}
+
 /// The tools the model may call, for a refusal of one it may not.
 pub(crate) fn listed_tools(names: &[String]) -> String {
     if names.is_empty() {

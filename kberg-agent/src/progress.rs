@@ -7,7 +7,10 @@
 //! promises whatever the tool sends: each report's `progress` must exceed the last one's, so a
 //! report that does not, or whose figures are not finite numbers, is dropped. The loop turns
 //! the reports into [`AgentEvent::ToolProgress`](crate::AgentEvent::ToolProgress) events, and
-//! asks for progress only when a run has an event channel.
+//! asks for progress only when a run has an event channel or an idle timeout
+//! ([`AgentConfig::tool_idle_timeout`](crate::AgentConfig::tool_idle_timeout)): a report the
+//! sink passes on is a sign that the tool is at work, and so is a poll of the call's task that
+//! answers `working` ([`ProgressSink::alive`]).
 
 use std::sync::{Arc, Mutex};
 
@@ -90,6 +93,8 @@ struct SinkState {
 struct Passed {
     last: Option<f64>,
     closed: bool,
+    /// When the tool last showed a sign of work (a report passed on, or [`ProgressSink::alive`]).
+    active_at: Option<tokio::time::Instant>,
 }
 
 impl std::fmt::Debug for ProgressSink {
@@ -139,8 +144,26 @@ impl ProgressSink {
             return false;
         }
         passed.last = Some(report.progress);
+        passed.active_at = Some(tokio::time::Instant::now());
         (self.inner.deliver)(report);
         true
+    }
+
+    /// Notes that the tool is still at work though it sent no report: a surface calls it when
+    /// the call's task is polled and answers that it is working. It resets the loop's idle
+    /// timeout ([`AgentConfig::tool_idle_timeout`](crate::AgentConfig::tool_idle_timeout)) and
+    /// passes nothing on to the app. Ignored once the sink is closed.
+    pub fn alive(&self) {
+        let mut passed = self.passed();
+        if !passed.closed {
+            passed.active_at = Some(tokio::time::Instant::now());
+        }
+    }
+
+    /// When the tool last showed a sign of work through this sink (a report passed on, or
+    /// [`ProgressSink::alive`]), if it did, on tokio's clock.
+    pub fn last_active(&self) -> Option<tokio::time::Instant> {
+        self.passed().active_at
     }
 
     /// Passes nothing on any more, from now on: a report still on its way when the call ended
@@ -231,6 +254,31 @@ mod tests {
         assert!(!sink.report(ProgressReport::new(2.0)));
         assert_eq!(seen.lock().unwrap().len(), 1);
         assert!(format!("{sink:?}").contains("closed: true"), "{sink:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reports_passed_on_and_alive_mark_the_tool_active() {
+        let (sink, _seen) = collecting();
+        assert_eq!(sink.last_active(), None);
+        // A dropped report is no sign of work.
+        assert!(!sink.report(ProgressReport::new(f64::NAN)));
+        assert_eq!(sink.last_active(), None);
+        let t0 = tokio::time::Instant::now();
+        assert!(sink.report(ProgressReport::new(1.0)));
+        assert_eq!(sink.last_active(), Some(t0));
+        tokio::time::advance(std::time::Duration::from_secs(5)).await;
+        sink.clone().alive();
+        assert_eq!(
+            sink.last_active(),
+            Some(t0 + std::time::Duration::from_secs(5))
+        );
+        sink.close();
+        tokio::time::advance(std::time::Duration::from_secs(5)).await;
+        sink.alive();
+        assert_eq!(
+            sink.last_active(),
+            Some(t0 + std::time::Duration::from_secs(5))
+        );
     }
 
     #[test]

@@ -918,12 +918,16 @@ fn progress_registry() -> ToolRegistry {
 
 /// A model that calls `index` once, then answers, with [`progress_registry`].
 fn indexing_agent() -> (ScriptedProvider, Agent) {
+    indexing_agent_with(core())
+}
+
+fn indexing_agent_with(config: AgentConfig) -> (ScriptedProvider, Agent) {
     let script = ScriptedProvider::new([
         ScriptedProvider::call("c1", "index", json!({})),
         ScriptedProvider::text("indexed"),
     ]);
     let surface = LocalSurface::new(progress_registry(), reader());
-    let agent = Agent::new(script.clone(), surface).with_config(core());
+    let agent = Agent::new(script.clone(), surface).with_config(config);
     (script, agent)
 }
 
@@ -969,14 +973,20 @@ async fn a_tools_progress_reaches_the_runs_events() {
     );
 }
 
-/// A run without events does not ask tools for progress.
+/// A run without events asks tools for progress only for its idle timeout (a report is a sign
+/// of work; see `tests/timeouts.rs`); with no idle timeout either, it asks for none.
 #[tokio::test]
-async fn a_run_without_events_asks_for_no_progress() {
-    let (script, agent) = indexing_agent();
-    let out = agent
-        .run(vec![Message::user("index")], &CancellationToken::new())
-        .await;
-    assert!(out.answered(), "{:?}", out.stop);
-    assert_eq!(out.calls[0].outcome, CallOutcome::Ok);
-    assert_eq!(last_tool_text(&script, 1), "asked for progress: false");
+async fn a_run_without_events_asks_for_progress_only_for_its_idle_timeout() {
+    for (config, asked) in [(core(), true), (core().tool_idle_timeout(None), false)] {
+        let (script, agent) = indexing_agent_with(config);
+        let out = agent
+            .run(vec![Message::user("index")], &CancellationToken::new())
+            .await;
+        assert!(out.answered(), "{:?}", out.stop);
+        assert_eq!(out.calls[0].outcome, CallOutcome::Ok);
+        assert_eq!(
+            last_tool_text(&script, 1),
+            format!("asked for progress: {asked}")
+        );
+    }
 }

@@ -10,11 +10,14 @@
 
 use std::time::Duration;
 
-use kberg_agent::{Agent, CallOutcome, McpSurface, Message, ScriptedProvider, ToolSurface};
+use kberg_agent::{
+    Agent, CallOutcome, McpSurface, Message, ProgressSink, ScriptedProvider, ToolSurface,
+};
 use kberg_core::{
     ErrorCode, Principal, TaskStatus, TaskSupport, ToolBuilder, ToolOutput, ToolRegistry,
 };
 use kberg_server::{McpApp, OpenAccess};
+use kberg_testkit::eventually::eventually_async;
 use kberg_testkit::serve::{RunningServer, loopback};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -124,6 +127,44 @@ async fn the_agent_loop_waits_for_a_task_and_reads_its_result() {
     // The model was handed the task's result.
     let handed = format!("{:?}", out.messages);
     assert!(handed.contains("indexed 42 files"), "{handed}");
+}
+
+/// The task's creation and each poll that finds it working are signs of work told to the
+/// call's progress sink (so the loop's idle timeout does not cut off a task being worked on),
+/// though the tool sends no report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polls_of_a_working_task_are_signs_of_work() {
+    let mut s = server().await;
+    let remote = McpSurface::connect_http(&s.url).await.unwrap();
+    let sink = ProgressSink::new(|_| {});
+    let call = {
+        let sink = sink.clone();
+        async move {
+            remote
+                .call_with_progress("index_repo", json!({}), CancellationToken::new(), sink)
+                .await
+        }
+    };
+    let call = tokio::spawn(call);
+    tokio::time::timeout(WAIT, s.started.recv())
+        .await
+        .expect("the task started")
+        .expect("open");
+    let first = eventually_async("the task's creation marks the call active", || async {
+        sink.last_active()
+    })
+    .await;
+    eventually_async("a poll that finds the task working", || async {
+        sink.last_active().filter(|at| *at > first)
+    })
+    .await;
+    s.release.send_replace(true);
+    let result = tokio::time::timeout(WAIT, call)
+        .await
+        .expect("the call ends")
+        .expect("joined")
+        .unwrap();
+    assert_eq!(result.text, "indexed 42 files", "{result:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

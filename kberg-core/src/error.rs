@@ -114,6 +114,7 @@ pub enum CoreError {
 /// | `upstream_timeout` | (aggregator) the upstream did not answer within its call timeout; the call was cancelled there | yes, later |
 /// | `upstream_invalid_result` | (aggregator) the upstream answered with something that is not the documented result | no |
 /// | `upstream_error` | (aggregator) the upstream refused a forwarded prompt or resource request, or it failed otherwise | maybe |
+/// | `tool_timeout` | (agent loop) the tool showed no sign of work for the agent's idle timeout, or ran past its total timeout; the call was cancelled, and what it did before is unknown | no |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -184,11 +185,14 @@ pub enum ErrorCode {
     UpstreamInvalidResult,
     /// A forwarded request's upstream server refused it, or the request failed otherwise.
     UpstreamError,
+    /// (agent loop) The tool showed no sign of work for too long, or ran past the total
+    /// timeout; the call was cancelled.
+    ToolTimeout,
 }
 
 impl ErrorCode {
     /// Every code, for documentation and tests.
-    pub const ALL: [ErrorCode; 32] = [
+    pub const ALL: [ErrorCode; 33] = [
         ErrorCode::UnknownTool,
         ErrorCode::Refused,
         ErrorCode::NotInSurface,
@@ -221,6 +225,7 @@ impl ErrorCode {
         ErrorCode::UpstreamTimeout,
         ErrorCode::UpstreamInvalidResult,
         ErrorCode::UpstreamError,
+        ErrorCode::ToolTimeout,
     ];
 
     /// The stable string form of the code.
@@ -258,6 +263,7 @@ impl ErrorCode {
             ErrorCode::UpstreamTimeout => "upstream_timeout",
             ErrorCode::UpstreamInvalidResult => "upstream_invalid_result",
             ErrorCode::UpstreamError => "upstream_error",
+            ErrorCode::ToolTimeout => "tool_timeout",
         }
     }
 
@@ -570,6 +576,7 @@ mod tests {
                 "upstream_timeout",
                 "upstream_invalid_result",
                 "upstream_error",
+                "tool_timeout",
             ]
         );
         for c in ErrorCode::ALL {

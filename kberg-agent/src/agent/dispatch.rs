@@ -5,13 +5,19 @@
 //! so a model looping on the same failing call is stopped, but only when nothing else in its
 //! turn made progress.
 
+use std::future::Future;
+use std::time::Duration;
+
 use kberg_core::ErrorCode;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::coerce::Coercion;
 use crate::message::{Message, ToolCall};
 use crate::nudge;
 use crate::outcome::{AgentEvent, CallOutcome, CallRecord, StopReason};
 use crate::progress::{ProgressReport, ProgressSink};
+use crate::surface::{SurfaceError, ToolResult};
 
 use super::{AnswerNow, PendingCall, Run, call_key};
 
@@ -203,31 +209,24 @@ impl Run<'_> {
             if read && read_sent.is_none() {
                 read_sent = Some(call.name.clone());
             }
-            let surface = &self.agent.surface;
-            let arguments = call.arguments.clone();
-            let cancel = self.cancel.child_token();
-            // A run with events asks the tool for progress and passes it on.
-            let result = match self.events {
-                Some(events) => {
-                    let (events, call_id, name) =
-                        (events.clone(), call.id.clone(), call.name.clone());
-                    let sink = ProgressSink::new(move |r: ProgressReport| {
-                        let _ = events.send(AgentEvent::ToolProgress {
-                            call_id: call_id.clone(),
-                            name: name.clone(),
-                            progress: r.progress,
-                            total: r.total,
-                            message: r.message,
-                        });
-                    });
-                    let result = surface
-                        .call_with_progress(&call.name, arguments, cancel, sink.clone())
-                        .await;
-                    // A report still on its way now would come after the call's result.
-                    sink.close();
-                    result
+            let result = match self.send_call(&call).await {
+                Sent::Answered(r) => r,
+                Sent::TimedOut(limit) => {
+                    tracing::debug!(tool = %call.name, ?limit, "a tool call was cut off by a tool timeout");
+                    let code = ErrorCode::ToolTimeout;
+                    let mut text = nudge::tool_timeout(&call.name, limit);
+                    text.push_str(&nudge::final_refusal(&call.name));
+                    progressed |= self.note_failure(&call, code, &mut repeated);
+                    self.record(
+                        turn,
+                        call,
+                        CallOutcome::Failed(code),
+                        text,
+                        (recovered, false),
+                        coercions,
+                    );
+                    continue;
                 }
-                None => surface.call(&call.name, arguments, cancel).await,
             };
             let result = match result {
                 Ok(r) => r,
@@ -292,6 +291,52 @@ impl Run<'_> {
         (stop, retryable)
     }
 
+    /// Sends `call` to the surface under the run's tool timeouts
+    /// ([`crate::AgentConfig::tool_idle_timeout`], [`crate::AgentConfig::tool_timeout`]). The
+    /// call asks for progress when the run has events (the reports become
+    /// [`AgentEvent::ToolProgress`]) or an idle timeout (a report is a sign of work).
+    async fn send_call(&self, call: &ToolCall) -> Sent {
+        let config = self.config();
+        let limits = Limits {
+            idle: config.tool_idle_timeout,
+            total: config.tool_timeout,
+        };
+        let cancel = self.cancel.child_token();
+        let sink = (self.events.is_some() || limits.idle.is_some()).then(|| {
+            let (events, call_id, name) =
+                (self.events.cloned(), call.id.clone(), call.name.clone());
+            ProgressSink::new(move |r: ProgressReport| {
+                if let Some(events) = &events {
+                    let _ = events.send(AgentEvent::ToolProgress {
+                        call_id: call_id.clone(),
+                        name: name.clone(),
+                        progress: r.progress,
+                        total: r.total,
+                        message: r.message,
+                    });
+                }
+            })
+        });
+        let surface = &self.agent.surface;
+        let arguments = call.arguments.clone();
+        let sent = async {
+            match &sink {
+                Some(sink) => {
+                    surface
+                        .call_with_progress(&call.name, arguments, cancel.clone(), sink.clone())
+                        .await
+                }
+                None => surface.call(&call.name, arguments, cancel.clone()).await,
+            }
+        };
+        let sent = limits.bound(sent, sink.as_ref(), &cancel).await;
+        // A report still on its way now would come after the call's result.
+        if let Some(sink) = &sink {
+            sink.close();
+        }
+        sent
+    }
+
     /// Counts a failure of `call`. When it reached the identical-failure bound, `repeated`
     /// names it (the first such call of the turn wins) and false is returned; otherwise true:
     /// the turn still made progress.
@@ -350,5 +395,85 @@ impl Run<'_> {
             coercions,
             not_sent,
         });
+    }
+}
+
+/// What became of a call sent to the surface.
+enum Sent {
+    /// The surface answered.
+    Answered(Result<ToolResult, SurfaceError>),
+    /// A tool timeout cut the call off, and it was cancelled.
+    TimedOut(Limit),
+}
+
+/// The tool timeout that cut a call off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Limit {
+    /// No sign of work for this long.
+    Idle(Duration),
+    /// Not finished after this long.
+    Total(Duration),
+}
+
+/// How long a call that a timeout cancelled may take to wind up before it is dropped. A
+/// surface answers a cancelled call at once; [`crate::McpSurface`] first waits (about three
+/// seconds at most) for the server to learn of it. A dropped call is still cancelled there.
+const WIND_UP: Duration = Duration::from_secs(5);
+
+/// A run's tool timeouts.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    idle: Option<Duration>,
+    total: Option<Duration>,
+}
+
+impl Limits {
+    /// Awaits `call` within the limits. The idle wait starts anew from each sign of work the
+    /// sink saw. Past a limit, `cancel` (the call's own token) fires and the call gets
+    /// [`WIND_UP`] to answer: an answer that is a success stands (the tool finished as it was
+    /// cut off), anything else is the timeout.
+    async fn bound(
+        self,
+        call: impl Future<Output = Result<ToolResult, SurfaceError>>,
+        sink: Option<&ProgressSink>,
+        cancel: &CancellationToken,
+    ) -> Sent {
+        let mut call = std::pin::pin!(call);
+        let started = Instant::now();
+        let total_at = self.total.map(|t| (started + t, Limit::Total(t)));
+        let hit = loop {
+            let idle_at = self.idle.map(|i| {
+                let active = sink
+                    .and_then(ProgressSink::last_active)
+                    .map_or(started, |a| a.max(started));
+                (active + i, Limit::Idle(i))
+            });
+            let Some((at, limit)) = [idle_at, total_at]
+                .into_iter()
+                .flatten()
+                .min_by_key(|(at, _)| *at)
+            else {
+                return Sent::Answered(call.await);
+            };
+            tokio::select! {
+                biased;
+                r = &mut call => return Sent::Answered(r),
+                () = tokio::time::sleep_until(at) => {}
+            }
+            // A sign of work while the idle wait ran starts it anew.
+            if let Limit::Idle(i) = limit
+                && sink
+                    .and_then(ProgressSink::last_active)
+                    .is_some_and(|a| a + i > Instant::now())
+            {
+                continue;
+            }
+            break limit;
+        };
+        cancel.cancel();
+        match tokio::time::timeout(WIND_UP, &mut call).await {
+            Ok(Ok(r)) if r.effective_code().is_none() => Sent::Answered(Ok(r)),
+            _ => Sent::TimedOut(hit),
+        }
     }
 }
