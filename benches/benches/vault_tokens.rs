@@ -27,7 +27,7 @@ use std::hint::black_box;
 
 use std::time::{Duration, SystemTime};
 
-use bridle_gateway::vault::{MasterKey, TokenCacheStatus, Vault, VaultConfig};
+use bridle_gateway::vault::{CachedToken, MasterKey, TokenCacheStatus, Vault, VaultConfig};
 use bridle_rules::db::postgres::PgDatabase;
 use criterion::{Criterion, criterion_group, criterion_main};
 
@@ -82,7 +82,7 @@ fn bench(c: &mut Criterion) {
         }
         assert!(vault.agent_for_token(&token).expect("check").is_some());
         assert!(
-            vault.cached_agent_for_token(&token).is_some(),
+            matches!(vault.check_token_cached(&token), CachedToken::Found(_)),
             "{name}: the verified token is cached"
         );
         group.bench_function(name, |b| {

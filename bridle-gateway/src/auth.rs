@@ -15,7 +15,7 @@ use kberg_server::{AuthError, Authenticator, BearerTokens, HeaderMap};
 use crate::config::{ConfigError, read_secret};
 use crate::context::GatewayContext;
 use crate::error::GatewayError;
-use crate::vault::Vault;
+use crate::vault::{CachedToken, Vault};
 
 /// Bearer-token auth with live grants.
 #[derive(Clone)]
@@ -86,13 +86,16 @@ impl BridleAuth {
             return Err(AuthError::Invalid);
         };
         let token = kberg_server::bearer_token(headers)?.ok_or(AuthError::Missing)?;
-        if let Some(found) = vault.cached_agent_for_token(token) {
-            return Ok((Arc::new(Principal::new(found.agent)), None));
-        }
-        let token = token.to_string();
+        let lookup = match vault.check_token_cached(token) {
+            CachedToken::Found(found) => {
+                return Ok((Arc::new(Principal::new(found.agent)), None));
+            }
+            CachedToken::Malformed => return Err(AuthError::Invalid),
+            CachedToken::Unknown(lookup) => lookup,
+        };
         let (vault, ctx) = (Arc::clone(vault), Arc::clone(&self.ctx));
         let found = tokio::task::spawn_blocking(move || {
-            vault.agent_for_token(&token).map(|found| {
+            vault.agent_for_token_lookup(lookup).map(|found| {
                 found.map(|m| {
                     let grants = ctx.grants_for(&m.agent);
                     (m.agent, grants)

@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bridle_gateway::vault::{
-    KeyOrigin, MAX_VALUE_LEN, MasterKey, SecretRef, SecretUseRecord, SecretValue, Vault,
-    VaultConfig, VaultError, VersionState, is_valid_name,
+    CachedToken, KeyOrigin, MAX_VALUE_LEN, MasterKey, SecretRef, SecretUseRecord, SecretValue,
+    Vault, VaultConfig, VaultError, VersionState, is_valid_name,
 };
 use kberg_testkit::log::LogBuffer;
 use proptest::prelude::*;
@@ -1387,6 +1387,57 @@ fn settle_marker(f: &Fixture) {
         .expect("the marker beside the vault")
         .set_modified(std::time::SystemTime::now() - HOUR)
         .expect("dated back");
+}
+
+/// A token check split as the gateway splits it (the cache asked on the request's task, the
+/// database read on a blocking thread): a miss carries the token's keyed hash and the cache's
+/// generation, shows neither in its `Debug`, and what the read finds is cached, unless a token
+/// change overtook the lookup (the answer is still right, but it is not kept).
+#[test]
+fn a_split_token_check_caches_only_what_no_token_change_overtook() {
+    let f = Fixture::new(Backend::Sqlite);
+    let v = &f.vault;
+    let issue = |agent: &str| {
+        let t = v.set_agent_token(agent, "admin").expect("set");
+        t.token.expose_str().expect("utf-8").to_owned()
+    };
+    let claude = issue("claude");
+    settle_marker(&f);
+    let unknown = |t: &str| match v.check_token_cached(t) {
+        CachedToken::Unknown(lookup) => lookup,
+        other => panic!("expected a miss, found {other:?}"),
+    };
+    let lookup = unknown(&claude);
+    let shown = format!("{lookup:?}");
+    assert_eq!(shown, "TokenLookup { .. }");
+    assert!(!shown.contains(&v.token_hash(&claude)[..16]));
+    let found = v.agent_for_token_lookup(lookup).expect("read");
+    assert_eq!(found.map(|m| m.agent).as_deref(), Some("claude"));
+    assert!(matches!(v.check_token_cached(&claude), CachedToken::Found(m) if m.agent == "claude"));
+
+    // Overtaken: another agent's token changes between the lookup and the read.
+    let codex = issue("codex");
+    settle_marker(&f);
+    let lookup = unknown(&codex);
+    issue("gemini");
+    settle_marker(&f);
+    let found = v.agent_for_token_lookup(lookup).expect("read");
+    assert_eq!(found.map(|m| m.agent).as_deref(), Some("codex"));
+    unknown(&codex);
+
+    // A guessed token is read and never cached; an empty or overlong one is not even hashed.
+    let guessed = format!("bdl_{}", "A".repeat(43));
+    assert_eq!(
+        v.agent_for_token_lookup(unknown(&guessed)).expect("read"),
+        None
+    );
+    unknown(&guessed);
+    for malformed in [String::new(), "x".repeat(10_000)] {
+        assert!(matches!(
+            v.check_token_cached(&malformed),
+            CachedToken::Malformed
+        ));
+    }
 }
 
 /// A SQLite vault answers a token it verified from its cache once its token-change marker has

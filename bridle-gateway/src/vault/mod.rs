@@ -78,7 +78,7 @@ pub use sqlite::VAULT_MIGRATIONS;
 #[cfg(feature = "postgres")]
 pub use token_cache::TokenCacheStatus;
 pub use token_cache::{CAPACITY as TOKEN_CACHE_CAPACITY, MAX_AGE as TOKEN_CACHE_MAX_AGE};
-pub use tokens::{AgentMatch, IssuedToken, TOKEN_PREFIX};
+pub use tokens::{AgentMatch, CachedToken, IssuedToken, TOKEN_PREFIX, TokenLookup};
 pub use value::{REDACTED, SecretValue};
 
 use crypto::VaultKeys;

@@ -41,6 +41,32 @@ pub struct IssuedToken {
     pub token: SecretValue,
 }
 
+/// What the token cache said about a presented token ([`Vault::check_token_cached`]).
+#[derive(Debug)]
+pub enum CachedToken {
+    /// A token the cache vouches for.
+    Found(AgentMatch),
+    /// Empty or longer than any token: no agent's.
+    Malformed,
+    /// Not in the cache (or the cache cannot be trusted now): the database decides.
+    Unknown(TokenLookup),
+}
+
+/// A token check the cache could not answer, to finish with
+/// [`Vault::agent_for_token_lookup`]: the token's keyed hash and the cache's generation when it
+/// was asked (so that what the database says is cached only if no token changed since). It
+/// holds no token, only its hash, and its `Debug` shows neither.
+pub struct TokenLookup {
+    hash: String,
+    generation: Option<u64>,
+}
+
+impl std::fmt::Debug for TokenLookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenLookup").finish_non_exhaustive()
+    }
+}
+
 /// Who a presented token belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentMatch {
@@ -155,16 +181,53 @@ impl Vault {
     /// grace period (if rotated out) has not ended. Answered from the token cache when it can
     /// be trusted, otherwise by a read of the database.
     pub fn agent_for_token(&self, token: &str) -> Result<Option<AgentMatch>, VaultError> {
+        match self.check_token_cached(token) {
+            CachedToken::Found(found) => Ok(Some(found)),
+            CachedToken::Malformed => Ok(None),
+            CachedToken::Unknown(lookup) => self.agent_for_token_lookup(lookup),
+        }
+    }
+
+    /// What the token cache can say about a presented bearer token without the database: a
+    /// token this vault verified within [`super::TOKEN_CACHE_MAX_AGE`], with no token change
+    /// since (on SQLite, the token-change marker unchanged and settled; on PostgreSQL, the
+    /// change notifications heard), is [`CachedToken::Found`]. It costs a keyed hash, a short
+    /// lock and on SQLite one `stat`, so it may be called on an async task. Any other token is
+    /// [`CachedToken::Unknown`], whose [`TokenLookup`] finishes the check in the database
+    /// ([`Vault::agent_for_token_lookup`], on a blocking thread) without hashing the token or
+    /// asking the cache again.
+    pub fn check_token_cached(&self, token: &str) -> CachedToken {
         if token.is_empty() || token.len() > MAX_TOKEN_LEN {
-            return Ok(None);
+            return CachedToken::Malformed;
         }
         let hash = self.token_hash(token);
-        let now = now_ms();
-        let generation = match self.cached_token(&hash, now) {
-            Lookup::Hit(found) => return Ok(Some(found)),
+        let generation = match self.cached_token(&hash, now_ms()) {
+            Lookup::Hit(found) => return CachedToken::Found(found),
             Lookup::Miss(generation) => Some(generation),
             Lookup::Bypass => None,
         };
+        CachedToken::Unknown(TokenLookup { hash, generation })
+    }
+
+    /// The agent of a presented bearer token if the token cache vouches for it
+    /// ([`Vault::check_token_cached`]). `None` means "ask [`Vault::agent_for_token`]", never that
+    /// the token is refused.
+    pub fn cached_agent_for_token(&self, token: &str) -> Option<AgentMatch> {
+        match self.check_token_cached(token) {
+            CachedToken::Found(found) => Some(found),
+            CachedToken::Malformed | CachedToken::Unknown(_) => None,
+        }
+    }
+
+    /// Finishes the check of a token the cache did not vouch for
+    /// ([`Vault::check_token_cached`]) with a read of the database, and offers what it found to
+    /// the cache. The cache takes it only if no token changed since the lookup was made.
+    pub fn agent_for_token_lookup(
+        &self,
+        lookup: TokenLookup,
+    ) -> Result<Option<AgentMatch>, VaultError> {
+        let TokenLookup { hash, generation } = lookup;
+        let now = now_ms();
         let found = self
             .read()?
             .token(&hash, now)?
@@ -181,22 +244,6 @@ impl Vault {
             cache.insert(generation, &hash, found, *until, now);
         }
         Ok(found.map(|(found, _)| found))
-    }
-
-    /// The agent of a presented bearer token if the token cache can answer without the
-    /// database: a token this vault verified within [`super::TOKEN_CACHE_MAX_AGE`], with no
-    /// token change since (on SQLite, the token-change marker unchanged and settled; on
-    /// PostgreSQL, the change notifications heard). It costs a keyed hash, a short lock and on
-    /// SQLite one `stat`, so it may be called on an async task. `None` means "ask
-    /// [`Vault::agent_for_token`]", never that the token is refused.
-    pub fn cached_agent_for_token(&self, token: &str) -> Option<AgentMatch> {
-        if token.is_empty() || token.len() > MAX_TOKEN_LEN || self.token_cache.is_none() {
-            return None;
-        }
-        match self.cached_token(&self.token_hash(token), now_ms()) {
-            Lookup::Hit(found) => Some(found),
-            Lookup::Miss(_) | Lookup::Bypass => None,
-        }
     }
 
     /// Every token version of `agent`, oldest first (metadata only).
