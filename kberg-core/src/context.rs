@@ -75,7 +75,9 @@ pub trait ClientPeer: Send + Sync {
 /// The gate builds one per call and moves it into the tool's future, so it is kept small:
 /// what every call has (caller, token, client channel, origin, handle codec, phase) is
 /// inline, and what most calls lack (progress token, `_meta`, client info, scope, ticket) sits
-/// in one [`CallDetails`] box, allocated only for a call that has any of it.
+/// in one shared [`CallDetails`] box, allocated only for a call that has any of it, so a clone
+/// of the context (the aggregator makes two per forwarded call) counts a reference instead of
+/// copying the request's `_meta`.
 ///
 /// The cancellation token is the call's when the call came with one
 /// ([`CallOptions::with_cancel`]); a call without one (an in-process call with
@@ -89,12 +91,13 @@ pub struct ToolContext {
     origin: Option<Arc<CallOrigin>>,
     handles: Option<Arc<HandleCodec>>,
     phase: CallPhase,
-    details: Option<Box<CallDetails>>,
+    details: Option<Arc<CallDetails>>,
 }
 
 /// The rarely-set parts of a call, out of line: a [`CallOptions`] sets the request's (progress
 /// token, `_meta`, client info) and the gate adds its own (scope, ticket) when the box becomes
-/// the [`ToolContext`]'s.
+/// the [`ToolContext`]'s. Shared by the clones of the options and of the context; a change to a
+/// shared box copies it first (`Arc::make_mut`).
 #[derive(Clone, Default)]
 struct CallDetails {
     progress_token: Option<Value>,
@@ -163,15 +166,15 @@ impl std::fmt::Debug for ToolContext {
 /// The options travel by value through the registry and the gate into the tool's context, so
 /// they are kept a few words wide: what a transport sets on every call (token, client channel,
 /// origin) is inline, and what most calls lack (progress token, `_meta`, client info) sits in
-/// one box, allocated only for a call that has any of it and handed on to the tool's context
-/// as it is. Options without a token carry none: such a call can be cancelled only by its own
+/// one shared box, allocated only for a call that has any of it and handed on to the tool's
+/// context as it is. Options without a token carry none: such a call can be cancelled only by its own
 /// tool, and its token is created when the tool first asks for it.
 #[derive(Clone, Default)]
 pub struct CallOptions {
     pub(crate) cancel: Option<CancellationToken>,
     pub(crate) peer: Option<Arc<dyn ClientPeer>>,
     pub(crate) origin: Option<Arc<CallOrigin>>,
-    details: Option<Box<CallDetails>>,
+    details: Option<Arc<CallDetails>>,
 }
 
 impl std::fmt::Debug for CallOptions {
@@ -263,7 +266,9 @@ impl CallOptions {
     }
 
     fn details_mut(&mut self) -> &mut CallDetails {
-        self.details.get_or_insert_with(Box::default)
+        // Unshared until the options are cloned: a clone is a reference count, and a setter on
+        // a shared box copies it first.
+        Arc::make_mut(self.details.get_or_insert_with(Default::default))
     }
 }
 
@@ -289,7 +294,7 @@ impl ToolContext {
         } = extras;
         // The options' box (if any) becomes the context's: the gate's own details join it.
         if scope.is_some() || ticket.is_some() {
-            let d = details.get_or_insert_with(Box::default);
+            let d = Arc::make_mut(details.get_or_insert_with(Default::default));
             d.scope = scope;
             d.ticket = ticket;
         }
@@ -613,6 +618,34 @@ mod tests {
     fn call_options_stay_a_few_words_wide() {
         // Token, client channel (a wide pointer), origin and the details box.
         assert!(std::mem::size_of::<CallOptions>() <= 5 * std::mem::size_of::<usize>());
+    }
+
+    #[test]
+    fn clones_share_the_details_and_a_change_copies_them() {
+        let opts = CallOptions::default()
+            .with_progress_token(json!("p-1"))
+            .with_meta(json!({"big": "x".repeat(1_000)}));
+        // A clone of the options, changed: the original keeps its own details.
+        let changed = opts.clone().with_progress_token(json!("p-2"));
+        assert_eq!(opts.progress_token(), Some(&json!("p-1")));
+        assert_eq!(changed.progress_token(), Some(&json!("p-2")));
+        assert_eq!(changed.meta(), opts.meta());
+        let scoped = CallExtras {
+            scope: Some("repo".into()),
+            ..CallExtras::default()
+        };
+        let ctx = ToolContext::for_call(caller(), opts.clone(), scoped);
+        assert_eq!(ctx.scope(), Some("repo"));
+        assert_eq!(ctx.progress_token(), Some(&json!("p-1")));
+        // The gate's scope went into a copy: the options' details are as they were.
+        assert!(opts.details.as_ref().is_some_and(|d| d.scope.is_none()));
+        let copy = ctx.clone();
+        let (a, b) = (
+            ctx.details.as_ref().unwrap(),
+            copy.details.as_ref().unwrap(),
+        );
+        assert!(Arc::ptr_eq(a, b), "a context's clone shares its details");
+        assert_eq!(copy.scope(), Some("repo"));
     }
 
     #[tokio::test]
