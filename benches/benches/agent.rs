@@ -17,8 +17,8 @@ use std::hint::black_box;
 use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
 use kberg_agent::{
-    Agent, CallOutcome, ChatRequest, ChatResponse, FinishReason, InferenceProvider, LocalSurface,
-    Message, ProviderError, ToolCall, recover_calls,
+    Agent, AgentConfig, CallOutcome, ChatRequest, ChatResponse, FinishReason, InferenceProvider,
+    LocalSurface, Message, ProviderError, ToolCall, recover_calls,
 };
 use kberg_core::{
     CallOptions, Caller, Grants, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability,
@@ -134,7 +134,9 @@ fn caller() -> Caller {
 }
 
 fn bench_loop(c: &mut Criterion) {
+    // The loop's tool timeouts use tokio's timer.
     let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .expect("a runtime");
     let tools = registry();
@@ -154,6 +156,20 @@ fn bench_loop(c: &mut Criterion) {
     group.bench_function("agent_run", |b| {
         b.iter(|| {
             let out = rt.block_on(agent.run(vec![Message::user(REQUEST)], &cancel));
+            assert!(out.answered(), "{:?}", out.stop);
+            black_box(out)
+        })
+    });
+    // The same runs without the tool timeouts: no progress sink, no timer per call (what every
+    // call cost before the loop had them).
+    let unbounded = Agent::new(provider(), LocalSurface::new(tools.clone(), caller())).with_config(
+        AgentConfig::default()
+            .tool_idle_timeout(None)
+            .tool_timeout(None),
+    );
+    group.bench_function("agent_run_without_tool_timeouts", |b| {
+        b.iter(|| {
+            let out = rt.block_on(unbounded.run(vec![Message::user(REQUEST)], &cancel));
             assert!(out.answered(), "{:?}", out.stop);
             black_box(out)
         })

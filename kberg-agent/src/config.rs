@@ -171,7 +171,9 @@ pub struct AgentConfig {
     /// answered `tool_timeout` (not retryable: what a write did before it stopped is unknown)
     /// and the run goes on, so the model can tell the user. Like
     /// [`AgentConfig::tool_timeout`], it follows the MCP specification's advice that a client
-    /// bound every request it sends.
+    /// bound every request it sends. The limits use tokio's timer, so a run with either set
+    /// needs a runtime with time enabled (`enable_time` or `enable_all`, as `#[tokio::main]`
+    /// does); on one without, tokio panics at the first call.
     pub tool_idle_timeout: Option<Duration>,
     /// The longest one tool call may take, whatever it reports (default 10 minutes; `None`: no
     /// limit). Past it the call is cancelled and answered `tool_timeout`.
