@@ -209,25 +209,7 @@ impl Run<'_> {
             if read && read_sent.is_none() {
                 read_sent = Some(call.name.clone());
             }
-            let result = match self.send_call(&call).await {
-                Sent::Answered(r) => r,
-                Sent::TimedOut(limit) => {
-                    tracing::debug!(tool = %call.name, ?limit, "a tool call was cut off by a tool timeout");
-                    let code = ErrorCode::ToolTimeout;
-                    let mut text = nudge::tool_timeout(&call.name, limit);
-                    text.push_str(&nudge::final_refusal(&call.name));
-                    progressed |= self.note_failure(&call, code, &mut repeated);
-                    self.record(
-                        turn,
-                        call,
-                        CallOutcome::Failed(code),
-                        text,
-                        (recovered, false),
-                        coercions,
-                    );
-                    continue;
-                }
-            };
+            let result = self.send_call(&call).await;
             let result = match result {
                 Ok(r) => r,
                 Err(e) => {
@@ -292,10 +274,11 @@ impl Run<'_> {
     }
 
     /// Sends `call` to the surface under the run's tool timeouts
-    /// ([`crate::AgentConfig::tool_idle_timeout`], [`crate::AgentConfig::tool_timeout`]). The
-    /// call asks for progress when the run has events (the reports become
-    /// [`AgentEvent::ToolProgress`]) or an idle timeout (a report is a sign of work).
-    async fn send_call(&self, call: &ToolCall) -> Sent {
+    /// ([`crate::AgentConfig::tool_idle_timeout`], [`crate::AgentConfig::tool_timeout`]); a
+    /// call they cut off answers `tool_timeout`, saying which limit it passed. The call asks
+    /// for progress when the run has events (the reports become [`AgentEvent::ToolProgress`])
+    /// or an idle timeout (a report is a sign of work).
+    async fn send_call(&self, call: &ToolCall) -> Result<ToolResult, SurfaceError> {
         let config = self.config();
         let limits = Limits {
             idle: config.tool_idle_timeout,
@@ -334,7 +317,16 @@ impl Run<'_> {
         if let Some(sink) = &sink {
             sink.close();
         }
-        sent
+        match sent {
+            Sent::Answered(r) => r,
+            Sent::TimedOut(limit) => {
+                tracing::debug!(tool = %call.name, ?limit, "a tool call was cut off by a tool timeout");
+                Ok(ToolResult::error(
+                    ErrorCode::ToolTimeout,
+                    nudge::tool_timeout(&call.name, limit),
+                ))
+            }
+        }
     }
 
     /// Counts a failure of `call`. When it reached the identical-failure bound, `repeated`
