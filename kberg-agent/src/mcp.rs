@@ -1,7 +1,10 @@
 //! The remote tool surface: an MCP server reached through rmcp's client.
 //!
 //! [`McpSurface`] connects over Streamable HTTP or spawns a server as a child process on stdio,
-//! lists its tools once per run and calls them. A Kberg server reports gate refusals as error
+//! lists its tools once per run and calls them. The listing is bounded: each `tools/list` page is
+//! awaited at most 30 s, and a list that repeats a page cursor or has not ended after
+//! [`MAX_TOOL_LIST_PAGES`] pages fails as malformed, so a server cannot hold a run or grow its
+//! memory with a list that never ends. A Kberg server reports gate refusals as error
 //! results whose structured content carries the stable `code` (see
 //! [`kberg_core::GateError::details`]); those become the same [`ToolResult`] codes an in-process
 //! [`crate::LocalSurface`] gives, so a run behaves the same wherever its tools live. Other
@@ -33,8 +36,8 @@ use kberg_core::ErrorCode;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
     CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientRequest,
-    ContentBlock, GetTaskParams, ProgressNotificationParam, ProgressToken, RequestId,
-    RequestMetaObject, ServerResult, Task, TaskPayload,
+    ContentBlock, GetTaskParams, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    RequestId, RequestMetaObject, ServerResult, Task, TaskPayload,
 };
 use rmcp::service::{
     NotificationContext, PeerRequestOptions, RoleClient, RunningService, ServiceError,
@@ -303,12 +306,7 @@ fn to_result(r: CallToolResult) -> ToolResult {
 #[async_trait]
 impl ToolSurface for McpSurface {
     async fn tools(&self) -> Result<Vec<ToolDefinition>, SurfaceError> {
-        let tools = self
-            .client
-            .peer()
-            .list_all_tools()
-            .await
-            .map_err(|e| SurfaceError::Transport(e.to_string()))?;
+        let tools = self.list_tools().await?;
         let defs: Vec<ToolDefinition> = tools
             .into_iter()
             .map(|t| {
@@ -354,6 +352,42 @@ impl ToolSurface for McpSurface {
 }
 
 impl McpSurface {
+    /// Every page of the server's `tools/list`, within bounds: each page is awaited at most
+    /// [`LIST_PAGE_TIMEOUT`], and a list that repeats a cursor or has not ended after
+    /// [`MAX_TOOL_LIST_PAGES`] pages is refused as malformed (a server whose cursor never ends
+    /// would otherwise hold the run and grow the list for ever).
+    async fn list_tools(&self) -> Result<Vec<rmcp::model::Tool>, SurfaceError> {
+        let peer = self.client.peer();
+        let mut tools = Vec::new();
+        let mut cursors = HashSet::new();
+        let mut cursor = None;
+        for _ in 0..MAX_TOOL_LIST_PAGES {
+            let params = PaginatedRequestParams::default().with_cursor(cursor);
+            let page = tokio::time::timeout(LIST_PAGE_TIMEOUT, peer.list_tools(Some(params)))
+                .await
+                .map_err(|_| {
+                    SurfaceError::Transport(format!(
+                        "the server did not answer tools/list within {} s",
+                        LIST_PAGE_TIMEOUT.as_secs()
+                    ))
+                })?
+                .map_err(|e| SurfaceError::Transport(e.to_string()))?;
+            tools.extend(page.tools);
+            match page.next_cursor {
+                None => return Ok(tools),
+                Some(next) if !cursors.insert(next.clone()) => {
+                    return Err(SurfaceError::Malformed(
+                        "the server's tools/list repeats a page cursor".into(),
+                    ));
+                }
+                Some(next) => cursor = Some(next),
+            }
+        }
+        Err(SurfaceError::Malformed(format!(
+            "the server's tools/list did not end after {MAX_TOOL_LIST_PAGES} pages"
+        )))
+    }
+
     /// One `tools/call`; with a sink (and a client that routes progress), the call's progress
     /// goes to the sink until the call returns.
     async fn call_routed(
@@ -562,6 +596,12 @@ fn cancelled(name: &str) -> ToolResult {
         format!("The call to `{name}` was cancelled before it finished."),
     )
 }
+
+/// The most `tools/list` pages a surface reads (see [`McpSurface`]'s listing).
+pub const MAX_TOOL_LIST_PAGES: usize = 100;
+
+/// How long a surface waits for one `tools/list` page.
+const LIST_PAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How long sending a call's cancellation may take before the call returns anyway.
 const CANCEL_NOTICE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);

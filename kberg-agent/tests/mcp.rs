@@ -16,8 +16,8 @@
 use std::time::Duration;
 
 use kberg_agent::{
-    Agent, AgentConfig, AgentEvent, CallOutcome, LocalSurface, McpSurface, Message, RunOutcome,
-    ScriptedProvider, StopReason, ToolSurface,
+    Agent, AgentConfig, AgentEvent, CallOutcome, LocalSurface, MAX_TOOL_LIST_PAGES, McpSurface,
+    Message, RunOutcome, ScriptedProvider, StopReason, SurfaceError, ToolSurface,
 };
 use kberg_core::{
     Caller, ErrorCode, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability,
@@ -635,6 +635,92 @@ async fn progress_server(
         }
     }
     seen
+}
+
+/// A scripted MCP server on an in-memory pipe whose `tools/list` misbehaves: `endless` answers
+/// every page with a new cursor, `repeating` always with the same one, `silent` never answers.
+/// It returns how many `tools/list` requests it read once the client has gone.
+async fn listing_server(io: tokio::io::DuplexStream, how: &'static str) -> usize {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (read, mut write) = tokio::io::split(io);
+    let mut lines = tokio::io::BufReader::new(read).lines();
+    let mut pages = 0;
+    while let Ok(Some(line)) = lines.next_line().await {
+        let msg: Value = serde_json::from_str(&line).unwrap();
+        let answer = match msg["method"].as_str() {
+            Some("initialize") => json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                "protocolVersion": msg["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "listing", "version": "1"}
+            }}),
+            Some("tools/list") => {
+                pages += 1;
+                let cursor = match how {
+                    "endless" => format!("page-{pages}"),
+                    "repeating" => "again".to_string(),
+                    _ => continue,
+                };
+                json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                    "tools": [{"name": format!("tool_{pages}"), "inputSchema": {"type": "object"}}],
+                    "nextCursor": cursor
+                }})
+            }
+            _ => continue,
+        };
+        write
+            .write_all(format!("{answer}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+    pages
+}
+
+/// The tool listing is bounded: a list that never ends is refused after
+/// [`MAX_TOOL_LIST_PAGES`] pages, one that repeats a cursor at the repeat, both as malformed
+/// answers, so the server can neither hold the run nor grow the list for ever.
+#[tokio::test]
+async fn a_tool_list_that_never_ends_is_refused() {
+    for (how, pages, says) in [
+        (
+            "endless",
+            MAX_TOOL_LIST_PAGES,
+            "did not end after 100 pages",
+        ),
+        ("repeating", 2, "repeats a page cursor"),
+    ] {
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(listing_server(server_io, how));
+        let surface = McpSurface::serve(tokio::io::split(client_io))
+            .await
+            .unwrap();
+        let err = surface.tools().await.unwrap_err();
+        assert!(
+            matches!(&err, SurfaceError::Malformed(m) if m.contains(says)),
+            "{how}: {err}"
+        );
+        drop(surface);
+        assert_eq!(server.await.unwrap(), pages, "{how}");
+    }
+}
+
+/// A `tools/list` the server never answers fails after 30 s (on the paused clock) instead of
+/// holding the run.
+#[tokio::test(start_paused = true)]
+async fn a_tool_list_never_answered_times_out() {
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let server = tokio::spawn(listing_server(server_io, "silent"));
+    let surface = McpSurface::serve(tokio::io::split(client_io))
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let err = surface.tools().await.unwrap_err();
+    assert!(
+        matches!(&err, SurfaceError::Transport(m) if m.contains("within 30 s")),
+        "{err}"
+    );
+    assert_eq!(started.elapsed(), Duration::from_secs(30));
+    drop(surface);
+    assert_eq!(server.await.unwrap(), 1);
 }
 
 /// On the wire: a call made for a run with events carries a progress token of its own (beside
