@@ -15,7 +15,7 @@ use std::time::Duration;
 use kberg_core::{CallOptions, PromptRegistry, ToolOutput, ToolRegistry};
 use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, Backoff, UPSTREAM_INVALID_RESULT, UPSTREAM_TIMEOUT,
-    UpstreamConfig,
+    UpstreamConfig, UpstreamStatus,
 };
 use serde_json::{Value, json};
 
@@ -171,4 +171,46 @@ async fn an_undeclarable_write_capability_is_invalid_capability() {
         .write_rule("raw__*", WriteCapability::new("raw.write", "Write"));
     let agg = Aggregator::start(c, registry).expect("valid");
     agg.shutdown().await;
+}
+
+/// An upstream whose tool list never ends (a new cursor on every page) or repeats a cursor is
+/// not connected: the listing stops at the bound (100 pages) or at the repeat, the status says
+/// why, and none of its tools is registered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_whose_tool_list_never_ends_is_refused() {
+    for (mode, says) in [
+        ("endless", "its tools list did not end after 100 pages"),
+        ("repeating", "its tools list repeats a page cursor"),
+    ] {
+        let registry = ToolRegistry::new();
+        let config = AggregatorConfig::new()
+            .upstream(UpstreamConfig::new(
+                "raw",
+                raw_upstream().env("RAW_LIST_PAGES", mode),
+            ))
+            .backoff(Backoff {
+                initial: Duration::from_secs(5),
+                max: Duration::from_secs(5),
+            });
+        let agg = Aggregator::start(config, registry.clone()).expect("valid");
+        let mut status = agg.status_changes("raw").expect("configured");
+        let reason = tokio::time::timeout(
+            WAIT,
+            status.wait_for(|s| matches!(s, UpstreamStatus::Unavailable { .. })),
+        )
+        .await
+        .expect("refused in time")
+        .expect("the aggregator runs")
+        .clone();
+        let UpstreamStatus::Unavailable { reason } = reason else {
+            unreachable!()
+        };
+        assert!(reason.contains(says), "{mode}: {reason}");
+        let listed: Vec<String> = registry
+            .list(&reader())
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        assert!(listed.is_empty(), "{mode}: {listed:?}");
+    }
 }

@@ -6,6 +6,8 @@ documented result shapes) well enough to be connected to, then misbehaves on pur
 tool, prompt and resource never answer, the `garbage` ones answer a result that is not the
 documented shape, and every `notifications/cancelled` it receives is recorded and reported by
 the `cancelled` tool, so a test can check that an abandoned request was cancelled upstream.
+With `RAW_LIST_PAGES=endless` its tool list never ends (every page names a new cursor), with
+`RAW_LIST_PAGES=repeating` every page names the same cursor.
 """
 import json, os, sys
 
@@ -18,6 +20,7 @@ if os.environ.get("RAW_STDERR_TOKEN"):
     sys.stderr.flush()
 
 cancelled = []
+pages = 0
 PROTOCOL = "2025-11-25"
 
 def send(msg):
@@ -58,6 +61,13 @@ for line in sys.stdin:
         })
     elif method == "ping":
         result(rid, {})
+    elif method == "tools/list" and os.environ.get("RAW_LIST_PAGES"):
+        pages += 1
+        endless = os.environ["RAW_LIST_PAGES"] == "endless"
+        result(rid, {
+            "tools": [{"name": "t%d" % pages, "inputSchema": OBJ}],
+            "nextCursor": "page-%d" % pages if endless else "again",
+        })
     elif method == "tools/list":
         result(rid, {"tools": TOOLS})
     elif method == "tools/call":

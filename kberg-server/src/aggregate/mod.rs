@@ -73,6 +73,7 @@ mod error;
 mod forward;
 mod front;
 mod hook;
+mod pages;
 mod pattern;
 mod prompts;
 mod relay;

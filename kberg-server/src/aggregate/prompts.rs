@@ -33,7 +33,7 @@ pub(super) async fn sync_prompts(
         .peer_info()
         .is_some_and(|i| i.capabilities.prompts.is_some());
     let listed = if offers {
-        match peer.list_all_prompts().await {
+        match super::pages::prompts(peer).await {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(namespace = up.namespace(), error = %e, "listing prompts failed");

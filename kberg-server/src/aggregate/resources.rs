@@ -187,14 +187,14 @@ pub(super) async fn sync_resources(
         .peer_info()
         .is_some_and(|i| i.capabilities.resources.is_some());
     let (listed, listed_templates) = if offers {
-        let listed = match peer.list_all_resources().await {
+        let listed = match super::pages::resources(peer).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(namespace = ns, error = %e, "listing resources failed");
                 return;
             }
         };
-        let templates = match peer.list_all_resource_templates().await {
+        let templates = match super::pages::templates(peer).await {
             Ok(t) => t,
             Err(e) => {
                 tracing::warn!(namespace = ns, error = %e, "listing resource templates failed");

@@ -47,7 +47,7 @@ pub(super) async fn sync_tools(
     if let Some(resources) = &shared.resources {
         sync_resources(resources, up, peer).await;
     }
-    let tools = peer.list_all_tools().await?;
+    let tools = super::pages::tools(peer).await?;
     let mut wanted: BTreeMap<String, ToolSpec> = BTreeMap::new();
     let mut remote_of: BTreeMap<String, String> = BTreeMap::new();
     let mut skipped = Vec::new();
