@@ -67,7 +67,10 @@ pub use message::{
     ToolDefinition, Usage,
 };
 pub use outcome::{AgentEvent, CallOutcome, CallRecord, Interventions, RunOutcome, StopReason};
-pub use progress::{MAX_PROGRESS_MESSAGE_CHARS, ProgressReport, ProgressSink};
+pub use progress::{
+    MAX_PROGRESS_MESSAGE_CHARS, PROGRESS_REPORT_BURST, PROGRESS_REPORT_INTERVAL, ProgressReport,
+    ProgressSink,
+};
 pub use provider::{
     ChatDelta, ChatStream, InferenceProvider, ProviderError, StreamAssembler, collect_stream,
     parse_arguments, response_to_deltas,

@@ -88,13 +88,48 @@ struct SinkState {
     progress: Mutex<Passed>,
 }
 
+/// The most reports a sink passes on at once ([`ProgressSink::report`]); after that, one per
+/// [`PROGRESS_REPORT_INTERVAL`].
+pub const PROGRESS_REPORT_BURST: u32 = 20;
+
+/// How often a sink that has used its burst passes a report on: ten a second.
+pub const PROGRESS_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// What a sink has passed on so far.
 #[derive(Debug, Default, Clone, Copy)]
 struct Passed {
     last: Option<f64>,
     closed: bool,
+    /// Reports that may still be passed on at once, as of `refilled_at` (a token bucket of
+    /// [`PROGRESS_REPORT_BURST`], one back per [`PROGRESS_REPORT_INTERVAL`]); `None` until the
+    /// first report.
+    budget: Option<(u32, tokio::time::Instant)>,
     /// When the tool last showed a sign of work (a report passed on, or [`ProgressSink::alive`]).
     active_at: Option<tokio::time::Instant>,
+}
+
+impl Passed {
+    /// Takes one report from the budget at `now`, refilled for the time since it was last
+    /// refilled; false when none is left.
+    fn take_budget(&mut self, now: tokio::time::Instant) -> bool {
+        let (left, since) = self.budget.unwrap_or((PROGRESS_REPORT_BURST, now));
+        let earned =
+            now.saturating_duration_since(since).as_nanos() / PROGRESS_REPORT_INTERVAL.as_nanos();
+        let earned = u32::try_from(earned).unwrap_or(u32::MAX);
+        let left = left.saturating_add(earned).min(PROGRESS_REPORT_BURST);
+        // A refill moves the clock on by the intervals it paid for, keeping the rest.
+        let since = if left == PROGRESS_REPORT_BURST {
+            now
+        } else {
+            since + PROGRESS_REPORT_INTERVAL * earned
+        };
+        if left == 0 {
+            self.budget = Some((0, since));
+            return false;
+        }
+        self.budget = Some((left - 1, since));
+        true
+    }
 }
 
 impl std::fmt::Debug for ProgressSink {
@@ -127,8 +162,14 @@ impl ProgressSink {
     }
 
     /// Passes `report` on if the sink is open and its `progress` is a finite number greater
-    /// than the last one passed on; says whether it did. A total that is not a finite number is
-    /// dropped from the report, and a message longer than [`MAX_PROGRESS_MESSAGE_CHARS`] is cut.
+    /// than the last one; says whether it did. A total that is not a finite number is dropped
+    /// from the report, and a message longer than [`MAX_PROGRESS_MESSAGE_CHARS`] is cut.
+    ///
+    /// The rate is bounded, so a tool that floods reports cannot flood the app (whose events
+    /// wait in an unbounded channel until it reads them): after [`PROGRESS_REPORT_BURST`]
+    /// reports, one per [`PROGRESS_REPORT_INTERVAL`] is passed on. A report held back that way
+    /// still counts as the last figure and as a sign of work
+    /// ([`ProgressSink::last_active`]), and the next one passed on carries the newer figure.
     pub fn report(&self, mut report: ProgressReport) -> bool {
         if !report.progress.is_finite() {
             return false;
@@ -143,8 +184,12 @@ impl ProgressSink {
         if passed.closed || passed.last.is_some_and(|l| report.progress <= l) {
             return false;
         }
+        let now = tokio::time::Instant::now();
         passed.last = Some(report.progress);
-        passed.active_at = Some(tokio::time::Instant::now());
+        passed.active_at = Some(now);
+        if !passed.take_budget(now) {
+            return false;
+        }
         (self.inner.deliver)(report);
         true
     }
@@ -279,6 +324,38 @@ mod tests {
             sink.last_active(),
             Some(t0 + std::time::Duration::from_secs(5))
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_of_reports_is_passed_on_at_a_bounded_rate() {
+        let (sink, seen) = collecting();
+        for i in 1..=100 {
+            sink.report(ProgressReport::new(f64::from(i)));
+        }
+        let figures = |seen: &Mutex<Vec<ProgressReport>>| -> Vec<f64> {
+            seen.lock().unwrap().iter().map(|r| r.progress).collect()
+        };
+        let burst: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(figures(&seen), burst);
+        // Held back, the flood still moved the last figure: 100 does not advance on it.
+        assert!(!sink.report(ProgressReport::new(100.0)));
+        // One interval later one report passes, with the newest figure; the next waits again.
+        tokio::time::advance(PROGRESS_REPORT_INTERVAL).await;
+        assert!(sink.report(ProgressReport::new(101.0)));
+        assert!(!sink.report(ProgressReport::new(102.0)));
+        // After a quiet second, ten pass at once.
+        tokio::time::advance(std::time::Duration::from_secs(1)).await;
+        let passed = (103..=130)
+            .filter(|i| sink.report(ProgressReport::new(f64::from(*i))))
+            .count();
+        assert_eq!(passed, 10);
+        // And after a long pause, the whole burst again, not more.
+        tokio::time::advance(std::time::Duration::from_secs(60)).await;
+        let passed = (131..=200)
+            .filter(|i| sink.report(ProgressReport::new(f64::from(*i))))
+            .count();
+        assert_eq!(passed, PROGRESS_REPORT_BURST as usize);
+        assert_eq!(seen.lock().unwrap().len(), 20 + 1 + 10 + 20);
     }
 
     #[test]
