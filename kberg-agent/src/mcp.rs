@@ -723,12 +723,19 @@ impl McpSurface {
         }
     }
 
-    /// Cancels a task, best effort.
+    /// Cancels a task, best effort, waiting at most [`CANCEL_NOTICE_WAIT`] for the server's
+    /// answer (a server that does not answer must not hold the cancelled call).
     async fn cancel_task(&self, id: &str) {
         let mut params = CancelTaskParams::new(id.to_string());
         params.meta = Some(tasks_meta());
-        if let Err(e) = self.client.peer().cancel_task(params).await {
-            tracing::debug!(task = id, error = %e, "the task was not cancelled");
+        let peer = self.client.peer();
+        match tokio::time::timeout(CANCEL_NOTICE_WAIT, peer.cancel_task(params)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::debug!(task = id, error = %e, "the task was not cancelled"),
+            Err(_) => tracing::debug!(
+                task = id,
+                "the task's cancellation was not answered in time"
+            ),
         }
     }
 }

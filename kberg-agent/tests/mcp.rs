@@ -723,6 +723,78 @@ async fn a_tool_list_never_answered_times_out() {
     assert_eq!(server.await.unwrap(), 1);
 }
 
+/// A scripted MCP server on an in-memory pipe that answers `tools/call` with a task, then
+/// answers nothing more: neither `tasks/get` nor `tasks/cancel`. It tells `polled` when the
+/// first `tasks/get` arrives, and returns the methods it read once the client has gone.
+async fn mute_task_server(
+    io: tokio::io::DuplexStream,
+    polled: tokio::sync::mpsc::UnboundedSender<()>,
+) -> Vec<String> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (read, mut write) = tokio::io::split(io);
+    let mut lines = tokio::io::BufReader::new(read).lines();
+    let mut seen = Vec::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let msg: Value = serde_json::from_str(&line).unwrap();
+        let method = msg["method"].as_str().unwrap_or_default().to_string();
+        let answer = match method.as_str() {
+            "initialize" => Some(json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                "protocolVersion": msg["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "mute", "version": "1"}
+            }})),
+            "tools/call" => Some(json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                "resultType": "task", "taskId": "t-1", "status": "working",
+                "createdAt": "2026-12-05T00:00:00Z", "lastUpdatedAt": "2026-12-05T00:00:00Z",
+                "ttlMs": null, "pollIntervalMs": 1000
+            }})),
+            "tasks/get" => {
+                let _ = polled.send(());
+                None
+            }
+            _ => None,
+        };
+        seen.push(method);
+        if let Some(answer) = answer {
+            write
+                .write_all(format!("{answer}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+    }
+    seen
+}
+
+/// Cancelling a call whose task the server neither reports on nor cancels returns `cancelled`
+/// once `tasks/cancel` has waited its 2 s (on the paused clock), instead of holding the call.
+#[tokio::test(start_paused = true)]
+async fn a_task_cancel_the_server_never_answers_does_not_hold_the_call() {
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (polled_tx, mut polled) = tokio::sync::mpsc::unbounded_channel();
+    let server = tokio::spawn(mute_task_server(server_io, polled_tx));
+    let surface = McpSurface::serve(tokio::io::split(client_io))
+        .await
+        .unwrap();
+    let cancel = CancellationToken::new();
+    let call = {
+        let cancel = cancel.clone();
+        async move { surface.call("index", json!({}), cancel).await }
+    };
+    let call = tokio::spawn(call);
+    polled.recv().await.expect("the task was polled");
+    let cancelled_at = tokio::time::Instant::now();
+    cancel.cancel();
+    let result = tokio::time::timeout(Duration::from_secs(60), call)
+        .await
+        .expect("the cancelled call returns")
+        .unwrap()
+        .unwrap();
+    assert_eq!(result.code, Some(ErrorCode::Cancelled), "{result:?}");
+    assert_eq!(cancelled_at.elapsed(), Duration::from_secs(2));
+    let seen = server.await.unwrap();
+    assert!(seen.iter().any(|m| m == "tasks/cancel"), "{seen:?}");
+}
+
 /// On the wire: a call made for a run with events carries a progress token of its own (beside
 /// the tasks extension), and only the reports for that token that advance reach the events; a
 /// malformed report neither reaches them nor breaks the session.
