@@ -208,6 +208,39 @@ async fn cancellation_mid_tool_over_http() {
     );
 }
 
+/// Runs a scripted MCP server on an in-memory pipe: each message the client sends is handed to
+/// `answer`, and what it returns is written back as one line. Returns every message read, once
+/// the client has gone.
+async fn scripted_pipe(
+    io: tokio::io::DuplexStream,
+    mut answer: impl FnMut(&Value) -> Option<Value>,
+) -> Vec<Value> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (read, mut write) = tokio::io::split(io);
+    let mut lines = tokio::io::BufReader::new(read).lines();
+    let mut seen = Vec::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let msg: Value = serde_json::from_str(&line).unwrap();
+        if let Some(answer) = answer(&msg) {
+            write
+                .write_all(format!("{answer}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+        seen.push(msg);
+    }
+    seen
+}
+
+/// The answer to `initialize` of a scripted server named `name` that offers tools.
+fn initialized(msg: &Value, name: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
+        "protocolVersion": msg["params"]["protocolVersion"],
+        "capabilities": {"tools": {}},
+        "serverInfo": {"name": name, "version": "1"}
+    }})
+}
+
 /// A scripted MCP server on an in-memory pipe: answers `initialize` and `tools/list` (one tool,
 /// `wait`), never answers `tools/call` (it signals `called` instead), signals `cancelled` when
 /// it is told a request was cancelled, refuses anything else, and returns every message it
@@ -217,20 +250,11 @@ async fn silent_server(
     called: tokio::sync::oneshot::Sender<()>,
     cancelled: tokio::sync::oneshot::Sender<()>,
 ) -> Vec<Value> {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    let (read, mut write) = tokio::io::split(io);
-    let mut lines = tokio::io::BufReader::new(read).lines();
     let mut called = Some(called);
     let mut cancelled = Some(cancelled);
-    let mut seen = Vec::new();
-    while let Ok(Some(line)) = lines.next_line().await {
-        let msg: Value = serde_json::from_str(&line).unwrap();
+    scripted_pipe(io, |msg| {
         let result = match msg["method"].as_str() {
-            Some("initialize") => Some(json!({
-                "protocolVersion": msg["params"]["protocolVersion"],
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "silent", "version": "1"}
-            })),
+            Some("initialize") => return Some(initialized(msg, "silent")),
             Some("tools/list") => Some(json!({
                 "tools": [{"name": "wait", "inputSchema": {"type": "object"}}]
             })),
@@ -248,23 +272,16 @@ async fn silent_server(
             }
             _ => None,
         };
-        let answer = match (msg.get("id"), result) {
+        match (msg.get("id"), result) {
             (Some(id), Some(result)) => Some(json!({"jsonrpc": "2.0", "id": id, "result": result})),
             (Some(id), None) if msg["method"] != "tools/call" => Some(json!({
                 "jsonrpc": "2.0", "id": id,
                 "error": {"code": -32601, "message": "not served here"}
             })),
             _ => None,
-        };
-        seen.push(msg);
-        if let Some(answer) = answer {
-            write
-                .write_all(format!("{answer}\n").as_bytes())
-                .await
-                .unwrap();
         }
-    }
-    seen
+    })
+    .await
 }
 
 /// A surface connected to [`silent_server`], with the server's task and signals.
@@ -641,38 +658,27 @@ async fn progress_server(
 /// every page with a new cursor, `repeating` always with the same one, `silent` never answers.
 /// It returns how many `tools/list` requests it read once the client has gone.
 async fn listing_server(io: tokio::io::DuplexStream, how: &'static str) -> usize {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    let (read, mut write) = tokio::io::split(io);
-    let mut lines = tokio::io::BufReader::new(read).lines();
     let mut pages = 0;
-    while let Ok(Some(line)) = lines.next_line().await {
-        let msg: Value = serde_json::from_str(&line).unwrap();
-        let answer = match msg["method"].as_str() {
-            Some("initialize") => json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
-                "protocolVersion": msg["params"]["protocolVersion"],
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "listing", "version": "1"}
-            }}),
-            Some("tools/list") => {
-                pages += 1;
-                let cursor = match how {
-                    "endless" => format!("page-{pages}"),
-                    "repeating" => "again".to_string(),
-                    _ => continue,
-                };
-                json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
-                    "tools": [{"name": format!("tool_{pages}"), "inputSchema": {"type": "object"}}],
-                    "nextCursor": cursor
-                }})
-            }
-            _ => continue,
-        };
-        write
-            .write_all(format!("{answer}\n").as_bytes())
-            .await
-            .unwrap();
-    }
-    pages
+    scripted_pipe(io, |msg| match msg["method"].as_str() {
+        Some("initialize") => Some(initialized(msg, "listing")),
+        Some("tools/list") => {
+            pages += 1;
+            let cursor = match how {
+                "endless" => format!("page-{pages}"),
+                "repeating" => "again".to_string(),
+                _ => return None,
+            };
+            Some(json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                "tools": [{"name": format!("tool_{pages}"), "inputSchema": {"type": "object"}}],
+                "nextCursor": cursor
+            }}))
+        }
+        _ => None,
+    })
+    .await
+    .iter()
+    .filter(|m| m["method"] == "tools/list")
+    .count()
 }
 
 /// The tool listing is bounded: a list that never ends is refused after
@@ -730,39 +736,23 @@ async fn mute_task_server(
     io: tokio::io::DuplexStream,
     polled: tokio::sync::mpsc::UnboundedSender<()>,
 ) -> Vec<String> {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    let (read, mut write) = tokio::io::split(io);
-    let mut lines = tokio::io::BufReader::new(read).lines();
-    let mut seen = Vec::new();
-    while let Ok(Some(line)) = lines.next_line().await {
-        let msg: Value = serde_json::from_str(&line).unwrap();
-        let method = msg["method"].as_str().unwrap_or_default().to_string();
-        let answer = match method.as_str() {
-            "initialize" => Some(json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
-                "protocolVersion": msg["params"]["protocolVersion"],
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "mute", "version": "1"}
-            }})),
-            "tools/call" => Some(json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
-                "resultType": "task", "taskId": "t-1", "status": "working",
-                "createdAt": "2026-12-05T00:00:00Z", "lastUpdatedAt": "2026-12-05T00:00:00Z",
-                "ttlMs": null, "pollIntervalMs": 1000
-            }})),
-            "tasks/get" => {
-                let _ = polled.send(());
-                None
-            }
-            _ => None,
-        };
-        seen.push(method);
-        if let Some(answer) = answer {
-            write
-                .write_all(format!("{answer}\n").as_bytes())
-                .await
-                .unwrap();
+    scripted_pipe(io, |msg| match msg["method"].as_str() {
+        Some("initialize") => Some(initialized(msg, "mute")),
+        Some("tools/call") => Some(json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
+            "resultType": "task", "taskId": "t-1", "status": "working",
+            "createdAt": "2026-12-05T00:00:00Z", "lastUpdatedAt": "2026-12-05T00:00:00Z",
+            "ttlMs": null, "pollIntervalMs": 1000
+        }})),
+        Some("tasks/get") => {
+            let _ = polled.send(());
+            None
         }
-    }
-    seen
+        _ => None,
+    })
+    .await
+    .iter()
+    .filter_map(|m| m["method"].as_str().map(str::to_string))
+    .collect()
 }
 
 /// Cancelling a call whose task the server neither reports on nor cancels returns `cancelled`
