@@ -1,7 +1,8 @@
 //! Progress of long work (indexing a repository), and the listeners that show it.
 //!
 //! [`ProgressEvent`]s carry a `fraction()` and a `message()`, which is all a progress bar needs:
-//! the MCP tool turns them into `notifications/progress`, [`LineProgress`] writes plain lines for
+//! the MCP tool turns them into `notifications/progress` (with `mcp_progress()`, whose figure
+//! grows with every report as MCP requires), [`LineProgress`] writes plain lines for
 //! a pipe or a log, and a command line draws a bar on a terminal with a bar library (the `bridle`
 //! binary uses indicatif's `ProgressBar::set_position` / `set_message`) by implementing
 //! [`Progress`] in a few lines. The library itself draws no terminal escapes.
@@ -47,6 +48,22 @@ impl ProgressEvent {
             ProgressEvent::Chunked { chunks, .. } => (0.0, Some(*chunks as f64)),
             ProgressEvent::Embedded { done, total } => (*done as f64, Some(*total as f64)),
             ProgressEvent::Storing { chunks } => (*chunks as f64, Some(*chunks as f64)),
+        }
+    }
+
+    /// `(progress, total)` for an MCP `notifications/progress`, whose `progress` must grow with
+    /// each report of a call: the steps around the chunks count one each, so a refresh's
+    /// reports run fetching 0, chunked 1, embedded 1 + done, storing chunks + 2, out of
+    /// chunks + 2. ([`ProgressEvent::fraction`] counts chunks only, for a bar, and repeats a
+    /// figure from one step to the next.)
+    pub fn mcp_progress(&self) -> (f64, Option<f64>) {
+        match self {
+            ProgressEvent::Fetching { .. } => (0.0, None),
+            ProgressEvent::Chunked { chunks, .. } => (1.0, Some(*chunks as f64 + 2.0)),
+            ProgressEvent::Embedded { done, total } => {
+                (*done as f64 + 1.0, Some(*total as f64 + 2.0))
+            }
+            ProgressEvent::Storing { chunks } => (*chunks as f64 + 2.0, Some(*chunks as f64 + 2.0)),
         }
     }
 
@@ -122,6 +139,25 @@ impl<W: std::io::Write + Send> Progress for LineProgress<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refresh's events give MCP figures that grow with every report, ending at the total.
+    #[test]
+    fn mcp_figures_grow_with_every_step() {
+        let mut events = vec![
+            ProgressEvent::Fetching { source: "r".into() },
+            ProgressEvent::Chunked {
+                files: 3,
+                chunks: 4,
+            },
+        ];
+        events.extend((1..=4).map(|done| ProgressEvent::Embedded { done, total: 4 }));
+        events.push(ProgressEvent::Storing { chunks: 4 });
+        let figures: Vec<(f64, Option<f64>)> =
+            events.iter().map(ProgressEvent::mcp_progress).collect();
+        assert!(figures.windows(2).all(|w| w[1].0 > w[0].0), "{figures:?}");
+        assert_eq!(figures.last(), Some(&(6.0, Some(6.0))));
+        assert!(figures[1..].iter().all(|(_, total)| *total == Some(6.0)));
+    }
 
     #[tokio::test]
     async fn lines_have_no_escapes_and_thin_out_embedding_steps() {

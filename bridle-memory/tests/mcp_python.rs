@@ -168,6 +168,14 @@ async fn run(embedder: Arc<dyn Embedder>, queries: Value, want: &[&str]) {
         "progress notifications reached the client: {}",
         r["progress"]
     );
+    // Each report's figure exceeds the one before, as MCP requires.
+    let figures: Vec<f64> = r["progress"]
+        .as_array()
+        .expect("progress")
+        .iter()
+        .map(|p| p[0].as_f64().expect("a number"))
+        .collect();
+    assert!(figures.windows(2).all(|w| w[1] > w[0]), "{figures:?}");
     assert_eq!(r["unknown_tag"]["is_error"], json!(true));
     assert_eq!(r["unknown_tag"]["structured"]["code"], json!("unknown_tag"));
 }

@@ -425,6 +425,12 @@ async fn the_tools_pass_the_gate() {
         sent.iter()
             .all(|(m, p)| m == "notifications/progress" && p["progressToken"] == json!("tok-1"))
     );
+    // MCP: each report's figure exceeds the one before.
+    let figures: Vec<f64> = sent
+        .iter()
+        .map(|(_, p)| p["progress"].as_f64().expect("a number"))
+        .collect();
+    assert!(figures.windows(2).all(|w| w[1] > w[0]), "{figures:?}");
     assert_eq!(
         listener.0.lock().expect("lock").len(),
         1,

@@ -98,13 +98,34 @@ pub struct ToolContext {
 /// token, `_meta`, client info) and the gate adds its own (scope, ticket) when the box becomes
 /// the [`ToolContext`]'s. Shared by the clones of the options and of the context; a change to a
 /// shared box copies it first (`Arc::make_mut`).
-#[derive(Clone, Default)]
+#[derive(Default)]
 struct CallDetails {
     progress_token: Option<Value>,
     meta: Option<Value>,
     client: Option<ClientInfo>,
     scope: Option<String>,
     ticket: Option<String>,
+    /// The last progress figure sent for this call ([`ToolContext::progress`]), shared by the
+    /// context's clones, so that every report sent advances on the one before.
+    progress_sent: std::sync::Mutex<Option<f64>>,
+}
+
+impl Clone for CallDetails {
+    fn clone(&self) -> Self {
+        Self {
+            progress_token: self.progress_token.clone(),
+            meta: self.meta.clone(),
+            client: self.client.clone(),
+            scope: self.scope.clone(),
+            ticket: self.ticket.clone(),
+            progress_sent: std::sync::Mutex::new(*lock_progress(&self.progress_sent)),
+        }
+    }
+}
+
+/// The last progress figure sent; a plain `Option<f64>`, consistent after any panic.
+fn lock_progress(m: &std::sync::Mutex<Option<f64>>) -> std::sync::MutexGuard<'_, Option<f64>> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// What the gate learned about a call on the way in (phase, scope, ticket) and the app's handle
@@ -417,18 +438,34 @@ impl ToolContext {
     }
 
     /// Reports progress, if the client asked for it (sent a progress token). A no-op otherwise.
+    ///
+    /// What goes on the wire keeps the MCP rule that each report's `progress` exceeds the one
+    /// before: a report whose figure does not advance on the last one sent for this call (by
+    /// this context or a clone of it), or is not a finite number, is not sent, and a total that
+    /// is not a finite number is left out. Neither is an error: the tool goes on.
     pub async fn progress(
         &self,
         progress: f64,
         total: Option<f64>,
         message: Option<&str>,
     ) -> Result<(), PeerError> {
-        let (Some(peer), Some(token)) = (&self.peer, self.progress_token()) else {
+        let (Some(peer), Some(details)) = (&self.peer, self.details.as_deref()) else {
             return Ok(());
         };
+        let Some(token) = &details.progress_token else {
+            return Ok(());
+        };
+        {
+            let mut sent = lock_progress(&details.progress_sent);
+            if !progress.is_finite() || sent.is_some_and(|last| progress <= last) {
+                tracing::debug!(progress, last = ?*sent, "a progress report that does not advance was not sent");
+                return Ok(());
+            }
+            *sent = Some(progress);
+        }
         let mut params = json!({"progressToken": token, "progress": progress});
         let obj = params.as_object_mut().expect("json! object literal");
-        if let Some(t) = total {
+        if let Some(t) = total.filter(|t| t.is_finite()) {
             obj.insert("total".into(), json!(t));
         }
         if let Some(m) = message {
@@ -666,6 +703,41 @@ mod tests {
                 "notifications/progress".to_string(),
                 json!({"progressToken": "tok", "progress": 1.0, "total": 2.0, "message": "half"})
             )]
+        );
+    }
+
+    /// Only reports that advance, with finite figures, go on the wire, whichever clone of the
+    /// context sends them (the aggregator relays an upstream's progress through a clone).
+    #[tokio::test]
+    async fn only_advancing_finite_progress_goes_out() {
+        let peer = Arc::new(Recorder::default());
+        let opts = CallOptions::default()
+            .with_peer(Arc::clone(&peer) as Arc<dyn ClientPeer>)
+            .with_progress_token(json!("tok"));
+        let ctx = ToolContext::for_call(caller(), opts, CallExtras::default());
+        let relay = ctx.clone();
+        ctx.progress(1.0, None, None).await.unwrap();
+        relay.progress(1.0, None, None).await.unwrap();
+        ctx.progress(0.5, None, None).await.unwrap();
+        ctx.progress(f64::NAN, None, None).await.unwrap();
+        relay.progress(f64::INFINITY, None, None).await.unwrap();
+        relay.progress(2.0, Some(f64::NAN), None).await.unwrap();
+        ctx.progress(2.0, None, None).await.unwrap();
+        ctx.progress(3.0, Some(4.0), None).await.unwrap();
+        let sent: Vec<Value> = peer
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, p)| p.clone())
+            .collect();
+        assert_eq!(
+            sent,
+            vec![
+                json!({"progressToken": "tok", "progress": 1.0}),
+                json!({"progressToken": "tok", "progress": 2.0}),
+                json!({"progressToken": "tok", "progress": 3.0, "total": 4.0}),
+            ]
         );
     }
 }

@@ -72,7 +72,7 @@ impl Progress for RunProgress<'_> {
         if let Some(l) = self.listener {
             l.progress(self.tag, &event).await;
         }
-        let (done, total) = event.fraction();
+        let (done, total) = event.mcp_progress();
         if let Err(e) = self.ctx.progress(done, total, Some(&event.message())).await {
             tracing::debug!(error = %e, "progress notification not delivered");
         }
