@@ -100,9 +100,9 @@ pub const PROGRESS_REPORT_INTERVAL: std::time::Duration = std::time::Duration::f
 struct Passed {
     last: Option<f64>,
     closed: bool,
-    /// Reports that may still be passed on at once, as of `refilled_at` (a token bucket of
-    /// [`PROGRESS_REPORT_BURST`], one back per [`PROGRESS_REPORT_INTERVAL`]); `None` until the
-    /// first report.
+    /// Reports that may still be passed on at once, and the instant they were counted at (a
+    /// token bucket of [`PROGRESS_REPORT_BURST`], one back per [`PROGRESS_REPORT_INTERVAL`]);
+    /// `None` until the first report.
     budget: Option<(u32, tokio::time::Instant)>,
     /// When the tool last showed a sign of work (a report passed on, or [`ProgressSink::alive`]).
     active_at: Option<tokio::time::Instant>,
@@ -154,7 +154,7 @@ impl ProgressSink {
     }
 
     fn passed(&self) -> std::sync::MutexGuard<'_, Passed> {
-        // Two plain fields, consistent after any panic.
+        // Plain values, consistent after any panic.
         self.inner
             .progress
             .lock()
