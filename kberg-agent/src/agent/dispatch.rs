@@ -447,20 +447,16 @@ impl Limits {
             else {
                 return Sent::Answered(call.await);
             };
+            // Reached (a sign of work meanwhile moved the idle deadline on, which this pass
+            // recomputed): the call is cut off.
+            if at <= Instant::now() {
+                break limit;
+            }
             tokio::select! {
                 biased;
                 r = &mut call => return Sent::Answered(r),
                 () = tokio::time::sleep_until(at) => {}
             }
-            // A sign of work while the idle wait ran starts it anew.
-            if let Limit::Idle(i) = limit
-                && sink
-                    .and_then(ProgressSink::last_active)
-                    .is_some_and(|a| a + i > Instant::now())
-            {
-                continue;
-            }
-            break limit;
         };
         cancel.cancel();
         match tokio::time::timeout(WIND_UP, &mut call).await {
