@@ -15,7 +15,7 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use kberg_core::{ClientPeer, PeerError};
+use kberg_core::{ClientPeer, PeerError, RateBudget};
 use serde_json::Value;
 
 /// The longest progress message passed on, in characters; a longer one is cut there (a report
@@ -88,47 +88,30 @@ struct SinkState {
     progress: Mutex<Passed>,
 }
 
-/// The most reports a sink passes on at once ([`ProgressSink::report`]); after that, one per
-/// [`PROGRESS_REPORT_INTERVAL`].
-pub const PROGRESS_REPORT_BURST: u32 = 20;
-
-/// How often a sink that has used its burst passes a report on: ten a second.
-pub const PROGRESS_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+// The bound of a sink's rate (`ProgressSink::report`): the same one a tool's
+// `ToolContext::progress` keeps on the wire.
+pub use kberg_core::{PROGRESS_REPORT_BURST, PROGRESS_REPORT_INTERVAL};
 
 /// What a sink has passed on so far.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 struct Passed {
     last: Option<f64>,
     closed: bool,
-    /// Reports that may still be passed on at once, and the instant they were counted at (a
-    /// token bucket of [`PROGRESS_REPORT_BURST`], one back per [`PROGRESS_REPORT_INTERVAL`]);
-    /// `None` until the first report.
-    budget: Option<(u32, tokio::time::Instant)>,
+    /// The rate bound: [`PROGRESS_REPORT_BURST`] at once, one back per
+    /// [`PROGRESS_REPORT_INTERVAL`].
+    budget: RateBudget,
     /// When the tool last showed a sign of work (a report passed on, or [`ProgressSink::alive`]).
     active_at: Option<tokio::time::Instant>,
 }
 
-impl Passed {
-    /// Takes one report from the budget at `now`, refilled for the time since it was last
-    /// refilled; false when none is left.
-    fn take_budget(&mut self, now: tokio::time::Instant) -> bool {
-        let (left, since) = self.budget.unwrap_or((PROGRESS_REPORT_BURST, now));
-        let earned =
-            now.saturating_duration_since(since).as_nanos() / PROGRESS_REPORT_INTERVAL.as_nanos();
-        let earned = u32::try_from(earned).unwrap_or(u32::MAX);
-        let left = left.saturating_add(earned).min(PROGRESS_REPORT_BURST);
-        // A refill moves the clock on by the intervals it paid for, keeping the rest.
-        let since = if left == PROGRESS_REPORT_BURST {
-            now
-        } else {
-            since + PROGRESS_REPORT_INTERVAL * earned
-        };
-        if left == 0 {
-            self.budget = Some((0, since));
-            return false;
+impl Default for Passed {
+    fn default() -> Self {
+        Self {
+            last: None,
+            closed: false,
+            budget: RateBudget::progress(),
+            active_at: None,
         }
-        self.budget = Some((left - 1, since));
-        true
     }
 }
 
@@ -187,7 +170,7 @@ impl ProgressSink {
         let now = tokio::time::Instant::now();
         passed.last = Some(report.progress);
         passed.active_at = Some(now);
-        if !passed.take_budget(now) {
+        if !passed.budget.take(now) {
             return false;
         }
         (self.inner.deliver)(report);

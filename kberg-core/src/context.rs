@@ -18,6 +18,7 @@ use crate::handle::{HandleCodec, HandleError, HandleKind};
 use crate::origin::{CallOrigin, ClientInfo};
 use crate::preview::CallPhase;
 use crate::principal::Caller;
+use crate::rate::RateBudget;
 
 /// Why a request to the client did not produce an answer.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -105,9 +106,26 @@ struct CallDetails {
     client: Option<ClientInfo>,
     scope: Option<String>,
     ticket: Option<String>,
-    /// The last progress figure sent for this call ([`ToolContext::progress`]), shared by the
-    /// context's clones, so that every report sent advances on the one before.
-    progress_sent: std::sync::Mutex<Option<f64>>,
+    /// The progress reports sent for this call so far ([`ToolContext::progress`]), shared by
+    /// the context's clones, so that every report sent advances on the one before and their
+    /// rate stays bounded.
+    progress_sent: std::sync::Mutex<ProgressSent>,
+}
+
+/// What [`ToolContext::progress`] has sent for one call: the last figure and the rate budget.
+#[derive(Debug, Clone, Copy)]
+struct ProgressSent {
+    last: Option<f64>,
+    budget: RateBudget,
+}
+
+impl Default for ProgressSent {
+    fn default() -> Self {
+        Self {
+            last: None,
+            budget: RateBudget::progress(),
+        }
+    }
 }
 
 impl Clone for CallDetails {
@@ -123,8 +141,8 @@ impl Clone for CallDetails {
     }
 }
 
-/// The last progress figure sent; a plain `Option<f64>`, consistent after any panic.
-fn lock_progress(m: &std::sync::Mutex<Option<f64>>) -> std::sync::MutexGuard<'_, Option<f64>> {
+/// What was sent; plain values, consistent after any panic.
+fn lock_progress(m: &std::sync::Mutex<ProgressSent>) -> std::sync::MutexGuard<'_, ProgressSent> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -442,7 +460,11 @@ impl ToolContext {
     /// What goes on the wire keeps the MCP rule that each report's `progress` exceeds the one
     /// before: a report whose figure does not advance on the last one sent for this call (by
     /// this context or a clone of it), or is not a finite number, is not sent, and a total that
-    /// is not a finite number is left out. Neither is an error: the tool goes on.
+    /// is not a finite number is left out. The rate is bounded too, as the specification asks:
+    /// after [`PROGRESS_REPORT_BURST`](crate::PROGRESS_REPORT_BURST) reports, one per
+    /// [`PROGRESS_REPORT_INTERVAL`](crate::PROGRESS_REPORT_INTERVAL) is sent and the others
+    /// are left out (a later one carries the newer figure). None of this is an error: the tool
+    /// goes on.
     pub async fn progress(
         &self,
         progress: f64,
@@ -457,11 +479,18 @@ impl ToolContext {
         };
         {
             let mut sent = lock_progress(&details.progress_sent);
-            if !progress.is_finite() || sent.is_some_and(|last| progress <= last) {
-                tracing::debug!(progress, last = ?*sent, "a progress report that does not advance was not sent");
+            if !progress.is_finite() || sent.last.is_some_and(|last| progress <= last) {
+                tracing::debug!(progress, last = ?sent.last, "a progress report that does not advance was not sent");
                 return Ok(());
             }
-            *sent = Some(progress);
+            if !sent.budget.take(tokio::time::Instant::now()) {
+                tracing::trace!(
+                    progress,
+                    "a progress report over the rate bound was not sent"
+                );
+                return Ok(());
+            }
+            sent.last = Some(progress);
         }
         let mut params = json!({"progressToken": token, "progress": progress});
         let obj = params.as_object_mut().expect("json! object literal");
@@ -739,5 +768,48 @@ mod tests {
                 json!({"progressToken": "tok", "progress": 3.0, "total": 4.0}),
             ]
         );
+    }
+
+    /// A tool that floods reports sends its burst, then one per interval, from all its clones
+    /// together; the reports left out are not sent late, and the figures still grow.
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_of_progress_is_bounded_in_rate() {
+        use crate::rate::{PROGRESS_REPORT_BURST, PROGRESS_REPORT_INTERVAL};
+        let peer = Arc::new(Recorder::default());
+        let opts = CallOptions::default()
+            .with_peer(Arc::clone(&peer) as Arc<dyn ClientPeer>)
+            .with_progress_token(json!("tok"));
+        let ctx = ToolContext::for_call(caller(), opts, CallExtras::default());
+        let relay = ctx.clone();
+        let figures = || -> Vec<f64> {
+            let sent = peer.0.lock().unwrap();
+            sent.iter()
+                .map(|(_, p)| p["progress"].as_f64().unwrap())
+                .collect()
+        };
+        for i in 0..1_000 {
+            let to = if i % 2 == 0 { &ctx } else { &relay };
+            to.progress(f64::from(i), None, None).await.unwrap();
+        }
+        let burst = usize::try_from(PROGRESS_REPORT_BURST).unwrap();
+        assert_eq!(figures(), (0..burst).map(|i| i as f64).collect::<Vec<_>>());
+        // Ten intervals later, ten more, each carrying the figure of its moment.
+        let mut next = 1_000.0;
+        for _ in 0..10 {
+            tokio::time::advance(PROGRESS_REPORT_INTERVAL).await;
+            for _ in 0..50 {
+                relay.progress(next, None, None).await.unwrap();
+                next += 1.0;
+            }
+        }
+        let all = figures();
+        assert_eq!(all.len(), burst + 10);
+        assert_eq!(
+            all[burst..],
+            (0..10)
+                .map(|k| 1_000.0 + 50.0 * f64::from(k))
+                .collect::<Vec<_>>()
+        );
+        assert!(all.windows(2).all(|w| w[0] < w[1]));
     }
 }

@@ -79,6 +79,7 @@ mod digest;
 mod handle;
 mod origin;
 mod pagination;
+mod rate;
 mod validate;
 
 mod error;
@@ -137,6 +138,7 @@ pub use prompt::{
     PromptArgs, PromptArgument, PromptError, PromptMessage, PromptRegistry, PromptResult,
     PromptSpec, Role,
 };
+pub use rate::{PROGRESS_REPORT_BURST, PROGRESS_REPORT_INTERVAL, RateBudget};
 pub use registry::{ToolRegistry, ToolRegistryBuilder};
 pub use resource::{
     ResourceDescriptor, ResourceError, ResourceEvent, ResourceReader, ResourceRegistry,
