@@ -173,7 +173,9 @@ pub struct AgentConfig {
     /// [`AgentConfig::tool_timeout`], it follows the MCP specification's advice that a client
     /// bound every request it sends. The limits use tokio's timer, so a run with either set
     /// needs a runtime with time enabled (`enable_time` or `enable_all`, as `#[tokio::main]`
-    /// does); on one without, tokio panics at the first call.
+    /// does); on one without, tokio panics at the first call. A limit is checked after the
+    /// call was first polled, as `tokio::time::timeout` does, so a zero limit cuts off every
+    /// call that does not answer at once.
     pub tool_idle_timeout: Option<Duration>,
     /// The longest one tool call may take, whatever it reports (default 10 minutes; `None`: no
     /// limit). Past it the call is cancelled and answered `tool_timeout`.

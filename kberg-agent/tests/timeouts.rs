@@ -206,6 +206,25 @@ async fn without_limits_a_call_takes_as_long_as_it_takes() {
     assert_eq!(c.took, Duration::from_secs(3_600));
 }
 
+/// A zero limit cuts off every call that does not answer when first polled, at once, as
+/// `tokio::time::timeout` does; a call that answers at once stands.
+#[tokio::test(start_paused = true)]
+async fn a_zero_limit_cuts_off_only_a_call_that_does_not_answer_at_once() {
+    for (idle, total) in [(Some(0), None), (None, Some(0)), (Some(0), Some(0))] {
+        let c = crawl(args(0, 1, "finish"), config(idle, total)).await;
+        assert_eq!(c.outcome, CallOutcome::Ok, "{idle:?} {total:?}: {}", c.text);
+        let c = crawl(args(1, 1, "finish"), config(idle, total)).await;
+        assert_eq!(
+            c.outcome,
+            CallOutcome::Failed(ErrorCode::ToolTimeout),
+            "{idle:?} {total:?}: {}",
+            c.text
+        );
+        assert_eq!(c.took, Duration::ZERO);
+        assert!(c.dropped);
+    }
+}
+
 /// A surface whose one tool never answers by itself; once its call is cancelled it answers
 /// `answer_when_cancelled`, or never, when that is `None`.
 struct Stubborn {

@@ -423,7 +423,9 @@ impl Limits {
     /// Awaits `call` within the limits. The idle wait starts anew from each sign of work the
     /// sink saw. Past a limit, `cancel` (the call's own token) fires and the call gets
     /// [`WIND_UP`] to answer: an answer that is a success stands (the tool finished as it was
-    /// cut off), anything else is the timeout.
+    /// cut off), anything else is the timeout. As with `tokio::time::timeout`, the call is
+    /// polled before a limit is checked, so a call that answers at once is never cut off,
+    /// even by a zero limit.
     async fn bound(
         self,
         call: impl Future<Output = Result<ToolResult, SurfaceError>>,
@@ -433,29 +435,33 @@ impl Limits {
         let mut call = std::pin::pin!(call);
         let started = Instant::now();
         let total_at = self.total.map(|t| (started + t, Limit::Total(t)));
-        let hit = loop {
+        // The nearest deadline, the idle one counted from the last sign of work.
+        let deadline = || {
             let idle_at = self.idle.map(|i| {
                 let active = sink
                     .and_then(ProgressSink::last_active)
                     .map_or(started, |a| a.max(started));
                 (active + i, Limit::Idle(i))
             });
-            let Some((at, limit)) = [idle_at, total_at]
+            [idle_at, total_at]
                 .into_iter()
                 .flatten()
                 .min_by_key(|(at, _)| *at)
-            else {
-                return Sent::Answered(call.await);
-            };
-            // Reached (a sign of work meanwhile moved the idle deadline on, which this pass
-            // recomputed): the call is cut off.
-            if at <= Instant::now() {
-                break limit;
-            }
+        };
+        let Some(mut next) = deadline() else {
+            return Sent::Answered(call.await);
+        };
+        let hit = loop {
             tokio::select! {
                 biased;
                 r = &mut call => return Sent::Answered(r),
-                () = tokio::time::sleep_until(at) => {}
+                () = tokio::time::sleep_until(next.0) => {}
+            }
+            // The deadline slept to is reached, unless a sign of work meanwhile moved the idle
+            // one on (the limits are set, so there still is one).
+            next = deadline().unwrap_or(next);
+            if next.0 <= Instant::now() {
+                break next.1;
             }
         };
         cancel.cancel();
