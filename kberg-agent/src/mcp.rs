@@ -603,6 +603,9 @@ pub const MAX_TOOL_LIST_PAGES: usize = 100;
 /// How long a surface waits for one `tools/list` page.
 const LIST_PAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How long a surface waits for the answer to one `tasks/get` poll of a call's task.
+const TASK_POLL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// How long sending a call's cancellation may take before the call returns anyway.
 const CANCEL_NOTICE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -643,8 +646,18 @@ impl McpSurface {
                     tokio::time::sleep(wait).await;
                     let mut params = GetTaskParams::new(id.clone());
                     params.meta = Some(tasks_meta());
-                    self.client.peer().get_task(params).await
+                    tokio::time::timeout(TASK_POLL_TIMEOUT, self.client.peer().get_task(params))
+                        .await
                 } => r,
+            };
+            let Ok(got) = got else {
+                // A server that stopped answering: the call ends, and the task is cancelled in
+                // case it recovers.
+                self.cancel_task(&id).await;
+                return Err(SurfaceError::Transport(format!(
+                    "the server did not answer `tasks/get` for the task of `{name}` within {} s",
+                    TASK_POLL_TIMEOUT.as_secs()
+                )));
             };
             let detailed = match got {
                 Ok(r) => r.task,

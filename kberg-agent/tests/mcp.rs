@@ -785,6 +785,42 @@ async fn a_task_cancel_the_server_never_answers_does_not_hold_the_call() {
     assert!(seen.iter().any(|m| m == "tasks/cancel"), "{seen:?}");
 }
 
+/// A call whose task the server stops answering polls for ends once one `tasks/get` has gone
+/// 30 s without an answer (on the paused clock), as a transport error, and cancels the task.
+#[tokio::test(start_paused = true)]
+async fn a_task_poll_the_server_never_answers_ends_the_call() {
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (polled_tx, mut polled) = tokio::sync::mpsc::unbounded_channel();
+    let server = tokio::spawn(mute_task_server(server_io, polled_tx));
+    let surface = McpSurface::serve(tokio::io::split(client_io))
+        .await
+        .unwrap();
+    let call = tokio::spawn(async move {
+        let r = surface
+            .call("index", json!({}), CancellationToken::new())
+            .await;
+        drop(surface);
+        r
+    });
+    polled.recv().await.expect("the task was polled");
+    let polled_at = tokio::time::Instant::now();
+    let err = call.await.unwrap().unwrap_err();
+    // 30 s for the poll's answer, then at most 2 s for the task's cancellation.
+    assert_eq!(polled_at.elapsed(), Duration::from_secs(32));
+    assert!(
+        matches!(&err, SurfaceError::Transport(m)
+            if m == "the server did not answer `tasks/get` for the task of `index` within 30 s"),
+        "{err:?}"
+    );
+    let seen = server.await.unwrap();
+    assert_eq!(
+        seen.iter().filter(|m| *m == "tasks/get").count(),
+        1,
+        "{seen:?}"
+    );
+    assert!(seen.iter().any(|m| m == "tasks/cancel"), "{seen:?}");
+}
+
 /// On the wire: a call made for a run with events carries a progress token of its own (beside
 /// the tasks extension), and only the reports for that token that advance reach the events; a
 /// malformed report neither reaches them nor breaks the session.
