@@ -96,7 +96,7 @@ pub enum ProviderError {
     /// Nothing of it was used past the bound.
     #[error("the {what} exceeds {limit} bytes; it was not read further")]
     TooLarge {
-        /// What was too large (`reply body`, `streamed line`).
+        /// What was too large (`reply body`, `streamed line`, `streamed reply`).
         what: &'static str,
         /// The bound, in bytes.
         limit: usize,

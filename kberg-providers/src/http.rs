@@ -45,6 +45,10 @@ pub struct HttpOptions {
     /// [`ProviderError::TooLarge`], so a server that never sends a newline cannot grow the
     /// buffer without bound.
     pub max_line_bytes: usize,
+    /// The most bytes of one streamed reply read (default [`DEFAULT_MAX_STREAM_BYTES`]); past
+    /// it the stream ends with [`ProviderError::TooLarge`], so a server that streams without
+    /// end cannot grow the assembled answer without bound.
+    pub max_stream_bytes: usize,
 }
 
 /// The default bound of a non-streamed reply body: 16 MiB.
@@ -53,6 +57,10 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 16 << 20;
 /// The default bound of one streamed line: 4 MiB (one SSE `data:` line carries one JSON
 /// chunk, a few hundred bytes in practice; a whole tool call's arguments fit many times over).
 pub const DEFAULT_MAX_LINE_BYTES: usize = 4 << 20;
+
+/// The default bound of a whole streamed reply: 64 MiB, four times a non-streamed body's, as a
+/// stream frames each token in a chunk of its own (a few hundred bytes for a few characters).
+pub const DEFAULT_MAX_STREAM_BYTES: usize = 64 << 20;
 
 impl Default for HttpOptions {
     fn default() -> Self {
@@ -72,6 +80,7 @@ impl HttpOptions {
             max_retry_wait: Duration::from_secs(30),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
         }
     }
 
@@ -93,6 +102,12 @@ impl HttpOptions {
     /// Sets the longest line of a streamed reply.
     pub fn max_line_bytes(mut self, n: usize) -> Self {
         self.max_line_bytes = n;
+        self
+    }
+
+    /// Sets the most bytes of one streamed reply read.
+    pub fn max_stream_bytes(mut self, n: usize) -> Self {
+        self.max_stream_bytes = n;
         self
     }
 
@@ -429,6 +444,9 @@ struct LineState<D, S> {
     /// How much of `buf` is known to hold no newline: each byte is scanned once.
     scanned: usize,
     max_line: usize,
+    /// Bytes of the body read so far, and their bound.
+    received: usize,
+    max_total: usize,
     decoder: D,
     pending: VecDeque<Result<ChatDelta, ProviderError>>,
     done: bool,
@@ -438,6 +456,15 @@ struct LineState<D, S> {
 
 impl<D: LineDecoder, S> LineState<D, S> {
     fn feed(&mut self, chunk: &[u8]) {
+        self.received = self.received.saturating_add(chunk.len());
+        if self.received > self.max_total {
+            let e = ProviderError::TooLarge {
+                what: "streamed reply",
+                limit: self.max_total,
+            };
+            self.fail(Vec::new(), e);
+            return;
+        }
         self.buf.extend_from_slice(chunk);
         let mut start = 0;
         let mut out = Vec::new();
@@ -505,7 +532,8 @@ impl<D: LineDecoder, S> LineState<D, S> {
 
 /// Decodes a streamed reply body with `decoder`, one line at a time. A pause longer than the
 /// idle timeout ends the stream with [`ProviderError::Timeout`]; a body that breaks off ends it
-/// with [`ProviderError::Truncated`]; cancellation with [`ProviderError::Cancelled`].
+/// with [`ProviderError::Truncated`]; cancellation with [`ProviderError::Cancelled`]; a line
+/// or a whole body over its bound with [`ProviderError::TooLarge`].
 fn line_stream<D: LineDecoder>(
     resp: reqwest::Response,
     decoder: D,
@@ -517,6 +545,7 @@ fn line_stream<D: LineDecoder>(
         decoder,
         opts.stream_idle_timeout,
         opts.max_line_bytes,
+        opts.max_stream_bytes,
         cancel.clone(),
     )
 }
@@ -526,6 +555,7 @@ fn lines_of<D, S, B>(
     decoder: D,
     idle: Duration,
     max_line: usize,
+    max_total: usize,
     cancel: CancellationToken,
 ) -> ChatStream
 where
@@ -538,6 +568,8 @@ where
         buf: Vec::new(),
         scanned: 0,
         max_line,
+        received: 0,
+        max_total,
         decoder,
         pending: VecDeque::new(),
         done: false,

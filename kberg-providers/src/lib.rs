@@ -31,4 +31,6 @@ pub mod ollama;
 #[cfg(feature = "openai")]
 pub mod openai;
 
-pub use http::HttpOptions;
+pub use http::{
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_STREAM_BYTES, HttpOptions,
+};

@@ -489,6 +489,24 @@ async fn a_streamed_line_without_end_is_too_large_and_what_came_before_is_kept()
     too_large_after_hel(pieces, provider, "streamed line exceeds 4096 bytes").await;
 }
 
+#[tokio::test]
+async fn a_stream_that_never_ends_is_too_large_and_what_came_before_is_kept() {
+    // Well-formed chunks without end: each line is short, the whole reply is bounded.
+    let first = chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": "hel"}}]));
+    let mut pieces = vec![first];
+    let filler = chunk(json!([{"index": 0, "delta": {"content": ""}}]));
+    pieces.extend(std::iter::repeat_n(filler, 2_000));
+    let provider = |url| {
+        with_options(
+            url,
+            HttpOptions::default()
+                .max_retries(0)
+                .max_stream_bytes(64 * 1024),
+        )
+    };
+    too_large_after_hel(pieces, provider, "streamed reply exceeds 65536 bytes").await;
+}
+
 /// Streams `pieces` to `provider` and checks the stream ends `too_large` with `says`, after
 /// delivering the text that came before (`hel`).
 async fn too_large_after_hel(
