@@ -13,7 +13,7 @@
 //! back from the stored payload. The payload keeps the source as given (a private
 //! repository's URL may carry its access token) so that a refresh can fetch it; everything
 //! that shows a source (search results, listings, reports, progress, errors, log lines) shows
-//! it through [`redact_url`](crate::repo::redact_url), its user part and query as `***`.
+//! it through [`redact_url`], its user part and query as `***`.
 //!
 //! Long work reports [`ProgressEvent`]s through the [`Progress`] trait; the MCP tools turn them
 //! into progress notifications, a command line into a progress bar.

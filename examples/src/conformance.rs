@@ -11,7 +11,7 @@
 //! checks beyond the fixtures (sessions, `_meta` validation, caching hints, DNS-rebinding
 //! protection) is kberg-server's job, which is the point of running it.
 //!
-//! The tasks-extension fixtures (`greet`, `slow_compute`, ...) are in [`tasks`].
+//! The tasks-extension fixtures (`greet`, `slow_compute`, ...) are in the module `tasks`.
 //!
 //! The fixture texts follow the scenario descriptions word for word where the suite compares
 //! them.

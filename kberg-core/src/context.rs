@@ -76,7 +76,7 @@ pub trait ClientPeer: Send + Sync {
 /// The gate builds one per call and moves it into the tool's future, so it is kept small:
 /// what every call has (caller, token, client channel, origin, handle codec, phase) is
 /// inline, and what most calls lack (progress token, `_meta`, client info, scope, ticket) sits
-/// in one shared [`CallDetails`] box, allocated only for a call that has any of it, so a clone
+/// in one shared box of details, allocated only for a call that has any of it, so a clone
 /// of the context (the aggregator makes two per forwarded call) counts a reference instead of
 /// copying the request's `_meta`.
 ///

@@ -8,7 +8,7 @@
 //!   `@modelcontextprotocol` npm servers, the Python virtual environment and the packages in it),
 //!   found without naming a Python minor version, and a clear failure saying what to run when
 //!   one is missing;
-//! - [`eventually`]: polling a condition with a deadline, the one way tests wait for something
+//! - [`eventually()`]: polling a condition with a deadline, the one way tests wait for something
 //!   they cannot be signalled about;
 //! - [`notes`]: the small notes app (a read tool, a write tool under `notes.write`, a
 //!   cancellable wait, a registered refusal) that the agent and provider tests drive;

@@ -12,7 +12,7 @@
 //!
 //! Every index the gateway runs, through the admin API or the `refresh_pattern_example` tool, is
 //! a run of the one registry in [`runs`] (one run per reference tag, followed by replay); the
-//! gateway's `refresh_pattern_example` ([`refresh`]) takes bridle-memory's tool's place for
+//! gateway's `refresh_pattern_example` (module `refresh`) takes bridle-memory's tool's place for
 //! that.
 
 pub(crate) mod refresh;

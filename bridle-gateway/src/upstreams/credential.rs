@@ -88,14 +88,14 @@ pub trait SecretSource: Send + Sync {
     fn record_use(&self, used: &SecretUse<'_>) -> Result<(), SecretError>;
     /// Records several uses, one outcome each, in order. The default records them one by one;
     /// a source with a database records them in one transaction (the vault: one commit for the
-    /// batch), which is what [`SecretDesk`] calls under load.
+    /// batch), which is what the gateway's secret desk calls under load.
     fn record_uses(&self, uses: &[SecretUse<'_>]) -> Vec<Result<(), SecretError>> {
         uses.iter().map(|used| self.record_use(used)).collect()
     }
     /// Whether looking up or recording `name` may wait on a database or the network (the
-    /// default). [`SecretDesk`] runs such calls on the blocking pool and batches their uses;
-    /// a source that answers from a file's metadata and records nothing says `false`, and is
-    /// called inline (a thread hop would cost more than the call).
+    /// default). The gateway's secret desk runs such calls on the blocking pool and batches
+    /// their uses; a source that answers from a file's metadata and records nothing says
+    /// `false`, and is called inline (a thread hop would cost more than the call).
     fn blocks(&self, name: &str) -> bool {
         let _ = name;
         true

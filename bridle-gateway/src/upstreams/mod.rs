@@ -15,8 +15,8 @@
 //! tools leave the registry (connected clients are told, `list_changed`) and its connections
 //! close; on, it connects again and its tools return. [`UpstreamPool::set_projects`] changes
 //! which projects one serves, checked on the next listing and call: an upstream's tools are
-//! shown only to agents whose projects it serves ([`visibility`]), and to any other agent they
-//! answer as unknown tools.
+//! shown only to agents whose projects it serves (module `visibility`), and to any other agent
+//! they answer as unknown tools.
 
 pub mod config;
 pub mod credential;

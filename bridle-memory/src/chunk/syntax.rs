@@ -12,7 +12,7 @@
 //!   opened when they hold methods or do not fit: their header and non-method members form one
 //!   chunk, each method is its own chunk carrying the container's header line;
 //! - every other node is one item (cut at line boundaries when it does not fit), and neighbours
-//!   that are blocks or tiny are merged ([`merge_small`]).
+//!   that are blocks or tiny are merged (`merge_small`).
 //!
 //! Chunks are whole lines and never overlap; the lines between two top-level nodes (blank lines)
 //! belong to no chunk, and every other line belongs to one.

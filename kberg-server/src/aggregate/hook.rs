@@ -57,8 +57,9 @@ pub enum ForwardOutcome<'a> {
     },
 }
 
-/// Decides what a forwarded tool call carries from its caller, and the span it runs in. See the
-/// [module documentation](self).
+/// Decides what a forwarded tool call carries from its caller (keys of the calling request's
+/// `_meta`, such as W3C trace context), and the span it runs in. [`CarryMeta`] is the plain
+/// hook that copies named keys unchanged.
 pub trait ForwardHook: Send + Sync + 'static {
     /// Called once per forwarded tool call, before it is sent. Keys put into `meta` join the
     /// forwarded request's `_meta` (the aggregator's own keys, such as `progressToken`, are set

@@ -2,7 +2,8 @@
 //!
 //! A coding agent talks to one server; the aggregator connects to the upstreams it was configured
 //! with (child processes over stdio, or Streamable HTTP endpoints) using rmcp's client, lists
-//! their tools and registers each one in a kberg-core [`ToolRegistry`] under a namespaced name
+//! their tools and registers each one in a kberg-core
+//! [`ToolRegistry`](kberg_core::ToolRegistry) under a namespaced name
 //! (`<namespace><separator><tool>`, default separator `__`). Every forwarded call passes Kberg's
 //! gate first: upstream tools are Read unless a [write rule](WriteRule) assigns them a
 //! [`WriteCapability`](kberg_core::WriteCapability), so an agent without `fs.write` cannot reach
