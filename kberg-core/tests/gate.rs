@@ -549,15 +549,17 @@ async fn output_schema_is_enforced() {
 async fn calling_while_the_tool_is_removed() {
     let r = ToolRegistry::new();
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
-    let started_tx = Arc::new(std::sync::Mutex::new(Some(started_tx)));
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let signals = Arc::new(std::sync::Mutex::new(Some((started_tx, release_rx))));
     r.register(
         ToolBuilder::new("long").raw_handler(json!({"type":"object"}), move |_, _| {
-            let tx = started_tx.lock().unwrap().take();
+            let signals = signals.lock().unwrap().take();
             async move {
-                if let Some(tx) = tx {
-                    let _ = tx.send(());
+                // Runs until the test has removed the tool.
+                if let Some((started, release)) = signals {
+                    let _ = started.send(());
+                    let _ = release.await;
                 }
-                tokio::time::sleep(Duration::from_millis(50)).await;
                 Ok(ToolOutput::text("finished"))
             }
         }),
@@ -575,6 +577,7 @@ async fn calling_while_the_tool_is_removed() {
     assert!(r.remove("long"));
     assert!(changes.has_changed().unwrap());
     changes.mark_unchanged();
+    release_tx.send(()).unwrap();
     // The running call finishes; a new one sees the tool gone.
     assert_eq!(running.await.unwrap().unwrap().all_text(), "finished");
     let e = call(&r, &anon(), "long", json!({})).await.unwrap_err();

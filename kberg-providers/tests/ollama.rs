@@ -411,11 +411,20 @@ async fn cancellation_while_waiting_for_the_model() {
     .await;
     let p = make(server.url());
     let cancel = CancellationToken::new();
-    let c = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        c.cancel();
-    });
-    let e = p.chat(&request(), &cancel).await.unwrap_err();
+    let call = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move { p.chat(&request(), &cancel).await })
+    };
+    // Cancelled once the server has the request, while the model is (scripted as) thinking.
+    kberg_testkit::eventually_async("the request reaches the server", || async {
+        (!server.requests().is_empty()).then_some(())
+    })
+    .await;
+    cancel.cancel();
+    let e = tokio::time::timeout(kberg_testkit::WAIT, call)
+        .await
+        .expect("the cancelled call returns")
+        .unwrap()
+        .unwrap_err();
     assert_eq!(e.code(), "cancelled");
 }

@@ -97,17 +97,21 @@ async fn a_cancelled_forwarded_call_ends_and_the_upstream_stays_usable() {
     assert!(agg.wait_connected("ev", 1, WAIT).await);
     let cancel = CancellationToken::new();
     let reg = registry.clone();
-    let token = cancel.clone();
+    let (opts, mut progress) = progress_options(cancel.clone());
     let call = tokio::spawn(async move {
         reg.call(
             &reader(),
             "ev__trigger-long-running-operation",
             json!({"duration": 120, "steps": 120}),
-            CallOptions::with_cancel(token),
+            opts,
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The upstream's first progress report: the tool is running there, not still on its way.
+    tokio::time::timeout(WAIT, progress.recv())
+        .await
+        .expect("the upstream reported progress")
+        .expect("channel open");
     cancel.cancel();
     let err = tokio::time::timeout(WAIT, call)
         .await

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kberg_core::{
-    CallOptions, Caller, ErrorCode, Grants, Principal, ToolBuilder, ToolOutput, ToolRegistry,
-    WriteCapability,
+    CallOptions, Caller, CancellationToken, ErrorCode, Grants, Principal, ToolBuilder, ToolOutput,
+    ToolRegistry, WriteCapability,
 };
 use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, Backoff, UPSTREAM_UNAVAILABLE, UpstreamConfig, UpstreamStatus,
@@ -230,18 +230,21 @@ async fn killed_upstream_answers_unavailable_others_work_and_it_recovers() {
     let pid = agg.upstream_pid("ev").expect("child pid");
 
     let reg = registry.clone();
+    let (opts, mut progress) = progress_options(CancellationToken::new());
     let long = tokio::spawn(async move {
         reg.call(
             &reader(),
             "ev__trigger-long-running-operation",
             json!({"duration": 60, "steps": 60}),
-            CallOptions::default(),
+            opts,
         )
         .await
     });
-    // Give the call time to reach the upstream (not a timing assertion: the outcome is the
-    // same whether it was still queued or already running).
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // The upstream's first progress report: the call is running there when the upstream dies.
+    tokio::time::timeout(WAIT, progress.recv())
+        .await
+        .expect("the upstream reported progress")
+        .expect("channel open");
     let killed = std::process::Command::new("kill")
         .arg("-9")
         .arg(pid.to_string())

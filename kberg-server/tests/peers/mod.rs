@@ -49,3 +49,49 @@ pub fn raw_upstream() -> UpstreamTransport {
 pub fn reader() -> Caller {
     Caller::new(Principal::new("reader"))
 }
+
+/// A calling client that passes each progress figure it is sent to a channel: a test waits on
+/// the first one to know that a forwarded call is running at its upstream.
+pub struct ProgressPeer(pub tokio::sync::mpsc::UnboundedSender<f64>);
+
+#[async_trait::async_trait]
+impl kberg_core::ClientPeer for ProgressPeer {
+    async fn notify(
+        &self,
+        method: &str,
+        params: serde_json::Value,
+    ) -> Result<(), kberg_core::PeerError> {
+        if method == "notifications/progress"
+            && let Some(p) = params["progress"].as_f64()
+        {
+            let _ = self.0.send(p);
+        }
+        Ok(())
+    }
+    async fn request(
+        &self,
+        method: &str,
+        _params: serde_json::Value,
+        _cancel: kberg_core::CancellationToken,
+    ) -> Result<serde_json::Value, kberg_core::PeerError> {
+        Err(kberg_core::PeerError::NotSupported(method.to_string()))
+    }
+    fn supports(&self, _capability: &str) -> bool {
+        false
+    }
+}
+
+/// Options for a call that asks for progress and reports it to the returned channel, with
+/// `cancel` as its cancellation.
+pub fn progress_options(
+    cancel: kberg_core::CancellationToken,
+) -> (
+    kberg_core::CallOptions,
+    tokio::sync::mpsc::UnboundedReceiver<f64>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let opts = kberg_core::CallOptions::with_cancel(cancel)
+        .with_peer(std::sync::Arc::new(ProgressPeer(tx)))
+        .with_progress_token(serde_json::json!("progress-1"));
+    (opts, rx)
+}
