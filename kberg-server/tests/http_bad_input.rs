@@ -31,6 +31,13 @@ async fn still_serves(c: &Raw, sid: &str) {
     );
 }
 
+fn error_message(r: &Resp) -> String {
+    r.messages()
+        .into_iter()
+        .find_map(|m| m["error"]["message"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 fn error_code(r: &Resp) -> Value {
     r.messages()
         .into_iter()
@@ -358,6 +365,13 @@ async fn unknown_methods_and_invalid_params() {
         )
         .await;
     assert_eq!(error_code(&r), json!(-32602), "{}", r.text);
+    // The message says what is wrong with the params.
+    assert!(
+        error_message(&r)
+            .starts_with("invalid params for `tools/call`: invalid type: integer `5`, expected"),
+        "{}",
+        r.text
+    );
     let r = c
         .post(
             json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {}}),
@@ -365,6 +379,12 @@ async fn unknown_methods_and_invalid_params() {
         )
         .await;
     assert_eq!(error_code(&r), json!(-32602), "{}", r.text);
+    assert_eq!(
+        error_message(&r),
+        "invalid params for `resources/read`: missing field `uri`",
+        "{}",
+        r.text
+    );
     let r = c
         .post(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"cursor": "garbage"}}), Some(&sid))
         .await;

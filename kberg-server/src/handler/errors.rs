@@ -36,6 +36,66 @@ pub(super) const REMOVED_IN_2026: [&str; 5] = [
     "resources/unsubscribe",
 ];
 
+/// The `-32602` answer to a known method whose params rmcp could not read, saying what is
+/// wrong with them: the params are read again as the method's shape, and that error is told
+/// (`missing field `name``, `invalid type: integer `5`, expected a string`), cut at
+/// [`MAX_PROBLEM_CHARS`] (it may quote a value the client sent).
+pub(super) fn invalid_params(method: &str, params: Option<serde_json::Value>) -> McpError {
+    let message = match params_problem(method, params) {
+        Some(mut p) => {
+            if let Some((cut, _)) = p.char_indices().nth(MAX_PROBLEM_CHARS) {
+                p.truncate(cut);
+                p.push_str("...");
+            }
+            format!("invalid params for `{method}`: {p}")
+        }
+        None => format!("invalid params for `{method}`"),
+    };
+    McpError::invalid_params(message, None)
+}
+
+/// The longest description of a params problem, in characters.
+const MAX_PROBLEM_CHARS: usize = 200;
+
+/// What reading `params` as `method`'s params fails on, when this server knows the shape.
+fn params_problem(method: &str, params: Option<serde_json::Value>) -> Option<String> {
+    use rmcp::model::{
+        CallToolRequestParams, CompleteRequestParams, GetPromptRequestParams,
+        InitializeRequestParams, PaginatedRequestParams, ReadResourceRequestParams,
+        SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    };
+    fn problem<T: serde::de::DeserializeOwned>(
+        params: Option<serde_json::Value>,
+    ) -> Option<String> {
+        match params {
+            None => Some("the request has no params".to_string()),
+            Some(v) if !v.is_object() => Some("params must be an object".to_string()),
+            Some(v) => serde_json::from_value::<T>(v).err().map(|e| e.to_string()),
+        }
+    }
+    match method {
+        "tools/call" => problem::<CallToolRequestParams>(params),
+        "resources/read" => problem::<ReadResourceRequestParams>(params),
+        "resources/subscribe" => problem::<SubscribeRequestParams>(params),
+        "resources/unsubscribe" => problem::<UnsubscribeRequestParams>(params),
+        "prompts/get" => problem::<GetPromptRequestParams>(params),
+        "completion/complete" => problem::<CompleteRequestParams>(params),
+        "logging/setLevel" => problem::<SetLevelRequestParams>(params),
+        "initialize" => problem::<InitializeRequestParams>(params),
+        "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list" => params
+            .and_then(|v| {
+                if v.is_object() {
+                    serde_json::from_value::<PaginatedRequestParams>(v)
+                        .err()
+                        .map(|e| e.to_string())
+                } else {
+                    Some("params must be an object".to_string())
+                }
+            }),
+        _ => None,
+    }
+}
+
 pub(super) fn removed(method: &str) -> McpError {
     McpError::new(
         rmcp::model::ErrorCode::METHOD_NOT_FOUND,
@@ -92,6 +152,63 @@ pub(super) fn prompt_error(e: PromptError) -> McpError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn invalid_params_say_what_is_wrong() {
+        let cases = [
+            (
+                "tools/call",
+                Some(json!({"name": 5})),
+                "invalid type: integer `5`, expected",
+            ),
+            ("tools/call", None, "the request has no params"),
+            ("tools/call", Some(json!([1])), "params must be an object"),
+            ("tools/call", Some(json!({})), "missing field `name`"),
+            (
+                "resources/read",
+                Some(json!({"uri": ["x"]})),
+                "invalid type: sequence",
+            ),
+            (
+                "logging/setLevel",
+                Some(json!({"level": "loud"})),
+                "unknown variant `loud`",
+            ),
+            (
+                "tools/list",
+                Some(json!({"cursor": 7})),
+                "invalid type: integer `7`",
+            ),
+        ];
+        for (method, params, says) in cases {
+            let e = invalid_params(method, params.clone());
+            assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+            assert!(
+                e.message
+                    .starts_with(&format!("invalid params for `{method}`: ")),
+                "{method} {params:?}: {}",
+                e.message
+            );
+            assert!(
+                e.message.contains(says),
+                "{method} {params:?}: {}",
+                e.message
+            );
+        }
+        // A long value the client sent is not echoed whole.
+        let e = invalid_params(
+            "tools/call",
+            Some(json!({"name": "x", "arguments": "y".repeat(10_000)})),
+        );
+        assert!(e.message.contains("invalid type: string"), "{}", e.message);
+        assert!(e.message.ends_with("..."), "{}", e.message);
+        assert!(e.message.chars().count() < 260, "{}", e.message);
+        // A method whose shape this server does not read again keeps the plain message.
+        assert_eq!(
+            invalid_params("notifications/initialized", Some(json!(1))).message,
+            "invalid params for `notifications/initialized`"
+        );
+    }
 
     #[test]
     fn failed_reads_carry_a_stable_code_in_their_data() {

@@ -331,10 +331,7 @@ impl ServerHandler for KbergHandler {
         // rmcp parses requests into known shapes first; a known method whose params do not
         // fit its shape lands here. That is invalid params, not an unknown method.
         if KNOWN_METHODS.contains(&request.method.as_str()) {
-            return Err(McpError::invalid_params(
-                format!("invalid params for `{}`", request.method),
-                None,
-            ));
+            return Err(errors::invalid_params(&request.method, request.params));
         }
         Err(McpError::new(
             rmcp::model::ErrorCode::METHOD_NOT_FOUND,
