@@ -7,7 +7,8 @@ tool, prompt and resource never answer, the `garbage` ones answer a result that 
 documented shape, and every `notifications/cancelled` it receives is recorded and reported by
 the `cancelled` tool, so a test can check that an abandoned request was cancelled upstream.
 With `RAW_LIST_PAGES=endless` its tool list never ends (every page names a new cursor), with
-`RAW_LIST_PAGES=repeating` every page names the same cursor.
+`RAW_LIST_PAGES=repeating` every page names the same cursor. The `flood` tool sends `n` progress
+notifications (when the call has a progress token) and `n` log messages before it answers.
 """
 import json, os, sys
 
@@ -38,6 +39,8 @@ TOOLS = [
     {"name": "hang", "description": "never answers", "inputSchema": OBJ},
     {"name": "garbage", "description": "answers a malformed result", "inputSchema": OBJ},
     {"name": "cancelled", "description": "the request ids cancelled so far", "inputSchema": OBJ},
+    {"name": "flood", "description": "floods progress and log messages, then answers",
+     "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}},
 ]
 
 for line in sys.stdin:
@@ -79,6 +82,16 @@ for line in sys.stdin:
             result(rid, {"content": "not a list", "isError": "maybe"})
         elif name == "cancelled":
             result(rid, text(json.dumps(cancelled)))
+        elif name == "flood":
+            n = (params.get("arguments") or {}).get("n", 1000)
+            token = (params.get("_meta") or {}).get("progressToken")
+            for i in range(1, n + 1):
+                if token is not None:
+                    send({"jsonrpc": "2.0", "method": "notifications/progress",
+                          "params": {"progressToken": token, "progress": i, "total": n}})
+                send({"jsonrpc": "2.0", "method": "notifications/message",
+                      "params": {"level": "info", "data": "line %d" % i}})
+            result(rid, text("flooded %d" % n))
         else:
             send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": "unknown tool"}})
     elif method == "prompts/list":

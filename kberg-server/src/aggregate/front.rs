@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use kberg_core::{
-    ErrorCode, PromptRegistry, ResourceDescriptor, ResourceRegistry, ResourceTemplate, ToolContext,
-    ToolRegistry, WriteCapability,
+    ErrorCode, PromptRegistry, RateBudget, ResourceDescriptor, ResourceRegistry, ResourceTemplate,
+    ToolContext, ToolRegistry, WriteCapability,
 };
 use rmcp::model::ProgressToken;
 use rmcp::service::{Peer, RoleClient};
@@ -108,6 +108,8 @@ pub(super) struct Upstream {
     /// the upstream makes of its client right away already finds its call), by a local id.
     pub(super) active: Mutex<HashMap<u64, ToolContext>>,
     pub(super) next_active: AtomicU64,
+    /// The rate bound of the log messages relayed from this upstream to calling clients.
+    pub(super) log_budget: Mutex<RateBudget>,
     /// Asked about each forwarded tool call (see [`ForwardHook`]).
     pub(super) hook: Option<Arc<dyn ForwardHook>>,
 }
@@ -319,6 +321,7 @@ impl Aggregator {
                 progress: Mutex::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
                 next_active: AtomicU64::new(0),
+                log_budget: Mutex::new(super::relay::log_budget()),
                 hook: hook.clone(),
             });
             tasks.push(tokio::spawn(supervise(

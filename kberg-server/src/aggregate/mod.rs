@@ -94,5 +94,6 @@ pub use front::{
 };
 pub use hook::{CarryMeta, ForwardHook, ForwardOutcome, OutgoingCall};
 pub use pattern::Pattern;
+pub use relay::{LOG_RELAY_BURST, LOG_RELAY_INTERVAL};
 pub use resources::{namespaced_uri, upstream_uri};
 pub use stderr::{ChildStderr, MAX_STDERR_LINE, MIN_REDACTED_LEN, STDERR_TARGET};

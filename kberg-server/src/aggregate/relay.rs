@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use kberg_core::{ClientPeer, PeerError, ToolContext};
+use kberg_core::{ClientPeer, PeerError, RateBudget, ToolContext};
 // Sampling and logging are deprecated by a later revision but still part of 2025-11-25, which
 // upstreams speak: the aggregator relays them.
 use rmcp::ClientHandler;
@@ -25,6 +25,19 @@ use tokio_util::sync::CancellationToken;
 
 use super::front::Upstream;
 use super::resources::namespaced_uri;
+
+/// The most log messages of one upstream relayed at once; after that, one per
+/// [`LOG_RELAY_INTERVAL`].
+pub const LOG_RELAY_BURST: u32 = 100;
+
+/// How often an upstream that has used its burst of log messages gets one relayed: twenty a
+/// second.
+pub const LOG_RELAY_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The relay's bound on one upstream's log messages.
+pub(super) fn log_budget() -> RateBudget {
+    RateBudget::new(LOG_RELAY_BURST, LOG_RELAY_INTERVAL)
+}
 
 /// The rmcp client handler of one upstream: routes progress to the calling tool, notices
 /// list changes, and relays the upstream's own requests (sampling, elicitation) and log
@@ -166,6 +179,21 @@ impl ClientHandler for UpstreamClient {
         params: LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
+        // An upstream that floods log messages cannot flood the clients: the relay's rate is
+        // bounded per upstream, as MCP asks of a server's log messages.
+        let within = self
+            .up
+            .log_budget
+            .lock()
+            .map(|mut b| b.take(tokio::time::Instant::now()))
+            .unwrap_or(false);
+        if !within {
+            tracing::trace!(
+                namespace = self.up.namespace(),
+                "an upstream log message over the relay's rate bound was not relayed"
+            );
+            return;
+        }
         // Like requests, a log message reaches a client only when it can only be about its call.
         let one = self.up.active.lock().ok().and_then(|m| {
             let mut calls = m.values();
