@@ -27,12 +27,21 @@ tools="$root/.tools"
 venv="$tools/llm-venv"
 mkdir -p "$tools"
 
-cat tools/requirements-live.txt tools/requirements-live-nodeps.txt > "$tools/.llm-wanted"
+# llama.cpp is built for a portable x86-64 baseline (AVX2, FMA, F16C), not for the build
+# machine's own CPU: on a Xeon that reports AMX, a native build runs ggml's AMX kernels, which
+# crash (SIGSEGV in ggml_backend_amx_mul_mat) on the first prompt of more than one token.
+llama_cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+{ cat tools/requirements-live.txt tools/requirements-live-nodeps.txt
+  echo "CMAKE_ARGS=$llama_cmake_args"; } > "$tools/.llm-wanted"
 if ! { [ -f "$tools/.llm-stamp" ] && cmp -s "$tools/.llm-stamp" "$tools/.llm-wanted"; }; then
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   echo "installing the live tier's model server (first time: compiles llama.cpp)"
-  CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-    "$venv/bin/pip" install --quiet --disable-pip-version-check -r tools/requirements-live.txt
+  # A server built with other options is built again (pip would keep it, or reuse its cached
+  # wheel, whatever CMAKE_ARGS says).
+  "$venv/bin/pip" uninstall --quiet --disable-pip-version-check -y llama_cpp_python || true
+  CMAKE_ARGS="$llama_cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-cache-dir \
+    -r tools/requirements-live.txt
   "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r tools/requirements-live-nodeps.txt
   cp "$tools/.llm-wanted" "$tools/.llm-stamp"
 fi
