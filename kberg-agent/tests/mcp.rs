@@ -755,23 +755,32 @@ async fn mute_task_server(
     .collect()
 }
 
-/// Cancelling a call whose task the server neither reports on nor cancels returns `cancelled`
-/// once `tasks/cancel` has waited its 2 s (on the paused clock), instead of holding the call.
-#[tokio::test(start_paused = true)]
-async fn a_task_cancel_the_server_never_answers_does_not_hold_the_call() {
+/// A call that started a task on `mute_task_server`: the call (with `cancel`, on a task of its
+/// own that drops the surface once the call returns) and the server, once the server saw the
+/// task's first poll.
+type MuteTaskCall = (
+    tokio::task::JoinHandle<Result<kberg_agent::ToolResult, SurfaceError>>,
+    tokio::task::JoinHandle<Vec<String>>,
+);
+
+async fn call_a_mute_task(cancel: CancellationToken) -> MuteTaskCall {
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     let (polled_tx, mut polled) = tokio::sync::mpsc::unbounded_channel();
     let server = tokio::spawn(mute_task_server(server_io, polled_tx));
     let surface = McpSurface::serve(tokio::io::split(client_io))
         .await
         .unwrap();
-    let cancel = CancellationToken::new();
-    let call = {
-        let cancel = cancel.clone();
-        async move { surface.call("index", json!({}), cancel).await }
-    };
-    let call = tokio::spawn(call);
+    let call = tokio::spawn(async move { surface.call("index", json!({}), cancel).await });
     polled.recv().await.expect("the task was polled");
+    (call, server)
+}
+
+/// Cancelling a call whose task the server neither reports on nor cancels returns `cancelled`
+/// once `tasks/cancel` has waited its 2 s (on the paused clock), instead of holding the call.
+#[tokio::test(start_paused = true)]
+async fn a_task_cancel_the_server_never_answers_does_not_hold_the_call() {
+    let cancel = CancellationToken::new();
+    let (call, server) = call_a_mute_task(cancel.clone()).await;
     let cancelled_at = tokio::time::Instant::now();
     cancel.cancel();
     let result = tokio::time::timeout(Duration::from_secs(60), call)
@@ -789,20 +798,7 @@ async fn a_task_cancel_the_server_never_answers_does_not_hold_the_call() {
 /// 30 s without an answer (on the paused clock), as a transport error, and cancels the task.
 #[tokio::test(start_paused = true)]
 async fn a_task_poll_the_server_never_answers_ends_the_call() {
-    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-    let (polled_tx, mut polled) = tokio::sync::mpsc::unbounded_channel();
-    let server = tokio::spawn(mute_task_server(server_io, polled_tx));
-    let surface = McpSurface::serve(tokio::io::split(client_io))
-        .await
-        .unwrap();
-    let call = tokio::spawn(async move {
-        let r = surface
-            .call("index", json!({}), CancellationToken::new())
-            .await;
-        drop(surface);
-        r
-    });
-    polled.recv().await.expect("the task was polled");
+    let (call, server) = call_a_mute_task(CancellationToken::new()).await;
     let polled_at = tokio::time::Instant::now();
     let err = call.await.unwrap().unwrap_err();
     // 30 s for the poll's answer, then at most 2 s for the task's cancellation.

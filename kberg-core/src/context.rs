@@ -714,6 +714,19 @@ mod tests {
         assert_eq!(copy.scope(), Some("repo"));
     }
 
+    /// A context whose call asked for progress (token `tok`), with the recorder of what it
+    /// sends.
+    fn recorded() -> (Arc<Recorder>, ToolContext) {
+        let peer = Arc::new(Recorder::default());
+        let opts = CallOptions::default()
+            .with_peer(Arc::clone(&peer) as Arc<dyn ClientPeer>)
+            .with_progress_token(json!("tok"));
+        (
+            peer,
+            ToolContext::for_call(caller(), opts, CallExtras::default()),
+        )
+    }
+
     #[tokio::test]
     async fn progress_goes_out_only_with_a_progress_token() {
         let peer = Arc::new(Recorder::default());
@@ -739,11 +752,7 @@ mod tests {
     /// context sends them (the aggregator relays an upstream's progress through a clone).
     #[tokio::test]
     async fn only_advancing_finite_progress_goes_out() {
-        let peer = Arc::new(Recorder::default());
-        let opts = CallOptions::default()
-            .with_peer(Arc::clone(&peer) as Arc<dyn ClientPeer>)
-            .with_progress_token(json!("tok"));
-        let ctx = ToolContext::for_call(caller(), opts, CallExtras::default());
+        let (peer, ctx) = recorded();
         let relay = ctx.clone();
         ctx.progress(1.0, None, None).await.unwrap();
         relay.progress(1.0, None, None).await.unwrap();
@@ -775,11 +784,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_flood_of_progress_is_bounded_in_rate() {
         use crate::rate::{PROGRESS_REPORT_BURST, PROGRESS_REPORT_INTERVAL};
-        let peer = Arc::new(Recorder::default());
-        let opts = CallOptions::default()
-            .with_peer(Arc::clone(&peer) as Arc<dyn ClientPeer>)
-            .with_progress_token(json!("tok"));
-        let ctx = ToolContext::for_call(caller(), opts, CallExtras::default());
+        let (peer, ctx) = recorded();
         let relay = ctx.clone();
         let figures = || -> Vec<f64> {
             let sent = peer.0.lock().unwrap();

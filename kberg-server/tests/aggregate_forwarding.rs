@@ -53,17 +53,7 @@ impl ClientHandler for Progress {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_progress_reaches_the_client() {
-    let registry = ToolRegistry::new();
-    let agg = Aggregator::start(
-        AggregatorConfig::new().upstream(UpstreamConfig::new("ev", everything_stdio())),
-        registry.clone(),
-    )
-    .expect("valid");
-    assert!(
-        agg.wait_connected("ev", 1, WAIT).await,
-        "{:?}",
-        agg.status("ev")
-    );
+    let (agg, registry) = connected("ev", everything_stdio()).await;
     let (url, _guard) = serve(registry, "agent-token", "agent").await;
 
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -88,16 +78,10 @@ async fn upstream_progress_reaches_the_client() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_forwarded_call_ends_and_the_upstream_stays_usable() {
-    let registry = ToolRegistry::new();
-    let agg = Aggregator::start(
-        AggregatorConfig::new().upstream(UpstreamConfig::new("ev", everything_stdio())),
-        registry.clone(),
-    )
-    .expect("valid");
-    assert!(agg.wait_connected("ev", 1, WAIT).await);
+    let (agg, registry) = connected("ev", everything_stdio()).await;
     let cancel = CancellationToken::new();
     let reg = registry.clone();
-    let (opts, mut progress) = progress_options(cancel.clone());
+    let (opts, mut noted) = noted_options(cancel.clone());
     let call = tokio::spawn(async move {
         reg.call(
             &reader(),
@@ -108,10 +92,7 @@ async fn a_cancelled_forwarded_call_ends_and_the_upstream_stays_usable() {
         .await
     });
     // The upstream's first progress report: the tool is running there, not still on its way.
-    tokio::time::timeout(WAIT, progress.recv())
-        .await
-        .expect("the upstream reported progress")
-        .expect("channel open");
+    first_progress(&mut noted).await;
     cancel.cancel();
     let err = tokio::time::timeout(WAIT, call)
         .await

@@ -216,74 +216,27 @@ async fn an_upstream_whose_tool_list_never_ends_is_refused() {
     }
 }
 
-/// The calling client of a forwarded call: counts the progress reports and log messages it is
-/// sent.
-#[derive(Default)]
-struct Counting {
-    progress: std::sync::Mutex<Vec<f64>>,
-    logs: std::sync::atomic::AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl kberg_core::ClientPeer for Counting {
-    async fn notify(&self, method: &str, params: Value) -> Result<(), kberg_core::PeerError> {
-        match method {
-            "notifications/progress" => {
-                if let Some(p) = params["progress"].as_f64() {
-                    self.progress
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .push(p);
-                }
-            }
-            "notifications/message" => {
-                self.logs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-    async fn request(
-        &self,
-        method: &str,
-        _params: Value,
-        _cancel: kberg_core::CancellationToken,
-    ) -> Result<Value, kberg_core::PeerError> {
-        Err(kberg_core::PeerError::NotSupported(method.to_string()))
-    }
-    fn supports(&self, _capability: &str) -> bool {
-        false
-    }
-}
-
 /// An upstream that floods progress reports and log messages (5,000 of each) reaches the
 /// calling client at a bounded rate: progress as the calling tool's context bounds it (20 at
 /// once, then ten a second), log messages by the relay's bound per upstream (100 at once, then
 /// twenty a second). The figures relayed still grow, and the call's answer is whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_upstream_notifications_reaches_the_client_at_a_bounded_rate() {
-    let registry = ToolRegistry::new();
-    let agg = Aggregator::start(
-        AggregatorConfig::new().upstream(UpstreamConfig::new("raw", raw_upstream())),
-        registry.clone(),
-    )
-    .expect("valid");
-    assert!(
-        agg.wait_connected("raw", 1, WAIT).await,
-        "{:?}",
-        agg.status("raw")
-    );
-    let peer = std::sync::Arc::new(Counting::default());
-    let opts = CallOptions::default()
-        .with_peer(peer.clone())
-        .with_progress_token(json!("flood-1"));
+    let (agg, registry) = connected("raw", raw_upstream()).await;
+    let (opts, mut noted) = noted_options(kberg_core::CancellationToken::new());
     let out = registry
         .call(&reader(), "raw__flood", json!({"n": 5000}), opts)
         .await
         .expect("answered");
     assert_eq!(out.all_text(), "flooded 5000");
-    let progress = peer.progress.lock().unwrap().clone();
-    let logs = peer.logs.load(std::sync::atomic::Ordering::SeqCst);
+    let (mut progress, mut logs) = (Vec::new(), 0);
+    while let Ok((method, params)) = noted.try_recv() {
+        match method.as_str() {
+            "notifications/progress" => progress.extend(params["progress"].as_f64()),
+            "notifications/message" => logs += 1,
+            other => panic!("unexpected notification {other}"),
+        }
+    }
     // Each bound lets through its burst and then its steady rate: far fewer than were sent.
     assert!(
         !progress.is_empty() && progress.len() < 1_000,

@@ -15,8 +15,8 @@ use kberg_testkit::serve::{RunningServer, loopback};
 use peers::*;
 use std::sync::Arc;
 
-use kberg_core::{Principal, ToolRegistry};
-use kberg_server::aggregate::{Aggregator, AggregatorConfig, UpstreamConfig};
+use kberg_core::Principal;
+use kberg_server::aggregate::Aggregator;
 use kberg_server::{McpApp, OpenAccess};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
@@ -104,17 +104,7 @@ async fn setup(
 
 /// server-everything behind an aggregator, served by a Kberg server on 127.0.0.1.
 async fn serve_aggregator() -> (Aggregator, String, StopOnDrop) {
-    let registry = ToolRegistry::new();
-    let agg = Aggregator::start(
-        AggregatorConfig::new().upstream(UpstreamConfig::new("ev", everything_stdio())),
-        registry.clone(),
-    )
-    .expect("valid");
-    assert!(
-        agg.wait_connected("ev", 1, WAIT).await,
-        "{:?}",
-        agg.status("ev")
-    );
+    let (agg, registry) = connected("ev", everything_stdio()).await;
     let server = RunningServer::start(
         McpApp::builder("aggregate", "1").tools(registry).build(),
         loopback().auth(OpenAccess::as_principal(Principal::new("agent"))),

@@ -230,7 +230,7 @@ async fn killed_upstream_answers_unavailable_others_work_and_it_recovers() {
     let pid = agg.upstream_pid("ev").expect("child pid");
 
     let reg = registry.clone();
-    let (opts, mut progress) = progress_options(CancellationToken::new());
+    let (opts, mut noted) = noted_options(CancellationToken::new());
     let long = tokio::spawn(async move {
         reg.call(
             &reader(),
@@ -241,10 +241,7 @@ async fn killed_upstream_answers_unavailable_others_work_and_it_recovers() {
         .await
     });
     // The upstream's first progress report: the call is running there when the upstream dies.
-    tokio::time::timeout(WAIT, progress.recv())
-        .await
-        .expect("the upstream reported progress")
-        .expect("channel open");
+    first_progress(&mut noted).await;
     let killed = std::process::Command::new("kill")
         .arg("-9")
         .arg(pid.to_string())

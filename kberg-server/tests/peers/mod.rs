@@ -50,22 +50,19 @@ pub fn reader() -> Caller {
     Caller::new(Principal::new("reader"))
 }
 
-/// A calling client that passes each progress figure it is sent to a channel: a test waits on
-/// the first one to know that a forwarded call is running at its upstream.
-pub struct ProgressPeer(pub tokio::sync::mpsc::UnboundedSender<f64>);
+/// A calling client that passes each notification it is sent, method and params, to a
+/// channel: a test waits on the first progress report to know that a forwarded call is running
+/// at its upstream, or counts what reached the client.
+pub struct NotePeer(pub tokio::sync::mpsc::UnboundedSender<(String, serde_json::Value)>);
 
 #[async_trait::async_trait]
-impl kberg_core::ClientPeer for ProgressPeer {
+impl kberg_core::ClientPeer for NotePeer {
     async fn notify(
         &self,
         method: &str,
         params: serde_json::Value,
     ) -> Result<(), kberg_core::PeerError> {
-        if method == "notifications/progress"
-            && let Some(p) = params["progress"].as_f64()
-        {
-            let _ = self.0.send(p);
-        }
+        let _ = self.0.send((method.to_string(), params));
         Ok(())
     }
     async fn request(
@@ -81,17 +78,60 @@ impl kberg_core::ClientPeer for ProgressPeer {
     }
 }
 
-/// Options for a call that asks for progress and reports it to the returned channel, with
-/// `cancel` as its cancellation.
-pub fn progress_options(
+/// Options for a call that asks for progress and hands every notification it is sent to the
+/// returned channel, with `cancel` as its cancellation.
+pub fn noted_options(
     cancel: kberg_core::CancellationToken,
 ) -> (
     kberg_core::CallOptions,
-    tokio::sync::mpsc::UnboundedReceiver<f64>,
+    tokio::sync::mpsc::UnboundedReceiver<(String, serde_json::Value)>,
 ) {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let opts = kberg_core::CallOptions::with_cancel(cancel)
-        .with_peer(std::sync::Arc::new(ProgressPeer(tx)))
+        .with_peer(std::sync::Arc::new(NotePeer(tx)))
         .with_progress_token(serde_json::json!("progress-1"));
     (opts, rx)
+}
+
+/// Waits (at most [`WAIT`]) for the first progress report among the noted notifications, and
+/// returns its figure.
+pub async fn first_progress(
+    noted: &mut tokio::sync::mpsc::UnboundedReceiver<(String, serde_json::Value)>,
+) -> f64 {
+    tokio::time::timeout(WAIT, async {
+        while let Some((method, params)) = noted.recv().await {
+            if method == "notifications/progress"
+                && let Some(p) = params["progress"].as_f64()
+            {
+                return p;
+            }
+        }
+        panic!("the call ended without a progress report");
+    })
+    .await
+    .expect("the upstream reported progress")
+}
+
+/// An aggregator with the one upstream `transport` under `namespace`, connected (at most
+/// [`WAIT`]), and the registry its tools are in.
+pub async fn connected(
+    namespace: &str,
+    transport: UpstreamTransport,
+) -> (
+    kberg_server::aggregate::Aggregator,
+    kberg_core::ToolRegistry,
+) {
+    use kberg_server::aggregate::{Aggregator, AggregatorConfig, UpstreamConfig};
+    let registry = kberg_core::ToolRegistry::new();
+    let agg = Aggregator::start(
+        AggregatorConfig::new().upstream(UpstreamConfig::new(namespace, transport)),
+        registry.clone(),
+    )
+    .expect("valid");
+    assert!(
+        agg.wait_connected(namespace, 1, WAIT).await,
+        "{namespace}: {:?}",
+        agg.status(namespace)
+    );
+    (agg, registry)
 }
