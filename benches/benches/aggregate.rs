@@ -28,6 +28,8 @@
 //! `KBERG_AGG_CALLS=N` (bench mode) replaces the time budget by N calls per client.
 //! `KBERG_AGG_CASES=kb-aggregated,kb-direct` runs only the named cases (`kb` or `ev`, then
 //! `direct` or `aggregated`), for a profiler that should see one path alone.
+//! `KBERG_AGG_RUNTIME=caller` runs the upstream clients on the bench's runtime
+//! (`UpstreamRuntime::Caller`) instead of the aggregator's own thread (`own`, the default).
 
 // A bench's report is its stdout.
 #![allow(clippy::print_stdout)]
@@ -39,7 +41,9 @@ use std::time::Duration;
 
 use kberg_benches::loopback::{BoxError, Budget, Point, STATEFUL, ToolCall, env_number, measure};
 use kberg_core::{ToolBuilder, ToolOutput, ToolRegistry};
-use kberg_server::aggregate::{Aggregator, AggregatorConfig, UpstreamConfig, UpstreamTransport};
+use kberg_server::aggregate::{
+    Aggregator, AggregatorConfig, UpstreamConfig, UpstreamRuntime, UpstreamTransport,
+};
 use kberg_server::{HttpConfig, HttpServer, McpApp};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -225,7 +229,13 @@ async fn run() -> Result<(), BoxError> {
     let everything = Everything::start().await?;
 
     let registry = ToolRegistry::new();
+    let runtime = match std::env::var("KBERG_AGG_RUNTIME").as_deref() {
+        Ok("caller") => UpstreamRuntime::Caller,
+        Ok("own") | Err(_) => UpstreamRuntime::Own,
+        Ok(other) => return Err(format!("KBERG_AGG_RUNTIME={other}: use `own` or `caller`").into()),
+    };
     let config = AggregatorConfig::new()
+        .runtime(runtime)
         .upstream(UpstreamConfig::new(
             "kb",
             UpstreamTransport::http(format!("http://{upstream}/mcp")),

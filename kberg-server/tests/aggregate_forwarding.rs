@@ -15,7 +15,8 @@ use kberg_core::{
     CallOptions, CancellationToken, ErrorCode, Principal, ToolBuilder, ToolOutput, ToolRegistry,
 };
 use kberg_server::aggregate::{
-    Aggregator, AggregatorConfig, Backoff, UpstreamConfig, UpstreamStatus, UpstreamTransport,
+    Aggregator, AggregatorConfig, Backoff, UpstreamConfig, UpstreamRuntime, UpstreamStatus,
+    UpstreamTransport,
 };
 use kberg_server::{BearerTokens, McpApp};
 use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
@@ -359,4 +360,101 @@ async fn upstream_prompts_are_namespaced_and_forwarded() {
         "{err:?}"
     );
     agg.shutdown().await;
+}
+
+/// The calling client of a forwarded call: notes the thread each progress report reached it on
+/// (its name, and its id from `/proc/thread-self`).
+struct ThreadNoting(std::sync::Mutex<Vec<(Option<String>, std::path::PathBuf)>>);
+
+#[async_trait::async_trait]
+impl kberg_core::ClientPeer for ThreadNoting {
+    async fn notify(
+        &self,
+        method: &str,
+        _params: serde_json::Value,
+    ) -> Result<(), kberg_core::PeerError> {
+        if method == "notifications/progress" {
+            let thread = std::thread::current().name().map(str::to_string);
+            let id = std::fs::read_link("/proc/thread-self").unwrap_or_default();
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((thread, id));
+        }
+        Ok(())
+    }
+    async fn request(
+        &self,
+        method: &str,
+        _params: serde_json::Value,
+        _cancel: CancellationToken,
+    ) -> Result<serde_json::Value, kberg_core::PeerError> {
+        Err(kberg_core::PeerError::NotSupported(method.to_string()))
+    }
+    fn supports(&self, _capability: &str) -> bool {
+        false
+    }
+}
+
+/// By default the upstream clients run on the aggregator's own thread, `kberg-upstreams`
+/// (an upstream's progress is relayed from there), which ends once the aggregator is shut
+/// down, or dropped; with `UpstreamRuntime::Caller` they run on the runtime that started it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upstream_clients_run_where_the_configuration_says() {
+    for (runtime, shut_down) in [
+        (UpstreamRuntime::Own, true),
+        (UpstreamRuntime::Own, false),
+        (UpstreamRuntime::Caller, true),
+    ] {
+        let registry = ToolRegistry::new();
+        let config = AggregatorConfig::new()
+            .upstream(UpstreamConfig::new("ev", everything_stdio()))
+            .runtime(runtime);
+        let agg = Aggregator::start(config, registry.clone()).expect("valid");
+        assert!(
+            agg.wait_connected("ev", 1, WAIT).await,
+            "{:?}",
+            agg.status("ev")
+        );
+        let peer = std::sync::Arc::new(ThreadNoting(std::sync::Mutex::default()));
+        let opts = CallOptions::default()
+            .with_peer(peer.clone())
+            .with_progress_token(json!("p-1"));
+        let out = registry
+            .call(
+                &reader(),
+                "ev__trigger-long-running-operation",
+                json!({"duration": 1, "steps": 2}),
+                opts,
+            )
+            .await
+            .expect("answered");
+        assert!(!out.is_error, "{out:?}");
+        let seen = peer
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        assert!(!seen.is_empty(), "{runtime:?}: no progress relayed");
+        for (thread, _) in &seen {
+            match runtime {
+                UpstreamRuntime::Own => assert_eq!(thread.as_deref(), Some("kberg-upstreams")),
+                _ => assert_ne!(thread.as_deref(), Some("kberg-upstreams")),
+            }
+        }
+        if shut_down {
+            agg.shutdown().await;
+        } else {
+            drop(agg);
+        }
+        if runtime == UpstreamRuntime::Own {
+            // The thread's entry in /proc goes once the thread has ended.
+            let task = std::path::Path::new("/proc/self/task")
+                .join(seen[0].1.file_name().expect("a thread id"));
+            kberg_testkit::eventually_async("the upstream thread ends", || async {
+                (!task.exists()).then_some(())
+            })
+            .await;
+        }
+    }
 }

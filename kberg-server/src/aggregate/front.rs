@@ -21,7 +21,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::config::{AggregatorConfig, Backoff, ConfigError, UpstreamConfig};
+use super::config::{AggregatorConfig, Backoff, ConfigError, UpstreamConfig, UpstreamRuntime};
 use super::hook::ForwardHook;
 use super::pattern::Pattern;
 use super::resources::check_scheme_namespace;
@@ -225,10 +225,43 @@ impl Drop for Aggregator {
     }
 }
 
+/// Starts the thread of [`UpstreamRuntime::Own`]: a current-thread runtime that runs until
+/// `ended` reports that every supervisor has stopped (its senders are dropped), then drops
+/// what is left on it (a closed session's loop, a child's stderr drain), waiting at most
+/// [`OWN_RUNTIME_WIND_UP`] for blocking work such as a name lookup. The thread logs to the
+/// `tracing` subscriber its starter logs to, also when that is only the starter's thread's
+/// default.
+fn own_runtime(
+    mut ended: tokio::sync::mpsc::Receiver<()>,
+) -> Result<tokio::runtime::Handle, ConfigError> {
+    let unavailable = |e: std::io::Error| ConfigError::RuntimeUnavailable {
+        reason: e.to_string(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(unavailable)?;
+    let handle = rt.handle().clone();
+    let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
+    std::thread::Builder::new()
+        .name("kberg-upstreams".into())
+        .spawn(move || {
+            let _logs = tracing::dispatcher::set_default(&dispatch);
+            rt.block_on(async move { while ended.recv().await.is_some() {} });
+            rt.shutdown_timeout(OWN_RUNTIME_WIND_UP);
+        })
+        .map_err(unavailable)?;
+    Ok(handle)
+}
+
+/// How long the own runtime's thread waits for blocking work when it ends.
+const OWN_RUNTIME_WIND_UP: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Aggregator {
     /// Checks `config`, declares the write rules' capabilities in `registry`, and starts one
-    /// supervisor per upstream (on the current tokio runtime). Returns at once; upstream tools
-    /// appear in the registry as their upstreams connect (see [`Aggregator::wait_connected`]).
+    /// supervisor per upstream (on the runtime [`AggregatorConfig::runtime`] names: by default
+    /// a thread of the aggregator's own). Returns at once; upstream tools appear in the
+    /// registry as their upstreams connect (see [`Aggregator::wait_connected`]).
     pub fn start(config: AggregatorConfig, registry: ToolRegistry) -> Result<Self, ConfigError> {
         Self::start_with(config, registry, Forward::new())
     }
@@ -299,6 +332,12 @@ impl Aggregator {
         let shutdown = CancellationToken::new();
         let mut upstreams = Vec::new();
         let mut tasks = Vec::new();
+        // Each supervisor holds a sender; the own runtime's thread ends when all are gone.
+        let (alive, ended) = tokio::sync::mpsc::channel::<()>(1);
+        let runtime = match config.runtime {
+            UpstreamRuntime::Own => own_runtime(ended)?,
+            UpstreamRuntime::Caller => tokio::runtime::Handle::current(),
+        };
         for u in config.upstreams {
             let (status, _) = watch::channel(UpstreamStatus::Connecting);
             let up = Arc::new(Upstream {
@@ -324,11 +363,12 @@ impl Aggregator {
                 log_budget: Mutex::new(super::relay::log_budget()),
                 hook: hook.clone(),
             });
-            tasks.push(tokio::spawn(supervise(
-                shared.clone(),
-                up.clone(),
-                shutdown.clone(),
-            )));
+            let supervisor = supervise(shared.clone(), up.clone(), shutdown.clone());
+            let alive = alive.clone();
+            tasks.push(runtime.spawn(async move {
+                let _alive = alive;
+                supervisor.await;
+            }));
             upstreams.push(up);
         }
         Ok(Self {

@@ -96,6 +96,7 @@ pub(super) async fn sync_tools(
             registered.remove(&name);
         }
     }
+    let mut new: Vec<(String, String, Arc<dyn Tool>)> = Vec::new();
     for (name, spec) in wanted {
         if registered.contains_key(&name) {
             continue;
@@ -106,7 +107,20 @@ pub(super) async fn sync_tools(
             remote: remote.clone(),
             up: up.clone(),
         };
-        match shared.registry.register(tool) {
+        new.push((name, remote, Arc::new(tool)));
+    }
+    // All at once, so that a listing never shows part of them (and clients hear of one change);
+    // one by one only when that fails, to skip just the tools that cannot be registered.
+    if shared
+        .registry
+        .register_all(new.iter().map(|(_, _, t)| Arc::clone(t)))
+        .is_ok()
+    {
+        registered.extend(new.into_iter().map(|(name, remote, _)| (name, remote)));
+        new = Vec::new();
+    }
+    for (name, remote, tool) in new {
+        match shared.registry.register_arc(tool) {
             Ok(()) => {
                 registered.insert(name, remote);
             }
