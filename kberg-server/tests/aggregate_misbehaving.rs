@@ -16,7 +16,7 @@ use std::time::Duration;
 use kberg_core::{CallOptions, PromptRegistry, ToolOutput, ToolRegistry};
 use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, Backoff, UPSTREAM_INVALID_RESULT, UPSTREAM_TIMEOUT,
-    UpstreamConfig, UpstreamStatus,
+    UpstreamConfig, UpstreamRuntime, UpstreamStatus,
 };
 use serde_json::{Value, json};
 
@@ -246,4 +246,24 @@ async fn a_flood_of_upstream_notifications_reaches_the_client_at_a_bounded_rate(
     assert!(progress.windows(2).all(|w| w[0] < w[1]), "{progress:?}");
     assert!(logs > 0 && logs < 2_500, "{logs} log messages relayed");
     agg.shutdown().await;
+}
+
+/// Started outside any tokio runtime, the default aggregator runs its upstreams on its own
+/// thread (their tools arrive), and one asked to run them on the caller's runtime is refused
+/// with `runtime_unavailable` instead of panicking.
+#[test]
+fn outside_a_runtime_only_the_own_thread_runs_the_upstreams() {
+    let config = || AggregatorConfig::new().upstream(UpstreamConfig::new("raw", raw_upstream()));
+    let err = Aggregator::start(
+        config().runtime(UpstreamRuntime::Caller),
+        ToolRegistry::new(),
+    )
+    .expect_err("refused");
+    assert_eq!(err.code(), "runtime_unavailable", "{err}");
+    let registry = ToolRegistry::new();
+    let agg = Aggregator::start(config(), registry.clone()).expect("started on its own thread");
+    kberg_testkit::eventually("the raw upstream's tools are registered", || {
+        !registry.is_empty()
+    });
+    drop(agg);
 }

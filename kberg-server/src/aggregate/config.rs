@@ -333,9 +333,9 @@ pub enum UpstreamRuntime {
     /// is plenty for the tool calls of agents (several thousand a second on it).
     #[default]
     Own,
-    /// The runtime [`Aggregator::start`](super::Aggregator::start) is called on (which must
-    /// be one). For an app that wants every task on its own runtime, or a test that pauses
-    /// that runtime's clock.
+    /// The runtime [`Aggregator::start`](super::Aggregator::start) is called on; called
+    /// outside one, it is refused with [`ConfigError::RuntimeUnavailable`]. For an app that
+    /// wants every task on its own runtime, or a test that pauses that runtime's clock.
     Caller,
 }
 
@@ -546,7 +546,8 @@ pub enum ConfigError {
         /// Why the registry refused it.
         reason: String,
     },
-    /// The thread of [`UpstreamRuntime::Own`], or its runtime, could not be started.
+    /// The thread of [`UpstreamRuntime::Own`], or its runtime, could not be started, or
+    /// [`UpstreamRuntime::Caller`] was asked for outside a tokio runtime.
     #[error("the upstream clients' runtime could not start: {reason}")]
     RuntimeUnavailable {
         /// The system's error.

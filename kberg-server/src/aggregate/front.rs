@@ -336,7 +336,11 @@ impl Aggregator {
         let (alive, ended) = tokio::sync::mpsc::channel::<()>(1);
         let runtime = match config.runtime {
             UpstreamRuntime::Own => own_runtime(ended)?,
-            UpstreamRuntime::Caller => tokio::runtime::Handle::current(),
+            UpstreamRuntime::Caller => tokio::runtime::Handle::try_current().map_err(|e| {
+                ConfigError::RuntimeUnavailable {
+                    reason: e.to_string(),
+                }
+            })?,
         };
         for u in config.upstreams {
             let (status, _) = watch::channel(UpstreamStatus::Connecting);
