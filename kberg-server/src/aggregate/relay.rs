@@ -179,21 +179,6 @@ impl ClientHandler for UpstreamClient {
         params: LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        // An upstream that floods log messages cannot flood the clients: the relay's rate is
-        // bounded per upstream, as MCP asks of a server's log messages.
-        let within = self
-            .up
-            .log_budget
-            .lock()
-            .map(|mut b| b.take(tokio::time::Instant::now()))
-            .unwrap_or(false);
-        if !within {
-            tracing::trace!(
-                namespace = self.up.namespace(),
-                "an upstream log message over the relay's rate bound was not relayed"
-            );
-            return;
-        }
         // Like requests, a log message reaches a client only when it can only be about its call.
         let one = self.up.active.lock().ok().and_then(|m| {
             let mut calls = m.values();
@@ -204,6 +189,21 @@ impl ClientHandler for UpstreamClient {
         });
         match (one, serde_json::to_value(&params)) {
             (Some(peer), Ok(v)) => {
+                // An upstream that floods log messages cannot flood the clients: the rate of
+                // those relayed is bounded per upstream, as MCP asks of a server's log messages.
+                let within = self
+                    .up
+                    .log_budget
+                    .lock()
+                    .map(|mut b| b.take(tokio::time::Instant::now()))
+                    .unwrap_or(false);
+                if !within {
+                    tracing::trace!(
+                        namespace = self.up.namespace(),
+                        "an upstream log message over the relay's rate bound was not relayed"
+                    );
+                    return;
+                }
                 let _ = peer.notify("notifications/message", v).await;
             }
             _ => tracing::debug!(

@@ -82,16 +82,10 @@ fn params_problem(method: &str, params: Option<serde_json::Value>) -> Option<Str
         "completion/complete" => problem::<CompleteRequestParams>(params),
         "logging/setLevel" => problem::<SetLevelRequestParams>(params),
         "initialize" => problem::<InitializeRequestParams>(params),
-        "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list" => params
-            .and_then(|v| {
-                if v.is_object() {
-                    serde_json::from_value::<PaginatedRequestParams>(v)
-                        .err()
-                        .map(|e| e.to_string())
-                } else {
-                    Some("params must be an object".to_string())
-                }
-            }),
+        // A list's params are optional: only ones that are there can be wrong.
+        "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list" => {
+            params.and_then(|v| problem::<PaginatedRequestParams>(Some(v)))
+        }
         _ => None,
     }
 }
