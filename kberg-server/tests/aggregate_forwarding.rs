@@ -16,7 +16,7 @@ use kberg_core::{
 };
 use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, Backoff, UpstreamConfig, UpstreamRuntime, UpstreamStatus,
-    UpstreamTransport,
+    UpstreamThread, UpstreamTransport,
 };
 use kberg_server::{BearerTokens, McpApp};
 use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
@@ -396,6 +396,50 @@ impl kberg_core::ClientPeer for ThreadNoting {
     }
 }
 
+/// Calls server-everything's long-running operation through `registry` and returns the
+/// threads its progress reports reached the caller on.
+async fn progress_threads(
+    agg: &Aggregator,
+    registry: &ToolRegistry,
+) -> Vec<(Option<String>, std::path::PathBuf)> {
+    assert!(
+        agg.wait_connected("ev", 1, WAIT).await,
+        "{:?}",
+        agg.status("ev")
+    );
+    let peer = std::sync::Arc::new(ThreadNoting(std::sync::Mutex::default()));
+    let opts = CallOptions::default()
+        .with_peer(peer.clone())
+        .with_progress_token(json!("p-1"));
+    let out = registry
+        .call(
+            &reader(),
+            "ev__trigger-long-running-operation",
+            json!({"duration": 1, "steps": 2}),
+            opts,
+        )
+        .await
+        .expect("answered");
+    assert!(!out.is_error, "{out:?}");
+    let seen = peer
+        .0
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    assert!(!seen.is_empty(), "no progress relayed");
+    seen
+}
+
+/// Waits until the thread with this `/proc/thread-self` target has ended.
+async fn thread_ends(id: &std::path::Path) {
+    // The thread's entry in /proc goes once the thread has ended.
+    let task = std::path::Path::new("/proc/self/task").join(id.file_name().expect("a thread id"));
+    kberg_testkit::eventually_async("the upstream thread ends", || async {
+        (!task.exists()).then_some(())
+    })
+    .await;
+}
+
 /// By default the upstream clients run on the aggregator's own thread, `kberg-upstreams`
 /// (an upstream's progress is relayed from there), which ends once the aggregator is shut
 /// down, or dropped; with `UpstreamRuntime::Caller` they run on the runtime that started it.
@@ -409,33 +453,13 @@ async fn the_upstream_clients_run_where_the_configuration_says() {
         let registry = ToolRegistry::new();
         let config = AggregatorConfig::new()
             .upstream(UpstreamConfig::new("ev", everything_stdio()))
-            .runtime(runtime);
+            .runtime(runtime.clone());
         let agg = Aggregator::start(config, registry.clone()).expect("valid");
-        assert!(
-            agg.wait_connected("ev", 1, WAIT).await,
-            "{:?}",
-            agg.status("ev")
+        assert_eq!(
+            agg.upstream_thread().is_some(),
+            runtime == UpstreamRuntime::Own
         );
-        let peer = std::sync::Arc::new(ThreadNoting(std::sync::Mutex::default()));
-        let opts = CallOptions::default()
-            .with_peer(peer.clone())
-            .with_progress_token(json!("p-1"));
-        let out = registry
-            .call(
-                &reader(),
-                "ev__trigger-long-running-operation",
-                json!({"duration": 1, "steps": 2}),
-                opts,
-            )
-            .await
-            .expect("answered");
-        assert!(!out.is_error, "{out:?}");
-        let seen = peer
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        assert!(!seen.is_empty(), "{runtime:?}: no progress relayed");
+        let seen = progress_threads(&agg, &registry).await;
         for (thread, _) in &seen {
             match runtime {
                 UpstreamRuntime::Own => assert_eq!(thread.as_deref(), Some("kberg-upstreams")),
@@ -448,13 +472,50 @@ async fn the_upstream_clients_run_where_the_configuration_says() {
             drop(agg);
         }
         if runtime == UpstreamRuntime::Own {
-            // The thread's entry in /proc goes once the thread has ended.
-            let task = std::path::Path::new("/proc/self/task")
-                .join(seen[0].1.file_name().expect("a thread id"));
-            kberg_testkit::eventually_async("the upstream thread ends", || async {
-                (!task.exists()).then_some(())
-            })
-            .await;
+            thread_ends(&seen[0].1).await;
         }
     }
+}
+
+/// Aggregators handed one [`UpstreamThread`] run their upstream clients on that one thread,
+/// which outlives them while its starter holds it (a later aggregator still runs on it) and
+/// ends once the starter drops it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregators_handed_one_thread_share_it() {
+    let thread = UpstreamThread::start("shared-upstreams").expect("a thread");
+    assert_eq!(thread.name(), "shared-upstreams");
+    let start = || {
+        let registry = ToolRegistry::new();
+        let config = AggregatorConfig::new()
+            .upstream(UpstreamConfig::new("ev", everything_stdio()))
+            .runtime(UpstreamRuntime::Thread(thread.clone()));
+        let agg = Aggregator::start(config, registry.clone()).expect("valid");
+        assert_eq!(agg.upstream_thread(), Some(&thread));
+        (agg, registry)
+    };
+    let (first, first_registry) = start();
+    let (second, second_registry) = start();
+    let mut seen = progress_threads(&first, &first_registry).await;
+    seen.extend(progress_threads(&second, &second_registry).await);
+    let id = seen[0].1.clone();
+    for (name, tid) in &seen {
+        assert_eq!(name.as_deref(), Some("shared-upstreams"));
+        assert_eq!(tid, &id, "every report comes from the one thread");
+    }
+    first.shutdown().await;
+    drop(second);
+    // Both aggregators are gone; the starter's handle keeps the thread for the next one.
+    let (third, third_registry) = start();
+    for (_, tid) in progress_threads(&third, &third_registry).await {
+        assert_eq!(tid, id);
+    }
+    third.shutdown().await;
+    assert!(
+        std::path::Path::new("/proc/self/task")
+            .join(id.file_name().expect("a thread id"))
+            .exists(),
+        "the thread runs while its starter holds it"
+    );
+    drop(thread);
+    thread_ends(&id).await;
 }

@@ -7,6 +7,11 @@
 //! reconnect with backoff, timeouts, progress, cancellation) holds per connection; the gateway's
 //! public registry only holds front tools that pick the caller's connection.
 //!
+//! The connections of one upstream share one thread for their clients (Kberg's
+//! [`UpstreamThread`], named `bridle-up-<namespace>`), started with the first connection and
+//! kept while the route lives: the number of threads follows the number of upstreams, not of
+//! agents.
+//!
 //! Credentials are resolved when a connection starts: into the environment of the child, or
 //! into a header the HTTP client sends with every request. On every call the route compares the
 //! secret's active version with the one its connection was started with; after a rotation the
@@ -19,8 +24,8 @@ use std::time::Duration;
 
 use kberg_core::{Caller, Grants, Principal, ToolRegistry, WriteCapability};
 use kberg_server::aggregate::{
-    Aggregator, AggregatorConfig, Forward, ForwardHook, UpstreamConfig, UpstreamStatus,
-    UpstreamTransport,
+    Aggregator, AggregatorConfig, Forward, ForwardHook, UpstreamConfig, UpstreamRuntime,
+    UpstreamStatus, UpstreamThread, UpstreamTransport,
 };
 
 use super::config::{CredentialTarget, UpstreamSection};
@@ -82,6 +87,8 @@ pub struct Route {
     connect_timeout: Duration,
     /// What each forwarded call carries from its caller's `_meta` (trace context).
     hook: Arc<dyn ForwardHook>,
+    /// The thread every connection's upstream client runs on, once one has started.
+    thread: std::sync::Mutex<Option<UpstreamThread>>,
 }
 
 impl std::fmt::Debug for Route {
@@ -125,6 +132,7 @@ impl Route {
             connections: tokio::sync::Mutex::new(HashMap::new()),
             connect_timeout,
             hook,
+            thread: std::sync::Mutex::new(None),
         }
     }
 
@@ -351,6 +359,7 @@ impl Route {
             injected = Some(value);
         }
         let cap = write_capability(&self.namespace);
+        let thread = self.thread()?;
         let config = AggregatorConfig::new()
             .upstream(
                 UpstreamConfig::new(self.namespace.clone(), transport)
@@ -359,6 +368,7 @@ impl Route {
                     .stderr_redact(redact),
             )
             .connect_timeout(self.connect_timeout)
+            .runtime(UpstreamRuntime::Thread(thread))
             .write_rule("*", cap);
         let registry = ToolRegistry::new();
         let forward = Forward::new().hook(Arc::clone(&self.hook));
@@ -372,8 +382,79 @@ impl Route {
         })
     }
 
+    /// The route's upstream thread, started on first use.
+    fn thread(&self) -> Result<UpstreamThread, RouteError> {
+        let mut slot = self
+            .thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(t) = slot.as_ref() {
+            return Ok(t.clone());
+        }
+        let t = UpstreamThread::start(format!("bridle-up-{}", self.namespace))
+            .map_err(|e| RouteError::Unavailable(e.to_string()))?;
+        *slot = Some(t.clone());
+        Ok(t)
+    }
+
     /// The secret source (for recording uses).
     pub(crate) fn secrets(&self) -> &SecretDesk {
         &self.secrets
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::upstreams::FolderSecrets;
+
+    /// Every connection of a route runs on the route's one thread, however many agents have
+    /// their own credential; another route has a thread of its own.
+    #[tokio::test]
+    async fn the_connections_of_a_route_share_one_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["tok-a", "tok-b"] {
+            std::fs::write(dir.path().join(name), format!("{name}-value")).unwrap();
+        }
+        let section: UpstreamSection = serde_saphyr::from_str(
+            "stdio: {command: /nonexistent/upstream}\n\
+             credential: {per_agent: {a: tok-a, b: tok-b}, env: UPSTREAM_TOKEN}",
+        )
+        .unwrap();
+        let agents = ["a".to_string(), "b".to_string()].into();
+        let target = section.check("up", &agents).unwrap();
+        let secrets = SecretDesk::new(Arc::new(FolderSecrets::new(dir.path())));
+        let route = |ns: &str| {
+            Route::new(
+                ns.into(),
+                section.clone(),
+                target.clone(),
+                secrets.clone(),
+                Duration::from_secs(5),
+                Arc::new(kberg_server::aggregate::CarryMeta::default()),
+            )
+        };
+        let (first, other) = (route("up"), route("other"));
+        let a = first
+            .connection(&Identity::Agent("a".into()), Some("tok-a"))
+            .await
+            .unwrap();
+        let b = first
+            .connection(&Identity::Agent("b".into()), Some("tok-b"))
+            .await
+            .unwrap();
+        assert!(!Arc::ptr_eq(&a, &b), "one connection per agent");
+        let thread = a.aggregator.upstream_thread().unwrap();
+        assert_eq!(thread.name(), "bridle-up-up");
+        assert_eq!(b.aggregator.upstream_thread(), Some(thread));
+        let c = other
+            .connection(&Identity::Agent("a".into()), Some("tok-a"))
+            .await
+            .unwrap();
+        let theirs = c.aggregator.upstream_thread().unwrap();
+        assert_eq!(theirs.name(), "bridle-up-other");
+        assert_ne!(theirs, thread);
     }
 }

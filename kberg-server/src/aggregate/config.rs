@@ -9,6 +9,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use super::thread::UpstreamThread;
+
 use kberg_core::WriteCapability;
 
 use super::pattern::Pattern;
@@ -319,7 +321,7 @@ pub struct AggregatorConfig {
 /// Where an aggregator's upstream clients run: the supervisors, the rmcp client sessions with
 /// their HTTP connections and child-process pipes, and the handlers of what upstreams send
 /// back (progress, logs, their own requests).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum UpstreamRuntime {
     /// A current-thread tokio runtime on a thread of its own (`kberg-upstreams`), one per
@@ -333,6 +335,10 @@ pub enum UpstreamRuntime {
     /// is plenty for the tool calls of agents (several thousand a second on it).
     #[default]
     Own,
+    /// Like [`UpstreamRuntime::Own`], on a thread the caller started and may hand to other
+    /// aggregators too: an app that runs many aggregators (one per upstream and credential)
+    /// keeps the gain without a thread per aggregator.
+    Thread(UpstreamThread),
     /// The runtime [`Aggregator::start`](super::Aggregator::start) is called on; called
     /// outside one, it is refused with [`ConfigError::RuntimeUnavailable`]. For an app that
     /// wants every task on its own runtime, or a test that pauses that runtime's clock.

@@ -26,6 +26,7 @@ use super::hook::ForwardHook;
 use super::pattern::Pattern;
 use super::resources::check_scheme_namespace;
 use super::supervisor::supervise;
+use super::thread::UpstreamThread;
 
 /// The stable `code` in the structured content of a call whose upstream is not connected
 /// ([`ErrorCode::UpstreamUnavailable`]).
@@ -201,6 +202,8 @@ pub struct Aggregator {
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
     registry: ToolRegistry,
+    /// The thread the upstream clients run on (`None`: the caller's runtime).
+    thread: Option<UpstreamThread>,
 }
 
 impl std::fmt::Debug for Aggregator {
@@ -224,38 +227,6 @@ impl Drop for Aggregator {
         self.shutdown.cancel();
     }
 }
-
-/// Starts the thread of [`UpstreamRuntime::Own`]: a current-thread runtime that runs until
-/// `ended` reports that every supervisor has stopped (its senders are dropped), then drops
-/// what is left on it (a closed session's loop, a child's stderr drain), waiting at most
-/// [`OWN_RUNTIME_WIND_UP`] for blocking work such as a name lookup. The thread logs to the
-/// `tracing` subscriber its starter logs to, also when that is only the starter's thread's
-/// default.
-fn own_runtime(
-    mut ended: tokio::sync::mpsc::Receiver<()>,
-) -> Result<tokio::runtime::Handle, ConfigError> {
-    let unavailable = |e: std::io::Error| ConfigError::RuntimeUnavailable {
-        reason: e.to_string(),
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(unavailable)?;
-    let handle = rt.handle().clone();
-    let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
-    std::thread::Builder::new()
-        .name("kberg-upstreams".into())
-        .spawn(move || {
-            let _logs = tracing::dispatcher::set_default(&dispatch);
-            rt.block_on(async move { while ended.recv().await.is_some() {} });
-            rt.shutdown_timeout(OWN_RUNTIME_WIND_UP);
-        })
-        .map_err(unavailable)?;
-    Ok(handle)
-}
-
-/// How long the own runtime's thread waits for blocking work when it ends.
-const OWN_RUNTIME_WIND_UP: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Aggregator {
     /// Checks `config`, declares the write rules' capabilities in `registry`, and starts one
@@ -332,15 +303,19 @@ impl Aggregator {
         let shutdown = CancellationToken::new();
         let mut upstreams = Vec::new();
         let mut tasks = Vec::new();
-        // Each supervisor holds a sender; the own runtime's thread ends when all are gone.
-        let (alive, ended) = tokio::sync::mpsc::channel::<()>(1);
-        let runtime = match config.runtime {
-            UpstreamRuntime::Own => own_runtime(ended)?,
-            UpstreamRuntime::Caller => tokio::runtime::Handle::try_current().map_err(|e| {
-                ConfigError::RuntimeUnavailable {
-                    reason: e.to_string(),
-                }
-            })?,
+        // An own thread ends once the supervisors spawned on it (and this aggregator's clone)
+        // are gone; a shared one also waits for its other holders.
+        let thread = match config.runtime {
+            UpstreamRuntime::Own => Some(UpstreamThread::start("kberg-upstreams")?),
+            UpstreamRuntime::Thread(t) => Some(t),
+            UpstreamRuntime::Caller => {
+                tokio::runtime::Handle::try_current().map_err(|e| {
+                    ConfigError::RuntimeUnavailable {
+                        reason: e.to_string(),
+                    }
+                })?;
+                None
+            }
         };
         for u in config.upstreams {
             let (status, _) = watch::channel(UpstreamStatus::Connecting);
@@ -368,11 +343,10 @@ impl Aggregator {
                 hook: hook.clone(),
             });
             let supervisor = supervise(shared.clone(), up.clone(), shutdown.clone());
-            let alive = alive.clone();
-            tasks.push(runtime.spawn(async move {
-                let _alive = alive;
-                supervisor.await;
-            }));
+            tasks.push(match &thread {
+                Some(t) => t.spawn_kept(supervisor),
+                None => tokio::spawn(supervisor),
+            });
             upstreams.push(up);
         }
         Ok(Self {
@@ -380,12 +354,19 @@ impl Aggregator {
             shutdown,
             tasks,
             registry,
+            thread,
         })
     }
 
     /// The registry the upstream tools are registered in.
     pub fn registry(&self) -> &ToolRegistry {
         &self.registry
+    }
+
+    /// The thread the upstream clients run on; `None` when they run on the runtime the
+    /// aggregator was started on ([`UpstreamRuntime::Caller`]).
+    pub fn upstream_thread(&self) -> Option<&UpstreamThread> {
+        self.thread.as_ref()
     }
 
     fn upstream(&self, namespace: &str) -> Option<&Arc<Upstream>> {

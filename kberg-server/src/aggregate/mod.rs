@@ -82,6 +82,7 @@ mod resources;
 mod stderr;
 mod supervisor;
 mod tasks;
+mod thread;
 mod tools;
 
 pub use config::{
@@ -97,3 +98,4 @@ pub use pattern::Pattern;
 pub use relay::{LOG_RELAY_BURST, LOG_RELAY_INTERVAL};
 pub use resources::{namespaced_uri, upstream_uri};
 pub use stderr::{ChildStderr, MAX_STDERR_LINE, MIN_REDACTED_LEN, STDERR_TARGET};
+pub use thread::UpstreamThread;
