@@ -138,7 +138,10 @@ pub use prompt::{
     PromptArgs, PromptArgument, PromptError, PromptMessage, PromptRegistry, PromptResult,
     PromptSpec, Role,
 };
-pub use rate::{PROGRESS_REPORT_BURST, PROGRESS_REPORT_INTERVAL, RateBudget};
+pub use rate::{
+    LOG_MESSAGE_BURST, LOG_MESSAGE_INTERVAL, PROGRESS_REPORT_BURST, PROGRESS_REPORT_INTERVAL,
+    RateBudget,
+};
 pub use registry::{ToolRegistry, ToolRegistryBuilder};
 pub use resource::{
     ResourceDescriptor, ResourceError, ResourceEvent, ResourceReader, ResourceRegistry,

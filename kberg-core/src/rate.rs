@@ -1,6 +1,6 @@
 //! A token bucket that bounds how often something is sent: a tool's progress reports to its
-//! client (`ToolContext::progress`) and those an agent's progress sink passes to its app
-//! (in `kberg-agent`).
+//! client (`ToolContext::progress`), those an agent's progress sink passes to its app (in
+//! `kberg-agent`), and the log messages a server sends its client (in `kberg-server`).
 
 use std::time::Duration;
 
@@ -13,6 +13,14 @@ pub const PROGRESS_REPORT_BURST: u32 = 20;
 
 /// How often a call that has used its burst of progress reports may send one: ten a second.
 pub const PROGRESS_REPORT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The most log messages (`notifications/message`) a server sends one client at once; after
+/// that, one per [`LOG_MESSAGE_INTERVAL`]. The MCP specification asks a server to rate-limit
+/// its log messages.
+pub const LOG_MESSAGE_BURST: u32 = 100;
+
+/// How often a client that has had its burst of log messages gets one more: twenty a second.
+pub const LOG_MESSAGE_INTERVAL: Duration = Duration::from_millis(50);
 
 /// A token bucket on tokio's clock: `burst` sends at once, then one more for each `interval`
 /// that passes. A refill keeps the part of an interval not yet paid for, so a sender faster
@@ -51,6 +59,12 @@ impl RateBudget {
     /// [`PROGRESS_REPORT_INTERVAL`].
     pub const fn progress() -> Self {
         Self::new(PROGRESS_REPORT_BURST, PROGRESS_REPORT_INTERVAL)
+    }
+
+    /// The budget of the log messages sent to one client: [`LOG_MESSAGE_BURST`], one back per
+    /// [`LOG_MESSAGE_INTERVAL`].
+    pub const fn log() -> Self {
+        Self::new(LOG_MESSAGE_BURST, LOG_MESSAGE_INTERVAL)
     }
 
     /// Takes one send at `now`, refilled for the time since the last refill; false when none

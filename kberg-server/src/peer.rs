@@ -17,16 +17,18 @@
 //!   at once: every question asked during one run is collected and returned together.
 //!
 //! Notifications (progress, log messages) go out on the request's own response stream in both
-//! generations.
+//! generations: on a session, a log message is marked with the id of the request whose tool
+//! sent it, and the session's stream routing follows the mark while that request is in flight
+//! (after it, on the session's standalone stream).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use kberg_core::{ClientPeer, PeerError};
-use rmcp::model::{ServerNotification, ServerRequest};
-use rmcp::service::{PeerRequestOptions, RequestHandle};
+use kberg_core::{ClientPeer, PeerError, RateBudget};
+use rmcp::model::{GetExtensions, RequestId, ServerNotification, ServerRequest};
+use rmcp::service::{OriginatingRequestId, PeerRequestOptions, RequestHandle};
 use rmcp::{Peer, RoleServer, ServiceError};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -79,40 +81,73 @@ pub(crate) fn level_rank(level: &str) -> u8 {
         .unwrap_or(1) as u8
 }
 
-/// A session's minimum log level (`logging/setLevel`). Shared by every call of the session.
+/// Which log messages (`notifications/message`) reach one client: those at or above its
+/// minimum level (`logging/setLevel` on a session, the request's `logLevel` on 2026-07-28), at
+/// a bounded rate ([`kberg_core::LOG_MESSAGE_BURST`] at once, then one per
+/// [`kberg_core::LOG_MESSAGE_INTERVAL`]), as MCP asks of a server. Shared by every call of a
+/// session, so the bound holds for the session's calls together; a 2026-07-28 request has its
+/// own. A message over the bound is left out, not queued.
 #[derive(Debug)]
-pub(crate) struct LogThreshold(AtomicU8);
+pub(crate) struct LogFilter {
+    level: AtomicU8,
+    rate: Mutex<RateBudget>,
+}
 
-impl LogThreshold {
+impl LogFilter {
+    fn with_rank(rank: u8) -> Self {
+        Self {
+            level: AtomicU8::new(rank),
+            rate: Mutex::new(RateBudget::log()),
+        }
+    }
+
     pub(crate) fn new(level: &str) -> Self {
-        Self(AtomicU8::new(level_rank(level)))
+        Self::with_rank(level_rank(level))
     }
 
     /// No log message passes (2026-07-28 requests that carry no `logLevel`).
     pub(crate) fn off() -> Self {
-        Self(AtomicU8::new(OFF))
+        Self::with_rank(OFF)
     }
 
-    /// The threshold a 2026-07-28 request's `_meta` `logLevel` asks for: one of the schema's
+    /// The filter a 2026-07-28 request's `_meta` `logLevel` asks for: one of the schema's
     /// levels, spelled as the schema spells them; anything else (or none) asks for no log
     /// messages at all.
     pub(crate) fn requested(level: Option<&str>) -> Self {
         match level.and_then(|l| LEVELS.iter().position(|known| *known == l)) {
-            Some(rank) => Self(AtomicU8::new(rank as u8)),
+            Some(rank) => Self::with_rank(rank as u8),
             None => Self::off(),
         }
     }
 
     pub(crate) fn set(&self, level: &str) {
-        self.0.store(level_rank(level), Ordering::Relaxed);
+        self.level.store(level_rank(level), Ordering::Relaxed);
     }
 
+    /// Whether a message's level is at or above the minimum.
     fn allows(&self, params: &Value) -> bool {
         let level = params
             .get("level")
             .and_then(Value::as_str)
             .unwrap_or("info");
-        level_rank(level) >= self.0.load(Ordering::Relaxed)
+        level_rank(level) >= self.level.load(Ordering::Relaxed)
+    }
+
+    /// Whether a message goes out: its level is allowed and the rate bound has room (which it
+    /// then takes).
+    fn passes(&self, params: &Value) -> bool {
+        if !self.allows(params) {
+            return false;
+        }
+        let sent = self
+            .rate
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take(tokio::time::Instant::now());
+        if !sent {
+            tracing::trace!("a log message over the rate bound was not sent");
+        }
+        sent
     }
 }
 
@@ -139,8 +174,24 @@ async fn send_notification(
     method: &str,
     params: Value,
 ) -> Result<(), PeerError> {
-    let n: ServerNotification = serde_json::from_value(json!({"method": method, "params": params}))
-        .map_err(|e| PeerError::Malformed(format!("notification `{method}`: {e}")))?;
+    send_related_notification(peer, method, params, None).await
+}
+
+/// Sends a notification; one `related` to a request is marked with that request's id
+/// (`OriginatingRequestId`, never on the wire), which the session's stream routing reads to send
+/// it on that request's response stream while the request is in flight.
+async fn send_related_notification(
+    peer: &Peer<RoleServer>,
+    method: &str,
+    params: Value,
+    related: Option<&RequestId>,
+) -> Result<(), PeerError> {
+    let mut n: ServerNotification =
+        serde_json::from_value(json!({"method": method, "params": params}))
+            .map_err(|e| PeerError::Malformed(format!("notification `{method}`: {e}")))?;
+    if let Some(id) = related {
+        n.extensions_mut().insert(OriginatingRequestId(id.clone()));
+    }
     peer.send_notification(n).await.map_err(service_error)
 }
 
@@ -171,16 +222,19 @@ impl Drop for CancelOnDrop {
 /// client's capabilities are those it declared at `initialize`, read only when a tool asks.
 pub(crate) struct SessionPeer {
     pub(crate) peer: Peer<RoleServer>,
-    pub(crate) log: Arc<LogThreshold>,
+    pub(crate) log: Arc<LogFilter>,
+    /// The request the call answers: what the tool sends (its log messages too) goes on that
+    /// request's response stream while it is in flight, as the official SDKs send it.
+    pub(crate) request: RequestId,
 }
 
 #[async_trait]
 impl ClientPeer for SessionPeer {
     async fn notify(&self, method: &str, params: Value) -> Result<(), PeerError> {
-        if method == "notifications/message" && !self.log.allows(&params) {
+        if method == "notifications/message" && !self.log.passes(&params) {
             return Ok(());
         }
-        send_notification(&self.peer, method, params).await
+        send_related_notification(&self.peer, method, params, Some(&self.request)).await
     }
 
     async fn request(
@@ -237,7 +291,7 @@ pub(crate) struct RoundTripPeer {
     pub(crate) answers: BTreeMap<String, Value>,
     pub(crate) asked: AtomicUsize,
     /// This request's own threshold (its `_meta` `logLevel`), shared with nothing.
-    pub(crate) log: LogThreshold,
+    pub(crate) log: LogFilter,
     /// Questions asked during this run that have no answer yet, by key.
     pub(crate) pending: Mutex<serde_json::Map<String, Value>>,
     /// A capability the tool needed and the client did not declare.
@@ -249,7 +303,7 @@ impl RoundTripPeer {
         peer: Peer<RoleServer>,
         capabilities: Option<Value>,
         answers: BTreeMap<String, Value>,
-        log: LogThreshold,
+        log: LogFilter,
     ) -> Self {
         Self {
             peer,
@@ -311,7 +365,7 @@ pub(crate) fn question_key(n: usize) -> String {
 #[async_trait]
 impl ClientPeer for RoundTripPeer {
     async fn notify(&self, method: &str, params: Value) -> Result<(), PeerError> {
-        if method == "notifications/message" && !self.log.allows(&params) {
+        if method == "notifications/message" && !self.log.passes(&params) {
             return Ok(());
         }
         send_notification(&self.peer, method, params).await
@@ -373,11 +427,11 @@ mod tests {
     fn a_request_asks_for_a_known_level_or_for_none() {
         let warning = json!({"level": "warning"});
         let debug = json!({"level": "debug"});
-        let t = LogThreshold::requested(Some("info"));
+        let t = LogFilter::requested(Some("info"));
         assert!(t.allows(&warning) && !t.allows(&debug));
-        assert!(LogThreshold::requested(Some("debug")).allows(&debug));
+        assert!(LogFilter::requested(Some("debug")).allows(&debug));
         for asked in [None, Some("verbose"), Some("INFO"), Some("")] {
-            let t = LogThreshold::requested(asked);
+            let t = LogFilter::requested(asked);
             assert!(!t.allows(&json!({"level": "emergency"})), "{asked:?}");
         }
     }
@@ -388,12 +442,32 @@ mod tests {
         assert!(level_rank("warning") < level_rank("error"));
         assert_eq!(level_rank("EMERGENCY"), 7);
         assert_eq!(level_rank("nonsense"), 1);
-        let t = LogThreshold::new("warning");
+        let t = LogFilter::new("warning");
         assert!(!t.allows(&json!({"level": "info"})));
         assert!(t.allows(&json!({"level": "error"})));
         t.set("debug");
         assert!(t.allows(&json!({"level": "debug"})));
-        assert!(!LogThreshold::off().allows(&json!({"level": "emergency"})));
+        assert!(!LogFilter::off().allows(&json!({"level": "emergency"})));
+    }
+
+    /// A flood of log messages passes its burst, then one per interval; a message below the
+    /// level takes nothing from the budget.
+    #[tokio::test(start_paused = true)]
+    async fn log_messages_pass_at_a_bounded_rate() {
+        let filter = LogFilter::new("info");
+        let info = json!({"level": "info", "data": "x"});
+        let debug = json!({"level": "debug", "data": "x"});
+        for _ in 0..1_000 {
+            assert!(!filter.passes(&debug));
+        }
+        let sent = (0..1_000).filter(|_| filter.passes(&info)).count();
+        assert_eq!(sent, kberg_core::LOG_MESSAGE_BURST as usize);
+        tokio::time::advance(kberg_core::LOG_MESSAGE_INTERVAL).await;
+        assert!(filter.passes(&info));
+        assert!(!filter.passes(&info));
+        // A level change leaves the rate bound as it was.
+        filter.set("debug");
+        assert!(!filter.passes(&debug));
     }
 
     #[test]

@@ -15,7 +15,10 @@
 //! carried its request and ends that stream; a progress notification goes to the stream of the
 //! request that gave its token; a server request made while handling a client request
 //! (elicitation, sampling, roots, which rmcp marks with `OriginatingRequestId`) goes to that
-//! request's stream; everything else goes to the session's standalone (GET) stream. A second
+//! request's stream, and so does a tool's log message, which Kberg's client channel marks the
+//! same way (rmcp's manager sends every log message to the standalone stream; the official
+//! TypeScript and Python SDKs send a tool's on its request's stream, which a client that opens
+//! no GET stream also reads); everything else goes to the session's standalone (GET) stream. A second
 //! GET while one is open gets a stream that only carries keep-alives (rmcp's "shadow" stream,
 //! so that competing reconnections do not take each other's place).
 //!
@@ -609,7 +612,12 @@ impl Routes {
                     .clone()
                     .and_then(|id| find(RouteKey::Request(id)))
                     .map(keep),
-                _ => None,
+                // A tool's log message, marked with the request whose tool sent it.
+                other => other
+                    .extensions()
+                    .get::<OriginatingRequestId>()
+                    .and_then(|origin| find(RouteKey::Request(origin.0.clone())))
+                    .map(keep),
             },
             ServerJsonRpcMessage::Request(r) => {
                 let origin = r.request.extensions().get::<OriginatingRequestId>()?;
@@ -991,6 +999,45 @@ mod tests {
         }
         transport.send(ask).await.expect("ask");
         assert_eq!(json_of(&next(&mut events).await)["method"], "roots/list");
+    }
+
+    /// A log message marked with the request whose tool sent it goes on that request's stream;
+    /// an unmarked one, or one marked with a request no longer in flight, on the standalone.
+    #[tokio::test]
+    async fn a_marked_log_message_rides_its_request_stream() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let mut events = table
+            .create_stream(&id, call(3, json!({})))
+            .await
+            .expect("stream");
+        let _priming = next(&mut events).await;
+        assert!(transport.receive().await.is_some());
+        let mut standalone = table
+            .create_standalone_stream(&id)
+            .await
+            .expect("standalone");
+        let log = |data: &str, origin: Option<i64>| {
+            let mut m = server(json!({"jsonrpc": "2.0", "method": "notifications/message",
+                                      "params": {"level": "info", "data": data}}));
+            if let (ServerJsonRpcMessage::Notification(n), Some(o)) = (&mut m, origin) {
+                n.notification
+                    .extensions_mut()
+                    .insert(OriginatingRequestId(RequestId::Number(o)));
+            }
+            m
+        };
+        transport.send(log("mine", Some(3))).await.expect("log");
+        assert_eq!(json_of(&next(&mut events).await)["params"]["data"], "mine");
+        transport.send(log("nobody's", None)).await.expect("log");
+        transport.send(log("gone", Some(99))).await.expect("log");
+        assert_eq!(
+            json_of(&next(&mut standalone).await)["params"]["data"],
+            "nobody's"
+        );
+        assert_eq!(
+            json_of(&next(&mut standalone).await)["params"]["data"],
+            "gone"
+        );
     }
 
     #[tokio::test]

@@ -31,7 +31,9 @@ async fn tools_list_is_the_callers_projection() {
     // Registration order (the app controls the listing order).
     assert_eq!(
         names,
-        ["echo", "add_note", "slow", "count", "ask_name", "survey"]
+        [
+            "echo", "add_note", "slow", "count", "chatter", "ask_name", "survey"
+        ]
     );
     assert!(
         !names.contains(&"drop_database".to_string()),
@@ -412,6 +414,63 @@ async fn an_undeclared_client_capability_is_a_protocol_error_on_2026() {
         r["result"]["structuredContent"]["code"], "tool_failed",
         "{r}"
     );
+}
+
+/// A tool that sends a flood of log messages reaches its client at a bounded rate on both
+/// generations (its burst, then one per interval), and the call's answer arrives whole after
+/// them. On a session the bound is the session's: the next call finds it spent.
+#[tokio::test]
+async fn a_flood_of_log_messages_reaches_the_client_at_a_bounded_rate() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let burst = kberg_core::LOG_MESSAGE_BURST as usize;
+    let logs = |r: &common::Resp| {
+        r.messages()
+            .into_iter()
+            .filter(|m| m["method"] == "notifications/message")
+            .map(|m| m["params"]["data"].as_u64().expect("a number"))
+            .collect::<Vec<_>>()
+    };
+    let check = |r: &common::Resp, id: i64, what: &str| {
+        assert_eq!(
+            r.reply(id)["result"]["content"][0]["text"],
+            "chattered 5000",
+            "{what}: {}",
+            r.text
+        );
+        let sent = logs(r);
+        // The burst goes out at once, in order; after it only the refill (one per 50 ms of
+        // the call's run) does.
+        assert!(sent.len() >= burst, "{what}: {} messages", sent.len());
+        assert!(sent.len() < 1_000, "{what}: {} messages", sent.len());
+        assert_eq!(
+            sent[..burst],
+            (0..burst as u64).collect::<Vec<_>>()[..],
+            "{what}"
+        );
+        assert!(sent.windows(2).all(|w| w[0] < w[1]), "{what}");
+    };
+    let r = c
+        .stateless_meta(
+            1,
+            "tools/call",
+            json!({"name": "chatter", "arguments": {"n": 5000}}),
+            json!({"io.modelcontextprotocol/logLevel": "debug"}),
+        )
+        .await;
+    check(&r, 1, "2026-07-28");
+    let sid = c.initialize().await;
+    let call = |id: i64, n: u32| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "chatter", "arguments": {"n": n}}})
+    };
+    let r = c.post(call(2, 5000), Some(&sid)).await;
+    check(&r, 2, "2025-11-25");
+    // The session's budget is spent: a call right after gets fewer messages through than it
+    // sends (it would take 5 s of refill for all of them).
+    let r = c.post(call(3, 100), Some(&sid)).await;
+    assert_eq!(r.reply(3)["result"]["content"][0]["text"], "chattered 100");
+    assert!(logs(&r).len() < 100, "{}", r.text);
 }
 
 #[tokio::test]

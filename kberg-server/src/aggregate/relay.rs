@@ -27,12 +27,13 @@ use super::front::Upstream;
 use super::resources::namespaced_uri;
 
 /// The most log messages of one upstream relayed at once; after that, one per
-/// [`LOG_RELAY_INTERVAL`].
-pub const LOG_RELAY_BURST: u32 = 100;
+/// [`LOG_RELAY_INTERVAL`]. The same bound as a server's own log messages to one client
+/// ([`kberg_core::LOG_MESSAGE_BURST`]), which the relayed ones then pass as well.
+pub const LOG_RELAY_BURST: u32 = kberg_core::LOG_MESSAGE_BURST;
 
 /// How often an upstream that has used its burst of log messages gets one relayed: twenty a
-/// second.
-pub const LOG_RELAY_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+/// second ([`kberg_core::LOG_MESSAGE_INTERVAL`]).
+pub const LOG_RELAY_INTERVAL: std::time::Duration = kberg_core::LOG_MESSAGE_INTERVAL;
 
 /// The relay's bound on one upstream's log messages.
 pub(super) fn log_budget() -> RateBudget {

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::KbergHandler;
 use crate::convert;
-use crate::peer::{LogThreshold, RoundTripPeer, SessionPeer};
+use crate::peer::{LogFilter, RoundTripPeer, SessionPeer};
 
 /// Where a 2026-07-28 request declares the client's capabilities.
 pub(super) const CLIENT_CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -150,6 +150,7 @@ impl KbergHandler {
             let peer: Arc<dyn ClientPeer> = Arc::new(SessionPeer {
                 peer: ctx.peer.clone(),
                 log: Arc::clone(&self.session().log),
+                request: ctx.id.clone(),
             });
             return Ok((peer, None, BTreeMap::new()));
         }
@@ -159,7 +160,7 @@ impl KbergHandler {
         }
         // 2026-07-28: log messages only when the request names a level.
         let log =
-            LogThreshold::requested(field(&ctx.meta.0.0, LOG_LEVEL_META).and_then(Value::as_str));
+            LogFilter::requested(field(&ctx.meta.0.0, LOG_LEVEL_META).and_then(Value::as_str));
         let capabilities = match field(&ctx.meta.0.0, CLIENT_CAPABILITIES_META) {
             Some(c) => Some(c.clone()),
             None => ctx

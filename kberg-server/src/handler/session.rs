@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::KbergHandler;
 use super::listen::PendingListen;
 use crate::app::McpApp;
-use crate::peer::LogThreshold;
+use crate::peer::LogFilter;
 
 /// What a session's handlers ask its subscription task to do.
 pub(super) enum Command {
@@ -34,7 +34,7 @@ pub(super) enum Command {
 /// `list_changed` fan-out and ends the session's subscription task (if it had one) and with it
 /// every resource subscription the session held.
 pub(super) struct SessionState {
-    pub(super) log: Arc<LogThreshold>,
+    pub(super) log: Arc<LogFilter>,
     /// The subscription task's commands; started by the first `resources/subscribe`.
     pub(super) forwarder: OnceLock<mpsc::UnboundedSender<Command>>,
     /// Watchers of `subscriptions/listen` requests whose filter was accepted but whose
@@ -53,7 +53,7 @@ pub(super) struct SessionState {
 impl SessionState {
     pub(super) fn new(fanout: Arc<ListChangedFanout>) -> Self {
         Self {
-            log: Arc::new(LogThreshold::new("debug")),
+            log: Arc::new(LogFilter::new("debug")),
             forwarder: OnceLock::new(),
             pending_listens: Mutex::new(Vec::new()),
             fanout_entry: OnceLock::new(),

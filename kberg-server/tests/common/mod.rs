@@ -58,6 +58,12 @@ struct AddNote {
 #[derive(Deserialize, JsonSchema)]
 struct Empty {}
 
+#[derive(Deserialize, JsonSchema)]
+struct Chatter {
+    /// How many log messages to send.
+    n: u32,
+}
+
 pub fn app() -> (McpApp, Arc<Probe>) {
     let tools = ToolRegistry::new();
     let write = WriteCapability::new("notes.write", "Create and edit notes");
@@ -128,6 +134,18 @@ pub fn app() -> (McpApp, Arc<Probe>) {
                 }),
         )
         .expect("count");
+    tools
+        .register(
+            ToolBuilder::new("chatter")
+                .description("Send n log messages, then answer")
+                .handler(|a: Chatter, ctx| async move {
+                    for i in 0..a.n {
+                        ctx.log("info", Some("chatter"), json!(i)).await?;
+                    }
+                    Ok(ToolOutput::text(format!("chattered {}", a.n)))
+                }),
+        )
+        .expect("chatter");
     let probe = Arc::new(Probe {
         started: tokio::sync::Mutex::new(started_rx),
         cancelled: tokio::sync::Mutex::new(cancel_rx),
