@@ -135,17 +135,17 @@ pub use pagination::{InvalidCursor, Page};
 pub use preview::{COMMIT_TOKEN_FIELD, CallPhase, CommitConfig};
 pub use principal::{Caller, Principal, SurfaceProjection};
 pub use prompt::{
-    PromptArgs, PromptArgument, PromptError, PromptMessage, PromptRegistry, PromptResult,
-    PromptSpec, Role,
+    PromptArgs, PromptArgument, PromptEdit, PromptError, PromptMessage, PromptRegistry,
+    PromptResult, PromptSpec, Role,
 };
 pub use rate::{
     LOG_MESSAGE_BURST, LOG_MESSAGE_INTERVAL, PROGRESS_REPORT_BURST, PROGRESS_REPORT_INTERVAL,
     RateBudget,
 };
-pub use registry::{ToolRegistry, ToolRegistryBuilder};
+pub use registry::{ToolEdit, ToolRegistry, ToolRegistryBuilder};
 pub use resource::{
-    ResourceDescriptor, ResourceError, ResourceEvent, ResourceReader, ResourceRegistry,
-    ResourceTemplate, Subscriber, TemplateVars, reader_fn,
+    ResourceDescriptor, ResourceEdit, ResourceError, ResourceEvent, ResourceReader,
+    ResourceRegistry, ResourceTemplate, Subscriber, TemplateVars, reader_fn,
 };
 pub use scope::{SCOPE_SCHEMA_KEYWORD, Scope, ScopeSet, ScopeSpec};
 pub use task::{Started, TaskConfig, TaskError, TaskOutcome, TaskSnapshot, TaskStatus, TaskStore};

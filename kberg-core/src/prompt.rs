@@ -213,6 +213,88 @@ struct Entry {
     handler: Handler,
 }
 
+/// The changes of one [`PromptRegistry::edit`], applied to a copy of the prompt list that is
+/// published when the edit ends.
+pub struct PromptEdit {
+    entries: HashMap<String, Entry>,
+    changed: bool,
+}
+
+impl std::fmt::Debug for PromptEdit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PromptEdit")
+            .field("prompts", &self.entries.len())
+            .field("changed", &self.changed)
+            .finish()
+    }
+}
+
+impl PromptEdit {
+    /// Registers a prompt, as [`PromptRegistry::register`] does.
+    pub fn register<F, Fut>(&mut self, spec: PromptSpec, handler: F) -> Result<(), CoreError>
+    where
+        F: Fn(PromptArgs) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<PromptResult, String>> + Send + 'static,
+    {
+        self.insert(spec, plain_handler(handler))
+    }
+
+    /// Registers a prompt with a context, as [`PromptRegistry::register_with_context`] does.
+    pub fn register_with_context<F, Fut>(
+        &mut self,
+        spec: PromptSpec,
+        handler: F,
+    ) -> Result<(), CoreError>
+    where
+        F: Fn(PromptArgs, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<PromptResult, ToolError>> + Send + 'static,
+    {
+        self.insert(spec, context_handler(handler))
+    }
+
+    /// Removes a prompt; returns whether it existed (in this edit too).
+    pub fn remove(&mut self, name: &str) -> bool {
+        let removed = self.entries.remove(name).is_some();
+        self.changed |= removed;
+        removed
+    }
+
+    /// The spec of a prompt as the edit stands.
+    pub fn spec(&self, name: &str) -> Option<&PromptSpec> {
+        self.entries.get(name).map(|e| &e.spec)
+    }
+
+    fn insert(&mut self, spec: PromptSpec, handler: Handler) -> Result<(), CoreError> {
+        check_name(&spec.name)?;
+        if self.entries.contains_key(&spec.name) {
+            return Err(CoreError::Duplicate { name: spec.name });
+        }
+        self.entries
+            .insert(spec.name.clone(), Entry { spec, handler });
+        self.changed = true;
+        Ok(())
+    }
+}
+
+fn plain_handler<F, Fut>(handler: F) -> Handler
+where
+    F: Fn(PromptArgs) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<PromptResult, String>> + Send + 'static,
+{
+    Arc::new(move |a, _ctx| {
+        let fut = handler(a);
+        Box::pin(async move { fut.await.map_err(ToolError::failed) }) as PromptFuture
+    })
+}
+
+fn context_handler<F, Fut>(handler: F) -> Handler
+where
+    F: Fn(PromptArgs, ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<PromptResult, ToolError>> + Send + 'static,
+{
+    Arc::new(move |a, ctx| Box::pin(handler(a, ctx)) as PromptFuture)
+}
+
 /// The app's prompts. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct PromptRegistry {
@@ -253,11 +335,7 @@ impl PromptRegistry {
         F: Fn(PromptArgs) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<PromptResult, String>> + Send + 'static,
     {
-        let handler: Handler = Arc::new(move |a, _ctx| {
-            let fut = handler(a);
-            Box::pin(async move { fut.await.map_err(ToolError::failed) }) as PromptFuture
-        });
-        self.insert(spec, handler)
+        self.insert(spec, plain_handler(handler))
     }
 
     /// Registers a prompt whose handler also receives a [`ToolContext`]: the caller, the
@@ -277,36 +355,52 @@ impl PromptRegistry {
         F: Fn(PromptArgs, ToolContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<PromptResult, ToolError>> + Send + 'static,
     {
-        let handler: Handler = Arc::new(move |a, ctx| Box::pin(handler(a, ctx)) as PromptFuture);
-        self.insert(spec, handler)
+        self.insert(spec, context_handler(handler))
     }
 
     fn insert(&self, spec: PromptSpec, handler: Handler) -> Result<(), CoreError> {
-        check_name(&spec.name)?;
-        let mut guard = self.entries.write().unwrap_or_else(|p| p.into_inner());
-        if guard.contains_key(&spec.name) {
-            return Err(CoreError::Duplicate { name: spec.name });
-        }
-        let mut next = HashMap::clone(&guard);
-        next.insert(spec.name.clone(), Entry { spec, handler });
-        *guard = Arc::new(next);
-        drop(guard);
-        self.version.send_modify(|v| *v += 1);
-        Ok(())
+        self.edit(|e| e.insert(spec, handler))
     }
 
     /// Removes a prompt. Returns whether it existed.
     pub fn remove(&self, name: &str) -> bool {
+        let Ok(done) = self.edit(|e| Ok::<_, std::convert::Infallible>(e.remove(name)));
+        done
+    }
+
+    /// Changes the prompt list in one step: `f` registers and removes prompts on a
+    /// [`PromptEdit`], and what it did is published together when it returns `Ok` (nothing when
+    /// it returns `Err`). A listing sees the list from before or from after, never a part of the
+    /// changes, and the list's version moves once, so clients hear of one change.
+    ///
+    /// ```
+    /// use kberg_core::{PromptMessage, PromptRegistry, PromptResult, PromptSpec};
+    ///
+    /// let prompts = PromptRegistry::new();
+    /// let hello = |_args| async {
+    ///     Ok(PromptResult { description: None, messages: vec![PromptMessage::user("hello")] })
+    /// };
+    /// prompts
+    ///     .edit(|e| {
+    ///         e.register(PromptSpec::new("greet", "Say hello"), hello)?;
+    ///         e.register(PromptSpec::new("welcome", "Say hello too"), hello)
+    ///     })
+    ///     .unwrap();
+    /// assert_eq!(prompts.list().len(), 2);
+    /// ```
+    pub fn edit<R, E>(&self, f: impl FnOnce(&mut PromptEdit) -> Result<R, E>) -> Result<R, E> {
         let mut guard = self.entries.write().unwrap_or_else(|p| p.into_inner());
-        if !guard.contains_key(name) {
-            return false;
+        let mut edit = PromptEdit {
+            entries: HashMap::clone(&guard),
+            changed: false,
+        };
+        let r = f(&mut edit)?;
+        if edit.changed {
+            *guard = Arc::new(edit.entries);
+            drop(guard);
+            self.version.send_modify(|v| *v += 1);
         }
-        let mut next = HashMap::clone(&guard);
-        next.remove(name);
-        *guard = Arc::new(next);
-        drop(guard);
-        self.version.send_modify(|v| *v += 1);
-        true
+        Ok(r)
     }
 
     /// A receiver whose value changes whenever the prompt list changes.

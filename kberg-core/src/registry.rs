@@ -53,6 +53,69 @@ pub struct ToolRegistry {
     state: Arc<RegistryState>,
 }
 
+/// The changes of one [`ToolRegistry::edit`], applied to a copy of the catalog that is
+/// published when the edit ends.
+pub struct ToolEdit<'a> {
+    catalog: &'a mut Catalog,
+    changed: bool,
+}
+
+impl std::fmt::Debug for ToolEdit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolEdit")
+            .field("tools", &self.catalog.tools.len())
+            .field("changed", &self.changed)
+            .finish()
+    }
+}
+
+impl ToolEdit<'_> {
+    /// Registers a tool, as [`ToolRegistry::register_arc`] does: fails on a duplicate or
+    /// refused name, an invalid name, a schema that does not compile, or a write tool whose
+    /// capability is not declared (and then changes nothing).
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), CoreError> {
+        insert_entry(self.catalog, Entry::compile(tool)?)?;
+        self.changed = true;
+        Ok(())
+    }
+
+    /// Removes a tool; returns whether it was registered (in this edit too).
+    pub fn remove(&mut self, name: &str) -> bool {
+        self.catalog.ranks.remove(name);
+        let removed = self.catalog.tools.remove(name).is_some();
+        self.changed |= removed;
+        removed
+    }
+
+    /// The spec of a tool as the edit stands.
+    pub fn spec(&self, name: &str) -> Option<ToolSpec> {
+        self.catalog.tools.get(name).map(|e| e.spec.clone())
+    }
+}
+
+/// Adds a compiled tool to `s`: refused for a name taken (by a tool or a refusal) and for a
+/// write tool whose capability is not declared.
+fn insert_entry(s: &mut Catalog, e: Entry) -> Result<(), CoreError> {
+    let name: Arc<str> = e.spec.name.as_str().into();
+    if s.tools.contains_key(&name) || s.refusals.contains_key(&name) {
+        return Err(CoreError::Duplicate {
+            name: name.to_string(),
+        });
+    }
+    if let ToolKind::Write(cap) = &e.spec.kind
+        && s.capabilities.get(cap.id()).is_none()
+    {
+        return Err(CoreError::UndeclaredCapability {
+            tool: name.to_string(),
+            capability: cap.id().to_string(),
+        });
+    }
+    s.ranks.insert(name.clone(), s.next_rank);
+    s.next_rank += 1;
+    s.tools.insert(name, Arc::new(e));
+    Ok(())
+}
+
 impl std::fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let s = self.state.current.load();
@@ -364,23 +427,7 @@ impl ToolRegistry {
             .collect::<Result<Vec<_>, _>>()?;
         self.update(|s| {
             for e in entries {
-                let name: Arc<str> = e.spec.name.as_str().into();
-                if s.tools.contains_key(&name) || s.refusals.contains_key(&name) {
-                    return Err(CoreError::Duplicate {
-                        name: name.to_string(),
-                    });
-                }
-                if let ToolKind::Write(cap) = &e.spec.kind
-                    && s.capabilities.get(cap.id()).is_none()
-                {
-                    return Err(CoreError::UndeclaredCapability {
-                        tool: name.to_string(),
-                        capability: cap.id().to_string(),
-                    });
-                }
-                s.ranks.insert(name.clone(), s.next_rank);
-                s.next_rank += 1;
-                s.tools.insert(name, Arc::new(e));
+                insert_entry(s, e)?;
             }
             Ok(())
         })
@@ -389,11 +436,52 @@ impl ToolRegistry {
     /// Removes a tool. Calls already running finish; later calls answer `unknown_tool`.
     /// Returns whether it was registered.
     pub fn remove(&self, name: &str) -> bool {
-        self.update(|s| {
-            s.ranks.remove(name);
-            Ok(s.tools.remove(name).is_some())
-        })
-        .unwrap_or(false)
+        let Ok(done) = self.edit(|e| Ok::<_, std::convert::Infallible>(e.remove(name)));
+        done
+    }
+
+    /// Changes the tool list in one step: `f` registers and removes tools on a [`ToolEdit`],
+    /// and what it did is published together when it returns `Ok` (nothing when it returns
+    /// `Err`). A listing or call sees the list from before or from after, never a part of the
+    /// changes (a tool replaced by a new version is never missing in between), and the list's
+    /// version moves once, so clients hear of one change. Each registration reports its own
+    /// error, so `f` decides whether one failure fails the whole edit.
+    ///
+    /// Schemas compile inside the edit, while other writers wait; calls and listings do not.
+    ///
+    /// ```
+    /// use kberg_core::{Tool, ToolBuilder, ToolOutput, ToolRegistry};
+    /// use std::sync::Arc;
+    ///
+    /// let registry = ToolRegistry::new();
+    /// let ping = |name: &str| -> Arc<dyn Tool> {
+    ///     Arc::new(ToolBuilder::new(name).description("Answer pong").raw_handler(
+    ///         serde_json::json!({"type": "object"}),
+    ///         |_args, _ctx| async { Ok(ToolOutput::text("pong")) },
+    ///     ))
+    /// };
+    /// registry.register_arc(ping("old")).unwrap();
+    /// registry
+    ///     .edit(|e| {
+    ///         e.remove("old");
+    ///         e.register(ping("new"))
+    ///     })
+    ///     .unwrap();
+    /// assert!(registry.spec("old").is_none() && registry.spec("new").is_some());
+    /// ```
+    pub fn edit<R, E>(&self, f: impl FnOnce(&mut ToolEdit<'_>) -> Result<R, E>) -> Result<R, E> {
+        let _guard = self.lock_writer();
+        let mut next = Catalog::clone(&self.state.current.load());
+        let mut edit = ToolEdit {
+            catalog: &mut next,
+            changed: false,
+        };
+        let r = f(&mut edit)?;
+        if edit.changed {
+            self.state.current.store(Arc::new(next));
+            self.state.version.send_modify(|v| *v += 1);
+        }
+        Ok(r)
     }
 
     /// Sets the listing order: the named tools first, in this order, then every other tool in

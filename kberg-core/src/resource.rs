@@ -309,6 +309,150 @@ struct Inner {
     interest: watch::Sender<u64>,
 }
 
+/// The changes of one [`ResourceRegistry::edit`], applied to a copy of the lists that is
+/// published when the edit ends.
+pub struct ResourceEdit {
+    entries: Entries,
+    /// Resources removed, whose subscribers are told once the edit is published.
+    removed: Vec<String>,
+    changed: bool,
+}
+
+impl std::fmt::Debug for ResourceEdit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceEdit")
+            .field("resources", &self.entries.statics.len())
+            .field("templates", &self.entries.templates.len())
+            .field("changed", &self.changed)
+            .finish()
+    }
+}
+
+impl ResourceEdit {
+    /// Registers a resource with a reader, as [`ResourceRegistry::register`] does.
+    pub fn register(
+        &mut self,
+        descriptor: ResourceDescriptor,
+        reader: Arc<dyn ResourceReader>,
+    ) -> Result<(), CoreError> {
+        check_uri(&descriptor.uri)?;
+        if self.entries.statics.contains_key(&descriptor.uri) {
+            return Err(CoreError::Duplicate {
+                name: descriptor.uri,
+            });
+        }
+        self.insert(descriptor, reader);
+        Ok(())
+    }
+
+    /// Registers or replaces a resource, as [`ResourceRegistry::register_or_replace`] does.
+    pub fn register_or_replace(
+        &mut self,
+        descriptor: ResourceDescriptor,
+        reader: Arc<dyn ResourceReader>,
+    ) -> Result<bool, CoreError> {
+        check_uri(&descriptor.uri)?;
+        let replaced = self.entries.statics.contains_key(&descriptor.uri);
+        self.insert(descriptor, reader);
+        Ok(replaced)
+    }
+
+    /// Registers a resource whose contents are fixed text.
+    pub fn register_text(
+        &mut self,
+        descriptor: ResourceDescriptor,
+        text: impl Into<String>,
+    ) -> Result<(), CoreError> {
+        let text: Arc<str> = text.into().into();
+        let mime = descriptor.mime_type.clone();
+        self.register(
+            descriptor,
+            reader_fn(move |uri, _| {
+                let text = Arc::clone(&text);
+                let mime = mime.clone();
+                async move { Ok(vec![ResourceContents::text(uri, mime.as_deref(), &*text)]) }
+            }),
+        )
+    }
+
+    /// Registers a URI template, as [`ResourceRegistry::register_template`] does.
+    pub fn register_template(
+        &mut self,
+        template: ResourceTemplate,
+        reader: Arc<dyn ResourceReader>,
+    ) -> Result<(), CoreError> {
+        let parts = Arc::new(parse_template(&template.uri_template)?);
+        self.insert_template(template, parts, reader)
+    }
+
+    /// Removes a resource; returns whether it existed (in this edit too). Its subscribers are
+    /// told once the edit is published.
+    pub fn remove(&mut self, uri: &str) -> bool {
+        let removed = self.entries.statics.remove(uri).is_some();
+        if removed {
+            self.removed.push(uri.to_string());
+            self.changed = true;
+        }
+        removed
+    }
+
+    /// Removes a template; returns whether it existed (in this edit too).
+    pub fn remove_template(&mut self, uri_template: &str) -> bool {
+        let before = self.entries.templates.len();
+        self.entries
+            .templates
+            .retain(|t| t.template.uri_template != uri_template);
+        let removed = before != self.entries.templates.len();
+        self.changed |= removed;
+        removed
+    }
+
+    fn insert(&mut self, descriptor: ResourceDescriptor, reader: Arc<dyn ResourceReader>) {
+        // A resource registered again in the same edit is not removed after all.
+        self.removed.retain(|u| *u != descriptor.uri);
+        self.entries
+            .statics
+            .insert(descriptor.uri.clone(), Static { descriptor, reader });
+        self.changed = true;
+    }
+
+    fn insert_template(
+        &mut self,
+        template: ResourceTemplate,
+        parts: Arc<Vec<Part>>,
+        reader: Arc<dyn ResourceReader>,
+    ) -> Result<(), CoreError> {
+        if self
+            .entries
+            .templates
+            .iter()
+            .any(|t| t.template.uri_template == template.uri_template)
+        {
+            return Err(CoreError::Duplicate {
+                name: template.uri_template,
+            });
+        }
+        self.entries.templates.push(Template {
+            template,
+            parts,
+            reader,
+        });
+        self.changed = true;
+        Ok(())
+    }
+}
+
+/// A resource URI must not be empty.
+fn check_uri(uri: &str) -> Result<(), CoreError> {
+    if uri.is_empty() {
+        return Err(CoreError::InvalidName {
+            name: String::new(),
+            reason: "a resource URI must not be empty",
+        });
+    }
+    Ok(())
+}
+
 /// The app's resources and templates, and who is subscribed to what. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct ResourceRegistry {
@@ -359,21 +503,69 @@ impl ResourceRegistry {
         )
     }
 
-    fn update<R>(
-        &self,
-        f: impl FnOnce(&mut Entries) -> Result<R, CoreError>,
-    ) -> Result<R, CoreError> {
+    /// Changes the resource and template lists in one step: `f` registers and removes on a
+    /// [`ResourceEdit`], and what it did is published together when it returns `Ok` (nothing
+    /// when it returns `Err`). A listing sees the lists from before or from after, never a part
+    /// of the changes, and the lists' version moves once, so clients hear of one change. The
+    /// subscribers of a resource the edit removed hear of it after it is published.
+    ///
+    /// ```
+    /// use kberg_core::{ResourceDescriptor, ResourceRegistry};
+    ///
+    /// let resources = ResourceRegistry::new();
+    /// resources
+    ///     .register_text(ResourceDescriptor::new("notes://old", "old"), "old text")
+    ///     .unwrap();
+    /// resources
+    ///     .edit(|e| {
+    ///         e.remove("notes://old");
+    ///         e.register_text(ResourceDescriptor::new("notes://new", "new"), "new text")
+    ///     })
+    ///     .unwrap();
+    /// let page = resources.list(None, 10).unwrap();
+    /// assert_eq!(page.items.len(), 1);
+    /// assert_eq!(page.items[0].uri, "notes://new");
+    /// ```
+    pub fn edit<R, E>(&self, f: impl FnOnce(&mut ResourceEdit) -> Result<R, E>) -> Result<R, E> {
         let mut guard = self
             .inner
             .entries
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut next = Entries::clone(&guard);
-        let r = f(&mut next)?;
-        *guard = Arc::new(next);
+        let mut edit = ResourceEdit {
+            entries: Entries::clone(&guard),
+            removed: Vec::new(),
+            changed: false,
+        };
+        let r = f(&mut edit)?;
+        if !edit.changed {
+            return Ok(r);
+        }
+        *guard = Arc::new(edit.entries);
         drop(guard);
         self.inner.version.send_modify(|v| *v += 1);
+        self.tell_removed(edit.removed);
         Ok(r)
+    }
+
+    /// Tells the subscribers of each removed resource, and ends their subscriptions to it.
+    fn tell_removed(&self, removed: Vec<String>) {
+        let mut subs = self.subs();
+        let mut interest = false;
+        for uri in removed {
+            if let Some(ids) = subs.by_uri.remove(&uri) {
+                for id in ids {
+                    if let Some(tx) = subs.senders.get(&id) {
+                        let _ = tx.send(ResourceEvent::Removed { uri: uri.clone() });
+                    }
+                }
+                interest = true;
+            }
+        }
+        drop(subs);
+        if interest {
+            self.interest_changed();
+        }
     }
 
     fn subs(&self) -> MutexGuard<'_, Subscriptions> {
@@ -390,22 +582,7 @@ impl ResourceRegistry {
         descriptor: ResourceDescriptor,
         reader: Arc<dyn ResourceReader>,
     ) -> Result<(), CoreError> {
-        if descriptor.uri.is_empty() {
-            return Err(CoreError::InvalidName {
-                name: String::new(),
-                reason: "a resource URI must not be empty",
-            });
-        }
-        self.update(|e| {
-            if e.statics.contains_key(&descriptor.uri) {
-                return Err(CoreError::Duplicate {
-                    name: descriptor.uri.clone(),
-                });
-            }
-            e.statics
-                .insert(descriptor.uri.clone(), Static { descriptor, reader });
-            Ok(())
-        })
+        self.edit(|e| e.register(descriptor, reader))
     }
 
     /// Registers a resource, or replaces the one registered under the same URI (its descriptor
@@ -415,17 +592,7 @@ impl ResourceRegistry {
         descriptor: ResourceDescriptor,
         reader: Arc<dyn ResourceReader>,
     ) -> Result<bool, CoreError> {
-        if descriptor.uri.is_empty() {
-            return Err(CoreError::InvalidName {
-                name: String::new(),
-                reason: "a resource URI must not be empty",
-            });
-        }
-        self.update(|e| {
-            Ok(e.statics
-                .insert(descriptor.uri.clone(), Static { descriptor, reader })
-                .is_some())
-        })
+        self.edit(|e| e.register_or_replace(descriptor, reader))
     }
 
     /// Registers a resource whose contents are fixed text.
@@ -434,16 +601,7 @@ impl ResourceRegistry {
         descriptor: ResourceDescriptor,
         text: impl Into<String>,
     ) -> Result<(), CoreError> {
-        let text: Arc<str> = text.into().into();
-        let mime = descriptor.mime_type.clone();
-        self.register(
-            descriptor,
-            reader_fn(move |uri, _| {
-                let text = Arc::clone(&text);
-                let mime = mime.clone();
-                async move { Ok(vec![ResourceContents::text(uri, mime.as_deref(), &*text)]) }
-            }),
-        )
+        self.edit(|e| e.register_text(descriptor, text))
     }
 
     /// Registers a URI template.
@@ -452,57 +610,23 @@ impl ResourceRegistry {
         template: ResourceTemplate,
         reader: Arc<dyn ResourceReader>,
     ) -> Result<(), CoreError> {
+        // Parsed before the writer lock is taken.
         let parts = Arc::new(parse_template(&template.uri_template)?);
-        self.update(|e| {
-            if e.templates
-                .iter()
-                .any(|t| t.template.uri_template == template.uri_template)
-            {
-                return Err(CoreError::Duplicate {
-                    name: template.uri_template.clone(),
-                });
-            }
-            e.templates.push(Template {
-                template,
-                parts,
-                reader,
-            });
-            Ok(())
-        })
+        self.edit(|e| e.insert_template(template, parts, reader))
     }
 
     /// Removes a resource. Its subscribers receive [`ResourceEvent::Removed`] and their
     /// subscriptions to it end; the list is marked changed. Returns whether it existed.
     pub fn remove(&self, uri: &str) -> bool {
-        let existed = self
-            .update(|e| Ok(e.statics.remove(uri).is_some()))
-            .unwrap_or(false);
-        if existed {
-            let mut subs = self.subs();
-            if let Some(ids) = subs.by_uri.remove(uri) {
-                for id in ids {
-                    if let Some(tx) = subs.senders.get(&id) {
-                        let _ = tx.send(ResourceEvent::Removed {
-                            uri: uri.to_string(),
-                        });
-                    }
-                }
-                drop(subs);
-                self.interest_changed();
-            }
-        }
-        existed
+        let Ok(done) = self.edit(|e| Ok::<_, std::convert::Infallible>(e.remove(uri)));
+        done
     }
 
     /// Removes a template. Returns whether it existed.
     pub fn remove_template(&self, uri_template: &str) -> bool {
-        self.update(|e| {
-            let before = e.templates.len();
-            e.templates
-                .retain(|t| t.template.uri_template != uri_template);
-            Ok(before != e.templates.len())
-        })
-        .unwrap_or(false)
+        let Ok(done) =
+            self.edit(|e| Ok::<_, std::convert::Infallible>(e.remove_template(uri_template)));
+        done
     }
 
     /// A receiver whose value changes whenever the resource or template list changes.

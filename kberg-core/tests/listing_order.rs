@@ -100,3 +100,41 @@ fn schema_properties_keep_their_declared_order() {
         "{text}"
     );
 }
+
+/// A tool edit: a changed tool replaced in place (never missing from a listing), a new one
+/// appended, one version step; a failed edit publishes nothing.
+#[test]
+fn a_tool_edit_is_published_whole_or_not_at_all() {
+    let r = registry();
+    let mut changes = r.changes();
+    let before = *changes.borrow_and_update();
+    let tool = |name: &str, field: &str| -> std::sync::Arc<dyn Tool> {
+        std::sync::Arc::new(ToolBuilder::new(name).raw_handler(
+            json!({"type": "object", "properties": {field: {"type": "string"}}}),
+            |_, _| async move { Ok(ToolOutput::text("ok")) },
+        ))
+    };
+    r.edit(|e| {
+        assert!(e.remove("alpha"));
+        e.register(tool("alpha", "changed"))?;
+        e.register(tool("omega", "x"))
+    })
+    .unwrap();
+    assert_eq!(*changes.borrow_and_update(), before + 1, "one version step");
+    let names: Vec<String> = r
+        .list(&Caller::new(Principal::new("p")))
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["zeta", "mid", "alpha", "omega"]);
+    assert!(r.spec("alpha").unwrap().input_schema["properties"]["changed"].is_object());
+    let err = r
+        .edit(|e| {
+            e.remove("zeta");
+            e.register(tool("mid", "x"))
+        })
+        .unwrap_err();
+    assert!(matches!(err, CoreError::Duplicate { .. }), "{err}");
+    assert!(r.spec("zeta").is_some());
+    assert!(!changes.has_changed().unwrap());
+}

@@ -207,6 +207,101 @@ fn removing_a_resource_tells_subscribers_and_changes_the_list() {
     assert!(!r.exists("notes://note/1"));
 }
 
+/// An edit publishes its changes together with one version step; a failed edit publishes
+/// nothing; a resource removed and registered again in one edit keeps its subscribers, one
+/// only removed tells them once the edit is published.
+#[test]
+fn a_resource_edit_is_published_whole_or_not_at_all() {
+    let r = registry();
+    let mut changes = r.changes();
+    let before = *changes.borrow_and_update();
+    let mut inbox = r.subscriber();
+    inbox.subscribe("notes://inbox").unwrap();
+    let mut logo = r.subscriber();
+    logo.subscribe("notes://logo").unwrap();
+    let reader =
+        || reader_fn(|uri, _| async move { Ok(vec![ResourceContents::text(uri, None, "x")]) });
+    r.edit(|e| {
+        assert!(e.remove("notes://inbox"));
+        assert!(e.remove("notes://logo"));
+        assert!(!e.remove("notes://logo"));
+        e.register(
+            ResourceDescriptor::new("notes://inbox", "inbox again"),
+            reader(),
+        )?;
+        e.register(ResourceDescriptor::new("notes://a", "a"), reader())?;
+        assert!(e.remove_template("notes://note/{id}"));
+        e.register_template(ResourceTemplate::new("notes://n/{id}", "n"), reader())
+    })
+    .unwrap();
+    assert_eq!(*changes.borrow_and_update(), before + 1, "one version step");
+    let uris: Vec<String> = r
+        .list(None, 10)
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|d| d.uri)
+        .collect();
+    assert_eq!(uris, ["notes://a", "notes://inbox"]);
+    assert!(r.exists("notes://n/1") && !r.exists("notes://note/1"));
+    assert_eq!(inbox.try_next(), None, "registered again: not removed");
+    assert_eq!(r.subscriber_count("notes://inbox"), 1);
+    assert_eq!(
+        logo.try_next(),
+        Some(ResourceEvent::Removed {
+            uri: "notes://logo".into()
+        })
+    );
+    // A failed edit leaves everything as it was.
+    let err = r
+        .edit(|e| {
+            assert!(e.remove("notes://a"));
+            e.register(ResourceDescriptor::new("notes://inbox", "taken"), reader())
+        })
+        .unwrap_err();
+    assert!(matches!(err, CoreError::Duplicate { .. }), "{err}");
+    assert!(r.exists("notes://a"));
+    assert!(!changes.has_changed().unwrap());
+    // An edit that changes nothing moves no version.
+    r.edit(|e| Ok::<_, CoreError>(e.remove("notes://nope")))
+        .unwrap();
+    assert!(!changes.has_changed().unwrap());
+}
+
+/// Prompts: several changes in one edit, one version step; a failed edit changes nothing.
+#[test]
+fn a_prompt_edit_is_published_whole_or_not_at_all() {
+    let p = PromptRegistry::new();
+    let hello = |_args| async {
+        Ok(PromptResult {
+            description: None,
+            messages: vec![PromptMessage::user("hello")],
+        })
+    };
+    p.register(PromptSpec::new("old", "Old"), hello).unwrap();
+    let mut changes = p.changes();
+    let before = *changes.borrow_and_update();
+    p.edit(|e| {
+        assert!(e.remove("old"));
+        assert!(e.spec("old").is_none());
+        e.register(PromptSpec::new("a", "A"), hello)?;
+        e.register(PromptSpec::new("b", "B"), hello)
+    })
+    .unwrap();
+    assert_eq!(*changes.borrow_and_update(), before + 1);
+    let names: Vec<String> = p.list().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, ["a", "b"]);
+    let err = p
+        .edit(|e| {
+            e.remove("a");
+            e.register(PromptSpec::new("b", "again"), hello)
+        })
+        .unwrap_err();
+    assert!(matches!(err, CoreError::Duplicate { .. }), "{err}");
+    assert_eq!(p.list().len(), 2);
+    assert!(!changes.has_changed().unwrap());
+}
+
 #[tokio::test]
 async fn prompts_check_their_arguments() {
     let p = PromptRegistry::new();

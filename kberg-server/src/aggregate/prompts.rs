@@ -66,44 +66,41 @@ pub(super) async fn sync_prompts(
         }
         wanted.push((name, spec, p.name.clone()));
     }
-    // Prompts whose description did not change stay registered: a concurrent `prompts/get` never
-    // sees one of them missing while the list is refreshed.
-    let current: std::collections::HashMap<String, PromptSpec> = prompts
-        .list()
-        .into_iter()
-        .filter(|s| old.contains(&s.name))
-        .map(|s| (s.name.clone(), s))
-        .collect();
     let mut now = BTreeSet::new();
-    for name in &old {
-        let unchanged = wanted
-            .iter()
-            .any(|(n, spec, _)| n == name && current.get(name) == Some(spec));
-        if unchanged {
-            now.insert(name.clone());
-        } else {
-            prompts.remove(name);
-        }
-    }
-    for (name, spec, remote) in wanted {
-        if now.contains(&name) {
-            continue;
-        }
-        let upstream = up.clone();
-        let registered = prompts.register(spec, move |args| {
-            let remote = remote.clone();
-            let upstream = upstream.clone();
-            async move { forward_prompt(&upstream, &remote, args).await }
-        });
-        match registered {
-            Ok(()) => {
-                now.insert(name);
-            }
-            Err(e) => {
-                tracing::warn!(namespace = up.namespace(), prompt = %name, error = %e, "upstream prompt skipped");
+    // One edit: a listing never shows part of the change, and clients hear of one change.
+    // Prompts whose description did not change stay registered as they are.
+    let Ok(()) = prompts.edit(|e| {
+        for name in &old {
+            let unchanged = wanted
+                .iter()
+                .any(|(n, spec, _)| n == name && e.spec(name) == Some(spec));
+            if unchanged {
+                now.insert(name.clone());
+            } else {
+                e.remove(name);
             }
         }
-    }
+        for (name, spec, remote) in wanted {
+            if now.contains(&name) {
+                continue;
+            }
+            let upstream = up.clone();
+            let registered = e.register(spec, move |args| {
+                let remote = remote.clone();
+                let upstream = upstream.clone();
+                async move { forward_prompt(&upstream, &remote, args).await }
+            });
+            match registered {
+                Ok(()) => {
+                    now.insert(name);
+                }
+                Err(err) => {
+                    tracing::warn!(namespace = up.namespace(), prompt = %name, error = %err, "upstream prompt skipped");
+                }
+            }
+        }
+        Ok::<(), std::convert::Infallible>(())
+    });
     if let Ok(mut r) = up.registered_prompts.lock() {
         *r = now;
     }

@@ -233,73 +233,77 @@ pub(super) async fn sync_resources(
         .lock()
         .map(|r| r.clone())
         .unwrap_or_default();
-    registered.retain(|uri, _| {
-        let keep = wanted.contains_key(uri);
-        if !keep {
-            resources.remove(uri);
-        }
-        keep
-    });
-    for (uri, d) in wanted {
-        match registered.get(&uri) {
-            Some(old) if *old == d => {}
-            Some(_) => match resources.register_or_replace(d.clone(), reader.clone()) {
-                Ok(_) => {
-                    registered.insert(uri, d);
-                }
-                Err(e) => {
-                    registered.remove(&uri);
-                    skipped.push((uri, e.to_string()));
-                }
-            },
-            None => match resources.register(d.clone(), reader.clone()) {
-                Ok(()) => {
-                    registered.insert(uri, d);
-                }
-                Err(e) => {
-                    let reason = match e {
-                        CoreError::Duplicate { .. } => {
-                            format!("`{uri}` is already taken by another resource")
-                        }
-                        other => other.to_string(),
-                    };
-                    skipped.push((uri, reason));
-                }
-            },
-        }
-    }
-
     let mut templates = up
         .registered_templates
         .lock()
         .map(|r| r.clone())
         .unwrap_or_default();
-    templates.retain(|t, old| {
-        let keep = wanted_templates.get(t) == Some(old);
-        if !keep {
-            resources.remove_template(t);
-        }
-        keep
-    });
-    for (t, template) in wanted_templates {
-        if templates.contains_key(&t) {
-            continue;
-        }
-        match resources.register_template(template.clone(), reader.clone()) {
-            Ok(()) => {
-                templates.insert(t, template);
+    // Resources and templates in one edit: a listing never shows part of the change, and
+    // clients hear of one change.
+    let Ok(()) = resources.edit(|e| {
+        registered.retain(|uri, _| {
+            let keep = wanted.contains_key(uri);
+            if !keep {
+                e.remove(uri);
             }
-            Err(e) => {
-                let reason = match e {
-                    CoreError::Duplicate { .. } => {
-                        format!("`{t}` is already taken by another template")
+            keep
+        });
+        for (uri, d) in wanted {
+            match registered.get(&uri) {
+                Some(old) if *old == d => {}
+                Some(_) => match e.register_or_replace(d.clone(), reader.clone()) {
+                    Ok(_) => {
+                        registered.insert(uri, d);
                     }
-                    other => other.to_string(),
-                };
-                skipped.push((t, reason));
+                    Err(err) => {
+                        registered.remove(&uri);
+                        skipped.push((uri, err.to_string()));
+                    }
+                },
+                None => match e.register(d.clone(), reader.clone()) {
+                    Ok(()) => {
+                        registered.insert(uri, d);
+                    }
+                    Err(err) => {
+                        let reason = match err {
+                            CoreError::Duplicate { .. } => {
+                                format!("`{uri}` is already taken by another resource")
+                            }
+                            other => other.to_string(),
+                        };
+                        skipped.push((uri, reason));
+                    }
+                },
             }
         }
-    }
+        templates.retain(|t, old| {
+            let keep = wanted_templates.get(t) == Some(old);
+            if !keep {
+                e.remove_template(t);
+            }
+            keep
+        });
+        for (t, template) in wanted_templates {
+            if templates.contains_key(&t) {
+                continue;
+            }
+            match e.register_template(template.clone(), reader.clone()) {
+                Ok(()) => {
+                    templates.insert(t, template);
+                }
+                Err(err) => {
+                    let reason = match err {
+                        CoreError::Duplicate { .. } => {
+                            format!("`{t}` is already taken by another template")
+                        }
+                        other => other.to_string(),
+                    };
+                    skipped.push((t, reason));
+                }
+            }
+        }
+        Ok::<(), std::convert::Infallible>(())
+    });
     for (what, reason) in &skipped {
         tracing::warn!(namespace = ns, resource = %what, %reason, "upstream resource skipped");
     }

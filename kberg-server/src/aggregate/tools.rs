@@ -87,55 +87,47 @@ pub(super) async fn sync_tools(
         wanted.insert(name, spec);
     }
     let mut registered = up.registered.lock().map(|r| r.clone()).unwrap_or_default();
-    for name in registered.keys().cloned().collect::<Vec<_>>() {
-        let keep = wanted
-            .get(&name)
-            .is_some_and(|w| shared.registry.spec(&name).as_ref() == Some(w));
-        if !keep {
-            shared.registry.remove(&name);
-            registered.remove(&name);
-        }
-    }
-    let mut new: Vec<(String, String, Arc<dyn Tool>)> = Vec::new();
-    for (name, spec) in wanted {
-        if registered.contains_key(&name) {
-            continue;
-        }
-        let remote = remote_of.remove(&name).unwrap_or_default();
-        let tool = ForwardedTool {
-            spec,
-            remote: remote.clone(),
-            up: up.clone(),
-        };
-        new.push((name, remote, Arc::new(tool)));
-    }
-    // All at once, so that a listing never shows part of them (and clients hear of one change);
-    // one by one only when that fails, to skip just the tools that cannot be registered.
-    if shared
-        .registry
-        .register_all(new.iter().map(|(_, _, t)| Arc::clone(t)))
-        .is_ok()
-    {
-        registered.extend(new.into_iter().map(|(name, remote, _)| (name, remote)));
-        new = Vec::new();
-    }
-    for (name, remote, tool) in new {
-        match shared.registry.register_arc(tool) {
-            Ok(()) => {
-                registered.insert(name, remote);
-            }
-            Err(e) => {
-                let reason = match &e {
-                    CoreError::Duplicate { .. } => {
-                        format!("`{name}` is already taken by another tool")
-                    }
-                    other => other.to_string(),
-                };
-                tracing::warn!(namespace = up.namespace(), tool = %remote, %reason, "upstream tool skipped");
-                skipped.push((remote, reason));
+    // Removed, changed and new tools in one edit, so that a listing never shows part of the
+    // change (a changed tool is never missing in between) and clients hear of one change; a
+    // tool that cannot be registered is skipped alone.
+    let Ok(()) = shared.registry.edit(|e| {
+        for name in registered.keys().cloned().collect::<Vec<_>>() {
+            let keep = wanted
+                .get(&name)
+                .is_some_and(|w| e.spec(&name).as_ref() == Some(w));
+            if !keep {
+                e.remove(&name);
+                registered.remove(&name);
             }
         }
-    }
+        for (name, spec) in wanted {
+            if registered.contains_key(&name) {
+                continue;
+            }
+            let remote = remote_of.remove(&name).unwrap_or_default();
+            let tool = ForwardedTool {
+                spec,
+                remote: remote.clone(),
+                up: up.clone(),
+            };
+            match e.register(Arc::new(tool)) {
+                Ok(()) => {
+                    registered.insert(name, remote);
+                }
+                Err(err) => {
+                    let reason = match &err {
+                        CoreError::Duplicate { .. } => {
+                            format!("`{name}` is already taken by another tool")
+                        }
+                        other => other.to_string(),
+                    };
+                    tracing::warn!(namespace = up.namespace(), tool = %remote, %reason, "upstream tool skipped");
+                    skipped.push((remote, reason));
+                }
+            }
+        }
+        Ok::<(), std::convert::Infallible>(())
+    });
     if let Ok(mut r) = up.registered.lock() {
         *r = registered;
     }
