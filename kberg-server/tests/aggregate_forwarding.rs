@@ -172,6 +172,32 @@ async fn upstream_tool_list_changes_update_the_registry() {
         .expect("call");
     assert_eq!(out.all_text(), "two");
 
+    // A tool that changes upstream is replaced in one step: the registry's version moves once,
+    // so no listing in between misses it.
+    let before = *changes.borrow_and_update();
+    inner
+        .edit(|e| {
+            e.remove("second");
+            e.register(std::sync::Arc::new(
+                ToolBuilder::new("second")
+                    .description("Answer two, described")
+                    .raw_handler(json!({"type": "object"}), |_a, _c| async {
+                        Ok(ToolOutput::text("two"))
+                    }),
+            ))
+        })
+        .expect("replaced upstream");
+    let replaced = tokio::time::timeout(WAIT, async {
+        while registry.spec("app__second").map(|s| s.description)
+            != Some("Answer two, described".into())
+        {
+            let _ = changes.changed().await;
+        }
+    })
+    .await;
+    assert!(replaced.is_ok(), "app__second was not replaced");
+    assert_eq!(*changes.borrow_and_update(), before + 1, "one version step");
+
     assert!(inner.remove("first"));
     let gone = tokio::time::timeout(WAIT, async {
         while registry.spec("app__first").is_some() {
