@@ -18,8 +18,8 @@ use kberg_agent::{
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::http::{self, Endpoint, HttpOptions, LineDecoder};
-use crate::sse::SseParser;
+use crate::http::{self, Endpoint, HttpOptions};
+use crate::sse::{SseDecoder, SseReply};
 
 /// The `anthropic-version` header this provider speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -302,13 +302,16 @@ fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
 }
 
 struct EventDecoder {
-    sse: SseParser,
     finish: FinishReason,
     output_tokens: u64,
     stopped: bool,
 }
 
-impl EventDecoder {
+impl SseReply for EventDecoder {
+    fn missing_end(&self) -> Option<&'static str> {
+        (!self.stopped).then_some("`message_stop`")
+    }
+
     fn event(&mut self, data: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
         let v: Value = serde_json::from_str(data).map_err(|e| {
             ProviderError::malformed(format!("a stream event is not JSON ({e}): {data}"))
@@ -419,32 +422,6 @@ impl EventDecoder {
     }
 }
 
-impl LineDecoder for EventDecoder {
-    fn line(&mut self, line: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
-        let event = self.sse.line(line);
-        if self.sse.overflowed() {
-            return Err(crate::sse::event_too_large(&self.sse));
-        }
-        match event {
-            Some(ev) => self.event(&ev.data, out),
-            None => Ok(()),
-        }
-    }
-
-    fn end(&mut self, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
-        if let Some(ev) = self.sse.flush() {
-            self.event(&ev.data, out)?;
-        }
-        if self.stopped {
-            Ok(())
-        } else {
-            Err(ProviderError::Truncated {
-                detail: "the stream ended without `message_stop`".into(),
-            })
-        }
-    }
-}
-
 #[async_trait]
 impl InferenceProvider for AnthropicProvider {
     fn name(&self) -> &str {
@@ -481,13 +458,14 @@ impl InferenceProvider for AnthropicProvider {
     ) -> Result<ChatStream, ProviderError> {
         let body = self.request_body(request, true);
         let ep = self.endpoint();
-        let decoder = EventDecoder {
-            // One event joins at most what a whole non-streamed reply may hold.
-            sse: SseParser::with_max_data(self.config.http.max_body_bytes),
-            finish: FinishReason::Stop,
-            output_tokens: 0,
-            stopped: false,
-        };
+        let decoder = SseDecoder::new(
+            self.config.http.max_body_bytes,
+            EventDecoder {
+                finish: FinishReason::Stop,
+                output_tokens: 0,
+                stopped: false,
+            },
+        );
         http::post_for_stream(
             &self.client,
             &self.config.http,
@@ -504,6 +482,7 @@ impl InferenceProvider for AnthropicProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::LineDecoder;
     use kberg_agent::ToolDefinition;
 
     #[test]
@@ -558,14 +537,14 @@ mod tests {
         #[test]
         fn random_events_never_panic(kind in "(message_start|content_block_start|content_block_delta|message_delta|message_stop|error|ping|[a-z_]{1,10})",
                                      i in proptest::num::u64::ANY, s in ".{0,20}") {
-            let mut d = EventDecoder { sse: SseParser::new(), finish: FinishReason::Stop, output_tokens: 0, stopped: false };
+            let mut d = SseDecoder::new(usize::MAX, EventDecoder { finish: FinishReason::Stop, output_tokens: 0, stopped: false });
             for v in [
                 json!({"type": kind.clone(), "index": i, "content_block": {"type": "tool_use", "id": s.clone(), "name": s.clone(), "input": {}},
                        "delta": {"type": "input_json_delta", "partial_json": s.clone(), "stop_reason": s.clone()},
                        "usage": {"output_tokens": i}, "message": {"usage": {"input_tokens": i, "output_tokens": i}}}),
                 json!({"type": kind.clone(), "index": s.clone(), "delta": s.clone()}),
             ] {
-                let _ = d.event(&v.to_string(), &mut Vec::new());
+                let _ = d.reply.event(&v.to_string(), &mut Vec::new());
             }
             let _ = d.line(&s, &mut Vec::new());
             let _ = d.end(&mut Vec::new());

@@ -17,8 +17,8 @@ use kberg_agent::{
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::http::{self, Endpoint, HttpOptions, LineDecoder};
-use crate::sse::SseParser;
+use crate::http::{self, Endpoint, HttpOptions};
+use crate::sse::{SseDecoder, SseReply};
 
 /// Where and how to reach an OpenAI-compatible server.
 #[derive(Debug, Clone, PartialEq)]
@@ -280,12 +280,15 @@ fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
 }
 
 struct ChunkDecoder {
-    sse: SseParser,
     finish: Option<FinishReason>,
     done: bool,
 }
 
-impl ChunkDecoder {
+impl SseReply for ChunkDecoder {
+    fn missing_end(&self) -> Option<&'static str> {
+        (!self.done).then_some("`data: [DONE]`")
+    }
+
     fn event(&mut self, data: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
         if data.trim() == "[DONE]" {
             self.done = true;
@@ -359,32 +362,6 @@ impl ChunkDecoder {
     }
 }
 
-impl LineDecoder for ChunkDecoder {
-    fn line(&mut self, line: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
-        let event = self.sse.line(line);
-        if self.sse.overflowed() {
-            return Err(crate::sse::event_too_large(&self.sse));
-        }
-        match event {
-            Some(ev) => self.event(&ev.data, out),
-            None => Ok(()),
-        }
-    }
-
-    fn end(&mut self, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
-        if let Some(ev) = self.sse.flush() {
-            self.event(&ev.data, out)?;
-        }
-        if self.done {
-            Ok(())
-        } else {
-            Err(ProviderError::Truncated {
-                detail: "the stream ended without `data: [DONE]`".into(),
-            })
-        }
-    }
-}
-
 #[async_trait]
 impl InferenceProvider for OpenAiProvider {
     fn name(&self) -> &str {
@@ -421,12 +398,13 @@ impl InferenceProvider for OpenAiProvider {
     ) -> Result<ChatStream, ProviderError> {
         let body = self.request_body(request, true);
         let ep = self.endpoint();
-        let decoder = ChunkDecoder {
-            // One event joins at most what a whole non-streamed reply may hold.
-            sse: SseParser::with_max_data(self.config.http.max_body_bytes),
-            finish: None,
-            done: false,
-        };
+        let decoder = SseDecoder::new(
+            self.config.http.max_body_bytes,
+            ChunkDecoder {
+                finish: None,
+                done: false,
+            },
+        );
         http::post_for_stream(
             &self.client,
             &self.config.http,
@@ -443,6 +421,7 @@ impl InferenceProvider for OpenAiProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::LineDecoder;
 
     #[test]
     fn malformed_replies_are_errors() {
@@ -460,7 +439,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn random_event_lines_never_panic(lines in proptest::collection::vec("(data: )?.{0,80}", 0..20)) {
-            let mut d = ChunkDecoder { sse: SseParser::new(), finish: None, done: false };
+            let mut d = SseDecoder::new(usize::MAX, ChunkDecoder { finish: None, done: false });
             let mut out = Vec::new();
             for l in &lines {
                 if d.line(l, &mut out).is_err() || d.line("", &mut out).is_err() {
@@ -472,11 +451,11 @@ mod tests {
 
         #[test]
         fn random_chunks_never_panic(i in proptest::num::u64::ANY, s in ".{0,20}") {
-            let mut d = ChunkDecoder { sse: SseParser::new(), finish: None, done: false };
+            let mut d = SseDecoder::new(usize::MAX, ChunkDecoder { finish: None, done: false });
             let chunk = json!({"choices": [{"index": 0, "delta": {"content": s.clone(), "tool_calls": [
                 {"index": i, "id": s.clone(), "function": {"name": s.clone(), "arguments": s.clone()}}]},
                 "finish_reason": s.clone()}]});
-            let _ = d.event(&chunk.to_string(), &mut Vec::new());
+            let _ = d.reply.event(&chunk.to_string(), &mut Vec::new());
         }
     }
 

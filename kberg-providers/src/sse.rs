@@ -15,6 +15,74 @@ pub(crate) fn event_too_large(parser: &SseParser) -> kberg_agent::ProviderError 
     }
 }
 
+/// What a provider's streamed reply does with each of its events.
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub(crate) trait SseReply: Send + 'static {
+    /// Decodes one event's data.
+    fn event(
+        &mut self,
+        data: &str,
+        out: &mut Vec<kberg_agent::ChatDelta>,
+    ) -> Result<(), kberg_agent::ProviderError>;
+
+    /// When the body ends: `None` when the reply is complete, otherwise what it lacks (the
+    /// stream then ends as truncated).
+    fn missing_end(&self) -> Option<&'static str>;
+}
+
+/// The line decoder of a provider's SSE reply: assembles events from lines, bounded, and hands
+/// each to the reply.
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub(crate) struct SseDecoder<R> {
+    sse: SseParser,
+    pub(crate) reply: R,
+}
+
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+impl<R: SseReply> SseDecoder<R> {
+    /// A decoder whose events join at most `max_data` bytes (one event holds at most what a
+    /// whole non-streamed reply may).
+    pub(crate) fn new(max_data: usize, reply: R) -> Self {
+        Self {
+            sse: SseParser::with_max_data(max_data),
+            reply,
+        }
+    }
+}
+
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+impl<R: SseReply> crate::http::LineDecoder for SseDecoder<R> {
+    fn line(
+        &mut self,
+        line: &str,
+        out: &mut Vec<kberg_agent::ChatDelta>,
+    ) -> Result<(), kberg_agent::ProviderError> {
+        let event = self.sse.line(line);
+        if self.sse.overflowed() {
+            return Err(event_too_large(&self.sse));
+        }
+        match event {
+            Some(ev) => self.reply.event(&ev.data, out),
+            None => Ok(()),
+        }
+    }
+
+    fn end(
+        &mut self,
+        out: &mut Vec<kberg_agent::ChatDelta>,
+    ) -> Result<(), kberg_agent::ProviderError> {
+        if let Some(ev) = self.sse.flush() {
+            self.reply.event(&ev.data, out)?;
+        }
+        match self.reply.missing_end() {
+            None => Ok(()),
+            Some(what) => Err(kberg_agent::ProviderError::Truncated {
+                detail: format!("the stream ended without {what}"),
+            }),
+        }
+    }
+}
+
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
