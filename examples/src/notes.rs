@@ -7,7 +7,8 @@
 //!   `notes.delete` (granted to nobody here): a caller without the grant is refused with the
 //!   stable code `capability_required`, and bad arguments are refused with `invalid_arguments`
 //!   naming each offending field;
-//! - a slow tool (`slow_count`) that reports progress and watches its cancellation token, and
+//! - a slow tool (`slow_count`) that reports progress and a log message per step and watches its
+//!   cancellation token, and
 //!   `cancellations`, which tells how many slow calls saw their cancellation (so a client can
 //!   check that cancelling reached the tool, not just the wire);
 //! - the live resource `notes://all` (every note, as JSON), updated whenever a note is added,
@@ -248,6 +249,7 @@ fn tools(state: &Arc<NotesState>, resources: &ResourceRegistry) -> Result<ToolRe
                         let message = format!("counted {step} of {}", a.steps);
                         ctx.progress(f64::from(step), Some(total), Some(&message))
                             .await?;
+                        ctx.log("info", Some("slow_count"), json!(message)).await?;
                     }
                     guard.finished();
                     Ok(ToolOutput::text(format!("counted to {}", a.steps)))

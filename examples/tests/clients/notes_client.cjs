@@ -21,6 +21,7 @@ const { Client } = sdk('@modelcontextprotocol/sdk/client/index.js');
 const { StreamableHTTPClientTransport } = sdk('@modelcontextprotocol/sdk/client/streamableHttp.js');
 const {
   CallToolResultSchema,
+  LoggingMessageNotificationSchema,
   ResourceUpdatedNotificationSchema,
   McpError,
 } = sdk('@modelcontextprotocol/sdk/types.js');
@@ -118,6 +119,8 @@ async function main() {
   check(JSON.parse(read.contents[0].text).some((n) => n.title === 'From TypeScript'), 'read-after-update', read.contents[0].text);
   ok('read-after-update');
 
+  const logs = [];
+  client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => logs.push(n.params.data));
   const seen = [];
   const done = await client.callTool({ name: 'slow_count', arguments: { steps: 3, delay_ms: 10 } }, CallToolResultSchema, {
     onprogress: (p) => seen.push(p.progress),
@@ -125,6 +128,10 @@ async function main() {
   check(textOf(done) === 'counted to 3', 'progress', textOf(done));
   check(JSON.stringify(seen) === '[1,2,3]', 'progress', `progress ${JSON.stringify(seen)}`);
   ok('progress', JSON.stringify(seen));
+  // The tool's log messages travel with its call: all there when the result is.
+  const wanted = ['counted 1 of 3', 'counted 2 of 3', 'counted 3 of 3'];
+  check(JSON.stringify(logs.slice(-3)) === JSON.stringify(wanted), 'log-messages', `log messages ${JSON.stringify(logs)}`);
+  ok('log-messages', String(logs.length));
 
   const before = await callCount(client);
   const abort = new AbortController();

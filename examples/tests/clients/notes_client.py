@@ -128,7 +128,16 @@ async def run(args: argparse.Namespace) -> str:
             updates.append(root.params.uri)
             got_update.set()
 
-    async with make_client(args, WRITER_TOKEN, message_handler=on_message) as writer:
+    logs: list[Any] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params.data)
+
+    # log_level opts 2026-07-28 requests in to log messages; a 2025-11-25 session gets them at
+    # the server's default level.
+    async with make_client(
+        args, WRITER_TOKEN, message_handler=on_message, logging_callback=on_log, log_level="info"
+    ) as writer:
         version = writer.protocol_version
         ok("connected", version)
 
@@ -178,6 +187,10 @@ async def run(args: argparse.Namespace) -> str:
         check(text_of(done) == "counted to 3", "progress", text_of(done))
         check(seen == [1, 2, 3], "progress", f"progress {seen}")
         ok("progress", str(seen))
+        # The tool's log messages travel with its call: all there when the result is.
+        wanted = [f"counted {i} of 3" for i in (1, 2, 3)]
+        check(logs[-3:] == wanted, "log-messages", f"log messages {logs}")
+        ok("log-messages", str(len(logs)))
 
         await cancel_slow_call(writer)
 
