@@ -34,6 +34,11 @@
 // A bench's report is its stdout.
 #![allow(clippy::print_stdout)]
 
+/// With the `mimalloc` feature, the allocator the `bridle` binary runs with.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;

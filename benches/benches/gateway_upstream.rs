@@ -37,6 +37,11 @@
 
 #![allow(clippy::print_stdout)] // the bench's report is its output
 
+/// With the `mimalloc` feature, the allocator the `bridle` binary runs with.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;

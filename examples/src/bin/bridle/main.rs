@@ -35,6 +35,13 @@
 
 #![allow(clippy::print_stdout)] // A command-line program prints its results on stdout.
 
+/// mimalloc instead of glibc's malloc: the gateway's tokio workers and its upstream threads free
+/// what another thread allocated on every forwarded call, and glibc's arenas then contend on
+/// their locks. Measured on a forwarded call with 16 clients: about a third more calls a second
+/// and about 28 % less CPU per call (`benches/README.md`, gateway upstream).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod agents;
 mod audit;
 mod client;
