@@ -144,7 +144,8 @@ struct Queue {
     writer_alive: bool,
 }
 
-struct Shared {
+/// The queue between the callers and the writer thread, and the signals each side waits on.
+struct WriteQueue {
     queue: Mutex<Queue>,
     /// Wakes the writer: first event of a batch, batch full, flush, close.
     wake: Condvar,
@@ -153,7 +154,7 @@ struct Shared {
     dropped_total: AtomicU64,
 }
 
-impl Shared {
+impl WriteQueue {
     fn lock(&self) -> MutexGuard<'_, Queue> {
         // The queue is a plain buffer; a panic elsewhere leaves it consistent.
         self.queue
@@ -163,7 +164,7 @@ impl Shared {
 }
 
 /// Marks the writer gone when its thread ends, even by a panic, so no caller waits forever.
-struct WriterAlive(Arc<Shared>);
+struct WriterAlive(Arc<WriteQueue>);
 
 impl Drop for WriterAlive {
     fn drop(&mut self) {
@@ -178,14 +179,14 @@ impl Drop for WriterAlive {
 /// one, wakes the writer: under load that is one wake-up per `max_events` events or per
 /// `max_delay`, not one per event. The writer takes the whole batch, writes it and flushes.
 struct Background {
-    shared: Arc<Shared>,
+    shared: Arc<WriteQueue>,
     thread: Option<JoinHandle<()>>,
     policy: FlushPolicy,
 }
 
 impl Background {
     fn start<W: EventWriter>(mut writer: W, policy: FlushPolicy, name: &str) -> io::Result<Self> {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(WriteQueue {
             queue: Mutex::new(Queue {
                 writer_alive: true,
                 ..Queue::default()

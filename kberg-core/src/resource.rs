@@ -300,7 +300,8 @@ struct Subscriptions {
     senders: HashMap<u64, mpsc::UnboundedSender<ResourceEvent>>,
 }
 
-struct Inner {
+/// The registry's lists, its subscriptions, and the versions transports watch.
+struct ResourceState {
     entries: RwLock<Arc<Entries>>,
     subs: Mutex<Subscriptions>,
     next_subscriber: AtomicU64,
@@ -456,7 +457,7 @@ fn check_uri(uri: &str) -> Result<(), CoreError> {
 /// The app's resources and templates, and who is subscribed to what. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct ResourceRegistry {
-    inner: Arc<Inner>,
+    inner: Arc<ResourceState>,
 }
 
 impl std::fmt::Debug for ResourceRegistry {
@@ -481,7 +482,7 @@ impl ResourceRegistry {
         let (version, _) = watch::channel(0);
         let (interest, _) = watch::channel(0);
         Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(ResourceState {
                 entries: RwLock::new(Arc::new(Entries::default())),
                 subs: Mutex::new(Subscriptions::default()),
                 next_subscriber: AtomicU64::new(1),

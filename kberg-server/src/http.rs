@@ -45,7 +45,9 @@ use crate::auth::{AuthError, Authenticator};
 use crate::config::HttpConfig;
 use crate::error::ServerError;
 use crate::guard;
-use crate::handler::{Authenticated, KbergHandler, ListenClosed, REQUEST_PRINCIPAL, Shared};
+use crate::handler::{
+    Authenticated, KbergHandler, ListenClosed, REQUEST_PRINCIPAL, TransportContext,
+};
 use crate::limits::{StreamCounter, StreamPermit};
 use crate::sessions::{SessionSettings, SessionTable};
 
@@ -636,7 +638,7 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
             "max_body_bytes and max_calls_per_principal must be at least 1".into(),
         ));
     }
-    let shared = Shared::new(
+    let shared = TransportContext::new(
         app,
         limits.max_calls_per_principal,
         None,

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::app::McpApp;
 use crate::config::Limits;
 use crate::error::ServerError;
-use crate::handler::{KbergHandler, Shared};
+use crate::handler::{KbergHandler, TransportContext};
 
 /// Serves `app` on this process's stdin/stdout as `principal` until the client closes the
 /// connection.
@@ -36,7 +36,7 @@ where
     W: AsyncWrite + Send + Unpin + 'static,
 {
     let shutdown = CancellationToken::new();
-    let shared = Shared::new(
+    let shared = TransportContext::new(
         app,
         Limits::default().max_calls_per_principal,
         Some(Arc::new(principal)),

@@ -76,8 +76,9 @@ struct Entry {
     seq: u64,
 }
 
+/// The cached tokens and what says whether they can be trusted.
 #[derive(Default)]
-struct State {
+struct CacheContents {
     /// Whether the change signal can be trusted now: the PostgreSQL listener is up, or the
     /// SQLite marker's stamp is settled and is `stamp`.
     trusted: bool,
@@ -91,7 +92,7 @@ struct State {
     seq: u64,
 }
 
-impl State {
+impl CacheContents {
     fn clear(&mut self) {
         self.generation += 1;
         self.entries.clear();
@@ -125,7 +126,7 @@ impl State {
 
 /// The cache of one vault handle.
 pub(crate) struct TokenCache {
-    state: Mutex<State>,
+    state: Mutex<CacheContents>,
     #[cfg(feature = "postgres")]
     status: watch::Sender<TokenCacheStatus>,
 }
@@ -134,7 +135,7 @@ impl TokenCache {
     /// An empty cache, bypassed until [`LISTENING`] is heard or a settled marker stamp is seen.
     pub(crate) fn new() -> Self {
         Self {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(CacheContents::default()),
             #[cfg(feature = "postgres")]
             status: watch::channel(TokenCacheStatus::default()).0,
         }
@@ -146,7 +147,7 @@ impl TokenCache {
         self.status.subscribe()
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+    fn state(&self) -> std::sync::MutexGuard<'_, CacheContents> {
         // A panic while holding the lock leaves a map that is still consistent; empty it anyway.
         self.state.lock().unwrap_or_else(|poisoned| {
             let mut s = poisoned.into_inner();
@@ -188,7 +189,7 @@ impl TokenCache {
         Self::lookup_in(&s, hash, now)
     }
 
-    fn lookup_in(s: &State, hash: &str, now: i64) -> Lookup {
+    fn lookup_in(s: &CacheContents, hash: &str, now: i64) -> Lookup {
         if !s.trusted {
             return Lookup::Bypass;
         }
@@ -285,7 +286,7 @@ impl TokenCache {
     }
 
     #[cfg(feature = "postgres")]
-    fn lost_with(&self, mut s: std::sync::MutexGuard<'_, State>) {
+    fn lost_with(&self, mut s: std::sync::MutexGuard<'_, CacheContents>) {
         s.clear();
         s.trusted = false;
         drop(s);

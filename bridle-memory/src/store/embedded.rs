@@ -37,7 +37,7 @@ use crate::error::{MemoryError, Result};
 /// The embedded store. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct EmbeddedStore {
-    inner: Arc<Inner>,
+    inner: Arc<EmbeddedDb>,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -48,7 +48,8 @@ impl std::fmt::Debug for EmbeddedStore {
     }
 }
 
-struct Inner {
+/// The store's database and the in-memory copy of its collections.
+struct EmbeddedDb {
     path: Option<PathBuf>,
     db: Mutex<Connection>,
     collections: RwLock<HashMap<String, Arc<RwLock<Collection>>>>,
@@ -389,7 +390,7 @@ impl EmbeddedStore {
             .collect();
         let version = data_version(&conn)?;
         Ok(Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(EmbeddedDb {
                 path,
                 db: Mutex::new(conn),
                 collections: RwLock::new(collections),

@@ -60,8 +60,9 @@ pub enum UpstreamStatus {
     },
 }
 
-/// The immutable part shared by all supervisors.
-pub(super) struct Shared {
+/// The aggregation the upstreams feed: the registries their tools, prompts and resources go
+/// into and the rules they are registered by. Immutable; shared by all supervisors.
+pub(super) struct Aggregation {
     pub(super) registry: ToolRegistry,
     pub(super) prompts: Option<PromptRegistry>,
     pub(super) resources: Option<ResourceRegistry>,
@@ -291,7 +292,7 @@ impl Aggregator {
                     reason: e.to_string(),
                 })?;
         }
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Aggregation {
             registry: registry.clone(),
             prompts,
             resources: resources.clone(),

@@ -18,13 +18,13 @@ use serde_json::Value;
 
 use super::error::UpstreamError;
 use super::forward::{forward, result_kind};
-use super::front::{Shared, Upstream};
+use super::front::{Aggregation, Upstream};
 use super::tools::content_of;
 
 /// Reads the upstream's prompts (when it offers any) and registers them namespaced; the previous
 /// set is replaced. A failure here is logged and leaves tools unaffected.
 pub(super) async fn sync_prompts(
-    shared: &Shared,
+    shared: &Aggregation,
     prompts: &PromptRegistry,
     up: &Arc<Upstream>,
     peer: &Peer<RoleClient>,

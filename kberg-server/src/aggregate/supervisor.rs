@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::UpstreamTransport;
 use super::error::ConnectError;
-use super::front::{Shared, Upstream, UpstreamStatus};
+use super::front::{Aggregation, Upstream, UpstreamStatus};
 use super::relay::UpstreamClient;
 use super::resources::sync_subscriptions;
 use super::tools::sync_tools;
@@ -110,7 +110,11 @@ fn http_client() -> Result<reqwest::Client, ConnectError> {
 
 /// One upstream's supervisor: connects, lists, serves the connection until it ends, and
 /// reconnects after the configured exponential [`Backoff`](super::Backoff) delay.
-pub(super) async fn supervise(shared: Arc<Shared>, up: Arc<Upstream>, shutdown: CancellationToken) {
+pub(super) async fn supervise(
+    shared: Arc<Aggregation>,
+    up: Arc<Upstream>,
+    shutdown: CancellationToken,
+) {
     let mut attempt: u32 = 0;
     let mut delays = shared.backoff.delays();
     let mut generation: u64 = 0;
@@ -191,7 +195,7 @@ pub(super) async fn supervise(shared: Arc<Shared>, up: Arc<Upstream>, shutdown: 
 
 /// Serves one connection until it ends. `None` means shutdown; otherwise why it ended.
 async fn run_connected(
-    shared: &Shared,
+    shared: &Aggregation,
     up: &Arc<Upstream>,
     client: Client,
     peer: &Peer<RoleClient>,

@@ -31,10 +31,11 @@ const WIND_UP: std::time::Duration = std::time::Duration::from_secs(5);
 /// ```
 #[derive(Clone)]
 pub struct UpstreamThread {
-    inner: Arc<Inner>,
+    running: Arc<RunningThread>,
 }
 
-struct Inner {
+/// The started thread: its name, its runtime, and what keeps it running.
+struct RunningThread {
     name: String,
     handle: tokio::runtime::Handle,
     /// Each clone of this sender keeps the thread running: one here, one per supervisor.
@@ -44,7 +45,7 @@ struct Inner {
 impl std::fmt::Debug for UpstreamThread {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpstreamThread")
-            .field("name", &self.inner.name)
+            .field("name", &self.running.name)
             .finish_non_exhaustive()
     }
 }
@@ -52,7 +53,7 @@ impl std::fmt::Debug for UpstreamThread {
 /// Two handles are equal when they share one thread.
 impl PartialEq for UpstreamThread {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
+        Arc::ptr_eq(&self.running, &other.running)
     }
 }
 
@@ -84,7 +85,7 @@ impl UpstreamThread {
             })
             .map_err(unavailable)?;
         Ok(Self {
-            inner: Arc::new(Inner {
+            running: Arc::new(RunningThread {
                 name,
                 handle,
                 alive,
@@ -94,7 +95,7 @@ impl UpstreamThread {
 
     /// The thread's name.
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.running.name
     }
 
     /// Spawns `task` on the thread; the thread keeps running at least until it ends.
@@ -102,8 +103,8 @@ impl UpstreamThread {
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        let alive = self.inner.alive.clone();
-        self.inner.handle.spawn(async move {
+        let alive = self.running.alive.clone();
+        self.running.handle.spawn(async move {
             let _alive = alive;
             task.await;
         })

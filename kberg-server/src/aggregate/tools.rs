@@ -27,7 +27,7 @@ use tracing::Instrument;
 
 use super::error::UpstreamError;
 use super::forward::{forward, result_kind};
-use super::front::{Shared, Upstream};
+use super::front::{Aggregation, Upstream};
 use super::hook::{ForwardOutcome, OutgoingCall};
 use super::prompts::sync_prompts;
 use super::resources::sync_resources;
@@ -37,7 +37,7 @@ use super::tasks::Followed;
 /// tools removed, changed tools replaced. Tools that cannot be registered are skipped (logged,
 /// and reported by [`Aggregator::skipped`]).
 pub(super) async fn sync_tools(
-    shared: &Shared,
+    shared: &Aggregation,
     up: &Arc<Upstream>,
     peer: &Peer<RoleClient>,
 ) -> Result<(), ServiceError> {

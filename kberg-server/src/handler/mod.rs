@@ -3,7 +3,7 @@
 //!
 //! rmcp owns the wire (framing, sessions, version negotiation, both protocol generations);
 //! this handler owns the meaning. One handler value exists per 2025-11-25 session (or per
-//! stateless request, or per stdio connection), cloned from the transport-wide [`Shared`]
+//! stateless request, or per stdio connection), cloned from the transport-wide [`TransportContext`]
 //! state. Every request resolves its principal afresh (from the HTTP request's authenticated
 //! extension, or the fixed stdio principal), so grants never depend on a session.
 //!
@@ -63,11 +63,11 @@ use request::{cursor_of, is_stateless};
 use session::{Command, SessionState};
 
 pub(crate) use listen::ListenClosed;
-pub(crate) use shared::{Authenticated, REQUEST_PRINCIPAL, Shared};
+pub(crate) use shared::{Authenticated, REQUEST_PRINCIPAL, TransportContext};
 
 /// The rmcp handler serving one [`McpApp`].
 pub(crate) struct KbergHandler {
-    shared: Arc<Shared>,
+    shared: Arc<TransportContext>,
     /// The session's own state, made at its first use. rmcp makes a handler for every
     /// 2026-07-28 request (and one more to look up the called tool's schema for its header
     /// checks); such a request has no session, and most never touch this, so making a handler
@@ -76,7 +76,7 @@ pub(crate) struct KbergHandler {
 }
 
 impl KbergHandler {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(shared: Arc<TransportContext>) -> Self {
         Self {
             session: OnceLock::new(),
             shared,

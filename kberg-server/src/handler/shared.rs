@@ -100,7 +100,7 @@ impl HeaderSchemas {
 }
 
 /// State shared by every handler of one transport (an HTTP server or a stdio connection).
-pub(crate) struct Shared {
+pub(crate) struct TransportContext {
     pub(crate) app: McpApp,
     pub(crate) header_schemas: HeaderSchemas,
     pub(crate) info: ServerConfig,
@@ -112,7 +112,7 @@ pub(crate) struct Shared {
     pub(crate) list_changed: Arc<ListChangedFanout>,
 }
 
-impl Shared {
+impl TransportContext {
     pub(crate) fn new(
         app: McpApp,
         max_calls_per_principal: usize,
