@@ -10,7 +10,7 @@
 //! an upstream server's) can watch which URIs have subscribers with
 //! [`ResourceRegistry::subscription_changes`] and [`ResourceRegistry::subscribed_uris`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -315,7 +315,7 @@ struct ResourceState {
 pub struct ResourceEdit {
     entries: Entries,
     /// Resources removed, whose subscribers are told once the edit is published.
-    removed: Vec<String>,
+    removed: BTreeSet<String>,
     changed: bool,
 }
 
@@ -391,7 +391,7 @@ impl ResourceEdit {
     pub fn remove(&mut self, uri: &str) -> bool {
         let removed = self.entries.statics.remove(uri).is_some();
         if removed {
-            self.removed.push(uri.to_string());
+            self.removed.insert(uri.to_string());
             self.changed = true;
         }
         removed
@@ -410,7 +410,7 @@ impl ResourceEdit {
 
     fn insert(&mut self, descriptor: ResourceDescriptor, reader: Arc<dyn ResourceReader>) {
         // A resource registered again in the same edit is not removed after all.
-        self.removed.retain(|u| *u != descriptor.uri);
+        self.removed.remove(&descriptor.uri);
         self.entries
             .statics
             .insert(descriptor.uri.clone(), Static { descriptor, reader });
@@ -535,7 +535,7 @@ impl ResourceRegistry {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut edit = ResourceEdit {
             entries: Entries::clone(&guard),
-            removed: Vec::new(),
+            removed: BTreeSet::new(),
             changed: false,
         };
         let r = f(&mut edit)?;
@@ -550,7 +550,7 @@ impl ResourceRegistry {
     }
 
     /// Tells the subscribers of each removed resource, and ends their subscriptions to it.
-    fn tell_removed(&self, removed: Vec<String>) {
+    fn tell_removed(&self, removed: BTreeSet<String>) {
         let mut subs = self.subs();
         let mut interest = false;
         for uri in removed {

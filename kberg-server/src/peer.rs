@@ -234,7 +234,10 @@ impl ClientPeer for SessionPeer {
         if method == "notifications/message" && !self.log.passes(&params) {
             return Ok(());
         }
-        send_related_notification(&self.peer, method, params, Some(&self.request)).await
+        // Progress is routed by its token already; marking it would only cost an allocation
+        // per report.
+        let related = (method != "notifications/progress").then_some(&self.request);
+        send_related_notification(&self.peer, method, params, related).await
     }
 
     async fn request(
