@@ -31,6 +31,11 @@ use kberg_core::{
 
 use kberg_benches::{note_args as args, note_schema as schema, notes_write as cap};
 
+/// With the `mimalloc` feature, the allocator the `bridle` binary runs with.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn noop(name: String) -> Arc<dyn Tool> {
     Arc::new(
         ToolBuilder::new(name)

@@ -71,8 +71,8 @@ use hyper::body::Bytes;
 use hyper::{Request, Response};
 use kberg_benches::echo_servers::{start_kberg, start_rmcp};
 use kberg_benches::loopback::{
-    BoxError, Budget, Point, STATEFUL, STATELESS, Target, ToolCall, env_number, measure,
-    measure_cpu_of, pid_cpu, process_cpu,
+    BoxError, Budget, ChildServer, Point, STATEFUL, STATELESS, Target, ToolCall, env_number,
+    measure, measure_cpu_of, pid_cpu, process_cpu, serve_in_child,
 };
 use kberg_server::Limits;
 use serde_json::json;
@@ -195,54 +195,8 @@ async fn start_named(
 async fn serve_child(server: &str) -> Result<(), BoxError> {
     let stop = CancellationToken::new();
     let addr = start_named(server, "KBERG_WIRE_SERVE", &stop).await?;
-    println!("listening {addr}");
-    let closed = stop.clone();
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
-        closed.cancel();
-    });
-    stop.cancelled().await;
+    serve_in_child(addr, stop).await;
     Ok(())
-}
-
-/// A server in a child process of this bench binary (see [`serve_child`]); killed by its pid
-/// (through `Child::kill`) when dropped, also when the bench fails.
-struct ServerChild {
-    child: std::process::Child,
-    addr: SocketAddr,
-}
-
-impl ServerChild {
-    fn start(server: &str) -> Result<Self, BoxError> {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(std::env::current_exe()?)
-            .env("KBERG_WIRE_SERVE", server)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()?;
-        let stdout = child.stdout.take();
-        // From here on, an error drops `me`, which kills the child.
-        let mut me = Self {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        };
-        let mut line = String::new();
-        std::io::BufReader::new(stdout.ok_or("the server child has no stdout")?)
-            .read_line(&mut line)?;
-        me.addr = line
-            .trim()
-            .strip_prefix("listening ")
-            .ok_or_else(|| format!("the {server} server child said {line:?}, not its address"))?
-            .parse()?;
-        Ok(me)
-    }
-}
-
-impl Drop for ServerChild {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 async fn run() -> Result<(), BoxError> {
@@ -304,8 +258,8 @@ async fn run() -> Result<(), BoxError> {
             Err(_) => all_points(),
         };
         if separate {
-            let kberg = ServerChild::start("kberg")?;
-            let rmcp = ServerChild::start("rmcp")?;
+            let kberg = ChildServer::start("KBERG_WIRE_SERVE", "kberg", &[])?;
+            let rmcp = ChildServer::start("KBERG_WIRE_SERVE", "rmcp", &[])?;
             let sides = [Side::child(&kberg), Side::child(&rmcp)];
             return paired(sides, &echo, &points, pairs, slice).await;
         }
@@ -325,7 +279,10 @@ async fn run() -> Result<(), BoxError> {
     if !full {
         // The paired mode's path, once, on the cheapest point: with the servers in this
         // process, and with each in a child process of its own.
-        let children = [ServerChild::start("kberg")?, ServerChild::start("rmcp")?];
+        let children = [
+            ChildServer::start("KBERG_WIRE_SERVE", "kberg", &[])?,
+            ChildServer::start("KBERG_WIRE_SERVE", "rmcp", &[])?,
+        ];
         for sides in [
             [Side::here(kberg), Side::here(rmcp)],
             [Side::child(&children[0]), Side::child(&children[1])],
@@ -508,10 +465,10 @@ impl Side {
         Self { addr, pid: None }
     }
 
-    fn child(child: &ServerChild) -> Self {
+    fn child(child: &ChildServer) -> Self {
         Self {
             addr: child.addr,
-            pid: Some(child.child.id()),
+            pid: Some(child.pid()),
         }
     }
 

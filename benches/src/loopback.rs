@@ -306,6 +306,70 @@ pub fn pid_cpu(pid: u32) -> Option<Duration> {
     Some(Duration::from_nanos(ns))
 }
 
+/// A server in a child process of the running bench binary: the binary is started again with
+/// `role_var=role` (and `envs`), starts its server, writes `listening <address>` on stdout (see
+/// [`serve_in_child`]) and serves until its stdin closes. Killed by its pid (through
+/// `Child::kill`) when dropped, also when the bench fails. A bench measures such a server's CPU
+/// time with [`pid_cpu`].
+pub struct ChildServer {
+    child: std::process::Child,
+    /// The address the child serves on.
+    pub addr: SocketAddr,
+}
+
+impl ChildServer {
+    /// Starts the child and waits for its address.
+    pub fn start(role_var: &str, role: &str, envs: &[(&str, String)]) -> Result<Self, BoxError> {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(std::env::current_exe()?)
+            .env(role_var, role)
+            .envs(envs.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        let stdout = child.stdout.take();
+        // From here on, an error drops `me`, which kills the child.
+        let mut me = Self {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        };
+        let mut line = String::new();
+        std::io::BufReader::new(stdout.ok_or("the server child has no stdout")?)
+            .read_line(&mut line)?;
+        me.addr = line
+            .trim()
+            .strip_prefix("listening ")
+            .ok_or_else(|| format!("the {role} server child said {line:?}, not its address"))?
+            .parse()?;
+        Ok(me)
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The child's side of [`ChildServer`]: announces `addr` on stdout, then waits until stdin is
+/// closed (by the parent, or by its end) and cancels `stop`.
+#[allow(clippy::print_stdout)] // the address line is the parent's protocol with the child
+pub async fn serve_in_child(addr: SocketAddr, stop: tokio_util::sync::CancellationToken) {
+    println!("listening {addr}");
+    let closed = stop.clone();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+        closed.cancel();
+    });
+    stop.cancelled().await;
+}
+
 /// How long one measurement runs.
 #[derive(Debug, Clone, Copy)]
 pub enum Budget {
