@@ -23,7 +23,8 @@ step "lints (default features and all features)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
-step "API documentation builds without a warning (broken or private links included)"
+step "API documentation builds without a warning (broken or private links included), with default and all features"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --locked
 
 step "tests (all features), doc tests included"

@@ -10,6 +10,10 @@
 //! dimension. A server that answers with another dimension is an error
 //! ([`crate::MemoryError::DimensionMismatch`]), never a silently corrupted index.
 
+// `LocalEmbedder` above exists only with the `local-embed` feature; the all-features build
+// checks the link.
+#![cfg_attr(not(feature = "local-embed"), allow(rustdoc::broken_intra_doc_links))]
+
 mod http;
 #[cfg(feature = "local-embed")]
 mod local;
