@@ -151,9 +151,7 @@ impl Everything {
         }
         Ok(me)
     }
-}
 
-impl Everything {
     /// The Node process's id, to read its CPU time.
     fn pid(&self) -> u32 {
         self.child.id()
@@ -476,6 +474,22 @@ async fn run_layout(
                     Ok([(n0, k0), (n1, k1)]) => (per_call(*n0, *n1), per_call(*k0, *k1)),
                     _ => (None, None),
                 };
+                // The smoke run checks that every reading the report needs was taken.
+                if !full
+                    && (node_pid.is_some() && node_us.is_none() || separate && kberg_us.is_none())
+                {
+                    return Err(format!(
+                        "{} {}: no CPU time read from {}",
+                        case.upstream.label(),
+                        case.path.label(),
+                        if node_pid.is_some() && node_us.is_none() {
+                            "Node"
+                        } else {
+                            "the Kberg children"
+                        }
+                    )
+                    .into());
+                }
                 if full {
                     let kberg = kberg_us
                         .map_or_else(String::new, |n| format!("  kberg servers {n:.1} us/call"));
