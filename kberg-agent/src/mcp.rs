@@ -32,7 +32,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
-use kberg_core::ErrorCode;
+use kberg_core::{ErrorCode, PagesError, SpawnOnDrop, read_pages};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
     CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientRequest,
@@ -358,10 +358,7 @@ impl McpSurface {
     /// would otherwise hold the run and grow the list for ever).
     async fn list_tools(&self) -> Result<Vec<rmcp::model::Tool>, SurfaceError> {
         let peer = self.client.peer();
-        let mut tools = Vec::new();
-        let mut cursors = HashSet::new();
-        let mut cursor = None;
-        for _ in 0..MAX_TOOL_LIST_PAGES {
+        read_pages(MAX_TOOL_LIST_PAGES, |cursor| async move {
             let params = PaginatedRequestParams::default().with_cursor(cursor);
             let page = tokio::time::timeout(LIST_PAGE_TIMEOUT, peer.list_tools(Some(params)))
                 .await
@@ -372,20 +369,18 @@ impl McpSurface {
                     ))
                 })?
                 .map_err(|e| SurfaceError::Transport(e.to_string()))?;
-            tools.extend(page.tools);
-            match page.next_cursor {
-                None => return Ok(tools),
-                Some(next) if !cursors.insert(next.clone()) => {
-                    return Err(SurfaceError::Malformed(
-                        "the server's tools/list repeats a page cursor".into(),
-                    ));
-                }
-                Some(next) => cursor = Some(next),
+            Ok((page.tools, page.next_cursor))
+        })
+        .await
+        .map_err(|e| match e {
+            PagesError::Page(e) => e,
+            PagesError::RepeatedCursor => {
+                SurfaceError::Malformed("the server's tools/list repeats a page cursor".into())
             }
-        }
-        Err(SurfaceError::Malformed(format!(
-            "the server's tools/list did not end after {MAX_TOOL_LIST_PAGES} pages"
-        )))
+            PagesError::TooManyPages(n) => SurfaceError::Malformed(format!(
+                "the server's tools/list did not end after {n} pages"
+            )),
+        })
     }
 
     /// One `tools/call`; with a sink (and a client that routes progress), the call's progress
@@ -435,10 +430,15 @@ impl McpSurface {
                 let id = handle.id.clone();
                 // Dropped unanswered (the whole run was dropped, not cancelled), the call is
                 // still cancelled on the server.
-                let mut guard = CancelOnDrop {
-                    peer: Some(peer.clone()),
-                    id: id.clone(),
-                };
+                let notice = cancel_notice(id.clone());
+                let peer_told = peer.clone();
+                let mut guard = SpawnOnDrop::new(async move {
+                    let _ = tokio::time::timeout(
+                        CANCEL_NOTICE_WAIT,
+                        peer_told.send_notification(notice.into()),
+                    )
+                    .await;
+                });
                 let mut response = std::pin::pin!(handle.await_response());
                 tokio::select! {
                     biased;
@@ -528,35 +528,6 @@ fn tasks_capability() -> ClientCapabilities {
         .collect(),
     );
     caps
-}
-
-/// Sends `notifications/cancelled` for a call whose future was dropped before it was answered
-/// (on a task of its own: a drop cannot wait), unless disarmed.
-struct CancelOnDrop {
-    peer: Option<rmcp::Peer<RoleClient>>,
-    id: RequestId,
-}
-
-impl CancelOnDrop {
-    fn disarm(&mut self) {
-        self.peer = None;
-    }
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let Some(peer) = self.peer.take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let notice = cancel_notice(self.id.clone());
-        runtime.spawn(async move {
-            let _ = tokio::time::timeout(CANCEL_NOTICE_WAIT, peer.send_notification(notice.into()))
-                .await;
-        });
-    }
 }
 
 /// The notice that a call was cancelled by the agent.

@@ -77,6 +77,7 @@
 mod content;
 mod digest;
 mod handle;
+mod on_drop;
 mod origin;
 mod pagination;
 mod rate;
@@ -130,8 +131,9 @@ pub use gate::Refusal;
 pub use handle::{
     HANDLE_SCHEMA_KEYWORD, Handle, HandleCodec, HandleError, HandleKind, MAX_INTERNAL_ID_LEN,
 };
+pub use on_drop::SpawnOnDrop;
 pub use origin::{CallOrigin, ClientInfo};
-pub use pagination::{InvalidCursor, Page};
+pub use pagination::{InvalidCursor, Page, PagesError, read_pages};
 pub use preview::{COMMIT_TOKEN_FIELD, CallPhase, CommitConfig};
 pub use principal::{Caller, Principal, SurfaceProjection};
 pub use prompt::{

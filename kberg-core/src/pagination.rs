@@ -4,6 +4,12 @@
 //! the page already seen, encoded so that clients treat it as opaque. A cursor therefore stays
 //! valid while items come and go: the next page starts strictly after that key. A leaf module:
 //! it knows nothing of what it pages.
+//!
+//! The other side, reading another server's paginated list, is [`read_pages`]: it follows the
+//! cursors within bounds, so a peer whose list never ends cannot hold the reader.
+
+use std::collections::HashSet;
+use std::future::Future;
 
 /// A page of a listing.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,9 +74,144 @@ pub(crate) fn paginate<T: Clone>(
     Ok(Page { items, next_cursor })
 }
 
+/// Why [`read_pages`] did not return a whole list.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PagesError<E> {
+    /// Reading one page failed.
+    #[error(transparent)]
+    Page(E),
+    /// The peer handed out a cursor it had handed out before: its list would never end.
+    #[error("the list repeats a page cursor")]
+    RepeatedCursor,
+    /// The list had not ended after this many pages.
+    #[error("the list did not end after {0} pages")]
+    TooManyPages(usize),
+}
+
+/// Reads every page of a peer's paginated list: `page` is called with no cursor first, then
+/// with each cursor the previous page named, until a page names none. A list that repeats a
+/// cursor, or has not ended after `max_pages` pages, is refused instead of being followed for
+/// ever (a misbehaving peer would otherwise hold the reader and grow the list without bound).
+///
+/// ```
+/// use kberg_core::{PagesError, read_pages};
+/// # futures::executor::block_on(async {
+/// // A peer with pages "1" and "2", then the end.
+/// let all = read_pages(10, |cursor: Option<String>| async move {
+///     Ok::<_, String>(match cursor.as_deref() {
+///         None => (vec![1, 2], Some("p2".to_string())),
+///         Some(_) => (vec![3], None),
+///     })
+/// })
+/// .await;
+/// assert_eq!(all, Ok(vec![1, 2, 3]));
+/// // A peer whose every page names the same next page.
+/// let endless = read_pages(10, |_| async { Ok::<_, String>((vec![0], Some("again".to_string()))) }).await;
+/// assert_eq!(endless, Err(PagesError::RepeatedCursor));
+/// # });
+/// ```
+pub async fn read_pages<T, E, Fut>(
+    max_pages: usize,
+    mut page: impl FnMut(Option<String>) -> Fut,
+) -> Result<Vec<T>, PagesError<E>>
+where
+    Fut: Future<Output = Result<(Vec<T>, Option<String>), E>>,
+{
+    let mut items = Vec::new();
+    let mut seen = HashSet::new();
+    let mut cursor = None;
+    for _ in 0..max_pages {
+        let (got, next) = page(cursor.take()).await.map_err(PagesError::Page)?;
+        items.extend(got);
+        match next {
+            None => return Ok(items),
+            Some(next) if !seen.insert(next.clone()) => return Err(PagesError::RepeatedCursor),
+            Some(next) => cursor = Some(next),
+        }
+    }
+    Err(PagesError::TooManyPages(max_pages))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::executor::block_on;
+
+    type PageResult = std::future::Ready<Result<(Vec<u32>, Option<String>), String>>;
+
+    /// A peer serving `pages` (each page's items and next cursor), recording the cursors asked.
+    fn peer<'a>(
+        pages: Vec<(Vec<u32>, Option<&'static str>)>,
+        asked: &'a std::cell::RefCell<Vec<Option<String>>>,
+    ) -> impl FnMut(Option<String>) -> PageResult + 'a {
+        let mut pages = pages.into_iter();
+        move |cursor| {
+            asked.borrow_mut().push(cursor);
+            std::future::ready(
+                pages
+                    .next()
+                    .map(|(items, next)| (items, next.map(str::to_string)))
+                    .ok_or_else(|| "asked past the end".to_string()),
+            )
+        }
+    }
+
+    #[test]
+    fn read_pages_follows_each_cursor_in_turn() {
+        let asked = std::cell::RefCell::new(Vec::new());
+        let pages = vec![
+            (vec![1, 2], Some("a")),
+            (vec![], Some("b")),
+            (vec![3], None),
+        ];
+        let all = block_on(read_pages(3, peer(pages, &asked)));
+        assert_eq!(all, Ok(vec![1, 2, 3]));
+        assert_eq!(
+            *asked.borrow(),
+            [None, Some("a".to_string()), Some("b".to_string())]
+        );
+    }
+
+    #[test]
+    fn read_pages_refuses_a_list_that_does_not_end() {
+        let asked = std::cell::RefCell::new(Vec::new());
+        // A cursor seen two pages earlier.
+        let pages = vec![
+            (vec![1], Some("a")),
+            (vec![2], Some("b")),
+            (vec![3], Some("a")),
+        ];
+        assert_eq!(
+            block_on(read_pages(10, peer(pages, &asked))),
+            Err(PagesError::RepeatedCursor)
+        );
+        // New cursors for ever: stopped at the bound, the next page never asked.
+        asked.borrow_mut().clear();
+        let pages = vec![
+            (vec![1], Some("a")),
+            (vec![2], Some("b")),
+            (vec![3], Some("c")),
+        ];
+        assert_eq!(
+            block_on(read_pages(2, peer(pages, &asked))),
+            Err(PagesError::TooManyPages(2))
+        );
+        assert_eq!(asked.borrow().len(), 2);
+        assert_eq!(
+            PagesError::<String>::TooManyPages(2).to_string(),
+            "the list did not end after 2 pages"
+        );
+    }
+
+    #[test]
+    fn read_pages_passes_a_page_error_on() {
+        let asked = std::cell::RefCell::new(Vec::new());
+        let pages = vec![(vec![1], Some("a"))];
+        assert_eq!(
+            block_on(read_pages(10, peer(pages, &asked))),
+            Err(PagesError::Page("asked past the end".to_string()))
+        );
+    }
 
     #[test]
     fn pages_follow_each_other_and_survive_changes() {

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use kberg_core::{ClientPeer, PeerError, RateBudget};
+use kberg_core::{ClientPeer, PeerError, RateBudget, SpawnOnDrop};
 use rmcp::model::{GetExtensions, RequestId, ServerNotification, ServerRequest};
 use rmcp::service::{OriginatingRequestId, PeerRequestOptions, RequestHandle};
 use rmcp::{Peer, RoleServer, ServiceError};
@@ -195,29 +195,6 @@ async fn send_related_notification(
     peer.send_notification(n).await.map_err(service_error)
 }
 
-/// Sends `notifications/cancelled` for a server-to-client request that is abandoned.
-struct CancelOnDrop {
-    peer: Option<Peer<RoleServer>>,
-    id: Value,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let Some(peer) = self.peer.take() else { return };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let id = std::mem::take(&mut self.id);
-        rt.spawn(async move {
-            let params =
-                json!({"requestId": id, "reason": "the tool call that asked was cancelled"});
-            if let Err(e) = send_notification(&peer, "notifications/cancelled", params).await {
-                tracing::debug!(error = %e, "could not cancel a request to the client");
-            }
-        });
-    }
-}
-
 /// The client channel of a call on a 2025-11-25 (or older) session, or over stdio. The
 /// client's capabilities are those it declared at `initialize`, read only when a tool asks.
 pub(crate) struct SessionPeer {
@@ -263,15 +240,22 @@ impl ClientPeer for SessionPeer {
             .map_err(service_error)?;
         // If this future is dropped or cancelled before the client answers (the tool call was
         // cancelled), tell the client to stop working on what we asked.
-        let mut guard = CancelOnDrop {
-            peer: Some(self.peer.clone()),
-            id: serde_json::to_value(&handle.id).unwrap_or(Value::Null),
+        let mut guard = {
+            let peer = self.peer.clone();
+            let id = serde_json::to_value(&handle.id).unwrap_or(Value::Null);
+            SpawnOnDrop::new(async move {
+                let params =
+                    json!({"requestId": id, "reason": "the tool call that asked was cancelled"});
+                if let Err(e) = send_notification(&peer, "notifications/cancelled", params).await {
+                    tracing::debug!(error = %e, "could not cancel a request to the client");
+                }
+            })
         };
         let outcome = tokio::select! {
             r = handle.await_response() => r,
             () = cancel.cancelled() => return Err(PeerError::Cancelled),
         };
-        guard.peer = None;
+        guard.disarm();
         let result = outcome.map_err(service_error)?;
         serde_json::to_value(result).map_err(|e| PeerError::Malformed(e.to_string()))
     }

@@ -4,9 +4,9 @@
 //! grow the list until the listing's timeout, at the pace of loopback. Here a list that repeats
 //! a cursor, or has not ended after [`MAX_LIST_PAGES`] pages, fails as a malformed answer.
 
-use std::collections::HashSet;
 use std::future::Future;
 
+use kberg_core::{PagesError, read_pages};
 use rmcp::model::{PaginatedRequestParams, Prompt, Resource, ResourceTemplate, Tool};
 use rmcp::service::{RoleClient, ServiceError};
 use rmcp::{ErrorData, Peer};
@@ -22,24 +22,17 @@ async fn all_pages<T, Fut>(
 where
     Fut: Future<Output = Result<(Vec<T>, Option<String>), ServiceError>>,
 {
-    let mut items = Vec::new();
-    let mut cursors = HashSet::new();
-    let mut cursor = None;
-    for _ in 0..MAX_LIST_PAGES {
-        let params = PaginatedRequestParams::default().with_cursor(cursor);
-        let (got, next) = page(Some(params)).await?;
-        items.extend(got);
-        match next {
-            None => return Ok(items),
-            Some(next) if !cursors.insert(next.clone()) => {
-                return Err(malformed(format!("its {what} list repeats a page cursor")));
-            }
-            Some(next) => cursor = Some(next),
+    read_pages(MAX_LIST_PAGES, |cursor| {
+        page(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+    })
+    .await
+    .map_err(|e| match e {
+        PagesError::Page(e) => e,
+        PagesError::RepeatedCursor => malformed(format!("its {what} list repeats a page cursor")),
+        PagesError::TooManyPages(n) => {
+            malformed(format!("its {what} list did not end after {n} pages"))
         }
-    }
-    Err(malformed(format!(
-        "its {what} list did not end after {MAX_LIST_PAGES} pages"
-    )))
+    })
 }
 
 fn malformed(message: String) -> ServiceError {

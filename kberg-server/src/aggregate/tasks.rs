@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kberg_core::{PeerError, ToolContext, ToolError, ToolOutput};
+use kberg_core::{PeerError, SpawnOnDrop, ToolContext, ToolError, ToolOutput};
 use rmcp::model::{
     CallToolResult, CancelTaskParams, CancelTaskRequest, ClientRequest, GetTaskParams,
     GetTaskRequest, InputRequests, InputResponses, ServerResult, Task, TaskPayload,
@@ -58,26 +58,6 @@ impl From<UpstreamError> for Followed {
     }
 }
 
-/// Cancels the upstream task when dropped while armed: the gate drops a cancelled call's
-/// future, so the cancellation must not depend on the future running on.
-struct CancelOnDrop {
-    up: Option<Arc<Upstream>>,
-    id: String,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let Some(up) = self.up.take() else {
-            return;
-        };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let id = std::mem::take(&mut self.id);
-        rt.spawn(async move { cancel(&up, &id).await });
-    }
-}
-
 /// Follows the upstream task `task` to its end and answers with its result. If the call ends
 /// first (cancelled, dropped, failed), the upstream task is cancelled.
 pub(super) async fn follow(
@@ -86,9 +66,11 @@ pub(super) async fn follow(
     ctx: &ToolContext,
 ) -> Result<ToolOutput, Followed> {
     let id = task.task_id.clone();
-    let mut guard = CancelOnDrop {
-        up: Some(Arc::clone(up)),
-        id: id.clone(),
+    // Cancels the upstream task when dropped armed: the gate drops a cancelled call's future,
+    // so the cancellation must not depend on the future running on.
+    let mut guard = {
+        let (up, id) = (Arc::clone(up), id.clone());
+        SpawnOnDrop::new(async move { cancel(&up, &id).await })
     };
     let mut wait = Duration::ZERO;
     loop {
@@ -117,7 +99,7 @@ pub(super) async fn follow(
         };
         wait = interval(&detailed.task);
         if detailed.task.status.is_terminal() {
-            guard.up = None;
+            guard.disarm();
         }
         match detailed.payload {
             TaskPayload::Completed { result } => {
