@@ -105,8 +105,7 @@ pub(crate) struct Entry {
 pub(crate) type ByName<V> = HashMap<Arc<str>, V, foldhash::fast::RandomState>;
 
 /// The app's settings for the gate's primitives: audit, handles, confirmation, tickets, commit
-/// tokens. Set once by the registry's builder (or the deprecated setters, which publish a new
-/// catalog).
+/// tokens. Set once by the registry's builder.
 #[derive(Clone)]
 pub(crate) struct GateSettings {
     pub(crate) handles: Option<Arc<HandleCodec>>,

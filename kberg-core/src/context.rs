@@ -399,7 +399,7 @@ impl ToolContext {
 
     /// Mints a handle of kind `K` for `internal_id`, bound to this call's principal, to put in
     /// a result. Fails when the app configured no [`HandleCodec`]
-    /// ([`ToolRegistry::set_handle_codec`](crate::ToolRegistry::set_handle_codec)).
+    /// ([`ToolRegistryBuilder::handle_codec`](crate::ToolRegistryBuilder::handle_codec)).
     pub fn mint_handle<K: HandleKind>(&self, internal_id: &str) -> Result<String, HandleError> {
         self.mint_handle_of(K::KIND, internal_id, None)
     }

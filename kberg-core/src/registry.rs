@@ -296,60 +296,9 @@ impl ToolRegistry {
         Ok(r)
     }
 
-    /// Publishes a catalog whose gate settings `f` changed (what the deprecated setters do).
-    /// The tool list is unchanged, so its version is not bumped.
-    fn update_settings(&self, f: impl FnOnce(&mut GateSettings)) {
-        let _guard = self.lock_writer();
-        let mut next = Catalog::clone(&self.state.current.load());
-        f(Arc::make_mut(&mut next.settings));
-        self.state.current.store(Arc::new(next));
-    }
-
-    /// Sets where audit events go (replacing any previous sink).
-    #[deprecated(note = "configure the sink once with `ToolRegistry::builder().audit_sink(..)`")]
-    pub fn set_audit_sink(&self, sink: Arc<dyn AuditSink>) {
-        self.update_settings(|g| g.audit = Some(sink));
-    }
-
-    /// Sets the handle codec.
-    #[deprecated(note = "configure the codec once with `ToolRegistry::builder().handle_codec(..)`")]
-    pub fn set_handle_codec(&self, codec: HandleCodec) {
-        self.update_settings(|g| g.handles = Some(Arc::new(codec)));
-    }
-
     /// The handle codec, if set (to mint handles outside a tool call).
     pub fn handle_codec(&self) -> Option<Arc<HandleCodec>> {
         self.state.current.load().settings.handles.clone()
-    }
-
-    /// Sets how long commit tokens live and how many are kept.
-    #[deprecated(note = "configure once with `ToolRegistry::builder().commit_config(..)`")]
-    pub fn set_commit_config(&self, config: CommitConfig) {
-        self.update_settings(|g| g.commit = config);
-    }
-
-    /// Sets the policy that decides which calls need a human.
-    #[deprecated(note = "configure once with `ToolRegistry::builder().confirm_policy(..)`")]
-    pub fn set_confirm_policy(&self, policy: impl ConfirmPolicy + 'static) {
-        self.update_settings(|g| g.confirm = Some(Arc::new(policy)));
-    }
-
-    /// Removes the confirm policy: no call waits for a human.
-    #[deprecated(note = "build the registry without `confirm_policy` instead")]
-    pub fn clear_confirm_policy(&self) {
-        self.update_settings(|g| g.confirm = None);
-    }
-
-    /// Sets ticket lifetime and who may decide tickets.
-    #[deprecated(note = "configure once with `ToolRegistry::builder().confirm_config(..)`")]
-    pub fn set_confirm_config(&self, config: ConfirmConfig) {
-        self.update_settings(|g| g.confirm_config = config);
-    }
-
-    /// Sets where tickets are kept.
-    #[deprecated(note = "configure once with `ToolRegistry::builder().ticket_store(..)`")]
-    pub fn set_ticket_store(&self, store: Arc<dyn TicketStore>) {
-        self.update_settings(|g| g.tickets = store);
     }
 
     /// The app's window on confirm tickets: list, approve, deny, fetch results.
