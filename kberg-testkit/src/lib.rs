@@ -13,6 +13,8 @@
 //! - [`notes`]: the small notes app (a read tool, a write tool under `notes.write`, a
 //!   cancellable wait, a registered refusal) that the agent and provider tests drive;
 //! - [`net`]: free loopback ports and guards that stop what a test started, also on failure;
+//! - [`readme`]: the check that a crate's README examples are the ones its `tests/readme.rs`
+//!   compiles and runs;
 //! - [`peers`]: the pinned reference MCP server (`server-everything`) as a child process, over
 //!   stdio or Streamable HTTP;
 //! - [`scripted`] (feature `scripted`): a scripted HTTP server that records every request and
@@ -37,6 +39,7 @@ pub mod log;
 pub mod net;
 pub mod notes;
 pub mod peers;
+pub mod readme;
 #[cfg(feature = "scripted")]
 pub mod scripted;
 #[cfg(feature = "server")]
