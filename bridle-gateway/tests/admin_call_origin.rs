@@ -16,10 +16,11 @@ mod admin_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use admin_support::gateway::Gw;
 use admin_support::json_ok;
+use kberg_testkit::eventually_async_ok;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -83,26 +84,26 @@ async fn run_client(gw: &Gw, agent: &str, era: &str) -> Option<String> {
 /// The `tool_call` entries of `agent`, once there are at least `n` (they are written off the
 /// call path), oldest first.
 async fn tool_calls(gw: &Gw, agent: &str, n: usize) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let page = json_ok(
-            gw.get(&format!("/audit?kind=tool_call&agent={agent}&order=asc"))
-                .send()
-                .await
-                .unwrap(),
-            StatusCode::OK,
-        )
-        .await;
-        let items = page["items"].as_array().unwrap().clone();
-        if items.len() >= n {
-            return items;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "fewer than {n} tool_call entries of {agent}: {page}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_async_ok(
+        &format!("fewer than {n} tool_call entries of {agent}"),
+        || async {
+            let page = json_ok(
+                gw.get(&format!("/audit?kind=tool_call&agent={agent}&order=asc"))
+                    .send()
+                    .await
+                    .unwrap(),
+                StatusCode::OK,
+            )
+            .await;
+            let items = page["items"].as_array().unwrap().clone();
+            if items.len() >= n {
+                Ok(items)
+            } else {
+                Err(page)
+            }
+        },
+    )
+    .await
 }
 
 fn by_tool<'a>(entries: &'a [Value], tool: &str) -> &'a Value {

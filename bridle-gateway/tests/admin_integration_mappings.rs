@@ -19,6 +19,7 @@ use admin_support::gateway::Gw;
 use admin_support::{json_ok, problem};
 use bridle_gateway::config::demo_document;
 use bridle_rules::ReadWrite;
+use kberg_testkit::eventually_async;
 use reqwest::StatusCode;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig};
 use rmcp::service::{NotificationContext, RunningService};
@@ -87,18 +88,11 @@ async fn answer_of(c: &RunningService<RoleClient, Listener>, name: &str) -> Stri
 
 /// Waits (with a deadline) until the agent is offered the upstream's tool.
 async fn until_listed(c: &RunningService<RoleClient, Listener>) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually_async(&format!("{TOOL} is never offered"), || async {
         let tools = c.list_all_tools().await.unwrap();
-        if tools.iter().any(|t| t.name == TOOL) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{TOOL} is never offered"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        tools.iter().any(|t| t.name == TOOL).then_some(())
+    })
+    .await;
 }
 
 fn granting_tickets_reads() -> bridle_rules::RulesDocument {

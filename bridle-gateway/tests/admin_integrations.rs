@@ -11,6 +11,7 @@ use bridle_gateway::GatewayBuilder;
 use bridle_gateway::admin::{AdminServer, AdminTokens};
 use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
 use bridle_rules::{AgentCatalog, RulesStore};
+use kberg_testkit::eventually_async_ok;
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -48,19 +49,19 @@ async fn integrations_report_each_upstream_from_the_gateway() {
     let get = |path: &str| http.get(format!("{base}{path}")).bearer_auth("alice-token");
 
     // Both are reported at once; each one's error arrives when its start fails.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let list = loop {
+    let list = eventually_async_ok("no errors", || async {
         let resp = get("/integrations").send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
         let list: Value = resp.json().await.unwrap();
         let items = list["items"].as_array().unwrap();
         assert_eq!(items.len(), 2);
         if items.iter().all(|i| i["last_error"].is_string()) {
-            break list;
+            Ok(list)
+        } else {
+            Err(list)
         }
-        assert!(tokio::time::Instant::now() < deadline, "no errors: {list}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     let ghost = &list["items"][0];
     assert_eq!(ghost["namespace"], "ghost");
     assert_eq!(ghost["transport"], "stdio");

@@ -24,6 +24,7 @@ use admin_support::gateway::Gw;
 use admin_support::{Events, json_ok, problem};
 use async_trait::async_trait;
 use bridle_memory::{ConstantEmbedder, EmbeddedStore, Embedder, MemoryService, PatternIndexConfig};
+use kberg_testkit::eventually_async;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -660,17 +661,12 @@ async fn index_runs_are_started_followed_by_replay_and_shared_with_the_refresh_t
     let all_permits = gate.acquire_many(1_000).await.unwrap();
     all_permits.forget();
     let tool_call = tokio::spawn(refresh(Arc::clone(&claude)));
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    let tool_run = loop {
-        if let Some(id) = example_view(&gw).await["run_id"].as_str() {
-            break id.to_string();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the tool's run never showed"
-        );
-        tokio::task::yield_now().await;
-    };
+    let tool_run = eventually_async("the tool's run never showed", || async {
+        example_view(&gw).await["run_id"]
+            .as_str()
+            .map(str::to_string)
+    })
+    .await;
     assert_ne!(tool_run, id);
     let status = json_ok(
         gw.get(&format!("/index-runs/{tool_run}"))

@@ -10,11 +10,10 @@ mod admin_support;
 #[path = "common/whoami_upstream.rs"]
 mod whoami_upstream;
 
-use std::time::Duration;
-
 use admin_support::gateway::Gw;
 use admin_support::{json_ok, problem};
 use kberg_agent::{McpSurface, ToolSurface};
+use kberg_testkit::eventually_async_ok;
 use reqwest::StatusCode;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -30,18 +29,15 @@ async fn tool_names(s: &McpSurface) -> Vec<String> {
 
 /// Polls the agent's tool list until `want` says it is as expected, within a deadline.
 async fn until_tools(s: &McpSurface, want: impl Fn(&[String]) -> bool) -> Vec<String> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually_async_ok("the tool list never became as expected", || async {
         let names = tool_names(s).await;
         if want(&names) {
-            return names;
+            Ok(names)
+        } else {
+            Err(format!("{names:?}"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the tool list never became as expected: {names:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 const TOOL: &str = "tickets__whoami";

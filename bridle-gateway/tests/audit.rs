@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bridle_gateway::audit::{
     AuditConfig, AuditLog, AuditQuery, BreakKind, Change, Entry, Kind, Outcome, Retention, Source,
@@ -15,6 +15,7 @@ use bridle_gateway::audit::{
 use kberg_core::{
     CallOptions, Caller, Grants, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability,
 };
+use kberg_testkit::eventually;
 use proptest::prelude::*;
 use rusqlite::Connection;
 use serde_json::json;
@@ -28,15 +29,6 @@ fn raw(dir: &Path) -> Connection {
     c.busy_timeout(Duration::from_secs(10))
         .expect("busy timeout");
     c
-}
-
-/// Waits, polling with a deadline, until `f` holds.
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::yield_now();
-    }
 }
 
 /// One entry of each source (and a tool call through the gate's sink later).
@@ -545,7 +537,7 @@ fn retention_trims_by_count_and_by_age_and_verify_still_passes() {
         .expect("query")
         .entries[0]
         .at;
-    wait_until("the clock to pass the last entry", || {
+    eventually("the clock to pass the last entry", || {
         chrono::Utc::now().timestamp_millis() > last.timestamp_millis()
     });
     let report = log
@@ -606,7 +598,7 @@ fn the_writer_survives_a_full_queue_and_reports_the_loss() {
     for i in 0..4 {
         assert!(log.record_tool_call(call(i)));
     }
-    wait_until("the writer to take the full batch", || log.queued() == 0);
+    eventually("the writer to take the full batch", || log.queued() == 0);
     for i in 4..8 {
         assert!(log.record_tool_call(call(i)), "room again");
     }

@@ -13,6 +13,7 @@ use bridle_gateway::{GatewayContext, build_app};
 use bridle_rules::{ChangeRequest, Origin, capabilities};
 use kberg_core::ResourceEvent;
 use kberg_core::{Grants, Principal, ToolOutput, ToolRegistry};
+use kberg_testkit::eventually_async;
 use serde_json::json;
 
 fn setup() -> (tempfile::TempDir, Arc<GatewayContext>) {
@@ -100,14 +101,11 @@ async fn the_watcher_follows_the_projects_folder() {
     doc.project.name = "Second".into();
     shared.store.create("second", &doc, "test").unwrap();
     let second = rules_uri("second", "claude");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !resources.exists(&second) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no resource for the new project"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_async("no resource for the new project", || {
+        let found = resources.exists(&second).then_some(());
+        async move { found }
+    })
+    .await;
 
     // A removed project: its subscribers learn it is gone.
     std::fs::remove_file(tmp.path().join("projects/demo.yaml")).unwrap();

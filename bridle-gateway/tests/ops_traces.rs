@@ -20,6 +20,7 @@ use std::time::Duration;
 use bridle_gateway::telemetry::{Telemetry, TracesSection, http::trace_requests};
 use kberg_core::{ToolBuilder, ToolOutput, ToolRegistry};
 use kberg_server::{HttpConfig, HttpServer, McpApp, OpenAccess};
+use kberg_testkit::{eventually_async, eventually_async_ok};
 use opentelemetry::trace::{SpanKind, Status};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
 use ops_support::{bind, data_dir, run, token};
@@ -141,21 +142,22 @@ fn attr(span: &SpanData, key: &str) -> Option<String> {
         .map(|kv| kv.value.as_str().into_owned())
 }
 
-/// Waits (at most 30 s) until the exporter holds a span of each name, and returns them.
+/// Waits (at most [`WAIT`](kberg_testkit::WAIT)) until the exporter holds a span of each name,
+/// and returns them.
 async fn spans_named(exporter: &InMemorySpanExporter, names: &[&str]) -> Vec<SpanData> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually_async_ok(&format!("spans {names:?} never all ended"), || {
         let spans = exporter.get_finished_spans().unwrap();
-        if names.iter().all(|n| spans.iter().any(|s| s.name == *n)) {
-            return spans;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "spans {names:?} never all ended; got {:?}",
-            spans.iter().map(|s| s.name.clone()).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        let seen = if names.iter().all(|n| spans.iter().any(|s| s.name == *n)) {
+            Ok(spans)
+        } else {
+            Err(format!(
+                "got {:?}",
+                spans.iter().map(|s| s.name.clone()).collect::<Vec<_>>()
+            ))
+        };
+        async move { seen }
+    })
+    .await
 }
 
 fn one<'a>(spans: &'a [SpanData], name: &str, kind: SpanKind) -> &'a SpanData {
@@ -194,18 +196,15 @@ async fn one_tools_call_through_the_gateway_is_one_connected_trace() {
     let server = one(&spans, "tools/call tickets__echo", SpanKind::Server);
     let client = one(&spans, "tools/call echo", SpanKind::Client);
     // The upstream's server span has the same name as the client span, on the other side.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let spans = loop {
+    let spans = eventually_async("no upstream span", || {
         let spans = exporter.get_finished_spans().unwrap();
-        if spans
+        let found = spans
             .iter()
             .any(|s| s.name == "tools/call echo" && s.span_kind == SpanKind::Server)
-        {
-            break spans;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no upstream span");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+            .then_some(spans);
+        async move { found }
+    })
+    .await;
     let upstream_server = one(&spans, "tools/call echo", SpanKind::Server);
 
     // One trace, the caller's: caller -> gateway server -> gateway client -> upstream server.

@@ -10,9 +10,8 @@ mod panel_support;
 #[path = "common/whoami_upstream.rs"]
 mod whoami_upstream;
 
-use std::time::Duration;
-
 use axum::http::StatusCode;
+use kberg_testkit::eventually_async_ok;
 use panel_support::{Caller, Client, Fixture, WATCHER, panel_config, signed_in};
 
 /// The text of the element with `id` on the page (the first one; its inner HTML).
@@ -27,21 +26,18 @@ fn element(body: &str, id: &str) -> String {
 
 /// Polls the list page until `want` holds for tickets' state and tool count, within a deadline.
 async fn until_listed(c: &Client, want: impl Fn(&str, &str) -> bool) -> (String, String) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually_async_ok("the integration never became as expected", || async {
         let page = c.get("/panel/integrations").await;
         assert_eq!(page.status, StatusCode::OK, "{}", page.body);
         let state = element(&page.body, "state-tickets");
         let tools = element(&page.body, "tools-tickets");
         if want(&state, &tools) {
-            return (state, tools);
+            Ok((state, tools))
+        } else {
+            Err(format!("{state} / {tools}"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the integration never became as expected: {state} / {tools}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

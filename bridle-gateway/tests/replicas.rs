@@ -26,6 +26,7 @@ use bridle_gateway::{GatewayContext, build_app};
 use bridle_rules::db::postgres::PgDatabase;
 use bridle_rules::{ChangeRequest, DocumentSource, Origin};
 use kberg_core::ResourceEvent;
+use kberg_testkit::eventually_async;
 use pg_cluster::{PASSWORD, PgCluster};
 
 /// The master key every replica of these tests is given (one file, as a Docker secret would be).
@@ -80,32 +81,27 @@ async fn next_event(sub: &mut kberg_core::Subscriber) -> ResourceEvent {
 /// Waits (polling the server, with a deadline) until `n` connections listen for changes.
 async fn until_listening(cluster: &PgCluster, dbname: &str, n: i64) {
     let db = PgDatabase::connect(&cluster.settings(dbname)).unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually_async("the watcher never listened", || {
         let name = dbname.to_string();
         let d = db.clone();
-        let listening: i64 = tokio::task::spawn_blocking(move || {
-            d.client()
-                .unwrap()
-                .query_opt(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query LIKE 'LISTEN %'",
-                    &[&name],
-                )
-                .unwrap()
-                .map(|r| r.get::<_, i64>(0))
-                .unwrap_or(0)
-        })
-        .await
-        .unwrap();
-        if listening >= n {
-            return;
+        async move {
+            let listening: i64 = tokio::task::spawn_blocking(move || {
+                d.client()
+                    .unwrap()
+                    .query_opt(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query LIKE 'LISTEN %'",
+                        &[&name],
+                    )
+                    .unwrap()
+                    .map(|r| r.get::<_, i64>(0))
+                    .unwrap_or(0)
+            })
+            .await
+            .unwrap();
+            (listening >= n).then_some(())
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the watcher never listened"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,14 +175,10 @@ async fn an_approval_on_replica_a_notifies_a_subscriber_on_replica_b() {
     .await
     .unwrap();
     let second = rules_uri("second", "claude");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !resources.exists(&second) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no resource on B for the project created on A"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("no resource on B for the project created on A", || {
+        resources.exists(&second)
+    })
+    .await;
 
     stop.cancel();
     watcher.await.unwrap();
@@ -469,14 +461,10 @@ async fn a_token_issued_rotated_or_revoked_on_replica_a_holds_on_replica_b() {
     assert_eq!(b.status(&second).await, reqwest::StatusCode::UNAUTHORIZED);
     // And B ends its session of the revoked agent, as A ends its own (polled with a deadline:
     // B's follower runs beside this test's listener).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !b.sessions_of("bot").is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "B kept the revoked agent's session"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("B kept the revoked agent's session", || {
+        b.sessions_of("bot").is_empty()
+    })
+    .await;
 
     // Both replicas read one audit table: the three changes, in order, once each.
     let vault = Arc::clone(&b.vault);
@@ -500,13 +488,13 @@ async fn a_token_issued_rotated_or_revoked_on_replica_a_holds_on_replica_b() {
     b.stop().await;
 }
 
-/// Polls `done` (with a deadline) until it holds.
+/// Polls `done` (with the shared deadline) until it holds, without blocking a worker thread.
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_async(what, || {
+        let held = done().then_some(());
+        async move { held }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

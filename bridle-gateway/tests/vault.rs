@@ -14,12 +14,13 @@ mod pg_cluster;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bridle_gateway::vault::{
     CachedToken, KeyOrigin, MAX_VALUE_LEN, MasterKey, SecretRef, SecretUseRecord, SecretValue,
     Vault, VaultConfig, VaultError, VersionState, is_valid_name,
 };
+use kberg_testkit::eventually;
 use kberg_testkit::log::LogBuffer;
 use proptest::prelude::*;
 use rusqlite::Connection;
@@ -563,11 +564,7 @@ fn rotate_with_grace_keeps_the_old_version_until_it_ends(b: Backend) {
     // the expired ciphertexts with an `expire` record each.
     v.rotate("s", &"four".into(), "admin", Duration::from_millis(150))
         .expect("rotate");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while v.version("s", 3).is_ok() {
-        assert!(Instant::now() < deadline, "grace never ended");
-        std::thread::yield_now();
-    }
+    eventually("grace never ended", || v.version("s", 3).is_err());
     assert_eq!(code(v.version("s", 3)), "version_expired");
     v.rotate("s", &"five".into(), "admin", HOUR)
         .expect("rotate");
@@ -629,14 +626,11 @@ fn revoke_destroys_the_ciphertext(b: Backend) {
     // On PostgreSQL the dead row version holding the old ciphertext is vacuumed right after.
     #[cfg(feature = "postgres")]
     if b == Backend::Postgres {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while f.raw().ints(
-            "SELECT COUNT(*) FROM pg_stat_user_tables WHERE relname = 'vault_versions' AND last_vacuum IS NOT NULL",
-        ) != [1]
-        {
-            assert!(Instant::now() < deadline, "no VACUUM after the revoke");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        eventually("no VACUUM after the revoke", || {
+            f.raw().ints(
+                "SELECT COUNT(*) FROM pg_stat_user_tables WHERE relname = 'vault_versions' AND last_vacuum IS NOT NULL",
+            ) == [1]
+        });
     }
 
     // Revoking the active version leaves no active version: nothing falls back.

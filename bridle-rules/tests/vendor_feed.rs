@@ -19,6 +19,7 @@ use bridle_rules::vendor::{
     DocumentFormat, FeedLedger, VendorFeed, VendorFeedConfig, VendorSource,
 };
 use bridle_rules::{AgentCatalog, ProposalStatus, RulesDocument, RulesStore, Source};
+use kberg_testkit::eventually_async;
 
 const GUIDE_HTML: &str = "<!doctype html><html><head><meta content=\"Claude’s guide\"><title>Claude’s guide</title><script>if (a < b) { never(); }</script></head><body><nav><a href=\"/\">Use the docs home page for everything</a></nav><main><h1>Best practices</h1><p>Claude reads CLAUDE.md at the start of a session. You should keep CLAUDE.md short and specific.</p><ul><li><b>Always</b> run the tests before committing a change.</li><li>Never commit secrets to the repository.</li></ul></main></body></html>";
 
@@ -416,14 +417,12 @@ async fn an_interval_run_queues_then_stops_on_shutdown() {
     let watcher_store = store.clone();
     let watcher = async move {
         // The first tick runs at once; wait for its proposals with a deadline, then stop.
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-        while watcher_store.queue(Some("shop"), false).unwrap().len() < 3 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the first run never queued"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        eventually_async("the first run never queued", || {
+            let queued =
+                (watcher_store.queue(Some("shop"), false).unwrap().len() >= 3).then_some(());
+            async move { queued }
+        })
+        .await;
         let _ = stop.send(());
     };
     let runner = feed.run_every(&store, async {

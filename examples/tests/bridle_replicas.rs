@@ -35,9 +35,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bridle_support::{Reaped, Server, client_script, expect_line, lines_of, python};
+use kberg_testkit::eventually_async;
 use pg_cluster::{PASSWORD, PgCluster};
 use proxy::RoundRobinProxy;
 use replica_dirs::{ADMIN_TOKEN, AGENT_TOKEN, OTHER_TOKEN, PROJECT, ReplicaDirs};
@@ -70,18 +70,13 @@ impl Replica {
             admin,
         };
         let ready = format!("http://{addr}/readyz");
-        let deadline = Instant::now() + Duration::from_secs(60);
         rt.block_on(async {
             let http = reqwest::Client::new();
-            loop {
-                if let Ok(r) = http.get(&ready).send().await
-                    && r.status() == reqwest::StatusCode::OK
-                {
-                    return;
-                }
-                assert!(Instant::now() < deadline, "{ready} never answered 200");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            eventually_async(&format!("{ready} never answered 200"), || async {
+                let r = http.get(&ready).send().await.ok()?;
+                (r.status() == reqwest::StatusCode::OK).then_some(())
+            })
+            .await
         });
         replica
     }

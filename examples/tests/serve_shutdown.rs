@@ -18,6 +18,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use kberg_agent::{McpSurface, ToolSurface};
+use kberg_testkit::eventually_async;
 use ops_support::{data_dir, poll_json, start_upstream, token};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -118,19 +119,14 @@ fn sigterm(child: &Child) {
     assert!(ok, "kill -TERM failed");
 }
 
-/// Waits (up to 60 s) for the process to exit; returns whether it exited 0.
+/// Waits (up to [`WAIT`](kberg_testkit::WAIT)) for the process to exit; returns whether it
+/// exited 0.
 async fn exited(child: &mut Child) -> bool {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.success();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "bridle serve did not exit after SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_async("bridle serve did not exit after SIGTERM", || {
+        let exited = child.try_wait().unwrap().map(|status| status.success());
+        async move { exited }
+    })
+    .await
 }
 
 /// Every stderr line, each checked to be one JSON object.

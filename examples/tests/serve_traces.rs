@@ -14,9 +14,9 @@ mod ops_support;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use kberg_agent::{McpSurface, ToolSurface};
+use kberg_testkit::eventually_async;
 use ops_support::{data_dir, poll_json, start_upstream, token};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -101,14 +101,11 @@ async fn a_call_leaves_as_otlp_and_the_log_stays_json() {
             .unwrap()
             .success()
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no exit");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let status = eventually_async("no exit", || {
+        let exited = child.try_wait().unwrap();
+        async move { exited }
+    })
+    .await;
     assert!(status.success(), "{status:?}");
     let log = lines.join().unwrap();
     for l in &log {

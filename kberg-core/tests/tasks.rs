@@ -11,6 +11,7 @@ use kberg_core::{
     TaskOutcome, TaskStatus, TaskStore, TaskSupport, ToolBuilder, ToolOutput, ToolRegistry,
     WriteCapability,
 };
+use kberg_testkit::eventually_async_ok;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -202,17 +203,21 @@ async fn two_questions_at_once_are_answered_one_by_one() {
             .expect("started"),
     )
     .id;
-    let mut parked = store
+    store
         .wait_for("alice", &id, TaskStatus::InputRequired)
         .await
         .expect("task");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while parked.input_requests.len() < 2 {
-        // Both questions are asked in the tool's first poll; wait for the second to land.
-        assert!(std::time::Instant::now() < deadline, "{parked:?}");
-        tokio::task::yield_now().await;
-        parked = store.get("alice", &id).expect("task");
-    }
+    // Both questions are asked in the tool's first poll; wait for the second to land.
+    let parked = eventually_async_ok("the second question to land", || {
+        let parked = store.get("alice", &id).expect("task");
+        let seen = if parked.input_requests.len() >= 2 {
+            Ok(parked)
+        } else {
+            Err(format!("{parked:?}"))
+        };
+        async move { seen }
+    })
+    .await;
     let keys: Vec<String> = parked.input_requests.keys().cloned().collect();
     store
         .answer(

@@ -18,6 +18,7 @@ use kberg_server::aggregate::{
     Aggregator, AggregatorConfig, Backoff, UPSTREAM_INVALID_RESULT, UPSTREAM_TIMEOUT,
     UpstreamConfig, UpstreamRuntime, UpstreamStatus,
 };
+use kberg_testkit::eventually_async;
 use serde_json::{Value, json};
 
 fn config() -> AggregatorConfig {
@@ -82,20 +83,13 @@ async fn a_hanging_tool_times_out_and_is_cancelled_upstream() {
 
     // The upstream was told: its `cancelled` tool lists the abandoned request id. The
     // notification is sent from a spawned task, so wait for it (bounded).
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    eventually_async("the upstream never saw notifications/cancelled", || async {
         let out = call(&registry, "raw__cancelled").await;
         assert!(!out.is_error, "{out:?}");
         let ids: Vec<Value> = serde_json::from_str(&out.all_text()).expect("a JSON list");
-        if !ids.is_empty() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the upstream never saw notifications/cancelled"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (!ids.is_empty()).then_some(())
+    })
+    .await;
     // The same upstream still answers, and is still connected.
     assert!(agg.wait_connected("raw", 1, WAIT).await);
     agg.shutdown().await;

@@ -19,6 +19,7 @@
 mod peers;
 
 use kberg_testkit::serve::{RunningServer, loopback};
+use kberg_testkit::{eventually_async, eventually_async_ok};
 
 use peers::*;
 use std::time::Duration;
@@ -99,15 +100,13 @@ async fn client(
     (c, rx)
 }
 
+/// Polls `check` (with the shared deadline) until it holds, without blocking a worker thread.
 async fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !check() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "gave up waiting: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_async(what, || {
+        let held = check().then_some(());
+        async move { held }
+    })
+    .await;
 }
 
 fn mcp_code(e: &ServiceError) -> Option<ErrorCode> {
@@ -490,23 +489,17 @@ async fn dead_hanging_and_garbage_upstreams_resources_answer_stable_codes() {
     let uri = format!("evh+{DOC}");
     assert!(resources.read(&uri).await.is_ok());
     everything.stop();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    eventually_async_ok("never unavailable", || async {
         match resources.read(&uri).await {
             Err(ResourceError::ReadFailed { message, .. })
                 if message.starts_with(UPSTREAM_UNAVAILABLE) =>
             {
-                break;
+                Ok(())
             }
-            other => {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "never unavailable: {other:?}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            other => Err(format!("{other:?}")),
         }
-    }
+    })
+    .await;
     assert!(resources.exists(&uri));
     let ok = resources
         .read(&format!("ev+{DOC}"))

@@ -7,6 +7,7 @@
 
 mod peers;
 
+use kberg_testkit::eventually_async_ok;
 use kberg_testkit::serve::{RunningServer, loopback};
 
 use peers::*;
@@ -192,8 +193,7 @@ async fn an_upstream_tasks_questions_reach_the_calling_client() {
     .expect("the call ends")
     .expect_err("no client to ask");
     assert_eq!(e.code().as_str(), "tool_failed", "{e}");
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
+    eventually_async_ok("the upstream task to be cancelled", || {
         let statuses: Vec<TaskStatus> = up
             .app
             .tasks()
@@ -201,12 +201,14 @@ async fn an_upstream_tasks_questions_reach_the_calling_client() {
             .iter()
             .map(|t| t.status)
             .collect();
-        if statuses.contains(&TaskStatus::Cancelled) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{statuses:?}");
-        tokio::task::yield_now().await;
-    }
+        let seen = if statuses.contains(&TaskStatus::Cancelled) {
+            Ok(())
+        } else {
+            Err(format!("{statuses:?}"))
+        };
+        async move { seen }
+    })
+    .await;
     agg.shutdown().await;
 }
 

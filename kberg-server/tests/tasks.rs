@@ -20,6 +20,7 @@ use kberg_core::{
     WriteCapability,
 };
 use kberg_server::{BearerTokens, McpApp};
+use kberg_testkit::eventually_async_ok;
 use kberg_testkit::serve::{RunningServer, loopback};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
@@ -231,17 +232,14 @@ async fn start_task(c: &Raw, tool: &str) -> String {
     res["taskId"].as_str().expect("taskId").to_string()
 }
 
-/// Polls `tasks/get` until `done` holds for the reply, or fails after 10 s.
+/// Polls `tasks/get` until `done` holds for the reply, or fails after
+/// [`WAIT`](kberg_testkit::WAIT).
 async fn poll(c: &Raw, id: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    eventually_async_ok(&format!("task {id} never got there"), || async {
         let r = get(c, id).await;
-        if done(&r) {
-            return r;
-        }
-        assert!(Instant::now() < deadline, "task {id} never got there: {r}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        if done(&r) { Ok(r) } else { Err(r) }
+    })
+    .await
 }
 
 fn status_is(s: &'static str) -> impl Fn(&Value) -> bool {

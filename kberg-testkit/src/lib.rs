@@ -9,7 +9,8 @@
 //!   found without naming a Python minor version, and a clear failure saying what to run when
 //!   one is missing;
 //! - [`eventually()`]: polling a condition with a deadline, the one way tests wait for something
-//!   they cannot be signalled about;
+//!   they cannot be signalled about (and [`eventually_async()`], [`eventually_async_ok()`], which
+//!   names what it last saw when it fails);
 //! - [`notes`]: the small notes app (a read tool, a write tool under `notes.write`, a
 //!   cancellable wait, a registered refusal) that the agent and provider tests drive;
 //! - [`net`]: free loopback ports and guards that stop what a test started, also on failure;
@@ -46,5 +47,5 @@ pub mod scripted;
 pub mod serve;
 pub mod tools;
 
-pub use eventually::{WAIT, eventually, eventually_async};
+pub use eventually::{WAIT, eventually, eventually_async, eventually_async_ok};
 pub use net::{StopOnDrop, closed_port_url, free_port};

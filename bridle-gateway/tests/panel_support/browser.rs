@@ -11,6 +11,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
+use kberg_testkit::eventually_async;
 use serde_json::{Value, json};
 
 use super::{Fixture, Served, panel_config};
@@ -53,20 +54,12 @@ impl Driver {
         let url = format!("http://127.0.0.1:{port}");
         // Ready when its status endpoint answers `ready: true` (polled with a deadline).
         let http = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(r) = http.get(format!("{url}/status")).send().await
-                && let Ok(v) = r.json::<Value>().await
-                && v["value"]["ready"] == true
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "chromedriver did not become ready"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        eventually_async("chromedriver did not become ready", || async {
+            let r = http.get(format!("{url}/status")).send().await.ok()?;
+            let v = r.json::<Value>().await.ok()?;
+            (v["value"]["ready"] == true).then_some(())
+        })
+        .await;
         Self { child, url }
     }
 
@@ -169,15 +162,11 @@ impl Browser {
     /// Goes to `path` until `ready` is on it (for a state the gateway reaches on its own, as an
     /// upstream's connection), loading it again each time, within a deadline.
     pub async fn visit_until(&self, path: &str, ready: &str) -> fantoccini::elements::Element {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        eventually_async(&format!("{path} never showed `{ready}`"), || async {
             self.goto(path).await;
-            if let Ok(e) = self.browser.find(Locator::Css(ready)).await {
-                return e;
-            }
-            assert!(Instant::now() < deadline, "{path} never showed `{ready}`");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            self.browser.find(Locator::Css(ready)).await.ok()
+        })
+        .await
     }
 
     /// The path of the page shown now.
