@@ -88,7 +88,7 @@ async fn answer_of(c: &RunningService<RoleClient, Listener>, name: &str) -> Stri
 
 /// Waits (with a deadline) until the agent is offered the upstream's tool.
 async fn until_listed(c: &RunningService<RoleClient, Listener>) {
-    eventually_async(&format!("{TOOL} is never offered"), || async {
+    eventually_async(&format!("{TOOL} to be offered"), || async {
         let tools = c.list_all_tools().await.unwrap();
         tools.iter().any(|t| t.name == TOOL).then_some(())
     })

@@ -49,7 +49,7 @@ async fn integrations_report_each_upstream_from_the_gateway() {
     let get = |path: &str| http.get(format!("{base}{path}")).bearer_auth("alice-token");
 
     // Both are reported at once; each one's error arrives when its start fails.
-    let list = eventually_async_ok("no errors", || async {
+    let list = eventually_async_ok("both integrations to report an error", || async {
         let resp = get("/integrations").send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
         let list: Value = resp.json().await.unwrap();

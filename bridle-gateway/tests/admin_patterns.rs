@@ -661,7 +661,7 @@ async fn index_runs_are_started_followed_by_replay_and_shared_with_the_refresh_t
     let all_permits = gate.acquire_many(1_000).await.unwrap();
     all_permits.forget();
     let tool_call = tokio::spawn(refresh(Arc::clone(&claude)));
-    let tool_run = eventually_async("the tool's run never showed", || async {
+    let tool_run = eventually_async("the tool's run to show", || async {
         example_view(&gw).await["run_id"]
             .as_str()
             .map(str::to_string)

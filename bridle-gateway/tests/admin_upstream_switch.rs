@@ -29,7 +29,7 @@ async fn tool_names(s: &McpSurface) -> Vec<String> {
 
 /// Polls the agent's tool list until `want` says it is as expected, within a deadline.
 async fn until_tools(s: &McpSurface, want: impl Fn(&[String]) -> bool) -> Vec<String> {
-    eventually_async_ok("the tool list never became as expected", || async {
+    eventually_async_ok("the tool list as expected", || async {
         let names = tool_names(s).await;
         if want(&names) {
             Ok(names)

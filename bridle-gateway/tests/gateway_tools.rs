@@ -101,7 +101,7 @@ async fn the_watcher_follows_the_projects_folder() {
     doc.project.name = "Second".into();
     shared.store.create("second", &doc, "test").unwrap();
     let second = rules_uri("second", "claude");
-    eventually_async("no resource for the new project", || {
+    eventually_async("a resource for the new project", || {
         let found = resources.exists(&second).then_some(());
         async move { found }
     })

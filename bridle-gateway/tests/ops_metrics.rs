@@ -204,7 +204,7 @@ async fn traffic_shows_in_the_exposition_without_argument_values() {
     assert!(r.is_error, "{r:?}");
     let again = ops_support::start_upstream_at(&addr).await;
     let (_, _) = poll_json(&http, &format!("{}/readyz", gw.base), |s, _| s == 200).await;
-    eventually_async_ok("no reconnect counted", || async {
+    eventually_async_ok("a reconnect to be counted", || async {
         let page = scrape(&http, &gw.base).await;
         let n = value(
             &page,

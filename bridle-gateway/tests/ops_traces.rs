@@ -145,7 +145,7 @@ fn attr(span: &SpanData, key: &str) -> Option<String> {
 /// Waits (at most [`WAIT`](kberg_testkit::WAIT)) until the exporter holds a span of each name,
 /// and returns them.
 async fn spans_named(exporter: &InMemorySpanExporter, names: &[&str]) -> Vec<SpanData> {
-    eventually_async_ok(&format!("spans {names:?} never all ended"), || {
+    eventually_async_ok(&format!("spans {names:?} to end"), || {
         let spans = exporter.get_finished_spans().unwrap();
         let seen = if names.iter().all(|n| spans.iter().any(|s| s.name == *n)) {
             Ok(spans)
@@ -196,7 +196,7 @@ async fn one_tools_call_through_the_gateway_is_one_connected_trace() {
     let server = one(&spans, "tools/call tickets__echo", SpanKind::Server);
     let client = one(&spans, "tools/call echo", SpanKind::Client);
     // The upstream's server span has the same name as the client span, on the other side.
-    let spans = eventually_async("no upstream span", || {
+    let spans = eventually_async("an upstream span", || {
         let spans = exporter.get_finished_spans().unwrap();
         let found = spans
             .iter()

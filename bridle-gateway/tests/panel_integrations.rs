@@ -26,7 +26,7 @@ fn element(body: &str, id: &str) -> String {
 
 /// Polls the list page until `want` holds for tickets' state and tool count, within a deadline.
 async fn until_listed(c: &Client, want: impl Fn(&str, &str) -> bool) -> (String, String) {
-    eventually_async_ok("the integration never became as expected", || async {
+    eventually_async_ok("the integration as expected", || async {
         let page = c.get("/panel/integrations").await;
         assert_eq!(page.status, StatusCode::OK, "{}", page.body);
         let state = element(&page.body, "state-tickets");

@@ -81,7 +81,7 @@ async fn next_event(sub: &mut kberg_core::Subscriber) -> ResourceEvent {
 /// Waits (polling the server, with a deadline) until `n` connections listen for changes.
 async fn until_listening(cluster: &PgCluster, dbname: &str, n: i64) {
     let db = PgDatabase::connect(&cluster.settings(dbname)).unwrap();
-    eventually_async("the watcher never listened", || {
+    eventually_async("the watcher to listen", || {
         let name = dbname.to_string();
         let d = db.clone();
         async move {
@@ -175,7 +175,7 @@ async fn an_approval_on_replica_a_notifies_a_subscriber_on_replica_b() {
     .await
     .unwrap();
     let second = rules_uri("second", "claude");
-    until("no resource on B for the project created on A", || {
+    until("a resource on B for the project created on A", || {
         resources.exists(&second)
     })
     .await;
@@ -461,7 +461,7 @@ async fn a_token_issued_rotated_or_revoked_on_replica_a_holds_on_replica_b() {
     assert_eq!(b.status(&second).await, reqwest::StatusCode::UNAUTHORIZED);
     // And B ends its session of the revoked agent, as A ends its own (polled with a deadline:
     // B's follower runs beside this test's listener).
-    until("B kept the revoked agent's session", || {
+    until("B to end the revoked agent's session", || {
         b.sessions_of("bot").is_empty()
     })
     .await;

@@ -493,7 +493,7 @@ async fn a_dead_upstream_answers_per_call_and_the_rest_keeps_serving() {
         .unwrap();
     assert!(!out.is_error);
     // And the operator sees why each upstream is down.
-    eventually_async_ok("no error reported", || async {
+    eventually_async_ok("an error to be reported", || async {
         let reports = gateway.upstreams().reports().await;
         let ghost = reports.iter().find(|r| r.namespace == "ghost").unwrap();
         let hang = reports.iter().find(|r| r.namespace == "hang").unwrap();

@@ -564,7 +564,7 @@ fn rotate_with_grace_keeps_the_old_version_until_it_ends(b: Backend) {
     // the expired ciphertexts with an `expire` record each.
     v.rotate("s", &"four".into(), "admin", Duration::from_millis(150))
         .expect("rotate");
-    eventually("grace never ended", || v.version("s", 3).is_err());
+    eventually("the grace to end", || v.version("s", 3).is_err());
     assert_eq!(code(v.version("s", 3)), "version_expired");
     v.rotate("s", &"five".into(), "admin", HOUR)
         .expect("rotate");
@@ -626,7 +626,7 @@ fn revoke_destroys_the_ciphertext(b: Backend) {
     // On PostgreSQL the dead row version holding the old ciphertext is vacuumed right after.
     #[cfg(feature = "postgres")]
     if b == Backend::Postgres {
-        eventually("no VACUUM after the revoke", || {
+        eventually("a VACUUM after the revoke", || {
             f.raw().ints(
                 "SELECT COUNT(*) FROM pg_stat_user_tables WHERE relname = 'vault_versions' AND last_vacuum IS NOT NULL",
             ) == [1]

@@ -417,7 +417,7 @@ async fn an_interval_run_queues_then_stops_on_shutdown() {
     let watcher_store = store.clone();
     let watcher = async move {
         // The first tick runs at once; wait for its proposals with a deadline, then stop.
-        eventually_async("the first run never queued", || {
+        eventually_async("the first run to queue", || {
             let queued =
                 (watcher_store.queue(Some("shop"), false).unwrap().len() >= 3).then_some(());
             async move { queued }

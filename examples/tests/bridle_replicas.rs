@@ -72,7 +72,7 @@ impl Replica {
         let ready = format!("http://{addr}/readyz");
         rt.block_on(async {
             let http = reqwest::Client::new();
-            eventually_async(&format!("{ready} never answered 200"), || async {
+            eventually_async(&format!("{ready} to answer 200"), || async {
                 let r = http.get(&ready).send().await.ok()?;
                 (r.status() == reqwest::StatusCode::OK).then_some(())
             })

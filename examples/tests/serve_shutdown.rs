@@ -122,7 +122,7 @@ fn sigterm(child: &Child) {
 /// Waits (up to [`WAIT`](kberg_testkit::WAIT)) for the process to exit; returns whether it
 /// exited 0.
 async fn exited(child: &mut Child) -> bool {
-    eventually_async("bridle serve did not exit after SIGTERM", || {
+    eventually_async("bridle serve to exit after SIGTERM", || {
         let exited = child.try_wait().unwrap().map(|status| status.success());
         async move { exited }
     })

@@ -101,7 +101,7 @@ async fn a_call_leaves_as_otlp_and_the_log_stays_json() {
             .unwrap()
             .success()
     );
-    let status = eventually_async("no exit", || {
+    let status = eventually_async("the process to exit", || {
         let exited = child.try_wait().unwrap();
         async move { exited }
     })

@@ -83,7 +83,7 @@ async fn a_hanging_tool_times_out_and_is_cancelled_upstream() {
 
     // The upstream was told: its `cancelled` tool lists the abandoned request id. The
     // notification is sent from a spawned task, so wait for it (bounded).
-    eventually_async("the upstream never saw notifications/cancelled", || async {
+    eventually_async("the upstream to see notifications/cancelled", || async {
         let out = call(&registry, "raw__cancelled").await;
         assert!(!out.is_error, "{out:?}");
         let ids: Vec<Value> = serde_json::from_str(&out.all_text()).expect("a JSON list");

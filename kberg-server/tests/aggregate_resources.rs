@@ -489,16 +489,19 @@ async fn dead_hanging_and_garbage_upstreams_resources_answer_stable_codes() {
     let uri = format!("evh+{DOC}");
     assert!(resources.read(&uri).await.is_ok());
     everything.stop();
-    eventually_async_ok("never unavailable", || async {
-        match resources.read(&uri).await {
-            Err(ResourceError::ReadFailed { message, .. })
-                if message.starts_with(UPSTREAM_UNAVAILABLE) =>
-            {
-                Ok(())
+    eventually_async_ok(
+        "the resource read to answer upstream_unavailable",
+        || async {
+            match resources.read(&uri).await {
+                Err(ResourceError::ReadFailed { message, .. })
+                    if message.starts_with(UPSTREAM_UNAVAILABLE) =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
             }
-            other => Err(format!("{other:?}")),
-        }
-    })
+        },
+    )
     .await;
     assert!(resources.exists(&uri));
     let ok = resources

@@ -235,7 +235,7 @@ async fn start_task(c: &Raw, tool: &str) -> String {
 /// Polls `tasks/get` until `done` holds for the reply, or fails after
 /// [`WAIT`](kberg_testkit::WAIT).
 async fn poll(c: &Raw, id: &str, done: impl Fn(&Value) -> bool) -> Value {
-    eventually_async_ok(&format!("task {id} never got there"), || async {
+    eventually_async_ok(&format!("task {id} to get there"), || async {
         let r = get(c, id).await;
         if done(&r) { Ok(r) } else { Err(r) }
     })

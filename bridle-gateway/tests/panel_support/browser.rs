@@ -54,7 +54,7 @@ impl Driver {
         let url = format!("http://127.0.0.1:{port}");
         // Ready when its status endpoint answers `ready: true` (polled with a deadline).
         let http = reqwest::Client::new();
-        eventually_async("chromedriver did not become ready", || async {
+        eventually_async("chromedriver to be ready", || async {
             let r = http.get(format!("{url}/status")).send().await.ok()?;
             let v = r.json::<Value>().await.ok()?;
             (v["value"]["ready"] == true).then_some(())
@@ -162,7 +162,7 @@ impl Browser {
     /// Goes to `path` until `ready` is on it (for a state the gateway reaches on its own, as an
     /// upstream's connection), loading it again each time, within a deadline.
     pub async fn visit_until(&self, path: &str, ready: &str) -> fantoccini::elements::Element {
-        eventually_async(&format!("{path} never showed `{ready}`"), || async {
+        eventually_async(&format!("{path} to show `{ready}`"), || async {
             self.goto(path).await;
             self.browser.find(Locator::Css(ready)).await.ok()
         })
