@@ -114,3 +114,54 @@ fn the_agent_readme_example_is_the_one_here() {
         include_str!("readme.rs"),
     );
 }
+
+/// Every README of the workspace with a `rust` example is checked by a `tests/readme.rs`: a
+/// README that gains its first example without one fails here, naming it.
+#[test]
+fn every_readme_with_rust_examples_has_its_check() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // The READMEs checked here rather than by a test of their own crate.
+    let checked_here = ["README.md", "kberg-agent/README.md"];
+    let mut readmes = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let readme = entry.unwrap().path().join("README.md");
+        if readme.is_file() {
+            readmes.push(readme);
+        }
+    }
+    let mut seen = 0;
+    for readme in readmes {
+        let text = std::fs::read_to_string(&readme).unwrap();
+        if kberg_testkit::readme::rust_blocks(&text).is_empty() {
+            continue;
+        }
+        seen += 1;
+        let rel = readme
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let (test, include) = if checked_here.contains(&rel.as_str()) {
+            (
+                root.join("examples/tests/readme.rs"),
+                format!("include_str!(\"../../{rel}\")"),
+            )
+        } else {
+            let test = readme.with_file_name("tests").join("readme.rs");
+            (test, "include_str!(\"../README.md\")".to_string())
+        };
+        let source = std::fs::read_to_string(&test).unwrap_or_else(|e| {
+            panic!(
+                "{rel} has rust examples but {} cannot be read: {e}",
+                test.display()
+            )
+        });
+        assert!(
+            source.contains("kberg_testkit::readme::assert_examples_in(")
+                && source.contains(&include),
+            "{} does not check {rel} ({include})",
+            test.display()
+        );
+    }
+    assert!(seen >= 8, "only {seen} READMEs with rust examples found");
+}
