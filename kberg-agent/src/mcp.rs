@@ -430,14 +430,9 @@ impl McpSurface {
                 let id = handle.id.clone();
                 // Dropped unanswered (the whole run was dropped, not cancelled), the call is
                 // still cancelled on the server.
-                let notice = cancel_notice(id.clone());
-                let peer_told = peer.clone();
+                let (peer_told, id_told) = (peer.clone(), id.clone());
                 let mut guard = SpawnOnDrop::new(async move {
-                    let _ = tokio::time::timeout(
-                        CANCEL_NOTICE_WAIT,
-                        peer_told.send_notification(notice.into()),
-                    )
-                    .await;
+                    let _ = send_cancel_notice(&peer_told, id_told).await;
                 });
                 let mut response = std::pin::pin!(handle.await_response());
                 tokio::select! {
@@ -530,12 +525,17 @@ fn tasks_capability() -> ClientCapabilities {
     caps
 }
 
-/// The notice that a call was cancelled by the agent.
-fn cancel_notice(id: RequestId) -> CancelledNotification {
-    CancelledNotification::new(CancelledNotificationParam::new(
+/// Tells the server that the call `id` was cancelled by the agent, waiting at most
+/// [`CANCEL_NOTICE_WAIT`] for the transport to send the notice.
+async fn send_cancel_notice(
+    peer: &rmcp::Peer<RoleClient>,
+    id: RequestId,
+) -> Result<Result<(), ServiceError>, tokio::time::error::Elapsed> {
+    let notice = CancelledNotification::new(CancelledNotificationParam::new(
         Some(id),
         Some("cancelled by the agent".to_string()),
-    ))
+    ));
+    tokio::time::timeout(CANCEL_NOTICE_WAIT, peer.send_notification(notice.into())).await
 }
 
 /// What a server answered to `tools/call`: a result, a request for input, or a task. An answer
@@ -694,13 +694,7 @@ impl McpSurface {
     /// surface may be dropped as soon as the call returns, which would lose a notice still
     /// queued.
     async fn cancel_request(&self, name: &str, id: RequestId) {
-        let notice = cancel_notice(id);
-        let sent = tokio::time::timeout(
-            CANCEL_NOTICE_WAIT,
-            self.client.peer().send_notification(notice.into()),
-        )
-        .await;
-        match sent {
+        match send_cancel_notice(self.client.peer(), id).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::debug!(tool = name, error = %e, "the cancellation was not sent"),
             Err(_) => tracing::debug!(tool = name, "the cancellation was not sent in time"),
