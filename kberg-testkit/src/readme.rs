@@ -34,23 +34,28 @@ fn elides(line: &str) -> bool {
 }
 
 /// How many lines of `block` match `source` from `start`: consecutive, except that after an
-/// eliding line the next line may come any number of lines later.
+/// eliding line the next line may come any number of lines later (every later place is tried,
+/// so a line that also stands in the test's added code does not end the match early).
 fn matched(block: &[&str], source: &[&str], start: usize) -> usize {
-    let mut at = start;
-    let mut after_gap = false;
-    for (i, want) in block.iter().enumerate() {
-        let found = if after_gap {
-            source[at..].iter().position(|l| l == want).map(|p| at + p)
-        } else {
-            (source.get(at) == Some(want)).then_some(at)
-        };
-        match found {
-            Some(f) => at = f + 1,
-            None => return i,
-        }
-        after_gap = elides(want);
+    let Some((want, rest)) = block.split_first() else {
+        return 0;
+    };
+    if source.get(start) != Some(want) {
+        return 0;
     }
-    block.len()
+    if rest.is_empty() {
+        return 1;
+    }
+    let next = start + 1;
+    let best_rest = if elides(want) {
+        (next..source.len())
+            .map(|at| matched(rest, source, at))
+            .max()
+            .unwrap_or(0)
+    } else {
+        matched(rest, source, next)
+    };
+    1 + best_rest
 }
 
 /// Panics unless every ```` ```rust ```` block of `readme` appears in `source`: its non-blank
@@ -108,6 +113,14 @@ mod tests {
     fn accepts_the_examples_with_other_indentation_and_filled_gaps() {
         let source = "fn one() {\n    let a = 1;\n    // ... more\n    let filled = 2;\n\n    let b = a;\n}\nfn f() {}\n";
         assert_examples_in(README, source);
+    }
+
+    #[test]
+    fn a_line_the_test_also_added_does_not_end_the_match() {
+        // `let b = a;` also stands in the filled gap; the example's own comes later.
+        let source = "let a = 1;\n// ... more\nlet b = a;\nlet c = 0;\nlet b = a;\nfn f() {}\n";
+        let readme = "```rust\nlet a = 1;\n// ... more\nlet b = a;\nfn f() {}\n```\n";
+        assert_examples_in(readme, source);
     }
 
     #[test]
