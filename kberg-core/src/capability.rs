@@ -6,7 +6,7 @@
 //! the old one marked deprecated with `replaced_by`; a grant of the old id keeps working for the
 //! new one (logged as deprecated), so no client silently loses a permission.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -123,7 +123,7 @@ impl CapabilityCatalog {
         }
         if let Some(aliases) = self.aliases.get(capability) {
             for a in aliases {
-                if let Some(held) = grants.ids.get(&**a) {
+                if let Some(held) = grants.get(a) {
                     return Authorization::Deprecated(held);
                 }
             }
@@ -143,10 +143,26 @@ pub(crate) enum Authorization<'g> {
 /// Grants belong to an authenticated principal, not to a transport session: the 2026-07-28 MCP
 /// revision has no session on Streamable HTTP, so a session may only *narrow* a principal's
 /// grants (see [`crate::Caller::narrowed`]).
+///
+/// Kept as a sorted list without duplicates (serialized as a JSON array, sorted): a caller holds
+/// a handful of ids, and the gate checks one of them on every write call, which a short list
+/// answers with a length comparison and one byte comparison per id.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Grants {
-    ids: BTreeSet<String>,
+    #[serde(deserialize_with = "sorted_ids")]
+    ids: Vec<String>,
+}
+
+/// Up to this many ids are searched in order; more are searched by bisection.
+const SCAN_MAX: usize = 8;
+
+/// A deserialized list of ids, sorted and without duplicates, whatever order it came in.
+fn sorted_ids<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let mut ids = Vec::<String>::deserialize(d)?;
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
 }
 
 impl Grants {
@@ -161,32 +177,60 @@ impl Grants {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Self {
-            ids: ids.into_iter().map(Into::into).collect(),
-        }
+        let mut ids: Vec<String> = ids.into_iter().map(Into::into).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        Self { ids }
     }
 
     /// Adds one id.
     pub fn grant(&mut self, id: impl Into<String>) -> &mut Self {
-        self.ids.insert(id.into());
+        let id = id.into();
+        if let Err(at) = self.ids.binary_search(&id) {
+            self.ids.insert(at, id);
+        }
         self
     }
 
     /// Removes one id.
     pub fn revoke(&mut self, id: &str) -> &mut Self {
-        self.ids.remove(id);
+        if let Some(at) = self.position(id) {
+            self.ids.remove(at);
+        }
         self
     }
 
     /// Whether this exact id is held.
+    #[inline]
     pub fn contains(&self, id: &str) -> bool {
-        self.ids.contains(id)
+        self.get(id).is_some()
+    }
+
+    /// The held id equal to `id`, borrowed from the grants.
+    #[inline]
+    pub(crate) fn get(&self, id: &str) -> Option<&str> {
+        self.position(id).map(|at| self.ids[at].as_str())
+    }
+
+    /// Where `id` sits in the list, if it is held.
+    #[inline]
+    fn position(&self, id: &str) -> Option<usize> {
+        if self.ids.len() <= SCAN_MAX {
+            self.ids.iter().position(|held| held == id)
+        } else {
+            self.ids.binary_search_by(|held| held.as_str().cmp(id)).ok()
+        }
     }
 
     /// The ids held by both.
     pub fn intersection(&self, other: &Grants) -> Grants {
         Grants {
-            ids: self.ids.intersection(&other.ids).cloned().collect(),
+            ids: self
+                .ids
+                .iter()
+                .filter(|id| other.contains(id))
+                .cloned()
+                .collect(),
         }
     }
 
@@ -263,5 +307,37 @@ mod tests {
         let a = Grants::of(["a", "b"]);
         let b = Grants::of(["b", "c"]);
         assert_eq!(a.intersection(&b), Grants::of(["b"]));
+    }
+
+    #[test]
+    fn grants_are_a_set_in_any_order() {
+        let g = Grants::of(["b", "a", "b"]);
+        assert_eq!(g.iter().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(g, Grants::of(["a", "b"]));
+        let mut g = Grants::none();
+        g.grant("z").grant("a").grant("z");
+        assert_eq!(g.iter().collect::<Vec<_>>(), ["a", "z"]);
+        g.revoke("z").revoke("missing");
+        assert_eq!(g.iter().collect::<Vec<_>>(), ["a"]);
+        assert!(!g.contains("z"));
+    }
+
+    #[test]
+    fn grants_serialize_sorted_and_read_any_order() {
+        let g: Grants = serde_json::from_str(r#"["c", "a", "c", "b"]"#).unwrap();
+        assert_eq!(g, Grants::of(["a", "b", "c"]));
+        assert_eq!(serde_json::to_string(&g).unwrap(), r#"["a","b","c"]"#);
+        assert!(serde_json::from_str::<Grants>(r#"{"a": 1}"#).is_err());
+    }
+
+    #[test]
+    fn long_grant_lists_are_searched_by_bisection() {
+        let ids: Vec<String> = (0..100).map(|i| format!("cap.{i:03}")).collect();
+        let g = Grants::of(ids.iter().rev().cloned());
+        assert!(ids.iter().all(|id| g.contains(id)));
+        assert!(!g.contains("cap.100") && !g.contains("cap") && !g.contains(""));
+        let mut g = g;
+        g.revoke("cap.050");
+        assert!(!g.contains("cap.050") && g.contains("cap.051"));
     }
 }
