@@ -384,8 +384,10 @@ impl PatternIndex {
         .map_err(|e| MemoryError::Store(format!("the chunking worker stopped: {e}")))??;
         drop(checkout);
         if chunks.is_empty() {
+            // Shown as every other error names a source: the user part (a private
+            // repository's token) and the query hidden, so no caller can pass it on.
             return Err(MemoryError::NothingToIndex {
-                source_repo: repo.url.clone(),
+                source_repo: redact_url(&repo.url),
             });
         }
         progress

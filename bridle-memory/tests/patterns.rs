@@ -347,6 +347,40 @@ async fn clones_a_git_url_shallowly_and_refresh_reads_the_source_back() {
     assert_eq!(hits[0].file_path, "src/payments.rs");
 }
 
+/// A private repository's URL carries its access token; a refresh that finds nothing left to
+/// index names the repository without it (the error reaches agents and the admin API as is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_to_index_names_the_repository_without_its_token() {
+    const CANARY: &str = "canary-repo-token-7Qx2Lm";
+    let f = fixture();
+    git(&f.repo, &["init", "-q"]);
+    git(&f.repo, &["add", "."]);
+    git(&f.repo, &["commit", "-q", "-m", "first"]);
+    // git reads a `file://` URL's user part and ignores it: a stand-in for `https://bot:TOKEN@host/...`.
+    let url = format!("file://bot:{CANARY}@localhost{}", f.repo.display());
+    let report = f
+        .index
+        .index(&tags("private", "modified-mvc", &url), &NoProgress)
+        .await
+        .expect("clone and index");
+    assert!(!report.source_repo.contains(CANARY), "{report:?}");
+
+    // Everything indexable is gone: only a lock file and a binary are left.
+    git(&f.repo, &["rm", "-q", "-r", "--cached", "."]);
+    git(&f.repo, &["add", "Cargo.lock", "logo.png"]);
+    git(&f.repo, &["commit", "-q", "-m", "empty"]);
+    let err = f
+        .index
+        .refresh("private", &NoProgress)
+        .await
+        .expect_err("nothing left to index");
+    assert_eq!(err.code(), "nothing_to_index", "{err}");
+    let shown = err.to_string();
+    assert!(!shown.contains(CANARY), "{shown}");
+    assert!(!format!("{err:?}").contains(CANARY), "{err:?}");
+    assert!(shown.contains("file://***@localhost"), "{shown}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refresh_is_atomic_under_concurrent_searches() {
     let dir = tempfile::tempdir().expect("temp");

@@ -1,0 +1,127 @@
+//! `refresh_pattern_example` over a real gateway (MCP on 127.0.0.1) for an example whose
+//! repository URL carries an access token (`https://bot:<token>@host/...`): when the repository
+//! has nothing left to index, the agent's answer and the log name the repository without the
+//! token. The token is a canary value that must appear nowhere.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
+
+mod admin_support;
+
+use std::sync::{Arc, OnceLock};
+
+use admin_support::gateway::Gw;
+use bridle_memory::{
+    ConstantEmbedder, EmbeddedStore, ExampleRepo, MemoryService, NoProgress, PatternIndexConfig,
+};
+use kberg_agent::{McpSurface, ToolSurface};
+use kberg_testkit::log::LogBuffer;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const CANARY: &str = "canary-refresh-token-4Vb9Qe";
+
+/// Every log line of this test binary, from every thread.
+fn logs() -> &'static LogBuffer {
+    static LOGS: OnceLock<LogBuffer> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = LogBuffer::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(logs.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+        logs
+    })
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .output()
+        .expect("git must be installed to run this test");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_with_nothing_to_index_does_not_hand_the_agent_the_repository_token() {
+    let logs = logs();
+    let memory = MemoryService::with(
+        Arc::new(EmbeddedStore::open_in_memory().unwrap()),
+        Arc::new(ConstantEmbedder::new(8)),
+        PatternIndexConfig::default(),
+    );
+    let gw = Gw::start_with(|b| b.memory(memory.clone())).await;
+
+    // A private repository, indexed under its URL with the token (as an operator adds one).
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::write(
+        repo.path().join("retry.rs"),
+        "/// Retries with exponential backoff.\npub fn retry_with_backoff(attempts: u32) -> u32 {\n    attempts * 2\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        repo.path().join("Cargo.lock"),
+        "[[package]]\nname = \"x\"\n",
+    )
+    .unwrap();
+    git(repo.path(), &["init", "-q"]);
+    git(repo.path(), &["add", "."]);
+    git(repo.path(), &["commit", "-q", "-m", "first"]);
+    // git reads a `file://` URL's user part and ignores it: the stand-in for a hosted one's.
+    let url = format!("file://bot:{CANARY}@localhost{}", repo.path().display());
+    memory
+        .patterns
+        .index(
+            &ExampleRepo {
+                url,
+                reference_tag: "private-example".into(),
+                arch_tag: "modified-mvc".into(),
+            },
+            &NoProgress,
+        )
+        .await
+        .unwrap();
+    // Then everything indexable leaves the repository.
+    git(repo.path(), &["rm", "-q", "retry.rs"]);
+    git(repo.path(), &["commit", "-q", "-m", "only the lock file"]);
+
+    // claude may re-index in the demo project.
+    let mut doc = gw.ctx.store.load("demo").unwrap().document;
+    let base = doc.revision;
+    doc.permissions.get_mut("claude").unwrap().memory.index = true;
+    gw.ctx
+        .store
+        .save_edit("demo", &doc, base, "test", "claude may re-index")
+        .unwrap();
+
+    let claude = McpSurface::connect_http_with_bearer(&gw.mcp, &gw.file_token("claude"))
+        .await
+        .unwrap();
+    let r = claude
+        .call(
+            "refresh_pattern_example",
+            json!({"reference_tag": "private-example"}),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(r.is_error, "{r:?}");
+    let structured = r.structured.clone().unwrap();
+    assert_eq!(structured["code"], "nothing_to_index", "{r:?}");
+    // The repository is named, its token hidden.
+    assert!(r.text.contains("file://***@localhost"), "{r:?}");
+    assert!(!format!("{r:?}").contains(CANARY), "{r:?}");
+
+    assert!(!logs.text().contains(CANARY), "{}", logs.text());
+    gw.stop().await;
+}
