@@ -61,6 +61,7 @@ pub fn build_app_observed(
     }
     let resources = ResourceRegistry::new();
     register_resources(&resources, ctx)?;
+    resources.set_visibility(crate::resources::RulesVisibility::new(Arc::clone(ctx)));
     let mut instructions = String::from(
         "Bridle holds this project's canonical rules. At the start of a session call `get_rules` (or read the `bridle://rules/<project>/<agent>` resource) and follow them. Propose rule changes with `propose_guardrail`, `add_pattern` or `update_rules`; a person approves them. Before expanding the scope of a task, call `request_scope_approval` and wait.",
     );

@@ -1,6 +1,10 @@
 //! The rules as MCP resources: `bridle://rules/<project>/<agent-type>` for each project and each
 //! configured agent type, and the [`watch`] task that notifies subscribers when a project's
 //! rules change (an approval, a hand edit of the YAML file).
+//!
+//! An agent knows of the rules of the projects it may use only ([`RulesVisibility`]), as
+//! `get_rules` and `list_projects` answer: another project's rules resource is left out of its
+//! listings, and reading or subscribing to it answers as for an unknown URI.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,7 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use kberg_core::{
-    ResourceContents, ResourceDescriptor, ResourceError, ResourceRegistry, reader_fn,
+    Caller, ResourceContents, ResourceDescriptor, ResourceError, ResourceRegistry,
+    ResourceVisibility, reader_fn,
 };
 
 use bridle_rules::DocumentSource;
@@ -18,7 +23,41 @@ use crate::error::GatewayError;
 
 /// The URI of a rendered rules resource.
 pub fn rules_uri(project: &str, agent_type: &str) -> String {
-    format!("bridle://rules/{project}/{agent_type}")
+    format!("{RULES_PREFIX}{project}/{agent_type}")
+}
+
+/// What every rules resource's URI starts with.
+const RULES_PREFIX: &str = "bridle://rules/";
+
+/// The gateway's [`ResourceVisibility`]: a rules resource is shown to a configured agent that
+/// may use its project, read live from the agent registry, so an admin's change holds from the
+/// next listing or read. An agent that is not configured may use no project and sees none.
+/// Resources that are not rules (none today) are left to the other checks.
+pub struct RulesVisibility {
+    gw: Arc<GatewayContext>,
+}
+
+impl RulesVisibility {
+    /// The visibility of `gw`'s rules resources.
+    pub fn new(gw: Arc<GatewayContext>) -> Self {
+        Self { gw }
+    }
+}
+
+impl ResourceVisibility for RulesVisibility {
+    fn resource(&self, uri: &str, caller: &Caller) -> bool {
+        let Some(rest) = uri.strip_prefix(RULES_PREFIX) else {
+            return true;
+        };
+        // A project's name never holds a `/`; a URI without one names no rules resource.
+        let Some((project, _agent_type)) = rest.split_once('/') else {
+            return false;
+        };
+        self.gw
+            .agents
+            .inspect(&caller.principal().id, |agent| agent.may_use(project))
+            .unwrap_or(false)
+    }
 }
 
 /// Registers a rules resource for each project and each configured agent type that has none

@@ -147,7 +147,7 @@ pub use rate::{
 pub use registry::{ToolEdit, ToolRegistry, ToolRegistryBuilder};
 pub use resource::{
     ResourceDescriptor, ResourceEdit, ResourceError, ResourceEvent, ResourceReader,
-    ResourceRegistry, ResourceTemplate, Subscriber, TemplateVars, reader_fn,
+    ResourceRegistry, ResourceTemplate, ResourceVisibility, Subscriber, TemplateVars, reader_fn,
 };
 pub use scope::{SCOPE_SCHEMA_KEYWORD, Scope, ScopeSet, ScopeSpec};
 pub use task::{Started, TaskConfig, TaskError, TaskOutcome, TaskSnapshot, TaskStatus, TaskStore};

@@ -6,7 +6,14 @@
 //! (2026-07-28), subscribes it to URIs, and receives [`ResourceEvent`]s on it. Dropping the
 //! subscriber ends all its subscriptions, so they end with their caller.
 //! [`ResourceRegistry::notify_updated`] delivers one event to every current subscriber of that
-//! URI and to nobody else. Whoever produces a resource's updates elsewhere (an aggregator relaying
+//! URI and to nobody else.
+//!
+//! Which resources a caller may know of is the app's [`ResourceVisibility`]: a transport lists,
+//! reads and subscribes on a caller's behalf through the `*_for` methods
+//! ([`ResourceRegistry::list_for`], [`ResourceRegistry::read_for`],
+//! [`ResourceRegistry::subscriber_for`]), and a resource hidden from that caller answers
+//! exactly as one never registered. The methods without a caller see everything: they are for
+//! the app itself. Whoever produces a resource's updates elsewhere (an aggregator relaying
 //! an upstream server's) can watch which URIs have subscribers with
 //! [`ResourceRegistry::subscription_changes`] and [`ResourceRegistry::subscribed_uris`].
 
@@ -22,6 +29,55 @@ use tokio::sync::{mpsc, watch};
 use crate::content::ResourceContents;
 use crate::error::CoreError;
 use crate::pagination::{InvalidCursor, Page, paginate};
+use crate::principal::Caller;
+
+/// Which resources a caller may know of: the resources counterpart of the tools'
+/// `ToolVisibility`. A resource hidden from a caller is left out of its listings, and reading
+/// or subscribing to it answers [`ResourceError::NotFound`], as for a URI never registered, so
+/// a caller learns nothing of what it may not see.
+///
+/// Any `Fn(&str, &Caller) -> bool` is a visibility that decides on resource URIs (a URI a
+/// template matches included) and shows every template in listings:
+///
+/// ```
+/// use kberg_core::{Caller, Principal, ResourceDescriptor, ResourceRegistry};
+///
+/// let resources = ResourceRegistry::new();
+/// resources.register_text(ResourceDescriptor::new("notes://alice/todo", "todo"), "milk").unwrap();
+/// resources.register_text(ResourceDescriptor::new("notes://bob/todo", "todo"), "eggs").unwrap();
+/// // Each principal sees its own notes only.
+/// resources.set_visibility(|uri: &str, caller: &Caller| {
+///     uri.strip_prefix("notes://")
+///         .and_then(|rest| rest.split('/').next())
+///         .is_some_and(|owner| owner == caller.principal().id)
+/// });
+/// let alice = Caller::new(Principal::new("alice"));
+/// let page = resources.list_for(&alice, None, 10).unwrap();
+/// assert_eq!(page.items.len(), 1);
+/// assert_eq!(page.items[0].uri, "notes://alice/todo");
+/// ```
+pub trait ResourceVisibility: Send + Sync + 'static {
+    /// Whether `caller` may list, read and subscribe to the resource at `uri` (a registered
+    /// URI, or one that a template matches).
+    fn resource(&self, uri: &str, caller: &Caller) -> bool;
+
+    /// Whether `caller` is shown the template `uri_template` in template listings. Every URI
+    /// the template matches is still checked with [`resource`](Self::resource) when it is
+    /// read or subscribed to. By default every template is shown.
+    fn template(&self, uri_template: &str, caller: &Caller) -> bool {
+        let _ = (uri_template, caller);
+        true
+    }
+}
+
+impl<F> ResourceVisibility for F
+where
+    F: Fn(&str, &Caller) -> bool + Send + Sync + 'static,
+{
+    fn resource(&self, uri: &str, caller: &Caller) -> bool {
+        self(uri, caller)
+    }
+}
 
 /// What a client is told about a resource.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -292,6 +348,26 @@ fn match_template(parts: &[Part], uri: &str) -> Option<TemplateVars> {
 struct Entries {
     statics: BTreeMap<String, Static>,
     templates: Vec<Template>,
+    /// The app's per-caller filter, if it set one.
+    visibility: Option<Arc<dyn ResourceVisibility>>,
+}
+
+impl Entries {
+    /// Whether `caller` may know of the resource at `uri` (see [`ResourceVisibility`]).
+    fn shows(&self, uri: &str, caller: &Caller) -> bool {
+        self.visibility
+            .as_ref()
+            .is_none_or(|v| v.resource(uri, caller))
+    }
+
+    /// Whether `uri` names a registered resource or matches a template.
+    fn exists(&self, uri: &str) -> bool {
+        self.statics.contains_key(uri)
+            || self
+                .templates
+                .iter()
+                .any(|t| match_template(&t.parts, uri).is_some())
+    }
 }
 
 #[derive(Default)]
@@ -330,6 +406,13 @@ impl std::fmt::Debug for ResourceEdit {
 }
 
 impl ResourceEdit {
+    /// Sets (or, with `None`, clears) the app's [`ResourceVisibility`], as
+    /// [`ResourceRegistry::set_visibility`] does.
+    pub fn set_visibility(&mut self, visibility: Option<Arc<dyn ResourceVisibility>>) {
+        self.entries.visibility = visibility;
+        self.changed = true;
+    }
+
     /// Registers a resource with a reader, as [`ResourceRegistry::register`] does.
     pub fn register(
         &mut self,
@@ -630,46 +713,131 @@ impl ResourceRegistry {
         done
     }
 
+    /// Sets the app's [`ResourceVisibility`]: from now on the `*_for` methods show each caller
+    /// only what it allows. Clients are told the list changed, since what each sees may have.
+    pub fn set_visibility(&self, visibility: impl ResourceVisibility) {
+        let visibility: Arc<dyn ResourceVisibility> = Arc::new(visibility);
+        let Ok(()) = self.edit(|e| {
+            e.set_visibility(Some(visibility));
+            Ok::<_, std::convert::Infallible>(())
+        });
+    }
+
     /// A receiver whose value changes whenever the resource or template list changes.
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.inner.version.subscribe()
     }
 
-    /// One page of resources, sorted by URI.
+    /// One page of resources, sorted by URI: every resource, whatever the app's
+    /// [`ResourceVisibility`] (for the app itself; a transport lists with
+    /// [`list_for`](Self::list_for)).
     pub fn list(
         &self,
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page<ResourceDescriptor>, ResourceError> {
+        self.list_where(|_| true, cursor, limit)
+    }
+
+    /// One page of the resources `caller` may know of, sorted by URI.
+    pub fn list_for(
+        &self,
+        caller: &Caller,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<ResourceDescriptor>, ResourceError> {
         let e = self.snapshot();
-        let all: Vec<ResourceDescriptor> =
-            e.statics.values().map(|s| s.descriptor.clone()).collect();
+        self.list_where(|uri| e.shows(uri, caller), cursor, limit)
+    }
+
+    fn list_where(
+        &self,
+        shown: impl Fn(&str) -> bool,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<ResourceDescriptor>, ResourceError> {
+        let e = self.snapshot();
+        let all: Vec<ResourceDescriptor> = e
+            .statics
+            .values()
+            .filter(|s| shown(&s.descriptor.uri))
+            .map(|s| s.descriptor.clone())
+            .collect();
         Ok(paginate(&all, |d| d.uri.as_str(), cursor, limit)?)
     }
 
-    /// One page of templates, sorted by template.
+    /// One page of templates, sorted by template: every template (for the app itself; a
+    /// transport lists with [`list_templates_for`](Self::list_templates_for)).
     pub fn list_templates(
         &self,
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page<ResourceTemplate>, ResourceError> {
+        self.list_templates_where(|_| true, cursor, limit)
+    }
+
+    /// One page of the templates `caller` is shown, sorted by template.
+    pub fn list_templates_for(
+        &self,
+        caller: &Caller,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<ResourceTemplate>, ResourceError> {
         let e = self.snapshot();
-        let mut all: Vec<ResourceTemplate> =
-            e.templates.iter().map(|t| t.template.clone()).collect();
+        self.list_templates_where(
+            |t| e.visibility.as_ref().is_none_or(|v| v.template(t, caller)),
+            cursor,
+            limit,
+        )
+    }
+
+    fn list_templates_where(
+        &self,
+        shown: impl Fn(&str) -> bool,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<ResourceTemplate>, ResourceError> {
+        let e = self.snapshot();
+        let mut all: Vec<ResourceTemplate> = e
+            .templates
+            .iter()
+            .filter(|t| shown(&t.template.uri_template))
+            .map(|t| t.template.clone())
+            .collect();
         all.sort_by(|a, b| a.uri_template.cmp(&b.uri_template));
         Ok(paginate(&all, |t| t.uri_template.as_str(), cursor, limit)?)
     }
 
     /// Whether a URI names a registered resource or matches a template.
     pub fn exists(&self, uri: &str) -> bool {
-        let e = self.snapshot();
-        e.statics.contains_key(uri)
-            || e.templates
-                .iter()
-                .any(|t| match_template(&t.parts, uri).is_some())
+        self.snapshot().exists(uri)
     }
 
-    /// Reads a resource: a registered URI first, then the first template that matches.
+    /// Whether a URI names a resource (registered, or matched by a template) that `caller`
+    /// may know of.
+    pub fn exists_for(&self, caller: &Caller, uri: &str) -> bool {
+        let e = self.snapshot();
+        e.exists(uri) && e.shows(uri, caller)
+    }
+
+    /// Reads a resource on `caller`'s behalf: one hidden from it answers
+    /// [`ResourceError::NotFound`], as an unknown one does.
+    pub async fn read_for(
+        &self,
+        caller: &Caller,
+        uri: &str,
+    ) -> Result<Vec<ResourceContents>, ResourceError> {
+        if !self.snapshot().shows(uri, caller) {
+            return Err(ResourceError::NotFound {
+                uri: uri.to_string(),
+            });
+        }
+        self.read(uri).await
+    }
+
+    /// Reads a resource: a registered URI first, then the first template that matches. Every
+    /// resource is readable this way, whatever the app's [`ResourceVisibility`] (for the app
+    /// itself; a transport reads with [`read_for`](Self::read_for)).
     pub async fn read(&self, uri: &str) -> Result<Vec<ResourceContents>, ResourceError> {
         let e = self.snapshot();
         if let Some(s) = e.statics.get(uri) {
@@ -688,9 +856,21 @@ impl ResourceRegistry {
         })
     }
 
-    /// A new subscriber. Subscribe it to URIs; receive events from it; drop it to end every
-    /// subscription it holds.
+    /// A new subscriber that may subscribe to every resource (for the app itself; a transport
+    /// subscribes on a caller's behalf with [`subscriber_for`](Self::subscriber_for)).
+    /// Subscribe it to URIs; receive events from it; drop it to end every subscription it
+    /// holds.
     pub fn subscriber(&self) -> Subscriber {
+        self.new_subscriber(None)
+    }
+
+    /// A new subscriber on `caller`'s behalf: subscribing it to a resource hidden from the
+    /// caller answers [`ResourceError::NotFound`], as for an unknown one.
+    pub fn subscriber_for(&self, caller: Caller) -> Subscriber {
+        self.new_subscriber(Some(caller))
+    }
+
+    fn new_subscriber(&self, caller: Option<Caller>) -> Subscriber {
         let id = self.inner.next_subscriber.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         self.subs().senders.insert(id, tx);
@@ -698,6 +878,7 @@ impl ResourceRegistry {
             id,
             registry: self.clone(),
             events: rx,
+            caller,
         }
     }
 
@@ -752,6 +933,8 @@ pub struct Subscriber {
     id: u64,
     registry: ResourceRegistry,
     events: mpsc::UnboundedReceiver<ResourceEvent>,
+    /// Whose behalf it subscribes on (`None`: the app's own, which sees everything).
+    caller: Option<Caller>,
 }
 
 impl std::fmt::Debug for Subscriber {
@@ -761,10 +944,15 @@ impl std::fmt::Debug for Subscriber {
 }
 
 impl Subscriber {
-    /// Subscribes to `uri`. The URI must name a registered resource or match a template.
-    /// Subscribing twice is the same as once.
+    /// Subscribes to `uri`. The URI must name a registered resource or match a template, and
+    /// for a subscriber on a caller's behalf, one the caller may know of
+    /// ([`ResourceVisibility`]). Subscribing twice is the same as once.
     pub fn subscribe(&self, uri: &str) -> Result<(), ResourceError> {
-        if !self.registry.exists(uri) {
+        let known = match &self.caller {
+            None => self.registry.exists(uri),
+            Some(caller) => self.registry.exists_for(caller, uri),
+        };
+        if !known {
             return Err(ResourceError::NotFound {
                 uri: uri.to_string(),
             });
@@ -917,5 +1105,135 @@ mod tests {
             )
             .unwrap()
         );
+    }
+
+    /// A visibility that shows each principal the URIs under its own name, and templates
+    /// only to `admin`.
+    struct Owners;
+
+    impl ResourceVisibility for Owners {
+        fn resource(&self, uri: &str, caller: &Caller) -> bool {
+            uri.strip_prefix("notes://")
+                .and_then(|rest| rest.split('/').next())
+                .is_some_and(|owner| owner == caller.principal().id)
+        }
+
+        fn template(&self, _uri_template: &str, caller: &Caller) -> bool {
+            caller.principal().id == "admin"
+        }
+    }
+
+    fn caller(id: &str) -> Caller {
+        Caller::new(crate::Principal::new(id))
+    }
+
+    fn owned_notes() -> ResourceRegistry {
+        let r = ResourceRegistry::new();
+        r.register_text(ResourceDescriptor::new("notes://alice/a", "a"), "alice's")
+            .unwrap();
+        r.register_text(ResourceDescriptor::new("notes://bob/b", "b"), "bob's")
+            .unwrap();
+        r.register_template(
+            ResourceTemplate::new("notes://{owner}/{id}", "note"),
+            reader_fn(|uri, _| async move {
+                Ok(vec![ResourceContents::text(uri, None, "from the template")])
+            }),
+        )
+        .unwrap();
+        r.set_visibility(Owners);
+        r
+    }
+
+    #[tokio::test]
+    async fn a_hidden_resource_answers_as_an_unknown_one() {
+        let r = owned_notes();
+        let alice = caller("alice");
+        let uris = |page: Page<ResourceDescriptor>| {
+            page.items.into_iter().map(|d| d.uri).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            uris(r.list_for(&alice, None, 10).unwrap()),
+            ["notes://alice/a"]
+        );
+        // The app itself still sees everything.
+        assert_eq!(r.list(None, 10).unwrap().items.len(), 2);
+        assert!(r.read_for(&alice, "notes://alice/a").await.is_ok());
+        let hidden = r.read_for(&alice, "notes://bob/b").await.unwrap_err();
+        let unknown = r.read_for(&alice, "other://x").await.unwrap_err();
+        assert_eq!(
+            hidden,
+            ResourceError::NotFound {
+                uri: "notes://bob/b".into()
+            }
+        );
+        assert!(matches!(unknown, ResourceError::NotFound { .. }));
+        // A URI a template matches is checked too.
+        assert!(r.read_for(&alice, "notes://alice/new").await.is_ok());
+        assert!(matches!(
+            r.read_for(&alice, "notes://bob/new").await,
+            Err(ResourceError::NotFound { .. })
+        ));
+        assert!(r.exists_for(&alice, "notes://alice/new"));
+        assert!(!r.exists_for(&alice, "notes://bob/new"));
+    }
+
+    #[tokio::test]
+    async fn a_caller_cannot_subscribe_to_what_it_may_not_see() {
+        let r = owned_notes();
+        let sub = r.subscriber_for(caller("alice"));
+        assert!(sub.subscribe("notes://alice/a").is_ok());
+        assert!(matches!(
+            sub.subscribe("notes://bob/b"),
+            Err(ResourceError::NotFound { .. })
+        ));
+        assert!(matches!(
+            sub.subscribe("notes://bob/new"),
+            Err(ResourceError::NotFound { .. })
+        ));
+        assert_eq!(r.subscribed_uris(), ["notes://alice/a"]);
+        // The app's own subscriber is not filtered.
+        assert!(r.subscriber().subscribe("notes://bob/b").is_ok());
+    }
+
+    #[test]
+    fn templates_are_listed_as_the_visibility_says() {
+        let r = owned_notes();
+        assert!(
+            r.list_templates_for(&caller("alice"), None, 10)
+                .unwrap()
+                .items
+                .is_empty()
+        );
+        assert_eq!(
+            r.list_templates_for(&caller("admin"), None, 10)
+                .unwrap()
+                .items
+                .len(),
+            1
+        );
+        // A closure decides on resources and shows every template.
+        r.set_visibility(|_: &str, _: &Caller| false);
+        assert_eq!(
+            r.list_templates_for(&caller("alice"), None, 10)
+                .unwrap()
+                .items
+                .len(),
+            1
+        );
+        assert!(
+            r.list_for(&caller("alice"), None, 10)
+                .unwrap()
+                .items
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn setting_a_visibility_tells_clients_the_list_changed() {
+        let r = ResourceRegistry::new();
+        let mut changes = r.changes();
+        changes.mark_unchanged();
+        r.set_visibility(|_: &str, _: &Caller| true);
+        assert!(changes.has_changed().unwrap());
     }
 }

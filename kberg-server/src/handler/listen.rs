@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use kberg_core::{ResourceEvent, Subscriber};
+use kberg_core::{Caller, ResourceEvent, Subscriber};
 use rmcp::ErrorData as McpError;
 use rmcp::model::SubscriptionFilter;
 use rmcp::service::SubscriptionContext;
@@ -47,13 +47,21 @@ pub(super) struct ListenWatchers {
 }
 
 impl ListenWatchers {
-    /// Watchers of the three registries as they are now, and of `uris`' updates.
-    pub(super) fn new(app: &McpApp, uris: &[String]) -> Self {
-        let subscriber = app.resources().subscriber();
-        for uri in uris {
-            // A resource removed meanwhile is simply not watched.
-            let _ = subscriber.subscribe(uri);
-        }
+    /// Watchers of the three registries as they are now, and of `uris`' updates, on
+    /// `caller`'s behalf (`None`: nobody known, so no URI is watched).
+    pub(super) fn new(app: &McpApp, caller: Option<Caller>, uris: &[String]) -> Self {
+        let subscriber = match caller {
+            Some(caller) => {
+                let subscriber = app.resources().subscriber_for(caller);
+                for uri in uris {
+                    // A resource removed (or hidden) meanwhile is simply not watched.
+                    let _ = subscriber.subscribe(uri);
+                }
+                subscriber
+            }
+            // Nobody known to act for: list changes only, no resource's updates.
+            None => app.resources().subscriber(),
+        };
         let mut tools = app.tools().changes();
         let mut resources = app.resources().changes();
         let mut prompts = app.prompts().changes();
@@ -80,13 +88,17 @@ impl KbergHandler {
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
         let mut accepted = requested.clone();
+        // Only resources the caller may know of are accepted: a hidden one is left out as an
+        // unknown one is, and with nobody known to act for, none is.
+        let caller = self.acting_for();
         if let Some(uris) = &mut accepted.resource_subscriptions {
             let resources = self.shared.app.resources();
-            uris.retain(|u| resources.exists(u));
+            uris.retain(|u| caller.as_ref().is_some_and(|c| resources.exists_for(c, u)));
         }
         // Watch from now on, before rmcp acknowledges the filter (see `pending_listens`).
         let watchers = ListenWatchers::new(
             &self.shared.app,
+            caller,
             accepted
                 .resource_subscriptions
                 .as_deref()
@@ -134,6 +146,9 @@ impl KbergHandler {
         } = prepared.unwrap_or_else(|| {
             ListenWatchers::new(
                 app,
+                self.principal(context.request_context())
+                    .ok()
+                    .map(Caller::new),
                 accepted
                     .resource_subscriptions
                     .as_deref()

@@ -73,14 +73,30 @@ pub(crate) struct KbergHandler {
     /// checks); such a request has no session, and most never touch this, so making a handler
     /// allocates nothing.
     session: OnceLock<Arc<SessionState>>,
+    /// The principal of the request the handler was made for, when it was made inside one:
+    /// rmcp makes a 2026-07-28 request's handler in that request, and a 2025-11-25 session's at
+    /// its `initialize`, whose principal owns the session. rmcp asks
+    /// [`ServerHandler::accepted_subscription_filter`] without the request, so this is how
+    /// that step knows whose resources it may accept.
+    made_for: Option<Arc<Principal>>,
 }
 
 impl KbergHandler {
     pub(crate) fn new(shared: Arc<TransportContext>) -> Self {
         Self {
             session: OnceLock::new(),
+            made_for: REQUEST_PRINCIPAL.try_with(Arc::clone).ok(),
             shared,
         }
+    }
+
+    /// Whom a step without the request acts for: the principal the handler was made for, or
+    /// the transport's fixed one (stdio). `None` when neither is known.
+    fn acting_for(&self) -> Option<Caller> {
+        self.made_for
+            .as_ref()
+            .or(self.shared.fixed_principal.as_ref())
+            .map(|p| Caller::new(Arc::clone(p)))
     }
 
     /// The session's state, made at the first call.
@@ -174,12 +190,16 @@ impl ServerHandler for KbergHandler {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        self.principal(&context)?;
+        let caller = self.caller(&context)?;
         let page = self
             .shared
             .app
             .resources()
-            .list(cursor_of(&request), self.shared.app.inner.page_size)
+            .list_for(
+                &caller,
+                cursor_of(&request),
+                self.shared.app.inner.page_size,
+            )
             .map_err(resource_error)?;
         convert::list_resources(&page.items, page.next_cursor)
     }
@@ -189,12 +209,16 @@ impl ServerHandler for KbergHandler {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        self.principal(&context)?;
+        let caller = self.caller(&context)?;
         let page = self
             .shared
             .app
             .resources()
-            .list_templates(cursor_of(&request), self.shared.app.inner.page_size)
+            .list_templates_for(
+                &caller,
+                cursor_of(&request),
+                self.shared.app.inner.page_size,
+            )
             .map_err(resource_error)?;
         convert::list_templates(&page.items, page.next_cursor)
     }
@@ -204,8 +228,8 @@ impl ServerHandler for KbergHandler {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        self.principal(&context)?;
-        let contents = Box::pin(self.shared.app.resources().read(&request.uri))
+        let caller = self.caller(&context)?;
+        let contents = Box::pin(self.shared.app.resources().read_for(&caller, &request.uri))
             .await
             .map_err(resource_error)?;
         Ok(convert::read_result(&contents)?.into())
@@ -217,9 +241,9 @@ impl ServerHandler for KbergHandler {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.principal(&context)?;
+        let caller = self.caller(&context)?;
         let (tx, rx) = oneshot::channel();
-        self.forwarder(&context.peer)
+        self.forwarder(&context.peer, caller)
             .send(Command::Subscribe(request.uri, tx))
             .map_err(|_| McpError::internal_error("the session has ended", None))?;
         rx.await

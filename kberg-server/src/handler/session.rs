@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
-use kberg_core::{ResourceError, ResourceEvent, Subscriber};
+use kberg_core::{Caller, ResourceError, ResourceEvent, Subscriber};
 use rmcp::model::ResourceUpdatedNotificationParam;
 use rmcp::{Peer, RoleServer};
 use tokio::sync::{mpsc, oneshot};
@@ -201,11 +201,16 @@ impl KbergHandler {
     }
 
     /// Starts the session's subscription task once: it holds the session's resource
-    /// subscriptions and forwards their updates.
-    pub(super) fn forwarder(&self, peer: &Peer<RoleServer>) -> &mpsc::UnboundedSender<Command> {
+    /// subscriptions (on `caller`'s behalf: a session belongs to the principal that opened it)
+    /// and forwards their updates.
+    pub(super) fn forwarder(
+        &self,
+        peer: &Peer<RoleServer>,
+        caller: Caller,
+    ) -> &mpsc::UnboundedSender<Command> {
         self.session().forwarder.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            let subscriber = self.shared.app.resources().subscriber();
+            let subscriber = self.shared.app.resources().subscriber_for(caller);
             tokio::spawn(forward(
                 peer.clone(),
                 subscriber,
