@@ -585,3 +585,92 @@ async fn a_2025_11_25_session_gets_tasks_and_their_status_notifications() {
         "{note}"
     );
 }
+
+/// A 2025-11-25 session of `c` that declared the tasks extension at `initialize`.
+async fn tasks_session(c: &Raw) -> String {
+    let r = c
+        .post(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": PROTO_OLD,
+                "capabilities": {"extensions": {TASKS: {}}},
+                "clientInfo": {"name": "tasks-test", "version": "0"}
+            }}),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let sid = r.header("mcp-session-id").expect("session id");
+    let n = c
+        .post(
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            Some(&sid),
+        )
+        .await;
+    assert_eq!(n.status, 202, "{}", n.text);
+    sid
+}
+
+#[tokio::test]
+async fn malformed_task_requests_are_invalid_params_naming_the_field() {
+    let f = start(TaskConfig::default()).await;
+    let c = f.client(ALICE);
+    let sid = tasks_session(&c).await;
+    let cases = [
+        ("tasks/get", json!({"taskId": 5}), "`taskId`"),
+        ("tasks/cancel", json!({"taskId": 5}), "`taskId`"),
+        ("tasks/get", json!({}), "missing field `taskId`"),
+        (
+            "tasks/update",
+            json!({"taskId": "x", "inputResponses": 3}),
+            "`inputResponses`",
+        ),
+        (
+            "tasks/update",
+            json!({"taskId": "x"}),
+            "missing field `inputResponses`",
+        ),
+    ];
+    for (id, (method, params, names)) in (1..).zip(cases) {
+        let r = c
+            .post(
+                json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+                Some(&sid),
+            )
+            .await;
+        let e = &r.reply(id)["error"];
+        assert_eq!(e["code"], -32602, "{method} {params}: {}", r.text);
+        let message = e["message"].as_str().expect("message");
+        assert!(
+            message.starts_with(&format!("invalid params for `{method}`: "))
+                && message.contains(names),
+            "{method} {params}: {message}"
+        );
+    }
+    // A method nobody implements is still unknown, in the tasks namespace too.
+    for (id, method) in [(20, "tasks/explode"), (21, "tasks/list")] {
+        let r = c
+            .post(
+                json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {"taskId": 5}}),
+                Some(&sid),
+            )
+            .await;
+        assert_eq!(r.reply(id)["error"]["code"], -32601, "{method}: {}", r.text);
+    }
+    // A well-formed request in the same session still works.
+    let r = c
+        .post(
+            json!({"jsonrpc": "2.0", "id": 30, "method": "tasks/get", "params": {"taskId": "nope"}}),
+            Some(&sid),
+        )
+        .await;
+    assert_not_found(&r.reply(30), "nope");
+    // The same on 2026-07-28, where the extension is declared per request.
+    let r = send(&c, "tasks/get", Some("5"), json!({"taskId": 5}), true).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("`taskId`")),
+        "{r}"
+    );
+}

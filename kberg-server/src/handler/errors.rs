@@ -8,7 +8,7 @@ use rmcp::ErrorData as McpError;
 use serde_json::json;
 
 /// Methods this server implements; a request naming one with malformed params is `-32602`.
-pub(super) const KNOWN_METHODS: [&str; 16] = [
+pub(super) const KNOWN_METHODS: [&str; 19] = [
     "initialize",
     "ping",
     "server/discover",
@@ -25,6 +25,11 @@ pub(super) const KNOWN_METHODS: [&str; 16] = [
     "completion/complete",
     "logging/setLevel",
     "notifications/initialized",
+    // The tasks extension as the handler implements it (`tasks/list` and `tasks/result` are
+    // gone from it, so they stay unknown).
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
 ];
 
 /// Methods of 2025-11-25 that 2026-07-28 removed (SEP-2575): `-32601` on a 2026-07-28 request.
@@ -38,17 +43,11 @@ pub(super) const REMOVED_IN_2026: [&str; 5] = [
 
 /// The `-32602` answer to a known method whose params rmcp could not read, saying what is
 /// wrong with them: the params are read again as the method's shape, and that error is told
-/// (`missing field `name``, `invalid type: integer `5`, expected a string`), cut at
-/// [`MAX_PROBLEM_CHARS`] (it may quote a value the client sent).
+/// (`missing field `name``, `invalid type: integer `5`, expected a string (field `taskId`)`),
+/// cut at [`MAX_PROBLEM_CHARS`] (it may quote a value the client sent).
 pub(super) fn invalid_params(method: &str, params: Option<serde_json::Value>) -> McpError {
     let message = match params_problem(method, params) {
-        Some(mut p) => {
-            if let Some((cut, _)) = p.char_indices().nth(MAX_PROBLEM_CHARS) {
-                p.truncate(cut);
-                p.push_str("...");
-            }
-            format!("invalid params for `{method}`: {p}")
-        }
+        Some(p) => format!("invalid params for `{method}`: {p}"),
         None => format!("invalid params for `{method}`"),
     };
     McpError::invalid_params(message, None)
@@ -57,22 +56,64 @@ pub(super) fn invalid_params(method: &str, params: Option<serde_json::Value>) ->
 /// The longest description of a params problem, in characters.
 const MAX_PROBLEM_CHARS: usize = 200;
 
+/// The longest field name quoted in a params problem, in characters (it is the client's key).
+const MAX_FIELD_CHARS: usize = 64;
+
+/// The most params fields looked at to find the one a problem is about: each look reads one
+/// field again, and params have a handful of fields.
+const MAX_FIELDS_SEARCHED: usize = 32;
+
+/// `s` cut to at most `max` characters, marked with `...` where it was cut.
+fn cut(mut s: String, max: usize) -> String {
+    if let Some((at, _)) = s.char_indices().nth(max) {
+        s.truncate(at);
+        s.push_str("...");
+    }
+    s
+}
+
+/// What reading `params` as a `T` fails on, naming the field whose value is wrong when that
+/// can be told.
+fn problem<T: serde::de::DeserializeOwned>(params: Option<serde_json::Value>) -> Option<String> {
+    let params = match params {
+        None => return Some("the request has no params".to_string()),
+        Some(v) if v.is_object() => v,
+        Some(_) => return Some("params must be an object".to_string()),
+    };
+    let e = T::deserialize(&params).err()?.to_string();
+    let told = cut(e.clone(), MAX_PROBLEM_CHARS);
+    // serde names a missing, unknown or repeated field, but not a field whose value is
+    // wrong. Read each field alone: a sound one then fails on a missing field or not at
+    // all, the bad one the same way as the whole. Only one field failing so is named (two
+    // alike, or a shape that fails the same way whatever it is given, name nothing).
+    if e.contains(" field `") {
+        return Some(told);
+    }
+    let mut failing = params
+        .as_object()?
+        .iter()
+        .take(MAX_FIELDS_SEARCHED)
+        .filter(|(name, value)| {
+            let alone = serde_json::Map::from_iter([((*name).clone(), (*value).clone())]);
+            T::deserialize(&serde_json::Value::Object(alone))
+                .is_err_and(|alone| alone.to_string() == e)
+        })
+        .map(|(name, _)| name);
+    Some(match (failing.next(), failing.next()) {
+        (Some(name), None) => {
+            format!("{told} (field `{}`)", cut(name.clone(), MAX_FIELD_CHARS))
+        }
+        _ => told,
+    })
+}
+
 /// What reading `params` as `method`'s params fails on, when this server knows the shape.
 fn params_problem(method: &str, params: Option<serde_json::Value>) -> Option<String> {
     use rmcp::model::{
-        CallToolRequestParams, CompleteRequestParams, GetPromptRequestParams,
-        InitializeRequestParams, PaginatedRequestParams, ReadResourceRequestParams,
-        SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+        CallToolRequestParams, CancelTaskParams, CompleteRequestParams, GetPromptRequestParams,
+        GetTaskParams, InitializeRequestParams, PaginatedRequestParams, ReadResourceRequestParams,
+        SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams, UpdateTaskParams,
     };
-    fn problem<T: serde::de::DeserializeOwned>(
-        params: Option<serde_json::Value>,
-    ) -> Option<String> {
-        match params {
-            None => Some("the request has no params".to_string()),
-            Some(v) if !v.is_object() => Some("params must be an object".to_string()),
-            Some(v) => serde_json::from_value::<T>(v).err().map(|e| e.to_string()),
-        }
-    }
     match method {
         "tools/call" => problem::<CallToolRequestParams>(params),
         "resources/read" => problem::<ReadResourceRequestParams>(params),
@@ -82,6 +123,9 @@ fn params_problem(method: &str, params: Option<serde_json::Value>) -> Option<Str
         "completion/complete" => problem::<CompleteRequestParams>(params),
         "logging/setLevel" => problem::<SetLevelRequestParams>(params),
         "initialize" => problem::<InitializeRequestParams>(params),
+        "tasks/get" => problem::<GetTaskParams>(params),
+        "tasks/update" => problem::<UpdateTaskParams>(params),
+        "tasks/cancel" => problem::<CancelTaskParams>(params),
         // A list's params are optional: only ones that are there can be wrong.
         "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list" => {
             params.and_then(|v| problem::<PaginatedRequestParams>(Some(v)))
@@ -173,6 +217,32 @@ mod tests {
                 Some(json!({"cursor": 7})),
                 "invalid type: integer `7`",
             ),
+            (
+                "tasks/get",
+                Some(json!({"taskId": 5})),
+                "invalid type: integer `5`, expected a string (field `taskId`)",
+            ),
+            ("tasks/get", Some(json!({})), "missing field `taskId`"),
+            (
+                "tasks/cancel",
+                Some(json!({"taskId": true, "_meta": {}})),
+                "(field `taskId`)",
+            ),
+            (
+                "tasks/update",
+                Some(json!({"taskId": "t", "inputResponses": []})),
+                "(field `inputResponses`)",
+            ),
+            (
+                "tasks/update",
+                Some(json!({"taskId": "t"})),
+                "missing field `inputResponses`",
+            ),
+            (
+                "tools/call",
+                Some(json!({"name": 5, "arguments": {}})),
+                "(field `name`)",
+            ),
         ];
         for (method, params, says) in cases {
             let e = invalid_params(method, params.clone());
@@ -195,13 +265,46 @@ mod tests {
             Some(json!({"name": "x", "arguments": "y".repeat(10_000)})),
         );
         assert!(e.message.contains("invalid type: string"), "{}", e.message);
-        assert!(e.message.ends_with("..."), "{}", e.message);
+        assert!(
+            e.message.ends_with("... (field `arguments`)"),
+            "{}",
+            e.message
+        );
         assert!(e.message.chars().count() < 260, "{}", e.message);
+        let e = invalid_params("tasks/get", Some(json!({"taskId": "t", "_meta": 1})));
+        assert!(e.message.ends_with("(field `_meta`)"), "{}", e.message);
         // A method whose shape this server does not read again keeps the plain message.
         assert_eq!(
             invalid_params("notifications/initialized", Some(json!(1))).message,
             "invalid params for `notifications/initialized`"
         );
+    }
+
+    #[test]
+    fn a_field_is_named_only_when_it_alone_fails_so() {
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Two {
+            a: String,
+            b: String,
+        }
+        let says = |v| problem::<Two>(Some(v)).unwrap_or_default();
+        assert_eq!(
+            says(json!({"a": "x", "b": 1})),
+            "invalid type: integer `1`, expected a string (field `b`)"
+        );
+        // Both wrong alike: serde meant one of them, which is not told.
+        assert_eq!(
+            says(json!({"a": 1, "b": 1})),
+            "invalid type: integer `1`, expected a string"
+        );
+        // Wrong differently: the first in serde's order is the one reported and named.
+        assert_eq!(
+            says(json!({"a": 1, "b": true})),
+            "invalid type: integer `1`, expected a string (field `a`)"
+        );
+        assert_eq!(says(json!({"a": "x"})), "missing field `b`");
+        assert_eq!(problem::<Two>(Some(json!({"a": "x", "b": "y"}))), None);
     }
 
     #[test]
