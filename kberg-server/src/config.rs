@@ -24,6 +24,15 @@ pub struct Limits {
     /// Most concurrent 2025-11-25 sessions. An `initialize` beyond it gets
     /// `503 Service Unavailable`.
     pub max_sessions: usize,
+    /// Most concurrent 2025-11-25 sessions one principal may hold (initialized here, or
+    /// resumed from the session store), so that one principal cannot take all of
+    /// [`Limits::max_sessions`] and lock every other one out until its sessions expire. An
+    /// `initialize` beyond it gets `503 Service Unavailable` with the code
+    /// `too_many_sessions_for_principal`. `None` (the default): a quarter of `max_sessions`,
+    /// at least 1 (64 of the default 256). Where every client is the same principal (as with
+    /// [`OpenAccess`]) this is the session limit in effect: set it to `max_sessions` there.
+    /// `Some(0)` is a configuration error.
+    pub max_sessions_per_principal: Option<usize>,
     /// Most concurrently open listen streams: GET SSE streams (2025-11-25) plus
     /// `subscriptions/listen` streams (2026-07-28). One beyond it gets `503`.
     pub max_listen_streams: usize,
@@ -44,6 +53,7 @@ impl Default for Limits {
         Self {
             max_body_bytes: 4 * 1024 * 1024,
             max_sessions: 256,
+            max_sessions_per_principal: None,
             max_listen_streams: 256,
             session_idle_timeout: Some(Duration::from_secs(30 * 60)),
             max_calls_per_principal: 64,
@@ -62,6 +72,19 @@ impl Limits {
     pub fn max_sessions(mut self, n: usize) -> Self {
         self.max_sessions = n;
         self
+    }
+
+    /// Sets [`Limits::max_sessions_per_principal`].
+    pub fn max_sessions_per_principal(mut self, n: usize) -> Self {
+        self.max_sessions_per_principal = Some(n);
+        self
+    }
+
+    /// The number of sessions one principal may hold: [`Limits::max_sessions_per_principal`],
+    /// or when that is `None` a quarter of [`Limits::max_sessions`], at least 1.
+    pub fn sessions_per_principal(&self) -> usize {
+        self.max_sessions_per_principal
+            .unwrap_or((self.max_sessions / 4).max(1))
     }
 
     /// Sets [`Limits::max_listen_streams`].

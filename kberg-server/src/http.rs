@@ -8,10 +8,11 @@
 //!    extensions;
 //! 3. session ownership: a session id created by one principal is unknown (`404`) to others;
 //! 4. limits that need to see the request before rmcp does: concurrent sessions on
-//!    `initialize` (`503`), concurrent listen streams on GET SSE and `subscriptions/listen`
-//!    (`503`). A 2026-07-28 request names its method in the `Mcp-Method` header (rmcp checks
-//!    it against the body), so its body is not read here; a session-less legacy request is
-//!    read (body limit: `413`) and must be one JSON-RPC 2.0 message;
+//!    `initialize`, in all and per principal (`503`), concurrent listen streams on GET SSE
+//!    and `subscriptions/listen` (`503`). A 2026-07-28 request names its method in the
+//!    `Mcp-Method` header (rmcp checks it against the body), so its body is not read here; a
+//!    session-less legacy request is read (body limit: `413`) and must be one JSON-RPC 2.0
+//!    message;
 //! 5. answers that JSON-RPC prescribes for unreadable bodies: `400` with `-32700` (not JSON) or
 //!    `-32600` (not one valid request) where rmcp would say `415`.
 //!
@@ -67,9 +68,11 @@ struct GuardState {
     allow: guard::AllowList,
     max_body: usize,
     max_sessions: usize,
+    /// [`Limits::sessions_per_principal`](crate::Limits::sessions_per_principal).
+    max_sessions_per_principal: usize,
     sessions: Arc<SessionTable>,
     streams: Arc<StreamCounter>,
-    /// Serializes `initialize` so the session count check and the session's creation are one
+    /// Serializes `initialize` so the session count checks and the session's creation are one
     /// step (initializes are rare; calls never take this lock).
     initializing: tokio::sync::Mutex<()>,
     /// Which principal created each live session (shared with the session store, which
@@ -584,6 +587,25 @@ async fn route(
             match (peeked.method.as_deref(), session) {
                 (Some("initialize"), None) => {
                     let _one_at_a_time = g.initializing.lock().await;
+                    let held = {
+                        // Forget sessions that ended (expired or closed) since the last
+                        // initialize, so they neither count here nor pile up in the map: one
+                        // pass over it against rmcp's, without copying its ids.
+                        let mut owners = g.owners();
+                        g.sessions.retain_live(&mut owners);
+                        owners.values().filter(|o| **o == principal.id).count()
+                    };
+                    // The principal's own share first: it cannot retry into a place other
+                    // principals' sessions will leave.
+                    if held >= g.max_sessions_per_principal {
+                        tracing::warn!(principal = %principal.id, held, "refused an initialize over the principal's session limit");
+                        return status(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "too_many_sessions_for_principal",
+                            "Too many open sessions for this principal; end one of them \
+                             (DELETE) and retry.",
+                        );
+                    }
                     if g.sessions.len() >= g.max_sessions {
                         return status(
                             StatusCode::SERVICE_UNAVAILABLE,
@@ -597,11 +619,7 @@ async fn route(
                         .get(SESSION_HEADER)
                         .and_then(|v| v.to_str().ok())
                     {
-                        // Forget sessions that ended (expired or closed) since the last one:
-                        // one pass over the map against rmcp's, without copying its ids.
-                        let mut owners = g.owners();
-                        g.sessions.retain_live(&mut owners);
-                        owners.insert(sid.to_string(), principal.id.clone());
+                        g.owners().insert(sid.to_string(), principal.id.clone());
                     }
                     resp
                 }
@@ -633,9 +651,14 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
         )));
     }
     let limits = &config.limits;
-    if limits.max_body_bytes == 0 || limits.max_calls_per_principal == 0 {
+    if limits.max_body_bytes == 0
+        || limits.max_calls_per_principal == 0
+        || limits.max_sessions_per_principal == Some(0)
+    {
         return Err(ServerError::Config(
-            "max_body_bytes and max_calls_per_principal must be at least 1".into(),
+            "max_body_bytes, max_calls_per_principal and max_sessions_per_principal must be at \
+             least 1"
+                .into(),
         ));
     }
     let shared = TransportContext::new(
@@ -679,6 +702,7 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
         allow: guard::AllowList::new(&config.allowed_hosts, &config.allowed_origins),
         max_body: limits.max_body_bytes,
         max_sessions: limits.max_sessions,
+        max_sessions_per_principal: limits.sessions_per_principal(),
         sessions,
         streams: StreamCounter::new(limits.max_listen_streams),
         initializing: tokio::sync::Mutex::new(()),

@@ -1,7 +1,7 @@
-//! Each configurable limit, over real HTTP: concurrent sessions (503 on `initialize`),
-//! concurrent listen streams (503 on GET SSE and on `subscriptions/listen`), idle session
-//! expiry (404 afterwards), and concurrent calls per principal (`too_many_calls` result). The
-//! body size limit is covered in `http_bad_input.rs`.
+//! Each configurable limit, over real HTTP: concurrent sessions, in all and per principal (503
+//! on `initialize`), concurrent listen streams (503 on GET SSE and on `subscriptions/listen`),
+//! idle session expiry (404 afterwards), and concurrent calls per principal (`too_many_calls`
+//! result). The body size limit is covered in `http_bad_input.rs`.
 
 mod common;
 
@@ -46,7 +46,13 @@ async fn open_get(c: &Raw, sid: &str) -> reqwest::Response {
 
 #[tokio::test]
 async fn concurrent_sessions_are_limited() {
-    let s = start_with(Limits::default().max_sessions(2)).await;
+    // One principal may take the whole (small) pool here.
+    let s = start_with(
+        Limits::default()
+            .max_sessions(2)
+            .max_sessions_per_principal(2),
+    )
+    .await;
     let c = Raw::new(&s.url, Some(READER));
     let a = c.initialize().await;
     let _b = c.initialize().await;
@@ -76,6 +82,94 @@ async fn concurrent_sessions_are_limited() {
     let again = c.initialize().await;
     let r = c.call_old(&again, 2, "echo", json!({"text": "ok"})).await;
     assert_eq!(r["result"]["content"][0]["text"], "ok");
+}
+
+/// An `initialize` of a new session by `c`'s principal, as it is answered.
+async fn try_initialize(c: &Raw) -> Resp {
+    c.post(
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": PROTO_OLD, "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}),
+        None,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn one_principal_cannot_take_every_session() {
+    // The default share: a quarter of the pool.
+    let s = start_with(Limits::default().max_sessions(8)).await;
+    let a = Raw::new(&s.url, Some(READER));
+    let b = Raw::new(&s.url, Some(WRITER));
+    let mut mine = Vec::new();
+    for _ in 0..2 {
+        mine.push(a.initialize().await);
+    }
+    let r = try_initialize(&a).await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    let body: serde_json::Value = serde_json::from_str(&r.text).expect("a JSON body");
+    assert_eq!(
+        body["error"], "too_many_sessions_for_principal",
+        "{}",
+        r.text
+    );
+    assert!(
+        body["message"].as_str().is_some_and(|m| m.ends_with('.')),
+        "{}",
+        r.text
+    );
+    // Another principal still gets sessions, and A's sessions still serve.
+    let theirs = b.initialize().await;
+    let r = b.call_old(&theirs, 1, "echo", json!({"text": "b"})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "b");
+    let r = a.call_old(&mine[0], 2, "echo", json!({"text": "a"})).await;
+    assert_eq!(r["result"]["content"][0]["text"], "a");
+    // Once A ends one of its sessions, A may open one again (and only one).
+    assert_eq!(delete(&a, &mine[0]).await, 200);
+    let again = a.initialize().await;
+    let r = a
+        .call_old(&again, 3, "echo", json!({"text": "again"}))
+        .await;
+    assert_eq!(r["result"]["content"][0]["text"], "again");
+    let r = try_initialize(&a).await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert!(
+        r.text.contains("too_many_sessions_for_principal"),
+        "{}",
+        r.text
+    );
+}
+
+#[tokio::test]
+async fn the_per_principal_share_is_configurable_and_at_least_one() {
+    let s = start_with(
+        Limits::default()
+            .max_sessions(8)
+            .max_sessions_per_principal(1),
+    )
+    .await;
+    let a = Raw::new(&s.url, Some(READER));
+    let _only = a.initialize().await;
+    let r = try_initialize(&a).await;
+    assert!(
+        r.text.contains("too_many_sessions_for_principal"),
+        "{}",
+        r.text
+    );
+    // A pool of fewer than four still gives each principal one session.
+    assert_eq!(
+        Limits::default().max_sessions(3).sessions_per_principal(),
+        1
+    );
+    assert_eq!(Limits::default().sessions_per_principal(), 64);
+    let (app, _probe) = app();
+    let err = kberg_server::router(
+        app,
+        &kberg_server::HttpConfig::default()
+            .limits(Limits::default().max_sessions_per_principal(0)),
+    )
+    .expect_err("a share of no session");
+    assert_eq!(err.code(), "invalid_config");
 }
 
 #[tokio::test]
