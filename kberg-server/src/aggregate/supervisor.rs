@@ -141,6 +141,8 @@ pub(super) async fn supervise(
                     }
                     Ok(Err(e)) => {
                         let _ = client.cancel().await;
+                        // The upstream wrote this error and may quote the credential it was
+                        // sent (a rejected token): redacted below, with every other reason.
                         format!("listing its tools failed: {e}")
                     }
                     Ok(Ok(())) => {
@@ -181,6 +183,9 @@ pub(super) async fn supervise(
                 }
             }
         };
+        // Callers are shown the reason (a refusal, an operator's status page) and the log keeps
+        // it: whichever path produced it, no credential of the transport stays in it.
+        let reason = up.config.transport.redact(&reason);
         tracing::warn!(namespace = up.namespace(), %reason, attempt, "upstream unavailable");
         up.status
             .send_replace(UpstreamStatus::Unavailable { reason });
@@ -241,7 +246,8 @@ async fn run_connected(
                 match tokio::time::timeout(shared.connect_timeout, sync_tools(shared, up, peer)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
-                        tracing::warn!(namespace = up.namespace(), error = %e, "re-listing tools failed");
+                        let error = up.config.transport.redact(&e.to_string());
+                        tracing::warn!(namespace = up.namespace(), %error, "re-listing tools failed");
                     }
                     Err(_) => {
                         if let Some(s) = stop.take() { s.cancel(); }
