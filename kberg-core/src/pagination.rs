@@ -64,7 +64,9 @@ pub(crate) fn paginate<T: Clone>(
         }
     };
     let limit = limit.max(1);
-    let end = (start + limit).min(sorted.len());
+    // Saturating: an app may set an unbounded page size (`usize::MAX`), and any cursor makes
+    // `start` positive.
+    let end = start.saturating_add(limit).min(sorted.len());
     let items = sorted[start..end].to_vec();
     let next_cursor = if end < sorted.len() {
         items.last().map(|t| encode_cursor(key(t)))
@@ -154,6 +156,21 @@ mod tests {
                     .ok_or_else(|| "asked past the end".to_string()),
             )
         }
+    }
+
+    #[test]
+    fn a_huge_page_size_after_a_cursor_is_the_rest_of_the_list() {
+        let list = ["a", "b", "c"];
+        fn key<'b>(s: &'b &str) -> &'b str {
+            s
+        }
+        let first = paginate(&list, key, None, usize::MAX).unwrap();
+        assert_eq!(first.items, list);
+        assert_eq!(first.next_cursor, None);
+        let cursor = encode_cursor("a");
+        let rest = paginate(&list, key, Some(&cursor), usize::MAX).unwrap();
+        assert_eq!(rest.items, ["b", "c"]);
+        assert_eq!(rest.next_cursor, None);
     }
 
     #[test]
