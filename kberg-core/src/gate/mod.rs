@@ -161,7 +161,7 @@ impl Gate {
     }
 
     /// Runs steps 1-4 without running the tool: the spec of the tool `caller` may call with
-    /// `args`, or the refusal.
+    /// `args`, or the refusal. Null `args` are an empty object, as in [`Gate::call`].
     pub(crate) fn check(
         &self,
         catalog: &Catalog,
@@ -169,6 +169,15 @@ impl Gate {
         name: &str,
         args: &Value,
     ) -> Result<ToolSpec, GateError> {
+        // The same arguments `call` would run with: a check that judged `null` itself would
+        // refuse (e.g. against `{"type": "object"}`) a call that `call` accepts.
+        let empty;
+        let args = if args.is_null() {
+            empty = Value::Object(Default::default());
+            &empty
+        } else {
+            args
+        };
         let (entry, _) = admit(catalog, caller, name)?;
         check_args(catalog, entry, caller, args)?;
         Ok(entry.spec.clone())
