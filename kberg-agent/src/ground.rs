@@ -316,12 +316,22 @@ pub(crate) fn words_of(text: &str) -> String {
         .join(" ")
 }
 
-/// `text` (lower case) with `&amp;` undone, then the escapes of punctuation (`&#34;`, `&#x27;`,
-/// `&quot;`, `&apos;`, `&lt;`, `&gt;`, the final `;` optional) made a space. Escapes of letters
-/// or digits are left alone, so no word appears that the text did not hold.
+/// How many levels of `&amp;` [`unescape_punctuation`] undoes: text escaped twice (one
+/// `&amp;`, as in `&amp;#34`) and a little more. Deeper escaping keeps its `amp` words.
+const AMP_LEVELS: usize = 3;
+
+/// `text` (lower case) with up to [`AMP_LEVELS`] levels of `&amp;` undone, then the escapes of
+/// punctuation (`&#34;`, `&#x27;`, `&quot;`, `&apos;`, `&lt;`, `&gt;`, the final `;` optional)
+/// made a space. Escapes of letters or digits are left alone, so no word appears that the text
+/// did not hold.
 fn unescape_punctuation(text: &str) -> String {
     let mut s = text.to_string();
-    while s.contains("&amp;") {
+    // A fixed number of passes, not "until none is left": `&` then `amp;` repeated k times
+    // would take k passes over the whole text (quadratic, on user and model text alike).
+    for _ in 0..AMP_LEVELS {
+        if !s.contains("&amp;") {
+            break;
+        }
         s = s.replace("&amp;", "&");
     }
     let mut out = String::with_capacity(s.len());
@@ -581,6 +591,20 @@ mod tests {
         let named = HashMap::from([("note".to_string(), "search".to_string())]);
         assert!(g.check(&json!({"note": 5}), &named).is_none());
         assert!(g.check(&json!({"note": 6}), &named).unwrap().is_id);
+    }
+
+    #[test]
+    fn nested_amp_escapes_are_undone_only_a_few_levels_deep() {
+        // Escaped twice and three times: decoded.
+        assert_eq!(words_of("Milk &amp;#34"), "milk");
+        assert_eq!(words_of("Milk &amp;amp;#34;"), "milk");
+        assert_eq!(words_of("Milk &amp;amp;amp;quot;"), "milk");
+        // 200 KB of `&` then `amp;` repeated: a few passes, then the rest stays as written (it
+        // used to take one pass over the whole text per `amp;`).
+        let k = 50_000;
+        let text = format!("&{}", "amp;".repeat(k));
+        let expected = vec!["amp"; k - AMP_LEVELS].join(" ");
+        assert_eq!(words_of(&text), expected);
     }
 
     #[test]
