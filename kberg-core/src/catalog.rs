@@ -224,7 +224,9 @@ impl Entry {
             None => find_scope_field(&spec.input_schema),
         };
         spec.scope_field = scope_field;
-        let handles = handle_sites(&spec.input_schema);
+        // A handle the gate could not find would reach the tool unresolved: refused here.
+        let handles =
+            handle_sites(&spec.input_schema).map_err(|reason| invalid("input", reason))?;
         let mut listed_full = spec.clone();
         if spec.previews {
             project_commit_field(&mut listed_full.input_schema);

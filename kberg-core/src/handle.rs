@@ -19,11 +19,13 @@
 //! still resolves handles minted with the old.
 //!
 //! Tools declare a handle-typed argument with [`Handle<K>`]: its JSON Schema is a string marked
-//! `x-kberg-handle: <kind>`, and the gate resolves every such argument (nested, in arrays, or
-//! optional) against the caller before the tool runs, refusing a bad one with `handle_invalid`
-//! or `handle_expired` and a pointer to it. The tool receives the internal id.
+//! `x-kberg-handle: <kind>`, and the gate resolves every such argument (nested, in arrays, maps
+//! or tuples, or optional) against the caller before the tool runs, refusing a bad one with
+//! `handle_invalid` or `handle_expired` and a pointer to it. The tool receives the internal id.
+//! A schema with a handle where the gate would not find it is refused at registration.
 
 use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -397,8 +399,15 @@ impl<K: HandleKind> schemars::JsonSchema for Handle<K> {
 /// One step from the arguments' root towards a handle argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Step {
+    /// The property of this name (`properties`).
     Key(String),
-    Items,
+    /// Every array element from this index on (`items`, which starts after any `prefixItems`).
+    Items(usize),
+    /// The array element at this index (`prefixItems`, or an array-form `items`: a tuple).
+    Index(usize),
+    /// The value of every property but these, the ones the schema names in `properties`
+    /// (`additionalProperties`: a map).
+    Values(Vec<String>),
 }
 
 /// Where in the arguments a handle of `kind` sits.
@@ -408,66 +417,251 @@ pub(crate) struct HandleSite {
     pub(crate) kind: String,
 }
 
-/// Finds the handle arguments a schema declares (following local `$ref`s, `anyOf`/`oneOf`/
-/// `allOf`, object properties and array items), computed once at registration.
-pub(crate) fn handle_sites(schema: &Value) -> Vec<HandleSite> {
-    let mut out = Vec::new();
-    let mut path = Vec::new();
-    collect(schema, schema, &mut path, &mut out, 0);
-    out.dedup();
+/// How many schema levels (`$ref`s, `anyOf` branches, properties, items) the collector follows.
+/// No real argument nests this deep; a recursive type with a handle does, and is refused.
+const MAX_SITE_DEPTH: u32 = 24;
+
+/// Finds the handle arguments a schema declares, computed once at registration. It follows
+/// local `$ref`s, `anyOf`/`oneOf`/`allOf`, object `properties`, map values
+/// (`additionalProperties`), array `items` and tuple positions (`prefixItems`, array-form
+/// `items` with `additionalItems`).
+///
+/// A handle anywhere else (under `patternProperties`, `not`, `if`, `contains`, ..., behind a
+/// `$ref` that does not point into the schema, or deeper than [`MAX_SITE_DEPTH`] levels, as in
+/// a recursive type) is an error naming where: the gate would not resolve it, and the tool
+/// would receive the caller's raw string as an internal id.
+pub(crate) fn handle_sites(schema: &Value) -> Result<Vec<HandleSite>, String> {
+    // Most schemas declare no handle: nothing to follow, nothing to refuse.
+    if !mentions_handle(schema) {
+        return Ok(Vec::new());
+    }
+    let mut collector = Collector {
+        root: schema,
+        reaches: HashMap::new(),
+        out: Vec::new(),
+    };
+    collector.collect(schema, &mut Vec::new(), 0)?;
+    Ok(collector.out)
+}
+
+/// Whether `value` has the handle keyword anywhere, as a key of any object in it.
+fn mentions_handle(value: &Value) -> bool {
+    match value {
+        Value::Object(obj) => {
+            obj.contains_key(HANDLE_SCHEMA_KEYWORD) || obj.values().any(mentions_handle)
+        }
+        Value::Array(items) => items.iter().any(mentions_handle),
+        _ => false,
+    }
+}
+
+/// Whether a handle can be reached from `value`, following its local `$ref`s (`seen` holds the
+/// targets already followed, so cycles end). A reference this cannot follow may lead anywhere,
+/// so it counts as reaching one.
+fn reaches_handle(value: &Value, root: &Value, seen: &mut HashSet<*const Value>) -> bool {
+    match value {
+        Value::Object(obj) => {
+            if obj.contains_key(HANDLE_SCHEMA_KEYWORD)
+                || obj.contains_key("$dynamicRef")
+                || obj.contains_key("$recursiveRef")
+            {
+                return true;
+            }
+            if let Some(r) = obj.get("$ref") {
+                match local_ref(r, root) {
+                    Some(target) => {
+                        if seen.insert(target as *const Value) && reaches_handle(target, root, seen)
+                        {
+                            return true;
+                        }
+                    }
+                    None => return true,
+                }
+            }
+            obj.values().any(|sub| reaches_handle(sub, root, seen))
+        }
+        Value::Array(items) => items.iter().any(|sub| reaches_handle(sub, root, seen)),
+        _ => false,
+    }
+}
+
+/// The schema a `$ref` of the form `#/json/pointer` (or `#`) names within `root`.
+fn local_ref<'s>(r: &Value, root: &'s Value) -> Option<&'s Value> {
+    r.as_str()
+        .and_then(|r| r.strip_prefix('#'))
+        .and_then(|p| root.pointer(p))
+}
+
+/// `path` as a JSON pointer into the arguments, `*` standing for every element or value.
+fn show(path: &[Step]) -> String {
+    let mut out = String::new();
+    for step in path {
+        out.push('/');
+        match step {
+            Step::Key(k) => out.push_str(&escape_segment(k)),
+            Step::Items(_) | Step::Values(_) => out.push('*'),
+            Step::Index(i) => out.push_str(&i.to_string()),
+        }
+    }
     out
 }
 
-fn collect(
-    schema: &Value,
-    root: &Value,
-    path: &mut Vec<Step>,
-    out: &mut Vec<HandleSite>,
-    depth: u32,
-) {
-    // Recursive types ($ref cycles) stop here; no real argument nests this deep.
-    if depth > 24 {
-        return;
-    }
-    let Some(obj) = schema.as_object() else {
-        return;
-    };
-    if let Some(kind) = obj.get(HANDLE_SCHEMA_KEYWORD).and_then(Value::as_str) {
-        let site = HandleSite {
-            path: path.clone(),
-            kind: kind.to_string(),
-        };
-        if !out.contains(&site) {
-            out.push(site);
+/// The walk of [`handle_sites`] over one schema.
+struct Collector<'s> {
+    root: &'s Value,
+    /// Whether a handle can be reached from a schema node, by the node's address (the same
+    /// node is asked about again on every path that leads to it).
+    reaches: HashMap<*const Value, bool>,
+    out: Vec<HandleSite>,
+}
+
+impl<'s> Collector<'s> {
+    fn reaches(&mut self, node: &'s Value) -> bool {
+        let key = node as *const Value;
+        if let Some(&known) = self.reaches.get(&key) {
+            return known;
         }
-        return;
+        let found = reaches_handle(node, self.root, &mut HashSet::new());
+        self.reaches.insert(key, found);
+        found
     }
-    if let Some(target) = obj
-        .get("$ref")
-        .and_then(Value::as_str)
-        .and_then(|r| r.strip_prefix('#'))
-        .and_then(|p| root.pointer(p))
-    {
-        collect(target, root, path, out, depth + 1);
+
+    /// Refuses `sub`, found under `keyword`, if a handle can be reached from it.
+    fn refuse_handles_in(
+        &mut self,
+        sub: &'s Value,
+        keyword: &str,
+        path: &[Step],
+    ) -> Result<(), String> {
+        if self.reaches(sub) {
+            return Err(format!(
+                "a handle argument under `{keyword}` (at `{}`) is not supported: the gate \
+                 resolves handles only through properties, maps, array items, tuples, local \
+                 `$ref`s and anyOf/oneOf/allOf",
+                show(path)
+            ));
+        }
+        Ok(())
     }
-    for key in ["anyOf", "oneOf", "allOf"] {
-        if let Some(subs) = obj.get(key).and_then(Value::as_array) {
-            for sub in subs {
-                collect(sub, root, path, out, depth + 1);
+
+    fn collect(
+        &mut self,
+        schema: &'s Value,
+        path: &mut Vec<Step>,
+        depth: u32,
+    ) -> Result<(), String> {
+        // Only a node that leads to a handle is walked: the rest has no site to find.
+        if !self.reaches(schema) {
+            return Ok(());
+        }
+        if depth > MAX_SITE_DEPTH {
+            return Err(format!(
+                "a handle argument at `{}` nests more than {MAX_SITE_DEPTH} schema levels deep \
+                 (a recursive type?)",
+                show(path)
+            ));
+        }
+        let Some(obj) = schema.as_object() else {
+            return Err(format!(
+                "a handle argument at `{}` is not in a schema",
+                show(path)
+            ));
+        };
+        let prefix_len = obj
+            .get("prefixItems")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        for (keyword, sub) in obj {
+            match keyword.as_str() {
+                HANDLE_SCHEMA_KEYWORD => {
+                    let Some(kind) = sub.as_str() else {
+                        return Err(format!(
+                            "`{HANDLE_SCHEMA_KEYWORD}` at `{}` is not a string",
+                            show(path)
+                        ));
+                    };
+                    let site = HandleSite {
+                        path: path.clone(),
+                        kind: kind.to_string(),
+                    };
+                    if !self.out.contains(&site) {
+                        self.out.push(site);
+                    }
+                }
+                "$ref" => match local_ref(sub, self.root) {
+                    Some(target) => self.collect(target, path, depth + 1)?,
+                    None => {
+                        return Err(format!(
+                            "the `$ref` {sub} at `{}` does not point into the schema, so the \
+                             handles behind it cannot be found",
+                            show(path)
+                        ));
+                    }
+                },
+                "anyOf" | "oneOf" | "allOf" if sub.is_array() => {
+                    for branch in sub.as_array().into_iter().flatten() {
+                        self.collect(branch, path, depth + 1)?;
+                    }
+                }
+                "properties" if sub.is_object() => {
+                    for (name, prop) in sub.as_object().into_iter().flatten() {
+                        path.push(Step::Key(name.clone()));
+                        self.collect(prop, path, depth + 1)?;
+                        path.pop();
+                    }
+                }
+                "additionalProperties" => {
+                    // Which keys are "additional" depends on `patternProperties` too, whose
+                    // regular expressions the gate does not evaluate.
+                    if obj.contains_key("patternProperties") {
+                        self.refuse_handles_in(sub, keyword, path)?;
+                        continue;
+                    }
+                    let named = obj
+                        .get("properties")
+                        .and_then(Value::as_object)
+                        .map(|p| p.keys().cloned().collect())
+                        .unwrap_or_default();
+                    path.push(Step::Values(named));
+                    self.collect(sub, path, depth + 1)?;
+                    path.pop();
+                }
+                "prefixItems" if sub.is_array() => {
+                    for (i, item) in sub.as_array().into_iter().flatten().enumerate() {
+                        path.push(Step::Index(i));
+                        self.collect(item, path, depth + 1)?;
+                        path.pop();
+                    }
+                }
+                "items" => match sub {
+                    Value::Array(positions) => {
+                        for (i, item) in positions.iter().enumerate() {
+                            path.push(Step::Index(i));
+                            self.collect(item, path, depth + 1)?;
+                            path.pop();
+                        }
+                    }
+                    _ => {
+                        path.push(Step::Items(prefix_len));
+                        self.collect(sub, path, depth + 1)?;
+                        path.pop();
+                    }
+                },
+                // The elements after an array-form `items`; without one it applies to nothing.
+                "additionalItems" => match obj.get("items").and_then(Value::as_array) {
+                    Some(positions) => {
+                        path.push(Step::Items(positions.len()));
+                        self.collect(sub, path, depth + 1)?;
+                        path.pop();
+                    }
+                    None => self.refuse_handles_in(sub, keyword, path)?,
+                },
+                // Definitions apply to the arguments only through a `$ref`, followed above.
+                "$defs" | "definitions" => {}
+                _ => self.refuse_handles_in(sub, keyword, path)?,
             }
         }
-    }
-    if let Some(props) = obj.get("properties").and_then(Value::as_object) {
-        for (k, sub) in props {
-            path.push(Step::Key(k.clone()));
-            collect(sub, root, path, out, depth + 1);
-            path.pop();
-        }
-    }
-    if let Some(items) = obj.get("items").filter(|v| v.is_object()) {
-        path.push(Step::Items);
-        collect(items, root, path, out, depth + 1);
-        path.pop();
+        Ok(())
     }
 }
 
@@ -528,10 +722,29 @@ fn resolve_walk(
                 pointer.truncate(len);
             }
         }
-        (Step::Items, Value::Array(items)) => {
-            for (i, v) in items.iter_mut().enumerate() {
+        (Step::Items(from), Value::Array(items)) => {
+            for (i, v) in items.iter_mut().enumerate().skip(*from) {
                 pointer.push('/');
                 pointer.push_str(&i.to_string());
+                resolve_walk(v, rest, kind, codec, principal, now, pointer)?;
+                pointer.truncate(len);
+            }
+        }
+        (Step::Index(i), Value::Array(items)) => {
+            if let Some(v) = items.get_mut(*i) {
+                pointer.push('/');
+                pointer.push_str(&i.to_string());
+                resolve_walk(v, rest, kind, codec, principal, now, pointer)?;
+                pointer.truncate(len);
+            }
+        }
+        (Step::Values(named), Value::Object(map)) => {
+            for (k, v) in map.iter_mut() {
+                if named.contains(k) {
+                    continue;
+                }
+                pointer.push('/');
+                pointer.push_str(&escape_segment(k));
                 resolve_walk(v, rest, kind, codec, principal, now, pointer)?;
                 pointer.truncate(len);
             }
@@ -624,15 +837,114 @@ mod tests {
             "$defs": {"Inner": {"type": "object", "properties": {
                 "b": {"type": "string", "x-kberg-handle": "book"}}}}
         });
-        let sites = handle_sites(&schema);
+        let sites = handle_sites(&schema).unwrap();
         assert_eq!(sites.len(), 5);
         assert!(sites.contains(&HandleSite {
-            path: vec![Step::Key("many".into()), Step::Items],
+            path: vec![Step::Key("many".into()), Step::Items(0)],
             kind: "book".into()
         }));
         assert!(sites.contains(&HandleSite {
             path: vec![Step::Key("opt_inner".into()), Step::Key("b".into())],
             kind: "book".into()
         }));
+    }
+
+    #[test]
+    fn sites_follow_maps_and_tuples() {
+        let handle = serde_json::json!({"type": "string", "x-kberg-handle": "note"});
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {"a": {"type": "string"}, "b": handle},
+            "additionalProperties": handle,
+            "$defs": {"Pair": {"type": "array", "prefixItems": [handle, {"type": "integer"}],
+                "items": handle}},
+        });
+        let mut schema = schema;
+        schema["properties"]["pair"] = serde_json::json!({"$ref": "#/$defs/Pair"});
+        schema["properties"]["old"] = serde_json::json!({"type": "array",
+            "items": [{"type": "integer"}, handle], "additionalItems": handle});
+        let sites = handle_sites(&schema).unwrap();
+        let paths: Vec<Vec<Step>> = sites.into_iter().map(|s| s.path).collect();
+        let key = |k: &str| Step::Key(k.into());
+        for expected in [
+            vec![key("b")],
+            vec![key("pair"), Step::Index(0)],
+            vec![key("pair"), Step::Items(2)],
+            vec![key("old"), Step::Index(1)],
+            vec![key("old"), Step::Items(2)],
+        ] {
+            assert!(paths.contains(&expected), "{expected:?} not in {paths:?}");
+        }
+        // The map's values are every property but the named ones.
+        assert!(paths.iter().any(|p| matches!(p.as_slice(),
+            [Step::Values(named)] if named.len() == 4 && named.contains(&"a".to_string()))));
+        assert_eq!(paths.len(), 6);
+
+        // The values of a map resolve; the named properties are left alone.
+        let c = codec();
+        let h = c.mint("ann", "note", "row:1", None).unwrap();
+        let mut args = serde_json::json!({"a": "plain", "x": h, "y": h, "pair": [h, 1, h]});
+        resolve_sites(&mut args, &handle_sites(&schema).unwrap(), &c, "ann").unwrap();
+        assert_eq!(
+            args,
+            serde_json::json!({"a": "plain", "x": "row:1", "y": "row:1",
+                "pair": ["row:1", 1, "row:1"]})
+        );
+    }
+
+    #[test]
+    fn a_handle_out_of_the_sites_reach_is_refused() {
+        let handle = serde_json::json!({"type": "string", "x-kberg-handle": "note"});
+        let mut deep = handle.clone();
+        for _ in 0..30 {
+            deep = serde_json::json!({"type": "object", "properties": {"n": deep}});
+        }
+        let recursive = serde_json::json!({"$ref": "#/$defs/T", "$defs": {"T": {
+            "type": "object",
+            "properties": {"note": handle, "next": {"$ref": "#/$defs/T"}}}}});
+        for (schema, why) in [
+            (serde_json::json!({"not": handle}), "`not`"),
+            (
+                serde_json::json!({"if": {"properties": {"a": handle}}}),
+                "`if`",
+            ),
+            (
+                serde_json::json!({"patternProperties": {"": handle}}),
+                "`patternProperties`",
+            ),
+            (
+                serde_json::json!({"unevaluatedProperties": handle}),
+                "`unevaluatedProperties`",
+            ),
+            (
+                serde_json::json!({"items": {"x-kberg-handle": 3}}),
+                "not a string",
+            ),
+            (
+                serde_json::json!({"properties": {"a": {"$ref": "other.json#/x"}, "b": handle}}),
+                "does not point into the schema",
+            ),
+            (deep, "levels deep"),
+            (recursive, "levels deep"),
+        ] {
+            let err = handle_sites(&schema).unwrap_err();
+            assert!(err.contains(why), "{schema}: {err}");
+        }
+    }
+
+    #[test]
+    fn what_cannot_hide_a_handle_is_not_refused() {
+        let handle = serde_json::json!({"type": "string", "x-kberg-handle": "note"});
+        // A recursive type without handles, beside a handle; and an unused definition.
+        let schema = serde_json::json!({"type": "object",
+            "properties": {"note": handle, "tree": {"$ref": "#/$defs/Tree"}},
+            "$defs": {
+                "Tree": {"type": "object", "properties": {
+                    "kids": {"type": "array", "items": {"$ref": "#/$defs/Tree"}}}},
+                "Unused": {"not": handle}}});
+        assert_eq!(handle_sites(&schema).unwrap().len(), 1);
+        // No handle at all: nothing is followed, not even a reference elsewhere.
+        let plain = serde_json::json!({"properties": {"a": {"$ref": "other.json#/x"}}});
+        assert_eq!(handle_sites(&plain), Ok(Vec::new()));
     }
 }
