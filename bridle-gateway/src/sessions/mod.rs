@@ -9,7 +9,15 @@
 //!
 //! An operator can end a session: the next request that carries its id is refused, so the
 //! client must start a new session (and authenticate again). Sessions not seen for the idle
-//! timeout are dropped from the registry.
+//! timeout are dropped from the registry (looked for at most once per [`SWEEP_EVERY`], not on
+//! every request).
+//!
+//! The registry is told of a session id before the transport has checked it, so an agent could
+//! present made-up ids: the registry records at most [`MAX_SESSIONS_PER_AGENT`] sessions per
+//! agent (an agent that holds that many gets no new record until one goes idle, so a flood of
+//! made-up ids fills only the flooding agent's share, here and in a shared ledger), and an id
+//! longer than [`MAX_SESSION_ID_LEN`], which no transport hands out, is not recorded at all.
+//! Either way the request itself goes on to the transport, which refuses an unknown id.
 //!
 //! One gateway keeps all of this in memory. Replicas on one PostgreSQL database share it
 //! through a [`SessionLedger`] ([`ledger`]; [`postgres`] with the feature): each replica still
@@ -36,6 +44,18 @@ pub use ledger::{ENDED_PREFIX, SessionBatch, SessionLedger, SessionSnapshot};
 /// How often a registry with a ledger exchanges what changed for what the other replicas
 /// wrote: the longest a session first seen on another replica, or a count, takes to show.
 pub const SYNC_EVERY: Duration = Duration::from_secs(1);
+
+/// The most sessions the registry records for one agent: more than a transport lets one
+/// principal hold open (kberg-server's default share is 64 of 256).
+pub const MAX_SESSIONS_PER_AGENT: usize = 256;
+
+/// The longest session id the registry records (transports hand out ids of 32 to 36
+/// characters).
+pub const MAX_SESSION_ID_LEN: usize = 128;
+
+/// How often, at most, a request looks for sessions gone idle (or the idle timeout, when that
+/// is shorter).
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// How a connection speaks MCP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -126,6 +146,8 @@ struct Book {
     ended: HashMap<String, SystemTime>,
     calls: HashMap<String, CallCounts>,
     unwritten: Unwritten,
+    /// When idle sessions were last looked for.
+    swept: Option<SystemTime>,
 }
 
 /// The live registry.
@@ -212,6 +234,9 @@ impl SessionRegistry {
         let now = SystemTime::now();
         let stateless = protocol_version.is_some_and(|v| v >= "2026-07-28");
         let (id, generation) = match session_id {
+            // No transport hands out such an id: the request is refused there, and the
+            // registry keeps no record of it.
+            Some(s) if s.len() > MAX_SESSION_ID_LEN => return true,
             Some(s) => (s.to_string(), Generation::Stateful),
             None if stateless => (format!("{agent}/stateless"), Generation::Stateless),
             // A 2025-11-25 `initialize` (no session yet): the session appears with the
@@ -223,26 +248,40 @@ impl SessionRegistry {
             return false;
         }
         let idle = self.idle;
-        let expired: Vec<(String, String)> = book
-            .sessions
-            .values()
-            .filter(|s| {
-                now.duration_since(SystemTime::UNIX_EPOCH + Duration::from_millis(s.last_seen_ms))
+        if book.swept.is_none_or(|at| {
+            now.duration_since(at)
+                .is_ok_and(|d| d >= SWEEP_EVERY.min(idle))
+        }) {
+            book.swept = Some(now);
+            let expired: Vec<(String, String)> = book
+                .sessions
+                .values()
+                .filter(|s| {
+                    now.duration_since(
+                        SystemTime::UNIX_EPOCH + Duration::from_millis(s.last_seen_ms),
+                    )
                     .is_ok_and(|d| d > idle)
-            })
-            .map(|s| (s.id.clone(), s.agent.clone()))
-            .collect();
-        for (sid, a) in expired {
-            book.sessions.remove(&sid);
-            let _ = self.events.send(SessionEvent::Disconnected {
-                id: sid,
-                agent: a,
-                reason: "idle",
-            });
+                })
+                .map(|s| (s.id.clone(), s.agent.clone()))
+                .collect();
+            for (sid, a) in expired {
+                book.sessions.remove(&sid);
+                let _ = self.events.send(SessionEvent::Disconnected {
+                    id: sid,
+                    agent: a,
+                    reason: "idle",
+                });
+            }
+            book.ended
+                .retain(|_, at| now.duration_since(*at).is_ok_and(|d| d < idle * 2));
         }
-        book.ended
-            .retain(|_, at| now.duration_since(*at).is_ok_and(|d| d < idle * 2));
         let shared = self.ledger.is_some();
+        // Counted for a new stateful id only: a known one, or a 2026-07-28 client's one
+        // record, costs no pass over the sessions.
+        let full = generation == Generation::Stateful
+            && !book.sessions.contains_key(&id)
+            && book.sessions.values().filter(|s| s.agent == agent).count()
+                >= MAX_SESSIONS_PER_AGENT;
         match book.sessions.get_mut(&id) {
             Some(s) if s.agent == agent => {
                 s.last_seen_ms = ms(now);
@@ -257,6 +296,8 @@ impl SessionRegistry {
             // A session id presented by another agent than the one that opened it is not
             // that session; the transport refuses it, the registry does not merge them.
             Some(_) => {}
+            // The agent holds its whole share: no new record until one goes idle.
+            None if full => {}
             None => {
                 let record = SessionRecord {
                     id: id.clone(),
@@ -800,5 +841,25 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         assert!(r.touch("codex", None, Some("s2"), None));
         assert!(r.session("s1").is_none());
+    }
+
+    #[test]
+    fn made_up_session_ids_fill_only_the_agents_own_share() {
+        let r = SessionRegistry::default();
+        for i in 0..(MAX_SESSIONS_PER_AGENT + 500) {
+            assert!(r.touch("claude", None, Some(&format!("made-up-{i}")), None));
+        }
+        let held = |agent: &str| r.sessions().iter().filter(|s| s.agent == agent).count();
+        assert_eq!(held("claude"), MAX_SESSIONS_PER_AGENT);
+        // Known sessions of the agent still count their requests; other agents are untouched.
+        assert!(r.touch("claude", None, Some("made-up-0"), None));
+        assert_eq!(r.session("made-up-0").map(|s| s.requests), Some(2));
+        assert!(r.touch("codex", None, Some("codex-1"), None));
+        assert!(r.session("codex-1").is_some());
+        // An id no transport hands out is not recorded.
+        let long = "x".repeat(MAX_SESSION_ID_LEN + 1);
+        assert!(r.touch("codex", None, Some(&long), None));
+        assert!(r.session(&long).is_none());
+        assert_eq!(held("codex"), 1);
     }
 }
