@@ -172,7 +172,11 @@ impl GatewayBuilder {
                 as Arc<dyn bridle_memory::tools::ProjectAccess>);
             tools
         });
+        let remember_tools = memory_tools.clone();
         let app = crate::app::build_app_observed(&ctx, memory_tools, Some(&metrics))?;
+        if let Some(tools) = remember_tools {
+            crate::memory::guard_remember(app.tools(), &ctx, tools)?;
+        }
         let docker_dir = vault.config().docker_secrets_dir.clone();
         let secrets = self.secrets.unwrap_or_else(|| {
             Arc::new(GatewaySecrets::new(
@@ -278,9 +282,11 @@ pub struct Gateway {
 }
 
 /// Registers the Kanboard tools when `bridle.yaml` has a `kanboard:` section: credentials from
-/// `secrets` per call, and each agent's Kanboard projects the mappings of its Bridle projects
-/// whose `permissions.<type>.kanboard.read` is set (so read permission is checked per project;
-/// `kanboard.write` is a grant like any other write).
+/// `secrets` per call, each agent's Kanboard projects the mappings of its Bridle projects whose
+/// `permissions.<type>.kanboard.read` is set, and those it may change the mappings of the ones
+/// among them that also set `kanboard.write`. Both are checked per project: the `kanboard.write`
+/// grant the gate checks is the union over the agent's projects, so a project that allows only
+/// reading would otherwise be written to through another's grant.
 #[cfg(feature = "kanboard")]
 fn register_kanboard(
     ctx: &Arc<GatewayContext>,
@@ -320,10 +326,20 @@ fn register_kanboard(
             .unwrap_or_default()
             .into_iter()
             .filter(|p| agent.may_use(p))
-            .filter(|p| {
-                gw.store
-                    .load(p)
-                    .is_ok_and(|l| l.document.permissions_of(&agent.agent_type).kanboard.read)
+            .filter_map(|name| {
+                let rw = gw
+                    .store
+                    .load(&name)
+                    .ok()?
+                    .document
+                    .permissions_of(&agent.agent_type)
+                    .kanboard;
+                // Writing needs reading too: every write first reads the task or project it
+                // changes.
+                rw.read.then_some(crate::kanboard::BridleProject {
+                    name,
+                    write: rw.write,
+                })
             })
             .collect()
     });

@@ -5,7 +5,10 @@
 //! call) and records the use, like the upstream routes do; a source that cannot record the use
 //! gets no credential, so nothing is sent. The agent's Kanboard projects are the union of the
 //! mappings of its Bridle projects, computed per call from a function the gateway gives (the
-//! agent's configured projects), so a changed mapping or project list applies at once.
+//! agent's configured projects), so a changed mapping or project list applies at once. The
+//! projects it may change are the mappings of those of its Bridle projects whose rules also let
+//! its type write: the `kanboard.write` capability the gate checks is the union over all its
+//! projects, so it alone would let a project that only allows reading be changed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -64,8 +67,36 @@ pub struct KanboardConfig {
     pub projects: BTreeMap<String, Vec<i64>>,
 }
 
-/// The Bridle projects a caller may use (the gateway's agent configuration decides).
-pub type BridleProjects = Arc<dyn Fn(&Caller) -> Vec<String> + Send + Sync>;
+/// One Bridle project a caller may use with Kanboard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BridleProject {
+    /// The project's name (a key of [`KanboardConfig::projects`]).
+    pub name: String,
+    /// Whether the project's rules let the caller change Kanboard there (`kanboard.write`).
+    pub write: bool,
+}
+
+impl BridleProject {
+    /// A project whose Kanboard projects the caller may read only.
+    pub fn read_only(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            write: false,
+        }
+    }
+
+    /// A project whose Kanboard projects the caller may read and change.
+    pub fn writable(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            write: true,
+        }
+    }
+}
+
+/// The Bridle projects a caller may use with Kanboard (the gateway's agent configuration and
+/// the projects' rules decide), each with whether it may write there.
+pub type BridleProjects = Arc<dyn Fn(&Caller) -> Vec<BridleProject> + Send + Sync>;
 
 /// [`KanboardAccess`] over a secret source and a [`KanboardConfig`].
 pub struct VaultAccess {
@@ -95,6 +126,18 @@ impl VaultAccess {
             secrets: SecretDesk::new(secrets),
             bridle_projects,
         }
+    }
+
+    /// The Kanboard projects mapped to the caller's Bridle projects, or only to those it may
+    /// write in when `write`.
+    fn mapped(&self, caller: &Caller, write: bool) -> BTreeSet<i64> {
+        (self.bridle_projects)(caller)
+            .iter()
+            .filter(|p| p.write || !write)
+            .filter_map(|p| self.config.projects.get(&p.name))
+            .flatten()
+            .copied()
+            .collect()
     }
 }
 
@@ -135,12 +178,11 @@ impl KanboardAccess for VaultAccess {
     }
 
     async fn projects(&self, caller: &Caller) -> BTreeSet<i64> {
-        (self.bridle_projects)(caller)
-            .iter()
-            .filter_map(|p| self.config.projects.get(p))
-            .flatten()
-            .copied()
-            .collect()
+        self.mapped(caller, false)
+    }
+
+    async fn writable_projects(&self, caller: &Caller) -> BTreeSet<i64> {
+        self.mapped(caller, true)
     }
 }
 
@@ -162,8 +204,11 @@ mod tests {
             config,
             Arc::new(FolderSecrets::new(dir.path())),
             Arc::new(|c: &Caller| match c.principal().id.as_str() {
-                "claude" => vec!["shop".into(), "ops".into()],
-                _ => vec!["shop".into()],
+                "claude" => vec![
+                    BridleProject::writable("shop"),
+                    BridleProject::read_only("ops"),
+                ],
+                _ => vec![BridleProject::writable("shop")],
             }),
         );
         let claude = Caller::new(Principal::new("claude"));
@@ -182,6 +227,11 @@ mod tests {
         assert_eq!(
             access.projects(&claude).await,
             [1, 3, 4].into_iter().collect()
+        );
+        // Project 3 is also ops's, but shop (which may write) maps it too; 4 is only ops's.
+        assert_eq!(
+            access.writable_projects(&claude).await,
+            [1, 3].into_iter().collect()
         );
         let codex = Caller::new(Principal::new("codex"));
         assert!(access.credential(&codex).await.is_none());

@@ -4,7 +4,8 @@
 //! Not one tool per procedure: a few tools that match what an agent does with a board (read
 //! it, find its tasks, create, move, close, comment), which take names as well as ids and
 //! ISO 8601 dates, and answer Kanboard's quirks with stable errors. Reads are Read tools;
-//! writes need `kanboard.write`; deletes and administration are registered refusals.
+//! writes need `kanboard.write` and a project the caller may change; deletes and
+//! administration are registered refusals.
 //!
 //! | module | job |
 //! |---|---|
@@ -18,7 +19,9 @@
 //! Two things come from the embedder, per request and per agent, through [`KanboardAccess`]:
 //! the [`Credential`] the call uses (so Kanboard's own permissions apply and its activity
 //! stream names the agent), and the Kanboard projects the agent may see (its Bridle projects'
-//! mapping). Any project or task outside that set is refused, never passed through.
+//! mapping) and, among them, those it may change. Any project or task outside the first set is
+//! refused, never passed through; a write to one outside the second is refused before anything
+//! is sent.
 
 pub mod access;
 pub mod client;
@@ -34,7 +37,7 @@ use async_trait::async_trait;
 use kberg_core::{Caller, CoreError, ToolContext, ToolOutput, ToolRegistry};
 use serde_json::{Value, json};
 
-pub use access::{BridleProjects, KanboardAgent, KanboardConfig, VaultAccess};
+pub use access::{BridleProject, BridleProjects, KanboardAgent, KanboardConfig, VaultAccess};
 pub use client::{Credential, KanboardClient, KanboardError};
 pub use resolve::{NameOrId, ProjectContext};
 
@@ -48,12 +51,17 @@ pub const KANBOARD_WRITE: &str = bridle_rules::capabilities::KANBOARD_WRITE;
 pub trait KanboardAccess: Send + Sync {
     /// The credential for this caller, or `None` when it has no Kanboard access.
     async fn credential(&self, caller: &Caller) -> Option<Credential>;
-    /// The Kanboard project ids this caller may see and touch.
+    /// The Kanboard project ids this caller may see.
     async fn projects(&self, caller: &Caller) -> BTreeSet<i64>;
+    /// The Kanboard project ids, among [`KanboardAccess::projects`], this caller may change.
+    /// Every write tool checks the project it changes here: the write capability the gate
+    /// checked may come from another project than the one written to.
+    async fn writable_projects(&self, caller: &Caller) -> BTreeSet<i64>;
 }
 
-/// A fixed table of agents: for the stand-alone server and for tests. The gateway uses
-/// [`VaultAccess`] (its secret source and project mappings) instead.
+/// A fixed table of agents: for the stand-alone server and for tests. An agent may change every
+/// project it is given (its writes still need the `kanboard.write` capability). The gateway uses
+/// [`VaultAccess`] (its secret source, project mappings and per-project permissions) instead.
 #[derive(Debug, Clone, Default)]
 pub struct StaticAccess {
     agents: BTreeMap<String, (Credential, BTreeSet<i64>)>,
@@ -93,6 +101,10 @@ impl KanboardAccess for StaticAccess {
             .get(&caller.principal().id)
             .map(|(_, p)| p.clone())
             .unwrap_or_default()
+    }
+
+    async fn writable_projects(&self, caller: &Caller) -> BTreeSet<i64> {
+        self.projects(caller).await
     }
 }
 
@@ -149,6 +161,7 @@ const RETRYABLE: &[&str] = &["kanboard_unreachable", "kanboard_timeout"];
 /// |---|---|
 /// | `kanboard_not_configured` | the caller has no Kanboard credential in the gateway |
 /// | `project_not_mapped` | the project is not mapped to the caller's Bridle projects |
+/// | `capability_required` | a write to a project the caller may read, but none of its Bridle projects mapped to it grants its type `kanboard.write` (the gateway's [`crate::RefusalCode::CapabilityRequired`]) |
 /// | `task_not_found`, `subtask_not_found`, `project_not_found` | no such item among the caller's projects |
 /// | `unknown_name` | a column, swimlane, category or user matches nothing (`choices` lists the valid ones) |
 /// | `invalid_date` | a date is not ISO 8601 |
@@ -183,6 +196,10 @@ pub(crate) struct Session {
     tools: Arc<KanboardTools>,
     credential: Credential,
     projects: BTreeSet<i64>,
+    /// In a write tool's session, the projects the caller may change: every project the
+    /// session reaches ([`Session::check_project`], [`Session::task`]) must be one of them, so
+    /// no write tool can forget the check. `None` in a read tool's session.
+    writable: Option<BTreeSet<i64>>,
 }
 
 impl Session {
@@ -206,7 +223,15 @@ impl Session {
             tools: Arc::clone(tools),
             credential,
             projects,
+            writable: None,
         })
+    }
+
+    /// This session for a write tool: from now on it reaches only the projects the caller may
+    /// change.
+    pub(crate) async fn for_write(mut self, ctx: &ToolContext) -> Self {
+        self.writable = Some(self.tools.access.writable_projects(ctx.caller()).await);
+        self
     }
 
     pub(crate) fn credential(&self) -> &Credential {
@@ -217,10 +242,11 @@ impl Session {
         &self.projects
     }
 
-    /// Refuses a project outside the caller's mapping.
+    /// Refuses a project outside the caller's mapping, and in a write tool's session one the
+    /// caller may not change.
     pub(crate) fn check_project(&self, project_id: i64) -> Result<(), ToolOutput> {
         if self.projects.contains(&project_id) {
-            Ok(())
+            self.check_writable(project_id)
         } else {
             Err(refusal(
                 "project_not_mapped",
@@ -232,16 +258,22 @@ impl Session {
         }
     }
 
-    pub(crate) fn mapped_list(&self) -> String {
-        if self.projects.is_empty() {
-            "none".to_string()
-        } else {
-            self.projects
-                .iter()
-                .map(i64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
+    /// In a write tool's session, refuses a (mapped) project the caller may not change.
+    fn check_writable(&self, project_id: i64) -> Result<(), ToolOutput> {
+        match &self.writable {
+            Some(writable) if !writable.contains(&project_id) => Err(refusal(
+                crate::RefusalCode::CapabilityRequired.as_str(),
+                format!(
+                    "you may read Kanboard project {project_id} but not change it: none of your Bridle projects mapped to it lets your agent type write there (kanboard.write); the Kanboard projects you may change are: {}",
+                    id_list(writable)
+                ),
+            )),
+            _ => Ok(()),
         }
+    }
+
+    pub(crate) fn mapped_list(&self) -> String {
+        id_list(&self.projects)
     }
 
     /// One procedure; a Kanboard error becomes the refusal.
@@ -273,7 +305,8 @@ impl Session {
             .map_err(|e| kanboard_refusal(&e))
     }
 
-    /// A task of a mapped project; `null` and other projects' tasks are refused.
+    /// A task of a mapped project; `null` and other projects' tasks are refused, and in a
+    /// write tool's session a task of a project the caller may not change.
     pub(crate) async fn task(&self, task_id: i64) -> Result<Value, ToolOutput> {
         let task = self.call("getTask", json!({"task_id": task_id})).await?;
         let not_found = || {
@@ -288,7 +321,10 @@ impl Session {
         let project = task.get("project_id").and_then(client::as_id);
         match project {
             // A task of an unmapped project is reported as missing: it is not the agent's.
-            Some(p) if self.projects.contains(&p) => Ok(task),
+            Some(p) if self.projects.contains(&p) => {
+                self.check_writable(p)?;
+                Ok(task)
+            }
             _ => Err(not_found()),
         }
     }
@@ -320,6 +356,18 @@ impl Session {
                 Ok(id.map(|id| (id, name)))
             }
         }
+    }
+}
+
+/// Project ids for a sentence: `1, 3`, or `none`.
+fn id_list(ids: &BTreeSet<i64>) -> String {
+    if ids.is_empty() {
+        "none".to_string()
+    } else {
+        ids.iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 

@@ -1,6 +1,11 @@
 //! The write tools (each needs `kanboard.write`) and the refusals for deletes and
 //! administration.
 //!
+//! Each write tool runs in a write session ([`Session::for_write`]): the project it changes,
+//! or the project of the task it changes, must be one the caller may change, not only read
+//! (`capability_required` otherwise, before anything is sent). The capability alone is not
+//! enough: it is the union over the caller's projects.
+//!
 //! Kanboard answers a write it did not like with `false` and no reason, so every write is
 //! checked first (the task exists in a mapped project, names resolve, the owner is assignable,
 //! dates parse) and a `false` that still comes back is reported as `kanboard_rejected` naming
@@ -549,7 +554,8 @@ async fn update_subtask(s: &Session, a: UpdateSubtaskArgs) -> Result<ToolOutput,
     ))
 }
 
-/// Registers one write tool whose body takes the session and the typed arguments.
+/// Registers one write tool whose body takes the caller's write session and the typed
+/// arguments.
 macro_rules! write_tool {
     ($registry:expr, $tools:expr, $cap:expr, $name:literal, $desc:literal, $args:ty, $body:expr) => {{
         let t = Arc::clone($tools);
@@ -560,7 +566,12 @@ macro_rules! write_tool {
                 .small_model_safe()
                 .handler(move |a: $args, ctx: ToolContext| {
                     let t = Arc::clone(&t);
-                    async move { with_session!(t, ctx, |s| $body(&s, a).await) }
+                    async move {
+                        with_session!(t, ctx, |s| {
+                            let s = s.for_write(&ctx).await;
+                            $body(&s, a).await
+                        })
+                    }
                 }),
         )?;
     }};
