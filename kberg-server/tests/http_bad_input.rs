@@ -398,6 +398,24 @@ async fn unknown_methods_and_invalid_params() {
         "non-string prompt argument: {}",
         r.text
     );
+    // A long key and a large value are not quoted back whole.
+    let key = "k".repeat(10_000);
+    let value = json!({"blob": "v".repeat(100_000)});
+    let r = c
+        .post(json!({"jsonrpc": "2.0", "id": 7, "method": "prompts/get", "params": {"name": "greet", "arguments": {key.clone(): value}}}), Some(&sid))
+        .await;
+    assert_eq!(
+        error_code(&r),
+        json!(-32602),
+        "{}",
+        &r.text[..200.min(r.text.len())]
+    );
+    assert!(
+        r.text.len() < 1_000,
+        "the error quotes the client's input: {} bytes",
+        r.text.len()
+    );
+    assert!(r.text.contains("got an object"), "{}", r.text);
     let r = c.stateless(6, "tools/explode", json!({})).await;
     assert_eq!(
         error_code(&r),

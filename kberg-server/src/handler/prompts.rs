@@ -29,9 +29,16 @@ impl KbergHandler {
                 Value::String(s) => {
                     args.insert(k, s);
                 }
+                // The client's key and value are not quoted back whole: either may be
+                // megabytes long. The key is cut, the value named by its type.
                 other => {
+                    let key: String = k.chars().take(MAX_ARGUMENT_NAME_CHARS).collect();
+                    let cut = if key.len() < k.len() { "..." } else { "" };
                     return Err(McpError::invalid_params(
-                        format!("prompt argument `{k}` must be a string, got {other}"),
+                        format!(
+                            "prompt argument `{key}{cut}` must be a string, got {}",
+                            json_type(&other)
+                        ),
                         None,
                     ));
                 }
@@ -102,5 +109,20 @@ impl KbergHandler {
             "a completion",
             json!({"resultType": "complete", "completion": {"values": values, "total": total, "hasMore": false}}),
         )
+    }
+}
+
+/// The longest prompt argument name quoted in an error, in characters.
+const MAX_ARGUMENT_NAME_CHARS: usize = 64;
+
+/// What kind of JSON value `v` is, for an error message.
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
