@@ -7,7 +7,9 @@
 //! required upstream (each enabled one not listed in `health.optional_upstreams`) must be
 //! connected (an HTTP one's port must also accept a connection now, since the aggregator learns
 //! of a vanished HTTP server only when a call fails), and the gateway must not be shutting down. Reasons are the owners' own
-//! operator-facing sentences, which never carry credentials.
+//! operator-facing sentences, which never carry credentials: an upstream's comes from the pool's
+//! report, redacted by the aggregator and scrubbed of the value the gateway injects, since the
+//! upstream's own error (which `/readyz` shows to anyone) may quote it.
 
 use std::sync::Arc;
 use std::time::Duration;

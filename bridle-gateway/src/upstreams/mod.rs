@@ -251,13 +251,16 @@ impl UpstreamPool {
         for (ns, route) in &self.routes {
             let enabled = self.is_enabled(ns).await;
             let (identity, _) = route.listing_identity();
-            let status = match route.existing(&identity).await {
-                Some(c) => c.aggregator.status(ns),
-                None => None,
-            };
+            let connection = route.existing(&identity).await;
+            let status = connection.as_ref().and_then(|c| c.aggregator.status(ns));
             let (connected, last_error) = match status {
                 Some(UpstreamStatus::Connected { .. }) => (true, None),
-                Some(UpstreamStatus::Unavailable { reason }) => (false, Some(reason)),
+                // The admin API and the unauthenticated `/readyz` show this: scrubbed of the
+                // value the connection injects, whatever the upstream's error quoted.
+                Some(UpstreamStatus::Unavailable { reason }) => match &connection {
+                    Some(c) => (false, Some(c.shown(&reason))),
+                    None => (false, Some(reason)),
+                },
                 Some(_) => (false, None),
                 None if !enabled => (false, Some("disabled".into())),
                 None => (false, None),

@@ -51,6 +51,27 @@ pub(crate) struct Connection {
     pub(crate) injected: Option<Credential>,
 }
 
+impl Connection {
+    /// Why the upstream is unavailable on this connection, if it is: the aggregator's reason,
+    /// with the injected value scrubbed out. The aggregator already redacts its transport's
+    /// credentials; this holds for every form the gateway injected (a header template, an
+    /// environment variable), whatever the upstream's error quoted.
+    pub(crate) fn unavailable_reason(&self, namespace: &str) -> Option<String> {
+        match self.aggregator.status(namespace) {
+            Some(UpstreamStatus::Unavailable { reason }) => Some(self.shown(&reason)),
+            _ => None,
+        }
+    }
+
+    /// `text` with the injected value scrubbed out.
+    pub(crate) fn shown(&self, text: &str) -> String {
+        match &self.injected {
+            Some(c) => super::scrub::scrub_text(text, c.expose()),
+            None => text.to_string(),
+        }
+    }
+}
+
 /// Why a call could not be routed; the front tool turns it into a refusal.
 #[derive(Debug)]
 pub(crate) enum RouteError {
@@ -288,10 +309,9 @@ impl Route {
         {
             return Ok(());
         }
-        let reason = match connection.aggregator.status(&self.namespace) {
-            Some(UpstreamStatus::Unavailable { reason }) => reason,
-            _ => format!("it did not connect within {:?}", self.connect_timeout),
-        };
+        let reason = connection
+            .unavailable_reason(&self.namespace)
+            .unwrap_or_else(|| format!("it did not connect within {:?}", self.connect_timeout));
         Err(RouteError::Unavailable(reason))
     }
 

@@ -3,11 +3,16 @@
 //! Some upstreams relay their backend's error bodies verbatim, and some backends echo the
 //! token they rejected (Gitea: `access token does not exist [sha: <the token>]`). The gateway
 //! knows the exact value it injected into the connection, so before a result reaches an agent
-//! every text block and every string of the structured content is searched for it and the value
-//! replaced with `[redacted]`. This is a last line of defence, not a licence to log secrets: the
-//! credential never enters a log line or an audit entry in the first place.
+//! every text it carries is searched for it and the value replaced with `[redacted]`: text
+//! blocks, resource links (URI, name, description, MIME type), embedded resources (URI, MIME
+//! type, text, and the bytes of a blob), the MIME type of images and audio, and every string
+//! and object key of the structured content. The bytes of images and audio are media, not
+//! text, and are left as sent. The reasons an upstream is unavailable (shown to agents in a
+//! refusal and to operators) go through [`scrub_text`] the same way. This is a last line of
+//! defence, not a licence to log secrets: the credential never enters a log line or an audit
+//! entry in the first place.
 
-use kberg_core::{Content, ToolOutput};
+use kberg_core::{Content, ResourceBody, ToolOutput};
 use serde_json::Value;
 
 /// What a scrubbed value becomes.
@@ -20,12 +25,7 @@ pub fn scrub_output(out: &mut ToolOutput, secret: &str) -> bool {
     }
     let mut hit = false;
     for block in &mut out.content {
-        if let Content::Text(text) = block
-            && text.contains(secret)
-        {
-            *text = text.replace(secret, REDACTED);
-            hit = true;
-        }
+        hit |= scrub_content(block, secret);
     }
     if let Some(v) = &mut out.structured {
         hit |= scrub_value(v, secret);
@@ -33,18 +33,113 @@ pub fn scrub_output(out: &mut ToolOutput, secret: &str) -> bool {
     hit
 }
 
+/// `text` with every occurrence of `secret` replaced by [`REDACTED`] (as it is when `secret` is
+/// empty).
+pub fn scrub_text(text: &str, secret: &str) -> String {
+    if secret.is_empty() {
+        return text.to_string();
+    }
+    text.replace(secret, REDACTED)
+}
+
+/// Replaces `secret` in `s` in place; returns whether it was there.
+fn scrub_string(s: &mut String, secret: &str) -> bool {
+    if !s.contains(secret) {
+        return false;
+    }
+    *s = s.replace(secret, REDACTED);
+    true
+}
+
+/// Replaces `secret` in each of `strings`; returns whether it was in any.
+fn scrub_strings<'a>(strings: impl IntoIterator<Item = &'a mut String>, secret: &str) -> bool {
+    strings
+        .into_iter()
+        .fold(false, |hit, s| scrub_string(s, secret) | hit)
+}
+
+fn scrub_content(block: &mut Content, secret: &str) -> bool {
+    match block {
+        Content::Text(text) => scrub_string(text, secret),
+        Content::ResourceLink {
+            uri,
+            name,
+            description,
+            mime_type,
+        } => scrub_strings(
+            [
+                Some(uri),
+                Some(name),
+                description.as_mut(),
+                mime_type.as_mut(),
+            ]
+            .into_iter()
+            .flatten(),
+            secret,
+        ),
+        Content::Resource(r) => {
+            let body = match &mut r.body {
+                ResourceBody::Text(text) => scrub_string(text, secret),
+                // A blob is text often enough (a file read as bytes) to hold an echoed token.
+                ResourceBody::Blob(bytes) => scrub_bytes(bytes, secret.as_bytes()),
+            };
+            scrub_strings(
+                [Some(&mut r.uri), r.mime_type.as_mut()]
+                    .into_iter()
+                    .flatten(),
+                secret,
+            ) | body
+        }
+        Content::Image { mime_type, .. } | Content::Audio { mime_type, .. } => {
+            scrub_string(mime_type, secret)
+        }
+        // A kind of block this version does not know: nothing to search in it.
+        _ => false,
+    }
+}
+
+/// Replaces every occurrence of `secret` in `bytes` by [`REDACTED`]'s bytes; returns whether
+/// it was there.
+fn scrub_bytes(bytes: &mut Vec<u8>, secret: &[u8]) -> bool {
+    if secret.is_empty() || !bytes.windows(secret.len()).any(|w| w == secret) {
+        return false;
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut rest = bytes.as_slice();
+    while !rest.is_empty() {
+        if rest.starts_with(secret) {
+            out.extend_from_slice(REDACTED.as_bytes());
+            rest = &rest[secret.len()..];
+        } else {
+            out.push(rest[0]);
+            rest = &rest[1..];
+        }
+    }
+    *bytes = out;
+    true
+}
+
 fn scrub_value(v: &mut Value, secret: &str) -> bool {
     match v {
-        Value::String(s) if s.contains(secret) => {
-            *s = s.replace(secret, REDACTED);
-            true
-        }
+        Value::String(s) => scrub_string(s, secret),
         Value::Array(items) => items
             .iter_mut()
             .fold(false, |hit, item| scrub_value(item, secret) | hit),
-        Value::Object(map) => map
-            .values_mut()
-            .fold(false, |hit, item| scrub_value(item, secret) | hit),
+        Value::Object(map) => {
+            let mut hit = map
+                .values_mut()
+                .fold(false, |hit, item| scrub_value(item, secret) | hit);
+            // A key is text the agent reads too (an upstream may key a map by token). Only a
+            // map with such a key is rebuilt; should two keys become one, the later one stays.
+            if map.keys().any(|k| k.contains(secret)) {
+                let entries = std::mem::take(map);
+                for (k, item) in entries {
+                    map.insert(scrub_text(&k, secret), item);
+                }
+                hit = true;
+            }
+            hit
+        }
         _ => false,
     }
 }
@@ -52,6 +147,7 @@ fn scrub_value(v: &mut Value, secret: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kberg_core::ResourceContents;
     use serde_json::json;
 
     #[test]
@@ -69,5 +165,79 @@ mod tests {
         );
         assert!(!scrub_output(&mut out, "s3cr3t"));
         assert!(!scrub_output(&mut out, ""));
+    }
+
+    #[test]
+    fn links_embedded_resources_and_keys_are_scrubbed_too() {
+        let mut out = ToolOutput::contents(vec![
+            Content::ResourceLink {
+                uri: "https://git.example/raw?token=s3cr3t".into(),
+                name: "s3cr3t.txt".into(),
+                description: Some("as s3cr3t".into()),
+                mime_type: Some("text/s3cr3t".into()),
+            },
+            Content::Resource(ResourceContents::text(
+                "mem://s3cr3t",
+                Some("text/plain"),
+                "token s3cr3t",
+            )),
+            Content::Resource(ResourceContents::blob(
+                "mem://blob",
+                None,
+                b"\x00s3cr3t\x01s3cr3".to_vec(),
+            )),
+            Content::Image {
+                data: vec![1, 2, 3],
+                mime_type: "image/png".into(),
+            },
+        ])
+        .with_structured(json!({"by_token": {"s3cr3t": {"owner": "x"}, "other": 1}}));
+        assert!(scrub_output(&mut out, "s3cr3t"));
+        assert_eq!(
+            out.content[0],
+            Content::ResourceLink {
+                uri: "https://git.example/raw?token=[redacted]".into(),
+                name: "[redacted].txt".into(),
+                description: Some("as [redacted]".into()),
+                mime_type: Some("text/[redacted]".into()),
+            }
+        );
+        assert_eq!(
+            out.content[1],
+            Content::Resource(ResourceContents::text(
+                "mem://[redacted]",
+                Some("text/plain"),
+                "token [redacted]",
+            ))
+        );
+        assert_eq!(
+            out.content[2],
+            Content::Resource(ResourceContents::blob(
+                "mem://blob",
+                None,
+                b"\x00[redacted]\x01s3cr3".to_vec(),
+            ))
+        );
+        assert_eq!(
+            out.content[3],
+            Content::Image {
+                data: vec![1, 2, 3],
+                mime_type: "image/png".into(),
+            }
+        );
+        assert_eq!(
+            out.structured,
+            Some(json!({"by_token": {"[redacted]": {"owner": "x"}, "other": 1}}))
+        );
+        assert!(!scrub_output(&mut out, "s3cr3t"));
+    }
+
+    #[test]
+    fn reasons_are_scrubbed() {
+        assert_eq!(
+            scrub_text("listing its tools failed: `token s3cr3t` may not", "s3cr3t"),
+            "listing its tools failed: `token [redacted]` may not"
+        );
+        assert_eq!(scrub_text("no secret here", ""), "no secret here");
     }
 }

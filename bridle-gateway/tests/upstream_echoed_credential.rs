@@ -1,0 +1,282 @@
+//! Upstreams that echo the credential the gateway injects, over real HTTP on 127.0.0.1: one
+//! fails `tools/list` with an error quoting it (for every connection: `broken`; for one agent's
+//! own secret: `echo` as codex), and one answers a tool call with the token in every place a
+//! result can carry text (a text block, a resource link's URI, name and description, an
+//! embedded resource's URI and text, a blob's bytes, a structured key). The canary values reach
+//! neither the agents' answers (the raw HTTP bodies), the admin API's integrations, `/readyz`,
+//! the audit log, nor the log.
+//!
+//! The upstream is a stand-in written from the Streamable HTTP transport's documented shapes:
+//! JSON-RPC over POST, each request answered with one JSON body, notifications with 202, no
+//! session id (so the client opens no stream of its own; GET answers 405).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
+
+mod admin_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use admin_support::gateway::Gw;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::Path;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use base64::Engine as _;
+use bridle_gateway::upstreams::FolderSecrets;
+use bridle_rules::ReadWrite;
+use kberg_testkit::eventually_async_ok;
+use kberg_testkit::log::LogBuffer;
+use serde_json::{Value, json};
+
+/// The secret every connection of `broken`, and the shared connection of `echo`, carries.
+const CANARY: &str = "canary-echoed-token-3Rk8Zw";
+/// codex's own secret for `echo`; the stand-in refuses to list tools for it.
+const CANARY_REFUSED: &str = "canary-refused-token-6Tn1Yp";
+
+fn json_answer(body: Value) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// `/broken` fails every `tools/list`, quoting the `Authorization` header it got; `/echo` does
+/// so only for a token with `refused` in it, and otherwise offers `leak`, whose result echoes
+/// the token everywhere.
+async fn stand_in(Path(mode): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    let Ok(msg) = serde_json::from_slice::<Value>(&body) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let Some(id) = msg.get("id").cloned() else {
+        return StatusCode::ACCEPTED.into_response();
+    };
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let token = auth.strip_prefix("token ").unwrap_or(&auth).to_string();
+    let result = |r: Value| json!({"jsonrpc": "2.0", "id": id, "result": r});
+    match msg["method"].as_str().unwrap_or_default() {
+        "initialize" => json_answer(result(json!({
+            "protocolVersion": msg["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "echo", "version": "1"},
+        }))),
+        "tools/list" if mode == "broken" || token.contains("refused") => json_answer(json!({
+            "jsonrpc": "2.0", "id": id,
+            "error": {"code": -32603, "message": format!("`{auth}` may not list tools")},
+        })),
+        "tools/list" => json_answer(result(json!({"tools": [{
+            "name": "leak",
+            "description": "Says who you are, in many ways.",
+            "inputSchema": {"type": "object"},
+            "annotations": {"readOnlyHint": true},
+        }]}))),
+        "tools/call" => json_answer(result(json!({
+            "content": [
+                {"type": "text", "text": format!("you are {token}")},
+                {
+                    "type": "resource_link",
+                    "uri": format!("https://git.example/raw?access_token={token}"),
+                    "name": format!("{token}.txt"),
+                    "description": format!("the file of {token}"),
+                },
+                {"type": "resource", "resource": {
+                    "uri": format!("mem://{token}"),
+                    "mimeType": "text/plain",
+                    "text": format!("token {token}"),
+                }},
+                {"type": "resource", "resource": {
+                    "uri": "mem://blob",
+                    "mimeType": "application/octet-stream",
+                    "blob": base64::engine::general_purpose::STANDARD
+                        .encode(format!("token {token}")),
+                }},
+            ],
+            "structuredContent": {"tokens": {token.clone(): "active"}},
+        }))),
+        "ping" => json_answer(result(json!({}))),
+        _ => json_answer(json!({
+            "jsonrpc": "2.0", "id": id,
+            "error": {"code": -32601, "message": "Method not found"},
+        })),
+    }
+}
+
+async fn start_stand_in() -> String {
+    let app = Router::new().route(
+        "/{mode}",
+        post(stand_in).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+/// One stateless `tools/call` (protocol 2026-07-28) as `agent`: the raw body and the JSON-RPC
+/// answer in it (a JSON body or an event stream).
+async fn call_raw(gw: &Gw, agent: &str, tool: &str) -> (String, Value) {
+    let r = gw
+        .http
+        .post(&gw.mcp)
+        .bearer_auth(gw.file_token(agent))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+            "name": tool, "arguments": {},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {}
+            }}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let raw = r.text().await.unwrap();
+    assert_eq!(status, reqwest::StatusCode::OK, "{raw}");
+    let answer = std::iter::once(raw.as_str())
+        .chain(raw.lines().filter_map(|l| l.strip_prefix("data:")))
+        .filter_map(|t| serde_json::from_str::<Value>(t.trim()).ok())
+        .find(|v| v.get("id") == Some(&json!(7)))
+        .unwrap_or_else(|| panic!("no answer in {raw}"));
+    (raw, answer)
+}
+
+fn assert_clean(what: &str, text: &str) {
+    for canary in [CANARY, CANARY_REFUSED] {
+        assert!(!text.contains(canary), "{what} holds a canary:\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_an_upstream_echoes_reach_no_agent_operator_probe_or_log() {
+    let logs = LogBuffer::default();
+    let sink = logs.clone();
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        tracing_subscriber::registry()
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(move || sink.clone())
+                    .with_ansi(false),
+            )
+            .with(bridle_gateway::logging::log_targets("trace"))
+            .init();
+    }
+
+    let base = start_stand_in().await;
+    let secrets = tempfile::tempdir().unwrap();
+    for (name, value) in [
+        ("broken-token", CANARY),
+        ("echo-shared", CANARY),
+        ("echo-codex", CANARY_REFUSED),
+    ] {
+        std::fs::write(secrets.path().join(name), format!("{value}\n")).unwrap();
+    }
+    let yaml = format!(
+        "upstreams:\n  broken:\n    http: {{url: '{base}/broken'}}\n    credential: {{secret: broken-token, format: 'token {{secret}}'}}\n  echo:\n    http: {{url: '{base}/echo'}}\n    credential:\n      secret: echo-shared\n      per_agent: {{codex: echo-codex}}\n      format: 'token {{secret}}'\n"
+    );
+    let folder = Arc::new(FolderSecrets::new(secrets.path()));
+    let gw = Gw::start_with_yaml(&yaml, |b| {
+        b.secrets(folder).connect_timeout(Duration::from_secs(3))
+    })
+    .await;
+    let mut doc = gw.ctx.store.load("demo").unwrap().document;
+    let revision = doc.revision;
+    for agent in ["claude", "codex"] {
+        doc.permissions.get_mut(agent).unwrap().tools.insert(
+            "echo".into(),
+            ReadWrite {
+                read: true,
+                write: false,
+            },
+        );
+    }
+    gw.ctx
+        .store
+        .save_edit("demo", &doc, revision, "test", "claude and codex read echo")
+        .unwrap();
+
+    // The operator's view: `echo` offers its tool, `broken` says why it cannot.
+    let integrations = eventually_async_ok("echo up and broken's error reported", || async {
+        let list: Value = gw
+            .get("/integrations")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let of = |ns: &str| {
+            list["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|i| i["namespace"] == ns)
+                .cloned()
+                .unwrap_or(Value::Null)
+        };
+        let (echo, broken) = (of("echo"), of("broken"));
+        if echo["tool_count"] == 1 && broken["last_error"].is_string() {
+            Ok(list)
+        } else {
+            Err(list.to_string())
+        }
+    })
+    .await;
+    let text = integrations.to_string();
+    assert!(text.contains("may not list tools"), "{text}");
+    assert_clean("the admin API's integrations", &text);
+
+    // `/readyz`, which anyone may read, names the failure without the token.
+    let readyz = gw.mcp.trim_end_matches("/mcp").to_string() + "/readyz";
+    let r = gw.http.get(readyz).send().await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    let body = r.text().await.unwrap();
+    assert!(body.contains("may not list tools"), "{body}");
+    assert_clean("/readyz", &body);
+
+    // An agent whose own connection cannot list: refused, the reason without its token.
+    let (raw, answer) = call_raw(&gw, "codex", "echo__leak").await;
+    assert_eq!(
+        answer["result"]["structuredContent"]["code"], "upstream_unavailable",
+        "{raw}"
+    );
+    assert!(raw.contains("may not list tools"), "{raw}");
+    assert_clean("codex's answer", &raw);
+
+    // A result echoing the token everywhere: the agent gets it scrubbed, blobs included.
+    let (raw, answer) = call_raw(&gw, "claude", "echo__leak").await;
+    let result = &answer["result"];
+    assert_eq!(result["isError"], false, "{raw}");
+    assert!(raw.contains("[redacted]"), "{raw}");
+    assert_clean("claude's answer", &raw);
+    let content = result["content"].as_array().unwrap();
+    assert_eq!(content.len(), 4, "{raw}");
+    assert_eq!(content[1]["type"], "resource_link", "{raw}");
+    assert_eq!(content[2]["resource"]["text"], "token [redacted]", "{raw}");
+    let blob = base64::engine::general_purpose::STANDARD
+        .decode(content[3]["resource"]["blob"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(blob, b"token [redacted]", "{raw}");
+    assert_eq!(
+        result["structuredContent"],
+        json!({"tokens": {"[redacted]": "active"}}),
+        "{raw}"
+    );
+
+    assert_clean("the audit log", &gw.audit_export().await);
+    assert_clean("the log", &logs.text());
+    gw.stop().await;
+}
