@@ -17,6 +17,13 @@ use std::time::Duration;
 use reqwest::{StatusCode, Url};
 use serde_json::{Value, json};
 
+/// The largest answer read from Kanboard, in bytes (8 MiB), far above what the tools'
+/// procedures answer: the limit keeps a misconfigured URL or a hostile server from making the
+/// gateway buffer an endless body. An answer over it fails with
+/// [`KanboardError::TooLarge`] (code `kanboard_bad_answer`) as soon as its declared length or
+/// the bytes read so far pass the limit.
+pub const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
+
 /// How a request authenticates to Kanboard (HTTP Basic, as Kanboard's API expects).
 #[derive(Clone)]
 pub enum Credential {
@@ -143,6 +150,16 @@ pub enum KanboardError {
     /// A batch answer that does not match the requests.
     #[error("Kanboard's answer to a batch did not match its requests: {0}")]
     BadBatch(String),
+    /// An answer larger than [`MAX_ANSWER_BYTES`]; it was not read further.
+    #[error(
+        "Kanboard's answer to `{method}` is larger than {limit} bytes, more than any real answer; the rest was not read"
+    )]
+    TooLarge {
+        /// The procedure (the first of a batch).
+        method: String,
+        /// The limit, in bytes.
+        limit: usize,
+    },
 }
 
 impl KanboardError {
@@ -157,7 +174,7 @@ impl KanboardError {
             KanboardError::InvalidParams { .. } => "kanboard_invalid_params",
             KanboardError::MethodNotFound { .. } => "kanboard_method_not_found",
             KanboardError::Rpc { .. } => "kanboard_error",
-            KanboardError::BadBatch(_) => "kanboard_bad_answer",
+            KanboardError::BadBatch(_) | KanboardError::TooLarge { .. } => "kanboard_bad_answer",
         }
     }
 }
@@ -286,13 +303,6 @@ impl KanboardClient {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_ascii_lowercase();
-        let bytes = response.bytes().await.map_err(|e| self.transport(&e))?;
-        tracing::debug!(
-            method,
-            status = status.as_u16(),
-            bytes = bytes.len(),
-            "kanboard answered"
-        );
         match status {
             StatusCode::UNAUTHORIZED => return Err(KanboardError::Unauthorized),
             StatusCode::FORBIDDEN => {
@@ -302,6 +312,13 @@ impl KanboardClient {
             }
             _ => {}
         }
+        let bytes = self.read_answer(response, method).await?;
+        tracing::debug!(
+            method,
+            status = status.as_u16(),
+            bytes = bytes.len(),
+            "kanboard answered"
+        );
         let not_rpc = |what: &str| KanboardError::NotJsonRpc {
             url: self.endpoint.to_string(),
             status: status.as_u16(),
@@ -334,6 +351,39 @@ impl KanboardClient {
             return Err(not_rpc("JSON that is not JSON-RPC"));
         }
         Ok(value)
+    }
+
+    /// The body of `response`, read piece by piece up to [`MAX_ANSWER_BYTES`]: a body that
+    /// says or turns out to be longer is refused without buffering the rest.
+    async fn read_answer(
+        &self,
+        mut response: reqwest::Response,
+        method: &str,
+    ) -> Result<Vec<u8>, KanboardError> {
+        let too_large = || {
+            tracing::warn!(
+                method,
+                limit = MAX_ANSWER_BYTES,
+                "a Kanboard answer over the size limit was refused"
+            );
+            KanboardError::TooLarge {
+                method: method.to_string(),
+                limit: MAX_ANSWER_BYTES,
+            }
+        };
+        let declared = response.content_length().unwrap_or(0);
+        if declared > MAX_ANSWER_BYTES as u64 {
+            return Err(too_large());
+        }
+        // The declared length is only a hint for the buffer (capped, as it may lie).
+        let mut body = Vec::with_capacity(usize::try_from(declared).unwrap_or(0));
+        while let Some(piece) = response.chunk().await.map_err(|e| self.transport(&e))? {
+            if body.len() + piece.len() > MAX_ANSWER_BYTES {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&piece);
+        }
+        Ok(body)
     }
 
     fn transport(&self, e: &reqwest::Error) -> KanboardError {
