@@ -32,6 +32,10 @@
 //! reconnects still gets the answer; the events the standalone stream could not deliver because
 //! none was open are delivered when the next one opens.
 //!
+//! A full stream (a client that stopped reading) holds up only the messages for that stream:
+//! each waits for room in it, in order, without holding the session's routing lock, so the
+//! session's other requests, its other streams, DELETE and idle expiry go on.
+//!
 //! Lifetime: a session ends on DELETE, when its MCP service ends (server shutdown), or when it
 //! has been idle for [`SessionSettings::idle_timeout`]: no message either way, no request in
 //! flight and no standalone stream open. A session whose `initialize` never arrives ends after
@@ -69,9 +73,9 @@ pub(crate) struct SessionSettings {
     /// The `retry` of the priming event that opens each request's stream (`None`: no priming
     /// event). Must match the HTTP service's, which primes the standalone stream.
     pub(crate) sse_retry: Option<Duration>,
-    /// Events a stream buffers for a client that reads slowly; a full stream makes the
-    /// session's sender wait, as with rmcp's manager. Also the depth of the client-to-service
-    /// channel.
+    /// Events a stream buffers for a client that reads slowly; beyond it a message for that
+    /// stream waits for room (as with rmcp's manager), the session's other work does not. Also
+    /// the depth of the client-to-service channel.
     pub(crate) capacity: usize,
     /// Events kept per stream for `Last-Event-ID` (at most `capacity`).
     pub(crate) replay: usize,
@@ -170,6 +174,7 @@ impl SessionTable {
             created: Instant::now(),
             last_active_ms: AtomicU64::new(0),
             ended: AtomicBool::new(false),
+            ending: tokio::sync::Notify::new(),
         });
         self.sessions
             .write()
@@ -257,6 +262,7 @@ impl SessionManager for SessionTable {
             let (tx, rx) = mpsc::channel(self.settings.capacity.max(1));
             let mut entry = RequestStream {
                 tx: Some(tx),
+                waiting: VecDeque::new(),
                 events: Replay::new(0),
                 keys: Vec::new(),
                 completed: None,
@@ -313,8 +319,7 @@ impl SessionManager for SessionTable {
         if routes.ended {
             return Err(SessionError::Ended);
         }
-        let from = routes.undelivered_from;
-        Ok(routes.open_standalone(&self.settings, from))
+        Ok(routes.open_standalone(&self.settings, None))
     }
 
     async fn resume(
@@ -331,7 +336,7 @@ impl SessionManager for SessionTable {
             return Err(SessionError::Ended);
         }
         let Some(stream) = stream else {
-            return Ok(routes.open_standalone(&self.settings, Some(index.saturating_add(1))));
+            return Ok(routes.open_standalone(&self.settings, Some(index)));
         };
         let entry = routes
             .streams
@@ -341,9 +346,18 @@ impl SessionManager for SessionTable {
         for event in entry.events.after(index) {
             let _ = tx.try_send(event.clone());
         }
-        // A completed stream ends after its replay; a live one goes on on the new connection.
+        // What waited for room in the old connection's stream was stamped, so it is among the
+        // replayed events; its senders give up when they see the stream's channel replaced.
+        let answered = entry.waiting.iter().any(|w| w.ends);
+        entry.waiting.clear();
+        // A completed stream ends after its replay (so does one whose answer was waiting); a
+        // live one goes on on the new connection.
         if entry.completed.is_none() {
-            entry.tx = Some(tx);
+            if answered {
+                routes.complete_stream(stream);
+            } else {
+                entry.tx = Some(tx);
+            }
         }
         Ok(SseEvents(rx))
     }
@@ -375,13 +389,15 @@ struct Session {
     /// Client messages to the MCP service; taken when the session ends, which ends the
     /// service's input once what is queued has been read.
     inbound: std::sync::Mutex<Option<mpsc::Sender<Box<ClientJsonRpcMessage>>>>,
-    /// Held across a stream's `send`, so the events of a stream keep their order (a full stream
-    /// makes the session wait, as rmcp's manager's worker does).
+    /// Where messages go. Never held while waiting for room in a stream (see
+    /// [`Session::deliver`]): a client that stops reading must not stop the session.
     routes: tokio::sync::Mutex<Routes>,
     created: Instant,
     /// Milliseconds after `created` of the last message or stream either way.
     last_active_ms: AtomicU64,
     ended: AtomicBool,
+    /// Wakes the messages waiting for room in a stream when the session ends.
+    ending: tokio::sync::Notify,
 }
 
 impl Session {
@@ -416,6 +432,7 @@ impl Session {
     /// Ends the session: out of the table, its service's input closed, its streams ended.
     async fn end(&self) {
         self.ended.store(true, Ordering::Release);
+        self.ending.notify_waiters();
         if let Some(table) = self.table.upgrade() {
             let mut sessions = table.write().unwrap_or_else(PoisonError::into_inner);
             // Only this session: a restore may have put a new one under the same id.
@@ -436,10 +453,17 @@ impl Session {
         routes.streams.clear();
         routes.keys.clear();
         routes.standalone = None;
+        routes.standalone_waiting.clear();
         routes.shadows.clear();
     }
 
     /// Sends a message of the session's MCP service to the stream it belongs to.
+    ///
+    /// The message is numbered and offered under the routing lock. If its stream is full (or
+    /// earlier messages already wait for it), it joins the stream's queue of waiting events
+    /// and this waits for room *after* releasing the lock, then sends the oldest waiting
+    /// event: the stream's events keep their order, and a client that stopped reading holds
+    /// up only the senders of its own stream, as rmcp's manager does, not the session.
     async fn deliver(&self, message: ServerJsonRpcMessage) -> Result<(), SessionError> {
         self.touch();
         let replay = self.settings.replay;
@@ -466,7 +490,7 @@ impl Session {
             let _ = answer.send(message);
             return Ok(());
         }
-        match routes.route(&message) {
+        let (stream, tx, mine) = match routes.route(&message) {
             Some((stream, ends)) => {
                 let Some(entry) = routes.streams.get_mut(&stream) else {
                     return Ok(());
@@ -476,20 +500,21 @@ impl Session {
                     Some(stream),
                     replay,
                 );
-                let delivered = match &entry.tx {
-                    Some(tx) => tx.send(event).await.is_ok(),
-                    None => false,
-                };
-                if !delivered {
-                    // The client went away; what it missed waits for a resume.
-                    entry.tx = None;
-                }
-                if ends {
-                    if delivered {
-                        routes.remove_stream(stream);
-                    } else {
-                        routes.complete_stream(stream);
+                let index = entry.events.next - 1;
+                let waiting = Waiting { event, ends, index };
+                match offer(entry.tx.as_ref(), &mut entry.waiting, waiting) {
+                    Offer::Sent => {
+                        if ends {
+                            routes.remove_stream(stream);
+                        }
+                        return Ok(());
                     }
+                    Offer::Gone(_) => {
+                        // The client went away; what it missed waits for a resume.
+                        routes.request_client_gone(stream, ends);
+                        return Ok(());
+                    }
+                    Offer::Wait(tx) => (Some(stream), tx, index),
                 }
             }
             None => {
@@ -499,17 +524,93 @@ impl Session {
                     replay,
                 );
                 let index = routes.standalone_events.next - 1;
-                let delivered = match &routes.standalone {
-                    Some(tx) => tx.send(event).await.is_ok(),
-                    None => false,
+                let waiting = Waiting {
+                    event,
+                    ends: false,
+                    index,
                 };
-                if !delivered {
-                    routes.standalone = None;
-                    routes.undelivered_from.get_or_insert(index);
+                let routes = &mut *routes;
+                match offer(
+                    routes.standalone.as_ref(),
+                    &mut routes.standalone_waiting,
+                    waiting,
+                ) {
+                    Offer::Sent => return Ok(()),
+                    Offer::Gone(index) => {
+                        routes.standalone_gone(Some(index));
+                        return Ok(());
+                    }
+                    Offer::Wait(tx) => (None, tx, index),
                 }
             }
-        }
+        };
+        drop(routes);
+        self.send_when_room(stream, tx, mine).await;
         Ok(())
+    }
+
+    /// Waits for room in the channel `tx` of `stream` (`None`: the standalone stream) and
+    /// sends the oldest event waiting for it, until the event numbered `mine` has been sent.
+    /// Gives up if the session ends, or the stream went away or was replaced meanwhile (its
+    /// waiting events were then dealt with).
+    async fn send_when_room(
+        &self,
+        stream: Option<u64>,
+        tx: mpsc::Sender<ServerSseMessage>,
+        mine: u64,
+    ) {
+        let ending = self.ending.notified();
+        let mut ending = std::pin::pin!(ending);
+        // Registered before the flag is read, so an end between the two still wakes this.
+        ending.as_mut().enable();
+        if self.has_ended() {
+            return;
+        }
+        loop {
+            let permit = tokio::select! {
+                permit = tx.reserve() => permit.ok(),
+                () = ending.as_mut() => return,
+            };
+            let mut routes = self.routes.lock().await;
+            if routes.ended {
+                return;
+            }
+            let routes = &mut *routes;
+            let (current, waiting) = match stream {
+                Some(stream) => match routes.streams.get_mut(&stream) {
+                    Some(entry) => (entry.tx.as_ref(), &mut entry.waiting),
+                    None => return,
+                },
+                None => (routes.standalone.as_ref(), &mut routes.standalone_waiting),
+            };
+            if !current.is_some_and(|current| current.same_channel(&tx)) {
+                return;
+            }
+            let Some(permit) = permit else {
+                // The client went away while this waited.
+                match stream {
+                    Some(stream) => routes.request_client_gone(stream, false),
+                    None => routes.standalone_gone(None),
+                }
+                return;
+            };
+            let Some(next) = waiting.pop_front() else {
+                return;
+            };
+            permit.send(next.event);
+            if next.ends {
+                // The answer: its stream is done, with whatever still waited behind it.
+                if let Some(stream) = stream {
+                    routes.remove_stream(stream);
+                }
+                return;
+            }
+            // Another sender's event was still ahead of this one (its sender gave up before
+            // sending it): wait for room again.
+            if waiting.front().is_none_or(|w| w.index > mine) {
+                return;
+            }
+        }
     }
 
     /// When the session's transport must next look at the clock: the end of the handshake
@@ -580,6 +681,8 @@ struct Routes {
     keys: HashMap<RouteKey, u64>,
     /// The primary standalone (GET) stream.
     standalone: Option<mpsc::Sender<ServerSseMessage>>,
+    /// Events that wait for room in the standalone stream, oldest first.
+    standalone_waiting: VecDeque<Waiting>,
     /// The standalone stream's events; index 0 is rmcp's priming event.
     standalone_events: Replay,
     /// The first standalone event sent while no standalone stream was open.
@@ -643,7 +746,9 @@ impl Routes {
 
     fn complete_stream(&mut self, stream: u64) {
         if let Some(entry) = self.streams.get_mut(&stream) {
+            // Events that waited for room are kept with the others, for a resume.
             entry.tx = None;
+            entry.waiting.clear();
             entry.completed = Some(Instant::now());
             for key in entry.keys.drain(..) {
                 self.keys.remove(&key);
@@ -659,9 +764,36 @@ impl Routes {
         }
     }
 
-    /// A GET stream: the primary one (with the kept events from index `from` on) when none is
-    /// open, otherwise a keep-alive-only one.
-    fn open_standalone(&mut self, settings: &SessionSettings, from: Option<u64>) -> SseEvents {
+    /// The client of request stream `stream` went away: what it missed (with the events that
+    /// waited for room) is kept for a resume, and the stream is complete if its answer was
+    /// among them (`answered`: the event that found it gone was the answer).
+    fn request_client_gone(&mut self, stream: u64, answered: bool) {
+        let Some(entry) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        let answered = answered || entry.waiting.iter().any(|w| w.ends);
+        entry.tx = None;
+        entry.waiting.clear();
+        if answered {
+            self.complete_stream(stream);
+        }
+    }
+
+    /// The client of the standalone stream went away: the events from the first that waited
+    /// for room (or else from `missed`) are delivered when the next GET opens.
+    fn standalone_gone(&mut self, missed: Option<u64>) {
+        let first = self.standalone_waiting.front().map(|w| w.index).or(missed);
+        self.standalone = None;
+        self.standalone_waiting.clear();
+        if let Some(first) = first {
+            self.undelivered_from.get_or_insert(first);
+        }
+    }
+
+    /// A GET stream: the primary one when none is open, otherwise a keep-alive-only one. The
+    /// primary one starts with the kept events after `last_seen` (a resume), or else with
+    /// those the previous one could not deliver.
+    fn open_standalone(&mut self, settings: &SessionSettings, last_seen: Option<u64>) -> SseEvents {
         if self.standalone.as_ref().is_some_and(|tx| !tx.is_closed()) {
             self.shadows.retain(|tx| !tx.is_closed());
             if self.shadows.len() >= MAX_SHADOW_STREAMS {
@@ -671,6 +803,14 @@ impl Routes {
             self.shadows.push(tx);
             return SseEvents(rx);
         }
+        if self.standalone.is_some() {
+            // Its client went away before a send noticed.
+            self.standalone_gone(None);
+        }
+        let from = match last_seen {
+            Some(index) => Some(index.saturating_add(1)),
+            None => self.undelivered_from,
+        };
         let (tx, rx) = mpsc::channel(settings.capacity.max(1));
         if let Some(from) = from {
             for event in self.standalone_events.after(from.saturating_sub(1)) {
@@ -701,6 +841,8 @@ enum RouteKey {
 struct RequestStream {
     /// `None` once the client went away or the request completed.
     tx: Option<mpsc::Sender<ServerSseMessage>>,
+    /// Events that wait for room in `tx`, oldest first.
+    waiting: VecDeque<Waiting>,
     events: Replay,
     keys: Vec<RouteKey>,
     /// When the request completed without its client there to read the answer.
@@ -714,6 +856,46 @@ impl RequestStream {
             let _ = tx.try_send(event);
         }
     }
+}
+
+/// An event that found its stream full. Its [`Session::deliver`] waits for room, then sends
+/// the oldest waiting event, until its own has been sent.
+struct Waiting {
+    event: ServerSseMessage,
+    /// It is the answer that ends a request's stream.
+    ends: bool,
+    /// Its number in its stream.
+    index: u64,
+}
+
+/// What became of an event offered to a stream.
+enum Offer {
+    Sent,
+    /// The stream's client went away (or none is connected); the event's number.
+    Gone(u64),
+    /// The event waits for room in this channel.
+    Wait(mpsc::Sender<ServerSseMessage>),
+}
+
+/// Offers `event` to the stream `tx`: sent at once if nothing waits and there is room, else
+/// queued behind the events already waiting, so the stream's order holds.
+fn offer(
+    tx: Option<&mpsc::Sender<ServerSseMessage>>,
+    waiting: &mut VecDeque<Waiting>,
+    mut event: Waiting,
+) -> Offer {
+    let Some(tx) = tx else {
+        return Offer::Gone(event.index);
+    };
+    if waiting.is_empty() {
+        match tx.try_send(event.event) {
+            Ok(()) => return Offer::Sent,
+            Err(mpsc::error::TrySendError::Closed(_)) => return Offer::Gone(event.index),
+            Err(mpsc::error::TrySendError::Full(back)) => event.event = back,
+        }
+    }
+    waiting.push_back(event);
+    Offer::Wait(tx.clone())
 }
 
 /// The numbering of a stream's events and the last ones sent, for `Last-Event-ID`.
@@ -1090,6 +1272,206 @@ mod tests {
         assert!(transport.receive().await.is_none(), "idle: the input ends");
         assert!(!table.has_session(&id).await.expect("has"));
         assert_eq!(table.len(), 0);
+    }
+
+    /// `f`, or a failure after the same 10 s as [`next`].
+    async fn within<F: Future>(what: &str, f: F) -> F::Output {
+        tokio::time::timeout(Duration::from_secs(10), f)
+            .await
+            .unwrap_or_else(|_| panic!("{what} did not finish in time"))
+    }
+
+    fn list_changed() -> ServerJsonRpcMessage {
+        server(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}))
+    }
+
+    fn progress(token: &str, n: u32) -> ServerJsonRpcMessage {
+        server(json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                      "params": {"progressToken": token, "progress": n}}))
+    }
+
+    /// Sends `message` as the service does, checks that it waits (its stream is full) and
+    /// lets it go on in a task of its own.
+    async fn send_waiting(
+        transport: &mut SessionTransport,
+        message: ServerJsonRpcMessage,
+    ) -> tokio::task::JoinHandle<Result<(), SessionError>> {
+        let mut send = Box::pin(transport.send(message));
+        assert!(
+            futures::poll!(send.as_mut()).is_pending(),
+            "the stream has no room: the send waits"
+        );
+        tokio::spawn(send)
+    }
+
+    fn ids(events: &[ServerSseMessage]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| e.event_id.clone().unwrap_or_default())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_get_stream_nobody_reads_holds_up_only_its_own_messages() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let capacity = SessionSettings::default().capacity;
+        let mut get = table.create_standalone_stream(&id).await.expect("get");
+        for _ in 0..capacity {
+            within("a send with room", transport.send(list_changed()))
+                .await
+                .expect("sent");
+        }
+        let mut waiting = Vec::new();
+        for _ in 0..3 {
+            waiting.push(send_waiting(&mut transport, list_changed()).await);
+        }
+        // The session goes on: a new request gets its stream, reaches the service, and is
+        // answered.
+        let mut post = within(
+            "a new request's stream",
+            table.create_stream(&id, call(5, json!({}))),
+        )
+        .await
+        .expect("stream");
+        assert!(
+            within("the service's receive", transport.receive())
+                .await
+                .is_some()
+        );
+        within("the answer", transport.send(answer(5)))
+            .await
+            .expect("answer");
+        let _priming = next(&mut post).await;
+        assert_eq!(json_of(&next(&mut post).await)["id"], 5);
+        // Once read, the GET stream has every event, in order.
+        let mut got = Vec::new();
+        for _ in 0..capacity + 3 {
+            got.push(next(&mut get).await);
+        }
+        let expected: Vec<String> = (1..=capacity as u64 + 3).map(|i| i.to_string()).collect();
+        assert_eq!(ids(&got), expected);
+        for send in waiting {
+            within("a waiting send", send)
+                .await
+                .expect("joined")
+                .expect("sent");
+        }
+
+        // Full again, and the client never reads: DELETE still ends the session, and what
+        // waited gives up.
+        for _ in 0..capacity {
+            within("a send with room", transport.send(list_changed()))
+                .await
+                .expect("sent");
+        }
+        let stuck = send_waiting(&mut transport, list_changed()).await;
+        within("DELETE", table.close_session(&id))
+            .await
+            .expect("close");
+        assert!(!table.has_session(&id).await.expect("has"));
+        within("the waiting send", stuck)
+            .await
+            .expect("joined")
+            .expect("given up quietly");
+        let mut rest = 0;
+        while within("the GET stream's end", get.next()).await.is_some() {
+            rest += 1;
+        }
+        assert_eq!(rest, capacity, "what was buffered, then the end");
+    }
+
+    #[tokio::test]
+    async fn a_full_request_stream_keeps_its_order_and_ends_with_its_answer() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let capacity = SessionSettings::default().capacity;
+        let mut events = table
+            .create_stream(&id, call(1, json!({"progressToken": "p"})))
+            .await
+            .expect("stream");
+        assert!(transport.receive().await.is_some());
+        // The priming event and capacity - 1 progress notifications fill the stream.
+        for n in 1..capacity as u32 {
+            within("a send with room", transport.send(progress("p", n)))
+                .await
+                .expect("sent");
+        }
+        let late = send_waiting(&mut transport, progress("p", capacity as u32)).await;
+        let answered = send_waiting(&mut transport, answer(1)).await;
+        let mut got = Vec::new();
+        while let Some(event) = within("the request's stream", events.next()).await {
+            got.push(event);
+        }
+        let expected: Vec<String> = (0..=capacity as u64 + 1)
+            .map(|i| format!("{i}/0"))
+            .collect();
+        assert_eq!(ids(&got), expected, "in order, and the answer ends it");
+        assert_eq!(json_of(got.last().expect("the answer"))["id"], 1);
+        for send in [late, answered] {
+            within("a waiting send", send)
+                .await
+                .expect("joined")
+                .expect("sent");
+        }
+    }
+
+    #[tokio::test]
+    async fn what_waited_for_a_client_that_went_away_is_kept_for_a_resume() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let capacity = SessionSettings::default().capacity as u32;
+        // A request's stream: its answer waits behind a full stream when the client leaves.
+        let events = table
+            .create_stream(&id, call(2, json!({"progressToken": "q"})))
+            .await
+            .expect("stream");
+        assert!(transport.receive().await.is_some());
+        for n in 1..capacity {
+            within("a send with room", transport.send(progress("q", n)))
+                .await
+                .expect("sent");
+        }
+        let answered = send_waiting(&mut transport, answer(2)).await;
+        drop(events);
+        within("the waiting answer", answered)
+            .await
+            .expect("joined")
+            .expect("kept");
+        let last_read = format!("{}/0", capacity - 1);
+        let mut resumed = table.resume(&id, last_read).await.expect("resume");
+        assert_eq!(json_of(&next(&mut resumed).await)["id"], 2);
+        assert!(
+            within("the resumed stream's end", resumed.next())
+                .await
+                .is_none(),
+            "a completed stream ends after its replay"
+        );
+
+        // The GET stream: what waited is delivered on the next GET.
+        let get = table.create_standalone_stream(&id).await.expect("get");
+        for _ in 0..capacity {
+            within("a send with room", transport.send(list_changed()))
+                .await
+                .expect("sent");
+        }
+        let mut waiting = Vec::new();
+        for _ in 0..2 {
+            waiting.push(send_waiting(&mut transport, list_changed()).await);
+        }
+        drop(get);
+        for send in waiting {
+            within("a waiting send", send)
+                .await
+                .expect("joined")
+                .expect("kept");
+        }
+        let mut again = table
+            .create_standalone_stream(&id)
+            .await
+            .expect("GET again");
+        let first = u64::from(capacity) + 1;
+        assert_eq!(
+            ids(&[next(&mut again).await, next(&mut again).await]),
+            [first.to_string(), (first + 1).to_string()]
+        );
     }
 
     #[tokio::test]
