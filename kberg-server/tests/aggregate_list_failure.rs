@@ -1,7 +1,8 @@
 //! An HTTP upstream that accepts `initialize` but fails `tools/list` with an error quoting the
 //! credential it was sent (as backends that echo a rejected token do): the reason the
 //! aggregator stores (which callers and operators are shown) and the log carry the credential
-//! redacted, on the first listing and on a re-listing after `list_changed`.
+//! redacted, on the first listing and on a re-listing after `list_changed`; an upstream whose
+//! `prompts/list` and `resources/list` fail that way is logged without the credential too.
 //!
 //! The upstream is a stand-in written here from the Streamable HTTP transport's documented
 //! shapes: JSON-RPC over POST, each request answered with one JSON body, or with a
@@ -22,9 +23,10 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use kberg_core::{CallOptions, ToolRegistry};
+use kberg_core::{CallOptions, PromptRegistry, ResourceRegistry, ToolRegistry};
 use kberg_server::aggregate::{
-    Aggregator, AggregatorConfig, Backoff, UpstreamConfig, UpstreamStatus, UpstreamTransport,
+    Aggregator, AggregatorConfig, Backoff, Forward, UpstreamConfig, UpstreamStatus,
+    UpstreamTransport,
 };
 use kberg_testkit::log::LogBuffer;
 use peers::*;
@@ -48,7 +50,8 @@ fn json_answer(body: Value) -> Response {
 }
 
 /// `/fail` fails every `tools/list`; `/flip` fails it once its `ping_me` tool was called,
-/// whose answer carries `notifications/tools/list_changed` before the result.
+/// whose answer carries `notifications/tools/list_changed` before the result; `/lists` offers
+/// prompts and resources and fails to list them.
 async fn mcp(
     State(stand): State<Stand>,
     Path(mode): Path<String>,
@@ -70,9 +73,19 @@ async fn mcp(
     match msg["method"].as_str().unwrap_or_default() {
         "initialize" => json_answer(result(json!({
             "protocolVersion": msg["params"]["protocolVersion"],
-            "capabilities": {"tools": {"listChanged": true}},
+            "capabilities": if mode == "lists" {
+                json!({"tools": {}, "prompts": {}, "resources": {}})
+            } else {
+                json!({"tools": {"listChanged": true}})
+            },
             "serverInfo": {"name": "echo", "version": "1"},
         }))),
+        "prompts/list" | "resources/list" | "resources/templates/list" if mode == "lists" => {
+            json_answer(json!({
+                "jsonrpc": "2.0", "id": id,
+                "error": {"code": -32603, "message": format!("`{auth}` may not list this")},
+            }))
+        }
         "tools/list" if mode == "fail" || stand.flipped.load(Ordering::SeqCst) => {
             json_answer(json!({
                 "jsonrpc": "2.0", "id": id,
@@ -177,4 +190,31 @@ async fn a_listing_error_quoting_the_credential_is_stored_and_logged_redacted() 
         "the credential reached the log:\n{text}"
     );
     assert!(!format!("{:?}", agg.status("fail")).contains(CANARY));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn prompt_and_resource_listing_errors_are_logged_redacted() {
+    let captured = LogBuffer::default();
+    let _guard = tracing::subscriber::set_default(captured.subscriber(tracing::Level::DEBUG));
+    let base = start_stand().await;
+    let config = AggregatorConfig::new()
+        .upstream(upstream("lists", format!("{base}/lists")))
+        .connect_timeout(Duration::from_secs(10));
+    let _agg = Aggregator::start_with(
+        config,
+        ToolRegistry::new(),
+        Forward::new()
+            .prompts(PromptRegistry::new())
+            .resources(ResourceRegistry::new()),
+    )
+    .expect("valid");
+    let prompts = captured.wait_for("listing prompts failed").await;
+    let resources = captured.wait_for("listing resources failed").await;
+    for text in [prompts, resources] {
+        assert!(text.contains("may not list this"), "{text}");
+        assert!(
+            !text.contains(CANARY),
+            "the credential reached the log:\n{text}"
+        );
+    }
 }

@@ -36,7 +36,9 @@ pub(super) async fn sync_prompts(
         match super::pages::prompts(peer).await {
             Ok(p) => p,
             Err(e) => {
-                tracing::warn!(namespace = up.namespace(), error = %e, "listing prompts failed");
+                // An upstream's error may quote the credential it was sent.
+                let error = up.config.transport.redact(&e.to_string());
+                tracing::warn!(namespace = up.namespace(), %error, "listing prompts failed");
                 return;
             }
         }

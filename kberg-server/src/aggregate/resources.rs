@@ -190,14 +190,17 @@ pub(super) async fn sync_resources(
         let listed = match super::pages::resources(peer).await {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(namespace = ns, error = %e, "listing resources failed");
+                // An upstream's error may quote the credential it was sent.
+                let error = up.config.transport.redact(&e.to_string());
+                tracing::warn!(namespace = ns, %error, "listing resources failed");
                 return;
             }
         };
         let templates = match super::pages::templates(peer).await {
             Ok(t) => t,
             Err(e) => {
-                tracing::warn!(namespace = ns, error = %e, "listing resource templates failed");
+                let error = up.config.transport.redact(&e.to_string());
+                tracing::warn!(namespace = ns, %error, "listing resource templates failed");
                 return;
             }
         };
