@@ -8,6 +8,15 @@
 //! [`ResourceRegistry::notify_updated`] delivers one event to every current subscriber of that
 //! URI and to nobody else.
 //!
+//! What one subscriber costs is bounded whatever its client does. It holds at most
+//! [`Subscriber::limit`] subscriptions ([`Subscriber::DEFAULT_LIMIT`] unless set with
+//! [`Subscriber::with_limit`]): a template matches endless URIs, and every subscription is an
+//! entry in the registry's shared map (and, behind an aggregator, one subscription upstream).
+//! And its undelivered updates are coalesced: an update of a URI that already has one waiting
+//! is not queued again, so a subscriber whose reader stalls (a client that stopped reading its
+//! stream) holds at most one waiting update per subscribed URI, however often they change.
+//! [`ResourceEvent::Removed`] events are always queued.
+//!
 //! Which resources a caller may know of is the app's [`ResourceVisibility`]: a transport lists,
 //! reads and subscribes on a caller's behalf through the `*_for` methods
 //! ([`ResourceRegistry::list_for`], [`ResourceRegistry::read_for`],
@@ -17,14 +26,14 @@
 //! an upstream server's) can watch which URIs have subscribers with
 //! [`ResourceRegistry::subscription_changes`] and [`ResourceRegistry::subscribed_uris`].
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use async_trait::async_trait;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, watch};
 
 use crate::content::ResourceContents;
 use crate::error::CoreError;
@@ -192,6 +201,17 @@ pub enum ResourceError {
     /// A pagination cursor this registry did not hand out.
     #[error("invalid pagination cursor")]
     InvalidCursor,
+    /// The subscriber already holds as many subscriptions as its [`Subscriber::limit`];
+    /// nothing was subscribed. Unsubscribing from another URI makes room.
+    #[error(
+        "cannot subscribe to {uri}: at most {limit} resource subscriptions are allowed at once"
+    )]
+    TooManySubscriptions {
+        /// The URI asked for.
+        uri: String,
+        /// The subscriber's limit.
+        limit: usize,
+    },
 }
 
 impl From<InvalidCursor> for ResourceError {
@@ -373,7 +393,100 @@ impl Entries {
 #[derive(Default)]
 struct Subscriptions {
     by_uri: HashMap<String, HashSet<u64>>,
-    senders: HashMap<u64, mpsc::UnboundedSender<ResourceEvent>>,
+    members: HashMap<u64, Member>,
+}
+
+/// A live subscriber as the registry sees it.
+struct Member {
+    mailbox: Arc<Mailbox>,
+    /// How many URIs it is subscribed to (its entries in `by_uri`), counted here because a
+    /// removal ends subscriptions without the subscriber's doing.
+    subscribed: usize,
+}
+
+/// A subscriber's undelivered events, and the wake-up of its reader.
+///
+/// Why not a channel: an unbounded one grows for as long as updates come to a reader that
+/// stalled, and a bounded one would make the app's `notify_updated` wait for it or drop
+/// events. Here an update of a URI that already has one waiting is not queued again, so what
+/// waits is bounded by the URIs subscribed to (plus the removals, each of which ended a
+/// subscription), and notifying never waits for anyone.
+#[derive(Default)]
+struct Mailbox {
+    pending: Mutex<Pending>,
+    /// Signalled after every event queued. The queue, not this, says whether an event waits:
+    /// a reader checks it before waiting, so a wake-up that finds it empty costs one more loop.
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct Pending {
+    /// Events in the order they happened, each with its sequence number.
+    events: VecDeque<(u64, ResourceEvent)>,
+    /// The URIs whose `Updated` is waiting in `events`, with that event's sequence number.
+    updated: HashMap<String, u64>,
+    next_seq: u64,
+}
+
+impl Mailbox {
+    fn pending(&self) -> MutexGuard<'_, Pending> {
+        // Only an allocation failure could panic while it is held, and each change is one
+        // push or insert; a poisoned lock still holds a usable queue.
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Queues `Updated` for `uri` unless one already waits (it tells the reader the same:
+    /// read the resource again).
+    fn updated(&self, uri: &str) {
+        let mut p = self.pending();
+        if p.updated.contains_key(uri) {
+            return;
+        }
+        let seq = p.push(ResourceEvent::Updated {
+            uri: uri.to_string(),
+        });
+        p.updated.insert(uri.to_string(), seq);
+        drop(p);
+        self.wake.notify_one();
+    }
+
+    /// Queues `Removed` for `uri`. An `Updated` already waiting stays before it; one that comes
+    /// after (the client subscribed again) is queued anew.
+    fn removed(&self, uri: &str) {
+        let mut p = self.pending();
+        p.updated.remove(uri);
+        p.push(ResourceEvent::Removed {
+            uri: uri.to_string(),
+        });
+        drop(p);
+        self.wake.notify_one();
+    }
+
+    fn pop(&self) -> Option<ResourceEvent> {
+        let mut p = self.pending();
+        let (seq, event) = p.events.pop_front()?;
+        if let ResourceEvent::Updated { uri } = &event
+            && p.updated.get(uri) == Some(&seq)
+        {
+            p.updated.remove(uri);
+        }
+        Some(event)
+    }
+
+    fn len(&self) -> usize {
+        self.pending().events.len()
+    }
+}
+
+impl Pending {
+    fn push(&mut self, event: ResourceEvent) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1);
+        self.events.push_back((seq, event));
+        seq
+    }
 }
 
 /// The registry's lists, its subscriptions, and the versions transports watch.
@@ -639,8 +752,9 @@ impl ResourceRegistry {
         for uri in removed {
             if let Some(ids) = subs.by_uri.remove(&uri) {
                 for id in ids {
-                    if let Some(tx) = subs.senders.get(&id) {
-                        let _ = tx.send(ResourceEvent::Removed { uri: uri.clone() });
+                    if let Some(member) = subs.members.get_mut(&id) {
+                        member.subscribed = member.subscribed.saturating_sub(1);
+                        member.mailbox.removed(&uri);
                     }
                 }
                 interest = true;
@@ -858,8 +972,9 @@ impl ResourceRegistry {
 
     /// A new subscriber that may subscribe to every resource (for the app itself; a transport
     /// subscribes on a caller's behalf with [`subscriber_for`](Self::subscriber_for)).
-    /// Subscribe it to URIs; receive events from it; drop it to end every subscription it
-    /// holds.
+    /// Subscribe it to URIs (at most [`Subscriber::DEFAULT_LIMIT`] at once unless
+    /// [`Subscriber::with_limit`] says otherwise); receive events from it; drop it to end every
+    /// subscription it holds.
     pub fn subscriber(&self) -> Subscriber {
         self.new_subscriber(None)
     }
@@ -872,17 +987,28 @@ impl ResourceRegistry {
 
     fn new_subscriber(&self, caller: Option<Caller>) -> Subscriber {
         let id = self.inner.next_subscriber.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.subs().senders.insert(id, tx);
+        let mailbox = Arc::new(Mailbox::default());
+        self.subs().members.insert(
+            id,
+            Member {
+                mailbox: Arc::clone(&mailbox),
+                subscribed: 0,
+            },
+        );
         Subscriber {
             id,
             registry: self.clone(),
-            events: rx,
+            mailbox,
             caller,
+            limit: Subscriber::DEFAULT_LIMIT,
         }
     }
 
     /// Tells every current subscriber of `uri` that it changed. Returns how many were told.
+    ///
+    /// A subscriber that has not yet read its last update of `uri` counts as told: that update
+    /// is not queued twice, and reading it tells the subscriber to read the resource again,
+    /// which covers this change too. Notifying never waits for a subscriber's reader.
     pub fn notify_updated(&self, uri: &str) -> usize {
         let subs = self.subs();
         let Some(ids) = subs.by_uri.get(uri) else {
@@ -890,13 +1016,8 @@ impl ResourceRegistry {
         };
         let mut told = 0;
         for id in ids {
-            if let Some(tx) = subs.senders.get(id)
-                && tx
-                    .send(ResourceEvent::Updated {
-                        uri: uri.to_string(),
-                    })
-                    .is_ok()
-            {
+            if let Some(member) = subs.members.get(id) {
+                member.mailbox.updated(uri);
                 told += 1;
             }
         }
@@ -932,21 +1053,62 @@ impl ResourceRegistry {
 pub struct Subscriber {
     id: u64,
     registry: ResourceRegistry,
-    events: mpsc::UnboundedReceiver<ResourceEvent>,
+    mailbox: Arc<Mailbox>,
     /// Whose behalf it subscribes on (`None`: the app's own, which sees everything).
     caller: Option<Caller>,
+    /// How many URIs it may be subscribed to at once.
+    limit: usize,
 }
 
 impl std::fmt::Debug for Subscriber {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Subscriber").field("id", &self.id).finish()
+        f.debug_struct("Subscriber")
+            .field("id", &self.id)
+            .field("limit", &self.limit)
+            .finish()
     }
 }
 
 impl Subscriber {
+    /// How many URIs a subscriber may be subscribed to at once unless
+    /// [`with_limit`](Self::with_limit) says otherwise: 1,000. A client subscribing on its own
+    /// rarely watches more than a few dozen resources; the bound is there because a template
+    /// makes every URI it matches subscribable, and each subscription costs the registry an
+    /// entry (and an aggregator one subscription upstream).
+    pub const DEFAULT_LIMIT: usize = 1000;
+
+    /// Sets how many URIs this subscriber may be subscribed to at once (0: none). Subscriptions
+    /// it already holds are kept; the limit applies to the next ones.
+    ///
+    /// ```
+    /// use kberg_core::{ResourceDescriptor, ResourceError, ResourceRegistry};
+    ///
+    /// let resources = ResourceRegistry::new();
+    /// resources.register_text(ResourceDescriptor::new("notes://a", "a"), "A").unwrap();
+    /// resources.register_text(ResourceDescriptor::new("notes://b", "b"), "B").unwrap();
+    /// let sub = resources.subscriber().with_limit(1);
+    /// sub.subscribe("notes://a").unwrap();
+    /// sub.subscribe("notes://a").unwrap(); // already subscribed: no new subscription
+    /// assert!(matches!(
+    ///     sub.subscribe("notes://b"),
+    ///     Err(ResourceError::TooManySubscriptions { limit: 1, .. })
+    /// ));
+    /// ```
+    pub fn with_limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// How many URIs this subscriber may be subscribed to at once.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// Subscribes to `uri`. The URI must name a registered resource or match a template, and
     /// for a subscriber on a caller's behalf, one the caller may know of
-    /// ([`ResourceVisibility`]). Subscribing twice is the same as once.
+    /// ([`ResourceVisibility`]). Subscribing twice is the same as once. A new subscription
+    /// past the subscriber's [`limit`](Self::limit) answers
+    /// [`ResourceError::TooManySubscriptions`] and subscribes nothing.
     pub fn subscribe(&self, uri: &str) -> Result<(), ResourceError> {
         let known = match &self.caller {
             None => self.registry.exists(uri),
@@ -958,7 +1120,26 @@ impl Subscriber {
             });
         }
         let first = {
-            let mut subs = self.registry.subs();
+            let mut guard = self.registry.subs();
+            let subs = &mut *guard;
+            if subs
+                .by_uri
+                .get(uri)
+                .is_some_and(|ids| ids.contains(&self.id))
+            {
+                return Ok(());
+            }
+            // The member lives as long as this subscriber (made with it, removed by its drop).
+            let Some(member) = subs.members.get_mut(&self.id) else {
+                return Ok(());
+            };
+            if member.subscribed >= self.limit {
+                return Err(ResourceError::TooManySubscriptions {
+                    uri: uri.to_string(),
+                    limit: self.limit,
+                });
+            }
+            member.subscribed += 1;
             let ids = subs.by_uri.entry(uri.to_string()).or_default();
             ids.insert(self.id);
             ids.len() == 1
@@ -972,7 +1153,8 @@ impl Subscriber {
     /// Ends the subscription to `uri`. Returns whether there was one.
     pub fn unsubscribe(&self, uri: &str) -> bool {
         let (had, last) = {
-            let mut subs = self.registry.subs();
+            let mut guard = self.registry.subs();
+            let subs = &mut *guard;
             let Some(ids) = subs.by_uri.get_mut(uri) else {
                 return false;
             };
@@ -980,6 +1162,9 @@ impl Subscriber {
             let last = ids.is_empty();
             if last {
                 subs.by_uri.remove(uri);
+            }
+            if had && let Some(member) = subs.members.get_mut(&self.id) {
+                member.subscribed = member.subscribed.saturating_sub(1);
             }
             (had, last)
         };
@@ -989,14 +1174,27 @@ impl Subscriber {
         had
     }
 
-    /// The next event; `None` only if the registry is gone.
+    /// The next event, waiting until there is one. Never `None` in fact: the subscriber keeps
+    /// its registry alive, so events can always come. Cancel-safe: an event is taken off the
+    /// queue only when this returns it.
     pub async fn next(&mut self) -> Option<ResourceEvent> {
-        self.events.recv().await
+        loop {
+            if let Some(event) = self.mailbox.pop() {
+                return Some(event);
+            }
+            self.mailbox.wake.notified().await;
+        }
     }
 
     /// The next event if one is waiting.
     pub fn try_next(&mut self) -> Option<ResourceEvent> {
-        self.events.try_recv().ok()
+        self.mailbox.pop()
+    }
+
+    /// How many events wait to be read: at most one `Updated` per subscribed URI, plus the
+    /// `Removed` events not read yet.
+    pub fn pending(&self) -> usize {
+        self.mailbox.len()
     }
 }
 
@@ -1004,7 +1202,7 @@ impl Drop for Subscriber {
     fn drop(&mut self) {
         let before = {
             let mut subs = self.registry.subs();
-            subs.senders.remove(&self.id);
+            subs.members.remove(&self.id);
             let before = subs.by_uri.len();
             subs.by_uri.retain(|_, ids| {
                 ids.remove(&self.id);

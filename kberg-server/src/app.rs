@@ -8,7 +8,9 @@
 
 use std::sync::Arc;
 
-use kberg_core::{PromptRegistry, ResourceRegistry, TaskConfig, TaskStore, ToolRegistry};
+use kberg_core::{
+    PromptRegistry, ResourceRegistry, Subscriber, TaskConfig, TaskStore, ToolRegistry,
+};
 
 /// Default page size of `tools/list`, `resources/list` and `resources/templates/list`.
 pub const DEFAULT_PAGE_SIZE: usize = 100;
@@ -22,6 +24,9 @@ pub(crate) struct AppInner {
     pub(crate) resources: ResourceRegistry,
     pub(crate) prompts: PromptRegistry,
     pub(crate) page_size: usize,
+    /// How many resources one 2025-11-25 session, or one 2026-07-28 listen stream, may be
+    /// subscribed to at once.
+    pub(crate) max_resource_subscriptions: usize,
     pub(crate) tasks: TaskStore,
 }
 
@@ -57,6 +62,7 @@ impl McpApp {
                 resources: ResourceRegistry::new(),
                 prompts: PromptRegistry::new(),
                 page_size: DEFAULT_PAGE_SIZE,
+                max_resource_subscriptions: Subscriber::DEFAULT_LIMIT,
                 tasks: TaskStore::new(ToolRegistry::new(), TaskConfig::default()),
             },
             task_config: TaskConfig::default(),
@@ -145,6 +151,21 @@ impl McpAppBuilder {
     /// Items per page of the list methods (at least 1).
     pub fn page_size(mut self, n: usize) -> Self {
         self.inner.page_size = n.max(1);
+        self
+    }
+
+    /// How many resources one client may be subscribed to at once: a 2025-11-25 session
+    /// (`resources/subscribe`), or one 2026-07-28 `subscriptions/listen` stream (the URIs of
+    /// its filter), on every transport. Default [`Subscriber::DEFAULT_LIMIT`] (1,000); 0 allows
+    /// no subscription.
+    ///
+    /// Why a bound: a URI template makes every URI it matches subscribable, and each
+    /// subscription costs the registry an entry (behind an aggregator, one subscription
+    /// upstream), so without it one client could grow them without end. Past it, a
+    /// `resources/subscribe` is refused with `-32602` and subscribes nothing; a listen filter
+    /// is accepted with its first this-many URIs that exist (its acknowledgement lists them).
+    pub fn max_resource_subscriptions(mut self, n: usize) -> Self {
+        self.inner.max_resource_subscriptions = n;
         self
     }
 

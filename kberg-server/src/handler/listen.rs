@@ -1,7 +1,14 @@
-//! `subscriptions/listen` (2026-07-28): the filter accepted (only resources that exist), the
-//! watchers created before rmcp acknowledges it (so a change right after the acknowledgement
-//! is seen), and the stream of resource updates and `list_changed` notifications it serves
-//! until the client or the server ends it.
+//! `subscriptions/listen` (2026-07-28): the filter accepted (only resources that exist, at
+//! most the app's `max_resource_subscriptions` of them), the watchers created before rmcp
+//! acknowledges it (so a change right after the acknowledgement is seen), and the stream of
+//! resource updates and `list_changed` notifications it serves until the client or the server
+//! ends it.
+//!
+//! A filter naming more resources than the limit is accepted with the first ones (in the
+//! filter's order) rather than refused: rmcp asks the handler only which part of a filter it
+//! accepts, and has no way to answer that step with an error (declining answers `-32601`, as
+//! for a server without listen), while the acknowledgement is where the specification has a
+//! server tell the client what it watches.
 //!
 //! A client ends a listen by closing its stream. The HTTP layer then cancels the request's
 //! [`ListenClosed`] and keeps reading rmcp's side of the stream until it ends, so the listen
@@ -48,19 +55,22 @@ pub(super) struct ListenWatchers {
 
 impl ListenWatchers {
     /// Watchers of the three registries as they are now, and of `uris`' updates, on
-    /// `caller`'s behalf (`None`: nobody known, so no URI is watched).
+    /// `caller`'s behalf (`None`: nobody known, so no URI is watched). At most the app's
+    /// `max_resource_subscriptions` URIs are watched; the accepted filter names no more.
     pub(super) fn new(app: &McpApp, caller: Option<Caller>, uris: &[String]) -> Self {
+        let limit = app.inner.max_resource_subscriptions;
         let subscriber = match caller {
             Some(caller) => {
-                let subscriber = app.resources().subscriber_for(caller);
+                let subscriber = app.resources().subscriber_for(caller).with_limit(limit);
                 for uri in uris {
-                    // A resource removed (or hidden) meanwhile is simply not watched.
+                    // A resource removed (or hidden) meanwhile is simply not watched, nor one
+                    // past the limit (which `accept_listen_filter` already left out).
                     let _ = subscriber.subscribe(uri);
                 }
                 subscriber
             }
             // Nobody known to act for: list changes only, no resource's updates.
-            None => app.resources().subscriber(),
+            None => app.resources().subscriber().with_limit(limit),
         };
         let mut tools = app.tools().changes();
         let mut resources = app.resources().changes();
@@ -89,11 +99,27 @@ impl KbergHandler {
     ) -> Option<SubscriptionFilter> {
         let mut accepted = requested.clone();
         // Only resources the caller may know of are accepted: a hidden one is left out as an
-        // unknown one is, and with nobody known to act for, none is.
+        // unknown one is, and with nobody known to act for, none is. Of those, the first
+        // `max_resource_subscriptions` (each once) are accepted, and the rest of the filter is
+        // not even looked up: a filter may name hundreds of thousands of URIs.
         let caller = self.acting_for();
         if let Some(uris) = &mut accepted.resource_subscriptions {
             let resources = self.shared.app.resources();
-            uris.retain(|u| caller.as_ref().is_some_and(|c| resources.exists_for(c, u)));
+            let limit = self.shared.app.inner.max_resource_subscriptions;
+            let mut kept: Vec<String> = Vec::new();
+            if let Some(c) = &caller {
+                let mut seen = std::collections::HashSet::new();
+                for u in uris.iter() {
+                    if kept.len() >= limit {
+                        break;
+                    }
+                    if !seen.contains(u.as_str()) && resources.exists_for(c, u) {
+                        seen.insert(u.as_str());
+                        kept.push(u.clone());
+                    }
+                }
+            }
+            *uris = kept;
         }
         // Watch from now on, before rmcp acknowledges the filter (see `pending_listens`).
         let watchers = ListenWatchers::new(

@@ -15,11 +15,13 @@ use std::time::Duration;
 
 use kberg_core::{Caller, ResourceError, ResourceEvent, Subscriber};
 use rmcp::model::ResourceUpdatedNotificationParam;
-use rmcp::{Peer, RoleServer};
+use rmcp::{ErrorData as McpError, Peer, RoleServer};
+use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::KbergHandler;
+use super::errors::resource_error;
 use super::listen::PendingListen;
 use crate::app::McpApp;
 use crate::peer::LogFilter;
@@ -201,8 +203,11 @@ impl KbergHandler {
     }
 
     /// Starts the session's subscription task once: it holds the session's resource
-    /// subscriptions (on `caller`'s behalf: a session belongs to the principal that opened it)
-    /// and forwards their updates.
+    /// subscriptions (on `caller`'s behalf: a session belongs to the principal that opened it,
+    /// and at most the app's `max_resource_subscriptions` of them) and forwards their updates.
+    /// Its subscriber coalesces updates, so a client that stops reading its stream while a
+    /// resource keeps changing makes the session hold one waiting update per URI, not one per
+    /// change.
     pub(super) fn forwarder(
         &self,
         peer: &Peer<RoleServer>,
@@ -210,7 +215,12 @@ impl KbergHandler {
     ) -> &mpsc::UnboundedSender<Command> {
         self.session().forwarder.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            let subscriber = self.shared.app.resources().subscriber_for(caller);
+            let subscriber = self
+                .shared
+                .app
+                .resources()
+                .subscriber_for(caller)
+                .with_limit(self.shared.app.inner.max_resource_subscriptions);
             tokio::spawn(forward(
                 peer.clone(),
                 subscriber,
@@ -219,6 +229,23 @@ impl KbergHandler {
             ));
             tx
         })
+    }
+}
+
+/// The answer to a `resources/subscribe` that failed. Past the session's limit it is `-32602`
+/// (invalid params: the request asks for more than the server allows, as an unknown URI or a
+/// bad cursor is the client's to fix), with `data.code` `too_many_subscriptions` and the limit,
+/// so a client can tell it from an unknown URI (`-32002`) and unsubscribe first.
+pub(super) fn subscribe_error(e: ResourceError) -> McpError {
+    match e {
+        ResourceError::TooManySubscriptions { uri, limit } => McpError::invalid_params(
+            format!(
+                "cannot subscribe to {uri}: a session may be subscribed to at most {limit} \
+                 resources at once; unsubscribe from one first"
+            ),
+            Some(json!({"code": "too_many_subscriptions", "uri": uri, "limit": limit})),
+        ),
+        other => resource_error(other),
     }
 }
 
