@@ -276,6 +276,9 @@ async fn measure_restores(
             local.push(timed(&mut on_a, call).await?);
         }
         next.push(timed(&mut on_b, call).await?);
+        // Ended where it was opened, as a client that is done does: the replica lets one
+        // principal hold only its share of the session limit, and the next rounds open more.
+        on_a.close().await?;
     }
     Ok(Restores {
         initialize_ms: median(init),
