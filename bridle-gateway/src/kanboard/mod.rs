@@ -171,7 +171,8 @@ const RETRYABLE: &[&str] = &["kanboard_unreachable", "kanboard_timeout"];
 /// | `kanboard_unauthorized`, `kanboard_forbidden` | Kanboard refused the credential (401) or the access (403) |
 /// | `kanboard_unreachable`, `kanboard_timeout` | Kanboard is down or slow (retryable) |
 /// | `kanboard_wrong_url` | the URL does not serve Kanboard's JSON-RPC API |
-/// | `kanboard_invalid_params`, `kanboard_method_not_found`, `kanboard_error`, `kanboard_bad_answer` | Kanboard's own JSON-RPC errors |
+/// | `kanboard_invalid_params`, `kanboard_method_not_found`, `kanboard_error` | Kanboard's own JSON-RPC errors |
+/// | `kanboard_bad_answer` | an answer that is not the JSON-RPC Kanboard sends, or larger than the client reads (`MAX_ANSWER_BYTES`, 8 MiB) |
 pub(crate) fn refusal(code: &str, message: impl Into<String>) -> ToolOutput {
     refusal_with(code, message, Value::Null)
 }
