@@ -18,7 +18,7 @@
 //! "interrupted") only the running tickets whose runner's lock is free, that is whose replica is
 //! gone: nothing runs twice, and nothing another replica is running is touched.
 
-use std::time::UNIX_EPOCH;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bridle_rules::RulesError;
 use bridle_rules::db::postgres::{PgClient, PgDatabase};
@@ -229,5 +229,27 @@ impl TicketStore for PgTicketStore {
             )
             .map_err(db)?;
         Ok(n == 1)
+    }
+
+    /// Counted in the database from the tickets' JSON (principal id, and the expiry as serde
+    /// writes a `SystemTime`), so nothing but the count crosses the wire and the table needs no
+    /// column of its own for it.
+    fn count_pending(&self, principal: &str, now: SystemTime) -> Result<usize, StoreError> {
+        let now = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+        let nanos = i64::from(now.subsec_nanos());
+        let n: i64 = self
+            .client()?
+            .query_opt(
+                "SELECT COUNT(*) FROM confirm_tickets
+                 WHERE status = 'pending'
+                   AND body::jsonb #>> '{principal,id}' = $1
+                   AND ((body::jsonb #>> '{expires_at,secs_since_epoch}')::bigint,
+                        (body::jsonb #>> '{expires_at,nanos_since_epoch}')::bigint) > ($2, $3)",
+                &[&principal, &secs, &nanos],
+            )
+            .map_err(db)?
+            .map_or(0, |r| r.get(0));
+        Ok(usize::try_from(n).unwrap_or(0))
     }
 }

@@ -89,7 +89,7 @@ where
     }
 }
 
-/// Who may decide tickets and how long they wait.
+/// Who may decide tickets, how long they wait, and how many one principal may have waiting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ConfirmConfig {
@@ -100,6 +100,13 @@ pub struct ConfirmConfig {
     /// Whether the principal that asked may approve its own ticket (default `false`: the point
     /// is a second party).
     pub allow_self_approval: bool,
+    /// How many pending, unexpired tickets one principal may have (default 100). A call that would file one more is refused
+    /// `too_many_pending_tickets` and nothing is filed: each ticket holds the call's arguments
+    /// and answers at once, so without a bound a principal holding the write grant could file
+    /// them as fast as it can call. Checked when a ticket is filed; calls of one principal
+    /// filed at the same moment may each pass the check, so the bound can be overshot by the
+    /// calls that principal has in flight at once.
+    pub max_pending_per_principal: usize,
 }
 
 impl Default for ConfirmConfig {
@@ -108,6 +115,7 @@ impl Default for ConfirmConfig {
             ttl: Duration::from_secs(24 * 3600),
             approver_grant: "kberg.confirm".into(),
             allow_self_approval: false,
+            max_pending_per_principal: 100,
         }
     }
 }
@@ -128,6 +136,12 @@ impl ConfirmConfig {
     /// Lets a principal approve its own tickets.
     pub fn allow_self_approval(mut self, allow: bool) -> Self {
         self.allow_self_approval = allow;
+        self
+    }
+
+    /// Sets how many pending tickets one principal may have (at least 1).
+    pub fn with_max_pending_per_principal(mut self, n: usize) -> Self {
+        self.max_pending_per_principal = n.max(1);
         self
     }
 }
@@ -313,6 +327,17 @@ pub trait TicketStore: Send + Sync {
     fn replace_if(&self, expected: TicketStatus, next: &ConfirmTicket) -> Result<bool, StoreError>;
     /// Deletes a ticket if its stored status is `expected`. Returns whether it did.
     fn remove_if(&self, id: &str, expected: TicketStatus) -> Result<bool, StoreError>;
+    /// How many tickets of `principal` (its [`Principal::id`]) are pending and not expired at
+    /// `now`: what [`ConfirmConfig::max_pending_per_principal`] is checked against each time a
+    /// ticket is filed. The default lists every ticket; a store that can count by principal and
+    /// status (an index, a `COUNT` query) should.
+    fn count_pending(&self, principal: &str, now: SystemTime) -> Result<usize, StoreError> {
+        Ok(self
+            .list()?
+            .iter()
+            .filter(|t| t.principal.id == principal && t.status_at(now) == TicketStatus::Pending)
+            .count())
+    }
 }
 
 /// Marks failed a ticket found `running` whose call was interrupted: the process (or replica)
@@ -344,7 +369,38 @@ pub fn mark_interrupted(
 /// Tickets in memory; they end with the process.
 #[derive(Debug, Default)]
 pub struct MemoryTicketStore {
-    tickets: Mutex<HashMap<String, ConfirmTicket>>,
+    tickets: Mutex<Tickets>,
+}
+
+/// The tickets, and beside them each principal's pending ones, so counting a principal's
+/// pending tickets (on every ticket filed) looks at that principal's alone.
+#[derive(Debug, Default)]
+struct Tickets {
+    by_id: HashMap<String, ConfirmTicket>,
+    /// Principal id -> (ticket id -> expiry) of its pending tickets. A ticket leaves when it is
+    /// decided or removed, or when a count finds it expired (it can never be pending again
+    /// without being replaced, which puts it back).
+    pending: HashMap<String, HashMap<String, SystemTime>>,
+}
+
+impl Tickets {
+    fn index(&mut self, t: &ConfirmTicket) {
+        if t.status == TicketStatus::Pending {
+            self.pending
+                .entry(t.principal.id.clone())
+                .or_default()
+                .insert(t.id.clone(), t.expires_at);
+        }
+    }
+
+    fn unindex(&mut self, t: &ConfirmTicket) {
+        if let Some(own) = self.pending.get_mut(&t.principal.id) {
+            own.remove(&t.id);
+            if own.is_empty() {
+                self.pending.remove(&t.principal.id);
+            }
+        }
+    }
 }
 
 impl MemoryTicketStore {
@@ -353,8 +409,9 @@ impl MemoryTicketStore {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ConfirmTicket>> {
-        // Each operation is one map access, so a poisoned map is still consistent.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tickets> {
+        // Each operation updates the map and its index together without a step that can
+        // panic in between, so a poisoned lock still guards consistent state.
         self.tickets
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -363,42 +420,60 @@ impl MemoryTicketStore {
 
 impl TicketStore for MemoryTicketStore {
     fn insert(&self, ticket: &ConfirmTicket) -> Result<(), StoreError> {
-        let mut map = self.lock();
-        if map.contains_key(&ticket.id) {
+        let mut tickets = self.lock();
+        if tickets.by_id.contains_key(&ticket.id) {
             return Err(StoreError(format!("ticket {} already exists", ticket.id)));
         }
-        map.insert(ticket.id.clone(), ticket.clone());
+        tickets.index(ticket);
+        tickets.by_id.insert(ticket.id.clone(), ticket.clone());
         Ok(())
     }
 
     fn get(&self, id: &str) -> Result<Option<ConfirmTicket>, StoreError> {
-        Ok(self.lock().get(id).cloned())
+        Ok(self.lock().by_id.get(id).cloned())
     }
 
     fn list(&self) -> Result<Vec<ConfirmTicket>, StoreError> {
-        let mut v: Vec<ConfirmTicket> = self.lock().values().cloned().collect();
+        let mut v: Vec<ConfirmTicket> = self.lock().by_id.values().cloned().collect();
         v.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
         Ok(v)
     }
 
     fn replace_if(&self, expected: TicketStatus, next: &ConfirmTicket) -> Result<bool, StoreError> {
-        let mut map = self.lock();
-        match map.get_mut(&next.id) {
-            Some(t) if t.status == expected => {
-                *t = next.clone();
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        let mut tickets = self.lock();
+        let old = match tickets.by_id.get_mut(&next.id) {
+            Some(t) if t.status == expected => std::mem::replace(t, next.clone()),
+            _ => return Ok(false),
+        };
+        tickets.unindex(&old);
+        tickets.index(next);
+        Ok(true)
     }
 
     fn remove_if(&self, id: &str, expected: TicketStatus) -> Result<bool, StoreError> {
-        let mut map = self.lock();
-        if map.get(id).is_some_and(|t| t.status == expected) {
-            map.remove(id);
-            return Ok(true);
+        let mut tickets = self.lock();
+        if !tickets.by_id.get(id).is_some_and(|t| t.status == expected) {
+            return Ok(false);
         }
-        Ok(false)
+        if let Some(old) = tickets.by_id.remove(id) {
+            tickets.unindex(&old);
+        }
+        Ok(true)
+    }
+
+    fn count_pending(&self, principal: &str, now: SystemTime) -> Result<usize, StoreError> {
+        let mut tickets = self.lock();
+        let Some(own) = tickets.pending.get_mut(principal) else {
+            return Ok(0);
+        };
+        // Expired ones are dropped from the index as they are met, so a principal's entry
+        // holds at most the bound plus what expired since its last count.
+        own.retain(|_, expires_at| now < *expires_at);
+        let n = own.len();
+        if n == 0 {
+            tickets.pending.remove(principal);
+        }
+        Ok(n)
     }
 }
 

@@ -109,6 +109,7 @@ pub enum CoreError {
 /// | `ticket_already_decided` | the ticket was already approved or denied; nothing runs twice | no |
 /// | `ticket_forbidden` | this principal may not approve or deny tickets (or not this one) | no |
 /// | `ticket_store_failed` | the ticket store could not be read or written | maybe |
+/// | `too_many_pending_tickets` | the caller already has as many tickets waiting for a human as allowed (`ConfirmConfig::max_pending_per_principal`); no ticket was filed and the call has not run | no, wait for the human to decide |
 /// | `too_many_calls` | (kberg-server) the caller already has as many calls in flight as allowed | yes, after one finishes |
 /// | `upstream_unavailable` | (aggregator) the forwarded tool's upstream server is not connected; `upstream` names it | yes, later |
 /// | `upstream_timeout` | (aggregator) the upstream did not answer within its call timeout; the call was cancelled there | yes, later |
@@ -171,6 +172,9 @@ pub enum ErrorCode {
     TicketForbidden,
     /// The ticket store failed.
     TicketStoreFailed,
+    /// The caller already has as many tickets waiting for a human as the app allows; no ticket
+    /// was filed.
+    TooManyPendingTickets,
     /// The caller already has as many calls in flight as the server allows.
     TooManyCalls,
     /// The caller already holds as many tasks as the app allows (running, or finished and not
@@ -192,7 +196,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, for documentation and tests.
-    pub const ALL: [ErrorCode; 33] = [
+    pub const ALL: [ErrorCode; 34] = [
         ErrorCode::UnknownTool,
         ErrorCode::Refused,
         ErrorCode::NotInSurface,
@@ -219,6 +223,7 @@ impl ErrorCode {
         ErrorCode::TicketAlreadyDecided,
         ErrorCode::TicketForbidden,
         ErrorCode::TicketStoreFailed,
+        ErrorCode::TooManyPendingTickets,
         ErrorCode::TooManyCalls,
         ErrorCode::TooManyTasks,
         ErrorCode::UpstreamUnavailable,
@@ -257,6 +262,7 @@ impl ErrorCode {
             ErrorCode::TicketAlreadyDecided => "ticket_already_decided",
             ErrorCode::TicketForbidden => "ticket_forbidden",
             ErrorCode::TicketStoreFailed => "ticket_store_failed",
+            ErrorCode::TooManyPendingTickets => "too_many_pending_tickets",
             ErrorCode::TooManyCalls => "too_many_calls",
             ErrorCode::TooManyTasks => "too_many_tasks",
             ErrorCode::UpstreamUnavailable => "upstream_unavailable",
@@ -466,6 +472,17 @@ pub enum GateError {
         /// The tool.
         tool: String,
     },
+    /// The call needs a human's approval, but the caller already has as many calls waiting for
+    /// one as the app allows; no ticket was filed and the call has not run.
+    #[error(
+        "The call to `{tool}` needs a person's approval, but you already have {limit} calls waiting for one, the most allowed, so it was not filed and has not run. Do not call it again now; wait until a person has decided the waiting ones."
+    )]
+    TooManyPendingTickets {
+        /// The tool.
+        tool: String,
+        /// How many pending tickets a principal may have.
+        limit: usize,
+    },
 }
 
 fn invalid_arguments_sentence(tool: &str, errors: &[FieldError]) -> String {
@@ -504,6 +521,7 @@ impl GateError {
             GateError::ScopeForbidden { .. } => ErrorCode::ScopeForbidden,
             GateError::PendingHumanConfirm { .. } => ErrorCode::PendingHumanConfirm,
             GateError::ConfirmDeclined { .. } => ErrorCode::ConfirmDeclined,
+            GateError::TooManyPendingTickets { .. } => ErrorCode::TooManyPendingTickets,
         }
     }
 
@@ -529,7 +547,8 @@ impl GateError {
             | GateError::ScopeUnknown { tool, .. }
             | GateError::ScopeForbidden { tool, .. }
             | GateError::PendingHumanConfirm { tool, .. }
-            | GateError::ConfirmDeclined { tool } => tool,
+            | GateError::ConfirmDeclined { tool }
+            | GateError::TooManyPendingTickets { tool, .. } => tool,
         }
     }
 }
@@ -570,6 +589,7 @@ mod tests {
                 "ticket_already_decided",
                 "ticket_forbidden",
                 "ticket_store_failed",
+                "too_many_pending_tickets",
                 "too_many_calls",
                 "too_many_tasks",
                 "upstream_unavailable",

@@ -15,8 +15,14 @@
 //! `commit_arguments_changed` without consuming the token; a token issued to another principal
 //! or for another tool answers `commit_token_invalid`, as an unknown one does, so a token's
 //! existence never leaks.
+//!
+//! The store is bounded twice ([`CommitConfig`]): each principal holds at most
+//! `max_tokens_per_principal` tokens, and a principal at its bound loses its own oldest token
+//! to a new one; all together hold at most `max_tokens`, and when that is reached the tokens
+//! given up are the used and expired ones, then the oldest of the principals holding the most.
+//! So a principal that floods previews only ever loses its own tokens, never another's.
 
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -62,10 +68,15 @@ impl CallPhase {
 pub struct CommitConfig {
     /// How long a commit token stays valid (default 10 minutes).
     pub ttl: Duration,
-    /// How many tokens (pending, or used / expired ones kept to answer precisely) are held;
-    /// when full, used and expired ones are dropped, then the pending ones closest to expiry
-    /// (default 10,000).
+    /// How many tokens (pending, or used / expired ones kept to answer precisely) are held in
+    /// all; when full, used and expired ones are dropped, then the oldest tokens of the
+    /// principals holding the most, so a principal holding fewer than another never loses one
+    /// to it (default 10,000).
     pub max_tokens: usize,
+    /// How many tokens one principal holds; a principal at this bound that is issued another
+    /// loses its own used and expired tokens, then its own oldest pending one, never another
+    /// principal's (default 100).
+    pub max_tokens_per_principal: usize,
 }
 
 impl Default for CommitConfig {
@@ -73,6 +84,7 @@ impl Default for CommitConfig {
         Self {
             ttl: Duration::from_secs(600),
             max_tokens: 10_000,
+            max_tokens_per_principal: 100,
         }
     }
 }
@@ -84,9 +96,15 @@ impl CommitConfig {
         self
     }
 
-    /// Sets how many tokens are kept.
+    /// Sets how many tokens are kept in all.
     pub fn with_max_tokens(mut self, n: usize) -> Self {
         self.max_tokens = n.max(1);
+        self
+    }
+
+    /// Sets how many tokens one principal holds (at least 1).
+    pub fn with_max_tokens_per_principal(mut self, n: usize) -> Self {
+        self.max_tokens_per_principal = n.max(1);
         self
     }
 }
@@ -100,10 +118,86 @@ struct Issued {
     used: bool,
 }
 
+impl Issued {
+    /// Whether it can still be committed: neither used nor expired.
+    fn live(&self, now: SystemTime) -> bool {
+        !self.used && now < self.expires_at
+    }
+}
+
 /// The server-side record of commit tokens. Owned by the [`ToolRegistry`](crate::ToolRegistry).
 #[derive(Debug, Default)]
 pub(crate) struct CommitTokens {
-    issued: Mutex<HashMap<String, Issued>>,
+    book: Mutex<Book>,
+}
+
+/// The tokens, and each principal's tokens in the order they were issued. Every token is in
+/// both, under its principal.
+#[derive(Debug, Default)]
+struct Book {
+    issued: HashMap<String, Issued>,
+    by_principal: HashMap<String, VecDeque<String>>,
+}
+
+impl Book {
+    /// Drops `principal`'s used and expired tokens.
+    fn sweep_own(&mut self, principal: &str, now: SystemTime) {
+        let Some(own) = self.by_principal.get_mut(principal) else {
+            return;
+        };
+        let issued = &mut self.issued;
+        own.retain(|k| {
+            let live = issued.get(k).is_some_and(|t| t.live(now));
+            if !live {
+                issued.remove(k);
+            }
+            live
+        });
+        if own.is_empty() {
+            self.by_principal.remove(principal);
+        }
+    }
+
+    /// Drops every used and expired token.
+    fn sweep_all(&mut self, now: SystemTime) {
+        self.issued.retain(|_, t| t.live(now));
+        let issued = &self.issued;
+        self.by_principal.retain(|_, own| {
+            own.retain(|k| issued.contains_key(k));
+            !own.is_empty()
+        });
+    }
+
+    /// Drops `principal`'s oldest token.
+    fn evict_oldest(&mut self, principal: &str) {
+        if let Some(own) = self.by_principal.get_mut(principal) {
+            if let Some(k) = own.pop_front() {
+                self.issued.remove(&k);
+            }
+            if own.is_empty() {
+                self.by_principal.remove(principal);
+            }
+        }
+    }
+
+    /// Drops oldest tokens of the principals holding the most until `target` remain; of
+    /// principals holding as many, `issuer` (who is being issued one) gives up first.
+    fn evict_largest(&mut self, target: usize, issuer: &str) {
+        let mut heap: BinaryHeap<(usize, bool, String)> = self
+            .by_principal
+            .iter()
+            .map(|(p, own)| (own.len(), p == issuer, p.clone()))
+            .collect();
+        while self.issued.len() > target {
+            let Some((n, is_issuer, p)) = heap.pop() else {
+                break;
+            };
+            self.evict_oldest(&p);
+            if n > 1 {
+                heap.push((n - 1, is_issuer, p));
+            }
+        }
+    }
 }
 
 /// Why a token was not accepted.
@@ -124,9 +218,10 @@ pub(crate) fn token_fingerprint(token: &str) -> String {
 }
 
 impl CommitTokens {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Issued>> {
-        // Every update below is a single map operation, so a poisoned map is still consistent.
-        self.issued
+    fn lock(&self) -> std::sync::MutexGuard<'_, Book> {
+        // No update below can panic between changing the map and the per-principal lists, so
+        // a poisoned lock still guards consistent state.
+        self.book
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -144,23 +239,30 @@ impl CommitTokens {
         let token = format!("ct1.{}", URL_SAFE_NO_PAD.encode(raw));
         let now = SystemTime::now();
         let expires_at = now + config.ttl;
-        let mut map = self.lock();
-        if map.len() >= config.max_tokens {
-            // Make room for a tenth of the capacity at once, so the sweep is amortized: used
-            // and expired tokens go first (they only answer "used" / "expired"), then the
-            // pending ones closest to expiry.
-            let target = config.max_tokens - config.max_tokens.div_ceil(10);
-            map.retain(|_, t| !t.used && t.expires_at > now);
-            if map.len() > target {
-                let mut by_expiry: Vec<(SystemTime, String)> =
-                    map.iter().map(|(k, t)| (t.expires_at, k.clone())).collect();
-                by_expiry.sort_unstable();
-                for (_, k) in by_expiry.into_iter().take(map.len() - target) {
-                    map.remove(&k);
-                }
+        let mut book = self.lock();
+        let own = book.by_principal.get(principal).map_or(0, VecDeque::len);
+        if own >= config.max_tokens_per_principal {
+            // The principal pays for its own flood: its used and expired tokens go first (they
+            // only answer "used" / "expired"), then its oldest pending ones.
+            book.sweep_own(principal, now);
+            while book.by_principal.get(principal).map_or(0, VecDeque::len)
+                >= config.max_tokens_per_principal
+            {
+                book.evict_oldest(principal);
             }
         }
-        map.insert(
+        if book.issued.len() >= config.max_tokens {
+            // Make room for a tenth of the capacity at once, so the sweep is amortized: used
+            // and expired tokens go first, then the oldest of whoever holds the most.
+            let target = config.max_tokens - config.max_tokens.div_ceil(10);
+            book.sweep_all(now);
+            book.evict_largest(target, principal);
+        }
+        book.by_principal
+            .entry(principal.to_string())
+            .or_default()
+            .push_back(token.clone());
+        book.issued.insert(
             token.clone(),
             Issued {
                 tool: tool.to_string(),
@@ -205,8 +307,8 @@ impl CommitTokens {
         spend: bool,
     ) -> Result<(), Redeem> {
         let now = SystemTime::now();
-        let mut map = self.lock();
-        let Some(t) = map.get_mut(token) else {
+        let mut book = self.lock();
+        let Some(t) = book.issued.get_mut(token) else {
             return Err(Redeem::Invalid);
         };
         if t.tool != tool || t.principal != principal {
@@ -329,6 +431,19 @@ mod tests {
         assert_eq!(t.check(&tok, "rm", "ann", "d1"), Err(Redeem::Used));
     }
 
+    /// Every token is listed under its principal and nothing else is.
+    fn assert_consistent(t: &CommitTokens) {
+        let book = t.lock();
+        let listed: usize = book.by_principal.values().map(VecDeque::len).sum();
+        assert_eq!(listed, book.issued.len());
+        for (p, own) in &book.by_principal {
+            assert!(!own.is_empty());
+            for k in own {
+                assert_eq!(&book.issued[k].principal, p);
+            }
+        }
+    }
+
     #[test]
     fn capacity_is_bounded() {
         let t = CommitTokens::default();
@@ -336,6 +451,47 @@ mod tests {
         for i in 0..10 {
             t.issue("rm", "ann", &i.to_string(), &cfg).unwrap();
         }
-        assert!(t.lock().len() <= 3);
+        assert!(t.lock().issued.len() <= 3);
+        assert_consistent(&t);
+    }
+
+    #[test]
+    fn a_principal_at_its_bound_loses_its_own_oldest_token() {
+        let t = CommitTokens::default();
+        let cfg = CommitConfig::default().with_max_tokens_per_principal(3);
+        let (bob, _) = t.issue("rm", "bob", "b", &cfg).unwrap();
+        let ann: Vec<String> = (0..5)
+            .map(|i| t.issue("rm", "ann", &i.to_string(), &cfg).unwrap().0)
+            .collect();
+        assert_eq!(t.check(&ann[0], "rm", "ann", "0"), Err(Redeem::Invalid));
+        assert_eq!(t.check(&ann[1], "rm", "ann", "1"), Err(Redeem::Invalid));
+        for (i, tok) in ann.iter().enumerate().skip(2) {
+            assert_eq!(t.check(tok, "rm", "ann", &i.to_string()), Ok(()));
+        }
+        assert_eq!(t.check(&bob, "rm", "bob", "b"), Ok(()));
+        assert_consistent(&t);
+
+        // Its used tokens go before its pending ones.
+        assert_eq!(t.redeem(&ann[3], "rm", "ann", "3"), Ok(()));
+        let (newest, _) = t.issue("rm", "ann", "5", &cfg).unwrap();
+        assert_eq!(t.check(&ann[2], "rm", "ann", "2"), Ok(()));
+        assert_eq!(t.check(&ann[4], "rm", "ann", "4"), Ok(()));
+        assert_eq!(t.check(&newest, "rm", "ann", "5"), Ok(()));
+        assert_consistent(&t);
+    }
+
+    #[test]
+    fn a_full_store_takes_from_whoever_holds_the_most() {
+        let t = CommitTokens::default();
+        let cfg = CommitConfig::default().with_max_tokens(10);
+        let (bob, _) = t.issue("rm", "bob", "b", &cfg).unwrap();
+        let (cat, _) = t.issue("rm", "cat", "c", &cfg).unwrap();
+        for i in 0..50 {
+            t.issue("rm", "ann", &i.to_string(), &cfg).unwrap();
+        }
+        assert!(t.lock().issued.len() <= 10);
+        assert_eq!(t.check(&bob, "rm", "bob", "b"), Ok(()));
+        assert_eq!(t.check(&cat, "rm", "cat", "c"), Ok(()));
+        assert_consistent(&t);
     }
 }

@@ -2,14 +2,16 @@
 //!
 //! One row per ticket: its id, its status in a column of its own (so the compare-and-set of a
 //! decision is one `UPDATE ... WHERE status = ?`, atomic even between processes sharing the
-//! file), and the whole ticket as JSON. A ticket found `running` when the store is opened was
+//! file), its principal and expiry (so a principal's pending tickets are one indexed `COUNT`),
+//! and the whole ticket as JSON. A file made before the principal and expiry columns existed
+//! gains them, filled from the stored tickets, when it is opened. A ticket found `running` when the store is opened was
 //! approved by a process that died while its call ran; nothing can tell whether the call took
 //! effect, so it is marked `failed` (code `tool_failed`, "interrupted") rather than run again:
 //! nothing runs twice.
 
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -25,6 +27,12 @@ fn to_json(t: &ConfirmTicket) -> Result<String, StoreError> {
 
 fn from_json(s: &str) -> Result<ConfirmTicket, StoreError> {
     serde_json::from_str(s).map_err(|e| StoreError(format!("stored ticket is unreadable: {e}")))
+}
+
+/// Nanoseconds since the Unix epoch, as the table stores times (saturating, 0 before 1970).
+fn unix_ns(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 /// Tickets in a SQLite database file.
@@ -60,15 +68,64 @@ impl SqliteTicketStore {
                 id TEXT PRIMARY KEY,
                 status TEXT NOT NULL,
                 created_at_ns INTEGER NOT NULL,
-                body TEXT NOT NULL
+                body TEXT NOT NULL,
+                principal TEXT,
+                expires_at_ns INTEGER
             );",
         )
         .map_err(db)?;
         let store = Self {
             conn: Mutex::new(conn),
         };
+        store.add_count_columns()?;
         store.fail_interrupted()?;
         Ok(store)
+    }
+
+    /// Gives a file made before they existed the `principal` and `expires_at_ns` columns,
+    /// filled from each stored ticket, and indexes them for [`TicketStore::count_pending`].
+    fn add_count_columns(&self) -> Result<(), StoreError> {
+        let conn = self.lock();
+        let has_principal: bool = conn
+            .query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('confirm_tickets') WHERE name = 'principal'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(db)?
+            > 0;
+        if !has_principal {
+            conn.execute_batch(
+                "ALTER TABLE confirm_tickets ADD COLUMN principal TEXT;
+                 ALTER TABLE confirm_tickets ADD COLUMN expires_at_ns INTEGER;",
+            )
+            .map_err(db)?;
+        }
+        let unfilled: Vec<(String, String)> = {
+            let mut st = conn
+                .prepare("SELECT id, body FROM confirm_tickets WHERE principal IS NULL")
+                .map_err(db)?;
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(db)?
+                .collect::<Result<_, _>>()
+                .map_err(db)?
+        };
+        for (id, body) in unfilled {
+            // A row that does not parse keeps NULLs, so it is not counted; reading it through
+            // `get` or `list` still reports it as unreadable.
+            let Ok(t) = from_json(&body) else { continue };
+            conn.execute(
+                "UPDATE confirm_tickets SET principal = ?1, expires_at_ns = ?2 WHERE id = ?3",
+                params![t.principal.id, unix_ns(t.expires_at), id],
+            )
+            .map_err(db)?;
+        }
+        conn.execute_batch(
+            "CREATE INDEX IF NOT EXISTS confirm_tickets_pending
+                 ON confirm_tickets (principal, status, expires_at_ns);",
+        )
+        .map_err(db)?;
+        Ok(())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -102,14 +159,18 @@ impl SqliteTicketStore {
 
 impl TicketStore for SqliteTicketStore {
     fn insert(&self, ticket: &ConfirmTicket) -> Result<(), StoreError> {
-        let created = ticket
-            .created_at
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i64);
         self.lock()
             .execute(
-                "INSERT INTO confirm_tickets (id, status, created_at_ns, body) VALUES (?1, ?2, ?3, ?4)",
-                params![ticket.id, ticket.status.as_str(), created, to_json(ticket)?],
+                "INSERT INTO confirm_tickets (id, status, created_at_ns, body, principal, expires_at_ns)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    ticket.id,
+                    ticket.status.as_str(),
+                    unix_ns(ticket.created_at),
+                    to_json(ticket)?,
+                    ticket.principal.id,
+                    unix_ns(ticket.expires_at)
+                ],
             )
             .map_err(db)?;
         Ok(())
@@ -136,10 +197,13 @@ impl TicketStore for SqliteTicketStore {
         let n = self
             .lock()
             .execute(
-                "UPDATE confirm_tickets SET status = ?1, body = ?2 WHERE id = ?3 AND status = ?4",
+                "UPDATE confirm_tickets SET status = ?1, body = ?2, principal = ?3, expires_at_ns = ?4
+                 WHERE id = ?5 AND status = ?6",
                 params![
                     next.status.as_str(),
                     to_json(next)?,
+                    next.principal.id,
+                    unix_ns(next.expires_at),
                     next.id,
                     expected.as_str()
                 ],
@@ -157,5 +221,18 @@ impl TicketStore for SqliteTicketStore {
             )
             .map_err(db)?;
         Ok(n == 1)
+    }
+
+    fn count_pending(&self, principal: &str, now: SystemTime) -> Result<usize, StoreError> {
+        let n: i64 = self
+            .lock()
+            .query_row(
+                "SELECT COUNT(*) FROM confirm_tickets
+                 WHERE principal = ?1 AND status = 'pending' AND expires_at_ns > ?2",
+                params![principal, unix_ns(now)],
+                |r| r.get(0),
+            )
+            .map_err(db)?;
+        Ok(usize::try_from(n).unwrap_or(0))
     }
 }

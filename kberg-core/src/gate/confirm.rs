@@ -3,10 +3,14 @@
 //! After the arguments validated (and a commit token checked), the app's [`ConfirmPolicy`] may
 //! hold a call for a person. Where the policy allows it and the client supports elicitation the
 //! person is asked through the client now ([`ask_client`]); otherwise, or when asking fails, the
-//! call is filed as a [`ConfirmTicket`] ([`file_ticket`]) and answers `pending_human_confirm`.
+//! call is filed as a [`ConfirmTicket`] ([`file_ticket`]) and answers `pending_human_confirm`,
+//! unless its principal already has as many pending tickets as the app allows
+//! ([`ConfirmConfig::max_pending_per_principal`]): then nothing is filed and the call answers
+//! `too_many_pending_tickets`.
 //! The ticket desk later runs an approved ticket back through the gate, skipping only this step.
 //!
 //! [`ConfirmPolicy`]: crate::confirm::ConfirmPolicy
+//! [`ConfirmConfig::max_pending_per_principal`]: crate::confirm::ConfirmConfig::max_pending_per_principal
 
 use std::time::SystemTime;
 
@@ -87,7 +91,44 @@ pub(crate) async fn ask_client(
     }
 }
 
-/// Files a ticket for a call a human must approve; the answer for the caller.
+/// Whether `caller` may file one more ticket: refused `too_many_pending_tickets` when it already
+/// has the configured number pending (expired ones do not count).
+pub(crate) fn room_for_ticket(
+    tool: &str,
+    caller: &Caller,
+    settings: &GateSettings,
+    now: SystemTime,
+) -> Result<(), GateError> {
+    let limit = settings.confirm_config.max_pending_per_principal;
+    let principal = caller.principal().id.as_str();
+    let pending = settings
+        .tickets
+        .count_pending(principal, now)
+        .map_err(|e| {
+            tracing::error!(tool, error = %e.0, "pending tickets not counted; confirm ticket not filed");
+            GateError::ToolFailed {
+                tool: tool.to_string(),
+                message: "the call needs a person's approval, but the request could not be filed (internal error)".into(),
+            }
+        })?;
+    if pending >= limit {
+        tracing::warn!(
+            tool,
+            principal,
+            pending,
+            limit,
+            "confirm ticket refused: too many pending"
+        );
+        return Err(GateError::TooManyPendingTickets {
+            tool: tool.to_string(),
+            limit,
+        });
+    }
+    Ok(())
+}
+
+/// Files a ticket for a call a human must approve; the answer for the caller (the refusal
+/// `too_many_pending_tickets`, with nothing filed, when the caller has no room for one).
 pub(crate) fn file_ticket(
     entry: &Entry,
     args: Value,
@@ -105,11 +146,14 @@ pub(crate) fn file_ticket(
             message: "the call needs a person's approval, but the request could not be filed (internal error)".into(),
         }
     };
+    let now = SystemTime::now();
+    if let Err(refusal) = room_for_ticket(&name, caller, settings, now) {
+        return refusal;
+    }
     let id = match new_ticket_id() {
         Ok(id) => id,
         Err(e) => return failed(e.0),
     };
-    let now = SystemTime::now();
     let ticket = ConfirmTicket {
         id: id.clone(),
         tool: name.clone(),
