@@ -126,13 +126,13 @@ async fn the_pending_limit_holds(name: &str, store: Arc<dyn TicketStore>) {
     // One more is refused, with the stable code and a sentence, and nothing is filed: a direct
     // write, and the commit of a previewed one (previews themselves are never held).
     let token = preview(&tools, "agent-1", ids(900, 60)).await;
-    let commit = commit(&tools, "agent-1", &ids(900, 60), &token).await;
+    let committed = commit(&tools, "agent-1", &ids(900, 60), &token).await;
     for (tool, refused) in [
         (
             "bulk_delete",
             Err(big_delete(&tools, "agent-1", "bulk_delete", 900).await),
         ),
-        ("bulk_delete_previewed", commit),
+        ("bulk_delete_previewed", committed),
     ] {
         let e = refused.unwrap_err();
         assert_eq!(e.code(), ErrorCode::TooManyPendingTickets, "{name}: {e}");
@@ -155,9 +155,17 @@ async fn the_pending_limit_holds(name: &str, store: Arc<dyn TicketStore>) {
     file(&tools, "agent-2", 0).await;
     assert_eq!(store.count_pending("agent-2", now).unwrap(), 1, "{name}");
 
-    // A decision makes room again: decided tickets do not count.
+    // A decision makes room again: decided tickets do not count. The refused commit kept its
+    // token: sent again as it was, it files its ticket now.
     desk.deny(&filed[0], &admin(), None).unwrap();
-    file(&tools, "agent-1", 1000).await;
+    let again = commit(&tools, "agent-1", &ids(900, 60), &token)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        again.code(),
+        ErrorCode::PendingHumanConfirm,
+        "{name}: {again}"
+    );
     let e = big_delete(&tools, "agent-1", "bulk_delete", 1100).await;
     assert_eq!(e.code(), ErrorCode::TooManyPendingTickets, "{name}");
     desk.approve(&filed[1], &admin()).await.unwrap();

@@ -407,6 +407,14 @@ impl Gate {
             match asked {
                 Some(answer) => answer?,
                 None => {
+                    // Refused before the token is spent: a commit that finds no room for its
+                    // ticket can be sent again, token and all, once a person decided others.
+                    confirm::room_for_ticket(
+                        &entry.spec.name,
+                        caller,
+                        settings,
+                        SystemTime::now(),
+                    )?;
                     step.spend()?;
                     let refusal =
                         confirm::file_ticket(&entry, args, caller, settings, &req, phase, trail);
