@@ -101,14 +101,14 @@ async fn file(tools: &ToolRegistry, who: &str, from: u32) -> String {
 
 /// The stores every ticket test runs against.
 fn stores() -> Vec<(&'static str, Arc<dyn TicketStore>)> {
-    let mut v: Vec<(&'static str, Arc<dyn TicketStore>)> =
-        vec![("memory", Arc::new(MemoryTicketStore::new()))];
-    #[cfg(feature = "sqlite")]
-    v.push((
-        "sqlite",
-        Arc::new(SqliteTicketStore::open_in_memory().unwrap()),
-    ));
-    v
+    vec![
+        ("memory", Arc::new(MemoryTicketStore::new())),
+        #[cfg(feature = "sqlite")]
+        (
+            "sqlite",
+            Arc::new(SqliteTicketStore::open_in_memory().unwrap()),
+        ),
+    ]
 }
 
 async fn the_pending_limit_holds(name: &str, store: Arc<dyn TicketStore>) {
