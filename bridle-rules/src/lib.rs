@@ -58,8 +58,9 @@ pub use agents::{AgentCatalog, AgentTarget, BUILTIN_AGENTS, Style};
 pub use error::{Position, Problem, RulesError, check_name};
 pub use model::{
     ALL_AGENTS, AgentPermissions, AgentProfile, CURRENT_SCHEMA_VERSION, CustomPattern, ExampleRepo,
-    Guardrail, MemoryPermission, Patterns, ProjectInfo, Provenance, ReadWrite, RulesDocument,
-    RulesPermission, ScopePermission, SecretsPermission, Severity, Source, VendorSuggestion,
+    Guardrail, MAX_REVISION, MemoryPermission, Patterns, ProjectInfo, Provenance, ReadWrite,
+    RulesDocument, RulesPermission, ScopePermission, SecretsPermission, Severity, Source,
+    VendorSuggestion,
 };
 pub use render::{Rendered, Renderer, provenance_text};
 #[cfg(feature = "postgres")]

@@ -19,6 +19,11 @@ use serde::{Deserialize, Serialize};
 /// The newest `schema_version` this build reads and writes.
 pub const CURRENT_SCHEMA_VERSION: u32 = 2;
 
+/// The largest `revision` a document may have: 2^63 - 1. The databases store revisions as
+/// signed 64-bit integers, so a larger one (a hand edit) could not be stored or would be
+/// stored as a different number; such a document is refused as invalid.
+pub const MAX_REVISION: u64 = i64::MAX as u64;
+
 /// The applies-to entry meaning "every agent".
 pub const ALL_AGENTS: &str = "all_agents";
 

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use crate::agents::AgentCatalog;
 use crate::error::{Problem, check_name};
-use crate::model::{ALL_AGENTS, RulesDocument, Source};
+use crate::model::{ALL_AGENTS, MAX_REVISION, RulesDocument, Source};
 
 /// Every problem in a document, in document order. `text` (the YAML it came from, if any) is
 /// used to put line numbers on problems.
@@ -29,6 +29,18 @@ pub fn validate(doc: &RulesDocument, catalog: &AgentCatalog, text: Option<&str>)
         });
     };
     let known = || catalog.names().join(", ");
+
+    if doc.revision > MAX_REVISION {
+        push(
+            "revision_out_of_range",
+            "revision".into(),
+            Some("revision:".into()),
+            format!(
+                "revision {} is above the largest the store keeps ({MAX_REVISION}); set it back to the revision the document had",
+                doc.revision
+            ),
+        );
+    }
 
     if doc.project.name.trim().is_empty() {
         push(

@@ -620,3 +620,75 @@ fn concurrent_approvals_of_one_proposal_have_one_winner(backend: Backend) {
     assert_eq!(doc.guardrails.iter().filter(|g| g.id == "once").count(), 1);
     assert_eq!(store.changes(Some("shop"), 0).unwrap().len(), 2);
 }
+
+/// A hand-edited `revision` the database cannot store (it keeps revisions as signed 64-bit
+/// integers) is refused with a clear error, never wrapped round to an old revision, and no
+/// write goes through: not the file, not the change log, not the proposal.
+#[test]
+fn a_hand_edited_revision_past_the_database_range_is_refused() {
+    let (dir, store) = store(Backend::Sqlite);
+    let origin = Origin::agent("claude", None);
+    let waiting = store
+        .propose("shop", &origin, &guardrail("waiting"), None)
+        .unwrap();
+    let path = dir.path().join("projects/shop.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\nrevision: 1\n"), "{text}");
+    let changes = store.changes(Some("shop"), 0).unwrap().len();
+
+    let nothing_written = |edited: &str| {
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), edited);
+        assert_eq!(store.changes(Some("shop"), 0).unwrap().len(), changes);
+        assert_eq!(
+            store.proposal(waiting.id).unwrap().status,
+            ProposalStatus::Pending
+        );
+    };
+
+    // Beyond what the database stores: the document does not load.
+    let edited = text.replace("\nrevision: 1\n", "\nrevision: 18446744073709551615\n");
+    std::fs::write(&path, &edited).unwrap();
+    let e = store.load("shop").unwrap_err();
+    assert_eq!(e.code(), "invalid_document", "{e}");
+    assert!(e.to_string().contains("revision_out_of_range"), "{e}");
+    assert_eq!(
+        store.approve(waiting.id, "alice").unwrap_err().code(),
+        "invalid_document"
+    );
+    let mut doc = RulesDocument::new("Shop");
+    doc.permissions.insert("claude".into(), Default::default());
+    assert_eq!(
+        store
+            .save_edit("shop", &doc, u64::MAX, "alice", "edit")
+            .unwrap_err()
+            .code(),
+        "invalid_document"
+    );
+    assert_eq!(
+        store
+            .propose("shop", &origin, &guardrail("other"), None)
+            .unwrap_err()
+            .code(),
+        "invalid_document"
+    );
+    nothing_written(&edited);
+
+    // The largest revision stored: it loads, but no change can follow it.
+    let edited = text.replace("\nrevision: 1\n", "\nrevision: 9223372036854775807\n");
+    std::fs::write(&path, &edited).unwrap();
+    assert_eq!(
+        store.load("shop").unwrap().document.revision,
+        i64::MAX as u64
+    );
+    for e in [
+        store.approve(waiting.id, "alice").unwrap_err(),
+        store.preview(waiting.id, "alice").unwrap_err(),
+        store
+            .save_edit("shop", &doc, i64::MAX as u64, "alice", "edit")
+            .unwrap_err(),
+    ] {
+        assert_eq!(e.code(), "invalid_document", "{e}");
+        assert!(e.to_string().contains("revision_out_of_range"), "{e}");
+    }
+    nothing_written(&edited);
+}

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use crate::agents::AgentCatalog;
 use crate::error::{RulesError, check_name};
 use crate::fsutil::{now_rfc3339, write_atomic};
-use crate::model::{RulesDocument, Severity, Source};
+use crate::model::{MAX_REVISION, RulesDocument, Severity, Source};
 use crate::validate;
 use crate::yaml::{self, Loaded};
 use cache::SetKey;
@@ -518,7 +518,7 @@ impl RulesStore {
             });
         }
         let mut doc = edited.clone();
-        doc.revision = current.revision + 1;
+        doc.revision = next_revision(&path, current.revision)?;
         let exports = self.write_doc(&mut *tx, project, &path, &doc)?;
         record_change(
             &mut *tx,
@@ -543,7 +543,7 @@ impl RulesStore {
             return Ok(None);
         };
         let mut doc = loaded.document;
-        doc.revision += 1;
+        doc.revision = next_revision(&path, doc.revision)?;
         let exports = self.write_doc(&mut *tx, project, &path, &doc)?;
         record_change(
             &mut *tx,
@@ -621,7 +621,7 @@ impl RulesStore {
         }
         let mut doc = self.load_in(&mut *tx, &p.project)?.document;
         apply(&mut doc, &p, approver, &now_rfc3339())?;
-        doc.revision += 1;
+        doc.revision = next_revision(&self.project_path(&p.project)?, doc.revision)?;
         Ok(doc)
     }
 
@@ -710,7 +710,7 @@ impl RulesStore {
         }
         let now = now_rfc3339();
         apply(&mut doc, &p, approved_by, &now)?;
-        doc.revision += 1;
+        doc.revision = next_revision(&path, doc.revision)?;
         let exports = self.write_doc(&mut *tx, &p.project, &path, &doc)?;
         tx.decide_proposal(
             id,
@@ -980,6 +980,26 @@ impl RulesStore {
         );
         Ok(report)
     }
+}
+
+/// The revision after `revision`. Checked, because a hand-edited file can hold any number:
+/// past [`MAX_REVISION`] the database would store a different number (or the sum would wrap
+/// to 0 and replace an old revision), which breaks every later conflict check.
+fn next_revision(path: &Path, revision: u64) -> Result<u64, RulesError> {
+    revision
+        .checked_add(1)
+        .filter(|next| *next <= MAX_REVISION)
+        .ok_or_else(|| RulesError::Invalid {
+            file: path.to_path_buf(),
+            problems: vec![crate::error::Problem {
+                code: "revision_out_of_range",
+                field: "revision".into(),
+                line: None,
+                message: format!(
+                    "revision {revision} is the largest the store keeps ({MAX_REVISION}), so no change can follow it; set it back to the revision the document had"
+                ),
+            }],
+        })
 }
 
 fn unique_guardrail_id(
