@@ -87,6 +87,22 @@ pub enum MemoryError {
         /// The URL or path given.
         source_repo: String,
     },
+    /// A repository over one of the limits that bound what indexing reads and holds in memory
+    /// ([`crate::repo::FileRules::max_total_bytes`], [`crate::PatternIndexConfig::max_chunks`]).
+    /// Nothing is stored: the tag's previous index, if any, stays as it was.
+    #[error(
+        "the repository {source_repo} is too large to index: it has more than {limit} {what} (the limit {setting}); raise that limit or index a smaller repository. Nothing was stored and the tag's previous index is unchanged"
+    )]
+    IndexTooLarge {
+        /// The URL or path given (its user part and query shown as `***`).
+        source_repo: String,
+        /// What passed the limit (`bytes of files to read`, `chunks`).
+        what: &'static str,
+        /// The limit's value.
+        limit: u64,
+        /// The setting that raises it.
+        setting: &'static str,
+    },
     /// A pattern-example tag that was never indexed.
     #[error("no pattern example is indexed under reference tag `{0}`")]
     UnknownTag(String),
@@ -111,6 +127,7 @@ impl MemoryError {
     /// | `invalid_input` | the caller's input is malformed |
     /// | `repo_unavailable` | the repository could not be fetched |
     /// | `nothing_to_index` | the repository has no indexable file |
+    /// | `index_too_large` | the repository passes a limit of what indexing reads or holds |
     /// | `unknown_tag` | no pattern example under that reference tag |
     /// | `unknown_memory` | no memory with that id |
     pub fn code(&self) -> &'static str {
@@ -126,8 +143,31 @@ impl MemoryError {
             MemoryError::InvalidInput(_) => "invalid_input",
             MemoryError::RepoUnavailable { .. } => "repo_unavailable",
             MemoryError::NothingToIndex { .. } => "nothing_to_index",
+            MemoryError::IndexTooLarge { .. } => "index_too_large",
             MemoryError::UnknownTag(_) => "unknown_tag",
             MemoryError::UnknownMemory(_) => "unknown_memory",
+        }
+    }
+}
+
+impl MemoryError {
+    /// [`MemoryError::IndexTooLarge`] for a walk that read more than `limit` bytes.
+    pub(crate) fn too_many_bytes(source_repo: String, limit: u64) -> Self {
+        MemoryError::IndexTooLarge {
+            source_repo,
+            what: "bytes of files to read",
+            limit,
+            setting: "PatternIndexConfig::files.max_total_bytes",
+        }
+    }
+
+    /// [`MemoryError::IndexTooLarge`] for more than `limit` chunks.
+    pub(crate) fn too_many_chunks(source_repo: String, limit: usize) -> Self {
+        MemoryError::IndexTooLarge {
+            source_repo,
+            what: "chunks",
+            limit: limit as u64,
+            setting: "PatternIndexConfig::max_chunks",
         }
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! Indexing runs fetch → chunk → embed → store. Nothing is written until the very end, where
 //! one [`VectorStore::replace`] swaps the tag's old chunks for the new ones: a failure anywhere
-//! before (an unreachable repository, no indexable files, an embedder that is down or answers
-//! with the wrong dimension, a cancelled call) leaves the previous index untouched, and a search
+//! before (an unreachable repository, no indexable files, a repository over the limits of what a
+//! run may read and hold, an embedder that is down or answers with the wrong dimension, a
+//! cancelled call) leaves the previous index untouched, and a search
 //! running during a refresh sees the old set or the new one, never a mix and never nothing.
 //!
 //! Each chunk's payload carries `reference_tag`, `arch_tag`, `source_repo`, `file_path`,
@@ -251,8 +252,14 @@ pub struct PatternIndexConfig {
     pub batch_size: usize,
     /// Chunk sizes.
     pub chunking: ChunkConfig,
-    /// Which files are read.
+    /// Which files are read, and how much in all ([`FileRules`]: at most 20,000 files and
+    /// 64 MiB by default).
     pub files: FileRules,
+    /// At most this many chunks per repository. Every chunk, then its vector, is held in
+    /// memory until the one final write, so this bounds an indexing run's memory: a repository
+    /// with more fails with [`MemoryError::IndexTooLarge`] and nothing is stored. Default
+    /// 50,000 (about 75 MB of 384-dimensional vectors besides the text).
+    pub max_chunks: usize,
     /// How long a clone may take.
     pub clone_timeout: Duration,
     /// How [`PatternIndex::search`] ranks.
@@ -273,6 +280,7 @@ impl Default for PatternIndexConfig {
             batch_size: 32,
             chunking: ChunkConfig::default(),
             files: FileRules::default(),
+            max_chunks: 50_000,
             clone_timeout: Duration::from_secs(300),
             search: SearchMode::default(),
             summaries: false,
@@ -367,16 +375,26 @@ impl PatternIndex {
         let rules = self.config.files.clone();
         let mut chunking = self.config.chunking;
         chunking.max_tokens = chunking.max_tokens.min(self.embedder.max_input_tokens());
+        let max_chunks = self.config.max_chunks;
+        let shown = redact_url(&repo.url);
         let embedder = Arc::clone(&self.embedder);
         let (files, chunks) = tokio::task::spawn_blocking(move || -> Result<_> {
-            // One file's text at a time: what stays is its chunks.
+            // One file's text at a time: what stays is its chunks, bounded by the byte and
+            // chunk limits (a repository cut short fails: a partial index would pass for whole).
             let count = |t: &str| embedder.count_tokens(t);
             let (mut files, mut chunks) = (0, Vec::new());
-            for f in source_files(&root, &rules)? {
+            let mut walk = source_files(&root, &rules)?;
+            for f in walk.by_ref() {
                 files += 1;
                 for c in chunk_file(&f.path, &f.text, &chunking, &count) {
+                    if chunks.len() >= max_chunks {
+                        return Err(MemoryError::too_many_chunks(shown, max_chunks));
+                    }
                     chunks.push((f.path.clone(), c));
                 }
+            }
+            if walk.over_byte_limit() {
+                return Err(MemoryError::too_many_bytes(shown, rules.max_total_bytes));
             }
             Ok((files, chunks))
         })

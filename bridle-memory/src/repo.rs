@@ -225,11 +225,18 @@ pub struct SourceFile {
 /// Limits of [`source_files`] and [`collect_files`].
 #[derive(Debug, Clone)]
 pub struct FileRules {
-    /// Files larger than this are skipped.
+    /// Files larger than this are skipped. Default 256 KiB.
     pub max_file_bytes: u64,
-    /// At most this many files are read.
+    /// At most this many files are read; the walk stops once it has found them, so the rest
+    /// of a larger tree is never listed. Default 20,000.
     pub max_files: usize,
-    /// Whether hidden files and folders (names starting with `.`) are read too.
+    /// At most this many bytes are read in all, every file read counting (indexable or not):
+    /// what bounds the work and, when indexing, the memory, whatever the tree holds (20,000
+    /// files of 256 KiB each are 5 GiB). The walk stops past it and
+    /// [`SourceFiles::over_byte_limit`] says so; indexing then fails with
+    /// [`MemoryError::IndexTooLarge`] rather than index part of a repository. Default 64 MiB.
+    pub max_total_bytes: u64,
+    /// Whether hidden files and folders (names starting with `.`) are read too. Default off.
     pub hidden: bool,
 }
 
@@ -238,6 +245,7 @@ impl Default for FileRules {
         Self {
             max_file_bytes: 256 * 1024,
             max_files: 20_000,
+            max_total_bytes: 64 * 1024 * 1024,
             hidden: false,
         }
     }
@@ -334,21 +342,33 @@ fn looks_generated(text: &str) -> bool {
 
 /// Walks `root` and returns the indexable files, sorted by path: [`source_files`], collected.
 /// Every file's text is in memory at once; to index a large tree, iterate [`source_files`]
-/// instead, which holds one file at a time.
+/// instead, which holds one file at a time. A tree over [`FileRules::max_total_bytes`] fails
+/// with [`MemoryError::IndexTooLarge`].
 pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> {
-    Ok(source_files(root, rules)?.collect())
+    let mut files = source_files(root, rules)?;
+    let collected: Vec<SourceFile> = files.by_ref().collect();
+    if files.over_byte_limit() {
+        return Err(MemoryError::too_many_bytes(
+            root.display().to_string(),
+            rules.max_total_bytes,
+        ));
+    }
+    Ok(collected)
 }
 
-/// Walks `root` and yields its indexable files in path order, each read only when the
-/// iterator reaches it, so a walk holds one file's text at a time whatever the tree's size.
+/// Walks `root` and yields its indexable files in path order, each found and read only when
+/// the iterator reaches it, so a walk holds one file's text at a time whatever the tree's size,
+/// and a tree larger than the limits is never listed in full.
 ///
 /// The walk is the `ignore` crate's (ripgrep's): `.gitignore` files (also outside a git
 /// checkout, so a copied tree keeps its rules), `.git/info/exclude`, the user's global git
 /// excludes and `.ignore` files are honoured, hidden files and folders are skipped unless
 /// [`FileRules::hidden`] says otherwise, and symlinks are not followed (they may leave the
 /// repository or loop). The folder, name, size, binary and generated-file rules above apply on
-/// top, and at most [`FileRules::max_files`] files are yielded. A file that cannot be read
-/// when its turn comes (removed or changed since the walk) is skipped.
+/// top. The walk stops once [`FileRules::max_files`] files are yielded, or once more than
+/// [`FileRules::max_total_bytes`] have been read ([`SourceFiles::over_byte_limit`] then says
+/// so). A file that cannot be read when its turn comes (removed or changed since its folder
+/// was listed) is skipped.
 pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
     if !root.is_dir() {
         return Err(MemoryError::RepoUnavailable {
@@ -356,7 +376,7 @@ pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
             reason: "it is not a readable directory".into(),
         });
     }
-    let walker = ignore::WalkBuilder::new(root)
+    let walk = ignore::WalkBuilder::new(root)
         .hidden(!rules.hidden)
         .git_ignore(true)
         .git_global(true)
@@ -366,7 +386,10 @@ pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
         .require_git(false)
         .follow_links(false)
         .max_filesize(Some(rules.max_file_bytes))
-        .sort_by_file_name(std::cmp::Ord::cmp)
+        // Siblings in the order of their paths as strings (a folder `a` sorts as `a/`, after
+        // `a-z.rs`), so that the walk, which never lists more than it yields, still yields the
+        // whole tree in path order.
+        .sort_by_file_path(|a, b| path_key(a).cmp(&path_key(b)))
         .filter_entry(|e| {
             let is_dir = e.file_type().is_some_and(|t| t.is_dir());
             !(is_dir
@@ -374,70 +397,111 @@ pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
                 && SKIP_DIRS.contains(&e.file_name().to_string_lossy().as_ref()))
         })
         .build();
-    let mut found = Vec::new();
-    for entry in walker {
-        let entry = match entry {
-            Ok(e) => e,
-            Err(e) => {
-                // An unreadable folder or a malformed ignore file: skip it, say so.
-                tracing::debug!(error = %e, "skipped while walking the repository");
-                continue;
-            }
-        };
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            continue;
-        }
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !wanted_name(&name) {
-            continue;
-        }
-        let Ok(meta) = entry.metadata() else { continue };
-        if meta.len() > rules.max_file_bytes || meta.len() == 0 {
-            continue;
-        }
-        let path = entry.into_path();
-        let rel = path
-            .strip_prefix(root)
-            .unwrap_or(&path)
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy())
-            .collect::<Vec<_>>()
-            .join("/");
-        found.push((rel, path));
-    }
-    found.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(SourceFiles {
-        found: found.into_iter(),
-        max_file_bytes: rules.max_file_bytes,
+        walk,
+        rules: rules.clone(),
         left: rules.max_files,
+        bytes_read: 0,
+        walked: 0,
         root: root.to_path_buf(),
     })
 }
 
-/// The indexable files of a tree, read one at a time (see [`source_files`]).
-#[derive(Debug)]
+/// How a walk entry sorts among its siblings: its name, with a `/` after a folder's (not
+/// following symlinks, as the walk does not).
+fn path_key(path: &Path) -> Vec<u8> {
+    let mut key = path
+        .file_name()
+        .map(|n| n.as_encoded_bytes().to_vec())
+        .unwrap_or_default();
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        key.push(b'/');
+    }
+    key
+}
+
+/// The indexable files of a tree, found and read one at a time (see [`source_files`]).
 pub struct SourceFiles {
-    /// The candidates the walk found (relative path, full path), in path order.
-    found: std::vec::IntoIter<(String, PathBuf)>,
-    max_file_bytes: u64,
+    walk: ignore::Walk,
+    rules: FileRules,
     /// How many more files may be yielded.
     left: usize,
+    /// Bytes read so far, of every file read.
+    bytes_read: u64,
+    /// Entries the walk has produced so far (files and folders), to show it stops early.
+    walked: usize,
     root: PathBuf,
+}
+
+impl std::fmt::Debug for SourceFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceFiles")
+            .field("root", &self.root)
+            .field("left", &self.left)
+            .field("bytes_read", &self.bytes_read)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SourceFiles {
+    /// Bytes read so far, of every file read (indexable or not).
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read
+    }
+
+    /// Whether the walk stopped because more than [`FileRules::max_total_bytes`] were read:
+    /// what it yielded is then only part of the tree.
+    pub fn over_byte_limit(&self) -> bool {
+        self.bytes_read > self.rules.max_total_bytes
+    }
 }
 
 impl Iterator for SourceFiles {
     type Item = SourceFile;
 
     fn next(&mut self) -> Option<SourceFile> {
-        while self.left > 0 {
-            let (rel, path) = self.found.next()?;
-            if let Some(text) = indexable_text(&path, self.max_file_bytes) {
-                self.left -= 1;
-                if self.left == 0 && !self.found.as_slice().is_empty() {
-                    tracing::warn!(root = %self.root.display(), "file limit reached; the rest is not indexed");
+        while self.left > 0 && !self.over_byte_limit() {
+            let entry = match self.walk.next()? {
+                Ok(e) => e,
+                Err(e) => {
+                    // An unreadable folder or a malformed ignore file: skip it, say so.
+                    tracing::debug!(error = %e, "skipped while walking the repository");
+                    continue;
                 }
-                return Some(SourceFile { path: rel, text });
+            };
+            self.walked += 1;
+            if !entry.file_type().is_some_and(|t| t.is_file()) {
+                continue;
             }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !wanted_name(&name) {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.len() > self.rules.max_file_bytes || meta.len() == 0 {
+                continue;
+            }
+            let path = entry.into_path();
+            let Some(text) = indexable_text(&path, self.rules.max_file_bytes, &mut self.bytes_read)
+            else {
+                continue;
+            };
+            if self.over_byte_limit() {
+                tracing::warn!(root = %self.root.display(), limit = self.rules.max_total_bytes, "byte limit reached; the walk stops");
+                return None;
+            }
+            self.left -= 1;
+            if self.left == 0 {
+                tracing::warn!(root = %self.root.display(), limit = self.rules.max_files, "file limit reached; the walk stops and any further file is not indexed");
+            }
+            let rel = path
+                .strip_prefix(&self.root)
+                .unwrap_or(&path)
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/");
+            return Some(SourceFile { path: rel, text });
         }
         None
     }
@@ -445,12 +509,15 @@ impl Iterator for SourceFiles {
 
 /// A candidate's text, when it is indexable: not over the size limit (it may have grown since
 /// the walk), not binary (a NUL byte near the start, or not UTF-8), not generated, not blank.
-fn indexable_text(path: &Path, max_file_bytes: u64) -> Option<String> {
+/// Every byte read is added to `bytes_read`.
+fn indexable_text(path: &Path, max_file_bytes: u64, bytes_read: &mut u64) -> Option<String> {
     use std::io::Read;
     let file = std::fs::File::open(path).ok()?;
     let mut bytes = Vec::new();
     // One byte over the limit tells a file that grew past it.
-    file.take(max_file_bytes + 1).read_to_end(&mut bytes).ok()?;
+    let read = file.take(max_file_bytes + 1).read_to_end(&mut bytes);
+    *bytes_read = bytes_read.saturating_add(bytes.len() as u64);
+    read.ok()?;
     if bytes.len() as u64 > max_file_bytes || bytes.iter().take(8000).any(|b| *b == 0) {
         return None;
     }
@@ -556,6 +623,43 @@ mod tests {
             .collect();
         assert_eq!(paths, ["a-z.rs", "d.rs"]);
         assert!(source_files(&dir.path().join("missing"), &two).is_err());
+    }
+
+    /// The walk lists no more of a tree than it yields: a tree of 300 folders limited to three
+    /// files opens three of them, and a byte limit stops it at the file that passes it.
+    #[test]
+    fn the_walk_stops_at_the_file_limit_and_at_the_byte_limit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for n in 0..300 {
+            let p = dir.path().join(format!("d{n:03}"));
+            std::fs::create_dir(&p).expect("mkdir");
+            std::fs::write(p.join("f.rs"), "fn f() {}\n").expect("write");
+        }
+        let rules = FileRules {
+            max_files: 3,
+            ..FileRules::default()
+        };
+        let mut files = source_files(dir.path(), &rules).expect("walk");
+        let paths: Vec<String> = files.by_ref().map(|f| f.path).collect();
+        assert_eq!(paths, ["d000/f.rs", "d001/f.rs", "d002/f.rs"]);
+        // The root, three folders and their three files: the other 297 folders were never
+        // walked into or listed past the root.
+        assert!(files.walked <= 7, "walked {} entries", files.walked);
+        assert!(!files.over_byte_limit());
+
+        // Each file is 10 bytes: the third passes 25, and the walk stops before yielding it.
+        let rules = FileRules {
+            max_total_bytes: 25,
+            ..FileRules::default()
+        };
+        let mut files = source_files(dir.path(), &rules).expect("walk");
+        assert_eq!(files.by_ref().count(), 2);
+        assert!(files.over_byte_limit());
+        assert_eq!(files.bytes_read(), 30);
+        assert!(files.walked <= 7, "walked {} entries", files.walked);
+        let err = collect_files(dir.path(), &rules).expect_err("over the byte limit");
+        assert_eq!(err.code(), "index_too_large", "{err}");
+        assert!(err.to_string().contains("max_total_bytes"), "{err}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bridle_memory::repo::FileRules;
 use bridle_memory::{
     EmbeddedStore, Embedder, ExampleRepo, NoProgress, PatternIndex, PatternIndexConfig, Progress,
     ProgressEvent, VectorStore,
@@ -476,6 +477,78 @@ async fn refresh_is_atomic_under_concurrent_searches() {
         seen_new.load(Ordering::SeqCst) > 0,
         "and after the new set replaced it"
     );
+}
+
+/// A repository whose files all share one blob clones small and checks out large. Indexing
+/// stops at the configured byte or chunk limit and fails with `index_too_large`, naming the
+/// limit; nothing is embedded or stored, and the tag's previous index stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repository_over_the_limits_fails_and_keeps_the_previous_index() {
+    let f = fixture();
+    let spec = tags("keep", "modified-mvc", f.repo.to_str().expect("utf-8"));
+    f.index.index(&spec, &NoProgress).await.expect("index");
+    let before = snapshot(&f).await;
+    assert!(!before.is_empty());
+
+    // 64 paths to one 2 KiB blob: 128 KiB checked out from a clone of a few KiB.
+    let big = tempfile::tempdir().expect("temp");
+    let body: String = (0..64)
+        .map(|n| format!("pub fn item_{n:02}() -> u32 {{ {n} }}\n"))
+        .collect();
+    let names: Vec<String> = (0..64).map(|n| format!("src/m{n:02}.rs")).collect();
+    let files: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), body.as_str())).collect();
+    write_tree(big.path(), &files);
+    git(big.path(), &["init", "-q"]);
+    git(big.path(), &["add", "."]);
+    git(big.path(), &["commit", "-q", "-m", "one blob, many paths"]);
+    let url = format!("file://{}", big.path().display());
+    let big_spec = tags("keep", "modified-mvc", &url);
+
+    for (config, setting, limit) in [
+        (
+            PatternIndexConfig {
+                files: FileRules {
+                    max_total_bytes: 32 * 1024,
+                    ..FileRules::default()
+                },
+                ..PatternIndexConfig::default()
+            },
+            "PatternIndexConfig::files.max_total_bytes",
+            "32768",
+        ),
+        (
+            PatternIndexConfig {
+                max_chunks: 20,
+                ..PatternIndexConfig::default()
+            },
+            "PatternIndexConfig::max_chunks",
+            "20",
+        ),
+    ] {
+        let limited = PatternIndex::with_config(f.store.clone(), f.embedder.clone(), config);
+        let progress = Recorder::default();
+        let err = limited
+            .index(&big_spec, &progress)
+            .await
+            .expect_err("over the limit");
+        assert_eq!(err.code(), "index_too_large", "{err}");
+        let shown = err.to_string();
+        assert!(shown.contains(setting), "{shown}");
+        assert!(shown.contains(limit), "{shown}");
+        // Nothing was chunked to the end, embedded or stored.
+        let events = progress.0.lock().await;
+        assert!(
+            events
+                .iter()
+                .all(|e| matches!(e, ProgressEvent::Fetching { .. })),
+            "{events:?}"
+        );
+        assert_eq!(snapshot(&f).await, before);
+    }
+
+    // Under the default limits the same repository indexes.
+    let report = f.index.index(&big_spec, &NoProgress).await.expect("index");
+    assert_eq!(report.files, 64);
 }
 
 /// The chunks stored for a tag, as (file, start line, text), sorted.
