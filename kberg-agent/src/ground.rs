@@ -9,7 +9,10 @@
 //!
 //! - an id argument (named `id`, ending in `_id` or `Id`, or named with
 //!   [`crate::AgentConfig::id_source`]) must appear in the user's words or in a tool result that
-//!   succeeded in this run (ids come from searches);
+//!   succeeded in this run (ids come from searches), as a whole token: `n-17` is not in "note
+//!   n-170", nor the start of a uuid in the uuid, since a cut id names another record. The word
+//!   "one" standing alone ("the one about taxes") grounds no id, only within a number phrase
+//!   ("twenty-one");
 //! - a number argument must appear in the user's words (digits, or English number words up to
 //!   ninety-nine: "forty-two", "five").
 //!
@@ -39,6 +42,9 @@ use crate::message::Message;
 #[derive(Debug, Default)]
 pub(crate) struct Grounds {
     user_numbers: Vec<f64>,
+    /// The user's numbers that may be ids: [`Grounds::user_numbers`] but for the word "one"
+    /// standing alone ("the one about taxes" names no note 1).
+    user_id_numbers: Vec<f64>,
     user_text: String,
     /// The user's words as [`words_of`] spells them, with a space at each end.
     user_words: String,
@@ -82,6 +88,7 @@ impl Grounds {
             match m {
                 Message::User { content, .. } if i < user_messages => {
                     self.user_numbers.extend(numbers_in(content));
+                    self.user_id_numbers.extend(id_numbers_in(content));
                     self.user_text.push_str(&content.to_lowercase());
                     self.user_text.push('\n');
                     self.user_words.push(' ');
@@ -232,13 +239,15 @@ impl Grounds {
         self.id_grounded(name, value)
     }
 
-    /// An id is grounded when the user said it, or a result that succeeded shows it labelled
-    /// as an id (`note_id 17`, `"id": 17`, `note 17`): a bare number in a result (a priority,
-    /// a count) is not an id.
+    /// An id is grounded when the user said it (a number, or a whole token of the user's
+    /// text), or a result that succeeded shows it labelled as an id (`note_id 17`, `"id": 17`,
+    /// `note 17`): a bare number in a result (a priority, a count) is not an id.
     fn id_grounded(&self, name: &str, value: &Value) -> bool {
         let text = match value {
             Value::Number(n) => {
-                if n.as_f64().is_some_and(|x| self.user_numbers.contains(&x)) {
+                if n.as_f64()
+                    .is_some_and(|x| self.user_id_numbers.contains(&x))
+                {
                     return true;
                 }
                 n.to_string()
@@ -248,9 +257,12 @@ impl Grounds {
                 if s.is_empty() {
                     return true;
                 }
+                // A string id is the user's only as a whole token: `n-17` is not in "note
+                // n-170", nor `o` in "one" (a cut id names another record).
                 if s.parse::<f64>()
-                    .is_ok_and(|x| self.user_numbers.contains(&x))
-                    || (s.parse::<f64>().is_err() && self.user_text.contains(&s))
+                    .is_ok_and(|x| self.user_id_numbers.contains(&x))
+                    || (s.parse::<f64>().is_err()
+                        && tokens_at(&self.user_text, &s).next().is_some())
                 {
                     return true;
                 }
@@ -269,25 +281,54 @@ impl Grounds {
     }
 }
 
-/// Whether `text` holds `value` as a whole token right after a label naming an id: the
-/// argument's name, its stem (`note` for `note_id`), or a word ending in `id`, with at most a
-/// few quotes, colons, equals signs, spaces or `#` between.
+/// Whether `c` is part of an id wherever it stands: a letter, a digit or `_`.
+fn is_id_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// Whether `c` joins the id characters on either side of it into one id (`n-170`, a uuid,
+/// `17.5`); elsewhere (a sentence's full stop, a dash between words) it ends the id.
+fn is_id_joiner(c: char) -> bool {
+    matches!(c, '-' | '.')
+}
+
+/// Whether an id token ends where `chars` (the characters beside it, going away from it)
+/// begin: at the end of the text, at a character that is no part of an id, or at a joiner
+/// that joins nothing.
+fn token_ends(mut chars: impl Iterator<Item = char>) -> bool {
+    match chars.next() {
+        None => true,
+        Some(c) if is_id_char(c) => false,
+        Some(c) if is_id_joiner(c) => !chars.next().is_some_and(is_id_char),
+        Some(_) => true,
+    }
+}
+
+/// Where `text` holds `value` as a whole token: bounded on each side by the text's end or a
+/// character that cannot continue an id, so `n-17` is not found in `n-170`, nor `e29b` in a
+/// uuid. The occurrences are those `str::match_indices` finds (not overlapping), so the search
+/// stays linear in the text whatever the value.
+fn tokens_at<'t>(text: &'t str, value: &'t str) -> impl Iterator<Item = usize> + 't {
+    text.match_indices(value)
+        .map(|(at, _)| at)
+        .filter(move |&at| {
+            !value.is_empty()
+                && token_ends(text[..at].chars().rev())
+                && token_ends(text[at + value.len()..].chars())
+        })
+}
+
+/// Whether `text` holds `value` as a whole token ([`tokens_at`]) right after a label naming
+/// an id: the argument's name, its stem (`note` for `note_id`), or a word ending in `id`, with
+/// at most a few quotes, colons, equals signs, spaces or `#` between.
 fn labelled_in(text: &str, name: &str, value: &str) -> bool {
     let stem = name
         .strip_suffix("_id")
         .or_else(|| name.strip_suffix("id"))
         .unwrap_or(name);
     let is_word = |c: char| c.is_alphanumeric() || c == '_';
-    text.match_indices(value).any(|(at, _)| {
+    tokens_at(text, value).any(|at| {
         let before = &text[..at];
-        let after = &text[at + value.len()..];
-        if before.chars().next_back().is_some_and(is_word)
-            || after.chars().next().is_some_and(|c| {
-                is_word(c) || c == '.' && after[1..].starts_with(|d: char| d.is_ascii_digit())
-            })
-        {
-            return false;
-        }
         let label_end = before.trim_end_matches([' ', ':', '=', '"', '\'', '#']);
         if before.len() - label_end.len() > 4 {
             return false;
@@ -375,6 +416,19 @@ fn unescape_punctuation(text: &str) -> String {
 /// The numbers in `text`: runs of digits (with one decimal point), and English number words
 /// from zero to ninety-nine ("five", "forty-two", "forty two").
 pub(crate) fn numbers_in(text: &str) -> Vec<f64> {
+    numbers_said(text, true)
+}
+
+/// The numbers in `text` that may be ids: those of [`numbers_in`] but for the word "one"
+/// standing alone, which is more often a pronoun ("the one about taxes") than a number, while
+/// small models take it for id 1. In a number phrase ("twenty-one") it counts.
+fn id_numbers_in(text: &str) -> Vec<f64> {
+    numbers_said(text, false)
+}
+
+/// The numbers in `text` ([`numbers_in`]), the word "one" alone among them only with
+/// `lone_one`.
+fn numbers_said(text: &str, lone_one: bool) -> Vec<f64> {
     let mut out = Vec::new();
     let chars: Vec<char> = text.chars().collect();
     let mut i = 0;
@@ -424,7 +478,9 @@ pub(crate) fn numbers_in(text: &str) -> Vec<f64> {
             }
             continue;
         }
-        if let Some(unit) = unit_word(words[w]) {
+        if let Some(unit) = unit_word(words[w])
+            && (unit != 1 || lone_one)
+        {
             out.push(f64::from(unit));
         }
         w += 1;
@@ -591,6 +647,54 @@ mod tests {
         let named = HashMap::from([("note".to_string(), "search".to_string())]);
         assert!(g.check(&json!({"note": 5}), &named).is_none());
         assert!(g.check(&json!({"note": 6}), &named).unwrap().is_id);
+    }
+
+    #[test]
+    fn a_string_id_is_grounded_only_as_a_whole_token() {
+        let none = HashMap::new();
+        let id = |g: &Grounds, v: Value| g.check(&json!({"note_id": v}), &none);
+        let g = grounds("Set the priority of note n-170 to 5", &[]);
+        assert_eq!(id(&g, json!("n-170")), None);
+        assert_eq!(id(&g, json!(" N-170 ")), None);
+        // Part of the id the user gave is another id: no source.
+        for cut in ["n-17", "n", "o", "-170", "n-1", "70", "0 to"] {
+            assert!(id(&g, json!(cut)).is_some_and(|u| u.is_id), "{cut}");
+        }
+        let uuid = "550e8400-e29b-41d4-a716-446655440000";
+        let g = grounds(&format!("Delete note {uuid}."), &[]);
+        assert_eq!(id(&g, json!(uuid)), None);
+        assert_eq!(id(&g, json!(uuid.to_uppercase())), None);
+        for cut in [&uuid[..32], &uuid[..8], &uuid[9..], "e29b"] {
+            assert!(id(&g, json!(cut)).is_some(), "{cut}");
+        }
+        // Ids at either end of the text and beside punctuation are whole.
+        let g = grounds("n-17, then (n-18); n-19", &[]);
+        for whole in ["n-17", "n-18", "n-19"] {
+            assert_eq!(id(&g, json!(whole)), None, "{whole}");
+        }
+        // A result's labelled id is matched the same way.
+        let g = grounds("Set it to 5", &[("note_id: n-170 (priority 2)", false)]);
+        assert_eq!(id(&g, json!("n-170")), None);
+        for cut in ["n", "n-17"] {
+            assert!(id(&g, json!(cut)).is_some(), "{cut}");
+        }
+    }
+
+    #[test]
+    fn the_word_one_alone_grounds_no_id() {
+        let none = HashMap::new();
+        let g = grounds("Set the one about taxes to priority 5", &[]);
+        for v in [json!(1), json!("1")] {
+            let u = g.check(&json!({"note_id": v, "priority": 5}), &none);
+            assert!(u.is_some_and(|u| u.is_id && u.argument == "note_id"));
+        }
+        // Inside a number phrase, or as digits, it is a number the user gave.
+        let g = grounds("Set note twenty-one to 5, and note 1 too", &[]);
+        assert_eq!(g.check(&json!({"note_id": 21, "priority": 5}), &none), None);
+        assert_eq!(g.check(&json!({"note_id": 1, "priority": 5}), &none), None);
+        // As a value that is not an id, "one" is still 1.
+        let g = grounds("Set note 42 to priority one", &[]);
+        assert_eq!(g.check(&json!({"note_id": 42, "priority": 1}), &none), None);
     }
 
     #[test]
