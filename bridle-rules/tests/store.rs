@@ -107,6 +107,7 @@ on_every_backend!(
     concurrent_approvals_of_one_proposal_have_one_winner,
     suggestions_in_agent_profiles_are_queued_for_review_once,
     earlier_revisions_are_kept_and_a_preview_writes_nothing,
+    a_flood_of_alike_vendor_sentences_is_capped_with_distinct_ids,
 );
 
 fn guardrail(id: &str) -> ChangeRequest {
@@ -691,4 +692,55 @@ fn a_hand_edited_revision_past_the_database_range_is_refused() {
         assert!(e.to_string().contains("revision_out_of_range"), "{e}");
     }
     nothing_written(&edited);
+}
+
+/// A text of thousands of sentences that share their first six words queues the first
+/// `MAX_CANDIDATES_PER_PAGE` with distinct ids (the next free suffix of their common base),
+/// reports the rest as skipped, and a later text continues the numbering past ids that are
+/// queued or already policy.
+fn a_flood_of_alike_vendor_sentences_is_capped_with_distinct_ids(backend: Backend) {
+    use bridle_rules::vendor::MAX_CANDIDATES_PER_PAGE;
+    let (_dir, store) = store(backend);
+    let base = "claude-you-should-always-run-the-tests";
+    let guardrail_id = |id: u64| match store.proposal(id).unwrap().change {
+        ChangeRequest::Guardrail { id, .. } => id,
+        other => panic!("not a guardrail: {other:?}"),
+    };
+    let flood: String = (0..3000)
+        .map(|i| format!("You should always run the tests for module {i}. "))
+        .collect();
+    let report = store
+        .queue_vendor_guidance("shop", "claude", "http://vendor.example/guide", &flood)
+        .unwrap();
+    assert_eq!(report.queued.len(), MAX_CANDIDATES_PER_PAGE);
+    assert_eq!(report.over_limit, 3000 - MAX_CANDIDATES_PER_PAGE);
+    assert_eq!(report.skipped, report.over_limit);
+    let ids: Vec<String> = report.queued.iter().map(|id| guardrail_id(*id)).collect();
+    let mut expected = vec![base.to_string()];
+    expected.extend((2..=MAX_CANDIDATES_PER_PAGE).map(|n| format!("{base}-{n}")));
+    assert_eq!(ids, expected);
+
+    // One of them approved is policy; a similar id elsewhere is no collision.
+    store.approve(report.queued[1], "alice").unwrap();
+    store
+        .propose(
+            "shop",
+            &Origin::agent("claude", None),
+            &guardrail(&format!("{base}-extra")),
+            None,
+        )
+        .unwrap();
+    let more = store
+        .queue_vendor_guidance(
+            "shop",
+            "claude",
+            "http://vendor.example/guide",
+            "You should always run the tests for packages too.",
+        )
+        .unwrap();
+    assert_eq!(more.queued.len(), 1);
+    assert_eq!(
+        guardrail_id(more.queued[0]),
+        format!("{base}-{}", MAX_CANDIDATES_PER_PAGE + 1)
+    );
 }

@@ -132,8 +132,9 @@ pub(crate) trait RulesTx {
         project: Option<&str>,
         include_decided: bool,
     ) -> Result<Vec<u64>, RulesError>;
-    /// Whether a guardrail proposal with this id was queued for the project (in any state).
-    fn guardrail_id_queued(&mut self, project: &str, id: &str) -> Result<bool, RulesError>;
+    /// The ids of the project's proposals (in any state) that are `base` or start with
+    /// `base-`: every id a new one made from `base` could collide with, in one query.
+    fn guardrail_ids_from(&mut self, project: &str, base: &str) -> Result<Vec<String>, RulesError>;
     /// Records a proposal's decision.
     fn decide_proposal(&mut self, id: u64, d: &Decision<'_>) -> Result<(), RulesError>;
     /// Appends to the change log; returns the entry's id.

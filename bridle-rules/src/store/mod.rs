@@ -951,6 +951,9 @@ impl RulesStore {
 
     /// Queues the guardrail candidates found in a vendor's guidance text for an agent profile.
     /// Idempotent: a candidate queued before (in any state) or already in policy is skipped.
+    /// Only the text's first [`MAX_CANDIDATES_PER_PAGE`](crate::vendor::MAX_CANDIDATES_PER_PAGE)
+    /// candidates are looked at (all in one write transaction); the rest are counted as skipped
+    /// ([`VendorReport::over_limit`]).
     pub fn queue_vendor_guidance(
         &self,
         project: &str,
@@ -962,8 +965,18 @@ impl RulesStore {
         let doc = self.load(project)?.document;
         let origin = Origin::vendor(agent, source_ref);
         let mut tx = self.backend.begin(true)?;
-        let mut report = VendorReport::default();
-        for statement in crate::vendor::extract_candidates(text) {
+        let found = crate::vendor::extract_at_most(
+            text,
+            crate::vendor::DocumentFormat::sniff(text),
+            crate::vendor::MAX_CANDIDATES_PER_PAGE,
+        );
+        let mut report = VendorReport {
+            queued: Vec::new(),
+            skipped: found.left_out,
+            over_limit: found.left_out,
+        };
+        for c in found.candidates {
+            let statement = c.statement;
             match self.queue_candidate(&mut *tx, &doc, project, agent, &origin, &statement, None)? {
                 Some(id) => report.queued.push(id),
                 None => report.skipped += 1,
@@ -976,6 +989,7 @@ impl RulesStore {
             source_ref,
             queued = report.queued.len(),
             skipped = report.skipped,
+            over_limit = report.over_limit,
             "vendor guidance sourced"
         );
         Ok(report)
@@ -1012,15 +1026,29 @@ fn unique_guardrail_id(
     let base = format!("{agent}-{}", crate::migrate::slug(statement, 6));
     let base: String = base.chars().take(56).collect();
     let base = base.trim_end_matches('-').to_string();
+    // One query for every id this base could collide with, then the first free one in memory:
+    // a query per attempt made a page of sentences that share their first words cost cubic
+    // time inside the write transaction.
+    #[cfg(test)]
+    ID_LOOKUPS.with(|n| n.set(n.get() + 1));
+    let mut taken: std::collections::HashSet<String> =
+        tx.guardrail_ids_from(project, &base)?.into_iter().collect();
+    taken.extend(doc.guardrails.iter().map(|g| g.id.clone()));
     let mut id = base.clone();
-    let mut n = 2;
-    loop {
-        if !tx.guardrail_id_queued(project, &id)? && doc.guardrail(&id).is_none() {
-            return Ok(id);
-        }
+    let mut n = 2u64;
+    // Ends within `taken.len() + 1` tries: each taken id blocks at most one.
+    while taken.contains(&id) {
         id = format!("{base}-{n}");
         n += 1;
     }
+    Ok(id)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many times this thread looked up the guardrail ids a new id could collide with (a
+    /// store on SQLite runs on its caller's thread), so a test can bound the queries per page.
+    pub(crate) static ID_LOOKUPS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 fn insert_proposal(

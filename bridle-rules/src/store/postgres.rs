@@ -291,12 +291,14 @@ impl RulesTx for PostgresTx {
         Ok(as_u64s(&rows))
     }
 
-    fn guardrail_id_queued(&mut self, project: &str, id: &str) -> Result<bool, RulesError> {
-        let row = self.tx.query_opt(
-            "SELECT EXISTS(SELECT 1 FROM proposals WHERE project = $1 AND change::jsonb ->> 'id' = $2)",
-            &[&project, &id],
+    fn guardrail_ids_from(&mut self, project: &str, base: &str) -> Result<Vec<String>, RulesError> {
+        // The same statement as SQLite's (`substr` and `length` count characters in both).
+        let rows = self.tx.query(
+            "SELECT gid FROM (SELECT change::jsonb ->> 'id' AS gid FROM proposals WHERE project = $1) AS p
+             WHERE gid = $2 OR substr(gid, 1, length($2) + 1) = $2 || '-'",
+            &[&project, &base],
         )?;
-        Ok(row.is_some_and(|r| r.get::<_, bool>(0)))
+        Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
     }
 
     fn decide_proposal(&mut self, id: u64, d: &Decision<'_>) -> Result<(), RulesError> {

@@ -287,8 +287,11 @@ pub struct ScopeTicket {
 pub struct VendorReport {
     /// Proposals queued by this run.
     pub queued: Vec<u64>,
-    /// Candidates skipped because they were queued before or are already policy.
+    /// Candidates skipped because they were queued before, are already policy, or are past
+    /// [`MAX_CANDIDATES_PER_PAGE`](crate::vendor::MAX_CANDIDATES_PER_PAGE).
     pub skipped: usize,
+    /// Of `skipped`, the candidates past the limit, never looked at.
+    pub over_limit: usize,
 }
 
 /// Promotes an approved proposal into the document.

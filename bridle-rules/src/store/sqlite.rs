@@ -253,12 +253,16 @@ impl RulesTx for SqliteTx {
         )
     }
 
-    fn guardrail_id_queued(&mut self, project: &str, id: &str) -> Result<bool, RulesError> {
-        Ok(self.conn.query_row(
-            "SELECT EXISTS(SELECT 1 FROM proposals WHERE project = ?1 AND json_extract(change, '$.id') = ?2)",
-            params![project, id],
-            |r| r.get(0),
-        )?)
+    fn guardrail_ids_from(&mut self, project: &str, base: &str) -> Result<Vec<String>, RulesError> {
+        // The same statement as PostgreSQL's (`substr` and `length` count characters in both).
+        let mut stmt = self.conn.prepare(
+            "SELECT gid FROM (SELECT json_extract(change, '$.id') AS gid FROM proposals WHERE project = ?1)
+             WHERE gid = ?2 OR substr(gid, 1, length(?2) + 1) = ?2 || '-'",
+        )?;
+        let ids = stmt
+            .query_map(params![project, base], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        Ok(ids)
     }
 
     fn decide_proposal(&mut self, id: u64, d: &Decision<'_>) -> Result<(), RulesError> {

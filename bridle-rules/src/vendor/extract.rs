@@ -7,8 +7,14 @@
 //! walks the parsed structure, iteratively (no recursion, so deeply nested input cannot
 //! overflow the stack), collecting the text of each block (paragraph, list item, quote) and
 //! leaving out what is not prose (scripts, styles, code blocks, tables, headings, navigation).
-//! Sentences are split by Unicode's sentence boundaries (UAX #29, `unicode-segmentation`), so no
-//! code here slices a string by byte offset it computed itself.
+//! Sentences are split by Unicode's sentence boundaries (UAX #29, `unicode-segmentation`); the
+//! only byte offsets used are the splitter's and `trim`'s, which fall on character boundaries,
+//! and every slice by them is checked (`str::get`).
+//!
+//! A page is untrusted input (any server, plain HTTP allowed), so the work per page is bounded:
+//! each sentence is looked at once, an excerpt walks only its window of the block (never the
+//! whole block again), and [`extract_at_most`] builds at most the number of candidates asked
+//! for, counting the rest.
 
 use ego_tree::iter::Edge;
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
@@ -41,7 +47,7 @@ const STATEMENT_CHARS: std::ops::RangeInclusive<usize> = 20..=400;
 
 /// The longest excerpt kept with a candidate, in characters; longer blocks are cut to a window
 /// around the sentence.
-const EXCERPT_CHARS: usize = 600;
+pub(super) const EXCERPT_CHARS: usize = 600;
 
 /// How a guidance document is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,21 +118,44 @@ pub struct Excerpted {
 /// The instruction-like sentences of a document, in document order, without duplicates (by
 /// [`super::fingerprint`]), each with its excerpt.
 pub fn extract(text: &str, format: DocumentFormat) -> Vec<Excerpted> {
+    extract_at_most(text, format, usize::MAX).candidates
+}
+
+/// What [`extract_at_most`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Extracted {
+    /// The first candidates, in document order, at most the number asked for.
+    pub candidates: Vec<Excerpted>,
+    /// How many more distinct candidates the document holds past those.
+    pub left_out: usize,
+}
+
+/// The first `limit` instruction-like sentences of a document, as [`extract`] finds them, and
+/// how many more it holds. Only the candidates kept get an excerpt.
+pub fn extract_at_most(text: &str, format: DocumentFormat, limit: usize) -> Extracted {
     let blocks = match format {
         DocumentFormat::Html => html_blocks(text),
         DocumentFormat::Markdown => markdown_blocks(text),
     };
-    let mut out = Vec::new();
+    let mut out = Extracted::default();
     let mut seen = std::collections::BTreeSet::new();
     for block in blocks {
-        for sentence in block.unicode_sentences() {
-            let sentence = sentence.trim();
+        // Counted once per block: an excerpt needs it, and counting per sentence made one
+        // long paragraph cost quadratic time.
+        let block_chars = block.chars().count();
+        for (at, raw) in block.split_sentence_bound_indices() {
+            let sentence = raw.trim();
             if !is_instruction(sentence) || !seen.insert(super::fingerprint(sentence)) {
                 continue;
             }
-            out.push(Excerpted {
+            if out.candidates.len() >= limit {
+                out.left_out += 1;
+                continue;
+            }
+            let start = at + (raw.len() - raw.trim_start().len());
+            out.candidates.push(Excerpted {
                 statement: sentence.to_string(),
-                excerpt: excerpt_around(&block, sentence),
+                excerpt: excerpt_around(&block, block_chars, start..start + sentence.len()),
             });
         }
     }
@@ -152,29 +181,38 @@ fn is_instruction(sentence: &str) -> bool {
         .any(|m| lower.starts_with(m) || lower.contains(&format!(" {m}")))
 }
 
-/// The block itself when short, else a window of characters around the sentence.
-fn excerpt_around(block: &str, sentence: &str) -> String {
-    if block.chars().count() <= EXCERPT_CHARS {
+/// The block itself when short, else a window of characters around the sentence at `at` (byte
+/// offsets of the block, from the sentence splitter). Only the window is walked, so a sentence
+/// of a long block costs the window, not the block; and the sentence is the one at `at`, not
+/// an earlier occurrence of the same words.
+fn excerpt_around(block: &str, block_chars: usize, at: std::ops::Range<usize>) -> String {
+    if block_chars <= EXCERPT_CHARS {
         return block.to_string();
     }
-    // `find` returns a char boundary; counting chars before it keeps every later cut on one.
-    let start_char = block
-        .find(sentence)
-        .map_or(0, |at| block[..at].chars().count());
+    let (Some(before), Some(sentence)) = (block.get(..at.start), block.get(at.clone())) else {
+        // Not reached (the offsets come from the splitter); a cut block is still an excerpt.
+        return block.chars().take(EXCERPT_CHARS).collect();
+    };
     let sentence_chars = sentence.chars().count();
     let context = EXCERPT_CHARS.saturating_sub(sentence_chars) / 2;
-    let from = start_char.saturating_sub(context);
-    let window: String = block
-        .chars()
-        .skip(from)
-        .take(sentence_chars + 2 * context)
-        .collect();
+    // Up to `context` characters back from the sentence (fewer at the block's start).
+    let from = before
+        .char_indices()
+        .rev()
+        .take(context)
+        .last()
+        .map_or(at.start, |(i, _)| i);
+    let after = block.get(from..).unwrap_or_default();
+    let to = after
+        .char_indices()
+        .nth(sentence_chars + 2 * context)
+        .map_or(block.len(), |(i, _)| from + i);
     let mut out = String::new();
     if from > 0 {
         out.push('…');
     }
-    out.push_str(window.trim());
-    if from + sentence_chars + 2 * context < block.chars().count() {
+    out.push_str(block.get(from..to).unwrap_or_default().trim());
+    if to < block.len() {
         out.push('…');
     }
     out
@@ -423,6 +461,53 @@ mod tests {
         );
         assert!(found[0].excerpt.starts_with('…') && found[0].excerpt.ends_with('…'));
         assert!(found[0].excerpt.chars().count() <= EXCERPT_CHARS + 2);
+    }
+
+    #[test]
+    fn an_excerpt_is_cut_around_its_own_sentence() {
+        // The sentence's words also open the paragraph, inside an earlier sentence: the window
+        // is around the sentence itself, past the filler.
+        let filler = "Lorem ipsum dolor sit amet é. ".repeat(40);
+        let block = format!(
+            "Old advice: You should run the linter before pushing. {filler}You should run the linter before pushing. {filler}"
+        );
+        let found = extract(&block, DocumentFormat::Markdown);
+        assert_eq!(found.len(), 2);
+        assert_eq!(
+            found[1].statement,
+            "You should run the linter before pushing."
+        );
+        let excerpt = &found[1].excerpt;
+        assert!(
+            excerpt.starts_with('…') && excerpt.ends_with('…'),
+            "{excerpt}"
+        );
+        assert!(!excerpt.contains("Old advice"), "{excerpt}");
+        assert!(excerpt.contains("amet é. You should run the linter before pushing. Lorem"));
+        assert!(excerpt.chars().count() <= EXCERPT_CHARS + 2);
+    }
+
+    #[test]
+    fn at_most_the_limit_is_taken_and_the_rest_counted() {
+        let block: String = (0..3000)
+            .map(|i| format!("You should always run the tests for module {i}. "))
+            .collect();
+        let found = extract_at_most(&block, DocumentFormat::Markdown, 50);
+        assert_eq!(found.candidates.len(), 50);
+        assert_eq!(found.left_out, 2950);
+        for (i, c) in found.candidates.iter().enumerate() {
+            assert_eq!(
+                c.statement,
+                format!("You should always run the tests for module {i}.")
+            );
+            assert!(c.excerpt.contains(&c.statement), "{}", c.excerpt);
+        }
+        // Duplicates are not counted as left out.
+        let twice = format!("{block}{block}");
+        assert_eq!(
+            extract_at_most(&twice, DocumentFormat::Markdown, 50).left_out,
+            2950
+        );
     }
 
     #[test]

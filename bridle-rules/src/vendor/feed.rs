@@ -27,6 +27,14 @@ pub use super::ledger::{FeedLedger, LEDGER_MIGRATIONS};
 /// The default size limit of a fetched page: 2 MiB.
 pub const DEFAULT_MAX_BYTES: u64 = 2 * 1024 * 1024;
 
+/// The most candidates taken from one page (or one text given to
+/// [`RulesStore::queue_vendor_guidance`](crate::RulesStore::queue_vendor_guidance)): 50. A
+/// guidance page holds a handful of instructions; a page with thousands (a generated one, or
+/// a hostile server's) would flood the review queue and hold the store's write lock for as
+/// long as it takes to queue them. Those past the limit, in document order, are not queued
+/// and are reported as skipped ([`SourceReport::over_limit`]).
+pub const MAX_CANDIDATES_PER_PAGE: usize = 50;
+
 /// The default time limit of one fetch, in seconds.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
 
@@ -251,8 +259,10 @@ pub struct SourceReport {
     pub not_modified: bool,
     /// Candidates queued by this run.
     pub queued: Vec<VendorCandidate>,
-    /// Candidates found but queued before or already policy.
+    /// Candidates found but not queued: queued before, already policy, or past the limit.
     pub skipped: usize,
+    /// Of `skipped`, the candidates past [`MAX_CANDIDATES_PER_PAGE`], never looked at.
+    pub over_limit: usize,
 }
 
 /// Reads a local source file, refusing one over `max_bytes`. Its format comes from the file

@@ -17,8 +17,10 @@ use std::path::PathBuf;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::extract::extract;
-use super::feed::{FetchOutcome, SourceReport, Validators, VendorCandidate};
+use super::extract::extract_at_most;
+use super::feed::{
+    FetchOutcome, MAX_CANDIDATES_PER_PAGE, SourceReport, Validators, VendorCandidate,
+};
 use crate::db::{Migration, Migrations, migrate_sqlite};
 use crate::{RulesError, RulesStore};
 
@@ -125,7 +127,8 @@ impl FeedLedger {
 
     /// Queues what a fetched source holds for `agent` in `project`, then records its
     /// validators. A `NotModified` outcome queues nothing. A candidate queued before (by this
-    /// process or, on PostgreSQL, by another replica) is skipped.
+    /// process or, on PostgreSQL, by another replica) is skipped, and so is every candidate
+    /// past the page's first [`MAX_CANDIDATES_PER_PAGE`].
     pub fn ingest(
         &self,
         store: &RulesStore,
@@ -152,7 +155,10 @@ impl FeedLedger {
             FetchOutcome::Page(page) => page,
         };
         let conn = self.connect()?;
-        for found in extract(&page.text, page.format) {
+        let found = extract_at_most(&page.text, page.format, MAX_CANDIDATES_PER_PAGE);
+        report.over_limit = found.left_out;
+        report.skipped = found.left_out;
+        for found in found.candidates {
             match store.queue_vendor_statement(project, agent, url, &found.statement)? {
                 Some(proposal_id) => {
                     let candidate = VendorCandidate {
@@ -177,6 +183,7 @@ impl FeedLedger {
             url,
             queued = report.queued.len(),
             skipped = report.skipped,
+            over_limit = report.over_limit,
             "vendor feed source ingested"
         );
         Ok(report)
@@ -336,4 +343,100 @@ fn candidate_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<VendorCandidate> {
         fetched_at: r.get(5)?,
         excerpt: r.get(6)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
+
+    use super::*;
+    use crate::vendor::feed::FetchedPage;
+    use crate::vendor::{DocumentFormat, extract::EXCERPT_CHARS};
+    use crate::{AgentCatalog, ChangeRequest, RulesDocument};
+
+    /// A page of thousands of distinct sentences that share their first six words (so every
+    /// one would get the same id base) queues at most the limit, with distinct ids, and looks
+    /// the ids up once per queued candidate, not once per try.
+    #[test]
+    fn a_page_of_thousands_of_alike_sentences_queues_at_most_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RulesStore::open(dir.path(), AgentCatalog::builtin()).unwrap();
+        store
+            .create("shop", &RulesDocument::new("Shop"), "alice")
+            .unwrap();
+        let ledger = FeedLedger::open(&store).unwrap();
+        // One paragraph, so every excerpt is a window of one long block.
+        let text: String = (0..3000)
+            .map(|i| format!("You should always run the tests for module {i}. "))
+            .collect();
+        let page = |text: &str| {
+            FetchOutcome::Page(FetchedPage {
+                format: DocumentFormat::Markdown,
+                text: text.to_string(),
+                validators: Validators::default(),
+            })
+        };
+        let url = "http://vendor.example/guide";
+        let ingest = |text: &str| {
+            crate::store::ID_LOOKUPS.with(|n| n.set(0));
+            let report = ledger
+                .ingest(
+                    &store,
+                    "shop",
+                    "claude",
+                    url,
+                    page(text),
+                    "2026-01-01T00:00:00Z",
+                )
+                .unwrap();
+            (report, crate::store::ID_LOOKUPS.with(|n| n.get()))
+        };
+
+        let (report, lookups) = ingest(&text);
+        assert_eq!(report.queued.len(), MAX_CANDIDATES_PER_PAGE);
+        assert_eq!(report.over_limit, 3000 - MAX_CANDIDATES_PER_PAGE);
+        assert_eq!(report.skipped, report.over_limit);
+        assert!(lookups <= MAX_CANDIDATES_PER_PAGE, "{lookups} id lookups");
+        for c in &report.queued {
+            assert!(c.excerpt.contains(&c.statement), "{}", c.excerpt);
+            assert!(c.excerpt.chars().count() <= EXCERPT_CHARS + 2);
+        }
+        let ids = |store: &RulesStore| {
+            let mut ids: Vec<String> = store
+                .queue(Some("shop"), true)
+                .unwrap()
+                .into_iter()
+                .map(|p| match p.change {
+                    ChangeRequest::Guardrail { id, .. } => id,
+                    other => panic!("not a guardrail: {other:?}"),
+                })
+                .collect();
+            ids.sort();
+            ids.dedup();
+            ids
+        };
+        let base = "claude-you-should-always-run-the-tests";
+        let queued = ids(&store);
+        assert_eq!(queued.len(), MAX_CANDIDATES_PER_PAGE, "ids are distinct");
+        assert!(queued.contains(&base.to_string()));
+        assert!(queued.contains(&format!("{base}-{MAX_CANDIDATES_PER_PAGE}")));
+
+        // The page again: its first candidates are known, the rest still past the limit.
+        let (again, lookups) = ingest(&text);
+        assert!(again.queued.is_empty());
+        assert_eq!(again.skipped, 3000);
+        assert!(lookups <= MAX_CANDIDATES_PER_PAGE, "{lookups} id lookups");
+
+        // Another page with the same opening words continues the numbering, still one lookup
+        // per candidate however many ids the base already has.
+        let more: String = (0..10)
+            .map(|i| format!("You should always run the tests for package {i}. "))
+            .collect();
+        let (report, lookups) = ingest(&more);
+        assert_eq!(report.queued.len(), 10);
+        assert_eq!(lookups, 10);
+        let all = ids(&store);
+        assert_eq!(all.len(), MAX_CANDIDATES_PER_PAGE + 10);
+        assert!(all.contains(&format!("{base}-{}", MAX_CANDIDATES_PER_PAGE + 10)));
+    }
 }

@@ -31,10 +31,12 @@ mod ledger;
 #[cfg(feature = "postgres")]
 mod ledger_postgres;
 
-pub use extract::{DocumentFormat, Excerpted, extract, extract_candidates};
+pub use extract::{
+    DocumentFormat, Excerpted, Extracted, extract, extract_at_most, extract_candidates,
+};
 pub use feed::{
-    FeedError, FeedLedger, FetchOutcome, FetchedPage, LEDGER_MIGRATIONS, SourceReport, Validators,
-    VendorCandidate, VendorFeedConfig, VendorSource, read_file_source,
+    FeedError, FeedLedger, FetchOutcome, FetchedPage, LEDGER_MIGRATIONS, MAX_CANDIDATES_PER_PAGE,
+    SourceReport, Validators, VendorCandidate, VendorFeedConfig, VendorSource, read_file_source,
 };
 #[cfg(feature = "fetch")]
 pub use fetch::{ConfiguredRuns, FeedFetcher, FeedRun, SourceRun, VendorFeed, log_runs};
