@@ -29,7 +29,7 @@ use crate::chunk::{ChunkConfig, Language, chunk_file};
 use crate::embed::{Embedder, fit_input};
 use crate::error::{MemoryError, Result};
 use crate::repo::{FileRules, fetch, redact_url, source_files};
-use crate::store::{CollectionConfig, Condition, Filter, Payload, Point, VectorStore};
+use crate::store::{CollectionConfig, Condition, Filter, Pages, Payload, Point, VectorStore};
 use crate::time::{rfc3339, stable_id, unix_now};
 
 pub use crate::progress::{LineProgress, NoProgress, Progress, ProgressEvent};
@@ -745,12 +745,14 @@ impl PatternIndex {
             return Ok(Vec::new());
         }
         let mut by_tag: std::collections::BTreeMap<String, IndexedExample> = Default::default();
-        let mut offset = None;
+        // A store whose paging does not advance fails the listing instead of looping.
+        let mut pages = Pages::new(&self.config.collection);
         loop {
             let (page, next) = self
                 .store
-                .scroll(&self.config.collection, None, offset, 1000)
+                .scroll(&self.config.collection, None, pages.offset(), 1000)
                 .await?;
+            let more = pages.check(&page, next)?;
             for r in page {
                 let tag = text(&r.payload, "reference_tag");
                 let e = by_tag.entry(tag.clone()).or_insert_with(|| IndexedExample {
@@ -762,9 +764,8 @@ impl PatternIndex {
                 });
                 e.chunks += 1;
             }
-            match next {
-                Some(n) => offset = Some(n),
-                None => break,
+            if !more {
+                break;
             }
         }
         Ok(by_tag.into_values().collect())

@@ -22,7 +22,9 @@ use serde_json::{Value, json};
 use crate::embed::{Embedder, check_vectors, fit_input};
 use crate::error::{MemoryError, Result};
 use crate::patterns::{SearchMode, search_store};
-use crate::store::{CollectionConfig, Condition, Filter, Payload, Point, PointId, VectorStore};
+use crate::store::{
+    CollectionConfig, Condition, Filter, Pages, Payload, Point, PointId, VectorStore,
+};
 use crate::time::{fresh_id, rfc3339, unix_now};
 
 /// The longest memory text accepted, in characters.
@@ -427,12 +429,14 @@ impl SessionMemory {
             return Ok(());
         }
         let model = self.embedder.model().to_string();
-        let mut after = None;
+        // A store whose paging does not advance fails the run instead of looping.
+        let mut pages = Pages::new(&self.collection);
         loop {
             let (records, next) = self
                 .store
-                .scroll(&self.collection, None, after, REEMBED_PAGE)
+                .scroll(&self.collection, None, pages.offset(), REEMBED_PAGE)
                 .await?;
+            let more = pages.check(&records, next)?;
             let (current, stale): (Vec<_>, Vec<_>) = records
                 .into_iter()
                 .partition(|r| r.payload.get(MODEL_FIELD).and_then(Value::as_str) == Some(&model));
@@ -479,9 +483,8 @@ impl SessionMemory {
                     self.store.upsert(&self.collection, points).await?;
                 }
             }
-            match next {
-                Some(n) => after = Some(n),
-                None => break,
+            if !more {
+                break;
             }
         }
         Ok(())

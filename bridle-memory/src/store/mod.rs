@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::Result;
+use crate::error::{MemoryError, Result};
 
 /// A point id. Qdrant accepts unsigned integers and UUIDs; integers keep every backend alike.
 pub type PointId = u64;
@@ -359,6 +359,99 @@ pub trait VectorStore: Send + Sync + 'static {
     async fn replace(&self, collection: &str, filter: &Filter, points: Vec<Point>) -> Result<u64>;
 }
 
+/// The most pages one listing of a collection follows to its end: 100,000 pages, a hundred
+/// million points at 1,000 a page, far past what a deployment of this crate holds. A store still
+/// answering next pages past it is not moving through the collection.
+pub const MAX_SCROLL_PAGES: usize = 100_000;
+
+/// Where a listing that follows [`VectorStore::scroll`] from the first page to the last stands,
+/// and the check of each answer against the contract of `scroll`, so that a store that does not
+/// move forward (a Qdrant answering the same `next_page_offset`, or the same page, again) fails
+/// the listing with [`MemoryError::Store`] instead of looping forever while its results pile
+/// up.
+///
+/// ```ignore
+/// let mut pages = Pages::new(collection);
+/// loop {
+///     let (page, next) = store.scroll(collection, filter, pages.offset(), 1000).await?;
+///     let more = pages.check(&page, next)?;
+///     // use `page`
+///     if !more { break; }
+/// }
+/// ```
+#[derive(Debug)]
+pub(crate) struct Pages {
+    collection: String,
+    offset: Option<PointId>,
+    pages: usize,
+    max_pages: usize,
+}
+
+impl Pages {
+    /// A listing of `collection` from its first page, of at most [`MAX_SCROLL_PAGES`].
+    pub(crate) fn new(collection: &str) -> Self {
+        Self::with_max(collection, MAX_SCROLL_PAGES)
+    }
+
+    /// The same, of at most `max_pages` pages.
+    pub(crate) fn with_max(collection: &str, max_pages: usize) -> Self {
+        Self {
+            collection: collection.to_string(),
+            offset: None,
+            pages: 0,
+            max_pages,
+        }
+    }
+
+    /// The offset to ask the next page from.
+    pub(crate) fn offset(&self) -> Option<PointId> {
+        self.offset
+    }
+
+    /// Checks the page answered for [`Pages::offset`] and its next offset: whether there is a
+    /// next page (the offset has moved to it), or the error that ends a store's listing that
+    /// does not advance. Offsets are inclusive and ids come in order, so every id of the page is
+    /// at least the offset asked for and a next offset is past all of them; anything else (the
+    /// same offset or the same page again, an offset behind, an empty page with a next offset)
+    /// would loop.
+    pub(crate) fn check(&mut self, page: &[Record], next: Option<PointId>) -> Result<bool> {
+        let stuck = |what: String| {
+            MemoryError::Store(format!(
+                "listing collection `{}` stopped: the store's paging does not advance ({what})",
+                self.collection
+            ))
+        };
+        if let Some(offset) = self.offset
+            && let Some(behind) = page.iter().find(|r| r.id < offset)
+        {
+            return Err(stuck(format!(
+                "asked for ids from {offset} on, it answered id {}",
+                behind.id
+            )));
+        }
+        let Some(next) = next else {
+            return Ok(false);
+        };
+        let Some(last) = page.iter().map(|r| r.id).max() else {
+            return Err(stuck(format!("an empty page with the next offset {next}")));
+        };
+        if next <= last {
+            return Err(stuck(format!(
+                "the next offset {next} is not past the page it ends (up to id {last})"
+            )));
+        }
+        self.pages += 1;
+        if self.pages >= self.max_pages {
+            return Err(stuck(format!(
+                "still a next page after {} pages",
+                self.max_pages
+            )));
+        }
+        self.offset = Some(next);
+        Ok(true)
+    }
+}
+
 /// Normalizes `v` in place to unit length (a zero vector stays zero).
 pub fn normalize(v: &mut [f32]) {
     let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -443,6 +536,47 @@ mod tests {
         let s = serde_json::to_string(&f).unwrap_or_default();
         let back: Filter = serde_json::from_str(&s).unwrap_or_default();
         assert_eq!(back, f);
+    }
+
+    fn page(ids: &[PointId]) -> Vec<Record> {
+        ids.iter()
+            .map(|&id| Record {
+                id,
+                payload: Payload::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_listing_stops_with_an_error_when_paging_does_not_advance() {
+        let mut pages = Pages::new("c");
+        assert_eq!(pages.offset(), None);
+        assert!(pages.check(&page(&[1, 2]), Some(5)).expect("advances"));
+        assert_eq!(pages.offset(), Some(5));
+        assert!(pages.check(&page(&[5, 7]), Some(9)).expect("advances"));
+        assert!(!pages.check(&page(&[9]), None).expect("the last page"));
+
+        let stuck = |pages: &mut Pages, ids: &[PointId], next| {
+            let err = pages.check(&page(ids), next).expect_err("stuck");
+            assert_eq!(err.code(), "store", "{err}");
+            assert!(err.to_string().contains("does not advance"), "{err}");
+        };
+        // The same offset again.
+        let mut pages = Pages::new("c");
+        assert!(pages.check(&page(&[1, 2]), Some(3)).expect("advances"));
+        stuck(&mut pages, &[3, 4], Some(3));
+        // The same page again, with the same next offset.
+        let mut pages = Pages::new("c");
+        assert!(pages.check(&page(&[1, 2]), Some(3)).expect("advances"));
+        stuck(&mut pages, &[1, 2], Some(3));
+        // An offset behind, an empty page with a next offset.
+        stuck(&mut Pages::new("c"), &[4, 6], Some(5));
+        stuck(&mut Pages::new("c"), &[], Some(5));
+        // A store that always has a next page, each one further on.
+        let mut pages = Pages::with_max("c", 3);
+        assert!(pages.check(&page(&[1]), Some(2)).expect("advances"));
+        assert!(pages.check(&page(&[2]), Some(3)).expect("advances"));
+        stuck(&mut pages, &[3], Some(4));
     }
 
     #[test]

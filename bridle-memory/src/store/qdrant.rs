@@ -33,8 +33,8 @@ use qdrant_client::qdrant::{
 
 use super::keywords::{self, keyword_text, sparse_terms};
 use super::{
-    CollectionConfig, Condition, Distance, Filter, MatchValue, Payload, Point, PointId, Record,
-    ScoredPoint, VectorStore,
+    CollectionConfig, Condition, Distance, Filter, MatchValue, Pages, Payload, Point, PointId,
+    Record, ScoredPoint, VectorStore,
 };
 use crate::error::{MemoryError, Result};
 
@@ -253,13 +253,16 @@ impl QdrantStore {
 
     async fn ids_matching(&self, collection: &str, f: &Filter) -> Result<Vec<PointId>> {
         let mut ids = Vec::new();
-        let mut offset = None;
+        // A server whose next page offset does not advance would loop here forever.
+        let mut pages = Pages::new(collection);
         loop {
-            let (page, next) = self.scroll(collection, Some(f), offset, 1000).await?;
+            let (page, next) = self
+                .scroll(collection, Some(f), pages.offset(), 1000)
+                .await?;
+            let more = pages.check(&page, next)?;
             ids.extend(page.into_iter().map(|r| r.id));
-            match next {
-                Some(n) => offset = Some(n),
-                None => return Ok(ids),
+            if !more {
+                return Ok(ids);
             }
         }
     }
