@@ -318,29 +318,50 @@ fn tokens_at<'t>(text: &'t str, value: &'t str) -> impl Iterator<Item = usize> +
         })
 }
 
+/// The most separators (quotes, colons, equals signs, spaces, `#`) between an id's label and
+/// the id.
+const MAX_SEPARATORS: usize = 4;
+
+/// How many characters of a label are read: a longer word counts as a label only by its end
+/// (`..._id`), which is all that can tell an id's label from another word that long.
+const MAX_LABEL: usize = 64;
+
 /// Whether `text` holds `value` as a whole token ([`tokens_at`]) right after a label naming
 /// an id: the argument's name, its stem (`note` for `note_id`), or a word ending in `id`, with
-/// at most a few quotes, colons, equals signs, spaces or `#` between.
+/// at most [`MAX_SEPARATORS`] quotes, colons, equals signs, spaces or `#` between. Each
+/// occurrence is looked at only that far back (and [`MAX_LABEL`] characters of label), so a
+/// result with many occurrences is read in time linear in its length.
 fn labelled_in(text: &str, name: &str, value: &str) -> bool {
     let stem = name
         .strip_suffix("_id")
         .or_else(|| name.strip_suffix("id"))
         .unwrap_or(name);
     let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    let is_separator = |c: char| matches!(c, ' ' | ':' | '=' | '"' | '\'' | '#');
     tokens_at(text, value).any(|at| {
-        let before = &text[..at];
-        let label_end = before.trim_end_matches([' ', ':', '=', '"', '\'', '#']);
-        if before.len() - label_end.len() > 4 {
-            return false;
+        let mut back = text[..at].char_indices().rev().peekable();
+        let mut separators = 0;
+        while back.next_if(|&(_, c)| is_separator(c)).is_some() {
+            separators += 1;
+            if separators > MAX_SEPARATORS {
+                return false;
+            }
         }
-        let label_start = label_end
-            .char_indices()
-            .rev()
-            .take_while(|(_, c)| is_word(*c))
-            .last()
-            .map_or(label_end.len(), |(i, _)| i);
-        let label = &label_end[label_start..];
-        !label.is_empty() && (label == name || label == stem || label.ends_with("id"))
+        let label_end = back.peek().map_or(0, |&(i, c)| i + c.len_utf8());
+        let mut label_start = label_end;
+        let mut cut = false;
+        for (n, (i, c)) in back.enumerate() {
+            if !is_word(c) {
+                break;
+            }
+            if n == MAX_LABEL {
+                cut = true;
+                break;
+            }
+            label_start = i;
+        }
+        let label = &text[label_start..label_end];
+        !label.is_empty() && (label.ends_with("id") || !cut && (label == name || label == stem))
     })
 }
 
@@ -678,6 +699,31 @@ mod tests {
         for cut in ["n", "n-17"] {
             assert!(id(&g, json!(cut)).is_some(), "{cut}");
         }
+    }
+
+    #[test]
+    fn a_label_is_looked_for_only_a_few_characters_back() {
+        // 200 KB of `=`: each is an occurrence of the id `=` with no label before it. Each one
+        // used to trim the whole text before it, 200,000 times.
+        let flood = "=".repeat(200_000);
+        let g = grounds("Set it to 5", &[(&flood, false)]);
+        assert!(!g.id_has_source("note_id", &json!("=")));
+        // Labelled after the flood, it is found.
+        let g = grounds("Set it to 5", &[(&format!("{flood} note_id: ="), false)]);
+        assert!(g.id_has_source("note_id", &json!("=")));
+        // A label longer than the look-back still counts by its end (`..._id`).
+        let long = format!(
+            "{}_id: 7 and {} 8",
+            "x".repeat(100_000),
+            "y".repeat(100_000)
+        );
+        let g = grounds("Set it to 5", &[(&long, false)]);
+        assert!(g.id_has_source("note_id", &json!(7)));
+        assert!(!g.id_has_source("note_id", &json!(8)));
+        // Five separators are too many; four are not.
+        let g = grounds("Set it to 5", &[("note_id: \"#9; id =\"'#10", false)]);
+        assert!(g.id_has_source("note_id", &json!(9)));
+        assert!(!g.id_has_source("note_id", &json!(10)));
     }
 
     #[test]
