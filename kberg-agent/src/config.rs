@@ -60,6 +60,8 @@ pub struct AgentConfig {
     /// unknown) with the reason the gate gives and the names of the tools that are listed,
     /// instead of taking the text as the answer (default true). The tool is never run: the
     /// reason comes from [`crate::ToolSurface::explain_unlisted`], which checks without running.
+    /// A structured call to an unlisted tool is answered the same way, and never sent, whatever
+    /// this says.
     pub explain_unlisted_calls: bool,
     /// Answer call-like text that does not parse (a `//` comment, doubled braces, a missing
     /// quote) with a short parse diagnostic and a repair turn, instead of taking it as the

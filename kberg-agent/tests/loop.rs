@@ -990,3 +990,85 @@ async fn a_run_without_events_asks_for_progress_only_for_its_idle_timeout() {
         );
     }
 }
+
+/// A surface that lists only `search_notes` but would run any tool it is asked to, recording
+/// each call's name: what a server does with a tool it keeps off a caller's listing.
+#[derive(Default)]
+struct ListsLessThanItRuns {
+    ran: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl kberg_agent::ToolSurface for ListsLessThanItRuns {
+    async fn tools(&self) -> Result<Vec<kberg_agent::ToolDefinition>, kberg_agent::SurfaceError> {
+        Ok(vec![
+            kberg_agent::ToolDefinition::new(
+                "search_notes",
+                "Search the notes",
+                json!({"type": "object"}),
+            )
+            .read_only(true),
+        ])
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        _arguments: serde_json::Value,
+        _cancel: CancellationToken,
+    ) -> Result<kberg_agent::ToolResult, kberg_agent::SurfaceError> {
+        self.ran.lock().unwrap().push(name.to_string());
+        Ok(kberg_agent::ToolResult::ok(format!("{name} ran")))
+    }
+}
+
+#[tokio::test]
+async fn a_structured_call_to_an_unlisted_tool_is_answered_and_never_sent() {
+    // With the small-model behaviours off too: never running an unlisted tool is no option.
+    for config in [core(), core().without_small_model_guards()] {
+        let surface = Arc::new(ListsLessThanItRuns::default());
+        let mut turn = ScriptedProvider::call("c1", "drop_all_notes", json!({}));
+        let mut listed = ScriptedProvider::call("c2", "search_notes", json!({"query": "x"}));
+        turn.tool_calls.append(&mut listed.tool_calls);
+        let script = ScriptedProvider::new([turn, ScriptedProvider::text("I cannot drop notes.")]);
+        let out = Agent::from_arcs(Arc::new(script), surface.clone())
+            .with_config(config)
+            .run(vec![Message::user("drop them")], &CancellationToken::new())
+            .await;
+        assert!(out.answered(), "{:?}", out.stop);
+        // Only the listed tool reached the surface.
+        assert_eq!(*surface.ran.lock().unwrap(), ["search_notes"]);
+        let got: Vec<(&str, &str, bool)> = out
+            .calls
+            .iter()
+            .map(|c| (c.name.as_str(), c.outcome.as_str(), c.not_sent))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("drop_all_notes", "unknown_tool", true),
+                ("search_notes", "ok", false)
+            ]
+        );
+        // Answered as a text call to it is: not a tool, do not call it again, the listed names.
+        let told = out
+            .messages
+            .iter()
+            .find_map(|m| match m {
+                Message::Tool {
+                    call_id, content, ..
+                } if call_id == "c1" => Some(content.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert!(
+            told.contains("`drop_all_notes` is not a tool you can call"),
+            "{told}"
+        );
+        assert!(
+            told.contains("do not call `drop_all_notes` again"),
+            "{told}"
+        );
+        assert!(told.contains("search_notes"), "{told}");
+    }
+}

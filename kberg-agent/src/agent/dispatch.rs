@@ -1,5 +1,5 @@
 //! Running one turn's calls and keeping the books. Each prepared call is explained (an unlisted
-//! tool), answered with an earlier result (a repeated read or write), held back (a write whose
+//! tool, whether the call was structured or written as text: it is never sent), answered with an earlier result (a repeated read or write), held back (a write whose
 //! values have no source), or sent to the surface; every call gets exactly one result in the
 //! stored conversation and one [`crate::CallRecord`]. Failures are counted per identical call,
 //! so a model looping on the same failing call is stopped, but only when nothing else in its
@@ -76,16 +76,22 @@ impl Run<'_> {
                 );
                 continue;
             }
-            if unlisted && recovered {
+            if unlisted {
+                // A tool the surface did not list is never sent, whether the call was written as
+                // text or came structured: a server may run tools it keeps off a caller's
+                // listing, and the model was not offered it.
                 let (code, text) = self.explain_unlisted(&call.name).await;
-                self.interventions.unlisted_explained += 1;
+                if recovered {
+                    self.interventions.unlisted_explained += 1;
+                }
+                tracing::debug!(tool = %call.name, recovered, "a call to an unlisted tool was answered, not sent");
                 progressed |= self.note_failure(&call, code, &mut repeated);
                 self.record(
                     turn,
                     call,
                     CallOutcome::Failed(code),
                     text,
-                    (true, true),
+                    (recovered, true),
                     coercions,
                 );
                 continue;
