@@ -39,6 +39,65 @@ fn is_remote(source: &str) -> bool {
     source.contains("://") || (source.starts_with("git@") && source.contains(':'))
 }
 
+/// Whether `source` is a network git URL: `https://host/...`, `ssh://host/...` or scp-like
+/// `git@host:path`, with a host name and nothing a shell or git could read as an option or a
+/// second argument (no whitespace or control character, no leading `-`). A local directory, a
+/// `file://` URL and every other transport (`http://`, `git://`, `ext::`) are not.
+///
+/// [`fetch`] takes any of them; this is for sources an agent proposes, which once a person
+/// approves them are fetched on the gateway's host and indexed for every agent: a local path or
+/// a `file://` URL there would index the host's own files. A person adds local sources from the
+/// command line or the admin API.
+///
+/// ```
+/// use bridle_memory::repo::is_network_source;
+///
+/// assert!(is_network_source("https://git.example/team/app.git"));
+/// assert!(is_network_source("ssh://git@git.example/team/app.git"));
+/// assert!(is_network_source("git@git.example:team/app.git"));
+/// assert!(!is_network_source("/var/lib/bridle"));
+/// assert!(!is_network_source("."));
+/// assert!(!is_network_source("file:///var/lib/bridle"));
+/// ```
+pub fn is_network_source(source: &str) -> bool {
+    if source.is_empty()
+        || source.starts_with('-')
+        || source.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return false;
+    }
+    // A host name, an IPv4 address or an IPv6 one in brackets, and a port after `:` for a URL.
+    let host_ok = |host: &str, port: bool| {
+        let mut chars = host.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '[')
+            && host.chars().all(|c| {
+                c.is_ascii_alphanumeric()
+                    || matches!(c, '.' | '-' | '_')
+                    || (port && matches!(c, ':' | '[' | ']'))
+            })
+    };
+    if let Some(rest) = source
+        .strip_prefix("https://")
+        .or_else(|| source.strip_prefix("ssh://"))
+    {
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let authority = &rest[..authority_end];
+        let host = authority
+            .rfind('@')
+            .map_or(authority, |at| &authority[at + 1..]);
+        return host_ok(host, true);
+    }
+    if let Some(rest) = source.strip_prefix("git@") {
+        // git reads `git@host:path` as scp-like only when no `/` comes before the `:`.
+        return rest
+            .split_once(':')
+            .is_some_and(|(host, path)| host_ok(host, false) && !path.is_empty());
+    }
+    false
+}
+
 /// `source` as it may be shown: a URL's user part (`https://user:token@host/...`, where a
 /// private repository's access token goes) and its query are replaced by `***`. Everything a
 /// repository source reaches outside memory (search results, listings, progress, errors, log
@@ -660,6 +719,51 @@ mod tests {
         let err = collect_files(dir.path(), &rules).expect_err("over the byte limit");
         assert_eq!(err.code(), "index_too_large", "{err}");
         assert!(err.to_string().contains("max_total_bytes"), "{err}");
+    }
+
+    #[test]
+    fn only_https_ssh_and_scp_like_urls_are_network_sources() {
+        for source in [
+            "https://git.example/team/app.git",
+            "https://bot:s3cret@git.example:8443/team/app.git",
+            "https://[::1]/team/app.git",
+            "ssh://git@git.example:2222/team/app.git",
+            "git@git.example:team/app.git",
+            "git@github.com:team/app",
+        ] {
+            assert!(is_network_source(source), "{source}");
+        }
+        for source in [
+            "",
+            ".",
+            "..",
+            "/var/lib/bridle",
+            "./repo",
+            "repo",
+            "~/repo",
+            "file:///var/lib/bridle",
+            "file://localhost/var/lib/bridle",
+            "FILE:///etc",
+            "http://git.example/app.git",
+            "git://git.example/app.git",
+            "ext::sh -c touch% /tmp/x",
+            "https://",
+            "https:///var/lib/bridle",
+            "https://@/x",
+            "https://-oProxyCommand=x/y",
+            "ssh://-oProxyCommand=touch%20x/y",
+            "git@-oProxyCommand=x:y",
+            "git@host/dir:path",
+            "git@host:",
+            "git@:path",
+            "deploy@host:path",
+            " https://git.example/app.git",
+            "https://git.example/app.git\nfoo",
+            "-https://git.example/app.git",
+            "C:\\repos\\app",
+        ] {
+            assert!(!is_network_source(source), "{source:?}");
+        }
     }
 
     #[test]

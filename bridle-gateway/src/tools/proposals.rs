@@ -5,7 +5,10 @@
 
 use std::sync::Arc;
 
-use bridle_rules::{ChangeRequest, CustomPattern, ExampleRepo, Origin, Severity, capabilities};
+use bridle_memory::repo::redact_url;
+use bridle_rules::{
+    ChangeRequest, CustomPattern, ExampleRepo, Origin, RulesError, Severity, capabilities,
+};
 use kberg_core::{ToolBuilder, ToolContext, ToolError, ToolOutput, ToolRegistry, WriteCapability};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -35,7 +38,8 @@ struct ProposeGuardrailArgs {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 struct ExampleRepoArgs {
-    /// Repository URL.
+    /// Repository URL: `https://...`, `ssh://...` or `git@host:path` (a local path or
+    /// `file://` is refused).
     url: String,
     /// Tag of the indexed example.
     reference_tag: String,
@@ -141,6 +145,24 @@ async fn propose(
     .await
 }
 
+/// The refusal of a proposal whose example repositories are not all network git URLs, if any.
+///
+/// An approved example repository is fetched and indexed on the gateway's host for every agent,
+/// so a local path, `.` or a `file://` URL in an agent's proposal would index the host's own
+/// files (its data directory, its secrets). Only `https://`, `ssh://` and `git@host:path` are
+/// accepted from agents; a person can still add a local repository from the command line or the
+/// admin API.
+fn local_example_repo(repos: &[ExampleRepoArgs]) -> Option<ToolOutput> {
+    let bad = repos
+        .iter()
+        .find(|r| !bridle_memory::repo::is_network_source(&r.url))?;
+    Some(rules_refusal(&RulesError::Rejected(format!(
+        "example repository `{}` (reference tag `{}`) is not a network git URL: a proposed example repository must be an `https://`, `ssh://` or `git@host:path` URL; a local path or a `file://` URL is refused (a person can add a local repository from the command line or the admin API)",
+        redact_url(&bad.url),
+        bad.reference_tag
+    ))))
+}
+
 /// Registers the three proposal tools under `rules.propose`.
 pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), GatewayError> {
     let propose_cap = WriteCapability::new(
@@ -179,6 +201,9 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
             .handler(move |a: AddPatternArgs, ctx| {
                 let s = Arc::clone(&s);
                 async move {
+                    if let Some(refused) = local_example_repo(&a.example_repos) {
+                        return Ok(refused);
+                    }
                     let change = match a.description {
                         None if a.example_repos.is_empty() => ChangeRequest::Pattern {
                             standard: Some(a.name),
@@ -225,4 +250,83 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
             }),
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on any unexpected error.
+
+    use kberg_core::{CallOptions, Caller, Principal};
+    use serde_json::Value;
+
+    use super::*;
+    use crate::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
+
+    /// A gateway with the demo project, its tools, and a caller for the agent `claude`.
+    fn gateway() -> (tempfile::TempDir, Arc<GatewayContext>, ToolRegistry, Caller) {
+        let tmp = tempfile::tempdir().unwrap();
+        init_data_dir_with_token_files(tmp.path()).unwrap();
+        let config = GatewayConfig::load(tmp.path()).unwrap();
+        let gw = GatewayContext::open(tmp.path(), config).unwrap();
+        gw.store.create("demo", &demo_document(), "test").unwrap();
+        let tools = ToolRegistry::new();
+        crate::tools::register_tools(&tools, &gw).unwrap();
+        let agent_type = gw.agent("claude").unwrap().agent_type.clone();
+        let caller = Caller::new(
+            Principal::new("claude")
+                .with_agent(agent_type)
+                .with_grants(gw.grants_for("claude")),
+        );
+        (tmp, gw, tools, caller)
+    }
+
+    fn add_pattern(url: &str) -> Value {
+        json!({"project": "demo", "name": "modified-mvc", "description": "MVC without DB access in controllers",
+               "example_repos": [
+                   {"url": "git@git.example.invalid:team/first.git", "reference_tag": "ex-0"},
+                   {"url": url, "reference_tag": "ex-1"}]})
+    }
+
+    /// An agent's proposal cannot make the gateway index its own host's files: a local path,
+    /// `.` or a `file://` URL is refused before anything is queued; an `https://` one is queued.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_proposed_example_repository_must_be_a_network_url() {
+        let (_tmp, gw, tools, claude) = gateway();
+        for url in [
+            "/var/lib/bridle",
+            ".",
+            "file:///var/lib/bridle",
+            "http://git.example.invalid/x.git",
+        ] {
+            let out = tools
+                .call(
+                    &claude,
+                    "add_pattern",
+                    add_pattern(url),
+                    CallOptions::default(),
+                )
+                .await
+                .unwrap();
+            assert!(out.is_error, "{url}: {}", out.all_text());
+            let s = out.structured.as_ref().unwrap();
+            assert_eq!(s["code"], "proposal_rejected", "{url}: {s}");
+            let message = s["message"].as_str().unwrap();
+            assert!(message.contains(url), "{message}");
+            assert!(message.contains("https://"), "{message}");
+        }
+        assert!(gw.store.queue(Some("demo"), true).unwrap().is_empty());
+
+        let out = tools
+            .call(
+                &claude,
+                "add_pattern",
+                add_pattern("https://bot:s3cret-token@git.example.invalid/team/x.git"),
+                CallOptions::default(),
+            )
+            .await
+            .unwrap();
+        assert!(!out.is_error, "{}", out.all_text());
+        let queued = gw.store.queue(Some("demo"), false).unwrap();
+        assert_eq!(queued.len(), 1);
+    }
 }
