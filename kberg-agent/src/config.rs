@@ -182,6 +182,13 @@ pub struct AgentConfig {
     /// The longest one tool call may take, whatever it reports (default 10 minutes; `None`: no
     /// limit). Past it the call is cancelled and answered `tool_timeout`.
     pub tool_timeout: Option<Duration>,
+    /// The most calls run from one model message (default 16; at least 1). The calls of a
+    /// message run one after another, so a model that writes thousands would hold the run
+    /// that long; those past the limit (counted after identical calls collapse and lists
+    /// split) are not sent, each answered `too_many_calls`, "not run: too many calls in one
+    /// message", so every call still has its result. The model may make them in its next
+    /// message.
+    pub max_calls_per_turn: usize,
 }
 
 impl Default for AgentConfig {
@@ -222,6 +229,7 @@ impl Default for AgentConfig {
             narrow_after_guessed_ids: true,
             tool_idle_timeout: Some(Duration::from_secs(60)),
             tool_timeout: Some(Duration::from_secs(600)),
+            max_calls_per_turn: 16,
         }
     }
 }
@@ -440,6 +448,13 @@ impl AgentConfig {
     /// [`AgentConfig::tool_timeout`]).
     pub fn tool_timeout(mut self, limit: Option<Duration>) -> Self {
         self.tool_timeout = limit;
+        self
+    }
+
+    /// Sets the most calls run from one model message (at least 1; see
+    /// [`AgentConfig::max_calls_per_turn`]).
+    pub fn max_calls_per_turn(mut self, n: usize) -> Self {
+        self.max_calls_per_turn = n.max(1);
         self
     }
 

@@ -173,6 +173,13 @@ pub(crate) fn unrequested_write(tool: &str, done: &str, request: &str) -> String
     )
 }
 
+/// The answer to a call past [`crate::AgentConfig::max_calls_per_turn`] in one message.
+pub(crate) fn too_many_calls(tool: &str, limit: usize) -> String {
+    format!(
+        "The call to `{tool}` was not run: too many calls in one message (at most {limit} are run per message). Make the calls that are still needed in your next message."
+    )
+}
+
 /// The answer to a write listed after a read in the same turn.
 pub(crate) fn write_after_read(tool: &str, read: &str) -> String {
     format!(

@@ -65,8 +65,9 @@ pub struct CallRecord {
     pub recovered_from_text: bool,
     /// Corrections the loop made to the arguments.
     pub coercions: Vec<Coercion>,
-    /// Whether the call was never sent to the surface: the tool is not listed, a check held it
-    /// back (a handle, a value with no source, [`CallOutcome::Held`],
+    /// Whether the call was never sent to the surface: the tool is not listed, the call was
+    /// past [`AgentConfig::max_calls_per_turn`](crate::AgentConfig) in its message, or a check
+    /// held it back (a handle, a value with no source, [`CallOutcome::Held`],
     /// [`CallOutcome::Unrequested`]), and the model was told why.
     #[serde(default)]
     pub not_sent: bool,

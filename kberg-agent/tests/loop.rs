@@ -1072,3 +1072,119 @@ async fn a_structured_call_to_an_unlisted_tool_is_answered_and_never_sent() {
         assert!(told.contains("search_notes"), "{told}");
     }
 }
+
+/// One turn holding `n` calls to `search_notes`, each with its own query (so none collapse).
+fn many_searches(n: usize) -> ChatResponse {
+    let mut turn = ScriptedProvider::call("c1", "search_notes", json!({"query": "q1"}));
+    for i in 2..=n {
+        let mut more = ScriptedProvider::call(
+            &format!("c{i}"),
+            "search_notes",
+            json!({"query": format!("q{i}")}),
+        );
+        turn.tool_calls.append(&mut more.tool_calls);
+    }
+    turn
+}
+
+#[tokio::test]
+async fn calls_past_the_per_turn_limit_are_answered_not_run() {
+    for (config, limit) in [
+        (core(), 16),
+        (core().max_calls_per_turn(3), 3),
+        (core().without_small_model_guards(), 16),
+    ] {
+        let surface = Arc::new(ListsLessThanItRuns::default());
+        let script =
+            ScriptedProvider::new([many_searches(1000), ScriptedProvider::text("Found them.")]);
+        let out = Agent::from_arcs(Arc::new(script), surface.clone())
+            .with_config(config)
+            .run(vec![Message::user("search")], &CancellationToken::new())
+            .await;
+        assert!(out.answered(), "{:?}", out.stop);
+        // The first `limit` calls ran, in order; the rest were answered without being sent.
+        assert_eq!(surface.ran.lock().unwrap().len(), limit);
+        assert_eq!(out.calls.len(), 1000);
+        for (i, call) in out.calls.iter().enumerate() {
+            if i < limit {
+                assert_eq!((call.outcome, call.not_sent), (CallOutcome::Ok, false));
+            } else {
+                assert_eq!(call.outcome.as_str(), "too_many_calls", "{i}");
+                assert!(call.not_sent);
+            }
+        }
+        // Every call id has its result, right after the turn, in order.
+        let results: Vec<(&str, &str)> = out
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool {
+                    call_id, content, ..
+                } => Some((call_id.as_str(), content.as_str())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(results.len(), 1000);
+        for (i, (id, _)) in results.iter().enumerate() {
+            assert_eq!(*id, format!("c{}", i + 1));
+        }
+        let over = results[limit].1;
+        assert!(
+            over.contains("not run: too many calls in one message"),
+            "{over}"
+        );
+    }
+}
+
+/// A surface whose one tool cancels the run (through the run's own token, as a user pressing
+/// stop while it runs) and answers as if nothing happened: it never looks at its call's token.
+struct CancelsTheRun {
+    run: CancellationToken,
+    ran: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl kberg_agent::ToolSurface for CancelsTheRun {
+    async fn tools(&self) -> Result<Vec<kberg_agent::ToolDefinition>, kberg_agent::SurfaceError> {
+        ListsLessThanItRuns::default().tools().await
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        _arguments: serde_json::Value,
+        _cancel: CancellationToken,
+    ) -> Result<kberg_agent::ToolResult, kberg_agent::SurfaceError> {
+        self.ran.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.run.cancel();
+        Ok(kberg_agent::ToolResult::ok(format!("{name} ran")))
+    }
+}
+
+#[tokio::test]
+async fn a_run_cancelled_during_a_call_runs_none_of_the_turns_later_calls() {
+    let run = CancellationToken::new();
+    let surface = Arc::new(CancelsTheRun {
+        run: run.clone(),
+        ran: Default::default(),
+    });
+    let script = ScriptedProvider::new([many_searches(5), ScriptedProvider::text("unreached")]);
+    let out = Agent::from_arcs(Arc::new(script), surface.clone())
+        .with_config(core())
+        .run(vec![Message::user("search")], &run)
+        .await;
+    assert!(matches!(out.stop, StopReason::Cancelled), "{:?}", out.stop);
+    assert_eq!(surface.ran.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let outcomes: Vec<&str> = out.calls.iter().map(|c| c.outcome.as_str()).collect();
+    assert_eq!(
+        outcomes,
+        ["ok", "cancelled", "cancelled", "cancelled", "cancelled"]
+    );
+    // Each call still has its result in the stored conversation.
+    let results = out
+        .messages
+        .iter()
+        .filter(|m| matches!(m, Message::Tool { .. }))
+        .count();
+    assert_eq!(results, 5);
+}

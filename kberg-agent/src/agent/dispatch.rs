@@ -56,13 +56,22 @@ impl Run<'_> {
         // The first read of this turn that was sent: a write listed after it was written
         // before the model saw its result.
         let mut read_sent: Option<String> = None;
-        for PendingCall {
-            call,
-            coercions,
-            unlisted,
-            unknown_handle,
-        } in pending
+        let max_calls = self.config().max_calls_per_turn.max(1);
+        for (
+            index,
+            PendingCall {
+                call,
+                coercions,
+                unlisted,
+                unknown_handle,
+            },
+        ) in pending.into_iter().enumerate()
         {
+            // A cancellation that came while an earlier call ran (one that did not look at its
+            // token, or answered anyway) stops the turn here, before the next call is sent.
+            if stop.is_none() && self.cancel.is_cancelled() {
+                stop = Some(StopReason::Cancelled);
+            }
             if stop.is_some() {
                 // Every call in a stored turn gets a result, even the ones not run.
                 let text = format!("The call to `{}` was not run: the run stopped.", call.name);
@@ -72,6 +81,22 @@ impl Run<'_> {
                     CallOutcome::Failed(ErrorCode::Cancelled),
                     text,
                     (recovered, false),
+                    coercions,
+                );
+                continue;
+            }
+            if index >= max_calls {
+                // The calls of a message run one after another: a model that writes thousands
+                // would hold the run that long. Each is still answered, as every call in a
+                // stored turn needs its result.
+                tracing::debug!(tool = %call.name, limit = max_calls, "a call past the per-turn limit was not run");
+                let text = nudge::too_many_calls(&call.name, max_calls);
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Failed(ErrorCode::TooManyCalls),
+                    text,
+                    (recovered, true),
                     coercions,
                 );
                 continue;
