@@ -503,6 +503,47 @@ fn bad_input_gets_clear_errors() {
 }
 
 #[test]
+fn a_vendor_page_over_the_limit_queues_fifty_and_says_how_many_were_left_out() {
+    let data = demo_dir();
+    let d = data.path();
+    let guidance = d.join("long-guidance.md");
+    let mut text = String::from("# Best practices\n\n");
+    for i in 0..60 {
+        text.push_str(&format!(
+            "- Always run the check named check{i} before you commit.\n"
+        ));
+    }
+    std::fs::write(&guidance, text).unwrap();
+    let args = [
+        "rules",
+        "source-vendor",
+        "--project",
+        "demo",
+        "--agent",
+        "claude",
+        "--from",
+        guidance.to_str().unwrap(),
+    ];
+    let o = run_bridle(d, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(
+            "queued 50 suggestion(s) for review (0 already known, 10 past the limit of 50 a page)"
+        ),
+        "{}",
+        stdout(&o)
+    );
+    let o = run_bridle(d, &args);
+    assert!(
+        stdout(&o).contains(
+            "queued 0 suggestion(s) for review (50 already known, 10 past the limit of 50 a page)"
+        ),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
 fn vendor_guidance_is_queued_once_and_approved_by_a_person() {
     let data = demo_dir();
     let d = data.path();

@@ -85,8 +85,12 @@ pub struct SourceRunView {
     pub url: String,
     /// The proposals queued for review by this run.
     pub queued: Vec<u64>,
-    /// Suggestions found but already queued before or already policy.
+    /// Suggestions found but not queued: queued before, already policy, or past the limit a
+    /// page may queue.
     pub skipped: usize,
+    /// Of `skipped`, the suggestions past the limit a page may queue (50), never looked at.
+    #[serde(default)]
+    pub over_limit: usize,
     /// The page was unchanged since the last run, so nothing was read.
     pub not_modified: bool,
     /// Why the source failed, when it did (nothing was queued from it).
@@ -201,6 +205,7 @@ pub async fn run(
                         url: source.url,
                         queued: Vec::new(),
                         skipped: 0,
+                        over_limit: 0,
                         not_modified: false,
                         error: None,
                     };
@@ -209,6 +214,7 @@ pub async fn run(
                             view.queued += report.queued.len();
                             sv.queued = report.queued.iter().map(|c| c.proposal_id).collect();
                             sv.skipped = report.skipped;
+                            sv.over_limit = report.over_limit;
                             sv.not_modified = report.not_modified;
                         }
                         Err(e) => {
@@ -247,8 +253,12 @@ pub struct QueuedSuggestions {
     pub project: String,
     /// The proposals queued now, for review.
     pub queued: Vec<u64>,
-    /// Suggestions found but already queued before or already policy.
+    /// Suggestions found but not queued: queued before, already policy, or past the limit a
+    /// page may queue.
     pub skipped: usize,
+    /// Of `skipped`, the suggestions past the limit a page may queue (50), never looked at.
+    #[serde(default)]
+    pub over_limit: usize,
     /// The page was unchanged since it was last read, so nothing was read (one-off reads only).
     pub not_modified: bool,
 }
@@ -347,6 +357,7 @@ pub async fn read_guidance(
         project,
         queued: report.queued.iter().map(|c| c.proposal_id).collect(),
         skipped: report.skipped,
+        over_limit: report.over_limit,
         not_modified: report.not_modified,
     }))
 }
@@ -384,6 +395,7 @@ pub async fn queue_profile_suggestions(
         project,
         queued: queued.queued,
         skipped: queued.skipped,
+        over_limit: queued.over_limit,
         not_modified: false,
     }))
 }

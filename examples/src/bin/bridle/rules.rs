@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use bridle_rules::vendor::{SourceReport, VendorFeed, VendorSource};
+use bridle_rules::vendor::{MAX_CANDIDATES_PER_PAGE, SourceReport, VendorFeed, VendorSource};
 use clap::Subcommand;
 
 use bridle_gateway::admin::feeds::{FeedRunView, QueuedSuggestions};
@@ -165,7 +165,7 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
                 record_offline(dir, bridle_gateway::feed::seed_entry(c));
             }
             let ids: Vec<u64> = report.queued.iter().map(|c| c.proposal_id).collect();
-            print_queued(&ids, report.skipped, report.not_modified);
+            print_queued(&ids, report.skipped, report.over_limit, report.not_modified);
         }
         RulesCommand::RunFeed => return run_feed(dir, &store),
         RulesCommand::QueueSuggestions { project } => {
@@ -174,7 +174,7 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
                 let p = store.proposal(*id)?;
                 record_offline(dir, bridle_gateway::feed::profile_entry(&project, &p));
             }
-            print_queued(&report.queued, report.skipped, false);
+            print_queued(&report.queued, report.skipped, report.over_limit, false);
         }
         RulesCommand::Upgrade { project } => match store.upgrade(&project, &who(None))? {
             Some(from) => println!("migrated {project} from schema_version {from}"),
@@ -212,7 +212,12 @@ fn run_feed(dir: &Path, store: &bridle_rules::RulesStore) -> Result<ExitCode, Bo
                                 &project,
                                 &source.agent,
                                 &source.url,
-                                Ok((report.queued.len(), report.skipped, report.not_modified)),
+                                Ok(Tally {
+                                    queued: report.queued.len(),
+                                    skipped: report.skipped,
+                                    over_limit: report.over_limit,
+                                    not_modified: report.not_modified,
+                                }),
                             );
                         }
                         Err(e) => {
@@ -363,7 +368,7 @@ pub(crate) fn rules_remote(api: &AdminClient, command: RulesCommand) -> Result<E
                 Some(serde_json::json!({ "agent": agent, "url": from })),
             )?;
             let r: QueuedSuggestions = serde_json::from_value(r)?;
-            print_queued(&r.queued, r.skipped, r.not_modified);
+            print_queued(&r.queued, r.skipped, r.over_limit, r.not_modified);
         }
         RulesCommand::RunFeed => {
             let run: FeedRunView = serde_json::from_value(api.post("/vendor-feed/run", None)?)?;
@@ -375,7 +380,12 @@ pub(crate) fn rules_remote(api: &AdminClient, command: RulesCommand) -> Result<E
                 for source in &p.sources {
                     let outcome = match &source.error {
                         Some(e) => Err((e.code.as_str(), e.message.as_str())),
-                        None => Ok((source.queued.len(), source.skipped, source.not_modified)),
+                        None => Ok(Tally {
+                            queued: source.queued.len(),
+                            skipped: source.skipped,
+                            over_limit: source.over_limit,
+                            not_modified: source.not_modified,
+                        }),
                     };
                     print_source(&p.project, &source.agent, &source.url, outcome);
                 }
@@ -393,7 +403,7 @@ pub(crate) fn rules_remote(api: &AdminClient, command: RulesCommand) -> Result<E
                 None,
             )?;
             let r: QueuedSuggestions = serde_json::from_value(r)?;
-            print_queued(&r.queued, r.skipped, false);
+            print_queued(&r.queued, r.skipped, r.over_limit, false);
         }
         RulesCommand::Upgrade { project } => {
             let r = api.post(
@@ -427,30 +437,49 @@ fn print_change(project: &str, c: &ChangeEntry) {
     );
 }
 
-/// One source's line of `rules run-feed`: what it queued (how many, how many already known,
-/// whether the page was unchanged), or why it failed (code and sentence).
-fn print_source(
-    project: &str,
-    agent: &str,
-    url: &str,
-    outcome: Result<(usize, usize, bool), (&str, &str)>,
-) {
+/// What one read of a page did: queued, skipped (of them, past the limit a page may queue),
+/// and whether the page was unchanged.
+struct Tally {
+    queued: usize,
+    skipped: usize,
+    over_limit: usize,
+    not_modified: bool,
+}
+
+/// `, N past the limit of a page` when a page had more suggestions than one read queues.
+fn past_limit(over_limit: usize) -> String {
+    if over_limit == 0 {
+        return String::new();
+    }
+    format!(", {over_limit} past the limit of {MAX_CANDIDATES_PER_PAGE} a page")
+}
+
+/// One source's line of `rules run-feed`: what it queued (how many, how many already known or
+/// past the page's limit, whether the page was unchanged), or why it failed (code and
+/// sentence).
+fn print_source(project: &str, agent: &str, url: &str, outcome: Result<Tally, (&str, &str)>) {
     match outcome {
-        Ok((queued, skipped, not_modified)) => println!(
-            "{project} {agent} {url}: queued {queued}, {skipped} already known{}",
-            if not_modified { ", unchanged" } else { "" }
+        Ok(t) => println!(
+            "{project} {agent} {url}: queued {}, {} already known{}{}",
+            t.queued,
+            t.skipped.saturating_sub(t.over_limit),
+            past_limit(t.over_limit),
+            if t.not_modified { ", unchanged" } else { "" }
         ),
         Err((code, message)) => println!("{project} {agent} {url}: failed [{code}] {message}"),
     }
 }
 
 /// The line `source-vendor` and `queue-suggestions` print: how many were queued (and their
-/// ids), how many were already known, and whether the page was unchanged.
-fn print_queued(queued: &[u64], skipped: usize, not_modified: bool) {
+/// ids), how many were already known or past the page's limit, and whether the page was
+/// unchanged.
+fn print_queued(queued: &[u64], skipped: usize, over_limit: usize, not_modified: bool) {
     let ids: Vec<String> = queued.iter().map(|id| format!("#{id}")).collect();
     println!(
-        "queued {} suggestion(s) for review ({skipped} already known{}){}",
+        "queued {} suggestion(s) for review ({} already known{}{}){}",
         ids.len(),
+        skipped.saturating_sub(over_limit),
+        past_limit(over_limit),
         if not_modified {
             "; the page is unchanged since the last run"
         } else {
