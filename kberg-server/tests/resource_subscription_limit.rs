@@ -97,54 +97,14 @@ async fn a_session_cannot_subscribe_past_its_limit() {
 
 /// Opens a `subscriptions/listen` for `uris` as [`READER`]; returns the acknowledgement's
 /// accepted resource URIs (each once) and the stream, still open.
-async fn listen(
+async fn listen_as_reader(
     url: &str,
     uris: &[String],
 ) -> (
     BTreeSet<String>,
     impl futures::Stream<Item = reqwest::Result<Vec<u8>>> + Unpin,
 ) {
-    let body = json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
-    "params": {
-        "_meta": {
-            "io.modelcontextprotocol/protocolVersion": PROTO_NEW,
-            "io.modelcontextprotocol/clientCapabilities": {},
-        },
-        "notifications": {"resourceSubscriptions": uris}
-    }});
-    let resp = reqwest::Client::new()
-        .post(url)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {READER}"))
-        .header("mcp-protocol-version", PROTO_NEW)
-        .header("mcp-method", "subscriptions/listen")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
-    let mut stream = Box::pin(resp.bytes_stream().map(|c| c.map(|b| b.to_vec())));
-    let mut buf = String::new();
-    let ack = loop {
-        if let Some(v) = buf
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .find_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        {
-            break v;
-        }
-        let chunk = tokio::time::timeout(Duration::from_secs(60), stream.next())
-            .await
-            .expect("the acknowledgement within the test's limit")
-            .expect("stream open")
-            .unwrap();
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-    };
-    assert_eq!(
-        ack["method"], "notifications/subscriptions/acknowledged",
-        "{ack}"
-    );
+    let (ack, stream) = listen(url, READER, uris).await;
     let accepted = ack["params"]["notifications"]["resourceSubscriptions"]
         .as_array()
         .unwrap_or_else(|| panic!("no accepted resources: {ack}"))
@@ -169,7 +129,7 @@ async fn a_listen_filter_past_the_limit_keeps_its_first_uris() {
     ]
     .map(String::from)
     .to_vec();
-    let (accepted, mut stream) = listen(&server.url, &uris).await;
+    let (accepted, mut stream) = listen_as_reader(&server.url, &uris).await;
     assert_eq!(
         accepted,
         BTreeSet::from(["notes://1", "notes://2", "notes://3"].map(String::from))
@@ -197,7 +157,7 @@ async fn a_listen_filter_past_the_limit_keeps_its_first_uris() {
 async fn a_listen_filter_is_cut_at_the_default_limit() {
     let (app, server) = serve(None).await;
     let uris: Vec<String> = (0..1500).map(|i| format!("notes://{i}")).collect();
-    let (accepted, _stream) = listen(&server.url, &uris).await;
+    let (accepted, _stream) = listen_as_reader(&server.url, &uris).await;
     assert_eq!(accepted.len(), 1000);
     let first: BTreeSet<String> = uris[..1000].iter().cloned().collect();
     assert!(accepted == first, "not the filter's first 1,000 URIs");

@@ -7,10 +7,7 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
-use futures::StreamExt;
 use kberg_core::Caller;
 use serde_json::{Value, json};
 
@@ -119,47 +116,8 @@ async fn a_hidden_resource_cannot_be_subscribed_to_on_2025_11_25() {
 #[tokio::test]
 async fn a_listen_filter_leaves_a_hidden_resource_out() {
     let s = start_hiding_the_second_note().await;
-    let body = json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
-    "params": {
-        "_meta": {
-            "io.modelcontextprotocol/protocolVersion": PROTO_NEW,
-            "io.modelcontextprotocol/clientCapabilities": {},
-        },
-        "notifications": {"resourceSubscriptions": ["notes://1", "notes://2"]}
-    }});
-    let resp = reqwest::Client::new()
-        .post(&s.url)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {READER}"))
-        .header("mcp-protocol-version", PROTO_NEW)
-        .header("mcp-method", "subscriptions/listen")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
-    let mut stream = resp.bytes_stream();
-    let mut buf = String::new();
-    let ack = loop {
-        if let Some(v) = buf
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .find_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        {
-            break v;
-        }
-        let chunk = tokio::time::timeout(Duration::from_secs(60), stream.next())
-            .await
-            .expect("the acknowledgement within the test's limit")
-            .expect("stream open")
-            .unwrap();
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-    };
-    assert_eq!(
-        ack["method"], "notifications/subscriptions/acknowledged",
-        "{ack}"
-    );
+    let uris = ["notes://1", "notes://2"].map(String::from);
+    let (ack, _stream) = listen(&s.url, READER, &uris).await;
     let accepted = ack["params"].to_string();
     assert!(accepted.contains("notes://1"), "{ack}");
     assert!(!accepted.contains("notes://2"), "{ack}");

@@ -482,3 +482,58 @@ pub async fn read(resp: reqwest::Response) -> Resp {
         text,
     }
 }
+
+/// Opens a 2026-07-28 `subscriptions/listen` as `token` asking for `uris`' updates; returns its
+/// acknowledgement (the first message) and the stream, still open.
+pub async fn listen(
+    url: &str,
+    token: &str,
+    uris: &[String],
+) -> (
+    Value,
+    impl futures::Stream<Item = reqwest::Result<Vec<u8>>> + Unpin,
+) {
+    use futures::StreamExt;
+    let body = json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
+    "params": {
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": PROTO_NEW,
+            "io.modelcontextprotocol/clientCapabilities": {},
+        },
+        "notifications": {"resourceSubscriptions": uris}
+    }});
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {token}"))
+        .header("mcp-protocol-version", PROTO_NEW)
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("listen sent");
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut stream = Box::pin(resp.bytes_stream().map(|c| c.map(|b| b.to_vec())));
+    let mut buf = String::new();
+    let ack = loop {
+        if let Some(v) = buf
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .find_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        {
+            break v;
+        }
+        let chunk = tokio::time::timeout(kberg_testkit::WAIT, stream.next())
+            .await
+            .expect("the acknowledgement within the test's limit")
+            .expect("stream open")
+            .expect("a chunk");
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+    };
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    (ack, stream)
+}
