@@ -157,7 +157,7 @@ pub use tool::{
     AsyncHandler, FnTool, SyncHandler, TaskSupport, Tool, ToolBuilder, ToolError, ToolFuture,
     ToolHints, ToolKind, ToolSpec, check_name, schema_of,
 };
-pub use validate::{CompiledSchema, FieldError};
+pub use validate::{CompiledSchema, FieldError, describe_value};
 
 /// Re-exported so apps and transports name the same token type.
 pub use tokio_util::sync::CancellationToken;

@@ -104,8 +104,19 @@ fn push(out: &mut Vec<FieldError>, pointer: String, expected: String, found: Str
     });
 }
 
-/// A short description of a JSON value for a diagnostic.
-pub(crate) fn describe_value(v: &Value) -> String {
+/// A short description of a JSON value for a diagnostic, safe to put in a message whatever the
+/// value's size: its type, and a number or boolean itself, a string cut at 40 characters, an
+/// array's length.
+///
+/// ```
+/// use kberg_core::describe_value;
+/// use serde_json::json;
+///
+/// assert_eq!(describe_value(&json!(7)), "the integer 7");
+/// assert_eq!(describe_value(&json!({"a": 1})), "an object");
+/// assert!(describe_value(&json!("x".repeat(10_000))).len() < 60);
+/// ```
+pub fn describe_value(v: &Value) -> String {
     fn short(s: &str) -> String {
         if s.chars().count() > 40 {
             let cut: String = s.chars().take(37).collect();

@@ -30,14 +30,14 @@ impl KbergHandler {
                     args.insert(k, s);
                 }
                 // The client's key and value are not quoted back whole: either may be
-                // megabytes long. The key is cut, the value named by its type.
+                // megabytes long. The key is cut, the value described in a few words.
                 other => {
                     let key: String = k.chars().take(MAX_ARGUMENT_NAME_CHARS).collect();
                     let cut = if key.len() < k.len() { "..." } else { "" };
                     return Err(McpError::invalid_params(
                         format!(
                             "prompt argument `{key}{cut}` must be a string, got {}",
-                            json_type(&other)
+                            kberg_core::describe_value(&other)
                         ),
                         None,
                     ));
@@ -114,15 +114,3 @@ impl KbergHandler {
 
 /// The longest prompt argument name quoted in an error, in characters.
 const MAX_ARGUMENT_NAME_CHARS: usize = 64;
-
-/// What kind of JSON value `v` is, for an error message.
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
