@@ -61,7 +61,7 @@ pub use agent::Agent;
 pub use coerce::{Coercion, coerce_arguments, drop_unknown_arguments, unwrap_schema_echo};
 pub use config::AgentConfig;
 #[cfg(feature = "mcp")]
-pub use mcp::{MAX_TOOL_LIST_PAGES, McpSurface};
+pub use mcp::{MAX_TOOL_LIST_PAGES, McpOptions, McpSurface};
 pub use message::{
     ChatOptions, ChatRequest, ChatResponse, FinishReason, Message, ToolCall, ToolChoice,
     ToolDefinition, Usage,

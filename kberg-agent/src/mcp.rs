@@ -1,7 +1,9 @@
 //! The remote tool surface: an MCP server reached through rmcp's client.
 //!
 //! [`McpSurface`] connects over Streamable HTTP or spawns a server as a child process on stdio,
-//! lists its tools once per run and calls them. The listing is bounded: each `tools/list` page is
+//! lists its tools once per run and calls them. Connecting is bounded: a server that has not
+//! answered `initialize` within [`McpOptions::connect_timeout`] (30 s by default) is given up
+//! with [`SurfaceError::Connect`], and a spawned one is stopped. The listing is bounded: each `tools/list` page is
 //! awaited at most 30 s, and a list that repeats a page cursor or has not ended after
 //! [`MAX_TOOL_LIST_PAGES`] pages fails as malformed, so a server cannot hold a run or grow its
 //! memory with a list that never ends. A Kberg server reports gate refusals as error
@@ -30,6 +32,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use kberg_core::{ErrorCode, PagesError, SpawnOnDrop, read_pages};
@@ -155,27 +158,70 @@ impl std::fmt::Debug for McpSurface {
     }
 }
 
+/// How an [`McpSurface`] connects.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct McpOptions {
+    /// How long the session's start (the MCP `initialize` exchange) may take (default 30 s).
+    /// A server that has not answered by then is given up: the connection fails with
+    /// [`SurfaceError::Connect`], and the transport is dropped, which stops a spawned server.
+    /// Without it a server that never answers would hold the caller for ever.
+    pub connect_timeout: Duration,
+    /// The bearer token sent as `Authorization: Bearer <token>` over Streamable HTTP (default
+    /// none; see [`McpSurface::connect_http_with_bearer`]). Other transports ignore it.
+    pub bearer: Option<String>,
+}
+
+impl Default for McpOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(30),
+            bearer: None,
+        }
+    }
+}
+
+impl McpOptions {
+    /// Sets how long the session's start may take (see [`McpOptions::connect_timeout`]).
+    pub fn connect_timeout(mut self, limit: Duration) -> Self {
+        self.connect_timeout = limit;
+        self
+    }
+
+    /// Sets the bearer token for Streamable HTTP.
+    pub fn bearer(mut self, token: impl Into<String>) -> Self {
+        self.bearer = Some(token.into());
+        self
+    }
+}
+
 impl McpSurface {
-    /// Connects to a Streamable HTTP endpoint (e.g. `http://127.0.0.1:8080/mcp`).
+    /// Connects to a Streamable HTTP endpoint (e.g. `http://127.0.0.1:8080/mcp`), with the
+    /// default [`McpOptions`].
     pub async fn connect_http(url: &str) -> Result<Self, SurfaceError> {
-        Self::connect(
-            url,
-            StreamableHttpClientTransportConfig::with_uri(url.to_string()),
-        )
-        .await
+        Self::connect_http_with(url, &McpOptions::default()).await
     }
 
     /// Connects to a Streamable HTTP endpoint that wants `Authorization: Bearer <token>` (the
     /// server maps the token to the principal whose grants the run gets).
     pub async fn connect_http_with_bearer(url: &str, token: &str) -> Result<Self, SurfaceError> {
-        let config =
-            StreamableHttpClientTransportConfig::with_uri(url.to_string()).auth_header(token);
-        Self::connect(url, config).await
+        Self::connect_http_with(url, &McpOptions::default().bearer(token)).await
+    }
+
+    /// Connects to a Streamable HTTP endpoint with `options` (a bearer token, the connect
+    /// timeout).
+    pub async fn connect_http_with(url: &str, options: &McpOptions) -> Result<Self, SurfaceError> {
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
+        if let Some(token) = &options.bearer {
+            config = config.auth_header(token.clone());
+        }
+        Self::connect(url, config, options).await
     }
 
     async fn connect(
         url: &str,
         config: StreamableHttpClientTransportConfig,
+        options: &McpOptions,
     ) -> Result<Self, SurfaceError> {
         // rmcp's default client opens a TCP connection per request (pooling off, to dodge a
         // delayed-ACK stall); keep-alive with TCP_NODELAY avoids the stall at its cause and the
@@ -186,11 +232,21 @@ impl McpSurface {
             .build()
             .map_err(|e| SurfaceError::Connect(format!("{url}: the HTTP client: {e}")))?;
         let transport = StreamableHttpClientTransport::with_client(http, config);
-        Self::serve_named(url, transport).await
+        Self::serve_named(url, transport, options).await
     }
 
-    /// Spawns `command` and speaks MCP with it over its stdin and stdout.
+    /// Spawns `command` and speaks MCP with it over its stdin and stdout, with the default
+    /// [`McpOptions`].
     pub async fn spawn(command: tokio::process::Command) -> Result<Self, SurfaceError> {
+        Self::spawn_with(command, &McpOptions::default()).await
+    }
+
+    /// Spawns `command` and speaks MCP with it over its stdin and stdout, with `options`. A
+    /// server that does not start its session within the connect timeout is stopped.
+    pub async fn spawn_with(
+        command: tokio::process::Command,
+        options: &McpOptions,
+    ) -> Result<Self, SurfaceError> {
         let program = command
             .as_std()
             .get_program()
@@ -198,29 +254,58 @@ impl McpSurface {
             .into_owned();
         let transport = TokioChildProcess::new(command)
             .map_err(|e| SurfaceError::Connect(format!("could not start `{program}`: {e}")))?;
-        Self::serve_named(&format!("`{program}`"), transport).await
+        Self::serve_named(&format!("`{program}`"), transport, options).await
     }
 
     /// Speaks MCP over any of rmcp's transports (an in-memory pipe, a transport the app built
     /// with its own HTTP client or headers, ...): initializes the session and returns the
-    /// surface, which relays progress like one made by [`McpSurface::connect_http`].
+    /// surface, which relays progress like one made by [`McpSurface::connect_http`]. The
+    /// default [`McpOptions`] apply.
     pub async fn serve<T, E, A>(transport: T) -> Result<Self, SurfaceError>
     where
         T: IntoTransport<RoleClient, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        Self::serve_named("the MCP server", transport).await
+        Self::serve_with(transport, &McpOptions::default()).await
     }
 
-    async fn serve_named<T, E, A>(what: &str, transport: T) -> Result<Self, SurfaceError>
+    /// [`McpSurface::serve`] with `options` (its connect timeout; a bearer token is the
+    /// transport's own business here).
+    pub async fn serve_with<T, E, A>(
+        transport: T,
+        options: &McpOptions,
+    ) -> Result<Self, SurfaceError>
     where
         T: IntoTransport<RoleClient, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let client = ProgressRoutes::default()
-            .serve(transport)
-            .await
-            .map_err(|e| SurfaceError::Connect(format!("{what}: {e}")))?;
+        Self::serve_named("the MCP server", transport, options).await
+    }
+
+    async fn serve_named<T, E, A>(
+        what: &str,
+        transport: T,
+        options: &McpOptions,
+    ) -> Result<Self, SurfaceError>
+    where
+        T: IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        // A server that never answers `initialize` would hold the caller for ever. Given up,
+        // the session's future is dropped with the transport in it, which ends the
+        // connection and kills a spawned server.
+        let client = tokio::time::timeout(
+            options.connect_timeout,
+            ProgressRoutes::default().serve(transport),
+        )
+        .await
+        .map_err(|_| {
+            SurfaceError::Connect(format!(
+                "{what}: no answer to `initialize` within {:?}",
+                options.connect_timeout
+            ))
+        })?
+        .map_err(|e| SurfaceError::Connect(format!("{what}: {e}")))?;
         Ok(Self::with(Client::Routed(client)))
     }
 

@@ -18,8 +18,8 @@
 use std::time::Duration;
 
 use kberg_agent::{
-    Agent, AgentConfig, AgentEvent, CallOutcome, LocalSurface, MAX_TOOL_LIST_PAGES, McpSurface,
-    Message, RunOutcome, ScriptedProvider, StopReason, SurfaceError, ToolSurface,
+    Agent, AgentConfig, AgentEvent, CallOutcome, LocalSurface, MAX_TOOL_LIST_PAGES, McpOptions,
+    McpSurface, Message, RunOutcome, ScriptedProvider, StopReason, SurfaceError, ToolSurface,
 };
 use kberg_core::{
     Caller, ErrorCode, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability,
@@ -938,4 +938,100 @@ async fn a_surface_from_an_apps_client_relays_no_progress() {
     while let Ok(ev) = rx.try_recv() {
         assert!(!matches!(ev, AgentEvent::ToolProgress { .. }), "{ev:?}");
     }
+}
+
+/// A bound on waits that must end long before it: reaching it fails the test instead of
+/// hanging it.
+const NEVER: Duration = Duration::from_secs(30);
+
+/// A short connect timeout.
+fn impatient() -> McpOptions {
+    McpOptions::default().connect_timeout(Duration::from_millis(300))
+}
+
+fn is_connect_timeout(r: Result<McpSurface, SurfaceError>) {
+    match r {
+        Err(SurfaceError::Connect(m)) => assert!(m.contains("initialize"), "{m}"),
+        Err(e) => panic!("not the connect error: {e}"),
+        Ok(_) => panic!("connected to a server that never answers"),
+    }
+}
+
+#[tokio::test]
+async fn a_stdio_server_that_never_answers_initialize_is_given_up_and_stopped() {
+    use tokio::io::AsyncReadExt;
+    use tokio::net::unix::pipe;
+    let dir = std::env::temp_dir().join(format!("kberg-agent-silent-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("alive");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    // The server: `sleep`, which reads nothing and writes nothing. Before it starts it opens
+    // the fifo and writes `r` into it, and holds it open as long as it lives, so a reader of
+    // the fifo reaches its end exactly when the process is gone.
+    let mut command = tokio::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg(r#"exec 3<>"$1"; printf r >&3; exec sleep 3600"#)
+        .arg("sh")
+        .arg(&fifo);
+    // Read-write, so it opens without a writer and its reads wait for one.
+    let mut first = pipe::OpenOptions::new()
+        .read_write(true)
+        .open_receiver(&fifo)
+        .unwrap();
+    let started = tokio::spawn(async move {
+        let mut r = [0u8; 1];
+        first.read_exact(&mut r).await.map(|_| first)
+    });
+    // Time enough for `sh` to start and open the fifo, however busy the machine.
+    let options = McpOptions::default().connect_timeout(Duration::from_secs(2));
+    let spawned = tokio::time::timeout(NEVER, McpSurface::spawn_with(command, &options))
+        .await
+        .expect("spawn_with did not give up");
+    is_connect_timeout(spawned);
+    let first = tokio::time::timeout(NEVER, started)
+        .await
+        .expect("the server never started")
+        .unwrap()
+        .unwrap();
+    // Now only the server holds the fifo open for writing: a reader sees its end once the
+    // server is gone.
+    let mut last = pipe::OpenOptions::new().open_receiver(&fifo).unwrap();
+    drop(first);
+    tokio::time::timeout(NEVER, last.read_to_end(&mut Vec::new()))
+        .await
+        .expect("the server process was not stopped")
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn an_http_endpoint_that_never_answers_initialize_is_given_up() {
+    // A port that takes connections (the kernel completes them) and never answers a request.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let connected = tokio::time::timeout(NEVER, McpSurface::connect_http_with(&url, &impatient()))
+        .await
+        .expect("connect_http_with did not give up");
+    is_connect_timeout(connected);
+    drop(listener);
+}
+
+#[tokio::test]
+async fn a_pipe_that_never_answers_initialize_is_given_up() {
+    let (client_io, _silent) = tokio::io::duplex(64 * 1024);
+    let served = tokio::time::timeout(
+        NEVER,
+        McpSurface::serve_with(tokio::io::split(client_io), &impatient()),
+    )
+    .await
+    .expect("serve_with did not give up");
+    is_connect_timeout(served);
 }
