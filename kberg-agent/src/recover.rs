@@ -5,9 +5,14 @@
 //! empty; the arguments are sometimes a JSON *string* rather than an object. This module finds
 //! such calls, and only accepts one when it names a tool on the caller's surface: text that
 //! merely looks like a call to a tool the caller cannot see is never executed.
+//!
+//! Only the first 256 KiB of a text are searched for JSON, and each place a value could start
+//! is probed without building it, so a model's text of millions of brackets costs a bounded
+//! amount of work.
 
 use std::collections::HashSet;
 
+use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
 /// A call found in the text.
@@ -40,7 +45,34 @@ pub fn unlisted_calls(text: &str, visible: &HashSet<&str>) -> Vec<String> {
     scan(text, visible).1
 }
 
+/// How much of a text is searched for JSON (256 KiB). A call, or a tool's JSON copied out, is
+/// far shorter; each `{` or `[` starts a parse that may run to the end of what is searched, so
+/// a longer text would cost that many passes over it. What lies past it is not searched for
+/// calls, and [`has_words`] keeps it as text.
+const MAX_JSON_SCAN: usize = 256 * 1024;
+
+/// The part of `text` that is searched for JSON: its first [`MAX_JSON_SCAN`] bytes, cut at a
+/// character boundary.
+fn searched(text: &str) -> &str {
+    let mut end = text.len().min(MAX_JSON_SCAN);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// The length of the JSON value `text` starts with, if one parses there. The probe builds
+/// nothing, so a parse that fails late (an array of millions never closed) costs no memory.
+fn json_len(text: &str) -> Option<usize> {
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<IgnoredAny>();
+    match stream.next() {
+        Some(Ok(_)) => Some(stream.byte_offset()),
+        _ => None,
+    }
+}
+
 fn scan(text: &str, visible: &HashSet<&str>) -> (Vec<RecoveredCall>, Vec<String>) {
+    let text = searched(text);
     // Cheap exit for ordinary prose: every form needs a `{` and a name-like key.
     if !text.contains('{') {
         return (Vec::new(), Vec::new());
@@ -102,8 +134,9 @@ fn prefixed_calls(
         if name.is_empty() || !args_text.starts_with('{') {
             continue;
         }
-        let mut stream = serde_json::Deserializer::from_str(args_text).into_iter::<Value>();
-        let Some(Ok(arguments @ Value::Object(_))) = stream.next() else {
+        let Some(Ok(arguments @ Value::Object(_))) =
+            json_len(args_text).map(|n| serde_json::from_str::<Value>(&args_text[..n]))
+        else {
             continue;
         };
         if visible.contains(name) {
@@ -131,21 +164,22 @@ fn is_prefixed_call_line(line: &str) -> bool {
 /// Whether `text` says something in words outside JSON: what is left once every JSON value
 /// that parses, every line that starts like JSON (a broken or cut-off call), code-fence markers
 /// and `<tool_call>` tags are taken out holds a letter. `{"ok": true, "id": 1}`, a call in a
-/// fence, a call cut off by the token limit and an empty text are not answers.
+/// fence, a call cut off by the token limit and an empty text are not answers. JSON is looked
+/// for in the first 256 KiB only; the text past them counts as written.
 pub fn has_words(text: &str) -> bool {
     let mut rest = String::with_capacity(text.len());
-    let bytes = text.as_bytes();
+    let scanned = searched(text);
+    let bytes = scanned.as_bytes();
     let mut i = 0;
     let mut kept_from = 0;
     while i < bytes.len() {
-        if bytes[i] == b'{' || bytes[i] == b'[' {
-            let mut stream = serde_json::Deserializer::from_str(&text[i..]).into_iter::<Value>();
-            if let Some(Ok(_)) = stream.next() {
-                rest.push_str(&text[kept_from..i]);
-                i += stream.byte_offset();
-                kept_from = i;
-                continue;
-            }
+        if (bytes[i] == b'{' || bytes[i] == b'[')
+            && let Some(n) = json_len(&scanned[i..])
+        {
+            rest.push_str(&text[kept_from..i]);
+            i += n;
+            kept_from = i;
+            continue;
         }
         i += 1;
     }
@@ -162,8 +196,10 @@ pub fn has_words(text: &str) -> bool {
 }
 
 /// When `text` looks like a call (a `{` followed by a tool-name key or a visible tool's name in
-/// quotes) but no call in it parses, the first parse error, as serde_json words it.
+/// quotes) but no call in it parses, the first parse error, as serde_json words it. Only the
+/// first 256 KiB are read.
 pub fn malformed_call(text: &str, visible: &HashSet<&str>) -> Option<String> {
+    let text = searched(text);
     let start = text.find('{')?;
     let rest = &text[start..];
     let named = NAME_KEYS.iter().any(|k| rest.contains(&format!("\"{k}\"")))
@@ -173,10 +209,11 @@ pub fn malformed_call(text: &str, visible: &HashSet<&str>) -> Option<String> {
     }
     let mut first_error = None;
     for (i, _) in rest.match_indices('{') {
-        let mut stream = serde_json::Deserializer::from_str(&rest[i..]).into_iter::<Value>();
+        // Probed without building the value: only the first error is wanted.
+        let mut stream = serde_json::Deserializer::from_str(&rest[i..]).into_iter::<IgnoredAny>();
         match stream.next() {
             // A whole object parsed: it is JSON, just not a call to a listed tool.
-            Some(Ok(Value::Object(_))) if i == 0 => return None,
+            Some(Ok(_)) if i == 0 => return None,
             Some(Err(e)) => {
                 first_error = Some(e.to_string());
                 break;
@@ -216,19 +253,20 @@ fn fenced_blocks(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-/// Every top-level JSON object or array that parses, scanning left to right.
+/// Every top-level JSON object or array that parses, scanning left to right. Each start is
+/// probed first ([`json_len`]); a value is built only for one that parses.
 fn json_values(text: &str) -> Vec<Value> {
     let mut out = Vec::new();
     let mut i = 0;
     let bytes = text.as_bytes();
     while i < bytes.len() {
-        if bytes[i] == b'{' || bytes[i] == b'[' {
-            let mut stream = serde_json::Deserializer::from_str(&text[i..]).into_iter::<Value>();
-            if let Some(Ok(v)) = stream.next() {
-                i += stream.byte_offset();
-                out.push(v);
-                continue;
-            }
+        if (bytes[i] == b'{' || bytes[i] == b'[')
+            && let Some(n) = json_len(&text[i..])
+            && let Ok(v) = serde_json::from_str::<Value>(&text[i..i + n])
+        {
+            i += n;
+            out.push(v);
+            continue;
         }
         i += 1;
     }
@@ -446,6 +484,32 @@ mod tests {
         assert!(malformed_call("Done, note 3 added.", &vis()).is_none());
         assert!(malformed_call(r#"{"ok": true, "id": 1}"#, &vis()).is_none());
         assert!(malformed_call(r#"{"name": "delete_note", "arguments": {}}"#, &vis()).is_none());
+    }
+
+    #[test]
+    fn a_flood_of_brackets_is_read_only_so_far() {
+        // 200 `[` then 8 million `1,`: no value ends, and each `[` used to start a parse of the
+        // whole 16 MB into a vector of millions, some 128 times over.
+        let flood = format!("{}{}", "[".repeat(200), "1,".repeat(8_000_000));
+        assert!(recover_calls(&flood, &vis()).is_empty());
+        assert!(unlisted_calls(&flood, &vis()).is_empty());
+        assert!(!has_words(&flood));
+        assert!(malformed_call(&flood, &vis()).is_none());
+        // The same behind a call: the call is read, the flood after it is not an answer.
+        let call = r#"{"name": "search_notes", "arguments": {"query": "q"}}"#;
+        let text = format!("{call}\n{flood}");
+        let c = recover_calls(&text, &vis());
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].arguments, json!({"query": "q"}));
+        assert!(!has_words(&text));
+        // Words after the searched part still count; a call there is not looked for.
+        let far = format!("{}\n{call}\nDone, I searched.", "[1] ".repeat(100_000));
+        assert!(has_words(&far));
+        assert!(recover_calls(&far, &vis()).is_empty());
+        // A call-like start whose brackets never close is answered as malformed, once.
+        let named = format!(r#"{{"name": "add_note", "arguments": {flood}"#);
+        assert!(malformed_call(&named, &vis()).is_some());
+        assert!(recover_calls(&named, &vis()).is_empty());
     }
 
     proptest::proptest! {
