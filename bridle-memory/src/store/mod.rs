@@ -368,9 +368,9 @@ pub const MAX_SCROLL_PAGES: usize = 100_000;
 /// and the check of each answer against the contract of `scroll`, so that a store that does not
 /// move forward (a Qdrant answering the same `next_page_offset`, or the same page, again) fails
 /// the listing with [`MemoryError::Store`] instead of looping forever while its results pile
-/// up.
+/// up. Its use, in outline (the type is the crate's own, so this is not a doctest):
 ///
-/// ```ignore
+/// ```text
 /// let mut pages = Pages::new(collection);
 /// loop {
 ///     let (page, next) = store.scroll(collection, filter, pages.offset(), 1000).await?;
