@@ -380,6 +380,43 @@ impl Entries {
             .is_none_or(|v| v.resource(uri, caller))
     }
 
+    /// One page of the resources `caller` may know of (every one without a caller).
+    fn list(
+        &self,
+        caller: Option<&Caller>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<ResourceDescriptor>, ResourceError> {
+        let all: Vec<ResourceDescriptor> = self
+            .statics
+            .values()
+            .filter(|s| caller.is_none_or(|c| self.shows(&s.descriptor.uri, c)))
+            .map(|s| s.descriptor.clone())
+            .collect();
+        Ok(paginate(&all, |d| d.uri.as_str(), cursor, limit)?)
+    }
+
+    /// One page of the templates `caller` is shown (every one without a caller).
+    fn list_templates(
+        &self,
+        caller: Option<&Caller>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<ResourceTemplate>, ResourceError> {
+        let shown = |t: &str| match (caller, &self.visibility) {
+            (Some(c), Some(v)) => v.template(t, c),
+            _ => true,
+        };
+        let mut all: Vec<ResourceTemplate> = self
+            .templates
+            .iter()
+            .filter(|t| shown(&t.template.uri_template))
+            .map(|t| t.template.clone())
+            .collect();
+        all.sort_by(|a, b| a.uri_template.cmp(&b.uri_template));
+        Ok(paginate(&all, |t| t.uri_template.as_str(), cursor, limit)?)
+    }
+
     /// Whether `uri` names a registered resource or matches a template.
     fn exists(&self, uri: &str) -> bool {
         self.statics.contains_key(uri)
@@ -639,6 +676,25 @@ impl ResourceEdit {
     }
 }
 
+/// Reads `uri` from one snapshot of the lists: a registered URI first, then the first
+/// template that matches.
+async fn read_in(e: Arc<Entries>, uri: &str) -> Result<Vec<ResourceContents>, ResourceError> {
+    if let Some(s) = e.statics.get(uri) {
+        let reader = Arc::clone(&s.reader);
+        drop(e);
+        return reader.read(uri, &TemplateVars::new()).await;
+    }
+    for t in &e.templates {
+        if let Some(vars) = match_template(&t.parts, uri) {
+            let reader = Arc::clone(&t.reader);
+            return reader.read(uri, &vars).await;
+        }
+    }
+    Err(ResourceError::NotFound {
+        uri: uri.to_string(),
+    })
+}
+
 /// A resource URI must not be empty.
 fn check_uri(uri: &str) -> Result<(), CoreError> {
     if uri.is_empty() {
@@ -850,7 +906,7 @@ impl ResourceRegistry {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page<ResourceDescriptor>, ResourceError> {
-        self.list_where(|_| true, cursor, limit)
+        self.snapshot().list(None, cursor, limit)
     }
 
     /// One page of the resources `caller` may know of, sorted by URI.
@@ -860,24 +916,7 @@ impl ResourceRegistry {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page<ResourceDescriptor>, ResourceError> {
-        let e = self.snapshot();
-        self.list_where(|uri| e.shows(uri, caller), cursor, limit)
-    }
-
-    fn list_where(
-        &self,
-        shown: impl Fn(&str) -> bool,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<Page<ResourceDescriptor>, ResourceError> {
-        let e = self.snapshot();
-        let all: Vec<ResourceDescriptor> = e
-            .statics
-            .values()
-            .filter(|s| shown(&s.descriptor.uri))
-            .map(|s| s.descriptor.clone())
-            .collect();
-        Ok(paginate(&all, |d| d.uri.as_str(), cursor, limit)?)
+        self.snapshot().list(Some(caller), cursor, limit)
     }
 
     /// One page of templates, sorted by template: every template (for the app itself; a
@@ -887,7 +926,7 @@ impl ResourceRegistry {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page<ResourceTemplate>, ResourceError> {
-        self.list_templates_where(|_| true, cursor, limit)
+        self.snapshot().list_templates(None, cursor, limit)
     }
 
     /// One page of the templates `caller` is shown, sorted by template.
@@ -897,29 +936,7 @@ impl ResourceRegistry {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page<ResourceTemplate>, ResourceError> {
-        let e = self.snapshot();
-        self.list_templates_where(
-            |t| e.visibility.as_ref().is_none_or(|v| v.template(t, caller)),
-            cursor,
-            limit,
-        )
-    }
-
-    fn list_templates_where(
-        &self,
-        shown: impl Fn(&str) -> bool,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<Page<ResourceTemplate>, ResourceError> {
-        let e = self.snapshot();
-        let mut all: Vec<ResourceTemplate> = e
-            .templates
-            .iter()
-            .filter(|t| shown(&t.template.uri_template))
-            .map(|t| t.template.clone())
-            .collect();
-        all.sort_by(|a, b| a.uri_template.cmp(&b.uri_template));
-        Ok(paginate(&all, |t| t.uri_template.as_str(), cursor, limit)?)
+        self.snapshot().list_templates(Some(caller), cursor, limit)
     }
 
     /// Whether a URI names a registered resource or matches a template.
@@ -941,33 +958,20 @@ impl ResourceRegistry {
         caller: &Caller,
         uri: &str,
     ) -> Result<Vec<ResourceContents>, ResourceError> {
-        if !self.snapshot().shows(uri, caller) {
+        let e = self.snapshot();
+        if !e.shows(uri, caller) {
             return Err(ResourceError::NotFound {
                 uri: uri.to_string(),
             });
         }
-        self.read(uri).await
+        read_in(e, uri).await
     }
 
     /// Reads a resource: a registered URI first, then the first template that matches. Every
     /// resource is readable this way, whatever the app's [`ResourceVisibility`] (for the app
     /// itself; a transport reads with [`read_for`](Self::read_for)).
     pub async fn read(&self, uri: &str) -> Result<Vec<ResourceContents>, ResourceError> {
-        let e = self.snapshot();
-        if let Some(s) = e.statics.get(uri) {
-            let reader = Arc::clone(&s.reader);
-            drop(e);
-            return reader.read(uri, &TemplateVars::new()).await;
-        }
-        for t in &e.templates {
-            if let Some(vars) = match_template(&t.parts, uri) {
-                let reader = Arc::clone(&t.reader);
-                return reader.read(uri, &vars).await;
-            }
-        }
-        Err(ResourceError::NotFound {
-            uri: uri.to_string(),
-        })
+        read_in(self.snapshot(), uri).await
     }
 
     /// A new subscriber that may subscribe to every resource (for the app itself; a transport
