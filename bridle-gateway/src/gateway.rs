@@ -172,11 +172,7 @@ impl GatewayBuilder {
                 as Arc<dyn bridle_memory::tools::ProjectAccess>);
             tools
         });
-        let remember_tools = memory_tools.clone();
         let app = crate::app::build_app_observed(&ctx, memory_tools, Some(&metrics))?;
-        if let Some(tools) = remember_tools {
-            crate::memory::guard_remember(app.tools(), &ctx, tools)?;
-        }
         let docker_dir = vault.config().docker_secrets_dir.clone();
         let secrets = self.secrets.unwrap_or_else(|| {
             Arc::new(GatewaySecrets::new(

@@ -448,7 +448,7 @@ pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
         // Siblings in the order of their paths as strings (a folder `a` sorts as `a/`, after
         // `a-z.rs`), so that the walk, which never lists more than it yields, still yields the
         // whole tree in path order.
-        .sort_by_file_path(|a, b| path_key(a).cmp(&path_key(b)))
+        .sort_by_file_path(sibling_order)
         .filter_entry(|e| {
             let is_dir = e.file_type().is_some_and(|t| t.is_dir());
             !(is_dir
@@ -464,6 +464,24 @@ pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
         walked: 0,
         root: root.to_path_buf(),
     })
+}
+
+/// How two walk entries of one folder sort: by name, a folder's as if followed by `/`. That
+/// suffix only decides when one name is a prefix of the other, so only then is either entry
+/// looked up on disk (one `stat` per comparison would be a system call per step of every
+/// folder's sort).
+fn sibling_order(a: &Path, b: &Path) -> std::cmp::Ordering {
+    let name = |p: &Path| {
+        p.file_name()
+            .map(|n| n.as_encoded_bytes().to_vec())
+            .unwrap_or_default()
+    };
+    let (x, y) = (name(a), name(b));
+    let common = x.len().min(y.len());
+    if x[..common] != y[..common] || x.len() == y.len() {
+        return x.cmp(&y);
+    }
+    path_key(a).cmp(&path_key(b))
 }
 
 /// How a walk entry sorts among its siblings: its name, with a `/` after a folder's (not

@@ -57,9 +57,19 @@ pub trait IndexListener: Send + Sync {
 
 /// Decides which projects' memories a caller may read and write. Without one, every caller
 /// that passes the gate reaches every project.
-pub trait ProjectAccess: Send + Sync {
-    /// Whether `caller` may read and write memories of `project`.
+pub trait ProjectAccess: Send + Sync + 'static {
+    /// Whether `caller` may use the memories of `project` at all (read them, and write them
+    /// where [`may_write`](Self::may_write) also agrees).
     fn allows(&self, caller: &Caller, project: &str) -> bool;
+
+    /// Whether `caller`, which [`allows`](Self::allows) lets use `project`, may also store
+    /// memories in it. A caller's `memory.write` capability is one grant for all its projects;
+    /// an embedder whose projects grant writing one by one says so here. Asked off the async
+    /// threads (it may read a project's settings). By default, every usable project.
+    fn may_write(&self, caller: &Caller, project: &str) -> bool {
+        let _ = (caller, project);
+        true
+    }
 }
 
 /// What the tools work on.
@@ -89,6 +99,18 @@ fn project_refusal(caller: &Caller, project: Option<&str>) -> ToolOutput {
     ToolOutput::error_with(
         message.clone(),
         json!({"code": "project_not_allowed", "message": message}),
+    )
+}
+
+/// The refusal of a memory stored in a project the caller may use but not write to.
+fn write_refusal(caller: &Caller, project: &str) -> ToolOutput {
+    let message = format!(
+        "`{}` may not store memories in project `{project}`: `memory.write` is not granted there",
+        caller.principal().id
+    );
+    ToolOutput::error_with(
+        message.clone(),
+        json!({"code": "capability_required", "message": message, "capability": "memory.write"}),
     )
 }
 
@@ -266,6 +288,16 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
             async move {
                 if let Err(refused) = check_project(&access, ctx.caller(), Some(&a.project)) {
                     return Ok(refused);
+                }
+                if let Some(access) = access {
+                    let (caller, project) = (ctx.caller().clone(), a.project.clone());
+                    let may =
+                        tokio::task::spawn_blocking(move || access.may_write(&caller, &project))
+                            .await
+                            .unwrap_or(false);
+                    if !may {
+                        return Ok(write_refusal(ctx.caller(), &a.project));
+                    }
                 }
                 let agent = a.agent.or_else(|| ctx.caller().principal().agent.clone());
                 let m = NewMemory {

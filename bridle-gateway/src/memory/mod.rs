@@ -15,9 +15,9 @@
 //! gateway's `refresh_pattern_example` (module `refresh`) takes bridle-memory's tool's place for
 //! that.
 //!
-//! Which projects' memories an agent reaches: reads (`recall`) any project the agent may use
-//! ([`AgentProjects`]); `remember` only those whose rules grant its type
-//! `permissions.memory.write` ([`guard_remember`]).
+//! Which projects' memories an agent reaches ([`AgentProjects`]): reads (`recall`) any project
+//! the agent may use; `remember` only those whose rules grant its type
+//! `permissions.memory.write`.
 
 pub(crate) mod refresh;
 pub mod runs;
@@ -28,16 +28,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bridle_memory::tools::{IndexListener, MemoryTools, ProjectAccess};
+use bridle_memory::tools::{IndexListener, ProjectAccess};
 use bridle_memory::{EmbedderConfig, HttpEmbedderConfig, IndexReport, MemoryConfig, StoreConfig};
 use bridle_rules::{RulesError, RulesStore};
-use kberg_core::{CoreError, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::config::{ConfigError, read_secret};
-use crate::context::GatewayContext;
-use crate::error::{RefusalCode, refusal, rules_refusal};
 
 /// The `memory:` section of `bridle.yaml`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -280,9 +276,8 @@ impl IndexListener for RulesWriteBack {
 }
 
 /// Limits an agent's memories to the projects its configuration lists (`projects:`; empty means
-/// all), the same rule the rules tools follow. This is all reading needs; writing also needs the
-/// project's `memory.write` ([`guard_remember`]), since bridle-memory asks this one question for
-/// both.
+/// all), the same rule the rules tools follow; `remember` also needs the target project's own
+/// `memory.write` ([`ProjectAccess::may_write`]).
 pub struct AgentProjects {
     /// The gateway's shared state (its agents).
     pub gw: Arc<crate::context::GatewayContext>,
@@ -294,94 +289,26 @@ impl ProjectAccess for AgentProjects {
             .agent(&caller.principal().id)
             .is_some_and(|a| a.may_use(project))
     }
-}
 
-/// The name of bridle-memory's tool that stores a memory.
-const REMEMBER_TOOL: &str = "remember";
-
-/// The gateway's `remember`: bridle-memory's tool (same spec, run in a private registry), after
-/// a check that the target project's rules grant the caller's type `permissions.memory.write`.
-struct GuardedRemember {
-    spec: ToolSpec,
-    private: ToolRegistry,
-    gw: Arc<GatewayContext>,
-}
-
-/// Puts the gateway's `remember` in the place of bridle-memory's in `registry` (registered
-/// there from `tools`), keeping its spec. Does nothing when the registry has no such tool.
-///
-/// The gate lets a caller call `remember` when any of its projects grants `memory.write` (its
-/// grants are the union over its projects), and bridle-memory only asks whether it may use the
-/// target project; without this check, one project's grant would let it write memories into
-/// every project it may use.
-pub fn guard_remember(
-    registry: &ToolRegistry,
-    gw: &Arc<GatewayContext>,
-    tools: MemoryTools,
-) -> Result<(), CoreError> {
-    let Some(spec) = registry.spec(REMEMBER_TOOL) else {
-        return Ok(());
-    };
-    let private = ToolRegistry::new();
-    bridle_memory::tools::register(&private, tools)?;
-    registry.remove(REMEMBER_TOOL);
-    registry.register(GuardedRemember {
-        spec,
-        private,
-        gw: Arc::clone(gw),
-    })
-}
-
-/// The refusal of a memory written to `project` whose rules do not grant agent `agent`'s type
-/// `memory.write`, or `None` to pass the call on. An unknown agent, or a project it may not
-/// use, is passed on too: bridle-memory refuses those itself (`project_not_allowed`, through
-/// [`AgentProjects`]), so they keep that answer.
-fn write_refusal(gw: &GatewayContext, agent: &str, project: &str) -> Option<ToolOutput> {
-    let config = gw.agent(agent).filter(|a| a.may_use(project))?;
-    let loaded = match gw.store.load_shared(project) {
-        Ok(l) => l,
-        Err(e) => return Some(rules_refusal(&e)),
-    };
-    let ty = &config.agent_type;
-    (!loaded.document.permissions_of(ty).memory.write).then(|| {
-        refusal(
-            RefusalCode::CapabilityRequired,
-            format!(
-                "agent type `{ty}` may not store memories in project `{project}` (permissions.{ty}.memory.write is false)"
-            ),
-        )
-    })
-}
-
-#[async_trait]
-impl Tool for GuardedRemember {
-    fn spec(&self) -> ToolSpec {
-        self.spec.clone()
-    }
-
-    async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        // The gate checked the arguments against the same schema, so `project` is a string;
-        // were it not, bridle-memory's tool refuses the arguments.
-        if let Some(project) = args.get("project").and_then(Value::as_str) {
-            let (gw, agent, project) = (
-                Arc::clone(&self.gw),
-                ctx.caller().principal().id.clone(),
-                project.to_string(),
-            );
-            let refused =
-                crate::tools::blocking(move || write_refusal(&gw, &agent, &project)).await?;
-            if let Some(out) = refused {
-                return Ok(out);
+    /// The project's rules grant the agent's type `permissions.memory.write` (a project that
+    /// cannot be read grants nothing).
+    fn may_write(&self, caller: &kberg_core::Caller, project: &str) -> bool {
+        let Some(agent) = self.gw.agent(&caller.principal().id) else {
+            return false;
+        };
+        match self.gw.store.load_shared(project) {
+            Ok(loaded) => {
+                loaded
+                    .document
+                    .permissions_of(&agent.agent_type)
+                    .memory
+                    .write
             }
-        }
-        let opts = crate::namespace::forwarded_options(&ctx);
-        match self
-            .private
-            .call(ctx.caller(), REMEMBER_TOOL, args, opts)
-            .await
-        {
-            Ok(out) => Ok(out),
-            Err(e) => Ok(e.to_output()),
+            Err(e) => {
+                // The agent is refused all the same; what went wrong is for the operator.
+                tracing::warn!(project, error = %e, "project rules unreadable; memory write refused");
+                false
+            }
         }
     }
 }

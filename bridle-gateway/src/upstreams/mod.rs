@@ -257,10 +257,10 @@ impl UpstreamPool {
                 Some(UpstreamStatus::Connected { .. }) => (true, None),
                 // The admin API and the unauthenticated `/readyz` show this: scrubbed of the
                 // value the connection injects, whatever the upstream's error quoted.
-                Some(UpstreamStatus::Unavailable { reason }) => match &connection {
-                    Some(c) => (false, Some(c.shown(&reason))),
-                    None => (false, Some(reason)),
-                },
+                Some(UpstreamStatus::Unavailable { .. }) => (
+                    false,
+                    connection.as_ref().and_then(|c| c.unavailable_reason(ns)),
+                ),
                 Some(_) => (false, None),
                 None if !enabled => (false, Some("disabled".into())),
                 None => (false, None),
