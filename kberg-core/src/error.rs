@@ -47,7 +47,8 @@ pub enum CoreError {
         /// The replacement it names.
         replaced_by: String,
     },
-    /// A tool's input or output schema is not a valid JSON Schema.
+    /// A tool's input or output schema is not a valid JSON Schema, or puts a handle argument
+    /// where the gate would not resolve it.
     #[error("the {which} schema of tool `{tool}` does not compile: {reason}")]
     InvalidSchema {
         /// The tool.

@@ -64,7 +64,7 @@ const MAX_FIELD_CHARS: usize = 64;
 const MAX_FIELDS_SEARCHED: usize = 32;
 
 /// `s` cut to at most `max` characters, marked with `...` where it was cut.
-fn cut(mut s: String, max: usize) -> String {
+pub(super) fn cut(mut s: String, max: usize) -> String {
     if let Some((at, _)) = s.char_indices().nth(max) {
         s.truncate(at);
         s.push_str("...");
@@ -153,6 +153,16 @@ pub(super) fn resource_error(e: ResourceError) -> McpError {
             Some(json!({"uri": uri})),
         ),
         ResourceError::InvalidCursor => invalid_cursor(),
+        // Past the subscriber's limit: `-32602` (invalid params: the request asks for more
+        // than the server allows, the client's to fix), with `data.code` and the limit, so a
+        // client can tell it from an unknown URI (`-32002`) and unsubscribe first.
+        ResourceError::TooManySubscriptions { uri, limit } => McpError::invalid_params(
+            format!(
+                "cannot subscribe to {uri}: a session may be subscribed to at most {limit} \
+                 resources at once; unsubscribe from one first"
+            ),
+            Some(json!({"code": "too_many_subscriptions", "uri": uri, "limit": limit})),
+        ),
         ResourceError::ReadFailed { uri, message } => {
             let code = read_failure_code(&message);
             McpError::internal_error(

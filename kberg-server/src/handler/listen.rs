@@ -172,9 +172,7 @@ impl KbergHandler {
         } = prepared.unwrap_or_else(|| {
             ListenWatchers::new(
                 app,
-                self.principal(context.request_context())
-                    .ok()
-                    .map(Caller::new),
+                self.caller(context.request_context()).ok(),
                 accepted
                     .resource_subscriptions
                     .as_deref()

@@ -248,7 +248,7 @@ impl ServerHandler for KbergHandler {
             .map_err(|_| McpError::internal_error("the session has ended", None))?;
         rx.await
             .map_err(|_| McpError::internal_error("the session has ended", None))?
-            .map_err(session::subscribe_error)
+            .map_err(resource_error)
     }
 
     #[allow(deprecated)]

@@ -32,11 +32,10 @@ impl KbergHandler {
                 // The client's key and value are not quoted back whole: either may be
                 // megabytes long. The key is cut, the value described in a few words.
                 other => {
-                    let key: String = k.chars().take(MAX_ARGUMENT_NAME_CHARS).collect();
-                    let cut = if key.len() < k.len() { "..." } else { "" };
+                    let key = super::errors::cut(k, MAX_ARGUMENT_NAME_CHARS);
                     return Err(McpError::invalid_params(
                         format!(
-                            "prompt argument `{key}{cut}` must be a string, got {}",
+                            "prompt argument `{key}` must be a string, got {}",
                             kberg_core::describe_value(&other)
                         ),
                         None,

@@ -15,13 +15,11 @@ use std::time::Duration;
 
 use kberg_core::{Caller, ResourceError, ResourceEvent, Subscriber};
 use rmcp::model::ResourceUpdatedNotificationParam;
-use rmcp::{ErrorData as McpError, Peer, RoleServer};
-use serde_json::json;
+use rmcp::{Peer, RoleServer};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::KbergHandler;
-use super::errors::resource_error;
 use super::listen::PendingListen;
 use crate::app::McpApp;
 use crate::peer::LogFilter;
@@ -229,23 +227,6 @@ impl KbergHandler {
             ));
             tx
         })
-    }
-}
-
-/// The answer to a `resources/subscribe` that failed. Past the session's limit it is `-32602`
-/// (invalid params: the request asks for more than the server allows, as an unknown URI or a
-/// bad cursor is the client's to fix), with `data.code` `too_many_subscriptions` and the limit,
-/// so a client can tell it from an unknown URI (`-32002`) and unsubscribe first.
-pub(super) fn subscribe_error(e: ResourceError) -> McpError {
-    match e {
-        ResourceError::TooManySubscriptions { uri, limit } => McpError::invalid_params(
-            format!(
-                "cannot subscribe to {uri}: a session may be subscribed to at most {limit} \
-                 resources at once; unsubscribe from one first"
-            ),
-            Some(json!({"code": "too_many_subscriptions", "uri": uri, "limit": limit})),
-        ),
-        other => resource_error(other),
     }
 }
 
