@@ -88,8 +88,8 @@ pub struct SourceRunView {
     /// Suggestions found but not queued: queued before, already policy, or past the limit a
     /// page may queue.
     pub skipped: usize,
-    /// Of `skipped`, the suggestions past the limit a page may queue
-    /// ([`MAX_CANDIDATES_PER_PAGE`](bridle_rules::vendor::MAX_CANDIDATES_PER_PAGE)), never looked at.
+    /// Of `skipped`, the suggestions past the limit a page may queue (50, bridle-rules'
+    /// `MAX_CANDIDATES_PER_PAGE`), never looked at.
     #[serde(default)]
     pub over_limit: usize,
     /// The page was unchanged since the last run, so nothing was read.
@@ -257,8 +257,8 @@ pub struct QueuedSuggestions {
     /// Suggestions found but not queued: queued before, already policy, or past the limit a
     /// page may queue.
     pub skipped: usize,
-    /// Of `skipped`, the suggestions past the limit a page may queue
-    /// ([`MAX_CANDIDATES_PER_PAGE`](bridle_rules::vendor::MAX_CANDIDATES_PER_PAGE)), never looked at.
+    /// Of `skipped`, the suggestions past the limit a page may queue (50, bridle-rules'
+    /// `MAX_CANDIDATES_PER_PAGE`), never looked at.
     #[serde(default)]
     pub over_limit: usize,
     /// The page was unchanged since it was last read, so nothing was read (one-off reads only).
