@@ -18,7 +18,10 @@
 //! request's stream, and so does a tool's log message, which Kberg's client channel marks the
 //! same way (rmcp's manager sends every log message to the standalone stream; the official
 //! TypeScript and Python SDKs send a tool's on its request's stream, which a client that opens
-//! no GET stream also reads); everything else goes to the session's standalone (GET) stream. A second
+//! no GET stream also reads); everything else goes to the session's standalone (GET) stream,
+//! except an answer whose request's stream is gone (the client cancelled the request, or the
+//! events kept after its client went away expired): it is dropped, since the specification
+//! forbids a response on the standalone stream. A second
 //! GET while one is open gets a stream that only carries keep-alives (rmcp's "shadow" stream,
 //! so that competing reconnections do not take each other's place).
 //!
@@ -490,7 +493,19 @@ impl Session {
             let _ = answer.send(message);
             return Ok(());
         }
-        let (stream, tx, mine) = match routes.route(&message) {
+        let route = routes.route(&message);
+        let is_answer = matches!(
+            message,
+            ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_)
+        );
+        if route.is_none() && is_answer {
+            // An answer whose request was cancelled, or whose stream's events have expired:
+            // the client waits for it nowhere, and the standalone stream must not carry a
+            // response. (Progress of a task outlives its request's stream, and goes there.)
+            tracing::debug!(session = %self.id, "an answer nobody waits for was dropped");
+            return Ok(());
+        }
+        let (stream, tx, mine) = match route {
             Some((stream, ends)) => {
                 let Some(entry) = routes.streams.get_mut(&stream) else {
                     return Ok(());
@@ -1134,6 +1149,59 @@ mod tests {
         let mut resumed = table.resume(&id, "1".into()).await.expect("resume");
         assert_eq!(next(&mut resumed).await.event_id.as_deref(), Some("2"));
         assert_eq!(next(&mut resumed).await.event_id.as_deref(), Some("3"));
+    }
+
+    #[tokio::test]
+    async fn the_answer_of_a_cancelled_request_goes_nowhere() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let mut get = table.create_standalone_stream(&id).await.expect("get");
+        let mut events = table
+            .create_stream(&id, call(5, json!({"progressToken": "p5"})))
+            .await
+            .expect("stream");
+        assert_eq!(next(&mut events).await.event_id.as_deref(), Some("0/0"));
+        assert!(transport.receive().await.is_some());
+        let cancel = client(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                   "params": {"requestId": 5, "reason": "gave up"}}),
+        );
+        table.accept_message(&id, cancel).await.expect("cancel");
+        assert!(transport.receive().await.is_some(), "the service sees it");
+        assert!(events.next().await.is_none(), "the request's stream ends");
+        // The service answers anyway (the tool had finished, or answers its cancellation):
+        // neither as a result nor as an error does it reach the standalone stream.
+        transport.send(answer(5)).await.expect("answer");
+        transport
+            .send(server(json!({"jsonrpc": "2.0", "id": 5,
+                                "error": {"code": -32603, "message": "cancelled"}})))
+            .await
+            .expect("error");
+        transport
+            .send(server(
+                json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+            ))
+            .await
+            .expect("notification");
+        let first = next(&mut get).await;
+        assert_eq!(
+            json_of(&first)["method"],
+            "notifications/tools/list_changed",
+            "the first event of the standalone stream: {:?}",
+            first.message
+        );
+        // Nor is it kept for the next GET.
+        drop(get);
+        let mut again = table.create_standalone_stream(&id).await.expect("get");
+        transport
+            .send(server(
+                json!({"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}),
+            ))
+            .await
+            .expect("notification");
+        assert_eq!(
+            json_of(&next(&mut again).await)["method"],
+            "notifications/prompts/list_changed"
+        );
     }
 
     #[tokio::test]
