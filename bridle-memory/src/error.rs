@@ -109,6 +109,17 @@ pub enum MemoryError {
     /// A memory record that does not exist.
     #[error("no memory with id {0}")]
     UnknownMemory(u64),
+    /// The project already holds as many memories as one project may
+    /// ([`crate::SessionMemory::with_max_per_project`]); nothing was stored.
+    #[error(
+        "project `{project}` already holds {limit} memories, the most one project may; nothing was stored. Ask an operator to forget memories it no longer needs or to raise the limit"
+    )]
+    MemoryQuota {
+        /// The project.
+        project: String,
+        /// The limit.
+        limit: u64,
+    },
 }
 
 impl MemoryError {
@@ -130,6 +141,7 @@ impl MemoryError {
     /// | `index_too_large` | the repository passes a limit of what indexing reads or holds |
     /// | `unknown_tag` | no pattern example under that reference tag |
     /// | `unknown_memory` | no memory with that id |
+    /// | `memory_quota_exceeded` | the project holds as many memories as it may; nothing was stored |
     pub fn code(&self) -> &'static str {
         match self {
             MemoryError::EmbedderUnavailable { .. } => "embedder_unavailable",
@@ -146,6 +158,7 @@ impl MemoryError {
             MemoryError::IndexTooLarge { .. } => "index_too_large",
             MemoryError::UnknownTag(_) => "unknown_tag",
             MemoryError::UnknownMemory(_) => "unknown_memory",
+            MemoryError::MemoryQuota { .. } => "memory_quota_exceeded",
         }
     }
 }

@@ -40,7 +40,10 @@ pub use patterns::{
     ChunkFilter, ChunkPage, ExampleRepo, IndexReport, IndexedChunk, IndexedExample, LineProgress,
     NoProgress, PatternHit, PatternIndex, PatternIndexConfig, Progress, ProgressEvent, SearchMode,
 };
-pub use session::{Memory, MemoryFilter, NewMemory, RecallHit, ReembedReport, SessionMemory};
+pub use session::{
+    DEFAULT_MAX_PER_PROJECT, Memory, MemoryFilter, NewMemory, RecallHit, ReembedReport,
+    SessionMemory,
+};
 pub use store::embedded::EmbeddedStore;
 #[cfg(feature = "qdrant")]
 pub use store::qdrant::{QdrantConfig, QdrantStore};

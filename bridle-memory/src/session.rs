@@ -30,6 +30,11 @@ use crate::time::{fresh_id, rfc3339, unix_now};
 /// The longest memory text accepted, in characters.
 pub const MAX_TEXT_CHARS: usize = 16_000;
 
+/// How many memories one project may hold unless set otherwise
+/// ([`SessionMemory::with_max_per_project`]): with texts of at most [`MAX_TEXT_CHARS`], a
+/// project's memories stay within a few hundred megabytes, whatever an agent does in a loop.
+pub const DEFAULT_MAX_PER_PROJECT: u64 = 10_000;
+
 /// A memory to store.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewMemory {
@@ -200,6 +205,8 @@ pub struct SessionMemory {
     /// What a `model_mismatch` tells the reader to do (see
     /// [`SessionMemory::with_reembed_remedy`]).
     reembed_remedy: Arc<str>,
+    /// The most memories one project may hold.
+    max_per_project: u64,
 }
 
 /// The remedy a `model_mismatch` of session memory names unless the host names its own.
@@ -233,6 +240,7 @@ impl SessionMemory {
             mode: SearchMode::default(),
             writes: Arc::default(),
             reembed_remedy: Arc::from(DEFAULT_REEMBED_REMEDY),
+            max_per_project: DEFAULT_MAX_PER_PROJECT,
         }
     }
 
@@ -255,6 +263,20 @@ impl SessionMemory {
     pub fn with_reembed_remedy(mut self, remedy: impl Into<String>) -> Self {
         self.reembed_remedy = Arc::from(remedy.into());
         self
+    }
+
+    /// The same memory, storing at most `limit` memories per project (default
+    /// [`DEFAULT_MAX_PER_PROJECT`]). [`SessionMemory::remember`] into a project that holds that
+    /// many fails with [`MemoryError::MemoryQuota`] and stores nothing; memories already stored
+    /// past a lowered limit stay.
+    pub fn with_max_per_project(mut self, limit: u64) -> Self {
+        self.max_per_project = limit;
+        self
+    }
+
+    /// The most memories one project may hold.
+    pub fn max_per_project(&self) -> u64 {
+        self.max_per_project
     }
 
     /// The same memory, recalling in `mode` by default.
@@ -312,6 +334,21 @@ impl SessionMemory {
         payload.insert("created_unix".into(), json!(now));
         let memory = memory_of(id, &payload);
         let vector = v.into_iter().next().unwrap_or_default();
+        // Counted and stored under the write lock, so concurrent calls cannot pass the limit.
+        let _writing = self.writes.lock().await;
+        let held = self
+            .store
+            .count(
+                &self.collection,
+                Some(&Filter::all().and(Condition::matches("project", m.project.as_str()))),
+            )
+            .await?;
+        if held >= self.max_per_project {
+            return Err(MemoryError::MemoryQuota {
+                project: m.project,
+                limit: self.max_per_project,
+            });
+        }
         self.store
             .upsert(
                 &self.collection,

@@ -553,3 +553,95 @@ async fn project_access_limits_recall_and_remember() {
     .await;
     assert!(out.all_text().contains("postgres"), "{}", out.all_text());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_holds_at_most_its_quota_of_memories() {
+    let dir = tempfile::tempdir().expect("temp");
+    let store: Arc<dyn VectorStore> =
+        Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("open"));
+    let embedder: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(128));
+    let session =
+        Arc::new(SessionMemory::new(store.clone(), embedder.clone()).with_max_per_project(5));
+    assert_eq!(session.max_per_project(), 5);
+    assert_eq!(
+        SessionMemory::new(store.clone(), embedder.clone()).max_per_project(),
+        bridle_memory::DEFAULT_MAX_PER_PROJECT
+    );
+    // Twenty concurrent writers race for five places: exactly five are stored.
+    let tries: Vec<_> = (0..20)
+        .map(|i| {
+            let session = session.clone();
+            tokio::spawn(async move {
+                session
+                    .remember(new("history", &format!("step {i}"), "alpha", &[]))
+                    .await
+            })
+        })
+        .collect();
+    let mut stored = 0;
+    for t in tries {
+        match t.await.expect("joined") {
+            Ok(_) => stored += 1,
+            Err(e) => {
+                assert_eq!(e.code(), "memory_quota_exceeded", "{e}");
+                assert!(e.to_string().contains("`alpha`"), "{e}");
+            }
+        }
+    }
+    assert_eq!(stored, 5);
+    let alpha = MemoryFilter::project("alpha");
+    assert_eq!(
+        session.list(&alpha, None, 100).await.expect("list").0.len(),
+        5
+    );
+    // Another project has its own quota.
+    session
+        .remember(new("history", "first of beta", "beta", &[]))
+        .await
+        .expect("beta has room");
+    // Forgetting one makes room for one.
+    let one = session.list(&alpha, None, 1).await.expect("list").0[0].id;
+    session.forget(one).await.expect("forget");
+    session
+        .remember(new("history", "after forgetting", "alpha", &[]))
+        .await
+        .expect("room again");
+    assert!(
+        session
+            .remember(new("history", "one too many", "alpha", &[]))
+            .await
+            .is_err()
+    );
+
+    // Through the tool: the stable code, and nothing stored.
+    let registry = ToolRegistry::new();
+    register(
+        &registry,
+        MemoryTools {
+            session: session.clone(),
+            patterns: Arc::new(PatternIndex::new(store, embedder)),
+            on_indexed: None,
+            access: None,
+        },
+    )
+    .expect("register");
+    let writer = Caller::new(Principal::new("w").with_grants(Grants::of(["memory.write"])));
+    let out = registry
+        .call(
+            &writer,
+            "remember",
+            json!({"kind": "decision", "text": "over the quota", "project": "alpha"}),
+            CallOptions::default(),
+        )
+        .await
+        .expect("runs");
+    assert!(out.is_error);
+    assert_eq!(
+        out.structured.as_ref().expect("structured")["code"],
+        "memory_quota_exceeded"
+    );
+    assert_eq!(
+        session.list(&alpha, None, 100).await.expect("list").0.len(),
+        5
+    );
+}
