@@ -371,6 +371,9 @@ impl GatewayConfig {
                 ));
             }
         }
+        if let Some(memory) = &self.memory {
+            memory.indexing.check().map_err(invalid)?;
+        }
         for ns in &self.health.optional_upstreams {
             if !self.upstreams.contains_key(ns) {
                 return Err(invalid(format!(

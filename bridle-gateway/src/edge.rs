@@ -290,6 +290,7 @@ impl GatewayConfig {
                         self.memory = Some(MemorySection {
                             store: MemoryStoreConfig::default(),
                             embedder,
+                            indexing: Default::default(),
                         });
                     }
                 }

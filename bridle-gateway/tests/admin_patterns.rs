@@ -3,7 +3,8 @@
 //! read from the Server-Sent Events stream as a client reads it, a second trigger refused with
 //! 409 while the first runs (the embedder holds it on a gate, released by the test), and
 //! `last_indexed` written back through the normal change path; a repository that can no longer
-//! be read ends with an `error` event and leaves the previous index and `last_indexed` intact;
+//! be read ends with an `error` event and leaves the previous index and `last_indexed` intact,
+//! as does one grown past the byte limit `memory.indexing` in `bridle.yaml` sets;
 //! removal purges the chunks; the indexing gauges on `/metrics` follow the run. Index runs a
 //! browser can follow: started with 202 and a `Location`, followed over GET with every event
 //! replayed from the start (and after `Last-Event-ID`), and shared with the MCP tool
@@ -50,13 +51,17 @@ impl Embedder for GatedEmbedder {
 }
 
 fn service(gate: Arc<Semaphore>) -> MemoryService {
+    service_with(gate, PatternIndexConfig::default())
+}
+
+fn service_with(gate: Arc<Semaphore>, patterns: PatternIndexConfig) -> MemoryService {
     MemoryService::with(
         Arc::new(EmbeddedStore::open_in_memory().unwrap()),
         Arc::new(GatedEmbedder {
             inner: ConstantEmbedder::new(8),
             gate,
         }),
-        PatternIndexConfig::default(),
+        patterns,
     )
 }
 
@@ -778,5 +783,61 @@ async fn an_index_the_audit_log_cannot_record_ends_with_its_report_and_the_code(
         ended["report"]["last_indexed"]
     );
     assert!(hits(&gw).await >= 1, "the index is searchable");
+    gw.stop().await;
+}
+
+/// The limits in `memory.indexing` of `bridle.yaml` are the ones an index runs under: an example
+/// that grows past the configured `max_total_bytes` fails with `index_too_large` naming the
+/// limit, and its previous index stays searchable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_example_over_the_configured_byte_limit_fails_and_keeps_its_previous_index() {
+    const MEMORY: &str = "memory:\n  embedder:\n    ollama: {url: \"http://127.0.0.1:9\", model: m}\n  indexing:\n    max_file_bytes: 1024\n    max_total_bytes: 2048\n";
+    let gw = Gw::start_with_config(MEMORY, |b, dir, config| {
+        let section = config
+            .memory
+            .as_ref()
+            .expect("bridle.yaml has the memory section");
+        let memory = section.to_config(dir, &config.secrets_path(dir)).unwrap();
+        b.memory(service_with(
+            Arc::new(Semaphore::new(1_000)),
+            memory.patterns,
+        ))
+    })
+    .await;
+    let repo = example_repo();
+    add_retry_example(&gw, &repo).await;
+    let done = Events::new(gw.post(INDEX).send().await.unwrap())
+        .until("done")
+        .await;
+    let last_indexed = done["report"]["last_indexed"].clone();
+    let revision = document(&gw).await["revision"].clone();
+    assert!(hits(&gw).await >= 1);
+
+    // Three files under the per-file limit, together past the total.
+    for n in 0..3 {
+        let body: String = (0..30)
+            .map(|i| format!("pub fn step_{n}_{i}() -> u32 {{ {i} }}\n"))
+            .collect();
+        assert!(body.len() < 1024 && body.len() > 700, "{}", body.len());
+        std::fs::write(repo.path().join(format!("steps_{n}.rs")), body).unwrap();
+    }
+    let failed = Events::new(gw.post(INDEX).send().await.unwrap())
+        .until("error")
+        .await;
+    assert_eq!(failed["code"], "index_too_large", "{failed}");
+    assert!(
+        failed["detail"]
+            .as_str()
+            .unwrap()
+            .contains("more than 2048 bytes"),
+        "{failed}"
+    );
+    let doc = document(&gw).await;
+    assert_eq!(doc["revision"], revision, "nothing written back");
+    assert_eq!(
+        doc["document"]["patterns"]["custom"][0]["example_repos"][0]["last_indexed"],
+        last_indexed
+    );
+    assert!(hits(&gw).await >= 1, "the previous index is searchable");
     gw.stop().await;
 }

@@ -6,9 +6,10 @@
 //! `bridle memory ...` commands work; without one the gateway serves rules only. The section
 //! names a store (the embedded SQLite file in the data directory by default, or a Qdrant server)
 //! and an embedder (an OpenAI-compatible server, Ollama, or a local model folder for the
-//! in-process embedder). Secrets (API keys) are never in the file, only the names of files in the
-//! secrets folder. Every (re-)index records its time in the example's `last_indexed` through the
-//! rules store's normal edit path, so the change log shows it as a `user` change.
+//! in-process embedder), and may bound what indexing an example reads and holds ([`indexing`]).
+//! Secrets (API keys) are never in the file, only the names of files in the secrets folder.
+//! Every (re-)index records its time in the example's `last_indexed` through the rules store's
+//! normal edit path, so the change log shows it as a `user` change.
 //!
 //! Every index the gateway runs, through the admin API or the `refresh_pattern_example` tool, is
 //! a run of the one registry in [`runs`] (one run per reference tag, followed by replay); the
@@ -19,9 +20,11 @@
 //! the agent may use; `remember` only those whose rules grant its type
 //! `permissions.memory.write`.
 
+pub mod indexing;
 pub(crate) mod refresh;
 pub mod runs;
 
+pub use indexing::IndexingSection;
 pub use runs::{IndexRuns, RunEvent, RunEventKind, RunOrigin, RunStatus};
 
 use std::path::{Path, PathBuf};
@@ -44,6 +47,9 @@ pub struct MemorySection {
     pub store: MemoryStoreConfig,
     /// Which model embeds.
     pub embedder: MemoryEmbedderConfig,
+    /// The limits of one pattern-example index (default: bridle-memory's).
+    #[serde(default, skip_serializing_if = "IndexingSection::is_default")]
+    pub indexing: IndexingSection,
 }
 
 /// Where memory's vectors live.
@@ -113,8 +119,15 @@ pub const ENABLE_HINT: &str = "bridle: memory is off; add a `memory:` section to
 
 impl MemorySection {
     /// The memory service configuration this section describes, with paths resolved against
-    /// the data directory and secrets read from the secrets folder.
+    /// the data directory, secrets read from the secrets folder, and the indexing limits
+    /// checked ([`IndexingSection::check`]).
     pub fn to_config(&self, data_dir: &Path, secrets: &Path) -> Result<MemoryConfig, ConfigError> {
+        self.indexing
+            .check()
+            .map_err(|message| ConfigError::Invalid {
+                file: data_dir.join("bridle.yaml"),
+                message,
+            })?;
         let resolve = |p: &Path| {
             if p.is_absolute() {
                 p.to_path_buf()
@@ -154,7 +167,7 @@ impl MemorySection {
         Ok(MemoryConfig {
             store,
             embedder,
-            patterns: Default::default(),
+            patterns: self.indexing.pattern_config(),
         })
     }
 }

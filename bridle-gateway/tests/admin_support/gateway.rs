@@ -3,6 +3,7 @@
 //! (secret-file tokens) and one more, `bot` (a claude), that authenticates with vault-issued
 //! tokens only.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +46,15 @@ impl Gw {
         extra: &str,
         configure: impl FnOnce(GatewayBuilder) -> GatewayBuilder,
     ) -> Self {
+        Self::start_with_config(extra, |b, _, _| configure(b)).await
+    }
+
+    /// As [`Gw::start_with_yaml`], the builder adjusted with the data directory and the loaded
+    /// configuration at hand (memory opened as its `memory:` section says, say).
+    pub async fn start_with_config(
+        extra: &str,
+        configure: impl FnOnce(GatewayBuilder, &Path, &GatewayConfig) -> GatewayBuilder,
+    ) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         init_data_dir_with_token_files(tmp.path()).unwrap();
         RulesStore::open(tmp.path(), AgentCatalog::builtin())
@@ -62,10 +72,13 @@ impl Gw {
         let mut admins = AdminTokens::new().unwrap();
         admins.insert("alice", ALICE).unwrap();
         admins.insert("bob", BOB).unwrap();
-        let builder = GatewayBuilder::new(tmp.path(), config)
+        let builder = GatewayBuilder::new(tmp.path(), config.clone())
             .watch_every(Duration::from_millis(50))
             .admin("127.0.0.1:0".parse().unwrap(), Arc::new(admins));
-        let gateway = configure(builder).build().await.unwrap();
+        let gateway = configure(builder, tmp.path(), &config)
+            .build()
+            .await
+            .unwrap();
         let ctx = Arc::clone(gateway.context());
         let vault = Arc::clone(gateway.vault());
         let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
