@@ -265,8 +265,7 @@ struct Peeked {
     id: Option<serde_json::Value>,
 }
 
-/// A JSON-RPC error reply with a null id, as JSON-RPC 2.0 prescribes when the request's id
-/// could not be read.
+/// A JSON-RPC error reply without an id: the request's id could not be read.
 fn jsonrpc_error(code: i64, message: &str) -> Response {
     jsonrpc_error_for(StatusCode::BAD_REQUEST, None, code, message)
 }
@@ -277,7 +276,12 @@ fn jsonrpc_error_for(
     code: i64,
     message: &str,
 ) -> Response {
-    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    // Without a readable id the key is left out, as the MCP schema has it (`id?: RequestId`)
+    // and rmcp's own error bodies do; `null` is not a request id there.
+    let mut body = json!({"jsonrpc": "2.0", "error": {"code": code, "message": message}});
+    if let Some(id) = id {
+        body["id"] = id;
+    }
     (
         status,
         [(header::CONTENT_TYPE, "application/json")],
@@ -422,13 +426,20 @@ async fn guard_layer(next: Arc<Guarded>, mut req: Request) -> Response {
     resp
 }
 
-/// Whether the request names the 2026-07-28 generation (or a later one) in its
-/// `MCP-Protocol-Version` header.
+/// Whether the request names a known version of the 2026-07-28 generation (or a later one)
+/// in its `MCP-Protocol-Version` header. An unknown version is not modern: rmcp answers it
+/// `400 Bad Request`, as both generations require, where the 2026-07-28 shortcuts here would
+/// have treated it as one of theirs.
 fn is_modern(headers: &axum::http::HeaderMap) -> bool {
     headers
         .get(PROTOCOL_VERSION_HEADER)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v >= "2026-07-28")
+        .is_some_and(|v| {
+            v >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str()
+                && rmcp::model::ProtocolVersion::KNOWN_VERSIONS
+                    .iter()
+                    .any(|known| known.as_str() == v)
+        })
 }
 
 /// The guard after authentication, run with the request's principal in
@@ -857,7 +868,7 @@ mod tests {
                 .expect("error body");
             let v: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON-RPC error");
             assert_eq!(v["error"]["code"], code, "{v}");
-            assert_eq!(v["id"], serde_json::Value::Null);
+            assert!(v.get("id").is_none(), "no id key, not a null one: {v}");
         }
     }
 

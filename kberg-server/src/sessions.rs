@@ -724,12 +724,10 @@ impl Routes {
                 ServerNotification::ProgressNotification(p) => {
                     find(RouteKey::Progress(p.params.progress_token.clone())).map(keep)
                 }
-                ServerNotification::CancelledNotification(c) => c
-                    .params
-                    .request_id
-                    .clone()
-                    .and_then(|id| find(RouteKey::Request(id)))
-                    .map(keep),
+                // The server's own `notifications/cancelled` names one of *its* requests, whose
+                // ids are not the client's: it is routed by the request it was sent for, if
+                // marked, like any other notification, never by looking its id up among the
+                // client's requests.
                 // A tool's log message, marked with the request whose tool sent it.
                 other => other
                     .extensions()
@@ -1202,6 +1200,32 @@ mod tests {
             json_of(&next(&mut again).await)["method"],
             "notifications/prompts/list_changed"
         );
+    }
+
+    #[tokio::test]
+    async fn the_servers_cancel_of_its_own_request_is_not_routed_by_a_client_id() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let mut get = table.create_standalone_stream(&id).await.expect("get");
+        let mut events = table
+            .create_stream(&id, call(3, json!({})))
+            .await
+            .expect("stream");
+        assert_eq!(next(&mut events).await.event_id.as_deref(), Some("0/0"));
+        assert!(transport.receive().await.is_some());
+        // The server cancels its request 3 (an elicitation, say): a number the client's own
+        // request 3 also uses.
+        transport
+            .send(server(
+                json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                "params": {"requestId": 3, "reason": "timed out"}}),
+            ))
+            .await
+            .expect("cancel");
+        let first = next(&mut get).await;
+        assert_eq!(json_of(&first)["method"], "notifications/cancelled");
+        // The client's request 3 is untouched: its answer is the next on its stream.
+        transport.send(answer(3)).await.expect("answer");
+        assert_eq!(json_of(&next(&mut events).await)["id"], 3);
     }
 
     #[tokio::test]

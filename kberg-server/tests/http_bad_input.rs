@@ -492,3 +492,87 @@ async fn a_message_that_is_neither_request_nor_response_is_an_invalid_request() 
     }
     still_serves(&c, &sid).await;
 }
+
+#[tokio::test]
+async fn initialize_under_an_unknown_protocol_version_header_is_a_bad_request() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    for version in ["2099-01-01", "zzz", "9"] {
+        let r = c
+            .post_with(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": PROTO_OLD, "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "0"}}})
+                .to_string(),
+                &[("mcp-protocol-version", version)],
+            )
+            .await;
+        assert_eq!(r.status, 400, "{version}: {}", r.text);
+        assert!(r.header("mcp-session-id").is_none(), "{version}: a session");
+    }
+    // The known 2026-07-28 version still learns that initialize is gone there.
+    let r = c
+        .post_with(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+                "protocolVersion": PROTO_NEW, "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"}}})
+            .to_string(),
+            &[("mcp-protocol-version", PROTO_NEW)],
+        )
+        .await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    assert_eq!(error_code(&r), json!(-32601), "{}", r.text);
+}
+
+#[tokio::test]
+async fn a_second_initialize_in_a_session_is_refused_and_changes_nothing() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let again = c
+        .post(
+            json!({"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": {
+                "protocolVersion": PROTO_NEW, "capabilities": {},
+                "clientInfo": {"name": "other", "version": "1"}}}),
+            Some(&sid),
+        )
+        .await;
+    assert_eq!(again.reply(9)["error"]["code"], -32600, "{}", again.text);
+    // The session is still served as the 2025-11-25 session it was negotiated as: `ping`
+    // (which 2026-07-28 removed) is answered.
+    let ping = c
+        .post(
+            json!({"jsonrpc": "2.0", "id": 10, "method": "ping"}),
+            Some(&sid),
+        )
+        .await;
+    assert_eq!(ping.reply(10)["result"], json!({}), "{}", ping.text);
+    still_serves(&c, &sid).await;
+}
+
+#[tokio::test]
+async fn a_prompts_list_cursor_the_server_never_gave_is_invalid_params() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let r = c
+        .post(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "prompts/list",
+                   "params": {"cursor": "made-up"}}),
+            Some(&sid),
+        )
+        .await;
+    assert_eq!(r.reply(1)["error"]["code"], -32602, "{}", r.text);
+    let r = c
+        .stateless(2, "prompts/list", json!({"cursor": "made-up"}))
+        .await;
+    assert_eq!(error_code(&r), json!(-32602), "{}", r.text);
+    // Without one, the whole list.
+    let r = c
+        .post(
+            json!({"jsonrpc": "2.0", "id": 3, "method": "prompts/list"}),
+            Some(&sid),
+        )
+        .await;
+    assert!(r.reply(3)["result"]["prompts"].is_array(), "{}", r.text);
+}

@@ -144,6 +144,18 @@ impl ServerHandler for KbergHandler {
         {
             return Err(removed("initialize"));
         }
+        if self
+            .session()
+            .initialized
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            // rmcp has already recorded the negotiated version for this session; taking these
+            // parameters would serve its later requests by another generation's rules.
+            return Err(McpError::invalid_request(
+                "the session is already initialized; start a new session to initialize again",
+                None,
+            ));
+        }
         context.peer.set_peer_info(request.clone());
         self.join_list_changed(&context.peer);
         self.negotiate_initialize(&request)
@@ -279,10 +291,14 @@ impl ServerHandler for KbergHandler {
 
     async fn list_prompts(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
         self.principal(&context)?;
+        // Prompts come in one page, so no cursor was ever handed out: any cursor is invalid.
+        if cursor_of(&request).is_some() {
+            return Err(invalid_cursor());
+        }
         convert::list_prompts(&self.shared.app.prompts().list(), None)
     }
 

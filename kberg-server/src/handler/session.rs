@@ -48,6 +48,10 @@ pub(super) struct SessionState {
     /// The session id and the client of its `initialize`, built at the session's first call
     /// and shared by every later call.
     pub(super) origin: OnceLock<Arc<kberg_core::CallOrigin>>,
+    /// Set by the session's `initialize`: a second one is refused, since its parameters would
+    /// replace the negotiated ones (and with them the protocol version every later request is
+    /// served by).
+    pub(super) initialized: std::sync::atomic::AtomicBool,
 }
 
 impl SessionState {
@@ -59,6 +63,7 @@ impl SessionState {
             fanout_entry: OnceLock::new(),
             fanout,
             origin: OnceLock::new(),
+            initialized: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
