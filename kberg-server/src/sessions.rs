@@ -30,7 +30,9 @@
 //! stream (whose index 0 is the priming event rmcp sends first), and the last
 //! [`SessionSettings::replay`] events of each stream are kept while the stream lives. A GET with
 //! `Last-Event-ID` gets the kept events *after* that id, as the specification says (rmcp's own
-//! manager also repeats the event named). A request's stream whose client went away before the
+//! manager also repeats the event named). The id `0` is that of the priming event rmcp opens
+//! every GET stream with, so it names no stream in particular: a GET after `0` gets what one
+//! without `Last-Event-ID` gets, never again what an earlier GET stream delivered. A request's stream whose client went away before the
 //! answer is kept with its events for [`SessionSettings::completed_ttl`], so a client that
 //! reconnects still gets the answer; the events the standalone stream could not deliver because
 //! none was open are delivered when the next one opens.
@@ -339,7 +341,12 @@ impl SessionManager for SessionTable {
             return Err(SessionError::Ended);
         }
         let Some(stream) = stream else {
-            return Ok(routes.open_standalone(&self.settings, Some(index)));
+            // `0` is the id of the priming event rmcp opens every GET stream with, the same on
+            // each: a client that saw nothing after it may have seen it on any of them, and
+            // replaying every kept event would repeat what earlier GET streams delivered. It
+            // gets what a GET without `Last-Event-ID` gets: what no stream could deliver.
+            let last_seen = (index > 0).then_some(index);
+            return Ok(routes.open_standalone(&self.settings, last_seen));
         };
         let entry = routes
             .streams
@@ -1226,6 +1233,38 @@ mod tests {
         // The client's request 3 is untouched: its answer is the next on its stream.
         transport.send(answer(3)).await.expect("answer");
         assert_eq!(json_of(&next(&mut events).await)["id"], 3);
+    }
+
+    #[tokio::test]
+    async fn resuming_after_the_priming_event_repeats_nothing_delivered() {
+        let (table, id, mut transport) = session(SessionSettings::default()).await;
+        let changed =
+            || server(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+        let mut get = table.create_standalone_stream(&id).await.expect("get");
+        transport.send(changed()).await.expect("sent");
+        transport.send(changed()).await.expect("sent");
+        assert_eq!(next(&mut get).await.event_id.as_deref(), Some("1"));
+        assert_eq!(next(&mut get).await.event_id.as_deref(), Some("2"));
+        drop(get);
+        // A second GET (rmcp primes it with id `0` too) drops before anything else arrives;
+        // the client resumes after that `0`: events 1 and 2 went out already.
+        let second = table.create_standalone_stream(&id).await.expect("get");
+        drop(second);
+        let mut resumed = table.resume(&id, "0".into()).await.expect("resume");
+        transport.send(changed()).await.expect("sent");
+        assert_eq!(
+            next(&mut resumed).await.event_id.as_deref(),
+            Some("3"),
+            "nothing delivered before is repeated"
+        );
+        // What no stream could deliver is still delivered after a `0`.
+        drop(resumed);
+        transport
+            .send(changed())
+            .await
+            .expect("sent with no stream open");
+        let mut again = table.resume(&id, "0".into()).await.expect("resume");
+        assert_eq!(next(&mut again).await.event_id.as_deref(), Some("4"));
     }
 
     #[tokio::test]
