@@ -329,4 +329,75 @@ mod tests {
         let queued = gw.store.queue(Some("demo"), false).unwrap();
         assert_eq!(queued.len(), 1);
     }
+
+    /// The reviewer reads, in the proposal's one-line summary, which repositories approving it
+    /// would clone and index; a token in a URL never reaches the summary, nor the agent's answer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_summary_names_the_example_repositories_without_their_credentials() {
+        const CANARY: &str = "canary-proposal-token-3Jk8";
+        let (_tmp, gw, tools, claude) = gateway();
+        let out = tools
+            .call(
+                &claude,
+                "add_pattern",
+                add_pattern(&format!(
+                    "https://bot:{CANARY}@git.example.invalid/team/x.git"
+                )),
+                CallOptions::default(),
+            )
+            .await
+            .unwrap();
+        assert!(!out.is_error, "{}", out.all_text());
+        let expected = "add custom pattern `modified-mvc` with example repositories `git@git.example.invalid:team/first.git`, `https://***@git.example.invalid/team/x.git`";
+        assert_eq!(out.structured.as_ref().unwrap()["summary"], expected);
+        assert!(out.all_text().contains(expected), "{}", out.all_text());
+        assert!(!out.all_text().contains(CANARY));
+        assert!(
+            !out.structured
+                .as_ref()
+                .unwrap()
+                .to_string()
+                .contains(CANARY)
+        );
+        let queued = gw.store.queue(Some("demo"), false).unwrap();
+        assert_eq!(queued[0].summary, expected);
+    }
+
+    fn summary_of(url: &str) -> String {
+        ChangeRequest::Pattern {
+            standard: None,
+            custom: Some(CustomPattern {
+                name: "p".into(),
+                description: "d".into(),
+                example_repos: vec![ExampleRepo {
+                    url: url.to_string(),
+                    reference_tag: "t".into(),
+                    arch_tag: "p".into(),
+                    last_indexed: None,
+                }],
+            }),
+        }
+        .summary()
+    }
+
+    proptest::proptest! {
+        /// bridle-rules hides a URL's credentials in a summary by the rule bridle-memory's
+        /// `redact_url` applies wherever it shows a source (bridle-rules cannot call it): for
+        /// any URL short enough to be shown whole, the summary shows exactly what
+        /// `redact_url` does.
+        #[test]
+        fn the_summary_hides_what_bridle_memory_hides(
+            url in proptest::prop_oneof![
+                "(https|ssh|file|http)://([a-z0-9:%@._-]{0,16}@)?[a-z0-9.:\\[\\]-]{1,12}[/a-z0-9@?=&#:._-]{0,40}",
+                "[ -~]{0,100}",
+            ]
+        ) {
+            let shown = redact_url(&url);
+            proptest::prop_assume!(shown.chars().count() <= 120);
+            proptest::prop_assert_eq!(
+                summary_of(&url),
+                format!("add custom pattern `p` with example repositories `{shown}`")
+            );
+        }
+    }
 }

@@ -8,8 +8,14 @@ use serde::{Deserialize, Serialize};
 use crate::agents::AgentCatalog;
 use crate::error::{RulesError, check_name};
 use crate::model::{
-    ALL_AGENTS, CustomPattern, Guardrail, Provenance, RulesDocument, Severity, Source,
+    ALL_AGENTS, CustomPattern, ExampleRepo, Guardrail, Provenance, RulesDocument, Severity, Source,
 };
+
+/// How many example repositories a custom pattern's summary names; the rest are counted.
+const SUMMARY_EXAMPLE_REPOS: usize = 3;
+
+/// The most characters of one repository URL a summary shows; a longer one is cut with `…`.
+const SUMMARY_URL_CHARS: usize = 120;
 
 /// A change someone asks for. Agents send these through MCP tools; vendor sourcing creates
 /// guardrail ones; a person approves or rejects each.
@@ -51,7 +57,10 @@ pub enum ChangeRequest {
 }
 
 impl ChangeRequest {
-    /// One line describing the change.
+    /// One line describing the change. A custom pattern's names its example repositories,
+    /// what approving it would clone and index: at most three URLs, each with its user part
+    /// (where an access token goes) and query shown as `***` and cut to 120 characters, then
+    /// how many more.
     pub fn summary(&self) -> String {
         match self {
             ChangeRequest::Guardrail {
@@ -62,7 +71,14 @@ impl ChangeRequest {
             } => format!("add {} guardrail `{id}`: {statement}", severity.as_str()),
             ChangeRequest::Pattern { standard, custom } => match (standard, custom) {
                 (Some(s), _) => format!("add standard pattern `{s}`"),
-                (None, Some(c)) => format!("add custom pattern `{}`", c.name),
+                (None, Some(c)) if c.example_repos.is_empty() => {
+                    format!("add custom pattern `{}`", c.name)
+                }
+                (None, Some(c)) => format!(
+                    "add custom pattern `{}` with example repositories {}",
+                    c.name,
+                    shown_repos(&c.example_repos)
+                ),
                 (None, None) => "add nothing".to_string(),
             },
             ChangeRequest::UpdateProject {
@@ -370,4 +386,150 @@ pub(crate) fn apply(
         }
     }
     Ok(())
+}
+
+/// The first [`SUMMARY_EXAMPLE_REPOS`] of `repos` as a summary shows them, then how many more.
+fn shown_repos(repos: &[ExampleRepo]) -> String {
+    let list = repos
+        .iter()
+        .take(SUMMARY_EXAMPLE_REPOS)
+        .map(|r| format!("`{}`", shown_url(&r.url)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match repos.len().saturating_sub(SUMMARY_EXAMPLE_REPOS) {
+        0 => list,
+        more => format!("{list} and {more} more"),
+    }
+}
+
+/// A repository URL as a summary shows it: its user part (`https://bot:<token>@host/...`, where
+/// a private repository's access token goes) and its query replaced by `***`, control
+/// characters by spaces, and at most [`SUMMARY_URL_CHARS`] characters.
+///
+/// The hiding is the rule bridle-memory's `repo::redact_url` applies wherever it shows a source
+/// (listings, search hits, errors), so a reviewer reads the URL as the index will later show it.
+/// This crate does not depend on bridle-memory (its chunkers and stores have no place in the
+/// rules model), so the rule is here again; bridle-gateway's tests hold the two to the same
+/// output.
+fn shown_url(url: &str) -> String {
+    let s = url.trim();
+    let hidden = match s.find("://") {
+        None => s.to_string(),
+        Some(scheme_end) => {
+            let (head, rest) = s.split_at(scheme_end + 3);
+            let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            let (authority, tail) = rest.split_at(authority_end);
+            let host = authority.rfind('@').map(|at| &authority[at + 1..]);
+            let (path, query) = match tail.find('?') {
+                Some(q) => (&tail[..q], "?***"),
+                None => (tail, ""),
+            };
+            match host {
+                Some(host) => format!("{head}***@{host}{path}{query}"),
+                None => format!("{head}{authority}{path}{query}"),
+            }
+        }
+    };
+    let mut shown: String = hidden
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(SUMMARY_URL_CHARS)
+        .collect();
+    if hidden.chars().count() > SUMMARY_URL_CHARS {
+        shown.push('…');
+    }
+    shown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(urls: &[&str]) -> ChangeRequest {
+        ChangeRequest::Pattern {
+            standard: None,
+            custom: Some(CustomPattern {
+                name: "modified-mvc".into(),
+                description: "MVC without DB access in controllers".into(),
+                example_repos: urls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, url)| ExampleRepo {
+                        url: url.to_string(),
+                        reference_tag: format!("ex-{i}"),
+                        arch_tag: "modified-mvc".into(),
+                        last_indexed: None,
+                    })
+                    .collect(),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_custom_patterns_summary_names_its_example_repositories() {
+        assert_eq!(pattern(&[]).summary(), "add custom pattern `modified-mvc`");
+        assert_eq!(
+            pattern(&[
+                "https://git.example/team/a.git",
+                "git@git.example:team/b.git"
+            ])
+            .summary(),
+            "add custom pattern `modified-mvc` with example repositories `https://git.example/team/a.git`, `git@git.example:team/b.git`"
+        );
+    }
+
+    #[test]
+    fn at_most_three_are_named_and_the_rest_counted() {
+        let urls: Vec<String> = (0..5).map(|i| format!("https://h/r{i}.git")).collect();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        assert_eq!(
+            pattern(&urls[..3]).summary(),
+            "add custom pattern `modified-mvc` with example repositories `https://h/r0.git`, `https://h/r1.git`, `https://h/r2.git`"
+        );
+        assert_eq!(
+            pattern(&urls).summary(),
+            "add custom pattern `modified-mvc` with example repositories `https://h/r0.git`, `https://h/r1.git`, `https://h/r2.git` and 2 more"
+        );
+    }
+
+    /// A token in a URL's user part or query never reaches the summary.
+    #[test]
+    fn credentials_never_reach_the_summary() {
+        const CANARY: &str = "canary-summary-token-7Qx2";
+        let summary = pattern(&[
+            &format!("https://x-access-token:{CANARY}@git.example/team/a.git"),
+            &format!("https://{CANARY}@git.example/b.git"),
+            &format!("ssh://bot:{CANARY}@git.example:2222/team/c.git"),
+            &format!("https://git.example/d.git?private_token={CANARY}"),
+        ])
+        .summary();
+        assert!(!summary.contains(CANARY), "{summary}");
+        assert!(
+            summary.contains("`https://***@git.example/team/a.git`, `https://***@git.example/b.git`, `ssh://***@git.example:2222/team/c.git` and 1 more"),
+            "{summary}"
+        );
+        assert_eq!(
+            shown_url(&format!("https://git.example/d.git?private_token={CANARY}")),
+            "https://git.example/d.git?***"
+        );
+        // An `@` in the user part itself: everything up to the last one before the host.
+        assert_eq!(
+            shown_url(&format!("https://me@corp:{CANARY}@git.example/e.git")),
+            "https://***@git.example/e.git"
+        );
+    }
+
+    #[test]
+    fn a_long_url_is_cut_and_stays_on_one_line() {
+        let long = format!("https://git.example/{}.git", "a".repeat(500));
+        let shown = shown_url(&long);
+        assert_eq!(shown.chars().count(), SUMMARY_URL_CHARS + 1);
+        assert!(shown.ends_with('…'), "{shown}");
+        assert_eq!(shown_url("https://h/a\nb.git"), "https://h/a b.git");
+        assert!(
+            !pattern(&[&long, "https://h/x\r\ny"])
+                .summary()
+                .contains(['\n', '\r'])
+        );
+    }
 }
