@@ -21,7 +21,9 @@
 //! no GET stream also reads); everything else goes to the session's standalone (GET) stream,
 //! except an answer whose request's stream is gone (the client cancelled the request, or the
 //! events kept after its client went away expired): it is dropped, since the specification
-//! forbids a response on the standalone stream. A second
+//! forbids a response on the standalone stream. Until a cancelled request's answer comes, its
+//! progress is dropped too and a request to the client made while handling it fails, rather
+//! than reach the standalone stream. A second
 //! GET while one is open gets a stream that only carries keep-alives (rmcp's "shadow" stream,
 //! so that competing reconnections do not take each other's place).
 //!
@@ -120,6 +122,9 @@ pub(crate) enum SessionError {
     /// The first message of a session was not a request.
     #[error("a session starts with the initialize request")]
     NotARequest,
+    /// A request to the client made while handling a request the client has cancelled.
+    #[error("the request it was made for was cancelled by the client")]
+    Cancelled,
 }
 
 type Sessions = RwLock<HashMap<SessionId, Arc<Session>>>;
@@ -309,7 +314,7 @@ impl SessionManager for SessionTable {
         {
             // The client gave up on the request: its stream ends; its events stay for a while.
             let mut routes = session.routes.lock().await;
-            routes.complete(&RouteKey::Request(request.clone()));
+            routes.cancel(&RouteKey::Request(request.clone()));
         }
         session.push(message).await
     }
@@ -501,6 +506,16 @@ impl Session {
             return Ok(());
         }
         let route = routes.route(&message);
+        if route.is_none() && routes.for_cancelled(&message) {
+            // The client cancelled the request this belongs to and waits for none of it: not
+            // its answer, not its progress, not a question its tool would ask on the
+            // standalone stream (that request fails here, and the tool with it).
+            tracing::debug!(session = %self.id, "a message for a cancelled request was dropped");
+            return match message {
+                ServerJsonRpcMessage::Request(_) => Err(SessionError::Cancelled),
+                _ => Ok(()),
+            };
+        }
         let is_answer = matches!(
             message,
             ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_)
@@ -711,7 +726,14 @@ struct Routes {
     undelivered_from: Option<u64>,
     /// Further GET streams while the primary is open: keep-alives only.
     shadows: Vec<mpsc::Sender<ServerSseMessage>>,
+    /// The request ids and progress tokens of the latest requests the client cancelled, one
+    /// list per request, until the request's answer comes (at most [`MAX_CANCELLED`]): what
+    /// their tools still send goes nowhere.
+    cancelled: VecDeque<Vec<RouteKey>>,
 }
+
+/// Most cancelled requests remembered per session (the oldest is forgotten beyond).
+const MAX_CANCELLED: usize = 64;
 
 /// Most keep-alive-only GET streams per session (the oldest is ended beyond).
 const MAX_SHADOW_STREAMS: usize = 32;
@@ -757,11 +779,53 @@ impl Routes {
         }
     }
 
-    /// The request of `key` will send nothing more: its stream ends, its events stay.
-    fn complete(&mut self, key: &RouteKey) {
-        if let Some(stream) = self.keys.get(key).copied() {
-            self.complete_stream(stream);
+    /// The client cancelled the request of `key`: its stream ends (its events stay), and what
+    /// its tool still sends for it is dropped ([`Routes::for_cancelled`]) until its answer.
+    fn cancel(&mut self, key: &RouteKey) {
+        let Some(stream) = self.keys.get(key).copied() else {
+            return;
+        };
+        if let Some(entry) = self.streams.get(&stream) {
+            if self.cancelled.len() >= MAX_CANCELLED {
+                self.cancelled.pop_front();
+            }
+            self.cancelled.push_back(entry.keys.clone());
         }
+        self.complete_stream(stream);
+    }
+
+    /// Whether `message`, which found no stream, belongs to a request the client cancelled: its
+    /// answer (which forgets the request), its progress, or a request made while handling it.
+    fn for_cancelled(&mut self, message: &ServerJsonRpcMessage) -> bool {
+        let key = match message {
+            ServerJsonRpcMessage::Response(r) => RouteKey::Request(r.id.clone()),
+            ServerJsonRpcMessage::Error(e) => match &e.id {
+                Some(id) => RouteKey::Request(id.clone()),
+                None => return false,
+            },
+            ServerJsonRpcMessage::Notification(n) => match &n.notification {
+                ServerNotification::ProgressNotification(p) => {
+                    RouteKey::Progress(p.params.progress_token.clone())
+                }
+                _ => return false,
+            },
+            ServerJsonRpcMessage::Request(r) => {
+                match r.request.extensions().get::<OriginatingRequestId>() {
+                    Some(origin) => RouteKey::Request(origin.0.clone()),
+                    None => return false,
+                }
+            }
+        };
+        let Some(at) = self.cancelled.iter().position(|keys| keys.contains(&key)) else {
+            return false;
+        };
+        if matches!(
+            message,
+            ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_)
+        ) {
+            self.cancelled.remove(at);
+        }
+        true
     }
 
     fn complete_stream(&mut self, stream: u64) {
@@ -1173,6 +1237,25 @@ mod tests {
         table.accept_message(&id, cancel).await.expect("cancel");
         assert!(transport.receive().await.is_some(), "the service sees it");
         assert!(events.next().await.is_none(), "the request's stream ends");
+        // Until the tool has stopped, what it sends goes nowhere: its progress, and a question
+        // to the client, which fails.
+        transport
+            .send(server(
+                json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                       "params": {"progressToken": "p5", "progress": 1}}),
+            ))
+            .await
+            .expect("progress dropped quietly");
+        let mut ask = server(json!({"jsonrpc": "2.0", "id": 100, "method": "roots/list"}));
+        if let ServerJsonRpcMessage::Request(r) = &mut ask {
+            r.request
+                .extensions_mut()
+                .insert(OriginatingRequestId(RequestId::Number(5)));
+        }
+        assert!(
+            matches!(transport.send(ask).await, Err(SessionError::Cancelled)),
+            "a question for a cancelled request fails"
+        );
         // The service answers anyway (the tool had finished, or answers its cancellation):
         // neither as a result nor as an error does it reach the standalone stream.
         transport.send(answer(5)).await.expect("answer");
