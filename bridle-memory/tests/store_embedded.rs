@@ -1,5 +1,5 @@
 //! The embedded store: the shared battery, persistence across reopen, crash safety under
-//! SIGKILL, and atomic replace under concurrent searches.
+//! SIGKILL, atomic replace under concurrent searches, and hybrid search after writes.
 
 mod common;
 
@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use bridle_memory::{CollectionConfig, EmbeddedStore, Filter, Point, VectorStore};
+use bridle_memory::{CollectionConfig, Condition, EmbeddedStore, Filter, Point, VectorStore};
 use serde_json::json;
 
 fn temp_db() -> (tempfile::TempDir, std::path::PathBuf) {
@@ -333,4 +333,156 @@ async fn a_second_process_on_the_same_file_is_seen() {
     assert_eq!(cli.count("c", None).await.expect("count"), 2);
     assert!(cli.drop_collection("c").await.expect("drop"));
     assert_eq!(gateway.collection("c").await.expect("lookup"), None);
+}
+
+/// A point for the hybrid tests: vectors fall away from the query `[1, 0, 0.3, 0]` as the id
+/// grows (point 0 is the vector ranking's first), and the text holds one rare word, `tag{id}q`
+/// unless given.
+fn tagged(id: u64, word: &str) -> Point {
+    Point {
+        id,
+        vector: vec![1.0, (id % 64) as f32 * 0.05, 0.3, 0.0],
+        payload: json!({"text": format!("ordinary note with {word}"), "group": id % 2})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    }
+}
+
+const HYBRID_QUERY: [f32; 4] = [1.0, 0.0, 0.3, 0.0];
+
+/// The ids of the hybrid ranking for `text`. With at most 50 points the vector ranking lists
+/// them all, so a point whose rare word is the query's alone comes first, and a query no text
+/// holds ranks as the vector search does.
+fn hybrid_ids(store: &EmbeddedStore, text: &str) -> Vec<u64> {
+    store
+        .search_hybrid_sync("kw", &HYBRID_QUERY, text, None, 5)
+        .expect("hybrid")
+        .iter()
+        .map(|h| h.id)
+        .collect()
+}
+
+fn vector_ids(store: &EmbeddedStore) -> Vec<u64> {
+    store
+        .search_sync("kw", &HYBRID_QUERY, None, 5)
+        .expect("search")
+        .iter()
+        .map(|h| h.id)
+        .collect()
+}
+
+fn forget(store: &EmbeddedStore, id: u64) {
+    store
+        .delete_sync("kw", &Filter::all().and(Condition::HasId(vec![id])))
+        .expect("delete by id");
+}
+
+/// The keyword side sees a point's text: its rare word puts it first.
+fn assert_found(store: &EmbeddedStore, id: u64, word: &str) {
+    let ids = hybrid_ids(store, word);
+    assert_eq!(ids[0], id, "`{word}` finds point {id}: {ids:?}");
+}
+
+/// No text holds the word any more: the vector ranking alone decides.
+fn assert_gone(store: &EmbeddedStore, word: &str) {
+    assert_eq!(
+        hybrid_ids(store, word),
+        vector_ids(store),
+        "`{word}` is gone"
+    );
+}
+
+#[test]
+fn hybrid_search_follows_writes_and_removals() {
+    let store = EmbeddedStore::open_in_memory().expect("open");
+    store
+        .ensure_collection_sync("kw", CollectionConfig::cosine(4))
+        .expect("create");
+    store
+        .upsert_sync(
+            "kw",
+            (0..40).map(|i| tagged(i, &format!("tag{i}q"))).collect(),
+        )
+        .expect("upsert");
+    // The first hybrid search builds the keyword index; the writes after it update it.
+    assert_found(&store, 7, "tag7q");
+    store
+        .upsert_sync("kw", vec![tagged(40, "tag40q")])
+        .expect("a new point");
+    assert_found(&store, 40, "tag40q");
+    // Removing a point from the middle moves the last row into its place.
+    forget(&store, 5);
+    assert_gone(&store, "tag5q");
+    assert_found(&store, 40, "tag40q");
+    assert_found(&store, 39, "tag39q");
+    // An overwritten text is searched as it is now.
+    store
+        .upsert_sync("kw", vec![tagged(12, "rewritten")])
+        .expect("overwrite");
+    assert_gone(&store, "tag12q");
+    assert_found(&store, 12, "rewritten");
+    // A replace removes and adds in one write.
+    let replaced = store
+        .replace_sync(
+            "kw",
+            &Filter::eq("group", 0),
+            (100..104)
+                .map(|i| tagged(i, &format!("fresh{i}q")))
+                .collect(),
+        )
+        .expect("replace");
+    assert_eq!(replaced, 21, "the even ids of 0 to 40");
+    for i in (0..=40).filter(|i| i % 2 == 0 && *i != 12) {
+        assert_gone(&store, &format!("tag{i}q"));
+    }
+    assert_gone(&store, "rewritten");
+    for i in (1..40).step_by(2).filter(|i| *i != 5) {
+        assert_found(&store, i, &format!("tag{i}q"));
+    }
+    for i in 100..104 {
+        assert_found(&store, i, &format!("fresh{i}q"));
+    }
+    // Remember, recall, forget, many times over.
+    for k in 0..200u64 {
+        let id = 1_000 + k;
+        store
+            .upsert_sync("kw", vec![tagged(id, &format!("churn{k}q"))])
+            .expect("remember");
+        assert_found(&store, id, &format!("churn{k}q"));
+        if k > 0 {
+            forget(&store, id - 1);
+            assert_gone(&store, &format!("churn{}q", k - 1));
+        }
+    }
+    assert_eq!(store.count_sync("kw", None).expect("count"), 19 + 4 + 1);
+}
+
+#[test]
+fn hybrid_search_sees_another_connections_writes() {
+    // The gateway searches while `bridle memory index` writes through its own connection.
+    let (_dir, path) = temp_db();
+    let gateway = EmbeddedStore::open(&path).expect("gateway opens");
+    let cli = EmbeddedStore::open(&path).expect("the command line opens");
+    cli.ensure_collection_sync("kw", CollectionConfig::cosine(4))
+        .expect("create");
+    cli.upsert_sync(
+        "kw",
+        (0..10).map(|i| tagged(i, &format!("tag{i}q"))).collect(),
+    )
+    .expect("upsert");
+    assert_found(&gateway, 3, "tag3q");
+    cli.upsert_sync("kw", vec![tagged(20, "outside")])
+        .expect("another connection writes");
+    assert_found(&gateway, 20, "outside");
+    forget(&cli, 3);
+    assert_gone(&gateway, "tag3q");
+    // The gateway's own writes after the reload update the index it rebuilt.
+    gateway
+        .upsert_sync("kw", vec![tagged(21, "inside")])
+        .expect("gateway writes");
+    assert_found(&gateway, 21, "inside");
+    forget(&gateway, 20);
+    assert_gone(&gateway, "outside");
+    assert_found(&gateway, 21, "inside");
 }

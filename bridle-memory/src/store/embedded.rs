@@ -64,7 +64,9 @@ struct Collection {
     vectors: Vec<f32>,
     payloads: Vec<Arc<Payload>>,
     slots: HashMap<PointId, usize>,
-    /// BM25 over the rows' keyword text, built on the first hybrid search after a write.
+    /// BM25 over the rows' keyword text, document `i` for row `i`: built by the first hybrid
+    /// search (a collection only ever searched by vector pays nothing for it), then kept in step
+    /// by `put` and `remove` at the cost of the row they write.
     keywords: OnceLock<Bm25Index>,
 }
 
@@ -90,19 +92,26 @@ impl Collection {
     }
 
     fn put(&mut self, id: PointId, vector: &[f32], payload: Arc<Payload>) {
-        self.keywords = OnceLock::new();
         let d = self.config.dimension;
-        match self.slots.get(&id) {
+        let row = match self.slots.get(&id) {
             Some(&i) => {
                 self.vectors[i * d..(i + 1) * d].copy_from_slice(vector);
-                self.payloads[i] = payload;
+                i
             }
             None => {
-                self.slots.insert(id, self.ids.len());
+                let i = self.ids.len();
+                self.slots.insert(id, i);
                 self.ids.push(id);
                 self.vectors.extend_from_slice(vector);
-                self.payloads.push(payload);
+                i
             }
+        };
+        if let Some(index) = self.keywords.get_mut() {
+            index.put(row, &keyword_text(&payload));
+        }
+        match self.payloads.get_mut(row) {
+            Some(p) => *p = payload,
+            None => self.payloads.push(payload),
         }
     }
 
@@ -111,7 +120,10 @@ impl Collection {
         let Some(i) = self.slots.remove(&id) else {
             return false;
         };
-        self.keywords = OnceLock::new();
+        // The index renumbers as the rows do: the last document takes the removed one's number.
+        if let Some(index) = self.keywords.get_mut() {
+            index.swap_remove(i);
+        }
         let d = self.config.dimension;
         let last = self.ids.len() - 1;
         if i != last {
@@ -146,16 +158,10 @@ impl Collection {
             .iter()
             .filter_map(|p| self.slots.get(&p.id).copied())
             .collect();
-        let index = self.keywords.get_or_init(|| {
-            Bm25Index::build(
-                self.payloads
-                    .iter()
-                    .map(|p| keyword_text(p))
-                    .collect::<Vec<_>>()
-                    .iter()
-                    .map(String::as_str),
-            )
-        });
+        let index = self
+            .keywords
+            .get_or_init(|| Bm25Index::build(self.payloads.iter().map(|p| keyword_text(p))));
+        debug_assert_eq!(index.len(), self.len(), "one keyword document per row");
         let filter = filter.filter(|f| !f.is_empty());
         let by_keywords: Vec<usize> = index
             .search(
@@ -425,6 +431,8 @@ impl EmbeddedStore {
             Ok(fresh) => {
                 let mut map = write(&self.inner.collections);
                 map.retain(|name, _| fresh.contains_key(name));
+                // A reloaded collection's keyword index is built again by its next hybrid
+                // search: the reload read every row already, the rebuild costs the same order.
                 for (name, c) in fresh {
                     match map.get(&name) {
                         Some(existing) => *write(existing) = c,

@@ -13,9 +13,10 @@
 //! `context` and `text` joined, `context` (the enclosing item names, `impl Store > pub fn load`)
 //! [`CONTEXT_REPEATS`] times so an item's own name weighs more than a word in its body (a crude
 //! BM25F field weight that needs no second index). Both backends index the same text: the
-//! embedded store builds an in-memory [`Bm25Index`] per collection (rebuilt lazily after a
-//! write), and Qdrant stores the same terms as a sparse vector ([`sparse_terms`]) whose IDF Qdrant
-//! applies itself; both fuse with [`rrf`] here, so the weights are the same on both.
+//! embedded store keeps an in-memory [`Bm25Index`] per collection (built by the first hybrid
+//! search, then updated by each write at the cost of the written point's text), and Qdrant
+//! stores the same terms as a sparse vector ([`sparse_terms`]) whose IDF Qdrant applies itself;
+//! both fuse with [`rrf`] here, so the weights are the same on both.
 //!
 //! Terms: words are split on anything not a letter or digit and on case changes
 //! (`parseHeaderValue` → `parse`, `header`, `value`), lower-cased, stop words dropped, and cut
@@ -24,6 +25,7 @@
 //! it stands for.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::Payload;
 
@@ -176,41 +178,66 @@ pub fn terms(text: &str) -> Vec<String> {
     out
 }
 
-/// A BM25 index over a list of documents (`k1 = 1.2`, `b = 0.75`).
+/// A BM25 index over a numbered list of documents (`k1 = 1.2`, `b = 0.75`), kept up to date one
+/// document at a time.
+///
+/// Documents are numbered from 0 with no gaps, like the embedded store's rows: [`Self::put`]
+/// replaces document `i` or appends it, [`Self::swap_remove`] moves the last document into the
+/// removed one's number. Each costs work in proportion to the documents it touches, not to the
+/// index: every document keeps, for each of its distinct terms, where its posting sits in that
+/// term's list, so replacing or removing it takes its postings out directly, and renumbering the
+/// moved document rewrites only its own postings. The index keeps term ids per document, never
+/// the text, and each term's name once. After any sequence of writes it ranks and scores exactly
+/// as [`Self::build`] over the same documents does.
 #[derive(Debug, Default)]
 pub struct Bm25Index {
-    /// term → (document, term frequency)
-    postings: HashMap<String, Vec<(u32, u32)>>,
+    /// A term's name → its id, the index into `terms`.
+    vocabulary: HashMap<Arc<str>, u32>,
+    /// By term id: the term's postings. A term whose last posting goes is taken out of the
+    /// vocabulary and its id waits in `free` for the next new term.
+    terms: Vec<Term>,
+    free: Vec<u32>,
+    /// By document: its distinct terms, sorted by id, with where each one's posting is.
+    docs: Vec<Vec<DocTerm>>,
+    /// By document: its length in terms.
     lengths: Vec<u32>,
-    average: f32,
+    /// The sum of `lengths`, kept as an integer so the average never drifts.
+    total_length: u64,
+}
+
+/// One term of the vocabulary (or a free id, when `name` is `None`).
+#[derive(Debug, Default)]
+struct Term {
+    name: Option<Arc<str>>,
+    postings: Vec<Posting>,
+}
+
+/// A document holding a term, and how often.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Posting {
+    doc: u32,
+    tf: u32,
+}
+
+/// One of a document's terms and the place of the document's posting in that term's list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DocTerm {
+    term: u32,
+    slot: u32,
 }
 
 impl Bm25Index {
     /// Indexes `docs`; document `i` is the `i`-th.
-    pub fn build<'a>(docs: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut postings: HashMap<String, Vec<(u32, u32)>> = HashMap::new();
-        let mut lengths = Vec::new();
-        for (i, doc) in docs.into_iter().enumerate() {
-            let ts = terms(doc);
-            lengths.push(ts.len() as u32);
-            let mut tf: HashMap<String, u32> = HashMap::new();
-            for t in ts {
-                *tf.entry(t).or_default() += 1;
-            }
-            for (t, n) in tf {
-                postings.entry(t).or_default().push((i as u32, n));
-            }
+    pub fn build<I>(docs: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let mut index = Self::default();
+        for doc in docs {
+            index.put(index.len(), doc.as_ref());
         }
-        let average = if lengths.is_empty() {
-            0.0
-        } else {
-            lengths.iter().map(|l| *l as f32).sum::<f32>() / lengths.len() as f32
-        };
-        Self {
-            postings,
-            lengths,
-            average,
-        }
+        index
     }
 
     /// Documents indexed.
@@ -223,6 +250,129 @@ impl Bm25Index {
         self.lengths.is_empty()
     }
 
+    /// Indexes `text` as document `doc`: replaces document `doc` when there is one, appends it
+    /// when `doc` is [`Self::len`]. Costs the old and new texts' terms, whatever the index's size.
+    ///
+    /// # Panics
+    ///
+    /// When `doc` is greater than [`Self::len`] (documents are numbered without gaps).
+    pub fn put(&mut self, doc: usize, text: &str) {
+        let len = self.len();
+        assert!(doc <= len, "document {doc} put into an index of {len}");
+        let entries = if doc < len {
+            self.retract(doc)
+        } else {
+            self.docs.push(Vec::new());
+            self.lengths.push(0);
+            Vec::new()
+        };
+        self.insert(doc, text, entries);
+    }
+
+    /// Removes document `doc` and gives its number to the last document, as
+    /// [`Vec::swap_remove`] does. Costs the removed and moved documents' terms.
+    ///
+    /// # Panics
+    ///
+    /// When there is no document `doc`.
+    pub fn swap_remove(&mut self, doc: usize) {
+        let len = self.len();
+        assert!(doc < len, "document {doc} removed from an index of {len}");
+        self.retract(doc);
+        let last = len - 1;
+        if doc != last {
+            for e in &self.docs[last] {
+                self.terms[e.term as usize].postings[e.slot as usize].doc = doc as u32;
+            }
+        }
+        self.docs.swap_remove(doc);
+        self.lengths.swap_remove(doc);
+    }
+
+    /// Takes document `doc`'s postings out and leaves it empty (length 0, no terms); answers
+    /// its emptied term list for reuse.
+    fn retract(&mut self, doc: usize) -> Vec<DocTerm> {
+        let mut entries = std::mem::take(&mut self.docs[doc]);
+        self.total_length -= u64::from(std::mem::take(&mut self.lengths[doc]));
+        for &DocTerm { term, slot } in &entries {
+            let t = &mut self.terms[term as usize];
+            t.postings.swap_remove(slot as usize);
+            if let Some(moved) = t.postings.get(slot as usize) {
+                // The list's last posting took this one's place: its document learns where.
+                let theirs = &mut self.docs[moved.doc as usize];
+                let k = theirs
+                    .binary_search_by_key(&term, |e| e.term)
+                    .expect("a posting's document lists the posting's term");
+                theirs[k].slot = slot;
+            }
+            if t.postings.is_empty() {
+                // No document holds the term any more: it leaves the vocabulary.
+                if let Some(name) = t.name.take() {
+                    self.vocabulary.remove(&*name);
+                }
+                t.postings = Vec::new();
+                self.free.push(term);
+            } else if t.postings.capacity() > 16 && t.postings.len() * 4 <= t.postings.capacity() {
+                // A list that was long once does not keep its memory.
+                t.postings.shrink_to(t.postings.len() * 2);
+            }
+        }
+        entries.clear();
+        entries
+    }
+
+    /// Adds the postings of `text` as document `doc`, which holds none.
+    fn insert(&mut self, doc: usize, text: &str, mut entries: Vec<DocTerm>) {
+        let mut ts = terms(text);
+        let length = ts.len() as u32;
+        ts.sort_unstable();
+        for run in ts.chunk_by(|a, b| a == b) {
+            let term = self.term_id(&run[0]);
+            let postings = &mut self.terms[term as usize].postings;
+            entries.push(DocTerm {
+                term,
+                slot: postings.len() as u32,
+            });
+            postings.push(Posting {
+                doc: doc as u32,
+                tf: run.len() as u32,
+            });
+        }
+        entries.sort_unstable_by_key(|e| e.term);
+        self.docs[doc] = entries;
+        self.lengths[doc] = length;
+        self.total_length += u64::from(length);
+    }
+
+    /// The id of a term, added to the vocabulary when new.
+    fn term_id(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.vocabulary.get(name) {
+            return id;
+        }
+        let name: Arc<str> = Arc::from(name);
+        let id = match self.free.pop() {
+            Some(id) => id,
+            None => {
+                self.terms.push(Term::default());
+                (self.terms.len() - 1) as u32
+            }
+        };
+        self.terms[id as usize].name = Some(Arc::clone(&name));
+        self.vocabulary.insert(name, id);
+        id
+    }
+
+    /// The average document length. From the integer total, the quotient rounded once (an `f64`
+    /// quotient rounded to `f32` is the exactly rounded `f32` one): the same value however the
+    /// documents came and went.
+    fn average_length(&self) -> f32 {
+        if self.lengths.is_empty() {
+            0.0
+        } else {
+            (self.total_length as f64 / self.lengths.len() as f64) as f32
+        }
+    }
+
     /// The `limit` best documents for `query` among those `keep` accepts, best first, with
     /// their BM25 scores. Documents sharing no term with the query are not returned.
     pub fn search(
@@ -233,22 +383,25 @@ impl Bm25Index {
     ) -> Vec<(usize, f32)> {
         let (k1, b) = (1.2f32, 0.75f32);
         let n = self.lengths.len() as f32;
+        let average = self.average_length();
         let mut scores: HashMap<u32, f32> = HashMap::new();
         let mut qterms = terms(query);
         qterms.sort();
         qterms.dedup();
+        // A document's score adds its terms in the query's sorted order, whatever the order of
+        // the postings: the same sum, bit for bit, however the index was written.
         for t in &qterms {
-            let Some(list) = self.postings.get(t) else {
+            let Some(&id) = self.vocabulary.get(t.as_str()) else {
                 continue;
             };
+            let list = &self.terms[id as usize].postings;
             let df = list.len() as f32;
             let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
-            for &(doc, tf) in list {
-                let len = self.lengths[doc as usize] as f32;
-                let tf = tf as f32;
-                let norm =
-                    tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * len / self.average.max(1.0)));
-                *scores.entry(doc).or_default() += idf * norm;
+            for p in list {
+                let len = self.lengths[p.doc as usize] as f32;
+                let tf = p.tf as f32;
+                let norm = tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * len / average.max(1.0)));
+                *scores.entry(p.doc).or_default() += idf * norm;
             }
         }
         let mut hits: Vec<(usize, f32)> = scores
@@ -323,6 +476,8 @@ pub fn sparse_terms(text: &str) -> Vec<(u32, f32)> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     #[test]
@@ -362,6 +517,262 @@ mod tests {
         let filtered = idx.search("parse a header", |d| d != 0, 10);
         assert_eq!(filtered[0].0, 2);
         assert!(idx.search("zebra", |_| true, 10).is_empty());
+    }
+
+    impl Bm25Index {
+        /// Every term's postings by name, each list sorted by document: what two indexes of the
+        /// same documents share, whatever order they were written in.
+        fn postings_by_name(&self) -> BTreeMap<&str, Vec<(u32, u32)>> {
+            self.vocabulary
+                .iter()
+                .map(|(name, &id)| {
+                    let mut list: Vec<(u32, u32)> = self.terms[id as usize]
+                        .postings
+                        .iter()
+                        .map(|p| (p.doc, p.tf))
+                        .collect();
+                    list.sort_unstable();
+                    (&**name, list)
+                })
+                .collect()
+        }
+
+        /// Panics unless the structure holds together: every posting is listed by its
+        /// document at its place and the other way round, no term without postings stays in
+        /// the vocabulary, and the total length is the lengths' sum.
+        fn check(&self) {
+            assert_eq!(self.docs.len(), self.lengths.len());
+            let sum: u64 = self.lengths.iter().map(|l| u64::from(*l)).sum();
+            assert_eq!(
+                self.total_length, sum,
+                "the total length is the lengths' sum"
+            );
+            let mut live = 0;
+            for (id, t) in self.terms.iter().enumerate() {
+                match &t.name {
+                    Some(name) => {
+                        live += 1;
+                        assert_eq!(self.vocabulary.get(&**name), Some(&(id as u32)));
+                        assert!(!t.postings.is_empty(), "`{name}` stays with no posting");
+                        assert!(t.postings.len() <= self.len());
+                    }
+                    None => {
+                        assert!(t.postings.is_empty() && self.free.contains(&(id as u32)));
+                    }
+                }
+                for (slot, p) in t.postings.iter().enumerate() {
+                    let entries = &self.docs[p.doc as usize];
+                    let k = entries
+                        .binary_search_by_key(&(id as u32), |e| e.term)
+                        .expect("the posting's document lists the term");
+                    assert_eq!(
+                        entries[k].slot as usize, slot,
+                        "term {id}, document {}",
+                        p.doc
+                    );
+                }
+            }
+            assert_eq!(self.vocabulary.len(), live);
+            assert_eq!(self.free.len() + live, self.terms.len());
+            let mut entries = 0;
+            for doc in &self.docs {
+                assert!(doc.windows(2).all(|w| w[0].term < w[1].term));
+                for e in doc {
+                    let t = &self.terms[e.term as usize];
+                    assert!(t.name.is_some(), "a document lists a free term");
+                    assert!(t.postings.get(e.slot as usize).is_some());
+                }
+                entries += doc.len();
+            }
+            let postings: usize = self.terms.iter().map(|t| t.postings.len()).sum();
+            assert_eq!(
+                postings, entries,
+                "one posting per distinct term of each document"
+            );
+        }
+    }
+
+    /// A deterministic generator (xorshift64*), so a failing sequence replays.
+    struct Xorshift(u64);
+
+    impl Xorshift {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// Words for random documents: inflections and abbreviations that meet, camel case, stop
+    /// words (a document of only those has length 0).
+    const WORDS: &[&str] = &[
+        "parse",
+        "parseHeaderValue",
+        "header",
+        "headers",
+        "value",
+        "buf",
+        "buffer",
+        "req",
+        "request",
+        "Params",
+        "closing",
+        "closed",
+        "connection",
+        "HTTPServer",
+        "entries",
+        "op",
+        "operator",
+        "idx",
+        "index",
+        "len",
+        "load",
+        "store",
+        "write_body",
+        "zebra",
+        "the",
+        "fn",
+        "self",
+        "of",
+    ];
+
+    const QUERIES: &[&str] = &[
+        "parse the header value",
+        "buffer",
+        "request params",
+        "how is the connection closed",
+        "operator index length",
+        "zebra store load write",
+        "fn self of",
+        "unique3 unique17 header",
+    ];
+
+    /// Up to eight words, and now and then one of fifty rare ones, so terms come and go.
+    fn random_text(rng: &mut Xorshift) -> String {
+        let mut words: Vec<String> = (0..rng.below(9))
+            .map(|_| WORDS[rng.below(WORDS.len())].to_string())
+            .collect();
+        if rng.below(3) == 0 {
+            words.push(format!("unique{}", rng.below(50)));
+        }
+        words.join(" ")
+    }
+
+    fn bits(hits: Vec<(usize, f32)>) -> Vec<(usize, u32)> {
+        hits.into_iter().map(|(d, s)| (d, s.to_bits())).collect()
+    }
+
+    #[test]
+    fn writes_one_at_a_time_answer_as_a_fresh_build() {
+        let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15);
+        let mut index = Bm25Index::default();
+        // The documents in the index's numbering, changed the way the embedded store's rows are.
+        let mut docs: Vec<String> = Vec::new();
+        let (mut appends, mut overwrites, mut removals, mut emptied) = (0, 0, 0, 0);
+        for step in 0..3_000 {
+            // Phases of growth and of shrinking, so the index is sometimes large, sometimes empty.
+            let grow = (step / 300) % 2 == 0;
+            let put = docs.is_empty() || rng.below(4) < if grow { 3 } else { 1 };
+            if put {
+                let text = random_text(&mut rng);
+                let doc = if docs.is_empty() || rng.below(2) == 0 {
+                    appends += 1;
+                    docs.push(text.clone());
+                    docs.len() - 1
+                } else {
+                    overwrites += 1;
+                    let doc = rng.below(docs.len());
+                    docs[doc] = text.clone();
+                    doc
+                };
+                index.put(doc, &text);
+            } else {
+                removals += 1;
+                let doc = rng.below(docs.len());
+                docs.swap_remove(doc);
+                index.swap_remove(doc);
+                emptied += usize::from(docs.is_empty());
+            }
+            index.check();
+            let fresh = Bm25Index::build(&docs);
+            assert_eq!(index.len(), fresh.len());
+            assert_eq!(index.total_length, fresh.total_length, "step {step}");
+            assert_eq!(
+                index.postings_by_name(),
+                fresh.postings_by_name(),
+                "step {step}: the same postings, and no others"
+            );
+            for q in QUERIES {
+                assert_eq!(
+                    bits(index.search(q, |_| true, usize::MAX)),
+                    bits(fresh.search(q, |_| true, usize::MAX)),
+                    "step {step}, query {q:?}"
+                );
+                assert_eq!(
+                    bits(index.search(q, |d| d % 3 != 0, 4)),
+                    bits(fresh.search(q, |d| d % 3 != 0, 4)),
+                    "step {step}, query {q:?}, filtered"
+                );
+            }
+        }
+        // The sequence did what it is meant to test.
+        assert!(appends > 500 && overwrites > 500 && removals > 500 && emptied > 0);
+    }
+
+    #[test]
+    fn removals_leave_no_postings_behind() {
+        let mut index = Bm25Index::default();
+        for round in 0..300 {
+            // One document rewritten with new words each round, twenty added and removed again
+            // from the front (each removal moves the last one forward).
+            index.put(0, &format!("header word{round} token{round}"));
+            for i in 1..=20 {
+                index.put(i, &format!("header body{i} round{round}"));
+            }
+            for _ in 0..20 {
+                index.swap_remove(1);
+            }
+            index.check();
+            assert_eq!(index.len(), 1);
+            assert_eq!(
+                index.postings_by_name().into_keys().collect::<Vec<_>>(),
+                vec![
+                    "header".to_string(),
+                    format!("token{round}"),
+                    format!("word{round}")
+                ]
+            );
+            // Freed term ids are reused: the table is as large as the most terms ever live.
+            assert!(index.terms.len() <= 24, "{} term ids", index.terms.len());
+        }
+        // A long list that shrinks gives its memory back.
+        for i in 1..=1_000 {
+            index.put(i, &format!("header x{i}"));
+        }
+        while index.len() > 1 {
+            index.swap_remove(0);
+        }
+        index.check();
+        let header = index.vocabulary["header"] as usize;
+        assert_eq!(index.terms[header].postings.len(), 1);
+        assert!(index.terms[header].postings.capacity() < 64);
+        // And an empty index holds nothing.
+        index.swap_remove(0);
+        index.check();
+        assert!(index.is_empty() && index.vocabulary.is_empty() && index.total_length == 0);
+        assert!(index.search("header", |_| true, 10).is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "document 2 put into an index of 1")]
+    fn documents_are_numbered_without_gaps() {
+        let mut index = Bm25Index::build(["header"]);
+        index.put(2, "body");
     }
 
     #[test]
