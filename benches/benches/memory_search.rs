@@ -6,11 +6,21 @@
 //! and the store's recall@10 against the baseline's answers. Goal: p50 <= 5 ms at 100k with
 //! recall@10 >= 0.95. Without `--bench` (under `cargo test --benches`) it is a smoke run over
 //! one store of 2,000 vectors that fails if recall@10 is below 0.5.
+//!
+//! Remember then recall (group `memory_remember_recall`): on a store of 1,000 and 10,000 short
+//! code-like texts, one new point is upserted and a hybrid search asks for its words, as an
+//! agent's `remember` then `recall` do. The store updates its BM25 index with the new point's
+//! text only; the baseline step adds what each step cost before the index was incremental, a
+//! `Bm25Index::build` over every point's keyword text. The point is deleted again outside the
+//! timing, so the store keeps its size. The run prints the p50 of both steps (interleaved) and
+//! their ratio; every step checks the remembered point is the first hit. The smoke run uses one
+//! store of 200 texts.
 
 use std::hint::black_box;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use bridle_memory::{CollectionConfig, EmbeddedStore, Payload, Point};
+use bridle_memory::store::keywords::{Bm25Index, keyword_text};
+use bridle_memory::{CollectionConfig, Condition, EmbeddedStore, Filter, Payload, Point};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
 const DIM: usize = 384;
@@ -24,6 +34,11 @@ impl Rng {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        self.next();
+        ((self.0 >> 33) % n as u64) as usize
     }
 
     fn unit(&mut self) -> Vec<f32> {
@@ -51,11 +66,14 @@ fn p50(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Without `--bench` (as under `cargo test --benches`) a smoke run: small stores, so an
+/// unoptimised build checks the paths in seconds, not minutes.
+fn smoke() -> bool {
+    !std::env::args().any(|a| a == "--bench")
+}
+
 fn bench(c: &mut Criterion) {
-    // Without `--bench` (as under `cargo test --benches`) a smoke run: one small store, so an
-    // unoptimised build checks the path in seconds, not minutes.
-    let smoke = !std::env::args().any(|a| a == "--bench");
-    let (sizes, query_count): (&[usize], usize) = if smoke {
+    let (sizes, query_count): (&[usize], usize) = if smoke() {
         (&[2_000], 20)
     } else {
         (&[10_000, 100_000], 200)
@@ -128,5 +146,150 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+const VERBS: &[&str] = &[
+    "parse", "read", "write", "load", "store", "open", "close", "send", "receive", "encode",
+    "decode", "merge", "split", "find", "insert", "remove", "update", "check", "build", "flush",
+];
+const NOUNS: &[&str] = &[
+    "header", "body", "frame", "buffer", "request", "response", "session", "token", "config",
+    "path", "index", "chunk", "record", "entry", "stream", "socket", "cache", "query", "schema",
+    "payload",
+];
+const TYPES: &[&str] = &[
+    "u8", "str", "String", "Vec<u8>", "Bytes", "Path", "Value", "Error", "Header", "Frame",
+];
+
+/// A short code-like text whose function name holds the rare word `handle{k}`.
+fn code_text(rng: &mut Rng, k: usize) -> String {
+    let mut pick = |words: &[&'static str]| words[rng.below(words.len())];
+    let (verb, noun, arg, ty, out, call) = (
+        pick(VERBS),
+        pick(NOUNS),
+        pick(NOUNS),
+        pick(TYPES),
+        pick(TYPES),
+        pick(VERBS),
+    );
+    format!(
+        "fn {verb}_{noun}_handle{k}(&mut self, {arg}: &{ty}) -> Result<{out}> {{\n    \
+         let {noun} = self.{call}_{arg}({arg})?;\n    Ok({noun}.into())\n}}"
+    )
+}
+
+fn payload(text: String) -> Payload {
+    let mut p = Payload::new();
+    p.insert("text".into(), serde_json::Value::String(text));
+    p
+}
+
+/// One remember-then-recall step of the store: upsert a new point, then a hybrid search for
+/// its words, which must find it first. With `rebuild`, the step also builds a BM25 index over
+/// every point's keyword text, which the store did on the first hybrid search after each write
+/// before its index was kept up to date. The point is deleted after the timing.
+struct Step<'a> {
+    store: &'a EmbeddedStore,
+    /// The store's payloads, for the rebuild; the step's point is pushed and popped.
+    payloads: Vec<Payload>,
+    rng: Rng,
+    next_id: u64,
+}
+
+impl Step<'_> {
+    fn run(&mut self, rebuild: bool) -> Duration {
+        let id = self.next_id;
+        self.next_id += 1;
+        let text = code_text(&mut self.rng, id as usize);
+        let vector = self.rng.unit();
+        let query = format!("where does handle{id} {}", NOUNS[id as usize % NOUNS.len()]);
+        if rebuild {
+            self.payloads.push(payload(text.clone()));
+        }
+        let t = Instant::now();
+        self.store
+            .upsert_sync(
+                "recall",
+                vec![Point {
+                    id,
+                    vector: vector.clone(),
+                    payload: payload(text),
+                }],
+            )
+            .expect("remember");
+        if rebuild {
+            black_box(Bm25Index::build(self.payloads.iter().map(keyword_text)));
+        }
+        let hits = self
+            .store
+            .search_hybrid_sync("recall", &vector, &query, None, K)
+            .expect("recall");
+        let spent = t.elapsed();
+        assert_eq!(hits[0].id, id, "the remembered point comes first");
+        if rebuild {
+            self.payloads.pop();
+        }
+        self.store
+            .delete_sync("recall", &Filter::all().and(Condition::HasId(vec![id])))
+            .expect("forget");
+        spent
+    }
+}
+
+fn remember_recall(c: &mut Criterion) {
+    let (sizes, steps): (&[usize], usize) = if smoke() {
+        (&[200], 3)
+    } else {
+        (&[1_000, 10_000], 60)
+    };
+    let mut group = c.benchmark_group("memory_remember_recall");
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(3));
+    for &n in sizes {
+        let mut rng = Rng(0xD1B5_4A32_D192_ED03 ^ n as u64);
+        let store = EmbeddedStore::open_in_memory().expect("store");
+        store
+            .ensure_collection_sync("recall", CollectionConfig::cosine(DIM))
+            .expect("collection");
+        let payloads: Vec<Payload> = (0..n).map(|k| payload(code_text(&mut rng, k))).collect();
+        let points = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Point {
+                id: i as u64,
+                vector: rng.unit(),
+                payload: p.clone(),
+            })
+            .collect();
+        store.upsert_sync("recall", points).expect("upsert");
+        let mut step = Step {
+            store: &store,
+            payloads,
+            rng,
+            next_id: n as u64,
+        };
+        // The first hybrid search builds the store's index; from then on writes update it.
+        step.run(false);
+
+        let (mut t_incremental, mut t_rebuild) = (Vec::new(), Vec::new());
+        for _ in 0..steps {
+            t_incremental.push(step.run(false).as_secs_f64() * 1e3);
+            t_rebuild.push(step.run(true).as_secs_f64() * 1e3);
+        }
+        eprintln!(
+            "memory_remember_recall n={n}: incremental p50 {:.3} ms, rebuild p50 {:.3} ms, ratio {:.1}x",
+            p50(t_incremental.clone()),
+            p50(t_rebuild.clone()),
+            p50(t_rebuild) / p50(t_incremental)
+        );
+
+        for (name, rebuild) in [("incremental", false), ("rebuild", true)] {
+            group.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
+                b.iter_custom(|iters| (0..iters).map(|_| step.run(rebuild)).sum())
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, remember_recall);
 criterion_main!(benches);
