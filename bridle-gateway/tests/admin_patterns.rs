@@ -832,6 +832,13 @@ async fn an_example_over_the_configured_byte_limit_fails_and_keeps_its_previous_
             .contains("more than 2048 bytes"),
         "{failed}"
     );
+    assert!(
+        failed["detail"]
+            .as_str()
+            .unwrap()
+            .contains("`memory.indexing.max_total_bytes` in bridle.yaml"),
+        "the error names the key to raise: {failed}"
+    );
     let doc = document(&gw).await;
     assert_eq!(doc["revision"], revision, "nothing written back");
     assert_eq!(

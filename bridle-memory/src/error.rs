@@ -6,6 +6,8 @@
 //! in their structured error so programs match on it, and the sentence is written for a model to
 //! act on.
 
+use crate::patterns::LimitNames;
+
 /// Why a memory operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -88,7 +90,8 @@ pub enum MemoryError {
         source_repo: String,
     },
     /// A repository over one of the limits that bound what indexing reads and holds in memory
-    /// ([`crate::repo::FileRules::max_total_bytes`], [`crate::PatternIndexConfig::max_chunks`]).
+    /// ([`crate::repo::FileRules::max_total_bytes`], [`crate::repo::FileRules::max_files`],
+    /// [`crate::PatternIndexConfig::max_chunks`]).
     /// Nothing is stored: the tag's previous index, if any, stays as it was.
     #[error(
         "the repository {source_repo} is too large to index: it has more than {limit} {what} (the limit {setting}); raise that limit or index a smaller repository. Nothing was stored and the tag's previous index is unchanged"
@@ -100,8 +103,8 @@ pub enum MemoryError {
         what: &'static str,
         /// The limit's value.
         limit: u64,
-        /// The setting that raises it.
-        setting: &'static str,
+        /// The setting that raises it ([`crate::LimitNames`]).
+        setting: String,
     },
     /// A pattern-example tag that was never indexed.
     #[error("no pattern example is indexed under reference tag `{0}`")]
@@ -165,22 +168,32 @@ impl MemoryError {
 
 impl MemoryError {
     /// [`MemoryError::IndexTooLarge`] for a walk that read more than `limit` bytes.
-    pub(crate) fn too_many_bytes(source_repo: String, limit: u64) -> Self {
+    pub(crate) fn too_many_bytes(source_repo: String, limit: u64, names: &LimitNames) -> Self {
         MemoryError::IndexTooLarge {
             source_repo,
             what: "bytes of files to read",
             limit,
-            setting: "PatternIndexConfig::files.max_total_bytes",
+            setting: names.max_total_bytes.clone(),
+        }
+    }
+
+    /// [`MemoryError::IndexTooLarge`] for more than `limit` indexable files.
+    pub(crate) fn too_many_files(source_repo: String, limit: usize, names: &LimitNames) -> Self {
+        MemoryError::IndexTooLarge {
+            source_repo,
+            what: "indexable files",
+            limit: limit as u64,
+            setting: names.max_files.clone(),
         }
     }
 
     /// [`MemoryError::IndexTooLarge`] for more than `limit` chunks.
-    pub(crate) fn too_many_chunks(source_repo: String, limit: usize) -> Self {
+    pub(crate) fn too_many_chunks(source_repo: String, limit: usize, names: &LimitNames) -> Self {
         MemoryError::IndexTooLarge {
             source_repo,
             what: "chunks",
             limit: limit as u64,
-            setting: "PatternIndexConfig::max_chunks",
+            setting: names.max_chunks.clone(),
         }
     }
 }

@@ -37,8 +37,9 @@ pub use embed::{
 };
 pub use error::{MemoryError, Result};
 pub use patterns::{
-    ChunkFilter, ChunkPage, ExampleRepo, IndexReport, IndexedChunk, IndexedExample, LineProgress,
-    NoProgress, PatternHit, PatternIndex, PatternIndexConfig, Progress, ProgressEvent, SearchMode,
+    ChunkFilter, ChunkPage, ExampleRepo, IndexReport, IndexedChunk, IndexedExample, LimitNames,
+    LineProgress, NoProgress, PatternHit, PatternIndex, PatternIndexConfig, Progress,
+    ProgressEvent, SearchMode,
 };
 pub use session::{
     DEFAULT_MAX_PER_PROJECT, Memory, MemoryFilter, NewMemory, RecallHit, ReembedReport,

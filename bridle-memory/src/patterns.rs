@@ -243,6 +243,29 @@ pub struct ChunkPage {
 /// The largest page [`PatternIndex::chunks`] returns.
 pub const MAX_CHUNK_PAGE: usize = 500;
 
+/// What an [`MemoryError::IndexTooLarge`] names as the setting that raises each indexing
+/// limit. By default the Rust settings; a host that reads the limits from its own
+/// configuration names its keys instead, so the reader of the error knows what to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitNames {
+    /// The setting of [`FileRules::max_total_bytes`].
+    pub max_total_bytes: String,
+    /// The setting of [`FileRules::max_files`].
+    pub max_files: String,
+    /// The setting of [`PatternIndexConfig::max_chunks`].
+    pub max_chunks: String,
+}
+
+impl Default for LimitNames {
+    fn default() -> Self {
+        Self {
+            max_total_bytes: "PatternIndexConfig::files.max_total_bytes".into(),
+            max_files: "PatternIndexConfig::files.max_files".into(),
+            max_chunks: "PatternIndexConfig::max_chunks".into(),
+        }
+    }
+}
+
 /// Settings of a [`PatternIndex`].
 #[derive(Debug, Clone)]
 pub struct PatternIndexConfig {
@@ -262,6 +285,8 @@ pub struct PatternIndexConfig {
     pub max_chunks: usize,
     /// How long a clone may take.
     pub clone_timeout: Duration,
+    /// The settings an `index_too_large` error names.
+    pub limit_names: LimitNames,
     /// How [`PatternIndex::search`] ranks.
     pub search: SearchMode,
     /// Whether a chunk's vector also reads its summary ([`crate::chunk::Chunk::summary_text`]:
@@ -282,6 +307,7 @@ impl Default for PatternIndexConfig {
             files: FileRules::default(),
             max_chunks: 50_000,
             clone_timeout: Duration::from_secs(300),
+            limit_names: LimitNames::default(),
             search: SearchMode::default(),
             summaries: false,
         }
@@ -376,6 +402,7 @@ impl PatternIndex {
         let mut chunking = self.config.chunking;
         chunking.max_tokens = chunking.max_tokens.min(self.embedder.max_input_tokens());
         let max_chunks = self.config.max_chunks;
+        let names = self.config.limit_names.clone();
         let shown = redact_url(&repo.url);
         let embedder = Arc::clone(&self.embedder);
         let (files, chunks) = tokio::task::spawn_blocking(move || -> Result<_> {
@@ -388,13 +415,20 @@ impl PatternIndex {
                 files += 1;
                 for c in chunk_file(&f.path, &f.text, &chunking, &count) {
                     if chunks.len() >= max_chunks {
-                        return Err(MemoryError::too_many_chunks(shown, max_chunks));
+                        return Err(MemoryError::too_many_chunks(shown, max_chunks, &names));
                     }
                     chunks.push((f.path.clone(), c));
                 }
             }
             if walk.over_byte_limit() {
-                return Err(MemoryError::too_many_bytes(shown, rules.max_total_bytes));
+                return Err(MemoryError::too_many_bytes(
+                    shown,
+                    rules.max_total_bytes,
+                    &names,
+                ));
+            }
+            if walk.over_file_limit() {
+                return Err(MemoryError::too_many_files(shown, rules.max_files, &names));
             }
             Ok((files, chunks))
         })

@@ -286,8 +286,10 @@ pub struct SourceFile {
 pub struct FileRules {
     /// Files larger than this are skipped. Default 256 KiB.
     pub max_file_bytes: u64,
-    /// At most this many files are read; the walk stops once it has found them, so the rest
-    /// of a larger tree is never listed. Default 20,000.
+    /// At most this many indexable files are read; the walk stops at the next one, so the
+    /// rest of a larger tree is never listed, and [`SourceFiles::over_file_limit`] says so;
+    /// indexing then fails with [`MemoryError::IndexTooLarge`] rather than index part of a
+    /// repository. Default 20,000.
     pub max_files: usize,
     /// At most this many bytes are read in all, every file read counting (indexable or not):
     /// what bounds the work and, when indexing, the memory, whatever the tree holds (20,000
@@ -401,8 +403,8 @@ fn looks_generated(text: &str) -> bool {
 
 /// Walks `root` and returns the indexable files, sorted by path: [`source_files`], collected.
 /// Every file's text is in memory at once; to index a large tree, iterate [`source_files`]
-/// instead, which holds one file at a time. A tree over [`FileRules::max_total_bytes`] fails
-/// with [`MemoryError::IndexTooLarge`].
+/// instead, which holds one file at a time. A tree over [`FileRules::max_total_bytes`] or
+/// [`FileRules::max_files`] fails with [`MemoryError::IndexTooLarge`].
 pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> {
     let mut files = source_files(root, rules)?;
     let collected: Vec<SourceFile> = files.by_ref().collect();
@@ -410,6 +412,14 @@ pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> 
         return Err(MemoryError::too_many_bytes(
             root.display().to_string(),
             rules.max_total_bytes,
+            &crate::patterns::LimitNames::default(),
+        ));
+    }
+    if files.over_file_limit() {
+        return Err(MemoryError::too_many_files(
+            root.display().to_string(),
+            rules.max_files,
+            &crate::patterns::LimitNames::default(),
         ));
     }
     Ok(collected)
@@ -424,7 +434,8 @@ pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> 
 /// excludes and `.ignore` files are honoured, hidden files and folders are skipped unless
 /// [`FileRules::hidden`] says otherwise, and symlinks are not followed (they may leave the
 /// repository or loop). The folder, name, size, binary and generated-file rules above apply on
-/// top. The walk stops once [`FileRules::max_files`] files are yielded, or once more than
+/// top. The walk stops at the first indexable file past [`FileRules::max_files`] (not yielded;
+/// [`SourceFiles::over_file_limit`] then says so), or once more than
 /// [`FileRules::max_total_bytes`] have been read ([`SourceFiles::over_byte_limit`] then says
 /// so). A file that cannot be read when its turn comes (removed or changed since its folder
 /// was listed) is skipped.
@@ -460,6 +471,7 @@ pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
         walk,
         rules: rules.clone(),
         left: rules.max_files,
+        over_files: false,
         bytes_read: 0,
         walked: 0,
         root: root.to_path_buf(),
@@ -503,6 +515,8 @@ pub struct SourceFiles {
     rules: FileRules,
     /// How many more files may be yielded.
     left: usize,
+    /// Whether an indexable file was found past the file limit (the walk then ends).
+    over_files: bool,
     /// Bytes read so far, of every file read.
     bytes_read: u64,
     /// Entries the walk has produced so far (files and folders), to show it stops early.
@@ -531,13 +545,19 @@ impl SourceFiles {
     pub fn over_byte_limit(&self) -> bool {
         self.bytes_read > self.rules.max_total_bytes
     }
+
+    /// Whether the walk stopped because the tree has more than [`FileRules::max_files`]
+    /// indexable files: what it yielded is then only part of the tree.
+    pub fn over_file_limit(&self) -> bool {
+        self.over_files
+    }
 }
 
 impl Iterator for SourceFiles {
     type Item = SourceFile;
 
     fn next(&mut self) -> Option<SourceFile> {
-        while self.left > 0 && !self.over_byte_limit() {
+        while !self.over_files && !self.over_byte_limit() {
             let entry = match self.walk.next()? {
                 Ok(e) => e,
                 Err(e) => {
@@ -567,10 +587,13 @@ impl Iterator for SourceFiles {
                 tracing::warn!(root = %self.root.display(), limit = self.rules.max_total_bytes, "byte limit reached; the walk stops");
                 return None;
             }
-            self.left -= 1;
             if self.left == 0 {
-                tracing::warn!(root = %self.root.display(), limit = self.rules.max_files, "file limit reached; the walk stops and any further file is not indexed");
+                // One indexable file more than may be read: the tree is over the limit.
+                tracing::warn!(root = %self.root.display(), limit = self.rules.max_files, "file limit passed; the walk stops");
+                self.over_files = true;
+                return None;
             }
+            self.left -= 1;
             let rel = path
                 .strip_prefix(&self.root)
                 .unwrap_or(&path)
@@ -689,16 +712,22 @@ mod tests {
         assert_eq!(paths, ["d.rs", "e.rs"]);
         assert_eq!(rest[0].text, "fn rewritten() {}\n");
 
-        // The limit counts files yielded, in path order.
+        // The limit counts files yielded, in path order, and one more passes it.
         let two = FileRules {
             max_files: 2,
+            ..rules.clone()
+        };
+        let mut walk = source_files(dir.path(), &two).expect("walk");
+        let paths: Vec<String> = walk.by_ref().map(|f| f.path).collect();
+        assert_eq!(paths, ["a-z.rs", "d.rs"]);
+        assert!(walk.over_file_limit(), "e.rs is past the limit");
+        let three = FileRules {
+            max_files: 3,
             ..rules
         };
-        let paths: Vec<String> = source_files(dir.path(), &two)
-            .expect("walk")
-            .map(|f| f.path)
-            .collect();
-        assert_eq!(paths, ["a-z.rs", "d.rs"]);
+        let mut walk = source_files(dir.path(), &three).expect("walk");
+        assert_eq!(walk.by_ref().count(), 3);
+        assert!(!walk.over_file_limit(), "exactly at the limit is within it");
         assert!(source_files(&dir.path().join("missing"), &two).is_err());
     }
 
@@ -719,10 +748,15 @@ mod tests {
         let mut files = source_files(dir.path(), &rules).expect("walk");
         let paths: Vec<String> = files.by_ref().map(|f| f.path).collect();
         assert_eq!(paths, ["d000/f.rs", "d001/f.rs", "d002/f.rs"]);
-        // The root, three folders and their three files: the other 297 folders were never
-        // walked into or listed past the root.
-        assert!(files.walked <= 7, "walked {} entries", files.walked);
+        // The root, four folders and their four files (the fourth tells the tree is over the
+        // limit): the other 296 folders were never walked into or listed past the root.
+        assert!(files.walked <= 9, "walked {} entries", files.walked);
         assert!(!files.over_byte_limit());
+        assert!(files.over_file_limit());
+        assert_eq!(files.next().map(|f| f.path), None, "the walk stays ended");
+        let err = collect_files(dir.path(), &rules).expect_err("over the file limit");
+        assert_eq!(err.code(), "index_too_large", "{err}");
+        assert!(err.to_string().contains("max_files"), "{err}");
 
         // Each file is 10 bytes: the third passes 25, and the walk stops before yielding it.
         let rules = FileRules {

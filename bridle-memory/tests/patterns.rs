@@ -480,8 +480,9 @@ async fn refresh_is_atomic_under_concurrent_searches() {
 }
 
 /// A repository whose files all share one blob clones small and checks out large. Indexing
-/// stops at the configured byte or chunk limit and fails with `index_too_large`, naming the
-/// limit; nothing is embedded or stored, and the tag's previous index stays as it was.
+/// stops at the configured byte, file or chunk limit and fails with `index_too_large`, naming
+/// the limit and its setting (the host's name for it, when given); nothing is embedded or
+/// stored, and the tag's previous index stays as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repository_over_the_limits_fails_and_keeps_the_previous_index() {
     let f = fixture();
@@ -522,6 +523,29 @@ async fn a_repository_over_the_limits_fails_and_keeps_the_previous_index() {
                 ..PatternIndexConfig::default()
             },
             "PatternIndexConfig::max_chunks",
+            "20",
+        ),
+        (
+            PatternIndexConfig {
+                files: FileRules {
+                    max_files: 63,
+                    ..FileRules::default()
+                },
+                ..PatternIndexConfig::default()
+            },
+            "PatternIndexConfig::files.max_files",
+            "63 indexable files",
+        ),
+        (
+            PatternIndexConfig {
+                max_chunks: 20,
+                limit_names: bridle_memory::LimitNames {
+                    max_chunks: "`indexing.chunks` in app.toml".into(),
+                    ..Default::default()
+                },
+                ..PatternIndexConfig::default()
+            },
+            "`indexing.chunks` in app.toml",
             "20",
         ),
     ] {

@@ -125,6 +125,12 @@ impl IndexingSection {
         config.files.hidden = self.hidden;
         config.max_chunks = self.max_chunks;
         config.clone_timeout = Duration::from_secs(self.clone_timeout_secs);
+        // An `index_too_large` names the bridle.yaml key to raise, not bridle-memory's field.
+        config.limit_names = bridle_memory::LimitNames {
+            max_total_bytes: "`memory.indexing.max_total_bytes` in bridle.yaml".into(),
+            max_files: "`memory.indexing.max_files` in bridle.yaml".into(),
+            max_chunks: "`memory.indexing.max_chunks` in bridle.yaml".into(),
+        };
         config
     }
 }
