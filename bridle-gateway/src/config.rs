@@ -373,6 +373,12 @@ impl GatewayConfig {
         }
         if let Some(memory) = &self.memory {
             memory.indexing.check().map_err(invalid)?;
+            if memory.max_memories_per_project == 0 {
+                return Err(invalid(
+                    "memory.max_memories_per_project must be at least 1 (0 would refuse every remember)"
+                        .into(),
+                ));
+            }
         }
         for ns in &self.health.optional_upstreams {
             if !self.upstreams.contains_key(ns) {

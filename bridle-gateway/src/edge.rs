@@ -291,6 +291,7 @@ impl GatewayConfig {
                             store: MemoryStoreConfig::default(),
                             embedder,
                             indexing: Default::default(),
+                            max_memories_per_project: bridle_memory::DEFAULT_MAX_PER_PROJECT,
                         });
                     }
                 }

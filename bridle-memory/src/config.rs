@@ -53,6 +53,9 @@ pub struct MemoryConfig {
     pub embedder: EmbedderConfig,
     /// Pattern indexing settings.
     pub patterns: PatternIndexConfig,
+    /// The most memories one project may hold ([`SessionMemory::with_max_per_project`];
+    /// [`crate::DEFAULT_MAX_PER_PROJECT`] is the usual value).
+    pub max_memories_per_project: u64,
 }
 
 /// Opens the configured store.
@@ -108,7 +111,15 @@ impl MemoryService {
     pub async fn open(config: &MemoryConfig) -> Result<Self> {
         let store = open_store(&config.store).await?;
         let embedder = connect_embedder(&config.embedder).await?;
-        Ok(Self::with(store, embedder, config.patterns.clone()))
+        let mut service = Self::with(store, embedder, config.patterns.clone());
+        service.session = Arc::new(
+            service
+                .session
+                .as_ref()
+                .clone()
+                .with_max_per_project(config.max_memories_per_project),
+        );
+        Ok(service)
     }
 
     /// Builds both halves over an existing store and embedder.

@@ -13,6 +13,7 @@ let config = MemoryConfig {
     store: StoreConfig::Embedded { path: "data/memory.sqlite".into() },
     embedder: EmbedderConfig::OpenAi(HttpEmbedderConfig::new("http://127.0.0.1:1234/v1", "text-embedding-nomic-embed-text-v1.5")),
     patterns: PatternIndexConfig::default(),
+    max_memories_per_project: DEFAULT_MAX_PER_PROJECT,
 };
 let memory = MemoryService::open(&config).await?;
 

@@ -50,6 +50,21 @@ pub struct MemorySection {
     /// The limits of one pattern-example index (default: bridle-memory's).
     #[serde(default, skip_serializing_if = "IndexingSection::is_default")]
     pub indexing: IndexingSection,
+    /// The most memories one project may hold: past it `remember` stores nothing and answers
+    /// `memory_quota_exceeded` (default bridle-memory's, 10,000).
+    #[serde(
+        default = "default_max_memories",
+        skip_serializing_if = "is_default_max_memories"
+    )]
+    pub max_memories_per_project: u64,
+}
+
+fn default_max_memories() -> u64 {
+    bridle_memory::DEFAULT_MAX_PER_PROJECT
+}
+
+fn is_default_max_memories(n: &u64) -> bool {
+    *n == bridle_memory::DEFAULT_MAX_PER_PROJECT
 }
 
 /// Where memory's vectors live.
@@ -124,6 +139,13 @@ impl MemorySection {
     pub fn to_config(&self, data_dir: &Path, secrets: &Path) -> Result<MemoryConfig, ConfigError> {
         self.indexing
             .check()
+            .and_then(|()| {
+                if self.max_memories_per_project == 0 {
+                    Err("memory.max_memories_per_project must be at least 1 (0 would refuse every remember)".to_string())
+                } else {
+                    Ok(())
+                }
+            })
             .map_err(|message| ConfigError::Invalid {
                 file: data_dir.join("bridle.yaml"),
                 message,
@@ -168,6 +190,7 @@ impl MemorySection {
             store,
             embedder,
             patterns: self.indexing.pattern_config(),
+            max_memories_per_project: self.max_memories_per_project,
         })
     }
 }
@@ -323,5 +346,73 @@ impl ProjectAccess for AgentProjects {
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
+
+    use super::*;
+
+    #[test]
+    fn the_memory_quota_is_read_checked_and_passed_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let section: MemorySection =
+            serde_saphyr::from_str("embedder: {ollama: {url: u, model: m}}").unwrap();
+        assert_eq!(
+            section.max_memories_per_project,
+            bridle_memory::DEFAULT_MAX_PER_PROJECT
+        );
+        assert!(
+            !serde_saphyr::to_string(&section)
+                .unwrap()
+                .contains("max_memories_per_project"),
+            "the default is not written out"
+        );
+        let section: MemorySection = serde_saphyr::from_str(
+            "embedder: {ollama: {url: u, model: m}}\nmax_memories_per_project: 3",
+        )
+        .unwrap();
+        let config = section.to_config(dir.path(), dir.path()).unwrap();
+        assert_eq!(config.max_memories_per_project, 3);
+        let zero: MemorySection = serde_saphyr::from_str(
+            "embedder: {ollama: {url: u, model: m}}\nmax_memories_per_project: 0",
+        )
+        .unwrap();
+        let err = zero.to_config(dir.path(), dir.path()).unwrap_err();
+        assert!(
+            err.to_string().contains("memory.max_memories_per_project"),
+            "{err}"
+        );
+        for bad in ["-1", "ten", "1.5"] {
+            assert!(
+                serde_saphyr::from_str::<MemorySection>(&format!(
+                    "embedder: {{ollama: {{url: u, model: m}}}}\nmax_memories_per_project: {bad}"
+                ))
+                .is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn the_gateways_memory_service_keeps_the_configured_quota() {
+        let store: Arc<dyn bridle_memory::VectorStore> =
+            Arc::new(bridle_memory::EmbeddedStore::open_in_memory().unwrap());
+        let embedder = Arc::new(bridle_memory::ConstantEmbedder::new(8));
+        let mut service = bridle_memory::MemoryService::with(store, embedder, Default::default());
+        service.session = Arc::new(service.session.as_ref().clone().with_max_per_project(1));
+        let service = hosted(service);
+        assert_eq!(service.session.max_per_project(), 1, "hosted keeps it");
+        let memory = |text: &str| bridle_memory::NewMemory {
+            kind: "decision".into(),
+            text: text.into(),
+            project: "p".into(),
+            ..Default::default()
+        };
+        service.session.remember(memory("one")).await.unwrap();
+        let err = service.session.remember(memory("two")).await.unwrap_err();
+        assert_eq!(err.code(), "memory_quota_exceeded");
     }
 }
