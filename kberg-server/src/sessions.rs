@@ -34,7 +34,11 @@
 //! `Last-Event-ID` gets the kept events *after* that id, as the specification says (rmcp's own
 //! manager also repeats the event named). The id `0` is that of the priming event rmcp opens
 //! every GET stream with, so it names no stream in particular: a GET after `0` gets what one
-//! without `Last-Event-ID` gets, never again what an earlier GET stream delivered. A request's stream whose client went away before the
+//! without `Last-Event-ID` gets, never again what an earlier GET stream delivered. A session
+//! restored from rmcp's session store (on another replica, or after a restart) numbers its
+//! streams and events from a random base of its own, so an id from another instance of the
+//! session names nothing here (a request stream's is not found; a standalone one's is taken as
+//! no `Last-Event-ID`), never another stream's events. A request's stream whose client went away before the
 //! answer is kept with its events for [`SessionSettings::completed_ttl`], so a client that
 //! reconnects still gets the answer; the events the standalone stream could not deliver because
 //! none was open are delivered when the next one opens.
@@ -172,15 +176,16 @@ impl SessionTable {
             .ok_or_else(|| SessionError::NotFound(id.clone()))
     }
 
-    /// A new session under `id`, in the table, and the transport its MCP service runs on.
-    fn open(&self, id: SessionId) -> SessionTransport {
+    /// A new session under `id` with `routes`, in the table, and the transport its MCP
+    /// service runs on.
+    fn open(&self, id: SessionId, routes: Routes) -> SessionTransport {
         let (inbound, receiver) = mpsc::channel(self.settings.capacity.max(1));
         let session = Arc::new(Session {
             id: id.clone(),
             table: Arc::downgrade(&self.sessions),
             settings: Arc::clone(&self.settings),
             inbound: std::sync::Mutex::new(Some(inbound)),
-            routes: tokio::sync::Mutex::new(Routes::default()),
+            routes: tokio::sync::Mutex::new(routes),
             created: Instant::now(),
             last_active_ms: AtomicU64::new(0),
             ended: AtomicBool::new(false),
@@ -203,7 +208,7 @@ impl SessionManager for SessionTable {
 
     async fn create_session(&self) -> Result<(SessionId, SessionTransport), SessionError> {
         let id = session_id();
-        let transport = self.open(id.clone());
+        let transport = self.open(id.clone(), Routes::default());
         Ok((id, transport))
     }
 
@@ -349,8 +354,9 @@ impl SessionManager for SessionTable {
             // `0` is the id of the priming event rmcp opens every GET stream with, the same on
             // each: a client that saw nothing after it may have seen it on any of them, and
             // replaying every kept event would repeat what earlier GET streams delivered. It
-            // gets what a GET without `Last-Event-ID` gets: what no stream could deliver.
-            let last_seen = (index > 0).then_some(index);
+            // gets what a GET without `Last-Event-ID` gets: what no stream could deliver. So
+            // does an id this instance of the session never gave (another replica's).
+            let last_seen = routes.standalone_events.stamped(index).then_some(index);
             return Ok(routes.open_standalone(&self.settings, last_seen));
         };
         let entry = routes
@@ -384,8 +390,25 @@ impl SessionManager for SessionTable {
         if self.session(&id).is_ok() {
             return Ok(RestoreOutcome::AlreadyPresent);
         }
-        Ok(RestoreOutcome::Restored(self.open(id)))
+        // Another instance of this session (another replica's, or this one's before a
+        // restart) numbered its streams and events from the start too: this one numbers them
+        // from a base of its own, so an event id the client got from the other is not taken
+        // for one of these (a resume would replay another stream's events).
+        Ok(RestoreOutcome::Restored(
+            self.open(id, Routes::numbered_from(restored_base())),
+        ))
     }
+}
+
+/// Where a restored session's stream and event numbers start: far from a fresh session's
+/// (which start at 0 and 1) and from another restored instance's, below 2^53 so that they stay
+/// exact in a JavaScript client, with room for 2^32 streams and events.
+fn restored_base() -> u64 {
+    use std::hash::BuildHasher;
+    // Each `RandomState` is keyed afresh (from the system's random source once per thread,
+    // then stepped), which is all the difference between instances this needs.
+    let random = std::hash::RandomState::new().hash_one(std::time::SystemTime::now());
+    (1 << 32) + random % ((1 << 53) - (1 << 33))
 }
 
 /// `<index>/<stream>` (a request's stream) or `<index>` (the standalone stream).
@@ -739,6 +762,16 @@ const MAX_CANCELLED: usize = 64;
 const MAX_SHADOW_STREAMS: usize = 32;
 
 impl Routes {
+    /// Routes whose streams are numbered from `base` and whose standalone events from
+    /// `base + 1` (a fresh session's: from 0 and 1).
+    fn numbered_from(base: u64) -> Self {
+        Self {
+            next_stream: base,
+            standalone_events: Replay::new(base + 1),
+            ..Self::default()
+        }
+    }
+
     /// The stream a message goes to and whether it ends that stream; `None` is the standalone.
     fn route(&self, message: &ServerJsonRpcMessage) -> Option<(u64, bool)> {
         let find = |key: RouteKey| self.keys.get(&key).copied();
@@ -984,6 +1017,8 @@ fn offer(
 
 /// The numbering of a stream's events and the last ones sent, for `Last-Event-ID`.
 struct Replay {
+    /// The index of the first event stamped.
+    first: u64,
     next: u64,
     kept: VecDeque<ServerSseMessage>,
 }
@@ -998,9 +1033,15 @@ impl Default for Replay {
 impl Replay {
     fn new(first: u64) -> Self {
         Self {
+            first,
             next: first,
             kept: VecDeque::new(),
         }
+    }
+
+    /// Whether `index` names an event this stream has stamped.
+    fn stamped(&self, index: u64) -> bool {
+        (self.first..self.next).contains(&index)
     }
 
     /// Gives `event` the next id (on `stream`, or the standalone stream) and keeps a copy.
@@ -1686,6 +1727,57 @@ mod tests {
             ids(&[next(&mut again).await, next(&mut again).await]),
             [first.to_string(), (first + 1).to_string()]
         );
+    }
+
+    #[tokio::test]
+    async fn a_restored_session_takes_no_event_id_of_another_instance_for_its_own() {
+        // Replica B restores a session whose first instance (replica A) numbered its streams
+        // and events from the start.
+        let table = SessionTable::new(SessionSettings::default());
+        let id: SessionId = "restored-elsewhere".into();
+        let Ok(RestoreOutcome::Restored(mut transport)) = table.restore_session(id.clone()).await
+        else {
+            panic!("restored");
+        };
+        let mut events = table
+            .create_stream(&id, call(7, json!({})))
+            .await
+            .expect("stream");
+        let priming = next(&mut events).await;
+        let (_, stream) =
+            parse_event_id(priming.event_id.as_deref().expect("an id")).expect("one of ours");
+        assert!(
+            stream.is_some_and(|s| s >= 1 << 32),
+            "{:?}",
+            priming.event_id
+        );
+        assert!(transport.receive().await.is_some());
+        drop(events);
+        transport.send(answer(7)).await.expect("kept for a resume");
+        // A's first request stream was `0`: its ids name nothing here, and the answer to 7 is
+        // not replayed to a client resuming A's stream.
+        assert!(matches!(
+            table.resume(&id, "1/0".into()).await,
+            Err(SessionError::NoStream(_))
+        ));
+        let mine = format!("0/{}", stream.expect("a stream"));
+        let mut resumed = table
+            .resume(&id, mine)
+            .await
+            .expect("its own stream resumes");
+        assert_eq!(json_of(&next(&mut resumed).await)["id"], 7);
+        // The standalone stream's ids are its own too: A's `1` replays none of B's events.
+        let changed =
+            || server(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+        let mut get = table.create_standalone_stream(&id).await.expect("get");
+        transport.send(changed()).await.expect("sent");
+        let first = next(&mut get).await;
+        assert_ne!(first.event_id.as_deref(), Some("1"));
+        drop(get);
+        let mut again = table.resume(&id, "1".into()).await.expect("a GET");
+        transport.send(changed()).await.expect("sent");
+        let next_id = next(&mut again).await.event_id;
+        assert_ne!(next_id, first.event_id, "B's event is not repeated");
     }
 
     #[tokio::test]
