@@ -230,14 +230,26 @@ impl ClientPeer for SessionPeer {
         {
             return Err(PeerError::NotSupported(cap.to_string()));
         }
-        let request: ServerRequest =
+        let mut request: ServerRequest =
             serde_json::from_value(json!({"method": method, "params": params}))
                 .map_err(|e| PeerError::Malformed(format!("request `{method}`: {e}")))?;
-        let handle: RequestHandle<RoleServer> = self
-            .peer
-            .send_request_with_option(request, PeerRequestOptions::no_options())
-            .await
-            .map_err(service_error)?;
+        // The request belongs on the stream of the call it is made for. rmcp marks an outgoing
+        // request with the request its sending task is handling, replacing any mark: inside the
+        // aggregator's relay that is the *upstream's* request, whose id means nothing among this
+        // client's (the question went to the wrong stream, or to none the client reads). So it
+        // is marked here and sent from a task of its own, where rmcp has no request to mark it
+        // with.
+        request
+            .extensions_mut()
+            .insert(OriginatingRequestId(self.request.clone()));
+        let peer = self.peer.clone();
+        let handle: RequestHandle<RoleServer> = tokio::spawn(async move {
+            peer.send_request_with_option(request, PeerRequestOptions::no_options())
+                .await
+        })
+        .await
+        .map_err(|_| PeerError::Disconnected)?
+        .map_err(service_error)?;
         // If this future is dropped or cancelled before the client answers (the tool call was
         // cancelled), tell the client to stop working on what we asked.
         let mut guard = {

@@ -247,3 +247,120 @@ async fn a_client_without_sampling_gets_a_clear_refusal_relayed() {
     client.cancel().await.expect("close");
     agg.shutdown().await;
 }
+
+/// One SSE response read event by event: the JSON of each `data:` line.
+struct Events {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl Events {
+    async fn next(&mut self) -> serde_json::Value {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let event: String = self.buffer.drain(..end + 2).collect();
+                let data: String = event
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim)
+                    .collect();
+                if !data.is_empty() {
+                    return serde_json::from_str(&data).expect("a JSON message");
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(WAIT, self.response.chunk())
+                .await
+                .expect("an event in time")
+                .expect("the stream reads")
+                .expect("the stream is open");
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+/// A client that opens no GET stream (the specification allows it) gets the upstream's request
+/// on the stream of the call it belongs to: the upstream numbers its requests itself, and its
+/// number must not decide which of the client's streams carries the question.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_request_rides_the_stream_of_its_call() {
+    let (agg, url, _stop) = serve_aggregator().await;
+    let http = reqwest::Client::new();
+    let post = |body: serde_json::Value, session: Option<&str>| {
+        let mut b = http
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json");
+        if let Some(s) = session {
+            b = b
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", "2025-11-25");
+        }
+        b.body(body.to_string()).send()
+    };
+    let init = post(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}},
+            "clientInfo": {"name": "no-get", "version": "0"}}}),
+        None,
+    )
+    .await
+    .expect("initialize");
+    let sid = init
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("a session")
+        .to_string();
+    drop(init);
+    let n = post(
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        Some(&sid),
+    )
+    .await
+    .expect("initialized");
+    assert_eq!(n.status(), 202);
+    // An id the upstream's own first request id (0 or 1) cannot be.
+    let response = post(
+        json!({"jsonrpc": "2.0", "id": 77, "method": "tools/call", "params": {
+            "name": "ev__trigger-sampling-request",
+            "arguments": {"prompt": "say hi", "maxTokens": 10}}}),
+        Some(&sid),
+    )
+    .await
+    .expect("the call");
+    let mut events = Events {
+        response,
+        buffer: String::new(),
+    };
+    let asked = loop {
+        let m = events.next().await;
+        if m["method"] == "sampling/createMessage" {
+            break m;
+        }
+        assert!(
+            m.get("id") != Some(&json!(77)),
+            "answered before asking: {m}"
+        );
+    };
+    let answer = post(
+        json!({"jsonrpc": "2.0", "id": asked["id"], "result": {
+            "role": "assistant", "model": "test-model",
+            "content": {"type": "text", "text": "a relayed answer"}}}),
+        Some(&sid),
+    )
+    .await
+    .expect("the answer");
+    assert_eq!(answer.status(), 202);
+    let done = loop {
+        let m = events.next().await;
+        if m["id"] == json!(77) {
+            break m;
+        }
+    };
+    assert!(
+        done["result"].to_string().contains("a relayed answer"),
+        "{done}"
+    );
+    agg.shutdown().await;
+}
