@@ -364,3 +364,53 @@ async fn a_relayed_request_rides_the_stream_of_its_call() {
     );
     agg.shutdown().await;
 }
+
+/// A client that turns every sampling request down, as a user who rejects it.
+#[derive(Clone)]
+struct Refuser;
+
+impl ClientHandler for Refuser {
+    fn get_info(&self) -> ClientConfig {
+        let capabilities = serde_json::from_value::<ClientCapabilities>(json!({"sampling": {}}))
+            .unwrap_or_default();
+        ClientConfig::new(capabilities, Implementation::new("refuser", "1"))
+    }
+
+    async fn create_message(
+        &self,
+        _params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        Err(ErrorData::new(
+            rmcp::model::ErrorCode(-1),
+            "User rejected sampling request",
+            None,
+        ))
+    }
+}
+
+/// The client's refusal reaches the upstream with its own code (sampling's `-1`, a user's
+/// rejection), not as an internal error of the aggregator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_refusal_is_relayed_with_its_code() {
+    let (agg, url, _stop) = serve_aggregator().await;
+    let client = Refuser
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url),
+        ))
+        .await
+        .expect("client connects");
+    let mut p = CallToolRequestParams::new("ev__trigger-sampling-request".to_string());
+    p.arguments = json!({"prompt": "hi", "maxTokens": 5}).as_object().cloned();
+    let out = tokio::time::timeout(WAIT, client.call_tool(p))
+        .await
+        .expect("the call ends");
+    let shown = match out {
+        Ok(r) => text_of(&r),
+        Err(e) => e.to_string(),
+    };
+    assert!(shown.contains("User rejected sampling request"), "{shown}");
+    assert!(!shown.contains("-32603"), "{shown}");
+    client.cancel().await.expect("close");
+    agg.shutdown().await;
+}

@@ -23,7 +23,7 @@ use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 use tokio_util::sync::CancellationToken;
 
 use super::error::UpstreamError;
-use super::front::Upstream;
+use super::front::{ActiveEntry, Upstream};
 
 /// Removes a forwarded call's progress route when the call ends, however it ends.
 struct ProgressRoute<'a> {
@@ -31,26 +31,58 @@ struct ProgressRoute<'a> {
     token: ProgressToken,
 }
 
-/// Keeps a forwarded call in [`Upstream::active`] while it is in flight.
+/// Keeps a forwarded call in [`Upstream::active`] while it is in flight. A call that ends
+/// unanswered after its request was sent stays there, abandoned, for the upstream's call
+/// timeout: the upstream may still be at work on it (a cancellation is a request to stop, not
+/// a guarantee), and a question it asks for it must not be taken for another call's.
 struct ActiveCall<'a> {
     up: &'a Upstream,
     id: u64,
+    sent: bool,
+    answered: bool,
 }
 
 impl<'a> ActiveCall<'a> {
     fn register(up: &'a Upstream, ctx: &ToolContext) -> Self {
         let id = up.next_active.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut m) = up.active.lock() {
-            m.insert(id, ctx.clone());
+            m.insert(
+                id,
+                ActiveEntry {
+                    ctx: Some(ctx.clone()),
+                    upstream_id: None,
+                    abandoned_until: None,
+                },
+            );
         }
-        Self { up, id }
+        Self {
+            up,
+            id,
+            sent: false,
+            answered: false,
+        }
+    }
+
+    /// The call's request went upstream under `upstream_id`.
+    fn sent(&mut self, upstream_id: &RequestId) {
+        self.sent = true;
+        if let Ok(mut m) = self.up.active.lock()
+            && let Some(e) = m.get_mut(&self.id)
+        {
+            e.upstream_id = Some(upstream_id.clone());
+        }
     }
 }
 
 impl Drop for ActiveCall<'_> {
     fn drop(&mut self) {
         if let Ok(mut m) = self.up.active.lock() {
-            m.remove(&self.id);
+            if self.answered || !self.sent {
+                m.remove(&self.id);
+            } else if let Some(e) = m.get_mut(&self.id) {
+                e.ctx = None;
+                e.abandoned_until = Some(tokio::time::Instant::now() + self.up.config.call_timeout);
+            }
         }
     }
 }
@@ -112,7 +144,7 @@ pub(super) async fn forward(
         tracing::warn!(namespace = up.namespace(), timeout = ?limit, "no free upstream slot within the call timeout");
         return Err(timeout(limit));
     }
-    let _active = ctx.map(|c| ActiveCall::register(up, c));
+    let mut active = ctx.map(|c| ActiveCall::register(up, c));
     // The connection may have changed while this request waited.
     let Some((peer, generation)) = up.current_peer() else {
         return Err(unavailable(up.reason()));
@@ -131,6 +163,9 @@ pub(super) async fn forward(
             return Err(unavailable(e.to_string()));
         }
     };
+    if let Some(a) = &mut active {
+        a.sent(&handle.id);
+    }
     // Sends `notifications/cancelled` upstream if this request ends without an answer.
     let mut unanswered = CancelUnanswered {
         peer: Some(peer.clone()),
@@ -173,6 +208,9 @@ pub(super) async fn forward(
         return Err(timeout(limit));
     };
     unanswered.peer = None;
+    if let Some(a) = &mut active {
+        a.answered = true;
+    }
     match outcome {
         Ok(r) => Ok(r),
         Err(ServiceError::McpError(e)) => Err(UpstreamError::Refused {

@@ -107,13 +107,26 @@ pub(super) struct Upstream {
     /// Progress tokens of forwarded calls -> the calling tool's context.
     pub(super) progress: Mutex<HashMap<ProgressToken, ToolContext>>,
     /// Forwarded tool calls in flight, registered before their request is sent (so a request
-    /// the upstream makes of its client right away already finds its call), by a local id.
-    pub(super) active: Mutex<HashMap<u64, ToolContext>>,
+    /// the upstream makes of its client right away already finds its call), by a local id; and
+    /// calls abandoned unanswered, while the upstream may still be at work on them.
+    pub(super) active: Mutex<HashMap<u64, ActiveEntry>>,
     pub(super) next_active: AtomicU64,
     /// The rate bound of the log messages relayed from this upstream to calling clients.
     pub(super) log_budget: Mutex<RateBudget>,
     /// Asked about each forwarded tool call (see [`ForwardHook`]).
     pub(super) hook: Option<Arc<dyn ForwardHook>>,
+}
+
+/// A forwarded tool call as the client relay sees it.
+pub(super) struct ActiveEntry {
+    /// The calling tool's context; `None` once the call was abandoned (cancelled, timed out or
+    /// dropped unanswered): the upstream may still be at work on it, and whatever it asks for
+    /// it has nobody to go to.
+    pub(super) ctx: Option<ToolContext>,
+    /// The id of its request upstream, once sent.
+    pub(super) upstream_id: Option<rmcp::model::RequestId>,
+    /// Until when an abandoned call still counts as at work upstream.
+    pub(super) abandoned_until: Option<tokio::time::Instant>,
 }
 
 impl Upstream {

@@ -2,11 +2,14 @@
 //!
 //! An upstream may talk back while a forwarded call runs: progress (routed by progress token to
 //! the calling tool), log messages, and its own requests of its client (sampling, elicitation),
-//! which are relayed to the client of the call they belong to. A server-to-client request
-//! carries nothing that ties it to one call, so it is relayed only when exactly one forwarded
-//! call is in flight to this upstream, and refused with a sentence otherwise. List-change
-//! notifications wake the supervisor to re-list.
+//! which are relayed to the client of the call they belong to: over Streamable HTTP the one
+//! whose request's response stream carried it; otherwise (stdio, an upstream's standalone
+//! stream) nothing ties it to one call, so it is relayed only when exactly one forwarded call
+//! is in flight to this upstream and none was abandoned lately, and refused with a sentence
+//! otherwise ([`UpstreamClient::call_of`]). List-change notifications wake the supervisor to
+//! re-list.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use kberg_core::{ClientPeer, PeerError, RateBudget, ToolContext};
@@ -19,11 +22,11 @@ use rmcp::model::{
     ElicitRequestParams, ElicitResult, ErrorData as McpError, Implementation,
     LoggingMessageNotificationParam, ProgressNotificationParam, ResourceUpdatedNotificationParam,
 };
-use rmcp::service::{NotificationContext, RequestContext, RoleClient};
+use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext, RoleClient};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::front::Upstream;
+use super::front::{ActiveEntry, Upstream};
 use super::resources::namespaced_uri;
 
 /// The most log messages of one upstream relayed at once; after that, one per
@@ -49,43 +52,35 @@ pub(super) struct UpstreamClient {
 }
 
 impl UpstreamClient {
-    /// The forwarded tool call whose client must answer a request the upstream sent mid-call.
+    /// The forwarded tool call a request or log message the upstream sent mid-call belongs to.
     ///
-    /// A server-to-client request carries nothing that ties it to one call (on stdio it is just
-    /// a request), so it is relayed only when exactly one forwarded call is in flight to this
-    /// upstream; with none or several it is refused with a sentence saying why, rather than
+    /// Over Streamable HTTP the upstream sends it on the response stream of the request it is
+    /// about, and rmcp says which (`origin`): that call is the one. Otherwise (stdio, or the
+    /// upstream's standalone stream) nothing ties it to one call, so it is taken for a call's
+    /// only when exactly one forwarded call is in flight to this upstream and none was
+    /// abandoned unanswered within the call timeout (the upstream may still be at work on
+    /// that one); in every other case it is refused with a sentence saying why, rather than
     /// guessed, since the wrong client would see another's question.
+    fn call_of(&self, origin: Option<&InboundStreamOrigin>) -> Result<ToolContext, String> {
+        let ns = self.up.namespace();
+        let Ok(mut calls) = self.up.active.lock() else {
+            return Err(format!(
+                "the aggregator's record of calls to `{ns}` is unusable"
+            ));
+        };
+        pick_call(&mut calls, origin, tokio::time::Instant::now(), ns)
+    }
+
+    /// The client that must answer a request the upstream sent mid-call, and that call's
+    /// context ([`UpstreamClient::call_of`]).
     fn relay_target(
         &self,
         capability: &str,
+        origin: Option<&InboundStreamOrigin>,
     ) -> Result<(Arc<dyn ClientPeer>, ToolContext), McpError> {
-        let ns = self.up.namespace();
-        let calls: Vec<ToolContext> = self
-            .up
-            .active
-            .lock()
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default();
-        let ctx = match calls.as_slice() {
-            [one] => one.clone(),
-            [] => {
-                return Err(McpError::invalid_request(
-                    format!(
-                        "the aggregator has no call in flight to `{ns}` whose client could answer this request"
-                    ),
-                    None,
-                ));
-            }
-            many => {
-                return Err(McpError::internal_error(
-                    format!(
-                        "{} calls are in flight to `{ns}` through the aggregator: it cannot tell which client should answer this request",
-                        many.len()
-                    ),
-                    None,
-                ));
-            }
-        };
+        let ctx = self
+            .call_of(origin)
+            .map_err(|why| McpError::invalid_request(why, None))?;
         match ctx.peer() {
             Some(peer) if peer.supports(capability) => Ok((Arc::clone(peer), ctx)),
             _ => Err(McpError::invalid_request(
@@ -102,8 +97,9 @@ impl UpstreamClient {
         method: &str,
         params: Value,
         upstream_cancel: CancellationToken,
+        origin: Option<&InboundStreamOrigin>,
     ) -> Result<T, McpError> {
-        let (peer, ctx) = self.relay_target(capability)?;
+        let (peer, ctx) = self.relay_target(capability, origin)?;
         // Stops when the upstream cancels its request or the call is cancelled downstream.
         let cancel = ctx.cancellation().child_token();
         let c = cancel.clone();
@@ -125,6 +121,15 @@ impl UpstreamClient {
                 format!("the client of this call answers {method} only in a new round trip (2026-07-28), which cannot be relayed while `{ns}` waits"),
                 None,
             ),
+            // The client's own refusal goes back as it is: sampling's `-1` says the user
+            // rejected the request, which an upstream must be able to tell from a failure.
+            PeerError::Rejected { code, message } => match i32::try_from(code) {
+                Ok(code) => McpError::new(rmcp::model::ErrorCode(code), message, None),
+                Err(_) => McpError::internal_error(
+                    format!("the client answered with error {code}: {message}"),
+                    None,
+                ),
+            },
             other => McpError::internal_error(format!("the client did not answer: {other}"), None),
         })?;
         serde_json::from_value(value).map_err(|e| {
@@ -133,6 +138,42 @@ impl UpstreamClient {
                 None,
             )
         })
+    }
+}
+
+/// [`UpstreamClient::call_of`] over the record of calls (`calls`, whose abandoned entries past
+/// their time are dropped here).
+fn pick_call(
+    calls: &mut HashMap<u64, ActiveEntry>,
+    origin: Option<&InboundStreamOrigin>,
+    now: tokio::time::Instant,
+    ns: &str,
+) -> Result<ToolContext, String> {
+    calls.retain(|_, e| e.abandoned_until.is_none_or(|until| until > now));
+    let abandoned = || {
+        format!(
+            "the call to `{ns}` this belongs to was abandoned (cancelled or timed out); nobody is left to answer it"
+        )
+    };
+    if let Some(InboundStreamOrigin::OutboundRequest(id)) = origin {
+        // The upstream said which request this is about: that call, or none.
+        return match calls.values().find(|e| e.upstream_id.as_ref() == Some(id)) {
+            Some(entry) => entry.ctx.clone().ok_or_else(abandoned),
+            None => Err(format!(
+                "it came with a request to `{ns}` that is no call in flight through the aggregator"
+            )),
+        };
+    }
+    let mut all = calls.values();
+    match (all.next(), all.next()) {
+        (Some(one), None) => one.ctx.clone().ok_or_else(abandoned),
+        (None, _) => Err(format!(
+            "the aggregator has no call in flight to `{ns}` whose client could answer this request"
+        )),
+        _ => Err(format!(
+            "{} calls are in flight to `{ns}` through the aggregator, or were abandoned moments ago: it cannot tell which client should answer this request",
+            calls.len()
+        )),
     }
 }
 
@@ -160,8 +201,15 @@ impl ClientHandler for UpstreamClient {
     ) -> Result<CreateMessageResult, McpError> {
         let params = serde_json::to_value(&params)
             .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
-        self.relay("sampling", "sampling/createMessage", params, context.ct)
-            .await
+        let origin = context.extensions.get::<InboundStreamOrigin>();
+        self.relay(
+            "sampling",
+            "sampling/createMessage",
+            params,
+            context.ct.clone(),
+            origin,
+        )
+        .await
     }
 
     async fn create_elicitation(
@@ -171,23 +219,27 @@ impl ClientHandler for UpstreamClient {
     ) -> Result<ElicitResult, McpError> {
         let params = serde_json::to_value(&request)
             .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
-        self.relay("elicitation", "elicitation/create", params, context.ct)
-            .await
+        let origin = context.extensions.get::<InboundStreamOrigin>();
+        self.relay(
+            "elicitation",
+            "elicitation/create",
+            params,
+            context.ct.clone(),
+            origin,
+        )
+        .await
     }
 
     async fn on_logging_message(
         &self,
         params: LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        context: NotificationContext<RoleClient>,
     ) {
         // Like requests, a log message reaches a client only when it can only be about its call.
-        let one = self.up.active.lock().ok().and_then(|m| {
-            let mut calls = m.values();
-            match (calls.next(), calls.next()) {
-                (Some(c), None) => c.peer().cloned(),
-                _ => None,
-            }
-        });
+        let one = self
+            .call_of(context.extensions.get::<InboundStreamOrigin>())
+            .ok()
+            .and_then(|c| c.peer().cloned());
         match (one, serde_json::to_value(&params)) {
             (Some(peer), Ok(v)) => {
                 // An upstream that floods log messages cannot flood the clients: the rate of
@@ -232,6 +284,17 @@ impl ClientHandler for UpstreamClient {
         }
     }
 
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, McpError> {
+        // The aggregator declares no roots to its upstreams: an empty list would tell the
+        // upstream that the client has no roots, which nobody said.
+        Err(McpError::method_not_found::<
+            rmcp::model::ListRootsRequestMethod,
+        >())
+    }
+
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.up.relist.notify_one();
     }
@@ -256,5 +319,87 @@ impl ClientHandler for UpstreamClient {
             let told = resources.notify_updated(&uri);
             tracing::debug!(namespace = self.up.namespace(), %uri, told, "upstream resource updated");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kberg_core::{Caller, Principal};
+    use rmcp::model::RequestId;
+
+    use super::*;
+
+    fn ctx(who: &str) -> ToolContext {
+        ToolContext::detached(Caller::new(Principal::new(who)))
+    }
+
+    fn live(who: &str, upstream: i64) -> ActiveEntry {
+        ActiveEntry {
+            ctx: Some(ctx(who)),
+            upstream_id: Some(RequestId::Number(upstream)),
+            abandoned_until: None,
+        }
+    }
+
+    fn abandoned(upstream: i64, until: tokio::time::Instant) -> ActiveEntry {
+        ActiveEntry {
+            ctx: None,
+            upstream_id: Some(RequestId::Number(upstream)),
+            abandoned_until: Some(until),
+        }
+    }
+
+    fn who(c: &ToolContext) -> String {
+        c.caller().principal().id.clone()
+    }
+
+    #[tokio::test]
+    async fn a_request_goes_to_the_call_it_names_or_to_none() {
+        let now = tokio::time::Instant::now();
+        let later = now + std::time::Duration::from_secs(60);
+        let on = |id: i64| InboundStreamOrigin::OutboundRequest(RequestId::Number(id));
+        let mut calls = HashMap::from([(1, live("alice", 10)), (2, live("bob", 11))]);
+        // Named by its stream: that call, however many are in flight.
+        assert_eq!(
+            who(&pick_call(&mut calls, Some(&on(11)), now, "up").unwrap()),
+            "bob"
+        );
+        // A stream of no call in flight is nobody's, even with one call left.
+        calls.remove(&2);
+        assert!(pick_call(&mut calls, Some(&on(11)), now, "up").is_err());
+        // An abandoned call's question reaches nobody, not the call still in flight.
+        calls.insert(3, abandoned(12, later));
+        let err = pick_call(&mut calls, Some(&on(12)), now, "up").unwrap_err();
+        assert!(err.contains("abandoned"), "{err}");
+        // Unassociated: only a single call, and none abandoned within the timeout.
+        let err = pick_call(&mut calls, None, now, "up").unwrap_err();
+        assert!(err.contains("abandoned moments ago"), "{err}");
+        let err = pick_call(
+            &mut calls,
+            Some(&InboundStreamOrigin::Unassociated),
+            now,
+            "up",
+        )
+        .unwrap_err();
+        assert!(err.contains("2 calls"), "{err}");
+        // Once its time has passed, the abandoned call no longer counts.
+        assert_eq!(
+            who(&pick_call(&mut calls, None, later, "up").unwrap()),
+            "alice"
+        );
+        assert_eq!(calls.len(), 1);
+        // A lone abandoned call is nobody's either; no call at all, likewise.
+        let mut lone = HashMap::from([(4, abandoned(13, later))]);
+        assert!(
+            pick_call(&mut lone, None, now, "up")
+                .unwrap_err()
+                .contains("abandoned")
+        );
+        let mut none = HashMap::new();
+        assert!(
+            pick_call(&mut none, None, now, "up")
+                .unwrap_err()
+                .contains("no call")
+        );
     }
 }
