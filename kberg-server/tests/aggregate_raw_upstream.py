@@ -9,6 +9,8 @@ the `cancelled` tool, so a test can check that an abandoned request was cancelle
 With `RAW_LIST_PAGES=endless` its tool list never ends (every page names a new cursor), with
 `RAW_LIST_PAGES=repeating` every page names the same cursor. The `flood` tool sends `n` progress
 notifications (when the call has a progress token) and `n` log messages before it answers.
+With `RAW_SUBSCRIBE=hang` it advertises resource subscriptions and never answers
+`resources/subscribe`; the `subscribes` tool reports the URIs it was asked to subscribe.
 """
 import json, os, sys
 
@@ -21,6 +23,7 @@ if os.environ.get("RAW_STDERR_TOKEN"):
     sys.stderr.flush()
 
 cancelled = []
+subscribes = []
 pages = 0
 PROTOCOL = "2025-11-25"
 
@@ -39,6 +42,7 @@ TOOLS = [
     {"name": "hang", "description": "never answers", "inputSchema": OBJ},
     {"name": "garbage", "description": "answers a malformed result", "inputSchema": OBJ},
     {"name": "cancelled", "description": "the request ids cancelled so far", "inputSchema": OBJ},
+    {"name": "subscribes", "description": "the URIs asked to be subscribed so far", "inputSchema": OBJ},
     {"name": "flood", "description": "floods progress and log messages, then answers",
      "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}},
 ]
@@ -59,7 +63,8 @@ for line in sys.stdin:
     if method == "initialize":
         result(rid, {
             "protocolVersion": params.get("protocolVersion", PROTOCOL),
-            "capabilities": {"tools": {}, "prompts": {}, "resources": {}},
+            "capabilities": {"tools": {}, "prompts": {}, "resources": (
+                {"subscribe": True} if os.environ.get("RAW_SUBSCRIBE") else {})},
             "serverInfo": {"name": "raw", "version": "1"},
         })
     elif method == "ping":
@@ -82,6 +87,8 @@ for line in sys.stdin:
             result(rid, {"content": "not a list", "isError": "maybe"})
         elif name == "cancelled":
             result(rid, text(json.dumps(cancelled)))
+        elif name == "subscribes":
+            result(rid, text(json.dumps(subscribes)))
         elif name == "flood":
             n = (params.get("arguments") or {}).get("n", 1000)
             token = (params.get("_meta") or {}).get("progressToken")
@@ -108,6 +115,11 @@ for line in sys.stdin:
     elif method == "resources/templates/list":
         # RFC 6570 form-style query expansion, which the aggregated registry cannot match.
         result(rid, {"resourceTemplates": [{"uriTemplate": "raw://search{?q}", "name": "search"}]})
+    elif method == "resources/subscribe":
+        subscribes.append(params.get("uri"))
+        if os.environ.get("RAW_SUBSCRIBE") == "hang":
+            continue
+        result(rid, {})
     elif method == "resources/read":
         if params.get("uri") == "raw://hang":
             continue

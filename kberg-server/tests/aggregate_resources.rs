@@ -12,7 +12,8 @@
 //! reads of text and blob contents through kberg-server by rmcp's client, refusals of URIs of an
 //! unknown upstream, without the prefix and with prefix-injection tricks (`-32002`), relayed
 //! subscriptions reaching exactly the subscribed client, unsubscription stopping them,
-//! re-subscription after the upstream was killed and reconnected, a dead upstream's resources
+//! re-subscription after the upstream was killed and reconnected (with an update announced for
+//! what may have changed meanwhile), a dead upstream's resources
 //! answering `upstream_unavailable` while others keep working, and the misbehaving stdio upstream
 //! (`aggregate_raw_upstream.py`) whose resource reads hang or answer garbage.
 
@@ -381,7 +382,9 @@ async fn subscriptions_are_relayed_stopped_and_renewed_after_a_reconnect() {
     assert!(one_updates.try_recv().is_err(), "client one still hears A");
 
     // Kill the upstream: after the reconnect, B is subscribed again on the new process and its
-    // updates reach client two once the new process's updates are started.
+    // updates reach client two once the new process's updates are started. (Updates are five
+    // seconds apart: none is left over from the old process once these are drained.)
+    while two_updates.try_recv().is_ok() {}
     let pid = agg.upstream_pid("ev").expect("pid");
     let killed = std::process::Command::new("kill")
         .arg("-9")
@@ -400,6 +403,13 @@ async fn subscriptions_are_relayed_stopped_and_renewed_after_a_reconnect() {
     .await;
     // The registered resource survived the reconnect, so client two's subscription did too.
     assert_eq!(resources.subscriber_count(&b), 1);
+    // B may have changed while no process held it: client two is told it was updated, before
+    // the new process sends any update of its own (its updates are not started yet).
+    let got = tokio::time::timeout(WAIT, two_updates.recv())
+        .await
+        .expect("client two hears that B may have changed")
+        .expect("open");
+    assert_eq!(got, b);
     while two_updates.try_recv().is_ok() {}
     let out = tools
         .call(
@@ -682,4 +692,63 @@ async fn upstream_pages_list_changes_and_updates_are_followed() {
     })
     .await;
     agg.shutdown().await;
+}
+
+/// Subscribing upstream waits for the upstream's answer, but nothing else does: an upstream
+/// that never answers `resources/subscribe` holds up neither the aggregator's shutdown nor its
+/// other calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_never_answers_a_subscribe_holds_up_nothing() {
+    let tools = ToolRegistry::new();
+    let resources = ResourceRegistry::new();
+    let c = AggregatorConfig::new()
+        .upstream(
+            UpstreamConfig::new("raw", raw_upstream().env("RAW_SUBSCRIBE", "hang"))
+                .call_timeout(Duration::from_secs(600)),
+        )
+        .backoff(backoff());
+    let agg = Aggregator::start_with(
+        c,
+        tools.clone(),
+        Forward::new().resources(resources.clone()),
+    )
+    .expect("valid");
+    assert!(
+        agg.wait_connected("raw", 1, WAIT).await,
+        "{:?}",
+        agg.status("raw")
+    );
+    let subscriber = resources.subscriber();
+    subscriber
+        .subscribe("raw+raw://garbage")
+        .expect("a registered resource");
+    // The subscribe reached the upstream, which never answers it.
+    eventually_async("the upstream to be asked to subscribe", || async {
+        let out = tools
+            .call(
+                &reader(),
+                "raw__subscribes",
+                json!({}),
+                CallOptions::default(),
+            )
+            .await
+            .expect("the call");
+        out.all_text().contains("raw://garbage").then_some(())
+    })
+    .await;
+    assert!(agg.upstream_subscriptions("raw").is_empty());
+    // Other calls go on meanwhile, and shutdown does not wait for the answer.
+    let out = tools
+        .call(
+            &reader(),
+            "raw__cancelled",
+            json!({}),
+            CallOptions::default(),
+        )
+        .await
+        .expect("the call");
+    assert!(!out.is_error, "{out:?}");
+    tokio::time::timeout(WAIT, agg.shutdown())
+        .await
+        .expect("shutdown does not wait for the upstream's answer");
 }

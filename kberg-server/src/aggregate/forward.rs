@@ -234,6 +234,9 @@ pub(super) async fn forward(
 /// and is cancelled as usual).
 const LATE_TASK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// How long the cancellation of an abandoned upstream task is awaited.
+const LATE_TASK_CANCEL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The answer channel of one forwarded request, as rmcp's request handle holds it.
 type AnswerRx = tokio::sync::oneshot::Receiver<Result<ServerResult, ServiceError>>;
 
@@ -318,8 +321,15 @@ async fn cancel_task(peer: &Peer<RoleClient>, task_id: String) {
     let cancel = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(CancelTaskParams::new(
         task_id.clone(),
     )));
-    if let Err(e) = peer.send_request(cancel).await {
-        tracing::debug!(task = %task_id, error = %e, "an abandoned upstream task was not cancelled");
+    // Bounded like any request to an upstream: one that never answers holds nothing for ever.
+    match tokio::time::timeout(LATE_TASK_CANCEL_TIMEOUT, peer.send_request(cancel)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::debug!(task = %task_id, error = %e, "an abandoned upstream task was not cancelled");
+        }
+        Err(_) => {
+            tracing::debug!(task = %task_id, "an abandoned upstream task's cancellation was not answered in time");
+        }
     }
 }
 

@@ -323,14 +323,18 @@ pub(super) async fn sync_resources(
 
 /// Makes the upstream's subscriptions match the registry's interest: one `resources/subscribe`
 /// per upstream URI whose namespaced URI has a subscriber, one `resources/unsubscribe` when the
-/// last one leaves. Only when the upstream advertises `resources.subscribe`. A refused or
-/// timed-out subscribe is logged and tried again at the next change of interest.
+/// last one leaves, all sent at once. Only when the upstream advertises `resources.subscribe`.
+/// A refused or timed-out subscribe is logged; answers whether every wanted subscription is
+/// held (the caller tries again later when not). With `announce` (the first subscribing on a
+/// new connection), each URI taken up is announced to its subscribers as updated: whatever
+/// changed while no connection held it was never told.
 #[allow(deprecated)]
 pub(super) async fn sync_subscriptions(
     resources: &ResourceRegistry,
     up: &Upstream,
     peer: &Peer<RoleClient>,
-) {
+    announce: bool,
+) -> bool {
     let ns = up.namespace();
     let supports = peer.peer_info().is_some_and(|i| {
         i.capabilities
@@ -353,32 +357,46 @@ pub(super) async fn sync_subscriptions(
         .lock()
         .map(|s| s.clone())
         .unwrap_or_default();
-    for uri in held.difference(&wanted).cloned().collect::<Vec<_>>() {
+    let gone: Vec<String> = held.difference(&wanted).cloned().collect();
+    let unsubscribed = futures::future::join_all(gone.into_iter().map(|uri| async move {
         let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
             UnsubscribeRequestParams::new(uri.clone()),
         ));
         if let Err(e) = forward(up, request, None).await {
             tracing::warn!(namespace = ns, %uri, error = %e.coded_message(), "unsubscribing upstream failed");
         }
-        // Either way the subscription is no longer wanted; a late update reaches nobody.
+        uri
+    }))
+    .await;
+    // Either way the subscription is no longer wanted; a late update reaches nobody.
+    for uri in unsubscribed {
         held.remove(&uri);
     }
-    for uri in wanted.difference(&held).cloned().collect::<Vec<_>>() {
+    let new: Vec<String> = wanted.difference(&held).cloned().collect();
+    let subscribed = futures::future::join_all(new.into_iter().map(|uri| async move {
         let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
             SubscribeRequestParams::new(uri.clone()),
         ));
         match forward(up, request, None).await {
-            Ok(_) => {
-                held.insert(uri);
-            }
+            Ok(_) => Some(uri),
             Err(e) => {
                 tracing::warn!(namespace = ns, %uri, error = %e.coded_message(), "subscribing upstream failed");
+                None
             }
         }
+    }))
+    .await;
+    for uri in subscribed.into_iter().flatten() {
+        if announce {
+            resources.notify_updated(&namespaced_uri(ns, &uri));
+        }
+        held.insert(uri);
     }
+    let all_held = wanted.is_subset(&held);
     if let Ok(mut s) = up.upstream_subscriptions.lock() {
         *s = held;
     }
+    all_held
 }
 
 #[cfg(test)]

@@ -220,14 +220,17 @@ async fn run_connected(
         rx.mark_changed();
         rx
     });
+    // The first subscribing on a connection announces an update of every URI it takes up: what
+    // changed while no connection held it was never told.
+    let mut first_sync = true;
+    // Subscribes that failed are tried again, later and later, until they hold.
+    let mut retry: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    let mut retry_delay = SUBSCRIBE_RETRY_FIRST;
     loop {
-        tokio::select! {
+        let sync_now = tokio::select! {
             _ = &mut waiting => return Some("the connection ended".to_string()),
-            () = interest_changed(&mut interest) => {
-                if let Some(resources) = &shared.resources {
-                    sync_subscriptions(resources, up, peer).await;
-                }
-            }
+            () = interest_changed(&mut interest) => true,
+            () = retry_due(&mut retry) => true,
             () = shutdown.cancelled() => {
                 if let Some(s) = stop.take() { s.cancel(); }
                 let _ = (&mut waiting).await;
@@ -255,8 +258,49 @@ async fn run_connected(
                         return Some("it did not answer its list requests in time".to_string());
                     }
                 }
+                false
             }
+        };
+        if !sync_now {
+            continue;
         }
+        let Some(resources) = &shared.resources else {
+            continue;
+        };
+        // Subscribing waits for the upstream's answers (at most its call timeout each, all at
+        // once): neither shutdown nor the connection's end waits for it.
+        let held = tokio::select! {
+            held = sync_subscriptions(resources, up, peer, first_sync) => held,
+            _ = &mut waiting => return Some("the connection ended".to_string()),
+            () = shutdown.cancelled() => {
+                if let Some(s) = stop.take() { s.cancel(); }
+                let _ = (&mut waiting).await;
+                return None;
+            }
+        };
+        first_sync = false;
+        if held {
+            retry = None;
+            retry_delay = SUBSCRIBE_RETRY_FIRST;
+        } else {
+            retry = Some(Box::pin(tokio::time::sleep(retry_delay)));
+            retry_delay = (retry_delay * 2).min(SUBSCRIBE_RETRY_MAX);
+        }
+    }
+}
+
+/// How soon a failed upstream subscribe is tried again, and the longest wait between tries.
+const SUBSCRIBE_RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+const SUBSCRIBE_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Resolves when the retry timer runs out; never without one.
+async fn retry_due(retry: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>) {
+    match retry {
+        Some(sleep) => {
+            sleep.as_mut().await;
+            *retry = None;
+        }
+        None => std::future::pending::<()>().await,
     }
 }
 
