@@ -1191,6 +1191,17 @@ mod tests {
         (table, id, transport)
     }
 
+    /// A server request (`roots/list`) made while handling the client's request `origin`.
+    fn asked_for(origin: i64) -> ServerJsonRpcMessage {
+        let mut ask = server(json!({"jsonrpc": "2.0", "id": 100, "method": "roots/list"}));
+        if let ServerJsonRpcMessage::Request(r) = &mut ask {
+            r.request
+                .extensions_mut()
+                .insert(OriginatingRequestId(RequestId::Number(origin)));
+        }
+        ask
+    }
+
     async fn next(events: &mut (impl Stream<Item = ServerSseMessage> + Unpin)) -> ServerSseMessage {
         tokio::time::timeout(Duration::from_secs(10), events.next())
             .await
@@ -1287,14 +1298,11 @@ mod tests {
             ))
             .await
             .expect("progress dropped quietly");
-        let mut ask = server(json!({"jsonrpc": "2.0", "id": 100, "method": "roots/list"}));
-        if let ServerJsonRpcMessage::Request(r) = &mut ask {
-            r.request
-                .extensions_mut()
-                .insert(OriginatingRequestId(RequestId::Number(5)));
-        }
         assert!(
-            matches!(transport.send(ask).await, Err(SessionError::Cancelled)),
+            matches!(
+                transport.send(asked_for(5)).await,
+                Err(SessionError::Cancelled)
+            ),
             "a question for a cancelled request fails"
         );
         // The service answers anyway (the tool had finished, or answers its cancellation):
@@ -1428,13 +1436,7 @@ mod tests {
             .expect("stream");
         let _priming = next(&mut events).await;
         assert!(transport.receive().await.is_some());
-        let mut ask = server(json!({"jsonrpc": "2.0", "id": 100, "method": "roots/list"}));
-        if let ServerJsonRpcMessage::Request(r) = &mut ask {
-            r.request
-                .extensions_mut()
-                .insert(OriginatingRequestId(RequestId::Number(3)));
-        }
-        transport.send(ask).await.expect("ask");
+        transport.send(asked_for(3)).await.expect("ask");
         assert_eq!(json_of(&next(&mut events).await)["method"], "roots/list");
     }
 
