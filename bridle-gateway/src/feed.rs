@@ -1,11 +1,13 @@
 //! The vendor-guidance feed inside the gateway: `bridle_rules::vendor::VendorFeed` run on its
 //! interval while the gateway serves and on demand (admin API, command line), with every
 //! proposal it queues recorded in the audit log as a `vendor` entry (the feed's profile and the
-//! source URL). The feed itself (fetching, extraction, the ledger) lives in bridle-rules.
+//! source URL, its user part and query, where credentials go, as `***`). The feed itself
+//! (fetching, extraction, the ledger) lives in bridle-rules.
 
 use std::future::Future;
 use std::sync::Arc;
 
+use bridle_rules::redact_url;
 use bridle_rules::vendor::{
     FeedError, FeedRun, SourceReport, VendorCandidate, VendorFeed, VendorSource,
 };
@@ -14,11 +16,12 @@ use crate::audit::{Entry, Kind};
 use crate::context::GatewayContext;
 
 /// The audit entry of one queued vendor suggestion: source `vendor` (the feed's profile and the
-/// page), kind `proposal`, the project and the proposal.
+/// page, its credentials hidden), kind `proposal`, the project and the proposal.
 pub fn seed_entry(c: &VendorCandidate) -> Entry {
     Entry::vendor(
         format!("vendor:{}", c.agent),
-        Some(c.source_url.clone()),
+        // bridle-rules records the page redacted; a candidate built by hand is redacted here.
+        Some(redact_url(&c.source_url)),
         Kind::Proposal,
     )
     .project(&c.project)
@@ -31,7 +34,7 @@ pub fn seed_entry(c: &VendorCandidate) -> Entry {
 pub fn profile_entry(project: &str, proposal: &bridle_rules::Proposal) -> Entry {
     Entry::vendor(
         proposal.origin.proposed_by.clone(),
-        proposal.origin.source_ref.clone(),
+        proposal.origin.source_ref.as_deref().map(redact_url),
         Kind::Proposal,
     )
     .project(project)

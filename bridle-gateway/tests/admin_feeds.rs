@@ -3,20 +3,23 @@
 //! dead source and an unknown project reported per entry, and the refusals (no feed, no or
 //! wrong credential, an agent's token). Beside it, the project-level operations the command
 //! line's `rules source-vendor|queue-suggestions|upgrade` use: a one-off page read (with every
-//! way it can be refused), the document's own profile suggestions, and a schema upgrade.
+//! way it can be refused), the document's own profile suggestions, and a schema upgrade. A feed
+//! URL with credentials (a page behind basic auth) is fetched with them and shown nowhere.
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
-use axum::http::header;
+use axum::http::{HeaderMap, StatusCode as SiteStatus, header};
 use axum::routing::get;
+use base64::Engine;
 use bridle_gateway::GatewayBuilder;
 use bridle_gateway::admin::AdminTokens;
 use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
 use bridle_rules::{AgentCatalog, RulesStore};
+use kberg_testkit::log::LogBuffer;
 use reqwest::StatusCode;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -490,4 +493,217 @@ async fn an_old_document_is_upgraded_and_its_profile_suggestions_queued() {
         assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{path}");
     }
     gw.stop().await;
+}
+
+/// Every log line of this test binary, from every thread and every test in it.
+fn logs() -> &'static LogBuffer {
+    static LOGS: OnceLock<LogBuffer> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = LogBuffer::default();
+        tracing::subscriber::set_global_default(logs.subscriber(tracing::Level::DEBUG))
+            .expect("one global subscriber");
+        logs
+    })
+}
+
+/// The token of the pages behind basic auth; it must appear nowhere but in the requests.
+const CANARY: &str = "canary-feed-basic-auth-8Jq4Zr";
+
+/// A vendor site behind basic auth: `/private/guide.html` answers the guide to `reader` with
+/// [`CANARY`] (401 to anyone else), `/private/error` a 500 either way. It keeps every
+/// `Authorization` header it receives.
+async fn private_site(seen: Arc<Mutex<Vec<String>>>) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("reader:{CANARY}"))
+    );
+    let keep = move |headers: &HeaderMap| {
+        let auth = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        seen.lock().unwrap().push(auth.clone());
+        auth
+    };
+    let keep_error = keep.clone();
+    let app = Router::new()
+        .route(
+            "/private/guide.html",
+            get(move |headers: HeaderMap| {
+                let authorized = keep(&headers) == expected;
+                async move {
+                    if authorized {
+                        (SiteStatus::OK, [(header::CONTENT_TYPE, "text/html")], GUIDE)
+                    } else {
+                        (
+                            SiteStatus::UNAUTHORIZED,
+                            [(header::CONTENT_TYPE, "text/html")],
+                            "",
+                        )
+                    }
+                }
+            }),
+        )
+        .route(
+            "/private/error",
+            get(move |headers: HeaderMap| {
+                keep_error(&headers);
+                async { SiteStatus::INTERNAL_SERVER_ERROR }
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+fn assert_no_canary(what: &str, text: &str) {
+    assert!(
+        !text.contains(CANARY),
+        "{what} holds the feed's token:\n{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_url_with_credentials_is_fetched_with_them_and_shown_nowhere() {
+    let logs = logs();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let addr = private_site(Arc::clone(&seen)).await;
+    let dead = dead_url().await.replace("http://", "");
+    let guide = format!("http://reader:{CANARY}@{addr}/private/guide.html");
+    let error = format!("http://reader:{CANARY}@{addr}/private/error");
+    let gone = format!("http://reader:{CANARY}@{dead}?key={CANARY}");
+    let gw = start(&format!(
+        "vendor_feed:\n  profiles:\n    codex:\n      - url: '{guide}'\n      - url: '{error}'\n      - url: '{gone}'\n"
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let shown_guide = format!("http://***@{addr}/private/guide.html");
+    let shown_error = format!("http://***@{addr}/private/error");
+    let shown_gone = format!("http://***@{dead}?***");
+
+    // The configuration, as the API shows it.
+    let feed = get_ok(&http, format!("{}/vendor-feed", gw.admin)).await;
+    assert_no_canary("GET /vendor-feed", &feed.to_string());
+    let urls: Vec<&str> = feed["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["url"].as_str().unwrap())
+        .collect();
+    assert_eq!(urls, [&shown_guide, &shown_error, &shown_gone], "{feed}");
+
+    // A run: the guide is read with the credentials, the other two fail, and neither the
+    // sources nor the failures name the token.
+    let run = json(
+        http.post(format!("{}/vendor-feed/run", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_no_canary("the run's result", &run.to_string());
+    assert_eq!(run["queued"], 2, "{run}");
+    let sources = &run["projects"][0]["sources"];
+    assert_eq!(sources[0]["url"], shown_guide.as_str(), "{run}");
+    assert_eq!(sources[1]["url"], shown_error.as_str(), "{run}");
+    assert_eq!(sources[1]["error"]["code"], "feed_http_status", "{run}");
+    assert!(
+        sources[1]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{shown_error}: the server answered HTTP 500")),
+        "{run}"
+    );
+    assert_eq!(sources[2]["error"]["code"], "feed_unreachable", "{run}");
+    assert!(
+        sources[2]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(&shown_gone),
+        "{run}"
+    );
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("reader:{CANARY}"))
+    );
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [expected.clone(), expected.clone()],
+        "the fetch sends the URL's credentials as basic auth"
+    );
+
+    // A one-off read of a page behind basic auth that fails, and one refused before any fetch:
+    // the problems name the page without the token.
+    for (url, status, code) in [
+        (error.clone(), StatusCode::BAD_GATEWAY, "feed_http_status"),
+        (
+            format!("ftp://reader:{CANARY}@{addr}/guide"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "feed_bad_url",
+        ),
+    ] {
+        let resp = post(
+            &http,
+            format!("{}/projects/demo/vendor-guidance", gw.admin),
+            Some(serde_json::json!({ "agent": "codex", "url": url })),
+        )
+        .await;
+        assert_eq!(resp.status(), status, "{url}");
+        let problem = resp.text().await.unwrap();
+        assert_no_canary("a one-off read's problem", &problem);
+        assert!(problem.contains(code), "{problem}");
+        assert!(problem.contains("://***@"), "{problem}");
+    }
+    assert_eq!(seen.lock().unwrap().len(), 3);
+
+    // The queued proposals, their audit entries and, once one is approved, the document and
+    // what an agent is handed name the page without the token.
+    let queue = get_ok(&http, format!("{}/queue?project=demo", gw.admin)).await;
+    assert_no_canary("the review queue", &queue.to_string());
+    let items = queue["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "{queue}");
+    assert!(
+        items
+            .iter()
+            .all(|p| p["origin"]["source_ref"] == shown_guide.as_str()),
+        "{queue}"
+    );
+    let audit = get_ok(&http, format!("{}/audit?source=vendor", gw.admin)).await;
+    assert_no_canary("the audit log", &audit.to_string());
+    let entries = audit["items"].as_array().unwrap();
+    assert_eq!(entries.len(), 2, "{audit}");
+    assert!(
+        entries
+            .iter()
+            .all(|e| e["source"]["url"] == shown_guide.as_str()),
+        "{audit}"
+    );
+    let id = items[0]["id"].as_u64().unwrap();
+    let approved = post(&http, format!("{}/queue/{id}/approve", gw.admin), None).await;
+    assert_eq!(approved.status(), StatusCode::OK);
+    for path in ["projects/demo", "projects/demo/render/codex"] {
+        let text = http
+            .get(format!("{}/{path}", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_no_canary(path, &text);
+        assert!(text.contains(&shown_guide), "{path}: {text}");
+    }
+
+    // The log has the run's lines, without the token.
+    let log = logs.wait_for("vendor feed source failed").await;
+    assert!(log.contains(&shown_error), "{log}");
+    assert!(log.contains("vendor page read requested"), "{log}");
+    assert_no_canary("the log", &log);
+    gw.stop().await;
+    assert_no_canary("the log", &logs.text());
 }

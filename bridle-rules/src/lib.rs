@@ -48,6 +48,7 @@ mod error;
 pub mod fsutil;
 pub mod migrate;
 mod model;
+mod redact;
 mod render;
 mod store;
 mod validate;
@@ -62,6 +63,7 @@ pub use model::{
     RulesDocument, RulesPermission, ScopePermission, SecretsPermission, Severity, Source,
     VendorSuggestion,
 };
+pub use redact::redact_url;
 pub use render::{Rendered, Renderer, provenance_text};
 #[cfg(feature = "postgres")]
 pub use store::POSTGRES_MIGRATIONS;

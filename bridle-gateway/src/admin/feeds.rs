@@ -3,12 +3,17 @@
 //! queueing of the suggestions a project's own `agent_profiles` carry. Every proposal these
 //! queue is a `vendor` entry of the audit log, and waits in the review queue for a person;
 //! nothing merges.
+//!
+//! A feed URL may carry credentials (`https://user:<token>@docs.internal/guide`, a page behind
+//! basic auth). Only the fetch sees them: every view, error, log line and audit entry here shows
+//! [`redact_url`]'s form, user part and query as `***`.
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
 use axum::routing::{get, post};
+use bridle_rules::redact_url;
 use bridle_rules::vendor::{
     DocumentFormat, FeedError, SourceReport, VendorFeed, VendorFeedConfig, VendorSource,
 };
@@ -39,7 +44,8 @@ pub(crate) fn routes() -> Router<AdminState> {
 pub struct FeedSourceView {
     /// The agent profile it is for (`claude`, `codex`, ...).
     pub agent: String,
-    /// The page (an http(s) URL, or a file on the gateway's machine).
+    /// The page (an http(s) URL, or a file on the gateway's machine), a URL's user part and
+    /// query (where credentials go) shown as `***`.
     pub url: String,
     /// `html` or `markdown` when configured; otherwise taken from the page.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -81,7 +87,7 @@ impl From<&FeedError> for FeedFailure {
 pub struct SourceRunView {
     /// The agent profile.
     pub agent: String,
-    /// The page.
+    /// The page, a URL's user part and query shown as `***`.
     pub url: String,
     /// The proposals queued for review by this run.
     pub queued: Vec<u64>,
@@ -147,7 +153,7 @@ pub async fn get_feed(State(s): State<AdminState>) -> Result<axum::Json<FeedView
         .flat_map(|(agent, pages)| {
             pages.iter().map(move |p| FeedSourceView {
                 agent: agent.clone(),
-                url: p.url.clone(),
+                url: redact_url(&p.url),
                 format: p.format.map(|f| {
                     match f {
                         DocumentFormat::Markdown => "markdown",
@@ -203,7 +209,8 @@ pub async fn run(
                 for source in run.sources {
                     let mut sv = SourceRunView {
                         agent: source.agent,
-                        url: source.url,
+                        // bridle-rules hands it redacted already; redacting again is a no-op.
+                        url: redact_url(&source.url),
                         queued: Vec::new(),
                         skipped: 0,
                         over_limit: 0,
@@ -326,7 +333,7 @@ pub async fn read_guidance(
             code: "feed_bad_url",
             detail: format!(
                 "`{}` is not an http(s) URL; a file is read only when bridle.yaml names it as a feed source",
-                body.url
+                redact_url(&body.url)
             ),
             errors: Vec::new(),
         });
@@ -346,7 +353,7 @@ pub async fn read_guidance(
         Some(feed) => Arc::clone(feed),
         None => Arc::new(VendorFeed::new(VendorFeedConfig::default()).map_err(feed_failure)?),
     };
-    tracing::info!(admin = %admin.identity.name, project = %project, agent = %body.agent, url = %body.url, "vendor page read requested");
+    tracing::info!(admin = %admin.identity.name, project = %project, agent = %body.agent, url = %redact_url(&body.url), "vendor page read requested");
     let source = VendorSource {
         url: body.url,
         format,

@@ -10,12 +10,10 @@ use crate::error::{RulesError, check_name};
 use crate::model::{
     ALL_AGENTS, CustomPattern, ExampleRepo, Guardrail, Provenance, RulesDocument, Severity, Source,
 };
+use crate::redact::{redact_url, shown_url};
 
 /// How many example repositories a custom pattern's summary names; the rest are counted.
 const SUMMARY_EXAMPLE_REPOS: usize = 3;
-
-/// The most characters of one repository URL a summary shows; a longer one is cut with `…`.
-const SUMMARY_URL_CHARS: usize = 120;
 
 /// A change someone asks for. Agents send these through MCP tools; vendor sourcing creates
 /// guardrail ones; a person approves or rejects each.
@@ -164,7 +162,8 @@ pub struct Origin {
     pub proposed_by: String,
     /// The agent session, if any.
     pub agent_session: Option<String>,
-    /// The vendor document (URL or file), if any.
+    /// The vendor document (URL or file), if any, as shown: a URL's user part and query (where
+    /// credentials go) are `***` ([`redact_url`](crate::redact_url)).
     pub source_ref: Option<String>,
 }
 
@@ -179,13 +178,15 @@ impl Origin {
         }
     }
 
-    /// A change suggested by a vendor's published guidance.
+    /// A change suggested by a vendor's published guidance. A URL's credentials are hidden
+    /// here, once: the reference is shown in the review queue and the audit log, and an
+    /// approved guardrail's provenance carries it into every rendered instruction file.
     pub fn vendor(agent: impl Into<String>, source_ref: impl Into<String>) -> Self {
         Self {
             source: Source::Vendor,
             proposed_by: format!("vendor:{}", agent.into()),
             agent_session: None,
-            source_ref: Some(source_ref.into()),
+            source_ref: Some(redact_url(&source_ref.into())),
         }
     }
 }
@@ -402,45 +403,6 @@ fn shown_repos(repos: &[ExampleRepo]) -> String {
     }
 }
 
-/// A repository URL as a summary shows it: its user part (`https://bot:<token>@host/...`, where
-/// a private repository's access token goes) and its query replaced by `***`, control
-/// characters by spaces, and at most [`SUMMARY_URL_CHARS`] characters.
-///
-/// The hiding is the rule bridle-memory's `repo::redact_url` applies wherever it shows a source
-/// (listings, search hits, errors), so a reviewer reads the URL as the index will later show it.
-/// This crate does not depend on bridle-memory (its chunkers and stores have no place in the
-/// rules model), so the rule is here again; bridle-gateway's tests hold the two to the same
-/// output.
-fn shown_url(url: &str) -> String {
-    let s = url.trim();
-    let hidden = match s.find("://") {
-        None => s.to_string(),
-        Some(scheme_end) => {
-            let (head, rest) = s.split_at(scheme_end + 3);
-            let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-            let (authority, tail) = rest.split_at(authority_end);
-            let host = authority.rfind('@').map(|at| &authority[at + 1..]);
-            let (path, query) = match tail.find('?') {
-                Some(q) => (&tail[..q], "?***"),
-                None => (tail, ""),
-            };
-            match host {
-                Some(host) => format!("{head}***@{host}{path}{query}"),
-                None => format!("{head}{authority}{path}{query}"),
-            }
-        }
-    };
-    let mut shown: String = hidden
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(SUMMARY_URL_CHARS)
-        .collect();
-    if hidden.chars().count() > SUMMARY_URL_CHARS {
-        shown.push('…');
-    }
-    shown
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,28 +470,30 @@ mod tests {
             summary.contains("`https://***@git.example/team/a.git`, `https://***@git.example/b.git`, `ssh://***@git.example:2222/team/c.git` and 1 more"),
             "{summary}"
         );
-        assert_eq!(
-            shown_url(&format!("https://git.example/d.git?private_token={CANARY}")),
-            "https://git.example/d.git?***"
-        );
-        // An `@` in the user part itself: everything up to the last one before the host.
-        assert_eq!(
-            shown_url(&format!("https://me@corp:{CANARY}@git.example/e.git")),
-            "https://***@git.example/e.git"
-        );
     }
 
     #[test]
     fn a_long_url_is_cut_and_stays_on_one_line() {
         let long = format!("https://git.example/{}.git", "a".repeat(500));
-        let shown = shown_url(&long);
-        assert_eq!(shown.chars().count(), SUMMARY_URL_CHARS + 1);
-        assert!(shown.ends_with('…'), "{shown}");
-        assert_eq!(shown_url("https://h/a\nb.git"), "https://h/a b.git");
-        assert!(
-            !pattern(&[&long, "https://h/x\r\ny"])
-                .summary()
-                .contains(['\n', '\r'])
+        let summary = pattern(&[&long, "https://h/x\r\ny"]).summary();
+        assert!(!summary.contains(['\n', '\r']), "{summary}");
+        assert!(summary.contains("aaa…`, `https://h/x  y`"), "{summary}");
+    }
+
+    /// A vendor origin names its document with the credentials a URL may carry hidden: the
+    /// reference is shown in the review queue and, once approved, in every rendered file.
+    #[test]
+    fn a_vendor_origin_hides_the_credentials_of_its_source() {
+        let origin = Origin::vendor("claude", "https://user:canary-origin-4Rt@docs.internal/g");
+        assert_eq!(
+            origin.source_ref.as_deref(),
+            Some("https://***@docs.internal/g")
+        );
+        assert_eq!(
+            Origin::vendor("claude", "agent_profiles.claude")
+                .source_ref
+                .as_deref(),
+            Some("agent_profiles.claude")
         );
     }
 }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::extract::DocumentFormat;
-use crate::RulesError;
+use crate::{RulesError, redact_url};
 
 pub use super::ledger::{FeedLedger, LEDGER_MIGRATIONS};
 
@@ -98,7 +98,10 @@ impl Default for VendorFeedConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VendorSource {
-    /// An `http://` or `https://` URL, or a local file path (anything without `://`).
+    /// An `http://` or `https://` URL, or a local file path (anything without `://`). A page
+    /// behind basic auth is `https://user:<token>@host/...`: the credentials are sent with the
+    /// fetch and shown nowhere (views, errors, log lines and audit entries show
+    /// [`redact_url`]'s form).
     pub url: String,
     /// How the page is written, when its `Content-Type` (or file name) does not say, or says
     /// wrongly (a raw Markdown file served as `text/plain` reads fine either way).
@@ -108,65 +111,76 @@ pub struct VendorSource {
 
 /// Why a feed source could not be read or queued. Every variant has a stable
 /// [`FeedError::code`]; none of them queues anything.
+///
+/// A source URL may carry credentials (`https://user:<token>@docs.internal/guide`, for a page
+/// behind basic auth). An error shows it without them: the fetcher builds each one with the
+/// [`redact_url`] form, and the message hides a URL's user part and query however the error was
+/// built, so it can reach an API answer or a log line as it is.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FeedError {
     /// The URL does not parse, has an unsupported scheme, or needs TLS this build lacks.
-    #[error("{url}: not a usable feed URL: {reason}")]
+    #[error("{}: not a usable feed URL: {reason}", redact_url(.url))]
     BadUrl {
-        /// The source URL.
+        /// The source URL, its credentials hidden ([`redact_url`]).
         url: String,
         /// Why.
         reason: String,
     },
     /// No connection could be made (nothing listening, name not found, connection reset).
-    #[error("{url}: the feed cannot be reached ({reason}); nothing was queued")]
+    #[error("{}: the feed cannot be reached ({reason}); nothing was queued", redact_url(.url))]
     Unreachable {
-        /// The source URL.
+        /// The source URL, its credentials hidden ([`redact_url`]).
         url: String,
         /// What the connection attempt said.
         reason: String,
     },
     /// The server did not answer within the time limit.
-    #[error("{url}: no complete answer within {secs} s; nothing was queued")]
+    #[error("{}: no complete answer within {secs} s; nothing was queued", redact_url(.url))]
     Timeout {
-        /// The source URL.
+        /// The source URL, its credentials hidden ([`redact_url`]).
         url: String,
         /// The limit.
         secs: u64,
     },
     /// The server redirected to another site (or too many times).
     #[error(
-        "{url}: redirected to {to}; a feed is only followed on its own site, so nothing was queued (update the source's URL if the page moved)"
+        "{}: redirected to {}; a feed is only followed on its own site, so nothing was queued (update the source's URL if the page moved)",
+        redact_url(.url),
+        redact_url(.to)
     )]
     Redirected {
-        /// The source URL.
+        /// The source URL, its credentials hidden ([`redact_url`]).
         url: String,
-        /// Where the server pointed.
+        /// Where the server pointed, its credentials hidden.
         to: String,
     },
     /// The server answered with an error status (its error page is not read).
-    #[error("{url}: the server answered HTTP {status}; nothing was queued")]
+    #[error("{}: the server answered HTTP {status}; nothing was queued", redact_url(.url))]
     HttpStatus {
-        /// The source URL.
+        /// The source URL, its credentials hidden ([`redact_url`]).
         url: String,
         /// The status code.
         status: u16,
     },
     /// The page is larger than the configured limit.
-    #[error("{url}: the page is larger than the limit of {limit} bytes; nothing was queued")]
+    #[error(
+        "{}: the page is larger than the limit of {limit} bytes; nothing was queued",
+        redact_url(.url)
+    )]
     TooLarge {
-        /// The source URL.
+        /// The source URL, its credentials hidden ([`redact_url`]).
         url: String,
         /// The limit in bytes.
         limit: u64,
     },
     /// The page is not HTML, Markdown or plain text.
     #[error(
-        "{url}: the page is `{content_type}`, not HTML, Markdown or plain text; nothing was queued"
+        "{}: the page is `{content_type}`, not HTML, Markdown or plain text; nothing was queued",
+        redact_url(.url)
     )]
     NotText {
-        /// The source URL.
+        /// The source URL, its credentials hidden ([`redact_url`]).
         url: String,
         /// The `Content-Type` it came with.
         content_type: String,
@@ -242,7 +256,8 @@ pub struct VendorCandidate {
     pub agent: String,
     /// The suggested guardrail statement.
     pub statement: String,
-    /// The source it was read from.
+    /// The source it was read from, its credentials hidden ([`redact_url`]): this is what a
+    /// reviewer and the audit log see.
     pub source_url: String,
     /// When the page was fetched (RFC 3339, UTC).
     pub fetched_at: String,
@@ -293,4 +308,55 @@ pub fn read_file_source(path: &Path, max_bytes: u64) -> Result<FetchOutcome, Fee
         text,
         validators: Validators::default(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// However an error was built, its message shows a source URL (and a redirect's target)
+    /// without the credentials it carries.
+    #[test]
+    fn an_error_message_hides_the_credentials_of_its_urls() {
+        const CANARY: &str = "canary-feed-error-token-2Wd8";
+        let url = format!("https://reader:{CANARY}@docs.internal/guide?sig={CANARY}");
+        let errors = [
+            FeedError::BadUrl {
+                url: url.clone(),
+                reason: "scheme".into(),
+            },
+            FeedError::Unreachable {
+                url: url.clone(),
+                reason: "Connection refused".into(),
+            },
+            FeedError::Timeout {
+                url: url.clone(),
+                secs: 3,
+            },
+            FeedError::Redirected {
+                url: url.clone(),
+                to: format!("https://x:{CANARY}@elsewhere.example/"),
+            },
+            FeedError::HttpStatus {
+                url: url.clone(),
+                status: 401,
+            },
+            FeedError::TooLarge {
+                url: url.clone(),
+                limit: 1,
+            },
+            FeedError::NotText {
+                url: url.clone(),
+                content_type: "application/pdf".into(),
+            },
+        ];
+        for e in errors {
+            let message = e.to_string();
+            assert!(!message.contains(CANARY), "{message}");
+            assert!(
+                message.starts_with("https://***@docs.internal/guide?***: "),
+                "{message}"
+            );
+        }
+    }
 }

@@ -8,6 +8,10 @@
 //! limit (refused from `Content-Length` when given, else while streaming, never buffered
 //! whole). Requests carry the validators of the last run, so an unchanged page costs one
 //! `304 Not Modified` and queues nothing.
+//!
+//! A source behind basic auth is configured as `https://user:<token>@host/...`. Only the
+//! request sees that URL (reqwest sends its user part as an `Authorization` header); errors,
+//! log lines and [`SourceRun`]s carry [`redact_url`]'s form, user part and query as `***`.
 
 use std::time::Duration;
 
@@ -21,8 +25,8 @@ use super::feed::{
     FeedError, FeedLedger, FetchOutcome, FetchedPage, SourceReport, Validators, VendorFeedConfig,
     VendorSource, read_file_source,
 };
-use crate::RulesStore;
 use crate::fsutil::now_rfc3339;
+use crate::{RulesStore, redact_url};
 
 /// How many same-site redirects a fetch follows.
 const MAX_REDIRECTS: usize = 5;
@@ -67,15 +71,19 @@ impl FeedFetcher {
         })
     }
 
-    /// Fetches `url`, sending `known` validators so an unchanged page answers `304`.
+    /// Fetches `url`, sending `known` validators so an unchanged page answers `304`. A user part
+    /// in `url` (`https://user:<token>@host/...`) is sent as basic auth; every error names the
+    /// URL without it ([`redact_url`]).
     pub async fn fetch(
         &self,
         url: &str,
         known: Option<&Validators>,
         format: Option<DocumentFormat>,
     ) -> Result<FetchOutcome, FeedError> {
+        // The real URL goes to the request alone; errors carry this one.
+        let shown = redact_url(url);
         let parsed = Url::parse(url).map_err(|e| FeedError::BadUrl {
-            url: url.to_string(),
+            url: shown.clone(),
             reason: e.to_string(),
         })?;
         match parsed.scheme() {
@@ -83,13 +91,13 @@ impl FeedFetcher {
             "https" if cfg!(feature = "rustls") => {}
             "https" => {
                 return Err(FeedError::BadUrl {
-                    url: url.to_string(),
+                    url: shown.clone(),
                     reason: "this build has no TLS; rebuild with the `rustls` feature, or save the page and use the file".into(),
                 });
             }
             other => {
                 return Err(FeedError::BadUrl {
-                    url: url.to_string(),
+                    url: shown.clone(),
                     reason: format!("scheme `{other}` is not http or https"),
                 });
             }
@@ -103,7 +111,10 @@ impl FeedFetcher {
                 request = request.header(IF_MODIFIED_SINCE, lm);
             }
         }
-        let mut response = request.send().await.map_err(|e| self.transport(url, &e))?;
+        let mut response = request
+            .send()
+            .await
+            .map_err(|e| self.transport(&shown, e))?;
         let status = response.status();
         if status == StatusCode::NOT_MODIFIED {
             return Ok(FetchOutcome::NotModified);
@@ -114,15 +125,15 @@ impl FeedFetcher {
                 .get(LOCATION)
                 .and_then(|l| l.to_str().ok())
                 .and_then(|l| response.url().join(l).ok())
-                .map_or_else(|| "an unnamed location".to_string(), |u| u.to_string());
-            return Err(FeedError::Redirected {
-                url: url.to_string(),
-                to,
-            });
+                .map_or_else(
+                    || "an unnamed location".to_string(),
+                    |u| redact_url(u.as_str()),
+                );
+            return Err(FeedError::Redirected { url: shown, to });
         }
         if !status.is_success() {
             return Err(FeedError::HttpStatus {
-                url: url.to_string(),
+                url: shown,
                 status: status.as_u16(),
             });
         }
@@ -143,7 +154,7 @@ impl FeedFetcher {
                 Some(f) => Some(f),
                 None => {
                     return Err(FeedError::NotText {
-                        url: url.to_string(),
+                        url: shown,
                         content_type: ct.clone(),
                     });
                 }
@@ -151,7 +162,7 @@ impl FeedFetcher {
             None => None,
         };
         let too_large = || FeedError::TooLarge {
-            url: url.to_string(),
+            url: shown.clone(),
             limit: self.max_bytes,
         };
         if header(CONTENT_LENGTH)
@@ -164,7 +175,7 @@ impl FeedFetcher {
         while let Some(chunk) = response
             .chunk()
             .await
-            .map_err(|e| self.transport(url, &e))?
+            .map_err(|e| self.transport(&shown, e))?
         {
             if (body.len() + chunk.len()) as u64 > self.max_bytes {
                 return Err(too_large());
@@ -182,22 +193,25 @@ impl FeedFetcher {
         }))
     }
 
-    fn transport(&self, url: &str, e: &reqwest::Error) -> FeedError {
+    /// A transport failure of the source `shown` (already redacted).
+    fn transport(&self, shown: &str, e: reqwest::Error) -> FeedError {
         if e.is_timeout() {
             FeedError::Timeout {
-                url: url.to_string(),
+                url: shown.to_string(),
                 secs: self.timeout.as_secs(),
             }
         } else {
-            // The innermost cause says what happened ("Connection refused", ...).
+            // The innermost cause says what happened ("Connection refused", ...). reqwest's own
+            // message names the URL with its query (where a token can be): it is dropped.
+            let e = e.without_url();
             let mut reason = e.to_string();
-            let mut source = std::error::Error::source(e);
+            let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
                 reason = s.to_string();
                 source = s.source();
             }
             FeedError::Unreachable {
-                url: url.to_string(),
+                url: shown.to_string(),
                 reason,
             }
         }
@@ -209,7 +223,7 @@ impl FeedFetcher {
 pub struct SourceRun {
     /// The agent profile.
     pub agent: String,
-    /// The source.
+    /// The source, its credentials hidden ([`redact_url`]).
     pub url: String,
     /// What happened.
     pub outcome: Result<SourceReport, FeedError>,
@@ -266,12 +280,13 @@ impl VendorFeed {
                 let outcome = self
                     .run_source(store, &ledger, project, agent, source)
                     .await;
+                let url = redact_url(&source.url);
                 if let Err(e) = &outcome {
-                    tracing::warn!(project, agent, url = %source.url, code = e.code(), error = %e, "vendor feed source failed");
+                    tracing::warn!(project, agent, url = %url, code = e.code(), error = %e, "vendor feed source failed");
                 }
                 run.sources.push(SourceRun {
                     agent: agent.clone(),
-                    url: source.url.clone(),
+                    url,
                     outcome,
                 });
             }
@@ -295,7 +310,7 @@ impl VendorFeed {
             .run_source(store, &ledger, project, agent, source)
             .await;
         if let Err(e) = &outcome {
-            tracing::warn!(project, agent, url = %source.url, code = e.code(), error = %e, "vendor page could not be read");
+            tracing::warn!(project, agent, url = %redact_url(&source.url), code = e.code(), error = %e, "vendor page could not be read");
         }
         outcome
     }
@@ -332,7 +347,7 @@ impl VendorFeed {
         })
         .await
         .map_err(|e| FeedError::Unreachable {
-            url: source.url.clone(),
+            url: redact_url(&source.url),
             reason: format!("the queueing task stopped: {e}"),
         })??;
         Ok(report)

@@ -22,7 +22,7 @@ use super::feed::{
     FetchOutcome, MAX_CANDIDATES_PER_PAGE, SourceReport, Validators, VendorCandidate,
 };
 use crate::db::{Migration, Migrations, migrate_sqlite};
-use crate::{RulesError, RulesStore};
+use crate::{RulesError, RulesStore, redact_url};
 
 /// The ledger's tables (in the store's SQLite file). Step 1 is the schema from before
 /// versioning, so such a file is adopted as it is; never edit a released step, add one. The
@@ -126,7 +126,10 @@ impl FeedLedger {
     }
 
     /// Queues what a fetched source holds for `agent` in `project`, then records its
-    /// validators. A `NotModified` outcome queues nothing. A candidate queued before (by this
+    /// validators. A `NotModified` outcome queues nothing. The validators are kept under `url`
+    /// as given (the next fetch looks them up by it); the proposals, the candidates' provenance
+    /// and the log line name it as [`redact_url`] shows it, since a reviewer, the audit log and
+    /// every rendered file see those. A candidate queued before (by this
     /// process or, on PostgreSQL, by another replica) is skipped, and so is every candidate
     /// past the page's first [`MAX_CANDIDATES_PER_PAGE`].
     pub fn ingest(
@@ -155,18 +158,19 @@ impl FeedLedger {
             FetchOutcome::Page(page) => page,
         };
         let conn = self.connect()?;
+        let shown = redact_url(url);
         let found = extract_at_most(&page.text, page.format, MAX_CANDIDATES_PER_PAGE);
         report.over_limit = found.left_out;
         report.skipped = found.left_out;
         for found in found.candidates {
-            match store.queue_vendor_statement(project, agent, url, &found.statement)? {
+            match store.queue_vendor_statement(project, agent, &shown, &found.statement)? {
                 Some(proposal_id) => {
                     let candidate = VendorCandidate {
                         proposal_id,
                         project: project.to_string(),
                         agent: agent.to_string(),
                         statement: found.statement,
-                        source_url: url.to_string(),
+                        source_url: shown.clone(),
                         fetched_at: fetched_at.to_string(),
                         excerpt: found.excerpt,
                     };
@@ -180,7 +184,7 @@ impl FeedLedger {
         tracing::info!(
             project,
             agent,
-            url,
+            url = %shown,
             queued = report.queued.len(),
             skipped = report.skipped,
             over_limit = report.over_limit,

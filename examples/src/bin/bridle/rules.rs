@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use bridle_rules::redact_url;
 use bridle_rules::vendor::{MAX_CANDIDATES_PER_PAGE, SourceReport, VendorFeed, VendorSource};
 use clap::Subcommand;
 
@@ -359,7 +360,8 @@ pub(crate) fn rules_remote(api: &AdminClient, command: RulesCommand) -> Result<E
         } => {
             if !(from.starts_with("http://") || from.starts_with("https://")) {
                 return Err(format!(
-                    "`{from}` is not an http(s) URL: the gateway reads no file by request; run this without --url to read a local file into the data directory"
+                    "`{}` is not an http(s) URL: the gateway reads no file by request; run this without --url to read a local file into the data directory",
+                    redact_url(&from)
                 )
                 .into());
             }
@@ -456,8 +458,10 @@ fn past_limit(over_limit: usize) -> String {
 
 /// One source's line of `rules run-feed`: what it queued (how many, how many already known or
 /// past the page's limit, whether the page was unchanged), or why it failed (code and
-/// sentence).
+/// sentence). The URL is shown without the credentials it may carry (both the feed and the
+/// gateway hand it over redacted; redacting again changes nothing).
 fn print_source(project: &str, agent: &str, url: &str, outcome: Result<Tally, (&str, &str)>) {
+    let url = redact_url(url);
     match outcome {
         Ok(t) => println!(
             "{project} {agent} {url}: queued {}, {} already known{}{}",
