@@ -1,6 +1,8 @@
 //! The web panel at the HTML level: every page and partial through the in-process router
 //! (`tower::ServiceExt::oneshot`), the security headers and cookie, log-in and log-out,
-//! the cross-site check, read-only mode, and each page's error states.
+//! the cross-site check, read-only mode, and each page's error states, bad input in a path or a
+//! query string included (always the panel's page with a stable code, never axum's plain-text
+//! 400).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on any unexpected error.
 
@@ -10,7 +12,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use bridle_gateway::panel::PanelConfig;
-use panel_support::{ALICE, BOB, Caller, Client, Fixture, WATCHER, panel_config, signed_in};
+use panel_support::{ALICE, BOB, Caller, Client, Fixture, Reply, WATCHER, panel_config, signed_in};
 
 /// No inline script or style anywhere in a page: the CSP would block it.
 fn assert_no_inline(body: &str) {
@@ -258,6 +260,246 @@ async fn every_page_renders_for_a_signed_in_admin() {
     assert!(!r.body.contains("<html"));
 }
 
+/// Input that does not parse, in a path or a query string, gets the panel's page with a
+/// stable code, never axum's plain-text 400: a path segment that does not parse names no page
+/// (404 `not_found`), a filter query that does not parse is refused (422 `invalid_form`), and a
+/// notice or log-in query that does not parse is ignored (the page, without the notice).
+#[tokio::test]
+async fn bad_input_in_a_path_or_a_query_gets_the_panels_page() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let assert_page = |what: &str, r: &Reply, status: StatusCode, code: &str| {
+        assert_eq!(r.status, status, "{what}: {}", r.body);
+        assert!(
+            r.header("content-type")
+                .unwrap_or_default()
+                .starts_with("text/html"),
+            "{what}: {:?}",
+            r.header("content-type")
+        );
+        assert!(r.body.contains("<html"), "{what}: {}", r.body);
+        assert!(
+            r.body.contains(&format!("<code>{code}</code>")),
+            "{what}: {}",
+            r.body
+        );
+        assert!(
+            !r.body.contains("Failed to deserialize"),
+            "{what}: {}",
+            r.body
+        );
+    };
+
+    // Paths: a number that is not one, a segment that is not UTF-8.
+    for path in [
+        "/panel/queue/abc",
+        "/panel/queue/-1",
+        "/panel/queue/99999999999999999999999",
+        "/panel/projects/%FF",
+        "/panel/projects/%FF/preview",
+        "/panel/agents/%FF",
+        "/panel/secrets/%FF",
+        "/panel/integrations/%FF",
+        "/panel/patterns/%FF/x/chunks",
+        "/panel/patterns/runs/%FF/events",
+    ] {
+        assert_page(path, &c.get(path).await, StatusCode::NOT_FOUND, "not_found");
+    }
+    for path in [
+        "/panel/queue/abc/approve",
+        "/panel/queue/abc/reject",
+        "/panel/scope/abc/approve",
+        "/panel/scope/abc/deny",
+        "/panel/secrets/s/versions/abc/revoke",
+        "/panel/agents/%FF/revoke",
+        "/panel/sessions/%FF/end",
+        "/panel/projects/%FF/save",
+        "/panel/projects/demo/guardrails/%FF/remove",
+        "/panel/patterns/demo/%FF/remove",
+        "/panel/memory/patterns/%FF/purge",
+        "/panel/projects/%FF/edit",
+        "/panel/projects/%FF/review",
+        "/panel/projects/%FF/guardrails",
+        "/panel/agents/%FF/change",
+        "/panel/agents/%FF/token",
+        "/panel/agents/%FF/rotate",
+        "/panel/secrets/%FF/rotate",
+        "/panel/secrets/%FF/versions/1/revoke",
+        "/panel/patterns/%FF",
+        "/panel/patterns/demo/%FF/change",
+        "/panel/standard-patterns/%FF",
+        "/panel/standard-patterns/demo/%FF/remove",
+        "/panel/patterns/demo/%FF/examples",
+        "/panel/patterns/demo/p/examples/%FF/remove",
+        "/panel/patterns/demo/p/examples/%FF/index",
+    ] {
+        let r = c.post(path, &[("reason", "r"), ("confirm", "x")]).await;
+        assert_page(path, &r, StatusCode::NOT_FOUND, "not_found");
+    }
+    // Nothing was decided.
+    assert_eq!(
+        fixture.proposal_status(fixture.propose_guardrail("kept")),
+        "pending"
+    );
+
+    // Filters that do not parse (a field given twice, a cursor that is not a number).
+    for path in [
+        "/panel/queue?status=pending&status=approved",
+        "/panel/scope?status=a&status=b",
+        "/panel/audit?kind=a&kind=b",
+        "/panel/audit/export?kind=a&kind=b",
+        "/panel/audit/tail?after=x",
+        "/panel/sessions?agent=a&agent=b",
+        "/panel/projects?q=a&q=b",
+        "/panel/projects/demo/preview?agent_type=a&agent_type=b",
+        "/panel/memory?q=a&q=b",
+        "/panel/patterns?run=a&run=b",
+    ] {
+        assert_page(
+            path,
+            &c.get(path).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_form",
+        );
+    }
+
+    // A notice that does not parse is left out and the page is shown; the same notice that
+    // parses is shown.
+    for (page, good, bad, text) in [
+        (
+            "/panel/agents",
+            "notice=agent_revoked&id=3",
+            "notice=agent_revoked&id=x",
+            "Every token of this agent is revoked",
+        ),
+        (
+            "/panel/queue",
+            "notice=rejected&id=7",
+            "notice=rejected&id=x",
+            "Proposal #7 rejected.",
+        ),
+        (
+            "/panel/scope",
+            "notice=ticket_denied&id=4",
+            "notice=ticket_denied&id=-4",
+            "Scope ticket #4 denied.",
+        ),
+        (
+            "/panel/projects/demo",
+            "notice=saved&revision=2",
+            "notice=saved&revision=abc",
+            "Saved (revision 2).",
+        ),
+        (
+            "/panel/secrets",
+            "notice=secret_created",
+            "notice=secret_created&id=1&id=2",
+            "Secret added.",
+        ),
+        (
+            "/panel/memory",
+            "notice=memories_purged&id=2",
+            "notice=memories_purged&id=many",
+            "memories removed.",
+        ),
+        (
+            "/panel/sessions",
+            "notice=session_ended",
+            "notice=session_ended&revision=x",
+            "Session ended.",
+        ),
+        (
+            "/panel/patterns",
+            "notice=pattern_added",
+            "notice=pattern_added&id=x",
+            "Pattern added.",
+        ),
+    ] {
+        let shown = c.get(&format!("{page}?{good}")).await;
+        let left_out = c.get(&format!("{page}?{bad}")).await;
+        assert_eq!(
+            shown.status,
+            StatusCode::OK,
+            "{page}?{good}: {}",
+            shown.body
+        );
+        assert_eq!(
+            left_out.status,
+            StatusCode::OK,
+            "{page}?{bad}: {}",
+            left_out.body
+        );
+        assert!(shown.body.contains(text), "{page}?{good}: {}", shown.body);
+        assert!(
+            !left_out.body.contains(text),
+            "{page}?{bad}: {}",
+            left_out.body
+        );
+    }
+
+    // The log-in page is the way in: it is always shown.
+    let out = Client::new(fixture.router(panel_config()));
+    for path in [
+        "/panel/login?signed_out=300",
+        "/panel/login?signed_out=yes",
+        "/panel/login?signed_out=1&next=/panel/queue",
+    ] {
+        let r = out.get(path).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.body);
+        assert!(r.body.contains("You are signed out."), "{path}: {}", r.body);
+        assert!(r.body.contains(r#"<label for="token">"#), "{path}");
+    }
+    let r = out
+        .get("/panel/login?next=/panel/queue&next=/panel/scope")
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(r.body.contains(r#"<label for="token">"#));
+}
+
+/// An integration's page (its own fixture: an upstream nothing answers at, which still has a
+/// page) leaves out a notice that does not parse, and answers a namespace that is not UTF-8
+/// with the panel's 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_integrations_page_leaves_out_a_notice_that_does_not_parse() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", closed.local_addr().unwrap());
+    drop(closed);
+    let fixture = Fixture::build_with_yaml(
+        &format!("upstreams:\n  tickets:\n    http: {{url: '{url}'}}\n"),
+        |b| b,
+    )
+    .await;
+    let c = signed_in(&fixture).await;
+    let text = "connects again";
+    let shown = c
+        .get("/panel/integrations/tickets?notice=integration_enabled")
+        .await;
+    assert_eq!(shown.status, StatusCode::OK, "{}", shown.body);
+    assert!(shown.body.contains(text), "{}", shown.body);
+    let left_out = c
+        .get("/panel/integrations/tickets?notice=integration_enabled&id=x")
+        .await;
+    assert_eq!(left_out.status, StatusCode::OK, "{}", left_out.body);
+    assert!(!left_out.body.contains(text), "{}", left_out.body);
+    for (path, post) in [
+        ("/panel/integrations/%FF", false),
+        ("/panel/integrations/%FF/enable", true),
+        ("/panel/integrations/%FF/disable", true),
+    ] {
+        let r = if post {
+            c.post(path, &[]).await
+        } else {
+            c.get(path).await
+        };
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{path}: {}", r.body);
+        assert!(
+            r.body.contains("<code>not_found</code>"),
+            "{path}: {}",
+            r.body
+        );
+    }
+}
+
 #[tokio::test]
 async fn error_states_are_pages_with_the_api_code() {
     let fixture = Fixture::new().await;
@@ -279,7 +521,7 @@ async fn error_states_are_pages_with_the_api_code() {
             "invalid_form",
         ),
         ("/panel/queue/999", StatusCode::NOT_FOUND, "not_found"),
-        ("/panel/queue/abc", StatusCode::BAD_REQUEST, ""),
+        ("/panel/queue/abc", StatusCode::NOT_FOUND, "not_found"),
         (
             "/panel/queue?status=bogus",
             StatusCode::BAD_REQUEST,
@@ -422,7 +664,7 @@ async fn watchers_and_a_read_only_panel_change_nothing() {
     let r = watcher.post("/panel/logout", &[]).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
 
-    let mut alice = Client::new(fixture.router(PanelConfig::default().read_only(true)));
+    let mut alice = Client::new(fixture.read_only_router(PanelConfig::default()));
     alice.login(ALICE).await;
     let r = alice.post(&format!("/panel/queue/{id}/approve"), &[]).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);

@@ -9,14 +9,14 @@
 //! page works with whatever version of the agents resource the API has; without it, the page
 //! says the API does not offer it.
 
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use minijinja::context;
 use minijinja::value::Serde;
 use serde::{Deserialize, Serialize};
 
-use super::{Notice, PanelForm, confirm_matches};
+use super::{Notice, PanelForm, PanelPath, confirm_matches};
 use crate::panel::Panel;
 use crate::panel::api::seg;
 use crate::panel::session::SignedIn;
@@ -148,7 +148,7 @@ fn project_list(field: &str) -> Vec<String> {
 pub(crate) async fn list(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Query(notice): Query<Notice>,
+    notice: Notice,
     headers: axum::http::HeaderMap,
 ) -> Result<Page, PanelError> {
     let page: AgentPage = panel.api.get(&who, "/agents?limit=500").await?;
@@ -169,8 +169,8 @@ pub(crate) async fn list(
 pub(crate) async fn show(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(name): Path<String>,
-    Query(notice): Query<Notice>,
+    PanelPath(name): PanelPath<String>,
+    notice: Notice,
 ) -> Result<Page, PanelError> {
     let agent: AgentView = panel
         .api
@@ -224,7 +224,7 @@ pub(crate) async fn create(
 pub(crate) async fn change(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(name): Path<String>,
+    PanelPath(name): PanelPath<String>,
     PanelForm(form): PanelForm<ChangeForm>,
 ) -> Result<Response, PanelError> {
     let agent_type = form.agent_type.trim();
@@ -315,7 +315,7 @@ fn token_page(
 pub(crate) async fn issue(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(name): Path<String>,
+    PanelPath(name): PanelPath<String>,
 ) -> Result<Response, PanelError> {
     let issued: IssuedToken = panel
         .api
@@ -328,7 +328,7 @@ pub(crate) async fn issue(
 pub(crate) async fn rotate(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(name): Path<String>,
+    PanelPath(name): PanelPath<String>,
     PanelForm(form): PanelForm<RotateForm>,
 ) -> Result<Response, PanelError> {
     let grace_secs = match form.grace_secs.as_deref().map(str::trim) {
@@ -354,7 +354,7 @@ pub(crate) async fn rotate(
 pub(crate) async fn revoke(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(name): Path<String>,
+    PanelPath(name): PanelPath<String>,
     PanelForm(form): PanelForm<ConfirmForm>,
 ) -> Result<Response, PanelError> {
     confirm_matches(&form.confirm, &name)?;

@@ -3,13 +3,14 @@
 //! select as JSON Lines (the API's export, passed through). The first page, newest first, is
 //! a live tail: new entries matching the filters arrive over SSE (`live`).
 
-use axum::extract::{Extension, Query, State};
+use axum::extract::{Extension, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use minijinja::context;
 use minijinja::value::Serde;
 use serde::{Deserialize, Serialize};
 
+use super::PanelQuery;
 use crate::panel::Panel;
 use crate::panel::session::SignedIn;
 use crate::panel::view::{Page, PanelError};
@@ -109,7 +110,7 @@ fn who_acted(source: &serde_json::Value) -> String {
 pub(crate) async fn list(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Query(filter): Query<AuditFilter>,
+    PanelQuery(filter): PanelQuery<AuditFilter>,
 ) -> Result<Page, PanelError> {
     let filter = filter.cleaned();
     let page: EntryPage = panel
@@ -167,7 +168,7 @@ pub(crate) async fn verify(
 pub(crate) async fn export(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Query(filter): Query<AuditFilter>,
+    PanelQuery(filter): PanelQuery<AuditFilter>,
 ) -> Result<Response, PanelError> {
     let mut filter = filter.cleaned();
     filter.cursor = None;

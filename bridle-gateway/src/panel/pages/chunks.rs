@@ -6,12 +6,13 @@
 //! refusals are the page's: an unknown project, pattern or example is the 404 page, a cursor
 //! the API did not hand out the 400 page, a gateway without memory the 503 page.
 
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, State};
 use axum::response::{IntoResponse, Response};
 use minijinja::context;
 use minijinja::value::Serde;
 use serde::{Deserialize, Serialize};
 
+use super::{PanelPath, PanelQuery};
 use crate::admin::patterns::PatternList;
 use crate::panel::Panel;
 use crate::panel::api::seg;
@@ -82,8 +83,8 @@ fn query_of(p: &ChunkParams, cursor: Option<&str>, limit: Option<usize>) -> Stri
 pub(crate) async fn list(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path((project, pattern)): Path<(String, String)>,
-    Query(params): Query<ChunkParams>,
+    PanelPath((project, pattern)): PanelPath<(String, String)>,
+    PanelQuery(params): PanelQuery<ChunkParams>,
 ) -> Result<Response, PanelError> {
     let (p, c) = (seg(&project), seg(&pattern));
     let api_query = query_of(&params, Some(params.cursor.trim()), Some(PAGE));

@@ -4,11 +4,11 @@
 //! document against that revision, so a save that someone else's beat shows the conflict view,
 //! and the API validates the result exactly as it validates a YAML edit.
 
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, State};
 use serde::Deserialize;
 
-use super::PanelForm;
 use super::projects::review_page;
+use super::{PanelForm, PanelPath};
 use crate::admin::projects::ProjectDocument;
 use crate::panel::Panel;
 use crate::panel::api::seg;
@@ -47,7 +47,7 @@ fn to_yaml(doc: &bridle_rules::RulesDocument) -> Result<String, PanelError> {
 pub(crate) async fn put(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(project): Path<String>,
+    PanelPath(project): PanelPath<String>,
     PanelForm(form): PanelForm<GuardrailForm>,
 ) -> Result<Page, PanelError> {
     let id = form.id.trim();
@@ -112,7 +112,7 @@ pub(crate) async fn put(
 pub(crate) async fn remove(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path((project, id)): Path<(String, String)>,
+    PanelPath((project, id)): PanelPath<(String, String)>,
 ) -> Result<Page, PanelError> {
     let current = current(&panel, &who, &project).await?;
     let mut doc = current.document.clone();

@@ -3,7 +3,7 @@
 //! written to `bridle.yaml`, its tools leave or rejoin the agents' lists). Project mappings are
 //! shown, not changed: the API cannot change them at run time yet.
 
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, State};
 use axum::response::Response;
 use minijinja::context;
 use minijinja::value::Serde;
@@ -14,7 +14,7 @@ use crate::panel::api::seg;
 use crate::panel::session::SignedIn;
 use crate::panel::view::{Page, PanelError, see_other};
 
-use super::Notice;
+use super::{Notice, PanelPath};
 
 /// `GET /integrations`.
 pub(crate) async fn list(
@@ -34,8 +34,8 @@ pub(crate) async fn list(
 pub(crate) async fn show(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(namespace): Path<String>,
-    Query(notice): Query<Notice>,
+    PanelPath(namespace): PanelPath<String>,
+    notice: Notice,
 ) -> Result<Page, PanelError> {
     let i: IntegrationView = panel
         .api
@@ -70,7 +70,7 @@ async fn switch(
 pub(crate) async fn enable(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(namespace): Path<String>,
+    PanelPath(namespace): PanelPath<String>,
 ) -> Result<Response, PanelError> {
     switch(&panel, &who, &namespace, true).await
 }
@@ -79,7 +79,7 @@ pub(crate) async fn enable(
 pub(crate) async fn disable(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(namespace): Path<String>,
+    PanelPath(namespace): PanelPath<String>,
 ) -> Result<Response, PanelError> {
     switch(&panel, &who, &namespace, false).await
 }

@@ -16,7 +16,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Extension, Query, State};
+use axum::extract::{Extension, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -25,6 +25,7 @@ use minijinja::context;
 use minijinja::value::Serde;
 use serde::Deserialize;
 
+use super::PanelQuery;
 use super::audit::{AuditFilter, EntryPage, rows_of};
 use crate::panel::Panel;
 use crate::panel::guard::session_cookie;
@@ -153,8 +154,8 @@ impl Tail {
 pub(crate) async fn audit_tail(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Query(filter): Query<AuditFilter>,
-    Query(start): Query<TailStart>,
+    PanelQuery(filter): PanelQuery<AuditFilter>,
+    PanelQuery(start): PanelQuery<TailStart>,
     headers: HeaderMap,
 ) -> Result<Response, PanelError> {
     let id = session_id(&panel, &headers)?;

@@ -6,24 +6,35 @@
 
 use std::net::SocketAddr;
 
-use axum::extract::{ConnectInfo, Extension, Query, State};
+use axum::extract::{ConnectInfo, Extension, FromRequestParts, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use minijinja::context;
 use serde::Deserialize;
 use zeroize::{Zeroize, Zeroizing};
 
-use super::PanelForm;
+use super::{PanelForm, query_or_default};
 use crate::panel::Panel;
 use crate::panel::guard::{clear_cookie, session_cookie, session_cookie_header};
 use crate::panel::session::SignedIn;
 use crate::panel::view::{Page, PanelError, chrome, see_other};
 
-/// The log-in page's query.
+/// The log-in page's query: where to go after log-in, and whether the admin just signed out
+/// (any value). The page is the way in, so it is always shown: a query that does not parse is
+/// ignored, as a [`Notice`](super::Notice)'s is.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct LoginQuery {
     next: Option<String>,
-    signed_out: Option<u8>,
+    signed_out: Option<String>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for LoginQuery {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(query_or_default(parts))
+    }
 }
 
 /// The log-in form.
@@ -87,7 +98,7 @@ fn login_page_with(
 pub(crate) async fn form(
     State(panel): State<Panel>,
     headers: HeaderMap,
-    Query(q): Query<LoginQuery>,
+    q: LoginQuery,
 ) -> Result<Response, PanelError> {
     let next = landing(&panel, q.next.as_deref());
     if session_cookie(&headers, panel.config.cookie_name())

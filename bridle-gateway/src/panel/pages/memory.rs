@@ -7,14 +7,14 @@
 //! A gateway without memory answers 503 `memory_off`; the page then says so and how to turn it
 //! on, instead of failing.
 
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use minijinja::context;
 use minijinja::value::Serde;
 use serde::{Deserialize, Serialize};
 
-use super::{Notice, PanelForm, confirm_matches};
+use super::{Notice, PanelForm, PanelPath, PanelQuery, confirm_matches};
 use crate::panel::Panel;
 use crate::panel::api::{Problem, seg};
 use crate::panel::session::SignedIn;
@@ -179,9 +179,9 @@ fn query_of(value: &impl Serialize) -> String {
 pub(crate) async fn show(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Query(filter): Query<MemoryFilter>,
-    Query(search): Query<PatternSearch>,
-    Query(notice): Query<Notice>,
+    PanelQuery(filter): PanelQuery<MemoryFilter>,
+    PanelQuery(search): PanelQuery<PatternSearch>,
+    notice: Notice,
 ) -> Result<Response, PanelError> {
     let filter = filter.cleaned();
     let searching = filter.q.is_some();
@@ -334,7 +334,7 @@ pub(crate) async fn reembed_sessions(
 pub(crate) async fn purge_tag(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(tag): Path<String>,
+    PanelPath(tag): PanelPath<String>,
     PanelForm(form): PanelForm<ConfirmForm>,
 ) -> Result<Response, PanelError> {
     confirm_matches(&form.confirm, &tag)?;

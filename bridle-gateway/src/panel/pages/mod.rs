@@ -2,10 +2,16 @@
 //! ([`super::api::AdminApi`]) as the signed-in admin and renders one template; a change is one
 //! API call, answered with a redirect to the page that shows its result (or, for an htmx
 //! request, the partial that replaces the changed row).
+//!
+//! Handlers read what the browser sent through the panel's own extractors ([`PanelForm`],
+//! [`PanelPath`], [`PanelQuery`], [`Notice`]), never axum's, so input that does not parse gets
+//! the panel's page with a stable code (`not_found`, `invalid_form`) instead of axum's
+//! plain-text 400.
 
 use axum::Router;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::routing::{get, post};
 use minijinja::{Value, context};
 use serde::Deserialize;
@@ -195,13 +201,67 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequest<S> for PanelForm<T>
     }
 }
 
+/// A path parameter (`/queue/{id}`), or the panel's 404 page: a segment that does not parse
+/// (`/queue/abc`, a name that is not UTF-8) names no page.
+#[derive(Debug)]
+pub(crate) struct PanelPath<T>(pub(crate) T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for PanelPath<T> {
+    type Rejection = PanelError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, PanelError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| PanelPath(p.0))
+            .map_err(|_| PanelError::NotFound)
+    }
+}
+
+/// A page's query string (filters, paging), or the panel's 422 page naming what did not parse.
+#[derive(Debug)]
+pub(crate) struct PanelQuery<T>(pub(crate) T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for PanelQuery<T> {
+    type Rejection = PanelError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, PanelError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| PanelQuery(q.0))
+            .map_err(|e| {
+                // The innermost cause names the field ("duplicate field `status`"); axum's own
+                // sentence around it is for an API client.
+                let mut cause: &dyn std::error::Error = &e;
+                while let Some(inner) = cause.source() {
+                    cause = inner;
+                }
+                PanelError::BadForm(format!("the address's query could not be read: {cause}"))
+            })
+    }
+}
+
+/// The query string read as `T`, or `T::default()` when it does not parse: for what only
+/// decorates a page (a notice after a redirect), which is better left out than refused.
+pub(crate) fn query_or_default<T: DeserializeOwned + Default>(parts: &Parts) -> T {
+    serde_urlencoded::from_str(parts.uri.query().unwrap_or_default()).unwrap_or_default()
+}
+
 /// What a page says after a change it redirected from (`?notice=...`): a fixed sentence per
-/// code, so nothing from the query string is shown as given.
+/// code, so nothing from the query string is shown as given. A notice query that does not
+/// parse (`?notice=saved&id=x`) is ignored: the page is shown without a notice.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct Notice {
     notice: Option<String>,
     id: Option<u64>,
     revision: Option<u64>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Notice {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(query_or_default(parts))
+    }
 }
 
 impl Notice {

@@ -17,7 +17,7 @@
 
 use std::convert::Infallible;
 
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -27,7 +27,7 @@ use minijinja::value::Serde;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Notice, PanelForm, confirm_matches};
+use super::{Notice, PanelForm, PanelPath, PanelQuery, confirm_matches};
 use crate::admin::patterns::PatternList;
 use crate::admin::projects::ProjectPage;
 use crate::panel::Panel;
@@ -56,8 +56,8 @@ pub(crate) struct RunQuery {
 pub(crate) async fn list(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Query(notice): Query<Notice>,
-    Query(follow): Query<RunQuery>,
+    notice: Notice,
+    PanelQuery(follow): PanelQuery<RunQuery>,
 ) -> Result<Response, PanelError> {
     let projects: ProjectPage = panel.api.get(&who, "/projects?limit=500").await?;
     let mut shown = Vec::with_capacity(projects.items.len());
@@ -167,7 +167,7 @@ fn back(panel: &Panel, notice: &str, anchor: &str) -> Response {
 pub(crate) async fn add_pattern(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(project): Path<String>,
+    PanelPath(project): PanelPath<String>,
     PanelForm(form): PanelForm<PatternForm>,
 ) -> Result<Response, PanelError> {
     let body = PatternForm {
@@ -194,7 +194,7 @@ pub(crate) async fn add_pattern(
 pub(crate) async fn add_standard(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(project): Path<String>,
+    PanelPath(project): PanelPath<String>,
     PanelForm(form): PanelForm<StandardForm>,
 ) -> Result<Response, PanelError> {
     let body = StandardForm {
@@ -221,7 +221,7 @@ pub(crate) async fn add_standard(
 pub(crate) async fn remove_standard(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path((project, name)): Path<(String, String)>,
+    PanelPath((project, name)): PanelPath<(String, String)>,
 ) -> Result<Response, PanelError> {
     let _: Value = panel
         .api
@@ -246,7 +246,7 @@ pub(crate) async fn remove_standard(
 pub(crate) async fn change_pattern(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path((project, pattern)): Path<(String, String)>,
+    PanelPath((project, pattern)): PanelPath<(String, String)>,
     PanelForm(form): PanelForm<ChangeForm>,
 ) -> Result<Response, PanelError> {
     let mine = form.description.trim();
@@ -330,7 +330,7 @@ pub(crate) async fn change_pattern(
 pub(crate) async fn remove_pattern(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path((project, pattern)): Path<(String, String)>,
+    PanelPath((project, pattern)): PanelPath<(String, String)>,
     PanelForm(form): PanelForm<ConfirmForm>,
 ) -> Result<Response, PanelError> {
     confirm_matches(&form.confirm, &pattern)?;
@@ -352,7 +352,7 @@ pub(crate) async fn remove_pattern(
 pub(crate) async fn add_example(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path((project, pattern)): Path<(String, String)>,
+    PanelPath((project, pattern)): PanelPath<(String, String)>,
     PanelForm(form): PanelForm<ExampleForm>,
 ) -> Result<Response, PanelError> {
     let arch = form.arch_tag.trim();
@@ -386,7 +386,7 @@ pub(crate) async fn add_example(
 pub(crate) async fn remove_example(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path((project, pattern, tag)): Path<(String, String, String)>,
+    PanelPath((project, pattern, tag)): PanelPath<(String, String, String)>,
     PanelForm(form): PanelForm<ConfirmForm>,
 ) -> Result<Response, PanelError> {
     confirm_matches(&form.confirm, &tag)?;
@@ -414,7 +414,7 @@ pub(crate) async fn remove_example(
 pub(crate) async fn index(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path((project, pattern, tag)): Path<(String, String, String)>,
+    PanelPath((project, pattern, tag)): PanelPath<(String, String, String)>,
 ) -> Result<Response, PanelError> {
     let started: Value = panel
         .api
@@ -509,7 +509,7 @@ fn bar(panel: &Panel, who: &SignedIn, name: &str, data: &Value) -> Option<String
 pub(crate) async fn run_events(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(id): Path<String>,
+    PanelPath(id): PanelPath<String>,
     headers: HeaderMap,
 ) -> Result<Response, PanelError> {
     let session = crate::panel::guard::session_cookie(&headers, panel.config.cookie_name())

@@ -8,14 +8,14 @@
 //! save changed, what saving this edit would change now, and the edit again, based on the new
 //! revision, to review and save.
 
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use minijinja::value::Serde;
 use minijinja::{Value, context};
 use serde::{Deserialize, Serialize};
 
-use super::{Notice, PanelForm, form_text};
+use super::{Notice, PanelForm, PanelPath, PanelQuery, form_text};
 use crate::admin::projects::{
     ChangePage, ProjectDocument, ProjectPage, RenderedFile, RevisionDiff, Saved,
 };
@@ -77,7 +77,7 @@ fn starter_yaml() -> String {
 pub(crate) async fn list(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Query(q): Query<ListQuery>,
+    PanelQuery(q): PanelQuery<ListQuery>,
 ) -> Result<Page, PanelError> {
     list_page(&panel, &who, q.q.as_deref(), StatusCode::OK, context! {}).await
 }
@@ -213,8 +213,8 @@ async fn project_page(
 pub(crate) async fn show(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(project): Path<String>,
-    Query(notice): Query<Notice>,
+    PanelPath(project): PanelPath<String>,
+    notice: Notice,
 ) -> Result<Page, PanelError> {
     project_page(
         &panel,
@@ -233,8 +233,8 @@ pub(crate) async fn show(
 pub(crate) async fn preview(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(project): Path<String>,
-    Query(q): Query<PreviewQuery>,
+    PanelPath(project): PanelPath<String>,
+    PanelQuery(q): PanelQuery<PreviewQuery>,
     headers: HeaderMap,
 ) -> Result<Page, PanelError> {
     let agent_type = q
@@ -273,7 +273,7 @@ pub(crate) async fn preview(
 pub(crate) async fn edit(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(project): Path<String>,
+    PanelPath(project): PanelPath<String>,
     PanelForm(form): PanelForm<EditForm>,
 ) -> Result<Page, PanelError> {
     let yaml = form_text(&form.yaml);
@@ -298,7 +298,7 @@ pub(crate) async fn edit(
 pub(crate) async fn review(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(project): Path<String>,
+    PanelPath(project): PanelPath<String>,
     PanelForm(form): PanelForm<EditForm>,
 ) -> Result<Response, PanelError> {
     let current: ProjectDocument = panel
@@ -405,7 +405,7 @@ async fn conflict_page(
 pub(crate) async fn save(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(project): Path<String>,
+    PanelPath(project): PanelPath<String>,
     PanelForm(form): PanelForm<EditForm>,
 ) -> Result<Response, PanelError> {
     let yaml = form_text(&form.yaml);

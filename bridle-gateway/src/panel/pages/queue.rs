@@ -7,14 +7,14 @@
 //! with what an earlier one changed, one already decided) does not stop the rest: the answer is
 //! the list again with each selected proposal's own outcome.
 
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use minijinja::context;
 use minijinja::value::Serde;
 use serde::{Deserialize, Serialize};
 
-use super::{Notice, PanelForm};
+use super::{Notice, PanelForm, PanelPath, PanelQuery};
 use crate::admin::queue::{ProposalDetail, ProposalPage, ProposalView};
 use crate::panel::Panel;
 use crate::panel::guard::is_htmx;
@@ -59,8 +59,8 @@ struct RejectBody<'a> {
 pub(crate) async fn list(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Query(filter): Query<QueueFilter>,
-    Query(notice): Query<Notice>,
+    PanelQuery(filter): PanelQuery<QueueFilter>,
+    notice: Notice,
 ) -> Result<Response, PanelError> {
     list_page(&panel, &who, filter.cleaned(), notice.text(), None).await
 }
@@ -235,7 +235,7 @@ pub(crate) async fn bulk(
 pub(crate) async fn show(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(id): Path<u64>,
+    PanelPath(id): PanelPath<u64>,
 ) -> Result<Response, PanelError> {
     let detail: ProposalDetail = panel.api.get(&who, &format!("/queue/{id}")).await?;
     let change = serde_json::to_string_pretty(&detail.proposal.change).unwrap_or_default();
@@ -284,7 +284,7 @@ fn decided(
 pub(crate) async fn approve(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(id): Path<u64>,
+    PanelPath(id): PanelPath<u64>,
     headers: HeaderMap,
 ) -> Result<Response, PanelError> {
     let view: ProposalView = panel
@@ -298,7 +298,7 @@ pub(crate) async fn approve(
 pub(crate) async fn reject(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(id): Path<u64>,
+    PanelPath(id): PanelPath<u64>,
     headers: HeaderMap,
     PanelForm(form): PanelForm<RejectForm>,
 ) -> Result<Response, PanelError> {

@@ -1,14 +1,14 @@
 //! Scope tickets: an agent asked a person to widen what it may do; approve or deny, with an
 //! optional note the agent sees.
 
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use minijinja::context;
 use minijinja::value::Serde;
 use serde::{Deserialize, Serialize};
 
-use super::{Notice, PanelForm};
+use super::{Notice, PanelForm, PanelPath, PanelQuery};
 use crate::admin::scope::{TicketPage, TicketView};
 use crate::panel::Panel;
 use crate::panel::guard::is_htmx;
@@ -39,8 +39,8 @@ struct DecideBody<'a> {
 pub(crate) async fn list(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Query(filter): Query<TicketFilter>,
-    Query(notice): Query<Notice>,
+    PanelQuery(filter): PanelQuery<TicketFilter>,
+    notice: Notice,
 ) -> Result<Response, PanelError> {
     let status = filter.status.filter(|s| !s.trim().is_empty());
     let query = status
@@ -110,7 +110,7 @@ async fn decide(
 pub(crate) async fn approve(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(id): Path<u64>,
+    PanelPath(id): PanelPath<u64>,
     headers: HeaderMap,
     PanelForm(form): PanelForm<DecideForm>,
 ) -> Result<Response, PanelError> {
@@ -121,7 +121,7 @@ pub(crate) async fn approve(
 pub(crate) async fn deny(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(id): Path<u64>,
+    PanelPath(id): PanelPath<u64>,
     headers: HeaderMap,
     PanelForm(form): PanelForm<DecideForm>,
 ) -> Result<Response, PanelError> {

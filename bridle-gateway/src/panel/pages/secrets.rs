@@ -3,7 +3,7 @@
 //! refused form is shown again without it). Revoking a version asks for the secret's name in a
 //! `<dialog>` first, and the server checks it again.
 
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use minijinja::context;
@@ -11,7 +11,7 @@ use minijinja::value::Serde;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroize;
 
-use super::{Notice, PanelForm, confirm_matches};
+use super::{Notice, PanelForm, PanelPath, confirm_matches};
 use crate::panel::Panel;
 use crate::panel::api::seg;
 use crate::panel::session::SignedIn;
@@ -159,7 +159,7 @@ async fn list_page(
 pub(crate) async fn list(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Query(notice): Query<Notice>,
+    notice: Notice,
 ) -> Result<Page, PanelError> {
     list_page(&panel, &who, StatusCode::OK, notice.text(), "", None).await
 }
@@ -168,8 +168,8 @@ pub(crate) async fn list(
 pub(crate) async fn show(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(name): Path<String>,
-    Query(notice): Query<Notice>,
+    PanelPath(name): PanelPath<String>,
+    notice: Notice,
 ) -> Result<Page, PanelError> {
     let secret: SecretView = panel
         .api
@@ -222,7 +222,7 @@ pub(crate) async fn create(
 pub(crate) async fn rotate(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(name): Path<String>,
+    PanelPath(name): PanelPath<String>,
     PanelForm(form): PanelForm<RotateForm>,
 ) -> Result<Response, PanelError> {
     if form.value.is_empty() {
@@ -256,7 +256,7 @@ pub(crate) async fn rotate(
 pub(crate) async fn revoke(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path((name, version)): Path<(String, u64)>,
+    PanelPath((name, version)): PanelPath<(String, u64)>,
     PanelForm(form): PanelForm<ConfirmForm>,
 ) -> Result<Response, PanelError> {
     confirm_matches(&form.confirm, &name)?;

@@ -2,14 +2,14 @@
 //! by htmx fetching the list partial again on each `changed` event of the live stream
 //! (`live::sessions`), and ended by an admin.
 
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use minijinja::context;
 use minijinja::value::Serde;
 use serde::{Deserialize, Serialize};
 
-use super::Notice;
+use super::{Notice, PanelPath, PanelQuery};
 use crate::panel::Panel;
 use crate::panel::api::seg;
 use crate::panel::guard::is_htmx;
@@ -56,8 +56,8 @@ fn rfc3339(ms: u64) -> String {
 pub(crate) async fn list(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Query(filter): Query<SessionFilter>,
-    Query(notice): Query<Notice>,
+    PanelQuery(filter): PanelQuery<SessionFilter>,
+    notice: Notice,
     headers: HeaderMap,
 ) -> Result<Response, PanelError> {
     let agent = filter.agent.filter(|a| !a.trim().is_empty());
@@ -100,7 +100,7 @@ pub(crate) async fn list(
 pub(crate) async fn end(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    Path(id): Path<String>,
+    PanelPath(id): PanelPath<String>,
 ) -> Result<Response, PanelError> {
     panel
         .api
