@@ -9,8 +9,6 @@
 //! token is a secret file authenticates with that file, so its token is changed by replacing the
 //! file, and the token operations here answer 409 `token_in_secret_file` for it.
 
-use std::time::Duration;
-
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -24,7 +22,7 @@ use super::auth::AdminActor;
 use super::error::{ApiError, ProblemDetails};
 use super::page::{ApiJson, ApiPath, ApiQuery, OptionalJson, paginate};
 use super::secrets::vault_of;
-use super::{AdminState, blocking, path, record};
+use super::{AdminState, blocking, grace_period, path, record};
 use crate::audit::{Change, Kind};
 use crate::config::AgentConfig;
 use crate::vault::{AgentTokenMeta, IssuedToken};
@@ -112,8 +110,10 @@ pub struct IssuedTokenView {
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RotateToken {
-    /// Seconds the previous tokens stay valid (default 0: they end now).
+    /// Seconds the previous tokens stay valid (default 0: they end now; at most 2592000, 30
+    /// days, else 422 `invalid_request`).
     #[serde(default)]
+    #[schema(maximum = 2592000)]
     pub grace_secs: u64,
 }
 
@@ -322,16 +322,13 @@ pub async fn rotate(
     ApiPath(name): ApiPath<String>,
     OptionalJson(body): OptionalJson<RotateToken>,
 ) -> Result<axum::Json<IssuedTokenView>, ApiError> {
+    let grace = grace_period(body.grace_secs)?;
     let a = configured(&s, &name)?;
     vault_issued(&name, &a)?;
     let vault = vault_of(&s)?;
     let ctx = s.ctx.clone();
     let t = blocking(move || {
-        let t = vault.rotate_agent_token(
-            &name,
-            Duration::from_secs(body.grace_secs),
-            &admin.actor(),
-        )?;
+        let t = vault.rotate_agent_token(&name, grace, &admin.actor())?;
         let tokens = vault.agent_tokens(&name).unwrap_or_default();
         let entry = admin
             .entry(Kind::AgentRotate)

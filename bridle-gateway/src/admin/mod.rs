@@ -56,6 +56,11 @@ pub const BASE_PATH: &str = "/admin/api/v1";
 /// The default largest request body (1 MiB): a rules document is a few kilobytes.
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 
+/// The longest grace period a rotation gives the previous secret version or agent tokens
+/// (`grace_secs`): 30 days. A longer one would keep a credential meant to be replaced valid
+/// for good.
+pub const MAX_GRACE_SECS: u64 = 30 * 24 * 60 * 60;
+
 /// What the integrations resource reads (each upstream's status) and changes (whether one is
 /// enabled).
 #[async_trait]
@@ -254,6 +259,27 @@ pub(crate) fn record(
     ctx.record_change(entry)
         .map(drop)
         .map_err(|e| ApiError::audit_failed(what, &e))
+}
+
+/// A rotation's `grace_secs` as a duration, or 422 `invalid_request` naming the field and
+/// [`MAX_GRACE_SECS`].
+pub(crate) fn grace_period(grace_secs: u64) -> Result<std::time::Duration, ApiError> {
+    if grace_secs > MAX_GRACE_SECS {
+        let message =
+            format!("`grace_secs` is at most {MAX_GRACE_SECS} (30 days); {grace_secs} was given");
+        return Err(ApiError::Invalid {
+            code: "invalid_request",
+            detail: message.clone(),
+            errors: vec![FieldError {
+                code: "too_large".into(),
+                message,
+                field: Some("grace_secs".into()),
+                line: None,
+                column: None,
+            }],
+        });
+    }
+    Ok(std::time::Duration::from_secs(grace_secs))
 }
 
 /// Runs a blocking store call off the async threads.

@@ -6,8 +6,6 @@
 //! [`super::credential`]) are not part of this resource: they are neither listed nor reachable
 //! by name here.
 
-use std::time::Duration;
-
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -19,7 +17,7 @@ use super::auth::AdminActor;
 use super::credential::is_admin_secret;
 use super::error::{ApiError, ProblemDetails};
 use super::page::{ApiJson, ApiPath, ApiQuery, paginate};
-use super::{AdminState, blocking, path, record};
+use super::{AdminState, blocking, grace_period, path, record};
 use crate::audit::{Change, Kind};
 use crate::vault::{SecretMeta, SecretValue, Vault};
 
@@ -91,8 +89,10 @@ impl std::fmt::Debug for CreateSecret {
 pub struct RotateSecret {
     /// The new value (UTF-8 text).
     pub value: String,
-    /// How long the previous version stays usable, in seconds (default 0).
+    /// How long the previous version stays usable, in seconds (default 0; at most 2592000,
+    /// 30 days, else 422 `invalid_request`).
     #[serde(default)]
+    #[schema(maximum = 2592000)]
     pub grace_secs: u64,
 }
 
@@ -244,18 +244,14 @@ pub async fn rotate(
     ApiJson(body): ApiJson<RotateSecret>,
 ) -> Result<axum::Json<SecretView>, ApiError> {
     reachable(&name)?;
+    let grace = grace_period(body.grace_secs)?;
     let vault = vault_of(&s)?;
     let ctx = s.ctx.clone();
-    let RotateSecret { value, grace_secs } = body;
+    let RotateSecret { value, .. } = body;
     let value = SecretValue::new(value.into_bytes());
     let meta = blocking(move || {
         let before = vault.get(&name)?.active_version;
-        let version = vault.rotate(
-            &name,
-            &value,
-            &admin.actor(),
-            Duration::from_secs(grace_secs),
-        )?;
+        let version = vault.rotate(&name, &value, &admin.actor(), grace)?;
         let meta = vault.get(&name)?;
         let entry = admin
             .entry(Kind::SecretRotate)
