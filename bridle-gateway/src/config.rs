@@ -207,6 +207,62 @@ pub struct AdminSection {
     /// holds the credential, created and printed once on first start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_file: Option<PathBuf>,
+    /// The admin API only reads (default `false`): every change through it, and so through the
+    /// web panel and the command line, is refused 403 `read_only`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub read_only: bool,
+    /// Admins who may only read, by name, through the API and the panel alike.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub watchers: Vec<String>,
+    /// How many refused admin credentials are tolerated (the API's bearer tokens) before the
+    /// admin API answers 429 for a while.
+    #[serde(default, skip_serializing_if = "LoginLimitsSection::is_default")]
+    pub login_limits: LoginLimitsSection,
+}
+
+/// `admin.login_limits` in `bridle.yaml`: refused admin credentials tolerated within a sliding
+/// window, per client address and per credential tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoginLimitsSection {
+    /// Failures from one client address (default 10).
+    #[serde(default = "default_per_address")]
+    pub per_address: usize,
+    /// Failures with one and the same credential, from any address (default 5).
+    #[serde(default = "default_per_credential")]
+    pub per_credential: usize,
+    /// How long a failure counts, in seconds (default 900: 15 minutes).
+    #[serde(default = "default_window_secs")]
+    pub window_secs: u64,
+}
+
+impl Default for LoginLimitsSection {
+    fn default() -> Self {
+        Self {
+            per_address: default_per_address(),
+            per_credential: default_per_credential(),
+            window_secs: default_window_secs(),
+        }
+    }
+}
+
+impl LoginLimitsSection {
+    fn is_default(&self) -> bool {
+        self == &Self::default()
+    }
+}
+
+fn default_per_address() -> usize {
+    10
+}
+fn default_per_credential() -> usize {
+    5
+}
+fn default_window_secs() -> u64 {
+    15 * 60
+}
+fn is_false(b: &bool) -> bool {
+    !b
 }
 
 impl Default for AdminSection {
@@ -216,6 +272,9 @@ impl Default for AdminSection {
             listen: None,
             name: default_admin_name(),
             token_file: None,
+            read_only: false,
+            watchers: Vec::new(),
+            login_limits: LoginLimitsSection::default(),
         }
     }
 }
@@ -223,6 +282,22 @@ impl Default for AdminSection {
 impl AdminSection {
     fn is_default(&self) -> bool {
         self == &Self::default()
+    }
+
+    /// Checks the names and limits (the listen address is checked with the MCP one).
+    fn check(&self) -> Result<(), String> {
+        check_name("admin", &self.name).map_err(|e| e.to_string())?;
+        for watcher in &self.watchers {
+            check_name("admin", watcher).map_err(|e| format!("admin.watchers: {e}"))?;
+        }
+        let l = &self.login_limits;
+        if l.per_address == 0 || l.per_credential == 0 || l.window_secs == 0 {
+            return Err(
+                "admin.login_limits: per_address, per_credential and window_secs must be greater than zero"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     /// Where the admin API listens beside an MCP endpoint on `mcp`; a non-loopback address is
@@ -359,7 +434,7 @@ impl GatewayConfig {
         let addr = self.listen_addr().map_err(invalid)?;
         self.check_exposure(addr).map_err(invalid)?;
         self.admin.listen_addr(addr).map_err(invalid)?;
-        check_name("admin", &self.admin.name).map_err(|e| invalid(e.to_string()))?;
+        self.admin.check().map_err(invalid)?;
         let agents = self.agents.keys().cloned().collect();
         crate::upstreams::check_all(&self.upstreams, &agents)
             .map_err(|e| invalid(e.to_string()))?;

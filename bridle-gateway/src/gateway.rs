@@ -18,9 +18,9 @@ use std::time::Duration;
 use kberg_server::{HttpConfig, HttpServer, McpApp};
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::{AdminCredentials, AdminServer};
+use crate::admin::{AdminCredentials, AdminServer, LoginLimits};
 use crate::auth::BridleAuth;
-use crate::config::{ConfigError, GatewayConfig, MCP_PATH};
+use crate::config::{ConfigError, GatewayConfig, LoginLimitsSection, MCP_PATH};
 use crate::context::GatewayContext;
 use crate::error::GatewayError;
 use crate::memory::{AgentProjects, RulesWriteBack};
@@ -459,9 +459,17 @@ impl Gateway {
     }
 
     /// The admin API's state over this gateway (its rules store and upstreams), admitting the
-    /// admins `credentials` accept; serve it with [`crate::admin::AdminServer`].
+    /// admins `credentials` accept, as `bridle.yaml`'s `admin:` section says (`read_only`,
+    /// `watchers`, `login_limits`); serve it with [`crate::admin::AdminServer`].
     pub fn admin_state(&self, credentials: Arc<dyn AdminCredentials>) -> crate::admin::AdminState {
+        let section = &self.ctx.config.admin;
         let mut state = crate::admin::AdminState::new(Arc::clone(&self.ctx), credentials)
+            .read_only(section.read_only)
+            .login_limits(login_limits(&section.login_limits));
+        for watcher in &section.watchers {
+            state = state.watcher(watcher.clone());
+        }
+        state = state
             .integrations(Arc::clone(&self.upstreams) as Arc<dyn crate::admin::IntegrationStatus>)
             .vault(Arc::clone(&self.vault))
             .metrics(Arc::clone(&self.metrics));
@@ -594,6 +602,15 @@ impl Gateway {
         }
         Ok(())
     }
+}
+
+/// `admin.login_limits` of `bridle.yaml` as the admin API counts them.
+fn login_limits(section: &LoginLimitsSection) -> LoginLimits {
+    LoginLimits::new(
+        section.per_address,
+        section.per_credential,
+        Duration::from_secs(section.window_secs),
+    )
 }
 
 /// A gateway listening on its address.

@@ -195,7 +195,7 @@ async fn a_watcher_sees_every_page_without_its_forms_and_every_change_is_refused
     // Every form alice has, posted by the watcher and by alice on a read-only panel: refused,
     // nothing changed.
     let before = snapshot(&f, &memory, proposal, ticket).await;
-    let mut read_only = Client::new(f.router(PanelConfig::default().read_only(true)));
+    let mut read_only = Client::new(f.read_only_router(PanelConfig::default()));
     read_only.login(ALICE).await;
     for target in &every_target {
         for (who, c) in [("watcher", &watcher), ("read-only alice", &read_only)] {

@@ -59,12 +59,13 @@ async fn panel_behind_a_proxy(
 ) -> Outcome {
     use bridle_gateway::admin::AdminServer;
     use bridle_gateway::panel::PanelConfig;
-let server = AdminServer::bind(addr, gateway.admin_state(credentials)).await?
+let state = gateway.admin_state(credentials)
+    .watcher("auditor");                       // this admin may only look, in the API and the panel
+let server = AdminServer::bind(addr, state).await?
     .panel(Some(PanelConfig::default()
         .base_path("/bridle/panel")            // behind a reverse proxy that keeps the prefix
         .behind_tls(true)                      // __Host- cookie with Secure
         .allow_origin("https://bridle.example") // the proxy's public origin
-        .watcher("auditor")                    // this admin may only look
         .mcp_url("https://bridle.example/mcp"))); // named in the connect snippets
 // or `panel::router(config, &admin_state)` to merge into your own router
     drop(server);

@@ -335,7 +335,7 @@ fn the_admin_credential_is_shown_once_or_taken_from_a_file_and_the_listener_stay
 
     // From a file (a Docker secret): nothing is created or printed.
     let file = dir.join("admin-secret");
-    std::fs::write(&file, "file-admin-token-abcdef\n").unwrap();
+    std::fs::write(&file, "file-admin-token-abcdef-0123456789abcdef\n").unwrap();
     let mut yaml = std::fs::read_to_string(dir.join("bridle.yaml")).unwrap();
     yaml.push_str(&format!(
         "admin:\n  name: ops\n  token_file: {}\n",
@@ -346,7 +346,13 @@ fn the_admin_credential_is_shown_once_or_taken_from_a_file_and_the_listener_stay
     let url3 = server.printed_line("bridle: admin API on ");
     let note = server.next_line();
     assert!(note.contains("admin-secret"), "{note}");
-    assert_eq!(status(url3.clone(), "file-admin-token-abcdef".into()), 200);
+    assert_eq!(
+        status(
+            url3.clone(),
+            "file-admin-token-abcdef-0123456789abcdef".into()
+        ),
+        200
+    );
     assert_eq!(
         status(url3, token),
         401,

@@ -6,32 +6,59 @@
 //! `name token` lines). Agents' tokens are never in that list, so an agent gets 401 here,
 //! always. The [`require_admin`] middleware runs before every handler except the OpenAPI
 //! document and hands the handler an [`AdminIdentity`].
+//!
+//! It is also the one place that says what an admin may do: [`AdminAccess`] (a read-only API,
+//! admins who may only watch) marks each identity, and a change (any method but `GET`, `HEAD`
+//! and `OPTIONS`) by an identity that may not change things is refused 403 `read_only` before
+//! any handler runs. The web panel asks the same credentials, so it shows such an admin no
+//! forms. Refused bearer tokens are counted per client address and per token
+//! ([`super::throttle`]); past the limit the API answers 429 `too_many_attempts` with
+//! `Retry-After`, without checking the token.
 
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use axum::extract::{FromRequestParts, Request, State};
-use axum::http::header;
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
 use axum::http::request::Parts;
+use axum::http::{Method, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
+use super::AdminState;
 use super::error::ApiError;
 use crate::audit::{Entry, Kind, Surface};
 
 type HmacSha256 = Hmac<Sha256>;
 
+/// The fewest characters an admin token read from a file may have: a shorter one could be
+/// guessed (the gateway's own tokens have 47).
+pub const MIN_TOKEN_FILE_CHARS: usize = 32;
+
 /// An authenticated admin.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AdminIdentity {
     /// The admin's name (lowercase letters, digits, `-`, `_`, `.`).
     pub name: String,
+    /// Whether this admin may change anything (`false`: a watcher, or a read-only API). An
+    /// [`AdminCredentials`] may say `false` itself; the API's [`AdminAccess`] can only narrow it.
+    pub may_change: bool,
 }
 
 impl AdminIdentity {
+    /// The admin `name`, who may change things unless the API's [`AdminAccess`] says otherwise.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            may_change: true,
+        }
+    }
+
     /// The actor recorded in the rules store's change log and decisions for a change made
     /// through this API: `admin:<name>@api` (the source is `user`; the suffix is the surface).
     pub fn actor(&self) -> String {
@@ -58,7 +85,7 @@ impl AdminActor {
     /// An admin acting through `surface`.
     pub fn new(name: impl Into<String>, surface: Surface) -> Self {
         Self {
-            identity: AdminIdentity { name: name.into() },
+            identity: AdminIdentity::new(name),
             surface,
         }
     }
@@ -91,6 +118,42 @@ impl<S: Send + Sync> FromRequestParts<S> for AdminActor {
 pub trait AdminCredentials: Send + Sync + 'static {
     /// The admin the token belongs to, or `None`.
     fn verify(&self, token: &str) -> Option<AdminIdentity>;
+}
+
+/// Who may change things through the admin API, and so through every client of it (the web
+/// panel, the command line): nobody when `read_only`, and never the `watchers`. Reads are
+/// everyone's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AdminAccess {
+    /// The whole API only reads: every change is refused 403 `read_only`.
+    pub read_only: bool,
+    /// Admins who may only read, whatever `read_only` says.
+    pub watchers: BTreeSet<String>,
+}
+
+impl AdminAccess {
+    /// Whether `admin` may change anything.
+    pub fn may_change(&self, admin: &str) -> bool {
+        !self.read_only && !self.watchers.contains(admin)
+    }
+}
+
+/// Credentials whose identities carry the API's [`AdminAccess`]: what every part of the admin
+/// listener asks (the API's middleware, its live streams, the panel's log-in), so a watcher is
+/// one everywhere.
+pub(crate) struct GovernedCredentials {
+    pub(crate) admins: Arc<dyn AdminCredentials>,
+    pub(crate) access: AdminAccess,
+}
+
+impl AdminCredentials for GovernedCredentials {
+    fn verify(&self, token: &str) -> Option<AdminIdentity> {
+        self.admins.verify(token).map(|mut identity| {
+            identity.may_change &= self.access.may_change(&identity.name);
+            identity
+        })
+    }
 }
 
 /// Why admin credentials could not be loaded.
@@ -182,6 +245,7 @@ impl AdminTokens {
             let (name, token) = line
                 .split_once(char::is_whitespace)
                 .ok_or_else(|| bad("expected `name token`".into()))?;
+            long_enough(name, token.trim()).map_err(bad)?;
             tokens.insert(name, token).map_err(bad)?;
         }
         Ok(tokens)
@@ -205,6 +269,18 @@ impl AdminTokens {
     }
 }
 
+/// Refuses a token from a file shorter than [`MIN_TOKEN_FILE_CHARS`] (the message never holds
+/// the token).
+pub(crate) fn long_enough(admin: &str, token: &str) -> Result<(), String> {
+    let chars = token.chars().count();
+    if chars < MIN_TOKEN_FILE_CHARS {
+        return Err(format!(
+            "admin `{admin}`'s token has {chars} characters; a token file's must have at least {MIN_TOKEN_FILE_CHARS} (`openssl rand -hex 32` makes one)"
+        ));
+    }
+    Ok(())
+}
+
 impl AdminCredentials for AdminTokens {
     fn verify(&self, token: &str) -> Option<AdminIdentity> {
         let presented = self.digest(token);
@@ -215,16 +291,24 @@ impl AdminCredentials for AdminTokens {
                 found = Some(name);
             }
         }
-        found.map(|name| AdminIdentity {
-            name: name.to_string(),
-        })
+        found.map(AdminIdentity::new)
     }
 }
 
-/// The middleware in front of every authenticated route: a `Bearer` token an
-/// [`AdminCredentials`] accepts, or 401 with `WWW-Authenticate`.
+fn is_safe(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// The middleware in front of every authenticated route: a `Bearer` token the API's
+/// credentials accept, or 401 with `WWW-Authenticate`; 429 `too_many_attempts` (with
+/// `Retry-After`) once too many tokens were refused from the client's address or this token was
+/// refused too often; 403 `read_only` for a change by an admin who may only read.
+///
+/// Failures are counted by the client address the listener saw (`ConnectInfo`, which
+/// [`super::AdminServer`] provides); a request without one (the panel's in-process calls, made
+/// with the credential of a signed-in session) is counted by its token only.
 pub async fn require_admin(
-    State(credentials): State<Arc<dyn AdminCredentials>>,
+    State(state): State<AdminState>,
     mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
@@ -243,9 +327,48 @@ pub async fn require_admin(
         .ok_or_else(|| {
             ApiError::Unauthorized("the Authorization header must be `Bearer <token>`".into())
         })?;
-    let identity = credentials
-        .verify(token)
-        .ok_or_else(|| ApiError::Unauthorized("the token is not an admin credential".into()))?;
+    let address = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| peer.ip());
+    let throttle = &state.throttle;
+    let allowed = match address {
+        Some(ip) => throttle.check(Some(ip), token),
+        None => throttle.check_credential(token),
+    };
+    if let Err(throttled) = allowed {
+        tracing::warn!(
+            address = ?address,
+            by = throttled.by,
+            retry_after_s = throttled.retry_after.as_secs(),
+            "admin API refused a bearer token unchecked after repeated failures"
+        );
+        return Err(ApiError::TooManyRequests {
+            code: "too_many_attempts",
+            detail: format!(
+                "too many refused admin credentials {}; try again later",
+                if throttled.by == "address" {
+                    "from this address"
+                } else {
+                    "with this token"
+                }
+            ),
+            retry_after: Some(throttled.retry_after),
+        });
+    }
+    let Some(identity) = state.credentials.verify(token) else {
+        match address {
+            Some(ip) => throttle.failed(Some(ip), token),
+            None => throttle.failed_credential(token),
+        }
+        tracing::warn!(address = ?address, "admin API refused a bearer token: not an admin credential");
+        return Err(ApiError::Unauthorized(
+            "the token is not an admin credential".into(),
+        ));
+    };
+    if address.is_some() {
+        throttle.succeeded(address);
+    }
     let surface = match request.headers().get(SURFACE_HEADER) {
         None => Surface::Api,
         Some(v) => v
@@ -258,6 +381,21 @@ pub async fn require_admin(
                 errors: Vec::new(),
             })?,
     };
+    if !is_safe(request.method()) && !identity.may_change {
+        tracing::warn!(
+            admin = %identity.name,
+            method = %request.method(),
+            path = request.uri().path(),
+            "admin API refused a change: this admin may only read"
+        );
+        return Err(ApiError::Forbidden {
+            code: "read_only",
+            detail: format!(
+                "admin `{}` may only read here: the admin API is read-only for them",
+                identity.name
+            ),
+        });
+    }
     tracing::debug!(admin = %identity.name, surface = surface.as_str(), "admin authenticated");
     request.extensions_mut().insert(AdminActor {
         identity: identity.clone(),
@@ -287,17 +425,54 @@ mod tests {
         assert!(!format!("{t:?}").contains("secret"));
     }
 
+    const TOK_1: &str = "tok-1-0123456789abcdef0123456789abcdef";
+    const TOK_2: &str = "tok-2-0123456789abcdef0123456789abcdef";
+
     #[test]
     fn a_file_of_name_token_lines_loads_and_bad_lines_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("admins");
-        std::fs::write(&path, "# admins\nalice tok-1\n\nbob   tok-2\n").unwrap();
+        std::fs::write(&path, format!("# admins\nalice {TOK_1}\n\nbob   {TOK_2}\n")).unwrap();
         let t = AdminTokens::from_file(&path).unwrap();
         assert_eq!(t.len(), 2);
-        assert_eq!(t.verify("tok-2").unwrap().name, "bob");
-        std::fs::write(&path, "alice tok-1\njustaname\n").unwrap();
+        assert_eq!(t.verify(TOK_2).unwrap().name, "bob");
+        std::fs::write(&path, format!("alice {TOK_1}\njustaname\n")).unwrap();
         let err = AdminTokens::from_file(&path).unwrap_err().to_string();
         assert!(err.contains("line 2"), "{err}");
-        assert!(!err.contains("tok-1"));
+        assert!(!err.contains(TOK_1));
+    }
+
+    #[test]
+    fn a_file_token_shorter_than_32_characters_is_refused_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admins");
+        let short = "x".repeat(MIN_TOKEN_FILE_CHARS - 1);
+        std::fs::write(&path, format!("alice {TOK_1}\nbob {short}\n")).unwrap();
+        let err = AdminTokens::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains("line 2") && err.contains("bob"), "{err}");
+        assert!(err.contains("at least 32"), "{err}");
+        assert!(!err.contains(&short), "the token is never shown: {err}");
+        let exact = "y".repeat(MIN_TOKEN_FILE_CHARS);
+        std::fs::write(&path, format!("bob {exact}\n")).unwrap();
+        assert_eq!(AdminTokens::from_file(&path).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn access_narrows_identities_and_never_widens_them() {
+        let mut t = AdminTokens::new().unwrap();
+        t.insert("alice", TOK_1).unwrap();
+        t.insert("eve", TOK_2).unwrap();
+        let admins: Arc<dyn AdminCredentials> = Arc::new(t);
+        let mut access = AdminAccess::default();
+        access.watchers.insert("eve".into());
+        let governed = GovernedCredentials {
+            admins: Arc::clone(&admins),
+            access: access.clone(),
+        };
+        assert!(governed.verify(TOK_1).unwrap().may_change);
+        assert!(!governed.verify(TOK_2).unwrap().may_change);
+        access.read_only = true;
+        let governed = GovernedCredentials { admins, access };
+        assert!(!governed.verify(TOK_1).unwrap().may_change);
     }
 }

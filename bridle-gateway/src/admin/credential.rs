@@ -15,7 +15,7 @@ use base64::Engine;
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
-use super::auth::{AdminCredentials, AdminIdentity, AdminTokens, CredentialsError};
+use super::auth::{AdminCredentials, AdminIdentity, AdminTokens, CredentialsError, long_enough};
 use crate::vault::{SecretValue, Vault, VaultError};
 
 /// The prefix of the vault secrets that hold admin credentials.
@@ -72,7 +72,7 @@ impl AdminCredentials for VaultAdmins {
                 }
             }
         }
-        found.map(|name| AdminIdentity { name })
+        found.map(AdminIdentity::new)
     }
 }
 
@@ -119,20 +119,27 @@ pub fn ensure_vault_admin(
 }
 
 /// One admin whose token is the content of `path` (surrounding whitespace removed), as a
-/// Docker secret holds it.
+/// Docker secret holds it. A token shorter than
+/// [`MIN_TOKEN_FILE_CHARS`](super::auth::MIN_TOKEN_FILE_CHARS) characters is refused.
 pub fn admin_from_file(admin: &str, path: &Path) -> Result<AdminTokens, CredentialsError> {
-    let text = std::fs::read_to_string(path).map_err(|source| CredentialsError::Io {
+    let text =
+        Zeroizing::new(
+            std::fs::read_to_string(path).map_err(|source| CredentialsError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?,
+        );
+    let bad = |message: String| CredentialsError::Line {
         path: path.to_path_buf(),
-        source,
-    })?;
+        line: 1,
+        message,
+    };
+    let token = text.trim();
     let mut tokens = AdminTokens::new()?;
-    tokens
-        .insert(admin, text.trim())
-        .map_err(|message| CredentialsError::Line {
-            path: path.to_path_buf(),
-            line: 1,
-            message,
-        })?;
+    if !token.is_empty() {
+        long_enough(admin, token).map_err(bad)?;
+    }
+    tokens.insert(admin, token).map_err(bad)?;
     Ok(tokens)
 }
 
@@ -173,11 +180,17 @@ mod tests {
     fn a_token_file_names_one_admin() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bridle_admin_token");
-        std::fs::write(&path, "file-token-123\n").unwrap();
+        let token = "file-token-0123456789abcdef0123456789";
+        std::fs::write(&path, format!("{token}\n")).unwrap();
         let t = admin_from_file("ops", &path).unwrap();
-        assert_eq!(t.verify("file-token-123").unwrap().name, "ops");
+        assert_eq!(t.verify(token).unwrap().name, "ops");
         std::fs::write(&path, "\n").unwrap();
         assert!(admin_from_file("ops", &path).is_err());
+        // Shorter than 32 characters: refused at load, the token not in the message.
+        std::fs::write(&path, "file-token-123\n").unwrap();
+        let err = admin_from_file("ops", &path).unwrap_err().to_string();
+        assert!(err.contains("at least 32") && err.contains("ops"), "{err}");
+        assert!(!err.contains("file-token-123"), "{err}");
         assert!(admin_from_file("ops", &dir.path().join("missing")).is_err());
     }
 }

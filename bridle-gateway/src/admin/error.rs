@@ -62,6 +62,27 @@ pub enum ApiError {
     /// No credential, or one that is not an admin's (an agent's token included).
     #[error("{0}")]
     Unauthorized(String),
+    /// An admin who may not do this: a change by a watcher or on a read-only API
+    /// (`read_only`), or a request to the admin listener under a `Host` it does not answer to
+    /// (`host_not_allowed`).
+    #[error("{detail}")]
+    Forbidden {
+        /// The code.
+        code: &'static str,
+        /// The sentence.
+        detail: String,
+    },
+    /// Too many attempts: failed credentials from one address or with one token
+    /// (`too_many_attempts`), or too many open event streams (`too_many_streams`).
+    #[error("{detail}")]
+    TooManyRequests {
+        /// The code.
+        code: &'static str,
+        /// The sentence.
+        detail: String,
+        /// When to try again, sent as `Retry-After` (whole seconds, at least one).
+        retry_after: Option<std::time::Duration>,
+    },
     /// An id that names nothing.
     #[error("{detail}")]
     NotFound {
@@ -155,6 +176,8 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden { code, .. } => code,
+            ApiError::TooManyRequests { code, .. } => code,
             ApiError::NotFound { code, .. } => code,
             ApiError::RevisionConflict { .. } => "revision_conflict",
             ApiError::Conflict { code, .. } => code,
@@ -176,6 +199,8 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotFound { .. } | ApiError::UnknownRoute(_) => StatusCode::NOT_FOUND,
             ApiError::RevisionConflict { .. } | ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::Malformed { .. } | ApiError::BadQuery(_) => StatusCode::BAD_REQUEST,
@@ -240,6 +265,21 @@ impl IntoResponse for ApiError {
             // request: say so, or a client that reuses it sends its next request into a
             // connection the server is closing.
             headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        if let ApiError::TooManyRequests {
+            retry_after: Some(after),
+            ..
+        } = &self
+        {
+            // Rounded up: a client that waits this long is not refused again.
+            let seconds = after
+                .as_secs()
+                .saturating_add(u64::from(after.subsec_nanos() > 0))
+                .max(1)
+                .to_string();
+            if let Ok(v) = HeaderValue::from_str(&seconds) {
+                headers.insert(header::RETRY_AFTER, v);
+            }
         }
         if matches!(self, ApiError::Unauthorized(_)) {
             headers.insert(

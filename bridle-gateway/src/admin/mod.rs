@@ -43,12 +43,15 @@ pub mod scope;
 pub mod secrets;
 mod server;
 pub mod sessions;
+pub(crate) mod throttle;
 
 pub use auth::{
-    AdminActor, AdminCredentials, AdminIdentity, AdminTokens, CredentialsError, SURFACE_HEADER,
+    AdminAccess, AdminActor, AdminCredentials, AdminIdentity, AdminTokens, CredentialsError,
+    MIN_TOKEN_FILE_CHARS, SURFACE_HEADER,
 };
 pub use error::{ApiError, FieldError, ProblemDetails};
 pub use server::{AdminServeError, AdminServer};
+pub use throttle::LoginLimits;
 
 /// Where the API is mounted.
 pub const BASE_PATH: &str = "/admin/api/v1";
@@ -112,7 +115,15 @@ impl IntegrationStatus for UpstreamPool {
 #[derive(Clone)]
 pub struct AdminState {
     pub(crate) ctx: Arc<GatewayContext>,
+    /// The admins' credentials with [`AdminState::access`] applied: what every part of the
+    /// admin listener verifies a token with.
     pub(crate) credentials: Arc<dyn AdminCredentials>,
+    /// The credentials as given.
+    admins: Arc<dyn AdminCredentials>,
+    access: AdminAccess,
+    /// Refused bearer tokens, per client address and per token.
+    pub(crate) throttle: Arc<throttle::LoginThrottle>,
+    pub(crate) login_limits: LoginLimits,
     pub(crate) integrations: Option<Arc<dyn IntegrationStatus>>,
     pub(crate) vault: Option<Arc<crate::vault::Vault>>,
     pub(crate) memory: Option<bridle_memory::MemoryService>,
@@ -128,6 +139,8 @@ impl std::fmt::Debug for AdminState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AdminState")
             .field("body_limit", &self.body_limit)
+            .field("access", &self.access)
+            .field("login_limits", &self.login_limits)
             .field("integrations", &self.integrations.is_some())
             .field("vault", &self.vault.is_some())
             .finish_non_exhaustive()
@@ -137,9 +150,18 @@ impl std::fmt::Debug for AdminState {
 impl AdminState {
     /// The API over a gateway's rules context, admitting the admins `credentials` accept.
     pub fn new(ctx: Arc<GatewayContext>, credentials: Arc<dyn AdminCredentials>) -> Self {
+        let access = AdminAccess::default();
+        let login_limits = LoginLimits::default();
         Self {
             ctx,
-            credentials,
+            credentials: Arc::new(auth::GovernedCredentials {
+                admins: Arc::clone(&credentials),
+                access: access.clone(),
+            }),
+            admins: credentials,
+            access,
+            throttle: Arc::new(throttle::LoginThrottle::new(login_limits)),
+            login_limits,
             integrations: None,
             vault: None,
             memory: None,
@@ -148,6 +170,42 @@ impl AdminState {
             streams: tokio_util::sync::CancellationToken::new(),
             metrics: None,
         }
+    }
+
+    /// Sets who may change things ([`AdminAccess`]): the API refuses a change by anyone else
+    /// with 403 `read_only`, and the web panel, asking the same credentials, shows them no
+    /// forms.
+    pub fn access(mut self, access: AdminAccess) -> Self {
+        self.credentials = Arc::new(auth::GovernedCredentials {
+            admins: Arc::clone(&self.admins),
+            access: access.clone(),
+        });
+        self.access = access;
+        self
+    }
+
+    /// Makes the whole API (and the panel over it) read-only: every change is refused 403
+    /// `read_only`, whoever asks.
+    pub fn read_only(self, yes: bool) -> Self {
+        let mut access = self.access.clone();
+        access.read_only = yes;
+        self.access(access)
+    }
+
+    /// Lets this admin only read, through the API and the panel alike.
+    pub fn watcher(self, admin: impl Into<String>) -> Self {
+        let mut access = self.access.clone();
+        access.watchers.insert(admin.into());
+        self.access(access)
+    }
+
+    /// Sets how many refused bearer tokens are tolerated per client address and per token
+    /// (default [`LoginLimits::default`]: 10 and 5 in 15 minutes). [`AdminServer::bind`]
+    /// refuses zero limits.
+    pub fn login_limits(mut self, limits: LoginLimits) -> Self {
+        self.throttle = Arc::new(throttle::LoginThrottle::new(limits));
+        self.login_limits = limits;
+        self
     }
 
     /// Keeps these metrics' indexing gauges (`bridle_indexing_*`) during index runs started
@@ -217,11 +275,10 @@ pub fn authenticated() -> Router<AdminState> {
 /// The whole admin API as an axum router (paths include [`BASE_PATH`]), ready to serve or to
 /// merge into another router.
 pub fn router(state: AdminState) -> Router {
-    let credentials = Arc::clone(&state.credentials);
     Router::new()
         .merge(
             authenticated().route_layer(axum::middleware::from_fn_with_state(
-                credentials,
+                state.clone(),
                 auth::require_admin,
             )),
         )

@@ -19,6 +19,9 @@ pub enum AdminServeError {
         "the admin API listens on loopback only; `{0}` is not (use AdminServer::bind_exposed behind TLS)"
     )]
     NotLoopback(SocketAddr),
+    /// The admin API's `login_limits` has a zero count or window.
+    #[error("admin API login_limits: every count and the window must be greater than zero")]
+    Limits,
     /// The web panel's configuration is refused.
     #[cfg(feature = "panel")]
     #[error("web panel: {0}")]
@@ -60,6 +63,9 @@ impl AdminServer {
         addr: SocketAddr,
         state: AdminState,
     ) -> Result<Self, AdminServeError> {
+        if !state.login_limits.is_usable() {
+            return Err(AdminServeError::Limits);
+        }
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| AdminServeError::Io { addr, source })?;

@@ -1,5 +1,10 @@
-//! [`PanelConfig`]: where the panel is mounted, how long a session lives, whether the browser
-//! reaches it over TLS, and who may only watch.
+//! [`PanelConfig`]: where the panel is mounted, how long a session lives, and whether the
+//! browser reaches it over TLS.
+//!
+//! Who may only watch is not the panel's to say: the admin API decides it for every client
+//! ([`crate::admin::AdminState::read_only`], [`crate::admin::AdminState::watcher`], or
+//! `admin.read_only` and `admin.watchers` in `bridle.yaml`), and the panel shows an admin whom
+//! the API would refuse changes no forms.
 //!
 //! The defaults suit the admin listener on loopback over plain HTTP: the session cookie is then
 //! `bridle-panel` without `Secure` (a browser may drop a `Secure` cookie on `http://`). Behind a
@@ -10,6 +15,10 @@
 
 use std::collections::BTreeSet;
 use std::time::Duration;
+
+/// Failed log-ins tolerated in a sliding window, per client address and per credential tried
+/// (the admin API's limits type: the API counts refused bearer tokens the same way).
+pub use crate::admin::LoginLimits;
 
 /// How the panel is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,10 +38,6 @@ pub struct PanelConfig {
     /// Origins (`scheme://host[:port]`) besides the request's own `Host` from which
     /// state-changing requests are accepted: a reverse proxy's public origin.
     pub allowed_origins: BTreeSet<String>,
-    /// The whole panel only shows; every change is refused (default `false`).
-    pub read_only: bool,
-    /// Admins who may only watch, whatever `read_only` says.
-    pub watchers: BTreeSet<String>,
     /// The most sessions held at once (default 256); past it the least recently used one ends.
     pub max_sessions: usize,
     /// The gateway's MCP URL as agents reach it, for the connect snippets shown with a new
@@ -43,39 +48,6 @@ pub struct PanelConfig {
     pub login_limits: LoginLimits,
 }
 
-/// Failed log-ins tolerated in a sliding window, per client address and per credential tried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LoginLimits {
-    /// Failures from one client address within `window` (default 10).
-    pub failures_per_address: usize,
-    /// Failures with one and the same credential within `window`, from any address (default 5).
-    pub failures_per_credential: usize,
-    /// How long a failure counts (default 15 minutes).
-    pub window: Duration,
-}
-
-impl Default for LoginLimits {
-    fn default() -> Self {
-        Self {
-            failures_per_address: 10,
-            failures_per_credential: 5,
-            window: Duration::from_secs(15 * 60),
-        }
-    }
-}
-
-impl LoginLimits {
-    /// Limits of `per_address` and `per_credential` failures within `window`.
-    pub fn new(per_address: usize, per_credential: usize, window: Duration) -> Self {
-        Self {
-            failures_per_address: per_address,
-            failures_per_credential: per_credential,
-            window,
-        }
-    }
-}
-
 impl Default for PanelConfig {
     fn default() -> Self {
         Self {
@@ -84,8 +56,6 @@ impl Default for PanelConfig {
             idle_timeout: Duration::from_secs(30 * 60),
             behind_tls: false,
             allowed_origins: BTreeSet::new(),
-            read_only: false,
-            watchers: BTreeSet::new(),
             max_sessions: 256,
             mcp_url: None,
             login_limits: LoginLimits::default(),
@@ -138,18 +108,6 @@ impl PanelConfig {
         self
     }
 
-    /// Makes the whole panel read-only.
-    pub fn read_only(mut self, yes: bool) -> Self {
-        self.read_only = yes;
-        self
-    }
-
-    /// Lets this admin only watch.
-    pub fn watcher(mut self, admin: impl Into<String>) -> Self {
-        self.watchers.insert(admin.into());
-        self
-    }
-
     /// The MCP URL the connect snippets name.
     pub fn mcp_url(mut self, url: impl Into<String>) -> Self {
         self.mcp_url = Some(url.into());
@@ -178,11 +136,6 @@ impl PanelConfig {
         }
     }
 
-    /// Whether `admin` may change anything through the panel.
-    pub fn may_change(&self, admin: &str) -> bool {
-        !self.read_only && !self.watchers.contains(admin)
-    }
-
     pub(crate) fn check(&self) -> Result<(), PanelConfigError> {
         let b = &self.base_path;
         let clean = b.starts_with('/')
@@ -209,8 +162,7 @@ impl PanelConfig {
         if self.idle_timeout.is_zero() {
             return Err(PanelConfigError::Zero("idle_timeout"));
         }
-        let l = &self.login_limits;
-        if l.failures_per_address == 0 || l.failures_per_credential == 0 || l.window.is_zero() {
+        if !self.login_limits.is_usable() {
             return Err(PanelConfigError::Zero("login_limits"));
         }
         if self.max_sessions == 0 {
@@ -265,8 +217,5 @@ mod tests {
             PanelConfig::default().behind_tls(true).cookie_name(),
             "__Host-bridle-panel"
         );
-        assert!(!PanelConfig::default().watcher("eve").may_change("eve"));
-        assert!(PanelConfig::default().watcher("eve").may_change("alice"));
-        assert!(!PanelConfig::default().read_only(true).may_change("alice"));
     }
 }

@@ -17,6 +17,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::{ALICE, BOB};
 
+/// The admin section of every test gateway that does not write its own: refused tokens are
+/// throttled only far beyond what a test sends.
+pub const GENEROUS_ADMIN: &str =
+    "admin:\n  login_limits:\n    per_address: 10000\n    per_credential: 10000\n";
+
 /// A running gateway with its admin API.
 pub struct Gw {
     pub tmp: tempfile::TempDir,
@@ -66,7 +71,14 @@ impl Gw {
             "agents:\n",
             "agents:\n  bot:\n    type: claude\n    projects: [demo]\n",
         );
-        let yaml = format!("{yaml}{extra}");
+        // Tests send agents' and wrong tokens by the dozen from one address; the throttle has
+        // tests of its own. A test that writes its own `admin:` section sets what it needs.
+        let admin = if extra.starts_with("admin:") || extra.contains("\nadmin:") {
+            ""
+        } else {
+            GENEROUS_ADMIN
+        };
+        let yaml = format!("{yaml}{admin}{extra}");
         std::fs::write(tmp.path().join("bridle.yaml"), yaml).unwrap();
         let config = GatewayConfig::load(tmp.path()).unwrap();
         let mut admins = AdminTokens::new().unwrap();

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bridle_gateway::GatewayContext;
-use bridle_gateway::admin::{AdminServer, AdminState, AdminTokens};
+use bridle_gateway::admin::{AdminServer, AdminState, AdminTokens, LoginLimits};
 use bridle_gateway::config::{
     GatewayConfig, demo_document, init_data_dir_with_token_files, read_secret,
 };
@@ -45,7 +45,15 @@ impl Api {
         let mut admins = AdminTokens::new().unwrap();
         admins.insert("alice", ALICE).unwrap();
         admins.insert("bob", BOB).unwrap();
-        let state = configure(AdminState::new(Arc::clone(&ctx), Arc::new(admins)));
+        // Tests send agents' and wrong tokens by the dozen from one address; the throttle has
+        // tests of its own.
+        let state = configure(
+            AdminState::new(Arc::clone(&ctx), Arc::new(admins)).login_limits(LoginLimits::new(
+                10_000,
+                10_000,
+                Duration::from_secs(60),
+            )),
+        );
         let server = AdminServer::bind(SocketAddr::from(([127, 0, 0, 1], 0)), state)
             .await
             .unwrap();

@@ -24,7 +24,7 @@ use tower::ServiceExt;
 
 pub const ALICE: &str = "alice-admin-token-0123456789";
 pub const BOB: &str = "bob-admin-token-9876543210";
-/// An admin who may only watch (a `watcher` in the panel configuration).
+/// An admin who may only watch (a `watcher` of the admin API the panel calls).
 pub const WATCHER: &str = "watcher-admin-token-5555555555";
 
 /// Admin credentials a test can revoke while a session is open.
@@ -56,7 +56,7 @@ impl AdminCredentials for RevocableAdmins {
             .lock()
             .unwrap()
             .get(token)
-            .map(|name| AdminIdentity { name: name.clone() })
+            .map(|name| AdminIdentity::new(name.clone()))
     }
 }
 
@@ -115,14 +115,24 @@ impl Fixture {
         }
     }
 
+    /// The admin API's state over the fixture, `watcher` only watching.
     pub fn state(&self) -> AdminState {
         self.gateway
             .admin_state(Arc::clone(&self.admins) as Arc<dyn AdminCredentials>)
+            .watcher("watcher")
     }
 
     /// The panel and the API as one router, as the admin listener serves them.
     pub fn router(&self, config: PanelConfig) -> Router {
-        let state = self.state();
+        self.router_over(config, self.state())
+    }
+
+    /// As [`Fixture::router`], over an admin API that is read-only for everyone.
+    pub fn read_only_router(&self, config: PanelConfig) -> Router {
+        self.router_over(config, self.state().read_only(true))
+    }
+
+    fn router_over(&self, config: PanelConfig, state: AdminState) -> Router {
         bridle_gateway::admin::router(state.clone())
             .merge(bridle_gateway::panel::router(config, &state).unwrap())
     }
@@ -175,9 +185,10 @@ impl Fixture {
     }
 }
 
-/// The watcher is always configured as one; tests add to this.
+/// The panel's configuration of the tests (the watcher is one in [`Fixture::state`]); tests
+/// add to this.
 pub fn panel_config() -> PanelConfig {
-    PanelConfig::default().watcher("watcher")
+    PanelConfig::default()
 }
 
 /// One answer of the in-process router.
