@@ -18,7 +18,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{Method, Uri};
+use axum::http::{HeaderValue, Method, Uri, header};
 use axum::routing::get;
 
 use crate::context::GatewayContext;
@@ -289,7 +289,21 @@ pub fn router(state: AdminState) -> Router {
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.body_limit))
+        .layer(axum::middleware::map_response(private_answer))
         .with_state(state)
+}
+
+/// Marks every answer of the API as not to be stored by a cache (an issued token, a secret's
+/// metadata, a session list: none belongs in a proxy's or browser's cache, event streams
+/// included) and not to be sniffed as another type than it says.
+async fn private_answer(mut response: axum::response::Response) -> axum::response::Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
 }
 
 async fn unknown_route(uri: Uri) -> ApiError {
