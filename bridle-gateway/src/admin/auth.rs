@@ -28,6 +28,7 @@ use axum::response::Response;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
+use zeroize::Zeroizing;
 
 use super::AdminState;
 use super::error::ApiError;
@@ -153,6 +154,38 @@ impl AdminCredentials for GovernedCredentials {
             identity.may_change &= self.access.may_change(&identity.name);
             identity
         })
+    }
+}
+
+/// The credential a request was admitted with, for a handler that must ask again later whether
+/// it still opens the API (a live stream outlasts the request that opened it). [`require_admin`]
+/// puts it in the request's extensions; the token is wiped from memory when the last copy goes.
+#[derive(Clone)]
+pub struct Admitted {
+    token: Arc<Zeroizing<String>>,
+    name: String,
+    credentials: Arc<dyn AdminCredentials>,
+}
+
+impl std::fmt::Debug for Admitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admitted")
+            .field("admin", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Admitted {
+    /// Whether the credential still belongs to the same admin (not revoked, not rotated away).
+    pub fn still_valid(&self) -> bool {
+        self.credentials
+            .verify(&self.token)
+            .is_some_and(|identity| identity.name == self.name)
+    }
+
+    /// The admin it was admitted as.
+    pub fn admin(&self) -> &str {
+        &self.name
     }
 }
 
@@ -397,6 +430,12 @@ pub async fn require_admin(
         });
     }
     tracing::debug!(admin = %identity.name, surface = surface.as_str(), "admin authenticated");
+    let admitted = Admitted {
+        token: Arc::new(Zeroizing::new(token.to_string())),
+        name: identity.name.clone(),
+        credentials: Arc::clone(&state.credentials),
+    };
+    request.extensions_mut().insert(admitted);
     request.extensions_mut().insert(AdminActor {
         identity: identity.clone(),
         surface,

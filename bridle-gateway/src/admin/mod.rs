@@ -111,6 +111,13 @@ impl IntegrationStatus for UpstreamPool {
     }
 }
 
+/// The most live event streams one admin may hold open at once by default.
+pub const DEFAULT_STREAMS_PER_ADMIN: usize = 16;
+
+/// How often an open event stream asks again, by default, whether the credential that opened
+/// it still opens the API.
+pub const DEFAULT_STREAM_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What every admin handler reads: the gateway's stores and who may call.
 #[derive(Clone)]
 pub struct AdminState {
@@ -124,6 +131,10 @@ pub struct AdminState {
     /// Refused bearer tokens, per client address and per token.
     pub(crate) throttle: Arc<throttle::LoginThrottle>,
     pub(crate) login_limits: LoginLimits,
+    /// The live event streams open now, per admin.
+    pub(crate) streams_open: Arc<sessions::StreamSlots>,
+    /// How often an open stream checks its credential again.
+    pub(crate) stream_recheck: std::time::Duration,
     pub(crate) integrations: Option<Arc<dyn IntegrationStatus>>,
     pub(crate) vault: Option<Arc<crate::vault::Vault>>,
     pub(crate) memory: Option<bridle_memory::MemoryService>,
@@ -162,6 +173,8 @@ impl AdminState {
             access,
             throttle: Arc::new(throttle::LoginThrottle::new(login_limits)),
             login_limits,
+            streams_open: Arc::new(sessions::StreamSlots::new(DEFAULT_STREAMS_PER_ADMIN)),
+            stream_recheck: DEFAULT_STREAM_RECHECK,
             integrations: None,
             vault: None,
             memory: None,
@@ -205,6 +218,22 @@ impl AdminState {
     pub fn login_limits(mut self, limits: LoginLimits) -> Self {
         self.throttle = Arc::new(throttle::LoginThrottle::new(limits));
         self.login_limits = limits;
+        self
+    }
+
+    /// Sets how many live event streams (`/sessions/events`) one admin may hold open at once
+    /// (default [`DEFAULT_STREAMS_PER_ADMIN`]); past it a new one is refused 429
+    /// `too_many_streams`.
+    pub fn max_streams_per_admin(mut self, streams: usize) -> Self {
+        self.streams_open = Arc::new(sessions::StreamSlots::new(streams));
+        self
+    }
+
+    /// Sets how often an open event stream checks that its credential still opens the API
+    /// (default [`DEFAULT_STREAM_RECHECK`]); one that no longer does (revoked, rotated away)
+    /// ends the stream.
+    pub fn stream_recheck(mut self, every: std::time::Duration) -> Self {
+        self.stream_recheck = every.max(std::time::Duration::from_millis(1));
         self
     }
 

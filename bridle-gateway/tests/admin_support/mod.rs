@@ -211,6 +211,11 @@ impl Events {
         .expect("an event within the deadline")
     }
 
+    /// The response, to read what is left of it (events already buffered are dropped).
+    pub fn into_response(self) -> reqwest::Response {
+        self.resp
+    }
+
     /// The next event named `name`, skipping others.
     pub async fn until(&mut self, name: &str) -> Value {
         loop {
