@@ -214,10 +214,19 @@ pub struct AdminSection {
     /// Admins who may only read, by name, through the API and the panel alike.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub watchers: Vec<String>,
-    /// How many refused admin credentials are tolerated (the API's bearer tokens) before the
-    /// admin API answers 429 for a while.
+    /// How many refused admin credentials are tolerated (the API's bearer tokens and the
+    /// panel's log-ins) before the admin listener answers 429 for a while.
     #[serde(default, skip_serializing_if = "LoginLimitsSection::is_default")]
     pub login_limits: LoginLimitsSection,
+    /// Browsers reach the web panel over TLS, through a TLS-terminating reverse proxy (default
+    /// `false`): its session cookie is then `__Host-` prefixed and `Secure`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub behind_tls: bool,
+    /// Public origins (`https://bridle.example.org[:port]`) the web panel is reached from
+    /// besides the admin listener's own address: a reverse proxy's. The panel accepts changes
+    /// sent from them, and the admin listener answers requests whose `Host` is theirs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_origins: Vec<String>,
 }
 
 /// `admin.login_limits` in `bridle.yaml`: refused admin credentials tolerated within a sliding
@@ -265,6 +274,34 @@ fn is_false(b: &bool) -> bool {
     !b
 }
 
+/// Whether `origin` is `http(s)://host[:port]` (an IPv6 host in brackets), nothing more.
+fn is_origin(origin: &str) -> bool {
+    let Some(rest) = origin
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://"))
+    else {
+        return false;
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.contains(['/', '@', '?', '#']) || rest.contains(char::is_whitespace) {
+        return false;
+    }
+    let host_end = if rest.starts_with('[') {
+        rest.find(']').map(|i| i + 1)
+    } else {
+        Some(rest.find(':').unwrap_or(rest.len()))
+    };
+    let Some(end) = host_end else {
+        return false;
+    };
+    let (host, port) = rest.split_at(end);
+    !host.trim_matches(['[', ']']).is_empty()
+        && (port.is_empty()
+            || port
+                .strip_prefix(':')
+                .is_some_and(|p| p.parse::<u16>().is_ok()))
+}
+
 impl Default for AdminSection {
     fn default() -> Self {
         Self {
@@ -275,6 +312,8 @@ impl Default for AdminSection {
             read_only: false,
             watchers: Vec::new(),
             login_limits: LoginLimitsSection::default(),
+            behind_tls: false,
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -284,7 +323,7 @@ impl AdminSection {
         self == &Self::default()
     }
 
-    /// Checks the names and limits (the listen address is checked with the MCP one).
+    /// Checks the names, limits and origins (the listen address is checked with the MCP one).
     fn check(&self) -> Result<(), String> {
         check_name("admin", &self.name).map_err(|e| e.to_string())?;
         for watcher in &self.watchers {
@@ -296,6 +335,11 @@ impl AdminSection {
                 "admin.login_limits: per_address, per_credential and window_secs must be greater than zero"
                     .into(),
             );
+        }
+        if let Some(origin) = self.allowed_origins.iter().find(|o| !is_origin(o)) {
+            return Err(format!(
+                "admin.allowed_origins: `{origin}` is not `http(s)://host[:port]`"
+            ));
         }
         Ok(())
     }

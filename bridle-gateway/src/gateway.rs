@@ -482,6 +482,21 @@ impl Gateway {
         }
     }
 
+    /// The web panel as `bridle.yaml`'s `admin:` section describes it: `behind_tls`,
+    /// `allowed_origins` and `login_limits` (the rest as [`crate::panel::PanelConfig::default`]).
+    /// The admin listener serves it so unless [`BoundGateway::panel`] says otherwise.
+    #[cfg(feature = "panel")]
+    pub fn panel_config(&self) -> crate::panel::PanelConfig {
+        let section = &self.ctx.config.admin;
+        let mut config = crate::panel::PanelConfig::default()
+            .behind_tls(section.behind_tls)
+            .login_limits(login_limits(&section.login_limits));
+        for origin in &section.allowed_origins {
+            config = config.allow_origin(origin);
+        }
+        config
+    }
+
     /// Also serves the admin API on its own loopback `addr` when bound, admitting the admins
     /// `credentials` accept (as [`GatewayBuilder::admin`], once the vault is open: for
     /// credentials kept in it).
@@ -560,11 +575,15 @@ impl Gateway {
             self.check_admins_are_not_agents(a.credentials.as_ref())?;
         }
         let admin = match &self.admin {
-            Some(a) => Some(
-                AdminServer::bind(a.addr, self.admin_state(Arc::clone(&a.credentials)))
-                    .await
-                    .map_err(|e| GatewayError::Serve(e.to_string()))?,
-            ),
+            Some(a) => {
+                let server =
+                    AdminServer::bind(a.addr, self.admin_state(Arc::clone(&a.credentials)))
+                        .await
+                        .map_err(|e| GatewayError::Serve(e.to_string()))?;
+                #[cfg(feature = "panel")]
+                let server = server.panel(Some(self.panel_config()));
+                Some(server)
+            }
             None => None,
         };
         Ok(BoundGateway {
@@ -604,7 +623,7 @@ impl Gateway {
     }
 }
 
-/// `admin.login_limits` of `bridle.yaml` as the admin API counts them.
+/// `admin.login_limits` of `bridle.yaml` as the admin API and the panel count them.
 fn login_limits(section: &LoginLimitsSection) -> LoginLimits {
     LoginLimits::new(
         section.per_address,
@@ -641,8 +660,8 @@ impl BoundGateway {
     }
 
     /// Serves the web panel on the admin listener with this configuration (by default with
-    /// [`crate::panel::PanelConfig::default`]); `None` turns it off. Without an admin listener
-    /// this does nothing.
+    /// [`Gateway::panel_config`], `bridle.yaml`'s); `None` turns it off. Without an admin
+    /// listener this does nothing.
     #[cfg(feature = "panel")]
     pub fn panel(mut self, config: Option<crate::panel::PanelConfig>) -> Self {
         self.admin = self.admin.map(|a| a.panel(config));

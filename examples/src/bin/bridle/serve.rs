@@ -1,7 +1,7 @@
 //! `bridle serve` and `bridle init`: the gateway on loopback, laid out on first start, with the
-//! admin API beside it (`admin:` in bridle.yaml; loopback, the port after the MCP endpoint's by
-//! default). The admin credential is kept in the vault, created and printed once on first start,
-//! or read from `admin.token_file` (a Docker secret).
+//! admin API and the web panel beside it (`admin:` in bridle.yaml; loopback, the port after the
+//! MCP endpoint's by default). The admin credential is kept in the vault, created and printed
+//! once on first start, or read from `admin.token_file` (a Docker secret).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -150,11 +150,11 @@ pub(crate) async fn serve(
     }
     let has_memory = gateway.has_memory();
     let bound = gateway.bind(addr).await?;
-    // The panel's connect snippets name the MCP address agents really reach.
+    // The panel as bridle.yaml's admin section describes it (behind_tls, allowed_origins,
+    // login_limits), its connect snippets naming the MCP address agents really reach.
     let mcp_url = bound.url();
-    let bound = bound.panel(Some(
-        bridle_gateway::panel::PanelConfig::default().mcp_url(mcp_url),
-    ));
+    let panel = bound.gateway().panel_config().mcp_url(mcp_url);
+    let bound = bound.panel(Some(panel));
     print_connect_help(dir, &config, &bound.url(), &issued);
     if let Some(admin_url) = bound.admin_url() {
         say!("bridle: admin API on {admin_url}");
