@@ -8,49 +8,10 @@
 mod admin_support;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
 
 use admin_support::gateway::Gw;
-use admin_support::{ALICE, json_ok, problem};
-use bridle_gateway::GatewayContext;
-use bridle_gateway::admin::{AdminServer, AdminState, AdminTokens};
-use bridle_gateway::config::{GatewayConfig, init_data_dir_with_token_files};
+use admin_support::{ALICE, Api, json_ok, problem};
 use reqwest::StatusCode;
-
-/// An admin listener of its own over a fresh data directory (`allow` adjusts the server).
-async fn listener(
-    allow: impl FnOnce(AdminServer) -> AdminServer,
-) -> (
-    tempfile::TempDir,
-    SocketAddr,
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<()>,
-) {
-    let tmp = tempfile::tempdir().unwrap();
-    init_data_dir_with_token_files(tmp.path()).unwrap();
-    let config = GatewayConfig::load(tmp.path()).unwrap();
-    let ctx = GatewayContext::open(tmp.path(), config).unwrap();
-    let mut admins = AdminTokens::new().unwrap();
-    admins.insert("alice", ALICE).unwrap();
-    let state = AdminState::new(ctx, Arc::new(admins));
-    let server = allow(
-        AdminServer::bind(SocketAddr::from(([127, 0, 0, 1], 0)), state)
-            .await
-            .unwrap(),
-    );
-    let addr = server.local_addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        server
-            .run(async move {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-    });
-    (tmp, addr, stop, task)
-}
 
 async fn status_for_host(addr: SocketAddr, path: &str, host: &str) -> reqwest::Response {
     reqwest::Client::new()
@@ -64,14 +25,19 @@ async fn status_for_host(addr: SocketAddr, path: &str, host: &str) -> reqwest::R
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_listener_answers_only_its_own_hosts() {
-    let (_tmp, addr, stop, task) = listener(|server| {
-        #[cfg(feature = "panel")]
-        let server = server.panel(Some(
-            bridle_gateway::panel::PanelConfig::default().allow_origin("https://bridle.example"),
-        ));
-        server.allow_host("proxy.internal:8080").unwrap()
-    })
+    let served = Api::start_served(
+        |state| state,
+        |server| {
+            #[cfg(feature = "panel")]
+            let server = server.panel(Some(
+                bridle_gateway::panel::PanelConfig::default()
+                    .allow_origin("https://bridle.example"),
+            ));
+            server.allow_host("proxy.internal:8080").unwrap()
+        },
+    )
     .await;
+    let addr = served.addr;
     let port = addr.port();
     let api = "/admin/api/v1/projects";
     // A rebound name, on the API and on the panel and on what no route serves: refused before
@@ -108,11 +74,7 @@ async fn the_admin_listener_answers_only_its_own_hosts() {
         let resp = status_for_host(addr, api, host).await;
         assert_eq!(resp.status(), StatusCode::OK, "{host}");
     }
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("the server stops")
-        .unwrap();
+    served.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

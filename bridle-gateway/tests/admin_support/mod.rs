@@ -25,6 +25,8 @@ pub const BOB: &str = "bob-admin-token-9876543210";
 pub struct Api {
     pub tmp: tempfile::TempDir,
     pub ctx: Arc<GatewayContext>,
+    /// The listener's address.
+    pub addr: SocketAddr,
     pub base: String,
     pub http: reqwest::Client,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -37,6 +39,14 @@ impl Api {
     }
 
     pub async fn start_with(configure: impl FnOnce(AdminState) -> AdminState) -> Self {
+        Self::start_served(configure, |server| server).await
+    }
+
+    /// As [`Api::start_with`], the server adjusted too before it runs (hosts, the panel).
+    pub async fn start_served(
+        configure: impl FnOnce(AdminState) -> AdminState,
+        serve: impl FnOnce(AdminServer) -> AdminServer,
+    ) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         init_data_dir_with_token_files(tmp.path()).unwrap();
         let config = GatewayConfig::load(tmp.path()).unwrap();
@@ -54,9 +64,12 @@ impl Api {
                 Duration::from_secs(60),
             )),
         );
-        let server = AdminServer::bind(SocketAddr::from(([127, 0, 0, 1], 0)), state)
-            .await
-            .unwrap();
+        let server = serve(
+            AdminServer::bind(SocketAddr::from(([127, 0, 0, 1], 0)), state)
+                .await
+                .unwrap(),
+        );
+        let addr = server.local_addr();
         let base = server.url();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -70,6 +83,7 @@ impl Api {
         Self {
             tmp,
             ctx,
+            addr,
             base,
             http: reqwest::Client::new(),
             stop: Some(stop),
