@@ -12,7 +12,7 @@
 //! and `OPTIONS`) by an identity that may not change things is refused 403 `read_only` before
 //! any handler runs. The web panel asks the same credentials, so it shows such an admin no
 //! forms. Refused bearer tokens are counted per client address and per token
-//! ([`super::throttle`]); past the limit the API answers 429 `too_many_attempts` with
+//! (the admin throttle); past the limit the API answers 429 `too_many_attempts` with
 //! `Retry-After`, without checking the token.
 
 use std::collections::BTreeSet;
