@@ -750,3 +750,33 @@ fn the_configured_vendor_feed_runs_on_demand() {
         stdout(&o)
     );
 }
+
+/// A rotation's grace period is at most 30 days on the command line too, as through the admin
+/// API: a longer one would keep a credential meant to be replaced valid for good.
+#[test]
+fn a_grace_period_over_30_days_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    for args in [
+        &[
+            "agents",
+            "token",
+            "rotate",
+            "bot",
+            "--grace-secs",
+            "2592001",
+        ][..],
+        &[
+            "secrets",
+            "rotate",
+            "gitea-token",
+            "--grace-secs",
+            "18446744073709551615",
+        ][..],
+    ] {
+        let out = run_bridle(tmp.path(), args);
+        assert!(!out.status.success(), "{args:?}: {}", stdout(&out));
+        let said = stderr(&out);
+        assert!(said.contains("--grace-secs"), "{args:?}: {said}");
+        assert!(said.contains("2592000"), "{args:?}: {said}");
+    }
+}

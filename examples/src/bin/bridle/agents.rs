@@ -35,8 +35,13 @@ pub(crate) enum TokenCommand {
     Rotate {
         /// The agent's name.
         agent: String,
-        /// How long the previous tokens stay valid.
-        #[arg(long, default_value_t = 0)]
+        /// How long the previous tokens stay valid, in seconds (at most 30 days, as
+        /// through the admin API).
+        #[arg(
+            long,
+            default_value_t = 0,
+            value_parser = clap::value_parser!(u64).range(..=bridle_gateway::admin::MAX_GRACE_SECS)
+        )]
         grace_secs: u64,
     },
     /// Revoke every token of an agent, at once.

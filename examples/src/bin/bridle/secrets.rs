@@ -41,8 +41,13 @@ pub(crate) enum SecretsCommand {
         /// A file holding the value (trailing newlines are removed).
         #[arg(long)]
         from_file: Option<PathBuf>,
-        /// How long the previous version stays usable.
-        #[arg(long, default_value_t = 0)]
+        /// How long the previous version stays usable, in seconds (at most 30
+        /// days, as through the admin API).
+        #[arg(
+            long,
+            default_value_t = 0,
+            value_parser = clap::value_parser!(u64).range(..=bridle_gateway::admin::MAX_GRACE_SECS)
+        )]
         grace_secs: u64,
     },
     /// Destroy one version's ciphertext for good.
