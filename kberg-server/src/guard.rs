@@ -29,10 +29,20 @@ impl Refusal {
     }
 }
 
-/// Host (without IPv6 brackets, case as given) and optional port.
-fn split_authority(s: &str) -> Option<(&str, Option<u16>)> {
+/// The name (without IPv6 brackets, case as given) and port of a `Host` header's value or an
+/// allow-list entry (`name`, `name:port`, `[v6]:port`, a bare IPv6 address); `None` when it is
+/// malformed (empty, a port that is not a number, a path, user info or a space in it). The
+/// reading the MCP endpoint's DNS-rebinding check uses, public so that another listener of the
+/// same app checks hosts the same way.
+///
+/// ```
+/// assert_eq!(kberg_server::host_and_port("127.0.0.1:7878"), Some(("127.0.0.1", Some(7878))));
+/// assert_eq!(kberg_server::host_and_port("[::1]"), Some(("::1", None)));
+/// assert_eq!(kberg_server::host_and_port("u@evil.example"), None);
+/// ```
+pub fn host_and_port(s: &str) -> Option<(&str, Option<u16>)> {
     let s = s.trim();
-    if s.is_empty() {
+    if s.is_empty() || s.contains(['/', '@', ' ']) {
         return None;
     }
     if let Some(rest) = s.strip_prefix('[') {
@@ -78,10 +88,10 @@ fn parse_origin(s: &str, allow_wildcard: bool) -> Option<(&str, &str, Port)> {
         0
     };
     if allow_wildcard && let Some(h) = rest.strip_suffix(":*") {
-        let (host, port) = split_authority(h)?;
+        let (host, port) = host_and_port(h)?;
         return port.is_none().then_some((scheme, host, Port::Any));
     }
-    let (host, port) = split_authority(rest)?;
+    let (host, port) = host_and_port(rest)?;
     Some((scheme, host, Port::Is(port.unwrap_or(default))))
 }
 
@@ -103,7 +113,7 @@ impl AllowList {
             hosts
                 .iter()
                 .filter_map(|h| {
-                    let parsed = split_authority(h).map(|(n, p)| (n.to_ascii_lowercase(), p));
+                    let parsed = host_and_port(h).map(|(n, p)| (n.to_ascii_lowercase(), p));
                     if parsed.is_none() {
                         tracing::warn!(entry = %h, "ignoring a malformed allowed host");
                     }
@@ -137,7 +147,7 @@ impl AllowList {
         let Some(allowed) = &self.hosts else {
             return Ok(());
         };
-        let (h, p) = split_authority(host).ok_or(Refusal::BadHost)?;
+        let (h, p) = host_and_port(host).ok_or(Refusal::BadHost)?;
         let ok = allowed.iter().any(|(ah, ap)| {
             h.eq_ignore_ascii_case(ah)
                 && match ap {

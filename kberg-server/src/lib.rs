@@ -45,6 +45,7 @@ pub use app::{DEFAULT_PAGE_SIZE, McpApp, McpAppBuilder};
 pub use auth::{AuthError, Authenticator, BearerTokens, OpenAccess, bearer_token};
 pub use config::{HttpConfig, LOOPBACK_HOSTS, LOOPBACK_ORIGINS, Limits};
 pub use error::ServerError;
+pub use guard::host_and_port;
 pub use http::{HttpServer, router, serve};
 pub use session_store::{SessionStore, SessionStoreFailure, StoredSession};
 pub use stdio::{serve_io, serve_stdio};

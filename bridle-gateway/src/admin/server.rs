@@ -201,7 +201,7 @@ struct HostName {
 impl HostName {
     /// `name` or `name:port` (an IPv6 address in brackets).
     fn parse(host: &str) -> Option<Self> {
-        let (name, port) = split_authority(host)?;
+        let (name, port) = kberg_server::host_and_port(host)?;
         Some(Self {
             name: name.to_ascii_lowercase(),
             port,
@@ -229,35 +229,6 @@ impl HostName {
     }
 }
 
-/// A `Host` value's name (without IPv6 brackets) and port; `None` when malformed. The same
-/// reading as the MCP listener's DNS-rebinding check in `kberg-server`.
-fn split_authority(s: &str) -> Option<(&str, Option<u16>)> {
-    let s = s.trim();
-    if s.is_empty() || s.contains(['/', '@', ' ']) {
-        return None;
-    }
-    if let Some(rest) = s.strip_prefix('[') {
-        let (host, after) = rest.split_once(']')?;
-        let port = match after {
-            "" => None,
-            p => Some(p.strip_prefix(':')?.parse().ok()?),
-        };
-        return Some((host, port));
-    }
-    match s.matches(':').count() {
-        0 => Some((s, None)),
-        1 => {
-            let (h, p) = s.split_once(':')?;
-            if h.is_empty() {
-                return None;
-            }
-            Some((h, Some(p.parse().ok()?)))
-        }
-        // A bare IPv6 address.
-        _ => Some((s, None)),
-    }
-}
-
 /// Whether `name` is a loopback name or address (`localhost`, 127.0.0.0/8, `::1`).
 fn is_loopback(name: &str) -> bool {
     name.eq_ignore_ascii_case("localhost")
@@ -275,7 +246,7 @@ async fn refuse_other_hosts(
         Some(v) => v.to_str().ok(),
         None => request.uri().authority().map(|a| a.as_str()),
     };
-    let Some((name, port)) = host.and_then(split_authority) else {
+    let Some((name, port)) = host.and_then(kberg_server::host_and_port) else {
         return Err(ApiError::Malformed {
             code: "invalid_host",
             detail: "the request has no Host header, or one that is not `name[:port]`".into(),
@@ -303,11 +274,17 @@ mod tests {
     #[test]
     fn hosts_are_read_as_the_mcp_listener_reads_them() {
         assert_eq!(
-            split_authority("127.0.0.1:7879"),
+            kberg_server::host_and_port("127.0.0.1:7879"),
             Some(("127.0.0.1", Some(7879)))
         );
-        assert_eq!(split_authority("[::1]:9"), Some(("::1", Some(9))));
-        assert_eq!(split_authority("localhost"), Some(("localhost", None)));
+        assert_eq!(
+            kberg_server::host_and_port("[::1]:9"),
+            Some(("::1", Some(9)))
+        );
+        assert_eq!(
+            kberg_server::host_and_port("localhost"),
+            Some(("localhost", None))
+        );
         for bad in [
             "",
             ":80",
@@ -316,7 +293,7 @@ mod tests {
             "a/b",
             "u@evil.example",
         ] {
-            assert_eq!(split_authority(bad), None, "{bad}");
+            assert_eq!(kberg_server::host_and_port(bad), None, "{bad}");
         }
         for loopback in ["localhost", "LOCALHOST", "127.0.0.1", "127.8.9.10", "::1"] {
             assert!(is_loopback(loopback), "{loopback}");
