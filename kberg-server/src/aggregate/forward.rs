@@ -4,7 +4,9 @@
 //! A request waits for one of the upstream's in-flight slots, is sent on the current
 //! connection, and waits for its answer at most the upstream's call timeout (the wait for a
 //! slot counts). While a tool call is in flight it is registered ([`ActiveCall`]) so the client
-//! relay can find the client to ask, and its progress token routes progress back
+//! relay can find the client to ask (abandoned unanswered, it stays registered as nobody's for
+//! the call timeout, so the relay does not take its questions for another call's), and its
+//! progress token routes progress back
 //! ([`ProgressRoute`]). A request that ends without an answer (timeout, cancellation, the
 //! caller dropped) is cancelled upstream with `notifications/cancelled`; a transport failure
 //! wakes the supervisor. A tool call to an upstream that supports tasks may have started a
@@ -79,11 +81,30 @@ impl Drop for ActiveCall<'_> {
         if let Ok(mut m) = self.up.active.lock() {
             if self.answered || !self.sent {
                 m.remove(&self.id);
-            } else if let Some(e) = m.get_mut(&self.id) {
-                e.ctx = None;
-                e.abandoned_until = Some(tokio::time::Instant::now() + self.up.config.call_timeout);
+            } else {
+                abandon(
+                    &mut m,
+                    self.id,
+                    tokio::time::Instant::now(),
+                    self.up.config.call_timeout,
+                );
             }
         }
+    }
+}
+
+/// Marks call `id` abandoned until `now + timeout`. Abandoned calls whose time is up leave here
+/// too, so an upstream that never asks anything (whose relay never looks) does not collect them.
+fn abandon(
+    calls: &mut std::collections::HashMap<u64, ActiveEntry>,
+    id: u64,
+    now: tokio::time::Instant,
+    timeout: std::time::Duration,
+) {
+    calls.retain(|_, e| e.abandoned_until.is_none_or(|until| until > now));
+    if let Some(e) = calls.get_mut(&id) {
+        e.ctx = None;
+        e.abandoned_until = Some(now + timeout);
     }
 }
 
@@ -369,4 +390,39 @@ pub(super) fn result_kind(r: &ServerResult) -> String {
                 .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
         })
         .unwrap_or_else(|| "unreadable".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use kberg_core::{Caller, Principal, ToolContext};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn abandoned_calls_leave_when_their_time_is_up() {
+        let start = tokio::time::Instant::now();
+        let minute = Duration::from_secs(60);
+        let live = || ActiveEntry {
+            ctx: Some(ToolContext::detached(Caller::new(Principal::new("a")))),
+            upstream_id: None,
+            abandoned_until: None,
+        };
+        let mut calls: HashMap<u64, ActiveEntry> = (0..1000).map(|i| (i, live())).collect();
+        for i in 0..999 {
+            abandon(&mut calls, i, start, minute);
+        }
+        assert_eq!(
+            calls.len(),
+            1000,
+            "abandoned, still counted within the timeout"
+        );
+        assert!(calls[&0].ctx.is_none() && calls[&999].ctx.is_some());
+        // The next abandonment after the timeout takes the expired ones out, live ones stay.
+        abandon(&mut calls, 999, start + minute, minute);
+        assert_eq!(calls.len(), 1, "{}", calls.len());
+        assert!(calls[&999].abandoned_until.is_some());
+    }
 }
