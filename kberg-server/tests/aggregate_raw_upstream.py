@@ -11,6 +11,10 @@ With `RAW_LIST_PAGES=endless` its tool list never ends (every page names a new c
 notifications (when the call has a progress token) and `n` log messages before it answers.
 With `RAW_SUBSCRIBE=hang` it advertises resource subscriptions and never answers
 `resources/subscribe`; the `subscribes` tool reports the URIs it was asked to subscribe.
+With `RAW_TASKS=stale` it also has the `ask` tool, which runs as a task (the tasks extension)
+and asks two questions, `q1` then `q2`, as an eventually consistent server may: after `q1` is
+answered its next two `tasks/get` still list `q1`, and the one after lists `q1` beside `q2`.
+The finished task's text is the list of keys each `tasks/update` carried.
 """
 import json, os, sys
 
@@ -24,6 +28,7 @@ if os.environ.get("RAW_STDERR_TOKEN"):
 
 cancelled = []
 subscribes = []
+tasks = {}
 pages = 0
 PROTOCOL = "2025-11-25"
 
@@ -46,6 +51,39 @@ TOOLS = [
     {"name": "flood", "description": "floods progress and log messages, then answers",
      "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}},
 ]
+
+if os.environ.get("RAW_TASKS") == "stale":
+    TOOLS.append({"name": "ask", "description": "asks q1 and q2 as a task, slow to show answers",
+                  "inputSchema": OBJ, "execution": {"taskSupport": "optional"}})
+
+NOW = "2026-01-01T00:00:00Z"
+
+def task_fields(tid, status):
+    return {"taskId": tid, "status": status, "createdAt": NOW, "lastUpdatedAt": NOW,
+            "ttlMs": None, "pollIntervalMs": 50}
+
+def question(text):
+    return {"method": "elicitation/create", "params": {
+        "message": text,
+        "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}}}}
+
+def task_view(tid):
+    t = tasks[tid]
+    answered = t["answers"]
+    if "q1" not in answered:
+        asks = {"q1": question("first?")}
+    elif t["stale"] < 2:
+        t["stale"] += 1
+        asks = {"q1": question("first?")}
+    elif "q2" not in answered:
+        asks = {"q1": question("first?"), "q2": question("second?")}
+    else:
+        view = task_fields(tid, "completed")
+        view["result"] = text(json.dumps(t["updates"]))
+        return view
+    view = task_fields(tid, "input_required")
+    view["inputRequests"] = asks
+    return view
 
 for line in sys.stdin:
     try:
@@ -89,6 +127,12 @@ for line in sys.stdin:
             result(rid, text(json.dumps(cancelled)))
         elif name == "subscribes":
             result(rid, text(json.dumps(subscribes)))
+        elif name == "ask" and os.environ.get("RAW_TASKS") == "stale":
+            tid = "task-%d" % (len(tasks) + 1)
+            tasks[tid] = {"answers": {}, "updates": [], "stale": 0}
+            r = task_fields(tid, "working")
+            r["resultType"] = "task"
+            result(rid, r)
         elif name == "flood":
             n = (params.get("arguments") or {}).get("n", 1000)
             token = (params.get("_meta") or {}).get("progressToken")
@@ -101,6 +145,16 @@ for line in sys.stdin:
             result(rid, text("flooded %d" % n))
         else:
             send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": "unknown tool"}})
+    elif method == "tasks/get" and params.get("taskId") in tasks:
+        result(rid, task_view(params["taskId"]))
+    elif method == "tasks/update" and params.get("taskId") in tasks:
+        t = tasks[params["taskId"]]
+        responses = params.get("inputResponses") or {}
+        t["updates"].append(sorted(responses))
+        t["answers"].update(responses)
+        result(rid, {})
+    elif method == "tasks/cancel" and params.get("taskId") in tasks:
+        result(rid, {})
     elif method == "prompts/list":
         result(rid, {"prompts": [{"name": "hang"}, {"name": "garbage"}]})
     elif method == "prompts/get":

@@ -258,3 +258,61 @@ async fn cancelling_the_call_cancels_the_upstream_task() {
     assert_eq!(t.status, TaskStatus::Cancelled);
     agg.shutdown().await;
 }
+
+/// The calling client: accepts every elicitation and notes each question it was asked.
+struct NotesQuestions(std::sync::Mutex<Vec<String>>);
+
+#[async_trait]
+impl ClientPeer for NotesQuestions {
+    async fn notify(&self, _method: &str, _params: Value) -> Result<(), PeerError> {
+        Ok(())
+    }
+    async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        _cancel: CancellationToken,
+    ) -> Result<Value, PeerError> {
+        assert_eq!(method, "elicitation/create");
+        let message = params["message"].as_str().unwrap_or_default().to_string();
+        self.0.lock().expect("not poisoned").push(message);
+        Ok(json!({"action": "accept", "content": {"ok": true}}))
+    }
+    fn supports(&self, capability: &str) -> bool {
+        capability == "elicitation"
+    }
+}
+
+/// The extension lets an upstream acknowledge `tasks/update` before its `tasks/get` shows the
+/// answer (keys are unique over a task's life, and clients track them): the scripted upstream
+/// lists the answered `q1` again in its next three views, the last beside a new `q2`. The
+/// client is asked each question once, and each key goes upstream in one update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answered_task_question_is_not_asked_again_while_the_upstream_catches_up() {
+    let registry = ToolRegistry::new();
+    let config = AggregatorConfig::new().upstream(
+        UpstreamConfig::new("raw", raw_upstream().env("RAW_TASKS", "stale"))
+            .call_timeout(Duration::from_secs(10)),
+    );
+    let agg = Aggregator::start(config, registry.clone()).expect("valid");
+    assert!(
+        agg.wait_connected("raw", 1, WAIT).await,
+        "{:?}",
+        agg.status("raw")
+    );
+    let client = Arc::new(NotesQuestions(std::sync::Mutex::new(Vec::new())));
+    let opts = CallOptions::default().with_peer(client.clone());
+    let out = tokio::time::timeout(WAIT, registry.call(&reader(), "raw__ask", json!({}), opts))
+        .await
+        .expect("the call ends")
+        .expect("not refused");
+    assert!(!out.is_error, "{out:?}");
+    let updates: Value = serde_json::from_str(&out.all_text()).expect("the upstream's record");
+    assert_eq!(updates, json!([["q1"], ["q2"]]), "each key answered once");
+    assert_eq!(
+        *client.0.lock().expect("not poisoned"),
+        ["first?", "second?"],
+        "each question asked once"
+    );
+    agg.shutdown().await;
+}

@@ -7,10 +7,14 @@
 //! 5 s), each poll an ordinary forwarded request (with its slot and its call timeout, so a long
 //! task is not cut short by the timeout of one request); the upstream's questions
 //! (`input_required`) are relayed to the calling client through the call's client channel and
-//! answered upstream with `tasks/update`; a cancelled call cancels the upstream task
+//! answered upstream with `tasks/update`, each key once: the extension lets an upstream
+//! acknowledge an update before its `tasks/get` shows it, and its keys are unique over the
+//! task's life, so a key already answered is never asked again (the client would otherwise see
+//! the same question twice); a cancelled call cancels the upstream task
 //! (`tasks/cancel`). A completed task's result passes through unchanged; a failed or cancelled
 //! upstream task is the tool's failure (`tool_failed`).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,6 +76,8 @@ pub(super) async fn follow(
         let (up, id) = (Arc::clone(up), id.clone());
         SpawnOnDrop::new(async move { cancel(&up, &id).await })
     };
+    // The keys of the questions answered so far (unique over the task's life).
+    let mut answered: HashSet<String> = HashSet::new();
     let mut wait = Duration::ZERO;
     loop {
         if !wait.is_zero() {
@@ -127,8 +133,14 @@ pub(super) async fn follow(
                     up.namespace()
                 ))));
             }
-            TaskPayload::InputRequired { input_requests } => {
+            TaskPayload::InputRequired { mut input_requests } => {
+                // A key answered before is the upstream's view not yet updated: wait for it.
+                input_requests.retain(|key, _| !answered.contains(key));
+                if input_requests.is_empty() {
+                    continue;
+                }
                 let responses = relay(up, input_requests, ctx).await?;
+                answered.extend(responses.keys().cloned());
                 let update = ClientRequest::UpdateTaskRequest(UpdateTaskRequest::new(
                     UpdateTaskParams::new(id.clone(), responses),
                 ));
