@@ -28,7 +28,9 @@ use serde_json::{Value, json};
 use crate::chunk::{ChunkConfig, Language, chunk_file};
 use crate::embed::{Embedder, fit_input};
 use crate::error::{MemoryError, Result};
-use crate::repo::{FileRules, fetch, redact_url, source_files};
+use crate::repo::{
+    FileRules, GitCredentials, fetch_with, redact_url, source_files, wants_credential,
+};
 use crate::store::{CollectionConfig, Condition, Filter, Pages, Payload, Point, VectorStore};
 use crate::time::{rfc3339, stable_id, unix_now};
 
@@ -320,6 +322,7 @@ pub struct PatternIndex {
     store: Arc<dyn VectorStore>,
     embedder: Arc<dyn Embedder>,
     config: PatternIndexConfig,
+    credentials: Option<Arc<dyn GitCredentials>>,
 }
 
 impl std::fmt::Debug for PatternIndex {
@@ -328,6 +331,7 @@ impl std::fmt::Debug for PatternIndex {
             .field("store", &self.store.backend())
             .field("model", &self.embedder.model())
             .field("collection", &self.config.collection)
+            .field("credentials", &self.credentials.is_some())
             .finish()
     }
 }
@@ -369,7 +373,15 @@ impl PatternIndex {
             store,
             embedder,
             config,
+            credentials: None,
         }
+    }
+
+    /// Clones of network repositories take their credential from `credentials` (see
+    /// [`GitCredentials`]), unless their URL carries one of its own.
+    pub fn with_git_credentials(mut self, credentials: Arc<dyn GitCredentials>) -> Self {
+        self.credentials = Some(credentials);
+        self
     }
 
     /// The settings.
@@ -396,7 +408,19 @@ impl PatternIndex {
                 source: redact_url(&repo.url),
             })
             .await;
-        let checkout = fetch(&repo.url, self.config.clone_timeout).await?;
+        let auth = match &self.credentials {
+            Some(c) if wants_credential(&repo.url) => {
+                // The owner's lookup may read a database: off the async workers.
+                let (c, url, tag) = (Arc::clone(c), repo.url.clone(), repo.reference_tag.clone());
+                tokio::task::spawn_blocking(move || c.for_clone(&url, &tag))
+                    .await
+                    .map_err(|e| {
+                        MemoryError::Store(format!("the credential lookup did not finish: {e}"))
+                    })??
+            }
+            _ => None,
+        };
+        let checkout = fetch_with(&repo.url, auth.as_ref(), self.config.clone_timeout).await?;
         let root = checkout.root().to_path_buf();
         let rules = self.config.files.clone();
         let mut chunking = self.config.chunking;

@@ -4,7 +4,10 @@
 //! included) or something git can clone (a URL, `git@host:path`, a `file://` URL), which is
 //! cloned shallowly (`git clone --depth 1`) into a temporary directory that is removed when the
 //! [`Checkout`] is dropped. git never prompts: a private repository fails with a clear error
-//! instead of hanging on a credentials prompt.
+//! instead of hanging on a credentials prompt. A private repository's credential need not be
+//! written into its URL (and so into the rules document): a [`GitAuth`] for its site, which the
+//! gateway builds from a secret it keeps, goes to git as an HTTP header for that site only,
+//! through git's environment, never its command line.
 //!
 //! [`collect_files`] walks the tree with the `ignore` crate, so `.gitignore`, `.ignore` and
 //! global git excludes are honoured and hidden files are skipped (ignored files, local
@@ -180,10 +183,163 @@ fn scrub(text: &str, source: &str) -> String {
         .fold(text.to_string(), |t, part| t.replace(part, "***"))
 }
 
+/// The HTTP authorization a clone sends to one site (`https://git.example/` or a path under
+/// it, such as `https://git.example/team/`), kept out of the repository's URL. git gets it as
+/// an `http.<site>.extraHeader` setting in its environment, so it is sent to that site alone
+/// and appears on no command line; its `Debug` shows the site only, and the header is wiped
+/// from memory when the value is dropped.
+///
+/// ```
+/// use bridle_memory::repo::GitAuth;
+///
+/// let auth = GitAuth::basic("https://git.example/team", "bridle-bot", "s3cret-token")?;
+/// assert_eq!(auth.site(), "https://git.example/team/");
+/// assert!(auth.covers("https://git.example/team/app.git"));
+/// assert!(!auth.covers("https://git.example/other/app.git"));
+/// assert!(!auth.covers("https://elsewhere.example/team/app.git"));
+/// // A URL that carries its own credential keeps it.
+/// assert!(!auth.covers("https://me:tok@git.example/team/app.git"));
+/// assert!(!format!("{auth:?}").contains("s3cret"));
+/// // Plain HTTP only to this machine; a newline would end the header early.
+/// assert!(GitAuth::basic("http://git.example/", "bot", "tok").is_err());
+/// assert!(GitAuth::basic("https://git.example/", "bot", "tok\r\nX-Evil: 1").is_err());
+/// # Ok::<(), bridle_memory::MemoryError>(())
+/// ```
+#[derive(Clone)]
+pub struct GitAuth {
+    site: reqwest::Url,
+    header: zeroize::Zeroizing<String>,
+}
+
+impl std::fmt::Debug for GitAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GitAuth")
+            .field("site", &self.site.as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+impl GitAuth {
+    /// HTTP Basic authorization (`username` and `secret`, such as a Gitea user and its access
+    /// token) for clones of repositories under `site`. The site is an `https` URL without a
+    /// user part, query or fragment (`http` only for a loopback host); neither value may be
+    /// empty or hold a control character, nor the user name a `:`. Errors never quote the
+    /// secret.
+    pub fn basic(site: &str, username: &str, secret: &str) -> Result<Self> {
+        use base64::Engine as _;
+        let site = Self::site_of(site)?;
+        let bad = |c: char| c.is_control();
+        if username.is_empty() || username.contains(':') || username.contains(bad) {
+            return Err(MemoryError::InvalidInput(
+                "a git credential's user name must be non-empty, without `:` or control characters"
+                    .into(),
+            ));
+        }
+        if secret.is_empty() || secret.contains(bad) {
+            return Err(MemoryError::InvalidInput(
+                "a git credential's secret must be non-empty and hold no control character".into(),
+            ));
+        }
+        let pair = zeroize::Zeroizing::new(format!("{username}:{secret}"));
+        let encoded =
+            zeroize::Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&*pair));
+        Ok(Self {
+            site,
+            header: zeroize::Zeroizing::new(format!("Authorization: Basic {}", &*encoded)),
+        })
+    }
+
+    fn site_of(site: &str) -> Result<reqwest::Url> {
+        let invalid = |why: &str| {
+            MemoryError::InvalidInput(format!(
+                "a git credential's site `{}` {why}",
+                redact_url(site)
+            ))
+        };
+        let mut url = reqwest::Url::parse(site.trim()).map_err(|_| invalid("is not a URL"))?;
+        let Some(host) = url.host_str() else {
+            return Err(invalid("has no host"));
+        };
+        let loopback = host.eq_ignore_ascii_case("localhost")
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        match url.scheme() {
+            "https" => {}
+            "http" if loopback => {}
+            _ => return Err(invalid("must be an https URL (http only for this machine)")),
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(invalid("must not hold a user name or password"));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(invalid("must not hold a query or fragment"));
+        }
+        if !url.path().ends_with('/') {
+            let path = format!("{}/", url.path());
+            url.set_path(&path);
+        }
+        Ok(url)
+    }
+
+    /// The site, as git matches it (always ending in `/`).
+    pub fn site(&self) -> &str {
+        self.site.as_str()
+    }
+
+    /// Whether a clone of `source` gets this authorization: the same scheme, host and port,
+    /// a path under the site's, and no user part of its own.
+    pub fn covers(&self, source: &str) -> bool {
+        let Ok(url) = reqwest::Url::parse(source.trim()) else {
+            return false;
+        };
+        url.scheme() == self.site.scheme()
+            && url.host() == self.site.host()
+            && url.port_or_known_default() == self.site.port_or_known_default()
+            && url.username().is_empty()
+            && url.password().is_none()
+            && (url.path() == self.site.path().trim_end_matches('/')
+                || url.path().starts_with(self.site.path()))
+    }
+}
+
+/// Whether a clone of `source` may want a [`GitAuth`]: an `http(s)` URL with a host and no
+/// user part of its own.
+pub(crate) fn wants_credential(source: &str) -> bool {
+    reqwest::Url::parse(source.trim()).is_ok_and(|u| {
+        matches!(u.scheme(), "https" | "http")
+            && u.host_str().is_some()
+            && u.username().is_empty()
+            && u.password().is_none()
+    })
+}
+
+/// Where a clone's credential comes from: asked once for each clone of a network URL that
+/// carries no credential of its own, with the example's reference tag (for the owner's
+/// record of the use). `Ok(None)`: nothing is configured for the URL's site, and the clone goes
+/// without (a private repository then fails with `repo_unavailable`). An error fails the run
+/// before anything is cloned; its text is shown, so it must not quote a secret.
+pub trait GitCredentials: Send + Sync + std::fmt::Debug {
+    /// The authorization for cloning `url`, if any.
+    fn for_clone(&self, url: &str, reference_tag: &str) -> Result<Option<GitAuth>>;
+}
+
 /// Makes `source` readable: a local directory as is, anything else cloned with
 /// `git clone --depth 1` within `timeout`. Errors and log lines name the source as
 /// [`redact_url`] shows it.
 pub async fn fetch(source: &str, timeout: Duration) -> Result<Checkout> {
+    fetch_with(source, None, timeout).await
+}
+
+/// [`fetch`], with `auth` sent to its site when it [covers](GitAuth::covers) `source` (and
+/// ignored otherwise).
+pub async fn fetch_with(
+    source: &str,
+    auth: Option<&GitAuth>,
+    timeout: Duration,
+) -> Result<Checkout> {
     let unavailable = |reason: String| MemoryError::RepoUnavailable {
         source_repo: redact_url(source),
         reason: scrub(&reason, source),
@@ -231,11 +387,24 @@ pub async fn fetch(source: &str, timeout: Duration) -> Result<Checkout> {
         .env("GIT_ASKPASS", "true")
         .env("SSH_ASKPASS", "true")
         .env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+        .env_remove("GIT_CONFIG_PARAMETERS")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
-    tracing::info!(source = %redact_url(trimmed), "cloning example repository");
+    match auth.filter(|a| a.covers(trimmed)) {
+        Some(a) => {
+            // Settings from the environment (git 2.31 and later), not `-c` on the command line
+            // where any user of the machine could read them.
+            cmd.env("GIT_CONFIG_COUNT", "1")
+                .env("GIT_CONFIG_KEY_0", format!("http.{}.extraHeader", a.site()))
+                .env("GIT_CONFIG_VALUE_0", a.header.as_str());
+        }
+        None => {
+            cmd.env_remove("GIT_CONFIG_COUNT");
+        }
+    }
+    tracing::info!(source = %redact_url(trimmed), authorized = auth.is_some_and(|a| a.covers(trimmed)), "cloning example repository");
     let child = cmd
         .spawn()
         .map_err(|e| unavailable(format!("cannot run git: {e}")))?;
