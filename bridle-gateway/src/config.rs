@@ -215,7 +215,7 @@ pub struct AdminSection {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub watchers: Vec<String>,
     /// How many refused admin credentials are tolerated (the API's bearer tokens and the
-    /// panel's log-ins) before the admin listener answers 429 for a while.
+    /// panel's log-ins, counted together) before the admin listener answers 429 for a while.
     #[serde(default, skip_serializing_if = "LoginLimitsSection::is_default")]
     pub login_limits: LoginLimitsSection,
     /// Browsers reach the web panel over TLS, through a TLS-terminating reverse proxy (default

@@ -482,15 +482,15 @@ impl Gateway {
         }
     }
 
-    /// The web panel as `bridle.yaml`'s `admin:` section describes it: `behind_tls`,
-    /// `allowed_origins` and `login_limits` (the rest as [`crate::panel::PanelConfig::default`]).
-    /// The admin listener serves it so unless [`BoundGateway::panel`] says otherwise.
+    /// The web panel as `bridle.yaml`'s `admin:` section describes it: `behind_tls` and
+    /// `allowed_origins` (the rest as [`crate::panel::PanelConfig::default`]; its failed
+    /// log-ins count in the admin API's throttle, within `admin.login_limits`, see
+    /// [`Gateway::admin_state`]). The admin listener serves it so unless
+    /// [`BoundGateway::panel`] says otherwise.
     #[cfg(feature = "panel")]
     pub fn panel_config(&self) -> crate::panel::PanelConfig {
         let section = &self.ctx.config.admin;
-        let mut config = crate::panel::PanelConfig::default()
-            .behind_tls(section.behind_tls)
-            .login_limits(login_limits(&section.login_limits));
+        let mut config = crate::panel::PanelConfig::default().behind_tls(section.behind_tls);
         for origin in &section.allowed_origins {
             config = config.allow_origin(origin);
         }
@@ -623,7 +623,8 @@ impl Gateway {
     }
 }
 
-/// `admin.login_limits` of `bridle.yaml` as the admin API and the panel count them.
+/// `admin.login_limits` of `bridle.yaml` as the admin listener counts them (the API's bearer
+/// tokens and the panel's log-ins, in one table).
 fn login_limits(section: &LoginLimitsSection) -> LoginLimits {
     LoginLimits::new(
         section.per_address,

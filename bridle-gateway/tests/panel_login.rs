@@ -1,8 +1,9 @@
 //! Log-in throttling and the gateway-served panel: failed log-ins counted per client address
 //! and per credential (429 `too_many_logins` with `Retry-After`, the credential not checked),
-//! through the in-process router and over real HTTP with two loopback client addresses; and a
-//! panel on a bound gateway whose connect snippets name that gateway's MCP address, as
-//! `bridle serve` configures it.
+//! through the in-process router and over real HTTP with two loopback client addresses, in the
+//! same table as the bearer tokens the admin API refuses (failures split between the log-in
+//! form and the API reach the limit together); and a panel on a bound gateway whose connect
+//! snippets name that gateway's MCP address, as `bridle serve` configures it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
@@ -13,11 +14,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use bridle_gateway::admin::AdminCredentials;
-use bridle_gateway::panel::{LoginLimits, PanelConfig};
+use bridle_gateway::BoundGateway;
+use bridle_gateway::admin::{AdminCredentials, BASE_PATH, LoginLimits};
+use bridle_gateway::panel::PanelConfig;
 use panel_support::{ALICE, Client, Fixture, Served, panel_config};
 
 const WINDOW: Duration = Duration::from_secs(600);
+
+/// A fixture whose `bridle.yaml` tolerates this many failures per address and per credential
+/// within [`WINDOW`]: the one setting both the admin API and the panel count within.
+async fn limited(per_address: usize, per_credential: usize) -> Fixture {
+    let yaml = format!(
+        "admin:\n  login_limits:\n    per_address: {per_address}\n    per_credential: {per_credential}\n    window_secs: {}\n",
+        WINDOW.as_secs()
+    );
+    Fixture::build_with_yaml(&yaml, |b| b).await
+}
 
 fn from(fixture: &Fixture, config: PanelConfig, last: u8) -> Client {
     let mut c = Client::new(fixture.router(config));
@@ -27,9 +39,8 @@ fn from(fixture: &Fixture, config: PanelConfig, last: u8) -> Client {
 
 #[tokio::test]
 async fn an_address_with_too_many_failures_gets_429_even_with_the_right_credential() {
-    let fixture = Fixture::new().await;
-    let config = panel_config().login_limits(LoginLimits::new(3, 100, WINDOW));
-    let router = fixture.router(config);
+    let fixture = limited(3, 100).await;
+    let router = fixture.router(panel_config());
     let mut one = Client::new(router.clone());
     one.peer = Some(SocketAddr::from(([10, 0, 0, 1], 40_000)));
     for n in 0..3 {
@@ -68,9 +79,8 @@ async fn an_address_with_too_many_failures_gets_429_even_with_the_right_credenti
 
 #[tokio::test]
 async fn one_credential_tried_too_often_gets_429_from_any_address() {
-    let fixture = Fixture::new().await;
-    let config = || panel_config().login_limits(LoginLimits::new(100, 2, WINDOW));
-    let router = fixture.router(config());
+    let fixture = limited(100, 2).await;
+    let router = fixture.router(panel_config());
     for last in 1..=2 {
         let mut c = Client::new(router.clone());
         c.peer = Some(SocketAddr::from(([10, 0, 0, last], 40_000)));
@@ -92,8 +102,8 @@ async fn one_credential_tried_too_often_gets_429_from_any_address() {
     );
     // The same address with another credential is not throttled.
     third.login(ALICE).await;
-    // A fresh panel (another router) counts from zero: the table is per process and panel.
-    let fresh = from(&fixture, config(), 3);
+    // Another admin listener (another admin state) counts from zero: the table is its own.
+    let fresh = from(&fixture, panel_config(), 3);
     let r = fresh
         .post("/panel/login", &[("token", "leaked-old-token")])
         .await;
@@ -109,9 +119,8 @@ async fn limits_of_zero_are_refused() {
         LoginLimits::new(1, 0, WINDOW),
         LoginLimits::new(1, 1, Duration::ZERO),
     ] {
-        let err =
-            bridle_gateway::panel::router(PanelConfig::default().login_limits(limits), &state)
-                .unwrap_err();
+        let state = state.clone().login_limits(limits);
+        let err = bridle_gateway::panel::router(PanelConfig::default(), &state).unwrap_err();
         assert!(err.to_string().contains("login_limits"), "{err}");
     }
 }
@@ -128,9 +137,59 @@ fn no_redirects() -> reqwest::ClientBuilder {
     reqwest::Client::builder().redirect(reqwest::redirect::Policy::none())
 }
 
+/// The fixture's gateway bound on a free loopback port with its admin listener (the API and
+/// the panel), as `bridle serve` binds it; the data directory lives as long as the first half.
+async fn bind_with_admin(fixture: Fixture) -> (tempfile::TempDir, BoundGateway) {
+    let Fixture {
+        tmp,
+        gateway,
+        admins,
+        ..
+    } = fixture;
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let bound = gateway
+        .with_admin(loopback, admins as Arc<dyn AdminCredentials>)
+        .bind(loopback)
+        .await
+        .unwrap();
+    (tmp, bound)
+}
+
+/// A bound gateway serving until [`Running::stop`].
+struct Running {
+    /// The admin listener's origin (`http://127.0.0.1:<port>`).
+    origin: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), bridle_gateway::GatewayError>>,
+}
+
+impl Running {
+    fn start(bound: BoundGateway) -> Self {
+        let origin = bound
+            .admin_url()
+            .unwrap()
+            .trim_end_matches(BASE_PATH)
+            .to_string();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(bound.run(async move {
+            let _ = stopped.await;
+        }));
+        Self { origin, stop, task }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("the gateway stops")
+            .unwrap()
+            .unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_http_the_client_address_is_what_is_counted() {
-    let served = Served::start(panel_config().login_limits(LoginLimits::new(2, 100, WINDOW))).await;
+    let served = Served::start_on(panel_config(), limited(2, 100).await).await;
     let first = no_redirects()
         .local_address(IpAddr::from([127, 0, 0, 1]))
         .build()
@@ -163,31 +222,117 @@ async fn over_http_the_client_address_is_what_is_counted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_split_between_the_log_in_form_and_the_api_reach_the_limit_together() {
+    // 3 per address and 2 per credential, set once in bridle.yaml, on a gateway serving the
+    // admin API and the panel on one listener, as `bridle serve` does.
+    let (_tmp, bound) = bind_with_admin(limited(3, 2).await).await;
+    let running = Running::start(bound);
+    let origin = running.origin.clone();
+    let api = format!("{origin}{BASE_PATH}");
+
+    let from = |last: u8| {
+        no_redirects()
+            .local_address(IpAddr::from([127, 0, 0, last]))
+            .build()
+            .unwrap()
+    };
+    let log_in = |client: &reqwest::Client, token: &str| {
+        let (kind, body) = form(&[("token", token), ("next", "/panel")]);
+        client
+            .post(format!("{origin}/panel/login"))
+            .header("content-type", kind)
+            .body(body)
+            .send()
+    };
+    let call = |client: &reqwest::Client, token: &str| {
+        client
+            .get(format!("{api}/projects"))
+            .bearer_auth(token)
+            .send()
+    };
+    async fn code(r: reqwest::Response) -> (reqwest::StatusCode, String) {
+        let status = r.status();
+        let body: serde_json::Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+        (
+            status,
+            body["code"].as_str().unwrap_or_default().to_string(),
+        )
+    }
+    let unauthorized = (
+        reqwest::StatusCode::UNAUTHORIZED,
+        "unauthorized".to_string(),
+    );
+    let throttled = (
+        reqwest::StatusCode::TOO_MANY_REQUESTS,
+        "too_many_attempts".to_string(),
+    );
+
+    // Per address: two failed log-ins and one refused bearer token from 127.0.0.1 are its
+    // three; both doors are then shut to it, the right credential included.
+    let one = from(1);
+    let r = log_in(&one, "wrong-1").await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        code(call(&one, "wrong-2").await.unwrap()).await,
+        unauthorized
+    );
+    let r = log_in(&one, "wrong-3").await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        code(call(&one, "wrong-4").await.unwrap()).await,
+        throttled,
+        "the API counts the panel's failed log-ins"
+    );
+    assert_eq!(code(call(&one, ALICE).await.unwrap()).await, throttled);
+    let r = log_in(&one, ALICE).await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.headers().get("retry-after").is_some());
+    let page = r.text().await.unwrap();
+    assert!(page.contains("too_many_logins"), "{page}");
+    assert!(page.contains("from your address"), "{page}");
+
+    // Per credential: one refused bearer token and one failed log-in, from two addresses,
+    // spend a credential's two tries; from a third address neither door checks it again.
+    assert_eq!(
+        code(call(&from(2), "leaked-old-token").await.unwrap()).await,
+        unauthorized
+    );
+    let r = log_in(&from(3), "leaked-old-token").await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::UNAUTHORIZED);
+    let four = from(4);
+    let r = log_in(&four, "leaked-old-token").await.unwrap();
+    assert_eq!(
+        r.status(),
+        reqwest::StatusCode::TOO_MANY_REQUESTS,
+        "the panel counts the API's refused tokens"
+    );
+    let page = r.text().await.unwrap();
+    assert!(page.contains("too_many_logins"), "{page}");
+    assert!(page.contains("with that credential"), "{page}");
+    assert_eq!(
+        code(call(&four, "leaked-old-token").await.unwrap()).await,
+        throttled
+    );
+    // That address is not throttled itself: the right credential opens both doors.
+    assert_eq!(
+        call(&four, ALICE).await.unwrap().status(),
+        reqwest::StatusCode::OK
+    );
+    let r = log_in(&four, ALICE).await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::SEE_OTHER);
+
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bound_gateway_panel_names_its_own_mcp_address_in_connect_snippets() {
-    let Fixture {
-        tmp: _tmp,
-        gateway,
-        admins,
-        ..
-    } = Fixture::new().await;
-    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-    let bound = gateway
-        .with_admin(loopback, Arc::clone(&admins) as Arc<dyn AdminCredentials>)
-        .bind(loopback)
-        .await
-        .unwrap();
+    let (_tmp, bound) = bind_with_admin(Fixture::new().await).await;
     // What `bridle serve` does: the panel's snippets name the address the gateway bound.
     let mcp_url = bound.url();
     assert!(!mcp_url.contains(":7878/"), "a free port was bound");
     let bound = bound.panel(Some(PanelConfig::default().mcp_url(mcp_url.clone())));
-    let admin = bound.admin_url().unwrap();
-    let origin = admin
-        .trim_end_matches(bridle_gateway::admin::BASE_PATH)
-        .to_string();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(bound.run(async move {
-        let _ = stopped.await;
-    }));
+    let running = Running::start(bound);
+    let origin = running.origin.clone();
 
     let http = no_redirects().build().unwrap();
     let (kind, body) = form(&[("token", ALICE), ("next", "/panel")]);
@@ -234,10 +379,5 @@ async fn a_bound_gateway_panel_names_its_own_mcp_address_in_connect_snippets() {
     );
     assert!(!body.contains("127.0.0.1:7878"), "not the default address");
 
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("the gateway stops")
-        .unwrap()
-        .unwrap();
+    running.stop().await;
 }

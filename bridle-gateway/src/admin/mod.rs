@@ -128,7 +128,7 @@ pub struct AdminState {
     /// The credentials as given.
     admins: Arc<dyn AdminCredentials>,
     access: AdminAccess,
-    /// Refused bearer tokens, per client address and per token.
+    /// Refused bearer tokens and failed panel log-ins, per client address and per token.
     pub(crate) throttle: Arc<throttle::LoginThrottle>,
     pub(crate) login_limits: LoginLimits,
     /// The live event streams open now, per admin.
@@ -212,9 +212,10 @@ impl AdminState {
         self.access(access)
     }
 
-    /// Sets how many refused bearer tokens are tolerated per client address and per token
-    /// (default [`LoginLimits::default`]: 10 and 5 in 15 minutes). [`AdminServer::bind`]
-    /// refuses zero limits.
+    /// Sets how many refused admin credentials are tolerated per client address and per token
+    /// (default [`LoginLimits::default`]: 10 and 5 in 15 minutes): the API's bearer tokens and
+    /// the log-ins of a web panel built over this state count together, in one table.
+    /// [`AdminServer::bind`] and the panel's `router` refuse zero limits.
     pub fn login_limits(mut self, limits: LoginLimits) -> Self {
         self.throttle = Arc::new(throttle::LoginThrottle::new(limits));
         self.login_limits = limits;

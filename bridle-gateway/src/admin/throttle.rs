@@ -2,8 +2,10 @@
 //! credential tried, in a sliding window; past the limit, further attempts from that address
 //! (or with that credential) are refused with 429 before the credential is even checked, so
 //! guessing admin tokens costs the guesser the window, not the gateway a verify per try. The
-//! admin API counts the bearer tokens it refuses ([`super::auth::require_admin`]); the web
-//! panel counts its failed log-ins with the same type.
+//! admin API counts the bearer tokens it refuses ([`super::auth::require_admin`]), and the web
+//! panel built over the same [`super::AdminState`] counts its failed log-ins in the very same
+//! table: one admin listener, one count, so alternating between the log-in form and the API
+//! buys no extra tries.
 //!
 //! The credential is counted by its SHA-256 digest (a wrong token is never kept in memory as
 //! typed). A success clears its address's failures. The table is bounded: past [`MAX_KEYS`]
@@ -79,7 +81,8 @@ pub(crate) struct Throttled {
     pub(crate) retry_after: Duration,
 }
 
-/// The failed attempts of this process (of one panel, or one admin API).
+/// The failed attempts against one admin listener: its API's refused bearer tokens and its
+/// panel's failed log-ins.
 pub(crate) struct LoginThrottle {
     limits: LoginLimits,
     failures: Mutex<HashMap<Key, VecDeque<Instant>>>,

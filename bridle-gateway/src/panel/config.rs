@@ -12,13 +12,13 @@
 //! `__Host-bridle-panel` with `Secure` (the `__Host-` prefix makes the browser refuse it unless it
 //! is `Secure`, host-only and for `/`), and the proxy's public origin goes in
 //! [`PanelConfig::allowed_origins`] when it differs from the `Host` the gateway sees.
+//!
+//! How many failed log-ins are tolerated is not the panel's to say either: they count in the
+//! admin API's throttle, together with the bearer tokens it refuses, within
+//! [`crate::admin::AdminState::login_limits`] (`admin.login_limits` in `bridle.yaml`).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
-
-/// Failed log-ins tolerated in a sliding window, per client address and per credential tried
-/// (the admin API's limits type: the API counts refused bearer tokens the same way).
-pub use crate::admin::LoginLimits;
 
 /// How the panel is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,8 +44,6 @@ pub struct PanelConfig {
     /// token (default: none, and the snippets say `http://127.0.0.1:7878/mcp`, the default
     /// listen address).
     pub mcp_url: Option<String>,
-    /// How many failed log-ins are tolerated before the panel answers 429 for a while.
-    pub login_limits: LoginLimits,
 }
 
 impl Default for PanelConfig {
@@ -58,7 +56,6 @@ impl Default for PanelConfig {
             allowed_origins: BTreeSet::new(),
             max_sessions: 256,
             mcp_url: None,
-            login_limits: LoginLimits::default(),
         }
     }
 }
@@ -114,12 +111,6 @@ impl PanelConfig {
         self
     }
 
-    /// Sets how many failed log-ins are tolerated.
-    pub fn login_limits(mut self, limits: LoginLimits) -> Self {
-        self.login_limits = limits;
-        self
-    }
-
     /// Sets the absolute and idle lifetimes of a session.
     pub fn session_lifetimes(mut self, lifetime: Duration, idle: Duration) -> Self {
         self.session_lifetime = lifetime;
@@ -161,9 +152,6 @@ impl PanelConfig {
         }
         if self.idle_timeout.is_zero() {
             return Err(PanelConfigError::Zero("idle_timeout"));
-        }
-        if !self.login_limits.is_usable() {
-            return Err(PanelConfigError::Zero("login_limits"));
         }
         if self.max_sessions == 0 {
             return Err(PanelConfigError::Zero("max_sessions"));

@@ -10,7 +10,6 @@
 //! The parts, bottom-up:
 //! - [`config`]: [`PanelConfig`] (base path, session lifetimes, TLS, read-only mode);
 //! - `session`: the server-side session store behind the session cookie;
-//! - `throttle`: failed log-ins counted per client address and per credential;
 //! - `guard`: the security layers (security headers and CSP, the cross-site request check, the
 //!   session check);
 //! - `api`: the in-process admin API client and its problem-details failures;
@@ -23,6 +22,11 @@
 //!
 //! [`router`] assembles them under the configured base path (default `/panel`); the admin
 //! listener ([`crate::admin::AdminServer`]) merges it beside the API.
+//!
+//! Failed log-ins are counted in the admin API's own throttle (the one of the
+//! [`AdminState`] the panel is built over, with its [`AdminState::login_limits`]), so an
+//! attacker who alternates between the log-in form and the API's bearer check gets no more
+//! tries than one of them alone would allow.
 
 use std::sync::Arc;
 
@@ -37,18 +41,18 @@ pub mod config;
 mod guard;
 mod pages;
 mod session;
-mod throttle;
 mod view;
 
 pub use assets::{HTMX_SSE_VERSION, HTMX_VERSION};
-pub use config::{LoginLimits, PanelConfig, PanelConfigError};
+pub use config::{PanelConfig, PanelConfigError};
 
 /// What every page handler reads.
 #[derive(Clone)]
 pub(crate) struct Panel {
     pub(crate) config: Arc<PanelConfig>,
     pub(crate) sessions: Arc<session::SessionStore>,
-    pub(crate) throttle: Arc<throttle::LoginThrottle>,
+    /// The admin API's throttle: refused log-ins and refused bearer tokens in one table.
+    pub(crate) throttle: Arc<crate::admin::throttle::LoginThrottle>,
     pub(crate) api: api::AdminApi,
     pub(crate) views: Arc<view::Views>,
     pub(crate) credentials: Arc<dyn crate::admin::AdminCredentials>,
@@ -66,9 +70,14 @@ impl std::fmt::Debug for Panel {
 
 /// The panel's routes under `config.base_path`, calling the admin API built from `state`.
 /// Merge it into the router that serves the API (it has no fallback of its own at the top
-/// level; unknown paths under the base path get the panel's HTML 404).
+/// level; unknown paths under the base path get the panel's HTML 404). Failed log-ins count
+/// in `state`'s throttle, within its [`AdminState::login_limits`], together with the bearer
+/// tokens the API refuses: build the API's router from the same `state`.
 pub fn router(config: PanelConfig, state: &AdminState) -> Result<Router, PanelConfigError> {
     config.check()?;
+    if !state.login_limits.is_usable() {
+        return Err(PanelConfigError::Zero("login_limits"));
+    }
     let base = config.base_path.clone();
     let agent_types = state
         .ctx
@@ -80,7 +89,7 @@ pub fn router(config: PanelConfig, state: &AdminState) -> Result<Router, PanelCo
         .collect();
     let panel = Panel {
         sessions: Arc::new(session::SessionStore::new(&config)),
-        throttle: Arc::new(throttle::LoginThrottle::new(config.login_limits)),
+        throttle: Arc::clone(&state.throttle),
         config: Arc::new(config),
         api: api::AdminApi::new(crate::admin::router(state.clone())),
         views: Arc::new(view::Views::new()?),

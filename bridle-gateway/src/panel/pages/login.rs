@@ -1,8 +1,9 @@
 //! Log-in and log-out: an admin credential (the same token the admin API takes) is exchanged
 //! for a session cookie; the credential stays on the server. Log-out ends the session and
-//! removes the cookie. Failed log-ins are counted per client address and per credential
-//! (`throttle`); past the limit the log-in page answers 429 `too_many_logins` with
-//! `Retry-After`, without checking the credential.
+//! removes the cookie. Failed log-ins are counted per client address and per credential in
+//! the admin API's throttle, beside the bearer tokens the API refuses; past the limit the
+//! log-in page answers 429 `too_many_logins` with `Retry-After`, without checking the
+//! credential.
 
 use std::net::SocketAddr;
 

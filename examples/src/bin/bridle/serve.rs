@@ -150,8 +150,9 @@ pub(crate) async fn serve(
     }
     let has_memory = gateway.has_memory();
     let bound = gateway.bind(addr).await?;
-    // The panel as bridle.yaml's admin section describes it (behind_tls, allowed_origins,
-    // login_limits), its connect snippets naming the MCP address agents really reach.
+    // The panel as bridle.yaml's admin section describes it (behind_tls, allowed_origins; its
+    // log-ins count within the admin API's login_limits), its connect snippets naming the MCP
+    // address agents really reach.
     let mcp_url = bound.url();
     let panel = bound.gateway().panel_config().mcp_url(mcp_url);
     let bound = bound.panel(Some(panel));
