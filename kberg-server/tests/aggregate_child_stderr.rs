@@ -1,5 +1,6 @@
 //! A child-process upstream's standard error is logged line by line, with the credential the
-//! aggregator put in its environment redacted and an overlong line cut.
+//! aggregator put in its environment redacted (a credential of several lines, line by line) and
+//! an overlong line cut.
 //!
 //! The upstream is `aggregate_raw_upstream.py` (see `aggregate_misbehaving.rs`), which prints
 //! its token to stderr at start when `RAW_STDERR_TOKEN` is set, as servers that echo their
@@ -61,6 +62,45 @@ async fn stderr_lines_are_logged_with_the_credential_redacted() {
         "{long}"
     );
     agg.shutdown().await;
+}
+
+/// A credential of several lines (a PEM key; the gateway's vault accepts line breaks) printed
+/// by the child reaches the log as lines of its own: each is redacted, none of them logged.
+#[tokio::test(flavor = "current_thread")]
+async fn a_credential_of_several_lines_is_redacted_from_every_line() {
+    let lines = [
+        "-----BEGIN PRIVATE KEY-----",
+        "canary0MIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
+        "canary1BKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj",
+        "canary2MrVZz4Hk3XyTh9s=",
+        "-----END PRIVATE KEY-----",
+    ];
+    let key = lines.join("\n");
+    let captured = LogBuffer::default();
+    let _guard = tracing::subscriber::set_default(captured.subscriber(tracing::Level::TRACE));
+    let registry = ToolRegistry::new();
+    let config = AggregatorConfig::new().upstream(
+        UpstreamConfig::new("raw", raw_upstream().env("RAW_STDERR_TOKEN", key.clone()))
+            // As a caller that knows which value is the credential redacts it: the whole value.
+            .stderr_redact([key.clone()]),
+    );
+    let agg = Aggregator::start(config, registry.clone()).expect("valid");
+    assert!(
+        agg.wait_connected("raw", 1, WAIT).await,
+        "{:?}",
+        agg.status("raw")
+    );
+    let text = captured.wait_for("raw upstream ready").await;
+    agg.shutdown().await;
+    assert!(
+        !text.contains("canary"),
+        "a line of the credential reached the log:\n{text}"
+    );
+    assert!(!text.contains("PRIVATE KEY"), "{text}");
+    assert!(
+        text.contains("raw upstream starting, token=[redacted]"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -5,7 +5,8 @@
 //! carrying the credential the aggregator put in its environment. By default the aggregator
 //! pipes it instead and turns each line into a `tracing` event under the target
 //! [`STDERR_TARGET`], with the upstream's namespace, after replacing every value of the child's
-//! configured environment that occurs in it with `[redacted]`. Lines are cut at
+//! configured environment that occurs in it with `[redacted]` (a value of several lines, such as a
+//! PEM key, line by line). Lines are cut at
 //! [`MAX_STDERR_LINE`] bytes, so a child writing without newlines cannot grow the buffer.
 
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -48,15 +49,34 @@ impl ChildStderr {
 /// The values to redact from a child's stderr: the ones configured, else its environment's
 /// values of at least [`MIN_REDACTED_LEN`] bytes; longest first, so that a value containing
 /// another is replaced whole. Empty values are never "redacted" (that would match everywhere).
+///
+/// Stderr is logged line by line, so a value that spans lines (a PEM key) could never match
+/// whole: such a value is redacted as its lines instead, each without its surrounding
+/// whitespace, and each of at least [`MIN_REDACTED_LEN`] bytes (a shorter line, such as the
+/// tail of a base64 block, would match ordinary text).
 pub(super) fn redactions(configured: Option<&[String]>, env: &[(String, String)]) -> Vec<String> {
-    let mut values: Vec<String> = match configured {
-        Some(values) => values.iter().filter(|v| !v.is_empty()).cloned().collect(),
+    let whole: Vec<&str> = match configured {
+        Some(values) => values.iter().map(String::as_str).collect(),
         None => env
             .iter()
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| v.as_str())
             .filter(|v| v.len() >= MIN_REDACTED_LEN)
             .collect(),
     };
+    let mut values: Vec<String> = Vec::new();
+    for value in whole {
+        if value.contains(['\n', '\r']) {
+            values.extend(
+                value
+                    .split(['\n', '\r'])
+                    .map(str::trim)
+                    .filter(|line| line.len() >= MIN_REDACTED_LEN)
+                    .map(str::to_string),
+            );
+        } else if !value.is_empty() {
+            values.push(value.to_string());
+        }
+    }
     values.sort_by_key(|v| std::cmp::Reverse(v.len()));
     values.dedup();
     values
@@ -192,6 +212,31 @@ mod tests {
         assert!(!String::from_utf8_lossy(&kept).contains("s3cret"));
         // A line that ends with no beginning of a secret is kept as it is.
         assert_eq!(cut_tail(b"plain line", &redact), b"plain line".to_vec());
+    }
+
+    #[test]
+    fn a_value_of_several_lines_is_redacted_line_by_line() {
+        let pem = "-----BEGIN PRIVATE KEY-----\r\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n  c2VjcmV0LWxpbmU=\nab==\n-----END PRIVATE KEY-----\n";
+        let env = vec![("KEY".to_string(), pem.to_string())];
+        for redact in [
+            redactions(None, &env),
+            redactions(Some(&[pem.to_string()]), &[]),
+        ] {
+            for line in pem.lines() {
+                let logged = clean_line(format!("key: {line}\n").as_bytes(), &redact);
+                let part = line.trim();
+                if part.len() >= MIN_REDACTED_LEN {
+                    assert!(
+                        logged.ends_with("[redacted]") && !logged.contains(part),
+                        "{logged}"
+                    );
+                } else {
+                    // A line too short to tell from ordinary text is left.
+                    assert_eq!(logged, format!("key: {part}"));
+                }
+            }
+            assert!(redact.iter().all(|v| !v.contains('\n')), "{redact:?}");
+        }
     }
 
     #[test]
