@@ -2,13 +2,16 @@
 //! fails `tools/list` with an error quoting it (for every connection: `broken`; for one agent's
 //! own secret: `echo` as codex), and one answers a tool call with the token in every place a
 //! result can carry text (a text block, a resource link's URI, name and description, an
-//! embedded resource's URI and text, a blob's bytes, a structured key). The canary values reach
-//! neither the agents' answers (the raw HTTP bodies), the admin API's integrations, `/readyz`,
-//! the audit log, nor the log.
+//! embedded resource's URI and text, a blob's bytes, a structured key), and one (`chatty`)
+//! logs the token to its client and reports progress quoting it while the call runs. The
+//! canary values reach neither the agents' answers (the raw HTTP bodies, the relayed log and
+//! progress messages included), the admin API's integrations, `/readyz`, the audit log, nor
+//! the log.
 //!
 //! The upstream is a stand-in written from the Streamable HTTP transport's documented shapes:
-//! JSON-RPC over POST, each request answered with one JSON body, notifications with 202, no
-//! session id (so the client opens no stream of its own; GET answers 405).
+//! JSON-RPC over POST, each request answered with one JSON body (`chatty`'s call with an event
+//! stream: its notifications, then its answer), notifications with 202, no session id (so the
+//! client opens no stream of its own; GET answers 405).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
@@ -20,16 +23,18 @@ use std::time::Duration;
 use admin_support::gateway::Gw;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::Path;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use base64::Engine as _;
 use bridle_gateway::upstreams::FolderSecrets;
 use bridle_rules::ReadWrite;
+use futures::StreamExt as _;
 use kberg_testkit::eventually_async_ok;
 use kberg_testkit::log::LogBuffer;
 use serde_json::{Value, json};
+use tokio::sync::watch;
 
 /// The secret every connection of `broken`, and the shared connection of `echo`, carries.
 const CANARY: &str = "canary-echoed-token-3Rk8Zw";
@@ -47,7 +52,12 @@ fn json_answer(body: Value) -> Response {
 /// `/broken` fails every `tools/list`, quoting the `Authorization` header it got; `/echo` does
 /// so only for a token with `refused` in it, and otherwise offers `leak`, whose result echoes
 /// the token everywhere.
-async fn stand_in(Path(mode): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn stand_in(
+    State(release): State<watch::Receiver<bool>>,
+    Path(mode): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let Ok(msg) = serde_json::from_slice::<Value>(&body) else {
         return StatusCode::BAD_REQUEST.into_response();
     };
@@ -76,7 +86,42 @@ async fn stand_in(Path(mode): Path<String>, headers: HeaderMap, body: Bytes) -> 
             "description": "Says who you are, in many ways.",
             "inputSchema": {"type": "object"},
             "annotations": {"readOnlyHint": true},
+        }, {
+            "name": "chatty",
+            "description": "Logs and reports progress while it works.",
+            "inputSchema": {"type": "object"},
+            "annotations": {"readOnlyHint": true},
         }]}))),
+        "tools/call" if msg["params"]["name"] == "chatty" => {
+            // Its notifications at once, its answer once the test has seen them relayed (the
+            // relay handles a notification on a task of its own: an answer right behind it
+            // could end the call first).
+            let progress = msg["params"]["_meta"]["progressToken"].clone();
+            let event =
+                |e: Value| Ok::<_, std::io::Error>(format!("event: message\ndata: {e}\n\n"));
+            let notes = [
+                json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {
+                    "level": "error", "logger": "backend",
+                    "data": {"error": format!("access token does not exist [sha: {token}]")},
+                }}),
+                json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+                    "progressToken": progress, "progress": 1, "total": 2,
+                    "message": format!("retrying with {token}"),
+                }}),
+            ];
+            let answer = result(json!({"content": [{"type": "text", "text": "done"}]}));
+            let mut release = release.clone();
+            let body =
+                futures::stream::iter(notes.map(event)).chain(futures::stream::once(async move {
+                    let _ = release.wait_for(|r| *r).await;
+                    event(answer)
+                }));
+            (
+                [(header::CONTENT_TYPE, "text/event-stream")],
+                axum::body::Body::from_stream(body),
+            )
+                .into_response()
+        }
         "tools/call" => json_answer(result(json!({
             "content": [
                 {"type": "text", "text": format!("you are {token}")},
@@ -108,20 +153,38 @@ async fn stand_in(Path(mode): Path<String>, headers: HeaderMap, body: Bytes) -> 
     }
 }
 
-async fn start_stand_in() -> String {
-    let app = Router::new().route(
-        "/{mode}",
-        post(stand_in).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
-    );
+/// The stand-in's address, and what releases `chatty`'s answers.
+async fn start_stand_in() -> (String, watch::Sender<bool>) {
+    let (release, released) = watch::channel(false);
+    let app = Router::new()
+        .route(
+            "/{mode}",
+            post(stand_in).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+        )
+        .with_state(released);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}")
+    (format!("http://{addr}"), release)
 }
 
 /// One stateless `tools/call` (protocol 2026-07-28) as `agent`: the raw body and the JSON-RPC
 /// answer in it (a JSON body or an event stream).
 async fn call_raw(gw: &Gw, agent: &str, tool: &str) -> (String, Value) {
+    let r = send_call(gw, agent, tool, json!({})).await;
+    let raw = r.text().await.unwrap();
+    (raw.clone(), answer_in(&raw))
+}
+
+/// Sends the `tools/call` of [`call_raw`], with more `_meta` (a progress token, a log level).
+async fn send_call(gw: &Gw, agent: &str, tool: &str, more_meta: Value) -> reqwest::Response {
+    let mut meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    meta.as_object_mut()
+        .unwrap()
+        .extend(more_meta.as_object().unwrap().clone());
     let r = gw
         .http
         .post(&gw.mcp)
@@ -132,24 +195,31 @@ async fn call_raw(gw: &Gw, agent: &str, tool: &str) -> (String, Value) {
         .header("mcp-name", tool)
         .json(
             &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
-            "name": tool, "arguments": {},
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {}
-            }}}),
+            "name": tool, "arguments": {}, "_meta": meta}}),
         )
         .send()
         .await
         .unwrap();
-    let status = r.status();
-    let raw = r.text().await.unwrap();
-    assert_eq!(status, reqwest::StatusCode::OK, "{raw}");
-    let answer = std::iter::once(raw.as_str())
+    assert_eq!(r.status(), reqwest::StatusCode::OK);
+    r
+}
+
+/// The JSON-RPC answer to request 7 in `raw` (a JSON body or an event stream).
+fn answer_in(raw: &str) -> Value {
+    std::iter::once(raw)
         .chain(raw.lines().filter_map(|l| l.strip_prefix("data:")))
         .filter_map(|t| serde_json::from_str::<Value>(t.trim()).ok())
         .find(|v| v.get("id") == Some(&json!(7)))
-        .unwrap_or_else(|| panic!("no answer in {raw}"));
-    (raw, answer)
+        .unwrap_or_else(|| panic!("no answer in {raw}"))
+}
+
+/// The messages of an event stream that are not answers.
+fn notifications_in(raw: &str) -> Vec<Value> {
+    raw.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|t| serde_json::from_str::<Value>(t.trim()).ok())
+        .filter(|v| v.get("method").is_some())
+        .collect()
 }
 
 fn assert_clean(what: &str, text: &str) {
@@ -175,7 +245,7 @@ async fn credentials_an_upstream_echoes_reach_no_agent_operator_probe_or_log() {
             .init();
     }
 
-    let base = start_stand_in().await;
+    let (base, release) = start_stand_in().await;
     let secrets = tempfile::tempdir().unwrap();
     for (name, value) in [
         ("broken-token", CANARY),
@@ -228,7 +298,7 @@ async fn credentials_an_upstream_echoes_reach_no_agent_operator_probe_or_log() {
                 .unwrap_or(Value::Null)
         };
         let (echo, broken) = (of("echo"), of("broken"));
-        if echo["tool_count"] == 1 && broken["last_error"].is_string() {
+        if echo["tool_count"] == 2 && broken["last_error"].is_string() {
             Ok(list)
         } else {
             Err(list.to_string())
@@ -275,6 +345,51 @@ async fn credentials_an_upstream_echoes_reach_no_agent_operator_probe_or_log() {
         json!({"tokens": {"[redacted]": "active"}}),
         "{raw}"
     );
+
+    // What the upstream sends while a call runs: its log message and its progress reach the
+    // agent, the token scrubbed from both.
+    let mut r = send_call(
+        &gw,
+        "claude",
+        "echo__chatty",
+        json!({"progressToken": "p-1", "io.modelcontextprotocol/logLevel": "debug"}),
+    )
+    .await;
+    let mut raw = String::new();
+    while notifications_in(&raw).len() < 2 {
+        let chunk = tokio::time::timeout(kberg_testkit::WAIT, r.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("the relayed notifications; so far {raw}"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("the stream ended before its notifications: {raw}"));
+        raw.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    release.send_replace(true);
+    raw.push_str(&r.text().await.unwrap());
+    assert_eq!(
+        answer_in(&raw)["result"]["content"][0]["text"],
+        "done",
+        "{raw}"
+    );
+    let relayed = notifications_in(&raw);
+    let of = |method: &str| {
+        relayed
+            .iter()
+            .find(|v| v["method"] == method)
+            .unwrap_or_else(|| panic!("no {method} in {raw}"))
+            .clone()
+    };
+    assert_eq!(
+        of("notifications/message")["params"]["data"]["error"],
+        "access token does not exist [sha: [redacted]]",
+        "{raw}"
+    );
+    assert_eq!(
+        of("notifications/progress")["params"]["message"],
+        "retrying with [redacted]",
+        "{raw}"
+    );
+    assert_clean("claude's relayed messages", &raw);
 
     assert_clean("the audit log", &gw.audit_export().await);
     assert_clean("the log", &logs.text());

@@ -194,7 +194,14 @@ impl Tool for FrontTool {
                 ));
             }
         }
-        let opts = crate::namespace::forwarded_options(&ctx);
+        let mut opts = crate::namespace::forwarded_options(&ctx);
+        if let (Some(secret), Some(peer)) = (&connection.injected, ctx.peer()) {
+            opts = opts.with_peer(Arc::new(super::scrub::ScrubbingPeer::new(
+                Arc::clone(peer),
+                secret.clone(),
+                &ns,
+            )));
+        }
         let mut out = match connection
             .registry
             .call(&self.route.internal, &self.spec.name, args, opts)

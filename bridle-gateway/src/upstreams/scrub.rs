@@ -8,12 +8,20 @@
 //! type, text, and the bytes of a blob), the MIME type of images and audio, and every string
 //! and object key of the structured content. The bytes of images and audio are media, not
 //! text, and are left as sent. The reasons an upstream is unavailable (shown to agents in a
-//! refusal and to operators) go through [`scrub_text`] the same way. This is a last line of
+//! refusal and to operators) go through [`scrub_text`] the same way, and so does everything the
+//! upstream sends the calling agent while the call runs ([`ScrubbingPeer`]: its log messages,
+//! progress messages, and the questions it relays, such as an elicitation's text). This is a
+//! last line of
 //! defence, not a licence to log secrets: the credential never enters a log line or an audit
 //! entry in the first place.
 
-use kberg_core::{Content, ResourceBody, ToolOutput};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use kberg_core::{CancellationToken, ClientPeer, Content, PeerError, ResourceBody, ToolOutput};
 use serde_json::Value;
+
+use super::credential::Credential;
 
 /// What a scrubbed value becomes.
 pub const REDACTED: &str = "[redacted]";
@@ -119,7 +127,61 @@ fn scrub_bytes(bytes: &mut Vec<u8>, secret: &[u8]) -> bool {
     true
 }
 
+/// The calling agent's channel, as a forwarded call's upstream uses it: every notification and
+/// request passes with the injected credential scrubbed out of its parameters (an upstream
+/// that logs its backend's error, or reports progress, quoting the token it was given).
+/// What the agent answers goes back unchanged.
+pub(crate) struct ScrubbingPeer {
+    inner: Arc<dyn ClientPeer>,
+    secret: Credential,
+    namespace: Arc<str>,
+}
+
+impl ScrubbingPeer {
+    /// `inner` with `secret` scrubbed from what passes to it; `namespace` names the upstream in
+    /// the warning a scrub writes.
+    pub(crate) fn new(inner: Arc<dyn ClientPeer>, secret: Credential, namespace: &str) -> Self {
+        Self {
+            inner,
+            secret,
+            namespace: namespace.into(),
+        }
+    }
+
+    fn scrubbed(&self, method: &str, mut params: Value) -> Value {
+        if scrub_value(&mut params, self.secret.expose()) {
+            tracing::warn!(namespace = %self.namespace, method, "the upstream sent its credential to the client; scrubbed");
+        }
+        params
+    }
+}
+
+#[async_trait]
+impl ClientPeer for ScrubbingPeer {
+    async fn notify(&self, method: &str, params: Value) -> Result<(), PeerError> {
+        let params = self.scrubbed(method, params);
+        self.inner.notify(method, params).await
+    }
+
+    async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        cancel: CancellationToken,
+    ) -> Result<Value, PeerError> {
+        let params = self.scrubbed(method, params);
+        self.inner.request(method, params, cancel).await
+    }
+
+    fn supports(&self, capability: &str) -> bool {
+        self.inner.supports(capability)
+    }
+}
+
 fn scrub_value(v: &mut Value, secret: &str) -> bool {
+    if secret.is_empty() {
+        return false;
+    }
     match v {
         Value::String(s) => scrub_string(s, secret),
         Value::Array(items) => items
@@ -239,5 +301,65 @@ mod tests {
             "listing its tools failed: `token [redacted]` may not"
         );
         assert_eq!(scrub_text("no secret here", ""), "no secret here");
+    }
+
+    /// A client that notes what reaches it and answers every request with `{"ok": true}`.
+    #[derive(Default)]
+    struct Noted(std::sync::Mutex<Vec<(String, Value)>>);
+
+    #[async_trait]
+    impl ClientPeer for Noted {
+        async fn notify(&self, method: &str, params: Value) -> Result<(), PeerError> {
+            self.0.lock().unwrap().push((method.into(), params));
+            Ok(())
+        }
+        async fn request(
+            &self,
+            method: &str,
+            params: Value,
+            _cancel: CancellationToken,
+        ) -> Result<Value, PeerError> {
+            self.0.lock().unwrap().push((method.into(), params));
+            Ok(json!({"ok": true, "echo": "s3cr3t"}))
+        }
+        fn supports(&self, capability: &str) -> bool {
+            capability == "elicitation"
+        }
+    }
+
+    #[tokio::test]
+    async fn what_an_upstream_sends_the_client_loses_the_secret_and_the_answer_is_unchanged() {
+        let noted = Arc::new(Noted::default());
+        let peer = ScrubbingPeer::new(noted.clone(), Credential::new("s3cr3t"), "gitea");
+        peer.notify(
+            "notifications/message",
+            json!({"level": "error", "data": {"s3cr3t": "token s3cr3t rejected"}}),
+        )
+        .await
+        .unwrap();
+        let answer = peer
+            .request(
+                "elicitation/create",
+                json!({"message": "Use s3cr3t?", "requestedSchema": {"type": "object"}}),
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer, json!({"ok": true, "echo": "s3cr3t"}));
+        assert!(peer.supports("elicitation") && !peer.supports("sampling"));
+        let seen = noted.0.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            [
+                (
+                    "notifications/message".to_string(),
+                    json!({"level": "error", "data": {"[redacted]": "token [redacted] rejected"}})
+                ),
+                (
+                    "elicitation/create".to_string(),
+                    json!({"message": "Use [redacted]?", "requestedSchema": {"type": "object"}})
+                ),
+            ]
+        );
     }
 }
