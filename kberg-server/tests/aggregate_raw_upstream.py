@@ -26,6 +26,11 @@ if os.environ.get("RAW_STDERR_TOKEN"):
     sys.stderr.write("raw upstream ready\n")
     sys.stderr.flush()
 
+# The names of its environment, one line, for the tests of what a child inherits.
+if os.environ.get("RAW_STDERR_ENV"):
+    sys.stderr.write("raw upstream env: " + ",".join(sorted(os.environ)) + "\n")
+    sys.stderr.flush()
+
 cancelled = []
 subscribes = []
 tasks = {}

@@ -4,8 +4,9 @@
 //! Everything that can be refused is refused here, at start, naming the upstream: a transport
 //! that is neither `stdio` nor `http` (or both), a credential template without exactly one
 //! `{secret}`, a header name or value HTTP does not allow, an environment variable name a shell
-//! would not set, a `per_agent` entry for an agent the configuration does not name, a credential
-//! that goes nowhere (a header on a child process, an environment variable on an HTTP endpoint).
+//! would not set (or a `BRIDLE_*` one to inherit), a `per_agent` entry for an agent the
+//! configuration does not name, a credential that goes nowhere (a header on a child process, an
+//! environment variable on an HTTP endpoint).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -17,6 +18,52 @@ pub const SECRET_PLACEHOLDER: &str = "{secret}";
 
 /// How long a forwarded call may take when the upstream names no timeout.
 pub const DEFAULT_CALL_TIMEOUT_SECS: u64 = 60;
+
+/// The variables of the gateway's own environment a stdio upstream starts with (those that are
+/// set): what a program needs to find other programs and its home, speak the locale, tell the
+/// time, make temporary files, trust the operator's certificate authorities (OpenSSL's
+/// variables, and those Python's `requests` and Node read instead) and reach the network
+/// through the operator's proxy. Nothing else is inherited, so a secret the operator exported
+/// before starting the gateway (`BRIDLE_ADMIN_TOKEN`, `BRIDLE_MASTER_KEY`, a cloud key) reaches
+/// no child. A child that needs more has it named in its `stdio.inherit_env` (or set in
+/// `stdio.env`). A proxy URL with a password in it is handed on with the proxy variables.
+pub const INHERITED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+];
+
+/// The variables a Windows program cannot start or find its folders without, inherited there
+/// besides [`INHERITED_ENV`].
+#[cfg(windows)]
+const INHERITED_ENV_WINDOWS: &[&str] = &[
+    "SYSTEMROOT",
+    "WINDIR",
+    "COMSPEC",
+    "PATHEXT",
+    "TEMP",
+    "TMP",
+    "USERPROFILE",
+    "APPDATA",
+    "LOCALAPPDATA",
+    "PROGRAMDATA",
+];
 
 /// One upstream MCP server, as `bridle.yaml` names it under `upstreams.<namespace>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +114,12 @@ pub struct StdioSection {
     /// `credential.env`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Variables of the gateway's own environment the child inherits besides
+    /// [`INHERITED_ENV`] (say `JAVA_HOME`). The child starts with a cleared environment: these,
+    /// the allowed ones, `env` and the credential are all it gets. A `BRIDLE_*` name is refused:
+    /// the gateway's own settings and keys are never handed on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inherit_env: Vec<String>,
     /// What becomes of the child's standard error: `log` (the default: each line a log event
     /// under `kberg_server::aggregate::child_stderr`, the credential redacted), `inherit` (the
     /// gateway's own stderr, unfiltered) or `discard`.
@@ -86,6 +139,22 @@ pub enum StderrMode {
     Inherit,
     /// Dropped.
     Discard,
+}
+
+impl StdioSection {
+    /// The names of the gateway's variables the child starts with: [`INHERITED_ENV`] (on
+    /// Windows, with the variables a program there needs to start) and `inherit_env`.
+    pub fn inherited_env(&self) -> Vec<String> {
+        let mut names: Vec<String> = INHERITED_ENV.iter().map(|n| n.to_string()).collect();
+        #[cfg(windows)]
+        names.extend(INHERITED_ENV_WINDOWS.iter().map(|n| n.to_string()));
+        for n in &self.inherit_env {
+            if !names.contains(n) {
+                names.push(n.clone());
+            }
+        }
+        names
+    }
 }
 
 impl StderrMode {
@@ -247,6 +316,16 @@ impl UpstreamSection {
             for k in s.env.keys() {
                 check_env_name(k).map_err(|m| bad(format!("`stdio.env`: {m}")))?;
             }
+            for k in &s.inherit_env {
+                check_env_name(k).map_err(|m| bad(format!("`stdio.inherit_env`: {m}")))?;
+                if k.to_ascii_uppercase().starts_with("BRIDLE_") {
+                    return Err(bad(format!(
+                        "`stdio.inherit_env` names `{k}`: the gateway's own variables are never \
+                         handed to an upstream; set what the child needs in `stdio.env` (or, for \
+                         a secret, `credential`)"
+                    )));
+                }
+            }
         }
         if self.call_timeout_secs == 0 {
             return Err(bad("`call_timeout_secs` must be at least 1".into()));
@@ -395,6 +474,12 @@ mod tests {
         assert!(
             parse("http: {url: 'http://x/'}\nreads: [list_*, get_me]").listed_as_read("list_repos")
         );
+        let child = parse("stdio: {command: x, inherit_env: [JAVA_HOME, PATH]}");
+        assert!(child.check("node", &agents()).is_ok());
+        let inherited = child.stdio.unwrap().inherited_env();
+        assert!(inherited.iter().any(|n| n == "JAVA_HOME"));
+        assert_eq!(inherited.iter().filter(|n| *n == "PATH").count(), 1);
+        assert!(!inherited.iter().any(|n| n.starts_with("BRIDLE_")));
     }
 
     #[test]
@@ -445,6 +530,18 @@ mod tests {
                 "at least 1",
             ),
             ("http: {url: 'http://x/'}\nreads: ['a*b*']", "reads"),
+            (
+                "stdio: {command: x, inherit_env: ['NODE EXTRA']}",
+                "`stdio.inherit_env`",
+            ),
+            (
+                "stdio: {command: x, inherit_env: [BRIDLE_ADMIN_TOKEN]}",
+                "never handed to an upstream",
+            ),
+            (
+                "stdio: {command: x, inherit_env: [bridle_master_key]}",
+                "never handed to an upstream",
+            ),
         ];
         for (yaml, needle) in cases {
             let err = parse(yaml).check("gitea", &agents()).unwrap_err();

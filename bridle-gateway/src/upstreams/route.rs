@@ -17,6 +17,10 @@
 //! secret's active version with the one its connection was started with; after a rotation the
 //! connection is replaced before the call is sent, so requests after a rotate use the new
 //! version, and one whose secret is gone (revoked, deleted) is closed and the call refused.
+//!
+//! A child starts with a cleared environment: of the gateway's own variables it gets only the
+//! allowed ones ([`INHERITED_ENV`](super::config::INHERITED_ENV) and its `inherit_env`), so
+//! what the operator exported before starting the gateway reaches no upstream.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -346,7 +350,11 @@ impl Route {
     ) -> Result<Connection, RouteError> {
         let mut transport = match (&self.section.stdio, &self.section.http) {
             (Some(s), _) => {
-                let mut t = UpstreamTransport::stdio(s.command.clone());
+                // A cleared environment but for the allowed variables: whatever else the
+                // operator exported before starting the gateway (an admin token, the vault's
+                // key) stays out of every child.
+                let mut t =
+                    UpstreamTransport::stdio(s.command.clone()).inherit_env_only(s.inherited_env());
                 for a in &s.args {
                     t = t.arg(a.clone());
                 }

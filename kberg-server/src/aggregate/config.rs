@@ -35,6 +35,11 @@ pub enum UpstreamTransport {
         args: Vec<String>,
         /// Extra environment variables (credentials a local server reads from its environment).
         env: Vec<(String, String)>,
+        /// Which of the aggregator's own environment variables the child starts with: `None`
+        /// (the default) all of them, as a command started by hand would; `Some(names)` only
+        /// those of `names` that are set, the child's environment otherwise cleared (see
+        /// [`UpstreamTransport::inherit_env_only`]). `env` is added either way.
+        inherit_env: Option<Vec<String>>,
     },
     /// A Streamable HTTP endpoint.
     Http {
@@ -50,11 +55,17 @@ impl std::fmt::Debug for UpstreamTransport {
         let names =
             |pairs: &[(String, String)]| pairs.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
         match self {
-            UpstreamTransport::Stdio { command, args, env } => f
+            UpstreamTransport::Stdio {
+                command,
+                args,
+                env,
+                inherit_env,
+            } => f
                 .debug_struct("Stdio")
                 .field("command", command)
                 .field("args", args)
                 .field("env", &names(env))
+                .field("inherit_env", inherit_env)
                 .finish(),
             UpstreamTransport::Http { headers, .. } => f
                 .debug_struct("Http")
@@ -124,12 +135,15 @@ impl UpstreamTransport {
             .fold(text.to_string(), |t, h| t.replace(h.as_str(), "***"))
     }
 
-    /// A child process with no arguments or extra environment yet.
+    /// A child process with no arguments or extra environment yet. It inherits the whole
+    /// environment of the aggregator's process unless [`UpstreamTransport::inherit_env_only`]
+    /// says otherwise.
     pub fn stdio(command: impl Into<String>) -> Self {
         UpstreamTransport::Stdio {
             command: command.into(),
             args: Vec::new(),
             env: Vec::new(),
+            inherit_env: None,
         }
     }
 
@@ -153,6 +167,27 @@ impl UpstreamTransport {
     pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
         if let UpstreamTransport::Stdio { env, .. } = &mut self {
             env.push((k.into(), v.into()));
+        }
+        self
+    }
+
+    /// Starts the child with a cleared environment: of the aggregator's own variables it gets
+    /// only those named here that are set when it is spawned (read then, so a value changed
+    /// between reconnections is followed), plus those added with [`UpstreamTransport::env`],
+    /// which win over an inherited one of the same name. Calling it again replaces the list;
+    /// an empty list inherits nothing. Child process only; ignored for HTTP.
+    ///
+    /// Without it a child inherits everything, which hands it whatever the operator exported
+    /// before starting the aggregator (an admin token, a key) and which a server that prints
+    /// its environment then prints. Names must be non-empty and without `=` or NUL
+    /// (refused by [`AggregatorConfig::validate`] with `invalid_transport`).
+    pub fn inherit_env_only<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        if let UpstreamTransport::Stdio { inherit_env, .. } = &mut self {
+            *inherit_env = Some(names.into_iter().map(Into::into).collect());
         }
         self
     }
@@ -448,13 +483,31 @@ impl AggregatorConfig {
                     }
                 }
             }
-            if let UpstreamTransport::Stdio { command, .. } = &u.transport
-                && command.is_empty()
+            if let UpstreamTransport::Stdio {
+                command,
+                inherit_env,
+                ..
+            } = &u.transport
             {
-                return Err(ConfigError::InvalidTransport {
-                    namespace: u.namespace.clone(),
-                    reason: "the command is empty".into(),
-                });
+                if command.is_empty() {
+                    return Err(ConfigError::InvalidTransport {
+                        namespace: u.namespace.clone(),
+                        reason: "the command is empty".into(),
+                    });
+                }
+                if let Some(bad) = inherit_env
+                    .iter()
+                    .flatten()
+                    .find(|n| n.is_empty() || n.contains(['=', '\0']))
+                {
+                    return Err(ConfigError::InvalidTransport {
+                        namespace: u.namespace.clone(),
+                        reason: format!(
+                            "the inherited variable name `{}` is empty or contains `=` or NUL",
+                            bad.escape_debug()
+                        ),
+                    });
+                }
             }
         }
         self.write_rules
@@ -620,6 +673,22 @@ mod tests {
             c.validate().map(|_| ()).map_err(|e| e.code()),
             Err("invalid_transport")
         );
+        for bad in ["", "A=B", "A\0"] {
+            let c = AggregatorConfig::new().upstream(UpstreamConfig::new(
+                "s",
+                UpstreamTransport::stdio("x").inherit_env_only(["PATH", bad]),
+            ));
+            assert_eq!(
+                c.validate().map(|_| ()).map_err(|e| e.code()),
+                Err("invalid_transport"),
+                "{bad:?}"
+            );
+        }
+        let c = AggregatorConfig::new().upstream(UpstreamConfig::new(
+            "s",
+            UpstreamTransport::stdio("x").inherit_env_only(["PATH", "HOME"]),
+        ));
+        assert!(c.validate().is_ok());
     }
 
     #[test]

@@ -30,9 +30,24 @@ pub(super) type Client = rmcp::service::RunningService<RoleClient, UpstreamClien
 async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), ConnectError> {
     let handler = UpstreamClient { up: up.clone() };
     match &up.config.transport {
-        UpstreamTransport::Stdio { command, args, env } => {
+        UpstreamTransport::Stdio {
+            command,
+            args,
+            env,
+            inherit_env,
+        } => {
             let mut cmd = tokio::process::Command::new(command);
             cmd.args(args);
+            if let Some(names) = inherit_env {
+                // Inheriting is what `Command` does by default; this narrows it, reading the
+                // aggregator's environment only to hand the named variables on unchanged.
+                cmd.env_clear();
+                for name in names {
+                    if let Some(value) = std::env::var_os(name) {
+                        cmd.env(name, value);
+                    }
+                }
+            }
             for (k, v) in env {
                 cmd.env(k, v);
             }
