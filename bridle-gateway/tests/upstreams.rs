@@ -524,6 +524,16 @@ fn bad_upstream_entries_stop_the_gateway_at_start_naming_them() {
             "upstreams:\n  gitea:\n    projects: [demo]\n",
             "how to reach it",
         ),
+        // A token in the URL would reach the log in the HTTP client's errors: refused, and
+        // the URL not quoted.
+        (
+            "upstreams:\n  gitea:\n    http: {url: 'https://git.example/mcp?token=canary-url-token'}\n",
+            "`credential:`",
+        ),
+        (
+            "upstreams:\n  gitea:\n    http: {url: 'https://bot:canary-url-pass@git.example/mcp'}\n",
+            "user part",
+        ),
     ];
     for (extra, needle) in cases {
         let tmp = tempfile::tempdir().unwrap();
@@ -532,6 +542,7 @@ fn bad_upstream_entries_stop_the_gateway_at_start_naming_them() {
         let err = GatewayConfig::load(tmp.path()).unwrap_err().to_string();
         assert!(err.contains("upstream `gitea`"), "{err}");
         assert!(err.contains(needle), "{err}");
+        assert!(!err.contains("canary"), "{err}");
     }
 }
 

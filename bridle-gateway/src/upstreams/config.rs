@@ -2,11 +2,12 @@
 //! which projects each serves, and where its credential goes.
 //!
 //! Everything that can be refused is refused here, at start, naming the upstream: a transport
-//! that is neither `stdio` nor `http` (or both), a credential template without exactly one
-//! `{secret}`, a header name or value HTTP does not allow, an environment variable name a shell
-//! would not set (or a `BRIDLE_*` one to inherit), a `per_agent` entry for an agent the
-//! configuration does not name, a credential that goes nowhere (a header on a child process, an
-//! environment variable on an HTTP endpoint).
+//! that is neither `stdio` nor `http` (or both), a URL carrying credentials (a user part or a
+//! query, which would reach log lines: credentials go under `credential:`), a credential
+//! template without exactly one `{secret}`, a header name or value HTTP does not allow, an
+//! environment variable name a shell would not set (or a `BRIDLE_*` one to inherit), a
+//! `per_agent` entry for an agent the configuration does not name, a credential that goes
+//! nowhere (a header on a child process, an environment variable on an HTTP endpoint).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -176,7 +177,8 @@ impl StderrMode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpSection {
-    /// The endpoint, e.g. `http://127.0.0.1:8080/mcp`.
+    /// The endpoint, e.g. `http://127.0.0.1:8080/mcp`, without a user part or a query (both
+    /// refused: the URL reaches log lines; credentials go under `credential`).
     pub url: String,
 }
 
@@ -307,9 +309,10 @@ impl UpstreamSection {
             (None, Some(h)) if !(h.url.starts_with("http://") || h.url.starts_with("https://")) => {
                 return Err(bad(format!(
                     "`http.url` must start with http:// or https:// (got `{}`)",
-                    h.url
+                    bridle_rules::redact_url(&h.url)
                 )));
             }
+            (None, Some(h)) => check_http_url(&h.url).map_err(bad)?,
             _ => {}
         }
         if let Some(s) = &self.stdio {
@@ -413,6 +416,31 @@ impl UpstreamSection {
         };
         Ok(Some(target))
     }
+}
+
+/// Refuses an upstream URL that carries credentials: a user part (`https://bot:token@host/`)
+/// or a query (`?token=...`). The URL is not a secret: rmcp logs its transport's errors, and
+/// the HTTP client's error text names the URL with its query. Credentials belong under the
+/// upstream's `credential:`, which sends them in a header. The message never quotes the URL.
+fn check_http_url(url: &str) -> Result<(), String> {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return Err("`http.url` is not a valid URL".into());
+    };
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err("`http.url` names no host".into());
+    }
+    let part = if !parsed.username().is_empty() || parsed.password().is_some() {
+        "a user part (`user:password@`)"
+    } else if parsed.query().is_some() {
+        "a query (`?...`)"
+    } else {
+        return Ok(());
+    };
+    Err(format!(
+        "`http.url` has {part}, which would reach log lines and error messages: put the \
+         credential in the upstream's `credential:` setting (`secret` with `header` and \
+         `format`), which sends it in a header, and remove it from the URL"
+    ))
 }
 
 fn check_env_name(name: &str) -> Result<(), String> {
@@ -552,5 +580,40 @@ mod tests {
             .check("Bad_NS", &agents())
             .unwrap_err();
         assert!(err.message.contains("namespace"));
+    }
+
+    /// A URL with credentials in it is refused, naming the upstream and the key, never quoting
+    /// the URL: the HTTP client's errors name the URL with its query, and rmcp logs them.
+    #[test]
+    fn credentials_in_an_upstream_url_are_refused_without_quoting_them() {
+        let cases = [
+            ("https://bot:canary-pass-1@mcp.example/mcp", "user part"),
+            ("https://canary-user-2@mcp.example/mcp", "user part"),
+            ("https://:canary-pass-3@mcp.example/mcp", "user part"),
+            ("https://mcp.example/mcp?token=canary-query-4", "query"),
+            ("https://mcp.example/mcp?canary-query-5", "query"),
+            ("http://mcp.example/mcp?", "query"),
+            ("ftp://bot:canary-pass-6@mcp.example/", "http://"),
+            ("http://bot:canary-pass-7@[::1/", "not a valid URL"),
+        ];
+        for (url, needle) in cases {
+            let yaml = format!("http: {{url: '{url}'}}\ncredential: {{secret: t}}");
+            let err = parse(&yaml).check("tickets", &agents()).unwrap_err();
+            let text = err.to_string();
+            assert!(text.starts_with("upstream `tickets`: "), "{text}");
+            assert!(text.contains(needle), "{url}: {text}");
+            assert!(!text.contains("canary"), "{url}: {text}");
+            if needle != "http://" && needle != "not a valid URL" {
+                assert!(text.contains("`http.url`") && text.contains("`credential:`"));
+            }
+        }
+        for url in [
+            "https://mcp.example/mcp",
+            "http://127.0.0.1:8080/v1/mcp",
+            "https://mcp.example/a@b",
+        ] {
+            let yaml = format!("http: {{url: '{url}'}}");
+            assert!(parse(&yaml).check("tickets", &agents()).is_ok(), "{url}");
+        }
     }
 }
