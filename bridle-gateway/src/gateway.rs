@@ -155,8 +155,20 @@ impl GatewayBuilder {
         }
         let auth =
             BridleAuth::new(&self.data_dir, Arc::clone(&ctx))?.with_vault(Arc::clone(&vault));
+        let docker_dir = vault.config().docker_secrets_dir.clone();
+        let secrets = self.secrets.unwrap_or_else(|| {
+            Arc::new(GatewaySecrets::new(
+                Arc::clone(&vault),
+                secrets_dir,
+                docker_dir,
+            ))
+        });
+        // Private example repositories are cloned with the secrets `memory.indexing` names.
+        let memory = self
+            .memory
+            .map(|m| crate::memory::with_clone_credentials(m, &ctx.config, &secrets));
         let metrics = Arc::new(GatewayMetrics::new());
-        let memory_tools = self.memory.as_ref().map(|m| {
+        let memory_tools = memory.as_ref().map(|m| {
             let mut tools = m.tools();
             let write_back = Arc::new(RulesWriteBack {
                 gw: Arc::clone(&ctx),
@@ -173,14 +185,6 @@ impl GatewayBuilder {
             tools
         });
         let app = crate::app::build_app_observed(&ctx, memory_tools, Some(&metrics))?;
-        let docker_dir = vault.config().docker_secrets_dir.clone();
-        let secrets = self.secrets.unwrap_or_else(|| {
-            Arc::new(GatewaySecrets::new(
-                Arc::clone(&vault),
-                secrets_dir,
-                docker_dir,
-            ))
-        });
         #[cfg(feature = "kanboard")]
         register_kanboard(&ctx, &app, Arc::clone(&secrets))?;
         let upstreams = UpstreamPool::start(
@@ -216,8 +220,8 @@ impl GatewayBuilder {
             upstreams: Arc::new(upstreams),
             vault,
             key_created,
-            has_memory: self.memory.is_some(),
-            memory: self.memory,
+            has_memory: memory.is_some(),
+            memory,
             watch_every: self.watch_every,
             admin: self.admin,
             metrics,

@@ -1,142 +1,36 @@
 //! Cloning a private example repository with a credential kept out of its URL: a real git
-//! client against git's own smart-HTTP server (`tests/git_http_server.py`, `git http-backend`
-//! behind HTTP Basic authentication on 127.0.0.1). The credential goes to its site only, never
+//! client against git's own smart-HTTP server (`kberg_testkit::git`, `git http-backend` behind
+//! HTTP Basic authentication on 127.0.0.1). The credential goes to its site only, never
 //! into a report or an error, and the owner's lookup is asked once per clone, with the example's
 //! tag.
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bridle_memory::repo::{GitAuth, GitCredentials, fetch, fetch_with};
 use bridle_memory::{EmbeddedStore, ExampleRepo, MemoryError, NoProgress, PatternIndex};
 use common::{HashingEmbedder, write_tree};
+use kberg_testkit::git::PrivateGitHost;
 
 const USER: &str = "bridle-bot";
 const SECRET: &str = "canary-git-secret-5Rk8Wq";
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .output()
-        .expect("git must be installed to run this test");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The private host: its child process (killed when dropped), its port and the requests it
-/// saw, one line each.
-struct Host {
-    _dir: tempfile::TempDir,
-    child: Child,
-    port: u16,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Host {
-    /// Serves `team/app.git`, a bare repository of two source files.
-    fn start() -> Host {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let work = dir.path().join("work");
-        write_tree(
-            &work,
-            &[
-                (
-                    "src/lib.rs",
-                    "pub fn private_pattern_example() -> u32 { 7 }\n",
-                ),
-                ("src/port.rs", "pub trait InvoicePort { fn send(&self); }\n"),
-            ],
-        );
-        git(&work, &["init", "-q"]);
-        git(&work, &["add", "."]);
-        git(&work, &["commit", "-q", "-m", "first"]);
-        let served = dir.path().join("served");
-        std::fs::create_dir_all(served.join("team")).expect("mkdir");
-        git(
-            dir.path(),
-            &[
-                "clone",
-                "-q",
-                "--bare",
-                &work.to_string_lossy(),
-                &served.join("team/app.git").to_string_lossy(),
-            ],
-        );
-        let script = kberg_testkit::tools::need(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/git_http_server.py"),
-        );
-        let mut child = Command::new(kberg_testkit::tools::python())
-            .arg("-u")
-            .arg(script)
-            .arg(&served)
-            .env("GIT_SERVER_USER", USER)
-            .env("GIT_SERVER_SECRET", SECRET)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the git host");
-        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut first = String::new();
-        out.read_line(&mut first).expect("the port");
-        let port = first.trim().parse().expect("a port number");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in out.lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Host {
-            _dir: dir,
-            child,
-            port,
-            lines,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}/{path}", self.port)
-    }
-
-    /// The requests seen since the last call: a request of this test's own marks the end, so
-    /// every line printed before it has been read.
-    fn seen(&self) -> Vec<String> {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
-        s.write_all(b"GET /end-of-requests HTTP/1.0\r\n\r\n")
-            .expect("send");
-        let mut answer = Vec::new();
-        let _ = s.read_to_end(&mut answer);
-        let mut seen = Vec::new();
-        loop {
-            let line = self.lines.recv_timeout(TIMEOUT).expect("the host's log");
-            if line.starts_with("GET /end-of-requests ") {
-                return seen;
-            }
-            seen.push(line);
-        }
-    }
+/// The private host, serving `team/app.git` of two source files.
+fn host() -> PrivateGitHost {
+    PrivateGitHost::start(
+        USER,
+        SECRET,
+        &[
+            (
+                "src/lib.rs",
+                "pub fn private_pattern_example() -> u32 { 7 }\n",
+            ),
+            ("src/port.rs", "pub trait InvoicePort { fn send(&self); }\n"),
+        ],
+    )
 }
 
 fn auth(site: &str) -> GitAuth {
@@ -149,7 +43,7 @@ fn assert_no_secret(shown: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_private_repository_is_cloned_with_the_credential_of_its_site() {
-    let host = Host::start();
+    let host = host();
     let url = host.url("team/app.git");
     let checkout = fetch_with(&url, Some(&auth(&host.url("team/"))), TIMEOUT)
         .await
@@ -168,7 +62,7 @@ async fn a_private_repository_is_cloned_with_the_credential_of_its_site() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_its_credential_a_private_clone_fails_clearly_and_others_get_none() {
-    let host = Host::start();
+    let host = host();
     let url = host.url("team/app.git");
     let e = fetch(&url, TIMEOUT).await.map(|_| ()).expect_err("private");
     assert_eq!(e.code(), "repo_unavailable");
@@ -259,7 +153,7 @@ impl GitCredentials for Lookup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_index_takes_its_clone_credential_from_the_owner_once_per_clone() {
-    let host = Host::start();
+    let host = host();
     let url = host.url("team/app.git");
     let dir = tempfile::tempdir().expect("temp dir");
     let store = Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("store"));

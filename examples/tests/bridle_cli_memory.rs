@@ -282,3 +282,80 @@ fn memory_commands_go_through_the_running_gateway() {
     assert!(why.contains("503 memory_off"), "{why}");
     drop(server);
 }
+
+/// Offline (no `--url`), `bridle memory index` clones a private example repository with the
+/// secret `memory.indexing.git_credentials` names, read from the vault, as a running gateway
+/// does; without the secret it fails naming it, and no command prints the value.
+#[test]
+fn an_offline_index_clones_a_private_example_with_the_vaults_secret() {
+    const GIT_SECRET: &str = "canary-cli-git-secret-4Hs9Tz";
+    let host = kberg_testkit::git::PrivateGitHost::start(
+        "bridle-bot",
+        GIT_SECRET,
+        &[(
+            "src/retry.rs",
+            "/// Calls `op` until it succeeds, doubling the wait after each failure.\npub fn retry_with_backoff(attempts: u32) -> u32 {\n    attempts * 2\n}\n",
+        )],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    lay_out_with(&dir, Path::new(&host.url("team/app.git")), true);
+    let mut config = std::fs::read_to_string(dir.join("bridle.yaml")).unwrap();
+    config.push_str(&format!(
+        "  indexing:\n    git_credentials:\n      - {{site: '{}', username: bridle-bot, secret: team-git}}\n",
+        host.url("team/")
+    ));
+    std::fs::write(dir.join("bridle.yaml"), config).unwrap();
+    let index = [
+        "memory",
+        "index",
+        "--project",
+        "demo",
+        "--tag",
+        "cli-example",
+    ];
+    let mut said = String::new();
+
+    let out = run_bridle(&dir, &index);
+    let why = failed(&out, "an index before the secret exists");
+    assert!(why.contains("`team-git`"), "{why}");
+    said.push_str(&why);
+    assert!(host.seen().is_empty(), "nothing was cloned");
+
+    let value = tmp.path().join("git-secret");
+    std::fs::write(&value, format!("{GIT_SECRET}\n")).unwrap();
+    let out = run_bridle(
+        &dir,
+        &[
+            "secrets",
+            "create",
+            "team-git",
+            "--from-file",
+            value.to_str().unwrap(),
+        ],
+    );
+    said.push_str(&succeeded(&out, "the secret created"));
+    let out = run_bridle(&dir, &index);
+    said.push_str(&succeeded(&out, "the private example indexed"));
+    said.push_str(&String::from_utf8_lossy(&out.stderr));
+    let seen = host.seen();
+    assert!(
+        !seen.is_empty() && seen.iter().all(|l| l.ends_with("auth=yes")),
+        "{seen:?}"
+    );
+    let out = run_bridle(
+        &dir,
+        &[
+            "memory",
+            "search",
+            "--project",
+            "demo",
+            "--json",
+            "doubling the wait",
+        ],
+    );
+    let hits = succeeded(&out, "a search");
+    assert!(hits.contains("src/retry.rs"), "{hits}");
+    said.push_str(&hits);
+    assert!(!said.contains(GIT_SECRET), "{said}");
+}

@@ -14,6 +14,8 @@
 //! - [`notes`]: the small notes app (a read tool, a write tool under `notes.write`, a
 //!   cancellable wait, a registered refusal) that the agent and provider tests drive;
 //! - [`net`]: free loopback ports and guards that stop what a test started, also on failure;
+//! - [`git`]: a private git host on 127.0.0.1 (git's smart-HTTP server behind HTTP Basic
+//!   authentication), for cloning with a credential kept out of the URL;
 //! - [`readme`]: the check that a crate's README examples are the ones its `tests/readme.rs`
 //!   compiles and runs;
 //! - [`peers`]: the pinned reference MCP server (`server-everything`) as a child process, over
@@ -35,6 +37,7 @@
 )]
 
 pub mod eventually;
+pub mod git;
 #[cfg(feature = "log")]
 pub mod log;
 pub mod net;

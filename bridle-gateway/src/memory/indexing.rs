@@ -12,11 +12,22 @@
 //! Every value is checked when the configuration is loaded ([`IndexingSection::check`]): a zero,
 //! a total smaller than the largest file, or a value past what the indexer can count is refused
 //! with the key named, so a typo stops the start rather than every later index.
+//!
+//! `git_credentials` lets a private example repository be cloned without a token in its URL
+//! (and so in the rules document, which agents and admins read): each entry names a site, a
+//! user name and a secret (in the vault or the secrets folder, as an upstream's credential
+//! does). A clone of a URL under the site, and with no user part of its own, sends that secret
+//! as HTTP Basic authentication to that site alone; each use is recorded as an upstream call's
+//! is, and a rotated secret is used from the next clone on.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bridle_memory::PatternIndexConfig;
+use bridle_memory::repo::{GitAuth, GitCredentials, redact_url};
 use serde::{Deserialize, Serialize};
+
+use crate::upstreams::{SecretSource, SecretUse};
 
 #[cfg(doc)]
 use bridle_memory::repo::FileRules;
@@ -37,6 +48,8 @@ pub const MAX_CLONE_TIMEOUT_SECS: u64 = 86_400;
 ///   indexing:
 ///     max_total_bytes: 268435456   # 256 MiB, for a monorepo
 ///     max_chunks: 200000
+///     git_credentials:
+///       - {site: "https://git.example/team/", username: bridle-bot, secret: gitea-read}
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -58,7 +71,29 @@ pub struct IndexingSection {
     /// Whether hidden files and folders (names starting with `.`) are read too
     /// ([`FileRules::hidden`]).
     pub hidden: bool,
+    /// Credentials for cloning private example repositories, one per site (see the module
+    /// documentation). The most specific site that covers a URL is used.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub git_credentials: Vec<GitCredentialSection>,
 }
+
+/// One entry of `memory.indexing.git_credentials`: the secret a clone of a repository under
+/// `site` authenticates with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitCredentialSection {
+    /// `https://host/` or a path under it (`https://git.example/team/`); `http` only for a
+    /// loopback host. No user part, query or fragment.
+    pub site: String,
+    /// The user name of HTTP Basic authentication (for Gitea, the token's owner).
+    pub username: String,
+    /// The name of the secret holding the password or access token (the vault, or a file of
+    /// the secrets folder), never the value itself.
+    pub secret: String,
+}
+
+/// The most entries `git_credentials` may have.
+pub const MAX_GIT_CREDENTIALS: usize = 64;
 
 impl Default for IndexingSection {
     /// bridle-memory's defaults.
@@ -71,6 +106,7 @@ impl Default for IndexingSection {
             max_chunks: d.max_chunks,
             clone_timeout_secs: d.clone_timeout.as_secs(),
             hidden: d.files.hidden,
+            git_credentials: Vec::new(),
         }
     }
 }
@@ -113,7 +149,56 @@ impl IndexingSection {
                 self.clone_timeout_secs
             ));
         }
+        if self.git_credentials.len() > MAX_GIT_CREDENTIALS {
+            return Err(format!(
+                "memory.indexing.git_credentials has {} entries; at most {MAX_GIT_CREDENTIALS} are accepted",
+                self.git_credentials.len()
+            ));
+        }
+        let mut sites = std::collections::BTreeSet::new();
+        for (i, c) in self.git_credentials.iter().enumerate() {
+            let at = format!("memory.indexing.git_credentials[{i}]");
+            // The site and user name are checked as the clone will use them, with a stand-in
+            // for the secret, which is not read here.
+            let auth = GitAuth::basic(&c.site, &c.username, "-").map_err(|e| {
+                format!(
+                    "{at}: {}",
+                    e.to_string().trim_start_matches("invalid input: ")
+                )
+            })?;
+            if !sites.insert(auth.site().to_string()) {
+                return Err(format!(
+                    "{at}: the site {} is listed twice",
+                    redact_url(auth.site())
+                ));
+            }
+            if !valid_secret_name(&c.secret) {
+                return Err(format!(
+                    "{at}.secret must name a secret (1 to 128 letters, digits, `.`, `_` and `-`, starting with a letter or digit), not hold one"
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// The clone credentials of `git_credentials`, read from `secrets` at each clone, or `None`
+    /// when there are none. Call [`IndexingSection::check`] first: an entry it would refuse is
+    /// left out.
+    pub fn git_credentials(
+        &self,
+        secrets: Arc<dyn SecretSource>,
+    ) -> Option<Arc<dyn GitCredentials>> {
+        let mut sites: Vec<(GitAuth, GitCredentialSection)> = self
+            .git_credentials
+            .iter()
+            .filter_map(|c| Some((GitAuth::basic(&c.site, &c.username, "-").ok()?, c.clone())))
+            .collect();
+        if sites.is_empty() {
+            return None;
+        }
+        // The most specific site first.
+        sites.sort_by_key(|(a, _)| std::cmp::Reverse(a.site().len()));
+        Some(Arc::new(SiteCredentials { sites, secrets }))
     }
 
     /// bridle-memory's pattern-index settings with these limits, everything else its default.
@@ -132,6 +217,75 @@ impl IndexingSection {
             max_chunks: "`memory.indexing.max_chunks` in bridle.yaml".into(),
         };
         config
+    }
+}
+
+/// A secret's name as both the vault and the secrets folder accept it.
+fn valid_secret_name(name: &str) -> bool {
+    name.len() <= 128
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// The clone credentials of `memory.indexing.git_credentials`: each site's matcher (built with
+/// a stand-in secret, never sent) and its entry.
+struct SiteCredentials {
+    sites: Vec<(GitAuth, GitCredentialSection)>,
+    secrets: Arc<dyn SecretSource>,
+}
+
+impl std::fmt::Debug for SiteCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.sites.iter().map(|(a, c)| (a.site(), &c.secret)))
+            .finish()
+    }
+}
+
+/// Who a clone's use of a secret is recorded for.
+const INDEXER: &str = "bridle-indexer";
+
+impl GitCredentials for SiteCredentials {
+    fn for_clone(&self, url: &str, reference_tag: &str) -> bridle_memory::Result<Option<GitAuth>> {
+        let Some((site, entry)) = self.sites.iter().find(|(a, _)| a.covers(url)) else {
+            return Ok(None);
+        };
+        let unavailable = |reason: String| bridle_memory::MemoryError::RepoUnavailable {
+            source_repo: redact_url(url),
+            reason,
+        };
+        let (value, version) = self.secrets.current(&entry.secret).map_err(|e| {
+            unavailable(format!(
+                "its credential `{}` (memory.indexing.git_credentials, site {}) is not available: {e}",
+                entry.secret,
+                site.site()
+            ))
+        })?;
+        let upstream = format!("git {}", site.site());
+        self.secrets
+            .record_use(&SecretUse {
+                name: &entry.secret,
+                version,
+                upstream: &upstream,
+                agent: INDEXER,
+                request: reference_tag,
+            })
+            .map_err(|e| {
+                unavailable(format!(
+                    "the use of its credential `{}` could not be recorded, so nothing was cloned: {e}",
+                    entry.secret
+                ))
+            })?;
+        GitAuth::basic(site.site(), &entry.username, value.expose())
+            .map(Some)
+            .map_err(|_| {
+                unavailable(format!(
+                    "the secret `{}` cannot be sent as a git credential (it is empty or holds a line break)",
+                    entry.secret
+                ))
+            })
     }
 }
 
@@ -185,6 +339,182 @@ mod tests {
         assert_eq!(ours.batch_size, theirs.batch_size);
         assert_eq!(ours.summaries, theirs.summaries);
         IndexingSection::default().check().unwrap();
+    }
+
+    #[test]
+    fn git_credentials_parse_and_every_bad_entry_is_refused_by_its_place() {
+        let with = load_with(&format!(
+            "{EMBEDDER}  indexing:\n    git_credentials:\n      - {{site: 'https://git.example/team', username: bot, secret: gitea-read}}\n"
+        ))
+        .unwrap()
+        .memory
+        .unwrap();
+        assert_eq!(
+            with.indexing.git_credentials,
+            [GitCredentialSection {
+                site: "https://git.example/team".into(),
+                username: "bot".into(),
+                secret: "gitea-read".into(),
+            }]
+        );
+        let entry = |site: &str, user: &str, secret: &str| {
+            format!(
+                "{EMBEDDER}  indexing:\n    git_credentials:\n      - {{site: '{site}', username: '{user}', secret: '{secret}'}}\n"
+            )
+        };
+        for (yaml, says) in [
+            (
+                entry("http://git.example/", "bot", "s"),
+                "must be an https URL",
+            ),
+            (
+                entry("https://me:pw@git.example/", "bot", "s"),
+                "user name or password",
+            ),
+            (
+                entry("https://git.example/?t=1", "bot", "s"),
+                "query or fragment",
+            ),
+            (entry("git.example", "bot", "s"), "is not a URL"),
+            (entry("https://git.example/", "a:b", "s"), "user name"),
+            (
+                entry("https://git.example/", "bot", "ghp_a b"),
+                "must name a secret",
+            ),
+            (
+                entry("https://git.example/", "bot", "../x"),
+                "must name a secret",
+            ),
+            (
+                entry("https://git.example/", "bot", ""),
+                "must name a secret",
+            ),
+        ] {
+            let message = refusal(&yaml);
+            assert!(
+                message.contains("memory.indexing.git_credentials[0]") && message.contains(says),
+                "{yaml}: {message}"
+            );
+            assert!(!message.contains("pw@"), "{message}");
+        }
+        let twice = format!(
+            "{EMBEDDER}  indexing:\n    git_credentials:\n      - {{site: 'https://git.example', username: a, secret: s1}}\n      - {{site: 'https://git.example/', username: b, secret: s2}}\n"
+        );
+        assert!(
+            refusal(&twice)
+                .contains("git_credentials[1]: the site https://git.example/ is listed twice")
+        );
+        let many: String = (0..=MAX_GIT_CREDENTIALS)
+            .map(|i| {
+                format!("      - {{site: 'https://git{i}.example/', username: a, secret: s}}\n")
+            })
+            .collect();
+        let message = refusal(&format!(
+            "{EMBEDDER}  indexing:\n    git_credentials:\n{many}"
+        ));
+        assert!(message.contains("at most 64"), "{message}");
+    }
+
+    #[test]
+    fn a_clone_gets_the_most_specific_sites_secret_and_each_use_is_counted() {
+        use crate::upstreams::{FolderSecrets, SecretError};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        /// A folder of secrets that counts the uses it records.
+        struct Counting(FolderSecrets, AtomicUsize);
+        impl SecretSource for Counting {
+            fn version(&self, name: &str) -> Result<u64, SecretError> {
+                self.0.version(name)
+            }
+            fn current(
+                &self,
+                name: &str,
+            ) -> Result<(crate::upstreams::Credential, u64), SecretError> {
+                self.0.current(name)
+            }
+            fn record_use(&self, used: &SecretUse<'_>) -> Result<(), SecretError> {
+                assert_eq!(used.agent, INDEXER);
+                self.1.fetch_add(1, Ordering::SeqCst);
+                self.0.record_use(used)
+            }
+        }
+
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("whole-host"), "canary-host-secret-1\n").unwrap();
+        std::fs::write(dir.path().join("team-only"), "canary-team-secret-2\n").unwrap();
+        let secrets = Arc::new(Counting(
+            FolderSecrets::new(dir.path()),
+            AtomicUsize::new(0),
+        ));
+        let section = IndexingSection {
+            git_credentials: vec![
+                GitCredentialSection {
+                    site: "https://git.example/".into(),
+                    username: "bot".into(),
+                    secret: "whole-host".into(),
+                },
+                GitCredentialSection {
+                    site: "https://git.example/team/".into(),
+                    username: "bot".into(),
+                    secret: "team-only".into(),
+                },
+                GitCredentialSection {
+                    site: "https://other.example/".into(),
+                    username: "bot".into(),
+                    secret: "missing".into(),
+                },
+            ],
+            ..IndexingSection::default()
+        };
+        section.check().unwrap();
+        assert!(
+            IndexingSection::default()
+                .git_credentials(secrets.clone())
+                .is_none()
+        );
+        let creds = section.git_credentials(secrets.clone()).unwrap();
+        let shown = format!("{creds:?}");
+        assert!(!shown.contains("canary"), "{shown}");
+
+        let team = creds
+            .for_clone("https://git.example/team/app.git", "t1")
+            .unwrap()
+            .unwrap();
+        assert_eq!(team.site(), "https://git.example/team/");
+        let host = creds
+            .for_clone("https://git.example/solo/app.git", "t2")
+            .unwrap()
+            .unwrap();
+        assert_eq!(host.site(), "https://git.example/");
+        assert!(
+            creds
+                .for_clone("https://elsewhere.example/x.git", "t3")
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(secrets.1.load(Ordering::SeqCst), 2);
+
+        // A secret that cannot be read fails the clone, naming it, not quoting any value.
+        let e = creds
+            .for_clone("https://other.example/x.git", "t4")
+            .unwrap_err();
+        assert_eq!(e.code(), "repo_unavailable");
+        let message = e.to_string();
+        assert!(message.contains("`missing`"), "{message}");
+        assert!(!message.contains("canary"), "{message}");
+        assert_eq!(
+            secrets.1.load(Ordering::SeqCst),
+            2,
+            "nothing used, nothing recorded"
+        );
+
+        // A value with a line break cannot go into a header: refused, not quoted.
+        std::fs::write(dir.path().join("team-only"), "canary-line\nX-Evil: 1\n").unwrap();
+        let e = creds
+            .for_clone("https://git.example/team/app.git", "t5")
+            .unwrap_err();
+        assert!(e.to_string().contains("line break"), "{e}");
+        assert!(!e.to_string().contains("canary"), "{e}");
     }
 
     /// The README's `memory:` example writes out the defaults; it says what they are.
@@ -340,6 +670,7 @@ mod tests {
         ) {
             let section = IndexingSection {
                 max_file_bytes, max_files, max_total_bytes, max_chunks, clone_timeout_secs, hidden,
+                git_credentials: Vec::new(),
             };
             if section.check().is_ok() {
                 let c = section.pattern_config();

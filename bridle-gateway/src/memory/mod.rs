@@ -238,6 +238,31 @@ pub(crate) fn hosted(mut memory: bridle_memory::MemoryService) -> bridle_memory:
     memory
 }
 
+/// `memory` with its pattern index cloning private example repositories with the secrets of
+/// `memory.indexing.git_credentials` in `config`, read from `secrets` at each clone (as it is
+/// when there are none). The gateway does this for the memory it serves; an offline command
+/// that indexes does it with the vault it opened.
+pub fn with_clone_credentials(
+    mut memory: bridle_memory::MemoryService,
+    config: &crate::config::GatewayConfig,
+    secrets: &Arc<dyn crate::upstreams::SecretSource>,
+) -> bridle_memory::MemoryService {
+    let credentials = config
+        .memory
+        .as_ref()
+        .and_then(|m| m.indexing.git_credentials(Arc::clone(secrets)));
+    if let Some(credentials) = credentials {
+        memory.patterns = Arc::new(
+            memory
+                .patterns
+                .as_ref()
+                .clone()
+                .with_git_credentials(credentials),
+        );
+    }
+    memory
+}
+
 /// Writes `report.last_indexed` into every example repository tagged `report.reference_tag`
 /// (in `project` only, or in every project), each through [`RulesStore::save_edit`], which
 /// records the change with source `user` and `actor`. A document that moved on meanwhile is

@@ -92,6 +92,30 @@ pub(crate) async fn open_memory(
     Ok(bridle_memory::MemoryService::open(&memory_config).await?)
 }
 
+/// `memory` cloning private example repositories with the secrets `memory.indexing.git_credentials`
+/// names, from the vault (opened only when there are any), as a running gateway does.
+fn with_clone_credentials(
+    dir: &Path,
+    config: &GatewayConfig,
+    memory: bridle_memory::MemoryService,
+) -> Result<bridle_memory::MemoryService, BoxError> {
+    let wanted = config
+        .memory
+        .as_ref()
+        .is_some_and(|m| !m.indexing.git_credentials.is_empty());
+    if !wanted {
+        return Ok(memory);
+    }
+    let (vault, _) = bridle_gateway::gateway::open_vault(dir, config)?;
+    let docker = vault.config().docker_secrets_dir.clone();
+    let secrets: std::sync::Arc<dyn bridle_gateway::upstreams::SecretSource> = std::sync::Arc::new(
+        bridle_gateway::secrets::GatewaySecrets::new(vault, config.secrets_path(dir), docker),
+    );
+    Ok(bridle_gateway::memory::with_clone_credentials(
+        memory, config, &secrets,
+    ))
+}
+
 /// The example repository a project's rules document lists under `tag`.
 fn example_repo(
     store: &RulesStore,
@@ -143,6 +167,7 @@ pub(crate) async fn memory(dir: &Path, command: MemoryCommand) -> Result<ExitCod
     let (store, _) = open_store(dir)?;
     let config = crate::load_config(dir)?;
     let memory = open_memory(dir, &config).await?;
+    let memory = with_clone_credentials(dir, &config, memory)?;
     let progress = progress::IndexProgress::for_stderr();
     let (project, report) = match command {
         MemoryCommand::Index { project, tag } => {
