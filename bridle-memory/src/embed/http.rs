@@ -11,9 +11,11 @@ use serde_json::{Value, json};
 
 use super::{Embedder, check_vectors};
 use crate::error::{MemoryError, Result};
+use crate::repo::redact_url;
 
-/// Where and how to reach an HTTP embedding service.
-#[derive(Debug, Clone)]
+/// Where and how to reach an HTTP embedding service. Its `Debug` shows the URL without its
+/// user part and query, and whether there is an API key, never the key.
+#[derive(Clone)]
 pub struct HttpEmbedderConfig {
     /// The server's base URL, e.g. `http://127.0.0.1:1234/v1` (LM Studio) or
     /// `http://127.0.0.1:11434` (Ollama). A trailing `/v1` is optional for OpenAI-compatible
@@ -30,6 +32,19 @@ pub struct HttpEmbedderConfig {
     /// The model's input window in tokens (default 512); chunks and queries are cut to fit.
     /// Without the model's tokenizer, tokens are estimated at one per three bytes.
     pub max_input_tokens: usize,
+}
+
+impl std::fmt::Debug for HttpEmbedderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpEmbedderConfig")
+            .field("base_url", &redact_url(&self.base_url))
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .field("dimension", &self.dimension)
+            .field("timeout", &self.timeout)
+            .field("max_input_tokens", &self.max_input_tokens)
+            .finish()
+    }
 }
 
 impl HttpEmbedderConfig {
@@ -58,12 +73,22 @@ impl HttpEmbedderConfig {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct Client {
     http: reqwest::Client,
     url: String,
     model: String,
     api_key: Option<String>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("url", &redact_url(&self.url))
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Client {
@@ -330,3 +355,26 @@ macro_rules! delegate_embedder {
 }
 
 delegate_embedder!(OpenAiEmbedder, OllamaEmbedder);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_hides_the_api_key_and_the_url_credentials() {
+        let config =
+            HttpEmbedderConfig::new("https://bot:s3cret-pass@embed.example/v1?k=s3cret-q", "m")
+                .api_key("s3cret-key");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("embed.example/v1"), "{shown}");
+        assert!(shown.contains("api_key: Some(\"[redacted]\")"), "{shown}");
+        assert!(
+            format!("{:?}", HttpEmbedderConfig::new("http://h", "m")).contains("api_key: None")
+        );
+        let client =
+            Client::new(&config, format!("{}/embeddings", config.base_url)).expect("a client");
+        let shown = format!("{client:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+}

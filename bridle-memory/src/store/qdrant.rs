@@ -41,8 +41,9 @@ use crate::error::{MemoryError, Result};
 /// The name of the sparse vector that carries each point's keyword terms.
 pub const KEYWORD_VECTOR: &str = "keywords";
 
-/// How to reach Qdrant.
-#[derive(Debug, Clone)]
+/// How to reach Qdrant. Its `Debug` shows the URL without its user part and query, and
+/// whether there is an API key, never the key.
+#[derive(Clone)]
 pub struct QdrantConfig {
     /// The gRPC URL, e.g. `http://127.0.0.1:6334`.
     pub url: String,
@@ -50,6 +51,16 @@ pub struct QdrantConfig {
     pub api_key: Option<String>,
     /// A prefix for collection names, so several deployments can share one server.
     pub collection_prefix: String,
+}
+
+impl std::fmt::Debug for QdrantConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QdrantConfig")
+            .field("url", &crate::repo::redact_url(&self.url))
+            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .field("collection_prefix", &self.collection_prefix)
+            .finish()
+    }
 }
 
 impl QdrantConfig {
@@ -527,5 +538,20 @@ impl VectorStore for QdrantStore {
         )
         .await?;
         Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_hides_the_api_key() {
+        let mut config = QdrantConfig::new("http://127.0.0.1:6334");
+        config.api_key = Some("s3cret-key".into());
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("api_key: Some(\"[redacted]\")"), "{shown}");
+        assert!(shown.contains("127.0.0.1:6334"), "{shown}");
     }
 }
