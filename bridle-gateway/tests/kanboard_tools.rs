@@ -749,3 +749,39 @@ async fn dead_slow_and_wrong_url_kanboards_give_clear_errors() {
     // The other tools keep working meanwhile.
     assert_eq!(s.ok("claude", "whoami", json!({})).await["kind"], "user");
 }
+
+/// A Kanboard URL configured with a user part or a query (where a credential may have been
+/// pasted) is named without them in what an agent is told: the refusal of a dead Kanboard and
+/// of a URL that does not serve the API.
+#[tokio::test]
+async fn configured_url_credentials_never_reach_an_agent() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dead = format!(
+        "http://canary-user:canary-pass@127.0.0.1:{port}/jsonrpc.php?token=canary-query-token"
+    );
+    let d = fixture_with(Some(&dead), Duration::from_secs(5)).await;
+    let out = d.call("claude", "whoami", json!({})).await;
+    let shape = out.structured.clone().unwrap();
+    assert_eq!(shape["code"], "kanboard_unreachable");
+    let said = format!("{} {shape}", out.all_text());
+    assert!(!said.contains("canary"), "{said}");
+    assert!(
+        said.contains(&format!("127.0.0.1:{port}/jsonrpc.php")),
+        "{said}"
+    );
+
+    let f = fixture().await;
+    let wrong = format!(
+        "http://canary-user:canary-pass@{}/?token=canary-query-token",
+        f.kb.base.trim_start_matches("http://")
+    );
+    let w = fixture_with(Some(&wrong), Duration::from_secs(5)).await;
+    let out = w.call("claude", "list_projects", json!({})).await;
+    let shape = out.structured.clone().unwrap();
+    assert_eq!(shape["code"], "kanboard_wrong_url");
+    let said = format!("{} {shape}", out.all_text());
+    assert!(!said.contains("canary"), "{said}");
+}

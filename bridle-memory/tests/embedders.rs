@@ -321,3 +321,70 @@ async fn an_endless_answer_is_read_to_a_bound() {
     assert!(err.to_string().contains("500"), "{err}");
     assert!(err.to_string().len() < 1000, "{err}");
 }
+
+/// What an embedder's errors say reaches the model (a memory tool's refusal): a URL configured
+/// with a user part or a query (where a hosted service's key may have been pasted) is named
+/// without them, whether nothing listens or the server does not speak HTTP (the HTTP client's
+/// own error text appends the URL); neither the config's `Debug` nor an error shows the API
+/// key, not even when the service refuses it and quotes it back.
+#[tokio::test]
+async fn credentials_in_the_url_or_the_key_are_not_in_the_errors() {
+    let with_canaries = |addr: &str| format!("http://canary-user:canary-pass@{addr}/?key=canary-q");
+    // Nothing listens.
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let dead = listener.local_addr().expect("addr").to_string();
+    drop(listener);
+    // Answers every connection with bytes that are not HTTP.
+    let garbage = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let garbled = garbage.local_addr().expect("addr").to_string();
+    let task = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        while let Ok((mut conn, _)) = garbage.accept().await {
+            let _ = conn.write_all(b"this is not HTTP\r\n\r\n").await;
+        }
+    });
+    for addr in [&dead, &garbled] {
+        let config = HttpEmbedderConfig::new(with_canaries(addr), "m").api_key("canary-api-key");
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("canary"), "{debug}");
+        let err = OpenAiEmbedder::connect(config.clone())
+            .await
+            .expect_err("no embedder there");
+        assert_eq!(err.code(), "embedder_unavailable", "{err}");
+        assert!(!err.to_string().contains("canary"), "{err}");
+        assert!(err.to_string().contains(addr.as_str()), "{err}");
+        let err = OllamaEmbedder::connect(config)
+            .await
+            .expect_err("no embedder there");
+        assert!(!err.to_string().contains("canary"), "{err}");
+    }
+    task.abort();
+
+    // Refuses the key, quoting it, as some services do.
+    let refusing = serve(
+        axum::Router::new().fallback(|headers: HeaderMap| async move {
+            let auth = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            (
+                StatusCode::UNAUTHORIZED,
+                Json(json!({"error": {"message": format!("invalid key: {auth}")}})),
+            )
+        }),
+    )
+    .await;
+    let config = HttpEmbedderConfig::new(&refusing.url, "m").api_key("canary-api-key");
+    for err in [
+        OpenAiEmbedder::connect(config.clone())
+            .await
+            .expect_err("refused"),
+        OllamaEmbedder::connect(config).await.expect_err("refused"),
+    ] {
+        assert!(
+            err.to_string().contains("invalid key: Bearer [redacted]"),
+            "{err}"
+        );
+    }
+}

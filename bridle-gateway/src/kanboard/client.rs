@@ -10,7 +10,9 @@
 //! The client never retries: a create that timed out may have been applied, so repeating it
 //! blindly would duplicate it (the tools find a retried create by its `reference` instead).
 //! Credentials are given per call, so each agent's requests carry its own token and Kanboard's
-//! own permissions and activity stream apply to that agent; they are never logged.
+//! own permissions and activity stream apply to that agent; they are never logged. The
+//! endpoint is named in errors (which reach the model) and in `Debug` without its user part
+//! and query, where credentials in a URL go.
 
 use std::time::Duration;
 
@@ -180,11 +182,20 @@ impl KanboardError {
 }
 
 /// A JSON-RPC client for one Kanboard.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KanboardClient {
     http: reqwest::Client,
     endpoint: Url,
     timeout: Duration,
+}
+
+impl std::fmt::Debug for KanboardClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KanboardClient")
+            .field("endpoint", &self.shown_endpoint())
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl KanboardClient {
@@ -199,8 +210,8 @@ impl KanboardClient {
             .user_agent(concat!("bridle-kanboard/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| KanboardError::Unreachable {
-                url: endpoint.to_string(),
-                reason: e.to_string(),
+                url: bridle_rules::redact_url(endpoint.as_str()),
+                reason: e.without_url().to_string(),
             })?;
         Ok(Self {
             http,
@@ -212,6 +223,12 @@ impl KanboardClient {
     /// The endpoint.
     pub fn endpoint(&self) -> &Url {
         &self.endpoint
+    }
+
+    /// The endpoint as errors and logs name it: without its user part and query
+    /// (`bridle_rules::redact_url`).
+    pub fn shown_endpoint(&self) -> String {
+        bridle_rules::redact_url(self.endpoint.as_str())
     }
 
     /// Calls one procedure with named parameters (`params` is an object, or `Value::Null` for
@@ -295,7 +312,7 @@ impl KanboardClient {
             .body(body.to_string())
             .send()
             .await
-            .map_err(|e| self.transport(&e))?;
+            .map_err(|e| self.transport(e))?;
         let status = response.status();
         let content_type = response
             .headers()
@@ -320,7 +337,7 @@ impl KanboardClient {
             "kanboard answered"
         );
         let not_rpc = |what: &str| KanboardError::NotJsonRpc {
-            url: self.endpoint.to_string(),
+            url: self.shown_endpoint(),
             status: status.as_u16(),
             what: what.to_string(),
         };
@@ -377,7 +394,7 @@ impl KanboardClient {
         }
         // The declared length is only a hint for the buffer (capped, as it may lie).
         let mut body = Vec::with_capacity(usize::try_from(declared).unwrap_or(0));
-        while let Some(piece) = response.chunk().await.map_err(|e| self.transport(&e))? {
+        while let Some(piece) = response.chunk().await.map_err(|e| self.transport(e))? {
             if body.len() + piece.len() > MAX_ANSWER_BYTES {
                 return Err(too_large());
             }
@@ -386,20 +403,22 @@ impl KanboardClient {
         Ok(body)
     }
 
-    fn transport(&self, e: &reqwest::Error) -> KanboardError {
+    fn transport(&self, e: reqwest::Error) -> KanboardError {
         if e.is_timeout() {
             return KanboardError::Timeout {
                 secs: self.timeout.as_secs(),
             };
         }
+        // The error's own text names the URL with its query; its causes do not.
+        let e = e.without_url();
         let mut reason = e.to_string();
-        let mut source = std::error::Error::source(e);
+        let mut source = std::error::Error::source(&e);
         while let Some(s) = source {
             reason = s.to_string();
             source = s.source();
         }
         KanboardError::Unreachable {
-            url: self.endpoint.to_string(),
+            url: self.shown_endpoint(),
             reason,
         }
     }
@@ -485,5 +504,12 @@ mod tests {
             acting_user_id: None,
         };
         assert!(!format!("{c:?}").contains("s3cret"));
+        let url = "https://bot:s3cret@kanboard.example/jsonrpc.php?token=s3cret"
+            .parse()
+            .expect("a URL");
+        let client = KanboardClient::new(url, Duration::from_secs(1)).expect("a client");
+        let shown = format!("{client:?} {}", client.shown_endpoint());
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("kanboard.example/jsonrpc.php"), "{shown}");
     }
 }

@@ -118,7 +118,7 @@ pub struct KanboardTools {
 impl std::fmt::Debug for KanboardTools {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KanboardTools")
-            .field("endpoint", &self.client.endpoint().as_str())
+            .field("endpoint", &self.client.shown_endpoint())
             .finish_non_exhaustive()
     }
 }

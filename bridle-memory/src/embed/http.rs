@@ -3,6 +3,10 @@
 //! Both are small JSON-over-HTTP clients sharing one request helper. The model's dimension is
 //! either configured or learned by embedding one probe text at connect time, so a wrong model
 //! name or a server that is down is reported when the gateway starts, not at the first search.
+//!
+//! Errors reach the model (a memory tool's refusal), so they name the endpoint as
+//! [`redact_url`] shows it, never its user part or query, and the HTTP client's error text
+//! without the URL it appends; neither `Debug` shows the API key.
 
 use std::time::Duration;
 
@@ -77,6 +81,8 @@ impl HttpEmbedderConfig {
 struct Client {
     http: reqwest::Client,
     url: String,
+    /// `url` as errors name it.
+    shown: String,
     model: String,
     api_key: Option<String>,
 }
@@ -84,7 +90,7 @@ struct Client {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("url", &redact_url(&self.url))
+            .field("url", &self.shown)
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
             .finish_non_exhaustive()
@@ -98,16 +104,18 @@ impl Client {
                 "an embedding model name is required".into(),
             ));
         }
+        let shown = redact_url(&url);
         let http = reqwest::Client::builder()
             .timeout(config.timeout)
             .build()
             .map_err(|e| MemoryError::EmbedderUnavailable {
-                endpoint: url.clone(),
-                reason: format!("cannot build an HTTP client: {e}"),
+                endpoint: shown.clone(),
+                reason: format!("cannot build an HTTP client: {}", describe(e)),
             })?;
         Ok(Self {
             http,
             url,
+            shown,
             model: config.model.clone(),
             api_key: config.api_key.clone(),
         })
@@ -115,7 +123,7 @@ impl Client {
 
     async fn post(&self, body: Value) -> Result<Value> {
         let unavailable = |reason: String| MemoryError::EmbedderUnavailable {
-            endpoint: self.url.clone(),
+            endpoint: self.shown.clone(),
             reason,
         };
         let mut req = self
@@ -126,7 +134,7 @@ impl Client {
         if let Some(k) = &self.api_key {
             req = req.bearer_auth(k);
         }
-        let mut resp = req.send().await.map_err(|e| unavailable(describe(&e)))?;
+        let mut resp = req.send().await.map_err(|e| unavailable(describe(e)))?;
         let status = resp.status();
         // An answer is read to a bound: a whole batch's vectors fit with room to spare, and an
         // error needs no more than its first lines.
@@ -136,7 +144,7 @@ impl Client {
             MAX_ERROR_BYTES
         };
         let mut bytes = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| unavailable(describe(&e)))? {
+        while let Some(chunk) = resp.chunk().await.map_err(|e| unavailable(describe(e)))? {
             if bytes.len() + chunk.len() > limit {
                 if status.is_success() {
                     return Err(MemoryError::EmbedderProtocol(format!(
@@ -150,7 +158,11 @@ impl Client {
         }
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes);
-            let snippet: String = text.chars().take(300).collect();
+            let mut snippet: String = text.chars().take(300).collect();
+            // A service may quote the key it refused.
+            if let Some(k) = self.api_key.as_deref().filter(|k| !k.is_empty()) {
+                snippet = snippet.replace(k, "[redacted]");
+            }
             return Err(unavailable(format!("HTTP {status}: {snippet}")));
         }
         serde_json::from_slice(&bytes)
@@ -165,13 +177,14 @@ const MAX_ANSWER_BYTES: usize = 64 << 20;
 /// How much of an error answer is read.
 const MAX_ERROR_BYTES: usize = 64 << 10;
 
-fn describe(e: &reqwest::Error) -> String {
+/// What went wrong, without the URL the HTTP client's error text appends (with its query).
+fn describe(e: reqwest::Error) -> String {
     if e.is_timeout() {
         "timed out".into()
     } else if e.is_connect() {
         "connection refused or unreachable".into()
     } else {
-        e.to_string()
+        e.without_url().to_string()
     }
 }
 
