@@ -457,32 +457,37 @@ fn mentions_handle(value: &Value) -> bool {
 
 /// Whether a handle can be reached from `value`, following its local `$ref`s (`seen` holds the
 /// targets already followed, so cycles end). A reference this cannot follow may lead anywhere,
-/// so it counts as reaching one.
+/// so it counts as reaching one. The walk keeps its own stack: a schema is input (an upstream
+/// server's tool list), and a chain of tens of thousands of `$ref`s would overflow the thread's
+/// stack if each were a call.
 fn reaches_handle(value: &Value, root: &Value, seen: &mut HashSet<*const Value>) -> bool {
-    match value {
-        Value::Object(obj) => {
-            if obj.contains_key(HANDLE_SCHEMA_KEYWORD)
-                || obj.contains_key("$dynamicRef")
-                || obj.contains_key("$recursiveRef")
-            {
-                return true;
-            }
-            if let Some(r) = obj.get("$ref") {
-                match local_ref(r, root) {
-                    Some(target) => {
-                        if seen.insert(target as *const Value) && reaches_handle(target, root, seen)
-                        {
-                            return true;
-                        }
-                    }
-                    None => return true,
+    let mut next = vec![value];
+    while let Some(value) = next.pop() {
+        match value {
+            Value::Object(obj) => {
+                if obj.contains_key(HANDLE_SCHEMA_KEYWORD)
+                    || obj.contains_key("$dynamicRef")
+                    || obj.contains_key("$recursiveRef")
+                {
+                    return true;
                 }
+                if let Some(r) = obj.get("$ref") {
+                    match local_ref(r, root) {
+                        Some(target) => {
+                            if seen.insert(target as *const Value) {
+                                next.push(target);
+                            }
+                        }
+                        None => return true,
+                    }
+                }
+                next.extend(obj.values());
             }
-            obj.values().any(|sub| reaches_handle(sub, root, seen))
+            Value::Array(items) => next.extend(items.iter()),
+            _ => {}
         }
-        Value::Array(items) => items.iter().any(|sub| reaches_handle(sub, root, seen)),
-        _ => false,
     }
+    false
 }
 
 /// The schema a `$ref` of the form `#/json/pointer` (or `#`) names within `root`.
@@ -930,6 +935,34 @@ mod tests {
             let err = handle_sites(&schema).unwrap_err();
             assert!(err.contains(why), "{schema}: {err}");
         }
+    }
+
+    /// A schema is input (an upstream's tool list): a long chain of `$ref`s leading to a handle
+    /// is refused as too deep, on a small stack, instead of overflowing it.
+    #[test]
+    fn a_long_ref_chain_is_refused_without_exhausting_the_stack() {
+        const LINKS: usize = 20_000;
+        let mut defs = serde_json::Map::new();
+        for i in 0..LINKS {
+            defs.insert(
+                format!("a{i}"),
+                serde_json::json!({"$ref": format!("#/$defs/a{}", i + 1)}),
+            );
+        }
+        defs.insert(
+            format!("a{LINKS}"),
+            serde_json::json!({"type": "string", "x-kberg-handle": "note"}),
+        );
+        let schema = serde_json::json!({"type": "object", "$defs": defs,
+            "properties": {"x": {"$ref": "#/$defs/a0"}}});
+        let err = std::thread::Builder::new()
+            .stack_size(128 * 1024)
+            .spawn(move || handle_sites(&schema))
+            .unwrap()
+            .join()
+            .expect("no overflow")
+            .unwrap_err();
+        assert!(err.contains("levels deep"), "{err}");
     }
 
     #[test]
