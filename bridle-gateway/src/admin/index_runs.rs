@@ -15,6 +15,10 @@
 //! - `POST …/examples/{tag}/index` starts a run and answers its events on the same response
 //!   (for clients that read an SSE answer to a POST).
 //!
+//! Both event answers are live streams as the sessions stream is (`super::stream`): each takes
+//! one of the admin's stream slots (429 `too_many_streams` past them) and ends early, the run
+//! going on, once the credential that opened it no longer opens the API.
+//!
 //! bridle-memory swaps an example's chunks only at the very end, so a repository that cannot be
 //! read ends the run with `error` and leaves the previous index and `last_indexed` as they were.
 
@@ -23,7 +27,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -34,11 +38,12 @@ use serde::Serialize;
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::auth::AdminActor;
+use super::auth::{AdminActor, Admitted};
 use super::error::{ApiError, ProblemDetails};
 use super::memory::memory_of;
 use super::page::ApiPath;
 use super::patterns::{pattern_mut, unknown_example};
+use super::stream::StreamHold;
 use super::{AdminState, BASE_PATH, blocking, path, record};
 use crate::audit::{Change, Kind, Outcome};
 use crate::context::GatewayContext;
@@ -237,23 +242,20 @@ async fn written_back(
 }
 
 /// A run's events from `from` on, as SSE (each event's id is its position), ending with the
-/// run or when the server shuts down.
+/// run, or earlier when the server shuts down or the credential `hold` re-checks no longer
+/// opens the API.
 fn events_of(
-    s: &AdminState,
+    hold: StreamHold,
     run: Arc<crate::memory::runs::Run>,
     from: u64,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<>> {
-    let stop = s.streams.clone();
-    let events = run
-        .follow(from)
-        .map(|e| {
-            Ok(Event::default()
-                .event(e.kind.as_str())
-                .id(e.seq.to_string())
-                .data(e.data.to_string()))
-        })
-        .take_until(async move { stop.cancelled().await });
-    Sse::new(events).keep_alive(KeepAlive::default())
+    let events = run.follow(from).map(|e| {
+        Ok(Event::default()
+            .event(e.kind.as_str())
+            .id(e.seq.to_string())
+            .data(e.data.to_string()))
+    });
+    Sse::new(hold.guard("index run", events)).keep_alive(KeepAlive::default())
 }
 
 /// Indexes (or re-indexes) an example repository from the URL the document lists, streaming
@@ -261,7 +263,9 @@ fn events_of(
 /// document's new revision, `last_indexed` written back) or `error` (`code`, `detail`; the
 /// previous index is kept; with `audit_unavailable` the index and its write-back were made and
 /// the event also has the report and the revision). A second start for the same tag while one
-/// runs (from the API or the `refresh_pattern_example` tool) is 409 `index_running`.
+/// runs (from the API or the `refresh_pattern_example` tool) is 409 `index_running`. The
+/// stream ends early (the run goes on) once the credential that opened it no longer opens the
+/// API.
 #[utoipa::path(post, path = "/admin/api/v1/projects/{project}/patterns/{pattern}/examples/{tag}/index", tag = "patterns",
     params(
         ("project" = String, Path, description = "The project id"),
@@ -273,16 +277,20 @@ fn events_of(
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, description = "an index of this tag is running", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 429, description = "`too_many_streams`: this admin holds as many streams as allowed (no run is started)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, description = "memory is off", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn index(
     State(s): State<AdminState>,
     admin: AdminActor,
+    Extension(admitted): Extension<Admitted>,
     ApiPath((project, pattern, tag)): ApiPath<(String, String, String)>,
 ) -> Result<Response, ApiError> {
+    // The slot first: a stream that cannot open starts no run.
+    let hold = s.hold_stream(admitted)?;
     let run = launch(&s, admin, project, pattern, tag).await?;
-    Ok(events_of(&s, run, 0).into_response())
+    Ok(events_of(hold, run, 0).into_response())
 }
 
 /// Starts an index (or re-index) of an example repository and answers at once: 202 with the
@@ -346,7 +354,8 @@ pub async fn run_status(
 /// `Last-Event-ID`), then each new one, ending after `done` or `error`. Each event's id is its
 /// position in the run; its data is a JSON object (`started`: the run; `progress`: `step`,
 /// `message`, `done`, `total`; `done`: `report`, `revision`; `error`: `code`, `detail`, and for
-/// `audit_unavailable` also `report` and `revision`).
+/// `audit_unavailable` also `report` and `revision`). The stream ends early (the run goes on)
+/// once the credential that opened it no longer opens the API.
 #[utoipa::path(get, path = "/admin/api/v1/index-runs/{id}/events", tag = "patterns",
     params(
         ("id" = String, Path, description = "The run's id"),
@@ -356,10 +365,12 @@ pub async fn run_status(
         (status = 200, description = "Server-Sent Events", body = String, content_type = "text/event-stream"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "no such run (or it was forgotten)", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 429, description = "`too_many_streams`: this admin holds as many streams as allowed", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn run_events(
     State(s): State<AdminState>,
+    Extension(admitted): Extension<Admitted>,
     ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -373,5 +384,6 @@ pub async fn run_events(
             .and_then(|last| last.checked_add(1))
             .ok_or_else(|| ApiError::invalid("`Last-Event-ID` must be an event id (a number)"))?,
     };
-    Ok(events_of(&s, run, from).into_response())
+    let hold = s.hold_stream(admitted)?;
+    Ok(events_of(hold, run, from).into_response())
 }

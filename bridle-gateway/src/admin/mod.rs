@@ -43,6 +43,7 @@ pub mod scope;
 pub mod secrets;
 mod server;
 pub mod sessions;
+mod stream;
 pub(crate) mod throttle;
 
 pub use auth::{
@@ -132,7 +133,7 @@ pub struct AdminState {
     pub(crate) throttle: Arc<throttle::LoginThrottle>,
     pub(crate) login_limits: LoginLimits,
     /// The live event streams open now, per admin.
-    pub(crate) streams_open: Arc<sessions::StreamSlots>,
+    pub(crate) streams_open: Arc<stream::StreamSlots>,
     /// How often an open stream checks its credential again.
     pub(crate) stream_recheck: std::time::Duration,
     pub(crate) integrations: Option<Arc<dyn IntegrationStatus>>,
@@ -173,7 +174,7 @@ impl AdminState {
             access,
             throttle: Arc::new(throttle::LoginThrottle::new(login_limits)),
             login_limits,
-            streams_open: Arc::new(sessions::StreamSlots::new(DEFAULT_STREAMS_PER_ADMIN)),
+            streams_open: Arc::new(stream::StreamSlots::new(DEFAULT_STREAMS_PER_ADMIN)),
             stream_recheck: DEFAULT_STREAM_RECHECK,
             integrations: None,
             vault: None,
@@ -222,17 +223,17 @@ impl AdminState {
         self
     }
 
-    /// Sets how many live event streams (`/sessions/events`) one admin may hold open at once
-    /// (default [`DEFAULT_STREAMS_PER_ADMIN`]); past it a new one is refused 429
-    /// `too_many_streams`.
+    /// Sets how many live event streams (`/sessions/events`, an index run's events) one admin
+    /// may hold open at once, of every kind together (default [`DEFAULT_STREAMS_PER_ADMIN`]);
+    /// past it a new one is refused 429 `too_many_streams`.
     pub fn max_streams_per_admin(mut self, streams: usize) -> Self {
-        self.streams_open = Arc::new(sessions::StreamSlots::new(streams));
+        self.streams_open = Arc::new(stream::StreamSlots::new(streams));
         self
     }
 
-    /// Sets how often an open event stream checks that its credential still opens the API
-    /// (default [`DEFAULT_STREAM_RECHECK`]); one that no longer does (revoked, rotated away)
-    /// ends the stream.
+    /// Sets how often an open event stream (`/sessions/events`, an index run's events) checks
+    /// that its credential still opens the API (default [`DEFAULT_STREAM_RECHECK`]); one that
+    /// no longer does (revoked, rotated away) ends the stream.
     pub fn stream_recheck(mut self, every: std::time::Duration) -> Self {
         self.stream_recheck = every.max(std::time::Duration::from_millis(1));
         self

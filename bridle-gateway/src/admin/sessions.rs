@@ -6,11 +6,9 @@
 //! it missed. Streams end when the admin API shuts down, and when the credential that opened
 //! one no longer opens the API (revoked or rotated away; checked every
 //! [`AdminState::stream_recheck`]). One admin holds at most
-//! [`AdminState::max_streams_per_admin`] streams at once.
+//! [`AdminState::max_streams_per_admin`] streams at once (see `super::stream`).
 
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::{Extension, State};
@@ -178,68 +176,6 @@ fn event_of(e: &SessionEvent) -> Event {
         .data(serde_json::to_string(e).unwrap_or_default())
 }
 
-/// The live event streams open now, per admin, and how many one may hold.
-pub(crate) struct StreamSlots {
-    max: usize,
-    open: Mutex<HashMap<String, usize>>,
-}
-
-impl StreamSlots {
-    pub(crate) fn new(max: usize) -> Self {
-        Self {
-            max,
-            open: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
-        // A panic while holding the lock leaves counts, not a broken invariant.
-        self.open
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// A slot for one more stream of `admin`, given back when dropped; `None` at the limit.
-    fn take(self: &Arc<Self>, admin: &str) -> Option<StreamSlot> {
-        let mut table = self.table();
-        let open = table.entry(admin.to_string()).or_insert(0);
-        if *open >= self.max {
-            return None;
-        }
-        *open += 1;
-        Some(StreamSlot {
-            slots: Arc::clone(self),
-            admin: admin.to_string(),
-        })
-    }
-}
-
-/// One open stream's place among its admin's.
-struct StreamSlot {
-    slots: Arc<StreamSlots>,
-    admin: String,
-}
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        let mut table = self.slots.table();
-        if let Some(open) = table.get_mut(&self.admin) {
-            *open = open.saturating_sub(1);
-            if *open == 0 {
-                table.remove(&self.admin);
-            }
-        }
-    }
-}
-
-/// What a live stream holds between events.
-struct Live {
-    rx: tokio::sync::broadcast::Receiver<SessionEvent>,
-    admitted: Admitted,
-    recheck: tokio::time::Interval,
-    _slot: StreamSlot,
-}
-
 /// A live stream (`text/event-stream`) of `connect`, `disconnect` and `call` events, each a
 /// JSON object; it opens with `ready`, and a client that fell behind gets `lagged` with how
 /// many events it missed. It ends when the credential that opened it no longer opens the API.
@@ -254,58 +190,18 @@ pub async fn events(
     State(s): State<AdminState>,
     Extension(admitted): Extension<Admitted>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let slot = s
-        .streams_open
-        .take(admitted.admin())
-        .ok_or_else(|| ApiError::TooManyRequests {
-            code: "too_many_streams",
-            detail: format!(
-                "admin `{}` holds {} event streams open already; close one first",
-                admitted.admin(),
-                s.streams_open.max
-            ),
-            retry_after: None,
-        })?;
-    let mut recheck = tokio::time::interval_at(
-        tokio::time::Instant::now() + s.stream_recheck,
-        s.stream_recheck,
-    );
-    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let live = Live {
-        rx: s.ctx.sessions.subscribe(),
-        admitted,
-        recheck,
-        _slot: slot,
-    };
+    let hold = s.hold_stream(admitted)?;
     let ready = futures::stream::once(async { Ok(Event::default().event("ready").data("{}")) });
-    let live = futures::stream::unfold(live, |mut live| async move {
-        loop {
-            let received = tokio::select! {
-                received = live.rx.recv() => received,
-                _ = live.recheck.tick() => {
-                    if live.admitted.still_valid() {
-                        continue;
-                    }
-                    tracing::info!(
-                        admin = live.admitted.admin(),
-                        "session event stream ended: its credential no longer opens the admin API"
-                    );
-                    return None;
-                }
-            };
-            let event = match received {
-                Ok(e) => event_of(&e),
-                Err(RecvError::Lagged(n)) => Event::default()
-                    .event("lagged")
-                    .data(format!("{{\"missed\":{n}}}")),
-                Err(RecvError::Closed) => return None,
-            };
-            return Some((Ok(event), live));
-        }
+    let live = futures::stream::unfold(s.ctx.sessions.subscribe(), |mut rx| async move {
+        let event = match rx.recv().await {
+            Ok(e) => event_of(&e),
+            Err(RecvError::Lagged(n)) => Event::default()
+                .event("lagged")
+                .data(format!("{{\"missed\":{n}}}")),
+            Err(RecvError::Closed) => return None,
+        };
+        Some((Ok(event), rx))
     });
-    let stop = s.streams.clone();
-    let stream = ready
-        .chain(live)
-        .take_until(async move { stop.cancelled().await });
+    let stream = hold.guard("sessions", ready.chain(live));
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
