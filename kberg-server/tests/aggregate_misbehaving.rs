@@ -127,13 +127,24 @@ async fn garbage_results_answer_a_stable_code() {
 }
 
 #[test]
-fn a_zero_call_timeout_is_refused() {
+fn a_zero_or_overlong_call_timeout_is_refused() {
+    use kberg_server::aggregate::MAX_CALL_TIMEOUT;
+    for timeout in [
+        Duration::ZERO,
+        MAX_CALL_TIMEOUT + Duration::from_secs(1),
+        Duration::MAX,
+    ] {
+        let c = AggregatorConfig::new()
+            .upstream(UpstreamConfig::new("raw", raw_upstream()).call_timeout(timeout));
+        assert_eq!(
+            c.validate().map(|_| ()).map_err(|e| e.code()),
+            Err("invalid_transport"),
+            "{timeout:?}"
+        );
+    }
     let c = AggregatorConfig::new()
-        .upstream(UpstreamConfig::new("raw", raw_upstream()).call_timeout(Duration::ZERO));
-    assert_eq!(
-        c.validate().map(|_| ()).map_err(|e| e.code()),
-        Err("invalid_transport")
-    );
+        .upstream(UpstreamConfig::new("raw", raw_upstream()).call_timeout(MAX_CALL_TIMEOUT));
+    assert!(c.validate().is_ok());
 }
 
 #[tokio::test]

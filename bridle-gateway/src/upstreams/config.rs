@@ -87,7 +87,7 @@ pub struct UpstreamSection {
     /// does not mark them `readOnlyHint: true`. Every other tool counts as a write.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reads: Vec<String>,
-    /// How long one forwarded call may take, in seconds (default 60).
+    /// How long one forwarded call may take, in seconds (default 60, at most 86,400).
     #[serde(default = "default_timeout")]
     pub call_timeout_secs: u64,
     /// Whether the gateway routes to it (an operator may disable it).
@@ -333,6 +333,13 @@ impl UpstreamSection {
         if self.call_timeout_secs == 0 {
             return Err(bad("`call_timeout_secs` must be at least 1".into()));
         }
+        let longest = kberg_server::aggregate::MAX_CALL_TIMEOUT.as_secs();
+        if self.call_timeout_secs > longest {
+            return Err(bad(format!(
+                "`call_timeout_secs` must be at most {longest} (a day); a call still unanswered \
+                 then is stuck"
+            )));
+        }
         for p in &self.projects {
             bridle_rules::check_name("project", p).map_err(|e| bad(e.to_string()))?;
         }
@@ -556,6 +563,14 @@ mod tests {
             (
                 "http: {url: 'http://x/'}\ncall_timeout_secs: 0",
                 "at least 1",
+            ),
+            (
+                "http: {url: 'http://x/'}\ncall_timeout_secs: 86401",
+                "at most 86400",
+            ),
+            (
+                "http: {url: 'http://x/'}\ncall_timeout_secs: 18446744073709551615",
+                "at most 86400",
             ),
             ("http: {url: 'http://x/'}\nreads: ['a*b*']", "reads"),
             (

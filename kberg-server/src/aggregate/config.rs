@@ -205,6 +205,10 @@ impl UpstreamTransport {
 /// upstream's answer when no other timeout is configured.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The longest call timeout [`AggregatorConfig::validate`] accepts: a day. A call still
+/// unanswered after that is stuck, and the aggregator reckons deadlines from it.
+pub const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(86_400);
+
 /// How many forwarded requests one upstream has in flight at most, when no other bound is
 /// configured. Half of a Kberg server's default per-caller limit (64), since an upstream sees
 /// the whole aggregator as one caller.
@@ -219,7 +223,8 @@ pub struct UpstreamConfig {
     /// How to reach it.
     pub transport: UpstreamTransport,
     /// How long one forwarded `tools/call`, `prompts/get` or `resources/read` may wait for the
-    /// upstream's answer (default [`DEFAULT_CALL_TIMEOUT`]). On expiry the request is cancelled
+    /// upstream's answer (default [`DEFAULT_CALL_TIMEOUT`], at most [`MAX_CALL_TIMEOUT`]). On
+    /// expiry the request is cancelled
     /// upstream (`notifications/cancelled`) and the caller gets the stable code
     /// `upstream_timeout`.
     pub call_timeout: Duration,
@@ -458,6 +463,15 @@ impl AggregatorConfig {
                 return Err(ConfigError::InvalidTransport {
                     namespace: u.namespace.clone(),
                     reason: "the call timeout is zero".into(),
+                });
+            }
+            if u.call_timeout > MAX_CALL_TIMEOUT {
+                return Err(ConfigError::InvalidTransport {
+                    namespace: u.namespace.clone(),
+                    reason: format!(
+                        "the call timeout is longer than {} s (a day)",
+                        MAX_CALL_TIMEOUT.as_secs()
+                    ),
                 });
             }
             if !seen.insert(u.namespace.as_str()) {

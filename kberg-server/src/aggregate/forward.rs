@@ -104,7 +104,12 @@ fn abandon(
     calls.retain(|_, e| e.abandoned_until.is_none_or(|until| until > now));
     if let Some(e) = calls.get_mut(&id) {
         e.ctx = None;
-        e.abandoned_until = Some(now + timeout);
+        // The configuration caps the timeout; a far deadline is kept far without overflowing.
+        let until = now
+            .checked_add(timeout)
+            .or_else(|| now.checked_add(super::config::MAX_CALL_TIMEOUT))
+            .unwrap_or(now);
+        e.abandoned_until = Some(until);
     }
 }
 
@@ -424,5 +429,20 @@ mod tests {
         abandon(&mut calls, 999, start + minute, minute);
         assert_eq!(calls.len(), 1, "{}", calls.len());
         assert!(calls[&999].abandoned_until.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_timeout_past_what_an_instant_holds_does_not_panic() {
+        let now = tokio::time::Instant::now();
+        let mut calls: HashMap<u64, ActiveEntry> = HashMap::from([(
+            1,
+            ActiveEntry {
+                ctx: Some(ToolContext::detached(Caller::new(Principal::new("a")))),
+                upstream_id: None,
+                abandoned_until: None,
+            },
+        )]);
+        abandon(&mut calls, 1, now, Duration::MAX);
+        assert!(calls[&1].abandoned_until.is_some_and(|u| u > now));
     }
 }

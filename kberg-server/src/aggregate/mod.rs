@@ -87,7 +87,8 @@ mod tools;
 
 pub use config::{
     AggregatorConfig, Backoff, ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_IN_FLIGHT,
-    DEFAULT_SEPARATOR, MAX_NAME_LEN, UpstreamConfig, UpstreamRuntime, UpstreamTransport, WriteRule,
+    DEFAULT_SEPARATOR, MAX_CALL_TIMEOUT, MAX_NAME_LEN, UpstreamConfig, UpstreamRuntime,
+    UpstreamTransport, WriteRule,
 };
 pub use front::{
     Aggregator, Forward, UPSTREAM_INVALID_RESULT, UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE,
