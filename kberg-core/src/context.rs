@@ -404,7 +404,9 @@ impl ToolContext {
         self.mint_handle_of(K::KIND, internal_id, None)
     }
 
-    /// Mints a handle of a kind named at run time, optionally expiring after `ttl`.
+    /// Mints a handle of a kind named at run time, optionally expiring after `ttl` (a `ttl`
+    /// too long for the clock to hold, such as [`Duration::MAX`](std::time::Duration::MAX),
+    /// never expires).
     pub fn mint_handle_of(
         &self,
         kind: &str,
@@ -412,7 +414,8 @@ impl ToolContext {
         ttl: Option<std::time::Duration>,
     ) -> Result<String, HandleError> {
         let codec = self.handles.as_ref().ok_or(HandleError::NoCodec)?;
-        let expires = ttl.map(|t| std::time::SystemTime::now() + t);
+        // A time to live past what the clock can hold never expires.
+        let expires = ttl.and_then(|t| std::time::SystemTime::now().checked_add(t));
         codec.mint(&self.caller.principal().id, kind, internal_id, expires)
     }
 

@@ -58,8 +58,9 @@ fn app_with(codec: Option<HandleCodec>) -> App {
                     let b = ctx
                         .mint_handle::<Note>("notes/row-2")
                         .map_err(|e| e.to_string())?;
+                    // A time to live past what the clock holds: minted, and never expires.
                     let book = ctx
-                        .mint_handle_of("book", "books/7", None)
+                        .mint_handle_of("book", "books/7", Some(std::time::Duration::MAX))
                         .map_err(|e| e.to_string())?;
                     ToolOutput::json(&json!({"notes": [a, b], "book": book}))
                 }),
