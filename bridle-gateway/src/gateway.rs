@@ -310,10 +310,12 @@ fn register_kanboard(
             )));
         }
     }
-    let url = config
-        .url
-        .parse()
-        .map_err(|e| invalid(format!("`url` {}: {e}", config.url)))?;
+    let url = config.url.parse().map_err(|e| {
+        invalid(format!(
+            "`url` {}: {e}",
+            bridle_rules::redact_url(&config.url)
+        ))
+    })?;
     let client = KanboardClient::new(url, Duration::from_secs(config.timeout_secs.max(1)))
         .map_err(|e| invalid(e.to_string()))?;
     let gw = Arc::clone(ctx);
@@ -771,7 +773,11 @@ async fn drain(
         grace_ms = grace.as_millis() as u64,
         "shutting down: finishing in-flight calls"
     );
-    let deadline = tokio::time::Instant::now() + grace;
+    // A grace past what an instant can hold waits as long as the longest the CLI accepts.
+    let now = tokio::time::Instant::now();
+    let deadline = now
+        .checked_add(grace)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400));
     while metrics.in_flight() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -779,4 +779,15 @@ fn a_grace_period_over_30_days_is_refused() {
         assert!(said.contains("--grace-secs"), "{args:?}: {said}");
         assert!(said.contains("2592000"), "{args:?}: {said}");
     }
+    // The shutdown's grace is at most a day: a longer one would wait past what the clock holds.
+    let out = run_bridle(
+        tmp.path(),
+        &["serve", "--shutdown-grace", "18446744073709551615"],
+    );
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("--shutdown-grace") && said.contains("86400"),
+        "{said}"
+    );
 }

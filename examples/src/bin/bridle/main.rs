@@ -113,8 +113,8 @@ enum Command {
         /// port after the MCP endpoint's.
         #[arg(long)]
         admin_listen: Option<String>,
-        /// Seconds in-flight calls may take to finish after SIGTERM or Ctrl-C.
-        #[arg(long, default_value_t = 10)]
+        /// Seconds in-flight calls may take to finish after SIGTERM or Ctrl-C (at most a day).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(..=86_400))]
         shutdown_grace: u64,
     },
     /// Ask a running gateway whether it is alive (`/healthz`) or ready (`--ready`, `/readyz`);
