@@ -26,28 +26,48 @@ use super::credential::Credential;
 /// What a scrubbed value becomes.
 pub const REDACTED: &str = "[redacted]";
 
-/// Replaces every occurrence of `secret` in `out`; returns whether anything was replaced.
+/// What of `secret` is searched for: the value itself and, for a value of several lines (a PEM
+/// key), each of its lines (trimmed) of at least
+/// [`MIN_REDACTED_LEN`](kberg_server::aggregate::MIN_REDACTED_LEN) bytes, as the aggregator
+/// redacts a child's stderr: an upstream that quotes one line of the value quotes part of it.
+/// Longest first, so a part inside a longer one is never left half replaced.
+fn parts(secret: &str) -> Vec<&str> {
+    let mut parts = vec![secret];
+    if secret.contains('\n') {
+        parts.extend(
+            secret
+                .lines()
+                .map(str::trim)
+                .filter(|l| l.len() >= kberg_server::aggregate::MIN_REDACTED_LEN),
+        );
+        parts.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        parts.dedup();
+    }
+    parts.retain(|p| !p.is_empty());
+    parts
+}
+
+/// Replaces every occurrence of `secret` (and of each line of it, see [`parts`]) in `out`;
+/// returns whether anything was replaced.
 pub fn scrub_output(out: &mut ToolOutput, secret: &str) -> bool {
-    if secret.is_empty() {
-        return false;
-    }
     let mut hit = false;
-    for block in &mut out.content {
-        hit |= scrub_content(block, secret);
-    }
-    if let Some(v) = &mut out.structured {
-        hit |= scrub_value(v, secret);
+    for part in parts(secret) {
+        for block in &mut out.content {
+            hit |= scrub_content(block, part);
+        }
+        if let Some(v) = &mut out.structured {
+            hit |= scrub_value(v, part);
+        }
     }
     hit
 }
 
-/// `text` with every occurrence of `secret` replaced by [`REDACTED`] (as it is when `secret` is
-/// empty).
+/// `text` with every occurrence of `secret` (and of each line of it, see [`parts`]) replaced
+/// by [`REDACTED`] (as it is when `secret` is empty).
 pub fn scrub_text(text: &str, secret: &str) -> String {
-    if secret.is_empty() {
-        return text.to_string();
-    }
-    text.replace(secret, REDACTED)
+    parts(secret)
+        .into_iter()
+        .fold(text.to_string(), |t, part| t.replace(part, REDACTED))
 }
 
 /// Replaces `secret` in `s` in place; returns whether it was there.
@@ -149,7 +169,10 @@ impl ScrubbingPeer {
     }
 
     fn scrubbed(&self, method: &str, mut params: Value) -> Value {
-        if scrub_value(&mut params, self.secret.expose()) {
+        let hit = parts(self.secret.expose())
+            .into_iter()
+            .fold(false, |hit, part| scrub_value(&mut params, part) | hit);
+        if hit {
             tracing::warn!(namespace = %self.namespace, method, "the upstream sent its credential to the client; scrubbed");
         }
         params
@@ -361,5 +384,22 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn each_line_of_a_secret_of_several_lines_is_scrubbed_too() {
+        let pem = "-----BEGIN KEY-----\nMIIEowIBAAKCAQEAcanary1\nshort\n-----END KEY-----\n";
+        let said = "bad key line MIIEowIBAAKCAQEAcanary1 near the short end";
+        assert_eq!(
+            scrub_text(said, pem),
+            "bad key line [redacted] near the short end",
+            "a line under the minimum length is left alone"
+        );
+        assert_eq!(scrub_text(&format!("key: {pem}"), pem), "key: [redacted]");
+        let mut out = ToolOutput::text(said).with_structured(json!({"k": said}));
+        assert!(scrub_output(&mut out, pem));
+        assert!(!out.all_text().contains("canary1"));
+        assert!(!out.structured.unwrap().to_string().contains("canary1"));
+        assert_eq!(scrub_text("nothing", ""), "nothing");
     }
 }
