@@ -275,7 +275,7 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// Whether `origin` is `http(s)://host[:port]` (an IPv6 host in brackets), nothing more.
-fn is_origin(origin: &str) -> bool {
+pub(crate) fn is_origin(origin: &str) -> bool {
     let Some(rest) = origin
         .strip_prefix("https://")
         .or_else(|| origin.strip_prefix("http://"))
@@ -432,6 +432,16 @@ pub enum ConfigError {
         file: PathBuf,
         /// What is wrong.
         message: String,
+    },
+    /// An environment variable ([`crate::edge`]) holds a value its setting cannot take.
+    #[error("<environment>: {variable} is `{value}`, not {expected}")]
+    Environment {
+        /// The variable (`BRIDLE_ADMIN_BEHIND_TLS`, ...).
+        variable: &'static str,
+        /// The value refused (for a list, the item refused).
+        value: String,
+        /// What it should be.
+        expected: &'static str,
     },
     /// A file could not be read or written.
     #[error("{path}: {source}")]

@@ -12,6 +12,10 @@
 //! from the environment: the environment names files (`BRIDLE_MASTER_KEY_FILE`, the Docker
 //! secrets folder, the admin credential's file `BRIDLE_ADMIN_TOKEN_FILE`), and `bridle.yaml`
 //! refers to secrets by name (`docker:gitea_token`).
+//!
+//! Every variable is named after the key it sets (`admin.behind_tls` is
+//! `BRIDLE_ADMIN_BEHIND_TLS`). A value the key cannot take stops the overlay with
+//! [`ConfigError::Environment`], which names the variable.
 
 use std::path::PathBuf;
 
@@ -32,6 +36,31 @@ pub const EDGE_VARIABLES: &[(&str, &str)] = &[
         "admin.token_file (the admin credential's file, a Docker secret)",
     ),
     ("BRIDLE_DOCKER_SECRETS_DIR", "vault.docker_secrets_dir"),
+    (
+        "BRIDLE_ADMIN_READ_ONLY",
+        "admin.read_only (`true` or `false`, or `1`, `0`)",
+    ),
+    ("BRIDLE_ADMIN_WATCHERS", "admin.watchers (comma-separated)"),
+    (
+        "BRIDLE_ADMIN_BEHIND_TLS",
+        "admin.behind_tls (`true` or `false`, or `1`, `0`)",
+    ),
+    (
+        "BRIDLE_ADMIN_ALLOWED_ORIGINS",
+        "admin.allowed_origins (comma-separated)",
+    ),
+    (
+        "BRIDLE_ADMIN_LOGIN_LIMITS_PER_ADDRESS",
+        "admin.login_limits.per_address (a whole number above zero)",
+    ),
+    (
+        "BRIDLE_ADMIN_LOGIN_LIMITS_PER_CREDENTIAL",
+        "admin.login_limits.per_credential (a whole number above zero)",
+    ),
+    (
+        "BRIDLE_ADMIN_LOGIN_LIMITS_WINDOW_SECS",
+        "admin.login_limits.window_secs (a whole number above zero)",
+    ),
     (
         "KANBOARD_URL",
         "kanboard.url (creates the section when absent)",
@@ -71,6 +100,24 @@ pub struct EdgeSettings {
     pub admin_token_file: Option<PathBuf>,
     /// `BRIDLE_DOCKER_SECRETS_DIR`: where `docker:NAME` references are read.
     pub docker_secrets_dir: Option<PathBuf>,
+    /// `BRIDLE_ADMIN_READ_ONLY`: the admin API only reads (`true` or `false`, or `1`, `0`;
+    /// checked by [`GatewayConfig::overlay`]).
+    pub admin_read_only: Option<String>,
+    /// `BRIDLE_ADMIN_WATCHERS`: admins who may only read, by name.
+    pub admin_watchers: Option<Vec<String>>,
+    /// `BRIDLE_ADMIN_BEHIND_TLS`: browsers reach the web panel over TLS (`true` or `false`, or
+    /// `1`, `0`).
+    pub admin_behind_tls: Option<String>,
+    /// `BRIDLE_ADMIN_ALLOWED_ORIGINS`: the web panel's public origins behind a reverse proxy.
+    pub admin_allowed_origins: Option<Vec<String>>,
+    /// `BRIDLE_ADMIN_LOGIN_LIMITS_PER_ADDRESS`: refused admin credentials tolerated from one
+    /// client address (a whole number above zero).
+    pub admin_login_limits_per_address: Option<String>,
+    /// `BRIDLE_ADMIN_LOGIN_LIMITS_PER_CREDENTIAL`: refused tries of one credential tolerated.
+    pub admin_login_limits_per_credential: Option<String>,
+    /// `BRIDLE_ADMIN_LOGIN_LIMITS_WINDOW_SECS`: how long a refused credential counts, in
+    /// seconds.
+    pub admin_login_limits_window_secs: Option<String>,
     /// `KANBOARD_URL`: Kanboard's JSON-RPC endpoint.
     pub kanboard_url: Option<String>,
     /// `QDRANT_URL`: memory's vectors in Qdrant at this gRPC URL.
@@ -93,6 +140,40 @@ fn edge_error(message: String) -> ConfigError {
         file: PathBuf::from("<environment>"),
         message,
     }
+}
+
+fn malformed(variable: &'static str, value: &str, expected: &'static str) -> ConfigError {
+    ConfigError::Environment {
+        variable,
+        value: value.to_string(),
+        expected,
+    }
+}
+
+/// A yes-or-no variable: `true` or `false` (any case), or `1`, `0`.
+fn flag(variable: &'static str, value: &str) -> Result<bool, ConfigError> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(malformed(
+            variable,
+            value,
+            "`true` or `false` (or `1`, `0`)",
+        )),
+    }
+}
+
+/// A count or a number of seconds: a whole number above zero (a zero limit would refuse
+/// every admin, a zero window none).
+fn above_zero<T: std::str::FromStr + Default + PartialEq>(
+    variable: &'static str,
+    value: &str,
+) -> Result<T, ConfigError> {
+    value
+        .parse::<T>()
+        .ok()
+        .filter(|n| *n != T::default())
+        .ok_or_else(|| malformed(variable, value, "a whole number above zero"))
 }
 
 impl EdgeSettings {
@@ -119,6 +200,13 @@ impl EdgeSettings {
             master_key_file: text("BRIDLE_MASTER_KEY_FILE").map(PathBuf::from),
             admin_token_file: text("BRIDLE_ADMIN_TOKEN_FILE").map(PathBuf::from),
             docker_secrets_dir: text("BRIDLE_DOCKER_SECRETS_DIR").map(PathBuf::from),
+            admin_read_only: text("BRIDLE_ADMIN_READ_ONLY"),
+            admin_watchers: list("BRIDLE_ADMIN_WATCHERS"),
+            admin_behind_tls: text("BRIDLE_ADMIN_BEHIND_TLS"),
+            admin_allowed_origins: list("BRIDLE_ADMIN_ALLOWED_ORIGINS"),
+            admin_login_limits_per_address: text("BRIDLE_ADMIN_LOGIN_LIMITS_PER_ADDRESS"),
+            admin_login_limits_per_credential: text("BRIDLE_ADMIN_LOGIN_LIMITS_PER_CREDENTIAL"),
+            admin_login_limits_window_secs: text("BRIDLE_ADMIN_LOGIN_LIMITS_WINDOW_SECS"),
             kanboard_url: text("KANBOARD_URL"),
             qdrant_url: text("QDRANT_URL"),
             embeddings_url: text("EMBEDDINGS_URL"),
@@ -169,7 +257,8 @@ impl GatewayConfig {
     /// Lays `edge` over this configuration and checks the result as [`GatewayConfig::load`]
     /// checks a file. Returns the `bridle.yaml` keys it set, for the log. A setting that has
     /// nothing to apply to (`QDRANT_URL` without a `memory:` section, `GITEA_MCP_URL` without
-    /// an HTTP `gitea` upstream) is an error, never silently dropped.
+    /// an HTTP `gitea` upstream) is an error, never silently dropped; a value its key cannot
+    /// take is [`ConfigError::Environment`], naming the variable.
     pub fn overlay(&mut self, edge: &EdgeSettings) -> Result<Vec<&'static str>, ConfigError> {
         let mut set = Vec::new();
         if let Some(v) = &edge.listen {
@@ -196,6 +285,7 @@ impl GatewayConfig {
             self.vault.docker_secrets_dir = Some(v.clone());
             set.push("vault.docker_secrets_dir");
         }
+        self.overlay_admin(edge, &mut set)?;
         if let Some(url) = &edge.kanboard_url {
             self.overlay_kanboard(url)?;
             set.push("kanboard.url");
@@ -234,6 +324,63 @@ impl GatewayConfig {
         }
         self.check(std::path::Path::new("bridle.yaml + environment"))?;
         Ok(set)
+    }
+
+    /// The `admin:` keys other than `token_file`, each value checked and refused naming its
+    /// variable.
+    fn overlay_admin(
+        &mut self,
+        edge: &EdgeSettings,
+        set: &mut Vec<&'static str>,
+    ) -> Result<(), ConfigError> {
+        let admin = &mut self.admin;
+        if let Some(v) = &edge.admin_read_only {
+            admin.read_only = flag("BRIDLE_ADMIN_READ_ONLY", v)?;
+            set.push("admin.read_only");
+        }
+        if let Some(names) = &edge.admin_watchers {
+            if let Some(bad) = names
+                .iter()
+                .find(|n| bridle_rules::check_name("admin", n).is_err())
+            {
+                return Err(malformed(
+                    "BRIDLE_ADMIN_WATCHERS",
+                    bad,
+                    "a comma-separated list of admin names (lowercase letters, digits, `-`, `_`, `.`)",
+                ));
+            }
+            admin.watchers = names.clone();
+            set.push("admin.watchers");
+        }
+        if let Some(v) = &edge.admin_behind_tls {
+            admin.behind_tls = flag("BRIDLE_ADMIN_BEHIND_TLS", v)?;
+            set.push("admin.behind_tls");
+        }
+        if let Some(origins) = &edge.admin_allowed_origins {
+            if let Some(bad) = origins.iter().find(|o| !crate::config::is_origin(o)) {
+                return Err(malformed(
+                    "BRIDLE_ADMIN_ALLOWED_ORIGINS",
+                    bad,
+                    "a comma-separated list of `http(s)://host[:port]` origins",
+                ));
+            }
+            admin.allowed_origins = origins.clone();
+            set.push("admin.allowed_origins");
+        }
+        let limits = &mut admin.login_limits;
+        if let Some(v) = &edge.admin_login_limits_per_address {
+            limits.per_address = above_zero("BRIDLE_ADMIN_LOGIN_LIMITS_PER_ADDRESS", v)?;
+            set.push("admin.login_limits.per_address");
+        }
+        if let Some(v) = &edge.admin_login_limits_per_credential {
+            limits.per_credential = above_zero("BRIDLE_ADMIN_LOGIN_LIMITS_PER_CREDENTIAL", v)?;
+            set.push("admin.login_limits.per_credential");
+        }
+        if let Some(v) = &edge.admin_login_limits_window_secs {
+            limits.window_secs = above_zero("BRIDLE_ADMIN_LOGIN_LIMITS_WINDOW_SECS", v)?;
+            set.push("admin.login_limits.window_secs");
+        }
+        Ok(())
     }
 
     #[cfg(feature = "kanboard")]

@@ -1,13 +1,14 @@
 //! Settings from the environment laid over `bridle.yaml` (`bridle_gateway::edge`): each
 //! variable sets its key, the environment wins over the file, the result is checked as a file
-//! is, and a setting with nothing to apply to is an error, never dropped.
+//! is, a setting with nothing to apply to is an error, never dropped, and a value its key
+//! cannot take is refused naming the variable.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use bridle_gateway::config::GatewayConfig;
+use bridle_gateway::config::{ConfigError, GatewayConfig};
 use bridle_gateway::edge::{EDGE_VARIABLES, EdgeSettings};
 use bridle_gateway::memory::{MemoryEmbedderConfig, MemoryStoreConfig};
 
@@ -68,6 +69,99 @@ fn the_environment_wins_over_the_file() {
         c.vault.docker_secrets_dir,
         Some(PathBuf::from("/run/other-secrets"))
     );
+}
+
+#[test]
+fn admin_variables_set_the_admin_section() {
+    let mut c = config(&format!(
+        "{AGENTS}admin:\n  watchers: [carol]\n  allowed_origins: ['https://file.example']\n  login_limits: {{per_address: 7, per_credential: 3, window_secs: 60}}\n"
+    ));
+    let set = c
+        .overlay(&edge(&[
+            ("BRIDLE_ADMIN_READ_ONLY", "TRUE"),
+            ("BRIDLE_ADMIN_WATCHERS", "auditor, ops.bot"),
+            ("BRIDLE_ADMIN_BEHIND_TLS", "1"),
+            (
+                "BRIDLE_ADMIN_ALLOWED_ORIGINS",
+                "https://bridle.example.org, http://[::1]:8443/",
+            ),
+            ("BRIDLE_ADMIN_LOGIN_LIMITS_PER_ADDRESS", "20"),
+            ("BRIDLE_ADMIN_LOGIN_LIMITS_WINDOW_SECS", "600"),
+        ]))
+        .unwrap();
+    assert_eq!(
+        set,
+        [
+            "admin.read_only",
+            "admin.watchers",
+            "admin.behind_tls",
+            "admin.allowed_origins",
+            "admin.login_limits.per_address",
+            "admin.login_limits.window_secs",
+        ]
+    );
+    let a = &c.admin;
+    assert!(a.read_only);
+    assert_eq!(
+        a.watchers,
+        ["auditor", "ops.bot"],
+        "the list replaces the file's"
+    );
+    assert!(a.behind_tls);
+    assert_eq!(
+        a.allowed_origins,
+        ["https://bridle.example.org", "http://[::1]:8443/"]
+    );
+    assert_eq!(a.login_limits.per_address, 20);
+    assert_eq!(a.login_limits.per_credential, 3, "unset: the file's");
+    assert_eq!(a.login_limits.window_secs, 600);
+    // And back off: `false` and `0` are the other answers.
+    c.overlay(&edge(&[
+        ("BRIDLE_ADMIN_READ_ONLY", "false"),
+        ("BRIDLE_ADMIN_BEHIND_TLS", "0"),
+    ]))
+    .unwrap();
+    assert!(!c.admin.read_only && !c.admin.behind_tls);
+}
+
+#[test]
+fn malformed_admin_variables_are_refused_naming_them() {
+    for (variable, value, refused) in [
+        ("BRIDLE_ADMIN_READ_ONLY", "yes please", "yes please"),
+        ("BRIDLE_ADMIN_BEHIND_TLS", "maybe", "maybe"),
+        ("BRIDLE_ADMIN_WATCHERS", "auditor, Bob", "Bob"),
+        (
+            "BRIDLE_ADMIN_ALLOWED_ORIGINS",
+            "https://ok.example, bridle.example",
+            "bridle.example",
+        ),
+        (
+            "BRIDLE_ADMIN_ALLOWED_ORIGINS",
+            "https://ok.example/panel",
+            "https://ok.example/panel",
+        ),
+        ("BRIDLE_ADMIN_LOGIN_LIMITS_PER_ADDRESS", "0", "0"),
+        ("BRIDLE_ADMIN_LOGIN_LIMITS_PER_CREDENTIAL", "five", "five"),
+        ("BRIDLE_ADMIN_LOGIN_LIMITS_WINDOW_SECS", "-1", "-1"),
+        ("BRIDLE_ADMIN_LOGIN_LIMITS_WINDOW_SECS", "1.5", "1.5"),
+    ] {
+        let mut c = config(AGENTS);
+        let err = c.overlay(&edge(&[(variable, value)])).unwrap_err();
+        let message = err.to_string();
+        match err {
+            ConfigError::Environment {
+                variable: named,
+                value: v,
+                ..
+            } => {
+                assert_eq!(named, variable, "{message}");
+                assert_eq!(v, refused, "{message}");
+            }
+            other => panic!("{variable}={value}: {other}"),
+        }
+        assert!(message.starts_with("<environment>: "), "{message}");
+        assert!(message.contains(variable), "{message}");
+    }
 }
 
 fn load_error(yaml: &str) -> String {

@@ -158,6 +158,10 @@ fn bad_settings_stop_the_process_naming_them() {
         ),
         (vec![("BRIDLE_LISTEN", "0.0.0.0:7878")], "allowed_hosts"),
         (vec![("BRIDLE_LOG_FORMAT", "yaml")], "BRIDLE_LOG_FORMAT"),
+        (
+            vec![("BRIDLE_ADMIN_BEHIND_TLS", "maybe")],
+            "BRIDLE_ADMIN_BEHIND_TLS is `maybe`",
+        ),
     ] {
         let out = bridle(tmp.path(), &env).arg("serve").output().unwrap();
         assert!(!out.status.success(), "{env:?} was accepted");
