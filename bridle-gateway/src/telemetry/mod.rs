@@ -106,14 +106,22 @@ impl TracesSection {
     /// timeout of at least a second, a service name.
     pub fn check(&self) -> Result<(), String> {
         let e = &self.otlp.endpoint;
+        // Named redacted: an endpoint may carry a collector's credential (`user:key@`,
+        // `?api_key=`), with or without a scheme (read as an authority then).
+        let shown = match e.contains("://") {
+            true => bridle_rules::redact_url(e),
+            false => bridle_rules::redact_url(&format!("x://{e}"))
+                .trim_start_matches("x://")
+                .to_string(),
+        };
         let rest = e
             .strip_prefix("http://")
             .or_else(|| e.strip_prefix("https://"))
             .ok_or_else(|| {
-                format!("traces.otlp.endpoint `{e}` is not an http:// or https:// URL")
+                format!("traces.otlp.endpoint `{shown}` is not an http:// or https:// URL")
             })?;
         if rest.is_empty() || rest.starts_with('/') {
-            return Err(format!("traces.otlp.endpoint `{e}` names no host"));
+            return Err(format!("traces.otlp.endpoint `{shown}` names no host"));
         }
         if self.otlp.timeout_secs == 0 {
             return Err("traces.otlp.timeout_secs must be at least 1".into());
@@ -170,5 +178,16 @@ mod tests {
         let mut s = TracesSection::otlp("http://c");
         s.otlp.timeout_secs = 0;
         assert!(s.check().is_err());
+    }
+
+    #[test]
+    fn a_refused_endpoint_is_named_without_its_credential() {
+        for bad in [
+            "ftp://otel:CANARY-otlp-key@collector:4318",
+            "collector:4318/v1/traces?api_key=CANARY-otlp-key",
+        ] {
+            let err = TracesSection::otlp(bad).check().unwrap_err();
+            assert!(!err.contains("CANARY"), "{err}");
+        }
     }
 }

@@ -118,7 +118,7 @@ pub(crate) async fn serve(
     let mut builder = GatewayBuilder::new(dir, config.clone()).shutdown_grace(shutdown_grace);
     if let Some(t) = telemetry {
         if let Some(traces) = &config.traces {
-            tracing::info!(endpoint = %traces.otlp.endpoint, service = %traces.service_name, "exporting traces over OTLP");
+            tracing::info!(endpoint = %bridle_rules::redact_url(&traces.otlp.endpoint), service = %traces.service_name, "exporting traces over OTLP");
         }
         builder = builder.telemetry(t);
     }
