@@ -147,7 +147,7 @@ pub fn redact_url(source: &str) -> String {
 
 /// The parts of `source` that [`redact_url`] hides (a URL's user part and query), to scrub
 /// out of what git says about it.
-fn hidden_parts(source: &str) -> Vec<&str> {
+pub(crate) fn hidden_parts(source: &str) -> Vec<&str> {
     let s = source.trim();
     let Some(scheme_end) = s.find("://") else {
         return Vec::new();

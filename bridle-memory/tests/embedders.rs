@@ -159,8 +159,13 @@ async fn openai_probes_the_dimension_and_keeps_input_order() {
     let mut f = fake(12);
     f.reverse = true;
     let s = serve(openai_router(f.clone())).await;
-    // Both base-URL spellings reach the same endpoint.
-    for base in [s.url.clone(), format!("{}/v1/", s.url)] {
+    // Every base-URL spelling reaches the same endpoint; a query (a hosted service's
+    // `?api-version=`) stays the query.
+    for base in [
+        s.url.clone(),
+        format!("{}/v1/", s.url),
+        format!("{}/v1?api-version=2024-02-01", s.url),
+    ] {
         let e = OpenAiEmbedder::connect(HttpEmbedderConfig::new(base, "nomic-embed-text"))
             .await
             .expect("connect");
@@ -177,7 +182,7 @@ async fn openai_probes_the_dimension_and_keeps_input_order() {
     }
     assert_eq!(
         f.calls.load(Ordering::SeqCst),
-        4,
+        6,
         "one probe and one batch per connection"
     );
 }
@@ -386,5 +391,45 @@ async fn credentials_in_the_url_or_the_key_are_not_in_the_errors() {
             err.to_string().contains("invalid key: Bearer [redacted]"),
             "{err}"
         );
+    }
+
+    // Refuses a URL's credentials, quoting the request line and the Basic credential the
+    // HTTP client made of the user part (percent-escaped as written, decoded as sent).
+    let quoting = serve(axum::Router::new().fallback(
+        |uri: axum::http::Uri, headers: HeaderMap| async move {
+            let auth = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            (StatusCode::FORBIDDEN, format!("refused {uri} with {auth}"))
+        },
+    ))
+    .await;
+    let addr = quoting
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches('/');
+    let config = HttpEmbedderConfig::new(
+        format!("http://canary-user:canary%2Fpass@{addr}/?key=canary-q%21"),
+        "m",
+    );
+    for err in [
+        OpenAiEmbedder::connect(config.clone())
+            .await
+            .expect_err("refused"),
+        OllamaEmbedder::connect(config).await.expect_err("refused"),
+    ] {
+        let text = err.to_string();
+        assert!(text.contains("403"), "{text}");
+        assert!(
+            text.contains("refused /v1/embeddings?[redacted]")
+                || text.contains("refused /api/embed?[redacted]"),
+            "the query stays the query: {text}"
+        );
+        assert!(text.contains("Basic [redacted]"), "{text}");
+        assert!(!text.contains("canary"), "{text}");
+        // "canary-user:canary/pass" as the HTTP client sends it.
+        assert!(!text.contains("Y2FuYXJ5"), "{text}");
     }
 }

@@ -6,7 +6,11 @@
 //!
 //! Errors reach the model (a memory tool's refusal), so they name the endpoint as
 //! [`redact_url`] shows it, never its user part or query, and the HTTP client's error text
-//! without the URL it appends; neither `Debug` shows the API key.
+//! without the URL it appends; neither `Debug` shows the API key. An error answer is quoted with
+//! every credential the request carried replaced (the key, the URL's user part and query
+//! values, the `Basic` value made of the user part), since services echo what they refuse. The
+//! endpoint's path is appended to the base URL's path, so a base with a query
+//! (`?api-version=`) keeps it.
 
 use std::time::Duration;
 
@@ -85,6 +89,9 @@ struct Client {
     shown: String,
     model: String,
     api_key: Option<String>,
+    /// What an error answer must not quote: the key, the URL's user part and query values,
+    /// and the Basic credential the HTTP client makes of the user part. Longest first.
+    hidden: Vec<String>,
 }
 
 impl std::fmt::Debug for Client {
@@ -95,6 +102,42 @@ impl std::fmt::Debug for Client {
             .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
             .finish_non_exhaustive()
     }
+}
+
+/// The credentials a request to `url` with `api_key` carries, as a service could quote them
+/// back: the key, the URL's user part and query values (as written and as decoded), and the
+/// `Authorization: Basic` value the HTTP client sends for a user part. Values shorter than four
+/// characters are left, as they would match ordinary words.
+fn credentials_of(url: &str, api_key: Option<&str>) -> Vec<String> {
+    let mut hidden: Vec<String> = api_key.map(str::to_string).into_iter().collect();
+    hidden.extend(
+        crate::repo::hidden_parts(url)
+            .into_iter()
+            .map(str::to_string),
+    );
+    if let Ok(u) = reqwest::Url::parse(url) {
+        hidden.extend(u.query_pairs().map(|(_, v)| v.into_owned()));
+        if !u.username().is_empty() || u.password().is_some() {
+            let decode = |s: &str| percent_decode(s);
+            let user = decode(u.username());
+            let pass = u.password().map(decode).unwrap_or_default();
+            use base64::Engine as _;
+            hidden.push(base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}")));
+            hidden.push(user);
+            hidden.push(pass);
+        }
+    }
+    hidden.retain(|h| h.chars().count() >= 4);
+    hidden.sort_by_key(|h| std::cmp::Reverse(h.len()));
+    hidden.dedup();
+    hidden
+}
+
+/// `s` with `%XX` escapes decoded (lossily, as the HTTP client decodes a URL's user part).
+fn percent_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 impl Client {
@@ -114,6 +157,7 @@ impl Client {
             })?;
         Ok(Self {
             http,
+            hidden: credentials_of(&url, config.api_key.as_deref()),
             url,
             shown,
             model: config.model.clone(),
@@ -159,9 +203,10 @@ impl Client {
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes);
             let mut snippet: String = text.chars().take(300).collect();
-            // A service may quote the key it refused.
-            if let Some(k) = self.api_key.as_deref().filter(|k| !k.is_empty()) {
-                snippet = snippet.replace(k, "[redacted]");
+            // A service may quote the key it refused, the request's URL with the user part
+            // and query a credential can sit in, or the Basic credential made of that user part.
+            for h in &self.hidden {
+                snippet = snippet.replace(h.as_str(), "[redacted]");
             }
             return Err(unavailable(format!("HTTP {status}: {snippet}")));
         }
@@ -321,13 +366,29 @@ impl OpenAiEmbedder {
     /// Connects: builds the client and resolves the dimension (probing the server if it was
     /// not configured).
     pub async fn connect(config: HttpEmbedderConfig) -> Result<Self> {
-        let base = config.base_url.trim_end_matches('/');
-        let url = if base.ends_with("/v1") {
-            format!("{base}/embeddings")
-        } else {
-            format!("{base}/v1/embeddings")
-        };
+        let url = endpoint(&config.base_url, |base| {
+            if base.ends_with("/v1") {
+                format!("{base}/embeddings")
+            } else {
+                format!("{base}/v1/embeddings")
+            }
+        });
         Ok(Self(Connected::connect(config, url, Wire::OpenAi).await?))
+    }
+}
+
+/// The endpoint under `base`: its path (without a trailing `/`) made into the endpoint's by
+/// `path`, its query kept (a hosted service's `?api-version=`), its fragment dropped. A base
+/// that does not parse is joined as text; the request then fails naming it redacted.
+fn endpoint(base: &str, path: impl Fn(&str) -> String) -> String {
+    match reqwest::Url::parse(base.trim()) {
+        Ok(mut u) => {
+            let p = path(u.path().trim_end_matches('/'));
+            u.set_path(&p);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => path(base.trim().trim_end_matches('/')),
     }
 }
 
@@ -338,7 +399,7 @@ pub struct OllamaEmbedder(Connected);
 impl OllamaEmbedder {
     /// Connects: builds the client and resolves the dimension.
     pub async fn connect(config: HttpEmbedderConfig) -> Result<Self> {
-        let url = format!("{}/api/embed", config.base_url.trim_end_matches('/'));
+        let url = endpoint(&config.base_url, |base| format!("{base}/api/embed"));
         Ok(Self(Connected::connect(config, url, Wire::Ollama).await?))
     }
 }
