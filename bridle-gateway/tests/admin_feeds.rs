@@ -8,7 +8,7 @@
 
 #![allow(clippy::unwrap_used)] // Tests fail loudly on any unexpected error.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -497,13 +497,7 @@ async fn an_old_document_is_upgraded_and_its_profile_suggestions_queued() {
 
 /// Every log line of this test binary, from every thread and every test in it.
 fn logs() -> &'static LogBuffer {
-    static LOGS: OnceLock<LogBuffer> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = LogBuffer::default();
-        tracing::subscriber::set_global_default(logs.subscriber(tracing::Level::DEBUG))
-            .expect("one global subscriber");
-        logs
-    })
+    LogBuffer::global(tracing::Level::DEBUG)
 }
 
 /// The token of the pages behind basic auth; it must appear nowhere but in the requests.

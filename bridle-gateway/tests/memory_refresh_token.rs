@@ -7,7 +7,7 @@
 
 mod admin_support;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use admin_support::gateway::Gw;
 use bridle_memory::{
@@ -22,17 +22,7 @@ const CANARY: &str = "canary-refresh-token-4Vb9Qe";
 
 /// Every log line of this test binary, from every thread.
 fn logs() -> &'static LogBuffer {
-    static LOGS: OnceLock<LogBuffer> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = LogBuffer::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_ansi(false)
-            .with_writer(logs.clone())
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
-        logs
-    })
+    LogBuffer::global(tracing::Level::DEBUG)
 }
 
 fn git(dir: &std::path::Path, args: &[&str]) {

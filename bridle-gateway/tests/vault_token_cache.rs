@@ -10,7 +10,6 @@
 #[path = "../../bridle-rules/tests/support/pg_cluster.rs"]
 mod pg_cluster;
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use bridle_gateway::vault::{MasterKey, TokenCacheStatus, Vault, VaultConfig};
@@ -21,17 +20,7 @@ use pg_cluster::PgCluster;
 /// Every log line of this test binary, from every thread (the vault's listener runs on its
 /// database thread, so a thread-local subscriber would miss it).
 fn logs() -> &'static LogBuffer {
-    static LOGS: OnceLock<LogBuffer> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = LogBuffer::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(logs.clone())
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
-        logs
-    })
+    LogBuffer::global(tracing::Level::TRACE)
 }
 
 fn key() -> MasterKey {

@@ -38,6 +38,24 @@ impl LogBuffer {
             .finish()
     }
 
+    /// The buffer of every log line of this test binary, from every thread and every test in
+    /// it: on the first call, a [`LogBuffer::subscriber`] up to `max` becomes the process's
+    /// global default (a thread-local one would miss what a library logs on its own threads).
+    /// Later calls return the same buffer whatever `max` they pass, so a binary uses one level.
+    ///
+    /// # Panics
+    ///
+    /// If something else in the binary already set the global default subscriber.
+    pub fn global(max: tracing::Level) -> &'static LogBuffer {
+        static GLOBAL: std::sync::OnceLock<LogBuffer> = std::sync::OnceLock::new();
+        GLOBAL.get_or_init(|| {
+            let logs = LogBuffer::default();
+            tracing::subscriber::set_global_default(logs.subscriber(max))
+                .expect("one global subscriber per test binary");
+            logs
+        })
+    }
+
     /// Waits until `needle` was logged and returns the whole log then; panics with the log so
     /// far after [`WAIT`].
     pub async fn wait_for(&self, needle: &str) -> String {
