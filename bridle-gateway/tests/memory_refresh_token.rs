@@ -14,6 +14,7 @@ use bridle_memory::{
     ConstantEmbedder, EmbeddedStore, ExampleRepo, MemoryService, NoProgress, PatternIndexConfig,
 };
 use kberg_agent::{McpSurface, ToolSurface};
+use kberg_testkit::git::git;
 use kberg_testkit::log::LogBuffer;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -23,23 +24,6 @@ const CANARY: &str = "canary-refresh-token-4Vb9Qe";
 /// Every log line of this test binary, from every thread.
 fn logs() -> &'static LogBuffer {
     LogBuffer::global(tracing::Level::DEBUG)
-}
-
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .output()
-        .expect("git must be installed to run this test");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

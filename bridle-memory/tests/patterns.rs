@@ -15,6 +15,7 @@ use bridle_memory::{
     ProgressEvent, VectorStore,
 };
 use common::{FaultyEmbedder, HashingEmbedder, write_tree};
+use kberg_testkit::git::git;
 use tokio::sync::Mutex;
 
 const RUST_MVC: &[(&str, &str)] = &[
@@ -283,23 +284,6 @@ async fn indexes_a_local_repository_and_finds_the_right_files() {
         vec!["hex-1", "mvc-example-1"]
     );
     assert_eq!(examples[0].chunks, 1);
-}
-
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .output()
-        .expect("git must be installed to run this test");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
