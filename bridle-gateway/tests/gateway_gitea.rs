@@ -42,19 +42,7 @@ fn text(r: &ToolResult) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canary_secret_reaches_gitea_and_nothing_an_agent_or_a_log_sees() {
     let logs = LogBuffer::default();
-    let sink = logs.clone();
-    {
-        use tracing_subscriber::layer::SubscriberExt;
-        use tracing_subscriber::util::SubscriberInitExt;
-        tracing_subscriber::registry()
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(move || sink.clone())
-                    .with_ansi(false),
-            )
-            .with(bridle_gateway::logging::log_targets("trace"))
-            .init();
-    }
+    logs.install_global(bridle_gateway::logging::log_targets("trace"));
 
     let gitea = GiteaStandIn::start([(CANARY, "alice"), (CODEX_GITEA, "bob")]).await;
     let tmp = tempfile::tempdir().unwrap();

@@ -94,19 +94,7 @@ fn own_env() -> BTreeSet<String> {
 async fn gateway_run_with_secrets_exported() {
     // This process runs only this test: the log is every thread's.
     let logs = LogBuffer::default();
-    let sink = logs.clone();
-    {
-        use tracing_subscriber::layer::SubscriberExt;
-        use tracing_subscriber::util::SubscriberInitExt;
-        tracing_subscriber::registry()
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(move || sink.clone())
-                    .with_ansi(false),
-            )
-            .with(bridle_gateway::logging::log_targets("info"))
-            .init();
-    }
+    logs.install_global(bridle_gateway::logging::log_targets("info"));
     let tmp = data_dir();
     let config = GatewayConfig::load(tmp.path()).unwrap();
     let gateway = GatewayBuilder::new(tmp.path(), config)

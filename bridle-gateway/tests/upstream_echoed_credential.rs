@@ -231,19 +231,7 @@ fn assert_clean(what: &str, text: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_an_upstream_echoes_reach_no_agent_operator_probe_or_log() {
     let logs = LogBuffer::default();
-    let sink = logs.clone();
-    {
-        use tracing_subscriber::layer::SubscriberExt;
-        use tracing_subscriber::util::SubscriberInitExt;
-        tracing_subscriber::registry()
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(move || sink.clone())
-                    .with_ansi(false),
-            )
-            .with(bridle_gateway::logging::log_targets("trace"))
-            .init();
-    }
+    logs.install_global(bridle_gateway::logging::log_targets("trace"));
 
     let (base, release) = start_stand_in().await;
     let secrets = tempfile::tempdir().unwrap();

@@ -56,6 +56,27 @@ impl LogBuffer {
         })
     }
 
+    /// Makes this buffer, behind `filter` (for example a binary's own `Targets`), the
+    /// process's global log for the rest of the test binary, as [`LogBuffer::global`] does
+    /// with a plain level.
+    ///
+    /// # Panics
+    ///
+    /// If the binary already set the global default subscriber.
+    pub fn install_global<F>(&self, filter: F)
+    where
+        F: tracing_subscriber::layer::Filter<tracing_subscriber::Registry> + Send + Sync + 'static,
+    {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::{Layer as _, fmt};
+        let layer = fmt::layer()
+            .with_ansi(false)
+            .with_writer(self.clone())
+            .with_filter(filter);
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+            .expect("one global subscriber per test binary");
+    }
+
     /// Waits until `needle` was logged and returns the whole log then; panics with the log so
     /// far after [`WAIT`].
     pub async fn wait_for(&self, needle: &str) -> String {
