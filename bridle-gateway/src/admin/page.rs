@@ -39,7 +39,7 @@ impl<T: DeserializeOwned + Send> FromRequest<AdminState> for ApiJson<T> {
     }
 }
 
-/// A JSON body that may be absent (an empty body is `T::default()`).
+/// A JSON body that may be absent (an empty body, or JSON `null`, is `T::default()`).
 #[derive(Debug, Clone)]
 pub struct OptionalJson<T>(pub T);
 
@@ -65,8 +65,10 @@ impl<T: DeserializeOwned + Default + Send> FromRequest<AdminState> for OptionalJ
                 "the body must be sent as `Content-Type: application/json`".into(),
             ));
         }
-        serde_json::from_slice(&bytes)
-            .map(OptionalJson)
+        // The OpenAPI document describes such a body as the object or `null`, so a client
+        // that sends `null` for "none" gets what an empty body gets.
+        serde_json::from_slice::<Option<T>>(&bytes)
+            .map(|body| OptionalJson(body.unwrap_or_default()))
             .map_err(|e| match e.classify() {
                 serde_json::error::Category::Data => ApiError::invalid(e.to_string()),
                 _ => ApiError::Malformed {
@@ -130,6 +132,19 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath
                 code: "not_found",
                 detail: format!("no such resource: {}", e.body_text()),
             })
+    }
+}
+
+/// A list's `source` filter (`user`, `agent` or `vendor`; absent or empty: none), or 400
+/// `invalid_query`: a misspelt source would match nothing and pass for an empty list.
+pub(crate) fn source_filter(
+    source: Option<&str>,
+) -> Result<Option<bridle_rules::Source>, ApiError> {
+    match source.filter(|s| !s.is_empty()) {
+        None => Ok(None),
+        Some(s) => bridle_rules::Source::parse(s).map(Some).ok_or_else(|| {
+            ApiError::BadQuery(format!("`source` must be user, agent or vendor, not `{s}`"))
+        }),
     }
 }
 

@@ -121,7 +121,8 @@ pub struct NewExample {
     pub url: String,
     /// The tag its chunks are stored under: lowercase letters, digits, `-`, `_`, `.`.
     pub reference_tag: String,
-    /// The pattern's tag (default: the pattern's name).
+    /// The pattern's tag (default: the pattern's name), which searches filter by: a name as
+    /// the pattern's is (lowercase letters, digits, `-`, `_`, `.`).
     #[serde(default)]
     pub arch_tag: Option<String>,
 }
@@ -673,6 +674,11 @@ pub async fn add_example(
     ApiJson(body): ApiJson<NewExample>,
 ) -> Result<(StatusCode, axum::Json<PatternsChanged>), ApiError> {
     check_name("reference tag", &body.reference_tag)?;
+    // Its chunks carry the tag and searches filter by it: an empty one (or a path, or
+    // spaces) would file them where no search by tag finds them.
+    if let Some(arch) = &body.arch_tag {
+        check_name("pattern tag", arch)?;
+    }
     let url = body.url.trim().to_string();
     if url.is_empty() {
         return Err(ApiError::invalid(

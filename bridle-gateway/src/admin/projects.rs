@@ -22,7 +22,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::AdminActor;
 use super::error::{ApiError, ProblemDetails};
-use super::page::{ApiJson, ApiPath, ApiQuery, paginate};
+use super::page::{ApiJson, ApiPath, ApiQuery, paginate, source_filter};
 use super::{AdminState, blocking, path, record};
 use crate::audit::{Change, Kind};
 
@@ -218,7 +218,7 @@ pub struct HistoryQuery {
     pub cursor: Option<String>,
     /// Page size (1 to 500, default 50).
     pub limit: Option<usize>,
-    /// Only changes from this source (`user`, `agent`, `vendor`).
+    /// Only changes from this source (`user`, `agent`, `vendor`); any other value is 400.
     pub source: Option<String>,
     /// Only changes by this actor.
     pub actor: Option<String>,
@@ -541,8 +541,8 @@ pub async fn history(
     ApiPath(project): ApiPath<String>,
     ApiQuery(q): ApiQuery<HistoryQuery>,
 ) -> Result<axum::Json<ChangePage>, ApiError> {
+    let source = source_filter(q.source.as_deref())?;
     let ctx = s.ctx.clone();
-    let source = q.source.clone();
     let actor = q.actor.clone();
     let changes = blocking(move || {
         // An unknown project is 404, not an empty history.
@@ -554,7 +554,7 @@ pub async fn history(
             .changes(Some(&project), 0)?
             .into_iter()
             .map(ChangeEntry::from)
-            .filter(|c| source.as_deref().is_none_or(|s| c.source == s))
+            .filter(|c| source.is_none_or(|s| c.source == s.as_str()))
             .filter(|c| actor.as_deref().is_none_or(|a| c.actor == a))
             .collect::<Vec<_>>())
     })

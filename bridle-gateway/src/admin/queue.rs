@@ -15,7 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::auth::AdminActor;
 use super::decision::decide_and_answer;
 use super::error::{ApiError, ProblemDetails};
-use super::page::{ApiJson, ApiPath, ApiQuery, paginate};
+use super::page::{ApiJson, ApiPath, ApiQuery, paginate, source_filter};
 use super::projects::unified_diff;
 use super::{AdminState, blocking, path};
 use crate::audit::{Change, Kind};
@@ -139,7 +139,8 @@ pub struct QueueQuery {
     pub project: Option<String>,
     /// `pending` (default), `approved`, `rejected` or `all`.
     pub status: Option<String>,
-    /// Only proposals from this source (`agent`, `vendor`).
+    /// Only proposals from this source (`agent`, `vendor`; `user` matches none); any other
+    /// value is 400.
     pub source: Option<String>,
     /// Only proposals by this agent or feed (`proposed_by`).
     pub proposed_by: Option<String>,
@@ -177,6 +178,7 @@ pub async fn list(
             )));
         }
     };
+    let source = source_filter(q.source.as_deref())?;
     let ctx = s.ctx.clone();
     let project = q.project.clone();
     let include_decided = status != Some(ProposalStatus::Pending);
@@ -184,11 +186,7 @@ pub async fn list(
     let items: Vec<ProposalView> = all
         .into_iter()
         .filter(|p| status.is_none_or(|st| p.status == st))
-        .filter(|p| {
-            q.source
-                .as_deref()
-                .is_none_or(|src| p.origin.source.as_str() == src)
-        })
+        .filter(|p| source.is_none_or(|src| p.origin.source == src))
         .filter(|p| {
             q.proposed_by
                 .as_deref()
