@@ -2,7 +2,8 @@
 //! servers, hosted APIs): it records every request and answers each with the next prepared
 //! reply (a status, headers, a body sent in timed pieces, optionally cut off mid-body). The
 //! replies are built by each test from the real service's documented wire format; this module
-//! knows no wire of its own.
+//! knows no wire of its own. A reply may also be made from the request it answers
+//! ([`Reply::echo`]), as a service that quotes back what it refused.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -22,6 +23,8 @@ pub struct Recorded {
     pub method: String,
     /// The request path.
     pub path: String,
+    /// The query (without its `?`), when the request had one.
+    pub query: Option<String>,
     /// The request headers.
     pub headers: HeaderMap,
     /// The body as JSON (`Null` when it was not JSON).
@@ -39,6 +42,8 @@ pub struct Reply {
     pub chunks: Vec<(Duration, String)>,
     /// Break the connection after the last piece instead of ending the body.
     pub abort: bool,
+    /// Makes the body from the request answered, in place of `chunks` (see [`Reply::echo`]).
+    pub echo: Option<fn(&Recorded) -> String>,
 }
 
 impl Reply {
@@ -49,6 +54,20 @@ impl Reply {
             headers: vec![("content-type".into(), "application/json".into())],
             chunks: vec![(Duration::ZERO, body.to_string())],
             abort: false,
+            echo: None,
+        }
+    }
+
+    /// A body of `content_type` that `make` writes from the request it answers: a service
+    /// quoting back its request line, headers or query (as error answers do), so a test can
+    /// check what a client lets through of such a quote.
+    pub fn echo(status: u16, content_type: &str, make: fn(&Recorded) -> String) -> Self {
+        Self {
+            status,
+            headers: vec![("content-type".into(), content_type.into())],
+            chunks: Vec::new(),
+            abort: false,
+            echo: Some(make),
         }
     }
 
@@ -59,6 +78,7 @@ impl Reply {
             headers: vec![("content-type".into(), content_type.into())],
             chunks: pieces.into_iter().map(|p| (Duration::ZERO, p)).collect(),
             abort: false,
+            echo: None,
         }
     }
 
@@ -166,18 +186,23 @@ fn answer(
     body: axum::body::Bytes,
 ) -> Response {
     let json = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    st.requests.lock().unwrap().push(Recorded {
+    let recorded = Recorded {
         method: method.to_string(),
         path: uri.path().to_string(),
+        query: uri.query().map(str::to_string),
         headers,
         body: json,
-    });
-    let Some(reply) = st.replies.lock().unwrap().pop_front() else {
+    };
+    st.requests.lock().unwrap().push(recorded.clone());
+    let Some(mut reply) = st.replies.lock().unwrap().pop_front() else {
         return Response::builder()
             .status(StatusCode::INTERNAL_SERVER_ERROR)
             .body(Body::from("the test script has no reply for this request"))
             .unwrap();
     };
+    if let Some(make) = reply.echo {
+        reply.chunks = vec![(Duration::ZERO, make(&recorded))];
+    }
     let abort = reply.abort;
     let pieces = futures::stream::unfold(
         (reply.chunks.into_iter(), abort, false),
