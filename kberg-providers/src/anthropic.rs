@@ -9,6 +9,9 @@
 //! `message_start`, `content_block_start`, `content_block_delta` (`text_delta` or
 //! `input_json_delta` fragments), `content_block_stop`, `message_delta` (stop reason, output
 //! usage), `message_stop`, with `ping` and `error` events possible anywhere.
+//!
+//! `/v1/messages` is appended to the base URL's path, so a gateway's base with a query keeps
+//! it as the query.
 
 use async_trait::async_trait;
 use kberg_agent::{
@@ -16,19 +19,24 @@ use kberg_agent::{
     ProviderError, ToolCall, ToolChoice, Usage,
 };
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
 use tokio_util::sync::CancellationToken;
 
+use crate::endpoint::{self, REDACTED, Target};
 use crate::http::{self, Endpoint, HttpOptions};
 use crate::sse::{SseDecoder, SseReply};
 
 /// The `anthropic-version` header this provider speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
-/// Where and how to reach the Messages API.
-#[derive(Debug, Clone, PartialEq)]
+/// Where and how to reach the Messages API. Its `Debug` shows the base URL without its user
+/// part and query, and whether there is a key, never the key.
+#[derive(Clone, PartialEq)]
 #[non_exhaustive]
 pub struct AnthropicConfig {
     /// The API host (default `https://api.anthropic.com`; needs the `rustls` feature).
+    /// `/v1/messages` is appended to its path; a query stays the query.
     pub base_url: String,
     /// The model, e.g. `claude-sonnet-4-5`.
     pub model: String,
@@ -38,6 +46,18 @@ pub struct AnthropicConfig {
     pub default_max_tokens: u32,
     /// Timeouts and retries.
     pub http: HttpOptions,
+}
+
+impl std::fmt::Debug for AnthropicConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnthropicConfig")
+            .field("base_url", &endpoint::redact_url(&self.base_url))
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| REDACTED))
+            .field("default_max_tokens", &self.default_max_tokens)
+            .field("http", &self.http)
+            .finish()
+    }
 }
 
 impl AnthropicConfig {
@@ -54,7 +74,7 @@ impl AnthropicConfig {
 
     /// Sets the API host.
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        self.base_url = url.into().trim().trim_end_matches('/').to_string();
+        self.base_url = endpoint::tidy_base(&url.into());
         self
     }
 
@@ -82,12 +102,14 @@ impl AnthropicConfig {
 pub struct AnthropicProvider {
     config: AnthropicConfig,
     client: reqwest::Client,
+    endpoint: Arc<Endpoint>,
 }
 
 impl AnthropicProvider {
     /// A provider for `config`.
     pub fn new(config: AnthropicConfig) -> Self {
         Self {
+            endpoint: Arc::new(endpoint_of(&config)),
             config,
             client: http::client(),
         }
@@ -96,23 +118,6 @@ impl AnthropicProvider {
     /// The configuration.
     pub fn config(&self) -> &AnthropicConfig {
         &self.config
-    }
-
-    fn endpoint(&self) -> Endpoint<'_> {
-        Endpoint {
-            label: "Anthropic",
-            url: format!("{}/v1/messages", self.config.base_url),
-            model: &self.config.model,
-            unreachable_hint: format!(
-                "nothing answered at {}: check the address and your network (HTTPS needs the `rustls` feature)",
-                self.config.base_url
-            ),
-            model_hint: format!(
-                "Anthropic does not know the model `{}`: check the model name",
-                self.config.model
-            ),
-            key_hint: "Check the API key your program passes (for example from ANTHROPIC_API_KEY).",
-        }
     }
 
     fn headers(&self) -> Vec<(&'static str, String)> {
@@ -223,6 +228,24 @@ impl AnthropicProvider {
             body.insert("stream".into(), json!(true));
         }
         Value::Object(body)
+    }
+}
+
+fn endpoint_of(config: &AnthropicConfig) -> Endpoint {
+    let key: Vec<&str> = config.api_key.as_deref().into_iter().collect();
+    Endpoint {
+        label: "Anthropic",
+        target: Target::new(&config.base_url, "/v1/messages", &key),
+        model: config.model.clone(),
+        unreachable_hint: format!(
+            "nothing answered at {}: check the address and your network (HTTPS needs the `rustls` feature)",
+            endpoint::redact_url(&config.base_url)
+        ),
+        model_hint: format!(
+            "Anthropic does not know the model `{}`: check the model name",
+            config.model
+        ),
+        key_hint: "Check the API key your program passes (for example from ANTHROPIC_API_KEY).",
     }
 }
 
@@ -438,17 +461,16 @@ impl InferenceProvider for AnthropicProvider {
         cancel: &CancellationToken,
     ) -> Result<ChatResponse, ProviderError> {
         let body = self.request_body(request, false);
-        let ep = self.endpoint();
-        let v = http::post_for_json(
+        http::post_for_json(
             &self.client,
             &self.config.http,
-            &ep,
+            &self.endpoint,
             &self.headers(),
             &body,
             cancel,
+            parse_reply,
         )
-        .await?;
-        parse_reply(&v)
+        .await
     }
 
     async fn chat_stream(
@@ -457,7 +479,6 @@ impl InferenceProvider for AnthropicProvider {
         cancel: &CancellationToken,
     ) -> Result<ChatStream, ProviderError> {
         let body = self.request_body(request, true);
-        let ep = self.endpoint();
         let decoder = SseDecoder::new(
             self.config.http.max_body_bytes,
             EventDecoder {
@@ -469,7 +490,7 @@ impl InferenceProvider for AnthropicProvider {
         http::post_for_stream(
             &self.client,
             &self.config.http,
-            &ep,
+            &self.endpoint,
             &self.headers(),
             &body,
             decoder,

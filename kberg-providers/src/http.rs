@@ -4,7 +4,10 @@
 //!
 //! Providers differ only in their wire shapes; how a request is sent, retried, timed out and
 //! cancelled, and what "nothing is listening" or "unknown model" tells the user, is decided here
-//! once.
+//! once. So is what an error may show: the endpoint's URL redacted, the HTTP client's error text
+//! without the URL it appends, and a server's words without any credential the request carried
+//! (see [`crate::endpoint`]); every error a provider returns, streamed or not, passes
+//! [`Credentials::scrub_error`](crate::endpoint::Credentials::scrub_error).
 
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
@@ -13,6 +16,8 @@ use futures::StreamExt;
 use kberg_agent::{ChatDelta, ChatStream, ProviderError};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+use crate::endpoint::{Credentials, Target};
 
 /// Timeouts and retries for a provider's HTTP requests.
 ///
@@ -142,20 +147,44 @@ impl HttpOptions {
     }
 }
 
-/// What a provider tells the shared edge about itself, for its error messages.
-pub(crate) struct Endpoint<'a> {
+/// What a provider tells the shared edge about itself, for its requests and error messages;
+/// built once, with the provider.
+pub(crate) struct Endpoint {
     /// `Ollama`, `the OpenAI-compatible server`, ...
     pub label: &'static str,
-    /// The full URL posted to.
-    pub url: String,
+    /// Where requests go, how that is shown, and what an error must not quote.
+    pub target: Target,
     /// The model asked for.
-    pub model: &'a str,
-    /// What to do when nothing answers.
+    pub model: String,
+    /// What to do when nothing answers (naming the base URL redacted).
     pub unreachable_hint: String,
     /// What to do when the model is unknown.
     pub model_hint: String,
     /// What to do when the key is rejected.
     pub key_hint: &'static str,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("label", &self.label)
+            .field("url", &self.target.shown)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What went wrong in the HTTP client, with its causes (`connection refused`, a DNS failure),
+/// without the URL it appends to its own text (which carries the query).
+fn describe(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 /// Builds an HTTP client (connection pooling; per-request timeouts are applied by [`post`]).
@@ -171,8 +200,15 @@ pub(crate) fn client() -> reqwest::Client {
         })
 }
 
-/// The message in an error body: `error.message`, `error` (a string), `message`, or the text.
-pub(crate) fn error_message(body: &[u8]) -> String {
+/// The message in an error body (`error.message`, `error` (a string), `message`, or the
+/// text), with every credential in `credentials` replaced, then cut to its start. Replaced
+/// before it is cut, so no credential is left half shown at the cut.
+pub(crate) fn error_message(body: &[u8], credentials: &Credentials) -> String {
+    shortened(credentials.scrub(&error_text(body)).trim())
+}
+
+/// The whole message in an error body.
+fn error_text(body: &[u8]) -> String {
     if let Ok(v) = serde_json::from_slice::<Value>(body) {
         let found = v
             .pointer("/error/message")
@@ -180,10 +216,10 @@ pub(crate) fn error_message(body: &[u8]) -> String {
             .or_else(|| v.get("message"))
             .and_then(Value::as_str);
         if let Some(m) = found {
-            return shortened(m.trim());
+            return m.to_string();
         }
     }
-    shortened(String::from_utf8_lossy(body).trim())
+    String::from_utf8_lossy(body).into_owned()
 }
 
 /// `text` cut to its first 300 characters (with `...`), or `(empty body)`.
@@ -253,16 +289,18 @@ fn retry_delays(opts: &HttpOptions) -> impl Iterator<Item = Duration> + Send + u
 pub(crate) async fn post(
     client: &reqwest::Client,
     opts: &HttpOptions,
-    ep: &Endpoint<'_>,
+    ep: &Endpoint,
     headers: &[(&'static str, String)],
     body: &Value,
     cancel: &CancellationToken,
 ) -> Result<reqwest::Response, ProviderError> {
+    let target = &ep.target;
+    let credentials = &target.credentials;
     let mut attempt: u32 = 0;
     let mut delays = retry_delays(opts);
     loop {
         attempt += 1;
-        let mut req = client.post(&ep.url).json(body);
+        let mut req = client.post(&target.url).json(body);
         for (k, v) in headers {
             req = req.header(*k, v);
         }
@@ -271,16 +309,32 @@ pub(crate) async fn post(
             Err(_) => return Err(ProviderError::Timeout(opts.timeout)),
             Ok(Err(e)) if e.is_timeout() => return Err(ProviderError::Timeout(opts.timeout)),
             Ok(Err(e)) if e.is_connect() => {
-                tracing::debug!(error = %e, url = %ep.url, "connection failed");
+                let error = credentials.scrub(&describe(e));
+                tracing::debug!(%error, url = %target.shown, "connection failed");
                 return Err(ProviderError::Unreachable {
-                    url: ep.url.clone(),
-                    hint: format!("{} ({e})", ep.unreachable_hint),
+                    url: target.shown.clone(),
+                    hint: format!("{} ({error})", ep.unreachable_hint),
+                });
+            }
+            Ok(Err(e)) if e.is_builder() => {
+                // Nothing was sent: the base URL is not one a request can go to.
+                let error = credentials.scrub(&describe(e));
+                return Err(ProviderError::Unreachable {
+                    url: target.shown.clone(),
+                    hint: format!(
+                        "{} cannot be reached at {}: the base URL is not a usable http(s) URL ({error})",
+                        ep.label, target.shown
+                    ),
                 });
             }
             Ok(Err(e)) => {
                 // Connected, but the exchange broke before a reply came.
+                let error = credentials.scrub(&describe(e));
                 return Err(ProviderError::Truncated {
-                    detail: format!("{} closed the connection before replying: {e}", ep.label),
+                    detail: format!(
+                        "{} closed the connection before replying: {error}",
+                        ep.label
+                    ),
                 });
             }
             Ok(Ok(r)) => r,
@@ -293,8 +347,9 @@ pub(crate) async fn post(
         let body = cancellable(cancel, tokio::time::timeout(opts.timeout, error_body(resp)))
             .await?
             .unwrap_or_default();
-        let detail = error_message(&body);
+        let detail = error_message(&body, credentials);
         let code = status.as_u16();
+        tracing::debug!(status = code, attempt, url = %target.shown, %detail, "{} answered {code}", ep.label);
         let retryable = code == 429 || status.is_server_error();
         if retryable && attempt <= opts.max_retries {
             let backoff = delays.next().unwrap_or(opts.max_retry_wait);
@@ -303,6 +358,7 @@ pub(crate) async fn post(
                 status = code,
                 attempt,
                 wait_ms = wait.as_millis() as u64,
+                url = %target.shown,
                 "{} answered {code}; retrying",
                 ep.label
             );
@@ -320,12 +376,12 @@ pub(crate) async fn post(
                 detail: format!("{detail}. {}", ep.key_hint),
             },
             404 if detail.to_ascii_lowercase().contains("model") => ProviderError::ModelNotFound {
-                model: ep.model.to_string(),
+                model: ep.model.clone(),
                 hint: format!("{} ({detail})", ep.model_hint),
             },
             404 => ProviderError::Rejected {
                 status: code,
-                detail: format!("{detail}; check the base URL ({})", ep.url),
+                detail: format!("{detail}; check the base URL ({})", target.shown),
             },
             c if c >= 500 => ProviderError::ServerError {
                 status: c,
@@ -379,7 +435,7 @@ async fn read_json(
         let mut bytes = Vec::new();
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| ProviderError::Truncated {
-                detail: format!("the reply body could not be read: {e}"),
+                detail: format!("the reply body could not be read: {}", describe(e)),
             })?;
             if bytes.len() + chunk.len() > limit {
                 return Err(too_large());
@@ -395,31 +451,45 @@ async fn read_json(
         .map_err(|e| ProviderError::malformed(format!("the reply is not JSON: {e}")))
 }
 
-/// Posts `body` and reads the whole JSON reply.
-pub(crate) async fn post_for_json(
+/// Posts `body`, reads the whole JSON reply and makes the turn of it with `parse`. Every error,
+/// also one `parse` makes of the reply (an in-band error quoting the request), is scrubbed of
+/// the endpoint's credentials.
+pub(crate) async fn post_for_json<T>(
     client: &reqwest::Client,
     opts: &HttpOptions,
-    ep: &Endpoint<'_>,
+    ep: &Endpoint,
     headers: &[(&'static str, String)],
     body: &Value,
     cancel: &CancellationToken,
-) -> Result<Value, ProviderError> {
-    let resp = post(client, opts, ep, headers, body, cancel).await?;
-    read_json(resp, opts, cancel).await
+    parse: impl FnOnce(&Value) -> Result<T, ProviderError>,
+) -> Result<T, ProviderError> {
+    let turn = async {
+        let resp = post(client, opts, ep, headers, body, cancel).await?;
+        parse(&read_json(resp, opts, cancel).await?)
+    };
+    turn.await.map_err(|e| ep.target.credentials.scrub_error(e))
 }
 
-/// Posts `body` and decodes the streamed reply with `decoder`.
+/// Posts `body` and decodes the streamed reply with `decoder`. Every error, also one ending
+/// the stream (an error event, a line that is not the documented shape), is scrubbed of the
+/// endpoint's credentials.
 pub(crate) async fn post_for_stream<D: LineDecoder>(
     client: &reqwest::Client,
     opts: &HttpOptions,
-    ep: &Endpoint<'_>,
+    ep: &Endpoint,
     headers: &[(&'static str, String)],
     body: &Value,
     decoder: D,
     cancel: &CancellationToken,
 ) -> Result<ChatStream, ProviderError> {
-    let resp = post(client, opts, ep, headers, body, cancel).await?;
-    Ok(line_stream(resp, decoder, opts, cancel))
+    let credentials = std::sync::Arc::clone(&ep.target.credentials);
+    let resp = post(client, opts, ep, headers, body, cancel)
+        .await
+        .map_err(|e| credentials.scrub_error(e))?;
+    let stream = line_stream(resp, decoder, opts, cancel);
+    Ok(Box::pin(stream.map(move |item| {
+        item.map_err(|e| credentials.scrub_error(e))
+    })))
 }
 
 /// A tool as the OpenAI-style `tools` entry Ollama and OpenAI-compatible servers read.
@@ -602,7 +672,7 @@ where
                 Ok(Some(Err(e))) => {
                     st.done = true;
                     st.pending.push_back(Err(ProviderError::Truncated {
-                        detail: format!("the connection broke: {e}"),
+                        detail: format!("the connection broke: {}", describe(e)),
                     }));
                 }
                 Ok(Some(Ok(chunk))) => st.feed(chunk.as_ref()),
@@ -658,24 +728,37 @@ mod tests {
         assert_eq!(retry_after(&HeaderMap::new()), None);
     }
 
+    fn message(body: &[u8]) -> String {
+        error_message(body, &Credentials::default())
+    }
+
     #[test]
     fn error_messages_are_found_in_each_shape() {
+        assert_eq!(message(br#"{"error": {"message": "bad key"}}"#), "bad key");
         assert_eq!(
-            error_message(br#"{"error": {"message": "bad key"}}"#),
-            "bad key"
-        );
-        assert_eq!(
-            error_message(br#"{"error": "model not found"}"#),
+            message(br#"{"error": "model not found"}"#),
             "model not found"
         );
-        assert_eq!(error_message(br#"{"message": "nope"}"#), "nope");
-        assert_eq!(error_message(b"  plain text  "), "plain text");
-        assert_eq!(error_message(b""), "(empty body)");
+        assert_eq!(message(br#"{"message": "nope"}"#), "nope");
+        assert_eq!(message(b"  plain text  "), "plain text");
+        assert_eq!(message(b""), "(empty body)");
         let long = "x".repeat(1000);
-        assert!(error_message(long.as_bytes()).len() < 320);
+        assert!(message(long.as_bytes()).len() < 320);
         // A JSON error's message is cut the same way.
         let json_long = serde_json::json!({"error": {"message": long}}).to_string();
-        assert!(error_message(json_long.as_bytes()).len() < 320);
-        assert_eq!(error_message(&[0xff, 0xfe]), "\u{fffd}\u{fffd}");
+        assert!(message(json_long.as_bytes()).len() < 320);
+        assert_eq!(message(&[0xff, 0xfe]), "\u{fffd}\u{fffd}");
+    }
+
+    #[test]
+    fn a_credential_at_the_cut_is_replaced_whole() {
+        let key = "sk-canary-key-0001";
+        let base = "http://h:1/v1";
+        let c = Credentials::new(base, &crate::endpoint::join(base, "/x"), &[key]);
+        // The key straddles the 300th character: cut first, its start would be shown.
+        let body = format!("{}{key} refused", "x".repeat(290));
+        let shown = error_message(body.as_bytes(), &c);
+        assert!(!shown.contains("sk-canary"), "{shown}");
+        assert!(shown.contains("[redacted]"), "{shown}");
     }
 }

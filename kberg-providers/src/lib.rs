@@ -15,6 +15,12 @@
 //! cancellation through the loop's token, and errors a user can act on ("is Ollama running at
 //! …?", "run `ollama pull qwen2.5`", a rejected key, a reply that is not the documented shape).
 //! Keys are plain config fields: read them from the environment in your binary.
+//!
+//! No credential reaches an error, a log line or a `Debug`: a URL is shown without its user
+//! part and query, and a server's words (an error answer, an in-stream error) are quoted with
+//! `[redacted]` in place of the key and of the credentials the base URL carries. The endpoint's
+//! path is appended to the base URL's path, so a base with a query (Azure OpenAI's
+//! `?api-version=`) keeps it as the query.
 
 // The table above links each provider; a build without all of them (each is opt-in) has
 // nothing to link to for the ones left out. The all-features build checks every link.
@@ -24,6 +30,11 @@
 )]
 
 // With no provider feature on, the shared edge has no user.
+#[cfg_attr(
+    not(any(feature = "ollama", feature = "openai", feature = "anthropic")),
+    allow(dead_code)
+)]
+mod endpoint;
 #[cfg_attr(
     not(any(feature = "ollama", feature = "openai", feature = "anthropic")),
     allow(dead_code)

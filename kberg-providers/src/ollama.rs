@@ -7,6 +7,9 @@
 //! top level. A streamed reply is one JSON object per line; the last has `"done": true` and the
 //! token counts (`prompt_eval_count`, `eval_count`). Ollama does not give tool calls ids, so the
 //! loop assigns them.
+//!
+//! `/api/chat` is appended to the base URL's path, so Ollama behind a proxy at a sub-path, or
+//! one whose base has a query (`?key=`), is reached there with the query kept.
 
 use async_trait::async_trait;
 use kberg_agent::{
@@ -14,15 +17,20 @@ use kberg_agent::{
     ProviderError, ToolCall, ToolChoice, Usage,
 };
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
 use tokio_util::sync::CancellationToken;
 
+use crate::endpoint::{self, Target};
 use crate::http::{self, Endpoint, HttpOptions, LineDecoder};
 
-/// Where and how to reach Ollama.
-#[derive(Debug, Clone, PartialEq)]
+/// Where and how to reach Ollama. Its `Debug` shows the server's URL without its user part
+/// and query (where a proxy in front of Ollama may take a credential).
+#[derive(Clone, PartialEq)]
 #[non_exhaustive]
 pub struct OllamaConfig {
-    /// The server (default `http://127.0.0.1:11434`).
+    /// The server (default `http://127.0.0.1:11434`). `/api/chat` is appended to its path; a
+    /// query stays the query.
     pub base_url: String,
     /// The model, e.g. `qwen2.5`.
     pub model: String,
@@ -35,6 +43,19 @@ pub struct OllamaConfig {
     pub options: Map<String, Value>,
     /// Timeouts and retries.
     pub http: HttpOptions,
+}
+
+impl std::fmt::Debug for OllamaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OllamaConfig")
+            .field("base_url", &endpoint::redact_url(&self.base_url))
+            .field("model", &self.model)
+            .field("keep_alive", &self.keep_alive)
+            .field("format", &self.format)
+            .field("options", &self.options)
+            .field("http", &self.http)
+            .finish()
+    }
 }
 
 impl OllamaConfig {
@@ -53,8 +74,7 @@ impl OllamaConfig {
     /// Sets the server address. `OLLAMA_HOST`-style values without a scheme (`127.0.0.1:11434`)
     /// get `http://`.
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        let url: String = url.into();
-        let url = url.trim().trim_end_matches('/').to_string();
+        let url = endpoint::tidy_base(&url.into());
         self.base_url = if url.contains("://") {
             url
         } else {
@@ -93,12 +113,14 @@ impl OllamaConfig {
 pub struct OllamaProvider {
     config: OllamaConfig,
     client: reqwest::Client,
+    endpoint: Arc<Endpoint>,
 }
 
 impl OllamaProvider {
     /// A provider for `config`.
     pub fn new(config: OllamaConfig) -> Self {
         Self {
+            endpoint: Arc::new(endpoint_of(&config)),
             config,
             client: http::client(),
         }
@@ -107,23 +129,6 @@ impl OllamaProvider {
     /// The configuration.
     pub fn config(&self) -> &OllamaConfig {
         &self.config
-    }
-
-    fn endpoint(&self) -> Endpoint<'_> {
-        Endpoint {
-            label: "Ollama",
-            url: format!("{}/api/chat", self.config.base_url),
-            model: &self.config.model,
-            unreachable_hint: format!(
-                "is Ollama running at {}? Start it with `ollama serve`, or set OLLAMA_HOST to where it listens",
-                self.config.base_url
-            ),
-            model_hint: format!(
-                "Ollama does not have the model `{0}`: run `ollama pull {0}`",
-                self.config.model
-            ),
-            key_hint: "Ollama itself needs no key; check the proxy in front of it",
-        }
     }
 
     /// The `/api/chat` body for `request`.
@@ -168,6 +173,24 @@ impl OllamaProvider {
             obj.insert("format".into(), f.clone());
         }
         body
+    }
+}
+
+fn endpoint_of(config: &OllamaConfig) -> Endpoint {
+    Endpoint {
+        label: "Ollama",
+        // Ollama takes no key; the URL's user part and query are what a request carries.
+        target: Target::new(&config.base_url, "/api/chat", &[]),
+        model: config.model.clone(),
+        unreachable_hint: format!(
+            "is Ollama running at {}? Start it with `ollama serve`, or set OLLAMA_HOST to where it listens",
+            endpoint::redact_url(&config.base_url)
+        ),
+        model_hint: format!(
+            "Ollama does not have the model `{0}`: run `ollama pull {0}`",
+            config.model
+        ),
+        key_hint: "Ollama itself needs no key; check the proxy in front of it",
     }
 }
 
@@ -365,10 +388,16 @@ impl InferenceProvider for OllamaProvider {
         cancel: &CancellationToken,
     ) -> Result<ChatResponse, ProviderError> {
         let body = self.request_body(request, false);
-        let ep = self.endpoint();
-        let v =
-            http::post_for_json(&self.client, &self.config.http, &ep, &[], &body, cancel).await?;
-        parse_reply(&v, &self.config.model)
+        http::post_for_json(
+            &self.client,
+            &self.config.http,
+            &self.endpoint,
+            &[],
+            &body,
+            cancel,
+            |v| parse_reply(v, &self.config.model),
+        )
+        .await
     }
 
     async fn chat_stream(
@@ -377,7 +406,6 @@ impl InferenceProvider for OllamaProvider {
         cancel: &CancellationToken,
     ) -> Result<ChatStream, ProviderError> {
         let body = self.request_body(request, true);
-        let ep = self.endpoint();
         let decoder = NdjsonDecoder {
             model: self.config.model.clone(),
             calls: 0,
@@ -386,7 +414,7 @@ impl InferenceProvider for OllamaProvider {
         http::post_for_stream(
             &self.client,
             &self.config.http,
-            &ep,
+            &self.endpoint,
             &[],
             &body,
             decoder,

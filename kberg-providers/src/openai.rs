@@ -8,6 +8,9 @@
 //! `chat.completion.chunk` objects whose `delta.tool_calls[]` carry an `index` and fragments of
 //! the arguments text, ending with `data: [DONE]`; usage arrives in a final chunk when
 //! `stream_options.include_usage` is set.
+//!
+//! The endpoint's path is appended to the base URL's path, so a base with a query (Azure
+//! OpenAI's `…/openai/deployments/NAME?api-version=…`) keeps it as the query.
 
 use async_trait::async_trait;
 use kberg_agent::{
@@ -15,17 +18,22 @@ use kberg_agent::{
     ProviderError, ToolCall, ToolChoice, Usage,
 };
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
 use tokio_util::sync::CancellationToken;
 
+use crate::endpoint::{self, REDACTED, Target};
 use crate::http::{self, Endpoint, HttpOptions};
 use crate::sse::{SseDecoder, SseReply};
 
-/// Where and how to reach an OpenAI-compatible server.
-#[derive(Debug, Clone, PartialEq)]
+/// Where and how to reach an OpenAI-compatible server. Its `Debug` shows the base URL without
+/// its user part and query, and whether there is a key, never the key.
+#[derive(Clone, PartialEq)]
 #[non_exhaustive]
 pub struct OpenAiConfig {
     /// The API base, including the version path (default `http://127.0.0.1:8080/v1`, the
-    /// llama.cpp server; LM Studio is `http://127.0.0.1:1234/v1`).
+    /// llama.cpp server; LM Studio is `http://127.0.0.1:1234/v1`). `/chat/completions` is
+    /// appended to its path; a query (`?api-version=…`) stays the query.
     pub base_url: String,
     /// The model name the server knows.
     pub model: String,
@@ -35,6 +43,18 @@ pub struct OpenAiConfig {
     pub extra: Map<String, Value>,
     /// Timeouts and retries.
     pub http: HttpOptions,
+}
+
+impl std::fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiConfig")
+            .field("base_url", &endpoint::redact_url(&self.base_url))
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| REDACTED))
+            .field("extra", &self.extra)
+            .field("http", &self.http)
+            .finish()
+    }
 }
 
 impl OpenAiConfig {
@@ -49,9 +69,10 @@ impl OpenAiConfig {
         }
     }
 
-    /// Sets the API base (e.g. `http://127.0.0.1:1234/v1`).
+    /// Sets the API base (e.g. `http://127.0.0.1:1234/v1`, or Azure OpenAI's
+    /// `https://NAME.openai.azure.com/openai/deployments/DEPLOYMENT?api-version=2024-02-01`).
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        self.base_url = url.into().trim().trim_end_matches('/').to_string();
+        self.base_url = endpoint::tidy_base(&url.into());
         self
     }
 
@@ -79,12 +100,14 @@ impl OpenAiConfig {
 pub struct OpenAiProvider {
     config: OpenAiConfig,
     client: reqwest::Client,
+    endpoint: Arc<Endpoint>,
 }
 
 impl OpenAiProvider {
     /// A provider for `config`.
     pub fn new(config: OpenAiConfig) -> Self {
         Self {
+            endpoint: Arc::new(endpoint_of(&config)),
             config,
             client: http::client(),
         }
@@ -93,23 +116,6 @@ impl OpenAiProvider {
     /// The configuration.
     pub fn config(&self) -> &OpenAiConfig {
         &self.config
-    }
-
-    fn endpoint(&self) -> Endpoint<'_> {
-        Endpoint {
-            label: "the OpenAI-compatible server",
-            url: format!("{}/chat/completions", self.config.base_url),
-            model: &self.config.model,
-            unreachable_hint: format!(
-                "nothing answered at {}: is the server (LM Studio, llama.cpp, vLLM, ...) running there?",
-                self.config.base_url
-            ),
-            model_hint: format!(
-                "the server does not know the model `{}`: check the name against its /models list, or load the model first",
-                self.config.model
-            ),
-            key_hint: "Check the API key your program passes (for example from OPENAI_API_KEY).",
-        }
     }
 
     fn headers(&self) -> Vec<(&'static str, String)> {
@@ -163,6 +169,24 @@ impl OpenAiProvider {
             body.insert(k.clone(), v.clone());
         }
         Value::Object(body)
+    }
+}
+
+fn endpoint_of(config: &OpenAiConfig) -> Endpoint {
+    let key: Vec<&str> = config.api_key.as_deref().into_iter().collect();
+    Endpoint {
+        label: "the OpenAI-compatible server",
+        target: Target::new(&config.base_url, "/chat/completions", &key),
+        model: config.model.clone(),
+        unreachable_hint: format!(
+            "nothing answered at {}: is the server (LM Studio, llama.cpp, vLLM, ...) running there?",
+            endpoint::redact_url(&config.base_url)
+        ),
+        model_hint: format!(
+            "the server does not know the model `{}`: check the name against its /models list, or load the model first",
+            config.model
+        ),
+        key_hint: "Check the API key your program passes (for example from OPENAI_API_KEY).",
     }
 }
 
@@ -378,17 +402,16 @@ impl InferenceProvider for OpenAiProvider {
         cancel: &CancellationToken,
     ) -> Result<ChatResponse, ProviderError> {
         let body = self.request_body(request, false);
-        let ep = self.endpoint();
-        let v = http::post_for_json(
+        http::post_for_json(
             &self.client,
             &self.config.http,
-            &ep,
+            &self.endpoint,
             &self.headers(),
             &body,
             cancel,
+            parse_reply,
         )
-        .await?;
-        parse_reply(&v)
+        .await
     }
 
     async fn chat_stream(
@@ -397,7 +420,6 @@ impl InferenceProvider for OpenAiProvider {
         cancel: &CancellationToken,
     ) -> Result<ChatStream, ProviderError> {
         let body = self.request_body(request, true);
-        let ep = self.endpoint();
         let decoder = SseDecoder::new(
             self.config.http.max_body_bytes,
             ChunkDecoder {
@@ -408,7 +430,7 @@ impl InferenceProvider for OpenAiProvider {
         http::post_for_stream(
             &self.client,
             &self.config.http,
-            &ep,
+            &self.endpoint,
             &self.headers(),
             &body,
             decoder,

@@ -28,7 +28,7 @@ use kberg_providers::HttpOptions;
 use kberg_providers::anthropic::{AnthropicConfig, AnthropicProvider};
 use kberg_testkit::scripted::{Reply, ScriptedServer};
 use serde_json::{Value, json};
-use support::Wire;
+use support::{Wire, credentials};
 use tokio_util::sync::CancellationToken;
 
 struct Anthropic;
@@ -356,4 +356,57 @@ async fn malformed_reply_is_reported() {
         collect_stream(s, |_| {}).await.unwrap_err().code(),
         "malformed"
     );
+}
+
+fn make_keyed(url: String) -> Arc<dyn InferenceProvider> {
+    Arc::new(AnthropicProvider::new(
+        AnthropicConfig::new("claude-sonnet-4-5")
+            .base_url(url)
+            .api_key(credentials::KEY)
+            .http(HttpOptions::default().max_retries(0)),
+    ))
+}
+
+#[tokio::test]
+async fn a_base_url_query_stays_the_query() {
+    credentials::scenario_query_is_kept(&Anthropic, &make_keyed, "", "/v1/messages").await;
+}
+
+#[tokio::test]
+async fn credentials_quoted_in_error_answers_are_redacted() {
+    credentials::scenario_quoted_credentials(&make_keyed, "").await;
+}
+
+#[tokio::test]
+async fn nothing_listening_names_the_host_without_credentials() {
+    credentials::scenario_unreachable(&make_keyed, "").await;
+}
+
+#[test]
+fn debug_hides_the_key_and_the_url_credentials() {
+    let config = AnthropicConfig::new("m")
+        .base_url(credentials::with_credentials("http://127.0.0.1:9", ""))
+        .api_key(credentials::KEY);
+    credentials::assert_debug_hides("the config", &format!("{config:?}"));
+    assert!(
+        format!("{config:?}").contains("api_key: Some(\"[redacted]\")"),
+        "{config:?}"
+    );
+    let provider = AnthropicProvider::new(config);
+    credentials::assert_debug_hides("the provider", &format!("{provider:?}"));
+}
+
+#[tokio::test]
+async fn credentials_quoted_in_a_stream_are_redacted() {
+    let err = api_error("authentication_error", &credentials::in_band_quote(true));
+    let event = format!("event: error\ndata: {err}\n\n");
+    credentials::scenario_quoted_in_band(
+        &make_keyed,
+        "",
+        vec![
+            (Reply::stream("text/event-stream", vec![event]), true),
+            (Reply::json(200, &err), false),
+        ],
+    )
+    .await;
 }

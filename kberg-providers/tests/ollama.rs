@@ -23,7 +23,7 @@ use kberg_providers::HttpOptions;
 use kberg_providers::ollama::{OllamaConfig, OllamaProvider};
 use kberg_testkit::scripted::{Reply, ScriptedServer};
 use serde_json::{Value, json};
-use support::Wire;
+use support::{Wire, credentials};
 use tokio_util::sync::CancellationToken;
 
 struct Ollama;
@@ -427,4 +427,52 @@ async fn cancellation_while_waiting_for_the_model() {
         .unwrap()
         .unwrap_err();
     assert_eq!(e.code(), "cancelled");
+}
+
+fn make_keyed(url: String) -> Arc<dyn InferenceProvider> {
+    Arc::new(OllamaProvider::new(
+        OllamaConfig::new("qwen2.5")
+            .base_url(url)
+            .http(HttpOptions::default().max_retries(0)),
+    ))
+}
+
+#[tokio::test]
+async fn a_base_url_query_stays_the_query() {
+    credentials::scenario_query_is_kept(&Ollama, &make_keyed, "", "/api/chat").await;
+}
+
+#[tokio::test]
+async fn credentials_quoted_in_error_answers_are_redacted() {
+    credentials::scenario_quoted_credentials(&make_keyed, "").await;
+}
+
+#[tokio::test]
+async fn nothing_listening_names_the_host_without_credentials() {
+    credentials::scenario_unreachable(&make_keyed, "").await;
+}
+
+#[test]
+fn debug_hides_the_key_and_the_url_credentials() {
+    let config =
+        OllamaConfig::new("m").base_url(credentials::with_credentials("http://127.0.0.1:9", ""));
+    credentials::assert_debug_hides("the config", &format!("{config:?}"));
+    let provider = OllamaProvider::new(config);
+    credentials::assert_debug_hides("the provider", &format!("{provider:?}"));
+}
+
+#[tokio::test]
+async fn credentials_quoted_in_a_stream_are_redacted() {
+    let quote = credentials::in_band_quote(false);
+    let line = |text: String| Reply::stream("application/x-ndjson", vec![text]);
+    credentials::scenario_quoted_in_band(
+        &make_keyed,
+        "",
+        vec![
+            (line(format!("{}\n", json!({"error": quote}))), true),
+            (Reply::json(200, &json!({"error": quote})), false),
+            (line(format!("not json {quote}\n")), true),
+        ],
+    )
+    .await;
 }

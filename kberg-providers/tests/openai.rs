@@ -29,7 +29,7 @@ use kberg_providers::HttpOptions;
 use kberg_providers::openai::{OpenAiConfig, OpenAiProvider};
 use kberg_testkit::scripted::{Reply, ScriptedServer};
 use serde_json::{Value, json};
-use support::Wire;
+use support::{Wire, credentials};
 use tokio_util::sync::CancellationToken;
 
 struct OpenAi;
@@ -560,4 +560,72 @@ async fn an_event_whose_data_lines_never_end_is_too_large() {
     pieces.extend((0..64).map(|_| format!("data: {}\n", "z".repeat(200))));
     let provider = |url| bounded(url, 4096, 1024);
     too_large_after_hel(pieces, provider, "streamed event exceeds 4096 bytes").await;
+}
+
+fn make_keyed(url: String) -> Arc<dyn InferenceProvider> {
+    Arc::new(OpenAiProvider::new(
+        OpenAiConfig::new("local-model")
+            .base_url(url)
+            .api_key(credentials::KEY)
+            .http(HttpOptions::default().max_retries(0)),
+    ))
+}
+
+#[tokio::test]
+async fn a_base_url_query_stays_the_query() {
+    credentials::scenario_query_is_kept(&OpenAi, &make_keyed, "/v1", "/v1/chat/completions").await;
+}
+
+#[tokio::test]
+async fn credentials_quoted_in_error_answers_are_redacted() {
+    credentials::scenario_quoted_credentials(&make_keyed, "/v1").await;
+}
+
+#[tokio::test]
+async fn nothing_listening_names_the_host_without_credentials() {
+    credentials::scenario_unreachable(&make_keyed, "/v1").await;
+}
+
+#[test]
+fn debug_hides_the_key_and_the_url_credentials() {
+    let config = OpenAiConfig::new("m")
+        .base_url(credentials::with_credentials("http://127.0.0.1:9", "/v1"))
+        .api_key(credentials::KEY);
+    credentials::assert_debug_hides("the config", &format!("{config:?}"));
+    assert!(
+        format!("{config:?}").contains("api_key: Some(\"[redacted]\")"),
+        "{config:?}"
+    );
+    let provider = OpenAiProvider::new(config);
+    credentials::assert_debug_hides("the provider", &format!("{provider:?}"));
+}
+
+#[tokio::test]
+async fn credentials_quoted_in_a_stream_are_redacted() {
+    let quote = credentials::in_band_quote(true);
+    let event = json!({"error": {"message": quote, "type": "server_error"}});
+    let sse = |text: String| Reply::stream("text/event-stream", vec![text]);
+    credentials::scenario_quoted_in_band(
+        &make_keyed,
+        "/v1",
+        vec![
+            (sse(format!("data: {event}\n\n")), true),
+            (sse(format!("data: not json, {quote}\n\n")), true),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_base_url_without_a_scheme_is_refused_naming_it_redacted() {
+    use credentials::{PASS_WRITTEN, USER};
+    let p = make_keyed(format!("{USER}:{PASS_WRITTEN}@127.0.0.1:9/v1?key=x"));
+    let e = p
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "unreachable", "{e}");
+    assert!(e.to_string().contains("not a usable http(s) URL"), "{e}");
+    assert!(e.to_string().contains("***@127.0.0.1:9/v1"), "{e}");
+    credentials::assert_no_canary("the error", &format!("{e} {e:?}"));
 }

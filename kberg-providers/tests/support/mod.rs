@@ -8,6 +8,8 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
 #![allow(dead_code)]
 
+pub mod credentials;
+
 use std::sync::Arc;
 
 use kberg_agent::{
