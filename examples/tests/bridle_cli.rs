@@ -791,3 +791,37 @@ fn a_grace_period_over_30_days_is_refused() {
         "{said}"
     );
 }
+
+/// `bridle health`, the image's health check: exit 0 with the answer for a live gateway (alive,
+/// and with `--ready` ready), exit 1 naming the URL without its credentials when nothing
+/// listens.
+#[test]
+fn health_asks_a_running_gateway_and_says_when_none_answers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let server = Server::start(&dir);
+    let base = server.url.trim_end_matches("/mcp").to_string();
+    for args in [
+        vec!["health", "--url", base.as_str()],
+        vec!["health", "--ready", "--url", base.as_str()],
+    ] {
+        let out = run_bridle(&dir, &args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        assert!(!stdout(&out).trim().is_empty(), "{args:?} printed nothing");
+    }
+    drop(server);
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = listener.local_addr().unwrap();
+    drop(listener);
+    let url = format!("http://ops:canary-health-Qw7@{dead}/?key=canary-health-q");
+    let out = run_bridle(&dir, &["health", "--url", &url]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!("the gateway at http://***@{dead}/"))
+            && said.contains("cannot be reached: nothing listens there"),
+        "{said}"
+    );
+    assert!(!said.contains("canary"), "{said}");
+}

@@ -192,13 +192,29 @@ impl AdminClient {
     }
 }
 
+/// Why `what` at `url` gave no answer, in words, with the URL shown without a user part or
+/// query (the HTTP client's own text repeats the whole URL).
+pub(crate) fn unreachable(what: &str, url: &str, e: reqwest::Error) -> String {
+    let why = if e.is_connect() {
+        "nothing listens there; is the gateway running?".to_string()
+    } else if e.is_timeout() {
+        "no answer in time".to_string()
+    } else {
+        e.without_url().to_string()
+    };
+    format!(
+        "{what} at {} cannot be reached: {why}",
+        bridle_rules::redact_url(url)
+    )
+}
+
 /// The answer when it is a success; otherwise the API's problem (status, code and detail) as
 /// the error, or that the API could not be reached.
 async fn checked(
     url: &str,
     sent: Result<reqwest::Response, reqwest::Error>,
 ) -> Result<reqwest::Response, BoxError> {
-    let resp = sent.map_err(|e| format!("the admin API at {url} cannot be reached: {e}"))?;
+    let resp = sent.map_err(|e| unreachable("the admin API", url, e))?;
     let status = resp.status();
     if status.is_success() {
         return Ok(resp);

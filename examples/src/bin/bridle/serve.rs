@@ -217,7 +217,12 @@ pub(crate) async fn health(
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .build()?;
-    let response = client.get(format!("{base}{path}")).send().await?;
+    let url = format!("{base}{path}");
+    let response = client
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| crate::client::unreachable("the gateway", &url, e))?;
     let status = response.status();
     println!("{}", response.text().await.unwrap_or_default());
     Ok(if status.is_success() {
