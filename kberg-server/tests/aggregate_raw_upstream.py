@@ -15,6 +15,13 @@ With `RAW_TASKS=stale` it also has the `ask` tool, which runs as a task (the tas
 and asks two questions, `q1` then `q2`, as an eventually consistent server may: after `q1` is
 answered its next two `tasks/get` still list `q1`, and the one after lists `q1` beside `q2`.
 The finished task's text is the list of keys each `tasks/update` carried.
+With `RAW_LEAK_TOKEN` set it also has the `leak` tool, which says that token back as a chatty
+(or compromised) server might, each time beside ordinary text: in an `elicitation/create`
+request (its message and its schema); once that is answered, in a log message (in its `logger`
+and nested in its `data`) and a progress message (when the call has a progress token), then in
+the question `Finished with <token>?`. Until that is answered with `{"ok": true}` (the client
+says it got both messages) it sends them again, the progress figure one higher each round; then
+it answers with the number of rounds.
 """
 import json, os, sys
 
@@ -61,6 +68,41 @@ if os.environ.get("RAW_TASKS") == "stale":
     TOOLS.append({"name": "ask", "description": "asks q1 and q2 as a task, slow to show answers",
                   "inputSchema": OBJ, "execution": {"taskSupport": "optional"}})
 
+if os.environ.get("RAW_LEAK_TOKEN"):
+    TOOLS.append({"name": "leak", "description": "says its token back to the client",
+                  "inputSchema": OBJ})
+
+# Elicitation requests the `leak` tool sent -> (the id of the tool call waiting for the answer,
+# the call's progress token, the round: 0 for the first question, then 1, 2, ...).
+leaks = {}
+asked = [0]
+
+def leak_ask(rid, progress, message, round_):
+    asked[0] += 1
+    ask = "leak-%d" % asked[0]
+    leaks[ask] = (rid, progress, round_)
+    token = os.environ["RAW_LEAK_TOKEN"]
+    send({"jsonrpc": "2.0", "id": ask, "method": "elicitation/create", "params": {
+        "mode": "form", "message": message,
+        "requestedSchema": {"type": "object", "properties": {
+            "ok": {"type": "boolean", "description": "allow " + token}}}}})
+
+def leak_round(rid, progress, round_):
+    """One round after the first question: a log message and a progress message, then the
+    question whose answer says whether the client got them (a message sent before the
+    aggregator knew the call may have gone nowhere)."""
+    token = os.environ["RAW_LEAK_TOKEN"]
+    send({"jsonrpc": "2.0", "method": "notifications/message", "params": {
+        "level": "warning", "logger": "backend " + token,
+        "data": {"note": "the backend refused the call",
+                 "detail": {"error": "invalid token " + token, "tried": ["plain text", token]},
+                 "attempts": 3}}})
+    if progress is not None:
+        send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {
+            "progressToken": progress, "progress": round_, "total": round_ + 1,
+            "message": "signed in with " + token + ", fetching"}})
+    leak_ask(rid, progress, "Finished with " + token + "?", round_)
+
 NOW = "2026-01-01T00:00:00Z"
 
 def task_fields(tid, status):
@@ -103,6 +145,17 @@ for line in sys.stdin:
         continue
     if rid is None:
         continue
+    if method is None:
+        # An answer to one of its own requests: a question of the `leak` tool.
+        question = leaks.pop(rid, None)
+        if question is not None:
+            call, progress, round_ = question
+            answer = msg.get("result") or {}
+            if round_ > 0 and (answer.get("content") or {}).get("ok") is True:
+                result(call, text("told in %d rounds" % round_))
+            else:
+                leak_round(call, progress, round_ + 1)
+        continue
     if method == "initialize":
         result(rid, {
             "protocolVersion": params.get("protocolVersion", PROTOCOL),
@@ -138,6 +191,10 @@ for line in sys.stdin:
             r = task_fields(tid, "working")
             r["resultType"] = "task"
             result(rid, r)
+        elif name == "leak" and os.environ.get("RAW_LEAK_TOKEN"):
+            token = os.environ["RAW_LEAK_TOKEN"]
+            progress = (params.get("_meta") or {}).get("progressToken")
+            leak_ask(rid, progress, "Use the token " + token + " for this call?", 0)
         elif name == "flood":
             n = (params.get("arguments") or {}).get("n", 1000)
             token = (params.get("_meta") or {}).get("progressToken")

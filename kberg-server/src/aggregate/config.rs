@@ -97,37 +97,19 @@ impl UpstreamTransport {
     }
 
     /// `text` (an error from the client library, a refusal the upstream wrote) with every
-    /// credential this transport carries replaced by `***`: header values and their words,
-    /// environment values, and the URL's user part and query values. Parts shorter than four
-    /// characters are left, as they would match ordinary words.
+    /// credential this transport carries replaced by `***`: environment values, and for an
+    /// endpoint the same parts its relayed messages are cleaned of (header values and their
+    /// words, the URL's user part and query values; see `aggregate::redact`). Parts shorter than
+    /// four characters are left, as they would match ordinary words.
     pub(crate) fn redact(&self, text: &str) -> String {
-        let mut hidden: Vec<String> = Vec::new();
-        match self {
-            UpstreamTransport::Stdio { env, .. } => {
-                hidden.extend(env.iter().map(|(_, v)| v.clone()));
-            }
-            UpstreamTransport::Http { url, headers } => {
-                for (_, v) in headers {
-                    hidden.push(v.clone());
-                    hidden.extend(v.split_whitespace().map(str::to_string));
-                }
-                if let Ok(u) = reqwest::Url::parse(url) {
-                    hidden.push(u.username().to_string());
-                    hidden.extend(u.password().map(str::to_string));
-                    hidden.extend(u.query().map(str::to_string));
-                    hidden.extend(u.query_pairs().map(|(_, v)| v.into_owned()));
-                    // The same parts as written, before the parser's percent-encoding.
-                    if let Some((_, rest)) = url.split_once("://")
-                        && let Some((user, _)) = rest.split_once('@')
-                        && !user.contains('/')
-                    {
-                        hidden.push(user.to_string());
-                        hidden.extend(user.split(':').map(str::to_string));
-                    }
-                }
-            }
-        }
-        hidden.retain(|h| h.chars().count() >= 4);
+        let mut hidden: Vec<String> = match self {
+            UpstreamTransport::Stdio { env, .. } => env
+                .iter()
+                .map(|(_, v)| v.clone())
+                .filter(|v| v.chars().count() >= 4)
+                .collect(),
+            UpstreamTransport::Http { url, headers } => super::redact::http_values(url, headers),
+        };
         // Longest first, so that no part is left half replaced by a shorter one inside it.
         hidden.sort_by_key(|h| std::cmp::Reverse(h.len()));
         hidden
@@ -214,8 +196,9 @@ pub const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(86_400);
 /// the whole aggregator as one caller.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 32;
 
-/// One upstream MCP server and the namespace its tools appear under.
-#[derive(Debug, Clone)]
+/// One upstream MCP server and the namespace its tools appear under. Its `Debug` shows how many
+/// values [`UpstreamConfig::stderr_redact`] holds, never the values (they are credentials).
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct UpstreamConfig {
     /// The namespace (`fs` makes `read_file` appear as `fs__read_file`).
@@ -237,13 +220,37 @@ pub struct UpstreamConfig {
     /// [`ChildStderr::Log`]: logged line by line, its environment's values redacted). Ignored
     /// for HTTP upstreams.
     pub stderr: ChildStderr,
-    /// The values redacted from logged stderr lines. `None` (the default) redacts every value
-    /// of the child's configured environment of at least [`MIN_REDACTED_LEN`] bytes: safe when
-    /// nothing says which of them are credentials. A caller that knows sets exactly those, so
-    /// that a logged URL or path stays readable.
+    /// A child-process upstream's credentials, each replaced by [`REDACTED`] in its logged
+    /// stderr lines and in everything relayed from it to the aggregator's clients (log and
+    /// progress messages, sampling and elicitation requests).
+    /// `None` (the default) redacts every value of the child's configured environment of at
+    /// least [`MIN_REDACTED_LEN`] bytes: safe when nothing says which of them are credentials.
+    /// A caller that knows sets exactly those, so that a logged or relayed URL or path stays
+    /// readable. Ignored for HTTP upstreams, whose header values and URL credentials are
+    /// redacted instead.
     ///
     /// [`MIN_REDACTED_LEN`]: super::MIN_REDACTED_LEN
+    /// [`REDACTED`]: super::REDACTED
     pub stderr_redact: Option<Vec<String>>,
+}
+
+impl std::fmt::Debug for UpstreamConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamConfig")
+            .field("namespace", &self.namespace)
+            .field("transport", &self.transport)
+            .field("call_timeout", &self.call_timeout)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("stderr", &self.stderr)
+            .field(
+                "stderr_redact",
+                &self
+                    .stderr_redact
+                    .as_ref()
+                    .map(|v| format!("{} values", v.len())),
+            )
+            .finish()
+    }
 }
 
 impl UpstreamConfig {
@@ -259,8 +266,8 @@ impl UpstreamConfig {
         }
     }
 
-    /// Redacts exactly these values (the child's credentials) from its logged stderr lines,
-    /// instead of every value of its environment.
+    /// Redacts exactly these values (the child's credentials) from its logged stderr lines and
+    /// from what is relayed from it to clients, instead of every value of its environment.
     pub fn stderr_redact(mut self, values: impl IntoIterator<Item = String>) -> Self {
         self.stderr_redact = Some(values.into_iter().collect());
         self
@@ -761,5 +768,14 @@ mod redaction_tests {
         // Short values would match ordinary words and are left.
         let t = UpstreamTransport::http("http://a:b@host/").header("x-k", "ab");
         assert_eq!(t.redact("a b ab"), "a b ab");
+
+        // The values to redact are credentials too: a debug print shows how many there are.
+        let c = super::UpstreamConfig::new("up", UpstreamTransport::stdio("server"))
+            .stderr_redact(["s3cret-listed".to_string()]);
+        let debug = format!("{c:?}");
+        assert!(
+            !debug.contains("s3cret") && debug.contains("1 values"),
+            "{debug}"
+        );
     }
 }

@@ -189,9 +189,6 @@ pub(super) async fn forward(
             return Err(unavailable(e.to_string()));
         }
     };
-    if let Some(a) = &mut active {
-        a.sent(&handle.id);
-    }
     // Sends `notifications/cancelled` upstream if this request ends without an answer.
     let mut unanswered = CancelUnanswered {
         peer: Some(peer.clone()),
@@ -206,6 +203,11 @@ pub(super) async fn forward(
         && let Ok(mut m) = up.progress.lock()
     {
         m.insert(handle.progress_token.clone(), ctx.clone());
+    }
+    // Recorded after the progress route, so that a call the relay finds by its request id has
+    // its route already: an upstream that asks first and reports progress after is never lost.
+    if let Some(a) = &mut active {
+        a.sent(&handle.id);
     }
     let left = limit.saturating_sub(started.elapsed());
     // The answer is read straight from the request's channel, on this task. A tool call that

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::config::{AggregatorConfig, Backoff, ConfigError, UpstreamConfig, UpstreamRuntime};
 use super::hook::ForwardHook;
 use super::pattern::Pattern;
+use super::redact::Redactions;
 use super::resources::check_scheme_namespace;
 use super::supervisor::supervise;
 use super::thread::UpstreamThread;
@@ -75,6 +76,9 @@ pub(super) struct Aggregation {
 /// What forwarded tools and the supervisor share about one upstream.
 pub(super) struct Upstream {
     pub(super) config: UpstreamConfig,
+    /// Its credentials, hidden from its stderr lines and from all it relays to clients; built
+    /// once from `config`, which stays the same over every connection.
+    pub(super) redactions: Redactions,
     /// One permit per request that may be in flight to the upstream.
     pub(super) in_flight: tokio::sync::Semaphore,
     /// The live connection's peer and its generation.
@@ -335,6 +339,7 @@ impl Aggregator {
             let (status, _) = watch::channel(UpstreamStatus::Connecting);
             let up = Arc::new(Upstream {
                 in_flight: tokio::sync::Semaphore::new(u.max_in_flight),
+                redactions: Redactions::of(&u),
                 config: u,
                 peer: RwLock::new(None),
                 pid: Mutex::new(None),

@@ -10,6 +10,15 @@
 //! `fs__write_file`. Upstream credentials (HTTP headers, child environment) live in the
 //! configuration and are only ever sent upstream.
 //!
+//! What an upstream says back is cleaned of them before anyone sees it. Its log messages,
+//! progress messages and the requests it relays to a calling client (sampling, elicitation, a
+//! task's questions) have every string (and object key) redacted to [`REDACTED`], and so have
+//! a child's stderr lines: one list per upstream shared by both, the values given with
+//! [`UpstreamConfig::stderr_redact`] or else the child's environment values of at least
+//! [`MIN_REDACTED_LEN`] bytes (a value of several lines also line by line), and for an HTTP
+//! upstream its header values and their words and its URL's user part and query values. Errors
+//! and refusals that quote an upstream show its credentials as `***` instead.
+//!
 //! Each upstream has a supervisor task. When an upstream dies (its process exits, its endpoint
 //! stops answering), calls to its tools answer an error result whose structured content carries
 //! `code: "upstream_unavailable"`, the other upstreams keep working, and the supervisor
@@ -77,6 +86,7 @@ mod hook;
 mod pages;
 mod pattern;
 mod prompts;
+mod redact;
 mod relay;
 mod resources;
 mod stderr;
@@ -96,7 +106,8 @@ pub use front::{
 };
 pub use hook::{CarryMeta, ForwardHook, ForwardOutcome, OutgoingCall};
 pub use pattern::Pattern;
+pub use redact::{MIN_REDACTED_LEN, REDACTED};
 pub use relay::{LOG_RELAY_BURST, LOG_RELAY_INTERVAL};
 pub use resources::{namespaced_uri, upstream_uri};
-pub use stderr::{ChildStderr, MAX_STDERR_LINE, MIN_REDACTED_LEN, STDERR_TARGET};
+pub use stderr::{ChildStderr, MAX_STDERR_LINE, STDERR_TARGET};
 pub use thread::UpstreamThread;

@@ -8,6 +8,13 @@
 //! is in flight to this upstream and none was abandoned lately, and refused with a sentence
 //! otherwise ([`UpstreamClient::call_of`]). List-change notifications wake the supervisor to
 //! re-list.
+//!
+//! Nothing the upstream says reaches a client with the upstream's credentials in it: every
+//! string of a relayed log message (its `data` at any depth, its `logger`), a progress message,
+//! and every string and key of a relayed request's params has the upstream's
+//! [`Redactions`] replaced by `[redacted]`, the same list its stderr lines are cleaned of.
+//! A resource update is not cleaned: its URI goes only to the clients subscribed to that very
+//! URI, who sent it themselves.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,6 +34,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::front::{ActiveEntry, Upstream};
+use super::redact::Redactions;
 use super::resources::namespaced_uri;
 
 /// The most log messages of one upstream relayed at once; after that, one per
@@ -90,16 +98,23 @@ impl UpstreamClient {
         }
     }
 
-    /// Relays `method` to the calling client and decodes its answer.
+    /// Relays `method` to the calling client, its params cleaned of the upstream's
+    /// credentials, and decodes its answer.
     async fn relay<T: serde::de::DeserializeOwned>(
         &self,
         capability: &str,
         method: &str,
-        params: Value,
+        mut params: Value,
         upstream_cancel: CancellationToken,
         origin: Option<&InboundStreamOrigin>,
     ) -> Result<T, McpError> {
         let (peer, ctx) = self.relay_target(capability, origin)?;
+        redact_relayed(
+            &self.up.redactions,
+            self.up.namespace(),
+            method,
+            &mut params,
+        );
         // Stops when the upstream cancels its request or the call is cancelled downstream.
         let cancel = ctx.cancellation().child_token();
         let c = cancel.clone();
@@ -138,6 +153,24 @@ impl UpstreamClient {
                 None,
             )
         })
+    }
+}
+
+/// Replaces the upstream's credentials in `params` of `method`, about to be relayed to a
+/// client. An upstream that says its credential is worth an operator's notice (a server that
+/// quotes its token, or a compromised one), but the value itself is never logged.
+pub(super) fn redact_relayed(
+    redactions: &Redactions,
+    namespace: &str,
+    method: &str,
+    params: &mut Value,
+) {
+    if redactions.value(params) {
+        tracing::debug!(
+            namespace,
+            method,
+            "an upstream's credential was redacted from what it relays to a client"
+        );
     }
 }
 
@@ -241,7 +274,7 @@ impl ClientHandler for UpstreamClient {
             .ok()
             .and_then(|c| c.peer().cloned());
         match (one, serde_json::to_value(&params)) {
-            (Some(peer), Ok(v)) => {
+            (Some(peer), Ok(mut v)) => {
                 // An upstream that floods log messages cannot flood the clients: the rate of
                 // those relayed is bounded per upstream, as MCP asks of a server's log messages.
                 let within = self
@@ -257,6 +290,12 @@ impl ClientHandler for UpstreamClient {
                     );
                     return;
                 }
+                redact_relayed(
+                    &self.up.redactions,
+                    self.up.namespace(),
+                    "notifications/message",
+                    &mut v,
+                );
                 let _ = peer.notify("notifications/message", v).await;
             }
             _ => tracing::debug!(
@@ -278,8 +317,12 @@ impl ClientHandler for UpstreamClient {
             .ok()
             .and_then(|m| m.get(&params.progress_token).cloned());
         if let Some(ctx) = ctx {
+            let message = params
+                .message
+                .as_deref()
+                .map(|m| self.up.redactions.text(m));
             let _ = ctx
-                .progress(params.progress, params.total, params.message.as_deref())
+                .progress(params.progress, params.total, message.as_deref())
                 .await;
         }
     }

@@ -4,23 +4,23 @@
 //! unattributed, and (with a server that prints its configuration or headers at start) possibly
 //! carrying the credential the aggregator put in its environment. By default the aggregator
 //! pipes it instead and turns each line into a `tracing` event under the target
-//! [`STDERR_TARGET`], with the upstream's namespace, after replacing every value of the child's
-//! configured environment that occurs in it with `[redacted]` (a value of several lines, such as a
-//! PEM key, line by line). Lines are cut at
+//! [`STDERR_TARGET`], with the upstream's namespace, after replacing every credential that
+//! occurs in it with `[redacted]`: the values of the child's configured environment, or those
+//! configured to be redacted (a value of several lines, such as a PEM key, line by line). That
+//! is the same list, computed once per upstream, that the client relay cleans the child's log
+//! messages, progress messages and requests of (see `aggregate::redact`). Lines are cut at
 //! [`MAX_STDERR_LINE`] bytes, so a child writing without newlines cannot grow the buffer.
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStderr as ProcessStderr;
+
+use super::redact::{REDACTED, Redactions};
 
 /// The `tracing` target of a child's stderr lines.
 pub const STDERR_TARGET: &str = "kberg_server::aggregate::child_stderr";
 
 /// The longest stderr line logged; the rest of a longer line is dropped (and counted).
 pub const MAX_STDERR_LINE: usize = 4096;
-
-/// Environment values shorter than this are not redacted from stderr lines: they are switches
-/// (`1`, `true`, `debug`), not credentials, and replacing them would mangle every line.
-pub const MIN_REDACTED_LEN: usize = 6;
 
 /// What the aggregator does with a child-process upstream's standard error.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,55 +46,14 @@ impl ChildStderr {
     }
 }
 
-/// The values to redact from a child's stderr: the ones configured, else its environment's
-/// values of at least [`MIN_REDACTED_LEN`] bytes; longest first, so that a value containing
-/// another is replaced whole. Empty values are never "redacted" (that would match everywhere).
-///
-/// Stderr is logged line by line, so a value that spans lines (a PEM key) could never match
-/// whole: such a value is redacted as its lines instead, each without its surrounding
-/// whitespace, and each of at least [`MIN_REDACTED_LEN`] bytes (a shorter line, such as the
-/// tail of a base64 block, would match ordinary text).
-pub(super) fn redactions(configured: Option<&[String]>, env: &[(String, String)]) -> Vec<String> {
-    let whole: Vec<&str> = match configured {
-        Some(values) => values.iter().map(String::as_str).collect(),
-        None => env
-            .iter()
-            .map(|(_, v)| v.as_str())
-            .filter(|v| v.len() >= MIN_REDACTED_LEN)
-            .collect(),
-    };
-    let mut values: Vec<String> = Vec::new();
-    for value in whole {
-        if value.contains(['\n', '\r']) {
-            values.extend(
-                value
-                    .split(['\n', '\r'])
-                    .map(str::trim)
-                    .filter(|line| line.len() >= MIN_REDACTED_LEN)
-                    .map(str::to_string),
-            );
-        } else if !value.is_empty() {
-            values.push(value.to_string());
-        }
-    }
-    values.sort_by_key(|v| std::cmp::Reverse(v.len()));
-    values.dedup();
-    values
-}
-
 /// One stderr line, as logged: lossy UTF-8, trailing whitespace trimmed, secrets redacted.
-pub(super) fn clean_line(raw: &[u8], redact: &[String]) -> String {
-    let mut line = String::from_utf8_lossy(raw).trim_end().to_string();
-    for value in redact {
-        if line.contains(value.as_str()) {
-            line = line.replace(value.as_str(), "[redacted]");
-        }
-    }
-    line
+pub(super) fn clean_line(raw: &[u8], redact: &Redactions) -> String {
+    let line = String::from_utf8_lossy(raw);
+    redact.text(line.trim_end()).into_owned()
 }
 
 /// Reads `stderr` to its end, logging each line for `namespace`. Ends when the child closes it.
-pub(super) async fn drain(namespace: String, stderr: ProcessStderr, redact: Vec<String>) {
+pub(super) async fn drain(namespace: String, stderr: ProcessStderr, redact: Redactions) {
     let mut reader = BufReader::new(stderr);
     let mut line = Vec::with_capacity(256);
     let mut dropped = 0usize;
@@ -126,9 +85,12 @@ pub(super) async fn drain(namespace: String, stderr: ProcessStderr, redact: Vec<
 /// The kept start of a line cut at [`MAX_STDERR_LINE`]: if it ends with the beginning of a
 /// value to redact (a secret the cut went through), that beginning is cut off too and marked,
 /// so no part of the secret is logged.
-fn cut_tail(raw: &[u8], redact: &[String]) -> Vec<u8> {
+fn cut_tail(raw: &[u8], redact: &Redactions) -> Vec<u8> {
     let straddled = redact
+        .values()
         .iter()
+        // A value of several lines never ends a line; its lines are in the list on their own.
+        .filter(|v| !v.contains(['\n', '\r']))
         .filter_map(|v| {
             let v = v.as_bytes();
             (1..v.len().min(raw.len() + 1))
@@ -139,14 +101,14 @@ fn cut_tail(raw: &[u8], redact: &[String]) -> Vec<u8> {
     match straddled {
         Some(k) => {
             let mut kept = raw[..raw.len() - k].to_vec();
-            kept.extend_from_slice(b"[redacted]");
+            kept.extend_from_slice(REDACTED.as_bytes());
             kept
         }
         None => raw.to_vec(),
     }
 }
 
-fn emit(namespace: &str, raw: &[u8], dropped: usize, redact: &[String]) {
+fn emit(namespace: &str, raw: &[u8], dropped: usize, redact: &Redactions) {
     let line = if dropped > 0 {
         clean_line(&cut_tail(raw, redact), redact)
     } else {
@@ -164,6 +126,7 @@ fn emit(namespace: &str, raw: &[u8], dropped: usize, redact: &[String]) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::redact::MIN_REDACTED_LEN;
     use super::*;
 
     #[test]
@@ -172,8 +135,8 @@ mod tests {
             ("TOKEN".to_string(), "s3cret-token-value".to_string()),
             ("LEVEL".to_string(), "debug".to_string()),
         ];
-        let redact = redactions(None, &env);
-        assert_eq!(redact, vec!["s3cret-token-value".to_string()]);
+        let redact = Redactions::stdio(None, &env);
+        assert_eq!(redact.values(), ["s3cret-token-value"]);
         let line = clean_line(
             b"debug: Authorization: Bearer s3cret-token-value\r\n",
             &redact,
@@ -187,15 +150,15 @@ mod tests {
             ("A".to_string(), "abcdef".to_string()),
             ("B".to_string(), "abcdefghij".to_string()),
         ];
-        let redact = redactions(None, &env);
+        let redact = Redactions::stdio(None, &env);
         assert_eq!(clean_line(b"x abcdefghij y", &redact), "x [redacted] y");
     }
 
     #[test]
     fn configured_values_replace_the_environment_and_short_ones_count() {
         let env = vec![("URL".to_string(), "http://127.0.0.1:3000".to_string())];
-        let redact = redactions(Some(&["tok".to_string(), String::new()]), &env);
-        assert_eq!(redact, vec!["tok".to_string()]);
+        let redact = Redactions::stdio(Some(&["tok".to_string(), String::new()]), &env);
+        assert_eq!(redact.values(), ["tok"]);
         assert_eq!(
             clean_line(b"GET http://127.0.0.1:3000 with tok", &redact),
             "GET http://127.0.0.1:3000 with [redacted]"
@@ -204,7 +167,7 @@ mod tests {
 
     #[test]
     fn a_secret_the_line_cut_went_through_is_not_logged_in_part() {
-        let redact = vec!["s3cret-token-value".to_string()];
+        let redact = Redactions::stdio(Some(&["s3cret-token-value".to_string()]), &[]);
         let mut raw = vec![b'x'; MAX_STDERR_LINE - 6];
         raw.extend_from_slice(b"s3cret");
         let kept = cut_tail(&raw, &redact);
@@ -219,8 +182,8 @@ mod tests {
         let pem = "-----BEGIN PRIVATE KEY-----\r\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n  c2VjcmV0LWxpbmU=\nab==\n-----END PRIVATE KEY-----\n";
         let env = vec![("KEY".to_string(), pem.to_string())];
         for redact in [
-            redactions(None, &env),
-            redactions(Some(&[pem.to_string()]), &[]),
+            Redactions::stdio(None, &env),
+            Redactions::stdio(Some(&[pem.to_string()]), &[]),
         ] {
             for line in pem.lines() {
                 let logged = clean_line(format!("key: {line}\n").as_bytes(), &redact);
@@ -235,12 +198,14 @@ mod tests {
                     assert_eq!(logged, format!("key: {part}"));
                 }
             }
-            assert!(redact.iter().all(|v| !v.contains('\n')), "{redact:?}");
         }
     }
 
     #[test]
     fn invalid_utf8_is_kept_lossily() {
-        assert_eq!(clean_line(b"bad \xff byte\n", &[]), "bad \u{fffd} byte");
+        assert_eq!(
+            clean_line(b"bad \xff byte\n", &Redactions::default()),
+            "bad \u{fffd} byte"
+        );
     }
 }

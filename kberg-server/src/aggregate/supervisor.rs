@@ -63,7 +63,7 @@ async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), ConnectErr
                 tokio::spawn(super::stderr::drain(
                     up.config.namespace.clone(),
                     stderr,
-                    super::stderr::redactions(up.config.stderr_redact.as_deref(), env),
+                    up.redactions.clone(),
                 ));
             }
             let pid = transport.id();

@@ -11,8 +11,10 @@
 //! acknowledge an update before its `tasks/get` shows it, and its keys are unique over the
 //! task's life, so a key already answered is never asked again (the client would otherwise see
 //! the same question twice); a cancelled call cancels the upstream task
-//! (`tasks/cancel`). A completed task's result passes through unchanged; a failed or cancelled
-//! upstream task is the tool's failure (`tool_failed`).
+//! (`tasks/cancel`). The questions reach the client cleaned of the upstream's credentials, as
+//! every request the client relay passes on (see `relay`). A completed task's result passes
+//! through unchanged; a failed or cancelled upstream task is the tool's failure
+//! (`tool_failed`), its message redacted as every error that quotes an upstream.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -29,6 +31,7 @@ use serde_json::Value;
 use super::error::UpstreamError;
 use super::forward::{forward, result_kind};
 use super::front::Upstream;
+use super::relay::redact_relayed;
 
 /// Bounds of the polling interval, whatever the upstream suggests.
 const MIN_POLL: Duration = Duration::from_millis(50);
@@ -122,9 +125,12 @@ pub(super) async fn follow(
                     .get("message")
                     .and_then(Value::as_str)
                     .unwrap_or("no message");
+                // The upstream's own words, shown to the caller: redacted as every error that
+                // quotes an upstream is.
                 return Err(Followed::Tool(ToolError::failed(format!(
-                    "its task on the server `{}` failed: {message}",
-                    up.namespace()
+                    "its task on the server `{}` failed: {}",
+                    up.namespace(),
+                    up.config.transport.redact(message)
                 ))));
             }
             TaskPayload::Cancelled => {
@@ -163,7 +169,8 @@ async fn relay(
     for (key, request) in requests {
         let v = serde_json::to_value(&request).unwrap_or(Value::Null);
         let method = v["method"].as_str().unwrap_or_default().to_string();
-        let params = v.get("params").cloned().unwrap_or(Value::Null);
+        let mut params = v.get("params").cloned().unwrap_or(Value::Null);
+        redact_relayed(&up.redactions, up.namespace(), &method, &mut params);
         let Some(peer) = ctx.peer() else {
             return Err(Followed::Tool(ToolError::Peer(PeerError::NotSupported(
                 method,

@@ -1,0 +1,373 @@
+//! One upstream's credentials, kept out of what the aggregator passes on from it.
+//!
+//! The aggregator puts credentials into its upstreams (a child's environment, an endpoint's
+//! headers and URL), and an upstream may say them back: a server that prints its configuration
+//! at start, one that logs its backend's error quoting the rejected token, a compromised one.
+//! [`Redactions`] is the one list of values hidden from everything an upstream sends on through
+//! the aggregator, each occurrence replaced by [`REDACTED`]:
+//!
+//! - a child's stderr lines, as logged (see `stderr`);
+//! - what is relayed to the aggregator's clients while a forwarded call runs: log messages
+//!   (`notifications/message`, every string of its `data` and its `logger`), progress messages,
+//!   and the params of the upstream's requests of its client (`sampling/createMessage`,
+//!   `elicitation/create`, and a task's `input_required` questions), every string and object
+//!   key at any depth. Numbers, booleans and the structure are left as they were.
+//!
+//! What is hidden depends on the transport. A child process: the values configured with
+//! [`UpstreamConfig::stderr_redact`](super::UpstreamConfig::stderr_redact) (whatever their
+//! length), else every value of its configured environment (`env`, not what it inherits) of at
+//! least [`MIN_REDACTED_LEN`] bytes. A Streamable HTTP endpoint: every header value and each of
+//! its whitespace-separated words (the token of `Bearer <token>`), and the URL's user name,
+//! password, query and query values, as parsed and as written; each part of at least four
+//! characters (a shorter one would match ordinary words). A value of several lines (a PEM key)
+//! is hidden whole and line by line, each trimmed line of at least [`MIN_REDACTED_LEN`] bytes,
+//! since stderr is read a line at a time and an upstream may quote one line of it.
+//!
+//! The list is built once per upstream (its configuration does not change between
+//! connections), not per message; an empty list costs one length check per message. Every
+//! occurrence of every value is looked for in the original text and overlapping or adjacent
+//! ones are replaced as one, so a value that contains another (or overlaps it) is replaced
+//! whole, never left half shown.
+//!
+//! Error messages and refusals that quote an upstream (the client library's error, the
+//! upstream's own message) are redacted with [`UpstreamTransport::redact`], which shows `***`
+//! instead and, for a child, hides every environment value of at least four characters.
+//!
+//! [`UpstreamTransport::redact`]: super::UpstreamTransport
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::config::{UpstreamConfig, UpstreamTransport};
+
+/// What a redacted credential becomes, in stderr lines and in relayed messages.
+pub const REDACTED: &str = "[redacted]";
+
+/// Environment values (and lines of a value of several lines) shorter than this are not
+/// redacted: they are switches (`1`, `true`, `debug`), not credentials, and replacing them would
+/// mangle every line.
+pub const MIN_REDACTED_LEN: usize = 6;
+
+/// The shortest part of an HTTP upstream's headers and URL that is redacted, in characters.
+const MIN_HTTP_PART_CHARS: usize = 4;
+
+/// The values hidden from what one upstream sends on (see the module docs), longest first.
+/// Cheap to clone: the stderr reader and the client relay share one list.
+#[derive(Clone, Default)]
+pub(super) struct Redactions(Arc<[String]>);
+
+impl std::fmt::Debug for Redactions {
+    // The values are the credentials: only their number is shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Redactions({} values)", self.0.len())
+    }
+}
+
+impl Redactions {
+    /// The list for the upstream `config` describes.
+    pub(super) fn of(config: &UpstreamConfig) -> Self {
+        match &config.transport {
+            UpstreamTransport::Stdio { env, .. } => {
+                Self::stdio(config.stderr_redact.as_deref(), env)
+            }
+            UpstreamTransport::Http { url, headers } => Self::new(http_values(url, headers)),
+        }
+    }
+
+    /// A child's list: the `configured` values, else those of `env` of at least
+    /// [`MIN_REDACTED_LEN`] bytes.
+    pub(super) fn stdio(configured: Option<&[String]>, env: &[(String, String)]) -> Self {
+        let whole: Vec<String> = match configured {
+            Some(values) => values.to_vec(),
+            None => env
+                .iter()
+                .map(|(_, v)| v)
+                .filter(|v| v.len() >= MIN_REDACTED_LEN)
+                .cloned()
+                .collect(),
+        };
+        Self::new(whole)
+    }
+
+    /// `whole` values, each of several lines also as its lines; longest first, without empty
+    /// values (which would match everywhere) or duplicates.
+    fn new(whole: Vec<String>) -> Self {
+        let mut values: Vec<String> = Vec::with_capacity(whole.len());
+        for value in whole {
+            if value.contains(['\n', '\r']) {
+                values.extend(
+                    value
+                        .split(['\n', '\r'])
+                        .map(str::trim)
+                        .filter(|line| line.len() >= MIN_REDACTED_LEN)
+                        .map(str::to_string),
+                );
+            }
+            if !value.trim().is_empty() {
+                values.push(value);
+            }
+        }
+        values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        values.dedup();
+        Self(values.into())
+    }
+
+    /// The values, longest first.
+    pub(super) fn values(&self) -> &[String] {
+        &self.0
+    }
+
+    /// `text` with every occurrence of a value replaced by [`REDACTED`]; borrowed when there
+    /// was none.
+    pub(super) fn text<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        if self.0.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        // Every occurrence of every value in the text as it came, so that replacing one
+        // cannot hide or invent another; overlapping ones are then merged into one.
+        let mut hits: Vec<(usize, usize)> = Vec::new();
+        for value in self.0.iter() {
+            let mut from = 0;
+            while let Some(at) = text.get(from..).and_then(|rest| rest.find(value.as_str())) {
+                let start = from + at;
+                hits.push((start, start + value.len()));
+                // On by one character, not the whole value: an occurrence overlapping this one
+                // ("abab" in "ababab") counts too.
+                from = start + text[start..].chars().next().map_or(1, char::len_utf8);
+            }
+        }
+        if hits.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        hits.sort_unstable();
+        let mut out = String::with_capacity(text.len());
+        let mut kept_from = 0;
+        let mut hits = hits.into_iter().peekable();
+        while let Some((start, mut end)) = hits.next() {
+            while let Some(&(next_start, next_end)) = hits.peek() {
+                if next_start > end {
+                    break;
+                }
+                end = end.max(next_end);
+                hits.next();
+            }
+            out.push_str(&text[kept_from..start]);
+            out.push_str(REDACTED);
+            kept_from = end;
+        }
+        out.push_str(&text[kept_from..]);
+        Cow::Owned(out)
+    }
+
+    /// Redacts `s` in place; returns whether anything was replaced.
+    pub(super) fn string(&self, s: &mut String) -> bool {
+        match self.text(s) {
+            Cow::Borrowed(_) => false,
+            Cow::Owned(redacted) => {
+                *s = redacted;
+                true
+            }
+        }
+    }
+
+    /// Redacts every string and object key in `v`, at any depth; returns whether anything was
+    /// replaced. Nothing else changes, except that two keys redacted to the same text become
+    /// one (the later one stays).
+    pub(super) fn value(&self, v: &mut Value) -> bool {
+        if self.0.is_empty() {
+            return false;
+        }
+        match v {
+            Value::String(s) => self.string(s),
+            Value::Array(items) => items
+                .iter_mut()
+                .fold(false, |hit, item| self.value(item) | hit),
+            Value::Object(map) => {
+                let mut hit = map
+                    .values_mut()
+                    .fold(false, |hit, item| self.value(item) | hit);
+                // A key is text the client shows too (an upstream may key a map by its
+                // token). Only a map with such a key is rebuilt.
+                if map.keys().any(|k| matches!(self.text(k), Cow::Owned(_))) {
+                    let entries = std::mem::take(map);
+                    for (k, item) in entries {
+                        map.insert(self.text(&k).into_owned(), item);
+                    }
+                    hit = true;
+                }
+                hit
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => false,
+        }
+    }
+}
+
+/// What of an HTTP upstream's configuration is a credential: header values and their words,
+/// and the URL's user part and query (parsed, and as written before percent-encoding), each of
+/// at least [`MIN_HTTP_PART_CHARS`] characters. Shared with [`UpstreamTransport::redact`], so
+/// errors and relayed messages hide the same parts.
+pub(super) fn http_values(url: &str, headers: &[(String, String)]) -> Vec<String> {
+    let mut hidden: Vec<String> = Vec::new();
+    for (_, v) in headers {
+        hidden.push(v.clone());
+        hidden.extend(v.split_whitespace().map(str::to_string));
+    }
+    if let Ok(u) = reqwest::Url::parse(url) {
+        // The user part as the parser keeps it (percent-encoded) and as it is sent (decoded,
+        // what an upstream that quotes its Basic credentials would show).
+        for part in [Some(u.username()), u.password()].into_iter().flatten() {
+            hidden.push(part.to_string());
+            hidden.push(percent_decoded(part));
+        }
+        hidden.extend(u.query().map(str::to_string));
+        hidden.extend(u.query_pairs().map(|(_, v)| v.into_owned()));
+        if let Some((_, rest)) = url.split_once("://")
+            && let Some((user, _)) = rest.split_once('@')
+            && !user.contains('/')
+        {
+            hidden.push(user.to_string());
+            hidden.extend(user.split(':').map(str::to_string));
+        }
+    }
+    hidden.retain(|h| h.chars().count() >= MIN_HTTP_PART_CHARS);
+    hidden
+}
+
+/// `s` with its `%XX` escapes decoded (an escape that is not one is kept as written).
+fn percent_decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .filter(|h| bytes[i] == b'%' && h.bytes().all(|c| c.is_ascii_hexdigit()))
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_child_hides_its_long_environment_values_or_the_configured_ones() {
+        let env = env(&[("TOKEN", "s3cret-token-value"), ("LEVEL", "debug")]);
+        assert_eq!(
+            Redactions::stdio(None, &env).values(),
+            ["s3cret-token-value"]
+        );
+        let configured = ["tok".to_string(), String::new()];
+        assert_eq!(Redactions::stdio(Some(&configured), &env).values(), ["tok"]);
+        assert!(Redactions::stdio(Some(&[]), &env).values().is_empty());
+    }
+
+    #[test]
+    fn an_endpoint_hides_its_header_values_words_and_url_credentials() {
+        let config = UpstreamConfig::new(
+            "up",
+            UpstreamTransport::http("https://bot:pa%20ss@mcp.example/v1?api_key=k3y-value&x=1")
+                .header("authorization", "Bearer s3cret-token")
+                .header("x-id", "ab"),
+        );
+        let r = Redactions::of(&config);
+        for hidden in [
+            "Bearer s3cret-token",
+            "s3cret-token",
+            "Bearer",
+            "k3y-value",
+            "api_key=k3y-value&x=1",
+            "pa%20ss",
+            "pa ss",
+            "bot:pa%20ss",
+        ] {
+            assert!(r.values().contains(&hidden.to_string()), "{hidden}: {r:?}");
+        }
+        assert_eq!(percent_decoded("a%2Fb%zz%+1%4"), "a/b%zz%+1%4");
+        // Too short to tell from ordinary text.
+        assert!(
+            !r.values()
+                .iter()
+                .any(|v| v == "ab" || v == "bot" || v == "1")
+        );
+        // The list never shows in a debug print.
+        assert!(!format!("{r:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn every_occurrence_is_replaced_and_a_value_containing_another_whole() {
+        let r = Redactions::new(vec!["abcdef".into(), "abcdefghij".into(), "ghijkl".into()]);
+        assert_eq!(r.text("x abcdefghij y abcdef"), "x [redacted] y [redacted]");
+        // Overlapping values are one run, replaced once, with no part of either left.
+        assert_eq!(r.text("<abcdefghijkl>"), "<[redacted]>");
+        let r = Redactions::new(vec!["abab".into()]);
+        assert_eq!(r.text("ababab!"), "[redacted]!");
+        assert!(matches!(r.text("nothing here"), Cow::Borrowed(_)));
+        assert!(matches!(
+            Redactions::default().text("abab"),
+            Cow::Borrowed("abab")
+        ));
+        // Text around multi-byte characters stays whole.
+        assert_eq!(r.text("é abab ü"), "é [redacted] ü");
+    }
+
+    #[test]
+    fn a_value_of_several_lines_is_hidden_whole_and_line_by_line() {
+        let pem = "-----BEGIN KEY-----\r\nMIIEvQIBADANBgkq\n  c2VjcmV0LWxpbmU=\nab==\n-----END KEY-----\n";
+        let r = Redactions::stdio(None, &env(&[("KEY", pem)]));
+        assert_eq!(r.text(&format!("key: {pem}.")), "key: [redacted].");
+        assert_eq!(
+            r.text("line c2VjcmV0LWxpbmU= quoted"),
+            "line [redacted] quoted"
+        );
+        assert_eq!(r.text("ab== is short"), "ab== is short");
+    }
+
+    #[test]
+    fn json_strings_and_keys_are_redacted_at_any_depth_and_nothing_else() {
+        let r = Redactions::new(vec!["s3cret-token".into()]);
+        let mut v = json!({
+            "level": "info",
+            "data": {"note": "plain", "n": 7, "ok": true, "none": null,
+                     "deep": [{"auth": "Bearer s3cret-token"}, "s3cret-token"],
+                     "s3cret-token": 1},
+        });
+        assert!(r.value(&mut v));
+        assert_eq!(
+            v,
+            json!({
+                "level": "info",
+                "data": {"note": "plain", "n": 7, "ok": true, "none": null,
+                         "deep": [{"auth": "Bearer [redacted]"}, "[redacted]"],
+                         "[redacted]": 1},
+            })
+        );
+        let mut clean = json!({"a": ["b", {"c": "d"}]});
+        let before = clean.clone();
+        assert!(!r.value(&mut clean));
+        assert_eq!(clean, before);
+    }
+}
