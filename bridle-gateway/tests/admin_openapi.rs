@@ -80,3 +80,26 @@ fn the_document_is_openapi_3_1_and_covers_every_route() {
     );
     assert!(doc["components"]["schemas"]["ProblemDetails"].is_object());
 }
+
+/// Every `limit` the document lists says the range the API holds it to (a client that reads
+/// the document never sends a page size the API refuses).
+#[test]
+fn every_limit_parameter_documents_its_range() {
+    let doc = bridle_gateway::admin::openapi::document();
+    let mut seen = 0;
+    for (path, methods) in doc["paths"].as_object().unwrap() {
+        for (method, op) in methods.as_object().unwrap() {
+            for p in op["parameters"].as_array().into_iter().flatten() {
+                if p["name"] != "limit" {
+                    continue;
+                }
+                seen += 1;
+                let schema = &p["schema"];
+                assert_eq!(schema["minimum"], 1, "{method} {path}: {schema}");
+                let max = schema["maximum"].as_u64().unwrap_or(0);
+                assert!([100, 500, 1000].contains(&max), "{method} {path}: {schema}");
+            }
+        }
+    }
+    assert!(seen >= 12, "only {seen} limit parameters");
+}

@@ -50,6 +50,7 @@ pub struct AuditParams {
     /// `asc` (oldest first, the default) or `desc`.
     pub order: Option<String>,
     /// Page size (1 to 1000, default 100); ignored by the export.
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
     /// From a previous page's `next_cursor`.
     pub cursor: Option<String>,

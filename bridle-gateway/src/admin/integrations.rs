@@ -94,6 +94,7 @@ pub struct IntegrationQuery {
     /// From a previous page's `next_cursor`.
     pub cursor: Option<String>,
     /// Page size (1 to 500, default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<usize>,
     /// Only connected (`true`) or disconnected (`false`) upstreams.
     pub connected: Option<bool>,

@@ -98,6 +98,7 @@ pub struct MemoryQuery {
     /// Only memories with this tag.
     pub tag: Option<String>,
     /// Page size (1 to 1000, default 50; a search: 1 to 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
     /// From a previous page's `next_cursor` (listings only).
     pub cursor: Option<String>,
@@ -148,6 +149,7 @@ pub struct PatternQuery {
     /// Only this pattern (`arch_tag`).
     pub arch_tag: Option<String>,
     /// Hits (1 to 100, default 10).
+    #[param(minimum = 1, maximum = 100)]
     pub limit: Option<usize>,
 }
 
@@ -399,6 +401,7 @@ pub struct ChunkQuery {
     /// Only chunks of this file (its path in the repository).
     pub file: Option<String>,
     /// Page size (1 to 500, default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<usize>,
     /// From a previous page's `next_cursor`.
     pub cursor: Option<String>,

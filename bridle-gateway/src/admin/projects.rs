@@ -72,6 +72,7 @@ pub struct ProjectQuery {
     /// From a previous page's `next_cursor`.
     pub cursor: Option<String>,
     /// Page size (1 to 500, default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<usize>,
     /// Only projects whose id contains this text.
     pub q: Option<String>,
@@ -217,6 +218,7 @@ pub struct HistoryQuery {
     /// From a previous page's `next_cursor`.
     pub cursor: Option<String>,
     /// Page size (1 to 500, default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<usize>,
     /// Only changes from this source (`user`, `agent`, `vendor`); any other value is 400.
     pub source: Option<String>,

@@ -88,6 +88,7 @@ pub struct TicketQuery {
     /// From a previous page's `next_cursor`.
     pub cursor: Option<String>,
     /// Page size (1 to 500, default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<usize>,
     /// `pending` (default), `approved`, `denied` or `all`.
     pub status: Option<String>,

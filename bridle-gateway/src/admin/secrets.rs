@@ -61,6 +61,7 @@ pub struct SecretQuery {
     /// From a previous page's `next_cursor`.
     pub cursor: Option<String>,
     /// Page size (1 to 500, default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<usize>,
 }
 

@@ -64,6 +64,7 @@ pub struct SessionQuery {
     /// From a previous page's `next_cursor`.
     pub cursor: Option<String>,
     /// Page size (1 to 500, default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<usize>,
     /// Only this agent's sessions.
     pub agent: Option<String>,
