@@ -204,7 +204,8 @@ impl Redactions {
     }
 }
 
-/// What of an HTTP upstream's configuration is a credential: header values and their words,
+/// What of an HTTP upstream's configuration is a credential: header values and their words
+/// (but an authentication scheme),
 /// and the URL's user part and query (parsed, and as written before percent-encoding), each of
 /// at least [`MIN_HTTP_PART_CHARS`] characters. Shared with [`UpstreamTransport::redact`], so
 /// errors and relayed messages hide the same parts.
@@ -212,7 +213,17 @@ pub(super) fn http_values(url: &str, headers: &[(String, String)]) -> Vec<String
     let mut hidden: Vec<String> = Vec::new();
     for (_, v) in headers {
         hidden.push(v.clone());
-        hidden.extend(v.split_whitespace().map(str::to_string));
+        // A value of several words is `<auth-scheme> <credentials>` (RFC 9110, 11.4): the
+        // scheme (`Bearer`, `Basic`, Gitea's `token`) is an ordinary word that upstreams say
+        // in plain messages ("access token does not exist"), so only the words after it are
+        // hidden on their own.
+        let words: Vec<&str> = v.split_whitespace().collect();
+        let credentials = if words.len() > 1 {
+            &words[1..]
+        } else {
+            &words[..]
+        };
+        hidden.extend(credentials.iter().map(|w| w.to_string()));
     }
     if let Ok(u) = reqwest::Url::parse(url) {
         // The user part as the parser keeps it (percent-encoded) and as it is sent (decoded,
@@ -297,7 +308,6 @@ mod tests {
         for hidden in [
             "Bearer s3cret-token",
             "s3cret-token",
-            "Bearer",
             "k3y-value",
             "api_key=k3y-value&x=1",
             "pa%20ss",
@@ -307,11 +317,15 @@ mod tests {
             assert!(r.values().contains(&hidden.to_string()), "{hidden}: {r:?}");
         }
         assert_eq!(percent_decoded("a%2Fb%zz%+1%4"), "a/b%zz%+1%4");
-        // Too short to tell from ordinary text.
+        // Too short to tell from ordinary text, or the scheme: an ordinary word.
         assert!(
             !r.values()
                 .iter()
-                .any(|v| v == "ab" || v == "bot" || v == "1")
+                .any(|v| v == "ab" || v == "bot" || v == "1" || v == "Bearer")
+        );
+        assert_eq!(
+            r.text("a Bearer token, not s3cret-token"),
+            "a Bearer token, not [redacted]"
         );
         // The list never shows in a debug print.
         assert!(!format!("{r:?}").contains("s3cret"));
