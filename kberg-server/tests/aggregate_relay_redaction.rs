@@ -274,17 +274,11 @@ async fn a_childs_credential_is_redacted_from_what_it_relays() {
     agg.shutdown().await;
 }
 
-/// Asks the calling client through the aggregator; asked again when the aggregator refused
-/// the question because the request it came with was not yet recorded as sent (the upstream
-/// can be that quick to ask; nothing reached the client then).
+/// Asks the calling client through the aggregator, once: the upstream asks the moment its
+/// call starts, and the aggregator records the request before it relays what comes about it,
+/// so the question is never refused as being about "no call in flight".
 async fn elicit(ctx: &ToolContext, message: &str, schema: Value) -> Result<Value, ToolError> {
-    let mut refused = 0;
-    loop {
-        match ctx.elicit(message, schema.clone()).await {
-            Err(e) if e.to_string().contains("no call in flight") && refused < 100 => refused += 1,
-            answer => return Ok(answer?),
-        }
-    }
+    Ok(ctx.elicit(message, schema).await?)
 }
 
 /// A Kberg server that knows the credentials its aggregator sends it and says them back from

@@ -7,7 +7,10 @@
 //! relay can find the client to ask (abandoned unanswered, it stays registered as nobody's for
 //! the call timeout, so the relay does not take its questions for another call's), and its
 //! progress token routes progress back
-//! ([`ProgressRoute`]). A request that ends without an answer (timeout, cancellation, the
+//! ([`ProgressRoute`]). An upstream can answer faster than its caller records the request
+//! (a question on the request's own stream, progress at once): each send is tracked from
+//! before it starts until it is recorded ([`SendRecord`]), and the relay waits for the sends
+//! begun before a message came ([`Upstream::sends_recorded`]) before it looks the call up. A request that ends without an answer (timeout, cancellation, the
 //! caller dropped) is cancelled upstream with `notifications/cancelled`; a transport failure
 //! wakes the supervisor. A tool call to an upstream that supports tasks may have started a
 //! task by the time the caller gives up: its answer is still awaited, by a watcher spawned then
@@ -113,6 +116,46 @@ fn abandon(
     }
 }
 
+/// A request between the start of its send and its record (progress route, upstream id) in
+/// [`Upstream::sending`]; dropped once recorded, or when the send failed.
+struct SendRecord<'a> {
+    up: &'a Upstream,
+    seq: u64,
+}
+
+impl<'a> SendRecord<'a> {
+    fn begin(up: &'a Upstream) -> Self {
+        let seq = up.next_send.fetch_add(1, Ordering::SeqCst);
+        up.sending.send_modify(|s| {
+            s.insert(seq);
+        });
+        Self { up, seq }
+    }
+}
+
+impl Drop for SendRecord<'_> {
+    fn drop(&mut self) {
+        self.up.sending.send_modify(|s| {
+            s.remove(&self.seq);
+        });
+    }
+}
+
+impl Upstream {
+    /// Waits until every request whose send began before this call is recorded (or failed).
+    /// A message the upstream sends about a request comes after that request's send began, so
+    /// once this returns, the relay finds the request's call and progress route if they exist.
+    /// The sends waited for are only those already begun, each recorded as soon as rmcp
+    /// queued it, so the wait is short and bounded.
+    pub(super) async fn sends_recorded(&self) {
+        let before = self.next_send.load(Ordering::SeqCst);
+        let mut pending = self.sending.subscribe();
+        let _ = pending
+            .wait_for(|s| s.first().is_none_or(|first| *first >= before))
+            .await;
+    }
+}
+
 impl Drop for ProgressRoute<'_> {
     fn drop(&mut self) {
         if let Ok(mut m) = self.up.progress.lock() {
@@ -179,6 +222,7 @@ pub(super) async fn forward(
         && peer
             .peer_info()
             .is_some_and(|i| i.capabilities.supports_tasks());
+    let record = SendRecord::begin(up);
     let handle = match peer
         .send_cancellable_request(request, PeerRequestOptions::no_options())
         .await
@@ -209,6 +253,7 @@ pub(super) async fn forward(
     if let Some(a) = &mut active {
         a.sent(&handle.id);
     }
+    drop(record);
     let left = limit.saturating_sub(started.elapsed());
     // The answer is read straight from the request's channel, on this task. A tool call that
     // may have started a task is watched if this call ends unanswered (see `LateTaskWatch`);

@@ -115,6 +115,11 @@ pub(super) struct Upstream {
     /// calls abandoned unanswered, while the upstream may still be at work on them.
     pub(super) active: Mutex<HashMap<u64, ActiveEntry>>,
     pub(super) next_active: AtomicU64,
+    /// Requests sent and not yet recorded (their progress route and upstream id), by sequence
+    /// number ([`super::forward`]): what the upstream sends about a request can arrive before
+    /// its sender has recorded it, so the relay waits for the sends begun before it looks.
+    pub(super) sending: watch::Sender<BTreeSet<u64>>,
+    pub(super) next_send: AtomicU64,
     /// The rate bound of the log messages relayed from this upstream to calling clients.
     pub(super) log_budget: Mutex<RateBudget>,
     /// Asked about each forwarded tool call (see [`ForwardHook`]).
@@ -358,6 +363,8 @@ impl Aggregator {
                 progress: Mutex::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
                 next_active: AtomicU64::new(0),
+                sending: watch::Sender::new(BTreeSet::new()),
+                next_send: AtomicU64::new(0),
                 log_budget: Mutex::new(super::relay::log_budget()),
                 hook: hook.clone(),
             });

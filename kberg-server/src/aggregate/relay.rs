@@ -108,6 +108,7 @@ impl UpstreamClient {
         upstream_cancel: CancellationToken,
         origin: Option<&InboundStreamOrigin>,
     ) -> Result<T, McpError> {
+        self.up.sends_recorded().await;
         let (peer, ctx) = self.relay_target(capability, origin)?;
         redact_relayed(
             &self.up.redactions,
@@ -269,6 +270,7 @@ impl ClientHandler for UpstreamClient {
         context: NotificationContext<RoleClient>,
     ) {
         // Like requests, a log message reaches a client only when it can only be about its call.
+        self.up.sends_recorded().await;
         let one = self
             .call_of(context.extensions.get::<InboundStreamOrigin>())
             .ok()
@@ -310,6 +312,7 @@ impl ClientHandler for UpstreamClient {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
+        self.up.sends_recorded().await;
         let ctx = self
             .up
             .progress
