@@ -102,10 +102,11 @@ pub fn is_network_source(source: &str) -> bool {
 }
 
 /// `source` as it may be shown: a URL's user part (`https://user:token@host/...`, where a
-/// private repository's access token goes) and its query are replaced by `***`. Everything a
-/// repository source reaches outside memory (search results, listings, progress, errors, log
-/// lines) goes through this; the payload keeps the source as given, so that a refresh can
-/// fetch it again.
+/// private repository's access token goes) as `***@`, its query as `?***` and a fragment as
+/// `#***`; an scp-like `git@host:path` and a local path are shown as they are. This is
+/// kberg-core's [`redact_source`](kberg_core::redact_source). Everything a repository source
+/// reaches outside memory (search results, listings, progress, errors, log lines) goes through
+/// this; the payload keeps the source as given, so that a refresh can fetch it again.
 ///
 /// ```
 /// use bridle_memory::repo::redact_url;
@@ -119,68 +120,15 @@ pub fn is_network_source(source: &str) -> bool {
 /// assert_eq!(redact_url("/srv/repos/app"), "/srv/repos/app");
 /// ```
 pub fn redact_url(source: &str) -> String {
-    let s = source.trim();
-    let Some(scheme_end) = s.find("://") else {
-        return s.to_string();
-    };
-    let (head, rest) = s.split_at(scheme_end + 3);
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let mut out = String::with_capacity(s.len());
-    out.push_str(head);
-    match authority.rfind('@') {
-        Some(at) => {
-            out.push_str("***@");
-            out.push_str(&authority[at + 1..]);
-        }
-        None => out.push_str(authority),
-    }
-    match tail.find('?') {
-        Some(q) => {
-            out.push_str(&tail[..q]);
-            out.push_str("?***");
-        }
-        None => out.push_str(tail),
-    }
-    out
+    kberg_core::redact_source(source)
 }
 
-/// The parts of `source` that [`redact_url`] hides (a URL's user part and query), to scrub
-/// out of what git says about it.
-pub(crate) fn hidden_parts(source: &str) -> Vec<&str> {
-    let s = source.trim();
-    let Some(scheme_end) = s.find("://") else {
-        return Vec::new();
-    };
-    let rest = &s[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let mut parts = Vec::new();
-    if let Some(at) = rest[..authority_end].rfind('@') {
-        let user = &rest[..at];
-        parts.push(user);
-        parts.extend(user.split(':').filter(|p| p.len() >= 4));
-    }
-    if let Some(q) = rest[authority_end..].find('?') {
-        let query = &rest[authority_end + q + 1..];
-        parts.push(query);
-        parts.extend(
-            query
-                .split('&')
-                .filter_map(|kv| kv.split_once('=').map(|(_, v)| v))
-                .filter(|v| v.len() >= 4),
-        );
-    }
-    parts.retain(|p| !p.is_empty());
-    // Longest first, so that a part is never left half replaced by a shorter one inside it.
-    parts.sort_by_key(|p| std::cmp::Reverse(p.len()));
-    parts
-}
-
-/// `text` with every part of `source` that [`redact_url`] hides replaced by `***`.
+/// `text` (what git said about cloning `source`) with every credential of `source`'s URL
+/// replaced by `[redacted]`: its user part and query values, as written and decoded
+/// ([`UrlCredentials::of_source`](kberg_core::UrlCredentials::of_source); nothing for an
+/// scp-like source or a path).
 fn scrub(text: &str, source: &str) -> String {
-    hidden_parts(source)
-        .into_iter()
-        .fold(text.to_string(), |t, part| t.replace(part, "***"))
+    kberg_core::UrlCredentials::of_source(source).scrub(text)
 }
 
 /// The HTTP authorization a clone sends to one site (`https://git.example/` or a path under
@@ -797,36 +745,6 @@ fn indexable_text(path: &Path, max_file_bytes: u64, bytes_read: &mut u64) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_source_is_shown_without_its_user_part_or_query() {
-        for (source, shown) in [
-            (
-                "https://bot:s3cret-token@git.example/x.git",
-                "https://***@git.example/x.git",
-            ),
-            (
-                "https://s3cret-token@git.example/x.git",
-                "https://***@git.example/x.git",
-            ),
-            ("https://git.example/x@y", "https://git.example/x@y"),
-            (
-                "https://git.example/x.git?private_token=s3cret-token",
-                "https://git.example/x.git?***",
-            ),
-            ("  https://git.example/x.git  ", "https://git.example/x.git"),
-            ("git@git.example:team/x.git", "git@git.example:team/x.git"),
-            ("/srv/repos/x", "/srv/repos/x"),
-            ("", ""),
-            ("https://", "https://"),
-            ("https://@", "https://***@"),
-        ] {
-            assert_eq!(redact_url(source), shown, "{source}");
-        }
-        let said = "fatal: unable to access 'https://bot:s3cret-token@git.example/x.git/': 403";
-        let scrubbed = scrub(said, "https://bot:s3cret-token@git.example/x.git");
-        assert!(!scrubbed.contains("s3cret-token"), "{scrubbed}");
-    }
 
     #[tokio::test]
     async fn a_failed_clone_names_the_source_without_its_token() {

@@ -6,19 +6,19 @@
 //! everywhere it is shown (a proposal's summary and provenance, a feed's views, errors and log
 //! lines, audit entries) it goes through [`redact_url`] first.
 //!
-//! The rule is bridle-memory's `repo::redact_url`, which hides a source wherever memory shows
-//! one (listings, search hits, errors), so a reviewer reads a URL as the index will later show
-//! it. This crate does not depend on bridle-memory (its chunkers and stores have no place in
-//! the rules model), so the rule is here again, once for the whole crate; bridle-gateway's
-//! tests hold the two to the same output.
+//! The rule is kberg-core's `redact_source`, which bridle-memory's `repo::redact_url` applies
+//! wherever memory shows a source (listings, search hits, errors), so a reviewer reads a URL as
+//! the index will later show it. This crate depends on no kberg crate (the rules model stands
+//! on its own), so the rule is here again, once for the whole crate; bridle-gateway's tests
+//! hold the two to the same output.
 
 /// The most characters of one URL a summary shows; a longer one is cut with `…`.
 const SHOWN_URL_CHARS: usize = 120;
 
 /// `url` with its user part (everything before the last `@` of the authority, where a token
-/// goes) and its query replaced by `***`. Text without `://` (a file path, an scp-like
-/// `git@host:repo`) is returned trimmed and otherwise unchanged. Redacting a redacted URL
-/// changes nothing.
+/// goes) shown as `***@`, its query as `?***` and a fragment as `#***`. Text without `://` (a
+/// file path, an scp-like `git@host:repo`) is returned trimmed and otherwise unchanged.
+/// Redacting a redacted URL changes nothing.
 ///
 /// ```
 /// use bridle_rules::redact_url;
@@ -28,6 +28,7 @@ const SHOWN_URL_CHARS: usize = 120;
 ///     "https://***@docs.example/guide"
 /// );
 /// assert_eq!(redact_url("https://h/page?token=s3cret"), "https://h/page?***");
+/// assert_eq!(redact_url("https://h/callback#token=s3cret"), "https://h/callback#***");
 /// assert_eq!(redact_url("docs/guide.md"), "docs/guide.md");
 /// ```
 pub fn redact_url(url: &str) -> String {
@@ -47,10 +48,12 @@ pub fn redact_url(url: &str) -> String {
         }
         None => out.push_str(authority),
     }
-    match tail.find('?') {
-        Some(q) => {
-            out.push_str(&tail[..q]);
-            out.push_str("?***");
+    // The query, or a fragment when it comes first (`#a?b` is all fragment).
+    match tail.find(['?', '#']) {
+        Some(i) => {
+            out.push_str(&tail[..i]);
+            out.push_str(&tail[i..=i]);
+            out.push_str("***");
         }
         None => out.push_str(tail),
     }
@@ -79,7 +82,7 @@ mod tests {
     const CANARY: &str = "canary-redact-token-9Lk3";
 
     #[test]
-    fn the_user_part_and_the_query_are_hidden() {
+    fn the_user_part_the_query_and_the_fragment_are_hidden() {
         for (url, shown) in [
             (
                 format!("https://user:{CANARY}@docs.internal/guide"),
@@ -103,6 +106,20 @@ mod tests {
                 "https://***@git.example/e.git",
             ),
             (format!("  http://u:{CANARY}@h:8080  "), "http://***@h:8080"),
+            // A fragment can hold a token too (`#access_token=`), and a `?` inside it is not
+            // a query.
+            (
+                format!("https://docs.example/cb#access_token={CANARY}"),
+                "https://docs.example/cb#***",
+            ),
+            (
+                format!("https://docs.example/cb#a?token={CANARY}"),
+                "https://docs.example/cb#***",
+            ),
+            (
+                format!("https://docs.example/cb?token={CANARY}#top"),
+                "https://docs.example/cb?***",
+            ),
         ] {
             assert_eq!(redact_url(&url), shown, "{url}");
             assert_eq!(redact_url(shown), shown, "redacting twice changes nothing");

@@ -28,6 +28,10 @@
 //! - [Human confirmation](ConfirmPolicy): calls above an app-defined threshold wait as a
 //!   [`ConfirmTicket`] for a person, through the [`TicketDesk`].
 //!
+//! Beside the gate, [`redact_url`] / [`redact_source`] show a URL without the credentials it
+//! may carry, and [`UrlCredentials`] scrubs a request's credentials out of what a service quotes
+//! back: the one rule of the model providers, the embedders and example repositories.
+//!
 //! ```
 //! use kberg_core::*;
 //! use schemars::JsonSchema;
@@ -85,6 +89,7 @@ mod validate;
 
 mod error;
 mod preview;
+mod redact;
 
 mod audit;
 mod capability;
@@ -144,6 +149,7 @@ pub use rate::{
     LOG_MESSAGE_BURST, LOG_MESSAGE_INTERVAL, PROGRESS_REPORT_BURST, PROGRESS_REPORT_INTERVAL,
     RateBudget,
 };
+pub use redact::{UrlCredentials, redact_source, redact_url};
 pub use registry::{ToolEdit, ToolRegistry, ToolRegistryBuilder};
 pub use resource::{
     ResourceDescriptor, ResourceEdit, ResourceError, ResourceEvent, ResourceReader,

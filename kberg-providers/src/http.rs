@@ -7,7 +7,7 @@
 //! once. So is what an error may show: the endpoint's URL redacted, the HTTP client's error text
 //! without the URL it appends, and a server's words without any credential the request carried
 //! (see [`crate::endpoint`]); every error a provider returns, streamed or not, passes
-//! [`Credentials::scrub_error`](crate::endpoint::Credentials::scrub_error).
+//! [`scrub_error`](crate::endpoint::scrub_error).
 
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
@@ -17,7 +17,7 @@ use kberg_agent::{ChatDelta, ChatStream, ProviderError};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::endpoint::{Credentials, Target};
+use crate::endpoint::{Target, UrlCredentials, scrub_error};
 
 /// Timeouts and retries for a provider's HTTP requests.
 ///
@@ -203,7 +203,7 @@ pub(crate) fn client() -> reqwest::Client {
 /// The message in an error body (`error.message`, `error` (a string), `message`, or the
 /// text), with every credential in `credentials` replaced, then cut to its start. Replaced
 /// before it is cut, so no credential is left half shown at the cut.
-pub(crate) fn error_message(body: &[u8], credentials: &Credentials) -> String {
+pub(crate) fn error_message(body: &[u8], credentials: &UrlCredentials) -> String {
     shortened(credentials.scrub(&error_text(body)).trim())
 }
 
@@ -467,7 +467,8 @@ pub(crate) async fn post_for_json<T>(
         let resp = post(client, opts, ep, headers, body, cancel).await?;
         parse(&read_json(resp, opts, cancel).await?)
     };
-    turn.await.map_err(|e| ep.target.credentials.scrub_error(e))
+    turn.await
+        .map_err(|e| scrub_error(&ep.target.credentials, e))
 }
 
 /// Posts `body` and decodes the streamed reply with `decoder`. Every error, also one ending
@@ -485,10 +486,10 @@ pub(crate) async fn post_for_stream<D: LineDecoder>(
     let credentials = std::sync::Arc::clone(&ep.target.credentials);
     let resp = post(client, opts, ep, headers, body, cancel)
         .await
-        .map_err(|e| credentials.scrub_error(e))?;
+        .map_err(|e| scrub_error(&credentials, e))?;
     let stream = line_stream(resp, decoder, opts, cancel);
     Ok(Box::pin(stream.map(move |item| {
-        item.map_err(|e| credentials.scrub_error(e))
+        item.map_err(|e| scrub_error(&credentials, e))
     })))
 }
 
@@ -729,7 +730,7 @@ mod tests {
     }
 
     fn message(body: &[u8]) -> String {
-        error_message(body, &Credentials::default())
+        error_message(body, &UrlCredentials::default())
     }
 
     #[test]
@@ -754,7 +755,7 @@ mod tests {
     fn a_credential_at_the_cut_is_replaced_whole() {
         let key = "sk-canary-key-0001";
         let base = "http://h:1/v1";
-        let c = Credentials::new(base, &crate::endpoint::join(base, "/x"), &[key]);
+        let c = UrlCredentials::of_urls(&[base, &crate::endpoint::join(base, "/x")], &[key]);
         // The key straddles the 300th character: cut first, its start would be shown.
         let body = format!("{}{key} refused", "x".repeat(290));
         let shown = error_message(body.as_bytes(), &c);

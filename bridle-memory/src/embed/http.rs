@@ -5,12 +5,12 @@
 //! name or a server that is down is reported when the gateway starts, not at the first search.
 //!
 //! Errors reach the model (a memory tool's refusal), so they name the endpoint as
-//! [`redact_url`] shows it, never its user part or query, and the HTTP client's error text
-//! without the URL it appends; neither `Debug` shows the API key. An error answer is quoted with
-//! every credential the request carried replaced (the key, the URL's user part and query
-//! values, the `Basic` value made of the user part), since services echo what they refuse. The
-//! endpoint's path is appended to the base URL's path, so a base with a query
-//! (`?api-version=`) keeps it.
+//! [`redact_url`] shows it, never its user part, query or fragment, and the HTTP client's error
+//! text without the URL it appends; neither `Debug` shows the API key. An error answer is
+//! quoted with every credential the request carried replaced (the key, the URL's user part and
+//! query values, the `Basic` value made of the user part: kberg-core's [`UrlCredentials`], the
+//! rule the model providers apply too), since services echo what they refuse. The endpoint's
+//! path is appended to the base URL's path, so a base with a query (`?api-version=`) keeps it.
 
 use std::time::Duration;
 
@@ -19,10 +19,10 @@ use serde_json::{Value, json};
 
 use super::{Embedder, check_vectors};
 use crate::error::{MemoryError, Result};
-use crate::repo::redact_url;
+use kberg_core::{UrlCredentials, redact_url};
 
 /// Where and how to reach an HTTP embedding service. Its `Debug` shows the URL without its
-/// user part and query, and whether there is an API key, never the key.
+/// user part, query and fragment, and whether there is an API key, never the key.
 #[derive(Clone)]
 pub struct HttpEmbedderConfig {
     /// The server's base URL, e.g. `http://127.0.0.1:1234/v1` (LM Studio) or
@@ -90,8 +90,8 @@ struct Client {
     model: String,
     api_key: Option<String>,
     /// What an error answer must not quote: the key, the URL's user part and query values,
-    /// and the Basic credential the HTTP client makes of the user part. Longest first.
-    hidden: Vec<String>,
+    /// and the Basic credential the HTTP client makes of the user part.
+    credentials: UrlCredentials,
 }
 
 impl std::fmt::Debug for Client {
@@ -102,42 +102,6 @@ impl std::fmt::Debug for Client {
             .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
             .finish_non_exhaustive()
     }
-}
-
-/// The credentials a request to `url` with `api_key` carries, as a service could quote them
-/// back: the key, the URL's user part and query values (as written and as decoded), and the
-/// `Authorization: Basic` value the HTTP client sends for a user part. Values shorter than four
-/// characters are left, as they would match ordinary words.
-fn credentials_of(url: &str, api_key: Option<&str>) -> Vec<String> {
-    let mut hidden: Vec<String> = api_key.map(str::to_string).into_iter().collect();
-    hidden.extend(
-        crate::repo::hidden_parts(url)
-            .into_iter()
-            .map(str::to_string),
-    );
-    if let Ok(u) = reqwest::Url::parse(url) {
-        hidden.extend(u.query_pairs().map(|(_, v)| v.into_owned()));
-        if !u.username().is_empty() || u.password().is_some() {
-            let decode = |s: &str| percent_decode(s);
-            let user = decode(u.username());
-            let pass = u.password().map(decode).unwrap_or_default();
-            use base64::Engine as _;
-            hidden.push(base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}")));
-            hidden.push(user);
-            hidden.push(pass);
-        }
-    }
-    hidden.retain(|h| h.chars().count() >= 4);
-    hidden.sort_by_key(|h| std::cmp::Reverse(h.len()));
-    hidden.dedup();
-    hidden
-}
-
-/// `s` with `%XX` escapes decoded (lossily, as the HTTP client decodes a URL's user part).
-fn percent_decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8_lossy()
-        .into_owned()
 }
 
 impl Client {
@@ -157,7 +121,12 @@ impl Client {
             })?;
         Ok(Self {
             http,
-            hidden: credentials_of(&url, config.api_key.as_deref()),
+            // The base URL as configured and the endpoint as the HTTP client writes it (which
+            // may escape the user part or query differently).
+            credentials: UrlCredentials::of_urls(
+                &[&config.base_url, &url],
+                config.api_key.as_deref().as_slice(),
+            ),
             url,
             shown,
             model: config.model.clone(),
@@ -201,13 +170,11 @@ impl Client {
             bytes.extend_from_slice(&chunk);
         }
         if !status.is_success() {
-            let text = String::from_utf8_lossy(&bytes);
-            let mut snippet: String = text.chars().take(300).collect();
             // A service may quote the key it refused, the request's URL with the user part
             // and query a credential can sit in, or the Basic credential made of that user part.
-            for h in &self.hidden {
-                snippet = snippet.replace(h.as_str(), "[redacted]");
-            }
+            // Scrubbed before it is cut, so a credential at the cut is replaced whole.
+            let text = self.credentials.scrub(&String::from_utf8_lossy(&bytes));
+            let snippet: String = text.chars().take(300).collect();
             return Err(unavailable(format!("HTTP {status}: {snippet}")));
         }
         serde_json::from_slice(&bytes)

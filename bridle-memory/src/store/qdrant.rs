@@ -56,7 +56,7 @@ pub struct QdrantConfig {
 impl std::fmt::Debug for QdrantConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QdrantConfig")
-            .field("url", &crate::repo::redact_url(&self.url))
+            .field("url", &kberg_core::redact_url(&self.url))
             .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
             .field("collection_prefix", &self.collection_prefix)
             .finish()
