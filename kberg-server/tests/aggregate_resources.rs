@@ -35,8 +35,8 @@ use kberg_server::aggregate::{
 };
 use kberg_server::{BearerTokens, McpApp};
 use rmcp::model::{
-    ErrorCode, ReadResourceRequestParams, ResourceContents, ResourceUpdatedNotificationParam,
-    SubscribeRequestParams, UnsubscribeRequestParams,
+    CallToolRequestParams, ErrorCode, ReadResourceRequestParams, ResourceContents,
+    ResourceUpdatedNotificationParam, SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -229,6 +229,36 @@ async fn resources_from_stdio_and_http_upstreams_listed_and_read_by_an_mcp_clien
             assert_eq!(mime_type.as_deref(), Some("text/plain"));
         }
         other => panic!("{other:?}"),
+    }
+    // A tool's resource links name the resources as the aggregator lists them: read through it.
+    let links = client
+        .call_tool(
+            CallToolRequestParams::new("ev__get-resource-links")
+                .with_arguments(json!({"count": 2}).as_object().cloned().unwrap_or_default()),
+        )
+        .await
+        .expect("tools/call");
+    let linked: Vec<String> = links
+        .content
+        .iter()
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .filter(|v| v["type"] == "resource_link")
+        .filter_map(|v| v["uri"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(
+        linked,
+        [
+            "ev+demo://resource/dynamic/blob/1",
+            "ev+demo://resource/dynamic/text/2"
+        ],
+        "{links:?}"
+    );
+    for uri in &linked {
+        let read = client
+            .read_resource(ReadResourceRequestParams::new(uri.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{uri}: {e}"));
+        assert_eq!(read.contents.len(), 1, "{uri}: {read:?}");
     }
     let read = client
         .read_resource(ReadResourceRequestParams::new(

@@ -19,7 +19,7 @@ use serde_json::Value;
 use super::error::UpstreamError;
 use super::forward::{forward, result_kind};
 use super::front::{Aggregation, Upstream};
-use super::tools::content_of;
+use super::tools::upstream_content;
 
 /// Reads the upstream's prompts (when it offers any) and registers them namespaced; the previous
 /// set is replaced. A failure here is logged and leaves tools unaffected.
@@ -145,7 +145,10 @@ async fn forward_prompt(
                     } else {
                         Role::User
                     },
-                    content: content_of(msg.get("content").cloned().unwrap_or(Value::Null)),
+                    content: upstream_content(
+                        up,
+                        msg.get("content").cloned().unwrap_or(Value::Null),
+                    ),
                 })
                 .collect()
         })

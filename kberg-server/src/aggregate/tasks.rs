@@ -118,7 +118,7 @@ pub(super) async fn follow(
                         expected: "a tool result",
                         found: e.to_string(),
                     })?;
-                return Ok(super::tools::to_output(result));
+                return Ok(super::tools::to_output(up, result));
             }
             TaskPayload::Failed { error } => {
                 let message = error

@@ -30,7 +30,7 @@ use super::forward::{forward, result_kind};
 use super::front::{Aggregation, Upstream};
 use super::hook::{ForwardOutcome, OutgoingCall};
 use super::prompts::sync_prompts;
-use super::resources::sync_resources;
+use super::resources::{namespaced_uri, sync_resources};
 use super::tasks::Followed;
 
 /// Reads the upstream's tool list and makes the registry match it: new tools registered, gone
@@ -184,7 +184,7 @@ impl Tool for ForwardedTool {
             }
         };
         match answer {
-            Ok(ServerResult::CallToolResult(r)) => Ok(to_output(r)),
+            Ok(ServerResult::CallToolResult(r)) => Ok(to_output(&self.up, r)),
             // The upstream runs the call as a task: follow it to its end.
             Ok(ServerResult::CreateTaskResult(t)) => {
                 match super::tasks::follow(&self.up, t.task, &ctx).await {
@@ -270,18 +270,38 @@ fn refusal(tool: &str, e: &UpstreamError) -> ToolOutput {
 }
 
 /// An upstream result as Kberg output: content blocks, structured content and the error flag
-/// pass through unchanged.
-pub(super) fn to_output(r: CallToolResult) -> ToolOutput {
+/// pass through, the URIs of resource links and embedded resources namespaced as the
+/// aggregator lists the upstream's resources ([`upstream_content`]).
+pub(super) fn to_output(up: &Upstream, r: CallToolResult) -> ToolOutput {
     let content = r
         .content
         .iter()
-        .map(|block| content_of(serde_json::to_value(block).unwrap_or(Value::Null)))
+        .map(|block| upstream_content(up, serde_json::to_value(block).unwrap_or(Value::Null)))
         .collect();
     ToolOutput {
         content,
         structured: r.structured_content,
         is_error: r.is_error.unwrap_or(false),
     }
+}
+
+/// A content block an upstream sent (in a tool result or a prompt message) as the
+/// aggregator's clients see it: [`content_of`], and when the upstream's resources are
+/// forwarded, a resource link's or an embedded resource's URI under the upstream's namespace
+/// (`ev+demo://...`), the URI a client reads it by through the aggregator. Without resource
+/// forwarding the upstream's URI is kept: no namespaced URI would answer either.
+pub(super) fn upstream_content(up: &Upstream, v: Value) -> Content {
+    let mut content = content_of(v);
+    if up.resources.is_some() {
+        match &mut content {
+            Content::ResourceLink { uri, .. } => *uri = namespaced_uri(up.namespace(), uri),
+            Content::Resource(contents) => {
+                contents.uri = namespaced_uri(up.namespace(), &contents.uri);
+            }
+            _ => {}
+        }
+    }
+    content
 }
 
 /// A content block in MCP's JSON shape as Kberg content (kberg-core's one codec); a block it
