@@ -176,7 +176,7 @@ pub(super) async fn forward(
     let ns = up.namespace();
     // What the client library or the upstream says may carry the upstream's credentials (a
     // URL with a token, an error body echoing a header): redacted before callers see it.
-    let redact = |text: &str| up.config.transport.redact(text);
+    let redact = |text: &str| up.redactions.text(text).into_owned();
     let unavailable = |reason: String| UpstreamError::Unavailable {
         namespace: ns.to_string(),
         reason: redact(&reason),

@@ -17,7 +17,8 @@
 //! [`UpstreamConfig::stderr_redact`](super::UpstreamConfig::stderr_redact) (whatever their
 //! length), else every value of its configured environment (`env`, not what it inherits) of at
 //! least [`MIN_REDACTED_LEN`] bytes. A Streamable HTTP endpoint: every header value and each of
-//! its whitespace-separated words (the token of `Bearer <token>`), and the URL's user name,
+//! its whitespace-separated words after an authentication scheme (the token of
+//! `Bearer <token>`, not `Bearer`, an ordinary word), and the URL's user name,
 //! password, query and query values, as parsed and as written; each part of at least four
 //! characters (a shorter one would match ordinary words). A value of several lines (a PEM key)
 //! is hidden whole and line by line, each trimmed line of at least [`MIN_REDACTED_LEN`] bytes,
@@ -30,10 +31,9 @@
 //! whole, never left half shown.
 //!
 //! Error messages and refusals that quote an upstream (the client library's error, the
-//! upstream's own message) are redacted with [`UpstreamTransport::redact`], which shows `***`
-//! instead and, for a child, hides every environment value of at least four characters.
-//!
-//! [`UpstreamTransport::redact`]: super::UpstreamTransport
+//! upstream's own message, a failed task's message, the reason a connection failed) are
+//! redacted with the same list and the same marker: one policy for everything an upstream
+//! says.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -42,7 +42,7 @@ use serde_json::Value;
 
 use super::config::{UpstreamConfig, UpstreamTransport};
 
-/// What a redacted credential becomes, in stderr lines and in relayed messages.
+/// What a redacted credential becomes, in stderr lines, relayed messages and errors.
 pub const REDACTED: &str = "[redacted]";
 
 /// Environment values (and lines of a value of several lines) shorter than this are not
@@ -294,6 +294,34 @@ mod tests {
         let configured = ["tok".to_string(), String::new()];
         assert_eq!(Redactions::stdio(Some(&configured), &env).values(), ["tok"]);
         assert!(Redactions::stdio(Some(&[]), &env).values().is_empty());
+    }
+
+    #[test]
+    fn an_error_quoting_the_credentials_is_redacted_with_the_same_list() {
+        let config = UpstreamConfig::new(
+            "up",
+            UpstreamTransport::http(
+                "https://bot:s3cret-pass@mcp.example/v1?api_key=s3cret-key&region=eu#frag",
+            )
+            .header("authorization", "Bearer s3cret-token"),
+        );
+        let said = "HTTP 401: invalid token s3cret-token for https://bot:s3cret-pass@mcp.example/v1?api_key=s3cret-key";
+        let shown = Redactions::of(&config).text(said);
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(
+            shown.starts_with("HTTP 401: invalid token [redacted] for https://"),
+            "{shown}"
+        );
+        let config = UpstreamConfig::new(
+            "up",
+            UpstreamTransport::stdio("server")
+                .env("API_TOKEN", "s3cret-env")
+                .env("LEVEL", "1"),
+        );
+        assert_eq!(
+            Redactions::of(&config).text("bad token s3cret-env, level 1"),
+            "bad token [redacted], level 1"
+        );
     }
 
     #[test]

@@ -57,7 +57,7 @@ async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), ConnectErr
                 .spawn()
                 .map_err(|e| ConnectError::Spawn {
                     command: command.clone(),
-                    message: up.config.transport.redact(&e.to_string()),
+                    message: up.redactions.text(&e.to_string()).into_owned(),
                 })?;
             if let Some(stderr) = stderr {
                 tokio::spawn(super::stderr::drain(
@@ -72,7 +72,7 @@ async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), ConnectErr
                 .await
                 .map_err(|e| ConnectError::Initialize {
                     target: command.clone(),
-                    message: up.config.transport.redact(&e.to_string()),
+                    message: up.redactions.text(&e.to_string()).into_owned(),
                 })?;
             Ok((client, pid))
         }
@@ -102,7 +102,7 @@ async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), ConnectErr
                 // the token in its error body) reach the reason, which callers are shown.
                 .map_err(|e| ConnectError::Initialize {
                     target: up.config.transport.shown_target(),
-                    message: up.config.transport.redact(&e.to_string()),
+                    message: up.redactions.text(&e.to_string()).into_owned(),
                 })?;
             Ok((client, None))
         }
@@ -200,7 +200,7 @@ pub(super) async fn supervise(
         };
         // Callers are shown the reason (a refusal, an operator's status page) and the log keeps
         // it: whichever path produced it, no credential of the transport stays in it.
-        let reason = up.config.transport.redact(&reason);
+        let reason = up.redactions.text(&reason).into_owned();
         tracing::warn!(namespace = up.namespace(), %reason, attempt, "upstream unavailable");
         up.status
             .send_replace(UpstreamStatus::Unavailable { reason });
@@ -264,7 +264,7 @@ async fn run_connected(
                 match tokio::time::timeout(shared.connect_timeout, sync_tools(shared, up, peer)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
-                        let error = up.config.transport.redact(&e.to_string());
+                        let error = up.redactions.text(&e.to_string()).into_owned();
                         tracing::warn!(namespace = up.namespace(), %error, "re-listing tools failed");
                     }
                     Err(_) => {

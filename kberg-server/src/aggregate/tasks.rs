@@ -130,7 +130,7 @@ pub(super) async fn follow(
                 return Err(Followed::Tool(ToolError::failed(format!(
                     "its task on the server `{}` failed: {}",
                     up.namespace(),
-                    up.config.transport.redact(message)
+                    up.redactions.text(message).into_owned()
                 ))));
             }
             TaskPayload::Cancelled => {
