@@ -191,6 +191,12 @@ impl UrlCredentials {
         )
     }
 
+    /// The values hidden, longest first (for a caller that merges them into a list of its
+    /// own, such as an aggregator's per-upstream redactions).
+    pub fn values(&self) -> &[String] {
+        &self.hidden
+    }
+
     /// Whether there is nothing to hide.
     pub fn is_empty(&self) -> bool {
         self.hidden.is_empty()

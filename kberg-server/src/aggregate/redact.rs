@@ -225,50 +225,16 @@ pub(super) fn http_values(url: &str, headers: &[(String, String)]) -> Vec<String
         };
         hidden.extend(credentials.iter().map(|w| w.to_string()));
     }
-    if let Ok(u) = reqwest::Url::parse(url) {
-        // The user part as the parser keeps it (percent-encoded) and as it is sent (decoded,
-        // what an upstream that quotes its Basic credentials would show).
-        for part in [Some(u.username()), u.password()].into_iter().flatten() {
-            hidden.push(part.to_string());
-            hidden.push(percent_decoded(part));
-        }
-        hidden.extend(u.query().map(str::to_string));
-        hidden.extend(u.query_pairs().map(|(_, v)| v.into_owned()));
-        if let Some((_, rest)) = url.split_once("://")
-            && let Some((user, _)) = rest.split_once('@')
-            && !user.contains('/')
-        {
-            hidden.push(user.to_string());
-            hidden.extend(user.split(':').map(str::to_string));
-        }
-    }
+    // The URL's user part, its halves and the Basic value made of them, its query and query
+    // values: as written, decoded, and as a JSON string quotes them.
+    hidden.extend(
+        kberg_core::UrlCredentials::new(url, &[])
+            .values()
+            .iter()
+            .cloned(),
+    );
     hidden.retain(|h| h.chars().count() >= MIN_HTTP_PART_CHARS);
     hidden
-}
-
-/// `s` with its `%XX` escapes decoded (an escape that is not one is kept as written).
-fn percent_decoded(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .filter(|h| bytes[i] == b'%' && h.bytes().all(|c| c.is_ascii_hexdigit()))
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match hex {
-            Some(b) => {
-                out.push(b);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -344,7 +310,6 @@ mod tests {
         ] {
             assert!(r.values().contains(&hidden.to_string()), "{hidden}: {r:?}");
         }
-        assert_eq!(percent_decoded("a%2Fb%zz%+1%4"), "a/b%zz%+1%4");
         // Too short to tell from ordinary text, or the scheme: an ordinary word.
         assert!(
             !r.values()
