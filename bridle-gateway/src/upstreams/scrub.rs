@@ -9,7 +9,7 @@
 //! and object key of the structured content. The bytes of images and audio are media, not
 //! text, and are left as sent. The reasons an upstream is unavailable (shown to agents in a
 //! refusal and to operators) go through [`scrub_text`] the same way, and so does everything the
-//! upstream sends the calling agent while the call runs ([`ScrubbingPeer`]: its log messages,
+//! upstream sends the calling agent while the call runs (`ScrubbingPeer`: its log messages,
 //! progress messages, and the questions it relays, such as an elicitation's text). This is a
 //! last line of
 //! defence, not a licence to log secrets: the credential never enters a log line or an audit
@@ -47,7 +47,7 @@ fn parts(secret: &str) -> Vec<&str> {
     parts
 }
 
-/// Replaces every occurrence of `secret` (and of each line of it, see [`parts`]) in `out`;
+/// Replaces every occurrence of `secret` (and of each line of it, see `parts`) in `out`;
 /// returns whether anything was replaced.
 pub fn scrub_output(out: &mut ToolOutput, secret: &str) -> bool {
     let mut hit = false;
@@ -62,7 +62,7 @@ pub fn scrub_output(out: &mut ToolOutput, secret: &str) -> bool {
     hit
 }
 
-/// `text` with every occurrence of `secret` (and of each line of it, see [`parts`]) replaced
+/// `text` with every occurrence of `secret` (and of each line of it, see `parts`) replaced
 /// by [`REDACTED`] (as it is when `secret` is empty).
 pub fn scrub_text(text: &str, secret: &str) -> String {
     parts(secret)
