@@ -115,18 +115,6 @@ async fn document(gw: &Gw) -> Value {
     .await
 }
 
-async fn hits(gw: &Gw) -> usize {
-    let found = json_ok(
-        gw.get("/memory/patterns?q=retry%20backoff")
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
-    found["items"].as_array().unwrap().len()
-}
-
 const INDEX: &str = "/projects/demo/patterns/retry/examples/retry-example/index";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,7 +210,7 @@ async fn examples_are_added_indexed_with_streamed_progress_written_back_and_remo
         doc["document"]["patterns"]["custom"][0]["example_repos"][0]["last_indexed"],
         last_indexed.as_str()
     );
-    assert!(hits(&gw).await >= 1);
+    assert!(gw.pattern_hits("retry%20backoff").await >= 1);
     let history = json_ok(
         gw.get("/projects/demo/history?actor=admin:alice@api")
             .send()
@@ -251,7 +239,10 @@ async fn examples_are_added_indexed_with_streamed_progress_written_back_and_remo
         doc["document"]["patterns"]["custom"][0]["example_repos"][0]["last_indexed"],
         last_indexed.as_str()
     );
-    assert!(hits(&gw).await >= 1, "the previous index is intact");
+    assert!(
+        gw.pattern_hits("retry%20backoff").await >= 1,
+        "the previous index is intact"
+    );
 
     // The audit log: each change as alice through the API; the failed run with its code.
     let audit = json_ok(
@@ -281,7 +272,7 @@ async fn examples_are_added_indexed_with_streamed_progress_written_back_and_remo
     )
     .await;
     assert!(removed["chunks_removed"].as_u64().unwrap() >= 1);
-    assert_eq!(hits(&gw).await, 0);
+    assert_eq!(gw.pattern_hits("retry%20backoff").await, 0);
     json_ok(
         gw.delete("/projects/demo/patterns/retry")
             .send()
@@ -782,7 +773,10 @@ async fn an_index_the_audit_log_cannot_record_ends_with_its_report_and_the_code(
         doc["document"]["patterns"]["custom"][0]["example_repos"][0]["last_indexed"],
         ended["report"]["last_indexed"]
     );
-    assert!(hits(&gw).await >= 1, "the index is searchable");
+    assert!(
+        gw.pattern_hits("retry%20backoff").await >= 1,
+        "the index is searchable"
+    );
     gw.stop().await;
 }
 
@@ -811,7 +805,7 @@ async fn an_example_over_the_configured_byte_limit_fails_and_keeps_its_previous_
         .await;
     let last_indexed = done["report"]["last_indexed"].clone();
     let revision = document(&gw).await["revision"].clone();
-    assert!(hits(&gw).await >= 1);
+    assert!(gw.pattern_hits("retry%20backoff").await >= 1);
 
     // Three files under the per-file limit, together past the total.
     for n in 0..3 {
@@ -845,6 +839,9 @@ async fn an_example_over_the_configured_byte_limit_fails_and_keeps_its_previous_
         doc["document"]["patterns"]["custom"][0]["example_repos"][0]["last_indexed"],
         last_indexed
     );
-    assert!(hits(&gw).await >= 1, "the previous index is searchable");
+    assert!(
+        gw.pattern_hits("retry%20backoff").await >= 1,
+        "the previous index is searchable"
+    );
     gw.stop().await;
 }

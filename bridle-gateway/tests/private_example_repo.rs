@@ -31,18 +31,6 @@ fn assert_clean(what: &str, text: &str) {
     }
 }
 
-async fn hits(gw: &Gw) -> usize {
-    let found = json_ok(
-        gw.get("/memory/patterns?q=retry%20backoff")
-            .send()
-            .await
-            .unwrap(),
-        StatusCode::OK,
-    )
-    .await;
-    found["items"].as_array().unwrap().len()
-}
-
 const INDEX: &str = "/projects/demo/patterns/retry/examples/private-retry/index";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,7 +87,7 @@ async fn a_private_example_is_cloned_with_the_vaults_secret_and_the_secret_goes_
     let done = events.until("done").await;
     assert_eq!(done["report"]["reference_tag"], "private-retry", "{done}");
     assert_eq!(done["report"]["files"], 1, "{done}");
-    assert!(hits(&gw).await >= 1);
+    assert!(gw.pattern_hits("retry%20backoff").await >= 1);
     assert_clean("the run's events", &done.to_string());
 
     // The vault recorded the use: which secret, for which site, for which example.
@@ -132,7 +120,10 @@ async fn a_private_example_is_cloned_with_the_vaults_secret_and_the_secret_goes_
         .await;
     assert_eq!(failed["code"], "repo_unavailable", "{failed}");
     assert_clean("the failed run's events", &failed.to_string());
-    assert!(hits(&gw).await >= 1, "the previous index is searchable");
+    assert!(
+        gw.pattern_hits("retry%20backoff").await >= 1,
+        "the previous index is searchable"
+    );
 
     for path in ["/projects/demo", "/projects/demo/patterns", "/secrets"] {
         let body: Value = json_ok(gw.get(path).send().await.unwrap(), StatusCode::OK).await;

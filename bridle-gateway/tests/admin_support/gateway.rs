@@ -176,6 +176,20 @@ impl Gw {
             .collect()
     }
 
+    /// How many indexed pattern chunks a search for `query` (URL-encoded) finds
+    /// (`GET /memory/patterns?q=`).
+    pub async fn pattern_hits(&self, query: &str) -> usize {
+        let found = super::json_ok(
+            self.get(&format!("/memory/patterns?q={query}"))
+                .send()
+                .await
+                .unwrap(),
+            reqwest::StatusCode::OK,
+        )
+        .await;
+        found["items"].as_array().unwrap().len()
+    }
+
     /// The whole audit log as `GET /audit/export` gives it (JSON Lines).
     pub async fn audit_export(&self) -> String {
         let resp = self.get("/audit/export").send().await.unwrap();
