@@ -43,6 +43,17 @@ async fn stderr_lines_are_logged_with_the_credential_redacted() {
         .find(|l| l.contains("raw upstream starting"))
         .expect("the start line is logged");
     assert!(start.contains("token=[redacted]"), "{start}");
+    // The operator learns that the upstream says its credential, once, without the value.
+    let said: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("said one of its own credentials"))
+        .collect();
+    assert_eq!(said.len(), 1, "{text}");
+    assert!(
+        said[0].contains("WARN") && said[0].contains("its stderr"),
+        "{}",
+        said[0]
+    );
     assert!(start.contains(STDERR_TARGET), "{start}");
     assert!(
         start.contains("upstream=\"raw\"") || start.contains("upstream=raw"),
@@ -97,6 +108,17 @@ async fn a_credential_of_several_lines_is_redacted_from_every_line() {
         "a line of the credential reached the log:\n{text}"
     );
     assert!(!text.contains("PRIVATE KEY"), "{text}");
+    // Said on several lines: noted at WARN the first time, at DEBUG after.
+    assert_eq!(
+        text.matches("said one of its own credentials").count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("DEBUG") && l.contains("redacted from what it said")),
+        "{text}"
+    );
     assert!(
         text.contains("raw upstream starting, token=[redacted]"),
         "{text}"

@@ -37,6 +37,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::Value;
 
@@ -56,12 +57,19 @@ const MIN_HTTP_PART_CHARS: usize = 4;
 /// The values hidden from what one upstream sends on (see the module docs), longest first.
 /// Cheap to clone: the stderr reader and the client relay share one list.
 #[derive(Clone, Default)]
-pub(super) struct Redactions(Arc<[String]>);
+pub(super) struct Redactions(Arc<RedactionList>);
+
+/// The list behind [`Redactions`] and whether the upstream was heard saying a value of it.
+#[derive(Default)]
+struct RedactionList {
+    values: Box<[String]>,
+    said: AtomicBool,
+}
 
 impl std::fmt::Debug for Redactions {
     // The values are the credentials: only their number is shown.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Redactions({} values)", self.0.len())
+        write!(f, "Redactions({} values)", self.0.values.len())
     }
 }
 
@@ -111,24 +119,47 @@ impl Redactions {
         }
         values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         values.dedup();
-        Self(values.into())
+        Self(Arc::new(RedactionList {
+            values: values.into(),
+            said: AtomicBool::new(false),
+        }))
+    }
+
+    /// Notes that the upstream said one of its credentials, in `what` (its stderr, a relayed
+    /// log message, ...), never the value: the first time at WARN, since an operator should
+    /// learn that an upstream echoes its credential (a chatty server, or a compromised one),
+    /// then at DEBUG, so a server that says it in every line does not flood the log.
+    pub(super) fn said(&self, namespace: &str, what: &str) {
+        if self.0.said.swap(true, Ordering::Relaxed) {
+            tracing::debug!(
+                namespace,
+                what,
+                "an upstream's credential was redacted from what it said"
+            );
+        } else {
+            tracing::warn!(
+                namespace,
+                what,
+                "upstream `{namespace}` said one of its own credentials ({what}); it was redacted, and later ones are noted at DEBUG"
+            );
+        }
     }
 
     /// The values, longest first.
     pub(super) fn values(&self) -> &[String] {
-        &self.0
+        &self.0.values
     }
 
     /// `text` with every occurrence of a value replaced by [`REDACTED`]; borrowed when there
     /// was none.
     pub(super) fn text<'a>(&self, text: &'a str) -> Cow<'a, str> {
-        if self.0.is_empty() {
+        if self.0.values.is_empty() {
             return Cow::Borrowed(text);
         }
         // Every occurrence of every value in the text as it came, so that replacing one
         // cannot hide or invent another; overlapping ones are then merged into one.
         let mut hits: Vec<(usize, usize)> = Vec::new();
-        for value in self.0.iter() {
+        for value in self.0.values.iter() {
             let mut from = 0;
             while let Some(at) = text.get(from..).and_then(|rest| rest.find(value.as_str())) {
                 let start = from + at;
@@ -176,7 +207,7 @@ impl Redactions {
     /// replaced. Nothing else changes, except that two keys redacted to the same text become
     /// one (the later one stays).
     pub(super) fn value(&self, v: &mut Value) -> bool {
-        if self.0.is_empty() {
+        if self.0.values.is_empty() {
             return false;
         }
         match v {

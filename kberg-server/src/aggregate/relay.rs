@@ -159,7 +159,8 @@ impl UpstreamClient {
 
 /// Replaces the upstream's credentials in `params` of `method`, about to be relayed to a
 /// client. An upstream that says its credential is worth an operator's notice (a server that
-/// quotes its token, or a compromised one), but the value itself is never logged.
+/// quotes its token, or a compromised one; see [`Redactions::said`]), but the value itself is
+/// never logged.
 pub(super) fn redact_relayed(
     redactions: &Redactions,
     namespace: &str,
@@ -167,11 +168,7 @@ pub(super) fn redact_relayed(
     params: &mut Value,
 ) {
     if redactions.value(params) {
-        tracing::debug!(
-            namespace,
-            method,
-            "an upstream's credential was redacted from what it relays to a client"
-        );
+        redactions.said(namespace, method);
     }
 }
 
@@ -320,10 +317,15 @@ impl ClientHandler for UpstreamClient {
             .ok()
             .and_then(|m| m.get(&params.progress_token).cloned());
         if let Some(ctx) = ctx {
-            let message = params
-                .message
-                .as_deref()
-                .map(|m| self.up.redactions.text(m));
+            let message = params.message.as_deref().map(|m| {
+                let text = self.up.redactions.text(m);
+                if matches!(text, std::borrow::Cow::Owned(_)) {
+                    self.up
+                        .redactions
+                        .said(self.up.namespace(), "notifications/progress");
+                }
+                text
+            });
             let _ = ctx
                 .progress(params.progress, params.total, message.as_deref())
                 .await;

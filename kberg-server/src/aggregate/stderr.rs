@@ -47,9 +47,18 @@ impl ChildStderr {
 }
 
 /// One stderr line, as logged: lossy UTF-8, trailing whitespace trimmed, secrets redacted.
+#[cfg(test)]
 pub(super) fn clean_line(raw: &[u8], redact: &Redactions) -> String {
+    cleaned(raw, redact).0
+}
+
+/// [`clean_line`]'s line, and whether anything was redacted from it.
+fn cleaned(raw: &[u8], redact: &Redactions) -> (String, bool) {
     let line = String::from_utf8_lossy(raw);
-    redact.text(line.trim_end()).into_owned()
+    match redact.text(line.trim_end()) {
+        std::borrow::Cow::Borrowed(kept) => (kept.to_string(), false),
+        std::borrow::Cow::Owned(redacted) => (redacted, true),
+    }
 }
 
 /// Reads `stderr` to its end, logging each line for `namespace`. Ends when the child closes it.
@@ -109,11 +118,16 @@ fn cut_tail(raw: &[u8], redact: &Redactions) -> Vec<u8> {
 }
 
 fn emit(namespace: &str, raw: &[u8], dropped: usize, redact: &Redactions) {
-    let line = if dropped > 0 {
-        clean_line(&cut_tail(raw, redact), redact)
+    let kept = if dropped > 0 {
+        std::borrow::Cow::Owned(cut_tail(raw, redact))
     } else {
-        clean_line(raw, redact)
+        std::borrow::Cow::Borrowed(raw)
     };
+    let (line, hidden) = cleaned(&kept, redact);
+    // A secret the cut went through counts too.
+    if hidden || *kept != *raw {
+        redact.said(namespace, "its stderr");
+    }
     if line.is_empty() {
         return;
     }
