@@ -151,7 +151,11 @@ fn the_audit_log_is_read_through_the_running_gateway() {
         token_file: admin.token_file.clone(),
     };
     let why = failed(&gone.run(dir, &["audit", "verify"]), "no gateway");
-    assert!(why.contains("cannot be reached"), "{why}");
+    assert!(
+        why.contains("cannot be reached: nothing listens there"),
+        "{why}"
+    );
+    assert!(why.contains("at http://127.0.0.1:9/admin/api/v1/"), "{why}");
 
     // Someone edits the change's row by hand: verify through the gateway names that row.
     let id = items[0]["id"].as_u64().unwrap();

@@ -23,9 +23,10 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::endpoint::{self, REDACTED, Target};
+use crate::endpoint::{self, Target};
 use crate::http::{self, Endpoint, HttpOptions};
 use crate::sse::{SseDecoder, SseReply};
+use kberg_core::REDACTED;
 
 /// The `anthropic-version` header this provider speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use kberg_agent::ProviderError;
-pub(crate) use kberg_core::{REDACTED, UrlCredentials, redact_url};
+pub(crate) use kberg_core::{UrlCredentials, redact_url};
 
 /// `base` trimmed, and without a trailing `/` when it has no query or fragment (a `/` inside
 /// a query value is part of the value).

@@ -22,9 +22,10 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::endpoint::{self, REDACTED, Target};
+use crate::endpoint::{self, Target};
 use crate::http::{self, Endpoint, HttpOptions};
 use crate::sse::{SseDecoder, SseReply};
+use kberg_core::REDACTED;
 
 /// Where and how to reach an OpenAI-compatible server. Its `Debug` shows the base URL without
 /// its user part and query, and whether there is a key, never the key.

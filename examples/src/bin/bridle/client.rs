@@ -202,9 +202,11 @@ pub(crate) fn unreachable(what: &str, url: &str, e: reqwest::Error) -> String {
     } else {
         e.without_url().to_string()
     };
+    // The query is the request's own (paging), not where the gateway is: left out.
+    let at = url.split_once('?').map_or(url, |(at, _)| at);
     format!(
         "{what} at {} cannot be reached: {why}",
-        bridle_rules::redact_url(url)
+        bridle_rules::redact_url(at)
     )
 }
 
