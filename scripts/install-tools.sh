@@ -58,4 +58,12 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     postgresql >/dev/null
 fi
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null
+# git with its smart-HTTP server (`git http-backend`) for the pattern-example tests, which
+# clone from a private git host on loopback (kberg-testkit's `git` module).
+if ! command -v git >/dev/null || ! [ -x "$(git --exec-path)/git-http-backend" ]; then
+  if [ "$(id -u)" = 0 ]; then apt_get=(apt-get); else apt_get=(sudo apt-get); fi
+  "${apt_get[@]}" update -qq
+  DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq --no-install-recommends git >/dev/null
+fi
+[ -x "$(git --exec-path)/git-http-backend" ]
 echo "tools ready in $tools"
