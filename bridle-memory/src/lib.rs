@@ -21,6 +21,7 @@ mod error;
 pub mod patterns;
 mod progress;
 pub mod repo;
+mod scrub;
 pub mod session;
 pub mod store;
 mod time;

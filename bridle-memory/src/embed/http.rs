@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use super::{Embedder, check_vectors};
 use crate::error::{MemoryError, Result};
+use crate::scrub;
 use kberg_core::{UrlCredentials, redact_url};
 
 /// Where and how to reach an HTTP embedding service. Its `Debug` shows the URL without its
@@ -123,10 +124,7 @@ impl Client {
             http,
             // The base URL as configured and the endpoint as the HTTP client writes it (which
             // may escape the user part or query differently).
-            credentials: UrlCredentials::of_urls(
-                &[&config.base_url, &url],
-                config.api_key.as_deref().as_slice(),
-            ),
+            credentials: scrub::credentials(&[&config.base_url, &url], config.api_key.as_deref()),
             url,
             shown,
             model: config.model.clone(),
@@ -173,8 +171,11 @@ impl Client {
             // A service may quote the key it refused, the request's URL with the user part
             // and query a credential can sit in, or the Basic credential made of that user part.
             // Scrubbed before it is cut, so a credential at the cut is replaced whole.
-            let text = self.credentials.scrub(&String::from_utf8_lossy(&bytes));
-            let snippet: String = text.chars().take(300).collect();
+            let snippet = scrub::quote(
+                &self.credentials,
+                &String::from_utf8_lossy(&bytes),
+                MAX_QUOTED_CHARS,
+            );
             return Err(unavailable(format!("HTTP {status}: {snippet}")));
         }
         serde_json::from_slice(&bytes)
@@ -188,6 +189,9 @@ const MAX_ANSWER_BYTES: usize = 64 << 20;
 
 /// How much of an error answer is read.
 const MAX_ERROR_BYTES: usize = 64 << 10;
+
+/// How much of an error answer an error quotes, in characters.
+const MAX_QUOTED_CHARS: usize = 300;
 
 /// What went wrong, without the URL the HTTP client's error text appends (with its query).
 fn describe(e: reqwest::Error) -> String {

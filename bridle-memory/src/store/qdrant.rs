@@ -18,11 +18,20 @@
 //! rankings with the embedded store's own weighted reciprocal rank fusion ([`keywords::fuse`]),
 //! so moving from the embedded store changes nothing for the user. A collection created before this existed has no sparse vector; re-create it
 //! (re-index) to search it hybrid.
+//!
+//! Errors reach the model, logs and the admin API, so what they quote of the gRPC client's
+//! error (a status message from the server or a proxy in front of it, the response headers the
+//! client shows with it, a connection failure that names the URL) has every credential the
+//! requests carry replaced by `[redacted]`: the API key, the URL's user part and query values,
+//! and the `Basic` value made of the user part (kberg-core's [`UrlCredentials`], as the
+//! embedders quote their error answers). Neither `Debug` shows the key or the URL's
+//! credentials.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
 
 use async_trait::async_trait;
+use kberg_core::{UrlCredentials, redact_url};
 use qdrant_client::Qdrant;
 use qdrant_client::qdrant::{
     self, CountPointsBuilder, CreateCollectionBuilder, DeletePointsBuilder, NamedVectors,
@@ -37,6 +46,7 @@ use super::{
     Record, ScoredPoint, VectorStore,
 };
 use crate::error::{MemoryError, Result};
+use crate::scrub;
 
 /// The name of the sparse vector that carries each point's keyword terms.
 pub const KEYWORD_VECTOR: &str = "keywords";
@@ -56,7 +66,7 @@ pub struct QdrantConfig {
 impl std::fmt::Debug for QdrantConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QdrantConfig")
-            .field("url", &kberg_core::redact_url(&self.url))
+            .field("url", &redact_url(&self.url))
             .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
             .field("collection_prefix", &self.collection_prefix)
             .finish()
@@ -84,9 +94,15 @@ fn sparse_config() -> SparseVectorsConfigBuilder {
     c
 }
 
-/// A [`VectorStore`] on a Qdrant server.
+/// A [`VectorStore`] on a Qdrant server. Its `Debug` shows the URL without its user part and
+/// query, never the API key.
 pub struct QdrantStore {
     client: Qdrant,
+    /// The URL as `Debug` shows it.
+    shown: String,
+    /// What an error must not quote: the key, the URL's user part and query values, and the
+    /// Basic credential made of the user part.
+    credentials: UrlCredentials,
     prefix: String,
     configs: RwLock<HashMap<String, CollectionConfig>>,
 }
@@ -94,13 +110,23 @@ pub struct QdrantStore {
 impl std::fmt::Debug for QdrantStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QdrantStore")
+            .field("url", &self.shown)
             .field("prefix", &self.prefix)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
-fn store_err(e: impl std::fmt::Display) -> MemoryError {
-    MemoryError::Store(format!("qdrant: {e}"))
+/// How much of the client's error text an error quotes, in characters: a status's code and
+/// message come first, then the response headers the client shows with them.
+const MAX_QUOTED_CHARS: usize = 1000;
+
+/// A store error quoting `e` (the gRPC client's error, or a sentence naming what the server
+/// holds) with every credential in `credentials` replaced.
+fn store_err(credentials: &UrlCredentials, e: impl std::fmt::Display) -> MemoryError {
+    MemoryError::Store(format!(
+        "qdrant: {}",
+        scrub::quote(credentials, &e.to_string(), MAX_QUOTED_CHARS)
+    ))
 }
 
 fn match_condition(key: &str, v: &MatchValue) -> qdrant::Condition {
@@ -145,16 +171,26 @@ fn json_payload(p: HashMap<String, qdrant::Value>) -> Payload {
 impl QdrantStore {
     /// Connects (lazily: the first call reaches the server).
     pub fn connect(config: QdrantConfig) -> Result<Self> {
+        // The gRPC client sends the key as the `api-key` header, and names the URL as
+        // configured (user part and query included) when it cannot connect.
+        let credentials = scrub::credentials(&[&config.url], config.api_key.as_deref());
         let mut b = Qdrant::from_url(&config.url);
         if let Some(k) = &config.api_key {
             b = b.api_key(k.clone());
         }
-        let client = b.build().map_err(store_err)?;
+        let client = b.build().map_err(|e| store_err(&credentials, e))?;
         Ok(Self {
             client,
+            shown: redact_url(&config.url),
+            credentials,
             prefix: config.collection_prefix,
             configs: RwLock::new(HashMap::new()),
         })
+    }
+
+    /// A store error quoting `e` without the credentials the store's requests carry.
+    fn err(&self, e: impl std::fmt::Display) -> MemoryError {
+        store_err(&self.credentials, e)
     }
 
     fn name(&self, collection: &str) -> String {
@@ -187,7 +223,7 @@ impl QdrantStore {
             .client
             .collection_exists(&name)
             .await
-            .map_err(store_err)?
+            .map_err(|e| self.err(e))?
         {
             return Ok(None);
         }
@@ -195,7 +231,7 @@ impl QdrantStore {
             .client
             .collection_info(&name)
             .await
-            .map_err(store_err)?;
+            .map_err(|e| self.err(e))?;
         let params = info
             .result
             .and_then(|r| r.config)
@@ -208,7 +244,7 @@ impl QdrantStore {
                     Ok(qdrant::Distance::Cosine) => Distance::Cosine,
                     Ok(qdrant::Distance::Dot) => Distance::Dot,
                     other => {
-                        return Err(store_err(format!(
+                        return Err(self.err(format!(
                             "collection `{name}` uses distance {other:?}, which memory does not use"
                         )));
                     }
@@ -218,7 +254,7 @@ impl QdrantStore {
                     distance,
                 }))
             }
-            _ => Err(store_err(format!(
+            _ => Err(self.err(format!(
                 "collection `{name}` has named vectors; memory uses one unnamed vector"
             ))),
         }
@@ -258,7 +294,7 @@ impl QdrantStore {
         self.client
             .upsert_points(UpsertPointsBuilder::new(self.name(collection), structs).wait(true))
             .await
-            .map_err(store_err)?;
+            .map_err(|e| self.err(e))?;
         Ok(())
     }
 
@@ -292,7 +328,7 @@ impl QdrantStore {
                     .wait(true),
             )
             .await
-            .map_err(store_err)?;
+            .map_err(|e| self.err(e))?;
         Ok(())
     }
 }
@@ -335,7 +371,7 @@ impl VectorStore for QdrantStore {
                     .sparse_vectors_config(sparse_config()),
             )
             .await
-            .map_err(store_err)?;
+            .map_err(|e| self.err(e))?;
         self.configs
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -357,14 +393,14 @@ impl VectorStore for QdrantStore {
             .client
             .collection_exists(&full)
             .await
-            .map_err(store_err)?
+            .map_err(|e| self.err(e))?
         {
             return Ok(false);
         }
         self.client
             .delete_collection(full)
             .await
-            .map_err(store_err)?;
+            .map_err(|e| self.err(e))?;
         Ok(true)
     }
 
@@ -403,7 +439,7 @@ impl VectorStore for QdrantStore {
         if let Some(f) = f.filter(|f| !f.is_empty()) {
             q = q.filter(filter(f));
         }
-        let resp = self.client.query(q).await.map_err(store_err)?;
+        let resp = self.client.query(q).await.map_err(|e| self.err(e))?;
         Ok(resp
             .result
             .into_iter()
@@ -450,7 +486,7 @@ impl VectorStore for QdrantStore {
             if let Some(f) = f.filter(|f| !f.is_empty()) {
                 sparse = sparse.filter(filter(f));
             }
-            let resp = self.client.query(sparse).await.map_err(store_err)?;
+            let resp = self.client.query(sparse).await.map_err(|e| self.err(e))?;
             resp.result
                 .into_iter()
                 .filter_map(|p| {
@@ -487,7 +523,7 @@ impl VectorStore for QdrantStore {
         if let Some(f) = f.filter(|f| !f.is_empty()) {
             c = c.filter(filter(f));
         }
-        let resp = self.client.count(c).await.map_err(store_err)?;
+        let resp = self.client.count(c).await.map_err(|e| self.err(e))?;
         Ok(resp.result.map_or(0, |r| r.count))
     }
 
@@ -509,7 +545,7 @@ impl VectorStore for QdrantStore {
         if let Some(o) = offset {
             s = s.offset(o);
         }
-        let resp = self.client.scroll(s).await.map_err(store_err)?;
+        let resp = self.client.scroll(s).await.map_err(|e| self.err(e))?;
         let records = resp
             .result
             .into_iter()
