@@ -97,9 +97,9 @@ async fn refuse(
         .expect("a response")
 }
 
-/// Connects to `url` with `api_key`. The client checks the server's version as it is built, on
-/// a thread of its own that the caller waits for, so the stand-in (on this runtime) must be
-/// free to answer meanwhile.
+/// Connects to `url` with `api_key`. Connecting reaches no server (see
+/// `connecting_reaches_no_server`); should that change, the stand-in runs on this runtime and
+/// must stay free to answer, hence the blocking section.
 fn connect(url: String, api_key: Option<&str>) -> QdrantStore {
     let mut config = QdrantConfig::new(url);
     config.api_key = api_key.map(str::to_string);
@@ -221,4 +221,19 @@ async fn a_key_the_client_cannot_send_is_not_quoted() {
         ),
         "{shown}"
     );
+}
+
+/// Connecting is lazy, as documented: the store is built without a call to the server (the
+/// client's version check, which would also print to standard output, is off), and the first
+/// call is the first the server sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_reaches_no_server() {
+    let stand_in = StandIn::start().await;
+    let store = connect(format!("http://{}", stand_in.addr), None);
+    assert!(stand_in.seen().is_empty(), "{:?}", stand_in.seen());
+    store
+        .collection("docs")
+        .await
+        .expect_err("the stand-in refuses every call");
+    assert_eq!(stand_in.seen().len(), 1, "{:?}", stand_in.seen());
 }

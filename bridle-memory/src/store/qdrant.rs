@@ -174,7 +174,10 @@ impl QdrantStore {
         // The gRPC client sends the key as the `api-key` header, and names the URL as
         // configured (user part and query included) when it cannot connect.
         let credentials = scrub::credentials(&[&config.url], config.api_key.as_deref());
-        let mut b = Qdrant::from_url(&config.url);
+        // No version check as the client is built: it would reach the server at once (and
+        // block the caller on it), and the client prints its verdict to standard output, which
+        // is the protocol stream of an MCP server over stdio.
+        let mut b = Qdrant::from_url(&config.url).skip_compatibility_check();
         if let Some(k) = &config.api_key {
             b = b.api_key(k.clone());
         }
