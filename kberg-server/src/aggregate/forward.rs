@@ -284,6 +284,18 @@ pub(super) async fn forward(
     if let Some(a) = &mut active {
         a.answered = true;
     }
+    // What the upstream said before its answer (the last progress, a closing log line) reaches
+    // the caller first, and while the call's progress route still stands (see `order`). The
+    // answer is not held past the call's time or its cancellation: then it goes as it is.
+    let mark = up.relay_order.mark();
+    tokio::select! {
+        biased;
+        () = up.relay_order.handled(mark) => {}
+        () = cancelled.cancelled() => {}
+        () = tokio::time::sleep(limit.saturating_sub(started.elapsed())) => {
+            tracing::debug!(namespace = ns, "an answer went ahead of messages still being relayed");
+        }
+    }
     match outcome {
         Ok(r) => Ok(r),
         Err(ServiceError::McpError(e)) => Err(UpstreamError::Refused {

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{AggregatorConfig, Backoff, ConfigError, UpstreamConfig, UpstreamRuntime};
 use super::hook::ForwardHook;
+use super::order::RelayOrder;
 use super::pattern::Pattern;
 use super::redact::Redactions;
 use super::resources::check_scheme_namespace;
@@ -120,6 +121,9 @@ pub(super) struct Upstream {
     /// its sender has recorded it, so the relay waits for the sends begun before it looks.
     pub(super) sending: watch::Sender<BTreeSet<u64>>,
     pub(super) next_send: AtomicU64,
+    /// The upstream's notifications being relayed: a forwarded request's answer waits for those
+    /// read before it ([`super::order`]).
+    pub(super) relay_order: Arc<RelayOrder>,
     /// The rate bound of the log messages relayed from this upstream to calling clients.
     pub(super) log_budget: Mutex<RateBudget>,
     /// Asked about each forwarded tool call (see [`ForwardHook`]).
@@ -365,6 +369,7 @@ impl Aggregator {
                 next_active: AtomicU64::new(0),
                 sending: watch::Sender::new(BTreeSet::new()),
                 next_send: AtomicU64::new(0),
+                relay_order: RelayOrder::new(),
                 log_budget: Mutex::new(super::relay::log_budget()),
                 hook: hook.clone(),
             });

@@ -83,6 +83,7 @@ mod error;
 mod forward;
 mod front;
 mod hook;
+mod order;
 mod pages;
 mod pattern;
 mod prompts;

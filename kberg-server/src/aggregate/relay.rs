@@ -7,7 +7,8 @@
 //! stream) nothing ties it to one call, so it is relayed only when exactly one forwarded call
 //! is in flight to this upstream and none was abandoned lately, and refused with a sentence
 //! otherwise ([`UpstreamClient::call_of`]). List-change notifications wake the supervisor to
-//! re-list.
+//! re-list. Progress, log messages and requests are relayed in the order the upstream sent them
+//! on their stream, and before the answer that followed them (`super::order`).
 //!
 //! Nothing the upstream says reaches a client with the upstream's credentials in it: every
 //! string of a relayed log message (its `data` at any depth, its `logger`), a progress message,
@@ -232,6 +233,8 @@ impl ClientHandler for UpstreamClient {
     ) -> Result<CreateMessageResult, McpError> {
         let params = serde_json::to_value(&params)
             .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
+        // After what the upstream said before it on its stream (see `order`).
+        self.up.relay_order.turn(&context.extensions).await;
         let origin = context.extensions.get::<InboundStreamOrigin>();
         self.relay(
             "sampling",
@@ -250,6 +253,7 @@ impl ClientHandler for UpstreamClient {
     ) -> Result<ElicitResult, McpError> {
         let params = serde_json::to_value(&request)
             .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
+        self.up.relay_order.turn(&context.extensions).await;
         let origin = context.extensions.get::<InboundStreamOrigin>();
         self.relay(
             "elicitation",
@@ -266,7 +270,9 @@ impl ClientHandler for UpstreamClient {
         params: LoggingMessageNotificationParam,
         context: NotificationContext<RoleClient>,
     ) {
-        // Like requests, a log message reaches a client only when it can only be about its call.
+        // In the order the upstream sent it (see `order`). Like requests, a log message reaches
+        // a client only when it can only be about its call.
+        self.up.relay_order.turn(&context.extensions).await;
         self.up.sends_recorded().await;
         let one = self
             .call_of(context.extensions.get::<InboundStreamOrigin>())
@@ -307,8 +313,11 @@ impl ClientHandler for UpstreamClient {
     async fn on_progress(
         &self,
         params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        context: NotificationContext<RoleClient>,
     ) {
+        // In the order the upstream sent it: a report that overtook the one before would make
+        // that one not advance, and it would be left out (see `order`).
+        self.up.relay_order.turn(&context.extensions).await;
         self.up.sends_recorded().await;
         let ctx = self
             .up

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::config::UpstreamTransport;
 use super::error::ConnectError;
 use super::front::{Aggregation, Upstream, UpstreamStatus};
+use super::order::Ordered;
 use super::relay::UpstreamClient;
 use super::resources::sync_subscriptions;
 use super::tools::sync_tools;
@@ -68,7 +69,7 @@ async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), ConnectErr
             }
             let pid = transport.id();
             let client = handler
-                .serve(transport)
+                .serve(Ordered::new(transport, up.relay_order.clone()))
                 .await
                 .map_err(|e| ConnectError::Initialize {
                     target: command.clone(),
@@ -96,7 +97,7 @@ async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), ConnectErr
                 StreamableHttpClientTransportConfig::with_uri(url.clone()).custom_headers(custom);
             let transport = StreamableHttpClientTransport::with_client(http_client()?, config);
             let client = handler
-                .serve(transport)
+                .serve(Ordered::new(transport, up.relay_order.clone()))
                 .await
                 // Neither the URL's credentials nor a header's value (an upstream may echo
                 // the token in its error body) reach the reason, which callers are shown.
