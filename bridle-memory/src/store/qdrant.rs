@@ -176,7 +176,8 @@ impl QdrantStore {
         let credentials = scrub::credentials(&[&config.url], config.api_key.as_deref());
         // No version check as the client is built: it would reach the server at once (and
         // block the caller on it), and the client prints its verdict to standard output, which
-        // is the protocol stream of an MCP server over stdio.
+        // an embedding program may use for something else (an MCP server over stdio speaks
+        // there).
         let mut b = Qdrant::from_url(&config.url).skip_compatibility_check();
         if let Some(k) = &config.api_key {
             b = b.api_key(k.clone());
