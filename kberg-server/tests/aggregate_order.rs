@@ -8,7 +8,7 @@
 //! does. Each test calls a tool many times and checks, the moment each call returns, that
 //! everything the upstream sent before its answer has already reached the caller, in order.
 //! Both transports: a child over stdio (`aggregate_raw_upstream.py`'s `flood`) and a Kberg
-//! server over Streamable HTTP.
+//! server over Streamable HTTP, and the reference server (server-everything) over each.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
@@ -113,4 +113,34 @@ async fn an_http_upstreams_last_words_arrive_before_its_answer() {
         assert_eq!(logs, expected_lines(), "call {call}");
     }
     agg.shutdown().await;
+}
+
+/// server-everything (the reference server, Node) reports progress after each step of its long
+/// operation and answers right after the last: every report reaches the caller before the
+/// answer, over stdio and over Streamable HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_servers_last_progress_arrives_before_its_answer() {
+    let http = HttpEverything::start().await;
+    for (ns, transport) in [
+        ("ev", everything_stdio()),
+        ("evh", UpstreamTransport::http(http.url.clone())),
+    ] {
+        let (agg, registry) = connected(ns, transport).await;
+        for call in 0..3 {
+            let (opts, mut noted) = noted_options(kberg_core::CancellationToken::new());
+            let out = registry
+                .call(
+                    &reader(),
+                    &format!("{ns}__trigger-long-running-operation"),
+                    json!({"duration": 0.3, "steps": SAID}),
+                    opts,
+                )
+                .await
+                .expect("answered");
+            assert!(!out.is_error, "{ns}: {out:?}");
+            let (progress, _) = said(&mut noted);
+            assert_eq!(progress, expected_progress(), "{ns}, call {call}");
+        }
+        agg.shutdown().await;
+    }
 }
