@@ -26,8 +26,9 @@
 //!
 //! rmcp gives every request a progress token of its own (in its `_meta`). For a call made with
 //! [`ToolSurface::call_with_progress`], the server's `notifications/progress` for that token
-//! (also while its task runs) go to the call's sink until the call returns; other reports are
-//! dropped. (A report the server sends before the request has left this side's queue, which
+//! (also while its task runs) go to the call's sink until the call returns, each as it is read
+//! from the connection: in the order the server sent them, and all of those sent before the
+//! answer before the call returns; other reports are dropped. (A report the server sends before the request has left this side's queue, which
 //! would need the server to answer faster than the surface registers the call, is dropped too.)
 
 use std::collections::{HashMap, HashSet};
@@ -39,14 +40,16 @@ use kberg_core::{ErrorCode, PagesError, SpawnOnDrop, read_pages};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
     CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientRequest,
-    ContentBlock, GetTaskParams, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    RequestId, RequestMetaObject, ServerResult, Task, TaskPayload,
+    ContentBlock, GetTaskParams, JsonRpcMessage, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, RequestId, RequestMetaObject, ServerNotification, ServerResult, Task,
+    TaskPayload,
 };
 use rmcp::service::{
-    NotificationContext, PeerRequestOptions, RoleClient, RunningService, ServiceError,
+    NotificationContext, PeerRequestOptions, RoleClient, RunningService, RxJsonRpcMessage,
+    ServiceError, TxJsonRpcMessage,
 };
-use rmcp::transport::IntoTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{IntoTransport, Transport};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, ServiceExt};
 use serde_json::Value;
@@ -121,20 +124,78 @@ impl ProgressRoutes {
     }
 }
 
-impl ClientHandler for ProgressRoutes {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
+impl ProgressRoutes {
+    /// Passes a report to the sink of the call whose token it names, if that call is still
+    /// running (and drops it otherwise).
+    fn deliver(&self, params: &ProgressNotificationParam) {
         // The sink is called outside the lock: it runs the app's code.
         let sink = self.lock().get(&params.progress_token).cloned();
         if let Some(sink) = sink {
             let mut report = ProgressReport::new(params.progress);
             report.total = params.total;
-            report.message = params.message;
+            report.message = params.message.clone();
             sink.report(report);
         }
+    }
+}
+
+impl ClientHandler for ProgressRoutes {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        context: NotificationContext<RoleClient>,
+    ) {
+        // Delivered as it was read (see `InOrder`); only a report the wrapper did not see
+        // is delivered here.
+        if context.extensions.get::<Delivered>().is_none() {
+            self.deliver(&params);
+        }
+    }
+}
+
+/// Marks a progress notification [`InOrder`] delivered as it was read.
+#[derive(Clone, Copy, Debug)]
+struct Delivered;
+
+/// The client's transport: each progress report goes to its call's sink as it is read, in the
+/// order the server sent it and before the answer that follows it. rmcp hands each
+/// notification to the client handler as a task of its own, so a report delivered there could
+/// overtake the one before it (which then no longer advances, and is dropped) or come after the
+/// call's answer, when its route is gone (and be lost): the last report of a tool that answers
+/// right after it was lost that way. The sink runs on the task that reads the connection, so it
+/// must not block, as a sink never may ([`ProgressSink`]).
+struct InOrder<T> {
+    inner: T,
+    routes: ProgressRoutes,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
+    type Error = T::Error;
+
+    fn name() -> std::borrow::Cow<'static, str> {
+        T::name()
+    }
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let mut message = self.inner.receive().await?;
+        if let JsonRpcMessage::Notification(n) = &mut message
+            && let ServerNotification::ProgressNotification(p) = &mut n.notification
+        {
+            self.routes.deliver(&p.params);
+            p.extensions.insert(Delivered);
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
     }
 }
 
@@ -294,18 +355,20 @@ impl McpSurface {
         // A server that never answers `initialize` would hold the caller for ever. Given up,
         // the session's future is dropped with the transport in it, which ends the
         // connection and kills a spawned server.
-        let client = tokio::time::timeout(
-            options.connect_timeout,
-            ProgressRoutes::default().serve(transport),
-        )
-        .await
-        .map_err(|_| {
-            SurfaceError::Connect(format!(
-                "{what}: no answer to `initialize` within {:?}",
-                options.connect_timeout
-            ))
-        })?
-        .map_err(|e| SurfaceError::Connect(format!("{what}: {e}")))?;
+        let routes = ProgressRoutes::default();
+        let transport = InOrder {
+            inner: transport.into_transport(),
+            routes: routes.clone(),
+        };
+        let client = tokio::time::timeout(options.connect_timeout, routes.serve(transport))
+            .await
+            .map_err(|_| {
+                SurfaceError::Connect(format!(
+                    "{what}: no answer to `initialize` within {:?}",
+                    options.connect_timeout
+                ))
+            })?
+            .map_err(|e| SurfaceError::Connect(format!("{what}: {e}")))?;
         Ok(Self::with(Client::Routed(client)))
     }
 

@@ -1035,3 +1035,30 @@ async fn a_pipe_that_never_answers_initialize_is_given_up() {
     .expect("serve_with did not give up");
     is_connect_timeout(served);
 }
+
+/// The reference server reports progress after each step of its long operation and answers
+/// right after the last report: every report reaches the call's sink, in order, before the call
+/// returns. (rmcp hands each notification to a task of its own; a report handled after the
+/// answer found its route gone and was lost.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_server_progress_arrives_whole_and_in_order_before_the_answer() {
+    let surface = McpSurface::spawn(everything_stdio_command()).await.unwrap();
+    for call in 0..5 {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = {
+            let seen = std::sync::Arc::clone(&seen);
+            kberg_agent::ProgressSink::new(move |r| seen.lock().unwrap().push(r.progress))
+        };
+        let out = surface
+            .call_with_progress(
+                "trigger-long-running-operation",
+                json!({"duration": 0.3, "steps": 3}),
+                CancellationToken::new(),
+                sink,
+            )
+            .await
+            .unwrap();
+        assert!(!out.is_error, "{out:?}");
+        assert_eq!(*seen.lock().unwrap(), vec![1.0, 2.0, 3.0], "call {call}");
+    }
+}
