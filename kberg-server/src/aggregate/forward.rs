@@ -287,10 +287,9 @@ pub(super) async fn forward(
     // What the upstream said before its answer (the last progress, a closing log line) reaches
     // the caller first, and while the call's progress route still stands (see `order`). The
     // answer is not held past the call's time or its cancellation: then it goes as it is.
-    let mark = up.relay_order.mark();
     tokio::select! {
         biased;
-        () = up.relay_order.handled(mark) => {}
+        () = up.relay_order.handled() => {}
         () = cancelled.cancelled() => {}
         () = tokio::time::sleep(limit.saturating_sub(started.elapsed())) => {
             tracing::debug!(namespace = ns, "an answer went ahead of messages still being relayed");

@@ -8,31 +8,31 @@
 //! to the client handler as a task of its own, so nothing keeps those relays in order. The
 //! aggregator does:
 //!
-//! - The upstream's transport is wrapped ([`Ordered`]) so that each notification is numbered as
-//!   it is read and marked as being handled ([`Handling`], in its extensions) until its handler
-//!   has finished with it, however that ends. A request the upstream sends gets the mark of
-//!   where the notifications read before it end ([`ReadAfter`]).
-//! - A handler relays a notification or request only once those read before it on the same
-//!   stream were handled ([`RelayOrder::turn`]): the response stream of one request over
-//!   Streamable HTTP (rmcp says which, [`InboundStreamOrigin`]), or the upstream's one stream
-//!   otherwise (stdio, the standalone stream). What comes on the streams of other calls does
-//!   not wait.
-//! - A forwarded request that has its answer waits until every notification read before it
-//!   was handled ([`RelayOrder::handled`]) before it returns. That covers what was read up to
+//! - The upstream's transport is wrapped ([`Ordered`]) so that each notification, as it is
+//!   read, is marked ([`Handling`], in its extensions) with a signal that fires once its handler
+//!   has finished with it, however that ends, and the one read before it on the same stream is
+//!   done too; it also carries the signal of that one before it. A request the upstream sends
+//!   carries the signal of the notification read last before it on its stream ([`ReadAfter`]).
+//! - A handler relays a notification or request only once the one before it on the same stream
+//!   is done ([`RelayOrder::turn`]), which is done only once all before it are: the response
+//!   stream of one request over Streamable HTTP (rmcp says which, [`InboundStreamOrigin`]), or
+//!   the upstream's one stream otherwise (stdio, the standalone stream). What comes on the
+//!   streams of other calls does not wait. Each waits for one signal, so a flood of thousands of
+//!   notifications costs one wake-up each.
+//! - A forwarded request that has its answer waits until the last notification read on each
+//!   stream is done ([`RelayOrder::handled`]) before it returns. That covers what was read up to
 //!   the moment the answer was taken, so a few notifications read just after the answer may be
-//!   waited for too; when nothing is being relayed it costs one atomic load and one look at the
-//!   set.
+//!   waited for too; when nothing is being relayed it costs one uncontended lock.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rmcp::model::{Extensions, GetExtensions, JsonRpcMessage, RequestId};
 use rmcp::service::{InboundStreamOrigin, RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 /// The stream a message came on: a request's response stream, or `None` for the upstream's
 /// other one (stdio, or the standalone stream).
@@ -45,69 +45,79 @@ fn stream_of(extensions: &Extensions) -> Stream {
     }
 }
 
-/// The notifications read from one upstream whose handling has not finished, by the number
-/// they were read under, with the stream each came on.
-#[derive(Debug)]
+/// Past this many streams with a notification on record, those whose last one is done are
+/// forgotten (each request's response stream is one).
+const PRUNE_AT: usize = 64;
+
+/// The last notification read on each stream of one upstream, by its done signal (fired once it
+/// and every one before it on that stream were handled).
+#[derive(Debug, Default)]
 pub(super) struct RelayOrder {
-    next: AtomicU64,
-    handling: watch::Sender<BTreeMap<u64, Stream>>,
+    last: Mutex<HashMap<Stream, CancellationToken>>,
 }
 
 impl RelayOrder {
     pub(super) fn new() -> Arc<Self> {
-        Arc::new(Self {
-            next: AtomicU64::new(0),
-            handling: watch::Sender::new(BTreeMap::new()),
-        })
+        Arc::new(Self::default())
     }
 
-    /// Numbers a notification just read on `stream` and marks it as being handled until the
-    /// returned mark (and every clone of it) is dropped.
-    fn read(self: &Arc<Self>, stream: Stream) -> Handling {
-        let seq = self.next.fetch_add(1, Ordering::SeqCst);
-        self.handling.send_modify(|s| {
-            s.insert(seq, stream.clone());
-        });
+    fn last(&self) -> MutexGuard<'_, HashMap<Stream, CancellationToken>> {
+        // Plain inserts and removes: consistent after any panic.
+        self.last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Marks a notification just read on `stream` as being handled until the returned mark
+    /// (and every clone of it) is dropped.
+    fn read(&self, stream: Stream) -> Handling {
+        let done = CancellationToken::new();
+        let prev = {
+            let mut last = self.last();
+            if last.len() >= PRUNE_AT {
+                last.retain(|_, t| !t.is_cancelled());
+            }
+            last.insert(stream, done.clone())
+        };
         Handling(Arc::new(Seq {
-            order: Arc::clone(self),
-            seq,
-            stream,
+            prev: prev.filter(|p| !p.is_cancelled()),
+            done,
         }))
     }
 
-    /// Where the notifications read so far end: [`RelayOrder::handled`] with this waits for all
-    /// of them.
-    pub(super) fn mark(&self) -> u64 {
-        self.next.load(Ordering::SeqCst)
+    /// The done signal of the last notification read on `stream`, if it is not done yet.
+    fn pending_on(&self, stream: &Stream) -> Option<CancellationToken> {
+        self.last()
+            .get(stream)
+            .filter(|t| !t.is_cancelled())
+            .cloned()
     }
 
-    /// Waits until every notification read before `mark` has been handled.
-    pub(super) async fn handled(&self, mark: u64) {
-        self.wait(|s| s.first_key_value().is_none_or(|(first, _)| *first >= mark))
-            .await;
+    /// Waits until every notification read so far has been handled.
+    pub(super) async fn handled(&self) {
+        let pending: Vec<CancellationToken> = {
+            let mut last = self.last();
+            last.retain(|_, t| !t.is_cancelled());
+            last.values().cloned().collect()
+        };
+        for t in pending {
+            t.cancelled().await;
+        }
     }
 
     /// Waits until the notifications read before the message whose extensions these are, on
     /// its stream, have been handled. A message the wrapper did not see returns at once.
     pub(super) async fn turn(&self, extensions: &Extensions) {
-        let (before, stream) = if let Some(Handling(seq)) = extensions.get::<Handling>() {
-            (seq.seq, &seq.stream)
+        let before = if let Some(Handling(seq)) = extensions.get::<Handling>() {
+            seq.prev.as_ref()
         } else if let Some(read) = extensions.get::<ReadAfter>() {
-            (read.mark, &read.stream)
+            read.after.as_ref()
         } else {
-            return;
+            None
         };
-        self.wait(|s| !s.range(..before).any(|(_, on)| on == stream))
-            .await;
-    }
-
-    async fn wait(&self, done: impl Fn(&BTreeMap<u64, Stream>) -> bool) {
-        if done(&self.handling.borrow()) {
-            return;
+        if let Some(before) = before {
+            before.cancelled().await;
         }
-        let mut handling = self.handling.subscribe();
-        // The sender lives as long as `self`: the wait cannot fail.
-        let _ = handling.wait_for(|s| done(s)).await;
     }
 }
 
@@ -118,25 +128,39 @@ pub(super) struct Handling(Arc<Seq>);
 
 #[derive(Debug)]
 struct Seq {
-    order: Arc<RelayOrder>,
-    seq: u64,
-    stream: Stream,
+    /// The done signal of the one read before it on its stream, when that was not done yet.
+    prev: Option<CancellationToken>,
+    done: CancellationToken,
 }
 
 impl Drop for Seq {
     fn drop(&mut self) {
-        self.order.handling.send_modify(|s| {
-            s.remove(&self.seq);
-        });
+        // Done only once the one before is: a handler that did not wait its turn (a list
+        // change) may finish first, and the one after it must still wait for all before.
+        match self.prev.take() {
+            Some(prev) if !prev.is_cancelled() => {
+                let done = self.done.clone();
+                match tokio::runtime::Handle::try_current() {
+                    Ok(runtime) => {
+                        runtime.spawn(async move {
+                            prev.cancelled().await;
+                            done.cancel();
+                        });
+                    }
+                    // Dropped outside a runtime (the connection is gone): nothing waits.
+                    Err(_) => done.cancel(),
+                }
+            }
+            _ => self.done.cancel(),
+        }
     }
 }
 
-/// In the extensions of a request the upstream sent: where the notifications read before it
-/// end, and the stream it came on.
+/// In the extensions of a request the upstream sent: the done signal of the notification read
+/// last before it on its stream, when that was not done yet.
 #[derive(Clone, Debug)]
 pub(super) struct ReadAfter {
-    mark: u64,
-    stream: Stream,
+    after: Option<CancellationToken>,
 }
 
 /// An upstream's transport that marks each notification it reads ([`RelayOrder`]); everything
@@ -176,8 +200,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Ordered<T> {
             }
             JsonRpcMessage::Request(r) => {
                 let read = ReadAfter {
-                    mark: self.order.mark(),
-                    stream: stream_of(r.request.extensions()),
+                    after: self.order.pending_on(&stream_of(r.request.extensions())),
                 };
                 r.request.extensions_mut().insert(read);
             }
@@ -206,24 +229,29 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_answer_waits_only_for_the_notifications_read_before_it() {
+    async fn an_answer_waits_for_the_notifications_read_before_it() {
         let order = RelayOrder::new();
         let first = order.read(on(None));
-        let mark = order.mark();
-        let later = order.read(on(None));
         let copy = first.clone();
         drop(first);
-        // A clone still holds the first one: not handled yet.
-        let wait = order.handled(mark);
-        tokio::pin!(wait);
-        assert!(futures::poll!(wait.as_mut()).is_pending());
-        drop(copy);
-        // The one read after the mark does not hold the answer back.
-        wait.await;
-        assert_eq!(order.handling.borrow().len(), 1);
-        drop(later);
-        assert!(order.handling.borrow().is_empty());
-        order.handled(order.mark()).await;
+        // A clone still holds it: not handled yet.
+        {
+            let wait = order.handled();
+            tokio::pin!(wait);
+            assert!(futures::poll!(wait.as_mut()).is_pending());
+            drop(copy);
+            wait.await;
+        }
+        // One read later holds back only an answer taken after it.
+        let later = order.read(on(Some(7)));
+        {
+            let wait = order.handled();
+            tokio::pin!(wait);
+            assert!(futures::poll!(wait.as_mut()).is_pending());
+            drop(later);
+            wait.await;
+        }
+        assert!(order.last().values().all(CancellationToken::is_cancelled));
     }
 
     #[tokio::test]
@@ -248,8 +276,7 @@ mod tests {
         // A request read after both waits for the one still being handled on its stream.
         let mut request = Extensions::new();
         request.insert(ReadAfter {
-            mark: order.mark(),
-            stream: on(Some(1)),
+            after: order.pending_on(&on(Some(1))),
         });
         let wait = order.turn(&request);
         tokio::pin!(wait);
@@ -259,5 +286,22 @@ mod tests {
         // One the wrapper never saw does not wait.
         let _held = order.read(on(None));
         order.turn(&Extensions::new()).await;
+    }
+
+    /// A notification whose handler finished before the one read before it (a handler that
+    /// does not wait its turn) is done only once that one is: the one after both still waits.
+    #[tokio::test]
+    async fn done_means_done_with_all_before_it() {
+        let order = RelayOrder::new();
+        let first = order.read(on(None));
+        let second = order.read(on(None));
+        let third = order.read(on(None));
+        drop(second);
+        let ext = extensions_of(&third);
+        let wait = order.turn(&ext);
+        tokio::pin!(wait);
+        assert!(futures::poll!(wait.as_mut()).is_pending());
+        drop(first);
+        wait.await;
     }
 }
