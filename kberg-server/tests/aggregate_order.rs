@@ -144,3 +144,90 @@ async fn the_reference_servers_last_progress_arrives_before_its_answer() {
         agg.shutdown().await;
     }
 }
+
+/// A calling client that stopped reading: the first notification sent to it signals `stalled`
+/// and, like every later one, waits until `release` fires (as a send to a full response stream
+/// waits for room).
+struct StalledPeer {
+    stalled: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    release: kberg_core::CancellationToken,
+}
+
+#[async_trait::async_trait]
+impl kberg_core::ClientPeer for StalledPeer {
+    async fn notify(&self, _method: &str, _params: Value) -> Result<(), kberg_core::PeerError> {
+        if let Some(tx) = self.stalled.lock().unwrap().take() {
+            let _ = tx.send(());
+        }
+        self.release.cancelled().await;
+        Ok(())
+    }
+    async fn request(
+        &self,
+        method: &str,
+        _params: Value,
+        _cancel: kberg_core::CancellationToken,
+    ) -> Result<Value, kberg_core::PeerError> {
+        Err(kberg_core::PeerError::NotSupported(method.to_string()))
+    }
+    fn supports(&self, _capability: &str) -> bool {
+        false
+    }
+}
+
+/// A client that stopped reading holds up what goes to it, and its own call's answer, but not
+/// another client's call to the same upstream: that call's progress still reaches its client
+/// before its answer, which comes as soon as the upstream gives it. (The order is kept per
+/// stream of the upstream, and a child has one: the relays of every call wait in one line, and
+/// one stuck at its client's send held up all the others, their answers until the call timeout
+/// and their progress past it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stopped_reading_holds_up_only_its_own_call() {
+    use kberg_server::aggregate::{Aggregator, AggregatorConfig, UpstreamConfig};
+    let registry = ToolRegistry::new();
+    // Long enough for any machine; an answer held back to it comes without its progress.
+    let limit = std::time::Duration::from_secs(20);
+    let agg = Aggregator::start(
+        AggregatorConfig::new()
+            .upstream(UpstreamConfig::new("raw", raw_upstream()).call_timeout(limit)),
+        registry.clone(),
+    )
+    .expect("valid");
+    assert!(agg.wait_connected("raw", 1, WAIT).await);
+
+    let (stalled_tx, stalled) = tokio::sync::oneshot::channel();
+    let release = kberg_core::CancellationToken::new();
+    let peer = StalledPeer {
+        stalled: std::sync::Mutex::new(Some(stalled_tx)),
+        release: release.clone(),
+    };
+    let opts = kberg_core::CallOptions::with_cancel(kberg_core::CancellationToken::new())
+        .with_peer(std::sync::Arc::new(peer))
+        .with_progress_token(json!("stalled"));
+    let stuck = {
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            registry
+                .call(&reader(), "raw__flood", json!({"n": SAID}), opts)
+                .await
+        })
+    };
+    stalled
+        .await
+        .expect("the stalled client was sent something");
+
+    let (opts, mut noted) = noted_options(kberg_core::CancellationToken::new());
+    let out = registry
+        .call(&reader(), "raw__flood", json!({"n": SAID}), opts)
+        .await
+        .expect("answered");
+    assert_eq!(out.all_text(), format!("flooded {SAID}"));
+    // Its log lines are nobody's over stdio while two calls are in flight; its progress is.
+    let (progress, _) = said(&mut noted);
+    assert_eq!(progress, expected_progress());
+
+    release.cancel();
+    let out = stuck.await.unwrap().expect("answered");
+    assert_eq!(out.all_text(), format!("flooded {SAID}"));
+    agg.shutdown().await;
+}

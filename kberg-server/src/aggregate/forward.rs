@@ -285,11 +285,18 @@ pub(super) async fn forward(
         a.answered = true;
     }
     // What the upstream said before its answer (the last progress, a closing log line) reaches
-    // the caller first, and while the call's progress route still stands (see `order`). The
-    // answer is not held past the call's time or its cancellation: then it goes as it is.
+    // the caller first, and while the call's progress route still stands (see `order`): all of
+    // it dispatched, and what went to this call's client delivered. The answer is not held past
+    // the call's time or its cancellation: then it goes as it is.
+    let relayed = async {
+        up.relay_order.handled().await;
+        if let Some(peer) = ctx.and_then(ToolContext::peer) {
+            up.relay_order.delivered(peer).await;
+        }
+    };
     tokio::select! {
         biased;
-        () = up.relay_order.handled() => {}
+        () = relayed => {}
         () = cancelled.cancelled() => {}
         () = tokio::time::sleep(limit.saturating_sub(started.elapsed())) => {
             tracing::debug!(namespace = ns, "an answer went ahead of messages still being relayed");

@@ -7,8 +7,9 @@
 //! stream) nothing ties it to one call, so it is relayed only when exactly one forwarded call
 //! is in flight to this upstream and none was abandoned lately, and refused with a sentence
 //! otherwise ([`UpstreamClient::call_of`]). List-change notifications wake the supervisor to
-//! re-list. Progress, log messages and requests are relayed in the order the upstream sent them
-//! on their stream, and before the answer that followed them (`super::order`).
+//! re-list. Progress, log messages and requests are relayed to each client in the order the
+//! upstream sent them on their stream, and before the answer that followed them; a client that
+//! stops reading holds up only what goes to it (`super::order`).
 //!
 //! Nothing the upstream says reaches a client with the upstream's credentials in it: every
 //! string of a relayed log message (its `data` at any depth, its `logger`), a progress message,
@@ -124,7 +125,14 @@ impl UpstreamClient {
             upstream_cancel.cancelled().await;
             c.cancel();
         });
-        let answer = peer.request(method, params, cancel).await;
+        // After what was relayed to this client before it (see `order`).
+        let answer = tokio::select! {
+            biased;
+            () = cancel.cancelled() => Err(PeerError::Cancelled),
+            () = self.up.relay_order.delivered(&peer) => {
+                peer.request(method, params, cancel.clone()).await
+            }
+        };
         relay.abort();
         let ns = self.up.namespace();
         tracing::debug!(
@@ -268,7 +276,7 @@ impl ClientHandler for UpstreamClient {
     async fn on_logging_message(
         &self,
         params: LoggingMessageNotificationParam,
-        context: NotificationContext<RoleClient>,
+        mut context: NotificationContext<RoleClient>,
     ) {
         // In the order the upstream sent it (see `order`). Like requests, a log message reaches
         // a client only when it can only be about its call.
@@ -301,6 +309,11 @@ impl ClientHandler for UpstreamClient {
                     "notifications/message",
                     &mut v,
                 );
+                // In line after what went to this client before; what comes next on the stream
+                // need not wait for this client's send (see `order`).
+                let place = self.up.relay_order.to_client(&peer);
+                self.up.relay_order.dispatched(&mut context.extensions);
+                place.ready().await;
                 let _ = peer.notify("notifications/message", v).await;
             }
             _ => tracing::debug!(
@@ -313,7 +326,7 @@ impl ClientHandler for UpstreamClient {
     async fn on_progress(
         &self,
         params: ProgressNotificationParam,
-        context: NotificationContext<RoleClient>,
+        mut context: NotificationContext<RoleClient>,
     ) {
         // In the order the upstream sent it: a report that overtook the one before would make
         // that one not advance, and it would be left out (see `order`).
@@ -325,7 +338,7 @@ impl ClientHandler for UpstreamClient {
             .lock()
             .ok()
             .and_then(|m| m.get(&params.progress_token).cloned());
-        if let Some(ctx) = ctx {
+        if let Some((ctx, peer)) = ctx.and_then(|c| c.peer().cloned().map(|p| (c, p))) {
             let message = params.message.as_deref().map(|m| {
                 let text = self.up.redactions.text(m);
                 if matches!(text, std::borrow::Cow::Owned(_)) {
@@ -335,6 +348,10 @@ impl ClientHandler for UpstreamClient {
                 }
                 text
             });
+            // In line after what went to this client before (see `order`).
+            let place = self.up.relay_order.to_client(&peer);
+            self.up.relay_order.dispatched(&mut context.extensions);
+            place.ready().await;
             let _ = ctx
                 .progress(params.progress, params.total, message.as_deref())
                 .await;
