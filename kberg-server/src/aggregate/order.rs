@@ -221,20 +221,32 @@ impl Drop for Seq {
         // still wait for all before.
         match self.prev.take() {
             Some(prev) if !prev.is_cancelled() => {
-                let done = self.done.clone();
+                // Fired when the wait ends, or when its task is dropped without having run to
+                // the end (its runtime shut down): a signal nobody can fire any more would hold
+                // every answer after it until its call's timeout.
+                let done = DoneOnDrop(self.done.clone());
                 match tokio::runtime::Handle::try_current() {
                     Ok(runtime) => {
                         runtime.spawn(async move {
                             prev.cancelled().await;
-                            done.cancel();
+                            drop(done);
                         });
                     }
                     // Dropped outside a runtime (the connection is gone): nothing waits.
-                    Err(_) => done.cancel(),
+                    Err(_) => drop(done),
                 }
             }
             _ => self.done.cancel(),
         }
+    }
+}
+
+/// Fires a done signal when dropped.
+struct DoneOnDrop(CancellationToken);
+
+impl Drop for DoneOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
     }
 }
 
@@ -438,6 +450,23 @@ mod tests {
         }
         drop(again_a);
         order.delivered(&a).await;
+    }
+
+    /// A place dropped before the one before it waits for that one on a task; a runtime that
+    /// ends before that task ran (an upstream thread shutting down) still leaves it done, so
+    /// nothing waits for it until a call's timeout.
+    #[test]
+    fn a_wait_cut_short_by_its_runtime_ending_is_done() {
+        let order = RelayOrder::new();
+        let first = order.read(on(None));
+        let second = order.read(on(None));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move { drop(second) });
+        drop(runtime);
+        drop(first);
+        assert!(order.streams.all_pending().is_empty());
     }
 
     /// A notification whose handler finished before the one read before it (a handler that
