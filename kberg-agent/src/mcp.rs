@@ -163,7 +163,7 @@ struct Delivered;
 /// overtake the one before it (which then no longer advances, and is dropped) or come after the
 /// call's answer, when its route is gone (and be lost): the last report of a tool that answers
 /// right after it was lost that way. The sink runs on the task that reads the connection, so it
-/// must not block, as a sink never may ([`ProgressSink`]).
+/// must not block, as a sink never may ([`ProgressSink`]); a sink that panics loses the report.
 struct InOrder<T> {
     inner: T,
     routes: ProgressRoutes,
@@ -188,7 +188,15 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
         if let JsonRpcMessage::Notification(n) = &mut message
             && let ServerNotification::ProgressNotification(p) = &mut n.notification
         {
-            self.routes.deliver(&p.params);
+            // The sink is the app's code: one that panics loses this report, as it would on a
+            // handler task of its own, not the connection this task reads.
+            let routes = &self.routes;
+            let params = &p.params;
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| routes.deliver(params)))
+                .is_err()
+            {
+                tracing::warn!("a progress sink panicked; its report was dropped");
+            }
             p.extensions.insert(Delivered);
         }
         Some(message)

@@ -1062,3 +1062,38 @@ async fn reference_server_progress_arrives_whole_and_in_order_before_the_answer(
         assert_eq!(*seen.lock().unwrap(), vec![1.0, 2.0, 3.0], "call {call}");
     }
 }
+
+/// A sink that panics (the app's code) loses the report it was given, not the session: the
+/// call still gets its answer, and the surface goes on serving calls. (Reports are delivered on
+/// the task that reads the connection; a panic there ended the session and failed every call
+/// in flight on it.)
+#[tokio::test]
+async fn a_panicking_progress_sink_does_not_end_the_session() {
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (go_tx, go) = tokio::sync::oneshot::channel();
+    go_tx.send(()).unwrap();
+    let server = tokio::spawn(progress_server(server_io, go));
+    let surface = McpSurface::serve(tokio::io::split(client_io))
+        .await
+        .unwrap();
+    let panicking =
+        kberg_agent::ProgressSink::new(|r| panic!("a sink that fails at {}", r.progress));
+    let out = surface
+        .call_with_progress("index", json!({}), CancellationToken::new(), panicking)
+        .await
+        .expect("the call is answered");
+    assert!(!out.is_error, "{out:?}");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = {
+        let seen = std::sync::Arc::clone(&seen);
+        kberg_agent::ProgressSink::new(move |r| seen.lock().unwrap().push(r.progress))
+    };
+    let out = surface
+        .call_with_progress("index", json!({}), CancellationToken::new(), sink)
+        .await
+        .expect("the next call is answered");
+    assert!(!out.is_error, "{out:?}");
+    assert_eq!(*seen.lock().unwrap(), vec![1.0, 2.5]);
+    drop(surface);
+    server.await.unwrap();
+}
