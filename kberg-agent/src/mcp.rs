@@ -45,8 +45,8 @@ use rmcp::model::{
     TaskPayload,
 };
 use rmcp::service::{
-    NotificationContext, PeerRequestOptions, RoleClient, RunningService, RxJsonRpcMessage,
-    ServiceError, TxJsonRpcMessage,
+    PeerRequestOptions, RoleClient, RunningService, RxJsonRpcMessage, ServiceError,
+    TxJsonRpcMessage,
 };
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{IntoTransport, Transport};
@@ -96,8 +96,10 @@ impl Client {
     }
 }
 
-/// The client's handler: it passes each `notifications/progress` to the sink of the call whose
-/// token it names, if that call is still running (and drops it otherwise).
+/// The progress routes of a surface's calls: each `notifications/progress` goes to the sink of
+/// the call whose token it names, if that call is still running (and is dropped otherwise). The
+/// transport delivers them as it reads them ([`InOrder`]); as the client's handler this does
+/// nothing of its own.
 #[derive(Clone, Default)]
 struct ProgressRoutes {
     sinks: Arc<Mutex<HashMap<ProgressToken, ProgressSink>>>,
@@ -122,9 +124,7 @@ impl ProgressRoutes {
     fn len(&self) -> usize {
         self.lock().len()
     }
-}
 
-impl ProgressRoutes {
     /// Passes a report to the sink of the call whose token it names, if that call is still
     /// running (and drops it otherwise).
     fn deliver(&self, params: &ProgressNotificationParam) {
@@ -139,23 +139,8 @@ impl ProgressRoutes {
     }
 }
 
-impl ClientHandler for ProgressRoutes {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        context: NotificationContext<RoleClient>,
-    ) {
-        // Delivered as it was read (see `InOrder`); only a report the wrapper did not see
-        // is delivered here.
-        if context.extensions.get::<Delivered>().is_none() {
-            self.deliver(&params);
-        }
-    }
-}
-
-/// Marks a progress notification [`InOrder`] delivered as it was read.
-#[derive(Clone, Copy, Debug)]
-struct Delivered;
+/// Progress is delivered by the transport as it is read ([`InOrder`]), not by a handler task.
+impl ClientHandler for ProgressRoutes {}
 
 /// The client's transport: each progress report goes to its call's sink as it is read, in the
 /// order the server sent it and before the answer that follows it. rmcp hands each
@@ -197,7 +182,6 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for InOrder<T> {
             {
                 tracing::warn!("a progress sink panicked; its report was dropped");
             }
-            p.extensions.insert(Delivered);
         }
         Some(message)
     }
