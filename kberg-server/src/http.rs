@@ -298,6 +298,15 @@ fn jsonrpc_error_for(
 fn peek(body: &[u8]) -> Result<Peeked, Response> {
     let value_kind = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
     match serde_json::from_slice::<Peek<'_>>(body) {
+        // serde reads a struct from an array too (`["2.0", "ping"]`); a message is an object.
+        Ok(_) if value_kind != Some(b'{') => Err(jsonrpc_error(
+            -32600,
+            if value_kind == Some(b'[') {
+                "Invalid Request: batches are not supported"
+            } else {
+                "Invalid Request: the body must be one JSON-RPC 2.0 message object"
+            },
+        )),
         Ok(p) => {
             if p.jsonrpc.as_deref() != Some("2.0") {
                 return Err(jsonrpc_error(
@@ -330,6 +339,21 @@ fn peek(body: &[u8]) -> Result<Peeked, Response> {
             },
         )),
     }
+}
+
+/// The `-32602` error for an `initialize` body whose params are not an initialize request's
+/// (`protocolVersion`, `capabilities`, `clientInfo`), or `None` when they are.
+fn initialize_params_error(body: &[u8]) -> Option<rmcp::ErrorData> {
+    #[derive(Deserialize)]
+    struct Params {
+        #[serde(default)]
+        params: Option<serde_json::Value>,
+    }
+    let params = serde_json::from_slice::<Params>(body).ok()?.params;
+    let fits = params
+        .as_ref()
+        .is_some_and(|p| rmcp::model::InitializeRequestParams::deserialize(p).is_ok());
+    (!fits).then(|| crate::handler::invalid_params("initialize", params))
 }
 
 /// rmcp answers a JSON body it cannot read as one JSON-RPC message with `415` and a text body;
@@ -381,6 +405,66 @@ async fn as_jsonrpc_error(resp: Response) -> Response {
     }
 }
 
+/// Whether a response's body is plain text: rmcp's HTTP-level refusals carry no content type
+/// or `text/plain`.
+fn is_plain_text(headers: &axum::http::HeaderMap) -> bool {
+    headers.get(header::CONTENT_TYPE).is_none_or(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/plain")
+        })
+    })
+}
+
+/// The longest plain-text refusal body read to be quoted in its JSON form; rmcp's are one
+/// sentence, which may quote a header the client sent.
+const MAX_PLAIN_REFUSAL_BYTES: usize = 4096;
+
+/// rmcp answers some refusals with a plain-text sentence: a missing session (`400`), an unknown
+/// one (`404`), a method (`405`), `Accept` (`406`) or `Content-Type` (`415`) it does not serve,
+/// an unsupported `MCP-Protocol-Version` (`400`). They get the shape of this layer's own
+/// refusals, `{"error": "<code>", "message": "<sentence>"}` as JSON, so a client reads every
+/// refusal of the endpoint one way; the status and rmcp's sentence are kept.
+async fn plain_refusal_as_json(resp: Response) -> Response {
+    let (parts, body) = resp.into_parts();
+    let message = match axum::body::to_bytes(body, MAX_PLAIN_REFUSAL_BYTES).await {
+        Ok(bytes) if !bytes.is_empty() => String::from_utf8_lossy(&bytes).trim().to_string(),
+        _ => parts
+            .status
+            .canonical_reason()
+            .unwrap_or("Refused")
+            .to_string(),
+    };
+    let code = match parts.status {
+        StatusCode::BAD_REQUEST if message.contains("Session ID is required") => "session_required",
+        StatusCode::BAD_REQUEST if message.contains("MCP-Protocol-Version") => {
+            "unsupported_protocol_version"
+        }
+        StatusCode::NOT_FOUND => "session_not_found",
+        StatusCode::FORBIDDEN => "forbidden",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::NOT_ACCEPTABLE => "not_acceptable",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        _ => "bad_request",
+    };
+    let mut reply = status(parts.status, code, &message);
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            reply.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    if parts.status == StatusCode::METHOD_NOT_ALLOWED
+        && !reply.headers().contains_key(header::ALLOW)
+    {
+        reply
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+    }
+    reply
+}
+
 /// Whether the request says its body is JSON (rmcp answers other content types with 415).
 fn is_json(headers: &axum::http::HeaderMap) -> bool {
     headers
@@ -415,6 +499,9 @@ async fn guard_layer(next: Arc<Guarded>, mut req: Request) -> Response {
             route(&next, req, principal),
         )
         .await;
+    if resp.status().is_client_error() && is_plain_text(resp.headers()) {
+        resp = plain_refusal_as_json(resp).await;
+    }
     if resp.status() == StatusCode::PAYLOAD_TOO_LARGE {
         // Whoever refused the body (this guard or rmcp's own limit inside a session) left the
         // rest of it unread: the connection cannot carry another request.
@@ -585,6 +672,21 @@ async fn route(
                 Ok(p) => p,
                 Err(reply) => return reply,
             };
+            if !modern
+                && session.is_none()
+                && peeked.method.as_deref() == Some("initialize")
+                && let Some(error) = initialize_params_error(&bytes)
+            {
+                // rmcp reads an `initialize` whose params do not fit as some other request and
+                // answers that a session is required, which misleads a client whose only fault
+                // is its params.
+                return jsonrpc_error_for(
+                    StatusCode::BAD_REQUEST,
+                    peeked.id,
+                    i64::from(error.code.0),
+                    &error.message,
+                );
+            }
             if modern && peeked.method.as_deref() == Some("initialize") {
                 // 2026-07-28 removed the handshake (SEP-2575): answer before a session exists.
                 return jsonrpc_error_for(

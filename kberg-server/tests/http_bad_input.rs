@@ -576,3 +576,166 @@ async fn a_prompts_list_cursor_the_server_never_gave_is_invalid_params() {
         .await;
     assert!(r.reply(3)["result"]["prompts"].is_array(), "{}", r.text);
 }
+
+/// The code and sentence of a refusal answered at the HTTP level: JSON
+/// `{"error": "<code>", "message": "<sentence>"}`, never a bare text body.
+fn http_refusal(r: &Resp) -> (String, String) {
+    let ct = r.header("content-type").unwrap_or_default();
+    assert!(
+        ct.starts_with("application/json"),
+        "{} answered as {ct:?}: {}",
+        r.status,
+        r.text
+    );
+    let v: Value = serde_json::from_str(&r.text).expect("a JSON refusal");
+    let code = v["error"].as_str().expect("a code").to_string();
+    let message = v["message"].as_str().expect("a sentence").to_string();
+    assert!(!message.is_empty(), "{v}");
+    (code, message)
+}
+
+/// rmcp answers its HTTP-level refusals in plain text; the endpoint answers every refusal in
+/// its own JSON shape, with a stable code, the status and rmcp's sentence kept.
+#[tokio::test]
+async fn every_http_level_refusal_is_json_with_a_stable_code() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let session = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", PROTO_OLD),
+    ];
+    let with = |extra: (&'static str, &'static str)| {
+        let mut h = session.to_vec();
+        h.push(extra);
+        h
+    };
+    let cases = [
+        (
+            c.post_with(list.to_string(), &with(("accept", "text/html")))
+                .await,
+            406,
+            "not_acceptable",
+        ),
+        (
+            c.post_with(list.to_string(), &with(("content-type", "text/plain")))
+                .await,
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            c.post_with(
+                list.to_string(),
+                &with(("mcp-protocol-version", "2099-01-01")),
+            )
+            .await,
+            400,
+            "unsupported_protocol_version",
+        ),
+        (
+            c.post(list.clone(), Some("no-such-session")).await,
+            404,
+            "session_not_found",
+        ),
+        (c.post(list.clone(), None).await, 400, "session_required"),
+    ];
+    for (r, status, code) in &cases {
+        assert_eq!(r.status, *status, "{code}: {}", r.text);
+        assert_eq!(http_refusal(r).0, *code, "{}", r.text);
+    }
+    let get = |accept: &'static str, session: &str| {
+        c.http
+            .get(&c.url)
+            .header("authorization", format!("Bearer {READER}"))
+            .header("accept", accept)
+            .header("mcp-session-id", session.to_string())
+            .send()
+    };
+    let r = read(get("application/json", &sid).await.expect("GET")).await;
+    assert_eq!(r.status, 406, "{}", r.text);
+    assert_eq!(http_refusal(&r).0, "not_acceptable");
+    let r = read(
+        get("text/event-stream", "no-such-session")
+            .await
+            .expect("GET"),
+    )
+    .await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    assert_eq!(http_refusal(&r).0, "session_not_found");
+    let r = read(
+        c.http
+            .put(&c.url)
+            .header("authorization", format!("Bearer {READER}"))
+            .send()
+            .await
+            .expect("PUT"),
+    )
+    .await;
+    assert_eq!(r.status, 405, "{}", r.text);
+    assert_eq!(http_refusal(&r).0, "method_not_allowed");
+    assert_eq!(r.header("allow").as_deref(), Some("GET, POST, DELETE"));
+    still_serves(&c, &sid).await;
+}
+
+/// An `initialize` whose params are not an initialize request's is `-32602` naming what is
+/// wrong, with the request's id and no session; rmcp alone read it as some other request and
+/// answered that a session is required.
+#[tokio::test]
+async fn an_initialize_with_malformed_params_is_invalid_params() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let client = json!({"name": "t", "version": "0"});
+    for (params, names) in [
+        (
+            json!({"protocolVersion": 5, "capabilities": {}, "clientInfo": client}),
+            "protocolVersion",
+        ),
+        (
+            json!({"protocolVersion": PROTO_OLD, "capabilities": {}}),
+            "clientInfo",
+        ),
+        (
+            json!({"protocolVersion": PROTO_OLD, "capabilities": [], "clientInfo": client}),
+            "capabilities",
+        ),
+        (json!("initialize"), "params must be an object"),
+        (Value::Null, "no params"),
+    ] {
+        let mut body = json!({"jsonrpc": "2.0", "id": "init-1", "method": "initialize"});
+        if !params.is_null() {
+            body["params"] = params.clone();
+        }
+        let r = c.post(body, None).await;
+        assert_eq!(r.status, 400, "{params}: {}", r.text);
+        assert_eq!(error_code(&r), json!(-32602), "{params}: {}", r.text);
+        let message = error_message(&r);
+        assert!(
+            message.contains("initialize") && message.contains(names),
+            "{params}: {message}"
+        );
+        let ids: Vec<Value> = r.messages().iter().map(|m| m["id"].clone()).collect();
+        assert_eq!(ids, [json!("init-1")], "{}", r.text);
+        assert!(r.header("mcp-session-id").is_none(), "{params}: a session");
+    }
+    // A sound initialize still opens a session.
+    let sid = c.initialize().await;
+    still_serves(&c, &sid).await;
+}
+
+/// An array is never one message, even one serde could read field by field.
+#[tokio::test]
+async fn arrays_are_batches_whatever_they_hold() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    for body in [
+        "[]",
+        r#"["2.0", "initialize"]"#,
+        r#"["2.0", "tools/list", 1]"#,
+    ] {
+        let r = c.post_with(body.to_string(), &[]).await;
+        assert_eq!(r.status, 400, "{body}: {}", r.text);
+        assert_eq!(error_code(&r), json!(-32600), "{body}: {}", r.text);
+        assert!(error_message(&r).contains("batches"), "{body}: {}", r.text);
+    }
+}

@@ -45,7 +45,7 @@ pub(super) const REMOVED_IN_2026: [&str; 5] = [
 /// wrong with them: the params are read again as the method's shape, and that error is told
 /// (`missing field `name``, `invalid type: integer `5`, expected a string (field `taskId`)`),
 /// cut at [`MAX_PROBLEM_CHARS`] (it may quote a value the client sent).
-pub(super) fn invalid_params(method: &str, params: Option<serde_json::Value>) -> McpError {
+pub(crate) fn invalid_params(method: &str, params: Option<serde_json::Value>) -> McpError {
     let message = match params_problem(method, params) {
         Some(p) => format!("invalid params for `{method}`: {p}"),
         None => format!("invalid params for `{method}`"),

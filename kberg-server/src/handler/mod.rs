@@ -62,6 +62,7 @@ use errors::{KNOWN_METHODS, REMOVED_IN_2026, invalid_cursor, removed, resource_e
 use request::{cursor_of, is_stateless};
 use session::{Command, SessionState};
 
+pub(crate) use errors::invalid_params;
 pub(crate) use listen::ListenClosed;
 pub(crate) use shared::{Authenticated, REQUEST_PRINCIPAL, TransportContext};
 
