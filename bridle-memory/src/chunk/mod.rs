@@ -279,6 +279,7 @@ pub fn chunk_file(
     };
     let mut chunks: Vec<Chunk> = chunks
         .into_iter()
+        .flat_map(|s| s.fit(&lines, &config))
         .map(|s| s.finish(&lines, &config))
         .collect();
     if config.outline_types {
@@ -358,6 +359,29 @@ pub(crate) struct Span {
 }
 
 impl Span {
+    /// The span itself when its lines fit the budget with its header, else cut into windows
+    /// of whole lines that do. The cutters size what they cut, but some spans grow by what
+    /// they gather (a run of comments at the end of a body, the lines above a container's
+    /// first member, punctuation lines no syntax node claimed); [`Span::finish`] would drop
+    /// every line of those past the budget.
+    fn fit(self, lines: &Lines<'_>, config: &ChunkConfig) -> Vec<Span> {
+        let budget = config
+            .max_tokens
+            .saturating_sub(lines.overhead(&self.header));
+        if self.end <= self.start + 1 || lines.cost(self.start, self.end) <= budget {
+            return vec![self];
+        }
+        text::windows(
+            lines,
+            self.start,
+            self.end,
+            &self.context,
+            &self.header,
+            config,
+            self.ty,
+        )
+    }
+
     /// Cuts the text out and makes sure the embedded text fits the budget: the additive line
     /// estimate is checked against the exact count, and trailing characters are dropped from
     /// the text until it fits (only a line longer than the whole budget gets there).

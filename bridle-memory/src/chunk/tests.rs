@@ -356,3 +356,58 @@ fn a_type_chunk_carries_the_outline_of_its_impls() {
         assert!(words(&ch.embedding_text("src/router.rs")) <= 16, "{ch:?}");
     }
 }
+
+/// Every line of `src` that is not blank, as the chunks' texts hold it (a chunk's text is its
+/// lines joined, so no line is longer than the budget here and none may be cut).
+fn lines_kept(c: &[Chunk]) -> Vec<String> {
+    c.iter()
+        .flat_map(|c| c.text.lines().map(str::to_string).collect::<Vec<_>>())
+        .filter(|l| !l.trim().is_empty())
+        .collect()
+}
+
+#[test]
+fn long_runs_of_comments_or_punctuation_are_cut_not_dropped() {
+    let comments = "// a comment line of a few words\n".repeat(200);
+    let braces = "}\n".repeat(400);
+    for (path, src) in [
+        // Comments at the end of a file, after its last item.
+        ("tail.rs", format!("fn f() {{}}\n{comments}")),
+        // Comments at the end of a container's body.
+        (
+            "body.rs",
+            format!("impl X {{\n    fn a() {{}}\n{comments}}}\n"),
+        ),
+        // Comments above a container that is opened into its members.
+        (
+            "head.rs",
+            format!("{comments}impl X {{\n    fn a() {{}}\n    fn b() {{}}\n}}\n"),
+        ),
+        // Lines of punctuation only that no syntax node claims.
+        (
+            "braces.rs",
+            format!("fn f() {{\n    let x = 1;\n}}\n{braces}"),
+        ),
+        ("open.rs", "{\n".repeat(400)),
+    ] {
+        let c = cut(path, &src, 50);
+        let want: Vec<String> = src
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect();
+        let got = lines_kept(&c);
+        assert_eq!(
+            got.len(),
+            want.len(),
+            "{path}: {} of {} lines kept: {:?}",
+            got.len(),
+            want.len(),
+            kinds(&c)
+        );
+        assert_eq!(got, want, "{path}");
+        for ch in &c {
+            assert!(words(&ch.embedding_text(path)) <= 50, "{path}: {ch:?}");
+        }
+    }
+}
