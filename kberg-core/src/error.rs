@@ -487,11 +487,20 @@ pub enum GateError {
 }
 
 fn invalid_arguments_sentence(tool: &str, errors: &[FieldError]) -> String {
-    let mut s = format!(
-        "The arguments for `{tool}` are invalid ({} problem{}). Fix these and call it again:",
-        errors.len(),
-        if errors.len() == 1 { "" } else { "s" }
-    );
+    // A diagnosis stops at MAX_FIELD_ERRORS: a list that long may have been cut.
+    let mut s = if errors.len() >= crate::validate::MAX_FIELD_ERRORS {
+        format!(
+            "The arguments for `{tool}` are invalid ({} problems or more; the first {} are listed). Fix these and call it again:",
+            errors.len(),
+            errors.len()
+        )
+    } else {
+        format!(
+            "The arguments for `{tool}` are invalid ({} problem{}). Fix these and call it again:",
+            errors.len(),
+            if errors.len() == 1 { "" } else { "s" }
+        )
+    };
     for e in errors {
         s.push_str("\n- ");
         s.push_str(&e.message);

@@ -26,6 +26,11 @@ pub struct FieldError {
     pub message: String,
 }
 
+/// The most [`FieldError`]s one diagnosis lists. Arguments can be wrong in as many places as
+/// they have values (a few megabytes of array items are millions of them); a model fixes the
+/// first few dozen and calls again, so the rest would only cost memory and a reply no one reads.
+pub const MAX_FIELD_ERRORS: usize = 32;
+
 /// A compiled JSON Schema.
 pub struct CompiledSchema {
     raw: Value,
@@ -64,14 +69,19 @@ impl CompiledSchema {
         self.validator.is_valid(instance)
     }
 
-    /// Every problem with `instance`; empty exactly when it is valid.
+    /// The problems with `instance`, at most [`MAX_FIELD_ERRORS`] of them (the first ones the
+    /// validator reports); empty exactly when it is valid.
     pub fn diagnose(&self, instance: &Value) -> Vec<FieldError> {
         let mut out = Vec::new();
         for err in self.validator.iter_errors(instance) {
+            if out.len() >= MAX_FIELD_ERRORS {
+                break;
+            }
             let pointer = err.instance_path().as_str().to_string();
             let found_value = err.instance();
             describe(&pointer, err.kind(), found_value, &mut out);
         }
+        out.truncate(MAX_FIELD_ERRORS);
         out
     }
 }
@@ -179,7 +189,7 @@ fn describe(pointer: &str, kind: &ValidationErrorKind, found: &Value, out: &mut 
             );
         }
         K::AdditionalProperties { unexpected } | K::UnevaluatedProperties { unexpected } => {
-            for name in unexpected {
+            for name in unexpected.iter().take(MAX_FIELD_ERRORS) {
                 let p = join_pointer(pointer, name);
                 let message = format!("{} is not a known field; remove it.", field_name(&p));
                 out.push(FieldError {

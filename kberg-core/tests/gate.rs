@@ -767,3 +767,29 @@ async fn a_tool_implemented_by_hand_runs_at_once_or_after_waiting() {
     let out = call(&r, &a, "tally", json!({})).await.unwrap();
     assert_eq!(out.all_text(), "3");
 }
+
+/// A call whose every array item is wrong is refused with a bounded list: one request of a few
+/// megabytes used to become millions of field errors (and as many sentences, twice over in the
+/// refusal), gigabytes for one call.
+#[tokio::test]
+async fn invalid_arguments_are_listed_within_a_bound() {
+    let r = ToolRegistry::new();
+    r.register(ToolBuilder::new("tag").raw_handler(
+        json!({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}}}}),
+        |_, _| async { Ok(ToolOutput::default()) },
+    ))
+    .unwrap();
+    let tags: Vec<Value> = (0..10_000).map(|_| json!(1)).collect();
+    let e = call(&r, &anon(), "tag", json!({"tags": tags}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArguments);
+    let GateError::InvalidArguments { errors, .. } = &e else {
+        panic!("wrong variant {e:?}")
+    };
+    assert_eq!(errors.len(), MAX_FIELD_ERRORS, "{}", errors.len());
+    assert_eq!(errors[0].pointer, "/tags/0");
+    let text = e.to_string();
+    assert!(text.contains("more"), "{text}");
+    assert!(text.len() < 16 * 1024, "{}", text.len());
+}

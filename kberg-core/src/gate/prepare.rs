@@ -19,7 +19,7 @@ use crate::gate::scope::apply_scope;
 use crate::handle::{HandleError, resolve_sites};
 use crate::preview::COMMIT_TOKEN_FIELD;
 use crate::principal::Caller;
-use crate::validate::FieldError;
+use crate::validate::{FieldError, describe_value};
 
 /// A call past the synchronous gate steps.
 pub(crate) struct PreparedCall {
@@ -137,7 +137,7 @@ fn take_commit_token(entry: &Entry, args: &mut Value) -> Result<Option<String>, 
             errors: vec![FieldError {
                 pointer: format!("/{COMMIT_TOKEN_FIELD}"),
                 expected: "a string".into(),
-                found: format!("{other}"),
+                found: describe_value(&other),
                 message: format!("`{COMMIT_TOKEN_FIELD}` must be the string a preview gave you."),
             }],
         }),
