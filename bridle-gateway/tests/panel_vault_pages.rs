@@ -454,3 +454,33 @@ async fn a_change_the_audit_log_cannot_record_is_shown_as_made() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert!(!r.body.contains("token-warning"));
 }
+
+#[tokio::test]
+async fn an_export_larger_than_sixteen_mebibytes_is_passed_through_whole() {
+    use bridle_gateway::audit::{Entry, Kind, Surface};
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let log = fixture.ctx.audit().expect("the gateway's audit log");
+    // Twenty entries of 1 MiB each: the export is well past the 16 MiB an ordinary API answer
+    // may take in the panel.
+    let subject = "s".repeat(1024 * 1024);
+    for _ in 0..20 {
+        log.record(
+            Entry::user("exporter", Surface::Cli, Kind::SecretRotate).subject(subject.as_str()),
+        )
+        .unwrap();
+    }
+    let export = c.get("/panel/audit/export?actor=exporter").await;
+    assert_eq!(
+        export.status,
+        StatusCode::OK,
+        "{}",
+        export.body.chars().take(2000).collect::<String>()
+    );
+    assert_eq!(export.header("content-type"), Some("application/x-ndjson"));
+    assert_eq!(export.body.lines().count(), 20);
+    for line in export.body.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["subject"].as_str().map(str::len), Some(subject.len()));
+    }
+}

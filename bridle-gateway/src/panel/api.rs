@@ -176,7 +176,8 @@ impl AdminApi {
         Self::decode(status, &bytes)
     }
 
-    /// `GET path` as a live body (a Server-Sent Events stream), or the API's problem.
+    /// `GET path` as a body passed on as it comes, unread and unbounded (a Server-Sent Events
+    /// stream, or an export that may be far larger than [`MAX_REPLY`]), or the API's problem.
     pub(crate) async fn stream(&self, who: &SignedIn, path: &str) -> Result<Body, Problem> {
         let response = self.respond(who, Method::GET, path, None).await?;
         let status = response.status();
@@ -191,21 +192,6 @@ impl AdminApi {
         Err(Self::decode::<serde_json::Value>(status, &bytes)
             .err()
             .unwrap_or_else(|| Problem::local("panel_error", "the stream did not open")))
-    }
-
-    /// `GET path` as it comes (an export), or the API's problem.
-    pub(crate) async fn get_raw(
-        &self,
-        who: &SignedIn,
-        path: &str,
-    ) -> Result<axum::body::Bytes, Problem> {
-        let (status, bytes) = self.send(who, Method::GET, path, None).await?;
-        if status.is_success() {
-            return Ok(bytes);
-        }
-        Err(Self::decode::<serde_json::Value>(status, &bytes)
-            .err()
-            .unwrap_or_else(|| Problem::local("panel_error", "the export failed")))
     }
 
     /// `method path` with a JSON body, decoded.

@@ -164,7 +164,8 @@ pub(crate) async fn verify(
     )
 }
 
-/// `GET /audit/export`: the API's JSON Lines export of what the filters select.
+/// `GET /audit/export`: the API's JSON Lines export of what the filters select, passed on as
+/// the API sends it (a long log's export is far larger than any page the panel reads whole).
 pub(crate) async fn export(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
@@ -175,7 +176,7 @@ pub(crate) async fn export(
     filter.order = None;
     let body = panel
         .api
-        .get_raw(&who, &format!("/audit/export?{}", filter.query()))
+        .stream(&who, &format!("/audit/export?{}", filter.query()))
         .await?;
     Ok((
         [
