@@ -304,9 +304,62 @@ fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
     })
 }
 
+#[derive(Default)]
 struct ChunkDecoder {
     finish: Option<FinishReason>,
     done: bool,
+    /// The call each server `index` stands for now (see [`ChunkDecoder::call_index`]).
+    slots: std::collections::HashMap<usize, Slot>,
+    /// The number of calls of the reply so far.
+    calls: usize,
+}
+
+/// A server `index` and the call it stands for now.
+struct Slot {
+    /// The call's index in the assembled reply.
+    call: usize,
+    /// The id the call came with, if one did.
+    id: Option<String>,
+}
+
+/// The most calls one streamed reply may hold (the server's own indices are bounded the same).
+const MAX_STREAMED_CALLS: usize = 1024;
+
+impl ChunkDecoder {
+    /// The index in the assembled reply of a tool-call delta the server gave `index` and `id`.
+    /// Calls are told apart by their index, as the reference says, but some servers (Ollama's
+    /// OpenAI-compatible endpoint, Gemini's, LiteLLM's bridges) give every call of a message
+    /// `index: 0`, each with an id of its own: a delta with an id other than the one its index
+    /// already holds starts a new call. A delta without an id continues the call its index
+    /// holds.
+    fn call_index(&mut self, index: usize, id: Option<&str>) -> Result<usize, ProviderError> {
+        let id = id.filter(|id| !id.is_empty());
+        if let Some(slot) = self.slots.get_mut(&index) {
+            match (&slot.id, id) {
+                (Some(held), Some(id)) if held != id => {}
+                (None, Some(id)) => {
+                    slot.id = Some(id.to_string());
+                    return Ok(slot.call);
+                }
+                _ => return Ok(slot.call),
+            }
+        }
+        if self.calls >= MAX_STREAMED_CALLS {
+            return Err(ProviderError::malformed(
+                "a streamed reply holds implausibly many tool calls",
+            ));
+        }
+        let call = self.calls;
+        self.calls += 1;
+        self.slots.insert(
+            index,
+            Slot {
+                call,
+                id: id.map(str::to_string),
+            },
+        );
+        Ok(call)
+    }
 }
 
 impl SseReply for ChunkDecoder {
@@ -361,15 +414,17 @@ impl SseReply for ChunkDecoder {
                         .get("index")
                         .and_then(Value::as_u64)
                         .map_or(pos, |i| i as usize);
-                    if index > 1024 {
+                    if index > MAX_STREAMED_CALLS {
                         return Err(ProviderError::malformed(
                             "a tool call index is implausibly large",
                         ));
                     }
+                    let id = c.get("id").and_then(Value::as_str);
+                    let index = self.call_index(index, id)?;
                     let f = c.get("function");
                     out.push(ChatDelta::ToolCall {
                         index,
-                        id: c.get("id").and_then(Value::as_str).map(str::to_string),
+                        id: id.map(str::to_string),
                         name: f
                             .and_then(|f| f.get("name"))
                             .and_then(Value::as_str)
@@ -421,13 +476,7 @@ impl InferenceProvider for OpenAiProvider {
         cancel: &CancellationToken,
     ) -> Result<ChatStream, ProviderError> {
         let body = self.request_body(request, true);
-        let decoder = SseDecoder::new(
-            self.config.http.max_body_bytes,
-            ChunkDecoder {
-                finish: None,
-                done: false,
-            },
-        );
+        let decoder = SseDecoder::new(self.config.http.max_body_bytes, ChunkDecoder::default());
         http::post_for_stream(
             &self.client,
             &self.config.http,
@@ -462,7 +511,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn random_event_lines_never_panic(lines in proptest::collection::vec("(data: )?.{0,80}", 0..20)) {
-            let mut d = SseDecoder::new(usize::MAX, ChunkDecoder { finish: None, done: false });
+            let mut d = SseDecoder::new(usize::MAX, ChunkDecoder::default());
             let mut out = Vec::new();
             for l in &lines {
                 if d.line(l, &mut out).is_err() || d.line("", &mut out).is_err() {
@@ -474,7 +523,7 @@ mod tests {
 
         #[test]
         fn random_chunks_never_panic(i in proptest::num::u64::ANY, s in ".{0,20}") {
-            let mut d = SseDecoder::new(usize::MAX, ChunkDecoder { finish: None, done: false });
+            let mut d = SseDecoder::new(usize::MAX, ChunkDecoder::default());
             let chunk = json!({"choices": [{"index": 0, "delta": {"content": s.clone(), "tool_calls": [
                 {"index": i, "id": s.clone(), "function": {"name": s.clone(), "arguments": s.clone()}}]},
                 "finish_reason": s.clone()}]});

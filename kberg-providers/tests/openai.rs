@@ -267,6 +267,55 @@ async fn two_calls_interleaved_in_a_stream_assemble() {
     assert_eq!(r.finish, kberg_agent::FinishReason::ToolCalls);
 }
 
+/// Ollama's OpenAI-compatible endpoint (and Gemini's, and LiteLLM's bridges) gives every call
+/// of a message `index: 0`, each call whole in its own chunk with its own id: they are two
+/// calls, not one with both names and both argument texts run together.
+#[tokio::test]
+async fn calls_sharing_an_index_stay_apart_by_their_ids() {
+    let call = |id: &str, name: &str, args: &str| {
+        chunk(
+            json!([{"index": 0, "delta": {"role": "assistant", "content": "", "tool_calls": [
+            {"id": id, "index": 0, "type": "function", "function": {"name": name, "arguments": args}}
+        ]}, "finish_reason": null}]),
+        )
+    };
+    let pieces = vec![
+        call("call_x1", "add_note", "{\"title\": \"a\", \"priority\": 1}"),
+        call("call_x2", "add_note", "{\"title\": \"b\", \"priority\": 2}"),
+        // And two in one chunk, both at index 0 (the second's arguments in two pieces, the
+        // continuation without an id).
+        chunk(json!([{"index": 0, "delta": {"tool_calls": [
+            {"id": "call_x3", "index": 0, "type": "function", "function": {"name": "wait", "arguments": "{\"seconds\": 1}"}},
+            {"id": "call_x4", "index": 0, "type": "function", "function": {"name": "search_notes", "arguments": "{\"query\":"}}
+        ]}, "finish_reason": null}])),
+        chunk(json!([{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "function": {"arguments": " \"milk\"}"}}
+        ]}, "finish_reason": null}])),
+        chunk(json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])),
+        "data: [DONE]\n\n".into(),
+    ];
+    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let s = make(server.url())
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    let calls: Vec<(&str, &str, &Value)> = r
+        .tool_calls
+        .iter()
+        .map(|c| (c.id.as_str(), c.name.as_str(), &c.arguments))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("call_x1", "add_note", &json!({"title": "a", "priority": 1})),
+            ("call_x2", "add_note", &json!({"title": "b", "priority": 2})),
+            ("call_x3", "wait", &json!({"seconds": 1})),
+            ("call_x4", "search_notes", &json!({"query": "milk"})),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn bad_key_is_unauthorized() {
     let server = ScriptedServer::start(vec![Reply::json(401, &api_error(
