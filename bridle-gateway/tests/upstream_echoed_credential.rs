@@ -6,7 +6,8 @@
 //! logs the token to its client and reports progress quoting it while the call runs. The
 //! canary values reach neither the agents' answers (the raw HTTP bodies, the relayed log and
 //! progress messages included), the admin API's integrations, `/readyz`, the audit log, nor
-//! the log.
+//! the log. An upstream that quotes the token in its tool listing (`listing`) has it scrubbed
+//! from the tools every agent is offered.
 //!
 //! The upstream is a stand-in written from the Streamable HTTP transport's documented shapes:
 //! JSON-RPC over POST, each request answered with one JSON body (`chatty`'s call with an event
@@ -77,6 +78,20 @@ async fn stand_in(
             "capabilities": {"tools": {}},
             "serverInfo": {"name": "echo", "version": "1"},
         }))),
+        // `/listing` describes its one tool with the token it was listed with: in its title,
+        // its description, and its input and output schemas.
+        "tools/list" if mode == "listing" => json_answer(result(json!({"tools": [{
+            "name": "describe",
+            "title": format!("Describe as {token}"),
+            "description": format!("Says who you are ({token})."),
+            "inputSchema": {"type": "object", "properties": {
+                "as": {"type": "string", "description": format!("defaults to {token}"), "default": token},
+            }},
+            "outputSchema": {"type": "object", "properties": {
+                token.clone(): {"type": "string"},
+            }},
+            "annotations": {"readOnlyHint": true, "title": format!("Describe {token}")},
+        }]}))),
         "tools/list" if mode == "broken" || token.contains("refused") => json_answer(json!({
             "jsonrpc": "2.0", "id": id,
             "error": {"code": -32603, "message": format!("`{auth}` may not list tools")},
@@ -381,5 +396,102 @@ async fn credentials_an_upstream_echoes_reach_no_agent_operator_probe_or_log() {
 
     assert_clean("the audit log", &gw.audit_export().await);
     assert_clean("the log", &logs.text());
+    gw.stop().await;
+}
+
+/// The `tools/list` answer to a stateless request as `agent`: the raw body.
+async fn list_raw(gw: &Gw, agent: &str) -> String {
+    let r = gw
+        .http
+        .post(&gw.mcp)
+        .bearer_auth(gw.file_token(agent))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/list")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {"_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {}
+            }}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::OK);
+    r.text().await.unwrap()
+}
+
+/// An upstream that describes its tools with the token it was listed with: the tools are
+/// offered with the token scrubbed from their title, description and schemas, so no agent
+/// reads it, and with per-agent secrets the agent whose connection lists the tools (the first
+/// of the mapping) does not hand its token to the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_in_an_upstreams_tool_listing_reaches_no_agent() {
+    let (base, _release) = start_stand_in().await;
+    let secrets = tempfile::tempdir().unwrap();
+    for (name, value) in [
+        ("listing-claude", CANARY),
+        ("listing-codex", CANARY_REFUSED),
+    ] {
+        std::fs::write(secrets.path().join(name), format!("{value}\n")).unwrap();
+    }
+    let yaml = format!(
+        "upstreams:\n  listing:\n    http: {{url: '{base}/listing'}}\n    credential:\n      per_agent: {{claude: listing-claude, codex: listing-codex}}\n      format: 'token {{secret}}'\n"
+    );
+    let folder = Arc::new(FolderSecrets::new(secrets.path()));
+    let gw = Gw::start_with_yaml(&yaml, |b| {
+        b.secrets(folder).connect_timeout(Duration::from_secs(3))
+    })
+    .await;
+    let mut doc = gw.ctx.store.load("demo").unwrap().document;
+    let revision = doc.revision;
+    for agent in ["claude", "codex"] {
+        doc.permissions.get_mut(agent).unwrap().tools.insert(
+            "listing".into(),
+            ReadWrite {
+                read: true,
+                write: false,
+            },
+        );
+    }
+    gw.ctx
+        .store
+        .save_edit(
+            "demo",
+            &doc,
+            revision,
+            "test",
+            "claude and codex read listing",
+        )
+        .unwrap();
+
+    for agent in ["codex", "claude"] {
+        let raw = eventually_async_ok("the listing upstream's tool offered", || async {
+            let raw = list_raw(&gw, agent).await;
+            if raw.contains("listing__describe") {
+                Ok(raw)
+            } else {
+                Err(raw)
+            }
+        })
+        .await;
+        let tool = answer_in(&raw)["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "listing__describe")
+            .cloned()
+            .unwrap();
+        assert_eq!(tool["title"], "Describe as [redacted]", "{raw}");
+        assert_eq!(
+            tool["description"], "Says who you are ([redacted]).",
+            "{raw}"
+        );
+        assert_eq!(
+            tool["inputSchema"]["properties"]["as"]["default"], "[redacted]",
+            "{raw}"
+        );
+        assert_clean(&format!("{agent}'s tool listing"), &raw);
+    }
     gw.stop().await;
 }

@@ -10,7 +10,7 @@
 //! mapping resolves to a secret. Only then is the call forwarded, on the connection that carries
 //! that agent's credential, and the use of the secret recorded.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -18,7 +18,7 @@ use bridle_rules::Documents;
 use kberg_core::{Tool, ToolContext, ToolError, ToolKind, ToolOutput, ToolRegistry, ToolSpec};
 use serde_json::Value;
 
-use super::credential::SecretUse;
+use super::credential::{Credential, SecretUse};
 use super::route::{Route, RouteError, write_capability};
 use crate::config::AgentConfig;
 use crate::context::GatewayContext;
@@ -252,17 +252,42 @@ fn route_refusal(ns: &str, tool: &str, e: RouteError) -> ToolOutput {
 /// Makes the public registry's front tools for `route` match the tools its listing connection
 /// offers: new ones registered, gone ones removed, changed ones replaced. Returns the front
 /// tool names now registered.
+///
+/// `injected` is the credential the listing connection carries: every agent that may use the
+/// upstream reads these specs (with per-agent secrets, the listing connection carries one
+/// agent's), so it is scrubbed out of them as out of a result, and a tool whose name holds it
+/// is not offered (`withheld` keeps those, so each is reported once).
 pub(crate) fn sync_front_tools(
     public: &ToolRegistry,
     route: &Arc<Route>,
     gw: &Arc<GatewayContext>,
     listing: &ToolRegistry,
+    injected: Option<&Credential>,
     registered: &mut BTreeMap<String, ToolSpec>,
+    withheld: &mut BTreeSet<String>,
 ) -> Vec<String> {
+    let mut scrubbed = BTreeSet::new();
     let wanted: BTreeMap<String, ToolSpec> = listing
         .list(&route.internal)
         .into_iter()
-        .map(|s| (s.name.clone(), front_spec(route, &s)))
+        .filter_map(|s| {
+            let mut spec = front_spec(route, &s);
+            if let Some(secret) = injected {
+                match super::scrub::scrub_spec(&mut spec, secret.expose()) {
+                    None => {
+                        if withheld.insert(s.name.clone()) {
+                            tracing::warn!(namespace = %route.namespace, "an upstream tool whose name holds the upstream's credential is not offered");
+                        }
+                        return None;
+                    }
+                    Some(true) => {
+                        scrubbed.insert(s.name.clone());
+                    }
+                    Some(false) => {}
+                }
+            }
+            Some((s.name.clone(), spec))
+        })
         .collect();
     for (name, spec) in registered.clone() {
         if wanted.get(&name) != Some(&spec) {
@@ -281,6 +306,9 @@ pub(crate) fn sync_front_tools(
         };
         match public.register(tool) {
             Ok(()) => {
+                if scrubbed.contains(&name) {
+                    tracing::warn!(namespace = %route.namespace, tool = %name, "the upstream's tool listing quoted its credential; scrubbed from what agents are offered");
+                }
                 registered.insert(name, spec);
             }
             Err(e) => {

@@ -345,6 +345,7 @@ async fn keep_in_step(
     stop: CancellationToken,
 ) {
     let mut registered: BTreeMap<String, ToolSpec> = BTreeMap::new();
+    let mut withheld = BTreeSet::new();
     let mut delay = Duration::from_millis(250);
     let (identity, secret) = route.listing_identity();
     loop {
@@ -362,8 +363,15 @@ async fn keep_in_step(
         };
         delay = Duration::from_millis(250);
         let mut changes = connection.registry.changes();
-        let names =
-            front::sync_front_tools(&public, &route, &gw, &connection.registry, &mut registered);
+        let names = front::sync_front_tools(
+            &public,
+            &route,
+            &gw,
+            &connection.registry,
+            connection.injected.as_ref(),
+            &mut registered,
+            &mut withheld,
+        );
         if let Ok(mut o) = offered.lock() {
             o.insert(route.namespace.clone(), names);
         }

@@ -8,7 +8,9 @@
 //! type, text, and the bytes of a blob), the MIME type of images and audio, and every string
 //! and object key of the structured content. The bytes of images and audio are media, not
 //! text, and are left as sent. The reasons an upstream is unavailable (shown to agents in a
-//! refusal and to operators) go through [`scrub_text`] the same way, and so does everything the
+//! refusal and to operators) go through [`scrub_text`] the same way, as does what its tool
+//! listing says of each tool (title, description, schemas: [`scrub_spec`]; a tool whose name
+//! holds the value is not offered), and so does everything the
 //! upstream sends the calling agent while the call runs (`ScrubbingPeer`: its log messages,
 //! progress messages, and the questions it relays, such as an elicitation's text). This is a
 //! last line of
@@ -60,6 +62,29 @@ pub fn scrub_output(out: &mut ToolOutput, secret: &str) -> bool {
         }
     }
     hit
+}
+
+/// Replaces every occurrence of `secret` (and of each line of it, see `parts`) in what an
+/// upstream's tool listing says of a tool: its title, description, and input and output
+/// schemas (their strings and keys). Returns `None` when the tool's name holds it, which
+/// cannot be changed without breaking the call: such a tool is not offered. Else whether
+/// anything was replaced.
+pub(crate) fn scrub_spec(spec: &mut kberg_core::ToolSpec, secret: &str) -> Option<bool> {
+    let mut hit = false;
+    for part in parts(secret) {
+        if spec.name.contains(part) {
+            return None;
+        }
+        if let Some(title) = &mut spec.title {
+            hit |= scrub_string(title, part);
+        }
+        hit |= scrub_string(&mut spec.description, part);
+        hit |= scrub_value(&mut spec.input_schema, part);
+        if let Some(schema) = &mut spec.output_schema {
+            hit |= scrub_value(schema, part);
+        }
+    }
+    Some(hit)
 }
 
 /// `text` with every occurrence of `secret` (and of each line of it, see `parts`) replaced
@@ -315,6 +340,32 @@ mod tests {
             Some(json!({"by_token": {"[redacted]": {"owner": "x"}, "other": 1}}))
         );
         assert!(!scrub_output(&mut out, "s3cr3t"));
+    }
+
+    #[test]
+    fn a_listed_spec_loses_the_secret_and_a_name_holding_it_is_withheld() {
+        let mut spec = kberg_core::ToolSpec::new(
+            "up__describe",
+            "uses s3cr3t",
+            json!({"type": "object", "properties": {"s3cr3t": {"default": "s3cr3t"}}}),
+            kberg_core::ToolKind::Read,
+        );
+        spec.title = Some("as s3cr3t".into());
+        spec.output_schema = Some(json!({"description": "x s3cr3t"}));
+        assert_eq!(scrub_spec(&mut spec, "s3cr3t"), Some(true));
+        assert_eq!(spec.title.as_deref(), Some("as [redacted]"));
+        assert_eq!(spec.description, "uses [redacted]");
+        assert_eq!(
+            spec.input_schema,
+            json!({"type": "object", "properties": {"[redacted]": {"default": "[redacted]"}}})
+        );
+        assert_eq!(
+            spec.output_schema,
+            Some(json!({"description": "x [redacted]"}))
+        );
+        assert_eq!(scrub_spec(&mut spec, "s3cr3t"), Some(false));
+        spec.name = "up__s3cr3t".into();
+        assert_eq!(scrub_spec(&mut spec, "s3cr3t"), None);
     }
 
     #[test]
