@@ -143,8 +143,11 @@ impl AnthropicProvider {
                     content,
                     tool_calls,
                 } => {
+                    // The API refuses a text block that is empty or only whitespace (400,
+                    // "text content blocks must contain non-whitespace text"), and a model
+                    // writes such text: nothing at all, or newlines before its call.
                     let mut blocks = Vec::new();
-                    if !content.is_empty() {
+                    if !content.trim().is_empty() {
                         blocks.push(json!({"type": "text", "text": content}));
                     }
                     for c in tool_calls {
@@ -158,10 +161,11 @@ impl AnthropicProvider {
                             json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
                         );
                     }
-                    if blocks.is_empty() {
-                        blocks.push(json!({"type": "text", "text": ""}));
+                    // A turn that said nothing is left out: an empty block is refused, and
+                    // the API joins the user turns on either side of it into one.
+                    if !blocks.is_empty() {
+                        messages.push(json!({"role": "assistant", "content": blocks}));
                     }
-                    messages.push(json!({"role": "assistant", "content": blocks}));
                 }
                 Message::Tool {
                     call_id,

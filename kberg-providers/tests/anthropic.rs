@@ -251,6 +251,78 @@ async fn request_has_the_documented_shape() {
     assert_eq!(reqs[1].body["stream"], true);
 }
 
+/// Every message in a recorded request has content, and every text block holds more than
+/// whitespace: the API answers 400 ("text content blocks must be non-empty", "must contain
+/// non-whitespace text") otherwise.
+fn assert_no_blank_text(body: &Value) {
+    for m in body["messages"].as_array().unwrap() {
+        match &m["content"] {
+            Value::String(t) => assert!(!t.trim().is_empty(), "a blank message in {body}"),
+            Value::Array(blocks) => {
+                assert!(!blocks.is_empty(), "a message without content in {body}");
+                for b in blocks.iter().filter(|b| b["type"] == "text") {
+                    let t = b["text"].as_str().unwrap_or_default();
+                    assert!(!t.trim().is_empty(), "a blank text block in {body}");
+                }
+            }
+            other => panic!("content {other} in {body}"),
+        }
+    }
+}
+
+/// A model that says nothing, or only whitespace beside its call: the next request carries
+/// no blank text block, which the API refuses with a 400 that ended the run.
+#[tokio::test]
+async fn a_turn_with_no_words_is_sent_back_without_blank_text() {
+    let agent =
+        |url: String| kberg_agent::Agent::from_arcs(make(url), Arc::new(support::app_surface()));
+    // Nothing at all: the loop asks for words, resending the empty turn.
+    let server = ScriptedServer::start(vec![
+        Reply::json(200, &message(json!([]), "end_turn")),
+        Anthropic.text("You have no notes yet.", false),
+    ])
+    .await;
+    let out = agent(server.url())
+        .run(
+            vec![Message::user("what are my notes?")],
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_no_blank_text(&reqs[1].body);
+    // Whitespace beside a call, as a model writes before its tool use.
+    let server = ScriptedServer::start(vec![
+        Reply::json(
+            200,
+            &message(
+                json!([{"type": "text", "text": "\n\n"},
+                       {"type": "tool_use", "id": "toolu_01", "name": "add_note",
+                        "input": {"title": "milk", "priority": 2}}]),
+                "tool_use",
+            ),
+        ),
+        Anthropic.text("Added the note.", false),
+    ])
+    .await;
+    let out = agent(server.url())
+        .run(
+            vec![Message::user("add a note titled milk with priority 2")],
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(out.calls[0].outcome.as_str(), "ok");
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_no_blank_text(&reqs[1].body);
+    assert_eq!(
+        reqs[1].body["messages"][1]["content"][0]["type"],
+        "tool_use"
+    );
+}
+
 #[tokio::test]
 async fn errors_are_actionable() {
     let server = ScriptedServer::start(vec![
