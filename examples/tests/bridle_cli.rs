@@ -825,3 +825,36 @@ fn health_asks_a_running_gateway_and_says_when_none_answers() {
     );
     assert!(!said.contains("canary"), "{said}");
 }
+
+#[test]
+fn offline_commands_refuse_a_bridle_yaml_with_a_bad_value() {
+    // A `bridle.yaml` that does not load must not be passed over: the store and templates it
+    // names (a PostgreSQL database, a templates folder) would be silently replaced by the data
+    // directory's defaults.
+    let data = demo_dir();
+    let d = data.path();
+    let cfg = d.join("bridle.yaml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(text.contains("127.0.0.1:7878"), "{text}");
+    std::fs::write(&cfg, text.replace("127.0.0.1:7878", "not-an-address")).unwrap();
+    let repo = tempfile::tempdir().unwrap();
+    for args in [
+        &[
+            "render",
+            "--project",
+            "demo",
+            "--agent",
+            "claude",
+            "--out",
+            repo.path().to_str().unwrap(),
+        ][..],
+        &["rules", "queue"][..],
+        &["scope", "list"][..],
+    ] {
+        let o = run_bridle(d, args);
+        let e = failed(&o, &args.join(" "));
+        assert!(e.contains("bridle.yaml"), "{args:?}: {e}");
+        assert!(e.contains("not-an-address"), "{args:?}: {e}");
+    }
+    assert!(!repo.path().join("CLAUDE.md").exists());
+}

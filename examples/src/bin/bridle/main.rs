@@ -212,9 +212,15 @@ pub(crate) fn who(by: Option<String>) -> String {
 /// The store and renderer for command-line use: the configuration's templates folder when
 /// there is a configuration, the data directory's `templates/` otherwise.
 /// With `database: postgres://...` the store opens on that database (the password resolved
-/// through the vault), as `bridle serve` does.
+/// through the vault), as `bridle serve` does. A `bridle.yaml` that does not load is an error,
+/// never passed over: the data directory's defaults would stand in for the database and
+/// templates it names.
 pub(crate) fn open_store(dir: &Path) -> Result<(RulesStore, Renderer), BoxError> {
-    let config = load_config(dir).ok();
+    let config = if dir.join("bridle.yaml").exists() {
+        Some(load_config(dir)?)
+    } else {
+        None
+    };
     let templates = match &config {
         Some(c) => c.templates_path(dir),
         None => dir.join("templates"),
