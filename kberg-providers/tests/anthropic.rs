@@ -255,7 +255,7 @@ async fn request_has_the_documented_shape() {
 /// whitespace: the API answers 400 ("text content blocks must be non-empty", "must contain
 /// non-whitespace text") otherwise.
 fn assert_no_blank_text(body: &Value) {
-    for m in body["messages"].as_array().unwrap() {
+    for m in body["messages"].as_array().expect("a messages array") {
         match &m["content"] {
             Value::String(t) => assert!(!t.trim().is_empty(), "a blank message in {body}"),
             Value::Array(blocks) => {
