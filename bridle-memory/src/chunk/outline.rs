@@ -138,18 +138,27 @@ pub(crate) fn outline_types(
             }
         })
         .collect();
-    for (c, mut lines) in chunks.iter_mut().zip(outlines) {
-        while !lines.is_empty() {
-            let outline = lines.join("\n");
-            if count(&embedding_text_with_outline(
-                path, &c.header, &c.text, &outline,
-            )) <= max_tokens
-            {
-                c.outline = outline;
-                break;
+    for (c, lines) in chunks.iter_mut().zip(outlines) {
+        // The most lines that fit, found by halving: a type that thousands of containers name
+        // would otherwise have its text counted again for every line left out.
+        let fits = |n: usize| {
+            let outline = lines[..n].join("\n");
+            let text = embedding_text_with_outline(path, &c.header, &c.text, &outline);
+            (count(&text) <= max_tokens).then_some(outline)
+        };
+        let (mut lo, mut hi) = (0, lines.len());
+        let mut best = String::new();
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            match fits(mid) {
+                Some(outline) => {
+                    best = outline;
+                    lo = mid;
+                }
+                None => hi = mid - 1,
             }
-            lines.pop();
         }
+        c.outline = best;
     }
 }
 

@@ -411,3 +411,48 @@ fn long_runs_of_comments_or_punctuation_are_cut_not_dropped() {
         }
     }
 }
+
+#[test]
+fn a_type_named_by_thousands_of_impls_is_outlined_without_counting_them_again_and_again() {
+    let impls: String = (0..3000)
+        .map(|i| format!("impl Trait{i} for Foo {{}}\n"))
+        .collect();
+    let src = format!("struct Foo;\n{impls}");
+    let counted = std::sync::atomic::AtomicUsize::new(0);
+    let count = |s: &str| {
+        counted.fetch_add(s.len(), std::sync::atomic::Ordering::Relaxed);
+        words(s)
+    };
+    let cfg = ChunkConfig {
+        max_tokens: 200,
+        min_tokens: 6,
+        overlap_lines: 1,
+        ..Default::default()
+    };
+    let c = chunk_file("a.rs", &src, &cfg, &count);
+    let foo = c
+        .iter()
+        .find(|c| c.chunk_type == ChunkType::Type)
+        .expect("type");
+    // As many of its impls as fit, in file order.
+    // (The first impl is small and joins the struct's own chunk.)
+    assert!(
+        foo.outline
+            .starts_with("impl Trait1 for Foo\nimpl Trait2 for Foo\n"),
+        "{foo:?}"
+    );
+    assert!(words(&foo.embedding_text("a.rs")) <= 200);
+    assert!(
+        words(&format!(
+            "{}\nimpl Trait9999 for Foo",
+            foo.embedding_text("a.rs")
+        )) > 200
+    );
+    // The token counter reads the file a few times over, not once per impl.
+    let read = counted.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        read < 40 * src.len(),
+        "counted {read} bytes for a file of {}",
+        src.len()
+    );
+}
