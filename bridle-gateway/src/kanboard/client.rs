@@ -424,13 +424,19 @@ impl KanboardClient {
     }
 }
 
-/// One JSON-RPC answer's result, or its error as a [`KanboardError`].
+/// One JSON-RPC answer's result, or its error as a [`KanboardError`]. An error member that is
+/// `null` or `false` (as JSON-RPC 1.0 servers send beside a result) is no error; one that is
+/// only a sentence keeps the sentence as its message.
 fn single_result(method: &str, answer: &Value) -> Result<Value, KanboardError> {
-    if let Some(error) = answer.get("error") {
+    if let Some(error) = answer
+        .get("error")
+        .filter(|e| !matches!(e, Value::Null | Value::Bool(false)))
+    {
         let code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
         let message = error
             .get("message")
             .and_then(Value::as_str)
+            .or_else(|| error.as_str())
             .unwrap_or("no message")
             .to_string();
         let detail = error
@@ -488,6 +494,16 @@ mod tests {
         );
         let ok = json!({"jsonrpc": "2.0", "result": false, "id": 12});
         assert_eq!(single_result("updateTask", &ok).unwrap(), json!(false));
+        // An empty error member beside a result (JSON-RPC 1.0 style) is no error.
+        for empty in [json!(null), json!(false)] {
+            let ok = json!({"jsonrpc": "2.0", "result": 5, "error": empty, "id": 1});
+            assert_eq!(single_result("createTask", &ok).unwrap(), json!(5));
+        }
+        // An error that is only a sentence keeps the sentence.
+        let said = json!({"jsonrpc": "2.0", "error": "database is locked", "id": 1});
+        let e = single_result("createTask", &said).unwrap_err();
+        assert_eq!(e.code(), "kanboard_error");
+        assert!(e.to_string().contains("database is locked"), "{e}");
         assert_eq!(as_id(&json!("12")), Some(12));
         assert_eq!(as_id(&json!(null)), None);
     }
