@@ -7,8 +7,8 @@
 //! path parameter, an unknown id or name, names with `..`, `.`, an encoded `/`, spaces, NUL,
 //! unicode, invalid UTF-8 and 300 characters, negative, overflowing and non-numeric ids; for each
 //! query and header parameter, values of the wrong type and out of range, and a query parameter
-//! given twice. Every refusal is a 4xx (never a 5xx) RFC 9457 problem with a stable `code`, and
-//! never repeats a secret value sent with it. A 2xx is right only for the few answers listed in
+//! given twice. Every refusal is a 4xx (never a 5xx) RFC 9457 problem with a stable `code`, of a
+//! status the document lists for the operation, and never repeats a secret value sent with it. A 2xx is right only for the few answers listed in
 //! [`MAY_SUCCEED`], [`FREE_NAMES`] and [`FREE_TEXT_QUERIES`], and must be the answer to a `null`
 //! body where the document allows one. Afterwards the gateway still answers `/healthz`, and its
 //! agents, projects, secrets and patterns are as they were.
@@ -139,6 +139,8 @@ struct Operation {
     template: String,
     params: Vec<Param>,
     body: Option<BodySchema>,
+    /// The statuses the document lists for it.
+    responses: Vec<String>,
 }
 
 impl Operation {
@@ -220,11 +222,16 @@ fn operations(doc: &Value) -> Vec<Operation> {
                         },
                     }
                 });
+            let responses = op["responses"]
+                .as_object()
+                .map(|r| r.keys().cloned().collect())
+                .unwrap_or_default();
             ops.push(Operation {
                 method,
                 template: template.clone(),
                 params,
                 body,
+                responses,
             });
         }
     }
@@ -432,6 +439,12 @@ impl Sweep<'_> {
                 .push(format!("{label}: the answer repeats the canary: {text}"));
         }
         let mut wrong = Vec::new();
+        if !op.responses.contains(&answer.status.to_string()) {
+            wrong.push(format!(
+                "status {}, which the document does not list for the operation",
+                answer.status
+            ));
+        }
         if !(400..500).contains(&answer.status) {
             wrong.push(format!("status {}", answer.status));
         }

@@ -272,6 +272,7 @@ fn fingerprint(tokens: &[AgentTokenMeta], version: u64) -> Option<String> {
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, description = "its token is a secret file", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "`vault_unavailable`: the API runs without the vault", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn issue(
@@ -315,6 +316,7 @@ pub async fn issue(
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, description = "its token is a secret file", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "`vault_unavailable`: the API runs without the vault", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn rotate(
@@ -359,6 +361,7 @@ pub async fn rotate(
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, description = "its token is a secret file", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "`vault_unavailable`: the API runs without the vault", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn revoke(

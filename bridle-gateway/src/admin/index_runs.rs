@@ -277,6 +277,7 @@ fn events_of(
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, description = "an index of this tag is running", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_name`: a name in the path that no project, pattern or example may have", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 429, description = "`too_many_streams`: this admin holds as many streams as allowed (no run is started)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, description = "memory is off", body = ProblemDetails, content_type = "application/problem+json"),
     ),
@@ -308,6 +309,7 @@ pub async fn index(
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, description = "an index of this tag is running", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_name`: a name in the path that no project, pattern or example may have", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, description = "memory is off", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
@@ -365,6 +367,7 @@ pub async fn run_status(
         (status = 200, description = "Server-Sent Events", body = String, content_type = "text/event-stream"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "no such run (or it was forgotten)", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request`: a `Last-Event-ID` that is not an event id", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 429, description = "`too_many_streams`: this admin holds as many streams as allowed", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]

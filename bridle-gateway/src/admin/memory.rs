@@ -437,6 +437,7 @@ pub struct ChunkList {
         (status = 400, description = "a bad `cursor` or `limit`", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "no such project, pattern, or example of the pattern", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_name`: a name in the path that no project or pattern may have", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, description = "no memory service", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]

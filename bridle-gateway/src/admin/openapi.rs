@@ -41,7 +41,7 @@ use super::{
         index_runs::run_status, index_runs::run_events,
     ),
     components(schemas(ProblemDetails, FieldError)),
-    modifiers(&AdminTokenScheme, &AuditUnavailable),
+    modifiers(&AdminTokenScheme, &AuditUnavailable, &SharedRefusals),
     tags(
         (name = "projects", description = "Rules documents: read, replace, render, diff, history"),
         (name = "queue", description = "The review queue of proposed changes"),
@@ -133,6 +133,97 @@ impl utoipa::Modify for AuditUnavailable {
                                     .build(),
                             ),
                         );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the layers every operation goes through may answer, whatever the handler: the admin
+/// guard ([`super::auth::require_admin`]) in front of every operation with the `admin_token`
+/// security (429 `too_many_attempts`, and 403 `read_only` for a change), and the body
+/// extractors ([`super::page::ApiJson`], [`super::page::OptionalJson`]) of every operation that
+/// takes a JSON body (400 `malformed_json`, 413 `body_too_large`, 415 `unsupported_media_type`,
+/// 422 `invalid_request`). Each is added where the operation does not list that status itself,
+/// so a client generated from the document expects every answer the API gives.
+struct SharedRefusals;
+
+/// The answers of the admin guard, by status.
+const GUARD_ANSWERS: &[(&str, &str)] = &[(
+    "429",
+    "`too_many_attempts`: too many refused admin credentials from this address or with this token; try again after `Retry-After` seconds",
+)];
+
+/// The guard's answer to a change by an admin who may only read.
+const READ_ONLY_ANSWER: (&str, &str) = (
+    "403",
+    "`read_only`: this admin may only read (a watcher, or a read-only API)",
+);
+
+/// The answers of the JSON body extractors, by status.
+const BODY_ANSWERS: &[(&str, &str)] = &[
+    ("400", "`malformed_json`: the body is not JSON that parses"),
+    (
+        "413",
+        "`body_too_large`: the body is larger than the API's limit",
+    ),
+    (
+        "415",
+        "`unsupported_media_type`: the body is not sent as `application/json`",
+    ),
+    (
+        "422",
+        "`invalid_request`: the body has a wrong type, a missing or an unknown field",
+    ),
+];
+
+impl utoipa::Modify for SharedRefusals {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::path::Operation;
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+        let add = |op: &mut Operation, (status, description): (&str, &str)| {
+            if op.responses.responses.contains_key(status) {
+                return;
+            }
+            let problem = ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ProblemDetails")))
+                .build();
+            op.responses.responses.insert(
+                status.into(),
+                RefOr::T(
+                    ResponseBuilder::new()
+                        .description(description)
+                        .content("application/problem+json", problem)
+                        .build(),
+                ),
+            );
+        };
+        for item in openapi.paths.paths.values_mut() {
+            let ops = [
+                (false, item.get.as_mut()),
+                (true, item.post.as_mut()),
+                (true, item.put.as_mut()),
+                (true, item.patch.as_mut()),
+                (true, item.delete.as_mut()),
+            ];
+            for (changes, op) in ops {
+                let Some(op) = op else { continue };
+                if op.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                    for answer in GUARD_ANSWERS {
+                        add(op, *answer);
+                    }
+                    if changes {
+                        add(op, READ_ONLY_ANSWER);
+                    }
+                }
+                let takes_json = op
+                    .request_body
+                    .as_ref()
+                    .is_some_and(|b| b.content.contains_key("application/json"));
+                if takes_json {
+                    for answer in BODY_ANSWERS {
+                        add(op, *answer);
                     }
                 }
             }

@@ -260,6 +260,7 @@ fn edit(
         (status = 200, body = PatternList),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_name`: a name in the path that no project may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn list(
@@ -515,6 +516,7 @@ pub async fn add_standard(
         (status = 200, body = PatternsChanged),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_name`: a name in the path that no project or pattern may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn remove_standard(
@@ -557,6 +559,7 @@ pub async fn remove_standard(
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, description = "one of its examples is indexing", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_name`: a name in the path that no project or pattern may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn remove_pattern(
@@ -740,6 +743,7 @@ pub async fn add_example(
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, description = "it is indexing", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_name`: a name in the path that no project, pattern or example may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn remove_example(

@@ -369,6 +369,7 @@ fn etag(revision: u64) -> HeaderValue {
         (status = 200, description = "With `Accept: application/yaml`", body = String, content_type = "application/yaml"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_name`: a name in the path that no project may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn get_one(
@@ -457,6 +458,7 @@ pub async fn replace(
         (status = 200, body = RenderedFile),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "unknown project or agent type", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_name`: a name in the path that no project or agent type may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn render(
@@ -536,6 +538,7 @@ pub(crate) fn unified_diff(old: &str, new: &str, old_name: &str, new_name: &str)
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_name`: a name in the path that no project may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn history(
@@ -589,6 +592,7 @@ pub struct Upgraded {
         (status = 200, body = Upgraded),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_name`: a name in the path that no project may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn upgrade(

@@ -166,6 +166,7 @@ pub async fn list(
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "`vault_unavailable`: the API runs without the vault", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn get_one(
@@ -188,6 +189,7 @@ pub async fn get_one(
         (status = 409, description = "the name exists", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "`vault_unavailable`: the API runs without the vault", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn create(
@@ -236,6 +238,7 @@ pub async fn create(
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "`vault_unavailable`: the API runs without the vault", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn rotate(
@@ -280,6 +283,8 @@ pub async fn rotate(
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, description = "already revoked", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_name`: a name in the path that no secret may have", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "`vault_unavailable`: the API runs without the vault", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn revoke(
