@@ -13,12 +13,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 
-use tokio::sync::watch;
-
+use futures::FutureExt;
 use serde_json::Value;
+use tokio::sync::watch;
 
 use crate::content::Content;
 use crate::context::{CallOptions, PeerError, ToolContext};
@@ -457,7 +458,19 @@ impl PromptRegistry {
             });
         }
         let ctx = ToolContext::new(caller.clone(), opts);
-        (entry.handler)(args, ctx).await.map_err(|e| match e {
+        // A handler's panic is contained as a tool's is (the request is answered, its payload
+        // not shown): the handler is called, not only awaited, inside the guard.
+        let handler = entry.handler;
+        let rendered = AssertUnwindSafe(async move { handler(args, ctx).await })
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_panic| {
+                tracing::error!(prompt = %name, "prompt handler panicked");
+                Err(ToolError::failed(
+                    "the prompt stopped unexpectedly (internal error)",
+                ))
+            });
+        rendered.map_err(|e| match e {
             ToolError::Peer(PeerError::InputRequired { requests }) => PromptError::InputRequired {
                 prompt: name.to_string(),
                 requests,

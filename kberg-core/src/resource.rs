@@ -28,11 +28,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use async_trait::async_trait;
+use futures::FutureExt;
 use tokio::sync::{Notify, watch};
 
 use crate::content::ResourceContents;
@@ -682,17 +684,39 @@ async fn read_in(e: Arc<Entries>, uri: &str) -> Result<Vec<ResourceContents>, Re
     if let Some(s) = e.statics.get(uri) {
         let reader = Arc::clone(&s.reader);
         drop(e);
-        return reader.read(uri, &TemplateVars::new()).await;
+        return read_contained(reader, uri, TemplateVars::new()).await;
     }
     for t in &e.templates {
         if let Some(vars) = match_template(&t.parts, uri) {
             let reader = Arc::clone(&t.reader);
-            return reader.read(uri, &vars).await;
+            return read_contained(reader, uri, vars).await;
         }
     }
     Err(ResourceError::NotFound {
         uri: uri.to_string(),
     })
+}
+
+/// Runs a reader with its panic contained, as the gate contains a tool's: a reader that panics
+/// fails the read (`ReadFailed`) instead of unwinding through the transport, where the request
+/// would never be answered. The panic's payload is not shown: it may quote anything the reader
+/// held.
+async fn read_contained(
+    reader: Arc<dyn ResourceReader>,
+    uri: &str,
+    vars: TemplateVars,
+) -> Result<Vec<ResourceContents>, ResourceError> {
+    let read = AssertUnwindSafe(async { reader.read(uri, &vars).await });
+    match read.catch_unwind().await {
+        Ok(answer) => answer,
+        Err(_panic) => {
+            tracing::error!(uri, "resource reader panicked");
+            Err(ResourceError::ReadFailed {
+                uri: uri.to_string(),
+                message: "the reader stopped unexpectedly (internal error)".into(),
+            })
+        }
+    }
 }
 
 /// A resource URI must not be empty.

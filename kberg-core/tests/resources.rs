@@ -364,3 +364,79 @@ async fn prompts_check_their_arguments() {
         Err(CoreError::Duplicate { .. })
     ));
 }
+
+/// A reader or a prompt that panics is answered as a failure, as a panicking tool is, and the
+/// panic's words (which may quote anything the code held) are not in it. Before, the panic
+/// went up through the read: on the wire the request was never answered.
+#[tokio::test]
+async fn a_panicking_reader_or_prompt_fails_without_its_words() {
+    let r = ResourceRegistry::new();
+    r.register(
+        ResourceDescriptor::new("notes://boom", "boom"),
+        reader_fn(|_, _| async move {
+            if true {
+                panic!("secret-db-password");
+            }
+            Ok(vec![])
+        }),
+    )
+    .unwrap();
+    r.register_template(
+        ResourceTemplate::new("notes://eager/{id}", "eager"),
+        reader_fn(|_, _| {
+            if true {
+                panic!("secret-before-the-future");
+            }
+            async { Ok(vec![]) }
+        }),
+    )
+    .unwrap();
+    for uri in ["notes://boom", "notes://eager/1"] {
+        let e = r.read(uri).await.unwrap_err();
+        let ResourceError::ReadFailed {
+            uri: failed,
+            message,
+        } = &e
+        else {
+            panic!("wrong error {e:?}")
+        };
+        assert_eq!(failed, uri);
+        assert!(!e.to_string().contains("secret"), "{e}");
+        assert!(message.contains("internal error"), "{message}");
+    }
+
+    let p = PromptRegistry::new();
+    p.register(
+        PromptSpec::new("boom", "panics while rendering"),
+        |_| async {
+            if true {
+                panic!("secret-api-key");
+            }
+            Ok(PromptResult {
+                description: None,
+                messages: vec![],
+            })
+        },
+    )
+    .unwrap();
+    p.register(PromptSpec::new("eager", "panics before rendering"), |_| {
+        if true {
+            panic!("secret-api-key");
+        }
+        async {
+            Ok(PromptResult {
+                description: None,
+                messages: vec![],
+            })
+        }
+    })
+    .unwrap();
+    for name in ["boom", "eager"] {
+        let e = p.get(name, BTreeMap::new()).await.unwrap_err();
+        assert!(
+            matches!(&e, PromptError::Failed { prompt, .. } if prompt == name),
+            "{e:?}"
+        );
+        assert!(!e.to_string().contains("secret"), "{e}");
+    }
+}
