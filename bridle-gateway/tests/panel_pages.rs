@@ -149,6 +149,16 @@ async fn log_in_sets_a_server_side_session_cookie_and_refuses_other_tokens() {
             .await;
         assert_eq!(r.location(), "/panel", "{next}");
     }
+    // A `next` beyond ASCII (a search for a word with an accent) still leads there: the address
+    // is percent-encoded rather than failing as a `Location` header.
+    let r = c
+        .post(
+            "/panel/login",
+            &[("token", ALICE), ("next", "/panel/memory?q=café")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(r.location(), "/panel/memory?q=caf%C3%A9");
 
     // Behind TLS: the __Host- prefix and Secure.
     let c = Client::new(fixture.router(panel_config().behind_tls(true)));

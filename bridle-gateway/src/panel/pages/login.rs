@@ -52,7 +52,9 @@ impl Drop for LoginForm {
     }
 }
 
-/// Where to go after log-in: a page of this panel, never another site.
+/// Where to go after log-in: a page of this panel, never another site. What lies beyond ASCII
+/// is percent-encoded: a `Location` header carries ASCII only, and a browser would read raw
+/// UTF-8 bytes there as Latin-1 and land elsewhere.
 fn landing(panel: &Panel, next: Option<&str>) -> String {
     let base = &panel.config.base_path;
     next.filter(|n| {
@@ -62,7 +64,7 @@ fn landing(panel: &Panel, next: Option<&str>) -> String {
             && !n.chars().any(char::is_control)
             && !n.starts_with(&format!("{base}/login"))
     })
-    .map(str::to_string)
+    .map(|n| percent_encoding::utf8_percent_encode(n, percent_encoding::CONTROLS).to_string())
     .unwrap_or_else(|| base.clone())
 }
 
