@@ -314,3 +314,25 @@ async fn the_agents_resource_refuses_what_it_must() {
     .await;
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_issued_token_prints_redacted() {
+    let gw = Gw::start().await;
+    let issued: bridle_gateway::admin::agents::IssuedTokenView = serde_json::from_value(
+        json_ok(
+            gw.post("/agents/bot/token").send().await.unwrap(),
+            StatusCode::CREATED,
+        )
+        .await,
+    )
+    .unwrap();
+    assert!(issued.token.starts_with("bdl_"));
+    // A client that logs what it got (`{:?}`) shows no token, as the vault's own types do.
+    let printed = format!("{issued:?}");
+    assert!(!printed.contains(&issued.token), "{printed}");
+    assert!(
+        printed.contains("bot") && printed.contains("[redacted]"),
+        "{printed}"
+    );
+    gw.stop().await;
+}

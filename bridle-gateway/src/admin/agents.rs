@@ -91,8 +91,9 @@ pub struct AgentQuery {
     pub agent_type: Option<String>,
 }
 
-/// A token just issued: the only time it is shown.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+/// A token just issued: the only time it is shown. Its `Debug` shows the token as
+/// `[redacted]`, so a client or a handler that logs the answer does not log the token.
+#[derive(Clone, Serialize, Deserialize, ToSchema)]
 pub struct IssuedTokenView {
     /// The agent.
     pub agent: String,
@@ -105,6 +106,17 @@ pub struct IssuedTokenView {
     /// shown again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+}
+
+impl std::fmt::Debug for IssuedTokenView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedTokenView")
+            .field("agent", &self.agent)
+            .field("version", &self.version)
+            .field("token", &crate::vault::REDACTED)
+            .field("warning", &self.warning)
+            .finish()
+    }
 }
 
 /// How long the previous tokens stay valid after a rotation.
