@@ -30,6 +30,9 @@ use crate::time::{fresh_id, rfc3339, unix_now};
 /// The longest memory text accepted, in characters.
 pub const MAX_TEXT_CHARS: usize = 16_000;
 
+/// The longest project, agent or session name a memory may carry, in characters.
+pub const MAX_NAME_CHARS: usize = 200;
+
 /// How many memories one project may hold unless set otherwise
 /// ([`SessionMemory::with_max_per_project`]): with texts of at most [`MAX_TEXT_CHARS`], a
 /// project's memories stay within a few hundred megabytes, whatever an agent does in a loop.
@@ -297,9 +300,23 @@ impl SessionMemory {
     /// Stores a memory and returns it with its id.
     pub async fn remember(&self, m: NewMemory) -> Result<Memory> {
         required("kind", &m.kind, 64)?;
-        required("project", &m.project, 200)?;
+        required("project", &m.project, MAX_NAME_CHARS)?;
         required("text", &m.text, MAX_TEXT_CHARS)?;
-        if m.tags.len() > 32 || m.tags.iter().any(|t| t.trim().is_empty() || t.len() > 100) {
+        // Every field is bounded, or the quota would bound the count but not the size.
+        for (what, v) in [("agent", &m.agent), ("session", &m.session)] {
+            if let Some(v) = v
+                && v.chars().count() > MAX_NAME_CHARS
+            {
+                return Err(MemoryError::InvalidInput(format!(
+                    "`{what}` must be at most {MAX_NAME_CHARS} characters"
+                )));
+            }
+        }
+        if m.tags.len() > 32
+            || m.tags
+                .iter()
+                .any(|t| t.trim().is_empty() || t.chars().count() > 100)
+        {
             return Err(MemoryError::InvalidInput(
                 "at most 32 tags, each 1 to 100 characters".into(),
             ));

@@ -645,3 +645,33 @@ async fn a_project_holds_at_most_its_quota_of_memories() {
         5
     );
 }
+
+/// A memory's agent and session names are bounded as its project's is (a project's quota of
+/// memories bounds its size only while every field is), and a tag's limit counts characters,
+/// as its refusal says.
+#[tokio::test]
+async fn agent_session_and_tag_lengths_are_bounded_in_characters() {
+    let store: Arc<dyn VectorStore> = Arc::new(EmbeddedStore::open_in_memory().expect("open"));
+    let mem = memory(store);
+    let huge = "s".repeat(1_000_000);
+    let mut with_session = new("k", "t", "p", &[]);
+    with_session.session = Some(huge.clone());
+    let mut with_agent = new("k", "t", "p", &[]);
+    with_agent.agent = Some(huge);
+    for bad in [with_session, with_agent] {
+        let err = mem.remember(bad).await.expect_err("too long");
+        assert_eq!(err.code(), "invalid_input", "{err}");
+        assert!(err.to_string().contains("at most 200 characters"), "{err}");
+    }
+    let at_limit = "a".repeat(200);
+    let mut ok = new("k", "t", "p", &[&"é".repeat(100)]);
+    ok.agent = Some(at_limit.clone());
+    ok.session = Some(at_limit);
+    let stored = mem.remember(ok).await.expect("within the limits");
+    assert_eq!(stored.tags, ["é".repeat(100)]);
+    let err = mem
+        .remember(new("k", "t", "p", &[&"é".repeat(101)]))
+        .await
+        .expect_err("a tag of 101 characters");
+    assert_eq!(err.code(), "invalid_input", "{err}");
+}
