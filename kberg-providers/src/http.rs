@@ -502,11 +502,16 @@ pub(crate) fn function_tool(t: &kberg_agent::ToolDefinition) -> Value {
 
 /// Turns the lines of a streamed body into deltas. `line` gets each complete line (without its
 /// end-of-line); `end` is called once at the end of the body and reports a missing end marker.
+/// Once [`complete`](LineDecoder::complete) says the reply's end marker came, nothing more of
+/// the body is read: what a server sends after it is no part of the turn, and a server that
+/// keeps the connection open after it must not hold the turn until the idle timeout.
 pub(crate) trait LineDecoder: Send + 'static {
     /// Decodes one line.
     fn line(&mut self, line: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError>;
     /// The body ended.
     fn end(&mut self, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError>;
+    /// Whether the reply's end marker has been decoded.
+    fn complete(&self) -> bool;
 }
 
 struct LineState<D, S> {
@@ -554,6 +559,13 @@ impl<D: LineDecoder, S> LineState<D, S> {
             let text = String::from_utf8_lossy(line);
             if let Err(e) = self.decoder.line(&text, &mut out) {
                 self.fail(out, e);
+                return;
+            }
+            if self.decoder.complete() {
+                // The reply is over; the rest of the body is not read.
+                self.pending.extend(out.into_iter().map(Ok));
+                self.buf.clear();
+                self.done = true;
                 return;
             }
             start = end + 1;

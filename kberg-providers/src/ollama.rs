@@ -334,9 +334,6 @@ impl LineDecoder for NdjsonDecoder {
         if line.trim().is_empty() {
             return Ok(());
         }
-        if self.done {
-            return Err(ProviderError::malformed("data after the final `done` line"));
-        }
         let v: Value = serde_json::from_str(line).map_err(|e| {
             ProviderError::malformed(format!("a stream line is not JSON ({e}): {line}"))
         })?;
@@ -359,6 +356,10 @@ impl LineDecoder for NdjsonDecoder {
             out.push(ChatDelta::Finish(finish_of(&v, self.calls > 0)));
         }
         Ok(())
+    }
+
+    fn complete(&self) -> bool {
+        self.done
     }
 
     fn end(&mut self, _out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {

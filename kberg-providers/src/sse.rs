@@ -67,6 +67,10 @@ impl<R: SseReply> crate::http::LineDecoder for SseDecoder<R> {
         }
     }
 
+    fn complete(&self) -> bool {
+        self.reply.missing_end().is_none()
+    }
+
     fn end(
         &mut self,
         out: &mut Vec<kberg_agent::ChatDelta>,

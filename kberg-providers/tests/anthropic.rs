@@ -402,6 +402,37 @@ async fn stream_error_event_truncation_and_slowness() {
     }
 }
 
+/// A reply is over at `message_stop`: what a server sends after it is not part of the turn,
+/// and a connection kept open after it does not hold the turn until the idle timeout.
+#[tokio::test]
+async fn the_reply_ends_at_message_stop_whatever_follows() {
+    let mut reply = Anthropic.text("Hello there", true);
+    reply.chunks.push((
+        Duration::ZERO,
+        ev(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "text_delta", "text": " and more"}}),
+        ),
+    ));
+    reply.chunks.push((
+        Duration::from_secs(3600),
+        ev("message_stop", json!({"type": "message_stop"})),
+    ));
+    let server = ScriptedServer::start(vec![reply]).await;
+    let p = AnthropicProvider::new(
+        AnthropicConfig::new("m")
+            .base_url(server.url())
+            .http(HttpOptions::default().stream_idle_timeout(Duration::from_secs(2))),
+    );
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.text, "Hello there");
+}
+
 #[tokio::test]
 async fn malformed_reply_is_reported() {
     let server = ScriptedServer::start(vec![

@@ -297,6 +297,31 @@ async fn streamed_text_arrives_in_pieces() {
     assert_eq!(server.requests()[0].body["stream"], true);
 }
 
+/// A reply is over at its `"done": true` line: a line after it (which ended the turn as
+/// malformed, losing the answer) is not read, nor does a connection kept open after it hold
+/// the turn until the idle timeout.
+#[tokio::test]
+async fn the_reply_ends_at_done_whatever_follows() {
+    let mut reply = Ollama.text("Hello there", true);
+    reply
+        .chunks
+        .push((Duration::ZERO, chunk(" and more", json!({}))));
+    reply.chunks.push((Duration::from_secs(3600), final_line()));
+    let server = ScriptedServer::start(vec![reply]).await;
+    let p = OllamaProvider::new(
+        OllamaConfig::new("qwen2.5")
+            .base_url(server.url())
+            .http(fast().stream_idle_timeout(Duration::from_secs(2))),
+    );
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.text, "Hello there");
+    assert_eq!(r.usage.total(), 155);
+}
+
 #[tokio::test]
 async fn truncated_stream_is_an_error() {
     // The final `done` line never comes.

@@ -316,6 +316,33 @@ async fn calls_sharing_an_index_stay_apart_by_their_ids() {
     );
 }
 
+/// A reply is over at `data: [DONE]`: what a server sends after it is not part of the turn,
+/// and a server that keeps the connection open after it (a proxy holding the stream) does not
+/// hold the turn until the idle timeout, which lost the whole answer as a timeout.
+#[tokio::test]
+async fn the_reply_ends_at_done_whatever_follows() {
+    let mut reply = OpenAi.text("Hello there", true);
+    reply.chunks.push((
+        Duration::ZERO,
+        chunk(json!([{"index": 0, "delta": {"content": " and more"}, "finish_reason": null}])),
+    ));
+    reply
+        .chunks
+        .push((Duration::from_secs(3600), "data: [DONE]\n\n".into()));
+    let server = ScriptedServer::start(vec![reply]).await;
+    let p = with_options(
+        server.url(),
+        HttpOptions::default().stream_idle_timeout(Duration::from_secs(2)),
+    );
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.text, "Hello there");
+    assert_eq!(r.usage.total(), 99);
+}
+
 #[tokio::test]
 async fn bad_key_is_unauthorized() {
     let server = ScriptedServer::start(vec![Reply::json(401, &api_error(
