@@ -37,7 +37,8 @@ pub struct AuditEvent {
     pub principal: String,
     /// The principal's agent label, if any.
     pub agent: Option<String>,
-    /// The tool name as the caller sent it.
+    /// The tool name as the caller sent it; one longer than any tool's name may be (128 bytes)
+    /// is cut there and marked with `...`.
     pub tool: String,
     /// `read`, `write`, or `unknown` when no such tool exists.
     pub kind: &'static str,

@@ -553,12 +553,29 @@ pub fn schema_of<T: JsonSchema>() -> Value {
     v
 }
 
+/// The longest tool or prompt name, in bytes (its characters are ASCII).
+pub(crate) const MAX_NAME_LEN: usize = 128;
+
+/// A name a caller asked for, as a refusal and an audit record quote it: as sent when it is
+/// no longer than a name may be, else cut to [`MAX_NAME_LEN`] bytes (at a character boundary)
+/// and marked with `...`. No tool has a longer name, and a caller may send megabytes of one.
+pub(crate) fn quoted_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.len() <= MAX_NAME_LEN {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let cut = (0..=MAX_NAME_LEN)
+        .rev()
+        .find(|i| name.is_char_boundary(*i))
+        .unwrap_or(0);
+    std::borrow::Cow::Owned(format!("{}...", &name[..cut]))
+}
+
 /// Checks a tool or prompt name against what MCP clients accept: 1 to 128 characters of
 /// ASCII letters, digits, `_`, `-` and `.`.
 pub fn check_name(name: &str) -> Result<(), CoreError> {
     let reason = if name.is_empty() {
         Some("a name must not be empty")
-    } else if name.len() > 128 {
+    } else if name.len() > MAX_NAME_LEN {
         Some("a name must be at most 128 characters")
     } else if !name
         .bytes()

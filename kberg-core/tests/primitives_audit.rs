@@ -530,3 +530,32 @@ async fn block_overflow_waits_and_loses_nothing() {
             .all(|(i, l)| l["principal"] == format!("u{i}"))
     );
 }
+
+/// A name no tool can have (longer than a name may be) is quoted cut, in the refusal and in the
+/// audit record: the record kept whatever the caller sent, megabytes of it per call, and the
+/// refusal said it three times.
+#[tokio::test]
+async fn an_impossible_tool_name_is_recorded_and_quoted_cut() {
+    let sink = Arc::new(MemoryAuditSink::new());
+    let tools = ToolRegistry::builder().audit_sink(sink.clone()).build();
+    let long = "é".repeat(100_000);
+    let e = tools
+        .call(&user("ann"), &long, json!({}), CallOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::UnknownTool);
+    assert!(e.tool().len() < 200, "{}", e.tool().len());
+    assert!(e.tool().starts_with("éé") && e.tool().ends_with("..."));
+    assert!(e.details().to_string().len() < 1_000);
+    let ev = sink.events();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].tool, e.tool());
+    // A name that could be a tool's is kept as sent.
+    let fine = "n".repeat(128);
+    let e = tools
+        .call(&user("ann"), &fine, json!({}), CallOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.tool(), fine);
+    assert_eq!(sink.events()[1].tool, fine);
+}

@@ -58,7 +58,7 @@ use crate::context::{CallExtras, CallOptions, ToolContext};
 use crate::error::GateError;
 use crate::preview::{CallPhase, CommitTokens};
 use crate::principal::{Caller, SurfaceProjection};
-use crate::tool::{ToolKind, ToolSpec};
+use crate::tool::{ToolKind, ToolSpec, quoted_name};
 
 use self::commit::CommitStep;
 use self::prepare::{PreparedCall, check_args, prepare_call, validate_args};
@@ -336,7 +336,7 @@ impl Gate {
                 at,
                 principal: p.id.clone(),
                 agent: p.agent.clone(),
-                tool: name.to_string(),
+                tool: quoted_name(name).into_owned(),
                 kind,
                 capability,
                 via_deprecated: deprecated,
@@ -483,7 +483,7 @@ fn admit<'c>(
                 reason: reason.to_string(),
             },
             None => GateError::UnknownTool {
-                tool: name.to_string(),
+                tool: quoted_name(name).into_owned(),
             },
         });
     };
