@@ -858,3 +858,31 @@ fn offline_commands_refuse_a_bridle_yaml_with_a_bad_value() {
     }
     assert!(!repo.path().join("CLAUDE.md").exists());
 }
+
+#[test]
+fn offline_commands_on_a_missing_data_dir_fail_and_create_nothing() {
+    // A mistyped --data-dir must not become a new, empty store that answers "no pending
+    // proposals".
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-such-data");
+    let out = tempfile::tempdir().unwrap();
+    for args in [
+        &["rules", "queue"][..],
+        &["scope", "list"][..],
+        &[
+            "render",
+            "--project",
+            "demo",
+            "--agent",
+            "claude",
+            "--out",
+            out.path().to_str().unwrap(),
+        ][..],
+    ] {
+        let o = run_bridle(&missing, args);
+        let e = failed(&o, &args.join(" "));
+        assert!(e.contains("no-such-data"), "{args:?}: {e}");
+        assert!(e.contains("bridle init"), "{args:?}: {e}");
+        assert!(!missing.exists(), "{args:?} created {}", missing.display());
+    }
+}

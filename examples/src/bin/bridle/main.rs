@@ -214,8 +214,16 @@ pub(crate) fn who(by: Option<String>) -> String {
 /// With `database: postgres://...` the store opens on that database (the password resolved
 /// through the vault), as `bridle serve` does. A `bridle.yaml` that does not load is an error,
 /// never passed over: the data directory's defaults would stand in for the database and
-/// templates it names.
+/// templates it names. A data directory that does not exist is an error too: a mistyped
+/// `--data-dir` must not become a new, empty store.
 pub(crate) fn open_store(dir: &Path) -> Result<(RulesStore, Renderer), BoxError> {
+    if !dir.is_dir() {
+        return Err(format!(
+            "no data directory at {} (`bridle init` lays one out; --data-dir or $BRIDLE_DATA_DIR names another)",
+            dir.display()
+        )
+        .into());
+    }
     let config = if dir.join("bridle.yaml").exists() {
         Some(load_config(dir)?)
     } else {
