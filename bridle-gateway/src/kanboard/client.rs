@@ -26,6 +26,23 @@ use serde_json::{Value, json};
 /// the bytes read so far pass the limit.
 pub const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 
+/// The longest text taken from an answer into an error (a JSON-RPC error's message or data, a
+/// stray batch item), in bytes. Errors reach the agent's context: a plugin's stack trace or a
+/// dump of megabytes is cut here, on a character boundary, with how long it was.
+pub const MAX_ERROR_TEXT: usize = 512;
+
+/// `text` cut to [`MAX_ERROR_TEXT`] bytes on a character boundary, saying how long it was.
+fn clipped(text: String) -> String {
+    if text.len() <= MAX_ERROR_TEXT {
+        return text;
+    }
+    let mut end = MAX_ERROR_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &text[..end], text.len())
+}
+
 /// How a request authenticates to Kanboard (HTTP Basic, as Kanboard's API expects).
 #[derive(Clone)]
 pub enum Credential {
@@ -286,7 +303,9 @@ impl KanboardClient {
                 .and_then(Value::as_u64)
                 .and_then(|id| usize::try_from(id).ok())
                 .filter(|id| (1..=calls.len()).contains(id))
-                .ok_or_else(|| KanboardError::BadBatch(format!("unexpected id in {item}")))?;
+                .ok_or_else(|| {
+                    KanboardError::BadBatch(clipped(format!("unexpected id in {item}")))
+                })?;
             out[idx - 1] = Some(single_result(calls[idx - 1].0, item));
         }
         out.into_iter()
@@ -439,9 +458,10 @@ fn single_result(method: &str, answer: &Value) -> Result<Value, KanboardError> {
             .or_else(|| error.as_str())
             .unwrap_or("no message")
             .to_string();
+        let message = clipped(message);
         let detail = error
             .get("data")
-            .map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_string))
+            .map(|d| clipped(d.as_str().map_or_else(|| d.to_string(), str::to_string)))
             .unwrap_or_else(|| message.clone());
         return Err(match code {
             401 => KanboardError::Unauthorized,
