@@ -317,3 +317,49 @@ async fn the_secrets_resource_refuses_what_it_must() {
     .await;
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_rotations_are_each_audited_from_the_version_they_replaced() {
+    let gw = Gw::start().await;
+    json_ok(
+        gw.post("/secrets")
+            .json(&json!({"name": "raced", "value": "v1"}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CREATED,
+    )
+    .await;
+    const ROTATIONS: u64 = 12;
+    let answers = futures::future::join_all((0..ROTATIONS).map(|i| {
+        gw.post("/secrets/raced/rotate")
+            .json(&json!({"value": format!("v-{i}")}))
+            .send()
+    }))
+    .await;
+    for answer in answers {
+        assert_eq!(answer.unwrap().status(), StatusCode::OK);
+    }
+    let audit = json_ok(
+        gw.get("/audit?kind=secret_rotate&limit=100")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let mut changes: Vec<(u64, u64)> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let n = |k: &str| e["change"][k].as_str().unwrap().parse::<u64>().unwrap();
+            (n("before"), n("after"))
+        })
+        .collect();
+    changes.sort_unstable();
+    // Each rotation replaced the version just before its own, whatever ran beside it.
+    let expected: Vec<(u64, u64)> = (1..=ROTATIONS).map(|v| (v, v + 1)).collect();
+    assert_eq!(changes, expected);
+    gw.stop().await;
+}

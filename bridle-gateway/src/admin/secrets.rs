@@ -254,8 +254,12 @@ pub async fn rotate(
     let RotateSecret { value, .. } = body;
     let value = SecretValue::new(value.into_bytes());
     let meta = blocking(move || {
-        let before = vault.get(&name)?.active_version;
         let version = vault.rotate(&name, &value, &admin.actor(), grace)?;
+        // The version this rotation replaced: the active version is always the newest (a
+        // rotation adds the next number and makes it active, in one transaction), so it is the
+        // one just before. Read apart from the rotation, it could be an older one that a
+        // concurrent rotation had already replaced.
+        let before = version.saturating_sub(1);
         let meta = vault.get(&name)?;
         let entry = admin
             .entry(Kind::SecretRotate)
