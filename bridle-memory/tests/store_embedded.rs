@@ -90,6 +90,54 @@ fn a_file_that_is_not_a_database_is_an_error() {
     assert_eq!(err.code(), "store");
 }
 
+/// A collection whose recorded dimension was damaged (too large for a vector's bytes to be
+/// counted) is an error at open, not a panic or a collection of empty vectors.
+#[test]
+fn a_damaged_dimension_is_an_error() {
+    for dimension in [i64::MAX, 1 << 62, 1 << 61] {
+        let (_dir, path) = temp_db();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        {
+            let store = EmbeddedStore::open(&path).expect("open");
+            rt.block_on(async {
+                store
+                    .ensure_collection("c", CollectionConfig::cosine(1))
+                    .await
+                    .expect("create");
+                store
+                    .upsert(
+                        "c",
+                        vec![Point {
+                            id: 1,
+                            vector: vec![1.0],
+                            payload: Default::default(),
+                        }],
+                    )
+                    .await
+                    .expect("upsert");
+            });
+        }
+        let conn = rusqlite::Connection::open(&path).expect("sqlite");
+        conn.execute(
+            "UPDATE collections SET dimension = ?1 WHERE name = 'c'",
+            [dimension],
+        )
+        .expect("damage");
+        drop(conn);
+        let err = EmbeddedStore::open(&path).expect_err("a damaged dimension");
+        assert_eq!(err.code(), "store", "{err}");
+        assert!(err.to_string().contains("dimension"), "{err}");
+    }
+    // Nor can one be recorded.
+    let store = EmbeddedStore::open_in_memory().expect("open");
+    let err = store
+        .ensure_collection_sync("c", CollectionConfig::cosine(usize::MAX))
+        .expect_err("a dimension past what the file records");
+    assert_eq!(err.code(), "invalid_input", "{err}");
+}
+
 const CHILD_ENV: &str = "BRIDLE_MEMORY_CRASH_CHILD_DB";
 const BATCH: usize = 200;
 

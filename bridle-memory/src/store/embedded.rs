@@ -271,8 +271,16 @@ fn to_blob(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// The bytes of one vector of `dimension`, when a vector that long can be stored at all (its
+/// byte count and the dimension itself fit the database's integers).
+fn vector_bytes(dimension: usize) -> Option<usize> {
+    dimension
+        .checked_mul(4)
+        .filter(|b| i64::try_from(*b).is_ok())
+}
+
 fn from_blob(b: &[u8], dimension: usize) -> Option<Vec<f32>> {
-    if b.len() != dimension * 4 {
+    if Some(b.len()) != vector_bytes(dimension) {
         return None;
     }
     Some(
@@ -326,9 +334,11 @@ fn load_all(conn: &Connection) -> Result<HashMap<String, Collection>> {
                 "collection `{name}` has unknown distance `{distance}`"
             ))
         })?;
+        // A damaged file may record any number: one no vector can have is refused here, before
+        // a row's offset is computed from it.
         let dimension = usize::try_from(dim)
             .ok()
-            .filter(|d| *d > 0)
+            .filter(|d| *d > 0 && vector_bytes(*d).is_some())
             .ok_or_else(|| {
                 MemoryError::Store(format!("collection `{name}` has dimension {dim}"))
             })?;
@@ -530,6 +540,13 @@ impl EmbeddedStore {
                 "a collection needs a dimension of at least 1".into(),
             ));
         }
+        let Some(dimension) = vector_bytes(config.dimension).map(|_| config.dimension as i64)
+        else {
+            return Err(MemoryError::InvalidInput(format!(
+                "a collection's dimension must be at most {}",
+                i64::MAX / 4
+            )));
+        };
         let db = lock(&self.inner.db);
         self.sync_locked(&db);
         if let Some(c) = read(&self.inner.collections).get(name) {
@@ -546,7 +563,7 @@ impl EmbeddedStore {
         }
         db.execute(
             "INSERT INTO collections (name, dimension, distance) VALUES (?1, ?2, ?3)",
-            params![name, config.dimension as i64, config.distance.as_str()],
+            params![name, dimension, config.distance.as_str()],
         )?;
         write(&self.inner.collections).insert(
             name.to_string(),
