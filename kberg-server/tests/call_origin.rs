@@ -183,3 +183,77 @@ async fn a_stateless_request_gives_only_the_client_its_meta_carries() {
     assert_eq!(events[1].to_record()["client"], Value::Null);
     assert_eq!(events[1].to_record()["session"], Value::Null);
 }
+
+/// A client's self-reported name, version and title are kept cut (to 256 characters each): a
+/// session's `initialize` of megabytes of clientInfo was repeated whole in the audit record of
+/// every call of that session, and a 2026-07-28 request's in the record of its call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_client_info_is_kept_cut() {
+    let (server, sink, seen) = server().await;
+    let http = reqwest::Client::new();
+    let big = |c: &str| c.repeat(100_000);
+    let (status, sid, text) = post(
+        &http,
+        &server.url,
+        &[],
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": big("n"), "version": big("v"), "title": big("t")}}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let sid = sid.expect("a session id");
+    let h = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    post(
+        &http,
+        &server.url,
+        &h,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    let (status, _, text) = post(&http, &server.url, &h, call(2, "whoami", None)).await;
+    assert_eq!(status, 200, "{text}");
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": big("n"), "version": big("v"), "title": big("t")},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let stateless = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "whoami"),
+    ];
+    let (status, _, text) = post(
+        &http,
+        &server.url,
+        &stateless,
+        call(3, "whoami", Some(meta)),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+
+    let events = sink.events();
+    assert_eq!(events.len(), 2, "{events:?}");
+    let mut clients: Vec<ClientInfo> = events
+        .iter()
+        .map(|e| {
+            e.origin
+                .as_ref()
+                .and_then(|o| o.client.clone())
+                .expect("a client")
+        })
+        .collect();
+    clients.extend(seen.lock().unwrap().iter().filter_map(|(_, c)| c.clone()));
+    assert_eq!(clients.len(), 4);
+    for c in clients {
+        for (field, letter) in [(&c.name, 'n'), (&c.version, 'v')] {
+            assert!(field.chars().count() <= 259, "{}", field.len());
+            assert!(field.starts_with(letter) && field.ends_with("..."));
+        }
+        let title = c.title.expect("a title");
+        assert!(title.chars().count() <= 259 && title.starts_with('t'));
+    }
+}

@@ -66,9 +66,28 @@ pub(super) fn is_stateless(ctx: &RequestContext<RoleServer>) -> bool {
 fn meta_client_info(ctx: &RequestContext<RoleServer>) -> Option<kberg_core::ClientInfo> {
     let info = field(&ctx.meta.0.0, CLIENT_INFO_META)?.as_object()?;
     let text = |k: &str| field(info, k).and_then(Value::as_str);
-    let mut client = kberg_core::ClientInfo::new(text("name")?, text("version")?);
-    client.title = text("title").map(str::to_string);
-    Some(client)
+    Some(kept_client_info(
+        text("name")?.to_string(),
+        text("version")?.to_string(),
+        text("title").map(str::to_string),
+    ))
+}
+
+/// The longest client name, version or title kept, in characters.
+const MAX_CLIENT_INFO_CHARS: usize = 256;
+
+/// A client's self-reported identity as it is kept: each field cut at
+/// [`MAX_CLIENT_INFO_CHARS`]. It is whatever the client sent, shared by every call of a session
+/// and recorded with each in the audit log.
+fn kept_client_info(
+    name: String,
+    version: String,
+    title: Option<String>,
+) -> kberg_core::ClientInfo {
+    let cut = |s: String| super::errors::cut(s, MAX_CLIENT_INFO_CHARS);
+    let mut client = kberg_core::ClientInfo::new(cut(name), cut(version));
+    client.title = title.map(cut);
+    client
 }
 
 pub(super) fn cursor_of(p: &Option<PaginatedRequestParams>) -> Option<&str> {
@@ -82,9 +101,7 @@ pub(super) fn client_info(ctx: &RequestContext<RoleServer>) -> Option<kberg_core
         .meta
         .client_info()
         .or_else(|| ctx.peer.peer_info().map(|p| p.client_info.clone()))?;
-    let mut info = kberg_core::ClientInfo::new(i.name, i.version);
-    info.title = i.title;
-    Some(info)
+    Some(kept_client_info(i.name, i.version, i.title))
 }
 
 /// The `Mcp-Session-Id` a 2025-11-25 request came with, when it came over HTTP.
