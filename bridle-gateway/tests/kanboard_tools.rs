@@ -505,6 +505,32 @@ async fn bad_writes_get_named_errors_before_kanboard_says_false() {
         )
         .await;
     assert_eq!(code, "subtask_not_found");
+    // A blank title is refused as when creating, not sent to come back `false`.
+    let sub_id = f
+        .ok(
+            "claude",
+            "create_subtask",
+            json!({"task_id": id, "title": "Keep me"}),
+        )
+        .await["subtask_id"]
+        .as_i64()
+        .unwrap();
+    let (code, text) = f
+        .refused(
+            "claude",
+            "update_subtask",
+            json!({"subtask_id": sub_id, "task_id": id, "title": "   "}),
+        )
+        .await;
+    assert_eq!(code, "invalid_arguments", "{text}");
+    let task = f
+        .ok(
+            "claude",
+            "get_task",
+            json!({"task_id": id, "subtasks": true}),
+        )
+        .await;
+    assert_eq!(task["subtasks"][0]["title"], "Keep me");
 
     // Tasks that do not exist or belong elsewhere.
     for tool in ["close_task", "reopen_task", "get_task"] {

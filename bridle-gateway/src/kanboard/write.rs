@@ -528,7 +528,11 @@ async fn update_subtask(s: &Session, a: UpdateSubtaskArgs) -> Result<ToolOutput,
     }
     let mut params = json!({"id": a.subtask_id, "task_id": a.task_id});
     if let Some(t) = &a.title {
-        params["title"] = json!(t.trim());
+        let t = t.trim();
+        if t.is_empty() {
+            return Err(refusal("invalid_arguments", "`title` must not be empty"));
+        }
+        params["title"] = json!(t);
     }
     if let Some(st) = a.status {
         params["status"] = json!(st.code());
