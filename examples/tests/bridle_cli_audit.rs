@@ -310,3 +310,25 @@ fn offline_audit_reads_the_postgres_log_the_configuration_names() {
     assert!(!why.contains("not-the-pg-password"), "{why}");
     assert!(!dir.join("audit.db").exists());
 }
+
+#[test]
+fn a_page_size_outside_one_to_a_thousand_is_refused_offline_as_through_the_api() {
+    // The admin API refuses `limit` 0 and over 1000; offline the same command must not quietly
+    // read another page size instead.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    demo_data_dir(dir);
+    use bridle_gateway::audit::{AuditConfig, AuditLog, Entry, Kind, Surface};
+    let log = AuditLog::open(AuditConfig::new(dir.join("audit.db"))).unwrap();
+    log.record(Entry::user("alice", Surface::Cli, Kind::SecretRotate))
+        .unwrap();
+    drop(log);
+    let out = run_bridle(dir, &["audit", "query", "--limit", "1000"]);
+    assert!(succeeded(&out, "audit query --limit 1000").contains("alice"));
+    for limit in ["0", "1001"] {
+        let out = run_bridle(dir, &["audit", "query", "--limit", limit]);
+        let e = failed(&out, &format!("audit query --limit {limit}"));
+        assert!(e.contains("--limit"), "{e}");
+        assert!(e.contains("1..=1000"), "{e}");
+    }
+}

@@ -38,8 +38,12 @@ pub(crate) enum AuditCommand {
         /// Newest first (default oldest first).
         #[arg(long)]
         newest_first: bool,
-        /// Entries per page (1 to 1000).
-        #[arg(long, default_value_t = 50)]
+        /// Entries per page (1 to 1000; others are refused, offline as through the admin API).
+        #[arg(
+            long,
+            default_value_t = 50,
+            value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=bridle_gateway::audit::MAX_PAGE as u64)
+        )]
         limit: usize,
         /// Continue after a page (the `next:` cursor it printed).
         #[arg(long)]
