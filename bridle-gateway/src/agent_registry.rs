@@ -175,6 +175,19 @@ impl AgentRegistry {
         })
     }
 
+    /// Puts back an agent [`AgentRegistry::remove`] took out, exactly as it was (its token file,
+    /// a guessed type left unwritten): the undo of a delete whose other half failed. Refused
+    /// with `agent_exists` if an agent of that name was created meanwhile.
+    pub fn restore(&self, name: &str, agent: AgentConfig) -> Result<(), AgentRegistryError> {
+        self.change(|agents| {
+            if agents.contains_key(name) {
+                return Err(AgentRegistryError::Exists(name.to_string()));
+            }
+            agents.insert(name.to_string(), agent.clone());
+            Ok(())
+        })
+    }
+
     /// Applies `edit` to the live agents and to the file's, checks the file's configuration,
     /// writes it, then makes the change live. Nothing changes when any step fails.
     fn change<R>(

@@ -401,3 +401,41 @@ async fn the_agent_registry_refuses_what_it_must_and_changes_nothing() {
     assert_eq!(audit["items"], json!([]), "{audit}");
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_whose_tokens_cannot_be_revoked_leaves_the_agent_as_it_was() {
+    let gw = Gw::start().await;
+    let issued = json_ok(
+        gw.post("/agents/bot/token").send().await.unwrap(),
+        StatusCode::CREATED,
+    )
+    .await;
+    let token = issued["token"].as_str().unwrap().to_string();
+    // The vault cannot revoke: its token table is taken away (as a failing disk would).
+    let raw = rusqlite::Connection::open(gw.tmp.path().join("vault.db")).unwrap();
+    raw.execute_batch("ALTER TABLE vault_agent_tokens RENAME TO away")
+        .unwrap();
+    let refused = gw.delete("/agents/bot").send().await.unwrap();
+    assert!(refused.status().is_server_error(), "{}", refused.status());
+    // The delete answered a failure, so nothing is deleted: the agent is live and in
+    // bridle.yaml, and, once the vault works again, its token still opens the MCP endpoint.
+    assert!(
+        gw.ctx.agent("bot").is_some(),
+        "the agent is still configured"
+    );
+    assert!(
+        gw.config_on_disk().agents.contains_key("bot"),
+        "and on disk"
+    );
+    raw.execute_batch("ALTER TABLE away RENAME TO vault_agent_tokens")
+        .unwrap();
+    assert!(gw.mcp_works(&token).await, "its token still works");
+    // And the delete, tried again, goes through.
+    json_ok(
+        gw.delete("/agents/bot").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert!(gw.ctx.agent("bot").is_none());
+    gw.stop().await;
+}

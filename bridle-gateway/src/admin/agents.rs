@@ -589,7 +589,8 @@ pub async fn change(
 
 /// Deletes an agent: it is removed from `bridle.yaml` and refused from the next request, its
 /// vault tokens are revoked and its live sessions ended. An agent an upstream or Kanboard still
-/// names is refused with 409 `agent_in_use`.
+/// names is refused with 409 `agent_in_use`. A delete whose tokens cannot be revoked (the
+/// vault fails) changes nothing: the agent is kept as it was.
 #[utoipa::path(delete, path = "/admin/api/v1/agents/{name}", tag = "agents",
     params(("name" = String, Path, description = "The agent's name")),
     responses(
@@ -613,7 +614,18 @@ pub async fn remove(
     let (removed, revoked_tokens) = blocking(move || {
         let removed = ctx.agents.remove(&agent)?;
         let revoked = match &vault {
-            Some(v) => v.revoke_agent_tokens(&agent, &actor)?,
+            Some(v) => match v.revoke_agent_tokens(&agent, &actor) {
+                Ok(revoked) => revoked,
+                Err(e) => {
+                    // The answer says the delete failed, so it must not have happened: the
+                    // agent is put back (its tokens were never revoked), the change is not
+                    // left unaudited, and a retry finds the agent to delete.
+                    if let Err(undo) = ctx.agents.restore(&agent, removed) {
+                        tracing::error!(agent = %agent, error = %undo, "an agent whose tokens could not be revoked was not put back");
+                    }
+                    return Err(e.into());
+                }
+            },
             None => 0,
         };
         Ok((removed, revoked))
