@@ -163,7 +163,9 @@ pub use tool::{
     AsyncHandler, FnTool, SyncHandler, TaskSupport, Tool, ToolBuilder, ToolError, ToolFuture,
     ToolHints, ToolKind, ToolSpec, check_name, schema_of,
 };
-pub use validate::{CompiledSchema, FieldError, MAX_FIELD_ERRORS, describe_value};
+pub use validate::{
+    CompiledSchema, FieldError, MAX_DIAGNOSED_VALUES, MAX_FIELD_ERRORS, describe_value,
+};
 
 /// Re-exported so apps and transports name the same token type.
 pub use tokio_util::sync::CancellationToken;

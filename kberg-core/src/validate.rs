@@ -31,6 +31,37 @@ pub struct FieldError {
 /// first few dozen and calls again, so the rest would only cost memory and a reply no one reads.
 pub const MAX_FIELD_ERRORS: usize = 32;
 
+/// Arguments of more values than this (counting every object, array and scalar in them) are
+/// diagnosed by their first problem only. The validator builds every error it finds before the
+/// first can be looked at, some hundreds of bytes each: a few megabytes of wrong array items
+/// took the better part of a gigabyte and seconds to diagnose, for a list cut at
+/// [`MAX_FIELD_ERRORS`] anyway.
+pub const MAX_DIAGNOSED_VALUES: usize = 10_000;
+
+/// How many values `v` holds (itself, and everything in it at any depth), counted up to one
+/// past `limit`.
+fn count_values(v: &Value, limit: usize) -> usize {
+    let mut seen = 1;
+    let mut todo = vec![v];
+    while let Some(v) = todo.pop() {
+        let len = match v {
+            Value::Array(items) => items.len(),
+            Value::Object(map) => map.len(),
+            _ => continue,
+        };
+        seen += len;
+        if seen > limit {
+            return limit + 1;
+        }
+        match v {
+            Value::Array(items) => todo.extend(items),
+            Value::Object(map) => todo.extend(map.values()),
+            _ => {}
+        }
+    }
+    seen
+}
+
 /// A compiled JSON Schema.
 pub struct CompiledSchema {
     raw: Value,
@@ -70,9 +101,19 @@ impl CompiledSchema {
     }
 
     /// The problems with `instance`, at most [`MAX_FIELD_ERRORS`] of them (the first ones the
-    /// validator reports); empty exactly when it is valid.
+    /// validator reports), or only the first when `instance` holds more than
+    /// [`MAX_DIAGNOSED_VALUES`] values; empty exactly when it is valid.
     pub fn diagnose(&self, instance: &Value) -> Vec<FieldError> {
         let mut out = Vec::new();
+        if count_values(instance, MAX_DIAGNOSED_VALUES) > MAX_DIAGNOSED_VALUES {
+            // `validate` stops at the first error instead of building them all.
+            if let Err(err) = self.validator.validate(instance) {
+                let pointer = err.instance_path().as_str().to_string();
+                describe(&pointer, err.kind(), err.instance(), &mut out);
+                out.truncate(MAX_FIELD_ERRORS);
+            }
+            return out;
+        }
         for err in self.validator.iter_errors(instance) {
             if out.len() >= MAX_FIELD_ERRORS {
                 break;
@@ -351,6 +392,31 @@ mod tests {
     fn bad_schema_does_not_compile() {
         assert!(CompiledSchema::compile(json!({"type": 12})).is_err());
         assert!(CompiledSchema::compile(json!("string")).is_err());
+    }
+
+    #[test]
+    fn a_large_instance_is_diagnosed_by_its_first_problem() {
+        let s = CompiledSchema::compile(json!({
+            "type": "object",
+            "properties": {"tags": {"type": "array", "items": {"type": "string"}}}
+        }))
+        .unwrap();
+        // Every item wrong: the validator would build one error per item (hundreds of bytes
+        // each) before the first was looked at.
+        let big = json!({"tags": vec![1; MAX_DIAGNOSED_VALUES]});
+        let errs = s.diagnose(&big);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].pointer, "/tags/0");
+        assert_eq!(errs[0].expected, "a string");
+        assert!(
+            s.diagnose(&json!({"tags": vec!["a"; MAX_DIAGNOSED_VALUES]}))
+                .is_empty()
+        );
+        // Below the bound every problem (up to MAX_FIELD_ERRORS) is still named.
+        let small = json!({"tags": vec![1; 3]});
+        assert_eq!(s.diagnose(&small).len(), 3);
+        assert_eq!(count_values(&big, 10), 11);
+        assert_eq!(count_values(&small, 10), 5);
     }
 
     #[test]
