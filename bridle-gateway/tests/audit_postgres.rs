@@ -212,3 +212,51 @@ fn retention_on_postgres_keeps_the_chain_verifiable() {
     assert!(v.is_intact(), "{v:?}");
     assert_eq!((v.head_id, v.checked), (21, 14));
 }
+
+#[test]
+fn a_nul_in_what_an_agent_sent_loses_no_entry() {
+    // PostgreSQL text holds no NUL character. An agent names the tool it calls and its client
+    // itself; one such name with a NUL must not fail the batch it is written in, which would
+    // lose the other agents' entries queued beside it.
+    let cluster = PgCluster::shared();
+    let dbname = cluster.create_database();
+    let (log, _) = handle(cluster, &dbname);
+    for i in 0..5u64 {
+        assert!(log.record_tool_call(Entry::tool_call(
+            "claude",
+            "get_rules",
+            "read",
+            None,
+            Outcome::Ok,
+            Duration::from_micros(i),
+        )));
+    }
+    assert!(
+        log.record_tool_call(
+            Entry::tool_call(
+                "mallory",
+                "no\0such_tool",
+                "unknown",
+                None,
+                Outcome::error("unknown_tool"),
+                Duration::from_micros(1),
+            )
+            .client("evil\0client", Some("1\0.0".into()))
+        )
+    );
+    log.flush().unwrap();
+    assert_eq!(log.lost(), 0);
+    let page = log.query(&AuditQuery::all().limit(100)).unwrap();
+    assert_eq!(page.entries.len(), 6, "{page:?}");
+    let odd = page.entries.last().unwrap();
+    let json = serde_json::to_value(odd).unwrap();
+    assert_eq!(json["subject"], "no\u{FFFD}such_tool", "{json}");
+    assert!(log.verify().unwrap().is_intact());
+    // A change recorded synchronously with a NUL is written too.
+    log.record(Entry::user("x\0y", Surface::Api, Kind::RulesChange).subject("a\0b"))
+        .unwrap();
+    assert!(log.verify().unwrap().is_intact());
+    // A filter with a NUL is read the way the entry was stored, not refused by the server.
+    let found = log.query(&AuditQuery::all().actor("x\0y")).unwrap();
+    assert_eq!(found.entries.len(), 1, "{found:?}");
+}

@@ -161,6 +161,12 @@ pub(crate) fn select(query: &AuditQuery, mark: char) -> Result<Select, AuditErro
     let mut sql = format!("SELECT {COLUMNS} FROM gateway_audit WHERE 1 = 1");
     let mut args: Vec<Arg> = Vec::new();
     let mut filter = |sql: &mut String, clause: &str, v: Arg| {
+        // A NUL is stored as U+FFFD (see `row`), so a filter names it the same way (and
+        // PostgreSQL, which refuses NUL in text, still answers).
+        let v = match v {
+            Arg::Text(t) if t.contains('\0') => Arg::Text(t.replace('\0', "\u{FFFD}")),
+            other => other,
+        };
         args.push(v);
         sql.push_str(&format!(" AND {clause} {mark}{}", args.len()));
     };

@@ -4,6 +4,11 @@
 //! hash covers the canonical JSON array of every column except the hashes themselves, prefixed by
 //! the previous entry's hash, so editing any column, renumbering, inserting or removing a row
 //! breaks the chain at that row. [`StoredEntry`] is the typed form read back by queries.
+//!
+//! Text from outside (the tool name an agent called, its client's name) may hold a NUL
+//! character, which PostgreSQL text cannot store: one such entry would fail the whole batch of
+//! tool calls written with it, losing every other agent's entries in it. So a NUL is stored as
+//! U+FFFD in every column, in both backends, before the row is hashed.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -112,8 +117,49 @@ impl Row {
             prev_hash: prev.to_string(),
             hash: String::new(),
         };
+        row.replace_nul();
         row.hash = row.compute_hash();
         row
+    }
+
+    /// Every text column with each NUL character replaced by U+FFFD (see the module's note).
+    fn replace_nul(&mut self) {
+        fn text(s: &mut String) {
+            if s.contains('\0') {
+                *s = s.replace('\0', "\u{FFFD}");
+            }
+        }
+        for s in [
+            &mut self.source_type,
+            &mut self.actor,
+            &mut self.kind,
+            &mut self.outcome,
+        ] {
+            text(s);
+        }
+        for s in [
+            &mut self.surface,
+            &mut self.agent_type,
+            &mut self.session,
+            &mut self.client_name,
+            &mut self.client_version,
+            &mut self.source_url,
+            &mut self.project,
+            &mut self.subject,
+            &mut self.agent,
+            &mut self.before_rev,
+            &mut self.after_rev,
+            &mut self.digest,
+            &mut self.code,
+            &mut self.tool_kind,
+            &mut self.capability,
+            &mut self.detail,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            text(s);
+        }
     }
 
     /// The canonical content: every column but the hashes, as one JSON array in column order
