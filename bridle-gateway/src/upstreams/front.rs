@@ -134,10 +134,7 @@ impl Tool for FrontTool {
             .enabled
             .load(std::sync::atomic::Ordering::Acquire)
         {
-            return Ok(refusal(
-                RefusalCode::UpstreamDisabled,
-                format!("the `{ns}` tools are disabled by an operator"),
-            ));
+            return Ok(disabled_refusal(&ns));
         }
         let write = !matches!(self.spec.kind, ToolKind::Read);
         // The request's authentication (every request to the gateway has one) checked the
@@ -219,8 +216,17 @@ impl Tool for FrontTool {
     }
 }
 
+/// The refusal of a call to an upstream an operator disabled.
+fn disabled_refusal(ns: &str) -> ToolOutput {
+    refusal(
+        RefusalCode::UpstreamDisabled,
+        format!("the `{ns}` tools are disabled by an operator"),
+    )
+}
+
 fn route_refusal(ns: &str, tool: &str, e: RouteError) -> ToolOutput {
     match e {
+        RouteError::Disabled => disabled_refusal(ns),
         RouteError::NoMapping => refusal(
             RefusalCode::CredentialMissing,
             format!("no `{ns}` credential is mapped for this agent; nothing was sent"),

@@ -351,6 +351,8 @@ async fn keep_in_step(
     loop {
         let connection = match route.connection(&identity, secret.as_deref()).await {
             Ok(c) => c,
+            // Disabled while this task was being stopped: its tools leave below.
+            Err(route::RouteError::Disabled) => break,
             Err(e) => {
                 tracing::warn!(namespace = %route.namespace, error = ?e, "upstream cannot be started; retrying");
                 tokio::select! {

@@ -85,6 +85,9 @@ pub(crate) enum RouteError {
     Secret(SecretError),
     /// The upstream is not reachable.
     Unavailable(String),
+    /// An operator disabled the upstream (while the call was on its way): no connection is
+    /// opened.
+    Disabled,
 }
 
 /// The `request` of the use recorded when a connection starts with a credential.
@@ -244,6 +247,12 @@ impl Route {
             None => None,
         };
         let mut connections = self.connections.lock().await;
+        // Checked under the lock that disabling takes to close every connection, after its
+        // switch is off: a call that passed the front tool's check of the switch before the
+        // upstream was disabled opens no connection after they were closed.
+        if !self.enabled.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(RouteError::Disabled);
+        }
         if let Some(c) = connections.get(identity) {
             let current = match (&c.secret, secret, version) {
                 (Some((n, v)), Some(name), Some(now)) => n == name && *v == now,
