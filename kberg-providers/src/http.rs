@@ -17,7 +17,7 @@ use kberg_agent::{ChatDelta, ChatStream, ProviderError};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::endpoint::{Target, UrlCredentials, scrub_error};
+use crate::endpoint::{Target, UrlCredentials, redact_url, scrub_error};
 
 /// Timeouts and retries for a provider's HTTP requests.
 ///
@@ -187,10 +187,43 @@ fn describe(e: reqwest::Error) -> String {
     text
 }
 
+/// The most redirects one request follows.
+const MAX_REDIRECTS: usize = 10;
+
+/// Whether a redirect from `from` to `to` stays in one origin (scheme, host and port).
+fn same_origin(from: &reqwest::Url, to: &reqwest::Url) -> bool {
+    from.scheme() == to.scheme()
+        && from.host_str() == to.host_str()
+        && from.port_or_known_default() == to.port_or_known_default()
+}
+
+/// Follows a redirect only within the origin of the URL first asked. The HTTP client drops
+/// only the headers it knows to be credentials (`Authorization`, cookies) on a redirect to
+/// another origin, not Anthropic's `x-api-key`, and a 307 or 308 sends the conversation along:
+/// a base URL that answers with a redirect elsewhere (a proxy's login page, a moved gateway,
+/// an `https` address sent to `http`) would hand both to whoever is there. A redirect not
+/// followed is answered to the caller as the 3xx it is, naming where it pointed ([`post`]).
+fn redirect_policy() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        // The URLs asked so far: the first, then each redirect followed.
+        let followed = attempt.previous().len().saturating_sub(1);
+        let stays = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| same_origin(first, attempt.url()));
+        if stays && followed < MAX_REDIRECTS {
+            attempt.follow()
+        } else {
+            attempt.stop()
+        }
+    })
+}
+
 /// Builds an HTTP client (connection pooling; per-request timeouts are applied by [`post`]).
 pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
+        .redirect(redirect_policy())
         .build()
         .unwrap_or_else(|e| {
             // Building fails only when the TLS backend cannot initialise; a default client then
@@ -343,6 +376,9 @@ pub(crate) async fn post(
         if status.is_success() {
             return Ok(resp);
         }
+        if status.is_redirection() {
+            return Err(not_followed(&resp, ep));
+        }
         let wait_hint = retry_after(resp.headers());
         let body = cancellable(cancel, tokio::time::timeout(opts.timeout, error_body(resp)))
             .await?
@@ -391,6 +427,35 @@ pub(crate) async fn post(
             c => ProviderError::Rejected { status: c, detail },
         });
     }
+}
+
+/// The error for a redirect [`redirect_policy`] did not follow (another origin, or too many),
+/// naming where it pointed (redacted) so a user can make that the base URL if it is right.
+fn not_followed(resp: &reqwest::Response, ep: &Endpoint) -> ProviderError {
+    let target = &ep.target;
+    let to = resp
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .and_then(|l| l.to_str().ok())
+        .and_then(|l| resp.url().join(l).ok());
+    let why = match &to {
+        Some(to) if same_origin(resp.url(), to) => {
+            format!("kept redirecting the request (more than {MAX_REDIRECTS} times)")
+        }
+        Some(to) => format!(
+            "redirected the request to {}, outside the base URL's origin; it was not followed, \
+             so neither the key nor the conversation went there. If that address is right, \
+             make it the base URL",
+            redact_url(to.as_str())
+        ),
+        None => "answered a redirect without a usable location".to_string(),
+    };
+    let status = resp.status().as_u16();
+    let detail = target
+        .credentials
+        .scrub(&format!("{} {why} (base URL {})", ep.label, target.shown));
+    tracing::debug!(status, url = %target.shown, %detail, "a redirect was not followed");
+    ProviderError::Rejected { status, detail }
 }
 
 /// How much of an error reply is read: enough for any real error message, and a server that

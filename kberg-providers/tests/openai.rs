@@ -658,6 +658,11 @@ async fn credentials_quoted_in_error_answers_are_redacted() {
 }
 
 #[tokio::test]
+async fn a_redirect_to_another_origin_is_not_followed() {
+    credentials::scenario_redirects(&OpenAi, &make_keyed, "/v1").await;
+}
+
+#[tokio::test]
 async fn nothing_listening_names_the_host_without_credentials() {
     credentials::scenario_unreachable(&make_keyed, "/v1").await;
 }

@@ -226,3 +226,55 @@ pub fn assert_debug_hides(what: &str, debug: &str) {
         "{what} names the host: {debug}"
     );
 }
+
+/// A reply redirecting the request to another origin (a host or port other than the base
+/// URL's) is not followed: the request and its credentials (an `x-api-key` header, which the
+/// HTTP client does not know to drop, the conversation itself) never reach that origin, and
+/// the error says where the redirect pointed. A redirect within the base URL's origin is
+/// followed.
+pub async fn scenario_redirects(wire: &dyn Wire, make: MakeProvider<'_>, base_path: &str) {
+    let elsewhere =
+        ScriptedServer::start(vec![wire.text("hi", false), wire.text("hi", true)]).await;
+    let target = format!("{}/v1/collect", elsewhere.url());
+    let away =
+        |status: u16| Reply::json(status, &serde_json::json!({})).header("location", &target);
+    let server = ScriptedServer::start(vec![away(307), away(302), away(308), away(301)]).await;
+    let p = make(with_credentials(&server.url(), base_path));
+    let logs = LogBuffer::default();
+    let _logging = tracing::subscriber::set_default(logs.subscriber(tracing::Level::DEBUG));
+    for stream in [false, true, false, true] {
+        let e = failed_turn(p.as_ref(), stream).await;
+        assert_eq!(e.code(), "rejected", "{e}");
+        assert!(e.to_string().contains("redirect"), "{e}");
+        assert!(e.to_string().contains(&target), "{e}");
+        assert_hidden(&e);
+    }
+    assert_eq!(server.requests().len(), 4);
+    assert!(
+        elsewhere.requests().is_empty(),
+        "the request followed the redirect: {:?}",
+        elsewhere.requests()
+    );
+    assert_no_canary("the log", &logs.text());
+
+    // Within the origin: followed.
+    let server = ScriptedServer::start(vec![
+        Reply::json(307, &serde_json::json!({})).header("location", "/moved/here"),
+        wire.text("hi", false),
+    ])
+    .await;
+    let p = make(format!("{}{base_path}", server.url()));
+    let r = p.chat(&request(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(r.text, "hi");
+    let sent = server.requests();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[1].path, "/moved/here");
+
+    // Within the origin without end: given up, saying so.
+    let looping = vec![Reply::json(307, &serde_json::json!({})).header("location", "/again"); 12];
+    let server = ScriptedServer::start(looping).await;
+    let e = failed_turn(make(format!("{}{base_path}", server.url())).as_ref(), false).await;
+    assert_eq!(e.code(), "rejected", "{e}");
+    assert!(e.to_string().contains("kept redirecting"), "{e}");
+    assert_eq!(server.requests().len(), 11);
+}
