@@ -6,7 +6,7 @@
 //! vendor suggestion or an agent proposal pasted into `guardrails:` is exactly the silent
 //! promotion the review queue exists to prevent). Every problem is reported, not just the first.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::agents::AgentCatalog;
 use crate::error::{Problem, check_name};
@@ -15,18 +15,18 @@ use crate::model::{ALL_AGENTS, MAX_REVISION, RulesDocument, Source};
 /// Every problem in a document, in document order. `text` (the YAML it came from, if any) is
 /// used to put line numbers on problems.
 pub fn validate(doc: &RulesDocument, catalog: &AgentCatalog, text: Option<&str>) -> Vec<Problem> {
-    let mut problems = Vec::new();
+    // Each problem with the text its line starts with; the lines are found at the end, all in
+    // one pass over the text per needle shape.
+    let mut problems: Vec<Problem> = Vec::new();
+    let mut needles: Vec<Option<String>> = Vec::new();
     let mut push = |code: &'static str, field: String, needle: Option<String>, message: String| {
-        let line = match (text, needle) {
-            (Some(t), Some(n)) => find_line(t, &n),
-            _ => None,
-        };
         problems.push(Problem {
             code,
             field,
-            line,
+            line: None,
             message,
         });
+        needles.push(needle);
     };
     let known = || catalog.names().join(", ");
 
@@ -155,19 +155,106 @@ pub fn validate(doc: &RulesDocument, catalog: &AgentCatalog, text: Option<&str>)
             );
         }
     }
+    if let Some(text) = text {
+        let lines = find_lines(text, needles.iter().flatten().map(String::as_str));
+        for (p, needle) in problems.iter_mut().zip(&needles) {
+            p.line = needle.as_deref().and_then(|n| lines.get(n).copied());
+        }
+    }
     problems.sort_by_key(|p| p.line.unwrap_or(u64::MAX));
     problems
 }
 
-/// The 1-based line whose content (after indentation and a list dash) starts with `needle`.
-fn find_line(text: &str, needle: &str) -> Option<u64> {
-    text.lines()
-        .position(|l| {
+/// The 1-based line of each needle: the first line whose content (after indentation and a
+/// list dash) is the needle, or starts with it and a space, or (a needle ending in `:`, a key)
+/// starts with it; needles on no line are left out.
+///
+/// A document with a problem in each of thousands of guardrails has thousands of needles, so
+/// the text is not scanned once per needle. Which needle a line can match is decided by the
+/// line itself, given the needle's shape: a key of `c` colons can only be the line's prefix up
+/// to its `c`th colon, any other needle of `s` spaces only the line's prefix before its
+/// `s + 1`th space. So the text is read once per shape, looking each line's prefix up.
+fn find_lines<'n>(text: &str, needles: impl Iterator<Item = &'n str>) -> HashMap<&'n str, u64> {
+    // (is a key, its colons or spaces) -> the needles of that shape.
+    let mut shapes: BTreeMap<(bool, usize), HashSet<&'n str>> = BTreeMap::new();
+    for n in needles {
+        let shape = if n.ends_with(':') {
+            (true, n.matches(':').count())
+        } else {
+            (false, n.matches(' ').count())
+        };
+        shapes.entry(shape).or_default().insert(n);
+    }
+    let contents: Vec<&str> = text
+        .lines()
+        .map(|l| {
             let t = l.trim_start();
-            let t = t.strip_prefix("- ").unwrap_or(t).trim_start();
-            t == needle
-                || t.starts_with(&format!("{needle} "))
-                || t.starts_with(needle) && needle.ends_with(':')
+            t.strip_prefix("- ").unwrap_or(t).trim_start()
         })
-        .map(|i| i as u64 + 1)
+        .collect();
+    let mut lines = HashMap::new();
+    for ((key, count), mut wanted) in shapes {
+        for (i, t) in contents.iter().enumerate() {
+            if wanted.is_empty() {
+                break;
+            }
+            let prefix = if key {
+                t.match_indices(':').nth(count - 1).map(|(at, _)| &t[..=at])
+            } else {
+                Some(
+                    t.match_indices(' ')
+                        .nth(count)
+                        .map_or(*t, |(at, _)| &t[..at]),
+                )
+            };
+            if let Some(n) = prefix.and_then(|p| wanted.take(p)) {
+                lines.insert(n, i as u64 + 1);
+            }
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a needle's line is, one needle at a time: the rule `find_lines` keeps.
+    fn one_by_one(text: &str, needle: &str) -> Option<u64> {
+        text.lines()
+            .position(|l| {
+                let t = l.trim_start();
+                let t = t.strip_prefix("- ").unwrap_or(t).trim_start();
+                t == needle
+                    || t.starts_with(&format!("{needle} "))
+                    || t.starts_with(needle) && needle.ends_with(':')
+            })
+            .map(|i| i as u64 + 1)
+    }
+
+    #[test]
+    fn lines_are_found_as_one_needle_at_a_time_would() {
+        let text = "name:x\nnames: y\n  - id: ab\n  - id:  a\n    id: a # the one\nid: a\nid: a b c\n- id: a b c d\nbad agent: {}\na: b: c\n-  id: z\nid: é ü\n";
+        let needles = [
+            "name:",
+            "names:",
+            "id: a",
+            "id: ab",
+            "id: a b",
+            "id: a b c",
+            "id: a b c d",
+            "bad agent:",
+            "a: b:",
+            "a:",
+            "id: z",
+            "id: é",
+            "id: é ü",
+            "missing:",
+            "id: q",
+        ];
+        let lines = find_lines(text, needles.iter().copied());
+        for n in needles {
+            assert_eq!(lines.get(n).copied(), one_by_one(text, n), "{n:?}");
+        }
+    }
 }
