@@ -56,8 +56,8 @@ pub const MAX_CLONE_TIMEOUT_SECS: u64 = 86_400;
 pub struct IndexingSection {
     /// Files larger than this many bytes are skipped ([`FileRules::max_file_bytes`]).
     pub max_file_bytes: u64,
-    /// At most this many files are read; the walk stops there and indexes what it found
-    /// ([`FileRules::max_files`]).
+    /// At most this many indexable files are read; a repository with more fails with
+    /// `index_too_large` and the previous index stays ([`FileRules::max_files`]).
     pub max_files: usize,
     /// At most this many bytes are read in all; past it the run fails with `index_too_large`
     /// and the previous index stays ([`FileRules::max_total_bytes`]).
