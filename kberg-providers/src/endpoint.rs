@@ -43,10 +43,27 @@ pub(crate) fn join(base: &str, path: &str) -> String {
     }
 }
 
-/// `e` with every text in it scrubbed of `credentials`: whatever a reply said (an in-band
-/// error, a line that is not the documented shape) reaches the caller without a credential.
+/// The most characters of one text of an error (a detail, a hint). Error answers' own words
+/// are cut at 300 when read; this bounds what a stream quotes too (an error event, a line that
+/// is not the documented shape, which may be megabytes long) with room for the sentence around
+/// a quote.
+const MAX_ERROR_TEXT_CHARS: usize = 1_000;
+
+/// `text` cut to its first [`MAX_ERROR_TEXT_CHARS`] characters, with `...` when cut.
+fn bounded(mut text: String) -> String {
+    if let Some((cut, _)) = text.char_indices().nth(MAX_ERROR_TEXT_CHARS) {
+        text.truncate(cut);
+        text.push_str("...");
+    }
+    text
+}
+
+/// `e` with every text in it scrubbed of `credentials`, then cut to a bounded length: whatever
+/// a reply said (an in-band error, a line that is not the documented shape) reaches the caller
+/// without a credential, and without megabytes of it. Scrubbed before it is cut, so no
+/// credential is left half shown at the cut.
 pub(crate) fn scrub_error(credentials: &UrlCredentials, e: ProviderError) -> ProviderError {
-    let s = |t: String| credentials.scrub(&t);
+    let s = |t: String| bounded(credentials.scrub(&t));
     match e {
         ProviderError::Unreachable { url, hint } => ProviderError::Unreachable {
             url: s(url),

@@ -490,6 +490,32 @@ async fn malformed_replies_are_reported() {
     assert!(e.to_string().contains("context length exceeded"), "{e}");
 }
 
+/// A server's words quoted in an error (an in-stream error event, an event that is not JSON)
+/// are cut as an error answer's are: a broken server's megabyte line does not become a
+/// megabyte error message, log line and run outcome.
+#[tokio::test]
+async fn a_long_quote_in_a_stream_error_is_cut() {
+    let long = "x".repeat(200_000);
+    let event = json!({"error": {"message": long, "type": "server_error"}});
+    let server = ScriptedServer::start(vec![
+        Reply::stream("text/event-stream", vec![format!("data: {{{long}\n\n")]),
+        Reply::stream("text/event-stream", vec![format!("data: {event}\n\n")]),
+    ])
+    .await;
+    let p = make(server.url());
+    for code in ["malformed", "server_error"] {
+        let s = p
+            .chat_stream(&request(), &CancellationToken::new())
+            .await
+            .unwrap();
+        let e = collect_stream(s, |_| {}).await.unwrap_err();
+        assert_eq!(e.code(), code, "{e}");
+        assert!(e.to_string().contains("xxxx"), "{e}");
+        assert!(e.to_string().len() < 2_000, "{} bytes", e.to_string().len());
+        assert!(format!("{e:?}").len() < 2_000);
+    }
+}
+
 #[tokio::test]
 async fn nothing_listening_names_the_address() {
     let url = kberg_testkit::closed_port_url();
