@@ -93,7 +93,8 @@ where
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ConfirmConfig {
-    /// How long a ticket waits for a decision (default 24 hours).
+    /// How long a ticket waits for a decision (default 24 hours; at most 100 years, which a
+    /// longer one is taken for).
     pub ttl: Duration,
     /// The grant an approver must hold (default `kberg.confirm`).
     pub approver_grant: String,

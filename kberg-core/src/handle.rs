@@ -246,7 +246,8 @@ impl HandleCodec {
         Ok(s)
     }
 
-    /// Mints a handle that expires `ttl` from now.
+    /// Mints a handle that expires `ttl` from now; one too long for the clock to add
+    /// (`Duration::MAX`) never expires.
     pub fn mint_for(
         &self,
         principal: &str,
@@ -254,7 +255,8 @@ impl HandleCodec {
         internal_id: &str,
         ttl: Duration,
     ) -> Result<String, HandleError> {
-        self.mint(principal, kind, internal_id, Some(SystemTime::now() + ttl))
+        let expiry = SystemTime::now().checked_add(ttl);
+        self.mint(principal, kind, internal_id, expiry)
     }
 
     /// Resolves `handle` to the internal id, if this codec minted it for `principal` and

@@ -62,11 +62,23 @@ impl CallPhase {
     }
 }
 
+/// The longest lifetime a commit token or a confirm ticket is given: a longer one (an app's
+/// "never", `Duration::MAX`) is this, 100 years, which the clock can always add to the time of
+/// day and every store can record.
+pub(crate) const MAX_LIFETIME: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// When something that lives `ttl` from `now` expires: at most [`MAX_LIFETIME`] later, never a
+/// panic of the clock.
+pub(crate) fn expiry_after(now: SystemTime, ttl: Duration) -> SystemTime {
+    now.checked_add(ttl.min(MAX_LIFETIME)).unwrap_or(now)
+}
+
 /// How long tokens live and how many may wait at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CommitConfig {
-    /// How long a commit token stays valid (default 10 minutes).
+    /// How long a commit token stays valid (default 10 minutes; at most 100 years, which a
+    /// longer one is taken for).
     pub ttl: Duration,
     /// How many tokens (pending, or used / expired ones kept to answer precisely) are held in
     /// all; when full, used and expired ones are dropped, then the oldest tokens of the
@@ -238,7 +250,7 @@ impl CommitTokens {
         getrandom::fill(&mut raw)?;
         let token = format!("ct1.{}", URL_SAFE_NO_PAD.encode(raw));
         let now = SystemTime::now();
-        let expires_at = now + config.ttl;
+        let expires_at = expiry_after(now, config.ttl);
         let mut book = self.lock();
         let own = book.by_principal.get(principal).map_or(0, VecDeque::len);
         if own >= config.max_tokens_per_principal {

@@ -759,3 +759,55 @@ async fn the_desk_announces_changes() {
     let _ = desk.deny(&id, &admin(), None);
     assert!(!changes.has_changed().unwrap());
 }
+
+/// A lifetime too long for the clock to add (an app's "never expires", `Duration::MAX`) is the
+/// farthest one the clock holds, not a panic: filing a ticket, issuing a commit token and
+/// minting a handle each added it to the time of day unchecked, and panicked on every call.
+#[tokio::test]
+async fn lifetimes_too_long_for_the_clock_do_not_panic() {
+    let forever = std::time::Duration::MAX;
+    let app = app_with(
+        ToolRegistry::builder()
+            .confirm_policy(bulk_policy)
+            .confirm_config(ConfirmConfig::default().with_ttl(forever))
+            .commit_config(CommitConfig::default().with_ttl(forever)),
+    );
+    // A ticket that never expires: pending, then approved and run.
+    let ticket = ask(&app, "bulk_delete", many(60)).await;
+    let desk = app.tools.tickets();
+    assert_eq!(desk.get(&ticket).unwrap().status, TicketStatus::Pending);
+    desk.approve(&ticket, &admin()).await.unwrap();
+    assert_eq!(app.runs.lock().unwrap().len(), 1);
+    // A commit token that never expires: previewed, then committed.
+    let out = app
+        .tools
+        .call(
+            &agent(),
+            "bulk_delete_previewed",
+            many(3),
+            CallOptions::default(),
+        )
+        .await
+        .unwrap();
+    let token = out.structured.as_ref().unwrap()[COMMIT_TOKEN_FIELD]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut args = many(3);
+    args[COMMIT_TOKEN_FIELD] = json!(token);
+    let out = app
+        .tools
+        .call(
+            &agent(),
+            "bulk_delete_previewed",
+            args,
+            CallOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.all_text(), "deleted 3");
+    // A handle minted for ever resolves.
+    let codec = HandleCodec::new("app", &[7u8; 32]).unwrap();
+    let h = codec.mint_for("ann", "note", "row-1", forever).unwrap();
+    assert_eq!(codec.resolve("ann", "note", &h).unwrap(), "row-1");
+}

@@ -23,7 +23,7 @@ use crate::context::{CallOptions, PeerError, ToolContext};
 use crate::digest::{canonical_json, redact};
 use crate::error::GateError;
 use crate::gate::Trail;
-use crate::preview::CallPhase;
+use crate::preview::{CallPhase, expiry_after};
 use crate::principal::Caller;
 
 /// The longest argument text shown in a confirmation question.
@@ -165,7 +165,7 @@ pub(crate) fn file_ticket(
         projection: caller.projection(),
         scopes: caller.scopes().clone(),
         created_at: now,
-        expires_at: now + settings.confirm_config.ttl,
+        expires_at: expiry_after(now, settings.confirm_config.ttl),
         status: TicketStatus::Pending,
         decided_by: None,
         decided_at: None,
