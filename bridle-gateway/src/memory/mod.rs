@@ -267,12 +267,17 @@ pub fn with_clone_credentials(
 /// (in `project` only, or in every project), each through [`RulesStore::save_edit`], which
 /// records the change with source `user` and `actor`. A document that moved on meanwhile is
 /// re-read and retried. Returns the projects that changed and their new revisions.
+///
+/// Over every project, one whose document does not load (a typo being fixed) is skipped with a
+/// warning: it cannot be told whether it lists the example, and it must not keep the projects
+/// after it from their write-back. A named `project` that does not load is an error.
 pub fn write_last_indexed(
     store: &RulesStore,
     project: Option<&str>,
     report: &IndexReport,
     actor: &str,
 ) -> Result<Vec<(String, u64)>, RulesError> {
+    let every_project = project.is_none();
     let projects = match project {
         Some(p) => vec![p.to_string()],
         None => store.projects()?,
@@ -280,7 +285,14 @@ pub fn write_last_indexed(
     let mut changed = Vec::new();
     for project in projects {
         for attempt in 0..5 {
-            let mut doc = store.load(&project)?.document;
+            let mut doc = match store.load(&project) {
+                Ok(loaded) => loaded.document,
+                Err(e) if every_project => {
+                    tracing::warn!(project = %project, error = %e, tag = %report.reference_tag, "project rules unreadable; last_indexed not written there");
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
             let base = doc.revision;
             let mut touched = false;
             for repo in doc
