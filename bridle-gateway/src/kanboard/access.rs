@@ -95,7 +95,8 @@ impl BridleProject {
 }
 
 /// The Bridle projects a caller may use with Kanboard (the gateway's agent configuration and
-/// the projects' rules decide), each with whether it may write there.
+/// the projects' rules decide), each with whether it may write there. Called on the blocking
+/// pool, so it may read files or a database.
 pub type BridleProjects = Arc<dyn Fn(&Caller) -> Vec<BridleProject> + Send + Sync>;
 
 /// [`KanboardAccess`] over a secret source and a [`KanboardConfig`].
@@ -129,9 +130,19 @@ impl VaultAccess {
     }
 
     /// The Kanboard projects mapped to the caller's Bridle projects, or only to those it may
-    /// write in when `write`.
-    fn mapped(&self, caller: &Caller, write: bool) -> BTreeSet<i64> {
-        (self.bridle_projects)(caller)
+    /// write in when `write`. The Bridle projects are read on the blocking pool: the gateway's
+    /// function reads the project documents (files, or PostgreSQL), which would otherwise hold
+    /// an async worker for every Kanboard call.
+    async fn mapped(&self, caller: &Caller, write: bool) -> BTreeSet<i64> {
+        let (projects, caller) = (Arc::clone(&self.bridle_projects), caller.clone());
+        let bridle = match tokio::task::spawn_blocking(move || projects(&caller)).await {
+            Ok(bridle) => bridle,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the caller's Bridle projects failed");
+                Vec::new()
+            }
+        };
+        bridle
             .iter()
             .filter(|p| p.write || !write)
             .filter_map(|p| self.config.projects.get(&p.name))
@@ -178,11 +189,11 @@ impl KanboardAccess for VaultAccess {
     }
 
     async fn projects(&self, caller: &Caller) -> BTreeSet<i64> {
-        self.mapped(caller, false)
+        self.mapped(caller, false).await
     }
 
     async fn writable_projects(&self, caller: &Caller) -> BTreeSet<i64> {
-        self.mapped(caller, true)
+        self.mapped(caller, true).await
     }
 }
 
@@ -241,5 +252,39 @@ mod tests {
                 .await
                 .is_none()
         );
+    }
+
+    /// The caller's Bridle projects are read off the async thread: the gateway's function reads
+    /// the project documents (files, or PostgreSQL), which would hold a worker while it waits.
+    /// On a runtime of one thread, a function run there waits in vain for this task of the same
+    /// runtime.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_bridle_projects_are_read_off_the_async_thread() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config: KanboardConfig = serde_saphyr::from_str(
+            "url: http://127.0.0.1:9/jsonrpc.php\nprojects:\n  shop: [1, 3]\n",
+        )
+        .expect("config");
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let rx = std::sync::Mutex::new(rx);
+        let access = VaultAccess::new(
+            config,
+            Arc::new(FolderSecrets::new(dir.path())),
+            Arc::new(move |_c: &Caller| {
+                let rx = rx.lock().expect("lock");
+                match rx.recv_timeout(kberg_testkit::WAIT) {
+                    Ok(()) => vec![BridleProject::writable("shop")],
+                    Err(_) => Vec::new(),
+                }
+            }),
+        );
+        let told = tokio::spawn(async move { tx.send(()).expect("send") });
+        let claude = Caller::new(Principal::new("claude"));
+        assert_eq!(
+            access.projects(&claude).await,
+            [1, 3].into_iter().collect(),
+            "the projects function ran on the runtime's one thread"
+        );
+        told.await.expect("told");
     }
 }
