@@ -13,6 +13,10 @@
 //! checked against the new mapping (an agent whose projects it no longer serves is refused
 //! `project_not_allowed`), connected clients get `list_changed`, and the change is an
 //! `upstream_change` entry with the lists before and after. A refusal leaves the file as it was.
+//!
+//! Changes of upstreams run one at a time (`AdminState::integration_changes`): two at once
+//! would each rewrite the file and then change the running pool, and could do so in opposite
+//! orders, leaving an upstream running enabled that `bridle.yaml` says is disabled.
 
 use axum::Router;
 use axum::extract::State;
@@ -247,6 +251,7 @@ pub async fn change(
         }
     })
     .await?;
+    let _one_change_at_a_time = s.integration_changes.lock().await;
     let file = s.ctx.agents.file().to_path_buf();
     let (ns, new) = (namespace.clone(), projects.clone());
     blocking(move || {
@@ -327,6 +332,9 @@ async fn switch(
     namespace: String,
     enabled: bool,
 ) -> Result<axum::Json<IntegrationView>, ApiError> {
+    // The state before is read under the lock too, so the audit entry says what this switch
+    // changed, not what a concurrent one had already.
+    let _one_change_at_a_time = s.integration_changes.lock().await;
     let before = report(&s, &namespace).await?;
     let pool = pool_of(&s)?;
     let file = s.ctx.agents.file().to_path_buf();

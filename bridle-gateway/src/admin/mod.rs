@@ -137,6 +137,10 @@ pub struct AdminState {
     /// How often an open stream checks its credential again.
     pub(crate) stream_recheck: std::time::Duration,
     pub(crate) integrations: Option<Arc<dyn IntegrationStatus>>,
+    /// Held through each change of an upstream (`bridle.yaml` rewritten, the pool changed, the
+    /// audit entry written), so concurrent changes reach the file, the running upstream and
+    /// the audit log in one order.
+    pub(crate) integration_changes: Arc<tokio::sync::Mutex<()>>,
     pub(crate) vault: Option<Arc<crate::vault::Vault>>,
     pub(crate) memory: Option<bridle_memory::MemoryService>,
     pub(crate) vendor_feed: Option<Arc<bridle_rules::vendor::VendorFeed>>,
@@ -177,6 +181,7 @@ impl AdminState {
             streams_open: Arc::new(stream::StreamSlots::new(DEFAULT_STREAMS_PER_ADMIN)),
             stream_recheck: DEFAULT_STREAM_RECHECK,
             integrations: None,
+            integration_changes: Arc::new(tokio::sync::Mutex::new(())),
             vault: None,
             memory: None,
             vendor_feed: None,
