@@ -189,6 +189,12 @@ pub struct AgentConfig {
     /// message", so every call still has its result. The model may make them in its next
     /// message.
     pub max_calls_per_turn: usize,
+    /// The most characters of one tool result the model is sent (default 100,000, some 25,000
+    /// tokens; at least 1). A tool, or a remote server, may answer megabytes, which would be
+    /// sent again with every later turn and kept in the run's conversation; past the bound the
+    /// result is cut, with a note saying how much was left out. The cut result is what the
+    /// model, [`crate::RunOutcome::messages`] and the run's events see.
+    pub max_result_chars: usize,
 }
 
 impl Default for AgentConfig {
@@ -230,6 +236,7 @@ impl Default for AgentConfig {
             tool_idle_timeout: Some(Duration::from_secs(60)),
             tool_timeout: Some(Duration::from_secs(600)),
             max_calls_per_turn: 16,
+            max_result_chars: 100_000,
         }
     }
 }
@@ -455,6 +462,13 @@ impl AgentConfig {
     /// [`AgentConfig::max_calls_per_turn`]).
     pub fn max_calls_per_turn(mut self, n: usize) -> Self {
         self.max_calls_per_turn = n.max(1);
+        self
+    }
+
+    /// Sets the most characters of one tool result the model is sent (at least 1; see
+    /// [`AgentConfig::max_result_chars`]).
+    pub fn max_result_chars(mut self, n: usize) -> Self {
+        self.max_result_chars = n.max(1);
         self
     }
 

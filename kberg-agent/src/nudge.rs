@@ -180,6 +180,11 @@ pub(crate) fn too_many_calls(tool: &str, limit: usize) -> String {
     )
 }
 
+/// Ends a tool result cut at [`crate::AgentConfig::max_result_chars`].
+pub(crate) fn result_cut(more: usize) -> String {
+    format!("\n[The result was cut here: {more} more characters are not shown.]")
+}
+
 /// The answer to a write listed after a read in the same turn.
 pub(crate) fn write_after_read(tool: &str, read: &str) -> String {
     format!(

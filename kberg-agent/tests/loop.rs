@@ -1188,3 +1188,80 @@ async fn a_run_cancelled_during_a_call_runs_none_of_the_turns_later_calls() {
         .count();
     assert_eq!(results, 5);
 }
+
+/// A registry whose `search_notes` answers `chars` characters (two bytes each).
+fn huge_result_registry(chars: usize) -> ToolRegistry {
+    let tools = ToolRegistry::new();
+    tools
+        .register(
+            ToolBuilder::new("search_notes")
+                .description("Find notes")
+                .handler(
+                    move |_: Search, _| async move { Ok(ToolOutput::text("é".repeat(chars))) },
+                ),
+        )
+        .unwrap();
+    tools
+}
+
+/// A tool that answers megabytes is not sent whole to the model on every later turn (nor kept
+/// whole in the run's conversation and events): its result is cut, saying so.
+#[tokio::test]
+async fn a_huge_tool_result_is_cut_before_the_model_sees_it() {
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "search_notes", json!({"query": "milk"})),
+        ScriptedProvider::text("Found lots."),
+    ]);
+    let agent = Agent::new(
+        script.clone(),
+        LocalSurface::new(huge_result_registry(3_000_000), reader()),
+    )
+    .with_config(core());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let out = agent
+        .run_with_events(
+            vec![Message::user("find milk")],
+            &CancellationToken::new(),
+            tx,
+        )
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    let sent = last_tool_text(&script, 1);
+    let limit = AgentConfig::default().max_result_chars;
+    assert!(sent.chars().count() < limit + 200, "{}", sent.len());
+    assert!(sent.starts_with("éé"));
+    assert!(sent.contains("cut"), "{}", &sent[sent.len() - 200..]);
+    let stored = out
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(stored, sent);
+    while let Ok(ev) = rx.try_recv() {
+        if let AgentEvent::ToolResult { text, .. } = ev {
+            assert_eq!(text, sent);
+        }
+    }
+
+    // The bound is the app's to set.
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "search_notes", json!({"query": "milk"})),
+        ScriptedProvider::text("Found lots."),
+    ]);
+    let agent = Agent::new(
+        script.clone(),
+        LocalSurface::new(huge_result_registry(500), reader()),
+    )
+    .with_config(core().max_result_chars(100));
+    let out = agent
+        .run(vec![Message::user("find milk")], &CancellationToken::new())
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    let sent = last_tool_text(&script, 1);
+    assert!(sent.starts_with(&"é".repeat(100)), "{sent}");
+    assert!(!sent.starts_with(&"é".repeat(101)), "{sent}");
+    assert!(sent.contains("400 more characters"), "{sent}");
+}

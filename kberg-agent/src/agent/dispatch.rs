@@ -349,7 +349,7 @@ impl Run<'_> {
             sink.close();
         }
         match sent {
-            Sent::Answered(r) => r,
+            Sent::Answered(r) => r.map(|r| bounded(r, config.max_result_chars)),
             Sent::TimedOut(limit) => {
                 tracing::debug!(tool = %call.name, ?limit, "a tool call was cut off by a tool timeout");
                 Ok(ToolResult::error(
@@ -419,6 +419,19 @@ impl Run<'_> {
             not_sent,
         });
     }
+}
+
+/// `result` with its text cut at `limit` characters ([`crate::AgentConfig::max_result_chars`]),
+/// saying how much was left out: a tool's answer of megabytes would be sent again with every
+/// later turn.
+fn bounded(mut result: ToolResult, limit: usize) -> ToolResult {
+    if let Some((cut, _)) = result.text.char_indices().nth(limit) {
+        let more = result.text[cut..].chars().count();
+        tracing::debug!(limit, more, "a tool result was cut");
+        result.text.truncate(cut);
+        result.text.push_str(&nudge::result_cut(more));
+    }
+    result
 }
 
 /// What became of a call sent to the surface.
