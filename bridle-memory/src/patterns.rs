@@ -630,6 +630,14 @@ impl PatternIndex {
                 "the query must not be empty".into(),
             ));
         }
+        // Bounded as a recall's query is: its words are looked up in the keyword index and it
+        // is counted in tokens, all on the caller's request.
+        let max = crate::session::MAX_TEXT_CHARS;
+        if query.chars().count() > max {
+            return Err(MemoryError::InvalidInput(format!(
+                "`query` must be at most {max} characters"
+            )));
+        }
         if self
             .store
             .collection(&self.config.collection)

@@ -678,6 +678,18 @@ async fn bad_input_leaves_the_previous_index_intact() {
             .code(),
         "invalid_input"
     );
+    // A query is bounded as a recall's is.
+    let long = "users ".repeat(bridle_memory::session::MAX_TEXT_CHARS / 6 + 1);
+    let err = f
+        .index
+        .search(&long, None, 3)
+        .await
+        .expect_err("a query over the limit");
+    assert_eq!(err.code(), "invalid_input", "{err}");
+    assert!(
+        err.to_string().contains("at most 16000 characters"),
+        "{err}"
+    );
 
     assert_eq!(
         snapshot(&f).await,
