@@ -37,7 +37,8 @@ pub struct Limits {
     /// `subscriptions/listen` streams (2026-07-28). One beyond it gets `503`.
     pub max_listen_streams: usize,
     /// A session with no activity for this long is closed; later requests naming it get
-    /// `404 Not Found`. `None` keeps idle sessions until they are deleted. Default 30 minutes
+    /// `404 Not Found`. `None` (or a duration too long for the clock, such as `Duration::MAX`)
+    /// keeps idle sessions until they are deleted. Default 30 minutes
     /// (rmcp's is 5): agents keep a session open while their user is away for minutes, and
     /// many clients do not re-initialize on a `404`; an idle session costs about 27 kB, so
     /// the default [`Limits::max_sessions`] bounds idle sessions at about 7 MB. Idle means no

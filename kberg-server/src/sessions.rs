@@ -680,19 +680,20 @@ impl Session {
         if routes.ended {
             return None;
         }
+        // A time the clock cannot hold (an idle timeout of `Duration::MAX`) is never reached.
         let expiry = if routes.initialized {
             self.settings
                 .idle_timeout
-                .map(|idle| self.last_active() + idle)
+                .and_then(|idle| self.last_active().checked_add(idle))
         } else {
-            Some(self.created + self.settings.init_timeout)
+            self.created.checked_add(self.settings.init_timeout)
         };
         let eviction = routes
             .streams
             .values()
             .filter_map(|s| s.completed)
             .min()
-            .map(|at| at + self.settings.completed_ttl);
+            .and_then(|at| at.checked_add(self.settings.completed_ttl));
         match (expiry, eviction) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

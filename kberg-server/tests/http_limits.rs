@@ -237,6 +237,23 @@ async fn listen_streams_are_limited() {
     assert!(reopened.is_some(), "the slot was never returned");
 }
 
+/// An idle timeout too long for the clock to add (`Duration::MAX`, "never") keeps sessions as
+/// `None` does: each session added it to the time of its last activity unchecked, and its
+/// transport panicked, so no request of any session was answered.
+#[tokio::test]
+async fn an_idle_timeout_too_long_for_the_clock_never_expires() {
+    let s = start_with(Limits::default().session_idle_timeout(Some(Duration::MAX))).await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let r = tokio::time::timeout(
+        kberg_testkit::WAIT,
+        c.call_old(&sid, 2, "echo", json!({"text": "still here"})),
+    )
+    .await
+    .expect("the call was answered");
+    assert_eq!(r["result"]["content"][0]["text"], "still here");
+}
+
 #[tokio::test]
 async fn idle_sessions_expire() {
     // One session at most: the expired session must also give its slot back.
