@@ -51,6 +51,14 @@ async fn fixture_with(endpoint: Option<&str>, timeout: Duration) -> Fixture {
             [shop],
         )
         .agent(
+            "ghost",
+            Credential::AppToken {
+                token: APP_TOKEN.into(),
+                acting_user_id: Some(999),
+            },
+            [shop],
+        )
+        .agent(
             "locked",
             Credential::User {
                 username: "claude-bot".into(),
@@ -666,6 +674,39 @@ async fn credentials_are_checked_on_every_request() {
     // The real user is now locked out by Kanboard itself: a stable error, not a hang.
     let (code, _) = f.refused("claude", "whoami", json!({})).await;
     assert_eq!(code, "kanboard_unauthorized");
+}
+
+/// An application token whose acting user does not exist in Kanboard (deleted, or a wrong
+/// id): "me" is no user, so comments are not written in its name and "my tasks" does not
+/// search for an empty assignee (which matches every user without a display name).
+#[tokio::test]
+async fn an_acting_user_kanboard_does_not_know_is_refused() {
+    let f = fixture().await;
+    let id = f
+        .ok(
+            "claude",
+            "create_task",
+            json!({"project_id": f.shop, "title": "Task"}),
+        )
+        .await["task_id"]
+        .as_i64()
+        .unwrap();
+    for (tool, args) in [
+        ("my_tasks", json!({})),
+        ("add_comment", json!({"task_id": id, "content": "hi"})),
+    ] {
+        let (code, text) = f.refused("ghost", tool, args).await;
+        assert_eq!(code, "no_kanboard_user", "{tool}: {text}");
+        assert!(text.contains("999"), "{tool}: {text}");
+    }
+    assert!(
+        !f.kb
+            .log()
+            .iter()
+            .any(|(_, m)| m == "createComment" || m == "searchTasks"),
+        "{:?}",
+        f.kb.log()
+    );
 }
 
 #[tokio::test]

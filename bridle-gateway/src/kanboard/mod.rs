@@ -166,7 +166,7 @@ const RETRYABLE: &[&str] = &["kanboard_unreachable", "kanboard_timeout"];
 /// | `unknown_name` | a column, swimlane, category or user matches nothing (`choices` lists the valid ones) |
 /// | `invalid_date` | a date is not ISO 8601 |
 /// | `invalid_arguments`, `nothing_to_update` | the arguments say nothing usable |
-/// | `no_kanboard_user` | the action needs a Kanboard user and the credential is the application token alone |
+/// | `no_kanboard_user` | the action needs a Kanboard user and the credential is the application token alone, or its acting user is not in Kanboard |
 /// | `kanboard_rejected` | Kanboard answered `false` although every checked field was valid |
 /// | `kanboard_unauthorized`, `kanboard_forbidden` | Kanboard refused the credential (401) or the access (403) |
 /// | `kanboard_unreachable`, `kanboard_timeout` | Kanboard is down or slow (retryable) |
@@ -339,12 +339,23 @@ impl Session {
                     return Ok(None);
                 };
                 let user = self.call("getUser", json!({"user_id": id})).await?;
-                let name = user
+                // A user Kanboard does not know (`null`: deleted, or a wrong id) is no one to
+                // act as: a comment would name a user that does not exist, and "my tasks"
+                // would search for an empty assignee, which matches every user without a
+                // display name.
+                let Some(name) = user
                     .get("username")
                     .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
-                Ok(Some((*id, name)))
+                    .filter(|n| !n.is_empty())
+                else {
+                    return Err(refusal(
+                        "no_kanboard_user",
+                        format!(
+                            "this gateway acts in Kanboard as user {id} (`acting_user_id`), and Kanboard has no such user; an administrator must fix the agent's Kanboard settings"
+                        ),
+                    ));
+                };
+                Ok(Some((*id, name.to_string())))
             }
             Credential::User { .. } => {
                 let me = self.call("getMe", Value::Null).await?;
