@@ -336,3 +336,34 @@ async fn an_issued_token_prints_redacted() {
     );
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_breaks_off_is_malformed_not_too_large() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gw = Gw::start().await;
+    let addr = gw
+        .base
+        .strip_prefix("http://")
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    // A chunked body whose second chunk size is not a number: the body cannot be read, whatever
+    // its size. Optional bodies (a rotation's grace period) and required ones answer alike.
+    for path in ["/admin/api/v1/agents/bot/rotate", "/admin/api/v1/agents"] {
+        let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n2\r\n{{}}\r\nzz\r\n",
+            admin_support::ALICE
+        );
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        tcp.read_to_end(&mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        let status = answer.split(' ').nth(1).unwrap_or_default();
+        assert_eq!(status, "400", "{path}: {answer}");
+        assert!(answer.contains("malformed_json"), "{path}: {answer}");
+    }
+    gw.stop().await;
+}

@@ -52,10 +52,22 @@ impl<T: DeserializeOwned + Default + Send> FromRequest<AdminState> for OptionalJ
             .get(axum::http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/json"));
+        // Over the limit is 413; a body that cannot be read at all (a broken chunked
+        // encoding) is malformed, as it is for a required body.
         let bytes = axum::body::Bytes::from_request(req, state)
             .await
-            .map_err(|_| ApiError::BodyTooLarge {
-                limit: state.body_limit,
+            .map_err(|rejection| {
+                if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::BodyTooLarge {
+                        limit: state.body_limit,
+                    }
+                } else {
+                    ApiError::Malformed {
+                        code: "malformed_json",
+                        detail: rejection.body_text(),
+                        errors: Vec::new(),
+                    }
+                }
             })?;
         if bytes.is_empty() {
             return Ok(OptionalJson(T::default()));
