@@ -220,11 +220,13 @@ struct PartialCall {
 /// Tool-call fragments are grouped by index and their argument text concatenated; the JSON is
 /// parsed once, at the end. Arguments that never become valid JSON are kept as a JSON string so
 /// the loop can still try to read them and, failing that, answer with a repair diagnostic
-/// instead of dropping the call.
+/// instead of dropping the call. The calls come out in index order; an index is a key, not a
+/// position, so a provider that hands on a server's index as it came (`usize::MAX`, `1 << 40`)
+/// costs one entry, not a vector that long.
 #[derive(Debug, Default)]
 pub struct StreamAssembler {
     text: String,
-    calls: Vec<PartialCall>,
+    calls: std::collections::BTreeMap<usize, PartialCall>,
     usage: Usage,
     finish: Option<FinishReason>,
 }
@@ -245,10 +247,7 @@ impl StreamAssembler {
                 name,
                 arguments,
             } => {
-                if self.calls.len() <= index {
-                    self.calls.resize_with(index + 1, PartialCall::default);
-                }
-                let call = &mut self.calls[index];
+                let call = self.calls.entry(index).or_default();
                 if let Some(id) = id
                     && !id.is_empty()
                 {
@@ -273,7 +272,7 @@ impl StreamAssembler {
     pub fn finish(self) -> ChatResponse {
         let tool_calls: Vec<ToolCall> = self
             .calls
-            .into_iter()
+            .into_values()
             .filter(|c| !c.name.is_empty())
             .map(|c| ToolCall {
                 id: c.id,
@@ -368,6 +367,24 @@ mod tests {
         assert_eq!(r.tool_calls[1].arguments, json!({}));
         assert_eq!(r.usage.total(), 7);
         assert_eq!(r.finish, FinishReason::ToolCalls);
+    }
+
+    #[test]
+    fn any_index_assembles_without_a_panic_or_a_huge_allocation() {
+        // A provider that hands on a server's index as it came: the calls are kept, in index
+        // order, however large or sparse the indices.
+        let mut a = StreamAssembler::new();
+        for (index, name) in [(usize::MAX, "last"), (1 << 40, "far"), (3, "near")] {
+            a.push(ChatDelta::ToolCall {
+                index,
+                id: Some(format!("id_{name}")),
+                name: Some(name.into()),
+                arguments: "{}".into(),
+            });
+        }
+        a.push(ChatDelta::Finish(FinishReason::ToolCalls));
+        let names: Vec<String> = a.finish().tool_calls.into_iter().map(|c| c.name).collect();
+        assert_eq!(names, ["near", "far", "last"]);
     }
 
     #[test]
