@@ -353,20 +353,21 @@ pub async fn fetch_with(
         }
     }
     tracing::info!(source = %redact_url(trimmed), authorized = auth.is_some_and(|a| a.covers(trimmed)), "cloning example repository");
-    let child = cmd
+    let mut child = cmd
         .spawn()
         .map_err(|e| unavailable(format!("cannot run git: {e}")))?;
-    let out = tokio::time::timeout(timeout, child.wait_with_output())
-        .await
-        .map_err(|_| {
-            unavailable(format!(
-                "git clone did not finish within {} s",
-                timeout.as_secs()
-            ))
-        })?
-        .map_err(|e| unavailable(format!("git failed: {e}")))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
+    let stderr = child.stderr.take();
+    // Dropped at the timeout with the child, which is then killed.
+    let run = async move { tokio::join!(child.wait(), stderr_tail(stderr)) };
+    let (status, tail) = tokio::time::timeout(timeout, run).await.map_err(|_| {
+        unavailable(format!(
+            "git clone did not finish within {} s",
+            timeout.as_secs()
+        ))
+    })?;
+    let status = status.map_err(|e| unavailable(format!("git failed: {e}")))?;
+    if !status.success() {
+        let err = String::from_utf8_lossy(&tail);
         let msg = err
             .lines()
             .rev()
@@ -387,6 +388,36 @@ pub async fn fetch_with(
         root: dest,
         _temp: Some(temp),
     })
+}
+
+/// How much of what git writes to standard error is kept: its end, where the reason a clone
+/// failed is.
+const GIT_STDERR_TAIL: usize = 64 * 1024;
+
+/// The last [`GIT_STDERR_TAIL`] bytes git writes to standard error, read until it closes it.
+/// A remote's messages reach git's standard error (`remote: ...`, whatever `--quiet` asked of
+/// it), so what git writes there is as long as the remote likes: it is read as it comes and
+/// only its end is kept.
+async fn stderr_tail(stderr: Option<tokio::process::ChildStderr>) -> Vec<u8> {
+    use tokio::io::AsyncReadExt as _;
+    let mut tail = Vec::new();
+    let Some(mut stderr) = stderr else {
+        return tail;
+    };
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                tail.extend_from_slice(&buf[..n]);
+                if tail.len() > GIT_STDERR_TAIL {
+                    let cut = tail.len() - GIT_STDERR_TAIL;
+                    tail.drain(..cut);
+                }
+            }
+        }
+    }
+    tail
 }
 
 /// A file chosen for indexing.
