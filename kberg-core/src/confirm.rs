@@ -739,6 +739,11 @@ impl TicketDesk {
     /// what the call produced (also kept on the ticket). Refused with `ticket_unknown`,
     /// `ticket_forbidden` (the approver lacks the approver grant, or asked itself),
     /// `ticket_expired` or `ticket_already_decided`.
+    ///
+    /// Once approved, the call runs to its end on a task of its own (within a tokio runtime)
+    /// and its outcome is kept on the ticket even if this future is dropped meanwhile (the
+    /// approver's request gone): dropping the call midway would leave the ticket `running`
+    /// for good, its asker told `ticket_pending` for ever.
     pub async fn approve(
         &self,
         id: &str,
@@ -760,7 +765,25 @@ impl TicketDesk {
         }
         tracing::info!(ticket = %id, approver = %approver.id, tool = %t.tool, "ticket approved");
         self.runner.changed();
-        let result = self.runner.run_approved(&running, &approver.id).await;
+        let run = Self::run_and_keep(Arc::clone(&self.runner), running, approver.id.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => runtime.spawn(run).await.unwrap_or_else(|e| {
+                tracing::error!(ticket = %id, error = %e, "an approved ticket's run stopped unexpectedly");
+                Err(TicketError::Store {
+                    message: format!("the approved call of ticket {id} stopped unexpectedly"),
+                })
+            }),
+            Err(_) => run.await,
+        }
+    }
+
+    /// Runs an approved (`running`) ticket's call and keeps its outcome on the ticket.
+    async fn run_and_keep(
+        runner: Arc<dyn TicketRunner>,
+        running: ConfirmTicket,
+        approver: String,
+    ) -> Result<TicketOutcome, TicketError> {
+        let result = runner.run_approved(&running, &approver).await;
         let outcome = TicketOutcome::from_result(result);
         let mut done = running;
         done.status = match outcome {
@@ -768,10 +791,10 @@ impl TicketDesk {
             TicketOutcome::Error { .. } => TicketStatus::Failed,
         };
         done.outcome = Some(outcome.clone());
-        if !store.replace_if(TicketStatus::Running, &done)? {
-            tracing::error!(ticket = %id, "ticket changed while its call ran; result not stored");
+        if !runner.store().replace_if(TicketStatus::Running, &done)? {
+            tracing::error!(ticket = %done.id, "ticket changed while its call ran; result not stored");
         }
-        self.runner.changed();
+        runner.changed();
         Ok(outcome)
     }
 

@@ -811,3 +811,64 @@ async fn lifetimes_too_long_for_the_clock_do_not_panic() {
     let h = codec.mint_for("ann", "note", "row-1", forever).unwrap();
     assert_eq!(codec.resolve("ann", "note", &h).unwrap(), "row-1");
 }
+
+/// An approval whose caller goes away while the approved call runs (the approver's request
+/// dropped, say) does not leave the ticket `running` for ever: the call runs to its end and
+/// its outcome is kept, as if the approver had waited. Before, dropping `approve` dropped the
+/// call midway and the ticket stayed `running`, its asker told `ticket_pending` for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_dropped_midway_still_finishes_its_call() {
+    let started = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let tools = ToolRegistry::builder()
+        .confirm_policy(|_s: &ToolSpec, _a: &Value, _c: &Caller| Some(ConfirmRequest::new("slow")))
+        .build();
+    let cap = WriteCapability::new("notes.delete", "Delete notes");
+    tools.declare(cap.clone()).unwrap();
+    let (s, r) = (Arc::clone(&started), Arc::clone(&release));
+    tools
+        .register(ToolBuilder::new("slow_delete").write(cap).raw_handler(
+            json!({"type": "object"}),
+            move |_a, _ctx| {
+                let (s, r) = (Arc::clone(&s), Arc::clone(&r));
+                async move {
+                    s.notify_one();
+                    r.notified().await;
+                    Ok(ToolOutput::text("deleted slowly"))
+                }
+            },
+        ))
+        .unwrap();
+    let e = tools
+        .call(&agent(), "slow_delete", json!({}), CallOptions::default())
+        .await
+        .unwrap_err();
+    let id = e.details()["ticket"].as_str().unwrap().to_string();
+    let desk = tools.tickets();
+    let mut changes = desk.changes();
+    let approver = admin();
+    {
+        let approving = desk.approve(&id, &approver);
+        tokio::pin!(approving);
+        tokio::select! {
+            _ = &mut approving => panic!("the call finished before it was released"),
+            () = started.notified() => {}
+        }
+        // The approver goes away while the call runs.
+    }
+    release.notify_one();
+    let done = tokio::time::timeout(kberg_testkit::WAIT, async {
+        loop {
+            let t = desk.get(&id).unwrap();
+            if t.status != TicketStatus::Running {
+                return t;
+            }
+            changes.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("the ticket stayed running");
+    assert_eq!(done.status, TicketStatus::Done);
+    let out = desk.result(&id, &agent()).unwrap();
+    assert_eq!(out.all_text(), "deleted slowly");
+}
