@@ -108,6 +108,7 @@ on_every_backend!(
     suggestions_in_agent_profiles_are_queued_for_review_once,
     earlier_revisions_are_kept_and_a_preview_writes_nothing,
     a_flood_of_alike_vendor_sentences_is_capped_with_distinct_ids,
+    proposals_are_bounded_in_size_and_in_number,
 );
 
 fn guardrail(id: &str) -> ChangeRequest {
@@ -743,4 +744,42 @@ fn a_flood_of_alike_vendor_sentences_is_capped_with_distinct_ids(backend: Backen
         guardrail_id(more.queued[0]),
         format!("{base}-{}", MAX_CANDIDATES_PER_PAGE + 1)
     );
+}
+
+/// An agent cannot fill the review queue without end: a proposal's change is at most
+/// `MAX_PROPOSAL_BYTES` of JSON, and a project holds at most `MAX_PENDING_PROPOSALS` waiting
+/// for a person; past either, nothing is stored. A decision makes room again.
+fn proposals_are_bounded_in_size_and_in_number(backend: Backend) {
+    let (_dir, store) = store(backend);
+    let o = Origin::agent("claude", None);
+    let huge = ChangeRequest::Guardrail {
+        id: "huge".into(),
+        statement: "x".repeat(bridle_rules::MAX_PROPOSAL_BYTES),
+        severity: Severity::Guidance,
+        applies_to: vec!["all_agents".into()],
+    };
+    let err = store.propose("shop", &o, &huge, None).unwrap_err();
+    assert_eq!(err.code(), "proposal_rejected", "{err}");
+    assert!(store.queue(Some("shop"), true).unwrap().is_empty());
+
+    let mut first = None;
+    for i in 0..bridle_rules::MAX_PENDING_PROPOSALS {
+        let p = store
+            .propose("shop", &o, &guardrail(&format!("g{i}")), None)
+            .unwrap();
+        first.get_or_insert(p.id);
+    }
+    let err = store
+        .propose("shop", &o, &guardrail("one-more"), None)
+        .unwrap_err();
+    assert_eq!(err.code(), "proposal_rejected", "{err}");
+    assert!(err.to_string().contains("waiting for review"), "{err}");
+    assert_eq!(
+        store.queue(Some("shop"), false).unwrap().len(),
+        bridle_rules::MAX_PENDING_PROPOSALS
+    );
+    store.reject(first.unwrap(), "alice", "not now").unwrap();
+    store
+        .propose("shop", &o, &guardrail("one-more"), None)
+        .unwrap();
 }

@@ -49,6 +49,16 @@ pub use sqlite::SQLITE_MIGRATIONS;
 /// leaves the check to [`RulesStore::documents`].
 pub const UNCHANGED_CHECK_MAX: usize = 64;
 
+/// The largest change one proposal may carry, as JSON (64 KiB): a guardrail statement, a
+/// project overview or a pattern with its example repositories fits many times over. Past it,
+/// [`RulesStore::propose`] stores nothing.
+pub const MAX_PROPOSAL_BYTES: usize = 64 * 1024;
+
+/// The most proposals of one project that may wait for a person at once. An agent that may
+/// propose could otherwise fill the review queue (and the database) without end; past it,
+/// [`RulesStore::propose`] stores nothing until some are approved or rejected.
+pub const MAX_PENDING_PROPOSALS: usize = 1000;
+
 /// The projects folder and the database, with the agent catalog used to validate documents.
 #[derive(Debug, Clone)]
 pub struct RulesStore {
@@ -625,7 +635,9 @@ impl RulesStore {
         Ok(doc)
     }
 
-    /// Queues a change for review. The document is not touched.
+    /// Queues a change for review. The document is not touched. A change over
+    /// [`MAX_PROPOSAL_BYTES`], or one more for a project that has [`MAX_PENDING_PROPOSALS`]
+    /// waiting, is refused ([`RulesError::Rejected`]) with nothing stored.
     pub fn propose(
         &self,
         project: &str,
@@ -634,8 +646,23 @@ impl RulesStore {
         base_revision: Option<u64>,
     ) -> Result<Proposal, RulesError> {
         change.check(&self.catalog)?;
+        let size = serde_json::to_string(change)
+            .map_err(|e| RulesError::Serialize(e.to_string()))?
+            .len();
+        if size > MAX_PROPOSAL_BYTES {
+            return Err(RulesError::Rejected(format!(
+                "the proposed change is {size} bytes as JSON; at most {MAX_PROPOSAL_BYTES} are accepted"
+            )));
+        }
         let mut tx = self.backend.begin(true)?;
         let doc = self.load_in(&mut *tx, project)?.document;
+        // Counted in the write transaction, so concurrent proposers cannot pass the limit.
+        let pending = tx.proposal_ids(Some(project), false)?.len();
+        if pending >= MAX_PENDING_PROPOSALS {
+            return Err(RulesError::Rejected(format!(
+                "project `{project}` has {pending} proposals waiting for review, the most it holds; propose again once some are approved or rejected"
+            )));
+        }
         if let ChangeRequest::Guardrail { id, .. } = change
             && doc.guardrail(id).is_some()
         {
