@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use kberg_core::{ErrorCode, PagesError, SpawnOnDrop, read_pages};
+use kberg_core::{ErrorCode, PagesError, SpawnOnDrop, UrlCredentials, read_pages, redact_url};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
     CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientRequest,
@@ -63,6 +63,22 @@ use crate::surface::{SurfaceError, ToolResult, ToolSurface, code_of};
 pub struct McpSurface {
     client: Client,
     listed: RwLock<HashSet<String>>,
+    /// What a [`SurfaceError`] must not quote: the credentials of a Streamable HTTP URL (its
+    /// user part and query values) and the bearer token. The HTTP client's own errors name
+    /// the URL it sent to, query and all.
+    credentials: UrlCredentials,
+}
+
+/// `e` with every credential in `credentials` replaced by `[redacted]`.
+fn scrub_surface_error(credentials: &UrlCredentials, e: SurfaceError) -> SurfaceError {
+    if credentials.is_empty() {
+        return e;
+    }
+    match e {
+        SurfaceError::Connect(t) => SurfaceError::Connect(credentials.scrub(&t)),
+        SurfaceError::Transport(t) => SurfaceError::Transport(credentials.scrub(&t)),
+        SurfaceError::Malformed(t) => SurfaceError::Malformed(credentials.scrub(&t)),
+    }
 }
 
 /// The running client: one this surface connected, which routes progress, or one the app
@@ -268,11 +284,21 @@ impl McpSurface {
         if let Some(token) = &options.bearer {
             config = config.auth_header(token.clone());
         }
-        Self::connect(url, config, options).await
+        let secrets: Vec<&str> = options.bearer.as_deref().into_iter().collect();
+        let credentials = UrlCredentials::of_urls(&[url], &secrets);
+        let connected = Self::connect(&redact_url(url), config, options).await;
+        match connected {
+            Ok(mut surface) => {
+                surface.credentials = credentials;
+                Ok(surface)
+            }
+            Err(e) => Err(scrub_surface_error(&credentials, e)),
+        }
     }
 
+    /// Connects over Streamable HTTP; `shown` is the URL as errors name it (redacted).
     async fn connect(
-        url: &str,
+        shown: &str,
         config: StreamableHttpClientTransportConfig,
         options: &McpOptions,
     ) -> Result<Self, SurfaceError> {
@@ -283,9 +309,9 @@ impl McpSurface {
             .tcp_nodelay(true)
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| SurfaceError::Connect(format!("{url}: the HTTP client: {e}")))?;
+            .map_err(|e| SurfaceError::Connect(format!("{shown}: the HTTP client: {e}")))?;
         let transport = StreamableHttpClientTransport::with_client(http, config);
-        Self::serve_named(url, transport, options).await
+        Self::serve_named(shown, transport, options).await
     }
 
     /// Spawns `command` and speaks MCP with it over its stdin and stdout, with the default
@@ -375,6 +401,7 @@ impl McpSurface {
         Self {
             client,
             listed: RwLock::new(HashSet::new()),
+            credentials: UrlCredentials::default(),
         }
     }
 
@@ -389,10 +416,11 @@ impl McpSurface {
 
     /// Ends the session (and stops a spawned server).
     pub async fn close(self) -> Result<(), SurfaceError> {
+        let credentials = self.credentials.clone();
         self.client
             .cancel()
             .await
-            .map_err(|e| SurfaceError::Transport(e.to_string()))
+            .map_err(|e| scrub_surface_error(&credentials, SurfaceError::Transport(e.to_string())))
     }
 
     fn was_listed(&self, name: &str) -> bool {
@@ -446,7 +474,10 @@ fn to_result(r: CallToolResult) -> ToolResult {
 #[async_trait]
 impl ToolSurface for McpSurface {
     async fn tools(&self) -> Result<Vec<ToolDefinition>, SurfaceError> {
-        let tools = self.list_tools().await?;
+        let tools = self
+            .list_tools()
+            .await
+            .map_err(|e| scrub_surface_error(&self.credentials, e))?;
         let defs: Vec<ToolDefinition> = tools
             .into_iter()
             .map(|t| {
@@ -476,7 +507,9 @@ impl ToolSurface for McpSurface {
         arguments: Value,
         cancel: CancellationToken,
     ) -> Result<ToolResult, SurfaceError> {
-        self.call_routed(name, arguments, cancel, None).await
+        self.call_routed(name, arguments, cancel, None)
+            .await
+            .map_err(|e| scrub_surface_error(&self.credentials, e))
     }
 
     async fn call_with_progress(
@@ -488,6 +521,7 @@ impl ToolSurface for McpSurface {
     ) -> Result<ToolResult, SurfaceError> {
         self.call_routed(name, arguments, cancel, Some(progress))
             .await
+            .map_err(|e| scrub_surface_error(&self.credentials, e))
     }
 }
 

@@ -446,6 +446,25 @@ async fn connecting_to_nothing_is_a_clear_error() {
     assert!(e.to_string().contains(addr), "{e}");
 }
 
+/// A URL's credentials (its user part, a `?key=` in its query) and the bearer token never
+/// reach the error of a connection that failed: it names the host, redacted.
+#[tokio::test]
+async fn a_failed_connection_names_the_url_without_its_credentials() {
+    let base = kberg_testkit::closed_port_url();
+    let addr = base.trim_start_matches("http://");
+    let url = format!("http://CANARY-user:CANARY-pass@{addr}/mcp?key=CANARY-query");
+    let e = McpSurface::connect_http_with(
+        &url,
+        &kberg_agent::McpOptions::default().bearer("CANARY-token"),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), "surface_connect");
+    assert!(e.to_string().contains(addr), "{e}");
+    assert!(!e.to_string().contains("CANARY"), "{e}");
+    assert!(!format!("{e:?}").contains("CANARY"), "{e:?}");
+}
+
 #[tokio::test]
 async fn reference_server_over_stdio() {
     let surface = McpSurface::spawn(everything_stdio_command()).await.unwrap();
