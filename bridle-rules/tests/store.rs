@@ -109,6 +109,7 @@ on_every_backend!(
     earlier_revisions_are_kept_and_a_preview_writes_nothing,
     a_flood_of_alike_vendor_sentences_is_capped_with_distinct_ids,
     proposals_are_bounded_in_size_and_in_number,
+    scope_tickets_are_bounded_in_size_and_in_number,
 );
 
 fn guardrail(id: &str) -> ChangeRequest {
@@ -781,5 +782,49 @@ fn proposals_are_bounded_in_size_and_in_number(backend: Backend) {
     store.reject(first.unwrap(), "alice", "not now").unwrap();
     store
         .propose("shop", &o, &guardrail("one-more"), None)
+        .unwrap();
+}
+
+/// Scope tickets are bounded as proposals are: at most `MAX_PROPOSAL_BYTES` of text, and at most
+/// `MAX_PENDING_PROPOSALS` of one project waiting; a decision makes room again, and another
+/// project's tickets are not counted.
+fn scope_tickets_are_bounded_in_size_and_in_number(backend: Backend) {
+    let (_dir, store) = store(backend);
+    store
+        .create("other", &RulesDocument::new("Other"), "alice")
+        .unwrap();
+    let huge = "x".repeat(bridle_rules::MAX_PROPOSAL_BYTES);
+    for (action, reason, session) in [
+        (huge.as_str(), "why", None),
+        ("act", huge.as_str(), None),
+        ("act", "why", Some(huge.as_str())),
+    ] {
+        let err = store
+            .request_scope("shop", "claude", session, action, reason)
+            .unwrap_err();
+        assert_eq!(err.code(), "proposal_rejected", "{err}");
+    }
+    assert!(store.scope_tickets(true).unwrap().is_empty());
+
+    let mut first = None;
+    for i in 0..bridle_rules::MAX_PENDING_PROPOSALS {
+        let t = store
+            .request_scope("shop", "claude", None, &format!("step {i}"), "why")
+            .unwrap();
+        first.get_or_insert(t.id);
+    }
+    let err = store
+        .request_scope("shop", "claude", None, "one more", "why")
+        .unwrap_err();
+    assert_eq!(err.code(), "proposal_rejected", "{err}");
+    assert!(err.to_string().contains("waiting"), "{err}");
+    store
+        .request_scope("other", "claude", None, "elsewhere", "why")
+        .unwrap();
+    store
+        .decide_scope(first.unwrap(), false, "alice", None)
+        .unwrap();
+    store
+        .request_scope("shop", "claude", None, "one more", "why")
         .unwrap();
 }

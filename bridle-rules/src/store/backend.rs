@@ -153,6 +153,8 @@ pub(crate) trait RulesTx {
     fn ticket(&mut self, id: u64) -> Result<Option<ScopeTicket>, RulesError>;
     /// Scope-ticket ids, ascending: pending ones, or all.
     fn ticket_ids(&mut self, include_decided: bool) -> Result<Vec<u64>, RulesError>;
+    /// How many scope tickets of a project are pending.
+    fn pending_tickets(&mut self, project: &str) -> Result<u64, RulesError>;
     /// Records a scope ticket's decision.
     fn decide_ticket(&mut self, id: u64, d: &Decision<'_>) -> Result<(), RulesError>;
     /// Commits (a no-op for a read).

@@ -54,7 +54,8 @@ pub const UNCHANGED_CHECK_MAX: usize = 64;
 /// [`RulesStore::propose`] stores nothing.
 pub const MAX_PROPOSAL_BYTES: usize = 64 * 1024;
 
-/// The most proposals of one project that may wait for a person at once. An agent that may
+/// The most proposals (and, apart, scope tickets) of one project that may wait for a person at
+/// once. An agent that may
 /// propose could otherwise fill the review queue (and the database) without end; past it,
 /// [`RulesStore::propose`] stores nothing until some are approved or rejected.
 pub const MAX_PENDING_PROPOSALS: usize = 1000;
@@ -808,7 +809,10 @@ impl RulesStore {
         self.backend.begin(false)?.last_change_id()
     }
 
-    /// Opens a scope-expansion ticket for a person to decide.
+    /// Opens a scope-expansion ticket for a person to decide. As with proposals, the ticket's
+    /// text is at most [`MAX_PROPOSAL_BYTES`] and a project holds at most
+    /// [`MAX_PENDING_PROPOSALS`] pending tickets; past either, nothing is stored
+    /// ([`RulesError::Rejected`]).
     pub fn request_scope(
         &self,
         project: &str,
@@ -823,7 +827,20 @@ impl RulesStore {
                 "a scope request says what the agent wants to do".into(),
             ));
         }
+        let size = action.len() + reason.len() + agent_session.map_or(0, str::len);
+        if size > MAX_PROPOSAL_BYTES {
+            return Err(RulesError::Rejected(format!(
+                "the scope request's action, reason and session are {size} bytes; at most {MAX_PROPOSAL_BYTES} are accepted"
+            )));
+        }
         let mut tx = self.backend.begin(true)?;
+        // Counted in the write transaction, so concurrent requests cannot pass the limit.
+        let pending = tx.pending_tickets(project)?;
+        if pending >= MAX_PENDING_PROPOSALS as u64 {
+            return Err(RulesError::Rejected(format!(
+                "project `{project}` has {pending} scope requests waiting for a decision, the most it holds; ask again once some are decided"
+            )));
+        }
         let id = tx.insert_ticket(&NewTicket {
             project,
             agent,
