@@ -709,6 +709,39 @@ async fn an_acting_user_kanboard_does_not_know_is_refused() {
     );
 }
 
+/// Kanboard's assignee filter matches a part of a username or display name: the tasks of a
+/// user whose name holds the caller's (`claude-bot-2`) are not the caller's own.
+#[tokio::test]
+async fn my_tasks_are_only_the_callers_own() {
+    let f = fixture().await;
+    let mine = f
+        .ok(
+            "claude",
+            "create_task",
+            json!({"project_id": f.shop, "title": "Mine", "owner": "claude-bot"}),
+        )
+        .await["task_id"]
+        .clone();
+    let other = f.kb.add_user("claude-bot-2", "claude-2-kb-token");
+    f.kb.add_member(f.shop, other);
+    let theirs = f
+        .ok(
+            "claude",
+            "create_task",
+            json!({"project_id": f.shop, "title": "Theirs", "owner": "claude-bot-2"}),
+        )
+        .await["task_id"]
+        .clone();
+    let listed = f.ok("claude", "my_tasks", json!({})).await;
+    let ids: Vec<&Value> = listed["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["id"])
+        .collect();
+    assert_eq!(ids, [&mine], "{listed} (the other user's task is {theirs})");
+}
+
 #[tokio::test]
 async fn kanboard_access_rules_apply_to_the_agents_own_user() {
     let f = fixture().await;

@@ -349,16 +349,22 @@ pub(crate) fn register(
                 async move {
                     with_session!(t, ctx, |s| {
                         let projects = projects_of(&s, a.project_id)?;
-                        let Some((_, username)) = s.me().await? else {
+                        let Some((user_id, username)) = s.me().await? else {
                             return Err(refusal("no_kanboard_user", "this gateway reaches Kanboard with the application token and no acting user, so there is no \"me\"; use search_tasks with `assignee:<username>`"));
                         };
-                        let query = format!("status:open assignee:\"{username}\"");
+                        // By id: Kanboard's `assignee:<name>` matches a part of any username or
+                        // display name (`bob` finds `bobby`'s tasks too); digits are the owner.
+                        let query = format!("status:open assignee:{user_id}");
                         let calls: Vec<(&str, Value)> = projects.iter().map(|p| ("searchTasks", json!({"project_id": p, "query": query}))).collect();
                         let answers = s.batch(&calls).await?;
                         let mut tasks = Vec::new();
                         for a in answers {
                             match a {
-                                Ok(v) => tasks.extend(tasks_of(&v)),
+                                Ok(v) => tasks.extend(
+                                    tasks_of(&v)
+                                        .into_iter()
+                                        .filter(|t| t["owner_id"] == json!(user_id)),
+                                ),
                                 Err(e) => return Err(refusal(e.code(), e.to_string())),
                             }
                         }

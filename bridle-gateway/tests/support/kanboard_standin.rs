@@ -236,6 +236,14 @@ impl KanboardStandIn {
         id
     }
 
+    /// Makes a user a member of a project.
+    pub fn add_member(&self, project_id: i64, user_id: i64) {
+        let mut b = self.shared.board.lock().unwrap();
+        if let Some(p) = b.projects.iter_mut().find(|p| p.id == project_id) {
+            p.members.push(user_id);
+        }
+    }
+
     /// Adds a project with Kanboard's default columns and swimlane, and these members;
     /// returns its id.
     pub fn add_project(&self, name: &str, members: &[i64]) -> i64 {
@@ -1190,8 +1198,11 @@ fn set_tags(board: &mut Board, project_id: i64, task_id: i64, tags: &[Value]) {
     }
 }
 
-/// A subset of Kanboard's filter language: `status:open|closed`, `assignee:<username>|nobody`,
-/// `column:<title>`, `ref:<reference>`, and other words matched against the title.
+/// A subset of Kanboard's filter language: `status:open|closed`, `assignee:` (as Kanboard's
+/// `TaskAssigneeFilter`: digits are an owner id, `nobody` and `anybody`, anything else a
+/// case-insensitive part of a username or display name, so `assignee:bob` also finds the
+/// tasks of `bobby`), `column:<title>`, `ref:<reference>`, and other words matched against the
+/// title.
 fn search(board: &Board, project_id: i64, query: &str) -> Vec<Value> {
     let mut terms: Vec<(String, String)> = Vec::new();
     let mut rest = query.trim();
@@ -1221,16 +1232,21 @@ fn search(board: &Board, project_id: i64, query: &str) -> Vec<Value> {
         .filter(|t| {
             terms.iter().all(|(k, v)| match k.as_str() {
                 "status" => (v == "open") == (t.is_active == 1),
-                "assignee" => {
-                    if v == "nobody" {
-                        t.owner_id == 0
-                    } else {
-                        board
-                            .users
-                            .iter()
-                            .any(|u| u.id == t.owner_id && (u.username == *v || u.name == *v))
+                "assignee" => match v.as_str() {
+                    _ if !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()) => {
+                        v.parse() == Ok(t.owner_id)
                     }
-                }
+                    "nobody" => t.owner_id == 0,
+                    "anybody" => t.owner_id > 0,
+                    _ => {
+                        let part = v.to_lowercase();
+                        board.users.iter().any(|u| {
+                            u.id == t.owner_id
+                                && (u.username.to_lowercase().contains(&part)
+                                    || u.name.to_lowercase().contains(&part))
+                        })
+                    }
+                },
                 "column" => board
                     .columns
                     .iter()
