@@ -450,9 +450,7 @@ impl ToolBuilder {
             Box::pin(async move {
                 // The gate validated `args` against the schema generated from `A`; a mismatch
                 // here means serde is stricter than the schema (custom deserializers).
-                let typed: A = serde_json::from_value(args).map_err(|e| {
-                    ToolError::failed(format!("the arguments could not be read: {e}"))
-                })?;
+                let typed: A = read_args(args)?;
                 f(typed, ctx).await
             }) as ToolFuture
         });
@@ -502,8 +500,7 @@ impl ToolBuilder {
         let _marker: PhantomData<A> = PhantomData;
         self.finish_sync(Arc::new(move |args: Value, ctx: &ToolContext| {
             // As in `handler`: the gate validated `args` against the schema generated from `A`.
-            let typed: A = serde_json::from_value(args)
-                .map_err(|e| ToolError::failed(format!("the arguments could not be read: {e}")))?;
+            let typed: A = read_args(args)?;
             f(typed, ctx)
         }))
     }
@@ -551,6 +548,67 @@ pub fn schema_of<T: JsonSchema>() -> Value {
         }
     }
     v
+}
+
+/// Reads a typed tool's validated arguments as `A`.
+///
+/// JSON Schema counts a whole number written with a fraction (`2.0`, as small models often
+/// write integers) as an integer, so the gate lets it through; serde reads it into no integer
+/// field. When the arguments hold such a number and the strict read fails, each one that an
+/// `i64` or `u64` holds exactly is read again as that integer. Arguments without one are read
+/// once, as they are.
+fn read_args<A: DeserializeOwned>(mut args: Value) -> Result<A, ToolError> {
+    let unreadable =
+        |e: serde_json::Error| ToolError::failed(format!("the arguments could not be read: {e}"));
+    if !has_whole_float(&args) {
+        return serde_json::from_value(args).map_err(unreadable);
+    }
+    if let Ok(typed) = A::deserialize(&args) {
+        return Ok(typed);
+    }
+    whole_floats_as_integers(&mut args);
+    serde_json::from_value(args).map_err(unreadable)
+}
+
+/// A float with no fraction that an `i64` or `u64` holds exactly, as that integer.
+fn whole_integer(n: &serde_json::Number) -> Option<serde_json::Number> {
+    if !n.is_f64() {
+        return None;
+    }
+    let f = n.as_f64()?;
+    if f.fract() != 0.0 || !f.is_finite() {
+        return None;
+    }
+    // The bounds are powers of two, exact as floats; within them the cast is exact.
+    if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) {
+        Some((f as i64).into())
+    } else if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
+        Some((f as u64).into())
+    } else {
+        None
+    }
+}
+
+fn has_whole_float(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => whole_integer(n).is_some(),
+        Value::Array(items) => items.iter().any(has_whole_float),
+        Value::Object(map) => map.values().any(has_whole_float),
+        _ => false,
+    }
+}
+
+fn whole_floats_as_integers(v: &mut Value) {
+    match v {
+        Value::Number(n) => {
+            if let Some(i) = whole_integer(n) {
+                *n = i;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(whole_floats_as_integers),
+        Value::Object(map) => map.values_mut().for_each(whole_floats_as_integers),
+        _ => {}
+    }
 }
 
 /// The longest tool or prompt name, in bytes (its characters are ASCII).

@@ -793,3 +793,39 @@ async fn invalid_arguments_are_listed_within_a_bound() {
     assert!(text.contains("more"), "{text}");
     assert!(text.len() < 16 * 1024, "{}", text.len());
 }
+
+/// A whole number written with a fraction (`2.0`, as small models often write integers) is an
+/// integer to JSON Schema, so the gate lets it through; the typed tool then read it as an
+/// integer field too. Before, serde refused the float and the call answered `tool_failed`
+/// ("the arguments could not be read"), a failure the caller could not tell how to fix.
+#[tokio::test]
+async fn a_whole_number_with_a_fraction_reaches_a_typed_tool() {
+    let r = ToolRegistry::new();
+    #[derive(Deserialize, JsonSchema)]
+    struct Page {
+        n: u8,
+        size: Option<i64>,
+        scale: Option<f64>,
+    }
+    r.register(ToolBuilder::new("page").handler(|a: Page, _| async move {
+        Ok(ToolOutput::text(format!(
+            "{} {:?} {:?}",
+            a.n, a.size, a.scale
+        )))
+    }))
+    .unwrap();
+    let out = call(
+        &r,
+        &anon(),
+        "page",
+        json!({"n": 2.0, "size": -3.0, "scale": 2.0}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.all_text(), "2 Some(-3) Some(2.0)");
+    // A fraction that is not whole is still refused by the schema.
+    let e = call(&r, &anon(), "page", json!({"n": 2.5}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidArguments);
+}
