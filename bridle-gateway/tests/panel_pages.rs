@@ -117,6 +117,15 @@ async fn log_in_sets_a_server_side_session_cookie_and_refuses_other_tokens() {
     let r = c.post("/panel/login", &[("nothing", "x")]).await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(r.body.contains("invalid_form"));
+    // A form over the body limit is 413 `body_too_large`, as the admin API answers such a body.
+    let huge = "a".repeat(3 * 1024 * 1024);
+    let r = c.post("/panel/login", &[("token", huge.as_str())]).await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", r.body);
+    assert!(
+        r.body.contains("data-code=\"body_too_large\""),
+        "{}",
+        r.body
+    );
 
     let r = c
         .post(

@@ -225,6 +225,9 @@ pub(crate) enum PanelError {
     /// A form field is missing or wrong.
     #[error("{0}")]
     BadForm(String),
+    /// A form body over the size limit (the code the admin API gives such a body).
+    #[error("the form is larger than the panel accepts; nothing was changed")]
+    TooLarge,
     /// A change was asked of a read-only panel, or of an admin who only watches.
     #[error("this panel is read-only for you")]
     ReadOnly,
@@ -271,6 +274,7 @@ impl PanelError {
             ),
             PanelError::SessionEnded => (StatusCode::UNAUTHORIZED, "session_ended".into()),
             PanelError::BadForm(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_form".into()),
+            PanelError::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large".into()),
             PanelError::ReadOnly => (StatusCode::FORBIDDEN, "read_only".into()),
             PanelError::CrossSite => (StatusCode::FORBIDDEN, "cross_site_request".into()),
             PanelError::NotFound => (StatusCode::NOT_FOUND, "not_found".into()),

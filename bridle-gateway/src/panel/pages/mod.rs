@@ -184,7 +184,8 @@ impl Panel {
     }
 }
 
-/// A urlencoded form body, or the panel's 422 page.
+/// A urlencoded form body, or the panel's 422 page (413 `body_too_large` for one over the
+/// body limit).
 #[derive(Debug)]
 pub(crate) struct PanelForm<T>(pub(crate) T);
 
@@ -196,7 +197,11 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequest<S> for PanelForm<T>
             .await
             .map(|f| PanelForm(f.0))
             .map_err(|e| {
-                PanelError::BadForm(format!("the form could not be read: {}", e.body_text()))
+                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    PanelError::TooLarge
+                } else {
+                    PanelError::BadForm(format!("the form could not be read: {}", e.body_text()))
+                }
             })
     }
 }
