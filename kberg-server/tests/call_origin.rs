@@ -63,6 +63,34 @@ async fn post(
     (status, sid, r.text().await.unwrap())
 }
 
+/// A 2025-11-25 session (`initialize` with `client_info`, then `notifications/initialized`);
+/// its id.
+async fn open_session(http: &reqwest::Client, url: &str, client_info: Value) -> String {
+    let (status, sid, text) = post(
+        http,
+        url,
+        &[],
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": client_info}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let sid = sid.expect("a session id");
+    let h = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let (status, _, _) = post(
+        http,
+        url,
+        &h,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    sid
+}
+
 fn call(id: u64, tool: &str, meta: Option<Value>) -> Value {
     let mut params = json!({"name": tool, "arguments": {}});
     if let Some(m) = meta {
@@ -75,29 +103,16 @@ fn call(id: u64, tool: &str, meta: Option<Value>) -> Value {
 async fn a_session_names_its_id_and_client_on_every_call_and_in_the_audit() {
     let (server, sink, seen) = server().await;
     let http = reqwest::Client::new();
-    let (status, sid, text) = post(
+    let sid = open_session(
         &http,
         &server.url,
-        &[],
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "probe", "version": "1.2"}}}),
+        json!({"name": "probe", "version": "1.2"}),
     )
     .await;
-    assert_eq!(status, 200, "{text}");
-    let sid = sid.expect("a session id");
     let h = [
         ("mcp-session-id", sid.as_str()),
         ("mcp-protocol-version", "2025-11-25"),
     ];
-    let (status, _, _) = post(
-        &http,
-        &server.url,
-        &h,
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .await;
-    assert_eq!(status, 202);
     for id in [2, 3] {
         let (status, _, text) = post(&http, &server.url, &h, call(id, "whoami", None)).await;
         assert_eq!(status, 200, "{text}");
@@ -192,28 +207,16 @@ async fn a_huge_client_info_is_kept_cut() {
     let (server, sink, seen) = server().await;
     let http = reqwest::Client::new();
     let big = |c: &str| c.repeat(100_000);
-    let (status, sid, text) = post(
+    let sid = open_session(
         &http,
         &server.url,
-        &[],
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": big("n"), "version": big("v"), "title": big("t")}}}),
+        json!({"name": big("n"), "version": big("v"), "title": big("t")}),
     )
     .await;
-    assert_eq!(status, 200, "{text}");
-    let sid = sid.expect("a session id");
     let h = [
         ("mcp-session-id", sid.as_str()),
         ("mcp-protocol-version", "2025-11-25"),
     ];
-    post(
-        &http,
-        &server.url,
-        &h,
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .await;
     let (status, _, text) = post(&http, &server.url, &h, call(2, "whoami", None)).await;
     assert_eq!(status, 200, "{text}");
     let meta = json!({
