@@ -170,6 +170,7 @@ impl Renderer {
             .map_err(|e| template_error("syntax", &e))?;
         env.set_syntax(syntax);
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        env.add_filter("yaml_text", yaml_text);
         env.add_template("_common.j2", COMMON)
             .map_err(|e| template_error("_common.j2", &e))?;
         for (agent, source) in BUILTIN_TEMPLATES {
@@ -296,6 +297,39 @@ fn build_view<'a>(
         permissions: doc.permissions_of(&target.name),
         capabilities,
     }
+}
+
+/// `text` as a YAML scalar in a block mapping (the front matter of Cursor's and Windsurf's
+/// files): as it is when YAML reads it back as that same text, else double-quoted with JSON's
+/// escapes (which YAML's double quotes share). A project called `Shop: Backend` written plain
+/// would make `description: ... Shop: Backend` a YAML error, and the agent might then not
+/// apply the file at all; a line break in it could add a key of its own.
+fn yaml_text(text: &str) -> String {
+    const INDICATORS: &str = "-?:,[]{}#&*!|>'\"%@`";
+    let odd =
+        |c: char| c.is_control() || matches!(c, '\u{85}' | '\u{2028}' | '\u{2029}' | '\u{feff}');
+    let special = matches!(
+        text.to_ascii_lowercase().as_str(),
+        "true" | "false" | "null" | "~" | "yes" | "no" | "on" | "off" | "y" | "n"
+    ) || text.parse::<f64>().is_ok();
+    let plain = !text.is_empty()
+        && text.trim() == text
+        && !text.starts_with(|c: char| INDICATORS.contains(c))
+        && !text.contains(": ")
+        && !text.contains(" #")
+        && !text.ends_with(':')
+        && !text.contains(odd)
+        && !special;
+    if plain {
+        return text.to_string();
+    }
+    let quoted = serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_string());
+    // JSON leaves these as they are; some YAML readers take them for line breaks.
+    quoted
+        .replace('\u{85}', "\\u0085")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029")
+        .replace('\u{feff}', "\\ufeff")
 }
 
 /// Trailing spaces removed, at most one blank line in a row, no leading blank lines, exactly
