@@ -367,3 +367,42 @@ async fn a_body_that_breaks_off_is_malformed_not_too_large() {
     }
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optional_and_required_bodies_take_the_same_json_media_types() {
+    let gw = Gw::start().await;
+    for (content_type, json) in [
+        ("application/json", true),
+        ("Application/JSON", true),
+        ("application/json; charset=utf-8", true),
+        ("application/vnd.bridle+json", true),
+        ("application/jsonl", false),
+        ("application/json-seq", false),
+        ("text/plain", false),
+    ] {
+        // A required body (an agent's change) and an optional one (a rotation's grace period).
+        let required = gw
+            .patch("/agents/bot")
+            .header("content-type", content_type)
+            .body(r#"{"projects": ["demo"]}"#)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        let optional = gw
+            .post("/agents/bot/rotate")
+            .header("content-type", content_type)
+            .body(r#"{"grace_secs": 5}"#)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        let want = if json {
+            StatusCode::OK
+        } else {
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        };
+        assert_eq!((required, optional), (want, want), "{content_type}");
+    }
+    gw.stop().await;
+}

@@ -51,7 +51,7 @@ impl<T: DeserializeOwned + Default + Send> FromRequest<AdminState> for OptionalJ
             .headers()
             .get(axum::http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json"));
+            .is_some_and(is_json_media_type);
         // Over the limit is 413; a body that cannot be read at all (a broken chunked
         // encoding) is malformed, as it is for a required body.
         let bytes = axum::body::Bytes::from_request(req, state)
@@ -89,6 +89,22 @@ impl<T: DeserializeOwned + Default + Send> FromRequest<AdminState> for OptionalJ
                     errors: Vec::new(),
                 },
             })
+    }
+}
+
+/// Whether a `Content-Type` is JSON as a required body's ([`ApiJson`]) takes it:
+/// `application/json` or `application/<anything>+json`, in any case, with any parameters
+/// (`application/jsonl` is not).
+fn is_json_media_type(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    match essence.split_once('/') {
+        Some(("application", subtype)) => subtype == "json" || subtype.ends_with("+json"),
+        _ => false,
     }
 }
 
