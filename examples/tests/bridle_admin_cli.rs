@@ -395,3 +395,28 @@ fn the_admin_credential_is_shown_once_or_taken_from_a_file_and_the_listener_stay
     }
     assert!(seen.iter().all(|l| !l.contains("admin API")), "{seen:?}");
 }
+
+#[test]
+fn a_url_that_answers_with_a_web_page_is_not_taken_for_the_admin_api() {
+    // A wrong --url (a reverse proxy's catch-all page, another service) answers 200 with HTML:
+    // the command must say so, not report an empty vault or an approval that never happened.
+    let tmp = tempfile::tempdir().unwrap();
+    let token_file = tmp.path().join("admin-token");
+    std::fs::write(&token_file, "bda_not-checked-here").unwrap();
+    let site = static_site(
+        None,
+        "text/html; charset=utf-8",
+        "<!doctype html><title>Welcome</title><p>It works!</p>\n",
+        2,
+    );
+    let access = AdminAccess {
+        url: site,
+        token_file,
+    };
+    for args in [&["secrets", "list"][..], &["rules", "approve", "1"][..]] {
+        let out = access.run(tmp.path(), args);
+        let e = failed(&out, &args.join(" "));
+        assert!(e.contains("not JSON"), "{args:?}: {e}");
+        assert!(e.contains("text/html"), "{args:?}: {e}");
+    }
+}

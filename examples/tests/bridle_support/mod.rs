@@ -358,6 +358,23 @@ pub fn failed(out: &Output, what: &str) -> String {
 /// response (RFC 9112) with `Content-Type` and `Content-Length`, or a 404 for anything else.
 /// Serves `requests` connections, then stops.
 pub fn docs_site(body: &'static str, requests: usize) -> String {
+    static_site(
+        Some("/best-practices.md"),
+        "text/markdown; charset=utf-8",
+        body,
+        requests,
+    )
+}
+
+/// A web server that answers `GET path` (any request when `path` is `None`) with `200 OK` and
+/// `body` as `content_type`, and anything else with a 404; serves `requests` connections, then
+/// stops. Returns its base URL.
+pub fn static_site(
+    path: Option<&'static str>,
+    content_type: &'static str,
+    body: &'static str,
+    requests: usize,
+) -> String {
     use std::io::Write;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -368,17 +385,27 @@ pub fn docs_site(body: &'static str, requests: usize) -> String {
             let mut request_line = String::new();
             let _ = reader.read_line(&mut request_line);
             let mut line = String::new();
+            let mut length = 0usize;
             while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
                 line.clear();
             }
-            let (status, content) = if request_line.starts_with("GET /best-practices.md ") {
+            // The request's own body, read so that closing does not reset the connection.
+            let _ = std::io::Read::read_exact(&mut reader, &mut vec![0; length.min(1 << 20)]);
+            let hit = match path {
+                Some(p) => request_line.starts_with(&format!("GET {p} ")),
+                None => true,
+            };
+            let (status, content) = if hit {
                 ("200 OK", body)
             } else {
                 ("404 Not Found", "not found\n")
             };
             let _ = write!(
                 stream,
-                "HTTP/1.1 {status}\r\nContent-Type: text/markdown; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{content}",
+                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{content}",
                 content.len()
             );
         }

@@ -186,8 +186,23 @@ impl AdminClient {
         let (url, req) = self.request(method, path, body)?;
         self.rt.block_on(async {
             let resp = checked(&url, req.send().await).await?;
+            let content_type = resp
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("no content type")
+                .to_string();
             let bytes = resp.bytes().await?;
-            Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+            // Every answer of the admin API is JSON: anything else (a proxy's page, another
+            // service at a wrong --url) must not pass for an empty list or a change made.
+            serde_json::from_slice(&bytes).map_err(|_| {
+                let at = url.split_once('?').map_or(url.as_str(), |(at, _)| at);
+                format!(
+                    "{} answered with something that is not JSON ({content_type}); is --url the admin API (http://HOST:PORT of the admin listener)?",
+                    bridle_rules::redact_url(at)
+                )
+                .into()
+            })
         })
     }
 }
