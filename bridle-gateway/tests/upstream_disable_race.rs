@@ -7,6 +7,9 @@
 //! The secret source holds the lookup of codex's secret until the disable has answered, so the
 //! order is fixed by signals, not by timing. The upstream is a stand-in on 127.0.0.1 that
 //! records the credential of every request it gets.
+//!
+//! Likewise a connection whose secret is gone (revoked, deleted) is closed by the call that
+//! finds it gone, not kept open with the credential that no longer holds.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
@@ -201,6 +204,92 @@ async fn a_call_in_flight_when_its_upstream_is_disabled_opens_no_connection() {
     assert!(
         codex_requests.is_empty(),
         "the disabled upstream was reached with codex's credential: {codex_requests:?}"
+    );
+    gw.stop().await;
+}
+
+/// The connected upstreams the admin API reports, by namespace.
+async fn connected(gw: &Gw) -> Value {
+    let list: Value = gw
+        .get("/integrations")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["namespace"].as_str().unwrap().to_string(),
+                i["connected"].clone(),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_whose_secret_is_gone_is_closed() {
+    let seen: Seen = Arc::default();
+    let app = Router::new()
+        .route(
+            "/mcp",
+            post(stand_in).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+        )
+        .with_state(Arc::clone(&seen));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let secrets = tempfile::tempdir().unwrap();
+    std::fs::write(secrets.path().join("up-token"), "shared-secret\n").unwrap();
+    let folder = Arc::new(FolderSecrets::new(secrets.path()));
+    let yaml = format!(
+        "upstreams:\n  up:\n    http: {{url: 'http://{addr}/mcp'}}\n    credential: {{secret: up-token, format: 'token {{secret}}'}}\n"
+    );
+    let gw = Gw::start_with_yaml(&yaml, |b| b.secrets(folder)).await;
+    let mut doc = gw.ctx.store.load("demo").unwrap().document;
+    let revision = doc.revision;
+    doc.permissions.get_mut("claude").unwrap().tools.insert(
+        "up".into(),
+        ReadWrite {
+            read: true,
+            write: false,
+        },
+    );
+    gw.ctx
+        .store
+        .save_edit("demo", &doc, revision, "test", "claude reads up")
+        .unwrap();
+    let claude = gw.file_token("claude");
+    let answer = eventually_async_ok("claude's call answered by the upstream", || async {
+        let answer = call(&gw.http, &gw.mcp, &claude, "up__ping").await;
+        if answer["result"]["content"][0]["text"] == "pong" {
+            Ok(answer)
+        } else {
+            Err(answer.to_string())
+        }
+    })
+    .await;
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    assert_eq!(connected(&gw).await["up"], true);
+
+    // The secret is deleted: the next call is refused, and the connection that carried it is
+    // closed.
+    std::fs::remove_file(secrets.path().join("up-token")).unwrap();
+    let answer = call(&gw.http, &gw.mcp, &claude, "up__ping").await;
+    assert_eq!(
+        answer["result"]["structuredContent"]["code"], "credential_missing",
+        "{answer}"
+    );
+    assert_eq!(
+        connected(&gw).await["up"],
+        false,
+        "the connection with the deleted secret is still open"
     );
     gw.stop().await;
 }

@@ -238,12 +238,24 @@ impl Route {
         secret: Option<&str>,
     ) -> Result<Arc<Connection>, RouteError> {
         let version = match secret {
-            Some(name) => Some(
-                self.secrets
-                    .version(name)
-                    .await
-                    .map_err(RouteError::Secret)?,
-            ),
+            Some(name) => match self.secrets.version(name).await {
+                Ok(version) => Some(version),
+                Err(e) => {
+                    // Gone (revoked, deleted): the connection that carries it is closed, not
+                    // kept open with a credential that no longer holds. A source that failed
+                    // to answer says nothing about the secret: its connection stays.
+                    if matches!(e, SecretError::Missing { .. } | SecretError::Empty { .. })
+                        && self.connections.lock().await.remove(identity).is_some()
+                    {
+                        tracing::info!(
+                            namespace = %self.namespace,
+                            ?identity,
+                            "upstream credential gone; its connection closed"
+                        );
+                    }
+                    return Err(RouteError::Secret(e));
+                }
+            },
             None => None,
         };
         let mut connections = self.connections.lock().await;
