@@ -83,11 +83,11 @@ pub struct CommitConfig {
     /// How many tokens (pending, or used / expired ones kept to answer precisely) are held in
     /// all; when full, used and expired ones are dropped, then the oldest tokens of the
     /// principals holding the most, so a principal holding fewer than another never loses one
-    /// to it (default 10,000).
+    /// to it (default 10,000; 0 is taken as 1).
     pub max_tokens: usize,
     /// How many tokens one principal holds; a principal at this bound that is issued another
     /// loses its own used and expired tokens, then its own oldest pending one, never another
-    /// principal's (default 100).
+    /// principal's (default 100; 0 is taken as 1).
     pub max_tokens_per_principal: usize,
 }
 
@@ -251,22 +251,24 @@ impl CommitTokens {
         let token = format!("ct1.{}", URL_SAFE_NO_PAD.encode(raw));
         let now = SystemTime::now();
         let expires_at = expiry_after(now, config.ttl);
+        // The bounds are public fields: a zero set there (the builder makes each at least one)
+        // would evict for ever below.
+        let per_principal = config.max_tokens_per_principal.max(1);
+        let max_tokens = config.max_tokens.max(1);
         let mut book = self.lock();
         let own = book.by_principal.get(principal).map_or(0, VecDeque::len);
-        if own >= config.max_tokens_per_principal {
+        if own >= per_principal {
             // The principal pays for its own flood: its used and expired tokens go first (they
             // only answer "used" / "expired"), then its oldest pending ones.
             book.sweep_own(principal, now);
-            while book.by_principal.get(principal).map_or(0, VecDeque::len)
-                >= config.max_tokens_per_principal
-            {
+            while book.by_principal.get(principal).map_or(0, VecDeque::len) >= per_principal {
                 book.evict_oldest(principal);
             }
         }
-        if book.issued.len() >= config.max_tokens {
+        if book.issued.len() >= max_tokens {
             // Make room for a tenth of the capacity at once, so the sweep is amortized: used
             // and expired tokens go first, then the oldest of whoever holds the most.
-            let target = config.max_tokens - config.max_tokens.div_ceil(10);
+            let target = max_tokens - max_tokens.div_ceil(10);
             book.sweep_all(now);
             book.evict_largest(target, principal);
         }

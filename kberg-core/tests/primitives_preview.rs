@@ -374,3 +374,34 @@ fn a_preview_tool_may_not_claim_the_token_field() {
         .unwrap_err();
     assert!(matches!(err, CoreError::InvalidSchema { .. }), "{err}");
 }
+
+/// A per-principal bound of zero, set on the public field rather than through the builder
+/// (which makes it at least one), is taken as one: issuing a token used to evict for ever,
+/// holding the token store's lock, so that preview and every other preview call hung.
+#[test]
+fn a_zero_token_bound_set_on_the_field_does_not_hang_previews() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Its own thread: a call that never returns must not take the test harness with it.
+    std::thread::spawn(move || {
+        let mut config = CommitConfig::default();
+        config.max_tokens_per_principal = 0;
+        config.max_tokens = 0;
+        let app = app_with(ToolRegistry::builder().commit_config(config));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let out = runtime.block_on(async {
+            let ann = writer("ann");
+            let first = call(&app, &ann, "delete_notes", json!({"ids": ["a"]})).await;
+            let second = call(&app, &ann, "delete_notes", json!({"ids": ["b"]})).await;
+            (first, second)
+        });
+        let _ = tx.send(out);
+    });
+    let (first, second) = rx
+        .recv_timeout(kberg_testkit::WAIT)
+        .expect("the previews never answered");
+    let second = token_of(&second.unwrap());
+    assert!(first.is_ok());
+    assert!(second.starts_with("ct1."));
+}
