@@ -20,6 +20,7 @@ use crate::error::RulesError;
 use crate::model::{
     AgentPermissions, Guardrail, Patterns, ProjectInfo, RulesDocument, Severity, Source,
 };
+use crate::redact::redact_url;
 
 const COMMON: &str = include_str!("../templates/_common.j2");
 
@@ -77,7 +78,8 @@ struct View<'a> {
     enforcement: Vec<GuardrailView<'a>>,
     hard_instructions: Vec<GuardrailView<'a>>,
     guidance: Vec<GuardrailView<'a>>,
-    patterns: &'a Patterns,
+    /// The document's patterns, each example repository's URL as [`redact_url`] shows it.
+    patterns: Patterns,
     permissions: AgentPermissions,
     capabilities: &'a [String],
 }
@@ -107,7 +109,7 @@ pub fn provenance_text(g: &Guardrail) -> String {
             "suggested by vendor guidance{}",
             p.source_ref
                 .as_deref()
-                .map(|r| format!(" ({r})"))
+                .map(|r| format!(" ({})", redact_url(r)))
                 .unwrap_or_default()
         ),
     };
@@ -293,10 +295,26 @@ fn build_view<'a>(
         enforcement,
         hard_instructions,
         guidance,
-        patterns: &doc.patterns,
+        patterns: shown_patterns(&doc.patterns),
         permissions: doc.permissions_of(&target.name),
         capabilities,
     }
+}
+
+/// `patterns` as a rendered file may show them: an example repository's URL can carry an access
+/// token (`https://bot:<token>@host/...`, or one in its query), and the files are read by
+/// agents and committed with the project, so each URL is shown as [`redact_url`] shows it, to
+/// custom templates as well.
+fn shown_patterns(patterns: &Patterns) -> Patterns {
+    let mut shown = patterns.clone();
+    for repo in shown
+        .custom
+        .iter_mut()
+        .flat_map(|p| p.example_repos.iter_mut())
+    {
+        repo.url = redact_url(&repo.url);
+    }
+    shown
 }
 
 /// `text` as a YAML scalar in a block mapping (the front matter of Cursor's and Windsurf's

@@ -315,3 +315,38 @@ fn front_matter_stays_yaml_whatever_the_project_is_called() {
         out.content
     );
 }
+
+/// An example repository's URL may carry an access token (`https://bot:<token>@host/...`, or
+/// one in its query), and a vendor guardrail's source a reader's: every agent's file shows them
+/// as `redact_url` does, since the files are read by agents and committed with the project.
+#[test]
+fn example_repository_credentials_are_not_rendered() {
+    let mut doc = fixture();
+    doc.patterns.custom[0].example_repos[0].url =
+        "https://bot:canary-s3cret@git.example.invalid/acme/shop.git?private_token=canary-q".into();
+    // A vendor guardrail's source written by hand with its basic-auth user.
+    let vendor = doc
+        .guardrails
+        .iter_mut()
+        .find(|g| g.provenance.source == bridle_rules::Source::Vendor)
+        .unwrap();
+    vendor.provenance.source_ref =
+        Some("https://reader:canary-vendor@docs.example.invalid/claude-code/best-practices".into());
+    let renderer = Renderer::builtin();
+    for target in renderer.catalog().targets() {
+        let out = renderer.render("shop", &doc, &target.name).unwrap();
+        assert!(
+            !out.content.contains("canary"),
+            "{}: {}",
+            target.name,
+            out.content
+        );
+        assert!(
+            out.content
+                .contains("https://***@git.example.invalid/acme/shop.git?***"),
+            "{}: {}",
+            target.name,
+            out.content
+        );
+    }
+}
