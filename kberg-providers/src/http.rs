@@ -429,6 +429,31 @@ pub(crate) async fn post(
     }
 }
 
+/// Whether a reply says it is an HTML page.
+fn is_html(resp: &reqwest::Response) -> bool {
+    resp.headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/html"))
+}
+
+/// Whether `body`, of a reply labelled HTML, is a page (starts with a tag) rather than the
+/// API's answer under a wrong label, which is read as usual.
+fn is_page(body: &[u8]) -> bool {
+    body.trim_ascii_start().starts_with(b"<")
+}
+
+/// The error for a web page (a server's own UI, a proxy's sign-in page) where the API should
+/// be: read as a reply it would be "not JSON", as a stream one that "ended early".
+fn html_page(body: &[u8], ep: &Endpoint) -> ProviderError {
+    ProviderError::malformed(format!(
+        "{} answered an HTML page, not its API ({}); check the base URL ({})",
+        ep.label,
+        error_message(body, &ep.target.credentials),
+        ep.target.shown
+    ))
+}
+
 /// The error for a redirect [`redirect_policy`] did not follow (another origin, or too many),
 /// naming where it pointed (redacted) so a user can make that the base URL if it is right.
 fn not_followed(resp: &reqwest::Response, ep: &Endpoint) -> ProviderError {
@@ -482,8 +507,10 @@ async fn error_body(resp: reqwest::Response) -> Vec<u8> {
 async fn read_json(
     resp: reqwest::Response,
     opts: &HttpOptions,
+    ep: &Endpoint,
     cancel: &CancellationToken,
 ) -> Result<Value, ProviderError> {
+    let html = is_html(&resp);
     let limit = opts.max_body_bytes;
     let too_large = || ProviderError::TooLarge {
         what: "reply body",
@@ -512,8 +539,13 @@ async fn read_json(
     let bytes = cancellable(cancel, tokio::time::timeout(opts.timeout, read))
         .await?
         .map_err(|_| ProviderError::Timeout(opts.timeout))??;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ProviderError::malformed(format!("the reply is not JSON: {e}")))
+    serde_json::from_slice(&bytes).map_err(|e| {
+        if html && is_page(&bytes) {
+            html_page(&bytes, ep)
+        } else {
+            ProviderError::malformed(format!("the reply is not JSON: {e}"))
+        }
+    })
 }
 
 /// Posts `body`, reads the whole JSON reply and makes the turn of it with `parse`. Every error,
@@ -530,7 +562,7 @@ pub(crate) async fn post_for_json<T>(
 ) -> Result<T, ProviderError> {
     let turn = async {
         let resp = post(client, opts, ep, headers, body, cancel).await?;
-        parse(&read_json(resp, opts, cancel).await?)
+        parse(&read_json(resp, opts, ep, cancel).await?)
     };
     turn.await
         .map_err(|e| scrub_error(&ep.target.credentials, e))
@@ -552,7 +584,36 @@ pub(crate) async fn post_for_stream<D: LineDecoder>(
     let resp = post(client, opts, ep, headers, body, cancel)
         .await
         .map_err(|e| scrub_error(&credentials, e))?;
-    let stream = line_stream(resp, decoder, opts, cancel);
+    let html = is_html(&resp);
+    let mut body = resp.bytes_stream();
+    // A reply labelled HTML is looked at first: a page is refused, anything else is read as
+    // the stream it is.
+    let mut first = None;
+    if html {
+        let read = cancellable(
+            cancel,
+            tokio::time::timeout(opts.stream_idle_timeout, body.next()),
+        )
+        .await?;
+        if let Ok(Some(Ok(chunk))) = &read
+            && is_page(chunk)
+        {
+            return Err(scrub_error(&credentials, html_page(chunk, ep)));
+        }
+        first = match read {
+            Ok(piece) => piece,
+            Err(_) => return Err(ProviderError::Timeout(opts.stream_idle_timeout)),
+        };
+    }
+    let body = futures::stream::iter(first).chain(body);
+    let stream = lines_of(
+        Box::pin(body),
+        decoder,
+        opts.stream_idle_timeout,
+        opts.max_line_bytes,
+        opts.max_stream_bytes,
+        cancel.clone(),
+    );
     Ok(Box::pin(stream.map(move |item| {
         item.map_err(|e| scrub_error(&credentials, e))
     })))
@@ -682,22 +743,6 @@ impl<D: LineDecoder, S> LineState<D, S> {
 /// idle timeout ends the stream with [`ProviderError::Timeout`]; a body that breaks off ends it
 /// with [`ProviderError::Truncated`]; cancellation with [`ProviderError::Cancelled`]; a line
 /// or a whole body over its bound with [`ProviderError::TooLarge`].
-fn line_stream<D: LineDecoder>(
-    resp: reqwest::Response,
-    decoder: D,
-    opts: &HttpOptions,
-    cancel: &CancellationToken,
-) -> ChatStream {
-    lines_of(
-        resp.bytes_stream(),
-        decoder,
-        opts.stream_idle_timeout,
-        opts.max_line_bytes,
-        opts.max_stream_bytes,
-        cancel.clone(),
-    )
-}
-
 fn lines_of<D, S, B>(
     body: S,
     decoder: D,

@@ -516,6 +516,55 @@ async fn a_long_quote_in_a_stream_error_is_cut() {
     }
 }
 
+/// A base URL that reaches a web page (a server's own UI, a proxy's sign-in page) answers
+/// 200 with HTML: the error says so and points at the base URL, streamed or not, instead of
+/// calling the page a stream that ended early.
+#[tokio::test]
+async fn an_html_page_where_the_api_should_be_says_so() {
+    let page = || {
+        let mut r = Reply::stream(
+            "text/html; charset=utf-8",
+            vec!["<!doctype html><html><body><h1>Welcome</h1></body></html>".into()],
+        );
+        r.status = 200;
+        r
+    };
+    let server = ScriptedServer::start(vec![page(), page()]).await;
+    let p = make(server.url());
+    let e = p
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
+    let s = match p.chat_stream(&request(), &CancellationToken::new()).await {
+        Err(e) => e,
+        Ok(s) => collect_stream(s, |_| {}).await.unwrap_err(),
+    };
+    for e in [e, s] {
+        assert_eq!(e.code(), "malformed", "{e}");
+        assert!(e.to_string().contains("HTML page"), "{e}");
+        assert!(e.to_string().contains("check the base URL"), "{e}");
+        assert!(e.to_string().contains("Welcome"), "{e}");
+    }
+    // The API's own answer under a wrong label is read as usual.
+    let mislabelled = |mut r: Reply| {
+        r.headers = vec![("content-type".into(), "text/html".into())];
+        r
+    };
+    let server = ScriptedServer::start(vec![
+        mislabelled(OpenAi.text("fine", false)),
+        mislabelled(OpenAi.text("fine", true)),
+    ])
+    .await;
+    let p = make(server.url());
+    let r = p.chat(&request(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(r.text, "fine");
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(collect_stream(s, |_| {}).await.unwrap().text, "fine");
+}
+
 #[tokio::test]
 async fn nothing_listening_names_the_address() {
     let url = kberg_testkit::closed_port_url();
