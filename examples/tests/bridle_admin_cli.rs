@@ -407,13 +407,17 @@ fn a_url_that_answers_with_a_web_page_is_not_taken_for_the_admin_api() {
         None,
         "text/html; charset=utf-8",
         "<!doctype html><title>Welcome</title><p>It works!</p>\n",
-        2,
+        3,
     );
     let access = AdminAccess {
         url: site,
         token_file,
     };
-    for args in [&["secrets", "list"][..], &["rules", "approve", "1"][..]] {
+    for args in [
+        &["secrets", "list"][..],
+        &["rules", "approve", "1"][..],
+        &["audit", "export"][..],
+    ] {
         let out = access.run(tmp.path(), args);
         let e = failed(&out, &args.join(" "));
         assert!(e.contains("not JSON"), "{args:?}: {e}");

@@ -366,7 +366,7 @@ pub(crate) fn audit_remote(api: &AdminClient, command: AuditCommand) -> Result<E
             Ok(ExitCode::SUCCESS)
         }
         AuditCommand::Export { filter, out } => {
-            let lines = api.text(&with_query("/audit/export", &query_string(&filter)))?;
+            let lines = api.json_lines(&with_query("/audit/export", &query_string(&filter)))?;
             let n = lines.lines().filter(|l| !l.trim().is_empty()).count();
             match out {
                 Some(path) => {

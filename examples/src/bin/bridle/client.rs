@@ -114,11 +114,21 @@ impl AdminClient {
         }
     }
 
-    /// `GET path` answered with text (the audit export's JSON Lines).
-    pub(crate) fn text(&self, path: &str) -> Result<String, BoxError> {
+    /// `GET path` answered with JSON Lines (the audit export); an answer of another type (a
+    /// web page at a wrong --url) is an error.
+    pub(crate) fn json_lines(&self, path: &str) -> Result<String, BoxError> {
         let (url, req) = self.request(reqwest::Method::GET, path, None)?;
         self.rt.block_on(async {
             let resp = checked(&url, req.send().await).await?;
+            let content_type = resp
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("no content type")
+                .to_string();
+            if !content_type.starts_with(bridle_gateway::admin::audit_log::JSONL) {
+                return Err(not_the_api(&url, &content_type).into());
+            }
             Ok(resp.text().await?)
         })
     }
@@ -195,16 +205,19 @@ impl AdminClient {
             let bytes = resp.bytes().await?;
             // Every answer of the admin API is JSON: anything else (a proxy's page, another
             // service at a wrong --url) must not pass for an empty list or a change made.
-            serde_json::from_slice(&bytes).map_err(|_| {
-                let at = url.split_once('?').map_or(url.as_str(), |(at, _)| at);
-                format!(
-                    "{} answered with something that is not JSON ({content_type}); is --url the admin API (http://HOST:PORT of the admin listener)?",
-                    bridle_rules::redact_url(at)
-                )
-                .into()
-            })
+            serde_json::from_slice(&bytes).map_err(|_| not_the_api(&url, &content_type).into())
         })
     }
+}
+
+/// The error for a success answer that is not what the admin API sends (JSON, or JSON Lines
+/// for an export), shown with the URL without its user part or query.
+fn not_the_api(url: &str, content_type: &str) -> String {
+    let at = url.split_once('?').map_or(url, |(at, _)| at);
+    format!(
+        "{} answered with something that is not JSON ({content_type}); is --url the admin API (http://HOST:PORT of the admin listener)?",
+        bridle_rules::redact_url(at)
+    )
 }
 
 /// Why `what` at `url` gave no answer, in words, with the URL shown without a user part or
