@@ -439,3 +439,31 @@ async fn a_delete_whose_tokens_cannot_be_revoked_leaves_the_agent_as_it_was() {
     assert!(gw.ctx.agent("bot").is_none());
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_created_agents_token_is_answered_even_when_its_metadata_cannot_be_read() {
+    let gw = Gw::start().await;
+    // Its token rows are written, but cannot be read back as metadata (a row the vault cannot
+    // decode, as a damaged database gives).
+    let raw = rusqlite::Connection::open(gw.tmp.path().join("vault.db")).unwrap();
+    raw.execute_batch(
+        "CREATE TRIGGER unreadable AFTER INSERT ON vault_agent_tokens WHEN NEW.agent = 'newbot'
+         BEGIN UPDATE vault_agent_tokens SET created_by = X'00' WHERE rowid = NEW.rowid; END;",
+    )
+    .unwrap();
+    let resp = gw
+        .post("/agents")
+        .json(&json!({"name": "newbot", "type": "claude"}))
+        .send()
+        .await
+        .unwrap();
+    // The agent was made and its token issued: the token is in the answer, the one time it can
+    // be, rather than lost behind an error (a retry would only find `agent_exists`).
+    let created = json_ok(resp, StatusCode::CREATED).await;
+    let token = created["token"]["token"].as_str().unwrap();
+    assert!(
+        gw.mcp_works(token).await,
+        "the answered token opens the MCP endpoint"
+    );
+    gw.stop().await;
+}
