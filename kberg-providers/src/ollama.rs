@@ -206,7 +206,7 @@ fn message_json(m: &Message) -> Value {
             if !tool_calls.is_empty() {
                 let calls: Vec<Value> = tool_calls
                     .iter()
-                    .map(|c| json!({"function": {"name": c.name, "arguments": c.arguments}}))
+                    .map(|c| json!({"function": {"name": c.name, "arguments": arguments_object(&c.arguments)}}))
                     .collect();
                 v["tool_calls"] = Value::Array(calls);
             }
@@ -215,6 +215,17 @@ fn message_json(m: &Message) -> Value {
         Message::Tool { name, content, .. } => {
             json!({"role": "tool", "content": content, "tool_name": name})
         }
+    }
+}
+
+/// A call's arguments as the object Ollama reads (`arguments` is a map there: anything else
+/// fails the whole request). A model may have written other arguments (`"milk"`, a list); the
+/// gate refused those, and they go back as `{"value": …}` so the repair turn can be sent.
+fn arguments_object(arguments: &Value) -> Value {
+    match arguments {
+        Value::Object(_) => arguments.clone(),
+        Value::Null => Value::Object(Map::new()),
+        other => json!({ "value": other }),
     }
 }
 

@@ -210,6 +210,39 @@ async fn request_has_the_documented_shape() {
     assert_eq!(b["messages"][2]["tool_name"], "add_note");
 }
 
+/// A call whose arguments are not an object (a model wrote `"arguments": "milk"` in its
+/// text) is sent back with its arguments as an object: Ollama reads `arguments` as an object
+/// and refuses the whole request otherwise, which ended the run where a repair turn was due.
+#[tokio::test]
+async fn a_call_with_arguments_that_are_no_object_is_sent_back_as_an_object() {
+    let server = ScriptedServer::start(vec![
+        Ollama.text(r#"{"name": "add_note", "arguments": "milk"}"#, false),
+        Ollama.text("I need a priority for the note.", false),
+    ])
+    .await;
+    let agent = kberg_agent::Agent::from_arcs(make(server.url()), Arc::new(support::app_surface()));
+    let out = agent
+        .run(
+            vec![Message::user("add a note titled milk")],
+            &CancellationToken::new(),
+        )
+        .await;
+    assert_eq!(out.calls[0].outcome.as_str(), "invalid_arguments");
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2, "{:?}", out.stop);
+    let calls: Vec<&Value> = reqs[1].body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter_map(|m| m.get("tool_calls"))
+        .flat_map(|c| c.as_array().into_iter().flatten())
+        .collect();
+    assert!(!calls.is_empty(), "{}", reqs[1].body);
+    for c in calls {
+        assert!(c["function"]["arguments"].is_object(), "{c}");
+    }
+}
+
 #[tokio::test]
 async fn unknown_model_says_to_pull_it() {
     let server = ScriptedServer::start(vec![Reply::json(
