@@ -189,13 +189,14 @@ fn line_of(e: &serde_json::Value) -> String {
                 .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
         },
     );
-    format!(
+    let line = format!(
         "#{} {} {source_type}:{actor}{surface} {} {} [{outcome}]",
         e["id"].as_u64().unwrap_or(0),
         at,
         e["kind"].as_str().unwrap_or("?"),
         what.join(", ")
-    )
+    );
+    crate::printable(&line).into_owned()
 }
 
 pub(crate) fn audit(dir: &Path, command: AuditCommand) -> Result<ExitCode, BoxError> {

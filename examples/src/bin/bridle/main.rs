@@ -203,6 +203,25 @@ fn data_dir(cli: &Cli) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("bridle-data"))
 }
 
+/// A line of text from outside (an agent's guardrail statement or scope reason, a client's
+/// name) as a terminal shows it: each control character written as its escape (`\r`,
+/// `\u{1b}`), so a carriage return or a terminal escape sequence cannot rewrite what a person
+/// reads before deciding.
+pub(crate) fn printable(line: &str) -> std::borrow::Cow<'_, str> {
+    if !line.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len() + 8);
+    for c in line.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 pub(crate) fn who(by: Option<String>) -> String {
     by.or_else(|| std::env::var("USER").ok())
         .filter(|s| !s.trim().is_empty())

@@ -16,7 +16,7 @@ use bridle_gateway::audit::{Change, Entry, Kind, Surface};
 
 use crate::audit::record_offline;
 use crate::client::AdminClient;
-use crate::{BoxError, open_store, who};
+use crate::{BoxError, open_store, printable, who};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum RulesCommand {
@@ -98,7 +98,7 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
                 println!("no pending proposals");
             } else {
                 for p in queue {
-                    println!(
+                    let line = format!(
                         "#{} [{}] {}: {} (from {} {}{}{})",
                         p.id,
                         p.status.as_str(),
@@ -117,6 +117,7 @@ pub(crate) fn rules(dir: &Path, command: RulesCommand) -> Result<ExitCode, BoxEr
                             .map(|s| format!(", {s}"))
                             .unwrap_or_default(),
                     );
+                    println!("{}", printable(&line));
                 }
             }
         }
@@ -289,7 +290,7 @@ pub(crate) fn rules_remote(api: &AdminClient, command: RulesCommand) -> Result<E
             } else {
                 for p in items {
                     let s = |v: &serde_json::Value| v.as_str().unwrap_or("?").to_string();
-                    println!(
+                    let line = format!(
                         "#{} [{}] {}: {} (by {} {})",
                         p["id"].as_u64().unwrap_or(0),
                         s(&p["status"]),
@@ -298,6 +299,7 @@ pub(crate) fn rules_remote(api: &AdminClient, command: RulesCommand) -> Result<E
                         s(&p["origin"]["source"]),
                         s(&p["origin"]["proposed_by"]),
                     );
+                    println!("{}", printable(&line));
                 }
             }
         }
@@ -426,7 +428,7 @@ pub(crate) fn rules_remote(api: &AdminClient, command: RulesCommand) -> Result<E
 
 /// One line of `rules log`.
 fn print_change(project: &str, c: &ChangeEntry) {
-    println!(
+    let line = format!(
         "{} {project} r{} [{}] by {}: {}{}",
         c.at,
         c.revision,
@@ -437,6 +439,7 @@ fn print_change(project: &str, c: &ChangeEntry) {
             .map(|p| format!(" (proposal #{p})"))
             .unwrap_or_default()
     );
+    println!("{}", printable(&line));
 }
 
 /// What one read of a page did: queued, skipped (of them, past the limit a page may queue),

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use crate::client::AdminClient;
-use crate::{BoxError, open_store, who};
+use crate::{BoxError, open_store, printable, who};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ScopeCommand {
@@ -50,10 +50,11 @@ pub(crate) fn scope(dir: &Path, command: ScopeCommand) -> Result<ExitCode, BoxEr
                 println!("no pending scope tickets");
             }
             for t in tickets {
-                println!(
+                let line = format!(
                     "#{} [{}] {} by {}: {} (because: {})",
                     t.id, t.status, t.project, t.agent, t.action, t.reason
                 );
+                println!("{}", printable(&line));
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -80,7 +81,7 @@ pub(crate) fn scope_remote(api: &AdminClient, command: ScopeCommand) -> Result<E
             }
             for t in tickets {
                 let s = |k: &str| t[k].as_str().unwrap_or("?").to_string();
-                println!(
+                let line = format!(
                     "#{} [{}] {} by {}: {} (because: {})",
                     t["id"].as_u64().unwrap_or(0),
                     s("status"),
@@ -89,6 +90,7 @@ pub(crate) fn scope_remote(api: &AdminClient, command: ScopeCommand) -> Result<E
                     s("action"),
                     s("reason")
                 );
+                println!("{}", printable(&line));
             }
             return Ok(ExitCode::SUCCESS);
         }
