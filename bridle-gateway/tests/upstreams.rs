@@ -663,16 +663,23 @@ async fn vault_secrets_and_vault_tokens_are_followed_per_request() {
             .all(|e| e.upstream.as_deref() == Some("tickets"))
     );
 
-    // Revoked: refused, nothing sent.
+    // Revoked: refused, nothing sent; the connection that carried it is closed (which ends its
+    // session: no call, only the close).
     vault.revoke("tickets-token", 2, "user:test").unwrap();
     recorder.seen.lock().unwrap().clear();
+    let posts = *recorder.posts.lock().unwrap();
     let r = call(&robot, "tickets__whoami", json!({})).await;
     assert_eq!(code(&r), "credential_missing", "{r:?}");
-    assert!(recorder.seen.lock().unwrap().is_empty());
+    assert_eq!(*recorder.posts.lock().unwrap(), posts);
+    let seen = recorder.seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().all(|h| h == "token vault-v2"),
+        "only the revoked connection's close: {seen:?}"
+    );
 
     // Rotated to a value pasted with its line break: it cannot go in a header, so the call is
     // refused naming the secret, and nothing is forwarded (not as an unauthenticated request
-    // either), and no use is recorded. (Replacing the stale connection ends its session.)
+    // either), and no use is recorded.
     let posts = *recorder.posts.lock().unwrap();
     let recorded = vault.audit_log(0, 1000).unwrap().len();
     vault
