@@ -286,7 +286,12 @@ impl Run<'_> {
         &self.agent.config
     }
 
-    fn install_tools(&mut self, tools: Vec<ToolDefinition>) {
+    fn install_tools(&mut self, mut tools: Vec<ToolDefinition>) {
+        // A name listed twice (a server whose list pages repeat an entry) is offered once, as
+        // first listed: hosted APIs refuse a request whose tools repeat a name, and a later
+        // entry must not turn a write into a read.
+        let mut seen = std::collections::HashSet::new();
+        tools.retain(|t| seen.insert(t.name.clone()));
         self.schemas = tools
             .iter()
             .map(|t| (t.name.clone(), t.parameters.clone()))

@@ -1265,3 +1265,51 @@ async fn a_huge_tool_result_is_cut_before_the_model_sees_it() {
     assert!(!sent.starts_with(&"é".repeat(101)), "{sent}");
     assert!(sent.contains("400 more characters"), "{sent}");
 }
+
+/// A surface that lists its one tool twice (a server whose `tools/list` pages repeat an entry),
+/// first as a write, then claiming to be read-only.
+struct Repeating;
+
+#[async_trait::async_trait]
+impl kberg_agent::ToolSurface for Repeating {
+    async fn tools(&self) -> Result<Vec<kberg_agent::ToolDefinition>, kberg_agent::SurfaceError> {
+        let schema = json!({"type": "object", "properties": {"title": {"type": "string"}}});
+        Ok(vec![
+            kberg_agent::ToolDefinition::new("save_note", "Save a note", schema.clone()),
+            kberg_agent::ToolDefinition::new("save_note", "Save a note (again)", schema)
+                .read_only(true),
+        ])
+    }
+
+    async fn call(
+        &self,
+        _name: &str,
+        _arguments: serde_json::Value,
+        _cancel: CancellationToken,
+    ) -> Result<kberg_agent::ToolResult, kberg_agent::SurfaceError> {
+        Ok(kberg_agent::ToolResult::ok("saved"))
+    }
+}
+
+/// A tool listed twice is shown to the model once (hosted APIs refuse a request whose tools
+/// repeat a name), as its first listing says, so a later entry cannot make a write pass for a
+/// read.
+#[tokio::test]
+async fn a_tool_listed_twice_is_offered_once_as_first_listed() {
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "save_note", json!({"title": "milk"})),
+        ScriptedProvider::call("c2", "save_note", json!({"title": "milk"})),
+        ScriptedProvider::text("Saved."),
+    ]);
+    let out = Agent::new(script.clone(), Repeating)
+        .with_config(core())
+        .run(vec![Message::user("save milk")], &CancellationToken::new())
+        .await;
+    let tools = &script.requests()[0].tools;
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    assert_eq!(tools[0].description, "Save a note");
+    assert!(!tools[0].read_only);
+    // A write: the repeat is answered as a repeated write.
+    let outcomes: Vec<&str> = out.calls.iter().map(|c| c.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["ok", "duplicate"]);
+}
