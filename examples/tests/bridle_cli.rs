@@ -941,3 +941,27 @@ fn an_agents_text_cannot_rewrite_what_the_review_commands_show() {
         assert!(out.contains("\\r\\u{1b}[2KUse tabs."), "{args:?}: {out}");
     }
 }
+
+#[test]
+fn a_log_level_that_is_not_one_is_refused_naming_where_it_came_from() {
+    // `--log debugg` or `BRIDLE_LOG=bridle_gateway=debug` must not quietly log at `info`, as
+    // `BRIDLE_LOG_FORMAT` is refused when it is neither `text` nor `json`.
+    let data = demo_dir();
+    let d = data.path();
+    let o = run_bridle(d, &["--log", "debugg", "rules", "queue"]);
+    let e = failed(&o, "--log debugg");
+    assert!(e.contains("--log `debugg`"), "{e}");
+    assert!(e.contains("error, warn, info, debug, trace"), "{e}");
+    let o = std::process::Command::new(bridle_bin())
+        .arg("--data-dir")
+        .arg(d)
+        .args(["rules", "queue"])
+        .env("BRIDLE_LOG", "bridle_gateway=debug")
+        .output()
+        .unwrap();
+    let e = failed(&o, "BRIDLE_LOG=bridle_gateway=debug");
+    assert!(e.contains("BRIDLE_LOG `bridle_gateway=debug`"), "{e}");
+    // Any case of a level is one.
+    let o = run_bridle(d, &["--log", "DEBUG", "rules", "queue"]);
+    succeeded(&o, "--log DEBUG");
+}

@@ -322,13 +322,24 @@ fn serve_telemetry(dir: &Path) -> Result<Option<Telemetry>, BoxError> {
     })
 }
 
+/// The log levels `--log` and `$BRIDLE_LOG` take (in any case).
+const LOG_LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let level = cli
-        .log
-        .clone()
-        .or_else(|| std::env::var("BRIDLE_LOG").ok())
-        .unwrap_or_else(|| "warn".to_string());
+    let (level, from) = match (&cli.log, std::env::var("BRIDLE_LOG").ok()) {
+        (Some(l), _) => (l.clone(), "--log"),
+        (None, Some(l)) if !l.is_empty() => (l, "BRIDLE_LOG"),
+        _ => ("warn".to_string(), ""),
+    };
+    // The log filter reads anything else as `info`: a typo must not pass unnoticed.
+    if !LOG_LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+        eprintln!(
+            "error: {from} `{level}` is not a log level: one of {}",
+            LOG_LEVELS.join(", ")
+        );
+        return ExitCode::FAILURE;
+    }
     let format = match cli.log_format {
         Some(f) => f,
         None => match std::env::var("BRIDLE_LOG_FORMAT").ok().as_deref() {
