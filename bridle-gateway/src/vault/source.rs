@@ -108,15 +108,18 @@ pub struct ResolvedSecret {
     pub value: SecretValue,
 }
 
-/// Reads the secret file `dir/name` for `reference`.
+/// Reads the secret file `dir/name` for `reference`: no further than [`MAX_VALUE_LEN`] and a
+/// line break, so a file far larger, or one that never ends (a pipe, a device), is refused as
+/// too long without being read whole.
 pub(crate) fn read_file(
     reference: &str,
     dir: &Path,
     name: &str,
 ) -> Result<SecretValue, VaultError> {
+    use std::io::Read;
     let path = dir.join(name);
-    let raw = match fs::read(&path) {
-        Ok(raw) => Zeroizing::new(raw),
+    let file = match fs::File::open(&path) {
+        Ok(file) => file,
         Err(e) if e.kind() == ErrorKind::NotFound => {
             return Err(VaultError::SourceSecretMissing {
                 reference: reference.to_owned(),
@@ -125,6 +128,12 @@ pub(crate) fn read_file(
         }
         Err(source) => return Err(VaultError::SourceUnreadable { path, source }),
     };
+    // The longest value, its `\r\n`, and one byte more to know it is longer.
+    let most = u64::try_from(MAX_VALUE_LEN + 3).unwrap_or(u64::MAX);
+    let mut raw = Zeroizing::new(Vec::new());
+    if let Err(source) = file.take(most).read_to_end(&mut raw) {
+        return Err(VaultError::SourceUnreadable { path, source });
+    }
     let value = trim_line_break(&raw);
     if value.is_empty() {
         return Err(VaultError::SourceSecretEmpty {
