@@ -173,6 +173,17 @@ impl AnthropicProvider {
                     is_error,
                     ..
                 } => {
+                    // The API refuses an error result without words ("content cannot be empty
+                    // if `is_error` is true"), and a tool may answer nothing.
+                    let content = if content.trim().is_empty() {
+                        if *is_error {
+                            "(the tool failed without saying why)"
+                        } else {
+                            "(the tool returned nothing)"
+                        }
+                    } else {
+                        content.as_str()
+                    };
                     let block = json!({"type": "tool_result", "tool_use_id": call_id,
                                        "content": content, "is_error": is_error});
                     // Consecutive results belong in one user turn.

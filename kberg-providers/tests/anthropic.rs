@@ -323,6 +323,45 @@ async fn a_turn_with_no_words_is_sent_back_without_blank_text() {
     );
 }
 
+/// A tool that failed without a word (an MCP error result with no content) is sent back with
+/// words: the API refuses an empty error result (400, "content cannot be empty if `is_error`
+/// is true"), which ended the run where a repair turn was due.
+#[test]
+fn an_empty_tool_result_is_sent_with_words() {
+    let p = AnthropicProvider::new(AnthropicConfig::new("claude-sonnet-4-5"));
+    let mut req = request();
+    req.messages.push(Message::Assistant {
+        content: String::new(),
+        tool_calls: vec![
+            kberg_agent::ToolCall {
+                id: "toolu_1".into(),
+                name: "add_note".into(),
+                arguments: json!({"title": "x"}),
+            },
+            kberg_agent::ToolCall {
+                id: "toolu_2".into(),
+                name: "add_note".into(),
+                arguments: json!({"title": "y"}),
+            },
+        ],
+    });
+    for (id, is_error) in [("toolu_1", true), ("toolu_2", false)] {
+        req.messages.push(Message::Tool {
+            call_id: id.into(),
+            name: "add_note".into(),
+            content: " ".into(),
+            is_error,
+        });
+    }
+    let body = p.request_body(&req, false);
+    let results = body["messages"][2]["content"].as_array().expect("results");
+    assert_eq!(results.len(), 2, "{body}");
+    for r in results {
+        let text = r["content"].as_str().expect("text content");
+        assert!(!text.trim().is_empty(), "{body}");
+    }
+}
+
 #[tokio::test]
 async fn errors_are_actionable() {
     let server = ScriptedServer::start(vec![
