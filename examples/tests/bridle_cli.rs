@@ -965,3 +965,28 @@ fn a_log_level_that_is_not_one_is_refused_naming_where_it_came_from() {
     let o = run_bridle(d, &["--log", "DEBUG", "rules", "queue"]);
     succeeded(&o, "--log DEBUG");
 }
+
+#[test]
+fn a_kanboard_url_that_does_not_parse_is_named_without_its_credential() {
+    // `bridle kanboard serve` runs under an agent, which keeps its stderr: a URL with a
+    // credential in its user part or query must not be repeated there whole.
+    let tmp = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(bridle_bin())
+        .args([
+            "kanboard",
+            "serve",
+            "--url",
+            "http://bot:CANARY-kb-pass@kb.example:99999/jsonrpc.php?token=CANARY-kb-query",
+            "--project",
+            "1",
+        ])
+        .current_dir(tmp.path())
+        .env("KANBOARD_TOKEN", "kb-token")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let e = failed(&o, "kanboard serve with a bad port");
+    assert!(e.contains("invalid port"), "{e}");
+    assert!(e.contains("kb.example:99999"), "{e}");
+    assert!(!e.contains("CANARY"), "{e}");
+}

@@ -79,7 +79,9 @@ pub(crate) async fn kanboard(command: KanboardCommand) -> Result<(), BoxError> {
     let endpoint = args
         .url
         .parse()
-        .map_err(|e| format!("--url {}: {e}", args.url))?;
+        // Shown without a user part or query: a credential may sit there, and this process's
+        // stderr is kept by the agent that runs it.
+        .map_err(|e| format!("--url {}: {e}", bridle_rules::redact_url(&args.url)))?;
     let client = KanboardClient::new(endpoint, Duration::from_secs(args.timeout_secs))?;
     let access = StaticAccess::new().agent(AGENT, credential, args.projects);
     let tools = ToolRegistry::builder()
