@@ -828,3 +828,46 @@ fn scope_tickets_are_bounded_in_size_and_in_number(backend: Backend) {
         .request_scope("shop", "claude", None, "one more", "why")
         .unwrap();
 }
+
+/// With the files as the source of truth, an approval whose database write fails (here a
+/// trigger refuses the change log's row, as a full disk would) leaves the project's file as it
+/// was and the proposal pending: the file is written after every statement of the
+/// transaction, not before them.
+#[test]
+fn an_approval_whose_database_write_fails_leaves_the_file_as_it_was() {
+    let (_fx, store) = store(Backend::Sqlite);
+    let o = Origin::agent("claude", None);
+    let p = store.propose("shop", &o, &guardrail("g1"), None).unwrap();
+    let file = store.project_path("shop").unwrap();
+    let before = std::fs::read_to_string(&file).unwrap();
+    let db = rusqlite::Connection::open(store.db_path()).unwrap();
+    db.execute_batch(
+        "CREATE TRIGGER refuse BEFORE INSERT ON changes BEGIN SELECT RAISE(ABORT, 'the disk is full'); END;",
+    )
+    .unwrap();
+    store.approve(p.id, "alice").unwrap_err();
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
+    assert_eq!(
+        store.proposal(p.id).unwrap().status,
+        ProposalStatus::Pending
+    );
+    assert!(
+        store
+            .load("shop")
+            .unwrap()
+            .document
+            .guardrail("g1")
+            .is_none()
+    );
+    // Once the database takes the change, the approval goes through whole.
+    db.execute_batch("DROP TRIGGER refuse;").unwrap();
+    store.approve(p.id, "alice").unwrap();
+    assert!(
+        store
+            .load("shop")
+            .unwrap()
+            .document
+            .guardrail("g1")
+            .is_some()
+    );
+}

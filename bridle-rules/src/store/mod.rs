@@ -462,14 +462,29 @@ impl RulesStore {
         }
     }
 
-    /// Commits, then writes the files that are copies of the database.
+    /// Writes the changed documents' files and commits. With files as the source of truth the
+    /// files are written after every statement of the transaction and before its commit: a
+    /// statement that fails (the change log's row, a proposal's decision) leaves the file as it
+    /// was, and a file that cannot be written commits nothing. With the database, it commits,
+    /// then writes the files that are copies of it.
     fn finish(&self, tx: Box<dyn RulesTx + '_>, exports: Vec<Export>) -> Result<(), RulesError> {
-        tx.commit()?;
-        for e in exports {
-            // The database has the change; a file that cannot be written is caught up by the
-            // next change or the next start (`export_all`), so it is logged, not failed.
-            if let Err(err) = write_atomic(&e.path, e.text.as_bytes()) {
-                tracing::warn!(error = %err, "writing out a project file failed");
+        match self.document_source() {
+            DocumentSource::Files => {
+                for e in &exports {
+                    write_atomic(&e.path, e.text.as_bytes())?;
+                }
+                tx.commit()?;
+            }
+            DocumentSource::Database => {
+                tx.commit()?;
+                for e in exports {
+                    // The database has the change; a file that cannot be written is caught up
+                    // by the next change or the next start (`export_all`), so it is logged,
+                    // not failed.
+                    if let Err(err) = write_atomic(&e.path, e.text.as_bytes()) {
+                        tracing::warn!(error = %err, "writing out a project file failed");
+                    }
+                }
             }
         }
         // What this write changed reaches every later check, also one that reads only the
@@ -569,9 +584,9 @@ impl RulesStore {
         Ok(Some(from))
     }
 
-    /// Validates a document and stores its revision in the caller's transaction. With files as
-    /// the source of truth the file is written now (inside the transaction, as before commit);
-    /// with the database, the file to write after commit is returned.
+    /// Validates a document and stores its revision in the caller's transaction; returns the
+    /// file to write, which [`Self::finish`] writes (before the commit with files as the source
+    /// of truth, after it with the database).
     fn write_doc(
         &self,
         tx: &mut dyn RulesTx,
@@ -588,16 +603,10 @@ impl RulesStore {
         }
         let text = yaml::to_yaml(doc)?;
         tx.put_revision(project, doc.revision, &text)?;
-        match self.document_source() {
-            DocumentSource::Files => {
-                write_atomic(path, text.as_bytes())?;
-                Ok(Vec::new())
-            }
-            DocumentSource::Database => Ok(vec![Export {
-                path: path.to_path_buf(),
-                text,
-            }]),
-        }
+        Ok(vec![Export {
+            path: path.to_path_buf(),
+            text,
+        }])
     }
 
     /// The document of a project as it was at `revision`, for revisions written since the
