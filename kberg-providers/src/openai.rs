@@ -326,17 +326,24 @@ struct Slot {
 const MAX_STREAMED_CALLS: usize = 1024;
 
 impl ChunkDecoder {
-    /// The index in the assembled reply of a tool-call delta the server gave `index` and `id`.
-    /// Calls are told apart by their index, as the reference says, but some servers (Ollama's
-    /// OpenAI-compatible endpoint, Gemini's, LiteLLM's bridges) give every call of a message
-    /// `index: 0`, each with an id of its own: a delta with an id other than the one its index
-    /// already holds starts a new call. A delta without an id continues the call its index
-    /// holds.
-    fn call_index(&mut self, index: usize, id: Option<&str>) -> Result<usize, ProviderError> {
+    /// The index in the assembled reply of a tool-call delta the server gave `index`, `id` and
+    /// `name`. Calls are told apart by their index, as the reference says, but some servers
+    /// (Ollama's OpenAI-compatible endpoint, Gemini's, LiteLLM's bridges) give every call of a
+    /// message `index: 0`, each with an id of its own: a delta that names a tool, with an id
+    /// other than the one its index already holds, starts a new call. Any other delta continues
+    /// the call its index holds, also one with another id but no name (some servers give a
+    /// call's later pieces an id of their own).
+    fn call_index(
+        &mut self,
+        index: usize,
+        id: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<usize, ProviderError> {
         let id = id.filter(|id| !id.is_empty());
+        let starts = name.is_some_and(|n| !n.is_empty());
         if let Some(slot) = self.slots.get_mut(&index) {
             match (&slot.id, id) {
-                (Some(held), Some(id)) if held != id => {}
+                (Some(held), Some(id)) if held != id && starts => {}
                 (None, Some(id)) => {
                     slot.id = Some(id.to_string());
                     return Ok(slot.call);
@@ -420,8 +427,9 @@ impl SseReply for ChunkDecoder {
                         ));
                     }
                     let id = c.get("id").and_then(Value::as_str);
-                    let index = self.call_index(index, id)?;
                     let f = c.get("function");
+                    let name = f.and_then(|f| f.get("name")).and_then(Value::as_str);
+                    let index = self.call_index(index, id, name)?;
                     out.push(ChatDelta::ToolCall {
                         index,
                         id: id.map(str::to_string),

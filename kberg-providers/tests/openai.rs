@@ -314,6 +314,30 @@ async fn calls_sharing_an_index_stay_apart_by_their_ids() {
             ("call_x4", "search_notes", &json!({"query": "milk"})),
         ]
     );
+
+    // A server that gives a call's later pieces an id of their own (but no name): one call.
+    let pieces = vec![
+        chunk(json!([{"index": 0, "delta": {"tool_calls": [
+            {"id": "call_p1", "index": 0, "type": "function", "function": {"name": "wait", "arguments": ""}}
+        ]}, "finish_reason": null}])),
+        chunk(json!([{"index": 0, "delta": {"tool_calls": [
+            {"id": "call_p2", "index": 0, "function": {"arguments": "{\"seconds\""}}
+        ]}, "finish_reason": null}])),
+        chunk(json!([{"index": 0, "delta": {"tool_calls": [
+            {"id": "call_p2", "index": 0, "function": {"arguments": ": 2}"}}
+        ]}, "finish_reason": null}])),
+        chunk(json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])),
+        "data: [DONE]\n\n".into(),
+    ];
+    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let s = make(server.url())
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.tool_calls.len(), 1, "{:?}", r.tool_calls);
+    assert_eq!(r.tool_calls[0].name, "wait");
+    assert_eq!(r.tool_calls[0].arguments, json!({"seconds": 2}));
 }
 
 /// A reply is over at `data: [DONE]`: what a server sends after it is not part of the turn,
