@@ -492,6 +492,16 @@ impl GatewayConfig {
         let agents = self.agents.keys().cloned().collect();
         crate::upstreams::check_all(&self.upstreams, &agents)
             .map_err(|e| invalid(e.to_string()))?;
+        // The Kanboard tools are mounted under `kanboard__`, with the `kanboard.write`
+        // capability an upstream of that name would declare again (a start refused with only
+        // "already declared").
+        #[cfg(feature = "kanboard")]
+        if self.kanboard.is_some() && self.upstreams.contains_key("kanboard") {
+            return Err(invalid(
+                "upstream `kanboard`: the `kanboard:` section offers the Kanboard tools under that namespace (`kanboard__...`); remove one of them, or name the upstream otherwise"
+                    .into(),
+            ));
+        }
         if let Some(t) = &self.traces {
             t.check().map_err(invalid)?;
             if !cfg!(feature = "traces") {

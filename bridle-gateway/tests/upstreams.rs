@@ -540,6 +540,23 @@ fn bad_upstream_entries_stop_the_gateway_at_start_naming_them() {
     }
 }
 
+/// An upstream named `kanboard` beside the `kanboard:` section would offer its tools under the
+/// namespace the Kanboard tools already hold (`kanboard__...`): refused when the configuration
+/// is read, saying why, rather than at start as a capability "already declared".
+#[cfg(feature = "kanboard")]
+#[test]
+fn an_upstream_under_the_kanboard_tools_namespace_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
+    append_config(
+        tmp.path(),
+        "kanboard:\n  url: http://127.0.0.1:9/jsonrpc.php\nupstreams:\n  kanboard:\n    http: {url: 'http://127.0.0.1:9/mcp'}\n",
+    );
+    let err = GatewayConfig::load(tmp.path()).unwrap_err().to_string();
+    assert!(err.contains("upstream `kanboard`"), "{err}");
+    assert!(err.contains("`kanboard:` section"), "{err}");
+}
+
 /// The vault as the credential source: a secret created, rotated and revoked in the vault is
 /// followed by the next call, every use is in the vault's log, and an agent that holds only a
 /// vault-issued token authenticates with it until it is revoked.
