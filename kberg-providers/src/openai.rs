@@ -396,13 +396,17 @@ impl SseReply for ChunkDecoder {
                 detail: msg,
             });
         }
-        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+        let usage = v.get("usage").filter(|u| u.is_object());
+        if let Some(u) = usage {
             out.push(ChatDelta::Usage(usage_of(u)));
         }
-        let choices = v
-            .get("choices")
-            .and_then(Value::as_array)
-            .ok_or_else(|| ProviderError::malformed("a chunk has no `choices` array"))?;
+        let Some(choices) = v.get("choices").and_then(Value::as_array) else {
+            // The usage chunk without `choices`, as some servers send it, is complete.
+            if usage.is_some() && v.get("choices").is_none_or(Value::is_null) {
+                return Ok(());
+            }
+            return Err(ProviderError::malformed("a chunk has no `choices` array"));
+        };
         for choice in choices {
             if let Some(f) = finish_of(choice.get("finish_reason").and_then(Value::as_str)) {
                 self.finish = Some(f);

@@ -367,6 +367,31 @@ async fn the_reply_ends_at_done_whatever_follows() {
     assert_eq!(r.usage.total(), 99);
 }
 
+/// The usage chunk without a `choices` field, as some servers (Fireworks, several bridges)
+/// send it: the usage is read, and the turn is not lost as malformed at its very end.
+#[tokio::test]
+async fn a_usage_chunk_without_choices_is_read() {
+    let usage = json!({"id": "chatcmpl-123", "object": "chat.completion.chunk", "created": 1694268190,
+                       "model": "local-model",
+                       "usage": {"prompt_tokens": 82, "completion_tokens": 17, "total_tokens": 99}});
+    let pieces = vec![
+        chunk(
+            json!([{"index": 0, "delta": {"role": "assistant", "content": "Hi"}, "finish_reason": null}]),
+        ),
+        chunk(json!([{"index": 0, "delta": {}, "finish_reason": "stop"}])),
+        format!("data: {usage}\n\n"),
+        "data: [DONE]\n\n".into(),
+    ];
+    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let s = make(server.url())
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.text, "Hi");
+    assert_eq!(r.usage.total(), 99);
+}
+
 #[tokio::test]
 async fn bad_key_is_unauthorized() {
     let server = ScriptedServer::start(vec![Reply::json(401, &api_error(
