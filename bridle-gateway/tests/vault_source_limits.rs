@@ -55,3 +55,41 @@ fn a_source_that_never_ends_is_refused_at_the_limit() {
         Err("invalid_value")
     );
 }
+
+#[test]
+fn a_master_key_file_that_never_ends_is_refused() {
+    use bridle_gateway::vault::MasterKey;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("bridle_master_key");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let (stop, stopped) = mpsc::channel::<()>();
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let mut pipe = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            let chunk = vec![b'k'; 64 * 1024];
+            for _ in 0..64 {
+                if pipe.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+            let _ = stopped.recv();
+        })
+    };
+    let (answer, answered) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let _ = answer.send(MasterKey::load(&fifo).map(drop).map_err(|e| e.code()));
+    });
+    let outcome = answered.recv_timeout(Duration::from_secs(60));
+    let _ = stop.send(());
+    writer.join().unwrap();
+    reader.join().unwrap();
+    assert_eq!(
+        outcome.expect("the read ends without waiting for the file to end"),
+        Err("master_key_invalid")
+    );
+}

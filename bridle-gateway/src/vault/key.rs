@@ -55,8 +55,8 @@ impl MasterKey {
     /// Reads the key from `path` (e.g. a Docker secret). A missing, unreadable, short or long
     /// file is an error; nothing is created.
     pub fn load(path: &Path) -> Result<Self, VaultError> {
-        let raw = match fs::read(path) {
-            Ok(raw) => Zeroizing::new(raw),
+        let raw = match read_bounded(path) {
+            Ok(raw) => raw,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 return Err(VaultError::MasterKeyMissing {
                     path: path.to_path_buf(),
@@ -126,6 +126,22 @@ impl MasterKey {
     }
 }
 
+/// The longest key file read: every valid form is under 50 bytes, so a file longer than this
+/// is refused from its first bytes, and a file that never ends (a pipe, a device) is not read
+/// forever.
+const MAX_KEY_FILE_LEN: u64 = 1024;
+
+/// The first [`MAX_KEY_FILE_LEN`] + 1 bytes of the key file (one more than the longest read, so
+/// a longer file is known to be one).
+fn read_bounded(path: &Path) -> std::io::Result<Zeroizing<Vec<u8>>> {
+    use std::io::Read;
+    let mut raw = Zeroizing::new(Vec::new());
+    fs::File::open(path)?
+        .take(MAX_KEY_FILE_LEN + 1)
+        .read_to_end(&mut raw)?;
+    Ok(raw)
+}
+
 /// Where a created key file goes, opened exclusively with mode 0600.
 fn create_private(path: &Path) -> std::io::Result<fs::File> {
     let mut options = fs::OpenOptions::new();
@@ -180,9 +196,13 @@ fn parse(raw: &[u8]) -> Result<Zeroizing<[u8; MASTER_KEY_LEN]>, String> {
             return Ok(key);
         }
     }
+    let held = if raw.len() as u64 > MAX_KEY_FILE_LEN {
+        format!("more than {MAX_KEY_FILE_LEN}")
+    } else {
+        raw.len().to_string()
+    };
     Err(format!(
-        "it holds {} bytes; expected 32 raw bytes, 64 hex digits or 44 characters of base64",
-        raw.len()
+        "it holds {held} bytes; expected 32 raw bytes, 64 hex digits or 44 characters of base64"
     ))
 }
 
