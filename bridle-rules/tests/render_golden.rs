@@ -350,3 +350,30 @@ fn example_repository_credentials_are_not_rendered() {
         );
     }
 }
+
+/// A statement of several lines or paragraphs stays inside its guardrail's list item in every
+/// agent's file (its lines indented under the item), so no part of it reads as a paragraph or
+/// heading of its own, apart from the guardrail and its severity.
+#[test]
+fn a_statement_of_several_paragraphs_stays_in_its_list_item() {
+    let mut doc = fixture();
+    doc.guardrails[0].statement =
+        "Keep secrets in the gateway.\n\n## Not a heading of the file\nStill the same rule.".into();
+    let renderer = Renderer::builtin();
+    for target in renderer.catalog().targets() {
+        let out = renderer.render("shop", &doc, &target.name).unwrap();
+        for line in ["## Not a heading of the file", "Still the same rule."] {
+            let found = out
+                .content
+                .lines()
+                .find(|l| l.trim_start() == line)
+                .unwrap_or_else(|| panic!("{}: {line:?} missing\n{}", target.name, out.content));
+            assert!(
+                found.starts_with("  "),
+                "{}: {found:?} is outside its list item\n{}",
+                target.name,
+                out.content
+            );
+        }
+    }
+}
