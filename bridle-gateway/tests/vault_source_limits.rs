@@ -1,6 +1,7 @@
 //! A read-only secret source (`docker:`, `file:`) is read no further than the largest value
 //! the vault takes: a file that is far larger, or never ends (a pipe, a device linked in by
-//! mistake), is refused `invalid_value` once the limit is passed, not read whole into memory.
+//! mistake), is refused `invalid_value` once the limit is passed, not read whole into memory. The
+//! master key file likewise: one that never ends is refused `master_key_invalid`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 #![cfg(unix)]
