@@ -578,3 +578,36 @@ fn a_bad_traces_section_is_refused_with_its_code() {
     assert_eq!(e.code(), "traces_invalid");
     assert!(e.to_string().contains("not an http"), "{e}");
 }
+
+#[tokio::test]
+async fn a_method_outside_mcp_is_one_span_name_not_one_per_request() {
+    // A client names its request's method itself: copied into the span name, each made-up
+    // method would be a new span name in the trace store. Outside the MCP methods it is
+    // `_OTHER`, as the OpenTelemetry conventions name an unknown method.
+    let exporter = InMemorySpanExporter::default();
+    let telemetry = Telemetry::with_exporter(exporter.clone(), "bridle-test");
+    let subscriber = tracing_subscriber::registry().with(telemetry.layer());
+    let _default = tracing::subscriber::set_default(subscriber);
+    let tmp = data_dir(None, "");
+    let t = telemetry.clone();
+    let gw = run(bind(tmp.path(), move |b| b.telemetry(t)).await);
+    let claude = token(tmp.path(), "claude");
+    for n in 0..3 {
+        let r = reqwest::Client::new()
+            .post(&gw.url)
+            .bearer_auth(&claude)
+            .header("accept", "application/json, text/event-stream")
+            .json(
+                &json!({"jsonrpc": "2.0", "id": n, "method": format!("made/up-{n}"), "params": {}}),
+            )
+            .send()
+            .await
+            .unwrap();
+        let _ = r.text().await;
+    }
+    let spans = spans_named(&exporter, &["_OTHER"]).await;
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+    assert!(!names.iter().any(|n| n.contains("made/up")), "{names:?}");
+    let other = spans.iter().find(|s| s.name == "_OTHER").unwrap();
+    assert_eq!(attr(other, "mcp.method.name").as_deref(), Some("_OTHER"));
+}

@@ -62,6 +62,11 @@ const METHODS: &[&str] = &[
     "notifications/roots/list_changed",
 ];
 
+/// Whether `method` is one of the MCP methods counted by name.
+pub(crate) fn is_mcp_method(method: &str) -> bool {
+    METHODS.contains(&method)
+}
+
 /// A request's method as a label: a known MCP method, or one of the fixed words for what is
 /// not a request with a method.
 fn method_label(method: &str) -> &'static str {

@@ -16,7 +16,9 @@
 //!
 //! Attributes are names only: `mcp.method.name`, `gen_ai.tool.name`, `gen_ai.operation.name`,
 //! `mcp.session.id`, `mcp.protocol.version`, `jsonrpc.request.id`, `error.type`. Argument values,
-//! results and tokens never become attributes, and the spans carry no log events.
+//! results and tokens never become attributes, and the spans carry no log events. A method
+//! outside MCP's is `_OTHER` in a span's name and `mcp.method.name`, so a client cannot mint
+//! a span name per request.
 //!
 //! Spans are `tracing` spans of target [`TRACE_TARGET`], turned into OpenTelemetry spans by the
 //! layer [`Telemetry::layer`] gives a binary's subscriber. With traces off (no `traces:` in

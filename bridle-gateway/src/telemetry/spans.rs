@@ -32,7 +32,19 @@ pub(crate) fn target_of<'a>(method: &str, params: Option<&'a Value>) -> Option<&
     check_name(name).is_ok().then_some(name)
 }
 
+/// A method as a span shows it (its name and `mcp.method.name`): an MCP method, or `_OTHER`,
+/// the conventions' word for a method outside the known set, so a client cannot mint a new
+/// span name with each request.
+fn method_shown(method: &str) -> &str {
+    if crate::ops::metrics::is_mcp_method(method) {
+        method
+    } else {
+        "_OTHER"
+    }
+}
+
 fn span_name(method: &str, target: Option<&str>) -> String {
+    let method = method_shown(method);
     match target {
         Some(t) => format!("{method} {t}"),
         None => method.to_string(),
@@ -41,7 +53,7 @@ fn span_name(method: &str, target: Option<&str>) -> String {
 
 /// The attributes both kinds share, set on `span`.
 fn common(span: &tracing::Span, method: &str, target: Option<&str>) {
-    span.set_attribute("mcp.method.name", method.to_string());
+    span.set_attribute("mcp.method.name", method_shown(method).to_string());
     match (method, target) {
         ("tools/call", Some(t)) => {
             span.set_attribute("gen_ai.tool.name", t.to_string());
