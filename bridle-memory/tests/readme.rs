@@ -17,10 +17,10 @@ let config = MemoryConfig {
 };
 let memory = MemoryService::open(&config).await?;
 
-// bridle memory index <url|path> --tag T --arch A
+// bridle memory index --project P --tag T (the project's rules list the example's URL and arch tag)
 let repo = ExampleRepo { url: "https://git.example.invalid/team/mvc-demo.git".into(), reference_tag: "mvc-demo-1".into(), arch_tag: "modified-mvc".into() };
 let report = memory.patterns.index(&repo, &LineProgress::new(std::io::stderr())).await?;   // report.last_indexed -> rules document
-// bridle memory refresh T / search Q [--arch A] / purge T
+// bridle memory refresh --project P --tag T / search --project P Q [--arch-tag A] / purge --project P --tag T
 memory.patterns.refresh("mvc-demo-1", &NoProgress).await?;
 let hits = memory.patterns.search("where are requests routed to controllers", Some("modified-mvc"), 5).await?;
 memory.patterns.purge("mvc-demo-1").await?;
