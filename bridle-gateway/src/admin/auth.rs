@@ -258,12 +258,10 @@ impl AdminTokens {
         Ok(())
     }
 
-    /// Reads a file of `name token` lines (blank lines and `#` comments skipped).
+    /// Reads a file of `name token` lines (blank lines and `#` comments skipped); a file
+    /// longer than [`MAX_TOKEN_LIST_BYTES`] is refused.
     pub fn from_file(path: &Path) -> Result<Self, CredentialsError> {
-        let text = std::fs::read_to_string(path).map_err(|source| CredentialsError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = read_token_file(path, MAX_TOKEN_LIST_BYTES)?;
         let mut tokens = Self::new()?;
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -300,6 +298,40 @@ impl AdminTokens {
         mac.update(token.as_bytes());
         mac.finalize().into_bytes().into()
     }
+}
+
+/// The longest file of `name token` lines read ([`AdminTokens::from_file`]): 1 MiB, room for
+/// thousands of admins.
+pub const MAX_TOKEN_LIST_BYTES: u64 = 1024 * 1024;
+
+/// The text of a token file, read no further than `max` bytes: a longer file (or one that never
+/// ends, a pipe or a device given by mistake) is refused, and what was read is wiped.
+pub(crate) fn read_token_file(
+    path: &Path,
+    max: u64,
+) -> Result<Zeroizing<String>, CredentialsError> {
+    use std::io::Read;
+    let io = |source| CredentialsError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut raw = Zeroizing::new(Vec::new());
+    std::fs::File::open(path)
+        .and_then(|f| f.take(max.saturating_add(1)).read_to_end(&mut raw))
+        .map_err(io)?;
+    if raw.len() as u64 > max {
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("the file is longer than {max} bytes; it is not a token file"),
+        )));
+    }
+    let text = std::str::from_utf8(&raw).map_err(|_| {
+        io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        ))
+    })?;
+    Ok(Zeroizing::new(text.to_owned()))
 }
 
 /// Refuses a token from a file shorter than [`MIN_TOKEN_FILE_CHARS`] (the message never holds

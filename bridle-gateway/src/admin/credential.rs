@@ -15,7 +15,9 @@ use base64::Engine;
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
-use super::auth::{AdminCredentials, AdminIdentity, AdminTokens, CredentialsError, long_enough};
+use super::auth::{
+    AdminCredentials, AdminIdentity, AdminTokens, CredentialsError, long_enough, read_token_file,
+};
 use crate::vault::{SecretValue, Vault, VaultError};
 
 /// The prefix of the vault secrets that hold admin credentials.
@@ -118,17 +120,15 @@ pub fn ensure_vault_admin(
     }
 }
 
+/// The longest admin token file read ([`admin_from_file`]): one token, however padded.
+pub const MAX_TOKEN_FILE_BYTES: u64 = 4096;
+
 /// One admin whose token is the content of `path` (surrounding whitespace removed), as a
 /// Docker secret holds it. A token shorter than
-/// [`MIN_TOKEN_FILE_CHARS`](super::auth::MIN_TOKEN_FILE_CHARS) characters is refused.
+/// [`MIN_TOKEN_FILE_CHARS`](super::auth::MIN_TOKEN_FILE_CHARS) characters is refused, as is a
+/// file longer than [`MAX_TOKEN_FILE_BYTES`].
 pub fn admin_from_file(admin: &str, path: &Path) -> Result<AdminTokens, CredentialsError> {
-    let text =
-        Zeroizing::new(
-            std::fs::read_to_string(path).map_err(|source| CredentialsError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?,
-        );
+    let text = read_token_file(path, MAX_TOKEN_FILE_BYTES)?;
     let bad = |message: String| CredentialsError::Line {
         path: path.to_path_buf(),
         line: 1,
