@@ -230,7 +230,7 @@ pub(super) async fn forward(
         Ok(h) => h,
         Err(e) => {
             up.report_broken(generation);
-            return Err(unavailable(e.to_string()));
+            return Err(unavailable(transport_failure(&e)));
         }
     };
     // Sends `notifications/cancelled` upstream if this request ends without an answer.
@@ -309,14 +309,61 @@ pub(super) async fn forward(
             code: e.code.0,
             message: redact(&e.message),
         }),
+        // An HTTP upstream that refuses one request at the HTTP level (a `500` from a handler
+        // that crashed, a `413` for a body over its limit) is reported the same way as a
+        // transport that broke, but its connection serves on. Reconnecting for a refused
+        // request would cut off every other call running there.
+        Err(ServiceError::TransportSend(e)) if answered_this_request(&e) => {
+            Err(UpstreamError::Failed {
+                namespace: ns.to_string(),
+                message: redact(&format!("it refused the request ({})", e.error)),
+            })
+        }
         Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
             up.report_broken(generation);
-            Err(unavailable(e.to_string()))
+            Err(unavailable(transport_failure(&e)))
         }
         Err(e) => Err(UpstreamError::Failed {
             namespace: ns.to_string(),
             message: redact(&e.to_string()),
         }),
+    }
+}
+
+/// Whether a send error is the upstream's answer to this one request: an HTTP status it
+/// refused the request with (`500`, `413`), or an answer that could not be read as one. The
+/// connection serves on after it, unlike after a failure to reach the upstream at all, a
+/// refused credential or an expired session, which need a new connection.
+fn answered_this_request(e: &rmcp::transport::DynamicTransportError) -> bool {
+    use rmcp::transport::streamable_http_client::{HttpStatusError, StreamableHttpError};
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e.error.as_ref());
+    while let Some(now) = cause {
+        if now.is::<HttpStatusError>() {
+            return true;
+        }
+        if let Some(http) = now.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+            return matches!(
+                http,
+                StreamableHttpError::HttpStatus(_)
+                    | StreamableHttpError::UnexpectedServerResponse(_)
+                    | StreamableHttpError::ResponseBodyTooLarge { .. }
+                    | StreamableHttpError::UnexpectedContentType(_)
+                    | StreamableHttpError::Deserialize(_)
+            );
+        }
+        cause = now.source();
+    }
+    false
+}
+
+/// What failed, in words that name no client-library type: a transport's send error is told
+/// by its cause (`HTTP 500`, `Transport channel closed`), not by rmcp's wrapper, whose text
+/// names the transport's Rust type.
+fn transport_failure(e: &ServiceError) -> String {
+    match e {
+        ServiceError::TransportSend(e) => format!("the request could not be sent: {}", e.error),
+        ServiceError::TransportClosed => "its connection closed".to_string(),
+        other => other.to_string(),
     }
 }
 
