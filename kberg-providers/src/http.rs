@@ -318,7 +318,8 @@ fn retry_delays(opts: &HttpOptions) -> impl Iterator<Item = Duration> + Send + u
 }
 
 /// Posts `body` as JSON with `headers`, retrying 429 and 5xx. Returns the successful response
-/// (headers read, body not yet).
+/// (headers read, body not yet) and when the attempt that got it was sent, from which a whole
+/// reply's [`HttpOptions::timeout`] runs.
 pub(crate) async fn post(
     client: &reqwest::Client,
     opts: &HttpOptions,
@@ -326,7 +327,7 @@ pub(crate) async fn post(
     headers: &[(&'static str, String)],
     body: &Value,
     cancel: &CancellationToken,
-) -> Result<reqwest::Response, ProviderError> {
+) -> Result<(reqwest::Response, tokio::time::Instant), ProviderError> {
     let target = &ep.target;
     let credentials = &target.credentials;
     let mut attempt: u32 = 0;
@@ -337,6 +338,7 @@ pub(crate) async fn post(
         for (k, v) in headers {
             req = req.header(*k, v);
         }
+        let started = tokio::time::Instant::now();
         let sent = cancellable(cancel, tokio::time::timeout(opts.timeout, req.send())).await?;
         let resp = match sent {
             Err(_) => return Err(ProviderError::Timeout(opts.timeout)),
@@ -374,7 +376,7 @@ pub(crate) async fn post(
         };
         let status = resp.status();
         if status.is_success() {
-            return Ok(resp);
+            return Ok((resp, started));
         }
         if status.is_redirection() {
             return Err(not_followed(&resp, ep));
@@ -506,6 +508,7 @@ async fn error_body(resp: reqwest::Response) -> Vec<u8> {
 /// is refused before reading, and a body without one is refused as soon as it passes it.
 async fn read_json(
     resp: reqwest::Response,
+    sent: tokio::time::Instant,
     opts: &HttpOptions,
     ep: &Endpoint,
     cancel: &CancellationToken,
@@ -536,7 +539,9 @@ async fn read_json(
         }
         Ok(bytes)
     };
-    let bytes = cancellable(cancel, tokio::time::timeout(opts.timeout, read))
+    // The body gets what is left of the reply's time, not a timeout of its own: a server that
+    // takes most of it to send its headers and then trickles the body is still bounded by it.
+    let bytes = cancellable(cancel, tokio::time::timeout_at(sent + opts.timeout, read))
         .await?
         .map_err(|_| ProviderError::Timeout(opts.timeout))??;
     serde_json::from_slice(&bytes).map_err(|e| {
@@ -561,8 +566,8 @@ pub(crate) async fn post_for_json<T>(
     parse: impl FnOnce(&Value) -> Result<T, ProviderError>,
 ) -> Result<T, ProviderError> {
     let turn = async {
-        let resp = post(client, opts, ep, headers, body, cancel).await?;
-        parse(&read_json(resp, opts, ep, cancel).await?)
+        let (resp, sent) = post(client, opts, ep, headers, body, cancel).await?;
+        parse(&read_json(resp, sent, opts, ep, cancel).await?)
     };
     turn.await
         .map_err(|e| scrub_error(&ep.target.credentials, e))
@@ -581,7 +586,7 @@ pub(crate) async fn post_for_stream<D: LineDecoder>(
     cancel: &CancellationToken,
 ) -> Result<ChatStream, ProviderError> {
     let credentials = std::sync::Arc::clone(&ep.target.credentials);
-    let resp = post(client, opts, ep, headers, body, cancel)
+    let (resp, _) = post(client, opts, ep, headers, body, cancel)
         .await
         .map_err(|e| scrub_error(&credentials, e))?;
     let html = is_html(&resp);

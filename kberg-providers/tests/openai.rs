@@ -751,6 +751,38 @@ async fn an_endless_error_body_is_read_no_further_than_its_message_needs() {
     assert!(e.to_string().len() < 600, "{e}");
 }
 
+/// `HttpOptions::timeout` bounds a whole non-streamed reply: a server that spends most of it
+/// before its headers and then trickles the body past it is timed out, rather than given the
+/// whole timeout again for the body.
+#[tokio::test]
+async fn the_timeout_bounds_headers_and_body_together() {
+    let timeout = Duration::from_secs(2);
+    let part = timeout * 3 / 5;
+    let full = serde_json::to_string(&json!({
+        "id": "c1", "object": "chat.completion", "model": "local-model",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "late"}}]
+    }))
+    .expect("JSON");
+    let (head, tail) = full.split_at(full.len() / 2);
+    let slow = Reply::stream("application/json", vec![head.to_string(), tail.to_string()])
+        .headers_after(part);
+    let slow = Reply {
+        chunks: vec![(Duration::ZERO, head.to_string()), (part, tail.to_string())],
+        ..slow
+    };
+    let server = ScriptedServer::start(vec![slow]).await;
+    let provider = with_options(
+        server.url(),
+        HttpOptions::default().max_retries(0).timeout(timeout),
+    );
+    let e = provider
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .expect_err("headers and body took longer than the timeout together");
+    assert_eq!(e.code(), "timeout", "{e}");
+}
+
 #[tokio::test]
 async fn an_event_whose_data_lines_never_end_is_too_large() {
     // Each line is short, but the event never ends (no blank line): its joined data is bounded

@@ -44,6 +44,8 @@ pub struct Reply {
     pub abort: bool,
     /// Makes the body from the request answered, in place of `chunks` (see [`Reply::echo`]).
     pub echo: Option<fn(&Recorded) -> String>,
+    /// How long the status line and headers wait (see [`Reply::headers_after`]).
+    pub head_delay: Duration,
 }
 
 impl Reply {
@@ -55,6 +57,7 @@ impl Reply {
             chunks: vec![(Duration::ZERO, body.to_string())],
             abort: false,
             echo: None,
+            head_delay: Duration::ZERO,
         }
     }
 
@@ -68,6 +71,7 @@ impl Reply {
             chunks: Vec::new(),
             abort: false,
             echo: Some(make),
+            head_delay: Duration::ZERO,
         }
     }
 
@@ -79,6 +83,7 @@ impl Reply {
             chunks: pieces.into_iter().map(|p| (Duration::ZERO, p)).collect(),
             abort: false,
             echo: None,
+            head_delay: Duration::ZERO,
         }
     }
 
@@ -93,6 +98,13 @@ impl Reply {
         for c in &mut self.chunks {
             c.0 = delay;
         }
+        self
+    }
+
+    /// Sends the status line and headers only after `delay` (a server that thinks before it
+    /// answers); the body's pieces follow with their own delays.
+    pub fn headers_after(mut self, delay: Duration) -> Self {
+        self.head_delay = delay;
         self
     }
 
@@ -144,7 +156,13 @@ impl ScriptedServer {
         let app = axum::Router::new().fallback(
             move |method: Method, uri: Uri, headers: HeaderMap, body: axum::body::Bytes| {
                 let st = Arc::clone(&st);
-                async move { answer(st, method, uri, headers, body) }
+                async move {
+                    let (response, head_delay) = answer(st, method, uri, headers, body);
+                    if !head_delay.is_zero() {
+                        tokio::time::sleep(head_delay).await;
+                    }
+                    response
+                }
             },
         );
         let stop = CancellationToken::new();
@@ -184,7 +202,7 @@ fn answer(
     uri: Uri,
     headers: HeaderMap,
     body: axum::body::Bytes,
-) -> Response {
+) -> (Response, Duration) {
     let json = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let recorded = Recorded {
         method: method.to_string(),
@@ -195,10 +213,11 @@ fn answer(
     };
     st.requests.lock().unwrap().push(recorded.clone());
     let Some(mut reply) = st.replies.lock().unwrap().pop_front() else {
-        return Response::builder()
+        let refusal = Response::builder()
             .status(StatusCode::INTERNAL_SERVER_ERROR)
             .body(Body::from("the test script has no reply for this request"))
             .unwrap();
+        return (refusal, Duration::ZERO);
     };
     if let Some(make) = reply.echo {
         reply.chunks = vec![(Duration::ZERO, make(&recorded))];
@@ -236,5 +255,5 @@ fn answer(
     for (k, v) in &reply.headers {
         b = b.header(k, v);
     }
-    b.body(Body::from_stream(pieces)).unwrap()
+    (b.body(Body::from_stream(pieces)).unwrap(), reply.head_delay)
 }
