@@ -135,7 +135,9 @@ pub async fn get_one(
 }
 
 /// Ends a session: it leaves the registry and its next request is refused (the client must
-/// start a new one and authenticate again).
+/// start a new one and authenticate again). A 2026-07-28 client has no session to end: ending
+/// its `<agent>/stateless` entry takes it off the list until its next request; revoke the
+/// agent's tokens to stop it.
 #[utoipa::path(post, path = "/admin/api/v1/sessions/{id}/end", tag = "sessions",
     params(("id" = String, Path, description = "The session id")),
     responses(
