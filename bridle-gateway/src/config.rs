@@ -502,6 +502,14 @@ impl GatewayConfig {
                     .into(),
             ));
         }
+        // The memory tools declare `memory.write`, the capability an upstream named `memory`
+        // would declare again.
+        if self.memory.is_some() && self.upstreams.contains_key("memory") {
+            return Err(invalid(
+                "upstream `memory`: the `memory:` section's tools hold the `memory.write` capability an upstream of that name would declare again; name the upstream otherwise"
+                    .into(),
+            ));
+        }
         if let Some(t) = &self.traces {
             t.check().map_err(invalid)?;
             if !cfg!(feature = "traces") {

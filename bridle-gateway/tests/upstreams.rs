@@ -557,6 +557,19 @@ fn an_upstream_under_the_kanboard_tools_namespace_is_refused() {
     assert!(err.contains("`kanboard:` section"), "{err}");
 }
 
+#[test]
+fn an_upstream_named_memory_beside_the_memory_tools_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
+    append_config(
+        tmp.path(),
+        "memory:\n  embedder:\n    local: {path: /nonexistent/model}\nupstreams:\n  memory:\n    http: {url: 'http://127.0.0.1:9/mcp'}\n",
+    );
+    let err = GatewayConfig::load(tmp.path()).unwrap_err().to_string();
+    assert!(err.contains("upstream `memory`"), "{err}");
+    assert!(err.contains("`memory:` section"), "{err}");
+}
+
 /// The vault as the credential source: a secret created, rotated and revoked in the vault is
 /// followed by the next call, every use is in the vault's log, and an agent that holds only a
 /// vault-issued token authenticates with it until it is revoked.
