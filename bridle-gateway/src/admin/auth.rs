@@ -421,7 +421,14 @@ pub async fn require_admin(
             retry_after: Some(throttled.retry_after),
         });
     }
-    let Some(identity) = state.credentials.verify(token) else {
+    // A check may read the vault (a database, perhaps PostgreSQL over the network): it runs on
+    // the blocking pool, not on an async worker it would hold while it waits.
+    let credentials = Arc::clone(&state.credentials);
+    let presented = zeroize::Zeroizing::new(token.to_owned());
+    let verified = tokio::task::spawn_blocking(move || credentials.verify(&presented))
+        .await
+        .map_err(|e| ApiError::Internal(format!("the credential check failed: {e}")))?;
+    let Some(identity) = verified else {
         match address {
             Some(ip) => throttle.failed(Some(ip), token),
             None => throttle.failed_credential(token),

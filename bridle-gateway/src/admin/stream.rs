@@ -132,7 +132,12 @@ impl StreamHold {
             tokio::select! {
                 () = self.shutdown.cancelled() => return,
                 _ = recheck.tick() => {
-                    if self.admitted.still_valid() {
+                    // The check may read the vault: on the blocking pool, as at admission.
+                    let admitted = self.admitted.clone();
+                    let valid = tokio::task::spawn_blocking(move || admitted.still_valid())
+                        .await
+                        .unwrap_or(false);
+                    if valid {
                         continue;
                     }
                     tracing::info!(
