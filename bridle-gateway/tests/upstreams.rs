@@ -18,7 +18,7 @@ use bridle_rules::{AgentCatalog, ReadWrite, RulesStore};
 use kberg_agent::{McpSurface, ToolResult, ToolSurface};
 use kberg_core::{Grants, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability};
 use kberg_server::{AuthError, Authenticator, HeaderMap, HttpConfig, HttpServer, McpApp};
-use kberg_testkit::eventually_async_ok;
+use kberg_testkit::{WAIT, eventually_async_ok};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -453,6 +453,51 @@ async fn an_agent_without_a_mapping_is_refused_and_nothing_is_sent() {
         "a request was sent"
     );
     gateway.upstreams().shutdown().await;
+    upstream_stop.cancel();
+}
+
+/// A connection whose attempts fail (here: the upstream refuses codex's credential) answers
+/// each call at once with why, instead of holding every call for the whole connect timeout
+/// while it waits to retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_failed_answers_at_once_not_after_the_connect_timeout() {
+    let recorder = Arc::new(Recorder::default());
+    recorder
+        .accepted
+        .lock()
+        .unwrap()
+        .push("up-claude-1".to_string());
+    let (url, upstream_stop) = start_upstream(Arc::clone(&recorder)).await;
+    let tmp = data_dir(&url);
+    let config = GatewayConfig::load(tmp.path()).unwrap();
+    // Far longer than the test waits for an answer.
+    let gateway = GatewayBuilder::new(tmp.path(), config)
+        .connect_timeout(Duration::from_secs(3600))
+        .build()
+        .await
+        .unwrap();
+    gateway
+        .upstreams()
+        .wait_offered("tickets", Duration::from_secs(30))
+        .await;
+    let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let gw_url = bound.url();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let served = tokio::spawn(bound.run(async move { s.cancelled().await }));
+
+    let codex = McpSurface::connect_http_with_bearer(&gw_url, &token(tmp.path(), "codex"))
+        .await
+        .unwrap();
+    for attempt in 1..=2 {
+        let r = tokio::time::timeout(WAIT, call(&codex, "tickets__whoami", json!({})))
+            .await
+            .unwrap_or_else(|_| panic!("call {attempt} waited for the connect timeout"));
+        assert!(r.is_error, "{r:?}");
+        assert_eq!(code(&r), "upstream_unavailable", "{r:?}");
+    }
+    stop.cancel();
+    served.await.unwrap().unwrap();
     upstream_stop.cancel();
 }
 

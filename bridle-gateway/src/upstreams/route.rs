@@ -325,19 +325,33 @@ impl Route {
         self.connections.lock().await.clear();
     }
 
-    /// Waits until `connection` has listed its tools, within the connect timeout.
+    /// Waits until `connection` has listed its tools, within the connect timeout. A connection
+    /// whose attempt failed (it waits to try again) answers at once with why, as the
+    /// aggregator does for a call while no connection stands: waiting out the connect timeout
+    /// for its next attempt would hold every call to a dead upstream that long.
     pub(crate) async fn ready(&self, connection: &Connection) -> Result<(), RouteError> {
-        if connection
-            .aggregator
-            .wait_connected(&self.namespace, 1, self.connect_timeout)
+        let settled = match connection.aggregator.status_changes(&self.namespace) {
+            Some(mut status) => tokio::time::timeout(
+                self.connect_timeout,
+                status.wait_for(|s| !matches!(s, UpstreamStatus::Connecting)),
+            )
             .await
-        {
-            return Ok(());
+            .ok()
+            .and_then(Result::ok)
+            .map(|s| s.clone()),
+            None => None,
+        };
+        match settled {
+            Some(UpstreamStatus::Connected { .. }) => Ok(()),
+            _ => {
+                let reason = connection
+                    .unavailable_reason(&self.namespace)
+                    .unwrap_or_else(|| {
+                        format!("it did not connect within {:?}", self.connect_timeout)
+                    });
+                Err(RouteError::Unavailable(reason))
+            }
         }
-        let reason = connection
-            .unavailable_reason(&self.namespace)
-            .unwrap_or_else(|| format!("it did not connect within {:?}", self.connect_timeout));
-        Err(RouteError::Unavailable(reason))
     }
 
     /// Refuses a value that cannot be sent where the credential goes: a header value with a
