@@ -9,7 +9,7 @@
 //! and object key of the structured content. The bytes of images and audio are media, not
 //! text, and are left as sent. The reasons an upstream is unavailable (shown to agents in a
 //! refusal and to operators) go through [`scrub_text`] the same way, as does what its tool
-//! listing says of each tool (title, description, schemas: [`scrub_spec`]; a tool whose name
+//! listing says of each tool (title, description, schemas: `scrub_spec`; a tool whose name
 //! holds the value is not offered), and so does everything the
 //! upstream sends the calling agent while the call runs (`ScrubbingPeer`: its log messages,
 //! progress messages, and the questions it relays, such as an elicitation's text). This is a
