@@ -120,12 +120,7 @@ impl AdminClient {
         let (url, req) = self.request(reqwest::Method::GET, path, None)?;
         self.rt.block_on(async {
             let resp = checked(&url, req.send().await).await?;
-            let content_type = resp
-                .headers()
-                .get(reqwest::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("no content type")
-                .to_string();
+            let content_type = content_type(&resp);
             if !content_type.starts_with(bridle_gateway::admin::audit_log::JSONL) {
                 return Err(not_the_api(&url, &content_type).into());
             }
@@ -196,12 +191,7 @@ impl AdminClient {
         let (url, req) = self.request(method, path, body)?;
         self.rt.block_on(async {
             let resp = checked(&url, req.send().await).await?;
-            let content_type = resp
-                .headers()
-                .get(reqwest::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("no content type")
-                .to_string();
+            let content_type = content_type(&resp);
             let bytes = resp.bytes().await?;
             // Every answer of the admin API is JSON: anything else (a proxy's page, another
             // service at a wrong --url) must not pass for an empty list or a change made.
@@ -286,6 +276,16 @@ fn api_base(url: &str) -> String {
     } else {
         url.to_string()
     }
+}
+
+/// A response's content type as sent, or `no content type`, for saying what came instead of
+/// the API's answer.
+fn content_type(resp: &reqwest::Response) -> String {
+    resp.headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("no content type")
+        .to_string()
 }
 
 #[cfg(test)]
