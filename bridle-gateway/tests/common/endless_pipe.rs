@@ -1,0 +1,53 @@
+//! A file that never ends, for the tests of readers that must stop at a limit: a named pipe
+//! whose writer sends far more than any such file holds and then keeps it open, as a pipe or a
+//! device given by mistake does.
+
+#![allow(dead_code)] // Each test file uses part of it.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::mpsc;
+
+/// Runs `read` on a pipe called `name` whose writer sends `chunk` `times` times and then holds
+/// it open. Answers what `read` returned, or `None` when it did not return within
+/// [`kberg_testkit::WAIT`] (it waited for the end of the file). Both threads end either way.
+pub fn read_endless<T: Send + 'static>(
+    name: &str,
+    chunk: Vec<u8>,
+    times: usize,
+    read: impl FnOnce(&Path) -> T + Send + 'static,
+) -> Option<T> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fifo = dir.path().join(name);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success(), "mkfifo made the pipe");
+    let (stop, stopped) = mpsc::channel::<()>();
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let mut pipe = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&fifo)
+                .expect("open the pipe");
+            for _ in 0..times {
+                if pipe.write_all(&chunk).is_err() {
+                    break; // the reader stopped reading: what is wanted
+                }
+            }
+            let _ = stopped.recv();
+        })
+    };
+    let (answer, answered) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let _ = answer.send(read(&fifo));
+    });
+    let outcome = answered.recv_timeout(kberg_testkit::WAIT).ok();
+    // Whatever happened, let both threads end.
+    let _ = stop.send(());
+    writer.join().expect("the writer ends");
+    reader.join().expect("the reader ends");
+    outcome
+}
