@@ -495,6 +495,12 @@ impl GatewayConfig {
         // The Kanboard tools are mounted under `kanboard__`, with the `kanboard.write`
         // capability an upstream of that name would declare again (a start refused with only
         // "already declared").
+        // Zero would be no time for any call: refused as `traces.otlp.timeout_secs` is, where
+        // it used to be taken as 1 without a word.
+        #[cfg(feature = "kanboard")]
+        if self.kanboard.as_ref().is_some_and(|k| k.timeout_secs == 0) {
+            return Err(invalid("kanboard.timeout_secs must be at least 1".into()));
+        }
         #[cfg(feature = "kanboard")]
         if self.kanboard.is_some() && self.upstreams.contains_key("kanboard") {
             return Err(invalid(

@@ -603,6 +603,18 @@ fn an_upstream_under_the_kanboard_tools_namespace_is_refused() {
 }
 
 #[test]
+fn a_kanboard_timeout_of_zero_is_refused_naming_the_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
+    append_config(
+        tmp.path(),
+        "kanboard:\n  url: http://127.0.0.1:9/jsonrpc.php\n  timeout_secs: 0\n",
+    );
+    let err = GatewayConfig::load(tmp.path()).unwrap_err().to_string();
+    assert!(err.contains("kanboard.timeout_secs"), "{err}");
+}
+
+#[test]
 fn an_upstream_named_memory_beside_the_memory_tools_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     init_data_dir_with_token_files(tmp.path()).unwrap();

@@ -56,7 +56,7 @@ pub struct KanboardAgent {
 pub struct KanboardConfig {
     /// Kanboard's JSON-RPC endpoint (ends in `/jsonrpc.php`).
     pub url: String,
-    /// The time limit of one Kanboard request, in seconds.
+    /// The time limit of one Kanboard request, in seconds (at least 1; default 30).
     #[serde(default = "default_timeout_secs")]
     pub timeout_secs: u64,
     /// Per agent (its principal id): its credential.

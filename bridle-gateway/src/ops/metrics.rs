@@ -62,7 +62,9 @@ const METHODS: &[&str] = &[
     "notifications/roots/list_changed",
 ];
 
-/// Whether `method` is one of the MCP methods counted by name.
+/// Whether `method` is one of the MCP methods counted by name (the traces name their spans
+/// after the same list).
+#[cfg(feature = "traces")]
 pub(crate) fn is_mcp_method(method: &str) -> bool {
     METHODS.contains(&method)
 }
