@@ -585,44 +585,39 @@ fn bad_upstream_entries_stop_the_gateway_at_start_naming_them() {
     }
 }
 
+/// Why a fresh data directory with `extra` added to its `bridle.yaml` does not load.
+fn load_error(extra: &str) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
+    append_config(tmp.path(), extra);
+    GatewayConfig::load(tmp.path()).unwrap_err().to_string()
+}
+
 /// An upstream named `kanboard` beside the `kanboard:` section would offer its tools under the
 /// namespace the Kanboard tools already hold (`kanboard__...`): refused when the configuration
 /// is read, saying why, rather than at start as a capability "already declared".
 #[cfg(feature = "kanboard")]
 #[test]
 fn an_upstream_under_the_kanboard_tools_namespace_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    init_data_dir_with_token_files(tmp.path()).unwrap();
-    append_config(
-        tmp.path(),
+    let err = load_error(
         "kanboard:\n  url: http://127.0.0.1:9/jsonrpc.php\nupstreams:\n  kanboard:\n    http: {url: 'http://127.0.0.1:9/mcp'}\n",
     );
-    let err = GatewayConfig::load(tmp.path()).unwrap_err().to_string();
     assert!(err.contains("upstream `kanboard`"), "{err}");
     assert!(err.contains("`kanboard:` section"), "{err}");
 }
 
+#[cfg(feature = "kanboard")]
 #[test]
 fn a_kanboard_timeout_of_zero_is_refused_naming_the_field() {
-    let tmp = tempfile::tempdir().unwrap();
-    init_data_dir_with_token_files(tmp.path()).unwrap();
-    append_config(
-        tmp.path(),
-        "kanboard:\n  url: http://127.0.0.1:9/jsonrpc.php\n  timeout_secs: 0\n",
-    );
-    let err = GatewayConfig::load(tmp.path()).unwrap_err().to_string();
+    let err = load_error("kanboard:\n  url: http://127.0.0.1:9/jsonrpc.php\n  timeout_secs: 0\n");
     assert!(err.contains("kanboard.timeout_secs"), "{err}");
 }
 
 #[test]
 fn an_upstream_named_memory_beside_the_memory_tools_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    init_data_dir_with_token_files(tmp.path()).unwrap();
-    append_config(
-        tmp.path(),
+    let err = load_error(
         "memory:\n  embedder:\n    local: {path: /nonexistent/model}\nupstreams:\n  memory:\n    http: {url: 'http://127.0.0.1:9/mcp'}\n",
     );
-    let err = GatewayConfig::load(tmp.path()).unwrap_err().to_string();
     assert!(err.contains("upstream `memory`"), "{err}");
     assert!(err.contains("`memory:` section"), "{err}");
 }
