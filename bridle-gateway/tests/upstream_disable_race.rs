@@ -125,18 +125,24 @@ async fn call(http: &reqwest::Client, mcp: &str, token: &str, tool: &str) -> Val
     r.json().await.unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_in_flight_when_its_upstream_is_disabled_opens_no_connection() {
-    let seen: Seen = Arc::default();
+/// Serves the stand-in upstream on a free loopback port, recording into `seen`.
+async fn serve_stand_in(seen: Seen) -> std::net::SocketAddr {
     let app = Router::new()
         .route(
             "/mcp",
             post(stand_in).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
         )
-        .with_state(Arc::clone(&seen));
+        .with_state(seen);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_when_its_upstream_is_disabled_opens_no_connection() {
+    let seen: Seen = Arc::default();
+    let addr = serve_stand_in(Arc::clone(&seen)).await;
 
     let secrets = tempfile::tempdir().unwrap();
     for (name, value) in [("up-claude", "claude-secret"), ("up-codex", "codex-secret")] {
@@ -235,15 +241,7 @@ async fn connected(gw: &Gw) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_whose_secret_is_gone_is_closed() {
     let seen: Seen = Arc::default();
-    let app = Router::new()
-        .route(
-            "/mcp",
-            post(stand_in).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
-        )
-        .with_state(Arc::clone(&seen));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = serve_stand_in(Arc::clone(&seen)).await;
 
     let secrets = tempfile::tempdir().unwrap();
     std::fs::write(secrets.path().join("up-token"), "shared-secret\n").unwrap();
