@@ -492,15 +492,13 @@ impl GatewayConfig {
         let agents = self.agents.keys().cloned().collect();
         crate::upstreams::check_all(&self.upstreams, &agents)
             .map_err(|e| invalid(e.to_string()))?;
+        #[cfg(feature = "kanboard")]
+        if let Some(k) = &self.kanboard {
+            k.check(|a| self.agents.contains_key(a)).map_err(invalid)?;
+        }
         // The Kanboard tools are mounted under `kanboard__`, with the `kanboard.write`
         // capability an upstream of that name would declare again (a start refused with only
         // "already declared").
-        // Zero would be no time for any call: refused as `traces.otlp.timeout_secs` is, where
-        // it used to be taken as 1 without a word.
-        #[cfg(feature = "kanboard")]
-        if self.kanboard.as_ref().is_some_and(|k| k.timeout_secs == 0) {
-            return Err(invalid("kanboard.timeout_secs must be at least 1".into()));
-        }
         #[cfg(feature = "kanboard")]
         if self.kanboard.is_some() && self.upstreams.contains_key("kanboard") {
             return Err(invalid(
@@ -629,14 +627,6 @@ pub(crate) fn rewrite<E>(
         ConfigError::Invalid { message, .. } => RewriteError::Check(message),
         other => RewriteError::Io(other.to_string()),
     })?;
-    #[cfg(feature = "kanboard")]
-    if let Some(k) = &config.kanboard
-        && let Some(a) = k.agents.keys().find(|a| !config.agents.contains_key(*a))
-    {
-        return Err(RewriteError::Check(format!(
-            "kanboard.agents names agent `{a}`; remove it there first"
-        )));
-    }
     let yaml = serde_saphyr::to_string(&config).map_err(|e| RewriteError::Io(e.to_string()))?;
     let header: String = text
         .lines()

@@ -67,6 +67,39 @@ pub struct KanboardConfig {
     pub projects: BTreeMap<String, Vec<i64>>,
 }
 
+impl KanboardConfig {
+    /// Checks the section as `bridle.yaml` is read (`bridle check`, a start, an edit through
+    /// the admin API), naming the field at fault: `timeout_secs` is at least 1, `url` is an
+    /// `http://` or `https://` URL, and every name under `agents` is one `is_agent` knows. These
+    /// used to be checked only when the gateway was built, so a configuration that passed
+    /// `bridle check` could still fail to start. The message never quotes the URL: it may carry
+    /// a credential.
+    pub fn check(&self, is_agent: impl Fn(&str) -> bool) -> Result<(), String> {
+        // Zero would be no time for any call: refused as `traces.otlp.timeout_secs` is, where
+        // it used to be taken as 1 without a word.
+        if self.timeout_secs == 0 {
+            return Err("kanboard.timeout_secs must be at least 1".into());
+        }
+        let url = reqwest::Url::parse(&self.url)
+            .map_err(|e| format!("kanboard.url is not a valid URL ({e})"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!(
+                "kanboard.url must start with http:// or https:// (got `{}:`)",
+                url.scheme()
+            ));
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err("kanboard.url names no host".into());
+        }
+        if let Some(agent) = self.agents.keys().find(|a| !is_agent(a)) {
+            return Err(format!(
+                "kanboard.agents names `{agent}`, which is not a configured agent: configure it, or remove it from kanboard.agents"
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// One Bridle project a caller may use with Kanboard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BridleProject {
