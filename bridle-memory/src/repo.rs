@@ -790,6 +790,20 @@ mod tests {
         assert!(shown.contains("127.0.0.1:9"), "{shown}");
     }
 
+    #[tokio::test]
+    async fn a_token_with_an_unencoded_slash_is_hidden_whole() {
+        // The token's `/` is not escaped: the user part ends at the `@`, not at the `/`.
+        let source = "http://bot:s3cret/token-tail@127.0.0.1:9/team/x.git";
+        assert_eq!(redact_url(source), "http://***@127.0.0.1:9/team/x.git");
+        let err = fetch(source, Duration::from_secs(30))
+            .await
+            .map(|_| ())
+            .expect_err("nothing to clone");
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains("token-tail"), "{shown}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
     #[test]
     fn files_are_read_one_at_a_time_in_path_order_and_a_change_after_the_walk_counts() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -15,10 +15,13 @@
 /// The most characters of one URL a summary shows; a longer one is cut with `…`.
 const SHOWN_URL_CHARS: usize = 120;
 
-/// `url` with its user part (everything before the last `@` of the authority, where a token
-/// goes) shown as `***@`, its query as `?***` and a fragment as `#***`. Text without `://` (a
-/// file path, an scp-like `git@host:repo`) is returned trimmed and otherwise unchanged.
-/// Redacting a redacted URL changes nothing.
+/// `url` with its user part (everything before the last `@`, where a token goes) shown as
+/// `***@`, its query as `?***` and a fragment as `#***`. A token pasted unencoded may hold a
+/// `/`, `?` or `#` (`https://bot:ab/cd@host/x`), so the user part is not taken to end at the
+/// first of them; an `@` in the path, query or fragment cannot be told from one ending such a
+/// user part, so what comes before it is hidden too (more than needed, never less). Text
+/// without `://` (a file path, an scp-like `git@host:repo`) is returned trimmed and otherwise
+/// unchanged. Redacting a redacted URL changes nothing.
 ///
 /// ```
 /// use bridle_rules::redact_url;
@@ -27,6 +30,7 @@ const SHOWN_URL_CHARS: usize = 120;
 ///     redact_url("https://user:s3cret@docs.example/guide"),
 ///     "https://***@docs.example/guide"
 /// );
+/// assert_eq!(redact_url("https://bot:ab/cd@git.example/a.git"), "https://***@git.example/a.git");
 /// assert_eq!(redact_url("https://h/page?token=s3cret"), "https://h/page?***");
 /// assert_eq!(redact_url("https://h/callback#token=s3cret"), "https://h/callback#***");
 /// assert_eq!(redact_url("docs/guide.md"), "docs/guide.md");
@@ -37,25 +41,23 @@ pub fn redact_url(url: &str) -> String {
         return s.to_string();
     };
     let (head, rest) = s.split_at(scheme_end + 3);
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
     let mut out = String::with_capacity(s.len());
     out.push_str(head);
-    match authority.rfind('@') {
+    let after_user = match rest.rfind('@') {
         Some(at) => {
             out.push_str("***@");
-            out.push_str(&authority[at + 1..]);
+            &rest[at + 1..]
         }
-        None => out.push_str(authority),
-    }
+        None => rest,
+    };
     // The query, or a fragment when it comes first (`#a?b` is all fragment).
-    match tail.find(['?', '#']) {
+    match after_user.find(['?', '#']) {
         Some(i) => {
-            out.push_str(&tail[..i]);
-            out.push_str(&tail[i..=i]);
+            out.push_str(&after_user[..i]);
+            out.push_str(&after_user[i..=i]);
             out.push_str("***");
         }
-        None => out.push_str(tail),
+        None => out.push_str(after_user),
     }
     out
 }
@@ -124,13 +126,49 @@ mod tests {
             assert_eq!(redact_url(&url), shown, "{url}");
             assert_eq!(redact_url(shown), shown, "redacting twice changes nothing");
         }
-        // An `@` after the authority is part of the path, not a user part.
-        assert_eq!(
-            redact_url("https://git.example/x@y"),
-            "https://git.example/x@y"
-        );
         assert_eq!(redact_url("git@host:team/a.git"), "git@host:team/a.git");
         assert_eq!(redact_url("/srv/guides/a.md"), "/srv/guides/a.md");
+    }
+
+    /// URLs whose user part holds what a URL may not (an unencoded `/`, `?`, `#` or `@`, as a
+    /// token pasted into a URL often does), and an `@` past the host, with how they are shown.
+    /// The same table is in kberg-core's `redact` tests: the two rules must agree.
+    const UNENCODED_USER_PARTS: &[(&str, &str)] = &[
+        (
+            "https://bot:ab/cd-canary@h.example/repo.git",
+            "https://***@h.example/repo.git",
+        ),
+        ("https://bot:canary/x@h.example", "https://***@h.example"),
+        (
+            "https://canary/tok=@h.example:8443/r?q=1",
+            "https://***@h.example:8443/r?***",
+        ),
+        ("https://bot:can?ary@h.example/r", "https://***@h.example/r"),
+        (
+            "https://bot:can#ary@h.example/r#top",
+            "https://***@h.example/r#***",
+        ),
+        (
+            "https://me@corp:ab/cd@h.example/r",
+            "https://***@h.example/r",
+        ),
+        // Which `@` ends a user part with a `/` in it cannot be told from one in the path or
+        // the query, so everything up to the last `@` is hidden: more than needed, never less.
+        ("https://h.example/x@y", "https://***@y"),
+        (
+            "https://h.example/x?mail=a@b.example",
+            "https://***@b.example",
+        ),
+        ("https://h.example/x#a@b", "https://***@b"),
+    ];
+
+    #[test]
+    fn a_user_part_with_a_slash_or_a_query_mark_is_hidden_whole() {
+        for (url, shown) in UNENCODED_USER_PARTS {
+            assert_eq!(redact_url(url), *shown, "{url}");
+            assert_eq!(redact_url(shown), *shown, "redacting twice changes nothing");
+            assert_eq!(shown_url(url), *shown, "{url}");
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ const MIN_HIDDEN_CHARS: usize = 4;
 struct Split<'a> {
     /// The scheme and `://`, or nothing.
     head: &'a str,
-    /// Everything before the last `@` of the authority.
+    /// Everything before the last `@` (see [`Split::of`]).
     user: Option<&'a str>,
     /// The authority after the user part, and the path.
     host_and_path: &'a str,
@@ -33,13 +33,34 @@ struct Split<'a> {
 impl<'a> Split<'a> {
     /// `text` trimmed and split; `None` when it has no scheme and `schemeless` is false (a
     /// path or an scp-like source, which holds nothing to hide).
+    ///
+    /// The user part runs to the last `@` of the text, not of the authority: a token pasted
+    /// into a URL unencoded may hold a `/`, `?` or `#` (`https://bot:ab/cd@host/x`), and an
+    /// authority ended at the first of them would show the token's tail. An `@` in a path, a
+    /// query or a fragment cannot be told from one ending such a user part, so the text
+    /// before it is hidden too: more than needed, never less.
     fn of(text: &'a str, schemeless: bool) -> Option<Self> {
-        let s = text.trim();
-        let (head, rest) = match s.find("://") {
-            Some(i) => s.split_at(i + 3),
-            None if schemeless => ("", s),
-            None => return None,
+        let (head, rest) = Self::head_of(text, schemeless)?;
+        let (user, after_user) = match rest.rfind('@') {
+            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+            None => (None, rest),
         };
+        let hidden_at = after_user.find(['?', '#']).unwrap_or(after_user.len());
+        let (host_and_path, hidden_tail) = after_user.split_at(hidden_at);
+        Some(Self {
+            head,
+            user,
+            host_and_path,
+            hidden_tail,
+        })
+    }
+
+    /// `text` split as a URL parser reads it, the authority ending at the first `/`, `?` or
+    /// `#`: how an HTTP client or git may split a user part that holds one of them, and so
+    /// which values it may send and a service quote back. Only [`UrlCredentials`] uses it,
+    /// to hide those values as well; [`of`](Self::of) decides what is shown.
+    fn as_parsed(text: &'a str, schemeless: bool) -> Option<Self> {
+        let (head, rest) = Self::head_of(text, schemeless)?;
         let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
         let (authority, tail) = rest.split_at(authority_end);
         let (user, host) = match authority.rfind('@') {
@@ -54,6 +75,32 @@ impl<'a> Split<'a> {
             host_and_path: &rest[authority_end - host.len()..path_end],
             hidden_tail: &rest[path_end..],
         })
+    }
+
+    /// The scheme and `://` (or nothing, when `schemeless`) and the rest of trimmed `text`.
+    fn head_of(text: &'a str, schemeless: bool) -> Option<(&'a str, &'a str)> {
+        let s = text.trim();
+        match s.find("://") {
+            Some(i) => Some(s.split_at(i + 3)),
+            None if schemeless => Some(("", s)),
+            None => None,
+        }
+    }
+
+    /// The values of `text` read both ways ([`of`](Self::of) and
+    /// [`as_parsed`](Self::as_parsed)).
+    fn values_both_ways(text: &'a str, schemeless: bool) -> Vec<String> {
+        let mut found = Vec::new();
+        for split in [
+            Self::of(text, schemeless),
+            Self::as_parsed(text, schemeless),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            found.extend(values_of(&split));
+        }
+        found
     }
 
     /// The query: after a `?` that comes before any `#`, up to the fragment.
@@ -78,11 +125,13 @@ impl<'a> Split<'a> {
     }
 }
 
-/// `url` as errors and logs show it: its user part (everything before the last `@` of the
-/// authority, where a key or token goes) as `***@`, its query as `?***` and a fragment as
-/// `#***`. Text without a scheme is read as starting with the authority, so `user:key@host/v1`
-/// is hidden too; use [`redact_source`] for text that may be a path or an scp-like git source.
-/// The result is trimmed, and redacting a redacted URL changes nothing.
+/// `url` as errors and logs show it: its user part (everything before the last `@`, where a
+/// key or token goes) as `***@`, its query as `?***` and a fragment as `#***`. A token pasted
+/// unencoded may hold a `/`, so the user part is not taken to end at the first `/`; an `@` in
+/// the path or query hides what comes before it too (more than needed, never less). Text
+/// without a scheme is read as starting with the authority, so `user:key@host/v1` is hidden
+/// too; use [`redact_source`] for text that may be a path or an scp-like git source. The result
+/// is trimmed, and redacting a redacted URL changes nothing.
 ///
 /// ```
 /// use kberg_core::redact_url;
@@ -93,6 +142,7 @@ impl<'a> Split<'a> {
 /// );
 /// assert_eq!(redact_url("https://h.example/cb#token=s3cret"), "https://h.example/cb#***");
 /// assert_eq!(redact_url("user:s3cret@h.example:8080/v1"), "***@h.example:8080/v1");
+/// assert_eq!(redact_url("https://bot:ab/cd@h.example/r.git"), "https://***@h.example/r.git");
 /// assert_eq!(redact_url("http://127.0.0.1:11434"), "http://127.0.0.1:11434");
 /// ```
 pub fn redact_url(url: &str) -> String {
@@ -174,9 +224,7 @@ impl UrlCredentials {
     pub fn of_urls(urls: &[&str], secrets: &[&str]) -> Self {
         let mut found: Vec<String> = secrets.iter().map(|s| s.to_string()).collect();
         for url in urls {
-            if let Some(split) = Split::of(url, true) {
-                found.extend(values_of(&split));
-            }
+            found.extend(Split::values_both_ways(url, true));
         }
         Self::hiding(found)
     }
@@ -184,11 +232,7 @@ impl UrlCredentials {
     /// The credentials a clone or fetch of `source` carries, read as [`redact_source`] reads
     /// it: those of a URL with a scheme, none of a path or an scp-like source.
     pub fn of_source(source: &str) -> Self {
-        Self::hiding(
-            Split::of(source, false)
-                .map(|s| values_of(&s))
-                .unwrap_or_default(),
-        )
+        Self::hiding(Split::values_both_ways(source, false))
     }
 
     /// The values hidden, longest first (for a caller that merges them into a list of its
@@ -334,7 +378,6 @@ mod tests {
                 "http://127.0.0.1:11434".to_string(),
                 "http://127.0.0.1:11434",
             ),
-            ("https://h/x@y".to_string(), "https://h/x@y"),
             (format!("  http://u:{CANARY}@h:8080  "), "http://***@h:8080"),
         ] {
             assert_eq!(redact_url(&url), shown, "{url}");
@@ -343,6 +386,56 @@ mod tests {
                 assert_eq!(redact_source(&url), shown, "a URL is a URL either way");
             }
         }
+    }
+
+    /// URLs whose user part holds what a URL may not (an unencoded `/`, `?`, `#` or `@`, as a
+    /// token pasted into a URL often does), and an `@` past the host, with how they are shown.
+    /// The same table is in bridle-rules' `redact` tests, whose copy of the rule must agree.
+    const UNENCODED_USER_PARTS: &[(&str, &str)] = &[
+        (
+            "https://bot:ab/cd-canary@h.example/repo.git",
+            "https://***@h.example/repo.git",
+        ),
+        ("https://bot:canary/x@h.example", "https://***@h.example"),
+        (
+            "https://canary/tok=@h.example:8443/r?q=1",
+            "https://***@h.example:8443/r?***",
+        ),
+        ("https://bot:can?ary@h.example/r", "https://***@h.example/r"),
+        (
+            "https://bot:can#ary@h.example/r#top",
+            "https://***@h.example/r#***",
+        ),
+        (
+            "https://me@corp:ab/cd@h.example/r",
+            "https://***@h.example/r",
+        ),
+        // Which `@` ends a user part with a `/` in it cannot be told from one in the path or
+        // the query, so everything up to the last `@` is hidden: more than needed, never less.
+        ("https://h.example/x@y", "https://***@y"),
+        (
+            "https://h.example/x?mail=a@b.example",
+            "https://***@b.example",
+        ),
+        ("https://h.example/x#a@b", "https://***@b"),
+    ];
+
+    #[test]
+    fn a_user_part_with_a_slash_or_a_query_mark_is_hidden_whole() {
+        for (url, shown) in UNENCODED_USER_PARTS {
+            assert_eq!(redact_url(url), *shown, "{url}");
+            assert_eq!(redact_source(url), *shown, "{url}");
+            assert_eq!(redact_url(shown), *shown, "redacting twice changes nothing");
+        }
+        assert_eq!(redact_url("bot:ab/cd-canary@h:1/v1"), "***@h:1/v1");
+        // What git or a server quotes back of such a URL is scrubbed too, the user part read
+        // either way.
+        let c = UrlCredentials::of_source("https://bot:ab/cd-canary@h.example/r.git");
+        let said = c.scrub("fatal: 'https://bot:ab/cd-canary@h.example/r.git' ab/cd-canary");
+        assert!(!said.contains("cd-canary"), "{said}");
+        let c = UrlCredentials::new("https://h.example/x?token=canary@7Hq2", &[]);
+        let said = c.scrub("refused token=canary@7Hq2");
+        assert!(!said.contains("canary@7Hq2"), "{said}");
     }
 
     #[test]
@@ -356,7 +449,6 @@ mod tests {
                 "https://s3cret-token@git.example/x.git",
                 "https://***@git.example/x.git",
             ),
-            ("https://git.example/x@y", "https://git.example/x@y"),
             (
                 "https://git.example/x.git?private_token=s3cret-token",
                 "https://git.example/x.git?***",
