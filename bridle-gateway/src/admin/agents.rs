@@ -9,6 +9,8 @@
 //! token is a secret file authenticates with that file, so its token is changed by replacing the
 //! file, and the token operations here answer 409 `token_in_secret_file` for it.
 
+use std::time::Duration;
+
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -25,7 +27,8 @@ use super::secrets::vault_of;
 use super::{AdminState, blocking, grace_period, path, record};
 use crate::audit::{Change, Kind};
 use crate::config::AgentConfig;
-use crate::vault::{AgentTokenMeta, IssuedToken};
+use crate::context::GatewayContext;
+use crate::vault::{AgentTokenMeta, IssuedToken, Vault};
 
 pub(crate) fn routes() -> Router<AdminState> {
     Router::new()
@@ -141,11 +144,15 @@ pub struct Revoked {
     pub ended_sessions: usize,
 }
 
-fn configured(s: &AdminState, name: &str) -> Result<AgentConfig, ApiError> {
-    s.ctx.agent(name).ok_or_else(|| ApiError::NotFound {
+fn unknown(name: &str) -> ApiError {
+    ApiError::NotFound {
         code: "unknown_agent",
         detail: format!("no configured agent `{name}`"),
-    })
+    }
+}
+
+fn configured(s: &AdminState, name: &str) -> Result<AgentConfig, ApiError> {
+    s.ctx.agent(name).ok_or_else(|| unknown(name))
 }
 
 fn view(s: &AdminState, name: &str, a: &AgentConfig, tokens: Vec<AgentTokenMeta>) -> AgentView {
@@ -268,6 +275,68 @@ fn record_issue(
     Some(message)
 }
 
+/// Issues a token of the configured, vault-issued agent `name`: with `grace` `None` every
+/// earlier token is revoked, otherwise the earlier ones stay valid for `grace`.
+fn issue_token(
+    ctx: &GatewayContext,
+    vault: &Vault,
+    name: &str,
+    grace: Option<Duration>,
+    actor: &str,
+) -> Result<IssuedToken, ApiError> {
+    let a = ctx.agent(name).ok_or_else(|| unknown(name))?;
+    vault_issued(name, &a)?;
+    #[cfg(test)]
+    tests::between_check_and_write();
+    let t = match grace {
+        None => vault.set_agent_token(name, actor)?,
+        Some(grace) => vault.rotate_agent_token(name, grace, actor)?,
+    };
+    // A delete removes the agent, then revokes its tokens. One that came between the check
+    // above and the write revoked before the token existed, and would leave it opening a name
+    // no agent has (or one created later by that name). So the agent is looked up again after
+    // the write: gone, the token is revoked here; still there, any delete that follows revokes
+    // it. Either way no token outlives its agent.
+    if ctx.agent(name).is_none() {
+        vault.revoke_agent_tokens(name, actor)?;
+        tracing::info!(agent = %name, version = t.version, "an agent was deleted while its token was issued; the token is revoked");
+        return Err(ApiError::NotFound {
+            code: "unknown_agent",
+            detail: format!(
+                "agent `{name}` was deleted while its token was issued; that token is revoked"
+            ),
+        });
+    }
+    Ok(t)
+}
+
+/// Removes the agent `name` and revokes its vault tokens; returns what it was and how many
+/// tokens were revoked. A revocation that fails puts the agent back, so that nothing changed.
+fn delete_agent(
+    ctx: &GatewayContext,
+    vault: Option<&Vault>,
+    name: &str,
+    actor: &str,
+) -> Result<(AgentConfig, usize), ApiError> {
+    let removed = ctx.agents.remove(name)?;
+    let revoked = match vault {
+        Some(v) => match v.revoke_agent_tokens(name, actor) {
+            Ok(revoked) => revoked,
+            Err(e) => {
+                // The answer says the delete failed, so it must not have happened: the agent
+                // is put back (its tokens were never revoked), the change is not left
+                // unaudited, and a retry finds the agent to delete.
+                if let Err(undo) = ctx.agents.restore(name, removed) {
+                    tracing::error!(agent = %name, error = %undo, "an agent whose tokens could not be revoked was not put back");
+                }
+                return Err(e.into());
+            }
+        },
+        None => 0,
+    };
+    Ok((removed, revoked))
+}
+
 fn fingerprint(tokens: &[AgentTokenMeta], version: u64) -> Option<String> {
     tokens
         .iter()
@@ -297,7 +366,7 @@ pub async fn issue(
     let vault = vault_of(&s)?;
     let ctx = s.ctx.clone();
     let t = blocking(move || {
-        let t = vault.set_agent_token(&name, &admin.actor())?;
+        let t = issue_token(&ctx, &vault, &name, None, &admin.actor())?;
         let tokens = vault.agent_tokens(&name).unwrap_or_default();
         let entry = admin
             .entry(Kind::AgentRotate)
@@ -343,7 +412,7 @@ pub async fn rotate(
     let vault = vault_of(&s)?;
     let ctx = s.ctx.clone();
     let t = blocking(move || {
-        let t = vault.rotate_agent_token(&name, grace, &admin.actor())?;
+        let t = issue_token(&ctx, &vault, &name, Some(grace), &admin.actor())?;
         let tokens = vault.agent_tokens(&name).unwrap_or_default();
         let entry = admin
             .entry(Kind::AgentRotate)
@@ -493,13 +562,15 @@ pub async fn create(
         )?;
         // An agent whose first token cannot be issued is taken out again, so that a retry
         // does not find it half made (`agent_exists`, and no token).
-        let t = match vault.set_agent_token(&body.name, &admin.actor()) {
+        let t = match issue_token(&ctx, &vault, &body.name, None, &admin.actor()) {
             Ok(t) => t,
+            // Deleted meanwhile: there is nothing to take out.
+            Err(e) if ctx.agent(&body.name).is_none() => return Err(e),
             Err(e) => {
                 if let Err(undo) = ctx.agents.remove(&body.name) {
                     tracing::error!(agent = %body.name, error = %undo, "an agent whose token could not be issued was not removed again");
                 }
-                return Err(e.into());
+                return Err(e);
             }
         };
         let tokens = vault
@@ -617,26 +688,8 @@ pub async fn remove(
     let vault = s.vault.clone();
     let agent = name.clone();
     let actor = admin.actor();
-    let (removed, revoked_tokens) = blocking(move || {
-        let removed = ctx.agents.remove(&agent)?;
-        let revoked = match &vault {
-            Some(v) => match v.revoke_agent_tokens(&agent, &actor) {
-                Ok(revoked) => revoked,
-                Err(e) => {
-                    // The answer says the delete failed, so it must not have happened: the
-                    // agent is put back (its tokens were never revoked), the change is not
-                    // left unaudited, and a retry finds the agent to delete.
-                    if let Err(undo) = ctx.agents.restore(&agent, removed) {
-                        tracing::error!(agent = %agent, error = %undo, "an agent whose tokens could not be revoked was not put back");
-                    }
-                    return Err(e.into());
-                }
-            },
-            None => 0,
-        };
-        Ok((removed, revoked))
-    })
-    .await?;
+    let (removed, revoked_tokens) =
+        blocking(move || delete_agent(&ctx, vault.as_deref(), &agent, &actor)).await?;
     let ended_sessions = s.ctx.sessions.end_agent(&name);
     tracing::info!(agent = %name, revoked_tokens, ended_sessions, admin = %admin.identity.name, "agent deleted through the admin API");
     let entry = admin
@@ -657,4 +710,82 @@ pub async fn remove(
         revoked_tokens,
         ended_sessions,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
+
+    use std::cell::RefCell;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::vault::{MasterKey, VaultConfig};
+
+    thread_local! {
+        /// What a test runs on this thread between an issue's check that its agent exists and
+        /// the token's write: the one place another request can slip in.
+        static BETWEEN: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+    }
+
+    pub(super) fn between_check_and_write() {
+        if let Some(then) = BETWEEN.with(|b| b.borrow_mut().take()) {
+            then();
+        }
+    }
+
+    fn gateway() -> (tempfile::TempDir, Arc<GatewayContext>, Arc<Vault>) {
+        let tmp = tempfile::tempdir().unwrap();
+        crate::config::init_data_dir(tmp.path()).unwrap();
+        let config = crate::config::GatewayConfig::load(tmp.path()).unwrap();
+        let ctx = GatewayContext::open(tmp.path(), config).unwrap();
+        let vault = Vault::open(
+            &tmp.path().join("vault.db"),
+            &MasterKey::generate().unwrap(),
+            VaultConfig::default(),
+        )
+        .unwrap();
+        (tmp, ctx, Arc::new(vault))
+    }
+
+    #[test]
+    fn a_token_issued_or_rotated_while_its_agent_is_deleted_does_not_outlive_it() {
+        for grace in [None, Some(Duration::from_secs(600))] {
+            let (_tmp, ctx, vault) = gateway();
+            ctx.agents
+                .create(ctx.renderer.catalog(), "bot", "claude", vec![])
+                .unwrap();
+            vault.set_agent_token("bot", "test").unwrap();
+            let (c, v) = (Arc::clone(&ctx), Arc::clone(&vault));
+            BETWEEN.with(|b| {
+                *b.borrow_mut() = Some(Box::new(move || {
+                    delete_agent(&c, Some(&v), "bot", "admin:alice@api").unwrap();
+                }));
+            });
+            let answer = issue_token(&ctx, &vault, "bot", grace, "admin:bob@api");
+            assert!(ctx.agent("bot").is_none(), "the delete went through");
+            if let Ok(t) = &answer {
+                assert_eq!(
+                    vault
+                        .agent_for_token(t.token.expose_str().unwrap())
+                        .unwrap(),
+                    None,
+                    "grace {grace:?}: the token answered opens a deleted agent"
+                );
+            }
+            let valid: Vec<u64> = vault
+                .agent_tokens("bot")
+                .unwrap()
+                .into_iter()
+                .filter(|t| t.valid)
+                .map(|t| t.version)
+                .collect();
+            assert_eq!(valid, Vec::<u64>::new(), "grace {grace:?}");
+            let e = answer.expect_err("the issue is refused: its agent is gone");
+            assert_eq!(
+                (e.status(), e.code()),
+                (StatusCode::NOT_FOUND, "unknown_agent")
+            );
+        }
+    }
 }
