@@ -444,7 +444,7 @@ pub enum GateError {
     ScopeUnknown {
         /// The tool.
         tool: String,
-        /// The scope asked for.
+        /// The scope asked for, cut short past 128 bytes ([`crate::quoted_name`]).
         scope: String,
     },
     /// The caller may not use this scope.

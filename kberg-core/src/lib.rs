@@ -161,7 +161,7 @@ pub use task::{Started, TaskConfig, TaskError, TaskOutcome, TaskSnapshot, TaskSt
 pub use ticket_sqlite::SqliteTicketStore;
 pub use tool::{
     AsyncHandler, FnTool, SyncHandler, TaskSupport, Tool, ToolBuilder, ToolError, ToolFuture,
-    ToolHints, ToolKind, ToolSpec, check_name, schema_of,
+    ToolHints, ToolKind, ToolSpec, check_name, quoted_name, schema_of,
 };
 pub use validate::{
     CompiledSchema, FieldError, MAX_DIAGNOSED_VALUES, MAX_FIELD_ERRORS, describe_value,

@@ -25,7 +25,7 @@ use crate::content::Content;
 use crate::context::{CallOptions, PeerError, ToolContext};
 use crate::error::CoreError;
 use crate::principal::{Caller, Principal};
-use crate::tool::{ToolError, check_name};
+use crate::tool::{ToolError, check_name, quoted_name};
 
 /// Who says a prompt message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,7 +161,7 @@ pub enum PromptError {
     /// No prompt of that name.
     #[error("there is no prompt named `{name}`")]
     UnknownPrompt {
-        /// The name asked for.
+        /// The name asked for, cut short past 128 bytes ([`crate::quoted_name`]).
         name: String,
     },
     /// A required argument is missing.
@@ -177,7 +177,7 @@ pub enum PromptError {
     UnknownArgument {
         /// The prompt.
         prompt: String,
-        /// The undeclared argument.
+        /// The undeclared argument, cut short past 128 bytes ([`crate::quoted_name`]).
         argument: String,
     },
     /// The handler failed.
@@ -438,7 +438,7 @@ impl PromptRegistry {
                 .get(name)
                 .cloned()
                 .ok_or_else(|| PromptError::UnknownPrompt {
-                    name: name.to_string(),
+                    name: quoted_name(name).into_owned(),
                 })?;
         for a in &entry.spec.arguments {
             if a.required && !args.contains_key(&a.name) {
@@ -454,7 +454,7 @@ impl PromptRegistry {
         {
             return Err(PromptError::UnknownArgument {
                 prompt: name.to_string(),
-                argument: extra.clone(),
+                argument: quoted_name(extra).into_owned(),
             });
         }
         let ctx = ToolContext::new(caller.clone(), opts);
@@ -492,7 +492,7 @@ impl PromptRegistry {
     ) -> Result<Vec<String>, PromptError> {
         let snap = self.snapshot();
         let entry = snap.get(prompt).ok_or_else(|| PromptError::UnknownPrompt {
-            name: prompt.to_string(),
+            name: quoted_name(prompt).into_owned(),
         })?;
         let arg = entry
             .spec
@@ -501,7 +501,7 @@ impl PromptRegistry {
             .find(|a| a.name == argument)
             .ok_or_else(|| PromptError::UnknownArgument {
                 prompt: prompt.to_string(),
-                argument: argument.to_string(),
+                argument: quoted_name(argument).into_owned(),
             })?;
         let p = prefix.to_lowercase();
         Ok(arg

@@ -614,10 +614,13 @@ fn whole_floats_as_integers(v: &mut Value) {
 /// The longest tool or prompt name, in bytes (its characters are ASCII).
 pub(crate) const MAX_NAME_LEN: usize = 128;
 
-/// A name a caller asked for, as a refusal and an audit record quote it: as sent when it is
-/// no longer than a name may be, else cut to [`MAX_NAME_LEN`] bytes (at a character boundary)
-/// and marked with `...`. No tool has a longer name, and a caller may send megabytes of one.
-pub(crate) fn quoted_name(name: &str) -> std::borrow::Cow<'_, str> {
+/// A name (or id) a caller asked for, as a refusal, an error and an audit record quote it: as
+/// sent when it is no longer than a name may be (128 bytes), else cut to 128 bytes (at a
+/// character boundary) and marked with `...`. No tool, prompt, scope or task has a longer name
+/// or id, and a caller may send megabytes of one, which an answer (and any log line of it)
+/// would otherwise repeat whole. Transports quote what a client named with it too (a tool
+/// name in a refusal of their own, such as `too_many_calls`).
+pub fn quoted_name(name: &str) -> std::borrow::Cow<'_, str> {
     if name.len() <= MAX_NAME_LEN {
         return std::borrow::Cow::Borrowed(name);
     }

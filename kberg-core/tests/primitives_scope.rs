@@ -282,3 +282,23 @@ async fn sessions_narrow_scopes() {
     let out = find(&tools, &session, json!({"query": "x"})).await.unwrap();
     assert_eq!(out.all_text(), "searched library for x");
 }
+
+/// An unknown scope is quoted back in the refusal: a scope of megabytes came back whole in its
+/// message and details. It is cut short (marked `...`) and the code stays `scope_unknown`.
+#[tokio::test]
+async fn a_long_unknown_scope_is_quoted_cut_short() {
+    let (tools, _) = app();
+    let long = format!("book:{}", "ö".repeat(20_000));
+    let e = find(&tools, &reader(), json!({"query": "x", "scope": long}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ScopeUnknown);
+    let message = e.to_string();
+    assert!(message.len() < 1_024, "{} bytes", message.len());
+    let quoted = e.details()["scope"].as_str().unwrap().to_string();
+    assert!(quoted.len() < 1_024, "{} bytes", quoted.len());
+    assert!(
+        quoted.starts_with("book:ö") && quoted.ends_with("..."),
+        "{quoted}"
+    );
+}

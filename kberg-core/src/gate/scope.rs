@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::catalog::{Catalog, Entry};
 use crate::error::GateError;
 use crate::principal::Caller;
+use crate::tool::quoted_name;
 
 /// Fills a scoped tool's scope argument from the caller's current scope and checks it. The
 /// scope the call works in, or `None` for a tool without one.
@@ -45,9 +46,11 @@ pub(crate) fn apply_scope(
         Some(_) => return Ok(None),
     };
     if !catalog.scopes.contains_key(&scope) {
+        // Not a declared scope, so whatever the caller sent: quoted no longer than a scope's
+        // name may be.
         return Err(GateError::ScopeUnknown {
             tool: tool(),
-            scope,
+            scope: quoted_name(&scope).into_owned(),
         });
     }
     if !caller.scopes().allows(&scope) {

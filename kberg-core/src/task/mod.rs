@@ -56,7 +56,7 @@ use crate::context::CallOptions;
 use crate::error::GateError;
 use crate::principal::Caller;
 use crate::registry::ToolRegistry;
-use crate::tool::TaskSupport;
+use crate::tool::{TaskSupport, quoted_name};
 
 use self::peer::{SwitchPeer, TaskPeer, spawn_notifier};
 
@@ -116,7 +116,7 @@ pub enum TaskError {
     /// No task of that id for this principal: unknown, expired, or another principal's.
     #[error("There is no task `{id}`. It may have expired; call the tool again if you need it.")]
     NotFound {
-        /// The id asked for.
+        /// The id asked for, cut short past 128 bytes ([`crate::quoted_name`]).
         id: String,
     },
     /// The principal already holds as many tasks as allowed.
@@ -250,7 +250,10 @@ impl TaskBoard {
     ) -> Result<&'a mut TaskRecord, TaskError> {
         match tasks.get_mut(id) {
             Some(t) if t.visible && t.owner == owner => Ok(t),
-            _ => Err(TaskError::NotFound { id: id.to_string() }),
+            // The id is the caller's: quoted no longer than an id may be.
+            _ => Err(TaskError::NotFound {
+                id: quoted_name(id).into_owned(),
+            }),
         }
     }
 

@@ -29,12 +29,13 @@ impl KbergHandler {
         let caller = self.caller(&ctx)?;
         let Some(_permit) = self.shared.calls.try_acquire(&caller.principal().id) else {
             let max = self.shared.calls.max();
+            // The name is the client's, not yet looked up: quoted as the gate quotes one.
+            let name = kberg_core::quoted_name(&req.name);
             let refusal = Refusal::new(
                 ErrorCode::TooManyCalls,
-                req.name.to_string(),
+                name.to_string(),
                 format!(
-                    "You already have {max} calls in flight. Wait for one to finish, then call `{}` again.",
-                    req.name
+                    "You already have {max} calls in flight. Wait for one to finish, then call `{name}` again."
                 ),
             );
             return Ok(convert::refusal_result(&refusal).into());

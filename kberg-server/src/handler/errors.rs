@@ -146,24 +146,36 @@ pub(super) fn invalid_cursor() -> McpError {
     McpError::invalid_params("invalid pagination cursor", None)
 }
 
+/// The longest resource URI an error quotes, in characters: the URI is the client's, and may
+/// be as long as a request body.
+const MAX_URI_CHARS: usize = 256;
+
 pub(super) fn resource_error(e: ResourceError) -> McpError {
+    let quoted = |uri: String| cut(uri, MAX_URI_CHARS);
     match e {
-        ResourceError::NotFound { uri } => McpError::resource_not_found(
-            format!("resource not found: {uri}"),
-            Some(json!({"uri": uri})),
-        ),
+        ResourceError::NotFound { uri } => {
+            let uri = quoted(uri);
+            McpError::resource_not_found(
+                format!("resource not found: {uri}"),
+                Some(json!({"uri": uri})),
+            )
+        }
         ResourceError::InvalidCursor => invalid_cursor(),
         // Past the subscriber's limit: `-32602` (invalid params: the request asks for more
         // than the server allows, the client's to fix), with `data.code` and the limit, so a
         // client can tell it from an unknown URI (`-32002`) and unsubscribe first.
-        ResourceError::TooManySubscriptions { uri, limit } => McpError::invalid_params(
-            format!(
-                "cannot subscribe to {uri}: a session may be subscribed to at most {limit} \
+        ResourceError::TooManySubscriptions { uri, limit } => {
+            let uri = quoted(uri);
+            McpError::invalid_params(
+                format!(
+                    "cannot subscribe to {uri}: a session may be subscribed to at most {limit} \
                  resources at once; unsubscribe from one first"
-            ),
-            Some(json!({"code": "too_many_subscriptions", "uri": uri, "limit": limit})),
-        ),
+                ),
+                Some(json!({"code": "too_many_subscriptions", "uri": uri, "limit": limit})),
+            )
+        }
         ResourceError::ReadFailed { uri, message } => {
+            let uri = quoted(uri);
             let code = read_failure_code(&message);
             McpError::internal_error(
                 format!("reading {uri} failed: {message}"),
