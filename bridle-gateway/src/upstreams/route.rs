@@ -67,6 +67,16 @@ impl Connection {
         }
     }
 
+    /// Whether it carries the secret `secret` names at `version`, its active version (or
+    /// carries none, and none is wanted).
+    fn carries(&self, secret: Option<&str>, version: &Result<Option<u64>, SecretError>) -> bool {
+        match (&self.secret, secret, version) {
+            (Some((n, v)), Some(name), Ok(Some(now))) => n == name && v == now,
+            (None, None, _) => true,
+            _ => false,
+        }
+    }
+
     /// `text` with the injected value scrubbed out.
     pub(crate) fn shown(&self, text: &str) -> String {
         match &self.injected {
@@ -237,28 +247,33 @@ impl Route {
         identity: &Identity,
         secret: Option<&str>,
     ) -> Result<Arc<Connection>, RouteError> {
-        let version = match secret {
-            Some(name) => match self.secrets.version(name).await {
-                Ok(version) => Some(version),
-                Err(e) => {
-                    // Gone (revoked, deleted): the connection that carries it is closed, not
-                    // kept open with a credential that no longer holds. A source that failed
-                    // to answer says nothing about the secret: its connection stays.
-                    if matches!(e, SecretError::Missing { .. } | SecretError::Empty { .. })
-                        && self.connections.lock().await.remove(identity).is_some()
-                    {
-                        tracing::info!(
-                            namespace = %self.namespace,
-                            ?identity,
-                            "upstream credential gone; its connection closed"
-                        );
-                    }
-                    return Err(RouteError::Secret(e));
-                }
-            },
-            None => None,
-        };
+        // Read before the lock: most calls find their connection current and need no more.
+        let mut seen = self.active_version(secret).await;
         let mut connections = self.connections.lock().await;
+        // What was read before the lock may be older than the connection: a call that held the
+        // lock meanwhile may have reconnected after a rotation. Only what is read under the
+        // lock decides a reconnect, so one rotation replaces a connection once, however many
+        // calls read the old version while it was being replaced.
+        if let Some(c) = connections.get(identity)
+            && !c.carries(secret, &seen)
+        {
+            seen = self.active_version(secret).await;
+        }
+        if let Err(e) = seen {
+            // Gone (revoked, deleted): the connection that carries it is closed, not kept open
+            // with a credential that no longer holds. A source that failed to answer says
+            // nothing about the secret: its connection stays.
+            if matches!(e, SecretError::Missing { .. } | SecretError::Empty { .. })
+                && connections.remove(identity).is_some()
+            {
+                tracing::info!(
+                    namespace = %self.namespace,
+                    ?identity,
+                    "upstream credential gone; its connection closed"
+                );
+            }
+            return Err(RouteError::Secret(e));
+        }
         // Checked under the lock that disabling takes to close every connection, after its
         // switch is off: a call that passed the front tool's check of the switch before the
         // upstream was disabled opens no connection after they were closed.
@@ -266,12 +281,7 @@ impl Route {
             return Err(RouteError::Disabled);
         }
         if let Some(c) = connections.get(identity) {
-            let current = match (&c.secret, secret, version) {
-                (Some((n, v)), Some(name), Some(now)) => n == name && *v == now,
-                (None, None, _) => true,
-                _ => false,
-            };
-            if current {
+            if c.carries(secret, &seen) {
                 return Ok(Arc::clone(c));
             }
             tracing::info!(
@@ -313,6 +323,14 @@ impl Route {
         let connection = Arc::new(self.start(credential)?);
         connections.insert(identity.clone(), Arc::clone(&connection));
         Ok(connection)
+    }
+
+    /// The active version of the secret `secret` names (`None` without one).
+    async fn active_version(&self, secret: Option<&str>) -> Result<Option<u64>, SecretError> {
+        match secret {
+            Some(name) => self.secrets.version(name).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The connection for `identity` if one is running.
@@ -519,5 +537,51 @@ mod tests {
         let theirs = c.aggregator.upstream_thread().unwrap();
         assert_eq!(theirs.name(), "bridle-up-other");
         assert_ne!(theirs, thread);
+    }
+
+    /// A call that read the secret's version before a rotation, and waited for the lock while
+    /// another call reconnected with the new version, uses that connection: one rotation, one
+    /// reconnect.
+    #[tokio::test]
+    async fn a_call_that_read_the_version_before_a_rotation_does_not_reconnect_again() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tok"), "first").unwrap();
+        let section: UpstreamSection = serde_saphyr::from_str(
+            "stdio: {command: /nonexistent/upstream}\n\
+             credential: {secret: tok, env: UPSTREAM_TOKEN}",
+        )
+        .unwrap();
+        let target = section.check("up", &Default::default()).unwrap();
+        let secrets = SecretDesk::new(Arc::new(FolderSecrets::new(dir.path())));
+        let route = Route::new(
+            "up".into(),
+            section,
+            target,
+            secrets.clone(),
+            Duration::from_secs(5),
+            Arc::new(kberg_server::aggregate::CarryMeta::default()),
+        );
+        let first = route
+            .connection(&Identity::Shared, Some("tok"))
+            .await
+            .unwrap();
+        // Another call holds the lock: this one reads the version (the folder answers at once)
+        // and queues behind it.
+        let mut held = route.connections.lock().await;
+        let call = route.connection(&Identity::Shared, Some("tok"));
+        tokio::pin!(call);
+        assert!(futures::poll!(&mut call).is_pending());
+        // The secret is rotated, and the holder reconnects with the new version.
+        std::fs::write(dir.path().join("tok"), "second, longer").unwrap();
+        let (value, version) = secrets.current("tok").await.unwrap();
+        assert_ne!(Some(("tok".to_string(), version)), first.secret);
+        let rotated = Arc::new(route.start(Some(("tok".into(), value, version))).unwrap());
+        held.insert(Identity::Shared, Arc::clone(&rotated));
+        drop(held);
+        let used = call.await.unwrap();
+        assert!(
+            Arc::ptr_eq(&used, &rotated),
+            "the waiting call reconnected a second time for the same rotation"
+        );
     }
 }
