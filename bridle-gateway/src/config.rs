@@ -93,13 +93,42 @@ pub struct GatewayConfig {
 }
 
 /// The `health:` section of `bridle.yaml`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HealthSection {
     /// Upstream namespaces `/readyz` does not wait for; every other enabled upstream must be
     /// connected for the gateway to be ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub optional_upstreams: Vec<String>,
+    /// How long, in seconds, `/readyz` reuses its last probe of each HTTP upstream's port
+    /// (default 1, at most [`MAX_PROBE_CACHE_SECS`]; 0 reuses a round only for the requests
+    /// that waited on it). Requests that arrive while a round runs always share it. A poller
+    /// hammering the public endpoint so opens at most one connection per upstream per period.
+    #[serde(
+        default = "default_probe_cache_secs",
+        skip_serializing_if = "is_default_probe_cache_secs"
+    )]
+    pub probe_cache_secs: u64,
+}
+
+/// The longest `health.probe_cache_secs`: readiness should notice a vanished upstream soon.
+pub const MAX_PROBE_CACHE_SECS: u64 = 60;
+
+fn default_probe_cache_secs() -> u64 {
+    1
+}
+
+fn is_default_probe_cache_secs(secs: &u64) -> bool {
+    *secs == default_probe_cache_secs()
+}
+
+impl Default for HealthSection {
+    fn default() -> Self {
+        Self {
+            optional_upstreams: Vec::new(),
+            probe_cache_secs: default_probe_cache_secs(),
+        }
+    }
 }
 
 impl HealthSection {
@@ -530,6 +559,12 @@ impl GatewayConfig {
                         .into(),
                 ));
             }
+        }
+        if self.health.probe_cache_secs > MAX_PROBE_CACHE_SECS {
+            return Err(invalid(format!(
+                "health.probe_cache_secs must be at most {MAX_PROBE_CACHE_SECS} (got {})",
+                self.health.probe_cache_secs
+            )));
         }
         for ns in &self.health.optional_upstreams {
             if !self.upstreams.contains_key(ns) {

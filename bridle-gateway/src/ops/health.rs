@@ -10,9 +10,18 @@
 //! operator-facing sentences, which never carry credentials: an upstream's comes from the pool's
 //! report, redacted by the aggregator and scrubbed of the value the gateway injects, since the
 //! upstream's own error (which `/readyz` shows to anyone) may quote it.
+//!
+//! `/readyz` needs no token, and a readiness poller may ask it many times a second; each probe
+//! of an HTTP upstream opens a connection to it. So the probes run in rounds ([`ProbeCache`]):
+//! requests that arrive while a round runs wait for it and share its results, and a finished
+//! round's results are reused for `health.probe_cache_secs` (default 1 s). The other checks are
+//! local and run on every request, and whether an upstream is connected is read fresh each time.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde::Serialize;
 
@@ -101,21 +110,24 @@ pub(crate) async fn readiness(state: &Arc<OpsState>) -> Readiness {
         .into_iter()
         .filter(|r| r.enabled && !state.optional_upstreams.contains(&r.namespace))
         .collect();
-    let probes = required.iter().map(|r| {
-        let url = state
-            .upstreams
-            .routes()
-            .get(&r.namespace)
-            .and_then(|route| route.section.http.as_ref().map(|h| h.url.clone()));
-        async move {
-            match url {
-                Some(url) if r.connected => probe(&url).await,
-                _ => Ok(()),
-            }
-        }
-    });
-    let probed = futures::future::join_all(probes).await;
-    for (report, probed) in required.into_iter().zip(probed) {
+    // The connected HTTP upstreams, whose ports are probed.
+    let targets: Vec<ProbeTarget> = required
+        .iter()
+        .filter(|r| r.connected)
+        .filter_map(|r| {
+            let route = state.upstreams.routes().get(&r.namespace)?;
+            let url = route.section.http.as_ref()?.url.clone();
+            Some((r.namespace.clone(), url))
+        })
+        .collect();
+    let fresh_for = Duration::from_secs(state.ctx.config.health.probe_cache_secs);
+    let mut probed = state
+        .metrics
+        .readiness_probes
+        .probe_all(targets, fresh_for)
+        .await;
+    for report in required {
+        let probed = probed.remove(&report.namespace).unwrap_or(Ok(()));
         let name = format!("upstream:{}", report.namespace);
         checks.push(match (report.connected, probed) {
             (true, Ok(())) => Check::pass(name),
@@ -137,6 +149,62 @@ pub(crate) async fn readiness(state: &Arc<OpsState>) -> Readiness {
         },
         not_ready,
         checks,
+    }
+}
+
+/// An upstream probed: its namespace and URL.
+type ProbeTarget = (String, String);
+
+/// The last round of upstream probes, shared by `/readyz` requests: one round at a time, whose
+/// results serve every request that waited for it and, for a while after, later ones too.
+#[derive(Debug, Default)]
+pub(crate) struct ProbeCache {
+    /// Held while a round runs, so concurrent requests wait for it rather than probe again.
+    last: tokio::sync::Mutex<Option<ProbeRound>>,
+}
+
+#[derive(Debug)]
+struct ProbeRound {
+    started: Instant,
+    results: BTreeMap<ProbeTarget, Result<(), String>>,
+}
+
+impl ProbeCache {
+    /// Each target's probe result, by namespace: from the last round when it started after
+    /// this request asked (the request waited for it) or less than `fresh_for` ago and probed
+    /// every target, else from a new round.
+    async fn probe_all(
+        &self,
+        targets: Vec<ProbeTarget>,
+        fresh_for: Duration,
+    ) -> BTreeMap<String, Result<(), String>> {
+        if targets.is_empty() {
+            return BTreeMap::new();
+        }
+        let asked = Instant::now();
+        let mut last = self.last.lock().await;
+        if let Some(round) = last.as_ref()
+            && (round.started >= asked || round.started.elapsed() < fresh_for)
+            && let Some(known) = targets
+                .iter()
+                .map(|t| Some((t.0.clone(), round.results.get(t)?.clone())))
+                .collect::<Option<BTreeMap<_, _>>>()
+        {
+            return known;
+        }
+        let started = Instant::now();
+        let results = futures::future::join_all(targets.iter().map(|(_, url)| probe(url))).await;
+        let round = ProbeRound {
+            started,
+            results: targets.into_iter().zip(results).collect(),
+        };
+        let answer = round
+            .results
+            .iter()
+            .map(|((ns, _), r)| (ns.clone(), r.clone()))
+            .collect();
+        *last = Some(round);
+        answer
     }
 }
 

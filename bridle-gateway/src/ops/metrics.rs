@@ -253,6 +253,9 @@ pub struct GatewayMetrics {
     snapshot: Arc<Mutex<Snapshot>>,
     /// One scrape at a time: the snapshot is filled and then encoded.
     scraping: tokio::sync::Mutex<()>,
+    /// `/readyz`'s last round of upstream probes ([`super::health`]). Kept here because these
+    /// metrics are the one piece of state the ops routes own, built once per gateway.
+    pub(crate) readiness_probes: super::health::ProbeCache,
 }
 
 impl Default for GatewayMetrics {
@@ -313,6 +316,7 @@ impl GatewayMetrics {
             indexing,
             snapshot,
             scraping: tokio::sync::Mutex::new(()),
+            readiness_probes: super::health::ProbeCache::default(),
         }
     }
 
