@@ -91,7 +91,8 @@ pub enum MemoryError {
     },
     /// A repository over one of the limits that bound what indexing reads and holds in memory
     /// ([`crate::repo::FileRules::max_total_bytes`], [`crate::repo::FileRules::max_files`],
-    /// [`crate::PatternIndexConfig::max_chunks`]).
+    /// [`crate::PatternIndexConfig::max_chunks`]) or what its clone takes on disk
+    /// ([`crate::PatternIndexConfig::max_clone_bytes`]).
     /// Nothing is stored: the tag's previous index, if any, stays as it was.
     #[error(
         "the repository {source_repo} is too large to index: it has more than {limit} {what} (the limit {setting}); raise that limit or index a smaller repository. Nothing was stored and the tag's previous index is unchanged"
@@ -99,7 +100,8 @@ pub enum MemoryError {
     IndexTooLarge {
         /// The URL or path given (its user part and query shown as `***`).
         source_repo: String,
-        /// What passed the limit (`bytes of files to read`, `chunks`).
+        /// What passed the limit (`bytes of files to read`, `chunks`, `bytes on disk once
+        /// cloned`).
         what: &'static str,
         /// The limit's value.
         limit: u64,

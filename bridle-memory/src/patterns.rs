@@ -29,7 +29,7 @@ use crate::chunk::{ChunkConfig, Language, chunk_file};
 use crate::embed::{Embedder, fit_input};
 use crate::error::{MemoryError, Result};
 use crate::repo::{
-    FileRules, GitCredentials, fetch_with, redact_url, source_files, wants_credential,
+    FileRules, GitCredentials, fetch_bounded, redact_url, source_files, wants_credential,
 };
 use crate::store::{CollectionConfig, Condition, Filter, Pages, Payload, Point, VectorStore};
 use crate::time::{rfc3339, stable_id, unix_now};
@@ -287,6 +287,12 @@ pub struct PatternIndexConfig {
     pub max_chunks: usize,
     /// How long a clone may take.
     pub clone_timeout: Duration,
+    /// The most bytes a clone may take on disk (its `.git` folder and checked-out files):
+    /// past it git is stopped, the partial clone removed, and indexing fails with
+    /// [`MemoryError::IndexTooLarge`] naming this setting ([`crate::repo::fetch_bounded`]). A
+    /// local directory is read where it is and bounded by [`FileRules`] alone. Default 4 GiB
+    /// ([`crate::repo::DEFAULT_MAX_CLONE_BYTES`]).
+    pub max_clone_bytes: u64,
     /// The settings an `index_too_large` error names.
     pub limit_names: LimitNames,
     /// How [`PatternIndex::search`] ranks.
@@ -309,6 +315,7 @@ impl Default for PatternIndexConfig {
             files: FileRules::default(),
             max_chunks: 50_000,
             clone_timeout: Duration::from_secs(300),
+            max_clone_bytes: crate::repo::DEFAULT_MAX_CLONE_BYTES,
             limit_names: LimitNames::default(),
             search: SearchMode::default(),
             summaries: false,
@@ -420,7 +427,13 @@ impl PatternIndex {
             }
             _ => None,
         };
-        let checkout = fetch_with(&repo.url, auth.as_ref(), self.config.clone_timeout).await?;
+        let checkout = fetch_bounded(
+            &repo.url,
+            auth.as_ref(),
+            self.config.clone_timeout,
+            self.config.max_clone_bytes,
+        )
+        .await?;
         let root = checkout.root().to_path_buf();
         let rules = self.config.files.clone();
         let mut chunking = self.config.chunking;

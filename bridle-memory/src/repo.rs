@@ -288,6 +288,48 @@ pub async fn fetch_with(
     auth: Option<&GitAuth>,
     timeout: Duration,
 ) -> Result<Checkout> {
+    fetch_bounded(source, auth, timeout, DEFAULT_MAX_CLONE_BYTES).await
+}
+
+/// The most a clone may take on disk unless told otherwise
+/// ([`PatternIndexConfig::max_clone_bytes`](crate::PatternIndexConfig::max_clone_bytes)): 4 GiB.
+pub const DEFAULT_MAX_CLONE_BYTES: u64 = 4 << 30;
+
+/// What an [`MemoryError::IndexTooLarge`] for a clone over its size names as the setting.
+const MAX_CLONE_BYTES_SETTING: &str = "PatternIndexConfig::max_clone_bytes";
+
+/// [`fetch_with`], with the clone allowed at most `max_bytes` on disk (its `.git` folder and
+/// checked-out files together; a local directory is read where it is and not bounded here).
+/// git has no limit of its own on what a clone writes, so the clone's folder is measured while
+/// git runs: past the limit git is killed, the partial clone removed, and the fetch fails with
+/// [`MemoryError::IndexTooLarge`] naming `PatternIndexConfig::max_clone_bytes`. A clone that
+/// finishes between two measures is measured once more and refused the same way.
+pub async fn fetch_bounded(
+    source: &str,
+    auth: Option<&GitAuth>,
+    timeout: Duration,
+    max_bytes: u64,
+) -> Result<Checkout> {
+    fetch_in(
+        &std::env::temp_dir(),
+        "git",
+        source,
+        auth,
+        timeout,
+        max_bytes,
+    )
+    .await
+}
+
+/// [`fetch_bounded`], cloning with the program `git` into a new folder under `parent`.
+async fn fetch_in(
+    parent: &Path,
+    git: &str,
+    source: &str,
+    auth: Option<&GitAuth>,
+    timeout: Duration,
+    max_bytes: u64,
+) -> Result<Checkout> {
     let unavailable = |reason: String| MemoryError::RepoUnavailable {
         source_repo: redact_url(source),
         reason: scrub(&reason, source),
@@ -318,10 +360,10 @@ pub async fn fetch_with(
     }
     let temp = tempfile::Builder::new()
         .prefix("bridle-memory-clone-")
-        .tempdir()
+        .tempdir_in(parent)
         .map_err(|e| unavailable(format!("cannot create a temporary directory: {e}")))?;
     let dest = temp.path().join("repo");
-    let mut cmd = tokio::process::Command::new("git");
+    let mut cmd = tokio::process::Command::new(git);
     cmd.arg("-c")
         .arg("credential.helper=")
         .arg("clone")
@@ -357,14 +399,44 @@ pub async fn fetch_with(
         .spawn()
         .map_err(|e| unavailable(format!("cannot run git: {e}")))?;
     let stderr = child.stderr.take();
+    let too_large = || MemoryError::IndexTooLarge {
+        source_repo: redact_url(source),
+        what: "bytes on disk once cloned",
+        limit: max_bytes,
+        setting: MAX_CLONE_BYTES_SETTING.into(),
+    };
+    let watched = temp.path().to_path_buf();
     // Dropped at the timeout with the child, which is then killed.
-    let run = async move { tokio::join!(child.wait(), stderr_tail(stderr)) };
-    let (status, tail) = tokio::time::timeout(timeout, run).await.map_err(|_| {
-        unavailable(format!(
-            "git clone did not finish within {} s",
-            timeout.as_secs()
-        ))
-    })?;
+    let run = async move {
+        {
+            let waited = async { tokio::join!(child.wait(), stderr_tail(stderr)) };
+            tokio::pin!(waited);
+            let mut measure = tokio::time::interval(CLONE_MEASURE_EVERY);
+            measure.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    done = &mut waited => return Some(done),
+                    _ = measure.tick() => {
+                        if disk_use(watched.clone()).await > max_bytes {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        // Over the limit: git is killed (by its pid) and waited for before its folder goes.
+        let _ = child.kill().await;
+        None
+    };
+    let (status, tail) = tokio::time::timeout(timeout, run)
+        .await
+        .map_err(|_| {
+            unavailable(format!(
+                "git clone did not finish within {} s",
+                timeout.as_secs()
+            ))
+        })?
+        .ok_or_else(too_large)?;
     let status = status.map_err(|e| unavailable(format!("git failed: {e}")))?;
     if !status.success() {
         let err = String::from_utf8_lossy(&tail);
@@ -384,10 +456,44 @@ pub async fn fetch_with(
         };
         return Err(unavailable(format!("{msg}{hint}")));
     }
+    // A clone that finished between two measures.
+    if disk_use(temp.path().to_path_buf()).await > max_bytes {
+        return Err(too_large());
+    }
     Ok(Checkout {
         root: dest,
         _temp: Some(temp),
     })
+}
+
+/// How often a running clone's folder is measured against its size limit.
+const CLONE_MEASURE_EVERY: Duration = Duration::from_millis(200);
+
+/// The bytes of the files under `dir` (links not followed; what cannot be read counts as
+/// nothing, as a file git removes while it is measured), measured off the async workers.
+async fn disk_use(dir: PathBuf) -> u64 {
+    tokio::task::spawn_blocking(move || {
+        let mut total: u64 = 0;
+        let mut pending = vec![dir];
+        while let Some(d) = pending.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                match entry.file_type() {
+                    Ok(t) if t.is_dir() => pending.push(entry.path()),
+                    Ok(_) => {
+                        let len = entry.metadata().map_or(0, |m| m.len());
+                        total = total.saturating_add(len);
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        total
+    })
+    .await
+    .unwrap_or(0)
 }
 
 /// How much of what git writes to standard error is kept: its end, where the reason a clone
@@ -802,6 +908,101 @@ mod tests {
         let shown = format!("{err} {err:?}");
         assert!(!shown.contains("token-tail"), "{shown}");
         assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    /// A bare repository under `dir` holding one commit of `bytes` bytes that do not compress,
+    /// as a `file://` URL.
+    fn bare_repository(dir: &Path, bytes: usize) -> String {
+        use kberg_testkit::git::git;
+        let work = dir.join("work");
+        std::fs::create_dir_all(&work).expect("mkdir");
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let data: Vec<u8> = (0..bytes)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x.to_le_bytes()[0]
+            })
+            .collect();
+        std::fs::write(work.join("data.bin"), data).expect("write");
+        git(&work, &["init", "-q"]);
+        git(&work, &["add", "data.bin"]);
+        git(&work, &["commit", "-q", "-m", "data"]);
+        let bare = dir.join("bare.git");
+        git(
+            dir,
+            &["clone", "-q", "--bare", "work", &bare.display().to_string()],
+        );
+        format!("file://{}", bare.display())
+    }
+
+    #[tokio::test]
+    async fn a_clone_over_its_size_limit_is_stopped_and_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = bare_repository(dir.path(), 2 << 20);
+        let clones = dir.path().join("clones");
+        std::fs::create_dir(&clones).expect("mkdir");
+        let err = fetch_in(
+            &clones,
+            "git",
+            &source,
+            None,
+            Duration::from_secs(120),
+            256 << 10,
+        )
+        .await
+        .map(|_| ())
+        .expect_err("a clone of 2 MiB that does not compress is over 256 KiB");
+        assert_eq!(err.code(), "index_too_large", "{err}");
+        let shown = err.to_string();
+        assert!(shown.contains("max_clone_bytes"), "{shown}");
+        assert!(shown.contains("262144"), "{shown}");
+        let left: Vec<_> = std::fs::read_dir(&clones).expect("read").collect();
+        assert!(left.is_empty(), "the partial clone is removed: {left:?}");
+        // Under a limit it fits, the same repository is cloned.
+        let checkout = fetch_in(
+            &clones,
+            "git",
+            &source,
+            None,
+            Duration::from_secs(120),
+            64 << 20,
+        )
+        .await
+        .expect("fits");
+        assert!(checkout.root().join("data.bin").is_file());
+    }
+
+    #[tokio::test]
+    async fn a_clone_still_running_past_its_size_limit_is_killed() {
+        // A stand-in git that writes 1 MiB into the clone's folder and then never ends: only
+        // the size limit ends it (the timeout would fail with `repo_unavailable`).
+        let dir = tempfile::tempdir().expect("tempdir");
+        let git = dir.path().join("git");
+        std::fs::write(
+            &git,
+            "#!/bin/sh\nfor a; do dest=$a; done\nmkdir -p \"$dest\"\nhead -c 1048576 /dev/zero > \"$dest/big\"\nexec tail -f /dev/null\n",
+        )
+        .expect("write the stand-in");
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&git, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let clones = dir.path().join("clones");
+        std::fs::create_dir(&clones).expect("mkdir");
+        let err = fetch_in(
+            &clones,
+            &git.display().to_string(),
+            "https://git.example.invalid/team/huge.git",
+            None,
+            Duration::from_secs(600),
+            64 << 10,
+        )
+        .await
+        .map(|_| ())
+        .expect_err("over the limit");
+        assert_eq!(err.code(), "index_too_large", "{err}");
+        let left: Vec<_> = std::fs::read_dir(&clones).expect("read").collect();
+        assert!(left.is_empty(), "the partial clone is removed: {left:?}");
     }
 
     #[test]
