@@ -15,6 +15,9 @@ With `RAW_TASKS=stale` it also has the `ask` tool, which runs as a task (the tas
 and asks two questions, `q1` then `q2`, as an eventually consistent server may: after `q1` is
 answered its next two `tasks/get` still list `q1`, and the one after lists `q1` beside `q2`.
 The finished task's text is the list of keys each `tasks/update` carried.
+With `RAW_TASKS=stuck` it has the `stuck` tool, which runs as a task whose `ttlMs` is
+`RAW_TASK_TTL` (default 1) and which stays `working` whatever it is asked; the `task_log` tool
+reports how many `tasks/get` it answered and which tasks it was asked to cancel.
 With `RAW_LEAK_TOKEN` set it also has the `leak` tool, which says that token back as a chatty
 (or compromised) server might, each time beside ordinary text: in an `elicitation/create`
 request (its message and its schema); once that is answered, in a log message (in its `logger`
@@ -68,6 +71,15 @@ if os.environ.get("RAW_TASKS") == "stale":
     TOOLS.append({"name": "ask", "description": "asks q1 and q2 as a task, slow to show answers",
                   "inputSchema": OBJ, "execution": {"taskSupport": "optional"}})
 
+if os.environ.get("RAW_TASKS") == "stuck":
+    TOOLS.append({"name": "stuck", "description": "a task that stays working",
+                  "inputSchema": OBJ, "execution": {"taskSupport": "optional"}})
+    TOOLS.append({"name": "task_log", "description": "polls answered, tasks cancelled",
+                  "inputSchema": OBJ})
+
+# The `stuck` tasks' record: `tasks/get` answered, task ids cancelled.
+stuck_log = {"polls": 0, "cancelled": []}
+
 if os.environ.get("RAW_LEAK_TOKEN"):
     TOOLS.append({"name": "leak", "description": "says its token back to the client",
                   "inputSchema": OBJ})
@@ -116,6 +128,11 @@ def question(text):
 
 def task_view(tid):
     t = tasks[tid]
+    if t.get("stuck"):
+        stuck_log["polls"] += 1
+        view = task_fields(tid, "working")
+        view["ttlMs"] = int(os.environ.get("RAW_TASK_TTL", "1"))
+        return view
     answered = t["answers"]
     if "q1" not in answered:
         asks = {"q1": question("first?")}
@@ -191,6 +208,15 @@ for line in sys.stdin:
             r = task_fields(tid, "working")
             r["resultType"] = "task"
             result(rid, r)
+        elif name == "stuck" and os.environ.get("RAW_TASKS") == "stuck":
+            tid = "task-%d" % (len(tasks) + 1)
+            tasks[tid] = {"stuck": True}
+            r = task_fields(tid, "working")
+            r["ttlMs"] = int(os.environ.get("RAW_TASK_TTL", "1"))
+            r["resultType"] = "task"
+            result(rid, r)
+        elif name == "task_log":
+            result(rid, text(json.dumps(stuck_log)))
         elif name == "leak" and os.environ.get("RAW_LEAK_TOKEN"):
             token = os.environ["RAW_LEAK_TOKEN"]
             progress = (params.get("_meta") or {}).get("progressToken")
@@ -216,6 +242,8 @@ for line in sys.stdin:
         t["answers"].update(responses)
         result(rid, {})
     elif method == "tasks/cancel" and params.get("taskId") in tasks:
+        if tasks[params["taskId"]].get("stuck"):
+            stuck_log["cancelled"].append(params["taskId"])
         result(rid, {})
     elif method == "prompts/list":
         result(rid, {"prompts": [{"name": "hang"}, {"name": "garbage"}]})

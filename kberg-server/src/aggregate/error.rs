@@ -35,6 +35,18 @@ pub enum UpstreamError {
         /// The call timeout that passed.
         after: Duration,
     },
+    /// An upstream task was still unfinished when its time to live (its `ttlMs`, at most
+    /// [`MAX_CALL_TIMEOUT`](super::MAX_CALL_TIMEOUT)) had passed since the aggregator was given
+    /// it; the task was cancelled upstream.
+    #[error(
+        "its server `{namespace}` did not finish the task within {after:?}, its time to live; the task was cancelled there"
+    )]
+    TaskTimeout {
+        /// The upstream's namespace.
+        namespace: String,
+        /// The task's time to live.
+        after: Duration,
+    },
     /// The caller cancelled; the request was cancelled upstream.
     #[error("the caller cancelled the request")]
     Cancelled,
@@ -73,7 +85,9 @@ impl UpstreamError {
     pub fn code(&self) -> ErrorCode {
         match self {
             UpstreamError::Unavailable { .. } => ErrorCode::UpstreamUnavailable,
-            UpstreamError::Timeout { .. } => ErrorCode::UpstreamTimeout,
+            UpstreamError::Timeout { .. } | UpstreamError::TaskTimeout { .. } => {
+                ErrorCode::UpstreamTimeout
+            }
             UpstreamError::Cancelled => ErrorCode::Cancelled,
             UpstreamError::InvalidResult { .. } => ErrorCode::UpstreamInvalidResult,
             UpstreamError::Refused { .. } | UpstreamError::Failed { .. } => {

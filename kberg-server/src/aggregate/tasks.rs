@@ -10,10 +10,13 @@
 //! answered upstream with `tasks/update`, each key once: the extension lets an upstream
 //! acknowledge an update before its `tasks/get` shows it, and its keys are unique over the
 //! task's life, so a key already answered is never asked again (the client would otherwise see
-//! the same question twice); a cancelled call cancels the upstream task
-//! (`tasks/cancel`). The questions reach the client cleaned of the upstream's credentials, as
-//! every request the client relay passes on (see `relay`). A completed task's result passes
-//! through unchanged; a failed or cancelled upstream task is the tool's failure
+//! the same question twice); a cancelled call cancels the upstream task (`tasks/cancel`), and so
+//! does a task still unfinished once its time to live (`ttlMs`, as the upstream last gave it, at
+//! most `MAX_CALL_TIMEOUT`, a task without one followed that long) has passed since the
+//! aggregator was given it: the call then ends `upstream_timeout`. The questions reach the
+//! client cleaned of the upstream's credentials, as every request the client relay passes on
+//! (see `relay`). A completed task's result passes through unchanged; a failed or cancelled
+//! upstream task is the tool's failure
 //! (`tool_failed`), its message redacted as every error that quotes an upstream.
 
 use std::collections::HashSet;
@@ -28,6 +31,7 @@ use rmcp::model::{
 };
 use serde_json::Value;
 
+use super::config::MAX_CALL_TIMEOUT;
 use super::error::UpstreamError;
 use super::forward::{forward, result_kind};
 use super::front::Upstream;
@@ -45,6 +49,15 @@ fn interval(task: &Task) -> Duration {
         .clamp(MIN_POLL, MAX_POLL)
 }
 
+/// How long a task is followed: its time to live as the upstream last gave it (it may change
+/// over the task's life), and no task longer than [`MAX_CALL_TIMEOUT`], the longest a forwarded
+/// call may wait; a task without one ("unlimited") is followed that long too.
+fn time_to_live(task: &Task) -> Duration {
+    task.ttl_ms
+        .map_or(MAX_CALL_TIMEOUT, Duration::from_millis)
+        .min(MAX_CALL_TIMEOUT)
+}
+
 /// How following a task ended without a result.
 pub(super) enum Followed {
     /// The aggregator's own problem with the upstream (unavailable, timeout, bad answer).
@@ -59,6 +72,7 @@ impl From<UpstreamError> for Followed {
             UpstreamError::Cancelled => Followed::Tool(ToolError::Peer(PeerError::Cancelled)),
             e @ (UpstreamError::Unavailable { .. }
             | UpstreamError::Timeout { .. }
+            | UpstreamError::TaskTimeout { .. }
             | UpstreamError::InvalidResult { .. }) => Followed::Upstream(e),
             other => Followed::Tool(ToolError::failed(other.to_string())),
         }
@@ -81,8 +95,27 @@ pub(super) async fn follow(
     };
     // The keys of the questions answered so far (unique over the task's life).
     let mut answered: HashSet<String> = HashSet::new();
+    // The task's life is reckoned from when the aggregator was given it, on its own clock (the
+    // upstream's `createdAt` is another machine's).
+    let given = tokio::time::Instant::now();
+    let mut ttl = time_to_live(&task);
     let mut wait = Duration::ZERO;
+    let mut polled = false;
     loop {
+        // Polled while the task lives, the last poll at its end.
+        if polled {
+            let left = ttl.saturating_sub(given.elapsed());
+            if left.is_zero() {
+                // Not finished in its time: the guard, still armed, cancels it upstream.
+                return Err(UpstreamError::TaskTimeout {
+                    namespace: up.namespace().to_string(),
+                    after: ttl,
+                }
+                .into());
+            }
+            wait = wait.min(left);
+        }
+        polled = true;
         if !wait.is_zero() {
             tokio::select! {
                 biased;
@@ -107,6 +140,7 @@ pub(super) async fn follow(
             Err(e) => return Err(e.into()),
         };
         wait = interval(&detailed.task);
+        ttl = time_to_live(&detailed.task);
         if detailed.task.status.is_terminal() {
             guard.disarm();
         }

@@ -252,6 +252,7 @@ fn refusal(tool: &str, e: &UpstreamError) -> ToolOutput {
     let namespace = match e {
         UpstreamError::Unavailable { namespace, .. }
         | UpstreamError::Timeout { namespace, .. }
+        | UpstreamError::TaskTimeout { namespace, .. }
         | UpstreamError::Refused { namespace, .. }
         | UpstreamError::InvalidResult { namespace, .. }
         | UpstreamError::Failed { namespace, .. } => Some(namespace.as_str()),
