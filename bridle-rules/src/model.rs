@@ -87,7 +87,8 @@ impl RulesDocument {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProjectInfo {
-    /// The project's name, as shown in rendered files.
+    /// The project's name, as shown in rendered files (the title of each): one line, without
+    /// control characters.
     pub name: String,
     /// A paragraph on what the project is and does.
     #[serde(default)]

@@ -12,6 +12,12 @@ use crate::agents::AgentCatalog;
 use crate::error::{Problem, check_name};
 use crate::model::{ALL_AGENTS, MAX_REVISION, RulesDocument, Source};
 
+/// Whether `c` has no place in a one-line name: a control character (line feed, carriage
+/// return, tab, ...) or a Unicode line or paragraph separator.
+fn breaks_a_line(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
+}
+
 /// Every problem in a document, in document order. `text` (the YAML it came from, if any) is
 /// used to put line numbers on problems.
 pub fn validate(doc: &RulesDocument, catalog: &AgentCatalog, text: Option<&str>) -> Vec<Problem> {
@@ -48,6 +54,15 @@ pub fn validate(doc: &RulesDocument, catalog: &AgentCatalog, text: Option<&str>)
             "project.name".into(),
             Some("name:".into()),
             "the project needs a name".into(),
+        );
+    } else if doc.project.name.chars().any(breaks_a_line) {
+        // The name is the title heading of every rendered file: a line break would end the
+        // heading there and make what follows a heading, list or rule of its own.
+        push(
+            "invalid_name",
+            "project.name".into(),
+            Some("name:".into()),
+            "the project name must be one line, without line breaks, tabs or other control characters (it is the title of every rendered file)".into(),
         );
     }
 

@@ -188,6 +188,41 @@ permissions:
 }
 
 #[test]
+fn a_project_name_of_more_than_one_line_is_refused() {
+    // Every rendered file puts the name in its title heading: a line break would start a
+    // heading (or any Markdown) of its own there.
+    for name in [
+        "\"Shop\\n# Injected heading\"",
+        "\"Shop\\r\\nsecond line\"",
+        "\"Shop\\u2028next\"",
+        "\"Shop\\tand tab\"",
+    ] {
+        let text = format!("schema_version: 2\nproject:\n  name: {name}\n");
+        let e = load(&text).unwrap_err();
+        let RulesError::Invalid { problems, .. } = &e else {
+            panic!("{name}: {e:?}")
+        };
+        let codes: Vec<_> = problems
+            .iter()
+            .map(|p| (p.code, p.field.as_str(), p.line))
+            .collect();
+        assert_eq!(codes, [("invalid_name", "project.name", Some(3))], "{name}");
+    }
+    assert!(load("schema_version: 2\nproject:\n  name: \"Shop: Backend #2 (v1.0)\"\n").is_ok());
+    let dir = tempfile::tempdir().unwrap();
+    let store = bridle_rules::RulesStore::open(dir.path(), AgentCatalog::builtin()).unwrap();
+    let e = store
+        .create(
+            "shop",
+            &bridle_rules::RulesDocument::new("Shop\n# Injected"),
+            "alice",
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), "invalid_document", "{e}");
+    assert!(e.to_string().contains("project.name"), "{e}");
+}
+
+#[test]
 fn custom_agents_are_known_to_validation() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(
