@@ -276,30 +276,46 @@ pub async fn list(
     }))
 }
 
-/// Parses a submitted document (JSON or YAML) through the rules loader.
-fn parse_submitted(
+/// Parses a submitted document (JSON or YAML) through the rules loader, on the blocking pool:
+/// a document as large as the body limit allows takes a while to re-encode, parse and
+/// validate, and on an async worker it would hold that worker, and every request queued
+/// behind it, meanwhile.
+async fn parse_submitted(
     s: &AdminState,
     project: &str,
     document: Option<serde_json::Value>,
     yaml: Option<String>,
 ) -> Result<RulesDocument, ApiError> {
-    let text = match (document, yaml) {
-        (Some(doc), None) => serde_json::to_string(&doc)
-            .map_err(|e| ApiError::Internal(format!("cannot re-encode the document: {e}")))?,
-        (None, Some(yaml)) => yaml,
+    enum Submitted {
+        Json(serde_json::Value),
+        Yaml(String),
+    }
+    let submitted = match (document, yaml) {
+        (Some(doc), None) => Submitted::Json(doc),
+        (None, Some(yaml)) => Submitted::Yaml(yaml),
         _ => {
             return Err(ApiError::invalid(
                 "give the document as exactly one of `document` (JSON) or `yaml` (text)",
             ));
         }
     };
-    let loaded = bridle_rules::load_str(
-        &text,
-        Path::new("request body"),
-        project,
-        s.ctx.store.catalog(),
-    )?;
-    Ok(loaded.document)
+    let ctx = s.ctx.clone();
+    let project = project.to_owned();
+    blocking(move || {
+        let text = match submitted {
+            Submitted::Json(doc) => serde_json::to_string(&doc)
+                .map_err(|e| ApiError::Internal(format!("cannot re-encode the document: {e}")))?,
+            Submitted::Yaml(yaml) => yaml,
+        };
+        let loaded = bridle_rules::load_str(
+            &text,
+            Path::new("request body"),
+            &project,
+            ctx.store.catalog(),
+        )?;
+        Ok(loaded.document)
+    })
+    .await
 }
 
 /// Creates a project.
@@ -320,7 +336,7 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateProject>,
 ) -> Result<(StatusCode, axum::Json<Saved>), ApiError> {
     bridle_rules::check_name("project", &body.name)?;
-    let doc = parse_submitted(&s, &body.name, body.document, body.yaml)?;
+    let doc = parse_submitted(&s, &body.name, body.document, body.yaml).await?;
     let ctx = s.ctx.clone();
     let name = body.name.clone();
     blocking(move || {
@@ -422,7 +438,7 @@ pub async fn replace(
     ApiPath(project): ApiPath<String>,
     ApiJson(body): ApiJson<ReplaceProject>,
 ) -> Result<axum::Json<Saved>, ApiError> {
-    let doc = parse_submitted(&s, &project, body.document, body.yaml)?;
+    let doc = parse_submitted(&s, &project, body.document, body.yaml).await?;
     let summary = body
         .summary
         .filter(|s| !s.trim().is_empty())
