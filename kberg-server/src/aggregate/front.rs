@@ -21,7 +21,10 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::config::{AggregatorConfig, Backoff, ConfigError, UpstreamConfig, UpstreamRuntime};
+use super::closing::ClosingHeaders;
+use super::config::{
+    AggregatorConfig, Backoff, ConfigError, UpstreamConfig, UpstreamRuntime, UpstreamTransport,
+};
 use super::hook::ForwardHook;
 use super::order::RelayOrder;
 use super::pattern::Pattern;
@@ -128,6 +131,9 @@ pub(super) struct Upstream {
     pub(super) log_budget: Mutex<RateBudget>,
     /// Asked about each forwarded tool call (see [`ForwardHook`]).
     pub(super) hook: Option<Arc<dyn ForwardHook>>,
+    /// The headers the request that ends an HTTP upstream's session carries in place of the
+    /// configured ones, once the app has said so ([`Aggregator::close_with_headers`]).
+    pub(super) closing: ClosingHeaders,
 }
 
 /// A forwarded tool call as the client relay sees it.
@@ -372,6 +378,7 @@ impl Aggregator {
                 relay_order: RelayOrder::new(),
                 log_budget: Mutex::new(super::relay::log_budget()),
                 hook: hook.clone(),
+                closing: ClosingHeaders::default(),
             });
             let supervisor = supervise(shared.clone(), up.clone(), shutdown.clone());
             tasks.push(match &thread {
@@ -402,6 +409,38 @@ impl Aggregator {
 
     fn upstream(&self, namespace: &str) -> Option<&Arc<Upstream>> {
         self.upstreams.iter().find(|u| u.namespace() == namespace)
+    }
+
+    /// Says which headers the request that ends the HTTP upstream `namespace`'s session
+    /// (`DELETE`) carries in place of its configured ones, when its connection closes (the
+    /// aggregator shuts down or is dropped): after the credential it was started with was
+    /// rotated, the current one; after it was revoked, none (an empty list), so that a
+    /// credential that no longer holds is not sent again. Requests before the close keep the
+    /// configured headers. Fails for an unknown namespace, a stdio upstream, or a header that
+    /// cannot be sent in HTTP (its value is never shown).
+    pub fn close_with_headers(
+        &self,
+        namespace: &str,
+        headers: Vec<(String, String)>,
+    ) -> Result<(), ConfigError> {
+        let refused = |reason: String| ConfigError::InvalidTransport {
+            namespace: namespace.to_string(),
+            reason,
+        };
+        let up = self
+            .upstream(namespace)
+            .ok_or_else(|| refused("there is no upstream of that namespace".into()))?;
+        if !matches!(up.config.transport, UpstreamTransport::Http { .. }) {
+            return Err(refused("it is not an HTTP upstream".into()));
+        }
+        let checked = ClosingHeaders::check(&headers).map_err(|name| {
+            refused(format!(
+                "the header `{}` cannot be sent: its name or value is not valid in HTTP",
+                name.chars().take(64).collect::<String>()
+            ))
+        })?;
+        up.closing.set(checked);
+        Ok(())
     }
 
     /// The status of the upstream under `namespace`.

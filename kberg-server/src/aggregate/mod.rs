@@ -78,6 +78,7 @@
 //! # }
 //! ```
 
+mod closing;
 mod config;
 mod error;
 mod forward;

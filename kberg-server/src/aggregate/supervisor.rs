@@ -18,6 +18,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::closing::UpstreamHttp;
 use super::config::UpstreamTransport;
 use super::error::ConnectError;
 use super::front::{Aggregation, Upstream, UpstreamStatus};
@@ -93,9 +94,17 @@ async fn connect(up: &Arc<Upstream>) -> Result<(Client, Option<u32>), ConnectErr
                     _ => return Err(ConnectError::InvalidHeader(k.chars().take(64).collect())),
                 }
             }
+            let names: Arc<[axum::http::HeaderName]> = custom.keys().cloned().collect();
             let config =
                 StreamableHttpClientTransportConfig::with_uri(url.clone()).custom_headers(custom);
-            let transport = StreamableHttpClientTransport::with_client(http_client()?, config);
+            // The session's `DELETE` goes with the headers the app names once the credential
+            // changed (see `closing`).
+            let client = UpstreamHttp {
+                inner: http_client()?,
+                configured: names,
+                closing: up.closing.clone(),
+            };
+            let transport = StreamableHttpClientTransport::with_client(client, config);
             let client = handler
                 .serve(Ordered::new(transport, up.relay_order.clone()))
                 .await
