@@ -137,7 +137,7 @@ impl Authenticator for BridleAuth {
         }
         let who = Principal::clone(&who).with_agent(agent.agent_type);
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        if !self.ctx.sessions.touch(
+        if !self.ctx.sessions.admit(
             &who.id,
             who.agent.as_deref(),
             header("mcp-session-id"),

@@ -12,12 +12,14 @@
 //! timeout are dropped from the registry (looked for at most once per [`SWEEP_EVERY`], not on
 //! every request).
 //!
-//! The registry is told of a session id before the transport has checked it, so an agent could
-//! present made-up ids: the registry records at most [`MAX_SESSIONS_PER_AGENT`] sessions per
-//! agent (an agent that holds that many gets no new record until one goes idle, so a flood of
-//! made-up ids fills only the flooding agent's share, here and in a shared ledger), and an id
-//! longer than [`MAX_SESSION_ID_LEN`], which no transport hands out, is not recorded at all.
-//! Either way the request itself goes on to the transport, which refuses an unknown id.
+//! The authenticator sees a session id before the transport has checked it, and an agent can
+//! present ids it made up (the transport answers each `404`). So on the MCP endpoint, wrapped
+//! in [`track`], an id the registry does not know yet is recorded only once the transport has
+//! answered its request with success ([`SessionRegistry::admit`]); a made-up id is never
+//! listed. Outside [`track`] the id is recorded as it is seen. Either way the registry records
+//! at most [`MAX_SESSIONS_PER_AGENT`] sessions per agent (an agent that holds that many gets
+//! no new record until one goes idle, here and in a shared ledger), and an id longer than
+//! [`MAX_SESSION_ID_LEN`], which no transport hands out, is not recorded at all.
 //!
 //! One gateway keeps all of this in memory. Replicas on one PostgreSQL database share it
 //! through a [`SessionLedger`] ([`ledger`]; [`postgres`] with the feature): each replica still
@@ -324,6 +326,44 @@ impl SessionRegistry {
         true
     }
 
+    /// Records a request by `agent` as [`SessionRegistry::touch`] does, but for a session id
+    /// the registry does not know yet when the request runs inside [`track`]: that one is
+    /// recorded once the transport has answered the request with success, so an id the
+    /// transport refuses (made up, or from another gateway) is never listed. Returns `false`
+    /// when the session was ended by an operator (the request must be refused).
+    pub fn admit(
+        &self,
+        agent: &str,
+        agent_type: Option<&str>,
+        session_id: Option<&str>,
+        protocol_version: Option<&str>,
+    ) -> bool {
+        if let Some(id) = session_id.filter(|id| id.len() <= MAX_SESSION_ID_LEN) {
+            let new = {
+                let book = self.book();
+                if book.ended.contains_key(id) {
+                    return false;
+                }
+                !book.sessions.contains_key(id)
+            };
+            if new {
+                let sighting = Sighting {
+                    agent: agent.to_string(),
+                    agent_type: agent_type.map(str::to_string),
+                    session_id: id.to_string(),
+                    protocol_version: protocol_version.map(str::to_string),
+                };
+                if SIGHTED
+                    .try_with(|slot| *slot.borrow_mut() = Some(sighting))
+                    .is_ok()
+                {
+                    return true;
+                }
+            }
+        }
+        self.touch(agent, agent_type, session_id, protocol_version)
+    }
+
     /// Records the client identity a call of `agent` carried, on the agent's most recent
     /// session.
     pub fn saw_client(&self, agent: &str, client: &ClientInfo) {
@@ -601,6 +641,52 @@ impl SessionRegistry {
             next,
         })
     }
+}
+
+tokio::task_local! {
+    /// The request [`track`] is waiting on the answer of: where [`SessionRegistry::admit`]
+    /// leaves a session id it saw for the first time.
+    static SIGHTED: std::cell::RefCell<Option<Sighting>>;
+}
+
+/// A request naming a session id the registry does not know yet.
+struct Sighting {
+    agent: String,
+    agent_type: Option<String>,
+    session_id: String,
+    protocol_version: Option<String>,
+}
+
+/// Wraps the MCP endpoint's router so that a session id is listed only once the transport has
+/// accepted it: a request naming an id the registry does not know yet (its authenticator
+/// calls [`SessionRegistry::admit`]) is recorded after the transport answered it with success.
+/// The transport answers `404` to an id it never handed out, so made-up ids take no place in
+/// the listing nor in the agent's share of [`MAX_SESSIONS_PER_AGENT`].
+pub fn track(router: axum::Router, sessions: SessionRegistry) -> axum::Router {
+    router.layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let sessions = sessions.clone();
+            async move {
+                let (resp, sighted) = SIGHTED
+                    .scope(std::cell::RefCell::new(None), async move {
+                        let resp = next.run(req).await;
+                        (resp, SIGHTED.with(|slot| slot.borrow_mut().take()))
+                    })
+                    .await;
+                if let Some(s) = sighted
+                    && resp.status().is_success()
+                {
+                    sessions.touch(
+                        &s.agent,
+                        s.agent_type.as_deref(),
+                        Some(&s.session_id),
+                        s.protocol_version.as_deref(),
+                    );
+                }
+                resp
+            }
+        },
+    ))
 }
 
 struct CountingSink {

@@ -1,0 +1,92 @@
+//! Session ids an agent makes up, over real HTTP: the transport answers each `404`, and none of
+//! them is listed as a live session; the session a real client opens is listed, and an ended
+//! one is still refused on its next request.
+//!
+//! The MCP endpoint is served here as the gateway serves it (its app, its authenticator, its
+//! path) with [`bridle_gateway::sessions::track`] around the transport's router.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
+
+use std::sync::Arc;
+
+use bridle_gateway::config::{
+    GatewayConfig, MCP_PATH, demo_document, init_data_dir_with_token_files,
+};
+use bridle_gateway::{BridleAuth, GatewayContext};
+use kberg_agent::{McpSurface, ToolSurface};
+use kberg_server::{HttpConfig, HttpServer};
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// A request of a 2025-11-25 client in the session `id`.
+async fn in_session(http: &reqwest::Client, url: &str, token: &str, id: &str) -> StatusCode {
+    http.post(url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", id)
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_session_ids_are_not_listed_as_live_sessions() {
+    let tmp = tempfile::tempdir().unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
+    let config = GatewayConfig::load(tmp.path()).unwrap();
+    let ctx = GatewayContext::open(tmp.path(), config).unwrap();
+    ctx.store.create("demo", &demo_document(), "test").unwrap();
+    let app = bridle_gateway::build_app(&ctx).unwrap();
+    let auth = BridleAuth::new(tmp.path(), Arc::clone(&ctx)).unwrap();
+    let http = HttpConfig::new("127.0.0.1:0".parse().unwrap())
+        .path(MCP_PATH)
+        .auth(auth);
+    let sessions = ctx.sessions.clone();
+    let server = HttpServer::bind(app, http)
+        .await
+        .unwrap()
+        .map_router(|r| bridle_gateway::sessions::track(r, sessions));
+    let url = format!("http://{}{MCP_PATH}", server.local_addr());
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let served = tokio::spawn(server.run(async move { s.cancelled().await }));
+    let token = std::fs::read_to_string(tmp.path().join("secrets/claude-token")).unwrap();
+    let token = token.trim();
+
+    let client = reqwest::Client::new();
+    for i in 0..20 {
+        let id = format!("made-up-{i}");
+        assert_eq!(
+            in_session(&client, &url, token, &id).await,
+            StatusCode::NOT_FOUND
+        );
+    }
+    let live = ctx.sessions.sessions();
+    assert!(live.is_empty(), "made-up ids listed as live: {live:?}");
+
+    // A real session is listed, with every request it made after `initialize`.
+    let claude = McpSurface::connect_http_with_bearer(&url, token)
+        .await
+        .unwrap();
+    assert!(!claude.tools().await.unwrap().is_empty());
+    let live = ctx.sessions.sessions();
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert_eq!(live[0].agent, "claude");
+    assert_eq!(live[0].agent_type.as_deref(), Some("claude"));
+    assert!(live[0].requests >= 2, "{live:?}");
+
+    // Ended by an operator: refused on its next request, and not listed again.
+    assert!(ctx.sessions.end(&live[0].id));
+    assert_eq!(
+        in_session(&client, &url, token, &live[0].id).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert!(ctx.sessions.sessions().is_empty());
+
+    stop.cancel();
+    served.await.unwrap().unwrap();
+}
