@@ -195,6 +195,10 @@ pub struct Interventions {
     /// ([`AgentConfig::narrow_after_guessed_ids`](crate::AgentConfig)).
     #[serde(default)]
     pub turns_narrowed: u32,
+    /// Calls given an id of their own because another call of the conversation already had
+    /// theirs (hosted APIs refuse two calls or two results with one id).
+    #[serde(default)]
+    pub call_ids_renamed: u32,
 }
 
 /// What a run did and why it stopped.

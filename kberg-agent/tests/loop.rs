@@ -1313,3 +1313,59 @@ async fn a_tool_listed_twice_is_offered_once_as_first_listed() {
     let outcomes: Vec<&str> = out.calls.iter().map(|c| c.outcome.as_str()).collect();
     assert_eq!(outcomes, ["ok", "duplicate"]);
 }
+
+/// Every call id in a conversation, in order, and every result's.
+fn ids_of(messages: &[Message]) -> (Vec<String>, Vec<String>) {
+    let (mut calls, mut results) = (Vec::new(), Vec::new());
+    for m in messages {
+        match m {
+            Message::Assistant { tool_calls, .. } => {
+                calls.extend(tool_calls.iter().map(|c| c.id.clone()));
+            }
+            Message::Tool { call_id, .. } => results.push(call_id.clone()),
+            _ => {}
+        }
+    }
+    (calls, results)
+}
+
+#[tokio::test]
+async fn calls_that_share_an_id_get_ids_of_their_own() {
+    // A model (or a server in front of it) that numbers every call `c1`: twice in one turn,
+    // once more in the next. Each call runs, and the conversation the providers are sent holds
+    // each id once, every result under its own call's id (OpenAI and Anthropic refuse a
+    // request where two calls or two results share an id).
+    let mut turn = ScriptedProvider::call("c1", "search_notes", json!({"query": "milk"}));
+    turn.tool_calls.push(kberg_agent::ToolCall {
+        id: "c1".into(),
+        name: "search_notes".into(),
+        arguments: json!({"query": "bread"}),
+    });
+    let script = ScriptedProvider::new([
+        turn,
+        ScriptedProvider::call("c1", "search_notes", json!({"query": "eggs"})),
+        ScriptedProvider::text("Nothing on milk, bread or eggs."),
+    ]);
+    let out = agent(&script, reader())
+        .run(
+            vec![Message::user("find milk, bread, eggs")],
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    let queries: Vec<_> = out
+        .calls
+        .iter()
+        .map(|c| c.arguments["query"].clone())
+        .collect();
+    assert_eq!(queries, [json!("milk"), json!("bread"), json!("eggs")]);
+    assert!(out.calls.iter().all(|c| c.outcome == CallOutcome::Ok));
+    assert_eq!(out.calls[0].id, "c1", "the first keeps its id");
+    let (calls, results) = ids_of(&script.requests()[2].messages);
+    assert_eq!(calls, results, "each result answers its own call, in order");
+    let unique: std::collections::HashSet<_> = calls.iter().collect();
+    assert_eq!(unique.len(), 3, "{calls:?}");
+    let recorded: Vec<_> = out.calls.iter().map(|c| c.id.clone()).collect();
+    assert_eq!(recorded, calls);
+    assert_eq!(out.interventions.call_ids_renamed, 2);
+}

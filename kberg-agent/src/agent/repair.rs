@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use crate::coerce::{Coercion, coerce_arguments, drop_unknown_arguments, unwrap_schema_echo};
-use crate::message::ToolCall;
+use crate::message::{Message, ToolCall};
 use crate::recover::{recover_calls, unlisted_calls};
 
 use super::{PendingCall, Run, call_key};
@@ -134,6 +134,41 @@ impl Run<'_> {
         if self.config().split_array_arguments {
             out = self.split_arrays(out);
         }
+        self.unique_ids(&mut out);
         out
+    }
+
+    /// Gives each call an id no other call of the conversation has. Models (and the servers in
+    /// front of them) number calls as they like: every call `call_0`, one id for two calls of a
+    /// message, the same ids again next turn, or an id this loop also makes up (`call_1_1`,
+    /// `c1_2` for a split call). Two calls or two results with one id are refused by OpenAI's
+    /// and Anthropic's APIs, and would mix up the results the loop itself finds by id (failed
+    /// calls forgotten, answer-only turns). So the first call keeps its id and a later one gets
+    /// the id with `_2`, `_3`, ... added, the first not yet used; its result goes under that id.
+    fn unique_ids(&mut self, calls: &mut [PendingCall]) {
+        let mut used: HashSet<String> = self
+            .request
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Assistant { tool_calls, .. } => Some(tool_calls),
+                _ => None,
+            })
+            .flatten()
+            .map(|c| c.id.clone())
+            .collect();
+        for pending in calls {
+            let id = &mut pending.call.id;
+            if used.contains(id.as_str()) {
+                let fresh = (2u64..)
+                    .map(|n| format!("{id}_{n}"))
+                    .find(|candidate| !used.contains(candidate))
+                    .unwrap_or_default();
+                tracing::debug!(tool = %pending.call.name, id = %id, new_id = %fresh, "a call's id was already used; it was given one of its own");
+                *id = fresh;
+                self.interventions.call_ids_renamed += 1;
+            }
+            used.insert(id.clone());
+        }
     }
 }
