@@ -11,10 +11,15 @@
 //! `chunk_type`, `context` (the enclosing items, `impl Store > pub fn load`), `start_line`, `end_line`, `language` (when known), `last_indexed` (RFC 3339),
 //! `embedding_model` and the `text` of the snippet. There is no automatic re-fetching: a tag is
 //! re-indexed only by [`PatternIndex::refresh`] (or by indexing it again), which reads the source
-//! back from the stored payload. The payload keeps the source as given (a private
-//! repository's URL may carry its access token) so that a refresh can fetch it; everything
-//! that shows a source (search results, listings, reports, progress, errors, log lines) shows
-//! it through [`redact_url`], its user part and query as `***`.
+//! back from the stored payload. The payload holds the source as [`redact_url`] shows it, its
+//! user part and query as `***`, as does everything else that shows a source (search results,
+//! listings, reports, progress, errors, log lines): a private repository's URL may carry its
+//! access token, which would otherwise sit in every chunk of the vector store (a Qdrant server
+//! others can read, its snapshots, a backup of the SQLite file). So a source whose URL carried
+//! credentials is refreshed by indexing it again from its full URL; a refresh from the stored
+//! source fails with `repo_unavailable` saying so. A private repository whose credential the
+//! host keeps for its site ([`crate::repo::GitAuth`]) has nothing to hide in its URL and
+//! refreshes as any other.
 //!
 //! Long work reports [`ProgressEvent`]s through the [`Progress`] trait; the MCP tools turn them
 //! into progress notifications, a command line into a progress bar.
@@ -211,7 +216,7 @@ pub struct IndexedChunk {
     /// The pattern.
     pub arch_tag: String,
     /// The source repository, as given when it was indexed (its user part and query shown as
-    /// `***`).
+    /// `***`, as they are stored).
     pub source_repo: String,
     /// The file, relative to the repository root.
     pub file_path: String,
@@ -321,6 +326,13 @@ impl Default for PatternIndexConfig {
             summaries: false,
         }
     }
+}
+
+/// Whether `source` (as stored with an index) is a URL whose user part or query
+/// [`redact_url`] hid, so that it cannot be fetched as it is.
+fn credentials_not_stored(source: &str) -> bool {
+    let source = source.trim();
+    source.contains("://***@") || source.ends_with("?***") || source.ends_with("#***")
 }
 
 /// Pattern-example indexing and search over any store and embedder.
@@ -519,7 +531,8 @@ impl PatternIndex {
                 .await;
         }
         let last_indexed = rfc3339(unix_now());
-        let source = repo.url.trim().to_string();
+        // Stored as shown: a token in the URL stays out of the store.
+        let source = redact_url(&repo.url);
         let points: Vec<Point> = chunks
             .into_iter()
             .zip(vectors)
@@ -568,7 +581,7 @@ impl PatternIndex {
         Ok(IndexReport {
             reference_tag: repo.reference_tag.clone(),
             arch_tag: repo.arch_tag.clone(),
-            source_repo: redact_url(&source),
+            source_repo: source,
             files,
             chunks: count,
             replaced,
@@ -576,7 +589,8 @@ impl PatternIndex {
         })
     }
 
-    /// The example stored under `reference_tag`, read back from its chunks.
+    /// The example stored under `reference_tag`, read back from its chunks: its source as
+    /// stored, a URL's user part and query shown as `***`.
     pub async fn example(&self, reference_tag: &str) -> Result<ExampleRepo> {
         check_tag("reference_tag", reference_tag)?;
         if self
@@ -608,13 +622,21 @@ impl PatternIndex {
     }
 
     /// Re-runs fetch → chunk → embed → store for a tag already indexed, from the source recorded
-    /// with it. An unknown tag answers [`MemoryError::UnknownTag`].
+    /// with it. An unknown tag answers [`MemoryError::UnknownTag`]; a source whose credentials
+    /// (a URL's user part or query) were not stored answers [`MemoryError::RepoUnavailable`]
+    /// saying so, and is refreshed by indexing it again from its full URL.
     pub async fn refresh(
         &self,
         reference_tag: &str,
         progress: &dyn Progress,
     ) -> Result<IndexReport> {
         let repo = self.example(reference_tag).await?;
+        if credentials_not_stored(&repo.url) {
+            return Err(MemoryError::RepoUnavailable {
+                source_repo: redact_url(&repo.url),
+                reason: "its URL carried credentials, which are not stored with the index; index it again from its full URL, or keep the credential for its site instead of in the URL".into(),
+            });
+        }
         self.index(&repo, progress).await
     }
 

@@ -106,7 +106,7 @@ pub fn is_network_source(source: &str) -> bool {
 /// `#***`; an scp-like `git@host:path` and a local path are shown as they are. This is
 /// kberg-core's [`redact_source`](kberg_core::redact_source). Everything a repository source
 /// reaches outside memory (search results, listings, progress, errors, log lines) goes through
-/// this; the payload keeps the source as given, so that a refresh can fetch it again.
+/// this, and so does the source stored with an index's chunks.
 ///
 /// ```
 /// use bridle_memory::repo::redact_url;

@@ -332,8 +332,10 @@ async fn clones_a_git_url_shallowly_and_refresh_reads_the_source_back() {
     assert_eq!(hits[0].file_path, "src/payments.rs");
 }
 
-/// A private repository's URL carries its access token; a refresh that finds nothing left to
+/// A private repository's URL carries its access token; an index that finds nothing left to
 /// index names the repository without it (the error reaches agents and the admin API as is).
+/// The token is not stored with the chunks (their payload reads back as the redacted URL), so
+/// a refresh, which has only the stored source, cannot fetch it and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_to_index_names_the_repository_without_its_token() {
     const CANARY: &str = "canary-repo-token-7Qx2Lm";
@@ -349,6 +351,31 @@ async fn nothing_to_index_names_the_repository_without_its_token() {
         .await
         .expect("clone and index");
     assert!(!report.source_repo.contains(CANARY), "{report:?}");
+    let (records, _) = f
+        .store
+        .scroll("pattern_examples", None, None, 10_000)
+        .await
+        .expect("scroll");
+    assert!(!records.is_empty());
+    for r in &records {
+        let stored = serde_json::to_string(&r.payload).expect("json");
+        assert!(!stored.contains(CANARY), "{stored}");
+        assert!(
+            r.payload["source_repo"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("file://***@localhost")),
+            "{stored}"
+        );
+    }
+    let err = f
+        .index
+        .refresh("private", &NoProgress)
+        .await
+        .expect_err("the stored source has no token");
+    assert_eq!(err.code(), "repo_unavailable", "{err}");
+    let shown = err.to_string();
+    assert!(shown.contains("not stored"), "{shown}");
+    assert!(!shown.contains(CANARY), "{shown}");
 
     // Everything indexable is gone: only a lock file and a binary are left.
     git(&f.repo, &["rm", "-q", "-r", "--cached", "."]);
@@ -356,7 +383,7 @@ async fn nothing_to_index_names_the_repository_without_its_token() {
     git(&f.repo, &["commit", "-q", "-m", "empty"]);
     let err = f
         .index
-        .refresh("private", &NoProgress)
+        .index(&tags("private", "modified-mvc", &url), &NoProgress)
         .await
         .expect_err("nothing left to index");
     assert_eq!(err.code(), "nothing_to_index", "{err}");
