@@ -135,35 +135,71 @@ impl FolderSecrets {
     }
 }
 
-impl SecretSource for FolderSecrets {
-    fn version(&self, name: &str) -> Result<u64, SecretError> {
-        let meta = std::fs::metadata(self.path(name)?).map_err(|e| match e.kind() {
+impl FolderSecrets {
+    /// The file of `name` and what `stat` says of it (following a link, as Docker and
+    /// Kubernetes mount secrets).
+    fn stat(&self, name: &str) -> Result<(PathBuf, std::fs::Metadata), SecretError> {
+        let path = self.path(name)?;
+        let meta = std::fs::metadata(&path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => SecretError::Missing { name: name.into() },
             _ => SecretError::Unreadable {
                 name: name.into(),
                 message: e.to_string(),
             },
         })?;
-        let nanos = meta
-            .modified()
-            .ok()
-            .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos() as u64);
-        Ok(nanos ^ meta.len().rotate_left(48))
+        Ok((path, meta))
+    }
+}
+
+/// A file's version: its modification time and length.
+fn version_of(meta: &std::fs::Metadata) -> u64 {
+    let nanos = meta
+        .modified()
+        .ok()
+        .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ meta.len().rotate_left(48)
+}
+
+impl SecretSource for FolderSecrets {
+    fn version(&self, name: &str) -> Result<u64, SecretError> {
+        self.stat(name).map(|(_, meta)| version_of(&meta))
     }
 
+    /// The file's content, less surrounding whitespace. Only a regular file (or a link to one)
+    /// is read, and no further than [`MAX_VALUE_LEN`](crate::vault::MAX_VALUE_LEN) and a line
+    /// break: the folder is read on the async runtime, so a pipe or a device (a mount gone
+    /// wrong) must not hold a worker waiting for a writer or an end, and a file far larger
+    /// than any secret is refused without being read whole.
     fn current(&self, name: &str) -> Result<(Credential, u64), SecretError> {
-        let version = self.version(name)?;
+        use std::io::Read;
+        let most = crate::vault::MAX_VALUE_LEN;
+        let unreadable = |message: String| SecretError::Unreadable {
+            name: name.into(),
+            message,
+        };
+        let (path, meta) = self.stat(name)?;
+        if !meta.is_file() {
+            return Err(unreadable(
+                "it is not a regular file (a pipe, a device or a folder)".into(),
+            ));
+        }
+        // The longest value, its `\r\n`, and one byte more to know it is longer.
+        let limit = u64::try_from(most + 3).unwrap_or(u64::MAX);
+        let mut raw = zeroize::Zeroizing::new(Vec::new());
+        std::fs::File::open(&path)
+            .and_then(|f| f.take(limit).read_to_end(&mut raw))
+            .map_err(|e| unreadable(e.to_string()))?;
         let text =
-            std::fs::read_to_string(self.path(name)?).map_err(|e| SecretError::Unreadable {
-                name: name.into(),
-                message: e.to_string(),
-            })?;
+            std::str::from_utf8(&raw).map_err(|_| unreadable("it is not UTF-8 text".into()))?;
         let value = text.trim();
         if value.is_empty() {
             return Err(SecretError::Empty { name: name.into() });
         }
-        Ok((Credential::new(value), version))
+        if raw.len() > most + 2 || value.len() > most {
+            return Err(unreadable(format!("it holds more than {most} bytes")));
+        }
+        Ok((Credential::new(value), version_of(&meta)))
     }
 
     fn blocks(&self, _name: &str) -> bool {
@@ -217,5 +253,55 @@ mod tests {
             s.current("../etc"),
             Err(SecretError::Unreadable { .. })
         ));
+    }
+
+    /// A file far larger than any secret (a log, an image put there by mistake) is refused
+    /// without being read whole.
+    #[test]
+    fn a_secret_file_larger_than_any_value_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = FolderSecrets::new(dir.path());
+        let most = crate::vault::MAX_VALUE_LEN;
+        std::fs::write(dir.path().join("big"), "a".repeat(most * 4)).unwrap();
+        let e = s.current("big").unwrap_err();
+        assert!(
+            matches!(&e, SecretError::Unreadable { message, .. } if message.contains("65536")),
+            "{e:?}"
+        );
+        // The longest value, with its line break, is still read.
+        std::fs::write(dir.path().join("long"), format!("{}\r\n", "b".repeat(most))).unwrap();
+        assert_eq!(s.current("long").unwrap().0.expose().len(), most);
+    }
+
+    /// A secret that is a pipe or a device (a mount gone wrong) is refused at once: the folder
+    /// is read on the async runtime, where waiting for a writer would hold a worker.
+    #[cfg(unix)]
+    #[test]
+    fn a_secret_that_is_not_a_regular_file_is_refused_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let s = FolderSecrets::new(dir.path());
+        let (answer, answered) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let _ = answer.send(s.current("pipe"));
+        });
+        let outcome = answered.recv_timeout(kberg_testkit::WAIT);
+        if outcome.is_err() {
+            // It waited for a writer: be one, so that the reader ends.
+            drop(std::fs::OpenOptions::new().write(true).open(&fifo).unwrap());
+        }
+        reader.join().unwrap();
+        let e = outcome
+            .expect("answered without waiting for a writer")
+            .unwrap_err();
+        assert!(
+            matches!(&e, SecretError::Unreadable { message, .. } if message.contains("not a regular file")),
+            "{e:?}"
+        );
     }
 }
