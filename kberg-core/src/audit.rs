@@ -105,7 +105,8 @@ impl AuditEvent {
     }
 }
 
-/// Where audit events go.
+/// Where audit events go. A sink that panics is logged and the event lost; the call it records
+/// is answered as it would have been (it has already run, or been refused).
 pub trait AuditSink: Send + Sync {
     /// Records one event. Must not block for long.
     fn record(&self, event: &AuditEvent);

@@ -63,6 +63,9 @@ use crate::validate::CompiledSchema;
 /// assert_eq!(tools.list(&Caller::new(Principal::new("root"))).len(), 1);
 /// # Ok::<(), kberg_core::CoreError>(())
 /// ```
+///
+/// A filter that panics unwinds through the caller's listing or call: kberg-server answers
+/// such a request `-32603` with `data.code = "internal_error"`.
 pub trait ToolVisibility: Send + Sync + 'static {
     /// Whether `caller` may know of `tool` (list it, call it).
     fn visible(&self, tool: &ToolSpec, caller: &Caller) -> bool;

@@ -74,7 +74,8 @@ impl ConfirmRequest {
 }
 
 /// Decides which calls need a human. Called after the arguments validated and before the tool
-/// runs; must be quick and must not block.
+/// runs; must be quick and must not block. A policy that panics refuses the call (`tool_failed`,
+/// "internal error"): the tool does not run.
 pub trait ConfirmPolicy: Send + Sync {
     /// `Some` when this call needs a human's approval.
     fn check(&self, tool: &ToolSpec, args: &Value, caller: &Caller) -> Option<ConfirmRequest>;

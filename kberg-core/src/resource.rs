@@ -67,6 +67,9 @@ use crate::principal::Caller;
 /// assert_eq!(page.items.len(), 1);
 /// assert_eq!(page.items[0].uri, "notes://alice/todo");
 /// ```
+///
+/// A filter that panics unwinds through the caller's listing, read or subscription:
+/// kberg-server answers such a request `-32603` with `data.code = "internal_error"`.
 pub trait ResourceVisibility: Send + Sync + 'static {
     /// Whether `caller` may list, read and subscribe to the resource at `uri` (a registered
     /// URI, or one that a template matches).

@@ -37,7 +37,8 @@ impl AuthError {
     }
 }
 
-/// Maps a request's headers to the principal that makes it.
+/// Maps a request's headers to the principal that makes it. One that panics has its request
+/// answered `500` with `{"error": "internal_error"}` (logged once, without the headers).
 #[async_trait]
 pub trait Authenticator: Send + Sync {
     /// Authenticates one request.

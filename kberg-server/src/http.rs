@@ -26,6 +26,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use axum::Router;
@@ -34,7 +35,7 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::serve::ListenerExt;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde::Deserialize;
 use serde_json::json;
@@ -484,11 +485,25 @@ async fn guard_layer(next: Arc<Guarded>, mut req: Request) -> Response {
         };
         return status(code, "forbidden", refusal.message());
     }
-    let principal = match g.auth.authenticate(req.headers()).await {
-        Ok(p) => p,
-        Err(e) => {
+    // The app's authenticator runs with its panic contained: the request is answered `500`
+    // rather than dropped with its connection. Neither the headers (the credential) nor the
+    // panic's payload is logged.
+    let authenticated = AssertUnwindSafe(g.auth.authenticate(req.headers()))
+        .catch_unwind()
+        .await;
+    let principal = match authenticated {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => {
             tracing::debug!(error = %e, "refused a request without valid credentials");
             return unauthorized(&e);
+        }
+        Err(_panic) => {
+            tracing::error!("the authenticator panicked; the request was answered 500");
+            return status(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                "the server could not authenticate this request (internal error)",
+            );
         }
     };
     req.extensions_mut()

@@ -52,7 +52,7 @@ use tokio::sync::watch;
 use crate::audit::{AuditEvent, AuditOutcome, AuditSink};
 use crate::capability::Authorization;
 use crate::catalog::{Catalog, Entry, GateSettings};
-use crate::confirm::ConfirmTicket;
+use crate::confirm::{ConfirmPolicy, ConfirmRequest, ConfirmTicket};
 use crate::content::ToolOutput;
 use crate::context::{CallExtras, CallOptions, ToolContext};
 use crate::error::GateError;
@@ -332,27 +332,31 @@ impl Gate {
                 }
             };
             let p = caller.principal();
-            sink.record(&AuditEvent {
-                at,
-                principal: p.id.clone(),
-                agent: p.agent.clone(),
-                tool: quoted_name(name).into_owned(),
-                kind,
-                capability,
-                via_deprecated: deprecated,
-                outcome: match &result {
-                    Ok(_) => AuditOutcome::Ok,
-                    Err(e) => AuditOutcome::Error(e.code()),
+            record_contained(
+                sink.as_ref(),
+                name,
+                &AuditEvent {
+                    at,
+                    principal: p.id.clone(),
+                    agent: p.agent.clone(),
+                    tool: quoted_name(name).into_owned(),
+                    kind,
+                    capability,
+                    via_deprecated: deprecated,
+                    outcome: match &result {
+                        Ok(_) => AuditOutcome::Ok,
+                        Err(e) => AuditOutcome::Error(e.code()),
+                    },
+                    duration: started.elapsed(),
+                    args_digest: trail.args_digest,
+                    ticket: trail.ticket,
+                    approved_by: trail.approved_by,
+                    commit_token: trail.commit_token,
+                    phase: trail.phase,
+                    scope: trail.scope,
+                    origin,
                 },
-                duration: started.elapsed(),
-                args_digest: trail.args_digest,
-                ticket: trail.ticket,
-                approved_by: trail.approved_by,
-                commit_token: trail.commit_token,
-                phase: trail.phase,
-                scope: trail.scope,
-                origin,
-            });
+            );
             result
         }))
     }
@@ -393,11 +397,17 @@ impl Gate {
             None => step.phase(entry.spec.previews, &mut trail.commit_token)?,
         };
         trail.phase = phase;
-        // Human confirmation (never for a preview, which changes nothing).
+        // Human confirmation (never for a preview, which changes nothing). A policy that
+        // panics refuses the call: whether it needed a human is unknown, so it does not run.
         if approved.is_none()
             && phase != CallPhase::Preview
             && let Some(policy) = &settings.confirm
-            && let Some(req) = policy.check(&entry.spec, resolved.as_ref().unwrap_or(&args), caller)
+            && let Some(req) = check_contained(
+                policy.as_ref(),
+                &entry.spec,
+                resolved.as_ref().unwrap_or(&args),
+                caller,
+            )?
         {
             let asked = if req.asks_client() {
                 confirm::ask_client(&entry, &args, caller, &opts, &req).await
@@ -515,4 +525,40 @@ fn admit<'c>(
         }
     }
     Ok((entry, via))
+}
+
+/// Records `event` with the app's sink, its panic contained as a tool's is: the call it records
+/// has already run (or been refused), so a sink that panics is logged, not the caller's failure.
+/// The panic's payload is not shown: it may quote anything the sink held.
+fn record_contained(sink: &dyn AuditSink, tool: &str, event: &AuditEvent) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.record(event))).is_err() {
+        tracing::error!(
+            tool = %quoted_name(tool),
+            "the audit sink panicked; the call's audit event was not recorded"
+        );
+    }
+}
+
+/// Asks the app's confirmation policy about a call, its panic contained: a policy that panics
+/// refuses the call (`tool_failed`, saying "internal error") rather than unwinding through the
+/// transport, where the request would never be answered. Neither the panic's payload nor the
+/// arguments are shown.
+fn check_contained(
+    policy: &dyn ConfirmPolicy,
+    spec: &ToolSpec,
+    args: &Value,
+    caller: &Caller,
+) -> Result<Option<ConfirmRequest>, GateError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        policy.check(spec, args, caller)
+    }))
+    .map_err(|_panic| {
+        tracing::error!(tool = %spec.name, "the confirmation policy panicked; the call was refused");
+        GateError::ToolFailed {
+            tool: spec.name.clone(),
+            message: "the confirmation policy stopped unexpectedly (internal error); the call \
+                      did not run"
+                .into(),
+        }
+    })
 }

@@ -134,6 +134,21 @@ fn params_problem(method: &str, params: Option<serde_json::Value>) -> Option<Str
     }
 }
 
+/// The answer to a request whose handling panicked in the app's code (a `ToolVisibility` or
+/// `ResourceVisibility` it set): `-32603` with `data.code = "internal_error"`, so a client can
+/// tell it from the server's other internal errors; logged once, naming only the method (the
+/// request's params, and the panic's payload, may quote anything).
+pub(super) fn panicked(method: &str) -> McpError {
+    tracing::error!(
+        method,
+        "the app's code panicked while a request was handled; it was answered internal_error"
+    );
+    McpError::internal_error(
+        "the server stopped handling this request unexpectedly (internal error)",
+        Some(json!({"code": "internal_error"})),
+    )
+}
+
 pub(super) fn removed(method: &str) -> McpError {
     McpError::new(
         rmcp::model::ErrorCode::METHOD_NOT_FOUND,

@@ -21,6 +21,8 @@
 //!   that revision removed (`initialize`, `ping`, `logging/setLevel`, `resources/subscribe`,
 //!   `resources/unsubscribe`) answer `-32601`;
 //! - a known method with params of the wrong shape is `-32602`, an unknown one `-32601`;
+//! - a request whose handling panicked in the app's code (its `ToolVisibility` or
+//!   `ResourceVisibility`) is `-32603` with `data.code = "internal_error"`;
 //! - tasks (`tools/call` answered with a task, `tasks/get`, `tasks/update`, `tasks/cancel`):
 //!   see [`crate::tasks`].
 //!
@@ -42,7 +44,11 @@ mod request;
 mod session;
 mod shared;
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
+
+use futures::FutureExt;
 
 use kberg_core::{Caller, Principal};
 use rmcp::model::{
@@ -128,6 +134,20 @@ impl KbergHandler {
     }
 }
 
+/// Runs the handling of a request with a panic in the app's code contained (a
+/// `ToolVisibility` or `ResourceVisibility` it set; kberg-core already contains tools, readers,
+/// prompts, confirmation policies and audit sinks): the request is answered `-32603`
+/// ([`errors::panicked`]) rather than left unanswered by its task's end.
+async fn contained<T>(
+    method: &'static str,
+    handling: impl Future<Output = Result<T, McpError>>,
+) -> Result<T, McpError> {
+    AssertUnwindSafe(handling)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_panic| Err(errors::panicked(method)))
+}
+
 impl ServerHandler for KbergHandler {
     fn get_info(&self) -> ServerConfig {
         self.shared.info.clone()
@@ -167,20 +187,24 @@ impl ServerHandler for KbergHandler {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let caller = self.caller(&context)?;
-        let page = self
-            .shared
-            .app
-            .tools()
-            .list_page(
-                &caller,
-                cursor_of(&request),
-                self.shared.app.inner.page_size,
-            )
-            .map_err(|_| invalid_cursor())?;
-        let mut r = ListToolsResult::with_all_items(page.items.iter().map(convert::tool).collect());
-        r.next_cursor = page.next_cursor;
-        Ok(r)
+        contained("tools/list", async move {
+            let caller = self.caller(&context)?;
+            let page = self
+                .shared
+                .app
+                .tools()
+                .list_page(
+                    &caller,
+                    cursor_of(&request),
+                    self.shared.app.inner.page_size,
+                )
+                .map_err(|_| invalid_cursor())?;
+            let mut r =
+                ListToolsResult::with_all_items(page.items.iter().map(convert::tool).collect());
+            r.next_cursor = page.next_cursor;
+            Ok(r)
+        })
+        .await
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
@@ -192,10 +216,14 @@ impl ServerHandler for KbergHandler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        // Boxed, as every large handler future here: rmcp spawns one task per request whose
-        // future is the union of all its handler futures, so one large arm (this call runs the
-        // whole gate) would make every request's task that large, copied on each spawn.
-        Box::pin(self.call(request, context)).await
+        contained("tools/call", async move {
+            // Boxed, as every large handler future here: rmcp spawns one task per request
+            // whose future is the union of all its handler futures, so one large arm (this
+            // call runs the whole gate) would make every request's task that large, copied on
+            // each spawn.
+            Box::pin(self.call(request, context)).await
+        })
+        .await
     }
 
     async fn list_resources(
@@ -203,18 +231,21 @@ impl ServerHandler for KbergHandler {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let caller = self.caller(&context)?;
-        let page = self
-            .shared
-            .app
-            .resources()
-            .list_for(
-                &caller,
-                cursor_of(&request),
-                self.shared.app.inner.page_size,
-            )
-            .map_err(resource_error)?;
-        convert::list_resources(&page.items, page.next_cursor)
+        contained("resources/list", async move {
+            let caller = self.caller(&context)?;
+            let page = self
+                .shared
+                .app
+                .resources()
+                .list_for(
+                    &caller,
+                    cursor_of(&request),
+                    self.shared.app.inner.page_size,
+                )
+                .map_err(resource_error)?;
+            convert::list_resources(&page.items, page.next_cursor)
+        })
+        .await
     }
 
     async fn list_resource_templates(
@@ -222,18 +253,21 @@ impl ServerHandler for KbergHandler {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        let caller = self.caller(&context)?;
-        let page = self
-            .shared
-            .app
-            .resources()
-            .list_templates_for(
-                &caller,
-                cursor_of(&request),
-                self.shared.app.inner.page_size,
-            )
-            .map_err(resource_error)?;
-        convert::list_templates(&page.items, page.next_cursor)
+        contained("resources/templates/list", async move {
+            let caller = self.caller(&context)?;
+            let page = self
+                .shared
+                .app
+                .resources()
+                .list_templates_for(
+                    &caller,
+                    cursor_of(&request),
+                    self.shared.app.inner.page_size,
+                )
+                .map_err(resource_error)?;
+            convert::list_templates(&page.items, page.next_cursor)
+        })
+        .await
     }
 
     async fn read_resource(
@@ -241,11 +275,14 @@ impl ServerHandler for KbergHandler {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let caller = self.caller(&context)?;
-        let contents = Box::pin(self.shared.app.resources().read_for(&caller, &request.uri))
-            .await
-            .map_err(resource_error)?;
-        Ok(convert::read_result(&contents)?.into())
+        contained("resources/read", async move {
+            let caller = self.caller(&context)?;
+            let contents = Box::pin(self.shared.app.resources().read_for(&caller, &request.uri))
+                .await
+                .map_err(resource_error)?;
+            Ok(convert::read_result(&contents)?.into())
+        })
+        .await
     }
 
     #[allow(deprecated)]
@@ -254,14 +291,16 @@ impl ServerHandler for KbergHandler {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let caller = self.caller(&context)?;
-        let (tx, rx) = oneshot::channel();
-        self.forwarder(&context.peer, caller)
-            .send(Command::Subscribe(request.uri, tx))
-            .map_err(|_| McpError::internal_error("the session has ended", None))?;
-        rx.await
-            .map_err(|_| McpError::internal_error("the session has ended", None))?
-            .map_err(resource_error)
+        contained("resources/subscribe", async move {
+            let caller = self.caller(&context)?;
+            let (tx, rx) = oneshot::channel();
+            self.forwarder(&context.peer, caller)
+                .send(Command::Subscribe(request.uri, tx))
+                .map_err(|_| McpError::internal_error("the session has ended", None))?;
+            rx.await
+                .map_err(|_| McpError::internal_error("the session has ended", None))?
+        })
+        .await
     }
 
     #[allow(deprecated)]

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
-use kberg_core::{Caller, ResourceError, ResourceEvent, Subscriber};
+use kberg_core::{Caller, ResourceEvent, Subscriber};
 use rmcp::model::ResourceUpdatedNotificationParam;
 use rmcp::{Peer, RoleServer};
 use tokio::sync::{mpsc, oneshot};
@@ -26,7 +26,8 @@ use crate::peer::LogFilter;
 
 /// What a session's handlers ask its subscription task to do.
 pub(super) enum Command {
-    Subscribe(String, oneshot::Sender<Result<(), ResourceError>>),
+    /// Subscribe to the URI; the answer is the request's.
+    Subscribe(String, oneshot::Sender<Result<(), rmcp::ErrorData>>),
     Unsubscribe(String),
 }
 
@@ -249,7 +250,15 @@ pub(super) async fn forward(
                 // Every handler of the session is gone: the session ended.
                 None => break,
                 Some(Command::Subscribe(uri, reply)) => {
-                    let _ = reply.send(subscriber.subscribe(&uri));
+                    // The app's visibility is asked here: its panic is contained, so that the
+                    // request is answered and the session's subscriptions carry on.
+                    let subscribed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        subscriber.subscribe(&uri)
+                    }));
+                    let _ = reply.send(match subscribed {
+                        Ok(r) => r.map_err(super::errors::resource_error),
+                        Err(_panic) => Err(super::errors::panicked("resources/subscribe")),
+                    });
                     Ok(())
                 }
                 Some(Command::Unsubscribe(uri)) => {
