@@ -3,7 +3,8 @@
 //!
 //! Every index is a run of the gateway's registry ([`crate::memory::runs`]), which the MCP tool
 //! `refresh_pattern_example` shares, so one run per reference tag holds whoever started it: a
-//! second start while one runs is 409 `index_running`. The run's own task does the work and
+//! second start while one runs is 409 `index_running`, and a start while an example of the tag
+//! is being removed is 409 `example_removing`. The run's own task does the work and
 //! writes `last_indexed` back (a revision, a history entry and a `pattern_change` audit entry),
 //! so it finishes even when nobody follows it.
 //!
@@ -48,7 +49,7 @@ use super::{AdminState, BASE_PATH, blocking, path, record};
 use crate::audit::{Change, Kind, Outcome};
 use crate::context::GatewayContext;
 use crate::memory::runs::{
-    RunEventKind, RunHandle, RunOrigin, RunStart, RunStatus, redact_url, report_event,
+    Claimed, RunEventKind, RunHandle, RunOrigin, RunStart, RunStatus, redact_url, report_event,
 };
 
 pub(crate) fn routes() -> Router<AdminState> {
@@ -94,8 +95,21 @@ fn unknown_run(id: &str) -> ApiError {
     }
 }
 
-/// Reads the example from the project's document, checks memory is on and claims its tag:
-/// the run, started in its own task.
+/// A run refused its tag, as the API answers it (409 `index_running` or `example_removing`).
+pub(super) fn claimed(claimed: &Claimed) -> ApiError {
+    match claimed {
+        Claimed::Indexing(busy) => index_running(&busy.reference_tag, &busy.run_id),
+        Claimed::Removing { .. } => ApiError::Conflict {
+            code: claimed.code(),
+            detail: claimed.to_string(),
+        },
+    }
+}
+
+/// Checks memory is on, claims the tag, then reads the example from the project's document:
+/// the run, started in its own task. The tag is claimed first so that the example cannot be
+/// removed (its chunks purged) between this read and the run, which would write back chunks
+/// no project lists; an example already gone ends the claimed run with that error.
 async fn launch(
     s: &AdminState,
     admin: AdminActor,
@@ -104,9 +118,20 @@ async fn launch(
     tag: String,
 ) -> Result<Arc<crate::memory::runs::Run>, ApiError> {
     let memory = memory_of(s)?;
+    let handle = s
+        .ctx
+        .index_runs
+        .start(RunStart {
+            reference_tag: tag.clone(),
+            project: Some(project.clone()),
+            pattern: Some(pattern.clone()),
+            origin: RunOrigin::Api,
+            actor: admin.actor(),
+        })
+        .map_err(|c| claimed(&c))?;
     let ctx = s.ctx.clone();
-    let (p, pat, t) = (project.clone(), pattern.clone(), tag.clone());
-    let repo = blocking(move || {
+    let (p, pat, t) = (project.clone(), pattern, tag);
+    let read = blocking(move || {
         let mut doc = ctx.store.load(&p)?.document;
         let target = pattern_mut(&mut doc, &p, &pat)?;
         let r = target
@@ -120,18 +145,17 @@ async fn launch(
             arch_tag: r.arch_tag.clone(),
         })
     })
-    .await?;
-    let handle = s
-        .ctx
-        .index_runs
-        .start(RunStart {
-            reference_tag: tag.clone(),
-            project: Some(project.clone()),
-            pattern: Some(pattern),
-            origin: RunOrigin::Api,
-            actor: admin.actor(),
-        })
-        .map_err(|busy| index_running(&tag, &busy.run_id))?;
+    .await;
+    let repo = match read {
+        Ok(repo) => repo,
+        Err(e) => {
+            handle.finish(
+                RunEventKind::Error,
+                json!({"code": e.code(), "detail": "the example could not be read from the project's document; nothing was indexed"}),
+            );
+            return Err(e);
+        }
+    };
     let run = Arc::clone(handle.run());
     let ctx = s.ctx.clone();
     let metrics = s.metrics.clone();
@@ -276,7 +300,7 @@ fn events_of(
         (status = 200, description = "Server-Sent Events", body = String, content_type = "text/event-stream"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "an index of this tag is running", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`index_running`: an index of this tag is running; `example_removing`: an example of this tag is being removed", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_name`: a name in the path that no project, pattern or example may have", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 429, description = "`too_many_streams`: this admin holds as many streams as allowed (no run is started)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, description = "memory is off", body = ProblemDetails, content_type = "application/problem+json"),
@@ -308,7 +332,7 @@ pub async fn index(
         (status = 202, body = RunStarted, headers(("location" = String, description = "The run's status"))),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "an index of this tag is running", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`index_running`: an index of this tag is running; `example_removing`: an example of this tag is being removed", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_name`: a name in the path that no project, pattern or example may have", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, description = "memory is off", body = ProblemDetails, content_type = "application/problem+json"),
     ),

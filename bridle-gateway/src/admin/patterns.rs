@@ -10,7 +10,9 @@
 //! and the current revision, as a whole-document edit is. A rename keeps the examples' pattern
 //! tags (`arch_tag`), which their indexed chunks carry, so what agents find does not change. An example that is being indexed (by the API or the
 //! `refresh_pattern_example` tool: one registry of runs) cannot be removed until its run ends
-//! (409 `index_running`); the list says which examples are indexing and by which run.
+//! (409 `index_running`); the list says which examples are indexing and by which run. A removal
+//! holds its tags in that registry until their chunks are purged, so no run starts on them
+//! meanwhile (409 `example_removing`, or that error result of the tool).
 
 use std::sync::{Mutex, PoisonError};
 
@@ -29,6 +31,7 @@ use super::{AdminState, blocking, path, record};
 use crate::audit::{Change, Kind};
 use crate::context::GatewayContext;
 use crate::memory::IndexRuns;
+use crate::memory::runs::Removal;
 use crate::memory::runs::redact_url;
 
 pub(crate) fn routes() -> Router<AdminState> {
@@ -570,8 +573,9 @@ pub async fn remove_pattern(
     let ctx = s.ctx.clone();
     let runs = s.ctx.index_runs.clone();
     let (p, name) = (project.clone(), pattern.clone());
-    let (revision, tags) = blocking(move || {
+    let (revision, tags, _removal) = blocking(move || {
         let tags = Mutex::new(Vec::new());
+        let claim = Mutex::new(None);
         let revision = edit(
             &ctx,
             &admin,
@@ -585,20 +589,22 @@ pub async fn remove_pattern(
                     .position(|c| c.name == name)
                     .ok_or_else(|| unknown_pattern(&p, &name))?;
                 let removed = doc.patterns.custom.remove(at);
-                for r in &removed.example_repos {
-                    not_indexing(&runs, &r.reference_tag)?;
-                }
-                *tags.lock().unwrap_or_else(PoisonError::into_inner) = removed
+                let removed: Vec<String> = removed
                     .example_repos
                     .into_iter()
                     .map(|r| r.reference_tag)
                     .collect();
+                // Held until the chunks are purged: no run starts on these tags meanwhile.
+                *claim.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some(removal(&runs, &removed)?);
+                *tags.lock().unwrap_or_else(PoisonError::into_inner) = removed;
                 Ok(())
             },
         )?;
         Ok((
             revision,
             tags.into_inner().unwrap_or_else(PoisonError::into_inner),
+            claim.into_inner().unwrap_or_else(PoisonError::into_inner),
         ))
     })
     .await?;
@@ -613,11 +619,12 @@ pub async fn remove_pattern(
     }))
 }
 
-fn not_indexing(runs: &IndexRuns, tag: &str) -> Result<(), ApiError> {
-    match runs.running(tag) {
-        Some(run) => Err(super::index_runs::index_running(tag, run.id())),
-        None => Ok(()),
-    }
+/// Claims `tags` for a removal (refused, 409 `index_running`, while one is being indexed), so
+/// that no run starts on them before their chunks are purged: one that did would write back
+/// chunks no project lists.
+fn removal(runs: &IndexRuns, tags: &[String]) -> Result<Removal, ApiError> {
+    runs.begin_removal(tags.iter().cloned())
+        .map_err(|busy| super::index_runs::index_running(&busy.reference_tag, &busy.run_id))
 }
 
 /// Purges a tag's chunks when memory is on and no project lists the tag any more.
@@ -751,7 +758,8 @@ pub async fn remove_example(
     admin: AdminActor,
     ApiPath((project, pattern, tag)): ApiPath<(String, String, String)>,
 ) -> Result<axum::Json<PatternsChanged>, ApiError> {
-    not_indexing(&s.ctx.index_runs, &tag)?;
+    // Held until the chunks are purged: no run starts on the tag meanwhile.
+    let _removal = removal(&s.ctx.index_runs, std::slice::from_ref(&tag))?;
     let ctx = s.ctx.clone();
     let (p, t) = (project.clone(), tag.clone());
     let revision = blocking(move || {

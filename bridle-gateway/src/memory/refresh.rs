@@ -4,7 +4,8 @@
 //! bridle-memory's own tool knows nothing of the admin API's runs, so a refresh over MCP could
 //! run beside an index the panel started for the same tag. The gateway puts this one in its
 //! place: it claims the tag in [`IndexRuns`] first (a tag being indexed answers an error
-//! result with code `index_running` and the run's id), records each step in the run, so the
+//! result with code `index_running` and the run's id, one whose example is being removed
+//! `example_removing`), records each step in the run, so the
 //! panel and the admin API can follow a refresh an agent started, and ends the run with `done`
 //! or `error`. Progress notifications to the caller, the `last_indexed` write-back and the
 //! indexing gauges (the [`IndexListener`]) work as in bridle-memory's tool.
@@ -18,7 +19,7 @@ use kberg_core::{CoreError, Tool, ToolContext, ToolError, ToolOutput, ToolRegist
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::runs::{IndexRuns, RunEventKind, RunHandle, RunOrigin, RunStart, report_event};
+use super::runs::{Claimed, IndexRuns, RunEventKind, RunHandle, RunOrigin, RunStart, report_event};
 
 /// The tool's name.
 pub const REFRESH_TOOL: &str = "refresh_pattern_example";
@@ -104,15 +105,13 @@ impl Tool for RegisteredRefresh {
             actor: ctx.caller().principal().id.clone(),
         }) {
             Ok(run) => run,
-            Err(busy) => {
-                let message = format!(
-                    "example `{tag}` is being indexed now (run {}); try again when that run has ended",
-                    busy.run_id
-                );
-                return Ok(ToolOutput::error_with(
-                    message.clone(),
-                    json!({"code": "index_running", "message": message, "run_id": busy.run_id}),
-                ));
+            Err(claimed) => {
+                let message = claimed.to_string();
+                let mut data = json!({"code": claimed.code(), "message": message});
+                if let Claimed::Indexing(busy) = &claimed {
+                    data["run_id"] = json!(busy.run_id);
+                }
+                return Ok(ToolOutput::error_with(message, data));
             }
         };
         let progress = RunProgress {

@@ -10,6 +10,12 @@
 //! for a while: the last [`KEEP_FINISHED`] of them, so a follower that opens the stream after
 //! the run ended still gets the whole story and its end. Nothing here touches the stores; the
 //! runs' owners do the work and report it.
+//!
+//! Removing an example claims its tag too ([`IndexRuns::begin_removal`]), from before the
+//! project's document is edited until the tag's chunks are purged: a removal is refused while a
+//! run has the tag, and a run is refused ([`Claimed::Removing`], code `example_removing`) while
+//! a removal has it. Otherwise a run that started between a removal's check and its purge
+//! wrote back, after the purge, chunks no project lists.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -319,17 +325,85 @@ impl Drop for RunHandle {
     }
 }
 
-/// A start refused: the tag is being indexed by run `run_id`.
+/// A start or a removal refused: the tag is being indexed by run `run_id`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Busy {
+    /// The tag.
+    pub reference_tag: String,
     /// The running run.
     pub run_id: String,
+}
+
+/// Why a run could not start on a tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    /// Another run is indexing the tag (code `index_running`).
+    Indexing(Busy),
+    /// An example with the tag is being removed, its chunks about to be purged (code
+    /// `example_removing`).
+    Removing {
+        /// The tag.
+        reference_tag: String,
+    },
+}
+
+impl Claimed {
+    /// The stable code of the refusal.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Claimed::Indexing(_) => "index_running",
+            Claimed::Removing { .. } => "example_removing",
+        }
+    }
+}
+
+impl std::fmt::Display for Claimed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Claimed::Indexing(busy) => write!(
+                f,
+                "example `{}` is being indexed now (run {}); try again when that run has ended",
+                busy.reference_tag, busy.run_id
+            ),
+            Claimed::Removing { reference_tag } => write!(
+                f,
+                "example `{reference_tag}` is being removed now; add it again to index it"
+            ),
+        }
+    }
+}
+
+/// A removal's claim on its examples' tags ([`IndexRuns::begin_removal`]): no run starts on them
+/// until it is dropped, which the remover does once the chunks are purged (or the removal
+/// failed).
+#[derive(Debug)]
+#[must_use = "the tags are free again as soon as the removal is dropped"]
+pub struct Removal {
+    runs: IndexRuns,
+    tags: Vec<String>,
+}
+
+impl Drop for Removal {
+    fn drop(&mut self) {
+        let mut reg = self.runs.registry();
+        for tag in &self.tags {
+            if let Some(n) = reg.removing.get_mut(tag) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    reg.removing.remove(tag);
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct Registry {
     /// Reference tag → the run working on it.
     running: BTreeMap<String, String>,
+    /// Reference tag → how many removals hold it now (two projects may remove examples of one
+    /// tag at once).
+    removing: BTreeMap<String, usize>,
     runs: HashMap<String, Arc<Run>>,
     finished: VecDeque<String>,
     next: u64,
@@ -344,11 +418,20 @@ impl IndexRuns {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts a run on `start.reference_tag`, or says which run has it now.
-    pub fn start(&self, start: RunStart) -> Result<RunHandle, Busy> {
+    /// Starts a run on `start.reference_tag`, or says which run has it now, or that an example
+    /// of that tag is being removed.
+    pub fn start(&self, start: RunStart) -> Result<RunHandle, Claimed> {
         let mut reg = self.registry();
         if let Some(id) = reg.running.get(&start.reference_tag) {
-            return Err(Busy { run_id: id.clone() });
+            return Err(Claimed::Indexing(Busy {
+                reference_tag: start.reference_tag.clone(),
+                run_id: id.clone(),
+            }));
+        }
+        if reg.removing.contains_key(&start.reference_tag) {
+            return Err(Claimed::Removing {
+                reference_tag: start.reference_tag.clone(),
+            });
         }
         reg.next += 1;
         let id = format!("{}-{}", run_prefix(), reg.next);
@@ -391,6 +474,34 @@ impl IndexRuns {
                 reg.runs.remove(&old);
             }
         }
+    }
+
+    /// Claims `tags` for a removal: refused, claiming none, when a run has one of them; else
+    /// no run starts on any of them until the [`Removal`] is dropped.
+    pub fn begin_removal<I, T>(&self, tags: I) -> Result<Removal, Busy>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<String>,
+    {
+        let tags: Vec<String> = tags.into_iter().map(Into::into).collect();
+        let mut reg = self.registry();
+        if let Some((tag, id)) = tags
+            .iter()
+            .find_map(|t| reg.running.get(t).map(|id| (t, id)))
+        {
+            return Err(Busy {
+                reference_tag: tag.clone(),
+                run_id: id.clone(),
+            });
+        }
+        for tag in &tags {
+            *reg.removing.entry(tag.clone()).or_default() += 1;
+        }
+        drop(reg);
+        Ok(Removal {
+            runs: self.clone(),
+            tags,
+        })
     }
 
     /// Whether `tag` is being indexed now.
@@ -467,7 +578,10 @@ mod tests {
         let runs = IndexRuns::default();
         let h = runs.start(start("a")).unwrap();
         let id = h.run().id().to_string();
-        assert_eq!(runs.start(start("a")).unwrap_err().run_id, id);
+        match runs.start(start("a")).unwrap_err() {
+            Claimed::Indexing(busy) => assert_eq!(busy.run_id, id),
+            other => panic!("{other:?}"),
+        }
         let other = runs.start(start("b")).unwrap();
         h.progress(&ProgressEvent::Embedded { done: 1, total: 2 });
         h.finish(RunEventKind::Done, json!({"chunks": 2}));
@@ -488,6 +602,32 @@ mod tests {
         drop(other);
         let b = runs.running("b");
         assert!(b.is_none());
+        assert!(runs.start(start("a")).is_ok());
+    }
+
+    #[test]
+    fn a_removal_and_a_run_of_one_tag_exclude_each_other() {
+        let runs = IndexRuns::default();
+        let run = runs.start(start("a")).unwrap();
+        let busy = runs.begin_removal(["b", "a"]).unwrap_err();
+        assert_eq!(busy.reference_tag, "a");
+        assert_eq!(busy.run_id, run.run().id());
+        // Refused, it claimed nothing: `b` still starts.
+        drop(runs.start(start("b")).unwrap());
+        drop(run);
+
+        let removal = runs.begin_removal(["a"]).unwrap();
+        let second = runs.begin_removal(["a"]).unwrap();
+        let refused = runs.start(start("a")).unwrap_err();
+        assert_eq!(refused.code(), "example_removing");
+        assert!(refused.to_string().contains("`a`"), "{refused}");
+        drop(removal);
+        assert_eq!(
+            runs.start(start("a")).unwrap_err().code(),
+            "example_removing",
+            "the other removal still holds it"
+        );
+        drop(second);
         assert!(runs.start(start("a")).is_ok());
     }
 
