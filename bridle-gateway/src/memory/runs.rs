@@ -566,10 +566,13 @@ mod tests {
             redact_url("https://bot:s3cret@git.example/x.git"),
             "https://***@git.example/x.git"
         );
+        // A user part may hold an unencoded `/` (a token pasted as is): everything up to the
+        // last `@` is hidden, so an `@` in the path hides more than needed, never less.
         assert_eq!(
-            redact_url("https://git.example/x@y"),
-            "https://git.example/x@y"
+            redact_url("https://bot:ab/cd@git.example/x.git"),
+            "https://***@git.example/x.git"
         );
+        assert_eq!(redact_url("https://git.example/x@y"), "https://***@y");
         assert_eq!(redact_url("/srv/repos/x"), "/srv/repos/x");
     }
 
