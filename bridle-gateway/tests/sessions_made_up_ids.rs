@@ -90,3 +90,60 @@ async fn made_up_session_ids_are_not_listed_as_live_sessions() {
     stop.cancel();
     served.await.unwrap().unwrap();
 }
+
+/// A 2026-07-28 request has no session on the wire: the transport serves it whatever
+/// `Mcp-Session-Id` it carries. Made-up ids on such requests are answered, and the agent is
+/// listed once, as its stateless entry, never under the ids it sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_ids_on_stateless_requests_are_not_listed_as_sessions() {
+    let tmp = tempfile::tempdir().unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
+    bridle_rules::RulesStore::open(tmp.path(), bridle_rules::AgentCatalog::builtin())
+        .unwrap()
+        .create("demo", &demo_document(), "test")
+        .unwrap();
+    let config = GatewayConfig::load(tmp.path()).unwrap();
+    let gateway = bridle_gateway::GatewayBuilder::new(tmp.path(), config)
+        .build()
+        .await
+        .unwrap();
+    let sessions = gateway.context().sessions.clone();
+    let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let url = bound.url();
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let served = tokio::spawn(bound.run(async move { s.cancelled().await }));
+    let token = std::fs::read_to_string(tmp.path().join("secrets/claude-token")).unwrap();
+
+    let client = reqwest::Client::new();
+    for i in 0..20 {
+        let meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        });
+        let status = client
+            .post(&url)
+            .bearer_auth(token.trim())
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/list")
+            .header("mcp-session-id", format!("made-up-{i}"))
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta}}))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, StatusCode::OK);
+    }
+    let live = sessions.sessions();
+    let ids: Vec<&str> = live.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, ["claude/stateless"], "{live:?}");
+    assert_eq!(live[0].requests, 20);
+    assert_eq!(
+        live[0].generation,
+        bridle_gateway::sessions::Generation::Stateless
+    );
+
+    stop.cancel();
+    served.await.unwrap().unwrap();
+}

@@ -178,6 +178,12 @@ impl Default for SessionRegistry {
     }
 }
 
+/// Whether a request's `MCP-Protocol-Version` is of the 2026-07-28 generation or later, which
+/// has no sessions on the wire.
+fn is_stateless(protocol_version: Option<&str>) -> bool {
+    protocol_version.is_some_and(|v| v >= "2026-07-28")
+}
+
 fn ms(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -234,19 +240,23 @@ impl SessionRegistry {
         protocol_version: Option<&str>,
     ) -> bool {
         let now = SystemTime::now();
-        let stateless = protocol_version.is_some_and(|v| v >= "2026-07-28");
         let (id, generation) = match session_id {
+            // A 2026-07-28 request has no session on the wire: the transport serves it
+            // whatever `Mcp-Session-Id` it carries, so that header names no session here
+            // either (recording it would list every id a client makes up).
+            _ if is_stateless(protocol_version) => {
+                (format!("{agent}/stateless"), Generation::Stateless)
+            }
             // No transport hands out such an id: the request is refused there, and the
             // registry keeps no record of it.
             Some(s) if s.len() > MAX_SESSION_ID_LEN => return true,
             Some(s) => (s.to_string(), Generation::Stateful),
-            None if stateless => (format!("{agent}/stateless"), Generation::Stateless),
             // A 2025-11-25 `initialize` (no session yet): the session appears with the
             // requests that carry the id the server assigns.
             None => return true,
         };
         let mut book = self.book();
-        if session_id.is_some() && book.ended.contains_key(&id) {
+        if generation == Generation::Stateful && book.ended.contains_key(&id) {
             return false;
         }
         let idle = self.idle;
@@ -338,7 +348,9 @@ impl SessionRegistry {
         session_id: Option<&str>,
         protocol_version: Option<&str>,
     ) -> bool {
-        if let Some(id) = session_id.filter(|id| id.len() <= MAX_SESSION_ID_LEN) {
+        if let Some(id) = session_id
+            .filter(|id| id.len() <= MAX_SESSION_ID_LEN && !is_stateless(protocol_version))
+        {
             let new = {
                 let book = self.book();
                 if book.ended.contains_key(id) {
