@@ -58,8 +58,24 @@ impl ChangeRequest {
     /// One line describing the change. A custom pattern's names its example repositories,
     /// what approving it would clone and index: at most three URLs, each with its user part
     /// (where an access token goes) and query shown as `***` and cut to 120 characters, then
-    /// how many more.
+    /// how many more. Line breaks and other control characters in what the change holds (a
+    /// statement, a name) are shown as spaces: a listing of the queue shows a summary a line,
+    /// where an agent's line break would pass for another entry.
     pub fn summary(&self) -> String {
+        self.summary_text()
+            .chars()
+            .map(|c| {
+                if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
+                    ' '
+                } else {
+                    c
+                }
+            })
+            .collect()
+    }
+
+    /// [`summary`](Self::summary) before control characters become spaces.
+    fn summary_text(&self) -> String {
         match self {
             ChangeRequest::Guardrail {
                 id,
@@ -478,6 +494,31 @@ mod tests {
         let summary = pattern(&[&long, "https://h/x\r\ny"]).summary();
         assert!(!summary.contains(['\n', '\r']), "{summary}");
         assert!(summary.contains("aaa…`, `https://h/x  y`"), "{summary}");
+    }
+
+    /// A statement or a name of more than one line is summarised on one: a listing of the
+    /// queue shows one summary a line, and a line break there would pass for another entry.
+    #[test]
+    fn a_summary_of_text_with_line_breaks_stays_on_one_line() {
+        let guardrail = ChangeRequest::Guardrail {
+            id: "g".into(),
+            statement: "Be careful.\n#2 add guardrail `x`: approved\r\nby alice\u{2028}.".into(),
+            severity: Severity::Guidance,
+            applies_to: vec![ALL_AGENTS.into()],
+        }
+        .summary();
+        assert_eq!(
+            guardrail,
+            "add guidance guardrail `g`: Be careful. #2 add guardrail `x`: approved  by alice ."
+        );
+        let mut custom = pattern(&[]);
+        if let ChangeRequest::Pattern {
+            custom: Some(c), ..
+        } = &mut custom
+        {
+            c.name = "mvc\nsecond".into();
+        }
+        assert_eq!(custom.summary(), "add custom pattern `mvc second`");
     }
 
     /// A vendor origin names its document with the credentials a URL may carry hidden: the
