@@ -148,3 +148,25 @@ async fn an_unknown_long_prompt_or_argument_name_is_quoted_cut_short() {
         assert!(message.contains("pp..."), "{message}");
     }
 }
+
+#[tokio::test]
+async fn an_unknown_long_method_is_quoted_cut_short() {
+    let s = start_with(Limits::default()).await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let method = format!("x/{}", "m".repeat(LONG));
+    let r = c
+        .post(
+            json!({"jsonrpc": "2.0", "id": 6, "method": method, "params": {}}),
+            Some(&sid),
+        )
+        .await
+        .reply(6);
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+    assert_bounded("the error", &r["error"]);
+    let message = r["error"]["message"].as_str().expect("message");
+    assert!(
+        message.contains("x/mmm") && message.ends_with("..."),
+        "{message}"
+    );
+}

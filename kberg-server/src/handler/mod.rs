@@ -134,6 +134,9 @@ impl KbergHandler {
     }
 }
 
+/// The longest unknown method name an error quotes, in characters (MCP's are under 40).
+const MAX_METHOD_CHARS: usize = 64;
+
 /// Runs the handling of a request with a panic in the app's code contained (a
 /// `ToolVisibility` or `ResourceVisibility` it set; kberg-core already contains tools, readers,
 /// prompts, confirmation policies and audit sinks): the request is answered `-32603`
@@ -413,9 +416,13 @@ impl ServerHandler for KbergHandler {
         if KNOWN_METHODS.contains(&request.method.as_str()) {
             return Err(errors::invalid_params(&request.method, request.params));
         }
+        // The method is the client's, and may be as long as a request body: quoted cut short.
         Err(McpError::new(
             rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-            format!("method not found: {}", request.method),
+            format!(
+                "method not found: {}",
+                errors::cut(request.method, MAX_METHOD_CHARS)
+            ),
             None,
         ))
     }
