@@ -869,7 +869,9 @@ fn indexable_text(path: &Path, max_file_bytes: u64, bytes_read: &mut u64) -> Opt
     let file = std::fs::File::open(path).ok()?;
     let mut bytes = Vec::new();
     // One byte over the limit tells a file that grew past it.
-    let read = file.take(max_file_bytes + 1).read_to_end(&mut bytes);
+    let read = file
+        .take(max_file_bytes.saturating_add(1))
+        .read_to_end(&mut bytes);
     *bytes_read = bytes_read.saturating_add(bytes.len() as u64);
     read.ok()?;
     if bytes.len() as u64 > max_file_bytes || bytes.iter().take(8000).any(|b| *b == 0) {
@@ -1066,6 +1068,21 @@ mod tests {
 
     /// The walk lists no more of a tree than it yields: a tree of 300 folders limited to three
     /// files opens three of them, and a byte limit stops it at the file that passes it.
+    #[test]
+    fn limits_as_large_as_they_go_read_every_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("f.rs"), "fn f() {}\n").expect("write");
+        let rules = FileRules {
+            max_file_bytes: u64::MAX,
+            max_total_bytes: u64::MAX,
+            max_files: usize::MAX,
+            ..FileRules::default()
+        };
+        let files = collect_files(dir.path(), &rules).expect("walk");
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].text, "fn f() {}\n");
+    }
+
     #[test]
     fn the_walk_stops_at_the_file_limit_and_at_the_byte_limit() {
         let dir = tempfile::tempdir().expect("tempdir");
