@@ -569,7 +569,9 @@ impl Gateway {
             .await
             .map_err(|e| GatewayError::Serve(format!("cannot listen on {addr}: {e}")))?
             .map_router(|r| {
-                let r = r.merge(routes);
+                // A session id is listed once the transport accepted it, so made-up ids
+                // (answered 404) take no place among the agent's sessions.
+                let r = crate::sessions::track(r, self.ctx.sessions.clone()).merge(routes);
                 #[cfg(feature = "traces")]
                 let r = match &self.telemetry {
                     Some(_) => crate::telemetry::http::trace_requests(r, MCP_PATH, max_body),

@@ -2,19 +2,13 @@
 //! them is listed as a live session; the session a real client opens is listed, and an ended
 //! one is still refused on its next request.
 //!
-//! The MCP endpoint is served here as the gateway serves it (its app, its authenticator, its
-//! path) with [`bridle_gateway::sessions::track`] around the transport's router.
+//! Both tests run the gateway itself (`GatewayBuilder` and `bind`), whose MCP endpoint has
+//! [`bridle_gateway::sessions::track`] around the transport's router.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
-use std::sync::Arc;
-
-use bridle_gateway::config::{
-    GatewayConfig, MCP_PATH, demo_document, init_data_dir_with_token_files,
-};
-use bridle_gateway::{BridleAuth, GatewayContext};
+use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
 use kberg_agent::{McpSurface, ToolSurface};
-use kberg_server::{HttpConfig, HttpServer};
 use reqwest::StatusCode;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -37,23 +31,21 @@ async fn in_session(http: &reqwest::Client, url: &str, token: &str, id: &str) ->
 async fn made_up_session_ids_are_not_listed_as_live_sessions() {
     let tmp = tempfile::tempdir().unwrap();
     init_data_dir_with_token_files(tmp.path()).unwrap();
-    let config = GatewayConfig::load(tmp.path()).unwrap();
-    let ctx = GatewayContext::open(tmp.path(), config).unwrap();
-    ctx.store.create("demo", &demo_document(), "test").unwrap();
-    let app = bridle_gateway::build_app(&ctx).unwrap();
-    let auth = BridleAuth::new(tmp.path(), Arc::clone(&ctx)).unwrap();
-    let http = HttpConfig::new("127.0.0.1:0".parse().unwrap())
-        .path(MCP_PATH)
-        .auth(auth);
-    let sessions = ctx.sessions.clone();
-    let server = HttpServer::bind(app, http)
-        .await
+    bridle_rules::RulesStore::open(tmp.path(), bridle_rules::AgentCatalog::builtin())
         .unwrap()
-        .map_router(|r| bridle_gateway::sessions::track(r, sessions));
-    let url = format!("http://{}{MCP_PATH}", server.local_addr());
+        .create("demo", &demo_document(), "test")
+        .unwrap();
+    let config = GatewayConfig::load(tmp.path()).unwrap();
+    let gateway = bridle_gateway::GatewayBuilder::new(tmp.path(), config)
+        .build()
+        .await
+        .unwrap();
+    let sessions = gateway.context().sessions.clone();
+    let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let url = bound.url();
     let stop = CancellationToken::new();
     let s = stop.clone();
-    let served = tokio::spawn(server.run(async move { s.cancelled().await }));
+    let served = tokio::spawn(bound.run(async move { s.cancelled().await }));
     let token = std::fs::read_to_string(tmp.path().join("secrets/claude-token")).unwrap();
     let token = token.trim();
 
@@ -65,7 +57,7 @@ async fn made_up_session_ids_are_not_listed_as_live_sessions() {
             StatusCode::NOT_FOUND
         );
     }
-    let live = ctx.sessions.sessions();
+    let live = sessions.sessions();
     assert!(live.is_empty(), "made-up ids listed as live: {live:?}");
 
     // A real session is listed, with every request it made after `initialize`.
@@ -73,19 +65,19 @@ async fn made_up_session_ids_are_not_listed_as_live_sessions() {
         .await
         .unwrap();
     assert!(!claude.tools().await.unwrap().is_empty());
-    let live = ctx.sessions.sessions();
+    let live = sessions.sessions();
     assert_eq!(live.len(), 1, "{live:?}");
     assert_eq!(live[0].agent, "claude");
     assert_eq!(live[0].agent_type.as_deref(), Some("claude"));
     assert!(live[0].requests >= 2, "{live:?}");
 
     // Ended by an operator: refused on its next request, and not listed again.
-    assert!(ctx.sessions.end(&live[0].id));
+    assert!(sessions.end(&live[0].id));
     assert_eq!(
         in_session(&client, &url, token, &live[0].id).await,
         StatusCode::UNAUTHORIZED
     );
-    assert!(ctx.sessions.sessions().is_empty());
+    assert!(sessions.sessions().is_empty());
 
     stop.cancel();
     served.await.unwrap().unwrap();
