@@ -448,6 +448,24 @@ impl AgentConfig {
     }
 }
 
+/// Checks that the setting `field` (`kanboard.url`, `memory.embedder.ollama.url`, ...) is an
+/// `http://` or `https://` URL with a host, as the configuration is read rather than when the
+/// gateway first uses it. The message never quotes the URL: it may carry a credential.
+pub(crate) fn check_http_url(field: &str, url: &str) -> Result<(), String> {
+    let parsed =
+        reqwest::Url::parse(url.trim()).map_err(|e| format!("{field} is not a valid URL ({e})"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!(
+            "{field} must start with http:// or https:// (got `{}:`)",
+            parsed.scheme()
+        ));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{field} names no host"));
+    }
+    Ok(())
+}
+
 /// Why the configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -552,13 +570,7 @@ impl GatewayConfig {
             }
         }
         if let Some(memory) = &self.memory {
-            memory.indexing.check().map_err(invalid)?;
-            if memory.max_memories_per_project == 0 {
-                return Err(invalid(
-                    "memory.max_memories_per_project must be at least 1 (0 would refuse every remember)"
-                        .into(),
-                ));
-            }
+            memory.check().map_err(invalid)?;
         }
         if self.health.probe_cache_secs > MAX_PROBE_CACHE_SECS {
             return Err(invalid(format!(

@@ -80,17 +80,7 @@ impl KanboardConfig {
         if self.timeout_secs == 0 {
             return Err("kanboard.timeout_secs must be at least 1".into());
         }
-        let url = reqwest::Url::parse(&self.url)
-            .map_err(|e| format!("kanboard.url is not a valid URL ({e})"))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!(
-                "kanboard.url must start with http:// or https:// (got `{}:`)",
-                url.scheme()
-            ));
-        }
-        if url.host_str().is_none_or(str::is_empty) {
-            return Err("kanboard.url names no host".into());
-        }
+        crate::config::check_http_url("kanboard.url", &self.url)?;
         if let Some(agent) = self.agents.keys().find(|a| !is_agent(a)) {
             return Err(format!(
                 "kanboard.agents names `{agent}`, which is not a configured agent: configure it, or remove it from kanboard.agents"

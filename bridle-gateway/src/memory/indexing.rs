@@ -570,7 +570,7 @@ mod tests {
     #[test]
     fn a_default_section_is_not_written_out_and_a_set_one_round_trips() {
         let section: MemorySection =
-            serde_saphyr::from_str("embedder: {ollama: {url: u, model: m}}").unwrap();
+            serde_saphyr::from_str("embedder: {ollama: {url: 'http://u', model: m}}").unwrap();
         let yaml = serde_saphyr::to_string(&section).unwrap();
         assert!(!yaml.contains("indexing"), "{yaml}");
 
@@ -646,7 +646,7 @@ mod tests {
     #[test]
     fn to_config_refuses_what_load_refuses() {
         let mut section: MemorySection =
-            serde_saphyr::from_str("embedder: {ollama: {url: u, model: m}}").unwrap();
+            serde_saphyr::from_str("embedder: {ollama: {url: 'http://u', model: m}}").unwrap();
         section.indexing.max_chunks = 0;
         let dir = tempfile::tempdir().unwrap();
         let err = section.to_config(dir.path(), dir.path()).unwrap_err();

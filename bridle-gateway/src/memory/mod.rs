@@ -133,23 +133,41 @@ pub enum MemoryEmbedderConfig {
 pub const ENABLE_HINT: &str = "bridle: memory is off; add a `memory:` section to bridle.yaml (e.g. `memory: {embedder: {local: {path: /path/to/all-MiniLM-L6-v2}}}`) to enable recall, remember and pattern-example search";
 
 impl MemorySection {
+    /// Checks the section as `bridle.yaml` is read, naming the setting at fault: the indexing
+    /// limits ([`IndexingSection::check`]), `max_memories_per_project`, and that the embedding
+    /// server's and Qdrant's URLs are HTTP URLs (these used to be found wrong only when the
+    /// gateway opened memory). A URL is never quoted: it may carry a credential.
+    pub fn check(&self) -> Result<(), String> {
+        self.indexing.check()?;
+        if self.max_memories_per_project == 0 {
+            return Err(
+                "memory.max_memories_per_project must be at least 1 (0 would refuse every remember)"
+                    .into(),
+            );
+        }
+        match &self.embedder {
+            MemoryEmbedderConfig::Openai { url, .. } => {
+                crate::config::check_http_url("memory.embedder.openai.url", url)?;
+            }
+            MemoryEmbedderConfig::Ollama { url, .. } => {
+                crate::config::check_http_url("memory.embedder.ollama.url", url)?;
+            }
+            MemoryEmbedderConfig::Local { .. } => {}
+        }
+        if let MemoryStoreConfig::Qdrant { url, .. } = &self.store {
+            crate::config::check_http_url("memory.store.qdrant.url", url)?;
+        }
+        Ok(())
+    }
+
     /// The memory service configuration this section describes, with paths resolved against
-    /// the data directory, secrets read from the secrets folder, and the indexing limits
-    /// checked ([`IndexingSection::check`]).
+    /// the data directory, secrets read from the secrets folder, and the section checked
+    /// ([`MemorySection::check`]).
     pub fn to_config(&self, data_dir: &Path, secrets: &Path) -> Result<MemoryConfig, ConfigError> {
-        self.indexing
-            .check()
-            .and_then(|()| {
-                if self.max_memories_per_project == 0 {
-                    Err("memory.max_memories_per_project must be at least 1 (0 would refuse every remember)".to_string())
-                } else {
-                    Ok(())
-                }
-            })
-            .map_err(|message| ConfigError::Invalid {
-                file: data_dir.join("bridle.yaml"),
-                message,
-            })?;
+        self.check().map_err(|message| ConfigError::Invalid {
+            file: data_dir.join("bridle.yaml"),
+            message,
+        })?;
         let resolve = |p: &Path| {
             if p.is_absolute() {
                 p.to_path_buf()
@@ -396,7 +414,7 @@ mod tests {
     fn the_memory_quota_is_read_checked_and_passed_on() {
         let dir = tempfile::tempdir().unwrap();
         let section: MemorySection =
-            serde_saphyr::from_str("embedder: {ollama: {url: u, model: m}}").unwrap();
+            serde_saphyr::from_str("embedder: {ollama: {url: 'http://u', model: m}}").unwrap();
         assert_eq!(
             section.max_memories_per_project,
             bridle_memory::DEFAULT_MAX_PER_PROJECT
@@ -408,13 +426,13 @@ mod tests {
             "the default is not written out"
         );
         let section: MemorySection = serde_saphyr::from_str(
-            "embedder: {ollama: {url: u, model: m}}\nmax_memories_per_project: 3",
+            "embedder: {ollama: {url: 'http://u', model: m}}\nmax_memories_per_project: 3",
         )
         .unwrap();
         let config = section.to_config(dir.path(), dir.path()).unwrap();
         assert_eq!(config.max_memories_per_project, 3);
         let zero: MemorySection = serde_saphyr::from_str(
-            "embedder: {ollama: {url: u, model: m}}\nmax_memories_per_project: 0",
+            "embedder: {ollama: {url: 'http://u', model: m}}\nmax_memories_per_project: 0",
         )
         .unwrap();
         let err = zero.to_config(dir.path(), dir.path()).unwrap_err();
@@ -425,7 +443,7 @@ mod tests {
         for bad in ["-1", "ten", "1.5"] {
             assert!(
                 serde_saphyr::from_str::<MemorySection>(&format!(
-                    "embedder: {{ollama: {{url: u, model: m}}}}\nmax_memories_per_project: {bad}"
+                    "embedder: {{ollama: {{url: 'http://u', model: m}}}}\nmax_memories_per_project: {bad}"
                 ))
                 .is_err(),
                 "{bad}"
