@@ -539,6 +539,7 @@ fn describe(a: &AgentConfig) -> String {
         (status = 201, body = CreatedAgent),
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, description = "the agent was deleted while it was being created (`unknown_agent`); its token is revoked", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, description = "an agent of that name exists", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "a bad name, type or project", body = ProblemDetails, content_type = "application/problem+json"),
