@@ -377,3 +377,30 @@ fn a_statement_of_several_paragraphs_stays_in_its_list_item() {
         }
     }
 }
+
+/// A stack or convention entry of several lines (an approved `UpdateProject` can carry one)
+/// stays inside its list item in every agent's file, as a guardrail statement does, so no line
+/// of it reads as a heading or paragraph of the file.
+#[test]
+fn a_stack_or_convention_entry_of_several_lines_stays_in_its_list_item() {
+    let mut doc = fixture();
+    doc.project.stack = vec!["Rust 1.90\n# Not a heading of the file".into()];
+    doc.project.conventions = vec!["Small commits\n\nStill the same convention.".into()];
+    let renderer = Renderer::builtin();
+    for target in renderer.catalog().targets() {
+        let out = renderer.render("shop", &doc, &target.name).unwrap();
+        for line in ["# Not a heading of the file", "Still the same convention."] {
+            let found = out
+                .content
+                .lines()
+                .find(|l| l.trim_start() == line)
+                .unwrap_or_else(|| panic!("{}: {line:?} missing\n{}", target.name, out.content));
+            assert!(
+                found.starts_with("  "),
+                "{}: {found:?} is outside its list item\n{}",
+                target.name,
+                out.content
+            );
+        }
+    }
+}
