@@ -12,7 +12,8 @@
 //!   far, out of the chunks the run made (equal once it has stored them).
 //!
 //! `bridle memory index` on the command line runs in its own process and shows its progress
-//! there; these gauges are the gateway's runs.
+//! there; these gauges are the gateway's runs. A run that fails before its first step (a tag
+//! memory does not know: the tool's caller names it) adds no series.
 
 use std::sync::Arc;
 
@@ -91,15 +92,24 @@ impl IndexingGauges {
         }
     }
 
-    /// The run on `repo` ended: with its report, or without (it failed).
+    /// The run on `repo` ended: with its report, or without (it failed). A failed run that
+    /// never reported a step (an unknown tag, which an agent may make up in any number) leaves
+    /// no series: only a repository that was worked on has gauges.
     pub(crate) fn ended(&self, repo: &str, report: Option<&IndexReport>) {
         let l = Self::label(repo);
-        if let Some(r) = report {
-            self.files.get_or_create(&l).set(count(r.files));
-            self.chunks_done.get_or_create(&l).set(count(r.chunks));
-            self.chunks_planned.get_or_create(&l).set(count(r.chunks));
+        match report {
+            Some(r) => {
+                self.files.get_or_create(&l).set(count(r.files));
+                self.chunks_done.get_or_create(&l).set(count(r.chunks));
+                self.chunks_planned.get_or_create(&l).set(count(r.chunks));
+                self.active.get_or_create(&l).set(0);
+            }
+            None => {
+                if let Some(active) = self.active.get(&l) {
+                    active.set(0);
+                }
+            }
         }
-        self.active.get_or_create(&l).set(0);
     }
 }
 
