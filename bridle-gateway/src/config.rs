@@ -331,6 +331,26 @@ pub(crate) fn is_origin(origin: &str) -> bool {
                 .is_some_and(|p| p.parse::<u16>().is_ok()))
 }
 
+/// Whether `origin` is an entry the MCP endpoint's allow-list reads: `null`, or
+/// `scheme://host[:port]` with an optional trailing `/`, `:*` standing for any port.
+fn is_endpoint_origin(origin: &str) -> bool {
+    let origin = origin.trim();
+    if origin == "null" {
+        return true;
+    }
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return false;
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if scheme.is_empty() || rest.contains('/') {
+        return false;
+    }
+    match rest.strip_suffix(":*") {
+        Some(host) => kberg_server::host_and_port(host).is_some_and(|(_, port)| port.is_none()),
+        None => kberg_server::host_and_port(rest).is_some(),
+    }
+}
+
 impl Default for AdminSection {
     fn default() -> Self {
         Self {
@@ -533,6 +553,22 @@ impl GatewayConfig {
             message,
         };
         let addr = self.listen_addr().map_err(invalid)?;
+        // The endpoint would drop a malformed entry with only a log line, and with it every
+        // request its entry was meant to let in.
+        if let Some(h) = self
+            .allowed_hosts
+            .iter()
+            .find(|h| kberg_server::host_and_port(h).is_none())
+        {
+            return Err(invalid(format!(
+                "allowed_hosts: `{h}` is not `host[:port]` (a name or address as agents reach the gateway, without scheme or path)"
+            )));
+        }
+        if let Some(o) = self.allowed_origins.iter().find(|o| !is_endpoint_origin(o)) {
+            return Err(invalid(format!(
+                "allowed_origins: `{o}` is not `scheme://host[:port]` (`:*` for any port, or `null`)"
+            )));
+        }
         self.check_exposure(addr).map_err(invalid)?;
         self.admin.listen_addr(addr).map_err(invalid)?;
         self.admin.check().map_err(invalid)?;
