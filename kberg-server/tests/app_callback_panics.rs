@@ -128,6 +128,42 @@ async fn a_panicking_resource_visibility_answers_internal_error() {
     assert_internal_error(&ask(&s.url, "resources/subscribe", json!({"uri": "notes://1"})).await);
 }
 
+/// `subscriptions/listen` asks the visibility before rmcp acknowledges the filter, where no
+/// error can be answered: a visibility that panics there leaves every resource out (as hidden
+/// ones are) and the stream is acknowledged, its list changes still delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_resource_visibility_leaves_a_listen_filter_without_resources() {
+    logs();
+    let resources = ResourceRegistry::new();
+    resources
+        .register_text(ResourceDescriptor::new("notes://1", "one"), "the note")
+        .expect("register");
+    resources
+        .register_text(
+            ResourceDescriptor::new("notes://listen-only", "two"),
+            "the other note",
+        )
+        .expect("register");
+    resources.set_visibility(|uri: &str, _c: &Caller| -> bool {
+        if uri.contains("listen-only") {
+            panic!("resource visibility broke")
+        }
+        true
+    });
+    let app = McpApp::builder("t", "1").resources(resources).build();
+    let s = serve(app).await;
+    let mine = ["app's code panicked", "subscriptions/listen"];
+    let before = lines_with(&mine);
+    let uris = ["notes://1", "notes://listen-only"].map(String::from);
+    let (ack, _stream) =
+        tokio::time::timeout(kberg_testkit::WAIT, common::listen(&s.url, READER, &uris))
+            .await
+            .expect("the listen was acknowledged");
+    let accepted = ack["params"].to_string();
+    assert!(!accepted.contains("notes://"), "{ack}");
+    assert_eq!(lines_with(&mine) - before, 1, "{}", logs().text());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_confirm_policy_refuses_the_call_without_running_it() {
     logs();
@@ -186,7 +222,11 @@ async fn a_panicking_audit_sink_does_not_fail_the_call_that_ran() {
         assert_ne!(r["result"]["isError"], true, "{r}");
     }
     assert_eq!(runs.load(Ordering::SeqCst), 2);
-    assert!(lines_with(&["audit sink panicked"]) >= 2, "{}", logs().text());
+    assert!(
+        lines_with(&["audit sink panicked"]) >= 2,
+        "{}",
+        logs().text()
+    );
 }
 
 /// Panics on every request.

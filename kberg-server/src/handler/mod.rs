@@ -22,7 +22,9 @@
 //!   `resources/unsubscribe`) answer `-32601`;
 //! - a known method with params of the wrong shape is `-32602`, an unknown one `-32601`;
 //! - a request whose handling panicked in the app's code (its `ToolVisibility` or
-//!   `ResourceVisibility`) is `-32603` with `data.code = "internal_error"`;
+//!   `ResourceVisibility`) is `-32603` with `data.code = "internal_error"` (a
+//!   `subscriptions/listen` filter, accepted before anything is answered, is then accepted
+//!   without resources);
 //! - tasks (`tools/call` answered with a task, `tasks/get`, `tasks/update`, `tasks/cancel`):
 //!   see [`crate::tasks`].
 //!
@@ -325,7 +327,22 @@ impl ServerHandler for KbergHandler {
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        self.accept_listen_filter(requested)
+        // The app's visibility is asked here, before rmcp acknowledges the filter, where no
+        // error can be answered: a visibility that panics leaves every resource out (as a
+        // hidden one is left out), and the stream still carries the list changes.
+        std::panic::catch_unwind(AssertUnwindSafe(|| self.accept_listen_filter(requested)))
+            .unwrap_or_else(|_panic| {
+                tracing::error!(
+                    method = "subscriptions/listen",
+                    "the app's code panicked while a request was handled; its filter was \
+                     accepted without resources"
+                );
+                let mut without = requested.clone();
+                if let Some(uris) = &mut without.resource_subscriptions {
+                    uris.clear();
+                }
+                self.accept_listen_filter(&without)
+            })
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
