@@ -264,3 +264,45 @@ async fn a_panicking_authenticator_answers_500_internal_error() {
     assert_eq!(lines_with(&mine) - before, 1, "{}", logs().text());
     assert!(!logs().text().contains("secret-bearer-value"));
 }
+
+/// On 2026-07-28 rmcp looks a tool up (for its `Mcp-Param-*` headers) before the call reaches
+/// the handler, and the lookup asks the visibility: a panic there is contained too, and the
+/// call is answered as any other whose visibility panicked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_tool_visibility_is_contained_in_the_header_lookup() {
+    logs();
+    let builder = ToolRegistry::builder()
+        .tool_visibility(|_t: &ToolSpec, _c: &Caller| -> bool { panic!("tool visibility broke") });
+    let tools = builder.build();
+    tools
+        .register(ToolBuilder::new("regional").raw_handler(
+            json!({"type": "object", "properties": {
+                "region": {"type": "string", "x-mcp-header": "Region"}}, "required": ["region"]}),
+            |_a, _ctx| async move { Ok(ToolOutput::text("ran")) },
+        ))
+        .expect("register");
+    let app = McpApp::builder("t", "1").tools(tools).build();
+    let s = serve(app).await;
+    let c = Raw::new(&s.url, Some(READER));
+    let body = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+        "name": "regional", "arguments": {"region": "eu"},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": common::PROTO_NEW,
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let r = tokio::time::timeout(
+        kberg_testkit::WAIT,
+        c.post_with(
+            body.to_string(),
+            &[
+                ("mcp-protocol-version", common::PROTO_NEW),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "regional"),
+                ("mcp-param-region", "eu"),
+            ],
+        ),
+    )
+    .await
+    .expect("the request was answered");
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_internal_error(&r.reply(4));
+}

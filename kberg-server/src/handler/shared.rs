@@ -88,12 +88,19 @@ impl HeaderSchemas {
     }
 
     /// Whether the principal of the request being served may know of `name`. A lookup outside
-    /// any request (no principal) is refused, so a hidden tool can never be described.
+    /// any request (no principal) is refused, so a hidden tool can never be described. rmcp
+    /// looks a tool up in its HTTP service, outside the handler: an app visibility that panics
+    /// there would drop the connection, so it counts as hidden here, and the call goes on to
+    /// the handler, where the same visibility is asked again and its panic answered (and
+    /// logged) as every other request's is.
     fn visible(app: &McpApp, name: &str) -> bool {
         REQUEST_PRINCIPAL
             .try_with(|p| {
-                app.tools()
-                    .visible_to(name, &kberg_core::Caller::new(Arc::clone(p)))
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    app.tools()
+                        .visible_to(name, &kberg_core::Caller::new(Arc::clone(p)))
+                }))
+                .unwrap_or(false)
             })
             .unwrap_or(false)
     }
