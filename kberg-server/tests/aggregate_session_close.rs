@@ -79,22 +79,12 @@ async fn upstream() -> Upstream {
     .layer(axum::middleware::from_fn(move |req, next| {
         recording(Arc::clone(&recorded), tx.clone(), req, next)
     }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("address");
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await
-            .expect("serve");
-    });
+    let (url, stop) = serve_router(app, shutdown).await;
     Upstream {
-        url: format!("http://{addr}/mcp"),
+        url,
         seen,
         deletes,
-        _stop: StopOnDrop(shutdown),
+        _stop: stop,
     }
 }
 

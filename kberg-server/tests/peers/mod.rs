@@ -135,3 +135,24 @@ pub async fn connected(
     );
     (agg, registry)
 }
+
+/// Serves `router` (a Kberg server's, with a test's own layer around it) on 127.0.0.1 at a
+/// free port until `shutdown` fires; its MCP endpoint's URL (`http://ADDR/mcp`) and the guard
+/// that fires `shutdown` when dropped.
+pub async fn serve_router(
+    router: axum::Router,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> (String, StopOnDrop) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+            .expect("serve");
+    });
+    (format!("http://{addr}/mcp"), StopOnDrop(shutdown))
+}
