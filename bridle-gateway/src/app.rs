@@ -57,6 +57,7 @@ pub fn build_app_observed(
             patterns,
             listener,
             ctx.index_runs.clone(),
+            Arc::clone(ctx),
         )?;
     }
     let resources = ResourceRegistry::new();

@@ -9,15 +9,22 @@
 //! panel and the admin API can follow a refresh an agent started, and ends the run with `done`
 //! or `error`. Progress notifications to the caller, the `last_indexed` write-back and the
 //! indexing gauges (the [`IndexListener`]) work as in bridle-memory's tool.
+//!
+//! The source is read from the project documents, as the admin API's index reads it: the
+//! example's URL as the operator wrote it, with any credential it carries, since bridle-memory
+//! keeps only the redacted form with the chunks. A tag no document lists (indexed some other
+//! way) is refreshed from the source bridle-memory recorded.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bridle_memory::tools::IndexListener;
-use bridle_memory::{MemoryError, PatternIndex, Progress, ProgressEvent};
+use bridle_memory::{ExampleRepo, MemoryError, PatternIndex, Progress, ProgressEvent};
 use kberg_core::{CoreError, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+use crate::context::GatewayContext;
 
 use super::runs::{Claimed, IndexRuns, RunEventKind, RunHandle, RunOrigin, RunStart, report_event};
 
@@ -35,6 +42,7 @@ pub(crate) struct RegisteredRefresh {
     patterns: Arc<PatternIndex>,
     listener: Option<Arc<dyn IndexListener>>,
     runs: IndexRuns,
+    ctx: Arc<GatewayContext>,
 }
 
 /// Replaces bridle-memory's `refresh_pattern_example` in `registry` (registered there by
@@ -45,6 +53,7 @@ pub(crate) fn replace_refresh_tool(
     patterns: Arc<PatternIndex>,
     listener: Option<Arc<dyn IndexListener>>,
     runs: IndexRuns,
+    ctx: Arc<GatewayContext>,
 ) -> Result<(), CoreError> {
     let Some(spec) = registry.spec(REFRESH_TOOL) else {
         return Ok(());
@@ -55,6 +64,7 @@ pub(crate) fn replace_refresh_tool(
         patterns,
         listener,
         runs,
+        ctx,
     })
 }
 
@@ -78,6 +88,41 @@ impl Progress for RunProgress<'_> {
             tracing::debug!(error = %e, "progress notification not delivered");
         }
     }
+}
+
+/// The example of `tag` as the first project document that lists it has it (its URL as
+/// written), or `None` when no readable document lists it.
+fn listed_example(ctx: &GatewayContext, tag: &str) -> Option<ExampleRepo> {
+    let projects = match ctx.store.projects() {
+        Ok(projects) => projects,
+        Err(e) => {
+            tracing::warn!(error = %e, "project rules unreadable; refreshing from the recorded source");
+            return None;
+        }
+    };
+    for project in projects {
+        let doc = match ctx.store.load(&project) {
+            Ok(loaded) => loaded.document,
+            Err(e) => {
+                tracing::warn!(project = %project, error = %e, "project rules unreadable; its examples are not looked at");
+                continue;
+            }
+        };
+        if let Some(r) = doc
+            .patterns
+            .custom
+            .iter()
+            .flat_map(|p| &p.example_repos)
+            .find(|r| r.reference_tag == tag)
+        {
+            return Some(ExampleRepo {
+                url: r.url.clone(),
+                reference_tag: r.reference_tag.clone(),
+                arch_tag: r.arch_tag.clone(),
+            });
+        }
+    }
+    None
 }
 
 fn failure(e: &MemoryError) -> ToolOutput {
@@ -120,7 +165,19 @@ impl Tool for RegisteredRefresh {
             listener: self.listener.as_ref(),
             run: &run,
         };
-        match self.patterns.refresh(&tag, &progress).await {
+        let ctx_ = Arc::clone(&self.ctx);
+        let t = tag.clone();
+        let listed = tokio::task::spawn_blocking(move || listed_example(&ctx_, &t))
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "looking up an example in the project rules failed");
+                None
+            });
+        let refreshed = match &listed {
+            Some(repo) => self.patterns.index(repo, &progress).await,
+            None => self.patterns.refresh(&tag, &progress).await,
+        };
+        match refreshed {
             Ok(report) => {
                 if let Some(l) = &self.listener {
                     l.indexed(&report).await;
