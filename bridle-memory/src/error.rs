@@ -189,6 +189,16 @@ impl MemoryError {
         }
     }
 
+    /// [`MemoryError::IndexTooLarge`] for a clone that took more than `limit` bytes on disk.
+    pub(crate) fn too_large_clone(source_repo: String, limit: u64, names: &LimitNames) -> Self {
+        MemoryError::IndexTooLarge {
+            source_repo,
+            what: "bytes on disk once cloned",
+            limit,
+            setting: names.max_clone_bytes.clone(),
+        }
+    }
+
     /// [`MemoryError::IndexTooLarge`] for more than `limit` chunks.
     pub(crate) fn too_many_chunks(source_repo: String, limit: usize, names: &LimitNames) -> Self {
         MemoryError::IndexTooLarge {

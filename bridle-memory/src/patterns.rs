@@ -34,7 +34,7 @@ use crate::chunk::{ChunkConfig, Language, chunk_file};
 use crate::embed::{Embedder, fit_input};
 use crate::error::{MemoryError, Result};
 use crate::repo::{
-    FileRules, GitCredentials, fetch_bounded, redact_url, source_files, wants_credential,
+    FileRules, GitCredentials, fetch_bounded_named, redact_url, source_files, wants_credential,
 };
 use crate::store::{CollectionConfig, Condition, Filter, Pages, Payload, Point, VectorStore};
 use crate::time::{rfc3339, stable_id, unix_now};
@@ -261,6 +261,8 @@ pub struct LimitNames {
     pub max_files: String,
     /// The setting of [`PatternIndexConfig::max_chunks`].
     pub max_chunks: String,
+    /// The setting of [`PatternIndexConfig::max_clone_bytes`].
+    pub max_clone_bytes: String,
 }
 
 impl Default for LimitNames {
@@ -269,6 +271,7 @@ impl Default for LimitNames {
             max_total_bytes: "PatternIndexConfig::files.max_total_bytes".into(),
             max_files: "PatternIndexConfig::files.max_files".into(),
             max_chunks: "PatternIndexConfig::max_chunks".into(),
+            max_clone_bytes: "PatternIndexConfig::max_clone_bytes".into(),
         }
     }
 }
@@ -439,11 +442,12 @@ impl PatternIndex {
             }
             _ => None,
         };
-        let checkout = fetch_bounded(
+        let checkout = fetch_bounded_named(
             &repo.url,
             auth.as_ref(),
             self.config.clone_timeout,
             self.config.max_clone_bytes,
+            &self.config.limit_names,
         )
         .await?;
         let root = checkout.root().to_path_buf();

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{MemoryError, Result};
+use crate::patterns::LimitNames;
 
 /// A repository ready to read: a local directory, or a temporary shallow clone.
 #[derive(Debug)]
@@ -295,9 +296,6 @@ pub async fn fetch_with(
 /// ([`PatternIndexConfig::max_clone_bytes`](crate::PatternIndexConfig::max_clone_bytes)): 4 GiB.
 pub const DEFAULT_MAX_CLONE_BYTES: u64 = 4 << 30;
 
-/// What an [`MemoryError::IndexTooLarge`] for a clone over its size names as the setting.
-const MAX_CLONE_BYTES_SETTING: &str = "PatternIndexConfig::max_clone_bytes";
-
 /// [`fetch_with`], with the clone allowed at most `max_bytes` on disk (its `.git` folder and
 /// checked-out files together; a local directory is read where it is and not bounded here).
 /// git has no limit of its own on what a clone writes, so the clone's folder is measured while
@@ -310,6 +308,18 @@ pub async fn fetch_bounded(
     timeout: Duration,
     max_bytes: u64,
 ) -> Result<Checkout> {
+    fetch_bounded_named(source, auth, timeout, max_bytes, &LimitNames::default()).await
+}
+
+/// [`fetch_bounded`], its [`MemoryError::IndexTooLarge`] naming the setting
+/// [`LimitNames::max_clone_bytes`] gives (a host's own configuration key).
+pub(crate) async fn fetch_bounded_named(
+    source: &str,
+    auth: Option<&GitAuth>,
+    timeout: Duration,
+    max_bytes: u64,
+    names: &LimitNames,
+) -> Result<Checkout> {
     fetch_in(
         &std::env::temp_dir(),
         "git",
@@ -317,6 +327,7 @@ pub async fn fetch_bounded(
         auth,
         timeout,
         max_bytes,
+        names,
     )
     .await
 }
@@ -329,6 +340,7 @@ async fn fetch_in(
     auth: Option<&GitAuth>,
     timeout: Duration,
     max_bytes: u64,
+    names: &LimitNames,
 ) -> Result<Checkout> {
     let unavailable = |reason: String| MemoryError::RepoUnavailable {
         source_repo: redact_url(source),
@@ -399,12 +411,7 @@ async fn fetch_in(
         .spawn()
         .map_err(|e| unavailable(format!("cannot run git: {e}")))?;
     let stderr = child.stderr.take();
-    let too_large = || MemoryError::IndexTooLarge {
-        source_repo: redact_url(source),
-        what: "bytes on disk once cloned",
-        limit: max_bytes,
-        setting: MAX_CLONE_BYTES_SETTING.into(),
-    };
+    let too_large = || MemoryError::too_large_clone(redact_url(source), max_bytes, names);
     let watched = temp.path().to_path_buf();
     // Dropped at the timeout with the child, which is then killed.
     let run = async move {
@@ -666,14 +673,14 @@ pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> 
         return Err(MemoryError::too_many_bytes(
             root.display().to_string(),
             rules.max_total_bytes,
-            &crate::patterns::LimitNames::default(),
+            &LimitNames::default(),
         ));
     }
     if files.over_file_limit() {
         return Err(MemoryError::too_many_files(
             root.display().to_string(),
             rules.max_files,
-            &crate::patterns::LimitNames::default(),
+            &LimitNames::default(),
         ));
     }
     Ok(collected)
@@ -952,6 +959,7 @@ mod tests {
             None,
             Duration::from_secs(120),
             256 << 10,
+            &LimitNames::default(),
         )
         .await
         .map(|_| ())
@@ -970,6 +978,7 @@ mod tests {
             None,
             Duration::from_secs(120),
             64 << 20,
+            &LimitNames::default(),
         )
         .await
         .expect("fits");
@@ -998,6 +1007,7 @@ mod tests {
             None,
             Duration::from_secs(600),
             64 << 10,
+            &LimitNames::default(),
         )
         .await
         .map(|_| ())

@@ -1,5 +1,5 @@
 //! The `memory.indexing:` subsection of `bridle.yaml`: the limits of what indexing one pattern
-//! example may read and hold, and how long its clone may take.
+//! example may read and hold, and how long its clone may take and how much disk it may fill.
 //!
 //! bridle-memory bounds every indexing run ([`PatternIndexConfig`], [`FileRules`]) so that a
 //! repository that checks out gigabytes cannot exhaust the gateway's memory or disk. The right
@@ -68,6 +68,11 @@ pub struct IndexingSection {
     /// How long a `git clone` may take, in seconds; past it the run fails with
     /// `repo_unavailable` ([`PatternIndexConfig::clone_timeout`]).
     pub clone_timeout_secs: u64,
+    /// At most this many bytes on disk for a clone (its `.git` folder and checked-out files;
+    /// a local directory is not cloned); past it git is stopped, the partial clone removed and
+    /// the run fails with `index_too_large`, the previous index kept
+    /// ([`PatternIndexConfig::max_clone_bytes`]).
+    pub max_clone_bytes: u64,
     /// Whether hidden files and folders (names starting with `.`) are read too
     /// ([`FileRules::hidden`]).
     pub hidden: bool,
@@ -105,6 +110,7 @@ impl Default for IndexingSection {
             max_total_bytes: d.files.max_total_bytes,
             max_chunks: d.max_chunks,
             clone_timeout_secs: d.clone_timeout.as_secs(),
+            max_clone_bytes: d.max_clone_bytes,
             hidden: d.files.hidden,
             git_credentials: Vec::new(),
         }
@@ -125,6 +131,7 @@ impl IndexingSection {
             ("max_total_bytes", self.max_total_bytes == 0),
             ("max_chunks", self.max_chunks == 0),
             ("clone_timeout_secs", self.clone_timeout_secs == 0),
+            ("max_clone_bytes", self.max_clone_bytes == 0),
         ];
         if let Some((key, _)) = at_least_one.iter().find(|(_, zero)| *zero) {
             return Err(format!(
@@ -210,11 +217,13 @@ impl IndexingSection {
         config.files.hidden = self.hidden;
         config.max_chunks = self.max_chunks;
         config.clone_timeout = Duration::from_secs(self.clone_timeout_secs);
+        config.max_clone_bytes = self.max_clone_bytes;
         // An `index_too_large` names the bridle.yaml key to raise, not bridle-memory's field.
         config.limit_names = bridle_memory::LimitNames {
             max_total_bytes: "`memory.indexing.max_total_bytes` in bridle.yaml".into(),
             max_files: "`memory.indexing.max_files` in bridle.yaml".into(),
             max_chunks: "`memory.indexing.max_chunks` in bridle.yaml".into(),
+            max_clone_bytes: "`memory.indexing.max_clone_bytes` in bridle.yaml".into(),
         };
         config
     }
@@ -333,6 +342,7 @@ mod tests {
         assert_eq!(ours.files.max_total_bytes, theirs.files.max_total_bytes);
         assert_eq!(ours.files.hidden, theirs.files.hidden);
         assert_eq!(ours.max_chunks, theirs.max_chunks);
+        assert_eq!(ours.max_clone_bytes, theirs.max_clone_bytes);
         assert_eq!(ours.clone_timeout, theirs.clone_timeout);
         // The settings this section does not name are left as they are.
         assert_eq!(ours.collection, theirs.collection);
@@ -540,7 +550,7 @@ mod tests {
         assert_eq!(without.indexing, IndexingSection::default());
 
         let with = load_with(&format!(
-            "{EMBEDDER}  indexing:\n    max_total_bytes: 1048576\n    max_chunks: 10\n    clone_timeout_secs: 30\n    hidden: true\n"
+            "{EMBEDDER}  indexing:\n    max_total_bytes: 1048576\n    max_chunks: 10\n    clone_timeout_secs: 30\n    max_clone_bytes: 65536\n    hidden: true\n"
         ))
         .unwrap()
         .memory
@@ -549,6 +559,7 @@ mod tests {
             max_total_bytes: 1_048_576,
             max_chunks: 10,
             clone_timeout_secs: 30,
+            max_clone_bytes: 65_536,
             hidden: true,
             ..IndexingSection::default()
         };
@@ -564,6 +575,7 @@ mod tests {
         );
         assert_eq!(patterns.max_chunks, 10);
         assert_eq!(patterns.clone_timeout, Duration::from_secs(30));
+        assert_eq!(patterns.max_clone_bytes, 65_536);
         assert!(patterns.files.hidden);
     }
 
@@ -593,6 +605,7 @@ mod tests {
                 "clone_timeout_secs: 0",
                 "memory.indexing.clone_timeout_secs",
             ),
+            ("max_clone_bytes: 0", "memory.indexing.max_clone_bytes"),
             (
                 "max_total_bytes: 1099511627777",
                 "memory.indexing.max_total_bytes",
@@ -666,10 +679,12 @@ mod tests {
             max_total_bytes in any::<u64>(),
             max_chunks in any::<usize>(),
             clone_timeout_secs in any::<u64>(),
+            max_clone_bytes in any::<u64>(),
             hidden in any::<bool>(),
         ) {
             let section = IndexingSection {
-                max_file_bytes, max_files, max_total_bytes, max_chunks, clone_timeout_secs, hidden,
+                max_file_bytes, max_files, max_total_bytes, max_chunks, clone_timeout_secs,
+                max_clone_bytes, hidden,
                 git_credentials: Vec::new(),
             };
             if section.check().is_ok() {
@@ -678,6 +693,7 @@ mod tests {
                 prop_assert!(c.files.max_total_bytes <= MAX_TOTAL_BYTES_ACCEPTED);
                 prop_assert_eq!(c.max_chunks, max_chunks);
                 prop_assert_eq!(c.clone_timeout.as_secs(), clone_timeout_secs);
+                prop_assert_eq!(c.max_clone_bytes, max_clone_bytes);
             }
         }
     }
