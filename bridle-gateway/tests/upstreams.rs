@@ -32,6 +32,10 @@ struct Recorder {
     /// the client's own GET stream, opened in the background after the handshake, is not).
     posts: Mutex<usize>,
     accepted: Mutex<Vec<String>>,
+    /// The `Authorization` header of each `DELETE` (a session's close), `""` for none.
+    closes: Mutex<Vec<String>>,
+    /// Signalled on each `DELETE`.
+    closed: tokio::sync::Notify,
 }
 
 /// Records the `Authorization` header of every request; accepts `token <accepted>`.
@@ -103,8 +107,31 @@ async fn start_upstream(recorder: Arc<Recorder>) -> (String, CancellationToken) 
     let app = McpApp::builder("tickets", "1.0").tools(tools).build();
     let config = HttpConfig::new("127.0.0.1:0".parse().unwrap())
         .path("/mcp")
-        .auth(RecordingAuth(recorder));
-    let server = HttpServer::bind(app, config).await.unwrap();
+        .auth(RecordingAuth(Arc::clone(&recorder)));
+    let closes = recorder;
+    let server = HttpServer::bind(app, config)
+        .await
+        .unwrap()
+        .map_router(move |r| {
+            r.layer(axum::middleware::from_fn(
+                move |req: axum::extract::Request, next: axum::middleware::Next| {
+                    let closes = Arc::clone(&closes);
+                    async move {
+                        if req.method() == axum::http::Method::DELETE {
+                            let auth = req
+                                .headers()
+                                .get("authorization")
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or("")
+                                .to_string();
+                            closes.closes.lock().unwrap().push(auth);
+                            closes.closed.notify_one();
+                        }
+                        next.run(req).await
+                    }
+                },
+            ))
+        });
     let url = format!("http://{}/mcp", server.local_addr());
     let stop = server.shutdown_token();
     let s = stop.clone();
@@ -636,6 +663,7 @@ async fn vault_secrets_and_vault_tokens_are_followed_per_request() {
         .lock()
         .unwrap()
         .extend(["vault-v1".to_string(), "vault-v2".to_string()]);
+    let closes = |r: &Recorder| r.closes.lock().unwrap().clone();
     let (url, upstream_stop) = start_upstream(Arc::clone(&recorder)).await;
     let tmp = tempfile::tempdir().unwrap();
     init_data_dir_with_token_files(tmp.path()).unwrap();
@@ -722,6 +750,14 @@ async fn vault_secrets_and_vault_tokens_are_followed_per_request() {
     }
     let log = vault.audit_log(0, 10_000).unwrap();
     assert_eq!(forwarded(&log), before + 24, "{:?}", log.last());
+    // The replaced connection's session is closed with the version now active, not the
+    // rotated one.
+    while closes(&recorder).is_empty() {
+        tokio::time::timeout(WAIT, recorder.closed.notified())
+            .await
+            .expect("the replaced connection's session was not closed");
+    }
+    assert_eq!(closes(&recorder), ["token vault-v2"]);
     let uses: Vec<_> = log
         .into_iter()
         .filter(|e| e.action == "use" && e.secret.as_deref() == Some("tickets-token"))
@@ -749,9 +785,16 @@ async fn vault_secrets_and_vault_tokens_are_followed_per_request() {
     assert_eq!(*recorder.posts.lock().unwrap(), posts);
     let seen = recorder.seen.lock().unwrap().clone();
     assert!(
-        seen.iter().all(|h| h == "token vault-v2"),
+        seen.iter().all(|h| h.is_empty()),
         "only the revoked connection's close: {seen:?}"
     );
+    // That close carries no credential: the revoked one no longer holds.
+    while closes(&recorder).len() < 2 {
+        tokio::time::timeout(WAIT, recorder.closed.notified())
+            .await
+            .expect("the revoked connection's session was not closed");
+    }
+    assert_eq!(closes(&recorder), ["token vault-v2", ""]);
 
     // Rotated to a value pasted with its line break: it cannot go in a header, so the call is
     // refused naming the secret, and nothing is forwarded (not as an unauthenticated request
@@ -773,7 +816,7 @@ async fn vault_secrets_and_vault_tokens_are_followed_per_request() {
     assert_eq!(*recorder.posts.lock().unwrap(), posts);
     let seen = recorder.seen.lock().unwrap().clone();
     assert!(
-        seen.iter().all(|h| h == "token vault-v2"),
+        seen.iter().all(|h| h.is_empty()),
         "only the old session's close: {seen:?}"
     );
     let uses_since: Vec<_> = vault.audit_log(0, 1000).unwrap()[recorded..]

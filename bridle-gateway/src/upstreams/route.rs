@@ -264,8 +264,10 @@ impl Route {
             // with a credential that no longer holds. A source that failed to answer says
             // nothing about the secret: its connection stays.
             if matches!(e, SecretError::Missing { .. } | SecretError::Empty { .. })
-                && connections.remove(identity).is_some()
+                && let Some(gone) = connections.remove(identity)
             {
+                // Its session's close carries no credential: the one it has no longer holds.
+                self.retire(&gone, None);
                 tracing::info!(
                     namespace = %self.namespace,
                     ?identity,
@@ -280,6 +282,7 @@ impl Route {
         if !self.enabled.load(std::sync::atomic::Ordering::Acquire) {
             return Err(RouteError::Disabled);
         }
+        let mut replaced = None;
         if let Some(c) = connections.get(identity) {
             if c.carries(secret, &seen) {
                 return Ok(Arc::clone(c));
@@ -289,9 +292,28 @@ impl Route {
                 ?identity,
                 "upstream credential changed; reconnecting with the active version"
             );
-            connections.remove(identity);
+            replaced = connections.remove(identity);
         }
-        let credential = match secret {
+        let credential = self.credential(identity, secret).await;
+        if let Some(old) = replaced {
+            // The replaced connection's session is closed with the credential now active (or
+            // with none when it cannot be had), not the one it was started with.
+            let current = credential.as_ref().ok().and_then(Option::as_ref);
+            self.retire(&old, current.map(|(_, value, _)| value));
+        }
+        let connection = Arc::new(self.start(credential?)?);
+        connections.insert(identity.clone(), Arc::clone(&connection));
+        Ok(connection)
+    }
+
+    /// The credential a new connection for `identity` starts with: the active version of
+    /// `secret`, checked sendable, its use recorded before anything is sent.
+    async fn credential(
+        &self,
+        identity: &Identity,
+        secret: Option<&str>,
+    ) -> Result<Option<(String, Credential, u64)>, RouteError> {
+        Ok(match secret {
             Some(name) => {
                 let (value, version) = self
                     .secrets
@@ -319,10 +341,25 @@ impl Route {
                 Some((name.to_string(), value, version))
             }
             None => None,
+        })
+    }
+
+    /// Says what the close of `old`'s upstream session (its `DELETE`, sent when the last call
+    /// on it ends) carries in place of the credential it was started with: `current` in the
+    /// credential's header, or no header at all. A stdio upstream has no such request.
+    fn retire(&self, old: &Connection, current: Option<&Credential>) {
+        if self.section.http.is_none() {
+            return;
+        }
+        let headers = match (&self.target, current) {
+            (Some(t @ CredentialTarget::Header { name, .. }), Some(value)) => {
+                vec![(name.clone(), t.render(value.expose()))]
+            }
+            _ => Vec::new(),
         };
-        let connection = Arc::new(self.start(credential)?);
-        connections.insert(identity.clone(), Arc::clone(&connection));
-        Ok(connection)
+        if let Err(e) = old.aggregator.close_with_headers(&self.namespace, headers) {
+            tracing::warn!(namespace = %self.namespace, error = %e, "the replaced connection's close keeps its first credential");
+        }
     }
 
     /// The active version of the secret `secret` names (`None` without one).
