@@ -272,3 +272,31 @@ fn outside_a_runtime_only_the_own_thread_runs_the_upstreams() {
     });
     drop(agg);
 }
+
+/// An upstream's refusal of any length reaches the caller cut short, and the upstream serves
+/// on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_refusal_of_any_length_is_quoted_cut_short() {
+    let registry = ToolRegistry::new();
+    let agg = Aggregator::start(config(), registry.clone()).expect("valid");
+    assert!(agg.wait_connected("raw", 1, WAIT).await);
+
+    let err = registry
+        .call(
+            &reader(),
+            "raw__flood",
+            json!({"refuse_chars": 200_000}),
+            CallOptions::default(),
+        )
+        .await
+        .expect_err("refused upstream");
+    assert_eq!(err.code().as_str(), "tool_failed", "{err}");
+    let shown = err.to_string();
+    assert!(shown.contains("refused: xxxx"), "{shown}");
+    assert!(shown.ends_with("..."), "{shown}");
+    assert!(shown.len() < 2_000, "{} bytes", shown.len());
+
+    let out = call(&registry, "raw__cancelled").await;
+    assert!(!out.is_error, "{out:?}");
+    agg.shutdown().await;
+}

@@ -8,7 +8,8 @@ documented shape, and every `notifications/cancelled` it receives is recorded an
 the `cancelled` tool, so a test can check that an abandoned request was cancelled upstream.
 With `RAW_LIST_PAGES=endless` its tool list never ends (every page names a new cursor), with
 `RAW_LIST_PAGES=repeating` every page names the same cursor. The `flood` tool sends `n` progress
-notifications (when the call has a progress token) and `n` log messages before it answers.
+notifications (when the call has a progress token) and `n` log messages before it answers;
+called with `refuse_chars` it refuses instead, with a message that many characters long.
 With `RAW_SUBSCRIBE=hang` it advertises resource subscriptions and never answers
 `resources/subscribe`; the `subscribes` tool reports the URIs it was asked to subscribe.
 With `RAW_TASKS=stale` it also has the `ask` tool, which runs as a task (the tasks extension)
@@ -221,6 +222,10 @@ for line in sys.stdin:
             token = os.environ["RAW_LEAK_TOKEN"]
             progress = (params.get("_meta") or {}).get("progressToken")
             leak_ask(rid, progress, "Use the token " + token + " for this call?", 0)
+        elif name == "flood" and (params.get("arguments") or {}).get("refuse_chars"):
+            # A refusal whose message is `refuse_chars` characters long.
+            chars = params["arguments"]["refuse_chars"]
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "x" * chars}})
         elif name == "flood":
             n = (params.get("arguments") or {}).get("n", 1000)
             token = (params.get("_meta") or {}).get("progressToken")

@@ -175,8 +175,9 @@ pub(super) async fn forward(
 ) -> Result<ServerResult, UpstreamError> {
     let ns = up.namespace();
     // What the client library or the upstream says may carry the upstream's credentials (a
-    // URL with a token, an error body echoing a header): redacted before callers see it.
-    let redact = |text: &str| up.redactions.text(text).into_owned();
+    // URL with a token, an error body echoing a header): redacted before callers see it, then
+    // cut short, since nothing but the upstream bounds how long its message is.
+    let redact = |text: &str| cut(up.redactions.text(text).into_owned());
     let unavailable = |reason: String| UpstreamError::Unavailable {
         namespace: ns.to_string(),
         reason: redact(&reason),
@@ -507,6 +508,18 @@ pub(super) fn result_kind(r: &ServerResult) -> String {
                 .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
         })
         .unwrap_or_else(|| "unreadable".into())
+}
+
+/// The longest message of an upstream's quoted in a refusal, in characters.
+const MAX_QUOTED_CHARS: usize = 1_000;
+
+/// `text` cut to at most [`MAX_QUOTED_CHARS`] characters, marked with `...` where it was cut.
+fn cut(mut text: String) -> String {
+    if let Some((at, _)) = text.char_indices().nth(MAX_QUOTED_CHARS) {
+        text.truncate(at);
+        text.push_str("...");
+    }
+    text
 }
 
 #[cfg(test)]
