@@ -12,7 +12,7 @@
 //! upstream's own error (which `/readyz` shows to anyone) may quote it.
 //!
 //! `/readyz` needs no token, and a readiness poller may ask it many times a second; each probe
-//! of an HTTP upstream opens a connection to it. So the probes run in rounds ([`ProbeCache`]):
+//! of an HTTP upstream opens a connection to it. So the probes run in rounds (`ProbeCache`):
 //! requests that arrive while a round runs wait for it and share its results, and a finished
 //! round's results are reused for `health.probe_cache_secs` (default 1 s). The other checks are
 //! local and run on every request, and whether an upstream is connected is read fresh each time.
