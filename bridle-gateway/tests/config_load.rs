@@ -1,0 +1,149 @@
+//! Sections of `bridle.yaml` checked when it is read (`bridle check`, a start, an edit through
+//! the admin API), each refusal naming the field and never quoting a URL's credentials. Each of
+//! these used to pass there and fail only later:
+//!
+//! - `allowed_hosts` and `allowed_origins`: a malformed entry (a URL where a host belongs, a host
+//!   where an origin belongs) was dropped with only a log line when the endpoint started, so a
+//!   gateway whose only entry was mistyped refused every agent's request;
+//! - the `memory:` section's URLs (an embedding server, Qdrant) that did not parse or were not
+//!   HTTP failed only when the gateway opened memory;
+//! - the `kanboard:` section's URL, and an agent there that is not configured, failed only when
+//!   the gateway was built.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
+
+use bridle_gateway::config::{GatewayConfig, init_data_dir_with_token_files};
+
+/// A fresh data directory (agents `claude` and `codex`) with `section` appended to its
+/// `bridle.yaml`.
+fn data_dir(section: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    init_data_dir_with_token_files(tmp.path()).unwrap();
+    let mut yaml = std::fs::read_to_string(tmp.path().join("bridle.yaml")).unwrap();
+    yaml.push_str(section);
+    std::fs::write(tmp.path().join("bridle.yaml"), yaml).unwrap();
+    tmp
+}
+
+/// Why the data directory with `section` does not load.
+fn load_error(section: &str) -> String {
+    GatewayConfig::load(data_dir(section).path())
+        .unwrap_err()
+        .to_string()
+}
+
+mod allow_lists {
+    use super::*;
+
+    #[test]
+    fn a_url_among_the_allowed_hosts_is_refused_at_load() {
+        let err = load_error("allowed_hosts: ['https://bridle.example.org']\n");
+        assert!(err.contains("allowed_hosts"), "{err}");
+        assert!(err.contains("https://bridle.example.org"), "{err}");
+    }
+
+    #[test]
+    fn a_host_among_the_allowed_origins_is_refused_at_load() {
+        let err = load_error("allowed_origins: ['bridle.example.org']\n");
+        assert!(err.contains("allowed_origins"), "{err}");
+        assert!(err.contains("bridle.example.org"), "{err}");
+    }
+
+    #[test]
+    fn an_origin_with_a_path_is_refused_at_load() {
+        let err = load_error("allowed_origins: ['https://bridle.example.org/mcp']\n");
+        assert!(err.contains("allowed_origins"), "{err}");
+    }
+
+    #[test]
+    fn every_form_the_endpoint_accepts_loads() {
+        let tmp = data_dir(
+            "allowed_hosts: ['bridle.example.org', 'bridle.example.org:7878', '[::1]:7878', '::1', 'localhost']\nallowed_origins: ['https://bridle.example.org', 'http://localhost:*', 'http://[::1]:7878/', 'null', 'vscode-webview://abc']\n",
+        );
+        let config = GatewayConfig::load(tmp.path()).unwrap();
+        assert_eq!(config.allowed_hosts.len(), 5);
+        assert_eq!(config.allowed_origins.len(), 5);
+    }
+}
+
+mod memory {
+    use super::*;
+
+    #[test]
+    fn an_ollama_url_that_does_not_parse_is_refused_at_load_naming_the_field() {
+        let err = load_error("memory:\n  embedder:\n    ollama: {url: 'not a url', model: m}\n");
+        assert!(err.contains("memory.embedder.ollama.url"), "{err}");
+    }
+
+    #[test]
+    fn an_openai_url_that_is_not_http_is_refused_at_load_without_quoting_it() {
+        let err = load_error(
+            "memory:\n  embedder:\n    openai: {url: 'ftp://bot:s3cret@embed.example/v1', model: m}\n",
+        );
+        assert!(err.contains("memory.embedder.openai.url"), "{err}");
+        assert!(!err.contains("s3cret"), "{err}");
+    }
+
+    #[test]
+    fn a_qdrant_url_that_does_not_parse_is_refused_at_load_naming_the_field() {
+        let err = load_error(
+            "memory:\n  embedder:\n    ollama: {url: 'http://127.0.0.1:9', model: m}\n  store:\n    qdrant: {url: '127.0.0.1 6334'}\n",
+        );
+        assert!(err.contains("memory.store.qdrant.url"), "{err}");
+    }
+
+    #[test]
+    fn right_memory_urls_load() {
+        let tmp = tempfile::tempdir().unwrap();
+        init_data_dir_with_token_files(tmp.path()).unwrap();
+        let mut yaml = std::fs::read_to_string(tmp.path().join("bridle.yaml")).unwrap();
+        yaml.push_str(
+            "memory:\n  embedder:\n    openai: {url: 'http://127.0.0.1:1234/v1', model: m}\n",
+        );
+        std::fs::write(tmp.path().join("bridle.yaml"), yaml).unwrap();
+        assert!(GatewayConfig::load(tmp.path()).unwrap().memory.is_some());
+    }
+}
+
+#[cfg(feature = "kanboard")]
+mod kanboard {
+    use super::*;
+
+    #[test]
+    fn a_kanboard_section_that_is_right_loads() {
+        let tmp = data_dir(
+            "kanboard:\n  url: http://127.0.0.1:9/jsonrpc.php\n  agents:\n    claude: {secret: kanboard-claude, user: claude-bot}\n",
+        );
+        let config = GatewayConfig::load(tmp.path()).unwrap();
+        assert!(config.kanboard.is_some());
+    }
+
+    #[test]
+    fn a_kanboard_url_that_does_not_parse_is_refused_at_load_naming_the_field() {
+        let err = load_error("kanboard:\n  url: 'not a url'\n");
+        assert!(err.contains("kanboard.url"), "{err}");
+    }
+
+    #[test]
+    fn a_kanboard_url_that_is_not_http_is_refused_at_load_naming_the_field() {
+        let err = load_error("kanboard:\n  url: 'ftp://kanboard.example/jsonrpc.php'\n");
+        assert!(err.contains("kanboard.url"), "{err}");
+        assert!(err.contains("http"), "{err}");
+    }
+
+    #[test]
+    fn a_kanboard_url_error_does_not_quote_its_credentials() {
+        let err = load_error("kanboard:\n  url: 'ftp://bot:s3cret@kanboard.example/jsonrpc.php'\n");
+        assert!(err.contains("kanboard.url"), "{err}");
+        assert!(!err.contains("s3cret"), "{err}");
+    }
+
+    #[test]
+    fn a_kanboard_agent_that_is_not_configured_is_refused_at_load_naming_the_field() {
+        let err = load_error(
+            "kanboard:\n  url: http://127.0.0.1:9/jsonrpc.php\n  agents:\n    ghost: {secret: kanboard-ghost}\n",
+        );
+        assert!(err.contains("kanboard.agents"), "{err}");
+        assert!(err.contains("ghost"), "{err}");
+    }
+}
