@@ -2,16 +2,17 @@
 //! them is listed as a live session; the session a real client opens is listed, and an ended
 //! one is still refused on its next request.
 //!
-//! Both tests run the gateway itself (`GatewayBuilder` and `bind`), whose MCP endpoint has
-//! [`bridle_gateway::sessions::track`] around the transport's router.
+//! Both tests run the gateway itself (the shared `Gw`: `GatewayBuilder` and `bind`), whose MCP
+//! endpoint has [`bridle_gateway::sessions::track`] around the transport's router.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
-use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
+mod admin_support;
+
+use admin_support::gateway::Gw;
 use kberg_agent::{McpSurface, ToolSurface};
 use reqwest::StatusCode;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 /// A request of a 2025-11-25 client in the session `id`.
 async fn in_session(http: &reqwest::Client, url: &str, token: &str, id: &str) -> StatusCode {
@@ -29,25 +30,10 @@ async fn in_session(http: &reqwest::Client, url: &str, token: &str, id: &str) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn made_up_session_ids_are_not_listed_as_live_sessions() {
-    let tmp = tempfile::tempdir().unwrap();
-    init_data_dir_with_token_files(tmp.path()).unwrap();
-    bridle_rules::RulesStore::open(tmp.path(), bridle_rules::AgentCatalog::builtin())
-        .unwrap()
-        .create("demo", &demo_document(), "test")
-        .unwrap();
-    let config = GatewayConfig::load(tmp.path()).unwrap();
-    let gateway = bridle_gateway::GatewayBuilder::new(tmp.path(), config)
-        .build()
-        .await
-        .unwrap();
-    let sessions = gateway.context().sessions.clone();
-    let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let url = bound.url();
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    let served = tokio::spawn(bound.run(async move { s.cancelled().await }));
-    let token = std::fs::read_to_string(tmp.path().join("secrets/claude-token")).unwrap();
-    let token = token.trim();
+    let gw = Gw::start().await;
+    let (url, sessions) = (gw.mcp.clone(), gw.ctx.sessions.clone());
+    let token = gw.file_token("claude");
+    let token = token.as_str();
 
     let client = reqwest::Client::new();
     for i in 0..20 {
@@ -79,8 +65,7 @@ async fn made_up_session_ids_are_not_listed_as_live_sessions() {
     );
     assert!(sessions.sessions().is_empty());
 
-    stop.cancel();
-    served.await.unwrap().unwrap();
+    gw.stop().await;
 }
 
 /// A 2026-07-28 request has no session on the wire: the transport serves it whatever
@@ -88,24 +73,9 @@ async fn made_up_session_ids_are_not_listed_as_live_sessions() {
 /// listed once, as its stateless entry, never under the ids it sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_ids_on_stateless_requests_are_not_listed_as_sessions() {
-    let tmp = tempfile::tempdir().unwrap();
-    init_data_dir_with_token_files(tmp.path()).unwrap();
-    bridle_rules::RulesStore::open(tmp.path(), bridle_rules::AgentCatalog::builtin())
-        .unwrap()
-        .create("demo", &demo_document(), "test")
-        .unwrap();
-    let config = GatewayConfig::load(tmp.path()).unwrap();
-    let gateway = bridle_gateway::GatewayBuilder::new(tmp.path(), config)
-        .build()
-        .await
-        .unwrap();
-    let sessions = gateway.context().sessions.clone();
-    let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let url = bound.url();
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    let served = tokio::spawn(bound.run(async move { s.cancelled().await }));
-    let token = std::fs::read_to_string(tmp.path().join("secrets/claude-token")).unwrap();
+    let gw = Gw::start().await;
+    let (url, sessions) = (gw.mcp.clone(), gw.ctx.sessions.clone());
+    let token = gw.file_token("claude");
 
     let client = reqwest::Client::new();
     for i in 0..20 {
@@ -136,6 +106,5 @@ async fn session_ids_on_stateless_requests_are_not_listed_as_sessions() {
         bridle_gateway::sessions::Generation::Stateless
     );
 
-    stop.cancel();
-    served.await.unwrap().unwrap();
+    gw.stop().await;
 }
