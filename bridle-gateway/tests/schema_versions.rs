@@ -57,7 +57,12 @@ fn an_unversioned_vault_is_adopted_and_a_newer_one_refused() {
     forget_versions(&db);
     assert!(versions(&db, "vault").is_empty());
     let vault = open_vault(dir.path()).unwrap();
-    assert_eq!(versions(&db, "vault"), [1]);
+    assert_eq!(versions(&db, "vault"), [1, 2]);
+    assert_eq!(
+        vault.action_counts().unwrap(),
+        [("create".to_string(), 1)],
+        "counted from the adopted log, once"
+    );
     assert_eq!(
         vault.current("gitea").unwrap().value.expose(),
         b"s3cret",

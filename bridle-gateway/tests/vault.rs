@@ -1111,15 +1111,12 @@ fn agent_tokens_are_stored_as_keyed_hashes(b: Backend) {
 fn a_canary_value_appears_in_no_metadata_output_record_or_log_line(b: Backend) {
     const CANARY: &str = "CANARY-6b1f9e-secret-value";
     const CANARY2: &str = "CANARY-6b1f9e-rotated-value";
-    let logs = LogBuffer::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(logs.clone())
-        .finish();
+    // Every line of this test binary, from every thread: a subscriber set for this thread alone
+    // can miss a line whose callsite another test's thread saw first with none.
+    let logs = LogBuffer::global(tracing::Level::TRACE);
     let f = Fixture::new(b);
     let mut seen = Vec::<String>::new();
-    tracing::subscriber::with_default(subscriber, || {
+    {
         let v = &f.vault;
         v.create("canary", &CANARY.into(), "admin").expect("create");
         let cur = v.current("canary").expect("current");
@@ -1159,7 +1156,7 @@ fn a_canary_value_appears_in_no_metadata_output_record_or_log_line(b: Backend) {
             .rotate("canary", &"".into(), "admin", HOUR)
             .expect_err("empty");
         seen.push(format!("{err:?} {err}"));
-    });
+    }
     let logs = logs.text();
     assert!(
         logs.contains("vault secret created"),
@@ -1337,6 +1334,55 @@ fn the_first_start_issues_each_vault_agent_one_token_once(b: Backend) {
 }
 
 /// Runs each test function once per backend: `sqlite::NAME` and `postgres::NAME`.
+/// The operation counts (`/metrics`) are kept by the database as records are appended and
+/// equal a count of the log; a database from before they were kept has them counted from its
+/// log when it is opened, and kept from then on.
+fn action_counts_are_kept_with_the_log_and_counted_for_an_older_database(b: Backend) {
+    let f = Fixture::new(b);
+    let v = &f.vault;
+    v.create("s", &"one-value".into(), "admin").expect("create");
+    v.rotate("s", &"two-value".into(), "admin", Duration::ZERO)
+        .expect("rotate");
+    v.create("t", &"three-value".into(), "admin")
+        .expect("create");
+    v.set_agent_token("claude", "admin").expect("token");
+    let counted = |v: &Vault| {
+        let mut by_action = std::collections::BTreeMap::<String, u64>::new();
+        for e in v.audit_log(0, 10_000).expect("log") {
+            *by_action.entry(e.action).or_default() += 1;
+        }
+        by_action.into_iter().collect::<Vec<_>>()
+    };
+    let expected = counted(v);
+    assert!(
+        expected.iter().any(|(a, n)| a == "create" && *n == 2),
+        "{expected:?}"
+    );
+    assert_eq!(v.action_counts().expect("counts"), expected);
+
+    // As a database the step that keeps the counts was never applied to.
+    f.raw()
+        .exec(match b {
+            Backend::Sqlite => {
+                "DROP TRIGGER vault_audit_counted; DROP TABLE vault_action_counts;
+                 DELETE FROM schema_migrations WHERE store = 'vault' AND version = 2;"
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => {
+                "DROP TRIGGER vault_audit_counted ON vault_audit;
+                 DROP FUNCTION vault_audit_counted(); DROP TABLE vault_action_counts;
+                 DELETE FROM schema_migrations WHERE store = 'vault' AND version = 2;"
+            }
+        })
+        .expect("an older database");
+    let older = f.reopen(&key(7)).expect("reopens");
+    assert_eq!(older.action_counts().expect("counts"), expected);
+    older
+        .create("u", &"four-value".into(), "admin")
+        .expect("create");
+    assert_eq!(older.action_counts().expect("counts"), counted(&older));
+}
+
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -1370,6 +1416,7 @@ on_both!(
     agent_tokens_are_stored_as_keyed_hashes,
     a_canary_value_appears_in_no_metadata_output_record_or_log_line,
     the_first_start_issues_each_vault_agent_one_token_once,
+    action_counts_are_kept_with_the_log_and_counted_for_an_older_database,
 );
 
 /// Dates the SQLite vault's token-change marker an hour back, as on a gateway that has run a

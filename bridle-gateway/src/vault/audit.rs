@@ -49,9 +49,9 @@ impl Vault {
 
 impl Vault {
     /// How many audit records each action has (`create`, `use`, `rotate`, ...), in action
-    /// order: the vault's operations since it was created, for the gateway's metrics. It reads
-    /// every audit record (one per secret use), so it is no readiness probe: see
-    /// [`Vault::ping`].
+    /// order: the vault's operations since it was created, for the gateway's metrics. The
+    /// database keeps the counts as records are appended, so this reads one row per action,
+    /// however long the log.
     pub fn action_counts(&self) -> Result<Vec<(String, u64)>, VaultError> {
         self.read()?.action_counts()
     }
