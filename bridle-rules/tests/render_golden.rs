@@ -359,23 +359,10 @@ fn a_statement_of_several_paragraphs_stays_in_its_list_item() {
     let mut doc = fixture();
     doc.guardrails[0].statement =
         "Keep secrets in the gateway.\n\n## Not a heading of the file\nStill the same rule.".into();
-    let renderer = Renderer::builtin();
-    for target in renderer.catalog().targets() {
-        let out = renderer.render("shop", &doc, &target.name).unwrap();
-        for line in ["## Not a heading of the file", "Still the same rule."] {
-            let found = out
-                .content
-                .lines()
-                .find(|l| l.trim_start() == line)
-                .unwrap_or_else(|| panic!("{}: {line:?} missing\n{}", target.name, out.content));
-            assert!(
-                found.starts_with("  "),
-                "{}: {found:?} is outside its list item\n{}",
-                target.name,
-                out.content
-            );
-        }
-    }
+    assert_inside_list_items(
+        &doc,
+        &["## Not a heading of the file", "Still the same rule."],
+    );
 }
 
 /// A stack or convention entry of several lines (an approved `UpdateProject` can carry one)
@@ -386,14 +373,23 @@ fn a_stack_or_convention_entry_of_several_lines_stays_in_its_list_item() {
     let mut doc = fixture();
     doc.project.stack = vec!["Rust 1.90\n# Not a heading of the file".into()];
     doc.project.conventions = vec!["Small commits\n\nStill the same convention.".into()];
+    assert_inside_list_items(
+        &doc,
+        &["# Not a heading of the file", "Still the same convention."],
+    );
+}
+
+/// Checks that each of `lines` is in every agent's file rendered from `doc`, indented under a
+/// list item rather than at the left margin.
+fn assert_inside_list_items(doc: &RulesDocument, lines: &[&str]) {
     let renderer = Renderer::builtin();
     for target in renderer.catalog().targets() {
-        let out = renderer.render("shop", &doc, &target.name).unwrap();
-        for line in ["# Not a heading of the file", "Still the same convention."] {
+        let out = renderer.render("shop", doc, &target.name).unwrap();
+        for line in lines {
             let found = out
                 .content
                 .lines()
-                .find(|l| l.trim_start() == line)
+                .find(|l| l.trim_start() == *line)
                 .unwrap_or_else(|| panic!("{}: {line:?} missing\n{}", target.name, out.content));
             assert!(
                 found.starts_with("  "),
