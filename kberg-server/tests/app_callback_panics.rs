@@ -40,6 +40,13 @@ fn lines_with(what: &[&str]) -> usize {
         .count()
 }
 
+/// Held by the tests whose panics log the same line (the two that make a tool visibility
+/// panic log "tools/call"), so that one's count does not take in the other's line.
+async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
 /// A registry built by `builder` with the `echo` tool, which counts its runs.
 fn tools(builder: ToolRegistryBuilder, runs: Arc<AtomicUsize>) -> ToolRegistry {
     let tools = builder.build();
@@ -88,6 +95,7 @@ fn assert_internal_error(r: &Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_tool_visibility_answers_internal_error() {
+    let _alone = one_at_a_time().await;
     logs();
     let builder = ToolRegistry::builder()
         .tool_visibility(|_t: &ToolSpec, _c: &Caller| -> bool { panic!("tool visibility broke") });
@@ -270,6 +278,7 @@ async fn a_panicking_authenticator_answers_500_internal_error() {
 /// call is answered as any other whose visibility panicked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_tool_visibility_is_contained_in_the_header_lookup() {
+    let _alone = one_at_a_time().await;
     logs();
     let builder = ToolRegistry::builder()
         .tool_visibility(|_t: &ToolSpec, _c: &Caller| -> bool { panic!("tool visibility broke") });
