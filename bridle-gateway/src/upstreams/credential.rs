@@ -172,31 +172,23 @@ impl SecretSource for FolderSecrets {
     /// wrong) must not hold a worker waiting for a writer or an end, and a file far larger
     /// than any secret is refused without being read whole.
     fn current(&self, name: &str) -> Result<(Credential, u64), SecretError> {
-        use std::io::Read;
+        use crate::vault::source::{FileProblem, MAX_FILE_READ, read_bounded};
         let most = crate::vault::MAX_VALUE_LEN;
         let unreadable = |message: String| SecretError::Unreadable {
             name: name.into(),
             message,
         };
-        let (path, meta) = self.stat(name)?;
-        if !meta.is_file() {
-            return Err(unreadable(
-                "it is not a regular file (a pipe, a device or a folder)".into(),
-            ));
-        }
-        // The longest value, its `\r\n`, and one byte more to know it is longer.
-        let limit = u64::try_from(most + 3).unwrap_or(u64::MAX);
-        let mut raw = zeroize::Zeroizing::new(Vec::new());
-        std::fs::File::open(&path)
-            .and_then(|f| f.take(limit).read_to_end(&mut raw))
-            .map_err(|e| unreadable(e.to_string()))?;
+        let (raw, meta) = read_bounded(&self.path(name)?).map_err(|e| match e {
+            FileProblem::Missing => SecretError::Missing { name: name.into() },
+            other => unreadable(other.into_io().to_string()),
+        })?;
         let text =
             std::str::from_utf8(&raw).map_err(|_| unreadable("it is not UTF-8 text".into()))?;
         let value = text.trim();
         if value.is_empty() {
             return Err(SecretError::Empty { name: name.into() });
         }
-        if raw.len() > most + 2 || value.len() > most {
+        if raw.len() >= MAX_FILE_READ || value.len() > most {
             return Err(unreadable(format!("it holds more than {most} bytes")));
         }
         Ok((Credential::new(value), version_of(&meta)))

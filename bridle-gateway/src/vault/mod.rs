@@ -54,7 +54,7 @@ mod meta;
 mod name;
 #[cfg(feature = "postgres")]
 mod postgres;
-mod source;
+pub(crate) mod source;
 mod sqlite;
 mod store;
 mod token_cache;

@@ -108,32 +108,90 @@ pub struct ResolvedSecret {
     pub value: SecretValue,
 }
 
-/// Reads the secret file `dir/name` for `reference`: no further than [`MAX_VALUE_LEN`] and a
-/// line break, so a file far larger, or one that never ends (a pipe, a device), is refused as
-/// too long without being read whole.
+/// Why a secret file could not be read by [`read_bounded`]; each caller words it in its own
+/// error type.
+#[derive(Debug)]
+pub(crate) enum FileProblem {
+    /// There is no such file.
+    Missing,
+    /// It is a pipe, a device, a socket or a folder, which is never opened: opening a pipe
+    /// waits for a writer, and reading a device may never end.
+    NotRegular,
+    /// Reading failed.
+    Io(std::io::Error),
+}
+
+impl FileProblem {
+    /// The problem as an I/O error, for errors that carry one.
+    pub(crate) fn into_io(self) -> std::io::Error {
+        match self {
+            Self::Missing => std::io::Error::from(ErrorKind::NotFound),
+            Self::NotRegular => std::io::Error::new(
+                ErrorKind::InvalidInput,
+                "it is not a regular file (a pipe, a device or a folder)",
+            ),
+            Self::Io(e) => e,
+        }
+    }
+}
+
+/// The most [`read_bounded`] reads: the longest value, its `\r\n`, and one byte more to know
+/// it is longer.
+pub(crate) const MAX_FILE_READ: usize = MAX_VALUE_LEN + 3;
+
+/// Reads the secret file at `path`, with its metadata: only a regular file (or a link to
+/// one), and no further than [`MAX_FILE_READ`] bytes, so a file far larger than any secret is
+/// refused by its caller without being read whole, and a pipe or a device given by mistake is
+/// refused before it is opened instead of holding the reading thread until a writer comes or
+/// the stream ends. The one reader of the `docker:`/`file:` sources and of the upstream
+/// credentials folder.
+pub(crate) fn read_bounded(path: &Path) -> Result<(Zeroizing<Vec<u8>>, fs::Metadata), FileProblem> {
+    use std::io::Read;
+    let problem = |e: std::io::Error| match e.kind() {
+        ErrorKind::NotFound => FileProblem::Missing,
+        _ => FileProblem::Io(e),
+    };
+    if !fs::metadata(path).map_err(problem)?.is_file() {
+        return Err(FileProblem::NotRegular);
+    }
+    let file = fs::File::open(path).map_err(problem)?;
+    // Checked again on what was opened: the path may have been replaced meanwhile.
+    let meta = file.metadata().map_err(FileProblem::Io)?;
+    if !meta.is_file() {
+        return Err(FileProblem::NotRegular);
+    }
+    let most = u64::try_from(MAX_FILE_READ).unwrap_or(u64::MAX);
+    let mut raw = Zeroizing::new(Vec::new());
+    file.take(most)
+        .read_to_end(&mut raw)
+        .map_err(FileProblem::Io)?;
+    Ok((raw, meta))
+}
+
+/// Reads the secret file `dir/name` for `reference` with [`read_bounded`]: a file that is not
+/// a regular one is refused `source_unreadable`, a longer one than [`MAX_VALUE_LEN`] (and a
+/// line break) `invalid_value`.
 pub(crate) fn read_file(
     reference: &str,
     dir: &Path,
     name: &str,
 ) -> Result<SecretValue, VaultError> {
-    use std::io::Read;
     let path = dir.join(name);
-    let file = match fs::File::open(&path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
+    let raw = match read_bounded(&path) {
+        Ok((raw, _)) => raw,
+        Err(FileProblem::Missing) => {
             return Err(VaultError::SourceSecretMissing {
                 reference: reference.to_owned(),
                 path,
             });
         }
-        Err(source) => return Err(VaultError::SourceUnreadable { path, source }),
+        Err(other) => {
+            return Err(VaultError::SourceUnreadable {
+                path,
+                source: other.into_io(),
+            });
+        }
     };
-    // The longest value, its `\r\n`, and one byte more to know it is longer.
-    let most = u64::try_from(MAX_VALUE_LEN + 3).unwrap_or(u64::MAX);
-    let mut raw = Zeroizing::new(Vec::new());
-    if let Err(source) = file.take(most).read_to_end(&mut raw) {
-        return Err(VaultError::SourceUnreadable { path, source });
-    }
     let value = trim_line_break(&raw);
     if value.is_empty() {
         return Err(VaultError::SourceSecretEmpty {

@@ -41,12 +41,19 @@ pub fn read_endless<T: Send + 'static>(
         })
     };
     let (answer, answered) = mpsc::channel();
+    let fifo_path = fifo.clone();
     let reader = std::thread::spawn(move || {
         let _ = answer.send(read(&fifo));
     });
     let outcome = answered.recv_timeout(kberg_testkit::WAIT).ok();
-    // Whatever happened, let both threads end.
+    // Whatever happened, let both threads end. A reader that refused the pipe without opening
+    // it leaves the writer waiting in `open` for one, and one that stopped reading may leave it
+    // waiting for room: the pipe is opened here and read to its end. It is opened before the
+    // writer is told to stop, while the writer holds it or waits for a reader, so this open
+    // does not wait for a writer that is gone.
+    let drain = std::fs::File::open(&fifo_path).expect("open the pipe to drain it");
     let _ = stop.send(());
+    std::io::copy(&mut &drain, &mut std::io::sink()).expect("drain the pipe");
     writer.join().expect("the writer ends");
     reader.join().expect("the reader ends");
     outcome
