@@ -11,11 +11,14 @@
 //! report, redacted by the aggregator and scrubbed of the value the gateway injects, since the
 //! upstream's own error (which `/readyz` shows to anyone) may quote it.
 //!
-//! `/readyz` needs no token, and a readiness poller may ask it many times a second; each probe
-//! of an HTTP upstream opens a connection to it. So the probes run in rounds (`ProbeCache`):
-//! requests that arrive while a round runs wait for it and share its results, and a finished
-//! round's results are reused for `health.probe_cache_secs` (default 1 s). The other checks are
-//! local and run on every request, and whether an upstream is connected is read fresh each time.
+//! `/readyz` needs no token, and a readiness poller (or anyone) may ask it many times a second;
+//! each probe of an HTTP upstream opens a connection to it, and the rules-store and vault checks
+//! each take a thread of tokio's blocking pool, where the vault's real reads wait too. So these
+//! checks run in rounds (`ProbeCache`): one round at a time, run by its own task so that a
+//! request that goes away cannot leave its blocking work behind and start another; requests that
+//! arrive while a round runs wait for it and share its results, and a finished round's results
+//! are reused for `health.probe_cache_secs` (default 1 s). Whether the gateway is shutting down
+//! and whether an upstream is connected are read fresh on every request.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -86,25 +89,6 @@ pub(crate) async fn readiness(state: &Arc<OpsState>) -> Readiness {
     } else {
         checks.push(Check::pass("shutdown"));
     }
-    let ctx = Arc::clone(&state.ctx);
-    checks.push(
-        match tokio::task::spawn_blocking(move || ctx.store.last_change_id()).await {
-            Ok(Ok(_)) => Check::pass("rules_store"),
-            Ok(Err(e)) => Check::fail(
-                "rules_store",
-                format!("the rules store does not answer: {e}"),
-            ),
-            Err(_) => Check::fail("rules_store", "the rules store check did not finish"),
-        },
-    );
-    let vault = Arc::clone(&state.vault);
-    checks.push(
-        match tokio::task::spawn_blocking(move || vault.ping()).await {
-            Ok(Ok(_)) => Check::pass("vault"),
-            Ok(Err(e)) => Check::fail("vault", format!("the vault does not answer: {e}")),
-            Err(_) => Check::fail("vault", "the vault check did not finish"),
-        },
-    );
     let reports = state.upstreams.reports().await;
     let required: Vec<_> = reports
         .into_iter()
@@ -121,11 +105,15 @@ pub(crate) async fn readiness(state: &Arc<OpsState>) -> Readiness {
         })
         .collect();
     let fresh_for = Duration::from_secs(state.ctx.config.health.probe_cache_secs);
-    let mut probed = state
+    let RoundAnswer {
+        stores,
+        probes: mut probed,
+    } = state
         .metrics
         .readiness_probes
-        .probe_all(targets, fresh_for)
+        .checks(state, targets, fresh_for)
         .await;
+    checks.extend(stores);
     for report in required {
         let probed = probed.remove(&report.namespace).unwrap_or(Ok(()));
         let name = format!("upstream:{}", report.namespace);
@@ -155,57 +143,123 @@ pub(crate) async fn readiness(state: &Arc<OpsState>) -> Readiness {
 /// An upstream probed: its namespace and URL.
 type ProbeTarget = (String, String);
 
-/// The last round of upstream probes, shared by `/readyz` requests: one round at a time, whose
-/// results serve every request that waited for it and, for a while after, later ones too.
+/// The last round of readiness checks (the rules store, the vault and the upstream probes),
+/// shared by `/readyz` requests: one round at a time, whose results serve every request that
+/// waited for it and, for a while after, later ones too.
 #[derive(Debug, Default)]
 pub(crate) struct ProbeCache {
-    /// Held while a round runs, so concurrent requests wait for it rather than probe again.
-    last: tokio::sync::Mutex<Option<ProbeRound>>,
+    /// Held while a round runs (by the round's own task), so concurrent requests wait for it
+    /// rather than check again.
+    last: Arc<tokio::sync::Mutex<Option<ProbeRound>>>,
 }
 
 #[derive(Debug)]
 struct ProbeRound {
     started: Instant,
+    /// The `rules_store` and `vault` checks, in that order.
+    stores: Vec<Check>,
     results: BTreeMap<ProbeTarget, Result<(), String>>,
 }
 
+/// What a round answers one request: the store checks, and each target's probe by namespace.
+struct RoundAnswer {
+    stores: Vec<Check>,
+    probes: BTreeMap<String, Result<(), String>>,
+}
+
+impl ProbeRound {
+    /// The answer for `targets`, when this round probed each of them.
+    fn answer(&self, targets: &[ProbeTarget]) -> Option<RoundAnswer> {
+        let probes = targets
+            .iter()
+            .map(|t| Some((t.0.clone(), self.results.get(t)?.clone())))
+            .collect::<Option<BTreeMap<_, _>>>()?;
+        Some(RoundAnswer {
+            stores: self.stores.clone(),
+            probes,
+        })
+    }
+}
+
 impl ProbeCache {
-    /// Each target's probe result, by namespace: from the last round when it started after
-    /// this request asked (the request waited for it) or less than `fresh_for` ago and probed
-    /// every target, else from a new round.
-    async fn probe_all(
+    /// The store checks and each target's probe result: from the last round when it started
+    /// after this request asked (the request waited for it) or less than `fresh_for` ago and
+    /// probed every target, else from a new round. A new round runs in its own task, which
+    /// holds the lock until it has stored its results, so a request that goes away mid-round
+    /// neither cancels it nor lets another round start beside it.
+    async fn checks(
         &self,
+        state: &Arc<OpsState>,
         targets: Vec<ProbeTarget>,
         fresh_for: Duration,
-    ) -> BTreeMap<String, Result<(), String>> {
-        if targets.is_empty() {
-            return BTreeMap::new();
-        }
+    ) -> RoundAnswer {
         let asked = Instant::now();
-        let mut last = self.last.lock().await;
+        let mut last = Arc::clone(&self.last).lock_owned().await;
         if let Some(round) = last.as_ref()
             && (round.started >= asked || round.started.elapsed() < fresh_for)
-            && let Some(known) = targets
-                .iter()
-                .map(|t| Some((t.0.clone(), round.results.get(t)?.clone())))
-                .collect::<Option<BTreeMap<_, _>>>()
+            && let Some(answer) = round.answer(&targets)
         {
-            return known;
+            return answer;
         }
-        let started = Instant::now();
-        let results = futures::future::join_all(targets.iter().map(|(_, url)| probe(url))).await;
-        let round = ProbeRound {
-            started,
-            results: targets.into_iter().zip(results).collect(),
-        };
-        let answer = round
-            .results
-            .iter()
-            .map(|((ns, _), r)| (ns.clone(), r.clone()))
-            .collect();
-        *last = Some(round);
-        answer
+        let state = Arc::clone(state);
+        let wanted = targets.clone();
+        let job = tokio::spawn(async move {
+            let started = Instant::now();
+            let (stores, results) = tokio::join!(
+                check_stores(&state),
+                futures::future::join_all(targets.iter().map(|(_, url)| probe(url)))
+            );
+            let round = ProbeRound {
+                started,
+                stores,
+                results: targets.iter().cloned().zip(results).collect(),
+            };
+            let answer = round.answer(&targets);
+            *last = Some(round);
+            answer
+        });
+        match job.await {
+            Ok(Some(answer)) => answer,
+            // The round probed exactly these targets, so it answers them; a round whose task
+            // did not finish answers nothing.
+            Ok(None) | Err(_) => RoundAnswer {
+                stores: vec![
+                    Check::fail("rules_store", "the rules store check did not finish"),
+                    Check::fail("vault", "the vault check did not finish"),
+                ],
+                probes: wanted
+                    .into_iter()
+                    .map(|(ns, _)| (ns, Err("the probe did not finish".to_string())))
+                    .collect(),
+            },
+        }
     }
+}
+
+/// Checks that the rules store and the vault's database answer, each on the blocking pool:
+/// the `rules_store` and `vault` checks, in that order.
+async fn check_stores(state: &OpsState) -> Vec<Check> {
+    let ctx = Arc::clone(&state.ctx);
+    let rules = match tokio::task::spawn_blocking(move || ctx.store.last_change_id()).await {
+        Ok(Ok(_)) => Check::pass("rules_store"),
+        Ok(Err(e)) => Check::fail(
+            "rules_store",
+            format!("the rules store does not answer: {e}"),
+        ),
+        Err(_) => Check::fail("rules_store", "the rules store check did not finish"),
+    };
+    let vault = Arc::clone(&state.vault);
+    let vault = match tokio::task::spawn_blocking(move || vault.ping()).await {
+        Ok(Ok(_)) => Check::pass("vault"),
+        Ok(Err(e)) => Check::fail("vault", format!("the vault does not answer: {e}")),
+        Err(_) => Check::fail("vault", "the vault check did not finish"),
+    };
+    tracing::debug!(
+        rules_store = rules.ok,
+        vault = vault.ok,
+        "readiness: the rules store and the vault were checked"
+    );
+    vec![rules, vault]
 }
 
 /// How long a readiness probe waits for an HTTP upstream's port.
