@@ -18,6 +18,7 @@ use bridle_gateway::GatewayBuilder;
 use bridle_gateway::config::{GatewayConfig, demo_document, init_data_dir_with_token_files};
 use bridle_rules::{AgentCatalog, ReadWrite, RulesStore};
 use kberg_agent::{McpSurface, ToolResult, ToolSurface};
+use kberg_testkit::eventually_async_ok;
 use kberg_testkit::log::LogBuffer;
 use serde_json::json;
 use support::gitea_mcp;
@@ -214,22 +215,34 @@ async fn a_canary_secret_reaches_gitea_and_nothing_an_agent_or_a_log_sees() {
         );
     }
 
+    // gitea-mcp logs at INFO here (on one line per record: a wide terminal), so its failed call
+    // with the rejected token reaches the gateway's log through the child's stderr, with the
+    // token replaced. That pipe is read on a task of its own, not on the call's path: the line
+    // may come after the answer, so it is waited for.
+    eventually_async_ok("the child's stderr logged with its token redacted", || {
+        let from_child: Vec<String> = logs
+            .text()
+            .lines()
+            .filter(|l| l.contains(kberg_server::aggregate::STDERR_TARGET))
+            .map(str::to_owned)
+            .collect();
+        async move {
+            if from_child.iter().any(|l| l.contains("[redacted]")) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the child's lines so far:\n{}",
+                    from_child.join("\n")
+                ))
+            }
+        }
+    })
+    .await;
+
     stop.cancel();
     served.await.unwrap().unwrap();
     let logged = logs.text();
     assert!(logged.contains("gitea"), "the log was captured");
-    // gitea-mcp logs at INFO here (on one line per record: a wide terminal), so its failed call
-    // with the rejected token reached the gateway's log through the child's stderr, with the
-    // token replaced.
-    let from_child: Vec<&str> = logged
-        .lines()
-        .filter(|l| l.contains(kberg_server::aggregate::STDERR_TARGET))
-        .collect();
-    assert!(
-        from_child.iter().any(|l| l.contains("[redacted]")),
-        "the child's stderr was not logged with its token redacted:\n{}",
-        from_child.join("\n")
-    );
     for secret in [CANARY, REJECTED, CODEX_GITEA] {
         assert!(
             !logged.contains(secret),
