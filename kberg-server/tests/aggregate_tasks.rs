@@ -24,6 +24,11 @@ use kberg_server::{McpApp, OpenAccess};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
+/// The call timeout of one request in the test that follows a task past it: long enough for any
+/// one request on a loaded machine (each `tasks/get` of the task must be answered within it,
+/// or the call rightly ends `upstream_timeout`), and half of how long the `long` task works.
+const ONE_REQUEST: Duration = Duration::from_secs(3);
+
 struct Upstream {
     url: String,
     app: McpApp,
@@ -71,10 +76,10 @@ async fn upstream() -> Upstream {
     tools
         .register(
             ToolBuilder::new("long")
-                .description("Works 900 ms (three call timeouts of the test's aggregator)")
+                .description("Works two call timeouts of the test's aggregator")
                 .task_support(TaskSupport::Required)
                 .raw_handler(json!({"type": "object"}), |_a, _ctx| async {
-                    tokio::time::sleep(Duration::from_millis(900)).await;
+                    tokio::time::sleep(2 * ONE_REQUEST).await;
                     Ok(ToolOutput::text("long done"))
                 }),
         )
@@ -136,8 +141,9 @@ impl ClientPeer for Accepts {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_only_upstream_tool_is_followed_past_the_call_timeout() {
     let mut up = upstream().await;
-    // One request may take 300 ms; the `long` task works 900 ms, polled in short requests.
-    let (agg, registry) = aggregate(&up.url, Duration::from_millis(300)).await;
+    // One request may take `ONE_REQUEST`; the `long` task works twice that, polled in short
+    // requests.
+    let (agg, registry) = aggregate(&up.url, ONE_REQUEST).await;
     let out = tokio::time::timeout(
         WAIT,
         registry.call(&reader(), "up__long", json!({}), CallOptions::default()),
