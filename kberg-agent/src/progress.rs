@@ -158,10 +158,8 @@ impl ProgressSink {
             return false;
         }
         report.total = report.total.filter(|t| t.is_finite());
-        if let Some(m) = &mut report.message
-            && let Some((cut, _)) = m.char_indices().nth(MAX_PROGRESS_MESSAGE_CHARS)
-        {
-            m.truncate(cut);
+        if let Some(m) = &mut report.message {
+            kberg_core::cut_chars(m, MAX_PROGRESS_MESSAGE_CHARS, "");
         }
         let mut passed = self.passed();
         if passed.closed || passed.last.is_some_and(|l| report.progress <= l) {

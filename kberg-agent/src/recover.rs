@@ -54,11 +54,7 @@ const MAX_JSON_SCAN: usize = 256 * 1024;
 /// The part of `text` that is searched for JSON: its first [`MAX_JSON_SCAN`] bytes, cut at a
 /// character boundary.
 fn searched(text: &str) -> &str {
-    let mut end = text.len().min(MAX_JSON_SCAN);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
+    &text[..kberg_core::char_floor(text, MAX_JSON_SCAN)]
 }
 
 /// The length of the JSON value `text` starts with, if one parses there. The probe builds

@@ -85,6 +85,7 @@ mod on_drop;
 mod origin;
 mod pagination;
 mod rate;
+mod text;
 mod validate;
 
 mod error;
@@ -157,6 +158,7 @@ pub use resource::{
 };
 pub use scope::{SCOPE_SCHEMA_KEYWORD, Scope, ScopeSet, ScopeSpec};
 pub use task::{Started, TaskConfig, TaskError, TaskOutcome, TaskSnapshot, TaskStatus, TaskStore};
+pub use text::{char_floor, cut_chars};
 #[cfg(feature = "sqlite")]
 pub use ticket_sqlite::SqliteTicketStore;
 pub use tool::{

@@ -624,10 +624,7 @@ pub fn quoted_name(name: &str) -> std::borrow::Cow<'_, str> {
     if name.len() <= MAX_NAME_LEN {
         return std::borrow::Cow::Borrowed(name);
     }
-    let cut = (0..=MAX_NAME_LEN)
-        .rev()
-        .find(|i| name.is_char_boundary(*i))
-        .unwrap_or(0);
+    let cut = crate::text::char_floor(name, MAX_NAME_LEN);
     std::borrow::Cow::Owned(format!("{}...", &name[..cut]))
 }
 

@@ -51,10 +51,7 @@ const MAX_ERROR_TEXT_CHARS: usize = 1_000;
 
 /// `text` cut to its first [`MAX_ERROR_TEXT_CHARS`] characters, with `...` when cut.
 fn bounded(mut text: String) -> String {
-    if let Some((cut, _)) = text.char_indices().nth(MAX_ERROR_TEXT_CHARS) {
-        text.truncate(cut);
-        text.push_str("...");
-    }
+    kberg_core::cut_chars(&mut text, MAX_ERROR_TEXT_CHARS, "...");
     text
 }
 

@@ -36,10 +36,7 @@ fn clipped(text: String) -> String {
     if text.len() <= MAX_ERROR_TEXT {
         return text;
     }
-    let mut end = MAX_ERROR_TEXT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = kberg_core::char_floor(&text, MAX_ERROR_TEXT);
     format!("{}… ({} bytes in all)", &text[..end], text.len())
 }
 

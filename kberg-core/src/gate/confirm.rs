@@ -47,11 +47,7 @@ pub(crate) async fn ask_client(
     let ctx = ToolContext::new(caller.clone(), opts.clone());
     let mut shown = canonical_json(&redact(args, &entry.spec.sensitive_fields));
     if shown.len() > MAX_SHOWN_ARGS {
-        let cut = (0..=MAX_SHOWN_ARGS)
-            .rev()
-            .find(|i| shown.is_char_boundary(*i))
-            .unwrap_or(0);
-        shown.truncate(cut);
+        shown.truncate(crate::text::char_floor(&shown, MAX_SHOWN_ARGS));
         shown.push('…');
     }
     let who = caller

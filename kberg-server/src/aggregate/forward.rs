@@ -515,10 +515,7 @@ const MAX_QUOTED_CHARS: usize = 1_000;
 
 /// `text` cut to at most [`MAX_QUOTED_CHARS`] characters, marked with `...` where it was cut.
 fn cut(mut text: String) -> String {
-    if let Some((at, _)) = text.char_indices().nth(MAX_QUOTED_CHARS) {
-        text.truncate(at);
-        text.push_str("...");
-    }
+    kberg_core::cut_chars(&mut text, MAX_QUOTED_CHARS, "...");
     text
 }
 

@@ -65,10 +65,7 @@ const MAX_FIELDS_SEARCHED: usize = 32;
 
 /// `s` cut to at most `max` characters, marked with `...` where it was cut.
 pub(super) fn cut(mut s: String, max: usize) -> String {
-    if let Some((at, _)) = s.char_indices().nth(max) {
-        s.truncate(at);
-        s.push_str("...");
-    }
+    kberg_core::cut_chars(&mut s, max, "...");
     s
 }
 
