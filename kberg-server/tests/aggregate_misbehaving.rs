@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 fn config() -> AggregatorConfig {
     AggregatorConfig::new()
-        .upstream(UpstreamConfig::new("raw", raw_upstream()).call_timeout(Duration::from_secs(1)))
+        .upstream(UpstreamConfig::new("raw", raw_upstream()).call_timeout(RAW_CALL_TIMEOUT))
         .upstream(UpstreamConfig::new("ev", everything_stdio()))
         .backoff(Backoff {
             initial: Duration::from_millis(100),

@@ -478,7 +478,7 @@ async fn dead_hanging_and_garbage_upstreams_resources_answer_stable_codes() {
             "evh",
             UpstreamTransport::http(everything.url.clone()),
         ))
-        .upstream(UpstreamConfig::new("raw", raw_upstream()).call_timeout(Duration::from_secs(1)))
+        .upstream(UpstreamConfig::new("raw", raw_upstream()).call_timeout(RAW_CALL_TIMEOUT))
         .backoff(backoff());
     let agg = Aggregator::start_with(
         c,

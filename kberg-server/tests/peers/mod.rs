@@ -31,6 +31,11 @@ pub fn everything_stdio() -> UpstreamTransport {
         .arg("stdio")
 }
 
+/// The call timeout given to [`raw_upstream`] where the test makes it hang on purpose: each
+/// hang waits it out, and every answer the upstream does give must come within it, also from a
+/// Python child on a loaded machine (a second was not always enough there).
+pub const RAW_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The raw stdio upstream that hangs and answers garbage on purpose.
 pub fn raw_upstream() -> UpstreamTransport {
     let script = kberg_testkit::tools::need(
