@@ -249,18 +249,15 @@ async fn cancelling_the_call_cancels_the_upstream_task() {
         .expect("joined")
         .expect_err("cancelled");
     assert_eq!(e.code().as_str(), "cancelled", "{e}");
-    let t = tokio::time::timeout(
-        Duration::from_secs(5),
-        up.app.tasks().wait("aggregator", &id),
-    )
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "the upstream task ends: {:?}",
-            up.app.tasks().list("aggregator")
-        )
-    })
-    .expect("still kept");
+    let t = tokio::time::timeout(WAIT, up.app.tasks().wait("aggregator", &id))
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the upstream task ends: {:?}",
+                up.app.tasks().list("aggregator")
+            )
+        })
+        .expect("still kept");
     assert_eq!(t.status, TaskStatus::Cancelled);
     agg.shutdown().await;
 }

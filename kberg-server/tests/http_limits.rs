@@ -214,27 +214,23 @@ async fn listen_streams_are_limited() {
                 headers.push(("mcp-method", "subscriptions/listen"));
             }
             // A stream let through would never end: the deadline turns that into a failure.
-            let r = tokio::time::timeout(
-                Duration::from_secs(30),
-                c.post_with(listen.clone(), &headers),
-            )
-            .await
-            .expect("a listen stream was opened past the limit");
+            let r =
+                tokio::time::timeout(kberg_testkit::WAIT, c.post_with(listen.clone(), &headers))
+                    .await
+                    .expect("a listen stream was opened past the limit");
             assert_eq!(r.status, 503, "{sid} {with_method}: {}", r.text);
         }
     }
     // Closing the first stream frees its slot (the server notices the disconnect).
     drop(first);
-    let mut reopened = None;
-    for _ in 0..100 {
+    let _reopened = kberg_testkit::eventually_async_ok("the slot to be returned", || async {
         let r = open_get(&c, &other).await;
-        if r.status().as_u16() == 200 {
-            reopened = Some(r);
-            break;
+        match r.status().as_u16() {
+            200 => Ok(r),
+            status => Err(status),
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(reopened.is_some(), "the slot was never returned");
+    })
+    .await;
 }
 
 /// An idle timeout too long for the clock to add (`Duration::MAX`, "never") keeps sessions as
@@ -327,7 +323,7 @@ async fn concurrent_calls_per_principal_are_limited_and_cancellation_reaches_the
     // The same id again while the first is in flight: refused on its own stream, without
     // taking over the first request's (which still ends by its cancellation below).
     let dup = tokio::time::timeout(
-        Duration::from_secs(30),
+        kberg_testkit::WAIT,
         c.post(
             json!({"jsonrpc": "2.0", "id": 50, "method": "tools/call",
                    "params": {"name": "echo", "arguments": {"text": "dup"}}}),
@@ -378,16 +374,15 @@ async fn concurrent_calls_per_principal_are_limited_and_cancellation_reaches_the
         resp.text
     );
     // The slot is free again.
-    let mut freed = false;
-    for _ in 0..100 {
+    kberg_testkit::eventually_async_ok("the call slot to be returned", || async {
         let r = c.call_old(&sid, 53, "echo", json!({"text": "free"})).await;
         if r["result"]["content"][0]["text"] == "free" {
-            freed = true;
-            break;
+            Ok(())
+        } else {
+            Err(r)
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(freed, "the call slot was not returned");
+    })
+    .await;
 }
 
 /// Sessions kept in memory, shared by two instances as a database would be.

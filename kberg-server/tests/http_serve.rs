@@ -5,7 +5,6 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use axum::routing::get;
 use common::*;
@@ -98,13 +97,13 @@ async fn serve_shuts_down_gracefully_with_open_streams() {
     assert_eq!(stream.status().as_u16(), 200);
 
     tx.send(()).expect("signal");
-    let result = tokio::time::timeout(Duration::from_secs(20), running)
+    let result = tokio::time::timeout(kberg_testkit::WAIT, running)
         .await
         .expect("serve returned although a stream was open")
         .expect("join");
     assert!(result.is_ok(), "{result:?}");
     // The server ended the stream (its body completes, cleanly or cut).
-    tokio::time::timeout(Duration::from_secs(20), stream.bytes())
+    tokio::time::timeout(kberg_testkit::WAIT, stream.bytes())
         .await
         .expect("the SSE stream was ended by the shutdown")
         .ok();
@@ -123,14 +122,14 @@ async fn closing_a_stateless_request_cancels_the_tool() {
                 .await
         }
     });
-    tokio::time::timeout(Duration::from_secs(20), async {
+    tokio::time::timeout(kberg_testkit::WAIT, async {
         s.probe.started.lock().await.recv().await
     })
     .await
     .expect("slow tool started in time")
     .expect("started");
     call.abort();
-    tokio::time::timeout(Duration::from_secs(20), async {
+    tokio::time::timeout(kberg_testkit::WAIT, async {
         s.probe.cancelled.lock().await.recv().await
     })
     .await

@@ -41,7 +41,7 @@ async fn closing_a_listen_stream_logs_no_error() {
     let mut stream = resp.bytes_stream();
     let mut seen = String::new();
     while !seen.contains("notifications/subscriptions/acknowledged") {
-        let chunk = tokio::time::timeout(Duration::from_secs(20), stream.next())
+        let chunk = tokio::time::timeout(kberg_testkit::WAIT, stream.next())
             .await
             .expect("the acknowledgement in time")
             .expect("stream open")
@@ -52,7 +52,7 @@ async fn closing_a_listen_stream_logs_no_error() {
 
     drop(stream);
     // rmcp logs "serve finished" when the request's service has ended (after its drain).
-    let log = tokio::time::timeout(Duration::from_secs(20), async {
+    let log = tokio::time::timeout(kberg_testkit::WAIT, async {
         loop {
             let text = captured.text();
             if text.contains("serve finished")

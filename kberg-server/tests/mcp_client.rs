@@ -8,8 +8,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 use kberg_core::{Principal, ResourceDescriptor, ToolBuilder, ToolOutput};
 use rmcp::model::{
@@ -116,7 +114,7 @@ fn call(name: &str, args: Value) -> CallToolRequestParams {
 async fn within<T>(what: &str, f: impl std::future::Future<Output = Option<T>>) -> T {
     // A generous bound so a lost notification fails the test instead of hanging CI; the
     // duration is not what is being tested.
-    tokio::time::timeout(Duration::from_secs(20), f)
+    tokio::time::timeout(kberg_testkit::WAIT, f)
         .await
         .unwrap_or_else(|_| panic!("{what} never arrived"))
         .unwrap_or_else(|| panic!("{what}: channel closed"))
@@ -155,15 +153,10 @@ async fn updates_reach_exactly_the_subscribers() {
 
     // Ending a session ends its subscriptions.
     b.cancel().await.expect("b closes");
-    let mut gone = false;
-    for _ in 0..200 {
-        if s.app.resources().subscriber_count("notes://2") == 0 {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(gone, "the closed session's subscription was kept");
+    kberg_testkit::eventually_async("the closed session's subscription to end", || async {
+        (s.app.resources().subscriber_count("notes://2") == 0).then_some(())
+    })
+    .await;
     a.cancel().await.expect("a closes");
 }
 
@@ -355,7 +348,7 @@ async fn stdio_round_trip_with_a_fixed_principal() {
     );
 
     c.cancel().await.expect("close");
-    let ended = tokio::time::timeout(Duration::from_secs(20), server)
+    let ended = tokio::time::timeout(kberg_testkit::WAIT, server)
         .await
         .expect("server ends when the client closes")
         .expect("join");
@@ -404,7 +397,7 @@ async fn listen_stream_carries_opted_in_notifications() {
                 }
                 continue;
             }
-            let chunk = tokio::time::timeout(Duration::from_secs(20), stream.next())
+            let chunk = tokio::time::timeout(kberg_testkit::WAIT, stream.next())
                 .await
                 .expect("a message in time")
                 .expect("stream open")
@@ -453,15 +446,10 @@ async fn listen_stream_carries_opted_in_notifications() {
     // Closing the stream ends the subscription.
     assert_eq!(s.app.resources().subscriber_count("notes://1"), 1);
     drop(stream);
-    let mut ended = false;
-    for _ in 0..200 {
-        if s.app.resources().subscriber_count("notes://1") == 0 {
-            ended = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(ended, "the listen subscription outlived its stream");
+    kberg_testkit::eventually_async("the listen subscription to end with its stream", || async {
+        (s.app.resources().subscriber_count("notes://1") == 0).then_some(())
+    })
+    .await;
 }
 
 /// A client that never answers elicitation and records what the server cancels.

@@ -9,7 +9,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use common::*;
 use futures::StreamExt;
@@ -143,7 +142,7 @@ async fn a_listen_filter_past_the_limit_keeps_its_first_uris() {
     assert_eq!(app.resources().notify_updated("notes://3"), 1);
     let mut seen = String::new();
     while !seen.contains("notifications/resources/updated") {
-        let chunk = tokio::time::timeout(Duration::from_secs(20), stream.next())
+        let chunk = tokio::time::timeout(kberg_testkit::WAIT, stream.next())
             .await
             .expect("the update in time")
             .expect("stream open")

@@ -162,14 +162,14 @@ impl Fixture {
     }
 
     async fn wait_started(&self) {
-        tokio::time::timeout(Duration::from_secs(10), self.started.lock().await.recv())
+        tokio::time::timeout(kberg_testkit::WAIT, self.started.lock().await.recv())
             .await
             .expect("the tool started")
             .expect("the tool's channel is open");
     }
 
     async fn wait_dropped(&self) {
-        tokio::time::timeout(Duration::from_secs(10), self.dropped.lock().await.recv())
+        tokio::time::timeout(kberg_testkit::WAIT, self.dropped.lock().await.recv())
             .await
             .expect("the tool was stopped")
             .expect("the tool's channel is open");
@@ -560,7 +560,7 @@ async fn a_2025_11_25_session_gets_tasks_and_their_status_notifications() {
     f.release.send_replace(true);
 
     // `notifications/tasks` with the completed task, result inlined.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + kberg_testkit::WAIT;
     let mut seen = String::new();
     let note = loop {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -356,7 +356,7 @@ impl Raw {
     pub fn new(url: &str, token: Option<&str>) -> Self {
         Self {
             http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
+                .timeout(kberg_testkit::WAIT)
                 .build()
                 .expect("client"),
             url: url.to_string(),
