@@ -359,8 +359,8 @@ async fn namespace_tricks_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_upstream_is_unavailable_not_fatal() {
-    // Nothing listens on a port we just released.
-    let port = free_port();
+    // Nothing listens on this port (and no server of another test is given it meanwhile).
+    let port = kberg_testkit::closed_port();
     let c = AggregatorConfig::new()
         .upstream(UpstreamConfig::new(
             "gone",

@@ -13,7 +13,8 @@
 //!   names what it last saw when it fails);
 //! - [`notes`]: the small notes app (a read tool, a write tool under `notes.write`, a
 //!   cancellable wait, a registered refusal) that the agent and provider tests drive;
-//! - [`net`]: free loopback ports and guards that stop what a test started, also on failure;
+//! - [`net`]: free loopback ports, closed ones held for the whole test binary, and guards that
+//!   stop what a test started, also on failure;
 //! - [`git`]: a private git host on 127.0.0.1 (git's smart-HTTP server behind HTTP Basic
 //!   authentication), for cloning with a credential kept out of the URL;
 //! - [`readme`]: the check that a crate's README examples are the ones its `tests/readme.rs`
@@ -51,4 +52,4 @@ pub mod serve;
 pub mod tools;
 
 pub use eventually::{WAIT, eventually, eventually_async, eventually_async_ok};
-pub use net::{StopOnDrop, closed_port_url, free_port};
+pub use net::{StopOnDrop, closed_port, closed_port_url, free_port};
