@@ -394,26 +394,29 @@ pub async fn get_one(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let ctx = s.ctx.clone();
-    let name = project.clone();
-    let doc = blocking(move || Ok(ctx.store.load(&name)?.document)).await?;
-    let yaml = bridle_rules::to_yaml(&doc)?;
-    let tag = etag(doc.revision);
-    let mut response = if wants_yaml(&headers) {
-        (
-            [(header::CONTENT_TYPE, HeaderValue::from_static(YAML))],
-            yaml,
-        )
-            .into_response()
-    } else {
-        axum::Json(ProjectDocument {
+    let yaml_wanted = wants_yaml(&headers);
+    // Loading, the YAML and the JSON of a document as large as the body limit allowed take a
+    // while: all on the blocking pool, so no async worker (and no request queued behind it)
+    // waits for them.
+    let (revision, content_type, body) = blocking(move || {
+        let doc = ctx.store.load(&project)?.document;
+        let yaml = bridle_rules::to_yaml(&doc)?;
+        let revision = doc.revision;
+        if yaml_wanted {
+            return Ok((revision, HeaderValue::from_static(YAML), yaml.into_bytes()));
+        }
+        let json = serde_json::to_vec(&ProjectDocument {
             project,
-            revision: doc.revision,
+            revision,
             document: doc,
             yaml,
         })
-        .into_response()
-    };
-    response.headers_mut().insert(header::ETAG, tag);
+        .map_err(|e| ApiError::Internal(format!("cannot encode the document: {e}")))?;
+        Ok((revision, HeaderValue::from_static("application/json"), json))
+    })
+    .await?;
+    let mut response = ([(header::CONTENT_TYPE, content_type)], body).into_response();
+    response.headers_mut().insert(header::ETAG, etag(revision));
     Ok(response)
 }
 
@@ -482,16 +485,20 @@ pub async fn render(
     ApiPath((project, agent_type)): ApiPath<(String, String)>,
 ) -> Result<axum::Json<RenderedFile>, ApiError> {
     let ctx = s.ctx.clone();
-    let name = project.clone();
-    let doc = blocking(move || Ok(ctx.store.load(&name)?.document)).await?;
-    let rendered = s.ctx.renderer.render(&project, &doc, &agent_type)?;
-    Ok(axum::Json(RenderedFile {
-        project,
-        agent_type: rendered.agent,
-        revision: doc.revision,
-        path: rendered.path,
-        content: rendered.content,
-    }))
+    // Rendering a large document takes a while: on the blocking pool, as the load is.
+    let rendered = blocking(move || {
+        let doc = ctx.store.load(&project)?.document;
+        let rendered = ctx.renderer.render(&project, &doc, &agent_type)?;
+        Ok(RenderedFile {
+            project,
+            agent_type: rendered.agent,
+            revision: doc.revision,
+            path: rendered.path,
+            content: rendered.content,
+        })
+    })
+    .await?;
+    Ok(axum::Json(rendered))
 }
 
 /// A unified diff between two revisions' YAML. Revisions are kept from the time the store
@@ -511,27 +518,29 @@ pub async fn diff(
     ApiQuery(q): ApiQuery<DiffQuery>,
 ) -> Result<axum::Json<RevisionDiff>, ApiError> {
     let ctx = s.ctx.clone();
-    let name = project.clone();
-    let (from, to, old, new) = blocking(move || {
-        let current = ctx.store.load(&name)?.document;
+    // Two large documents' YAML and the diff between them take a while: on the blocking pool,
+    // as the loads are.
+    let diff = blocking(move || {
+        let current = ctx.store.load(&project)?.document;
+        let from = q.from;
         let to = q.to.unwrap_or(current.revision);
-        let old = ctx.store.document_at(&name, q.from)?;
-        let new = ctx.store.document_at(&name, to)?;
-        Ok((q.from, to, old, new))
+        let old = ctx.store.document_at(&project, from)?;
+        let new = ctx.store.document_at(&project, to)?;
+        let diff = unified_diff(
+            &bridle_rules::to_yaml(&old)?,
+            &bridle_rules::to_yaml(&new)?,
+            &format!("{project}@{from}"),
+            &format!("{project}@{to}"),
+        );
+        Ok(RevisionDiff {
+            project,
+            from,
+            to,
+            diff,
+        })
     })
     .await?;
-    let diff = unified_diff(
-        &bridle_rules::to_yaml(&old)?,
-        &bridle_rules::to_yaml(&new)?,
-        &format!("{project}@{from}"),
-        &format!("{project}@{to}"),
-    );
-    Ok(axum::Json(RevisionDiff {
-        project,
-        from,
-        to,
-        diff,
-    }))
+    Ok(axum::Json(diff))
 }
 
 /// A unified diff of two texts (empty when equal).
