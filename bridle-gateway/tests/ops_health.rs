@@ -9,7 +9,9 @@
 mod ops_support;
 
 use bridle_gateway::config::GatewayConfig;
-use ops_support::{bind, data_dir, poll_json, run, start_upstream, start_upstream_at, token};
+use ops_support::{
+    ReservedPort, bind, data_dir, poll_json, run, start_upstream, start_upstream_on, token,
+};
 
 fn names(list: &serde_json::Value) -> Vec<String> {
     list.as_array()
@@ -64,12 +66,9 @@ async fn alive_and_ready_without_a_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_required_upstream_holds_readiness_until_it_answers() {
-    // A free port nobody listens on yet: the upstream starts there later.
-    let addr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
-    let url = format!("http://{addr}/mcp");
+    // A port nobody listens on yet, kept for the upstream that starts there later.
+    let port = ReservedPort::on_loopback();
+    let url = format!("http://{}/mcp", port.addr());
     let tmp = data_dir(Some(&url), "");
     let secret_tokens: Vec<String> = ["claude", "codex", "gemini"]
         .iter()
@@ -105,7 +104,7 @@ async fn a_required_upstream_holds_readiness_until_it_answers() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 200);
 
-    let upstream = start_upstream_at(&addr.to_string()).await;
+    let upstream = start_upstream_on(port).await;
     let (status, body) = poll_json(&http, &readyz, |s, _| s == 200).await;
     assert_eq!(status, 200, "{body}");
     assert!(names(&body["checks"]).contains(&"upstream:tickets".to_string()));

@@ -35,6 +35,34 @@ pub struct Upstream {
 
 /// Starts the upstream on a free loopback port (or on `addr`).
 pub async fn start_upstream_at(addr: &str) -> Upstream {
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    serve_upstream(listener)
+}
+
+/// A loopback port kept for an upstream that starts later ([`start_upstream_on`]): bound but
+/// not listening, so a connection to it is refused as by a server that is down, while no other
+/// socket of the machine (another test's listener, an outgoing connection's local port) can
+/// take it meanwhile, as it could take a port that was only found free and let go.
+pub struct ReservedPort(tokio::net::TcpSocket);
+
+impl ReservedPort {
+    pub fn on_loopback() -> Self {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(([127, 0, 0, 1], 0).into()).unwrap();
+        Self(socket)
+    }
+
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.0.local_addr().unwrap()
+    }
+}
+
+/// Starts the upstream on a reserved port, listening on the very socket that kept it.
+pub async fn start_upstream_on(port: ReservedPort) -> Upstream {
+    serve_upstream(port.0.listen(1024).unwrap())
+}
+
+fn serve_upstream(listener: tokio::net::TcpListener) -> Upstream {
     let tools = ToolRegistry::new();
     tools
         .register(
@@ -66,10 +94,10 @@ pub async fn start_upstream_at(addr: &str) -> Upstream {
         )
         .unwrap();
     let app = McpApp::builder("tickets", "1.0").tools(tools).build();
-    let config = HttpConfig::new(addr.parse().unwrap())
+    let config = HttpConfig::new(listener.local_addr().unwrap())
         .path("/mcp")
         .auth(OpenAccess::anonymous());
-    let server = HttpServer::bind(app, config).await.unwrap();
+    let server = HttpServer::from_listener(listener, app, config).unwrap();
     let url = format!("http://{}/mcp", server.local_addr());
     let stop = server.shutdown_token();
     let s = stop.clone();
