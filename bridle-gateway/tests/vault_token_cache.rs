@@ -101,7 +101,10 @@ fn a_token_change_through_one_handle_is_refused_by_the_other_once_it_is_heard() 
     // Another agent's cached token is untouched by it.
     assert_eq!(check(&b, &other).as_deref(), Some("claude"));
 
-    // Replaced through B: A refuses the old one once it heard.
+    // Replaced through B: A refuses the old one once it heard. A's count is taken once A has
+    // heard its own four changes above, or its wait below could end on the last of those,
+    // arriving late, instead of on the replacement.
+    wait_for(&a, "A hears its own changes", |s| s.changes_heard >= 4);
     assert_eq!(check(&a, &other).as_deref(), Some("claude"));
     let before = heard(&a);
     let replaced = b.set_agent_token("claude", "admin:alice").unwrap();
