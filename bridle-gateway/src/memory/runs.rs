@@ -271,11 +271,15 @@ impl Run {
 
 /// The claim on a running run: report its steps, then finish it. Dropped without
 /// [`RunHandle::finish`] (the task that ran it panicked or was cancelled), the run ends with an
-/// `error` event `index_interrupted`. Either way the tag is released.
+/// `error` event `index_interrupted`. Either way the tag is released, before the end is told:
+/// a follower told `done` or `error` may start the next run on the tag, or remove the example,
+/// at once.
 #[derive(Debug)]
 pub struct RunHandle {
     run: Arc<Run>,
     runs: IndexRuns,
+    /// The end [`RunHandle::finish`] gave, told once the tag is released.
+    end: Option<(RunEventKind, Value)>,
 }
 
 impl RunHandle {
@@ -305,23 +309,28 @@ impl RunHandle {
     }
 
     /// Ends the run with `done` (`data`: its report) or `error` (`data`: `code`, `detail`).
-    pub fn finish(self, kind: RunEventKind, data: Value) {
+    pub fn finish(mut self, kind: RunEventKind, data: Value) {
         let kind = if kind.ends() {
             kind
         } else {
             RunEventKind::Error
         };
-        self.run.push(kind, data);
+        // Told when the handle drops, right below, once the tag is released.
+        self.end = Some((kind, data));
     }
 }
 
 impl Drop for RunHandle {
     fn drop(&mut self) {
-        self.run.push(
-            RunEventKind::Error,
-            json!({"code": "index_interrupted", "detail": "the index run stopped before it ended; the previous index is kept"}),
-        );
+        // The tag first: whoever hears the end may claim it again at once.
         self.runs.release(&self.run);
+        let (kind, data) = self.end.take().unwrap_or_else(|| {
+            (
+                RunEventKind::Error,
+                json!({"code": "index_interrupted", "detail": "the index run stopped before it ended; the previous index is kept"}),
+            )
+        });
+        self.run.push(kind, data);
     }
 }
 
@@ -460,6 +469,7 @@ impl IndexRuns {
         Ok(RunHandle {
             run,
             runs: self.clone(),
+            end: None,
         })
     }
 
