@@ -224,12 +224,15 @@ fn qdrant_store(
     Ok(StoreConfig::Qdrant(q))
 }
 
+/// Refuses a Qdrant store in a build without one. The URL is named as [`kberg_core::redact_url`]
+/// shows it: a configured one may carry a credential in its user part or query.
 #[cfg(not(feature = "qdrant"))]
 fn qdrant_store(
     data_dir: &Path,
     url: &str,
     _api_key: Option<String>,
 ) -> Result<StoreConfig, ConfigError> {
+    let url = kberg_core::redact_url(url);
     Err(ConfigError::Invalid {
         file: data_dir.join("bridle.yaml"),
         message: format!(
