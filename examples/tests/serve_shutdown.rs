@@ -129,11 +129,25 @@ async fn exited(child: &mut Child) -> bool {
     .await
 }
 
-/// Every stderr line, each checked to be one JSON object.
+/// Every stderr line of the exited process, each checked to be one JSON object. Read up to the
+/// end of the pipe (the reader thread then ends, closing the channel), within
+/// [`WAIT`](kberg_testkit::WAIT): seeing the process exit does not mean the reader thread has
+/// passed on its last lines yet, and those are the shutdown's.
 fn json_log(rx: &mpsc::Receiver<String>) -> Vec<serde_json::Value> {
-    rx.try_iter()
-        .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect()
+    let deadline = std::time::Instant::now() + kberg_testkit::WAIT;
+    let mut log = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) => {
+                log.push(serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return log,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                panic!("the gateway's stderr was not closed within the deadline")
+            }
+        }
+    }
 }
 
 fn logged(log: &[serde_json::Value], message: &str) -> bool {
