@@ -27,6 +27,21 @@ pub const QUERY: &str = "CANARY-query-c41e";
 /// A harmless query a hosted API requires (Azure OpenAI's `?api-version=`).
 pub const API_VERSION: &str = "api-version=2024-02-01";
 
+/// A buffer of every line this thread logs up to DEBUG while the guard lives (a scenario's
+/// provider runs on the test's own thread).
+///
+/// The binary's global log ([`LogBuffer::global`], also up to DEBUG) is installed first:
+/// `tracing` decides once per call site, for the whole process, whether anyone listens, and
+/// another test's thread that reached a call site first with no subscriber at all had it cached
+/// as unheard, so this thread's lines from it were dropped too ("the failure is logged" then
+/// saw an empty log). With a global subscriber every thread has a listener.
+fn this_threads_log() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
+    LogBuffer::global(tracing::Level::DEBUG);
+    let logs = LogBuffer::default();
+    let guard = tracing::subscriber::set_default(logs.subscriber(tracing::Level::DEBUG));
+    (logs, guard)
+}
+
 /// `server` (`http://HOST:PORT`) with the canary user part, `path`, and a query of the API
 /// version and the canary key.
 pub fn with_credentials(server: &str, path: &str) -> String {
@@ -147,8 +162,7 @@ pub async fn scenario_quoted_credentials(make: MakeProvider<'_>, base_path: &str
     }
     let server = ScriptedServer::start(replies).await;
     let p = make(with_credentials(&server.url(), base_path));
-    let logs = LogBuffer::default();
-    let _logging = tracing::subscriber::set_default(logs.subscriber(tracing::Level::DEBUG));
+    let (logs, _logging) = this_threads_log();
     for (status, code) in statuses {
         for stream in [false, true] {
             let e = failed_turn(p.as_ref(), stream).await;
@@ -201,8 +215,7 @@ pub async fn scenario_unreachable(make: MakeProvider<'_>, base_path: &str) {
     let url = kberg_testkit::closed_port_url();
     let host_port = url.trim_start_matches("http://").to_string();
     let p = make(with_credentials(&url, base_path));
-    let logs = LogBuffer::default();
-    let _logging = tracing::subscriber::set_default(logs.subscriber(tracing::Level::DEBUG));
+    let (logs, _logging) = this_threads_log();
     for stream in [false, true] {
         let e = failed_turn(p.as_ref(), stream).await;
         assert_eq!(e.code(), "unreachable", "{e}");
@@ -240,8 +253,7 @@ pub async fn scenario_redirects(wire: &dyn Wire, make: MakeProvider<'_>, base_pa
         |status: u16| Reply::json(status, &serde_json::json!({})).header("location", &target);
     let server = ScriptedServer::start(vec![away(307), away(302), away(308), away(301)]).await;
     let p = make(with_credentials(&server.url(), base_path));
-    let logs = LogBuffer::default();
-    let _logging = tracing::subscriber::set_default(logs.subscriber(tracing::Level::DEBUG));
+    let (logs, _logging) = this_threads_log();
     for stream in [false, true, false, true] {
         let e = failed_turn(p.as_ref(), stream).await;
         assert_eq!(e.code(), "rejected", "{e}");
