@@ -152,7 +152,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_run_shows_its_progress_and_its_end() {
-        let m = super::super::GatewayMetrics::new();
+        let m = Arc::new(super::super::GatewayMetrics::new());
         m.indexing.step(
             "svc",
             &ProgressEvent::Fetching {

@@ -251,8 +251,9 @@ pub struct GatewayMetrics {
     /// Indexing progress per repository (see [`super::indexing`]).
     pub(crate) indexing: super::indexing::IndexingGauges,
     snapshot: Arc<Mutex<Snapshot>>,
-    /// One scrape at a time: the snapshot is filled and then encoded.
-    scraping: tokio::sync::Mutex<()>,
+    /// One scrape at a time: the snapshot is filled and then encoded. Held by the scrape's own
+    /// task ([`GatewayMetrics::render`]).
+    scraping: Arc<tokio::sync::Mutex<()>>,
     /// `/readyz`'s last round of upstream probes ([`super::health`]). Kept here because these
     /// metrics are the one piece of state the ops routes own, built once per gateway.
     pub(crate) readiness_probes: super::health::ProbeCache,
@@ -315,7 +316,7 @@ impl GatewayMetrics {
             tool_seconds,
             indexing,
             snapshot,
-            scraping: tokio::sync::Mutex::new(()),
+            scraping: Arc::new(tokio::sync::Mutex::new(())),
             readiness_probes: super::health::ProbeCache::default(),
         }
     }
@@ -348,19 +349,28 @@ impl GatewayMetrics {
             .observe(event.duration.as_secs_f64());
     }
 
-    /// Encodes everything, after `fill` has replaced the scrape-time snapshot.
-    pub(crate) async fn render<F>(&self, fill: F) -> Result<String, std::fmt::Error>
+    /// Encodes everything, after `fill` has replaced the scrape-time snapshot. One scrape runs
+    /// at a time, in a task of its own that holds the scrape lock until it has encoded: `fill`
+    /// reads on the blocking pool, which a dropped future cannot stop, so a scraper that hangs
+    /// up mid-scrape (anyone may ask `/metrics`) must not let the next scrape start beside those
+    /// reads. A scrape whose task failed is an encoding error.
+    pub(crate) async fn render<F>(self: &Arc<Self>, fill: F) -> Result<String, std::fmt::Error>
     where
-        F: std::future::Future<Output = Snapshot>,
+        F: std::future::Future<Output = Snapshot> + Send + 'static,
     {
-        let _one = self.scraping.lock().await;
-        let fresh = fill.await;
-        if let Ok(mut s) = self.snapshot.lock() {
-            *s = fresh;
-        }
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
-        Ok(out)
+        let one = Arc::clone(&self.scraping).lock_owned().await;
+        let metrics = Arc::clone(self);
+        let scrape = tokio::spawn(async move {
+            let _one = one;
+            let fresh = fill.await;
+            if let Ok(mut s) = metrics.snapshot.lock() {
+                *s = fresh;
+            }
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, &metrics.registry)?;
+            Ok(out)
+        });
+        scrape.await.unwrap_or(Err(std::fmt::Error))
     }
 
     /// Wraps `router` in the request layer for the MCP endpoint at
@@ -567,9 +577,73 @@ mod tests {
         assert_eq!(method_label(""), "other");
     }
 
+    /// A scraper that goes away mid-scrape (its request dropped) must not let the next scrape
+    /// start while the first one's reads (blocking work, which a dropped future cannot stop)
+    /// still run: anyone may ask `/metrics`, and could otherwise pile up blocking reads by
+    /// asking and hanging up.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_scrape_left_by_its_scraper_finishes_before_the_next_begins() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let m = Arc::new(GatewayMetrics::new());
+        let reading = Arc::new(AtomicUsize::new(0));
+        let started = Arc::new(tokio::sync::Notify::new());
+        let release = Arc::new(tokio::sync::Notify::new());
+        // The first scrape's reads: a task of their own, as `spawn_blocking` work is.
+        let fill = {
+            let (reading, started, release) = (
+                Arc::clone(&reading),
+                Arc::clone(&started),
+                Arc::clone(&release),
+            );
+            async move {
+                let reads = tokio::spawn(async move {
+                    reading.fetch_add(1, Ordering::SeqCst);
+                    started.notify_one();
+                    release.notified().await;
+                    reading.fetch_sub(1, Ordering::SeqCst);
+                });
+                let _ = reads.await;
+                Snapshot::default()
+            }
+        };
+        let first = tokio::spawn({
+            let m = Arc::clone(&m);
+            async move { m.render(fill).await }
+        });
+        started.notified().await;
+        first.abort();
+        let _ = first.await;
+        // The second scrape notes how many reads run when it begins its own.
+        let seen = Arc::new(AtomicUsize::new(usize::MAX));
+        let second = tokio::spawn({
+            let (m, seen, reading) = (Arc::clone(&m), Arc::clone(&seen), Arc::clone(&reading));
+            async move {
+                m.render(async move {
+                    seen.store(reading.load(Ordering::SeqCst), Ordering::SeqCst);
+                    Snapshot::default()
+                })
+                .await
+            }
+        });
+        // On one thread, these turns let the second scrape run as far as it can.
+        for _ in 0..16 {
+            tokio::task::yield_now().await;
+        }
+        release.notify_one();
+        second
+            .await
+            .expect("the second scrape ends")
+            .expect("encodes");
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            0,
+            "the second scrape began while the first one's reads still ran"
+        );
+    }
+
     #[tokio::test]
     async fn renders_openmetrics_with_the_prefix() {
-        let m = GatewayMetrics::new();
+        let m = Arc::new(GatewayMetrics::new());
         m.observe_request(
             &RequestLabels {
                 method: "tools/list",

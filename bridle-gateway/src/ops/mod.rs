@@ -74,7 +74,10 @@ impl OpsState {
 
     /// The metrics exposition, as `/metrics` serves it.
     pub async fn render_metrics(self: &Arc<Self>) -> Result<String, std::fmt::Error> {
-        self.metrics.render(self.snapshot()).await
+        let state = Arc::clone(self);
+        self.metrics
+            .render(async move { state.snapshot().await })
+            .await
     }
 
     /// Reads the scrape-time values from their owners.
