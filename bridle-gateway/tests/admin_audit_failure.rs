@@ -146,7 +146,7 @@ async fn changes_stand_and_say_so_when_the_audit_log_cannot_record_them() {
     // Tool calls of the MCP checks above are recorded by the batching writer, which failed
     // while the table was broken and reports the loss; no admin change is among the entries.
     assert!(
-        items.iter().all(|e| e["source"] != "user"),
+        items.iter().all(|e| e["source"]["type"] != "user"),
         "{recorded_before} entries before: {page}"
     );
 
