@@ -206,12 +206,12 @@ async fn cancellation_mid_tool_over_http() {
             .run_with_events(vec![Message::user("wait")], &c, tx)
             .await
     });
-    tokio::time::timeout(Duration::from_secs(30), started)
+    tokio::time::timeout(kberg_testkit::WAIT, started)
         .await
         .expect("the tool started on the server")
         .unwrap();
     cancel.cancel();
-    tokio::time::timeout(Duration::from_secs(30), stopped)
+    tokio::time::timeout(kberg_testkit::WAIT, stopped)
         .await
         .expect("the cancellation reached the server's tool")
         .unwrap();
@@ -332,7 +332,7 @@ fn waiting_agent(surface: McpSurface) -> Agent {
 
 /// Waits for the silent server to close and checks that the client cancelled its call.
 async fn assert_call_cancelled(server: tokio::task::JoinHandle<Vec<Value>>) {
-    let seen = tokio::time::timeout(Duration::from_secs(30), server)
+    let seen = tokio::time::timeout(kberg_testkit::WAIT, server)
         .await
         .expect("the connection closed")
         .unwrap();
@@ -358,7 +358,7 @@ async fn a_cancelled_call_is_cancelled_on_the_wire_before_the_run_ends() {
     let cancel = CancellationToken::new();
     let c = cancel.clone();
     let run = tokio::spawn(async move { agent.run(vec![Message::user("wait")], &c).await });
-    tokio::time::timeout(Duration::from_secs(30), s.called)
+    tokio::time::timeout(kberg_testkit::WAIT, s.called)
         .await
         .expect("the call reached the server")
         .unwrap();
@@ -381,13 +381,13 @@ async fn a_run_dropped_mid_call_cancels_the_call_on_the_wire() {
             .run(vec![Message::user("wait")], &CancellationToken::new())
             .await
     });
-    tokio::time::timeout(Duration::from_secs(30), s.called)
+    tokio::time::timeout(kberg_testkit::WAIT, s.called)
         .await
         .expect("the call reached the server")
         .unwrap();
     run.abort();
     assert!(run.await.unwrap_err().is_cancelled());
-    tokio::time::timeout(Duration::from_secs(30), s.cancelled)
+    tokio::time::timeout(kberg_testkit::WAIT, s.cancelled)
         .await
         .expect("the dropped call was cancelled on the server")
         .unwrap();
@@ -592,7 +592,7 @@ async fn a_remote_tools_progress_reaches_the_runs_events() {
             .await
     });
     let mut seen = Vec::new();
-    while let Some(ev) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+    while let Some(ev) = tokio::time::timeout(kberg_testkit::WAIT, rx.recv())
         .await
         .expect("the run goes on")
     {
@@ -878,7 +878,7 @@ async fn only_a_calls_own_advancing_progress_reaches_the_events() {
     });
     let mut go = Some(go_tx);
     let mut reports = Vec::new();
-    while let Some(ev) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+    while let Some(ev) = tokio::time::timeout(kberg_testkit::WAIT, rx.recv())
         .await
         .expect("the run goes on")
     {
@@ -961,7 +961,7 @@ async fn a_surface_from_an_apps_client_relays_no_progress() {
 
 /// A bound on waits that must end long before it: reaching it fails the test instead of
 /// hanging it.
-const NEVER: Duration = Duration::from_secs(30);
+const NEVER: Duration = kberg_testkit::WAIT;
 
 /// A short connect timeout.
 fn impatient() -> McpOptions {
