@@ -55,12 +55,7 @@ fn a_source_that_is_a_pipe_is_refused_without_reading_it() {
 #[test]
 fn a_source_that_is_a_pipe_without_a_writer_is_refused_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("nobody_writes");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .expect("mkfifo runs");
-    assert!(made.success(), "mkfifo made the pipe");
+    endless_pipe::make_pipe(dir.path(), "nobody_writes");
     let config = docker_source(dir.path());
     let (answer, answered) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

@@ -8,6 +8,17 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::mpsc;
 
+/// Makes the named pipe `dir/name` (with `mkfifo`), and answers its path.
+pub fn make_pipe(dir: &Path, name: &str) -> std::path::PathBuf {
+    let fifo = dir.join(name);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success(), "mkfifo made the pipe");
+    fifo
+}
+
 /// Runs `read` on a pipe called `name` whose writer sends `chunk` `times` times and then holds
 /// it open. Answers what `read` returned, or `None` when it did not return within
 /// [`kberg_testkit::WAIT`] (it waited for the end of the file). Both threads end either way.
@@ -18,12 +29,7 @@ pub fn read_endless<T: Send + 'static>(
     read: impl FnOnce(&Path) -> T + Send + 'static,
 ) -> Option<T> {
     let dir = tempfile::tempdir().expect("temp dir");
-    let fifo = dir.path().join(name);
-    let made = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .expect("mkfifo runs");
-    assert!(made.success(), "mkfifo made the pipe");
+    let fifo = make_pipe(dir.path(), name);
     let (stop, stopped) = mpsc::channel::<()>();
     let writer = {
         let fifo = fifo.clone();
