@@ -149,7 +149,19 @@ async fn a_refresh_while_its_example_is_removed_is_refused_and_leaves_no_chunks(
     let purging = store.purging.notified();
     let removal = gw.delete(EXAMPLE).send();
     let removal = tokio::spawn(removal);
-    purging.await;
+    // Bounded: a removal refused before its purge (the tag still held by the index that just
+    // ended) would otherwise leave this wait, and the test, hanging for good.
+    if tokio::time::timeout(kberg_testkit::WAIT, purging)
+        .await
+        .is_err()
+    {
+        let answer = removal.await.unwrap().unwrap();
+        panic!(
+            "the removal never reached its purge; it answered {}: {}",
+            answer.status(),
+            answer.text().await.unwrap()
+        );
+    }
 
     use kberg_agent::ToolSurface;
     let claude =
