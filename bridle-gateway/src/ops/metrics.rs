@@ -252,8 +252,8 @@ pub struct GatewayMetrics {
     pub(crate) indexing: super::indexing::IndexingGauges,
     snapshot: Arc<Mutex<Snapshot>>,
     /// One scrape at a time: the snapshot is filled and then encoded. Held by the scrape's own
-    /// task ([`GatewayMetrics::render`]).
-    scraping: Arc<tokio::sync::Mutex<()>>,
+    /// task ([`GatewayMetrics::render`]), which leaves its page here with when it started.
+    scraping: Arc<tokio::sync::Mutex<Option<(Instant, String)>>>,
     /// `/readyz`'s last round of upstream probes ([`super::health`]). Kept here because these
     /// metrics are the one piece of state the ops routes own, built once per gateway.
     pub(crate) readiness_probes: super::health::ProbeCache,
@@ -316,7 +316,7 @@ impl GatewayMetrics {
             tool_seconds,
             indexing,
             snapshot,
-            scraping: Arc::new(tokio::sync::Mutex::new(())),
+            scraping: Arc::new(tokio::sync::Mutex::new(None)),
             readiness_probes: super::health::ProbeCache::default(),
         }
     }
@@ -353,21 +353,31 @@ impl GatewayMetrics {
     /// at a time, in a task of its own that holds the scrape lock until it has encoded: `fill`
     /// reads on the blocking pool, which a dropped future cannot stop, so a scraper that hangs
     /// up mid-scrape (anyone may ask `/metrics`) must not let the next scrape start beside those
-    /// reads. A scrape whose task failed is an encoding error.
+    /// reads. A request that waited for a scrape which started after it asked takes that
+    /// scrape's page (as fresh as its own would be) instead of filling again, so a crowd of
+    /// concurrent scrapers costs two fills, not one each. A scrape whose task failed is an
+    /// encoding error.
     pub(crate) async fn render<F>(self: &Arc<Self>, fill: F) -> Result<String, std::fmt::Error>
     where
         F: std::future::Future<Output = Snapshot> + Send + 'static,
     {
-        let one = Arc::clone(&self.scraping).lock_owned().await;
+        let asked = Instant::now();
+        let mut last = Arc::clone(&self.scraping).lock_owned().await;
+        if let Some((started, page)) = last.as_ref()
+            && *started >= asked
+        {
+            return Ok(page.clone());
+        }
         let metrics = Arc::clone(self);
         let scrape = tokio::spawn(async move {
-            let _one = one;
+            let started = Instant::now();
             let fresh = fill.await;
             if let Ok(mut s) = metrics.snapshot.lock() {
                 *s = fresh;
             }
             let mut out = String::new();
             prometheus_client::encoding::text::encode(&mut out, &metrics.registry)?;
+            *last = Some((started, out.clone()));
             Ok(out)
         });
         scrape.await.unwrap_or(Err(std::fmt::Error))
@@ -639,6 +649,59 @@ mod tests {
             0,
             "the second scrape began while the first one's reads still ran"
         );
+    }
+
+    /// Scrapers that wait while a scrape runs share the next one: the reads behind a page are
+    /// not repeated once per waiting request.
+    #[tokio::test(flavor = "current_thread")]
+    async fn concurrent_scrapes_share_the_reads() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let m = Arc::new(GatewayMetrics::new());
+        let fills = Arc::new(AtomicUsize::new(0));
+        let started = Arc::new(tokio::sync::Notify::new());
+        let release = Arc::new(tokio::sync::Notify::new());
+        let first = tokio::spawn({
+            let (m, fills, started, release) = (
+                Arc::clone(&m),
+                Arc::clone(&fills),
+                Arc::clone(&started),
+                Arc::clone(&release),
+            );
+            async move {
+                m.render(async move {
+                    fills.fetch_add(1, Ordering::SeqCst);
+                    started.notify_one();
+                    release.notified().await;
+                    Snapshot::default()
+                })
+                .await
+            }
+        });
+        started.notified().await;
+        const WAITING: usize = 8;
+        let waiting: Vec<_> = (0..WAITING)
+            .map(|_| {
+                let (m, fills) = (Arc::clone(&m), Arc::clone(&fills));
+                tokio::spawn(async move {
+                    m.render(async move {
+                        fills.fetch_add(1, Ordering::SeqCst);
+                        Snapshot::default()
+                    })
+                    .await
+                })
+            })
+            .collect();
+        // On one thread, these turns let every waiting scrape reach the lock.
+        for _ in 0..16 {
+            tokio::task::yield_now().await;
+        }
+        release.notify_one();
+        first.await.unwrap().unwrap();
+        for w in waiting {
+            assert!(w.await.unwrap().unwrap().ends_with("# EOF\n"));
+        }
+        // The first scrape, and one more for every request that asked while it ran.
+        assert_eq!(fills.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
