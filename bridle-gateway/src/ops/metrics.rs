@@ -254,8 +254,9 @@ pub struct GatewayMetrics {
     /// One scrape at a time: the snapshot is filled and then encoded. Held by the scrape's own
     /// task ([`GatewayMetrics::render`]), which leaves its page here with when it started.
     scraping: Arc<tokio::sync::Mutex<Option<(Instant, String)>>>,
-    /// `/readyz`'s last round of upstream probes ([`super::health`]). Kept here because these
-    /// metrics are the one piece of state the ops routes own, built once per gateway.
+    /// `/readyz`'s last round of checks (rules store, vault, upstream probes; [`super::health`]).
+    /// Kept here because these metrics are the one piece of state the ops routes own, built
+    /// once per gateway.
     pub(crate) readiness_probes: super::health::ProbeCache,
 }
 
