@@ -12,6 +12,20 @@ use serde_json::json;
 
 use crate::config::ConfigError;
 
+/// The sentence for a blocking task that ended without an answer (it panicked, or the runtime
+/// was shutting down), to put in whatever error the caller answers with. The task's own words
+/// are logged by kind only and never quoted: a panic's message may repeat the data it failed on
+/// (a string slicing panic quotes the string), and that data may be an argument, a token or a
+/// secret's value, which must reach neither an answer nor a log line.
+pub(crate) fn task_failed(what: &str, e: &tokio::task::JoinError) -> String {
+    tracing::error!(
+        task = what,
+        panicked = e.is_panic(),
+        "a blocking task ended without an answer"
+    );
+    format!("{what} stopped unexpectedly (internal error); see the gateway's log")
+}
+
 /// Why the gateway could not be assembled.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -115,6 +129,40 @@ fn shaped(code: &str, retryable: bool, message: String) -> ToolOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A message a panic may carry: the data a slicing panic quotes, say.
+    const CANARY: &str = "canary-panic-payload-41c9";
+
+    /// Before, the admin API's blocking helper answered `a store task failed: task N panicked
+    /// with message "..."`, the panic's own words in the problem's `detail`.
+    #[tokio::test]
+    async fn an_admin_store_task_that_panics_answers_without_its_message() {
+        let e =
+            crate::admin::blocking(|| -> Result<(), crate::admin::ApiError> { panic!("{CANARY}") })
+                .await
+                .expect_err("the task panicked");
+        let problem = e.problem();
+        assert_eq!(problem.status, 500);
+        assert_eq!(problem.code, "internal");
+        assert!(!problem.detail.contains(CANARY), "{}", problem.detail);
+        assert!(
+            problem.detail.contains("internal error"),
+            "{}",
+            problem.detail
+        );
+    }
+
+    /// Before, the gateway's tools answered the agent `internal error: task N panicked with
+    /// message "..."`.
+    #[tokio::test]
+    async fn a_tool_store_task_that_panics_tells_the_agent_nothing_of_its_message() {
+        let e = crate::tools::blocking(|| -> () { panic!("{CANARY}") })
+            .await
+            .expect_err("the task panicked");
+        let told = e.to_string();
+        assert!(!told.contains(CANARY), "{told}");
+        assert!(told.contains("internal error"), "{told}");
+    }
 
     #[test]
     fn every_refusal_has_the_one_shape() {

@@ -427,7 +427,7 @@ pub async fn require_admin(
     let presented = zeroize::Zeroizing::new(token.to_owned());
     let verified = tokio::task::spawn_blocking(move || credentials.verify(&presented))
         .await
-        .map_err(|e| ApiError::Internal(format!("the credential check failed: {e}")))?;
+        .map_err(|e| ApiError::Internal(crate::error::task_failed("the credential check", &e)))?;
     let Some(identity) = verified else {
         match address {
             Some(ip) => throttle.failed(Some(ip), token),

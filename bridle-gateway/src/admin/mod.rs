@@ -395,5 +395,5 @@ pub(crate) async fn blocking<T: Send + 'static>(
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| ApiError::Internal(format!("a store task failed: {e}")))?
+        .map_err(|e| ApiError::Internal(crate::error::task_failed("a store task", &e)))?
 }

@@ -578,7 +578,7 @@ impl SessionRegistry {
         let registry = self.clone();
         let outcome = tokio::task::spawn_blocking(move || registry.sync())
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| crate::error::task_failed("the sessions ledger sync", &e))
             .and_then(|r| r.map_err(|e| e.to_string()));
         match outcome {
             Ok(()) if failing => {

@@ -264,7 +264,7 @@ impl PgSessionStore {
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || f(&db))
             .await
-            .map_err(|e| format!("a session store task failed: {e}"))?
+            .map_err(|e| crate::error::task_failed("a session store task", &e))?
             .map_err(Into::into)
     }
 }

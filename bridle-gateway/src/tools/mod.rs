@@ -38,7 +38,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
 ) -> Result<T, ToolError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| ToolError::failed(format!("internal error: {e}")))
+        .map_err(|e| ToolError::failed(crate::error::task_failed("the tool's store work", &e)))
 }
 
 /// The calling agent's configuration, and whether it may use `project`.
