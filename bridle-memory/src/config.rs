@@ -65,7 +65,7 @@ pub async fn open_store(config: &StoreConfig) -> Result<Arc<dyn VectorStore>> {
             let path = path.clone();
             let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(path))
                 .await
-                .map_err(|e| MemoryError::Store(format!("opening the store stopped: {e}")))??;
+                .map_err(|e| MemoryError::stopped("opening the store", &e))??;
             Ok(Arc::new(store))
         }
         #[cfg(feature = "qdrant")]
@@ -85,7 +85,7 @@ pub async fn connect_embedder(config: &EmbedderConfig) -> Result<Arc<dyn Embedde
             let path = path.clone();
             let e = tokio::task::spawn_blocking(move || crate::embed::LocalEmbedder::load(path))
                 .await
-                .map_err(|e| MemoryError::Store(format!("loading the model stopped: {e}")))??;
+                .map_err(|e| MemoryError::stopped("loading the model", &e))??;
             Ok(Arc::new(e))
         }
         #[cfg(not(feature = "local-embed"))]

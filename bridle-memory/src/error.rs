@@ -169,6 +169,20 @@ impl MemoryError {
 }
 
 impl MemoryError {
+    /// [`MemoryError::Store`] for a blocking task (`what`) that ended without an answer: it
+    /// panicked, or the runtime was shutting down. The task's own words are logged by kind only
+    /// and never quoted: a panic's message may repeat the data it failed on (a string slicing
+    /// panic quotes the string), and that data may be a credential for a clone or a stored
+    /// text, which must reach neither a tool's answer nor a log line.
+    pub(crate) fn stopped(what: &str, e: &tokio::task::JoinError) -> Self {
+        tracing::error!(
+            task = what,
+            panicked = e.is_panic(),
+            "a blocking task ended without an answer"
+        );
+        MemoryError::Store(format!("{what} stopped unexpectedly (internal error)"))
+    }
+
     /// [`MemoryError::IndexTooLarge`] for a walk that read more than `limit` bytes.
     pub(crate) fn too_many_bytes(source_repo: String, limit: u64, names: &LimitNames) -> Self {
         MemoryError::IndexTooLarge {

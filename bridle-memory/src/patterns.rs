@@ -436,9 +436,7 @@ impl PatternIndex {
                 let (c, url, tag) = (Arc::clone(c), repo.url.clone(), repo.reference_tag.clone());
                 tokio::task::spawn_blocking(move || c.for_clone(&url, &tag))
                     .await
-                    .map_err(|e| {
-                        MemoryError::Store(format!("the credential lookup did not finish: {e}"))
-                    })??
+                    .map_err(|e| MemoryError::stopped("the credential lookup", &e))??
             }
             _ => None,
         };
@@ -486,7 +484,7 @@ impl PatternIndex {
             Ok((files, chunks))
         })
         .await
-        .map_err(|e| MemoryError::Store(format!("the chunking worker stopped: {e}")))??;
+        .map_err(|e| MemoryError::stopped("the chunking worker", &e))??;
         drop(checkout);
         if chunks.is_empty() {
             // Shown as every other error names a source: the user part (a private

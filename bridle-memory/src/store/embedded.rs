@@ -750,7 +750,7 @@ impl EmbeddedStore {
         let me = self.clone();
         tokio::task::spawn_blocking(move || f(me))
             .await
-            .map_err(|e| MemoryError::Store(format!("the store's worker stopped: {e}")))?
+            .map_err(|e| MemoryError::stopped("the store's worker", &e))?
     }
 }
 
@@ -842,5 +842,27 @@ impl VectorStore for EmbeddedStore {
         let (name, filter) = (collection.to_string(), filter.clone());
         self.blocking(move |s| s.replace_sync(&name, &filter, points))
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Before, a store task that panicked was answered `the store's worker stopped: task N
+    /// panicked with message "..."`: the panic's own words, which may quote a stored text, in
+    /// the error a tool hands an agent.
+    #[tokio::test]
+    async fn a_store_task_that_panics_is_answered_without_its_message() {
+        const CANARY: &str = "canary-stored-text-77d1";
+        let store = EmbeddedStore::open_in_memory().expect("an in-memory store");
+        let e = store
+            .blocking(|_| -> Result<()> { panic!("{CANARY}") })
+            .await
+            .expect_err("the task panicked");
+        assert_eq!(e.code(), "store");
+        let told = e.to_string();
+        assert!(!told.contains(CANARY), "{told}");
+        assert!(told.contains("internal error"), "{told}");
     }
 }
