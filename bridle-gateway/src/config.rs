@@ -100,10 +100,12 @@ pub struct HealthSection {
     /// connected for the gateway to be ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub optional_upstreams: Vec<String>,
-    /// How long, in seconds, `/readyz` reuses its last probe of each HTTP upstream's port
-    /// (default 1, at most [`MAX_PROBE_CACHE_SECS`]; 0 reuses a round only for the requests
-    /// that waited on it). Requests that arrive while a round runs always share it. A poller
-    /// hammering the public endpoint so opens at most one connection per upstream per period.
+    /// How long, in seconds, `/readyz` reuses its last round of checks: the probe of each HTTP
+    /// upstream's port and the `rules_store` and `vault` checks (default 1, at most
+    /// [`MAX_PROBE_CACHE_SECS`]; 0 reuses a round only for the requests that waited on it).
+    /// Requests that arrive while a round runs always share it. A poller hammering the public
+    /// endpoint so opens at most one connection per upstream, and asks each database once, per
+    /// period.
     #[serde(
         default = "default_probe_cache_secs",
         skip_serializing_if = "is_default_probe_cache_secs"
