@@ -51,7 +51,7 @@ async fn traffic_shows_in_the_exposition_without_argument_values() {
     bound
         .gateway()
         .upstreams()
-        .wait_offered("tickets", std::time::Duration::from_secs(30))
+        .wait_offered("tickets", kberg_testkit::WAIT)
         .await;
     let gw = run(bound);
     let http = reqwest::Client::new();

@@ -15,7 +15,6 @@
 mod ops_support;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bridle_gateway::telemetry::{Telemetry, TracesSection, http::trace_requests};
 use kberg_core::{ToolBuilder, ToolOutput, ToolRegistry};
@@ -183,7 +182,7 @@ async fn one_tools_call_through_the_gateway_is_one_connected_trace() {
     bound
         .gateway()
         .upstreams()
-        .wait_offered("tickets", Duration::from_secs(30))
+        .wait_offered("tickets", kberg_testkit::WAIT)
         .await;
     let gw = run(bound);
     let claude = token(tmp.path(), "claude");
@@ -341,7 +340,7 @@ async fn a_tool_error_answered_as_an_sse_stream_is_error_type_on_the_server_span
     bound
         .gateway()
         .upstreams()
-        .wait_offered("tickets", Duration::from_secs(30))
+        .wait_offered("tickets", kberg_testkit::WAIT)
         .await;
     let gw = run(bound);
     let claude = token(tmp.path(), "claude");
@@ -417,7 +416,7 @@ async fn without_traces_no_span_is_made_and_the_callers_context_passes_on() {
     bound
         .gateway()
         .upstreams()
-        .wait_offered("tickets", Duration::from_secs(30))
+        .wait_offered("tickets", kberg_testkit::WAIT)
         .await;
     let gw = run(bound);
     let caller = format!("00-{TRACE_ID}-{CALLER_SPAN}-01");
@@ -460,7 +459,7 @@ async fn a_collector_that_never_answers_does_not_hold_calls_up() {
     bound
         .gateway()
         .upstreams()
-        .wait_offered("tickets", Duration::from_secs(30))
+        .wait_offered("tickets", kberg_testkit::WAIT)
         .await;
     let gw = run(bound);
     let claude = token(tmp.path(), "claude");
@@ -532,7 +531,7 @@ async fn spans_leave_over_otlp_http_protobuf() {
     bound
         .gateway()
         .upstreams()
-        .wait_offered("tickets", Duration::from_secs(30))
+        .wait_offered("tickets", kberg_testkit::WAIT)
         .await;
     let gw = run(bound);
     let caller = format!("00-{TRACE_ID}-{CALLER_SPAN}-01");

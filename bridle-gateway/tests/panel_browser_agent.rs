@@ -13,7 +13,6 @@
 mod panel_support;
 
 use std::process::Stdio;
-use std::time::Duration;
 
 use panel_support::ALICE;
 use panel_support::browser::{Browser, ONE_BROWSER};
@@ -75,7 +74,7 @@ async fn an_agents_proposal_over_mcp_is_approved_in_the_panel_and_the_agent_sees
     let result: Value = serde_json::from_str(&line_with(&mut lines, "RESULT ").await).unwrap();
     assert_eq!(result["proposal"], id);
     assert_eq!(result["shows_guardrail"], true, "{result}");
-    let status = tokio::time::timeout(Duration::from_secs(30), agent.wait())
+    let status = tokio::time::timeout(kberg_testkit::WAIT, agent.wait())
         .await
         .expect("the agent ends")
         .unwrap();

@@ -9,8 +9,6 @@
 
 mod panel_support;
 
-use std::time::Duration;
-
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use futures::StreamExt;
@@ -64,7 +62,7 @@ impl Events {
 
     /// The next event (comments skipped), or `None` when the stream ended; within a deadline.
     async fn next(&mut self) -> Option<Frame> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let deadline = tokio::time::Instant::now() + kberg_testkit::WAIT;
         loop {
             while let Some(end) = self.buffer.find("\n\n") {
                 let block: String = self.buffer.drain(..end + 2).collect();

@@ -179,7 +179,7 @@ impl Running {
 
     async fn stop(self) {
         let _ = self.stop.send(());
-        tokio::time::timeout(Duration::from_secs(30), self.task)
+        tokio::time::timeout(kberg_testkit::WAIT, self.task)
             .await
             .expect("the gateway stops")
             .unwrap()

@@ -72,7 +72,7 @@ fn open(dir: &Path, config: GatewayConfig) -> Arc<GatewayContext> {
 }
 
 async fn next_event(sub: &mut kberg_core::Subscriber) -> ResourceEvent {
-    tokio::time::timeout(Duration::from_secs(30), sub.next())
+    tokio::time::timeout(kberg_testkit::WAIT, sub.next())
         .await
         .expect("an event within the deadline")
         .expect("the registry is alive")
@@ -353,7 +353,7 @@ impl Replica {
     async fn has_heard(&self, n: u64) {
         let mut status = self.vault.token_cache().expect("a PostgreSQL vault");
         tokio::time::timeout(
-            Duration::from_secs(30),
+            kberg_testkit::WAIT,
             status.wait_for(|s| s.changes_heard >= n),
         )
         .await
@@ -381,7 +381,7 @@ impl Replica {
 /// The next vault change a replica hears of, skipping `listening` markers.
 async fn next_change(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
     loop {
-        let m = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        let m = tokio::time::timeout(kberg_testkit::WAIT, rx.recv())
             .await
             .expect("a vault change within the deadline")
             .expect("the listener is alive");
@@ -410,7 +410,7 @@ async fn a_token_issued_rotated_or_revoked_on_replica_a_holds_on_replica_b() {
     );
     // B's token cache listens too, so the changes below are counted from here.
     let mut status = b.vault.token_cache().expect("a PostgreSQL vault");
-    tokio::time::timeout(Duration::from_secs(30), status.wait_for(|s| s.listening))
+    tokio::time::timeout(kberg_testkit::WAIT, status.wait_for(|s| s.listening))
         .await
         .expect("B's token cache listens within the deadline")
         .expect("the cache is alive");

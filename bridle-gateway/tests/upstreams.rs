@@ -231,7 +231,7 @@ async fn run_gateway() -> Running {
         .unwrap();
     let offered = gateway
         .upstreams()
-        .wait_offered("tickets", Duration::from_secs(30))
+        .wait_offered("tickets", kberg_testkit::WAIT)
         .await;
     let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let gw_url = bound.url();
@@ -448,7 +448,7 @@ async fn an_agent_without_a_mapping_is_refused_and_nothing_is_sent() {
     assert!(
         !gateway
             .upstreams()
-            .wait_offered("tickets", Duration::from_secs(30))
+            .wait_offered("tickets", kberg_testkit::WAIT)
             .await
             .is_empty()
     );
@@ -505,7 +505,7 @@ async fn a_connection_that_failed_answers_at_once_not_after_the_connect_timeout(
         .unwrap();
     gateway
         .upstreams()
-        .wait_offered("tickets", Duration::from_secs(30))
+        .wait_offered("tickets", kberg_testkit::WAIT)
         .await;
     let bound = gateway.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let gw_url = bound.url();
@@ -706,7 +706,7 @@ async fn vault_secrets_and_vault_tokens_are_followed_per_request() {
     assert!(
         !gateway
             .upstreams()
-            .wait_offered("tickets", Duration::from_secs(30))
+            .wait_offered("tickets", kberg_testkit::WAIT)
             .await
             .is_empty()
     );

@@ -43,7 +43,7 @@ fn wait_for(vault: &Vault, what: &str, ready: impl Fn(&TokenCacheStatus) -> bool
         .build()
         .unwrap();
     rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(30), status.wait_for(|s| ready(s)))
+        tokio::time::timeout(kberg_testkit::WAIT, status.wait_for(|s| ready(s)))
             .await
             .unwrap_or_else(|_| panic!("{what}: not within the deadline"))
             .expect("the cache is alive");

@@ -189,16 +189,16 @@ pub fn run(bound: BoundGateway) -> Running {
     }
 }
 
-/// Polls `url` until `accept` says yes of its status and JSON body, or 30 s pass. A request
-/// that fails in transport (the listener not accepting yet, a connection reset while the
-/// process starts or drains) counts as "not yet" and is retried; at the deadline it fails
-/// the test with the last error.
+/// Polls `url` until `accept` says yes of its status and JSON body, or [`kberg_testkit::WAIT`]
+/// passes. A request that fails in transport (the listener not accepting yet, a connection
+/// reset while the process starts or drains) counts as "not yet" and is retried; at the
+/// deadline it fails the test with the last error.
 pub async fn poll_json(
     http: &reqwest::Client,
     url: &str,
     accept: impl Fn(u16, &serde_json::Value) -> bool,
 ) -> (u16, serde_json::Value) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + kberg_testkit::WAIT;
     loop {
         let answer = match http.get(url).send().await {
             Ok(r) => {

@@ -186,22 +186,22 @@ impl Browser {
             .unwrap_or_else(|e| panic!("not signed in: {e}"));
     }
 
-    /// The element `css` once it is on the page (30 s at most).
+    /// The element `css` once it is on the page ([`kberg_testkit::WAIT`] at most).
     pub async fn wait_for(&self, css: &str) -> fantoccini::elements::Element {
         self.wait_until_found(Locator::Css(css))
             .await
             .unwrap_or_else(|e| panic!("no `{css}` appeared: {e}"))
     }
 
-    /// Looks for `locator` every 50 ms until it is found, for 30 s at most, and returns the
-    /// last error otherwise. Every error is tried again, not only "no such element": while a
-    /// form's submission or a redirect is under way ChromeDriver may answer a look-up with
-    /// "aborted by navigation", which says nothing about the page that is coming.
+    /// Looks for `locator` every 50 ms until it is found, for [`kberg_testkit::WAIT`] at most,
+    /// and returns the last error otherwise. Every error is tried again, not only "no such
+    /// element": while a form's submission or a redirect is under way ChromeDriver may answer a
+    /// look-up with "aborted by navigation", which says nothing about the page that is coming.
     async fn wait_until_found(
         &self,
         locator: Locator<'_>,
     ) -> Result<fantoccini::elements::Element, fantoccini::error::CmdError> {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + kberg_testkit::WAIT;
         loop {
             match self.browser.find(locator).await {
                 Ok(found) => return Ok(found),

@@ -97,7 +97,7 @@ impl Live {
     pub async fn stop(mut self) {
         self.stop.cancel();
         if let Some(task) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(30), task)
+            tokio::time::timeout(kberg_testkit::WAIT, task)
                 .await
                 .expect("the gateway stops")
                 .unwrap();

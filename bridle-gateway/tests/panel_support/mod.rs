@@ -10,7 +10,6 @@ pub mod live;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -395,7 +394,7 @@ impl Served {
             let _ = stop.send(());
         }
         if let Some(task) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(30), task)
+            tokio::time::timeout(kberg_testkit::WAIT, task)
                 .await
                 .expect("the server stops")
                 .unwrap();
