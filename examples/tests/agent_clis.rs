@@ -50,7 +50,7 @@ impl Gateway {
             .iter()
             .any(|l: &String| l.starts_with("Review proposals"))
         {
-            match server.stdout.recv_timeout(Duration::from_secs(30)) {
+            match server.stdout.recv_timeout(kberg_testkit::WAIT) {
                 Ok(line) => help.push(line),
                 Err(e) => panic!(
                     "bridle serve stopped printing its connect help ({e}); so far:\n{}",

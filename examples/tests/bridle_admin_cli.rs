@@ -8,8 +8,6 @@
 
 mod bridle_support;
 
-use std::time::Duration;
-
 use bridle_rules::{AgentCatalog, RulesStore};
 use bridle_support::*;
 use kberg_agent::{McpSurface, ToolSurface};
@@ -385,7 +383,7 @@ fn the_admin_credential_is_shown_once_or_taken_from_a_file_and_the_listener_stay
     loop {
         let line = server
             .stdout
-            .recv_timeout(Duration::from_secs(30))
+            .recv_timeout(kberg_testkit::WAIT)
             .expect("the start-up text ends with the memory hint");
         let last = line.starts_with("bridle: memory is off");
         seen.push(line);

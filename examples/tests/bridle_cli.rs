@@ -31,12 +31,7 @@ fn first_start_lays_out_a_data_dir_and_says_how_to_connect() {
         .iter()
         .any(|l: &String| l.starts_with("Review proposals"))
     {
-        printed.push(
-            server
-                .stdout
-                .recv_timeout(std::time::Duration::from_secs(30))
-                .unwrap(),
-        );
+        printed.push(server.stdout.recv_timeout(kberg_testkit::WAIT).unwrap());
     }
     let help = printed.join("\n");
     assert!(
@@ -111,12 +106,7 @@ fn first_start_lays_out_a_data_dir_and_says_how_to_connect() {
         .iter()
         .any(|l: &String| l.starts_with("Review proposals"))
     {
-        printed.push(
-            server
-                .stdout
-                .recv_timeout(std::time::Duration::from_secs(30))
-                .unwrap(),
-        );
+        printed.push(server.stdout.recv_timeout(kberg_testkit::WAIT).unwrap());
     }
     let help = printed.join("\n");
     assert!(!help.contains(&token), "{help}");

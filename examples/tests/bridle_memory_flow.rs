@@ -542,10 +542,7 @@ fn without_a_memory_section_the_gateway_says_how_to_enable_it() {
     );
     let server = Server::start(dir);
     let mut printed = Vec::new();
-    while let Ok(line) = server
-        .stdout
-        .recv_timeout(std::time::Duration::from_secs(30))
-    {
+    while let Ok(line) = server.stdout.recv_timeout(kberg_testkit::WAIT) {
         let done = line.contains("memory is off");
         printed.push(line);
         if done {

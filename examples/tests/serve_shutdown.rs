@@ -15,7 +15,6 @@ mod ops_support;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
 
 use kberg_agent::{McpSurface, ToolSurface};
 use kberg_testkit::eventually_async;
@@ -97,7 +96,7 @@ async fn call_in_flight(grace_secs: u64, level: &str) -> InFlight {
             .await;
         (r, claude)
     });
-    tokio::time::timeout(Duration::from_secs(30), started)
+    tokio::time::timeout(kberg_testkit::WAIT, started)
         .await
         .expect("the slow call reached the upstream");
     InFlight {
@@ -192,7 +191,7 @@ async fn sigterm_lets_the_call_in_flight_finish_then_exits() {
     );
 
     upstream.release.notify_one();
-    let (r, _claude) = tokio::time::timeout(Duration::from_secs(30), call)
+    let (r, _claude) = tokio::time::timeout(kberg_testkit::WAIT, call)
         .await
         .expect("the call answered")
         .unwrap();

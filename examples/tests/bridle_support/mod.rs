@@ -159,7 +159,7 @@ impl Server {
         loop {
             let line = self
                 .stdout
-                .recv_timeout(Duration::from_secs(30))
+                .recv_timeout(kberg_testkit::WAIT)
                 .unwrap_or_else(|e| panic!("no `{prefix}` line from bridle serve: {e}"));
             if let Some(rest) = line.strip_prefix(prefix) {
                 return rest.trim().to_string();
@@ -170,7 +170,7 @@ impl Server {
     /// The next line it prints, within a deadline.
     pub fn next_line(&self) -> String {
         self.stdout
-            .recv_timeout(Duration::from_secs(30))
+            .recv_timeout(kberg_testkit::WAIT)
             .unwrap_or_else(|e| panic!("bridle serve printed nothing more: {e}"))
     }
 
