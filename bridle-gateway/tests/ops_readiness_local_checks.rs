@@ -31,17 +31,7 @@ async fn concurrent_readiness_requests_share_one_vault_and_store_check() {
     assert_eq!(checked(), 0, "nothing asked /readyz yet");
 
     const REQUESTS: usize = 16;
-    let readyz = format!("{}/readyz", gw.base);
-    let answers = futures::future::join_all((0..REQUESTS).map(|_| {
-        let (http, readyz) = (http.clone(), readyz.clone());
-        async move {
-            let r = http.get(&readyz).send().await.unwrap();
-            let status = r.status().as_u16();
-            let body: serde_json::Value = r.json().await.unwrap();
-            (status, body)
-        }
-    }))
-    .await;
+    let answers = ops_support::readyz_burst(&http, &gw.base, REQUESTS).await;
     for (status, body) in &answers {
         assert_eq!(*status, 200, "{body}");
         assert_eq!(body["status"], "ready", "{body}");
@@ -64,6 +54,7 @@ async fn concurrent_readiness_requests_share_one_vault_and_store_check() {
         logs.text()
     );
     // Later requests within `probe_cache_secs` reuse that round's results.
+    let readyz = format!("{}/readyz", gw.base);
     for _ in 0..4 {
         let r = http.get(&readyz).send().await.unwrap();
         assert_eq!(r.status().as_u16(), 200);

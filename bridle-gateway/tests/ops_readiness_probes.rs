@@ -119,17 +119,7 @@ async fn concurrent_readiness_requests_share_one_probe_of_each_upstream() {
     assert_eq!(relay.probes_so_far().await, 0, "nothing asked /readyz yet");
 
     const REQUESTS: usize = 16;
-    let readyz = format!("{}/readyz", gw.base);
-    let answers = futures::future::join_all((0..REQUESTS).map(|_| {
-        let (http, readyz) = (http.clone(), readyz.clone());
-        async move {
-            let r = http.get(&readyz).send().await.unwrap();
-            let status = r.status().as_u16();
-            let body: serde_json::Value = r.json().await.unwrap();
-            (status, body)
-        }
-    }))
-    .await;
+    let answers = ops_support::readyz_burst(&http, &gw.base, REQUESTS).await;
     for (status, body) in &answers {
         assert_eq!(*status, 200, "{body}");
         assert!(
@@ -147,6 +137,7 @@ async fn concurrent_readiness_requests_share_one_probe_of_each_upstream() {
         "{REQUESTS} concurrent /readyz requests share one probe round"
     );
     // Later requests within `probe_cache_secs` reuse that round's results.
+    let readyz = format!("{}/readyz", gw.base);
     for _ in 0..4 {
         let r = http.get(&readyz).send().await.unwrap();
         assert_eq!(r.status().as_u16(), 200);

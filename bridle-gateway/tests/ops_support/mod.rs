@@ -225,3 +225,19 @@ pub async fn poll_json(
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
 }
+
+/// `n` requests to `/readyz` sent at once; each one's status and body, in the order sent.
+pub async fn readyz_burst(
+    http: &reqwest::Client,
+    base: &str,
+    n: usize,
+) -> Vec<(u16, serde_json::Value)> {
+    let readyz = format!("{base}/readyz");
+    futures::future::join_all((0..n).map(|_| async {
+        let r = http.get(&readyz).send().await.expect("/readyz answers");
+        let status = r.status().as_u16();
+        let body: serde_json::Value = r.json().await.expect("/readyz answers JSON");
+        (status, body)
+    }))
+    .await
+}
