@@ -240,30 +240,55 @@ async fn the_grace_bounds_a_call_that_never_finishes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_stdout_does_not_stop_the_gateway() {
     let dir = data_dir(None, "");
-    // A free port for the endpoint: the gateway's announcement of it goes nowhere.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // The gateway picks its port; its announcement on stdout goes nowhere, so the port is
+    // read from its log.
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let child = Command::new(env!("CARGO_BIN_EXE_bridle"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bridle"))
         .arg("--data-dir")
         .arg(dir.path())
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "--log",
+            "info",
+            "--log-format",
+            "json",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .args(["--admin-listen", "127.0.0.1:0"])
         .stdin(Stdio::null())
         .stdout(writer)
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let err = child.stderr.take().unwrap();
+    let (tx, stderr) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
     let mut serve = Serve {
         child,
-        base: format!("http://127.0.0.1:{port}"),
+        base: String::new(),
         url: String::new(),
-        stderr: mpsc::channel::<String>().1,
+        stderr,
     };
+    let deadline = std::time::Instant::now() + kberg_testkit::WAIT;
+    serve.url = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = serve
+            .stderr
+            .recv_timeout(left)
+            .expect("the gateway logs where it listens");
+        let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if entry["fields"]["message"] == "the MCP endpoint is listening" {
+            break entry["fields"]["url"].as_str().unwrap().to_string();
+        }
+    };
+    serve.base = serve.url.trim_end_matches("/mcp").to_string();
     let http = reqwest::Client::new();
     let (status, body) = poll_json(&http, &format!("{}/readyz", serve.base), |s, _| s == 200).await;
     assert_eq!(status, 200, "{body}");

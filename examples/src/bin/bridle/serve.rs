@@ -154,6 +154,9 @@ pub(crate) async fn serve(
     // log-ins count within the admin API's login_limits), its connect snippets naming the MCP
     // address agents really reach.
     let mcp_url = bound.url();
+    // Also in the log, which may be all an operator (or a supervisor) reads: stdout may be
+    // closed, and with `--listen 127.0.0.1:0` the port is known only here.
+    tracing::info!(url = %mcp_url, "the MCP endpoint is listening");
     let panel = bound.gateway().panel_config().mcp_url(mcp_url);
     let bound = bound.panel(Some(panel));
     print_connect_help(dir, &config, &bound.url(), &issued);
