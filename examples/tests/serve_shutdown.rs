@@ -37,6 +37,20 @@ impl Drop for Serve {
     }
 }
 
+/// The lines `child` writes on its (piped) stderr, read on a thread of their own until it
+/// closes.
+fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let err = child.stderr.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    lines
+}
+
 fn spawn(dir: &std::path::Path, grace_secs: u64, level: &str) -> Serve {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_bridle"));
     cmd.arg("--data-dir")
@@ -47,14 +61,7 @@ fn spawn(dir: &std::path::Path, grace_secs: u64, level: &str) -> Serve {
         .stdin(Stdio::null())
         .stderr(Stdio::piped());
     let (mut child, url, _stdout) = bridle_support::spawn_announced(&mut cmd);
-    let err = child.stderr.take().unwrap();
-    let (tx, stderr) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines() {
-            let Ok(line) = line else { break };
-            let _ = tx.send(line);
-        }
-    });
+    let stderr = stderr_lines(&mut child);
     let base = url.trim_end_matches("/mcp").to_string();
     Serve {
         child,
@@ -262,14 +269,7 @@ async fn a_closed_stdout_does_not_stop_the_gateway() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let err = child.stderr.take().unwrap();
-    let (tx, stderr) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines() {
-            let Ok(line) = line else { break };
-            let _ = tx.send(line);
-        }
-    });
+    let stderr = stderr_lines(&mut child);
     let mut serve = Serve {
         child,
         base: String::new(),
