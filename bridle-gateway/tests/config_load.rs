@@ -94,13 +94,9 @@ mod memory {
 
     #[test]
     fn right_memory_urls_load() {
-        let tmp = tempfile::tempdir().unwrap();
-        init_data_dir_with_token_files(tmp.path()).unwrap();
-        let mut yaml = std::fs::read_to_string(tmp.path().join("bridle.yaml")).unwrap();
-        yaml.push_str(
+        let tmp = data_dir(
             "memory:\n  embedder:\n    openai: {url: 'http://127.0.0.1:1234/v1', model: m}\n",
         );
-        std::fs::write(tmp.path().join("bridle.yaml"), yaml).unwrap();
         assert!(GatewayConfig::load(tmp.path()).unwrap().memory.is_some());
     }
 }
