@@ -224,21 +224,28 @@ fn qdrant_store(
     Ok(StoreConfig::Qdrant(q))
 }
 
-/// Refuses a Qdrant store in a build without one. The URL is named as [`kberg_core::redact_url`]
-/// shows it: a configured one may carry a credential in its user part or query.
+/// Refuses a Qdrant store in a build without one ([`qdrant_unbuilt`]).
 #[cfg(not(feature = "qdrant"))]
 fn qdrant_store(
     data_dir: &Path,
     url: &str,
     _api_key: Option<String>,
 ) -> Result<StoreConfig, ConfigError> {
+    Err(qdrant_unbuilt(data_dir, url))
+}
+
+/// The refusal of a Qdrant store by a build without one. The URL is named as
+/// [`kberg_core::redact_url`] shows it: a configured one may carry a credential in its user
+/// part or query. Compiled in every build, so the tests of every build check it.
+#[cfg_attr(feature = "qdrant", allow(dead_code))]
+fn qdrant_unbuilt(data_dir: &Path, url: &str) -> ConfigError {
     let url = kberg_core::redact_url(url);
-    Err(ConfigError::Invalid {
+    ConfigError::Invalid {
         file: data_dir.join("bridle.yaml"),
         message: format!(
             "memory.store.qdrant ({url}) needs a build with the `qdrant` feature; rebuild with `--features qdrant` or use the embedded store"
         ),
-    })
+    }
 }
 
 /// What a recall over another embedding model's vectors tells its reader to do on a gateway:
@@ -412,6 +419,20 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
     use super::*;
+
+    /// A gateway built without `qdrant`, given a Qdrant store, names the store in its refusal
+    /// but not the credential its URL carries (a user part, a key in the query): the error
+    /// reaches the console, the logs and whoever reads them.
+    #[test]
+    fn a_qdrant_store_refused_by_a_build_without_one_is_named_without_its_credentials() {
+        const USER_KEY: &str = "canary-qdrant-userpass-51c7";
+        const QUERY_KEY: &str = "canary-qdrant-query-key-9e02";
+        let url = format!("https://memory:{USER_KEY}@qdrant.example:6334/?api-key={QUERY_KEY}");
+        let err = qdrant_unbuilt(Path::new("/data"), &url).to_string();
+        assert!(err.contains("`qdrant` feature"), "{err}");
+        assert!(err.contains("qdrant.example:6334"), "{err}");
+        assert!(!err.contains("canary"), "a credential leaked: {err}");
+    }
 
     #[test]
     fn the_memory_quota_is_read_checked_and_passed_on() {
