@@ -11,6 +11,15 @@
 //! spans ([`crate::telemetry::TRACE_TARGET`]) are for the trace exporter, not the log: the
 //! filter leaves them out. Binaries that serve the gateway put [`log_targets`] on their log
 //! layer (a per-layer filter, so that the trace layer beside it sees its spans).
+//!
+//! A panic's message can quote the data the code failed on (slicing a string past a character
+//! boundary quotes the string; an `expect` on a parse quotes the parse error, which may quote
+//! its input), and Rust's default panic hook prints it to stderr. Binaries that serve the
+//! gateway call [`install_panic_hook`]: a panic is logged as an `ERROR` event naming the thread
+//! and the code location only (and the backtrace when `RUST_BACKTRACE` asks for one, which
+//! holds code, not data). The message itself is logged only when the operator opts in with
+//! [`PanicMessages::Logged`] (`BRIDLE_LOG_PANIC_MESSAGES=1` in the `bridle` binary), for
+//! debugging on data that holds no secret.
 
 use tracing::Level;
 use tracing_subscriber::filter::{LevelFilter, Targets};
@@ -31,6 +40,79 @@ pub fn log_targets(level: &str) -> Targets {
         .with_default(LevelFilter::from_level(level))
         .with_target("rmcp", LevelFilter::from_level(rmcp))
         .with_target(crate::telemetry::TRACE_TARGET, LevelFilter::OFF)
+}
+
+/// Whether [`install_panic_hook`] logs a panic's message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PanicMessages {
+    /// Only the thread and the code location (the default: a message may quote data).
+    Withheld,
+    /// The message too, for debugging on data that holds no secret.
+    Logged,
+}
+
+impl PanicMessages {
+    /// From the value of `BRIDLE_LOG_PANIC_MESSAGES`: `1` or `true` logs messages; anything
+    /// else, or no value, withholds them.
+    pub fn from_env_value(value: Option<&str>) -> Self {
+        match value.map(str::trim) {
+            Some(v) if v == "1" || v.eq_ignore_ascii_case("true") => Self::Logged,
+            _ => Self::Withheld,
+        }
+    }
+}
+
+/// Replaces the process's panic hook with one that logs each panic as an `ERROR` event (target
+/// `bridle::panic`) through the installed `tracing` subscriber, so it reaches the log in its
+/// format (text or JSON) instead of raw stderr lines. The event names the panicking thread and
+/// the source location; with `RUST_BACKTRACE` set it carries the backtrace; with
+/// [`PanicMessages::Logged`] it carries the panic's message. Call it after the subscriber is
+/// installed; panics inside tasks are still caught by their runtime as before (the hook only
+/// changes what is written).
+///
+/// ```
+/// bridle_gateway::logging::install_panic_hook(bridle_gateway::logging::PanicMessages::Withheld);
+/// ```
+pub fn install_panic_hook(messages: PanicMessages) {
+    std::panic::set_hook(Box::new(move |info| {
+        let thread = std::thread::current();
+        let thread = thread.name().unwrap_or("<unnamed>");
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()))
+            .unwrap_or_else(|| "<unknown>".to_string());
+        let backtrace = std::backtrace::Backtrace::capture();
+        let backtrace = match backtrace.status() {
+            std::backtrace::BacktraceStatus::Captured => Some(backtrace.to_string()),
+            _ => None,
+        };
+        match messages {
+            PanicMessages::Withheld => tracing::error!(
+                target: "bridle::panic",
+                thread,
+                location = %location,
+                backtrace = backtrace.as_deref(),
+                "a thread panicked (its message is withheld: it may quote the data it failed on; \
+                 BRIDLE_LOG_PANIC_MESSAGES=1 logs it)"
+            ),
+            PanicMessages::Logged => {
+                let payload = info.payload();
+                let panic_message = payload
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("<not a string>");
+                tracing::error!(
+                    target: "bridle::panic",
+                    thread,
+                    location = %location,
+                    backtrace = backtrace.as_deref(),
+                    panic_message,
+                    "a thread panicked"
+                )
+            }
+        }
+    }));
 }
 
 #[cfg(test)]

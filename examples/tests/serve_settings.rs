@@ -12,7 +12,12 @@ use std::process::{Child, Command, Stdio};
 
 /// The variables the `bridle` binary reads itself (the rest are the gateway library's
 /// `EDGE_VARIABLES`).
-const BINARY_VARIABLES: &[&str] = &["BRIDLE_DATA_DIR", "BRIDLE_LOG", "BRIDLE_LOG_FORMAT"];
+const BINARY_VARIABLES: &[&str] = &[
+    "BRIDLE_DATA_DIR",
+    "BRIDLE_LOG",
+    "BRIDLE_LOG_FORMAT",
+    "BRIDLE_LOG_PANIC_MESSAGES",
+];
 
 fn bridle(dir: &Path, env: &[(&str, &str)]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_bridle"));

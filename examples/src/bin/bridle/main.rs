@@ -363,6 +363,12 @@ fn main() -> ExitCode {
         _ => None,
     };
     init_logging(&level, format, telemetry.as_ref());
+    // A panic's message may quote the data it failed on: logged by location only, unless asked.
+    bridle_gateway::logging::install_panic_hook(
+        bridle_gateway::logging::PanicMessages::from_env_value(
+            std::env::var("BRIDLE_LOG_PANIC_MESSAGES").ok().as_deref(),
+        ),
+    );
     let outcome = run(
         cli.command,
         &dir,
