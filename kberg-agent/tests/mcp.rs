@@ -978,9 +978,30 @@ fn is_connect_timeout(r: Result<McpSurface, SurfaceError>) {
 
 #[tokio::test]
 async fn a_stdio_server_that_never_answers_initialize_is_given_up_and_stopped() {
+    // The test can only see the server stopped if it had started before the connect timeout
+    // gave up on it; on a machine too busy for `sh` to start within the timeout, the attempt
+    // proves nothing and is made again with twice the timeout.
+    let mut timeout = Duration::from_secs(2);
+    for _ in 0..4 {
+        if silent_stdio_server_is_stopped(timeout).await {
+            return;
+        }
+        timeout *= 2;
+    }
+    panic!("the silent server never started within a connect timeout");
+}
+
+/// Spawns a stdio server that never answers with `connect_timeout`; once `spawn_with` gives
+/// up, checks that the server process is gone. `false` when the server had not started when
+/// the timeout ended it (nothing proven either way).
+async fn silent_stdio_server_is_stopped(connect_timeout: Duration) -> bool {
     use tokio::io::AsyncReadExt;
     use tokio::net::unix::pipe;
-    let dir = std::env::temp_dir().join(format!("kberg-agent-silent-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "kberg-agent-silent-{}-{}",
+        std::process::id(),
+        connect_timeout.as_millis()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let fifo = dir.join("alive");
@@ -1009,17 +1030,18 @@ async fn a_stdio_server_that_never_answers_initialize_is_given_up_and_stopped() 
         let mut r = [0u8; 1];
         first.read_exact(&mut r).await.map(|_| first)
     });
-    // Time enough for `sh` to start and open the fifo, however busy the machine.
-    let options = McpOptions::default().connect_timeout(Duration::from_secs(2));
+    let options = McpOptions::default().connect_timeout(connect_timeout);
     let spawned = tokio::time::timeout(NEVER, McpSurface::spawn_with(command, &options))
         .await
         .expect("spawn_with did not give up");
     is_connect_timeout(spawned);
-    let first = tokio::time::timeout(NEVER, started)
-        .await
-        .expect("the server never started")
-        .unwrap()
-        .unwrap();
+    // The `r` of a server that started is in the fifo by now (the server was stopped after
+    // writing it); one that was stopped before it started never writes it.
+    let Ok(first) = tokio::time::timeout(Duration::from_secs(1), started).await else {
+        let _ = std::fs::remove_dir_all(&dir);
+        return false;
+    };
+    let first = first.unwrap().unwrap();
     // Now only the server holds the fifo open for writing: a reader sees its end once the
     // server is gone.
     let mut last = pipe::OpenOptions::new().open_receiver(&fifo).unwrap();
@@ -1029,6 +1051,7 @@ async fn a_stdio_server_that_never_answers_initialize_is_given_up_and_stopped() 
         .expect("the server process was not stopped")
         .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+    true
 }
 
 #[tokio::test]
