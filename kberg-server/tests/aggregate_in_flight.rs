@@ -21,20 +21,33 @@ use kberg_server::{Limits, McpApp, OpenAccess};
 use serde_json::json;
 
 /// A Kberg upstream whose `hold` tool counts how many of its calls run at once, and that
-/// admits at most `per_caller` calls in flight from one caller.
-async fn upstream(per_caller: usize, hold: Duration) -> (String, Arc<AtomicUsize>, StopOnDrop) {
+/// admits at most `per_caller` calls in flight from one caller. Each call waits (at most
+/// [`WAIT`]) until `overlap` calls have run at once, then holds for `hold`: so the test knows
+/// that its calls overlapped however slowly the machine ran them, and the calls after keep
+/// the upstream busy.
+async fn upstream(
+    per_caller: usize,
+    overlap: usize,
+    hold: Duration,
+) -> (String, Arc<AtomicUsize>, StopOnDrop) {
     let running = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
+    let overlapped = Arc::new(tokio::sync::watch::channel(false).0);
     let tools = ToolRegistry::new();
     let (r, p) = (Arc::clone(&running), Arc::clone(&peak));
     tools
         .register(ToolBuilder::new("hold").raw_handler(
             json!({"type": "object"}),
             move |_a, _ctx| {
-                let (r, p) = (Arc::clone(&r), Arc::clone(&p));
+                let (r, p, o) = (Arc::clone(&r), Arc::clone(&p), Arc::clone(&overlapped));
                 async move {
                     let now = r.fetch_add(1, Ordering::SeqCst) + 1;
                     p.fetch_max(now, Ordering::SeqCst);
+                    if now >= overlap {
+                        o.send_replace(true);
+                    }
+                    let mut seen = o.subscribe();
+                    let _ = tokio::time::timeout(WAIT, seen.wait_for(|v| *v)).await;
                     tokio::time::sleep(hold).await;
                     r.fetch_sub(1, Ordering::SeqCst);
                     Ok(ToolOutput::text("held"))
@@ -61,7 +74,7 @@ fn caller() -> Caller {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_beyond_the_bound_wait_instead_of_overrunning_the_upstream() {
     // The upstream admits 3 calls at once from the aggregator; the aggregator sends at most 3.
-    let (url, peak, _stop) = upstream(3, Duration::from_millis(150)).await;
+    let (url, peak, _stop) = upstream(3, 3, Duration::from_millis(150)).await;
     let registry = ToolRegistry::new();
     let config = AggregatorConfig::new()
         .upstream(UpstreamConfig::new("up", UpstreamTransport::http(url)).max_in_flight(3));
@@ -93,15 +106,17 @@ async fn calls_beyond_the_bound_wait_instead_of_overrunning_the_upstream() {
         assert_eq!(out.all_text(), "held");
     }
     let seen = peak.load(Ordering::SeqCst);
-    assert!(seen <= 3, "the upstream saw {seen} calls at once");
-    assert!(seen >= 2, "the calls did not overlap at all ({seen})");
+    assert_eq!(
+        seen, 3,
+        "the upstream saw {seen} calls at once, not the bound's 3"
+    );
     agg.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_for_a_slot_counts_against_the_call_timeout() {
     // One slot, held for far longer than the call timeout by the first call.
-    let (url, _peak, _stop) = upstream(8, Duration::from_secs(20)).await;
+    let (url, _peak, _stop) = upstream(8, 1, Duration::from_secs(20)).await;
     let registry = ToolRegistry::new();
     let config = AggregatorConfig::new().upstream(
         UpstreamConfig::new("up", UpstreamTransport::http(url))
