@@ -69,8 +69,8 @@ pub use render::{Rendered, Renderer, provenance_text};
 pub use store::POSTGRES_MIGRATIONS;
 pub use store::{
     ChangeRecord, ChangeRequest, DocumentSource, Documents, MAX_PENDING_PROPOSALS,
-    MAX_PROPOSAL_BYTES, Origin, Proposal, ProposalStatus, RulesStore, SQLITE_MIGRATIONS,
-    ScopeTicket, UNCHANGED_CHECK_MAX, VendorReport,
+    MAX_PROPOSAL_BYTES, Origin, PendingCounts, Proposal, ProposalStatus, RulesStore,
+    SQLITE_MIGRATIONS, ScopeTicket, UNCHANGED_CHECK_MAX, VendorReport,
 };
 pub use validate::validate;
 pub use yaml::{Loaded, load_str, to_yaml};

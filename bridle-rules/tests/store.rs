@@ -110,6 +110,7 @@ on_every_backend!(
     a_flood_of_alike_vendor_sentences_is_capped_with_distinct_ids,
     proposals_are_bounded_in_size_and_in_number,
     scope_tickets_are_bounded_in_size_and_in_number,
+    pending_counts_agree_with_the_listings,
 );
 
 fn guardrail(id: &str) -> ChangeRequest {
@@ -870,4 +871,67 @@ fn an_approval_whose_database_write_fails_leaves_the_file_as_it_was() {
             .guardrail("g1")
             .is_some()
     );
+}
+
+/// `pending_counts` counts what `queue(None, false)` and `scope_tickets(false)` list, across
+/// every project, as items are added and decided (approved, rejected, denied), and a decided
+/// item stops counting on another handle on the same database too.
+fn pending_counts_agree_with_the_listings(backend: Backend) {
+    let (fx, store) = store(backend);
+    store
+        .create("other", &RulesDocument::new("Other"), "alice")
+        .unwrap();
+    let other_handle = fx.open_another();
+    let agree = |store: &RulesStore| {
+        let counts = store.pending_counts().unwrap();
+        assert_eq!(
+            counts.proposals,
+            store.queue(None, false).unwrap().len() as u64,
+            "{counts:?}"
+        );
+        assert_eq!(
+            counts.scope_tickets,
+            store.scope_tickets(false).unwrap().len() as u64,
+            "{counts:?}"
+        );
+        counts
+    };
+    assert_eq!(agree(&store), bridle_rules::PendingCounts::default());
+
+    let o = Origin::agent("claude", None);
+    let mut proposals = Vec::new();
+    let mut tickets = Vec::new();
+    for project in ["shop", "other"] {
+        for i in 0..3 {
+            let p = store
+                .propose(project, &o, &guardrail(&format!("{project}-g{i}")), None)
+                .unwrap();
+            proposals.push(p.id);
+            let t = store
+                .request_scope(project, "claude", None, &format!("step {i}"), "why")
+                .unwrap();
+            tickets.push(t.id);
+        }
+    }
+    let counts = agree(&store);
+    assert_eq!((counts.proposals, counts.scope_tickets), (6, 6));
+
+    store.approve(proposals[0], "alice").unwrap();
+    store.reject(proposals[4], "alice", "not now").unwrap();
+    store.decide_scope(tickets[1], true, "alice", None).unwrap();
+    other_handle
+        .decide_scope(tickets[5], false, "bob", Some("no"))
+        .unwrap();
+    let counts = agree(&store);
+    assert_eq!((counts.proposals, counts.scope_tickets), (4, 4));
+    assert_eq!(agree(&other_handle), counts);
+
+    // A refused proposal or ticket (unknown project) counts nowhere.
+    assert!(store.propose("nope", &o, &guardrail("x"), None).is_err());
+    assert!(
+        store
+            .request_scope("nope", "claude", None, "x", "y")
+            .is_err()
+    );
+    assert_eq!(agree(&store), counts);
 }

@@ -10,7 +10,9 @@
 use crate::error::RulesError;
 use crate::model::Source;
 
-use super::request::{ChangeRecord, ChangeRequest, Origin, Proposal, ProposalStatus, ScopeTicket};
+use super::request::{
+    ChangeRecord, ChangeRequest, Origin, PendingCounts, Proposal, ProposalStatus, ScopeTicket,
+};
 
 /// Where a store's documents live, and so which way round the YAML files and the database are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,6 +190,21 @@ pub(crate) trait RulesBackend: Send + Sync + std::fmt::Debug {
     /// transaction around it).
     fn latest_document(&self, project: &str) -> Result<Option<String>, RulesError> {
         self.begin(false)?.latest_document(project)
+    }
+    /// How many proposals and scope tickets are pending across every project, counted by
+    /// one statement ([`PENDING_COUNTS`]) without a transaction around it.
+    fn pending_counts(&self) -> Result<PendingCounts, RulesError>;
+}
+
+/// The statement both backends count pending proposals and scope tickets with: `pending` as
+/// [`RulesTx::proposal_ids`] and [`RulesTx::ticket_ids`] define it, in one snapshot.
+pub(crate) const PENDING_COUNTS: &str = "SELECT (SELECT count(*) FROM proposals WHERE status = 'pending'), (SELECT count(*) FROM scope_requests WHERE status = 'pending')";
+
+/// [`PendingCounts`] from the two counts [`PENDING_COUNTS`] returns (never negative).
+pub(crate) fn pending_counts(proposals: i64, scope_tickets: i64) -> PendingCounts {
+    PendingCounts {
+        proposals: u64::try_from(proposals).unwrap_or(0),
+        scope_tickets: u64::try_from(scope_tickets).unwrap_or(0),
     }
 }
 

@@ -41,7 +41,8 @@ pub use cache::Documents;
 pub use postgres::POSTGRES_MIGRATIONS;
 use request::apply;
 pub use request::{
-    ChangeRecord, ChangeRequest, Origin, Proposal, ProposalStatus, ScopeTicket, VendorReport,
+    ChangeRecord, ChangeRequest, Origin, PendingCounts, Proposal, ProposalStatus, ScopeTicket,
+    VendorReport,
 };
 pub use sqlite::SQLITE_MIGRATIONS;
 
@@ -714,6 +715,14 @@ impl RulesStore {
         ids.into_iter()
             .map(|id| get_proposal(&mut *tx, id))
             .collect()
+    }
+
+    /// How many proposals and scope tickets wait for a person, across every project: the
+    /// lengths of [`Self::queue`]`(None, false)` and [`Self::scope_tickets`]`(false)`, counted
+    /// by one statement that reads no proposal or ticket (what a metrics scrape asks, however
+    /// long the queues are).
+    pub fn pending_counts(&self) -> Result<PendingCounts, RulesError> {
+        self.backend.pending_counts()
     }
 
     /// Approves a proposal: promotes the change into the document with its provenance, bumps

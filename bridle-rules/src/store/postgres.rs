@@ -18,10 +18,10 @@ use crate::error::RulesError;
 use crate::model::Source;
 
 use super::backend::{
-    Decision, DocumentSource, NewChange, NewProposal, NewTicket, PROPOSAL_COLUMNS, ProposalRow,
-    RulesBackend, RulesTx, TICKET_COLUMNS,
+    Decision, DocumentSource, NewChange, NewProposal, NewTicket, PENDING_COUNTS, PROPOSAL_COLUMNS,
+    ProposalRow, RulesBackend, RulesTx, TICKET_COLUMNS, pending_counts,
 };
-use super::request::{ChangeRecord, ScopeTicket};
+use super::request::{ChangeRecord, PendingCounts, ScopeTicket};
 
 /// The advisory-lock key of rules writers.
 const RULES_LOCK: i64 = 0x6272_6964_6c65_0002;
@@ -175,6 +175,14 @@ impl RulesBackend for PostgresRules {
             .client()?
             .query_opt(LATEST_DOCUMENT, &[&project])?
             .map(|r| r.get(0)))
+    }
+
+    fn pending_counts(&self) -> Result<PendingCounts, RulesError> {
+        // One statement is its own snapshot of both tables.
+        let row = self.db.client()?.query_opt(PENDING_COUNTS, &[])?;
+        Ok(row.map_or_else(PendingCounts::default, |r| {
+            pending_counts(r.get(0), r.get(1))
+        }))
     }
 }
 

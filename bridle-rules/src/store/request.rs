@@ -315,6 +315,18 @@ pub struct ScopeTicket {
     pub note: Option<String>,
 }
 
+/// How many proposals and scope tickets wait for a person's decision, across every project
+/// ([`RulesStore::pending_counts`](super::RulesStore::pending_counts)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct PendingCounts {
+    /// Pending proposals: what [`RulesStore::queue`](super::RulesStore::queue)`(None, false)`
+    /// lists.
+    pub proposals: u64,
+    /// Pending scope tickets: what
+    /// [`RulesStore::scope_tickets`](super::RulesStore::scope_tickets)`(false)` lists.
+    pub scope_tickets: u64,
+}
+
 /// What a vendor-sourcing run did.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct VendorReport {

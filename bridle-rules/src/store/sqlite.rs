@@ -14,10 +14,10 @@ use crate::error::RulesError;
 use crate::model::Source;
 
 use super::backend::{
-    Decision, DocumentSource, NewChange, NewProposal, NewTicket, PROPOSAL_COLUMNS, ProposalRow,
-    RulesBackend, RulesTx, TICKET_COLUMNS,
+    Decision, DocumentSource, NewChange, NewProposal, NewTicket, PENDING_COUNTS, PROPOSAL_COLUMNS,
+    ProposalRow, RulesBackend, RulesTx, TICKET_COLUMNS, pending_counts,
 };
-use super::request::{ChangeRecord, ScopeTicket};
+use super::request::{ChangeRecord, PendingCounts, ScopeTicket};
 
 /// The rules tables in SQLite. Step 1 is the schema from before versioning (so such a file is
 /// adopted as it is); never edit a released step, add one.
@@ -126,6 +126,12 @@ impl RulesBackend for SqliteRules {
 
     fn documents(&self) -> DocumentSource {
         DocumentSource::Files
+    }
+
+    fn pending_counts(&self) -> Result<PendingCounts, RulesError> {
+        Ok(self.connect()?.query_row(PENDING_COUNTS, [], |r| {
+            Ok(pending_counts(r.get(0)?, r.get(1)?))
+        })?)
     }
 }
 
