@@ -2,13 +2,15 @@
 //! MCP traffic: requests by method and generation (a stateful client and a raw 2026-07-28
 //! request), tool calls by tool, outcome and agent with their latencies, live sessions, the
 //! upstream's health and reconnects, the review queue's depth and the vault's operations.
-//! Argument values, unknown tool names and tokens never appear in the exposition.
+//! Argument values, unknown tool names and tokens never appear in the exposition. The pending
+//! proposals and scope tickets are counted without reading them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
 mod ops_support;
 
 use bridle_gateway::vault::SecretValue;
+use bridle_rules::{AgentCatalog, ChangeRequest, Origin, RulesStore, Severity};
 use kberg_agent::{McpSurface, ToolSurface};
 use kberg_testkit::eventually_async_ok;
 use ops_support::{bind, data_dir, poll_json, run, start_upstream, token};
@@ -253,6 +255,60 @@ async fn odd_requests_get_bounded_labels() {
             format!(r#"bridle_mcp_requests_total{{method="{label}",generation="stateful"}}"#);
         assert_eq!(value(&page, &series), Some(1.0), "{series}\n{page}");
     }
+    gw.stop.cancel();
+    gw.served.await.unwrap().unwrap();
+}
+
+/// The review queue's depth and the pending scope tickets are counted, not loaded: a pending
+/// proposal whose stored change this build cannot read (one a newer build wrote) still counts,
+/// and neither series leaves the exposition because of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_items_are_counted_without_reading_them() {
+    let tmp = data_dir(None, "");
+    let store = RulesStore::open(tmp.path(), AgentCatalog::builtin()).unwrap();
+    let origin = Origin::agent("claude", None);
+    let mut ids = Vec::new();
+    for id in ["count-me", "count-me-too"] {
+        let change = ChangeRequest::Guardrail {
+            id: id.into(),
+            statement: format!("Statement {id}."),
+            severity: Severity::Guidance,
+            applies_to: vec!["all_agents".into()],
+        };
+        ids.push(store.propose("demo", &origin, &change, None).unwrap().id);
+    }
+    store
+        .request_scope(
+            "demo",
+            "claude",
+            None,
+            "Rename a module",
+            "the task needs it",
+        )
+        .unwrap();
+    let db = rusqlite::Connection::open(tmp.path().join("bridle.db")).unwrap();
+    let changed = db
+        .execute(
+            r#"UPDATE proposals SET change = '{"kind":"from_a_newer_build"}' WHERE id = ?1"#,
+            [i64::try_from(ids[0]).unwrap()],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    assert!(store.queue(None, false).is_err(), "the listing reads it");
+
+    let gw = run(bind(tmp.path(), |b| b).await);
+    let http = reqwest::Client::new();
+    let page = scrape(&http, &gw.base).await;
+    assert_eq!(
+        value(&page, "bridle_review_queue_depth"),
+        Some(2.0),
+        "{page}"
+    );
+    assert_eq!(
+        value(&page, "bridle_scope_tickets_pending"),
+        Some(1.0),
+        "{page}"
+    );
     gw.stop.cancel();
     gw.served.await.unwrap().unwrap();
 }

@@ -111,8 +111,16 @@ impl OpsState {
         let ctx = Arc::clone(&self.ctx);
         let vault = Arc::clone(&self.vault);
         let stored = tokio::task::spawn_blocking(move || {
-            let review = ctx.store.queue(None, false).ok().map(|q| q.len() as u64);
-            let scope = ctx.store.scope_tickets(false).ok().map(|t| t.len() as u64);
+            // Counted by one statement: a scrape reads no proposal or ticket.
+            let pending = ctx
+                .store
+                .pending_counts()
+                .inspect_err(|e| {
+                    tracing::warn!(error = %e, "the pending review counts could not be read");
+                })
+                .ok();
+            let review = pending.map(|c| c.proposals);
+            let scope = pending.map(|c| c.scope_tickets);
             let vault_ops = vault.action_counts().unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "the vault's operation counts could not be read");
                 Vec::new()
