@@ -79,9 +79,9 @@ struct GuardState {
     /// Which principal created each live session (shared with the session store, which
     /// records the owner of a session it resumes).
     owners: crate::session_store::SessionOwners,
-    /// Whether sessions are also kept in a session store (another replica's session may then
-    /// be named, and resumed, here).
-    stored: bool,
+    /// The session store sessions are also kept in, if any (another replica's session may
+    /// then be named, and resumed, here).
+    store: Option<Arc<dyn crate::SessionStore>>,
 }
 
 /// rmcp's Streamable HTTP service as kberg-server configures it.
@@ -544,6 +544,26 @@ fn is_modern(headers: &axum::http::HeaderMap) -> bool {
         })
 }
 
+/// Whether `store` keeps a session `sid` that `principal` created (a session of another
+/// instance that this one may end). A store that cannot answer is given the benefit of the
+/// doubt: the request goes on to rmcp, as it did before the store was asked.
+async fn owns_stored(
+    store: Option<&dyn crate::SessionStore>,
+    sid: &str,
+    principal: &kberg_core::Principal,
+) -> bool {
+    let Some(store) = store else {
+        return false;
+    };
+    match store.load(sid).await {
+        Ok(stored) => stored.is_some_and(|s| s.owner == principal.id),
+        Err(e) => {
+            tracing::warn!(error = %e, "the session store could not be asked about a DELETE");
+            true
+        }
+    }
+}
+
 /// The guard after authentication, run with the request's principal in
 /// [`REQUEST_PRINCIPAL`]: session ownership, the stream and session limits, and the body checks.
 async fn route(
@@ -573,7 +593,7 @@ async fn route(
     // store (another instance's session): that opens a session, so it counts against
     // `max_sessions` like an `initialize`. (rmcp ignores the header on 2026-07-28 requests.)
     if let Some(sid) = &session
-        && g.stored
+        && g.store.is_some()
         && !is_modern(req.headers())
         && !g.sessions.is_live(sid)
         && g.sessions.len() >= g.max_sessions
@@ -603,8 +623,11 @@ async fn route(
         }
         (Method::DELETE, Some(sid)) => {
             // A session that is not live here (never was, or ended) is 404, as for any other
-            // request naming it; with a session store rmcp looks it up there first.
-            if !g.stored && !g.sessions.is_live(&sid) {
+            // request naming it. With a session store it may be another instance's: rmcp ends
+            // whatever id a DELETE names without looking it up, so the store is asked here
+            // whether the caller owns such a session.
+            if !g.sessions.is_live(&sid) && !owns_stored(g.store.as_deref(), &sid, &principal).await
+            {
                 return status(
                     StatusCode::NOT_FOUND,
                     "session_not_found",
@@ -835,7 +858,7 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
         streams: StreamCounter::new(limits.max_listen_streams),
         initializing: tokio::sync::Mutex::new(()),
         owners,
-        stored: config.session_store.is_some(),
+        store: config.session_store.clone(),
     };
     let endpoint = McpEndpoint(Arc::new(Guarded {
         guard,

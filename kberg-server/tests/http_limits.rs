@@ -385,42 +385,6 @@ async fn concurrent_calls_per_principal_are_limited_and_cancellation_reaches_the
     .await;
 }
 
-/// Sessions kept in memory, shared by two instances as a database would be.
-#[derive(Default)]
-struct SharedStore(
-    std::sync::Mutex<std::collections::HashMap<String, kberg_server::StoredSession>>,
-);
-
-#[async_trait::async_trait]
-impl kberg_server::SessionStore for SharedStore {
-    async fn load(
-        &self,
-        id: &str,
-    ) -> Result<Option<kberg_server::StoredSession>, kberg_server::SessionStoreFailure> {
-        Ok(self
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(id)
-            .cloned())
-    }
-    async fn store(
-        &self,
-        id: &str,
-        s: &kberg_server::StoredSession,
-    ) -> Result<(), kberg_server::SessionStoreFailure> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.into(), s.clone());
-        Ok(())
-    }
-    async fn delete(&self, id: &str) -> Result<(), kberg_server::SessionStoreFailure> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn sessions_resumed_from_the_store_count_against_the_session_limit() {
     let store: std::sync::Arc<dyn kberg_server::SessionStore> =

@@ -459,6 +459,19 @@ impl Raw {
         self.post_with(body.to_string(), &extra).await
     }
 
+    /// `DELETE` of session `sid` (ends it), with this client's token.
+    pub async fn delete(&self, sid: &str) -> Resp {
+        let mut rb = self
+            .http
+            .delete(&self.url)
+            .header("mcp-session-id", sid)
+            .header("mcp-protocol-version", PROTO_OLD);
+        if let Some(t) = &self.token {
+            rb = rb.header("authorization", format!("Bearer {t}"));
+        }
+        read(rb.send().await.expect("DELETE sent")).await
+    }
+
     pub async fn call_old(&self, sid: &str, id: i64, name: &str, args: Value) -> Value {
         let r = self
             .post(
@@ -469,6 +482,43 @@ impl Raw {
             .await;
         assert_eq!(r.status, 200, "{}", r.text);
         r.reply(id)
+    }
+}
+
+/// Sessions kept in memory, shared by several server instances as a database would be (a
+/// [`kberg_server::SessionStore`] for `HttpConfig::session_store`).
+#[derive(Default)]
+pub struct SharedStore(
+    pub std::sync::Mutex<std::collections::HashMap<String, kberg_server::StoredSession>>,
+);
+
+#[async_trait::async_trait]
+impl kberg_server::SessionStore for SharedStore {
+    async fn load(
+        &self,
+        id: &str,
+    ) -> Result<Option<kberg_server::StoredSession>, kberg_server::SessionStoreFailure> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned())
+    }
+    async fn store(
+        &self,
+        id: &str,
+        s: &kberg_server::StoredSession,
+    ) -> Result<(), kberg_server::SessionStoreFailure> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.into(), s.clone());
+        Ok(())
+    }
+    async fn delete(&self, id: &str) -> Result<(), kberg_server::SessionStoreFailure> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        Ok(())
     }
 }
 
