@@ -589,4 +589,70 @@ mod postgres {
             .with_password(PASSWORD);
         PgDatabase::connect(&ok).unwrap();
     }
+
+    /// The store's writers rely on the advisory lock, and so on each statement seeing what the
+    /// writer before committed: a server whose default isolation is stricter (a DBA's
+    /// `default_transaction_isolation`) changes nothing: concurrent approvals on several
+    /// replicas all succeed (none fails to serialize) and none is lost.
+    #[test]
+    fn a_stricter_default_isolation_changes_nothing() {
+        let cluster = PgCluster::shared();
+        for isolation in ["repeatable read", "serializable"] {
+            let name = cluster.create_database();
+            PgDatabase::connect(&cluster.settings(&name))
+                .unwrap()
+                .client()
+                .unwrap()
+                .batch(&format!(
+                    "ALTER DATABASE {name} SET default_transaction_isolation = '{isolation}'"
+                ))
+                .unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let store = open(cluster, &name, dir.path());
+            let mut doc = RulesDocument::new("Shop");
+            doc.permissions.insert("claude".into(), Default::default());
+            store.create("shop", &doc, "alice").unwrap();
+            let ids: Vec<u64> = (0..8)
+                .map(|i| {
+                    let change = ChangeRequest::Guardrail {
+                        id: format!("g{i}"),
+                        statement: format!("Statement {i}."),
+                        severity: Severity::Guidance,
+                        applies_to: vec!["all_agents".into()],
+                    };
+                    let origin = Origin::agent("claude", None);
+                    store.propose("shop", &origin, &change, None).unwrap().id
+                })
+                .collect();
+            let replicas: Vec<_> = ids
+                .iter()
+                .map(|_| {
+                    let dir = tempfile::tempdir().unwrap();
+                    let s = open(cluster, &name, dir.path());
+                    (dir, s)
+                })
+                .collect();
+            let start = std::sync::Arc::new(std::sync::Barrier::new(ids.len()));
+            let outcomes: Vec<_> = std::thread::scope(|scope| {
+                let handles: Vec<_> = ids
+                    .iter()
+                    .zip(&replicas)
+                    .map(|(id, (_, s))| {
+                        let start = std::sync::Arc::clone(&start);
+                        scope.spawn(move || {
+                            start.wait();
+                            s.approve(*id, "alice")
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            for o in &outcomes {
+                assert!(o.is_ok(), "{isolation}: {o:?}");
+            }
+            let doc = store.load("shop").unwrap().document;
+            assert_eq!(doc.guardrails.len(), 8, "{isolation}");
+            assert_eq!(doc.revision, 9, "{isolation}");
+        }
+    }
 }

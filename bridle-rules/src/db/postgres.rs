@@ -481,9 +481,17 @@ impl PgClient {
 
     /// Starts a transaction on this connection. With `lock`, it first takes that
     /// transaction-scoped advisory lock, so writers holding the same key (on any replica) run
-    /// one after another. Rolled back when dropped without [`PgTransaction::commit`].
+    /// one after another; such a transaction is `READ COMMITTED` whatever the server's
+    /// `default_transaction_isolation`, so each statement after the lock sees what the writer
+    /// before committed (under a stricter default, its snapshot would predate the wait, and a
+    /// check made in it would be stale or fail to serialize). Rolled back when dropped without
+    /// [`PgTransaction::commit`].
     pub fn begin(self, lock: Option<i64>) -> Result<PgTransaction, RulesError> {
-        self.batch("BEGIN")?;
+        self.batch(if lock.is_some() {
+            "BEGIN ISOLATION LEVEL READ COMMITTED"
+        } else {
+            "BEGIN"
+        })?;
         let tx = PgTransaction { client: Some(self) };
         if let Some(key) = lock {
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&key])?;
