@@ -2,9 +2,7 @@
 //! process: over stdio (a command to hand to a client transport) or over Streamable HTTP on a
 //! free loopback port (killed by its process id when the guard drops, also on failure).
 
-use std::net::SocketAddr;
 use std::process::Stdio;
-use std::time::Duration;
 
 use crate::eventually::WAIT;
 use crate::net::free_port;
@@ -52,8 +50,13 @@ impl HttpEverything {
         panic!("server-everything did not start: {refused:#?}");
     }
 
-    /// Starts it on `port` and waits until it accepts connections there: `Err` with what it
-    /// said when it ended first (the port was taken).
+    /// Starts it on `port` and waits until it answers there: `Err` with what it said when it
+    /// ended first (the port was taken), or when another server answers on the port.
+    ///
+    /// Its "listening" line on stderr comes when its listen call ended, also when it failed
+    /// (the error and its exit follow), and a bare connection to the port could reach another
+    /// process that holds it. So after that line, one request tells: server-everything answers
+    /// a `GET /mcp` without a session with its own refusal.
     async fn start_at(port: u16) -> Result<Self, String> {
         let mut child = std::process::Command::new(node())
             .arg(mcp_npm_package("server-everything"))
@@ -64,9 +67,10 @@ impl HttpEverything {
             .spawn()
             .expect("start server-everything");
         let stderr = child.stderr.take().expect("its stderr is piped");
-        let (tell, mut ended) = tokio::sync::oneshot::channel::<String>();
-        // Reads its stderr to the end (a full pipe would stop it); the end, with the last line
-        // said, means it ended.
+        let (tell, mut heard) = tokio::sync::mpsc::unbounded_channel::<Heard>();
+        let listening = format!("listening on port {port}");
+        // Reads its stderr to the end (a full pipe would stop it): tells when its listen call
+        // ended, and when it ended, with the last line it said.
         std::thread::spawn(move || {
             use std::io::BufRead;
             let mut last = String::new();
@@ -74,28 +78,35 @@ impl HttpEverything {
                 .lines()
                 .map_while(Result::ok)
             {
+                if line.contains(&listening) {
+                    let _ = tell.send(Heard::Listening);
+                }
                 last = line;
             }
-            let _ = tell.send(last);
+            let _ = tell.send(Heard::Ended(last));
         });
         let me = Self {
             child,
             url: format!("http://127.0.0.1:{port}/mcp"),
         };
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            if let Ok(last) = ended.try_recv() {
-                return Err(format!("it ended saying {last:?}"));
-            }
-            if tokio::net::TcpStream::connect(addr).await.is_ok() {
-                return Ok(me);
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "server-everything did not listen on {addr}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let ended = |heard: Option<Heard>| match heard {
+            Some(Heard::Ended(last)) => format!("it ended saying {last:?}"),
+            _ => "its stderr reader ended without a word".to_string(),
+        };
+        match tokio::time::timeout(WAIT, heard.recv()).await {
+            Ok(Some(Heard::Listening)) => {}
+            Ok(other) => return Err(ended(other)),
+            Err(_) => panic!("server-everything did not start listening on port {port}"),
+        }
+        match tokio::time::timeout(WAIT, refusal_without_session(port)).await {
+            Ok(Some(answer)) if answer.contains(EVERYTHING_REFUSAL) => Ok(me),
+            Ok(Some(answer)) => Err(format!("another server answers there: {answer:?}")),
+            // Nothing listens on the port: its listen failed, and it is ending.
+            Ok(None) => match tokio::time::timeout(WAIT, heard.recv()).await {
+                Ok(other) => Err(ended(other)),
+                Err(_) => panic!("server-everything neither listens on {port} nor ends"),
+            },
+            Err(_) => Err("the server on the port did not answer".to_string()),
         }
     }
 
@@ -104,6 +115,34 @@ impl HttpEverything {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// What server-everything answers a `GET /mcp` without a session.
+const EVERYTHING_REFUSAL: &str = "No valid session ID provided";
+
+/// The whole answer (head and body) of the server on 127.0.0.1:`port` to a `GET /mcp` without
+/// a session; `None` when nothing listens there.
+async fn refusal_without_session(port: u16) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request =
+        format!("GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return Some(String::new());
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    Some(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// What [`HttpEverything::start_at`] heard on the server's stderr.
+enum Heard {
+    /// Its socket is bound.
+    Listening,
+    /// Its stderr ended (it exited), with the last line it wrote.
+    Ended(String),
 }
 
 impl Drop for HttpEverything {
@@ -138,5 +177,34 @@ mod tests {
         tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .expect("the server listens on the port of its URL");
+    }
+
+    /// A port another server listens on (on loopback only, which a server bound to every
+    /// address may not see at once) is not taken for server-everything's.
+    #[tokio::test]
+    async fn a_port_another_server_listens_on_is_not_taken_for_its() {
+        let other = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let taken = other.local_addr().unwrap().port();
+        // Another HTTP server: it answers every request with a 404.
+        let serving = tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            while let Ok((mut s, _)) = other.accept().await {
+                let mut head = [0u8; 1024];
+                let _ = s.read(&mut head).await;
+                let _ = s
+                    .write_all(
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    )
+                    .await;
+            }
+        });
+        let mut first = Some(taken);
+        let server = HttpEverything::start_on(|| first.take().unwrap_or_else(free_port)).await;
+        assert!(
+            !server.url.contains(&format!(":{taken}/")),
+            "{} is the other server's port",
+            server.url
+        );
+        serving.abort();
     }
 }
