@@ -406,6 +406,38 @@ async fn as_jsonrpc_error(resp: Response) -> Response {
     }
 }
 
+/// The answer to a request whose body broke off (a malformed chunk, a connection error):
+/// `400 bad_body`, marked `Connection: close` since the body was not read to its end and the
+/// connection cannot carry another request (a client that reused it would write into a
+/// closing socket).
+fn unreadable_body() -> Response {
+    let mut reply = status(
+        StatusCode::BAD_REQUEST,
+        "bad_body",
+        "Bad Request: unreadable body",
+    );
+    reply.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    reply
+}
+
+/// rmcp answers a body that broke off while it read it (a request in a session, or a
+/// 2026-07-28 one, whose body this layer hands on unread) `500` with a plain-text sentence,
+/// as if the server had failed. It is the client's body: the answer is the one this layer
+/// gives when it reads the body itself ([`unreadable_body`]). Every other response passes
+/// through as it was.
+async fn broken_body_as_bad_request(resp: Response) -> Response {
+    const PREFIX: &[u8] = b"Failed to read request body";
+    let (parts, body) = resp.into_parts();
+    match axum::body::to_bytes(body, 64 * 1024).await {
+        Ok(bytes) if bytes.starts_with(PREFIX) => unreadable_body(),
+        Ok(bytes) => Response::from_parts(parts, Body::from(bytes)),
+        Err(_) => Response::from_parts(parts, Body::empty()),
+    }
+}
+
 /// Whether a response's body is plain text: rmcp's HTTP-level refusals carry no content type
 /// or `text/plain`.
 fn is_plain_text(headers: &axum::http::HeaderMap) -> bool {
@@ -516,6 +548,8 @@ async fn guard_layer(next: Arc<Guarded>, mut req: Request) -> Response {
         .await;
     if resp.status().is_client_error() && is_plain_text(resp.headers()) {
         resp = plain_refusal_as_json(resp).await;
+    } else if resp.status() == StatusCode::INTERNAL_SERVER_ERROR && is_plain_text(resp.headers()) {
+        resp = broken_body_as_bad_request(resp).await;
     }
     if resp.status() == StatusCode::PAYLOAD_TOO_LARGE {
         // Whoever refused the body (this guard or rmcp's own limit inside a session) left the
@@ -692,18 +726,7 @@ async fn route(
                             &format!("Payload Too Large: the body exceeds {} bytes", g.max_body),
                         );
                     }
-                    let mut reply = status(
-                        StatusCode::BAD_REQUEST,
-                        "bad_body",
-                        "Bad Request: unreadable body",
-                    );
-                    // The body was not read to its end: the connection cannot carry another
-                    // request, and a client that reused it would write into a closing socket.
-                    reply.headers_mut().insert(
-                        axum::http::header::CONNECTION,
-                        axum::http::HeaderValue::from_static("close"),
-                    );
-                    return reply;
+                    return unreadable_body();
                 }
             };
             let peeked = match peek(&bytes) {
