@@ -450,9 +450,14 @@ fn is_plain_text(headers: &axum::http::HeaderMap) -> bool {
     })
 }
 
-/// The longest plain-text refusal body read to be quoted in its JSON form; rmcp's are one
+/// The longest part of a plain-text refusal quoted in its JSON form; rmcp's are one
 /// sentence, which may quote a header the client sent.
 const MAX_PLAIN_REFUSAL_BYTES: usize = 4096;
+
+/// The longest plain-text refusal read: more than any header hyper lets through (its buffer
+/// for a request's head holds about 400 kB), so a refusal quoting a long header is still
+/// classified by its whole sentence before the quote is cut to [`MAX_PLAIN_REFUSAL_BYTES`].
+const MAX_PLAIN_REFUSAL_READ: usize = 1024 * 1024;
 
 /// rmcp answers some refusals with a plain-text sentence: a missing session (`400`), an unknown
 /// one (`404`), a method (`405`), `Accept` (`406`) or `Content-Type` (`415`) it does not serve,
@@ -461,7 +466,7 @@ const MAX_PLAIN_REFUSAL_BYTES: usize = 4096;
 /// refusal of the endpoint one way; the status and rmcp's sentence are kept.
 async fn plain_refusal_as_json(resp: Response) -> Response {
     let (parts, body) = resp.into_parts();
-    let message = match axum::body::to_bytes(body, MAX_PLAIN_REFUSAL_BYTES).await {
+    let mut message = match axum::body::to_bytes(body, MAX_PLAIN_REFUSAL_READ).await {
         Ok(bytes) if !bytes.is_empty() => String::from_utf8_lossy(&bytes).trim().to_string(),
         _ => parts
             .status
@@ -482,6 +487,10 @@ async fn plain_refusal_as_json(resp: Response) -> Response {
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
         _ => "bad_request",
     };
+    if message.len() > MAX_PLAIN_REFUSAL_BYTES {
+        message.truncate(kberg_core::char_floor(&message, MAX_PLAIN_REFUSAL_BYTES));
+        message.push_str("...");
+    }
     let mut reply = status(parts.status, code, &message);
     for (name, value) in &parts.headers {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {

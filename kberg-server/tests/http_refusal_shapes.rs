@@ -64,3 +64,28 @@ async fn a_broken_body_is_400_bad_body_on_every_path() {
     let r = c.call_old(&sid, 2, "echo", json!({"text": "alive"})).await;
     assert_eq!(r["result"]["content"][0]["text"], "alive", "{r}");
 }
+
+/// An unsupported `MCP-Protocol-Version` is `unsupported_protocol_version` however long the
+/// value, and the sentence that quotes it stays short.
+#[tokio::test]
+async fn a_long_unsupported_protocol_version_keeps_its_code() {
+    let s = start().await;
+    let c = Raw::new(&s.url, Some(READER));
+    let sid = c.initialize().await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+    for len in [20, 5_000, 60_000] {
+        let version = "9".repeat(len);
+        let r = c
+            .post_with(
+                list.clone(),
+                &[("mcp-session-id", &sid), ("mcp-protocol-version", &version)],
+            )
+            .await;
+        assert_eq!(r.status, 400, "{len}: {}", r.text);
+        let v: Value = serde_json::from_str(&r.text).expect("a JSON refusal");
+        assert_eq!(v["error"], "unsupported_protocol_version", "{len}: {v}");
+        let message = v["message"].as_str().expect("a sentence");
+        assert!(message.contains("MCP-Protocol-Version"), "{len}: {message}");
+        assert!(message.len() <= 4_200, "{len}: {} bytes", message.len());
+    }
+}
