@@ -491,6 +491,24 @@ async fn bad_bulk_forms_decide_nothing() {
         assert!(r.body.contains(says), "{says}: {}", r.body);
         assert!(r.body.contains("invalid_form"));
     }
+    // A bulk form over the body limit is the panel's 413 page, as every other form's is.
+    let reason = "x".repeat(3 * 1024 * 1024);
+    let r = c
+        .post(
+            "/panel/queue/bulk",
+            &[
+                ("ids", sa.as_str()),
+                ("action", "reject"),
+                ("reason", reason.as_str()),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(
+        r.body.contains("data-code=\"body_too_large\""),
+        "{}",
+        r.body
+    );
     // Unknown proposals are outcomes, not a failed page.
     let r = c
         .post(

@@ -4,9 +4,9 @@
 //! request, the partial that replaces the changed row).
 //!
 //! Handlers read what the browser sent through the panel's own extractors ([`PanelForm`],
-//! [`PanelPath`], [`PanelQuery`], [`Notice`]), never axum's, so input that does not parse gets
-//! the panel's page with a stable code (`not_found`, `invalid_form`) instead of axum's
-//! plain-text 400.
+//! [`PanelBody`], [`PanelPath`], [`PanelQuery`], [`Notice`]), never axum's, so input that does
+//! not parse gets the panel's page with a stable code (`not_found`, `invalid_form`,
+//! `body_too_large`) instead of axum's plain-text 400 or 413.
 
 use axum::Router;
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -196,13 +196,32 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequest<S> for PanelForm<T>
         axum::Form::<T>::from_request(req, state)
             .await
             .map(|f| PanelForm(f.0))
-            .map_err(|e| {
-                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    PanelError::TooLarge
-                } else {
-                    PanelError::BadForm(format!("the form could not be read: {}", e.body_text()))
-                }
-            })
+            .map_err(|e| unreadable_form(e.status(), &e.body_text()))
+    }
+}
+
+/// A form body as it came, for a handler that parses it itself (a field repeated once per
+/// checkbox), or the panel's 413 page for one over the body limit, as [`PanelForm`] answers.
+#[derive(Debug)]
+pub(crate) struct PanelBody(pub(crate) axum::body::Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for PanelBody {
+    type Rejection = PanelError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, PanelError> {
+        axum::body::Bytes::from_request(req, state)
+            .await
+            .map(PanelBody)
+            .map_err(|e| unreadable_form(e.status(), &e.body_text()))
+    }
+}
+
+/// Why a form body could not be read: 413 `body_too_large` past the body limit, else 422.
+fn unreadable_form(status: StatusCode, why: &str) -> PanelError {
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        PanelError::TooLarge
+    } else {
+        PanelError::BadForm(format!("the form could not be read: {why}"))
     }
 }
 

@@ -14,7 +14,7 @@ use minijinja::context;
 use minijinja::value::Serde;
 use serde::{Deserialize, Serialize};
 
-use super::{Notice, PanelForm, PanelPath, PanelQuery};
+use super::{Notice, PanelBody, PanelForm, PanelPath, PanelQuery};
 use crate::admin::queue::{ProposalDetail, ProposalPage, ProposalView};
 use crate::panel::Panel;
 use crate::panel::guard::is_htmx;
@@ -178,7 +178,7 @@ impl BulkForm {
 pub(crate) async fn bulk(
     State(panel): State<Panel>,
     Extension(who): Extension<SignedIn>,
-    body: axum::body::Bytes,
+    PanelBody(body): PanelBody,
 ) -> Result<Response, PanelError> {
     let form = BulkForm::parse(&body)?;
     let mut outcomes = Vec::with_capacity(form.ids.len());
