@@ -8,11 +8,12 @@ pub mod scope;
 
 use std::sync::Arc;
 
+use bridle_rules::RulesError;
 use kberg_core::{ToolContext, ToolError, ToolOutput, ToolRegistry};
 
 use crate::config::AgentConfig;
 use crate::context::GatewayContext;
-use crate::error::{GatewayError, RefusalCode, refusal};
+use crate::error::{GatewayError, RefusalCode, refusal, rules_refusal};
 
 /// The refusal every approval-shaped tool name answers with.
 pub const HUMAN_ONLY: &str = "Approving and rejecting are human decisions in Bridle, never agent tools. A person decides in the review queue (`bridle rules approve <id>` or `bridle rules reject <id>`).";
@@ -30,6 +31,31 @@ pub fn register_tools(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result
         tools.refuse(name, HUMAN_ONLY)?;
     }
     Ok(())
+}
+
+/// The most characters of the `session` an agent names in a proposal or a scope request.
+pub const MAX_SESSION_CHARS: usize = 128;
+
+/// The refusal (`proposal_rejected`) of the `session` an agent named, unless it is a short
+/// token: 1 to [`MAX_SESSION_CHARS`] ASCII letters, digits, `-`, `_`, `.`, `:`, `/`, `+`, `=`
+/// or `@` (a UUID, a ULID, a JWT-like id).
+///
+/// The session is stored with the proposal or the ticket, written to the audit log, and an
+/// approved guardrail's provenance carries it into every agent's rendered rules (`proposed by
+/// agent claude in session ...`), while the reviewer's one-line summary never shows it. A line
+/// break in it would add headings and instructions of the agent's own to the rules other
+/// agents read, and the proposal's size limit counts only the change, not the session.
+pub(crate) fn session_refusal(session: Option<&str>) -> Option<ToolOutput> {
+    let session = session?;
+    let token = (1..=MAX_SESSION_CHARS).contains(&session.len())
+        && session
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:/+=@".contains(&b));
+    (!token).then(|| {
+        rules_refusal(&RulesError::Rejected(format!(
+            "the session must be 1 to {MAX_SESSION_CHARS} ASCII letters, digits, `-`, `_`, `.`, `:`, `/`, `+`, `=` or `@` (it is recorded in the provenance other agents read); omit it if you have no such id"
+        )))
+    })
 }
 
 /// Runs blocking store work off the async threads.

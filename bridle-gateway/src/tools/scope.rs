@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{blocking, caller_agent};
+use super::{blocking, caller_agent, session_refusal};
 use crate::context::GatewayContext;
 use crate::error::{GatewayError, RefusalCode, refusal, rules_refusal};
 
@@ -62,6 +62,9 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                             }
                             Ok(_) => {}
                             Err(e) => return rules_refusal(&e),
+                        }
+                        if let Some(refused) = session_refusal(a.session.as_deref()) {
+                            return refused;
                         }
                         match s.store.request_scope(&a.project, &name, a.session.as_deref(), &a.action, &a.reason) {
                             Ok(t) => {
