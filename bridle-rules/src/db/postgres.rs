@@ -8,7 +8,8 @@
 //! same from a blocking task, a plain thread or the command line, and never nests runtimes.
 //!
 //! Writers on several gateway replicas are serialized with a transaction-scoped advisory lock
-//! ([`PgClient::begin`] with `lock`), the PostgreSQL counterpart of SQLite's `BEGIN IMMEDIATE`.
+//! ([`PgClient::begin`] with `lock`), the PostgreSQL counterpart of SQLite's `BEGIN IMMEDIATE`,
+//! waited for at most [`WRITE_LOCK_WAIT`] (SQLite's busy timeout).
 //! Changes are announced with `NOTIFY` in the writing transaction (delivered at commit) and
 //! received by [`PgDatabase::listen`]. A listening connection sits idle for long stretches, so
 //! one that died unseen (a peer that vanished, a dropped route, a NAT that forgot it) would
@@ -29,6 +30,13 @@ use crate::fsutil::now_rfc3339;
 
 /// The advisory-lock key every schema migration takes (any fixed number; one per purpose).
 const MIGRATION_LOCK: i64 = 0x6272_6964_6c65_0001;
+
+/// The longest a writer waits for another writer's advisory lock ([`PgClient::begin`] with a
+/// lock) before it gives up with an error and writes nothing: SQLite's busy timeout, here.
+/// Writers hold the lock for a few statements, so a wait this long means one is stuck (a
+/// replica frozen or cut off mid-transaction, whose session the server keeps until TCP gives
+/// up, hours later).
+pub const WRITE_LOCK_WAIT: Duration = Duration::from_secs(10);
 
 /// The `NOTIFY` channel on which every store announces a change.
 pub const CHANGES_CHANNEL: &str = "bridle_changes";
@@ -267,7 +275,8 @@ impl PgDatabase {
     /// wait for each other on an advisory lock). Returns the versions applied now.
     pub fn migrate(&self, set: &Migrations) -> Result<Vec<u32>, RulesError> {
         let client = self.client()?;
-        let tx = client.begin(Some(MIGRATION_LOCK))?;
+        // Another replica's migration may rightly take long: waited for without a bound.
+        let tx = client.begin_waiting(Some(MIGRATION_LOCK), None)?;
         tx.batch(MIGRATIONS_TABLE)?;
         let applied: Vec<(u32, String)> = tx
             .query(
@@ -481,22 +490,53 @@ impl PgClient {
 
     /// Starts a transaction on this connection. With `lock`, it first takes that
     /// transaction-scoped advisory lock, so writers holding the same key (on any replica) run
-    /// one after another; such a transaction is `READ COMMITTED` whatever the server's
+    /// one after another, waiting at most [`WRITE_LOCK_WAIT`] for it (then an error, and
+    /// nothing written); such a transaction is `READ COMMITTED` whatever the server's
     /// `default_transaction_isolation`, so each statement after the lock sees what the writer
     /// before committed (under a stricter default, its snapshot would predate the wait, and a
     /// check made in it would be stale or fail to serialize). Rolled back when dropped without
     /// [`PgTransaction::commit`].
     pub fn begin(self, lock: Option<i64>) -> Result<PgTransaction, RulesError> {
-        self.batch(if lock.is_some() {
-            "BEGIN ISOLATION LEVEL READ COMMITTED"
-        } else {
-            "BEGIN"
+        self.begin_waiting(lock, Some(WRITE_LOCK_WAIT))
+    }
+
+    /// [`Self::begin`], waiting for the lock at most `wait` (`None`: as long as the server's
+    /// `lock_timeout` lets it, for a migration, which may rightly hold its lock for long).
+    fn begin_waiting(
+        self,
+        lock: Option<i64>,
+        wait: Option<Duration>,
+    ) -> Result<PgTransaction, RulesError> {
+        let Some(key) = lock else {
+            self.batch("BEGIN")?;
+            return Ok(PgTransaction { client: Some(self) });
+        };
+        // One round trip; `SET LOCAL` ends with the transaction.
+        self.batch(&match wait {
+            Some(wait) => format!(
+                "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = {}",
+                wait.as_millis()
+            ),
+            None => "BEGIN ISOLATION LEVEL READ COMMITTED".into(),
         })?;
         let tx = PgTransaction { client: Some(self) };
-        if let Some(key) = lock {
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&key])?;
+        let locked = futures::executor::block_on(async {
+            let statement = tx
+                .object
+                .prepare_cached("SELECT pg_advisory_xact_lock($1)")
+                .await?;
+            tx.object.execute(&statement, &[&key]).await
+        });
+        match locked {
+            Ok(_) => Ok(tx),
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
+                Err(RulesError::Postgres(format!(
+                    "another writer has held the database's write lock for over {} s (a replica stuck in the middle of a change?); nothing was written, try again",
+                    wait.unwrap_or_default().as_secs()
+                )))
+            }
+            Err(e) => Err(pg_error(&e)),
         }
-        Ok(tx)
     }
 }
 
