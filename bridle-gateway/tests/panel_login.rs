@@ -2,8 +2,9 @@
 //! and per credential (429 `too_many_logins` with `Retry-After`, the credential not checked),
 //! through the in-process router and over real HTTP with two loopback client addresses, in the
 //! same table as the bearer tokens the admin API refuses (failures split between the log-in
-//! form and the API reach the limit together); and a panel on a bound gateway whose connect
-//! snippets name that gateway's MCP address, as `bridle serve` configures it.
+//! form and the API reach the limit together); a credential check that waits (a vault in
+//! PostgreSQL) without holding the runtime's thread; and a panel on a bound gateway whose
+//! connect snippets name that gateway's MCP address, as `bridle serve` configures it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use bridle_gateway::BoundGateway;
-use bridle_gateway::admin::{AdminCredentials, BASE_PATH, LoginLimits};
+use bridle_gateway::admin::{AdminCredentials, AdminIdentity, BASE_PATH, LoginLimits};
 use bridle_gateway::panel::PanelConfig;
 use panel_support::{ALICE, Client, Fixture, Served, panel_config};
 
@@ -123,6 +124,56 @@ async fn limits_of_zero_are_refused() {
         let err = bridle_gateway::panel::router(PanelConfig::default(), &state).unwrap_err();
         assert!(err.to_string().contains("login_limits"), "{err}");
     }
+}
+
+/// Admin credentials whose check waits until the test lets it go, as a check that reads a vault
+/// in PostgreSQL waits for the database: it says when it starts, then waits for the go.
+struct WaitingAdmins {
+    entered: tokio::sync::mpsc::UnboundedSender<()>,
+    go: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl AdminCredentials for WaitingAdmins {
+    fn verify(&self, token: &str) -> Option<AdminIdentity> {
+        let _ = self.entered.send(());
+        self.go
+            .lock()
+            .unwrap()
+            .recv_timeout(kberg_testkit::WAIT)
+            .ok()?;
+        (token == ALICE).then(|| AdminIdentity::new("alice"))
+    }
+}
+
+/// On a single-threaded runtime the go comes from a task of that runtime, which runs only if
+/// the log-in's credential check does not hold the runtime's thread while it waits (the admin
+/// API checks bearer tokens on the blocking pool for the same reason).
+#[tokio::test(flavor = "current_thread")]
+async fn a_log_in_checks_the_credential_off_the_async_workers() {
+    let fixture = Fixture::new().await;
+    let (entered, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let (go, waiting) = std::sync::mpsc::channel();
+    let admins = Arc::new(WaitingAdmins {
+        entered,
+        go: std::sync::Mutex::new(waiting),
+    });
+    let state = fixture
+        .gateway
+        .admin_state(admins as Arc<dyn AdminCredentials>);
+    let router = bridle_gateway::admin::router(state.clone())
+        .merge(bridle_gateway::panel::router(panel_config(), &state).unwrap());
+    let releaser = tokio::spawn(async move {
+        while started.recv().await.is_some() {
+            let _ = go.send(());
+        }
+    });
+    let c = Client::new(router);
+    let r = c
+        .post("/panel/login", &[("token", ALICE), ("next", "/panel")])
+        .await;
+    releaser.abort();
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert!(r.session_cookie().is_some());
 }
 
 /// A urlencoded form body for reqwest (built without its `form` feature).

@@ -154,10 +154,21 @@ pub(crate) async fn submit(
         }
         return Ok(response);
     }
-    let Some(identity) = (!token.is_empty())
-        .then(|| panel.credentials.verify(token))
-        .flatten()
-    else {
+    // A check may read the vault (a database, perhaps PostgreSQL over the network): it runs on
+    // the blocking pool, as the admin API's own check does, not on an async worker it would
+    // hold while it waits.
+    let verified = if token.is_empty() {
+        None
+    } else {
+        let credentials = std::sync::Arc::clone(&panel.credentials);
+        let presented = Zeroizing::new(token.to_string());
+        tokio::task::spawn_blocking(move || credentials.verify(&presented))
+            .await
+            .map_err(|e| {
+                PanelError::Internal(crate::error::task_failed("the credential check", &e))
+            })?
+    };
+    let Some(identity) = verified else {
         panel.throttle.failed(address, token);
         tracing::warn!(address = ?address, "panel log-in refused: not an admin credential");
         return login_page(
