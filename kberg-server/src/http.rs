@@ -622,7 +622,9 @@ async fn route(
         .map(str::to_string);
     if let Some(sid) = &session {
         let foreign = g.owners().get(sid).is_some_and(|o| *o != principal.id);
-        if foreign {
+        // 2026-07-28 has no sessions: its requests ignore the header (rmcp serves them, or
+        // answers a GET or DELETE `405`, whatever session it names), so it refuses nothing.
+        if foreign && !is_modern(req.headers()) {
             tracing::warn!(principal = %principal.id, "refused a request naming another principal's session");
             return status(
                 StatusCode::NOT_FOUND,
@@ -668,8 +670,11 @@ async fn route(
             // A session that is not live here (never was, or ended) is 404, as for any other
             // request naming it. With a session store it may be another instance's: rmcp ends
             // whatever id a DELETE names without looking it up, so the store is asked here
-            // whether the caller owns such a session.
-            if !g.sessions.is_live(&sid) && !owns_stored(g.store.as_deref(), &sid, &principal).await
+            // whether the caller owns such a session. (A 2026-07-28 DELETE goes on to rmcp,
+            // which answers it `405` whatever it names.)
+            if !g.sessions.is_live(&sid)
+                && !is_modern(req.headers())
+                && !owns_stored(g.store.as_deref(), &sid, &principal).await
             {
                 return status(
                     StatusCode::NOT_FOUND,
