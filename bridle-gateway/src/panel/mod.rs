@@ -4,11 +4,13 @@
 //! with [`tower::ServiceExt::oneshot`], carrying the logged-in admin's bearer credential, which
 //! the panel keeps server-side in the session and never hands to the browser. So the panel has
 //! no private path to the stores, every change it makes is recorded exactly as an API change
-//! would be (`admin:<name>@api`), a revoked credential ends the session on the next request, and
-//! a page whose endpoint the API does not have says so instead of failing.
+//! would be, with the panel as its surface (`admin:<name>@panel`), a revoked credential ends the
+//! session on the next request, and a page whose endpoint the API does not have says so instead
+//! of failing.
 //!
 //! The parts, bottom-up:
-//! - [`config`]: [`PanelConfig`] (base path, session lifetimes, TLS, read-only mode);
+//! - [`config`]: [`PanelConfig`] (base path, session lifetimes, TLS, allowed origins; who may
+//!   only watch is the admin API's to say);
 //! - `session`: the server-side session store behind the session cookie;
 //! - `guard`: the security layers (security headers and CSP, the cross-site request check, the
 //!   session check);

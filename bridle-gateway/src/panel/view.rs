@@ -228,7 +228,7 @@ pub(crate) enum PanelError {
     /// A form body over the size limit (the code the admin API gives such a body).
     #[error("the form is larger than the panel accepts; nothing was changed")]
     TooLarge,
-    /// A change was asked of a read-only panel, or of an admin who only watches.
+    /// A change was asked by an admin who only watches, or of a read-only admin API.
     #[error("this panel is read-only for you")]
     ReadOnly,
     /// A state-changing request from another site.
