@@ -658,14 +658,16 @@ mod postgres {
 
     /// A writer that holds a write lock and never finishes (a replica frozen or cut off
     /// mid-transaction; the server keeps its session until TCP gives up, hours later) holds
-    /// up the others only for `WRITE_LOCK_WAIT`: they give up with a clear error and nothing
-    /// written, as SQLite's writers do after its busy timeout, and write again once it is gone.
+    /// up the others only for the write-lock wait (`WRITE_LOCK_WAIT` unless set): they give up
+    /// with a clear error and nothing written, as SQLite's writers do after its busy timeout,
+    /// and write again once it is gone.
     #[test]
     fn a_writer_stuck_holding_the_lock_holds_the_others_up_for_a_bounded_time() {
         const KEY: i64 = 0x7465_7374_0000_0001;
         let cluster = PgCluster::shared();
         let name = cluster.create_database();
-        let db = PgDatabase::connect(&cluster.settings(&name)).unwrap();
+        let wait = Duration::from_millis(200);
+        let db = PgDatabase::connect(&cluster.settings(&name).with_write_lock_wait(wait)).unwrap();
         let stuck = db.client().unwrap().begin(Some(KEY)).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let waiting = db.clone();
@@ -673,7 +675,7 @@ mod postgres {
             let _ = tx.send(waiting.client().unwrap().begin(Some(KEY)).map(drop));
         });
         let e = rx
-            .recv_timeout(bridle_rules::db::postgres::WRITE_LOCK_WAIT * 3)
+            .recv_timeout(wait * 300)
             .expect("the second writer never gave up")
             .unwrap_err();
         assert_eq!(e.code(), "database_error", "{e}");

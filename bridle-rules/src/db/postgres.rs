@@ -9,7 +9,7 @@
 //!
 //! Writers on several gateway replicas are serialized with a transaction-scoped advisory lock
 //! ([`PgClient::begin`] with `lock`), the PostgreSQL counterpart of SQLite's `BEGIN IMMEDIATE`,
-//! waited for at most [`WRITE_LOCK_WAIT`] (SQLite's busy timeout).
+//! waited for at most [`WRITE_LOCK_WAIT`] by default (SQLite's busy timeout).
 //! Changes are announced with `NOTIFY` in the writing transaction (delivered at commit) and
 //! received by [`PgDatabase::listen`]. A listening connection sits idle for long stretches, so
 //! one that died unseen (a peer that vanished, a dropped route, a NAT that forgot it) would
@@ -32,11 +32,12 @@ use crate::fsutil::now_rfc3339;
 const MIGRATION_LOCK: i64 = 0x6272_6964_6c65_0001;
 
 /// The longest a writer waits for another writer's advisory lock ([`PgClient::begin`] with a
-/// lock) before it gives up with an error and writes nothing: SQLite's busy timeout, here.
-/// Writers hold the lock for a few statements, so a wait this long means one is stuck (a
-/// replica frozen or cut off mid-transaction, whose session the server keeps until TCP gives
-/// up, hours later).
-pub const WRITE_LOCK_WAIT: Duration = Duration::from_secs(10);
+/// lock) before it gives up with an error and writes nothing, by default
+/// ([`PgSettings::with_write_lock_wait`]): SQLite's busy timeout, here (the longest the
+/// stores' SQLite files use). Writers hold the lock for a few statements, so a wait this long
+/// means one is stuck (a replica frozen or cut off mid-transaction, whose session the server
+/// keeps until TCP gives up, hours later).
+pub const WRITE_LOCK_WAIT: Duration = Duration::from_secs(30);
 
 /// The `NOTIFY` channel on which every store announces a change.
 pub const CHANGES_CHANNEL: &str = "bridle_changes";
@@ -83,6 +84,7 @@ fn listen_config(config: &tokio_postgres::Config) -> tokio_postgres::Config {
 pub struct PgSettings {
     config: tokio_postgres::Config,
     max_connections: usize,
+    write_lock_wait: Duration,
 }
 
 impl std::fmt::Debug for PgSettings {
@@ -97,6 +99,7 @@ impl std::fmt::Debug for PgSettings {
                 &self.config.get_password().map(|_| "<redacted>"),
             )
             .field("max_connections", &self.max_connections)
+            .field("write_lock_wait", &self.write_lock_wait)
             .finish()
     }
 }
@@ -121,6 +124,7 @@ impl PgSettings {
         Ok(Self {
             config,
             max_connections: 8,
+            write_lock_wait: WRITE_LOCK_WAIT,
         })
     }
 
@@ -138,6 +142,13 @@ impl PgSettings {
     /// Sets the pool's size (8 by default).
     pub fn with_max_connections(mut self, n: usize) -> Self {
         self.max_connections = n.max(1);
+        self
+    }
+
+    /// Sets how long a writer waits for another writer's lock ([`WRITE_LOCK_WAIT`] by
+    /// default; at least a millisecond).
+    pub fn with_write_lock_wait(mut self, wait: Duration) -> Self {
+        self.write_lock_wait = wait.max(Duration::from_millis(1));
         self
     }
 
@@ -268,7 +279,10 @@ impl PgDatabase {
         let object = self
             .run(async move { pool.get().await })?
             .map_err(pool_error)?;
-        Ok(PgClient { object })
+        Ok(PgClient {
+            object,
+            write_lock_wait: self.settings.write_lock_wait,
+        })
     }
 
     /// Brings the database up to `set`'s latest version (one transaction; concurrent replicas
@@ -427,6 +441,8 @@ async fn listen_once(
 /// A pooled connection used from synchronous code.
 pub struct PgClient {
     object: deadpool_postgres::Object,
+    /// How long [`PgClient::begin`] waits for a lock.
+    write_lock_wait: Duration,
 }
 
 impl std::fmt::Debug for PgClient {
@@ -490,14 +506,15 @@ impl PgClient {
 
     /// Starts a transaction on this connection. With `lock`, it first takes that
     /// transaction-scoped advisory lock, so writers holding the same key (on any replica) run
-    /// one after another, waiting at most [`WRITE_LOCK_WAIT`] for it (then an error, and
-    /// nothing written); such a transaction is `READ COMMITTED` whatever the server's
+    /// one after another, waiting at most the settings' write-lock wait ([`WRITE_LOCK_WAIT`]
+    /// by default) for it (then an error, and nothing written); such a transaction is `READ COMMITTED` whatever the server's
     /// `default_transaction_isolation`, so each statement after the lock sees what the writer
     /// before committed (under a stricter default, its snapshot would predate the wait, and a
     /// check made in it would be stale or fail to serialize). Rolled back when dropped without
     /// [`PgTransaction::commit`].
     pub fn begin(self, lock: Option<i64>) -> Result<PgTransaction, RulesError> {
-        self.begin_waiting(lock, Some(WRITE_LOCK_WAIT))
+        let wait = self.write_lock_wait;
+        self.begin_waiting(lock, Some(wait))
     }
 
     /// [`Self::begin`], waiting for the lock at most `wait` (`None`: as long as the server's
@@ -531,8 +548,8 @@ impl PgClient {
             Ok(_) => Ok(tx),
             Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
                 Err(RulesError::Postgres(format!(
-                    "another writer has held the database's write lock for over {} s (a replica stuck in the middle of a change?); nothing was written, try again",
-                    wait.unwrap_or_default().as_secs()
+                    "another writer has held the database's write lock for over {} ms (a replica stuck in the middle of a change?); nothing was written, try again",
+                    wait.unwrap_or_default().as_millis()
                 )))
             }
             Err(e) => Err(pg_error(&e)),
