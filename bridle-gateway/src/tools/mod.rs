@@ -9,8 +9,9 @@ pub mod scope;
 use std::sync::Arc;
 
 use bridle_rules::RulesError;
-use kberg_core::{ToolContext, ToolError, ToolOutput, ToolRegistry};
+use kberg_core::{ClientInfo, ToolContext, ToolError, ToolOutput, ToolRegistry};
 
+use crate::audit::{Entry, Kind, Outcome};
 use crate::config::AgentConfig;
 use crate::context::GatewayContext;
 use crate::error::{GatewayError, RefusalCode, refusal, rules_refusal};
@@ -56,6 +57,72 @@ pub(crate) fn session_refusal(session: Option<&str>) -> Option<ToolOutput> {
             "the session must be 1 to {MAX_SESSION_CHARS} ASCII letters, digits, `-`, `_`, `.`, `:`, `/`, `+`, `=` or `@` (it is recorded in the provenance other agents read); omit it if you have no such id"
         )))
     })
+}
+
+/// An agent's attempt at a change (a proposal, a scope request), kept to record its refusal.
+///
+/// The gate records every call, but a refusal the tool answers itself (a project the agent is
+/// not configured for, rules that do not let its type act there, a field the store refuses)
+/// is a result to the gate: its `tool_call` entry says `ok` and names no project. So the tool
+/// records the refused change as an `agent` entry of its kind whose outcome is the refusal's
+/// code, queued like a tool call (a flood of refusals never waits on the log). It holds only
+/// what the gateway records of an accepted change: the project when it is a valid project
+/// name, the session when [`session_refusal`] accepts it.
+#[derive(Debug, Clone)]
+pub(crate) struct Attempt {
+    agent: String,
+    agent_type: Option<String>,
+    session: Option<String>,
+    client: Option<ClientInfo>,
+    kind: Kind,
+    project: String,
+}
+
+impl Attempt {
+    /// The caller's attempt at a change of `kind` in `project`, naming `session`.
+    pub(crate) fn new(ctx: &ToolContext, kind: Kind, project: &str, session: Option<&str>) -> Self {
+        let principal = ctx.caller().principal();
+        Self {
+            agent: principal.id.clone(),
+            agent_type: principal.agent.clone(),
+            session: session
+                .filter(|s| session_refusal(Some(s)).is_none())
+                .map(str::to_string),
+            client: ctx.client().cloned(),
+            kind,
+            project: project.to_string(),
+        }
+    }
+
+    /// Returns `out`, recorded in the audit log first when it is a refusal.
+    pub(crate) fn answer(&self, gw: &GatewayContext, out: ToolOutput) -> ToolOutput {
+        if !out.is_error {
+            return out;
+        }
+        let code = out
+            .structured
+            .as_ref()
+            .and_then(|s| s["code"].as_str())
+            .unwrap_or(RefusalCode::Internal.as_str());
+        let mut entry = Entry::agent(self.agent.as_str(), self.kind).outcome(Outcome::error(code));
+        if let Some(t) = &self.agent_type {
+            entry = entry.agent_type(t.as_str());
+        }
+        if let Some(s) = &self.session {
+            entry = entry.session(s.as_str());
+        }
+        if let Some(c) = &self.client {
+            entry = entry.client(c.name.clone(), Some(c.version.clone()));
+        }
+        if bridle_rules::check_name("project", &self.project).is_ok() {
+            entry = entry.project(self.project.as_str());
+        }
+        if let Some(log) = gw.audit() {
+            // A full queue is counted and reported by the log.
+            let _ = log.record_tool_call(entry);
+        }
+        out
+    }
 }
 
 /// Runs blocking store work off the async threads.

@@ -9,12 +9,16 @@ use bridle_memory::repo::redact_url;
 use bridle_rules::{
     ChangeRequest, CustomPattern, ExampleRepo, Origin, RulesError, Severity, capabilities,
 };
-use kberg_core::{ToolBuilder, ToolContext, ToolError, ToolOutput, ToolRegistry, WriteCapability};
+use kberg_core::{
+    ClientInfo, ToolBuilder, ToolContext, ToolError, ToolOutput, ToolRegistry, WriteCapability,
+};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{blocking, caller_agent, session_refusal};
+use super::{Attempt, blocking, caller_agent, session_refusal};
+use crate::audit::Kind;
+use crate::config::AgentConfig;
 use crate::context::GatewayContext;
 use crate::error::{GatewayError, RefusalCode, refusal, rules_refusal};
 
@@ -82,7 +86,8 @@ struct UpdateRulesArgs {
     session: Option<String>,
 }
 
-/// Queues a proposal for the caller after checking its per-project permission.
+/// Queues a proposal for the caller after checking its per-project permission, then the
+/// fields the store does not check; a refusal is recorded in the audit log ([`Attempt`]).
 async fn propose(
     gw: Arc<GatewayContext>,
     ctx: ToolContext,
@@ -91,63 +96,90 @@ async fn propose(
     change: ChangeRequest,
     base_revision: Option<u64>,
 ) -> Result<ToolOutput, ToolError> {
+    let attempt = Attempt::new(&ctx, Kind::Proposal, &project, session.as_deref());
     let (name, agent) = match caller_agent(&gw, &ctx, &project) {
         Ok(a) => a,
-        Err(out) => return Ok(out),
+        Err(out) => return Ok(attempt.answer(&gw, out)),
     };
     let client = ctx.client().cloned();
     blocking(move || {
-        let loaded = match gw.store.load_shared(&project) {
-            Ok(l) => l,
-            Err(e) => return rules_refusal(&e),
-        };
-        let doc = &loaded.document;
-        if !doc.permissions_of(&agent.agent_type).rules.propose {
-            return refusal(
-                RefusalCode::CapabilityRequired,
-                format!(
-                    "agent type `{}` may not propose rule changes in project `{project}`",
-                    agent.agent_type
-                ),
-            );
-        }
-        if let Some(refused) =
-            session_refusal(session.as_deref()).or_else(|| line_refusal(&change))
-        {
-            return refused;
-        }
-        let origin = Origin::agent(name.clone(), session.clone());
-        match gw.store.propose(&project, &origin, &change, base_revision) {
-            Ok(p) => {
-                let entry = crate::audit::agent_entry(
-                    &name,
-                    &agent.agent_type,
-                    session.as_deref(),
-                    client.as_ref(),
-                    crate::audit::Kind::Proposal,
-                )
-                .project(&project)
-                .subject(format!("proposal #{}", p.id))
-                .change(crate::audit::Change {
-                    before: Some(doc.revision.to_string()),
-                    ..Default::default()
-                });
-                // The proposal is queued; a failed record is logged by record_change.
-                let _ = gw.record_change(entry);
-                let text = format!(
-                    "Proposal #{} queued for review: {}. A person decides; nothing changes until it is approved.",
-                    p.id, p.summary
-                );
-                ToolOutput::text(text).with_structured(json!({
-                    "proposal": p.id,
-                    "status": p.status.as_str(),
-                    "summary": p.summary,
-                }))
-            }
-            Err(e) => rules_refusal(&e),
-        }
+        let out = queue(
+            &gw,
+            &project,
+            &name,
+            &agent,
+            session,
+            client.as_ref(),
+            &change,
+            base_revision,
+        );
+        attempt.answer(&gw, out)
     })
     .await
+}
+
+/// [`propose`]'s store work: the project's permission, the fields, the queue and the audit.
+#[allow(clippy::too_many_arguments)] // One call site; the pieces of one proposal.
+fn queue(
+    gw: &GatewayContext,
+    project: &str,
+    name: &str,
+    agent: &AgentConfig,
+    session: Option<String>,
+    client: Option<&ClientInfo>,
+    change: &ChangeRequest,
+    base_revision: Option<u64>,
+) -> ToolOutput {
+    let loaded = match gw.store.load_shared(project) {
+        Ok(l) => l,
+        Err(e) => return rules_refusal(&e),
+    };
+    let doc = &loaded.document;
+    if !doc.permissions_of(&agent.agent_type).rules.propose {
+        return refusal(
+            RefusalCode::CapabilityRequired,
+            format!(
+                "agent type `{}` may not propose rule changes in project `{project}`",
+                agent.agent_type
+            ),
+        );
+    }
+    if let Some(refused) = session_refusal(session.as_deref())
+        .or_else(|| line_refusal(change))
+        .or_else(|| local_example_repo(change))
+    {
+        return refused;
+    }
+    let origin = Origin::agent(name, session.clone());
+    match gw.store.propose(project, &origin, change, base_revision) {
+        Ok(p) => {
+            let entry = crate::audit::agent_entry(
+                name,
+                &agent.agent_type,
+                session.as_deref(),
+                client,
+                Kind::Proposal,
+            )
+            .project(project)
+            .subject(format!("proposal #{}", p.id))
+            .change(crate::audit::Change {
+                before: Some(doc.revision.to_string()),
+                ..Default::default()
+            });
+            // The proposal is queued; a failed record is logged by record_change.
+            let _ = gw.record_change(entry);
+            let text = format!(
+                "Proposal #{} queued for review: {}. A person decides; nothing changes until it is approved.",
+                p.id, p.summary
+            );
+            ToolOutput::text(text).with_structured(json!({
+                "proposal": p.id,
+                "status": p.status.as_str(),
+                "summary": p.summary,
+            }))
+        }
+        Err(e) => rules_refusal(&e),
+    }
 }
 
 /// The most characters of a proposed pattern's name or an example's reference tag.
@@ -194,8 +226,16 @@ fn line_refusal(change: &ChangeRequest) -> Option<ToolOutput> {
 /// files (its data directory, its secrets). Only `https://`, `ssh://` and `git@host:path` are
 /// accepted from agents; a person can still add a local repository from the command line or the
 /// admin API.
-fn local_example_repo(repos: &[ExampleRepoArgs]) -> Option<ToolOutput> {
-    let bad = repos
+fn local_example_repo(change: &ChangeRequest) -> Option<ToolOutput> {
+    let ChangeRequest::Pattern {
+        custom: Some(custom),
+        ..
+    } = change
+    else {
+        return None;
+    };
+    let bad = custom
+        .example_repos
         .iter()
         .find(|r| !bridle_memory::repo::is_network_source(&r.url))?;
     Some(rules_refusal(&RulesError::Rejected(format!(
@@ -243,9 +283,6 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
             .handler(move |a: AddPatternArgs, ctx| {
                 let s = Arc::clone(&s);
                 async move {
-                    if let Some(refused) = local_example_repo(&a.example_repos) {
-                        return Ok(refused);
-                    }
                     let change = match a.description {
                         None if a.example_repos.is_empty() => ChangeRequest::Pattern {
                             standard: Some(a.name),

@@ -5,12 +5,14 @@
 use std::sync::Arc;
 
 use bridle_rules::capabilities;
-use kberg_core::{ToolBuilder, ToolOutput, ToolRegistry, WriteCapability};
+use kberg_core::{ClientInfo, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{blocking, caller_agent, session_refusal};
+use super::{Attempt, blocking, caller_agent, session_refusal};
+use crate::audit::Kind;
+use crate::config::AgentConfig;
 use crate::context::GatewayContext;
 use crate::error::{GatewayError, RefusalCode, refusal, rules_refusal};
 
@@ -50,37 +52,16 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
             .handler(move |a: ScopeArgs, ctx| {
                 let s = Arc::clone(&s);
                 async move {
+                    let attempt =
+                        Attempt::new(&ctx, Kind::ScopeRequest, &a.project, a.session.as_deref());
                     let (name, agent) = match caller_agent(&s, &ctx, &a.project) {
                         Ok(x) => x,
-                        Err(out) => return Ok(out),
+                        Err(out) => return Ok(attempt.answer(&s, out)),
                     };
                     let client = ctx.client().cloned();
                     blocking(move || {
-                        match s.store.load_shared(&a.project) {
-                            Ok(l) if !l.document.permissions_of(&agent.agent_type).scope.request => {
-                                return refusal(RefusalCode::CapabilityRequired, format!("agent type `{}` may not request scope approval in project `{}`", agent.agent_type, a.project));
-                            }
-                            Ok(_) => {}
-                            Err(e) => return rules_refusal(&e),
-                        }
-                        if let Some(refused) = session_refusal(a.session.as_deref()) {
-                            return refused;
-                        }
-                        match s.store.request_scope(&a.project, &name, a.session.as_deref(), &a.action, &a.reason) {
-                            Ok(t) => {
-                                let entry = crate::audit::agent_entry(&name, &agent.agent_type, a.session.as_deref(), client.as_ref(), crate::audit::Kind::ScopeRequest)
-                                    .project(&a.project)
-                                    .subject(format!("scope ticket #{}", t.id));
-                                // The ticket is open; a failed record is logged by record_change.
-                                let _ = s.record_change(entry);
-                                ToolOutput::text(format!(
-                                "Scope ticket #{} is pending. Wait for a person to decide (check with scope_status); do not proceed until it is approved.",
-                                t.id
-                            ))
-                            .with_structured(json!({"ticket": t.id, "status": t.status}))
-                            }
-                            Err(e) => rules_refusal(&e),
-                        }
+                        let out = open_ticket(&s, &a, &name, &agent, client.as_ref());
+                        attempt.answer(&s, out)
                     })
                     .await
                 }
@@ -114,4 +95,55 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
             }),
     )?;
     Ok(())
+}
+
+/// `request_scope_approval`'s store work: the project's permission, the session, the ticket
+/// and the audit.
+fn open_ticket(
+    s: &GatewayContext,
+    a: &ScopeArgs,
+    name: &str,
+    agent: &AgentConfig,
+    client: Option<&ClientInfo>,
+) -> ToolOutput {
+    match s.store.load_shared(&a.project) {
+        Ok(l) if !l.document.permissions_of(&agent.agent_type).scope.request => {
+            return refusal(
+                RefusalCode::CapabilityRequired,
+                format!(
+                    "agent type `{}` may not request scope approval in project `{}`",
+                    agent.agent_type, a.project
+                ),
+            );
+        }
+        Ok(_) => {}
+        Err(e) => return rules_refusal(&e),
+    }
+    if let Some(refused) = session_refusal(a.session.as_deref()) {
+        return refused;
+    }
+    match s
+        .store
+        .request_scope(&a.project, name, a.session.as_deref(), &a.action, &a.reason)
+    {
+        Ok(t) => {
+            let entry = crate::audit::agent_entry(
+                name,
+                &agent.agent_type,
+                a.session.as_deref(),
+                client,
+                Kind::ScopeRequest,
+            )
+            .project(&a.project)
+            .subject(format!("scope ticket #{}", t.id));
+            // The ticket is open; a failed record is logged by record_change.
+            let _ = s.record_change(entry);
+            ToolOutput::text(format!(
+                "Scope ticket #{} is pending. Wait for a person to decide (check with scope_status); do not proceed until it is approved.",
+                t.id
+            ))
+            .with_structured(json!({"ticket": t.id, "status": t.status}))
+        }
+        Err(e) => rules_refusal(&e),
+    }
 }
