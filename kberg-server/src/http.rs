@@ -615,11 +615,21 @@ async fn route(
     principal: std::sync::Arc<kberg_core::Principal>,
 ) -> Response {
     let g = &next.guard;
-    let session = req
-        .headers()
-        .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let session = match req.headers().get(SESSION_HEADER).map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(sid)) => Some(sid.to_string()),
+        // Not visible ASCII, so no id this server gave (rmcp would read it as no id at all
+        // and answer that one is required, or start a new session for an `initialize`): it
+        // names an unknown session. A 2026-07-28 request ignores the header.
+        Some(Err(_)) if is_modern(req.headers()) => None,
+        Some(Err(_)) => {
+            return status(
+                StatusCode::NOT_FOUND,
+                "session_not_found",
+                "Not Found: Session not found",
+            );
+        }
+    };
     if let Some(sid) = &session {
         let foreign = g.owners().get(sid).is_some_and(|o| *o != principal.id);
         // 2026-07-28 has no sessions: its requests ignore the header (rmcp serves them, or
