@@ -355,6 +355,28 @@ async fn bad_input_in_a_path_or_a_query_gets_the_panels_page() {
         let r = c.post(path, &[("reason", "r"), ("confirm", "x")]).await;
         assert_page(path, &r, StatusCode::NOT_FOUND, "not_found");
     }
+    // An address the panel has, asked with a method it does not answer there: a form's address
+    // opened as a page (a token page's, opened again), a form sent to a page.
+    for (method, path) in [
+        ("GET", "/panel/agents/bot/token"),
+        ("GET", "/panel/queue/bulk"),
+        ("GET", "/panel/sessions/s-1/end"),
+        ("POST", "/panel/queue"),
+        ("POST", "/panel/audit"),
+        ("POST", "/panel/"),
+    ] {
+        let r = if method == "GET" {
+            c.get(path).await
+        } else {
+            c.post(path, &[]).await
+        };
+        assert_page(
+            &format!("{method} {path}"),
+            &r,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+        );
+    }
     // Nothing was decided.
     assert_eq!(
         fixture.proposal_status(fixture.propose_guardrail("kept")),

@@ -109,6 +109,7 @@ pub fn router(config: PanelConfig, state: &AdminState) -> Result<Router, PanelCo
         .route("/logout", post(pages::login::logout))
         .merge(assets::routes())
         .fallback(pages::not_found)
+        .method_not_allowed_fallback(pages::method_not_allowed)
         .with_state(panel.clone());
     // The overview is the base path itself; `base/` (which a nested router does not match)
     // leads there.
@@ -118,6 +119,7 @@ pub fn router(config: PanelConfig, state: &AdminState) -> Result<Router, PanelCo
             &format!("{base}/"),
             get(move || async move { axum::response::Redirect::to(&home) }),
         )
+        .method_not_allowed_fallback(pages::method_not_allowed)
         .nest(&base, inner)
         .layer(axum::middleware::from_fn_with_state(
             panel.clone(),

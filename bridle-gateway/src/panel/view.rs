@@ -237,6 +237,10 @@ pub(crate) enum PanelError {
     /// Nothing under this path.
     #[error("there is no panel page here")]
     NotFound,
+    /// A path the panel has, asked with a method it does not answer there: a form's address
+    /// opened as a page (a token page's, opened again), or a form sent to a page.
+    #[error("this address does not answer a {0} request; nothing was changed")]
+    MethodNotAllowed(String),
     /// The panel failed (a template, an unexpected answer).
     #[error("{0}")]
     Internal(String),
@@ -278,6 +282,9 @@ impl PanelError {
             PanelError::ReadOnly => (StatusCode::FORBIDDEN, "read_only".into()),
             PanelError::CrossSite => (StatusCode::FORBIDDEN, "cross_site_request".into()),
             PanelError::NotFound => (StatusCode::NOT_FOUND, "not_found".into()),
+            PanelError::MethodNotAllowed(_) => {
+                (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed".into())
+            }
             PanelError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "panel_error".into()),
         };
         let detail = match self {

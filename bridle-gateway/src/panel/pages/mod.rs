@@ -130,6 +130,12 @@ pub(crate) async fn not_found() -> PanelError {
     PanelError::NotFound
 }
 
+/// A path of the panel asked with a method it does not answer there (axum's own answer is an
+/// empty 405).
+pub(crate) async fn method_not_allowed(method: axum::http::Method) -> PanelError {
+    PanelError::MethodNotAllowed(method.to_string())
+}
+
 impl Panel {
     /// Renders a full page for the signed-in admin.
     pub(crate) fn page(
