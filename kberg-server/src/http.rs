@@ -520,11 +520,12 @@ async fn guard_layer(next: Arc<Guarded>, mut req: Request) -> Response {
     let g = &next.guard;
     if let Err(refusal) = g.allow.check(req.uri(), req.headers()) {
         tracing::warn!(?refusal, "refused a request by Host/Origin");
-        let code = match refusal {
-            guard::Refusal::BadHost => StatusCode::BAD_REQUEST,
-            _ => StatusCode::FORBIDDEN,
+        // A missing or malformed `Host` is a malformed request, not a refused host.
+        let (code, error) = match refusal {
+            guard::Refusal::BadHost => (StatusCode::BAD_REQUEST, "bad_request"),
+            _ => (StatusCode::FORBIDDEN, "forbidden"),
         };
-        return status(code, "forbidden", refusal.message());
+        return status(code, error, refusal.message());
     }
     // The app's authenticator runs with its panic contained: the request is answered `500`
     // rather than dropped with its connection. Neither the headers (the credential) nor the

@@ -89,3 +89,29 @@ async fn a_long_unsupported_protocol_version_keeps_its_code() {
         assert!(message.len() <= 4_200, "{len}: {} bytes", message.len());
     }
 }
+
+/// A `Host` that is missing or not a host (a port that is not a number) is a malformed
+/// request, `400 bad_request`; a well-formed host that is not allowed is `403 forbidden`.
+#[tokio::test]
+async fn a_malformed_host_is_400_bad_request_and_a_foreign_one_403_forbidden() {
+    let s = start().await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+    for (host, want_status, want_code) in [
+        ("Host: localhost:notaport\r\n", " 400 ", "bad_request"),
+        ("", " 400 ", "bad_request"),
+        ("Host: evil.example\r\n", " 403 ", "forbidden"),
+    ] {
+        let version = if host.is_empty() { "1.0" } else { "1.1" };
+        let request = format!(
+            "POST /mcp HTTP/{version}\r\n{host}Authorization: Bearer {READER}\r\n\
+             Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
+             Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let (status, _, answer) = exchange(s.addr, &request).await;
+        assert!(status.contains(want_status), "{host:?}: {status}\n{answer}");
+        let v: Value =
+            serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{host:?}: {e}: {answer}"));
+        assert_eq!(v["error"], want_code, "{host:?}: {v}");
+    }
+}
