@@ -688,4 +688,33 @@ mod postgres {
             .commit()
             .unwrap();
     }
+
+    /// A transaction without a lock (how the stores read several rows that belong together:
+    /// a listing of the review queue, then each proposal) is one snapshot whatever the
+    /// server's default isolation: a row another replica commits in between is not seen
+    /// half-way through, and it writes nothing.
+    #[test]
+    fn a_read_without_a_lock_is_one_snapshot() {
+        let cluster = PgCluster::shared();
+        let name = cluster.create_database();
+        let db = PgDatabase::connect(&cluster.settings(&name)).unwrap();
+        let other = db.client().unwrap();
+        other
+            .batch("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1)")
+            .unwrap();
+        let count = |c: &bridle_rules::db::postgres::PgClient| -> i64 {
+            c.query_opt("SELECT count(*) FROM t", &[])
+                .unwrap()
+                .unwrap()
+                .get(0)
+        };
+        let read = db.client().unwrap().begin(None).unwrap();
+        assert_eq!(count(&read), 1);
+        other.execute("INSERT INTO t VALUES (2)", &[]).unwrap();
+        assert_eq!(count(&other), 2);
+        assert_eq!(count(&read), 1, "the read saw a commit made after it began");
+        assert!(read.execute("INSERT INTO t VALUES (3)", &[]).is_err());
+        drop(read);
+        assert_eq!(count(&other), 2);
+    }
 }

@@ -510,8 +510,10 @@ impl PgClient {
     /// by default) for it (then an error, and nothing written); such a transaction is `READ COMMITTED` whatever the server's
     /// `default_transaction_isolation`, so each statement after the lock sees what the writer
     /// before committed (under a stricter default, its snapshot would predate the wait, and a
-    /// check made in it would be stale or fail to serialize). Rolled back when dropped without
-    /// [`PgTransaction::commit`].
+    /// check made in it would be stale or fail to serialize). Without `lock` it is a read:
+    /// `REPEATABLE READ, READ ONLY`, one snapshot for all its statements (rows that belong
+    /// together, such as a listing and the rows it names, are read as of one moment), which
+    /// writes nothing. Rolled back when dropped without [`PgTransaction::commit`].
     pub fn begin(self, lock: Option<i64>) -> Result<PgTransaction, RulesError> {
         let wait = self.write_lock_wait;
         self.begin_waiting(lock, Some(wait))
@@ -525,7 +527,8 @@ impl PgClient {
         wait: Option<Duration>,
     ) -> Result<PgTransaction, RulesError> {
         let Some(key) = lock else {
-            self.batch("BEGIN")?;
+            // A read: one snapshot for all its statements, and never a serialization failure.
+            self.batch("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
             return Ok(PgTransaction { client: Some(self) });
         };
         // One round trip; `SET LOCAL` ends with the transaction.

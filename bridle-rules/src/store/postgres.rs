@@ -190,7 +190,8 @@ impl RulesBackend for PostgresRules {
 const LATEST_DOCUMENT: &str =
     "SELECT document FROM revisions WHERE project = $1 ORDER BY revision DESC LIMIT 1";
 
-/// One transaction (reads too run in one: a consistent snapshot of several queries).
+/// One transaction (reads too run in one: a consistent snapshot of several queries, see
+/// [`PgClient::begin`](crate::db::postgres::PgClient::begin)).
 struct PostgresTx {
     tx: PgTransaction,
 }
