@@ -59,6 +59,41 @@ pub(crate) fn session_refusal(session: Option<&str>) -> Option<ToolOutput> {
     })
 }
 
+/// The refusal (`proposal_rejected`) of the first of `fields` (what it is, the text) that holds
+/// a control character other than a line feed, a tab or the carriage return of a CRLF line
+/// end, or a bidirectional-text control (U+202A to U+202E, U+2066 to U+2069), if any.
+///
+/// This is the free text an agent writes into a change (a statement, a description, the
+/// overview, stack and conventions, a scope request's action and reason). A person reviews it
+/// where a control character shows as a space or not at all (the queue's one-line summary, a
+/// page), or where a terminal acts on it (`bridle scope list`), while every agent's rendered
+/// rules would hold it as sent; a bidirectional control makes the reviewer read another order
+/// of words than the one an agent is given.
+pub(crate) fn text_refusal<'a>(
+    fields: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Option<ToolOutput> {
+    let hidden = |text: &str| {
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
+            let line_end = c == '\r' && chars.peek() == Some(&'\n');
+            let shown = matches!(c, '\n' | '\t') || line_end;
+            if (c.is_control() && !shown)
+                || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+            {
+                return Some(c);
+            }
+        }
+        None
+    };
+    let (what, c) = fields
+        .into_iter()
+        .find_map(|(what, text)| hidden(text).map(|c| (what, c)))?;
+    Some(rules_refusal(&RulesError::Rejected(format!(
+        "{what} holds the control character U+{:04X}: free text may hold line feeds and tabs, but no other control character and no bidirectional-text control (a reviewer would not see it, the rules every agent reads would hold it)",
+        u32::from(c)
+    ))))
+}
+
 /// An agent's attempt at a change (a proposal, a scope request), kept to record its refusal.
 ///
 /// The gate records every call, but a refusal the tool answers itself (a project the agent is

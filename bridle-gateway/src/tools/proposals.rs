@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Attempt, blocking, caller_agent, session_refusal};
+use super::{Attempt, blocking, caller_agent, session_refusal, text_refusal};
 use crate::audit::Kind;
 use crate::config::AgentConfig;
 use crate::context::GatewayContext;
@@ -146,6 +146,7 @@ fn queue(
     }
     if let Some(refused) = session_refusal(session.as_deref())
         .or_else(|| line_refusal(change))
+        .or_else(|| text_refusal(free_text(change)))
         .or_else(|| local_example_repo(change))
     {
         return refused;
@@ -179,6 +180,33 @@ fn queue(
             }))
         }
         Err(e) => rules_refusal(&e),
+    }
+}
+
+/// The free text of `change` (what it is, the text), for [`text_refusal`].
+fn free_text(change: &ChangeRequest) -> Vec<(&'static str, &str)> {
+    match change {
+        ChangeRequest::Guardrail { statement, .. } => vec![("the statement", statement.as_str())],
+        ChangeRequest::Pattern { custom, .. } => custom
+            .iter()
+            .map(|c| ("the pattern's description", c.description.as_str()))
+            .collect(),
+        ChangeRequest::UpdateProject {
+            overview,
+            stack,
+            conventions,
+        } => {
+            let overview = overview.iter().map(|o| ("the overview", o.as_str()));
+            let stack = stack
+                .iter()
+                .flatten()
+                .map(|s| ("a stack entry", s.as_str()));
+            let conventions = conventions
+                .iter()
+                .flatten()
+                .map(|c| ("a convention", c.as_str()));
+            overview.chain(stack).chain(conventions).collect()
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Attempt, blocking, caller_agent, session_refusal};
+use super::{Attempt, blocking, caller_agent, session_refusal, text_refusal};
 use crate::audit::Kind;
 use crate::config::AgentConfig;
 use crate::context::GatewayContext;
@@ -119,7 +119,12 @@ fn open_ticket(
         Ok(_) => {}
         Err(e) => return rules_refusal(&e),
     }
-    if let Some(refused) = session_refusal(a.session.as_deref()) {
+    if let Some(refused) = session_refusal(a.session.as_deref()).or_else(|| {
+        text_refusal([
+            ("the action", a.action.as_str()),
+            ("the reason", a.reason.as_str()),
+        ])
+    }) {
         return refused;
     }
     match s
