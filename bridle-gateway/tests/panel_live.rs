@@ -2,8 +2,9 @@
 //! session event of the admin API's stream, on which the sessions and agents lists fetch their
 //! rows partial), the audit tail (new entries matching the filters as table rows, the newest id
 //! as the event id, resumed by `Last-Event-ID` without repeating a row); both end with the
-//! panel session. The pages carry the SSE extension's attributes, and the extension is served
-//! compiled in.
+//! panel session. The rows a live list fetches again on its own do not count as use, so an
+//! unattended page does not keep an idle session open. The pages carry the SSE extension's
+//! attributes, and the extension is served compiled in.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
@@ -12,7 +13,7 @@ mod panel_support;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use futures::StreamExt;
-use panel_support::{Client, Fixture, signed_in};
+use panel_support::{ALICE, Client, Fixture, panel_config, signed_in};
 use tower::ServiceExt;
 
 /// A Server-Sent Events body, read event by event.
@@ -273,4 +274,57 @@ async fn the_sse_extension_is_served_compiled_in_and_linked_by_every_page() {
     );
     let csp = page.header("content-security-policy").unwrap();
     assert!(csp.contains("connect-src 'self'"), "{csp}");
+}
+
+/// The sessions and agents lists fetch their rows again on each change the sessions stream
+/// announces, with agents at work many times a minute; those fetches are the page's, not the
+/// admin's, so the session still ends once the admin has been idle for the idle timeout.
+#[tokio::test]
+async fn a_live_lists_own_refreshes_do_not_keep_an_idle_session_open() {
+    let fixture = Fixture::new().await;
+    let idle = std::time::Duration::from_secs(2);
+    let mut c = Client::new(
+        fixture
+            .router(panel_config().session_lifetimes(std::time::Duration::from_secs(3600), idle)),
+    );
+    c.login(ALICE).await;
+    let refresh = |path: &'static str| {
+        let c = &c;
+        async move {
+            c.send(
+                Request::builder()
+                    .uri(path)
+                    .header(header::HOST, &c.host)
+                    .header(header::COOKIE, c.cookie.as_deref().unwrap())
+                    .header("hx-request", "true")
+                    .header("bridle-live-refresh", "1")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+        }
+    };
+    for (page, rows) in [
+        ("/panel/sessions", "/panel/sessions"),
+        ("/panel/agents", "/panel/agents"),
+    ] {
+        // The list marks its own fetches, and they answer the rows while the session lives.
+        let body = c.get(page).await.body;
+        assert!(
+            body.contains(r#"hx-headers='{"bridle-live-refresh": "1"}'"#),
+            "{page}: {body}"
+        );
+        let r = refresh(rows).await;
+        assert_eq!(r.status, StatusCode::OK, "{rows}: {}", r.body);
+        assert!(!r.body.contains("<html"), "{rows}: the rows alone");
+    }
+    // Refreshes keep coming, as on an unattended page; the session ends all the same.
+    kberg_testkit::eventually_async("the idle session to end despite the refreshes", || async {
+        let r = refresh("/panel/sessions").await;
+        (r.status == StatusCode::UNAUTHORIZED).then_some(())
+    })
+    .await;
+    let r = c.get("/panel").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert!(r.location().starts_with("/panel/login"), "{}", r.location());
 }

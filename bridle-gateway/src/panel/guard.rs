@@ -12,7 +12,9 @@
 //!   check for axum; it is a dozen lines, following the Fetch Metadata resource-isolation
 //!   policy.)
 //! - [`require_session`]: the session cookie names a live session, whose admin is handed to the
-//!   handler; a change from an admin who may only watch is refused here, before any handler.
+//!   handler; a change from an admin who may only watch is refused here, before any handler. A
+//!   live list's own refresh (marked with [`LIVE_REFRESH`]) does not count as use, so an
+//!   unattended page does not keep an idle session open.
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -37,6 +39,15 @@ fn is_safe(method: &Method) -> bool {
 /// Whether the request is an htmx one (it wants a partial, not a page).
 pub(crate) fn is_htmx(headers: &HeaderMap) -> bool {
     headers.get("hx-request").is_some_and(|v| v == "true")
+}
+
+/// The header a live list's own fetches carry (`hx-headers` on the list): such a fetch is the
+/// page's, not the admin's, and does not count as use of the session.
+pub(crate) const LIVE_REFRESH: &str = "bridle-live-refresh";
+
+/// Whether the request is a live list fetching its rows again on its own (a read, from htmx).
+fn is_live_refresh(method: &Method, headers: &HeaderMap) -> bool {
+    is_safe(method) && is_htmx(headers) && headers.get(LIVE_REFRESH).is_some_and(|v| v == "1")
 }
 
 /// The session cookie's value, if the request has one.
@@ -199,7 +210,15 @@ pub(crate) async fn require_session(
     next: Next,
 ) -> Response {
     let id = session_cookie(request.headers(), panel.config.cookie_name());
-    let who = id.as_deref().and_then(|id| panel.sessions.get(id));
+    // A live list's own refresh is not the admin at work: it must not keep an idle session open.
+    let automatic = is_live_refresh(request.method(), request.headers());
+    let who = id.as_deref().and_then(|id| {
+        if automatic {
+            panel.sessions.peek(id)
+        } else {
+            panel.sessions.get(id)
+        }
+    });
     let (Some(id), Some(who)) = (id, who) else {
         return signed_out(&panel, &request);
     };

@@ -133,10 +133,18 @@ impl SessionStore {
     /// Whether the session with this id is still alive, without counting as use (a live
     /// stream asks this now and then, and must not keep an idle session open).
     pub(crate) fn is_alive(&self, id: &str) -> bool {
+        self.peek(id).is_some()
+    }
+
+    /// The session with this id, if it is still alive, without counting as use: for what a
+    /// page asks on its own (a live list fetching its rows again), which must not keep an idle
+    /// session open.
+    pub(crate) fn peek(&self, id: &str) -> Option<SignedIn> {
         let now = Instant::now();
         self.table()
             .get(&digest(id))
-            .is_some_and(|s| self.alive(s, now))
+            .filter(|s| self.alive(s, now))
+            .map(|s| s.who.clone())
     }
 
     /// Ends the session with this id (log-out, or a credential the API no longer accepts).
