@@ -133,6 +133,43 @@ impl GuardState {
         // Single-statement updates of a plain map; a poisoned lock holds a consistent map.
         self.owners.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Whether one more session, for `principal`, would be over a session limit: the refusal
+    /// to answer if so. The principal's own share is checked first, since it cannot retry
+    /// into a place other principals' sessions will leave. `forget_ended` (an `initialize`):
+    /// first drop the owners of sessions that ended (expired or closed), so they do not pile
+    /// up in the map. A resume counts the live ones without dropping any: a session being
+    /// resumed from the store has its owner recorded just before it opens.
+    fn session_limit_refusal(&self, principal: &str, forget_ended: bool) -> Option<Response> {
+        let held = {
+            let mut owners = self.owners();
+            if forget_ended {
+                // One pass over the map against the session table, copying no ids.
+                self.sessions.retain_live(&mut owners);
+                owners.values().filter(|o| *o == principal).count()
+            } else {
+                owners
+                    .iter()
+                    .filter(|(sid, o)| *o == principal && self.sessions.is_live(sid))
+                    .count()
+            }
+        };
+        if held >= self.max_sessions_per_principal {
+            tracing::warn!(%principal, held, "refused a session over the principal's session limit");
+            return Some(status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_sessions_for_principal",
+                "Too many open sessions for this principal; end one of them (DELETE) and retry.",
+            ));
+        }
+        (self.sessions.len() >= self.max_sessions).then(|| {
+            status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_sessions",
+                "Too many open sessions; end one (DELETE) and retry.",
+            )
+        })
+    }
 }
 
 fn status(code: StatusCode, error: &str, message: &str) -> Response {
@@ -647,18 +684,16 @@ async fn route(
 
     // A legacy request naming a session that is not live here is resumed from the session
     // store (another instance's session): that opens a session, so it counts against
-    // `max_sessions` like an `initialize`. (rmcp ignores the header on 2026-07-28 requests.)
+    // `max_sessions` and the principal's share like an `initialize` (else a principal could
+    // start sessions on other instances, each within its share there, and gather them here).
+    // (rmcp ignores the header on 2026-07-28 requests.)
     if let Some(sid) = &session
         && g.store.is_some()
         && !is_modern(req.headers())
         && !g.sessions.is_live(sid)
-        && g.sessions.len() >= g.max_sessions
+        && let Some(refusal) = g.session_limit_refusal(&principal.id, false)
     {
-        return status(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_sessions",
-            "Too many open sessions; end one (DELETE) and retry.",
-        );
+        return refusal;
     }
 
     match (req.method().clone(), session) {
@@ -786,31 +821,8 @@ async fn route(
             match (peeked.method.as_deref(), session) {
                 (Some("initialize"), None) => {
                     let _one_at_a_time = g.initializing.lock().await;
-                    let held = {
-                        // Forget sessions that ended (expired or closed) since the last
-                        // initialize, so they neither count here nor pile up in the map: one
-                        // pass over it against rmcp's, without copying its ids.
-                        let mut owners = g.owners();
-                        g.sessions.retain_live(&mut owners);
-                        owners.values().filter(|o| **o == principal.id).count()
-                    };
-                    // The principal's own share first: it cannot retry into a place other
-                    // principals' sessions will leave.
-                    if held >= g.max_sessions_per_principal {
-                        tracing::warn!(principal = %principal.id, held, "refused an initialize over the principal's session limit");
-                        return status(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "too_many_sessions_for_principal",
-                            "Too many open sessions for this principal; end one of them \
-                             (DELETE) and retry.",
-                        );
-                    }
-                    if g.sessions.len() >= g.max_sessions {
-                        return status(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "too_many_sessions",
-                            "Too many open sessions; end one (DELETE) and retry.",
-                        );
+                    if let Some(refusal) = g.session_limit_refusal(&principal.id, true) {
+                        return refusal;
                     }
                     let resp = next.run(req).await;
                     if let Some(sid) = resp

@@ -413,3 +413,45 @@ async fn sessions_resumed_from_the_store_count_against_the_session_limit() {
     assert_eq!(r.status, 200, "{}", r.text);
     assert!(r.reply(1)["result"]["tools"].is_array(), "{}", r.text);
 }
+
+/// A principal's share of the sessions holds for the sessions it resumes from the store too:
+/// otherwise it would start its sessions on other instances, each within its share there, and
+/// gather them on one, taking every session there as the share is meant to prevent.
+#[tokio::test]
+async fn sessions_resumed_from_the_store_count_against_the_principals_share() {
+    let store: std::sync::Arc<dyn kberg_server::SessionStore> =
+        std::sync::Arc::new(SharedStore::default());
+    let config = |share: usize| {
+        kberg_testkit::serve::loopback()
+            .auth(auth())
+            .limits(
+                Limits::default()
+                    .max_sessions(8)
+                    .max_sessions_per_principal(share),
+            )
+            .session_store(std::sync::Arc::clone(&store))
+    };
+    let a = start_config(config(1)).await;
+    let b = start_config(config(8)).await;
+    let on_a = Raw::new(&a.url, Some(READER));
+    let on_b = Raw::new(&b.url, Some(READER));
+    let from_b = on_b.initialize().await;
+    let own = on_a.initialize().await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    // The reader holds its one session on A: resuming another there is refused.
+    let r = on_a.post(list.clone(), Some(&from_b)).await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert!(
+        r.text.contains("too_many_sessions_for_principal"),
+        "{}",
+        r.text
+    );
+    // Another principal is not held back by the reader's share.
+    let writer_a = Raw::new(&a.url, Some(WRITER));
+    writer_a.initialize().await;
+    // Once the reader's session on A ends, B's resumes there.
+    assert_eq!(delete(&on_a, &own).await, 200);
+    let r = on_a.post(list, Some(&from_b)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.reply(1)["result"]["tools"].is_array(), "{}", r.text);
+}
