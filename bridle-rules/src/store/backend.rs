@@ -113,8 +113,8 @@ pub(crate) struct NewTicket<'a> {
     pub created_at: String,
 }
 
-/// One transaction (or, for reads, one connection) on a rules database. Dropped without
-/// [`RulesTx::commit`], a write transaction is rolled back.
+/// One transaction on a rules database: a write, or a read (one snapshot for all its
+/// statements). Dropped without [`RulesTx::commit`], it is rolled back.
 pub(crate) trait RulesTx {
     /// The newest stored revision of a project's document (its YAML text).
     fn latest_document(&mut self, project: &str) -> Result<Option<String>, RulesError>;
@@ -159,7 +159,7 @@ pub(crate) trait RulesTx {
     fn pending_tickets(&mut self, project: &str) -> Result<u64, RulesError>;
     /// Records a scope ticket's decision.
     fn decide_ticket(&mut self, id: u64, d: &Decision<'_>) -> Result<(), RulesError>;
-    /// Commits (a no-op for a read).
+    /// Commits (for a read, ends its snapshot).
     fn commit(self: Box<Self>) -> Result<(), RulesError>;
 }
 

@@ -2,8 +2,8 @@
 //! YAML documents, which stay the source of truth ([`DocumentSource::Files`]).
 //!
 //! A connection per operation keeps the store `Clone` and usable from any thread; WAL and a busy
-//! timeout let the gateway and the command line share the file, and `BEGIN IMMEDIATE` makes
-//! writers wait for each other.
+//! timeout let the gateway and the command line share the file, `BEGIN IMMEDIATE` makes
+//! writers wait for each other, and a read runs in a deferred transaction (one snapshot).
 
 use std::path::{Path, PathBuf};
 
@@ -118,10 +118,10 @@ impl SqliteRules {
 impl RulesBackend for SqliteRules {
     fn begin(&self, write: bool) -> Result<Box<dyn RulesTx + '_>, RulesError> {
         let conn = self.connect()?;
-        if write {
-            conn.execute_batch("BEGIN IMMEDIATE")?;
-        }
-        Ok(Box::new(SqliteTx { conn, open: write }))
+        // A read is a deferred transaction too: one snapshot from its first statement (WAL
+        // lets writers go on meanwhile), so a listing and the rows it names agree.
+        conn.execute_batch(if write { "BEGIN IMMEDIATE" } else { "BEGIN" })?;
+        Ok(Box::new(SqliteTx { conn, open: true }))
     }
 
     fn documents(&self) -> DocumentSource {
@@ -135,7 +135,8 @@ impl RulesBackend for SqliteRules {
     }
 }
 
-/// A connection, in a write transaction when `open`.
+/// A connection in a transaction (a write one, or a read's snapshot) until committed
+/// (`open` false).
 struct SqliteTx {
     conn: Connection,
     open: bool,
@@ -398,5 +399,42 @@ impl RulesTx for SqliteTx {
             self.conn.execute_batch("COMMIT")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open_ticket(db: &SqliteRules) -> u64 {
+        let mut tx = db.begin(true).unwrap();
+        let id = tx
+            .insert_ticket(&NewTicket {
+                project: "shop",
+                agent: "claude",
+                agent_session: None,
+                action: "act",
+                reason: "why",
+                created_at: "2026-01-01T00:00:00Z".into(),
+            })
+            .unwrap();
+        tx.commit().unwrap();
+        id
+    }
+
+    /// A read (a listing, then each row it names) is one snapshot: a ticket another process
+    /// opens in between is not seen half-way through.
+    #[test]
+    fn a_read_is_one_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteRules::open(&dir.path().join("bridle.db")).unwrap();
+        open_ticket(&db);
+        let mut read = db.begin(false).unwrap();
+        assert_eq!(read.ticket_ids(false).unwrap().len(), 1);
+        let id = open_ticket(&db);
+        assert_eq!(read.ticket_ids(false).unwrap().len(), 1);
+        assert!(read.ticket(id).unwrap().is_none());
+        drop(read);
+        assert_eq!(db.begin(false).unwrap().ticket_ids(false).unwrap().len(), 2);
     }
 }
