@@ -129,30 +129,33 @@ impl tower::Service<Request> for McpEndpoint {
 }
 
 impl GuardState {
-    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+    fn owners(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, crate::session_store::SessionOwner>> {
         // Single-statement updates of a plain map; a poisoned lock holds a consistent map.
         self.owners.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether one more session, for `principal`, would be over a session limit: the refusal
     /// to answer if so. The principal's own share is checked first, since it cannot retry
-    /// into a place other principals' sessions will leave. `forget_ended` (an `initialize`):
-    /// first drop the owners of sessions that ended (expired or closed), so they do not pile
-    /// up in the map. A resume counts the live ones without dropping any: a session being
-    /// resumed from the store has its owner recorded just before it opens.
+    /// into a place other principals' sessions will leave. Only the principal's live sessions
+    /// count. `forget_ended` (an `initialize`): first drop the owners of sessions that ended
+    /// (expired or closed), so they do not pile up in the map, but not of those recorded
+    /// within [`OWNER_GRACE`](crate::session_store::OWNER_GRACE): a session resumed from the
+    /// store has its owner recorded just before it opens, and opened without one it would
+    /// be anyone's.
     fn session_limit_refusal(&self, principal: &str, forget_ended: bool) -> Option<Response> {
         let held = {
             let mut owners = self.owners();
             if forget_ended {
                 // One pass over the map against the session table, copying no ids.
-                self.sessions.retain_live(&mut owners);
-                owners.values().filter(|o| *o == principal).count()
-            } else {
-                owners
-                    .iter()
-                    .filter(|(sid, o)| *o == principal && self.sessions.is_live(sid))
-                    .count()
+                self.sessions
+                    .retain_live(&mut owners, crate::session_store::SessionOwner::is_recent);
             }
+            owners
+                .iter()
+                .filter(|(sid, o)| o.principal == principal && self.sessions.is_live(sid))
+                .count()
         };
         if held >= self.max_sessions_per_principal {
             tracing::warn!(%principal, held, "refused a session over the principal's session limit");
@@ -669,7 +672,10 @@ async fn route(
         }
     };
     if let Some(sid) = &session {
-        let foreign = g.owners().get(sid).is_some_and(|o| *o != principal.id);
+        let foreign = g
+            .owners()
+            .get(sid)
+            .is_some_and(|o| o.principal != principal.id);
         // 2026-07-28 has no sessions: its requests ignore the header (rmcp serves them, or
         // answers a GET or DELETE `405`, whatever session it names), so it refuses nothing.
         if foreign && !is_modern(req.headers()) {
@@ -830,7 +836,10 @@ async fn route(
                         .get(SESSION_HEADER)
                         .and_then(|v| v.to_str().ok())
                     {
-                        g.owners().insert(sid.to_string(), principal.id.clone());
+                        g.owners().insert(
+                            sid.to_string(),
+                            crate::session_store::SessionOwner::now(principal.id.clone()),
+                        );
                     }
                     resp
                 }
@@ -1025,6 +1034,56 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn guard_state() -> GuardState {
+        GuardState {
+            auth: Arc::new(crate::OpenAccess::anonymous()),
+            allow: guard::AllowList::new(&[], &[]),
+            max_body: 1024,
+            max_sessions: 8,
+            max_sessions_per_principal: 8,
+            sessions: Arc::new(SessionTable::new(SessionSettings::default())),
+            streams: StreamCounter::new(8),
+            initializing: tokio::sync::Mutex::new(()),
+            owners: crate::session_store::SessionOwners::default(),
+            store: None,
+        }
+    }
+
+    /// The session store records a resumed session's owner just before rmcp opens the
+    /// session: an `initialize` that forgets the owners of sessions not open meanwhile must
+    /// not forget that one, or the session would open with no owner, for anyone to use.
+    #[test]
+    fn an_initialize_keeps_the_owner_of_a_session_being_resumed() {
+        let g = guard_state();
+        g.owners().insert(
+            "resuming".into(),
+            crate::session_store::SessionOwner::now("alice".into()),
+        );
+        assert!(g.session_limit_refusal("bob", true).is_none());
+        assert_eq!(
+            g.owners().get("resuming").map(|o| o.principal.as_str()),
+            Some("alice"),
+            "the owner of a session about to open was forgotten"
+        );
+        // The owner of a session that never opened in that time is forgotten.
+        let long_ago = std::time::Instant::now()
+            .checked_sub(crate::session_store::OWNER_GRACE * 2)
+            .expect("the clock has run for longer than that");
+        g.owners().insert(
+            "gone".into(),
+            crate::session_store::SessionOwner {
+                principal: "alice".into(),
+                since: long_ago,
+            },
+        );
+        assert!(g.session_limit_refusal("bob", true).is_none());
+        assert!(
+            g.owners().get("gone").is_none(),
+            "an ended session's owner kept"
+        );
+        assert!(g.owners().get("resuming").is_some());
+    }
 
     #[tokio::test]
     async fn peek_classifies_bodies() {

@@ -49,7 +49,35 @@ pub trait SessionStore: Send + Sync + 'static {
 }
 
 /// Which principal owns each live session of one HTTP endpoint (the guard layer's map).
-pub(crate) type SessionOwners = Arc<Mutex<HashMap<String, String>>>;
+pub(crate) type SessionOwners = Arc<Mutex<HashMap<String, SessionOwner>>>;
+
+/// How long the owner of a session that is not (or not yet) open is kept: a resumed session's
+/// owner is recorded here just before rmcp opens the session, and must outlast that gap.
+pub(crate) const OWNER_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The owner of one session, and when it was recorded.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionOwner {
+    /// The principal's id.
+    pub(crate) principal: String,
+    /// When the owner was recorded (see [`OWNER_GRACE`]).
+    pub(crate) since: std::time::Instant,
+}
+
+impl SessionOwner {
+    /// `principal`, recorded now.
+    pub(crate) fn now(principal: String) -> Self {
+        Self {
+            principal,
+            since: std::time::Instant::now(),
+        }
+    }
+
+    /// Whether it was recorded within [`OWNER_GRACE`] (its session may be about to open).
+    pub(crate) fn is_recent(&self) -> bool {
+        self.since.elapsed() < OWNER_GRACE
+    }
+}
 
 /// rmcp's store over a [`SessionStore`]: writes the owner of the request being served, and
 /// resumes a session only for its owner, recording the owner for the guard layer.
@@ -80,7 +108,7 @@ impl RmcpSessionStore for OwnedSessions {
         self.owners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(session_id.to_string(), caller);
+            .insert(session_id.to_string(), SessionOwner::now(caller));
         Ok(Some(SessionState::new(params)))
     }
 
@@ -188,7 +216,11 @@ mod tests {
             Some("t".to_string())
         );
         assert_eq!(
-            owners.lock().expect("lock").get("s1").map(String::as_str),
+            owners
+                .lock()
+                .expect("lock")
+                .get("s1")
+                .map(|o| o.principal.as_str()),
             Some("alice")
         );
         // Another principal cannot end it; its owner can.

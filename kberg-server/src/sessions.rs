@@ -162,10 +162,11 @@ impl SessionTable {
         self.read().get(id).is_some_and(|s| !s.has_ended())
     }
 
-    /// Keeps in `map` only the entries whose key is a live session's id.
-    pub(crate) fn retain_live<V>(&self, map: &mut HashMap<String, V>) {
+    /// Keeps in `map` only the entries whose key is a live session's id, or that `keep`
+    /// keeps anyway.
+    pub(crate) fn retain_live<V>(&self, map: &mut HashMap<String, V>, keep: impl Fn(&V) -> bool) {
         let live = self.read();
-        map.retain(|id, _| live.contains_key(id.as_str()));
+        map.retain(|id, v| keep(v) || live.contains_key(id.as_str()));
     }
 
     fn session(&self, id: &SessionId) -> Result<Arc<Session>, SessionError> {
