@@ -739,6 +739,32 @@ async fn log_out_ends_the_session() {
     );
 }
 
+/// A page of another site on the same host (another port of 127.0.0.1: cookies do not tell
+/// ports apart) can plant a `bridle-panel` cookie with a longer path, which the browser then
+/// sends before the real one. The panel finds the live session among the cookies of that
+/// name, so the planted one locks nobody out, and log-out still ends the real session.
+#[tokio::test]
+async fn a_planted_cookie_of_the_same_name_does_not_hide_the_session() {
+    let fixture = Fixture::new().await;
+    let mut c = signed_in(&fixture).await;
+    let real = c.cookie.clone().unwrap();
+    c.cookie = Some(format!("bridle-panel=planted-by-another-port; {real}"));
+    let r = c.get("/panel/queue").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.location());
+    let r = c.get("/panel/login").await;
+    assert_eq!(
+        r.status,
+        StatusCode::SEE_OTHER,
+        "a signed-in log-in page goes on"
+    );
+    let r = c.post("/panel/logout", &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    c.cookie = Some(real);
+    let r = c.get("/panel/queue").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "log-out ended the session");
+    assert!(r.location().starts_with("/panel/login"));
+}
+
 #[tokio::test]
 async fn a_revoked_credential_ends_the_session_on_the_next_request() {
     let fixture = Fixture::new().await;

@@ -50,17 +50,40 @@ fn is_live_refresh(method: &Method, headers: &HeaderMap) -> bool {
     is_safe(method) && is_htmx(headers) && headers.get(LIVE_REFRESH).is_some_and(|v| v == "1")
 }
 
-/// The session cookie's value, if the request has one.
-pub(crate) fn session_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+/// The values of the request's cookies named `name`, in the order the browser sent them. A
+/// browser sends every cookie of that name it holds: besides the panel's own, one planted by
+/// another site on the same host (another port: cookies do not tell ports apart) with a longer
+/// path, which comes first. So none of them is taken for the session on its own.
+pub(crate) fn session_cookies(headers: &HeaderMap, name: &str) -> Vec<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
+        .filter(|(k, _)| *k == name)
         .map(|(_, v)| v.trim().to_string())
         .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// The first of the request's session cookies that names a live session, with that session's
+/// id. Finding it counts as use of the session, unless `quiet` (what a page asks on its own).
+pub(crate) fn live_session(
+    panel: &Panel,
+    headers: &HeaderMap,
+    quiet: bool,
+) -> Option<(String, SignedIn)> {
+    session_cookies(headers, panel.config.cookie_name())
+        .into_iter()
+        .find_map(|id| {
+            let who = if quiet {
+                panel.sessions.peek(&id)
+            } else {
+                panel.sessions.get(&id)
+            };
+            who.map(|who| (id, who))
+        })
 }
 
 /// Adds the security headers; draws errors raised below.
@@ -209,17 +232,9 @@ pub(crate) async fn require_session(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let id = session_cookie(request.headers(), panel.config.cookie_name());
     // A live list's own refresh is not the admin at work: it must not keep an idle session open.
     let automatic = is_live_refresh(request.method(), request.headers());
-    let who = id.as_deref().and_then(|id| {
-        if automatic {
-            panel.sessions.peek(id)
-        } else {
-            panel.sessions.get(id)
-        }
-    });
-    let (Some(id), Some(who)) = (id, who) else {
+    let Some((id, who)) = live_session(&panel, request.headers(), automatic) else {
         return signed_out(&panel, &request);
     };
     if !is_safe(request.method()) && !who.may_change {

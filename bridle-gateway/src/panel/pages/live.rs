@@ -28,7 +28,7 @@ use serde::Deserialize;
 use super::PanelQuery;
 use super::audit::{AuditFilter, EntryPage, rows_of};
 use crate::panel::Panel;
-use crate::panel::guard::session_cookie;
+use crate::panel::guard::live_session;
 use crate::panel::session::SignedIn;
 use crate::panel::view::PanelError;
 
@@ -54,8 +54,12 @@ pub(crate) async fn signed_out(panel: Panel, id: String) {
     }
 }
 
-fn session_id(panel: &Panel, headers: &HeaderMap) -> Result<String, PanelError> {
-    session_cookie(headers, panel.config.cookie_name()).ok_or(PanelError::SessionEnded)
+/// The id of the live session the request came with (found again without counting as use:
+/// the session check before the handler already counted it).
+pub(crate) fn session_id(panel: &Panel, headers: &HeaderMap) -> Result<String, PanelError> {
+    live_session(panel, headers, true)
+        .map(|(id, _)| id)
+        .ok_or(PanelError::SessionEnded)
 }
 
 /// `GET /sessions/live`.

@@ -17,7 +17,7 @@ use zeroize::{Zeroize, Zeroizing};
 
 use super::{PanelForm, query_or_default};
 use crate::panel::Panel;
-use crate::panel::guard::{clear_cookie, session_cookie, session_cookie_header};
+use crate::panel::guard::{clear_cookie, live_session, session_cookie_header, session_cookies};
 use crate::panel::session::SignedIn;
 use crate::panel::view::{Page, PanelError, chrome, see_other};
 
@@ -104,10 +104,7 @@ pub(crate) async fn form(
     q: LoginQuery,
 ) -> Result<Response, PanelError> {
     let next = landing(&panel, q.next.as_deref());
-    if session_cookie(&headers, panel.config.cookie_name())
-        .and_then(|id| panel.sessions.get(&id))
-        .is_some()
-    {
+    if live_session(&panel, &headers, false).is_some() {
         return Ok(see_other(&next));
     }
     let notice = q.signed_out.map(|_| "You are signed out.");
@@ -199,7 +196,7 @@ pub(crate) async fn submit(
 
 /// `POST /logout`: ends the session (if any) and removes the cookie.
 pub(crate) async fn logout(State(panel): State<Panel>, headers: HeaderMap) -> Response {
-    if let Some(id) = session_cookie(&headers, panel.config.cookie_name()) {
+    for id in session_cookies(&headers, panel.config.cookie_name()) {
         panel.sessions.end(&id);
     }
     let mut response = see_other(&panel.url("/login?signed_out=1"));

@@ -512,8 +512,7 @@ pub(crate) async fn run_events(
     PanelPath(id): PanelPath<String>,
     headers: HeaderMap,
 ) -> Result<Response, PanelError> {
-    let session = crate::panel::guard::session_cookie(&headers, panel.config.cookie_name())
-        .ok_or(PanelError::SessionEnded)?;
+    let session = super::live::session_id(&panel, &headers)?;
     let body = panel
         .api
         .stream(&who, &format!("/index-runs/{}/events", seg(&id)))
