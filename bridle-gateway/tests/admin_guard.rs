@@ -269,6 +269,43 @@ async fn refused_tokens_from_one_address_get_429_even_with_the_right_token() {
     api.stop().await;
 }
 
+/// A success does not wipe its address's failures: else a holder of any admin credential (a
+/// watcher's, say) could guess other admins' tokens without end, signing in with their own
+/// every few guesses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_between_guesses_does_not_reset_the_addresss_count() {
+    let api = Api::start_with(|s| s.login_limits(LoginLimits::new(3, 100, WINDOW))).await;
+    let one = from(1);
+    for n in 0..3 {
+        let resp = one
+            .get(api.url("/projects"))
+            .bearer_auth(format!("guess-{n}"))
+            .send()
+            .await
+            .unwrap();
+        problem(resp, StatusCode::UNAUTHORIZED, "unauthorized").await;
+        if n < 2 {
+            json_ok(
+                one.get(api.url("/projects"))
+                    .bearer_auth(ALICE)
+                    .send()
+                    .await
+                    .unwrap(),
+                StatusCode::OK,
+            )
+            .await;
+        }
+    }
+    let resp = one
+        .get(api.url("/projects"))
+        .bearer_auth("guess-3")
+        .send()
+        .await
+        .unwrap();
+    problem(resp, StatusCode::TOO_MANY_REQUESTS, "too_many_attempts").await;
+    api.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_token_refused_too_often_gets_429_from_any_address() {
     let api = Api::start_with(|s| s.login_limits(LoginLimits::new(100, 2, WINDOW))).await;

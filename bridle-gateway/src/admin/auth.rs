@@ -438,9 +438,6 @@ pub async fn require_admin(
             "the token is not an admin credential".into(),
         ));
     };
-    if address.is_some() {
-        throttle.succeeded(address);
-    }
     let surface = match request.headers().get(SURFACE_HEADER) {
         None => Surface::Api,
         Some(v) => v

@@ -176,7 +176,6 @@ pub(crate) async fn submit(
             None,
         );
     };
-    panel.throttle.succeeded(address);
     let who = SignedIn {
         // The admin API's access rules marked the identity: a watcher, or a read-only API.
         may_change: identity.may_change,
