@@ -111,6 +111,7 @@ on_every_backend!(
     proposals_are_bounded_in_size_and_in_number,
     scope_tickets_are_bounded_in_size_and_in_number,
     pending_counts_agree_with_the_listings,
+    control_characters_of_a_vendor_page_never_reach_a_proposal,
 );
 
 fn guardrail(id: &str) -> ChangeRequest {
@@ -934,4 +935,58 @@ fn pending_counts_agree_with_the_listings(backend: Backend) {
             .is_err()
     );
     assert_eq!(agree(&store), counts);
+}
+
+/// True when `text` holds a character a reviewer would not see or a terminal would act on:
+/// a control character (line feeds and tabs aside) or a bidirectional-text control.
+fn hides_something(text: &str) -> bool {
+    text.chars().any(|c| {
+        (c.is_control() && !matches!(c, '\n' | '\t'))
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    })
+}
+
+/// A vendor page is scraped text from any server: escape sequences, NUL, a lone carriage
+/// return and bidirectional controls in it are dropped or become spaces, so the statements
+/// queued (and their excerpts in the ledger) hold only what a reviewer sees.
+fn control_characters_of_a_vendor_page_never_reach_a_proposal(backend: Backend) {
+    let (_dir, store) = store(backend);
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vendor-controls.html"),
+    )
+    .unwrap();
+    let markdown = "- Always run the \u{1b}[31mlinter\u{1b}[0m before you push a branch.\n- Never paste\u{0} tokens into \u{202e}chat windows\u{202c} or issues.\n- You should write\rshort commit messages in the \u{2067}imperative\u{2069} mood.\n";
+    for (source_ref, text, queued) in [("page.html", page.as_str(), 4), ("page.md", markdown, 3)] {
+        let report = store
+            .queue_vendor_guidance("shop", "claude", source_ref, text)
+            .unwrap();
+        assert_eq!(report.queued.len(), queued, "{source_ref}: {report:?}");
+        for c in
+            bridle_rules::vendor::extract(text, bridle_rules::vendor::DocumentFormat::sniff(text))
+        {
+            assert!(!hides_something(&c.statement), "{:?}", c.statement);
+            assert!(!hides_something(&c.excerpt), "{:?}", c.excerpt);
+        }
+    }
+    let statements: Vec<String> = store
+        .queue(Some("shop"), false)
+        .unwrap()
+        .into_iter()
+        .map(|p| match p.change {
+            ChangeRequest::Guardrail { statement, .. } => statement,
+            other => panic!("not a guardrail: {other:?}"),
+        })
+        .collect();
+    for s in &statements {
+        assert!(!hides_something(s), "{s:?}");
+    }
+    assert!(
+        statements.contains(&"Never commit secrets or credentials to the repository.".to_string()),
+        "{statements:?}"
+    );
+    assert!(
+        statements
+            .contains(&"You should keep CLAUDE.md short and specific for the agent.".to_string()),
+        "{statements:?}"
+    );
 }

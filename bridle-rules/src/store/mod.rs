@@ -993,7 +993,8 @@ impl RulesStore {
 
     /// Queues one vendor-seeded guardrail statement for an agent profile, from the document
     /// `source_ref` (a URL or file). Returns the new proposal's id, or `None` when the statement
-    /// was queued before (in any state) or is already policy.
+    /// was queued before (in any state) or is already policy. Control characters in the
+    /// statement are dropped or become spaces, as the extractor does with a page's text.
     pub fn queue_vendor_statement(
         &self,
         project: &str,
@@ -1004,9 +1005,10 @@ impl RulesStore {
         self.catalog.get(agent)?;
         let doc = self.load(project)?.document;
         let origin = Origin::vendor(agent, source_ref);
+        let statement = crate::vendor::extract::visible_text(statement);
         let mut tx = self.backend.begin(true)?;
         let queued =
-            self.queue_candidate(&mut *tx, &doc, project, agent, &origin, statement, None)?;
+            self.queue_candidate(&mut *tx, &doc, project, agent, &origin, &statement, None)?;
         tx.commit()?;
         Ok(queued)
     }

@@ -108,7 +108,7 @@ impl DocumentFormat {
 /// One guardrail candidate found in a document, with the passage it came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Excerpted {
-    /// The instruction-like sentence, whitespace normalized.
+    /// The instruction-like sentence, whitespace normalized, without control characters.
     pub statement: String,
     /// The paragraph or list item that holds it (cut to a window around the sentence when
     /// long), so a reviewer sees it in context.
@@ -218,7 +218,28 @@ fn excerpt_around(block: &str, block_chars: usize, at: std::ops::Range<usize>) -
     out
 }
 
-/// Collects text into blocks; whitespace runs become one space.
+/// True for a bidirectional-text control (U+202A to U+202E, U+2066 to U+2069): it makes a
+/// reader see another order of words than the one the text holds.
+pub(crate) fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` without what a reviewer would not see but a terminal or a rendered file would act
+/// on: a bidirectional-text control is dropped, any other control character (an escape
+/// sequence's ESC, NUL, a lone carriage return) becomes a space. A page is scraped text, so
+/// it is cleaned rather than refused (the gateway refuses such characters from an agent).
+pub(crate) fn visible_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() || is_bidi_control(c)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    text.chars()
+        .filter(|&c| !is_bidi_control(c))
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+/// Collects text into blocks; whitespace runs (and control characters, see [`visible_text`])
+/// become one space.
 #[derive(Default)]
 struct Blocks {
     done: Vec<String>,
@@ -227,6 +248,7 @@ struct Blocks {
 
 impl Blocks {
     fn push_text(&mut self, text: &str) {
+        let text = visible_text(text);
         for (i, word) in text.split(char::is_whitespace).enumerate() {
             if i > 0 && !self.current.ends_with(' ') {
                 self.current.push(' ');
