@@ -21,7 +21,10 @@
 //! reads and subscribes on a caller's behalf through the `*_for` methods
 //! ([`ResourceRegistry::list_for`], [`ResourceRegistry::read_for`],
 //! [`ResourceRegistry::subscriber_for`]), and a resource hidden from that caller answers
-//! exactly as one never registered. The methods without a caller see everything: they are for
+//! exactly as one never registered. What a caller may see can change while it is subscribed
+//! (an admin takes a project away from an agent), so the visibility is asked again for each
+//! subscriber at each update, and a subscription to what is no longer shown ends rather than
+//! leak the resource's updates. The methods without a caller see everything: they are for
 //! the app itself. Whoever produces a resource's updates elsewhere (an aggregator relaying
 //! an upstream server's) can watch which URIs have subscribers with
 //! [`ResourceRegistry::subscription_changes`] and [`ResourceRegistry::subscribed_uris`].
@@ -69,7 +72,10 @@ use crate::principal::Caller;
 /// ```
 ///
 /// A filter that panics unwinds through the caller's listing, read or subscription:
-/// kberg-server answers such a request `-32603` with `data.code = "internal_error"`.
+/// kberg-server answers such a request `-32603` with `data.code = "internal_error"`. Asked
+/// again when an update is notified (what a caller may see can change while it is
+/// subscribed), its panic does not unwind through the app's
+/// [`ResourceRegistry::notify_updated`]: it counts as hiding the resource.
 pub trait ResourceVisibility: Send + Sync + 'static {
     /// Whether `caller` may list, read and subscribe to the resource at `uri` (a registered
     /// URI, or one that a template matches).
@@ -278,7 +284,8 @@ pub enum ResourceEvent {
         /// The URI.
         uri: String,
     },
-    /// The resource was removed; the subscription to it has ended.
+    /// The resource was removed, or the subscriber's caller may no longer see it (see
+    /// [`ResourceRegistry::notify_updated`]); the subscription to it has ended.
     Removed {
         /// The URI.
         uri: String,
@@ -438,12 +445,32 @@ struct Subscriptions {
     members: HashMap<u64, Member>,
 }
 
+/// Whether the app's `visibility` shows `uri` to `caller`, asked where nobody can answer for
+/// its panic (an app's `notify_updated`): a visibility that panics hides the resource, and
+/// the panic is logged without its payload, which may quote anything the filter held.
+fn shows_contained(visibility: &dyn ResourceVisibility, uri: &str, caller: &Caller) -> bool {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        visibility.resource(uri, caller)
+    }))
+    .unwrap_or_else(|_panic| {
+        tracing::error!(
+            uri,
+            "the resource visibility panicked; the subscriber was not told of the update, and \
+             its subscription ended"
+        );
+        false
+    })
+}
+
 /// A live subscriber as the registry sees it.
 struct Member {
     mailbox: Arc<Mailbox>,
     /// How many URIs it is subscribed to (its entries in `by_uri`), counted here because a
     /// removal ends subscriptions without the subscriber's doing.
     subscribed: usize,
+    /// Whose behalf it subscribes on (`None`: the app's own, which sees everything), asked
+    /// again at each update: what a caller may see can change while it is subscribed.
+    caller: Option<Caller>,
 }
 
 /// A subscriber's undelivered events, and the wake-up of its reader.
@@ -1024,6 +1051,7 @@ impl ResourceRegistry {
             Member {
                 mailbox: Arc::clone(&mailbox),
                 subscribed: 0,
+                caller: caller.clone(),
             },
         );
         Subscriber {
@@ -1040,19 +1068,82 @@ impl ResourceRegistry {
     /// A subscriber that has not yet read its last update of `uri` counts as told: that update
     /// is not queued twice, and reading it tells the subscriber to read the resource again,
     /// which covers this change too. Notifying never waits for a subscriber's reader.
+    ///
+    /// A subscriber on a caller's behalf is told only while the app's [`ResourceVisibility`]
+    /// still shows it the resource (asked once per subscriber and update): one no longer shown
+    /// it (say, a project was taken away from an agent) is not told, and its subscription
+    /// ends with [`ResourceEvent::Removed`], as if the resource were gone, which for that
+    /// caller it is. A visibility that panics counts as hiding the resource; its panic does not
+    /// unwind through this call.
     pub fn notify_updated(&self, uri: &str) -> usize {
-        let subs = self.subs();
-        let Some(ids) = subs.by_uri.get(uri) else {
-            return 0;
+        let entries = self.snapshot();
+        let Some(visibility) = entries.visibility.as_ref() else {
+            let subs = self.subs();
+            let Some(ids) = subs.by_uri.get(uri) else {
+                return 0;
+            };
+            let mut told = 0;
+            for id in ids {
+                if let Some(member) = subs.members.get(id) {
+                    member.mailbox.updated(uri);
+                    told += 1;
+                }
+            }
+            return told;
+        };
+        // The app's visibility is asked with the subscriptions' lock released: it may call
+        // back into this registry.
+        let watching: Vec<(u64, Arc<Mailbox>, Option<Caller>)> = {
+            let subs = self.subs();
+            let Some(ids) = subs.by_uri.get(uri) else {
+                return 0;
+            };
+            ids.iter()
+                .filter_map(|id| {
+                    let member = subs.members.get(id)?;
+                    Some((*id, Arc::clone(&member.mailbox), member.caller.clone()))
+                })
+                .collect()
         };
         let mut told = 0;
-        for id in ids {
-            if let Some(member) = subs.members.get(id) {
-                member.mailbox.updated(uri);
+        let mut hidden = Vec::new();
+        for (id, mailbox, caller) in watching {
+            if caller.is_none_or(|c| shows_contained(visibility.as_ref(), uri, &c)) {
+                mailbox.updated(uri);
                 told += 1;
+            } else {
+                hidden.push(id);
             }
         }
+        if !hidden.is_empty() {
+            self.end_hidden(uri, &hidden);
+        }
         told
+    }
+
+    /// Ends the subscriptions to `uri` of the subscribers `ids`, which may no longer see it.
+    fn end_hidden(&self, uri: &str, ids: &[u64]) {
+        let mut guard = self.subs();
+        let subs = &mut *guard;
+        let Some(watching) = subs.by_uri.get_mut(uri) else {
+            return;
+        };
+        for id in ids {
+            if watching.remove(id)
+                && let Some(member) = subs.members.get_mut(id)
+            {
+                member.subscribed = member.subscribed.saturating_sub(1);
+                member.mailbox.removed(uri);
+            }
+        }
+        let last = watching.is_empty();
+        if last {
+            subs.by_uri.remove(uri);
+        }
+        drop(guard);
+        if last {
+            self.interest_changed();
+        }
     }
 
     /// The number of subscribers watching `uri`.
