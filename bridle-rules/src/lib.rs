@@ -72,7 +72,7 @@ pub use store::{
     MAX_PROPOSAL_BYTES, Origin, PendingCounts, Proposal, ProposalStatus, RulesStore,
     SQLITE_MIGRATIONS, ScopeTicket, UNCHANGED_CHECK_MAX, VendorReport,
 };
-pub use validate::validate;
+pub use validate::{MAX_LINE_CHARS, validate};
 pub use yaml::{Loaded, load_str, to_yaml};
 
 /// The Kberg write-capability ids that agent permissions turn into. A gateway declares them

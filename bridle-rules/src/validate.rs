@@ -2,15 +2,20 @@
 //!
 //! Serde checks the shape; this module checks meaning: agent names must be known (a typo would
 //! silently drop an agent's permissions or guardrails), guardrail ids must be unique (approvals
-//! and renders refer to them), and nothing may sit in policy without a person's approval (a
-//! vendor suggestion or an agent proposal pasted into `guardrails:` is exactly the silent
-//! promotion the review queue exists to prevent). Every problem is reported, not just the first.
+//! and renders refer to them), names that title or head a rendered file (the project's, a
+//! pattern's, an example's tags) must be one line, and nothing may sit in policy without a
+//! person's approval (a vendor suggestion or an agent proposal pasted into `guardrails:` is
+//! exactly the silent promotion the review queue exists to prevent). Every problem is reported, not just the first.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::agents::AgentCatalog;
 use crate::error::{Problem, check_name};
 use crate::model::{ALL_AGENTS, MAX_REVISION, RulesDocument, Source};
+
+/// The most characters of a pattern's name or an example repository's reference or pattern
+/// tag: each is a heading or part of one line of every rendered file.
+pub const MAX_LINE_CHARS: usize = 200;
 
 /// Whether `c` has no place in a one-line name: a control character (line feed, carriage
 /// return, tab, ...) or a Unicode line or paragraph separator.
@@ -136,6 +141,56 @@ pub fn validate(doc: &RulesDocument, catalog: &AgentCatalog, text: Option<&str>)
                 ),
             ),
             _ => {}
+        }
+    }
+
+    // A pattern's name is a heading of every rendered file and an example's tags are quoted
+    // on one of its list lines: held to one line, as the project name is, and to a length a
+    // heading can have.
+    let one_line =
+        |text: &str| text.chars().count() <= MAX_LINE_CHARS && !text.chars().any(breaks_a_line);
+    let not_one_line = |what: &str| {
+        format!(
+            "{what} must be one line of at most {MAX_LINE_CHARS} characters, without line breaks, tabs or other control characters (it is a heading or a line of every rendered file)"
+        )
+    };
+    for (i, name) in doc.patterns.standard.iter().enumerate() {
+        if !one_line(name) {
+            push(
+                "invalid_name",
+                format!("patterns.standard[{i}]"),
+                Some("standard:".into()),
+                not_one_line("a standard pattern's name"),
+            );
+        }
+    }
+    for (i, c) in doc.patterns.custom.iter().enumerate() {
+        if !one_line(&c.name) {
+            push(
+                "invalid_name",
+                format!("patterns.custom[{i}].name"),
+                Some("custom:".into()),
+                not_one_line("a pattern's name"),
+            );
+        }
+        for (j, r) in c.example_repos.iter().enumerate() {
+            for (key, tag, what) in [
+                (
+                    "reference_tag",
+                    &r.reference_tag,
+                    "an example's reference tag",
+                ),
+                ("arch_tag", &r.arch_tag, "an example's pattern tag"),
+            ] {
+                if !one_line(tag) {
+                    push(
+                        "invalid_name",
+                        format!("patterns.custom[{i}].example_repos[{j}].{key}"),
+                        Some("custom:".into()),
+                        not_one_line(what),
+                    );
+                }
+            }
         }
     }
 
