@@ -112,6 +112,7 @@ on_every_backend!(
     scope_tickets_are_bounded_in_size_and_in_number,
     pending_counts_agree_with_the_listings,
     control_characters_of_a_vendor_page_never_reach_a_proposal,
+    a_retried_guardrail_proposal_is_queued_once,
 );
 
 fn guardrail(id: &str) -> ChangeRequest {
@@ -314,14 +315,12 @@ fn bad_proposals_are_refused_with_reasons(backend: Backend) {
         "proposal_rejected"
     );
 
-    // Two proposals for the same id: the second approval is refused, the first stays.
+    // The same proposal twice is queued once (see a_retried_guardrail_proposal_is_queued_once);
+    // once approved, the id is taken.
     let p1 = store.propose("shop", &o, &guardrail("same"), None).unwrap();
     let p2 = store.propose("shop", &o, &guardrail("same"), None).unwrap();
+    assert_eq!(p2.id, p1.id);
     store.approve(p1.id, "alice").unwrap();
-    assert_eq!(
-        store.approve(p2.id, "alice").unwrap_err().code(),
-        "proposal_rejected"
-    );
     assert_eq!(
         store
             .propose("shop", &o, &guardrail("same"), None)
@@ -989,4 +988,73 @@ fn control_characters_of_a_vendor_page_never_reach_a_proposal(backend: Backend) 
             .contains(&"You should keep CLAUDE.md short and specific for the agent.".to_string()),
         "{statements:?}"
     );
+}
+
+/// An agent that sends `propose_guardrail` again (a retry after a lost answer, from any replica
+/// at once) gets the proposal already waiting, not a second one whose approval would then fail;
+/// another guardrail under an id already waiting for review is refused, nothing queued.
+fn a_retried_guardrail_proposal_is_queued_once(backend: Backend) {
+    let (dir, store) = store(backend);
+    let o = Origin::agent("claude", Some("s1".into()));
+    let first = store.propose("shop", &o, &guardrail("g1"), None).unwrap();
+    let retried = Origin::agent("claude", Some("s2".into()));
+    let again = store
+        .propose("shop", &retried, &guardrail("g1"), None)
+        .unwrap();
+    assert_eq!(again.id, first.id);
+    assert_eq!(again, first);
+
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let s = dir.open_another();
+            std::thread::spawn(move || {
+                s.propose(
+                    "shop",
+                    &Origin::agent("codex", None),
+                    &guardrail("g2"),
+                    None,
+                )
+                .unwrap()
+                .id
+            })
+        })
+        .collect();
+    let ids: Vec<u64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(ids.iter().all(|&id| id == ids[0]), "{ids:?}");
+    assert_eq!(store.queue(Some("shop"), false).unwrap().len(), 2);
+
+    let other = ChangeRequest::Guardrail {
+        id: "g1".into(),
+        statement: "Another statement under the same id.".into(),
+        severity: Severity::Guidance,
+        applies_to: vec!["all_agents".into()],
+    };
+    for origin in [&o, &Origin::agent("codex", None)] {
+        let err = store.propose("shop", origin, &other, None).unwrap_err();
+        assert_eq!(err.code(), "proposal_rejected", "{err}");
+        assert!(
+            err.to_string().contains(&format!("proposal {}", first.id)),
+            "{err}"
+        );
+    }
+    // The same guardrail from another proposer is another person's proposal of it: refused.
+    let err = store
+        .propose(
+            "shop",
+            &Origin::agent("codex", None),
+            &guardrail("g1"),
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), "proposal_rejected", "{err}");
+    assert_eq!(store.queue(Some("shop"), false).unwrap().len(), 2);
+
+    store.approve(first.id, "alice").unwrap();
+    store.approve(ids[0], "alice").unwrap();
+    assert_eq!(store.load("shop").unwrap().document.guardrails.len(), 2);
+    // Once decided, a new proposal of the id is refused as before (the guardrail exists).
+    let err = store
+        .propose("shop", &o, &guardrail("g1"), None)
+        .unwrap_err();
+    assert!(err.to_string().contains("already exists"), "{err}");
 }

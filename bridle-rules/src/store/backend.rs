@@ -134,6 +134,12 @@ pub(crate) trait RulesTx {
         project: Option<&str>,
         include_decided: bool,
     ) -> Result<Vec<u64>, RulesError>;
+    /// The pending proposals of the project that add the guardrail `id`, ascending.
+    fn pending_guardrail_proposals(
+        &mut self,
+        project: &str,
+        id: &str,
+    ) -> Result<Vec<u64>, RulesError>;
     /// The ids of the project's proposals (in any state) that are `base` or start with
     /// `base-`: every id a new one made from `base` could collide with, in one query.
     fn guardrail_ids_from(&mut self, project: &str, base: &str) -> Result<Vec<String>, RulesError>;

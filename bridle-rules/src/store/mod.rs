@@ -649,6 +649,10 @@ impl RulesStore {
     /// Queues a change for review. The document is not touched. A change over
     /// [`MAX_PROPOSAL_BYTES`], or one more for a project that has [`MAX_PENDING_PROPOSALS`]
     /// waiting, is refused ([`RulesError::Rejected`]) with nothing stored.
+    ///
+    /// A guardrail whose id a pending proposal already adds is not queued again: the same
+    /// change from the same proposer (a retry) answers the proposal waiting, anything else is
+    /// refused ([`RulesError::Rejected`], naming that proposal).
     pub fn propose(
         &self,
         project: &str,
@@ -667,18 +671,35 @@ impl RulesStore {
         }
         let mut tx = self.backend.begin(true)?;
         let doc = self.load_in(&mut *tx, project)?.document;
-        // Counted in the write transaction, so concurrent proposers cannot pass the limit.
-        let pending = tx.proposal_ids(Some(project), false)?.len();
-        if pending >= MAX_PENDING_PROPOSALS {
-            return Err(RulesError::Rejected(format!(
-                "project `{project}` has {pending} proposals waiting for review, the most it holds; propose again once some are approved or rejected"
-            )));
-        }
         if let ChangeRequest::Guardrail { id, .. } = change
             && doc.guardrail(id).is_some()
         {
             return Err(RulesError::Rejected(format!(
                 "guardrail `{id}` already exists in project `{project}`; propose a different id"
+            )));
+        }
+        // A guardrail id already waiting for review: the same proposal again (a retry) is
+        // answered with the one waiting; anything else under that id could never be approved
+        // after it. Looked up in the write transaction, so concurrent retries queue one.
+        if let ChangeRequest::Guardrail { id, .. } = change
+            && let Some(&waiting) = tx.pending_guardrail_proposals(project, id)?.first()
+        {
+            let existing = get_proposal(&mut *tx, waiting)?;
+            if existing.change == *change
+                && existing.origin.source == origin.source
+                && existing.origin.proposed_by == origin.proposed_by
+            {
+                return Ok(existing);
+            }
+            return Err(RulesError::Rejected(format!(
+                "guardrail `{id}` is already proposed in project `{project}` (proposal {waiting}, waiting for review); propose a different id, or wait until a person decides that proposal"
+            )));
+        }
+        // Counted in the write transaction, so concurrent proposers cannot pass the limit.
+        let pending = tx.proposal_ids(Some(project), false)?.len();
+        if pending >= MAX_PENDING_PROPOSALS {
+            return Err(RulesError::Rejected(format!(
+                "project `{project}` has {pending} proposals waiting for review, the most it holds; propose again once some are approved or rejected"
             )));
         }
         if let Some(base) = base_revision

@@ -300,6 +300,21 @@ impl RulesTx for PostgresTx {
         Ok(as_u64s(&rows))
     }
 
+    fn pending_guardrail_proposals(
+        &mut self,
+        project: &str,
+        id: &str,
+    ) -> Result<Vec<u64>, RulesError> {
+        let rows = self.tx.query(
+            "SELECT id FROM proposals
+             WHERE project = $1 AND status = 'pending'
+               AND change::jsonb ->> 'kind' = 'guardrail' AND change::jsonb ->> 'id' = $2
+             ORDER BY id",
+            &[&project, &id],
+        )?;
+        Ok(as_u64s(&rows))
+    }
+
     fn guardrail_ids_from(&mut self, project: &str, base: &str) -> Result<Vec<String>, RulesError> {
         // The same statement as SQLite's (`substr` and `length` count characters in both).
         let rows = self.tx.query(

@@ -260,6 +260,25 @@ impl RulesTx for SqliteTx {
         )
     }
 
+    fn pending_guardrail_proposals(
+        &mut self,
+        project: &str,
+        id: &str,
+    ) -> Result<Vec<u64>, RulesError> {
+        // `json_valid` first (a CASE is evaluated lazily): one row that is not JSON must not
+        // fail every proposal of the project.
+        ids(
+            &self.conn,
+            "SELECT id FROM proposals
+             WHERE project = ?1 AND status = 'pending'
+               AND CASE WHEN json_valid(change)
+                   THEN json_extract(change, '$.kind') = 'guardrail' AND json_extract(change, '$.id') = ?2
+                   ELSE 0 END
+             ORDER BY id",
+            params![project, id],
+        )
+    }
+
     fn guardrail_ids_from(&mut self, project: &str, base: &str) -> Result<Vec<String>, RulesError> {
         // The same statement as PostgreSQL's (`substr` and `length` count characters in both).
         let mut stmt = self.conn.prepare(
