@@ -190,12 +190,9 @@ async fn traffic_shows_in_the_exposition_without_argument_values() {
         assert!(!page.contains(leak), "`{leak}` reached /metrics");
     }
 
-    // The upstream goes away and comes back on the same port: one reconnect, counted.
-    let addr = upstream
-        .url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .to_string();
+    // The upstream goes away and comes back on the same port, which the test keeps meanwhile:
+    // one reconnect, counted.
+    let kept = ops_support::ReservedPort::beside(&upstream);
     upstream.stop.cancel();
     let _ = upstream.served.await;
     // The aggregator notices when a call fails.
@@ -204,7 +201,7 @@ async fn traffic_shows_in_the_exposition_without_argument_values() {
         .await
         .unwrap();
     assert!(r.is_error, "{r:?}");
-    let again = ops_support::start_upstream_at(&addr).await;
+    let again = ops_support::start_upstream_on(kept).await;
     let (_, _) = poll_json(&http, &format!("{}/readyz", gw.base), |s, _| s == 200).await;
     eventually_async_ok("a reconnect to be counted", || async {
         let page = scrape(&http, &gw.base).await;

@@ -34,9 +34,14 @@ pub struct Upstream {
 }
 
 /// Starts the upstream on a free loopback port (or on `addr`).
+/// Its listening socket shares its port (`SO_REUSEPORT`), so that [`ReservedPort::beside`]
+/// can keep the port while the upstream is stopped and started again.
 pub async fn start_upstream_at(addr: &str) -> Upstream {
-    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
-    serve_upstream(listener)
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_reuseport(true).unwrap();
+    socket.bind(addr).unwrap();
+    serve_upstream(socket.listen(1024).unwrap())
 }
 
 /// A loopback port kept for an upstream that starts later ([`start_upstream_on`]): bound but
@@ -49,6 +54,23 @@ impl ReservedPort {
     pub fn on_loopback() -> Self {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         socket.bind(([127, 0, 0, 1], 0).into()).unwrap();
+        Self(socket)
+    }
+
+    /// Keeps the port of a running upstream ([`start_upstream_at`] shares it) for when it
+    /// stops: bound beside its listener, not listening, so once the upstream is gone a
+    /// connection to the port is refused, and no other socket can take the port before the
+    /// upstream starts again on it ([`start_upstream_on`]).
+    pub fn beside(upstream: &Upstream) -> Self {
+        let addr: std::net::SocketAddr = upstream
+            .url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp")
+            .parse()
+            .unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_reuseport(true).unwrap();
+        socket.bind(addr).unwrap();
         Self(socket)
     }
 
