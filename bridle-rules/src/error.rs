@@ -157,6 +157,19 @@ pub enum RulesError {
     /// A proposal cannot be applied (for example a guardrail id that already exists).
     #[error("{0}")]
     Rejected(String),
+    /// One proposer has as many proposals of a project waiting for review as one may have
+    /// ([`MAX_PENDING_PER_PROPOSER`](crate::MAX_PENDING_PER_PROPOSER)); nothing was stored.
+    #[error(
+        "`{proposer}` has {pending} proposals waiting for review in project `{project}`, the most one proposer may have; propose again once some are approved or rejected"
+    )]
+    TooManyPending {
+        /// The project.
+        project: String,
+        /// Who proposes (an agent's name, `vendor:<agent>` for a vendor feed).
+        proposer: String,
+        /// How many of its proposals wait.
+        pending: u64,
+    },
     /// A template failed to load or render.
     #[error("template `{name}`: {message}")]
     Template {
@@ -237,6 +250,7 @@ impl RulesError {
             RulesError::NotFound { .. } => "not_found",
             RulesError::AlreadyDecided { .. } => "already_decided",
             RulesError::Rejected(_) => "proposal_rejected",
+            RulesError::TooManyPending { .. } => "too_many_pending",
             RulesError::Template { .. } => "template_error",
             RulesError::Database(_) | RulesError::Postgres(_) => "database_error",
             RulesError::DatabaseTooNew { .. } => "database_too_new",

@@ -68,9 +68,9 @@ pub use render::{Rendered, Renderer, provenance_text};
 #[cfg(feature = "postgres")]
 pub use store::POSTGRES_MIGRATIONS;
 pub use store::{
-    ChangeRecord, ChangeRequest, DocumentSource, Documents, MAX_PENDING_PROPOSALS,
-    MAX_PROPOSAL_BYTES, Origin, PendingCounts, Proposal, ProposalStatus, RulesStore,
-    SQLITE_MIGRATIONS, ScopeTicket, UNCHANGED_CHECK_MAX, VendorReport,
+    ChangeRecord, ChangeRequest, DocumentSource, Documents, MAX_PENDING_PER_PROPOSER,
+    MAX_PENDING_PROPOSALS, MAX_PROPOSAL_BYTES, Origin, PendingCounts, Proposal, ProposalStatus,
+    RulesStore, SQLITE_MIGRATIONS, ScopeTicket, UNCHANGED_CHECK_MAX, VendorReport,
 };
 pub use validate::{MAX_LINE_CHARS, validate};
 pub use yaml::{Loaded, load_str, to_yaml};

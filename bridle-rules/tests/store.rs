@@ -113,6 +113,7 @@ on_every_backend!(
     pending_counts_agree_with_the_listings,
     control_characters_of_a_vendor_page_never_reach_a_proposal,
     a_retried_guardrail_proposal_is_queued_once,
+    one_proposer_cannot_fill_a_project_queue,
 );
 
 fn guardrail(id: &str) -> ChangeRequest {
@@ -764,10 +765,15 @@ fn proposals_are_bounded_in_size_and_in_number(backend: Backend) {
     assert_eq!(err.code(), "proposal_rejected", "{err}");
     assert!(store.queue(Some("shop"), true).unwrap().is_empty());
 
+    // Many proposers (each within its own limit) fill the project.
     let mut first = None;
     for i in 0..bridle_rules::MAX_PENDING_PROPOSALS {
+        let by = Origin::agent(
+            format!("agent-{}", i / bridle_rules::MAX_PENDING_PER_PROPOSER),
+            None,
+        );
         let p = store
-            .propose("shop", &o, &guardrail(&format!("g{i}")), None)
+            .propose("shop", &by, &guardrail(&format!("g{i}")), None)
             .unwrap();
         first.get_or_insert(p.id);
     }
@@ -1057,4 +1063,95 @@ fn a_retried_guardrail_proposal_is_queued_once(backend: Backend) {
         .propose("shop", &o, &guardrail("g1"), None)
         .unwrap_err();
     assert!(err.to_string().contains("already exists"), "{err}");
+}
+
+/// One proposer (a prompt-injected agent, say) may keep at most `MAX_PENDING_PER_PROPOSER`
+/// proposals of a project waiting, so it cannot fill the project's queue and lock out the other
+/// agents and the vendor feed, whose items count under a proposer of their own.
+fn one_proposer_cannot_fill_a_project_queue(backend: Backend) {
+    let (_dir, store) = store(backend);
+    let max = bridle_rules::MAX_PENDING_PER_PROPOSER;
+    let claude = Origin::agent("claude", None);
+    let mut first = None;
+    for i in 0..max {
+        let p = store
+            .propose("shop", &claude, &guardrail(&format!("g{i}")), None)
+            .unwrap();
+        first.get_or_insert(p.id);
+    }
+    let err = store
+        .propose("shop", &claude, &guardrail("one-more"), None)
+        .unwrap_err();
+    assert_eq!(err.code(), "too_many_pending", "{err}");
+    assert!(err.to_string().contains("`claude`"), "{err}");
+    assert_eq!(store.queue(Some("shop"), false).unwrap().len(), max);
+    // A retry of one it has waiting is still answered with it.
+    assert_eq!(
+        store
+            .propose("shop", &claude, &guardrail("g0"), None)
+            .unwrap()
+            .id,
+        first.unwrap()
+    );
+
+    // Other agents and the vendor feed still get their changes queued.
+    store
+        .propose(
+            "shop",
+            &Origin::agent("codex", None),
+            &guardrail("codex-1"),
+            None,
+        )
+        .unwrap();
+    let report = store
+        .queue_vendor_guidance(
+            "shop",
+            "claude",
+            "https://vendor.example/guide",
+            "- Always run the tests before you commit.\n",
+        )
+        .unwrap();
+    assert_eq!(report.queued.len(), 1);
+
+    // A decision makes room for that proposer again.
+    store.reject(first.unwrap(), "alice", "not now").unwrap();
+    store
+        .propose("shop", &claude, &guardrail("one-more"), None)
+        .unwrap();
+
+    // The vendor feed of one profile is held to the same limit, under its own name.
+    for i in 1..max {
+        let queued = store
+            .queue_vendor_statement(
+                "shop",
+                "claude",
+                "https://vendor.example/guide",
+                &format!("Always run check number {i} before you commit."),
+            )
+            .unwrap();
+        assert!(queued.is_some(), "{i}");
+    }
+    let err = store
+        .queue_vendor_statement(
+            "shop",
+            "claude",
+            "https://vendor.example/guide",
+            "Never push on a Friday afternoon to the main branch.",
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), "too_many_pending", "{err}");
+    assert!(err.to_string().contains("`vendor:claude`"), "{err}");
+    // A statement queued before is still simply skipped.
+    assert_eq!(
+        store
+            .queue_vendor_statement(
+                "shop",
+                "claude",
+                "https://vendor.example/guide",
+                "Always run check number 1 before you commit."
+            )
+            .unwrap(),
+        None
+    );
+    assert_eq!(store.queue(Some("shop"), false).unwrap().len(), 2 * max + 1);
 }

@@ -134,6 +134,9 @@ pub(crate) trait RulesTx {
         project: Option<&str>,
         include_decided: bool,
     ) -> Result<Vec<u64>, RulesError>;
+    /// How many proposals of the project `proposed_by` has pending.
+    fn pending_proposals_by(&mut self, project: &str, proposed_by: &str)
+    -> Result<u64, RulesError>;
     /// The pending proposals of the project that add the guardrail `id`, ascending.
     fn pending_guardrail_proposals(
         &mut self,

@@ -61,6 +61,14 @@ pub const MAX_PROPOSAL_BYTES: usize = 64 * 1024;
 /// [`RulesStore::propose`] stores nothing until some are approved or rejected.
 pub const MAX_PENDING_PROPOSALS: usize = 1000;
 
+/// The most proposals of one project that one proposer (an agent, by the name it proposes
+/// under; a vendor feed of one agent profile, as `vendor:<agent>`) may have waiting for a person
+/// at once: 100, a tenth of [`MAX_PENDING_PROPOSALS`], so one agent (a prompt-injected one, say)
+/// cannot fill the project's queue and lock out the other agents and the vendor feed. Past it,
+/// [`RulesStore::propose`] and vendor sourcing store nothing ([`RulesError::TooManyPending`])
+/// until some of that proposer's are approved or rejected.
+pub const MAX_PENDING_PER_PROPOSER: usize = 100;
+
 /// The projects folder and the database, with the agent catalog used to validate documents.
 #[derive(Debug, Clone)]
 pub struct RulesStore {
@@ -648,7 +656,9 @@ impl RulesStore {
 
     /// Queues a change for review. The document is not touched. A change over
     /// [`MAX_PROPOSAL_BYTES`], or one more for a project that has [`MAX_PENDING_PROPOSALS`]
-    /// waiting, is refused ([`RulesError::Rejected`]) with nothing stored.
+    /// waiting, is refused ([`RulesError::Rejected`]) with nothing stored; so is one more from a
+    /// proposer with [`MAX_PENDING_PER_PROPOSER`] of the project's waiting
+    /// ([`RulesError::TooManyPending`]).
     ///
     /// A guardrail whose id a pending proposal already adds is not queued again: the same
     /// change from the same proposer (a retry) answers the proposal waiting, anything else is
@@ -695,7 +705,8 @@ impl RulesStore {
                 "guardrail `{id}` is already proposed in project `{project}` (proposal {waiting}, waiting for review); propose a different id, or wait until a person decides that proposal"
             )));
         }
-        // Counted in the write transaction, so concurrent proposers cannot pass the limit.
+        // Counted in the write transaction, so concurrent proposers cannot pass the limits.
+        check_proposer_room(&mut *tx, project, &origin.proposed_by)?;
         let pending = tx.proposal_ids(Some(project), false)?.len();
         if pending >= MAX_PENDING_PROPOSALS {
             return Err(RulesError::Rejected(format!(
@@ -1002,19 +1013,34 @@ impl RulesStore {
             severity: Severity::Guidance,
             applies_to: vec![agent.to_string()],
         };
-        insert_proposal(
+        let queued = insert_proposal(
             tx,
             project,
             origin,
             &change,
             None,
             Some(&format!("vendor:{agent}:{fp}")),
-        )
+        )?;
+        // Checked once the statement is known to be new (one queued before is skipped, however
+        // many wait); the caller's transaction is rolled back on the error.
+        if queued.is_some() {
+            let pending = tx.pending_proposals_by(project, &origin.proposed_by)?;
+            if pending > MAX_PENDING_PER_PROPOSER as u64 {
+                return Err(RulesError::TooManyPending {
+                    project: project.to_string(),
+                    proposer: origin.proposed_by.clone(),
+                    pending: pending - 1,
+                });
+            }
+        }
+        Ok(queued)
     }
 
     /// Queues one vendor-seeded guardrail statement for an agent profile, from the document
     /// `source_ref` (a URL or file). Returns the new proposal's id, or `None` when the statement
-    /// was queued before (in any state) or is already policy. Control characters in the
+    /// was queued before (in any state) or is already policy. A new statement past the feed's
+    /// [`MAX_PENDING_PER_PROPOSER`] (as `vendor:<agent>`) is [`RulesError::TooManyPending`],
+    /// nothing stored. Control characters in the
     /// statement are dropped or become spaces, as the extractor does with a page's text.
     pub fn queue_vendor_statement(
         &self,
@@ -1038,7 +1064,9 @@ impl RulesStore {
     /// Idempotent: a candidate queued before (in any state) or already in policy is skipped.
     /// Only the text's first [`MAX_CANDIDATES_PER_PAGE`](crate::vendor::MAX_CANDIDATES_PER_PAGE)
     /// candidates are looked at (all in one write transaction); the rest are counted as skipped
-    /// ([`VendorReport::over_limit`]).
+    /// ([`VendorReport::over_limit`]). A new candidate past the feed's
+    /// [`MAX_PENDING_PER_PROPOSER`] (as `vendor:<agent>`) is [`RulesError::TooManyPending`],
+    /// and none of the text's is stored.
     pub fn queue_vendor_guidance(
         &self,
         project: &str,
@@ -1155,6 +1183,24 @@ fn insert_proposal(
         fingerprint,
         created_at: now_rfc3339(),
     })
+}
+
+/// Refuses one more proposal of `project` from `proposed_by` when it has
+/// [`MAX_PENDING_PER_PROPOSER`] waiting.
+fn check_proposer_room(
+    tx: &mut dyn RulesTx,
+    project: &str,
+    proposed_by: &str,
+) -> Result<(), RulesError> {
+    let pending = tx.pending_proposals_by(project, proposed_by)?;
+    if pending >= MAX_PENDING_PER_PROPOSER as u64 {
+        return Err(RulesError::TooManyPending {
+            project: project.to_string(),
+            proposer: proposed_by.to_string(),
+            pending,
+        });
+    }
+    Ok(())
 }
 
 fn get_proposal(tx: &mut dyn RulesTx, id: u64) -> Result<Proposal, RulesError> {

@@ -300,6 +300,19 @@ impl RulesTx for PostgresTx {
         Ok(as_u64s(&rows))
     }
 
+    fn pending_proposals_by(
+        &mut self,
+        project: &str,
+        proposed_by: &str,
+    ) -> Result<u64, RulesError> {
+        let rows = self.tx.query(
+            "SELECT count(*) FROM proposals WHERE project = $1 AND status = 'pending' AND proposed_by = $2",
+            &[&project, &proposed_by],
+        )?;
+        let n: i64 = rows.first().map_or(0, |r| r.get(0));
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     fn pending_guardrail_proposals(
         &mut self,
         project: &str,

@@ -260,6 +260,19 @@ impl RulesTx for SqliteTx {
         )
     }
 
+    fn pending_proposals_by(
+        &mut self,
+        project: &str,
+        proposed_by: &str,
+    ) -> Result<u64, RulesError> {
+        let n: i64 = self.conn.query_row(
+            "SELECT count(*) FROM proposals WHERE project = ?1 AND status = 'pending' AND proposed_by = ?2",
+            params![project, proposed_by],
+            |r| r.get(0),
+        )?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     fn pending_guardrail_proposals(
         &mut self,
         project: &str,
