@@ -2,13 +2,22 @@
 //! of the refusals an agent can receive from the gateway's own tools ([`RefusalCode`]).
 //!
 //! Every refusal an agent sees has one shape, whatever part of the gateway produced it: an
-//! `isError` tool result whose structured content is `{"code", "message", "retryable"}`, the same
-//! shape kberg-core's gate uses for its own [`kberg_core::ErrorCode`]s. Codes that come from the
-//! rules store ([`bridle_rules::RulesError::code`]) travel in the same shape.
+//! `isError` tool result whose structured content is `{"code", "message", "tool", "retryable"}`,
+//! the same shape kberg-core's gate uses for its own [`kberg_core::ErrorCode`]s
+//! ([`kberg_core::Refusal`]). Codes that come from the rules store
+//! ([`bridle_rules::RulesError::code`]) travel in the same shape.
+//!
+//! The refusal helpers ([`refusal`], [`rules_refusal`], the Kanboard tools' own) are called deep
+//! inside a tool's work, where the tool's name is not at hand, so they leave `tool` out; every
+//! gateway tool is registered wrapped in [`NamedRefusals`], which adds the name the agent
+//! called to each refusal that does not carry one yet.
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
 use bridle_rules::RulesError;
-use kberg_core::ToolOutput;
-use serde_json::json;
+use kberg_core::{AsyncHandler, SyncHandler, Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use serde_json::{Value, json};
 
 use crate::config::ConfigError;
 
@@ -109,12 +118,14 @@ impl std::fmt::Display for RefusalCode {
 }
 
 /// A refusal in the one shape agents see: an error result with a sentence and
-/// `{"code", "message", "retryable"}` as structured content.
+/// `{"code", "message", "retryable"}` as structured content; the tool's [`NamedRefusals`]
+/// adds `tool`.
 pub fn refusal(code: RefusalCode, message: impl Into<String>) -> ToolOutput {
     shaped(code.as_str(), code.is_retryable(), message.into())
 }
 
-/// The rules store's refusal, in the same shape (its code from [`RulesError::code`]).
+/// The rules store's refusal, in the same shape (its code from [`RulesError::code`]); the
+/// tool's [`NamedRefusals`] adds `tool`.
 pub fn rules_refusal(e: &RulesError) -> ToolOutput {
     shaped(e.code(), false, e.to_string())
 }
@@ -124,6 +135,74 @@ fn shaped(code: &str, retryable: bool, message: String) -> ToolOutput {
         message.clone(),
         json!({"code": code, "message": message, "retryable": retryable}),
     )
+}
+
+/// `out` with `tool` named in its structured content when it is a refusal (an error result
+/// whose structured content has a `code`) that names no tool yet. Anything else is returned
+/// as it is.
+pub(crate) fn naming_tool(mut out: ToolOutput, tool: &str) -> ToolOutput {
+    if out.is_error
+        && let Some(Value::Object(details)) = out.structured.as_mut()
+        && details.contains_key("code")
+        && !details.contains_key("tool")
+    {
+        details.insert("tool".into(), Value::String(tool.to_string()));
+    }
+    out
+}
+
+/// A gateway tool registered so that its refusals name it: each refusal it answers without a
+/// `tool` (see [`naming_tool`]) gets the tool's registered name, the one the agent called.
+/// The tool runs as it would unwrapped (synchronous, detached or not).
+pub struct NamedRefusals<T> {
+    tool: T,
+    name: Arc<str>,
+}
+
+impl<T: Tool> NamedRefusals<T> {
+    /// `tool`, whose refusals will name it.
+    pub fn new(tool: T) -> Self {
+        let name = Arc::from(tool.spec().name);
+        Self { tool, name }
+    }
+}
+
+impl<T> std::fmt::Debug for NamedRefusals<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamedRefusals")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl<T: Tool> Tool for NamedRefusals<T> {
+    fn spec(&self) -> ToolSpec {
+        self.tool.spec()
+    }
+
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let out = self.tool.call(args, ctx).await?;
+        Ok(naming_tool(out, &self.name))
+    }
+
+    fn synchronous(&self) -> Option<SyncHandler> {
+        let body = self.tool.synchronous()?;
+        let name = Arc::clone(&self.name);
+        Some(Arc::new(move |args, ctx| {
+            body(args, ctx).map(|out| naming_tool(out, &name))
+        }))
+    }
+
+    fn detached(&self) -> Option<AsyncHandler> {
+        let body = self.tool.detached()?;
+        let name = Arc::clone(&self.name);
+        Some(Arc::new(move |args, ctx| {
+            let run = body(args, ctx);
+            let name = Arc::clone(&name);
+            Box::pin(async move { run.await.map(|out| naming_tool(out, &name)) })
+        }))
+    }
 }
 
 #[cfg(test)]

@@ -87,7 +87,8 @@ pub fn mount(
         };
         spec.name = format!("{namespace}__{inner}");
         names.push(spec.name.clone());
-        public.register_arc(Arc::new(Mounted {
+        // Its refusals name the tool as the agent called it (see `crate::error`).
+        public.register(crate::error::NamedRefusals::new(Mounted {
             spec,
             inner,
             private: private.clone(),

@@ -155,7 +155,8 @@ pub fn register(registry: &ToolRegistry, tools: KanboardTools) -> Result<(), Cor
 const RETRYABLE: &[&str] = &["kanboard_unreachable", "kanboard_timeout"];
 
 /// A refusal in the gateway's one shape: an error result with a sentence and
-/// `{"code", "message", "retryable"}` (see [`crate::RefusalCode`]). The Kanboard codes:
+/// `{"code", "message", "retryable"}` (see [`crate::RefusalCode`]), to which the mounted
+/// tool adds `tool` (see [`crate::error::NamedRefusals`]). The Kanboard codes:
 ///
 /// | code | meaning |
 /// |---|---|

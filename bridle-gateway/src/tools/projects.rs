@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::{blocking, caller_agent};
 use crate::context::{GatewayContext, rendering_type};
-use crate::error::{GatewayError, RefusalCode, refusal, rules_refusal};
+use crate::error::{GatewayError, NamedRefusals, RefusalCode, refusal, rules_refusal};
 use crate::resources::rules_uri;
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -28,7 +28,7 @@ struct NoArgs {}
 /// Registers `list_projects` and `get_rules`.
 pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), GatewayError> {
     let s = Arc::clone(ctx);
-    tools.register(
+    tools.register(NamedRefusals::new(
         ToolBuilder::new("list_projects")
             .description("List the projects you may use, with their current rules revision.")
             .small_model_safe()
@@ -63,10 +63,10 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                     .await
                 }
             }),
-    )?;
+    ))?;
 
     let s = Arc::clone(ctx);
-    tools.register(
+    tools.register(NamedRefusals::new(
         ToolBuilder::new("get_rules")
             .description("Get a project's full rules, rendered for your agent type, with every guardrail's severity and provenance. Read them at the start of a session.")
             .small_model_safe()
@@ -114,6 +114,6 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                     .await
                 }
             }),
-    )?;
+    ))?;
     Ok(())
 }

@@ -20,7 +20,7 @@ use super::{Attempt, blocking, caller_agent, session_refusal, text_refusal};
 use crate::audit::Kind;
 use crate::config::AgentConfig;
 use crate::context::GatewayContext;
-use crate::error::{GatewayError, RefusalCode, refusal, rules_refusal};
+use crate::error::{GatewayError, NamedRefusals, RefusalCode, refusal, rules_refusal};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 struct ProposeGuardrailArgs {
@@ -282,7 +282,7 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
     tools.declare(propose_cap.clone())?;
 
     let s = Arc::clone(ctx);
-    tools.register(
+    tools.register(NamedRefusals::new(
         ToolBuilder::new("propose_guardrail")
             .description("Propose a new guardrail for a project. It goes to a review queue; a person approves or rejects it. It is not policy until approved.")
             .write(propose_cap.clone())
@@ -301,10 +301,10 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                     propose(s, ctx, a.project, a.session, change, None).await
                 }
             }),
-    )?;
+    ))?;
 
     let s = Arc::clone(ctx);
-    tools.register(
+    tools.register(NamedRefusals::new(
         ToolBuilder::new("add_pattern")
             .description("Propose an architecture pattern for a project: a well-known one by name, or a project-specific one with a description and example repositories. A person reviews it.")
             .write(propose_cap.clone())
@@ -337,10 +337,10 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                     propose(s, ctx, a.project, a.session, change, None).await
                 }
             }),
-    )?;
+    ))?;
 
     let s = Arc::clone(ctx);
-    tools.register(
+    tools.register(NamedRefusals::new(
         ToolBuilder::new("update_rules")
             .description("Propose new text for a project's overview, stack or conventions, based on the revision you read. A person reviews it; a stale revision is refused.")
             .write(propose_cap)
@@ -355,7 +355,7 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                     propose(s, ctx, a.project, a.session, change, Some(a.base_revision)).await
                 }
             }),
-    )?;
+    ))?;
     Ok(())
 }
 

@@ -14,7 +14,7 @@ use super::{Attempt, blocking, caller_agent, session_refusal, text_refusal};
 use crate::audit::Kind;
 use crate::config::AgentConfig;
 use crate::context::GatewayContext;
-use crate::error::{GatewayError, RefusalCode, refusal, rules_refusal};
+use crate::error::{GatewayError, NamedRefusals, RefusalCode, refusal, rules_refusal};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 struct ScopeArgs {
@@ -44,7 +44,7 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
     tools.declare(scope_cap.clone())?;
 
     let s = Arc::clone(ctx);
-    tools.register(
+    tools.register(NamedRefusals::new(
         ToolBuilder::new("request_scope_approval")
             .description("Before expanding the scope of your task (a hard-instruction guardrail asks for this), ask a person to approve. Returns a ticket; check it with scope_status and wait for `approved`.")
             .write(scope_cap)
@@ -66,10 +66,10 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                     .await
                 }
             }),
-    )?;
+    ))?;
 
     let s = Arc::clone(ctx);
-    tools.register(
+    tools.register(NamedRefusals::new(
         ToolBuilder::new("scope_status")
             .description("Check the decision on a scope ticket you opened.")
             .small_model_safe()
@@ -93,7 +93,7 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                     .await
                 }
             }),
-    )?;
+    ))?;
     Ok(())
 }
 

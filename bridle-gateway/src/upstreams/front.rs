@@ -22,7 +22,7 @@ use super::credential::{Credential, SecretUse};
 use super::route::{Route, RouteError, write_capability};
 use crate::config::AgentConfig;
 use crate::context::GatewayContext;
-use crate::error::{RefusalCode, refusal};
+use crate::error::{NamedRefusals, RefusalCode, refusal};
 
 /// A tool of an upstream, as the gateway offers it.
 pub(crate) struct FrontTool {
@@ -310,7 +310,7 @@ pub(crate) fn sync_front_tools(
             route: Arc::clone(route),
             gw: Arc::clone(gw),
         };
-        match public.register(tool) {
+        match public.register(NamedRefusals::new(tool)) {
             Ok(()) => {
                 if scrubbed.contains(&name) {
                     tracing::warn!(namespace = %route.namespace, tool = %name, "the upstream's tool listing quoted its credential; scrubbed from what agents are offered");
