@@ -170,6 +170,18 @@ pub enum RulesError {
         /// How many of its proposals wait.
         pending: u64,
     },
+    /// A stored proposal or scope ticket this build cannot read: a newer build sharing the
+    /// database wrote a kind of change or a status this one does not know. The message names
+    /// the row, never its content.
+    #[error(
+        "{kind} `{id}` is stored in a form this build cannot read (a newer Bridle may have written it); read or decide it with that build, or upgrade this one"
+    )]
+    Unreadable {
+        /// `proposal` or `scope ticket`.
+        kind: &'static str,
+        /// Its id.
+        id: String,
+    },
     /// A template failed to load or render.
     #[error("template `{name}`: {message}")]
     Template {
@@ -251,6 +263,7 @@ impl RulesError {
             RulesError::AlreadyDecided { .. } => "already_decided",
             RulesError::Rejected(_) => "proposal_rejected",
             RulesError::TooManyPending { .. } => "too_many_pending",
+            RulesError::Unreadable { .. } => "unreadable_record",
             RulesError::Template { .. } => "template_error",
             RulesError::Database(_) | RulesError::Postgres(_) => "database_error",
             RulesError::DatabaseTooNew { .. } => "database_too_new",

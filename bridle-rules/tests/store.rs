@@ -61,6 +61,20 @@ impl Fixture {
         RulesStore::open(data_dir, AgentCatalog::builtin()).unwrap()
     }
 
+    /// Runs SQL on the fixture's database by hand, as another build or a person would.
+    fn sql(&self, statements: &str) {
+        #[cfg(feature = "postgres")]
+        if let Some(name) = &self.database {
+            let db = PgDatabase::connect(&pg_cluster::PgCluster::shared().settings(name)).unwrap();
+            db.client().unwrap().batch(statements).unwrap();
+            return;
+        }
+        rusqlite::Connection::open(self.path().join("bridle.db"))
+            .unwrap()
+            .execute_batch(statements)
+            .unwrap();
+    }
+
     /// Another handle on the same database: another process on the same data folder
     /// (SQLite), or another replica with a data folder of its own (PostgreSQL).
     fn open_another(&self) -> RulesStore {
@@ -114,6 +128,7 @@ on_every_backend!(
     control_characters_of_a_vendor_page_never_reach_a_proposal,
     a_retried_guardrail_proposal_is_queued_once,
     one_proposer_cannot_fill_a_project_queue,
+    an_unreadable_row_is_left_out_of_listings_and_named_when_read,
 );
 
 fn guardrail(id: &str) -> ChangeRequest {
@@ -1154,4 +1169,79 @@ fn one_proposer_cannot_fill_a_project_queue(backend: Backend) {
         None
     );
     assert_eq!(store.queue(Some("shop"), false).unwrap().len(), 2 * max + 1);
+}
+
+/// A proposal this build cannot read (its change of a kind a newer build added, a status it does
+/// not know: another build shares the database) is left out of the listings, which go on, and
+/// reading or deciding it is `unreadable_record`, never taken for a pending proposal. A scope
+/// ticket likewise (SQLite, whose columns take any type; PostgreSQL's cannot hold one).
+fn an_unreadable_row_is_left_out_of_listings_and_named_when_read(backend: Backend) {
+    let (dir, store) = store(backend);
+    let o = Origin::agent("claude", None);
+    let ok = store.propose("shop", &o, &guardrail("g1"), None).unwrap();
+    let newer = store.propose("shop", &o, &guardrail("g2"), None).unwrap();
+    let unknown_status = store.propose("shop", &o, &guardrail("g3"), None).unwrap();
+    let t1 = store
+        .request_scope("shop", "claude", None, "act", "why")
+        .unwrap();
+    let t2 = store
+        .request_scope("shop", "claude", None, "act 2", "why")
+        .unwrap();
+    dir.sql(&format!(
+        "UPDATE proposals SET change = '{{\"kind\":\"rename_project\",\"to\":\"secret-plan\"}}' WHERE id = {};
+         UPDATE proposals SET status = 'superseded' WHERE id = {};",
+        newer.id, unknown_status.id
+    ));
+    if matches!(backend, Backend::Sqlite) {
+        dir.sql(&format!(
+            "UPDATE scope_requests SET action = x'ff00' WHERE id = {}",
+            t2.id
+        ));
+    }
+
+    for include_decided in [false, true] {
+        let ids: Vec<u64> = store
+            .queue(Some("shop"), include_decided)
+            .unwrap()
+            .iter()
+            .map(|p| p.id)
+            .collect();
+        assert_eq!(ids, [ok.id], "include_decided {include_decided}");
+        assert_eq!(store.queue(None, include_decided).unwrap().len(), 1);
+    }
+    for id in [newer.id, unknown_status.id] {
+        for err in [
+            store.proposal(id).unwrap_err(),
+            store.approve(id, "alice").unwrap_err(),
+            store.reject(id, "alice", "no").unwrap_err(),
+        ] {
+            assert_eq!(err.code(), "unreadable_record", "{err}");
+            assert!(
+                err.to_string().contains(&format!("proposal `{id}`")),
+                "{err}"
+            );
+            assert!(!err.to_string().contains("secret-plan"), "{err}");
+        }
+    }
+    assert_eq!(store.load("shop").unwrap().document.guardrails.len(), 0);
+
+    let tickets: Vec<u64> = store
+        .scope_tickets(true)
+        .unwrap()
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    if matches!(backend, Backend::Sqlite) {
+        assert_eq!(tickets, [t1.id]);
+        let err = store.scope_ticket(t2.id).unwrap_err();
+        assert_eq!(err.code(), "unreadable_record", "{err}");
+        assert!(
+            err.to_string()
+                .contains(&format!("scope ticket `{}`", t2.id)),
+            "{err}"
+        );
+    } else {
+        assert_eq!(tickets, [t1.id, t2.id]);
+    }
+    store.approve(ok.id, "alice").unwrap();
 }

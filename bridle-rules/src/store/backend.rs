@@ -57,15 +57,22 @@ pub(crate) struct ProposalRow {
 }
 
 impl ProposalRow {
+    /// The proposal, or [`RulesError::Unreadable`] when its change, status or source is one
+    /// this build does not know (a newer build's, sharing the database).
     pub(crate) fn into_proposal(self) -> Result<Proposal, RulesError> {
         let id = self.id as u64;
-        let change: ChangeRequest = serde_json::from_str(&self.change)
-            .map_err(|e| RulesError::Serialize(format!("proposal {id} is unreadable: {e}")))?;
+        let unreadable = || RulesError::Unreadable {
+            kind: "proposal",
+            id: id.to_string(),
+        };
+        let change: ChangeRequest = serde_json::from_str(&self.change).map_err(|_| unreadable())?;
+        let status = ProposalStatus::parse(&self.status).ok_or_else(unreadable)?;
+        let source = Source::parse(&self.source).ok_or_else(unreadable)?;
         Ok(Proposal {
             id,
             project: self.project,
             origin: Origin {
-                source: Source::parse(&self.source).unwrap_or(Source::Agent),
+                source,
                 proposed_by: self.proposed_by,
                 agent_session: self.agent_session,
                 source_ref: self.source_ref,
@@ -73,7 +80,7 @@ impl ProposalRow {
             base_revision: self.base_revision.map(|v| v as u64),
             change,
             summary: self.summary,
-            status: ProposalStatus::parse(&self.status),
+            status,
             created_at: self.created_at,
             decided_by: self.decided_by,
             decided_at: self.decided_at,

@@ -694,12 +694,17 @@ impl RulesStore {
         if let ChangeRequest::Guardrail { id, .. } = change
             && let Some(&waiting) = tx.pending_guardrail_proposals(project, id)?.first()
         {
-            let existing = get_proposal(&mut *tx, waiting)?;
-            if existing.change == *change
-                && existing.origin.source == origin.source
-                && existing.origin.proposed_by == origin.proposed_by
-            {
-                return Ok(existing);
+            match get_proposal(&mut *tx, waiting) {
+                Ok(existing)
+                    if existing.change == *change
+                        && existing.origin.source == origin.source
+                        && existing.origin.proposed_by == origin.proposed_by =>
+                {
+                    return Ok(existing);
+                }
+                // Another change, or one this build cannot read: not this one.
+                Ok(_) | Err(RulesError::Unreadable { .. }) => {}
+                Err(e) => return Err(e),
             }
             return Err(RulesError::Rejected(format!(
                 "guardrail `{id}` is already proposed in project `{project}` (proposal {waiting}, waiting for review); propose a different id, or wait until a person decides that proposal"
@@ -736,7 +741,8 @@ impl RulesStore {
     }
 
     /// Proposals, newest last: the pending ones (or all, with `include_decided`), of one
-    /// project or of all.
+    /// project or of all. One this build cannot read (a newer build's) is left out, with a
+    /// warning naming it; [`Self::proposal`] of its id is [`RulesError::Unreadable`].
     pub fn queue(
         &self,
         project: Option<&str>,
@@ -744,9 +750,7 @@ impl RulesStore {
     ) -> Result<Vec<Proposal>, RulesError> {
         let mut tx = self.backend.begin(false)?;
         let ids = tx.proposal_ids(project, include_decided)?;
-        ids.into_iter()
-            .map(|id| get_proposal(&mut *tx, id))
-            .collect()
+        readable(ids.into_iter().map(|id| get_proposal(&mut *tx, id)))
     }
 
     /// How many proposals and scope tickets wait for a person, across every project: the
@@ -910,11 +914,12 @@ impl RulesStore {
         get_ticket(&mut *self.backend.begin(false)?, id)
     }
 
-    /// Scope tickets: pending ones, or all.
+    /// Scope tickets: pending ones, or all. One this build cannot read is left out, with a
+    /// warning naming it; [`Self::scope_ticket`] of its id is [`RulesError::Unreadable`].
     pub fn scope_tickets(&self, include_decided: bool) -> Result<Vec<ScopeTicket>, RulesError> {
         let mut tx = self.backend.begin(false)?;
         let ids = tx.ticket_ids(include_decided)?;
-        ids.into_iter().map(|id| get_ticket(&mut *tx, id)).collect()
+        readable(ids.into_iter().map(|id| get_ticket(&mut *tx, id)))
     }
 
     /// A person decides a scope ticket.
@@ -1183,6 +1188,24 @@ fn insert_proposal(
         fingerprint,
         created_at: now_rfc3339(),
     })
+}
+
+/// The rows of a listing this build can read: one it cannot ([`RulesError::Unreadable`], a
+/// newer build's, sharing the database) is left out with a warning naming it (never its
+/// content), so the listing (the review queue a person works from) still answers; reading
+/// that row on its own names the problem. Any other error fails the listing.
+fn readable<T>(rows: impl Iterator<Item = Result<T, RulesError>>) -> Result<Vec<T>, RulesError> {
+    let mut out = Vec::new();
+    for row in rows {
+        match row {
+            Ok(row) => out.push(row),
+            Err(RulesError::Unreadable { kind, id }) => {
+                tracing::warn!(kind, id = %id, "a stored row this build cannot read is left out of the listing");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
 }
 
 /// Refuses one more proposal of `project` from `proposed_by` when it has

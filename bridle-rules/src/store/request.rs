@@ -220,11 +220,14 @@ pub enum ProposalStatus {
 }
 
 impl ProposalStatus {
-    pub(crate) fn parse(s: &str) -> Self {
+    /// The status of a stored spelling; `None` for one this build does not know (a newer
+    /// build's), which must never be taken for pending.
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         match s {
-            "approved" => ProposalStatus::Approved,
-            "rejected" => ProposalStatus::Rejected,
-            _ => ProposalStatus::Pending,
+            "pending" => Some(ProposalStatus::Pending),
+            "approved" => Some(ProposalStatus::Approved),
+            "rejected" => Some(ProposalStatus::Rejected),
+            _ => None,
         }
     }
 

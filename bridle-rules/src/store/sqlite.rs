@@ -158,6 +158,21 @@ fn ids(conn: &Connection, sql: &str, p: impl rusqlite::Params) -> Result<Vec<u64
     Ok(out.into_iter().map(|v| v as u64).collect())
 }
 
+/// `e`, or [`RulesError::Unreadable`] when it says a column of the row did not convert: SQLite's
+/// columns take any type, so a row another build (or a person) wrote may not read here, and
+/// that row alone must fail, named.
+fn row_error(e: rusqlite::Error, kind: &'static str, id: u64) -> RulesError {
+    match e {
+        rusqlite::Error::InvalidColumnType(..)
+        | rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..) => RulesError::Unreadable {
+            kind,
+            id: id.to_string(),
+        },
+        e => e.into(),
+    }
+}
+
 impl RulesTx for SqliteTx {
     fn latest_document(&mut self, project: &str) -> Result<Option<String>, RulesError> {
         Ok(self
@@ -220,8 +235,7 @@ impl RulesTx for SqliteTx {
     }
 
     fn proposal(&mut self, id: u64) -> Result<Option<ProposalRow>, RulesError> {
-        Ok(self
-            .conn
+        self.conn
             .query_row(
                 &format!("SELECT {PROPOSAL_COLUMNS} FROM proposals WHERE id = ?1"),
                 params![id as i64],
@@ -245,7 +259,8 @@ impl RulesTx for SqliteTx {
                     })
                 },
             )
-            .optional()?)
+            .optional()
+            .map_err(|e| row_error(e, "proposal", id))
     }
 
     fn proposal_ids(
@@ -376,8 +391,7 @@ impl RulesTx for SqliteTx {
     }
 
     fn ticket(&mut self, id: u64) -> Result<Option<ScopeTicket>, RulesError> {
-        Ok(self
-            .conn
+        self.conn
             .query_row(
                 &format!("SELECT {TICKET_COLUMNS} FROM scope_requests WHERE id = ?1"),
                 params![id as i64],
@@ -397,7 +411,8 @@ impl RulesTx for SqliteTx {
                     })
                 },
             )
-            .optional()?)
+            .optional()
+            .map_err(|e| row_error(e, "scope ticket", id))
     }
 
     fn ticket_ids(&mut self, include_decided: bool) -> Result<Vec<u64>, RulesError> {
