@@ -323,10 +323,11 @@ pub struct ScopeTicket {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct PendingCounts {
     /// Pending proposals: what [`RulesStore::queue`](super::RulesStore::queue)`(None, false)`
-    /// lists.
+    /// lists (and any pending one this build cannot read, which the listing leaves out).
     pub proposals: u64,
     /// Pending scope tickets: what
-    /// [`RulesStore::scope_tickets`](super::RulesStore::scope_tickets)`(false)` lists.
+    /// [`RulesStore::scope_tickets`](super::RulesStore::scope_tickets)`(false)` lists (and any
+    /// pending one this build cannot read).
     pub scope_tickets: u64,
 }
 
