@@ -36,6 +36,14 @@ pub struct Limits {
     /// Most concurrently open listen streams: GET SSE streams (2025-11-25) plus
     /// `subscriptions/listen` streams (2026-07-28). One beyond it gets `503`.
     pub max_listen_streams: usize,
+    /// Most concurrently open listen streams one principal may hold, so that one principal
+    /// cannot take all of [`Limits::max_listen_streams`] and leave every other client without
+    /// server-to-client notifications. A stream beyond it gets `503 Service Unavailable` with
+    /// the code `too_many_streams_for_principal`. `None` (the default): a quarter of
+    /// `max_listen_streams`, at least 1 (64 of the default 256). Where every client is the
+    /// same principal (as with [`OpenAccess`]) this is the stream limit in effect: set it to
+    /// `max_listen_streams` there. `Some(0)` is a configuration error.
+    pub max_listen_streams_per_principal: Option<usize>,
     /// A session with no activity for this long is closed; later requests naming it get
     /// `404 Not Found`. `None` (or a duration too long for the clock, such as `Duration::MAX`)
     /// keeps idle sessions until they are deleted. Default 30 minutes
@@ -56,6 +64,7 @@ impl Default for Limits {
             max_sessions: 256,
             max_sessions_per_principal: None,
             max_listen_streams: 256,
+            max_listen_streams_per_principal: None,
             session_idle_timeout: Some(Duration::from_secs(30 * 60)),
             max_calls_per_principal: 64,
         }
@@ -92,6 +101,20 @@ impl Limits {
     pub fn max_listen_streams(mut self, n: usize) -> Self {
         self.max_listen_streams = n;
         self
+    }
+
+    /// Sets [`Limits::max_listen_streams_per_principal`].
+    pub fn max_listen_streams_per_principal(mut self, n: usize) -> Self {
+        self.max_listen_streams_per_principal = Some(n);
+        self
+    }
+
+    /// The number of listen streams one principal may hold:
+    /// [`Limits::max_listen_streams_per_principal`], or when that is `None` a quarter of
+    /// [`Limits::max_listen_streams`], at least 1.
+    pub fn listen_streams_per_principal(&self) -> usize {
+        self.max_listen_streams_per_principal
+            .unwrap_or((self.max_listen_streams / 4).max(1))
     }
 
     /// Sets [`Limits::session_idle_timeout`].

@@ -9,10 +9,10 @@
 //! 3. session ownership: a session id created by one principal is unknown (`404`) to others;
 //! 4. limits that need to see the request before rmcp does: concurrent sessions on
 //!    `initialize`, in all and per principal (`503`), concurrent listen streams on GET SSE
-//!    and `subscriptions/listen` (`503`). A 2026-07-28 request names its method in the
-//!    `Mcp-Method` header (rmcp checks it against the body), so its body is not read here; a
-//!    session-less legacy request is read (body limit: `413`) and must be one JSON-RPC 2.0
-//!    message;
+//!    and `subscriptions/listen`, in all and per principal (`503`). A 2026-07-28 request
+//!    names its method in the `Mcp-Method` header (rmcp checks it against the body), so its
+//!    body is not read here; a session-less legacy request is read (body limit: `413`) and
+//!    must be one JSON-RPC 2.0 message;
 //! 5. answers that JSON-RPC prescribes for unreadable bodies: `400` with `-32700` (not JSON) or
 //!    `-32600` (not one valid request) where rmcp would say `415`.
 //!
@@ -50,7 +50,7 @@ use crate::guard;
 use crate::handler::{
     Authenticated, KbergHandler, ListenClosed, REQUEST_PRINCIPAL, TransportContext,
 };
-use crate::limits::{StreamCounter, StreamPermit};
+use crate::limits::{StreamCounter, StreamPermit, StreamRefusal};
 use crate::sessions::{SessionSettings, SessionTable};
 
 // The header names the guard reads on every request, built once: a lookup by a `&str` name
@@ -172,6 +172,26 @@ impl GuardState {
                 "Too many open sessions; end one (DELETE) and retry.",
             )
         })
+    }
+}
+
+/// The answer to a listen stream of `principal` that `refused` (both `503`): its own share is
+/// full (`too_many_streams_for_principal`), or every stream is taken (`too_many_streams`).
+fn stream_refusal(refused: StreamRefusal, principal: &str) -> Response {
+    match refused {
+        StreamRefusal::PrincipalShare => {
+            tracing::warn!(%principal, "refused a listen stream over the principal's share");
+            status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_streams_for_principal",
+                "Too many open listen streams for this principal; close one of them and retry.",
+            )
+        }
+        StreamRefusal::Full => status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_streams",
+            "Too many open listen streams; close one and retry.",
+        ),
     }
 }
 
@@ -704,12 +724,9 @@ async fn route(
 
     match (req.method().clone(), session) {
         (Method::GET, Some(_)) => {
-            let Some(permit) = g.streams.try_acquire() else {
-                return status(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "too_many_streams",
-                    "Too many open listen streams; close one and retry.",
-                );
+            let permit = match g.streams.try_acquire(&principal.id) {
+                Ok(permit) => permit,
+                Err(refused) => return stream_refusal(refused, &principal.id),
             };
             let resp = next.run(req).await;
             if resp.status().is_success() {
@@ -765,12 +782,9 @@ async fn route(
             };
             if fast {
                 if header_method == Some("subscriptions/listen") {
-                    let Some(permit) = g.streams.try_acquire() else {
-                        return status(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "too_many_streams",
-                            "Too many open listen streams; close one and retry.",
-                        );
+                    let permit = match g.streams.try_acquire(&principal.id) {
+                        Ok(permit) => permit,
+                        Err(refused) => return stream_refusal(refused, &principal.id),
                     };
                     return run_listen(req, next, permit).await;
                 }
@@ -844,12 +858,9 @@ async fn route(
                     resp
                 }
                 (Some("subscriptions/listen"), _) => {
-                    let Some(permit) = g.streams.try_acquire() else {
-                        return status(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "too_many_streams",
-                            "Too many open listen streams; close one and retry.",
-                        );
+                    let permit = match g.streams.try_acquire(&principal.id) {
+                        Ok(permit) => permit,
+                        Err(refused) => return stream_refusal(refused, &principal.id),
                     };
                     run_listen(req, next, permit).await
                 }
@@ -874,10 +885,11 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
     if limits.max_body_bytes == 0
         || limits.max_calls_per_principal == 0
         || limits.max_sessions_per_principal == Some(0)
+        || limits.max_listen_streams_per_principal == Some(0)
     {
         return Err(ServerError::Config(
-            "max_body_bytes, max_calls_per_principal and max_sessions_per_principal must be at \
-             least 1"
+            "max_body_bytes, max_calls_per_principal, max_sessions_per_principal and \
+             max_listen_streams_per_principal must be at least 1"
                 .into(),
         ));
     }
@@ -924,7 +936,10 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
         max_sessions: limits.max_sessions,
         max_sessions_per_principal: limits.sessions_per_principal(),
         sessions,
-        streams: StreamCounter::new(limits.max_listen_streams),
+        streams: StreamCounter::new(
+            limits.max_listen_streams,
+            limits.listen_streams_per_principal(),
+        ),
         initializing: tokio::sync::Mutex::new(()),
         owners,
         store: config.session_store.clone(),
@@ -1043,7 +1058,7 @@ mod tests {
             max_sessions: 8,
             max_sessions_per_principal: 8,
             sessions: Arc::new(SessionTable::new(SessionSettings::default())),
-            streams: StreamCounter::new(8),
+            streams: StreamCounter::new(8, 8),
             initializing: tokio::sync::Mutex::new(()),
             owners: crate::session_store::SessionOwners::default(),
             store: None,

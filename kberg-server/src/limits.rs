@@ -1,11 +1,10 @@
 //! Counters behind the configurable limits that are not a single number in rmcp's config:
-//! calls in flight per principal, and open listen streams.
+//! calls in flight per principal, and open listen streams (in all and per principal).
 //!
 //! Both hand out permits that give their slot back when dropped, so a call that panics, is
 //! cancelled or whose client disconnects never leaks a slot.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// How many principals the call counter holds before it first forgets those with no call in
@@ -89,47 +88,99 @@ impl Drop for CallPermit<'_> {
     }
 }
 
-/// Open listen streams (GET SSE and `subscriptions/listen`).
+/// Open listen streams (GET SSE and `subscriptions/listen`), in all and per principal id.
+///
+/// Why a share per principal: a stream stays open as long as its client wants, so without one
+/// a single principal could hold every slot and leave all other clients without
+/// server-to-client notifications until it let go. Streams open rarely (not once per call),
+/// so one lock over both counts is cheap, and it keeps the two checks and the counting one
+/// step.
 #[derive(Debug)]
 pub(crate) struct StreamCounter {
     max: usize,
-    open: AtomicUsize,
+    per_principal: usize,
+    open: Mutex<OpenStreams>,
+}
+
+/// The open streams: how many in all, and each principal's count.
+#[derive(Debug, Default)]
+struct OpenStreams {
+    total: usize,
+    /// A principal with no open stream has no entry, so this holds at most `max` entries.
+    by_id: HashMap<Box<str>, usize, foldhash::fast::RandomState>,
+}
+
+/// Which limit refused a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamRefusal {
+    /// The principal already holds its share.
+    PrincipalShare,
+    /// Every stream is taken.
+    Full,
 }
 
 /// One stream's slot; returned on drop.
 #[derive(Debug)]
 pub(crate) struct StreamPermit {
     counter: Arc<StreamCounter>,
+    principal: Box<str>,
 }
 
 impl StreamCounter {
-    pub(crate) fn new(max: usize) -> Arc<Self> {
+    /// At most `max` streams in all, and `per_principal` for each principal.
+    pub(crate) fn new(max: usize, per_principal: usize) -> Arc<Self> {
         Arc::new(Self {
             max,
-            open: AtomicUsize::new(0),
+            per_principal,
+            open: Mutex::new(OpenStreams::default()),
         })
     }
 
-    pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<StreamPermit> {
-        self.open
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| StreamPermit {
-                counter: Arc::clone(self),
-            })
+    /// The counts, locked. They are plain counters updated in single statements; a poisoned
+    /// lock still holds consistent counts.
+    fn streams(&self) -> std::sync::MutexGuard<'_, OpenStreams> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for a stream of the principal `id`. Its own share is checked first: it cannot
+    /// retry into a place that other principals' streams will leave.
+    pub(crate) fn try_acquire(self: &Arc<Self>, id: &str) -> Result<StreamPermit, StreamRefusal> {
+        let mut s = self.streams();
+        if s.by_id.get(id).copied().unwrap_or(0) >= self.per_principal {
+            return Err(StreamRefusal::PrincipalShare);
+        }
+        if s.total >= self.max {
+            return Err(StreamRefusal::Full);
+        }
+        s.total += 1;
+        match s.by_id.get_mut(id) {
+            Some(n) => *n += 1,
+            None => {
+                s.by_id.insert(id.into(), 1);
+            }
+        }
+        Ok(StreamPermit {
+            counter: Arc::clone(self),
+            principal: id.into(),
+        })
     }
 
     #[cfg(test)]
     pub(crate) fn open(&self) -> usize {
-        self.open.load(Ordering::Acquire)
+        self.streams().total
     }
 }
 
 impl Drop for StreamPermit {
     fn drop(&mut self) {
-        self.counter.open.fetch_sub(1, Ordering::AcqRel);
+        let mut s = self.counter.streams();
+        s.total = s.total.saturating_sub(1);
+        if let Some(n) = s.by_id.get_mut(&*self.principal) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                s.by_id.remove(&*self.principal);
+            }
+        }
     }
 }
 
@@ -209,13 +260,37 @@ mod tests {
 
     #[test]
     fn streams_are_counted() {
-        let s = StreamCounter::new(1);
-        let p = s.try_acquire().expect("first");
-        assert!(s.try_acquire().is_none());
+        let s = StreamCounter::new(1, 1);
+        let p = s.try_acquire("a").expect("first");
+        assert_eq!(s.try_acquire("b").unwrap_err(), StreamRefusal::Full);
         assert_eq!(s.open(), 1);
         drop(p);
-        assert!(s.try_acquire().is_some());
-        let zero = StreamCounter::new(0);
-        assert!(zero.try_acquire().is_none());
+        assert!(s.try_acquire("b").is_ok());
+        let zero = StreamCounter::new(0, 1);
+        assert_eq!(zero.try_acquire("a").unwrap_err(), StreamRefusal::Full);
+    }
+
+    #[test]
+    fn streams_are_counted_per_principal() {
+        let s = StreamCounter::new(3, 2);
+        let a1 = s.try_acquire("a").expect("first");
+        let a2 = s.try_acquire("a").expect("second");
+        assert_eq!(
+            s.try_acquire("a").unwrap_err(),
+            StreamRefusal::PrincipalShare
+        );
+        let b1 = s.try_acquire("b").expect("another principal");
+        // Full now; the principal's own share is still named first.
+        assert_eq!(
+            s.try_acquire("a").unwrap_err(),
+            StreamRefusal::PrincipalShare
+        );
+        assert_eq!(s.try_acquire("c").unwrap_err(), StreamRefusal::Full);
+        drop(a1);
+        let a3 = s.try_acquire("a").expect("a place given back");
+        drop((a2, a3, b1));
+        // Every slot returned, and no principal without a stream is remembered.
+        assert_eq!(s.open(), 0);
+        assert!(s.streams().by_id.is_empty());
     }
 }
