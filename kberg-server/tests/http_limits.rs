@@ -29,21 +29,6 @@ async fn delete(c: &Raw, sid: &str) -> u16 {
     .status
 }
 
-async fn open_get(c: &Raw, sid: &str) -> reqwest::Response {
-    c.http
-        .get(&c.url)
-        .header("accept", "text/event-stream")
-        .header(
-            "authorization",
-            format!("Bearer {}", c.token.as_deref().unwrap_or("")),
-        )
-        .header("mcp-session-id", sid)
-        .header("mcp-protocol-version", PROTO_OLD)
-        .send()
-        .await
-        .expect("GET")
-}
-
 #[tokio::test]
 async fn concurrent_sessions_are_limited() {
     // One principal may take the whole (small) pool here.
@@ -177,10 +162,10 @@ async fn listen_streams_are_limited() {
     let s = start_with(Limits::default().max_listen_streams(1)).await;
     let c = Raw::new(&s.url, Some(READER));
     let sid = c.initialize().await;
-    let first = open_get(&c, &sid).await;
+    let first = c.open_get(&sid).await;
     assert_eq!(first.status().as_u16(), 200);
     let other = c.initialize().await;
-    let second = open_get(&c, &other).await;
+    let second = c.open_get(&other).await;
     assert_eq!(second.status().as_u16(), 503);
     let r = c
         .stateless(
@@ -224,7 +209,7 @@ async fn listen_streams_are_limited() {
     // Closing the first stream frees its slot (the server notices the disconnect).
     drop(first);
     let _reopened = kberg_testkit::eventually_async_ok("the slot to be returned", || async {
-        let r = open_get(&c, &other).await;
+        let r = c.open_get(&other).await;
         match r.status().as_u16() {
             200 => Ok(r),
             status => Err(status),

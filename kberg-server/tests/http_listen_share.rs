@@ -8,66 +8,17 @@ mod common;
 
 use common::*;
 use kberg_server::Limits;
-use serde_json::json;
-
-/// The body of a 2026-07-28 `subscriptions/listen` for tool list changes.
-fn listen_body() -> String {
-    json!({
-        "jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
-        "params": {
-            "notifications": {"toolsListChanged": true},
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": PROTO_NEW,
-                "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "0"},
-                "io.modelcontextprotocol/clientCapabilities": {},
-            },
-        },
-    })
-    .to_string()
-}
-
-/// Opens a listen stream as `token`; the response, its stream still open when it was let
-/// through.
-async fn open_listen(url: &str, token: &str) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(url)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {token}"))
-        .header("mcp-protocol-version", PROTO_NEW)
-        .header("mcp-method", "subscriptions/listen")
-        .body(listen_body())
-        .send()
-        .await
-        .expect("listen sent")
-}
 
 /// Opens a listen stream as `token` that must be refused; the refusal's status and body. A
 /// stream let through would never end: the deadline turns that into a failure.
 async fn refused_listen(url: &str, token: &str) -> (u16, String) {
     tokio::time::timeout(kberg_testkit::WAIT, async {
-        let r = open_listen(url, token).await;
+        let r = listen_response(url, token, &[]).await;
         let status = r.status().as_u16();
         (status, r.text().await.unwrap_or_default())
     })
     .await
     .expect("a listen stream was opened past the principal's share")
-}
-
-/// Opens a 2025-11-25 GET SSE stream on `sid` as `c`.
-async fn open_get(c: &Raw, sid: &str) -> reqwest::Response {
-    c.http
-        .get(&c.url)
-        .header("accept", "text/event-stream")
-        .header(
-            "authorization",
-            format!("Bearer {}", c.token.as_deref().unwrap_or("")),
-        )
-        .header("mcp-session-id", sid)
-        .header("mcp-protocol-version", PROTO_OLD)
-        .send()
-        .await
-        .expect("GET")
 }
 
 #[tokio::test]
@@ -76,7 +27,7 @@ async fn one_principal_cannot_take_every_listen_stream() {
     let s = start_with(Limits::default().max_listen_streams(4)).await;
     let reader = Raw::new(&s.url, Some(READER));
     let sid = reader.initialize().await;
-    let first = open_get(&reader, &sid).await;
+    let first = reader.open_get(&sid).await;
     assert_eq!(first.status().as_u16(), 200);
 
     // The reader's next stream, of either kind, is past its share.
@@ -85,7 +36,7 @@ async fn one_principal_cannot_take_every_listen_stream() {
     assert!(text.contains("too_many_streams_for_principal"), "{text}");
     let other = reader.initialize().await;
     let get = tokio::time::timeout(kberg_testkit::WAIT, async {
-        let r = open_get(&reader, &other).await;
+        let r = reader.open_get(&other).await;
         let status = r.status().as_u16();
         (status, r.text().await.unwrap_or_default())
     })
@@ -99,13 +50,13 @@ async fn one_principal_cannot_take_every_listen_stream() {
     );
 
     // Another principal still gets one.
-    let writers = open_listen(&s.url, WRITER).await;
+    let writers = listen_response(&s.url, WRITER, &[]).await;
     assert_eq!(writers.status().as_u16(), 200);
 
     // Closing the reader's stream gives its place back (the server notices the disconnect).
     drop(first);
     let _reopened = kberg_testkit::eventually_async_ok("the slot to be returned", || async {
-        let r = open_listen(&s.url, READER).await;
+        let r = listen_response(&s.url, READER, &[]).await;
         match r.status().as_u16() {
             200 => Ok(r),
             status => Err(status),
@@ -124,9 +75,9 @@ async fn the_listen_share_is_configurable_and_at_least_one() {
             .max_listen_streams_per_principal(2),
     )
     .await;
-    let first = open_listen(&s.url, READER).await;
+    let first = listen_response(&s.url, READER, &[]).await;
     assert_eq!(first.status().as_u16(), 200);
-    let second = open_listen(&s.url, READER).await;
+    let second = listen_response(&s.url, READER, &[]).await;
     assert_eq!(second.status().as_u16(), 200);
     let (status, text) = refused_listen(&s.url, WRITER).await;
     assert_eq!(status, 503, "{text}");

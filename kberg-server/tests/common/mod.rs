@@ -364,6 +364,23 @@ impl Raw {
         }
     }
 
+    /// Opens a 2025-11-25 GET SSE stream on the session `sid`; returns the response as it
+    /// came (a refusal, or a stream that stays open), its body unread.
+    pub async fn open_get(&self, sid: &str) -> reqwest::Response {
+        self.http
+            .get(&self.url)
+            .header("accept", "text/event-stream")
+            .header(
+                "authorization",
+                format!("Bearer {}", self.token.as_deref().unwrap_or("")),
+            )
+            .header("mcp-session-id", sid)
+            .header("mcp-protocol-version", PROTO_OLD)
+            .send()
+            .await
+            .expect("GET")
+    }
+
     /// POSTs `body` with the usual headers, overridden or extended by `extra`
     /// (an empty value removes a default header).
     pub async fn post_with(&self, body: impl Into<reqwest::Body>, extra: &[(&str, &str)]) -> Resp {
@@ -533,6 +550,30 @@ pub async fn read(resp: reqwest::Response) -> Resp {
     }
 }
 
+/// Sends a 2026-07-28 `subscriptions/listen` as `token` asking for `uris`' updates; returns the
+/// response as it came (a refusal, or a stream that stays open), its body unread.
+pub async fn listen_response(url: &str, token: &str, uris: &[String]) -> reqwest::Response {
+    let body = json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
+    "params": {
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": PROTO_NEW,
+            "io.modelcontextprotocol/clientCapabilities": {},
+        },
+        "notifications": {"resourceSubscriptions": uris}
+    }});
+    reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {token}"))
+        .header("mcp-protocol-version", PROTO_NEW)
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("listen sent")
+}
+
 /// Opens a 2026-07-28 `subscriptions/listen` as `token` asking for `uris`' updates; returns its
 /// acknowledgement (the first message) and the stream, still open.
 pub async fn listen(
@@ -544,25 +585,7 @@ pub async fn listen(
     impl futures::Stream<Item = reqwest::Result<Vec<u8>>> + Unpin,
 ) {
     use futures::StreamExt;
-    let body = json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
-    "params": {
-        "_meta": {
-            "io.modelcontextprotocol/protocolVersion": PROTO_NEW,
-            "io.modelcontextprotocol/clientCapabilities": {},
-        },
-        "notifications": {"resourceSubscriptions": uris}
-    }});
-    let resp = reqwest::Client::new()
-        .post(url)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {token}"))
-        .header("mcp-protocol-version", PROTO_NEW)
-        .header("mcp-method", "subscriptions/listen")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("listen sent");
+    let resp = listen_response(url, token, uris).await;
     assert_eq!(resp.status().as_u16(), 200);
     let mut stream = Box::pin(resp.bytes_stream().map(|c| c.map(|b| b.to_vec())));
     let mut buf = String::new();
