@@ -6,7 +6,7 @@
 //! (2026-07-28), subscribes it to URIs, and receives [`ResourceEvent`]s on it. Dropping the
 //! subscriber ends all its subscriptions, so they end with their caller.
 //! [`ResourceRegistry::notify_updated`] delivers one event to every current subscriber of that
-//! URI and to nobody else.
+//! URI that may still see it, and to nobody else.
 //!
 //! What one subscriber costs is bounded whatever its client does. It holds at most
 //! [`Subscriber::limit`] subscriptions ([`Subscriber::DEFAULT_LIMIT`] unless set with
