@@ -70,7 +70,8 @@ pub use store::POSTGRES_MIGRATIONS;
 pub use store::{
     ChangeRecord, ChangeRequest, DocumentSource, Documents, MAX_PENDING_PER_PROPOSER,
     MAX_PENDING_PROPOSALS, MAX_PROPOSAL_BYTES, Origin, PendingCounts, Proposal, ProposalStatus,
-    RulesStore, SQLITE_MIGRATIONS, ScopeTicket, UNCHANGED_CHECK_MAX, VendorReport,
+    QueueFilter, QueuePage, RulesStore, SQLITE_MIGRATIONS, ScopeTicket, UNCHANGED_CHECK_MAX,
+    VendorReport,
 };
 pub use validate::{MAX_LINE_CHARS, validate};
 pub use yaml::{Loaded, load_str, to_yaml};

@@ -13,8 +13,8 @@ use std::path::Path;
 #[cfg(feature = "postgres")]
 use bridle_rules::db::postgres::PgDatabase;
 use bridle_rules::{
-    AgentCatalog, ChangeRequest, CustomPattern, Origin, ProposalStatus, RulesDocument, RulesError,
-    RulesStore, Severity, Source,
+    AgentCatalog, ChangeRequest, CustomPattern, Origin, ProposalStatus, QueueFilter, RulesDocument,
+    RulesError, RulesStore, Severity, Source,
 };
 
 /// Which database a test runs on.
@@ -129,6 +129,7 @@ on_every_backend!(
     a_retried_guardrail_proposal_is_queued_once,
     one_proposer_cannot_fill_a_project_queue,
     an_unreadable_row_is_left_out_of_listings_and_named_when_read,
+    a_queue_page_is_the_listing_filtered_and_cut,
 );
 
 fn guardrail(id: &str) -> ChangeRequest {
@@ -1244,4 +1245,124 @@ fn an_unreadable_row_is_left_out_of_listings_and_named_when_read(backend: Backen
         assert_eq!(tickets, [t1.id, t2.id]);
     }
     store.approve(ok.id, "alice").unwrap();
+}
+
+/// `queue_page` answers what filtering and cutting `queue` would, page by page, reading only
+/// the page's rows: an unreadable row is passed over (the page is filled from the rows after
+/// it), and a cursor past every id is an empty last page.
+fn a_queue_page_is_the_listing_filtered_and_cut(backend: Backend) {
+    let (dir, store) = store(backend);
+    store
+        .create("other", &RulesDocument::new("Other"), "alice")
+        .unwrap();
+    let claude = Origin::agent("claude", None);
+    let codex = Origin::agent("codex", None);
+    let mut ids = Vec::new();
+    for i in 0..9 {
+        let (project, origin) = match i % 3 {
+            0 => ("shop", &claude),
+            1 => ("shop", &codex),
+            _ => ("other", &claude),
+        };
+        ids.push(
+            store
+                .propose(project, origin, &guardrail(&format!("g{i}")), None)
+                .unwrap()
+                .id,
+        );
+    }
+    store
+        .queue_vendor_guidance(
+            "shop",
+            "claude",
+            "guide.md",
+            "- Always run the tests before you commit.\n",
+        )
+        .unwrap();
+    store.approve(ids[0], "alice").unwrap();
+    store.reject(ids[4], "alice", "no").unwrap();
+    dir.sql(&format!(
+        "UPDATE proposals SET change = '{{\"kind\":\"newer\"}}' WHERE id IN ({}, {})",
+        ids[1], ids[2]
+    ));
+    if matches!(backend, Backend::Sqlite) {
+        // A column SQLite holds with a type this build does not read.
+        dir.sql(&format!(
+            "UPDATE proposals SET summary = x'ff00' WHERE id = {}",
+            ids[3]
+        ));
+    }
+
+    let all = store.queue(None, true).unwrap();
+    assert!(
+        !all.iter().any(|p| [ids[1], ids[2], ids[3]].contains(&p.id))
+            || !matches!(backend, Backend::Sqlite)
+    );
+    let filters = [
+        QueueFilter::default(),
+        QueueFilter {
+            status: Some(ProposalStatus::Pending),
+            ..QueueFilter::default()
+        },
+        QueueFilter {
+            project: Some("shop".into()),
+            status: Some(ProposalStatus::Pending),
+            ..QueueFilter::default()
+        },
+        QueueFilter {
+            status: Some(ProposalStatus::Rejected),
+            ..QueueFilter::default()
+        },
+        QueueFilter {
+            source: Some(Source::Vendor),
+            ..QueueFilter::default()
+        },
+        QueueFilter {
+            source: Some(Source::User),
+            ..QueueFilter::default()
+        },
+        QueueFilter {
+            proposed_by: Some("claude".into()),
+            ..QueueFilter::default()
+        },
+    ];
+    for filter in filters {
+        let expected: Vec<u64> = all
+            .iter()
+            .filter(|p| filter.project.as_ref().is_none_or(|x| &p.project == x))
+            .filter(|p| filter.status.is_none_or(|x| p.status == x))
+            .filter(|p| filter.source.is_none_or(|x| p.origin.source == x))
+            .filter(|p| {
+                filter
+                    .proposed_by
+                    .as_ref()
+                    .is_none_or(|x| &p.origin.proposed_by == x)
+            })
+            .map(|p| p.id)
+            .collect();
+        for limit in 1..=4 {
+            let mut got = Vec::new();
+            let mut after = None;
+            loop {
+                let page = store.queue_page(&filter, after, limit).unwrap();
+                assert!(page.items.len() <= limit);
+                got.extend(page.items.iter().map(|p| p.id));
+                if !page.more {
+                    break;
+                }
+                after = page.items.last().map(|p| p.id);
+            }
+            assert_eq!(got, expected, "{filter:?}, limit {limit}");
+        }
+        let whole = store.queue_page(&filter, None, 500).unwrap();
+        assert_eq!(
+            whole.items.iter().map(|p| p.id).collect::<Vec<_>>(),
+            expected
+        );
+        assert!(!whole.more);
+    }
+    let past = store
+        .queue_page(&QueueFilter::default(), Some(u64::MAX), 10)
+        .unwrap();
+    assert!(past.items.is_empty() && !past.more);
 }

@@ -8,14 +8,17 @@
 use axum::Router;
 use axum::extract::State;
 use axum::routing::{get, post};
-use bridle_rules::{Proposal, ProposalStatus};
+use bridle_rules::{Proposal, ProposalStatus, QueueFilter};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::AdminActor;
 use super::decision::decide_and_answer;
 use super::error::{ApiError, ProblemDetails};
-use super::page::{ApiJson, ApiPath, ApiQuery, paginate, source_filter};
+use super::page::{
+    ApiJson, ApiPath, ApiQuery, DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor,
+    source_filter,
+};
 use super::projects::unified_diff;
 use super::{AdminState, blocking, path};
 use crate::audit::{Change, Kind};
@@ -180,25 +183,37 @@ pub async fn list(
         }
     };
     let source = source_filter(q.source.as_deref())?;
+    // The page is filtered and cut by the store, which reads only its rows (the whole queue
+    // and a query per proposal, for every page, before); `limit` and `cursor` are checked as
+    // `paginate` checks them.
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    if limit == 0 || limit > MAX_LIMIT {
+        return Err(ApiError::BadQuery(format!(
+            "`limit` must be between 1 and {MAX_LIMIT}"
+        )));
+    }
+    let after: Option<u64> =
+        match q.cursor.as_deref().filter(|c| !c.is_empty()) {
+            None => None,
+            Some(c) => Some(decode_cursor(c).ok_or_else(|| {
+                ApiError::BadQuery("`cursor` is not one this API returned".into())
+            })?),
+        };
+    let filter = QueueFilter {
+        project: q.project.clone(),
+        status,
+        source,
+        proposed_by: q.proposed_by.clone(),
+    };
     let ctx = s.ctx.clone();
-    let project = q.project.clone();
-    let include_decided = status != Some(ProposalStatus::Pending);
-    let all = blocking(move || Ok(ctx.store.queue(project.as_deref(), include_decided)?)).await?;
-    let items: Vec<ProposalView> = all
-        .into_iter()
-        .filter(|p| status.is_none_or(|st| p.status == st))
-        .filter(|p| source.is_none_or(|src| p.origin.source == src))
-        .filter(|p| {
-            q.proposed_by
-                .as_deref()
-                .is_none_or(|by| p.origin.proposed_by == by)
-        })
-        .map(ProposalView::from)
-        .collect();
-    let page = paginate(items, |p| p.id, q.cursor.as_deref(), q.limit)?;
+    let page = blocking(move || Ok(ctx.store.queue_page(&filter, after, limit)?)).await?;
+    let next_cursor = page
+        .more
+        .then(|| page.items.last().map(|p| encode_cursor(&p.id)))
+        .flatten();
     Ok(axum::Json(ProposalPage {
-        items: page.items,
-        next_cursor: page.next_cursor,
+        items: page.items.into_iter().map(ProposalView::from).collect(),
+        next_cursor,
     }))
 }
 

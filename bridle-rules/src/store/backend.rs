@@ -11,7 +11,8 @@ use crate::error::RulesError;
 use crate::model::Source;
 
 use super::request::{
-    ChangeRecord, ChangeRequest, Origin, PendingCounts, Proposal, ProposalStatus, ScopeTicket,
+    ChangeRecord, ChangeRequest, Origin, PendingCounts, Proposal, ProposalStatus, QueueFilter,
+    ScopeTicket,
 };
 
 /// Where a store's documents live, and so which way round the YAML files and the database are.
@@ -90,6 +91,9 @@ impl ProposalRow {
     }
 }
 
+/// A row of [`RulesTx::proposal_page`]: its id, and the row or why it does not read.
+pub(crate) type PageRow = (u64, Result<ProposalRow, RulesError>);
+
 /// A decision on a proposal or a scope ticket.
 pub(crate) struct Decision<'a> {
     pub status: &'static str,
@@ -141,6 +145,14 @@ pub(crate) trait RulesTx {
         project: Option<&str>,
         include_decided: bool,
     ) -> Result<Vec<u64>, RulesError>;
+    /// At most `limit` proposals matching `filter` with an id above `after`, ascending, each
+    /// with its id: a row whose columns do not read is [`RulesError::Unreadable`] in its place.
+    fn proposal_page(
+        &mut self,
+        filter: &QueueFilter,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<PageRow>, RulesError>;
     /// How many proposals of the project `proposed_by` has pending.
     fn pending_proposals_by(&mut self, project: &str, proposed_by: &str)
     -> Result<u64, RulesError>;

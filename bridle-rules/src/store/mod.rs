@@ -41,8 +41,8 @@ pub use cache::Documents;
 pub use postgres::POSTGRES_MIGRATIONS;
 use request::apply;
 pub use request::{
-    ChangeRecord, ChangeRequest, Origin, PendingCounts, Proposal, ProposalStatus, ScopeTicket,
-    VendorReport,
+    ChangeRecord, ChangeRequest, Origin, PendingCounts, Proposal, ProposalStatus, QueueFilter,
+    QueuePage, ScopeTicket, VendorReport,
 };
 pub use sqlite::SQLITE_MIGRATIONS;
 
@@ -751,6 +751,40 @@ impl RulesStore {
         let mut tx = self.backend.begin(false)?;
         let ids = tx.proposal_ids(project, include_decided)?;
         readable(ids.into_iter().map(|id| get_proposal(&mut *tx, id)))
+    }
+
+    /// The proposals matching `filter` with an id above `after` (all, without it), ascending,
+    /// at most `limit` of them, and whether more follow: one page of the review queue, read
+    /// with a statement or two however long the queue is (the rows themselves, filtered and
+    /// cut in the database, in one snapshot). A row this build cannot read is left out, as in
+    /// [`Self::queue`], and the page is filled from the rows after it.
+    pub fn queue_page(
+        &self,
+        filter: &QueueFilter,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<QueuePage, RulesError> {
+        let mut tx = self.backend.begin(false)?;
+        let mut items = Vec::new();
+        let mut after = after.unwrap_or(0);
+        loop {
+            // One more than the page, to know whether more follow.
+            let want = (limit + 1).saturating_sub(items.len());
+            let rows = tx.proposal_page(filter, after, want)?;
+            let fetched = rows.len();
+            let mut decoded = Vec::with_capacity(fetched);
+            for (id, row) in rows {
+                after = after.max(id);
+                decoded.push(row.and_then(backend::ProposalRow::into_proposal));
+            }
+            items.extend(readable(decoded.into_iter())?);
+            if fetched < want || items.len() > limit {
+                break;
+            }
+        }
+        let more = items.len() > limit;
+        items.truncate(limit);
+        Ok(QueuePage { items, more })
     }
 
     /// How many proposals and scope tickets wait for a person, across every project: the

@@ -19,9 +19,9 @@ use crate::model::Source;
 
 use super::backend::{
     Decision, DocumentSource, NewChange, NewProposal, NewTicket, PENDING_COUNTS, PROPOSAL_COLUMNS,
-    ProposalRow, RulesBackend, RulesTx, TICKET_COLUMNS, pending_counts,
+    PageRow, ProposalRow, RulesBackend, RulesTx, TICKET_COLUMNS, pending_counts,
 };
-use super::request::{ChangeRecord, PendingCounts, ScopeTicket};
+use super::request::{ChangeRecord, PendingCounts, QueueFilter, ScopeTicket};
 
 /// The advisory-lock key of rules writers.
 const RULES_LOCK: i64 = 0x6272_6964_6c65_0002;
@@ -200,6 +200,27 @@ fn as_u64s(rows: &[Row]) -> Vec<u64> {
     rows.iter().map(|r| r.get::<_, i64>(0) as u64).collect()
 }
 
+/// A proposal's row, read as [`PROPOSAL_COLUMNS`] lists them.
+fn proposal_row(r: &Row) -> ProposalRow {
+    ProposalRow {
+        id: r.get(0),
+        project: r.get(1),
+        source: r.get(2),
+        proposed_by: r.get(3),
+        agent_session: r.get(4),
+        source_ref: r.get(5),
+        base_revision: r.get(6),
+        change: r.get(7),
+        summary: r.get(8),
+        status: r.get(9),
+        created_at: r.get(10),
+        decided_by: r.get(11),
+        decided_at: r.get(12),
+        decision_note: r.get(13),
+        applied_revision: r.get(14),
+    }
+}
+
 fn i64_opt(v: Option<u64>) -> Option<i64> {
     v.map(|v| v as i64)
 }
@@ -269,23 +290,7 @@ impl RulesTx for PostgresTx {
             &format!("SELECT {PROPOSAL_COLUMNS} FROM proposals WHERE id = $1"),
             &[&(id as i64)],
         )?;
-        Ok(row.map(|r| ProposalRow {
-            id: r.get(0),
-            project: r.get(1),
-            source: r.get(2),
-            proposed_by: r.get(3),
-            agent_session: r.get(4),
-            source_ref: r.get(5),
-            base_revision: r.get(6),
-            change: r.get(7),
-            summary: r.get(8),
-            status: r.get(9),
-            created_at: r.get(10),
-            decided_by: r.get(11),
-            decided_at: r.get(12),
-            decision_note: r.get(13),
-            applied_revision: r.get(14),
-        }))
+        Ok(row.as_ref().map(proposal_row))
     }
 
     fn proposal_ids(
@@ -298,6 +303,39 @@ impl RulesTx for PostgresTx {
             &[&project, &include_decided],
         )?;
         Ok(as_u64s(&rows))
+    }
+
+    fn proposal_page(
+        &mut self,
+        filter: &QueueFilter,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<PageRow>, RulesError> {
+        let rows = self.tx.query(
+            &format!(
+                "SELECT {PROPOSAL_COLUMNS} FROM proposals
+                 WHERE ($1::text IS NULL OR project = $1) AND ($2::text IS NULL OR status = $2)
+                   AND ($3::text IS NULL OR source = $3) AND ($4::text IS NULL OR proposed_by = $4)
+                   AND id > $5
+                 ORDER BY id LIMIT $6"
+            ),
+            &[
+                &filter.project,
+                &filter.status.map(|s| s.as_str()),
+                &filter.source.map(|s| s.as_str()),
+                &filter.proposed_by,
+                // Above every id BIGSERIAL gives: nothing follows.
+                &i64::try_from(after).unwrap_or(i64::MAX),
+                &i64::try_from(limit).unwrap_or(i64::MAX),
+            ],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let row = proposal_row(r);
+                (u64::try_from(row.id).unwrap_or(0), Ok(row))
+            })
+            .collect())
     }
 
     fn pending_proposals_by(

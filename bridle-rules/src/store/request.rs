@@ -318,6 +318,29 @@ pub struct ScopeTicket {
     pub note: Option<String>,
 }
 
+/// Which proposals [`RulesStore::queue_page`](super::RulesStore::queue_page) lists: each field
+/// that is set must match (`None` matches anything).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueFilter {
+    /// Only this project's.
+    pub project: Option<String>,
+    /// Only those in this state.
+    pub status: Option<ProposalStatus>,
+    /// Only those from this source.
+    pub source: Option<Source>,
+    /// Only those by this proposer (`proposed_by`).
+    pub proposed_by: Option<String>,
+}
+
+/// A page of [`RulesStore::queue_page`](super::RulesStore::queue_page).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QueuePage {
+    /// The proposals, ascending by id.
+    pub items: Vec<Proposal>,
+    /// Whether more match after the last one.
+    pub more: bool,
+}
+
 /// How many proposals and scope tickets wait for a person's decision, across every project
 /// ([`RulesStore::pending_counts`](super::RulesStore::pending_counts)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]

@@ -15,9 +15,9 @@ use crate::model::Source;
 
 use super::backend::{
     Decision, DocumentSource, NewChange, NewProposal, NewTicket, PENDING_COUNTS, PROPOSAL_COLUMNS,
-    ProposalRow, RulesBackend, RulesTx, TICKET_COLUMNS, pending_counts,
+    PageRow, ProposalRow, RulesBackend, RulesTx, TICKET_COLUMNS, pending_counts,
 };
-use super::request::{ChangeRecord, PendingCounts, ScopeTicket};
+use super::request::{ChangeRecord, PendingCounts, QueueFilter, ScopeTicket};
 
 /// The rules tables in SQLite. Step 1 is the schema from before versioning (so such a file is
 /// adopted as it is); never edit a released step, add one.
@@ -173,6 +173,27 @@ fn row_error(e: rusqlite::Error, kind: &'static str, id: u64) -> RulesError {
     }
 }
 
+/// A proposal's row, read as [`PROPOSAL_COLUMNS`] lists them.
+fn proposal_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ProposalRow> {
+    Ok(ProposalRow {
+        id: r.get(0)?,
+        project: r.get(1)?,
+        source: r.get(2)?,
+        proposed_by: r.get(3)?,
+        agent_session: r.get(4)?,
+        source_ref: r.get(5)?,
+        base_revision: r.get(6)?,
+        change: r.get(7)?,
+        summary: r.get(8)?,
+        status: r.get(9)?,
+        created_at: r.get(10)?,
+        decided_by: r.get(11)?,
+        decided_at: r.get(12)?,
+        decision_note: r.get(13)?,
+        applied_revision: r.get(14)?,
+    })
+}
+
 impl RulesTx for SqliteTx {
     fn latest_document(&mut self, project: &str) -> Result<Option<String>, RulesError> {
         Ok(self
@@ -239,25 +260,7 @@ impl RulesTx for SqliteTx {
             .query_row(
                 &format!("SELECT {PROPOSAL_COLUMNS} FROM proposals WHERE id = ?1"),
                 params![id as i64],
-                |r| {
-                    Ok(ProposalRow {
-                        id: r.get(0)?,
-                        project: r.get(1)?,
-                        source: r.get(2)?,
-                        proposed_by: r.get(3)?,
-                        agent_session: r.get(4)?,
-                        source_ref: r.get(5)?,
-                        base_revision: r.get(6)?,
-                        change: r.get(7)?,
-                        summary: r.get(8)?,
-                        status: r.get(9)?,
-                        created_at: r.get(10)?,
-                        decided_by: r.get(11)?,
-                        decided_at: r.get(12)?,
-                        decision_note: r.get(13)?,
-                        applied_revision: r.get(14)?,
-                    })
-                },
+                proposal_row,
             )
             .optional()
             .map_err(|e| row_error(e, "proposal", id))
@@ -273,6 +276,41 @@ impl RulesTx for SqliteTx {
             "SELECT id FROM proposals WHERE (?1 IS NULL OR project = ?1) AND (?2 OR status = 'pending') ORDER BY id",
             params![project, include_decided],
         )
+    }
+
+    fn proposal_page(
+        &mut self,
+        filter: &QueueFilter,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<PageRow>, RulesError> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {PROPOSAL_COLUMNS} FROM proposals
+             WHERE (?1 IS NULL OR project = ?1) AND (?2 IS NULL OR status = ?2)
+               AND (?3 IS NULL OR source = ?3) AND (?4 IS NULL OR proposed_by = ?4) AND id > ?5
+             ORDER BY id LIMIT ?6"
+        ))?;
+        let rows = stmt.query_map(
+            params![
+                filter.project,
+                filter.status.map(|s| s.as_str()),
+                filter.source.map(|s| s.as_str()),
+                filter.proposed_by,
+                // Above every id SQLite gives (they are signed 64-bit): nothing follows.
+                i64::try_from(after).unwrap_or(i64::MAX),
+                i64::try_from(limit).unwrap_or(i64::MAX),
+            ],
+            // The id (an INTEGER PRIMARY KEY, always readable) apart, so a row whose other
+            // columns do not convert is named and the page goes on after it.
+            |r| Ok((r.get::<_, i64>(0)?, proposal_row(r))),
+        )?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, row) = row?;
+            let id = u64::try_from(id).unwrap_or(0);
+            out.push((id, row.map_err(|e| row_error(e, "proposal", id))));
+        }
+        Ok(out)
     }
 
     fn pending_proposals_by(
