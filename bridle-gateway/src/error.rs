@@ -151,9 +151,10 @@ pub(crate) fn naming_tool(mut out: ToolOutput, tool: &str) -> ToolOutput {
     out
 }
 
-/// A gateway tool registered so that its refusals name it: each refusal it answers without a
-/// `tool` (see [`naming_tool`]) gets the tool's registered name, the one the agent called.
-/// The tool runs as it would unwrapped (synchronous, detached or not).
+/// A gateway tool registered so that its refusals name it: each refusal it answers (an error
+/// result whose structured content has a `code`) without a `tool` gets the tool's registered
+/// name, the one the agent called. The tool runs as it would unwrapped (synchronous, detached
+/// or not).
 pub struct NamedRefusals<T> {
     tool: T,
     name: Arc<str>,
