@@ -133,3 +133,47 @@ async fn pages_under_each_filter_hold_what_it_matches() {
     }
     api.stop().await;
 }
+
+/// A proposal this build cannot read (a newer build sharing the database wrote it) is left
+/// out of the queue's pages, and asking for it, or deciding it, is 409 `unreadable_record`,
+/// not a 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_proposal_is_left_out_and_named_409() {
+    let api = Api::start().await;
+    let origin = Origin::agent("claude", None);
+    let mut ids = Vec::new();
+    for id in ["readable", "from-a-newer-build"] {
+        let change = ChangeRequest::Guardrail {
+            id: id.into(),
+            statement: format!("Statement {id}."),
+            severity: Severity::Guidance,
+            applies_to: vec!["all_agents".into()],
+        };
+        ids.push(
+            api.ctx
+                .store
+                .propose("demo", &origin, &change, None)
+                .unwrap()
+                .id,
+        );
+    }
+    let db = rusqlite::Connection::open(api.tmp.path().join("bridle.db")).unwrap();
+    let changed = db
+        .execute(
+            r#"UPDATE proposals SET change = '{"kind":"from_a_newer_build"}' WHERE id = ?1"#,
+            [i64::try_from(ids[1]).unwrap()],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+
+    assert_eq!(walk(&api, "status=pending", 10).await, vec![ids[0]]);
+    let resp = api.get(&format!("/queue/{}", ids[1])).send().await.unwrap();
+    problem(resp, StatusCode::CONFLICT, "unreadable_record").await;
+    let resp = api
+        .post(&format!("/queue/{}/approve", ids[1]))
+        .send()
+        .await
+        .unwrap();
+    problem(resp, StatusCode::CONFLICT, "unreadable_record").await;
+    api.stop().await;
+}

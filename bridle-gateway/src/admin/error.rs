@@ -375,6 +375,16 @@ impl From<RulesError> for ApiError {
                 detail,
                 errors: Vec::new(),
             },
+            RulesError::TooManyPending { .. } => ApiError::Conflict {
+                code: "too_many_pending",
+                detail,
+            },
+            // Written by a newer build sharing the database: it exists, this build cannot
+            // show or decide it.
+            RulesError::Unreadable { .. } => ApiError::Conflict {
+                code: "unreadable_record",
+                detail,
+            },
             // Files, the database, templates: internals, logged, not shown.
             other => {
                 tracing::error!(error = %other, code = other.code(), "rules store failed");

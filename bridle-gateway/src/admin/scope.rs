@@ -152,6 +152,7 @@ pub async fn list(
         (status = 200, body = TicketView),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`unreadable_record`: written by a newer build sharing the database", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn get_one(
