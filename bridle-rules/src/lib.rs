@@ -64,7 +64,7 @@ pub use model::{
     VendorSuggestion,
 };
 pub use redact::redact_url;
-pub use render::{Rendered, Renderer, provenance_text};
+pub use render::{DIFF_DEADLINE, Rendered, Renderer, provenance_text, unified_diff};
 #[cfg(feature = "postgres")]
 pub use store::POSTGRES_MIGRATIONS;
 pub use store::{

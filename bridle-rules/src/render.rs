@@ -234,17 +234,42 @@ impl Renderer {
         if on_disk == rendered.content {
             return Ok(None);
         }
-        let diff = similar::TextDiff::from_lines(&on_disk, &rendered.content);
-        Ok(Some(
-            diff.unified_diff()
-                .context_radius(3)
-                .header(
-                    &format!("{} (on disk)", rendered.path),
-                    &format!("{} (canonical)", rendered.path),
-                )
-                .to_string(),
-        ))
+        Ok(Some(unified_diff(
+            &on_disk,
+            &rendered.content,
+            &format!("{} (on disk)", rendered.path),
+            &format!("{} (canonical)", rendered.path),
+        )))
     }
+}
+
+/// How long [`unified_diff`] looks for the shortest diff. Myers' algorithm takes time in the
+/// product of the texts' lengths and the number of changed lines: two unrelated texts of a
+/// megabyte each would take minutes. Past the deadline the rest of the texts is diffed
+/// coarsely (longer hunks), which is still a whole, correct diff.
+pub const DIFF_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A unified diff (three lines of context) from `old` to `new`, headed `old_name` and
+/// `new_name`; empty when they are equal. Computed within [`DIFF_DEADLINE`], so its time is
+/// bounded whatever the texts.
+///
+/// ```
+/// let diff = bridle_rules::unified_diff("a\nb\n", "a\nc\n", "old", "new");
+/// assert!(diff.starts_with("--- old\n+++ new\n"));
+/// assert!(diff.contains("-b\n+c\n"));
+/// assert_eq!(bridle_rules::unified_diff("same\n", "same\n", "old", "new"), "");
+/// ```
+pub fn unified_diff(old: &str, new: &str, old_name: &str, new_name: &str) -> String {
+    if old == new {
+        return String::new();
+    }
+    similar::TextDiff::configure()
+        .timeout(DIFF_DEADLINE)
+        .diff_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(old_name, new_name)
+        .to_string()
 }
 
 fn build_view<'a>(
@@ -382,6 +407,30 @@ fn normalize(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two unrelated texts of about 1 MiB each: every line is removed and every line added,
+    /// and the diff says so (past the deadline it is coarser, never wrong). Without the
+    /// deadline this took over a minute in a test build.
+    #[test]
+    fn a_diff_of_two_unrelated_large_texts_is_whole() {
+        let old: String = (0..40_000)
+            .map(|i| format!("old line {i} {}\n", "x".repeat(16)))
+            .collect();
+        let new: String = (0..40_000)
+            .map(|i| format!("new line {i} {}\n", "y".repeat(16)))
+            .collect();
+        let diff = unified_diff(&old, &new, "a", "b");
+        let removed = diff
+            .lines()
+            .filter(|l| l.starts_with('-') && !l.starts_with("---"))
+            .count();
+        let added = diff
+            .lines()
+            .filter(|l| l.starts_with('+') && !l.starts_with("+++"))
+            .count();
+        assert_eq!((removed, added), (40_000, 40_000));
+        assert!(diff.starts_with("--- a\n+++ b\n"));
+    }
 
     #[test]
     fn yaml_text_reads_back_as_the_same_text() {

@@ -543,24 +543,10 @@ pub async fn diff(
     Ok(axum::Json(diff))
 }
 
-/// How long [`unified_diff`] looks for the shortest diff. Myers' algorithm takes time in the
-/// product of the texts' lengths and the number of changed lines: two unrelated documents near
-/// the body limit (2 MiB) would hold a worker for minutes. Past the deadline the rest of the
-/// texts is diffed coarsely (longer hunks), which is still a correct diff.
-const DIFF_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
-
-/// A unified diff of two texts (empty when equal), computed within [`DIFF_DEADLINE`].
+/// A unified diff of two texts (empty when equal), in bounded time
+/// ([`bridle_rules::DIFF_DEADLINE`]).
 pub(crate) fn unified_diff(old: &str, new: &str, old_name: &str, new_name: &str) -> String {
-    if old == new {
-        return String::new();
-    }
-    similar::TextDiff::configure()
-        .timeout(DIFF_DEADLINE)
-        .diff_lines(old, new)
-        .unified_diff()
-        .context_radius(3)
-        .header(old_name, new_name)
-        .to_string()
+    bridle_rules::unified_diff(old, new, old_name, new_name)
 }
 
 /// The change history of a project, oldest first.
@@ -657,32 +643,4 @@ pub async fn upgrade(
         migrated_from,
         revision,
     }))
-}
-
-#[cfg(test)]
-mod diff_tests {
-    use super::*;
-
-    /// Two unrelated documents of about 1 MiB each: every line is removed and every line added,
-    /// and the diff says so (past the deadline it is coarser, never wrong).
-    #[test]
-    fn a_diff_of_two_unrelated_large_texts_is_whole() {
-        let old: String = (0..40_000)
-            .map(|i| format!("old line {i} {}\n", "x".repeat(16)))
-            .collect();
-        let new: String = (0..40_000)
-            .map(|i| format!("new line {i} {}\n", "y".repeat(16)))
-            .collect();
-        let diff = unified_diff(&old, &new, "a", "b");
-        let removed = diff
-            .lines()
-            .filter(|l| l.starts_with('-') && !l.starts_with("---"))
-            .count();
-        let added = diff
-            .lines()
-            .filter(|l| l.starts_with('+') && !l.starts_with("+++"))
-            .count();
-        assert_eq!((removed, added), (40_000, 40_000));
-        assert!(diff.starts_with("--- a\n+++ b\n"), "{}", &diff[..40]);
-    }
 }
