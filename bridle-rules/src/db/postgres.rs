@@ -64,8 +64,24 @@ pub const LISTEN_KEEPALIVE_RETRIES: u32 = 3;
 /// connection's TCP user timeout). It then fails, [`NOT_LISTENING`] is sent, and it is re-made.
 pub const LISTEN_DEAD_AFTER: Duration = Duration::from_secs(25);
 
+/// The longest a pooled connection waits for the server to acknowledge what it sent (its TCP
+/// user timeout): a query sent to a server whose host vanished (a network partition, a
+/// failover) fails after this instead of after the kernel's own retransmissions, about 15
+/// minutes, during which it held its caller and a pool slot.
+pub const POOL_UNACKNOWLEDGED_LIMIT: Duration = Duration::from_secs(30);
+
+/// The connection settings of the pool's connections: `config` with
+/// [`POOL_UNACKNOWLEDGED_LIMIT`] (keepalives as configured: they are used, not left idle, and
+/// the pool checks a connection it hands out).
+fn pool_config(config: &tokio_postgres::Config) -> tokio_postgres::Config {
+    let mut config = config.clone();
+    config.tcp_user_timeout(POOL_UNACKNOWLEDGED_LIMIT);
+    config
+}
+
 /// The connection settings of a listening connection: `config` with keepalives on and the
-/// bounds above (the pool's connections keep the defaults; they are used, not left idle).
+/// bounds above (the pool's connections keep their keepalive defaults: they are used, not
+/// left idle).
 fn listen_config(config: &tokio_postgres::Config) -> tokio_postgres::Config {
     let mut config = config.clone();
     config
@@ -226,7 +242,7 @@ impl PgDatabase {
             .map_err(|_| RulesError::Postgres("the database thread did not start".into()))?
             .map_err(|e| RulesError::Postgres(format!("starting the database runtime: {e}")))?;
         let manager = Manager::from_config(
-            settings.config.clone(),
+            pool_config(&settings.config),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -620,7 +636,19 @@ mod tests {
             LISTEN_KEEPALIVE_IDLE + LISTEN_KEEPALIVE_INTERVAL * LISTEN_KEEPALIVE_RETRIES,
             LISTEN_DEAD_AFTER
         );
-        // The pool's own settings are left as they were.
+        // The settings given are left as they were.
         assert_eq!(settings.config.get_tcp_user_timeout(), None);
+    }
+
+    #[test]
+    fn a_pooled_connection_gives_up_on_a_vanished_server_within_the_bound() {
+        let settings = PgSettings::from_url("postgres://u:pw@127.0.0.1:5432/db").unwrap();
+        let config = pool_config(&settings.config);
+        assert_eq!(
+            config.get_tcp_user_timeout(),
+            Some(&POOL_UNACKNOWLEDGED_LIMIT)
+        );
+        assert_eq!(config.get_password(), settings.config.get_password());
+        assert_eq!(config.get_dbname(), Some("db"));
     }
 }
