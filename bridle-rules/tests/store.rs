@@ -130,6 +130,7 @@ on_every_backend!(
     one_proposer_cannot_fill_a_project_queue,
     an_unreadable_row_is_left_out_of_listings_and_named_when_read,
     a_queue_page_is_the_listing_filtered_and_cut,
+    vendor_sourcing_cannot_fill_a_project_past_its_limit,
 );
 
 fn guardrail(id: &str) -> ChangeRequest {
@@ -1365,4 +1366,86 @@ fn a_queue_page_is_the_listing_filtered_and_cut(backend: Backend) {
         .queue_page(&QueueFilter::default(), Some(u64::MAX), 10)
         .unwrap();
     assert!(past.items.is_empty() && !past.more);
+}
+
+/// Vendor sourcing is held to the project's `MAX_PENDING_PROPOSALS` as agents are: feeds of
+/// several agent profiles (each within its own `MAX_PENDING_PER_PROPOSER`) cannot push a
+/// project past it. Past it nothing is stored (`proposal_rejected`, as `propose` says), a
+/// page's candidates all or none; a statement queued before is still simply skipped.
+fn vendor_sourcing_cannot_fill_a_project_past_its_limit(backend: Backend) {
+    let (_dir, store) = store(backend);
+    let max = bridle_rules::MAX_PENDING_PROPOSALS;
+    let per = bridle_rules::MAX_PENDING_PER_PROPOSER;
+    let url = "https://vendor.example/guide";
+    // One short of full: agents, each within its own limit, and one vendor statement.
+    let mut first = None;
+    for i in 0..max - 2 {
+        let by = Origin::agent(format!("agent-{}", i / per), None);
+        let p = store
+            .propose("shop", &by, &guardrail(&format!("g{i}")), None)
+            .unwrap();
+        first.get_or_insert(p.id);
+    }
+    let before = "Always run the linter before you open a pull request.";
+    assert!(
+        store
+            .queue_vendor_statement("shop", "codex", url, before)
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(store.queue(Some("shop"), false).unwrap().len(), max - 1);
+
+    // A page of two new candidates would pass the limit: neither is stored.
+    let page =
+        "- Always run the tests before you commit.\n- Never push directly to the main branch.\n";
+    let err = store
+        .queue_vendor_guidance("shop", "claude", url, page)
+        .unwrap_err();
+    assert_eq!(err.code(), "proposal_rejected", "{err}");
+    assert!(err.to_string().contains("waiting for review"), "{err}");
+    assert_eq!(store.queue(Some("shop"), false).unwrap().len(), max - 1);
+
+    // One fits; the next, from another profile's feed, does not.
+    assert!(
+        store
+            .queue_vendor_statement(
+                "shop",
+                "claude",
+                url,
+                "Always run the tests before you commit."
+            )
+            .unwrap()
+            .is_some()
+    );
+    let err = store
+        .queue_vendor_statement(
+            "shop",
+            "gemini",
+            url,
+            "Never push directly to the main branch.",
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), "proposal_rejected", "{err}");
+    assert_eq!(store.queue(Some("shop"), false).unwrap().len(), max);
+    // A statement queued before is skipped, full or not.
+    assert_eq!(
+        store
+            .queue_vendor_statement("shop", "codex", url, before)
+            .unwrap(),
+        None
+    );
+
+    // A decision makes room again.
+    store.reject(first.unwrap(), "alice", "not now").unwrap();
+    assert!(
+        store
+            .queue_vendor_statement(
+                "shop",
+                "gemini",
+                url,
+                "Never push directly to the main branch."
+            )
+            .unwrap()
+            .is_some()
+    );
 }

@@ -153,6 +153,9 @@ pub(crate) trait RulesTx {
         after: u64,
         limit: usize,
     ) -> Result<Vec<PageRow>, RulesError>;
+    /// How many proposals of the project are pending (what [`RulesTx::proposal_ids`] of the
+    /// project lists, counted).
+    fn pending_proposals(&mut self, project: &str) -> Result<u64, RulesError>;
     /// How many proposals of the project `proposed_by` has pending.
     fn pending_proposals_by(&mut self, project: &str, proposed_by: &str)
     -> Result<u64, RulesError>;

@@ -58,7 +58,8 @@ pub const MAX_PROPOSAL_BYTES: usize = 64 * 1024;
 /// The most proposals (and, apart, scope tickets) of one project that may wait for a person at
 /// once. An agent that may
 /// propose could otherwise fill the review queue (and the database) without end; past it,
-/// [`RulesStore::propose`] stores nothing until some are approved or rejected.
+/// [`RulesStore::propose`] and vendor sourcing (whatever the feeds of several agent profiles
+/// add up to) store nothing ([`RulesError::Rejected`]) until some are approved or rejected.
 pub const MAX_PENDING_PROPOSALS: usize = 1000;
 
 /// The most proposals of one project that one proposer (an agent, by the name it proposes
@@ -712,11 +713,9 @@ impl RulesStore {
         }
         // Counted in the write transaction, so concurrent proposers cannot pass the limits.
         check_proposer_room(&mut *tx, project, &origin.proposed_by)?;
-        let pending = tx.proposal_ids(Some(project), false)?.len();
-        if pending >= MAX_PENDING_PROPOSALS {
-            return Err(RulesError::Rejected(format!(
-                "project `{project}` has {pending} proposals waiting for review, the most it holds; propose again once some are approved or rejected"
-            )));
+        let pending = tx.pending_proposals(project)?;
+        if pending >= MAX_PENDING_PROPOSALS as u64 {
+            return Err(project_full(project, pending));
         }
         if let Some(base) = base_revision
             && base != doc.revision
@@ -989,7 +988,8 @@ impl RulesStore {
     }
 
     /// Queues the vendor suggestions written in the document's `agent_profiles` for review, so
-    /// a person can promote them. Idempotent, like [`RulesStore::queue_vendor_guidance`].
+    /// a person can promote them. Idempotent, like [`RulesStore::queue_vendor_guidance`], and
+    /// bounded as it is: all in one write transaction, none stored when a new one is refused.
     pub fn queue_profile_suggestions(&self, project: &str) -> Result<VendorReport, RulesError> {
         let doc = self.load(project)?.document;
         let mut tx = self.backend.begin(true)?;
@@ -1061,7 +1061,8 @@ impl RulesStore {
             Some(&format!("vendor:{agent}:{fp}")),
         )?;
         // Checked once the statement is known to be new (one queued before is skipped, however
-        // many wait); the caller's transaction is rolled back on the error.
+        // many wait), in the order and with the errors of `propose`; each count includes the
+        // new row, and the caller's transaction is rolled back on the error.
         if queued.is_some() {
             let pending = tx.pending_proposals_by(project, &origin.proposed_by)?;
             if pending > MAX_PENDING_PER_PROPOSER as u64 {
@@ -1071,6 +1072,10 @@ impl RulesStore {
                     pending: pending - 1,
                 });
             }
+            let pending = tx.pending_proposals(project)?;
+            if pending > MAX_PENDING_PROPOSALS as u64 {
+                return Err(project_full(project, pending - 1));
+            }
         }
         Ok(queued)
     }
@@ -1079,8 +1084,10 @@ impl RulesStore {
     /// `source_ref` (a URL or file). Returns the new proposal's id, or `None` when the statement
     /// was queued before (in any state) or is already policy. A new statement past the feed's
     /// [`MAX_PENDING_PER_PROPOSER`] (as `vendor:<agent>`) is [`RulesError::TooManyPending`],
-    /// nothing stored. Control characters in the
-    /// statement are dropped or become spaces, as the extractor does with a page's text.
+    /// and one for a project that has [`MAX_PENDING_PROPOSALS`] waiting is
+    /// [`RulesError::Rejected`], as from [`RulesStore::propose`]; nothing stored. Control
+    /// characters in the statement are dropped or become spaces, as the extractor does with a
+    /// page's text.
     pub fn queue_vendor_statement(
         &self,
         project: &str,
@@ -1105,7 +1112,8 @@ impl RulesStore {
     /// candidates are looked at (all in one write transaction); the rest are counted as skipped
     /// ([`VendorReport::over_limit`]). A new candidate past the feed's
     /// [`MAX_PENDING_PER_PROPOSER`] (as `vendor:<agent>`) is [`RulesError::TooManyPending`],
-    /// and none of the text's is stored.
+    /// one past the project's [`MAX_PENDING_PROPOSALS`] is [`RulesError::Rejected`] (as from
+    /// [`RulesStore::propose`]), and either way none of the text's is stored.
     pub fn queue_vendor_guidance(
         &self,
         project: &str,
@@ -1240,6 +1248,14 @@ fn readable<T>(rows: impl Iterator<Item = Result<T, RulesError>>) -> Result<Vec<
         }
     }
     Ok(out)
+}
+
+/// The refusal of one more proposal for `project`, which has `pending` waiting for a person:
+/// [`MAX_PENDING_PROPOSALS`], the most it holds. One error for agents and vendor sourcing.
+fn project_full(project: &str, pending: u64) -> RulesError {
+    RulesError::Rejected(format!(
+        "project `{project}` has {pending} proposals waiting for review, the most it holds; propose again once some are approved or rejected"
+    ))
 }
 
 /// Refuses one more proposal of `project` from `proposed_by` when it has

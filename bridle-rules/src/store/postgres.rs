@@ -338,6 +338,15 @@ impl RulesTx for PostgresTx {
             .collect())
     }
 
+    fn pending_proposals(&mut self, project: &str) -> Result<u64, RulesError> {
+        let rows = self.tx.query(
+            "SELECT count(*) FROM proposals WHERE project = $1 AND status = 'pending'",
+            &[&project],
+        )?;
+        let n: i64 = rows.first().map_or(0, |r| r.get(0));
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     fn pending_proposals_by(
         &mut self,
         project: &str,

@@ -313,6 +313,15 @@ impl RulesTx for SqliteTx {
         Ok(out)
     }
 
+    fn pending_proposals(&mut self, project: &str) -> Result<u64, RulesError> {
+        let n: i64 = self.conn.query_row(
+            "SELECT count(*) FROM proposals WHERE project = ?1 AND status = 'pending'",
+            params![project],
+            |r| r.get(0),
+        )?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     fn pending_proposals_by(
         &mut self,
         project: &str,
