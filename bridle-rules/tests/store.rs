@@ -131,6 +131,7 @@ on_every_backend!(
     an_unreadable_row_is_left_out_of_listings_and_named_when_read,
     a_queue_page_is_the_listing_filtered_and_cut,
     vendor_sourcing_cannot_fill_a_project_past_its_limit,
+    a_change_that_is_not_json_fails_no_proposal,
 );
 
 fn guardrail(id: &str) -> ChangeRequest {
@@ -1448,4 +1449,74 @@ fn vendor_sourcing_cannot_fill_a_project_past_its_limit(backend: Backend) {
             .unwrap()
             .is_some()
     );
+}
+
+/// A proposal whose stored change is not JSON (a hand edit, a corrupted row) or not an object
+/// is unreadable on its own, but fails no other proposal: a guardrail is still proposed (the
+/// check for one already waiting passes it over) and vendor sourcing still finds the ids a new
+/// one could collide with.
+fn a_change_that_is_not_json_fails_no_proposal(backend: Backend) {
+    let (dir, store) = store(backend);
+    let o = Origin::agent("claude", None);
+    let url = "https://vendor.example/guide";
+    let waiting = store.propose("shop", &o, &guardrail("g1"), None).unwrap();
+    let broken = store.propose("shop", &o, &guardrail("g2"), None).unwrap();
+    let scalar = store.propose("shop", &o, &guardrail("g3"), None).unwrap();
+    let vendor = store
+        .queue_vendor_statement(
+            "shop",
+            "claude",
+            url,
+            "Always run the tests before you commit.",
+        )
+        .unwrap()
+        .unwrap();
+    let vendor_id = match store.proposal(vendor).unwrap().change {
+        ChangeRequest::Guardrail { id, .. } => id,
+        other => panic!("not a guardrail: {other:?}"),
+    };
+    dir.sql(&format!(
+        "UPDATE proposals SET change = '{{\"kind\": \"guardrail\", \"id\": \"g2' WHERE id = {};
+         UPDATE proposals SET change = '42' WHERE id = {};",
+        broken.id, scalar.id
+    ));
+    assert_eq!(
+        store.proposal(broken.id).unwrap_err().code(),
+        "unreadable_record"
+    );
+
+    let p = store.propose("shop", &o, &guardrail("g4"), None).unwrap();
+    assert_eq!(p.status, ProposalStatus::Pending);
+    // The one waiting under its id is still found: a retry answers it, another change is refused.
+    assert_eq!(
+        store
+            .propose("shop", &o, &guardrail("g1"), None)
+            .unwrap()
+            .id,
+        waiting.id
+    );
+    let other = ChangeRequest::Guardrail {
+        id: "g1".into(),
+        statement: "Another statement.".into(),
+        severity: Severity::Guidance,
+        applies_to: vec!["all_agents".into()],
+    };
+    let err = store.propose("shop", &o, &other, None).unwrap_err();
+    assert_eq!(err.code(), "proposal_rejected", "{err}");
+    assert!(err.to_string().contains(&waiting.id.to_string()), "{err}");
+
+    // Vendor sourcing: a statement with the same first words gets the next free id.
+    let next = store
+        .queue_vendor_statement(
+            "shop",
+            "claude",
+            url,
+            "Always run the tests before you push.",
+        )
+        .unwrap()
+        .unwrap();
+    match store.proposal(next).unwrap().change {
+        ChangeRequest::Guardrail { id, .. } => assert_eq!(id, format!("{vendor_id}-2")),
+        other => panic!("not a guardrail: {other:?}"),
+    }
 }

@@ -200,6 +200,27 @@ fn as_u64s(rows: &[Row]) -> Vec<u64> {
     rows.iter().map(|r| r.get::<_, i64>(0) as u64).collect()
 }
 
+/// The `kind` and `id` of a stored change (each `None` when absent or not a string), or `None`
+/// for a text that is not a JSON object: a hand edit or a corrupted row. `change::jsonb` in a
+/// statement fails the whole statement on one such row (so one bad row of a project failed
+/// every guardrail proposed there), and the servers before PostgreSQL 16 (the tests run 15)
+/// have no check (`IS JSON`, `pg_input_is_valid`) that would skip it without PL/pgSQL; so the
+/// statements select the few rows whose text holds the id as the store writes it
+/// ([`json_string`]) and read them here, as SQLite's `json_valid` guard reads them there.
+fn change_fields(change: &str) -> Option<(Option<String>, Option<String>)> {
+    let serde_json::Value::Object(fields) = serde_json::from_str(change).ok()? else {
+        return None;
+    };
+    let text = |key: &str| fields.get(key).and_then(|v| v.as_str()).map(str::to_string);
+    Some((text("kind"), text("id")))
+}
+
+/// `text` as a JSON string, quoted and escaped as the store writes it in a change: what the
+/// statements above look for in the text before reading a row's JSON.
+fn json_string(text: &str) -> String {
+    serde_json::Value::from(text).to_string()
+}
+
 /// A proposal's row, read as [`PROPOSAL_COLUMNS`] lists them.
 fn proposal_row(r: &Row) -> ProposalRow {
     ProposalRow {
@@ -365,24 +386,39 @@ impl RulesTx for PostgresTx {
         project: &str,
         id: &str,
     ) -> Result<Vec<u64>, RulesError> {
+        // Read in Rust, not with `change::jsonb`: see [`change_fields`].
         let rows = self.tx.query(
-            "SELECT id FROM proposals
-             WHERE project = $1 AND status = 'pending'
-               AND change::jsonb ->> 'kind' = 'guardrail' AND change::jsonb ->> 'id' = $2
+            "SELECT id, change FROM proposals
+             WHERE project = $1 AND status = 'pending' AND strpos(change, $2) > 0
              ORDER BY id",
-            &[&project, &id],
+            &[&project, &json_string(id)],
         )?;
-        Ok(as_u64s(&rows))
+        Ok(rows
+            .iter()
+            .filter(|r| {
+                change_fields(r.get(1)).is_some_and(|(kind, gid)| {
+                    kind.as_deref() == Some("guardrail") && gid.as_deref() == Some(id)
+                })
+            })
+            .map(|r| r.get::<_, i64>(0) as u64)
+            .collect())
     }
 
     fn guardrail_ids_from(&mut self, project: &str, base: &str) -> Result<Vec<String>, RulesError> {
-        // The same statement as SQLite's (`substr` and `length` count characters in both).
+        // What SQLite's statement selects, read in Rust, not with `change::jsonb`: see
+        // [`change_fields`]. The text holds `"<base>` (the id's opening quote and its start).
+        let mut opening = json_string(base);
+        opening.pop();
         let rows = self.tx.query(
-            "SELECT gid FROM (SELECT change::jsonb ->> 'id' AS gid FROM proposals WHERE project = $1) AS p
-             WHERE gid = $2 OR substr(gid, 1, length($2) + 1) = $2 || '-'",
-            &[&project, &base],
+            "SELECT change FROM proposals WHERE project = $1 AND strpos(change, $2) > 0",
+            &[&project, &opening],
         )?;
-        Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
+        let dashed = format!("{base}-");
+        Ok(rows
+            .iter()
+            .filter_map(|r| change_fields(r.get(0)).and_then(|(_, gid)| gid))
+            .filter(|gid| gid == base || gid.starts_with(&dashed))
+            .collect())
     }
 
     fn decide_proposal(&mut self, id: u64, d: &Decision<'_>) -> Result<(), RulesError> {

@@ -355,9 +355,13 @@ impl RulesTx for SqliteTx {
     }
 
     fn guardrail_ids_from(&mut self, project: &str, base: &str) -> Result<Vec<String>, RulesError> {
-        // The same statement as PostgreSQL's (`substr` and `length` count characters in both).
+        // `json_valid` first, as above: `json_extract` of a row that is not JSON fails the
+        // statement, and so vendor sourcing in the project. (`substr` and `length` count
+        // characters; PostgreSQL selects the same ids in Rust.)
         let mut stmt = self.conn.prepare(
-            "SELECT gid FROM (SELECT json_extract(change, '$.id') AS gid FROM proposals WHERE project = ?1)
+            "SELECT gid FROM (
+                 SELECT CASE WHEN json_valid(change) THEN json_extract(change, '$.id') END AS gid
+                 FROM proposals WHERE project = ?1)
              WHERE gid = ?2 OR substr(gid, 1, length(?2) + 1) = ?2 || '-'",
         )?;
         let ids = stmt
