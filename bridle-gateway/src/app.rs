@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use kberg_core::{ResourceRegistry, ToolRegistry};
+use kberg_core::{ResourceRegistry, Tool, ToolRegistry};
 use kberg_server::McpApp;
 
 use crate::context::GatewayContext;
-use crate::error::GatewayError;
+use crate::error::{GatewayError, NamedRefusals};
 use crate::ops::GatewayMetrics;
 use crate::resources::register_resources;
 use crate::tools::register_tools;
@@ -49,7 +49,14 @@ pub fn build_app_observed(
     let with_memory = memory.is_some();
     if let Some(memory) = memory {
         let (patterns, listener) = (Arc::clone(&memory.patterns), memory.on_indexed.clone());
-        bridle_memory::tools::register(&tools, memory)?;
+        // Registered, as every gateway tool is, in `NamedRefusals`: each refusal names the tool
+        // the agent called (see `crate::error`).
+        bridle_memory::tools::declare(&tools)?;
+        tools.register_all(
+            bridle_memory::tools::tools(memory)
+                .into_iter()
+                .map(|t| Arc::new(NamedRefusals::new(t)) as Arc<dyn Tool>),
+        )?;
         // The refresh tool runs through the gateway's index-run registry (one run per tag,
         // shared with the admin API).
         crate::memory::refresh::replace_refresh_tool(

@@ -10,21 +10,26 @@
 //! | `refresh_pattern_example` | Write(`memory.index`) |
 //!
 //! A failure the caller can act on (an unknown tag, an embedder that is down) is returned as an
-//! error result whose structured content carries the stable [`MemoryError::code`], so a model
-//! reads the sentence and a program matches the code. `refresh_pattern_example` reports
-//! progress as MCP progress notifications when the client sent a progress token, and hands each
-//! successful [`IndexReport`] to an optional [`IndexListener`] (the gateway writes
-//! `last_indexed` back to the rules document there).
+//! error result in kberg-core's one refusal shape ([`kberg_core::Refusal`]): its structured
+//! content is `{"code", "message", "tool", "retryable"}`, the stable [`MemoryError::code`] (or
+//! `project_not_allowed`, `capability_required`), the sentence, the tool's name and whether the
+//! same call may succeed later unchanged ([`retryable`]), so a model reads the sentence and a
+//! program matches the code. A host that registers the tools its own way ([`declare`] and
+//! [`tools`], as the gateway does to wrap each one) gets the same refusals.
+//!
+//! `refresh_pattern_example` reports progress as MCP progress notifications when the client
+//! sent a progress token, and hands each successful [`IndexReport`] to an optional
+//! [`IndexListener`] (the gateway writes `last_indexed` back to the rules document there).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use kberg_core::{
-    Caller, CoreError, ToolBuilder, ToolContext, ToolOutput, ToolRegistry, WriteCapability,
+    Caller, CoreError, FnTool, ToolBuilder, ToolContext, ToolOutput, ToolRegistry, WriteCapability,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::error::MemoryError;
 use crate::patterns::{IndexReport, PatternIndex, Progress, ProgressEvent, SearchMode};
@@ -34,6 +39,12 @@ use crate::session::{MemoryFilter, NewMemory, SessionMemory};
 pub const MEMORY_WRITE: &str = "memory.write";
 /// The capability `refresh_pattern_example` needs.
 pub const MEMORY_INDEX: &str = "memory.index";
+
+// The tools' names, which their refusals carry as `tool`.
+const RECALL: &str = "recall";
+const REMEMBER: &str = "remember";
+const SEARCH: &str = "search_pattern_examples";
+const REFRESH: &str = "refresh_pattern_example";
 
 /// Told about every (re-)index through `refresh_pattern_example`: each step as it happens, and
 /// how it ended.
@@ -86,9 +97,40 @@ pub struct MemoryTools {
     pub access: Option<Arc<dyn ProjectAccess>>,
 }
 
+/// Whether a call that failed with `e` may succeed later when made again unchanged: the
+/// `retryable` of the tools' refusals.
+///
+/// | code | retryable | why |
+/// |---|---|---|
+/// | `embedder_unavailable` | yes | the embedding service is down or busy |
+/// | `store` | yes | the vector store failed (busy, I/O, a server away) |
+/// | `repo_unavailable` | yes | the repository could not be fetched (a host away, a timeout) |
+/// | every other code | no | the input, the configuration or the stored data must change first |
+pub fn retryable(e: &MemoryError) -> bool {
+    matches!(
+        e,
+        MemoryError::EmbedderUnavailable { .. }
+            | MemoryError::Store(_)
+            | MemoryError::RepoUnavailable { .. }
+    )
+}
+
+/// A refusal of `tool` in the one shape: an error result with the sentence, and `code`,
+/// `message`, `tool`, `retryable` and any `extra` details as structured content.
+fn shaped(tool: &str, code: &str, retryable: bool, message: String, extra: Value) -> ToolOutput {
+    let mut details =
+        json!({"code": code, "message": message, "tool": tool, "retryable": retryable});
+    if let (Value::Object(d), Value::Object(extra)) = (&mut details, extra) {
+        for (k, v) in extra {
+            d.entry(k).or_insert(v);
+        }
+    }
+    ToolOutput::error_with(message, details)
+}
+
 /// The refusal of a project the caller may not use, or of a recall that names none while access
 /// is restricted.
-fn project_refusal(caller: &Caller, project: Option<&str>) -> ToolOutput {
+fn project_refusal(tool: &str, caller: &Caller, project: Option<&str>) -> ToolOutput {
     let message = match project {
         Some(p) => format!(
             "`{}` may not use the memories of project `{p}`",
@@ -96,10 +138,7 @@ fn project_refusal(caller: &Caller, project: Option<&str>) -> ToolOutput {
         ),
         None => "name the project whose memories you want (`project`)".to_string(),
     };
-    ToolOutput::error_with(
-        message.clone(),
-        json!({"code": "project_not_allowed", "message": message}),
-    )
+    shaped(tool, "project_not_allowed", false, message, Value::Null)
 }
 
 /// The refusal of a memory stored in a project the caller may use but not write to.
@@ -108,13 +147,17 @@ fn write_refusal(caller: &Caller, project: &str) -> ToolOutput {
         "`{}` may not store memories in project `{project}`: `memory.write` is not granted there",
         caller.principal().id
     );
-    ToolOutput::error_with(
-        message.clone(),
-        json!({"code": "capability_required", "message": message, "capability": "memory.write"}),
+    shaped(
+        REMEMBER,
+        "capability_required",
+        false,
+        message,
+        json!({"capability": MEMORY_WRITE}),
     )
 }
 
 fn check_project(
+    tool: &str,
     access: &Option<Arc<dyn ProjectAccess>>,
     caller: &Caller,
     project: Option<&str>,
@@ -122,7 +165,7 @@ fn check_project(
     match (access, project) {
         (None, _) => Ok(()),
         (Some(a), Some(p)) if a.allows(caller, p) => Ok(()),
-        (Some(_), p) => Err(project_refusal(caller, p)),
+        (Some(_), p) => Err(project_refusal(tool, caller, p)),
     }
 }
 
@@ -191,12 +234,10 @@ struct RefreshArgs {
     reference_tag: String,
 }
 
-/// An error result carrying the stable code.
-fn failure(e: &MemoryError) -> ToolOutput {
-    ToolOutput::error_with(
-        e.to_string(),
-        json!({"code": e.code(), "message": e.to_string()}),
-    )
+/// The refusal of a call to `tool` that failed with `e`, in the one shape: its stable code,
+/// its sentence, the tool and whether to retry ([`retryable`]).
+pub fn refusal(tool: &str, e: &MemoryError) -> ToolOutput {
+    shaped(tool, e.code(), retryable(e), e.to_string(), Value::Null)
 }
 
 /// A refresh's progress: to the caller as progress notifications, and to the listener.
@@ -219,24 +260,48 @@ impl Progress for ToolProgress {
     }
 }
 
+fn write_capability() -> WriteCapability {
+    WriteCapability::new(
+        MEMORY_WRITE,
+        "Store memories of sessions (decisions, context, history)",
+    )
+}
+
+fn index_capability() -> WriteCapability {
+    WriteCapability::new(MEMORY_INDEX, "Re-index pattern example repositories")
+}
+
+/// Declares `memory.write` and `memory.index` in `registry`, each unless already declared.
+pub fn declare(registry: &ToolRegistry) -> Result<(), CoreError> {
+    let declared = registry.capabilities();
+    for cap in [write_capability(), index_capability()] {
+        if !declared.iter().any(|c| c.id() == cap.id()) {
+            registry.declare(cap)?;
+        }
+    }
+    Ok(())
+}
+
 /// Declares `memory.write` and `memory.index` (unless already declared) and registers the four
 /// memory tools.
 pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreError> {
-    let declared = registry.capabilities();
-    let write = WriteCapability::new(
-        MEMORY_WRITE,
-        "Store memories of sessions (decisions, context, history)",
-    );
-    let index = WriteCapability::new(MEMORY_INDEX, "Re-index pattern example repositories");
-    for cap in [&write, &index] {
-        if !declared.iter().any(|c| c.id() == cap.id()) {
-            registry.declare(cap.clone())?;
-        }
-    }
+    declare(registry)?;
+    registry.register_all(
+        self::tools(tools)
+            .into_iter()
+            .map(|t| Arc::new(t) as Arc<dyn kberg_core::Tool>),
+    )
+}
+
+/// The four memory tools, not registered, for a host that registers them its own way (the
+/// gateway wraps each one); [`register`] registers them as they are. Their capabilities must be
+/// declared in the registry first ([`declare`]).
+pub fn tools(tools: MemoryTools) -> Vec<FnTool> {
+    let (write, index) = (write_capability(), index_capability());
 
     let session = Arc::clone(&tools.session);
     let access = tools.access.clone();
-    let recall = ToolBuilder::new("recall")
+    let recall = ToolBuilder::new(RECALL)
         .title("Recall memories")
         .description("Find memories from earlier agent sessions (decisions, context, history) by meaning. Filter by project, kind, agent, session or tags.")
         .small_model_safe()
@@ -244,7 +309,7 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
             let session = Arc::clone(&session);
             let access = access.clone();
             async move {
-                if let Err(refused) = check_project(&access, ctx.caller(), a.project.as_deref()) {
+                if let Err(refused) = check_project(RECALL, &access, ctx.caller(), a.project.as_deref()) {
                     return Ok(refused);
                 }
                 let filter = MemoryFilter {
@@ -268,14 +333,14 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
                         };
                         Ok(ToolOutput::text(text).with_structured(json!({"memories": hits})))
                     }
-                    Err(e) => Ok(failure(&e)),
+                    Err(e) => Ok(refusal(RECALL, &e)),
                 }
             }
         });
 
     let session = Arc::clone(&tools.session);
     let access = tools.access.clone();
-    let remember = ToolBuilder::new("remember")
+    let remember = ToolBuilder::new(REMEMBER)
         .title("Remember")
         .description(
             "Store a memory for later sessions: a decision, context or history of this project.",
@@ -286,7 +351,9 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
             let session = Arc::clone(&session);
             let access = access.clone();
             async move {
-                if let Err(refused) = check_project(&access, ctx.caller(), Some(&a.project)) {
+                if let Err(refused) =
+                    check_project(REMEMBER, &access, ctx.caller(), Some(&a.project))
+                {
                     return Ok(refused);
                 }
                 if let Some(access) = access {
@@ -311,13 +378,13 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
                 match session.remember(m).await {
                     Ok(m) => Ok(ToolOutput::text(format!("Remembered as id {}.", m.id))
                         .with_structured(json!({"memory": m}))),
-                    Err(e) => Ok(failure(&e)),
+                    Err(e) => Ok(refusal(REMEMBER, &e)),
                 }
             }
         });
 
     let patterns = Arc::clone(&tools.patterns);
-    let search = ToolBuilder::new("search_pattern_examples")
+    let search = ToolBuilder::new(SEARCH)
         .title("Search pattern examples")
         .description("Search the indexed example repositories of the project's architecture patterns by meaning and exact words (identifiers, messages). Returns file, lines, chunk type, enclosing items, score and the code.")
         .small_model_safe()
@@ -341,14 +408,14 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
                         };
                         Ok(ToolOutput::text(text).with_structured(json!({"results": hits})))
                     }
-                    Err(e) => Ok(failure(&e)),
+                    Err(e) => Ok(refusal(SEARCH, &e)),
                 }
             }
         });
 
     let patterns = Arc::clone(&tools.patterns);
     let listener = tools.on_indexed.clone();
-    let refresh = ToolBuilder::new("refresh_pattern_example")
+    let refresh = ToolBuilder::new(REFRESH)
         .title("Refresh a pattern example")
         .description("Re-fetch, re-chunk and re-embed one example repository by its reference tag; its previous index is replaced atomically.")
         .write(index)
@@ -379,16 +446,11 @@ pub fn register(registry: &ToolRegistry, tools: MemoryTools) -> Result<(), CoreE
                         if let Some(l) = &listener {
                             l.failed(&a.reference_tag, &e).await;
                         }
-                        Ok(failure(&e))
+                        Ok(refusal(REFRESH, &e))
                     }
                 }
             }
         });
 
-    registry.register_all([
-        Arc::new(recall) as Arc<dyn kberg_core::Tool>,
-        Arc::new(remember),
-        Arc::new(search),
-        Arc::new(refresh),
-    ])
+    vec![recall, remember, search, refresh]
 }

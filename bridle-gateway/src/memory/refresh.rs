@@ -3,9 +3,9 @@
 //!
 //! bridle-memory's own tool knows nothing of the admin API's runs, so a refresh over MCP could
 //! run beside an index the panel started for the same tag. The gateway puts this one in its
-//! place: it claims the tag in [`IndexRuns`] first (a tag being indexed answers an error
-//! result with code `index_running` and the run's id, one whose example is being removed
-//! `example_removing`), records each step in the run, so the
+//! place: it claims the tag in [`IndexRuns`] first (a tag being indexed answers a refusal
+//! with code `index_running`, retryable, and the run's id, one whose example is being removed
+//! `example_removing`, not retryable), records each step in the run, so the
 //! panel and the admin API can follow a refresh an agent started, and ends the run with `done`
 //! or `error`. Progress notifications to the caller, the `last_indexed` write-back and the
 //! indexing gauges (the [`IndexListener`]) work as in bridle-memory's tool.
@@ -19,12 +19,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bridle_memory::tools::IndexListener;
-use bridle_memory::{ExampleRepo, MemoryError, PatternIndex, Progress, ProgressEvent};
+use bridle_memory::{ExampleRepo, PatternIndex, Progress, ProgressEvent};
 use kberg_core::{CoreError, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::context::GatewayContext;
+use crate::error::NamedRefusals;
 
 use super::runs::{Claimed, IndexRuns, RunEventKind, RunHandle, RunOrigin, RunStart, report_event};
 
@@ -45,9 +46,10 @@ pub(crate) struct RegisteredRefresh {
     ctx: Arc<GatewayContext>,
 }
 
-/// Replaces bridle-memory's `refresh_pattern_example` in `registry` (registered there by
-/// `bridle_memory::tools::register`) with the gateway's, keeping its spec. Does nothing when
-/// the registry has no such tool.
+/// Replaces bridle-memory's `refresh_pattern_example` in `registry` (registered there from
+/// `bridle_memory::tools::tools`) with the gateway's, keeping its spec and registered, as
+/// every gateway tool is, in [`NamedRefusals`]. Does nothing when the registry has no such
+/// tool.
 pub(crate) fn replace_refresh_tool(
     registry: &ToolRegistry,
     patterns: Arc<PatternIndex>,
@@ -59,13 +61,13 @@ pub(crate) fn replace_refresh_tool(
         return Ok(());
     };
     registry.remove(REFRESH_TOOL);
-    registry.register(RegisteredRefresh {
+    registry.register(NamedRefusals::new(RegisteredRefresh {
         spec,
         patterns,
         listener,
         runs,
         ctx,
-    })
+    }))
 }
 
 /// A refresh's progress: to the caller, to the listener and into the run.
@@ -125,13 +127,6 @@ fn listed_example(ctx: &GatewayContext, tag: &str) -> Option<ExampleRepo> {
     None
 }
 
-fn failure(e: &MemoryError) -> ToolOutput {
-    ToolOutput::error_with(
-        e.to_string(),
-        json!({"code": e.code(), "message": e.to_string()}),
-    )
-}
-
 #[async_trait]
 impl Tool for RegisteredRefresh {
     fn spec(&self) -> ToolSpec {
@@ -151,8 +146,16 @@ impl Tool for RegisteredRefresh {
         }) {
             Ok(run) => run,
             Err(claimed) => {
+                // A tag being indexed is free again once that run ends; one whose example is
+                // being removed is gone then.
+                let retryable = matches!(claimed, Claimed::Indexing(_));
                 let message = claimed.to_string();
-                let mut data = json!({"code": claimed.code(), "message": message});
+                let mut data = json!({
+                    "code": claimed.code(),
+                    "message": message,
+                    "tool": REFRESH_TOOL,
+                    "retryable": retryable,
+                });
                 if let Claimed::Indexing(busy) = &claimed {
                     data["run_id"] = json!(busy.run_id);
                 }
@@ -202,7 +205,7 @@ impl Tool for RegisteredRefresh {
                     RunEventKind::Error,
                     json!({"code": e.code(), "detail": "the refresh failed; the previous index is kept"}),
                 );
-                Ok(failure(&e))
+                Ok(bridle_memory::tools::refusal(REFRESH_TOOL, &e))
             }
         }
     }
