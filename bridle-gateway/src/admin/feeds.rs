@@ -307,7 +307,7 @@ fn feed_failure(e: FeedError) -> ApiError {
         (status = 400, description = "malformed JSON", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "unknown project or agent type", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "`too_many_pending`: the feed has as many proposals waiting in the project as one proposer may", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`too_many_pending`: the feed has as many proposals waiting in the project as one proposer may; `change_refused`: the project has as many waiting as it may hold; nothing was queued", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "not an http(s) URL, or an unknown format", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 502, description = "the page could not be read (unreachable, timeout, an error status, a redirect off its site, too large, not text)", body = ProblemDetails, content_type = "application/problem+json"),
     ),
@@ -380,7 +380,7 @@ pub async fn read_guidance(
         (status = 200, body = QueuedSuggestions),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "`too_many_pending`: the feed has as many proposals waiting in the project as one proposer may", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`too_many_pending`: the feed has as many proposals waiting in the project as one proposer may; `change_refused`: the project has as many waiting as it may hold; nothing was queued", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_name`: a name in the path that no project may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
