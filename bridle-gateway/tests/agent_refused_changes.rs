@@ -12,28 +12,15 @@
 
 mod admin_support;
 
-use admin_support::gateway::Gw;
+use admin_support::gateway::{Gw, McpClient};
 use admin_support::json_ok;
 use bridle_gateway::config::demo_document;
 use reqwest::StatusCode;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-type Client = RunningService<RoleClient, ()>;
-
-async fn connect(gw: &Gw, token: String) -> Client {
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(gw.mcp.as_str()).auth_header(token),
-    );
-    ().serve(transport).await.unwrap()
-}
-
 /// Calls `tool` and returns the code of the refusal it answers.
-async fn refused(c: &Client, tool: &'static str, args: Value) -> String {
+async fn refused(c: &McpClient, tool: &'static str, args: Value) -> String {
     let Value::Object(args) = args else {
         panic!("arguments are an object")
     };
@@ -85,8 +72,10 @@ async fn a_refused_proposal_or_scope_request_is_recorded_with_its_code() {
         StatusCode::CREATED,
     )
     .await;
-    let bot = connect(&gw, created["token"]["token"].as_str().unwrap().into()).await;
-    let claude = connect(&gw, gw.file_token("claude")).await;
+    let bot = gw
+        .mcp_client(created["token"]["token"].as_str().unwrap().into())
+        .await;
+    let claude = gw.mcp_client(gw.file_token("claude")).await;
     let guardrail = |project: &str, session: &str| {
         json!({"project": project, "id": "tests-first", "statement": "Run the tests first.",
                "severity": "guidance", "session": session})

@@ -11,41 +11,8 @@ mod admin_support;
 #[path = "common/whoami_upstream.rs"]
 mod whoami_upstream;
 
-use admin_support::gateway::Gw;
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{RoleClient, ServiceExt};
-use serde_json::{Value, json};
-
-type Client = RunningService<RoleClient, ()>;
-
-async fn connect(gw: &Gw, token: String) -> Client {
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(gw.mcp.as_str()).auth_header(token),
-    );
-    ().serve(transport).await.unwrap()
-}
-
-/// Calls `tool`, checks it is refused with `code` in the one shape, and returns the refusal's
-/// structured content.
-async fn refused(c: &Client, tool: &str, args: Value, code: &str) -> Value {
-    let Value::Object(args) = args else {
-        panic!("arguments are an object")
-    };
-    let out: CallToolResult = c
-        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(args))
-        .await
-        .unwrap();
-    assert_eq!(out.is_error, Some(true), "{out:?}");
-    let s = out.structured_content.unwrap();
-    assert_eq!(s["code"], code, "{s}");
-    assert!(s["message"].as_str().is_some_and(|m| !m.is_empty()), "{s}");
-    assert_eq!(s["tool"], tool, "{s}");
-    assert!(s["retryable"].is_boolean(), "{s}");
-    s
-}
+use admin_support::gateway::{Gw, refused_in_shape as refused};
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_of_each_kind_of_gateway_tool_names_the_tool() {
@@ -59,7 +26,7 @@ async fn a_refusal_of_each_kind_of_gateway_tool_names_the_tool() {
         |b| b,
     )
     .await;
-    let claude = connect(&gw, gw.file_token("claude")).await;
+    let claude = gw.mcp_client(gw.file_token("claude")).await;
 
     // The gateway's own refusal.
     refused(

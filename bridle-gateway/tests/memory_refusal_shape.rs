@@ -11,42 +11,17 @@ mod admin_support;
 
 use std::sync::Arc;
 
-use admin_support::gateway::Gw;
+use admin_support::gateway::{Gw, McpClient, refused_in_shape};
 use bridle_gateway::config::demo_document;
 use bridle_gateway::memory::RunOrigin;
 use bridle_gateway::memory::runs::RunStart;
 use bridle_memory::{ConstantEmbedder, EmbeddedStore, MemoryService, PatternIndexConfig};
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
-
-type Client = RunningService<RoleClient, ()>;
-
-async fn connect(gw: &Gw, token: String) -> Client {
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(gw.mcp.as_str()).auth_header(token),
-    );
-    ().serve(transport).await.unwrap()
-}
 
 /// Calls `tool`, checks it is refused with `code` in the one shape, that `retryable` says
 /// `retryable`, and returns the refusal's structured content.
-async fn refused(c: &Client, tool: &str, args: Value, code: &str, retryable: bool) -> Value {
-    let Value::Object(args) = args else {
-        panic!("arguments are an object")
-    };
-    let out: CallToolResult = c
-        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(args))
-        .await
-        .unwrap();
-    assert_eq!(out.is_error, Some(true), "{out:?}");
-    let s = out.structured_content.unwrap();
-    assert_eq!(s["code"], code, "{s}");
-    assert!(s["message"].as_str().is_some_and(|m| !m.is_empty()), "{s}");
-    assert_eq!(s["tool"], tool, "{s}");
+async fn refused(c: &McpClient, tool: &str, args: Value, code: &str, retryable: bool) -> Value {
+    let s = refused_in_shape(c, tool, args, code).await;
     assert_eq!(s["retryable"], retryable, "{s}");
     s
 }
@@ -80,14 +55,14 @@ async fn a_refusal_of_each_memory_tool_names_the_tool_and_says_whether_to_retry(
         .store
         .create("beta", &demo_document(), "test")
         .unwrap();
-    let claude = connect(&gw, gw.file_token("claude")).await;
+    let claude = gw.mcp_client(gw.file_token("claude")).await;
     let bot_token = gw
         .all_agent_tokens()
         .into_iter()
         .find(|(a, _)| a == "bot")
         .unwrap()
         .1;
-    let bot = connect(&gw, bot_token).await;
+    let bot = gw.mcp_client(bot_token).await;
 
     refused(
         &claude,

@@ -22,6 +22,34 @@ use super::{ALICE, BOB};
 pub const GENEROUS_ADMIN: &str =
     "admin:\n  login_limits:\n    per_address: 10000\n    per_credential: 10000\n";
 
+/// An MCP client of a test gateway ([`Gw::mcp_client`]).
+pub type McpClient = rmcp::service::RunningService<rmcp::RoleClient, ()>;
+
+/// Calls `tool` with `args` (an object), checks that it is refused with `code` in the one
+/// refusal shape (`code`, a `message`, `tool` naming the tool called, a boolean `retryable`),
+/// and returns the refusal's structured content.
+pub async fn refused_in_shape(
+    c: &McpClient,
+    tool: &str,
+    args: serde_json::Value,
+    code: &str,
+) -> serde_json::Value {
+    let serde_json::Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    let out = c
+        .call_tool(rmcp::model::CallToolRequestParams::new(tool.to_string()).with_arguments(args))
+        .await
+        .unwrap();
+    assert_eq!(out.is_error, Some(true), "{out:?}");
+    let s = out.structured_content.unwrap();
+    assert_eq!(s["code"], code, "{s}");
+    assert!(s["message"].as_str().is_some_and(|m| !m.is_empty()), "{s}");
+    assert_eq!(s["tool"], tool, "{s}");
+    assert!(s["retryable"].is_boolean(), "{s}");
+    s
+}
+
 /// A running gateway with its admin API.
 pub struct Gw {
     pub tmp: tempfile::TempDir,
@@ -142,6 +170,18 @@ impl Gw {
     pub fn file_token(&self, agent: &str) -> String {
         let secrets = self.ctx.config.secrets_path(self.tmp.path());
         read_secret(&secrets, &format!("{agent}-token")).unwrap()
+    }
+
+    /// An MCP client (rmcp's) of the gateway's endpoint, initialized with `token`.
+    pub async fn mcp_client(&self, token: String) -> McpClient {
+        use rmcp::ServiceExt as _;
+        let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
+            rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                self.mcp.as_str(),
+            )
+            .auth_header(token),
+        );
+        ().serve(transport).await.unwrap()
     }
 
     /// Every agent token in play: the demo agents' files and a fresh vault token of `bot`.
