@@ -355,7 +355,21 @@ async fn bulk_decisions_report_each_outcome_and_one_failure_hides_none() {
     let fixture = Fixture::new().await;
     let c = signed_in(&fixture).await;
     let a = fixture.propose_guardrail("bulk-a");
-    let twin = fixture.propose_guardrail("bulk-a");
+    // A proposal that no longer applies: a person added its guardrail by hand meanwhile (a
+    // second pending proposal of one guardrail id is refused when proposed).
+    let twin = fixture.propose_guardrail("bulk-twin");
+    let by_hand = fixture.ctx.store.preview(twin, "test").unwrap();
+    fixture
+        .ctx
+        .store
+        .save_edit(
+            "demo",
+            &by_hand,
+            fixture.revision(),
+            "test",
+            "bulk-twin by hand",
+        )
+        .unwrap();
     let decided = fixture.propose_guardrail("bulk-decided");
     let b = fixture.propose_guardrail("bulk-b");
     let r = c
