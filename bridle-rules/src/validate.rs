@@ -23,6 +23,19 @@ fn breaks_a_line(c: char) -> bool {
     c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
 }
 
+/// Whether `text` may be a pattern's name or an example's tag: one line of at most
+/// [`MAX_LINE_CHARS`] characters, without a control character or a line separator (each is a
+/// heading or part of one line of every rendered file). Documents are held to it by
+/// [`validate`], proposals when they are made.
+///
+/// ```
+/// assert!(bridle_rules::is_one_line("Service layer"));
+/// assert!(!bridle_rules::is_one_line("Service layer\n# Injected"));
+/// ```
+pub fn is_one_line(text: &str) -> bool {
+    text.chars().count() <= MAX_LINE_CHARS && !text.chars().any(breaks_a_line)
+}
+
 /// Every problem in a document, in document order. `text` (the YAML it came from, if any) is
 /// used to put line numbers on problems.
 pub fn validate(doc: &RulesDocument, catalog: &AgentCatalog, text: Option<&str>) -> Vec<Problem> {
@@ -147,15 +160,13 @@ pub fn validate(doc: &RulesDocument, catalog: &AgentCatalog, text: Option<&str>)
     // A pattern's name is a heading of every rendered file and an example's tags are quoted
     // on one of its list lines: held to one line, as the project name is, and to a length a
     // heading can have.
-    let one_line =
-        |text: &str| text.chars().count() <= MAX_LINE_CHARS && !text.chars().any(breaks_a_line);
     let not_one_line = |what: &str| {
         format!(
             "{what} must be one line of at most {MAX_LINE_CHARS} characters, without line breaks, tabs or other control characters (it is a heading or a line of every rendered file)"
         )
     };
     for (i, name) in doc.patterns.standard.iter().enumerate() {
-        if !one_line(name) {
+        if !is_one_line(name) {
             push(
                 "invalid_name",
                 format!("patterns.standard[{i}]"),
@@ -165,7 +176,7 @@ pub fn validate(doc: &RulesDocument, catalog: &AgentCatalog, text: Option<&str>)
         }
     }
     for (i, c) in doc.patterns.custom.iter().enumerate() {
-        if !one_line(&c.name) {
+        if !is_one_line(&c.name) {
             push(
                 "invalid_name",
                 format!("patterns.custom[{i}].name"),
@@ -182,7 +193,7 @@ pub fn validate(doc: &RulesDocument, catalog: &AgentCatalog, text: Option<&str>)
                 ),
                 ("arch_tag", &r.arch_tag, "an example's pattern tag"),
             ] {
-                if !one_line(tag) {
+                if !is_one_line(tag) {
                     push(
                         "invalid_name",
                         format!("patterns.custom[{i}].example_repos[{j}].{key}"),

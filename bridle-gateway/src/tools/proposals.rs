@@ -145,7 +145,6 @@ fn queue(
         );
     }
     if let Some(refused) = session_refusal(session.as_deref())
-        .or_else(|| line_refusal(change))
         .or_else(|| text_refusal(free_text(change)))
         .or_else(|| local_example_repo(change))
     {
@@ -208,43 +207,6 @@ fn free_text(change: &ChangeRequest) -> Vec<(&'static str, &str)> {
             overview.chain(stack).chain(conventions).collect()
         }
     }
-}
-
-/// The most characters of a proposed pattern's name or an example's reference tag.
-pub const MAX_LINE_CHARS: usize = 200;
-
-/// The refusal of a pattern proposal whose name or an example's reference tag is not one line
-/// of at most [`MAX_LINE_CHARS`] characters, if any.
-///
-/// A pattern's name is a heading of every agent's rendered rules (and the pattern tag of its
-/// examples), and a reference tag is quoted on a list line: a line break in either would end
-/// that heading or line and make what follows a heading or an instruction of its own, while
-/// the reviewer's one-line summary shows the break as a space. The project name is held to the
-/// same rule by document validation.
-fn line_refusal(change: &ChangeRequest) -> Option<ToolOutput> {
-    let ChangeRequest::Pattern { standard, custom } = change else {
-        return None;
-    };
-    let names = standard.iter().chain(custom.iter().map(|c| &c.name));
-    let tags = custom
-        .iter()
-        .flat_map(|c| c.example_repos.iter().map(|r| &r.reference_tag));
-    let one_line = |text: &String| {
-        text.chars().count() <= MAX_LINE_CHARS
-            && !text
-                .chars()
-                .any(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
-    };
-    let what = if !names.into_iter().all(one_line) {
-        "the pattern's name"
-    } else if !tags.into_iter().all(one_line) {
-        "an example repository's reference tag"
-    } else {
-        return None;
-    };
-    Some(rules_refusal(&RulesError::Rejected(format!(
-        "{what} must be one line of at most {MAX_LINE_CHARS} characters, without line breaks, tabs or other control characters (it is a heading or a line of every agent's rendered rules)"
-    ))))
 }
 
 /// The refusal of a proposal whose example repositories are not all network git URLs, if any.

@@ -152,6 +152,25 @@ impl ChangeRequest {
                 {
                     return Err(RulesError::Rejected("a pattern needs a name".into()));
                 }
+                // Checked now, not only when the approved document is validated: the reviewer's
+                // one-line summary shows a line break as a space.
+                let names = standard.iter().chain(custom.iter().map(|c| &c.name));
+                let repos = custom.iter().flat_map(|c| c.example_repos.iter());
+                let what = if !names.into_iter().all(|n| crate::is_one_line(n)) {
+                    Some("the pattern's name")
+                } else if !repos.into_iter().all(|r| {
+                    crate::is_one_line(&r.reference_tag) && crate::is_one_line(&r.arch_tag)
+                }) {
+                    Some("an example repository's reference or pattern tag")
+                } else {
+                    None
+                };
+                if let Some(what) = what {
+                    return Err(RulesError::Rejected(format!(
+                        "{what} must be one line of at most {} characters, without line breaks, tabs or other control characters (it is a heading or a line of every agent's rendered rules)",
+                        crate::MAX_LINE_CHARS
+                    )));
+                }
             }
             ChangeRequest::UpdateProject {
                 overview,
