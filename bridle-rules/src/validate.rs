@@ -23,6 +23,13 @@ fn breaks_a_line(c: char) -> bool {
     c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
 }
 
+/// True for a bidirectional-text control (U+202A to U+202E, U+2066 to U+2069): it makes a
+/// reader see another order of words than the one the text holds. Vendor text drops it; the
+/// gateway refuses it in an agent's free text.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 /// Whether `text` may be a pattern's name or an example's tag: one line of at most
 /// [`MAX_LINE_CHARS`] characters, without a control character or a line separator (each is a
 /// heading or part of one line of every rendered file). Documents are held to it by

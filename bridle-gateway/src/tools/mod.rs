@@ -77,9 +77,7 @@ pub(crate) fn text_refusal<'a>(
         while let Some(c) = chars.next() {
             let line_end = c == '\r' && chars.peek() == Some(&'\n');
             let shown = matches!(c, '\n' | '\t') || line_end;
-            if (c.is_control() && !shown)
-                || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-            {
+            if (c.is_control() && !shown) || bridle_rules::is_bidi_control(c) {
                 return Some(c);
             }
         }

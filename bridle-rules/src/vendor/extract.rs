@@ -218,22 +218,19 @@ fn excerpt_around(block: &str, block_chars: usize, at: std::ops::Range<usize>) -
     out
 }
 
-/// True for a bidirectional-text control (U+202A to U+202E, U+2066 to U+2069): it makes a
-/// reader see another order of words than the one the text holds.
-pub(crate) fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
 /// `text` without what a reviewer would not see but a terminal or a rendered file would act
 /// on: a bidirectional-text control is dropped, any other control character (an escape
 /// sequence's ESC, NUL, a lone carriage return) becomes a space. A page is scraped text, so
 /// it is cleaned rather than refused (the gateway refuses such characters from an agent).
 pub(crate) fn visible_text(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(|c| c.is_control() || is_bidi_control(c)) {
+    if !text
+        .chars()
+        .any(|c| c.is_control() || crate::is_bidi_control(c))
+    {
         return std::borrow::Cow::Borrowed(text);
     }
     text.chars()
-        .filter(|&c| !is_bidi_control(c))
+        .filter(|&c| !crate::is_bidi_control(c))
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect()
 }
