@@ -739,6 +739,35 @@ async fn log_out_ends_the_session() {
     );
 }
 
+/// Logging in again from a browser that holds a session replaces its cookie; the session the
+/// old cookie named ends with it, instead of living on server-side until it is idle.
+#[tokio::test]
+async fn logging_in_again_ends_the_session_it_replaces() {
+    let fixture = Fixture::new().await;
+    let mut c = signed_in(&fixture).await;
+    let old = c.cookie.clone().expect("a session cookie");
+    // The form posts with the old cookie, as a browser would.
+    c.login(BOB).await;
+    let new = c.cookie.clone().expect("a session cookie");
+    assert_ne!(old, new, "a new session id at log-in");
+    assert_eq!(c.get("/panel").await.status, StatusCode::OK);
+    c.cookie = Some(old);
+    let r = c.get("/panel").await;
+    assert_eq!(
+        r.status,
+        StatusCode::SEE_OTHER,
+        "the replaced session is over"
+    );
+    assert!(r.location().starts_with("/panel/login"));
+    // A failed log-in ends nothing.
+    c.cookie = Some(new);
+    let r = c
+        .post("/panel/login", &[("token", "nope"), ("next", "/panel")])
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(c.get("/panel").await.status, StatusCode::OK);
+}
+
 /// A page of another site on the same host (another port of 127.0.0.1: cookies do not tell
 /// ports apart) can plant a `bridle-panel` cookie with a longer path, which the browser then
 /// sends before the real one. The panel finds the live session among the cookies of that

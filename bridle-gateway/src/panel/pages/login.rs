@@ -111,10 +111,13 @@ pub(crate) async fn form(
     login_page(&panel, StatusCode::OK, &next, None, notice)
 }
 
-/// `POST /login`.
+/// `POST /login`. A successful log-in from a browser that still holds a session ends that
+/// session: its cookie is replaced by the new one, and the old id would otherwise stay valid
+/// server-side, unseen, until it is idle.
 pub(crate) async fn submit(
     State(panel): State<Panel>,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
     PanelForm(form): PanelForm<LoginForm>,
 ) -> Result<Response, PanelError> {
     let next = landing(&panel, form.next.as_deref());
@@ -186,6 +189,11 @@ pub(crate) async fn submit(
         .sessions
         .open(who)
         .map_err(|e| PanelError::Internal(e.to_string()))?;
+    for replaced in session_cookies(&headers, panel.config.cookie_name()) {
+        if replaced != id {
+            panel.sessions.end(&replaced);
+        }
+    }
     let mut response = see_other(&next);
     let cookie = HeaderValue::from_str(&session_cookie_header(&panel, &id))
         .map_err(|_| PanelError::Internal("the session cookie is not a header value".into()))?;
