@@ -173,6 +173,14 @@ pub struct HttpConfig {
     /// resumes a session another initialized (see [`SessionStore`]). Default `None`: a
     /// session lives in this process only, and a load balancer must route by session.
     pub session_store: Option<Arc<dyn SessionStore>>,
+    /// With a [`session_store`](HttpConfig::session_store): how old this instance's last
+    /// look in the store at a session it holds may be before a request of that session looks
+    /// again, so that a session its client ended on another instance (a `DELETE` there removes
+    /// it from the store) ends here too and is answered `404`. Default 1 s; zero looks on every
+    /// request. One look per session per interval at most, shared by the session's concurrent
+    /// requests; a store that fails or is slow to answer a look ends no session (see
+    /// [`SessionStore`]). Without a store this is unused and no request looks anywhere.
+    pub session_recheck_interval: Duration,
 }
 
 impl std::fmt::Debug for HttpConfig {
@@ -184,6 +192,7 @@ impl std::fmt::Debug for HttpConfig {
             .field("allowed_hosts", &self.allowed_hosts)
             .field("allowed_origins", &self.allowed_origins)
             .field("session_store", &self.session_store.is_some())
+            .field("session_recheck_interval", &self.session_recheck_interval)
             .finish_non_exhaustive()
     }
 }
@@ -200,6 +209,7 @@ impl Default for HttpConfig {
             sse_keep_alive: Some(Duration::from_secs(15)),
             shutdown: CancellationToken::new(),
             session_store: None,
+            session_recheck_interval: Duration::from_secs(1),
         }
     }
 }
@@ -235,6 +245,12 @@ impl HttpConfig {
     /// resumes them (see [`SessionStore`]).
     pub fn session_store(mut self, store: Arc<dyn SessionStore>) -> Self {
         self.session_store = Some(store);
+        self
+    }
+
+    /// Sets [`HttpConfig::session_recheck_interval`].
+    pub fn session_recheck_interval(mut self, every: Duration) -> Self {
+        self.session_recheck_interval = every;
         self
     }
 

@@ -7,6 +7,10 @@
 //!    with `WWW-Authenticate: Bearer`; the principal travels to the handler in the request's
 //!    extensions;
 //! 3. session ownership: a session id created by one principal is unknown (`404`) to others;
+//!    with a session store, a session held here that the store no longer has (its client
+//!    ended it on another instance) ends here too and is `404` (see
+//!    [`session_store`](crate::session_store): looked up at most once per
+//!    `session_recheck_interval`);
 //! 4. limits that need to see the request before rmcp does: concurrent sessions on
 //!    `initialize`, in all and per principal (`503`), concurrent listen streams on GET SSE
 //!    and `subscriptions/listen`, in all and per principal (`503`). A 2026-07-28 request
@@ -82,6 +86,9 @@ struct GuardState {
     /// The session store sessions are also kept in, if any (another replica's session may
     /// then be named, and resumed, here).
     store: Option<Arc<dyn crate::SessionStore>>,
+    /// [`HttpConfig::session_recheck_interval`]: how old the last look in `store` at a session
+    /// held here may be before its next request looks again.
+    recheck_interval: std::time::Duration,
 }
 
 /// rmcp's Streamable HTTP service as kberg-server configures it.
@@ -668,6 +675,22 @@ async fn owns_stored(
     }
 }
 
+/// Ends the session `sid`, held here, that the session store no longer has: closed in the
+/// session table (its streams end, its service stops) and its owner forgotten, unless a
+/// newer instance of the session has taken the entry meanwhile.
+async fn end_here(g: &GuardState, sid: &str, recheck: &Arc<crate::session_store::Recheck>) {
+    use rmcp::transport::streamable_http_server::session::SessionManager;
+    let _ = g.sessions.close_session(&sid.into()).await;
+    let mut owners = g.owners();
+    if owners
+        .get(sid)
+        .and_then(|o| o.recheck.as_ref())
+        .is_some_and(|r| Arc::ptr_eq(r, recheck))
+    {
+        owners.remove(sid);
+    }
+}
+
 /// The guard after authentication, run with the request's principal in
 /// [`REQUEST_PRINCIPAL`]: session ownership, the stream and session limits, and the body checks.
 async fn route(
@@ -692,19 +715,35 @@ async fn route(
         }
     };
     if let Some(sid) = &session {
-        let foreign = g
-            .owners()
-            .get(sid)
-            .is_some_and(|o| o.principal != principal.id);
+        // One look at the owner map gives the owner and, for a session known to be in the
+        // session store, its recheck (`None` without a store: nothing more is done).
+        let (foreign, recheck) = match g.owners().get(sid) {
+            Some(o) => (o.principal != principal.id, o.recheck.clone()),
+            None => (false, None),
+        };
         // 2026-07-28 has no sessions: its requests ignore the header (rmcp serves them, or
         // answers a GET or DELETE `405`, whatever session it names), so it refuses nothing.
-        if foreign && !is_modern(req.headers()) {
-            tracing::warn!(principal = %principal.id, "refused a request naming another principal's session");
-            return status(
-                StatusCode::NOT_FOUND,
-                "session_not_found",
-                "Not Found: Session not found",
-            );
+        if (foreign || recheck.is_some()) && !is_modern(req.headers()) {
+            if foreign {
+                tracing::warn!(principal = %principal.id, "refused a request naming another principal's session");
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "session_not_found",
+                    "Not Found: Session not found",
+                );
+            }
+            if let (Some(recheck), Some(store)) = (recheck, g.store.as_deref())
+                && !recheck.still_stored(store, sid, g.recheck_interval).await
+            {
+                // Its client ended it on another instance (or the store dropped it): it ends
+                // here too, and like any ended session it is `404`.
+                end_here(g, sid, &recheck).await;
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "session_not_found",
+                    "Not Found: Session not found",
+                );
+            }
         }
     }
 
@@ -850,10 +889,11 @@ async fn route(
                         .get(SESSION_HEADER)
                         .and_then(|v| v.to_str().ok())
                     {
-                        g.owners().insert(
-                            sid.to_string(),
-                            crate::session_store::SessionOwner::now(principal.id.clone()),
-                        );
+                        // The session store's write (if any) recorded the owner already, with
+                        // the session's recheck: kept.
+                        g.owners().entry(sid.to_string()).or_insert_with(|| {
+                            crate::session_store::SessionOwner::now(principal.id.clone())
+                        });
                     }
                     resp
                 }
@@ -943,6 +983,7 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
         initializing: tokio::sync::Mutex::new(()),
         owners,
         store: config.session_store.clone(),
+        recheck_interval: config.session_recheck_interval,
     };
     let endpoint = McpEndpoint(Arc::new(Guarded {
         guard,
@@ -1062,6 +1103,7 @@ mod tests {
             initializing: tokio::sync::Mutex::new(()),
             owners: crate::session_store::SessionOwners::default(),
             store: None,
+            recheck_interval: std::time::Duration::from_secs(1),
         }
     }
 
@@ -1090,6 +1132,7 @@ mod tests {
             crate::session_store::SessionOwner {
                 principal: "alice".into(),
                 since: long_ago,
+                recheck: None,
             },
         );
         assert!(g.session_limit_refusal("bob", true).is_none());

@@ -47,8 +47,9 @@
 //! each waits for room in it, in order, without holding the session's routing lock, so the
 //! session's other requests, its other streams, DELETE and idle expiry go on.
 //!
-//! Lifetime: a session ends on DELETE, when its MCP service ends (server shutdown), or when it
-//! has been idle for [`SessionSettings::idle_timeout`]: no message either way, no request in
+//! Lifetime: a session ends on DELETE (or, with a session store, when the guard finds that the
+//! store no longer has it: its client ended it on another instance), when its MCP service ends
+//! (server shutdown), or when it has been idle for [`SessionSettings::idle_timeout`]: no message either way, no request in
 //! flight and no standalone stream open. A session whose `initialize` never arrives ends after
 //! [`SessionSettings::init_timeout`]. An ended session leaves the table at once, so a request
 //! naming it is a `404` (or, with rmcp's session store configured, a restore).
