@@ -190,6 +190,19 @@ pub(crate) trait RulesTx {
     fn pending_tickets(&mut self, project: &str) -> Result<u64, RulesError>;
     /// Records a scope ticket's decision.
     fn decide_ticket(&mut self, id: u64, d: &Decision<'_>) -> Result<(), RulesError>;
+    /// The transaction's SQLite connection, on a SQLite backend: rows another module keeps in
+    /// the same file (the vendor feed's ledger) are written on it, so they commit with the
+    /// proposals they describe or not at all. `None` elsewhere.
+    fn sqlite(&self) -> Option<&rusqlite::Connection> {
+        None
+    }
+    /// The transaction's PostgreSQL connection, where the backend offers it, for the same
+    /// purpose as [`RulesTx::sqlite`]. `None` where it does not: such a module then writes its
+    /// rows in a transaction of its own, after this one commits.
+    #[cfg(feature = "postgres")]
+    fn postgres(&self) -> Option<&crate::db::postgres::PgClient> {
+        None
+    }
     /// Commits (for a read, ends its snapshot).
     fn commit(self: Box<Self>) -> Result<(), RulesError>;
 }

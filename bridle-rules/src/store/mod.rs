@@ -1106,6 +1106,38 @@ impl RulesStore {
         Ok(queued)
     }
 
+    /// Queues a fetched page's statements for an agent profile (the vendor feed's
+    /// [`FeedLedger::ingest`](crate::vendor::FeedLedger::ingest)) as
+    /// [`RulesStore::queue_vendor_guidance`] queues a text's: in one write transaction, a
+    /// statement queued before or already policy skipped (`None` in its place), and a new one
+    /// refused by a pending limit refusing them all. Before that transaction commits, `record`
+    /// gets it and each statement's outcome, so the rows the caller keeps beside the proposals
+    /// in the same database (their provenance, the source's validators) commit with them or
+    /// not at all; an error from `record` stores nothing.
+    pub(crate) fn queue_vendor_page<T>(
+        &self,
+        project: &str,
+        agent: &str,
+        source_ref: &str,
+        statements: &[String],
+        record: impl FnOnce(&mut dyn RulesTx, &[Option<u64>]) -> Result<T, RulesError>,
+    ) -> Result<T, RulesError> {
+        self.catalog.get(agent)?;
+        let doc = self.load(project)?.document;
+        let origin = Origin::vendor(agent, source_ref);
+        let mut tx = self.backend.begin(true)?;
+        let mut queued = Vec::with_capacity(statements.len());
+        for statement in statements {
+            let statement = crate::vendor::extract::visible_text(statement);
+            queued.push(
+                self.queue_candidate(&mut *tx, &doc, project, agent, &origin, &statement, None)?,
+            );
+        }
+        let recorded = record(&mut *tx, &queued)?;
+        tx.commit()?;
+        Ok(recorded)
+    }
+
     /// Queues the guardrail candidates found in a vendor's guidance text for an agent profile.
     /// Idempotent: a candidate queued before (in any state) or already in policy is skipped.
     /// Only the text's first [`MAX_CANDIDATES_PER_PAGE`](crate::vendor::MAX_CANDIDATES_PER_PAGE)

@@ -491,6 +491,10 @@ impl RulesTx for SqliteTx {
         Ok(())
     }
 
+    fn sqlite(&self) -> Option<&Connection> {
+        Some(&self.conn)
+    }
+
     fn commit(mut self: Box<Self>) -> Result<(), RulesError> {
         if self.open {
             self.open = false;

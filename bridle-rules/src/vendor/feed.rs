@@ -7,9 +7,11 @@
 //! sees a suggestion in context. Both live in the [`FeedLedger`] (module `ledger`), two tables
 //! beside the review queue in the store's database.
 //!
-//! [`FeedLedger::ingest`] queues first and records the validators last: a run that fails half
-//! way leaves the old validators, so the next run fetches the page again and queues what is
-//! still missing (queueing is idempotent by fingerprint). A page that could not be read (an
+//! [`FeedLedger::ingest`] queues a page all or nothing: its proposals, their provenance and
+//! the source's validators commit together (on PostgreSQL the ledger's rows right after the
+//! proposals, see `ledger`). A run refused by a pending limit or failing half way writes none
+//! of them and leaves the old validators, so the next run fetches the page again and queues it
+//! (queueing is idempotent by fingerprint). A page that could not be read (an
 //! error status, a redirect elsewhere, a body over the limit) never reaches `ingest`, so it
 //! queues nothing and changes no state.
 

@@ -10,6 +10,21 @@
 //! rules store's serialized write transaction, so two replicas running one feed at the same
 //! moment queue each suggestion once: one queues it, the other finds it queued and skips it.
 //!
+//! A page is queued all or nothing. [`FeedLedger::ingest`] queues a page's candidates in one
+//! write transaction of the rules store and, on SQLite, writes their provenance rows and the
+//! source's validators in that same transaction. A new candidate the store refuses (the feed's
+//! [`MAX_PENDING_PER_PROPOSER`](crate::MAX_PENDING_PER_PROPOSER) as `vendor:<agent>`,
+//! `too_many_pending`; the project's [`MAX_PENDING_PROPOSALS`](crate::MAX_PENDING_PROPOSALS),
+//! `proposal_rejected`) or a row that cannot be written refuses the whole page with that error
+//! and writes nothing, validators included: the next run reads the page again (no `304`) and
+//! queues all of it once the queue has room. Queueing the first candidates only would leave a
+//! proposal without its provenance after a failed write, and would let the rest wait unseen
+//! until the page changed. On PostgreSQL the proposals are one transaction just the same (a
+//! refusal writes nothing), but the store's transaction there does not offer its connection
+//! (`RulesTx::postgres`), so the provenance rows and the validators are written together in a
+//! transaction of the ledger's own right after it commits: a failure between the two (the
+//! database lost at that moment) leaves the page's proposals without their provenance rows.
+//!
 //! [`FeedLedger`] holds the logic once; each dialect only stores and fetches rows
 //! ([`LedgerConn`], here for SQLite and in `ledger_postgres` for PostgreSQL).
 
@@ -22,6 +37,7 @@ use super::feed::{
     FetchOutcome, MAX_CANDIDATES_PER_PAGE, SourceReport, Validators, VendorCandidate,
 };
 use crate::db::{Migration, Migrations, migrate_sqlite};
+use crate::store::backend::RulesTx;
 use crate::{RulesError, RulesStore, redact_url};
 
 /// The ledger's tables (in the store's SQLite file). Step 1 is the schema from before
@@ -125,13 +141,17 @@ impl FeedLedger {
         self.connect()?.candidates(project)
     }
 
-    /// Queues what a fetched source holds for `agent` in `project`, then records its
-    /// validators. A `NotModified` outcome queues nothing. The validators are kept under `url`
-    /// as given (the next fetch looks them up by it); the proposals, the candidates' provenance
-    /// and the log line name it as [`redact_url`] shows it, since a reviewer, the audit log and
-    /// every rendered file see those. A candidate queued before (by this
-    /// process or, on PostgreSQL, by another replica) is skipped, and so is every candidate
-    /// past the page's first [`MAX_CANDIDATES_PER_PAGE`].
+    /// Queues what a fetched source holds for `agent` in `project`, with each queued
+    /// candidate's provenance and the source's validators, all or nothing (see the module
+    /// doc): a new candidate refused by a pending limit refuses the page with that error
+    /// (`too_many_pending`, `proposal_rejected`) and nothing is written, so the next run reads
+    /// the page again. `store` is the store the ledger was opened on. A `NotModified` outcome
+    /// queues nothing. The validators are kept under `url` as given (the next fetch looks them
+    /// up by it); the proposals, the candidates' provenance and the log line name it as
+    /// [`redact_url`] shows it, since a reviewer, the audit log and every rendered file see
+    /// those. A candidate queued before (by this process or, on PostgreSQL, by another
+    /// replica) is skipped, and so is every candidate past the page's first
+    /// [`MAX_CANDIDATES_PER_PAGE`].
     pub fn ingest(
         &self,
         store: &RulesStore,
@@ -157,30 +177,56 @@ impl FeedLedger {
             }
             FetchOutcome::Page(page) => page,
         };
-        let conn = self.connect()?;
         let shown = redact_url(url);
         let found = extract_at_most(&page.text, page.format, MAX_CANDIDATES_PER_PAGE);
         report.over_limit = found.left_out;
-        report.skipped = found.left_out;
-        for found in found.candidates {
-            match store.queue_vendor_statement(project, agent, &shown, &found.statement)? {
-                Some(proposal_id) => {
-                    let candidate = VendorCandidate {
-                        proposal_id,
-                        project: project.to_string(),
-                        agent: agent.to_string(),
-                        statement: found.statement,
-                        source_url: shown.clone(),
-                        fetched_at: fetched_at.to_string(),
-                        excerpt: found.excerpt,
-                    };
-                    conn.put_candidate(&candidate)?;
-                    report.queued.push(candidate);
-                }
-                None => report.skipped += 1,
-            }
+        let looked_at = found.candidates.len();
+        let statements: Vec<String> = found
+            .candidates
+            .iter()
+            .map(|c| c.statement.clone())
+            .collect();
+        let source = SourceRow {
+            project,
+            agent,
+            url,
+            validators: &page.validators,
+            fetched_at,
+        };
+        // The page's proposals, their provenance and the source's validators in the store's
+        // write transaction: all of them or, on a refusal or a failed write, none.
+        let (queued, written) =
+            store.queue_vendor_page(project, agent, &shown, &statements, |tx, ids| {
+                let queued: Vec<VendorCandidate> = found
+                    .candidates
+                    .into_iter()
+                    .zip(ids)
+                    .filter_map(|(found, id)| {
+                        id.map(|proposal_id| VendorCandidate {
+                            proposal_id,
+                            project: project.to_string(),
+                            agent: agent.to_string(),
+                            statement: found.statement,
+                            source_url: shown.clone(),
+                            fetched_at: fetched_at.to_string(),
+                            excerpt: found.excerpt,
+                        })
+                    })
+                    .collect();
+                let written = match LedgerWriter::of(tx) {
+                    Some(writer) => {
+                        writer.put_page(&queued, &source)?;
+                        true
+                    }
+                    None => false,
+                };
+                Ok((queued, written))
+            })?;
+        if !written {
+            self.put_page_apart(&queued, &source)?;
         }
-        conn.put_source(project, agent, url, &page.validators, fetched_at)?;
+        report.skipped = found.left_out + (looked_at - queued.len());
+        report.queued = queued;
         tracing::info!(
             project,
             agent,
@@ -191,6 +237,128 @@ impl FeedLedger {
             "vendor feed source ingested"
         );
         Ok(report)
+    }
+}
+
+impl FeedLedger {
+    /// Writes a page's ledger rows in a transaction of the ledger's own, for a store whose
+    /// transaction does not offer its connection ([`LedgerWriter::of`]): right after the
+    /// proposals committed, the provenance and the validators together.
+    fn put_page_apart(
+        &self,
+        queued: &[VendorCandidate],
+        source: &SourceRow<'_>,
+    ) -> Result<(), RulesError> {
+        match self.connect()? {
+            LedgerConn::Sqlite(mut conn) => {
+                let tx =
+                    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                LedgerWriter::Sqlite(&tx).put_page(queued, source)?;
+                tx.commit()?;
+            }
+            #[cfg(feature = "postgres")]
+            LedgerConn::Postgres(client) => {
+                let tx = client.begin(Some(super::ledger_postgres::LEDGER_LOCK))?;
+                LedgerWriter::Postgres(&tx).put_page(queued, source)?;
+                tx.commit()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A source's row: its validators and when it was fetched.
+struct SourceRow<'a> {
+    project: &'a str,
+    agent: &'a str,
+    url: &'a str,
+    validators: &'a Validators,
+    fetched_at: &'a str,
+}
+
+/// A connection in a write transaction, on which a page's ledger rows are written.
+enum LedgerWriter<'a> {
+    Sqlite(&'a Connection),
+    #[cfg(feature = "postgres")]
+    Postgres(&'a crate::db::postgres::PgClient),
+}
+
+impl<'a> LedgerWriter<'a> {
+    /// The rules store's own transaction, when its backend offers its connection.
+    fn of(tx: &'a dyn RulesTx) -> Option<Self> {
+        if let Some(conn) = tx.sqlite() {
+            return Some(Self::Sqlite(conn));
+        }
+        #[cfg(feature = "postgres")]
+        if let Some(client) = tx.postgres() {
+            return Some(Self::Postgres(client));
+        }
+        None
+    }
+
+    /// Records the page's queued candidates' provenance, then the source's validators.
+    fn put_page(
+        &self,
+        queued: &[VendorCandidate],
+        source: &SourceRow<'_>,
+    ) -> Result<(), RulesError> {
+        for c in queued {
+            self.put_candidate(c)?;
+        }
+        self.put_source(source)
+    }
+
+    /// Records (or replaces) a queued candidate's provenance.
+    fn put_candidate(&self, c: &VendorCandidate) -> Result<(), RulesError> {
+        match self {
+            LedgerWriter::Sqlite(conn) => {
+                conn.execute(
+                    &format!("INSERT OR REPLACE INTO vendor_candidates ({CANDIDATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+                    params![
+                        c.proposal_id as i64,
+                        c.project,
+                        c.agent,
+                        c.statement,
+                        c.source_url,
+                        c.fetched_at,
+                        c.excerpt
+                    ],
+                )?;
+                Ok(())
+            }
+            #[cfg(feature = "postgres")]
+            LedgerWriter::Postgres(client) => super::ledger_postgres::put_candidate(client, c),
+        }
+    }
+
+    /// Records a source's validators and fetch time.
+    fn put_source(&self, s: &SourceRow<'_>) -> Result<(), RulesError> {
+        match self {
+            LedgerWriter::Sqlite(conn) => {
+                conn.execute(
+                    "INSERT INTO vendor_feed_sources (project, agent, url, etag, last_modified, fetched_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT (project, agent, url) DO UPDATE SET etag = excluded.etag, last_modified = excluded.last_modified, fetched_at = excluded.fetched_at",
+                    params![
+                        s.project,
+                        s.agent,
+                        s.url,
+                        s.validators.etag,
+                        s.validators.last_modified,
+                        s.fetched_at
+                    ],
+                )?;
+                Ok(())
+            }
+            #[cfg(feature = "postgres")]
+            LedgerWriter::Postgres(c) => super::ledger_postgres::put_source(
+                c,
+                s.project,
+                s.agent,
+                s.url,
+                s.validators,
+                s.fetched_at,
+            ),
+        }
     }
 }
 
@@ -277,61 +445,6 @@ impl LedgerConn {
             #[cfg(feature = "postgres")]
             LedgerConn::Postgres(c) => {
                 super::ledger_postgres::touch_source(c, project, agent, url, fetched_at)
-            }
-        }
-    }
-
-    /// Records (or replaces) a queued candidate's provenance.
-    fn put_candidate(&self, c: &VendorCandidate) -> Result<(), RulesError> {
-        match self {
-            LedgerConn::Sqlite(conn) => {
-                conn.execute(
-                    &format!("INSERT OR REPLACE INTO vendor_candidates ({CANDIDATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
-                    params![
-                        c.proposal_id as i64,
-                        c.project,
-                        c.agent,
-                        c.statement,
-                        c.source_url,
-                        c.fetched_at,
-                        c.excerpt
-                    ],
-                )?;
-                Ok(())
-            }
-            #[cfg(feature = "postgres")]
-            LedgerConn::Postgres(client) => super::ledger_postgres::put_candidate(client, c),
-        }
-    }
-
-    /// Records a source's validators and fetch time.
-    fn put_source(
-        &self,
-        project: &str,
-        agent: &str,
-        url: &str,
-        validators: &Validators,
-        fetched_at: &str,
-    ) -> Result<(), RulesError> {
-        match self {
-            LedgerConn::Sqlite(conn) => {
-                conn.execute(
-                    "INSERT INTO vendor_feed_sources (project, agent, url, etag, last_modified, fetched_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                     ON CONFLICT (project, agent, url) DO UPDATE SET etag = excluded.etag, last_modified = excluded.last_modified, fetched_at = excluded.fetched_at",
-                    params![
-                        project,
-                        agent,
-                        url,
-                        validators.etag,
-                        validators.last_modified,
-                        fetched_at
-                    ],
-                )?;
-                Ok(())
-            }
-            #[cfg(feature = "postgres")]
-            LedgerConn::Postgres(c) => {
-                super::ledger_postgres::put_source(c, project, agent, url, validators, fetched_at)
             }
         }
     }
