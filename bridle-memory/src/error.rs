@@ -74,12 +74,19 @@ pub enum MemoryError {
     #[error("invalid input: {0}")]
     InvalidInput(String),
     /// A repository could not be fetched (unreachable, private, not a repository).
-    #[error("the repository {source_repo} could not be fetched: {reason}")]
+    #[error("the repository {source_repo} could not be fetched: {reason}{}", lasting_note(*.lasting))]
     RepoUnavailable {
         /// The URL or path given.
         source_repo: String,
         /// What git (or the file system) said.
         reason: String,
+        /// Whether the failure lasts until a person changes something (the source, or the
+        /// credential for it): a repository that does not exist or is not one, a local folder
+        /// that is gone, a host that refuses the credential sent or asks for one none is kept
+        /// for, a source whose credential was not stored. `false` for what may pass by itself
+        /// (a host away or failing, a timeout), which the same call may get past later. The
+        /// tools' refusals carry it as `retryable` ([`crate::tools::retryable`]).
+        lasting: bool,
     },
     /// A repository with no file worth indexing.
     #[error(
@@ -141,7 +148,7 @@ impl MemoryError {
     /// | `collection_mismatch` | the collection exists with another dimension or distance |
     /// | `model_mismatch` | the stored vectors are another embedding model's |
     /// | `invalid_input` | the caller's input is malformed |
-    /// | `repo_unavailable` | the repository could not be fetched |
+    /// | `repo_unavailable` | the repository could not be fetched (for good, or for now: see [`MemoryError::RepoUnavailable::lasting`](MemoryError::RepoUnavailable)) |
     /// | `nothing_to_index` | the repository has no indexable file |
     /// | `index_too_large` | the repository passes a limit of what indexing reads or holds |
     /// | `unknown_tag` | no pattern example under that reference tag |
@@ -165,6 +172,16 @@ impl MemoryError {
             MemoryError::UnknownMemory(_) => "unknown_memory",
             MemoryError::MemoryQuota { .. } => "memory_quota_exceeded",
         }
+    }
+}
+
+/// What a lasting [`MemoryError::RepoUnavailable`] adds to its sentence, so that a reader knows
+/// trying again will not help.
+fn lasting_note(lasting: bool) -> &'static str {
+    if lasting {
+        ". Trying again will not help until the source or its credential is corrected"
+    } else {
+        ""
     }
 }
 

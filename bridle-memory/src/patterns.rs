@@ -626,7 +626,8 @@ impl PatternIndex {
     /// Re-runs fetch → chunk → embed → store for a tag already indexed, from the source recorded
     /// with it. An unknown tag answers [`MemoryError::UnknownTag`]; a source whose credentials
     /// (a URL's user part or query) were not stored answers [`MemoryError::RepoUnavailable`]
-    /// saying so, and is refreshed by indexing it again from its full URL.
+    /// saying so (a lasting one: refreshing again cannot help), and is refreshed by indexing it
+    /// again from its full URL.
     pub async fn refresh(
         &self,
         reference_tag: &str,
@@ -637,6 +638,7 @@ impl PatternIndex {
             return Err(MemoryError::RepoUnavailable {
                 source_repo: redact_url(&repo.url),
                 reason: "its URL carried credentials, which are not stored with the index; index it again from its full URL, or keep the credential for its site instead of in the URL".into(),
+                lasting: true,
             });
         }
         self.index(&repo, progress).await

@@ -342,9 +342,17 @@ async fn fetch_in(
     max_bytes: u64,
     names: &LimitNames,
 ) -> Result<Checkout> {
+    // A failure that may pass by itself (a host away, a timeout), and one that lasts until a
+    // person changes the source or its credential.
     let unavailable = |reason: String| MemoryError::RepoUnavailable {
         source_repo: redact_url(source),
         reason: scrub(&reason, source),
+        lasting: false,
+    };
+    let lasting = |reason: String| MemoryError::RepoUnavailable {
+        source_repo: redact_url(source),
+        reason: scrub(&reason, source),
+        lasting: true,
     };
     let trimmed = source.trim();
     if trimmed.is_empty() {
@@ -359,8 +367,8 @@ async fn fetch_in(
                 root: path.to_path_buf(),
                 _temp: None,
             }),
-            Ok(_) => Err(unavailable("it is a file, not a directory".into())),
-            Err(e) => Err(unavailable(format!(
+            Ok(_) => Err(lasting("it is a file, not a directory".into())),
+            Err(e) => Err(lasting(format!(
                 "no such local directory ({e}); a remote repository needs a URL"
             ))),
         };
@@ -393,6 +401,8 @@ async fn fetch_in(
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
+        // git's own words, untranslated: they tell a lasting failure from a passing one.
+        .env("LC_ALL", "C")
         .kill_on_drop(true);
     match auth.filter(|a| a.covers(trimmed)) {
         Some(a) => {
@@ -407,9 +417,14 @@ async fn fetch_in(
         }
     }
     tracing::info!(source = %redact_url(trimmed), authorized = auth.is_some_and(|a| a.covers(trimmed)), "cloning example repository");
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| unavailable(format!("cannot run git: {e}")))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        let reason = format!("cannot run git: {e}");
+        if e.kind() == std::io::ErrorKind::NotFound {
+            lasting(reason)
+        } else {
+            unavailable(reason)
+        }
+    })?;
     let stderr = child.stderr.take();
     let too_large = || MemoryError::too_large_clone(redact_url(source), max_bytes, names);
     let watched = temp.path().to_path_buf();
@@ -461,7 +476,12 @@ async fn fetch_in(
         } else {
             ""
         };
-        return Err(unavailable(format!("{msg}{hint}")));
+        let reason = format!("{msg}{hint}");
+        return Err(if lasting_clone_failure(&err) {
+            lasting(reason)
+        } else {
+            unavailable(reason)
+        });
     }
     // A clone that finished between two measures.
     if disk_use(temp.path().to_path_buf()).await > max_bytes {
@@ -471,6 +491,30 @@ async fn fetch_in(
         root: dest,
         _temp: Some(temp),
     })
+}
+
+/// Whether what git said about a failed clone names a failure that lasts until a person acts:
+/// the repository does not exist or is not one, or the host refuses the credential sent or
+/// wants one none was sent for (answers 401, 403, 404 or 410, an ssh key refused). Anything
+/// else (a refused connection, a name not resolved, a 5xx answer, a connection cut) may pass.
+fn lasting_clone_failure(stderr: &str) -> bool {
+    const LASTING: &[&str] = &[
+        "could not read username",
+        "could not read password",
+        "authentication failed",
+        "terminal prompts disabled",
+        "does not appear to be a git repository",
+        "repository not found",
+        "' not found",
+        "the requested url returned error: 401",
+        "the requested url returned error: 403",
+        "the requested url returned error: 404",
+        "the requested url returned error: 410",
+        "permission denied (publickey",
+        "host key verification failed",
+    ];
+    let said = stderr.to_ascii_lowercase();
+    LASTING.iter().any(|l| said.contains(l))
 }
 
 /// How often a running clone's folder is measured against its size limit.
@@ -705,6 +749,7 @@ pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
         return Err(MemoryError::RepoUnavailable {
             source_repo: root.display().to_string(),
             reason: "it is not a readable directory".into(),
+            lasting: true,
         });
     }
     let walk = ignore::WalkBuilder::new(root)

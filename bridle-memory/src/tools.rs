@@ -104,15 +104,14 @@ pub struct MemoryTools {
 /// |---|---|---|
 /// | `embedder_unavailable` | yes | the embedding service is down or busy |
 /// | `store` | yes | the vector store failed (busy, I/O, a server away) |
-/// | `repo_unavailable` | yes | the repository could not be fetched (a host away, a timeout) |
+/// | `repo_unavailable` | when it may pass | yes for a host away or failing (a refused connection, a 5xx answer, a timeout); no for a repository that does not exist, a local folder that is gone, a credential refused, missing or not stored ([`MemoryError::RepoUnavailable::lasting`](MemoryError::RepoUnavailable)) |
 /// | every other code | no | the input, the configuration or the stored data must change first |
 pub fn retryable(e: &MemoryError) -> bool {
-    matches!(
-        e,
-        MemoryError::EmbedderUnavailable { .. }
-            | MemoryError::Store(_)
-            | MemoryError::RepoUnavailable { .. }
-    )
+    match e {
+        MemoryError::EmbedderUnavailable { .. } | MemoryError::Store(_) => true,
+        MemoryError::RepoUnavailable { lasting, .. } => !lasting,
+        _ => false,
+    }
 }
 
 /// A refusal of `tool` in the one shape: an error result with the sentence, and `code`,

@@ -1,7 +1,8 @@
 //! The memory tools' refusals, served without the gateway (on a kberg-core registry, as
 //! `tools::register` sets them up), have kberg-core's one shape: an error result whose structured
 //! content holds `code`, `message`, `tool` and `retryable` (true only where the same call may
-//! succeed later unchanged: an embedding service that is down), plus the code's own details.
+//! succeed later unchanged: an embedding service that is down, a repository host away or
+//! failing), plus the code's own details.
 
 mod common;
 
@@ -122,4 +123,138 @@ async fn a_refusal_of_each_memory_tool_has_the_one_shape() {
         true,
     )
     .await;
+}
+
+/// A loopback HTTP server answering every request with `status` (and a Basic challenge for a
+/// 401), as a git host that refuses a clone; its address, and the task to abort.
+async fn answering(status: u16) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let router = axum::Router::new().fallback(move || async move {
+        (
+            axum::http::StatusCode::from_u16(status).expect("a status"),
+            [("www-authenticate", "Basic realm=\"private\"")],
+            "no",
+        )
+    });
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    (addr, server)
+}
+
+/// `repo_unavailable` is retryable only where the same call may work later: a host away or
+/// failing (refused connection, 5xx). A repository that does not exist, a local folder that is
+/// gone, a host that refuses the credential (or asks for one none is kept for) and a source
+/// whose credential was not stored need a person to change something first: retrying them
+/// unchanged would fail forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repo_unavailable_is_retryable_only_for_a_passing_failure() {
+    use bridle_memory::tools::retryable;
+    use bridle_memory::{ExampleRepo, NoProgress};
+
+    let store: Arc<dyn VectorStore> = Arc::new(EmbeddedStore::open_in_memory().expect("store"));
+    let embedder: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(64));
+    let patterns = Arc::new(PatternIndex::new(store.clone(), embedder.clone()));
+    let index = |url: String| {
+        let patterns = Arc::clone(&patterns);
+        async move {
+            let repo = ExampleRepo {
+                url,
+                reference_tag: "example".into(),
+                arch_tag: "mvc".into(),
+            };
+            patterns
+                .index(&repo, &NoProgress)
+                .await
+                .map(|_| ())
+                .expect_err("the repository cannot be fetched")
+        }
+    };
+
+    // Passing: nothing listens (port 1 of the loopback), a host answering 503.
+    let e = index("http://127.0.0.1:1/team/app.git".into()).await;
+    assert_eq!(e.code(), "repo_unavailable", "{e}");
+    assert!(retryable(&e), "a host away may be back: {e}");
+    let (addr, server) = answering(503).await;
+    let e = index(format!("http://{addr}/team/app.git")).await;
+    server.abort();
+    assert_eq!(e.code(), "repo_unavailable", "{e}");
+    assert!(retryable(&e), "a failing host may recover: {e}");
+
+    // Lasting: a host that answers 404, 403 or 401 (no credential kept for it).
+    for status in [404, 403, 401] {
+        let (addr, server) = answering(status).await;
+        let e = index(format!("http://{addr}/team/app.git")).await;
+        server.abort();
+        assert_eq!(e.code(), "repo_unavailable", "{status}: {e}");
+        assert!(!retryable(&e), "{status} stays until a person acts: {e}");
+    }
+    // Lasting: no repository at a `file://` URL, no such local folder.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = index(format!("file://{}/missing.git", dir.path().display())).await;
+    assert_eq!(e.code(), "repo_unavailable", "{e}");
+    assert!(!retryable(&e), "{e}");
+    let e = index(dir.path().join("missing").display().to_string()).await;
+    assert_eq!(e.code(), "repo_unavailable", "{e}");
+    assert!(!retryable(&e), "{e}");
+
+    // Through the tool: a tag whose local folder is gone, and one whose URL carried the
+    // credential, which was not stored; both refused as not retryable.
+    let registry = ToolRegistry::new();
+    register(
+        &registry,
+        MemoryTools {
+            session: Arc::new(SessionMemory::new(store.clone(), embedder.clone())),
+            patterns: Arc::clone(&patterns),
+            on_indexed: None,
+            access: None,
+        },
+    )
+    .expect("register");
+    let gone = dir.path().join("gone");
+    common::write_tree(&gone, &[("src/lib.rs", "pub fn kept() -> u32 { 7 }\n")]);
+    let repo = ExampleRepo {
+        url: gone.display().to_string(),
+        reference_tag: "gone".into(),
+        arch_tag: "mvc".into(),
+    };
+    patterns.index(&repo, &NoProgress).await.expect("indexed");
+    std::fs::remove_dir_all(&gone).expect("remove");
+    refused(
+        &registry,
+        "refresh_pattern_example",
+        json!({"reference_tag": "gone"}),
+        "repo_unavailable",
+        false,
+    )
+    .await;
+
+    let bare = dir.path().join("bare.git");
+    let work = dir.path().join("work");
+    common::write_tree(&work, &[("src/lib.rs", "pub fn private() -> u32 { 7 }\n")]);
+    kberg_testkit::git::git(&work, &["init", "-q"]);
+    kberg_testkit::git::git(&work, &["add", "."]);
+    kberg_testkit::git::git(&work, &["commit", "-q", "-m", "one"]);
+    kberg_testkit::git::git(
+        dir.path(),
+        &["clone", "-q", "--bare", "work", &bare.display().to_string()],
+    );
+    let repo = ExampleRepo {
+        url: format!("file://bot:token@localhost{}", bare.display()),
+        reference_tag: "tokened".into(),
+        arch_tag: "mvc".into(),
+    };
+    patterns.index(&repo, &NoProgress).await.expect("indexed");
+    let s = refused(
+        &registry,
+        "refresh_pattern_example",
+        json!({"reference_tag": "tokened"}),
+        "repo_unavailable",
+        false,
+    )
+    .await;
+    assert!(!s.to_string().contains("token@"), "{s}");
 }

@@ -27,7 +27,7 @@ use bridle_memory::PatternIndexConfig;
 use bridle_memory::repo::{GitAuth, GitCredentials, redact_url};
 use serde::{Deserialize, Serialize};
 
-use crate::upstreams::{SecretSource, SecretUse};
+use crate::upstreams::{SecretError, SecretSource, SecretUse};
 
 #[cfg(doc)]
 use bridle_memory::repo::FileRules;
@@ -261,16 +261,21 @@ impl GitCredentials for SiteCredentials {
         let Some((site, entry)) = self.sites.iter().find(|(a, _)| a.covers(url)) else {
             return Ok(None);
         };
-        let unavailable = |reason: String| bridle_memory::MemoryError::RepoUnavailable {
-            source_repo: redact_url(url),
-            reason,
-        };
+        // `lasting`: a secret missing, revoked, empty or unusable stays so until a person acts;
+        // a vault that could not be read, or a use that could not be recorded, may work next
+        // time.
+        let unavailable =
+            |reason: String, lasting: bool| bridle_memory::MemoryError::RepoUnavailable {
+                source_repo: redact_url(url),
+                reason,
+                lasting,
+            };
         let (value, version) = self.secrets.current(&entry.secret).map_err(|e| {
             unavailable(format!(
                 "its credential `{}` (memory.indexing.git_credentials, site {}) is not available: {e}",
                 entry.secret,
                 site.site()
-            ))
+            ), matches!(e, SecretError::Missing { .. } | SecretError::Empty { .. }))
         })?;
         let upstream = format!("git {}", site.site());
         self.secrets
@@ -285,7 +290,7 @@ impl GitCredentials for SiteCredentials {
                 unavailable(format!(
                     "the use of its credential `{}` could not be recorded, so nothing was cloned: {e}",
                     entry.secret
-                ))
+                ), false)
             })?;
         GitAuth::basic(site.site(), &entry.username, value.expose())
             .map(Some)
@@ -293,7 +298,7 @@ impl GitCredentials for SiteCredentials {
                 unavailable(format!(
                     "the secret `{}` cannot be sent as a git credential (it is empty or holds a line break)",
                     entry.secret
-                ))
+                ), true)
             })
     }
 }
@@ -427,7 +432,7 @@ mod tests {
 
     #[test]
     fn a_clone_gets_the_most_specific_sites_secret_and_each_use_is_counted() {
-        use crate::upstreams::{FolderSecrets, SecretError};
+        use crate::upstreams::FolderSecrets;
         use std::sync::atomic::{AtomicUsize, Ordering};
 
         /// A folder of secrets that counts the uses it records.
@@ -509,6 +514,10 @@ mod tests {
             .for_clone("https://other.example/x.git", "t4")
             .unwrap_err();
         assert_eq!(e.code(), "repo_unavailable");
+        assert!(
+            !bridle_memory::tools::retryable(&e),
+            "a missing secret stays missing until a person adds it"
+        );
         let message = e.to_string();
         assert!(message.contains("`missing`"), "{message}");
         assert!(!message.contains("canary"), "{message}");
