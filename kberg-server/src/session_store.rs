@@ -27,11 +27,11 @@
 //! catches a session the store dropped for its own reasons (expiry); what it costs is one
 //! `load` per session per interval while the session is in use, and an idle session costs
 //! nothing. A session whose store write failed, and every session without a store, is never
-//! looked at: it lives on this instance only, as it did. A look that fails or does not answer
+//! looked at: it lives on this instance only. A look that fails or does not answer
 //! within [`RECHECK_TIMEOUT`] ends nothing (a store outage must not end live sessions): the
 //! session goes on, a warning is logged, and the next look comes one interval (at least
-//! [`RECHECK_TIMEOUT`]) later, so a dead store holds up at most one request of a session per
-//! pause, never each one.
+//! [`RECHECK_TIMEOUT`]) later, so a dead store holds up a session's requests (those arriving
+//! during the look) for at most [`RECHECK_TIMEOUT`] once per pause, never each request.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -57,9 +57,16 @@ pub struct StoredSession {
 pub type SessionStoreFailure = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Sessions shared by several server instances (a database table, a key-value store).
+///
+/// What the store no longer has is ended: an instance that holds the session open ends it at
+/// its next look (see [`HttpConfig::session_recheck_interval`](crate::HttpConfig)). So a store
+/// keeps a session until its [`delete`](SessionStore::delete), or until the session has been
+/// unused for about the instances' `session_idle_timeout` (a store that drops sessions sooner
+/// ends them sooner).
 #[async_trait]
 pub trait SessionStore: Send + Sync + 'static {
-    /// The session `id`, if the store has it.
+    /// The session `id`, if the store has it. Called to resume a session, and to look again
+    /// at one this instance holds (at most once per session per recheck interval).
     async fn load(&self, id: &str) -> Result<Option<StoredSession>, SessionStoreFailure>;
     /// Keeps the session `id` (written once, after its handshake).
     async fn store(&self, id: &str, session: &StoredSession) -> Result<(), SessionStoreFailure>;
