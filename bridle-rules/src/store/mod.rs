@@ -1123,9 +1123,11 @@ impl RulesStore {
         record: impl FnOnce(&mut dyn RulesTx, &[Option<u64>]) -> Result<T, RulesError>,
     ) -> Result<T, RulesError> {
         self.catalog.get(agent)?;
-        let doc = self.load(project)?.document;
         let origin = Origin::vendor(agent, source_ref);
         let mut tx = self.backend.begin(true)?;
+        // Read in the write transaction, so the policy a candidate is checked against and the
+        // ids it must not take are the ones at commit.
+        let doc = self.load_in(&mut *tx, project)?.document;
         let mut queued = Vec::with_capacity(statements.len());
         for statement in statements {
             let statement = crate::vendor::extract::visible_text(statement);
