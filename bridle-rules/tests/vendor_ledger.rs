@@ -222,4 +222,35 @@ mod postgres {
         let (_dir, store) = pg_store();
         super::a_page_queues_everything_with_provenance_once(&store);
     }
+
+    /// As `sqlite_a_ledger_write_failing_midway_leaves_nothing`: the third provenance row
+    /// refused (a trigger) fails the page with nothing written. It holds once the PostgreSQL
+    /// backend's transaction offers its connection (`RulesTx::postgres`); until then the
+    /// ledger's rows are written after the proposals commit, and they are left without it.
+    #[test]
+    #[ignore = "needs RulesTx::postgres from the PostgreSQL backend (store/postgres.rs)"]
+    fn postgres_a_ledger_write_failing_midway_leaves_nothing() {
+        let (_dir, store) = pg_store();
+        bridle_rules::vendor::FeedLedger::open(&store).unwrap();
+        let db = store.postgres().unwrap();
+        db.client()
+            .unwrap()
+            .batch(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN
+                     IF (SELECT count(*) FROM vendor_candidates) >= 2 THEN
+                         RAISE EXCEPTION 'disk full';
+                     END IF;
+                     RETURN NEW;
+                 END $$;
+                 CREATE TRIGGER refuse BEFORE INSERT ON vendor_candidates
+                     FOR EACH ROW EXECUTE FUNCTION refuse();",
+            )
+            .unwrap();
+        let e = super::ingest(&store, super::page(super::lines("page", 5), "\"v1\"")).unwrap_err();
+        assert!(e.to_string().contains("disk full"), "{e}");
+        assert_eq!(super::pending(&store), 0, "a proposal was left");
+        assert_eq!(super::provenance_rows(&store), 0);
+        assert_eq!(super::validators(&store), None);
+    }
 }
