@@ -200,6 +200,20 @@ impl MemoryError {
         MemoryError::Store(format!("{what} stopped unexpectedly (internal error)"))
     }
 
+    /// A lasting [`MemoryError::RepoUnavailable`] for a tree whose ignore file `file` was
+    /// not read ([`crate::repo::SourceFiles::unsafe_ignore_file`]).
+    pub(crate) fn unsafe_ignore_file(source_repo: String, file: &str) -> Self {
+        MemoryError::RepoUnavailable {
+            source_repo,
+            reason: format!(
+                "its ignore file `{}` is a link leading out of the repository or to something other than a file, or is larger than {} bytes; it is not read, and without it the repository would be indexed against its own ignore rules",
+                file.escape_debug(),
+                crate::repo::MAX_IGNORE_FILE_BYTES
+            ),
+            lasting: true,
+        }
+    }
+
     /// [`MemoryError::IndexTooLarge`] for a walk that read more than `limit` bytes.
     pub(crate) fn too_many_bytes(source_repo: String, limit: u64, names: &LimitNames) -> Self {
         MemoryError::IndexTooLarge {

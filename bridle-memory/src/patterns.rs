@@ -471,6 +471,9 @@ impl PatternIndex {
                     chunks.push((f.path.clone(), c));
                 }
             }
+            if let Some(file) = walk.unsafe_ignore_file() {
+                return Err(MemoryError::unsafe_ignore_file(shown, &file));
+            }
             if walk.over_byte_limit() {
                 return Err(MemoryError::too_many_bytes(
                     shown,

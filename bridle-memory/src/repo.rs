@@ -15,9 +15,12 @@
 //! keeps text files of code and documentation, skipping what would only add noise to search: version-control and dependency folders (`.git`,
 //! `node_modules`, `vendor`, `target`, ...), lock files, minified and generated files (by name,
 //! or by an `@generated` / `Code generated ... DO NOT EDIT` marker near the top), binary files
-//! (a NUL byte, or not UTF-8) and files over a size limit.
+//! (a NUL byte, or not UTF-8) and files over a size limit. An ignore file that is a link
+//! leading out of the tree (to a host's file, or to `/dev/zero`, which never ends) or is larger
+//! than one written by hand is never read: the walk stops there and indexing fails.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::error::{MemoryError, Result};
@@ -713,6 +716,12 @@ fn looks_generated(text: &str) -> bool {
 pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> {
     let mut files = source_files(root, rules)?;
     let collected: Vec<SourceFile> = files.by_ref().collect();
+    if let Some(file) = files.unsafe_ignore_file() {
+        return Err(MemoryError::unsafe_ignore_file(
+            root.display().to_string(),
+            &file,
+        ));
+    }
     if files.over_byte_limit() {
         return Err(MemoryError::too_many_bytes(
             root.display().to_string(),
@@ -738,20 +747,33 @@ pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> 
 /// checkout, so a copied tree keeps its rules), `.git/info/exclude`, the user's global git
 /// excludes and `.ignore` files are honoured, hidden files and folders are skipped unless
 /// [`FileRules::hidden`] says otherwise, and symlinks are not followed (they may leave the
-/// repository or loop). The folder, name, size, binary and generated-file rules above apply on
-/// top. The walk stops at the first indexable file past [`FileRules::max_files`] (not yielded;
-/// [`SourceFiles::over_file_limit`] then says so), or once more than
+/// repository or loop). An ignore file (`.gitignore`, `.ignore`) is read only when it is a file
+/// of the tree of at most [`MAX_IGNORE_FILE_BYTES`], or a link to one: one that is a link leading
+/// out of the tree or to something else (a device such as `/dev/zero`, which never ends), or a
+/// larger file, stops the walk before it is read ([`SourceFiles::unsafe_ignore_file`] then names
+/// it, and indexing fails with a lasting [`MemoryError::RepoUnavailable`]: the tree read
+/// without its ignore rules would index what they hide). The folder, name, size, binary and
+/// generated-file rules above apply on top. The walk stops at the first indexable file past
+/// [`FileRules::max_files`] (not yielded; [`SourceFiles::over_file_limit`] then says so), or
+/// once more than
 /// [`FileRules::max_total_bytes`] have been read ([`SourceFiles::over_byte_limit`] then says
 /// so). A file that cannot be read when its turn comes (removed or changed since its folder
 /// was listed) is skipped.
 pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
+    let unreadable = || MemoryError::RepoUnavailable {
+        source_repo: root.display().to_string(),
+        reason: "it is not a readable directory".into(),
+        lasting: true,
+    };
     if !root.is_dir() {
-        return Err(MemoryError::RepoUnavailable {
-            source_repo: root.display().to_string(),
-            reason: "it is not a readable directory".into(),
-            lasting: true,
-        });
+        return Err(unreadable());
     }
+    // Where the tree really is, for telling a link that stays in it from one that leaves it.
+    let real_root = std::fs::canonicalize(root).map_err(|_| unreadable())?;
+    // The root's ignore files are read at the walk's first step, which a bad one prevents; a
+    // folder's as the walk enters it, which `filter_entry` refuses for a bad one.
+    let unsafe_ignore = Arc::new(Mutex::new(unsafe_ignore_file_in(root, &real_root)));
+    let seen = Arc::clone(&unsafe_ignore);
     let walk = ignore::WalkBuilder::new(root)
         .hidden(!rules.hidden)
         .git_ignore(true)
@@ -766,11 +788,22 @@ pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
         // `a-z.rs`), so that the walk, which never lists more than it yields, still yields the
         // whole tree in path order.
         .sort_by_file_path(sibling_order)
-        .filter_entry(|e| {
+        .filter_entry(move |e| {
             let is_dir = e.file_type().is_some_and(|t| t.is_dir());
-            !(is_dir
-                && e.depth() > 0
-                && SKIP_DIRS.contains(&e.file_name().to_string_lossy().as_ref()))
+            if !is_dir || e.depth() == 0 {
+                return true;
+            }
+            if SKIP_DIRS.contains(&e.file_name().to_string_lossy().as_ref()) {
+                return false;
+            }
+            match unsafe_ignore_file_in(e.path(), &real_root) {
+                Some(file) => {
+                    // Not entered, so its ignore files are not read; the walk stops there.
+                    *seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
+                    false
+                }
+                None => true,
+            }
         })
         .build();
     Ok(SourceFiles {
@@ -781,7 +814,39 @@ pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
         bytes_read: 0,
         walked: 0,
         root: root.to_path_buf(),
+        unsafe_ignore,
     })
+}
+
+/// The most bytes an ignore file (`.gitignore`, `.ignore`) of a tree may hold to be read: 1 MiB,
+/// far more than any written by hand, and little to hold as patterns.
+pub const MAX_IGNORE_FILE_BYTES: u64 = 1 << 20;
+
+/// The ignore file of `dir` that must not be read, if any: a link leading out of `real_root`
+/// (the tree's canonical path) or to something that is not a file (or a folder, which reads as
+/// nothing), or a file larger than [`MAX_IGNORE_FILE_BYTES`]. A link to nothing (dangling or
+/// looping) is not read by the walk either, and is left alone.
+fn unsafe_ignore_file_in(dir: &Path, real_root: &Path) -> Option<PathBuf> {
+    let fits =
+        |m: &std::fs::Metadata| m.is_dir() || (m.is_file() && m.len() <= MAX_IGNORE_FILE_BYTES);
+    [".gitignore", ".ignore"]
+        .into_iter()
+        .map(|name| dir.join(name))
+        .find(|path| {
+            let Ok(meta) = std::fs::symlink_metadata(path) else {
+                return false;
+            };
+            if !meta.file_type().is_symlink() {
+                return !fits(&meta);
+            }
+            match std::fs::canonicalize(path) {
+                Ok(target) => {
+                    !target.starts_with(real_root)
+                        || !std::fs::metadata(&target).is_ok_and(|m| fits(&m))
+                }
+                Err(_) => false,
+            }
+        })
 }
 
 /// How two walk entries of one folder sort: by name, a folder's as if followed by `/`. That
@@ -828,6 +893,8 @@ pub struct SourceFiles {
     /// Entries the walk has produced so far (files and folders), to show it stops early.
     walked: usize,
     root: PathBuf,
+    /// An ignore file found that must not be read (see [`source_files`]); the walk stops.
+    unsafe_ignore: Arc<Mutex<Option<PathBuf>>>,
 }
 
 impl std::fmt::Debug for SourceFiles {
@@ -857,6 +924,19 @@ impl SourceFiles {
     pub fn over_file_limit(&self) -> bool {
         self.over_files
     }
+
+    /// The ignore file (its path in the tree, with `/` separators) that stopped the walk
+    /// unread, being a link leading out of the tree or to something other than a file, or
+    /// larger than [`MAX_IGNORE_FILE_BYTES`] (see [`source_files`]): what the walk yielded is
+    /// then only part of the tree, read without its ignore rules.
+    pub fn unsafe_ignore_file(&self) -> Option<String> {
+        let found = self
+            .unsafe_ignore
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        Some(relative(&self.root, &found))
+    }
 }
 
 impl Iterator for SourceFiles {
@@ -864,6 +944,14 @@ impl Iterator for SourceFiles {
 
     fn next(&mut self) -> Option<SourceFile> {
         while !self.over_files && !self.over_byte_limit() {
+            if self
+                .unsafe_ignore
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some()
+            {
+                return None;
+            }
             let entry = match self.walk.next()? {
                 Ok(e) => e,
                 Err(e) => {
@@ -900,17 +988,21 @@ impl Iterator for SourceFiles {
                 return None;
             }
             self.left -= 1;
-            let rel = path
-                .strip_prefix(&self.root)
-                .unwrap_or(&path)
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy())
-                .collect::<Vec<_>>()
-                .join("/");
+            let rel = relative(&self.root, &path);
             return Some(SourceFile { path: rel, text });
         }
         None
     }
+}
+
+/// `path` relative to `root`, with `/` separators.
+fn relative(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// A candidate's text, when it is indexable: not over the size limit (it may have grown since

@@ -986,3 +986,63 @@ async fn vectors_of_another_model_are_refused_until_re_indexed() {
             .is_empty()
     );
 }
+
+/// An ignore file (`.gitignore`, `.ignore`) is read by the walk to learn what to skip, so one a
+/// repository checks out as a link leaving it (to any file of the host, or to `/dev/zero`, which
+/// never ends) or as something larger than an ignore file would be, is never read: the run
+/// fails naming it (a repository read without it would index what it meant to hide), and
+/// nothing is stored. A link to an ignore file inside the repository is read as usual.
+#[test]
+fn an_ignore_file_leaving_the_repository_or_too_large_is_never_read() {
+    use bridle_memory::repo::collect_files;
+    use std::os::unix::fs::symlink;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A file outside the repository that, were it read as `sub/.gitignore`, would hide sub/.
+    std::fs::write(dir.path().join("outside.txt"), "*.rs\n").expect("write");
+    let repo = dir.path().join("leaving");
+    write_tree(
+        &repo,
+        &[
+            ("main.rs", "fn main() {}\n"),
+            ("sub/lib.rs", "pub fn f() {}\n"),
+        ],
+    );
+    symlink("../../outside.txt", repo.join("sub/.gitignore")).expect("symlink");
+    let rules = FileRules::default();
+    let err = collect_files(&repo, &rules).expect_err("a link leaving the repository");
+    assert_eq!(err.code(), "repo_unavailable", "{err}");
+    assert!(err.to_string().contains("sub/.gitignore"), "{err}");
+    assert!(!bridle_memory::tools::retryable(&err), "{err}");
+
+    // At the root, to a device rather than a file.
+    let device = dir.path().join("device");
+    write_tree(&device, &[("main.rs", "fn main() {}\n")]);
+    symlink("/dev/null", device.join(".ignore")).expect("symlink");
+    let err = collect_files(&device, &rules).expect_err("a link to a device");
+    assert_eq!(err.code(), "repo_unavailable", "{err}");
+    assert!(err.to_string().contains(".ignore"), "{err}");
+
+    // Larger than any ignore file, checked in as it is.
+    let large = dir.path().join("large");
+    write_tree(&large, &[("main.rs", "fn main() {}\n")]);
+    std::fs::write(large.join(".gitignore"), "x\n".repeat(1 << 20)).expect("write");
+    let err = collect_files(&large, &rules).expect_err("an ignore file of 2 MiB");
+    assert_eq!(err.code(), "repo_unavailable", "{err}");
+
+    // A link to an ignore file of the repository itself is read as usual.
+    let shared = dir.path().join("shared");
+    write_tree(
+        &shared,
+        &[
+            ("main.rs", "fn main() {}\n"),
+            ("common.ignore", "*.gen.rs\n"),
+            ("sub/lib.rs", "pub fn f() {}\n"),
+            ("sub/x.gen.rs", "pub fn g() {}\n"),
+        ],
+    );
+    symlink("../common.ignore", shared.join("sub/.gitignore")).expect("symlink");
+    let files = collect_files(&shared, &rules).expect("a link inside the repository");
+    let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, ["main.rs", "sub/lib.rs"]);
+}
