@@ -655,24 +655,26 @@ fn is_modern(headers: &axum::http::HeaderMap) -> bool {
         })
 }
 
-/// Whether `store` keeps a session `sid` that `principal` created (a session of another
-/// instance that this one may end). A store that cannot answer is given the benefit of the
-/// doubt: the request goes on to rmcp, as it did before the store was asked.
-async fn owns_stored(
+/// Who created the session `sid` that `store` keeps (a session of another instance that this
+/// one may end): `Ok(None)` when there is no store or it does not have the session.
+async fn stored_owner(
     store: Option<&dyn crate::SessionStore>,
     sid: &str,
-    principal: &kberg_core::Principal,
-) -> bool {
+) -> Result<Option<String>, crate::SessionStoreFailure> {
     let Some(store) = store else {
-        return false;
+        return Ok(None);
     };
-    match store.load(sid).await {
-        Ok(stored) => stored.is_some_and(|s| s.owner == principal.id),
-        Err(e) => {
-            tracing::warn!(error = %e, "the session store could not be asked about a DELETE");
-            true
-        }
-    }
+    Ok(store.load(sid).await?.map(|s| s.owner))
+}
+
+/// The answer to a `DELETE` the session store could not serve (`503`): nothing was ended.
+fn store_unavailable(e: &crate::SessionStoreFailure) -> Response {
+    tracing::warn!(error = %e, "the session store failed during a DELETE; nothing was ended");
+    status(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "session_store_unavailable",
+        "Service Unavailable: the session store could not end the session; retry the DELETE.",
+    )
 }
 
 /// Ends the session `sid`, held here, that the session store no longer has: closed in the
@@ -778,17 +780,35 @@ async fn route(
             // A session that is not live here (never was, or ended) is 404, as for any other
             // request naming it. With a session store it may be another instance's: rmcp ends
             // whatever id a DELETE names without looking it up, so the store is asked here
-            // whether the caller owns such a session. (A 2026-07-28 DELETE goes on to rmcp,
-            // which answers it `405` whatever it names.)
-            if !g.sessions.is_live(&sid)
-                && !is_modern(req.headers())
-                && !owns_stored(g.store.as_deref(), &sid, &principal).await
-            {
-                return status(
-                    StatusCode::NOT_FOUND,
-                    "session_not_found",
-                    "Not Found: Session not found",
-                );
+            // whether the caller owns such a session (one live here had its owner checked
+            // above). (A 2026-07-28 DELETE goes on to rmcp, which answers it `405` whatever it
+            // names.)
+            //
+            // With a store the session then leaves the store before it ends here. rmcp ends it
+            // here first and deletes it from the store after, ignoring a failure: the session
+            // would be ended here while the other instances went on serving it (every look
+            // finds it) and any of them could resume it. A DELETE the store cannot serve
+            // (whose owner it cannot tell, or that it cannot record) ends nothing and is
+            // `503`; the client's retry ends the session.
+            if !is_modern(req.headers()) {
+                if !g.sessions.is_live(&sid) {
+                    match stored_owner(g.store.as_deref(), &sid).await {
+                        Ok(Some(owner)) if owner == principal.id => {}
+                        Ok(_) => {
+                            return status(
+                                StatusCode::NOT_FOUND,
+                                "session_not_found",
+                                "Not Found: Session not found",
+                            );
+                        }
+                        Err(e) => return store_unavailable(&e),
+                    }
+                }
+                if let Some(store) = g.store.as_deref()
+                    && let Err(e) = store.delete(&sid).await
+                {
+                    return store_unavailable(&e);
+                }
             }
             let mut resp = next.run(req).await;
             if resp.status().is_success() {

@@ -2,8 +2,8 @@
 //! its client ends it on one: the other instance looks again in the store at the sessions it
 //! holds (`HttpConfig::session_recheck_interval`, zero here: on every request) and answers
 //! `404` for one the store no longer has, as the specification requires of any request naming
-//! a terminated session. A store that fails such a look ends nothing, and only a session's
-//! owner ends it.
+//! a terminated session. A store that fails such a look ends nothing, only a session's owner
+//! ends it, and a `DELETE` the store cannot serve ends nothing and is `503`.
 
 mod common;
 
@@ -19,11 +19,13 @@ fn list() -> serde_json::Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
 }
 
-/// [`SharedStore`] whose `load` counts its calls and fails while `failing` is set.
+/// [`SharedStore`] whose `load` counts its calls and fails while `failing` is set, and whose
+/// `delete` fails while `failing_delete` is.
 #[derive(Default)]
 struct FlakyStore {
     inner: SharedStore,
     failing: AtomicBool,
+    failing_delete: AtomicBool,
     loads: AtomicUsize,
 }
 
@@ -40,6 +42,9 @@ impl SessionStore for FlakyStore {
         self.inner.store(id, s).await
     }
     async fn delete(&self, id: &str) -> Result<(), SessionStoreFailure> {
+        if self.failing_delete.load(Ordering::SeqCst) {
+            return Err("the database is unreachable".into());
+        }
         self.inner.delete(id).await
     }
 }
@@ -156,4 +161,66 @@ async fn only_the_owner_ends_a_session_held_on_two_instances() {
             r.text
         );
     }
+}
+
+/// A `DELETE` the store cannot record is not answered as done: the session would end on the
+/// instance that answered while the others went on serving it (and could resume it anew).
+/// It is `503` and the session goes on everywhere; the client's retry ends it.
+#[tokio::test]
+async fn a_delete_the_store_cannot_record_ends_nothing() {
+    let store = Arc::new(FlakyStore::default());
+    let (a, b) = pair(&store).await;
+    let reader_a = Raw::new(&a.url, Some(READER));
+    let reader_b = Raw::new(&b.url, Some(READER));
+    let sid = reader_a.initialize().await;
+    let r = reader_b.post(list(), Some(&sid)).await;
+    assert_eq!(r.status, 200, "resumed on B: {}", r.text);
+
+    store.failing_delete.store(true, Ordering::SeqCst);
+    let r = reader_a.delete(&sid).await;
+    assert_eq!(
+        r.status, 503,
+        "a DELETE the store could not record: {}",
+        r.text
+    );
+    assert!(r.text.contains("session_store_unavailable"), "{}", r.text);
+    for (instance, c) in [("A", &reader_a), ("B", &reader_b)] {
+        let r = c.post(list(), Some(&sid)).await;
+        assert_eq!(
+            r.status, 200,
+            "{instance} after the failed DELETE: {}",
+            r.text
+        );
+    }
+
+    store.failing_delete.store(false, Ordering::SeqCst);
+    let r = reader_a.delete(&sid).await;
+    assert_eq!(r.status, 200, "the DELETE again: {}", r.text);
+    for (instance, c) in [("A", &reader_a), ("B", &reader_b)] {
+        let r = c.post(list(), Some(&sid)).await;
+        assert_eq!(r.status, 404, "{instance} after the DELETE: {}", r.text);
+    }
+}
+
+/// A `DELETE` on an instance that does not hold the session, while the store cannot say whose
+/// it is: nothing is ended (another principal's session must not be), and the answer says the
+/// store failed rather than that it was done.
+#[tokio::test]
+async fn a_delete_whose_owner_the_store_cannot_tell_ends_nothing() {
+    let store = Arc::new(FlakyStore::default());
+    let (a, b) = pair(&store).await;
+    let reader_a = Raw::new(&a.url, Some(READER));
+    let writer_b = Raw::new(&b.url, Some(WRITER));
+    let reader_b = Raw::new(&b.url, Some(READER));
+    let sid = reader_a.initialize().await;
+
+    store.failing.store(true, Ordering::SeqCst);
+    for (who, c) in [("another principal", &writer_b), ("the owner", &reader_b)] {
+        let r = c.delete(&sid).await;
+        assert_eq!(r.status, 503, "{who}'s DELETE on B: {}", r.text);
+        assert!(r.text.contains("session_store_unavailable"), "{}", r.text);
+    }
+    store.failing.store(false, Ordering::SeqCst);
+    let r = reader_a.post(list(), Some(&sid)).await;
+    assert_eq!(r.status, 200, "the session goes on: {}", r.text);
 }
