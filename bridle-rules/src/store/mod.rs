@@ -991,8 +991,10 @@ impl RulesStore {
     /// a person can promote them. Idempotent, like [`RulesStore::queue_vendor_guidance`], and
     /// bounded as it is: all in one write transaction, none stored when a new one is refused.
     pub fn queue_profile_suggestions(&self, project: &str) -> Result<VendorReport, RulesError> {
-        let doc = self.load(project)?.document;
         let mut tx = self.backend.begin(true)?;
+        // Read in the write transaction, as every vendor queue does (see
+        // `queue_vendor_page`).
+        let doc = self.load_in(&mut *tx, project)?.document;
         let mut report = VendorReport::default();
         for (agent, profile) in &doc.agent_profiles {
             for s in &profile.vendor_guardrail_suggestions {
@@ -1096,10 +1098,10 @@ impl RulesStore {
         statement: &str,
     ) -> Result<Option<u64>, RulesError> {
         self.catalog.get(agent)?;
-        let doc = self.load(project)?.document;
         let origin = Origin::vendor(agent, source_ref);
         let statement = crate::vendor::extract::visible_text(statement);
         let mut tx = self.backend.begin(true)?;
+        let doc = self.load_in(&mut *tx, project)?.document;
         let queued =
             self.queue_candidate(&mut *tx, &doc, project, agent, &origin, &statement, None)?;
         tx.commit()?;
@@ -1156,9 +1158,9 @@ impl RulesStore {
         text: &str,
     ) -> Result<VendorReport, RulesError> {
         self.catalog.get(agent)?;
-        let doc = self.load(project)?.document;
         let origin = Origin::vendor(agent, source_ref);
         let mut tx = self.backend.begin(true)?;
+        let doc = self.load_in(&mut *tx, project)?.document;
         let found = crate::vendor::extract_at_most(
             text,
             crate::vendor::DocumentFormat::sniff(text),
