@@ -33,6 +33,13 @@ pub const MAX_TEXT_CHARS: usize = 16_000;
 /// The longest project, agent or session name a memory may carry, in characters.
 pub const MAX_NAME_CHARS: usize = 200;
 
+/// The longest kind a memory may carry, in characters.
+const MAX_KIND_CHARS: usize = 64;
+
+/// The most tags a memory may carry, and the longest tag, in characters.
+const MAX_TAGS: usize = 32;
+const MAX_TAG_CHARS: usize = 100;
+
 /// How many memories one project may hold unless set otherwise
 /// ([`SessionMemory::with_max_per_project`]): with texts of at most [`MAX_TEXT_CHARS`], a
 /// project's memories stay within a few hundred megabytes, whatever an agent does in a loop.
@@ -110,6 +117,31 @@ impl MemoryFilter {
             project: Some(p.into()),
             ..Self::default()
         }
+    }
+
+    /// Refuses a filter no memory could match for its size alone: more tags than a memory
+    /// holds, or a name longer than a memory may carry. Each tag is a condition checked against
+    /// every memory a recall scans, so an agent's list of them is bounded as a memory's is.
+    fn check_bounds(&self) -> Result<()> {
+        for (what, v, max) in [
+            ("project", &self.project, MAX_NAME_CHARS),
+            ("kind", &self.kind, MAX_KIND_CHARS),
+            ("agent", &self.agent, MAX_NAME_CHARS),
+            ("session", &self.session, MAX_NAME_CHARS),
+        ] {
+            if v.as_ref().is_some_and(|v| v.chars().count() > max) {
+                return Err(MemoryError::InvalidInput(format!(
+                    "`{what}` must be at most {max} characters"
+                )));
+            }
+        }
+        if self.tags.len() > MAX_TAGS || self.tags.iter().any(|t| t.chars().count() > MAX_TAG_CHARS)
+        {
+            return Err(MemoryError::InvalidInput(format!(
+                "at most {MAX_TAGS} tags, each at most {MAX_TAG_CHARS} characters, as a memory holds"
+            )));
+        }
+        Ok(())
     }
 
     fn to_filter(&self) -> Filter {
@@ -299,7 +331,7 @@ impl SessionMemory {
 
     /// Stores a memory and returns it with its id.
     pub async fn remember(&self, m: NewMemory) -> Result<Memory> {
-        required("kind", &m.kind, 64)?;
+        required("kind", &m.kind, MAX_KIND_CHARS)?;
         required("project", &m.project, MAX_NAME_CHARS)?;
         required("text", &m.text, MAX_TEXT_CHARS)?;
         // Every field is bounded, or the quota would bound the count but not the size.
@@ -312,14 +344,14 @@ impl SessionMemory {
                 )));
             }
         }
-        if m.tags.len() > 32
+        if m.tags.len() > MAX_TAGS
             || m.tags
                 .iter()
-                .any(|t| t.trim().is_empty() || t.chars().count() > 100)
+                .any(|t| t.trim().is_empty() || t.chars().count() > MAX_TAG_CHARS)
         {
-            return Err(MemoryError::InvalidInput(
-                "at most 32 tags, each 1 to 100 characters".into(),
-            ));
+            return Err(MemoryError::InvalidInput(format!(
+                "at most {MAX_TAGS} tags, each 1 to {MAX_TAG_CHARS} characters"
+            )));
         }
         // A text longer than the model's window is stored whole and embedded by its beginning.
         let v = self
@@ -390,7 +422,8 @@ impl SessionMemory {
         self.recall_with(query, filter, k, self.mode).await
     }
 
-    /// [`SessionMemory::recall`] ranked by `mode`.
+    /// [`SessionMemory::recall`] ranked by `mode`. A filter of more tags, or of longer names,
+    /// than a memory may carry fails with [`MemoryError::InvalidInput`].
     pub async fn recall_with(
         &self,
         query: &str,
@@ -399,6 +432,7 @@ impl SessionMemory {
         mode: SearchMode,
     ) -> Result<Vec<RecallHit>> {
         required("query", query, MAX_TEXT_CHARS)?;
+        filter.check_bounds()?;
         if !self.exists().await? {
             return Ok(Vec::new());
         }

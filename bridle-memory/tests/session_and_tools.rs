@@ -675,3 +675,62 @@ async fn agent_session_and_tag_lengths_are_bounded_in_characters() {
         .expect_err("a tag of 101 characters");
     assert_eq!(err.code(), "invalid_input", "{err}");
 }
+
+/// A recall's filter is bounded as what it filters is: a memory holds at most 32 tags, so a
+/// filter of more (an agent's `tags` list is as long as its request body allows, each one a
+/// condition checked against every memory of the scan) is refused with `invalid_input`, as is
+/// a name longer than any a memory may carry. Within the bounds, the filter applies as before.
+#[tokio::test]
+async fn a_recall_filter_is_bounded_as_a_memory_is() {
+    let store: Arc<dyn VectorStore> = Arc::new(EmbeddedStore::open_in_memory().expect("open"));
+    let mem = memory(store);
+    mem.remember(new("decision", "SQLite for storage", "p", &["a"]))
+        .await
+        .expect("remember");
+    let many = MemoryFilter {
+        project: Some("p".into()),
+        tags: vec!["a".to_string(); 10_000],
+        ..MemoryFilter::default()
+    };
+    let err = mem
+        .recall("storage", &many, 5)
+        .await
+        .expect_err("10,000 tags");
+    assert_eq!(err.code(), "invalid_input", "{err}");
+    assert!(err.to_string().contains("32 tags"), "{err}");
+    for filter in [
+        MemoryFilter {
+            project: Some("p".repeat(201)),
+            ..MemoryFilter::default()
+        },
+        MemoryFilter {
+            agent: Some("a".repeat(201)),
+            ..MemoryFilter::default()
+        },
+        MemoryFilter {
+            session: Some("s".repeat(201)),
+            ..MemoryFilter::default()
+        },
+        MemoryFilter {
+            kind: Some("k".repeat(65)),
+            ..MemoryFilter::default()
+        },
+        MemoryFilter {
+            tags: vec!["t".repeat(101)],
+            ..MemoryFilter::default()
+        },
+    ] {
+        let err = mem
+            .recall("storage", &filter, 5)
+            .await
+            .expect_err("a name longer than any stored");
+        assert_eq!(err.code(), "invalid_input", "{filter:?}: {err}");
+    }
+    let within = MemoryFilter {
+        project: Some("p".into()),
+        tags: vec!["a".to_string(); 32],
+        ..MemoryFilter::default()
+    };
+    let hits = mem.recall("storage", &within, 5).await.expect("recall");
+    assert_eq!(hits.len(), 1);
+}
