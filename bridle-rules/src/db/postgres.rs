@@ -15,9 +15,21 @@
 //! one that died unseen (a peer that vanished, a dropped route, a NAT that forgot it) would
 //! otherwise only be noticed by the kernel's default keepalive after two hours; it uses TCP
 //! keepalives and a user timeout so it is noticed within [`LISTEN_DEAD_AFTER`] and re-made.
+//!
+//! A server that is frozen rather than gone (a stopped process, a stalled disk, a hung storage
+//! layer) still acknowledges TCP and never answers, so neither the TCP bounds nor the server's
+//! own `lock_timeout` end a query sent to it; without a bound of its own, every caller of the
+//! store (every gateway worker, on every replica sharing the database) would wait for ever.
+//! Each statement and transaction step of a [`PgClient`] is therefore raced against a client-side
+//! deadline ([`STATEMENT_DEADLINE`] unless [`PgSettings::with_statement_deadline`] says
+//! otherwise), and getting a connection from the pool is bounded by the pool's wait, create and
+//! recycle timeouts. A step past its deadline fails with `database_error`, and its connection,
+//! in an unknown state (a reply may still come), is closed rather than returned to the pool:
+//! the server rolls back a transaction open on it once it finds the connection gone.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -38,6 +50,31 @@ const MIGRATION_LOCK: i64 = 0x6272_6964_6c65_0001;
 /// means one is stuck (a replica frozen or cut off mid-transaction, whose session the server
 /// keeps until TCP gives up, hours later).
 pub const WRITE_LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// The longest a statement or transaction step (`BEGIN`, `COMMIT`, `ROLLBACK`) waits for the
+/// server's reply, by default ([`PgSettings::with_statement_deadline`]); the step that takes
+/// the write lock may wait the write-lock wait on top. Past it the step fails with
+/// `database_error` and its connection is closed, never handed out again.
+///
+/// Two minutes: the stores' statements read or write a few rows by index and answer within
+/// milliseconds, and their heaviest (every project's newest document, a page of the review
+/// queue or the audit log) within well under a second, so a reply this late means the server
+/// is frozen or so overloaded that failing is kinder than waiting. It is four times
+/// [`WRITE_LOCK_WAIT`] (the server-side bound on the one wait a healthy server may rightly
+/// impose, there for a writer stuck holding the lock), so a writer's transaction that waited
+/// out the lock and then meets a slow, loaded server still finishes; and as the lock step's
+/// deadline is the lock wait on top of this one, a lock wait that ran out is reported as such
+/// (the server's `lock_timeout`), never as a frozen server.
+pub const STATEMENT_DEADLINE: Duration = Duration::from_secs(120);
+
+/// The longest a caller waits for a free connection of a full pool (at most the statement
+/// deadline).
+pub const POOL_WAIT: Duration = Duration::from_secs(30);
+
+/// The longest making a new pooled connection (TCP, TLS, authentication) or checking a pooled
+/// one before handing it out may take (at most the statement deadline): a server that
+/// accepts connections and never answers their startup fails the call after this.
+pub const POOL_CONNECT: Duration = Duration::from_secs(10);
 
 /// The `NOTIFY` channel on which every store announces a change.
 pub const CHANGES_CHANNEL: &str = "bridle_changes";
@@ -101,6 +138,7 @@ pub struct PgSettings {
     config: tokio_postgres::Config,
     max_connections: usize,
     write_lock_wait: Duration,
+    statement_deadline: Duration,
 }
 
 impl std::fmt::Debug for PgSettings {
@@ -116,6 +154,7 @@ impl std::fmt::Debug for PgSettings {
             )
             .field("max_connections", &self.max_connections)
             .field("write_lock_wait", &self.write_lock_wait)
+            .field("statement_deadline", &self.statement_deadline)
             .finish()
     }
 }
@@ -141,6 +180,7 @@ impl PgSettings {
             config,
             max_connections: 8,
             write_lock_wait: WRITE_LOCK_WAIT,
+            statement_deadline: STATEMENT_DEADLINE,
         })
     }
 
@@ -165,6 +205,16 @@ impl PgSettings {
     /// default; at least a millisecond).
     pub fn with_write_lock_wait(mut self, wait: Duration) -> Self {
         self.write_lock_wait = wait.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Sets how long a statement or transaction step waits for the server's reply before it
+    /// fails with `database_error` and its connection is closed ([`STATEMENT_DEADLINE`] by
+    /// default; at least a millisecond). It also caps the pool's waits ([`POOL_WAIT`],
+    /// [`POOL_CONNECT`]). Keep it well above the slowest statement a healthy server may run;
+    /// the step that takes the write lock may wait the write-lock wait on top of it.
+    pub fn with_statement_deadline(mut self, deadline: Duration) -> Self {
+        self.statement_deadline = deadline.max(Duration::from_millis(1));
         self
     }
 
@@ -251,8 +301,9 @@ impl PgDatabase {
         let pool = Pool::builder(manager)
             .max_size(settings.max_connections)
             .runtime(deadpool_postgres::Runtime::Tokio1)
-            .wait_timeout(Some(Duration::from_secs(30)))
-            .create_timeout(Some(Duration::from_secs(10)))
+            .wait_timeout(Some(POOL_WAIT.min(settings.statement_deadline)))
+            .create_timeout(Some(POOL_CONNECT.min(settings.statement_deadline)))
+            .recycle_timeout(Some(POOL_CONNECT.min(settings.statement_deadline)))
             .build()
             .map_err(|e| RulesError::Postgres(format!("building the connection pool: {e}")))?;
         let db = Self {
@@ -289,22 +340,36 @@ impl PgDatabase {
         &self.runtime.handle
     }
 
-    /// A pooled connection, returned to the pool when dropped.
+    /// A pooled connection, returned to the pool when dropped (closed instead when a step on
+    /// it outlived its deadline). Waits for it at most [`POOL_WAIT`] and [`POOL_CONNECT`] (each
+    /// at most the statement deadline).
     pub fn client(&self) -> Result<PgClient, RulesError> {
+        self.client_with(Some(self.settings.statement_deadline))
+    }
+
+    /// A pooled connection whose steps wait at most `deadline` (`None`: without a bound).
+    fn client_with(&self, deadline: Option<Duration>) -> Result<PgClient, RulesError> {
         let pool = self.pool.clone();
         let object = self
             .run(async move { pool.get().await })?
             .map_err(pool_error)?;
         Ok(PgClient {
-            object,
+            object: Some(object),
             write_lock_wait: self.settings.write_lock_wait,
+            deadline,
+            runtime: Arc::clone(&self.runtime),
+            closed: AtomicBool::new(false),
         })
     }
 
     /// Brings the database up to `set`'s latest version (one transaction; concurrent replicas
     /// wait for each other on an advisory lock). Returns the versions applied now.
+    ///
+    /// Its statements have no client-side deadline: another replica's migration may rightly
+    /// hold the lock, and a step may rightly run, for long; a server frozen then holds up the
+    /// start of a replica (where it is seen), not the workers of a running one.
     pub fn migrate(&self, set: &Migrations) -> Result<Vec<u32>, RulesError> {
-        let client = self.client()?;
+        let client = self.client_with(None)?;
         // Another replica's migration may rightly take long: waited for without a bound.
         let tx = client.begin_waiting(Some(MIGRATION_LOCK), None)?;
         tx.batch(MIGRATIONS_TABLE)?;
@@ -456,9 +521,18 @@ async fn listen_once(
 
 /// A pooled connection used from synchronous code.
 pub struct PgClient {
-    object: deadpool_postgres::Object,
+    /// Present until the client is dropped.
+    object: Option<deadpool_postgres::Object>,
     /// How long [`PgClient::begin`] waits for a lock.
     write_lock_wait: Duration,
+    /// How long a step waits for the server's reply (`None`: without a bound).
+    deadline: Option<Duration>,
+    /// The runtime the connection runs on, where the deadline's timer runs; kept alive while
+    /// the client lives.
+    runtime: Arc<DbRuntime>,
+    /// Set once a step outlived its deadline (or a rollback failed): nothing more is sent, and
+    /// the connection is closed instead of returned to the pool when the client is dropped.
+    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for PgClient {
@@ -467,33 +541,103 @@ impl std::fmt::Debug for PgClient {
     }
 }
 
+/// Which kind of step outlived its deadline (what the error says about its effect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// A statement, `BEGIN` or `ROLLBACK`: a transaction open on the connection is rolled back
+    /// when the server finds it closed.
+    Statement,
+    /// A `COMMIT`: the server may have applied it before it stopped answering.
+    Commit,
+}
+
 // The client's futures only talk to the connection task (on the database runtime) over
-// channels, so waiting for them with a plain executor is sound from any thread.
+// channels, so waiting for them with a plain executor is sound from any thread. The deadline's
+// timer is made in that runtime's context (whose time driver runs it) and raced with them.
 //
 // Statements with parameters are prepared once per pooled connection and kept in its cache
 // (a statement sent by text is prepared again on every call: one more round trip each).
 impl PgClient {
+    fn object(&self) -> &deadpool_postgres::Object {
+        self.object
+            .as_ref()
+            .expect("a client holds its connection until it is dropped")
+    }
+
+    /// Waits for one step's reply, at most `deadline` (`None`: without a bound). Past it, the
+    /// connection is marked closed (it is closed, not pooled, when the client is dropped) and
+    /// the step fails; so does every later step on this client, at once.
+    fn wait<T>(
+        &self,
+        step: Step,
+        deadline: Option<Duration>,
+        reply: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<Result<T, tokio_postgres::Error>, RulesError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(RulesError::Postgres(
+                "this database connection was closed after a step on it failed; nothing more is sent on it, try again".into(),
+            ));
+        }
+        let Some(deadline) = deadline else {
+            return Ok(futures::executor::block_on(reply));
+        };
+        let timer = {
+            let _context = self.runtime.handle.enter();
+            tokio::time::sleep(deadline)
+        };
+        let reply = std::pin::pin!(reply);
+        let timer = std::pin::pin!(timer);
+        match futures::executor::block_on(futures::future::select(reply, timer)) {
+            futures::future::Either::Left((reply, _)) => Ok(reply),
+            futures::future::Either::Right(((), _)) => {
+                self.closed.store(true, Ordering::Release);
+                let ms = deadline.as_millis();
+                tracing::warn!(
+                    deadline_ms = ms as u64,
+                    commit = step == Step::Commit,
+                    "the database did not answer in time; closing the connection"
+                );
+                Err(RulesError::Postgres(match step {
+                    Step::Statement => format!(
+                        "the database did not answer within {ms} ms (is the server frozen, stalled or overloaded?); the connection was closed, which rolls back a transaction open on it; try again"
+                    ),
+                    Step::Commit => format!(
+                        "the database did not confirm the commit within {ms} ms (is the server frozen, stalled or overloaded?); the connection was closed, and whether the change was applied is unknown"
+                    ),
+                }))
+            }
+        }
+    }
+
+    /// [`Self::wait`] with the client's deadline, a server error as the store's error.
+    fn step<T>(
+        &self,
+        step: Step,
+        reply: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, RulesError> {
+        self.wait(step, self.deadline, reply)?
+            .map_err(|e| pg_error(&e))
+    }
+
     /// Runs statements without parameters.
     pub fn batch(&self, sql: &str) -> Result<(), RulesError> {
-        futures::executor::block_on(self.object.batch_execute(sql)).map_err(|e| pg_error(&e))
+        self.step(Step::Statement, self.object().batch_execute(sql))
     }
 
     /// Runs one statement; returns the rows it touched.
     pub fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, RulesError> {
-        futures::executor::block_on(async {
-            let statement = self.object.prepare_cached(sql).await?;
-            self.object.execute(&statement, params).await
+        self.step(Step::Statement, async {
+            let statement = self.object().prepare_cached(sql).await?;
+            self.object().execute(&statement, params).await
         })
-        .map_err(|e| pg_error(&e))
     }
 
     /// Runs a query.
     pub fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, RulesError> {
-        futures::executor::block_on(async {
-            let statement = self.object.prepare_cached(sql).await?;
-            self.object.query(&statement, params).await
+        self.step(Step::Statement, async {
+            let statement = self.object().prepare_cached(sql).await?;
+            self.object().query(&statement, params).await
         })
-        .map_err(|e| pg_error(&e))
     }
 
     /// Runs a query whose text is made per call (filters chosen by the caller), without
@@ -504,7 +648,7 @@ impl PgClient {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, RulesError> {
-        futures::executor::block_on(self.object.query(sql, params)).map_err(|e| pg_error(&e))
+        self.step(Step::Statement, self.object().query(sql, params))
     }
 
     /// Runs a query that returns at most one row.
@@ -513,11 +657,10 @@ impl PgClient {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Option<Row>, RulesError> {
-        futures::executor::block_on(async {
-            let statement = self.object.prepare_cached(sql).await?;
-            self.object.query_opt(&statement, params).await
+        self.step(Step::Statement, async {
+            let statement = self.object().prepare_cached(sql).await?;
+            self.object().query_opt(&statement, params).await
         })
-        .map_err(|e| pg_error(&e))
     }
 
     /// Starts a transaction on this connection. With `lock`, it first takes that
@@ -556,13 +699,19 @@ impl PgClient {
             None => "BEGIN ISOLATION LEVEL READ COMMITTED".into(),
         })?;
         let tx = PgTransaction { client: Some(self) };
-        let locked = futures::executor::block_on(async {
+        // The lock may rightly be waited for (the server ends the wait), then the statement
+        // runs: its deadline is the lock wait on top of a statement's.
+        let deadline = match (tx.deadline, wait) {
+            (Some(deadline), Some(wait)) => Some(deadline.saturating_add(wait)),
+            _ => None,
+        };
+        let locked = tx.wait(Step::Statement, deadline, async {
             let statement = tx
-                .object
+                .object()
                 .prepare_cached("SELECT pg_advisory_xact_lock($1)")
                 .await?;
-            tx.object.execute(&statement, &[&key]).await
-        });
+            tx.object().execute(&statement, &[&key]).await
+        })?;
         match locked {
             Ok(_) => Ok(tx),
             Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
@@ -572,6 +721,18 @@ impl PgClient {
                 )))
             }
             Err(e) => Err(pg_error(&e)),
+        }
+    }
+}
+
+impl Drop for PgClient {
+    fn drop(&mut self) {
+        if self.closed.load(Ordering::Acquire)
+            && let Some(object) = self.object.take()
+        {
+            // Taken out of the pool and dropped: its connection task ends and the socket is
+            // closed, so the server ends the session (rolling back what it had open).
+            drop(deadpool_postgres::Object::take(object));
         }
     }
 }
@@ -592,10 +753,11 @@ impl std::ops::Deref for PgTransaction {
 }
 
 impl PgTransaction {
-    /// Commits.
+    /// Commits. When the server does not confirm within the deadline the connection is
+    /// closed and the error says that the outcome is unknown.
     pub fn commit(mut self) -> Result<(), RulesError> {
         match self.client.take() {
-            Some(c) => c.batch("COMMIT"),
+            Some(c) => c.step(Step::Commit, c.object().batch_execute("COMMIT")),
             None => Ok(()),
         }
     }
@@ -603,12 +765,18 @@ impl PgTransaction {
 
 impl Drop for PgTransaction {
     fn drop(&mut self) {
-        if let Some(c) = self.client.take()
-            && let Err(e) = c.batch("ROLLBACK")
-        {
+        let Some(c) = self.client.take() else {
+            return;
+        };
+        if c.closed.load(Ordering::Acquire) {
+            // A step outlived its deadline: no `ROLLBACK` is waited for on a connection that
+            // does not answer; closing it (when `c` is dropped) rolls the transaction back.
+            return;
+        }
+        if let Err(e) = c.batch("ROLLBACK") {
             // The connection's state is unknown: keep it out of the pool.
             tracing::warn!(error = %e, "rolling back a transaction failed; dropping the connection");
-            drop(deadpool_postgres::Object::take(c.object));
+            c.closed.store(true, Ordering::Release);
         }
     }
 }
