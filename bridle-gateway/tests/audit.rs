@@ -1,6 +1,7 @@
 //! The audit log through its public API and a real SQLite file: every source round-trips and is
 //! found by every filter; verification names the edited, inserted or deleted row after raw SQL
-//! tampering; retention keeps the chain verifiable; a canary argument never reaches the file; a
+//! tampering; retention keeps the chain verifiable, after every one of its bounded steps, with
+//! appends landing between steps; a canary argument never reaches the file; a
 //! full queue is counted and reported; concurrent recorders keep one valid chain; random entries
 //! keep the chain valid (proptest).
 
@@ -551,6 +552,212 @@ fn retention_trims_by_count_and_by_age_and_verify_still_passes() {
     log.record(Entry::user("alice", Surface::Cli, Kind::SecretCreate).subject("kanboard-token"))
         .expect("record after trims");
     assert!(log.verify().expect("verify").is_intact());
+}
+
+/// A log whose retention passes remove at most `step` entries a step.
+fn open_stepped(dir: &Path, step: u64) -> AuditLog {
+    AuditLog::open(AuditConfig::new(dir.join("audit.db")).with_trim_step(step))
+        .expect("open the audit log")
+}
+
+fn ids_and_details(log: &AuditLog) -> Vec<(u64, Kind, Option<String>)> {
+    log.query(&AuditQuery::all().limit(1000))
+        .expect("query")
+        .entries
+        .into_iter()
+        .map(|e| (e.id, e.kind, e.detail))
+        .collect()
+}
+
+#[test]
+fn retention_runs_in_bounded_steps_each_recorded_and_the_chain_whole_after_each() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open_stepped(dir.path(), 3);
+    ten_entries(&log);
+    let retention = Retention::keep_all().with_max_entries(4);
+    let mut seen = Vec::new();
+    let report = log
+        .trim_with_progress(retention, |so_far| {
+            // Between steps the chain is whole and starts after the last removed entry.
+            let v = log.verify().expect("verify between steps");
+            assert!(v.is_intact(), "{v:?}");
+            assert_eq!(v.anchor_id, so_far.through_id);
+            seen.push(so_far.clone());
+            std::ops::ControlFlow::Continue(())
+        })
+        .expect("trim")
+        .expect("something was due");
+    // Three steps of at most three: 1-3, 4-6, 7-9, each with its own entry (11, 12, 13); the
+    // log then holds exactly `max_entries`.
+    assert_eq!(
+        seen.iter()
+            .map(|r| (r.removed, r.through_id, r.entry_id, r.steps))
+            .collect::<Vec<_>>(),
+        [(3, 3, 11, 1), (6, 6, 12, 2), (9, 9, 13, 3)]
+    );
+    assert_eq!(
+        (
+            report.removed,
+            report.through_id,
+            report.entry_id,
+            report.steps
+        ),
+        (9, 9, 13, 3)
+    );
+    let left = ids_and_details(&log);
+    assert_eq!(
+        left.iter()
+            .map(|(id, kind, _)| (*id, *kind))
+            .collect::<Vec<_>>(),
+        [
+            (10, Kind::RulesChange),
+            (11, Kind::RetentionTrim),
+            (12, Kind::RetentionTrim),
+            (13, Kind::RetentionTrim)
+        ]
+    );
+    assert_eq!(
+        left[1].2.as_deref(),
+        Some("removed 3 entries through id 3 (max_entries 4); step 1 of the pass, more due")
+    );
+    assert_eq!(
+        left[3].2.as_deref(),
+        Some("removed 3 entries through id 9 (max_entries 4); step 3, the pass's last")
+    );
+    let v = log.verify().expect("verify");
+    assert!(v.is_intact(), "{v:?}");
+    assert_eq!((v.anchor_id, v.head_id, v.checked), (9, 13, 4));
+    assert_eq!(log.trim(retention).expect("trim"), None);
+
+    // By age, in steps too: everything older than the pass's start goes (the pass's own
+    // entries are newer), and a step never removes more than three.
+    ten_entries(&log);
+    let last = log
+        .query(&AuditQuery::all().newest_first().limit(1))
+        .expect("query")
+        .entries[0]
+        .at;
+    eventually("the clock to pass the last entry", || {
+        chrono::Utc::now().timestamp_millis() > last.timestamp_millis()
+    });
+    let mut removed_per_step = Vec::new();
+    let report = log
+        .trim_with_progress(
+            Retention::keep_all().with_max_age(Duration::ZERO),
+            |so_far| {
+                removed_per_step.push(so_far.removed);
+                std::ops::ControlFlow::Continue(())
+            },
+        )
+        .expect("trim")
+        .expect("due");
+    assert_eq!(removed_per_step, [3, 6, 9, 12, 14]);
+    assert_eq!(
+        (report.removed, report.through_id, report.steps),
+        (14, 23, 5)
+    );
+    let v = log.verify().expect("verify");
+    assert!(v.is_intact(), "{v:?}");
+    assert_eq!((v.anchor_id, v.checked), (23, 5));
+}
+
+#[test]
+fn appends_made_between_retention_steps_land_and_link() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open_stepped(dir.path(), 4);
+    ten_entries(&log);
+    ten_entries(&log);
+    let report = log
+        .trim_with_progress(Retention::keep_all().with_max_entries(8), |so_far| {
+            if so_far.steps == 1 {
+                // The log is free between steps: a change is written at once, a tool call
+                // before the next step.
+                let id = log
+                    .record(Entry::user("bob", Surface::Api, Kind::SecretCreate))
+                    .expect("record between steps");
+                assert_eq!(id, 22);
+                assert!(log.record_tool_call(Entry::tool_call(
+                    "carol",
+                    "get_rules",
+                    "read",
+                    None,
+                    Outcome::Ok,
+                    Duration::from_micros(7),
+                )));
+            }
+            std::ops::ControlFlow::Continue(())
+        })
+        .expect("trim")
+        .expect("due");
+    // 20 entries, 4 a step: 1-4 (its entry 21; bob 22, carol 23), 5-8 (24), 9-12 (25),
+    // 13-16 (26), 17-19 (27): eight left.
+    assert_eq!(
+        (
+            report.removed,
+            report.through_id,
+            report.entry_id,
+            report.steps
+        ),
+        (19, 19, 27, 5)
+    );
+    let left = log.query(&AuditQuery::all()).expect("query").entries;
+    assert_eq!(
+        left.iter().map(|e| e.id).collect::<Vec<_>>(),
+        (20..=27).collect::<Vec<_>>()
+    );
+    assert_eq!(left[2].source.actor(), "bob");
+    assert_eq!(left[3].source.actor(), "carol");
+    assert_eq!(left[2].prev_hash, left[1].hash);
+    assert_eq!(left[3].prev_hash, left[2].hash);
+    assert_eq!(left[4].prev_hash, left[3].hash);
+    let v = log.verify().expect("verify");
+    assert!(v.is_intact(), "{v:?}");
+    assert_eq!((v.anchor_id, v.head_id, v.checked), (19, 27, 8));
+}
+
+#[test]
+fn a_retention_pass_stopped_half_way_leaves_a_whole_explained_chain() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open_stepped(dir.path(), 3);
+    ten_entries(&log);
+    let retention = Retention::keep_all().with_max_entries(4);
+    let report = log
+        .trim_with_progress(retention, |_| std::ops::ControlFlow::Break(()))
+        .expect("trim")
+        .expect("due");
+    assert_eq!(
+        (
+            report.removed,
+            report.through_id,
+            report.entry_id,
+            report.steps
+        ),
+        (3, 3, 11, 1)
+    );
+    // The moved anchor is explained by the step's own entry, which says more is due.
+    let v = log.verify().expect("verify");
+    assert!(v.is_intact(), "{v:?}");
+    assert_eq!((v.anchor_id, v.head_id), (3, 11));
+    let left = ids_and_details(&log);
+    assert_eq!(left.last().map(|e| e.0), Some(11));
+    assert_eq!(
+        left.last().and_then(|e| e.2.as_deref()),
+        Some("removed 3 entries through id 3 (max_entries 4); step 1 of the pass, more due")
+    );
+    // The next pass goes on from there.
+    let report = log.trim(retention).expect("trim").expect("due");
+    assert_eq!(
+        (
+            report.removed,
+            report.through_id,
+            report.entry_id,
+            report.steps
+        ),
+        (6, 9, 13, 2)
+    );
+    let v = log.verify().expect("verify");
+    assert!(v.is_intact(), "{v:?}");
+    assert_eq!((v.anchor_id, v.head_id, v.checked), (9, 13, 4));
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! pools to one database (two replicas) appending at the same time, synchronously and through
 //! their writer threads, produce ONE valid hash chain with dense ids that both handles verify;
 //! queries, paging and export read it back from either handle; verification names a row edited
-//! or deleted on the server; retention keeps the chain verifiable.
+//! or deleted on the server; retention keeps the chain verifiable, and runs in bounded steps
+//! between which another replica appends.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly on any unexpected error.
 
@@ -190,8 +191,13 @@ fn retention_on_postgres_keeps_the_chain_verifiable() {
         .unwrap()
         .expect("something was due");
     assert_eq!(
-        (report.removed, report.through_id, report.entry_id),
-        (7, 7, 11)
+        (
+            report.removed,
+            report.through_id,
+            report.entry_id,
+            report.steps
+        ),
+        (7, 7, 11, 1)
     );
     let left = a.query(&AuditQuery::all()).unwrap().entries;
     assert_eq!(
@@ -211,6 +217,92 @@ fn retention_on_postgres_keeps_the_chain_verifiable() {
     let v = a.verify().unwrap();
     assert!(v.is_intact(), "{v:?}");
     assert_eq!((v.head_id, v.checked), (21, 14));
+}
+
+#[test]
+fn retention_on_postgres_runs_in_steps_and_other_replicas_append_between_them() {
+    let cluster = PgCluster::shared();
+    let dbname = cluster.create_database();
+    let db = PgDatabase::connect(&cluster.settings(&dbname)).unwrap();
+    let a = AuditLog::open_postgres(
+        db,
+        AuditConfig::new("/nonexistent/audit.db")
+            .with_max_batch(16)
+            .with_trim_step(4),
+    )
+    .unwrap();
+    let (b, _) = handle(cluster, &dbname);
+    ten_entries(&a);
+    ten_entries(&b);
+    let mut seen = Vec::new();
+    let report = a
+        .trim_with_progress(Retention::keep_all().with_max_entries(8), |so_far| {
+            // Each step committed on its own: the other replica sees a whole chain and takes
+            // the appenders' lock at once.
+            let v = b.verify().unwrap();
+            assert!(v.is_intact(), "{v:?}");
+            assert_eq!(v.anchor_id, so_far.through_id);
+            if so_far.steps == 1 {
+                assert_eq!(
+                    b.record(Entry::user("bob", Surface::Api, Kind::SecretCreate))
+                        .unwrap(),
+                    22
+                );
+                assert!(b.record_tool_call(Entry::tool_call(
+                    "carol",
+                    "get_rules",
+                    "read",
+                    None,
+                    Outcome::Ok,
+                    Duration::from_micros(7),
+                )));
+                b.flush().unwrap();
+            }
+            seen.push(so_far.removed);
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap()
+        .expect("something was due");
+    // 20 entries, 4 a step: 1-4 (its entry 21; bob 22, carol 23), 5-8 (24), 9-12 (25),
+    // 13-16 (26), 17-19 (27): eight left, the last five of them `retention_trim` or the
+    // replica's appends.
+    assert_eq!(seen, [4, 8, 12, 16, 19]);
+    assert_eq!(
+        (
+            report.removed,
+            report.through_id,
+            report.entry_id,
+            report.steps
+        ),
+        (19, 19, 27, 5)
+    );
+    let left = b.query(&AuditQuery::all()).unwrap().entries;
+    assert_eq!(
+        left.iter().map(|e| (e.id, e.kind)).collect::<Vec<_>>(),
+        [
+            (20, Kind::RulesChange),
+            (21, Kind::RetentionTrim),
+            (22, Kind::SecretCreate),
+            (23, Kind::ToolCall),
+            (24, Kind::RetentionTrim),
+            (25, Kind::RetentionTrim),
+            (26, Kind::RetentionTrim),
+            (27, Kind::RetentionTrim),
+        ]
+    );
+    assert_eq!(
+        left[7].detail.as_deref(),
+        Some("removed 3 entries through id 19 (max_entries 8); step 5, the pass's last")
+    );
+    for log in [&a, &b] {
+        let v = log.verify().unwrap();
+        assert!(v.is_intact(), "{v:?}");
+        assert_eq!((v.anchor_id, v.head_id, v.checked), (19, 27, 8));
+    }
+    assert_eq!(
+        b.trim(Retention::keep_all().with_max_entries(8)).unwrap(),
+        None
+    );
 }
 
 #[test]

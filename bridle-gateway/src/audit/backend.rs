@@ -5,7 +5,7 @@
 use super::entry::Entry;
 use super::error::AuditError;
 use super::query::{self, AuditPage, AuditQuery};
-use super::store::{self, ChainEnds, Retention, TrimReport, VerifyReport};
+use super::store::{self, ChainEnds, Retention, TrimPass, VerifyReport};
 
 /// A connection (SQLite) or a pool (PostgreSQL) the log reads or writes through.
 pub(crate) enum AuditDb {
@@ -24,17 +24,39 @@ impl AuditDb {
         }
     }
 
-    /// Applies `retention` at `now_ms`.
-    pub fn trim(
-        &mut self,
+    /// The highest id older than `retention`'s age limit at `now_ms` (read once per pass).
+    pub fn age_through(
+        &self,
         retention: Retention,
         now_ms: i64,
-    ) -> Result<Option<TrimReport>, AuditError> {
+    ) -> Result<Option<i64>, AuditError> {
         match self {
-            AuditDb::Sqlite(c) => store::trim(c, retention, now_ms),
+            AuditDb::Sqlite(c) => store::age_through(c, retention, now_ms),
             #[cfg(feature = "postgres")]
-            AuditDb::Postgres(db) => super::postgres::trim(db, retention, now_ms),
+            AuditDb::Postgres(db) => super::postgres::age_through(db, retention, now_ms),
         }
+    }
+
+    /// One step of a retention pass in its own transaction; `None` when nothing is due, else
+    /// whether more is due after it.
+    pub fn trim_step(
+        &mut self,
+        pass: &mut TrimPass,
+        at_ms: i64,
+    ) -> Result<Option<bool>, AuditError> {
+        match self {
+            AuditDb::Sqlite(c) => store::trim_step(c, pass, at_ms),
+            #[cfg(feature = "postgres")]
+            AuditDb::Postgres(db) => super::postgres::trim_step(db, pass, at_ms),
+        }
+    }
+
+    /// Whether other writers wait for the database's write lock by polling (SQLite's busy
+    /// handler) rather than in a queue the database serves in order (PostgreSQL's lock
+    /// manager): then a writer releasing the lock and taking it again at once would keep
+    /// winning, and a retention pass pauses between its steps.
+    pub fn waiters_poll(&self) -> bool {
+        matches!(self, AuditDb::Sqlite(_))
     }
 
     /// The chain's ends.

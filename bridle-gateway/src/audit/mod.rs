@@ -24,7 +24,16 @@
 //!   [`VerifyReport::head_id`] and the head hash ([`AuditLog::head`]) elsewhere to detect that.
 //! - **Retention** by age or count ([`Retention`]) removes the oldest entries, keeps the last
 //!   removed entry's hash as the chain's new anchor, and records itself as a `retention_trim`
-//!   entry, so a trimmed log still verifies.
+//!   entry, so a trimmed log still verifies. A pass runs in bounded steps (at most
+//!   [`TRIM_STEP`] entries each, [`AuditConfig::trim_step`]), each its own short transaction
+//!   under the appenders' lock that moves the anchor and appends ONE `retention_trim` entry of
+//!   its own (saying how many it removed through which id, and whether more is due): a log
+//!   with millions of entries due never holds the lock for minutes (appends on every replica
+//!   would wait, time out and be lost), writers of this process and other replicas append
+//!   between steps, and a pass that stops half-way (an error, a restart) leaves a whole chain
+//!   whose every anchor move is explained by an entry; the next pass goes on from there. One
+//!   entry per step rather than one summary at the end: a summary written last would leave
+//!   the moves of an interrupted pass unexplained. Steady state is one step, one entry.
 //! - **Nothing secret.** Entries hold names, revisions, digests and stable codes; tool calls keep
 //!   kberg-core's redacted argument digest and never an argument value.
 //!
@@ -53,6 +62,7 @@ mod store;
 mod writer;
 
 use std::io::Write;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -69,9 +79,9 @@ pub use gateway::agent_entry;
 pub use postgres::AUDIT_PG_MIGRATIONS;
 pub use query::{AuditPage, AuditQuery, MAX_PAGE};
 pub use row::StoredEntry;
-pub use store::{BreakKind, ChainBreak, Retention, TrimReport, VerifyReport};
+pub use store::{BreakKind, ChainBreak, Retention, TRIM_STEP, TrimReport, VerifyReport};
 
-use writer::{CallQueue, SharedConnection, lock_conn, ms_since_epoch};
+use writer::{CallQueue, Shared, SharedConnection, lock_conn, ms_since_epoch};
 
 /// How the log is opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +103,9 @@ pub struct AuditConfig {
     /// How often the writer thread applies [`AuditConfig::retention`] (default 10 minutes; it
     /// also runs once at open).
     pub retention_every: Duration,
+    /// The most entries one retention step removes, each step its own short transaction
+    /// (default [`TRIM_STEP`], at least 2).
+    pub trim_step: u64,
 }
 
 impl AuditConfig {
@@ -106,6 +119,7 @@ impl AuditConfig {
             fsync: false,
             retention: Retention::keep_all(),
             retention_every: Duration::from_secs(600),
+            trim_step: TRIM_STEP,
         }
     }
 
@@ -144,6 +158,14 @@ impl AuditConfig {
         self.retention_every = every;
         self
     }
+
+    /// Sets the most entries one retention step removes (at least 2: a step adds its own
+    /// `retention_trim` entry, so it must remove more than one for a pass under a count limit
+    /// to end).
+    pub fn with_trim_step(mut self, n: u64) -> Self {
+        self.trim_step = n.max(2);
+        self
+    }
 }
 
 /// The writer side: the connection every write takes, the queue, and the writer thread.
@@ -154,6 +176,7 @@ struct AuditWriter {
     /// A second connection for reads, so queries and verification do not wait for writes.
     reader: Mutex<AuditDb>,
     retention: Retention,
+    trim_step: u64,
 }
 
 impl Drop for AuditWriter {
@@ -217,26 +240,35 @@ impl AuditLog {
         )
     }
 
-    fn start(mut conn: AuditDb, reader: AuditDb, config: &AuditConfig) -> Result<Self, AuditError> {
-        if let Some(r) = conn.trim(config.retention, ms_since_epoch(SystemTime::now()))? {
-            tracing::info!(
-                removed = r.removed,
-                through_id = r.through_id,
-                "audit retention at open"
-            );
-        }
-        let conn = Arc::new(Mutex::new(conn));
+    fn start(conn: AuditDb, reader: AuditDb, config: &AuditConfig) -> Result<Self, AuditError> {
+        let conn: SharedConnection = Arc::new(Shared::new(conn));
         let queue = Arc::new(CallQueue::new(
             config.capacity,
             config.max_batch,
             config.max_delay,
         ));
+        let trim_step = config.trim_step.max(2);
+        if let Some(r) = writer::run_retention(
+            &conn,
+            &queue,
+            config.retention,
+            trim_step,
+            ms_since_epoch(SystemTime::now()),
+            &mut |_| ControlFlow::Continue(()),
+        )? {
+            tracing::info!(
+                removed = r.removed,
+                through_id = r.through_id,
+                steps = r.steps,
+                "audit retention at open"
+            );
+        }
         let thread = {
             let (queue, conn) = (Arc::clone(&queue), Arc::clone(&conn));
             let (retention, every) = (config.retention, config.retention_every);
             std::thread::Builder::new()
                 .name("bridle-audit".into())
-                .spawn(move || writer::run(queue, conn, retention, every))?
+                .spawn(move || writer::run(queue, conn, retention, every, trim_step))?
         };
         Ok(AuditLog {
             writer: Arc::new(AuditWriter {
@@ -245,6 +277,7 @@ impl AuditLog {
                 thread: Mutex::new(Some(thread)),
                 reader: Mutex::new(reader),
                 retention: config.retention,
+                trim_step,
             }),
         })
     }
@@ -312,12 +345,31 @@ impl AuditLog {
         self.trim(self.writer.retention)
     }
 
-    /// Applies `retention` now (whatever is configured); `None` when nothing was due. The
-    /// trim is recorded as a `system` `retention_trim` entry.
+    /// Applies `retention` now (whatever is configured); `None` when nothing was due. The pass
+    /// runs in steps of at most [`AuditConfig::trim_step`] entries, each its own transaction
+    /// recorded by its own `system` `retention_trim` entry; other writers (this process's,
+    /// other replicas') append between steps. On an error the steps already made stay made
+    /// (the chain is whole after each) and the rest is due at the next pass.
     pub fn trim(&self, retention: Retention) -> Result<Option<TrimReport>, AuditError> {
-        let mut conn = lock_conn(&self.writer.conn);
-        let _ = self.writer.queue.write_pending(&mut conn);
-        conn.trim(retention, ms_since_epoch(SystemTime::now()))
+        self.trim_with_progress(retention, |_| ControlFlow::Continue(()))
+    }
+
+    /// [`AuditLog::trim`], calling `on_step` after each committed step with the pass so far
+    /// (the log is free for other writers while it runs); `Break` ends the pass after that step,
+    /// leaving the rest due for the next pass.
+    pub fn trim_with_progress(
+        &self,
+        retention: Retention,
+        mut on_step: impl FnMut(&TrimReport) -> ControlFlow<()>,
+    ) -> Result<Option<TrimReport>, AuditError> {
+        writer::run_retention(
+            &self.writer.conn,
+            &self.writer.queue,
+            retention,
+            self.writer.trim_step,
+            ms_since_epoch(SystemTime::now()),
+            &mut on_step,
+        )
     }
 
     /// One page of entries matching `query`.

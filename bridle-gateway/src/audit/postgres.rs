@@ -1,10 +1,14 @@
 //! The PostgreSQL side of the log, for gateway replicas sharing one database: the same two
 //! tables as the SQLite file in this dialect, and ONE hash chain however many replicas append.
 //!
-//! Every append (and every retention pass) takes one transaction-scoped advisory lock, then
+//! Every append (and every step of a retention pass) takes one transaction-scoped advisory lock, then
 //! reads the chain's head row `FOR UPDATE`, links its rows to it and moves it, all in one
 //! transaction: two replicas appending at the same moment run one after the other, so ids stay
 //! dense and each entry links to the one written just before it, whichever replica wrote that.
+//! A retention pass holds that lock only for one step (at most [`store::TRIM_STEP`] entries
+//! deleted) at a time, never for the whole pass: appends wait on the lock for at most the
+//! rules store's write-lock wait, and a long delete would make them fail, and be cut off by a
+//! statement deadline itself.
 //! Verification reads one snapshot (`REPEATABLE READ`), so it never sees half of an append.
 //! Queries and exports are the SQLite ones in this dialect (`query::select` writes both).
 
@@ -16,7 +20,7 @@ use super::entry::Entry;
 use super::error::AuditError;
 use super::query::{self, Arg, AuditPage, AuditQuery};
 use super::row::{COLUMNS, GENESIS, Row};
-use super::store::{self, ChainEnds, Retention, TrimReport, VerifyReport};
+use super::store::{self, ChainEnds, Retention, TrimPass, VerifyReport};
 
 /// The advisory-lock key of audit appends and retention passes.
 const AUDIT_LOCK: i64 = 0x6272_6964_6c65_0004;
@@ -225,45 +229,65 @@ pub(crate) fn append(db: &PgDatabase, entries: &[(Entry, i64)]) -> Result<Vec<u6
     Ok(ids)
 }
 
-/// As [`store::trim`], in one transaction under the appenders' lock.
-pub(crate) fn trim(
+/// As [`store::age_through`]: read once per pass, outside the lock.
+pub(crate) fn age_through(
     db: &PgDatabase,
     retention: Retention,
     now_ms: i64,
-) -> Result<Option<TrimReport>, AuditError> {
+) -> Result<Option<i64>, AuditError> {
+    let Some(before) = store::age_before(retention, now_ms) else {
+        return Ok(None);
+    };
+    Ok(db
+        .client()
+        .map_err(pg)?
+        .query_opt(
+            "SELECT MAX(id) FROM gateway_audit WHERE at_ms < $1",
+            &[&before],
+        )
+        .map_err(pg)?
+        .and_then(|r| r.get(0)))
+}
+
+/// As [`store::trim_step`]: one step in its own transaction under the appenders' lock, so
+/// appends on every replica take the lock between steps (PostgreSQL grants a released lock to
+/// the sessions already waiting for it before a new request).
+pub(crate) fn trim_step(
+    db: &PgDatabase,
+    pass: &mut TrimPass,
+    at_ms: i64,
+) -> Result<Option<bool>, AuditError> {
     let tx = db
         .client()
         .map_err(pg)?
         .begin(Some(AUDIT_LOCK))
         .map_err(pg)?;
+    let ends = ends_in(&tx, true)?;
+    let Some(plan) = pass.plan(&ends) else {
+        return Ok(None);
+    };
     let mut cutoff: Option<i64> = None;
-    if let Some(age) = retention.max_age {
-        let before = now_ms.saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX));
+    if plan.count_take > 0 {
+        let by_count: Option<i64> = tx
+            .query_opt(
+                "SELECT MAX(id) FROM (SELECT id FROM gateway_audit WHERE id > $1 ORDER BY id
+                 LIMIT $2) AS step",
+                &[&ends.anchor_id, &plan.count_take],
+            )
+            .map_err(pg)?
+            .and_then(|r| r.get(0));
+        cutoff = cutoff.max(by_count);
+    }
+    if let Some(through) = plan.age_through {
         let by_age: Option<i64> = tx
             .query_opt(
-                "SELECT MAX(id) FROM gateway_audit WHERE at_ms < $1",
-                &[&before],
+                "SELECT MAX(id) FROM (SELECT id FROM gateway_audit WHERE id > $1 AND id <= $2
+                 ORDER BY id LIMIT $3) AS step",
+                &[&ends.anchor_id, &through, &plan.max_rows],
             )
             .map_err(pg)?
             .and_then(|r| r.get(0));
         cutoff = cutoff.max(by_age);
-    }
-    if let Some(max) = retention.max_entries {
-        let count: i64 = tx
-            .query_opt("SELECT COUNT(*) FROM gateway_audit", &[])
-            .map_err(pg)?
-            .map_or(0, |r| r.get(0));
-        let keep = i64::try_from(max.saturating_sub(1)).unwrap_or(i64::MAX);
-        if count > i64::try_from(max).unwrap_or(i64::MAX) {
-            let by_count: Option<i64> = tx
-                .query_opt(
-                    "SELECT id FROM gateway_audit ORDER BY id LIMIT 1 OFFSET $1",
-                    &[&(count - keep - 1)],
-                )
-                .map_err(pg)?
-                .map(|r| r.get(0));
-            cutoff = cutoff.max(by_count);
-        }
     }
     let Some(cutoff) = cutoff else {
         return Ok(None);
@@ -281,14 +305,11 @@ pub(crate) fn trim(
         &[&cutoff, &anchor_hash],
     )
     .map_err(pg)?;
-    let entry = store::trim_entry(retention, cutoff, removed);
-    let ids = append_in(&tx, &[(entry, now_ms)])?;
+    let (entry, more) = pass.step_entry(&ends, cutoff, removed);
+    let ids = append_in(&tx, &[(entry, at_ms)])?;
     tx.commit().map_err(pg)?;
-    Ok(Some(TrimReport {
-        removed,
-        through_id: u64::try_from(cutoff).unwrap_or(0),
-        entry_id: ids.first().copied().unwrap_or(0),
-    }))
+    pass.committed(cutoff, removed, ids.first().copied().unwrap_or(0));
+    Ok(Some(more))
 }
 
 /// Walks the chain in one snapshot.

@@ -6,6 +6,9 @@
 //! and the head, the last id and hash written). Every append runs in a `BEGIN IMMEDIATE`
 //! transaction that reads the head, links the new rows to it and moves it, so two writers (two
 //! processes, say) can never fork the chain, and a failed transaction leaves no trace.
+//! Retention ([`TrimPass`], driven by `writer::run_retention`) runs in steps, each its own
+//! `BEGIN IMMEDIATE` transaction removing at most [`TRIM_STEP`] entries: the file's write lock
+//! is never held for a long delete, and the chain is whole after every step.
 
 use std::path::Path;
 use std::time::Duration;
@@ -148,7 +151,8 @@ fn append_in(conn: &Connection, entries: &[(Entry, i64)]) -> Result<Vec<u64>, Au
 pub struct Retention {
     /// Remove entries older than this.
     pub max_age: Option<Duration>,
-    /// Keep at most this many entries (the `retention_trim` entry included).
+    /// Keep at most this many entries (the chain's, counted as its head id minus its anchor
+    /// id; the `retention_trim` entries included).
     pub max_entries: Option<u64>,
 }
 
@@ -171,51 +175,196 @@ impl Retention {
     }
 }
 
-/// What a retention pass removed.
+/// The most entries one retention step removes, by default ([`super::AuditConfig::trim_step`]).
+///
+/// A pass removes what is due in steps, each its own short transaction under the appenders'
+/// lock: a log that grew large before retention was set (or while the retention thread was
+/// down) may have millions of entries due, and one transaction deleting them all would hold the
+/// lock for minutes, while every append (on every replica, in PostgreSQL) waits, gives up after
+/// the write-lock wait and loses its entries, and a server-side statement deadline would cut the
+/// delete off every time, so the log would never shrink. Ten thousand rows are a fraction of a
+/// second on either backend.
+pub const TRIM_STEP: u64 = 10_000;
+
+/// What a retention pass removed. A pass runs in steps ([`TRIM_STEP`]); the report covers every
+/// step it committed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TrimReport {
-    /// How many entries were removed.
+    /// How many entries were removed, over all the pass's steps.
     pub removed: u64,
     /// The last removed id: the chain now starts after it.
     pub through_id: u64,
-    /// The id of the `retention_trim` entry that records the pass.
+    /// The id of the `retention_trim` entry that records the pass's last step.
     pub entry_id: u64,
+    /// How many steps the pass committed; each is recorded by its own `retention_trim` entry.
+    pub steps: u64,
 }
 
-/// Removes what `retention` says is too old or too many, moves the anchor to the last removed
-/// entry's hash and records the pass as a `system` `retention_trim` entry, all in one
-/// transaction. `None` when nothing was due.
-pub(crate) fn trim(
-    conn: &mut Connection,
+/// One retention pass in progress: what it applies, how far it got, and the age cutoff it
+/// computed once at its start (the count limit is checked afresh in each step, against the
+/// chain's ends under the lock, so appends and other passes between steps are counted).
+#[derive(Debug, Clone)]
+pub(crate) struct TrimPass {
+    retention: Retention,
+    /// Rows one step removes at most (at least 2, so that a step always removes more than the
+    /// one `retention_trim` entry it adds, and a pass under a count limit ends).
+    max_rows: i64,
+    /// Entries with an id up to this one are due by age.
+    age_through: Option<i64>,
+    steps: u64,
+    removed: u64,
+    through_id: i64,
+    entry_id: u64,
+}
+
+/// What one step removes: rows after the anchor, oldest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StepPlan {
+    /// This many of the oldest rows, because the chain holds more than the count limit.
+    pub count_take: i64,
+    /// Rows up to this id (at most `max_rows` of them), because they are too old.
+    pub age_through: Option<i64>,
+    /// The most rows the step removes.
+    pub max_rows: i64,
+}
+
+impl TrimPass {
+    /// A pass applying `retention` `max_rows` at a time; `age_through` is the highest id older
+    /// than the age limit (`None` without one, or when no entry is that old).
+    pub fn new(retention: Retention, max_rows: u64, age_through: Option<i64>) -> Self {
+        TrimPass {
+            retention,
+            max_rows: i64::try_from(max_rows.max(2)).unwrap_or(i64::MAX),
+            age_through,
+            steps: 0,
+            removed: 0,
+            through_id: 0,
+            entry_id: 0,
+        }
+    }
+
+    /// The chain's entries as its ends count them (the ids after the anchor are dense).
+    fn held(ends: &ChainEnds) -> i64 {
+        ends.head_id.saturating_sub(ends.anchor_id)
+    }
+
+    fn count_limit(&self) -> Option<i64> {
+        self.retention
+            .max_entries
+            .map(|n| i64::try_from(n).unwrap_or(i64::MAX))
+    }
+
+    /// What the next step removes, given the chain's ends read under the lock; `None` when
+    /// nothing is due any more.
+    pub fn plan(&self, ends: &ChainEnds) -> Option<StepPlan> {
+        // Only when over the limit; then keep `max - 1` entries, so with the step's
+        // `retention_trim` entry there are `max` (and the next step finds nothing due).
+        let count_take = match self.count_limit() {
+            Some(max) if Self::held(ends) > max => {
+                (Self::held(ends) - (max - 1)).min(self.max_rows)
+            }
+            _ => 0,
+        };
+        let age_through = self.age_through.filter(|&t| t > ends.anchor_id);
+        (count_take > 0 || age_through.is_some()).then_some(StepPlan {
+            count_take,
+            age_through,
+            max_rows: self.max_rows,
+        })
+    }
+
+    /// The `retention_trim` entry of the step that removes `removed` rows through `cutoff`
+    /// from the chain whose ends were `ends`, and whether more will be due after it.
+    pub fn step_entry(&self, ends: &ChainEnds, cutoff: i64, removed: u64) -> (Entry, bool) {
+        // After the step the chain starts after `cutoff` and ends with the step's entry.
+        let held_after = ends.head_id.saturating_add(1).saturating_sub(cutoff);
+        let more = self.count_limit().is_some_and(|max| held_after > max)
+            || self.age_through.is_some_and(|t| t > cutoff);
+        let step = self.steps + 1;
+        // A pass of one step reads as it always did; a longer one says where each step stands.
+        let note = match (more, step) {
+            (false, 1) => None,
+            (true, _) => Some(format!("step {step} of the pass, more due")),
+            (false, _) => Some(format!("step {step}, the pass's last")),
+        };
+        (trim_entry(self.retention, cutoff, removed, note), more)
+    }
+
+    /// Notes a committed step.
+    pub fn committed(&mut self, cutoff: i64, removed: u64, entry_id: u64) {
+        self.steps += 1;
+        self.removed += removed;
+        self.through_id = cutoff;
+        self.entry_id = entry_id;
+    }
+
+    /// The pass so far; `None` before its first step.
+    pub fn report(&self) -> Option<TrimReport> {
+        (self.steps > 0).then(|| TrimReport {
+            removed: self.removed,
+            through_id: u64::try_from(self.through_id).unwrap_or(0),
+            entry_id: self.entry_id,
+            steps: self.steps,
+        })
+    }
+}
+
+/// The highest id of an entry older than `retention`'s age limit at `now_ms` (`None` without
+/// one, or when no entry is that old). Read once per pass, outside the lock: it may scan every
+/// entry that is due.
+pub(crate) fn age_through(
+    conn: &Connection,
     retention: Retention,
     now_ms: i64,
-) -> Result<Option<TrimReport>, AuditError> {
+) -> Result<Option<i64>, AuditError> {
+    let Some(before) = age_before(retention, now_ms) else {
+        return Ok(None);
+    };
+    Ok(conn.query_row(
+        "SELECT MAX(id) FROM gateway_audit WHERE at_ms < ?1",
+        params![before],
+        |r| r.get(0),
+    )?)
+}
+
+/// The time before which entries are due by age.
+pub(crate) fn age_before(retention: Retention, now_ms: i64) -> Option<i64> {
+    retention
+        .max_age
+        .map(|age| now_ms.saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX)))
+}
+
+/// One step of `pass` in its own `BEGIN IMMEDIATE` transaction: removes at most the pass's
+/// step size of the oldest due entries, moves the anchor to the last removed entry's hash and
+/// records the step as a `system` `retention_trim` entry stamped `at_ms`. `None` when nothing
+/// is due; else whether more is due after it.
+pub(crate) fn trim_step(
+    conn: &mut Connection,
+    pass: &mut TrimPass,
+    at_ms: i64,
+) -> Result<Option<bool>, AuditError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let ends = ends(&tx)?;
+    let Some(plan) = pass.plan(&ends) else {
+        return Ok(None);
+    };
     let mut cutoff: Option<i64> = None;
-    if let Some(age) = retention.max_age {
-        let before = now_ms.saturating_sub(i64::try_from(age.as_millis()).unwrap_or(i64::MAX));
+    if plan.count_take > 0 {
+        let by_count: Option<i64> = tx.query_row(
+            "SELECT MAX(id) FROM (SELECT id FROM gateway_audit WHERE id > ?1 ORDER BY id LIMIT ?2)",
+            params![ends.anchor_id, plan.count_take],
+            |r| r.get(0),
+        )?;
+        cutoff = cutoff.max(by_count);
+    }
+    if let Some(through) = plan.age_through {
         let by_age: Option<i64> = tx.query_row(
-            "SELECT MAX(id) FROM gateway_audit WHERE at_ms < ?1",
-            params![before],
+            "SELECT MAX(id) FROM (SELECT id FROM gateway_audit WHERE id > ?1 AND id <= ?2
+             ORDER BY id LIMIT ?3)",
+            params![ends.anchor_id, through, plan.max_rows],
             |r| r.get(0),
         )?;
         cutoff = cutoff.max(by_age);
-    }
-    if let Some(max) = retention.max_entries {
-        let count: i64 = tx.query_row("SELECT COUNT(*) FROM gateway_audit", [], |r| r.get(0))?;
-        // Only when over the limit; then keep `max - 1` old entries, so with the trim entry
-        // there are `max` (and the next pass finds nothing due).
-        let keep = i64::try_from(max.saturating_sub(1)).unwrap_or(i64::MAX);
-        if count > i64::try_from(max).unwrap_or(i64::MAX) {
-            let by_count: Option<i64> = tx
-                .query_row(
-                    "SELECT id FROM gateway_audit ORDER BY id LIMIT 1 OFFSET ?1",
-                    params![count - keep - 1],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            cutoff = cutoff.max(by_count);
-        }
     }
     let Some(cutoff) = cutoff else {
         return Ok(None);
@@ -225,24 +374,26 @@ pub(crate) fn trim(
         params![cutoff],
         |r| r.get(0),
     )?;
-    let removed = tx.execute("DELETE FROM gateway_audit WHERE id <= ?1", params![cutoff])?;
+    let removed = tx.execute("DELETE FROM gateway_audit WHERE id <= ?1", params![cutoff])? as u64;
     tx.execute(
         "UPDATE gateway_audit_chain SET anchor_id = ?1, anchor_hash = ?2 WHERE one = 1",
         params![cutoff, anchor_hash],
     )?;
-    let entry = trim_entry(retention, cutoff, removed as u64);
-    let ids = append_in(&tx, &[(entry, now_ms)])?;
+    let (entry, more) = pass.step_entry(&ends, cutoff, removed);
+    let ids = append_in(&tx, &[(entry, at_ms)])?;
     tx.commit()?;
-    Ok(Some(TrimReport {
-        removed: removed as u64,
-        through_id: u64::try_from(cutoff).unwrap_or(0),
-        entry_id: ids.first().copied().unwrap_or(0),
-    }))
+    pass.committed(cutoff, removed, ids.first().copied().unwrap_or(0));
+    Ok(Some(more))
 }
 
-/// The `system` `retention_trim` entry recording a pass that removed `removed` entries through
-/// id `cutoff`.
-pub(crate) fn trim_entry(retention: Retention, cutoff: i64, removed: u64) -> Entry {
+/// The `system` `retention_trim` entry recording a step that removed `removed` entries through
+/// id `cutoff`, with `note` (where the step stands in its pass) after the limits.
+pub(crate) fn trim_entry(
+    retention: Retention,
+    cutoff: i64,
+    removed: u64,
+    note: Option<String>,
+) -> Entry {
     let mut limits = Vec::new();
     if let Some(age) = retention.max_age {
         limits.push(format!("max_age {}s", age.as_secs()));
@@ -250,10 +401,11 @@ pub(crate) fn trim_entry(retention: Retention, cutoff: i64, removed: u64) -> Ent
     if let Some(n) = retention.max_entries {
         limits.push(format!("max_entries {n}"));
     }
+    let note = note.map(|n| format!("; {n}")).unwrap_or_default();
     Entry::system("audit", Kind::RetentionTrim)
         .subject(format!("through id {cutoff}"))
         .detail(format!(
-            "removed {removed} entries through id {cutoff} ({})",
+            "removed {removed} entries through id {cutoff} ({}){note}",
             limits.join(", ")
         ))
 }

@@ -8,11 +8,15 @@
 //! transaction. Synchronous writes and flushes take the connection the same way, so entries
 //! reach the chain in the order they were recorded.
 //!
+//! Retention runs here too ([`run_retention`]): in bounded steps, each taking the connection
+//! (and writing the queue first) and giving it back to the writers waiting for it.
+//!
 //! When the queue is full the entry is not queued and the call goes on: the loss is counted
 //! ([`CallQueue::lost_total`]) and the next write first appends a `system` `entries_lost` entry
 //! saying how many entries were lost and why. A batch whose transaction fails is counted the same
 //! way.
 
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -20,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::backend::AuditDb;
 use super::entry::{Entry, Kind};
 use super::error::AuditError;
-use super::store::Retention;
+use super::store::{Retention, TrimPass, TrimReport};
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn ms_since_epoch(t: SystemTime) -> i64 {
@@ -174,13 +178,139 @@ fn lost_entry(full: u64, failed: u64, failure: Option<&str>) -> Entry {
         .outcome(super::entry::Outcome::error("entries_lost"))
 }
 
-/// The connection all writes go through.
-pub(crate) type SharedConnection = Arc<Mutex<AuditDb>>;
+/// The connection all writes go through, and a count of the writers waiting for it.
+///
+/// A retention pass gives the connection up between its steps; but a thread that releases a
+/// mutex and takes it again at once almost always wins it again (the waiter it woke has not run
+/// yet), so `record` and the writer thread would wait for the whole pass after all. Every
+/// writer counts itself in ([`lock_conn`]), and the pass, between steps, waits until as many
+/// writers have taken the connection as had arrived ([`Shared::let_waiters_in`]).
+pub(crate) struct Shared {
+    db: Mutex<AuditDb>,
+    turns: Mutex<Turns>,
+    served: Condvar,
+}
 
+/// Writers that asked for the connection, and that got it, since the log opened.
+#[derive(Default)]
+struct Turns {
+    arrived: u64,
+    served: u64,
+}
+
+impl Shared {
+    pub fn new(db: AuditDb) -> Self {
+        Shared {
+            db: Mutex::new(db),
+            turns: Mutex::new(Turns::default()),
+            served: Condvar::new(),
+        }
+    }
+
+    fn turns(&self) -> MutexGuard<'_, Turns> {
+        // Two counters: a panic elsewhere leaves them consistent.
+        self.turns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until every writer that was waiting for the connection has had it. The caller
+    /// must not hold the connection.
+    pub fn let_waiters_in(&self) {
+        let mut t = self.turns();
+        let arrived = t.arrived;
+        while t.served < arrived {
+            t = self.served.wait(t).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// How many writers are waiting for the connection now.
+    #[cfg(test)]
+    pub fn waiting(&self) -> u64 {
+        let t = self.turns();
+        t.arrived - t.served
+    }
+}
+
+/// The connection all writes go through.
+pub(crate) type SharedConnection = Arc<Shared>;
+
+/// Takes the connection, counted as a waiting writer until it has it.
 pub(crate) fn lock_conn(conn: &SharedConnection) -> MutexGuard<'_, AuditDb> {
+    conn.turns().arrived += 1;
     // A connection whose holder panicked mid-transaction rolls back on the next BEGIN's failure
     // or on drop of the transaction; the handle itself stays usable.
-    conn.lock().unwrap_or_else(|p| p.into_inner())
+    let guard = conn.db.lock().unwrap_or_else(|p| p.into_inner());
+    conn.turns().served += 1;
+    conn.served.notify_all();
+    guard
+}
+
+/// The longest pause of a retention pass between two steps on SQLite (see
+/// [`AuditDb::waiters_poll`]): as long as the step took, at most this.
+const MAX_STEP_PAUSE: Duration = Duration::from_millis(250);
+
+/// Applies `retention` as of `as_of_ms` in steps of at most `max_rows` entries ([`super::TRIM_STEP`]),
+/// each its own transaction under the appenders' lock. Before each step the queued tool calls
+/// are written (they keep their order); between steps the connection goes to the writers
+/// waiting for it (and on SQLite, where other processes poll for the file's lock, the pass
+/// pauses as long as the step took, at most [`MAX_STEP_PAUSE`]). After each committed step,
+/// with the connection released, `on_step` hears the pass so far; `Break` ends the pass there
+/// (the rest is due at the next one). `None` when nothing was due.
+///
+/// Every step leaves a whole chain and its own `retention_trim` entry, so a pass that ends
+/// early (an error, `Break`, the process stopping) leaves nothing half-done or unexplained.
+pub(crate) fn run_retention(
+    conn: &SharedConnection,
+    queue: &CallQueue,
+    retention: Retention,
+    max_rows: u64,
+    as_of_ms: i64,
+    on_step: &mut dyn FnMut(&TrimReport) -> ControlFlow<()>,
+) -> Result<Option<TrimReport>, AuditError> {
+    if retention.max_age.is_none() && retention.max_entries.is_none() {
+        // Nothing can be due; what is queued is written all the same, as by every pass.
+        let _ = queue.write_pending(&mut lock_conn(conn));
+        return Ok(None);
+    }
+    let age_through = lock_conn(conn).age_through(retention, as_of_ms)?;
+    let mut pass = TrimPass::new(retention, max_rows, age_through);
+    loop {
+        let started = Instant::now();
+        let (step, polls) = {
+            let mut c = lock_conn(conn);
+            // An error is logged and counted by write_pending; the pass goes on.
+            let _ = queue.write_pending(&mut c);
+            (c.trim_step(&mut pass, now_ms()), c.waiters_poll())
+        };
+        let more = match step {
+            Ok(Some(more)) => more,
+            Ok(None) => break,
+            Err(e) => {
+                if let Some(done) = pass.report() {
+                    tracing::warn!(
+                        error = %e,
+                        removed = done.removed,
+                        through_id = done.through_id,
+                        "audit retention pass stopped after {} steps; the rest is due at the next pass",
+                        done.steps
+                    );
+                }
+                return Err(e);
+            }
+        };
+        if let Some(report) = pass.report()
+            && on_step(&report).is_break()
+        {
+            break;
+        }
+        if !more {
+            break;
+        }
+        conn.let_waiters_in();
+        if polls {
+            std::thread::sleep(started.elapsed().min(MAX_STEP_PAUSE));
+        }
+    }
+    Ok(pass.report())
 }
 
 /// The writer thread's body: batches, periodic retention, and a last write on close.
@@ -189,6 +319,7 @@ pub(crate) fn run(
     conn: SharedConnection,
     retention: Retention,
     retention_every: Duration,
+    trim_step: u64,
 ) {
     let retains = retention.max_age.is_some() || retention.max_entries.is_some();
     let mut last_retention = Instant::now();
@@ -227,18 +358,58 @@ pub(crate) fn run(
             }
             q.closed
         };
-        let mut c = lock_conn(&conn);
         // An error is logged and counted by write_pending; the thread goes on.
-        let _ = queue.write_pending(&mut c);
+        let _ = queue.write_pending(&mut lock_conn(&conn));
         if retains && last_retention.elapsed() >= retention_every {
             last_retention = Instant::now();
-            if let Err(e) = c.trim(retention, now_ms()) {
-                tracing::error!(error = %e, "audit retention pass failed");
+            match run_retention(&conn, &queue, retention, trim_step, now_ms(), &mut |_| {
+                ControlFlow::Continue(())
+            }) {
+                Ok(Some(r)) => tracing::info!(
+                    removed = r.removed,
+                    through_id = r.through_id,
+                    steps = r.steps,
+                    "audit retention"
+                ),
+                Ok(None) => {}
+                Err(e) => tracing::error!(error = %e, "audit retention pass failed"),
             }
         }
-        drop(c);
         if closing {
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
+
+    use super::*;
+
+    #[test]
+    fn a_writer_waiting_for_the_connection_gets_it_before_the_pass_takes_it_again() {
+        let conn: SharedConnection = Arc::new(Shared::new(AuditDb::Sqlite(
+            rusqlite::Connection::open_in_memory().unwrap(),
+        )));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        // A pass holds the connection (a step); a writer arrives and waits.
+        let step = lock_conn(&conn);
+        let waiter = {
+            let (conn, order) = (Arc::clone(&conn), Arc::clone(&order));
+            std::thread::spawn(move || {
+                let _c = lock_conn(&conn);
+                order.lock().unwrap().push("writer");
+            })
+        };
+        kberg_testkit::eventually("the writer to wait", || conn.waiting() == 1);
+        // Between steps: the waiting writer goes first.
+        drop(step);
+        conn.let_waiters_in();
+        let next_step = lock_conn(&conn);
+        order.lock().unwrap().push("next step");
+        drop(next_step);
+        waiter.join().unwrap();
+        assert_eq!(*order.lock().unwrap(), ["writer", "next step"]);
     }
 }
