@@ -78,8 +78,14 @@ struct GuardState {
     sessions: Arc<SessionTable>,
     streams: Arc<StreamCounter>,
     /// Serializes `initialize` so the session count checks and the session's creation are one
-    /// step (initializes are rare; calls never take this lock).
+    /// step (initializes are rare; calls never take this lock). A resume from the session
+    /// store takes it to check the limits and record itself in `resuming`.
     initializing: tokio::sync::Mutex<()>,
+    /// The sessions being resumed from the session store by a request in flight, and whose
+    /// they are: such a session opens inside rmcp while its request is served, so it counts
+    /// against the limits from the check until it is live (else concurrent resumes, each
+    /// checked before any had opened, would all go through).
+    resuming: std::sync::Mutex<HashMap<String, String>>,
     /// Which principal created each live session (shared with the session store, which
     /// records the owner of a session it resumes).
     owners: crate::session_store::SessionOwners,
@@ -151,18 +157,28 @@ impl GuardState {
     /// within [`OWNER_GRACE`](crate::session_store::OWNER_GRACE): a session resumed from the
     /// store has its owner recorded just before it opens, and opened without one it would
     /// be anyone's.
+    ///
+    /// Sessions being resumed (see [`GuardState::resuming`]) count as open.
     fn session_limit_refusal(&self, principal: &str, forget_ended: bool) -> Option<Response> {
-        let held = {
+        let (held, opening) = {
+            let resuming = self.resuming();
             let mut owners = self.owners();
             if forget_ended {
                 // One pass over the map against the session table, copying no ids.
                 self.sessions
                     .retain_live(&mut owners, crate::session_store::SessionOwner::is_recent);
             }
-            owners
+            let opening: Vec<&String> = resuming
+                .iter()
+                .filter(|(sid, _)| !self.sessions.is_live(sid))
+                .map(|(_, p)| p)
+                .collect();
+            let held = owners
                 .iter()
                 .filter(|(sid, o)| o.principal == principal && self.sessions.is_live(sid))
                 .count()
+                + opening.iter().filter(|p| p.as_str() == principal).count();
+            (held, opening.len())
         };
         if held >= self.max_sessions_per_principal {
             tracing::warn!(%principal, held, "refused a session over the principal's session limit");
@@ -172,13 +188,57 @@ impl GuardState {
                 "Too many open sessions for this principal; end one of them (DELETE) and retry.",
             ));
         }
-        (self.sessions.len() >= self.max_sessions).then(|| {
+        (self.sessions.len() + opening >= self.max_sessions).then(|| {
             status(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "too_many_sessions",
                 "Too many open sessions; end one (DELETE) and retry.",
             )
         })
+    }
+}
+
+impl GuardState {
+    fn resuming(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        // Single-statement updates of a plain map; a poisoned lock holds a consistent map.
+        self.resuming.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Before a request naming the session `sid`, not live here, goes on to rmcp, which
+    /// resumes it from the session store: checks the session limits for `principal` and
+    /// counts the session as open until the returned slot is dropped (the request was
+    /// served). `Ok(None)`: another request is resuming it already, and it counts once.
+    async fn begin_resume(
+        &self,
+        sid: &str,
+        principal: &str,
+    ) -> Result<Option<ResumeSlot<'_>>, Response> {
+        // With `initialize`s too: each sees the other's session counted.
+        let _one_at_a_time = self.initializing.lock().await;
+        if self.resuming().contains_key(sid) {
+            return Ok(None);
+        }
+        if let Some(refusal) = self.session_limit_refusal(principal, false) {
+            return Err(refusal);
+        }
+        self.resuming()
+            .insert(sid.to_string(), principal.to_string());
+        Ok(Some(ResumeSlot {
+            guard: self,
+            sid: sid.to_string(),
+        }))
+    }
+}
+
+/// A session being resumed, counted against the limits until dropped.
+struct ResumeSlot<'a> {
+    guard: &'a GuardState,
+    sid: String,
+}
+
+impl Drop for ResumeSlot<'_> {
+    fn drop(&mut self) {
+        self.guard.resuming().remove(&self.sid);
     }
 }
 
@@ -753,15 +813,24 @@ async fn route(
     // store (another instance's session): that opens a session, so it counts against
     // `max_sessions` and the principal's share like an `initialize` (else a principal could
     // start sessions on other instances, each within its share there, and gather them here).
-    // (rmcp ignores the header on 2026-07-28 requests.)
-    if let Some(sid) = &session
-        && g.store.is_some()
-        && !is_modern(req.headers())
-        && !g.sessions.is_live(sid)
-        && let Some(refusal) = g.session_limit_refusal(&principal.id, false)
-    {
-        return refusal;
-    }
+    // It counts from this check until its request is served (the session then is live, or
+    // was not resumed), so that resumes arriving together cannot all pass the check. A DELETE
+    // resumes nothing: the limits do not refuse it. (rmcp ignores the header on 2026-07-28
+    // requests.)
+    let _resuming = match &session {
+        Some(sid)
+            if g.store.is_some()
+                && req.method() != Method::DELETE
+                && !is_modern(req.headers())
+                && !g.sessions.is_live(sid) =>
+        {
+            match g.begin_resume(sid, &principal.id).await {
+                Ok(slot) => slot,
+                Err(refusal) => return refusal,
+            }
+        }
+        _ => None,
+    };
 
     match (req.method().clone(), session) {
         (Method::GET, Some(_)) => {
@@ -1001,6 +1070,7 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
             limits.listen_streams_per_principal(),
         ),
         initializing: tokio::sync::Mutex::new(()),
+        resuming: Default::default(),
         owners,
         store: config.session_store.clone(),
         recheck_interval: config.session_recheck_interval,
@@ -1121,6 +1191,7 @@ mod tests {
             sessions: Arc::new(SessionTable::new(SessionSettings::default())),
             streams: StreamCounter::new(8, 8),
             initializing: tokio::sync::Mutex::new(()),
+            resuming: Default::default(),
             owners: crate::session_store::SessionOwners::default(),
             store: None,
             recheck_interval: std::time::Duration::from_secs(1),
