@@ -761,6 +761,35 @@ fn a_retention_pass_stopped_half_way_leaves_a_whole_explained_chain() {
 }
 
 #[test]
+fn a_count_limit_of_zero_set_by_hand_ends_its_pass() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open_stepped(dir.path(), 3);
+    ten_entries(&log);
+    let mut retention = Retention::keep_all();
+    retention.max_entries = Some(0);
+    let report = log
+        .trim_with_progress(retention, |so_far| {
+            // Each step adds its own entry: under a limit of 0 taken literally, every step
+            // would find that entry over the limit, and the pass would never end.
+            if so_far.steps > 20 {
+                std::ops::ControlFlow::Break(())
+            } else {
+                std::ops::ControlFlow::Continue(())
+            }
+        })
+        .expect("trim")
+        .expect("due");
+    // As a limit of 1: 1-3, 4-6, 7-9, 10-12, 13-14, and the last step's entry is left.
+    assert_eq!(
+        (report.steps, report.through_id, report.entry_id),
+        (5, 14, 15)
+    );
+    let v = log.verify().expect("verify");
+    assert!(v.is_intact(), "{v:?}");
+    assert_eq!((v.anchor_id, v.head_id, v.checked), (14, 15, 1));
+}
+
+#[test]
 fn configured_retention_runs_at_open() {
     let dir = tempfile::tempdir().expect("tempdir");
     ten_entries(&open(dir.path()));

@@ -249,9 +249,11 @@ impl TrimPass {
     }
 
     fn count_limit(&self) -> Option<i64> {
+        // At least 1, as `Retention::with_max_entries` sets it: with 0, every step's own entry
+        // would be over the limit again, and the pass would never end.
         self.retention
             .max_entries
-            .map(|n| i64::try_from(n).unwrap_or(i64::MAX))
+            .map(|n| i64::try_from(n.max(1)).unwrap_or(i64::MAX))
     }
 
     /// What the next step removes, given the chain's ends read under the lock; `None` when
