@@ -22,7 +22,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bridle_rules::db::postgres::{PgClient, PgDatabase};
+use bridle_rules::db::postgres::{CHANGES_CHANNEL, LISTENING, NOT_LISTENING, PgClient, PgDatabase};
 use bridle_rules::{AgentCatalog, RulesDocument, RulesStore};
 
 use pg_cluster::PgCluster;
@@ -233,4 +233,56 @@ fn a_commit_on_a_frozen_backend_fails_and_says_its_outcome_is_unknown() {
         d.client()?.query_opt("SELECT 1", &[]).map(drop)
     })
     .unwrap();
+}
+
+/// A listening connection whose backend freezes (TCP still acknowledged, so its keepalives
+/// succeed) is noticed by its periodic check: `NOT_LISTENING` is sent, it is re-made on a new
+/// connection (`LISTENING`) while the old backend is still frozen, and notifications flow again.
+#[test]
+fn a_frozen_listening_connection_is_noticed_and_remade() {
+    let cluster = PgCluster::shared();
+    let name = cluster.create_database();
+    let db = PgDatabase::connect(
+        &cluster
+            .settings(&name)
+            .with_max_connections(1)
+            .with_statement_deadline(DEADLINE),
+    )
+    .unwrap();
+    let rx = db.listen();
+    let next = |mut rx: tokio::sync::mpsc::UnboundedReceiver<String>, what: &str| {
+        answered(what, move || {
+            let m = rx.blocking_recv();
+            (rx, m)
+        })
+    };
+    let (rx, m) = next(rx, "the first LISTENING");
+    assert_eq!(m.as_deref(), Some(LISTENING));
+    // The one other session on this database is the listening one.
+    let pids: Vec<i32> = db
+        .client()
+        .unwrap()
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+             AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let frozen = Frozen::stop(u32::try_from(pids[0]).unwrap());
+
+    let (rx, m) = next(rx, "NOT_LISTENING after the listening backend froze");
+    assert_eq!(m.as_deref(), Some(NOT_LISTENING));
+    let (rx, m) = next(rx, "LISTENING on a new connection");
+    assert_eq!(m.as_deref(), Some(LISTENING));
+    db.client()
+        .unwrap()
+        .batch(&format!("NOTIFY {CHANGES_CHANNEL}, 'after'"))
+        .unwrap();
+    let (_rx, m) = next(rx, "a notification on the new connection");
+    assert_eq!(m.as_deref(), Some("after"));
+    drop(frozen);
 }

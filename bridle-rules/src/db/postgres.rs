@@ -25,7 +25,9 @@
 //! otherwise), and getting a connection from the pool is bounded by the pool's wait, create and
 //! recycle timeouts. A step past its deadline fails with `database_error`, and its connection,
 //! in an unknown state (a reply may still come), is closed rather than returned to the pool:
-//! the server rolls back a transaction open on it once it finds the connection gone.
+//! the server rolls back a transaction open on it once it finds the connection gone. A
+//! listening connection, whose keepalives such a server answers, is checked with a round trip
+//! bounded the same way every [`LISTEN_CHECK_INTERVAL`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -100,6 +102,14 @@ pub const LISTEN_KEEPALIVE_RETRIES: u32 = 3;
 /// unanswered probes (10 s + 3 x 5 s); data sent and never acknowledged ends it as soon (the
 /// connection's TCP user timeout). It then fails, [`NOT_LISTENING`] is sent, and it is re-made.
 pub const LISTEN_DEAD_AFTER: Duration = Duration::from_secs(25);
+
+/// How often a listening connection is checked with a round trip (`SELECT 1`) that must be
+/// answered within the statement deadline ([`STATEMENT_DEADLINE`] unless set): a server that
+/// is frozen rather than gone still acknowledges TCP, so keepalives never end a connection to
+/// it, and without the check it would be trusted as listening for ever while nothing arrives
+/// (also after a failover moved the database elsewhere). Making the connection and its
+/// `LISTEN` are bounded by the deadline too.
+pub const LISTEN_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The longest a pooled connection waits for the server to acknowledge what it sent (its TCP
 /// user timeout): a query sent to a server whose host vanished (a network partition, a
@@ -427,7 +437,8 @@ impl PgDatabase {
     /// [`LISTENING`], so a receiver rescans whatever it may have missed before; each time the
     /// connection fails it sends [`NOT_LISTENING`]. The task ends when the receiver is dropped.
     /// The connection uses TCP keepalives, so one that died unseen fails within
-    /// [`LISTEN_DEAD_AFTER`].
+    /// [`LISTEN_DEAD_AFTER`], and is checked every [`LISTEN_CHECK_INTERVAL`] with a round trip
+    /// bounded by the statement deadline, so one whose server froze fails too.
     pub fn listen(&self) -> tokio::sync::mpsc::UnboundedReceiver<String> {
         self.listen_on(CHANGES_CHANNEL)
     }
@@ -442,10 +453,11 @@ impl PgDatabase {
             return rx;
         }
         let config = listen_config(&self.settings.config);
+        let deadline = self.settings.statement_deadline;
         self.runtime.handle.spawn(async move {
             let mut pause = Duration::from_millis(100);
             while !tx.is_closed() {
-                match listen_once(&config, channel, &tx).await {
+                match listen_once(&config, channel, deadline, &tx).await {
                     Ok(()) => return,
                     Err(e) => {
                         tracing::warn!(error = %e, "listening for database changes failed; reconnecting");
@@ -462,14 +474,25 @@ impl PgDatabase {
     }
 }
 
-/// One LISTEN connection, until it fails (`Err`) or the receiver is gone (`Ok`).
+/// One LISTEN connection, until it fails (`Err`: also a server that does not answer within
+/// `deadline`) or the receiver is gone (`Ok`).
 async fn listen_once(
     config: &tokio_postgres::Config,
     channel: &str,
+    deadline: Duration,
     tx: &tokio::sync::mpsc::UnboundedSender<String>,
 ) -> Result<(), RulesError> {
     use futures::StreamExt;
-    let (client, mut connection) = config.connect(NoTls).await.map_err(|e| pg_error(&e))?;
+    let silent = || {
+        RulesError::Postgres(format!(
+            "the listening connection's server did not answer within {} ms",
+            deadline.as_millis()
+        ))
+    };
+    let (client, mut connection) = tokio::time::timeout(deadline, config.connect(NoTls))
+        .await
+        .map_err(|_| silent())?
+        .map_err(|e| pg_error(&e))?;
     let (msg_tx, mut msg_rx) = tokio::sync::mpsc::unbounded_channel();
     let driver = tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
@@ -491,18 +514,39 @@ async fn listen_once(
             "the listening connection closed".into(),
         )));
     });
-    let listening = client.batch_execute(&format!("LISTEN {channel}")).await;
-    if let Err(e) = listening {
-        driver.abort();
-        return Err(pg_error(&e));
+    let listening =
+        tokio::time::timeout(deadline, client.batch_execute(&format!("LISTEN {channel}"))).await;
+    match listening {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            driver.abort();
+            return Err(pg_error(&e));
+        }
+        Err(_) => {
+            driver.abort();
+            return Err(silent());
+        }
     }
     if tx.send(LISTENING.into()).is_err() {
         driver.abort();
         return Ok(());
     }
+    let mut check = tokio::time::interval_at(
+        tokio::time::Instant::now() + LISTEN_CHECK_INTERVAL,
+        LISTEN_CHECK_INTERVAL,
+    );
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let outcome = loop {
         tokio::select! {
             () = tx.closed() => break Ok(()),
+            _ = check.tick() => {
+                // Notifications that arrive meanwhile wait in `msg_rx`.
+                match tokio::time::timeout(deadline, client.batch_execute("SELECT 1")).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => break Err(pg_error(&e)),
+                    Err(_) => break Err(silent()),
+                }
+            }
             m = msg_rx.recv() => match m {
                 Some(Ok(payload)) => {
                     if tx.send(payload).is_err() {
