@@ -31,7 +31,8 @@
 //!   with millions of entries due never holds the lock for minutes (appends on every replica
 //!   would wait, time out and be lost), writers of this process and other replicas append
 //!   between steps, and a pass that stops half-way (an error, a restart) leaves a whole chain
-//!   whose every anchor move is explained by an entry; the next pass goes on from there. One
+//!   whose every anchor move is explained by an entry; the next pass goes on from there (a log
+//!   being dropped stops its writer thread's pass after the step in hand). One
 //!   entry per step rather than one summary at the end: a summary written last would leave
 //!   the moves of an interrupted pass unexplained. Steady state is one step, one entry.
 //! - **Nothing secret.** Entries hold names, revisions, digests and stable codes; tool calls keep

@@ -106,6 +106,11 @@ impl CallQueue {
         self.lock().entries.len()
     }
 
+    /// Whether the log is being dropped ([`CallQueue::close`]).
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     /// Tells the writer thread to write what is queued and stop.
     pub fn close(&self) {
         self.lock().closed = true;
@@ -362,9 +367,24 @@ pub(crate) fn run(
         let _ = queue.write_pending(&mut lock_conn(&conn));
         if retains && last_retention.elapsed() >= retention_every {
             last_retention = Instant::now();
-            match run_retention(&conn, &queue, retention, trim_step, now_ms(), &mut |_| {
-                ControlFlow::Continue(())
-            }) {
+            // A log being dropped stops its pass after the step in hand (the chain is whole
+            // and the step recorded; the rest is due at the next start) rather than holding the
+            // shutdown for the whole backlog.
+            let mut until_closed = |_: &TrimReport| {
+                if queue.is_closed() {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            };
+            match run_retention(
+                &conn,
+                &queue,
+                retention,
+                trim_step,
+                now_ms(),
+                &mut until_closed,
+            ) {
                 Ok(Some(r)) => tracing::info!(
                     removed = r.removed,
                     through_id = r.through_id,
@@ -411,5 +431,32 @@ mod tests {
         drop(next_step);
         waiter.join().unwrap();
         assert_eq!(*order.lock().unwrap(), ["writer", "next step"]);
+    }
+
+    #[test]
+    fn a_closing_writer_stops_its_retention_pass_after_one_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut db =
+            AuditDb::Sqlite(super::super::store::open(&dir.path().join("a.db"), false).unwrap());
+        let entries: Vec<_> = (0..10)
+            .map(|_| (Entry::system("test", Kind::RulesChange), 1))
+            .collect();
+        db.append(&entries).unwrap();
+        let conn: SharedConnection = Arc::new(Shared::new(db));
+        let queue = Arc::new(CallQueue::new(8, 8, Duration::from_millis(50)));
+        // The log is being dropped just as a pass is due: the pass makes one step (the chain is
+        // whole and the step recorded) and leaves the rest to the next start, rather than
+        // holding the shutdown for the whole backlog.
+        queue.close();
+        run(
+            Arc::clone(&queue),
+            Arc::clone(&conn),
+            Retention::keep_all().with_max_entries(4),
+            Duration::ZERO,
+            3,
+        );
+        let ends = lock_conn(&conn).ends().unwrap();
+        assert_eq!((ends.anchor_id, ends.head_id), (3, 11));
+        assert!(lock_conn(&conn).verify().unwrap().is_intact());
     }
 }
