@@ -170,7 +170,9 @@ impl std::fmt::Debug for PgSettings {
 }
 
 impl PgSettings {
-    /// Reads a `postgres://user@host:port/dbname` URL (or a `key=value` connection string).
+    /// Reads a `postgres://user@host:port/dbname` URL (`postgresql://` too). Anything else, a
+    /// `key=value` connection string included, is refused with `database_config`, as is a URL
+    /// that names no database.
     pub fn from_url(url: &str) -> Result<Self, RulesError> {
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
             return Err(RulesError::DatabaseConfig(
@@ -850,6 +852,28 @@ mod tests {
         );
         // The settings given are left as they were.
         assert_eq!(settings.config.get_tcp_user_timeout(), None);
+    }
+
+    #[test]
+    fn only_a_postgres_url_naming_a_database_is_read() {
+        for given in [
+            "host=127.0.0.1 port=5432 dbname=db user=u",
+            "mysql://u@127.0.0.1/db",
+            "postgres://u@127.0.0.1:5432",
+        ] {
+            let e = PgSettings::from_url(given).unwrap_err();
+            assert_eq!(e.code(), "database_config", "{given}: {e}");
+        }
+        for given in [
+            "postgres://u@127.0.0.1/db",
+            "postgresql://u@127.0.0.1:5433/db",
+        ] {
+            assert_eq!(
+                PgSettings::from_url(given).unwrap().dbname(),
+                "db",
+                "{given}"
+            );
+        }
     }
 
     #[test]
