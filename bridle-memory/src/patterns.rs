@@ -295,8 +295,8 @@ pub struct PatternIndexConfig {
     pub max_chunks: usize,
     /// How long a clone may take.
     pub clone_timeout: Duration,
-    /// The most bytes a clone may take on disk (its `.git` folder and checked-out files):
-    /// past it git is stopped, the partial clone removed, and indexing fails with
+    /// The most bytes a clone may take on disk (its `.git` folder and checked-out files, each
+    /// file and folder counted as one 4 KiB block at least): past it git is stopped, the partial clone removed, and indexing fails with
     /// [`MemoryError::IndexTooLarge`] naming this setting ([`crate::repo::fetch_bounded`]). A
     /// local directory is read where it is and bounded by [`FileRules`] alone. Default 4 GiB
     /// ([`crate::repo::DEFAULT_MAX_CLONE_BYTES`]).

@@ -300,7 +300,8 @@ pub async fn fetch_with(
 pub const DEFAULT_MAX_CLONE_BYTES: u64 = 4 << 30;
 
 /// [`fetch_with`], with the clone allowed at most `max_bytes` on disk (its `.git` folder and
-/// checked-out files together; a local directory is read where it is and not bounded here).
+/// checked-out files together, each file and folder counted as one 4 KiB block at least; a
+/// local directory is read where it is and not bounded here).
 /// git has no limit of its own on what a clone writes, so the clone's folder is measured while
 /// git runs: past the limit git is killed, the partial clone removed, and the fetch fails with
 /// [`MemoryError::IndexTooLarge`] naming `PatternIndexConfig::max_clone_bytes`. A clone that
@@ -523,8 +524,14 @@ fn lasting_clone_failure(stderr: &str) -> bool {
 /// How often a running clone's folder is measured against its size limit.
 const CLONE_MEASURE_EVERY: Duration = Duration::from_millis(200);
 
-/// The bytes of the files under `dir` (links not followed; what cannot be read counts as
-/// nothing, as a file git removes while it is measured), measured off the async workers.
+/// What a file or folder takes on disk at least, as a file system stores it: one block.
+const DISK_BLOCK: u64 = 4096;
+
+/// The bytes under `dir` on disk: each file's length and each folder, every one of them
+/// counted as one [`DISK_BLOCK`] at least (links not followed; what cannot be read counts as
+/// nothing, as a file git removes while it is measured), measured off the async workers. So
+/// a checkout of countless empty files or folders, which a few KiB of history can hold, is
+/// bounded as one of large files is.
 async fn disk_use(dir: PathBuf) -> u64 {
     tokio::task::spawn_blocking(move || {
         let mut total: u64 = 0;
@@ -534,14 +541,15 @@ async fn disk_use(dir: PathBuf) -> u64 {
                 continue;
             };
             for entry in entries.flatten() {
-                match entry.file_type() {
-                    Ok(t) if t.is_dir() => pending.push(entry.path()),
-                    Ok(_) => {
-                        let len = entry.metadata().map_or(0, |m| m.len());
-                        total = total.saturating_add(len);
+                let len = match entry.file_type() {
+                    Ok(t) if t.is_dir() => {
+                        pending.push(entry.path());
+                        0
                     }
-                    Err(_) => {}
-                }
+                    Ok(_) => entry.metadata().map_or(0, |m| m.len()),
+                    Err(_) => continue,
+                };
+                total = total.saturating_add(len.max(DISK_BLOCK));
             }
         }
         total
@@ -1120,6 +1128,54 @@ mod tests {
         .await
         .expect("fits");
         assert!(checkout.root().join("data.bin").is_file());
+    }
+
+    /// A file system stores each file and folder in at least one block, and git checks out
+    /// any number of empty files and the folders holding them from a few KiB of history: each
+    /// counts as a 4 KiB block at least, so such a checkout is bounded by the same limit.
+    #[tokio::test]
+    async fn a_clone_of_many_empty_files_and_folders_counts_their_blocks() {
+        use kberg_testkit::git::git;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let work = dir.path().join("work");
+        for n in 0..400 {
+            let folder = work.join(format!("d{n:03}"));
+            std::fs::create_dir_all(&folder).expect("mkdir");
+            std::fs::write(folder.join("e"), "").expect("write");
+        }
+        git(&work, &["init", "-q"]);
+        git(&work, &["add", "."]);
+        git(&work, &["commit", "-q", "-m", "empty"]);
+        let source = format!("file://{}", work.display());
+        let clones = dir.path().join("clones");
+        std::fs::create_dir(&clones).expect("mkdir");
+        // 800 files and folders are at least 3.2 MiB on disk, whatever their lengths say.
+        let err = fetch_in(
+            &clones,
+            "git",
+            &source,
+            None,
+            Duration::from_secs(120),
+            1 << 20,
+            &LimitNames::default(),
+        )
+        .await
+        .map(|_| ())
+        .expect_err("800 entries are more than 1 MiB on disk");
+        assert_eq!(err.code(), "index_too_large", "{err}");
+        let left: Vec<_> = std::fs::read_dir(&clones).expect("read").collect();
+        assert!(left.is_empty(), "the partial clone is removed: {left:?}");
+        fetch_in(
+            &clones,
+            "git",
+            &source,
+            None,
+            Duration::from_secs(120),
+            64 << 20,
+            &LimitNames::default(),
+        )
+        .await
+        .expect("fits in 64 MiB");
     }
 
     #[tokio::test]
