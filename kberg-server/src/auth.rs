@@ -43,6 +43,15 @@ impl AuthError {
 pub trait Authenticator: Send + Sync {
     /// Authenticates one request.
     async fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Principal>, AuthError>;
+
+    /// Whether every request this authenticator accepts is made by the same principal (as
+    /// with [`OpenAccess`]). The HTTP server's per-principal shares of its session and
+    /// listen-stream limits then default to the whole limit: a share only keeps principals
+    /// from starving one another, and with one principal it would only shrink the limit.
+    /// Default `false`.
+    fn single_principal(&self) -> bool {
+        false
+    }
 }
 
 /// Serves every request as one fixed principal (anonymous by default). Only for loopback or
@@ -70,6 +79,10 @@ impl OpenAccess {
 impl Authenticator for OpenAccess {
     async fn authenticate(&self, _headers: &HeaderMap) -> Result<Arc<Principal>, AuthError> {
         Ok(Arc::clone(&self.principal))
+    }
+
+    fn single_principal(&self) -> bool {
+        true
     }
 }
 
@@ -161,6 +174,13 @@ impl Authenticator for BearerTokens {
     async fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Principal>, AuthError> {
         let token = bearer_token(headers)?.ok_or(AuthError::Missing)?;
         self.lookup(token.as_bytes()).ok_or(AuthError::Invalid)
+    }
+
+    /// True when every token maps to the same principal id.
+    fn single_principal(&self) -> bool {
+        let mut ids = self.tokens.iter().map(|(_, p)| p.id.as_str());
+        ids.next()
+            .is_some_and(|first| ids.all(|other| other == first))
     }
 }
 

@@ -29,9 +29,9 @@ pub struct Limits {
     /// [`Limits::max_sessions`] and lock every other one out until its sessions expire. An
     /// `initialize` beyond it gets `503 Service Unavailable` with the code
     /// `too_many_sessions_for_principal`. `None` (the default): a quarter of `max_sessions`,
-    /// at least 1 (64 of the default 256). Where every client is the same principal (as with
-    /// [`OpenAccess`]) this is the session limit in effect: set it to `max_sessions` there.
-    /// `Some(0)` is a configuration error.
+    /// at least 1 (64 of the default 256), or all of `max_sessions` when the authenticator
+    /// serves one principal only ([`Authenticator::single_principal`], as [`OpenAccess`]
+    /// does). `Some(0)` is a configuration error.
     pub max_sessions_per_principal: Option<usize>,
     /// Most concurrently open listen streams: GET SSE streams (2025-11-25) plus
     /// `subscriptions/listen` streams (2026-07-28). One beyond it gets `503`.
@@ -40,9 +40,9 @@ pub struct Limits {
     /// cannot take all of [`Limits::max_listen_streams`] and leave every other client without
     /// server-to-client notifications. A stream beyond it gets `503 Service Unavailable` with
     /// the code `too_many_streams_for_principal`. `None` (the default): a quarter of
-    /// `max_listen_streams`, at least 1 (64 of the default 256). Where every client is the
-    /// same principal (as with [`OpenAccess`]) this is the stream limit in effect: set it to
-    /// `max_listen_streams` there. `Some(0)` is a configuration error.
+    /// `max_listen_streams`, at least 1 (64 of the default 256), or all of
+    /// `max_listen_streams` when the authenticator serves one principal only
+    /// ([`Authenticator::single_principal`]). `Some(0)` is a configuration error.
     pub max_listen_streams_per_principal: Option<usize>,
     /// A session with no activity for this long is closed; later requests naming it get
     /// `404 Not Found`. `None` (or a duration too long for the clock, such as `Duration::MAX`)
@@ -91,7 +91,8 @@ impl Limits {
     }
 
     /// The number of sessions one principal may hold: [`Limits::max_sessions_per_principal`],
-    /// or when that is `None` a quarter of [`Limits::max_sessions`], at least 1.
+    /// or when that is `None` a quarter of [`Limits::max_sessions`], at least 1 (the server
+    /// uses all of it instead when its authenticator serves one principal only).
     pub fn sessions_per_principal(&self) -> usize {
         self.max_sessions_per_principal
             .unwrap_or((self.max_sessions / 4).max(1))
@@ -111,7 +112,8 @@ impl Limits {
 
     /// The number of listen streams one principal may hold:
     /// [`Limits::max_listen_streams_per_principal`], or when that is `None` a quarter of
-    /// [`Limits::max_listen_streams`], at least 1.
+    /// [`Limits::max_listen_streams`], at least 1 (the server uses all of it instead when its
+    /// authenticator serves one principal only).
     pub fn listen_streams_per_principal(&self) -> usize {
         self.max_listen_streams_per_principal
             .unwrap_or((self.max_listen_streams / 4).max(1))

@@ -1058,17 +1058,26 @@ pub fn router(app: McpApp, config: &HttpConfig) -> Result<Router, ServerError> {
         Arc::clone(&sessions),
         rmcp_config,
     );
+    // With one principal a share would only shrink the limit (see
+    // `Authenticator::single_principal`): an unset share is then no share, and only the
+    // whole limit applies (and is what a refusal names).
+    let single = config.auth.single_principal();
+    let sessions_share = match limits.max_sessions_per_principal {
+        None if single => usize::MAX,
+        _ => limits.sessions_per_principal(),
+    };
+    let streams_share = match limits.max_listen_streams_per_principal {
+        None if single => usize::MAX,
+        _ => limits.listen_streams_per_principal(),
+    };
     let guard = GuardState {
         auth: Arc::clone(&config.auth),
         allow: guard::AllowList::new(&config.allowed_hosts, &config.allowed_origins),
         max_body: limits.max_body_bytes,
         max_sessions: limits.max_sessions,
-        max_sessions_per_principal: limits.sessions_per_principal(),
+        max_sessions_per_principal: sessions_share,
         sessions,
-        streams: StreamCounter::new(
-            limits.max_listen_streams,
-            limits.listen_streams_per_principal(),
-        ),
+        streams: StreamCounter::new(limits.max_listen_streams, streams_share),
         initializing: tokio::sync::Mutex::new(()),
         resuming: Default::default(),
         owners,

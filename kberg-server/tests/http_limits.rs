@@ -440,3 +440,48 @@ async fn sessions_resumed_from_the_store_count_against_the_principals_share() {
     assert_eq!(r.status, 200, "{}", r.text);
     assert!(r.reply(1)["result"]["tools"].is_array(), "{}", r.text);
 }
+
+/// With one principal only (the default `OpenAccess`, or bearer tokens that all name one
+/// principal) an unset share is the whole limit: a share keeps principals from starving one
+/// another, and there is no other one to keep room for.
+#[tokio::test]
+async fn one_principal_alone_may_take_the_whole_limit() {
+    let limits = Limits::default().max_sessions(4).max_listen_streams(2);
+    let single = kberg_server::BearerTokens::new()
+        .with_token("t1", kberg_core::Principal::new("app"))
+        .with_token("t2", kberg_core::Principal::new("app"));
+    for (what, config, token) in [
+        (
+            "open access",
+            kberg_testkit::serve::loopback().limits(limits.clone()),
+            None,
+        ),
+        (
+            "one principal's tokens",
+            kberg_testkit::serve::loopback()
+                .auth(single)
+                .limits(limits.clone()),
+            Some("t2"),
+        ),
+    ] {
+        let s = start_config(config).await;
+        let c = Raw::new(&s.url, token);
+        let mut sids = Vec::new();
+        for _ in 0..4 {
+            sids.push(c.initialize().await);
+        }
+        // The fifth is over the whole limit, not over a share of it.
+        let r = try_initialize(&c).await;
+        assert_eq!(r.status, 503, "{what}: {}", r.text);
+        let body: serde_json::Value = serde_json::from_str(&r.text).expect("a JSON body");
+        assert_eq!(body["error"], "too_many_sessions", "{what}: {}", r.text);
+        let first = c.open_get(&sids[0]).await;
+        assert_eq!(first.status().as_u16(), 200, "{what}");
+        let second = c.open_get(&sids[1]).await;
+        assert_eq!(second.status().as_u16(), 200, "{what}");
+        let third = c.open_get(&sids[2]).await;
+        assert_eq!(third.status().as_u16(), 503, "{what}");
+        let text = third.text().await.unwrap_or_default();
+        assert!(text.contains("\"too_many_streams\""), "{what}: {text}");
+    }
+}
