@@ -645,10 +645,10 @@ impl PgClient {
                 );
                 Err(RulesError::Postgres(match step {
                     Step::Statement => format!(
-                        "the database did not answer within {ms} ms (is the server frozen, stalled or overloaded?); the connection was closed, which rolls back a transaction open on it; try again"
+                        "the database did not answer within {ms} ms (is the server frozen, stalled or overloaded?); the connection is closed, never reused, which rolls back a transaction open on it; try again"
                     ),
                     Step::Commit => format!(
-                        "the database did not confirm the commit within {ms} ms (is the server frozen, stalled or overloaded?); the connection was closed, and whether the change was applied is unknown"
+                        "the database did not confirm the commit within {ms} ms (is the server frozen, stalled or overloaded?); the connection is closed, never reused, and whether the change was applied is unknown"
                     ),
                 }))
             }
