@@ -364,7 +364,8 @@ fn check_tag(what: &str, tag: &str) -> Result<()> {
             "{what} must not be empty"
         )));
     }
-    if tag.len() > 200 {
+    // Characters, as the rules document counts them (a tag there is one line of at most 200).
+    if tag.chars().count() > 200 {
         return Err(MemoryError::InvalidInput(format!(
             "{what} must be at most 200 characters"
         )));

@@ -1046,3 +1046,38 @@ fn an_ignore_file_leaving_the_repository_or_too_large_is_never_read() {
     let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(paths, ["main.rs", "sub/lib.rs"]);
 }
+
+/// A reference or pattern tag is bounded in characters, as the rules document bounds it (one
+/// line of at most 200 characters): a tag of 150 non-ASCII characters, which a valid document
+/// may list, indexes, refreshes, searches and purges; one of 201 characters is refused saying
+/// so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tags_are_bounded_in_characters_as_the_rules_bound_them() {
+    let f = fixture();
+    let tag = "é".repeat(150);
+    let arch = "модель-".repeat(28);
+    assert!(arch.chars().count() <= 200 && arch.len() > 200);
+    let spec = tags(&tag, &arch, f.repo.to_str().expect("utf-8"));
+    let report = f.index.index(&spec, &NoProgress).await.expect("index");
+    assert_eq!(report.reference_tag, tag);
+    f.index.refresh(&tag, &NoProgress).await.expect("refresh");
+    let hits = f
+        .index
+        .search("list users handler", Some(&arch), 3)
+        .await
+        .expect("search");
+    assert!(!hits.is_empty());
+    assert!(f.index.purge(&tag).await.expect("purge") > 0);
+
+    let long = "é".repeat(201);
+    let err = f
+        .index
+        .index(
+            &tags(&long, "mvc", f.repo.to_str().expect("utf-8")),
+            &NoProgress,
+        )
+        .await
+        .expect_err("201 characters");
+    assert_eq!(err.code(), "invalid_input", "{err}");
+    assert!(err.to_string().contains("200 characters"), "{err}");
+}
