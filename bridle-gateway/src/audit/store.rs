@@ -181,9 +181,9 @@ impl Retention {
 /// lock: a log that grew large before retention was set (or while the retention thread was
 /// down) may have millions of entries due, and one transaction deleting them all would hold the
 /// lock for minutes, while every append (on every replica, in PostgreSQL) waits, gives up after
-/// the write-lock wait and loses its entries, and a server-side statement deadline would cut the
-/// delete off every time, so the log would never shrink. Ten thousand rows are a fraction of a
-/// second on either backend.
+/// the write-lock wait and loses its entries, and the PostgreSQL client's per-statement
+/// deadline would cut the delete off every time, so the log would never shrink. Ten thousand
+/// rows are a fraction of a second on either backend.
 pub const TRIM_STEP: u64 = 10_000;
 
 /// What a retention pass removed. A pass runs in steps ([`TRIM_STEP`]); the report covers every
