@@ -224,11 +224,9 @@ mod postgres {
     }
 
     /// As `sqlite_a_ledger_write_failing_midway_leaves_nothing`: the third provenance row
-    /// refused (a trigger) fails the page with nothing written. It holds once the PostgreSQL
-    /// backend's transaction offers its connection (`RulesTx::postgres`); until then the
-    /// ledger's rows are written after the proposals commit, and they are left without it.
+    /// refused (a trigger) fails the page with nothing written, since the ledger's rows are
+    /// written in the store's own transaction (`RulesTx::postgres`).
     #[test]
-    #[ignore = "needs RulesTx::postgres from the PostgreSQL backend (store/postgres.rs)"]
     fn postgres_a_ledger_write_failing_midway_leaves_nothing() {
         let (_dir, store) = pg_store();
         bridle_rules::vendor::FeedLedger::open(&store).unwrap();

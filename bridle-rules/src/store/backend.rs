@@ -196,9 +196,8 @@ pub(crate) trait RulesTx {
     fn sqlite(&self) -> Option<&rusqlite::Connection> {
         None
     }
-    /// The transaction's PostgreSQL connection, where the backend offers it, for the same
-    /// purpose as [`RulesTx::sqlite`]. `None` where it does not: such a module then writes its
-    /// rows in a transaction of its own, after this one commits.
+    /// The transaction's PostgreSQL connection, on a PostgreSQL backend, for the same purpose
+    /// as [`RulesTx::sqlite`]. `None` elsewhere.
     #[cfg(feature = "postgres")]
     fn postgres(&self) -> Option<&crate::db::postgres::PgClient> {
         None

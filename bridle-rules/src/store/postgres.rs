@@ -247,6 +247,10 @@ fn i64_opt(v: Option<u64>) -> Option<i64> {
 }
 
 impl RulesTx for PostgresTx {
+    fn postgres(&self) -> Option<&crate::db::postgres::PgClient> {
+        Some(&self.tx)
+    }
+
     fn latest_document(&mut self, project: &str) -> Result<Option<String>, RulesError> {
         Ok(self
             .tx

@@ -8,8 +8,7 @@
 //! beside the review queue in the store's database.
 //!
 //! [`FeedLedger::ingest`] queues a page all or nothing: its proposals, their provenance and
-//! the source's validators commit together (on PostgreSQL the ledger's rows right after the
-//! proposals, see `ledger`). A run refused by a pending limit or failing half way writes none
+//! the source's validators commit together, on SQLite and on PostgreSQL. A run refused by a pending limit or failing half way writes none
 //! of them and leaves the old validators, so the next run fetches the page again and queues it
 //! (queueing is idempotent by fingerprint). A page that could not be read (an
 //! error status, a redirect elsewhere, a body over the limit) never reaches `ingest`, so it

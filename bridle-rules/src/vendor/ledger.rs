@@ -11,19 +11,16 @@
 //! moment queue each suggestion once: one queues it, the other finds it queued and skips it.
 //!
 //! A page is queued all or nothing. [`FeedLedger::ingest`] queues a page's candidates in one
-//! write transaction of the rules store and, on SQLite, writes their provenance rows and the
-//! source's validators in that same transaction. A new candidate the store refuses (the feed's
+//! write transaction of the rules store and writes their provenance rows and the source's
+//! validators in that same transaction. A new candidate the store refuses (the feed's
 //! [`MAX_PENDING_PER_PROPOSER`](crate::MAX_PENDING_PER_PROPOSER) as `vendor:<agent>`,
 //! `too_many_pending`; the project's [`MAX_PENDING_PROPOSALS`](crate::MAX_PENDING_PROPOSALS),
 //! `proposal_rejected`) or a row that cannot be written refuses the whole page with that error
 //! and writes nothing, validators included: the next run reads the page again (no `304`) and
 //! queues all of it once the queue has room. Queueing the first candidates only would leave a
 //! proposal without its provenance after a failed write, and would let the rest wait unseen
-//! until the page changed. On PostgreSQL the proposals are one transaction just the same (a
-//! refusal writes nothing), but the store's transaction there does not offer its connection
-//! (`RulesTx::postgres`), so the provenance rows and the validators are written together in a
-//! transaction of the ledger's own right after it commits: a failure between the two (the
-//! database lost at that moment) leaves the page's proposals without their provenance rows.
+//! until the page changed. On PostgreSQL likewise: the ledger's rows are written on the store's
+//! transaction (`RulesTx::postgres`), as on SQLite (`RulesTx::sqlite`).
 //!
 //! [`FeedLedger`] holds the logic once; each dialect only stores and fetches rows
 //! ([`LedgerConn`], here for SQLite and in `ledger_postgres` for PostgreSQL).
@@ -195,36 +192,35 @@ impl FeedLedger {
         };
         // The page's proposals, their provenance and the source's validators in the store's
         // write transaction: all of them or, on a refusal or a failed write, none.
-        let (queued, written) =
-            store.queue_vendor_page(project, agent, &shown, &statements, |tx, ids| {
-                let queued: Vec<VendorCandidate> = found
-                    .candidates
-                    .into_iter()
-                    .zip(ids)
-                    .filter_map(|(found, id)| {
-                        id.map(|proposal_id| VendorCandidate {
-                            proposal_id,
-                            project: project.to_string(),
-                            agent: agent.to_string(),
-                            statement: found.statement,
-                            source_url: shown.clone(),
-                            fetched_at: fetched_at.to_string(),
-                            excerpt: found.excerpt,
-                        })
+        let queued = store.queue_vendor_page(project, agent, &shown, &statements, |tx, ids| {
+            let queued: Vec<VendorCandidate> = found
+                .candidates
+                .into_iter()
+                .zip(ids)
+                .filter_map(|(found, id)| {
+                    id.map(|proposal_id| VendorCandidate {
+                        proposal_id,
+                        project: project.to_string(),
+                        agent: agent.to_string(),
+                        statement: found.statement,
+                        source_url: shown.clone(),
+                        fetched_at: fetched_at.to_string(),
+                        excerpt: found.excerpt,
                     })
-                    .collect();
-                let written = match LedgerWriter::of(tx) {
-                    Some(writer) => {
-                        writer.put_page(&queued, &source)?;
-                        true
-                    }
-                    None => false,
-                };
-                Ok((queued, written))
+                })
+                .collect();
+            // Both backends offer their transaction's connection; one that did not
+            // could not keep a page whole, so it is refused rather than split.
+            let writer = LedgerWriter::of(tx).ok_or_else(|| {
+                RulesError::DatabaseConfig(
+                    "this store's database does not take the vendor feed's ledger rows in \
+                         its transaction"
+                        .into(),
+                )
             })?;
-        if !written {
-            self.put_page_apart(&queued, &source)?;
-        }
+            writer.put_page(&queued, &source)?;
+            Ok(queued)
+        })?;
         report.skipped = found.left_out + (looked_at - queued.len());
         report.queued = queued;
         tracing::info!(
@@ -237,33 +233,6 @@ impl FeedLedger {
             "vendor feed source ingested"
         );
         Ok(report)
-    }
-}
-
-impl FeedLedger {
-    /// Writes a page's ledger rows in a transaction of the ledger's own, for a store whose
-    /// transaction does not offer its connection ([`LedgerWriter::of`]): right after the
-    /// proposals committed, the provenance and the validators together.
-    fn put_page_apart(
-        &self,
-        queued: &[VendorCandidate],
-        source: &SourceRow<'_>,
-    ) -> Result<(), RulesError> {
-        match self.connect()? {
-            LedgerConn::Sqlite(mut conn) => {
-                let tx =
-                    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-                LedgerWriter::Sqlite(&tx).put_page(queued, source)?;
-                tx.commit()?;
-            }
-            #[cfg(feature = "postgres")]
-            LedgerConn::Postgres(client) => {
-                let tx = client.begin(Some(super::ledger_postgres::LEDGER_LOCK))?;
-                LedgerWriter::Postgres(&tx).put_page(queued, source)?;
-                tx.commit()?;
-            }
-        }
-        Ok(())
     }
 }
 

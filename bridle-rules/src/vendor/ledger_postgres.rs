@@ -49,11 +49,6 @@ CREATE INDEX vendor_candidates_project ON vendor_candidates (project, proposal_i
     }],
 };
 
-/// The advisory-lock key of a page's ledger rows written in a transaction of their own
-/// (a rules store whose transaction does not offer its connection), so two replicas' rows
-/// are written one after the other.
-pub(super) const LEDGER_LOCK: i64 = 0x6272_6964_6c65_0005;
-
 fn candidate_row(r: &Row) -> VendorCandidate {
     VendorCandidate {
         proposal_id: r.get::<_, i64>(0) as u64,
