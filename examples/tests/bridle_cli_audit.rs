@@ -332,3 +332,32 @@ fn a_page_size_outside_one_to_a_thousand_is_refused_offline_as_through_the_api()
         assert!(e.contains("1..=1000"), "{e}");
     }
 }
+
+/// The offline commands read the log: a retention in `bridle.yaml` is the running gateway's
+/// to apply, so `verify`, `query` and `export` beside it (or with it stopped) remove nothing.
+#[test]
+fn offline_reads_apply_no_retention() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut yaml = demo_data_dir(dir);
+    use bridle_gateway::audit::{AuditConfig, AuditLog, Entry, Kind, Surface};
+    let log = AuditLog::open(AuditConfig::new(dir.join("audit.db"))).unwrap();
+    for _ in 0..5 {
+        log.record(Entry::user("alice", Surface::Cli, Kind::SecretRotate))
+            .unwrap();
+    }
+    drop(log);
+    yaml.push_str("audit:\n  max_entries: 2\n");
+    std::fs::write(dir.join("bridle.yaml"), yaml).unwrap();
+    let rows = || -> i64 {
+        rusqlite::Connection::open(dir.join("audit.db"))
+            .unwrap()
+            .query_row("SELECT COUNT(*) FROM gateway_audit", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(rows(), 5);
+    succeeded(&run_bridle(dir, &["audit", "verify"]), "audit verify");
+    succeeded(&run_bridle(dir, &["audit", "query"]), "audit query");
+    succeeded(&run_bridle(dir, &["audit", "export"]), "audit export");
+    assert_eq!(rows(), 5, "a read removed entries");
+}

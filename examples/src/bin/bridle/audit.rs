@@ -120,7 +120,8 @@ impl Filter {
 
 /// Opens the data directory's audit log where the gateway keeps it: the SQLite file, or, with
 /// `database: postgres://...`, the PostgreSQL database the replicas share (the password read
-/// from `database_password`'s secret folder; the vault is not opened).
+/// from `database_password`'s secret folder; the vault is not opened), to read: no retention
+/// is applied.
 pub(crate) fn open_log(dir: &Path) -> Result<AuditLog, BoxError> {
     let config = crate::load_config(dir)?;
     open_configured_log(dir, &config)
@@ -138,7 +139,13 @@ fn open_configured_log(dir: &Path, config: &GatewayConfig) -> Result<AuditLog, B
             .into());
         }
     }
-    Ok(database.open_audit(config.audit.log_config(dir))?)
+    // Read only: retention (a write) is the gateway's to apply, and a pass from here would
+    // remove entries beside a running gateway, or with it stopped, on a mere read.
+    let log_config = config
+        .audit
+        .log_config(dir)
+        .with_retention(bridle_gateway::audit::Retention::keep_all());
+    Ok(database.open_audit(log_config)?)
 }
 
 /// One entry as a line: id, time, source and actor, kind, what, outcome.
