@@ -10,8 +10,10 @@
 //! The client never retries: a create that timed out may have been applied, so repeating it
 //! blindly would duplicate it (the tools find a retried create by its `reference` instead).
 //! Credentials are given per call, so each agent's requests carry its own token and Kanboard's
-//! own permissions and activity stream apply to that agent; they are never logged. The
-//! endpoint is named in errors (which reach the model) and in `Debug` without its user part
+//! own permissions and activity stream apply to that agent; they are never logged, and an
+//! answer that quotes them (a plugin or a proxy echoing the request's `Authorization` header:
+//! the token, or the header's base64 of `user:token`) has them replaced by `[redacted]` before
+//! any error or result is built from it. The endpoint is named in errors (which reach the model) and in `Debug` without its user part
 //! and query, where credentials in a URL go.
 
 use std::time::Duration;
@@ -93,6 +95,19 @@ impl Credential {
             Credential::AppToken { token, .. } => ("jsonrpc", token),
             Credential::User { username, token } => (username, token),
         }
+    }
+
+    /// Replaces every form this credential takes on the wire in `answer`'s strings and keys:
+    /// the `Authorization` header's base64 of `user:token`, and the token (alone or in the
+    /// pair). Returns whether any was there.
+    fn scrub(&self, answer: &mut Value) -> bool {
+        use base64::Engine;
+        let (user, token) = self.basic();
+        let pair = zeroize::Zeroizing::new(format!("{user}:{token}"));
+        let encoded =
+            zeroize::Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&*pair));
+        let scrub = crate::upstreams::scrub::scrub_json;
+        scrub(answer, &encoded) | scrub(answer, token)
     }
 }
 
@@ -360,7 +375,7 @@ impl KanboardClient {
         if content_type.contains("html") {
             return Err(not_rpc("an HTML page"));
         }
-        let value: Value = serde_json::from_slice(&bytes).map_err(|_| {
+        let mut value: Value = serde_json::from_slice(&bytes).map_err(|_| {
             let head = String::from_utf8_lossy(&bytes[..bytes.len().min(256)]).to_lowercase();
             if head.contains("<html") || head.contains("<!doctype") {
                 not_rpc("an HTML page")
@@ -368,6 +383,15 @@ impl KanboardClient {
                 not_rpc("a body that is not JSON")
             }
         })?;
+        // Kanboard behind a plugin or a proxy that quotes the request may echo the credential
+        // (in an error's message or data, in a result); the errors and results agents see
+        // are built from this answer, so it loses every form of the credential here.
+        if credential.scrub(&mut value) {
+            tracing::warn!(
+                method,
+                "Kanboard's answer quoted the credential it was sent; scrubbed"
+            );
+        }
         if !status.is_success() {
             // JSON-RPC errors come with HTTP 200; anything else is not the API speaking.
             return match single_result(method, &value) {

@@ -95,6 +95,15 @@ pub fn scrub_text(text: &str, secret: &str) -> String {
         .fold(text.to_string(), |t, part| t.replace(part, REDACTED))
 }
 
+/// Replaces every occurrence of `secret` (and of each line of it, see `parts`) in every string
+/// and object key of `v`; returns whether anything was replaced. For answers the gateway
+/// reads itself before building what an agent sees (Kanboard's JSON-RPC answers).
+pub(crate) fn scrub_json(v: &mut Value, secret: &str) -> bool {
+    parts(secret)
+        .into_iter()
+        .fold(false, |hit, part| scrub_value(v, part) | hit)
+}
+
 /// Replaces `secret` in `s` in place; returns whether it was there.
 fn scrub_string(s: &mut String, secret: &str) -> bool {
     if !s.contains(secret) {
