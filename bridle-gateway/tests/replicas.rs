@@ -598,3 +598,130 @@ async fn sessions_seen_on_either_replica_are_listed_counted_and_ended_on_both() 
     a.stop().await;
     b.stop().await;
 }
+
+/// A 2025-11-25 agent waiting for notifications holds only its GET (listen) stream open and
+/// sends nothing: the transport does not count that session as idle, and neither may the
+/// registry. Its replica writes it as seen at every exchange with the database, so a replica
+/// dropping idle sessions (here the test, with an idle timeout of a few seconds) keeps its rows
+/// while it drops those of a session that holds nothing open, and the listening session's next
+/// request on another replica is resumed from the database rather than answered `404`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_holding_only_a_listen_stream_open_keeps_its_rows_on_every_replica() {
+    use bridle_gateway::sessions::SessionLedger;
+    use bridle_gateway::sessions::postgres::PgSessionLedger;
+
+    let cluster = PgCluster::shared();
+    let dbname = cluster.create_database();
+    let (a_dir, a_config) = data_dir(cluster, &dbname);
+    let (b_dir, b_config) = data_dir(cluster, &dbname);
+    let token = std::fs::read_to_string(a_dir.path().join("secrets/claude-token")).unwrap();
+    let b_token = std::fs::read_to_string(b_dir.path().join("secrets/claude-token")).unwrap();
+    let a = Replica::start(a_dir.path(), a_config).await;
+    let b = Replica::start(b_dir.path(), b_config).await;
+    let http = reqwest::Client::new();
+
+    // The listening session opens its GET stream on A and then sends nothing; the quiet one
+    // is opened after it, so it was seen later and holds nothing open.
+    let listening = a.open_session(token.trim()).await;
+    let mut stream = http
+        .get(&a.mcp)
+        .bearer_auth(token.trim())
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &listening)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), reqwest::StatusCode::OK);
+    assert!(
+        stream.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    // The stream delivers what the transport sends on it (its priming event first).
+    let first = tokio::time::timeout(kberg_testkit::WAIT, stream.chunk())
+        .await
+        .expect("the stream's first event within the deadline")
+        .unwrap()
+        .expect("an event, not the stream's end");
+    assert!(!first.is_empty());
+    let quiet = a.open_session(token.trim()).await;
+
+    // A replica whose idle timeout is a few seconds drops what was not seen that long.
+    let db = PgDatabase::connect(&cluster.settings(&dbname)).unwrap();
+    let ledger = PgSessionLedger::open(db.clone()).unwrap();
+    let rows = |table: &'static str, id: String| {
+        let db = db.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                db.client()
+                    .unwrap()
+                    .query_opt(&format!("SELECT 1 FROM {table} WHERE id = $1"), &[&id])
+                    .unwrap()
+                    .is_some()
+            })
+            .await
+            .unwrap()
+        }
+    };
+    for id in [&listening, &quiet] {
+        let (i, t) = (id.clone(), "gateway_sessions");
+        eventually_async("the session written", || {
+            let r = rows(t, i.clone());
+            async move { r.await.then_some(()) }
+        })
+        .await;
+        let (i, t) = (id.clone(), "gateway_session_states");
+        eventually_async("the session's state written", || {
+            let r = rows(t, i.clone());
+            async move { r.await.then_some(()) }
+        })
+        .await;
+    }
+    let ledger = Arc::new(ledger);
+    eventually_async("the quiet session to go idle", || {
+        let (ledger, quiet) = (Arc::clone(&ledger), quiet.clone());
+        async move {
+            let snapshot =
+                tokio::task::spawn_blocking(move || ledger.read(Duration::from_secs(5)).unwrap())
+                    .await
+                    .unwrap();
+            (!snapshot.sessions.iter().any(|s| s.id == quiet)).then_some(())
+        }
+    })
+    .await;
+    assert!(
+        rows("gateway_sessions", listening.clone()).await,
+        "the listening session's row was dropped as idle"
+    );
+    assert!(
+        rows("gateway_session_states", listening.clone()).await,
+        "the listening session's resumable state was dropped as idle"
+    );
+    assert!(!rows("gateway_session_states", quiet.clone()).await);
+
+    // B resumes the listening session; the quiet one is gone, as any idle session.
+    let post = |id: String| {
+        http.post(&b.mcp)
+            .bearer_auth(b_token.trim())
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+            .send()
+    };
+    assert_eq!(
+        post(listening.clone()).await.unwrap().status(),
+        reqwest::StatusCode::OK
+    );
+    assert_eq!(
+        post(quiet.clone()).await.unwrap().status(),
+        reqwest::StatusCode::NOT_FOUND
+    );
+    assert!(a.sessions_of("claude").contains(&listening));
+
+    drop(stream);
+    a.stop().await;
+    b.stop().await;
+}

@@ -12,6 +12,15 @@
 //! timeout are dropped from the registry (looked for at most once per [`SWEEP_EVERY`], not on
 //! every request).
 //!
+//! A session is seen by its requests, and also while it holds a listen stream (a 2025-11-25
+//! `GET` answered with `text/event-stream`) open: an agent waiting for notifications sends
+//! nothing for as long as it waits, and the transport does not count such a session as idle,
+//! so neither does the registry ([`SessionRegistry::listening`], which [`track`] holds for the
+//! life of each such response's body). Such a session is not dropped as idle, is listed as
+//! seen now, and, with a ledger, is written as seen at every exchange, so no replica drops it
+//! (nor, in PostgreSQL, its resumable state, which every replica would then answer `404`). The
+//! cost is on the stream's opening and closing only, never on a `POST`.
+//!
 //! The authenticator sees a session id before the transport has checked it, and an agent can
 //! present ids it made up (the transport answers each `404`). So on the MCP endpoint, wrapped
 //! in [`track`], an id the registry does not know yet is recorded only once the transport has
@@ -88,7 +97,7 @@ pub struct SessionRecord {
     pub protocol_version: Option<String>,
     /// When the gateway first saw it (milliseconds since the Unix epoch).
     pub started_ms: u64,
-    /// When it last sent a request.
+    /// When it last sent a request (now, while it holds a listen stream open).
     pub last_seen_ms: u64,
     /// Requests it made.
     pub requests: u64,
@@ -148,6 +157,8 @@ struct Book {
     ended: HashMap<String, SystemTime>,
     calls: HashMap<String, CallCounts>,
     unwritten: Unwritten,
+    /// Listen streams open per session id (see [`SessionRegistry::listening`]).
+    streams: HashMap<String, usize>,
     /// When idle sessions were last looked for.
     swept: Option<SystemTime>,
 }
@@ -268,6 +279,8 @@ impl SessionRegistry {
             let expired: Vec<(String, String)> = book
                 .sessions
                 .values()
+                // A session holding a listen stream open is seen now.
+                .filter(|s| !book.streams.contains_key(&s.id))
                 .filter(|s| {
                     now.duration_since(
                         SystemTime::UNIX_EPOCH + Duration::from_millis(s.last_seen_ms),
@@ -454,8 +467,18 @@ impl SessionRegistry {
     }
 
     fn unwritten_batch(&self) -> SessionBatch {
-        let mut book = self.book();
-        let unwritten = std::mem::take(&mut book.unwritten);
+        let mut guard = self.book();
+        let book = &mut *guard;
+        let mut unwritten = std::mem::take(&mut book.unwritten);
+        // A session holding a listen stream open is seen now: written so at every exchange,
+        // so that no replica's read drops it (nor its resumable state) as idle.
+        let now = ms(SystemTime::now());
+        for id in book.streams.keys() {
+            if let Some(s) = book.sessions.get_mut(id) {
+                s.last_seen_ms = s.last_seen_ms.max(now);
+                unwritten.touched.entry(id.clone()).or_default();
+            }
+        }
         SessionBatch {
             touched: unwritten
                 .touched
@@ -608,14 +631,67 @@ impl SessionRegistry {
 
     /// The live sessions, most recently seen first.
     pub fn sessions(&self) -> Vec<SessionRecord> {
-        let mut v: Vec<SessionRecord> = self.book().sessions.values().cloned().collect();
+        let now = ms(SystemTime::now());
+        let book = self.book();
+        let mut v: Vec<SessionRecord> = book
+            .sessions
+            .values()
+            .map(|s| Self::as_seen(&book, s, now))
+            .collect();
         v.sort_by(|a, b| b.last_seen_ms.cmp(&a.last_seen_ms).then(a.id.cmp(&b.id)));
         v
     }
 
     /// One session.
     pub fn session(&self, id: &str) -> Option<SessionRecord> {
-        self.book().sessions.get(id).cloned()
+        let book = self.book();
+        book.sessions
+            .get(id)
+            .map(|s| Self::as_seen(&book, s, ms(SystemTime::now())))
+    }
+
+    /// `s` as listed at `now`: seen now while it holds a listen stream open.
+    fn as_seen(book: &Book, s: &SessionRecord, now: u64) -> SessionRecord {
+        let mut s = s.clone();
+        if book.streams.contains_key(&s.id) {
+            s.last_seen_ms = s.last_seen_ms.max(now);
+        }
+        s
+    }
+
+    /// Counts a listen stream of the session `id` open until the returned guard is dropped:
+    /// meanwhile the session is seen now (it is not dropped as idle, and with a ledger it is
+    /// written as seen at every exchange), and when the last one closes it is seen then, so
+    /// its idle timeout runs from the stream's end. [`track`] holds one for the body of each
+    /// successful 2025-11-25 `GET` answered with `text/event-stream`.
+    pub fn listening(&self, id: &str) -> ListenGuard {
+        let mut book = self.book();
+        *book.streams.entry(id.to_string()).or_default() += 1;
+        if let Some(s) = book.sessions.get_mut(id) {
+            s.last_seen_ms = s.last_seen_ms.max(ms(SystemTime::now()));
+        }
+        ListenGuard {
+            registry: self.clone(),
+            id: id.to_string(),
+        }
+    }
+
+    /// Closes one listen stream of `id` (its [`ListenGuard`] was dropped).
+    fn stream_closed(&self, id: &str) {
+        let mut guard = self.book();
+        let book = &mut *guard;
+        if let Some(n) = book.streams.get_mut(id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                book.streams.remove(id);
+            }
+        }
+        if let Some(s) = book.sessions.get_mut(id) {
+            s.last_seen_ms = s.last_seen_ms.max(ms(SystemTime::now()));
+            if self.ledger.is_some() {
+                book.unwritten.touched.entry(id.to_string()).or_default();
+            }
+        }
     }
 
     /// Calls made and refused by `agent` since the gateway started (with a ledger: since the
@@ -655,6 +731,42 @@ impl SessionRegistry {
     }
 }
 
+/// One open listen stream of a session ([`SessionRegistry::listening`]). Dropping it closes
+/// the stream in the registry, on every path (a body dropped mid-stream, a panic's unwind).
+pub struct ListenGuard {
+    registry: SessionRegistry,
+    id: String,
+}
+
+impl std::fmt::Debug for ListenGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ListenGuard")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for ListenGuard {
+    fn drop(&mut self) {
+        self.registry.stream_closed(&self.id);
+    }
+}
+
+/// The session id of a 2025-11-25 `GET` (a listen stream, when answered with
+/// `text/event-stream`), if it names one the registry could record.
+fn listen_session(req: &axum::extract::Request) -> Option<String> {
+    if req.method() != axum::http::Method::GET {
+        return None;
+    }
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    if is_stateless(header("mcp-protocol-version")) {
+        return None;
+    }
+    header("mcp-session-id")
+        .filter(|id| !id.is_empty() && id.len() <= MAX_SESSION_ID_LEN)
+        .map(str::to_string)
+}
+
 tokio::task_local! {
     /// The request [`track`] is waiting on the answer of: where [`SessionRegistry::admit`]
     /// leaves a session id it saw for the first time.
@@ -674,11 +786,17 @@ struct Sighting {
 /// calls [`SessionRegistry::admit`]) is recorded after the transport answered it with success.
 /// The transport answers `404` to an id it never handed out, so made-up ids take no place in
 /// the listing nor in the agent's share of [`MAX_SESSIONS_PER_AGENT`].
+///
+/// It also keeps a session that holds a listen stream open from going idle: the body of a
+/// successful 2025-11-25 `GET` answered with `text/event-stream` holds a
+/// [`SessionRegistry::listening`] guard until it is dropped (the stream ended, either way).
 pub fn track(router: axum::Router, sessions: SessionRegistry) -> axum::Router {
     router.layer(axum::middleware::from_fn(
         move |req: axum::extract::Request, next: axum::middleware::Next| {
             let sessions = sessions.clone();
             async move {
+                // A method comparison for a POST; the rest for a GET only.
+                let listen = listen_session(&req);
                 let (resp, sighted) = SIGHTED
                     .scope(std::cell::RefCell::new(None), async move {
                         let resp = next.run(req).await;
@@ -695,10 +813,35 @@ pub fn track(router: axum::Router, sessions: SessionRegistry) -> axum::Router {
                         s.protocol_version.as_deref(),
                     );
                 }
-                resp
+                match listen {
+                    Some(id) if is_event_stream(&resp) => {
+                        let guard = sessions.listening(&id);
+                        resp.map(|body| {
+                            use futures::StreamExt as _;
+                            axum::body::Body::from_stream(body.into_data_stream().map(
+                                move |chunk| {
+                                    // Held by the body: dropped with it.
+                                    let _open = &guard;
+                                    chunk
+                                },
+                            ))
+                        })
+                    }
+                    _ => resp,
+                }
             }
         },
     ))
+}
+
+/// Whether `resp` is a successful event stream (a listen stream, for a `GET`).
+fn is_event_stream(resp: &axum::response::Response) -> bool {
+    resp.status().is_success()
+        && resp
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
 }
 
 struct CountingSink {
@@ -817,8 +960,11 @@ mod tests {
             Ok(())
         }
 
-        fn read(&self, _idle: Duration) -> Result<SessionSnapshot, GatewayError> {
-            Ok(self.inner.lock().expect("lock").0.clone())
+        fn read(&self, idle: Duration) -> Result<SessionSnapshot, GatewayError> {
+            let mut g = self.inner.lock().expect("lock");
+            let since = ms(SystemTime::now()).saturating_sub(idle.as_millis() as u64);
+            g.0.sessions.retain(|s| s.last_seen_ms >= since);
+            Ok(g.0.clone())
         }
 
         fn ends(&self) -> tokio::sync::mpsc::UnboundedReceiver<String> {
@@ -939,6 +1085,72 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         assert!(r.touch("codex", None, Some("s2"), None));
         assert!(r.session("s1").is_none());
+    }
+
+    /// Touches `clock` on `r` until the session `gone` has expired (the idle timeout has
+    /// passed since it was last seen).
+    fn until_expired(r: &SessionRegistry, clock: &str, gone: &str) {
+        kberg_testkit::eventually(&format!("{gone} to expire"), || {
+            assert!(r.touch("codex", None, Some(clock), None));
+            r.session(gone).is_none()
+        });
+    }
+
+    #[test]
+    fn a_session_holding_a_listen_stream_open_does_not_go_idle() {
+        let r = SessionRegistry::new(Duration::from_millis(50));
+        assert!(r.touch("claude", None, Some("listening"), None));
+        assert!(r.touch("claude", None, Some("quiet"), None));
+        let stream = r.listening("listening");
+        until_expired(&r, "clock", "quiet");
+        let s = r
+            .session("listening")
+            .expect("a session with an open stream stays");
+        assert!(r.sessions().iter().any(|x| x.id == "listening"));
+        assert_eq!(s.requests, 1, "an open stream is not a request");
+        // Two streams: open while either is.
+        let second = r.listening("listening");
+        drop(stream);
+        assert!(r.touch("claude", None, Some("quiet-2"), None));
+        until_expired(&r, "clock", "quiet-2");
+        assert!(r.session("listening").is_some());
+        // Closed: it goes idle as any session, from the stream's end.
+        drop(second);
+        until_expired(&r, "clock", "listening");
+        assert!(r.book().streams.is_empty(), "nothing left behind");
+    }
+
+    #[test]
+    fn a_session_listening_on_one_replica_is_kept_by_every_replica() {
+        let ledger: Arc<dyn SessionLedger> = Arc::new(MemoryLedger::default());
+        // Long enough that a replica's exchanges never lag it (as SYNC_EVERY never lags the
+        // half hour of a served gateway).
+        let idle = Duration::from_millis(500);
+        let a = SessionRegistry::with_ledger(idle, Arc::clone(&ledger)).expect("a");
+        let b = SessionRegistry::with_ledger(idle, ledger).expect("b");
+        assert!(a.touch("claude", None, Some("listening"), None));
+        assert!(a.touch("claude", None, Some("quiet"), None));
+        let stream = a.listening("listening");
+        a.sync().expect("a writes");
+        b.sync().expect("b reads");
+        assert!(b.session("quiet").is_some());
+        // Each replica exchanges with the ledger (as `follow` does every SYNC_EVERY) until
+        // the quiet session has gone idle everywhere.
+        kberg_testkit::eventually("the quiet session to expire", || {
+            a.sync().expect("a");
+            b.sync().expect("b");
+            a.session("quiet").is_none() && b.session("quiet").is_none()
+        });
+        for r in [&a, &b] {
+            assert!(r.session("listening").is_some(), "kept while listening");
+        }
+        // Closed on A: it goes idle everywhere, as any session.
+        drop(stream);
+        kberg_testkit::eventually("the closed session to expire", || {
+            a.sync().expect("a");
+            b.sync().expect("b");
+            a.session("listening").is_none() && b.session("listening").is_none()
+        });
     }
 
     #[test]

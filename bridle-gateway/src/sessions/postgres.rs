@@ -9,7 +9,9 @@
 //!
 //! A fourth table holds what another replica needs to resume a 2025-11-25 session
 //! ([`PgSessionStore`]): its owner and its `initialize` parameters, written once after the
-//! handshake, dropped with the session (ended by an operator, deleted by its client, or idle).
+//! handshake, dropped with the session (ended by an operator, deleted by its client, or idle;
+//! a session holding a listen stream open is written as seen at every exchange, so it is not
+//! idle, as the transport, which rechecks its sessions here, does not count it idle either).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
