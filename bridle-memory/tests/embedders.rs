@@ -433,3 +433,342 @@ async fn credentials_in_the_url_or_the_key_are_not_in_the_errors() {
         assert!(!text.contains("Y2FuYXJ5"), "{text}");
     }
 }
+
+/// A server that gives `answer` (status 200) to every request.
+fn answering(answer: Value) -> axum::Router {
+    axum::Router::new().fallback(move || {
+        let answer = answer.clone();
+        async move { Json(answer) }
+    })
+}
+
+/// Which wire an answer is given on.
+#[derive(Debug, Clone, Copy)]
+enum Wire {
+    OpenAi,
+    Ollama,
+}
+
+/// What an embedder of `wire` makes of `answer`: with `declared` `None`, the dimension probe
+/// at connect time; with `Some((dimension, texts))`, an embedding of that many texts after
+/// connecting with the dimension declared.
+async fn outcome(
+    wire: Wire,
+    answer: Value,
+    declared: Option<(usize, usize)>,
+) -> Result<Vec<Vec<f32>>, MemoryError> {
+    let s = serve(answering(answer)).await;
+    let mut config = HttpEmbedderConfig::new(&s.url, "m");
+    if let Some((dimension, _)) = declared {
+        config = config.dimension(dimension);
+    }
+    let e: Box<dyn Embedder> = match wire {
+        Wire::OpenAi => Box::new(OpenAiEmbedder::connect(config).await?),
+        Wire::Ollama => Box::new(OllamaEmbedder::connect(config).await?),
+    };
+    let texts = declared.map_or(1, |(_, n)| n);
+    let texts: Vec<String> = (0..texts).map(|i| format!("text {i}")).collect();
+    match declared {
+        Some(_) => e.embed(&texts).await,
+        None => Ok(vec![vec![0.0; e.dimension()]]),
+    }
+}
+
+/// An answer in the right shape with fields no client reads (as servers add them) is read.
+#[tokio::test]
+async fn unknown_fields_in_an_answer_are_ignored() {
+    let extra = json!({"nested": [1, {"a": null, "b": [true, "x"]}], "s": "embedding"});
+    let v = outcome(
+        Wire::OpenAi,
+        json!({"object": "list", "extra": extra, "data": [
+            {"index": null, "embedding": [0, 0, 1], "usage": {"tokens": 3}},
+            {"object": "embedding", "embedding": [0.5, -1, 2e-3], "extra": extra, "index": 1},
+        ], "model": "m", "usage": {"prompt_tokens": 3, "total_tokens": 3}, "id": null}),
+        Some((3, 2)),
+    )
+    .await
+    .expect("read");
+    assert_eq!(v, vec![vec![0.0, 0.0, 1.0], vec![0.5, -1.0, 0.002]]);
+    let v = outcome(
+        Wire::Ollama,
+        json!({"model": "m", "extra": extra, "embeddings": [[1, 2], [3, 4.5]], "total_duration": 1}),
+        Some((2, 2)),
+    )
+    .await
+    .expect("read");
+    assert_eq!(v, vec![vec![1.0, 2.0], vec![3.0, 4.5]]);
+}
+
+/// An answer given on a wire, the texts asked for ([`outcome`]), and what its refusal says.
+type Case = (Wire, Value, Option<(usize, usize)>, &'static str);
+
+/// Every answer that is not what was asked for is refused with its own stable error, at the
+/// dimension probe and after it: numbers sent as strings, a vector that is not a list of
+/// numbers, an `index` out of range, negative, not an integer or given twice (a vector in
+/// another input's place would be stored under the wrong text), more vectors than inputs.
+#[tokio::test]
+async fn an_answer_of_the_wrong_shape_is_refused_with_its_reason() {
+    use Wire::{Ollama, OpenAi};
+    let item = |index: Value, embedding: Value| json!({"index": index, "embedding": embedding});
+    let cases: Vec<Case> = vec![
+        // OpenAI-compatible.
+        (
+            OpenAi,
+            json!({"data": [item(json!(0), json!(["0.1", "0.2"]))]}),
+            None,
+            "an item has no numeric `embedding`",
+        ),
+        (
+            OpenAi,
+            json!({"data": [item(json!(0), json!([0.1, "0.2"]))]}),
+            Some((2, 1)),
+            "an item has no numeric `embedding`",
+        ),
+        (
+            OpenAi,
+            json!({"data": [item(json!(0), json!({"0": 0.1}))]}),
+            None,
+            "an item has no numeric `embedding`",
+        ),
+        (
+            OpenAi,
+            json!({"data": [item(json!(0), json!("AACAPw=="))]}),
+            None,
+            "an item has no numeric `embedding`",
+        ),
+        (
+            OpenAi,
+            json!({"data": [item(json!(0), json!([[0.1]]))]}),
+            None,
+            "an item has no numeric `embedding`",
+        ),
+        (
+            OpenAi,
+            json!({"data": [{"index": 0}]}),
+            None,
+            "an item has no numeric `embedding`",
+        ),
+        (
+            OpenAi,
+            json!({"data": [7]}),
+            None,
+            "an item has no numeric `embedding`",
+        ),
+        (
+            OpenAi,
+            json!({"data": {"0": item(json!(0), json!([1]))}}),
+            None,
+            "no `data` array in the answer",
+        ),
+        (
+            OpenAi,
+            json!({"embeddings": [[1]]}),
+            None,
+            "no `data` array in the answer",
+        ),
+        (
+            OpenAi,
+            json!([item(json!(0), json!([1]))]),
+            None,
+            "no `data` array in the answer",
+        ),
+        (
+            OpenAi,
+            json!({"data": [item(json!(1), json!([1]))]}),
+            None,
+            "index 1 out of range for 1 inputs",
+        ),
+        (
+            OpenAi,
+            json!({"data": [item(json!(u64::MAX), json!([1]))]}),
+            Some((1, 1)),
+            "out of range for 1 inputs",
+        ),
+        (
+            OpenAi,
+            json!({"data": [item(json!(0), json!([1])), {"embedding": [2]}, {"embedding": [3]}]}),
+            Some((1, 2)),
+            "index 2 out of range for 2 inputs",
+        ),
+        (
+            OpenAi,
+            json!({"data": [item(json!(-1), json!([1]))]}),
+            None,
+            "an item's `index` is not a non-negative integer",
+        ),
+        (
+            OpenAi,
+            json!({"data": [item(json!(-1), json!([1])), item(json!(0), json!([2]))]}),
+            Some((1, 2)),
+            "an item's `index` is not a non-negative integer",
+        ),
+        (
+            OpenAi,
+            json!({"data": [item(json!("0"), json!([1]))]}),
+            None,
+            "an item's `index` is not a non-negative integer",
+        ),
+        (
+            OpenAi,
+            json!({"data": [item(json!(0.5), json!([1]))]}),
+            None,
+            "an item's `index` is not a non-negative integer",
+        ),
+        (
+            OpenAi,
+            json!({"data": [item(json!(0), json!([1])), item(json!(1), json!([2])), item(json!(0), json!([3]))]}),
+            Some((1, 2)),
+            "more than one item has index 0",
+        ),
+        (
+            OpenAi,
+            json!({"data": [item(json!(0), json!([1])), item(json!(0), json!([2]))]}),
+            None,
+            "more than one item has index 0",
+        ),
+        (
+            OpenAi,
+            json!({"data": [item(json!(1), json!([1]))]}),
+            Some((1, 2)),
+            "no embedding for input 0",
+        ),
+        (
+            OpenAi,
+            json!({"data": [item(json!(0), json!([1e39]))]}),
+            Some((1, 1)),
+            "NaN or infinite",
+        ),
+        // Ollama.
+        (
+            Ollama,
+            json!({"embeddings": [["0.1", "0.2"]]}),
+            None,
+            "an embedding is not a list of numbers",
+        ),
+        (
+            Ollama,
+            json!({"embeddings": [[0.1, null]]}),
+            Some((2, 1)),
+            "an embedding is not a list of numbers",
+        ),
+        (
+            Ollama,
+            json!({"embeddings": [{"0": 0.1}]}),
+            None,
+            "an embedding is not a list of numbers",
+        ),
+        (
+            Ollama,
+            json!({"embeddings": ["AACAPw=="]}),
+            None,
+            "an embedding is not a list of numbers",
+        ),
+        (
+            Ollama,
+            json!({"embeddings": null}),
+            None,
+            "no `embeddings` array in the answer",
+        ),
+        (
+            Ollama,
+            json!({"embedding": [1, 2]}),
+            None,
+            "no `embeddings` array in the answer",
+        ),
+        (
+            Ollama,
+            json!("embeddings"),
+            None,
+            "no `embeddings` array in the answer",
+        ),
+        (
+            Ollama,
+            json!({"embeddings": [[1], [2], [3]]}),
+            Some((1, 2)),
+            "asked for 2 embeddings, got 3",
+        ),
+        (
+            Ollama,
+            json!({"embeddings": [[1, 2], [3, 4]]}),
+            None,
+            "asked for 1 embeddings, got 2",
+        ),
+        (
+            Ollama,
+            json!({"embeddings": [[1]]}),
+            Some((1, 2)),
+            "asked for 2 embeddings, got 1",
+        ),
+        (
+            Ollama,
+            json!({"embeddings": [[-1e39]]}),
+            Some((1, 1)),
+            "NaN or infinite",
+        ),
+    ];
+    for (wire, answer, declared, reason) in cases {
+        let shown = format!("{wire:?} {answer} {declared:?}");
+        let err = outcome(wire, answer, declared)
+            .await
+            .expect_err(&format!("refused: {shown}"));
+        assert_eq!(err.code(), "embedder_protocol", "{shown}: {err}");
+        assert!(err.to_string().contains(reason), "{shown}: {err}");
+    }
+}
+
+/// A vector longer than the model's dimension is refused naming both lengths (and, once the
+/// dimension is known, is not read into memory past it).
+#[tokio::test]
+async fn a_vector_longer_than_the_dimension_is_a_mismatch() {
+    for (wire, answer) in [
+        (
+            Wire::OpenAi,
+            json!({"data": [{"embedding": [1, 2, 3, 4, 5]}]}),
+        ),
+        (Wire::Ollama, json!({"embeddings": [[1, 2, 3, 4, 5]]})),
+    ] {
+        let err = outcome(wire, answer, Some((3, 1)))
+            .await
+            .expect_err("too long");
+        assert!(
+            matches!(
+                err,
+                MemoryError::DimensionMismatch {
+                    expected: 3,
+                    actual: 5
+                }
+            ),
+            "{wire:?}: {err}"
+        );
+    }
+}
+
+/// An answer that arrives slowly, a little at a time and never ends, is cut by the request's
+/// timeout, which covers reading the body and not only its start.
+#[tokio::test]
+async fn a_dripping_answer_is_cut_by_the_timeout() {
+    use futures::StreamExt;
+    let router = axum::Router::new().fallback(|| async {
+        let start = futures::stream::iter([Ok::<_, std::io::Error>(axum::body::Bytes::from(
+            "{\"data\": [",
+        ))]);
+        (
+            StatusCode::OK,
+            axum::body::Body::from_stream(start.chain(futures::stream::pending())),
+        )
+    });
+    let s = serve(router).await;
+    let mut config = HttpEmbedderConfig::new(&s.url, "m");
+    config.timeout = std::time::Duration::from_millis(200);
+    for err in [
+        OpenAiEmbedder::connect(config.clone())
+            .await
+            .expect_err("never ends"),
+        OllamaEmbedder::connect(config)
+            .await
+            .expect_err("never ends"),
+    ] {
+        assert_eq!(err.code(), "embedder_unavailable", "{err}");
+        assert!(err.to_string().contains("timed out"), "{err}");
+    }
+}

@@ -11,12 +11,15 @@
 //! query values, the `Basic` value made of the user part: kberg-core's [`UrlCredentials`], the
 //! rule the model providers apply too), since services echo what they refuse. The endpoint's
 //! path is appended to the base URL's path, so a base with a query (`?api-version=`) keeps it.
+//! An answer is read to a bound and its vectors straight out of its text ([`answer`]), so what
+//! it costs in memory is about the size of the vectors asked for.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use super::answer::{self, Shape};
 use super::{Embedder, check_vectors};
 use crate::error::{MemoryError, Result};
 use crate::scrub;
@@ -132,7 +135,9 @@ impl Client {
         })
     }
 
-    async fn post(&self, body: Value) -> Result<Value> {
+    /// Posts `body` and gives the answer's text (at most [`MAX_ANSWER_BYTES`]), or the error
+    /// an error answer makes.
+    async fn post(&self, body: Value) -> Result<Vec<u8>> {
         let unavailable = |reason: String| MemoryError::EmbedderUnavailable {
             endpoint: self.shown.clone(),
             reason,
@@ -178,8 +183,7 @@ impl Client {
             );
             return Err(unavailable(format!("HTTP {status}: {snippet}")));
         }
-        serde_json::from_slice(&bytes)
-            .map_err(|e| MemoryError::EmbedderProtocol(format!("the answer is not JSON: {e}")))
+        Ok(bytes)
     }
 }
 
@@ -202,13 +206,6 @@ fn describe(e: reqwest::Error) -> String {
     } else {
         e.without_url().to_string()
     }
-}
-
-fn floats(v: &Value) -> Option<Vec<f32>> {
-    v.as_array()?
-        .iter()
-        .map(|x| x.as_f64().map(|f| f as f32))
-        .collect()
 }
 
 /// Learns the dimension by embedding one short text, unless it was configured.
@@ -253,7 +250,8 @@ struct Connected {
 impl Connected {
     async fn connect(config: HttpEmbedderConfig, url: String, wire: Wire) -> Result<Self> {
         let client = Client::new(&config, url)?;
-        let dimension = resolve_dimension(config.dimension, |t| raw(&client, wire, t)).await?;
+        let dimension =
+            resolve_dimension(config.dimension, |t| raw(&client, wire, t, None)).await?;
         Ok(Self {
             client,
             wire,
@@ -266,67 +264,40 @@ impl Connected {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        let v = raw(&self.client, self.wire, texts.to_vec()).await?;
+        let v = raw(
+            &self.client,
+            self.wire,
+            texts.to_vec(),
+            Some(self.dimension),
+        )
+        .await?;
         check_vectors(self.dimension, texts.len(), &v)?;
         Ok(v)
     }
 }
 
-async fn raw(client: &Client, wire: Wire, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
-    match wire {
-        Wire::OpenAi => raw_openai(client, texts).await,
-        Wire::Ollama => raw_ollama(client, texts).await,
-    }
-}
-
-async fn raw_openai(client: &Client, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+/// The vectors the server answers for `texts`, read straight from the answer's text
+/// ([`answer::read`]: no more than one vector per text is held, and none longer than
+/// `dimension` once it is known).
+async fn raw(
+    client: &Client,
+    wire: Wire,
+    texts: Vec<String>,
+    dimension: Option<usize>,
+) -> Result<Vec<Vec<f32>>> {
     let n = texts.len();
-    let v = client
-        .post(json!({"model": client.model, "input": texts, "encoding_format": "float"}))
-        .await?;
-    let data = v
-        .get("data")
-        .and_then(Value::as_array)
-        .ok_or_else(|| MemoryError::EmbedderProtocol("no `data` array in the answer".into()))?;
-    let mut out: Vec<Option<Vec<f32>>> = vec![None; n];
-    for (pos, item) in data.iter().enumerate() {
-        let index = item
-            .get("index")
-            .and_then(Value::as_u64)
-            .map_or(pos, |i| i as usize);
-        let emb = item.get("embedding").and_then(floats).ok_or_else(|| {
-            MemoryError::EmbedderProtocol("an item has no numeric `embedding`".into())
-        })?;
-        let slot = out.get_mut(index).ok_or_else(|| {
-            MemoryError::EmbedderProtocol(format!("index {index} out of range for {n} inputs"))
-        })?;
-        *slot = Some(emb);
-    }
-    out.into_iter()
-        .enumerate()
-        .map(|(i, v)| {
-            v.ok_or_else(|| MemoryError::EmbedderProtocol(format!("no embedding for input {i}")))
-        })
-        .collect()
-}
-
-async fn raw_ollama(client: &Client, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
-    let v = client
-        .post(json!({"model": client.model, "input": texts}))
-        .await?;
-    let arr = v
-        .get("embeddings")
-        .and_then(Value::as_array)
-        .ok_or_else(|| {
-            MemoryError::EmbedderProtocol("no `embeddings` array in the answer".into())
-        })?;
-    arr.iter()
-        .map(|e| {
-            floats(e).ok_or_else(|| {
-                MemoryError::EmbedderProtocol("an embedding is not a list of numbers".into())
-            })
-        })
-        .collect()
+    let (body, shape) = match wire {
+        Wire::OpenAi => (
+            json!({"model": client.model, "input": texts, "encoding_format": "float"}),
+            Shape::OpenAi,
+        ),
+        Wire::Ollama => (
+            json!({"model": client.model, "input": texts}),
+            Shape::Ollama,
+        ),
+    };
+    let bytes = client.post(body).await?;
+    answer::read(shape, &bytes, n, dimension)
 }
 
 /// An OpenAI-compatible `/v1/embeddings` client (LM Studio, llama.cpp, vLLM, hosted APIs).

@@ -14,6 +14,7 @@
 // checks the link.
 #![cfg_attr(not(feature = "local-embed"), allow(rustdoc::broken_intra_doc_links))]
 
+mod answer;
 mod http;
 #[cfg(feature = "local-embed")]
 mod local;
