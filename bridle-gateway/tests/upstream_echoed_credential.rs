@@ -495,3 +495,74 @@ async fn a_token_in_an_upstreams_tool_listing_reaches_no_agent() {
     }
     gw.stop().await;
 }
+
+/// A secret source with one value that ends in a space and a tab, as a token pasted with
+/// what followed it is stored in the vault (which keeps a value as given).
+struct Padded;
+
+/// [`Padded`]'s value: the canary with trailing blanks.
+const PADDED: &str = "canary-padded-token-9Qx2 \t";
+
+impl bridle_gateway::upstreams::SecretSource for Padded {
+    fn version(&self, _name: &str) -> Result<u64, bridle_gateway::upstreams::SecretError> {
+        Ok(1)
+    }
+    fn current(
+        &self,
+        _name: &str,
+    ) -> Result<(bridle_gateway::upstreams::Credential, u64), bridle_gateway::upstreams::SecretError>
+    {
+        Ok((bridle_gateway::upstreams::Credential::new(PADDED), 1))
+    }
+    fn record_use(
+        &self,
+        _used: &bridle_gateway::upstreams::SecretUse<'_>,
+    ) -> Result<(), bridle_gateway::upstreams::SecretError> {
+        Ok(())
+    }
+    fn blocks(&self, _name: &str) -> bool {
+        false
+    }
+}
+
+/// A credential stored with trailing blanks goes out in the header as stored, and the upstream
+/// reads it without them (HTTP drops a field value's surrounding whitespace): what it echoes
+/// is the token alone, which is scrubbed from the result all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_stored_with_trailing_blanks_is_scrubbed_as_the_upstream_read_it() {
+    let (base, _release) = start_stand_in().await;
+    let yaml = format!(
+        "upstreams:\n  echo:\n    http: {{url: '{base}/echo'}}\n    credential: {{secret: padded, format: 'token {{secret}}'}}\n"
+    );
+    let gw = Gw::start_with_yaml(&yaml, |b| {
+        b.secrets(Arc::new(Padded))
+            .connect_timeout(Duration::from_secs(3))
+    })
+    .await;
+    let mut doc = gw.ctx.store.load("demo").unwrap().document;
+    let revision = doc.revision;
+    doc.permissions.get_mut("claude").unwrap().tools.insert(
+        "echo".into(),
+        ReadWrite {
+            read: true,
+            write: false,
+        },
+    );
+    gw.ctx
+        .store
+        .save_edit("demo", &doc, revision, "test", "claude reads echo")
+        .unwrap();
+    let raw = eventually_async_ok("echo's tools offered", || async {
+        let (raw, answer) = call_raw(&gw, "claude", "echo__leak").await;
+        if answer["result"]["isError"] == false {
+            Ok(raw)
+        } else {
+            Err(raw)
+        }
+    })
+    .await;
+    assert!(raw.contains("[redacted]"), "{raw}");
+    let token = PADDED.trim();
+    assert!(!raw.contains(token), "the answer holds the token:\n{raw}");
+    gw.stop().await;
+}

@@ -28,13 +28,15 @@ use super::credential::Credential;
 /// What a scrubbed value becomes.
 pub const REDACTED: &str = "[redacted]";
 
-/// What of `secret` is searched for: the value itself and, for a value of several lines (a PEM
-/// key), each of its lines (trimmed) of at least
-/// [`MIN_REDACTED_LEN`](kberg_server::aggregate::MIN_REDACTED_LEN) bytes, as the aggregator
-/// redacts a child's stderr: an upstream that quotes one line of the value quotes part of it.
-/// Longest first, so a part inside a longer one is never left half replaced.
+/// What of `secret` is searched for: the value itself; the value without its surrounding
+/// whitespace (a value stored with a trailing blank goes out in a header as stored, and HTTP
+/// drops a field value's surrounding whitespace, so the upstream reads, and quotes, the value
+/// without it); and, for a value of several lines (a PEM key), each of its lines (trimmed) of
+/// at least [`MIN_REDACTED_LEN`](kberg_server::aggregate::MIN_REDACTED_LEN) bytes, as the
+/// aggregator redacts a child's stderr: an upstream that quotes one line of the value quotes
+/// part of it. Longest first, so a part inside a longer one is never left half replaced.
 fn parts(secret: &str) -> Vec<&str> {
-    let mut parts = vec![secret];
+    let mut parts = vec![secret, secret.trim()];
     if secret.contains('\n') {
         parts.extend(
             secret
@@ -42,9 +44,9 @@ fn parts(secret: &str) -> Vec<&str> {
                 .map(str::trim)
                 .filter(|l| l.len() >= kberg_server::aggregate::MIN_REDACTED_LEN),
         );
-        parts.sort_by_key(|p| std::cmp::Reverse(p.len()));
-        parts.dedup();
     }
+    parts.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    parts.dedup();
     parts.retain(|p| !p.is_empty());
     parts
 }
