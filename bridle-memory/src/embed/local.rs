@@ -348,11 +348,50 @@ impl Embedder for LocalEmbedder {
         let n = texts.len();
         let v = tokio::task::spawn_blocking(move || me.embed_blocking(&texts))
             .await
-            .map_err(|e| MemoryError::EmbedderUnavailable {
-                endpoint: self.path.display().to_string(),
-                reason: format!("the inference worker stopped: {e}"),
-            })??;
+            .map_err(|e| worker_stopped(&self.path, &e))??;
         check_vectors(self.model.dimension, n, &v)?;
         Ok(v)
+    }
+}
+
+/// [`MemoryError::EmbedderUnavailable`] for an inference task that ended without an answer: it
+/// panicked, or the runtime was shutting down. The task's own words are never quoted (the rule
+/// of [`MemoryError::stopped`]): a panic's message may repeat the text being embedded (a slicing
+/// panic quotes its string), which may be a stored memory or a private file, and must reach
+/// neither a tool's answer nor a log line. The log says whether it panicked; where is in the
+/// panic hook's own line (the gateway's names the location and withholds the message).
+fn worker_stopped(path: &Path, e: &tokio::task::JoinError) -> MemoryError {
+    let endpoint = path.display().to_string();
+    tracing::error!(
+        model = %endpoint,
+        panicked = e.is_panic(),
+        "the embedding task ended without an answer"
+    );
+    MemoryError::EmbedderUnavailable {
+        endpoint,
+        reason: "the embedding task failed (it panicked or was cancelled; internal error)".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic's message may quote the text being embedded (a slicing panic quotes the string);
+    /// the error that reaches a tool's answer says only that the task failed.
+    #[tokio::test]
+    async fn a_failed_inference_task_is_reported_without_its_message() {
+        let e = tokio::task::spawn_blocking(|| -> () {
+            panic!("byte index 3 is not a char boundary in `canary-secret-text`")
+        })
+        .await
+        .expect_err("the task panicked");
+        let err = worker_stopped(Path::new("/models/minilm"), &e);
+        assert_eq!(err.code(), "embedder_unavailable");
+        let text = err.to_string();
+        assert!(!text.contains("canary"), "{text}");
+        assert!(!text.contains("char boundary"), "{text}");
+        assert!(text.contains("/models/minilm"), "{text}");
+        assert!(text.contains("panicked or was cancelled"), "{text}");
     }
 }
