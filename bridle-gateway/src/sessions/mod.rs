@@ -8,7 +8,8 @@
 //! the audit sink ([`SessionRegistry::audit_sink`]), count calls made and refused per agent.
 //!
 //! An operator can end a session: the next request that carries its id is refused, so the
-//! client must start a new session (and authenticate again). Sessions not seen for the idle
+//! client must start a new session (and authenticate again), and a listen stream it holds open
+//! ends (on every replica: see [`track`]). Sessions not seen for the idle
 //! timeout are dropped from the registry (looked for at most once per [`SWEEP_EVERY`], not on
 //! every request).
 //!
@@ -158,9 +159,16 @@ struct Book {
     calls: HashMap<String, CallCounts>,
     unwritten: Unwritten,
     /// Listen streams open per session id (see [`SessionRegistry::listening`]).
-    streams: HashMap<String, usize>,
+    streams: HashMap<String, OpenStreams>,
     /// When idle sessions were last looked for.
     swept: Option<SystemTime>,
+}
+
+/// The listen streams one session holds open.
+struct OpenStreams {
+    count: usize,
+    /// Cancelled when the session is ended: its streams end.
+    ended: CancellationToken,
 }
 
 /// The live registry.
@@ -422,6 +430,9 @@ impl SessionRegistry {
             return false;
         };
         book.ended.insert(id.to_string(), SystemTime::now());
+        if let Some(open) = book.streams.get(id) {
+            open.ended.cancel();
+        }
         if self.ledger.is_some() {
             book.unwritten.touched.remove(id);
             book.unwritten.ended.push(id.to_string());
@@ -440,6 +451,9 @@ impl SessionRegistry {
         let mut book = self.book();
         book.ended.insert(id.to_string(), SystemTime::now());
         book.unwritten.touched.remove(id);
+        if let Some(open) = book.streams.get(id) {
+            open.ended.cancel();
+        }
         if let Some(s) = book.sessions.remove(id) {
             let _ = self.events.send(SessionEvent::Disconnected {
                 id: id.to_string(),
@@ -664,15 +678,34 @@ impl SessionRegistry {
     /// written as seen at every exchange), and when the last one closes it is seen then, so
     /// its idle timeout runs from the stream's end. [`track`] holds one for the body of each
     /// successful 2025-11-25 `GET` answered with `text/event-stream`.
+    ///
+    /// When the session is ended ([`SessionRegistry::end`], or on another replica), the
+    /// guard's [`ListenGuard::ended`] is cancelled: [`track`] then ends the stream, so an
+    /// agent whose session an operator ended (or whose tokens were revoked) stops receiving
+    /// notifications on it, as its requests are refused.
     pub fn listening(&self, id: &str) -> ListenGuard {
-        let mut book = self.book();
-        *book.streams.entry(id.to_string()).or_default() += 1;
+        let mut guard = self.book();
+        let book = &mut *guard;
+        let open = book
+            .streams
+            .entry(id.to_string())
+            .or_insert_with(|| OpenStreams {
+                count: 0,
+                ended: CancellationToken::new(),
+            });
+        open.count += 1;
+        let ended = open.ended.clone();
+        if book.ended.contains_key(id) {
+            // Ended between its request's check and its answer.
+            ended.cancel();
+        }
         if let Some(s) = book.sessions.get_mut(id) {
             s.last_seen_ms = s.last_seen_ms.max(ms(SystemTime::now()));
         }
         ListenGuard {
             registry: self.clone(),
             id: id.to_string(),
+            ended,
         }
     }
 
@@ -680,9 +713,9 @@ impl SessionRegistry {
     fn stream_closed(&self, id: &str) {
         let mut guard = self.book();
         let book = &mut *guard;
-        if let Some(n) = book.streams.get_mut(id) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
+        if let Some(open) = book.streams.get_mut(id) {
+            open.count = open.count.saturating_sub(1);
+            if open.count == 0 {
                 book.streams.remove(id);
             }
         }
@@ -736,6 +769,15 @@ impl SessionRegistry {
 pub struct ListenGuard {
     registry: SessionRegistry,
     id: String,
+    ended: CancellationToken,
+}
+
+impl ListenGuard {
+    /// Cancelled when the session is ended (by an operator, here or on another replica): the
+    /// stream should end.
+    pub fn ended(&self) -> &CancellationToken {
+        &self.ended
+    }
 }
 
 impl std::fmt::Debug for ListenGuard {
@@ -789,7 +831,8 @@ struct Sighting {
 ///
 /// It also keeps a session that holds a listen stream open from going idle: the body of a
 /// successful 2025-11-25 `GET` answered with `text/event-stream` holds a
-/// [`SessionRegistry::listening`] guard until it is dropped (the stream ended, either way).
+/// [`SessionRegistry::listening`] guard until it is dropped (the stream ended, either way),
+/// and ends when the session is ended.
 pub fn track(router: axum::Router, sessions: SessionRegistry) -> axum::Router {
     router.layer(axum::middleware::from_fn(
         move |req: axum::extract::Request, next: axum::middleware::Next| {
@@ -816,15 +859,17 @@ pub fn track(router: axum::Router, sessions: SessionRegistry) -> axum::Router {
                 match listen {
                     Some(id) if is_event_stream(&resp) => {
                         let guard = sessions.listening(&id);
+                        let ended = guard.ended().clone().cancelled_owned();
                         resp.map(|body| {
                             use futures::StreamExt as _;
-                            axum::body::Body::from_stream(body.into_data_stream().map(
-                                move |chunk| {
-                                    // Held by the body: dropped with it.
+                            // Ends when the session is ended; the guard is held by the body,
+                            // dropped with it.
+                            axum::body::Body::from_stream(
+                                body.into_data_stream().take_until(ended).map(move |chunk| {
                                     let _open = &guard;
                                     chunk
-                                },
-                            ))
+                                }),
+                            )
                         })
                     }
                     _ => resp,
@@ -1145,12 +1190,39 @@ mod tests {
             assert!(r.session("listening").is_some(), "kept while listening");
         }
         // Closed on A: it goes idle everywhere, as any session.
+        assert!(!stream.ended().is_cancelled());
         drop(stream);
         kberg_testkit::eventually("the closed session to expire", || {
             a.sync().expect("a");
             b.sync().expect("b");
             a.session("listening").is_none() && b.session("listening").is_none()
         });
+    }
+
+    #[test]
+    fn ending_a_session_ends_its_listen_streams_on_every_replica() {
+        let ledger: Arc<dyn SessionLedger> = Arc::new(MemoryLedger::default());
+        let a =
+            SessionRegistry::with_ledger(Duration::from_secs(60), Arc::clone(&ledger)).expect("a");
+        let b = SessionRegistry::with_ledger(Duration::from_secs(60), ledger).expect("b");
+        assert!(a.touch("claude", None, Some("s1"), None));
+        assert!(a.touch("claude", None, Some("s2"), None));
+        let (s1, s2) = (a.listening("s1"), a.listening("s2"));
+        a.sync().expect("a");
+        b.sync().expect("b");
+        // Ended on B: A's stream of it ends once A heard, the other one goes on.
+        let mut ends = a.ledger().expect("shared").ends();
+        assert!(b.end("s1"));
+        b.sync().expect("b writes the end");
+        let heard = ends.try_recv().expect("the end is announced");
+        a.heard_end(heard.strip_prefix(ENDED_PREFIX).expect("an end"));
+        assert!(s1.ended().is_cancelled());
+        assert!(!s2.ended().is_cancelled());
+        // Ended here (as a revocation ends every session of the agent).
+        assert_eq!(a.end_agent("claude"), 1);
+        assert!(s2.ended().is_cancelled());
+        // A stream answered after its session was ended ends at once.
+        assert!(a.listening("s2").ended().is_cancelled());
     }
 
     #[test]
