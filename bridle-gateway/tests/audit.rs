@@ -1,7 +1,8 @@
 //! The audit log through its public API and a real SQLite file: every source round-trips and is
 //! found by every filter; verification names the edited, inserted or deleted row after raw SQL
 //! tampering; retention keeps the chain verifiable, after every one of its bounded steps, with
-//! appends landing between steps; a canary argument never reaches the file; a
+//! appends landing between steps; the start-up pass runs in the writer thread (open does not
+//! wait for it, and its failure fails neither open nor appends); a canary argument never reaches the file; a
 //! full queue is counted and reported; concurrent recorders keep one valid chain; random entries
 //! keep the chain valid (proptest).
 
@@ -10,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bridle_gateway::audit::{
-    AuditConfig, AuditLog, AuditQuery, BreakKind, Change, Entry, Kind, Outcome, Retention, Source,
-    SourceType, Surface,
+    AuditConfig, AuditLog, AuditQuery, BreakKind, Change, Entry, Kind, Outcome, Retention,
+    RetentionEvent, Source, SourceType, Surface,
 };
 use kberg_core::{
     CallOptions, Caller, Grants, Principal, ToolBuilder, ToolOutput, ToolRegistry, WriteCapability,
@@ -789,21 +790,152 @@ fn a_count_limit_of_zero_set_by_hand_ends_its_pass() {
     assert_eq!((v.anchor_id, v.head_id, v.checked), (14, 15, 1));
 }
 
+/// What the writer thread's retention passes told the log's hook, in order.
+#[derive(Default)]
+struct Passes(std::sync::Mutex<Vec<String>>);
+
+impl Passes {
+    fn hear(self: &Arc<Self>) -> impl Fn(&RetentionEvent<'_>) + Send + Sync + 'static {
+        let heard = Arc::clone(self);
+        move |event| {
+            let line = match event {
+                RetentionEvent::Step(so_far) => format!("step {}", so_far.steps),
+                RetentionEvent::Done(Some(r)) => {
+                    format!("done {} through {}", r.removed, r.through_id)
+                }
+                RetentionEvent::Done(None) => "done, nothing due".into(),
+                RetentionEvent::Failed(e) => format!("failed {}", e.code()),
+                _ => "other".into(),
+            };
+            heard.0.lock().expect("events").push(line);
+        }
+    }
+
+    fn heard(&self) -> Vec<String> {
+        self.0.lock().expect("events").clone()
+    }
+}
+
 #[test]
-fn configured_retention_runs_at_open() {
+fn configured_retention_runs_in_the_writer_thread_as_the_log_opens() {
     let dir = tempfile::tempdir().expect("tempdir");
     ten_entries(&open(dir.path()));
+    let passes = Arc::new(Passes::default());
     let log = AuditLog::open(
         AuditConfig::new(dir.path().join("audit.db"))
-            .with_retention(Retention::keep_all().with_max_entries(3)),
+            .with_retention(Retention::keep_all().with_max_entries(3))
+            .with_on_retention(passes.hear()),
     )
     .expect("reopen");
+    eventually("the start-up pass to end", || {
+        passes.heard().last().is_some_and(|l| l.starts_with("done"))
+    });
+    assert_eq!(passes.heard(), ["step 1", "done 8 through 8"]);
     assert_eq!(
         log.query(&AuditQuery::all()).expect("query").entries.len(),
         3
     );
     assert!(log.verify().expect("verify").is_intact());
     assert_eq!(log.apply_retention().expect("again"), None);
+}
+
+/// A backlog due at start (retention newly configured, a long downtime) is the writer thread's:
+/// `open`, and so the gateway's start, does not wait for the pass, and changes are written
+/// between its steps.
+#[test]
+fn open_returns_before_a_start_up_pass_of_many_steps_ends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    ten_entries(&open(dir.path()));
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let held = std::sync::Mutex::new(held);
+    let (stepped, first_step) = std::sync::mpsc::channel::<u64>();
+    let stepped = std::sync::Mutex::new(stepped);
+    // The first step waits until the test has seen `open` return (bounded, so a regression
+    // fails rather than hangs).
+    let hook = move |event: &RetentionEvent<'_>| {
+        if let RetentionEvent::Step(so_far) = event {
+            let _ = stepped.lock().expect("sender").send(so_far.steps);
+            if so_far.steps == 1 {
+                let released = held
+                    .lock()
+                    .expect("receiver")
+                    .recv_timeout(Duration::from_secs(30))
+                    .is_ok();
+                assert!(released, "open waited for the start-up pass");
+            }
+        }
+    };
+    let log = AuditLog::open(
+        AuditConfig::new(dir.path().join("audit.db"))
+            .with_trim_step(3)
+            .with_retention(Retention::keep_all().with_max_entries(4))
+            .with_on_retention(hook),
+    )
+    .expect("open while a backlog is due");
+    assert_eq!(first_step.recv().expect("the first step"), 1);
+    // A change made while the pass is under way (its first step held) is written at once.
+    log.record(Entry::user("bob", Surface::Api, Kind::SecretRotate))
+        .expect("a change during the pass");
+    release.send(()).expect("release the first step");
+    eventually("the pass to end", || {
+        log.query(&AuditQuery::all().kind(Kind::RetentionTrim))
+            .expect("query")
+            .entries
+            .last()
+            .and_then(|e| e.detail.clone())
+            .is_some_and(|d| !d.contains("more due"))
+    });
+    assert!(log.verify().expect("verify").is_intact());
+    let left = log.query(&AuditQuery::all()).expect("query").entries;
+    assert_eq!(left.len(), 4);
+    assert!(left.iter().any(|e| e.source.actor() == "bob"));
+}
+
+/// A retention step failing at start (here, a trigger refusing the delete) does not fail
+/// `open`: the pass is logged as failed, appends go on, and the next interval retries it.
+#[test]
+fn a_retention_step_failing_at_start_leaves_open_and_appends_working() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    ten_entries(&open(dir.path()));
+    raw(dir.path())
+        .execute_batch(
+            "CREATE TRIGGER no_trim BEFORE DELETE ON gateway_audit
+             BEGIN SELECT RAISE(ABORT, 'trimming refused'); END;",
+        )
+        .expect("refuse deletes");
+    let passes = Arc::new(Passes::default());
+    let log = AuditLog::open(
+        AuditConfig::new(dir.path().join("audit.db"))
+            .with_retention(Retention::keep_all().with_max_entries(3))
+            .with_retention_every(Duration::from_millis(20))
+            .with_on_retention(passes.hear()),
+    )
+    .expect("a failing retention step does not fail open");
+    eventually("the start-up pass to fail", || !passes.heard().is_empty());
+    assert_eq!(passes.heard()[0], "failed audit_database");
+    log.record(Entry::user("bob", Surface::Api, Kind::SecretRotate))
+        .expect("a change after the failed pass");
+    assert!(log.record_tool_call(Entry::tool_call(
+        "claude-1",
+        "read_file",
+        "read",
+        None,
+        Outcome::Ok,
+        Duration::from_micros(5),
+    )));
+    log.flush().expect("flush");
+    assert_eq!(
+        log.query(&AuditQuery::all()).expect("query").entries.len(),
+        12
+    );
+    // The next interval's pass goes through once the delete is allowed.
+    raw(dir.path())
+        .execute_batch("DROP TRIGGER no_trim")
+        .expect("allow deletes");
+    eventually("a later pass to trim", || {
+        passes.heard().iter().any(|l| l.starts_with("done 10"))
+    });
+    assert!(log.verify().expect("verify").is_intact());
 }
 
 #[test]

@@ -13,7 +13,8 @@ mod pg_cluster;
 use std::time::Duration;
 
 use bridle_gateway::audit::{
-    AuditConfig, AuditLog, AuditQuery, BreakKind, Change, Entry, Kind, Outcome, Retention, Surface,
+    AuditConfig, AuditLog, AuditQuery, BreakKind, Change, Entry, Kind, Outcome, Retention,
+    RetentionEvent, Surface,
 };
 use bridle_rules::db::postgres::PgDatabase;
 use pg_cluster::PgCluster;
@@ -351,4 +352,65 @@ fn a_nul_in_what_an_agent_sent_loses_no_entry() {
     // A filter with a NUL is read the way the entry was stored, not refused by the server.
     let found = log.query(&AuditQuery::all().actor("x\0y")).unwrap();
     assert_eq!(found.entries.len(), 1, "{found:?}");
+}
+
+#[test]
+fn a_retention_step_failing_at_open_on_postgres_fails_neither_open_nor_appends() {
+    let cluster = PgCluster::shared();
+    let dbname = cluster.create_database();
+    let (first, db) = handle(cluster, &dbname);
+    ten_entries(&first);
+    db.client()
+        .unwrap()
+        .batch(
+            "CREATE FUNCTION no_trim() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN RAISE EXCEPTION 'trimming refused'; END; $$;
+             CREATE TRIGGER no_trim BEFORE DELETE ON gateway_audit
+             FOR EACH ROW EXECUTE FUNCTION no_trim();",
+        )
+        .unwrap();
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let hook = {
+        let heard = std::sync::Arc::clone(&heard);
+        move |event: &RetentionEvent<'_>| {
+            let line = match event {
+                RetentionEvent::Failed(e) => format!("failed {}", e.code()),
+                RetentionEvent::Done(Some(r)) => format!("done {}", r.removed),
+                _ => return,
+            };
+            heard.lock().unwrap().push(line);
+        }
+    };
+    // A replica starting with retention configured: its start-up pass fails in its writer
+    // thread, and the open succeeds.
+    let log = AuditLog::open_postgres(
+        PgDatabase::connect(&cluster.settings(&dbname)).unwrap(),
+        AuditConfig::new("/nonexistent/audit.db")
+            .with_retention(Retention::keep_all().with_max_entries(3))
+            .with_retention_every(Duration::from_millis(20))
+            .with_on_retention(hook),
+    )
+    .unwrap();
+    kberg_testkit::eventually("the start-up pass to fail", || {
+        !heard.lock().unwrap().is_empty()
+    });
+    assert_eq!(heard.lock().unwrap()[0], "failed audit_database");
+    log.record(Entry::user("bob", Surface::Api, Kind::SecretRotate))
+        .unwrap();
+    assert!(log.record_tool_call(Entry::tool_call(
+        "claude",
+        "get_rules",
+        "read",
+        None,
+        Outcome::Ok,
+        Duration::from_micros(5),
+    )));
+    log.flush().unwrap();
+    assert_eq!(log.query(&AuditQuery::all()).unwrap().entries.len(), 12);
+    // The next interval's pass goes through once deletes are allowed.
+    sql(&db, "DROP TRIGGER no_trim ON gateway_audit");
+    kberg_testkit::eventually("a later pass to trim", || {
+        heard.lock().unwrap().iter().any(|l| l == "done 10")
+    });
+    assert!(log.verify().unwrap().is_intact());
 }

@@ -35,6 +35,12 @@
 //!   being dropped stops its writer thread's pass after the step in hand). One
 //!   entry per step rather than one summary at the end: a summary written last would leave
 //!   the moves of an interrupted pass unexplained. Steady state is one step, one entry.
+//!   The configured retention runs in the writer thread, between its batches: first as the
+//!   log opens (open never waits for it: a backlog due after retention is newly set on a large
+//!   log, or after a long downtime, would hold the gateway's start for minutes while health
+//!   checks fail and orchestrators restart it, restarting the pass), then every
+//!   [`AuditConfig::retention_every`]. A failed pass is logged (and told to
+//!   [`AuditConfig::on_retention`]) and tried again at the next interval; it never fails open.
 //! - **Nothing secret.** Entries hold names, revisions, digests and stable codes; tool calls keep
 //!   kberg-core's redacted argument digest and never an argument value.
 //!
@@ -101,13 +107,63 @@ pub struct AuditConfig {
     pub fsync: bool,
     /// How long entries are kept (default: forever).
     pub retention: Retention,
-    /// How often the writer thread applies [`AuditConfig::retention`] (default 10 minutes; it
-    /// also runs once at open).
+    /// How often the writer thread applies [`AuditConfig::retention`] (default 10 minutes). Its
+    /// first pass starts as the log opens, in the writer thread (open does not wait for it); a
+    /// failed pass is logged and tried again this long after.
     pub retention_every: Duration,
     /// The most entries one retention step removes, each step its own short transaction
     /// (default [`TRIM_STEP`], at least 2).
     pub trim_step: u64,
+    /// Told of the writer thread's retention passes (default: none).
+    pub on_retention: Option<RetentionHook>,
 }
+
+/// What the writer thread's retention passes (the start-up one and the periodic ones) tell
+/// [`AuditConfig::on_retention`]. Passes run with [`AuditLog::trim`] and its kin report to their
+/// caller instead.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RetentionEvent<'a> {
+    /// A step committed (the log is free for other writers); the pass so far.
+    Step(&'a TrimReport),
+    /// The pass ended; what it removed, `None` when nothing was due.
+    Done(Option<&'a TrimReport>),
+    /// The pass stopped at an error (also logged): the steps before it stay made, and the rest
+    /// is due at the next pass, [`AuditConfig::retention_every`] later.
+    Failed(&'a AuditError),
+}
+
+/// A callback for [`RetentionEvent`]s, run on the writer thread: while it runs, tool-call
+/// entries wait in the queue (changes are written), so it should be quick, and it must not
+/// panic (that would stop the writer thread).
+#[derive(Clone)]
+pub struct RetentionHook(Arc<dyn Fn(&RetentionEvent<'_>) + Send + Sync>);
+
+impl RetentionHook {
+    /// Wraps `f`.
+    pub fn new(f: impl Fn(&RetentionEvent<'_>) + Send + Sync + 'static) -> Self {
+        RetentionHook(Arc::new(f))
+    }
+
+    pub(crate) fn call(&self, event: &RetentionEvent<'_>) {
+        (self.0)(event)
+    }
+}
+
+impl std::fmt::Debug for RetentionHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RetentionHook")
+    }
+}
+
+/// Two hooks are equal when they are the same callback.
+impl PartialEq for RetentionHook {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for RetentionHook {}
 
 impl AuditConfig {
     /// Defaults, with the database at `path`.
@@ -121,6 +177,7 @@ impl AuditConfig {
             retention: Retention::keep_all(),
             retention_every: Duration::from_secs(600),
             trim_step: TRIM_STEP,
+            on_retention: None,
         }
     }
 
@@ -165,6 +222,15 @@ impl AuditConfig {
     /// to end).
     pub fn with_trim_step(mut self, n: u64) -> Self {
         self.trim_step = n.max(2);
+        self
+    }
+
+    /// Sets the callback told of the writer thread's retention passes ([`RetentionEvent`]).
+    pub fn with_on_retention(
+        mut self,
+        f: impl Fn(&RetentionEvent<'_>) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_retention = Some(RetentionHook::new(f));
         self
     }
 }
@@ -214,8 +280,10 @@ impl std::fmt::Debug for AuditLog {
 }
 
 impl AuditLog {
-    /// Opens (creating if needed) the log at `config.path`, applies retention once, and starts
-    /// the writer thread.
+    /// Opens (creating if needed) the log at `config.path` and starts the writer thread, which
+    /// begins with the retention pass that is due: open returns without waiting for it, and
+    /// the pass's failure is logged (and told to [`AuditConfig::on_retention`]), never
+    /// returned here.
     pub fn open(config: AuditConfig) -> Result<Self, AuditError> {
         let conn = AuditDb::Sqlite(store::open(&config.path, config.fsync)?);
         let reader = AuditDb::Sqlite(store::open(&config.path, config.fsync)?);
@@ -223,7 +291,8 @@ impl AuditLog {
     }
 
     /// Opens (creating and migrating its tables if needed) the log in the PostgreSQL database
-    /// the gateway's replicas share, applies retention once, and starts the writer thread.
+    /// the gateway's replicas share and starts the writer thread, which begins with the
+    /// retention pass that is due (as [`AuditLog::open`]: open does not wait for it).
     /// Every replica appends to one hash chain: appends are serialized across replicas (an
     /// advisory lock and the chain's head row taken `FOR UPDATE` in each append's transaction),
     /// so entries written concurrently by two replicas still form one valid chain.
@@ -249,27 +318,16 @@ impl AuditLog {
             config.max_delay,
         ));
         let trim_step = config.trim_step.max(2);
-        if let Some(r) = writer::run_retention(
-            &conn,
-            &queue,
-            config.retention,
-            trim_step,
-            ms_since_epoch(SystemTime::now()),
-            &mut |_| ControlFlow::Continue(()),
-        )? {
-            tracing::info!(
-                removed = r.removed,
-                through_id = r.through_id,
-                steps = r.steps,
-                "audit retention at open"
-            );
-        }
+        // No retention here: the writer thread starts with the pass that is due (see
+        // `writer::run`), so a backlog of millions of entries never holds the caller (the
+        // gateway's start) and a failing step never fails the open.
         let thread = {
             let (queue, conn) = (Arc::clone(&queue), Arc::clone(&conn));
             let (retention, every) = (config.retention, config.retention_every);
+            let hook = config.on_retention.clone();
             std::thread::Builder::new()
                 .name("bridle-audit".into())
-                .spawn(move || writer::run(queue, conn, retention, every, trim_step))?
+                .spawn(move || writer::run(queue, conn, retention, every, trim_step, hook))?
         };
         Ok(AuditLog {
             writer: Arc::new(AuditWriter {

@@ -25,6 +25,7 @@ use super::backend::AuditDb;
 use super::entry::{Entry, Kind};
 use super::error::AuditError;
 use super::store::{Retention, TrimPass, TrimReport};
+use super::{RetentionEvent, RetentionHook};
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn ms_since_epoch(t: SystemTime) -> i64 {
@@ -325,9 +326,19 @@ pub(crate) fn run(
     retention: Retention,
     retention_every: Duration,
     trim_step: u64,
+    hook: Option<RetentionHook>,
 ) {
+    let tell = |event: RetentionEvent<'_>| {
+        if let Some(h) = &hook {
+            h.call(&event);
+        }
+    };
+    // The first pass is due at once: the start-up pass runs here, between appends, rather
+    // than in `open`, where a backlog (retention newly set on a large log, a long downtime)
+    // would hold the gateway's start for minutes and a failing step would fail it. A failed
+    // pass is logged and tried again at the next interval.
     let retains = retention.max_age.is_some() || retention.max_entries.is_some();
-    let mut last_retention = Instant::now();
+    let mut next_retention = retains.then(Instant::now);
     loop {
         let closing = {
             let mut q = queue.lock();
@@ -336,7 +347,7 @@ pub(crate) fn run(
                     break;
                 }
                 let retention_left =
-                    retains.then(|| retention_every.saturating_sub(last_retention.elapsed()));
+                    next_retention.map(|t| t.saturating_duration_since(Instant::now()));
                 if retention_left == Some(Duration::ZERO) {
                     break;
                 }
@@ -365,12 +376,12 @@ pub(crate) fn run(
         };
         // An error is logged and counted by write_pending; the thread goes on.
         let _ = queue.write_pending(&mut lock_conn(&conn));
-        if retains && last_retention.elapsed() >= retention_every {
-            last_retention = Instant::now();
+        if next_retention.is_some_and(|t| Instant::now() >= t) {
             // A log being dropped stops its pass after the step in hand (the chain is whole
             // and the step recorded; the rest is due at the next start) rather than holding the
             // shutdown for the whole backlog.
-            let mut until_closed = |_: &TrimReport| {
+            let mut until_closed = |so_far: &TrimReport| {
+                tell(RetentionEvent::Step(so_far));
                 if queue.is_closed() {
                     ControlFlow::Break(())
                 } else {
@@ -385,15 +396,28 @@ pub(crate) fn run(
                 now_ms(),
                 &mut until_closed,
             ) {
-                Ok(Some(r)) => tracing::info!(
-                    removed = r.removed,
-                    through_id = r.through_id,
-                    steps = r.steps,
-                    "audit retention"
-                ),
-                Ok(None) => {}
-                Err(e) => tracing::error!(error = %e, "audit retention pass failed"),
+                Ok(r) => {
+                    if let Some(r) = &r {
+                        tracing::info!(
+                            removed = r.removed,
+                            through_id = r.through_id,
+                            steps = r.steps,
+                            "audit retention"
+                        );
+                    }
+                    tell(RetentionEvent::Done(r.as_ref()));
+                }
+                Err(e) => {
+                    tracing::error!(
+                        error = %e,
+                        "audit retention pass failed; it is tried again at the next interval"
+                    );
+                    tell(RetentionEvent::Failed(&e));
+                }
             }
+            // Counted from the pass's end, so a pass longer than the interval is not followed
+            // at once by the next; an interval too long to add means no further pass.
+            next_retention = Instant::now().checked_add(retention_every);
         }
         if closing {
             break;
@@ -454,6 +478,7 @@ mod tests {
             Retention::keep_all().with_max_entries(4),
             Duration::ZERO,
             3,
+            None,
         );
         let ends = lock_conn(&conn).ends().unwrap();
         assert_eq!((ends.anchor_id, ends.head_id), (3, 11));
