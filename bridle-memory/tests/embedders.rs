@@ -772,3 +772,97 @@ async fn a_dripping_answer_is_cut_by_the_timeout() {
         assert!(err.to_string().contains("timed out"), "{err}");
     }
 }
+
+/// A server that counts the requests it gets and answers each with one vector on both wires.
+fn counting(hits: Arc<AtomicUsize>) -> axum::Router {
+    axum::Router::new().fallback(move || {
+        let hits = hits.clone();
+        async move {
+            hits.fetch_add(1, Ordering::SeqCst);
+            Json(json!({"data": [{"index": 0, "embedding": [1, 0]}], "embeddings": [[1, 0]]}))
+        }
+    })
+}
+
+/// A server that redirects every request with `status` to `to`.
+fn redirecting(status: StatusCode, to: String) -> axum::Router {
+    axum::Router::new().fallback(move || {
+        let to = to.clone();
+        async move { (status, [(axum::http::header::LOCATION, to)], "moved") }
+    })
+}
+
+/// A base URL that redirects to another origin (a moved server, a proxy's login page, an
+/// `https` address sent to `http`) is not followed: a 307 or 308 would send the texts being
+/// embedded (stored memories, private code) and the URL's credentials there. The error names
+/// where it pointed, without its credentials. A redirect within the origin is followed.
+#[tokio::test]
+async fn a_redirect_to_another_origin_is_not_followed() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let elsewhere = serve(counting(hits.clone())).await;
+    for status in [
+        StatusCode::MOVED_PERMANENTLY,
+        StatusCode::FOUND,
+        StatusCode::SEE_OTHER,
+        StatusCode::TEMPORARY_REDIRECT,
+        StatusCode::PERMANENT_REDIRECT,
+    ] {
+        let s = serve(redirecting(
+            status,
+            format!("{}/v1/embeddings?key=canary-q", elsewhere.url),
+        ))
+        .await;
+        let config = HttpEmbedderConfig::new(&s.url, "m").api_key("canary-key");
+        for err in [
+            OpenAiEmbedder::connect(config.clone())
+                .await
+                .expect_err("not followed"),
+            OllamaEmbedder::connect(config)
+                .await
+                .expect_err("not followed"),
+        ] {
+            let text = err.to_string();
+            assert_eq!(err.code(), "embedder_unavailable", "{status}: {text}");
+            assert!(text.contains(&status.as_u16().to_string()), "{text}");
+            assert!(text.contains("outside the base URL's origin"), "{text}");
+            assert!(text.contains(&elsewhere.url), "names where: {text}");
+            assert!(!text.contains("canary"), "{text}");
+        }
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "nothing reached the other origin"
+    );
+
+    // Within the origin: followed, and the answer read.
+    let router = axum::Router::new()
+        .route(
+            "/v1/embeddings",
+            post(|| async {
+                (
+                    StatusCode::TEMPORARY_REDIRECT,
+                    [(axum::http::header::LOCATION, "/moved/v1/embeddings")],
+                )
+            }),
+        )
+        .merge(counting(hits.clone()));
+    let s = serve(router).await;
+    let e = OpenAiEmbedder::connect(HttpEmbedderConfig::new(&s.url, "m"))
+        .await
+        .expect("followed within the origin");
+    assert_eq!(e.dimension(), 2);
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+
+    // Within the origin for ever: followed a few times, then refused.
+    let s = serve(redirecting(
+        StatusCode::TEMPORARY_REDIRECT,
+        "/again".to_string(),
+    ))
+    .await;
+    let err = OllamaEmbedder::connect(HttpEmbedderConfig::new(&s.url, "m"))
+        .await
+        .expect_err("a loop");
+    assert_eq!(err.code(), "embedder_unavailable", "{err}");
+    assert!(err.to_string().contains("kept redirecting"), "{err}");
+}

@@ -118,6 +118,7 @@ impl Client {
         let shown = redact_url(&url);
         let http = reqwest::Client::builder()
             .timeout(config.timeout)
+            .redirect(redirect_policy())
             .build()
             .map_err(|e| MemoryError::EmbedderUnavailable {
                 endpoint: shown.clone(),
@@ -152,6 +153,9 @@ impl Client {
         }
         let mut resp = req.send().await.map_err(|e| unavailable(describe(e)))?;
         let status = resp.status();
+        if status.is_redirection() {
+            return Err(unavailable(self.not_followed(&resp)));
+        }
         // An answer is read to a bound: a whole batch's vectors fit with room to spare, and an
         // error needs no more than its first lines.
         let limit = if status.is_success() {
@@ -185,6 +189,63 @@ impl Client {
         }
         Ok(bytes)
     }
+}
+
+impl Client {
+    /// Why a redirect answer was not followed ([`redirect_policy`]), naming where it pointed
+    /// as [`redact_url`] shows it, and with the request's credentials replaced.
+    fn not_followed(&self, resp: &reqwest::Response) -> String {
+        let to = resp
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .and_then(|l| resp.url().join(l).ok());
+        let why = match to {
+            Some(to) if same_origin(resp.url(), &to) => {
+                format!("kept redirecting the request (more than {MAX_REDIRECTS} times)")
+            }
+            Some(to) => format!(
+                "redirected the request to {}, outside the base URL's origin; it was not \
+                 followed, so neither the texts nor the key went there. If that address is \
+                 right, make it the base URL",
+                redact_url(to.as_str())
+            ),
+            None => "answered a redirect without a usable location".to_string(),
+        };
+        self.credentials
+            .scrub(&format!("HTTP {}: {why}", resp.status()))
+    }
+}
+
+/// The most redirects one request follows.
+const MAX_REDIRECTS: usize = 10;
+
+/// Whether `to` is in the origin (scheme, host and port) of `from`.
+fn same_origin(from: &reqwest::Url, to: &reqwest::Url) -> bool {
+    from.scheme() == to.scheme()
+        && from.host_str() == to.host_str()
+        && from.port_or_known_default() == to.port_or_known_default()
+}
+
+/// Follows a redirect only within the origin of the URL asked first. The HTTP client drops the
+/// `Authorization` header on a redirect to another origin, but a 307 or 308 sends the body
+/// along: the texts being embedded (stored memories, files of a private repository) would go
+/// to whatever a base URL redirects to (a moved server, a proxy's login page, an `https`
+/// address sent to `http`). A redirect not followed is the error [`Client::not_followed`] says.
+fn redirect_policy() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        // The URLs asked so far: the first, then each redirect followed.
+        let followed = attempt.previous().len().saturating_sub(1);
+        let within = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| same_origin(first, attempt.url()));
+        if within && followed < MAX_REDIRECTS {
+            attempt.follow()
+        } else {
+            attempt.stop()
+        }
+    })
 }
 
 /// The largest embedding answer read (64 MiB: a batch of 64 texts of 4,096 dimensions is
