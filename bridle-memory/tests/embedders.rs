@@ -866,3 +866,27 @@ async fn a_redirect_to_another_origin_is_not_followed() {
     assert_eq!(err.code(), "embedder_unavailable", "{err}");
     assert!(err.to_string().contains("kept redirecting"), "{err}");
 }
+
+/// A field no client reads is skipped as it is read, however deeply it nests (without
+/// recursion, so without using the thread's stack), and the answer is read.
+#[tokio::test]
+async fn a_deeply_nested_unknown_field_is_skipped() {
+    let deep = format!(
+        "{{\"x\": {}1{}, \"data\": [{{\"embedding\": [1]}}], \"embeddings\": [[1]]}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let router = axum::Router::new().fallback(move || {
+        let deep = deep.clone();
+        async move { (StatusCode::OK, deep) }
+    });
+    let s = serve(router).await;
+    let e = OpenAiEmbedder::connect(HttpEmbedderConfig::new(&s.url, "m"))
+        .await
+        .expect("read");
+    assert_eq!(e.dimension(), 1);
+    let e = OllamaEmbedder::connect(HttpEmbedderConfig::new(&s.url, "m"))
+        .await
+        .expect("read");
+    assert_eq!(e.dimension(), 1);
+}
