@@ -463,12 +463,18 @@ impl Route {
         let mut secret = None;
         let mut injected = None;
         // The child's stderr is logged with exactly its credential redacted: its other
-        // environment (a URL, a log level) stays readable.
+        // environment (a URL, a log level) stays readable. A value stored with surrounding
+        // blanks is redacted without them too: a child that trims it (or a shell that splits
+        // it into words) prints it so.
         let mut redact = Vec::new();
         if let (Some((name, value, version)), Some(target)) = (credential, &self.target) {
             let rendered = target.render(value.expose());
             redact.push(value.expose().to_string());
             redact.push(rendered.clone());
+            let trimmed = value.expose().trim();
+            if !trimmed.is_empty() && trimmed != value.expose() {
+                redact.push(trimmed.to_string());
+            }
             transport = match target {
                 CredentialTarget::Header { name, .. } => transport.header(name.clone(), rendered),
                 CredentialTarget::Env(var) => transport.env(var.clone(), rendered),
