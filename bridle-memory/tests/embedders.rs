@@ -890,3 +890,35 @@ async fn a_deeply_nested_unknown_field_is_skipped() {
         .expect("read");
     assert_eq!(e.dimension(), 1);
 }
+
+/// An answer whose header never ends is refused by the HTTP client's bound on a response
+/// head, not read until the timeout (nor into memory without end).
+#[tokio::test]
+async fn an_endless_header_is_refused() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let task = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let line = format!("x-filler: {}\r\n", "a".repeat(1000));
+                if conn.write_all(b"HTTP/1.1 200 OK\r\n").await.is_err() {
+                    return;
+                }
+                while conn.write_all(line.as_bytes()).await.is_ok() {}
+            });
+        }
+    });
+    for err in [
+        OpenAiEmbedder::connect(HttpEmbedderConfig::new(&url, "m"))
+            .await
+            .expect_err("endless header"),
+        OllamaEmbedder::connect(HttpEmbedderConfig::new(&url, "m"))
+            .await
+            .expect_err("endless header"),
+    ] {
+        assert_eq!(err.code(), "embedder_unavailable", "{err}");
+        assert!(!err.to_string().contains("timed out"), "{err}");
+    }
+    task.abort();
+}
