@@ -333,10 +333,11 @@ fn a_page_size_outside_one_to_a_thousand_is_refused_offline_as_through_the_api()
     }
 }
 
-/// The offline commands read the log: a retention in `bridle.yaml` is the running gateway's
-/// to apply, so `verify`, `query` and `export` beside it (or with it stopped) remove nothing.
+/// Retention in `bridle.yaml` is the running gateway's to apply: the offline commands, the
+/// reads (`verify`, `query`, `export`) and a change recording itself, beside it or with it
+/// stopped, remove nothing.
 #[test]
-fn offline_reads_apply_no_retention() {
+fn offline_commands_apply_no_retention() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let mut yaml = demo_data_dir(dir);
@@ -360,4 +361,9 @@ fn offline_reads_apply_no_retention() {
     succeeded(&run_bridle(dir, &["audit", "query"]), "audit query");
     succeeded(&run_bridle(dir, &["audit", "export"]), "audit export");
     assert_eq!(rows(), 5, "a read removed entries");
+    succeeded(
+        &run_bridle(dir, &["agents", "token", "issue", "claude"]),
+        "agents token issue",
+    );
+    assert_eq!(rows(), 6, "a change recorded offline removed entries");
 }

@@ -409,7 +409,12 @@ pub(crate) fn record_offline(dir: &Path, entry: bridle_gateway::audit::Entry) {
             return Ok(());
         }
         let database = StateDatabase::open_configured(dir, &config)?;
-        let log = database.open_audit(config.audit.log_config(dir))?;
+        // Retention is the gateway's to apply, not a one-line change's.
+        let log_config = config
+            .audit
+            .log_config(dir)
+            .with_retention(bridle_gateway::audit::Retention::keep_all());
+        let log = database.open_audit(log_config)?;
         log.record(entry)?;
         Ok(())
     })();
