@@ -2,12 +2,12 @@
 //!
 //! An answer may be as large as the HTTP client's bound (64 MiB). Parsed into a
 //! `serde_json::Value` first, it would cost many times its size (a map per object, a `Value` of
-//! 32 bytes per number, all of it held until the vectors are made), so one broken or hostile
-//! server answer could cost a gigabyte or more per request. Here serde drives visitors that keep
-//! only what was asked for, as it is read: at most one vector per input, each of at most the
-//! model's dimension once that is known, as `f32`s. Everything else (unknown fields, items past
-//! the inputs, numbers past the dimension) is skipped as it is read and never held, so an answer
-//! costs about the size of the vectors it was asked for.
+//! tens of bytes per number, all of it held until the vectors are made), so one broken or
+//! hostile server answer could cost a gigabyte or more per request. Here serde drives visitors
+//! that keep only what was asked for, as it is read: at most one vector per input, each of at
+//! most the model's dimension once that is known, as `f32`s. Everything else (unknown fields,
+//! items past the inputs, numbers past the dimension) is skipped as it is read, without
+//! recursion, and never held, so an answer costs about the size of the vectors it was asked for.
 //!
 //! A wrong answer is reported in the client's own words ("no `data` array in the answer", ...):
 //! the visitor that meets the problem notes it and stops the parse, and the note is what the
