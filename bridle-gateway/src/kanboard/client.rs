@@ -99,7 +99,10 @@ impl Credential {
 
     /// Replaces every form this credential takes on the wire in `answer`'s strings and keys:
     /// the `Authorization` header's base64 of `user:token`, and the token (alone or in the
-    /// pair). Returns whether any was there.
+    /// pair). Returns whether any was there. A token shorter than
+    /// [`MIN_REDACTED_LEN`](kberg_server::aggregate::MIN_REDACTED_LEN) bytes (a user's password
+    /// as short as a word: Kanboard's first user is `admin` with the password `admin`) is not
+    /// searched for alone: it would take every name on the board that matches it.
     fn scrub(&self, answer: &mut Value) -> bool {
         use base64::Engine;
         let (user, token) = self.basic();
@@ -107,7 +110,11 @@ impl Credential {
         let encoded =
             zeroize::Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&*pair));
         let scrub = crate::upstreams::scrub::scrub_json;
-        scrub(answer, &encoded) | scrub(answer, token)
+        let mut hit = scrub(answer, &encoded);
+        if token.trim().len() >= kberg_server::aggregate::MIN_REDACTED_LEN {
+            hit |= scrub(answer, token);
+        }
+        hit
     }
 }
 
