@@ -725,3 +725,142 @@ async fn a_session_holding_only_a_listen_stream_open_keeps_its_rows_on_every_rep
     a.stop().await;
     b.stop().await;
 }
+
+/// A 2025-11-25 client ending its session (`DELETE`, answered `200` on replica A) takes it out
+/// of every replica's listing at once: its rows go (`gateway_sessions` and its resumable
+/// state), with no end recorded (it was not ended by an operator: its id is answered the
+/// transport's `404`, not refused `401`), and a listen stream B holds of it ends. A `DELETE` the
+/// transport refused (another agent naming the session) forgets nothing, and a session ended by
+/// an operator is refused as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_its_client_deleted_on_one_replica_leaves_every_listing() {
+    let cluster = PgCluster::shared();
+    let dbname = cluster.create_database();
+    let (a_dir, a_config) = data_dir(cluster, &dbname);
+    let (b_dir, b_config) = data_dir(cluster, &dbname);
+    let token = std::fs::read_to_string(a_dir.path().join("secrets/claude-token")).unwrap();
+    let b_token = std::fs::read_to_string(b_dir.path().join("secrets/claude-token")).unwrap();
+    let b_codex = std::fs::read_to_string(b_dir.path().join("secrets/codex-token")).unwrap();
+    let (token, b_token, b_codex) = (token.trim(), b_token.trim(), b_codex.trim());
+    let a = Replica::start(a_dir.path(), a_config).await;
+    let b = Replica::start(b_dir.path(), b_config).await;
+    let http = reqwest::Client::new();
+    let request = |method: reqwest::Method, url: &str, token: &str, id: &str| {
+        http.request(method, url)
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", id)
+            .header("mcp-protocol-version", "2025-11-25")
+    };
+    let tools_list = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+
+    // Both sessions opened on A; the deleted one's listen stream is held on B (resumed there).
+    let deleted = a.open_session(token).await;
+    let kept = a.open_session(token).await;
+    let mut stream = request(reqwest::Method::GET, &b.mcp, b_token, &deleted)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), reqwest::StatusCode::OK);
+    let first = tokio::time::timeout(kberg_testkit::WAIT, stream.chunk())
+        .await
+        .expect("the stream's first event within the deadline")
+        .unwrap();
+    assert!(first.is_some_and(|c| !c.is_empty()));
+    for (name, replica) in [("A", &a), ("B", &b)] {
+        until(&format!("{name} lists both sessions"), || {
+            let listed = replica.sessions_of("claude");
+            listed.contains(&deleted) && listed.contains(&kept)
+        })
+        .await;
+    }
+
+    // Another agent naming the session on B is refused by the transport: nothing forgotten.
+    let r = request(reqwest::Method::DELETE, &b.mcp, b_codex, &kept)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::NOT_FOUND);
+
+    // Its client deletes it on A: A drops it at once, B once it heard, and B's stream ends.
+    let r = request(reqwest::Method::DELETE, &a.mcp, token, &deleted)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::OK);
+    assert!(!a.sessions_of("claude").contains(&deleted));
+    until("B drops the deleted session", || {
+        !b.sessions_of("claude").contains(&deleted)
+    })
+    .await;
+    tokio::time::timeout(kberg_testkit::WAIT, async {
+        while let Ok(Some(_)) = stream.chunk().await {}
+    })
+    .await
+    .expect("B's listen stream of the deleted session to end within the deadline");
+
+    // Its rows are gone, and no end is recorded: its id is the transport's 404 on either.
+    let db = PgDatabase::connect(&cluster.settings(&dbname)).unwrap();
+    let id = deleted.clone();
+    let rows = tokio::task::spawn_blocking(move || {
+        let client = db.client().unwrap();
+        [
+            "gateway_sessions",
+            "gateway_session_states",
+            "gateway_session_ends",
+        ]
+        .map(|table| {
+            client
+                .query_opt(&format!("SELECT 1 FROM {table} WHERE id = $1"), &[&id])
+                .unwrap()
+                .is_some()
+        })
+    })
+    .await
+    .unwrap();
+    assert_eq!(rows, [false; 3], "rows left of the deleted session");
+    // (B's transport looks in the database again at most every second, and serves the
+    // session until then: those requests do not list it again either.)
+    for (replica, token) in [(&a, token), (&b, b_token)] {
+        eventually_async("the deleted session's id to be answered 404", || {
+            let r = request(reqwest::Method::POST, &replica.mcp, token, &deleted)
+                .json(&tools_list)
+                .send();
+            async move {
+                let status = r.await.unwrap().status();
+                assert_ne!(
+                    status,
+                    reqwest::StatusCode::UNAUTHORIZED,
+                    "refused as ended"
+                );
+                (status == reqwest::StatusCode::NOT_FOUND).then_some(())
+            }
+        })
+        .await;
+    }
+    // It stays gone (a replica's later exchanges do not bring it back); the other one stays.
+    a.ctx.sessions.sync().unwrap();
+    b.ctx.sessions.sync().unwrap();
+    for replica in [&a, &b] {
+        let listed = replica.sessions_of("claude");
+        assert!(!listed.contains(&deleted), "{listed:?}");
+        assert!(listed.contains(&kept), "{listed:?}");
+    }
+
+    // Ended by an operator on B: refused on A as before.
+    assert!(b.ctx.sessions.end(&kept));
+    until("A drops the ended session", || {
+        !a.sessions_of("claude").contains(&kept)
+    })
+    .await;
+    let r = request(reqwest::Method::POST, &a.mcp, token, &kept)
+        .json(&tools_list)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::UNAUTHORIZED);
+
+    a.stop().await;
+    b.stop().await;
+}

@@ -9,7 +9,11 @@
 //!
 //! An operator can end a session: the next request that carries its id is refused, so the
 //! client must start a new session (and authenticate again), and a listen stream it holds open
-//! ends (on every replica: see [`track`]). Sessions not seen for the idle
+//! ends (on every replica: see [`track`]). A client can end its own session (a 2025-11-25
+//! `DELETE` the transport answers with success): [`track`] then has the registry *forget* it
+//! ([`SessionRegistry::forget`]): it leaves the listing at once and a listen stream it holds
+//! open ends, as for an end, but it is not remembered as ended (the transport answers its id
+//! `404` from then on, and it was no operator's doing). Sessions not seen for the idle
 //! timeout are dropped from the registry (looked for at most once per [`SWEEP_EVERY`], not on
 //! every request).
 //!
@@ -34,9 +38,12 @@
 //! One gateway keeps all of this in memory. Replicas on one PostgreSQL database share it
 //! through a [`SessionLedger`] ([`ledger`]; [`postgres`] with the feature): each replica still
 //! answers from memory, and [`SessionRegistry::follow`] exchanges what changed with the ledger
-//! every [`SYNC_EVERY`] (at once when a session is first seen or ended), so a request never
-//! waits for the database. An end reaches the other replicas through the ledger's
-//! announcements, sooner than the period.
+//! every [`SYNC_EVERY`] (at once when a session is first seen, ended or forgotten), so a request
+//! never waits for the database. An end, and a forgotten session, reach the other replicas
+//! through the ledger's announcements, sooner than the period: a replica holding a listen
+//! stream of a session its client deleted elsewhere ends it at once, and stops writing the
+//! session as seen before that could bring it back. A replica that missed an announcement
+//! drops the session at its next read, which no longer has it.
 
 pub mod ledger;
 #[cfg(feature = "postgres")]
@@ -51,7 +58,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::GatewayError;
-pub use ledger::{ENDED_PREFIX, SessionBatch, SessionLedger, SessionSnapshot};
+pub use ledger::{ENDED_PREFIX, FORGOTTEN_PREFIX, SessionBatch, SessionLedger, SessionSnapshot};
 
 /// How often a registry with a ledger exchanges what changed for what the other replicas
 /// wrote: the longest a session first seen on another replica, or a count, takes to show.
@@ -122,13 +129,13 @@ pub enum SessionEvent {
         /// The session.
         session: SessionRecord,
     },
-    /// A session was ended by an operator or expired.
+    /// A session was ended by an operator, closed by its client or expired.
     Disconnected {
         /// The session id.
         id: String,
         /// The agent.
         agent: String,
-        /// `ended` or `idle`.
+        /// `ended` (by an operator), `closed` (its client deleted it) or `idle`.
         reason: &'static str,
     },
     /// A tool call finished.
@@ -149,6 +156,7 @@ struct Unwritten {
     touched: HashMap<String, u64>,
     calls: HashMap<String, CallCounts>,
     ended: Vec<String>,
+    forgotten: Vec<String>,
 }
 
 #[derive(Default)]
@@ -156,6 +164,9 @@ struct Book {
     /// The live sessions: with a ledger, its last snapshot with this replica's changes since.
     sessions: HashMap<String, SessionRecord>,
     ended: HashMap<String, SystemTime>,
+    /// Sessions their clients deleted (see [`SessionRegistry::forget`]), kept as long as ends
+    /// so that an answer or a read racing the deletion does not list them again.
+    forgotten: HashMap<String, SystemTime>,
     calls: HashMap<String, CallCounts>,
     unwritten: Unwritten,
     /// Listen streams open per session id (see [`SessionRegistry::listening`]).
@@ -307,6 +318,8 @@ impl SessionRegistry {
             }
             book.ended
                 .retain(|_, at| now.duration_since(*at).is_ok_and(|d| d < idle * 2));
+            book.forgotten
+                .retain(|_, at| now.duration_since(*at).is_ok_and(|d| d < idle * 2));
         }
         let shared = self.ledger.is_some();
         // Counted for a new stateful id only: a known one, or a 2026-07-28 client's one
@@ -315,6 +328,7 @@ impl SessionRegistry {
             && !book.sessions.contains_key(&id)
             && book.sessions.values().filter(|s| s.agent == agent).count()
                 >= MAX_SESSIONS_PER_AGENT;
+        let forgotten = book.forgotten.contains_key(&id);
         match book.sessions.get_mut(&id) {
             Some(s) if s.agent == agent => {
                 s.last_seen_ms = ms(now);
@@ -331,6 +345,9 @@ impl SessionRegistry {
             Some(_) => {}
             // The agent holds its whole share: no new record until one goes idle.
             None if full => {}
+            // Deleted by its client: a request answered as it was deleted does not bring it
+            // back (the transport answers any later one `404`).
+            None if forgotten => {}
             None => {
                 let record = SessionRecord {
                     id: id.clone(),
@@ -463,6 +480,54 @@ impl SessionRegistry {
         }
     }
 
+    /// Forgets a session its client deleted (a 2025-11-25 `DELETE` the transport answered with
+    /// success; [`track`] calls this): it leaves the registry now, a listen stream it holds
+    /// open ends (as for [`SessionRegistry::end`]), and with a ledger it is removed there too
+    /// and announced, so every replica drops it at once. Unlike an end, it is not remembered as
+    /// ended: its id is not refused here (the transport answers it `404`), nor reported as
+    /// ended by an operator. Returns whether it was listed. A session an operator ended is
+    /// left as it is.
+    pub fn forget(&self, id: &str) -> bool {
+        let mut book = self.book();
+        if book.ended.contains_key(id) {
+            return false;
+        }
+        // Written even when not listed here: it may be another replica's session, not yet
+        // read here, which this replica's transport resumed to delete it.
+        if self.ledger.is_some() {
+            book.unwritten.forgotten.push(id.to_string());
+            self.wake.notify_one();
+        }
+        self.drop_forgotten(&mut book, id)
+    }
+
+    /// A session deleted by its client on another replica (heard from the ledger).
+    fn heard_forget(&self, id: &str) {
+        let mut book = self.book();
+        if !book.ended.contains_key(id) {
+            self.drop_forgotten(&mut book, id);
+        }
+    }
+
+    /// Drops a forgotten session from `book`, ends its listen streams and publishes its
+    /// disconnect. Returns whether it was listed.
+    fn drop_forgotten(&self, book: &mut Book, id: &str) -> bool {
+        book.forgotten.insert(id.to_string(), SystemTime::now());
+        book.unwritten.touched.remove(id);
+        if let Some(open) = book.streams.get(id) {
+            open.ended.cancel();
+        }
+        let Some(s) = book.sessions.remove(id) else {
+            return false;
+        };
+        let _ = self.events.send(SessionEvent::Disconnected {
+            id: id.to_string(),
+            agent: s.agent,
+            reason: "closed",
+        });
+        true
+    }
+
     /// Writes what this replica changed to the ledger and reads back what every replica
     /// wrote (blocking; nothing to do without a ledger). What could not be written stays to
     /// be written next time.
@@ -501,6 +566,7 @@ impl SessionRegistry {
                 .collect(),
             calls: unwritten.calls.into_iter().collect(),
             ended: unwritten.ended,
+            forgotten: unwritten.forgotten,
         }
     }
 
@@ -517,10 +583,17 @@ impl SessionRegistry {
         }
         let later = std::mem::replace(&mut unwritten.ended, batch.ended);
         unwritten.ended.extend(later);
+        let later = std::mem::replace(&mut unwritten.forgotten, batch.forgotten);
+        unwritten.forgotten.extend(later);
     }
 
     /// Makes the ledger's snapshot the book, with what this replica changed since it was
-    /// taken laid over it; publishes the sessions that appeared or left meanwhile.
+    /// taken laid over it (a session first seen here since is kept, though the ledger does
+    /// not have it yet); publishes the sessions that appeared or left meanwhile. A session
+    /// listed here that the ledger no longer has is dropped: gone idle, or deleted by its
+    /// client on another replica (one holding a listen stream here is never idle, since it is
+    /// written as seen at every exchange, so it was deleted: its streams end, as when the
+    /// announcement is heard).
     fn apply(&self, snapshot: SessionSnapshot) {
         let mut book = self.book();
         for (id, at) in snapshot.ended {
@@ -531,7 +604,7 @@ impl SessionRegistry {
         let mut sessions: HashMap<String, SessionRecord> = snapshot
             .sessions
             .into_iter()
-            .filter(|s| !book.ended.contains_key(&s.id))
+            .filter(|s| !book.ended.contains_key(&s.id) && !book.forgotten.contains_key(&s.id))
             .map(|s| (s.id.clone(), s))
             .collect();
         for (id, n) in &book.unwritten.touched {
@@ -568,10 +641,14 @@ impl SessionRegistry {
         }
         for s in book.sessions.values() {
             if !sessions.contains_key(&s.id) && !book.ended.contains_key(&s.id) {
+                let open = book.streams.get(&s.id);
+                if let Some(open) = open {
+                    open.ended.cancel();
+                }
                 let _ = self.events.send(SessionEvent::Disconnected {
                     id: s.id.clone(),
                     agent: s.agent.clone(),
-                    reason: "idle",
+                    reason: if open.is_some() { "closed" } else { "idle" },
                 });
             }
         }
@@ -580,9 +657,9 @@ impl SessionRegistry {
     }
 
     /// Keeps this registry and its ledger in step until `stop`: every [`SYNC_EVERY`] (and at
-    /// once when a session is first seen or ended here) it writes what changed and reads what
-    /// every replica wrote; an end announced by any replica is refused here as soon as it is
-    /// heard. A last write when stopped. Returns at once without a ledger.
+    /// once when a session is first seen, ended or forgotten here) it writes what changed and
+    /// reads what every replica wrote; an end announced by any replica is refused here as soon
+    /// as it is heard, and a session forgotten on any replica leaves the listing here then. A last write when stopped. Returns at once without a ledger.
     pub async fn follow(self, stop: CancellationToken) {
         let Some(ledger) = self.ledger.clone() else {
             return;
@@ -599,6 +676,10 @@ impl SessionRegistry {
                 Some(m) = ends.recv() => {
                     if let Some(id) = m.strip_prefix(ENDED_PREFIX) {
                         self.heard_end(id);
+                        continue;
+                    }
+                    if let Some(id) = m.strip_prefix(FORGOTTEN_PREFIX) {
+                        self.heard_forget(id);
                         continue;
                     }
                     // (Re)listening: ends may have been missed; read the ledger again.
@@ -679,7 +760,8 @@ impl SessionRegistry {
     /// its idle timeout runs from the stream's end. [`track`] holds one for the body of each
     /// successful 2025-11-25 `GET` answered with `text/event-stream`.
     ///
-    /// When the session is ended ([`SessionRegistry::end`], or on another replica), the
+    /// When the session is ended ([`SessionRegistry::end`], or on another replica) or
+    /// forgotten ([`SessionRegistry::forget`], here or on another replica), the
     /// guard's [`ListenGuard::ended`] is cancelled: [`track`] then ends the stream, so an
     /// agent whose session an operator ended (or whose tokens were revoked) stops receiving
     /// notifications on it, as its requests are refused.
@@ -695,8 +777,8 @@ impl SessionRegistry {
             });
         open.count += 1;
         let ended = open.ended.clone();
-        if book.ended.contains_key(id) {
-            // Ended between its request's check and its answer.
+        if book.ended.contains_key(id) || book.forgotten.contains_key(id) {
+            // Ended (or deleted) between its request's check and its answer.
             ended.cancel();
         }
         if let Some(s) = book.sessions.get_mut(id) {
@@ -773,8 +855,8 @@ pub struct ListenGuard {
 }
 
 impl ListenGuard {
-    /// Cancelled when the session is ended (by an operator, here or on another replica): the
-    /// stream should end.
+    /// Cancelled when the session is ended (by an operator, here or on another replica) or
+    /// deleted by its client (here or on another replica): the stream should end.
     pub fn ended(&self) -> &CancellationToken {
         &self.ended
     }
@@ -794,10 +876,11 @@ impl Drop for ListenGuard {
     }
 }
 
-/// The session id of a 2025-11-25 `GET` (a listen stream, when answered with
-/// `text/event-stream`), if it names one the registry could record.
-fn listen_session(req: &axum::extract::Request) -> Option<String> {
-    if req.method() != axum::http::Method::GET {
+/// The session id of a 2025-11-25 request of `method` (a `GET`: a listen stream, when answered
+/// with `text/event-stream`; a `DELETE`: the client ending its session), if it names one the
+/// registry could record.
+fn session_of(req: &axum::extract::Request, method: &axum::http::Method) -> Option<String> {
+    if req.method() != method {
         return None;
     }
     let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
@@ -832,21 +915,31 @@ struct Sighting {
 /// It also keeps a session that holds a listen stream open from going idle: the body of a
 /// successful 2025-11-25 `GET` answered with `text/event-stream` holds a
 /// [`SessionRegistry::listening`] guard until it is dropped (the stream ended, either way),
-/// and ends when the session is ended.
+/// and ends when the session is ended or forgotten.
+///
+/// And it forgets a session its client ended: a 2025-11-25 `DELETE` the transport answered
+/// with success (`2xx`) has the registry [`SessionRegistry::forget`] the id it named. One the
+/// transport refused (an id it never handed out, another agent's session: `404`) forgets
+/// nothing.
 pub fn track(router: axum::Router, sessions: SessionRegistry) -> axum::Router {
     router.layer(axum::middleware::from_fn(
         move |req: axum::extract::Request, next: axum::middleware::Next| {
             let sessions = sessions.clone();
             async move {
-                // A method comparison for a POST; the rest for a GET only.
-                let listen = listen_session(&req);
+                // Method comparisons for a POST; the rest for a GET or a DELETE only.
+                let listen = session_of(&req, &axum::http::Method::GET);
+                let deleted = session_of(&req, &axum::http::Method::DELETE);
                 let (resp, sighted) = SIGHTED
                     .scope(std::cell::RefCell::new(None), async move {
                         let resp = next.run(req).await;
                         (resp, SIGHTED.with(|slot| slot.borrow_mut().take()))
                     })
                     .await;
-                if let Some(s) = sighted
+                if let Some(id) = &deleted
+                    && resp.status().is_success()
+                {
+                    sessions.forget(id);
+                } else if let Some(s) = sighted
                     && resp.status().is_success()
                 {
                     sessions.touch(
@@ -961,19 +1054,20 @@ mod tests {
     }
 
     /// A ledger in memory, as two registries in one process share it (what PostgreSQL does
-    /// for replicas), with its ends fed to every subscriber.
+    /// for replicas), with its ends and forgotten sessions fed to every subscriber.
     #[derive(Debug, Default)]
     struct MemoryLedger {
         inner: Mutex<(
             SessionSnapshot,
             Vec<tokio::sync::mpsc::UnboundedSender<String>>,
+            Vec<String>,
         )>,
     }
 
     impl SessionLedger for MemoryLedger {
         fn write(&self, batch: &SessionBatch) -> Result<(), GatewayError> {
             let mut g = self.inner.lock().expect("lock");
-            let (snap, subs) = &mut *g;
+            let (snap, subs, forgotten) = &mut *g;
             for id in &batch.ended {
                 snap.sessions.retain(|s| &s.id != id);
                 snap.ended.push((id.clone(), 1));
@@ -981,8 +1075,15 @@ mod tests {
                     let _ = tx.send(format!("{ENDED_PREFIX}{id}"));
                 }
             }
+            for id in &batch.forgotten {
+                snap.sessions.retain(|s| &s.id != id);
+                forgotten.push(id.clone());
+                for tx in subs.iter() {
+                    let _ = tx.send(format!("{FORGOTTEN_PREFIX}{id}"));
+                }
+            }
             for (s, n) in &batch.touched {
-                if snap.ended.iter().any(|(id, _)| *id == s.id) {
+                if snap.ended.iter().any(|(id, _)| *id == s.id) || forgotten.contains(&s.id) {
                     continue;
                 }
                 match snap.sessions.iter_mut().find(|x| x.id == s.id) {
@@ -1223,6 +1324,65 @@ mod tests {
         assert!(s2.ended().is_cancelled());
         // A stream answered after its session was ended ends at once.
         assert!(a.listening("s2").ended().is_cancelled());
+    }
+
+    #[test]
+    fn a_session_its_client_deleted_is_forgotten_on_every_replica_not_ended() {
+        let ledger: Arc<dyn SessionLedger> = Arc::new(MemoryLedger::default());
+        let a =
+            SessionRegistry::with_ledger(Duration::from_secs(60), Arc::clone(&ledger)).expect("a");
+        let b = SessionRegistry::with_ledger(Duration::from_secs(60), ledger).expect("b");
+        assert!(a.touch("claude", None, Some("s1"), None));
+        assert!(a.touch("claude", None, Some("s2"), None));
+        a.sync().expect("a");
+        b.sync().expect("b");
+        let (on_b, other_on_b) = (b.listening("s1"), b.listening("s2"));
+        let (mut a_events, mut b_events) = (a.subscribe(), b.subscribe());
+        let mut heard = a.ledger().expect("shared").ends();
+        // B counted a request of it just before; A's client deleted it.
+        assert!(b.touch("claude", None, Some("s1"), None));
+        assert!(a.forget("s1"));
+        assert!(a.session("s1").is_none(), "gone here at once");
+        assert!(!a.forget("s1"), "listed no more");
+        a.sync().expect("a writes the forget");
+        // B writes its request after the forget: that does not bring it back, and B's read
+        // drops it (its stream ends) though B has not heard yet.
+        b.sync().expect("b");
+        assert!(b.session("s1").is_none());
+        assert!(on_b.ended().is_cancelled());
+        assert!(!other_on_b.ended().is_cancelled());
+        // Hearing it then changes nothing more: one disconnect on each replica.
+        let m = heard.try_recv().expect("the forget is announced");
+        b.heard_forget(m.strip_prefix(FORGOTTEN_PREFIX).expect("a forget"));
+        a.sync().expect("a");
+        b.sync().expect("b");
+        for (r, events) in [(&a, &mut a_events), (&b, &mut b_events)] {
+            assert!(r.session("s1").is_none());
+            assert!(r.session("s2").is_some());
+            let mut gone = Vec::new();
+            while let Ok(e) = events.try_recv() {
+                if let SessionEvent::Disconnected { id, reason, .. } = e {
+                    gone.push((id, reason));
+                }
+            }
+            assert_eq!(gone, [("s1".to_string(), "closed")]);
+            // Not ended: its id is not refused (the transport answers it), nor listed again.
+            assert!(r.touch("claude", None, Some("s1"), None));
+            assert!(r.session("s1").is_none());
+            assert!(!r.end("s1"));
+        }
+        // Heard before B's read: its stream ends at once.
+        let on_a = a.listening("s2");
+        assert!(b.forget("s2"));
+        a.heard_forget("s2");
+        assert!(on_a.ended().is_cancelled());
+        assert!(a.session("s2").is_none());
+        // An ended session is not forgotten: it stays refused.
+        assert!(a.touch("claude", None, Some("s3"), None));
+        assert!(a.end("s3"));
+        assert!(!a.forget("s3"));
+        assert!(!a.touch("claude", None, Some("s3"), None));
+        assert!(a.unwritten_batch().forgotten.is_empty());
     }
 
     #[test]

@@ -7,6 +7,11 @@
 //! heard still refuses them after a restart), and the call counts per agent. An end is
 //! announced on [`SESSIONS_CHANNEL`] in the transaction that records it (delivered at commit).
 //!
+//! A session its client deleted is forgotten: its rows are deleted with no end recorded, and
+//! it is announced on the same channel (`forgotten ID`). Its id is kept in a fifth table
+//! (`gateway_session_forgets`, as long as an end) only so that a replica's write of a request
+//! it counted just before the deletion does not bring the session back.
+//!
 //! A fourth table holds what another replica needs to resume a 2025-11-25 session
 //! ([`PgSessionStore`]): its owner and its `initialize` parameters, written once after the
 //! handshake, dropped with the session (ended by an operator, deleted by its client, or idle;
@@ -19,10 +24,13 @@ use bridle_rules::db::postgres::PgDatabase;
 use bridle_rules::db::{Migration, Migrations};
 
 use crate::error::GatewayError;
-use crate::sessions::ledger::{ENDED_PREFIX, SessionBatch, SessionLedger, SessionSnapshot};
+use crate::sessions::ledger::{
+    ENDED_PREFIX, FORGOTTEN_PREFIX, SessionBatch, SessionLedger, SessionSnapshot,
+};
 use crate::sessions::{CallCounts, Generation, SessionRecord};
 
-/// The `NOTIFY` channel on which an ended session is announced (payload `ended ID`).
+/// The `NOTIFY` channel on which an ended session is announced (payload `ended ID`), and a
+/// session its client deleted (payload `forgotten ID`).
 pub const SESSIONS_CHANNEL: &str = "bridle_sessions";
 
 /// The sessions registry's tables in PostgreSQL. Never edit a released step, add one.
@@ -66,6 +74,16 @@ CREATE TABLE gateway_session_states (
     owner      TEXT NOT NULL,
     initialize TEXT NOT NULL,
     stored_ms  BIGINT NOT NULL
+);
+",
+        },
+        Migration {
+            version: 3,
+            name: "sessions deleted by their clients",
+            sql: "
+CREATE TABLE gateway_session_forgets (
+    id           TEXT PRIMARY KEY,
+    forgotten_ms BIGINT NOT NULL
 );
 ",
         },
@@ -126,15 +144,28 @@ impl SessionLedger for PgSessionLedger {
                 &[&SESSIONS_CHANNEL, &format!("{ENDED_PREFIX}{id}")],
             )?;
         }
+        for id in &batch.forgotten {
+            tx.execute("DELETE FROM gateway_sessions WHERE id = $1", &[id])?;
+            tx.execute("DELETE FROM gateway_session_states WHERE id = $1", &[id])?;
+            tx.execute(
+                "INSERT INTO gateway_session_forgets (id, forgotten_ms) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING",
+                &[id, &now],
+            )?;
+            tx.execute(
+                "SELECT pg_notify($1, $2)",
+                &[&SESSIONS_CHANNEL, &format!("{FORGOTTEN_PREFIX}{id}")],
+            )?;
+        }
         for (s, requests) in &batch.touched {
-            // An ended session is not brought back, and a session id presented by another
-            // agent than the one that opened it is not merged into that session.
+            // An ended or forgotten session is not brought back, and a session id presented
+            // by another agent than the one that opened it is not merged into that session.
             tx.execute(
                 "INSERT INTO gateway_sessions AS s
                      (id, agent, agent_type, client_name, client_version, generation,
                       protocol_version, started_ms, last_seen_ms, requests)
                  SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10
                  WHERE NOT EXISTS (SELECT 1 FROM gateway_session_ends WHERE id = $1)
+                   AND NOT EXISTS (SELECT 1 FROM gateway_session_forgets WHERE id = $1)
                  ON CONFLICT (id) DO UPDATE SET
                      last_seen_ms = GREATEST(s.last_seen_ms, excluded.last_seen_ms),
                      requests = s.requests + excluded.requests,
@@ -177,6 +208,10 @@ impl SessionLedger for PgSessionLedger {
         )?;
         client.execute(
             "DELETE FROM gateway_session_ends WHERE ended_ms < $1",
+            &[&now.saturating_sub(idle_ms.saturating_mul(2))],
+        )?;
+        client.execute(
+            "DELETE FROM gateway_session_forgets WHERE forgotten_ms < $1",
             &[&now.saturating_sub(idle_ms.saturating_mul(2))],
         )?;
         // A resumable session is kept while it is live (or for the idle timeout after it was
