@@ -4,16 +4,31 @@
 //! `QDRANT_API_KEY`, the embedding endpoint) and fills a [`MemoryConfig`]. [`MemoryService::open`]
 //! then builds the store and the embedder and hands back [`SessionMemory`] and
 //! [`PatternIndex`] sharing them, ready for [`crate::tools::register`] or a command line.
+//!
+//! [`MemoryService::open`] is strict: an embedding server that cannot be probed fails it, which
+//! suits a command line (it says so at once). A server opens memory with
+//! [`MemoryService::open_lazily`] instead: an HTTP embedder that is down, slow or answering a
+//! 5xx at that moment (it starts after the gateway, restarts) leaves memory open, its tools
+//! answering the retryable `embedder_unavailable` until a later probe reaches the server
+//! ([`crate::embed`]'s lazy embedder), rather than keeping the whole gateway from starting.
+//! A lasting answer (401, 404 for a wrong model, a redirect not followed, no embeddings) or a
+//! configuration refused still fails, naming it: waiting would not fix it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::embed::{Embedder, HttpEmbedderConfig, OllamaEmbedder, OpenAiEmbedder};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::embed::{
+    Embedder, HttpEmbedderConfig, LazyEmbedder, OllamaEmbedder, OpenAiEmbedder, passing,
+};
 use crate::error::{MemoryError, Result};
 use crate::patterns::{PatternIndex, PatternIndexConfig};
 use crate::session::SessionMemory;
-use crate::store::VectorStore;
 use crate::store::embedded::EmbeddedStore;
+use crate::store::{CollectionConfig, Filter, Point, PointId, Record, ScoredPoint, VectorStore};
 
 /// Where vectors live.
 #[derive(Debug, Clone)]
@@ -111,15 +126,79 @@ impl MemoryService {
     pub async fn open(config: &MemoryConfig) -> Result<Self> {
         let store = open_store(&config.store).await?;
         let embedder = connect_embedder(&config.embedder).await?;
-        let mut service = Self::with(store, embedder, config.patterns.clone());
-        service.session = Arc::new(
-            service
-                .session
-                .as_ref()
-                .clone()
-                .with_max_per_project(config.max_memories_per_project),
+        Ok(Self::with(store, embedder, config.patterns.clone())
+            .limited(config.max_memories_per_project))
+    }
+
+    /// [`MemoryService::open`] for a server: when the HTTP embedder cannot be probed for a
+    /// reason that passes (refused, unreachable, timed out, 408, 429, 5xx), memory opens
+    /// anyway, logs one warning, and its embedder connects at a later use, at most one probe
+    /// per [`EMBEDDER_RETRY`] (see [`MemoryService::open_lazily_with`]). Any other failure
+    /// fails as [`MemoryService::open`] does.
+    pub async fn open_lazily(config: &MemoryConfig) -> Result<Self> {
+        Self::open_lazily_with(config, EMBEDDER_RETRY).await
+    }
+
+    /// [`MemoryService::open_lazily`] probing a server that was away at most once per
+    /// `retry_after`: meanwhile every use answers `embedder_unavailable` (retryable) at once,
+    /// and uses that come while a probe is under way share its outcome.
+    pub async fn open_lazily_with(config: &MemoryConfig, retry_after: Duration) -> Result<Self> {
+        let store = open_store(&config.store).await?;
+        let e = match connect_embedder(&config.embedder).await {
+            Ok(embedder) => {
+                return Ok(Self::with(store, embedder, config.patterns.clone())
+                    .limited(config.max_memories_per_project));
+            }
+            Err(e) => e,
+        };
+        let (EmbedderConfig::OpenAi(c) | EmbedderConfig::Ollama(c)) = &config.embedder else {
+            return Err(e);
+        };
+        if !passing(&e) {
+            return Err(e);
+        }
+        let endpoint = kberg_core::redact_url(&c.base_url);
+        tracing::warn!(
+            endpoint = %endpoint,
+            model = %c.model,
+            error = %e,
+            "memory's embedder is not reachable yet; memory tools answer embedder_unavailable \
+             until it is"
         );
-        Ok(service)
+        let wire = config.embedder.clone();
+        let lazy = Arc::new(LazyEmbedder::new(
+            Box::new(move || {
+                let wire = wire.clone();
+                Box::pin(async move { connect_embedder(&wire).await })
+            }),
+            endpoint,
+            c.model.clone(),
+            c.max_input_tokens,
+            retry_after,
+            &e,
+        ));
+        let embedder: Arc<dyn Embedder> = lazy.clone();
+        // Indexing creates its collection before it embeds anything: it takes the dimension
+        // from the embedder then, connecting it first.
+        let indexed: Arc<dyn VectorStore> = Arc::new(DimensionAtConnect {
+            inner: store.clone(),
+            embedder: lazy,
+        });
+        let service = Self {
+            session: Arc::new(SessionMemory::new(store, embedder.clone())),
+            patterns: Arc::new(PatternIndex::with_config(
+                indexed,
+                embedder,
+                config.patterns.clone(),
+            )),
+        };
+        Ok(service.limited(config.max_memories_per_project))
+    }
+
+    /// This service with its session half holding at most `max` memories per project.
+    fn limited(mut self, max: u64) -> Self {
+        self.session = Arc::new(self.session.as_ref().clone().with_max_per_project(max));
+        self
     }
 
     /// Builds both halves over an existing store and embedder.
@@ -142,5 +221,88 @@ impl MemoryService {
             on_indexed: None,
             access: None,
         }
+    }
+}
+
+/// How often [`MemoryService::open_lazily`] probes an embedder that was away, at most.
+pub const EMBEDDER_RETRY: Duration = Duration::from_secs(2);
+
+/// The store of a pattern index whose embedder connects late: a collection asked for before
+/// the embedder connected (dimension 0, which no embedder makes) takes the dimension the
+/// embedder has once connected, or fails with why it is not. Everything else goes straight
+/// through.
+struct DimensionAtConnect {
+    inner: Arc<dyn VectorStore>,
+    embedder: Arc<LazyEmbedder>,
+}
+
+#[async_trait]
+impl VectorStore for DimensionAtConnect {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    async fn ensure_collection(&self, name: &str, mut config: CollectionConfig) -> Result<()> {
+        if config.dimension == 0 {
+            config.dimension = self.embedder.ready().await?.dimension();
+        }
+        self.inner.ensure_collection(name, config).await
+    }
+
+    async fn collection(&self, name: &str) -> Result<Option<CollectionConfig>> {
+        self.inner.collection(name).await
+    }
+
+    async fn drop_collection(&self, name: &str) -> Result<bool> {
+        self.inner.drop_collection(name).await
+    }
+
+    async fn upsert(&self, collection: &str, points: Vec<Point>) -> Result<()> {
+        self.inner.upsert(collection, points).await
+    }
+
+    async fn delete(&self, collection: &str, filter: &Filter) -> Result<u64> {
+        self.inner.delete(collection, filter).await
+    }
+
+    async fn search(
+        &self,
+        collection: &str,
+        vector: &[f32],
+        filter: Option<&Filter>,
+        limit: usize,
+    ) -> Result<Vec<ScoredPoint>> {
+        self.inner.search(collection, vector, filter, limit).await
+    }
+
+    async fn search_hybrid(
+        &self,
+        collection: &str,
+        vector: &[f32],
+        text: &str,
+        filter: Option<&Filter>,
+        limit: usize,
+    ) -> Result<Vec<ScoredPoint>> {
+        self.inner
+            .search_hybrid(collection, vector, text, filter, limit)
+            .await
+    }
+
+    async fn count(&self, collection: &str, filter: Option<&Filter>) -> Result<u64> {
+        self.inner.count(collection, filter).await
+    }
+
+    async fn scroll(
+        &self,
+        collection: &str,
+        filter: Option<&Filter>,
+        offset: Option<PointId>,
+        limit: usize,
+    ) -> Result<(Vec<Record>, Option<PointId>)> {
+        self.inner.scroll(collection, filter, offset, limit).await
+    }
+
+    async fn replace(&self, collection: &str, filter: &Filter, points: Vec<Point>) -> Result<u64> {
+        self.inner.replace(collection, filter, points).await
     }
 }

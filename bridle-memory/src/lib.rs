@@ -28,7 +28,8 @@ mod time;
 pub mod tools;
 
 pub use config::{
-    EmbedderConfig, MemoryConfig, MemoryService, StoreConfig, connect_embedder, open_store,
+    EMBEDDER_RETRY, EmbedderConfig, MemoryConfig, MemoryService, StoreConfig, connect_embedder,
+    open_store,
 };
 #[cfg(feature = "local-embed")]
 pub use embed::LocalEmbedder;

@@ -122,7 +122,7 @@ impl Client {
             .build()
             .map_err(|e| MemoryError::EmbedderUnavailable {
                 endpoint: shown.clone(),
-                reason: format!("cannot build an HTTP client: {}", describe(e)),
+                reason: format!("{NO_CLIENT}: {}", describe(e)),
             })?;
         Ok(Self {
             http,
@@ -268,6 +268,30 @@ fn describe(e: reqwest::Error) -> String {
         e.without_url().to_string()
     }
 }
+
+/// Whether a failed connect may succeed later unchanged: the server was not reached (refused,
+/// unreachable, timed out, the connection dropped) or answered 408, 429 or a 5xx (starting,
+/// loading the model, overloaded). Any other answer (401, 403, 404 for a wrong model or path,
+/// a redirect not followed), an answer that is not embeddings, or a configuration refused is
+/// lasting: waiting will not fix it, so a gateway's start fails on it, naming it.
+pub(crate) fn passing(e: &MemoryError) -> bool {
+    let MemoryError::EmbedderUnavailable { reason, .. } = e else {
+        return false;
+    };
+    // `Client::post` names an answer's status as `HTTP 503 Service Unavailable: ...`, and a
+    // failure before any answer by what `describe` says of it.
+    let Some(status) = reason.strip_prefix("HTTP ") else {
+        return !reason.starts_with(NO_CLIENT);
+    };
+    let code: String = status.chars().take_while(char::is_ascii_digit).collect();
+    match code.parse::<u16>() {
+        Ok(code) => code == 408 || code == 429 || (500..600).contains(&code),
+        Err(_) => false,
+    }
+}
+
+/// How an HTTP client that could not be built is named (a lasting failure).
+const NO_CLIENT: &str = "cannot build an HTTP client";
 
 /// Learns the dimension by embedding one short text, unless it was configured.
 async fn resolve_dimension<E: Fn(Vec<String>) -> F, F: Future<Output = Result<Vec<Vec<f32>>>>>(
@@ -436,6 +460,35 @@ delegate_embedder!(OpenAiEmbedder, OllamaEmbedder);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_server_away_or_failing_passes() {
+        let unavailable = |reason: &str| MemoryError::EmbedderUnavailable {
+            endpoint: "http://e".into(),
+            reason: reason.into(),
+        };
+        for r in [
+            "connection refused or unreachable",
+            "timed out",
+            "error sending request",
+            "HTTP 503 Service Unavailable: loading",
+            "HTTP 500 Internal Server Error: ",
+            "HTTP 429 Too Many Requests: slow down",
+            "HTTP 408 Request Timeout: ",
+        ] {
+            assert!(passing(&unavailable(r)), "{r}");
+        }
+        for r in [
+            "HTTP 401 Unauthorized: bad key",
+            "HTTP 404 Not Found: model \"m\" not found",
+            "HTTP 307 Temporary Redirect: redirected the request to http://other",
+            "cannot build an HTTP client: no TLS",
+        ] {
+            assert!(!passing(&unavailable(r)), "{r}");
+        }
+        assert!(!passing(&MemoryError::EmbedderProtocol("not JSON".into())));
+        assert!(!passing(&MemoryError::InvalidInput("no model".into())));
+    }
 
     #[test]
     fn debug_hides_the_api_key_and_the_url_credentials() {

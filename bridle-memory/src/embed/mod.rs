@@ -16,6 +16,7 @@
 
 mod answer;
 mod http;
+mod lazy;
 #[cfg(feature = "local-embed")]
 mod local;
 
@@ -23,7 +24,9 @@ use async_trait::async_trait;
 
 use crate::error::{MemoryError, Result};
 
+pub(crate) use http::passing;
 pub use http::{HttpEmbedderConfig, OllamaEmbedder, OpenAiEmbedder};
+pub(crate) use lazy::LazyEmbedder;
 #[cfg(feature = "local-embed")]
 pub use local::LocalEmbedder;
 
