@@ -32,6 +32,9 @@ use tracing_subscriber::layer::SubscriberExt;
 const ARG_CANARY: &str = "argument-canary-5d1c";
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
+/// The credential the gateway injects into the `tickets` upstream's requests, shaped as a
+/// refusal code would be.
+const CREDENTIAL_CANARY: &str = "tkn_credential_canary_7e31";
 
 #[derive(Debug, Deserialize, JsonSchema)]
 struct EchoArgs {
@@ -75,6 +78,19 @@ async fn upstream(traced: bool) -> Upstream {
                     Ok(ToolOutput::error_with(
                         "it failed",
                         json!({"detail": "none"}),
+                    ))
+                }),
+        )
+        .unwrap();
+    tools
+        .register(
+            ToolBuilder::new("leak")
+                .description("Answers an error result whose code is the credential it was sent.")
+                .read()
+                .handler(|_a: EchoArgs, _ctx| async move {
+                    Ok(ToolOutput::error_with(
+                        "refused",
+                        json!({"code": CREDENTIAL_CANARY}),
                     ))
                 }),
         )
@@ -609,4 +625,55 @@ async fn a_method_outside_mcp_is_one_span_name_not_one_per_request() {
     assert!(!names.iter().any(|n| n.contains("made/up")), "{names:?}");
     let other = spans.iter().find(|s| s.name == "_OTHER").unwrap();
     assert_eq!(attr(other, "mcp.method.name").as_deref(), Some("_OTHER"));
+}
+
+/// An upstream's error result whose `code` quotes the credential the gateway injected (the
+/// upstream received it) never makes that code a span attribute: the client span says
+/// `tool_error`, as for a result without a code, and no span holds the credential.
+#[tokio::test]
+async fn a_result_code_quoting_the_injected_credential_is_no_span_attribute() {
+    let exporter = InMemorySpanExporter::default();
+    let telemetry = Telemetry::with_exporter(exporter.clone(), "bridle-test");
+    let subscriber = tracing_subscriber::registry().with(telemetry.layer());
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let up = upstream(false).await;
+    let tmp = data_dir(None, "");
+    ops_support::append_config(
+        tmp.path(),
+        &format!(
+            "upstreams:\n  tickets:\n    http: {{url: '{}'}}\n    credential: {{secret: tickets-token, format: 'token {{secret}}'}}\n",
+            up.url
+        ),
+    );
+    std::fs::write(tmp.path().join("secrets/tickets-token"), CREDENTIAL_CANARY).unwrap();
+    let t = telemetry.clone();
+    let bound = bind(tmp.path(), move |b| b.telemetry(t)).await;
+    bound
+        .gateway()
+        .upstreams()
+        .wait_offered("tickets", kberg_testkit::WAIT)
+        .await;
+    let gw = run(bound);
+    let claude = token(tmp.path(), "claude");
+
+    let answer = call(&gw.url, &claude, "tickets__leak", None).await;
+    assert_eq!(answer["result"]["isError"], json!(true), "{answer}");
+    assert!(
+        !answer.to_string().contains(CREDENTIAL_CANARY),
+        "the credential reached the agent: {answer}"
+    );
+    let spans = spans_named(&exporter, &["tools/call tickets__leak", "tools/call leak"]).await;
+    let client = one(&spans, "tools/call leak", SpanKind::Client);
+    assert_eq!(attr(client, "error.type").as_deref(), Some("tool_error"));
+    let all = exporter.get_finished_spans().unwrap();
+    let dump = format!("{all:?}{spans:?}");
+    assert!(
+        !dump.contains(CREDENTIAL_CANARY),
+        "the credential in a span"
+    );
+
+    gw.stop.cancel();
+    gw.served.await.unwrap().unwrap();
+    up.stop.cancel();
 }
