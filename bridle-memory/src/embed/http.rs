@@ -2,7 +2,9 @@
 //!
 //! Both are small JSON-over-HTTP clients sharing one request helper. The model's dimension is
 //! either configured or learned by embedding one probe text at connect time, so a wrong model
-//! name or a server that is down is reported when the gateway starts, not at the first search.
+//! name is reported when the gateway starts, not at the first search. A server that is down
+//! then ([`passing`]) fails a command line at once; a gateway opens memory without it and
+//! connects it later (`MemoryService::open_lazily`).
 //!
 //! Errors reach the model (a memory tool's refusal), so they name the endpoint as
 //! [`redact_url`] shows it, never its user part, query or fragment, and the HTTP client's error

@@ -76,11 +76,33 @@ pub(crate) enum MemoryCommand {
     },
 }
 
-/// Opens the memory service the configuration describes, or says how to configure it.
+/// Opens the memory service the configuration describes, or says how to configure it. The
+/// `memory` commands open it so: an embedding server that cannot be reached fails them at once.
 pub(crate) async fn open_memory(
     dir: &Path,
     config: &GatewayConfig,
 ) -> Result<bridle_memory::MemoryService, BoxError> {
+    let memory_config = memory_config(dir, config)?;
+    Ok(bridle_memory::MemoryService::open(&memory_config).await?)
+}
+
+/// [`open_memory`] for `bridle serve`: an embedding server that is down, slow or failing at
+/// start (it starts after the gateway) leaves memory open, its tools answering the retryable
+/// `embedder_unavailable` until the server answers, rather than keeping the gateway from
+/// starting. A lasting refusal (a bad key, a wrong model) still fails the start.
+pub(crate) async fn open_served_memory(
+    dir: &Path,
+    config: &GatewayConfig,
+) -> Result<bridle_memory::MemoryService, BoxError> {
+    let memory_config = memory_config(dir, config)?;
+    Ok(bridle_memory::MemoryService::open_lazily(&memory_config).await?)
+}
+
+/// The memory service's configuration, or how to write it.
+fn memory_config(
+    dir: &Path,
+    config: &GatewayConfig,
+) -> Result<bridle_memory::MemoryConfig, BoxError> {
     let Some(section) = &config.memory else {
         return Err(format!(
             "memory is not configured in {}: add a `memory:` section (see bridle-gateway/README.md)",
@@ -88,8 +110,7 @@ pub(crate) async fn open_memory(
         )
         .into());
     };
-    let memory_config = section.to_config(dir, &config.secrets_path(dir))?;
-    Ok(bridle_memory::MemoryService::open(&memory_config).await?)
+    Ok(section.to_config(dir, &config.secrets_path(dir))?)
 }
 
 /// `memory` cloning private example repositories with the secrets `memory.indexing.git_credentials`

@@ -22,7 +22,7 @@ use bridle_gateway::vault::IssuedToken;
 use bridle_rules::{AgentCatalog, RulesStore};
 
 use crate::BoxError;
-use crate::memory::open_memory;
+use crate::memory::open_served_memory;
 
 /// `println!` for a running gateway: a closed stdout (its reader gone, as in
 /// `bridle serve | head -1`) loses the text but never stops the gateway, which only announces
@@ -123,7 +123,7 @@ pub(crate) async fn serve(
         builder = builder.telemetry(t);
     }
     if config.memory.is_some() {
-        builder = builder.memory(open_memory(dir, &config).await?);
+        builder = builder.memory(open_served_memory(dir, &config).await?);
     }
     let mut gateway = builder.build().await?;
     if let Some(path) = gateway.master_key_created() {
