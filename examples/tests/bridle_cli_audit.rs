@@ -367,3 +367,47 @@ fn offline_commands_apply_no_retention() {
     );
     assert_eq!(rows(), 6, "a change recorded offline removed entries");
 }
+
+/// What a server answers reaches the terminal only as printable text: an admin API (or anything
+/// answering at `--url`) whose problem detail holds terminal escape sequences or a carriage
+/// return has them written as escapes, so they cannot clear the screen or rewrite the line a
+/// person reads. Line breaks of the command's own message stay.
+#[test]
+fn a_servers_answer_reaches_the_terminal_without_control_characters() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let answering = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            request.extend_from_slice(&buf[..n]);
+        }
+        let body = r#"{"code":"denied","detail":"no\u001b[2J\u001b]0;owned\u0007\rfaked line"}"#;
+        write!(
+            conn,
+            "HTTP/1.1 403 Forbidden\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    demo_data_dir(dir);
+    let token_file = dir.join("admin-token");
+    std::fs::write(&token_file, "bda_not_checked_here").unwrap();
+    let admin = AdminAccess { url, token_file };
+    let why = failed(&admin.run(dir, &["audit", "verify"]), "a refusal");
+    answering.join().unwrap();
+    assert!(why.contains("denied"), "{why}");
+    assert!(
+        !why.chars().any(|c| c.is_control() && c != '\n'),
+        "a control character reached the terminal: {why:?}"
+    );
+    assert!(why.contains("\\u{1b}[2J"), "{why:?}");
+}

@@ -222,6 +222,25 @@ pub(crate) fn printable(line: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// A message for the terminal (the command's error, which may quote what a server, a file or
+/// an agent said) as [`printable`] writes a line, its own line breaks kept: every other control
+/// character, and each bidirectional control, written as its escape.
+pub(crate) fn printable_message(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| (c.is_control() && c != '\n') || bridle_rules::is_bidi_control(c);
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 pub(crate) fn who(by: Option<String>) -> String {
     by.or_else(|| std::env::var("USER").ok())
         .filter(|s| !s.trim().is_empty())
@@ -356,7 +375,7 @@ fn main() -> ExitCode {
         Command::Serve { .. } => match serve_telemetry(&dir) {
             Ok(t) => t,
             Err(e) => {
-                eprintln!("error: {e}");
+                eprintln!("error: {}", printable_message(&e.to_string()));
                 return ExitCode::FAILURE;
             }
         },
@@ -382,7 +401,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", printable_message(&e.to_string()));
             ExitCode::FAILURE
         }
     }
