@@ -183,14 +183,22 @@ pub(crate) fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// `now + d` in milliseconds, saturating.
+/// The latest time the vault stores or shows, in milliseconds: 9999-12-31T23:59:59.999Z, the
+/// last instant with a four-digit year (RFC 3339's limit). A grace period longer than any date
+/// can say (`Duration::MAX`, a huge `--grace-secs`) ends then, and reads as that date rather
+/// than as one `chrono` cannot hold.
+pub(crate) const LATEST_MS: i64 = 253_402_300_799_999;
+
+/// `now + d` in milliseconds, saturating at [`LATEST_MS`] (or at `now`, were the clock past it).
 pub(crate) fn after_ms(now: i64, d: Duration) -> i64 {
     now.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .min(LATEST_MS.max(now))
 }
 
-/// A stored millisecond timestamp as a UTC time.
+/// A stored millisecond timestamp as a UTC time; one past [`LATEST_MS`] (a row written before
+/// the bound, or edited) reads as [`LATEST_MS`], never as the epoch.
 pub(crate) fn time(ms: i64) -> DateTime<Utc> {
-    DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or_default()
+    DateTime::<Utc>::from_timestamp_millis(ms.min(LATEST_MS)).unwrap_or_default()
 }
 
 /// Versions are stored as 64-bit integers (they never come near `i64::MAX`).
@@ -201,4 +209,23 @@ pub(crate) fn to_sql_version(v: u64) -> i64 {
 /// A stored version back to `u64` (a negative value would be a corrupted row; it reads as 0).
 pub(crate) fn from_sql_version(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_saturate_at_the_last_four_digit_year() {
+        assert_eq!(
+            time(LATEST_MS).to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            "9999-12-31T23:59:59.999Z"
+        );
+        assert_eq!(time(LATEST_MS + 1), time(LATEST_MS));
+        assert_eq!(time(i64::MAX), time(LATEST_MS));
+        assert_eq!(after_ms(1_000, Duration::MAX), LATEST_MS);
+        assert_eq!(after_ms(1_000, Duration::ZERO), 1_000);
+        assert_eq!(after_ms(1_000, Duration::from_millis(5)), 1_005);
+        assert_eq!(after_ms(i64::MAX, Duration::from_secs(1)), i64::MAX);
+    }
 }
