@@ -8,11 +8,12 @@
 mod admin_support;
 
 use std::net::IpAddr;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use admin_support::gateway::Gw;
 use admin_support::{ALICE, Api, BOB, json_ok, problem};
-use bridle_gateway::admin::LoginLimits;
+use bridle_gateway::admin::{AdminCredentials, AdminIdentity, AdminState, LoginLimits};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -342,5 +343,86 @@ async fn one_token_refused_too_often_gets_429_from_any_address() {
         StatusCode::OK,
     )
     .await;
+    api.stop().await;
+}
+
+/// Admin credentials that accept no token, each check waiting until the test opens the gate,
+/// and saying so when one begins.
+struct GatedCredentials {
+    began: tokio::sync::mpsc::UnboundedSender<()>,
+    gate: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl AdminCredentials for GatedCredentials {
+    fn verify(&self, _token: &str) -> Option<AdminIdentity> {
+        let _ = self.began.send(());
+        let (open, opened) = &*self.gate;
+        let mut open = open.lock().unwrap();
+        while !*open {
+            open = opened.wait(open).unwrap();
+        }
+        None
+    }
+}
+
+/// Guesses sent all at once are counted as the ones sent one after another: past the limit
+/// they are refused 429 before their token is checked, not all checked because none had
+/// failed yet when each arrived (those beyond the limit wait for the checks under way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_guesses_are_not_checked_past_the_limit() {
+    const LIMIT: usize = 3;
+    const GUESSES: usize = 8;
+    let (began_tx, mut began) = tokio::sync::mpsc::unbounded_channel();
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let credentials = Arc::new(GatedCredentials {
+        began: began_tx,
+        gate: Arc::clone(&gate),
+    });
+    let api = Api::start_with(move |s| {
+        AdminState::new(Arc::clone(s.context()), credentials)
+            .login_limits(LoginLimits::new(LIMIT, 100, WINDOW))
+    })
+    .await;
+    let one = from(1);
+    let (answered_tx, mut answered) = tokio::sync::mpsc::unbounded_channel();
+    for n in 0..GUESSES {
+        let request = one
+            .get(api.url("/projects"))
+            .bearer_auth(format!("guess-{n}"));
+        let answered = answered_tx.clone();
+        tokio::spawn(async move {
+            let resp = request.send().await.unwrap();
+            let _ = answered.send(resp.status());
+        });
+    }
+    // The first LIMIT guesses reach the check and wait there; then the gate opens.
+    for _ in 0..LIMIT {
+        began.recv().await.unwrap();
+    }
+    {
+        let (open, opened) = &*gate;
+        *open.lock().unwrap() = true;
+        opened.notify_all();
+    }
+    let mut statuses = Vec::new();
+    while statuses.len() < GUESSES {
+        statuses.push(answered.recv().await.unwrap());
+    }
+    // Every check began before its guess was answered.
+    let mut checked = LIMIT;
+    while began.try_recv().is_ok() {
+        checked += 1;
+    }
+    assert_eq!(
+        checked, LIMIT,
+        "only as many guesses as allowed are checked"
+    );
+    let refused = |code: StatusCode| statuses.iter().filter(|s| **s == code).count();
+    assert_eq!(refused(StatusCode::UNAUTHORIZED), LIMIT, "{statuses:?}");
+    assert_eq!(
+        refused(StatusCode::TOO_MANY_REQUESTS),
+        GUESSES - LIMIT,
+        "{statuses:?}"
+    );
     api.stop().await;
 }

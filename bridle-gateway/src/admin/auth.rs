@@ -367,7 +367,9 @@ fn is_safe(method: &Method) -> bool {
 /// The middleware in front of every authenticated route: a `Bearer` token the API's
 /// credentials accept, or 401 with `WWW-Authenticate`; 429 `too_many_attempts` (with
 /// `Retry-After`) once too many tokens were refused from the client's address or this token was
-/// refused too often; 403 `read_only` for a change by an admin who may only read.
+/// refused too often; 403 `read_only` for a change by an admin who may only read. Checks under
+/// way count against the limits as failures would: once they and the failures reach one, a
+/// further token waits for a check to end before it is checked or refused.
 ///
 /// Failures are counted by the client address the listener saw (`ConnectInfo`, which
 /// [`super::AdminServer`] provides); a request without one (the panel's in-process calls, made
@@ -396,31 +398,31 @@ pub async fn require_admin(
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(peer)| peer.ip());
-    let throttle = &state.throttle;
-    let allowed = match address {
-        Some(ip) => throttle.check(Some(ip), token),
-        None => throttle.check_credential(token),
+    // Admitted as counted so far, the checks under way included: guesses sent at once are
+    // not all checked because none had failed yet.
+    let attempt = match state.throttle.admit(address, token).await {
+        Ok(attempt) => attempt,
+        Err(throttled) => {
+            tracing::warn!(
+                address = ?address,
+                by = throttled.by,
+                retry_after_s = throttled.retry_after.as_secs(),
+                "admin API refused a bearer token unchecked after repeated failures"
+            );
+            return Err(ApiError::TooManyRequests {
+                code: "too_many_attempts",
+                detail: format!(
+                    "too many refused admin credentials {}; try again later",
+                    if throttled.by == "address" {
+                        "from this address"
+                    } else {
+                        "with this token"
+                    }
+                ),
+                retry_after: Some(throttled.retry_after),
+            });
+        }
     };
-    if let Err(throttled) = allowed {
-        tracing::warn!(
-            address = ?address,
-            by = throttled.by,
-            retry_after_s = throttled.retry_after.as_secs(),
-            "admin API refused a bearer token unchecked after repeated failures"
-        );
-        return Err(ApiError::TooManyRequests {
-            code: "too_many_attempts",
-            detail: format!(
-                "too many refused admin credentials {}; try again later",
-                if throttled.by == "address" {
-                    "from this address"
-                } else {
-                    "with this token"
-                }
-            ),
-            retry_after: Some(throttled.retry_after),
-        });
-    }
     // A check may read the vault (a database, perhaps PostgreSQL over the network): it runs on
     // the blocking pool, not on an async worker it would hold while it waits.
     let credentials = Arc::clone(&state.credentials);
@@ -429,15 +431,14 @@ pub async fn require_admin(
         .await
         .map_err(|e| ApiError::Internal(crate::error::task_failed("the credential check", &e)))?;
     let Some(identity) = verified else {
-        match address {
-            Some(ip) => throttle.failed(Some(ip), token),
-            None => throttle.failed_credential(token),
-        }
+        attempt.failed();
         tracing::warn!(address = ?address, "admin API refused a bearer token: not an admin credential");
         return Err(ApiError::Unauthorized(
             "the token is not an admin credential".into(),
         ));
     };
+    // A success is not counted, and no longer under way.
+    drop(attempt);
     let surface = match request.headers().get(SURFACE_HEADER) {
         None => Surface::Api,
         Some(v) => v

@@ -15,6 +15,11 @@
 //! of addresses cannot grow it without end. (A counter of failures in a window is a few lines;
 //! the rate-limiter crates meter every request instead, which is not what is wanted here.)
 //!
+//! The API admits a bearer token with [`LoginThrottle::admit`], which also counts the checks
+//! under way: with as many failures and checks under way as the limit allows, a further attempt
+//! waits for one of them to end (a failure then refuses it, a success lets it on), so guesses
+//! sent all at once are not all checked because none had failed yet when each arrived.
+//!
 //! Behind a reverse proxy every client has the proxy's address: the per-address limit then
 //! counts everybody's failures together, which errs on the safe side.
 
@@ -88,6 +93,42 @@ pub(crate) struct Throttled {
 pub(crate) struct LoginThrottle {
     limits: LoginLimits,
     failures: Mutex<HashMap<Key, VecDeque<Instant>>>,
+    /// Attempts admitted by [`LoginThrottle::admit`] whose check is under way, per key. Locked
+    /// after `failures` when both are.
+    checking: Mutex<HashMap<Key, usize>>,
+    /// Told whenever a check under way ends.
+    settled: tokio::sync::Notify,
+}
+
+/// An attempt admitted to the credential check by [`LoginThrottle::admit`]; it counts as under
+/// way until dropped, and as a failure once [`Attempt::failed`] says so.
+pub(crate) struct Attempt<'a> {
+    throttle: &'a LoginThrottle,
+    keys: Vec<(Key, usize, &'static str)>,
+}
+
+impl Attempt<'_> {
+    /// Counts the attempt as failed (its check is then no longer under way).
+    pub(crate) fn failed(self) {
+        self.throttle.count(&self.keys);
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        {
+            let mut checking = self.throttle.checking();
+            for (key, _, _) in &self.keys {
+                if let Some(n) = checking.get_mut(key) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        checking.remove(key);
+                    }
+                }
+            }
+        }
+        self.throttle.settled.notify_waiters();
+    }
 }
 
 fn credential_key(token: &str) -> Key {
@@ -99,6 +140,54 @@ impl LoginThrottle {
         Self {
             limits,
             failures: Mutex::new(HashMap::new()),
+            checking: Mutex::new(HashMap::new()),
+            settled: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn checking(&self) -> std::sync::MutexGuard<'_, HashMap<Key, usize>> {
+        // A panic while holding the lock leaves counters, not a broken invariant.
+        self.checking
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Admits an attempt with `token` from `address` (`None`: from no client address, a call
+    /// made in process, counted by its credential only) to the credential check, or refuses it
+    /// as [`Self::check`] does. While the failures and the checks under way of one of its keys
+    /// reach that key's limit, it waits for a check to end first.
+    pub(crate) async fn admit(
+        &self,
+        address: Option<IpAddr>,
+        token: &str,
+    ) -> Result<Attempt<'_>, Throttled> {
+        let keys = self.keys(address.map(Some), token);
+        loop {
+            // Registered before the counts are read, so a check ending meanwhile wakes it.
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            {
+                let now = Instant::now();
+                let mut table = self.table();
+                Self::check_in(&self.limits, &mut table, &keys, now)?;
+                let mut checking = self.checking();
+                let full = keys.iter().any(|(key, max, _)| {
+                    let failed = table.get(key).map_or(0, VecDeque::len);
+                    let under_way = checking.get(key).copied().unwrap_or(0);
+                    failed.saturating_add(under_way) >= *max
+                });
+                if !full {
+                    for (key, _, _) in &keys {
+                        *checking.entry(key.clone()).or_insert(0) += 1;
+                    }
+                    return Ok(Attempt {
+                        throttle: self,
+                        keys,
+                    });
+                }
+            }
+            settled.await;
         }
     }
 
@@ -115,20 +204,9 @@ impl LoginThrottle {
         self.check_keys(&self.keys(Some(address), token))
     }
 
-    /// Whether an attempt with `token` from no client address (a call made in process) may be
-    /// checked now: only the credential's failures count.
-    pub(crate) fn check_credential(&self, token: &str) -> Result<(), Throttled> {
-        self.check_keys(&self.keys(None, token))
-    }
-
     /// Counts a failed attempt.
     pub(crate) fn failed(&self, address: Option<IpAddr>, token: &str) {
         self.count(&self.keys(Some(address), token));
-    }
-
-    /// Counts a failed attempt from no client address, against the credential only.
-    pub(crate) fn failed_credential(&self, token: &str) {
-        self.count(&self.keys(None, token));
     }
 
     /// The keys an attempt is counted under, with their limits: its address (unless there is
@@ -155,19 +233,23 @@ impl LoginThrottle {
     }
 
     fn check_keys(&self, keys: &[(Key, usize, &'static str)]) -> Result<(), Throttled> {
-        let now = Instant::now();
-        let mut table = self.table();
+        Self::check_in(&self.limits, &mut self.table(), keys, Instant::now())
+    }
+
+    fn check_in(
+        limits: &LoginLimits,
+        table: &mut HashMap<Key, VecDeque<Instant>>,
+        keys: &[(Key, usize, &'static str)],
+        now: Instant,
+    ) -> Result<(), Throttled> {
         for (key, max, by) in keys {
             let Some(times) = table.get_mut(key) else {
                 continue;
             };
-            self.expire(times, now);
+            expire(limits, times, now);
             if times.len() >= *max {
                 let oldest = times.front().copied().unwrap_or(now);
-                let left = self
-                    .limits
-                    .window
-                    .saturating_sub(now.duration_since(oldest));
+                let left = limits.window.saturating_sub(now.duration_since(oldest));
                 return Err(Throttled {
                     by,
                     retry_after: left.max(Duration::from_secs(1)),
@@ -201,18 +283,19 @@ impl LoginThrottle {
         }
         for (key, _, _) in keys {
             let times = table.entry(key.clone()).or_default();
-            self.expire(times, now);
+            expire(&self.limits, times, now);
             times.push_back(now);
         }
     }
+}
 
-    fn expire(&self, times: &mut VecDeque<Instant>, now: Instant) {
-        while times
-            .front()
-            .is_some_and(|t| now.duration_since(*t) >= self.limits.window)
-        {
-            times.pop_front();
-        }
+/// Drops the failures that left the window.
+fn expire(limits: &LoginLimits, times: &mut VecDeque<Instant>, now: Instant) {
+    while times
+        .front()
+        .is_some_and(|t| now.duration_since(*t) >= limits.window)
+    {
+        times.pop_front();
     }
 }
 
@@ -255,14 +338,25 @@ mod tests {
         assert!(t.check(Some(IpAddr::from([10, 0, 0, 9])), "other").is_ok());
     }
 
-    #[test]
-    fn without_an_address_only_the_credential_counts() {
+    #[tokio::test]
+    async fn without_an_address_only_the_credential_counts() {
         let t = LoginThrottle::new(limits(1, 2));
-        t.failed_credential("guess");
+        t.admit(None, "guess").await.unwrap().failed();
         assert!(t.check(None, "other").is_ok(), "no address was counted");
-        t.failed_credential("guess");
-        assert_eq!(t.check_credential("guess").unwrap_err().by, "credential");
-        assert!(t.check_credential("other").is_ok());
+        t.admit(None, "guess").await.unwrap().failed();
+        assert_eq!(t.admit(None, "guess").await.err().unwrap().by, "credential");
+        assert!(t.admit(None, "other").await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_attempt_that_succeeds_is_not_counted() {
+        let t = LoginThrottle::new(limits(1, 1));
+        let a = Some(IpAddr::from([10, 0, 0, 1]));
+        for _ in 0..3 {
+            drop(t.admit(a, "right").await.unwrap());
+        }
+        assert!(t.check(a, "right").is_ok());
+        assert!(t.checking().is_empty(), "nothing is left under way");
     }
 
     #[test]
