@@ -712,6 +712,17 @@ async fn send_cancel_notice(
     tokio::time::timeout(CANCEL_NOTICE_WAIT, peer.send_notification(notice.into())).await
 }
 
+/// Asks the server to cancel the task `id` and waits (at most [`CANCEL_NOTICE_WAIT`]) for its
+/// answer.
+async fn send_cancel_task(
+    peer: &rmcp::Peer<RoleClient>,
+    id: &str,
+) -> Result<Result<(), ServiceError>, tokio::time::error::Elapsed> {
+    let mut params = CancelTaskParams::new(id.to_string());
+    params.meta = Some(tasks_meta());
+    tokio::time::timeout(CANCEL_NOTICE_WAIT, peer.cancel_task(params)).await
+}
+
 /// What a server answered to `tools/call`: a result, a request for input, or a task. An answer
 /// without content is an empty result; any other kind of answer is unexpected.
 fn call_response(answer: ServerResult) -> Result<CallToolResponse, ServiceError> {
@@ -773,6 +784,29 @@ impl McpSurface {
         alive: Option<&ProgressSink>,
     ) -> Result<ToolResult, SurfaceError> {
         let id = task.task_id;
+        // Dropped while it waits (the whole run was dropped, not cancelled), the call still
+        // cancels its task on the server: nobody would read what it makes, and a task that
+        // never ends would run on. Once the polling returns, it has ended the task or let go.
+        let mut guard = {
+            let (peer, id) = (self.client.peer().clone(), id.clone());
+            SpawnOnDrop::new(async move {
+                let _ = send_cancel_task(&peer, &id).await;
+            })
+        };
+        let answer = self.poll_task(name, &id, cancel, alive).await;
+        guard.disarm();
+        answer
+    }
+
+    /// Polls the task `id` of a call until it ends ([`McpSurface::wait_for_task`]).
+    async fn poll_task(
+        &self,
+        name: &str,
+        id: &str,
+        cancel: &CancellationToken,
+        alive: Option<&ProgressSink>,
+    ) -> Result<ToolResult, SurfaceError> {
+        let id = id.to_string();
         let alive = || {
             if let Some(sink) = alive {
                 sink.alive();
@@ -878,10 +912,7 @@ impl McpSurface {
     /// Cancels a task, best effort, waiting at most [`CANCEL_NOTICE_WAIT`] for the server's
     /// answer (a server that does not answer must not hold the cancelled call).
     async fn cancel_task(&self, id: &str) {
-        let mut params = CancelTaskParams::new(id.to_string());
-        params.meta = Some(tasks_meta());
-        let peer = self.client.peer();
-        match tokio::time::timeout(CANCEL_NOTICE_WAIT, peer.cancel_task(params)).await {
+        match send_cancel_task(self.client.peer(), id).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::debug!(task = id, error = %e, "the task was not cancelled"),
             Err(_) => tracing::debug!(

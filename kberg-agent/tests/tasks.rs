@@ -229,3 +229,41 @@ async fn a_task_that_asks_or_fails_is_a_clear_failure() {
     assert_eq!(r.code, Some(ErrorCode::ToolFailed), "{r:?}");
     assert!(!r.text.contains("on purpose"), "{}", r.text);
 }
+
+/// A call whose future is dropped while it waits for its task (the run aborted, not cancelled)
+/// cancels the task on the server, as a call dropped before its answer is cancelled there: a
+/// task nobody waits for must not run on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_call_that_waits_for_its_task_cancels_the_task() {
+    let mut s = server().await;
+    let remote = std::sync::Arc::new(McpSurface::connect_http(&s.url).await.unwrap());
+    let sink = ProgressSink::new(|_| {});
+    let call = {
+        let (remote, sink) = (std::sync::Arc::clone(&remote), sink.clone());
+        async move {
+            remote
+                .call_with_progress("index_repo", json!({}), CancellationToken::new(), sink)
+                .await
+        }
+    };
+    let call = tokio::spawn(call);
+    tokio::time::timeout(WAIT, s.started.recv())
+        .await
+        .expect("the task started")
+        .expect("open");
+    let id = s.app.tasks().list("agent")[0].id.clone();
+    // The call has the server's answer naming the task and waits for it (its creation marked
+    // the call active): drop the call's future.
+    eventually_async("the call waits for its task", || async {
+        sink.last_active()
+    })
+    .await;
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    let t = tokio::time::timeout(WAIT, s.app.tasks().wait("agent", &id))
+        .await
+        .expect("the task ends without being released")
+        .expect("kept");
+    assert_eq!(t.status, TaskStatus::Cancelled);
+    drop(remote);
+}
