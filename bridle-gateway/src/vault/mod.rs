@@ -599,8 +599,9 @@ impl Vault {
     /// batches of whatever arrived while the previous batch was being written.
     ///
     /// The outer error means nothing was recorded (the database failed); otherwise each use
-    /// has its own outcome, in order: a use of an unknown secret or version, or with an invalid
-    /// name or actor, is refused on its own and the others are recorded.
+    /// has its own outcome, in order: a use of an unknown secret or version, of a version
+    /// revoked or past its grace period (since its value was read), or with an invalid name or
+    /// actor, is refused on its own and the others are recorded.
     ///
     /// ```
     /// # use bridle_gateway::vault::{MasterKey, SecretUseRecord, Vault, VaultConfig};
@@ -625,16 +626,22 @@ impl Vault {
             // Refusals of one use (a bad name, an unknown version) are read-only checks made
             // before anything of that use is written, so the others still commit; a failed
             // write ends the whole batch (the transaction rolls back when `tx` drops).
+            // A version revoked, or past its grace, since its value was read is refused too:
+            // this write is serialized with revokes and rotations, and the caller sends nothing
+            // on a refusal, so a revoked credential never goes out after its revoke committed.
             let checked = check_name("secret", used.name)
                 .and_then(|()| check_actor(used.actor))
-                .and_then(|()| version_row(&mut *tx, used.name, used.version));
+                .and_then(|()| version_row(&mut *tx, used.name, used.version))
+                .and_then(|row| usable(used.name, used.version, row, now));
             let row = match checked {
                 Ok(row) => row,
                 Err(
                     e @ (VaultError::InvalidName { .. }
                     | VaultError::InvalidActor(_)
                     | VaultError::SecretNotFound(_)
-                    | VaultError::VersionNotFound { .. }),
+                    | VaultError::VersionNotFound { .. }
+                    | VaultError::VersionRevoked { .. }
+                    | VaultError::VersionExpired { .. }),
                 ) => {
                     outcomes.push(Err(e));
                     continue;
@@ -774,6 +781,24 @@ fn version_row(tx: &mut dyn VaultTx, name: &str, version: u64) -> Result<Version
         }),
         None => Err(VaultError::SecretNotFound(name.to_owned())),
     }
+}
+
+/// The row of a version that may still be used at `now`: neither revoked nor past its grace
+/// period (nor destroyed).
+fn usable(name: &str, version: u64, row: VersionRow, now: i64) -> Result<VersionRow, VaultError> {
+    if row.revoked_at.is_some() {
+        return Err(VaultError::VersionRevoked {
+            name: name.to_owned(),
+            version,
+        });
+    }
+    if row.grace_until.is_some_and(|until| until <= now) || row.ciphertext.is_none() {
+        return Err(VaultError::VersionExpired {
+            name: name.to_owned(),
+            version,
+        });
+    }
+    Ok(row)
 }
 
 /// Destroys the ciphertext of `name`'s versions whose grace period ended, with an `expire`
