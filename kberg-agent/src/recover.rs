@@ -321,10 +321,15 @@ fn unlisted_name(obj: &Map<String, Value>) -> Option<&str> {
     (identifier && (with_arguments || name_only)).then_some(name)
 }
 
+/// The call an object in the text makes: a visible tool's name under a name key, and either an
+/// arguments key or nothing beside the name but a `type` or an `id`. An object that names a
+/// tool among other fields (`{"name": "add_note", "description": "..."}`: the model describing
+/// a tool or quoting a record) calls nothing; read as a call without arguments it would run a
+/// tool that needs none.
 fn read_call(obj: &Map<String, Value>, visible: &HashSet<&str>) -> Option<RecoveredCall> {
-    let name = NAME_KEYS
+    let (key, name) = NAME_KEYS
         .iter()
-        .find_map(|k| obj.get(*k).and_then(Value::as_str))?;
+        .find_map(|k| obj.get(*k).and_then(Value::as_str).map(|n| (*k, n)))?;
     if !visible.contains(name) {
         tracing::debug!(
             tool = name,
@@ -333,6 +338,13 @@ fn read_call(obj: &Map<String, Value>, visible: &HashSet<&str>) -> Option<Recove
         return None;
     }
     let raw = ARG_KEYS.iter().find_map(|k| obj.get(*k));
+    if raw.is_none() && !obj.keys().all(|k| k == key || k == "type" || k == "id") {
+        tracing::debug!(
+            tool = name,
+            "ignoring an object in the text that names a tool among other fields"
+        );
+        return None;
+    }
     let (arguments, arguments_were_text) = match raw {
         None | Some(Value::Null) => (Value::Object(Map::new()), false),
         Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
@@ -428,6 +440,26 @@ mod tests {
         // A listed tool is recovered, not named as unlisted.
         let text = r#"{"name": "add_note", "arguments": {"title": "t"}}"#;
         assert!(unlisted_calls(text, &vis()).is_empty());
+    }
+
+    #[test]
+    fn json_that_names_a_tool_without_calling_it_is_not_a_call() {
+        // The model describing a tool, or quoting a record that names one, in its answer.
+        for text in [
+            r#"{"name": "add_note", "description": "Adds a note with a title"}"#,
+            r#"The tools are: [{"name": "search_notes", "description": "finds notes"}, {"name": "add_note", "description": "adds one"}]"#,
+            r#"{"tool": "add_note", "status": "ok", "used": 3}"#,
+        ] {
+            assert!(recover_calls(text, &vis()).is_empty(), "{text}");
+        }
+        // A name alone, with a type or an id beside it, is still a call without arguments.
+        for text in [
+            r#"{"name": "search_notes"}"#,
+            r#"{"type": "function", "name": "search_notes"}"#,
+            r#"{"id": "call_1", "name": "search_notes"}"#,
+        ] {
+            assert_eq!(recover_calls(text, &vis()).len(), 1, "{text}");
+        }
     }
 
     #[test]
