@@ -176,6 +176,66 @@ async fn a_log_in_checks_the_credential_off_the_async_workers() {
     assert!(r.session_cookie().is_some());
 }
 
+/// Guesses sent at once from one address are checked no further than the limit: the ones past
+/// it wait for the checks under way, and once those failed they are refused 429 unchecked.
+/// Counting a failure only after its check ended let every simultaneous guess be checked.
+/// On a single-threaded runtime, one yield polls every spawned log-in up to its first wait
+/// (the credential check, or the throttle's), before any check may end.
+#[tokio::test(flavor = "current_thread")]
+async fn simultaneous_guesses_are_checked_no_further_than_the_limit() {
+    let fixture = limited(3, 100).await;
+    let (entered, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let (go, waiting) = std::sync::mpsc::channel();
+    let admins = Arc::new(WaitingAdmins {
+        entered,
+        go: std::sync::Mutex::new(waiting),
+    });
+    let state = fixture
+        .gateway
+        .admin_state(admins as Arc<dyn AdminCredentials>);
+    let router = bridle_gateway::admin::router(state.clone())
+        .merge(bridle_gateway::panel::router(panel_config(), &state).unwrap());
+    let mut client = Client::new(router);
+    client.peer = Some(SocketAddr::from(([10, 0, 0, 9], 40_000)));
+    let client = Arc::new(client);
+    let guesses: Vec<_> = (0..8)
+        .map(|n| {
+            let c = Arc::clone(&client);
+            tokio::spawn(async move {
+                c.post("/panel/login", &[("token", &format!("guess-{n}"))])
+                    .await
+                    .status
+            })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    // The checks under way reach the limit; then every check may end.
+    for _ in 0..3 {
+        started.recv().await.expect("a credential check");
+    }
+    for _ in 0..8 {
+        go.send(()).unwrap();
+    }
+    let mut statuses = Vec::new();
+    for g in guesses {
+        statuses.push(g.await.unwrap());
+    }
+    let mut checked = 3;
+    while started.try_recv().is_ok() {
+        checked += 1;
+    }
+    assert_eq!(checked, 3, "credential checks past the limit: {statuses:?}");
+    let refused = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    let wrong = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::UNAUTHORIZED)
+        .count();
+    assert_eq!((wrong, refused), (3, 5), "{statuses:?}");
+}
+
 /// A urlencoded form body for reqwest (built without its `form` feature).
 fn form(pairs: &[(&str, &str)]) -> (&'static str, String) {
     (

@@ -123,37 +123,42 @@ pub(crate) async fn submit(
     let next = landing(&panel, form.next.as_deref());
     let token = form.token.trim();
     let address = peer.map(|Extension(ConnectInfo(addr))| addr.ip());
-    if let Err(throttled) = panel.throttle.check(address, token) {
-        let seconds = throttled.retry_after.as_secs().max(1);
-        tracing::warn!(
-            address = ?address,
-            by = throttled.by,
-            retry_after_s = seconds,
-            "panel log-in throttled after repeated failures"
-        );
-        let minutes = seconds.div_ceil(60);
-        let message = format!(
-            "Too many failed log-ins {}. Try again in {minutes} minute{}.",
-            if throttled.by == "address" {
-                "from your address"
-            } else {
-                "with that credential"
-            },
-            if minutes == 1 { "" } else { "s" }
-        );
-        let mut response = login_page_with(
-            &panel,
-            StatusCode::TOO_MANY_REQUESTS,
-            &next,
-            Some(&message),
-            None,
-            Some("too_many_logins"),
-        )?;
-        if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
-            response.headers_mut().insert(header::RETRY_AFTER, v);
+    // Admitted before the check, so that guesses sent at once are checked no further than
+    // the limit (those past it wait for the checks under way).
+    let attempt = match panel.throttle.admit_form(address, token).await {
+        Ok(attempt) => attempt,
+        Err(throttled) => {
+            let seconds = throttled.retry_after.as_secs().max(1);
+            tracing::warn!(
+                address = ?address,
+                by = throttled.by,
+                retry_after_s = seconds,
+                "panel log-in throttled after repeated failures"
+            );
+            let minutes = seconds.div_ceil(60);
+            let message = format!(
+                "Too many failed log-ins {}. Try again in {minutes} minute{}.",
+                if throttled.by == "address" {
+                    "from your address"
+                } else {
+                    "with that credential"
+                },
+                if minutes == 1 { "" } else { "s" }
+            );
+            let mut response = login_page_with(
+                &panel,
+                StatusCode::TOO_MANY_REQUESTS,
+                &next,
+                Some(&message),
+                None,
+                Some("too_many_logins"),
+            )?;
+            if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            return Ok(response);
         }
-        return Ok(response);
-    }
+    };
     // A check may read the vault (a database, perhaps PostgreSQL over the network): it runs on
     // the blocking pool, as the admin API's own check does, not on an async worker it would
     // hold while it waits.
@@ -169,7 +174,7 @@ pub(crate) async fn submit(
             })?
     };
     let Some(identity) = verified else {
-        panel.throttle.failed(address, token);
+        attempt.failed();
         tracing::warn!(address = ?address, "panel log-in refused: not an admin credential");
         return login_page(
             &panel,
