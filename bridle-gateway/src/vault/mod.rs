@@ -382,7 +382,9 @@ impl Vault {
 
     /// Makes `value` the new active version of `name` (n + 1) and keeps the previous active
     /// version usable through [`Vault::version`] for `grace` (zero: not at all). Versions whose
-    /// grace period has ended have their ciphertext destroyed in the same transaction.
+    /// grace period has ended have their ciphertext destroyed in the same transaction, and, as
+    /// after a revoke, moved out of the database's logs (SQLite's WAL checkpoint, PostgreSQL's
+    /// `VACUUM`).
     pub fn rotate(
         &self,
         name: &str,
@@ -427,6 +429,10 @@ impl Vault {
         )?;
         let expired = destroy_expired(&mut *tx, name, actor, now)?;
         tx.commit()?;
+        if expired > 0 {
+            // As after a revoke: the destroyed bytes leave the database's logs now.
+            self.backend.after_destroy();
+        }
         tracing::info!(
             secret = name,
             version,

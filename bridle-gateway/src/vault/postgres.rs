@@ -16,8 +16,8 @@
 //!
 //! What differs from SQLite: a revoked ciphertext is overwritten in its row, but PostgreSQL
 //! keeps the old row version in the table's pages until `VACUUM` reclaims it (run here after
-//! each revoke, best effort) and in its write-ahead log and backups until those are recycled.
-//! The ciphertext there is still sealed under the master key.
+//! each revoke and each expiry, best effort) and in its write-ahead log and backups until those
+//! are recycled. The ciphertext there is still sealed under the master key.
 
 use std::path::PathBuf;
 
@@ -233,7 +233,7 @@ impl VaultBackend for PgVault {
             .client()
             .and_then(|c| c.batch("VACUUM vault_versions"));
         if let Err(e) = vacuum {
-            tracing::warn!(error = %e, "vacuum of the vault after a revoke failed");
+            tracing::warn!(error = %e, "vacuum of the vault after a destroyed ciphertext failed");
         }
     }
 }

@@ -3,8 +3,9 @@
 //! The database runs in WAL mode with `synchronous = FULL`, so a process killed at any instant
 //! leaves the last committed state readable, and with `secure_delete`, so a destroyed ciphertext
 //! is overwritten on disk rather than left in a free page (and the WAL is checkpointed after a
-//! revoke). Writers take `BEGIN IMMEDIATE`, so the gateway and the command line can share the
-//! file. The `vault_audit` table refuses UPDATE and DELETE through triggers.
+//! revoke, and after a rotation that destroyed an expired version). Writers take
+//! `BEGIN IMMEDIATE`, so the gateway and the command line can share the file. The
+//! `vault_audit` table refuses UPDATE and DELETE through triggers.
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -248,7 +249,7 @@ impl VaultBackend for SqliteVault {
             .connection()
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
         {
-            tracing::warn!(error = %e, "vault checkpoint after revoke failed");
+            tracing::warn!(error = %e, "vault checkpoint after a destroyed ciphertext failed");
         }
     }
 }
