@@ -154,7 +154,7 @@ impl LoginThrottle {
 
     /// Admits an attempt with `token` from `address` (`None`: from no client address, a call
     /// made in process, counted by its credential only) to the credential check, or refuses it
-    /// as [`Self::check`] does. While the failures and the checks under way of one of its keys
+    /// (429) while one of its keys has as many failures in the window as its limit. While the failures and the checks under way of one of its keys
     /// reach that key's limit, it waits for a check to end first.
     pub(crate) async fn admit(
         &self,
@@ -165,7 +165,8 @@ impl LoginThrottle {
     }
 
     /// As [`Self::admit`] for the panel's log-in form, whose client address, when not known,
-    /// is one address of its own (as [`Self::check`] counts it).
+    /// is one address of its own (every client whose address is not known).
+    #[cfg(feature = "panel")]
     pub(crate) async fn admit_form(
         &self,
         address: Option<IpAddr>,

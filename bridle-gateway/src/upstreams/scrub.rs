@@ -100,6 +100,7 @@ pub fn scrub_text(text: &str, secret: &str) -> String {
 /// Replaces every occurrence of `secret` (and of each line of it, see `parts`) in every string
 /// and object key of `v`; returns whether anything was replaced. For answers the gateway
 /// reads itself before building what an agent sees (Kanboard's JSON-RPC answers).
+#[cfg(feature = "kanboard")]
 pub(crate) fn scrub_json(v: &mut Value, secret: &str) -> bool {
     parts(secret)
         .into_iter()
