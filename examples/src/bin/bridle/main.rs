@@ -204,36 +204,33 @@ fn data_dir(cli: &Cli) -> PathBuf {
 }
 
 /// A line of text from outside (an agent's guardrail statement or scope reason, a client's
-/// name) as a terminal shows it: each control character written as its escape (`\r`,
-/// `\u{1b}`), so a carriage return or a terminal escape sequence cannot rewrite what a person
-/// reads before deciding.
+/// name) as a terminal shows it: each control character and each bidirectional control
+/// written as its escape (`\r`, `\u{1b}`, `\u{202e}`), so a carriage return, a terminal
+/// escape sequence or a right-to-left override cannot rewrite what a person reads before
+/// deciding.
 pub(crate) fn printable(line: &str) -> std::borrow::Cow<'_, str> {
-    if !line.chars().any(char::is_control) {
-        return std::borrow::Cow::Borrowed(line);
-    }
-    let mut out = String::with_capacity(line.len() + 8);
-    for c in line.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
+    escaped_for_terminal(line, false)
 }
 
 /// A message for the terminal (the command's error, which may quote what a server, a file or
-/// an agent said) as [`printable`] writes a line, its own line breaks kept: every other control
-/// character, and each bidirectional control, written as its escape.
+/// an agent said) as [`printable`] writes a line, its own line breaks kept.
 pub(crate) fn printable_message(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| (c.is_control() && c != '\n') || bridle_rules::is_bidi_control(c);
+    escaped_for_terminal(text, true)
+}
+
+/// `text` with each control character (line breaks too unless `keep_line_breaks`) and each
+/// bidirectional control written as its escape; borrowed when there is none.
+fn escaped_for_terminal(text: &str, keep_line_breaks: bool) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        (c.is_control() && !(keep_line_breaks && c == '\n')) || bridle_rules::is_bidi_control(c)
+    };
     if !text.chars().any(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
         if unsafe_char(c) {
-            out.extend(c.escape_unicode());
+            out.extend(c.escape_default());
         } else {
             out.push(c);
         }
