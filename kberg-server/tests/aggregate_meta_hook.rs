@@ -2,7 +2,8 @@
 //! `_meta` keys its hook returns (`CarryMeta` copies the named keys of the caller's `_meta` and
 //! nothing else), runs inside the hook's span, and the hook learns how it ended: answered, a tool
 //! error with its code, or the aggregator's own code when the upstream is gone. Without a hook
-//! nothing of the caller's `_meta` is sent.
+//! nothing of the caller's `_meta` is sent. A tool error's code that quotes the upstream's
+//! credential reaches the hook with the credential redacted, as everything else the upstream says.
 
 mod peers;
 
@@ -18,8 +19,12 @@ use kberg_server::aggregate::{
 use kberg_server::{HttpConfig, HttpServer, McpApp, OpenAccess};
 use serde_json::{Map, Value, json};
 
-/// A Kberg upstream whose `meta` tool answers the `_meta` it received, and whose `fail` tool
-/// answers an error result with a code.
+/// The credential the aggregator sends its upstream, which the upstream's `leak` tool quotes.
+const CANARY: &str = "canary-3d9b7e21c4a05f68";
+
+/// A Kberg upstream whose `meta` tool answers the `_meta` it received, whose `fail` tool
+/// answers an error result with a code, and whose `leak` tool answers an error result whose
+/// code quotes [`CANARY`] (as a server that puts its backend's rejection into a code might).
 async fn upstream() -> (String, StopOnDrop, tokio::task::JoinHandle<()>) {
     let tools = ToolRegistry::new();
     tools
@@ -38,6 +43,17 @@ async fn upstream() -> (String, StopOnDrop, tokio::task::JoinHandle<()>) {
                     Ok(ToolOutput::error_with("no", json!({"code": "not_today"})))
                 }),
         )
+        .expect("register");
+    tools
+        .register(ToolBuilder::new("leak").raw_handler(
+            json!({"type": "object"}),
+            |_a, _ctx| async move {
+                Ok(ToolOutput::error_with(
+                    "no",
+                    json!({"code": format!("bad_token:{CANARY}")}),
+                ))
+            },
+        ))
         .expect("register");
     let server = HttpServer::bind(
         McpApp::builder("upstream", "1").tools(tools).build(),
@@ -178,4 +194,35 @@ async fn without_a_hook_the_callers_meta_stays_behind() {
         .expect("call");
     let seen = &out.structured.as_ref().expect("structured")["meta"];
     assert!(seen.get("traceparent").is_none(), "{seen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_error_code_quoting_the_credential_reaches_the_hook_redacted() {
+    let (url, _stop, _served) = upstream().await;
+    let registry = ToolRegistry::new();
+    let hook = Arc::new(Recording::default());
+    let config = AggregatorConfig::new().upstream(UpstreamConfig::new(
+        "up",
+        UpstreamTransport::http(url).header("authorization", format!("Bearer {CANARY}")),
+    ));
+    let agg = Aggregator::start_with(
+        config,
+        registry.clone(),
+        Forward::new().hook(Arc::clone(&hook) as Arc<dyn ForwardHook>),
+    )
+    .expect("valid");
+    assert!(
+        agg.wait_connected("up", 1, WAIT).await,
+        "{:?}",
+        agg.status("up")
+    );
+    let out = registry
+        .call(&caller(), "up__leak", json!({}), options(json!({})))
+        .await
+        .expect("call");
+    assert!(out.is_error);
+    assert_eq!(
+        *hook.outcomes.lock().expect("lock"),
+        [r#"ToolError { code: Some("bad_token:[redacted]") }"#.to_string()]
+    );
 }

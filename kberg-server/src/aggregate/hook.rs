@@ -12,7 +12,9 @@
 //! unchanged. Without a hook nothing is carried and nothing is added to a call.
 //!
 //! The hook sees names (namespace, method, the upstream's tool name) and the caller's `_meta`,
-//! never the arguments.
+//! never the arguments. What it learns of an upstream's error result (its `code`) has the
+//! upstream's credentials redacted, so a hook can put it into a span attribute or a log field
+//! as it is.
 
 use std::sync::Arc;
 
@@ -39,9 +41,10 @@ pub enum ForwardOutcome<'a> {
     /// The upstream answered with a tool result that is not an error.
     Answered,
     /// The upstream answered with a tool result flagged `isError`; `code` is its structured
-    /// content's `code`, when it has one.
+    /// content's `code`, when it has one, with the upstream's credentials replaced by
+    /// [`REDACTED`](super::REDACTED) (as in everything else the upstream says).
     ToolError {
-        /// The result's `structuredContent.code`, if any.
+        /// The result's `structuredContent.code`, if any, its credentials redacted.
         code: Option<&'a str>,
     },
     /// The upstream answered with a JSON-RPC error of this code.

@@ -31,9 +31,9 @@
 //! whole, never left half shown.
 //!
 //! Error messages and refusals that quote an upstream (the client library's error, the
-//! upstream's own message, a failed task's message, the reason a connection failed) are
-//! redacted with the same list and the same marker: one policy for everything an upstream
-//! says.
+//! upstream's own message, a failed task's message, the reason a connection failed), and the
+//! `code` of an error result a [`ForwardHook`](super::ForwardHook) is told, are redacted with
+//! the same list and the same marker: one policy for everything an upstream says.
 
 use std::borrow::Cow;
 use std::sync::Arc;

@@ -179,7 +179,14 @@ impl Tool for ForwardedTool {
                 let answer = forward(&self.up, request, Some(&ctx))
                     .instrument(span.clone())
                     .await;
-                hook.finished(&span, outcome_of(&answer));
+                // The code is the upstream's own text, and a hook puts it where the caller
+                // never looks (a span attribute sent to a collector): redacted like every
+                // other thing the upstream says.
+                let code = tool_error_code(&answer).map(|c| self.up.redactions.text(c));
+                if matches!(code, Some(std::borrow::Cow::Owned(_))) {
+                    self.up.redactions.said(ns, "a tool error's code");
+                }
+                hook.finished(&span, outcome_of(&answer, code.as_deref()));
                 answer
             }
         };
@@ -214,17 +221,28 @@ impl Tool for ForwardedTool {
     }
 }
 
-/// How a forwarded call's answer looks to a [`ForwardHook`](super::ForwardHook).
-fn outcome_of(answer: &Result<ServerResult, UpstreamError>) -> ForwardOutcome<'_> {
+/// The `structuredContent.code` of an answer that is a tool result flagged `isError`, as the
+/// upstream sent it.
+fn tool_error_code(answer: &Result<ServerResult, UpstreamError>) -> Option<&str> {
+    match answer {
+        Ok(ServerResult::CallToolResult(r)) if r.is_error == Some(true) => r
+            .structured_content
+            .as_ref()
+            .and_then(|s| s.get("code"))
+            .and_then(Value::as_str),
+        _ => None,
+    }
+}
+
+/// How a forwarded call's answer looks to a [`ForwardHook`](super::ForwardHook); `code` is the
+/// answer's [`tool_error_code`], with the upstream's credentials redacted.
+fn outcome_of<'a>(
+    answer: &'a Result<ServerResult, UpstreamError>,
+    code: Option<&'a str>,
+) -> ForwardOutcome<'a> {
     match answer {
         Ok(ServerResult::CallToolResult(r)) if r.is_error == Some(true) => {
-            ForwardOutcome::ToolError {
-                code: r
-                    .structured_content
-                    .as_ref()
-                    .and_then(|s| s.get("code"))
-                    .and_then(Value::as_str),
-            }
+            ForwardOutcome::ToolError { code }
         }
         Ok(ServerResult::CallToolResult(_) | ServerResult::CreateTaskResult(_)) => {
             ForwardOutcome::Answered
