@@ -25,6 +25,10 @@
 //! alone, without earlier failures; [`hints`] holds these answers), and miscopy long ids (shown
 //! as short handles, see [`id_handles`]).
 //!
+//! Tools whose names a hosted provider refuses are shown to the model under aliases built per
+//! run from the listing, and its calls read back to the real names ([`crate::names`]); the run
+//! holds real names only.
+//!
 //! Before a call runs, calls written into the text are recovered (only for tools on the surface;
 //! see [`crate::recover_calls`]) and unambiguous argument mistakes are corrected (see
 //! [`crate::coerce_arguments`]); both are recorded in the outcome.
@@ -130,6 +134,9 @@ struct Run<'a> {
     cancel: &'a CancellationToken,
     events: Option<&'a UnboundedSender<AgentEvent>>,
     request: ChatRequest,
+    /// The names the model is shown for the listed tools ([`crate::names`]): built from the
+    /// listing at the run's start; the run itself holds real names only.
+    names: crate::names::ToolNames,
     schemas: HashMap<String, Value>,
     /// Tools declared read-only.
     read_only: HashSet<String>,
@@ -233,6 +240,7 @@ impl Agent {
                 tools: Vec::new(),
                 options: self.config.options.clone(),
             },
+            names: crate::names::ToolNames::default(),
             schemas: HashMap::new(),
             read_only: HashSet::new(),
             calls: Vec::new(),
@@ -292,6 +300,14 @@ impl Run<'_> {
         // entry must not turn a write into a read.
         let mut seen = std::collections::HashSet::new();
         tools.retain(|t| seen.insert(t.name.clone()));
+        // Names a hosted provider refuses are shown under aliases, mapped back on the way in.
+        self.names = crate::names::ToolNames::new(tools.iter().map(|t| t.name.as_str()));
+        if !self.names.is_identity() {
+            tracing::debug!(
+                aliases = ?self.names,
+                "tools whose names a provider may refuse are shown under aliases"
+            );
+        }
         self.schemas = tools
             .iter()
             .map(|t| (t.name.clone(), t.parameters.clone()))

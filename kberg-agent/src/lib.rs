@@ -49,6 +49,7 @@ mod ground;
 #[cfg(feature = "mcp")]
 mod mcp;
 mod message;
+mod names;
 mod nudge;
 mod outcome;
 mod progress;

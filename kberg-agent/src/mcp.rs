@@ -904,8 +904,10 @@ impl McpSurface {
     async fn cancel_request(&self, name: &str, id: RequestId) {
         match send_cancel_notice(self.client.peer(), id).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::debug!(tool = name, error = %e, "the cancellation was not sent"),
-            Err(_) => tracing::debug!(tool = name, "the cancellation was not sent in time"),
+            Ok(Err(e)) => {
+                tracing::debug!(tool = ?name, error = %e, "the cancellation was not sent")
+            }
+            Err(_) => tracing::debug!(tool = ?name, "the cancellation was not sent in time"),
         }
     }
 
@@ -914,9 +916,9 @@ impl McpSurface {
     async fn cancel_task(&self, id: &str) {
         match send_cancel_task(self.client.peer(), id).await {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::debug!(task = id, error = %e, "the task was not cancelled"),
+            Ok(Err(e)) => tracing::debug!(task = ?id, error = %e, "the task was not cancelled"),
             Err(_) => tracing::debug!(
-                task = id,
+                task = ?id,
                 "the task's cancellation was not answered in time"
             ),
         }

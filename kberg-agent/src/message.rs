@@ -94,7 +94,9 @@ pub struct ToolCall {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ToolDefinition {
-    /// The name the model calls it by.
+    /// The tool's name. [`crate::Agent`] shows a name that a hosted provider would refuse (other
+    /// than 1 to 64 ASCII letters, digits, `_` and `-`) under a safe alias for the run, and
+    /// reads the model's calls back to this name (see the crate README).
     pub name: String,
     /// What it does.
     pub description: String,

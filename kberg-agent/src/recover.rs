@@ -332,7 +332,7 @@ fn read_call(obj: &Map<String, Value>, visible: &HashSet<&str>) -> Option<Recove
         .find_map(|k| obj.get(*k).and_then(Value::as_str).map(|n| (*k, n)))?;
     if !visible.contains(name) {
         tracing::debug!(
-            tool = name,
+            tool = ?name,
             "ignoring a call in the text to a tool that is not on the surface"
         );
         return None;
@@ -340,7 +340,7 @@ fn read_call(obj: &Map<String, Value>, visible: &HashSet<&str>) -> Option<Recove
     let raw = ARG_KEYS.iter().find_map(|k| obj.get(*k));
     if raw.is_none() && !obj.keys().all(|k| k == key || k == "type" || k == "id") {
         tracing::debug!(
-            tool = name,
+            tool = ?name,
             "ignoring an object in the text that names a tool among other fields"
         );
         return None;

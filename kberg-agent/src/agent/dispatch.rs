@@ -89,7 +89,7 @@ impl Run<'_> {
                 // The calls of a message run one after another: a model that writes thousands
                 // would hold the run that long. Each is still answered, as every call in a
                 // stored turn needs its result.
-                tracing::debug!(tool = %call.name, limit = max_calls, "a call past the per-turn limit was not run");
+                tracing::debug!(tool = ?call.name, limit = max_calls, "a call past the per-turn limit was not run");
                 let text = nudge::too_many_calls(&call.name, max_calls);
                 self.record(
                     turn,
@@ -109,7 +109,7 @@ impl Run<'_> {
                 if recovered {
                     self.interventions.unlisted_explained += 1;
                 }
-                tracing::debug!(tool = %call.name, recovered, "a call to an unlisted tool was answered, not sent");
+                tracing::debug!(tool = ?call.name, recovered, "a call to an unlisted tool was answered, not sent");
                 progressed |= self.note_failure(&call, code, &mut repeated);
                 self.record(
                     turn,
@@ -122,7 +122,7 @@ impl Run<'_> {
                 continue;
             }
             if let Some(unknown) = unknown_handle {
-                tracing::debug!(tool = %call.name, handle = %unknown.handle, "a call with a handle the run never issued was not sent");
+                tracing::debug!(tool = ?call.name, handle = ?unknown.handle, "a call with a handle the run never issued was not sent");
                 self.interventions.unknown_handles += 1;
                 if unknown.meant.is_some() {
                     self.interventions.handles_without_hash += 1;
@@ -156,7 +156,7 @@ impl Run<'_> {
                     self.interventions.writes_deduplicated += 1;
                     nudge::duplicate_write(&call.name, earlier)
                 };
-                tracing::debug!(tool = %call.name, read, "a repeated identical call was not run again");
+                tracing::debug!(tool = ?call.name, read, "a repeated identical call was not run again");
                 self.answer_now = AnswerNow::Repeat;
                 self.record(
                     turn,
@@ -173,7 +173,7 @@ impl Run<'_> {
                 && self.schemas.contains_key(&call.name)
                 && let Some(read_name) = &read_sent
             {
-                tracing::debug!(tool = %call.name, read = %read_name, "a write listed after a read in the same turn was held");
+                tracing::debug!(tool = ?call.name, read = ?read_name, "a write listed after a read in the same turn was held");
                 self.interventions.writes_held += 1;
                 let text = nudge::write_after_read(&call.name, read_name);
                 self.record(
@@ -187,7 +187,7 @@ impl Run<'_> {
                 continue;
             }
             if let Some(text) = self.unrequested(&call) {
-                tracing::debug!(tool = %call.name, "a write nobody asked for was not run");
+                tracing::debug!(tool = ?call.name, "a write nobody asked for was not run");
                 self.interventions.unrequested_writes += 1;
                 self.answer_now = AnswerNow::Done;
                 self.record(
@@ -201,7 +201,7 @@ impl Run<'_> {
                 continue;
             }
             if let Some((text, is_text, finder)) = self.ungrounded(&call) {
-                tracing::debug!(tool = %call.name, "a write whose values have no source was not run");
+                tracing::debug!(tool = ?call.name, "a write whose values have no source was not run");
                 // The next turn lists only the tool that finds ids, unless it already ran.
                 if let Some(finder) = finder
                     && self.config().narrow_after_guessed_ids
@@ -351,7 +351,7 @@ impl Run<'_> {
         match sent {
             Sent::Answered(r) => r.map(|r| bounded(r, config.max_result_chars)),
             Sent::TimedOut(limit) => {
-                tracing::debug!(tool = %call.name, ?limit, "a tool call was cut off by a tool timeout");
+                tracing::debug!(tool = ?call.name, ?limit, "a tool call was cut off by a tool timeout");
                 Ok(ToolResult::error(
                     ErrorCode::ToolTimeout,
                     nudge::tool_timeout(&call.name, limit),

@@ -36,7 +36,13 @@ impl Run<'_> {
             ),
         };
         text.push_str(&nudge::final_refusal(name));
-        let names: Vec<String> = self.request.tools.iter().map(|t| t.name.clone()).collect();
+        // The names the model is shown, aliases included ([`crate::names`]).
+        let names: Vec<String> = self
+            .request
+            .tools
+            .iter()
+            .map(|t| self.names.to_model(&t.name).to_string())
+            .collect();
         text.push_str(&nudge::listed_tools(&names));
         (code, text)
     }
@@ -294,7 +300,7 @@ impl Run<'_> {
                 _ => Vec::new(),
             };
             self.interventions.calls_split += 1;
-            tracing::debug!(tool = %pending.call.name, count = items.len(), "a list for a one-value argument was split into calls");
+            tracing::debug!(tool = ?pending.call.name, count = items.len(), "a list for a one-value argument was split into calls");
             for (n, item) in items.into_iter().enumerate() {
                 let mut call = pending.call.clone();
                 call.id = format!("{}_{}", pending.call.id, n + 1);

@@ -152,7 +152,22 @@ impl Run<'_> {
         self.send(request.as_ref()).await
     }
 
+    /// Sends `request` under the names the model is shown ([`crate::names`]) and reads the
+    /// calls of the answer back to the tools' real names.
     async fn send(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        let translated;
+        let request = if self.names.is_identity() {
+            request
+        } else {
+            translated = self.names.outgoing(request);
+            &translated
+        };
+        let mut response = self.send_as_is(request).await?;
+        self.names.incoming(&mut response);
+        Ok(response)
+    }
+
+    async fn send_as_is(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let provider = &self.agent.provider;
         let fut = async {
             if self.agent.config.stream {

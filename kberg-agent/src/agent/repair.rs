@@ -29,7 +29,7 @@ impl Run<'_> {
         if !structured.is_empty() || !recover || !config.recover_text_calls {
             return (structured, false, Vec::new());
         }
-        let visible: HashSet<&str> = self.schemas.keys().map(String::as_str).collect();
+        let visible = self.visible_names();
         let recovered = recover_calls(text, &visible);
         let unlisted = if recovered.is_empty() && config.explain_unlisted_calls {
             unlisted_calls(text, &visible)
@@ -48,7 +48,7 @@ impl Run<'_> {
             .into_iter()
             .map(|c| ToolCall {
                 id: String::new(),
-                name: c.name,
+                name: self.names.to_real(&c.name).to_string(),
                 arguments: c.arguments,
             })
             .collect();
@@ -61,6 +61,16 @@ impl Run<'_> {
             });
         }
         (calls, true, flags)
+    }
+
+    /// The names a call written as text may use: the listed tools' real names and the aliases
+    /// the model is shown for those a provider would refuse ([`crate::names`]).
+    pub(super) fn visible_names(&self) -> HashSet<&str> {
+        self.schemas
+            .keys()
+            .map(String::as_str)
+            .chain(self.names.aliases())
+            .collect()
     }
 
     /// Ids, coercions, and the in-turn collapse of identical calls.
@@ -88,7 +98,7 @@ impl Run<'_> {
             }
             if collapse && !seen.insert(call_key(&call)) {
                 self.interventions.calls_collapsed += 1;
-                tracing::debug!(tool = %call.name, "an identical call in the same turn was dropped");
+                tracing::debug!(tool = ?call.name, "an identical call in the same turn was dropped");
                 continue;
             }
             if call.id.is_empty() {
@@ -107,7 +117,7 @@ impl Run<'_> {
                 && let Some(schema) = self.schemas.get(&call.name)
                 && let Some(c) = unwrap_schema_echo(&mut call.arguments, schema)
             {
-                tracing::debug!(tool = %call.name, "arguments that copied the schema were unwrapped");
+                tracing::debug!(tool = ?call.name, "arguments that copied the schema were unwrapped");
                 self.interventions.schema_echoes_unwrapped += 1;
                 coercions.push(c);
             }
@@ -164,7 +174,7 @@ impl Run<'_> {
                     .map(|n| format!("{id}_{n}"))
                     .find(|candidate| !used.contains(candidate))
                     .unwrap_or_default();
-                tracing::debug!(tool = %pending.call.name, id = %id, new_id = %fresh, "a call's id was already used; it was given one of its own");
+                tracing::debug!(tool = ?pending.call.name, id = ?id, new_id = ?fresh, "a call's id was already used; it was given one of its own");
                 *id = fresh;
                 self.interventions.call_ids_renamed += 1;
             }

@@ -5,8 +5,6 @@
 //! decided, and where a turn becomes answer-only: after a repeat, a request for words, or when
 //! the budget is nearly spent.
 
-use std::collections::HashSet;
-
 use crate::message::{ChatResponse, Message, ToolChoice};
 use crate::nudge;
 use crate::outcome::{AgentEvent, StopReason};
@@ -151,7 +149,7 @@ impl Run<'_> {
     fn no_calls(&mut self, text: String, answer_only: bool) -> AfterText {
         self.text.clone_from(&text);
         let config = self.config();
-        let visible: HashSet<&str> = self.schemas.keys().map(String::as_str).collect();
+        let visible = self.visible_names();
         let diagnostic =
             (config.diagnose_malformed_calls && config.recover_text_calls && !answer_only)
                 .then(|| malformed_call(&text, &visible))

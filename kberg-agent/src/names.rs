@@ -1,0 +1,242 @@
+//! Tool names a hosted provider accepts.
+//!
+//! MCP lets a server name its tools freely (a space, a dot, a slash, any letter, any length),
+//! but the hosted APIs refuse a request that lists a function whose name they do not allow:
+//! OpenAI's function names must match `^[a-zA-Z0-9_-]{1,64}$`, Anthropic's tool names
+//! `^[a-zA-Z0-9_-]{1,128}$` (earlier `{1,64}`). One oddly named tool on a server would answer
+//! every turn of the run with a 400. So each run builds a [`ToolNames`] map from the tools its
+//! surface listed: a name already within `^[a-zA-Z0-9_-]{1,64}$` (the narrowest of them) is
+//! shown to the model as it is; any other is shown under an alias: each character outside that
+//! set becomes `_`, the result is cut to 64 characters (`tool` when nothing is left), and when
+//! that is a listed name or an earlier alias, a suffix of eight hex digits of a hash of the real
+//! name (then `_2`, `_3`, ... in the rare case that too is taken) tells it apart. The map is the
+//! same for the same listing, so a stored conversation resumes under the same aliases.
+//!
+//! The loop itself, the surface, [`crate::RunOutcome`] and the events only ever hold real
+//! names; the request is translated as it is sent (the tools, the calls and results of the
+//! conversation, a forced tool choice, a tool's name in backticks in a message's text) and the
+//! model's calls, structured or written as text, are read back to the real name.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::message::{ChatRequest, ChatResponse, Message, ToolChoice};
+
+/// The longest tool name shown to a model unchanged: OpenAI's limit, the narrowest.
+pub(crate) const MAX_NAME_LEN: usize = 64;
+
+/// Whether every hosted provider accepts `name` as a tool's name: 1 to [`MAX_NAME_LEN`] ASCII
+/// letters, digits, `_` and `-`.
+pub(crate) fn is_provider_safe(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// One run's map between the tools' real names and the names the model is shown.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ToolNames {
+    /// Real name -> alias, only for names that are not provider-safe.
+    alias_of: HashMap<String, String>,
+    /// Alias -> real name.
+    real_of: HashMap<String, String>,
+}
+
+impl ToolNames {
+    /// The map for tools listed under `names`, in listing order (which decides which of two
+    /// names that read alike keeps the plain alias).
+    pub(crate) fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> Self {
+        let names: Vec<&str> = names.into_iter().collect();
+        let mut taken: HashSet<String> = names
+            .iter()
+            .filter(|n| is_provider_safe(n))
+            .map(|n| (*n).to_string())
+            .collect();
+        let mut map = Self::default();
+        for &real in names.iter().filter(|n| !is_provider_safe(n)) {
+            if map.alias_of.contains_key(real) {
+                continue;
+            }
+            let alias = alias_for(real, &taken);
+            taken.insert(alias.clone());
+            map.real_of.insert(alias.clone(), real.to_string());
+            map.alias_of.insert(real.to_string(), alias);
+        }
+        map
+    }
+
+    /// Whether every name is shown as it is (the common case: nothing to translate).
+    pub(crate) fn is_identity(&self) -> bool {
+        self.alias_of.is_empty()
+    }
+
+    /// The name the model is shown for the tool really named `real`.
+    pub(crate) fn to_model<'a>(&'a self, real: &'a str) -> &'a str {
+        self.alias_of.get(real).map_or(real, String::as_str)
+    }
+
+    /// The real name of the tool the model called `name`: an alias read back, any other name
+    /// (a real name, or one the model invented) unchanged.
+    pub(crate) fn to_real<'a>(&'a self, name: &'a str) -> &'a str {
+        self.real_of.get(name).map_or(name, String::as_str)
+    }
+
+    /// The aliases shown in place of real names.
+    pub(crate) fn aliases(&self) -> impl Iterator<Item = &str> {
+        self.real_of.keys().map(String::as_str)
+    }
+
+    /// `request` as the model is sent it: every real name that has an alias replaced by it.
+    pub(crate) fn outgoing(&self, request: &ChatRequest) -> ChatRequest {
+        let mut request = request.clone();
+        for tool in &mut request.tools {
+            tool.name = self.to_model(&tool.name).to_string();
+        }
+        if let ToolChoice::Tool(name) = &mut request.options.tool_choice {
+            *name = self.to_model(name).to_string();
+        }
+        for message in &mut request.messages {
+            match message {
+                Message::System { content } | Message::User { content } => {
+                    self.quote_aliases(content);
+                }
+                Message::Assistant {
+                    content,
+                    tool_calls,
+                } => {
+                    self.quote_aliases(content);
+                    for call in tool_calls {
+                        call.name = self.to_model(&call.name).to_string();
+                    }
+                }
+                Message::Tool { name, content, .. } => {
+                    *name = self.to_model(name).to_string();
+                    self.quote_aliases(content);
+                }
+            }
+        }
+        request
+    }
+
+    /// The model's structured calls read back to real names.
+    pub(crate) fn incoming(&self, response: &mut ChatResponse) {
+        for call in &mut response.tool_calls {
+            if let Some(real) = self.real_of.get(&call.name) {
+                call.name.clone_from(real);
+            }
+        }
+    }
+
+    /// A real name in backticks, alone or as a call (`` `name` ``, `` `name(...)` ``: how the
+    /// loop's notes name a tool), becomes its alias, so the model reads the name it can call.
+    fn quote_aliases(&self, text: &mut String) {
+        if !text.contains('`') {
+            return;
+        }
+        for (real, alias) in &self.alias_of {
+            for close in ['`', '('] {
+                let quoted = format!("`{real}{close}");
+                if text.contains(&quoted) {
+                    *text = text.replace(&quoted, &format!("`{alias}{close}"));
+                }
+            }
+        }
+    }
+}
+
+/// The alias of `real`, a name that is not provider-safe, given the names already `taken`.
+fn alias_for(real: &str, taken: &HashSet<String>) -> String {
+    let mut base: String = real
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(MAX_NAME_LEN)
+        .collect();
+    if base.is_empty() {
+        base.push_str("tool");
+    }
+    if !taken.contains(&base) {
+        return base;
+    }
+    let hash = format!("{:08x}", fnv1a(real));
+    (1u64..)
+        .map(|n| {
+            let suffix = if n == 1 {
+                format!("_{hash}")
+            } else {
+                format!("_{hash}_{n}")
+            };
+            // `base` is ASCII: any byte is a character boundary.
+            let keep = MAX_NAME_LEN.saturating_sub(suffix.len()).min(base.len());
+            format!("{}{suffix}", &base[..keep])
+        })
+        .find(|candidate| !taken.contains(candidate))
+        .unwrap_or(base)
+}
+
+/// 32-bit FNV-1a: a hash that is the same on every platform and in every release, so an
+/// alias is too.
+fn fnv1a(s: &str) -> u32 {
+    s.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safe_names_are_kept_and_others_get_safe_unique_aliases() {
+        let long = "x".repeat(80);
+        let names = [
+            "search_notes",
+            "fs.read_file",
+            "fs_read_file",
+            "notes/add",
+            "añadir nota",
+            "ctl\u{7}",
+            long.as_str(),
+            "",
+        ];
+        let map = ToolNames::new(names);
+        let shown: Vec<&str> = names.iter().map(|n| map.to_model(n)).collect();
+        assert_eq!(shown[0], "search_notes");
+        assert_eq!(shown[2], "fs_read_file");
+        assert!(shown[1].starts_with("fs_read_file_"), "{}", shown[1]);
+        assert_eq!(shown[3], "notes_add");
+        assert_eq!(shown[4], "a_adir_nota");
+        assert_eq!(shown[5], "ctl_");
+        assert_eq!(shown[6].len(), MAX_NAME_LEN);
+        assert_eq!(shown[7], "tool");
+        let unique: HashSet<&str> = shown.iter().copied().collect();
+        assert_eq!(unique.len(), names.len());
+        for (real, alias) in names.iter().zip(&shown) {
+            assert!(is_provider_safe(alias), "{alias:?}");
+            assert_eq!(map.to_real(alias), *real);
+        }
+        // The same listing gives the same aliases.
+        let again = ToolNames::new(names);
+        for n in names {
+            assert_eq!(again.to_model(n), map.to_model(n));
+        }
+        assert!(ToolNames::new(["a", "b-c", "d_e"]).is_identity());
+    }
+
+    #[test]
+    fn many_names_that_read_alike_stay_apart() {
+        let names: Vec<String> = (0..300)
+            .map(|i| format!("{}.{i}", "y".repeat(70)))
+            .collect();
+        let map = ToolNames::new(names.iter().map(String::as_str));
+        let shown: HashSet<&str> = names.iter().map(|n| map.to_model(n)).collect();
+        assert_eq!(shown.len(), names.len());
+        assert!(shown.iter().all(|a| is_provider_safe(a)));
+    }
+}
