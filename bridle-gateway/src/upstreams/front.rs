@@ -18,7 +18,7 @@ use bridle_rules::Documents;
 use kberg_core::{Tool, ToolContext, ToolError, ToolKind, ToolOutput, ToolRegistry, ToolSpec};
 use serde_json::Value;
 
-use super::credential::{Credential, SecretUse};
+use super::credential::{Credential, SecretError, SecretUse};
 use super::route::{Route, RouteError, write_capability};
 use crate::config::AgentConfig;
 use crate::context::GatewayContext;
@@ -183,12 +183,27 @@ impl Tool for FrontTool {
                 agent: &agent,
                 request: &self.spec.name,
             };
-            if let Err(e) = self.route.secrets().record_use(&used).await {
-                tracing::warn!(namespace = %ns, error = %e, "recording a secret use failed; call not sent");
-                return Ok(refusal(
-                    RefusalCode::Internal,
-                    "the gateway could not record the use of the upstream credential, so the call was not sent",
-                ));
+            match self.route.secrets().record_use(&used).await {
+                Ok(()) => {}
+                // The version read for this call was revoked, or rotated out with no grace,
+                // since: the vault refuses its use, and the agent is told the credential is
+                // gone, as when that happened before the call started.
+                Err(e @ (SecretError::Missing { .. } | SecretError::Empty { .. })) => {
+                    tracing::info!(namespace = %ns, error = %e, "the upstream credential was revoked or rotated out as a call started; call not sent");
+                    return Ok(refusal(
+                        RefusalCode::CredentialMissing,
+                        format!(
+                            "the `{ns}` credential for this agent was revoked or rotated out as the call started; nothing was sent"
+                        ),
+                    ));
+                }
+                Err(e) => {
+                    tracing::warn!(namespace = %ns, error = %e, "recording a secret use failed; call not sent");
+                    return Ok(refusal(
+                        RefusalCode::Internal,
+                        "the gateway could not record the use of the upstream credential, so the call was not sent",
+                    ));
+                }
             }
         }
         let mut opts = crate::namespace::forwarded_options(&ctx);

@@ -3,9 +3,10 @@
 //! The upstream routes ask for a secret's active version on every forwarded call and for its
 //! value only when they (re)connect; every injected request is recorded through
 //! [`Vault::record_use`]. This adapter maps the vault's errors onto the routes' [`SecretError`]:
-//! a missing secret, or one whose active version was revoked, is `Missing` (so the call is
-//! refused, never sent without a credential); anything else is `Unreadable` with the vault's
-//! stable code and sentence.
+//! a missing secret, one whose active version was revoked, or a use of a version revoked or
+//! past its grace since its value was read, is `Missing` (so the call is refused as lacking
+//! its credential, never sent without one, and never taken for a failure of the vault);
+//! anything else is `Unreadable` with the vault's stable code and sentence.
 
 use crate::upstreams::{Credential, SecretError, SecretSource, SecretUse};
 
@@ -14,7 +15,10 @@ use super::{SecretUseRecord, Vault};
 
 fn to_secret_error(name: &str, e: VaultError) -> SecretError {
     match e {
-        VaultError::SecretNotFound(_) | VaultError::NoActiveVersion(_) => SecretError::Missing {
+        VaultError::SecretNotFound(_)
+        | VaultError::NoActiveVersion(_)
+        | VaultError::VersionRevoked { .. }
+        | VaultError::VersionExpired { .. } => SecretError::Missing {
             name: name.to_owned(),
         },
         e => SecretError::Unreadable {
@@ -133,6 +137,23 @@ mod tests {
             source.current("gitea"),
             Err(SecretError::Missing { .. })
         ));
+        // A use of a version revoked (or past its grace) since its value was read is refused
+        // as a missing credential, not as a vault that failed.
+        for version in [1, 2] {
+            let refused = source
+                .record_use(&SecretUse {
+                    name: "gitea",
+                    version,
+                    upstream: "gitea",
+                    agent: "claude",
+                    request: "gitea.list_repos",
+                })
+                .expect_err("revoked or expired");
+            assert!(
+                matches!(refused, SecretError::Missing { .. }),
+                "{version}: {refused:?}"
+            );
+        }
         vault
             .create("binary", &SecretValue::new(vec![0xff, 0xfe]), "admin")
             .expect("create");
