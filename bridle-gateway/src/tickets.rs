@@ -14,10 +14,15 @@
 //! the store opens (its process died while the call ran). Here another replica may be running
 //! one at that moment, so each store holds a session-level advisory lock of its own (its
 //! *runner* number, drawn from a sequence) on a connection it keeps, and records that number on
-//! each ticket it moves to `running`. Opening a store marks failed (`tool_failed`,
-//! "interrupted") only the running tickets whose runner's lock is free, that is whose replica is
-//! gone: nothing runs twice, and nothing another replica is running is touched.
+//! each ticket it moves to `running`. Opening a store, and reading a running ticket of another
+//! runner, marks failed (`tool_failed`, "interrupted") only the running tickets whose runner's
+//! lock is free, that is whose replica is gone: nothing runs twice, nothing another replica is
+//! running is touched, and a replica that ends mid-call is found out by those still running,
+//! not only by the next to start. A store whose lock connection was cut takes its lock again
+//! before it records itself running a call (a call already running when the connection was cut
+//! may be seen as interrupted; its ticket then says it may or may not have taken effect).
 
+use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bridle_rules::RulesError;
@@ -70,8 +75,9 @@ pub struct PgTicketStore {
     db: PgDatabase,
     runner: i64,
     /// The connection holding this store's runner lock, kept for the store's life (the lock
-    /// ends with the connection, or when the store is dropped).
-    lock: PgClient,
+    /// ends with the connection, or when the store is dropped); made again, the lock taken
+    /// again, when it is found lost as a call is about to start.
+    lock: Mutex<PgClient>,
 }
 
 impl std::fmt::Debug for PgTicketStore {
@@ -95,7 +101,11 @@ impl PgTicketStore {
             .map(|r| r.get(0))
             .ok_or_else(|| RulesError::Postgres("the runner sequence gave no value".into()))?;
         lock.execute("SELECT pg_advisory_lock($1)", &[&runner_lock(runner)])?;
-        let store = Self { db, runner, lock };
+        let store = Self {
+            db,
+            runner,
+            lock: Mutex::new(lock),
+        };
         store
             .fail_interrupted()
             .map_err(|e| RulesError::Postgres(e.0))?;
@@ -111,59 +121,99 @@ impl PgTicketStore {
         self.db.client().map_err(db)
     }
 
+    /// Makes sure this store still holds its runner lock before it records itself running a
+    /// call: a connection cut under it (a database restart, a proxy closing idle connections)
+    /// took the lock along, and other replicas would take this one for gone and mark its call
+    /// interrupted while it runs. A lost connection is replaced and the lock taken again.
+    fn hold_lock(&self) -> Result<(), StoreError> {
+        let mut lock = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        if lock.query_opt("SELECT 1", &[]).is_ok() {
+            return Ok(());
+        }
+        tracing::warn!(
+            runner = self.runner,
+            "the connection holding this ticket store's runner lock was lost; taking the lock again"
+        );
+        let fresh = self.client()?;
+        fresh
+            .execute("SELECT pg_advisory_lock($1)", &[&runner_lock(self.runner)])
+            .map_err(db)?;
+        *lock = fresh;
+        Ok(())
+    }
+
+    /// The tickets `sql` selects (as `body, status, runner`), each running ticket whose runner
+    /// is gone first marked interrupted: a replica that ends mid-call leaves its ticket for
+    /// the replicas still running to settle the first time they read it, not only for the next
+    /// one to start.
     fn bodies(
         &self,
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<ConfirmTicket>, StoreError> {
-        self.client()?
-            .query(sql, params)
-            .map_err(db)?
-            .iter()
-            .map(|r| from_json(&r.get::<_, String>(0)))
-            .collect()
+        let client = self.client()?;
+        let rows = client.query(sql, params).map_err(db)?;
+        let mut tickets = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let ticket = from_json(&row.get::<_, String>(0))?;
+            let status: String = row.get(1);
+            let runner: Option<i64> = row.get(2);
+            if status == TicketStatus::Running.as_str()
+                && runner != Some(self.runner)
+                && runner_gone(&client, runner)?
+            {
+                let id = ticket.id.clone();
+                mark_interrupted(self, ticket)?;
+                // Marked here, or by another replica at the same moment, or finished after
+                // all: the row as it is now.
+                let now = client
+                    .query_opt("SELECT body FROM confirm_tickets WHERE id = $1", &[&id])
+                    .map_err(db)?;
+                if let Some(row) = now {
+                    tickets.push(from_json(&row.get::<_, String>(0))?);
+                }
+                continue;
+            }
+            tickets.push(ticket);
+        }
+        Ok(tickets)
     }
 
     /// Marks failed each running ticket whose runner is gone (its advisory lock is free).
     fn fail_interrupted(&self) -> Result<(), StoreError> {
-        let client = self.client()?;
-        let running: Vec<(String, Option<i64>)> = client
-            .query(
-                "SELECT id, runner FROM confirm_tickets WHERE status = 'running'",
-                &[],
-            )
-            .map_err(db)?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
-        for (id, runner) in running {
-            if let Some(runner) = runner {
-                let key = runner_lock(runner);
-                let free: bool = client
-                    .query_opt("SELECT pg_try_advisory_lock($1)", &[&key])
-                    .map_err(db)?
-                    .is_some_and(|r| r.get(0));
-                if !free {
-                    // Its replica is alive and running the call.
-                    continue;
-                }
-                client
-                    .execute("SELECT pg_advisory_unlock($1)", &[&key])
-                    .map_err(db)?;
-            }
-            if let Some(t) = self.get(&id)? {
-                mark_interrupted(self, t)?;
-            }
-        }
-        Ok(())
+        self.bodies(
+            "SELECT body, status, runner FROM confirm_tickets WHERE status = 'running'",
+            &[],
+        )
+        .map(drop)
     }
+}
+
+/// Whether the replica that recorded `runner` on a running ticket is gone: its advisory lock
+/// is free (taken here for a moment and given back). A ticket without a runner has none alive.
+fn runner_gone(client: &PgClient, runner: Option<i64>) -> Result<bool, StoreError> {
+    let Some(runner) = runner else {
+        return Ok(true);
+    };
+    let key = runner_lock(runner);
+    let free: bool = client
+        .query_opt("SELECT pg_try_advisory_lock($1)", &[&key])
+        .map_err(db)?
+        .is_some_and(|r| r.get(0));
+    if free {
+        client
+            .execute("SELECT pg_advisory_unlock($1)", &[&key])
+            .map_err(db)?;
+    }
+    Ok(free)
 }
 
 impl Drop for PgTicketStore {
     fn drop(&mut self) {
         // The lock's connection goes back to the pool: free the lock, or this runner would
         // look alive for as long as that connection lives.
-        if let Err(e) = self.lock.execute(
+        let lock = self.lock.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Err(e) = lock.execute(
             "SELECT pg_advisory_unlock($1)",
             &[&runner_lock(self.runner)],
         ) {
@@ -189,13 +239,16 @@ impl TicketStore for PgTicketStore {
 
     fn get(&self, id: &str) -> Result<Option<ConfirmTicket>, StoreError> {
         Ok(self
-            .bodies("SELECT body FROM confirm_tickets WHERE id = $1", &[&id])?
+            .bodies(
+                "SELECT body, status, runner FROM confirm_tickets WHERE id = $1",
+                &[&id],
+            )?
             .pop())
     }
 
     fn list(&self) -> Result<Vec<ConfirmTicket>, StoreError> {
         self.bodies(
-            "SELECT body FROM confirm_tickets ORDER BY created_at_ns, id",
+            "SELECT body, status, runner FROM confirm_tickets ORDER BY created_at_ns, id",
             &[],
         )
     }
@@ -204,6 +257,9 @@ impl TicketStore for PgTicketStore {
         // A ticket moved to `running` records who runs it, so a replica that opens later can
         // tell a live call from an interrupted one.
         let runner = (next.status == TicketStatus::Running).then_some(self.runner);
+        if runner.is_some() {
+            self.hold_lock()?;
+        }
         let n = self
             .client()?
             .execute(

@@ -311,3 +311,81 @@ fn a_running_ticket_is_marked_interrupted_only_once_its_replica_is_gone() {
     assert!(e.to_string().contains("interrupted"), "{e}");
     assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran again");
 }
+
+#[test]
+fn a_replica_that_keeps_running_sees_a_gone_replicas_call_interrupted() {
+    // No replica restarts after A goes away: B, running all along, is the one asked about the
+    // ticket, and must not show A's call as running for ever.
+    let cluster = PgCluster::shared();
+    let dbname = cluster.create_database();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let a_store = pg_store(cluster, &dbname);
+    let b_store = pg_store(cluster, &dbname);
+    let a = replica(
+        Arc::clone(&a_store) as Arc<dyn TicketStore>,
+        Duration::from_secs(3600),
+        &runs,
+    );
+    let id = file(&a);
+    let mut running = a_store.get(&id).unwrap().unwrap();
+    running.status = TicketStatus::Running;
+    assert!(a_store.replace_if(TicketStatus::Pending, &running).unwrap());
+    // While A lives, B sees the call running, in a lookup and in the list.
+    assert_eq!(
+        b_store.get(&id).unwrap().unwrap().status,
+        TicketStatus::Running
+    );
+    assert_eq!(b_store.list().unwrap()[0].status, TicketStatus::Running);
+
+    drop(a);
+    drop(a_store);
+    assert_eq!(b_store.list().unwrap()[0].status, TicketStatus::Failed);
+    let t = b_store.get(&id).unwrap().unwrap();
+    assert_eq!(t.status, TicketStatus::Failed);
+    let b = replica(b_store, Duration::from_secs(3600), &runs);
+    let e = b.tickets().result(&id, &agent()).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ToolFailed);
+    assert!(e.to_string().contains("interrupted"), "{e}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran again");
+}
+
+#[test]
+fn a_replica_whose_lock_connection_was_lost_is_not_taken_for_gone() {
+    // The connection holding A's runner lock is cut (a database restart, a proxy dropping
+    // idle connections): the lock goes with it. A call A starts after that must not look
+    // interrupted to B while A runs it.
+    let cluster = PgCluster::shared();
+    let dbname = cluster.create_database();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let a_store = pg_store(cluster, &dbname);
+    let b_store = pg_store(cluster, &dbname);
+    let a = replica(
+        Arc::clone(&a_store) as Arc<dyn TicketStore>,
+        Duration::from_secs(3600),
+        &runs,
+    );
+    let key = 0x6274_6b74_0000_0000_i64 | (a_store.runner() & 0xffff_ffff);
+    let killed: i64 = PgDatabase::connect(&cluster.settings(&dbname))
+        .unwrap()
+        .client()
+        .unwrap()
+        .query_opt(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+             WHERE locktype = 'advisory' AND granted AND objsubid = 1
+               AND ((classid::bigint << 32) | objid::bigint) = $1",
+            &[&key],
+        )
+        .unwrap()
+        .map_or(0, |r| r.get(0));
+    assert_eq!(killed, 1, "one connection held A's runner lock");
+
+    let id = file(&a);
+    let mut running = a_store.get(&id).unwrap().unwrap();
+    running.status = TicketStatus::Running;
+    assert!(a_store.replace_if(TicketStatus::Pending, &running).unwrap());
+    assert_eq!(
+        b_store.get(&id).unwrap().unwrap().status,
+        TicketStatus::Running,
+        "A is alive and running the call"
+    );
+}
