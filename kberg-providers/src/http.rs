@@ -35,6 +35,16 @@ pub struct HttpOptions {
     /// Time allowed between two pieces of a streamed reply (default 300 s: a CPU-only server
     /// sends nothing while it reads the prompt; 60 s for [`HttpOptions::hosted`]).
     pub stream_idle_timeout: Duration,
+    /// Time allowed for a whole turn, streamed or not: from the first request being sent,
+    /// through its retries and their waits, to the end of the reply (default `None`: no such
+    /// bound). [`timeout`](Self::timeout) bounds one attempt's non-streamed reply and
+    /// [`stream_idle_timeout`](Self::stream_idle_timeout) only the gap between two pieces of a
+    /// stream, so without it a server that sends a byte every few seconds holds a streamed turn
+    /// for ever. Off by default because a model server without a GPU rightly streams one turn
+    /// for many minutes; set it to what a turn may take on yours. When it passes, the turn ends
+    /// with [`ProviderError::Timeout`] carrying this duration (after the deltas decoded before
+    /// it, when streamed).
+    pub turn_timeout: Option<Duration>,
     /// Retries after a 429 or 5xx (default 2).
     pub max_retries: u32,
     /// The first backoff when the server sends no `Retry-After`; it doubles per retry
@@ -80,6 +90,7 @@ impl HttpOptions {
         Self {
             timeout: Duration::from_secs(600),
             stream_idle_timeout: Duration::from_secs(300),
+            turn_timeout: None,
             max_retries: 2,
             initial_backoff: Duration::from_millis(500),
             max_retry_wait: Duration::from_secs(30),
@@ -125,6 +136,12 @@ impl HttpOptions {
     /// Sets the streaming idle timeout.
     pub fn stream_idle_timeout(mut self, t: Duration) -> Self {
         self.stream_idle_timeout = t;
+        self
+    }
+
+    /// Sets the time allowed for a whole turn (see [`HttpOptions::turn_timeout`]).
+    pub fn turn_timeout(mut self, t: Duration) -> Self {
+        self.turn_timeout = Some(t);
         self
     }
 
@@ -565,12 +582,67 @@ pub(crate) async fn post_for_json<T>(
     cancel: &CancellationToken,
     parse: impl FnOnce(&Value) -> Result<T, ProviderError>,
 ) -> Result<T, ProviderError> {
+    let deadline = TurnDeadline::start(opts, ep);
     let turn = async {
         let (resp, sent) = post(client, opts, ep, headers, body, cancel).await?;
         parse(&read_json(resp, sent, opts, ep, cancel).await?)
     };
-    turn.await
+    within(deadline, turn)
+        .await
         .map_err(|e| scrub_error(&ep.target.credentials, e))
+}
+
+/// When a turn must be over ([`HttpOptions::turn_timeout`]), counted from when it began.
+#[derive(Debug, Clone, Copy)]
+struct TurnDeadline {
+    at: tokio::time::Instant,
+    limit: Duration,
+    label: &'static str,
+}
+
+impl TurnDeadline {
+    /// The deadline of a turn beginning now, if the options set one.
+    fn start(opts: &HttpOptions, ep: &Endpoint) -> Option<Self> {
+        opts.turn_timeout.map(|limit| Self {
+            at: tokio::time::Instant::now() + limit,
+            limit,
+            label: ep.label,
+        })
+    }
+
+    /// The error that ends a turn past its deadline, logged naming which deadline it was (the
+    /// error's text, `no reply within …`, is the same for every timeout).
+    fn passed(&self) -> ProviderError {
+        tracing::warn!(
+            turn_timeout_ms = self.limit.as_millis() as u64,
+            "{} did not finish the turn within its turn_timeout; the turn was ended",
+            self.label
+        );
+        ProviderError::Timeout(self.limit)
+    }
+}
+
+/// Waits until `deadline`, or for ever when there is none.
+async fn until(deadline: Option<TurnDeadline>) -> TurnDeadline {
+    match deadline {
+        Some(d) => {
+            tokio::time::sleep_until(d.at).await;
+            d
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// `fut`, ended with [`ProviderError::Timeout`] if `deadline` passes first.
+async fn within<T>(
+    deadline: Option<TurnDeadline>,
+    fut: impl std::future::Future<Output = Result<T, ProviderError>>,
+) -> Result<T, ProviderError> {
+    tokio::select! {
+        biased;
+        d = until(deadline) => Err(d.passed()),
+        v = fut => v,
+    }
 }
 
 /// Posts `body` and decodes the streamed reply with `decoder`. Every error, also one ending
@@ -586,37 +658,44 @@ pub(crate) async fn post_for_stream<D: LineDecoder>(
     cancel: &CancellationToken,
 ) -> Result<ChatStream, ProviderError> {
     let credentials = std::sync::Arc::clone(&ep.target.credentials);
-    let (resp, _) = post(client, opts, ep, headers, body, cancel)
+    let deadline = TurnDeadline::start(opts, ep);
+    let head = async {
+        let (resp, _) = post(client, opts, ep, headers, body, cancel).await?;
+        let html = is_html(&resp);
+        let mut body = resp.bytes_stream();
+        // A reply labelled HTML is looked at first: a page is refused, anything else is read
+        // as the stream it is.
+        let mut first = None;
+        if html {
+            let read = cancellable(
+                cancel,
+                tokio::time::timeout(opts.stream_idle_timeout, body.next()),
+            )
+            .await?;
+            if let Ok(Some(Ok(chunk))) = &read
+                && is_page(chunk)
+            {
+                return Err(html_page(chunk, ep));
+            }
+            first = match read {
+                Ok(piece) => piece,
+                Err(_) => return Err(ProviderError::Timeout(opts.stream_idle_timeout)),
+            };
+        }
+        Ok(futures::stream::iter(first).chain(body))
+    };
+    let body = within(deadline, head)
         .await
         .map_err(|e| scrub_error(&credentials, e))?;
-    let html = is_html(&resp);
-    let mut body = resp.bytes_stream();
-    // A reply labelled HTML is looked at first: a page is refused, anything else is read as
-    // the stream it is.
-    let mut first = None;
-    if html {
-        let read = cancellable(
-            cancel,
-            tokio::time::timeout(opts.stream_idle_timeout, body.next()),
-        )
-        .await?;
-        if let Ok(Some(Ok(chunk))) = &read
-            && is_page(chunk)
-        {
-            return Err(scrub_error(&credentials, html_page(chunk, ep)));
-        }
-        first = match read {
-            Ok(piece) => piece,
-            Err(_) => return Err(ProviderError::Timeout(opts.stream_idle_timeout)),
-        };
-    }
-    let body = futures::stream::iter(first).chain(body);
     let stream = lines_of(
         Box::pin(body),
         decoder,
-        opts.stream_idle_timeout,
-        opts.max_line_bytes,
-        opts.max_stream_bytes,
+        StreamBounds {
+            idle: opts.stream_idle_timeout,
+            deadline,
+            max_line: opts.max_line_bytes,
+            max_total: opts.max_stream_bytes,
+        },
         cancel.clone(),
     );
     Ok(Box::pin(stream.map(move |item| {
@@ -658,7 +737,17 @@ struct LineState<D, S> {
     pending: VecDeque<Result<ChatDelta, ProviderError>>,
     done: bool,
     idle: Duration,
+    deadline: Option<TurnDeadline>,
     cancel: CancellationToken,
+}
+
+/// What bounds a streamed reply's reading: the longest pause between two pieces, the turn's
+/// deadline, the longest line and the most bytes.
+struct StreamBounds {
+    idle: Duration,
+    deadline: Option<TurnDeadline>,
+    max_line: usize,
+    max_total: usize,
 }
 
 impl<D: LineDecoder, S> LineState<D, S> {
@@ -745,15 +834,14 @@ impl<D: LineDecoder, S> LineState<D, S> {
 }
 
 /// Decodes a streamed reply body with `decoder`, one line at a time. A pause longer than the
-/// idle timeout ends the stream with [`ProviderError::Timeout`]; a body that breaks off ends it
-/// with [`ProviderError::Truncated`]; cancellation with [`ProviderError::Cancelled`]; a line
-/// or a whole body over its bound with [`ProviderError::TooLarge`].
+/// idle timeout, or the turn's deadline passing, ends the stream with
+/// [`ProviderError::Timeout`]; a body that breaks off ends it with
+/// [`ProviderError::Truncated`]; cancellation with [`ProviderError::Cancelled`]; a line or a
+/// whole body over its bound with [`ProviderError::TooLarge`].
 fn lines_of<D, S, B>(
     body: S,
     decoder: D,
-    idle: Duration,
-    max_line: usize,
-    max_total: usize,
+    bounds: StreamBounds,
     cancel: CancellationToken,
 ) -> ChatStream
 where
@@ -761,6 +849,12 @@ where
     S: futures::Stream<Item = Result<B, reqwest::Error>> + Send + Unpin + 'static,
     B: AsRef<[u8]>,
 {
+    let StreamBounds {
+        idle,
+        deadline,
+        max_line,
+        max_total,
+    } = bounds;
     let state = LineState {
         body,
         buf: Vec::new(),
@@ -772,6 +866,7 @@ where
         pending: VecDeque::new(),
         done: false,
         idle,
+        deadline,
         cancel,
     };
     Box::pin(futures::stream::unfold(state, |mut st| async move {
@@ -787,6 +882,11 @@ where
                 () = st.cancel.cancelled() => {
                     st.done = true;
                     st.pending.push_back(Err(ProviderError::Cancelled));
+                    continue;
+                }
+                d = until(st.deadline) => {
+                    st.done = true;
+                    st.pending.push_back(Err(d.passed()));
                     continue;
                 }
                 n = tokio::time::timeout(st.idle, st.body.next()) => n,

@@ -10,10 +10,11 @@
 //! | `anthropic` | [`anthropic::AnthropicProvider`] | Anthropic Messages API | SSE |
 //! | `rustls` | HTTPS for hosted APIs | | |
 //!
-//! Every provider shares one HTTP edge ([`HttpOptions`]): a timeout per reply and an idle
-//! timeout per streamed piece, retries with backoff on 429 and 5xx that honour `Retry-After`,
-//! cancellation through the loop's token, and errors a user can act on ("is Ollama running at
-//! …?", "run `ollama pull qwen2.5`", a rejected key, a reply that is not the documented shape).
+//! Every provider shares one HTTP edge ([`HttpOptions`]): a timeout per reply, an idle
+//! timeout per streamed piece and an opt-in deadline for a whole turn, retries with backoff on
+//! 429 and 5xx that honour `Retry-After`, cancellation through the loop's token, and errors a
+//! user can act on ("is Ollama running at …?", "run `ollama pull qwen2.5`", a rejected key, a
+//! reply that is not the documented shape).
 //! Keys are plain config fields: read them from the environment in your binary.
 //!
 //! No credential reaches an error, a log line or a `Debug`: a URL is shown without its user

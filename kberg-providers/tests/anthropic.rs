@@ -569,3 +569,16 @@ async fn credentials_quoted_in_a_stream_are_redacted() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_turn_timeout_bounds_a_dripping_server() {
+    let make = |url: String, http: HttpOptions| -> Arc<dyn InferenceProvider> {
+        Arc::new(AnthropicProvider::new(
+            AnthropicConfig::new("claude-sonnet-4-5")
+                .base_url(url)
+                .api_key("sk-ant-test")
+                .http(http),
+        ))
+    };
+    support::deadline::scenario_turn_deadline(&Anthropic, &make).await;
+}

@@ -539,3 +539,13 @@ async fn credentials_quoted_in_a_stream_are_redacted() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_turn_timeout_bounds_a_dripping_server() {
+    let make = |url: String, http: HttpOptions| -> Arc<dyn InferenceProvider> {
+        Arc::new(OllamaProvider::new(
+            OllamaConfig::new("qwen2.5").base_url(url).http(http),
+        ))
+    };
+    support::deadline::scenario_turn_deadline(&Ollama, &make).await;
+}

@@ -877,3 +877,8 @@ async fn a_base_url_without_a_scheme_is_refused_naming_it_redacted() {
     assert!(e.to_string().contains("***@127.0.0.1:9/v1"), "{e}");
     credentials::assert_no_canary("the error", &format!("{e} {e:?}"));
 }
+
+#[tokio::test]
+async fn a_turn_timeout_bounds_a_dripping_server() {
+    support::deadline::scenario_turn_deadline(&OpenAi, &with_options).await;
+}

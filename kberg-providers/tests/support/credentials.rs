@@ -78,7 +78,7 @@ fn assert_hidden(e: &ProviderError) {
     assert_no_canary("the error's Debug", &format!("{e:?}"));
 }
 
-fn request() -> ChatRequest {
+pub fn request() -> ChatRequest {
     ChatRequest {
         messages: vec![Message::user("hi")],
         ..ChatRequest::default()
@@ -86,7 +86,7 @@ fn request() -> ChatRequest {
 }
 
 /// One turn, streamed or not, to its error.
-async fn failed_turn(p: &dyn InferenceProvider, stream: bool) -> ProviderError {
+pub async fn failed_turn(p: &dyn InferenceProvider, stream: bool) -> ProviderError {
     let cancel = CancellationToken::new();
     if !stream {
         return p.chat(&request(), &cancel).await.unwrap_err();

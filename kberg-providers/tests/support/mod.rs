@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod credentials;
+pub mod deadline;
 
 use std::sync::Arc;
 
