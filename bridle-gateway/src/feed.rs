@@ -41,6 +41,25 @@ pub fn profile_entry(project: &str, proposal: &bridle_rules::Proposal) -> Entry 
     .subject(format!("proposal #{}", proposal.id))
 }
 
+/// Lets one run of the gateway's feed go at a time: a run on demand while another (on demand or
+/// on the interval) is under way is refused (the admin API's 409 `feed_run_in_progress`)
+/// rather than fetching every page again beside it, and an interval run that comes due during
+/// a run on demand waits for it. Clones share the guard.
+#[derive(Debug, Clone, Default)]
+pub struct FeedRuns(Arc<tokio::sync::Mutex<()>>);
+
+impl FeedRuns {
+    /// Starts a run now if none is under way: the guard ends it when dropped.
+    pub fn try_start(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        Arc::clone(&self.0).try_lock_owned().ok()
+    }
+
+    /// Starts a run once the one under way (if any) has ended.
+    pub async fn start(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        Arc::clone(&self.0).lock_owned().await
+    }
+}
+
 /// One project's outcome of a run: what each source gave, or why the project could not run.
 pub type ProjectRun = (String, Result<FeedRun, FeedError>);
 
@@ -89,11 +108,18 @@ pub async fn read_page(
 
 /// Runs the feed every `interval_minutes` (the first run at once) until `shutdown` completes;
 /// returns at once when it has no interval. Each run is [`run_feed`] (so its proposals are
-/// audited) on bridle-rules' schedule, which logs each outcome per project.
+/// audited) on bridle-rules' schedule, which logs each outcome per project; it holds `runs`, so
+/// it waits for a run on demand under way and a run on demand meanwhile is refused.
 pub async fn run_every(
     ctx: Arc<GatewayContext>,
     feed: Arc<VendorFeed>,
+    runs: FeedRuns,
     shutdown: impl Future<Output = ()>,
 ) {
-    feed.every(shutdown, || run_feed(&ctx, &feed)).await;
+    let (ctx, feed, runs) = (&ctx, &feed, &runs);
+    feed.every(shutdown, || async move {
+        let _running = runs.start().await;
+        run_feed(ctx, feed).await
+    })
+    .await;
 }

@@ -214,6 +214,7 @@ impl GatewayBuilder {
         Ok(Gateway {
             data_dir: self.data_dir,
             vendor_feed,
+            feed_runs: crate::feed::FeedRuns::default(),
             ctx,
             app,
             auth,
@@ -274,6 +275,8 @@ pub struct Gateway {
     watch_every: Duration,
     admin: Option<AdminListen>,
     vendor_feed: Option<Arc<bridle_rules::vendor::VendorFeed>>,
+    /// One feed run at a time, shared by the interval runs and the admin API's runs on demand.
+    feed_runs: crate::feed::FeedRuns,
     metrics: Arc<GatewayMetrics>,
     shutdown_grace: Duration,
     session_store: Option<Arc<dyn kberg_server::SessionStore>>,
@@ -480,7 +483,9 @@ impl Gateway {
             .vault(Arc::clone(&self.vault))
             .metrics(Arc::clone(&self.metrics));
         if let Some(feed) = &self.vendor_feed {
-            state = state.vendor_feed(Arc::clone(feed));
+            state = state
+                .vendor_feed(Arc::clone(feed))
+                .feed_runs(self.feed_runs.clone());
         }
         match &self.memory {
             Some(m) => state.memory(m.clone()),
@@ -718,7 +723,8 @@ impl BoundGateway {
         let feed = g.vendor_feed.clone().map(|feed| {
             let ctx = Arc::clone(&g.ctx);
             let stopped = stop.clone().cancelled_owned();
-            tokio::spawn(crate::feed::run_every(ctx, feed, stopped))
+            let runs = g.feed_runs.clone();
+            tokio::spawn(crate::feed::run_every(ctx, feed, runs, stopped))
         });
         #[cfg(feature = "postgres")]
         let vault_changes = tokio::spawn(crate::db::follow_vault_changes(

@@ -251,6 +251,127 @@ async fn without_a_feed_the_resource_answers_vendor_feed_off() {
     gw.stop().await;
 }
 
+/// A site whose page answers only when released: each request is reported on `arrived`, then
+/// waits for `release`.
+async fn held_site(
+    arrived: tokio::sync::mpsc::UnboundedSender<()>,
+    release: Arc<tokio::sync::Notify>,
+) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new().route(
+        "/guide.html",
+        get(move || {
+            let (arrived, release) = (arrived.clone(), Arc::clone(&release));
+            async move {
+                let released = release.notified();
+                arrived.send(()).unwrap();
+                released.await;
+                ([(header::CONTENT_TYPE, "text/html")], GUIDE)
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/guide.html")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_while_one_is_under_way_is_refused_with_feed_run_in_progress() {
+    let (arrived_tx, mut arrived) = tokio::sync::mpsc::unbounded_channel();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let url = held_site(arrived_tx, Arc::clone(&release)).await;
+    let gw = start(&format!(
+        "vendor_feed:\n  profiles:\n    codex:\n      - url: {url}\n  projects: [demo]\n"
+    ))
+    .await;
+    let http = reqwest::Client::new();
+
+    let first = tokio::spawn({
+        let (http, url) = (http.clone(), format!("{}/vendor-feed/run", gw.admin));
+        async move { http.post(url).bearer_auth(ADMIN).send().await.unwrap() }
+    });
+    // The first run is fetching the page now.
+    arrived.recv().await.unwrap();
+
+    let second = http
+        .post(format!("{}/vendor-feed/run", gw.admin))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(second.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        second.headers()[header::CONTENT_TYPE],
+        "application/problem+json"
+    );
+    let body: Value = second.json().await.unwrap();
+    assert_eq!(body["code"], "feed_run_in_progress", "{body}");
+
+    release.notify_one();
+    let first = json(first.await.unwrap(), StatusCode::OK).await;
+    assert_eq!(first["queued"], 2, "{first}");
+    assert_eq!(first["failed"], 0, "{first}");
+
+    // Once it has ended, a run goes ahead again (the page, unchanged, queues nothing new).
+    let again = tokio::spawn({
+        let (http, url) = (http.clone(), format!("{}/vendor-feed/run", gw.admin));
+        async move { http.post(url).bearer_auth(ADMIN).send().await.unwrap() }
+    });
+    arrived.recv().await.unwrap();
+    release.notify_one();
+    let again = json(again.await.unwrap(), StatusCode::OK).await;
+    assert_eq!(again["failed"], 0, "{again}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_the_rules_store_cannot_list_projects_for_answers_rules_store_unavailable() {
+    let url = site().await;
+    // No `projects:`: the run lists every project of the store.
+    let gw = start(&format!(
+        "vendor_feed:\n  profiles:\n    codex:\n      - url: {url}\n"
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let projects = gw._tmp.path().join("projects");
+    let moved = gw._tmp.path().join("projects.moved");
+    std::fs::rename(&projects, &moved).unwrap();
+
+    let resp = http
+        .post(format!("{}/vendor-feed/run", gw.admin))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        resp.headers()[header::CONTENT_TYPE],
+        "application/problem+json"
+    );
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["code"], "rules_store_unavailable", "{body}");
+    // The store's internals (the folder's path) stay in the gateway's log.
+    let shown = body.to_string();
+    assert!(
+        !shown.contains(&gw._tmp.path().display().to_string()),
+        "{shown}"
+    );
+
+    // With the folder back, the run goes ahead.
+    std::fs::rename(&moved, &projects).unwrap();
+    let run = json(
+        http.post(format!("{}/vendor-feed/run", gw.admin))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(run["queued"], 2, "{run}");
+    gw.stop().await;
+}
+
 fn shop_v1() -> String {
     std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -171,13 +171,29 @@ pub async fn get_feed(State(s): State<AdminState>) -> Result<axum::Json<FeedView
     }))
 }
 
+/// Why a run could not start at all: the rules store could not list its projects. Logged with
+/// the store's error; the client gets its code, not its internals (paths, the database's words).
+fn run_failure(e: FeedError) -> ApiError {
+    tracing::error!(error = %e, code = e.code(), "the vendor feed could not run");
+    ApiError::Unavailable {
+        code: "rules_store_unavailable",
+        detail: format!(
+            "the vendor feed could not run: the rules store failed ({}); see the gateway's log",
+            e.code()
+        ),
+    }
+}
+
 /// Runs the feed once now: every source into every configured project's review queue.
-/// Failures are reported per source and per project; the others still run.
+/// Failures of a source (unreachable, an error status, ...) or a project (unknown) are reported
+/// per source and per project in the 200 answer; the others still run. One run at a time: a run
+/// while another (on demand or on the interval) is under way is refused.
 #[utoipa::path(post, path = "/admin/api/v1/vendor-feed/run", tag = "feeds",
     responses(
-        (status = 200, body = FeedRunView),
+        (status = 200, description = "the run, each source's and project's failure in its entry", body = FeedRunView),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 503, description = "no feed configured", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`feed_run_in_progress`: a run of the feed is under way; nothing was fetched", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "`vendor_feed_off`: no feed configured; `rules_store_unavailable`: the rules store could not list the projects, nothing was fetched", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn run(
@@ -185,10 +201,16 @@ pub async fn run(
     admin: AdminActor,
 ) -> Result<axum::Json<FeedRunView>, ApiError> {
     let feed = feed(&s)?;
+    let Some(_running) = s.feed_runs.try_start() else {
+        return Err(ApiError::Conflict {
+            code: "feed_run_in_progress",
+            detail: "a run of the vendor feed is under way; try again once it has ended".into(),
+        });
+    };
     tracing::info!(admin = %admin.identity.name, "vendor feed run requested");
     let runs = crate::feed::run_feed(&s.ctx, &feed)
         .await
-        .map_err(|e| ApiError::Internal(format!("the vendor feed could not run: {e}")))?;
+        .map_err(run_failure)?;
     let mut view = FeedRunView {
         projects: Vec::new(),
         queued: 0,

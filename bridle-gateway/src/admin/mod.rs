@@ -144,6 +144,9 @@ pub struct AdminState {
     pub(crate) vault: Option<Arc<crate::vault::Vault>>,
     pub(crate) memory: Option<bridle_memory::MemoryService>,
     pub(crate) vendor_feed: Option<Arc<bridle_rules::vendor::VendorFeed>>,
+    /// One feed run at a time: a run on demand while another is under way is 409
+    /// `feed_run_in_progress`.
+    pub(crate) feed_runs: crate::feed::FeedRuns,
     pub(crate) body_limit: usize,
     /// Cancelled when the server shuts down, so live streams end and let it stop.
     pub(crate) streams: tokio_util::sync::CancellationToken,
@@ -185,6 +188,7 @@ impl AdminState {
             vault: None,
             memory: None,
             vendor_feed: None,
+            feed_runs: crate::feed::FeedRuns::default(),
             body_limit: DEFAULT_BODY_LIMIT,
             streams: tokio_util::sync::CancellationToken::new(),
             metrics: None,
@@ -275,6 +279,13 @@ impl AdminState {
     /// `vendor_feed_off`.
     pub fn vendor_feed(mut self, feed: Arc<bridle_rules::vendor::VendorFeed>) -> Self {
         self.vendor_feed = Some(feed);
+        self
+    }
+
+    /// Shares the guard that lets one run of the feed go at a time with the gateway's interval
+    /// runs (a run on demand while one is under way is 409 `feed_run_in_progress`).
+    pub fn feed_runs(mut self, runs: crate::feed::FeedRuns) -> Self {
+        self.feed_runs = runs;
         self
     }
 
