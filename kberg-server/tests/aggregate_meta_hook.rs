@@ -3,7 +3,9 @@
 //! nothing else), runs inside the hook's span, and the hook learns how it ended: answered, a tool
 //! error with its code, or the aggregator's own code when the upstream is gone. Without a hook
 //! nothing of the caller's `_meta` is sent. A tool error's code that quotes the upstream's
-//! credential reaches the hook with the credential redacted, as everything else the upstream says.
+//! credential reaches the hook with the credential redacted, as everything else the upstream says,
+//! also a form of it the aggregator cannot tell from an HTTP upstream's headers when the app
+//! names it with `UpstreamConfig::stderr_redact`.
 
 mod peers;
 
@@ -205,6 +207,42 @@ async fn a_tool_error_code_quoting_the_credential_reaches_the_hook_redacted() {
         "up",
         UpstreamTransport::http(url).header("authorization", format!("Bearer {CANARY}")),
     ));
+    let agg = Aggregator::start_with(
+        config,
+        registry.clone(),
+        Forward::new().hook(Arc::clone(&hook) as Arc<dyn ForwardHook>),
+    )
+    .expect("valid");
+    assert!(
+        agg.wait_connected("up", 1, WAIT).await,
+        "{:?}",
+        agg.status("up")
+    );
+    let out = registry
+        .call(&caller(), "up__leak", json!({}), options(json!({})))
+        .await
+        .expect("call");
+    assert!(out.is_error);
+    assert_eq!(
+        *hook.outcomes.lock().expect("lock"),
+        [r#"ToolError { code: Some("bad_token:[redacted]") }"#.to_string()]
+    );
+}
+
+/// A header that glues the credential to other text (`key-<token>`) is one word: the aggregator
+/// hides it whole, and the bare token only when the app names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_form_of_an_http_credential_is_redacted_from_the_code_too() {
+    let (url, _stop, _served) = upstream().await;
+    let registry = ToolRegistry::new();
+    let hook = Arc::new(Recording::default());
+    let config = AggregatorConfig::new().upstream(
+        UpstreamConfig::new(
+            "up",
+            UpstreamTransport::http(url).header("x-api-key", format!("key-{CANARY}")),
+        )
+        .stderr_redact([CANARY.to_string()]),
+    );
     let agg = Aggregator::start_with(
         config,
         registry.clone(),

@@ -205,8 +205,9 @@ pub struct UpstreamConfig {
     /// `None` (the default) redacts every value of the child's configured environment of at
     /// least [`MIN_REDACTED_LEN`] bytes: safe when nothing says which of them are credentials.
     /// A caller that knows sets exactly those, so that a logged or relayed URL or path stays
-    /// readable. Ignored for HTTP upstreams, whose header values and URL credentials are
-    /// redacted instead.
+    /// readable. For an HTTP upstream, whose header values and URL credentials are redacted
+    /// anyway, these values are redacted besides them: forms of its credential that no header
+    /// shows whole (a header template that glues the token to other text).
     ///
     /// [`MIN_REDACTED_LEN`]: super::MIN_REDACTED_LEN
     /// [`REDACTED`]: super::REDACTED
@@ -246,7 +247,8 @@ impl UpstreamConfig {
     }
 
     /// Redacts exactly these values (the child's credentials) from its logged stderr lines and
-    /// from what is relayed from it to clients, instead of every value of its environment.
+    /// from what is relayed from it to clients, instead of every value of its environment. For
+    /// an HTTP upstream they are redacted besides its header values and URL credentials.
     pub fn stderr_redact(mut self, values: impl IntoIterator<Item = String>) -> Self {
         self.stderr_redact = Some(values.into_iter().collect());
         self

@@ -16,8 +16,10 @@
 //! a child's stderr lines: one list per upstream shared by both, the values given with
 //! [`UpstreamConfig::stderr_redact`] or else the child's environment values of at least
 //! [`MIN_REDACTED_LEN`] bytes (a value of several lines also line by line), and for an HTTP
-//! upstream its header values and their words and its URL's user part and query values. Errors
-//! and refusals that quote an upstream show its credentials as `***` instead.
+//! upstream its header values and their words and its URL's user part and query values (and
+//! the values given with `stderr_redact`). Errors and refusals that quote an upstream, and the
+//! code of an error result a [`ForwardHook`] is told, have them redacted with the same list and
+//! marker.
 //!
 //! Each upstream has a supervisor task. When an upstream dies (its process exits, its endpoint
 //! stops answering), calls to its tools answer an error result whose structured content carries

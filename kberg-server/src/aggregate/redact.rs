@@ -20,7 +20,9 @@
 //! its whitespace-separated words after an authentication scheme (the token of
 //! `Bearer <token>`, not `Bearer`, an ordinary word), and the URL's user name,
 //! password, query and query values, as parsed and as written; each part of at least four
-//! characters (a shorter one would match ordinary words). A value of several lines (a PEM key)
+//! characters (a shorter one would match ordinary words); and besides them the values given
+//! with `stderr_redact` (whatever their length), forms of the credential no header shows
+//! whole (a header template that glues the token to other text). A value of several lines (a PEM key)
 //! is hidden whole and line by line, each trimmed line of at least [`MIN_REDACTED_LEN`] bytes,
 //! since stderr is read a line at a time and an upstream may quote one line of it.
 //!
@@ -80,7 +82,13 @@ impl Redactions {
             UpstreamTransport::Stdio { env, .. } => {
                 Self::stdio(config.stderr_redact.as_deref(), env)
             }
-            UpstreamTransport::Http { url, headers } => Self::new(http_values(url, headers)),
+            // The values the app names too: forms of the credential that no header shows
+            // whole (a template that glued the token to other text, the token as stored).
+            UpstreamTransport::Http { url, headers } => {
+                let mut values = http_values(url, headers);
+                values.extend(config.stderr_redact.iter().flatten().cloned());
+                Self::new(values)
+            }
         }
     }
 
@@ -318,6 +326,20 @@ mod tests {
         assert_eq!(
             Redactions::of(&config).text("bad token s3cret-env, level 1"),
             "bad token [redacted], level 1"
+        );
+    }
+
+    #[test]
+    fn an_endpoint_hides_the_values_named_for_it_too() {
+        let config = UpstreamConfig::new(
+            "up",
+            UpstreamTransport::http("https://mcp.example/v1").header("x-api-key", "key-s3cret"),
+        );
+        assert_eq!(Redactions::of(&config).text("bad s3cret"), "bad s3cret");
+        let r = Redactions::of(&config.stderr_redact(["s3cret".to_string()]));
+        assert_eq!(
+            r.text("bad s3cret, key-s3cret"),
+            "bad [redacted], [redacted]"
         );
     }
 
