@@ -26,6 +26,15 @@
 //! (nor, in PostgreSQL, its resumable state, which every replica would then answer `404`). The
 //! cost is on the stream's opening and closing only, never on a `POST`.
 //!
+//! Likewise a session is seen while a request of it is in flight, until it is answered (a
+//! call answered as an event stream: until that stream ends): one long tool call
+//! (an upstream given a long timeout) is activity, as the transport counts it, not idleness.
+//! Inside [`track`], the record of the request's session, which the authenticator's
+//! [`SessionRegistry::admit`] updates under the lock it takes anyway, counts the request in
+//! flight, and the end of the answer counts it out and stamps the time with two atomic
+//! operations, without the lock; the sweep, the listing and the exchange with a ledger read
+//! those counts as they read the open listen streams.
+//!
 //! The authenticator sees a session id before the transport has checked it, and an agent can
 //! present ids it made up (the transport answers each `404`). So on the MCP endpoint, wrapped
 //! in [`track`], an id the registry does not know yet is recorded only once the transport has
@@ -50,6 +59,7 @@ pub mod ledger;
 pub mod postgres;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -105,7 +115,8 @@ pub struct SessionRecord {
     pub protocol_version: Option<String>,
     /// When the gateway first saw it (milliseconds since the Unix epoch).
     pub started_ms: u64,
-    /// When it last sent a request (now, while it holds a listen stream open).
+    /// When it last sent a request (now, while it holds a listen stream open or has a request
+    /// in flight; when its last request was answered, if later).
     pub last_seen_ms: u64,
     /// Requests it made.
     pub requests: u64,
@@ -171,8 +182,47 @@ struct Book {
     unwritten: Unwritten,
     /// Listen streams open per session id (see [`SessionRegistry::listening`]).
     streams: HashMap<String, OpenStreams>,
+    /// Requests in flight per session id (see [`track`]); an entry whose session is gone and
+    /// whose requests have all ended is dropped at the next sweep.
+    busy: HashMap<String, Arc<Busy>>,
     /// When idle sessions were last looked for.
     swept: Option<SystemTime>,
+}
+
+/// The requests of one session in flight, counted without the registry's lock when they end.
+#[derive(Default)]
+struct Busy {
+    /// Requests in flight.
+    count: AtomicUsize,
+    /// When the last one ended (milliseconds since the Unix epoch).
+    ended_ms: AtomicU64,
+}
+
+impl Busy {
+    /// When the session was last seen by its requests in flight at `now`: now while one is,
+    /// else when the last one ended.
+    fn seen_ms(&self, now: u64) -> u64 {
+        if self.count.load(Ordering::Acquire) > 0 {
+            now
+        } else {
+            self.ended_ms.load(Ordering::Acquire)
+        }
+    }
+}
+
+/// One request in flight of a session: dropped when it is answered (an event stream: when
+/// the stream's body is dropped).
+struct InFlight(Arc<Busy>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        // Stamped before it is counted out, so whoever sees no request in flight sees when
+        // the last one ended.
+        self.0
+            .ended_ms
+            .fetch_max(ms(SystemTime::now()), Ordering::AcqRel);
+        self.0.count.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The listen streams one session holds open.
@@ -295,19 +345,29 @@ impl SessionRegistry {
                 .is_ok_and(|d| d >= SWEEP_EVERY.min(idle))
         }) {
             book.swept = Some(now);
+            let now_ms = ms(now);
             let expired: Vec<(String, String)> = book
                 .sessions
                 .values()
                 // A session holding a listen stream open is seen now.
                 .filter(|s| !book.streams.contains_key(&s.id))
                 .filter(|s| {
-                    now.duration_since(
-                        SystemTime::UNIX_EPOCH + Duration::from_millis(s.last_seen_ms),
-                    )
-                    .is_ok_and(|d| d > idle)
+                    // So is one with a request in flight; else it was seen when its last one
+                    // ended, if that is later than its last request began.
+                    let seen = book
+                        .busy
+                        .get(&s.id)
+                        .map_or(s.last_seen_ms, |b| s.last_seen_ms.max(b.seen_ms(now_ms)));
+                    now.duration_since(SystemTime::UNIX_EPOCH + Duration::from_millis(seen))
+                        .is_ok_and(|d| d > idle)
                 })
                 .map(|s| (s.id.clone(), s.agent.clone()))
                 .collect();
+            let b = &mut *book;
+            b.busy.retain(|id, busy| {
+                b.sessions.contains_key(id) && !expired.iter().any(|(e, _)| e == id)
+                    || busy.count.load(Ordering::Acquire) > 0
+            });
             for (sid, a) in expired {
                 book.sessions.remove(&sid);
                 let _ = self.events.send(SessionEvent::Disconnected {
@@ -336,6 +396,7 @@ impl SessionRegistry {
                 if protocol_version.is_some() {
                     s.protocol_version = protocol_version.map(str::to_string);
                 }
+                Self::in_flight(&mut book, &id);
                 if shared {
                     *book.unwritten.touched.entry(id).or_default() += 1;
                 }
@@ -365,6 +426,7 @@ impl SessionRegistry {
                     *book.unwritten.touched.entry(id.clone()).or_default() += 1;
                     self.wake.notify_one();
                 }
+                Self::in_flight(&mut book, &id);
                 book.sessions.insert(id, record.clone());
                 let _ = self
                     .events
@@ -372,6 +434,24 @@ impl SessionRegistry {
             }
         }
         true
+    }
+
+    /// Counts the request being served in flight for the session `id`, when it runs inside
+    /// [`track`], which holds the count until the request is answered. Outside
+    /// [`track`] (or for a request already counted) it does nothing.
+    fn in_flight(book: &mut Book, id: &str) {
+        let _ = TRACKED.try_with(|slot| {
+            let mut slot = slot.borrow_mut();
+            if slot.in_flight.is_some() {
+                return;
+            }
+            let busy = match book.busy.get(id) {
+                Some(b) => Arc::clone(b),
+                None => Arc::clone(book.busy.entry(id.to_string()).or_default()),
+            };
+            busy.count.fetch_add(1, Ordering::AcqRel);
+            slot.in_flight = Some(InFlight(busy));
+        });
     }
 
     /// Records a request by `agent` as [`SessionRegistry::touch`] does, but for a session id
@@ -403,8 +483,8 @@ impl SessionRegistry {
                     session_id: id.to_string(),
                     protocol_version: protocol_version.map(str::to_string),
                 };
-                if SIGHTED
-                    .try_with(|slot| *slot.borrow_mut() = Some(sighting))
+                if TRACKED
+                    .try_with(|slot| slot.borrow_mut().sighted = Some(sighting))
                     .is_ok()
                 {
                     return true;
@@ -555,6 +635,17 @@ impl SessionRegistry {
         for id in book.streams.keys() {
             if let Some(s) = book.sessions.get_mut(id) {
                 s.last_seen_ms = s.last_seen_ms.max(now);
+                unwritten.touched.entry(id.clone()).or_default();
+            }
+        }
+        // So is one with a request in flight; one whose last request ended since it was last
+        // written is written as seen then.
+        for (id, busy) in &book.busy {
+            let seen = busy.seen_ms(now);
+            if let Some(s) = book.sessions.get_mut(id)
+                && seen > s.last_seen_ms
+            {
+                s.last_seen_ms = seen;
                 unwritten.touched.entry(id.clone()).or_default();
             }
         }
@@ -745,11 +836,15 @@ impl SessionRegistry {
             .map(|s| Self::as_seen(&book, s, ms(SystemTime::now())))
     }
 
-    /// `s` as listed at `now`: seen now while it holds a listen stream open.
+    /// `s` as listed at `now`: seen now while it holds a listen stream open or has a request
+    /// in flight, else when its last request ended.
     fn as_seen(book: &Book, s: &SessionRecord, now: u64) -> SessionRecord {
         let mut s = s.clone();
         if book.streams.contains_key(&s.id) {
             s.last_seen_ms = s.last_seen_ms.max(now);
+        }
+        if let Some(busy) = book.busy.get(&s.id) {
+            s.last_seen_ms = s.last_seen_ms.max(busy.seen_ms(now));
         }
         s
     }
@@ -894,8 +989,18 @@ fn session_of(req: &axum::extract::Request, method: &axum::http::Method) -> Opti
 
 tokio::task_local! {
     /// The request [`track`] is waiting on the answer of: where [`SessionRegistry::admit`]
-    /// leaves a session id it saw for the first time.
-    static SIGHTED: std::cell::RefCell<Option<Sighting>>;
+    /// leaves a session id it saw for the first time, or the count of the request in flight
+    /// for the session it updated.
+    static TRACKED: std::cell::RefCell<Tracked>;
+}
+
+/// What [`SessionRegistry::admit`] leaves for [`track`] of the request it waits on.
+#[derive(Default)]
+struct Tracked {
+    /// A session id seen for the first time, to record once the answer is a success.
+    sighted: Option<Sighting>,
+    /// The request, counted in flight for its session until its answer has been sent.
+    in_flight: Option<InFlight>,
 }
 
 /// A request naming a session id the registry does not know yet.
@@ -915,7 +1020,10 @@ struct Sighting {
 /// It also keeps a session that holds a listen stream open from going idle: the body of a
 /// successful 2025-11-25 `GET` answered with `text/event-stream` holds a
 /// [`SessionRegistry::listening`] guard until it is dropped (the stream ended, either way),
-/// and ends when the session is ended or forgotten.
+/// and ends when the session is ended or forgotten. Likewise a request of a session the
+/// registry lists (updated by the authenticator's [`SessionRegistry::admit`]) keeps it seen
+/// while it is in flight: until it is answered, or, answered with an event stream, until that
+/// stream's body is dropped; its idle timeout runs from then.
 ///
 /// And it forgets a session its client ended: a 2025-11-25 `DELETE` the transport answered
 /// with success (`2xx`) has the registry [`SessionRegistry::forget`] the id it named. One the
@@ -929,12 +1037,13 @@ pub fn track(router: axum::Router, sessions: SessionRegistry) -> axum::Router {
                 // Method comparisons for a POST; the rest for a GET or a DELETE only.
                 let listen = session_of(&req, &axum::http::Method::GET);
                 let deleted = session_of(&req, &axum::http::Method::DELETE);
-                let (resp, sighted) = SIGHTED
-                    .scope(std::cell::RefCell::new(None), async move {
+                let (resp, tracked) = TRACKED
+                    .scope(std::cell::RefCell::new(Tracked::default()), async move {
                         let resp = next.run(req).await;
-                        (resp, SIGHTED.with(|slot| slot.borrow_mut().take()))
+                        (resp, TRACKED.with(|slot| slot.take()))
                     })
                     .await;
+                let Tracked { sighted, in_flight } = tracked;
                 if let Some(id) = &deleted
                     && resp.status().is_success()
                 {
@@ -959,12 +1068,22 @@ pub fn track(router: axum::Router, sessions: SessionRegistry) -> axum::Router {
                             // dropped with it.
                             axum::body::Body::from_stream(
                                 body.into_data_stream().take_until(ended).map(move |chunk| {
-                                    let _open = &guard;
+                                    let _open = (&guard, &in_flight);
                                     chunk
                                 }),
                             )
                         })
                     }
+                    // A call answered as an event stream runs until the stream ends: it stays
+                    // in flight while the body lives.
+                    _ if in_flight.is_some() && is_event_stream(&resp) => resp.map(|body| {
+                        use futures::StreamExt as _;
+                        axum::body::Body::from_stream(body.into_data_stream().map(move |chunk| {
+                            let _in_flight = &in_flight;
+                            chunk
+                        }))
+                    }),
+                    // Answered whole: no longer in flight (`in_flight` is dropped here).
                     _ => resp,
                 }
             }
@@ -1264,6 +1383,159 @@ mod tests {
         drop(second);
         until_expired(&r, "clock", "listening");
         assert!(r.book().streams.is_empty(), "nothing left behind");
+    }
+
+    /// A router, wrapped in [`track`] around `r`, whose `POST /json` and `POST /sse` record
+    /// their session as the gateway's authenticator does, say so on `entered`, and answer:
+    /// `/json` once `release` is notified, `/sse` at once with an event stream that never
+    /// ends (the body of a call still running).
+    fn slow_endpoint(
+        r: &SessionRegistry,
+        entered: tokio::sync::mpsc::UnboundedSender<()>,
+        release: Arc<tokio::sync::Notify>,
+    ) -> axum::Router {
+        let authenticated = move |r: SessionRegistry, req: &axum::extract::Request| {
+            let id = req
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let version = req
+                .headers()
+                .get("mcp-protocol-version")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            assert!(r.admit("claude", None, id.as_deref(), version.as_deref()));
+        };
+        let (json_r, sse_r) = (r.clone(), r.clone());
+        let sse_entered = entered.clone();
+        let app = axum::Router::new()
+            .route(
+                "/json",
+                axum::routing::post(move |req: axum::extract::Request| async move {
+                    authenticated(json_r, &req);
+                    entered.send(()).expect("the test waits");
+                    release.notified().await;
+                    "done"
+                }),
+            )
+            .route(
+                "/sse",
+                axum::routing::post(move |req: axum::extract::Request| async move {
+                    authenticated(sse_r, &req);
+                    sse_entered.send(()).expect("the test waits");
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+                        axum::body::Body::from_stream(futures::stream::pending::<
+                            Result<axum::body::Bytes, std::convert::Infallible>,
+                        >()),
+                    )
+                }),
+            );
+        track(app, r.clone())
+    }
+
+    fn post(path: &str, session: &str, version: &str) -> axum::extract::Request {
+        axum::http::Request::post(path)
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", version)
+            .body(axum::body::Body::empty())
+            .expect("a request")
+    }
+
+    /// Before, a session whose only activity was one long call (its request answered later
+    /// than the idle timeout) was dropped as idle while the call ran, as the transport, which
+    /// counts a request in flight as activity, kept it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_with_a_request_in_flight_does_not_go_idle() {
+        use tower::ServiceExt as _;
+        let r = SessionRegistry::new(Duration::from_millis(50));
+        for id in ["busy", "streaming", "quiet"] {
+            assert!(r.touch("claude", None, Some(id), Some("2025-11-25")));
+        }
+        let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+        let release = Arc::new(tokio::sync::Notify::new());
+        let app = slow_endpoint(&r, entered_tx, Arc::clone(&release));
+        let call = tokio::spawn(app.clone().oneshot(post("/json", "busy", "2025-11-25")));
+        entered.recv().await.expect("the call started");
+        let stream = app
+            .clone()
+            .oneshot(post("/sse", "streaming", "2025-11-25"))
+            .await
+            .expect("an answer");
+        entered.recv().await.expect("the streamed call started");
+        // A 2026-07-28 client's one record, kept by its call in flight too.
+        let stateless = tokio::spawn(app.oneshot(post("/json", "", "2026-07-28")));
+        entered.recv().await.expect("the stateless call started");
+
+        let kept = r.clone();
+        tokio::task::spawn_blocking(move || until_expired(&kept, "clock", "quiet"))
+            .await
+            .expect("expired");
+        for id in ["busy", "streaming", "claude/stateless"] {
+            assert!(r.session(id).is_some(), "{id}: dropped while its call runs");
+        }
+        let before = ms(SystemTime::now());
+        assert!(
+            r.session("busy").expect("kept").last_seen_ms >= before,
+            "listed as seen now"
+        );
+
+        // Answered: each goes idle as any session, from its answer's end.
+        release.notify_waiters();
+        call.await.expect("joined").expect("answered");
+        stateless.await.expect("joined").expect("answered");
+        drop(stream);
+        let kept = r.clone();
+        tokio::task::spawn_blocking(move || {
+            for id in ["busy", "streaming", "claude/stateless"] {
+                until_expired(&kept, "clock", id);
+            }
+        })
+        .await
+        .expect("expired");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_with_a_request_in_flight_on_one_replica_is_kept_by_every_replica() {
+        use tower::ServiceExt as _;
+        let ledger: Arc<dyn SessionLedger> = Arc::new(MemoryLedger::default());
+        let idle = Duration::from_millis(500);
+        let a = SessionRegistry::with_ledger(idle, Arc::clone(&ledger)).expect("a");
+        let b = SessionRegistry::with_ledger(idle, ledger).expect("b");
+        for id in ["busy", "quiet"] {
+            assert!(a.touch("claude", None, Some(id), Some("2025-11-25")));
+        }
+        let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+        let release = Arc::new(tokio::sync::Notify::new());
+        let app = slow_endpoint(&a, entered_tx, Arc::clone(&release));
+        let call = tokio::spawn(app.oneshot(post("/json", "busy", "2025-11-25")));
+        entered.recv().await.expect("the call started");
+        let (ra, rb) = (a.clone(), b.clone());
+        tokio::task::spawn_blocking(move || {
+            kberg_testkit::eventually("the quiet session to expire", || {
+                ra.sync().expect("a");
+                rb.sync().expect("b");
+                ra.session("quiet").is_none() && rb.session("quiet").is_none()
+            });
+        })
+        .await
+        .expect("expired");
+        for r in [&a, &b] {
+            assert!(r.session("busy").is_some(), "kept while its call runs");
+        }
+        release.notify_waiters();
+        call.await.expect("joined").expect("answered");
+        let (ra, rb) = (a.clone(), b.clone());
+        tokio::task::spawn_blocking(move || {
+            kberg_testkit::eventually("the answered session to expire", || {
+                ra.sync().expect("a");
+                rb.sync().expect("b");
+                ra.session("busy").is_none() && rb.session("busy").is_none()
+            });
+        })
+        .await
+        .expect("expired");
     }
 
     #[test]
