@@ -8,7 +8,9 @@
 //! they refuse (the key, the request line, the query), so no URL is shown unredacted and no
 //! answer is quoted before every credential in it is replaced by `[redacted]`. Both are worked
 //! out once per provider, when it is built, by kberg-core's rule (the one the embedders of
-//! bridle-memory apply too).
+//! bridle-memory apply too). An answer is quoted with its control characters (a terminal's
+//! escape sequences, a carriage return, bidirectional overrides) written as escapes
+//! ([`quoted`]), so printing an error cannot drive a terminal or forge a log line.
 
 use std::sync::Arc;
 
@@ -49,16 +51,61 @@ pub(crate) fn join(base: &str, path: &str) -> String {
 /// a quote.
 const MAX_ERROR_TEXT_CHARS: usize = 1_000;
 
-/// `text` cut to its first [`MAX_ERROR_TEXT_CHARS`] characters, with `...` when cut.
-fn bounded(mut text: String) -> String {
-    kberg_core::cut_chars(&mut text, MAX_ERROR_TEXT_CHARS, "...");
-    text
+/// `text` as quoted: see [`quoted`], at most [`MAX_ERROR_TEXT_CHARS`] characters.
+fn bounded(text: String) -> String {
+    quoted(&text, MAX_ERROR_TEXT_CHARS)
 }
 
-/// `e` with every text in it scrubbed of `credentials`, then cut to a bounded length: whatever
-/// a reply said (an in-band error, a line that is not the documented shape) reaches the caller
-/// without a credential, and without megabytes of it. Scrubbed before it is cut, so no
-/// credential is left half shown at the cut.
+/// Whether `c` is written as its escape where a server's words are quoted: a control
+/// character other than a newline or a tab (ESC starts the sequences that colour, move and
+/// rewrite a terminal, CR returns to the start of the line, NUL ends a C string), a
+/// bidirectional control (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069: they
+/// reorder what is shown) or a line or paragraph separator (U+2028, U+2029). An application
+/// prints the errors it gets, to a terminal or a log, and a hostile endpoint's error answer
+/// must not drive the one or forge lines in the other.
+fn escaped_when_quoted(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{2028}'
+                | '\u{2029}'
+        )
+}
+
+/// `text` as an error may quote it: each character [`escaped_when_quoted`] written as its
+/// escape (`\u{1b}`, `\r`, `\u{202e}`), newlines, tabs and all other text as they are, then
+/// cut to at most `max` characters with `...` when cut. The cut counts the escapes as written
+/// and falls between two of them, never inside one, so the quote stays within its bound and
+/// shows no half escape. Quoting a quoted text changes nothing.
+pub(crate) fn quoted(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max));
+    let mut shown = 0usize;
+    for c in text.chars() {
+        let escape = escaped_when_quoted(c).then(|| c.escape_default());
+        let len = escape.as_ref().map_or(1, ExactSizeIterator::len);
+        if shown + len > max {
+            out.push_str("...");
+            return out;
+        }
+        shown += len;
+        match escape {
+            Some(e) => out.extend(e),
+            None => out.push(c),
+        }
+    }
+    out
+}
+
+/// `e` with every text in it scrubbed of `credentials`, then [`quoted`] (control characters
+/// escaped, cut to a bounded length): whatever a reply said (an in-band error, a line that is
+/// not the documented shape) reaches the caller without a credential, without a control
+/// character that would drive a terminal or forge a log line, and without megabytes of it.
+/// Scrubbed before it is cut, so no credential is left half shown at the cut.
 pub(crate) fn scrub_error(credentials: &UrlCredentials, e: ProviderError) -> ProviderError {
     let s = |t: String| bounded(credentials.scrub(&t));
     match e {
@@ -179,6 +226,24 @@ mod tests {
     fn a_base_keeps_a_slash_inside_its_query() {
         assert_eq!(tidy_base(" http://h/v1/ "), "http://h/v1");
         assert_eq!(tidy_base("http://h/v1?key=ab/"), "http://h/v1?key=ab/");
+    }
+
+    #[test]
+    fn controls_are_quoted_as_escapes_within_the_bound() {
+        let hostile = "a\u{1b}[31mb\r\nc\0\u{202e}d\u{2066}e\u{2069}\tf\u{7f}\u{85}";
+        let q = quoted(hostile, 1000);
+        assert_eq!(
+            q,
+            "a\\u{1b}[31mb\\r\nc\\u{0}\\u{202e}d\\u{2066}e\\u{2069}\tf\\u{7f}\\u{85}"
+        );
+        assert_eq!(quoted(&q, 1000), q, "quoting twice changes nothing");
+        // The cut falls between two escapes, counting them as written.
+        let esc = "\u{1b}".repeat(100);
+        assert_eq!(quoted(&esc, 20), format!("{}...", "\\u{1b}".repeat(3)));
+        assert_eq!(quoted(&esc, 24), format!("{}...", "\\u{1b}".repeat(4)));
+        assert_eq!(quoted("é€😀x", 3), "é€😀...");
+        assert_eq!(quoted("é€😀", 3), "é€😀");
+        assert_eq!(quoted("", 3), "");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use kberg_agent::{ChatDelta, ChatStream, ProviderError};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::endpoint::{Target, UrlCredentials, redact_url, scrub_error};
+use crate::endpoint::{Target, UrlCredentials, quoted, redact_url, scrub_error};
 
 /// Timeouts and retries for a provider's HTTP requests.
 ///
@@ -251,8 +251,9 @@ pub(crate) fn client() -> reqwest::Client {
 }
 
 /// The message in an error body (`error.message`, `error` (a string), `message`, or the
-/// text), with every credential in `credentials` replaced, then cut to its start. Replaced
-/// before it is cut, so no credential is left half shown at the cut.
+/// text), with every credential in `credentials` replaced, then quoted: its control
+/// characters escaped and cut to its start. Replaced before it is cut, so no credential is
+/// left half shown at the cut.
 pub(crate) fn error_message(body: &[u8], credentials: &UrlCredentials) -> String {
     shortened(credentials.scrub(&error_text(body)).trim())
 }
@@ -272,14 +273,13 @@ fn error_text(body: &[u8]) -> String {
     String::from_utf8_lossy(body).into_owned()
 }
 
-/// `text` cut to its first 300 characters (with `...`), or `(empty body)`.
+/// `text` quoted ([`quoted`]: its control characters escaped) and cut to 300 characters
+/// (with `...`), or `(empty body)`.
 fn shortened(text: &str) -> String {
-    if text.chars().count() > 300 {
-        format!("{}...", text.chars().take(300).collect::<String>())
-    } else if text.is_empty() {
+    if text.is_empty() {
         "(empty body)".to_string()
     } else {
-        text.to_string()
+        quoted(text, 300)
     }
 }
 

@@ -582,3 +582,25 @@ async fn a_turn_timeout_bounds_a_dripping_server() {
     };
     support::deadline::scenario_turn_deadline(&Anthropic, &make).await;
 }
+
+#[tokio::test]
+async fn control_characters_in_quoted_errors_are_escaped() {
+    let err = api_error("api_error", support::controls::HOSTILE);
+    let event = format!("event: error\ndata: {err}\n\n");
+    let make = |url: String| -> Arc<dyn InferenceProvider> {
+        Arc::new(AnthropicProvider::new(
+            AnthropicConfig::new("claude-sonnet-4-5")
+                .base_url(url)
+                .api_key("sk-ant-test")
+                .http(HttpOptions::default().max_retries(0)),
+        ))
+    };
+    support::controls::scenario_controls_are_escaped(
+        &make,
+        vec![
+            (Reply::stream("text/event-stream", vec![event]), true),
+            (Reply::json(200, &err), false),
+        ],
+    )
+    .await;
+}

@@ -549,3 +549,26 @@ async fn a_turn_timeout_bounds_a_dripping_server() {
     };
     support::deadline::scenario_turn_deadline(&Ollama, &make).await;
 }
+
+#[tokio::test]
+async fn control_characters_in_quoted_errors_are_escaped() {
+    let err = json!({"error": support::controls::HOSTILE});
+    let make = |url: String| -> Arc<dyn InferenceProvider> {
+        Arc::new(OllamaProvider::new(
+            OllamaConfig::new("qwen2.5")
+                .base_url(url)
+                .http(HttpOptions::default().max_retries(0)),
+        ))
+    };
+    support::controls::scenario_controls_are_escaped(
+        &make,
+        vec![
+            (
+                Reply::stream("application/x-ndjson", vec![format!("{err}\n")]),
+                true,
+            ),
+            (Reply::json(200, &err), false),
+        ],
+    )
+    .await;
+}

@@ -882,3 +882,16 @@ async fn a_base_url_without_a_scheme_is_refused_naming_it_redacted() {
 async fn a_turn_timeout_bounds_a_dripping_server() {
     support::deadline::scenario_turn_deadline(&OpenAi, &with_options).await;
 }
+
+#[tokio::test]
+async fn control_characters_in_quoted_errors_are_escaped() {
+    use support::controls::HOSTILE;
+    let event = json!({"error": {"message": HOSTILE, "type": "server_error"}});
+    let sse = |text: String| Reply::stream("text/event-stream", vec![text]);
+    let make = |url| with_options(url, HttpOptions::default().max_retries(0));
+    support::controls::scenario_controls_are_escaped(
+        &make,
+        vec![(sse(format!("data: {event}\n\n")), true)],
+    )
+    .await;
+}

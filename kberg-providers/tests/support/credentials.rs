@@ -35,7 +35,7 @@ pub const API_VERSION: &str = "api-version=2024-02-01";
 /// another test's thread that reached a call site first with no subscriber at all had it cached
 /// as unheard, so this thread's lines from it were dropped too ("the failure is logged" then
 /// saw an empty log). With a global subscriber every thread has a listener.
-fn this_threads_log() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
+pub fn this_threads_log() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
     LogBuffer::global(tracing::Level::DEBUG);
     let logs = LogBuffer::default();
     let guard = tracing::subscriber::set_default(logs.subscriber(tracing::Level::DEBUG));

@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
 #![allow(dead_code)]
 
+pub mod controls;
 pub mod credentials;
 pub mod deadline;
 
