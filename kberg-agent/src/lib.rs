@@ -76,7 +76,10 @@ pub use provider::{
     ChatDelta, ChatStream, InferenceProvider, ProviderError, StreamAssembler, collect_stream,
     parse_arguments, response_to_deltas,
 };
-pub use recover::{RecoveredCall, has_words, malformed_call, recover_calls, unlisted_calls};
+pub use recover::{
+    RecoveredCall, has_words, malformed_call, recover_calls, recover_calls_with_schemas,
+    unlisted_calls,
+};
 pub use scripted::ScriptedProvider;
 pub use surface::{LocalSurface, SurfaceError, ToolResult, ToolSurface};
 

@@ -10,7 +10,7 @@
 //! is probed without building it, so a model's text of millions of brackets costs a bounded
 //! amount of work.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
@@ -36,6 +36,48 @@ const ARG_KEYS: [&str; 5] = ["arguments", "parameters", "args", "input", "params
 /// ignored.
 pub fn recover_calls(text: &str, visible: &HashSet<&str>) -> Vec<RecoveredCall> {
     scan(text, visible).0
+}
+
+/// [`recover_calls`] for the tools in `tools` (each name with its input schema), also reading a
+/// call whose arguments are written flat beside the name (`{"name": "add_note", "title":
+/// "milk"}`, as small models often write): when every key but the name, `type` and `id` is a
+/// property the tool's schema declares, those keys are its arguments. A key the tool does not
+/// declare still means the object is no call (`{"name": "add_note", "description": ...}`: the
+/// model describing the tool). The loop recovers calls this way.
+pub fn recover_calls_with_schemas(text: &str, tools: &HashMap<&str, &Value>) -> Vec<RecoveredCall> {
+    scan(text, tools).0
+}
+
+/// The tools a text's calls may name, and what their schemas declare.
+trait Listing {
+    /// Whether `name` is a tool the caller may call.
+    fn lists(&self, name: &str) -> bool;
+    /// Whether the tool `name` declares the argument `key`.
+    fn declares(&self, name: &str, key: &str) -> bool;
+}
+
+impl Listing for HashSet<&str> {
+    fn lists(&self, name: &str) -> bool {
+        self.contains(name)
+    }
+
+    /// Without schemas nothing is declared: flat arguments are never read.
+    fn declares(&self, _name: &str, _key: &str) -> bool {
+        false
+    }
+}
+
+impl Listing for HashMap<&str, &Value> {
+    fn lists(&self, name: &str) -> bool {
+        self.contains_key(name)
+    }
+
+    fn declares(&self, name: &str, key: &str) -> bool {
+        self.get(name)
+            .and_then(|schema| schema.get("properties"))
+            .and_then(Value::as_object)
+            .is_some_and(|properties| properties.contains_key(key))
+    }
 }
 
 /// The names of call-shaped objects in `text` (a tool-name key with an identifier as its value,
@@ -67,7 +109,7 @@ fn json_len(text: &str) -> Option<usize> {
     }
 }
 
-fn scan(text: &str, visible: &HashSet<&str>) -> (Vec<RecoveredCall>, Vec<String>) {
+fn scan(text: &str, visible: &dyn Listing) -> (Vec<RecoveredCall>, Vec<String>) {
     let text = searched(text);
     // Cheap exit for ordinary prose: every form needs a `{` and a name-like key.
     if !text.contains('{') {
@@ -111,7 +153,7 @@ fn unescape_html(text: &str) -> String {
 /// `chatml-function-calling` prompt format teaches a model to write.
 fn prefixed_calls(
     text: &str,
-    visible: &HashSet<&str>,
+    visible: &dyn Listing,
     out: &mut Vec<RecoveredCall>,
     unlisted: &mut Vec<String>,
 ) {
@@ -135,7 +177,7 @@ fn prefixed_calls(
         else {
             continue;
         };
-        if visible.contains(name) {
+        if visible.lists(name) {
             out.push(RecoveredCall {
                 name: name.to_string(),
                 arguments,
@@ -271,7 +313,7 @@ fn json_values(text: &str) -> Vec<Value> {
 
 fn collect(
     v: &Value,
-    visible: &HashSet<&str>,
+    visible: &dyn Listing,
     out: &mut Vec<RecoveredCall>,
     unlisted: &mut Vec<String>,
 ) {
@@ -293,7 +335,7 @@ fn collect(
             if let Some(call) = read_call(obj, visible) {
                 out.push(call);
             } else if let Some(name) = unlisted_name(obj)
-                && !visible.contains(name)
+                && !visible.lists(name)
             {
                 unlisted.push(name.to_string());
             }
@@ -322,15 +364,16 @@ fn unlisted_name(obj: &Map<String, Value>) -> Option<&str> {
 }
 
 /// The call an object in the text makes: a visible tool's name under a name key, and either an
-/// arguments key or nothing beside the name but a `type` or an `id`. An object that names a
-/// tool among other fields (`{"name": "add_note", "description": "..."}`: the model describing
-/// a tool or quoting a record) calls nothing; read as a call without arguments it would run a
-/// tool that needs none.
-fn read_call(obj: &Map<String, Value>, visible: &HashSet<&str>) -> Option<RecoveredCall> {
+/// arguments key, or beside the name (and a `type` or an `id`) nothing but arguments the tool
+/// declares, written flat (only when the schemas are known, [`recover_calls_with_schemas`]).
+/// An object that names a tool among other fields (`{"name": "add_note", "description":
+/// "..."}`: the model describing a tool or quoting a record) calls nothing; read as a call
+/// without arguments it would run a tool that needs none.
+fn read_call(obj: &Map<String, Value>, visible: &dyn Listing) -> Option<RecoveredCall> {
     let (key, name) = NAME_KEYS
         .iter()
         .find_map(|k| obj.get(*k).and_then(Value::as_str).map(|n| (*k, n)))?;
-    if !visible.contains(name) {
+    if !visible.lists(name) {
         tracing::debug!(
             tool = ?name,
             "ignoring a call in the text to a tool that is not on the surface"
@@ -338,15 +381,26 @@ fn read_call(obj: &Map<String, Value>, visible: &HashSet<&str>) -> Option<Recove
         return None;
     }
     let raw = ARG_KEYS.iter().find_map(|k| obj.get(*k));
-    if raw.is_none() && !obj.keys().all(|k| k == key || k == "type" || k == "id") {
-        tracing::debug!(
-            tool = ?name,
-            "ignoring an object in the text that names a tool among other fields"
-        );
-        return None;
+    let mut flat = Map::new();
+    if raw.is_none() {
+        for (k, v) in obj {
+            if k == key || k == "type" || k == "id" {
+                continue;
+            }
+            if !visible.declares(name, k) {
+                tracing::debug!(
+                    tool = ?name,
+                    field = ?k,
+                    "ignoring an object in the text that names a tool among other fields"
+                );
+                return None;
+            }
+            flat.insert(k.clone(), v.clone());
+        }
     }
     let (arguments, arguments_were_text) = match raw {
-        None | Some(Value::Null) => (Value::Object(Map::new()), false),
+        None => (Value::Object(flat), false),
+        Some(Value::Null) => (Value::Object(Map::new()), false),
         Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
             Ok(v @ Value::Object(_)) => (v, true),
             // Not an object inside: hand the text on; validation will say what was expected.
@@ -538,6 +592,58 @@ mod tests {
         let named = format!(r#"{{"name": "add_note", "arguments": {flood}"#);
         assert!(malformed_call(&named, &vis()).is_some());
         assert!(recover_calls(&named, &vis()).is_empty());
+    }
+
+    fn schemas() -> (Value, Value) {
+        (
+            json!({"type": "object", "properties": {"query": {"type": "string"}}}),
+            json!({"type": "object", "properties": {
+                "title": {"type": "string"}, "priority": {"type": "integer"}}}),
+        )
+    }
+
+    #[test]
+    fn flat_arguments_the_tool_declares_are_read_as_its_arguments() {
+        let (search, add) = schemas();
+        let tools: HashMap<&str, &Value> = [("search_notes", &search), ("add_note", &add)].into();
+        for (text, args) in [
+            (
+                r#"{"name": "add_note", "title": "milk", "priority": 2}"#,
+                json!({"title": "milk", "priority": 2}),
+            ),
+            (
+                r#"{"type": "function", "id": "c1", "name": "search_notes", "query": "q"}"#,
+                json!({"query": "q"}),
+            ),
+            (
+                r#"<tool_call>{"name": "add_note", "title": "x"}</tool_call>"#,
+                json!({"title": "x"}),
+            ),
+            (r#"{"name": "search_notes"}"#, json!({})),
+            // An arguments key still wins over anything beside it.
+            (
+                r#"{"name": "search_notes", "arguments": {"query": "a"}, "query": "b"}"#,
+                json!({"query": "a"}),
+            ),
+        ] {
+            let c = recover_calls_with_schemas(text, &tools);
+            assert_eq!(c.len(), 1, "{text}");
+            assert_eq!(c[0].arguments, args, "{text}");
+        }
+        // A key the tool does not declare means the object is no call: a description, a record.
+        for text in [
+            r#"{"name": "add_note", "description": "Adds a note with a title"}"#,
+            r#"{"name": "add_note", "title": "milk", "description": "adds one"}"#,
+            r#"{"name": "search_notes", "title": "milk"}"#,
+            r#"{"tool": "add_note", "status": "ok", "used": 3}"#,
+        ] {
+            assert!(
+                recover_calls_with_schemas(text, &tools).is_empty(),
+                "{text}"
+            );
+        }
+        // Without the schemas nothing flat is read.
+        assert!(recover_calls(r#"{"name": "add_note", "title": "milk"}"#, &vis()).is_empty());
     }
 
     proptest::proptest! {

@@ -325,6 +325,36 @@ async fn text_embedded_call_is_recovered_and_coerced() {
     assert!(last_tool_text(&script, 1).contains("created milk (priority 3)"));
 }
 
+/// A call written with its arguments beside the name, each one the tool declares, is run; JSON
+/// that names a tool among a field it does not declare (the model describing it) is not.
+#[tokio::test]
+async fn a_text_call_with_flat_arguments_is_run_and_a_description_is_not() {
+    let script = ScriptedProvider::new([
+        ScriptedProvider::text(r#"{"name": "add_note", "title": "milk", "priority": 2}"#),
+        ScriptedProvider::text("Added milk."),
+    ]);
+    let out = agent(&script, writer())
+        .run(vec![Message::user("add milk")], &CancellationToken::new())
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(out.calls.len(), 1);
+    let call = &out.calls[0];
+    assert!(call.recovered_from_text);
+    assert_eq!(call.outcome, CallOutcome::Ok);
+    assert_eq!(call.arguments, json!({"title": "milk", "priority": 2}));
+
+    let prose = r#"{"name": "add_note", "title": "milk", "description": "adds a note"}"#;
+    let script = ScriptedProvider::new([ScriptedProvider::text(format!("I can use {prose}"))]);
+    let out = agent(&script, writer())
+        .run(
+            vec![Message::user("what can you do?")],
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert!(out.calls.is_empty(), "{:?}", out.calls);
+}
+
 #[tokio::test]
 async fn text_call_to_invisible_tool_is_never_executed() {
     // `wait` is not small_model_safe, so a Compact caller does not see it; `delete_all_notes`

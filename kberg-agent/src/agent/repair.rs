@@ -4,13 +4,13 @@
 //! the schema makes the intent unambiguous (a copied schema unwrapped, undeclared read arguments
 //! dropped, scalar coercions, a list split into one call per item). Every repair is recorded.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
 use crate::coerce::{Coercion, coerce_arguments, drop_unknown_arguments, unwrap_schema_echo};
 use crate::message::{Message, ToolCall};
-use crate::recover::{recover_calls, unlisted_calls};
+use crate::recover::{recover_calls_with_schemas, unlisted_calls};
 
 use super::{PendingCall, Run, call_key};
 
@@ -30,7 +30,11 @@ impl Run<'_> {
             return (structured, false, Vec::new());
         }
         let visible = self.visible_names();
-        let recovered = recover_calls(text, &visible);
+        let tools: HashMap<&str, &Value> = visible
+            .iter()
+            .filter_map(|n| Some((*n, self.schemas.get(self.names.to_real(n))?)))
+            .collect();
+        let recovered = recover_calls_with_schemas(text, &tools);
         let unlisted = if recovered.is_empty() && config.explain_unlisted_calls {
             unlisted_calls(text, &visible)
         } else {
