@@ -86,6 +86,14 @@ pub struct GatewayConfig {
     /// `vault:NAME`), never written in the URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub database_password: Option<String>,
+    /// How long a PostgreSQL statement or transaction step waits for the server's reply before
+    /// it fails with `database_error` and its connection is closed, in seconds (1 to
+    /// [`MAX_STATEMENT_DEADLINE_SECS`]); absent: bridle-rules' `STATEMENT_DEADLINE`, two
+    /// minutes. Raise it for a server with slow disks or long migrations, lower it to fail
+    /// sooner on a frozen one. Every store in the database (rules, vault, audit log, tickets,
+    /// sessions) shares it; the embedded SQLite files ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database_statement_deadline_secs: Option<u64>,
     /// OpenTelemetry traces over OTLP (a build with feature `traces`); off when absent. See
     /// [`crate::telemetry`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,6 +123,11 @@ pub struct HealthSection {
 
 /// The longest `health.probe_cache_secs`: readiness should notice a vanished upstream soon.
 pub const MAX_PROBE_CACHE_SECS: u64 = 60;
+
+/// The longest `database_statement_deadline_secs` may be: a day. A statement that may take
+/// longer is a server that is gone, and a deadline past it would hold a pool connection (and
+/// every request waiting for one) for as long.
+pub const MAX_STATEMENT_DEADLINE_SECS: u64 = 86_400;
 
 fn default_probe_cache_secs() -> u64 {
     1
@@ -616,6 +629,13 @@ impl GatewayConfig {
                 self.health.probe_cache_secs
             )));
         }
+        if let Some(secs) = self.database_statement_deadline_secs
+            && !(1..=MAX_STATEMENT_DEADLINE_SECS).contains(&secs)
+        {
+            return Err(invalid(format!(
+                "database_statement_deadline_secs must be at least 1 and at most {MAX_STATEMENT_DEADLINE_SECS} (a day), not {secs}"
+            )));
+        }
         for ns in &self.health.optional_upstreams {
             if !self.upstreams.contains_key(ns) {
                 return Err(invalid(format!(
@@ -654,6 +674,13 @@ impl GatewayConfig {
             ));
         }
         Ok(())
+    }
+
+    /// How long a PostgreSQL statement may wait for the server's reply
+    /// (`database_statement_deadline_secs`); `None`: bridle-rules' default, two minutes.
+    pub fn database_statement_deadline(&self) -> Option<std::time::Duration> {
+        self.database_statement_deadline_secs
+            .map(std::time::Duration::from_secs)
     }
 
     /// The listen address, parsed.
@@ -837,6 +864,7 @@ fn lay_out(data_dir: &Path, token_files: bool) -> Result<InitReport, ConfigError
         health: HealthSection::default(),
         database: None,
         database_password: None,
+        database_statement_deadline_secs: None,
         traces: None,
     };
     let yaml = serde_saphyr::to_string(&config).map_err(|e| ConfigError::Invalid {

@@ -193,8 +193,21 @@ pub(crate) fn connect_postgres(
     config: &GatewayConfig,
     sources: &crate::vault::VaultConfig,
 ) -> Result<bridle_rules::db::postgres::PgDatabase, GatewayError> {
+    let settings = postgres_settings(data_dir, config, sources)?;
+    Ok(bridle_rules::db::postgres::PgDatabase::connect(&settings)?)
+}
+
+/// The connection settings [`connect_postgres`] connects with: the URL, the password its
+/// reference names, and `database_statement_deadline_secs` when set (every store of the
+/// database shares the one pool, so the deadline reaches each).
+#[cfg(feature = "postgres")]
+fn postgres_settings(
+    data_dir: &Path,
+    config: &GatewayConfig,
+    sources: &crate::vault::VaultConfig,
+) -> Result<bridle_rules::db::postgres::PgSettings, GatewayError> {
     use crate::vault::SecretRef;
-    use bridle_rules::db::postgres::{PgDatabase, PgSettings};
+    use bridle_rules::db::postgres::PgSettings;
 
     let url = config.database.as_deref().unwrap_or_default();
     let settings = PgSettings::from_url(url)
@@ -229,7 +242,10 @@ pub(crate) fn connect_postgres(
             settings.with_password(password)
         }
     };
-    Ok(PgDatabase::connect(&settings)?)
+    Ok(match config.database_statement_deadline() {
+        Some(deadline) => settings.with_statement_deadline(deadline),
+        None => settings,
+    })
 }
 
 /// The agent whose every earlier token a vault change ended (`agent_token_revoke NAME`, or
@@ -279,7 +295,37 @@ pub(crate) async fn follow_vault_changes(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // Tests fail loudly.
+
     use super::agent_whose_tokens_ended;
+    #[cfg(feature = "postgres")]
+    use crate::config::GatewayConfig;
+
+    /// `database_statement_deadline_secs` reaches the settings the pool is built with; absent,
+    /// bridle-rules' default (two minutes) stays.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn the_configured_statement_deadline_reaches_the_database_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = "database: postgres://bridle@127.0.0.1:9/bridle\n";
+        std::fs::write(dir.path().join("bridle.yaml"), yaml).unwrap();
+        let config = GatewayConfig::load(dir.path()).unwrap();
+        let sources = crate::vault::VaultConfig::default();
+        let settings = super::postgres_settings(dir.path(), &config, &sources).unwrap();
+        assert!(
+            format!("{settings:?}").contains("statement_deadline: 120s"),
+            "{settings:?}"
+        );
+
+        let yaml = format!("{yaml}database_statement_deadline_secs: 900\n");
+        std::fs::write(dir.path().join("bridle.yaml"), yaml).unwrap();
+        let config = GatewayConfig::load(dir.path()).unwrap();
+        let settings = super::postgres_settings(dir.path(), &config, &sources).unwrap();
+        assert!(
+            format!("{settings:?}").contains("statement_deadline: 900s"),
+            "{settings:?}"
+        );
+    }
 
     #[test]
     fn only_revocations_and_replacements_end_sessions() {

@@ -143,3 +143,49 @@ mod kanboard {
         assert!(err.contains("ghost"), "{err}");
     }
 }
+
+/// `database_statement_deadline_secs`: how long a PostgreSQL statement may wait for the
+/// server's reply (bridle-rules' two minutes when absent). There was no such key, so an
+/// operator with slow disks or long migrations could neither raise it nor lower it.
+mod statement_deadline {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn absent_it_leaves_the_default() {
+        let config = GatewayConfig::load(data_dir("").path()).unwrap();
+        assert_eq!(config.database_statement_deadline(), None);
+    }
+
+    #[test]
+    fn a_deadline_in_seconds_loads() {
+        for (yaml, secs) in [
+            ("database_statement_deadline_secs: 600\n", 600),
+            ("database_statement_deadline_secs: 5\n", 5),
+        ] {
+            let config = GatewayConfig::load(data_dir(yaml).path()).unwrap();
+            assert_eq!(
+                config.database_statement_deadline(),
+                Some(Duration::from_secs(secs))
+            );
+        }
+    }
+
+    #[test]
+    fn zero_is_refused_at_load_naming_the_key() {
+        let err = load_error("database_statement_deadline_secs: 0\n");
+        assert!(err.contains("database_statement_deadline_secs"), "{err}");
+        assert!(err.contains("at least 1"), "{err}");
+    }
+
+    #[test]
+    fn more_than_a_day_is_refused_at_load_naming_the_key() {
+        let err = load_error("database_statement_deadline_secs: 86401\n");
+        assert!(err.contains("database_statement_deadline_secs"), "{err}");
+        assert!(err.contains("86400"), "{err}");
+        // A negative number does not parse: refused with its line and column.
+        let err = load_error("database_statement_deadline_secs: -5\n");
+        assert!(err.contains("invalid u64"), "{err}");
+    }
+}
