@@ -36,42 +36,6 @@ use super::config::{CredentialTarget, UpstreamSection};
 use super::credential::{Credential, SecretError, SecretUse};
 use super::desk::SecretDesk;
 
-/// The route's forward hook (traces), told what an upstream's error result says only when that
-/// does not quote the credential injected into the upstream's requests: the hook sees the
-/// result's `code` before the gateway scrubs it for the agent, and a span attribute travels to
-/// a collector. A code that holds the credential is passed on as no code (`tool_error`).
-struct CodeScrubbingHook {
-    inner: Arc<dyn ForwardHook>,
-    /// The credential as stored, as rendered into the request, and trimmed.
-    secrets: Arc<[String]>,
-}
-
-impl ForwardHook for CodeScrubbingHook {
-    fn outgoing(
-        &self,
-        call: &kberg_server::aggregate::OutgoingCall<'_>,
-        meta: &mut serde_json::Map<String, serde_json::Value>,
-    ) -> tracing::Span {
-        self.inner.outgoing(call, meta)
-    }
-
-    fn finished(&self, span: &tracing::Span, outcome: kberg_server::aggregate::ForwardOutcome<'_>) {
-        use kberg_server::aggregate::ForwardOutcome;
-        let outcome = match outcome {
-            ForwardOutcome::ToolError { code: Some(code) }
-                if self
-                    .secrets
-                    .iter()
-                    .any(|s| !s.is_empty() && code.contains(s.as_str())) =>
-            {
-                ForwardOutcome::ToolError { code: None }
-            }
-            other => other,
-        };
-        self.inner.finished(span, outcome);
-    }
-}
-
 /// Which credential a connection carries.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Identity {
@@ -501,7 +465,9 @@ impl Route {
         // The child's stderr is logged with exactly its credential redacted: its other
         // environment (a URL, a log level) stays readable. A value stored with surrounding
         // blanks is redacted without them too: a child that trims it (or a shell that splits
-        // it into words) prints it so.
+        // it into words) prints it so. The aggregator redacts the same list (for an HTTP
+        // upstream, besides the header it sends) from its errors, from what it relays and from
+        // the error codes the forward hook is told.
         let mut redact = Vec::new();
         if let (Some((name, value, version)), Some(target)) = (credential, &self.target) {
             let rendered = target.render(value.expose());
@@ -525,21 +491,16 @@ impl Route {
                 UpstreamConfig::new(self.namespace.clone(), transport)
                     .call_timeout(self.section.call_timeout())
                     .stderr(self.section.stderr())
-                    .stderr_redact(redact.clone()),
+                    .stderr_redact(redact),
             )
             .connect_timeout(self.connect_timeout)
             .runtime(UpstreamRuntime::Thread(thread))
             .write_rule("*", cap);
         let registry = ToolRegistry::new();
-        let hook: Arc<dyn ForwardHook> = if redact.is_empty() {
-            Arc::clone(&self.hook)
-        } else {
-            Arc::new(CodeScrubbingHook {
-                inner: Arc::clone(&self.hook),
-                secrets: redact.clone().into(),
-            })
-        };
-        let forward = Forward::new().hook(hook);
+        // The route's hook (traces) is told an error result's code with this same list
+        // redacted by the aggregator, so a code that quotes the credential never becomes a
+        // span attribute as it was.
+        let forward = Forward::new().hook(Arc::clone(&self.hook));
         let aggregator = Aggregator::start_with(config, registry.clone(), forward)
             .map_err(|e| RouteError::Unavailable(e.to_string()))?;
         Ok(Connection {
