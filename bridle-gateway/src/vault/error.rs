@@ -144,7 +144,8 @@ pub enum VaultError {
     /// `invalid_reference`: a secret reference that is not `vault:`, `docker:` or `file:` + name.
     #[error("invalid secret reference {reference:?}: {reason}")]
     InvalidReference {
-        /// The reference as written.
+        /// The reference as it may be shown: its source part, and the length of the rest (a
+        /// value pasted where a reference belongs is never repeated).
         reference: String,
         /// What is wrong with it.
         reason: String,

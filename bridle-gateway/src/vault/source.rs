@@ -58,25 +58,53 @@ impl FromStr for SecretRef {
     type Err = VaultError;
 
     fn from_str(s: &str) -> Result<Self, VaultError> {
+        // A reference is written where a secret's value could be pasted by mistake (a token
+        // into a `credential:` line or the admin API's field), so a refusal repeats at most the
+        // source part: never a text without `SOURCE:`, never what follows the colon.
+        let (source, name) = match s.split_once(':') {
+            Some(parts) => parts,
+            None => {
+                return Err(VaultError::InvalidReference {
+                    reference: format!("<{} characters>", s.chars().count()),
+                    reason: "expected SOURCE:NAME with SOURCE one of vault, docker, file"
+                        .to_owned(),
+                });
+            }
+        };
         let invalid = |reason: String| VaultError::InvalidReference {
-            reference: s.to_owned(),
+            reference: format!(
+                "{}:<{} characters>",
+                source.chars().take(MAX_SHOWN_SOURCE).collect::<String>(),
+                name.chars().count()
+            ),
             reason,
         };
-        let (source, name) = s.split_once(':').ok_or_else(|| {
-            invalid("expected SOURCE:NAME with SOURCE one of vault, docker, file".to_owned())
-        })?;
-        check_name("secret", name).map_err(|e| invalid(e.to_string()))?;
-        let name = name.to_owned();
-        match source {
-            "vault" => Ok(Self::Vault(name)),
-            "docker" => Ok(Self::Docker(name)),
-            "file" => Ok(Self::File(name)),
-            other => Err(invalid(format!(
-                "unknown source {other:?}; expected vault, docker or file"
-            ))),
+        let known = matches!(source, "vault" | "docker" | "file");
+        if !known {
+            return Err(invalid(format!(
+                "unknown source {:?}; expected vault, docker or file",
+                source.chars().take(MAX_SHOWN_SOURCE).collect::<String>()
+            )));
         }
+        check_name("secret", name).map_err(|e| {
+            invalid(match e {
+                VaultError::InvalidName { reason, .. } => {
+                    format!("its name is not valid: {reason}")
+                }
+                other => other.code().to_owned(),
+            })
+        })?;
+        let name = name.to_owned();
+        Ok(match source {
+            "vault" => Self::Vault(name),
+            "docker" => Self::Docker(name),
+            _ => Self::File(name),
+        })
     }
 }
+
+/// The most characters of a refused reference's source part its error repeats.
+const MAX_SHOWN_SOURCE: usize = 32;
 
 impl fmt::Display for SecretRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -275,17 +303,36 @@ mod tests {
             assert_eq!(parsed, want);
             assert_eq!(parsed.to_string(), text);
         }
-        for bad in [
-            "gitea",
-            "env:X",
-            "vault:",
-            "docker:../etc/passwd",
-            "file:a/b",
-            ":x",
+        for (bad, says) in [
+            ("gitea", "<5 characters>"),
+            ("env:X", "unknown source \"env\""),
+            ("vault:", "vault:<0 characters>"),
+            (
+                "docker:../etc/passwd",
+                "must start with an ASCII letter or digit",
+            ),
+            ("file:a/b", "only ASCII letters"),
+            (":x", "unknown source \"\""),
         ] {
             let err = bad.parse::<SecretRef>().expect_err(bad);
             assert_eq!(err.code(), "invalid_reference", "{bad}");
-            assert!(err.to_string().contains(bad), "{err}");
+            assert!(err.to_string().contains(says), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_value_pasted_where_a_reference_belongs_is_not_repeated() {
+        for pasted in [
+            "ghp_CANARY0123456789abcdef",
+            "vault:CANARY secret value",
+            "docker:CANARY/../x",
+            "admin:CANARYpassword",
+            "Bearer CANARY0123",
+        ] {
+            let err = pasted.parse::<SecretRef>().expect_err(pasted);
+            assert_eq!(err.code(), "invalid_reference", "{pasted}");
+            assert!(!err.to_string().contains("CANARY"), "{pasted}: {err}");
+            assert!(!format!("{err:?}").contains("CANARY"), "{pasted}: {err:?}");
         }
     }
 
