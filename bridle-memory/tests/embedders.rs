@@ -922,3 +922,58 @@ async fn an_endless_header_is_refused() {
     }
     task.abort();
 }
+
+/// An embedding server's error answer is quoted with its control characters escaped: a colour
+/// escape, CR LF, a NUL and bidirectional overrides would otherwise let a hostile server
+/// drive the terminal, or forge lines in the log, of whoever prints the error. Newlines stay.
+#[tokio::test]
+async fn control_characters_in_a_quoted_error_are_escaped() {
+    const HOSTILE: &str = "boom \u{1b}[31mred\u{1b}[0m\r\nforged: all good\0 \u{202e}desrever\u{202c} \u{2066}x\u{2069}";
+    let router = axum::Router::new()
+        .route(
+            "/v1/embeddings",
+            post(|| async {
+                (
+                    StatusCode::BAD_REQUEST,
+                    Json(json!({"error": {"message": HOSTILE, "type": "invalid_request_error"}})),
+                )
+            }),
+        )
+        .route(
+            "/api/embed",
+            post(|| async { (StatusCode::INTERNAL_SERVER_ERROR, HOSTILE) }),
+        );
+    let s = serve(router).await;
+    let openai = OpenAiEmbedder::connect(HttpEmbedderConfig::new(&s.url, "m"))
+        .await
+        .expect_err("refused");
+    let ollama = OllamaEmbedder::connect(HttpEmbedderConfig::new(&s.url, "m"))
+        .await
+        .expect_err("refused");
+    for err in [openai, ollama] {
+        assert_eq!(err.code(), "embedder_unavailable", "{err}");
+        let text = err.to_string();
+        let raw: Vec<char> = text
+            .chars()
+            .filter(|c| {
+                (c.is_control() && *c != '\n' && *c != '\t')
+                    || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+            })
+            .collect();
+        assert!(raw.is_empty(), "raw control characters {raw:?} in {text:?}");
+        // (The OpenAI-compatible answer is quoted as the JSON it is, which escapes ESC, CR
+        // and NUL itself but not the bidirectional controls.)
+        assert!(text.contains("\\u{202e}desrever\\u{202c}"), "{text}");
+        assert!(text.contains("\\u{2066}x\\u{2069}"), "{text}");
+    }
+    // The plain-text answer keeps its newline, its ESC, CR and NUL shown as escapes.
+    let ollama = OllamaEmbedder::connect(HttpEmbedderConfig::new(&s.url, "m"))
+        .await
+        .expect_err("refused");
+    assert!(
+        ollama
+            .to_string()
+            .contains("boom \\u{1b}[31mred\\u{1b}[0m\\r\nforged: all good\\u{0} "),
+        "{ollama}"
+    );
+}
