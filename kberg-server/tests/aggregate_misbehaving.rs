@@ -300,3 +300,38 @@ async fn an_upstream_refusal_of_any_length_is_quoted_cut_short() {
     assert!(!out.is_error, "{out:?}");
     agg.shutdown().await;
 }
+
+/// What an upstream's malformed answer is said to hold (its keys) reaches the caller with the
+/// upstream's credentials redacted and cut short, however many keys it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_answer_is_described_without_credentials_and_cut_short() {
+    const TOKEN: &str = "canary-garbage-6f2d81a9";
+    let registry = ToolRegistry::new();
+    let config = AggregatorConfig::new().upstream(
+        UpstreamConfig::new("raw", raw_upstream().env("RAW_LEAK_TOKEN", TOKEN))
+            .call_timeout(RAW_CALL_TIMEOUT),
+    );
+    let agg = Aggregator::start(config, registry.clone()).expect("valid");
+    assert!(agg.wait_connected("raw", 1, WAIT).await);
+
+    let out = call(&registry, "raw__garbage").await;
+    assert_eq!(code(&out), Some(UPSTREAM_INVALID_RESULT), "{out:?}");
+    let shown = format!("{out:?}");
+    assert!(!shown.contains(TOKEN), "{shown}");
+    assert!(shown.contains("token [redacted]"), "{shown}");
+
+    let out = registry
+        .call(
+            &reader(),
+            "raw__garbage",
+            json!({"keys": 50_000}),
+            CallOptions::default(),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(code(&out), Some(UPSTREAM_INVALID_RESULT), "{out:?}");
+    let shown = format!("{out:?}");
+    assert!(!shown.contains(TOKEN), "{shown}");
+    assert!(shown.len() < 10_000, "{} bytes", shown.len());
+    agg.shutdown().await;
+}

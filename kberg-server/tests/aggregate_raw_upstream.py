@@ -4,7 +4,8 @@ It speaks the MCP stdio transport (newline-delimited JSON-RPC 2.0: `initialize`,
 `tools/call`, `prompts/list`, `prompts/get`, `resources/list`, `resources/read` with their
 documented result shapes) well enough to be connected to, then misbehaves on purpose: the `hang`
 tool, prompt and resource never answer, the `garbage` ones answer a result that is not the
-documented shape, and every `notifications/cancelled` it receives is recorded and reported by
+documented shape (the tool's with `keys` more keys, and one naming `RAW_LEAK_TOKEN` when that
+is set), and every `notifications/cancelled` it receives is recorded and reported by
 the `cancelled` tool, so a test can check that an abandoned request was cancelled upstream.
 With `RAW_LIST_PAGES=endless` its tool list never ends (every page names a new cursor), with
 `RAW_LIST_PAGES=repeating` every page names the same cursor. The `flood` tool sends `n` progress
@@ -197,8 +198,14 @@ for line in sys.stdin:
         if name == "hang":
             continue
         if name == "garbage":
-            # Not a CallToolResult: `content` must be an array of content blocks.
-            result(rid, {"content": "not a list", "isError": "maybe"})
+            # Not a CallToolResult: `content` must be an array of content blocks. With `keys`
+            # it has that many more keys; with RAW_LEAK_TOKEN set, one more names the token.
+            r = {"content": "not a list", "isError": "maybe"}
+            for i in range((params.get("arguments") or {}).get("keys", 0)):
+                r["key-%d" % i] = i
+            if os.environ.get("RAW_LEAK_TOKEN"):
+                r["token " + os.environ["RAW_LEAK_TOKEN"]] = 1
+            result(rid, r)
         elif name == "cancelled":
             result(rid, text(json.dumps(cancelled)))
         elif name == "subscribes":

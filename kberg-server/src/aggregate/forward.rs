@@ -177,7 +177,7 @@ pub(super) async fn forward(
     // What the client library or the upstream says may carry the upstream's credentials (a
     // URL with a token, an error body echoing a header): redacted before callers see it, then
     // cut short, since nothing but the upstream bounds how long its message is.
-    let redact = |text: &str| cut(up.redactions.text(text).into_owned());
+    let redact = |text: &str| quoted(up, text);
     let unavailable = |reason: String| UpstreamError::Unavailable {
         namespace: ns.to_string(),
         reason: redact(&reason),
@@ -499,15 +499,22 @@ impl Drop for CancelUnanswered {
     }
 }
 
-/// The top-level keys of an unexpected result, to say what came instead.
-pub(super) fn result_kind(r: &ServerResult) -> String {
+/// The top-level keys of an unexpected result, to say what came instead. They are the
+/// upstream's own text, of its choosing and as many as it likes: [`quoted`] as its messages.
+pub(super) fn result_kind(up: &Upstream, r: &ServerResult) -> String {
     serde_json::to_value(r)
         .ok()
         .and_then(|v| {
             v.as_object()
-                .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
+                .map(|o| quoted(up, &o.keys().cloned().collect::<Vec<_>>().join(", ")))
         })
         .unwrap_or_else(|| "unreadable".into())
+}
+
+/// What the upstream (or the client library about its answer) said, as an error quotes it:
+/// its credentials redacted, then cut to at most [`MAX_QUOTED_CHARS`] characters.
+pub(super) fn quoted(up: &Upstream, text: &str) -> String {
+    cut(up.redactions.text(text).into_owned())
 }
 
 /// The longest message of an upstream's quoted in a refusal, in characters.

@@ -126,7 +126,7 @@ async fn forward_prompt(
             return Err(UpstreamError::InvalidResult {
                 namespace: ns.to_string(),
                 expected: "a prompt",
-                found: result_kind(&other),
+                found: result_kind(up, &other),
             }
             .coded_message());
         }

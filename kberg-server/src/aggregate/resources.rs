@@ -115,7 +115,7 @@ impl ResourceReader for ForwardedReader {
                 UpstreamError::InvalidResult {
                     namespace: ns.to_string(),
                     expected: "resource contents",
-                    found: result_kind(&other),
+                    found: result_kind(&self.up, &other),
                 }
                 .coded_message(),
             )),

@@ -33,7 +33,7 @@ use serde_json::Value;
 
 use super::config::MAX_CALL_TIMEOUT;
 use super::error::UpstreamError;
-use super::forward::{forward, result_kind};
+use super::forward::{forward, quoted, result_kind};
 use super::front::Upstream;
 use super::relay::redact_relayed;
 
@@ -133,7 +133,7 @@ pub(super) async fn follow(
                 return Err(UpstreamError::InvalidResult {
                     namespace: up.namespace().to_string(),
                     expected: "a task",
-                    found: result_kind(&other),
+                    found: result_kind(up, &other),
                 }
                 .into());
             }
@@ -146,11 +146,12 @@ pub(super) async fn follow(
         }
         match detailed.payload {
             TaskPayload::Completed { result } => {
+                // The parser's error quotes the value it could not read: the upstream's text.
                 let result: CallToolResult = serde_json::from_value(Value::Object(result))
                     .map_err(|e| UpstreamError::InvalidResult {
                         namespace: up.namespace().to_string(),
                         expected: "a tool result",
-                        found: e.to_string(),
+                        found: quoted(up, &e.to_string()),
                     })?;
                 return Ok(super::tools::to_output(up, result));
             }

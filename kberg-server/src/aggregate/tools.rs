@@ -205,7 +205,7 @@ impl Tool for ForwardedTool {
                 &UpstreamError::InvalidResult {
                     namespace: ns.to_string(),
                     expected: "a tool result",
-                    found: result_kind(&other),
+                    found: result_kind(&self.up, &other),
                 },
             )),
             Err(
