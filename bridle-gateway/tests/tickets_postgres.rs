@@ -273,6 +273,26 @@ fn bad_paths_answer_the_codes_of_kberg_cores_own_stores() {
     assert_eq!(postgres, memory);
 }
 
+/// A ticket filed on `registry` (whose tickets are in `store`) and moved to `running`, the
+/// state an approval is in while the tool runs; its id.
+fn file_running(registry: &ToolRegistry, store: &PgTicketStore) -> String {
+    let id = file(registry);
+    let mut running = store.get(&id).unwrap().unwrap();
+    running.status = TicketStatus::Running;
+    assert!(store.replace_if(TicketStatus::Pending, &running).unwrap());
+    id
+}
+
+/// That a registry whose tickets are in `store` answers the ticket's result as a call
+/// interrupted, and nothing ran.
+fn interrupted(store: Arc<PgTicketStore>, id: &str, runs: &Arc<AtomicUsize>) {
+    let registry = replica(store, Duration::from_secs(3600), runs);
+    let e = registry.tickets().result(id, &agent()).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ToolFailed);
+    assert!(e.to_string().contains("interrupted"), "{e}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran again");
+}
+
 #[test]
 fn a_running_ticket_is_marked_interrupted_only_once_its_replica_is_gone() {
     let cluster = PgCluster::shared();
@@ -284,12 +304,8 @@ fn a_running_ticket_is_marked_interrupted_only_once_its_replica_is_gone() {
         Duration::from_secs(3600),
         &runs,
     );
-    let id = file(&a);
-    // Replica A approved it and its call is running (the state an approval is in while the
-    // tool runs).
-    let mut running = a_store.get(&id).unwrap().unwrap();
-    running.status = TicketStatus::Running;
-    assert!(a_store.replace_if(TicketStatus::Pending, &running).unwrap());
+    // Replica A approved it and its call is running.
+    let id = file_running(&a, &a_store);
 
     // Replica B starting now leaves A's running call alone.
     let b_store = pg_store(cluster, &dbname);
@@ -305,11 +321,7 @@ fn a_running_ticket_is_marked_interrupted_only_once_its_replica_is_gone() {
     let c_store = pg_store(cluster, &dbname);
     let t = c_store.get(&id).unwrap().unwrap();
     assert_eq!(t.status, TicketStatus::Failed);
-    let c = replica(c_store, Duration::from_secs(3600), &runs);
-    let e = c.tickets().result(&id, &agent()).unwrap_err();
-    assert_eq!(e.code(), ErrorCode::ToolFailed);
-    assert!(e.to_string().contains("interrupted"), "{e}");
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran again");
+    interrupted(c_store, &id, &runs);
 }
 
 #[test]
@@ -326,10 +338,7 @@ fn a_replica_that_keeps_running_sees_a_gone_replicas_call_interrupted() {
         Duration::from_secs(3600),
         &runs,
     );
-    let id = file(&a);
-    let mut running = a_store.get(&id).unwrap().unwrap();
-    running.status = TicketStatus::Running;
-    assert!(a_store.replace_if(TicketStatus::Pending, &running).unwrap());
+    let id = file_running(&a, &a_store);
     // While A lives, B sees the call running, in a lookup and in the list.
     assert_eq!(
         b_store.get(&id).unwrap().unwrap().status,
@@ -342,11 +351,7 @@ fn a_replica_that_keeps_running_sees_a_gone_replicas_call_interrupted() {
     assert_eq!(b_store.list().unwrap()[0].status, TicketStatus::Failed);
     let t = b_store.get(&id).unwrap().unwrap();
     assert_eq!(t.status, TicketStatus::Failed);
-    let b = replica(b_store, Duration::from_secs(3600), &runs);
-    let e = b.tickets().result(&id, &agent()).unwrap_err();
-    assert_eq!(e.code(), ErrorCode::ToolFailed);
-    assert!(e.to_string().contains("interrupted"), "{e}");
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran again");
+    interrupted(b_store, &id, &runs);
 }
 
 #[test]
@@ -379,10 +384,7 @@ fn a_replica_whose_lock_connection_was_lost_is_not_taken_for_gone() {
         .map_or(0, |r| r.get(0));
     assert_eq!(killed, 1, "one connection held A's runner lock");
 
-    let id = file(&a);
-    let mut running = a_store.get(&id).unwrap().unwrap();
-    running.status = TicketStatus::Running;
-    assert!(a_store.replace_if(TicketStatus::Pending, &running).unwrap());
+    let id = file_running(&a, &a_store);
     assert_eq!(
         b_store.get(&id).unwrap().unwrap().status,
         TicketStatus::Running,
