@@ -558,7 +558,14 @@ async fn read_json(
     };
     // The body gets what is left of the reply's time, not a timeout of its own: a server that
     // takes most of it to send its headers and then trickles the body is still bounded by it.
-    let bytes = cancellable(cancel, tokio::time::timeout_at(sent + opts.timeout, read))
+    // A timeout past what the clock can hold (`Duration::MAX`, "no timeout") is no bound.
+    let read = async {
+        match sent.checked_add(opts.timeout) {
+            Some(at) => tokio::time::timeout_at(at, read).await,
+            None => Ok(read.await),
+        }
+    };
+    let bytes = cancellable(cancel, read)
         .await?
         .map_err(|_| ProviderError::Timeout(opts.timeout))??;
     serde_json::from_slice(&bytes).map_err(|e| {
@@ -601,10 +608,12 @@ struct TurnDeadline {
 }
 
 impl TurnDeadline {
-    /// The deadline of a turn beginning now, if the options set one.
+    /// The deadline of a turn beginning now, if the options set one (one past what the clock
+    /// can hold, `Duration::MAX`, is none).
     fn start(opts: &HttpOptions, ep: &Endpoint) -> Option<Self> {
-        opts.turn_timeout.map(|limit| Self {
-            at: tokio::time::Instant::now() + limit,
+        let limit = opts.turn_timeout?;
+        Some(Self {
+            at: tokio::time::Instant::now().checked_add(limit)?,
             limit,
             label: ep.label,
         })

@@ -895,3 +895,28 @@ async fn control_characters_in_quoted_errors_are_escaped() {
     )
     .await;
 }
+
+/// A timeout as long as a `Duration` holds (a program's way to say "no timeout") is waited
+/// for, not added to the clock, which overflowed and panicked.
+#[tokio::test]
+async fn the_longest_timeouts_do_not_overflow_the_clock() {
+    let server = ScriptedServer::start(vec![
+        OpenAi.text("hi", false),
+        OpenAi.text("hi", true),
+        OpenAi.text("hi", false),
+        OpenAi.text("hi", true),
+    ])
+    .await;
+    for http in [
+        HttpOptions::default().timeout(Duration::MAX),
+        HttpOptions::default()
+            .stream_idle_timeout(Duration::MAX)
+            .turn_timeout(Duration::MAX),
+    ] {
+        let p = with_options(server.url(), http);
+        let cancel = CancellationToken::new();
+        assert_eq!(p.chat(&request(), &cancel).await.unwrap().text, "hi");
+        let s = p.chat_stream(&request(), &cancel).await.unwrap();
+        assert_eq!(collect_stream(s, |_| {}).await.unwrap().text, "hi");
+    }
+}
