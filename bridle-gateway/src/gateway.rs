@@ -40,6 +40,7 @@ pub struct GatewayBuilder {
     admin: Option<AdminListen>,
     shutdown_grace: Duration,
     resumable_sessions: bool,
+    on_audit_retention: Option<crate::audit::RetentionHook>,
     #[cfg(feature = "traces")]
     telemetry: Option<crate::telemetry::Telemetry>,
 }
@@ -77,6 +78,7 @@ impl GatewayBuilder {
             admin: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             resumable_sessions: true,
+            on_audit_retention: None,
             #[cfg(feature = "traces")]
             telemetry: None,
         }
@@ -134,6 +136,18 @@ impl GatewayBuilder {
         self
     }
 
+    /// Also tells `f` of each retention pass of the audit log (its steps, its end, its failure:
+    /// [`crate::audit::RetentionEvent`]), after the gateway's metrics have counted it
+    /// (`bridle_audit_retention_passes_total`, `bridle_audit_retention_removed_total`). It runs
+    /// on the audit log's writer thread: keep it quick, and it must not panic.
+    pub fn on_audit_retention(
+        mut self,
+        f: impl Fn(&crate::audit::RetentionEvent<'_>) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_audit_retention = Some(crate::audit::RetentionHook::new(f));
+        self
+    }
+
     /// How often the watcher looks for changed rules (default 250 ms).
     pub fn watch_every(mut self, every: Duration) -> Self {
         self.watch_every = every;
@@ -149,8 +163,23 @@ impl GatewayBuilder {
         let database = crate::db::StateDatabase::open(&self.data_dir, &self.config, &vault)?;
         let ctx = GatewayContext::open_with(&self.data_dir, self.config, &database)?;
         let session_store = session_store(&database, self.resumable_sessions)?;
+        let metrics = Arc::new(GatewayMetrics::new());
         if ctx.config.audit.enabled {
-            let log = database.open_audit(ctx.config.audit.log_config(&self.data_dir))?;
+            // Each retention pass is counted in the metrics (a pass failing every interval
+            // would otherwise be only a log line), then told to the embedder's hook.
+            let counted = Arc::clone(&metrics);
+            let also = self.on_audit_retention.clone();
+            let config = ctx
+                .config
+                .audit
+                .log_config(&self.data_dir)
+                .with_on_retention(move |event| {
+                    counted.observe_retention(event);
+                    if let Some(hook) = &also {
+                        hook.call(event);
+                    }
+                });
+            let log = database.open_audit(config)?;
             ctx.set_audit(log);
         }
         let auth =
@@ -167,7 +196,6 @@ impl GatewayBuilder {
         let memory = self
             .memory
             .map(|m| crate::memory::with_clone_credentials(m, &ctx.config, &secrets));
-        let metrics = Arc::new(GatewayMetrics::new());
         let memory_tools = memory.as_ref().map(|m| {
             let mut tools = m.tools();
             let write_back = Arc::new(RulesWriteBack {

@@ -92,6 +92,12 @@ struct ToolCallLabels {
     agent: String,
 }
 
+/// How an audit retention pass ended: `ok` (nothing due included) or `failed`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ToolLabels {
     tool: String,
@@ -250,6 +256,12 @@ pub struct GatewayMetrics {
     tool_seconds: Family<ToolLabels, Histogram, fn() -> Histogram>,
     /// Indexing progress per repository (see [`super::indexing`]).
     pub(crate) indexing: super::indexing::IndexingGauges,
+    /// The audit log's retention passes by outcome, and the entries they removed.
+    retention_passes: Family<OutcomeLabel, Counter>,
+    retention_removed: Counter,
+    /// What the pass under way has removed so far and was counted (its steps report the pass
+    /// so far; a pass that fails keeps what its committed steps removed).
+    retention_counted: std::sync::atomic::AtomicU64,
     snapshot: Arc<Mutex<Snapshot>>,
     /// One scrape at a time: the snapshot is filled and then encoded. Held by the scrape's own
     /// task ([`GatewayMetrics::render`]), which leaves its page here with when it started.
@@ -306,6 +318,23 @@ impl GatewayMetrics {
             tool_seconds.clone(),
         );
         let indexing = super::indexing::IndexingGauges::register(registry);
+        let retention_passes = Family::<OutcomeLabel, Counter>::default();
+        // Both outcomes from the start, so a rate over `failed` has a series before the first
+        // failure.
+        for outcome in ["ok", "failed"] {
+            drop(retention_passes.get_or_create(&OutcomeLabel { outcome }));
+        }
+        registry.register(
+            "audit_retention_passes",
+            "Retention passes of the audit log (at start and every interval), by outcome: `ok` (nothing due included) or `failed` (tried again at the next interval; the log says why).",
+            retention_passes.clone(),
+        );
+        let retention_removed = Counter::default();
+        registry.register(
+            "audit_retention_removed",
+            "Audit log entries removed by retention passes (a failed pass's committed steps included).",
+            retention_removed.clone(),
+        );
         let snapshot = Arc::new(Mutex::new(Snapshot::default()));
         registry.register_collector(Box::new(ScrapeCollector(Arc::clone(&snapshot))));
         Self {
@@ -316,6 +345,9 @@ impl GatewayMetrics {
             tool_calls,
             tool_seconds,
             indexing,
+            retention_passes,
+            retention_removed,
+            retention_counted: std::sync::atomic::AtomicU64::new(0),
             snapshot,
             scraping: Arc::new(tokio::sync::Mutex::new(None)),
             readiness_probes: super::health::ProbeCache::default(),
@@ -348,6 +380,39 @@ impl GatewayMetrics {
         self.tool_seconds
             .get_or_create(&ToolLabels { tool })
             .observe(event.duration.as_secs_f64());
+    }
+
+    /// Counts one event of the audit log's retention passes (the log's
+    /// [`on_retention`](crate::audit::AuditConfig::on_retention) hook): each committed step's
+    /// removed entries, and each pass's end by outcome.
+    pub fn observe_retention(&self, event: &crate::audit::RetentionEvent<'_>) {
+        use crate::audit::RetentionEvent;
+        use std::sync::atomic::Ordering;
+        match event {
+            RetentionEvent::Step(so_far) => {
+                let counted = self
+                    .retention_counted
+                    .swap(so_far.removed, Ordering::Relaxed);
+                self.retention_removed
+                    .inc_by(so_far.removed.saturating_sub(counted));
+            }
+            RetentionEvent::Done(report) => {
+                let counted = self.retention_counted.swap(0, Ordering::Relaxed);
+                if let Some(r) = report {
+                    self.retention_removed
+                        .inc_by(r.removed.saturating_sub(counted));
+                }
+                self.retention_passes
+                    .get_or_create(&OutcomeLabel { outcome: "ok" })
+                    .inc();
+            }
+            RetentionEvent::Failed(_) => {
+                self.retention_counted.swap(0, Ordering::Relaxed);
+                self.retention_passes
+                    .get_or_create(&OutcomeLabel { outcome: "failed" })
+                    .inc();
+            }
+        }
     }
 
     /// Encodes everything, after `fill` has replaced the scrape-time snapshot. One scrape runs
