@@ -264,3 +264,42 @@ async fn a_named_form_of_an_http_credential_is_redacted_from_the_code_too() {
         [r#"ToolError { code: Some("bad_token:[redacted]") }"#.to_string()]
     );
 }
+
+/// A tool the aggregator skips is reported (`Aggregator::skipped`) by the upstream's name and
+/// the reason, both the upstream's text: with the upstream's credential redacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skipped_tool_is_reported_without_the_credential() {
+    let tools = ToolRegistry::new();
+    // Valid upstream, too long once namespaced.
+    let long = format!("{CANARY}_{}", "x".repeat(103));
+    tools
+        .register(
+            ToolBuilder::new(long).raw_handler(json!({"type": "object"}), |_a, _ctx| async move {
+                Ok(ToolOutput::text("ok"))
+            }),
+        )
+        .expect("register");
+    let server = HttpServer::bind(
+        McpApp::builder("upstream", "1").tools(tools).build(),
+        HttpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .auth(OpenAccess::as_principal(Principal::new("aggregator"))),
+    )
+    .await
+    .expect("bind upstream");
+    let url = format!("http://{}/mcp", server.local_addr());
+    let _stop = StopOnDrop(server.shutdown_token());
+    let _served = tokio::spawn(async move {
+        let _ = server.run(std::future::pending()).await;
+    });
+    let config = AggregatorConfig::new().upstream(UpstreamConfig::new(
+        "up",
+        UpstreamTransport::http(url).header("authorization", format!("Bearer {CANARY}")),
+    ));
+    let agg = Aggregator::start(config, ToolRegistry::new()).expect("valid");
+    assert!(agg.wait_connected("up", 1, WAIT).await);
+    let skipped = agg.skipped("up");
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    let shown = format!("{skipped:?}");
+    assert!(!shown.contains(CANARY), "{shown}");
+    assert!(shown.contains("[redacted]_xxx"), "{shown}");
+}

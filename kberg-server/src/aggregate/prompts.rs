@@ -17,7 +17,7 @@ use rmcp::service::{Peer, RoleClient};
 use serde_json::Value;
 
 use super::error::UpstreamError;
-use super::forward::{forward, result_kind};
+use super::forward::{forward, quoted, result_kind};
 use super::front::{Aggregation, Upstream};
 use super::tools::upstream_content;
 
@@ -97,7 +97,9 @@ pub(super) async fn sync_prompts(
                     now.insert(name);
                 }
                 Err(err) => {
-                    tracing::warn!(namespace = up.namespace(), prompt = %name, error = %err, "upstream prompt skipped");
+                    // The upstream's words (its prompt's name, quoted by the error).
+                    let (name, error) = (quoted(up, &name), quoted(up, &err.to_string()));
+                    tracing::warn!(namespace = up.namespace(), prompt = %name, %error, "upstream prompt skipped");
                 }
             }
         }

@@ -37,7 +37,7 @@ use serde_json::Value;
 
 use super::config::ConfigError;
 use super::error::UpstreamError;
-use super::forward::{forward, result_kind};
+use super::forward::{forward, quoted, result_kind};
 use super::front::Upstream;
 
 /// The namespaced form of an upstream URI (or URI template): `<namespace>+<uri>`.
@@ -307,6 +307,12 @@ pub(super) async fn sync_resources(
         }
         Ok::<(), std::convert::Infallible>(())
     });
+    // Reported (logged, and to the app) in the upstream's own words (a URI, an entry without
+    // one, the reason quoting it): redacted and cut as its messages are.
+    let skipped: Vec<(String, String)> = skipped
+        .into_iter()
+        .map(|(what, reason)| (quoted(up, &what), quoted(up, &reason)))
+        .collect();
     for (what, reason) in &skipped {
         tracing::warn!(namespace = ns, resource = %what, %reason, "upstream resource skipped");
     }

@@ -26,7 +26,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::error::UpstreamError;
-use super::forward::{forward, result_kind};
+use super::forward::{forward, quoted, result_kind};
 use super::front::{Aggregation, Upstream};
 use super::hook::{ForwardOutcome, OutgoingCall};
 use super::prompts::sync_prompts;
@@ -54,8 +54,10 @@ pub(super) async fn sync_tools(
     for t in tools {
         let remote = t.name.to_string();
         let name = format!("{}{}{}", up.namespace(), shared.separator, remote);
+        // A skipped tool is reported (logged, and to the app) in the upstream's own words, its
+        // name and the reason quoting it: redacted and cut as its messages are.
         if let Err(e) = check_name(&name) {
-            skipped.push((remote, e.to_string()));
+            skipped.push((quoted(up, &remote), quoted(up, &e.to_string())));
             continue;
         }
         let kind = shared
@@ -121,6 +123,7 @@ pub(super) async fn sync_tools(
                         }
                         other => other.to_string(),
                     };
+                    let (remote, reason) = (quoted(up, &remote), quoted(up, &reason));
                     tracing::warn!(namespace = up.namespace(), tool = %remote, %reason, "upstream tool skipped");
                     skipped.push((remote, reason));
                 }
