@@ -183,10 +183,12 @@ pub struct AuditSection {
     /// The database, relative to the data directory unless absolute (default `audit.db`).
     #[serde(default = "default_audit_path")]
     pub path: PathBuf,
-    /// Remove entries older than this many days (default: keep them).
+    /// Remove entries older than this many days (default: keep them). At least 1: 0 would
+    /// remove every entry at each pass, and is refused at load.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_age_days: Option<u64>,
-    /// Keep at most this many entries (default: no limit).
+    /// Keep at most this many entries (default: no limit). At least 1: 0 would remove every
+    /// entry but the pass's own, and is refused at load.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_entries: Option<u64>,
     /// Commit each batch to the disk before going on (survives power loss; slower).
@@ -209,6 +211,22 @@ impl Default for AuditSection {
 impl AuditSection {
     fn is_default(&self) -> bool {
         self == &Self::default()
+    }
+
+    /// Refuses a retention limit of 0, which would empty the log at the next pass (an operator
+    /// may well mean "no limit" by it: that is leaving the key out).
+    fn check(&self) -> Result<(), String> {
+        for (key, value) in [
+            ("max_age_days", self.max_age_days),
+            ("max_entries", self.max_entries),
+        ] {
+            if value == Some(0) {
+                return Err(format!(
+                    "audit.{key} is 0, which would remove the whole audit log at the next retention pass; give at least 1, or leave it out to keep every entry"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The database file of a data directory.
@@ -587,6 +605,7 @@ impl GatewayConfig {
         self.check_exposure(addr).map_err(invalid)?;
         self.admin.listen_addr(addr).map_err(invalid)?;
         self.admin.check().map_err(invalid)?;
+        self.audit.check().map_err(invalid)?;
         let agents = self.agents.keys().cloned().collect();
         crate::upstreams::check_all(&self.upstreams, &agents)
             .map_err(|e| invalid(e.to_string()))?;

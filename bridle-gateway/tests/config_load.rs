@@ -189,3 +189,32 @@ mod statement_deadline {
         assert!(err.contains("invalid u64"), "{err}");
     }
 }
+
+/// The `audit:` section's retention limits. A limit of 0 was taken as given: `max_age_days: 0`
+/// removed every entry at each pass, and `max_entries: 0` every entry but the pass's own, so an
+/// operator who wrote 0 for "no limit" lost the audit log at the next start.
+mod audit_retention {
+    use super::*;
+
+    #[test]
+    fn a_zero_age_limit_is_refused_at_load_naming_the_key() {
+        let err = load_error("audit:\n  max_age_days: 0\n");
+        assert!(err.contains("audit.max_age_days"), "{err}");
+        assert!(err.contains("leave it out"), "{err}");
+    }
+
+    #[test]
+    fn a_zero_count_limit_is_refused_at_load_naming_the_key() {
+        let err = load_error("audit:\n  max_entries: 0\n");
+        assert!(err.contains("audit.max_entries"), "{err}");
+        assert!(err.contains("leave it out"), "{err}");
+    }
+
+    #[test]
+    fn limits_of_one_and_more_load() {
+        let tmp = data_dir("audit:\n  max_age_days: 1\n  max_entries: 1\n");
+        let config = GatewayConfig::load(tmp.path()).unwrap();
+        assert_eq!(config.audit.max_age_days, Some(1));
+        assert_eq!(config.audit.max_entries, Some(1));
+    }
+}
