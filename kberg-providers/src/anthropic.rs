@@ -311,6 +311,9 @@ fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
                         "a `tool_use` block lacks `id` or `name`",
                     ));
                 };
+                if tool_calls.len() == http::MAX_CALLS_PER_REPLY {
+                    return Err(http::too_many_calls());
+                }
                 tool_calls.push(ToolCall {
                     id: id.to_string(),
                     name: name.to_string(),

@@ -712,6 +712,18 @@ pub(crate) async fn post_for_stream<D: LineDecoder>(
     })))
 }
 
+/// The most tool calls one reply may hold, streamed or not: far more than a turn makes (the
+/// agent runs a few per message and answers each call past its limit), few enough that a
+/// server sending thousands of tiny calls in one reply cannot have each of them answered.
+pub(crate) const MAX_CALLS_PER_REPLY: usize = 1024;
+
+/// The error for a reply holding more than [`MAX_CALLS_PER_REPLY`] tool calls.
+pub(crate) fn too_many_calls() -> ProviderError {
+    ProviderError::malformed(format!(
+        "the reply holds implausibly many tool calls (more than {MAX_CALLS_PER_REPLY})"
+    ))
+}
+
 /// A tool as the OpenAI-style `tools` entry Ollama and OpenAI-compatible servers read.
 #[cfg(any(feature = "ollama", feature = "openai"))]
 pub(crate) fn function_tool(t: &kberg_agent::ToolDefinition) -> Value {

@@ -261,6 +261,9 @@ fn calls_of(message: &Value) -> Result<Vec<ToolCall>, ProviderError> {
             "`message.tool_calls` is not an array",
         ));
     };
+    if calls.len() > http::MAX_CALLS_PER_REPLY {
+        return Err(http::too_many_calls());
+    }
     calls
         .iter()
         .map(|c| {
@@ -351,6 +354,9 @@ impl LineDecoder for NdjsonDecoder {
         let r = parse_reply(&v, &self.model)?;
         if !r.text.is_empty() {
             out.push(ChatDelta::Text(r.text));
+        }
+        if self.calls + r.tool_calls.len() > http::MAX_CALLS_PER_REPLY {
+            return Err(http::too_many_calls());
         }
         for call in r.tool_calls {
             out.push(ChatDelta::ToolCall {

@@ -264,6 +264,9 @@ fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
         let calls = calls
             .as_array()
             .ok_or_else(|| ProviderError::malformed("`message.tool_calls` is not an array"))?;
+        if calls.len() > http::MAX_CALLS_PER_REPLY {
+            return Err(http::too_many_calls());
+        }
         for c in calls {
             let f = c
                 .get("function")
@@ -323,7 +326,7 @@ struct Slot {
 }
 
 /// The most calls one streamed reply may hold (the server's own indices are bounded the same).
-const MAX_STREAMED_CALLS: usize = 1024;
+const MAX_STREAMED_CALLS: usize = http::MAX_CALLS_PER_REPLY;
 
 impl ChunkDecoder {
     /// The index in the assembled reply of a tool-call delta the server gave `index`, `id` and
@@ -352,9 +355,7 @@ impl ChunkDecoder {
             }
         }
         if self.calls >= MAX_STREAMED_CALLS {
-            return Err(ProviderError::malformed(
-                "a streamed reply holds implausibly many tool calls",
-            ));
+            return Err(http::too_many_calls());
         }
         let call = self.calls;
         self.calls += 1;

@@ -604,3 +604,26 @@ async fn control_characters_in_quoted_errors_are_escaped() {
     )
     .await;
 }
+
+/// A non-streamed reply holding more tool calls than any turn makes (a hostile server's
+/// thousands of tiny calls, each of which the agent would answer) is refused as malformed, as
+/// a stream's past index 1024 is; as many as the bound are read.
+#[tokio::test]
+async fn implausibly_many_tool_calls_are_malformed() {
+    let reply = |n: usize| {
+        let blocks: Vec<Value> = (0..n)
+            .map(|i| json!({"type": "tool_use", "id": format!("toolu_{i}"), "name": "t", "input": {}}))
+            .collect();
+        Reply::json(200, &message(Value::Array(blocks), "tool_use"))
+    };
+    let server = ScriptedServer::start(vec![reply(1025), reply(1024)]).await;
+    let p = make(server.url());
+    let cancel = CancellationToken::new();
+    let e = p.chat(&request(), &cancel).await.unwrap_err();
+    assert_eq!(e.code(), "malformed", "{e}");
+    assert!(e.to_string().contains("implausibly many tool calls"), "{e}");
+    assert_eq!(
+        p.chat(&request(), &cancel).await.unwrap().tool_calls.len(),
+        1024
+    );
+}

@@ -572,3 +572,50 @@ async fn control_characters_in_quoted_errors_are_escaped() {
     )
     .await;
 }
+
+/// A reply holding more tool calls than any turn makes (a hostile server's thousands of tiny
+/// calls, each of which the agent would answer) is refused as malformed, streamed or not, as
+/// the OpenAI-compatible stream's are; as many as the bound are read.
+#[tokio::test]
+async fn implausibly_many_tool_calls_are_malformed() {
+    let calls = |n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({"function": {"name": format!("t{i}"), "arguments": {}}}))
+            .collect()
+    };
+    let whole = |n: usize| {
+        Reply::json(
+            200,
+            &json!({"model": "qwen2.5", "created_at": CREATED, "done": true,
+                    "message": {"role": "assistant", "content": "", "tool_calls": calls(n)}}),
+        )
+    };
+    // Streamed: a call a line, past the bound.
+    let mut lines: Vec<String> = calls(1025)
+        .into_iter()
+        .map(|c| {
+            chunk(
+                "",
+                json!({"message": {"role": "assistant", "content": "", "tool_calls": [c]}}),
+            )
+        })
+        .collect();
+    lines.push(final_line());
+    let server = ScriptedServer::start(vec![
+        whole(1025),
+        Reply::stream("application/x-ndjson", lines),
+        whole(1024),
+    ])
+    .await;
+    let p = make(server.url());
+    let cancel = CancellationToken::new();
+    let e = p.chat(&request(), &cancel).await.unwrap_err();
+    assert_eq!(e.code(), "malformed", "{e}");
+    assert!(e.to_string().contains("implausibly many tool calls"), "{e}");
+    let s = p.chat_stream(&request(), &cancel).await.unwrap();
+    let e = collect_stream(s, |_| {}).await.unwrap_err();
+    assert_eq!(e.code(), "malformed", "{e}");
+    assert!(e.to_string().contains("implausibly many tool calls"), "{e}");
+    let r = p.chat(&request(), &cancel).await.unwrap();
+    assert_eq!(r.tool_calls.len(), 1024);
+}

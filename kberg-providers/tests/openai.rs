@@ -920,3 +920,35 @@ async fn the_longest_timeouts_do_not_overflow_the_clock() {
         assert_eq!(collect_stream(s, |_| {}).await.unwrap().text, "hi");
     }
 }
+
+/// A non-streamed reply holding more tool calls than any turn makes (a hostile server's
+/// thousands of tiny calls, each of which the agent would answer) is refused as malformed, as
+/// a stream's are; as many as the bound are read.
+#[tokio::test]
+async fn implausibly_many_tool_calls_are_malformed() {
+    let reply = |n: usize| {
+        let calls: Vec<Value> = (0..n)
+            .map(|i| {
+                json!({"id": format!("call_{i}"), "type": "function",
+                            "function": {"name": "t", "arguments": "{}"}})
+            })
+            .collect();
+        Reply::json(
+            200,
+            &completion(
+                json!({"role": "assistant", "content": null, "tool_calls": calls}),
+                "tool_calls",
+            ),
+        )
+    };
+    let server = ScriptedServer::start(vec![reply(1025), reply(1024)]).await;
+    let p = make(server.url());
+    let cancel = CancellationToken::new();
+    let e = p.chat(&request(), &cancel).await.unwrap_err();
+    assert_eq!(e.code(), "malformed", "{e}");
+    assert!(e.to_string().contains("implausibly many tool calls"), "{e}");
+    assert_eq!(
+        p.chat(&request(), &cancel).await.unwrap().tool_calls.len(),
+        1024
+    );
+}
