@@ -5,7 +5,8 @@
 //! nothing of the caller's `_meta` is sent. A tool error's code that quotes the upstream's
 //! credential reaches the hook with the credential redacted, as everything else the upstream says,
 //! also a form of it the aggregator cannot tell from an HTTP upstream's headers when the app
-//! names it with `UpstreamConfig::stderr_redact`.
+//! names it with `UpstreamConfig::stderr_redact`; so does the report of a tool the aggregator
+//! skips (`Aggregator::skipped`).
 
 mod peers;
 
