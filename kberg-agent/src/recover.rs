@@ -7,8 +7,9 @@
 //! merely looks like a call to a tool the caller cannot see is never executed.
 //!
 //! Only the first 256 KiB of a text are searched for JSON, and each place a value could start
-//! is probed without building it, so a model's text of millions of brackets costs a bounded
-//! amount of work.
+//! is probed without building it and no deeper than serde_json's nesting limit, so a model's
+//! text of millions of brackets, or of brackets nested thousands deep, costs a bounded amount
+//! of work.
 
 use std::collections::{HashMap, HashSet};
 
@@ -100,12 +101,69 @@ fn searched(text: &str) -> &str {
 }
 
 /// The length of the JSON value `text` starts with, if one parses there. The probe builds
-/// nothing, so a parse that fails late (an array of millions never closed) costs no memory.
+/// nothing, so a parse that fails late (an array of millions never closed) costs no memory,
+/// and it stops at serde_json's nesting limit (128), as building the value would: a text of
+/// nested brackets would otherwise be read to its end from each of them.
 fn json_len(text: &str) -> Option<usize> {
-    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<IgnoredAny>();
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Skip>();
     match stream.next() {
         Some(Ok(_)) => Some(stream.byte_offset()),
         _ => None,
+    }
+}
+
+/// A JSON value read and dropped as it goes. Unlike [`IgnoredAny`], which serde_json skips
+/// without counting its depth, each array and object is entered through `deserialize_any`, so
+/// the nesting limit applies.
+struct Skip;
+
+impl<'de> serde::Deserialize<'de> for Skip {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(SkipVisitor).map(|()| Skip)
+    }
+}
+
+struct SkipVisitor;
+
+impl<'de> serde::de::Visitor<'de> for SkipVisitor {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<Skip>()?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_entry::<IgnoredAny, Skip>()?.is_some() {}
+        Ok(())
     }
 }
 
@@ -248,7 +306,7 @@ pub fn malformed_call(text: &str, visible: &HashSet<&str>) -> Option<String> {
     let mut first_error = None;
     for (i, _) in rest.match_indices('{') {
         // Probed without building the value: only the first error is wanted.
-        let mut stream = serde_json::Deserializer::from_str(&rest[i..]).into_iter::<IgnoredAny>();
+        let mut stream = serde_json::Deserializer::from_str(&rest[i..]).into_iter::<Skip>();
         match stream.next() {
             // A whole object parsed: it is JSON, just not a call to a listed tool.
             Some(Ok(_)) if i == 0 => return None,
@@ -644,6 +702,30 @@ mod tests {
         }
         // Without the schemas nothing flat is read.
         assert!(recover_calls(r#"{"name": "add_note", "title": "milk"}"#, &vis()).is_empty());
+    }
+
+    #[test]
+    fn deep_nesting_is_probed_only_to_the_nesting_limit() {
+        // Each `{` or `[` starts a probe; one that did not stop at the nesting limit ran to the
+        // end of the text from every start: minutes for these 64 KiB, hours for 256 KiB.
+        let size = 64 * 1024;
+        let open = "{\"a\":".repeat(size / 5);
+        let closed = format!("{}{}", "[".repeat(size / 2), "]".repeat(size / 2));
+        let brackets = "[".repeat(size);
+        for text in [&open, &closed, &brackets] {
+            assert!(recover_calls(text, &vis()).is_empty());
+            assert!(unlisted_calls(text, &vis()).is_empty());
+            assert!(!has_words(text));
+        }
+        assert!(malformed_call(&open, &vis()).is_none());
+        // A call after the flood is still found, and JSON nested as deep as the limit still
+        // reads as a value.
+        let call = r#"{"name": "search_notes", "arguments": {"query": "q"}}"#;
+        let text = format!("{closed}\n{call}");
+        assert_eq!(recover_calls(&text, &vis()).len(), 1);
+        let deep = format!("{}1{}", "[".repeat(120), "]".repeat(120));
+        assert!(!has_words(&format!("{deep} ok")[..deep.len()]));
+        assert_eq!(json_values(&deep).len(), 1);
     }
 
     proptest::proptest! {
