@@ -130,17 +130,32 @@ impl ToolNames {
 
     /// A real name in backticks, alone or as a call (`` `name` ``, `` `name(...)` ``: how the
     /// loop's notes name a tool), becomes its alias, so the model reads the name it can call.
+    ///
+    /// One pass over the text whatever the number of aliases: a server may list hundreds of
+    /// dotted names, and every message is sent again each turn.
     fn quote_aliases(&self, text: &mut String) {
         if !text.contains('`') {
             return;
         }
-        for (real, alias) in &self.alias_of {
-            for close in ['`', '('] {
-                let quoted = format!("`{real}{close}");
-                if text.contains(&quoted) {
-                    *text = text.replace(&quoted, &format!("`{alias}{close}"));
-                }
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text.as_str();
+        let mut changed = false;
+        while let Some(open) = rest.find('`') {
+            let after = &rest[open + 1..];
+            out.push_str(&rest[..=open]);
+            rest = after;
+            let Some(end) = after.find(['`', '(']) else {
+                break;
+            };
+            if let Some(alias) = self.alias_of.get(&after[..end]) {
+                out.push_str(alias);
+                rest = &after[end..];
+                changed = true;
             }
+        }
+        if changed {
+            out.push_str(rest);
+            *text = out;
         }
     }
 }
@@ -227,6 +242,23 @@ mod tests {
             assert_eq!(again.to_model(n), map.to_model(n));
         }
         assert!(ToolNames::new(["a", "b-c", "d_e"]).is_identity());
+    }
+
+    #[test]
+    fn real_names_in_backticks_become_aliases() {
+        let map = ToolNames::new(["fs.read_file", "search_notes", "a b"]);
+        let mut text = "Call `fs.read_file` or `fs.read_file(path: x)`, not fs.read_file; `a b`, \
+                        `search_notes`, `unclosed fs.read_file"
+            .to_string();
+        map.quote_aliases(&mut text);
+        assert_eq!(
+            text,
+            "Call `fs_read_file` or `fs_read_file(path: x)`, not fs.read_file; `a_b`, \
+             `search_notes`, `unclosed fs.read_file"
+        );
+        let mut plain = "no names here `x` `".to_string();
+        map.quote_aliases(&mut plain);
+        assert_eq!(plain, "no names here `x` `");
     }
 
     #[test]
