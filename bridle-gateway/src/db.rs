@@ -198,8 +198,8 @@ pub(crate) fn connect_postgres(
 }
 
 /// The connection settings [`connect_postgres`] connects with: the URL, the password its
-/// reference names, and `database_statement_deadline_secs` when set (every store of the
-/// database shares the one pool, so the deadline reaches each).
+/// reference names, and `database_statement_deadline_secs` when set (the vault's pool and the
+/// pool the other stores share are both connected here, so the deadline reaches each).
 #[cfg(feature = "postgres")]
 fn postgres_settings(
     data_dir: &Path,
