@@ -49,7 +49,7 @@ fn json_answer(body: Value) -> Response {
         .into_response()
 }
 
-/// `/fail` fails every `tools/list`; `/flip` fails it once its `ping_me` tool was called,
+/// `/fail` fails every `tools/list`; `/long` fails it with a message of 200,000 characters; `/flip` fails it once its `ping_me` tool was called,
 /// whose answer carries `notifications/tools/list_changed` before the result; `/lists` offers
 /// prompts and resources and fails to list them.
 async fn mcp(
@@ -86,6 +86,10 @@ async fn mcp(
                 "error": {"code": -32603, "message": format!("`{auth}` may not list this")},
             }))
         }
+        "tools/list" if mode == "long" => json_answer(json!({
+            "jsonrpc": "2.0", "id": id,
+            "error": {"code": -32603, "message": "x".repeat(200_000)},
+        })),
         "tools/list" if mode == "fail" || stand.flipped.load(Ordering::SeqCst) => {
             json_answer(json!({
                 "jsonrpc": "2.0", "id": id,
@@ -217,4 +221,27 @@ async fn prompt_and_resource_listing_errors_are_logged_redacted() {
             "the credential reached the log:\n{text}"
         );
     }
+}
+
+/// A listing error of any length is stored (and shown, and logged) as the reason cut short,
+/// as a refusal quotes an upstream's message.
+#[tokio::test(flavor = "current_thread")]
+async fn a_listing_error_of_any_length_is_stored_cut_short() {
+    let base = start_stand().await;
+    let config = AggregatorConfig::new()
+        .upstream(upstream("long", format!("{base}/long")))
+        .connect_timeout(Duration::from_secs(10));
+    let agg = Aggregator::start(config, ToolRegistry::new()).expect("valid");
+    let mut status = agg.status_changes("long").unwrap();
+    let reached = status.wait_for(|s| matches!(s, UpstreamStatus::Unavailable { .. }));
+    let reason = match tokio::time::timeout(WAIT, reached).await {
+        Ok(Ok(s)) => match &*s {
+            UpstreamStatus::Unavailable { reason } => reason.clone(),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("no failure reported: {other:?}"),
+    };
+    assert!(reason.contains("listing its tools failed"), "{reason}");
+    assert!(reason.ends_with("..."), "{reason}");
+    assert!(reason.len() < 2_000, "{} bytes", reason.len());
 }

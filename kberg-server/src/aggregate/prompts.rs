@@ -37,7 +37,7 @@ pub(super) async fn sync_prompts(
             Ok(p) => p,
             Err(e) => {
                 // An upstream's error may quote the credential it was sent.
-                let error = up.redactions.text(&e.to_string()).into_owned();
+                let error = quoted(up, &e.to_string());
                 tracing::warn!(namespace = up.namespace(), %error, "listing prompts failed");
                 return;
             }

@@ -191,7 +191,7 @@ pub(super) async fn sync_resources(
             Ok(r) => r,
             Err(e) => {
                 // An upstream's error may quote the credential it was sent.
-                let error = up.redactions.text(&e.to_string()).into_owned();
+                let error = quoted(up, &e.to_string());
                 tracing::warn!(namespace = ns, %error, "listing resources failed");
                 return;
             }
@@ -199,7 +199,7 @@ pub(super) async fn sync_resources(
         let templates = match super::pages::templates(peer).await {
             Ok(t) => t,
             Err(e) => {
-                let error = up.redactions.text(&e.to_string()).into_owned();
+                let error = quoted(up, &e.to_string());
                 tracing::warn!(namespace = ns, %error, "listing resource templates failed");
                 return;
             }

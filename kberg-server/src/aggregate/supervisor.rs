@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::closing::UpstreamHttp;
 use super::config::UpstreamTransport;
 use super::error::ConnectError;
+use super::forward::quoted;
 use super::front::{Aggregation, Upstream, UpstreamStatus};
 use super::order::Ordered;
 use super::relay::UpstreamClient;
@@ -209,8 +210,9 @@ pub(super) async fn supervise(
             }
         };
         // Callers are shown the reason (a refusal, an operator's status page) and the log keeps
-        // it: whichever path produced it, no credential of the transport stays in it.
-        let reason = up.redactions.text(&reason).into_owned();
+        // it: whichever path produced it, no credential of the transport stays in it, and it is
+        // cut short, since nothing but the upstream bounds how long its error is.
+        let reason = quoted(&up, &reason);
         tracing::warn!(namespace = up.namespace(), %reason, attempt, "upstream unavailable");
         up.status
             .send_replace(UpstreamStatus::Unavailable { reason });
@@ -274,7 +276,7 @@ async fn run_connected(
                 match tokio::time::timeout(shared.connect_timeout, sync_tools(shared, up, peer)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
-                        let error = up.redactions.text(&e.to_string()).into_owned();
+                        let error = quoted(up, &e.to_string());
                         tracing::warn!(namespace = up.namespace(), %error, "re-listing tools failed");
                     }
                     Err(_) => {
