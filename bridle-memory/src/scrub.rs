@@ -25,44 +25,12 @@ pub(crate) fn credentials(urls: &[&str], api_key: Option<&str>) -> UrlCredential
 }
 
 /// `text` as an error may quote it: every credential in `credentials` replaced by
-/// `[redacted]`, each character [`escaped_when_quoted`] written as its escape, then cut to
+/// `[redacted]`, each character [`kberg_core::escaped_when_quoted`] written as its escape, then cut to
 /// `max_chars` characters. Scrubbed before it is cut, so a credential at the cut is replaced
 /// whole rather than left half shown; the cut counts escapes as written and falls between two
 /// of them, never inside one.
 pub(crate) fn quote(credentials: &UrlCredentials, text: &str, max_chars: usize) -> String {
-    let scrubbed = credentials.scrub(text);
-    let mut out = String::with_capacity(scrubbed.len().min(max_chars));
-    let mut shown = 0usize;
-    for c in scrubbed.chars() {
-        let escape = escaped_when_quoted(c).then(|| c.escape_default());
-        let len = escape.as_ref().map_or(1, ExactSizeIterator::len);
-        if shown + len > max_chars {
-            break;
-        }
-        shown += len;
-        match escape {
-            Some(e) => out.extend(e),
-            None => out.push(c),
-        }
-    }
-    out
-}
-
-/// Whether `c` is written as its escape in a quote: a control character other than a newline
-/// or a tab, a bidirectional control (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to
-/// U+2069) or a line or paragraph separator (U+2028, U+2029).
-fn escaped_when_quoted(c: char) -> bool {
-    (c.is_control() && c != '\n' && c != '\t')
-        || matches!(
-            c,
-            '\u{061c}'
-                | '\u{200e}'
-                | '\u{200f}'
-                | '\u{202a}'..='\u{202e}'
-                | '\u{2066}'..='\u{2069}'
-                | '\u{2028}'
-                | '\u{2029}'
-        )
+    kberg_core::quote_escaped(&credentials.scrub(text), max_chars).0
 }
 
 #[cfg(test)]

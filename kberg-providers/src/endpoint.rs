@@ -56,47 +56,14 @@ fn bounded(text: String) -> String {
     quoted(&text, MAX_ERROR_TEXT_CHARS)
 }
 
-/// Whether `c` is written as its escape where a server's words are quoted: a control
-/// character other than a newline or a tab (ESC starts the sequences that colour, move and
-/// rewrite a terminal, CR returns to the start of the line, NUL ends a C string), a
-/// bidirectional control (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069: they
-/// reorder what is shown) or a line or paragraph separator (U+2028, U+2029). An application
-/// prints the errors it gets, to a terminal or a log, and a hostile endpoint's error answer
-/// must not drive the one or forge lines in the other.
-fn escaped_when_quoted(c: char) -> bool {
-    (c.is_control() && c != '\n' && c != '\t')
-        || matches!(
-            c,
-            '\u{061c}'
-                | '\u{200e}'
-                | '\u{200f}'
-                | '\u{202a}'..='\u{202e}'
-                | '\u{2066}'..='\u{2069}'
-                | '\u{2028}'
-                | '\u{2029}'
-        )
-}
-
-/// `text` as an error may quote it: each character [`escaped_when_quoted`] written as its
-/// escape (`\u{1b}`, `\r`, `\u{202e}`), newlines, tabs and all other text as they are, then
-/// cut to at most `max` characters with `...` when cut. The cut counts the escapes as written
-/// and falls between two of them, never inside one, so the quote stays within its bound and
-/// shows no half escape. Quoting a quoted text changes nothing.
+/// `text` as an error may quote it: control characters escaped and cut to at most `max`
+/// characters with `...` when cut ([`kberg_core::quote_escaped`]: the cut counts the escapes
+/// as written and falls between two of them, so the quote stays within its bound and shows no
+/// half escape). Quoting a quoted text changes nothing.
 pub(crate) fn quoted(text: &str, max: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max));
-    let mut shown = 0usize;
-    for c in text.chars() {
-        let escape = escaped_when_quoted(c).then(|| c.escape_default());
-        let len = escape.as_ref().map_or(1, ExactSizeIterator::len);
-        if shown + len > max {
-            out.push_str("...");
-            return out;
-        }
-        shown += len;
-        match escape {
-            Some(e) => out.extend(e),
-            None => out.push(c),
-        }
+    let (mut out, cut) = kberg_core::quote_escaped(text, max);
+    if cut {
+        out.push_str("...");
     }
     out
 }
