@@ -15,7 +15,9 @@
 //! The loop itself, the surface, [`crate::RunOutcome`] and the events only ever hold real
 //! names; the request is translated as it is sent (the tools, the calls and results of the
 //! conversation, a forced tool choice, a tool's name in backticks in a message's text) and the
-//! model's calls, structured or written as text, are read back to the real name.
+//! model's calls, structured or written as text, are read back to the real name. A call to a
+//! name the model invented that a provider would refuse is sent back under a safe form of it
+//! that names no listed tool.
 
 use std::collections::{HashMap, HashSet};
 
@@ -41,6 +43,8 @@ pub(crate) struct ToolNames {
     alias_of: HashMap<String, String>,
     /// Alias -> real name.
     real_of: HashMap<String, String>,
+    /// Every name the model is shown: the safe real names and the aliases.
+    shown: HashSet<String>,
 }
 
 impl ToolNames {
@@ -63,12 +67,39 @@ impl ToolNames {
             map.real_of.insert(alias.clone(), real.to_string());
             map.alias_of.insert(real.to_string(), alias);
         }
+        map.shown = taken;
         map
     }
 
-    /// Whether every name is shown as it is (the common case: nothing to translate).
+    /// Whether every listed tool is shown under its own name.
     pub(crate) fn is_identity(&self) -> bool {
         self.alias_of.is_empty()
+    }
+
+    /// Whether `request` is sent as it is (the common case): no listed tool has an alias, and
+    /// no call in the conversation names a tool a provider would refuse.
+    pub(crate) fn sends_as_is(&self, request: &ChatRequest) -> bool {
+        self.alias_of.is_empty()
+            && !matches!(&request.options.tool_choice, ToolChoice::Tool(n) if !is_provider_safe(n))
+            && request.messages.iter().all(|m| match m {
+                Message::Assistant { tool_calls, .. } => {
+                    tool_calls.iter().all(|c| is_provider_safe(&c.name))
+                }
+                Message::Tool { name, .. } => is_provider_safe(name),
+                _ => true,
+            })
+    }
+
+    /// The name a call to `name` carries in the conversation sent: a listed tool's shown name,
+    /// or, for a name the model invented that a provider would refuse (OpenAI models write
+    /// `multi_tool_use.parallel`), a safe form of it that names no listed tool. Sent back as
+    /// it was, such a name has every later turn refused.
+    fn on_wire(&self, name: &str) -> String {
+        match self.alias_of.get(name) {
+            Some(alias) => alias.clone(),
+            None if is_provider_safe(name) => name.to_string(),
+            None => alias_for(name, &self.shown),
+        }
     }
 
     /// The name the model is shown for the tool really named `real`.
@@ -94,7 +125,7 @@ impl ToolNames {
             tool.name = self.to_model(&tool.name).to_string();
         }
         if let ToolChoice::Tool(name) = &mut request.options.tool_choice {
-            *name = self.to_model(name).to_string();
+            *name = self.on_wire(name);
         }
         for message in &mut request.messages {
             match message {
@@ -107,11 +138,11 @@ impl ToolNames {
                 } => {
                     self.quote_aliases(content);
                     for call in tool_calls {
-                        call.name = self.to_model(&call.name).to_string();
+                        call.name = self.on_wire(&call.name);
                     }
                 }
                 Message::Tool { name, content, .. } => {
-                    *name = self.to_model(name).to_string();
+                    *name = self.on_wire(name);
                     self.quote_aliases(content);
                 }
             }

@@ -235,3 +235,44 @@ async fn a_forced_tool_and_the_names_in_notes_are_the_shown_ones() {
     }
     assert!(!content.contains("fs.read_file"), "{content}");
 }
+
+/// A name the model invents that no provider accepts (`multi_tool_use.parallel`, which OpenAI
+/// models are known to write) is answered as unknown; the conversation sent next turn must
+/// still hold only names the provider accepts, or every later turn is refused.
+#[tokio::test]
+async fn an_invented_name_the_provider_refuses_is_not_sent_back() {
+    let surface = kberg_agent::LocalSurface::new(
+        kberg_testkit::notes::registry_with_search(),
+        kberg_core::Caller::new(kberg_testkit::notes::writer("w")),
+    );
+    for invented in ["multi_tool_use.parallel", "search notes", "search_notes\n"] {
+        let script = ScriptedProvider::new([
+            ScriptedProvider::call("c1", invented, json!({})),
+            ScriptedProvider::text("Sorry."),
+        ]);
+        let out = Agent::new(script.clone(), surface.clone())
+            .with_config(config())
+            .run(vec![Message::user("search")], &CancellationToken::new())
+            .await;
+        assert_eq!(
+            out.calls[0].outcome,
+            CallOutcome::Failed(ErrorCode::UnknownTool)
+        );
+        assert_eq!(out.calls[0].name, invented);
+        let requests = script.requests();
+        let listed = listed(&requests[1]);
+        for m in &requests[1].messages {
+            let names: Vec<&String> = match m {
+                Message::Tool { name, .. } => vec![name],
+                Message::Assistant { tool_calls, .. } => {
+                    tool_calls.iter().map(|c| &c.name).collect()
+                }
+                _ => Vec::new(),
+            };
+            for name in names {
+                assert!(provider_safe(name), "{name:?} sent for {invented:?}");
+                assert!(!listed.contains(name), "{name:?} reads as a listed tool");
+            }
+        }
+    }
+}

@@ -156,7 +156,7 @@ impl Run<'_> {
     /// calls of the answer back to the tools' real names.
     async fn send(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let translated;
-        let request = if self.names.is_identity() {
+        let request = if self.names.sends_as_is(request) {
             request
         } else {
             translated = self.names.outgoing(request);
