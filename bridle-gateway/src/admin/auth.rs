@@ -304,21 +304,90 @@ impl AdminTokens {
 /// thousands of admins.
 pub const MAX_TOKEN_LIST_BYTES: u64 = 1024 * 1024;
 
+/// How long reading a token file that is a named pipe waits for its writer: 30 seconds. A pipe
+/// is allowed (`--admin-token-file <(...)`, a secrets agent writing it), but one nothing writes
+/// to would hold `bridle serve` at start for ever, saying nothing; past this wait the file is
+/// refused, named, with `TimedOut`.
+pub const TOKEN_PIPE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The text of a token file, read no further than `max` bytes: a longer file (or one that never
-/// ends, a pipe or a device given by mistake) is refused, and what was read is wiped.
+/// ends, a pipe or a device given by mistake) is refused, and what was read is wiped. A named
+/// pipe is waited for at most [`TOKEN_PIPE_WAIT`].
 pub(crate) fn read_token_file(
     path: &Path,
     max: u64,
 ) -> Result<Zeroizing<String>, CredentialsError> {
+    read_token_file_within(path, max, TOKEN_PIPE_WAIT)
+}
+
+/// At most `max + 1` bytes of `path`.
+fn read_bounded(path: &Path, max: u64) -> std::io::Result<Zeroizing<Vec<u8>>> {
     use std::io::Read;
+    let mut raw = Zeroizing::new(Vec::new());
+    std::fs::File::open(path)?
+        .take(max.saturating_add(1))
+        .read_to_end(&mut raw)?;
+    Ok(raw)
+}
+
+/// [`read_bounded`], waiting at most `wait` when `path` is a named pipe: its open and its reads
+/// block until a writer comes and goes, so they run on a thread of their own. When the wait is
+/// over, a writer is opened and closed on another thread so that the reader's open returns
+/// and the thread ends (a writer that came and hangs keeps it, in a process about to stop).
+#[cfg(unix)]
+fn read_waiting(
+    path: &Path,
+    max: u64,
+    wait: std::time::Duration,
+) -> std::io::Result<Zeroizing<Vec<u8>>> {
+    use std::os::unix::fs::FileTypeExt;
+    if !std::fs::metadata(path)?.file_type().is_fifo() {
+        return read_bounded(path, max);
+    }
+    let (answer, answered) = std::sync::mpsc::sync_channel(1);
+    let owned = path.to_path_buf();
+    std::thread::Builder::new()
+        .name("bridle-token-pipe".into())
+        .spawn(move || {
+            let _ = answer.send(read_bounded(&owned, max));
+        })?;
+    match answered.recv_timeout(wait) {
+        Ok(read) => read,
+        Err(_) => {
+            let owned = path.to_path_buf();
+            let _ = std::thread::Builder::new()
+                .name("bridle-token-pipe-end".into())
+                .spawn(move || drop(std::fs::OpenOptions::new().write(true).open(owned)));
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "a named pipe nothing wrote to within {} s; give the token in a regular file, or start its writer first",
+                    wait.as_secs_f64()
+                ),
+            ))
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn read_waiting(
+    path: &Path,
+    max: u64,
+    _wait: std::time::Duration,
+) -> std::io::Result<Zeroizing<Vec<u8>>> {
+    read_bounded(path, max)
+}
+
+fn read_token_file_within(
+    path: &Path,
+    max: u64,
+    wait: std::time::Duration,
+) -> Result<Zeroizing<String>, CredentialsError> {
     let io = |source| CredentialsError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let mut raw = Zeroizing::new(Vec::new());
-    std::fs::File::open(path)
-        .and_then(|f| f.take(max.saturating_add(1)).read_to_end(&mut raw))
-        .map_err(io)?;
+    let raw = read_waiting(path, max, wait).map_err(io)?;
     if raw.len() as u64 > max {
         return Err(io(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -486,6 +555,70 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// A named pipe at `dir/pipe`.
+    #[cfg(unix)]
+    fn fifo(dir: &Path) -> std::path::PathBuf {
+        let fifo = dir.join("pipe");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        fifo
+    }
+
+    /// A token file that is a named pipe nothing writes to (a secret mount gone wrong) made
+    /// `bridle serve` wait for a writer for ever, saying nothing; it is refused once the wait
+    /// is over, naming the file and why.
+    #[cfg(unix)]
+    #[test]
+    fn a_token_pipe_without_a_writer_is_refused_after_the_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = fifo(dir.path());
+        let (answer, answered) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        let reader = std::thread::spawn(move || {
+            let _ = answer.send(read_token_file_within(
+                &path,
+                64,
+                std::time::Duration::from_millis(20),
+            ));
+        });
+        let outcome = answered.recv_timeout(kberg_testkit::WAIT);
+        if outcome.is_err() {
+            // It waited for a writer: be one, so that the reader ends.
+            drop(std::fs::OpenOptions::new().write(true).open(&fifo).unwrap());
+        }
+        reader.join().unwrap();
+        let e = outcome
+            .expect("answered once the wait was over")
+            .unwrap_err();
+        assert!(
+            matches!(&e, CredentialsError::Io { source, .. } if source.kind() == std::io::ErrorKind::TimedOut),
+            "{e}"
+        );
+        let shown = e.to_string();
+        assert!(shown.contains("pipe"), "{shown}");
+        assert!(shown.contains(&fifo.display().to_string()), "{shown}");
+    }
+
+    /// A pipe with a writer (`--admin-token-file <(...)`, a secrets agent) is read as a file.
+    #[cfg(unix)]
+    #[test]
+    fn a_token_pipe_with_a_writer_is_read() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = fifo(dir.path());
+        let path = fifo.clone();
+        let writer = std::thread::spawn(move || {
+            let mut w = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            w.write_all(b"piped-token\n").unwrap();
+        });
+        let text = read_token_file_within(&fifo, 64, kberg_testkit::WAIT).unwrap();
+        writer.join().unwrap();
+        assert_eq!(text.trim(), "piped-token");
+    }
 
     #[test]
     fn tokens_verify_by_digest_and_refuse_others() {

@@ -48,7 +48,7 @@ pub(crate) mod throttle;
 
 pub use auth::{
     AdminAccess, AdminActor, AdminCredentials, AdminIdentity, AdminTokens, CredentialsError,
-    MIN_TOKEN_FILE_CHARS, SURFACE_HEADER,
+    MIN_TOKEN_FILE_CHARS, SURFACE_HEADER, TOKEN_PIPE_WAIT,
 };
 pub use error::{ApiError, FieldError, ProblemDetails};
 pub use server::{AdminServeError, AdminServer};
