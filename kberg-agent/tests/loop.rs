@@ -1117,6 +1117,32 @@ fn many_searches(n: usize) -> ChatResponse {
     turn
 }
 
+/// A server that gives every call of a message one id: each copy gets the id with the first
+/// free suffix, found without trying every suffix the earlier copies took (20,000 calls were
+/// some 200 million tries).
+#[tokio::test]
+async fn many_calls_with_one_id_get_their_own_ids_in_linear_time() {
+    let n = 20_000;
+    let mut turn = many_searches(n);
+    for call in &mut turn.tool_calls {
+        call.id = "call_0".into();
+    }
+    let script = ScriptedProvider::new([turn, ScriptedProvider::text("Found them.")]);
+    let out = agent(&script, reader())
+        .run(vec![Message::user("search")], &CancellationToken::new())
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(out.calls.len(), n);
+    assert_eq!(out.calls[0].id, "call_0");
+    for (i, call) in out.calls.iter().enumerate().skip(1) {
+        assert_eq!(call.id, format!("call_0_{}", i + 1));
+    }
+    assert_eq!(
+        out.interventions.call_ids_renamed,
+        u32::try_from(n - 1).unwrap()
+    );
+}
+
 #[tokio::test]
 async fn calls_past_the_per_turn_limit_are_answered_not_run() {
     for (config, limit) in [

@@ -171,12 +171,20 @@ impl Run<'_> {
             .flatten()
             .map(|c| c.id.clone())
             .collect();
+        // Per id, the suffix to try next: every lower one is taken, so a message whose calls
+        // all share one id is renamed in linear time, not by trying each taken suffix again.
+        let mut next_suffix: HashMap<String, u64> = HashMap::new();
         for pending in calls {
             let id = &mut pending.call.id;
             if used.contains(id.as_str()) {
-                let fresh = (2u64..)
-                    .map(|n| format!("{id}_{n}"))
-                    .find(|candidate| !used.contains(candidate))
+                let n = next_suffix.entry(id.clone()).or_insert(2);
+                let fresh = (*n..)
+                    .map(|k| (k, format!("{id}_{k}")))
+                    .find(|(_, candidate)| !used.contains(candidate))
+                    .map(|(k, candidate)| {
+                        *n = k + 1;
+                        candidate
+                    })
                     .unwrap_or_default();
                 tracing::debug!(tool = ?pending.call.name, id = ?id, new_id = ?fresh, "a call's id was already used; it was given one of its own");
                 *id = fresh;
