@@ -768,12 +768,25 @@ pub(crate) fn rewrite<E>(
         .map_err(|e| RewriteError::Io(e.to_string()))
 }
 
+/// The largest secret file [`read_secret`] reads: 64 KiB, far more than a token or key needs.
+pub const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
+
 /// Reads one secret: the file's content with surrounding whitespace removed. An empty secret
-/// is an error (it would match an empty credential).
+/// is an error (it would match an empty credential). Read no further than
+/// [`MAX_SECRET_FILE_BYTES`] (a larger file, or a device that never ends, is refused naming
+/// it, without its content), and a named pipe's writer is waited for at most
+/// [`crate::admin::TOKEN_PIPE_WAIT`], as for the admin token file.
 pub fn read_secret(secrets_dir: &Path, name: &str) -> Result<String, ConfigError> {
     check_name("secret", name).map_err(ConfigError::Rules)?;
     let path = secrets_dir.join(name);
-    let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
+    let text =
+        crate::admin::read_token_file(&path, MAX_SECRET_FILE_BYTES).map_err(|e| match e {
+            crate::admin::CredentialsError::Io { path, source } => ConfigError::Io { path, source },
+            other => ConfigError::Invalid {
+                file: path.clone(),
+                message: other.to_string(),
+            },
+        })?;
     let secret = text.trim().to_string();
     if secret.is_empty() {
         return Err(ConfigError::Invalid {

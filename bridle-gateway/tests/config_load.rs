@@ -218,3 +218,38 @@ mod audit_retention {
         assert_eq!(config.audit.max_entries, Some(1));
     }
 }
+
+/// Secret files read at start (agent token files, memory's credentials) through
+/// `config::read_secret`. One was read whole, however large: a secret name pointing at a huge
+/// file or a device that never ends (`/dev/zero` linked in by a mount gone wrong) filled the
+/// memory before the start failed.
+mod secret_files {
+    use bridle_gateway::config::{MAX_SECRET_FILE_BYTES, read_secret};
+
+    #[test]
+    fn a_secret_file_over_the_limit_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = usize::try_from(MAX_SECRET_FILE_BYTES).unwrap() + 1;
+        std::fs::write(dir.path().join("huge"), vec![b'a'; size]).unwrap();
+        let err = read_secret(dir.path(), "huge").unwrap_err().to_string();
+        assert!(err.contains("huge"), "{err}");
+        assert!(err.contains(&MAX_SECRET_FILE_BYTES.to_string()), "{err}");
+        assert!(!err.contains("aaaa"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_secret_that_never_ends_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero")).unwrap();
+        let err = read_secret(dir.path(), "zero").unwrap_err().to_string();
+        assert!(err.contains("zero"), "{err}");
+    }
+
+    #[test]
+    fn a_secret_within_the_limit_is_read_trimmed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ok"), "  s3cret-token \n").unwrap();
+        assert_eq!(read_secret(dir.path(), "ok").unwrap(), "s3cret-token");
+    }
+}
