@@ -51,6 +51,7 @@ pub mod db;
 pub mod edge;
 pub mod error;
 pub mod feed;
+mod files;
 pub mod gateway;
 #[cfg(feature = "kanboard")]
 pub mod kanboard;

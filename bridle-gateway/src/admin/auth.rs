@@ -308,7 +308,7 @@ pub const MAX_TOKEN_LIST_BYTES: u64 = 1024 * 1024;
 /// is allowed (`--admin-token-file <(...)`, a secrets agent writing it), but one nothing writes
 /// to would hold `bridle serve` at start for ever, saying nothing; past this wait the file is
 /// refused, named, with `TimedOut`.
-pub const TOKEN_PIPE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+pub const TOKEN_PIPE_WAIT: std::time::Duration = crate::files::PIPE_WAIT;
 
 /// The text of a token file, read no further than `max` bytes: a longer file (or one that never
 /// ends, a pipe or a device given by mistake) is refused, and what was read is wiped. A named
@@ -320,64 +320,6 @@ pub(crate) fn read_token_file(
     read_token_file_within(path, max, TOKEN_PIPE_WAIT)
 }
 
-/// At most `max + 1` bytes of `path`.
-fn read_bounded(path: &Path, max: u64) -> std::io::Result<Zeroizing<Vec<u8>>> {
-    use std::io::Read;
-    let mut raw = Zeroizing::new(Vec::new());
-    std::fs::File::open(path)?
-        .take(max.saturating_add(1))
-        .read_to_end(&mut raw)?;
-    Ok(raw)
-}
-
-/// [`read_bounded`], waiting at most `wait` when `path` is a named pipe: its open and its reads
-/// block until a writer comes and goes, so they run on a thread of their own. When the wait is
-/// over, a writer is opened and closed on another thread so that the reader's open returns
-/// and the thread ends (a writer that came and hangs keeps it, in a process about to stop).
-#[cfg(unix)]
-fn read_waiting(
-    path: &Path,
-    max: u64,
-    wait: std::time::Duration,
-) -> std::io::Result<Zeroizing<Vec<u8>>> {
-    use std::os::unix::fs::FileTypeExt;
-    if !std::fs::metadata(path)?.file_type().is_fifo() {
-        return read_bounded(path, max);
-    }
-    let (answer, answered) = std::sync::mpsc::sync_channel(1);
-    let owned = path.to_path_buf();
-    std::thread::Builder::new()
-        .name("bridle-token-pipe".into())
-        .spawn(move || {
-            let _ = answer.send(read_bounded(&owned, max));
-        })?;
-    match answered.recv_timeout(wait) {
-        Ok(read) => read,
-        Err(_) => {
-            let owned = path.to_path_buf();
-            let _ = std::thread::Builder::new()
-                .name("bridle-token-pipe-end".into())
-                .spawn(move || drop(std::fs::OpenOptions::new().write(true).open(owned)));
-            Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "a named pipe nothing wrote to within {} s; give the token in a regular file, or start its writer first",
-                    wait.as_secs_f64()
-                ),
-            ))
-        }
-    }
-}
-
-#[cfg(not(unix))]
-fn read_waiting(
-    path: &Path,
-    max: u64,
-    _wait: std::time::Duration,
-) -> std::io::Result<Zeroizing<Vec<u8>>> {
-    read_bounded(path, max)
-}
-
 fn read_token_file_within(
     path: &Path,
     max: u64,
@@ -387,7 +329,7 @@ fn read_token_file_within(
         path: path.to_path_buf(),
         source,
     };
-    let raw = read_waiting(path, max, wait).map_err(io)?;
+    let raw = crate::files::read_waiting(path, max, wait).map_err(io)?;
     if raw.len() as u64 > max {
         return Err(io(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -558,16 +500,6 @@ mod tests {
 
     /// A named pipe at `dir/pipe`.
     #[cfg(unix)]
-    fn fifo(dir: &Path) -> std::path::PathBuf {
-        let fifo = dir.join("pipe");
-        let made = std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap();
-        assert!(made.success());
-        fifo
-    }
-
     /// A token file that is a named pipe nothing writes to (a secret mount gone wrong) made
     /// `bridle serve` wait for a writer for ever, saying nothing; it is refused once the wait
     /// is over, naming the file and why.
@@ -575,7 +507,7 @@ mod tests {
     #[test]
     fn a_token_pipe_without_a_writer_is_refused_after_the_wait() {
         let dir = tempfile::tempdir().unwrap();
-        let fifo = fifo(dir.path());
+        let fifo = crate::files::test_fifo(dir.path());
         let (answer, answered) = std::sync::mpsc::channel();
         let path = fifo.clone();
         let reader = std::thread::spawn(move || {
@@ -609,7 +541,7 @@ mod tests {
     fn a_token_pipe_with_a_writer_is_read() {
         use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
-        let fifo = fifo(dir.path());
+        let fifo = crate::files::test_fifo(dir.path());
         let path = fifo.clone();
         let writer = std::thread::spawn(move || {
             let mut w = std::fs::OpenOptions::new().write(true).open(&path).unwrap();

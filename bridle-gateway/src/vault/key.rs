@@ -53,9 +53,16 @@ impl MasterKey {
     }
 
     /// Reads the key from `path` (e.g. a Docker secret). A missing, unreadable, short or long
-    /// file is an error; nothing is created.
+    /// file is an error; nothing is created. A named pipe (`<(...)`) is read once its writer
+    /// comes, waited for at most [`PIPE_WAIT`](crate::files::PIPE_WAIT) (then the key is
+    /// unreadable, saying so).
     pub fn load(path: &Path) -> Result<Self, VaultError> {
-        let raw = match read_bounded(path) {
+        Self::load_within(path, crate::files::PIPE_WAIT)
+    }
+
+    /// [`Self::load`], a pipe's writer waited for at most `wait`.
+    fn load_within(path: &Path, wait: std::time::Duration) -> Result<Self, VaultError> {
+        let raw = match crate::files::read_waiting(path, MAX_KEY_FILE_LEN, wait) {
             Ok(raw) => raw,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 return Err(VaultError::MasterKeyMissing {
@@ -130,17 +137,6 @@ impl MasterKey {
 /// is refused from its first bytes, and a file that never ends (a pipe, a device) is not read
 /// forever.
 const MAX_KEY_FILE_LEN: u64 = 1024;
-
-/// The first [`MAX_KEY_FILE_LEN`] + 1 bytes of the key file (one more than the longest read, so
-/// a longer file is known to be one).
-fn read_bounded(path: &Path) -> std::io::Result<Zeroizing<Vec<u8>>> {
-    use std::io::Read;
-    let mut raw = Zeroizing::new(Vec::new());
-    fs::File::open(path)?
-        .take(MAX_KEY_FILE_LEN + 1)
-        .read_to_end(&mut raw)?;
-    Ok(raw)
-}
 
 /// Where a created key file goes, opened exclusively with mode 0600.
 fn create_private(path: &Path) -> std::io::Result<fs::File> {
@@ -230,6 +226,56 @@ pub fn default_key_path(data_dir: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A master key path that is a named pipe nothing writes to (a secret mount gone wrong)
+    /// held `bridle serve`'s start for ever, saying nothing; it is refused once the wait is
+    /// over, naming the file.
+    #[cfg(unix)]
+    #[test]
+    fn a_key_pipe_without_a_writer_is_refused_after_the_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = crate::files::test_fifo(dir.path());
+        let (answer, answered) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        let reader = std::thread::spawn(move || {
+            let _ = answer.send(MasterKey::load_within(
+                &path,
+                std::time::Duration::from_millis(20),
+            ));
+        });
+        let outcome = answered.recv_timeout(kberg_testkit::WAIT);
+        if outcome.is_err() {
+            // It waited for a writer: be one, so that the reader ends.
+            drop(fs::OpenOptions::new().write(true).open(&fifo).unwrap());
+        }
+        reader.join().unwrap();
+        let e = outcome
+            .expect("answered once the wait was over")
+            .unwrap_err();
+        assert!(
+            matches!(&e, VaultError::MasterKeyUnreadable { source, .. } if source.kind() == ErrorKind::TimedOut),
+            "{e}"
+        );
+        let shown = e.to_string();
+        assert!(shown.contains("pipe"), "{shown}");
+        assert!(shown.contains(&fifo.display().to_string()), "{shown}");
+    }
+
+    /// A key given through a pipe with a writer (`<(...)`) is read.
+    #[cfg(unix)]
+    #[test]
+    fn a_key_pipe_with_a_writer_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = crate::files::test_fifo(dir.path());
+        let path = fifo.clone();
+        let writer = std::thread::spawn(move || {
+            let mut w = fs::OpenOptions::new().write(true).open(&path).unwrap();
+            w.write_all(&[7u8; MASTER_KEY_LEN]).unwrap();
+        });
+        let key = MasterKey::load_within(&fifo, kberg_testkit::WAIT).unwrap();
+        writer.join().unwrap();
+        assert_eq!(key.bytes(), &[7u8; MASTER_KEY_LEN]);
+    }
 
     #[test]
     fn parses_raw_hex_and_base64() {
