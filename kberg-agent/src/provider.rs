@@ -218,7 +218,8 @@ struct PartialCall {
 /// Folds [`ChatDelta`]s into a [`ChatResponse`].
 ///
 /// Tool-call fragments are grouped by index and their argument text concatenated; the JSON is
-/// parsed once, at the end. Arguments that never become valid JSON are kept as a JSON string so
+/// parsed once, at the end. A call's name that a server sends again with each fragment counts
+/// once. Arguments that never become valid JSON are kept as a JSON string so
 /// the loop can still try to read them and, failing that, answer with a repair diagnostic
 /// instead of dropping the call. The calls come out in index order; an index is a key, not a
 /// position, so a provider that hands on a server's index as it came (`usize::MAX`, `1 << 40`)
@@ -253,7 +254,13 @@ impl StreamAssembler {
                 {
                     call.id = id;
                 }
-                if let Some(name) = name {
+                // The name comes whole in the call's first piece; servers that send it again
+                // with each later piece (or send it empty) would otherwise have it repeated
+                // (`read_fileread_file`), a tool nobody listed. A piece that is not the name
+                // again still continues it.
+                if let Some(name) = name
+                    && name != call.name
+                {
                     call.name.push_str(&name);
                 }
                 call.arguments.push_str(&arguments);
@@ -385,6 +392,31 @@ mod tests {
         a.push(ChatDelta::Finish(FinishReason::ToolCalls));
         let names: Vec<String> = a.finish().tool_calls.into_iter().map(|c| c.name).collect();
         assert_eq!(names, ["near", "far", "last"]);
+    }
+
+    #[test]
+    fn a_name_sent_again_with_each_piece_is_the_name_once() {
+        // Some servers (MiniMax behind NVIDIA NIM, Fireworks, some OpenAI models) send the
+        // call's whole name again with every piece of its arguments, or an empty one.
+        let mut a = StreamAssembler::new();
+        for (name, args) in [
+            (Some("read_file"), "{\"pa"),
+            (Some("read_file"), "th\": "),
+            (Some(""), "\"a\"}"),
+            (Some("read_file"), ""),
+        ] {
+            a.push(ChatDelta::ToolCall {
+                index: 0,
+                id: Some("c1".into()),
+                name: name.map(str::to_string),
+                arguments: args.into(),
+            });
+        }
+        a.push(ChatDelta::Finish(FinishReason::ToolCalls));
+        let r = a.finish();
+        assert_eq!(r.tool_calls.len(), 1);
+        assert_eq!(r.tool_calls[0].name, "read_file");
+        assert_eq!(r.tool_calls[0].arguments, json!({"path": "a"}));
     }
 
     #[test]
