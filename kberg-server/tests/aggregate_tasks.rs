@@ -2,6 +2,8 @@
 //! upstreams, so an upstream tool that runs only as a task works through it. The forwarded call
 //! follows the task: it outlasts the call timeout of one request, relays the task's questions to
 //! the calling client and answers them upstream, and a cancelled call cancels the upstream task.
+//! A `ForwardHook` learns how the task ended (its result, a failed task, a timeout, a cancel),
+//! not just that it was created.
 //! The upstream is a Kberg server over real HTTP on 127.0.0.1; its tools signal the test and
 //! wait for its release, so nothing depends on timing.
 
@@ -19,15 +21,21 @@ use kberg_core::{
     CallOptions, CancellationToken, ClientPeer, PeerError, Principal, TaskStatus, TaskSupport,
     ToolBuilder, ToolOutput, ToolRegistry,
 };
-use kberg_server::aggregate::{Aggregator, AggregatorConfig, UpstreamConfig, UpstreamTransport};
+use kberg_server::aggregate::{
+    Aggregator, AggregatorConfig, Forward, ForwardHook, ForwardOutcome, OutgoingCall,
+    UpstreamConfig, UpstreamTransport,
+};
 use kberg_server::{McpApp, OpenAccess};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 
 /// The call timeout of one request in the test that follows a task past it: long enough for any
 /// one request on a loaded machine (each `tasks/get` of the task must be answered within it,
 /// or the call rightly ends `upstream_timeout`), and half of how long the `long` task works.
 const ONE_REQUEST: Duration = Duration::from_secs(3);
+
+/// The credential the hook test's aggregator sends its upstream, which the `refuses` task quotes.
+const CANARY: &str = "canary-51e0c7a9d2b84f36";
 
 struct Upstream {
     url: String,
@@ -84,6 +92,29 @@ async fn upstream() -> Upstream {
                 }),
         )
         .expect("register long");
+    tools
+        .register(
+            ToolBuilder::new("broken")
+                .description("A task that fails: its tool panics")
+                .task_support(TaskSupport::Required)
+                .raw_handler(json!({"type": "object"}), |_a, _ctx| async {
+                    panic!("the index is corrupt")
+                }),
+        )
+        .expect("register broken");
+    tools
+        .register(
+            ToolBuilder::new("refuses")
+                .description("A task whose result is an error quoting the aggregator's credential")
+                .task_support(TaskSupport::Required)
+                .raw_handler(json!({"type": "object"}), |_a, _ctx| async {
+                    Ok(ToolOutput::error_with(
+                        "no",
+                        json!({"code": format!("bad_token:{CANARY}")}),
+                    ))
+                }),
+        )
+        .expect("register refuses");
     let app = McpApp::builder("upstream", "1").tools(tools).build();
     let server = RunningServer::start(
         app.clone(),
@@ -369,5 +400,132 @@ async fn an_upstream_task_still_working_past_its_ttl_ends_upstream_timeout() {
     })
     .await;
     assert!(log["polls"].as_u64() >= Some(1), "{log}");
+    agg.shutdown().await;
+}
+
+/// Records how each forwarded call ended, as its `ForwardHook` is told.
+#[derive(Default)]
+struct Outcomes(std::sync::Mutex<Vec<String>>);
+
+impl ForwardHook for Outcomes {
+    fn outgoing(&self, _call: &OutgoingCall<'_>, _meta: &mut Map<String, Value>) -> tracing::Span {
+        tracing::Span::none()
+    }
+
+    fn finished(&self, _span: &tracing::Span, outcome: ForwardOutcome<'_>) {
+        self.0.lock().expect("lock").push(format!("{outcome:?}"));
+    }
+}
+
+impl Outcomes {
+    fn taken(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().expect("lock"))
+    }
+}
+
+/// A call the upstream runs as a task was reported to the hook `Answered` as soon as the task
+/// was created, so a trace showed success for a task that then failed. The hook now learns the
+/// task's end: its result (answered, or a tool error with its code, redacted), a failed task,
+/// a call cancelled while its task ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_forward_hook_learns_how_an_upstream_task_ended() {
+    let mut up = upstream().await;
+    let registry = ToolRegistry::new();
+    let hook = Arc::new(Outcomes::default());
+    let config = AggregatorConfig::new().upstream(
+        UpstreamConfig::new(
+            "up",
+            UpstreamTransport::http(up.url.clone())
+                .header("authorization", format!("Bearer {CANARY}")),
+        )
+        .call_timeout(Duration::from_secs(10)),
+    );
+    let agg = Aggregator::start_with(
+        config,
+        registry.clone(),
+        Forward::new().hook(Arc::clone(&hook) as Arc<dyn ForwardHook>),
+    )
+    .expect("valid");
+    assert!(
+        agg.wait_connected("up", 1, WAIT).await,
+        "{:?}",
+        agg.status("up")
+    );
+    let call = |tool: &'static str, opts: CallOptions| {
+        let registry = registry.clone();
+        async move {
+            tokio::time::timeout(WAIT, registry.call(&reader(), tool, json!({}), opts))
+                .await
+                .expect("the call ends")
+        }
+    };
+
+    let e = call("up__broken", CallOptions::default())
+        .await
+        .expect_err("the task failed");
+    assert_eq!(e.code().as_str(), "tool_failed", "{e}");
+    assert_eq!(hook.taken(), [r#"Failed { code: "tool_failed" }"#]);
+
+    let out = call("up__refuses", CallOptions::default())
+        .await
+        .expect("a result");
+    assert!(out.is_error, "{out:?}");
+    assert_eq!(
+        hook.taken(),
+        [r#"ToolError { code: Some("bad_token:[redacted]") }"#]
+    );
+
+    // Cancelled while its task runs: the gate drops the call, and the hook still hears of it.
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(call("up__index", CallOptions::with_cancel(cancel.clone())));
+    tokio::time::timeout(WAIT, up.started.recv())
+        .await
+        .expect("the upstream task started")
+        .expect("open");
+    assert_eq!(hook.taken(), Vec::<String>::new(), "not ended yet");
+    cancel.cancel();
+    let e = running.await.expect("joined").expect_err("cancelled");
+    assert_eq!(e.code().as_str(), "cancelled", "{e}");
+    assert_eq!(hook.taken(), [r#"Failed { code: "cancelled" }"#]);
+
+    up.release.send_replace(true);
+    let out = call("up__index", CallOptions::default())
+        .await
+        .expect("a result");
+    assert_eq!(out.all_text(), "indexed");
+    assert_eq!(hook.taken(), ["Answered"]);
+    agg.shutdown().await;
+}
+
+/// A task still working past its time to live ends the call `upstream_timeout`: so does the
+/// hook's record of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_forward_hook_learns_of_a_task_that_outlived_its_ttl() {
+    let registry = ToolRegistry::new();
+    let hook = Arc::new(Outcomes::default());
+    let config = AggregatorConfig::new().upstream(
+        UpstreamConfig::new("raw", raw_upstream().env("RAW_TASKS", "stuck"))
+            .call_timeout(Duration::from_secs(10)),
+    );
+    let agg = Aggregator::start_with(
+        config,
+        registry.clone(),
+        Forward::new().hook(Arc::clone(&hook) as Arc<dyn ForwardHook>),
+    )
+    .expect("valid");
+    assert!(
+        agg.wait_connected("raw", 1, WAIT).await,
+        "{:?}",
+        agg.status("raw")
+    );
+    let out = tokio::time::timeout(
+        WAIT,
+        registry.call(&reader(), "raw__stuck", json!({}), CallOptions::default()),
+    )
+    .await
+    .expect("the call ends")
+    .expect("a refusal");
+    assert!(out.is_error, "{out:?}");
+    assert_eq!(hook.taken(), [r#"Failed { code: "upstream_timeout" }"#]);
     agg.shutdown().await;
 }

@@ -38,9 +38,11 @@ pub struct OutgoingCall<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ForwardOutcome<'a> {
-    /// The upstream answered with a tool result that is not an error.
+    /// The upstream answered with a tool result that is not an error (for a call the upstream
+    /// runs as a task: the task completed with one).
     Answered,
-    /// The upstream answered with a tool result flagged `isError`; `code` is its structured
+    /// The upstream answered with a tool result flagged `isError` (directly, or as its task's
+    /// result); `code` is its structured
     /// content's `code`, when it has one, with the upstream's credentials replaced by
     /// [`REDACTED`](super::REDACTED) (as in everything else the upstream says).
     ToolError {
@@ -53,7 +55,10 @@ pub enum ForwardOutcome<'a> {
         code: i32,
     },
     /// No usable answer: the aggregator's stable code (`upstream_unavailable`,
-    /// `upstream_timeout`, `upstream_invalid_result`, `upstream_error`, `cancelled`).
+    /// `upstream_timeout`, also for a task still unfinished at its time to live,
+    /// `upstream_invalid_result`, `upstream_error`, `cancelled`, also for a call the gate
+    /// dropped as cancelled, and `tool_failed` for a task that failed or was cancelled on the
+    /// upstream, or whose question could not be relayed to the calling client).
     Failed {
         /// The stable code the caller sees.
         code: &'a str,
@@ -70,7 +75,11 @@ pub trait ForwardHook: Send + Sync + 'static {
     /// ([`tracing::Span::none`] for none).
     fn outgoing(&self, call: &OutgoingCall<'_>, meta: &mut Map<String, Value>) -> tracing::Span;
 
-    /// Called once the call has ended, with the span [`ForwardHook::outgoing`] returned.
+    /// Called once the call has ended, with the span [`ForwardHook::outgoing`] returned. A call
+    /// the upstream runs as a task ends with the task: the task is followed (its polls, its
+    /// questions relayed) inside the span, and the outcome is the task's end, not its creation.
+    /// A call dropped before it ended (the gate drops a cancelled call) is told
+    /// `Failed { code: "cancelled" }` as it is dropped.
     fn finished(&self, span: &tracing::Span, outcome: ForwardOutcome<'_>) {
         let _ = (span, outcome);
     }

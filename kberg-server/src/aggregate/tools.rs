@@ -7,7 +7,10 @@
 //! upstream through [`forward`]; what goes wrong on the way is answered with the same refusal
 //! shape every other refusal has (`upstream_unavailable`, `upstream_timeout`,
 //! `upstream_invalid_result`), and the upstream's result passes through unchanged. An upstream
-//! that answers with a task is followed to the task's end ([`super::tasks`]).
+//! that answers with a task is followed to the task's end ([`super::tasks`]). A
+//! [`ForwardHook`]'s span covers the whole call, a followed task included, and the hook is told
+//! how the call ended once it has: a task that fails is a failure, not the answer that created
+//! it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,7 +31,7 @@ use tracing::Instrument;
 use super::error::UpstreamError;
 use super::forward::{forward, quoted, result_kind};
 use super::front::{Aggregation, Upstream};
-use super::hook::{ForwardOutcome, OutgoingCall};
+use super::hook::{ForwardHook, ForwardOutcome, OutgoingCall};
 use super::prompts::sync_prompts;
 use super::resources::{namespaced_uri, sync_resources};
 use super::tasks::Followed;
@@ -162,101 +165,180 @@ impl Tool for ForwardedTool {
             _ => return Err(ToolError::failed("the arguments must be an object")),
         };
         let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let name = &self.spec.name;
-        let answer = match &self.up.hook {
-            None => forward(&self.up, request, Some(&ctx)).await,
-            Some(hook) => {
-                let call = OutgoingCall {
-                    namespace: ns,
-                    method: "tools/call",
-                    tool: &self.remote,
-                    caller_meta: ctx.meta().and_then(Value::as_object),
-                };
-                let mut meta = serde_json::Map::new();
-                let span = hook.outgoing(&call, &mut meta);
-                if !meta.is_empty() {
-                    request
-                        .get_meta_mut()
-                        .extend(rmcp::model::RequestMetaObject::from(meta));
-                }
-                let answer = forward(&self.up, request, Some(&ctx))
-                    .instrument(span.clone())
-                    .await;
-                // The code is the upstream's own text, and a hook puts it where the caller
-                // never looks (a span attribute sent to a collector): redacted like every
-                // other thing the upstream says.
-                let code = tool_error_code(&answer).map(|c| self.up.redactions.text(c));
-                if matches!(code, Some(std::borrow::Cow::Owned(_))) {
-                    self.up.redactions.said(ns, "a tool error's code");
-                }
-                hook.finished(&span, outcome_of(&answer, code.as_deref()));
-                answer
-            }
+        let Some(hook) = &self.up.hook else {
+            let answer = forward(&self.up, request, Some(&ctx)).await;
+            return self.answer(answer, &ctx).await.0;
         };
+        let call = OutgoingCall {
+            namespace: ns,
+            method: "tools/call",
+            tool: &self.remote,
+            caller_meta: ctx.meta().and_then(Value::as_object),
+        };
+        let mut meta = serde_json::Map::new();
+        let span = hook.outgoing(&call, &mut meta);
+        if !meta.is_empty() {
+            request
+                .get_meta_mut()
+                .extend(rmcp::model::RequestMetaObject::from(meta));
+        }
+        // Told how the call ended once it has ended: a task the upstream runs it as is followed
+        // to its end inside the span first. A call the gate drops (cancelled) tells it on drop.
+        let mut report = Report {
+            hook: hook.as_ref(),
+            span: span.clone(),
+            done: false,
+        };
+        let (answer, ended) = async {
+            let answer = forward(&self.up, request, Some(&ctx)).await;
+            self.answer(answer, &ctx).await
+        }
+        .instrument(span)
+        .await;
+        // The code is the upstream's own text, and a hook puts it where the caller never looks
+        // (a span attribute sent to a collector): redacted like every other thing the upstream
+        // says.
+        let code = match &ended {
+            Ended::ToolError(Some(c)) => Some(self.up.redactions.text(c)),
+            _ => None,
+        };
+        if matches!(code, Some(std::borrow::Cow::Owned(_))) {
+            self.up.redactions.said(ns, "a tool error's code");
+        }
+        let outcome = match ended {
+            Ended::Answered => ForwardOutcome::Answered,
+            Ended::ToolError(_) => ForwardOutcome::ToolError {
+                code: code.as_deref(),
+            },
+            Ended::Refused(code) => ForwardOutcome::Refused { code },
+            Ended::Failed(code) => ForwardOutcome::Failed { code },
+        };
+        report.finished(outcome);
+        answer
+    }
+}
+
+/// How a forwarded call ended, for its hook: [`ForwardOutcome`] with the tool error's code as
+/// the upstream sent it (redacted before the hook sees it).
+enum Ended {
+    Answered,
+    ToolError(Option<String>),
+    Refused(i32),
+    Failed(&'static str),
+}
+
+impl Ended {
+    /// A tool result of the upstream's (given directly, or as its task's result).
+    fn of_result(out: &ToolOutput) -> Self {
+        if out.is_error {
+            Ended::ToolError(
+                out.structured
+                    .as_ref()
+                    .and_then(|s| s.get("code"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            )
+        } else {
+            Ended::Answered
+        }
+    }
+
+    /// The aggregator's own answer, by its stable code.
+    fn of_upstream(e: &UpstreamError) -> Self {
+        match e {
+            UpstreamError::Refused { code, .. } => Ended::Refused(*code),
+            e => Ended::Failed(e.code().as_str()),
+        }
+    }
+}
+
+/// Tells the hook how its call ended, once: `cancelled` when the call's future is dropped
+/// before it ended (the gate drops a cancelled call's future).
+struct Report<'h> {
+    hook: &'h dyn ForwardHook,
+    span: tracing::Span,
+    done: bool,
+}
+
+impl Report<'_> {
+    fn finished(&mut self, outcome: ForwardOutcome<'_>) {
+        self.done = true;
+        self.hook.finished(&self.span, outcome);
+    }
+}
+
+impl Drop for Report<'_> {
+    fn drop(&mut self) {
+        if !self.done && !std::thread::panicking() {
+            self.done = true;
+            self.hook.finished(
+                &self.span,
+                ForwardOutcome::Failed {
+                    code: ErrorCode::Cancelled.as_str(),
+                },
+            );
+        }
+    }
+}
+
+impl ForwardedTool {
+    /// The call's answer from the upstream's, a task followed to its end, and how it ended.
+    async fn answer(
+        &self,
+        answer: Result<ServerResult, UpstreamError>,
+        ctx: &ToolContext,
+    ) -> (Result<ToolOutput, ToolError>, Ended) {
+        let name = &self.spec.name;
+        let ns = self.up.namespace();
         match answer {
-            Ok(ServerResult::CallToolResult(r)) => Ok(to_output(&self.up, r)),
+            Ok(ServerResult::CallToolResult(r)) => {
+                let out = to_output(&self.up, r);
+                let ended = Ended::of_result(&out);
+                (Ok(out), ended)
+            }
             // The upstream runs the call as a task: follow it to its end.
             Ok(ServerResult::CreateTaskResult(t)) => {
-                match super::tasks::follow(&self.up, t.task, &ctx).await {
-                    Ok(out) => Ok(out),
-                    Err(Followed::Upstream(e)) => Ok(refusal(name, &e)),
-                    Err(Followed::Tool(e)) => Err(e),
+                match super::tasks::follow(&self.up, t.task, ctx).await {
+                    Ok(out) => {
+                        let ended = Ended::of_result(&out);
+                        (Ok(out), ended)
+                    }
+                    Err(Followed::Upstream(e)) => (Ok(refusal(name, &e)), Ended::of_upstream(&e)),
+                    // The task failed or was cancelled upstream, or the call was cancelled:
+                    // as the gate answers it.
+                    Err(Followed::Tool(e)) => {
+                        let code = match &e {
+                            ToolError::Peer(PeerError::Cancelled) => ErrorCode::Cancelled,
+                            _ => ErrorCode::ToolFailed,
+                        };
+                        (Err(e), Ended::Failed(code.as_str()))
+                    }
                 }
             }
-            Ok(other) => Ok(refusal(
-                name,
-                &UpstreamError::InvalidResult {
+            Ok(other) => {
+                let e = UpstreamError::InvalidResult {
                     namespace: ns.to_string(),
                     expected: "a tool result",
                     found: result_kind(&self.up, &other),
-                },
-            )),
+                };
+                (Ok(refusal(name, &e)), Ended::of_upstream(&e))
+            }
             Err(
                 e @ (UpstreamError::Unavailable { .. }
                 | UpstreamError::Timeout { .. }
                 | UpstreamError::InvalidResult { .. }),
-            ) => Ok(refusal(name, &e)),
+            ) => (Ok(refusal(name, &e)), Ended::of_upstream(&e)),
             // The gate answers this as `cancelled`.
-            Err(UpstreamError::Cancelled) => Err(ToolError::Peer(PeerError::Cancelled)),
+            Err(UpstreamError::Cancelled) => (
+                Err(ToolError::Peer(PeerError::Cancelled)),
+                Ended::of_upstream(&UpstreamError::Cancelled),
+            ),
             // The upstream's own refusal or failure: the gate answers `tool_failed` with it.
-            Err(e) => Err(ToolError::failed(e.to_string())),
+            Err(e) => {
+                let ended = Ended::of_upstream(&e);
+                (Err(ToolError::failed(e.to_string())), ended)
+            }
         }
-    }
-}
-
-/// The `structuredContent.code` of an answer that is a tool result flagged `isError`, as the
-/// upstream sent it.
-fn tool_error_code(answer: &Result<ServerResult, UpstreamError>) -> Option<&str> {
-    match answer {
-        Ok(ServerResult::CallToolResult(r)) if r.is_error == Some(true) => r
-            .structured_content
-            .as_ref()
-            .and_then(|s| s.get("code"))
-            .and_then(Value::as_str),
-        _ => None,
-    }
-}
-
-/// How a forwarded call's answer looks to a [`ForwardHook`](super::ForwardHook); `code` is the
-/// answer's [`tool_error_code`], with the upstream's credentials redacted.
-fn outcome_of<'a>(
-    answer: &'a Result<ServerResult, UpstreamError>,
-    code: Option<&'a str>,
-) -> ForwardOutcome<'a> {
-    match answer {
-        Ok(ServerResult::CallToolResult(r)) if r.is_error == Some(true) => {
-            ForwardOutcome::ToolError { code }
-        }
-        Ok(ServerResult::CallToolResult(_) | ServerResult::CreateTaskResult(_)) => {
-            ForwardOutcome::Answered
-        }
-        Ok(_) => ForwardOutcome::Failed {
-            code: ErrorCode::UpstreamInvalidResult.as_str(),
-        },
-        Err(UpstreamError::Refused { code, .. }) => ForwardOutcome::Refused { code: *code },
-        Err(e) => ForwardOutcome::Failed {
-            code: e.code().as_str(),
-        },
     }
 }
 
