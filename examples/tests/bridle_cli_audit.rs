@@ -411,3 +411,48 @@ fn a_servers_answer_reaches_the_terminal_without_control_characters() {
     );
     assert!(why.contains("\\u{1b}[2J"), "{why:?}");
 }
+
+/// A server at `--url` whose list pages name the same next cursor again (a proxy answering
+/// from a cache, a server in a bad state) would have a listing command ask for that page
+/// for ever, holding every item it was given; the command stops at the repeated cursor and
+/// says so.
+#[test]
+fn a_list_whose_pages_repeat_a_cursor_ends_with_an_error() {
+    use std::io::{Read, Write};
+    const PAGES: usize = 8;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let answering = std::thread::spawn(move || {
+        for _ in 0..PAGES {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = conn.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&buf[..n]);
+            }
+            let body =
+                r#"{"items":[{"name":"a","agent":"a","status":"active"}],"next_cursor":"c1"}"#;
+            write!(
+                conn,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+        }
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    demo_data_dir(dir);
+    let token_file = dir.join("admin-token");
+    std::fs::write(&token_file, "bda_not_checked_here").unwrap();
+    let admin = AdminAccess { url, token_file };
+    let why = failed(&admin.run(dir, &["secrets", "list"]), "a refusal");
+    // The server answers a bounded number of pages (a command that follows the cursor
+    // without end finds it gone after them); it is left waiting for the pages not asked for.
+    drop(answering);
+    assert!(why.contains("repeated"), "{why}");
+}

@@ -93,11 +93,13 @@ impl AdminClient {
         self.send(reqwest::Method::POST, path, body)
     }
 
-    /// Every item of a paged list.
+    /// Every item of a paged list. A next cursor the server already gave ends the listing with
+    /// an error: following it would ask for the same pages for ever.
     pub(crate) fn all(&self, path: &str) -> Result<Vec<Value>, BoxError> {
         let sep = if path.contains('?') { '&' } else { '?' };
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
+        let mut seen = std::collections::HashSet::new();
         loop {
             let url = match &cursor {
                 Some(c) => format!("{path}{sep}limit=500&cursor={c}"),
@@ -108,6 +110,14 @@ impl AdminClient {
                 items.extend(list.iter().cloned());
             }
             match page["next_cursor"].as_str() {
+                Some(c) if !seen.insert(c.to_string()) => {
+                    let at = format!("{}{}", self.base, path.split('?').next().unwrap_or(path));
+                    return Err(format!(
+                        "the admin API at {} repeated a page's cursor, so its list would never end; is something between this command and the gateway answering from a cache?",
+                        bridle_rules::redact_url(&at)
+                    )
+                    .into());
+                }
                 Some(c) => cursor = Some(c.to_string()),
                 None => return Ok(items),
             }
