@@ -20,6 +20,8 @@ The finished task's text is the list of keys each `tasks/update` carried.
 With `RAW_TASKS=stuck` it has the `stuck` tool, which runs as a task whose `ttlMs` is
 `RAW_TASK_TTL` (default 1) and which stays `working` whatever it is asked; the `task_log` tool
 reports how many `tasks/get` it answered and which tasks it was asked to cancel.
+With `RAW_TASKS=fails` it has the `fails` tool, which runs as a task that `tasks/get` shows
+failed, its error's message `fail_chars` characters long.
 With `RAW_LEAK_TOKEN` set it also has the `leak` tool, which says that token back as a chatty
 (or compromised) server might, each time beside ordinary text: in an `elicitation/create`
 request (its message and its schema); once that is answered, in a log message (in its `logger`
@@ -79,6 +81,12 @@ if os.environ.get("RAW_TASKS") == "stuck":
     TOOLS.append({"name": "task_log", "description": "polls answered, tasks cancelled",
                   "inputSchema": OBJ})
 
+if os.environ.get("RAW_TASKS") == "fails":
+    TOOLS.append({"name": "fails", "description": "a task that fails with a long message",
+                  "inputSchema": {"type": "object",
+                                  "properties": {"fail_chars": {"type": "integer"}}},
+                  "execution": {"taskSupport": "optional"}})
+
 # The `stuck` tasks' record: `tasks/get` answered, task ids cancelled.
 stuck_log = {"polls": 0, "cancelled": []}
 
@@ -130,6 +138,10 @@ def question(text):
 
 def task_view(tid):
     t = tasks[tid]
+    if "fails" in t:
+        view = task_fields(tid, "failed")
+        view["error"] = {"code": -32603, "message": "x" * t["fails"]}
+        return view
     if t.get("stuck"):
         stuck_log["polls"] += 1
         view = task_fields(tid, "working")
@@ -221,6 +233,12 @@ for line in sys.stdin:
             tasks[tid] = {"stuck": True}
             r = task_fields(tid, "working")
             r["ttlMs"] = int(os.environ.get("RAW_TASK_TTL", "1"))
+            r["resultType"] = "task"
+            result(rid, r)
+        elif name == "fails" and os.environ.get("RAW_TASKS") == "fails":
+            tid = "task-%d" % (len(tasks) + 1)
+            tasks[tid] = {"fails": (params.get("arguments") or {}).get("fail_chars", 10)}
+            r = task_fields(tid, "working")
             r["resultType"] = "task"
             result(rid, r)
         elif name == "task_log":

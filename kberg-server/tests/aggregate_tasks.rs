@@ -529,3 +529,40 @@ async fn the_forward_hook_learns_of_a_task_that_outlived_its_ttl() {
     assert_eq!(hook.taken(), [r#"Failed { code: "upstream_timeout" }"#]);
     agg.shutdown().await;
 }
+
+/// A failed upstream task's message is the upstream's text, which nothing but the upstream
+/// bounds: it was passed to the caller whole (a megabyte of it in the model's context), where
+/// every other message an upstream's error quotes is cut at 1,000 characters. It is now cut the
+/// same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_upstream_tasks_long_message_is_cut() {
+    let registry = ToolRegistry::new();
+    let config = AggregatorConfig::new().upstream(
+        UpstreamConfig::new("raw", raw_upstream().env("RAW_TASKS", "fails"))
+            .call_timeout(Duration::from_secs(10)),
+    );
+    let agg = Aggregator::start(config, registry.clone()).expect("valid");
+    assert!(
+        agg.wait_connected("raw", 1, WAIT).await,
+        "{:?}",
+        agg.status("raw")
+    );
+    let e = tokio::time::timeout(
+        WAIT,
+        registry.call(
+            &reader(),
+            "raw__fails",
+            json!({"fail_chars": 100_000}),
+            CallOptions::default(),
+        ),
+    )
+    .await
+    .expect("the call ends")
+    .expect_err("the task failed");
+    assert_eq!(e.code().as_str(), "tool_failed", "{e}");
+    let said = e.to_string();
+    assert!(said.contains("failed: xxx"), "{said}");
+    assert!(said.len() < 2_000, "{} bytes", said.len());
+    assert!(said.contains("..."), "{said}");
+    agg.shutdown().await;
+}

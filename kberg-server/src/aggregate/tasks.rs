@@ -17,7 +17,8 @@
 //! client cleaned of the upstream's credentials, as every request the client relay passes on
 //! (see `relay`). A completed task's result passes through unchanged; a failed or cancelled
 //! upstream task is the tool's failure
-//! (`tool_failed`), its message redacted as every error that quotes an upstream.
+//! (`tool_failed`), its message redacted and cut (at 1,000 characters) as every error that
+//! quotes an upstream.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -160,12 +161,12 @@ pub(super) async fn follow(
                     .get("message")
                     .and_then(Value::as_str)
                     .unwrap_or("no message");
-                // The upstream's own words, shown to the caller: redacted as every error that
-                // quotes an upstream is.
+                // The upstream's own words, shown to the caller: redacted and cut as every
+                // error that quotes an upstream is (nothing but the upstream bounds them).
                 return Err(Followed::Tool(ToolError::failed(format!(
                     "its task on the server `{}` failed: {}",
                     up.namespace(),
-                    up.redactions.text(message).into_owned()
+                    quoted(up, message)
                 ))));
             }
             TaskPayload::Cancelled => {
