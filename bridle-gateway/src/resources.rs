@@ -88,11 +88,14 @@ pub fn register_resources(
                     .await
                     .map_err(|e| ResourceError::ReadFailed {
                         uri: uri2.clone(),
-                        message: e.to_string(),
+                        message: format!(
+                            "internal: {}",
+                            crate::error::task_failed("reading a rules resource", &e)
+                        ),
                     })?
                     .map_err(|e| ResourceError::ReadFailed {
                         uri: uri2,
-                        message: e.to_string(),
+                        message: read_failure(&e),
                     })?;
                     Ok(vec![ResourceContents::text(
                         uri,
@@ -116,6 +119,19 @@ pub fn register_resources(
         }
     }
     Ok(added)
+}
+
+/// What a reader of a rules resource is told when the store fails: `<code>: <sentence>`, the
+/// form the transport takes the answer's `code` from. As for the tools
+/// ([`crate::tools::store_refusal`]), the store's own words are told only when they are about
+/// the request; for a failure of the store itself (a document that does not parse, a file,
+/// the database) they name the gateway's files and are logged instead.
+fn read_failure(e: &bridle_rules::RulesError) -> String {
+    if crate::tools::agent_facing(e) {
+        return format!("{}: {e}", e.code());
+    }
+    tracing::error!(error = %e, code = e.code(), "the rules store failed reading a rules resource");
+    format!("{}: {}", e.code(), crate::tools::store_failure_message(e))
 }
 
 /// The types of the live agents, sorted, each once.

@@ -158,6 +158,55 @@ impl Attempt {
     }
 }
 
+/// The refusal an agent gets for the rules store's error `e`: its stable code in the one
+/// refusal shape ([`rules_refusal`]), with the store's own words when they are about the
+/// agent's request (an unknown project, a conflict, a refused change, a name), and a plain
+/// sentence when the store itself failed (a document that does not parse or breaks the
+/// format, a file, the database, a template).
+///
+/// The store's words for its own failures are the operator's: they name the document's file
+/// under the data directory, the database's own error text. They are logged here, in full,
+/// and never told to an agent (as the admin API keeps them from its answers).
+pub(crate) fn store_refusal(e: &RulesError) -> ToolOutput {
+    if agent_facing(e) {
+        return rules_refusal(e);
+    }
+    tracing::error!(error = %e, code = e.code(), "the rules store failed under an agent's call");
+    shaped_store_failure(e)
+}
+
+/// Whether `e`'s message is about the agent's own request, and safe to tell it.
+pub(crate) fn agent_facing(e: &RulesError) -> bool {
+    matches!(
+        e,
+        RulesError::Conflict { .. }
+            | RulesError::UnknownProject(_)
+            | RulesError::UnknownAgent { .. }
+            | RulesError::NotFound { .. }
+            | RulesError::AlreadyDecided { .. }
+            | RulesError::Rejected(_)
+            | RulesError::TooManyPending { .. }
+            | RulesError::Unreadable { .. }
+            | RulesError::InvalidName { .. }
+    )
+}
+
+/// The sentence an agent gets for a failure of the store itself (see [`store_refusal`]).
+pub(crate) fn store_failure_message(e: &RulesError) -> String {
+    format!(
+        "the gateway's rules store failed ({}); an operator finds the details in the gateway's log",
+        e.code()
+    )
+}
+
+fn shaped_store_failure(e: &RulesError) -> ToolOutput {
+    let message = store_failure_message(e);
+    ToolOutput::error_with(
+        message.clone(),
+        serde_json::json!({"code": e.code(), "message": message, "retryable": false}),
+    )
+}
+
 /// Runs blocking store work off the async threads.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,

@@ -8,9 +8,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{blocking, caller_agent};
+use super::{blocking, caller_agent, store_refusal};
 use crate::context::{GatewayContext, rendering_type};
-use crate::error::{GatewayError, NamedRefusals, RefusalCode, refusal, rules_refusal};
+use crate::error::{GatewayError, NamedRefusals, RefusalCode, refusal};
 use crate::resources::rules_uri;
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -45,7 +45,7 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                         };
                         let projects = match s.store.projects() {
                             Ok(p) => p,
-                            Err(e) => return rules_refusal(&e),
+                            Err(e) => return store_refusal(&e),
                         };
                         let list: Vec<_> = projects
                             .into_iter()
@@ -83,12 +83,12 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                     blocking(move || {
                         let loaded = match s.store.load_shared(&a.project) {
                             Ok(l) => l,
-                            Err(e) => return rules_refusal(&e),
+                            Err(e) => return store_refusal(&e),
                         };
                         let doc = &loaded.document;
                         let rendered = match s.renderer.render(&a.project, doc, &agent_type) {
                             Ok(r) => r,
-                            Err(e) => return rules_refusal(&e),
+                            Err(e) => return store_refusal(&e),
                         };
                         let guardrails: Vec<_> = doc
                             .guardrails

@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Attempt, blocking, caller_agent, session_refusal, text_refusal};
+use super::{Attempt, blocking, caller_agent, session_refusal, store_refusal, text_refusal};
 use crate::audit::Kind;
 use crate::config::AgentConfig;
 use crate::context::GatewayContext;
@@ -132,7 +132,7 @@ fn queue(
 ) -> ToolOutput {
     let loaded = match gw.store.load_shared(project) {
         Ok(l) => l,
-        Err(e) => return rules_refusal(&e),
+        Err(e) => return store_refusal(&e),
     };
     let doc = &loaded.document;
     if !doc.permissions_of(&agent.agent_type).rules.propose {
@@ -178,7 +178,7 @@ fn queue(
                 "summary": p.summary,
             }))
         }
-        Err(e) => rules_refusal(&e),
+        Err(e) => store_refusal(&e),
     }
 }
 

@@ -10,11 +10,11 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Attempt, blocking, caller_agent, session_refusal, text_refusal};
+use super::{Attempt, blocking, caller_agent, session_refusal, store_refusal, text_refusal};
 use crate::audit::Kind;
 use crate::config::AgentConfig;
 use crate::context::GatewayContext;
-use crate::error::{GatewayError, NamedRefusals, RefusalCode, refusal, rules_refusal};
+use crate::error::{GatewayError, NamedRefusals, RefusalCode, refusal};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 struct ScopeArgs {
@@ -88,7 +88,7 @@ pub fn register(tools: &ToolRegistry, ctx: &Arc<GatewayContext>) -> Result<(), G
                         // Another agent's ticket is reported as missing: ids are not secrets, but
                         // tickets are private to the agent that opened them.
                         Ok(_) => refusal(RefusalCode::NotFound, format!("unknown scope ticket `{}`", a.ticket)),
-                        Err(e) => rules_refusal(&e),
+                        Err(e) => store_refusal(&e),
                     })
                     .await
                 }
@@ -117,7 +117,7 @@ fn open_ticket(
             );
         }
         Ok(_) => {}
-        Err(e) => return rules_refusal(&e),
+        Err(e) => return store_refusal(&e),
     }
     if let Some(refused) = session_refusal(a.session.as_deref()).or_else(|| {
         text_refusal([
@@ -149,6 +149,6 @@ fn open_ticket(
             ))
             .with_structured(json!({"ticket": t.id, "status": t.status}))
         }
-        Err(e) => rules_refusal(&e),
+        Err(e) => store_refusal(&e),
     }
 }
