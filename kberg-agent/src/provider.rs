@@ -89,9 +89,14 @@ pub enum ProviderError {
         /// What was missing.
         detail: String,
     },
-    /// No reply within the configured timeout.
+    /// No reply within the configured timeout (an attempt's, or the idle gap of a stream).
     #[error("no reply within {0:?}")]
     Timeout(Duration),
+    /// The whole turn, replies and retries included, outlasted its deadline (the providers'
+    /// opt-in `turn_timeout`) while the server was still answering. Code `timeout`, as
+    /// [`ProviderError::Timeout`].
+    #[error("the turn did not finish within its turn timeout of {0:?}")]
+    TurnTimeout(Duration),
     /// The reply exceeded a size bound: a non-streamed body, or one line of a streamed one.
     /// Nothing of it was used past the bound.
     #[error("the {what} exceeds {limit} bytes; it was not read further")]
@@ -118,7 +123,7 @@ impl ProviderError {
             ProviderError::Rejected { .. } => "rejected",
             ProviderError::Malformed { .. } => "malformed",
             ProviderError::Truncated { .. } => "truncated",
-            ProviderError::Timeout(_) => "timeout",
+            ProviderError::Timeout(_) | ProviderError::TurnTimeout(_) => "timeout",
             ProviderError::TooLarge { .. } => "too_large",
             ProviderError::Cancelled => "cancelled",
         }

@@ -42,8 +42,8 @@ pub struct HttpOptions {
     /// stream, so without it a server that sends a byte every few seconds holds a streamed turn
     /// for ever. Off by default because a model server without a GPU rightly streams one turn
     /// for many minutes; set it to what a turn may take on yours. When it passes, the turn ends
-    /// with [`ProviderError::Timeout`] carrying this duration (after the deltas decoded before
-    /// it, when streamed).
+    /// with [`ProviderError::TurnTimeout`] carrying this duration (code `timeout`; after the
+    /// deltas decoded before it, when streamed).
     pub turn_timeout: Option<Duration>,
     /// Retries after a 429 or 5xx (default 2).
     pub max_retries: u32,
@@ -619,15 +619,14 @@ impl TurnDeadline {
         })
     }
 
-    /// The error that ends a turn past its deadline, logged naming which deadline it was (the
-    /// error's text, `no reply within …`, is the same for every timeout).
+    /// The error that ends a turn past its deadline, logged too.
     fn passed(&self) -> ProviderError {
         tracing::warn!(
             turn_timeout_ms = self.limit.as_millis() as u64,
             "{} did not finish the turn within its turn_timeout; the turn was ended",
             self.label
         );
-        ProviderError::Timeout(self.limit)
+        ProviderError::TurnTimeout(self.limit)
     }
 }
 
@@ -642,7 +641,7 @@ async fn until(deadline: Option<TurnDeadline>) -> TurnDeadline {
     }
 }
 
-/// `fut`, ended with [`ProviderError::Timeout`] if `deadline` passes first.
+/// `fut`, ended with [`ProviderError::TurnTimeout`] if `deadline` passes first.
 async fn within<T>(
     deadline: Option<TurnDeadline>,
     fut: impl std::future::Future<Output = Result<T, ProviderError>>,

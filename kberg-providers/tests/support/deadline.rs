@@ -49,7 +49,7 @@ pub async fn scenario_turn_deadline(wire: &dyn Wire, make: MakeWithOptions<'_>) 
         let e = failed_turn(p.as_ref(), stream).await;
         assert_eq!(e.code(), "timeout", "stream {stream}: {e}");
         assert!(
-            matches!(e, ProviderError::Timeout(d) if d == deadline),
+            matches!(e, ProviderError::TurnTimeout(d) if d == deadline),
             "stream {stream}: the turn's deadline is named: {e:?}"
         );
     }
