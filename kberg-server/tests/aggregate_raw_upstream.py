@@ -20,6 +20,9 @@ The finished task's text is the list of keys each `tasks/update` carried.
 With `RAW_TASKS=stuck` it has the `stuck` tool, which runs as a task whose `ttlMs` is
 `RAW_TASK_TTL` (default 1) and which stays `working` whatever it is asked; the `task_log` tool
 reports how many `tasks/get` it answered and which tasks it was asked to cancel.
+With `RAW_TASKS=paused` it has the `pause` tool, which runs as a task that its first two
+`tasks/get` show in a status this protocol revision does not have (`paused`), then completed
+with the text `resumed`.
 With `RAW_TASKS=fails` it has the `fails` tool, which runs as a task that `tasks/get` shows
 failed, its error's message `fail_chars` characters long.
 With `RAW_LEAK_TOKEN` set it also has the `leak` tool, which says that token back as a chatty
@@ -81,6 +84,10 @@ if os.environ.get("RAW_TASKS") == "stuck":
     TOOLS.append({"name": "task_log", "description": "polls answered, tasks cancelled",
                   "inputSchema": OBJ})
 
+if os.environ.get("RAW_TASKS") == "paused":
+    TOOLS.append({"name": "pause", "description": "a task in a status from a later revision",
+                  "inputSchema": OBJ, "execution": {"taskSupport": "optional"}})
+
 if os.environ.get("RAW_TASKS") == "fails":
     TOOLS.append({"name": "fails", "description": "a task that fails with a long message",
                   "inputSchema": {"type": "object",
@@ -138,6 +145,13 @@ def question(text):
 
 def task_view(tid):
     t = tasks[tid]
+    if "paused" in t:
+        t["paused"] += 1
+        if t["paused"] <= 2:
+            return task_fields(tid, "paused")
+        view = task_fields(tid, "completed")
+        view["result"] = text("resumed")
+        return view
     if "fails" in t:
         view = task_fields(tid, "failed")
         view["error"] = {"code": -32603, "message": "x" * t["fails"]}
@@ -233,6 +247,12 @@ for line in sys.stdin:
             tasks[tid] = {"stuck": True}
             r = task_fields(tid, "working")
             r["ttlMs"] = int(os.environ.get("RAW_TASK_TTL", "1"))
+            r["resultType"] = "task"
+            result(rid, r)
+        elif name == "pause" and os.environ.get("RAW_TASKS") == "paused":
+            tid = "task-%d" % (len(tasks) + 1)
+            tasks[tid] = {"paused": 0}
+            r = task_fields(tid, "working")
             r["resultType"] = "task"
             result(rid, r)
         elif name == "fails" and os.environ.get("RAW_TASKS") == "fails":

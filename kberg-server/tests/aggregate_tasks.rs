@@ -566,3 +566,32 @@ async fn a_failed_upstream_tasks_long_message_is_cut() {
     assert!(said.contains("..."), "{said}");
     agg.shutdown().await;
 }
+
+/// A task status this protocol revision does not have (a later revision's) is the task going
+/// on, as the aggregator means to treat it: it was read as a malformed answer, so the call
+/// ended `upstream_invalid_result` and the task was cancelled upstream. The scripted upstream's
+/// task is `paused` for two polls, then completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_status_of_a_later_revision_is_polled_on() {
+    let registry = ToolRegistry::new();
+    let config = AggregatorConfig::new().upstream(
+        UpstreamConfig::new("raw", raw_upstream().env("RAW_TASKS", "paused"))
+            .call_timeout(Duration::from_secs(10)),
+    );
+    let agg = Aggregator::start(config, registry.clone()).expect("valid");
+    assert!(
+        agg.wait_connected("raw", 1, WAIT).await,
+        "{:?}",
+        agg.status("raw")
+    );
+    let out = tokio::time::timeout(
+        WAIT,
+        registry.call(&reader(), "raw__pause", json!({}), CallOptions::default()),
+    )
+    .await
+    .expect("the call ends")
+    .expect("not refused");
+    assert!(!out.is_error, "{out:?}");
+    assert_eq!(out.all_text(), "resumed");
+    agg.shutdown().await;
+}

@@ -13,7 +13,8 @@
 //! the same question twice); a cancelled call cancels the upstream task (`tasks/cancel`), and so
 //! does a task still unfinished once its time to live (`ttlMs`, as the upstream last gave it, at
 //! most `MAX_CALL_TIMEOUT`, a task without one followed that long) has passed since the
-//! aggregator was given it: the call then ends `upstream_timeout`. The questions reach the
+//! aggregator was given it: the call then ends `upstream_timeout`. A status this protocol
+//! revision does not have (a later revision's) is the task going on: polled like `working`. The questions reach the
 //! client cleaned of the upstream's credentials, as every request the client relay passes on
 //! (see `relay`). A completed task's result passes through unchanged; a failed or cancelled
 //! upstream task is the tool's failure
@@ -43,8 +44,8 @@ const MIN_POLL: Duration = Duration::from_millis(50);
 const MAX_POLL: Duration = Duration::from_secs(5);
 const DEFAULT_POLL: Duration = Duration::from_millis(500);
 
-fn interval(task: &Task) -> Duration {
-    task.poll_interval_ms
+fn interval(poll_interval_ms: Option<u64>) -> Duration {
+    poll_interval_ms
         .map(Duration::from_millis)
         .unwrap_or(DEFAULT_POLL)
         .clamp(MIN_POLL, MAX_POLL)
@@ -53,10 +54,24 @@ fn interval(task: &Task) -> Duration {
 /// How long a task is followed: its time to live as the upstream last gave it (it may change
 /// over the task's life), and no task longer than [`MAX_CALL_TIMEOUT`], the longest a forwarded
 /// call may wait; a task without one ("unlimited") is followed that long too.
-fn time_to_live(task: &Task) -> Duration {
-    task.ttl_ms
+fn time_to_live(ttl_ms: Option<u64>) -> Duration {
+    ttl_ms
         .map_or(MAX_CALL_TIMEOUT, Duration::from_millis)
         .min(MAX_CALL_TIMEOUT)
+}
+
+/// A view of the task `id` in a status this protocol revision does not have (a later
+/// revision's), which the client library cannot read as a task: its `pollIntervalMs` and
+/// `ttlMs`, when it is one.
+fn unknown_status(view: &Value, id: &str) -> Option<(Option<u64>, Option<u64>)> {
+    (view.get("taskId").and_then(Value::as_str) == Some(id)
+        && view.get("status").is_some_and(Value::is_string))
+    .then(|| {
+        (
+            view.get("pollIntervalMs").and_then(Value::as_u64),
+            view.get("ttlMs").and_then(Value::as_u64),
+        )
+    })
 }
 
 /// How following a task ended without a result.
@@ -99,7 +114,7 @@ pub(super) async fn follow(
     // The task's life is reckoned from when the aggregator was given it, on its own clock (the
     // upstream's `createdAt` is another machine's).
     let given = tokio::time::Instant::now();
-    let mut ttl = time_to_live(&task);
+    let mut ttl = time_to_live(task.ttl_ms);
     let mut wait = Duration::ZERO;
     let mut polled = false;
     loop {
@@ -130,6 +145,13 @@ pub(super) async fn follow(
             ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(id.clone())));
         let detailed = match forward(up, get, Some(ctx)).await {
             Ok(ServerResult::GetTaskResult(r)) => r.task,
+            // A status of a later revision: the task goes on, polled until its time to live.
+            Ok(ServerResult::CustomResult(view)) if unknown_status(&view.0, &id).is_some() => {
+                let (poll, task_ttl) = unknown_status(&view.0, &id).unwrap_or_default();
+                wait = interval(poll);
+                ttl = time_to_live(task_ttl);
+                continue;
+            }
             Ok(other) => {
                 return Err(UpstreamError::InvalidResult {
                     namespace: up.namespace().to_string(),
@@ -140,8 +162,8 @@ pub(super) async fn follow(
             }
             Err(e) => return Err(e.into()),
         };
-        wait = interval(&detailed.task);
-        ttl = time_to_live(&detailed.task);
+        wait = interval(detailed.task.poll_interval_ms);
+        ttl = time_to_live(detailed.task.ttl_ms);
         if detailed.task.status.is_terminal() {
             guard.disarm();
         }
@@ -189,7 +211,7 @@ pub(super) async fn follow(
                 forward(up, update, Some(ctx)).await?;
                 wait = Duration::ZERO;
             }
-            // Working, or a status this version does not know: keep polling.
+            // Working (a status of a later revision is met above): keep polling.
             _ => {}
         }
     }
