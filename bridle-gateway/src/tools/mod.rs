@@ -92,6 +92,33 @@ pub(crate) fn text_refusal<'a>(
     ))))
 }
 
+/// Whether `c` is a Unicode tag character (U+E0000 to U+E007F).
+fn is_tag_character(c: char) -> bool {
+    ('\u{e0000}'..='\u{e007f}').contains(&c)
+}
+
+/// The refusal (`proposal_rejected`) of the first of `fields` (what it is, the text) that holds
+/// a Unicode tag character (U+E0000 to U+E007F), if any.
+///
+/// Tag characters mirror ASCII but show nothing: the review queue, a page and a terminal show
+/// the text around them, while a model reading the rules reads them as the letters they stand
+/// for. An instruction written in them would be approved unseen into every agent's rules, so
+/// nothing an agent proposes may hold one: its free text ([`text_refusal`]'s fields), a
+/// pattern's name or an example's reference tag.
+pub(crate) fn tag_refusal<'a>(
+    fields: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Option<ToolOutput> {
+    let (what, c) = fields.into_iter().find_map(|(what, text)| {
+        text.chars()
+            .find(|&c| is_tag_character(c))
+            .map(|c| (what, c))
+    })?;
+    Some(rules_refusal(&RulesError::Rejected(format!(
+        "{what} holds the Unicode tag character U+{:04X}: tag characters are invisible to the person who reviews a change while the models that read the rules read them as text, so nothing an agent proposes may hold one",
+        u32::from(c)
+    ))))
+}
+
 /// An agent's attempt at a change (a proposal, a scope request), kept to record its refusal.
 ///
 /// The gate records every call, but a refusal the tool answers itself (a project the agent is

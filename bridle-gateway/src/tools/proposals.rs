@@ -16,7 +16,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Attempt, blocking, caller_agent, session_refusal, store_refusal, text_refusal};
+use super::{
+    Attempt, blocking, caller_agent, session_refusal, store_refusal, tag_refusal, text_refusal,
+};
 use crate::audit::Kind;
 use crate::config::AgentConfig;
 use crate::context::GatewayContext;
@@ -146,6 +148,7 @@ fn queue(
     }
     if let Some(refused) = session_refusal(session.as_deref())
         .or_else(|| text_refusal(free_text(change)))
+        .or_else(|| tag_refusal(free_text(change).into_iter().chain(names(change))))
         .or_else(|| local_example_repo(change))
     {
         return refused;
@@ -207,6 +210,26 @@ fn free_text(change: &ChangeRequest) -> Vec<(&'static str, &str)> {
             overview.chain(stack).chain(conventions).collect()
         }
     }
+}
+
+/// The names and tags of `change` a person reviews and every agent's rules show (what it is,
+/// the text), for [`tag_refusal`]: a pattern's name and its examples' reference tags.
+fn names(change: &ChangeRequest) -> Vec<(&'static str, &str)> {
+    let ChangeRequest::Pattern { standard, custom } = change else {
+        return Vec::new();
+    };
+    let standard = standard.iter().map(|n| ("the pattern's name", n.as_str()));
+    let custom = custom.iter().flat_map(|c| {
+        std::iter::once(("the pattern's name", c.name.as_str())).chain(c.example_repos.iter().map(
+            |r| {
+                (
+                    "an example repository's reference tag",
+                    r.reference_tag.as_str(),
+                )
+            },
+        ))
+    });
+    standard.chain(custom).collect()
 }
 
 /// The refusal of a proposal whose example repositories are not all network git URLs, if any.

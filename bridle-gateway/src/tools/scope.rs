@@ -10,7 +10,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Attempt, blocking, caller_agent, session_refusal, store_refusal, text_refusal};
+use super::{
+    Attempt, blocking, caller_agent, session_refusal, store_refusal, tag_refusal, text_refusal,
+};
 use crate::audit::Kind;
 use crate::config::AgentConfig;
 use crate::context::GatewayContext;
@@ -119,12 +121,14 @@ fn open_ticket(
         Ok(_) => {}
         Err(e) => return store_refusal(&e),
     }
-    if let Some(refused) = session_refusal(a.session.as_deref()).or_else(|| {
-        text_refusal([
-            ("the action", a.action.as_str()),
-            ("the reason", a.reason.as_str()),
-        ])
-    }) {
+    let free_text = [
+        ("the action", a.action.as_str()),
+        ("the reason", a.reason.as_str()),
+    ];
+    if let Some(refused) = session_refusal(a.session.as_deref())
+        .or_else(|| text_refusal(free_text))
+        .or_else(|| tag_refusal(free_text))
+    {
         return refused;
     }
     match s
