@@ -19,7 +19,9 @@ answered its next two `tasks/get` still list `q1`, and the one after lists `q1` 
 The finished task's text is the list of keys each `tasks/update` carried.
 With `RAW_TASKS=stuck` it has the `stuck` tool, which runs as a task whose `ttlMs` is
 `RAW_TASK_TTL` (default 1) and which stays `working` whatever it is asked; the `task_log` tool
-reports how many `tasks/get` it answered and which tasks it was asked to cancel.
+reports how many `tasks/get` it answered and which tasks it was asked to cancel. With
+`RAW_LEAK_TOKEN` set too, a `stuck` task's id ends with that token, and its `tasks/cancel` is
+refused.
 With `RAW_TASKS=paused` it has the `pause` tool, which runs as a task that its first two
 `tasks/get` show in a status this protocol revision does not have (`paused`), then completed
 with the text `resumed`.
@@ -244,6 +246,8 @@ for line in sys.stdin:
             result(rid, r)
         elif name == "stuck" and os.environ.get("RAW_TASKS") == "stuck":
             tid = "task-%d" % (len(tasks) + 1)
+            if os.environ.get("RAW_LEAK_TOKEN"):
+                tid += "-" + os.environ["RAW_LEAK_TOKEN"]
             tasks[tid] = {"stuck": True}
             r = task_fields(tid, "working")
             r["ttlMs"] = int(os.environ.get("RAW_TASK_TTL", "1"))
@@ -291,6 +295,9 @@ for line in sys.stdin:
         t["updates"].append(sorted(responses))
         t["answers"].update(responses)
         result(rid, {})
+    elif (method == "tasks/cancel" and os.environ.get("RAW_LEAK_TOKEN")
+          and os.environ["RAW_LEAK_TOKEN"] in (params.get("taskId") or "")):
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "cannot cancel"}})
     elif method == "tasks/cancel" and params.get("taskId") in tasks:
         if tasks[params["taskId"]].get("stuck"):
             stuck_log["cancelled"].append(params["taskId"])

@@ -259,6 +259,7 @@ async fn cancel(up: &Upstream, id: &str) {
         id.to_string(),
     )));
     if let Err(e) = forward(up, request, None).await {
-        tracing::debug!(namespace = up.namespace(), task = id, error = %e, "the upstream task was not cancelled");
+        // The id is the upstream's text: quoted (redacted, cut) as everything it says.
+        tracing::debug!(namespace = up.namespace(), task = %quoted(up, id), error = %e, "the upstream task was not cancelled");
     }
 }
