@@ -20,8 +20,8 @@ The finished task's text is the list of keys each `tasks/update` carried.
 With `RAW_TASKS=stuck` it has the `stuck` tool, which runs as a task whose `ttlMs` is
 `RAW_TASK_TTL` (default 1) and which stays `working` whatever it is asked; the `task_log` tool
 reports how many `tasks/get` it answered and which tasks it was asked to cancel. With
-`RAW_LEAK_TOKEN` set too, a `stuck` task's id ends with that token, and its `tasks/cancel` is
-refused.
+`RAW_LEAK_TOKEN` set too, a `stuck` task's id carries that token and a line break (then
+`FORGED log line`), and its `tasks/cancel` is refused.
 With `RAW_TASKS=paused` it has the `pause` tool, which runs as a task that its first two
 `tasks/get` show in a status this protocol revision does not have (`paused`), then completed
 with the text `resumed`.
@@ -247,7 +247,7 @@ for line in sys.stdin:
         elif name == "stuck" and os.environ.get("RAW_TASKS") == "stuck":
             tid = "task-%d" % (len(tasks) + 1)
             if os.environ.get("RAW_LEAK_TOKEN"):
-                tid += "-" + os.environ["RAW_LEAK_TOKEN"]
+                tid += "-" + os.environ["RAW_LEAK_TOKEN"] + "\nFORGED log line"
             tasks[tid] = {"stuck": True}
             r = task_fields(tid, "working")
             r["ttlMs"] = int(os.environ.get("RAW_TASK_TTL", "1"))

@@ -2,7 +2,8 @@
 //! a task id is the upstream's text, and an upstream may put anything into it. The scripted
 //! upstream (a child with the credential in its environment) names its task with the
 //! credential, keeps it working past its time to live and refuses to cancel it; the line that
-//! says the cancel failed names the task with the credential `[redacted]`. Its own test binary:
+//! says the cancel failed names the task with the credential `[redacted]`, and the line break
+//! in the id escaped, so that it cannot forge a line of the log. Its own test binary:
 //! it reads the process's log at `DEBUG`.
 
 mod peers;
@@ -48,5 +49,7 @@ async fn a_task_id_quoting_the_credential_is_logged_redacted() {
     let text = logs.wait_for("the upstream task was not cancelled").await;
     assert!(!text.contains(CANARY), "{text}");
     assert!(text.contains("task-1-[redacted]"), "{text}");
+    // Its line break is written escaped: the id cannot start a line of its own.
+    assert!(!text.lines().any(|l| l.starts_with("FORGED")), "{text}");
     agg.shutdown().await;
 }

@@ -259,7 +259,8 @@ async fn cancel(up: &Upstream, id: &str) {
         id.to_string(),
     )));
     if let Err(e) = forward(up, request, None).await {
-        // The id is the upstream's text: quoted (redacted, cut) as everything it says.
-        tracing::debug!(namespace = up.namespace(), task = %quoted(up, id), error = %e, "the upstream task was not cancelled");
+        // The id is the upstream's text: quoted (redacted, cut) as everything it says, and
+        // written escaped (a line break in it cannot start a log line).
+        tracing::debug!(namespace = up.namespace(), task = ?quoted(up, id), error = %e, "the upstream task was not cancelled");
     }
 }
