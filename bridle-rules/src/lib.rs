@@ -73,7 +73,7 @@ pub use store::{
     QueueFilter, QueuePage, RulesStore, SQLITE_MIGRATIONS, ScopeTicket, UNCHANGED_CHECK_MAX,
     VendorReport,
 };
-pub use validate::{MAX_LINE_CHARS, is_bidi_control, is_one_line, validate};
+pub use validate::{MAX_LINE_CHARS, is_bidi_control, is_one_line, is_tag_character, validate};
 pub use yaml::{Loaded, load_str, to_yaml};
 
 /// The Kberg write-capability ids that agent permissions turn into. A gateway declares them

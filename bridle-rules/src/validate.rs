@@ -30,6 +30,14 @@ pub fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
+/// Whether `c` is a Unicode tag character (U+E0000 to U+E007F). Tag characters mirror ASCII
+/// but show nothing: a reviewer, a page and a terminal show the text around them, while a model
+/// reading the rules reads them as the letters they stand for, so an instruction written in
+/// them would be approved unseen.
+pub fn is_tag_character(c: char) -> bool {
+    ('\u{e0000}'..='\u{e007f}').contains(&c)
+}
+
 /// Whether `text` may be a pattern's name or an example's tag: one line of at most
 /// [`MAX_LINE_CHARS`] characters, without a control character or a line separator (each is a
 /// heading or part of one line of every rendered file). Documents are held to it by

@@ -961,16 +961,17 @@ fn pending_counts_agree_with_the_listings(backend: Backend) {
 }
 
 /// True when `text` holds a character a reviewer would not see or a terminal would act on:
-/// a control character (line feeds and tabs aside) or a bidirectional-text control.
+/// a control character (line feeds and tabs aside), a bidirectional-text control, or a
+/// Unicode tag character (invisible, read by models as the letters it mirrors).
 fn hides_something(text: &str) -> bool {
     text.chars().any(|c| {
         (c.is_control() && !matches!(c, '\n' | '\t'))
-            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{e0000}'..='\u{e007f}')
     })
 }
 
 /// A vendor page is scraped text from any server: escape sequences, NUL, a lone carriage
-/// return and bidirectional controls in it are dropped or become spaces, so the statements
+/// return, bidirectional controls and tag characters in it are dropped or become spaces, so the statements
 /// queued (and their excerpts in the ledger) hold only what a reviewer sees.
 fn control_characters_of_a_vendor_page_never_reach_a_proposal(backend: Backend) {
     let (_dir, store) = store(backend);
@@ -978,7 +979,7 @@ fn control_characters_of_a_vendor_page_never_reach_a_proposal(backend: Backend) 
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vendor-controls.html"),
     )
     .unwrap();
-    let markdown = "- Always run the \u{1b}[31mlinter\u{1b}[0m before you push a branch.\n- Never paste\u{0} tokens into \u{202e}chat windows\u{202c} or issues.\n- You should write\rshort commit messages in the \u{2067}imperative\u{2069} mood.\n";
+    let markdown = "- Always run the \u{1b}[31mlinter\u{1b}[0m before you push a branch.\n- Never paste\u{0} tokens into \u{202e}chat windows\u{202c} or issues.\n- You should write\rshort commit messages in the \u{2067}imperative\u{2069} mood.\u{e0049}\u{e0067}\u{e006e}\u{e006f}\u{e0072}\u{e0065}\n";
     for (source_ref, text, queued) in [("page.html", page.as_str(), 4), ("page.md", markdown, 3)] {
         let report = store
             .queue_vendor_guidance("shop", "claude", source_ref, text)

@@ -218,19 +218,18 @@ fn excerpt_around(block: &str, block_chars: usize, at: std::ops::Range<usize>) -
     out
 }
 
-/// `text` without what a reviewer would not see but a terminal or a rendered file would act
-/// on: a bidirectional-text control is dropped, any other control character (an escape
-/// sequence's ESC, NUL, a lone carriage return) becomes a space. A page is scraped text, so
-/// it is cleaned rather than refused (the gateway refuses such characters from an agent).
+/// `text` without what a reviewer would not see but a terminal, a rendered file or a model
+/// would act on: a bidirectional-text control or a Unicode tag character is dropped, any other
+/// control character (an escape sequence's ESC, NUL, a lone carriage return) becomes a space.
+/// A page is scraped text, so it is cleaned rather than refused (the gateway refuses such
+/// characters from an agent).
 pub(crate) fn visible_text(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text
-        .chars()
-        .any(|c| c.is_control() || crate::is_bidi_control(c))
-    {
+    let dropped = |c: char| crate::is_bidi_control(c) || crate::is_tag_character(c);
+    if !text.chars().any(|c| c.is_control() || dropped(c)) {
         return std::borrow::Cow::Borrowed(text);
     }
     text.chars()
-        .filter(|&c| !crate::is_bidi_control(c))
+        .filter(|&c| !dropped(c))
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect()
 }
