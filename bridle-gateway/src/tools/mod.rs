@@ -92,11 +92,6 @@ pub(crate) fn text_refusal<'a>(
     ))))
 }
 
-/// Whether `c` is a Unicode tag character (U+E0000 to U+E007F).
-fn is_tag_character(c: char) -> bool {
-    ('\u{e0000}'..='\u{e007f}').contains(&c)
-}
-
 /// The refusal (`proposal_rejected`) of the first of `fields` (what it is, the text) that holds
 /// a Unicode tag character (U+E0000 to U+E007F), if any.
 ///
@@ -110,7 +105,7 @@ pub(crate) fn tag_refusal<'a>(
 ) -> Option<ToolOutput> {
     let (what, c) = fields.into_iter().find_map(|(what, text)| {
         text.chars()
-            .find(|&c| is_tag_character(c))
+            .find(|&c| bridle_rules::is_tag_character(c))
             .map(|c| (what, c))
     })?;
     Some(rules_refusal(&RulesError::Rejected(format!(

@@ -204,10 +204,10 @@ fn data_dir(cli: &Cli) -> PathBuf {
 }
 
 /// A line of text from outside (an agent's guardrail statement or scope reason, a client's
-/// name) as a terminal shows it: each control character and each bidirectional control
-/// written as its escape (`\r`, `\u{1b}`, `\u{202e}`), so a carriage return, a terminal
-/// escape sequence or a right-to-left override cannot rewrite what a person reads before
-/// deciding.
+/// name) as a terminal shows it: each control character, bidirectional control and Unicode
+/// tag character written as its escape (`\r`, `\u{1b}`, `\u{202e}`, `\u{e0049}`), so a
+/// carriage return, a terminal escape sequence or a right-to-left override cannot rewrite what
+/// a person reads before deciding, and text a terminal shows nothing of is seen.
 pub(crate) fn printable(line: &str) -> std::borrow::Cow<'_, str> {
     escaped_for_terminal(line, false)
 }
@@ -218,11 +218,14 @@ pub(crate) fn printable_message(text: &str) -> std::borrow::Cow<'_, str> {
     escaped_for_terminal(text, true)
 }
 
-/// `text` with each control character (line breaks too unless `keep_line_breaks`) and each
-/// bidirectional control written as its escape; borrowed when there is none.
+/// `text` with each control character (line breaks too unless `keep_line_breaks`), each
+/// bidirectional control and each tag character written as its escape; borrowed when there is
+/// none.
 fn escaped_for_terminal(text: &str, keep_line_breaks: bool) -> std::borrow::Cow<'_, str> {
     let unsafe_char = |c: char| {
-        (c.is_control() && !(keep_line_breaks && c == '\n')) || bridle_rules::is_bidi_control(c)
+        (c.is_control() && !(keep_line_breaks && c == '\n'))
+            || bridle_rules::is_bidi_control(c)
+            || bridle_rules::is_tag_character(c)
     };
     if !text.chars().any(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
