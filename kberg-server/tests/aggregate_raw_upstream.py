@@ -26,7 +26,8 @@ With `RAW_TASKS=paused` it has the `pause` tool, which runs as a task that its f
 `tasks/get` show in a status this protocol revision does not have (`paused`), then completed
 with the text `resumed`.
 With `RAW_TASKS=fails` it has the `fails` tool, which runs as a task that `tasks/get` shows
-failed, its error's message `fail_chars` characters long.
+failed, its error's message `fail_chars` characters long; called with `malformed` true, its
+task is shown `completed` without a result.
 With `RAW_LEAK_TOKEN` set it also has the `leak` tool, which says that token back as a chatty
 (or compromised) server might, each time beside ordinary text: in an `elicitation/create`
 request (its message and its schema); once that is answered, in a log message (in its `logger`
@@ -154,6 +155,8 @@ def task_view(tid):
         view = task_fields(tid, "completed")
         view["result"] = text("resumed")
         return view
+    if t.get("malformed"):
+        return task_fields(tid, "completed")
     if "fails" in t:
         view = task_fields(tid, "failed")
         view["error"] = {"code": -32603, "message": "x" * t["fails"]}
@@ -261,7 +264,8 @@ for line in sys.stdin:
             result(rid, r)
         elif name == "fails" and os.environ.get("RAW_TASKS") == "fails":
             tid = "task-%d" % (len(tasks) + 1)
-            tasks[tid] = {"fails": (params.get("arguments") or {}).get("fail_chars", 10)}
+            tasks[tid] = {"fails": (params.get("arguments") or {}).get("fail_chars", 10),
+                          "malformed": (params.get("arguments") or {}).get("malformed", False)}
             r = task_fields(tid, "working")
             r["resultType"] = "task"
             result(rid, r)

@@ -595,3 +595,37 @@ async fn a_task_status_of_a_later_revision_is_polled_on() {
     assert_eq!(out.all_text(), "resumed");
     agg.shutdown().await;
 }
+
+/// A view of a task in a status this revision has, which the client library still cannot
+/// read (`completed` without its result), is a malformed answer, not a later revision's
+/// status to poll on: the call ends `upstream_invalid_result` at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_view_of_a_known_task_status_is_upstream_invalid_result() {
+    let registry = ToolRegistry::new();
+    let config = AggregatorConfig::new().upstream(
+        UpstreamConfig::new("raw", raw_upstream().env("RAW_TASKS", "fails"))
+            .call_timeout(Duration::from_secs(10)),
+    );
+    let agg = Aggregator::start(config, registry.clone()).expect("valid");
+    assert!(
+        agg.wait_connected("raw", 1, WAIT).await,
+        "{:?}",
+        agg.status("raw")
+    );
+    let out = tokio::time::timeout(
+        WAIT,
+        registry.call(
+            &reader(),
+            "raw__fails",
+            json!({"malformed": true}),
+            CallOptions::default(),
+        ),
+    )
+    .await
+    .expect("the call ends")
+    .expect("a refusal");
+    assert!(out.is_error, "{out:?}");
+    let refusal = out.structured.as_ref().expect("a refusal");
+    assert_eq!(refusal["code"], "upstream_invalid_result", "{refusal}");
+    agg.shutdown().await;
+}

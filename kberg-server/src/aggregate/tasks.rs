@@ -62,16 +62,25 @@ fn time_to_live(ttl_ms: Option<u64>) -> Duration {
 
 /// A view of the task `id` in a status this protocol revision does not have (a later
 /// revision's), which the client library cannot read as a task: its `pollIntervalMs` and
-/// `ttlMs`, when it is one.
+/// `ttlMs`, when it is one. A status this revision has in a view it cannot read (`completed`
+/// without its result) is a malformed answer, not this.
 fn unknown_status(view: &Value, id: &str) -> Option<(Option<u64>, Option<u64>)> {
-    (view.get("taskId").and_then(Value::as_str) == Some(id)
-        && view.get("status").is_some_and(Value::is_string))
-    .then(|| {
-        (
-            view.get("pollIntervalMs").and_then(Value::as_u64),
-            view.get("ttlMs").and_then(Value::as_u64),
-        )
-    })
+    const KNOWN: [&str; 5] = [
+        "working",
+        "input_required",
+        "completed",
+        "failed",
+        "cancelled",
+    ];
+    let status = view.get("status").and_then(Value::as_str)?;
+    (view.get("taskId").and_then(Value::as_str) == Some(id) && !KNOWN.contains(&status)).then(
+        || {
+            (
+                view.get("pollIntervalMs").and_then(Value::as_u64),
+                view.get("ttlMs").and_then(Value::as_u64),
+            )
+        },
+    )
 }
 
 /// How following a task ended without a result.
