@@ -170,6 +170,20 @@ pub enum RulesError {
         /// How many of its proposals wait.
         pending: u64,
     },
+    /// One agent has as many scope requests of a project waiting for a decision as one may have
+    /// ([`MAX_PENDING_PER_PROPOSER`](crate::MAX_PENDING_PER_PROPOSER)); nothing was stored.
+    /// Code `too_many_pending`, as for proposals.
+    #[error(
+        "`{agent}` has {pending} scope requests waiting for a decision in project `{project}`, the most one agent may have; ask again once some are decided"
+    )]
+    TooManyPendingScope {
+        /// The project.
+        project: String,
+        /// The agent asking.
+        agent: String,
+        /// How many of its requests wait.
+        pending: u64,
+    },
     /// A stored proposal or scope ticket this build cannot read: a newer build sharing the
     /// database wrote a kind of change or a status this one does not know. The message names
     /// the row, never its content.
@@ -262,7 +276,9 @@ impl RulesError {
             RulesError::NotFound { .. } => "not_found",
             RulesError::AlreadyDecided { .. } => "already_decided",
             RulesError::Rejected(_) => "proposal_rejected",
-            RulesError::TooManyPending { .. } => "too_many_pending",
+            RulesError::TooManyPending { .. } | RulesError::TooManyPendingScope { .. } => {
+                "too_many_pending"
+            }
             RulesError::Unreadable { .. } => "unreadable_record",
             RulesError::Template { .. } => "template_error",
             RulesError::Database(_) | RulesError::Postgres(_) => "database_error",

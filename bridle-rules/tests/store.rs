@@ -810,8 +810,9 @@ fn proposals_are_bounded_in_size_and_in_number(backend: Backend) {
         .unwrap();
 }
 
-/// Scope tickets are bounded as proposals are: at most `MAX_PROPOSAL_BYTES` of text, and at most
-/// `MAX_PENDING_PROPOSALS` of one project waiting; a decision makes room again, and another
+/// Scope tickets are bounded as proposals are: at most `MAX_PROPOSAL_BYTES` of text, at most
+/// `MAX_PENDING_PER_PROPOSER` of one agent and `MAX_PENDING_PROPOSALS` of one project waiting
+/// (so one agent cannot lock the others out); a decision makes room again, and another
 /// project's tickets are not counted.
 fn scope_tickets_are_bounded_in_size_and_in_number(backend: Backend) {
     let (_dir, store) = store(backend);
@@ -831,8 +832,10 @@ fn scope_tickets_are_bounded_in_size_and_in_number(backend: Backend) {
     }
     assert!(store.scope_tickets(true).unwrap().is_empty());
 
+    // One agent fills its share; the others can still ask.
+    let per_agent = bridle_rules::MAX_PENDING_PER_PROPOSER;
     let mut first = None;
-    for i in 0..bridle_rules::MAX_PENDING_PROPOSALS {
+    for i in 0..per_agent {
         let t = store
             .request_scope("shop", "claude", None, &format!("step {i}"), "why")
             .unwrap();
@@ -841,16 +844,39 @@ fn scope_tickets_are_bounded_in_size_and_in_number(backend: Backend) {
     let err = store
         .request_scope("shop", "claude", None, "one more", "why")
         .unwrap_err();
-    assert_eq!(err.code(), "proposal_rejected", "{err}");
-    assert!(err.to_string().contains("waiting"), "{err}");
+    assert_eq!(err.code(), "too_many_pending", "{err}");
+    assert!(err.to_string().contains("`claude`"), "{err}");
     store
-        .request_scope("other", "claude", None, "elsewhere", "why")
+        .request_scope("shop", "codex", None, "mine", "why")
         .unwrap();
     store
         .decide_scope(first.unwrap(), false, "alice", None)
         .unwrap();
     store
         .request_scope("shop", "claude", None, "one more", "why")
+        .unwrap();
+
+    // The project's queue is full once enough agents have filled theirs.
+    let mut pending = per_agent + 1;
+    let mut agent = 0;
+    while pending < bridle_rules::MAX_PENDING_PROPOSALS {
+        let name = format!("agent-{agent}");
+        let mine = if agent == 0 { per_agent - 1 } else { per_agent };
+        for i in 0..mine.min(bridle_rules::MAX_PENDING_PROPOSALS - pending) {
+            store
+                .request_scope("shop", &name, None, &format!("step {i}"), "why")
+                .unwrap();
+            pending += 1;
+        }
+        agent += 1;
+    }
+    let err = store
+        .request_scope("shop", "latecomer", None, "one more", "why")
+        .unwrap_err();
+    assert_eq!(err.code(), "proposal_rejected", "{err}");
+    assert!(err.to_string().contains("waiting"), "{err}");
+    store
+        .request_scope("other", "claude", None, "elsewhere", "why")
         .unwrap();
 }
 

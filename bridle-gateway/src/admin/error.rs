@@ -375,10 +375,12 @@ impl From<RulesError> for ApiError {
                 detail,
                 errors: Vec::new(),
             },
-            RulesError::TooManyPending { .. } => ApiError::Conflict {
-                code: "too_many_pending",
-                detail,
-            },
+            RulesError::TooManyPending { .. } | RulesError::TooManyPendingScope { .. } => {
+                ApiError::Conflict {
+                    code: "too_many_pending",
+                    detail,
+                }
+            }
             // Written by a newer build sharing the database: it exists, this build cannot
             // show or decide it.
             RulesError::Unreadable { .. } => ApiError::Conflict {

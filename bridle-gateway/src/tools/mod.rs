@@ -208,6 +208,7 @@ pub(crate) fn agent_facing(e: &RulesError) -> bool {
             | RulesError::AlreadyDecided { .. }
             | RulesError::Rejected(_)
             | RulesError::TooManyPending { .. }
+            | RulesError::TooManyPendingScope { .. }
             | RulesError::Unreadable { .. }
             | RulesError::InvalidName { .. }
     )

@@ -188,6 +188,8 @@ pub(crate) trait RulesTx {
     fn ticket_ids(&mut self, include_decided: bool) -> Result<Vec<u64>, RulesError>;
     /// How many scope tickets of a project are pending.
     fn pending_tickets(&mut self, project: &str) -> Result<u64, RulesError>;
+    /// How many scope tickets of a project one agent has pending.
+    fn pending_tickets_by(&mut self, project: &str, agent: &str) -> Result<u64, RulesError>;
     /// Records a scope ticket's decision.
     fn decide_ticket(&mut self, id: u64, d: &Decision<'_>) -> Result<(), RulesError>;
     /// The transaction's SQLite connection, on a SQLite backend: rows another module keeps in

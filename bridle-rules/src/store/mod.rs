@@ -898,8 +898,10 @@ impl RulesStore {
 
     /// Opens a scope-expansion ticket for a person to decide. As with proposals, the ticket's
     /// text is at most [`MAX_PROPOSAL_BYTES`] and a project holds at most
-    /// [`MAX_PENDING_PROPOSALS`] pending tickets; past either, nothing is stored
-    /// ([`RulesError::Rejected`]).
+    /// [`MAX_PENDING_PROPOSALS`] pending tickets (past either, nothing is stored:
+    /// [`RulesError::Rejected`]), of which one agent may have [`MAX_PENDING_PER_PROPOSER`], so
+    /// one agent cannot fill the project's queue and lock the others out
+    /// ([`RulesError::TooManyPendingScope`]).
     pub fn request_scope(
         &self,
         project: &str,
@@ -922,6 +924,14 @@ impl RulesStore {
         }
         let mut tx = self.backend.begin(true)?;
         // Counted in the write transaction, so concurrent requests cannot pass the limit.
+        let pending = tx.pending_tickets_by(project, agent)?;
+        if pending >= MAX_PENDING_PER_PROPOSER as u64 {
+            return Err(RulesError::TooManyPendingScope {
+                project: project.to_string(),
+                agent: agent.to_string(),
+                pending,
+            });
+        }
         let pending = tx.pending_tickets(project)?;
         if pending >= MAX_PENDING_PROPOSALS as u64 {
             return Err(RulesError::Rejected(format!(

@@ -483,6 +483,15 @@ impl RulesTx for SqliteTx {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
+    fn pending_tickets_by(&mut self, project: &str, agent: &str) -> Result<u64, RulesError> {
+        let n: i64 = self.conn.query_row(
+            "SELECT count(*) FROM scope_requests WHERE project = ?1 AND status = 'pending' AND agent = ?2",
+            params![project, agent],
+            |r| r.get(0),
+        )?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     fn decide_ticket(&mut self, id: u64, d: &Decision<'_>) -> Result<(), RulesError> {
         self.conn.execute(
             "UPDATE scope_requests SET status = ?1, decided_by = ?2, decided_at = ?3, note = ?4 WHERE id = ?5",
