@@ -124,10 +124,18 @@ pub fn refusal(code: RefusalCode, message: impl Into<String>) -> ToolOutput {
     shaped(code.as_str(), code.is_retryable(), message.into())
 }
 
-/// The rules store's refusal, in the same shape (its code from [`RulesError::code`]); the
+/// The rules store's refusal, in the same shape (its code from [`RulesError::code`], but
+/// `unknown_agent_type` for an agent type it cannot render for); the
 /// tool's [`NamedRefusals`] adds `tool`.
 pub fn rules_refusal(e: &RulesError) -> ToolOutput {
-    shaped(e.code(), false, e.to_string())
+    let code = match e {
+        // The store's `unknown_agent` is an agent type it cannot render for; to an agent,
+        // `unknown_agent` says that it itself is no longer a configured agent. The admin API
+        // says `unknown_agent_type` too.
+        RulesError::UnknownAgent { .. } => "unknown_agent_type",
+        other => other.code(),
+    };
+    shaped(code, false, e.to_string())
 }
 
 fn shaped(code: &str, retryable: bool, message: String) -> ToolOutput {

@@ -174,7 +174,9 @@ fn an_agent_proposes_a_person_approves_and_the_agent_sees_it() {
         "{report}"
     );
     assert_eq!(report["other_project"], "project_not_allowed");
-    assert_eq!(report["unknown_agent"], "unknown_agent");
+    // An agent type the gateway cannot render for is not `unknown_agent`, which tells an agent
+    // that it itself is no longer a configured agent.
+    assert_eq!(report["unknown_agent"], "unknown_agent_type");
     assert_eq!(report["other_ticket"], "not_found");
 
     // Deciding the ticket.
