@@ -54,8 +54,9 @@ impl MasterKey {
 
     /// Reads the key from `path` (e.g. a Docker secret). A missing, unreadable, short or long
     /// file is an error; nothing is created. A named pipe (`<(...)`) is read once its writer
-    /// comes, waited for at most [`PIPE_WAIT`](crate::files::PIPE_WAIT) (then the key is
-    /// unreadable, saying so).
+    /// comes, waited for at most 30 seconds, as a token file's
+    /// ([`TOKEN_PIPE_WAIT`](crate::admin::TOKEN_PIPE_WAIT)); then the key is unreadable, saying
+    /// so.
     pub fn load(path: &Path) -> Result<Self, VaultError> {
         Self::load_within(path, crate::files::PIPE_WAIT)
     }
