@@ -8,10 +8,7 @@
 
 mod peers;
 
-use std::time::Duration;
-
-use kberg_core::{CallOptions, ToolRegistry};
-use kberg_server::aggregate::{Aggregator, AggregatorConfig, UpstreamConfig};
+use kberg_core::CallOptions;
 use kberg_testkit::log::LogBuffer;
 use peers::*;
 use serde_json::json;
@@ -22,22 +19,8 @@ const CANARY: &str = "CANARY-task-id-5f2e8b0c91";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_id_quoting_the_credential_is_logged_redacted() {
     let logs = LogBuffer::global(tracing::Level::DEBUG);
-    let registry = ToolRegistry::new();
-    let config = AggregatorConfig::new().upstream(
-        UpstreamConfig::new(
-            "raw",
-            raw_upstream()
-                .env("RAW_TASKS", "stuck")
-                .env("RAW_LEAK_TOKEN", CANARY),
-        )
-        .call_timeout(Duration::from_secs(10)),
-    );
-    let agg = Aggregator::start(config, registry.clone()).expect("valid");
-    assert!(
-        agg.wait_connected("raw", 1, WAIT).await,
-        "{:?}",
-        agg.status("raw")
-    );
+    let (registry, agg) =
+        raw_aggregator(|t| t.env("RAW_TASKS", "stuck").env("RAW_LEAK_TOKEN", CANARY)).await;
     let out = tokio::time::timeout(
         WAIT,
         registry.call(&reader(), "raw__stuck", json!({}), CallOptions::default()),

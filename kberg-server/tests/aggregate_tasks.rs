@@ -323,17 +323,7 @@ impl ClientPeer for NotesQuestions {
 /// client is asked each question once, and each key goes upstream in one update.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answered_task_question_is_not_asked_again_while_the_upstream_catches_up() {
-    let registry = ToolRegistry::new();
-    let config = AggregatorConfig::new().upstream(
-        UpstreamConfig::new("raw", raw_upstream().env("RAW_TASKS", "stale"))
-            .call_timeout(Duration::from_secs(10)),
-    );
-    let agg = Aggregator::start(config, registry.clone()).expect("valid");
-    assert!(
-        agg.wait_connected("raw", 1, WAIT).await,
-        "{:?}",
-        agg.status("raw")
-    );
+    let (registry, agg) = raw_aggregator(|t| t.env("RAW_TASKS", "stale")).await;
     let client = Arc::new(NotesQuestions(std::sync::Mutex::new(Vec::new())));
     let opts = CallOptions::default().with_peer(client.clone());
     let out = tokio::time::timeout(WAIT, registry.call(&reader(), "raw__ask", json!({}), opts))
@@ -357,17 +347,7 @@ async fn an_answered_task_question_is_not_asked_again_while_the_upstream_catches
 /// and the upstream task is cancelled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_task_still_working_past_its_ttl_ends_upstream_timeout() {
-    let registry = ToolRegistry::new();
-    let config = AggregatorConfig::new().upstream(
-        UpstreamConfig::new("raw", raw_upstream().env("RAW_TASKS", "stuck"))
-            .call_timeout(Duration::from_secs(10)),
-    );
-    let agg = Aggregator::start(config, registry.clone()).expect("valid");
-    assert!(
-        agg.wait_connected("raw", 1, WAIT).await,
-        "{:?}",
-        agg.status("raw")
-    );
+    let (registry, agg) = raw_aggregator(|t| t.env("RAW_TASKS", "stuck")).await;
     let out = tokio::time::timeout(
         WAIT,
         registry.call(&reader(), "raw__stuck", json!({}), CallOptions::default()),
@@ -536,17 +516,7 @@ async fn the_forward_hook_learns_of_a_task_that_outlived_its_ttl() {
 /// same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_upstream_tasks_long_message_is_cut() {
-    let registry = ToolRegistry::new();
-    let config = AggregatorConfig::new().upstream(
-        UpstreamConfig::new("raw", raw_upstream().env("RAW_TASKS", "fails"))
-            .call_timeout(Duration::from_secs(10)),
-    );
-    let agg = Aggregator::start(config, registry.clone()).expect("valid");
-    assert!(
-        agg.wait_connected("raw", 1, WAIT).await,
-        "{:?}",
-        agg.status("raw")
-    );
+    let (registry, agg) = raw_aggregator(|t| t.env("RAW_TASKS", "fails")).await;
     let e = tokio::time::timeout(
         WAIT,
         registry.call(
@@ -573,17 +543,7 @@ async fn a_failed_upstream_tasks_long_message_is_cut() {
 /// task is `paused` for two polls, then completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_status_of_a_later_revision_is_polled_on() {
-    let registry = ToolRegistry::new();
-    let config = AggregatorConfig::new().upstream(
-        UpstreamConfig::new("raw", raw_upstream().env("RAW_TASKS", "paused"))
-            .call_timeout(Duration::from_secs(10)),
-    );
-    let agg = Aggregator::start(config, registry.clone()).expect("valid");
-    assert!(
-        agg.wait_connected("raw", 1, WAIT).await,
-        "{:?}",
-        agg.status("raw")
-    );
+    let (registry, agg) = raw_aggregator(|t| t.env("RAW_TASKS", "paused")).await;
     let out = tokio::time::timeout(
         WAIT,
         registry.call(&reader(), "raw__pause", json!({}), CallOptions::default()),
@@ -601,17 +561,7 @@ async fn a_task_status_of_a_later_revision_is_polled_on() {
 /// status to poll on: the call ends `upstream_invalid_result` at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_view_of_a_known_task_status_is_upstream_invalid_result() {
-    let registry = ToolRegistry::new();
-    let config = AggregatorConfig::new().upstream(
-        UpstreamConfig::new("raw", raw_upstream().env("RAW_TASKS", "fails"))
-            .call_timeout(Duration::from_secs(10)),
-    );
-    let agg = Aggregator::start(config, registry.clone()).expect("valid");
-    assert!(
-        agg.wait_connected("raw", 1, WAIT).await,
-        "{:?}",
-        agg.status("raw")
-    );
+    let (registry, agg) = raw_aggregator(|t| t.env("RAW_TASKS", "fails")).await;
     let out = tokio::time::timeout(
         WAIT,
         registry.call(

@@ -161,3 +161,26 @@ pub async fn serve_router(
     });
     (format!("http://{addr}/mcp"), StopOnDrop(shutdown))
 }
+
+/// An aggregator, its tools in the returned registry, over [`raw_upstream`] as `raw` with
+/// `transport` adding to it (`RAW_TASKS` and the like) and a 10 s call timeout, once connected.
+pub async fn raw_aggregator(
+    transport: impl FnOnce(UpstreamTransport) -> UpstreamTransport,
+) -> (
+    kberg_core::ToolRegistry,
+    kberg_server::aggregate::Aggregator,
+) {
+    use kberg_server::aggregate::{Aggregator, AggregatorConfig, UpstreamConfig};
+    let registry = kberg_core::ToolRegistry::new();
+    let config = AggregatorConfig::new().upstream(
+        UpstreamConfig::new("raw", transport(raw_upstream()))
+            .call_timeout(std::time::Duration::from_secs(10)),
+    );
+    let agg = Aggregator::start(config, registry.clone()).expect("valid");
+    assert!(
+        agg.wait_connected("raw", 1, WAIT).await,
+        "{:?}",
+        agg.status("raw")
+    );
+    (registry, agg)
+}
