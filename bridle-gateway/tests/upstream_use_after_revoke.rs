@@ -18,70 +18,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use admin_support::gateway::Gw;
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use admin_support::upstream::{Seen, serve_stand_in};
 use bridle_gateway::upstreams::{Credential, SecretError, SecretSource, SecretUse};
 use bridle_gateway::vault::{MasterKey, Vault, VaultConfig};
 use bridle_rules::ReadWrite;
 use kberg_testkit::eventually_async_ok;
 use serde_json::{Value, json};
-
-/// Every `Authorization` header the stand-in got, with the method of its request.
-type Seen = Arc<Mutex<Vec<(String, String)>>>;
-
-async fn stand_in(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Response {
-    let Ok(msg) = serde_json::from_slice::<Value>(&body) else {
-        return StatusCode::BAD_REQUEST.into_response();
-    };
-    let auth = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    let method = msg["method"].as_str().unwrap_or_default().to_string();
-    seen.lock().unwrap().push((auth, method.clone()));
-    let Some(id) = msg.get("id").cloned() else {
-        return StatusCode::ACCEPTED.into_response();
-    };
-    let result = match method.as_str() {
-        "initialize" => json!({
-            "protocolVersion": msg["params"]["protocolVersion"],
-            "capabilities": {"tools": {}},
-            "serverInfo": {"name": "up", "version": "1"},
-        }),
-        "tools/list" => json!({"tools": [{
-            "name": "ping",
-            "description": "Answers pong.",
-            "inputSchema": {"type": "object"},
-            "annotations": {"readOnlyHint": true},
-        }]}),
-        "tools/call" => json!({"content": [{"type": "text", "text": "pong"}]}),
-        _ => json!({}),
-    };
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
-    )
-        .into_response()
-}
-
-/// Serves the stand-in upstream on a free loopback port, recording into `seen`.
-async fn serve_stand_in(seen: Seen) -> std::net::SocketAddr {
-    let app = Router::new()
-        .route(
-            "/mcp",
-            post(stand_in).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
-        )
-        .with_state(seen);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    addr
-}
 
 /// What the wrapper does to the next use of a forwarded call before recording it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

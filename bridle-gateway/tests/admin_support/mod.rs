@@ -4,6 +4,7 @@
 #![allow(dead_code)] // Each test file uses part of the harness.
 
 pub mod gateway;
+pub mod upstream;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
