@@ -266,6 +266,14 @@ pub(crate) fn pg_error(e: &tokio_postgres::Error) -> RulesError {
     }
 }
 
+/// Whether `e` says the connection it came on is gone: no server error at all (closed, an I/O
+/// failure) or one that ended the session (`FATAL`, `PANIC`).
+fn connection_lost(e: &tokio_postgres::Error) -> bool {
+    e.is_closed()
+        || e.as_db_error()
+            .is_none_or(|db| matches!(db.severity(), "FATAL" | "PANIC"))
+}
+
 /// A pool error as the store's error (a backend error keeps PostgreSQL's message and code).
 fn pool_error(e: deadpool_postgres::PoolError) -> RulesError {
     match e {
@@ -655,14 +663,22 @@ impl PgClient {
         }
     }
 
-    /// [`Self::wait`] with the client's deadline, a server error as the store's error.
+    /// [`Self::wait`] with the client's deadline, a server error as the store's error. A step
+    /// that failed because the connection is gone (closed, broken, or ended by the server: a
+    /// `FATAL` error such as an administrator's `pg_terminate_backend`) marks the client
+    /// closed, so its connection is not handed out by the pool again: the pool's own check
+    /// sees a closed connection only once its task has noticed, which may be later.
     fn step<T>(
         &self,
         step: Step,
         reply: impl Future<Output = Result<T, tokio_postgres::Error>>,
     ) -> Result<T, RulesError> {
-        self.wait(step, self.deadline, reply)?
-            .map_err(|e| pg_error(&e))
+        self.wait(step, self.deadline, reply)?.map_err(|e| {
+            if connection_lost(&e) {
+                self.closed.store(true, Ordering::Release);
+            }
+            pg_error(&e)
+        })
     }
 
     /// Runs statements without parameters.
