@@ -370,19 +370,38 @@ fn a_replica_whose_lock_connection_was_lost_is_not_taken_for_gone() {
         &runs,
     );
     let key = 0x6274_6b74_0000_0000_i64 | (a_store.runner() & 0xffff_ffff);
-    let killed: i64 = PgDatabase::connect(&cluster.settings(&dbname))
+    let admin = PgDatabase::connect(&cluster.settings(&dbname))
         .unwrap()
         .client()
-        .unwrap()
-        .query_opt(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+        .unwrap();
+    let holder: Vec<i32> = admin
+        .query(
+            "SELECT pid FROM pg_locks
              WHERE locktype = 'advisory' AND granted AND objsubid = 1
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
                AND ((classid::bigint << 32) | objid::bigint) = $1",
             &[&key],
         )
         .unwrap()
-        .map_or(0, |r| r.get(0));
-    assert_eq!(killed, 1, "one connection held A's runner lock");
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // Advisory locks are listed for the whole cluster; other tests' databases number their
+    // runners from 1 too.
+    assert_eq!(holder.len(), 1, "one connection held A's runner lock");
+    admin
+        .query_opt("SELECT pg_terminate_backend($1)", &[&holder[0]])
+        .unwrap();
+    // The server ends the session on its own time: wait until it is gone.
+    kberg_testkit::eventually("A's lock connection is gone", || {
+        admin
+            .query_opt(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+                &[&holder[0]],
+            )
+            .unwrap()
+            .is_some_and(|r| r.get::<_, i64>(0) == 0)
+    });
 
     let id = file_running(&a, &a_store);
     assert_eq!(
