@@ -69,6 +69,25 @@ fn problems_list(problems: &[Problem]) -> String {
         .collect::<String>()
 }
 
+/// Whose fault a [`RulesError`] is ([`RulesError::kind`]): what a caller is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RulesErrorKind {
+    /// The caller's own request was wrong (an unknown project or id, a stale revision, a
+    /// refused change, a name, a full queue). The message is about the request and safe to
+    /// tell the caller, with a 4xx status or the error's code.
+    Request,
+    /// A rules document does not parse, breaks the format, is too new or cannot be migrated.
+    /// The caller's fault when the caller submitted the document (the admin API's create and
+    /// replace), the store's when the document was read from the store (every agent-facing
+    /// call: agents never submit a document). The message may name the document's file.
+    Document,
+    /// The store itself failed: a file, the database, a template, writing YAML. The message
+    /// names files and internals; the caller gets a generic sentence (a 5xx) with the code,
+    /// and the operator's log gets the message.
+    Store,
+}
+
 /// Why a rules operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -291,6 +310,39 @@ impl RulesError {
         }
     }
 
+    /// Whose fault this error is, so that every place that answers a caller (the admin API,
+    /// the agents' tools and resources) tells the caller the same kinds of errors in the
+    /// store's own words and keeps the same others to the operator's log.
+    ///
+    /// The match is exhaustive: a new variant is classified here, once, for all of them.
+    pub fn kind(&self) -> RulesErrorKind {
+        match self {
+            RulesError::Conflict { .. }
+            | RulesError::UnknownProject(_)
+            | RulesError::UnknownAgent { .. }
+            | RulesError::NotFound { .. }
+            | RulesError::AlreadyDecided { .. }
+            | RulesError::Rejected(_)
+            | RulesError::TooManyPending { .. }
+            | RulesError::TooManyPendingScope { .. }
+            // Names a stored row by its id, never its content: the caller asked for that row.
+            | RulesError::Unreadable { .. }
+            | RulesError::InvalidName { .. } => RulesErrorKind::Request,
+            RulesError::Parse { .. }
+            | RulesError::Invalid { .. }
+            | RulesError::TooNew { .. }
+            | RulesError::Migration { .. } => RulesErrorKind::Document,
+            RulesError::Template { .. }
+            | RulesError::Database(_)
+            | RulesError::DatabaseTooNew { .. }
+            | RulesError::MigrationChanged { .. }
+            | RulesError::Postgres(_)
+            | RulesError::DatabaseConfig(_)
+            | RulesError::Io { .. }
+            | RulesError::Serialize(_) => RulesErrorKind::Store,
+        }
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         RulesError::Io {
             path: path.into(),
@@ -328,5 +380,169 @@ pub fn check_name(what: &'static str, name: &str) -> Result<(), RulesError> {
             reason,
         }),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One error of every variant, with the kind it must have. The match below is exhaustive
+    /// (no wildcard), so a new variant does not compile until it is listed here too, with
+    /// the kind a person chose for it.
+    fn every_variant() -> Vec<(RulesError, RulesErrorKind)> {
+        let file = PathBuf::from("rules/shop.yaml");
+        let all = vec![
+            RulesError::Parse {
+                file: file.clone(),
+                position: Position::default(),
+                message: "expected a mapping".into(),
+            },
+            RulesError::Invalid {
+                file: file.clone(),
+                problems: Vec::new(),
+            },
+            RulesError::TooNew {
+                file: file.clone(),
+                found: 9,
+                supported: 1,
+            },
+            RulesError::Migration {
+                file: file.clone(),
+                from: 1,
+                message: "no step".into(),
+            },
+            RulesError::Conflict {
+                project: "shop".into(),
+                expected: 1,
+                actual: 2,
+            },
+            RulesError::UnknownProject("shop".into()),
+            RulesError::UnknownAgent {
+                agent: "nobody".into(),
+                known: "claude".into(),
+            },
+            RulesError::NotFound {
+                kind: "proposal",
+                id: "7".into(),
+            },
+            RulesError::AlreadyDecided {
+                kind: "proposal",
+                id: "7".into(),
+                status: "approved".into(),
+            },
+            RulesError::Rejected("no".into()),
+            RulesError::TooManyPending {
+                project: "shop".into(),
+                proposer: "claude".into(),
+                pending: 10,
+            },
+            RulesError::TooManyPendingScope {
+                project: "shop".into(),
+                agent: "claude".into(),
+                pending: 10,
+            },
+            RulesError::Unreadable {
+                kind: "proposal",
+                id: "7".into(),
+            },
+            RulesError::Template {
+                name: "claude".into(),
+                message: "syntax error".into(),
+            },
+            RulesError::Database(rusqlite::Error::QueryReturnedNoRows),
+            RulesError::DatabaseTooNew {
+                store: "rules",
+                found: 9,
+                supported: 1,
+            },
+            RulesError::MigrationChanged {
+                store: "rules",
+                version: 1,
+                name: "init",
+            },
+            RulesError::Postgres("connection refused".into()),
+            RulesError::DatabaseConfig("bad scheme".into()),
+            RulesError::io(file, std::io::Error::other("disk full")),
+            RulesError::Serialize("cannot".into()),
+            RulesError::InvalidName {
+                what: "project",
+                name: "A".into(),
+                reason: "uppercase",
+            },
+        ];
+        all.into_iter()
+            .map(|e| {
+                let kind = match &e {
+                    RulesError::Conflict { .. }
+                    | RulesError::UnknownProject(_)
+                    | RulesError::UnknownAgent { .. }
+                    | RulesError::NotFound { .. }
+                    | RulesError::AlreadyDecided { .. }
+                    | RulesError::Rejected(_)
+                    | RulesError::TooManyPending { .. }
+                    | RulesError::TooManyPendingScope { .. }
+                    | RulesError::Unreadable { .. }
+                    | RulesError::InvalidName { .. } => RulesErrorKind::Request,
+                    RulesError::Parse { .. }
+                    | RulesError::Invalid { .. }
+                    | RulesError::TooNew { .. }
+                    | RulesError::Migration { .. } => RulesErrorKind::Document,
+                    RulesError::Template { .. }
+                    | RulesError::Database(_)
+                    | RulesError::DatabaseTooNew { .. }
+                    | RulesError::MigrationChanged { .. }
+                    | RulesError::Postgres(_)
+                    | RulesError::DatabaseConfig(_)
+                    | RulesError::Io { .. }
+                    | RulesError::Serialize(_) => RulesErrorKind::Store,
+                };
+                (e, kind)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_variant_has_its_kind() {
+        let all = every_variant();
+        // Every variant once: the list above covers the enum, not a part of it.
+        let mut names: Vec<String> = all
+            .iter()
+            .map(|(e, _)| {
+                format!("{e:?}")
+                    .split([' ', '('])
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(
+            names.len(),
+            all.len(),
+            "a variant is listed twice: {names:?}"
+        );
+        for (e, kind) in &all {
+            assert_eq!(e.kind(), *kind, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn store_failures_are_told_by_code_only() {
+        // What a caller of a store failure sees is its code; the code must say which failure
+        // without the message, so none of them is a code a request error uses.
+        let all = every_variant();
+        for (e, _) in all
+            .iter()
+            .filter(|(e, _)| e.kind() == RulesErrorKind::Store)
+        {
+            assert!(
+                all.iter()
+                    .filter(|(o, _)| o.kind() != RulesErrorKind::Store)
+                    .all(|(o, _)| o.code() != e.code()),
+                "{e:?}"
+            );
+        }
     }
 }

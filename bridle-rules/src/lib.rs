@@ -56,7 +56,7 @@ pub mod vendor;
 mod yaml;
 
 pub use agents::{AgentCatalog, AgentTarget, BUILTIN_AGENTS, Style};
-pub use error::{Position, Problem, RulesError, check_name};
+pub use error::{Position, Problem, RulesError, RulesErrorKind, check_name};
 pub use model::{
     ALL_AGENTS, AgentPermissions, AgentProfile, CURRENT_SCHEMA_VERSION, CustomPattern, ExampleRepo,
     Guardrail, MAX_REVISION, MemoryPermission, Patterns, ProjectInfo, Provenance, ReadWrite,

@@ -8,7 +8,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bridle_rules::RulesError;
+use bridle_rules::{RulesError, RulesErrorKind};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -303,6 +303,18 @@ impl ApiError {
 
 impl From<RulesError> for ApiError {
     fn from(e: RulesError) -> Self {
+        // Whose fault it is comes from the store's one classification
+        // ([`RulesError::kind`]), as for the agents' tools; a document's errors are the
+        // admin's, who submits documents (create, replace). Only the status and code are
+        // chosen here.
+        if !matches!(e.kind(), RulesErrorKind::Request | RulesErrorKind::Document) {
+            // Files, the database, templates: internals, logged, not shown.
+            tracing::error!(error = %e, code = e.code(), "rules store failed");
+            return ApiError::Internal(format!(
+                "the rules store failed ({}); see the gateway's log",
+                e.code()
+            ));
+        }
         let detail = e.to_string();
         match e {
             RulesError::Parse {
@@ -387,14 +399,13 @@ impl From<RulesError> for ApiError {
                 code: "unreadable_record",
                 detail,
             },
-            // Files, the database, templates: internals, logged, not shown.
-            other => {
-                tracing::error!(error = %other, code = other.code(), "rules store failed");
-                ApiError::Internal(format!(
-                    "the rules store failed ({}); see the gateway's log",
-                    other.code()
-                ))
-            }
+            // A variant the store calls the caller's that has no status of its own here yet:
+            // the request was wrong, in the store's words and under its code.
+            other => ApiError::Invalid {
+                code: other.code(),
+                detail,
+                errors: Vec::new(),
+            },
         }
     }
 }

@@ -8,7 +8,7 @@ pub mod scope;
 
 use std::sync::Arc;
 
-use bridle_rules::RulesError;
+use bridle_rules::{RulesError, RulesErrorKind};
 use kberg_core::{ClientInfo, ToolContext, ToolError, ToolOutput, ToolRegistry};
 
 use crate::audit::{Entry, Kind, Outcome};
@@ -197,21 +197,14 @@ pub(crate) fn store_refusal(e: &RulesError) -> ToolOutput {
     shaped_store_failure(e)
 }
 
-/// Whether `e`'s message is about the agent's own request, and safe to tell it.
+/// Whether `e`'s message is about the agent's own request, and safe to tell it: the store's
+/// one classification ([`RulesError::kind`]), shared with the admin API.
+///
+/// A document's errors ([`RulesErrorKind::Document`]) are never the agent's: agents submit
+/// no document, so the one that fails is a stored one, named by its file under the data
+/// directory.
 pub(crate) fn agent_facing(e: &RulesError) -> bool {
-    matches!(
-        e,
-        RulesError::Conflict { .. }
-            | RulesError::UnknownProject(_)
-            | RulesError::UnknownAgent { .. }
-            | RulesError::NotFound { .. }
-            | RulesError::AlreadyDecided { .. }
-            | RulesError::Rejected(_)
-            | RulesError::TooManyPending { .. }
-            | RulesError::TooManyPendingScope { .. }
-            | RulesError::Unreadable { .. }
-            | RulesError::InvalidName { .. }
-    )
+    matches!(e.kind(), RulesErrorKind::Request)
 }
 
 /// The sentence an agent gets for a failure of the store itself (see [`store_refusal`]).
