@@ -19,8 +19,11 @@
 //! lock is free, that is whose replica is gone: nothing runs twice, nothing another replica is
 //! running is touched, and a replica that ends mid-call is found out by those still running,
 //! not only by the next to start. A store whose lock connection was cut takes its lock again
-//! before it records itself running a call (a call already running when the connection was cut
-//! may be seen as interrupted; its ticket then says it may or may not have taken effect).
+//! before it records itself running a call. A call already running when the connection was cut
+//! may be seen as interrupted meanwhile (its ticket then says it may or may not have taken
+//! effect); when that call ends, its real outcome replaces the mark. A ticket keeps the runner
+//! that ran it after its call ends, so the store tells that case (the ticket failed while still
+//! recorded as its own) from a ticket another replica decided.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -260,19 +263,47 @@ impl TicketStore for PgTicketStore {
         if runner.is_some() {
             self.hold_lock()?;
         }
-        let n = self
-            .client()?
+        let client = self.client()?;
+        let body = to_json(next)?;
+        // The runner stays recorded when a call ends (or is marked interrupted): it is what
+        // tells this store's own interrupted calls apart below.
+        let n = client
             .execute(
-                "UPDATE confirm_tickets SET status = $1, body = $2, runner = $3 WHERE id = $4 AND status = $5",
+                "UPDATE confirm_tickets SET status = $1, body = $2, runner = COALESCE($3, runner)
+                 WHERE id = $4 AND status = $5",
                 &[
                     &next.status.as_str(),
-                    &to_json(next)?,
+                    &body,
                     &runner,
                     &next.id,
                     &expected.as_str(),
                 ],
             )
             .map_err(db)?;
+        if n == 1 {
+            return Ok(true);
+        }
+        if expected != TicketStatus::Running || next.status == TicketStatus::Running {
+            return Ok(false);
+        }
+        // This store's call ended, but the ticket is no longer running. Only one thing moves a
+        // ticket this store runs from `running` to `failed` besides the call's own end: another
+        // replica that found this store's lock free (its connection was cut while the call
+        // ran) and marked the call interrupted. The call's real outcome replaces that mark.
+        let n = client
+            .execute(
+                "UPDATE confirm_tickets SET status = $1, body = $2
+                 WHERE id = $3 AND status = 'failed' AND runner = $4",
+                &[&next.status.as_str(), &body, &next.id, &self.runner],
+            )
+            .map_err(db)?;
+        if n == 1 {
+            tracing::warn!(
+                ticket = %next.id,
+                runner = self.runner,
+                "a call this replica ran was marked interrupted by another replica while its lock connection was lost; its real outcome replaces the mark"
+            );
+        }
         Ok(n == 1)
     }
 

@@ -18,8 +18,8 @@ use bridle_gateway::tickets::{PgTicketStore, TICKETS_PG_MIGRATIONS};
 use bridle_rules::db::postgres::PgDatabase;
 use kberg_core::{
     CallOptions, Caller, ConfirmConfig, ConfirmRequest, ErrorCode, Grants, MemoryTicketStore,
-    Principal, TicketDesk, TicketStatus, TicketStore, ToolBuilder, ToolOutput, ToolRegistry,
-    ToolSpec, WriteCapability,
+    Principal, TicketDesk, TicketOutcome, TicketStatus, TicketStore, ToolBuilder, ToolOutput,
+    ToolRegistry, ToolSpec, WriteCapability,
 };
 use pg_cluster::PgCluster;
 use serde_json::{Value, json};
@@ -369,8 +369,22 @@ fn a_replica_whose_lock_connection_was_lost_is_not_taken_for_gone() {
         Duration::from_secs(3600),
         &runs,
     );
-    let key = 0x6274_6b74_0000_0000_i64 | (a_store.runner() & 0xffff_ffff);
-    let admin = PgDatabase::connect(&cluster.settings(&dbname))
+    cut_lock_connection(cluster, &dbname, &a_store);
+
+    let id = file_running(&a, &a_store);
+    assert_eq!(
+        b_store.get(&id).unwrap().unwrap().status,
+        TicketStatus::Running,
+        "A is alive and running the call"
+    );
+}
+
+/// Cuts the connection that holds `store`'s runner lock (as a database restart or a proxy
+/// dropping idle connections would), and waits until the server has ended that session, so
+/// the lock is free.
+fn cut_lock_connection(cluster: &PgCluster, dbname: &str, store: &PgTicketStore) {
+    let key = 0x6274_6b74_0000_0000_i64 | (store.runner() & 0xffff_ffff);
+    let admin = PgDatabase::connect(&cluster.settings(dbname))
         .unwrap()
         .client()
         .unwrap();
@@ -388,12 +402,12 @@ fn a_replica_whose_lock_connection_was_lost_is_not_taken_for_gone() {
         .collect();
     // Advisory locks are listed for the whole cluster; other tests' databases number their
     // runners from 1 too.
-    assert_eq!(holder.len(), 1, "one connection held A's runner lock");
+    assert_eq!(holder.len(), 1, "one connection held the runner lock");
     admin
         .query_opt("SELECT pg_terminate_backend($1)", &[&holder[0]])
         .unwrap();
     // The server ends the session on its own time: wait until it is gone.
-    kberg_testkit::eventually("A's lock connection is gone", || {
+    kberg_testkit::eventually("the lock connection is gone", || {
         admin
             .query_opt(
                 "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
@@ -402,11 +416,49 @@ fn a_replica_whose_lock_connection_was_lost_is_not_taken_for_gone() {
             .unwrap()
             .is_some_and(|r| r.get::<_, i64>(0) == 0)
     });
+}
 
+#[test]
+fn a_call_taken_for_interrupted_while_its_lock_was_lost_keeps_its_real_outcome() {
+    // A runs a call; the connection holding its runner lock is cut meanwhile, so B, reading the
+    // ticket, takes A for gone and marks the call interrupted. When A's call ends, its real
+    // outcome replaces the mark instead of being lost.
+    let cluster = PgCluster::shared();
+    let dbname = cluster.create_database();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let a_store = pg_store(cluster, &dbname);
+    let b_store = pg_store(cluster, &dbname);
+    let a = replica(
+        Arc::clone(&a_store) as Arc<dyn TicketStore>,
+        Duration::from_secs(3600),
+        &runs,
+    );
     let id = file_running(&a, &a_store);
+    cut_lock_connection(cluster, &dbname, &a_store);
     assert_eq!(
         b_store.get(&id).unwrap().unwrap().status,
-        TicketStatus::Running,
-        "A is alive and running the call"
+        TicketStatus::Failed,
+        "B takes A for gone"
     );
+
+    let mut done = a_store.get(&id).unwrap().unwrap();
+    assert_eq!(done.status, TicketStatus::Failed);
+    done.status = TicketStatus::Done;
+    done.outcome = Some(TicketOutcome::Output(ToolOutput::text("deleted 60")));
+    // Only the replica that ran the call gets that second chance: another's write that
+    // expects the ticket running, or one that expects it pending, finds it decided.
+    assert!(!b_store.replace_if(TicketStatus::Running, &done).unwrap());
+    assert!(!a_store.replace_if(TicketStatus::Pending, &done).unwrap());
+    assert_eq!(
+        b_store.get(&id).unwrap().unwrap().status,
+        TicketStatus::Failed
+    );
+
+    assert!(
+        a_store.replace_if(TicketStatus::Running, &done).unwrap(),
+        "A's outcome is kept"
+    );
+    let seen = b_store.get(&id).unwrap().unwrap();
+    assert_eq!(seen.status, TicketStatus::Done);
+    assert!(matches!(seen.outcome, Some(TicketOutcome::Output(_))));
 }
