@@ -216,4 +216,33 @@ mod tests {
         assert!(!refused.to_string().contains("token-"), "{refused}");
         assert!(s.version("gitea-token").is_err());
     }
+
+    #[test]
+    fn a_token_pasted_as_a_bare_name_is_not_repeated_in_the_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = secrets(dir.path());
+        let canary = "ghp_CANARYc4n4ry0123456789abcdefCANARY99";
+        let refused = value(&s, canary).expect_err("no such secret");
+        assert!(
+            matches!(refused, SecretError::Missing { .. }),
+            "{refused:?}"
+        );
+        let text = refused.to_string();
+        assert!(!text.contains("CANARY"), "{text}");
+        assert!(text.contains("not shown"), "{text}");
+        let version = s.version(canary).expect_err("no such secret").to_string();
+        assert!(!version.contains("CANARY"), "{version}");
+        // The vault's own answer for it (the admin API's detail) does not repeat it either.
+        let vault = s
+            .vault()
+            .get(canary)
+            .expect_err("not in the vault")
+            .to_string();
+        assert!(!vault.contains("CANARY"), "{vault}");
+        // A name that looks like one is still named.
+        let named = value(&s, "gitea-token")
+            .expect_err("no such secret")
+            .to_string();
+        assert!(named.contains("`gitea-token`"), "{named}");
+    }
 }

@@ -8,6 +8,8 @@
 
 use std::path::PathBuf;
 
+use crate::vault::shown_name;
+
 /// A secret value. It prints and debugs as `[redacted]`; [`Credential::expose`] is the one way
 /// to read it, and the memory is wiped when it is dropped.
 #[derive(Clone)]
@@ -37,24 +39,25 @@ impl std::fmt::Display for Credential {
     }
 }
 
-/// Why a secret could not be had. Messages name the secret, never its value.
+/// Why a secret could not be had. Messages name the secret, never its value; a name that does
+/// not look like one (a credential pasted in its place) is described, not quoted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SecretError {
     /// No such secret (or it has no usable version).
-    #[error("secret `{name}` does not exist")]
+    #[error("secret {} does not exist", shown_name(.name))]
     Missing {
         /// The secret's name.
         name: String,
     },
     /// The secret exists but is empty.
-    #[error("secret `{name}` is empty")]
+    #[error("secret {} is empty", shown_name(.name))]
     Empty {
         /// The secret's name.
         name: String,
     },
     /// The source failed.
-    #[error("secret `{name}` could not be read: {message}")]
+    #[error("secret {} could not be read: {message}", shown_name(.name))]
     Unreadable {
         /// The secret's name.
         name: String,

@@ -88,7 +88,7 @@ pub enum VaultError {
     #[error("no randomness available from the operating system: {0}")]
     Randomness(String),
     /// `invalid_name`: a secret or agent name outside the allowed charset or length.
-    #[error("invalid {kind} name {name:?}: {reason}")]
+    #[error("invalid {kind} name {}: {reason}", super::shown_name(.name))]
     InvalidName {
         /// `secret` or `agent`.
         kind: &'static str,
@@ -112,7 +112,7 @@ pub enum VaultError {
     #[error("secret {0} already exists; rotate it instead")]
     SecretExists(String),
     /// `secret_not_found`: no secret of that name in the vault.
-    #[error("secret {0} is not in the vault")]
+    #[error("secret {} is not in the vault", super::shown_name(.0))]
     SecretNotFound(String),
     /// `version_not_found`: the secret has no such version.
     #[error("secret {name} has no version {version}")]

@@ -82,6 +82,7 @@ pub use tokens::{AgentMatch, CachedToken, IssuedToken, TOKEN_PREFIX, TokenLookup
 pub use value::{REDACTED, SecretValue};
 
 use crypto::VaultKeys;
+pub(crate) use name::shown_name;
 use name::{check_actor, check_name};
 use store::{
     NewVersion, Record, VaultBackend, VaultTx, VersionRow, after_ms, from_sql_version, now_ms,

@@ -45,6 +45,80 @@ pub fn is_valid_name(name: &str) -> bool {
     check_name("secret", name).is_ok()
 }
 
+/// The longest name an error text repeats: longer ones are described, not quoted.
+const MAX_SHOWN_NAME_LEN: usize = 64;
+
+/// The shortest part of a name (between `.`, `_` and `-`) that, mixing letters and digits, is
+/// taken for random characters, and the shortest that is taken for them whatever it holds.
+const RANDOM_PART_MIXED: usize = 16;
+const RANDOM_PART_ANY: usize = 24;
+
+/// How common credentials begin (GitHub, GitLab, Slack, AWS keys, JWTs, API keys, this
+/// gateway's admin tokens).
+const CREDENTIAL_PREFIXES: &[&str] = &[
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "xoxa-",
+    "xoxb-",
+    "xoxe-",
+    "xoxp-",
+    "AKIA",
+    "ASIA",
+    "eyJ",
+    "sk-",
+    "sk_live_",
+    "bda_",
+];
+
+/// Whether an error text may repeat `name`: a name is short, of the names' charset, and
+/// neither begins like a credential nor holds a long run of random-looking characters.
+/// Anything else may be a credential pasted where a secret's name belongs, and an error text
+/// reaches logs and API answers.
+fn shows_as_a_name(name: &str) -> bool {
+    if name.is_empty()
+        || name.len() > MAX_SHOWN_NAME_LEN
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        || CREDENTIAL_PREFIXES.iter().any(|p| name.starts_with(p))
+    {
+        return false;
+    }
+    !name.split(['.', '_', '-']).any(|part| {
+        let mixed = part.bytes().any(|b| b.is_ascii_digit())
+            && part.bytes().any(|b| b.is_ascii_alphabetic());
+        part.len() >= RANDOM_PART_ANY || (mixed && part.len() >= RANDOM_PART_MIXED)
+    })
+}
+
+/// A secret's name as error texts show it: quoted in backticks when it looks like a name,
+/// else described by its length only ([`shows_as_a_name`]).
+pub(crate) struct ShownName<'a>(&'a str);
+
+/// `name` as error texts show it.
+pub(crate) fn shown_name(name: &str) -> ShownName<'_> {
+    ShownName(name)
+}
+
+impl std::fmt::Display for ShownName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if shows_as_a_name(self.0) {
+            write!(f, "`{}`", self.0)
+        } else {
+            write!(
+                f,
+                "(a name of {} characters, not shown: it does not look like a secret's name and may be a credential)",
+                self.0.chars().count()
+            )
+        }
+    }
+}
+
 /// Checks the actor recorded for an operation.
 pub(crate) fn check_actor(actor: &str) -> Result<(), VaultError> {
     if actor.is_empty() {
@@ -87,6 +161,32 @@ mod tests {
         ] {
             let err = check_name("secret", bad).expect_err(bad);
             assert_eq!(err.code(), "invalid_name");
+        }
+    }
+
+    #[test]
+    fn only_what_looks_like_a_name_is_quoted() {
+        for name in [
+            "gitea-token",
+            "GITEA_TOKEN",
+            "k.v-1_2",
+            "agent-7.kanboard",
+            "2024-05-01",
+        ] {
+            assert_eq!(shown_name(name).to_string(), format!("`{name}`"));
+        }
+        for pasted in [
+            "ghp_CANARYc4n4ry0123456789abcdefCANARY99",
+            "3f9a1c0e7b2d4a6f8e1c3b5d7f9a0c2e4b6d8f0a",
+            "glpat-CaNaRy1234567890abcd",
+            "eyJhbGciOiJIUzI1NiJ9.e30.c2lnbmF0dXJl",
+            "token with spaces",
+            "line\nbreak",
+            &"x".repeat(65),
+        ] {
+            let shown = shown_name(pasted).to_string();
+            assert!(!shown.contains(pasted), "{shown}");
+            assert!(shown.contains("not shown"), "{shown}");
         }
     }
 
