@@ -773,26 +773,28 @@ pub const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
 
 /// Reads one secret: the file's content with surrounding whitespace removed. An empty secret
 /// is an error (it would match an empty credential). Read no further than
-/// [`MAX_SECRET_FILE_BYTES`] (a larger file, or a device that never ends, is refused naming
-/// it, without its content), and a named pipe's writer is waited for at most
-/// [`crate::admin::TOKEN_PIPE_WAIT`], as for the admin token file.
+/// [`MAX_SECRET_FILE_BYTES`] (a larger file is refused naming it, without its content), and,
+/// as for a `file:` reference to the same folder, only a regular file (or a link to one): a
+/// pipe or a device is refused at once ([`crate::files::read_folder_secret`]).
 pub fn read_secret(secrets_dir: &Path, name: &str) -> Result<String, ConfigError> {
     check_name("secret", name).map_err(ConfigError::Rules)?;
     let path = secrets_dir.join(name);
-    let text =
-        crate::admin::read_token_file(&path, MAX_SECRET_FILE_BYTES).map_err(|e| match e {
-            crate::admin::CredentialsError::Io { path, source } => ConfigError::Io { path, source },
-            other => ConfigError::Invalid {
-                file: path.clone(),
-                message: other.to_string(),
-            },
-        })?;
+    let invalid = |message: String| ConfigError::Invalid {
+        file: path.clone(),
+        message,
+    };
+    let (raw, _) = crate::files::read_folder_secret(&path, MAX_SECRET_FILE_BYTES)
+        .map_err(|e| io(&path, e.into_io()))?;
+    if raw.len() as u64 > MAX_SECRET_FILE_BYTES {
+        return Err(invalid(format!(
+            "the file is longer than {MAX_SECRET_FILE_BYTES} bytes; it is not a secret file"
+        )));
+    }
+    let text = std::str::from_utf8(&raw)
+        .map_err(|_| invalid("the secret file is not UTF-8 text".into()))?;
     let secret = text.trim().to_string();
     if secret.is_empty() {
-        return Err(ConfigError::Invalid {
-            file: path,
-            message: "the secret file is empty".into(),
-        });
+        return Err(invalid("the secret file is empty".into()));
     }
     Ok(secret)
 }

@@ -246,6 +246,40 @@ mod secret_files {
         assert!(err.contains("zero"), "{err}");
     }
 
+    /// The `secrets/` folder was read two ways: a `file:` reference (or a bare name) refused a
+    /// named pipe at once, while an agent's `token_secret` in the same folder waited up to
+    /// 30 s for a writer. Both are read by one rule now: a pipe is refused before it is opened.
+    #[cfg(unix)]
+    #[test]
+    fn a_secret_that_is_a_pipe_is_refused_at_once_whoever_reads_it() {
+        use bridle_gateway::upstreams::{FolderSecrets, SecretSource};
+        let dir = tempfile::tempdir().unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.path().join("piped"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let folder = dir.path().to_path_buf();
+        let (answer, answered) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let agent = read_secret(&folder, "piped").map_err(|e| e.to_string());
+            let reference = FolderSecrets::new(&folder)
+                .current("piped")
+                .map(drop)
+                .map_err(|e| e.to_string());
+            let _ = answer.send((agent, reference));
+        });
+        let (agent, reference) = answered
+            .recv_timeout(kberg_testkit::WAIT)
+            .expect("both answered without waiting for a writer");
+        let agent = agent.expect_err("an agent token that is a pipe is refused");
+        let reference = reference.expect_err("a reference to a pipe is refused");
+        for refused in [&agent, &reference] {
+            assert!(refused.contains("not a regular file"), "{refused}");
+        }
+        assert!(agent.contains("piped"), "{agent}");
+    }
+
     #[test]
     fn a_secret_within_the_limit_is_read_trimmed() {
         let dir = tempfile::tempdir().unwrap();

@@ -46,7 +46,6 @@ pub mod sessions;
 mod stream;
 pub(crate) mod throttle;
 
-pub(crate) use auth::read_token_file;
 pub use auth::{
     AdminAccess, AdminActor, AdminCredentials, AdminIdentity, AdminTokens, CredentialsError,
     MIN_TOKEN_FILE_CHARS, SURFACE_HEADER, TOKEN_PIPE_WAIT,

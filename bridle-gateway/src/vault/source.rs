@@ -12,7 +12,6 @@
 
 use std::fmt;
 use std::fs;
-use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -136,32 +135,8 @@ pub struct ResolvedSecret {
     pub value: SecretValue,
 }
 
-/// Why a secret file could not be read by [`read_bounded`]; each caller words it in its own
-/// error type.
-#[derive(Debug)]
-pub(crate) enum FileProblem {
-    /// There is no such file.
-    Missing,
-    /// It is a pipe, a device, a socket or a folder, which is never opened: opening a pipe
-    /// waits for a writer, and reading a device may never end.
-    NotRegular,
-    /// Reading failed.
-    Io(std::io::Error),
-}
-
-impl FileProblem {
-    /// The problem as an I/O error, for errors that carry one.
-    pub(crate) fn into_io(self) -> std::io::Error {
-        match self {
-            Self::Missing => std::io::Error::from(ErrorKind::NotFound),
-            Self::NotRegular => std::io::Error::new(
-                ErrorKind::InvalidInput,
-                "it is not a regular file (a pipe, a device or a folder)",
-            ),
-            Self::Io(e) => e,
-        }
-    }
-}
+/// Why a secret file could not be read by [`read_bounded`].
+pub(crate) use crate::files::FileProblem;
 
 /// The most [`read_bounded`] reads: the longest value, its `\r\n`, and one byte more to know
 /// it is longer.
@@ -171,29 +146,12 @@ pub(crate) const MAX_FILE_READ: usize = MAX_VALUE_LEN + 3;
 /// one), and no further than [`MAX_FILE_READ`] bytes, so a file far larger than any secret is
 /// refused by its caller without being read whole, and a pipe or a device given by mistake is
 /// refused before it is opened instead of holding the reading thread until a writer comes or
-/// the stream ends. The one reader of the `docker:`/`file:` sources and of the upstream
-/// credentials folder.
+/// the stream ends: [`read_folder_secret`](crate::files::read_folder_secret), the one reader
+/// of every secrets folder (the `docker:`/`file:` sources, the upstream credentials folder and
+/// agents' `token_secret`).
 pub(crate) fn read_bounded(path: &Path) -> Result<(Zeroizing<Vec<u8>>, fs::Metadata), FileProblem> {
-    use std::io::Read;
-    let problem = |e: std::io::Error| match e.kind() {
-        ErrorKind::NotFound => FileProblem::Missing,
-        _ => FileProblem::Io(e),
-    };
-    if !fs::metadata(path).map_err(problem)?.is_file() {
-        return Err(FileProblem::NotRegular);
-    }
-    let file = fs::File::open(path).map_err(problem)?;
-    // Checked again on what was opened: the path may have been replaced meanwhile.
-    let meta = file.metadata().map_err(FileProblem::Io)?;
-    if !meta.is_file() {
-        return Err(FileProblem::NotRegular);
-    }
     let most = u64::try_from(MAX_FILE_READ).unwrap_or(u64::MAX);
-    let mut raw = Zeroizing::new(Vec::new());
-    file.take(most)
-        .read_to_end(&mut raw)
-        .map_err(FileProblem::Io)?;
-    Ok((raw, meta))
+    crate::files::read_folder_secret(path, most.saturating_sub(1))
 }
 
 /// Reads the secret file `dir/name` for `reference` with [`read_bounded`]: a file that is not
