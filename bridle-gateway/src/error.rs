@@ -69,9 +69,17 @@ pub enum GatewayError {
 /// | `project_not_allowed` | the agent is not configured for that project (an agent never learns whether such a project exists) | no |
 /// | `capability_required` | the agent's type lacks the permission for this action in this project | no |
 /// | `not_found` | no such item among the caller's own (a ticket another agent opened is reported missing) | no |
-/// | `credential_missing` | the upstream's credential mapping resolves to no secret for this agent; nothing was sent | no |
+/// | `credential_missing` | the upstream's credential mapping resolves to no secret for this agent (none mapped, or the secret is missing, empty or revoked), or the version read as the call started was revoked or rotated out with no grace before its use was recorded; nothing was sent | no (`retryable: false`), but see below |
 /// | `upstream_disabled` | the upstream is disabled by an operator | later |
 /// | `internal` | the gateway failed; the log has the details | maybe |
+///
+/// `credential_missing` answers `retryable: false`, as the same call does not succeed later on
+/// its own while no secret is mapped or the secret stays revoked. One case of it does: when the
+/// version read as the call started was rotated out by a rotation with no grace (`rotate` with
+/// a zero grace) before its use was recorded, the secret still has an active version, and the
+/// same call made again reads and sends it (`tests/upstream_use_after_revoke.rs`). Its message
+/// says so ("revoked or rotated out as the call started"), so a client that sees it may try
+/// once more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum RefusalCode {

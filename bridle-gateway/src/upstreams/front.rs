@@ -193,7 +193,7 @@ impl Tool for FrontTool {
                     return Ok(refusal(
                         RefusalCode::CredentialMissing,
                         format!(
-                            "the `{ns}` credential for this agent was revoked or rotated out as the call started; nothing was sent"
+                            "the `{ns}` credential for this agent was revoked or rotated out as the call started; nothing was sent (after a rotation, the same call made again uses the new version)"
                         ),
                     ));
                 }
