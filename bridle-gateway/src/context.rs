@@ -121,7 +121,7 @@ impl GatewayContext {
         match self.store.documents() {
             Ok(documents) => self.grants_in(agent_name, &documents),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot list projects");
+                tracing::warn!(error = %crate::logging::one_line(&e), "cannot list projects");
                 Grants::none()
             }
         }
@@ -150,7 +150,9 @@ fn agent_grants(agent: &AgentConfig, documents: &bridle_rules::Documents) -> Gra
                     grants.grant(id);
                 }
             }
-            Err(e) => tracing::warn!(project, error = %e, "project skipped for grants"),
+            Err(e) => {
+                tracing::warn!(project, error = %crate::logging::one_line(&e), "project skipped for grants")
+            }
         }
     }
     grants

@@ -79,7 +79,7 @@ pub async fn run_feed(
             };
             for c in &report.queued {
                 if let Err(e) = ctx.record_change(seed_entry(c)) {
-                    tracing::warn!(proposal = c.proposal_id, error = %e, "a vendor proposal's audit entry was not written");
+                    tracing::warn!(proposal = c.proposal_id, error = %crate::logging::one_line(&e), "a vendor proposal's audit entry was not written");
                 }
             }
         }
@@ -100,7 +100,7 @@ pub async fn read_page(
     let report = feed.read_page(&ctx.store, project, agent, source).await?;
     for c in &report.queued {
         if let Err(e) = ctx.record_change(seed_entry(c)) {
-            tracing::warn!(proposal = c.proposal_id, error = %e, "a vendor proposal's audit entry was not written");
+            tracing::warn!(proposal = c.proposal_id, error = %crate::logging::one_line(&e), "a vendor proposal's audit entry was not written");
         }
     }
     Ok(report)

@@ -20,6 +20,13 @@
 //! holds code, not data). The message itself is logged only when the operator opts in with
 //! [`PanicMessages::Logged`] (`BRIDLE_LOG_PANIC_MESSAGES=1` in the `bridle` binary), for
 //! debugging on data that holds no secret.
+//!
+//! A field written with `%` (its `Display`) goes into a text log line as it is, so a line
+//! break in text that an agent, an upstream, a client or a file chose (a tool name an upstream
+//! lists, a tag an agent asks for, an error quoting a project document) would start a line of
+//! its own that reads as the gateway's. Such fields are written with `?`, or, for an error
+//! whose sentence reads better than its `Debug`, through [`one_line`], which escapes control
+//! characters.
 
 use tracing::Level;
 use tracing_subscriber::filter::{LevelFilter, Targets};
@@ -115,9 +122,51 @@ pub fn install_panic_hook(messages: PanicMessages) {
     }));
 }
 
+/// `value`'s `Display` with its control characters (line breaks, carriage returns, escape
+/// sequences) and the Unicode line and paragraph separators escaped (`\n`, `\u{1b}`), for a
+/// log field whose text came from outside: it stays on its log line.
+pub fn one_line<T: std::fmt::Display>(value: T) -> OneLine<T> {
+    OneLine(value)
+}
+
+/// What [`one_line`] answers.
+#[derive(Debug, Clone, Copy)]
+pub struct OneLine<T>(T);
+
+impl<T: std::fmt::Display> std::fmt::Display for OneLine<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write;
+        /// Passes text through to `f`, escaping what would leave the line.
+        struct Escaping<'a, 'b>(&'a mut std::fmt::Formatter<'b>);
+        impl Write for Escaping<'_, '_> {
+            fn write_str(&mut self, s: &str) -> std::fmt::Result {
+                for c in s.chars() {
+                    if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
+                        write!(self.0, "{}", c.escape_default())?;
+                    } else {
+                        self.0.write_char(c)?;
+                    }
+                }
+                Ok(())
+            }
+        }
+        write!(Escaping(f), "{}", self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_line_escapes_what_would_start_a_line() {
+        let forged = "tool\n2026-01-01T00:00:00Z  INFO bridle: admin logged in\r\u{1b}[2J\u{2028}x";
+        let shown = one_line(forged).to_string();
+        assert!(!shown.chars().any(|c| c.is_control()), "{shown}");
+        assert!(!shown.contains('\u{2028}'), "{shown}");
+        assert!(shown.starts_with("tool\\n2026"), "{shown}");
+        assert_eq!(one_line("plain `name` é").to_string(), "plain `name` é");
+    }
 
     #[test]
     fn rmcp_never_logs_below_warn_and_the_rest_follows_the_level() {

@@ -130,7 +130,7 @@ fn read_failure(e: &bridle_rules::RulesError) -> String {
     if crate::tools::agent_facing(e) {
         return format!("{}: {e}", e.code());
     }
-    tracing::error!(error = %e, code = e.code(), "the rules store failed reading a rules resource");
+    tracing::error!(error = %crate::logging::one_line(&e), code = e.code(), "the rules store failed reading a rules resource");
     format!("{}: {}", e.code(), crate::tools::store_failure_message(e))
 }
 
@@ -213,7 +213,7 @@ pub async fn watch(
         let live = agent_types(&gw);
         if live != types {
             if let Err(e) = register_resources(&resources, &gw) {
-                tracing::warn!(error = %e, "registering rules resources failed");
+                tracing::warn!(error = %crate::logging::one_line(&e), "registering rules resources failed");
             }
             types = live;
         }
@@ -238,12 +238,12 @@ pub async fn watch(
                 let s = Arc::clone(&gw);
                 if let Ok(Err(e)) = tokio::task::spawn_blocking(move || s.store.export_all()).await
                 {
-                    tracing::warn!(error = %e, "writing out project files failed");
+                    tracing::warn!(error = %crate::logging::one_line(&e), "writing out project files failed");
                 }
             }
         }
         if let Err(e) = register_resources(&resources, &gw) {
-            tracing::warn!(error = %e, "registering rules resources failed");
+            tracing::warn!(error = %crate::logging::one_line(&e), "registering rules resources failed");
         }
         // A project whose file is gone: its resources go too (subscribers are told).
         for project in last.keys().filter(|p| !now.contains_key(*p)) {

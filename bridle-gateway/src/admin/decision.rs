@@ -33,7 +33,7 @@ where
     let ctx = s.ctx.clone();
     blocking(move || {
         let decided = decide(&ctx, &admin.actor())?;
-        tracing::info!(subject = %subject, %kind, admin = %admin.identity.name, "decided through the admin API");
+        tracing::info!(subject = ?subject, %kind, admin = %admin.identity.name, "decided through the admin API");
         let entry = describe(&decided, admin.entry(kind).subject(subject));
         record(&ctx, entry, what)?;
         Ok(Json(decided.into()))

@@ -174,7 +174,7 @@ pub async fn get_feed(State(s): State<AdminState>) -> Result<axum::Json<FeedView
 /// Why a run could not start at all: the rules store could not list its projects. Logged with
 /// the store's error; the client gets its code, not its internals (paths, the database's words).
 fn run_failure(e: FeedError) -> ApiError {
-    tracing::error!(error = %e, code = e.code(), "the vendor feed could not run");
+    tracing::error!(error = %crate::logging::one_line(&e), code = e.code(), "the vendor feed could not run");
     ApiError::Unavailable {
         code: "rules_store_unavailable",
         detail: format!(
@@ -376,7 +376,7 @@ pub async fn read_guidance(
         Some(feed) => Arc::clone(feed),
         None => Arc::new(VendorFeed::new(VendorFeedConfig::default()).map_err(feed_failure)?),
     };
-    tracing::info!(admin = %admin.identity.name, project = %project, agent = %body.agent, url = %redact_url(&body.url), "vendor page read requested");
+    tracing::info!(admin = %admin.identity.name, project = ?project, agent = ?body.agent, url = ?redact_url(&body.url), "vendor page read requested");
     let source = VendorSource {
         url: body.url,
         format,
@@ -418,7 +418,7 @@ pub async fn queue_profile_suggestions(
         for id in &report.queued {
             let entry = crate::feed::profile_entry(&name, &ctx.store.proposal(*id)?);
             if let Err(e) = ctx.record_change(entry) {
-                tracing::warn!(proposal = id, error = %e, "a vendor proposal's audit entry was not written");
+                tracing::warn!(proposal = id, error = %crate::logging::one_line(&e), "a vendor proposal's audit entry was not written");
             }
         }
         Ok(report)

@@ -173,7 +173,7 @@ async fn launch(
             Ok(report) => written_back(&ctx, &admin, &project, report, handle).await,
             Err(e) => {
                 let detail = e.to_string().replace(&repo.url, &redact_url(&repo.url));
-                tracing::warn!(tag = %repo.reference_tag, code = e.code(), "indexing an example failed; the previous index is kept");
+                tracing::warn!(tag = ?repo.reference_tag, code = e.code(), "indexing an example failed; the previous index is kept");
                 let entry = admin
                     .entry(Kind::PatternChange)
                     .project(&project)
@@ -182,7 +182,7 @@ async fn launch(
                     .detail("indexing failed; the previous index is kept");
                 let c = Arc::clone(&ctx);
                 if let Err(e) = blocking(move || record(&c, entry, "the failed index")).await {
-                    tracing::warn!(error = %e, "the failed index could not be recorded");
+                    tracing::warn!(error = %crate::logging::one_line(&e), "the failed index could not be recorded");
                 }
                 handle.finish(
                     RunEventKind::Error,

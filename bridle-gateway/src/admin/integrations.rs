@@ -201,7 +201,7 @@ fn config_write_failed(file: &std::path::Path, ns: &str, e: RewriteError<()>) ->
         ),
         RewriteError::Check(m) | RewriteError::Io(m) => m,
     };
-    tracing::error!(detail = %detail, "bridle.yaml could not be updated");
+    tracing::error!(detail = %crate::logging::one_line(&detail), "bridle.yaml could not be updated");
     ApiError::Unavailable {
         code: "config_write_failed",
         detail: format!("bridle.yaml could not be updated: {detail}"),
@@ -271,7 +271,7 @@ pub async fn change(
             code: "integrations_unavailable",
             detail,
         })?;
-    tracing::info!(namespace = %namespace, admin = %admin.identity.name, "upstream project mapping changed through the admin API");
+    tracing::info!(namespace = ?namespace, admin = %admin.identity.name, "upstream project mapping changed through the admin API");
     let entry = admin
         .entry(Kind::UpstreamChange)
         .subject(namespace.clone())
@@ -358,7 +358,7 @@ async fn switch(
             detail,
         })?;
     let state = if enabled { "enabled" } else { "disabled" };
-    tracing::info!(namespace = %namespace, state, admin = %admin.identity.name, "upstream switched through the admin API");
+    tracing::info!(namespace = ?namespace, state, admin = %admin.identity.name, "upstream switched through the admin API");
     let entry = admin
         .entry(Kind::UpstreamChange)
         .subject(namespace.clone())

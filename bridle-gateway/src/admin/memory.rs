@@ -64,7 +64,7 @@ impl From<MemoryError> for ApiError {
                 detail,
             },
             other => {
-                tracing::error!(error = %other, code = other.code(), "memory failed");
+                tracing::error!(error = %crate::logging::one_line(&other), code = other.code(), "memory failed");
                 ApiError::Internal(format!(
                     "the memory service failed ({}); see the gateway's log",
                     other.code()
@@ -252,7 +252,7 @@ pub async fn purge_sessions(
         tags: body.tags,
     };
     let removed = memory.session.forget_matching(&filter).await?;
-    tracing::info!(project = %body.project, removed, admin = %admin.identity.name, "session memories purged through the admin API");
+    tracing::info!(project = ?body.project, removed, admin = %admin.identity.name, "session memories purged through the admin API");
     let mut entry = admin
         .entry(Kind::MemoryPurge)
         .project(&body.project)
@@ -379,7 +379,7 @@ pub async fn purge_tag(
 ) -> Result<axum::Json<Purged>, ApiError> {
     let memory = memory_of(&s)?;
     let removed = memory.patterns.purge(&tag).await?;
-    tracing::info!(tag = %tag, removed, admin = %admin.identity.name, "pattern chunks purged through the admin API");
+    tracing::info!(tag = ?tag, removed, admin = %admin.identity.name, "pattern chunks purged through the admin API");
     let entry = admin
         .entry(Kind::MemoryPurge)
         .subject(format!("pattern examples {tag}"))

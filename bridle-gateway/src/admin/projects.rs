@@ -256,7 +256,7 @@ pub async fn list(
                 }),
                 // A broken file is still a project an admin must see (to fix it).
                 Err(e) => {
-                    tracing::warn!(project = %name, error = %e, "project does not load");
+                    tracing::warn!(project = %name, error = %crate::logging::one_line(&e), "project does not load");
                     out.push(ProjectSummary {
                         title: String::new(),
                         revision: 0,

@@ -155,7 +155,7 @@ pub async fn end(
     if !s.ctx.sessions.end(&id) {
         return Err(unknown(&id));
     }
-    tracing::info!(session = %id, agent = %session.agent, admin = %admin.identity.name, "session ended through the admin API");
+    tracing::info!(session = ?id, agent = ?session.agent, admin = %admin.identity.name, "session ended through the admin API");
     let ctx = s.ctx.clone();
     let entry = admin
         .entry(Kind::SessionEnd)

@@ -161,7 +161,7 @@ impl VaultAccess {
         let bridle = match tokio::task::spawn_blocking(move || projects(&caller)).await {
             Ok(bridle) => bridle,
             Err(e) => {
-                tracing::warn!(error = %e, "reading the caller's Bridle projects failed");
+                tracing::warn!(error = %crate::logging::one_line(&e), "reading the caller's Bridle projects failed");
                 Vec::new()
             }
         };
@@ -183,7 +183,7 @@ impl KanboardAccess for VaultAccess {
         let (secret, version) = match self.secrets.current(&agent.secret).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(agent = agent_id, error = %e, "no Kanboard credential");
+                tracing::warn!(agent = agent_id, error = %crate::logging::one_line(&e), "no Kanboard credential");
                 return None;
             }
         };
@@ -195,7 +195,7 @@ impl KanboardAccess for VaultAccess {
             request: "kanboard",
         };
         if let Err(e) = self.secrets.record_use(&used).await {
-            tracing::warn!(agent = agent_id, error = %e, "the use of the Kanboard credential could not be recorded; nothing is sent");
+            tracing::warn!(agent = agent_id, error = %crate::logging::one_line(&e), "the use of the Kanboard credential could not be recorded; nothing is sent");
             return None;
         }
         let token = secret.expose().to_string();

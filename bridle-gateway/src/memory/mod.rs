@@ -316,7 +316,7 @@ pub fn write_last_indexed(
             let mut doc = match store.load(&project) {
                 Ok(loaded) => loaded.document,
                 Err(e) if every_project => {
-                    tracing::warn!(project = %project, error = %e, tag = %report.reference_tag, "project rules unreadable; last_indexed not written there");
+                    tracing::warn!(project = ?project, error = %crate::logging::one_line(&e), tag = ?report.reference_tag, "project rules unreadable; last_indexed not written there");
                     break;
                 }
                 Err(e) => return Err(e),
@@ -370,7 +370,9 @@ impl IndexListener for RulesWriteBack {
         .await;
         match done {
             Ok(Ok(changed)) => tracing::info!(?changed, "last_indexed written back"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "writing last_indexed back failed"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %crate::logging::one_line(&e), "writing last_indexed back failed")
+            }
             Err(e) => tracing::warn!(error = %e, "writing last_indexed back stopped"),
         }
     }
@@ -407,7 +409,7 @@ impl ProjectAccess for AgentProjects {
             }
             Err(e) => {
                 // The agent is refused all the same; what went wrong is for the operator.
-                tracing::warn!(project, error = %e, "project rules unreadable; memory write refused");
+                tracing::warn!(project, error = %crate::logging::one_line(&e), "project rules unreadable; memory write refused");
                 false
             }
         }

@@ -15,6 +15,7 @@
 //! keeps only the redacted form with the chunks. A tag no document lists (indexed some other
 //! way) is refreshed from the source bridle-memory recorded.
 
+use crate::logging::one_line;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -87,7 +88,7 @@ impl Progress for RunProgress<'_> {
         }
         let (done, total) = event.mcp_progress();
         if let Err(e) = self.ctx.progress(done, total, Some(&event.message())).await {
-            tracing::debug!(error = %e, "progress notification not delivered");
+            tracing::debug!(error = %one_line(&e), "progress notification not delivered");
         }
     }
 }
@@ -98,7 +99,7 @@ fn listed_example(ctx: &GatewayContext, tag: &str) -> Option<ExampleRepo> {
     let projects = match ctx.store.projects() {
         Ok(projects) => projects,
         Err(e) => {
-            tracing::warn!(error = %e, "project rules unreadable; refreshing from the recorded source");
+            tracing::warn!(error = %one_line(&e), "project rules unreadable; refreshing from the recorded source");
             return None;
         }
     };
@@ -106,7 +107,7 @@ fn listed_example(ctx: &GatewayContext, tag: &str) -> Option<ExampleRepo> {
         let doc = match ctx.store.load(&project) {
             Ok(loaded) => loaded.document,
             Err(e) => {
-                tracing::warn!(project = %project, error = %e, "project rules unreadable; its examples are not looked at");
+                tracing::warn!(project = ?project, error = %one_line(&e), "project rules unreadable; its examples are not looked at");
                 continue;
             }
         };
@@ -173,7 +174,7 @@ impl Tool for RegisteredRefresh {
         let listed = tokio::task::spawn_blocking(move || listed_example(&ctx_, &t))
             .await
             .unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "looking up an example in the project rules failed");
+                tracing::warn!(error = %one_line(&e), "looking up an example in the project rules failed");
                 None
             });
         let refreshed = match &listed {
@@ -200,7 +201,7 @@ impl Tool for RegisteredRefresh {
                 if let Some(l) = &self.listener {
                     l.failed(&tag, &e).await;
                 }
-                tracing::warn!(tag = %tag, code = e.code(), "refreshing an example failed; the previous index is kept");
+                tracing::warn!(tag = ?tag, code = e.code(), "refreshing an example failed; the previous index is kept");
                 run.finish(
                     RunEventKind::Error,
                     json!({"code": e.code(), "detail": "the refresh failed; the previous index is kept"}),

@@ -10,6 +10,7 @@
 //! mapping resolves to a secret. Only then is the call forwarded, on the connection that carries
 //! that agent's credential, and the use of the secret recorded.
 
+use crate::logging::one_line;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -189,7 +190,7 @@ impl Tool for FrontTool {
                 // since: the vault refuses its use, and the agent is told the credential is
                 // gone, as when that happened before the call started.
                 Err(e @ (SecretError::Missing { .. } | SecretError::Empty { .. })) => {
-                    tracing::info!(namespace = %ns, error = %e, "the upstream credential was revoked or rotated out as a call started; call not sent");
+                    tracing::info!(namespace = %ns, error = %one_line(&e), "the upstream credential was revoked or rotated out as a call started; call not sent");
                     return Ok(refusal(
                         RefusalCode::CredentialMissing,
                         format!(
@@ -198,7 +199,7 @@ impl Tool for FrontTool {
                     ));
                 }
                 Err(e) => {
-                    tracing::warn!(namespace = %ns, error = %e, "recording a secret use failed; call not sent");
+                    tracing::warn!(namespace = %ns, error = %one_line(&e), "recording a secret use failed; call not sent");
                     return Ok(refusal(
                         RefusalCode::Internal,
                         "the gateway could not record the use of the upstream credential, so the call was not sent",
@@ -225,7 +226,7 @@ impl Tool for FrontTool {
         if let Some(secret) = &connection.injected
             && super::scrub::scrub_output(&mut out, secret.expose())
         {
-            tracing::warn!(namespace = %ns, tool = %self.spec.name, "the upstream echoed its credential; scrubbed from the result");
+            tracing::warn!(namespace = %ns, tool = %one_line(&self.spec.name), "the upstream echoed its credential; scrubbed from the result");
         }
         Ok(out)
     }
@@ -247,7 +248,7 @@ fn route_refusal(ns: &str, tool: &str, e: RouteError) -> ToolOutput {
             format!("no `{ns}` credential is mapped for this agent; nothing was sent"),
         ),
         RouteError::Secret(e) => {
-            tracing::warn!(namespace = ns, error = %e, "upstream credential unavailable");
+            tracing::warn!(namespace = ns, error = %one_line(&e), "upstream credential unavailable");
             refusal(
                 RefusalCode::CredentialMissing,
                 format!(
@@ -328,12 +329,12 @@ pub(crate) fn sync_front_tools(
         match public.register(NamedRefusals::new(tool)) {
             Ok(()) => {
                 if scrubbed.contains(&name) {
-                    tracing::warn!(namespace = %route.namespace, tool = %name, "the upstream's tool listing quoted its credential; scrubbed from what agents are offered");
+                    tracing::warn!(namespace = %route.namespace, tool = %one_line(&name), "the upstream's tool listing quoted its credential; scrubbed from what agents are offered");
                 }
                 registered.insert(name, spec);
             }
             Err(e) => {
-                tracing::warn!(namespace = %route.namespace, tool = %name, error = %e, "upstream tool not offered");
+                tracing::warn!(namespace = %route.namespace, tool = %one_line(&name), error = %one_line(&e), "upstream tool not offered");
             }
         }
     }

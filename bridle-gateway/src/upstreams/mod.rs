@@ -191,7 +191,7 @@ impl UpstreamPool {
                 if let Some(run) = running.remove(namespace) {
                     run.stop.cancel();
                     if let Err(e) = run.task.await {
-                        tracing::warn!(namespace, error = %e, "the upstream's task failed");
+                        tracing::warn!(namespace, error = %crate::logging::one_line(&e), "the upstream's task failed");
                     }
                 }
                 route.close_all().await;

@@ -358,7 +358,7 @@ impl Route {
             _ => Vec::new(),
         };
         if let Err(e) = old.aggregator.close_with_headers(&self.namespace, headers) {
-            tracing::warn!(namespace = %self.namespace, error = %e, "the replaced connection's close keeps its first credential");
+            tracing::warn!(namespace = %self.namespace, error = %crate::logging::one_line(&e), "the replaced connection's close keeps its first credential");
         }
     }
 

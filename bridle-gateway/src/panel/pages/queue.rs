@@ -223,7 +223,7 @@ pub(crate) async fn bulk(
     let decided = outcomes.iter().filter(|o| o.ok).count();
     tracing::info!(
         admin = %who.admin,
-        action = %form.action,
+        action = ?form.action,
         selected = outcomes.len(),
         decided,
         "panel bulk decision"
