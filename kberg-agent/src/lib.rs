@@ -67,6 +67,7 @@ pub use message::{
     ChatOptions, ChatRequest, ChatResponse, FinishReason, Message, ToolCall, ToolChoice,
     ToolDefinition, Usage,
 };
+pub use names::{MAX_TOOL_NAME_LEN, ToolNames, is_provider_safe};
 pub use outcome::{AgentEvent, CallOutcome, CallRecord, Interventions, RunOutcome, StopReason};
 pub use progress::{
     MAX_PROGRESS_MESSAGE_CHARS, PROGRESS_REPORT_BURST, PROGRESS_REPORT_INTERVAL, ProgressReport,

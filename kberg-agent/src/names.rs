@@ -18,17 +18,26 @@
 //! model's calls, structured or written as text, are read back to the real name. A call to a
 //! name the model invented that a provider would refuse is sent back under a safe form of it
 //! that names no listed tool.
+//!
+//! The providers of `kberg-providers` apply the same map to each request they are given, so a
+//! provider used without [`crate::Agent`] is not refused either; a request the loop already
+//! translated lists only safe names, which such a map leaves as they are.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
+use futures::StreamExt;
+
 use crate::message::{ChatRequest, ChatResponse, Message, ToolChoice};
+use crate::provider::{ChatDelta, ChatStream};
 
 /// The longest tool name shown to a model unchanged: OpenAI's limit, the narrowest.
-pub(crate) const MAX_NAME_LEN: usize = 64;
+pub const MAX_TOOL_NAME_LEN: usize = 64;
+const MAX_NAME_LEN: usize = MAX_TOOL_NAME_LEN;
 
-/// Whether every hosted provider accepts `name` as a tool's name: 1 to [`MAX_NAME_LEN`] ASCII
-/// letters, digits, `_` and `-`.
-pub(crate) fn is_provider_safe(name: &str) -> bool {
+/// Whether every hosted provider accepts `name` as a tool's name: 1 to [`MAX_TOOL_NAME_LEN`]
+/// ASCII letters, digits, `_` and `-`.
+pub fn is_provider_safe(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_NAME_LEN
         && name
@@ -36,9 +45,43 @@ pub(crate) fn is_provider_safe(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// One run's map between the tools' real names and the names the model is shown.
+/// A map between tools' real names and the provider-safe names a model is shown: the
+/// listed names already safe unchanged, every other one under an alias (see the
+/// [module's rules](self)). [`crate::Agent`] builds one per run; a provider builds one per
+/// request with [`ToolNames::for_request`], sends [`ToolNames::translate`]'s request and reads
+/// the answer back with [`ToolNames::incoming`] (or [`ToolNames::incoming_stream`]).
+///
+/// ```
+/// use kberg_agent::{ChatRequest, ChatResponse, ToolCall, ToolDefinition, ToolNames};
+/// use serde_json::json;
+///
+/// let request = ChatRequest {
+///     tools: vec![
+///         ToolDefinition::new("files.read", "Reads a file", json!({"type": "object"})),
+///         ToolDefinition::new("search", "Searches", json!({"type": "object"})),
+///     ],
+///     ..ChatRequest::default()
+/// };
+/// let names = ToolNames::for_request(&request);
+/// let sent = names.translate(&request);
+/// assert_eq!(sent.tools[0].name, "files_read");
+/// assert_eq!(sent.tools[1].name, "search");
+///
+/// // The model calls the alias; the caller reads the real name.
+/// let mut answer = ChatResponse {
+///     tool_calls: vec![ToolCall { id: "c1".into(), name: "files_read".into(), arguments: json!({}) }],
+///     ..ChatResponse::default()
+/// };
+/// names.incoming(&mut answer);
+/// assert_eq!(answer.tool_calls[0].name, "files.read");
+///
+/// // A request that lists only safe names (one the loop already translated) goes as it is.
+/// let again = ToolNames::for_request(&sent);
+/// assert!(again.is_identity());
+/// assert_eq!(again.translate(&sent).tools[0].name, "files_read");
+/// ```
 #[derive(Debug, Clone, Default)]
-pub(crate) struct ToolNames {
+pub struct ToolNames {
     /// Real name -> alias, only for names that are not provider-safe.
     alias_of: HashMap<String, String>,
     /// Alias -> real name.
@@ -50,7 +93,7 @@ pub(crate) struct ToolNames {
 impl ToolNames {
     /// The map for tools listed under `names`, in listing order (which decides which of two
     /// names that read alike keeps the plain alias).
-    pub(crate) fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> Self {
+    pub fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> Self {
         let names: Vec<&str> = names.into_iter().collect();
         let mut taken: HashSet<String> = names
             .iter()
@@ -71,14 +114,19 @@ impl ToolNames {
         map
     }
 
+    /// The map for the tools `request` lists, in its order. A name listed twice counts once.
+    pub fn for_request(request: &ChatRequest) -> Self {
+        Self::new(request.tools.iter().map(|t| t.name.as_str()))
+    }
+
     /// Whether every listed tool is shown under its own name.
-    pub(crate) fn is_identity(&self) -> bool {
+    pub fn is_identity(&self) -> bool {
         self.alias_of.is_empty()
     }
 
     /// Whether `request` is sent as it is (the common case): no listed tool has an alias, and
     /// no call in the conversation names a tool a provider would refuse.
-    pub(crate) fn sends_as_is(&self, request: &ChatRequest) -> bool {
+    pub fn sends_as_is(&self, request: &ChatRequest) -> bool {
         self.alias_of.is_empty()
             && !matches!(&request.options.tool_choice, ToolChoice::Tool(n) if !is_provider_safe(n))
             && request.messages.iter().all(|m| match m {
@@ -103,23 +151,23 @@ impl ToolNames {
     }
 
     /// The name the model is shown for the tool really named `real`.
-    pub(crate) fn to_model<'a>(&'a self, real: &'a str) -> &'a str {
+    pub fn to_model<'a>(&'a self, real: &'a str) -> &'a str {
         self.alias_of.get(real).map_or(real, String::as_str)
     }
 
     /// The real name of the tool the model called `name`: an alias read back, any other name
     /// (a real name, or one the model invented) unchanged.
-    pub(crate) fn to_real<'a>(&'a self, name: &'a str) -> &'a str {
+    pub fn to_real<'a>(&'a self, name: &'a str) -> &'a str {
         self.real_of.get(name).map_or(name, String::as_str)
     }
 
     /// The aliases shown in place of real names.
-    pub(crate) fn aliases(&self) -> impl Iterator<Item = &str> {
+    pub fn aliases(&self) -> impl Iterator<Item = &str> {
         self.real_of.keys().map(String::as_str)
     }
 
     /// `request` as the model is sent it: every real name that has an alias replaced by it.
-    pub(crate) fn outgoing(&self, request: &ChatRequest) -> ChatRequest {
+    pub fn outgoing(&self, request: &ChatRequest) -> ChatRequest {
         let mut request = request.clone();
         for tool in &mut request.tools {
             tool.name = self.to_model(&tool.name).to_string();
@@ -150,13 +198,51 @@ impl ToolNames {
         request
     }
 
+    /// `request` as the model is sent it: [`ToolNames::outgoing`]'s translation, or `request`
+    /// itself, not copied, when [`ToolNames::sends_as_is`].
+    pub fn translate<'r>(&self, request: &'r ChatRequest) -> Cow<'r, ChatRequest> {
+        if self.sends_as_is(request) {
+            Cow::Borrowed(request)
+        } else {
+            Cow::Owned(self.outgoing(request))
+        }
+    }
+
     /// The model's structured calls read back to real names.
-    pub(crate) fn incoming(&self, response: &mut ChatResponse) {
+    pub fn incoming(&self, response: &mut ChatResponse) {
         for call in &mut response.tool_calls {
             if let Some(real) = self.real_of.get(&call.name) {
                 call.name.clone_from(real);
             }
         }
+    }
+
+    /// A streamed piece read back to real names: a tool call's name that is an alias becomes
+    /// the real name. The providers send a call's name whole in one piece (again with later
+    /// pieces at most), which is what this reads.
+    pub fn incoming_delta(&self, delta: &mut ChatDelta) {
+        if let ChatDelta::ToolCall {
+            name: Some(name), ..
+        } = delta
+            && let Some(real) = self.real_of.get(name.as_str())
+        {
+            name.clone_from(real);
+        }
+    }
+
+    /// `stream` with each piece read back by [`ToolNames::incoming_delta`]; `stream` itself
+    /// when there are no aliases.
+    pub fn incoming_stream(&self, stream: ChatStream) -> ChatStream {
+        if self.real_of.is_empty() {
+            return stream;
+        }
+        let names = self.clone();
+        Box::pin(stream.map(move |piece| {
+            piece.map(|mut delta| {
+                names.incoming_delta(&mut delta);
+                delta
+            })
+        }))
     }
 
     /// A real name in backticks, alone or as a call (`` `name` ``, `` `name(...)` ``: how the

@@ -15,7 +15,7 @@
 use async_trait::async_trait;
 use kberg_agent::{
     ChatDelta, ChatRequest, ChatResponse, ChatStream, FinishReason, InferenceProvider, Message,
-    ProviderError, ToolCall, ToolChoice, Usage,
+    ProviderError, ToolCall, ToolChoice, ToolNames, Usage,
 };
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -127,7 +127,15 @@ impl OpenAiProvider {
     }
 
     /// The `/chat/completions` body for `request`.
+    ///
+    /// A tool name the API refuses is sent under the alias [`ToolNames`] gives it (as
+    /// [`InferenceProvider::chat`] does).
     pub fn request_body(&self, request: &ChatRequest, stream: bool) -> Value {
+        self.body_of(&ToolNames::for_request(request).translate(request), stream)
+    }
+
+    /// The body for `request` as it is, its names already translated.
+    fn body_of(&self, request: &ChatRequest, stream: bool) -> Value {
         let mut messages = Vec::with_capacity(request.messages.len());
         for m in &request.messages {
             messages.push(message_json(m));
@@ -470,8 +478,12 @@ impl InferenceProvider for OpenAiProvider {
         request: &ChatRequest,
         cancel: &CancellationToken,
     ) -> Result<ChatResponse, ProviderError> {
-        let body = self.request_body(request, false);
-        http::post_for_json(
+        // The API refuses a request listing a tool name outside `^[a-zA-Z0-9_-]{1,64}$` (or
+        // 128 characters): such names go under aliases, and the calls come back under the
+        // real names.
+        let names = ToolNames::for_request(request);
+        let body = self.body_of(&names.translate(request), false);
+        let mut response = http::post_for_json(
             &self.client,
             &self.config.http,
             &self.endpoint,
@@ -480,7 +492,9 @@ impl InferenceProvider for OpenAiProvider {
             cancel,
             parse_reply,
         )
-        .await
+        .await?;
+        names.incoming(&mut response);
+        Ok(response)
     }
 
     async fn chat_stream(
@@ -488,7 +502,8 @@ impl InferenceProvider for OpenAiProvider {
         request: &ChatRequest,
         cancel: &CancellationToken,
     ) -> Result<ChatStream, ProviderError> {
-        let body = self.request_body(request, true);
+        let names = ToolNames::for_request(request);
+        let body = self.body_of(&names.translate(request), true);
         let decoder = SseDecoder::new(self.config.http.max_body_bytes, ChunkDecoder::default());
         http::post_for_stream(
             &self.client,
@@ -500,6 +515,7 @@ impl InferenceProvider for OpenAiProvider {
             cancel,
         )
         .await
+        .map(|stream| names.incoming_stream(stream))
     }
 }
 

@@ -209,6 +209,33 @@ async fn cancellation_mid_tool() {
     support::scenario_cancel_mid_tool(&Anthropic, &make, true).await;
 }
 
+/// The tool names of a `/v1/messages` body: the tools', the forced choice's, the earlier
+/// `tool_use` blocks'.
+fn sent_names(body: &Value) -> Vec<String> {
+    let name = |v: &Value| v.as_str().unwrap_or("<missing>").to_string();
+    let mut out: Vec<String> = body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| name(&t["name"]))
+        .collect();
+    out.push(name(&body["tool_choice"]["name"]));
+    for m in body["messages"].as_array().into_iter().flatten() {
+        for b in m["content"].as_array().into_iter().flatten() {
+            if b["type"] == "tool_use" {
+                out.push(name(&b["name"]));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn unsafe_tool_names_are_sent_as_aliases_and_read_back_without_the_agent() {
+    support::scenario_unsafe_tool_names(&Anthropic, &make, false, &sent_names).await;
+    support::scenario_unsafe_tool_names(&Anthropic, &make, true, &sent_names).await;
+}
+
 #[tokio::test]
 async fn request_has_the_documented_shape() {
     let server = ScriptedServer::start(vec![

@@ -174,6 +174,31 @@ async fn cancellation_mid_tool() {
     support::scenario_cancel_mid_tool(&OpenAi, &make, true).await;
 }
 
+/// The tool names of a `/chat/completions` body: the tools', the forced choice's, the
+/// earlier calls'.
+fn sent_names(body: &Value) -> Vec<String> {
+    let name = |v: &Value| v.as_str().unwrap_or("<missing>").to_string();
+    let mut out: Vec<String> = body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| name(&t["function"]["name"]))
+        .collect();
+    out.push(name(&body["tool_choice"]["function"]["name"]));
+    for m in body["messages"].as_array().into_iter().flatten() {
+        for c in m["tool_calls"].as_array().into_iter().flatten() {
+            out.push(name(&c["function"]["name"]));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn unsafe_tool_names_are_sent_as_aliases_and_read_back_without_the_agent() {
+    support::scenario_unsafe_tool_names(&OpenAi, &make, false, &sent_names).await;
+    support::scenario_unsafe_tool_names(&OpenAi, &make, true, &sent_names).await;
+}
+
 #[tokio::test]
 async fn request_has_the_documented_shape() {
     let server =

@@ -152,3 +152,94 @@ pub async fn scenario_cancel_mid_tool(wire: &dyn Wire, make: MakeProvider<'_>, s
     assert!(matches!(out.messages.last(), Some(Message::Tool { .. })));
     assert_eq!(server.requests().len(), 1);
 }
+
+/// The tool names a recorded request body carries: the listed tools', the forced choice's and
+/// the earlier calls', in that order.
+pub type SentNames<'a> = &'a dyn Fn(&Value) -> Vec<String>;
+
+/// A provider used directly (no agent) with a tool named `files.read`, which hosted APIs
+/// refuse, listed beside `search`, forced as the tool choice and called earlier in the
+/// conversation: every one of those names reaches the server provider-safe, the alias the
+/// agent would show, and the server's call to that alias comes back as `files.read`. A request
+/// listing only safe names, as the agent sends them, goes as it is and its calls come back as
+/// they came (no alias of an alias).
+pub async fn scenario_unsafe_tool_names(
+    wire: &dyn Wire,
+    make: MakeProvider<'_>,
+    stream: bool,
+    sent_names: SentNames<'_>,
+) {
+    use kberg_agent::{ChatRequest, ToolCall, ToolChoice, ToolDefinition, ToolNames};
+    use serde_json::json;
+
+    let request = |tool: &str| {
+        let schema = json!({"type": "object", "properties": {"path": {"type": "string"}}});
+        ChatRequest {
+            messages: vec![
+                Message::user("read a"),
+                Message::Assistant {
+                    content: String::new(),
+                    tool_calls: vec![ToolCall {
+                        id: "call_0".into(),
+                        name: tool.into(),
+                        arguments: json!({"path": "b"}),
+                    }],
+                },
+                Message::Tool {
+                    call_id: "call_0".into(),
+                    name: tool.into(),
+                    content: "b's text".into(),
+                    is_error: false,
+                },
+            ],
+            tools: vec![
+                ToolDefinition::new(tool, "Reads a file", schema.clone()),
+                ToolDefinition::new("search", "Searches", schema),
+            ],
+            options: kberg_agent::ChatOptions {
+                tool_choice: ToolChoice::Tool(tool.into()),
+                ..Default::default()
+            },
+        }
+    };
+    let unsafe_request = request("files.read");
+    let alias = ToolNames::for_request(&unsafe_request)
+        .to_model("files.read")
+        .to_string();
+    assert_eq!(alias, "files_read");
+    let server = ScriptedServer::start(vec![
+        wire.call("call_1", &alias, &serde_json::json!({"path": "a"}), stream),
+        wire.call("call_2", &alias, &serde_json::json!({"path": "a"}), stream),
+    ])
+    .await;
+    let provider = make(server.url());
+    let turn = |request: ChatRequest| {
+        let provider = provider.clone();
+        async move {
+            let cancel = CancellationToken::new();
+            if stream {
+                let s = provider.chat_stream(&request, &cancel).await.unwrap();
+                kberg_agent::collect_stream(s, |_| {}).await.unwrap()
+            } else {
+                provider.chat(&request, &cancel).await.unwrap()
+            }
+        }
+    };
+    let answer = turn(unsafe_request).await;
+    assert_eq!(answer.tool_calls.len(), 1);
+    assert_eq!(answer.tool_calls[0].name, "files.read");
+    assert_eq!(answer.tool_calls[0].id, "call_1");
+    // The agent's request: already translated, so sent and read back unchanged.
+    let answer = turn(request(&alias)).await;
+    assert_eq!(answer.tool_calls[0].name, alias);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    for sent in &requests {
+        assert_eq!(
+            sent_names(&sent.body),
+            [alias.as_str(), "search", alias.as_str(), alias.as_str()],
+            "{}",
+            sent.body
+        );
+    }
+}
