@@ -404,7 +404,9 @@ pub(crate) async fn post(
             .unwrap_or_default();
         let detail = error_message(&body, credentials);
         let code = status.as_u16();
-        tracing::debug!(status = code, attempt, url = %target.shown, %detail, "{} answered {code}", ep.label);
+        // `?`: the words keep the server's line breaks, which written as they are would start
+        // a log line of the server's choosing.
+        tracing::debug!(status = code, attempt, url = %target.shown, detail = ?detail, "{} answered {code}", ep.label);
         let retryable = code == 429 || status.is_server_error();
         if retryable && attempt <= opts.max_retries {
             let backoff = delays.next().unwrap_or(opts.max_retry_wait);

@@ -75,6 +75,11 @@ pub async fn scenario_controls_are_escaped(make: MakeProvider<'_>, in_band: Vec<
     let log = logs.text();
     assert!(log.contains("boom"), "the error answers are logged: {log}");
     assert_escaped("the log", &log);
+    // The newline kept in the error's words is escaped in the log: no line of the server's.
+    assert!(
+        !log.lines().any(|l| l.starts_with("forged")),
+        "a server's words started a log line: {log}"
+    );
 
     // A body of nothing but controls is cut between two escapes, never inside one, at the
     // bound of 300 characters an error answer's words are cut at.
