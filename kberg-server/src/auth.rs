@@ -123,7 +123,7 @@ impl BearerTokens {
     pub fn insert(&mut self, token: impl Into<String>, principal: Principal) {
         let token: String = token.into();
         if token.is_empty() {
-            tracing::warn!(principal = %principal.id, "ignoring an empty bearer token");
+            tracing::warn!(principal = ?principal.id, "ignoring an empty bearer token");
             return;
         }
         self.tokens.push((token.into_bytes(), Arc::new(principal)));

@@ -181,7 +181,11 @@ impl GuardState {
             (held, opening.len())
         };
         if held >= self.max_sessions_per_principal {
-            tracing::warn!(%principal, held, "refused a session over the principal's session limit");
+            tracing::warn!(
+                ?principal,
+                held,
+                "refused a session over the principal's session limit"
+            );
             return Some(status(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "too_many_sessions_for_principal",
@@ -247,7 +251,10 @@ impl Drop for ResumeSlot<'_> {
 fn stream_refusal(refused: StreamRefusal, principal: &str) -> Response {
     match refused {
         StreamRefusal::PrincipalShare => {
-            tracing::warn!(%principal, "refused a listen stream over the principal's share");
+            tracing::warn!(
+                ?principal,
+                "refused a listen stream over the principal's share"
+            );
             status(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "too_many_streams_for_principal",
@@ -729,7 +736,7 @@ async fn stored_owner(
 
 /// The answer to a `DELETE` the session store could not serve (`503`): nothing was ended.
 fn store_unavailable(e: &crate::SessionStoreFailure) -> Response {
-    tracing::warn!(error = %e, "the session store failed during a DELETE; nothing was ended");
+    tracing::warn!(error = ?e.to_string(), "the session store failed during a DELETE; nothing was ended");
     status(
         StatusCode::SERVICE_UNAVAILABLE,
         "session_store_unavailable",
@@ -787,7 +794,7 @@ async fn route(
         // answers a GET or DELETE `405`, whatever session it names), so it refuses nothing.
         if (foreign || recheck.is_some()) && !is_modern(req.headers()) {
             if foreign {
-                tracing::warn!(principal = %principal.id, "refused a request naming another principal's session");
+                tracing::warn!(principal = ?principal.id, "refused a request naming another principal's session");
                 return status(
                     StatusCode::NOT_FOUND,
                     "session_not_found",

@@ -6,6 +6,12 @@
 //! this crate is the bridge and the guardrails around it: connection auth, DNS-rebinding
 //! protection, and limits.
 //!
+//! Text that an outside party chose (an upstream's names, messages and stderr, a client's
+//! request ids, a principal's id) is logged as a `?` (`Debug`) field, never `%` (`Display`):
+//! quoted, its line breaks, CRs, ESCs, line separators and bidirectional controls escaped, so it
+//! cannot start a forged line of a text log or drive the terminal showing it (JSON logs escape
+//! on their own; there such a field keeps its quotes).
+//!
 //! ```no_run
 //! use kberg_core::{Grants, Principal, ToolBuilder, ToolOutput, ToolRegistry};
 //! use kberg_server::{BearerTokens, HttpConfig, McpApp};

@@ -211,7 +211,7 @@ impl Recheck {
                 gone: stored.is_none(),
             },
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "the session store could not be asked whether a session still exists; it goes on");
+                tracing::warn!(error = ?e.to_string(), "the session store could not be asked whether a session still exists; it goes on");
                 Look {
                     at: Instant::now(),
                     failed: true,
@@ -260,7 +260,7 @@ impl RmcpSessionStore for OwnedSessions {
             return Ok(None);
         };
         if stored.owner != caller {
-            tracing::warn!(principal = %caller, "refused to resume another principal's session");
+            tracing::warn!(principal = ?caller, "refused to resume another principal's session");
             return Ok(None);
         }
         let params = serde_json::from_value(stored.initialize)?;
@@ -297,7 +297,7 @@ impl RmcpSessionStore for OwnedSessions {
             && let Some(stored) = self.store.load(session_id).await?
             && stored.owner != caller
         {
-            tracing::warn!(principal = %caller, "refused to delete another principal's stored session");
+            tracing::warn!(principal = ?caller, "refused to delete another principal's stored session");
             return Ok(());
         }
         self.store.delete(session_id).await

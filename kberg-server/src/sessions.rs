@@ -805,7 +805,7 @@ impl Routes {
                 let stream = find(RouteKey::Request(origin.0.clone()));
                 if stream.is_none() {
                     tracing::debug!(
-                        originating_request = %origin.0,
+                        originating_request = ?origin.0.to_string(),
                         "the request this server request belongs to has completed; \
                          it goes to the standalone stream"
                     );

@@ -22,6 +22,12 @@ With `RAW_TASKS=stuck` it has the `stuck` tool, which runs as a task whose `ttlM
 reports how many `tasks/get` it answered and which tasks it was asked to cancel. With
 `RAW_LEAK_TOKEN` set too, a `stuck` task's id carries that token and a line break (then
 `FORGED log line`), and its `tasks/cancel` is refused.
+With `RAW_TASKS=stuck` it also has the `stuck_ask` tool, which runs as a task that asks `q1`
+on every `tasks/get` (`input_required`, its `ttlMs` that of `stuck`) and never finishes; its
+cancel is recorded as a `stuck` task's.
+With `RAW_FORGE` set its words try to forge lines of a text log: a tool and a prompt whose names
+hold a line break, a `resources/list` error whose message holds a CR LF, and a stderr line with
+a line separator, a CR and an ESC, each followed by `FORGED`.
 With `RAW_TASKS=paused` it has the `pause` tool, which runs as a task that its first two
 `tasks/get` show in a status this protocol revision does not have (`paused`), then completed
 with the text `resumed`.
@@ -44,6 +50,12 @@ if os.environ.get("RAW_STDERR_TOKEN"):
     sys.stderr.write("raw upstream starting, token=" + os.environ["RAW_STDERR_TOKEN"] + "\n")
     sys.stderr.write("x" * 10000 + "\n")
     sys.stderr.write("raw upstream ready\n")
+    sys.stderr.flush()
+
+# A stderr line that tries to start others (U+2028, CR) and to drive a terminal (ESC).
+if os.environ.get("RAW_FORGE"):
+    sys.stderr.buffer.write(("raw upstream forging\u2028FORGED separator line\rFORGED cr line"
+                             "\x1b[2K done\n").encode("utf-8"))
     sys.stderr.flush()
 
 # The names of its environment, one line, for the tests of what a child inherits.
@@ -86,6 +98,11 @@ if os.environ.get("RAW_TASKS") == "stuck":
                   "inputSchema": OBJ, "execution": {"taskSupport": "optional"}})
     TOOLS.append({"name": "task_log", "description": "polls answered, tasks cancelled",
                   "inputSchema": OBJ})
+    TOOLS.append({"name": "stuck_ask", "description": "a task that asks and never finishes",
+                  "inputSchema": OBJ, "execution": {"taskSupport": "optional"}})
+
+if os.environ.get("RAW_FORGE"):
+    TOOLS.append({"name": "forged\nFORGED tool line", "inputSchema": OBJ})
 
 if os.environ.get("RAW_TASKS") == "paused":
     TOOLS.append({"name": "pause", "description": "a task in a status from a later revision",
@@ -163,7 +180,11 @@ def task_view(tid):
         return view
     if t.get("stuck"):
         stuck_log["polls"] += 1
-        view = task_fields(tid, "working")
+        if t.get("asks"):
+            view = task_fields(tid, "input_required")
+            view["inputRequests"] = {"q1": question("first?")}
+        else:
+            view = task_fields(tid, "working")
         view["ttlMs"] = int(os.environ.get("RAW_TASK_TTL", "1"))
         return view
     answered = t["answers"]
@@ -256,6 +277,13 @@ for line in sys.stdin:
             r["ttlMs"] = int(os.environ.get("RAW_TASK_TTL", "1"))
             r["resultType"] = "task"
             result(rid, r)
+        elif name == "stuck_ask" and os.environ.get("RAW_TASKS") == "stuck":
+            tid = "task-%d" % (len(tasks) + 1)
+            tasks[tid] = {"stuck": True, "asks": True}
+            r = task_fields(tid, "working")
+            r["ttlMs"] = int(os.environ.get("RAW_TASK_TTL", "1"))
+            r["resultType"] = "task"
+            result(rid, r)
         elif name == "pause" and os.environ.get("RAW_TASKS") == "paused":
             tid = "task-%d" % (len(tasks) + 1)
             tasks[tid] = {"paused": 0}
@@ -296,8 +324,8 @@ for line in sys.stdin:
     elif method == "tasks/update" and params.get("taskId") in tasks:
         t = tasks[params["taskId"]]
         responses = params.get("inputResponses") or {}
-        t["updates"].append(sorted(responses))
-        t["answers"].update(responses)
+        t.setdefault("updates", []).append(sorted(responses))
+        t.setdefault("answers", {}).update(responses)
         result(rid, {})
     elif (method == "tasks/cancel" and os.environ.get("RAW_LEAK_TOKEN")
           and os.environ["RAW_LEAK_TOKEN"] in (params.get("taskId") or "")):
@@ -306,6 +334,11 @@ for line in sys.stdin:
         if tasks[params["taskId"]].get("stuck"):
             stuck_log["cancelled"].append(params["taskId"])
         result(rid, {})
+    elif method == "prompts/list" and os.environ.get("RAW_FORGE"):
+        result(rid, {"prompts": [{"name": "forged\nFORGED prompt line"}]})
+    elif method == "resources/list" and os.environ.get("RAW_FORGE"):
+        send({"jsonrpc": "2.0", "id": rid, "error": {
+            "code": -32603, "message": "no resources\r\nFORGED resources line"}})
     elif method == "prompts/list":
         result(rid, {"prompts": [{"name": "hang"}, {"name": "garbage"}]})
     elif method == "prompts/get":

@@ -38,7 +38,7 @@ pub(super) async fn sync_prompts(
             Err(e) => {
                 // An upstream's error may quote the credential it was sent.
                 let error = quoted(up, &e.to_string());
-                tracing::warn!(namespace = up.namespace(), %error, "listing prompts failed");
+                tracing::warn!(namespace = up.namespace(), ?error, "listing prompts failed");
                 return;
             }
         }
@@ -99,7 +99,7 @@ pub(super) async fn sync_prompts(
                 Err(err) => {
                     // The upstream's words (its prompt's name, quoted by the error).
                     let (name, error) = (quoted(up, &name), quoted(up, &err.to_string()));
-                    tracing::warn!(namespace = up.namespace(), prompt = %name, %error, "upstream prompt skipped");
+                    tracing::warn!(namespace = up.namespace(), prompt = ?name, ?error, "upstream prompt skipped");
                 }
             }
         }

@@ -391,7 +391,12 @@ impl ClientHandler for UpstreamClient {
         if let Some(resources) = &self.up.resources {
             let uri = namespaced_uri(self.up.namespace(), &params.uri);
             let told = resources.notify_updated(&uri);
-            tracing::debug!(namespace = self.up.namespace(), %uri, told, "upstream resource updated");
+            tracing::debug!(
+                namespace = self.up.namespace(),
+                ?uri,
+                told,
+                "upstream resource updated"
+            );
         }
     }
 }

@@ -192,7 +192,7 @@ pub(super) async fn sync_resources(
             Err(e) => {
                 // An upstream's error may quote the credential it was sent.
                 let error = quoted(up, &e.to_string());
-                tracing::warn!(namespace = ns, %error, "listing resources failed");
+                tracing::warn!(namespace = ns, ?error, "listing resources failed");
                 return;
             }
         };
@@ -200,7 +200,7 @@ pub(super) async fn sync_resources(
             Ok(t) => t,
             Err(e) => {
                 let error = quoted(up, &e.to_string());
-                tracing::warn!(namespace = ns, %error, "listing resource templates failed");
+                tracing::warn!(namespace = ns, ?error, "listing resource templates failed");
                 return;
             }
         };
@@ -314,7 +314,7 @@ pub(super) async fn sync_resources(
         .map(|(what, reason)| (quoted(up, &what), quoted(up, &reason)))
         .collect();
     for (what, reason) in &skipped {
-        tracing::warn!(namespace = ns, resource = %what, %reason, "upstream resource skipped");
+        tracing::warn!(namespace = ns, resource = ?what, ?reason, "upstream resource skipped");
     }
     if let Ok(mut r) = up.registered_resources.lock() {
         *r = registered;
@@ -369,7 +369,7 @@ pub(super) async fn sync_subscriptions(
             UnsubscribeRequestParams::new(uri.clone()),
         ));
         if let Err(e) = forward(up, request, None).await {
-            tracing::warn!(namespace = ns, %uri, error = %e.coded_message(), "unsubscribing upstream failed");
+            tracing::warn!(namespace = ns, ?uri, error = ?e.coded_message(), "unsubscribing upstream failed");
         }
         uri
     }))
@@ -386,7 +386,7 @@ pub(super) async fn sync_subscriptions(
         match forward(up, request, None).await {
             Ok(_) => Some(uri),
             Err(e) => {
-                tracing::warn!(namespace = ns, %uri, error = %e.coded_message(), "subscribing upstream failed");
+                tracing::warn!(namespace = ns, ?uri, error = ?e.coded_message(), "subscribing upstream failed");
                 None
             }
         }

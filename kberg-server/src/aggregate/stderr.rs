@@ -10,6 +10,8 @@
 //! is the same list, computed once per upstream, that the client relay cleans the child's log
 //! messages, progress messages and requests of (see `aggregate::redact`). Lines are cut at
 //! [`MAX_STDERR_LINE`] bytes, so a child writing without newlines cannot grow the buffer.
+//! Each line is logged quoted and escaped (`Debug`), as all outside text the crate logs: a CR,
+//! ESC, line separator or bidirectional control in it cannot forge or rewrite a log line.
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStderr as ProcessStderr;
@@ -132,9 +134,9 @@ fn emit(namespace: &str, raw: &[u8], dropped: usize, redact: &Redactions) {
         return;
     }
     if dropped > 0 {
-        tracing::info!(target: STDERR_TARGET, upstream = namespace, dropped_bytes = dropped, "{line}");
+        tracing::info!(target: STDERR_TARGET, upstream = namespace, dropped_bytes = dropped, "{line:?}");
     } else {
-        tracing::info!(target: STDERR_TARGET, upstream = namespace, "{line}");
+        tracing::info!(target: STDERR_TARGET, upstream = namespace, "{line:?}");
     }
 }
 

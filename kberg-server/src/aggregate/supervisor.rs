@@ -213,7 +213,12 @@ pub(super) async fn supervise(
         // it: whichever path produced it, no credential of the transport stays in it, and it is
         // cut short, since nothing but the upstream bounds how long its error is.
         let reason = quoted(&up, &reason);
-        tracing::warn!(namespace = up.namespace(), %reason, attempt, "upstream unavailable");
+        tracing::warn!(
+            namespace = up.namespace(),
+            ?reason,
+            attempt,
+            "upstream unavailable"
+        );
         up.status
             .send_replace(UpstreamStatus::Unavailable { reason });
         let delay = delays.next().unwrap_or(shared.backoff.max);
@@ -277,7 +282,7 @@ async fn run_connected(
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
                         let error = quoted(up, &e.to_string());
-                        tracing::warn!(namespace = up.namespace(), %error, "re-listing tools failed");
+                        tracing::warn!(namespace = up.namespace(), ?error, "re-listing tools failed");
                     }
                     Err(_) => {
                         if let Some(s) = stop.take() { s.cancel(); }

@@ -270,6 +270,6 @@ async fn cancel(up: &Upstream, id: &str) {
     if let Err(e) = forward(up, request, None).await {
         // The id is the upstream's text: quoted (redacted, cut) as everything it says, and
         // written escaped (a line break in it cannot start a log line).
-        tracing::debug!(namespace = up.namespace(), task = ?quoted(up, id), error = %e, "the upstream task was not cancelled");
+        tracing::debug!(namespace = up.namespace(), task = ?quoted(up, id), error = ?e.to_string(), "the upstream task was not cancelled");
     }
 }

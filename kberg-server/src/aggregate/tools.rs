@@ -127,7 +127,7 @@ pub(super) async fn sync_tools(
                         other => other.to_string(),
                     };
                     let (remote, reason) = (quoted(up, &remote), quoted(up, &reason));
-                    tracing::warn!(namespace = up.namespace(), tool = %remote, %reason, "upstream tool skipped");
+                    tracing::warn!(namespace = up.namespace(), tool = ?remote, ?reason, "upstream tool skipped");
                     skipped.push((remote, reason));
                 }
             }
