@@ -383,6 +383,78 @@ async fn an_upstream_task_still_working_past_its_ttl_ends_upstream_timeout() {
     agg.shutdown().await;
 }
 
+/// The calling client: never answers what it is asked, and tells the test each question's
+/// method as it is asked.
+struct NeverAnswers(mpsc::UnboundedSender<String>);
+
+#[async_trait]
+impl ClientPeer for NeverAnswers {
+    async fn notify(&self, _method: &str, _params: Value) -> Result<(), PeerError> {
+        Ok(())
+    }
+    async fn request(
+        &self,
+        method: &str,
+        _params: Value,
+        _cancel: CancellationToken,
+    ) -> Result<Value, PeerError> {
+        let _ = self.0.send(method.to_string());
+        std::future::pending().await
+    }
+    fn supports(&self, capability: &str) -> bool {
+        capability == "elicitation"
+    }
+}
+
+/// A task's question waited for the calling client's answer as long as the client took, its
+/// time to live passing unnoticed. The scripted upstream's `stuck_ask` task asks on every poll
+/// and lives `RAW_CALL_TIMEOUT` (time enough to be asked, on a loaded machine too); its client
+/// never answers: the call ends `upstream_timeout` with the task's life, and the upstream task
+/// is cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_task_question_waits_no_longer_than_the_task_lives() {
+    let ttl = RAW_CALL_TIMEOUT.as_millis().to_string();
+    let (registry, agg) =
+        raw_aggregator(|t| t.env("RAW_TASKS", "stuck").env("RAW_TASK_TTL", ttl)).await;
+    let (asked_tx, mut asked) = mpsc::unbounded_channel();
+    let opts = CallOptions::default().with_peer(Arc::new(NeverAnswers(asked_tx)));
+    let out = tokio::time::timeout(
+        WAIT,
+        registry.call(&reader(), "raw__stuck_ask", json!({}), opts),
+    )
+    .await
+    .expect("the call ends although its client never answers")
+    .expect("answered with a refusal, not a failure");
+    assert!(out.is_error, "{out:?}");
+    let refusal = out.structured.as_ref().expect("a refusal");
+    assert_eq!(refusal["code"], "upstream_timeout", "{refusal}");
+    assert_eq!(refusal["upstream"], "raw", "{refusal}");
+    assert_eq!(
+        asked.try_recv().ok().as_deref(),
+        Some("elicitation/create"),
+        "the client was asked"
+    );
+    eventually_async_ok("the upstream task to be cancelled", || async {
+        let out = registry
+            .call(
+                &reader(),
+                "raw__task_log",
+                json!({}),
+                CallOptions::default(),
+            )
+            .await
+            .expect("task_log answers");
+        let log: Value = serde_json::from_str(&out.all_text()).expect("the upstream's record");
+        if log["cancelled"] == json!(["task-1"]) {
+            Ok(log)
+        } else {
+            Err(log)
+        }
+    })
+    .await;
+    agg.shutdown().await;
+}
+
 /// Records how each forwarded call ended, as its `ForwardHook` is told.
 #[derive(Default)]
 struct Outcomes(std::sync::Mutex<Vec<String>>);

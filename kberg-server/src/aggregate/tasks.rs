@@ -13,13 +13,13 @@
 //! the same question twice); a cancelled call cancels the upstream task (`tasks/cancel`), and so
 //! does a task still unfinished once its time to live (`ttlMs`, as the upstream last gave it, at
 //! most `MAX_CALL_TIMEOUT`, a task without one followed that long) has passed since the
-//! aggregator was given it: the call then ends `upstream_timeout`. A status this protocol
-//! revision does not have (a later revision's) is the task going on: polled like `working`. The questions reach the
-//! client cleaned of the upstream's credentials, as every request the client relay passes on
-//! (see `relay`). A completed task's result passes through unchanged; a failed or cancelled
-//! upstream task is the tool's failure
-//! (`tool_failed`), its message redacted and cut (at 1,000 characters) as every error that
-//! quotes an upstream.
+//! aggregator was given it, also while its question waits for the client's answer: the call
+//! then ends `upstream_timeout`. A status this protocol revision does not have (a later
+//! revision's) is the task going on: polled like `working`. The questions reach the client
+//! cleaned of the upstream's credentials, as every request the client relay passes on (see
+//! `relay`). A completed task's result passes through unchanged; a failed or cancelled
+//! upstream task is the tool's failure (`tool_failed`), its message redacted and cut (at 1,000
+//! characters) as every error that quotes an upstream.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -132,11 +132,7 @@ pub(super) async fn follow(
             let left = ttl.saturating_sub(given.elapsed());
             if left.is_zero() {
                 // Not finished in its time: the guard, still armed, cancels it upstream.
-                return Err(UpstreamError::TaskTimeout {
-                    namespace: up.namespace().to_string(),
-                    after: ttl,
-                }
-                .into());
+                return Err(timed_out(up, ttl));
             }
             wait = wait.min(left);
         }
@@ -212,7 +208,16 @@ pub(super) async fn follow(
                 if input_requests.is_empty() {
                     continue;
                 }
-                let responses = relay(up, input_requests, ctx).await?;
+                // The client's answers are waited for only while the task lives: a client
+                // that never answers would otherwise hold the call (and the upstream task)
+                // as long as it takes. Past its time the guard, still armed, cancels it.
+                let left = ttl.saturating_sub(given.elapsed());
+                if left.is_zero() {
+                    return Err(timed_out(up, ttl));
+                }
+                let responses = tokio::time::timeout(left, relay(up, input_requests, ctx))
+                    .await
+                    .map_err(|_| timed_out(up, ttl))??;
                 answered.extend(responses.keys().cloned());
                 let update = ClientRequest::UpdateTaskRequest(UpdateTaskRequest::new(
                     UpdateTaskParams::new(id.clone(), responses),
@@ -224,6 +229,15 @@ pub(super) async fn follow(
             _ => {}
         }
     }
+}
+
+/// The end of a task still unfinished once its time to live `ttl` has passed.
+fn timed_out(up: &Upstream, ttl: Duration) -> Followed {
+    UpstreamError::TaskTimeout {
+        namespace: up.namespace().to_string(),
+        after: ttl,
+    }
+    .into()
 }
 
 /// Asks the calling client the upstream task's questions, one after the other.
