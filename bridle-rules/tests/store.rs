@@ -1547,3 +1547,31 @@ fn a_change_that_is_not_json_fails_no_proposal(backend: Backend) {
         other => panic!("not a guardrail: {other:?}"),
     }
 }
+
+/// The proposer's name is the caller's text: a line break in it must not start a line of its
+/// own in a text log (the line saying the proposal was queued).
+#[test]
+fn a_proposers_name_cannot_forge_a_log_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RulesStore::open(dir.path(), AgentCatalog::builtin()).unwrap();
+    store
+        .create("shop", &RulesDocument::new("Shop"), "alice")
+        .unwrap();
+    let logs = kberg_testkit::log::LogBuffer::default();
+    tracing::subscriber::with_default(logs.subscriber(tracing::Level::INFO), || {
+        store
+            .propose(
+                "shop",
+                &Origin::agent("claude\nERROR forged: the rules were wiped", None),
+                &guardrail("tests-first"),
+                None,
+            )
+            .unwrap();
+    });
+    let text = logs.text();
+    assert!(text.contains("proposal queued"), "{text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("ERROR forged")),
+        "{text}"
+    );
+}

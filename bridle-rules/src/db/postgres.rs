@@ -470,7 +470,7 @@ impl PgDatabase {
                 match listen_once(&config, channel, deadline, &tx).await {
                     Ok(()) => return,
                     Err(e) => {
-                        tracing::warn!(error = %e, "listening for database changes failed; reconnecting");
+                        tracing::warn!(error = ?e.to_string(), "listening for database changes failed; reconnecting");
                         if tx.send(NOT_LISTENING.into()).is_err() {
                             return;
                         }
@@ -837,7 +837,7 @@ impl Drop for PgTransaction {
         }
         if let Err(e) = c.batch("ROLLBACK") {
             // The connection's state is unknown: keep it out of the pool.
-            tracing::warn!(error = %e, "rolling back a transaction failed; dropping the connection");
+            tracing::warn!(error = ?e.to_string(), "rolling back a transaction failed; dropping the connection");
             c.closed.store(true, Ordering::Release);
         }
     }

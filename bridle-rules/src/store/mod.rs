@@ -492,7 +492,7 @@ impl RulesStore {
                     // by the next change or the next start (`export_all`), so it is logged,
                     // not failed.
                     if let Err(err) = write_atomic(&e.path, e.text.as_bytes()) {
-                        tracing::warn!(error = %err, "writing out a project file failed");
+                        tracing::warn!(error = ?err.to_string(), "writing out a project file failed");
                     }
                 }
             }
@@ -730,7 +730,9 @@ impl RulesStore {
             .ok_or_else(|| RulesError::Rejected("the proposal was not stored".into()))?;
         let p = get_proposal(&mut *tx, id)?;
         tx.commit()?;
-        tracing::info!(project, proposal = id, by = %origin.proposed_by, "proposal queued");
+        // The proposer is the caller's text (an agent's name): written escaped, so a line break
+        // in it cannot start a log line of its own.
+        tracing::info!(project, proposal = id, by = ?origin.proposed_by, "proposal queued");
         Ok(p)
     }
 
@@ -848,7 +850,7 @@ impl RulesStore {
         )?;
         let decided = get_proposal(&mut *tx, id)?;
         self.finish(tx, exports)?;
-        tracing::info!(project = %p.project, proposal = id, revision = doc.revision, "proposal approved");
+        tracing::info!(project = ?p.project, proposal = id, revision = doc.revision, "proposal approved");
         Ok(decided)
     }
 
@@ -1288,7 +1290,7 @@ fn readable<T>(rows: impl Iterator<Item = Result<T, RulesError>>) -> Result<Vec<
         match row {
             Ok(row) => out.push(row),
             Err(RulesError::Unreadable { kind, id }) => {
-                tracing::warn!(kind, id = %id, "a stored row this build cannot read is left out of the listing");
+                tracing::warn!(kind, id = ?id, "a stored row this build cannot read is left out of the listing");
             }
             Err(e) => return Err(e),
         }

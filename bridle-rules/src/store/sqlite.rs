@@ -147,7 +147,7 @@ impl Drop for SqliteTx {
         if self.open
             && let Err(e) = self.conn.execute_batch("ROLLBACK")
         {
-            tracing::warn!(error = %e, "rolling back a rules transaction failed");
+            tracing::warn!(error = ?e.to_string(), "rolling back a rules transaction failed");
         }
     }
 }

@@ -282,7 +282,9 @@ impl VendorFeed {
                     .await;
                 let url = redact_url(&source.url);
                 if let Err(e) = &outcome {
-                    tracing::warn!(project, agent, url = %url, code = e.code(), error = %e, "vendor feed source failed");
+                    // The URL and the error quote a configured source and what its server or file said:
+                    // written escaped, so a line break in them cannot start a log line.
+                    tracing::warn!(project, agent, url = ?url, code = e.code(), error = ?e.to_string(), "vendor feed source failed");
                 }
                 run.sources.push(SourceRun {
                     agent: agent.clone(),
@@ -310,7 +312,7 @@ impl VendorFeed {
             .run_source(store, &ledger, project, agent, source)
             .await;
         if let Err(e) = &outcome {
-            tracing::warn!(project, agent, url = %redact_url(&source.url), code = e.code(), error = %e, "vendor page could not be read");
+            tracing::warn!(project, agent, url = ?redact_url(&source.url), code = e.code(), error = ?e.to_string(), "vendor page could not be read");
         }
         outcome
     }
@@ -439,13 +441,13 @@ pub fn log_runs(runs: &ConfiguredRuns) {
                         "vendor feed run"
                     ),
                     Err(e) => {
-                        tracing::warn!(project, code = e.code(), error = %e, "vendor feed run failed")
+                        tracing::warn!(project, code = e.code(), error = ?e.to_string(), "vendor feed run failed")
                     }
                 }
             }
         }
         Err(e) => {
-            tracing::warn!(code = e.code(), error = %e, "vendor feed: the projects could not be listed");
+            tracing::warn!(code = e.code(), error = ?e.to_string(), "vendor feed: the projects could not be listed");
         }
     }
 }

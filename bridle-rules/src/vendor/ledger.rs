@@ -226,7 +226,7 @@ impl FeedLedger {
         tracing::info!(
             project,
             agent,
-            url = %shown,
+            url = ?shown,
             queued = report.queued.len(),
             skipped = report.skipped,
             over_limit = report.over_limit,
