@@ -1,6 +1,6 @@
-//! What an upstream chose (its prompts' names, an error's message, a line of its stderr) is
-//! written into the aggregator's text log escaped: a line break, CR, line separator or ESC in
-//! it cannot start a forged line of the log, or drive the terminal that shows it. The
+//! What an upstream chose (its tools' and prompts' names, an error's message, a line of its
+//! stderr) is written into the aggregator's text log escaped: a line break, CR, line separator
+//! or ESC in it cannot start a forged line of the log, or drive the terminal that shows it. The
 //! scripted upstream (`aggregate_raw_upstream.py` with `RAW_FORGE`) puts `FORGED` after each.
 
 mod peers;
@@ -32,6 +32,7 @@ async fn an_upstreams_words_cannot_forge_a_log_line() {
         "{:?}",
         agg.status("raw")
     );
+    logs.wait_for("upstream tool skipped").await;
     logs.wait_for("upstream prompt skipped").await;
     logs.wait_for("listing resources failed").await;
     let text = logs.wait_for("raw upstream forging").await;
@@ -43,6 +44,7 @@ async fn an_upstreams_words_cannot_forge_a_log_line() {
     );
     // What the upstream said is all there, escaped.
     for said in [
+        r"forged\nFORGED tool line",
         r"forged\nFORGED prompt line",
         r"no resources\r\nFORGED resources line",
         r"raw upstream forging\u{2028}FORGED separator line\rFORGED cr line\u{1b}[2K done",

@@ -126,14 +126,16 @@ pub(super) async fn sync_tools(
                         }
                         other => other.to_string(),
                     };
-                    let (remote, reason) = (quoted(up, &remote), quoted(up, &reason));
-                    tracing::warn!(namespace = up.namespace(), tool = ?remote, ?reason, "upstream tool skipped");
-                    skipped.push((remote, reason));
+                    skipped.push((quoted(up, &remote), quoted(up, &reason)));
                 }
             }
         }
         Ok::<(), std::convert::Infallible>(())
     });
+    // Every skipped tool is logged, the one whose name the registry cannot take too.
+    for (remote, reason) in &skipped {
+        tracing::warn!(namespace = up.namespace(), tool = ?remote, ?reason, "upstream tool skipped");
+    }
     if let Ok(mut r) = up.registered.lock() {
         *r = registered;
     }
