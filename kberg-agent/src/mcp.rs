@@ -905,7 +905,7 @@ impl McpSurface {
         match send_cancel_notice(self.client.peer(), id).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                tracing::debug!(tool = ?name, error = %e, "the cancellation was not sent")
+                tracing::debug!(tool = ?name, error = ?e.to_string(), "the cancellation was not sent")
             }
             Err(_) => tracing::debug!(tool = ?name, "the cancellation was not sent in time"),
         }
@@ -916,7 +916,11 @@ impl McpSurface {
     async fn cancel_task(&self, id: &str) {
         match send_cancel_task(self.client.peer(), id).await {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::debug!(task = ?id, error = %e, "the task was not cancelled"),
+            // `?`: the error quotes the server's message, whose line breaks written as they
+            // are would start a log line of the server's choosing.
+            Ok(Err(e)) => {
+                tracing::debug!(task = ?id, error = ?e.to_string(), "the task was not cancelled")
+            }
             Err(_) => tracing::debug!(
                 task = ?id,
                 "the task's cancellation was not answered in time"

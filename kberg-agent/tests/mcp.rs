@@ -828,6 +828,56 @@ async fn a_task_cancel_the_server_never_answers_does_not_hold_the_call() {
     assert!(seen.iter().any(|m| m == "tasks/cancel"), "{seen:?}");
 }
 
+/// A server that refuses `tasks/cancel` with an error whose message holds a line break: the
+/// debug line saying the task was not cancelled writes the message escaped, so the server
+/// cannot start a log line of its own.
+#[tokio::test]
+async fn a_refused_task_cancel_cannot_forge_a_log_line() {
+    let logs = kberg_testkit::log::LogBuffer::global(tracing::Level::DEBUG);
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (polled_tx, mut polled) = tokio::sync::mpsc::unbounded_channel();
+    let server = tokio::spawn(scripted_pipe(server_io, move |msg| {
+        match msg["method"].as_str() {
+            Some("initialize") => Some(initialized(msg, "refusing")),
+            Some("tools/call") => Some(json!({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                "resultType": "task", "taskId": "t-1", "status": "working",
+                "createdAt": "2026-12-05T00:00:00Z", "lastUpdatedAt": "2026-12-05T00:00:00Z",
+                "ttlMs": null, "pollIntervalMs": 1000
+            }})),
+            Some("tasks/get") => {
+                let _ = polled_tx.send(());
+                None
+            }
+            Some("tasks/cancel") => Some(json!({"jsonrpc": "2.0", "id": msg["id"], "error": {
+                "code": -32602, "message": "refused\nforged-by-the-server: all good"
+            }})),
+            _ => None,
+        }
+    }));
+    let surface = McpSurface::serve(tokio::io::split(client_io))
+        .await
+        .unwrap();
+    let cancel = CancellationToken::new();
+    let call = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move { surface.call("index", json!({}), cancel).await })
+    };
+    polled.recv().await.expect("the task was polled");
+    cancel.cancel();
+    let result = call.await.unwrap().unwrap();
+    assert_eq!(result.code, Some(ErrorCode::Cancelled), "{result:?}");
+    let log = logs.text();
+    assert!(
+        log.contains("forged-by-the-server"),
+        "the refusal is logged: {log}"
+    );
+    assert!(
+        !log.lines().any(|l| l.starts_with("forged-by-the-server")),
+        "a server's words started a log line: {log}"
+    );
+    server.await.unwrap();
+}
+
 /// A call whose task the server stops answering polls for ends once one `tasks/get` has gone
 /// 30 s without an answer (on the paused clock), as a transport error, and cancels the task.
 #[tokio::test(start_paused = true)]
