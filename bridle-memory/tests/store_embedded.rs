@@ -138,6 +138,32 @@ fn a_damaged_dimension_is_an_error() {
     assert_eq!(err.code(), "invalid_input", "{err}");
 }
 
+/// A collection's name comes from the database file: a line break in it must not start a
+/// line of its own in a text log (the line saying the collection was loaded).
+#[test]
+fn a_collection_name_cannot_forge_a_log_line() {
+    let (_dir, path) = temp_db();
+    {
+        let store = EmbeddedStore::open(&path).expect("open");
+        store
+            .ensure_collection_sync(
+                "c\nERROR forged: the store was wiped",
+                CollectionConfig::cosine(1),
+            )
+            .expect("create");
+    }
+    let logs = kberg_testkit::log::LogBuffer::default();
+    tracing::subscriber::with_default(logs.subscriber(tracing::Level::DEBUG), || {
+        EmbeddedStore::open(&path).expect("reopen");
+    });
+    let text = logs.text();
+    assert!(text.contains("loaded collection"), "{text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("ERROR forged")),
+        "{text}"
+    );
+}
+
 const CHILD_ENV: &str = "BRIDLE_MEMORY_CRASH_CHILD_DB";
 const BATCH: usize = 200;
 

@@ -364,7 +364,8 @@ fn load_all(conn: &Connection) -> Result<HashMap<String, Collection>> {
             })?;
             c.put(id, &vector, Arc::new(payload));
         }
-        tracing::debug!(collection = %name, points = c.len(), "loaded collection");
+        // The name is the database file's text: written escaped, as the errors below.
+        tracing::debug!(collection = ?name, points = c.len(), "loaded collection");
         collections.insert(name, c);
     }
     Ok(collections)
@@ -430,7 +431,7 @@ impl EmbeddedStore {
         let version = match data_version(db) {
             Ok(v) => v,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the store's data version");
+                tracing::warn!(error = ?e.to_string(), "cannot read the store's data version");
                 return;
             }
         };
@@ -456,7 +457,11 @@ impl EmbeddedStore {
                     .store(version, AtomicOrdering::Release);
                 tracing::info!("reloaded the store after changes by another process");
             }
-            Err(e) => tracing::warn!(error = %e, "cannot reload the store after an outside change"),
+            // Names collections and payload text of the file: written escaped, so a line
+            // break in them cannot start a log line.
+            Err(e) => {
+                tracing::warn!(error = ?e.to_string(), "cannot reload the store after an outside change")
+            }
         }
     }
 
