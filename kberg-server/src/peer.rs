@@ -393,7 +393,7 @@ impl ClientPeer for RoundTripPeer {
                 // An answer that does not fit its question never reaches the handler: the
                 // question goes out again in this round's `input_required` result.
                 Some(problem) => {
-                    tracing::debug!(key = %key, method, problem, "an input response does not fit its question; asking again");
+                    tracing::debug!(key = ?key, method, problem, "an input response does not fit its question; asking again");
                 }
             }
         }
