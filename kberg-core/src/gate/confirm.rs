@@ -81,7 +81,7 @@ pub(crate) async fn ask_client(
         })),
         Err(PeerError::Cancelled) => Some(Err(GateError::Cancelled { tool: name })),
         Err(e) => {
-            tracing::warn!(tool = %name, error = %e, "elicitation failed; filing a ticket");
+            tracing::warn!(tool = %name, error = ?e.to_string(), "elicitation failed; filing a ticket");
             None
         }
     }
