@@ -964,7 +964,7 @@ impl Iterator for SourceFiles {
                 Ok(e) => e,
                 Err(e) => {
                     // An unreadable folder or a malformed ignore file: skip it, say so.
-                    tracing::debug!(error = %e, "skipped while walking the repository");
+                    tracing::debug!(error = ?e.to_string(), "skipped while walking the repository");
                     continue;
                 }
             };

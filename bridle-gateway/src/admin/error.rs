@@ -309,7 +309,7 @@ impl From<RulesError> for ApiError {
         // chosen here.
         if !matches!(e.kind(), RulesErrorKind::Request | RulesErrorKind::Document) {
             // Files, the database, templates: internals, logged, not shown.
-            tracing::error!(error = %e, code = e.code(), "rules store failed");
+            tracing::error!(error = ?e.to_string(), code = e.code(), "rules store failed");
             return ApiError::Internal(format!(
                 "the rules store failed ({}); see the gateway's log",
                 e.code()

@@ -193,7 +193,7 @@ pub(crate) fn store_refusal(e: &RulesError) -> ToolOutput {
     if agent_facing(e) {
         return rules_refusal(e);
     }
-    tracing::error!(error = %e, code = e.code(), "the rules store failed under an agent's call");
+    tracing::error!(error = ?e.to_string(), code = e.code(), "the rules store failed under an agent's call");
     shaped_store_failure(e)
 }
 
