@@ -207,6 +207,7 @@ pub fn validate(doc: &RulesDocument, catalog: &AgentCatalog, text: Option<&str>)
                     "an example's reference tag",
                 ),
                 ("arch_tag", &r.arch_tag, "an example's pattern tag"),
+                ("url", &r.url, "an example's URL"),
             ] {
                 if !is_one_line(tag) {
                     push(
