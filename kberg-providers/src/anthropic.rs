@@ -354,6 +354,9 @@ fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
 struct EventDecoder {
     finish: FinishReason,
     output_tokens: u64,
+    /// A `message_start` was read: the stream has one, and a second would count its input
+    /// tokens (reported as a delta to add up) again.
+    started: bool,
     stopped: bool,
 }
 
@@ -379,6 +382,11 @@ impl SseReply for EventDecoder {
         };
         match kind {
             "message_start" => {
+                if std::mem::replace(&mut self.started, true) {
+                    return Err(ProviderError::malformed(
+                        "the stream has a second `message_start`",
+                    ));
+                }
                 let u = v.pointer("/message/usage");
                 let input = u
                     .and_then(|u| u.get("input_tokens"))
@@ -518,6 +526,7 @@ impl InferenceProvider for AnthropicProvider {
             EventDecoder {
                 finish: FinishReason::Stop,
                 output_tokens: 0,
+                started: false,
                 stopped: false,
             },
         );
@@ -593,7 +602,7 @@ mod tests {
         #[test]
         fn random_events_never_panic(kind in "(message_start|content_block_start|content_block_delta|message_delta|message_stop|error|ping|[a-z_]{1,10})",
                                      i in proptest::num::u64::ANY, s in ".{0,20}") {
-            let mut d = SseDecoder::new(usize::MAX, EventDecoder { finish: FinishReason::Stop, output_tokens: 0, stopped: false });
+            let mut d = SseDecoder::new(usize::MAX, EventDecoder { finish: FinishReason::Stop, output_tokens: 0, started: false, stopped: false });
             for v in [
                 json!({"type": kind.clone(), "index": i, "content_block": {"type": "tool_use", "id": s.clone(), "name": s.clone(), "input": {}},
                        "delta": {"type": "input_json_delta", "partial_json": s.clone(), "stop_reason": s.clone()},

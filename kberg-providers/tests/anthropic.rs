@@ -519,6 +519,14 @@ async fn malformed_reply_is_reported() {
             "text/event-stream",
             vec!["event: message_start\ndata: {\"no\": \"type\"}\n\n".into()],
         ),
+        // A second `message_start` would count the input tokens twice.
+        Reply::stream(
+            "text/event-stream",
+            [message_start(), message_start()]
+                .into_iter()
+                .chain(message_end("end_turn"))
+                .collect(),
+        ),
     ])
     .await;
     let p = make(server.url());
@@ -537,6 +545,13 @@ async fn malformed_reply_is_reported() {
         collect_stream(s, |_| {}).await.unwrap_err().code(),
         "malformed"
     );
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let e = collect_stream(s, |_| {}).await.unwrap_err();
+    assert_eq!(e.code(), "malformed", "{e}");
+    assert!(e.to_string().contains("second `message_start`"), "{e}");
 }
 
 fn make_keyed(url: String) -> Arc<dyn InferenceProvider> {
