@@ -7,8 +7,15 @@
 //! the credential names, through the `cli` surface. The credential is read from
 //! `--admin-token-file`, else `$BRIDLE_ADMIN_TOKEN_FILE`, else `$BRIDLE_ADMIN_TOKEN`; it is
 //! never taken from a command-line argument (it would show in the process list).
+//!
+//! A gateway that takes the connection and never answers must not hold the command for ever:
+//! connecting waits at most [`CONNECT_TIMEOUT`], and each wait for the answer's next bytes at
+//! most `--timeout` seconds (default $BRIDLE_ADMIN_TIMEOUT, else [`DEFAULT_TIMEOUT`]: ten
+//! minutes, longer than a vendor-feed run over many sources at 30 s each; an audit export
+//! streams, so it only needs its bytes to keep coming). Past it the command fails saying so.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use bridle_gateway::admin::SURFACE_HEADER;
 use serde_json::Value;
@@ -28,7 +35,17 @@ pub(crate) struct Remote {
     /// credential itself in $BRIDLE_ADMIN_TOKEN).
     #[arg(long, global = true)]
     pub admin_token_file: Option<PathBuf>,
+    /// How long to wait, in seconds, for the admin API's answer (for its next bytes, once it
+    /// streams) before giving up (default $BRIDLE_ADMIN_TIMEOUT, else 600).
+    #[arg(long, global = true, value_name = "SECS")]
+    pub timeout: Option<u64>,
 }
+
+/// How long connecting to the admin API may take.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the admin API's answer may keep the command waiting without a byte, unless
+/// `--timeout` or $BRIDLE_ADMIN_TIMEOUT says otherwise: ten minutes.
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl Remote {
     /// The client, when a URL was given.
@@ -59,7 +76,28 @@ impl Remote {
         if token.is_empty() {
             return Err("the admin credential is empty".into());
         }
-        Ok(Some(AdminClient::new(&url, token)?))
+        Ok(Some(AdminClient::new(&url, token, self.timeout()?)?))
+    }
+
+    /// `--timeout`, else $BRIDLE_ADMIN_TIMEOUT, else [`DEFAULT_TIMEOUT`]; zero is refused
+    /// (it would fail every request).
+    fn timeout(&self) -> Result<Duration, BoxError> {
+        let secs = match self.timeout {
+            Some(secs) => secs,
+            None => match std::env::var("BRIDLE_ADMIN_TIMEOUT") {
+                Ok(v) if !v.trim().is_empty() => v.trim().parse::<u64>().map_err(|_| {
+                    format!(
+                        "$BRIDLE_ADMIN_TIMEOUT is `{}`, not a number of seconds",
+                        v.trim()
+                    )
+                })?,
+                _ => return Ok(DEFAULT_TIMEOUT),
+            },
+        };
+        if secs == 0 {
+            return Err("the admin API timeout must be at least 1 second".into());
+        }
+        Ok(Duration::from_secs(secs))
     }
 }
 
@@ -69,14 +107,21 @@ pub(crate) struct AdminClient {
     token: String,
     http: reqwest::Client,
     rt: tokio::runtime::Runtime,
+    timeout: Duration,
 }
 
 impl AdminClient {
-    fn new(url: &str, token: String) -> Result<Self, BoxError> {
+    /// A client of the admin API at `url` whose answers may keep it waiting at most `timeout`
+    /// between bytes.
+    pub(crate) fn new(url: &str, token: String, timeout: Duration) -> Result<Self, BoxError> {
         Ok(Self {
             base: api_base(url),
             token,
-            http: reqwest::Client::new(),
+            http: reqwest::Client::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .read_timeout(timeout)
+                .build()?,
+            timeout,
             rt: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?,
@@ -129,12 +174,12 @@ impl AdminClient {
     pub(crate) fn json_lines(&self, path: &str) -> Result<String, BoxError> {
         let (url, req) = self.request(reqwest::Method::GET, path, None)?;
         self.rt.block_on(async {
-            let resp = checked(&url, req.send().await).await?;
+            let resp = checked(&url, req.send().await, self.timeout).await?;
             let content_type = content_type(&resp);
             if !content_type.starts_with(bridle_gateway::admin::audit_log::JSONL) {
                 return Err(not_the_api(&url, &content_type).into());
             }
-            Ok(resp.text().await?)
+            resp.text().await.map_err(|e| self.cut_short(&url, e))
         })
     }
 
@@ -148,7 +193,7 @@ impl AdminClient {
         use futures::StreamExt;
         let (url, req) = self.request(reqwest::Method::POST, path, None)?;
         self.rt.block_on(async {
-            let resp = checked(&url, req.send().await).await?;
+            let resp = checked(&url, req.send().await, self.timeout).await?;
             let chunks = futures::stream::unfold(resp, |mut resp| async move {
                 match resp.chunk().await {
                     Ok(Some(bytes)) => Some((Ok(bytes), resp)),
@@ -200,14 +245,30 @@ impl AdminClient {
     ) -> Result<Value, BoxError> {
         let (url, req) = self.request(method, path, body)?;
         self.rt.block_on(async {
-            let resp = checked(&url, req.send().await).await?;
+            let resp = checked(&url, req.send().await, self.timeout).await?;
             let content_type = content_type(&resp);
-            let bytes = resp.bytes().await?;
+            let bytes = resp.bytes().await.map_err(|e| self.cut_short(&url, e))?;
             // Every answer of the admin API is JSON: anything else (a proxy's page, another
             // service at a wrong --url) must not pass for an empty list or a change made.
             serde_json::from_slice(&bytes).map_err(|_| not_the_api(&url, &content_type).into())
         })
     }
+}
+
+impl AdminClient {
+    /// The error for an answer whose body stopped coming: in words for a timeout, with the URL
+    /// shown without its user part or query either way.
+    fn cut_short(&self, url: &str, e: reqwest::Error) -> BoxError {
+        unreachable("the admin API", url, e, &waited(self.timeout)).into()
+    }
+}
+
+/// What a timeout waiting for the admin API's answer says.
+fn waited(timeout: Duration) -> String {
+    format!(
+        "{} s (--timeout SECS or $BRIDLE_ADMIN_TIMEOUT waits longer)",
+        timeout.as_secs()
+    )
 }
 
 /// The error for a success answer that is not what the admin API sends (JSON, or JSON Lines
@@ -221,12 +282,15 @@ fn not_the_api(url: &str, content_type: &str) -> String {
 }
 
 /// Why `what` at `url` gave no answer, in words, with the URL shown without a user part or
-/// query (the HTTP client's own text repeats the whole URL).
-pub(crate) fn unreachable(what: &str, url: &str, e: reqwest::Error) -> String {
-    let why = if e.is_connect() {
+/// query (the HTTP client's own text repeats the whole URL); `waited` is what a timeout waiting
+/// for the answer says (how long, and how to wait longer where that can be set).
+pub(crate) fn unreachable(what: &str, url: &str, e: reqwest::Error, waited: &str) -> String {
+    let why = if e.is_timeout() && e.is_connect() {
+        "no connection in time; is the address right?".to_string()
+    } else if e.is_connect() {
         "nothing listens there; is the gateway running?".to_string()
     } else if e.is_timeout() {
-        "no answer in time".to_string()
+        format!("no answer within {waited}")
     } else {
         e.without_url().to_string()
     };
@@ -243,8 +307,9 @@ pub(crate) fn unreachable(what: &str, url: &str, e: reqwest::Error) -> String {
 async fn checked(
     url: &str,
     sent: Result<reqwest::Response, reqwest::Error>,
+    timeout: Duration,
 ) -> Result<reqwest::Response, BoxError> {
-    let resp = sent.map_err(|e| unreachable("the admin API", url, e))?;
+    let resp = sent.map_err(|e| unreachable("the admin API", url, e, &waited(timeout)))?;
     let status = resp.status();
     if status.is_success() {
         return Ok(resp);
@@ -300,7 +365,28 @@ fn content_type(resp: &reqwest::Response) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::api_base;
+    use super::{AdminClient, api_base};
+
+    /// Before, the client had no timeout: a gateway that took the connection and never
+    /// answered held the command for ever.
+    #[test]
+    fn an_admin_api_that_never_answers_ends_in_a_timeout_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        // Accepts and holds the connection, reading nothing and answering nothing, until the
+        // client gives up and closes it.
+        std::thread::spawn(move || {
+            if let Ok((mut conn, _)) = listener.accept() {
+                let mut sink = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut conn, &mut sink);
+            }
+        });
+        let client = AdminClient::new(&url, "t".repeat(32), std::time::Duration::from_millis(200))
+            .expect("client");
+        let e = client.get("/agents").expect_err("no answer").to_string();
+        assert!(e.contains("no answer within"), "{e}");
+        assert!(e.contains("--timeout"), "{e}");
+    }
 
     #[test]
     fn a_listener_url_gets_the_api_path_and_any_other_path_is_kept() {

@@ -225,7 +225,7 @@ pub(crate) async fn health(
         .get(&url)
         .send()
         .await
-        .map_err(|e| crate::client::unreachable("the gateway", &url, e))?;
+        .map_err(|e| crate::client::unreachable("the gateway", &url, e, "5 s"))?;
     let status = response.status();
     println!("{}", response.text().await.unwrap_or_default());
     Ok(if status.is_success() {
