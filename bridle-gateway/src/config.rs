@@ -775,7 +775,7 @@ pub const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
 /// is an error (it would match an empty credential). Read no further than
 /// [`MAX_SECRET_FILE_BYTES`] (a larger file is refused naming it, without its content), and,
 /// as for a `file:` reference to the same folder, only a regular file (or a link to one): a
-/// pipe or a device is refused at once ([`crate::files::read_folder_secret`]).
+/// pipe or a device is refused at once (by the one reader of every secrets folder).
 pub fn read_secret(secrets_dir: &Path, name: &str) -> Result<String, ConfigError> {
     check_name("secret", name).map_err(ConfigError::Rules)?;
     let path = secrets_dir.join(name);

@@ -46,8 +46,9 @@ pub fn is_provider_safe(name: &str) -> bool {
 }
 
 /// A map between tools' real names and the provider-safe names a model is shown: the
-/// listed names already safe unchanged, every other one under an alias (see the
-/// [module's rules](self)). [`crate::Agent`] builds one per run; a provider builds one per
+/// listed names already safe unchanged, every other one under an alias (each character outside
+/// `[a-zA-Z0-9_-]` made `_`, cut to 64 characters, and a suffix of a hash of the real name
+/// where that is taken). [`crate::Agent`] builds one per run; a provider builds one per
 /// request with [`ToolNames::for_request`], sends [`ToolNames::translate`]'s request and reads
 /// the answer back with [`ToolNames::incoming`] (or [`ToolNames::incoming_stream`]).
 ///
