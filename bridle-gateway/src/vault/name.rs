@@ -75,29 +75,30 @@ const CREDENTIAL_PREFIXES: &[&str] = &[
     "bda_",
 ];
 
-/// Whether an error text may repeat `name`: a name is short, of the names' charset, and
-/// neither begins like a credential nor holds a long run of random-looking characters.
-/// Anything else may be a credential pasted where a secret's name belongs, and an error text
-/// reaches logs and API answers.
+/// Whether an error text may repeat `name`: it is short, and neither begins like a
+/// credential nor holds a long run of random-looking characters. Anything else may be a
+/// credential pasted where a secret's name belongs, and an error text reaches logs and API
+/// answers. A name outside the names' charset that passes (`bad name`, a file of a folder being
+/// imported) is still quoted, so the error says which; its control characters are escaped.
 fn shows_as_a_name(name: &str) -> bool {
     if name.is_empty()
-        || name.len() > MAX_SHOWN_NAME_LEN
-        || !name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        || name.chars().count() > MAX_SHOWN_NAME_LEN
         || CREDENTIAL_PREFIXES.iter().any(|p| name.starts_with(p))
     {
         return false;
     }
-    !name.split(['.', '_', '-']).any(|part| {
-        let mixed = part.bytes().any(|b| b.is_ascii_digit())
-            && part.bytes().any(|b| b.is_ascii_alphabetic());
-        part.len() >= RANDOM_PART_ANY || (mixed && part.len() >= RANDOM_PART_MIXED)
-    })
+    !name
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|part| {
+            let mixed = part.bytes().any(|b| b.is_ascii_digit())
+                && part.bytes().any(|b| b.is_ascii_alphabetic());
+            part.len() >= RANDOM_PART_ANY || (mixed && part.len() >= RANDOM_PART_MIXED)
+        })
 }
 
-/// A secret's name as error texts show it: quoted in backticks when it looks like a name,
-/// else described by its length only ([`shows_as_a_name`]).
+/// A secret's name as error texts show it: quoted in backticks (its control characters
+/// escaped) when it looks like a name, else described by its length only
+/// ([`shows_as_a_name`]).
 pub(crate) struct ShownName<'a>(&'a str);
 
 /// `name` as error texts show it.
@@ -107,8 +108,17 @@ pub(crate) fn shown_name(name: &str) -> ShownName<'_> {
 
 impl std::fmt::Display for ShownName<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write;
         if shows_as_a_name(self.0) {
-            write!(f, "`{}`", self.0)
+            f.write_str("`")?;
+            for c in self.0.chars() {
+                if c.is_control() || kberg_core::escaped_when_quoted(c) {
+                    write!(f, "{}", c.escape_default())?;
+                } else {
+                    f.write_char(c)?;
+                }
+            }
+            f.write_str("`")
         } else {
             write!(
                 f,
@@ -172,16 +182,20 @@ mod tests {
             "k.v-1_2",
             "agent-7.kanboard",
             "2024-05-01",
+            // Outside the charset, but no credential: a file of a folder being imported.
+            "bad name",
         ] {
             assert_eq!(shown_name(name).to_string(), format!("`{name}`"));
         }
+        // Quoted escaped: a line break in a name does not break the error's line.
+        assert_eq!(shown_name("line\nbreak").to_string(), "`line\\nbreak`");
         for pasted in [
             "ghp_CANARYc4n4ry0123456789abcdefCANARY99",
             "3f9a1c0e7b2d4a6f8e1c3b5d7f9a0c2e4b6d8f0a",
             "glpat-CaNaRy1234567890abcd",
             "eyJhbGciOiJIUzI1NiJ9.e30.c2lnbmF0dXJl",
-            "token with spaces",
-            "line\nbreak",
+            "pass word c4n4ry0123456789abc",
+            "tok+3f9a1c0e7b2d4a6f8e1c3b5d/=",
             &"x".repeat(65),
         ] {
             let shown = shown_name(pasted).to_string();
