@@ -41,8 +41,8 @@ async fn child_env(transport: UpstreamTransport) -> BTreeSet<String> {
         .lines()
         .find_map(|l| l.split_once("raw upstream env: ").map(|(_, rest)| rest))
         .expect("the environment line is logged");
-    // The logged line ends with the event's fields.
-    let names = line.split_once(' ').map_or(line, |(names, _)| names);
+    // The child's line is logged quoted (`"raw upstream env: A,B"`), then the event's fields.
+    let names = line.split_once([' ', '"']).map_or(line, |(names, _)| names);
     names.split(',').map(str::to_string).collect()
 }
 
