@@ -345,23 +345,10 @@ async fn an_answered_task_question_is_not_asked_again_while_the_upstream_catches
 /// up, however long that took. The scripted upstream's task has a ttl of 1 ms and answers
 /// `working` to every poll: the call ends `upstream_timeout` once it was polled past its ttl,
 /// and the upstream task is cancelled.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upstream_task_still_working_past_its_ttl_ends_upstream_timeout() {
-    let (registry, agg) = raw_aggregator(|t| t.env("RAW_TASKS", "stuck")).await;
-    let out = tokio::time::timeout(
-        WAIT,
-        registry.call(&reader(), "raw__stuck", json!({}), CallOptions::default()),
-    )
-    .await
-    .expect("the call ends although its task never does")
-    .expect("answered with a refusal, not a failure");
-    assert!(out.is_error, "{out:?}");
-    let refusal = out.structured.as_ref().expect("a refusal");
-    assert_eq!(refusal["code"], "upstream_timeout", "{refusal}");
-    assert_eq!(refusal["upstream"], "raw", "{refusal}");
-    assert_eq!(refusal["tool"], "raw__stuck", "{refusal}");
-    // It was polled, then cancelled upstream (the cancel is sent as the call ends).
-    let log = eventually_async_ok("the upstream task to be cancelled", || async {
+/// The scripted upstream's record of its tasks (`raw__task_log`), once it shows its first task
+/// cancelled.
+async fn raw_task_cancelled(registry: &ToolRegistry) -> Value {
+    eventually_async_ok("the upstream task to be cancelled", || async {
         let out = registry
             .call(
                 &reader(),
@@ -378,7 +365,26 @@ async fn an_upstream_task_still_working_past_its_ttl_ends_upstream_timeout() {
             Err(log)
         }
     })
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_task_still_working_past_its_ttl_ends_upstream_timeout() {
+    let (registry, agg) = raw_aggregator(|t| t.env("RAW_TASKS", "stuck")).await;
+    let out = tokio::time::timeout(
+        WAIT,
+        registry.call(&reader(), "raw__stuck", json!({}), CallOptions::default()),
+    )
+    .await
+    .expect("the call ends although its task never does")
+    .expect("answered with a refusal, not a failure");
+    assert!(out.is_error, "{out:?}");
+    let refusal = out.structured.as_ref().expect("a refusal");
+    assert_eq!(refusal["code"], "upstream_timeout", "{refusal}");
+    assert_eq!(refusal["upstream"], "raw", "{refusal}");
+    assert_eq!(refusal["tool"], "raw__stuck", "{refusal}");
+    // It was polled, then cancelled upstream (the cancel is sent as the call ends).
+    let log = raw_task_cancelled(&registry).await;
     assert!(log["polls"].as_u64() >= Some(1), "{log}");
     agg.shutdown().await;
 }
@@ -434,24 +440,7 @@ async fn an_unanswered_task_question_waits_no_longer_than_the_task_lives() {
         Some("elicitation/create"),
         "the client was asked"
     );
-    eventually_async_ok("the upstream task to be cancelled", || async {
-        let out = registry
-            .call(
-                &reader(),
-                "raw__task_log",
-                json!({}),
-                CallOptions::default(),
-            )
-            .await
-            .expect("task_log answers");
-        let log: Value = serde_json::from_str(&out.all_text()).expect("the upstream's record");
-        if log["cancelled"] == json!(["task-1"]) {
-            Ok(log)
-        } else {
-            Err(log)
-        }
-    })
-    .await;
+    raw_task_cancelled(&registry).await;
     agg.shutdown().await;
 }
 
