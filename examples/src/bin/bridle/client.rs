@@ -79,25 +79,9 @@ impl Remote {
         Ok(Some(AdminClient::new(&url, token, self.timeout()?)?))
     }
 
-    /// `--timeout`, else $BRIDLE_ADMIN_TIMEOUT, else [`DEFAULT_TIMEOUT`]; zero is refused
-    /// (it would fail every request).
+    /// `--timeout`, else $BRIDLE_ADMIN_TIMEOUT, else [`DEFAULT_TIMEOUT`].
     fn timeout(&self) -> Result<Duration, BoxError> {
-        let secs = match self.timeout {
-            Some(secs) => secs,
-            None => match std::env::var("BRIDLE_ADMIN_TIMEOUT") {
-                Ok(v) if !v.trim().is_empty() => v.trim().parse::<u64>().map_err(|_| {
-                    format!(
-                        "$BRIDLE_ADMIN_TIMEOUT is `{}`, not a number of seconds",
-                        v.trim()
-                    )
-                })?,
-                _ => return Ok(DEFAULT_TIMEOUT),
-            },
-        };
-        if secs == 0 {
-            return Err("the admin API timeout must be at least 1 second".into());
-        }
-        Ok(Duration::from_secs(secs))
+        answer_timeout(self.timeout, std::env::var("BRIDLE_ADMIN_TIMEOUT").ok())
     }
 }
 
@@ -263,6 +247,26 @@ impl AdminClient {
     }
 }
 
+/// The answer timeout from `--timeout` (`flag`), else $BRIDLE_ADMIN_TIMEOUT (`env`), else
+/// [`DEFAULT_TIMEOUT`]; a value that is not a whole number of seconds, or zero (it would fail
+/// every request), is refused naming where it came from.
+fn answer_timeout(flag: Option<u64>, env: Option<String>) -> Result<Duration, BoxError> {
+    let secs = match (flag, env) {
+        (Some(secs), _) => secs,
+        (None, Some(v)) if !v.trim().is_empty() => v.trim().parse::<u64>().map_err(|_| {
+            format!(
+                "$BRIDLE_ADMIN_TIMEOUT is `{}`, not a number of seconds",
+                v.trim().escape_debug()
+            )
+        })?,
+        _ => return Ok(DEFAULT_TIMEOUT),
+    };
+    if secs == 0 {
+        return Err("the admin API timeout must be at least 1 second".into());
+    }
+    Ok(Duration::from_secs(secs))
+}
+
 /// What a timeout waiting for the admin API's answer says.
 fn waited(timeout: Duration) -> String {
     format!(
@@ -365,7 +369,8 @@ fn content_type(resp: &reqwest::Response) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{AdminClient, api_base};
+    use super::{AdminClient, DEFAULT_TIMEOUT, answer_timeout, api_base};
+    use std::time::Duration;
 
     /// Before, the client had no timeout: a gateway that took the connection and never
     /// answered held the command for ever.
@@ -386,6 +391,35 @@ mod tests {
         let e = client.get("/agents").expect_err("no answer").to_string();
         assert!(e.contains("no answer within"), "{e}");
         assert!(e.contains("--timeout"), "{e}");
+    }
+
+    #[test]
+    fn the_answer_timeout_comes_from_the_flag_then_the_environment() {
+        assert_eq!(answer_timeout(None, None).unwrap(), DEFAULT_TIMEOUT);
+        assert_eq!(
+            answer_timeout(None, Some(" ".into())).unwrap(),
+            DEFAULT_TIMEOUT
+        );
+        assert_eq!(
+            answer_timeout(None, Some("30".into())).unwrap(),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            answer_timeout(Some(5), Some("30".into())).unwrap(),
+            Duration::from_secs(5)
+        );
+        let e = answer_timeout(None, Some("ten\nminutes".into())).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`ten\\nminutes`, not a number of seconds"),
+            "{e}"
+        );
+        for zero in [
+            answer_timeout(Some(0), None),
+            answer_timeout(None, Some("0".into())),
+        ] {
+            assert!(zero.unwrap_err().to_string().contains("at least 1 second"));
+        }
     }
 
     #[test]
