@@ -123,8 +123,9 @@ pub fn install_panic_hook(messages: PanicMessages) {
 }
 
 /// `value`'s `Display` with its control characters (line breaks, carriage returns, escape
-/// sequences) and the Unicode line and paragraph separators escaped (`\n`, `\u{1b}`), for a
-/// log field whose text came from outside: it stays on its log line.
+/// sequences), the Unicode line and paragraph separators and the bidirectional controls
+/// escaped (`\n`, `\u{1b}`, `\u{202e}`), for a log field or an error whose text came from
+/// outside: it stays on its line and shows in its order.
 pub fn one_line<T: std::fmt::Display>(value: T) -> OneLine<T> {
     OneLine(value)
 }
@@ -141,7 +142,7 @@ impl<T: std::fmt::Display> std::fmt::Display for OneLine<T> {
         impl Write for Escaping<'_, '_> {
             fn write_str(&mut self, s: &str) -> std::fmt::Result {
                 for c in s.chars() {
-                    if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
+                    if c.is_control() || kberg_core::escaped_when_quoted(c) {
                         write!(self.0, "{}", c.escape_default())?;
                     } else {
                         self.0.write_char(c)?;
@@ -164,6 +165,7 @@ mod tests {
         let shown = one_line(forged).to_string();
         assert!(!shown.chars().any(|c| c.is_control()), "{shown}");
         assert!(!shown.contains('\u{2028}'), "{shown}");
+        assert!(!one_line("a\u{202e}b").to_string().contains('\u{202e}'));
         assert!(shown.starts_with("tool\\n2026"), "{shown}");
         assert_eq!(one_line("plain `name` é").to_string(), "plain `name` é");
     }

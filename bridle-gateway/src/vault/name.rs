@@ -108,17 +108,8 @@ pub(crate) fn shown_name(name: &str) -> ShownName<'_> {
 
 impl std::fmt::Display for ShownName<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use std::fmt::Write;
         if shows_as_a_name(self.0) {
-            f.write_str("`")?;
-            for c in self.0.chars() {
-                if c.is_control() || kberg_core::escaped_when_quoted(c) {
-                    write!(f, "{}", c.escape_default())?;
-                } else {
-                    f.write_char(c)?;
-                }
-            }
-            f.write_str("`")
+            write!(f, "`{}`", crate::logging::one_line(self.0))
         } else {
             write!(
                 f,
