@@ -611,6 +611,36 @@ async fn error_states_are_pages_with_the_api_code() {
 }
 
 #[tokio::test]
+async fn a_project_whose_stored_document_does_not_load_is_listed_and_explained() {
+    let fixture = Fixture::new().await;
+    let c = signed_in(&fixture).await;
+    let path = fixture.ctx.store.project_path("demo").unwrap();
+    std::fs::write(&path, "schema_version: 2\nproject:\n  name: [unclosed\n").unwrap();
+    // Listed, with the store's reason, so that an admin finds it.
+    let list = c.get("/panel/projects").await;
+    assert_eq!(list.status, StatusCode::OK, "{}", list.body);
+    assert!(
+        list.body.contains("does not load (parse_error)"),
+        "{}",
+        list.body
+    );
+    // Its page says what is wrong and where, under the API's code, not as the admin's fault.
+    let page = c.get("/panel/projects/demo").await;
+    assert_eq!(page.status, StatusCode::CONFLICT, "{}", page.body);
+    assert!(
+        page.body.contains("<code>stored_document_invalid</code>"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("at line 3, column 9"), "{}", page.body);
+    assert!(
+        page.body.contains("projects&#x2f;demo.yaml"),
+        "{}",
+        page.body
+    );
+}
+
+#[tokio::test]
 async fn cross_site_posts_are_refused_and_change_nothing() {
     let fixture = Fixture::new().await;
     let c = signed_in(&fixture).await;

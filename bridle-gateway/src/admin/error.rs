@@ -127,6 +127,16 @@ pub enum ApiError {
         /// The problems.
         errors: Vec<FieldError>,
     },
+    /// A project's stored document does not load (a file broken by hand, one written by a
+    /// newer build, a migration that fails): the state the request met is at fault, not the
+    /// request (`stored_document_invalid`). See [`ApiError::stored`].
+    #[error("{detail}")]
+    StoredDocument {
+        /// The sentence.
+        detail: String,
+        /// The problems in the stored document (with its lines), when known.
+        errors: Vec<FieldError>,
+    },
     /// A query string that does not parse (bad cursor or limit).
     #[error("{0}")]
     BadQuery(String),
@@ -183,6 +193,7 @@ impl ApiError {
             ApiError::Conflict { code, .. } => code,
             ApiError::Malformed { code, .. } => code,
             ApiError::Invalid { code, .. } => code,
+            ApiError::StoredDocument { .. } => "stored_document_invalid",
             ApiError::BadQuery(_) => "invalid_query",
             ApiError::BodyTooLarge { .. } => "body_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
@@ -202,7 +213,9 @@ impl ApiError {
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotFound { .. } | ApiError::UnknownRoute(_) => StatusCode::NOT_FOUND,
-            ApiError::RevisionConflict { .. } | ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::RevisionConflict { .. }
+            | ApiError::Conflict { .. }
+            | ApiError::StoredDocument { .. } => StatusCode::CONFLICT,
             ApiError::Malformed { .. } | ApiError::BadQuery(_) => StatusCode::BAD_REQUEST,
             ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -229,9 +242,9 @@ impl ApiError {
     pub fn problem(&self) -> ProblemDetails {
         let status = self.status();
         let (errors, current_revision) = match self {
-            ApiError::Malformed { errors, .. } | ApiError::Invalid { errors, .. } => {
-                (errors.clone(), None)
-            }
+            ApiError::Malformed { errors, .. }
+            | ApiError::Invalid { errors, .. }
+            | ApiError::StoredDocument { errors, .. } => (errors.clone(), None),
             ApiError::RevisionConflict {
                 current_revision, ..
             } => (Vec::new(), Some(*current_revision)),
@@ -298,6 +311,56 @@ impl ApiError {
             "{change} was made, but the audit log could not record it ({}); see the gateway's log",
             e.code()
         ))
+    }
+}
+
+impl ApiError {
+    /// `e`, met while reading project `project`'s stored document (no document of the
+    /// request's): a document's error ([`RulesErrorKind::Document`]) is then the stored
+    /// document's, answered `stored_document_invalid` (409) with its problems and lines, where
+    /// [`From`] would blame the request (`invalid_yaml`, `invalid_document`, ...). Any other
+    /// error is answered as [`From`] answers it.
+    pub fn stored(project: &str, e: RulesError) -> Self {
+        let newer = matches!(e, RulesError::TooNew { .. });
+        if !matches!(e.kind(), RulesErrorKind::Document) {
+            return e.into();
+        }
+        let code = e.code();
+        let (sentence, errors) = match ApiError::from(e) {
+            ApiError::Malformed { detail, errors, .. }
+            | ApiError::Invalid { detail, errors, .. } => (detail, errors),
+            other => (other.to_string(), Vec::new()),
+        };
+        // One problem with a place: the place in the sentence too, for a reader of the detail
+        // alone (the panel, the CLI).
+        let at = match errors.as_slice() {
+            [
+                FieldError {
+                    line: Some(line),
+                    column,
+                    ..
+                },
+            ] => match column {
+                Some(column) => format!(" at line {line}, column {column}"),
+                None => format!(" at line {line}"),
+            },
+            _ => String::new(),
+        };
+        let remedy = if newer {
+            "a newer Bridle wrote it: upgrade this gateway".to_string()
+        } else {
+            format!(
+                "fix it where the gateway stores it (`projects/{project}.yaml` in the data \
+                 directory when files hold the documents), then try again"
+            )
+        };
+        ApiError::StoredDocument {
+            detail: format!(
+                "the stored document of project `{project}` does not load ({code}){at}: \
+                 {sentence}; {remedy}"
+            ),
+            errors,
+        }
     }
 }
 

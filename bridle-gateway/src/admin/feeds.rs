@@ -402,7 +402,7 @@ pub async fn read_guidance(
         (status = 200, body = QueuedSuggestions),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "`too_many_pending`: the feed has as many proposals waiting in the project as one proposer may; `change_refused`: the project has as many waiting as it may hold; nothing was queued", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`too_many_pending`: the feed has as many proposals waiting in the project as one proposer may; `change_refused`: the project has as many waiting as it may hold; nothing was queued; `stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_name`: a name in the path that no project may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
@@ -414,7 +414,11 @@ pub async fn queue_profile_suggestions(
     let ctx = s.ctx.clone();
     let name = project.clone();
     let queued = blocking(move || {
-        let report = ctx.store.queue_profile_suggestions(&name)?;
+        // No document of the request's: every document error is the stored one's.
+        let report = ctx
+            .store
+            .queue_profile_suggestions(&name)
+            .map_err(|e| ApiError::stored(&name, e))?;
         for id in &report.queued {
             let entry = crate::feed::profile_entry(&name, &ctx.store.proposal(*id)?);
             if let Err(e) = ctx.record_change(entry) {

@@ -45,7 +45,7 @@ use super::memory::memory_of;
 use super::page::ApiPath;
 use super::patterns::{pattern_mut, unknown_example};
 use super::stream::StreamHold;
-use super::{AdminState, BASE_PATH, blocking, path, record};
+use super::{AdminState, BASE_PATH, blocking, load_stored, path, record};
 use crate::audit::{Change, Kind, Outcome};
 use crate::context::GatewayContext;
 use crate::memory::runs::{
@@ -132,7 +132,7 @@ async fn launch(
     let ctx = s.ctx.clone();
     let (p, pat, t) = (project.clone(), pattern, tag);
     let read = blocking(move || {
-        let mut doc = ctx.store.load(&p)?.document;
+        let mut doc = load_stored(&ctx.store, &p)?.document;
         let target = pattern_mut(&mut doc, &p, &pat)?;
         let r = target
             .example_repos
@@ -230,7 +230,7 @@ async fn written_back(
         report.clone(),
     );
     let written = blocking(move || {
-        let base = c.store.load(&p)?.document.revision;
+        let base = load_stored(&c.store, &p)?.document.revision;
         let changed = crate::memory::write_last_indexed(&c.store, Some(&p), &r, &a.actor())?;
         let revision = changed.first().map(|(_, rev)| *rev);
         let entry = a
@@ -300,7 +300,7 @@ fn events_of(
         (status = 200, description = "Server-Sent Events", body = String, content_type = "text/event-stream"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "`index_running`: an index of this tag is running; `example_removing`: an example of this tag is being removed", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`index_running`: an index of this tag is running; `example_removing`: an example of this tag is being removed; `stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_name`: a name in the path that no project, pattern or example may have", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 429, description = "`too_many_streams`: this admin holds as many streams as allowed (no run is started)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, description = "memory is off", body = ProblemDetails, content_type = "application/problem+json"),
@@ -332,7 +332,7 @@ pub async fn index(
         (status = 202, body = RunStarted, headers(("location" = String, description = "The run's status"))),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "`index_running`: an index of this tag is running; `example_removing`: an example of this tag is being removed", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`index_running`: an index of this tag is running; `example_removing`: an example of this tag is being removed; `stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_name`: a name in the path that no project, pattern or example may have", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, description = "memory is off", body = ProblemDetails, content_type = "application/problem+json"),
     ),

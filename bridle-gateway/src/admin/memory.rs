@@ -24,7 +24,7 @@ use super::auth::AdminActor;
 use super::error::{ApiError, ProblemDetails};
 use super::page::{ApiJson, ApiPath, ApiQuery, DEFAULT_LIMIT, decode_cursor, encode_cursor};
 use super::patterns::{unknown_example, unknown_pattern};
-use super::{AdminState, blocking, path, record};
+use super::{AdminState, blocking, load_stored, path, record};
 use crate::audit::{Kind, Outcome};
 use crate::memory::runs::redact_url;
 
@@ -437,6 +437,7 @@ pub struct ChunkList {
         (status = 400, description = "a bad `cursor` or `limit`", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "no such project, pattern, or example of the pattern", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_name`: a name in the path that no project or pattern may have", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, description = "no memory service", body = ProblemDetails, content_type = "application/problem+json"),
     ),
@@ -462,7 +463,7 @@ pub async fn pattern_chunks(
         };
     let ctx = s.ctx.clone();
     let p = project.clone();
-    let doc = blocking(move || Ok(ctx.store.load(&p)?.document)).await?;
+    let doc = blocking(move || Ok(load_stored(&ctx.store, &p)?.document)).await?;
     let custom = doc
         .patterns
         .custom

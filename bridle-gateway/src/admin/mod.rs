@@ -400,7 +400,36 @@ pub(crate) fn grace_period(grace_secs: u64) -> Result<std::time::Duration, ApiEr
     Ok(std::time::Duration::from_secs(grace_secs))
 }
 
-/// Runs a blocking store call off the async threads.
+/// Loads a project's stored document for a request that submits none: a document that does
+/// not load is answered `stored_document_invalid` ([`ApiError::stored`]), never as the
+/// request's fault.
+pub(crate) fn load_stored(
+    store: &bridle_rules::RulesStore,
+    project: &str,
+) -> Result<bridle_rules::Loaded, ApiError> {
+    store
+        .load(project)
+        .map_err(|e| ApiError::stored(project, e))
+}
+
+/// `e`, from a store call that read project `project`'s stored document beside a document of
+/// the request's (or one the store built from it): a document's error is the stored
+/// document's (`stored_document_invalid`) when that does not load, and the request's (as
+/// [`From`] answers it) when it does. The stored document is read again only on that error.
+pub(crate) fn blame(
+    store: &bridle_rules::RulesStore,
+    project: &str,
+    e: bridle_rules::RulesError,
+) -> ApiError {
+    if matches!(e.kind(), bridle_rules::RulesErrorKind::Document)
+        && let Err(stored @ ApiError::StoredDocument { .. }) = load_stored(store, project)
+    {
+        return stored;
+    }
+    e.into()
+}
+
+/// Runs blocking store work off the async threads.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {

@@ -27,7 +27,7 @@ use utoipa::ToSchema;
 use super::auth::AdminActor;
 use super::error::{ApiError, ProblemDetails};
 use super::page::{ApiJson, ApiPath};
-use super::{AdminState, blocking, path, record};
+use super::{AdminState, blocking, load_stored, path, record};
 use crate::audit::{Change, Kind};
 use crate::context::GatewayContext;
 use crate::memory::IndexRuns;
@@ -231,7 +231,7 @@ fn edit(
     change: impl Fn(&mut RulesDocument) -> Result<(), ApiError>,
 ) -> Result<u64, ApiError> {
     for attempt in 0..5 {
-        let mut doc = ctx.store.load(project)?.document;
+        let mut doc = load_stored(&ctx.store, project)?.document;
         let base = doc.revision;
         change(&mut doc)?;
         match ctx
@@ -263,6 +263,7 @@ fn edit(
         (status = 200, body = PatternList),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_name`: a name in the path that no project may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
@@ -272,7 +273,7 @@ pub async fn list(
 ) -> Result<axum::Json<PatternList>, ApiError> {
     let ctx = s.ctx.clone();
     let p = project.clone();
-    let doc = blocking(move || Ok(ctx.store.load(&p)?.document)).await?;
+    let doc = blocking(move || Ok(load_stored(&ctx.store, &p)?.document)).await?;
     Ok(axum::Json(view(&doc, &project, &s.ctx.index_runs)))
 }
 
@@ -285,7 +286,7 @@ pub async fn list(
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "the pattern exists", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "the pattern exists; `stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
     ),
@@ -344,7 +345,7 @@ pub async fn add_pattern(
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "stale base revision (`current_revision` says the current one), or the new name is taken", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "stale base revision (`current_revision` says the current one), or the new name is taken; `stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
     ),
@@ -385,7 +386,7 @@ pub async fn change_pattern(
     let p = project.clone();
     let revision = blocking(move || {
         // The store refuses the save when the document moved past `base_revision`.
-        let mut doc = ctx.store.load(&p)?.document;
+        let mut doc = load_stored(&ctx.store, &p)?.document;
         if let Some(to) = &rename
             && doc.patterns.custom.iter().any(|c| &c.name == to)
         {
@@ -464,7 +465,7 @@ fn unknown_standard(project: &str, name: &str) -> ApiError {
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "the project follows it already", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "the project follows it already; `stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
     ),
@@ -519,6 +520,7 @@ pub async fn add_standard(
         (status = 200, body = PatternsChanged),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_name`: a name in the path that no project or pattern may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
@@ -561,7 +563,7 @@ pub async fn remove_standard(
         (status = 200, body = PatternsChanged),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "one of its examples is indexing", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "one of its examples is indexing; `stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_name`: a name in the path that no project or pattern may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
@@ -636,7 +638,7 @@ async fn purge_unlisted(s: &AdminState, tag: &str) -> Result<u64, ApiError> {
     let t = tag.to_string();
     let listed = blocking(move || {
         for project in ctx.store.projects()? {
-            let doc = ctx.store.load(&project)?.document;
+            let doc = load_stored(&ctx.store, &project)?.document;
             if doc
                 .patterns
                 .custom
@@ -672,7 +674,7 @@ async fn purge_unlisted(s: &AdminState, tag: &str) -> Result<u64, ApiError> {
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "the project lists that reference tag", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "the project lists that reference tag; `stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
     ),
@@ -749,7 +751,7 @@ pub async fn add_example(
         (status = 200, body = PatternsChanged),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "it is indexing", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "it is indexing; `stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_name`: a name in the path that no project, pattern or example may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]

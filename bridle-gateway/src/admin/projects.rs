@@ -23,7 +23,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::auth::AdminActor;
 use super::error::{ApiError, ProblemDetails};
 use super::page::{ApiJson, ApiPath, ApiQuery, paginate, source_filter};
-use super::{AdminState, blocking, path, record};
+use super::{AdminState, blame, blocking, load_stored, path, record};
 use crate::audit::{Change, Kind};
 
 /// The media type of a YAML document.
@@ -53,6 +53,12 @@ pub struct ProjectSummary {
     pub revision: u64,
     /// How many guardrails it has.
     pub guardrails: usize,
+    /// Why the stored document does not load, by the store's code (`parse_error`,
+    /// `invalid_document`, `schema_too_new`, `migration_failed`, or a store failure's);
+    /// absent when it loads. Such a project is listed (title empty, revision and guardrails
+    /// 0) so that an admin finds it to fix; its routes answer `stored_document_invalid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 /// A page of projects.
@@ -253,6 +259,7 @@ pub async fn list(
                     revision: loaded.document.revision,
                     guardrails: loaded.document.guardrails.len(),
                     name,
+                    problem: None,
                 }),
                 // A broken file is still a project an admin must see (to fix it).
                 Err(e) => {
@@ -261,6 +268,7 @@ pub async fn list(
                         title: String::new(),
                         revision: 0,
                         guardrails: 0,
+                        problem: Some(e.code().to_string()),
                         name,
                     });
                 }
@@ -385,6 +393,7 @@ fn etag(revision: u64) -> HeaderValue {
         (status = 200, description = "With `Accept: application/yaml`", body = String, content_type = "application/yaml"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_name`: a name in the path that no project may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
@@ -399,7 +408,7 @@ pub async fn get_one(
     // while: all on the blocking pool, so no async worker (and no request queued behind it)
     // waits for them.
     let (revision, content_type, body) = blocking(move || {
-        let doc = ctx.store.load(&project)?.document;
+        let doc = load_stored(&ctx.store, &project)?.document;
         let yaml = bridle_rules::to_yaml(&doc)?;
         let revision = doc.revision;
         if yaml_wanted {
@@ -430,7 +439,7 @@ pub async fn get_one(
         (status = 400, description = "malformed JSON or YAML (with line and column)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "stale base revision; `current_revision` says the current one", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "stale base revision; `current_revision` says the current one; `stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
     ),
@@ -449,9 +458,10 @@ pub async fn replace(
     let ctx = s.ctx.clone();
     let name = project.clone();
     let revision = blocking(move || {
-        let revision =
-            ctx.store
-                .save_edit(&name, &doc, body.base_revision, &admin.actor(), &summary)?;
+        let revision = ctx
+            .store
+            .save_edit(&name, &doc, body.base_revision, &admin.actor(), &summary)
+            .map_err(|e| blame(&ctx.store, &name, e))?;
         let entry = admin
             .entry(Kind::RulesChange)
             .project(&name)
@@ -477,6 +487,7 @@ pub async fn replace(
         (status = 200, body = RenderedFile),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "unknown project or agent type", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_name`: a name in the path that no project or agent type may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
@@ -487,7 +498,7 @@ pub async fn render(
     let ctx = s.ctx.clone();
     // Rendering a large document takes a while: on the blocking pool, as the load is.
     let rendered = blocking(move || {
-        let doc = ctx.store.load(&project)?.document;
+        let doc = load_stored(&ctx.store, &project)?.document;
         let rendered = ctx.renderer.render(&project, &doc, &agent_type)?;
         Ok(RenderedFile {
             project,
@@ -510,6 +521,7 @@ pub async fn render(
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "unknown project or revision", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn diff(
@@ -521,11 +533,15 @@ pub async fn diff(
     // Two large documents' YAML and the diff between them take a while: on the blocking pool,
     // as the loads are.
     let diff = blocking(move || {
-        let current = ctx.store.load(&project)?.document;
+        let current = load_stored(&ctx.store, &project)?.document;
         let from = q.from;
         let to = q.to.unwrap_or(current.revision);
-        let old = ctx.store.document_at(&project, from)?;
-        let new = ctx.store.document_at(&project, to)?;
+        let at = |revision| {
+            ctx.store
+                .document_at(&project, revision)
+                .map_err(|e| ApiError::stored(&project, e))
+        };
+        let (old, new) = (at(from)?, at(to)?);
         let diff = unified_diff(
             &bridle_rules::to_yaml(&old)?,
             &bridle_rules::to_yaml(&new)?,
@@ -611,6 +627,7 @@ pub struct Upgraded {
         (status = 200, body = Upgraded),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_name`: a name in the path that no project may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
@@ -622,8 +639,12 @@ pub async fn upgrade(
     let ctx = s.ctx.clone();
     let name = project.clone();
     let (migrated_from, revision) = blocking(move || {
-        let migrated_from = ctx.store.upgrade(&name, &admin.actor())?;
-        let revision = ctx.store.load(&name)?.document.revision;
+        // No document of the request's: every document error is the stored one's.
+        let migrated_from = ctx
+            .store
+            .upgrade(&name, &admin.actor())
+            .map_err(|e| ApiError::stored(&name, e))?;
+        let revision = load_stored(&ctx.store, &name)?.document.revision;
         if let Some(from) = migrated_from {
             let entry = admin
                 .entry(Kind::RulesChange)

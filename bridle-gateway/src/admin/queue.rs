@@ -20,7 +20,7 @@ use super::page::{
     source_filter,
 };
 use super::projects::unified_diff;
-use super::{AdminState, blocking, path};
+use super::{AdminState, blame, blocking, load_stored, path};
 use crate::audit::{Change, Kind};
 
 pub(crate) fn routes() -> Router<AdminState> {
@@ -224,7 +224,7 @@ pub async fn list(
         (status = 200, body = ProposalDetail),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "`unreadable_record`: written by a newer build sharing the database", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`unreadable_record`: written by a newer build sharing the database; `stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn get_one(
@@ -236,7 +236,7 @@ pub async fn get_one(
     blocking(move || {
         let p = ctx.store.proposal(id)?;
         let (diff, would_refuse) = if p.status == ProposalStatus::Pending {
-            let current = ctx.store.load(&p.project)?.document;
+            let current = load_stored(&ctx.store, &p.project)?.document;
             match ctx.store.preview(id, &admin.actor()) {
                 Ok(after) => (
                     Some(unified_diff(
@@ -268,7 +268,7 @@ pub async fn get_one(
         (status = 200, body = ProposalView),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "already decided (another admin was first), or it no longer applies", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "already decided (another admin was first), or it no longer applies; `stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
 pub async fn approve(
@@ -282,7 +282,15 @@ pub async fn approve(
         Kind::Approval,
         format!("proposal #{id}"),
         "the approval",
-        move |ctx, actor| Ok(ctx.store.approve(id, actor)?),
+        move |ctx, actor| {
+            ctx.store.approve(id, actor).map_err(|e| {
+                // A document error is the stored document's, or the one the proposal makes.
+                match ctx.store.proposal(id) {
+                    Ok(p) => blame(&ctx.store, &p.project, e),
+                    Err(_) => e.into(),
+                }
+            })
+        },
         |p: &Proposal, entry| {
             let entry = entry.project(&p.project);
             match p.applied_revision {
