@@ -319,14 +319,36 @@ async fn checked(
         return Ok(resp);
     }
     let bytes = resp.bytes().await?;
-    let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    Err(format!(
-        "the admin API refused ({} {}): {}",
-        status.as_u16(),
+    Err(refusal(status.as_u16(), &bytes).into())
+}
+
+/// The sentence for a refusal of the admin API: its status, code and detail, then each of its
+/// problems (a document's, with their lines) on a line of its own. A problem's field and
+/// message are written as [`crate::printable`] writes a line, so one cannot start a line of
+/// its own.
+fn refusal(status: u16, body: &[u8]) -> String {
+    let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let mut out = format!(
+        "the admin API refused ({status} {}): {}",
         value["code"].as_str().unwrap_or("?"),
         value["detail"].as_str().unwrap_or("no details")
-    )
-    .into())
+    );
+    for problem in value["errors"].as_array().into_iter().flatten() {
+        out.push_str("\n  ");
+        match (problem["line"].as_u64(), problem["column"].as_u64()) {
+            (Some(line), Some(column)) => out.push_str(&format!("line {line}, column {column}: ")),
+            (Some(line), None) => out.push_str(&format!("line {line}: ")),
+            _ => {}
+        }
+        if let Some(field) = problem["field"].as_str().filter(|f| !f.is_empty()) {
+            out.push_str(&crate::printable(field));
+            out.push_str(": ");
+        }
+        out.push_str(&crate::printable(
+            problem["message"].as_str().unwrap_or("no details"),
+        ));
+    }
+    out
 }
 
 /// A path segment, percent-encoded (names are plain, but say so rather than assume).
@@ -369,7 +391,7 @@ fn content_type(resp: &reqwest::Response) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{AdminClient, DEFAULT_TIMEOUT, answer_timeout, api_base};
+    use super::{AdminClient, DEFAULT_TIMEOUT, answer_timeout, api_base, refusal};
     use std::time::Duration;
 
     /// Before, the client had no timeout: a gateway that took the connection and never
@@ -391,6 +413,39 @@ mod tests {
         let e = client.get("/agents").expect_err("no answer").to_string();
         assert!(e.contains("no answer within"), "{e}");
         assert!(e.contains("--timeout"), "{e}");
+    }
+
+    /// Before, only the detail was printed: a document with several problems said "the
+    /// document is invalid (2 problems)" and not which.
+    #[test]
+    fn a_refusal_lists_each_problem_on_a_line_of_its_own() {
+        let body = serde_json::json!({
+            "code": "stored_document_invalid",
+            "detail": "the stored document of project `demo` does not load (invalid_document)",
+            "errors": [
+                {"code": "invalid_id", "message": "invalid guardrail id `A\nerror: forged\u{1b}[2J`",
+                 "field": "guardrails[1].id", "line": 19},
+                {"code": "parse_error", "message": "unclosed bracket", "line": 3, "column": 9},
+                {"code": "x", "message": "no place"},
+            ],
+        });
+        let text = refusal(409, body.to_string().as_bytes());
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "the admin API refused (409 stored_document_invalid): the stored document of \
+                 project `demo` does not load (invalid_document)",
+                "  line 19: guardrails[1].id: invalid guardrail id `A\\nerror: forged\\u{1b}[2J`",
+                "  line 3, column 9: unclosed bracket",
+                "  no place",
+            ]
+        );
+        // A body that is not a problem still says what it can.
+        assert_eq!(
+            refusal(502, b"<html>"),
+            "the admin API refused (502 ?): no details"
+        );
     }
 
     #[test]
