@@ -291,6 +291,48 @@ async fn examples_are_added_indexed_with_streamed_progress_written_back_and_remo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_keeps_the_chunks_another_projects_broken_document_may_list() {
+    let gate = Arc::new(Semaphore::new(1_000));
+    let gw = Gw::start_with(|b| b.memory(service(gate))).await;
+    let repo = example_repo();
+    add_retry_example(&gw, &repo).await;
+    let mut events = Events::new(gw.post(INDEX).send().await.unwrap());
+    events.until("done").await;
+    assert!(gw.pattern_hits("retry%20backoff").await >= 1);
+    // Another project, broken by hand: whether it lists the tag cannot be read.
+    gw.ctx
+        .store
+        .create(
+            "other",
+            &gw.ctx.store.load("demo").unwrap().document,
+            "test",
+        )
+        .unwrap();
+    let other = gw.ctx.store.project_path("other").unwrap();
+    std::fs::write(&other, "schema_version: 2\nproject: [unclosed\n").unwrap();
+
+    // The removal is made and answered as made; the chunks are kept.
+    let removed = json_ok(
+        gw.delete("/projects/demo/patterns/retry/examples/retry-example")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(removed["chunks_removed"], 0, "{removed}");
+    let doc = document(&gw).await;
+    assert_eq!(doc["revision"], removed["revision"]);
+    assert_eq!(
+        doc["document"]["patterns"]["custom"][0]["example_repos"],
+        json!([]),
+        "{doc}"
+    );
+    assert!(gw.pattern_hits("retry%20backoff").await >= 1, "kept");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_patterns_resource_refuses_what_it_must_and_changes_nothing() {
     let gate = Arc::new(Semaphore::new(1_000));
     let gw = Gw::start_with(|b| b.memory(service(gate))).await;

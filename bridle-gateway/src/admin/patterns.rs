@@ -629,7 +629,9 @@ fn removal(runs: &IndexRuns, tags: &[String]) -> Result<Removal, ApiError> {
         .map_err(|busy| super::index_runs::index_running(&busy.reference_tag, &busy.run_id))
 }
 
-/// Purges a tag's chunks when memory is on and no project lists the tag any more.
+/// Purges a tag's chunks when memory is on and no project lists the tag any more. A project
+/// whose stored document does not load may list it: the chunks are kept then (logged), and the
+/// change already written is answered as made.
 async fn purge_unlisted(s: &AdminState, tag: &str) -> Result<u64, ApiError> {
     let Some(memory) = s.memory.clone() else {
         return Ok(0);
@@ -638,7 +640,19 @@ async fn purge_unlisted(s: &AdminState, tag: &str) -> Result<u64, ApiError> {
     let t = tag.to_string();
     let listed = blocking(move || {
         for project in ctx.store.projects()? {
-            let doc = load_stored(&ctx.store, &project)?.document;
+            let doc = match load_stored(&ctx.store, &project) {
+                Ok(loaded) => loaded.document,
+                Err(e @ ApiError::StoredDocument { .. }) => {
+                    tracing::warn!(
+                        tag = ?t,
+                        project = %project,
+                        error = %crate::logging::one_line(&e),
+                        "chunks kept: a project whose document does not load may list their tag"
+                    );
+                    return Ok(true);
+                }
+                Err(e) => return Err(e),
+            };
             if doc
                 .patterns
                 .custom
