@@ -55,17 +55,24 @@ async fn every_reader_refuses(api: &Api, store_code: &str, proposal: u64) -> Vec
     bodies
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_document_broken_by_hand_is_the_stored_documents_fault_not_the_requests() {
+/// The admin API over the demo project with a proposal waiting: the API, the proposal's id and
+/// the project's file.
+async fn demo_with_a_proposal() -> (Api, u64, std::path::PathBuf) {
     let api = Api::start().await;
     let proposal = api.propose_guardrail("wait-for-review");
+    let path = api.ctx.store.project_path("demo").unwrap();
+    (api, proposal, path)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_document_broken_by_hand_is_the_stored_documents_fault_not_the_requests() {
+    let (api, proposal, path) = demo_with_a_proposal().await;
     let good = json_ok(
         api.get("/projects/demo").send().await.unwrap(),
         StatusCode::OK,
     )
     .await;
     let revision = good["revision"].as_u64().unwrap();
-    let path = api.ctx.store.project_path("demo").unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
 
     // A file that no longer parses: its line and column are given, as the store found them.
@@ -147,9 +154,7 @@ async fn a_document_broken_by_hand_is_the_stored_documents_fault_not_the_request
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stored_document_that_fails_its_checks_lists_each_problem() {
-    let api = Api::start().await;
-    let proposal = api.propose_guardrail("wait-for-review");
-    let path = api.ctx.store.project_path("demo").unwrap();
+    let (api, proposal, path) = demo_with_a_proposal().await;
     let mut doc = api.ctx.store.load("demo").unwrap().document;
     let mut bad = doc.guardrails[0].clone();
     bad.id = "Not An Id".into();
@@ -172,9 +177,7 @@ async fn a_stored_document_that_fails_its_checks_lists_each_problem() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stored_document_from_a_newer_build_says_to_upgrade_the_gateway() {
-    let api = Api::start().await;
-    let proposal = api.propose_guardrail("wait-for-review");
-    let path = api.ctx.store.project_path("demo").unwrap();
+    let (api, proposal, path) = demo_with_a_proposal().await;
     let text = std::fs::read_to_string(&path).unwrap();
     let newer = text.replacen("schema_version: 2", "schema_version: 999", 1);
     assert_ne!(newer, text, "the fixture names its schema version");
