@@ -324,20 +324,51 @@ fn a_running_ticket_is_marked_interrupted_only_once_its_replica_is_gone() {
     interrupted(c_store, &id, &runs);
 }
 
+/// Two replicas on one new database, both started: A (its registry and store) and B (its
+/// store), and the count of A's tool runs.
+struct Replicas {
+    cluster: &'static PgCluster,
+    dbname: String,
+    runs: Arc<AtomicUsize>,
+    a_store: Arc<PgTicketStore>,
+    b_store: Arc<PgTicketStore>,
+    a: ToolRegistry,
+}
+
+impl Replicas {
+    fn start() -> Self {
+        let cluster = PgCluster::shared();
+        let dbname = cluster.create_database();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let a_store = pg_store(cluster, &dbname);
+        let b_store = pg_store(cluster, &dbname);
+        let a = replica(
+            Arc::clone(&a_store) as Arc<dyn TicketStore>,
+            Duration::from_secs(3600),
+            &runs,
+        );
+        Self {
+            cluster,
+            dbname,
+            runs,
+            a_store,
+            b_store,
+            a,
+        }
+    }
+}
+
 #[test]
 fn a_replica_that_keeps_running_sees_a_gone_replicas_call_interrupted() {
     // No replica restarts after A goes away: B, running all along, is the one asked about the
     // ticket, and must not show A's call as running for ever.
-    let cluster = PgCluster::shared();
-    let dbname = cluster.create_database();
-    let runs = Arc::new(AtomicUsize::new(0));
-    let a_store = pg_store(cluster, &dbname);
-    let b_store = pg_store(cluster, &dbname);
-    let a = replica(
-        Arc::clone(&a_store) as Arc<dyn TicketStore>,
-        Duration::from_secs(3600),
-        &runs,
-    );
+    let Replicas {
+        runs,
+        a_store,
+        b_store,
+        a,
+        ..
+    } = Replicas::start();
     let id = file_running(&a, &a_store);
     // While A lives, B sees the call running, in a lookup and in the list.
     assert_eq!(
@@ -359,16 +390,14 @@ fn a_replica_whose_lock_connection_was_lost_is_not_taken_for_gone() {
     // The connection holding A's runner lock is cut (a database restart, a proxy dropping
     // idle connections): the lock goes with it. A call A starts after that must not look
     // interrupted to B while A runs it.
-    let cluster = PgCluster::shared();
-    let dbname = cluster.create_database();
-    let runs = Arc::new(AtomicUsize::new(0));
-    let a_store = pg_store(cluster, &dbname);
-    let b_store = pg_store(cluster, &dbname);
-    let a = replica(
-        Arc::clone(&a_store) as Arc<dyn TicketStore>,
-        Duration::from_secs(3600),
-        &runs,
-    );
+    let Replicas {
+        cluster,
+        dbname,
+        a_store,
+        b_store,
+        a,
+        ..
+    } = Replicas::start();
     cut_lock_connection(cluster, &dbname, &a_store);
 
     let id = file_running(&a, &a_store);
@@ -423,16 +452,14 @@ fn a_call_taken_for_interrupted_while_its_lock_was_lost_keeps_its_real_outcome()
     // A runs a call; the connection holding its runner lock is cut meanwhile, so B, reading the
     // ticket, takes A for gone and marks the call interrupted. When A's call ends, its real
     // outcome replaces the mark instead of being lost.
-    let cluster = PgCluster::shared();
-    let dbname = cluster.create_database();
-    let runs = Arc::new(AtomicUsize::new(0));
-    let a_store = pg_store(cluster, &dbname);
-    let b_store = pg_store(cluster, &dbname);
-    let a = replica(
-        Arc::clone(&a_store) as Arc<dyn TicketStore>,
-        Duration::from_secs(3600),
-        &runs,
-    );
+    let Replicas {
+        cluster,
+        dbname,
+        a_store,
+        b_store,
+        a,
+        ..
+    } = Replicas::start();
     let id = file_running(&a, &a_store);
     cut_lock_connection(cluster, &dbname, &a_store);
     assert_eq!(
