@@ -156,6 +156,22 @@ impl Language {
     }
 }
 
+/// The most characters of one line a chunk carries as a header line (a container's or a long
+/// item's first line) or as a heading in its context. Each part of a long item and each member
+/// of a container gets a copy, and the token counter reads it again for each: a line of a
+/// repository's file may be the whole file (256 KiB), and copied to each of its thousands of
+/// one-line parts it would cost gigabytes and a count of every copy. Code lines are far shorter;
+/// a longer one is cut at a character boundary, which still names what follows.
+pub(crate) const MAX_HEADER_LINE_CHARS: usize = 200;
+
+/// `line` cut to [`MAX_HEADER_LINE_CHARS`] characters.
+pub(crate) fn header_line(line: &str) -> &str {
+    match line.char_indices().nth(MAX_HEADER_LINE_CHARS) {
+        Some((cut, _)) => &line[..cut],
+        None => line,
+    }
+}
+
 /// Chunk sizes, in the embedder's tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkConfig {

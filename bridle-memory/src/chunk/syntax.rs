@@ -20,7 +20,7 @@
 use tree_sitter::{Node, Parser};
 
 use super::text::windows;
-use super::{ChunkConfig, ChunkType, Language, Lines, Span, merge_small};
+use super::{ChunkConfig, ChunkType, Language, Lines, Span, header_line, merge_small};
 
 /// Deepest container nesting that is opened; deeper containers are kept as items.
 const MAX_DEPTH: usize = 4;
@@ -370,7 +370,7 @@ impl Walker<'_, '_> {
         }
         // Too long: parts at line boundaries, each after the first carrying the signature.
         let sig_row = item.start_position().row.max(first);
-        let sig = self.lines.line(sig_row).trim_end().to_string();
+        let sig = header_line(self.lines.line(sig_row).trim_end()).to_string();
         let part_header = if header.is_empty() {
             sig
         } else {
@@ -420,7 +420,7 @@ impl Walker<'_, '_> {
     ) -> Vec<Span> {
         // The header is the container's own first line, after decorators and annotations.
         let own_row = inner(node).start_position().row.max(first);
-        let line = self.lines.line(own_row).trim_end();
+        let line = header_line(self.lines.line(own_row).trim_end());
         let member_header = if header.is_empty() {
             line.to_string()
         } else {

@@ -456,3 +456,57 @@ fn a_type_named_by_thousands_of_impls_is_outlined_without_counting_them_again_an
         src.len()
     );
 }
+
+/// A hostile file whose first line is most of the file (a heading, an item's signature, a
+/// container's first line), followed by thousands of short lines: each part of it carried a copy
+/// of that line as its header or context, so a file of 256 KiB cost gigabytes and the token
+/// counter read every copy. Header lines and headings are cut to a bounded length now.
+#[test]
+fn a_line_as_long_as_the_file_is_not_copied_into_each_part() {
+    let long = "w ".repeat(8 * 1024);
+    let body = "b\n".repeat(2048);
+    for (path, src) in [
+        ("a.md", format!("# {long}\n{body}")),
+        ("a.rs", format!("fn f() {{ // {long}\n{body}}}\n")),
+        (
+            "b.rs",
+            format!("impl X {{ // {long}\n    fn a() {{\n{body}}}\n}}\n"),
+        ),
+        (
+            "c.py",
+            format!(
+                "class A: # {long}\n    def a(self):\n{}",
+                "        b\n".repeat(2048)
+            ),
+        ),
+    ] {
+        let counted = std::sync::atomic::AtomicUsize::new(0);
+        let count = |s: &str| {
+            counted.fetch_add(s.len(), std::sync::atomic::Ordering::Relaxed);
+            words(s)
+        };
+        let c = chunk_file(path, &src, &ChunkConfig::default(), &count);
+        let held: usize = c
+            .iter()
+            .map(|c| c.text.len() + c.header.len() + c.context_path().len())
+            .sum();
+        assert!(
+            held < 2 * src.len(),
+            "{path}: {} chunks hold {held} bytes for a file of {}",
+            c.len(),
+            src.len()
+        );
+        let read = counted.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            read < 40 * src.len(),
+            "{path}: counted {read} bytes for a file of {}",
+            src.len()
+        );
+        // The header still names the container, cut.
+        if path == "b.rs" {
+            let a = c.iter().find(|c| c.text.contains("fn a()")).expect("fn a");
+            assert!(a.header.starts_with("impl X { // w w"), "{a:?}");
+            assert!(a.header.chars().count() <= MAX_HEADER_LINE_CHARS, "{a:?}");
+        }
+    }
+}

@@ -6,7 +6,7 @@
 //! (`Install > From source`), a section over the budget is windowed, and sections under the
 //! minimum size are merged with the next one.
 
-use super::{ChunkConfig, ChunkType, Lines, Span, merge_small};
+use super::{ChunkConfig, ChunkType, Lines, Span, header_line, merge_small};
 
 /// Lines `start..end` cut into windows that fit the budget with `header` prepended.
 pub(crate) fn windows(
@@ -112,7 +112,7 @@ pub(crate) fn markdown(lines: &Lines<'_>, config: &ChunkConfig) -> Vec<Span> {
             while path.last().is_some_and(|(l, _)| *l >= level) {
                 path.pop();
             }
-            path.push((level, title.to_string()));
+            path.push((level, header_line(title).to_string()));
             sections.push((i, path.iter().map(|(_, t)| t.clone()).collect()));
         }
     }
