@@ -16,6 +16,13 @@
 //! last line of
 //! defence, not a licence to log secrets: the credential never enters a log line or an audit
 //! entry in the first place.
+//!
+//! A value with characters that URLs and JSON write differently (`/`, `+`, `=` in a base64 API
+//! key) is searched for in those forms too: percent-encoded (an HTTP library's error naming
+//! the URL it called with the key in its query or user part), JSON-escaped (`\/`, `\u002b`,
+//! a backend's error body relayed as text) and form-encoded (`+` for a space), each
+//! character written either way (`encoded_match`). Any of them is the value to whoever
+//! reads it.
 
 use std::sync::Arc;
 
@@ -74,7 +81,7 @@ pub fn scrub_output(out: &mut ToolOutput, secret: &str) -> bool {
 pub(crate) fn scrub_spec(spec: &mut kberg_core::ToolSpec, secret: &str) -> Option<bool> {
     let mut hit = false;
     for part in parts(secret) {
-        if spec.name.contains(part) {
+        if holds(&spec.name, part) {
             return None;
         }
         if let Some(title) = &mut spec.title {
@@ -94,7 +101,7 @@ pub(crate) fn scrub_spec(spec: &mut kberg_core::ToolSpec, secret: &str) -> Optio
 pub fn scrub_text(text: &str, secret: &str) -> String {
     parts(secret)
         .into_iter()
-        .fold(text.to_string(), |t, part| t.replace(part, REDACTED))
+        .fold(text.to_string(), |t, part| replaced(&t, part).unwrap_or(t))
 }
 
 /// Replaces every occurrence of `secret` (and of each line of it, see `parts`) in every string
@@ -109,11 +116,125 @@ pub(crate) fn scrub_json(v: &mut Value, secret: &str) -> bool {
 
 /// Replaces `secret` in `s` in place; returns whether it was there.
 fn scrub_string(s: &mut String, secret: &str) -> bool {
-    if !s.contains(secret) {
-        return false;
+    match replaced(s, secret) {
+        Some(scrubbed) => {
+            *s = scrubbed;
+            true
+        }
+        None => false,
     }
-    *s = s.replace(secret, REDACTED);
-    true
+}
+
+/// Whether `text` holds `secret`, as it is or in an encoded form (see [`encoded_match`]).
+fn holds(text: &str, secret: &str) -> bool {
+    text.contains(secret) || (encodable(secret) && replaced(text, secret).is_some())
+}
+
+/// `text` with every occurrence of `secret`, as it is or in an encoded form (see
+/// [`encoded_match`]), replaced by [`REDACTED`]; `None` when there is none.
+fn replaced(text: &str, secret: &str) -> Option<String> {
+    if secret.is_empty() {
+        return None;
+    }
+    if !encodable(secret) {
+        return text
+            .contains(secret)
+            .then(|| text.replace(secret, REDACTED));
+    }
+    // Cut only at character boundaries: what is put in is ASCII, so the rest stays UTF-8.
+    let out = replace_encoded(text.as_bytes(), secret.as_bytes(), |i| {
+        text.is_char_boundary(i)
+    })?;
+    Some(
+        String::from_utf8(out)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+    )
+}
+
+/// Whether some encoder writes `secret` differently: it holds a byte other than a letter, a
+/// digit, `-`, `.`, `_` or `~` (what percent-encoding leaves as it is). A value of those alone
+/// is searched for as it is, the fast way.
+fn encodable(secret: &str) -> bool {
+    secret
+        .bytes()
+        .any(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')))
+}
+
+/// `hay` with every occurrence of `secret` (see [`encoded_match`]) that starts and ends where
+/// `boundary` allows replaced by [`REDACTED`]'s bytes; `None` when there is none.
+fn replace_encoded(hay: &[u8], secret: &[u8], boundary: impl Fn(usize) -> bool) -> Option<Vec<u8>> {
+    let first = *secret.first()?;
+    let mut out = Vec::new();
+    let (mut copied, mut i, mut hit) = (0, 0, false);
+    while i < hay.len() {
+        // Most positions cannot start one: the first byte as it is, or an escape's first byte.
+        let may_start =
+            matches!(hay[i], b'%' | b'\\') || hay[i] == first || (first == b' ' && hay[i] == b'+');
+        if may_start
+            && boundary(i)
+            && let Some(end) = encoded_match(hay, i, secret).filter(|&end| boundary(end))
+        {
+            out.extend_from_slice(&hay[copied..i]);
+            out.extend_from_slice(REDACTED.as_bytes());
+            (copied, i, hit) = (end, end, true);
+            continue;
+        }
+        i += 1;
+    }
+    if !hit {
+        return None;
+    }
+    out.extend_from_slice(&hay[copied..]);
+    Some(out)
+}
+
+/// The end of the longest occurrence of `secret` in `hay` that starts at `start`, each of its
+/// bytes written as it is or in one of the forms encoders give it: `%XX` (either case), a JSON
+/// escape (`\uXXXX` for an ASCII byte, `\/` for `/`), `+` for a space. The forms are followed
+/// side by side (a `%` of the value may be itself or the start of `%25`), with no recursion.
+fn encoded_match(hay: &[u8], start: usize, secret: &[u8]) -> Option<usize> {
+    let mut ends = vec![start];
+    for &b in secret {
+        let mut next = Vec::with_capacity(ends.len() + 1);
+        for &p in &ends {
+            let rest = &hay[p..];
+            if rest.first() == Some(&b) {
+                next.push(p + 1);
+            }
+            if let [b'%', h, l, ..] = rest
+                && hex_pair(*h, *l) == Some(b)
+            {
+                next.push(p + 3);
+            }
+            if b.is_ascii() {
+                if let [b'\\', b'u', a, c, h, l, ..] = rest
+                    && hex_pair(*a, *c) == Some(0)
+                    && hex_pair(*h, *l) == Some(b)
+                {
+                    next.push(p + 6);
+                }
+                if b == b'/' && rest.starts_with(b"\\/") {
+                    next.push(p + 2);
+                }
+                if b == b' ' && rest.first() == Some(&b'+') {
+                    next.push(p + 1);
+                }
+            }
+        }
+        next.sort_unstable();
+        next.dedup();
+        if next.is_empty() {
+            return None;
+        }
+        ends = next;
+    }
+    ends.last().copied()
+}
+
+/// The byte two hex digits (either case) write.
+fn hex_pair(high: u8, low: u8) -> Option<u8> {
+    let digit = |c: u8| (c as char).to_digit(16);
+    u8::try_from(digit(high)? * 16 + digit(low)?).ok()
 }
 
 /// Replaces `secret` in each of `strings`; returns whether it was in any.
@@ -166,7 +287,19 @@ fn scrub_content(block: &mut Content, secret: &str) -> bool {
 /// Replaces every occurrence of `secret` in `bytes` by [`REDACTED`]'s bytes; returns whether
 /// it was there.
 fn scrub_bytes(bytes: &mut Vec<u8>, secret: &[u8]) -> bool {
-    if secret.is_empty() || !bytes.windows(secret.len()).any(|w| w == secret) {
+    if secret.is_empty() {
+        return false;
+    }
+    if std::str::from_utf8(secret).is_ok_and(encodable) {
+        return match replace_encoded(bytes, secret, |_| true) {
+            Some(scrubbed) => {
+                *bytes = scrubbed;
+                true
+            }
+            None => false,
+        };
+    }
+    if !bytes.windows(secret.len()).any(|w| w == secret) {
         return false;
     }
     let mut out = Vec::with_capacity(bytes.len());
@@ -253,7 +386,7 @@ fn scrub_value(v: &mut Value, secret: &str) -> bool {
                 .fold(false, |hit, item| scrub_value(item, secret) | hit);
             // A key is text the agent reads too (an upstream may key a map by token). Only a
             // map with such a key is rebuilt; should two keys become one, the later one stays.
-            if map.keys().any(|k| k.contains(secret)) {
+            if map.keys().any(|k| holds(k, secret)) {
                 let entries = std::mem::take(map);
                 for (k, item) in entries {
                     map.insert(scrub_text(&k, secret), item);
@@ -447,6 +580,41 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    /// A value with `/`, `+`, `=` or a space reaches answers encoded: percent-encoded in a URL
+    /// (either case, or only some of its characters), JSON-escaped, form-encoded, or a mix.
+    #[test]
+    fn encoded_forms_of_the_secret_are_scrubbed_too() {
+        let secret = "ab/cd+ef=gh i%";
+        for quoted in [
+            "ab%2Fcd%2Bef%3Dgh%20i%25",
+            "ab%2fcd%2bef%3dgh+i%25",
+            "ab%2Fcd+ef=gh i%",
+            "ab\\/cd\\u002bef\\u003Dgh i%",
+            "ab/cd+ef=gh i%",
+        ] {
+            let said = format!("for url 'https://api.example/?key={quoted}' (401)");
+            assert_eq!(
+                scrub_text(&said, secret),
+                "for url 'https://api.example/?key=[redacted]' (401)",
+                "{quoted}"
+            );
+            let mut out =
+                ToolOutput::text(said.clone()).with_structured(json!({ quoted: [said.clone()] }));
+            assert!(scrub_output(&mut out, secret), "{quoted}");
+            let shown = format!("{} {}", out.all_text(), out.structured.unwrap_or_default());
+            assert!(!shown.contains(quoted), "{quoted}: {shown}");
+            let mut blob = said.clone().into_bytes();
+            assert!(scrub_bytes(&mut blob, secret.as_bytes()), "{quoted}");
+            assert!(!String::from_utf8_lossy(&blob).contains(quoted), "{quoted}");
+        }
+        // Another value's encoded form, a part of the value, and a plain value's text stay.
+        for other in ["ab%2Fcd%2Bef%3Dgh%20j", "ab%2Fcd", "abcdef"] {
+            assert_eq!(scrub_text(other, secret), other);
+        }
+        assert_eq!(scrub_text("x ab%2Dcd y", "ab-cd"), "x ab%2Dcd y");
+        assert_eq!(scrub_text("é ab/cd é", "ab/cd"), "é [redacted] é");
     }
 
     #[test]
