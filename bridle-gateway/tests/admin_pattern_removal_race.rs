@@ -16,20 +16,21 @@ use admin_support::gateway::Gw;
 use admin_support::{Events, json_ok};
 use async_trait::async_trait;
 use bridle_memory::{
-    CollectionConfig, ConstantEmbedder, EmbeddedStore, Filter, MemoryService, PatternIndexConfig,
-    Point, PointId, Record, Result, ScoredPoint, VectorStore,
+    CollectionConfig, ConstantEmbedder, EmbeddedStore, Filter, MemoryError, MemoryService,
+    PatternIndexConfig, Point, PointId, Record, Result, ScoredPoint, VectorStore,
 };
 use reqwest::StatusCode;
 use serde_json::json;
 use tokio::sync::{Notify, Semaphore};
 
 /// An in-memory store whose next `delete`, once armed, says it has begun and waits for the
-/// test's word.
+/// test's word; and whose every `delete` fails while it is `failing`.
 struct HeldPurge {
     inner: EmbeddedStore,
     armed: AtomicBool,
     purging: Notify,
     gate: Semaphore,
+    failing: AtomicBool,
 }
 
 #[async_trait]
@@ -50,6 +51,9 @@ impl VectorStore for HeldPurge {
         self.inner.upsert(collection, points).await
     }
     async fn delete(&self, collection: &str, filter: &Filter) -> Result<u64> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(MemoryError::Store("the store went away".into()));
+        }
         if self.armed.swap(false, Ordering::SeqCst) {
             self.purging.notify_one();
             let _go = self.gate.acquire().await.unwrap();
@@ -96,13 +100,15 @@ impl VectorStore for HeldPurge {
 
 const EXAMPLE: &str = "/projects/demo/patterns/retry/examples/retry-example";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refresh_while_its_example_is_removed_is_refused_and_leaves_no_chunks() {
+/// A gateway whose memory is on `HeldPurge`, with the demo project's `retry` pattern and its
+/// example indexed (Claude may re-index it); the store and the example's repository.
+async fn indexed_example() -> (Gw, Arc<HeldPurge>, tempfile::TempDir) {
     let store = Arc::new(HeldPurge {
         inner: EmbeddedStore::open_in_memory().unwrap(),
         armed: AtomicBool::new(false),
         purging: Notify::new(),
         gate: Semaphore::new(0),
+        failing: AtomicBool::new(false),
     });
     let service = MemoryService::with(
         Arc::clone(&store) as Arc<dyn VectorStore>,
@@ -143,6 +149,12 @@ async fn a_refresh_while_its_example_is_removed_is_refused_and_leaves_no_chunks(
     let mut events = Events::new(gw.post(&format!("{EXAMPLE}/index")).send().await.unwrap());
     events.until("done").await;
     assert!(gw.pattern_hits("retry%20backoff").await >= 1);
+    (gw, store, repo)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_while_its_example_is_removed_is_refused_and_leaves_no_chunks() {
+    let (gw, store, _repo) = indexed_example().await;
 
     // The removal edits the document, then waits in its purge.
     store.armed.store(true, Ordering::SeqCst);
@@ -205,5 +217,47 @@ async fn a_refresh_while_its_example_is_removed_is_refused_and_leaves_no_chunks(
         "example_removing",
         "{again:?}"
     );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_whose_purge_fails_is_answered_as_made_with_a_warning() {
+    // The purge runs after the removal is written: its failure used to answer an error for a
+    // change that was made, and a retry then found the example gone and its chunks left.
+    let (gw, store, _repo) = indexed_example().await;
+    store.failing.store(true, Ordering::SeqCst);
+    let removed = json_ok(gw.delete(EXAMPLE).send().await.unwrap(), StatusCode::OK).await;
+    assert_eq!(removed["chunks_removed"], 0, "{removed}");
+    let warning = removed["warning"].as_str().unwrap();
+    assert!(warning.contains("`retry-example`"), "{warning}");
+    assert!(warning.contains("memory service failed"), "{warning}");
+    assert!(
+        warning.contains("/admin/api/v1/memory/patterns/retry-example/purge"),
+        "{warning}"
+    );
+    let doc = json_ok(
+        gw.get("/projects/demo").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(
+        doc["document"]["patterns"]["custom"][0]["example_repos"],
+        json!([]),
+        "the removal was made: {doc}"
+    );
+    assert!(gw.pattern_hits("retry%20backoff").await >= 1, "kept");
+
+    // Once the store is back, the purge the warning names removes them.
+    store.failing.store(false, Ordering::SeqCst);
+    let purged = json_ok(
+        gw.post("/memory/patterns/retry-example/purge")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert!(purged["removed"].as_u64().unwrap() >= 1, "{purged}");
+    assert_eq!(gw.pattern_hits("retry%20backoff").await, 0);
     gw.stop().await;
 }

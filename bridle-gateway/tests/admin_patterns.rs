@@ -321,6 +321,11 @@ async fn a_removal_keeps_the_chunks_another_projects_broken_document_may_list() 
     )
     .await;
     assert_eq!(removed["chunks_removed"], 0, "{removed}");
+    let warning = removed["warning"].as_str().unwrap();
+    assert!(
+        warning.contains("`retry-example`") && warning.contains("project `other`"),
+        "{warning}"
+    );
     let doc = document(&gw).await;
     assert_eq!(doc["revision"], removed["revision"]);
     assert_eq!(

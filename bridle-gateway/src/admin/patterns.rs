@@ -163,6 +163,11 @@ pub struct PatternsChanged {
     /// Indexed chunks removed with an example (0 without memory, or when another project
     /// still lists its tag).
     pub chunks_removed: u64,
+    /// Set when the change was made but an example's indexed chunks were not purged with it
+    /// (another project's document does not load and may list their tag, or the memory service
+    /// failed): which were kept, why, and how to purge them. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 fn view(doc: &RulesDocument, project: &str, runs: &IndexRuns) -> PatternList {
@@ -329,6 +334,7 @@ pub async fn add_pattern(
             project,
             revision,
             chunks_removed: 0,
+            warning: None,
         }),
     ))
 }
@@ -421,6 +427,7 @@ pub async fn change_pattern(
         project,
         revision,
         chunks_removed: 0,
+        warning: None,
     }))
 }
 
@@ -506,6 +513,7 @@ pub async fn add_standard(
             project,
             revision,
             chunks_removed: 0,
+            warning: None,
         }),
     ))
 }
@@ -549,6 +557,7 @@ pub async fn remove_standard(
         project,
         revision,
         chunks_removed: 0,
+        warning: None,
     }))
 }
 
@@ -611,13 +620,17 @@ pub async fn remove_pattern(
     })
     .await?;
     let mut chunks_removed = 0;
+    let mut kept = Vec::new();
     for tag in tags {
-        chunks_removed += purge_unlisted(&s, &tag).await?;
+        let purge = purge_unlisted(&s, &tag).await;
+        chunks_removed += purge.removed;
+        kept.extend(purge.kept);
     }
     Ok(axum::Json(PatternsChanged {
         project,
         revision,
         chunks_removed,
+        warning: (!kept.is_empty()).then(|| kept.join("; ")),
     }))
 }
 
@@ -629,12 +642,38 @@ fn removal(runs: &IndexRuns, tags: &[String]) -> Result<Removal, ApiError> {
         .map_err(|busy| super::index_runs::index_running(&busy.reference_tag, &busy.run_id))
 }
 
-/// Purges a tag's chunks when memory is on and no project lists the tag any more. A project
-/// whose stored document does not load may list it: the chunks are kept then (logged), and the
-/// change already written is answered as made.
-async fn purge_unlisted(s: &AdminState, tag: &str) -> Result<u64, ApiError> {
+/// What purging a removed example's chunks did.
+struct Purge {
+    /// Chunks removed.
+    removed: u64,
+    /// Why chunks were kept, and how to purge them, when they were not purged although they may
+    /// be listed by no project any more.
+    kept: Option<String>,
+}
+
+/// Purges a tag's chunks when memory is on and no project lists the tag any more. It runs
+/// after the removal was written, so it does not fail the request: chunks it cannot purge are
+/// kept, logged, and said in [`Purge::kept`]. A project whose stored document does not load may
+/// list the tag, so its chunks are kept then too.
+async fn purge_unlisted(s: &AdminState, tag: &str) -> Purge {
     let Some(memory) = s.memory.clone() else {
-        return Ok(0);
+        return Purge {
+            removed: 0,
+            kept: None,
+        };
+    };
+    let purge_later = format!(
+        "purge them with `POST {}/memory/patterns/{tag}/purge` once no project lists the tag",
+        super::BASE_PATH
+    );
+    let kept = |why: String| {
+        tracing::warn!(tag = ?tag, why = %why, "a removed example's indexed chunks were kept");
+        Purge {
+            removed: 0,
+            kept: Some(format!(
+                "the indexed chunks of `{tag}` were kept ({why}); {purge_later}"
+            )),
+        }
     };
     let ctx = s.ctx.clone();
     let t = tag.to_string();
@@ -642,15 +681,7 @@ async fn purge_unlisted(s: &AdminState, tag: &str) -> Result<u64, ApiError> {
         for project in ctx.store.projects()? {
             let doc = match load_stored(&ctx.store, &project) {
                 Ok(loaded) => loaded.document,
-                Err(e @ ApiError::StoredDocument { .. }) => {
-                    tracing::warn!(
-                        tag = ?t,
-                        project = %project,
-                        error = %crate::logging::one_line(&e),
-                        "chunks kept: a project whose document does not load may list their tag"
-                    );
-                    return Ok(true);
-                }
+                Err(ApiError::StoredDocument { .. }) => return Ok(Listed::Maybe(project)),
                 Err(e) => return Err(e),
             };
             if doc
@@ -660,20 +691,57 @@ async fn purge_unlisted(s: &AdminState, tag: &str) -> Result<u64, ApiError> {
                 .flat_map(|c| &c.example_repos)
                 .any(|r| r.reference_tag == t)
             {
-                return Ok(true);
+                return Ok(Listed::Yes);
             }
         }
-        Ok(false)
+        Ok(Listed::No)
     })
-    .await?;
-    if listed {
-        return Ok(0);
+    .await;
+    match listed {
+        Ok(Listed::No) => {}
+        Ok(Listed::Yes) => {
+            return Purge {
+                removed: 0,
+                kept: None,
+            };
+        }
+        Ok(Listed::Maybe(project)) => {
+            return kept(format!(
+                "project `{project}`'s stored document does not load, and it may list the tag"
+            ));
+        }
+        Err(e) => {
+            return kept(format!(
+                "the projects could not be read ({}); see the gateway's log",
+                e.code()
+            ));
+        }
     }
     match memory.patterns.purge(tag).await {
-        Ok(n) => Ok(n),
-        Err(bridle_memory::MemoryError::UnknownTag(_)) => Ok(0),
-        Err(e) => Err(e.into()),
+        Ok(removed) => Purge {
+            removed,
+            kept: None,
+        },
+        Err(bridle_memory::MemoryError::UnknownTag(_)) => Purge {
+            removed: 0,
+            kept: None,
+        },
+        Err(e) => {
+            tracing::error!(tag = ?tag, error = %crate::logging::one_line(&e), code = e.code(), "purging a removed example's chunks failed");
+            kept(format!(
+                "the memory service failed ({}); see the gateway's log",
+                e.code()
+            ))
+        }
     }
+}
+
+/// Whether a project lists a tag.
+enum Listed {
+    Yes,
+    No,
+    /// A project whose stored document does not load, so it cannot be told.
+    Maybe(String),
 }
 
 /// Adds an example repository to a custom pattern (not indexed yet: trigger `…/index`).
@@ -749,6 +817,7 @@ pub async fn add_example(
             project,
             revision,
             chunks_removed: 0,
+            warning: None,
         }),
     ))
 }
@@ -792,10 +861,11 @@ pub async fn remove_example(
         })
     })
     .await?;
-    let chunks_removed = purge_unlisted(&s, &tag).await?;
+    let purge = purge_unlisted(&s, &tag).await;
     Ok(axum::Json(PatternsChanged {
         project,
         revision,
-        chunks_removed,
+        chunks_removed: purge.removed,
+        warning: purge.kept,
     }))
 }
