@@ -216,6 +216,70 @@ async fn patterns_are_listed_added_reindexed_with_progress_and_removed() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_that_keeps_indexed_chunks_says_so() {
+    let fixture = Fixture::with_memory(memory_service()).await;
+    let repo = example_repo();
+    let c = signed_in(&fixture).await;
+    let r = c
+        .post(
+            "/panel/patterns/demo",
+            &[("name", "retry"), ("description", "Retries with backoff.")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let url = repo.path().display().to_string();
+    let r = c
+        .post(
+            "/panel/patterns/demo/retry/examples",
+            &[("url", url.as_str()), ("reference_tag", "retry-example")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    // Another project, broken by hand: it may list the tag, so the chunks are kept.
+    let store = &fixture.ctx.store;
+    store
+        .create("other", &store.load("demo").unwrap().document, "test")
+        .unwrap();
+    std::fs::write(
+        store.project_path("other").unwrap(),
+        "schema_version: 2\nproject: [unclosed\n",
+    )
+    .unwrap();
+
+    let r = c
+        .post(
+            "/panel/patterns/demo/retry/examples/retry-example/remove",
+            &[("confirm", "retry-example")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert!(
+        r.location().contains("notice=example_removed_chunks_kept"),
+        "{}",
+        r.location()
+    );
+    let page = c.get(r.location()).await;
+    assert!(
+        page.body
+            .contains("Example removed, but indexed chunks were kept"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("id=\"example-retry-example\""));
+    // The broken project is on the page with what is wrong; the others' patterns beside it.
+    assert!(
+        page.body.contains("data-code=\"stored_document_invalid\""),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("id=\"pattern-demo-retry\""),
+        "{}",
+        page.body
+    );
+}
+
 #[tokio::test]
 async fn without_memory_a_reindex_says_memory_is_off() {
     let fixture = Fixture::new().await;

@@ -346,6 +346,16 @@ impl Notice {
             "standard_removed" => "Well-known pattern removed.".to_string(),
             "example_added" => "Example added. Re-index it to make it searchable.".to_string(),
             "example_removed" => "Example removed, with its indexed chunks.".to_string(),
+            what @ ("example_removed_chunks_kept" | "pattern_removed_chunks_kept") => format!(
+                "{} removed, but indexed chunks were kept: the memory service failed, or a \
+                 project whose document does not load may list their tag (the gateway's log \
+                 says which). Purge them on the Memory page once no project lists them.",
+                if what.starts_with("example") {
+                    "Example"
+                } else {
+                    "Pattern"
+                }
+            ),
             "index_started" => "Re-index started; its progress is shown below.".to_string(),
             "integration_enabled" => {
                 "Enabled: it connects again and its tools return to the agents' lists.".to_string()

@@ -31,16 +31,17 @@ use super::{Notice, PanelForm, PanelPath, PanelQuery, confirm_matches};
 use crate::admin::patterns::PatternList;
 use crate::admin::projects::ProjectPage;
 use crate::panel::Panel;
-use crate::panel::api::seg;
+use crate::panel::api::{Problem, seg};
 use crate::panel::session::SignedIn;
 use crate::panel::view::{PanelError, see_other};
 
-/// A project's patterns as the page shows them.
+/// A project's patterns as the page shows them, or why its document does not load.
 #[derive(Debug, Serialize)]
 struct ProjectPatterns {
     name: String,
     title: String,
-    patterns: PatternList,
+    patterns: Option<PatternList>,
+    problem: Option<Problem>,
 }
 
 /// What the page was opened for: a run to follow.
@@ -62,14 +63,22 @@ pub(crate) async fn list(
     let projects: ProjectPage = panel.api.get(&who, "/projects?limit=500").await?;
     let mut shown = Vec::with_capacity(projects.items.len());
     for p in projects.items {
-        let patterns: PatternList = panel
+        // A project whose stored document does not load is shown with the API's problem, so
+        // that one broken file neither hides the others' patterns nor is hidden itself.
+        let (patterns, problem) = match panel
             .api
-            .get(&who, &format!("/projects/{}/patterns", seg(&p.name)))
-            .await?;
+            .get::<PatternList>(&who, &format!("/projects/{}/patterns", seg(&p.name)))
+            .await
+        {
+            Ok(patterns) => (Some(patterns), None),
+            Err(problem) if problem.code == "stored_document_invalid" => (None, Some(problem)),
+            Err(problem) => return Err(problem.into()),
+        };
         shown.push(ProjectPatterns {
             name: p.name,
             title: p.title,
             patterns,
+            problem,
         });
     }
     // The run the admin just started, drawn on its example's row (until it is in the list's
@@ -326,6 +335,14 @@ pub(crate) async fn change_pattern(
     }
 }
 
+/// Whether a removal's answer says indexed chunks were kept (the API's `warning`).
+fn chunks_kept(removed: &Value) -> bool {
+    removed
+        .get("warning")
+        .and_then(Value::as_str)
+        .is_some_and(|w| !w.is_empty())
+}
+
 /// `POST /patterns/{project}/{pattern}/remove`: removes a pattern, once its name was typed.
 pub(crate) async fn remove_pattern(
     State(panel): State<Panel>,
@@ -334,7 +351,7 @@ pub(crate) async fn remove_pattern(
     PanelForm(form): PanelForm<ConfirmForm>,
 ) -> Result<Response, PanelError> {
     confirm_matches(&form.confirm, &pattern)?;
-    let _: Value = panel
+    let removed: Value = panel
         .api
         .delete(
             &who,
@@ -343,7 +360,11 @@ pub(crate) async fn remove_pattern(
         .await?;
     Ok(back(
         &panel,
-        "pattern_removed",
+        if chunks_kept(&removed) {
+            "pattern_removed_chunks_kept"
+        } else {
+            "pattern_removed"
+        },
         &format!("project-{project}"),
     ))
 }
@@ -390,7 +411,7 @@ pub(crate) async fn remove_example(
     PanelForm(form): PanelForm<ConfirmForm>,
 ) -> Result<Response, PanelError> {
     confirm_matches(&form.confirm, &tag)?;
-    let _: Value = panel
+    let removed: Value = panel
         .api
         .delete(
             &who,
@@ -404,7 +425,11 @@ pub(crate) async fn remove_example(
         .await?;
     Ok(back(
         &panel,
-        "example_removed",
+        if chunks_kept(&removed) {
+            "example_removed_chunks_kept"
+        } else {
+            "example_removed"
+        },
         &format!("pattern-{project}-{pattern}"),
     ))
 }
