@@ -467,3 +467,34 @@ async fn a_created_agents_token_is_answered_even_when_its_metadata_cannot_be_rea
     );
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_is_answered_as_made_when_the_token_versions_cannot_be_read_after_it() {
+    let gw = Gw::start().await;
+    json_ok(
+        gw.post("/agents")
+            .json(&json!({"name": "ci-bot", "type": "codex", "projects": ["demo"]}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::CREATED,
+    )
+    .await;
+    // The vault's token table is gone after the change is written and before the answer reads
+    // the agent's token versions.
+    rusqlite::Connection::open(gw.tmp.path().join("vault.db"))
+        .unwrap()
+        .execute_batch("ALTER TABLE vault_agent_tokens RENAME TO vault_agent_tokens_gone")
+        .unwrap();
+    let changed = json_ok(
+        gw.patch("/agents/ci-bot")
+            .json(&json!({"projects": ["elsewhere"]}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(changed["projects"], json!(["elsewhere"]), "{changed}");
+    assert_eq!(gw.config_on_disk().agents["ci-bot"].projects, ["elsewhere"]);
+}

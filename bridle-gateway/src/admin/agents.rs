@@ -661,7 +661,12 @@ pub async fn change(
     if let Some(integrations) = &s.integrations {
         integrations.agent_changed();
     }
-    let tokens = tokens_of(&s, &name).await?;
+    // The change is written and recorded: token versions that cannot be read now leave the
+    // answer without them (as a create's does), not an error for a change that was made.
+    let tokens = tokens_of(&s, &name).await.unwrap_or_else(|e| {
+        tracing::warn!(agent = %name, error = %crate::logging::one_line(&e), "a changed agent's token versions could not be read; answered without them");
+        Vec::new()
+    });
     Ok(axum::Json(view(&s, &name, &after, tokens)))
 }
 
