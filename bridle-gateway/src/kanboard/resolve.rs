@@ -3,8 +3,9 @@
 //!
 //! Models remember names ("In progress", "alice") better than ids, and guess ids wrongly.
 //! Every argument that names a column, swimlane, category or user takes either; a name is
-//! matched case-insensitively, and anything that matches nothing is answered with the valid
-//! choices, so the next attempt can succeed.
+//! matched case-insensitively, a number written as a string is an id when one has it and else
+//! a name, and anything that matches nothing is answered with the valid choices, so the next
+//! attempt can succeed.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -172,13 +173,17 @@ fn find(what: &'static str, items: &[Named], given: &NameOrId) -> Result<i64, Re
         NameOrId::Id(id) => items.iter().find(|i| i.id == *id),
         NameOrId::Name(name) => {
             let name = name.trim();
-            // A numeric string is an id too (models often quote ids).
-            match name.parse::<i64>() {
-                Ok(id) => items.iter().find(|i| i.id == id),
-                Err(_) => items
+            // A numeric string is an id too (models often quote ids); one that is no id may
+            // still be a name (a swimlane `2026`, a username that is an employee number).
+            let by_id = name
+                .parse::<i64>()
+                .ok()
+                .and_then(|id| items.iter().find(|i| i.id == id));
+            by_id.or_else(|| {
+                items
                     .iter()
-                    .find(|i| i.name.to_lowercase() == name.to_lowercase()),
-            }
+                    .find(|i| i.name.to_lowercase() == name.to_lowercase())
+            })
         }
     };
     found.map(|i| i.id).ok_or_else(|| ResolveError {
@@ -215,6 +220,21 @@ mod tests {
         assert_eq!(c.column(&NameOrId::Name("in PROGRESS".into())), Ok(2));
         assert_eq!(c.column(&NameOrId::Id(1)), Ok(1));
         assert_eq!(c.column(&NameOrId::Name("2".into())), Ok(2));
+        // A number that is no id is a name.
+        let numbered = ProjectContext {
+            swimlanes: list(
+                &json!([{"id": 7, "name": "2026"}, {"id": 8, "name": "7"}]),
+                "name",
+            ),
+            ..ctx()
+        };
+        assert_eq!(numbered.swimlane(&NameOrId::Name("2026".into())), Ok(7));
+        assert_eq!(
+            numbered.swimlane(&NameOrId::Name("7".into())),
+            Ok(7),
+            "an id first"
+        );
+        assert!(numbered.swimlane(&NameOrId::Name("9".into())).is_err());
         assert_eq!(c.user(&NameOrId::Name("alice".into())), Ok(2));
         let e = c.column(&NameOrId::Name("Done".into())).unwrap_err();
         assert_eq!(e.choices, vec!["Backlog (1)", "In progress (2)"]);
