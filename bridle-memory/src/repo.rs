@@ -127,12 +127,18 @@ pub fn redact_url(source: &str) -> String {
     kberg_core::redact_source(source)
 }
 
-/// `text` (what git said about cloning `source`) with every credential of `source`'s URL
-/// replaced by `[redacted]`: its user part and query values, as written and decoded
-/// ([`UrlCredentials::of_source`](kberg_core::UrlCredentials::of_source); nothing for an
-/// scp-like source or a path).
-fn scrub(text: &str, source: &str) -> String {
-    kberg_core::UrlCredentials::of_source(source).scrub(text)
+/// `text` (what git said about cloning `source`) with every credential of the clone replaced
+/// by `[redacted]`: those of `source`'s URL, its user part and query values, as written and
+/// decoded ([`UrlCredentials::of_source`](kberg_core::UrlCredentials::of_source); nothing for an
+/// scp-like source or a path), and those of the [`GitAuth`] sent with it, if any
+/// ([`GitAuth::credentials`]). A host, or a proxy in front of it, may quote what it refused in
+/// the message git prints (`fatal: remote error: ...`), as services do.
+fn scrub(text: &str, source: &str, auth: Option<&kberg_core::UrlCredentials>) -> String {
+    let text = kberg_core::UrlCredentials::of_source(source).scrub(text);
+    match auth {
+        Some(auth) => auth.scrub(&text),
+        None => text,
+    }
 }
 
 /// The HTTP authorization a clone sends to one site (`https://git.example/` or a path under
@@ -234,6 +240,31 @@ impl GitAuth {
             url.set_path(&path);
         }
         Ok(url)
+    }
+
+    /// The values of this authorization a host could quote back: the header, its Basic value,
+    /// the `user:secret` pair it encodes and the secret alone (each also as written inside a
+    /// JSON string; [`kberg_core::UrlCredentials`]).
+    fn credentials(&self) -> kberg_core::UrlCredentials {
+        use base64::Engine as _;
+        let basic = self
+            .header
+            .strip_prefix("Authorization: Basic ")
+            .unwrap_or_default();
+        let pair = zeroize::Zeroizing::new(
+            base64::engine::general_purpose::STANDARD
+                .decode(basic)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .unwrap_or_default(),
+        );
+        // A user name holds no `:`, so the secret is all after the first.
+        let secret = pair.split_once(':').map_or("", |(_, s)| s);
+        let values: Vec<&str> = [self.header.as_str(), basic, pair.as_str(), secret]
+            .into_iter()
+            .filter(|v| !v.is_empty())
+            .collect();
+        kberg_core::UrlCredentials::of_urls(&[], &values)
     }
 
     /// The site, as git matches it (always ending in `/`).
@@ -346,16 +377,19 @@ async fn fetch_in(
     max_bytes: u64,
     names: &LimitNames,
 ) -> Result<Checkout> {
+    // The credential sent with the clone, if any: what git's words must not quote.
+    let auth = auth.filter(|a| a.covers(source.trim()));
+    let sent = auth.map(GitAuth::credentials);
     // A failure that may pass by itself (a host away, a timeout), and one that lasts until a
     // person changes the source or its credential.
     let unavailable = |reason: String| MemoryError::RepoUnavailable {
         source_repo: redact_url(source),
-        reason: scrub(&reason, source),
+        reason: scrub(&reason, source, sent.as_ref()),
         lasting: false,
     };
     let lasting = |reason: String| MemoryError::RepoUnavailable {
         source_repo: redact_url(source),
-        reason: scrub(&reason, source),
+        reason: scrub(&reason, source, sent.as_ref()),
         lasting: true,
     };
     let trimmed = source.trim();
@@ -408,7 +442,7 @@ async fn fetch_in(
         // git's own words, untranslated: they tell a lasting failure from a passing one.
         .env("LC_ALL", "C")
         .kill_on_drop(true);
-    match auth.filter(|a| a.covers(trimmed)) {
+    match auth {
         Some(a) => {
             // Settings from the environment (git 2.31 and later), not `-c` on the command line
             // where any user of the machine could read them.
@@ -420,7 +454,7 @@ async fn fetch_in(
             cmd.env_remove("GIT_CONFIG_COUNT");
         }
     }
-    tracing::info!(source = %redact_url(trimmed), authorized = auth.is_some_and(|a| a.covers(trimmed)), "cloning example repository");
+    tracing::info!(source = %redact_url(trimmed), authorized = auth.is_some(), "cloning example repository");
     let mut child = cmd.spawn().map_err(|e| {
         let reason = format!("cannot run git: {e}");
         if e.kind() == std::io::ErrorKind::NotFound {
@@ -1208,6 +1242,60 @@ mod tests {
         assert_eq!(err.code(), "index_too_large", "{err}");
         let left: Vec<_> = std::fs::read_dir(&clones).expect("read").collect();
         assert!(left.is_empty(), "the partial clone is removed: {left:?}");
+    }
+
+    /// A stand-in git at `dir/git` running `script` (`sh`), executable.
+    fn stand_in_git(dir: &Path, script: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let git = dir.join("git");
+        std::fs::write(&git, format!("#!/bin/sh\n{script}")).expect("write the stand-in");
+        std::fs::set_permissions(&git, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        git
+    }
+
+    /// A host (or a proxy before it) that quotes the credential it was sent in the error git
+    /// prints last (`fatal: remote error: ...`, from the host's own words): before, the secret
+    /// of the site's [`GitAuth`] reached the error a tool answers and a log line.
+    #[tokio::test]
+    async fn a_host_quoting_the_credential_sent_is_not_quoted() {
+        const SECRET: &str = "canary-clone-secret-9Qx2";
+        let dir = tempfile::tempdir().expect("tempdir");
+        // The header as git was given it, its Basic value, and that value decoded.
+        let git = stand_in_git(
+            dir.path(),
+            "h=\"$GIT_CONFIG_VALUE_0\"\nb=${h#Authorization: Basic }\n\
+             d=$(printf %s \"$b\" | base64 -d)\n\
+             echo \"fatal: remote error: refused [$h] basic [$b] pair [$d] secret [${d#*:}]\" >&2\n\
+             exit 128\n",
+        );
+        let clones = dir.path().join("clones");
+        std::fs::create_dir(&clones).expect("mkdir");
+        let auth = GitAuth::basic("https://git.example.invalid/", "bridle-bot", SECRET)
+            .expect("a valid credential");
+        let err = fetch_in(
+            &clones,
+            &git.display().to_string(),
+            "https://git.example.invalid/team/app.git",
+            Some(&auth),
+            Duration::from_secs(60),
+            1 << 20,
+            &LimitNames::default(),
+        )
+        .await
+        .map(|_| ())
+        .expect_err("the host refused");
+        assert_eq!(err.code(), "repo_unavailable", "{err}");
+        let shown = format!("{err} {err:?}");
+        assert!(
+            shown.contains("remote error: refused [[redacted]]"),
+            "{shown}"
+        );
+        assert!(!shown.contains(SECRET), "{shown}");
+        use base64::Engine as _;
+        let basic =
+            base64::engine::general_purpose::STANDARD.encode(format!("bridle-bot:{SECRET}"));
+        assert!(!shown.contains(&basic), "{shown}");
+        assert!(!shown.contains("Basic"), "{shown}");
     }
 
     #[test]
