@@ -152,7 +152,8 @@ async fn an_echoed_credential_reaches_no_error_and_no_result() {
 
 /// A password as short as a word (Kanboard's API takes a user's password too; its first user is
 /// `admin` with the password `admin`) is no token to search for in every answer: the names on
-/// the board that match it are left as they are, and the header's base64 form is still scrubbed.
+/// the board that match it are left as they are, and the header's base64 form and the
+/// `user:password` pair are still scrubbed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_as_short_as_a_word_leaves_the_boards_names_alone() {
     let base = start().await;
@@ -172,4 +173,11 @@ async fn a_password_as_short_as_a_word_leaves_the_boards_names_alone() {
         .unwrap_err();
     let b64 = base64::engine::general_purpose::STANDARD.encode("admin:admin");
     assert!(!e.to_string().contains(&b64), "{e}");
+    // The decoded `user:password` pair is no word of the board either: it is scrubbed too.
+    let e = client(&base, "/error/pair")
+        .call(&credential, "getMe", Value::Null)
+        .await
+        .unwrap_err();
+    assert!(!e.to_string().contains("admin:admin"), "{e}");
+    assert!(e.to_string().contains("[redacted]"), "{e}");
 }

@@ -98,11 +98,13 @@ impl Credential {
     }
 
     /// Replaces every form this credential takes on the wire in `answer`'s strings and keys:
-    /// the `Authorization` header's base64 of `user:token`, and the token (alone or in the
-    /// pair). Returns whether any was there. A token shorter than
+    /// the `Authorization` header's base64 of `user:token`, the decoded `user:token` pair, and
+    /// the token alone. Returns whether any was there. A token shorter than
     /// [`MIN_REDACTED_LEN`](kberg_server::aggregate::MIN_REDACTED_LEN) bytes (a user's password
     /// as short as a word: Kanboard's first user is `admin` with the password `admin`) is not
-    /// searched for alone: it would take every name on the board that matches it.
+    /// searched for alone: it would take every name on the board that matches it. The pair
+    /// is searched for whatever its length: a proxy that quotes the decoded header quotes it,
+    /// and no name on a board is `user:password`.
     fn scrub(&self, answer: &mut Value) -> bool {
         use base64::Engine;
         let (user, token) = self.basic();
@@ -110,7 +112,7 @@ impl Credential {
         let encoded =
             zeroize::Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&*pair));
         let scrub = crate::upstreams::scrub::scrub_json;
-        let mut hit = scrub(answer, &encoded);
+        let mut hit = scrub(answer, &encoded) | scrub(answer, &pair);
         if token.trim().len() >= kberg_server::aggregate::MIN_REDACTED_LEN {
             hit |= scrub(answer, token);
         }
