@@ -363,3 +363,43 @@ async fn concurrent_rotations_are_each_audited_from_the_version_they_replaced() 
     assert_eq!(changes, expected);
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_whose_secret_cannot_be_read_back_is_still_audited() {
+    let gw = Gw::start().await;
+    // Every version written from now on reads back as a row the vault cannot decode, so a
+    // create or a rotation is made and then fails its read-back.
+    rusqlite::Connection::open(gw.tmp.path().join("vault.db"))
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER unreadable AFTER INSERT ON vault_versions BEGIN
+               UPDATE vault_versions SET created_at = 'not a time'
+               WHERE name = NEW.name AND version = NEW.version;
+             END;",
+        )
+        .unwrap();
+    let resp = gw
+        .post("/secrets")
+        .json(&json!({"name": "gitea-token", "value": CANARY}))
+        .send()
+        .await
+        .unwrap();
+    let body = problem(resp, StatusCode::INTERNAL_SERVER_ERROR, "internal").await;
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("`gitea-token` was created, but reading it back failed"),
+        "{body}"
+    );
+    assert!(!body.to_string().contains(CANARY), "{body}");
+
+    // The change was made, and the audit log has it.
+    let audit = json_ok(
+        gw.get("/audit?kind=secret_create").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let items = audit["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{audit}");
+    assert_eq!(items[0]["subject"], "gitea-token v1", "{audit}");
+    assert!(!audit.to_string().contains(CANARY));
+}

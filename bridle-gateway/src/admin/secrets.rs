@@ -124,6 +124,24 @@ fn reachable(name: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A secret's metadata read back after a change `done` to it was made and recorded. The change
+/// is recorded whether or not the read works (a failed read must not leave a change made
+/// without its audit entry); a read that failed is answered as the change made, in a sentence
+/// that says so, with the read's code.
+fn read_back(
+    meta: Result<SecretMeta, crate::vault::VaultError>,
+    name: &str,
+    done: &str,
+) -> Result<SecretMeta, ApiError> {
+    meta.map_err(|e| {
+        ApiError::Internal(format!(
+            "secret {} was {done}, but reading it back failed ({}); `GET /secrets` shows it",
+            crate::vault::shown_name(name),
+            e.code()
+        ))
+    })
+}
+
 fn fingerprint_of(meta: &SecretMeta, version: u64) -> Option<String> {
     meta.versions
         .iter()
@@ -213,15 +231,15 @@ pub async fn create(
     let value = SecretValue::new(value.into_bytes());
     let meta = blocking(move || {
         vault.create(&name, &value, &admin.actor())?;
-        let meta = vault.get(&name)?;
+        let meta = vault.get(&name);
         let mut entry = admin
             .entry(Kind::SecretCreate)
             .subject(format!("{name} v1"));
-        if let Some(f) = fingerprint_of(&meta, 1) {
+        if let Some(f) = meta.as_ref().ok().and_then(|m| fingerprint_of(m, 1)) {
             entry = entry.change(Change::digest(f));
         }
         record(&ctx, entry, "the secret")?;
-        Ok(meta)
+        read_back(meta, &name, "created")
     })
     .await?;
     Ok((StatusCode::CREATED, axum::Json(SecretView { meta })))
@@ -260,17 +278,17 @@ pub async fn rotate(
         // one just before. Read apart from the rotation, it could be an older one that a
         // concurrent rotation had already replaced.
         let before = version.saturating_sub(1);
-        let meta = vault.get(&name)?;
+        let meta = vault.get(&name);
         let entry = admin
             .entry(Kind::SecretRotate)
             .subject(format!("{name} v{version}"))
             .change(Change {
                 before: Some(before.to_string()),
                 after: Some(version.to_string()),
-                digest: fingerprint_of(&meta, version),
+                digest: meta.as_ref().ok().and_then(|m| fingerprint_of(m, version)),
             });
         record(&ctx, entry, "the rotation")?;
-        Ok(meta)
+        read_back(meta, &name, "rotated")
     })
     .await?;
     Ok(axum::Json(SecretView { meta }))
@@ -301,15 +319,15 @@ pub async fn revoke(
     let ctx = s.ctx.clone();
     let meta = blocking(move || {
         vault.revoke(&name, version, &admin.actor())?;
-        let meta = vault.get(&name)?;
+        let meta = vault.get(&name);
         let mut entry = admin
             .entry(Kind::SecretRevoke)
             .subject(format!("{name} v{version}"));
-        if let Some(f) = fingerprint_of(&meta, version) {
+        if let Some(f) = meta.as_ref().ok().and_then(|m| fingerprint_of(m, version)) {
             entry = entry.change(Change::digest(f));
         }
         record(&ctx, entry, "the revocation")?;
-        Ok(meta)
+        read_back(meta, &name, "revoked")
     })
     .await?;
     Ok(axum::Json(SecretView { meta }))
