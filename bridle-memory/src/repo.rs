@@ -787,7 +787,8 @@ pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> 
 ///
 /// The walk is the `ignore` crate's (ripgrep's): `.gitignore` files (also outside a git
 /// checkout, so a copied tree keeps its rules), `.git/info/exclude`, the user's global git
-/// excludes and `.ignore` files are honoured, hidden files and folders are skipped unless
+/// excludes and `.ignore` files are honoured (those of the folders above `root` too, unless
+/// `root` is a repository's root, holding `.git`, as a clone's is), hidden files and folders are skipped unless
 /// [`FileRules::hidden`] says otherwise, and symlinks are not followed (they may leave the
 /// repository or loop). An ignore file (`.gitignore`, `.ignore`) is read only when it is a file
 /// of the tree of at most [`MAX_IGNORE_FILE_BYTES`], or a link to one: one that is a link leading
@@ -816,13 +817,19 @@ pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
     // folder's as the walk enters it, which `filter_entry` refuses for a bad one.
     let unsafe_ignore = Arc::new(Mutex::new(unsafe_ignore_file_in(root, &real_root)));
     let seen = Arc::clone(&unsafe_ignore);
+    // A repository's root (a clone's always) takes no ignore rule from the folders above it,
+    // as git takes none: for a clone those are the temporary folder's (`/tmp`, where any user
+    // of the machine may leave a `.gitignore` that decides what is indexed, or a `.ignore`
+    // linked to `/dev/zero` that the walk would read forever). A folder inside a repository
+    // keeps the rules of the folders above it.
+    let repository_root = std::fs::symlink_metadata(root.join(".git")).is_ok();
     let walk = ignore::WalkBuilder::new(root)
         .hidden(!rules.hidden)
         .git_ignore(true)
         .git_global(true)
         .git_exclude(true)
         .ignore(true)
-        .parents(true)
+        .parents(!repository_root)
         .require_git(false)
         .follow_links(false)
         .max_filesize(Some(rules.max_file_bytes))
@@ -1296,6 +1303,35 @@ mod tests {
             base64::engine::general_purpose::STANDARD.encode(format!("bridle-bot:{SECRET}"));
         assert!(!shown.contains(&basic), "{shown}");
         assert!(!shown.contains("Basic"), "{shown}");
+    }
+
+    /// A clone is made under the temporary folder, where any user of the machine may leave
+    /// ignore files: before, a `.gitignore` or `.ignore` of a folder above a repository's root
+    /// decided which of its files were indexed. git reads none there, nor does the walk now;
+    /// a folder inside a repository keeps the rules above it.
+    #[test]
+    fn ignore_files_above_a_repository_root_do_not_apply() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join(".gitignore"), "*.rs\n").expect("write");
+        std::fs::write(dir.path().join(".ignore"), "*.py\n").expect("write");
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(repo.join(".git")).expect("mkdir");
+        std::fs::create_dir_all(repo.join("sub")).expect("mkdir");
+        std::fs::write(repo.join(".gitignore"), "*.go\n").expect("write");
+        for f in ["a.rs", "b.py", "c.go", "sub/e.go", "sub/f.ts"] {
+            std::fs::write(repo.join(f), "x = 1\n").expect("write");
+        }
+        let paths = |root: &Path| -> Vec<String> {
+            collect_files(root, &FileRules::default())
+                .expect("walk")
+                .into_iter()
+                .map(|f| f.path)
+                .collect()
+        };
+        // The repository's own rule applies, those above it do not.
+        assert_eq!(paths(&repo), ["a.rs", "b.py", "sub/f.ts"]);
+        // A folder of the repository is read under the repository's rules.
+        assert_eq!(paths(&repo.join("sub")), ["f.ts"]);
     }
 
     #[test]
