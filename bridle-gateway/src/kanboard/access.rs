@@ -17,8 +17,8 @@ use async_trait::async_trait;
 use kberg_core::Caller;
 use serde::{Deserialize, Serialize};
 
-use super::{Credential, KanboardAccess};
-use crate::upstreams::{SecretDesk, SecretSource, SecretUse};
+use super::{Credential, CredentialError, KanboardAccess};
+use crate::upstreams::{SecretDesk, SecretError, SecretSource, SecretUse};
 
 fn default_timeout_secs() -> u64 {
     30
@@ -175,16 +175,32 @@ impl VaultAccess {
     }
 }
 
+/// What a secret source's error means for the caller: a secret that is gone (revoked,
+/// deleted, or revoked as this call recorded its use) is missing; a source that failed may
+/// answer later.
+fn unavailable(e: SecretError) -> CredentialError {
+    match e {
+        SecretError::Missing { .. } | SecretError::Empty { .. } => {
+            CredentialError::Missing(e.to_string())
+        }
+        _ => CredentialError::Unavailable(e.to_string()),
+    }
+}
+
 #[async_trait]
 impl KanboardAccess for VaultAccess {
-    async fn credential(&self, caller: &Caller) -> Option<Credential> {
+    async fn credential(&self, caller: &Caller) -> Result<Credential, CredentialError> {
         let agent_id = caller.principal().id.as_str();
-        let agent = self.config.agents.get(agent_id)?;
+        let agent = self
+            .config
+            .agents
+            .get(agent_id)
+            .ok_or(CredentialError::NotConfigured)?;
         let (secret, version) = match self.secrets.current(&agent.secret).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(agent = agent_id, error = %crate::logging::one_line(&e), "no Kanboard credential");
-                return None;
+                return Err(unavailable(e));
             }
         };
         let used = SecretUse {
@@ -196,10 +212,10 @@ impl KanboardAccess for VaultAccess {
         };
         if let Err(e) = self.secrets.record_use(&used).await {
             tracing::warn!(agent = agent_id, error = %crate::logging::one_line(&e), "the use of the Kanboard credential could not be recorded; nothing is sent");
-            return None;
+            return Err(unavailable(e));
         }
         let token = secret.expose().to_string();
-        Some(match &agent.user {
+        Ok(match &agent.user {
             Some(username) => Credential::User {
                 username: username.clone(),
                 token,
@@ -247,7 +263,7 @@ mod tests {
         );
         let claude = Caller::new(Principal::new("claude"));
         match &access.credential(&claude).await {
-            Some(Credential::User { username, token }) => {
+            Ok(Credential::User { username, token }) => {
                 assert_eq!((username.as_str(), token.as_str()), ("claude-bot", "t1"));
             }
             other => panic!("unexpected {other:?}"),
@@ -255,7 +271,7 @@ mod tests {
         // A rotated token is used on the next call.
         std::fs::write(dir.path().join("kanboard-claude"), "t2-longer\n").expect("write");
         match &access.credential(&claude).await {
-            Some(Credential::User { token, .. }) => assert_eq!(token, "t2-longer"),
+            Ok(Credential::User { token, .. }) => assert_eq!(token, "t2-longer"),
             other => panic!("unexpected {other:?}"),
         }
         assert_eq!(
@@ -268,12 +284,16 @@ mod tests {
             [1, 3].into_iter().collect()
         );
         let codex = Caller::new(Principal::new("codex"));
-        assert!(access.credential(&codex).await.is_none());
-        assert!(
+        assert!(matches!(
+            access.credential(&codex).await,
+            Err(CredentialError::Missing(_))
+        ));
+        assert_eq!(
             access
                 .credential(&Caller::new(Principal::new("stranger")))
                 .await
-                .is_none()
+                .err(),
+            Some(CredentialError::NotConfigured)
         );
     }
 

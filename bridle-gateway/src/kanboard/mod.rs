@@ -49,14 +49,32 @@ pub const KANBOARD_WRITE: &str = bridle_rules::capabilities::KANBOARD_WRITE;
 /// applies to the next call.
 #[async_trait]
 pub trait KanboardAccess: Send + Sync {
-    /// The credential for this caller, or `None` when it has no Kanboard access.
-    async fn credential(&self, caller: &Caller) -> Option<Credential>;
+    /// The credential for this caller, or why there is none to send: it has no Kanboard
+    /// access, its secret is gone, or the secret source failed.
+    async fn credential(&self, caller: &Caller) -> Result<Credential, CredentialError>;
     /// The Kanboard project ids this caller may see.
     async fn projects(&self, caller: &Caller) -> BTreeSet<i64>;
     /// The Kanboard project ids, among [`KanboardAccess::projects`], this caller may change.
     /// Every write tool checks the project it changes here: the write capability the gate
     /// checked may come from another project than the one written to.
     async fn writable_projects(&self, caller: &Caller) -> BTreeSet<i64>;
+}
+
+/// Why a caller's Kanboard credential cannot be had; each is its own refusal, so that an
+/// agent is not told to have an administrator add a credential the source failed to read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CredentialError {
+    /// The caller has no Kanboard credential in this gateway (`kanboard_not_configured`).
+    #[error("no Kanboard credential is configured for this agent")]
+    NotConfigured,
+    /// Its secret is gone: revoked, deleted or empty (`credential_missing`).
+    #[error("{0}")]
+    Missing(String),
+    /// The secret source could not read it or record its use (`kanboard_credential_unavailable`,
+    /// retryable): a database or disk failure, which may pass.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// A fixed table of agents: for the stand-alone server and for tests. An agent may change every
@@ -90,10 +108,11 @@ impl StaticAccess {
 
 #[async_trait]
 impl KanboardAccess for StaticAccess {
-    async fn credential(&self, caller: &Caller) -> Option<Credential> {
+    async fn credential(&self, caller: &Caller) -> Result<Credential, CredentialError> {
         self.agents
             .get(&caller.principal().id)
             .map(|(c, _)| c.clone())
+            .ok_or(CredentialError::NotConfigured)
     }
 
     async fn projects(&self, caller: &Caller) -> BTreeSet<i64> {
@@ -152,7 +171,11 @@ pub fn register(registry: &ToolRegistry, tools: KanboardTools) -> Result<(), Cor
 /// The codes the Kanboard tools refuse with that may succeed later unchanged: Kanboard was
 /// down or slow. (A write that timed out may have been applied: its message says to check, or
 /// to repeat a create with the same `reference`.)
-const RETRYABLE: &[&str] = &["kanboard_unreachable", "kanboard_timeout"];
+const RETRYABLE: &[&str] = &[
+    "kanboard_unreachable",
+    "kanboard_timeout",
+    "kanboard_credential_unavailable",
+];
 
 /// A refusal in the gateway's one shape: an error result with a sentence and
 /// `{"code", "message", "retryable"}` (see [`crate::RefusalCode`]), to which the mounted
@@ -161,6 +184,8 @@ const RETRYABLE: &[&str] = &["kanboard_unreachable", "kanboard_timeout"];
 /// | code | meaning |
 /// |---|---|
 /// | `kanboard_not_configured` | the caller has no Kanboard credential in the gateway |
+/// | `credential_missing` | the caller's Kanboard secret was revoked, deleted or emptied; nothing was sent |
+/// | `kanboard_credential_unavailable` | the gateway's secret source could not read the credential or record its use; nothing was sent (retryable) |
 /// | `project_not_mapped` | the project is not mapped to the caller's Bridle projects |
 /// | `capability_required` | a write to a project the caller may read, but none of its Bridle projects mapped to it grants its type `kanboard.write` (the gateway's [`crate::RefusalCode::CapabilityRequired`]) |
 /// | `task_not_found`, `subtask_not_found`, `project_not_found` | no such item among the caller's projects |
@@ -211,14 +236,35 @@ impl Session {
         ctx: &ToolContext,
     ) -> Result<Self, ToolOutput> {
         let caller = ctx.caller();
-        let Some(credential) = tools.access.credential(caller).await else {
-            return Err(refusal(
-                "kanboard_not_configured",
-                format!(
-                    "`{}` has no Kanboard credentials in this gateway; an administrator must add them",
-                    caller.principal().id
-                ),
-            ));
+        let credential = match tools.access.credential(caller).await {
+            Ok(c) => c,
+            Err(CredentialError::NotConfigured) => {
+                return Err(refusal(
+                    "kanboard_not_configured",
+                    format!(
+                        "`{}` has no Kanboard credentials in this gateway; an administrator must add them",
+                        caller.principal().id
+                    ),
+                ));
+            }
+            Err(CredentialError::Missing(why)) => {
+                return Err(refusal(
+                    crate::RefusalCode::CredentialMissing.as_str(),
+                    format!(
+                        "the Kanboard credential of `{}` is gone ({why}); nothing was sent. An administrator must rotate it",
+                        caller.principal().id
+                    ),
+                ));
+            }
+            Err(CredentialError::Unavailable(why)) => {
+                return Err(refusal(
+                    "kanboard_credential_unavailable",
+                    format!(
+                        "the gateway could not read the Kanboard credential of `{}` or record its use ({why}); nothing was sent. Try again later",
+                        caller.principal().id
+                    ),
+                ));
+            }
         };
         let projects = tools.access.projects(caller).await;
         Ok(Self {
