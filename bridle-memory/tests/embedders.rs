@@ -977,3 +977,33 @@ async fn control_characters_in_a_quoted_error_are_escaped() {
         "{ollama}"
     );
 }
+
+/// A probe answered with a vector longer than any embedding model's is refused at connect
+/// time: before, it was taken as the model's dimension, and every vector stored, searched and
+/// read afterwards had to be as long (a broken or hostile server's 64 MiB answer makes tens of
+/// millions of components). A dimension declared that large is refused too.
+#[tokio::test]
+async fn a_probe_longer_than_any_model_is_refused() {
+    let long: Vec<u8> = vec![0; 70_000];
+    for (wire, answer) in [
+        (Wire::OpenAi, json!({"data": [{"embedding": long}]})),
+        (Wire::Ollama, json!({"embeddings": [long]})),
+    ] {
+        let err = outcome(wire, answer, None)
+            .await
+            .expect_err("longer than any model");
+        assert_eq!(err.code(), "embedder_protocol", "{wire:?}: {err}");
+        assert!(err.to_string().contains("70000 components"), "{err}");
+    }
+    // The longest a model may have is taken.
+    let most = vec![0.5f32; 1 << 16];
+    let v = outcome(Wire::Ollama, json!({"embeddings": [most]}), None)
+        .await
+        .expect("as long as a model may be");
+    assert_eq!(v[0].len(), 1 << 16);
+    let s = serve(answering(json!({"embeddings": [[1.0]]}))).await;
+    let err = OllamaEmbedder::connect(HttpEmbedderConfig::new(&s.url, "m").dimension(1 << 20))
+        .await
+        .expect_err("declared too large");
+    assert_eq!(err.code(), "invalid_input", "{err}");
+}

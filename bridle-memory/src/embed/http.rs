@@ -39,7 +39,7 @@ pub struct HttpEmbedderConfig {
     pub model: String,
     /// A bearer token, for hosted services.
     pub api_key: Option<String>,
-    /// The model's dimension; `None` probes it at connect time.
+    /// The model's dimension (1 to 65,536); `None` probes it at connect time.
     pub dimension: Option<usize>,
     /// Per-request timeout.
     pub timeout: Duration,
@@ -295,21 +295,40 @@ pub(crate) fn passing(e: &MemoryError) -> bool {
 /// How an HTTP client that could not be built is named (a lasting failure).
 const NO_CLIENT: &str = "cannot build an HTTP client";
 
-/// Learns the dimension by embedding one short text, unless it was configured.
-async fn resolve_dimension<E: Fn(Vec<String>) -> F, F: Future<Output = Result<Vec<Vec<f32>>>>>(
+/// The largest dimension an embedder may have: far past any embedding model's (they have a few
+/// hundred to a few thousand), and small enough that one vector is a quarter of a MiB. A probe
+/// answered with a longer vector is refused rather than taken as the model's dimension: every
+/// vector stored, searched and read afterwards would be that long.
+pub(crate) const MAX_DIMENSION: usize = 1 << 16;
+
+/// Learns the dimension by embedding one short text, unless it was configured. `embed` is
+/// given the most components a vector may have ([`MAX_DIMENSION`]), past which it refuses it
+/// unread.
+async fn resolve_dimension<
+    E: Fn(Vec<String>, usize) -> F,
+    F: Future<Output = Result<Vec<Vec<f32>>>>,
+>(
     configured: Option<usize>,
     embed: E,
 ) -> Result<usize> {
     if let Some(d) = configured {
-        return if d == 0 {
-            Err(MemoryError::InvalidInput(
-                "an embedding dimension must be at least 1".into(),
-            ))
+        return if d == 0 || d > MAX_DIMENSION {
+            Err(MemoryError::InvalidInput(format!(
+                "an embedding dimension must be 1 to {MAX_DIMENSION}"
+            )))
         } else {
             Ok(d)
         };
     }
-    let v = embed(vec!["dimension probe".to_string()]).await?;
+    let v = match embed(vec!["dimension probe".to_string()], MAX_DIMENSION).await {
+        Err(MemoryError::DimensionMismatch { actual, .. }) => {
+            return Err(MemoryError::EmbedderProtocol(format!(
+                "the probe's vector has {actual} components, more than the {MAX_DIMENSION} an \
+                 embedding model may have"
+            )));
+        }
+        other => other?,
+    };
     match v.first().map(Vec::len) {
         Some(d) if d > 0 => Ok(d),
         _ => Err(MemoryError::EmbedderProtocol(
@@ -338,7 +357,7 @@ impl Connected {
     async fn connect(config: HttpEmbedderConfig, url: String, wire: Wire) -> Result<Self> {
         let client = Client::new(&config, url)?;
         let dimension =
-            resolve_dimension(config.dimension, |t| raw(&client, wire, t, None)).await?;
+            resolve_dimension(config.dimension, |t, max| raw(&client, wire, t, Some(max))).await?;
         Ok(Self {
             client,
             wire,
