@@ -128,11 +128,41 @@ async fn stand_in(headers: HeaderMap, body: Bytes) -> Response {
     }
 }
 
+/// Fails every `tools/list` with an error quoting the token in every encoded form (an HTTP
+/// library's error naming the URL it called with the key), answers `initialize` and the rest.
+async fn broken(headers: HeaderMap, body: Bytes) -> Response {
+    let Ok(msg) = serde_json::from_slice::<Value>(&body) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    if msg["method"] != "tools/list" {
+        return stand_in(headers, body).await;
+    }
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let token = auth.strip_prefix("Bearer ").unwrap_or(auth);
+    let forms = [
+        percent(token, true),
+        percent(token, false),
+        token.replace('/', "\\/"),
+    ];
+    json_answer(json!({
+        "jsonrpc": "2.0", "id": msg["id"],
+        "error": {"code": -32603, "message": format!("backend refused: {}", forms.join(" | "))},
+    }))
+}
+
 async fn start_stand_in() -> String {
-    let app = Router::new().route(
-        "/mcp",
-        post(stand_in).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
-    );
+    let app = Router::new()
+        .route(
+            "/mcp",
+            post(stand_in).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+        )
+        .route(
+            "/broken",
+            post(broken).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -187,8 +217,9 @@ async fn an_encoded_credential_an_upstream_quotes_reaches_no_agent_audit_or_log(
     let url = start_stand_in().await;
     let secrets = tempfile::tempdir().unwrap();
     std::fs::write(secrets.path().join("api-key"), format!("{CANARY}\n")).unwrap();
+    let broken = url.replace("/mcp", "/broken");
     let yaml = format!(
-        "upstreams:\n  api:\n    http: {{url: '{url}'}}\n    credential: {{secret: api-key}}\n"
+        "upstreams:\n  api:\n    http: {{url: '{url}'}}\n    credential: {{secret: api-key}}\n  down:\n    http: {{url: '{broken}'}}\n    credential: {{secret: api-key}}\n"
     );
     let folder = Arc::new(FolderSecrets::new(secrets.path()));
     let gw = Gw::start_with_yaml(&yaml, |b| {
@@ -216,6 +247,36 @@ async fn an_encoded_credential_an_upstream_quotes_reaches_no_agent_audit_or_log(
     .await;
     assert!(raw.contains("[redacted]"), "{raw}");
     assert_clean("claude's answer", &raw);
+
+    // An upstream whose listing fails quoting the token encoded: the operator's view, the
+    // probe anyone may read, and the log name the failure without it.
+    let integrations = eventually_async("down's error reported", || async {
+        let list: Value = gw
+            .get("/integrations")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        list.to_string()
+            .contains("backend refused")
+            .then(|| list.to_string())
+    })
+    .await;
+    assert_clean("the admin API's integrations", &integrations);
+    let readyz = gw.mcp.trim_end_matches("/mcp").to_string() + "/readyz";
+    let body = gw
+        .http
+        .get(readyz)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(body.contains("backend refused"), "{body}");
+    assert_clean("/readyz", &body);
     assert_clean("the audit log", &gw.audit_export().await);
     assert_clean("the log", &logs.text());
     gw.stop().await;

@@ -477,6 +477,10 @@ impl Route {
             if !trimmed.is_empty() && trimmed != value.expose() {
                 redact.push(trimmed.to_string());
             }
+            // The aggregator searches for these as they are; an upstream that quotes the value
+            // percent-encoded (an HTTP library's error naming a URL with it) or JSON-escaped
+            // quotes it all the same.
+            redact.extend(super::scrub::encoded_forms(trimmed));
             transport = match target {
                 CredentialTarget::Header { name, .. } => transport.header(name.clone(), rendered),
                 CredentialTarget::Env(var) => transport.env(var.clone(), rendered),

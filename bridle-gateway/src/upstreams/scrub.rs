@@ -151,6 +151,46 @@ fn replaced(text: &str, secret: &str) -> Option<String> {
     )
 }
 
+/// The encoded forms of `secret` most encoders write whole, for lists of values searched for
+/// as they are (the aggregator's redaction of log lines, relayed messages and errors): every
+/// byte but a letter, a digit, `-`, `.`, `_` and `~` percent-encoded (upper and lower case),
+/// the same leaving `/` or `+` as they are (a path's encoder, a user part's), and `/` as
+/// JSON's `\/`. Empty for a value no encoder changes. [`scrub_text`] and the other scrubs
+/// here find every mix of forms; this list is for code that cannot.
+pub(crate) fn encoded_forms(secret: &str) -> Vec<String> {
+    if secret.is_empty() || !encodable(secret) {
+        return Vec::new();
+    }
+    let percent = |keep: Option<u8>, upper: bool| -> String {
+        secret
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric()
+                    || matches!(b, b'-' | b'.' | b'_' | b'~')
+                    || Some(b) == keep
+                {
+                    (b as char).to_string()
+                } else if upper {
+                    format!("%{b:02X}")
+                } else {
+                    format!("%{b:02x}")
+                }
+            })
+            .collect::<String>()
+    };
+    let mut forms = vec![
+        percent(None, true),
+        percent(None, false),
+        percent(Some(b'/'), true),
+        percent(Some(b'+'), true),
+        secret.replace('/', "\\/"),
+    ];
+    forms.sort();
+    forms.dedup();
+    forms.retain(|f| f != secret);
+    forms
+}
+
 /// Whether some encoder writes `secret` differently: it holds a byte other than a letter, a
 /// digit, `-`, `.`, `_` or `~` (what percent-encoding leaves as it is). A value of those alone
 /// is searched for as it is, the fast way.
@@ -615,6 +655,23 @@ mod tests {
         }
         assert_eq!(scrub_text("x ab%2Dcd y", "ab-cd"), "x ab%2Dcd y");
         assert_eq!(scrub_text("é ab/cd é", "ab/cd"), "é [redacted] é");
+    }
+
+    #[test]
+    fn the_encoded_forms_written_whole_are_listed() {
+        assert!(encoded_forms("plain-token_1.2~").is_empty());
+        let forms = encoded_forms("ab/c+d=");
+        for form in [
+            "ab%2Fc%2Bd%3D",
+            "ab%2fc%2bd%3d",
+            "ab/c%2Bd%3D",
+            "ab%2Fc+d%3D",
+            "ab\\/c+d=",
+        ] {
+            assert!(forms.contains(&form.to_string()), "{form}: {forms:?}");
+            assert_eq!(scrub_text(form, "ab/c+d="), REDACTED, "{form}");
+        }
+        assert!(!forms.contains(&"ab/c+d=".to_string()));
     }
 
     #[test]
