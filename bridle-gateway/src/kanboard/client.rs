@@ -34,7 +34,8 @@ pub const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 pub const MAX_ERROR_TEXT: usize = 512;
 
 /// `text` cut to [`MAX_ERROR_TEXT`] bytes on a character boundary, saying how long it was.
-fn clipped(text: String) -> String {
+/// Also for an agent's own argument quoted in a refusal: a refusal goes back into its context.
+pub(crate) fn clipped(text: String) -> String {
     if text.len() <= MAX_ERROR_TEXT {
         return text;
     }

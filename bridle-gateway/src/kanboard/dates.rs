@@ -17,7 +17,8 @@ use serde_json::Value;
 pub struct DateError {
     /// The argument.
     pub field: &'static str,
-    /// What was given.
+    /// What was given (cut to [`MAX_ERROR_TEXT`](super::client::MAX_ERROR_TEXT) bytes: it is
+    /// quoted back to the agent).
     pub given: String,
 }
 
@@ -30,7 +31,7 @@ pub fn to_kanboard(field: &'static str, iso: &str) -> Result<String, DateError> 
     }
     let err = || DateError {
         field,
-        given: iso.to_string(),
+        given: super::client::clipped(iso.to_string()),
     };
     if let Ok(d) = NaiveDate::parse_from_str(s, "%Y-%m-%d") {
         return Ok(d.format("%Y-%m-%d").to_string());

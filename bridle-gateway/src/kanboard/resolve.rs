@@ -47,7 +47,8 @@ pub struct Named {
 pub struct ResolveError {
     /// `column`, `swimlane`, `category`, `user`.
     pub what: &'static str,
-    /// What was given.
+    /// What was given (cut to [`MAX_ERROR_TEXT`](super::client::MAX_ERROR_TEXT) bytes: it is
+    /// quoted back to the agent).
     pub given: String,
     /// The valid choices, as `name (id)`.
     pub choices: Vec<String>,
@@ -188,7 +189,7 @@ fn find(what: &'static str, items: &[Named], given: &NameOrId) -> Result<i64, Re
     };
     found.map(|i| i.id).ok_or_else(|| ResolveError {
         what,
-        given: given.to_string(),
+        given: super::client::clipped(given.to_string()),
         choices: items
             .iter()
             .map(|i| format!("{} ({})", i.name, i.id))
