@@ -344,7 +344,9 @@ async fn update_task(s: &Session, a: UpdateTaskArgs) -> Result<ToolOutput, ToolO
         params.insert("priority".into(), json!(p));
     }
     if let Some(r) = &a.reference {
-        params.insert("reference".into(), json!(r));
+        // As create_task writes and looks it up: untrimmed, a later create with the same
+        // reference would not find this task and make a second one.
+        params.insert("reference".into(), json!(r.trim()));
     }
     if params.len() == 1 {
         return Err(refusal(
