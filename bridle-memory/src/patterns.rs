@@ -370,6 +370,17 @@ fn check_tag(what: &str, tag: &str) -> Result<()> {
             "{what} must be at most 200 characters"
         )));
     }
+    // One line, as the rules document holds it: a tag with a control character or a line
+    // separator names no example, and is not quoted back (an `unknown_tag` would carry its
+    // ESC sequences and line breaks to a terminal and a log line).
+    if tag
+        .chars()
+        .any(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
+    {
+        return Err(MemoryError::InvalidInput(format!(
+            "{what} must be one line, without control characters"
+        )));
+    }
     Ok(())
 }
 

@@ -1081,3 +1081,39 @@ async fn tags_are_bounded_in_characters_as_the_rules_bound_them() {
     assert_eq!(err.code(), "invalid_input", "{err}");
     assert!(err.to_string().contains("200 characters"), "{err}");
 }
+
+/// A tag that is not one line (a control character, a line break, a line separator) is
+/// refused as the rules document refuses it, without being quoted: before, a refresh or a purge
+/// of one answered `unknown_tag` with the tag as given, ESC sequences and line breaks included,
+/// in the error a tool answers and a log line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_that_is_not_one_line_is_refused_without_being_quoted() {
+    let f = fixture();
+    let repo = f.repo.to_str().expect("utf-8");
+    for tag in [
+        "x\u{1b}[2Jforged",
+        "x\nlevel=error forged",
+        "x\u{2028}forged",
+        "x\tforged",
+    ] {
+        let errors = [
+            f.index.refresh(tag, &NoProgress).await.map(|_| ()),
+            f.index.purge(tag).await.map(|_| ()),
+            f.index
+                .index(&tags(tag, "mvc", repo), &NoProgress)
+                .await
+                .map(|_| ()),
+            f.index
+                .index(&tags("ok", tag, repo), &NoProgress)
+                .await
+                .map(|_| ()),
+        ];
+        for err in errors {
+            let err = err.expect_err("not one line");
+            assert_eq!(err.code(), "invalid_input", "{err:?}");
+            let shown = err.to_string();
+            assert!(!shown.contains("forged"), "{shown:?}");
+            assert!(shown.contains("one line"), "{shown:?}");
+        }
+    }
+}
