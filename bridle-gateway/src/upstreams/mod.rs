@@ -250,8 +250,7 @@ impl UpstreamPool {
         let mut out = Vec::new();
         for (ns, route) in &self.routes {
             let enabled = self.is_enabled(ns).await;
-            let (identity, _) = route.listing_identity();
-            let connection = route.existing(&identity).await;
+            let connection = route.listing_connection().await;
             let status = connection.as_ref().and_then(|c| c.aggregator.status(ns));
             let (connected, last_error) = match status {
                 Some(UpstreamStatus::Connected { .. }) => (true, None),
@@ -347,16 +346,28 @@ async fn keep_in_step(
     let mut registered: BTreeMap<String, ToolSpec> = BTreeMap::new();
     let mut withheld = BTreeSet::new();
     let mut delay = Duration::from_millis(250);
-    let (identity, secret) = route.listing_identity();
-    loop {
-        let connection = match route.connection(&identity, secret.as_deref()).await {
+    let candidates = route.listing_identities();
+    'run: loop {
+        // The first candidate whose connection starts lists the tools: with a secret per agent,
+        // one agent's missing or revoked secret passes the listing to the next agent's.
+        let mut started = Err(route::RouteError::NoMapping);
+        for (identity, secret) in &candidates {
+            started = route.connection(identity, secret.as_deref()).await;
+            match &started {
+                Ok(_) => break,
+                // Disabled while this task was being stopped: its tools leave below.
+                Err(route::RouteError::Disabled) => break 'run,
+                Err(e) => {
+                    tracing::debug!(namespace = %route.namespace, ?identity, error = ?e, "this identity cannot list the upstream's tools");
+                }
+            }
+        }
+        let connection = match started {
             Ok(c) => c,
-            // Disabled while this task was being stopped: its tools leave below.
-            Err(route::RouteError::Disabled) => break,
             Err(e) => {
                 tracing::warn!(namespace = %route.namespace, error = ?e, "upstream cannot be started; retrying");
                 tokio::select! {
-                    () = stop.cancelled() => break,
+                    () = stop.cancelled() => break 'run,
                     () = tokio::time::sleep(delay) => {}
                 }
                 delay = (delay * 2).min(Duration::from_secs(30));

@@ -228,15 +228,29 @@ impl Route {
         }
     }
 
-    /// The identity whose connection lists the upstream's tools for everyone: the shared one,
-    /// else the first agent of the mapping.
+    /// The identity whose connection lists the upstream's tools for everyone: the first of
+    /// [`Route::listing_identities`].
     pub(crate) fn listing_identity(&self) -> (Identity, Option<String>) {
+        self.listing_identities()
+            .into_iter()
+            .next()
+            .unwrap_or((Identity::Shared, None))
+    }
+
+    /// The identities whose connection may list the upstream's tools for everyone, in the
+    /// order they are tried: the shared one; else each agent of the mapping in turn, so that
+    /// one agent's missing or revoked secret does not take the tools from every other agent.
+    pub(crate) fn listing_identities(&self) -> Vec<(Identity, Option<String>)> {
         match &self.section.credential {
-            None => (Identity::Shared, None),
-            Some(c) => match (&c.secret, c.per_agent.iter().next()) {
-                (Some(s), _) => (Identity::Shared, Some(s.clone())),
-                (None, Some((agent, s))) => (Identity::Agent(agent.clone()), Some(s.clone())),
-                (None, None) => (Identity::Shared, None),
+            None => vec![(Identity::Shared, None)],
+            Some(c) => match &c.secret {
+                Some(s) => vec![(Identity::Shared, Some(s.clone()))],
+                None if c.per_agent.is_empty() => vec![(Identity::Shared, None)],
+                None => c
+                    .per_agent
+                    .iter()
+                    .map(|(agent, s)| (Identity::Agent(agent.clone()), Some(s.clone())))
+                    .collect(),
             },
         }
     }
@@ -368,6 +382,15 @@ impl Route {
             Some(name) => self.secrets.version(name).await.map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The running connection that lists the upstream's tools: that of the first of
+    /// [`Route::listing_identities`] that has one.
+    pub(crate) async fn listing_connection(&self) -> Option<Arc<Connection>> {
+        let connections = self.connections.lock().await;
+        self.listing_identities()
+            .iter()
+            .find_map(|(identity, _)| connections.get(identity).cloned())
     }
 
     /// The connection for `identity` if one is running.
