@@ -146,6 +146,22 @@ async fn one_agents_missing_secret_does_not_take_the_tools_from_the_others() {
     )
     .await;
     assert_eq!(answer["result"]["isError"], false, "{answer}");
+    // `/metrics` reads the connection that lists (codex's), not the first agent's.
+    let metrics = gw.mcp.trim_end_matches("/mcp").to_string() + "/metrics";
+    let page = gw
+        .http
+        .get(metrics)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.lines()
+            .any(|l| l == r#"bridle_upstream_up{namespace="up"} 1"#),
+        "{page}"
+    );
 
     // claude, whose secret is missing, is refused for that, nothing sent.
     let answer = call(&gw, "claude", "up__hello").await;

@@ -92,8 +92,9 @@ impl OpsState {
         }
         let mut upstreams = Vec::new();
         for (ns, route) in self.upstreams.routes() {
-            let (identity, _) = route.listing_identity();
-            let status = match route.existing(&identity).await {
+            // The connection that lists the tools, as the admin API's report reads it: with
+            // per-agent secrets it need not be the first agent's.
+            let status = match route.listing_connection().await {
                 Some(c) => c.aggregator.status(ns),
                 None => None,
             };

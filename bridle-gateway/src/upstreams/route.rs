@@ -228,15 +228,6 @@ impl Route {
         }
     }
 
-    /// The identity whose connection lists the upstream's tools for everyone: the first of
-    /// [`Route::listing_identities`].
-    pub(crate) fn listing_identity(&self) -> (Identity, Option<String>) {
-        self.listing_identities()
-            .into_iter()
-            .next()
-            .unwrap_or((Identity::Shared, None))
-    }
-
     /// The identities whose connection may list the upstream's tools for everyone, in the
     /// order they are tried: the shared one; else each agent of the mapping in turn, so that
     /// one agent's missing or revoked secret does not take the tools from every other agent.
@@ -391,11 +382,6 @@ impl Route {
         self.listing_identities()
             .iter()
             .find_map(|(identity, _)| connections.get(identity).cloned())
-    }
-
-    /// The connection for `identity` if one is running.
-    pub(crate) async fn existing(&self, identity: &Identity) -> Option<Arc<Connection>> {
-        self.connections.lock().await.get(identity).cloned()
     }
 
     /// Closes every connection (the upstream was disabled, or the gateway stops).
