@@ -8,12 +8,7 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use bridle_gateway::kanboard::{
-    self, Credential, KANBOARD_WRITE, KanboardClient, KanboardTools, StaticAccess,
-};
+use bridle_gateway::kanboard::KANBOARD_WRITE;
 use kberg_core::{CallOptions, Caller, Grants, Principal, ToolOutput, ToolRegistry};
 use serde_json::{Value, json};
 use support::kanboard_standin::KanboardStandIn;
@@ -41,18 +36,7 @@ async fn a_name_that_is_a_number_and_no_id_is_taken_as_the_name() {
             "a name is also an id: the test would prove nothing"
         );
     }
-    let access = StaticAccess::new().agent(
-        "claude",
-        Credential::User {
-            username: "claude-bot".into(),
-            token: "claude-kb-token".into(),
-        },
-        [shop],
-    );
-    let client =
-        KanboardClient::new(kb.endpoint.parse().unwrap(), Duration::from_secs(10)).unwrap();
-    let tools = ToolRegistry::new();
-    kanboard::register(&tools, KanboardTools::new(client, Arc::new(access))).unwrap();
+    let tools = kb.claude_tools(&[shop]);
 
     let out = call(
         &tools,

@@ -8,13 +8,8 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use bridle_gateway::kanboard::{
-    self, Credential, KANBOARD_WRITE, KanboardClient, KanboardTools, StaticAccess,
-};
-use kberg_core::{CallOptions, Caller, Grants, Principal, ToolRegistry};
+use bridle_gateway::kanboard::KANBOARD_WRITE;
+use kberg_core::{CallOptions, Caller, Grants, Principal};
 use serde_json::json;
 use support::kanboard_standin::KanboardStandIn;
 
@@ -23,18 +18,7 @@ async fn a_refused_argument_of_a_megabyte_is_quoted_cut_short() {
     let kb = KanboardStandIn::start().await;
     let claude = kb.add_user("claude-bot", "claude-kb-token");
     let shop = kb.add_project("Shop", &[1, claude]);
-    let access = StaticAccess::new().agent(
-        "claude",
-        Credential::User {
-            username: "claude-bot".into(),
-            token: "claude-kb-token".into(),
-        },
-        [shop],
-    );
-    let client =
-        KanboardClient::new(kb.endpoint.parse().unwrap(), Duration::from_secs(10)).unwrap();
-    let tools = ToolRegistry::new();
-    kanboard::register(&tools, KanboardTools::new(client, Arc::new(access))).unwrap();
+    let tools = kb.claude_tools(&[shop]);
     let caller = Caller::new(Principal::new("claude").with_grants(Grants::of([KANBOARD_WRITE])));
 
     let huge = "é".repeat(512 * 1024);
