@@ -21,7 +21,8 @@ mod admin_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use admin_support::gateway::Gw;
+use admin_support::gateway::{Gw, answer_in};
+use admin_support::upstream::json_answer;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -41,14 +42,6 @@ use tokio::sync::watch;
 const CANARY: &str = "canary-echoed-token-3Rk8Zw";
 /// codex's own secret for `echo`; the stand-in refuses to list tools for it.
 const CANARY_REFUSED: &str = "canary-refused-token-6Tn1Yp";
-
-fn json_answer(body: Value) -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
-}
 
 /// `/broken` fails every `tools/list`, quoting the `Authorization` header it got; `/echo` does
 /// so only for a token with `refused` in it, and otherwise offers `leak`, whose result echoes
@@ -186,46 +179,9 @@ async fn start_stand_in() -> (String, watch::Sender<bool>) {
 /// One stateless `tools/call` (protocol 2026-07-28) as `agent`: the raw body and the JSON-RPC
 /// answer in it (a JSON body or an event stream).
 async fn call_raw(gw: &Gw, agent: &str, tool: &str) -> (String, Value) {
-    let r = send_call(gw, agent, tool, json!({})).await;
+    let r = gw.send_stateless_call(agent, tool, json!({})).await;
     let raw = r.text().await.unwrap();
     (raw.clone(), answer_in(&raw))
-}
-
-/// Sends the `tools/call` of [`call_raw`], with more `_meta` (a progress token, a log level).
-async fn send_call(gw: &Gw, agent: &str, tool: &str, more_meta: Value) -> reqwest::Response {
-    let mut meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {}
-    });
-    meta.as_object_mut()
-        .unwrap()
-        .extend(more_meta.as_object().unwrap().clone());
-    let r = gw
-        .http
-        .post(&gw.mcp)
-        .bearer_auth(gw.file_token(agent))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool)
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
-            "name": tool, "arguments": {}, "_meta": meta}}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), reqwest::StatusCode::OK);
-    r
-}
-
-/// The JSON-RPC answer to request 7 in `raw` (a JSON body or an event stream).
-fn answer_in(raw: &str) -> Value {
-    std::iter::once(raw)
-        .chain(raw.lines().filter_map(|l| l.strip_prefix("data:")))
-        .filter_map(|t| serde_json::from_str::<Value>(t.trim()).ok())
-        .find(|v| v.get("id") == Some(&json!(7)))
-        .unwrap_or_else(|| panic!("no answer in {raw}"))
 }
 
 /// The messages of an event stream that are not answers.
@@ -351,13 +307,13 @@ async fn credentials_an_upstream_echoes_reach_no_agent_operator_probe_or_log() {
 
     // What the upstream sends while a call runs: its log message and its progress reach the
     // agent, the token scrubbed from both.
-    let mut r = send_call(
-        &gw,
-        "claude",
-        "echo__chatty",
-        json!({"progressToken": "p-1", "io.modelcontextprotocol/logLevel": "debug"}),
-    )
-    .await;
+    let mut r = gw
+        .send_stateless_call(
+            "claude",
+            "echo__chatty",
+            json!({"progressToken": "p-1", "io.modelcontextprotocol/logLevel": "debug"}),
+        )
+        .await;
     let mut raw = String::new();
     while notifications_in(&raw).len() < 2 {
         let chunk = tokio::time::timeout(kberg_testkit::WAIT, r.chunk())

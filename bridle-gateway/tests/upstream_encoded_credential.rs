@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use admin_support::gateway::Gw;
+use admin_support::upstream::json_answer;
 use axum::Router;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -55,14 +56,6 @@ fn encoded_forms() -> Vec<String> {
         // Percent-encoded by a user-part encoder that leaves `+` and `=` as they are.
         CANARY.replace('/', "%2F"),
     ]
-}
-
-fn json_answer(body: Value) -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
 }
 
 /// Offers `fetch`, whose result quotes the token in every encoded form, as a text block (an
@@ -171,26 +164,7 @@ async fn start_stand_in() -> String {
 
 /// One stateless `tools/call` (protocol 2026-07-28) as `agent`: the raw body.
 async fn call_raw(gw: &Gw, agent: &str, tool: &str) -> String {
-    let meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {}
-    });
-    let r = gw
-        .http
-        .post(&gw.mcp)
-        .bearer_auth(gw.file_token(agent))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool)
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
-            "name": tool, "arguments": {}, "_meta": meta}}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), reqwest::StatusCode::OK);
+    let r = gw.send_stateless_call(agent, tool, json!({})).await;
     r.text().await.unwrap()
 }
 

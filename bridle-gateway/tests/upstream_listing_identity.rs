@@ -14,7 +14,8 @@ mod admin_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use admin_support::gateway::Gw;
+use admin_support::gateway::{Gw, answer_in};
+use admin_support::upstream::json_answer;
 use axum::Router;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -24,14 +25,6 @@ use bridle_gateway::upstreams::FolderSecrets;
 use bridle_rules::ReadWrite;
 use kberg_testkit::eventually_async;
 use serde_json::{Value, json};
-
-fn json_answer(body: Value) -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
-}
 
 /// Offers `hello`, which answers with the token it was called with.
 async fn stand_in(headers: HeaderMap, body: Bytes) -> Response {
@@ -72,32 +65,8 @@ async fn stand_in(headers: HeaderMap, body: Bytes) -> Response {
 
 /// One stateless `tools/call` (protocol 2026-07-28) as `agent`: the JSON-RPC answer.
 async fn call(gw: &Gw, agent: &str, tool: &str) -> Value {
-    let meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {}
-    });
-    let r = gw
-        .http
-        .post(&gw.mcp)
-        .bearer_auth(gw.file_token(agent))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool)
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
-            "name": tool, "arguments": {}, "_meta": meta}}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), reqwest::StatusCode::OK);
-    let raw = r.text().await.unwrap();
-    std::iter::once(raw.as_str())
-        .chain(raw.lines().filter_map(|l| l.strip_prefix("data:")))
-        .filter_map(|t| serde_json::from_str::<Value>(t.trim()).ok())
-        .find(|v| v.get("id") == Some(&json!(7)))
-        .unwrap_or_else(|| panic!("no answer in {raw}"))
+    let r = gw.send_stateless_call(agent, tool, json!({})).await;
+    answer_in(&r.text().await.unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -273,3 +273,50 @@ impl Gw {
         }
     }
 }
+
+impl Gw {
+    /// Sends one stateless `tools/call` (protocol 2026-07-28, JSON-RPC id 7) of `tool`, without
+    /// arguments, as `agent`, with `more_meta` (an object) added to its `_meta`; checks that it
+    /// is answered 200 and returns the answer unread ([`answer_in`] finds the result in it).
+    pub async fn send_stateless_call(
+        &self,
+        agent: &str,
+        tool: &str,
+        more_meta: serde_json::Value,
+    ) -> reqwest::Response {
+        let mut meta = serde_json::json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}
+        });
+        if let (Some(meta), Some(more)) = (meta.as_object_mut(), more_meta.as_object()) {
+            meta.extend(more.clone());
+        }
+        let r = self
+            .http
+            .post(&self.mcp)
+            .bearer_auth(self.file_token(agent))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", tool)
+            .json(
+                &serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+                "name": tool, "arguments": {}, "_meta": meta}}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), reqwest::StatusCode::OK);
+        r
+    }
+}
+
+/// The JSON-RPC answer to request 7 (as [`Gw::send_stateless_call`] sends it) in `raw`, a JSON
+/// body or an event stream.
+pub fn answer_in(raw: &str) -> serde_json::Value {
+    std::iter::once(raw)
+        .chain(raw.lines().filter_map(|l| l.strip_prefix("data:")))
+        .filter_map(|t| serde_json::from_str::<serde_json::Value>(t.trim()).ok())
+        .find(|v| v.get("id") == Some(&serde_json::json!(7)))
+        .unwrap_or_else(|| panic!("no answer in {raw}"))
+}

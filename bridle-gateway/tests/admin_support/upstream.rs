@@ -11,6 +11,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 
+/// A JSON answer of a stand-in upstream.
+pub fn json_answer(body: Value) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
 /// Every `Authorization` header the stand-in got, with the method of its request.
 pub type Seen = Arc<Mutex<Vec<(String, String)>>>;
 
