@@ -11,6 +11,7 @@ mod support;
 use bridle_gateway::kanboard::KANBOARD_WRITE;
 use kberg_core::{CallOptions, Caller, Grants, Principal, ToolOutput, ToolRegistry};
 use serde_json::{Value, json};
+use support::kanboard_fixture::claude_tools;
 use support::kanboard_standin::KanboardStandIn;
 
 async fn call(tools: &ToolRegistry, tool: &str, args: Value) -> ToolOutput {
@@ -36,7 +37,7 @@ async fn a_name_that_is_a_number_and_no_id_is_taken_as_the_name() {
             "a name is also an id: the test would prove nothing"
         );
     }
-    let tools = kb.claude_tools(&[shop]);
+    let tools = claude_tools(&kb, &[shop]);
 
     let out = call(
         &tools,

@@ -11,6 +11,7 @@ mod support;
 use bridle_gateway::kanboard::KANBOARD_WRITE;
 use kberg_core::{CallOptions, Caller, Grants, Principal};
 use serde_json::json;
+use support::kanboard_fixture::claude_tools;
 use support::kanboard_standin::KanboardStandIn;
 
 #[tokio::test]
@@ -18,7 +19,7 @@ async fn a_refused_argument_of_a_megabyte_is_quoted_cut_short() {
     let kb = KanboardStandIn::start().await;
     let claude = kb.add_user("claude-bot", "claude-kb-token");
     let shop = kb.add_project("Shop", &[1, claude]);
-    let tools = kb.claude_tools(&[shop]);
+    let tools = claude_tools(&kb, &[shop]);
     let caller = Caller::new(Principal::new("claude").with_grants(Grants::of([KANBOARD_WRITE])));
 
     let huge = "é".repeat(512 * 1024);

@@ -11,6 +11,7 @@ mod support;
 use bridle_gateway::kanboard::KANBOARD_WRITE;
 use kberg_core::{CallOptions, Caller, Grants, Principal};
 use serde_json::{Value, json};
+use support::kanboard_fixture::claude_tools;
 use support::kanboard_standin::KanboardStandIn;
 
 #[tokio::test]
@@ -18,7 +19,7 @@ async fn a_reference_set_by_update_task_is_found_by_a_later_create() {
     let kb = KanboardStandIn::start().await;
     let claude = kb.add_user("claude-bot", "claude-kb-token");
     let shop = kb.add_project("Shop", &[1, claude]);
-    let tools = kb.claude_tools(&[shop]);
+    let tools = claude_tools(&kb, &[shop]);
     let caller = Caller::new(Principal::new("claude").with_grants(Grants::of([KANBOARD_WRITE])));
     let call = |tool: &'static str, args: Value| {
         let (tools, caller) = (tools.clone(), caller.clone());

@@ -185,33 +185,6 @@ impl Drop for KanboardStandIn {
 }
 
 impl KanboardStandIn {
-    /// A registry with the Kanboard tools over this stand-in, for the agent `claude` as the
-    /// Kanboard user `claude-bot` (token `claude-kb-token`, to be added with
-    /// [`Self::add_user`]) with `projects` mapped.
-    #[cfg(feature = "kanboard")]
-    pub fn claude_tools(&self, projects: &[i64]) -> kberg_core::ToolRegistry {
-        use bridle_gateway::kanboard::{
-            self, Credential, KanboardClient, KanboardTools, StaticAccess,
-        };
-        let access = StaticAccess::new().agent(
-            "claude",
-            Credential::User {
-                username: "claude-bot".into(),
-                token: "claude-kb-token".into(),
-            },
-            projects.iter().copied(),
-        );
-        let client = KanboardClient::new(
-            self.endpoint.parse().expect("the stand-in's URL"),
-            std::time::Duration::from_secs(10),
-        )
-        .expect("a client");
-        let tools = kberg_core::ToolRegistry::new();
-        kanboard::register(&tools, KanboardTools::new(client, Arc::new(access)))
-            .expect("the Kanboard tools register");
-        tools
-    }
-
     /// Starts a stand-in with an `admin` (id 1) and no projects.
     pub async fn start() -> Self {
         let mut board = Board {

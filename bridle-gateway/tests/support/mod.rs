@@ -6,4 +6,6 @@
 
 pub mod gitea_mcp;
 pub mod gitea_standin;
+#[cfg(feature = "kanboard")]
+pub mod kanboard_fixture;
 pub mod kanboard_standin;
