@@ -290,8 +290,9 @@ async fn examples_are_added_indexed_with_streamed_progress_written_back_and_remo
     gw.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_removal_keeps_the_chunks_another_projects_broken_document_may_list() {
+/// A gateway with memory whose demo project's `retry` pattern lists `retry-example`, indexed;
+/// and the example's repository.
+async fn indexed_retry_example() -> (Gw, tempfile::TempDir) {
     let gate = Arc::new(Semaphore::new(1_000));
     let gw = Gw::start_with(|b| b.memory(service(gate))).await;
     let repo = example_repo();
@@ -299,17 +300,45 @@ async fn a_removal_keeps_the_chunks_another_projects_broken_document_may_list() 
     let mut events = Events::new(gw.post(INDEX).send().await.unwrap());
     events.until("done").await;
     assert!(gw.pattern_hits("retry%20backoff").await >= 1);
+    (gw, repo)
+}
+
+/// A project `name` with the demo project's document (its patterns and examples too), broken
+/// by hand afterwards when `broken`.
+fn copy_demo(gw: &Gw, name: &str, broken: bool) {
+    let demo = gw.ctx.store.load("demo").unwrap().document;
+    gw.ctx.store.create(name, &demo, "test").unwrap();
+    if broken {
+        let path = gw.ctx.store.project_path(name).unwrap();
+        std::fs::write(path, "schema_version: 2\nproject: [unclosed\n").unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_whose_tag_another_project_lists_keeps_the_chunks_without_a_warning() {
+    let (gw, _repo) = indexed_retry_example().await;
+    // `other` does not load and comes first; `zeta` lists the tag, which settles it.
+    copy_demo(&gw, "other", true);
+    copy_demo(&gw, "zeta", false);
+    let removed = json_ok(
+        gw.delete("/projects/demo/patterns/retry/examples/retry-example")
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(removed["chunks_removed"], 0, "{removed}");
+    assert!(removed.get("warning").is_none(), "{removed}");
+    assert!(gw.pattern_hits("retry%20backoff").await >= 1, "kept");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_keeps_the_chunks_another_projects_broken_document_may_list() {
+    let (gw, _repo) = indexed_retry_example().await;
     // Another project, broken by hand: whether it lists the tag cannot be read.
-    gw.ctx
-        .store
-        .create(
-            "other",
-            &gw.ctx.store.load("demo").unwrap().document,
-            "test",
-        )
-        .unwrap();
-    let other = gw.ctx.store.project_path("other").unwrap();
-    std::fs::write(&other, "schema_version: 2\nproject: [unclosed\n").unwrap();
+    copy_demo(&gw, "other", true);
 
     // The removal is made and answered as made; the chunks are kept.
     let removed = json_ok(

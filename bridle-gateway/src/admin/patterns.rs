@@ -678,10 +678,15 @@ async fn purge_unlisted(s: &AdminState, tag: &str) -> Purge {
     let ctx = s.ctx.clone();
     let t = tag.to_string();
     let listed = blocking(move || {
+        // A project that lists the tag settles it; one that does not load only leaves it open.
+        let mut unreadable = None;
         for project in ctx.store.projects()? {
             let doc = match load_stored(&ctx.store, &project) {
                 Ok(loaded) => loaded.document,
-                Err(ApiError::StoredDocument { .. }) => return Ok(Listed::Maybe(project)),
+                Err(ApiError::StoredDocument { .. }) => {
+                    unreadable.get_or_insert(project);
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             if doc
@@ -694,7 +699,7 @@ async fn purge_unlisted(s: &AdminState, tag: &str) -> Purge {
                 return Ok(Listed::Yes);
             }
         }
-        Ok(Listed::No)
+        Ok(unreadable.map_or(Listed::No, Listed::Maybe))
     })
     .await;
     match listed {
