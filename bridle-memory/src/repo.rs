@@ -788,9 +788,9 @@ pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> 
 /// The walk is the `ignore` crate's (ripgrep's): `.gitignore` files (also outside a git
 /// checkout, so a copied tree keeps its rules), `.git/info/exclude`, the user's global git
 /// excludes and `.ignore` files are honoured (those of the folders above `root` too, unless
-/// `root` is a repository's root, holding `.git`, as a clone's is), hidden files and folders are skipped unless
-/// [`FileRules::hidden`] says otherwise, and symlinks are not followed (they may leave the
-/// repository or loop). An ignore file (`.gitignore`, `.ignore`) is read only when it is a file
+/// `root` is a repository's root, holding `.git`, as a clone's is), hidden files and folders
+/// are skipped unless [`FileRules::hidden`] says otherwise, and symlinks are not followed (they
+/// may leave the repository or loop). An ignore file (`.gitignore`, `.ignore`) is read only when it is a file
 /// of the tree of at most [`MAX_IGNORE_FILE_BYTES`], or a link to one: one that is a link leading
 /// out of the tree or to something else (a device such as `/dev/zero`, which never ends), or a
 /// larger file, stops the walk before it is read ([`SourceFiles::unsafe_ignore_file`] then names
