@@ -110,7 +110,7 @@ pub use front::{
 };
 pub use hook::{CarryMeta, ForwardHook, ForwardOutcome, OutgoingCall};
 pub use pattern::Pattern;
-pub use redact::{MIN_REDACTED_LEN, REDACTED};
+pub use redact::{MIN_REDACTED_LEN, REDACTED, redact_encoded, redact_encoded_bytes};
 pub use relay::{LOG_RELAY_BURST, LOG_RELAY_INTERVAL};
 pub use resources::{namespaced_uri, upstream_uri};
 pub use stderr::{ChildStderr, MAX_STDERR_LINE, STDERR_TARGET};

@@ -26,6 +26,13 @@
 //! is hidden whole and line by line, each trimmed line of at least [`MIN_REDACTED_LEN`] bytes,
 //! since stderr is read a line at a time and an upstream may quote one line of it.
 //!
+//! A value is hidden also where the upstream quotes it encoded, whole or only some of its
+//! characters: percent-encoded in either case (an HTTP library's error naming the URL that
+//! carried the key), JSON-escaped (`\/`, `\u002b`: a backend's error body relayed as text) or
+//! form-encoded (`+` for a space), each character written either way ([`redact_encoded`],
+//! which the gateway's scrub of upstream answers uses too). A value of letters, digits and
+//! `-._~` alone, which no encoder changes, is searched for as it is.
+//!
 //! The list is built once per upstream (its configuration does not change between
 //! connections), not per message; an empty list costs one length check per message. Every
 //! occurrence of every value is looked for in the original text and overlapping or adjacent
@@ -158,46 +165,10 @@ impl Redactions {
         &self.0.values
     }
 
-    /// `text` with every occurrence of a value replaced by [`REDACTED`]; borrowed when there
-    /// was none.
+    /// `text` with every occurrence of a value, as it is or in an encoded form (see
+    /// [`redact_encoded`]), replaced by [`REDACTED`]; borrowed when there was none.
     pub(super) fn text<'a>(&self, text: &'a str) -> Cow<'a, str> {
-        if self.0.values.is_empty() {
-            return Cow::Borrowed(text);
-        }
-        // Every occurrence of every value in the text as it came, so that replacing one
-        // cannot hide or invent another; overlapping ones are then merged into one.
-        let mut hits: Vec<(usize, usize)> = Vec::new();
-        for value in self.0.values.iter() {
-            let mut from = 0;
-            while let Some(at) = text.get(from..).and_then(|rest| rest.find(value.as_str())) {
-                let start = from + at;
-                hits.push((start, start + value.len()));
-                // On by one character, not the whole value: an occurrence overlapping this one
-                // ("abab" in "ababab") counts too.
-                from = start + text[start..].chars().next().map_or(1, char::len_utf8);
-            }
-        }
-        if hits.is_empty() {
-            return Cow::Borrowed(text);
-        }
-        hits.sort_unstable();
-        let mut out = String::with_capacity(text.len());
-        let mut kept_from = 0;
-        let mut hits = hits.into_iter().peekable();
-        while let Some((start, mut end)) = hits.next() {
-            while let Some(&(next_start, next_end)) = hits.peek() {
-                if next_start > end {
-                    break;
-                }
-                end = end.max(next_end);
-                hits.next();
-            }
-            out.push_str(&text[kept_from..start]);
-            out.push_str(REDACTED);
-            kept_from = end;
-        }
-        out.push_str(&text[kept_from..]);
-        Cow::Owned(out)
+        redact_encoded(text, &self.0.values)
     }
 
     /// Redacts `s` in place; returns whether anything was replaced.
@@ -241,6 +212,211 @@ impl Redactions {
             Value::Null | Value::Bool(_) | Value::Number(_) => false,
         }
     }
+}
+
+/// `text` with every occurrence of each of `values` replaced by [`REDACTED`], the value as it
+/// is or written the way encoders write it, each of its bytes either way: percent-encoded
+/// (`%2F`, `%2f`), JSON-escaped (`\/` for `/`, `\u00XX` for an ASCII byte) or form-encoded
+/// (`+` for a space). An upstream quotes a credential so when it names a URL that carries it
+/// (an HTTP library's error), relays a backend's JSON body as text, or encodes only some of
+/// its characters (a user-part encoder leaves `+` and `=`, a path's leaves `/`): whoever reads
+/// any of these forms has the value.
+///
+/// A value of letters, digits and `-._~` alone (no encoder changes it) is searched for as it
+/// is, by the fast substring search; the others by a scan of the text's bytes, and only where
+/// the text holds an escape character (`%`, `\`, or `+` for a value with a space), else as
+/// they are too. Every occurrence is found in the original text, at every position (so
+/// overlapping ones count), and overlapping or adjacent occurrences, of one value or of
+/// several, are replaced as one, so no part of a value is left shown beside the marker. Cuts
+/// fall only on character boundaries. Empty values are ignored (they would match
+/// everywhere). Borrowed when nothing was found.
+pub fn redact_encoded<'a, S: AsRef<str>>(text: &'a str, values: &[S]) -> Cow<'a, str> {
+    let hay = text.as_bytes();
+    let mut hits: Vec<(usize, usize)> = Vec::new();
+    for value in values {
+        let value = value.as_ref();
+        if value.is_empty() {
+            continue;
+        }
+        if encodable(value) && may_hold_escape(hay, value.as_bytes()) {
+            encoded_hits(
+                hay,
+                value.as_bytes(),
+                |i| text.is_char_boundary(i),
+                &mut hits,
+            );
+        } else {
+            // A value is whole characters, so where it is found as it is falls on
+            // character boundaries.
+            let mut from = 0;
+            while let Some(at) = text.get(from..).and_then(|rest| rest.find(value)) {
+                let start = from + at;
+                hits.push((start, start + value.len()));
+                // On by one character, not the whole value: an occurrence overlapping this
+                // one ("abab" in "ababab") counts too.
+                from = start + text[start..].chars().next().map_or(1, char::len_utf8);
+            }
+        }
+    }
+    match replace_hits(hay, hits) {
+        None => Cow::Borrowed(text),
+        // Cut only at character boundaries and given ASCII, the rest stays UTF-8; should it
+        // not, the text is shown with the bad bytes replaced rather than not at all.
+        Some(out) => Cow::Owned(
+            String::from_utf8(out)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+        ),
+    }
+}
+
+/// [`redact_encoded`] for bytes that need not be text (a blob an upstream answers, often a
+/// file read as bytes): every occurrence of each of `values`, as it is or encoded, replaced by
+/// [`REDACTED`]'s bytes, at any position. Borrowed when nothing was found.
+pub fn redact_encoded_bytes<'a, S: AsRef<str>>(bytes: &'a [u8], values: &[S]) -> Cow<'a, [u8]> {
+    let mut hits: Vec<(usize, usize)> = Vec::new();
+    for value in values {
+        let value = value.as_ref().as_bytes();
+        // Every form of a value is at least as long as the value.
+        if value.is_empty() || value.len() > bytes.len() {
+            continue;
+        }
+        if std::str::from_utf8(value).is_ok_and(encodable) && may_hold_escape(bytes, value) {
+            encoded_hits(bytes, value, |_| true, &mut hits);
+        } else {
+            hits.extend(
+                bytes
+                    .windows(value.len())
+                    .enumerate()
+                    .filter(|(_, w)| *w == value)
+                    .map(|(i, _)| (i, i + value.len())),
+            );
+        }
+    }
+    match replace_hits(bytes, hits) {
+        None => Cow::Borrowed(bytes),
+        Some(out) => Cow::Owned(out),
+    }
+}
+
+/// Whether some encoder writes `value` differently: it holds a byte other than a letter, a
+/// digit, `-`, `.`, `_` or `~` (what percent-encoding leaves as it is).
+fn encodable(value: &str) -> bool {
+    value
+        .bytes()
+        .any(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')))
+}
+
+/// Whether `hay` holds a byte that starts an encoded form of one of `value`'s bytes: `%`, `\`,
+/// or `+` when `value` has a space. Text without one can hold `value` only as it is, which
+/// the substring search finds faster than the scan.
+fn may_hold_escape(hay: &[u8], value: &[u8]) -> bool {
+    let space = value.contains(&b' ');
+    hay.iter()
+        .any(|&b| b == b'%' || b == b'\\' || (space && b == b'+'))
+}
+
+/// Adds to `hits` every occurrence of `value` in `hay` (see [`encoded_match`]) that starts and
+/// ends where `boundary` allows, tried at every position.
+fn encoded_hits(
+    hay: &[u8],
+    value: &[u8],
+    boundary: impl Fn(usize) -> bool,
+    hits: &mut Vec<(usize, usize)>,
+) {
+    let Some(&first) = value.first() else {
+        return;
+    };
+    for (i, &b) in hay.iter().enumerate() {
+        // Most positions cannot start one: the first byte as it is, or an escape's first byte.
+        let may_start = b == first || b == b'%' || b == b'\\' || (first == b' ' && b == b'+');
+        if may_start
+            && boundary(i)
+            && let Some(end) = encoded_match(hay, i, value, &boundary)
+        {
+            hits.push((i, end));
+        }
+    }
+}
+
+/// The end of the longest occurrence of `value` in `hay` that starts at `start` and ends
+/// where `boundary` allows, each of its bytes written as it is or in one of the forms encoders
+/// give it: `%XX` (either case), a JSON escape (`\u00XX` for an ASCII byte, `\/` for `/`), `+`
+/// for a space. The forms are followed side by side (a `%` of the value may be itself or the
+/// start of `%25`), with no recursion.
+fn encoded_match(
+    hay: &[u8],
+    start: usize,
+    value: &[u8],
+    boundary: impl Fn(usize) -> bool,
+) -> Option<usize> {
+    let mut ends = vec![start];
+    for &b in value {
+        let mut next = Vec::with_capacity(ends.len() + 1);
+        for &p in &ends {
+            let rest = hay.get(p..).unwrap_or_default();
+            if rest.first() == Some(&b) {
+                next.push(p + 1);
+            }
+            if let [b'%', h, l, ..] = rest
+                && hex_pair(*h, *l) == Some(b)
+            {
+                next.push(p + 3);
+            }
+            if b.is_ascii() {
+                if let [b'\\', b'u', a, c, h, l, ..] = rest
+                    && hex_pair(*a, *c) == Some(0)
+                    && hex_pair(*h, *l) == Some(b)
+                {
+                    next.push(p + 6);
+                }
+                if b == b'/' && rest.starts_with(b"\\/") {
+                    next.push(p + 2);
+                }
+                if b == b' ' && rest.first() == Some(&b'+') {
+                    next.push(p + 1);
+                }
+            }
+        }
+        next.sort_unstable();
+        next.dedup();
+        if next.is_empty() {
+            return None;
+        }
+        ends = next;
+    }
+    ends.into_iter().rev().find(|&end| boundary(end))
+}
+
+/// The byte two hex digits (either case) write.
+fn hex_pair(high: u8, low: u8) -> Option<u8> {
+    let digit = |c: u8| (c as char).to_digit(16);
+    u8::try_from(digit(high)? * 16 + digit(low)?).ok()
+}
+
+/// `hay` with each run of overlapping or adjacent `hits` (start, end) replaced by
+/// [`REDACTED`]'s bytes; `None` when there are none.
+fn replace_hits(hay: &[u8], mut hits: Vec<(usize, usize)>) -> Option<Vec<u8>> {
+    if hits.is_empty() {
+        return None;
+    }
+    hits.sort_unstable();
+    let mut out = Vec::with_capacity(hay.len());
+    let mut kept_from = 0;
+    let mut hits = hits.into_iter().peekable();
+    while let Some((start, mut end)) = hits.next() {
+        while let Some(&(next_start, next_end)) = hits.peek() {
+            if next_start > end {
+                break;
+            }
+            end = end.max(next_end);
+            hits.next();
+        }
+        out.extend_from_slice(hay.get(kept_from..start).unwrap_or_default());
+        out.extend_from_slice(REDACTED.as_bytes());
+        kept_from = end.max(kept_from);
+    }
+    out.extend_from_slice(hay.get(kept_from..).unwrap_or_default());
+    Some(out)
 }
 
 /// What of an HTTP upstream's configuration is a credential: header values and their words
@@ -404,6 +580,71 @@ mod tests {
             "line [redacted] quoted"
         );
         assert_eq!(r.text("ab== is short"), "ab== is short");
+    }
+
+    /// A value with characters encoders write differently reaches what an upstream says
+    /// encoded, whole or only some of its characters (a URL's query, a backend's JSON body).
+    #[test]
+    fn a_partly_encoded_value_is_redacted_in_text_and_in_json() {
+        let r = Redactions::new(vec!["ab/c+d=".into()]);
+        for quoted in [
+            "ab%2Fc+d%3d",
+            "ab\\/c%2Bd=",
+            "ab%2fc%2bd%3D",
+            "ab\\u002Fc\\u002bd=",
+            "ab/c+d=",
+        ] {
+            let said = format!("GET https://api.example/v1?key={quoted}&x=1 failed");
+            assert_eq!(
+                r.text(&said),
+                "GET https://api.example/v1?key=[redacted]&x=1 failed",
+                "{quoted}"
+            );
+            let mut v = json!({"logger": format!("up {quoted}"),
+                               "data": {"error": said, "tried": [quoted], quoted: 1, "n": 3}});
+            assert!(r.value(&mut v), "{quoted}");
+            assert_eq!(
+                v,
+                json!({"logger": "up [redacted]",
+                       "data": {"error": "GET https://api.example/v1?key=[redacted]&x=1 failed",
+                                "tried": ["[redacted]"], "[redacted]": 1, "n": 3}}),
+                "{quoted}"
+            );
+        }
+        // Another value's encoding, a part of the value, and an escape that writes another
+        // byte stay as they are; nothing found is nothing copied.
+        for other in ["ab%2Fc+d%3E", "ab%2Fc", "ab%2Dc+d=", "100% of ab\\c"] {
+            assert!(matches!(r.text(other), Cow::Borrowed(_)), "{other}");
+        }
+        // A value no encoder changes is searched for as it is: an escape of one of its
+        // characters is some other text.
+        let plain = Redactions::new(vec!["ab-cd".into()]);
+        assert_eq!(plain.text("x ab%2Dcd ab-cd"), "x ab%2Dcd [redacted]");
+        // Overlapping and adjacent occurrences, in any form, are one run; the text around
+        // multi-byte characters stays whole.
+        let r = Redactions::new(vec!["a/a/".into()]);
+        assert_eq!(r.text("é a/a%2Fa\\/ é"), "é [redacted] é");
+        assert_eq!(r.text("a%2fa/a%2Fa/!"), "[redacted]!");
+        // A value with a space, form-encoded.
+        let r = Redactions::new(vec!["pa ss".into()]);
+        assert_eq!(r.text("user=bot&pass=pa+ss"), "user=bot&pass=[redacted]");
+    }
+
+    #[test]
+    fn the_encoded_search_works_on_bytes_too() {
+        let blob = b"\x00key=ab%2Fc+d%3d\xff ab-cd!";
+        assert_eq!(
+            redact_encoded_bytes(blob, &["ab/c+d=", "ab-cd"]).as_ref(),
+            b"\x00key=[redacted]\xff [redacted]!"
+        );
+        assert!(matches!(
+            redact_encoded_bytes(b"\x00nothing", &["ab/c+d=", ""]),
+            Cow::Borrowed(_)
+        ));
+        assert!(matches!(
+            redact_encoded_bytes(b"ab", &["ab/c"]),
+            Cow::Borrowed(_)
+        ));
     }
 
     #[test]
