@@ -34,8 +34,8 @@ pub use config::{
 #[cfg(feature = "local-embed")]
 pub use embed::LocalEmbedder;
 pub use embed::{
-    ConstantEmbedder, DEFAULT_MAX_INPUT_TOKENS, Embedder, HttpEmbedderConfig, OllamaEmbedder,
-    OpenAiEmbedder, fit_input,
+    ConstantEmbedder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_INPUT_TOKENS, Embedder,
+    HttpEmbedderConfig, OllamaEmbedder, OpenAiEmbedder, fit_input,
 };
 pub use error::{MemoryError, Result};
 pub use patterns::{

@@ -248,6 +248,44 @@ async fn a_server_that_is_down_is_unavailable() {
     assert_eq!(err.code(), "embedder_unavailable");
 }
 
+/// A server that never accepts a connection (its accept queue full, so the kernel drops each
+/// new connection's first packet) fails a request at the connect timeout, not at the request
+/// timeout: the error says the connection was not accepted. The connect timeout is short here
+/// and the request timeout long, so the request timeout would end the request only without a
+/// connect timeout (after it, with "timed out" alone).
+#[tokio::test]
+async fn a_server_that_never_accepts_fails_at_the_connect_timeout() {
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket
+        .bind("127.0.0.1:0".parse().expect("an address"))
+        .expect("bind");
+    let addr = socket.local_addr().expect("addr");
+    // A backlog of 0 holds one connection not yet accepted; nothing accepts it.
+    let listener = socket.listen(0).expect("listen");
+    let _queued = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("the first connection fills the accept queue");
+    let mut config = HttpEmbedderConfig::new(format!("http://{addr}"), "m");
+    assert!(
+        bridle_memory::DEFAULT_CONNECT_TIMEOUT < config.timeout,
+        "{config:?}"
+    );
+    config.connect_timeout = std::time::Duration::from_millis(100);
+    config.timeout = std::time::Duration::from_secs(30);
+    for err in [
+        OpenAiEmbedder::connect(config.clone())
+            .await
+            .expect_err("never accepted"),
+        OllamaEmbedder::connect(config)
+            .await
+            .expect_err("never accepted"),
+    ] {
+        assert_eq!(err.code(), "embedder_unavailable", "{err}");
+        assert!(err.to_string().contains("connect timed out"), "{err}");
+    }
+    drop(listener);
+}
+
 #[tokio::test]
 async fn a_malformed_answer_is_a_protocol_error() {
     let router = axum::Router::new()

@@ -43,6 +43,10 @@ pub struct HttpEmbedderConfig {
     pub dimension: Option<usize>,
     /// Per-request timeout.
     pub timeout: Duration,
+    /// How long opening a connection may take ([`DEFAULT_CONNECT_TIMEOUT`] unless set): a
+    /// server that drops the connection's first packet or never accepts it fails the request
+    /// then, rather than holding it for the whole `timeout`.
+    pub connect_timeout: Duration,
     /// The model's input window in tokens (default 512); chunks and queries are cut to fit.
     /// Without the model's tokenizer, tokens are estimated at one per three bytes.
     pub max_input_tokens: usize,
@@ -56,13 +60,15 @@ impl std::fmt::Debug for HttpEmbedderConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
             .field("dimension", &self.dimension)
             .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
             .field("max_input_tokens", &self.max_input_tokens)
             .finish()
     }
 }
 
 impl HttpEmbedderConfig {
-    /// A config for `model` at `base_url`, no key, dimension probed, 60 s timeout.
+    /// A config for `model` at `base_url`, no key, dimension probed, 60 s timeout and
+    /// [`DEFAULT_CONNECT_TIMEOUT`] to connect.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         Self {
             base_url: base_url.into(),
@@ -70,6 +76,7 @@ impl HttpEmbedderConfig {
             api_key: None,
             dimension: None,
             timeout: Duration::from_secs(60),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_input_tokens: super::DEFAULT_MAX_INPUT_TOKENS,
         }
     }
@@ -86,6 +93,14 @@ impl HttpEmbedderConfig {
         self
     }
 }
+
+/// How long opening a connection to an embedding server may take by default. The request
+/// timeout (60 s) is sized for a model that embeds a large batch slowly; a connection to a
+/// local or hosted server opens in milliseconds, so a server that has not accepted one after
+/// a few seconds (a firewall dropping the packets, a host away, a listener that never accepts)
+/// is not going to: without a bound of its own, each new connection would wait out the whole
+/// request timeout before the failure is known.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 struct Client {
@@ -120,6 +135,7 @@ impl Client {
         let shown = redact_url(&url);
         let http = reqwest::Client::builder()
             .timeout(config.timeout)
+            .connect_timeout(config.connect_timeout)
             .redirect(redirect_policy())
             .build()
             .map_err(|e| MemoryError::EmbedderUnavailable {
@@ -262,7 +278,9 @@ const MAX_QUOTED_CHARS: usize = 300;
 
 /// What went wrong, without the URL the HTTP client's error text appends (with its query).
 fn describe(e: reqwest::Error) -> String {
-    if e.is_timeout() {
+    if e.is_connect() && e.is_timeout() {
+        "connect timed out: the server did not accept the connection in time".into()
+    } else if e.is_timeout() {
         "timed out".into()
     } else if e.is_connect() {
         "connection refused or unreachable".into()

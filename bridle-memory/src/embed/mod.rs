@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use crate::error::{MemoryError, Result};
 
 pub(crate) use http::passing;
-pub use http::{HttpEmbedderConfig, OllamaEmbedder, OpenAiEmbedder};
+pub use http::{DEFAULT_CONNECT_TIMEOUT, HttpEmbedderConfig, OllamaEmbedder, OpenAiEmbedder};
 pub(crate) use lazy::LazyEmbedder;
 #[cfg(feature = "local-embed")]
 pub use local::LocalEmbedder;
