@@ -9,7 +9,11 @@
 //! [`VectorStore::replace`] upserts the new points first (waiting for them to be applied) and then
 //! deletes the old ones that were not overwritten. A concurrent search never sees *nothing*, but
 //! during that short window it can see old and new points together. The embedded store has no
-//! such window.
+//! such window. Points go in requests of at most [`UPSERT_BATCH_POINTS`] (a source's refresh
+//! can hold 50,000, far more than one request carries within the client's timeout); a request
+//! that fails stops the upsert, and its error says how many points were stored before it. A
+//! replacement that stops so deletes nothing: the old points stay searchable, those whose id a
+//! stored new point took holding the new version, and the error says so.
 //!
 //! Hybrid search: each collection has, beside its unnamed dense vector, a sparse vector named
 //! [`KEYWORD_VECTOR`] with Qdrant's IDF modifier, filled at upsert with the term frequencies of
@@ -168,6 +172,58 @@ fn json_payload(p: HashMap<String, qdrant::Value>) -> Payload {
     qdrant_client::Payload::from(p).into()
 }
 
+/// The most points one upsert request carries. A refresh replaces every chunk of a source (up
+/// to 50,000) and the client gives each request 5 s: all of them in one request is tens of MiB
+/// for the server to take in and index before it answers, which a large source does not make
+/// in time. 512 points are a few MiB at most (a 4,096-dimension vector is 16 KiB, a chunk's
+/// payload a few KiB), applied well within the timeout.
+pub const UPSERT_BATCH_POINTS: usize = 512;
+
+/// The point as Qdrant's wire writes it: the unnamed dense vector, the sparse keyword vector
+/// and the payload.
+fn point_struct(p: Point) -> PointStruct {
+    let (indices, values): (Vec<u32>, Vec<f32>) =
+        sparse_terms(&keyword_text(&p.payload)).into_iter().unzip();
+    // "" is Qdrant's name for the unnamed (default) dense vector.
+    let vectors = NamedVectors::default()
+        .add_vector("", Vector::new_dense(p.vector))
+        .add_vector(KEYWORD_VECTOR, Vector::new_sparse(indices, values));
+    PointStruct::new(p.id, vectors, qdrant_client::Payload::from(p.payload))
+}
+
+/// An upsert that stopped at a failed request: how many of its points were stored before it.
+struct Upserted {
+    stored: usize,
+    total: usize,
+    /// The failed request's error, credentials replaced.
+    error: MemoryError,
+}
+
+impl Upserted {
+    /// The error of a plain upsert: what failed and how many points were stored before it.
+    fn into_error(self) -> MemoryError {
+        let Upserted {
+            stored,
+            total,
+            error,
+        } = self;
+        MemoryError::Store(format!(
+            "{stored} of {total} points were stored (in requests of {UPSERT_BATCH_POINTS}) \
+             before a request failed, and no later request was sent: {}",
+            without_prefix(&error)
+        ))
+    }
+}
+
+/// What a [`MemoryError::Store`] says after its `the vector store failed: ` (the `qdrant: ...`
+/// of [`store_err`]), so that an error built around it says that once.
+fn without_prefix(e: &MemoryError) -> String {
+    match e {
+        MemoryError::Store(inner) => inner.clone(),
+        other => other.to_string(),
+    }
+}
+
 impl QdrantStore {
     /// Connects (lazily: the first call reaches the server).
     pub fn connect(config: QdrantConfig) -> Result<Self> {
@@ -279,27 +335,37 @@ impl QdrantStore {
         Ok(())
     }
 
-    async fn upsert_checked(&self, collection: &str, points: Vec<Point>) -> Result<()> {
-        if points.is_empty() {
-            return Ok(());
+    /// Upserts `points` (checked against the collection) in requests of at most
+    /// [`UPSERT_BATCH_POINTS`], each waited for, stopping at the first that fails: its error
+    /// says how many of the points were stored before it ([`Upserted`]).
+    async fn upsert_checked(
+        &self,
+        collection: &str,
+        points: Vec<Point>,
+    ) -> std::result::Result<(), Upserted> {
+        let total = points.len();
+        let mut points = points.into_iter();
+        let mut stored = 0;
+        loop {
+            let batch: Vec<PointStruct> = points
+                .by_ref()
+                .take(UPSERT_BATCH_POINTS)
+                .map(point_struct)
+                .collect();
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let n = batch.len();
+            self.client
+                .upsert_points(UpsertPointsBuilder::new(self.name(collection), batch).wait(true))
+                .await
+                .map_err(|e| Upserted {
+                    stored,
+                    total,
+                    error: self.err(e),
+                })?;
+            stored += n;
         }
-        let structs: Vec<PointStruct> = points
-            .into_iter()
-            .map(|p| {
-                let (indices, values): (Vec<u32>, Vec<f32>) =
-                    sparse_terms(&keyword_text(&p.payload)).into_iter().unzip();
-                // "" is Qdrant's name for the unnamed (default) dense vector.
-                let vectors = NamedVectors::default()
-                    .add_vector("", Vector::new_dense(p.vector))
-                    .add_vector(KEYWORD_VECTOR, Vector::new_sparse(indices, values));
-                PointStruct::new(p.id, vectors, qdrant_client::Payload::from(p.payload))
-            })
-            .collect();
-        self.client
-            .upsert_points(UpsertPointsBuilder::new(self.name(collection), structs).wait(true))
-            .await
-            .map_err(|e| self.err(e))?;
-        Ok(())
     }
 
     async fn ids_matching(&self, collection: &str, f: &Filter) -> Result<Vec<PointId>> {
@@ -413,7 +479,9 @@ impl VectorStore for QdrantStore {
         for p in &points {
             Self::check(config, &p.vector)?;
         }
-        self.upsert_checked(collection, points).await
+        self.upsert_checked(collection, points)
+            .await
+            .map_err(Upserted::into_error)
     }
 
     async fn delete(&self, collection: &str, f: &Filter) -> Result<u64> {
@@ -571,12 +639,39 @@ impl VectorStore for QdrantStore {
         let old = self.ids_matching(collection, f).await?;
         let removed = old.len() as u64;
         let new_ids: std::collections::HashSet<PointId> = points.iter().map(|p| p.id).collect();
-        self.upsert_checked(collection, points).await?;
-        self.delete_ids(
-            collection,
-            old.into_iter().filter(|id| !new_ids.contains(id)).collect(),
-        )
-        .await?;
+        // Qdrant has no transaction: the new points go in first, so a search never finds the
+        // source empty. A failure part way deletes nothing: every old point stays searchable,
+        // but those whose ids a stored new point took now hold the new version.
+        let order: Vec<PointId> = points.iter().map(|p| p.id).collect();
+        if let Err(failed) = self.upsert_checked(collection, points).await {
+            let old_ids: std::collections::HashSet<PointId> = old.iter().copied().collect();
+            let overwritten = order[..failed.stored]
+                .iter()
+                .filter(|id| old_ids.contains(id))
+                .count();
+            return Err(MemoryError::Store(format!(
+                "the replacement stopped: {} of {} new points were stored (in requests of \
+                 {UPSERT_BATCH_POINTS}) before a request failed, and none of the {removed} old \
+                 points was deleted, {overwritten} of them overwritten by new points with the \
+                 same id; searches see the old version mixed with the new points stored until \
+                 the replacement is run again: {}",
+                failed.stored,
+                failed.total,
+                without_prefix(&failed.error)
+            )));
+        }
+        let stale: Vec<PointId> = old.into_iter().filter(|id| !new_ids.contains(id)).collect();
+        let stale_count = stale.len();
+        if let Err(e) = self.delete_ids(collection, stale).await {
+            return Err(MemoryError::Store(format!(
+                "the replacement stopped: all {} new points were stored, but deleting the {} \
+                 old points they did not overwrite failed; searches see both until the \
+                 replacement is run again: {}",
+                new_ids.len(),
+                stale_count,
+                without_prefix(&e)
+            )));
+        }
         Ok(removed)
     }
 }
