@@ -2,8 +2,11 @@
 //! HTTP on 127.0.0.1. A token with characters a URL or JSON writes differently (`/`, `+`, `=`:
 //! a base64 API key) reaches an upstream's answer percent-encoded (an HTTP library's error
 //! that names the URL it called, `?key=ab%2Fcd%2B...`, or a user part) or JSON-escaped (`\/`,
-//! `\u002b`, from a backend's error body relayed as text). Every such form is the token to
-//! whoever reads it: none may reach the agent's answer, the audit log or the log.
+//! `\u002b`, from a backend's error body relayed as text), whole or only some of its
+//! characters (an encoder that leaves `+` or `=` alone). Every such form is the token to
+//! whoever reads it: none may reach the agent's answer, the audit log or the log. The gateway
+//! scrubs the answers, and the aggregator under it (given the token only as it is) the errors
+//! and log lines, with one search for the encoded forms.
 //!
 //! The upstream is a stand-in written from the Streamable HTTP transport's documented shapes:
 //! JSON-RPC over POST, each request answered with one JSON body, notifications with 202, no
@@ -55,7 +58,20 @@ fn encoded_forms() -> Vec<String> {
         CANARY.replace('+', "\\u002b").replace('=', "\\u003D"),
         // Percent-encoded by a user-part encoder that leaves `+` and `=` as they are.
         CANARY.replace('/', "%2F"),
+        // Partly encoded: some characters escaped, in either case, the others as they are.
+        partly_percent(CANARY),
+        partly_escaped(CANARY),
     ]
+}
+
+/// `text` with its `/` and `=` percent-encoded (`=` in lower case), `+` as it is.
+fn partly_percent(text: &str) -> String {
+    text.replace('/', "%2F").replace('=', "%3d")
+}
+
+/// `text` with its `/` JSON-escaped and its `+` percent-encoded, `=` as it is.
+fn partly_escaped(text: &str) -> String {
+    text.replace('/', "\\/").replace('+', "%2B")
 }
 
 /// Offers `fetch`, whose result quotes the token in every encoded form, as a text block (an
@@ -95,6 +111,8 @@ async fn stand_in(headers: HeaderMap, body: Bytes) -> Response {
                 token.replace('/', "\\/"),
                 token.replace('+', "\\u002b").replace('=', "\\u003D"),
                 token.replace('/', "%2F"),
+                partly_percent(&token),
+                partly_escaped(&token),
             ];
             let text = forms
                 .iter()
@@ -139,6 +157,8 @@ async fn broken(headers: HeaderMap, body: Bytes) -> Response {
         percent(token, true),
         percent(token, false),
         token.replace('/', "\\/"),
+        partly_percent(token),
+        partly_escaped(token),
     ];
     json_answer(json!({
         "jsonrpc": "2.0", "id": msg["id"],

@@ -476,7 +476,9 @@ impl Route {
         // blanks is redacted without them too: a child that trims it (or a shell that splits
         // it into words) prints it so. The aggregator redacts the same list (for an HTTP
         // upstream, besides the header it sends) from its errors, from what it relays and from
-        // the error codes the forward hook is told.
+        // the error codes the forward hook is told, each value also where it is quoted
+        // percent-encoded or JSON-escaped, whole or in part
+        // (`kberg_server::aggregate::redact_encoded`, the search the scrub uses too).
         let mut redact = Vec::new();
         if let (Some((name, value, version)), Some(target)) = (credential, &self.target) {
             let rendered = target.render(value.expose());
@@ -486,10 +488,6 @@ impl Route {
             if !trimmed.is_empty() && trimmed != value.expose() {
                 redact.push(trimmed.to_string());
             }
-            // The aggregator searches for these as they are; an upstream that quotes the value
-            // percent-encoded (an HTTP library's error naming a URL with it) or JSON-escaped
-            // quotes it all the same.
-            redact.extend(super::scrub::encoded_forms(trimmed));
             transport = match target {
                 CredentialTarget::Header { name, .. } => transport.header(name.clone(), rendered),
                 CredentialTarget::Env(var) => transport.env(var.clone(), rendered),

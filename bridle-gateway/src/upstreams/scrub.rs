@@ -21,19 +21,23 @@
 //! key) is searched for in those forms too: percent-encoded (an HTTP library's error naming
 //! the URL it called with the key in its query or user part), JSON-escaped (`\/`, `\u002b`,
 //! a backend's error body relayed as text) and form-encoded (`+` for a space), each
-//! character written either way (`encoded_match`). Any of them is the value to whoever
-//! reads it.
+//! character written either way, so a value only partly encoded is found too. The search is
+//! the aggregator's ([`kberg_server::aggregate::redact_encoded`]): the aggregator that runs the
+//! upstream finds the value it is given in the same forms in the child's stderr, in what it
+//! relays and in its errors, so one implementation decides what counts as the value.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use kberg_core::{CancellationToken, ClientPeer, Content, PeerError, ResourceBody, ToolOutput};
+use kberg_server::aggregate::{redact_encoded, redact_encoded_bytes};
 use serde_json::Value;
 
 use super::credential::Credential;
 
-/// What a scrubbed value becomes.
-pub const REDACTED: &str = "[redacted]";
+/// What a scrubbed value becomes: the aggregator's marker, so both read the same.
+pub const REDACTED: &str = kberg_server::aggregate::REDACTED;
 
 /// What of `secret` is searched for: the value itself; the value without its surrounding
 /// whitespace (a value stored with a trailing blank goes out in a header as stored, and HTTP
@@ -41,7 +45,8 @@ pub const REDACTED: &str = "[redacted]";
 /// without it); and, for a value of several lines (a PEM key), each of its lines (trimmed) of
 /// at least [`MIN_REDACTED_LEN`](kberg_server::aggregate::MIN_REDACTED_LEN) bytes, as the
 /// aggregator redacts a child's stderr: an upstream that quotes one line of the value quotes
-/// part of it. Longest first, so a part inside a longer one is never left half replaced.
+/// part of it. All are searched for at once, and occurrences that overlap (a part inside a
+/// longer one) are replaced as one, so none is left half replaced. Empty for an empty value.
 fn parts(secret: &str) -> Vec<&str> {
     let mut parts = vec![secret, secret.trim()];
     if secret.contains('\n') {
@@ -61,14 +66,13 @@ fn parts(secret: &str) -> Vec<&str> {
 /// Replaces every occurrence of `secret` (and of each line of it, see `parts`) in `out`;
 /// returns whether anything was replaced.
 pub fn scrub_output(out: &mut ToolOutput, secret: &str) -> bool {
+    let parts = parts(secret);
     let mut hit = false;
-    for part in parts(secret) {
-        for block in &mut out.content {
-            hit |= scrub_content(block, part);
-        }
-        if let Some(v) = &mut out.structured {
-            hit |= scrub_value(v, part);
-        }
+    for block in &mut out.content {
+        hit |= scrub_content(block, &parts);
+    }
+    if let Some(v) = &mut out.structured {
+        hit |= scrub_value(v, &parts);
     }
     hit
 }
@@ -79,19 +83,18 @@ pub fn scrub_output(out: &mut ToolOutput, secret: &str) -> bool {
 /// cannot be changed without breaking the call: such a tool is not offered. Else whether
 /// anything was replaced.
 pub(crate) fn scrub_spec(spec: &mut kberg_core::ToolSpec, secret: &str) -> Option<bool> {
+    let parts = parts(secret);
+    if holds(&spec.name, &parts) {
+        return None;
+    }
     let mut hit = false;
-    for part in parts(secret) {
-        if holds(&spec.name, part) {
-            return None;
-        }
-        if let Some(title) = &mut spec.title {
-            hit |= scrub_string(title, part);
-        }
-        hit |= scrub_string(&mut spec.description, part);
-        hit |= scrub_value(&mut spec.input_schema, part);
-        if let Some(schema) = &mut spec.output_schema {
-            hit |= scrub_value(schema, part);
-        }
+    if let Some(title) = &mut spec.title {
+        hit |= scrub_string(title, &parts);
+    }
+    hit |= scrub_string(&mut spec.description, &parts);
+    hit |= scrub_value(&mut spec.input_schema, &parts);
+    if let Some(schema) = &mut spec.output_schema {
+        hit |= scrub_value(schema, &parts);
     }
     Some(hit)
 }
@@ -99,9 +102,7 @@ pub(crate) fn scrub_spec(spec: &mut kberg_core::ToolSpec, secret: &str) -> Optio
 /// `text` with every occurrence of `secret` (and of each line of it, see `parts`) replaced
 /// by [`REDACTED`] (as it is when `secret` is empty).
 pub fn scrub_text(text: &str, secret: &str) -> String {
-    parts(secret)
-        .into_iter()
-        .fold(text.to_string(), |t, part| replaced(&t, part).unwrap_or(t))
+    redact_encoded(text, &parts(secret)).into_owned()
 }
 
 /// Replaces every occurrence of `secret` (and of each line of it, see `parts`) in every string
@@ -109,184 +110,35 @@ pub fn scrub_text(text: &str, secret: &str) -> String {
 /// reads itself before building what an agent sees (Kanboard's JSON-RPC answers).
 #[cfg(feature = "kanboard")]
 pub(crate) fn scrub_json(v: &mut Value, secret: &str) -> bool {
-    parts(secret)
-        .into_iter()
-        .fold(false, |hit, part| scrub_value(v, part) | hit)
+    scrub_value(v, &parts(secret))
 }
 
-/// Replaces `secret` in `s` in place; returns whether it was there.
-fn scrub_string(s: &mut String, secret: &str) -> bool {
-    match replaced(s, secret) {
-        Some(scrubbed) => {
+/// Replaces `parts` in `s` in place; returns whether any was there.
+fn scrub_string(s: &mut String, parts: &[&str]) -> bool {
+    match redact_encoded(s, parts) {
+        Cow::Borrowed(_) => false,
+        Cow::Owned(scrubbed) => {
             *s = scrubbed;
             true
         }
-        None => false,
     }
 }
 
-/// Whether `text` holds `secret`, as it is or in an encoded form (see [`encoded_match`]).
-fn holds(text: &str, secret: &str) -> bool {
-    text.contains(secret) || (encodable(secret) && replaced(text, secret).is_some())
+/// Whether `text` holds one of `parts`, as it is or in an encoded form.
+fn holds(text: &str, parts: &[&str]) -> bool {
+    matches!(redact_encoded(text, parts), Cow::Owned(_))
 }
 
-/// `text` with every occurrence of `secret`, as it is or in an encoded form (see
-/// [`encoded_match`]), replaced by [`REDACTED`]; `None` when there is none.
-fn replaced(text: &str, secret: &str) -> Option<String> {
-    if secret.is_empty() {
-        return None;
-    }
-    if !encodable(secret) {
-        return text
-            .contains(secret)
-            .then(|| text.replace(secret, REDACTED));
-    }
-    // Cut only at character boundaries: what is put in is ASCII, so the rest stays UTF-8.
-    let out = replace_encoded(text.as_bytes(), secret.as_bytes(), |i| {
-        text.is_char_boundary(i)
-    })?;
-    Some(
-        String::from_utf8(out)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
-    )
-}
-
-/// The encoded forms of `secret` most encoders write whole, for lists of values searched for
-/// as they are (the aggregator's redaction of log lines, relayed messages and errors): every
-/// byte but a letter, a digit, `-`, `.`, `_` and `~` percent-encoded (upper and lower case),
-/// the same leaving `/` or `+` as they are (a path's encoder, a user part's), and `/` as
-/// JSON's `\/`. Empty for a value no encoder changes. [`scrub_text`] and the other scrubs
-/// here find every mix of forms; this list is for code that cannot.
-pub(crate) fn encoded_forms(secret: &str) -> Vec<String> {
-    if secret.is_empty() || !encodable(secret) {
-        return Vec::new();
-    }
-    let percent = |keep: Option<u8>, upper: bool| -> String {
-        secret
-            .bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric()
-                    || matches!(b, b'-' | b'.' | b'_' | b'~')
-                    || Some(b) == keep
-                {
-                    (b as char).to_string()
-                } else if upper {
-                    format!("%{b:02X}")
-                } else {
-                    format!("%{b:02x}")
-                }
-            })
-            .collect::<String>()
-    };
-    let mut forms = vec![
-        percent(None, true),
-        percent(None, false),
-        percent(Some(b'/'), true),
-        percent(Some(b'+'), true),
-        secret.replace('/', "\\/"),
-    ];
-    forms.sort();
-    forms.dedup();
-    forms.retain(|f| f != secret);
-    forms
-}
-
-/// Whether some encoder writes `secret` differently: it holds a byte other than a letter, a
-/// digit, `-`, `.`, `_` or `~` (what percent-encoding leaves as it is). A value of those alone
-/// is searched for as it is, the fast way.
-fn encodable(secret: &str) -> bool {
-    secret
-        .bytes()
-        .any(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')))
-}
-
-/// `hay` with every occurrence of `secret` (see [`encoded_match`]) that starts and ends where
-/// `boundary` allows replaced by [`REDACTED`]'s bytes; `None` when there is none.
-fn replace_encoded(hay: &[u8], secret: &[u8], boundary: impl Fn(usize) -> bool) -> Option<Vec<u8>> {
-    let first = *secret.first()?;
-    let mut out = Vec::new();
-    let (mut copied, mut i, mut hit) = (0, 0, false);
-    while i < hay.len() {
-        // Most positions cannot start one: the first byte as it is, or an escape's first byte.
-        let may_start =
-            matches!(hay[i], b'%' | b'\\') || hay[i] == first || (first == b' ' && hay[i] == b'+');
-        if may_start
-            && boundary(i)
-            && let Some(end) = encoded_match(hay, i, secret).filter(|&end| boundary(end))
-        {
-            out.extend_from_slice(&hay[copied..i]);
-            out.extend_from_slice(REDACTED.as_bytes());
-            (copied, i, hit) = (end, end, true);
-            continue;
-        }
-        i += 1;
-    }
-    if !hit {
-        return None;
-    }
-    out.extend_from_slice(&hay[copied..]);
-    Some(out)
-}
-
-/// The end of the longest occurrence of `secret` in `hay` that starts at `start`, each of its
-/// bytes written as it is or in one of the forms encoders give it: `%XX` (either case), a JSON
-/// escape (`\uXXXX` for an ASCII byte, `\/` for `/`), `+` for a space. The forms are followed
-/// side by side (a `%` of the value may be itself or the start of `%25`), with no recursion.
-fn encoded_match(hay: &[u8], start: usize, secret: &[u8]) -> Option<usize> {
-    let mut ends = vec![start];
-    for &b in secret {
-        let mut next = Vec::with_capacity(ends.len() + 1);
-        for &p in &ends {
-            let rest = &hay[p..];
-            if rest.first() == Some(&b) {
-                next.push(p + 1);
-            }
-            if let [b'%', h, l, ..] = rest
-                && hex_pair(*h, *l) == Some(b)
-            {
-                next.push(p + 3);
-            }
-            if b.is_ascii() {
-                if let [b'\\', b'u', a, c, h, l, ..] = rest
-                    && hex_pair(*a, *c) == Some(0)
-                    && hex_pair(*h, *l) == Some(b)
-                {
-                    next.push(p + 6);
-                }
-                if b == b'/' && rest.starts_with(b"\\/") {
-                    next.push(p + 2);
-                }
-                if b == b' ' && rest.first() == Some(&b'+') {
-                    next.push(p + 1);
-                }
-            }
-        }
-        next.sort_unstable();
-        next.dedup();
-        if next.is_empty() {
-            return None;
-        }
-        ends = next;
-    }
-    ends.last().copied()
-}
-
-/// The byte two hex digits (either case) write.
-fn hex_pair(high: u8, low: u8) -> Option<u8> {
-    let digit = |c: u8| (c as char).to_digit(16);
-    u8::try_from(digit(high)? * 16 + digit(low)?).ok()
-}
-
-/// Replaces `secret` in each of `strings`; returns whether it was in any.
-fn scrub_strings<'a>(strings: impl IntoIterator<Item = &'a mut String>, secret: &str) -> bool {
+/// Replaces `parts` in each of `strings`; returns whether any was in any.
+fn scrub_strings<'a>(strings: impl IntoIterator<Item = &'a mut String>, parts: &[&str]) -> bool {
     strings
         .into_iter()
-        .fold(false, |hit, s| scrub_string(s, secret) | hit)
+        .fold(false, |hit, s| scrub_string(s, parts) | hit)
 }
 
-fn scrub_content(block: &mut Content, secret: &str) -> bool {
+fn scrub_content(block: &mut Content, parts: &[&str]) -> bool {
     match block {
-        Content::Text(text) => scrub_string(text, secret),
+        Content::Text(text) => scrub_string(text, parts),
         Content::ResourceLink {
             uri,
             name,
@@ -301,60 +153,39 @@ fn scrub_content(block: &mut Content, secret: &str) -> bool {
             ]
             .into_iter()
             .flatten(),
-            secret,
+            parts,
         ),
         Content::Resource(r) => {
             let body = match &mut r.body {
-                ResourceBody::Text(text) => scrub_string(text, secret),
+                ResourceBody::Text(text) => scrub_string(text, parts),
                 // A blob is text often enough (a file read as bytes) to hold an echoed token.
-                ResourceBody::Blob(bytes) => scrub_bytes(bytes, secret.as_bytes()),
+                ResourceBody::Blob(bytes) => scrub_bytes(bytes, parts),
             };
             scrub_strings(
                 [Some(&mut r.uri), r.mime_type.as_mut()]
                     .into_iter()
                     .flatten(),
-                secret,
+                parts,
             ) | body
         }
         Content::Image { mime_type, .. } | Content::Audio { mime_type, .. } => {
-            scrub_string(mime_type, secret)
+            scrub_string(mime_type, parts)
         }
         // A kind of block this version does not know: nothing to search in it.
         _ => false,
     }
 }
 
-/// Replaces every occurrence of `secret` in `bytes` by [`REDACTED`]'s bytes; returns whether
-/// it was there.
-fn scrub_bytes(bytes: &mut Vec<u8>, secret: &[u8]) -> bool {
-    if secret.is_empty() {
-        return false;
-    }
-    if std::str::from_utf8(secret).is_ok_and(encodable) {
-        return match replace_encoded(bytes, secret, |_| true) {
-            Some(scrubbed) => {
-                *bytes = scrubbed;
-                true
-            }
-            None => false,
-        };
-    }
-    if !bytes.windows(secret.len()).any(|w| w == secret) {
-        return false;
-    }
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut rest = bytes.as_slice();
-    while !rest.is_empty() {
-        if rest.starts_with(secret) {
-            out.extend_from_slice(REDACTED.as_bytes());
-            rest = &rest[secret.len()..];
-        } else {
-            out.push(rest[0]);
-            rest = &rest[1..];
+/// Replaces every occurrence of `parts`, as they are or encoded, in `bytes` by
+/// [`REDACTED`]'s bytes; returns whether any was there.
+fn scrub_bytes(bytes: &mut Vec<u8>, parts: &[&str]) -> bool {
+    match redact_encoded_bytes(bytes, parts) {
+        Cow::Borrowed(_) => false,
+        Cow::Owned(scrubbed) => {
+            *bytes = scrubbed;
+            true
         }
     }
-    *bytes = out;
-    true
 }
 
 /// The calling agent's channel, as a forwarded call's upstream uses it: every notification and
@@ -379,10 +210,7 @@ impl ScrubbingPeer {
     }
 
     fn scrubbed(&self, method: &str, mut params: Value) -> Value {
-        let hit = parts(self.secret.expose())
-            .into_iter()
-            .fold(false, |hit, part| scrub_value(&mut params, part) | hit);
-        if hit {
+        if scrub_value(&mut params, &parts(self.secret.expose())) {
             tracing::warn!(namespace = %self.namespace, method, "the upstream sent its credential to the client; scrubbed");
         }
         params
@@ -411,25 +239,26 @@ impl ClientPeer for ScrubbingPeer {
     }
 }
 
-fn scrub_value(v: &mut Value, secret: &str) -> bool {
-    if secret.is_empty() {
+/// Replaces `parts` in every string and object key of `v`; returns whether any was there.
+fn scrub_value(v: &mut Value, parts: &[&str]) -> bool {
+    if parts.is_empty() {
         return false;
     }
     match v {
-        Value::String(s) => scrub_string(s, secret),
+        Value::String(s) => scrub_string(s, parts),
         Value::Array(items) => items
             .iter_mut()
-            .fold(false, |hit, item| scrub_value(item, secret) | hit),
+            .fold(false, |hit, item| scrub_value(item, parts) | hit),
         Value::Object(map) => {
             let mut hit = map
                 .values_mut()
-                .fold(false, |hit, item| scrub_value(item, secret) | hit);
+                .fold(false, |hit, item| scrub_value(item, parts) | hit);
             // A key is text the agent reads too (an upstream may key a map by token). Only a
             // map with such a key is rebuilt; should two keys become one, the later one stays.
-            if map.keys().any(|k| holds(k, secret)) {
+            if map.keys().any(|k| holds(k, parts)) {
                 let entries = std::mem::take(map);
                 for (k, item) in entries {
-                    map.insert(scrub_text(&k, secret), item);
+                    map.insert(redact_encoded(&k, parts).into_owned(), item);
                 }
                 hit = true;
             }
@@ -646,7 +475,7 @@ mod tests {
             let shown = format!("{} {}", out.all_text(), out.structured.unwrap_or_default());
             assert!(!shown.contains(quoted), "{quoted}: {shown}");
             let mut blob = said.clone().into_bytes();
-            assert!(scrub_bytes(&mut blob, secret.as_bytes()), "{quoted}");
+            assert!(scrub_bytes(&mut blob, &[secret]), "{quoted}");
             assert!(!String::from_utf8_lossy(&blob).contains(quoted), "{quoted}");
         }
         // Another value's encoded form, a part of the value, and a plain value's text stay.
@@ -655,23 +484,16 @@ mod tests {
         }
         assert_eq!(scrub_text("x ab%2Dcd y", "ab-cd"), "x ab%2Dcd y");
         assert_eq!(scrub_text("é ab/cd é", "ab/cd"), "é [redacted] é");
-    }
-
-    #[test]
-    fn the_encoded_forms_written_whole_are_listed() {
-        assert!(encoded_forms("plain-token_1.2~").is_empty());
-        let forms = encoded_forms("ab/c+d=");
+        // Encoded whole or in part, each is the value.
         for form in [
             "ab%2Fc%2Bd%3D",
             "ab%2fc%2bd%3d",
             "ab/c%2Bd%3D",
-            "ab%2Fc+d%3D",
-            "ab\\/c+d=",
+            "ab%2Fc+d%3d",
+            "ab\\/c%2Bd=",
         ] {
-            assert!(forms.contains(&form.to_string()), "{form}: {forms:?}");
             assert_eq!(scrub_text(form, "ab/c+d="), REDACTED, "{form}");
         }
-        assert!(!forms.contains(&"ab/c+d=".to_string()));
     }
 
     #[test]
