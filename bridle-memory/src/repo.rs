@@ -132,14 +132,23 @@ pub fn redact_url(source: &str) -> String {
 /// decoded ([`UrlCredentials::of_source`](kberg_core::UrlCredentials::of_source); nothing for an
 /// scp-like source or a path), and those of the [`GitAuth`] sent with it, if any
 /// ([`GitAuth::credentials`]). A host, or a proxy in front of it, may quote what it refused in
-/// the message git prints (`fatal: remote error: ...`), as services do.
+/// the message git prints (`fatal: remote error: ...`), as services do. Then each control
+/// character, bidirectional control and line separator is written as its escape
+/// ([`kberg_core::escaped_when_quoted`]): that message is the host's text, and whoever gets
+/// the error prints it (a terminal, a log, a panel, a model's context), where an ESC sequence
+/// or a carriage return would rewrite what is shown and a U+202E or U+2066 reorder it.
 fn scrub(text: &str, source: &str, auth: Option<&kberg_core::UrlCredentials>) -> String {
     let text = kberg_core::UrlCredentials::of_source(source).scrub(text);
-    match auth {
+    let text = match auth {
         Some(auth) => auth.scrub(&text),
         None => text,
-    }
+    };
+    kberg_core::quote_escaped(&text, usize::MAX).0
 }
+
+/// How much of the line git said last an error quotes, in characters: the reason a clone
+/// failed fits in far less, but a host's `remote:` line is as long as the host makes it.
+const MAX_QUOTED_GIT_CHARS: usize = 500;
 
 /// The HTTP authorization a clone sends to one site (`https://git.example/` or a path under
 /// it, such as `https://git.example/team/`), kept out of the repository's URL. git gets it as
@@ -506,6 +515,13 @@ async fn fetch_in(
             .find(|l| !l.trim().is_empty())
             .unwrap_or("git clone failed")
             .trim();
+        // Scrubbed and escaped before it is cut, so neither a credential nor an escape is
+        // left half shown at the cut.
+        let (mut quoted, cut) =
+            kberg_core::quote_escaped(&scrub(msg, source, sent.as_ref()), MAX_QUOTED_GIT_CHARS);
+        if cut {
+            quoted.push_str("...");
+        }
         let hint = if msg.contains("could not read Username")
             || msg.contains("Authentication failed")
             || msg.contains("terminal prompts disabled")
@@ -514,7 +530,7 @@ async fn fetch_in(
         } else {
             ""
         };
-        let reason = format!("{msg}{hint}");
+        let reason = format!("{quoted}{hint}");
         return Err(if lasting_clone_failure(&err) {
             lasting(reason)
         } else {
@@ -1303,6 +1319,69 @@ mod tests {
             base64::engine::general_purpose::STANDARD.encode(format!("bridle-bot:{SECRET}"));
         assert!(!shown.contains(&basic), "{shown}");
         assert!(!shown.contains("Basic"), "{shown}");
+    }
+
+    /// A host's last words, which a failed clone's error quotes, hold control characters: an
+    /// ESC sequence, a carriage return, bidirectional overrides and isolates, a NUL. Before,
+    /// they reached the error as they were, so a terminal or a panel showing it would colour,
+    /// rewrite or reorder the text; each is written as its escape, other text as it is, and a
+    /// line as long as the host likes is cut.
+    #[tokio::test]
+    async fn a_host_s_control_characters_are_escaped_in_the_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let git = stand_in_git(
+            dir.path(),
+            "printf 'fatal: remote error: \\033[2Jgood\\rbad \\342\\200\\256txt.exe\\342\\200\\254 \\342\\201\\246iso\\342\\201\\251 nul\\001 \\302\\205 caf\\303\\251\\n' >&2\n\
+             exit 128\n",
+        );
+        let long_dir = dir.path().join("long");
+        std::fs::create_dir(&long_dir).expect("mkdir");
+        let long = stand_in_git(
+            &long_dir,
+            "printf 'fatal: ' >&2\nhead -c 10000 /dev/zero | tr '\\000' x >&2\nexit 128\n",
+        );
+        let clones = dir.path().join("clones");
+        std::fs::create_dir(&clones).expect("mkdir");
+        let fail = |git: PathBuf| {
+            let clones = clones.clone();
+            async move {
+                fetch_in(
+                    &clones,
+                    &git.display().to_string(),
+                    "https://git.example.invalid/team/app.git",
+                    None,
+                    Duration::from_secs(60),
+                    1 << 20,
+                    &LimitNames::default(),
+                )
+                .await
+                .map(|_| ())
+                .expect_err("the host refused")
+            }
+        };
+        let err = fail(git).await;
+        assert_eq!(err.code(), "repo_unavailable", "{err}");
+        for shown in [err.to_string(), format!("{err:?}")] {
+            assert!(
+                !shown.chars().any(kberg_core::escaped_when_quoted),
+                "{shown:?}"
+            );
+        }
+        let shown = err.to_string();
+        assert!(
+            shown.contains(
+                "fatal: remote error: \\u{1b}[2Jgood\\rbad \\u{202e}txt.exe\\u{202c} \
+                 \\u{2066}iso\\u{2069} nul\\u{1} \\u{85} café"
+            ),
+            "{shown}"
+        );
+        let err = fail(long).await;
+        let shown = err.to_string();
+        assert!(
+            shown.contains(&format!("fatal: {}...", "x".repeat(493))),
+            "{shown}"
+        );
+        assert!(!shown.contains(&"x".repeat(494)), "{shown}");
     }
 
     /// A clone is made under the temporary folder, where any user of the machine may leave
