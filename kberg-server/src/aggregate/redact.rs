@@ -223,9 +223,10 @@ impl Redactions {
 /// any of these forms has the value.
 ///
 /// A value of letters, digits and `-._~` alone (no encoder changes it) is searched for as it
-/// is, by the fast substring search; the others by a scan of the text's bytes, and only where
-/// the text holds an escape character (`%`, `\`, or `+` for a value with a space), else as
-/// they are too. Every occurrence is found in the original text, at every position (so
+/// is, by the fast substring search. The others are found by a scan of the text's bytes
+/// when the text holds a byte that starts an escape (`%`, `\`, or `+` for a value with a
+/// space); text without one can hold them only as they are, and is searched the fast way
+/// too. Every occurrence is found in the original text, at every position (so
 /// overlapping ones count), and overlapping or adjacent occurrences, of one value or of
 /// several, are replaced as one, so no part of a value is left shown beside the marker. Cuts
 /// fall only on character boundaries. Empty values are ignored (they would match
@@ -254,7 +255,11 @@ pub fn redact_encoded<'a, S: AsRef<str>>(text: &'a str, values: &[S]) -> Cow<'a,
                 hits.push((start, start + value.len()));
                 // On by one character, not the whole value: an occurrence overlapping this
                 // one ("abab" in "ababab") counts too.
-                from = start + text[start..].chars().next().map_or(1, char::len_utf8);
+                from = start
+                    + text
+                        .get(start..)
+                        .and_then(|rest| rest.chars().next())
+                        .map_or(1, char::len_utf8);
             }
         }
     }
@@ -275,12 +280,13 @@ pub fn redact_encoded<'a, S: AsRef<str>>(text: &'a str, values: &[S]) -> Cow<'a,
 pub fn redact_encoded_bytes<'a, S: AsRef<str>>(bytes: &'a [u8], values: &[S]) -> Cow<'a, [u8]> {
     let mut hits: Vec<(usize, usize)> = Vec::new();
     for value in values {
+        let written_differently = encodable(value.as_ref());
         let value = value.as_ref().as_bytes();
         // Every form of a value is at least as long as the value.
         if value.is_empty() || value.len() > bytes.len() {
             continue;
         }
-        if std::str::from_utf8(value).is_ok_and(encodable) && may_hold_escape(bytes, value) {
+        if written_differently && may_hold_escape(bytes, value) {
             encoded_hits(bytes, value, |_| true, &mut hits);
         } else {
             hits.extend(
