@@ -803,8 +803,9 @@ pub fn collect_files(root: &Path, rules: &FileRules) -> Result<Vec<SourceFile>> 
 ///
 /// The walk is the `ignore` crate's (ripgrep's): `.gitignore` files (also outside a git
 /// checkout, so a copied tree keeps its rules), `.git/info/exclude`, the user's global git
-/// excludes and `.ignore` files are honoured (those of the folders above `root` too, unless
-/// `root` is a repository's root, holding `.git`, as a clone's is), hidden files and folders
+/// excludes and `.ignore` files are honoured (those of the folders above `root` too, up to the
+/// root of the repository `root` is in and none above it; none above `root` when it is a
+/// repository's root, holding `.git`, as a clone's is), hidden files and folders
 /// are skipped unless [`FileRules::hidden`] says otherwise, and symlinks are not followed (they
 /// may leave the repository or loop). An ignore file (`.gitignore`, `.ignore`) is read only when it is a file
 /// of the tree of at most [`MAX_IGNORE_FILE_BYTES`], or a link to one: one that is a link leading
@@ -831,21 +832,34 @@ pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
     let real_root = std::fs::canonicalize(root).map_err(|_| unreadable())?;
     // The root's ignore files are read at the walk's first step, which a bad one prevents; a
     // folder's as the walk enters it, which `filter_entry` refuses for a bad one.
-    let unsafe_ignore = Arc::new(Mutex::new(unsafe_ignore_file_in(root, &real_root)));
-    let seen = Arc::clone(&unsafe_ignore);
     // A repository's root (a clone's always) takes no ignore rule from the folders above it,
     // as git takes none: for a clone those are the temporary folder's (`/tmp`, where any user
     // of the machine may leave a `.gitignore` that decides what is indexed, or a `.ignore`
     // linked to `/dev/zero` that the walk would read forever). A folder inside a repository
-    // keeps the rules of the folders above it.
+    // takes the rules of the folders above it up to the repository's root and none beyond
+    // ([`RulesAbove`]); only a folder in no repository has the walk read every folder above.
     let repository_root = std::fs::symlink_metadata(root.join(".git")).is_ok();
+    let above = if repository_root {
+        RulesAbove::default()
+    } else {
+        RulesAbove::read(&real_root)
+    };
+    let unsafe_ignore = Arc::new(Mutex::new(
+        above
+            .unsafe_file
+            .clone()
+            .or_else(|| unsafe_ignore_file_in(root, &real_root)),
+    ));
+    let seen = Arc::clone(&unsafe_ignore);
+    let read_parents = !repository_root && above.repository.is_none();
+    let walk_root = root.to_path_buf();
     let walk = ignore::WalkBuilder::new(root)
         .hidden(!rules.hidden)
         .git_ignore(true)
         .git_global(true)
         .git_exclude(true)
         .ignore(true)
-        .parents(!repository_root)
+        .parents(read_parents)
         .require_git(false)
         .follow_links(false)
         .max_filesize(Some(rules.max_file_bytes))
@@ -855,7 +869,13 @@ pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
         .sort_by_file_path(sibling_order)
         .filter_entry(move |e| {
             let is_dir = e.file_type().is_some_and(|t| t.is_dir());
-            if !is_dir || e.depth() == 0 {
+            if e.depth() == 0 {
+                return true;
+            }
+            if above.ignores(&walk_root, &real_root, e.path(), is_dir) {
+                return false;
+            }
+            if !is_dir {
                 return true;
             }
             if SKIP_DIRS.contains(&e.file_name().to_string_lossy().as_ref()) {
@@ -881,6 +901,92 @@ pub fn source_files(root: &Path, rules: &FileRules) -> Result<SourceFiles> {
         root: root.to_path_buf(),
         unsafe_ignore,
     })
+}
+
+/// The ignore rules a folder inside a repository (not its root) takes from the folders above
+/// it, up to the repository's root (the nearest folder above holding `.git`) and none beyond:
+/// their `.gitignore` and `.ignore` files and the repository's `.git/info/exclude`. The walk
+/// is told to read no folder above its root (the `ignore` crate's `parents` reads every one
+/// up to `/`, `/tmp`'s too), and these rules are applied to its entries instead, the nearest
+/// folder's first, as the walk applies its own. One difference: a `!pattern` in an ignore
+/// file inside the walk does not bring back what a folder above ignores.
+#[derive(Default)]
+struct RulesAbove {
+    /// The repository's root, when the folder is inside one.
+    repository: Option<PathBuf>,
+    /// Each folder's rules, the nearest folder's first, then the repository's exclude file.
+    rules: Vec<ignore::gitignore::Gitignore>,
+    /// An ignore file above that must not be read (see [`unsafe_ignore_file_in`]).
+    unsafe_file: Option<PathBuf>,
+}
+
+impl RulesAbove {
+    /// The rules above `real_root` (a canonical path) up to its repository's root; none when
+    /// it is in no repository.
+    fn read(real_root: &Path) -> Self {
+        let Some(repository) = real_root
+            .ancestors()
+            .skip(1)
+            .find(|d| std::fs::symlink_metadata(d.join(".git")).is_ok())
+            .map(Path::to_path_buf)
+        else {
+            return Self::default();
+        };
+        let mut rules = Vec::new();
+        for dir in real_root.ancestors().skip(1) {
+            if let Some(file) = unsafe_ignore_file_in(dir, &repository) {
+                return Self {
+                    repository: Some(repository),
+                    rules: Vec::new(),
+                    unsafe_file: Some(file),
+                };
+            }
+            // `.ignore` after `.gitignore`, so its rules win, as in the walk.
+            rules.push(Self::matcher(dir, &[".gitignore", ".ignore"]));
+            if dir == repository {
+                break;
+            }
+        }
+        if std::fs::symlink_metadata(repository.join(".git")).is_ok_and(|m| m.is_dir()) {
+            rules.push(Self::matcher(&repository, &[".git/info/exclude"]));
+        }
+        Self {
+            repository: Some(repository),
+            rules,
+            unsafe_file: None,
+        }
+    }
+
+    /// The rules of the files `names` of `dir`, rooted at `dir`; a file that is missing or
+    /// does not parse adds nothing, as in the walk.
+    fn matcher(dir: &Path, names: &[&str]) -> ignore::gitignore::Gitignore {
+        let mut b = ignore::gitignore::GitignoreBuilder::new(dir);
+        for name in names {
+            let file = dir.join(name);
+            if file.is_file() {
+                let _ = b.add(file);
+            }
+        }
+        b.build()
+            .unwrap_or_else(|_| ignore::gitignore::Gitignore::empty())
+    }
+
+    /// Whether the rules above ignore `path`, an entry of the walk of `root` (whose canonical
+    /// path is `real_root`): the nearest folder's rule that matches decides.
+    fn ignores(&self, root: &Path, real_root: &Path, path: &Path, is_dir: bool) -> bool {
+        if self.rules.is_empty() {
+            return false;
+        }
+        let path = real_root.join(path.strip_prefix(root).unwrap_or(path));
+        for rules in &self.rules {
+            match rules.matched(&path, is_dir) {
+                ignore::Match::Ignore(_) => return true,
+                ignore::Match::Whitelist(_) => return false,
+                ignore::Match::None => {}
+            }
+        }
+        false
+    }
 }
 
 /// The most bytes an ignore file (`.gitignore`, `.ignore`) of a tree may hold to be read: 1 MiB,
@@ -1411,6 +1517,53 @@ mod tests {
         assert_eq!(paths(&repo), ["a.rs", "b.py", "sub/f.ts"]);
         // A folder of the repository is read under the repository's rules.
         assert_eq!(paths(&repo.join("sub")), ["f.ts"]);
+    }
+
+    /// A folder inside a repository, as a local source may be, takes the ignore rules of the
+    /// folders above it up to the repository's root, and those of no folder above that: before,
+    /// the walk read every folder's up to `/` (a `.ignore` in the temporary folder decided
+    /// what was indexed, and one linked to `/dev/zero` would be read forever).
+    #[test]
+    fn a_folder_inside_a_repository_takes_the_rules_up_to_the_repository_root_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join(".gitignore"), "*.rs\n").expect("write");
+        std::fs::write(dir.path().join(".ignore"), "*.py\n").expect("write");
+        let repo = dir.path().join("repo");
+        let inner = repo.join("sub/inner");
+        std::fs::create_dir_all(repo.join(".git/info")).expect("mkdir");
+        std::fs::create_dir_all(inner.join("gen")).expect("mkdir");
+        std::fs::write(repo.join(".git/info/exclude"), "*.java\n").expect("write");
+        // Anchored at the repository's root; a later `!` brings a file back.
+        std::fs::write(repo.join(".gitignore"), "*.go\n/sub/inner/gen/\n!keep.go\n")
+            .expect("write");
+        std::fs::write(repo.join("sub/.ignore"), "*.ts\n").expect("write");
+        for f in [
+            "a.rs", "b.py", "c.go", "keep.go", "d.ts", "e.java", "f.c", "gen/x.c",
+        ] {
+            std::fs::write(inner.join(f), "x = 1\n").expect("write");
+        }
+        let paths: Vec<String> = collect_files(&inner, &FileRules::default())
+            .expect("walk")
+            .into_iter()
+            .map(|f| f.path)
+            .collect();
+        assert_eq!(paths, ["a.rs", "b.py", "f.c", "keep.go"]);
+    }
+
+    /// An ignore file above a folder inside a repository, up to the repository's root, is
+    /// checked as the tree's own are: one linked to a device stops the walk unread.
+    #[test]
+    fn an_unsafe_ignore_file_above_a_folder_of_a_repository_stops_the_walk() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(repo.join(".git")).expect("mkdir");
+        std::fs::create_dir_all(repo.join("sub")).expect("mkdir");
+        std::os::unix::fs::symlink("/dev/zero", repo.join(".ignore")).expect("symlink");
+        std::fs::write(repo.join("sub/a.rs"), "x = 1\n").expect("write");
+        let mut files = source_files(&repo.join("sub"), &FileRules::default()).expect("walk");
+        assert_eq!(files.by_ref().count(), 0);
+        let file = files.unsafe_ignore_file().expect("named");
+        assert!(file.ends_with("repo/.ignore"), "{file}");
     }
 
     #[test]
