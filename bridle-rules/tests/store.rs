@@ -132,6 +132,7 @@ on_every_backend!(
     a_queue_page_is_the_listing_filtered_and_cut,
     vendor_sourcing_cannot_fill_a_project_past_its_limit,
     a_change_that_is_not_json_fails_no_proposal,
+    a_broken_stored_document_is_repaired_from_a_kept_revision,
 );
 
 fn guardrail(id: &str) -> ChangeRequest {
@@ -1574,4 +1575,117 @@ fn a_proposers_name_cannot_forge_a_log_line() {
         !text.lines().any(|l| l.starts_with("ERROR forged")),
         "{text}"
     );
+}
+
+/// The newest stored document of `shop` replaced by `text` by hand: the file, or with the
+/// database as the source, the newest revision's row.
+fn break_stored(fx: &Fixture, backend: Backend, text: &str) {
+    match backend {
+        Backend::Sqlite => std::fs::write(fx.path().join("projects/shop.yaml"), text).unwrap(),
+        #[cfg(feature = "postgres")]
+        Backend::Postgres => fx.sql(&format!(
+            "UPDATE revisions SET document = '{text}' WHERE project = 'shop' AND revision = \
+             (SELECT max(revision) FROM revisions WHERE project = 'shop')"
+        )),
+    }
+}
+
+/// A stored document that does not load: an edit is refused with its error, the kept copies of
+/// earlier revisions still read, and `save_repair` replaces it when based on the newest
+/// revision the store wrote; after that it is an edit like any other.
+fn a_broken_stored_document_is_repaired_from_a_kept_revision(backend: Backend) {
+    let (fx, store) = store(backend);
+    let mut doc = store.load("shop").unwrap().document;
+    doc.project.overview = "second".into();
+    assert_eq!(
+        store
+            .save_edit("shop", &doc, 1, "alice", "overview")
+            .unwrap(),
+        2
+    );
+    break_stored(&fx, backend, "schema_version: 2\nproject: {name: x\n");
+
+    let edit = store.save_edit("shop", &doc, 2, "alice", "again");
+    assert_eq!(edit.unwrap_err().code(), "parse_error");
+    // The copy of revision 1 reads while the current document does not load.
+    assert_eq!(store.document_at("shop", 1).unwrap().project.overview, "");
+
+    match store.save_repair("shop", &doc, 1, "bob", "repair") {
+        Err(RulesError::Conflict {
+            expected, actual, ..
+        }) => assert_eq!((expected, actual), (1, 2)),
+        other => panic!("a stale base is a conflict, got {other:?}"),
+    }
+    assert_eq!(store.load("shop").unwrap_err().code(), "parse_error");
+
+    doc.project.overview = "repaired".into();
+    let saved = store.save_repair("shop", &doc, 2, "bob", "repair").unwrap();
+    assert_eq!(saved.revision, 3);
+    assert_eq!(saved.replaced.map(|e| e.code()), Some("parse_error"));
+    let loaded = store.load("shop").unwrap().document;
+    assert_eq!(
+        (loaded.revision, loaded.project.overview.as_str()),
+        (3, "repaired")
+    );
+    let change = store.changes(Some("shop"), 0).unwrap().pop().unwrap();
+    assert_eq!((change.revision, change.actor.as_str()), (3, "bob"));
+    assert!(
+        change
+            .summary
+            .ends_with("(replaced a stored document that did not load: parse_error)"),
+        "{change:?}"
+    );
+
+    // Repeated, it is an ordinary edit: stale now. On a sound document it saves as one.
+    assert!(matches!(
+        store.save_repair("shop", &doc, 2, "bob", "repair"),
+        Err(RulesError::Conflict { actual: 3, .. })
+    ));
+    let saved = store.save_repair("shop", &doc, 3, "bob", "tidy").unwrap();
+    assert_eq!((saved.revision, saved.replaced.is_none()), (4, true));
+}
+
+/// A hand edit that parses but fails its checks still names its revision: a repair is based on
+/// that one when it is past the newest the store wrote, so revisions never go back.
+#[test]
+fn a_repair_is_based_on_the_revision_a_broken_file_names() {
+    let (fx, store) = store(Backend::Sqlite);
+    let mut doc = store.load("shop").unwrap().document;
+    let path = fx.path().join("projects/shop.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let broken =
+        text.replacen("revision: 1", "revision: 9", 1)
+            .replacen("name: Shop", "name: ''", 1);
+    assert_ne!(broken, text);
+    std::fs::write(&path, &broken).unwrap();
+    assert_eq!(store.load("shop").unwrap_err().code(), "invalid_document");
+
+    assert!(matches!(
+        store.save_repair("shop", &doc, 1, "bob", "repair"),
+        Err(RulesError::Conflict { actual: 9, .. })
+    ));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), broken);
+    doc.project.overview = "fixed".into();
+    let saved = store.save_repair("shop", &doc, 9, "bob", "repair").unwrap();
+    assert_eq!(saved.revision, 10);
+    assert_eq!(saved.replaced.map(|e| e.code()), Some("invalid_document"));
+    assert_eq!(store.load("shop").unwrap().document.revision, 10);
+}
+
+/// A document a newer build wrote is never replaced by a repair: this build cannot tell what
+/// the replacement would drop.
+#[test]
+fn a_repair_never_replaces_a_document_of_a_newer_schema() {
+    let (fx, store) = store(Backend::Sqlite);
+    let doc = store.load("shop").unwrap().document;
+    let path = fx.path().join("projects/shop.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let newer = text.replacen("schema_version: 2", "schema_version: 999", 1);
+    assert_ne!(newer, text);
+    std::fs::write(&path, &newer).unwrap();
+    let e = store
+        .save_repair("shop", &doc, 1, "bob", "repair")
+        .unwrap_err();
+    assert_eq!(e.code(), "schema_too_new");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), newer);
 }

@@ -135,6 +135,8 @@ pub(crate) trait RulesTx {
     fn put_revision(&mut self, project: &str, revision: u64, text: &str) -> Result<(), RulesError>;
     /// A stored revision's text.
     fn revision(&mut self, project: &str, revision: u64) -> Result<Option<String>, RulesError>;
+    /// The number of a project's newest stored revision (without its text).
+    fn latest_revision(&mut self, project: &str) -> Result<Option<u64>, RulesError>;
     /// Inserts a proposal; `None` when its fingerprint was queued before.
     fn insert_proposal(&mut self, p: &NewProposal<'_>) -> Result<Option<u64>, RulesError>;
     /// One proposal.

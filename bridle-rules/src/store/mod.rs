@@ -546,16 +546,135 @@ impl RulesStore {
         let path = self.project_path(project)?;
         let mut tx = self.backend.begin(true)?;
         let current = self.load_in(&mut *tx, project)?.document;
-        if current.revision != base_revision {
+        self.save_over(
+            tx,
+            project,
+            &path,
+            edited,
+            base_revision,
+            current.revision,
+            actor,
+            summary,
+        )
+    }
+
+    /// [`Self::save_edit`], which may also replace a stored document that does not load: one
+    /// that does not parse, breaks the format ([`RulesError::Parse`], [`RulesError::Invalid`])
+    /// or cannot be migrated ([`RulesError::Migration`]), as a hand edit of the project's file
+    /// may leave it. Such a document has no revision to check `base_revision` against, so the
+    /// edit must be based on the newest revision known: the revision the broken text still
+    /// names, if it can be read, or else the newest the store wrote (what the project's history
+    /// and [`Self::document_at`] show). A stale base is a [`RulesError::Conflict`] naming that
+    /// revision. A document of a newer schema ([`RulesError::TooNew`]) is never replaced: a
+    /// newer build wrote it, and this one cannot tell what it would drop. A document that loads
+    /// is saved as [`Self::save_edit`] saves it, so a repeated request is answered as any
+    /// other edit.
+    pub fn save_repair(
+        &self,
+        project: &str,
+        edited: &RulesDocument,
+        base_revision: u64,
+        actor: &str,
+        summary: &str,
+    ) -> Result<SavedEdit, RulesError> {
+        let path = self.project_path(project)?;
+        let mut tx = self.backend.begin(true)?;
+        let broken = match self.load_in(&mut *tx, project) {
+            Ok(loaded) => {
+                let revision = self.save_over(
+                    tx,
+                    project,
+                    &path,
+                    edited,
+                    base_revision,
+                    loaded.document.revision,
+                    actor,
+                    summary,
+                )?;
+                return Ok(SavedEdit {
+                    revision,
+                    replaced: None,
+                });
+            }
+            Err(
+                e @ (RulesError::Parse { .. }
+                | RulesError::Invalid { .. }
+                | RulesError::Migration { .. }),
+            ) => e,
+            Err(e) => return Err(e),
+        };
+        let claimed = self
+            .stored_text(&mut *tx, project, &path)?
+            .and_then(|text| claimed_revision(&text));
+        let written = tx.latest_revision(project)?;
+        let Some(known) = claimed.max(written) else {
+            // Neither the text nor the store names a revision: nothing to base an edit on.
+            return Err(broken);
+        };
+        let summary = format!(
+            "{summary} (replaced a stored document that did not load: {})",
+            broken.code()
+        );
+        let revision = self.save_over(
+            tx,
+            project,
+            &path,
+            edited,
+            base_revision,
+            known,
+            actor,
+            &summary,
+        )?;
+        Ok(SavedEdit {
+            revision,
+            replaced: Some(broken),
+        })
+    }
+
+    /// The stored text of a project's document as it is, loaded or not: the file, or the
+    /// newest revision in the database. `None` when there is none.
+    fn stored_text(
+        &self,
+        tx: &mut dyn RulesTx,
+        project: &str,
+        path: &Path,
+    ) -> Result<Option<String>, RulesError> {
+        match self.document_source() {
+            DocumentSource::Files => match std::fs::read_to_string(path) {
+                Ok(text) => Ok(Some(text)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                // Not UTF-8: the text names no revision that can be read.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Ok(None),
+                Err(e) => Err(RulesError::io(path, e)),
+            },
+            DocumentSource::Database => tx.latest_document(project),
+        }
+    }
+
+    /// Writes `edited` as the revision after `current`, if the edit was based on `current`
+    /// (else [`RulesError::Conflict`], nothing written), and records the change.
+    #[allow(clippy::too_many_arguments)]
+    fn save_over(
+        &self,
+        mut tx: Box<dyn RulesTx + '_>,
+        project: &str,
+        path: &Path,
+        edited: &RulesDocument,
+        base_revision: u64,
+        current: u64,
+        actor: &str,
+        summary: &str,
+    ) -> Result<u64, RulesError> {
+        if current != base_revision {
             return Err(RulesError::Conflict {
                 project: project.to_string(),
                 expected: base_revision,
-                actual: current.revision,
+                actual: current,
             });
         }
         let mut doc = edited.clone();
-        doc.revision = next_revision(&path, current.revision)?;
-        let exports = self.write_doc(&mut *tx, project, &path, &doc)?;
+        doc.revision = next_revision(path, current)?;
+        let exports = self.write_doc(&mut *tx, project, path, &doc)?;
         record_change(
             &mut *tx,
             project,
@@ -624,9 +743,15 @@ impl RulesStore {
     pub fn document_at(&self, project: &str, revision: u64) -> Result<RulesDocument, RulesError> {
         let path = self.project_path(project)?;
         let mut tx = self.backend.begin(false)?;
-        let current = self.load_in(&mut *tx, project)?.document;
-        if current.revision == revision {
-            return Ok(current);
+        // The current document answers for its own revision (with the files as the source,
+        // a hand edit may differ from the copy the store kept of that revision). One that
+        // does not load answers for none: the kept copies still show how it was, which is
+        // what its repair starts from (see `save_repair`).
+        match self.load_in(&mut *tx, project) {
+            Ok(loaded) if loaded.document.revision == revision => return Ok(loaded.document),
+            Ok(_) => {}
+            Err(e) if e.kind() == crate::error::RulesErrorKind::Document => {}
+            Err(e) => return Err(e),
         }
         let text = tx
             .revision(project, revision)?
@@ -1202,6 +1327,23 @@ impl RulesStore {
         );
         Ok(report)
     }
+}
+
+/// What [`RulesStore::save_repair`] wrote.
+#[derive(Debug)]
+pub struct SavedEdit {
+    /// The revision written.
+    pub revision: u64,
+    /// Why the stored document it replaced did not load; `None` when it loaded (an ordinary
+    /// edit).
+    pub replaced: Option<RulesError>,
+}
+
+/// The revision a stored text names at its top level, when the text parses as YAML at all
+/// and `revision` is a number: how far a document that does not load had got.
+fn claimed_revision(text: &str) -> Option<u64> {
+    let tree: serde_json::Value = serde_saphyr::from_str(text).ok()?;
+    tree.get("revision")?.as_u64()
 }
 
 /// The revision after `revision`. Checked, because a hand-edited file can hold any number:

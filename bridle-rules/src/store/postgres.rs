@@ -289,6 +289,16 @@ impl RulesTx for PostgresTx {
             .map(|r| r.get(0)))
     }
 
+    fn latest_revision(&mut self, project: &str) -> Result<Option<u64>, RulesError> {
+        Ok(self
+            .tx
+            .query_opt(
+                "SELECT revision FROM revisions WHERE project = $1 ORDER BY revision DESC LIMIT 1",
+                &[&project],
+            )?
+            .and_then(|r| u64::try_from(r.get::<_, i64>(0)).ok()))
+    }
+
     fn insert_proposal(&mut self, p: &NewProposal<'_>) -> Result<Option<u64>, RulesError> {
         let row = self.tx.query_opt(
             "INSERT INTO proposals (project, source, proposed_by, agent_session, source_ref, base_revision, change, summary, fingerprint, created_at)

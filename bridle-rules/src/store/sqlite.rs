@@ -235,6 +235,18 @@ impl RulesTx for SqliteTx {
             .optional()?)
     }
 
+    fn latest_revision(&mut self, project: &str) -> Result<Option<u64>, RulesError> {
+        let newest: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT revision FROM revisions WHERE project = ?1 ORDER BY revision DESC LIMIT 1",
+                params![project],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(newest.and_then(|r| u64::try_from(r).ok()))
+    }
+
     fn insert_proposal(&mut self, p: &NewProposal<'_>) -> Result<Option<u64>, RulesError> {
         let inserted = self.conn.execute(
             "INSERT OR IGNORE INTO proposals (project, source, proposed_by, agent_session, source_ref, base_revision, change, summary, fingerprint, created_at)
