@@ -3,12 +3,13 @@
 //! 409 `stored_document_invalid` with the stored document's problems and lines, never the
 //! request's codes (`invalid_yaml`, `invalid_document`, ...). Nothing is written meanwhile, a
 //! proposal waiting stays pending, the project list still shows the project, and the routes
-//! answer as before once the file is fixed.
+//! answer as before once the file is fixed, or once it is replaced whole with `repair`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests fail loudly.
 
 mod admin_support;
 
+use admin_support::gateway::Gw;
 use admin_support::{Api, json_ok, problem};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -189,4 +190,201 @@ async fn a_stored_document_from_a_newer_build_says_to_upgrade_the_gateway() {
         assert!(detail.contains("upgrade this gateway"), "{body}");
     }
     api.stop().await;
+}
+
+/// A stored document broken by hand is replaced through the API with `repair`: the revision to
+/// base it on is the newest the history shows, the kept copy of that revision reads as a
+/// starting point, and a stale base is refused with the revision to use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_document_broken_by_hand_is_replaced_whole_with_repair() {
+    let (api, proposal, path) = demo_with_a_proposal().await;
+    let good = json_ok(
+        api.get("/projects/demo").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let revision = good["revision"].as_u64().unwrap();
+    let broken = "schema_version: 2\nproject:\n  name: [unclosed\n";
+    std::fs::write(&path, broken).unwrap();
+    let refused = stored(
+        api.get("/projects/demo").send().await.unwrap(),
+        "parse_error",
+    )
+    .await;
+    assert!(
+        refused["detail"].as_str().unwrap().contains("`repair`"),
+        "the answer names the way out: {refused}"
+    );
+
+    // The history names the newest revision, and its kept copy reads, as JSON and as YAML.
+    let history = json_ok(
+        api.get("/projects/demo/history").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let last = history["items"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["revision"], revision, "{history}");
+    let kept = json_ok(
+        api.get(&format!("/projects/demo/revisions/{revision}"))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(kept["revision"], revision);
+    assert_eq!(kept["document"], good["document"]);
+    let yaml = api
+        .get(&format!("/projects/demo/revisions/{revision}"))
+        .header(reqwest::header::ACCEPT, "application/yaml")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(yaml.status(), StatusCode::OK);
+    assert_eq!(yaml.text().await.unwrap(), good["yaml"].as_str().unwrap());
+
+    // A stale base is a conflict naming the revision to use; nothing is written.
+    let stale = api
+        .put("/projects/demo")
+        .json(&json!({"base_revision": revision - 1, "document": kept["document"], "repair": true}))
+        .send()
+        .await
+        .unwrap();
+    let conflict = problem(stale, StatusCode::CONFLICT, "revision_conflict").await;
+    assert_eq!(conflict["current_revision"], revision, "{conflict}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), broken);
+
+    let mut document = kept["document"].clone();
+    document["project"]["overview"] = json!("repaired through the API");
+    let saved = json_ok(
+        api.put("/projects/demo")
+            .json(
+                &json!({"base_revision": revision, "document": document, "repair": true,
+                          "summary": "restore the broken file"}),
+            )
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(saved["revision"], revision + 1, "{saved}");
+    assert_eq!(saved["replaced"], "parse_error", "{saved}");
+    let now = json_ok(
+        api.get("/projects/demo").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(now["revision"], revision + 1);
+    assert_eq!(
+        now["document"]["project"]["overview"],
+        "repaired through the API"
+    );
+    // The proposal waited through it all.
+    let waiting = json_ok(
+        api.get(&format!("/queue/{proposal}")).send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(waiting["status"], "pending", "{waiting}");
+
+    // The same request again is an edit like any other now: stale.
+    let again = api
+        .put("/projects/demo")
+        .json(&json!({"base_revision": revision, "document": document, "repair": true}))
+        .send()
+        .await
+        .unwrap();
+    problem(again, StatusCode::CONFLICT, "revision_conflict").await;
+    api.stop().await;
+}
+
+/// `repair` never replaces a document a newer build wrote, a revision that is not a number or
+/// that the store keeps no copy of is not found, and `repair` must be a boolean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_refuses_what_it_cannot_replace_or_read() {
+    let (api, _proposal, path) = demo_with_a_proposal().await;
+    let good = json_ok(
+        api.get("/projects/demo").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let revision = good["revision"].as_u64().unwrap();
+    let put = |body: Value| api.put("/projects/demo").json(&body).send();
+
+    let wrong_type =
+        put(json!({"base_revision": revision, "document": good["document"], "repair": "yes"}));
+    problem(
+        wrong_type.await.unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_request",
+    )
+    .await;
+    for (path, status, code) in [
+        (
+            "/projects/demo/revisions/999",
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "/projects/demo/revisions/abc",
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "/projects/nope/revisions/1",
+            StatusCode::NOT_FOUND,
+            "unknown_project",
+        ),
+    ] {
+        problem(api.get(path).send().await.unwrap(), status, code).await;
+    }
+
+    let text = std::fs::read_to_string(&path).unwrap();
+    let newer = text.replacen("schema_version: 2", "schema_version: 999", 1);
+    std::fs::write(&path, &newer).unwrap();
+    let refused =
+        put(json!({"base_revision": revision, "document": good["document"], "repair": true}));
+    stored(refused.await.unwrap(), "schema_too_new").await;
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), newer);
+    api.stop().await;
+}
+
+/// The audit entry of a repair says that a stored document that did not load was replaced and
+/// why, by the store's code; never the broken text, which a hand edit may have filled with
+/// anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_is_audited_by_its_code_never_the_broken_text() {
+    let gw = Gw::start().await;
+    let good = json_ok(
+        gw.get("/projects/demo").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let revision = good["revision"].as_u64().unwrap();
+    const CANARY: &str = "hand-edit-canary-7f3a";
+    let path = gw.ctx.store.project_path("demo").unwrap();
+    std::fs::write(&path, format!("project:\n  name: [{CANARY}\n")).unwrap();
+    let saved = json_ok(
+        gw.put("/projects/demo")
+            .json(&json!({"base_revision": revision, "document": good["document"], "repair": true}))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(saved["replaced"], "parse_error", "{saved}");
+    let audit = json_ok(
+        gw.get("/audit?kind=rules_change").send().await.unwrap(),
+        StatusCode::OK,
+    )
+    .await;
+    let entry = audit["items"].as_array().unwrap().last().unwrap();
+    assert_eq!(
+        entry["subject"], "document replaced; the stored one did not load (parse_error)",
+        "{audit}"
+    );
+    assert!(!gw.audit_export().await.contains(CANARY));
+    gw.stop().await;
 }

@@ -351,7 +351,8 @@ impl ApiError {
         } else {
             format!(
                 "fix it where the gateway stores it (`projects/{project}.yaml` in the data \
-                 directory when files hold the documents), then try again"
+                 directory when files hold the documents), then try again, or replace it \
+                 whole (`PUT` with `repair`)"
             )
         };
         ApiError::StoredDocument {

@@ -23,7 +23,7 @@ use super::{
     ),
     paths(
         projects::list, projects::create, projects::get_one, projects::replace,
-        projects::render, projects::diff, projects::history, projects::upgrade,
+        projects::render, projects::diff, projects::history, projects::revision, projects::upgrade,
         queue::list, queue::get_one, queue::approve, queue::reject,
         scope::list, scope::get_one, scope::approve, scope::deny,
         integrations::list, integrations::get_one, integrations::change, integrations::enable, integrations::disable,

@@ -39,6 +39,10 @@ pub(crate) fn routes() -> Router<AdminState> {
         )
         .route(&path("/projects/{project}/diff"), get(diff))
         .route(&path("/projects/{project}/history"), get(history))
+        .route(
+            &path("/projects/{project}/revisions/{revision}"),
+            get(revision),
+        )
         .route(&path("/projects/{project}/upgrade"), post(upgrade))
 }
 
@@ -124,6 +128,14 @@ pub struct ReplaceProject {
     pub yaml: Option<String>,
     /// One line for the change history (default: "edit through the admin API").
     pub summary: Option<String>,
+    /// Replace the stored document even if it does not load (a hand edit that broke the
+    /// project's file), which is otherwise refused with 409 `stored_document_invalid`. The
+    /// edit is then based on the newest revision known: the one the broken document still
+    /// names, else the newest in the project's history (a stale base is 409 with
+    /// `current_revision`). A document a newer build wrote is never replaced. Without effect
+    /// when the stored document loads.
+    #[serde(default)]
+    pub repair: bool,
 }
 
 /// Where a change landed.
@@ -133,6 +145,11 @@ pub struct Saved {
     pub project: String,
     /// The document's new revision.
     pub revision: u64,
+    /// Set when the change replaced a stored document that did not load (`repair`): the
+    /// store's code for why it did not (`parse_error`, `invalid_document`,
+    /// `migration_failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<String>,
 }
 
 /// A document rendered for one agent type.
@@ -364,6 +381,7 @@ pub async fn create(
     Ok((
         StatusCode::CREATED,
         axum::Json(Saved {
+            replaced: None,
             project: body.name,
             revision: 1,
         }),
@@ -409,24 +427,69 @@ pub async fn get_one(
     // waits for them.
     let (revision, content_type, body) = blocking(move || {
         let doc = load_stored(&ctx.store, &project)?.document;
-        let yaml = bridle_rules::to_yaml(&doc)?;
-        let revision = doc.revision;
-        if yaml_wanted {
-            return Ok((revision, HeaderValue::from_static(YAML), yaml.into_bytes()));
-        }
-        let json = serde_json::to_vec(&ProjectDocument {
-            project,
-            revision,
-            document: doc,
-            yaml,
-        })
-        .map_err(|e| ApiError::Internal(format!("cannot encode the document: {e}")))?;
-        Ok((revision, HeaderValue::from_static("application/json"), json))
+        encode_document(project, doc, yaml_wanted)
     })
     .await?;
     let mut response = ([(header::CONTENT_TYPE, content_type)], body).into_response();
     response.headers_mut().insert(header::ETAG, etag(revision));
     Ok(response)
+}
+
+/// `doc` as the answer's body: YAML when `yaml_wanted`, else [`ProjectDocument`]'s JSON; with
+/// its revision and content type.
+fn encode_document(
+    project: String,
+    doc: RulesDocument,
+    yaml_wanted: bool,
+) -> Result<(u64, HeaderValue, Vec<u8>), ApiError> {
+    let yaml = bridle_rules::to_yaml(&doc)?;
+    let revision = doc.revision;
+    if yaml_wanted {
+        return Ok((revision, HeaderValue::from_static(YAML), yaml.into_bytes()));
+    }
+    let json = serde_json::to_vec(&ProjectDocument {
+        project,
+        revision,
+        document: doc,
+        yaml,
+    })
+    .map_err(|e| ApiError::Internal(format!("cannot encode the document: {e}")))?;
+    Ok((revision, HeaderValue::from_static("application/json"), json))
+}
+
+/// The document as it was at one revision, from the copies the store keeps of each revision it
+/// wrote (an older one is 404). Also answers while the current document does not load: the
+/// revision to base a `repair` on (see [`ReplaceProject::repair`]) can be read here.
+#[utoipa::path(get, path = "/admin/api/v1/projects/{project}/revisions/{revision}", tag = "projects",
+    params(
+        ("project" = String, Path, description = "The project id"),
+        ("revision" = u64, Path, description = "The revision"),
+    ),
+    responses(
+        (status = 200, body = ProjectDocument),
+        (status = 200, description = "With `Accept: application/yaml`", body = String, content_type = "application/yaml"),
+        (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, description = "unknown project, a revision the store keeps no copy of, or one that is not a number", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`stored_document_invalid`: the kept copy of that revision does not load (a newer build wrote it)", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_name`: a name in the path that no project may have", body = ProblemDetails, content_type = "application/problem+json"),
+    ),
+    security(("admin_token" = [])))]
+pub async fn revision(
+    State(s): State<AdminState>,
+    ApiPath((project, revision)): ApiPath<(String, u64)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let ctx = s.ctx.clone();
+    let yaml_wanted = wants_yaml(&headers);
+    let (_, content_type, body) = blocking(move || {
+        let doc = ctx
+            .store
+            .document_at(&project, revision)
+            .map_err(|e| ApiError::stored(&project, e))?;
+        encode_document(project, doc, yaml_wanted)
+    })
+    .await?;
+    Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
 }
 
 /// Replaces the document, based on `base_revision`. A stale base is 409 with
@@ -439,7 +502,7 @@ pub async fn get_one(
         (status = 400, description = "malformed JSON or YAML (with line and column)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "stale base revision; `current_revision` says the current one; `stored_document_invalid`: the project's stored document does not load (fix it where it is stored)", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "stale base revision; `current_revision` says the current one; `stored_document_invalid`: the project's stored document does not load (fix it where it is stored, or send the edit with `repair`)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
     ),
@@ -457,24 +520,43 @@ pub async fn replace(
         .unwrap_or_else(|| "edit through the admin API".into());
     let ctx = s.ctx.clone();
     let name = project.clone();
-    let revision = blocking(move || {
-        let revision = ctx
-            .store
-            .save_edit(&name, &doc, body.base_revision, &admin.actor(), &summary)
-            .map_err(|e| blame(&ctx.store, &name, e))?;
+    let (revision, replaced) = blocking(move || {
+        let (revision, replaced) = if body.repair {
+            let saved = ctx
+                .store
+                .save_repair(&name, &doc, body.base_revision, &admin.actor(), &summary)
+                .map_err(|e| blame(&ctx.store, &name, e))?;
+            (saved.revision, saved.replaced.map(|e| e.code()))
+        } else {
+            let revision = ctx
+                .store
+                .save_edit(&name, &doc, body.base_revision, &admin.actor(), &summary)
+                .map_err(|e| blame(&ctx.store, &name, e))?;
+            (revision, None)
+        };
+        // The audit entry names why the replaced document did not load (its code), never its
+        // text: a hand-edited file may hold anything.
+        let subject = match replaced {
+            Some(code) => format!("document replaced; the stored one did not load ({code})"),
+            None => "document replaced".to_string(),
+        };
         let entry = admin
             .entry(Kind::RulesChange)
             .project(&name)
-            .subject("document replaced")
+            .subject(&subject)
             .change(Change::revisions(
                 body.base_revision.to_string(),
                 revision.to_string(),
             ));
         record(&ctx, entry, "the edit")?;
-        Ok(revision)
+        Ok((revision, replaced))
     })
     .await?;
-    Ok(axum::Json(Saved { project, revision }))
+    Ok(axum::Json(Saved {
+        project,
+        revision,
+        replaced: replaced.map(str::to_string),
+    }))
 }
 
 /// The document rendered for one agent type (the file that agent reads).

@@ -153,6 +153,10 @@ impl Gw {
         self.http.post(self.url(path)).bearer_auth(ALICE)
     }
 
+    pub fn put(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.put(self.url(path)).bearer_auth(ALICE)
+    }
+
     pub fn patch(&self, path: &str) -> reqwest::RequestBuilder {
         self.http.patch(self.url(path)).bearer_auth(ALICE)
     }
