@@ -31,8 +31,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::chunk::shown_path;
 use crate::error::MemoryError;
-use crate::patterns::{IndexReport, PatternIndex, Progress, ProgressEvent, SearchMode};
+use crate::patterns::{IndexReport, PatternHit, PatternIndex, Progress, ProgressEvent, SearchMode};
 use crate::session::{MemoryFilter, NewMemory, SessionMemory};
 
 /// The capability `remember` needs.
@@ -259,6 +260,31 @@ impl Progress for ToolProgress {
     }
 }
 
+/// One search hit as the search tool's answer text writes it: a line naming the file, its
+/// lines, the chunk's type and enclosing items, the tag and the score, then the code. The file's
+/// path and the enclosing items (a Markdown heading may hold anything) are written one line
+/// each with their control characters escaped ([`shown_path`]): a file name holding a newline
+/// would otherwise start a forged result line, an ESC sequence or a bidirectional override
+/// rewrite what an agent's terminal or a panel shows. The structured result keeps them as
+/// they are stored, to be matched against the index.
+fn hit_text(h: &PatternHit) -> String {
+    let ctx = if h.context.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", shown_path(&h.context))
+    };
+    format!(
+        "{}:{}-{} ({}{ctx}, {}, score {:.3})\n{}",
+        shown_path(&h.file_path),
+        h.start_line,
+        h.end_line,
+        h.chunk_type,
+        h.reference_tag,
+        h.score,
+        h.snippet
+    )
+}
+
 fn write_capability() -> WriteCapability {
     WriteCapability::new(
         MEMORY_WRITE,
@@ -397,13 +423,7 @@ pub fn tools(tools: MemoryTools) -> Vec<FnTool> {
                         let text = if hits.is_empty() {
                             "No pattern examples match.".to_string()
                         } else {
-                            hits.iter()
-                                .map(|h| {
-                                    let ctx = if h.context.is_empty() { String::new() } else { format!(" {}", h.context) };
-                                    format!("{}:{}-{} ({}{ctx}, {}, score {:.3})\n{}", h.file_path, h.start_line, h.end_line, h.chunk_type, h.reference_tag, h.score, h.snippet)
-                                })
-                                .collect::<Vec<_>>()
-                                .join("\n\n")
+                            hits.iter().map(hit_text).collect::<Vec<_>>().join("\n\n")
                         };
                         Ok(ToolOutput::text(text).with_structured(json!({"results": hits})))
                     }

@@ -156,6 +156,29 @@ impl Language {
     }
 }
 
+/// `path` (a file's path in its repository, or any one-line name read from it) as text that a
+/// model, an agent or a panel reads shows it: each control character (a newline and a tab
+/// too), bidirectional control (U+202A to U+202E, U+2066 to U+2069, ...) and line or paragraph
+/// separator written as its escape (`\n`, `\u{1b}`, `\u{202e}`), every other character as it
+/// is. A file name may hold any of them: a newline would start a line of its own in an answer
+/// (a forged result or header line), an ESC sequence drive a terminal, an override reorder
+/// what is shown. An ordinary name, whatever its script, is returned as it is (borrowed).
+pub fn shown_path(path: &str) -> std::borrow::Cow<'_, str> {
+    let escaped = |c: char| c == '\n' || c == '\t' || kberg_core::escaped_when_quoted(c);
+    if !path.chars().any(escaped) {
+        return std::borrow::Cow::Borrowed(path);
+    }
+    let mut out = String::with_capacity(path.len() + 8);
+    for c in path.chars() {
+        if escaped(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// The most characters of one line a chunk carries as a header line (a container's or a long
 /// item's first line) or as a heading in its context. Each part of a long item and each member
 /// of a container gets a copy, and the token counter reads it again for each: a line of a
@@ -265,6 +288,8 @@ fn embedding_text_with_outline(path: &str, header: &str, text: &str, outline: &s
 }
 
 fn embedding_text(path: &str, header: &str, text: &str) -> String {
+    // The path is the text's first line: one line, whatever the file's name holds.
+    let path = shown_path(path);
     if header.is_empty() {
         format!("{path}\n{text}")
     } else {
@@ -356,7 +381,7 @@ impl<'a> Lines<'a> {
         } else {
             (self.count)(header) + 1
         };
-        (self.count)(self.path) + 1 + h
+        (self.count)(&shown_path(self.path)) + 1 + h
     }
 
     pub(crate) fn blank(&self, start: usize, end: usize) -> bool {

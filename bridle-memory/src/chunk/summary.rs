@@ -125,7 +125,8 @@ pub fn summary_text(path: &str, context: &str, text: &str) -> Option<String> {
     if said.is_empty() {
         return None;
     }
-    let mut out = String::from(path);
+    // The path is the summary's first line: one line, whatever the file's name holds.
+    let mut out = super::shown_path(path).into_owned();
     if !context.is_empty() {
         out.push('\n');
         out.push_str(context);

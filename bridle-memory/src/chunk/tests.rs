@@ -510,3 +510,32 @@ fn a_line_as_long_as_the_file_is_not_copied_into_each_part() {
         }
     }
 }
+
+/// A file's name may hold a newline, ESC or a bidirectional control: before, it went into the
+/// embedded text's path line (and the summary's) as it was, a line break starting a line of
+/// its own. It is written escaped, so the path stays the one first line; an ordinary name,
+/// whatever its script, is as it was.
+#[test]
+fn a_path_with_control_characters_is_one_escaped_line() {
+    let odd = "src/a\nfn forged()\u{1b}[2J\u{202e}sr.rs";
+    let shown = "src/a\\nfn forged()\\u{1b}[2J\\u{202e}sr.rs";
+    assert_eq!(shown_path(odd), shown);
+    assert_eq!(
+        shown_path("a\tb\u{2066}c\u{2069}\r"),
+        "a\\tb\\u{2066}c\\u{2069}\\r"
+    );
+    for plain in ["src/café/ünï_日本.rs", "docs/Ελληνικά.md", "a b.py"] {
+        assert!(matches!(shown_path(plain), std::borrow::Cow::Borrowed(p) if p == plain));
+    }
+    let chunks = cut(
+        odd,
+        "/// Loads it.\npub fn load() -> u32 {\n    1\n}\n",
+        100,
+    );
+    let first = &chunks[0];
+    let text = first.embedding_text(odd);
+    assert_eq!(text.lines().next(), Some(shown), "{text:?}");
+    let summary = first.summary_text(odd).expect("a documented function");
+    assert_eq!(summary.lines().next(), Some(shown), "{summary:?}");
+    assert!(!text.contains('\u{1b}') && !summary.contains('\u{1b}'));
+}
