@@ -6,6 +6,9 @@
 //! run may read and hold, an embedder that is down or answers with the wrong dimension, a
 //! cancelled call) leaves the previous index untouched, and a search
 //! running during a refresh sees the old set or the new one, never a mix and never nothing.
+//! Qdrant, which has no transaction, is the exception the `store::qdrant` module describes: a
+//! refresh can be seen part way there, and one whose upload stops part way fails saying how
+//! many new chunks were stored among the old ones, none of which was deleted.
 //!
 //! Each chunk's payload carries `reference_tag`, `arch_tag`, `source_repo`, `file_path`,
 //! `chunk_type`, `context` (the enclosing items, `impl Store > pub fn load`), `start_line`, `end_line`, `language` (when known), `last_indexed` (RFC 3339),
