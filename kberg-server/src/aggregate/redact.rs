@@ -306,7 +306,7 @@ pub fn redact_encoded_bytes<'a, S: AsRef<str>>(bytes: &'a [u8], values: &[S]) ->
 
 /// Whether some encoder writes `value` differently: it holds a byte other than a letter, a
 /// digit, `-`, `.`, `_` or `~` (what percent-encoding leaves as it is).
-fn encodable(value: &str) -> bool {
+pub(super) fn encodable(value: &str) -> bool {
     value
         .bytes()
         .any(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')))
@@ -391,6 +391,82 @@ fn encoded_match(
         ends = next;
     }
     ends.into_iter().rev().find(|&end| boundary(end))
+}
+
+/// The length of the longest end of `hay` that begins an occurrence of `value` (as it is or
+/// encoded, see [`encoded_match`]) without finishing it: what a line cut short holds of a value
+/// the cut went through. `None` when no end of `hay` does. A whole occurrence is not counted
+/// (the redaction of the kept text finds it). Read only where a line was cut, so it tries
+/// every start near the end rather than being quick.
+pub(super) fn encoded_tail(hay: &[u8], value: &[u8]) -> Option<usize> {
+    // The longest form of a byte is six bytes (`\u00XX`).
+    let earliest = hay.len().saturating_sub(value.len().saturating_mul(6));
+    (earliest..hay.len()).find_map(|start| {
+        let tail = hay.get(start..)?;
+        begins_encoded(tail, value).then_some(tail.len())
+    })
+}
+
+/// Whether all of `tail` is the beginning (not the whole) of `value` written as it is or
+/// encoded, ending anywhere, also inside one byte's escape (`%2`, `\u00`).
+fn begins_encoded(tail: &[u8], value: &[u8]) -> bool {
+    let mut ends = vec![0usize];
+    for &b in value {
+        let mut next = Vec::with_capacity(ends.len() + 1);
+        for &p in &ends {
+            let rest = tail.get(p..).unwrap_or_default();
+            if rest.is_empty() || begins_form(rest, b) {
+                // The tail ends here or inside this byte's form.
+                return true;
+            }
+            if rest.first() == Some(&b) {
+                next.push(p + 1);
+            }
+            if let [b'%', h, l, ..] = rest
+                && hex_pair(*h, *l) == Some(b)
+            {
+                next.push(p + 3);
+            }
+            if b.is_ascii() {
+                if let [b'\\', b'u', a, c, h, l, ..] = rest
+                    && hex_pair(*a, *c) == Some(0)
+                    && hex_pair(*h, *l) == Some(b)
+                {
+                    next.push(p + 6);
+                }
+                if b == b'/' && rest.starts_with(b"\\/") {
+                    next.push(p + 2);
+                }
+                if b == b' ' && rest.first() == Some(&b'+') {
+                    next.push(p + 1);
+                }
+            }
+        }
+        next.sort_unstable();
+        next.dedup();
+        if next.is_empty() {
+            return false;
+        }
+        ends = next;
+    }
+    // The whole value: an occurrence, not a beginning.
+    false
+}
+
+/// Whether `rest` (what is left of a cut text) is a proper beginning of one of the escapes
+/// that write byte `b`: `%X` or `%`, `\u00X` down to `\`, or `\` of `\/`.
+fn begins_form(rest: &[u8], b: u8) -> bool {
+    let hex = |digit: u8, nibble: u8| (digit as char).to_digit(16) == Some(u32::from(nibble));
+    match rest {
+        [b'%'] => true,
+        [b'%', h] => hex(*h, b >> 4),
+        _ if !b.is_ascii() => false,
+        [b'\\'] | [b'\\', b'u'] => true,
+        [b'\\', b'u', z] => hex(*z, 0),
+        [b'\\', b'u', z, y] => hex(*z, 0) && hex(*y, 0),
+        [b'\\', b'u', z, y, h] => hex(*z, 0) && hex(*y, 0) && hex(*h, b >> 4),
+        _ => false,
+    }
 }
 
 /// The byte two hex digits (either case) write.

@@ -16,7 +16,7 @@
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStderr as ProcessStderr;
 
-use super::redact::{REDACTED, Redactions};
+use super::redact::{REDACTED, Redactions, encodable, encoded_tail};
 
 /// The `tracing` target of a child's stderr lines.
 pub const STDERR_TARGET: &str = "kberg_server::aggregate::child_stderr";
@@ -103,6 +103,11 @@ fn cut_tail(raw: &[u8], redact: &Redactions) -> Vec<u8> {
         // A value of several lines never ends a line; its lines are in the list on their own.
         .filter(|v| !v.contains(['\n', '\r']))
         .filter_map(|v| {
+            // A value some encoder writes differently may be cut inside any mix of its forms
+            // (`%2F`, `\/`), even inside one escape.
+            if encodable(v) {
+                return encoded_tail(raw, v.as_bytes());
+            }
             let v = v.as_bytes();
             (1..v.len().min(raw.len() + 1))
                 .rev()
@@ -191,6 +196,39 @@ mod tests {
         assert!(!String::from_utf8_lossy(&kept).contains("s3cret"));
         // A line that ends with no beginning of a secret is kept as it is.
         assert_eq!(cut_tail(b"plain line", &redact), b"plain line".to_vec());
+    }
+
+    #[test]
+    fn a_secret_cut_inside_its_encoded_form_is_not_logged_in_part() {
+        let redact = Redactions::stdio(Some(&["ab/cd+ef=gh".to_string()]), &[]);
+        for tail in [
+            &b"ab%2Fcd%2"[..],
+            b"ab%2fcd+e",
+            b"ab\\/c",
+            b"ab\\u002",
+            b"ab\\",
+            b"ab%",
+            b"a",
+        ] {
+            let mut raw = b"token=".to_vec();
+            raw.extend_from_slice(tail);
+            let kept = cut_tail(&raw, &redact);
+            assert_eq!(
+                kept,
+                b"token=[redacted]".to_vec(),
+                "{}",
+                String::from_utf8_lossy(tail)
+            );
+        }
+        // An end that begins no form of the value is kept as it is, as is a whole occurrence
+        // (the line's own redaction replaces that).
+        for raw in [
+            &b"token=ab%3"[..],
+            b"token=ab\\x",
+            b"token=ab%2Fcd%2Bef%3Dgh",
+        ] {
+            assert_eq!(cut_tail(raw, &redact), raw.to_vec());
+        }
     }
 
     #[test]
