@@ -215,6 +215,10 @@ async fn a_document_broken_by_hand_is_replaced_whole_with_repair() {
         refused["detail"].as_str().unwrap().contains("`repair`"),
         "the answer names the way out: {refused}"
     );
+    assert_eq!(
+        refused["current_revision"], revision,
+        "and the revision to base a repair on: {refused}"
+    );
 
     // The history names the newest revision, and its kept copy reads, as JSON and as YAML.
     let history = json_ok(
@@ -345,7 +349,11 @@ async fn a_repair_refuses_what_it_cannot_replace_or_read() {
     std::fs::write(&path, &newer).unwrap();
     let refused =
         put(json!({"base_revision": revision, "document": good["document"], "repair": true}));
-    stored(refused.await.unwrap(), "schema_too_new").await;
+    let body = stored(refused.await.unwrap(), "schema_too_new").await;
+    assert!(
+        body.get("current_revision").is_none(),
+        "no revision to repair from is offered: {body}"
+    );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), newer);
     api.stop().await;
 }

@@ -70,8 +70,8 @@ pub use store::POSTGRES_MIGRATIONS;
 pub use store::{
     ChangeRecord, ChangeRequest, DocumentSource, Documents, MAX_PENDING_PER_PROPOSER,
     MAX_PENDING_PROPOSALS, MAX_PROPOSAL_BYTES, Origin, PendingCounts, Proposal, ProposalStatus,
-    QueueFilter, QueuePage, RulesStore, SQLITE_MIGRATIONS, SavedEdit, ScopeTicket, UNCHANGED_CHECK_MAX,
-    VendorReport,
+    QueueFilter, QueuePage, RulesStore, SQLITE_MIGRATIONS, SavedEdit, ScopeTicket,
+    UNCHANGED_CHECK_MAX, VendorReport,
 };
 pub use validate::{MAX_LINE_CHARS, is_bidi_control, is_one_line, is_tag_character, validate};
 pub use yaml::{Loaded, load_str, to_yaml};

@@ -1605,6 +1605,7 @@ fn a_broken_stored_document_is_repaired_from_a_kept_revision(backend: Backend) {
     );
     break_stored(&fx, backend, "schema_version: 2\nproject: {name: x\n");
 
+    assert_eq!(store.repair_base("shop").unwrap(), Some(2));
     let edit = store.save_edit("shop", &doc, 2, "alice", "again");
     assert_eq!(edit.unwrap_err().code(), "parse_error");
     // The copy of revision 1 reads while the current document does not load.
@@ -1659,6 +1660,7 @@ fn a_repair_is_based_on_the_revision_a_broken_file_names() {
     assert_ne!(broken, text);
     std::fs::write(&path, &broken).unwrap();
     assert_eq!(store.load("shop").unwrap_err().code(), "invalid_document");
+    assert_eq!(store.repair_base("shop").unwrap(), Some(9));
 
     assert!(matches!(
         store.save_repair("shop", &doc, 1, "bob", "repair"),

@@ -32,7 +32,9 @@ pub struct ProblemDetails {
     /// The individual problems (YAML positions, document checks), when there are several.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<FieldError>,
-    /// On a revision conflict: the document's current revision.
+    /// On a revision conflict: the document's current revision. On
+    /// `stored_document_invalid`: the revision a `PUT` with `repair` must be based on (the one
+    /// the broken document names, else the newest in its history), when it may be repaired.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current_revision: Option<u64>,
 }
@@ -136,6 +138,9 @@ pub enum ApiError {
         detail: String,
         /// The problems in the stored document (with its lines), when known.
         errors: Vec<FieldError>,
+        /// The revision a `PUT` with `repair` must be based on, when the document may be
+        /// repaired and a revision is known (answered as `current_revision`).
+        repair_base: Option<u64>,
     },
     /// A query string that does not parse (bad cursor or limit).
     #[error("{0}")]
@@ -242,9 +247,14 @@ impl ApiError {
     pub fn problem(&self) -> ProblemDetails {
         let status = self.status();
         let (errors, current_revision) = match self {
-            ApiError::Malformed { errors, .. }
-            | ApiError::Invalid { errors, .. }
-            | ApiError::StoredDocument { errors, .. } => (errors.clone(), None),
+            ApiError::Malformed { errors, .. } | ApiError::Invalid { errors, .. } => {
+                (errors.clone(), None)
+            }
+            ApiError::StoredDocument {
+                errors,
+                repair_base,
+                ..
+            } => (errors.clone(), *repair_base),
             ApiError::RevisionConflict {
                 current_revision, ..
             } => (Vec::new(), Some(*current_revision)),
@@ -361,6 +371,7 @@ impl ApiError {
                  {sentence}; {remedy}"
             ),
             errors,
+            repair_base: None,
         }
     }
 }

@@ -402,14 +402,27 @@ pub(crate) fn grace_period(grace_secs: u64) -> Result<std::time::Duration, ApiEr
 
 /// Loads a project's stored document for a request that submits none: a document that does
 /// not load is answered `stored_document_invalid` ([`ApiError::stored`]), never as the
-/// request's fault.
+/// request's fault, with the revision a repair must be based on when it may be repaired.
 pub(crate) fn load_stored(
     store: &bridle_rules::RulesStore,
     project: &str,
 ) -> Result<bridle_rules::Loaded, ApiError> {
-    store
-        .load(project)
-        .map_err(|e| ApiError::stored(project, e))
+    store.load(project).map_err(|e| {
+        // A document a person may repair through the API: the answer names the revision to
+        // base the repair on (a document of a newer build is never repaired).
+        let repairable = matches!(
+            e,
+            bridle_rules::RulesError::Parse { .. }
+                | bridle_rules::RulesError::Invalid { .. }
+                | bridle_rules::RulesError::Migration { .. }
+        );
+        let mut answer = ApiError::stored(project, e);
+        if repairable && let ApiError::StoredDocument { repair_base, .. } = &mut answer {
+            // Best effort: without it the answer still says what is wrong.
+            *repair_base = store.repair_base(project).ok().flatten();
+        }
+        answer
+    })
 }
 
 /// `e`, from a store call that read project `project`'s stored document beside a document of

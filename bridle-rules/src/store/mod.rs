@@ -603,11 +603,7 @@ impl RulesStore {
             ) => e,
             Err(e) => return Err(e),
         };
-        let claimed = self
-            .stored_text(&mut *tx, project, &path)?
-            .and_then(|text| claimed_revision(&text));
-        let written = tx.latest_revision(project)?;
-        let Some(known) = claimed.max(written) else {
+        let Some(known) = self.known_revision(&mut *tx, project, &path)? else {
             // Neither the text nor the store names a revision: nothing to base an edit on.
             return Err(broken);
         };
@@ -629,6 +625,28 @@ impl RulesStore {
             revision,
             replaced: Some(broken),
         })
+    }
+
+    /// The revision a [`Self::save_repair`] of `project` must be based on while its stored
+    /// document does not load: the one the broken text still names, if it can be read, or else
+    /// the newest the store wrote. `None` when neither names one.
+    pub fn repair_base(&self, project: &str) -> Result<Option<u64>, RulesError> {
+        let path = self.project_path(project)?;
+        let mut tx = self.backend.begin(false)?;
+        self.known_revision(&mut *tx, project, &path)
+    }
+
+    /// See [`Self::repair_base`].
+    fn known_revision(
+        &self,
+        tx: &mut dyn RulesTx,
+        project: &str,
+        path: &Path,
+    ) -> Result<Option<u64>, RulesError> {
+        let claimed = self
+            .stored_text(tx, project, path)?
+            .and_then(|text| claimed_revision(&text));
+        Ok(claimed.max(tx.latest_revision(project)?))
     }
 
     /// The stored text of a project's document as it is, loaded or not: the file, or the
