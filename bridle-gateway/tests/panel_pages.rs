@@ -333,6 +333,7 @@ async fn bad_input_in_a_path_or_a_query_gets_the_panels_page() {
         "/panel/agents/%FF/revoke",
         "/panel/sessions/%FF/end",
         "/panel/projects/%FF/save",
+        "/panel/projects/%FF/repair",
         "/panel/projects/demo/guardrails/%FF/remove",
         "/panel/patterns/demo/%FF/remove",
         "/panel/memory/patterns/%FF/purge",
@@ -638,6 +639,123 @@ async fn a_project_whose_stored_document_does_not_load_is_listed_and_explained()
         "{}",
         page.body
     );
+}
+
+/// A project whose stored document does not load is repaired from its page: the editor starts
+/// from the newest kept revision, a refused replacement comes back with its problem and the
+/// text as it was, and a good one replaces the document, which loads again.
+#[tokio::test]
+async fn a_project_whose_stored_document_does_not_load_is_repaired_from_its_page() {
+    let fixture = Fixture::new().await;
+    let mut c = signed_in(&fixture).await;
+    let good = fixture.ctx.store.load("demo").unwrap().document;
+    let revision = good.revision;
+    let path = fixture.ctx.store.project_path("demo").unwrap();
+    std::fs::write(&path, "schema_version: 2\nproject:\n  name: [unclosed\n").unwrap();
+
+    let page = c.get("/panel/projects/demo").await;
+    assert_eq!(page.status, StatusCode::CONFLICT, "{}", page.body);
+    assert!(
+        page.body.contains("<code>stored_document_invalid</code>"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("id=\"repair\""), "{}", page.body);
+    assert!(
+        page.body
+            .contains(&format!("<span id=\"kept-revision\">{revision}</span>")),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains(&format!("name=\"base_revision\" value=\"{revision}\"")),
+        "{}",
+        page.body
+    );
+    let kept_yaml = bridle_rules::to_yaml(&good).unwrap();
+    let first_line = kept_yaml
+        .lines()
+        .find(|l| l.starts_with("  name:"))
+        .unwrap();
+    assert!(page.body.contains(first_line), "{}", page.body);
+
+    // A replacement that is itself broken: back with its problem and the text as sent.
+    let base = revision.to_string();
+    let r = c
+        .post(
+            "/panel/projects/demo/repair",
+            &[
+                ("base_revision", &base),
+                ("yaml", "project: [still broken\n"),
+                ("summary", ""),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert!(r.body.contains("<code>invalid_yaml</code>"), "{}", r.body);
+    assert!(r.body.contains("project: [still broken"), "{}", r.body);
+    // A stale base: back with the conflict, nothing written.
+    let stale = (revision - 1).to_string();
+    let r = c
+        .post(
+            "/panel/projects/demo/repair",
+            &[
+                ("base_revision", &stale),
+                ("yaml", &kept_yaml),
+                ("summary", ""),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(
+        r.body.contains("<code>revision_conflict</code>"),
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "schema_version: 2\nproject:\n  name: [unclosed\n"
+    );
+
+    let r = c
+        .post(
+            "/panel/projects/demo/repair",
+            &[
+                ("base_revision", &base),
+                ("yaml", &kept_yaml),
+                ("summary", "restore"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let next = revision + 1;
+    assert_eq!(
+        r.location(),
+        format!("/panel/projects/demo?notice=repaired&revision={next}")
+    );
+    let page = c.get(r.location()).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(
+        page.body.contains(&format!(
+            "The stored document was replaced (revision {next}); it loads again."
+        )),
+        "{}",
+        page.body
+    );
+    assert_eq!(
+        fixture.ctx.store.load("demo").unwrap().document.revision,
+        next
+    );
+
+    // A watcher sees what is wrong, and no form to replace it.
+    std::fs::write(&path, "schema_version: 2\nproject:\n  name: [unclosed\n").unwrap();
+    let mut watcher = Client::new(fixture.router(panel_config()));
+    watcher.login(WATCHER).await;
+    let page = watcher.get("/panel/projects/demo").await;
+    assert_eq!(page.status, StatusCode::CONFLICT, "{}", page.body);
+    assert!(page.body.contains("<code>stored_document_invalid</code>"));
+    assert!(!page.body.contains("id=\"repair\""), "{}", page.body);
 }
 
 #[tokio::test]

@@ -47,6 +47,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../panel-assets/templates/project_conflict.html"),
     ),
     (
+        "project_repair.html",
+        include_str!("../../panel-assets/templates/project_repair.html"),
+    ),
+    (
         "pattern_chunks.html",
         include_str!("../../panel-assets/templates/pattern_chunks.html"),
     ),

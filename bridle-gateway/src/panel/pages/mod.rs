@@ -47,6 +47,7 @@ pub(crate) fn routes() -> Router<Panel> {
         .route("/projects/{project}/edit", post(projects::edit))
         .route("/projects/{project}/review", post(projects::review))
         .route("/projects/{project}/save", post(projects::save))
+        .route("/projects/{project}/repair", post(projects::repair))
         .route("/projects/{project}/guardrails", post(guardrails::put))
         .route(
             "/projects/{project}/guardrails/{id}/remove",
@@ -304,6 +305,7 @@ impl Notice {
         Some(match self.notice.as_deref()? {
             "created" => "Project created.".to_string(),
             "saved" => format!("Saved{rev}."),
+            "repaired" => format!("The stored document was replaced{rev}; it loads again."),
             "approved" => format!("Proposal{id} approved{rev}."),
             "rejected" => format!("Proposal{id} rejected."),
             "ticket_approved" => format!("Scope ticket{id} approved."),

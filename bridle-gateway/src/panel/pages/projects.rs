@@ -66,6 +66,9 @@ struct ReplaceBody<'a> {
     yaml: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     summary: &'a str,
+    /// Replace a stored document that does not load (the repair page's save).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    repair: bool,
 }
 
 /// A starting document for a new project: the rules crate's empty document, as YAML.
@@ -175,8 +178,17 @@ async fn project_page(
         panel.api.get::<ProjectDocument>(who, &doc_path),
         panel.api.get::<ChangePage>(who, &history_path),
     );
-    let doc = doc?;
     let history = history.map(|h| h.items).unwrap_or_default();
+    let doc = match doc {
+        Ok(doc) => doc,
+        // A stored document that does not load but may be repaired: the repair page, with
+        // the edit that was under way if there was one.
+        Err(problem) if repairable(&problem) => {
+            let edit = editor.map(|e| (e.yaml.to_string(), e.summary.to_string()));
+            return repair_page(panel, who, project, &problem, &history, edit, None).await;
+        }
+        Err(problem) => return Err(problem.into()),
+    };
     let recent: Vec<_> = history.iter().rev().take(10).cloned().collect();
     let (yaml, base_revision, summary, problem) = match editor {
         Some(e) => (
@@ -414,6 +426,7 @@ pub(crate) async fn save(
         base_revision: form.base_revision,
         yaml: &yaml,
         summary: &summary,
+        repair: false,
     };
     let p = seg(&project);
     match panel
@@ -457,5 +470,149 @@ pub(crate) async fn save(
         .await?
         .into_response()),
         Err(problem) => Err(problem.into()),
+    }
+}
+
+/// Whether `problem` is a stored document that does not load and that a person may replace:
+/// the API names the revision to base the repair on (it names none for a document a newer
+/// build wrote, which is never replaced).
+fn repairable(problem: &Problem) -> bool {
+    problem.code == "stored_document_invalid" && problem.current_revision.is_some()
+}
+
+/// How many of the newest revisions in the history are tried for a copy that loads, as the
+/// repair editor's starting text (the newest kept copy is the broken one when the database
+/// holds the documents).
+const REPAIR_STARTS_TRIED: usize = 3;
+
+/// The page of a project whose stored document does not load: what is wrong and where, and,
+/// for an admin who may change it, an editor that replaces the document whole, starting from
+/// the newest kept revision that loads (or from `edit`, the text of an edit under way), based
+/// on the revision the API names. `trouble` is what went wrong with a repair just tried.
+async fn repair_page(
+    panel: &Panel,
+    who: &SignedIn,
+    project: &str,
+    problem: &Problem,
+    history: &[crate::admin::projects::ChangeEntry],
+    edit: Option<(String, String)>,
+    trouble: Option<&Problem>,
+) -> Result<Page, PanelError> {
+    let p = seg(project);
+    let mut revisions: Vec<u64> = history.iter().map(|c| c.revision).collect();
+    revisions.sort_unstable();
+    revisions.dedup();
+    let mut kept: Option<ProjectDocument> = None;
+    if edit.is_none() && who.may_change {
+        for revision in revisions.iter().rev().take(REPAIR_STARTS_TRIED) {
+            if let Ok(doc) = panel
+                .api
+                .get::<ProjectDocument>(who, &format!("/projects/{p}/revisions/{revision}"))
+                .await
+            {
+                kept = Some(doc);
+                break;
+            }
+        }
+    }
+    let kept_revision = kept.as_ref().map(|d| d.revision);
+    let (yaml, summary) = match edit {
+        Some(edit) => edit,
+        None => (kept.map(|d| d.yaml).unwrap_or_default(), String::new()),
+    };
+    let recent: Vec<_> = history.iter().rev().take(10).cloned().collect();
+    // A refused repair answers with the refusal's status (the edit's 400 or 422, a stale
+    // base's 409); the page alone with the document's 409.
+    panel.page_with_status(
+        who,
+        trouble.map_or(StatusCode::CONFLICT, status_of),
+        "project_repair.html",
+        "projects",
+        context! {
+            project => project,
+            problem => Serde(problem),
+            trouble => Serde(trouble),
+            base_revision => problem.current_revision,
+            kept_revision => kept_revision,
+            yaml => yaml,
+            summary => summary,
+            history => Serde(recent),
+        },
+    )
+}
+
+/// `POST /projects/{project}/repair`: replaces a stored document that does not load, based on
+/// the revision the repair page named. Refused edits come back to the repair page with their
+/// problem; once the document loads (repaired here or by hand), this is an edit like any other.
+pub(crate) async fn repair(
+    State(panel): State<Panel>,
+    Extension(who): Extension<SignedIn>,
+    PanelPath(project): PanelPath<String>,
+    PanelForm(form): PanelForm<EditForm>,
+) -> Result<Response, PanelError> {
+    let yaml = form_text(&form.yaml);
+    let summary = form.summary.trim().to_string();
+    let body = ReplaceBody {
+        base_revision: form.base_revision,
+        yaml: &yaml,
+        summary: &summary,
+        repair: true,
+    };
+    let p = seg(&project);
+    let trouble = match panel
+        .api
+        .call::<Saved>(&who, Method::PUT, &format!("/projects/{p}"), &body)
+        .await
+    {
+        Ok(saved) => {
+            return Ok(see_other(&panel.url(&format!(
+                "/projects/{p}?notice=repaired&revision={}",
+                saved.revision
+            ))));
+        }
+        Err(problem) if problem.status == 401 => return Err(PanelError::SessionEnded),
+        Err(problem) if matches!(problem.status, 400 | 409 | 413 | 422) => problem,
+        Err(problem) => return Err(problem.into()),
+    };
+    // The document as it is now: still broken (the repair page again, with the edit and why
+    // it was refused), or loading again (the editor, with the edit, to review against it).
+    let (doc_path, history_path) = (
+        format!("/projects/{p}"),
+        format!("/projects/{p}/history?limit=500"),
+    );
+    let (doc, history) = tokio::join!(
+        panel.api.get::<ProjectDocument>(&who, &doc_path),
+        panel.api.get::<ChangePage>(&who, &history_path),
+    );
+    let history = history.map(|h| h.items).unwrap_or_default();
+    match doc {
+        Err(problem) if repairable(&problem) => Ok(repair_page(
+            &panel,
+            &who,
+            &project,
+            &problem,
+            &history,
+            Some((yaml, summary)),
+            Some(&trouble),
+        )
+        .await?
+        .into_response()),
+        Err(problem) => Err(problem.into()),
+        Ok(current) => Ok(project_page(
+            &panel,
+            &who,
+            &project,
+            status_of(&trouble),
+            Some(Editor {
+                yaml: &at_revision(&yaml, current.revision),
+                base_revision: current.revision,
+                summary: &summary,
+                problem: Some(&trouble),
+            }),
+            None,
+            None,
+        )
+        .await?
+        .into_response()),
     }
 }
