@@ -19,7 +19,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::Uri;
 use axum::response::Response;
-use bridle_memory::store::qdrant::UPSERT_BATCH_POINTS;
+use bridle_memory::store::qdrant::{DELETE_BATCH_IDS, UPSERT_BATCH_POINTS};
 use bridle_memory::{
     Filter, MemoryError, Payload, Point, PointId, QdrantConfig, QdrantStore, VectorStore,
 };
@@ -40,6 +40,8 @@ struct Held {
     deletes: Vec<usize>,
     /// The upsert request (1 for the first) refused, if any.
     fail_upsert: Option<usize>,
+    /// The delete request (1 for the first) refused, if any.
+    fail_delete: Option<usize>,
 }
 
 type Shared = Arc<Mutex<Held>>;
@@ -273,6 +275,9 @@ async fn answer(State(held): State<Shared>, uri: Uri, body: Bytes) -> Response {
         "/qdrant.Points/Delete" => {
             let ids = deleted_ids(request);
             held.deletes.push(ids.len());
+            if held.fail_delete == Some(held.deletes.len()) {
+                return refused("the update queue is full");
+            }
             for id in ids {
                 held.points.remove(&id);
             }
@@ -385,4 +390,64 @@ async fn a_failed_batch_stops_an_upsert_saying_how_many_were_stored() {
     let held = stand_in.held();
     assert_eq!(held.upserts.len(), 3, "{:?}", held.upserts);
     assert_eq!(held.points.len(), stored);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_old_points_are_deleted_in_batches_and_a_failed_one_says_how_far_it_got() {
+    let n = 2 * DELETE_BATCH_IDS + 5;
+    let old = 1..=n as PointId;
+    let stand_in = StandIn::start(old.clone(), None).await;
+    let new = 100_000..100_003;
+    let removed = stand_in
+        .store()
+        .replace("docs", &tag(), points(new.clone()))
+        .await
+        .expect("replaced");
+    assert_eq!(removed, n as u64);
+    {
+        let held = stand_in.held();
+        assert_eq!(held.deletes, [DELETE_BATCH_IDS, DELETE_BATCH_IDS, 5]);
+        assert_eq!(held.points, new.clone().collect::<BTreeSet<_>>());
+    }
+
+    // The second delete request refused: the first batch is gone, the rest kept, and the error
+    // says so; no later request is sent.
+    let stand_in = StandIn::start(old.clone(), None).await;
+    stand_in.held().fail_delete = Some(2);
+    let err = stand_in
+        .store()
+        .replace("docs", &tag(), points(new))
+        .await
+        .expect_err("the second delete is refused");
+    let shown = err.to_string();
+    assert!(
+        shown.contains(&format!(
+            "deleting the {n} old points they did not overwrite stopped after {DELETE_BATCH_IDS}"
+        )),
+        "{shown}"
+    );
+    assert!(shown.contains("the update queue is full"), "{shown}");
+    {
+        let held = stand_in.held();
+        assert_eq!(held.deletes, [DELETE_BATCH_IDS, DELETE_BATCH_IDS]);
+        assert_eq!(held.points.len(), n - DELETE_BATCH_IDS + 3);
+    }
+
+    // A plain delete the same way.
+    let stand_in = StandIn::start(old, None).await;
+    stand_in.held().fail_delete = Some(3);
+    let err = stand_in
+        .store()
+        .delete("docs", &tag())
+        .await
+        .expect_err("the third delete is refused");
+    let shown = err.to_string();
+    assert!(
+        shown.contains(&format!(
+            "{} of {n} points were deleted",
+            2 * DELETE_BATCH_IDS
+        )),
+        "{shown}"
+    );
+    assert_eq!(stand_in.held().points.len(), 5);
 }

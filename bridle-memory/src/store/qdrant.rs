@@ -13,7 +13,8 @@
 //! can hold 50,000, far more than one request carries within the client's timeout); a request
 //! that fails stops the upsert, and its error says how many points were stored before it. A
 //! replacement that stops so deletes nothing: the old points stay searchable, those whose id a
-//! stored new point took holding the new version, and the error says so.
+//! stored new point took holding the new version, and the error says so. Old points are
+//! deleted in requests of at most [`DELETE_BATCH_IDS`] ids the same way.
 //!
 //! Hybrid search: each collection has, beside its unnamed dense vector, a sparse vector named
 //! [`KEYWORD_VECTOR`] with Qdrant's IDF modifier, filled at upsert with the term frequencies of
@@ -189,6 +190,20 @@ fn point_struct(p: Point) -> PointStruct {
         .add_vector("", Vector::new_dense(p.vector))
         .add_vector(KEYWORD_VECTOR, Vector::new_sparse(indices, values));
     PointStruct::new(p.id, vectors, qdrant_client::Payload::from(p.payload))
+}
+
+/// The most point ids one delete request names. A refresh that replaces a large source
+/// deletes up to 50,000 old points; in one request, with the server waiting until they are
+/// gone before it answers, that does not make the client's 5 s timeout. 4,096 ids are some
+/// 40 KB on the wire, applied well within it.
+pub const DELETE_BATCH_IDS: usize = 4096;
+
+/// A deletion that stopped at a failed request: how many of its ids were deleted before it.
+struct Deleted {
+    deleted: usize,
+    total: usize,
+    /// The failed request's error, credentials replaced.
+    error: MemoryError,
 }
 
 /// An upsert that stopped at a failed request: how many of its points were stored before it.
@@ -384,21 +399,33 @@ impl QdrantStore {
         }
     }
 
-    async fn delete_ids(&self, collection: &str, ids: Vec<PointId>) -> Result<()> {
-        if ids.is_empty() {
-            return Ok(());
+    /// Deletes the points `ids` in requests of at most [`DELETE_BATCH_IDS`], each waited for,
+    /// stopping at the first that fails: its error says how many were deleted before it.
+    async fn delete_ids(
+        &self,
+        collection: &str,
+        ids: Vec<PointId>,
+    ) -> std::result::Result<(), Deleted> {
+        let total = ids.len();
+        let mut deleted = 0;
+        for batch in ids.chunks(DELETE_BATCH_IDS) {
+            let list = PointsIdsList {
+                ids: batch.iter().copied().map(Into::into).collect(),
+            };
+            self.client
+                .delete_points(
+                    DeletePointsBuilder::new(self.name(collection))
+                        .points(list)
+                        .wait(true),
+                )
+                .await
+                .map_err(|e| Deleted {
+                    deleted,
+                    total,
+                    error: self.err(e),
+                })?;
+            deleted += batch.len();
         }
-        let list = PointsIdsList {
-            ids: ids.into_iter().map(Into::into).collect(),
-        };
-        self.client
-            .delete_points(
-                DeletePointsBuilder::new(self.name(collection))
-                    .points(list)
-                    .wait(true),
-            )
-            .await
-            .map_err(|e| self.err(e))?;
         Ok(())
     }
 }
@@ -488,7 +515,16 @@ impl VectorStore for QdrantStore {
         self.config(collection).await?;
         let ids = self.ids_matching(collection, f).await?;
         let n = ids.len() as u64;
-        self.delete_ids(collection, ids).await?;
+        self.delete_ids(collection, ids).await.map_err(|failed| {
+            MemoryError::Store(format!(
+                "{} of {} points were deleted (in requests of {DELETE_BATCH_IDS}) before a \
+                 request failed, and no later request was sent; deleting again removes the \
+                 rest: {}",
+                failed.deleted,
+                failed.total,
+                without_prefix(&failed.error)
+            ))
+        })?;
         Ok(n)
     }
 
@@ -662,14 +698,16 @@ impl VectorStore for QdrantStore {
         }
         let stale: Vec<PointId> = old.into_iter().filter(|id| !new_ids.contains(id)).collect();
         let stale_count = stale.len();
-        if let Err(e) = self.delete_ids(collection, stale).await {
+        if let Err(failed) = self.delete_ids(collection, stale).await {
             return Err(MemoryError::Store(format!(
                 "the replacement stopped: all {} new points were stored, but deleting the {} \
-                 old points they did not overwrite failed; searches see both until the \
-                 replacement is run again: {}",
+                 old points they did not overwrite stopped after {} (in requests of \
+                 {DELETE_BATCH_IDS}); searches see the rest of the old version beside the new \
+                 one until the replacement is run again: {}",
                 new_ids.len(),
                 stale_count,
-                without_prefix(&e)
+                failed.deleted,
+                without_prefix(&failed.error)
             )));
         }
         Ok(removed)
