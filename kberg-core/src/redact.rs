@@ -78,12 +78,19 @@ impl<'a> Split<'a> {
     }
 
     /// The scheme and `://` (or nothing, when `schemeless`) and the rest of trimmed `text`.
+    ///
+    /// When `schemeless`, a `://` counts as the head's only after a scheme (a letter, then
+    /// letters, digits, `+`, `-` or `.`): text without a scheme may hold one further on, in a
+    /// password (`bot:ab://cd@host`), a query (`user:key@host/cb?next=https://x`) or a
+    /// fragment, and everything up to it would be shown as the head. Such text is read from
+    /// its start, as the authority. Otherwise (a source) the first `://` is the head's, so
+    /// what follows it is still hidden as a URL's would be.
     fn head_of(text: &'a str, schemeless: bool) -> Option<(&'a str, &'a str)> {
         let s = text.trim();
         match s.find("://") {
-            Some(i) => Some(s.split_at(i + 3)),
-            None if schemeless => Some(("", s)),
-            None => None,
+            Some(i) if !schemeless || is_scheme(&s[..i]) => Some(s.split_at(i + 3)),
+            _ if schemeless => Some(("", s)),
+            _ => None,
         }
     }
 
@@ -337,6 +344,13 @@ fn values_of(split: &Split<'_>) -> Vec<String> {
     found
 }
 
+/// Whether `s` is a URL scheme (RFC 3986: a letter, then letters, digits, `+`, `-` or `.`).
+fn is_scheme(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_alphabetic())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+}
+
 /// `s` with `%XX` escapes decoded (lossily, as an HTTP client decodes a URL's user part).
 fn percent_decoded(s: &str) -> String {
     percent_encoding::percent_decode_str(s)
@@ -436,6 +450,49 @@ mod tests {
         let c = UrlCredentials::new("https://h.example/x?token=canary@7Hq2", &[]);
         let said = c.scrub("refused token=canary@7Hq2");
         assert!(!said.contains("canary@7Hq2"), "{said}");
+    }
+
+    #[test]
+    fn a_later_scheme_mark_does_not_show_what_comes_before_it() {
+        // Text without a scheme that holds a `://` further on: in a password, a query value
+        // or a fragment. What comes before it is not a scheme, and must not be shown as one.
+        for (url, shown) in [
+            (
+                format!("user:{CANARY}@h.example/cb?next=https://x.example"),
+                "***@h.example/cb?***",
+            ),
+            (format!("bot:{CANARY}://cd@h.example/x"), "***@h.example/x"),
+            (
+                format!("h.example/cb#{CANARY}https://x.example"),
+                "h.example/cb#***",
+            ),
+            (
+                format!("h.example/cb?key={CANARY}&next=https://x.example"),
+                "h.example/cb?***",
+            ),
+        ] {
+            assert_eq!(redact_url(&url), shown, "{url}");
+            assert_eq!(redact_url(shown), shown, "redacting twice changes nothing");
+            // A fragment is never sent, so it is not among the values a service could quote.
+            if !url.contains('#') {
+                let said = UrlCredentials::new(&url, &[]).scrub(&format!("refused {url}"));
+                assert!(!said.contains(CANARY), "{url}: {said}");
+            }
+        }
+        // A scheme is still a scheme, whatever case.
+        assert_eq!(
+            redact_url(&format!("HTTPS://u:{CANARY}@h.example/x")),
+            "HTTPS://***@h.example/x"
+        );
+        assert_eq!(
+            redact_url(&format!("git+ssh://u:{CANARY}@h.example/x")),
+            "git+ssh://***@h.example/x"
+        );
+        // A source's first `://` still starts the part that is hidden as a URL's would be.
+        assert_eq!(
+            redact_source(&format!("/srv/x?u=https://bot:{CANARY}@h.example/r")),
+            "/srv/x?u=https://***@h.example/r"
+        );
     }
 
     #[test]
