@@ -523,6 +523,31 @@ async fn tool_failure_and_panic_are_contained() {
 }
 
 #[tokio::test]
+async fn a_panic_before_the_tool_s_future_is_contained() {
+    // A raw handler whose closure reads its arguments before it returns its future: the
+    // closure itself panics on arguments without `n`.
+    let r = ToolRegistry::new();
+    r.register(ToolBuilder::new("reads_first").raw_handler(
+        json!({"type": "object"}),
+        |a: Value, _| {
+            let n = a["n"].as_i64().expect("n is there");
+            async move { Ok(ToolOutput::text(n.to_string())) }
+        },
+    ))
+    .unwrap();
+    let e = call(&r, &anon(), "reads_first", json!({}))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, GateError::ToolPanicked { .. }), "{e:?}");
+    assert!(!e.to_string().contains("n is there"), "{e}");
+    // The same tool with its argument runs as ever.
+    let out = call(&r, &anon(), "reads_first", json!({"n": 4}))
+        .await
+        .unwrap();
+    assert_eq!(out.content, vec![Content::Text("4".into())]);
+}
+
+#[tokio::test]
 async fn output_schema_is_enforced() {
     let r = ToolRegistry::new();
     r.register(
