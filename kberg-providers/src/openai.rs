@@ -248,7 +248,26 @@ fn usage_of(v: &Value) -> Usage {
     }
 }
 
+/// The error a reply or a stream event carries in its `error` field (`{"message", ...}` or a
+/// string), as the server's own words: a gateway that answers 200 (or mid-stream) with an
+/// error says what went wrong there, not that the reply lacks its fields.
+fn in_band_error(err: &Value) -> ProviderError {
+    let msg = err
+        .get("message")
+        .and_then(Value::as_str)
+        .or_else(|| err.as_str())
+        .map_or_else(|| err.to_string(), str::to_string);
+    ProviderError::ServerError {
+        status: 200,
+        attempts: 1,
+        detail: msg,
+    }
+}
+
 fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
+    if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
+        return Err(in_band_error(err));
+    }
     let choice = v
         .get("choices")
         .and_then(Value::as_array)
@@ -395,15 +414,7 @@ impl SseReply for ChunkDecoder {
             ProviderError::malformed(format!("a stream event is not JSON ({e}): {data}"))
         })?;
         if let Some(err) = v.get("error") {
-            let msg = err
-                .get("message")
-                .and_then(Value::as_str)
-                .map_or_else(|| err.to_string(), str::to_string);
-            return Err(ProviderError::ServerError {
-                status: 200,
-                attempts: 1,
-                detail: msg,
-            });
+            return Err(in_band_error(err));
         }
         let usage = v.get("usage").filter(|u| u.is_object());
         if let Some(u) = usage {

@@ -977,3 +977,42 @@ async fn implausibly_many_tool_calls_are_malformed() {
         1024
     );
 }
+
+/// A 200 whose body is an error object (a gateway or proxy that answers every reply 200, as
+/// OpenRouter and several bridges do) says what the server said, not that `choices` is missing.
+#[tokio::test]
+async fn an_error_object_in_a_200_reply_is_the_servers_error() {
+    let server = ScriptedServer::start(vec![
+        Reply::json(
+            200,
+            &api_error(
+                "Provider returned error: upstream overloaded",
+                "server_error",
+                "502",
+            ),
+        ),
+        Reply::json(200, &json!({"error": "quota exhausted for this key"})),
+        // An `error` that is null beside a complete reply is no error.
+        Reply::json(200, &{
+            let mut c = completion(json!({"role": "assistant", "content": "Hi"}), "stop");
+            c["error"] = Value::Null;
+            c
+        }),
+    ])
+    .await;
+    let p = make(server.url());
+    let e = p
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "server_error", "{e}");
+    assert!(e.to_string().contains("upstream overloaded"), "{e}");
+    let e = p
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "server_error", "{e}");
+    assert!(e.to_string().contains("quota exhausted"), "{e}");
+    let r = p.chat(&request(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(r.text, "Hi");
+}
