@@ -427,7 +427,13 @@ impl SseReply for ChunkDecoder {
             }
             return Err(ProviderError::malformed("a chunk has no `choices` array"));
         };
-        for choice in choices {
+        // With `n` above 1 (through `extra`) a chunk carries pieces of several choices, told
+        // apart by their `index`; the reply is the first choice, as a whole reply's is
+        // `choices[0]`. A choice without an index is the only one.
+        let first = choices
+            .iter()
+            .filter(|c| c.get("index").is_none_or(|i| i.as_u64() == Some(0)));
+        for choice in first {
             if let Some(f) = finish_of(choice.get("finish_reason").and_then(Value::as_str)) {
                 self.finish = Some(f);
             }

@@ -1016,3 +1016,39 @@ async fn an_error_object_in_a_200_reply_is_the_servers_error() {
     let r = p.chat(&request(), &CancellationToken::new()).await.unwrap();
     assert_eq!(r.text, "Hi");
 }
+
+/// A stream of several choices (`n` set through `extra`) is read as its first choice, as a
+/// whole reply is: the second choice's text and calls do not run into the first's.
+#[tokio::test]
+async fn a_stream_of_several_choices_is_read_as_its_first() {
+    let pieces = vec![
+        chunk(json!([
+            {"index": 0, "delta": {"role": "assistant", "content": "Hel"}, "finish_reason": null},
+            {"index": 1, "delta": {"role": "assistant", "content": "Bon"}, "finish_reason": null}
+        ])),
+        chunk(
+            json!([{"index": 1, "delta": {"content": "jour", "tool_calls": [
+            {"index": 0, "id": "call_b", "type": "function", "function": {"name": "wait", "arguments": "{\"seconds\": 9}"}}
+        ]}, "finish_reason": null}]),
+        ),
+        chunk(
+            json!([{"index": 0, "delta": {"content": "lo", "tool_calls": [
+            {"index": 0, "id": "call_a", "type": "function", "function": {"name": "wait", "arguments": "{\"seconds\": 1}"}}
+        ]}, "finish_reason": null}]),
+        ),
+        chunk(json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])),
+        chunk(json!([{"index": 1, "delta": {}, "finish_reason": "length"}])),
+        "data: [DONE]\n\n".into(),
+    ];
+    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let s = make(server.url())
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.text, "Hello");
+    assert_eq!(r.tool_calls.len(), 1, "{:?}", r.tool_calls);
+    assert_eq!(r.tool_calls[0].id, "call_a");
+    assert_eq!(r.tool_calls[0].arguments, json!({"seconds": 1}));
+    assert_eq!(r.finish, kberg_agent::FinishReason::ToolCalls);
+}
