@@ -38,6 +38,21 @@ pub const MAX_FIELD_ERRORS: usize = 32;
 /// [`MAX_FIELD_ERRORS`] anyway.
 pub const MAX_DIAGNOSED_VALUES: usize = 10_000;
 
+/// The most options of an `enum` a diagnostic lists; the rest are counted. A schema may list
+/// thousands (a tool proxied from another server declares what it likes), and every field
+/// that misses one would repeat them all, twice, in the answer.
+const MAX_SHOWN_OPTIONS: usize = 16;
+
+/// The most characters of one schema value (an option, a constant, a pattern) a diagnostic
+/// quotes.
+const MAX_SHOWN_SCHEMA_CHARS: usize = 80;
+
+/// `text` (a schema value as JSON) cut to [`MAX_SHOWN_SCHEMA_CHARS`] characters.
+fn shown(mut text: String) -> String {
+    crate::text::cut_chars(&mut text, MAX_SHOWN_SCHEMA_CHARS, "...");
+    text
+}
+
 /// How many values `v` holds (itself, and everything in it at any depth), counted up to one
 /// past `limit`.
 fn count_values(v: &Value, limit: usize) -> usize {
@@ -244,19 +259,25 @@ fn describe(pointer: &str, kind: &ValidationErrorKind, found: &Value, out: &mut 
         K::Type { kind } => push(out, pointer.into(), type_words(kind), found_s),
         K::Enum { options } => {
             let opts = match &**options {
-                Value::Array(a) => a
-                    .iter()
-                    .map(|o| o.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                other => other.to_string(),
+                Value::Array(a) => {
+                    let mut listed: Vec<String> = a
+                        .iter()
+                        .take(MAX_SHOWN_OPTIONS)
+                        .map(|o| shown(o.to_string()))
+                        .collect();
+                    if a.len() > MAX_SHOWN_OPTIONS {
+                        listed.push(format!("or {} more", a.len() - MAX_SHOWN_OPTIONS));
+                    }
+                    listed.join(", ")
+                }
+                other => shown(other.to_string()),
             };
             push(out, pointer.into(), format!("one of {opts}"), found_s);
         }
         K::Constant { expected_value } => push(
             out,
             pointer.into(),
-            format!("exactly {expected_value}"),
+            format!("exactly {}", shown(expected_value.to_string())),
             found_s,
         ),
         K::Minimum { limit } => push(out, pointer.into(), format!("at least {limit}"), found_s),
@@ -297,7 +318,10 @@ fn describe(pointer: &str, kind: &ValidationErrorKind, found: &Value, out: &mut 
         K::Pattern { pattern } => push(
             out,
             pointer.into(),
-            format!("a string matching the pattern {pattern}"),
+            format!(
+                "a string matching the pattern {}",
+                shown(pattern.to_string())
+            ),
             found_s,
         ),
         K::Format { format } => push(
@@ -417,6 +441,41 @@ mod tests {
         assert_eq!(s.diagnose(&small).len(), 3);
         assert_eq!(count_values(&big, 10), 11);
         assert_eq!(count_values(&small, 10), 5);
+    }
+
+    #[test]
+    fn a_huge_enum_or_constant_is_quoted_in_part() {
+        let options: Vec<String> = (0..5_000).map(|i| format!("{i:0>200}")).collect();
+        let long = "c".repeat(100_000);
+        let s = CompiledSchema::compile(json!({
+            "type": "object",
+            "properties": {
+                "mode": {"enum": options},
+                "fixed": {"const": long},
+                "code": {"type": "string", "pattern": format!("^{}$", "d".repeat(100_000))}
+            }
+        }))
+        .unwrap();
+        let errs = s.diagnose(&json!({"mode": "none", "fixed": "x", "code": "x"}));
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        for e in &errs {
+            assert!(
+                e.message.len() < 4_000,
+                "{}: {} bytes",
+                e.pointer,
+                e.message.len()
+            );
+        }
+        let mode = errs.iter().find(|e| e.pointer == "/mode").unwrap();
+        assert!(
+            mode.expected.starts_with("one of \"0000"),
+            "{}",
+            mode.expected
+        );
+        assert!(mode.expected.ends_with("or 4984 more"), "{}", mode.expected);
+        // A short enum is listed whole, as before.
+        let errs = schema().diagnose(&json!({"title": "t", "count": 1, "mode": "medium"}));
+        assert_eq!(errs[0].expected, r#"one of "fast", "slow""#);
     }
 
     #[test]
