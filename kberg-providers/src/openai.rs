@@ -342,6 +342,10 @@ struct ChunkDecoder {
     slots: std::collections::HashMap<usize, Slot>,
     /// The number of calls of the reply so far.
     calls: usize,
+    /// The usage reported so far. A chunk's `usage` is the reply's total until then, not an
+    /// increment (servers send it once, twice, or in every chunk), while a
+    /// [`ChatDelta::Usage`] adds up: only what it adds to this is reported.
+    reported: Usage,
 }
 
 /// A server `index` and the call it stands for now.
@@ -418,7 +422,18 @@ impl SseReply for ChunkDecoder {
         }
         let usage = v.get("usage").filter(|u| u.is_object());
         if let Some(u) = usage {
-            out.push(ChatDelta::Usage(usage_of(u)));
+            let total = usage_of(u);
+            let more = Usage {
+                input_tokens: total
+                    .input_tokens
+                    .saturating_sub(self.reported.input_tokens),
+                output_tokens: total
+                    .output_tokens
+                    .saturating_sub(self.reported.output_tokens),
+            };
+            self.reported.input_tokens = self.reported.input_tokens.max(total.input_tokens);
+            self.reported.output_tokens = self.reported.output_tokens.max(total.output_tokens);
+            out.push(ChatDelta::Usage(more));
         }
         let Some(choices) = v.get("choices").and_then(Value::as_array) else {
             // The usage chunk without `choices`, as some servers send it, is complete.

@@ -1052,3 +1052,40 @@ async fn a_stream_of_several_choices_is_read_as_its_first() {
     assert_eq!(r.tool_calls[0].arguments, json!({"seconds": 1}));
     assert_eq!(r.finish, kberg_agent::FinishReason::ToolCalls);
 }
+
+/// Usage in a chunk is the reply's so far, not an increment: a server that sends it in every
+/// chunk (vLLM's `continuous_usage_stats`) or twice at the end (with `finish_reason`, then in
+/// the usage chunk) is counted once.
+#[tokio::test]
+async fn usage_sent_in_several_chunks_is_counted_once() {
+    let with_usage = |delta: Value, finish: Value, prompt: u64, completion: u64| {
+        let v = json!({"id": "chatcmpl-123", "object": "chat.completion.chunk", "created": 1694268190,
+                       "model": "local-model",
+                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                       "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                 "total_tokens": prompt + completion}});
+        format!("data: {v}\n\n")
+    };
+    let pieces = vec![
+        with_usage(
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+            82,
+            0,
+        ),
+        with_usage(json!({"content": "Hel"}), Value::Null, 82, 1),
+        with_usage(json!({"content": "lo"}), Value::Null, 82, 2),
+        with_usage(json!({}), json!("stop"), 82, 2),
+        usage_chunk(),
+        "data: [DONE]\n\n".into(),
+    ];
+    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let s = make(server.url())
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.text, "Hello");
+    assert_eq!(r.usage.input_tokens, 82);
+    assert_eq!(r.usage.output_tokens, 17);
+}
