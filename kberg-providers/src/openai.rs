@@ -409,9 +409,14 @@ impl SseReply for ChunkDecoder {
     fn event(&mut self, data: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
         if data.trim() == "[DONE]" {
             self.done = true;
-            out.push(ChatDelta::Finish(
-                self.finish.take().unwrap_or(FinishReason::Stop),
-            ));
+            // Without a `finish_reason` (several local servers leave it null), a reply that
+            // made calls ended for them, as a whole reply without one is read.
+            let unsaid = if self.calls > 0 {
+                FinishReason::ToolCalls
+            } else {
+                FinishReason::Stop
+            };
+            out.push(ChatDelta::Finish(self.finish.take().unwrap_or(unsaid)));
             return Ok(());
         }
         let v: Value = serde_json::from_str(data).map_err(|e| {

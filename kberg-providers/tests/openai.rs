@@ -1089,3 +1089,37 @@ async fn usage_sent_in_several_chunks_is_counted_once() {
     assert_eq!(r.usage.input_tokens, 82);
     assert_eq!(r.usage.output_tokens, 17);
 }
+
+/// A stream whose calls end without a `finish_reason` (several local servers leave it null)
+/// finishes as a reply with calls, as the same reply unstreamed does.
+#[tokio::test]
+async fn a_stream_of_calls_without_a_finish_reason_finishes_with_tool_calls() {
+    let pieces = vec![
+        chunk(
+            json!([{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+            {"index": 0, "id": "call_a", "type": "function", "function": {"name": "wait", "arguments": "{\"seconds\": 1}"}}
+        ]}, "finish_reason": null}]),
+        ),
+        "data: [DONE]\n\n".into(),
+    ];
+    let server = ScriptedServer::start(vec![
+        Reply::stream("text/event-stream", pieces),
+        Reply::json(
+            200,
+            &json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_a", "type": "function", "function": {"name": "wait", "arguments": "{\"seconds\": 1}"}}]},
+                "finish_reason": null}]}),
+        ),
+    ])
+    .await;
+    let p = make(server.url());
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let streamed = collect_stream(s, |_| {}).await.unwrap();
+    let whole = p.chat(&request(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(whole.finish, kberg_agent::FinishReason::ToolCalls);
+    assert_eq!(streamed.finish, whole.finish);
+    assert_eq!(streamed.tool_calls, whole.tool_calls);
+}
