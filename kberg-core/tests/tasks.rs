@@ -371,6 +371,53 @@ async fn the_limit_counts_kept_tasks_per_principal() {
         .expect("bob has his own");
 }
 
+#[tokio::test]
+async fn a_waiter_is_told_when_the_task_expires() {
+    // A task whose tool never ends, and nothing else happening: its expiry is the only event.
+    let tools = registry();
+    tools
+        .register(
+            ToolBuilder::new("forever")
+                .description("Never ends")
+                .task_support(TaskSupport::Optional)
+                .raw_handler(json!({"type": "object"}), |_a, _ctx| async {
+                    std::future::pending::<()>().await;
+                    Ok(ToolOutput::text("never"))
+                }),
+        )
+        .expect("register forever");
+    let store = TaskStore::new(tools, TaskConfig::default().ttl(Duration::from_secs(2)));
+    let id = task_of(
+        store
+            .start(
+                &caller("alice"),
+                "forever",
+                json!({}),
+                CallOptions::default(),
+                false,
+            )
+            .await
+            .expect("started"),
+    )
+    .id;
+    assert_eq!(
+        store.get("alice", &id).expect("alive").status,
+        TaskStatus::Working
+    );
+    // The bound only keeps a broken build from hanging; the answer comes at the expiry.
+    let waited = tokio::time::timeout(Duration::from_secs(120), store.wait("alice", &id))
+        .await
+        .expect("the waiter is woken at the expiry");
+    assert_eq!(waited.expect_err("expired").code(), "task_not_found");
+    let waited = tokio::time::timeout(
+        Duration::from_secs(120),
+        store.wait_for("alice", &id, TaskStatus::InputRequired),
+    )
+    .await
+    .expect("gone at once");
+    assert_eq!(waited.expect_err("expired").code(), "task_not_found");
+}
+
 #[test]
 fn the_detailed_task_has_the_wire_shape() {
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -584,35 +584,62 @@ impl TaskStore {
 
     /// Waits until the task is over (or, if it expires meanwhile, answers not found).
     pub async fn wait(&self, owner: &str, id: &str) -> Result<TaskSnapshot, TaskError> {
-        let mut changes = self.board.version.subscribe();
-        loop {
-            let s = self.get(owner, id)?;
-            if s.status.is_terminal() {
-                return Ok(s);
-            }
-            if changes.changed().await.is_err() {
-                return self.get(owner, id);
-            }
-        }
+        self.wait_until(owner, id, |s| s.status.is_terminal()).await
     }
 
-    /// Waits until the task's status is `status` or terminal.
+    /// Waits until the task's status is `status` or terminal (or, if it expires meanwhile,
+    /// answers not found).
     pub async fn wait_for(
         &self,
         owner: &str,
         id: &str,
         status: TaskStatus,
     ) -> Result<TaskSnapshot, TaskError> {
+        self.wait_until(owner, id, |s| s.status == status || s.status.is_terminal())
+            .await
+    }
+
+    /// Waits until the task's snapshot is `done`, or the task is gone.
+    ///
+    /// Expired tasks are swept on access only, and expiry is no change of its own: a waiter
+    /// woken by changes alone would wait for ever on a task that expires while nothing else
+    /// happens (a tool that never ends). So it also wakes when the task's time is up.
+    async fn wait_until(
+        &self,
+        owner: &str,
+        id: &str,
+        done: impl Fn(&TaskSnapshot) -> bool,
+    ) -> Result<TaskSnapshot, TaskError> {
         let mut changes = self.board.version.subscribe();
         loop {
             let s = self.get(owner, id)?;
-            if s.status == status || s.status.is_terminal() {
+            if done(&s) {
                 return Ok(s);
             }
-            if changes.changed().await.is_err() {
-                return self.get(owner, id);
+            // `None` past the clock's range: the task never expires.
+            let expiry = s.created_at.checked_add(self.board.config.ttl);
+            tokio::select! {
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return self.get(owner, id);
+                    }
+                }
+                () = until(expiry) => {}
             }
         }
+    }
+}
+
+/// Sleeps until `at` by the system clock (the clock of a task's expiry), for ever if `None`.
+async fn until(at: Option<SystemTime>) {
+    match at {
+        Some(at) => {
+            let left = at
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO);
+            tokio::time::sleep(left).await;
+        }
+        None => std::future::pending().await,
     }
 }
 
