@@ -486,7 +486,7 @@ pub enum TicketError {
     /// No such ticket, or not one this caller may see.
     #[error("There is no ticket `{ticket}`.")]
     Unknown {
-        /// The ticket id asked for.
+        /// The ticket id asked for, cut short past 128 bytes ([`crate::quoted_name`]).
         ticket: String,
     },
     /// Not decided yet.
@@ -550,6 +550,15 @@ impl From<StoreError> for TicketError {
 }
 
 impl TicketError {
+    /// The refusal of an id no ticket (this caller may see) has. The id is the caller's, of
+    /// any length: it is quoted cut as [`crate::quoted_name`] cuts it, or the answer and its
+    /// log lines would repeat megabytes of it, twice (the message and the details).
+    fn unknown(id: &str) -> Self {
+        TicketError::Unknown {
+            ticket: crate::tool::quoted_name(id).into_owned(),
+        }
+    }
+
     /// The stable code.
     pub fn code(&self) -> ErrorCode {
         match self {
@@ -692,7 +701,7 @@ impl TicketDesk {
         let mut t = self
             .store()
             .get(id)?
-            .ok_or_else(|| TicketError::Unknown { ticket: id.into() })?;
+            .ok_or_else(|| TicketError::unknown(id))?;
         t.status = t.status_at(SystemTime::now());
         Ok(t)
     }
@@ -715,9 +724,7 @@ impl TicketDesk {
     /// pending and not expired (an expired one is marked so).
     fn decidable(&self, id: &str, decider: &Principal) -> Result<ConfirmTicket, TicketError> {
         let store = self.store();
-        let t = store
-            .get(id)?
-            .ok_or_else(|| TicketError::Unknown { ticket: id.into() })?;
+        let t = store.get(id)?.ok_or_else(|| TicketError::unknown(id))?;
         self.check_decider(&t, decider)?;
         match t.status_at(SystemTime::now()) {
             TicketStatus::Pending => Ok(t),
@@ -882,7 +889,7 @@ impl TicketDesk {
             .store()
             .get(id)?
             .filter(|t| t.principal.id == caller.principal().id)
-            .ok_or_else(|| TicketError::Unknown { ticket: id.into() })?;
+            .ok_or_else(|| TicketError::unknown(id))?;
         match (t.status_at(SystemTime::now()), t.outcome) {
             (TicketStatus::Pending | TicketStatus::Running, _) => {
                 Err(TicketError::Pending { ticket: t.id })

@@ -255,6 +255,19 @@ async fn only_principals_with_the_right_may_decide() {
         desk.get("tk_nope").unwrap_err().code(),
         ErrorCode::TicketUnknown
     );
+    // An id of megabytes is quoted cut, wherever it is refused.
+    let huge = "tk_".to_string() + &"x".repeat(1_000_000);
+    for e in [
+        desk.approve(&huge, &admin()).await.unwrap_err(),
+        desk.deny(&huge, &admin(), None).unwrap_err(),
+        desk.get(&huge).unwrap_err(),
+        desk.result(&huge, &agent()).unwrap_err(),
+    ] {
+        assert_eq!(e.code(), ErrorCode::TicketUnknown);
+        let answer = serde_json::to_string(&e.details()).unwrap();
+        assert!(answer.len() < 1_000, "{} bytes", answer.len());
+        assert!(answer.contains("tk_xxx"), "{answer}");
+    }
 }
 
 #[tokio::test]
