@@ -487,11 +487,13 @@ impl SseReply for ChunkDecoder {
                             .and_then(|f| f.get("name"))
                             .and_then(Value::as_str)
                             .map(str::to_string),
-                        arguments: f
-                            .and_then(|f| f.get("arguments"))
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_string(),
+                        arguments: match f.and_then(|f| f.get("arguments")) {
+                            Some(Value::String(s)) => s.clone(),
+                            None | Some(Value::Null) => String::new(),
+                            // Some servers send the arguments as an object, whole, as a whole
+                            // reply may (see `parse_reply`); its text is the fragment.
+                            Some(other) => other.to_string(),
+                        },
                     });
                 }
             }

@@ -1123,3 +1123,30 @@ async fn a_stream_of_calls_without_a_finish_reason_finishes_with_tool_calls() {
     assert_eq!(streamed.finish, whole.finish);
     assert_eq!(streamed.tool_calls, whole.tool_calls);
 }
+
+/// A streamed call whose arguments come as an object, whole (as some servers send them, and
+/// as a whole reply's are accepted), keeps them: they are not dropped for an empty `{}`.
+#[tokio::test]
+async fn streamed_arguments_sent_as_an_object_are_kept() {
+    let pieces = vec![
+        chunk(
+            json!([{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+            {"index": 0, "id": "call_a", "type": "function",
+             "function": {"name": "add_note", "arguments": {"title": "milk", "priority": 2}}}
+        ]}, "finish_reason": null}]),
+        ),
+        chunk(json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])),
+        "data: [DONE]\n\n".into(),
+    ];
+    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let s = make(server.url())
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.tool_calls.len(), 1, "{:?}", r.tool_calls);
+    assert_eq!(
+        r.tool_calls[0].arguments,
+        json!({"title": "milk", "priority": 2})
+    );
+}
