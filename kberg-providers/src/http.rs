@@ -283,27 +283,31 @@ fn shortened(text: &str) -> String {
     }
 }
 
-/// `Retry-After` as a duration: delta-seconds or an HTTP date.
+/// The longest `Retry-After` read: a day. The wait reaches the caller
+/// (`retry_after` of [`ProviderError::RateLimited`]), which may sleep for it; a server's
+/// `Retry-After: 99999999999` (or a date centuries ahead) is a broken value, not a wait.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
+
+/// `Retry-After` as a duration: delta-seconds or an HTTP date, at most [`MAX_RETRY_AFTER`].
 pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let v = headers
         .get(reqwest::header::RETRY_AFTER)?
         .to_str()
         .ok()?
         .trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    if let Ok(secs) = v.parse::<f64>()
+    let wait = if let Ok(secs) = v.parse::<u64>() {
+        Duration::from_secs(secs)
+    } else if let Ok(secs) = v.parse::<f64>()
         && secs.is_finite()
         && secs >= 0.0
     {
-        return Some(Duration::from_secs_f64(secs.min(86_400.0)));
-    }
-    let at = httpdate::parse_http_date(v).ok()?;
-    Some(
+        Duration::from_secs_f64(secs.min(MAX_RETRY_AFTER.as_secs_f64()))
+    } else {
+        let at = httpdate::parse_http_date(v).ok()?;
         at.duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO),
-    )
+            .unwrap_or(Duration::ZERO)
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 async fn cancellable<T>(
@@ -973,6 +977,19 @@ mod tests {
             retry_after(&headers("Wed, 21 Oct 2015 07:28:00 GMT")),
             Some(Duration::ZERO)
         );
+        // An absurd wait, in any form, is read as the longest one taken.
+        for absurd in [
+            "99999999999",
+            "18446744073709551615",
+            "1e12",
+            "Fri, 31 Dec 9999 23:59:59 GMT",
+        ] {
+            assert_eq!(
+                retry_after(&headers(absurd)),
+                Some(Duration::from_secs(86_400)),
+                "{absurd}"
+            );
+        }
         assert_eq!(retry_after(&headers("soon")), None);
         assert_eq!(retry_after(&headers("-3")), None);
         assert_eq!(retry_after(&HeaderMap::new()), None);
