@@ -302,3 +302,64 @@ async fn a_long_unknown_scope_is_quoted_cut_short() {
         "{quoted}"
     );
 }
+
+#[tokio::test]
+async fn a_scope_that_is_not_a_string_is_refused() {
+    // A hand-written schema that leaves the scope field's type open.
+    let (tools, _) = app();
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let r = Arc::clone(&ran);
+    tools
+        .register(
+            ToolBuilder::new("open_where")
+                .small_model_safe()
+                .scope_field("where")
+                .raw_handler(
+                    json!({"type": "object", "properties": {"where": {"description": "Where"}}}),
+                    move |a, ctx| {
+                        let r = Arc::clone(&r);
+                        async move {
+                            r.lock()
+                                .unwrap()
+                                .push((a["where"].clone(), ctx.scope().map(str::to_string)));
+                            Ok(ToolOutput::text("ran"))
+                        }
+                    },
+                ),
+        )
+        .unwrap();
+    for bad in [
+        json!(["book:secret"]),
+        json!(7),
+        json!({"name": "book:secret"}),
+    ] {
+        let e = tools
+            .call(
+                &reader(),
+                "open_where",
+                json!({"where": bad}),
+                CallOptions::default(),
+            )
+            .await
+            .unwrap_err();
+        let GateError::InvalidArguments { errors, .. } = &e else {
+            panic!("{bad}: {e:?}");
+        };
+        assert_eq!(errors[0].pointer, "/where");
+    }
+    assert!(ran.lock().unwrap().is_empty(), "{:?}", ran.lock().unwrap());
+    // A string is checked as ever.
+    tools
+        .call(
+            &reader(),
+            "open_where",
+            json!({"where": "library"}),
+            CallOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        *ran.lock().unwrap(),
+        [(json!("library"), Some("library".to_string()))]
+    );
+}

@@ -11,6 +11,7 @@ use crate::catalog::{Catalog, Entry};
 use crate::error::GateError;
 use crate::principal::Caller;
 use crate::tool::quoted_name;
+use crate::validate::{FieldError, describe_value};
 
 /// Fills a scoped tool's scope argument from the caller's current scope and checks it. The
 /// scope the call works in, or `None` for a tool without one.
@@ -42,8 +43,23 @@ pub(crate) fn apply_scope(
             }
         },
         Some(Value::String(s)) => s.clone(),
-        // Another type: validation names it.
-        Some(_) => return Ok(None),
+        // Another type is refused here, never let through unchecked: validation would name it
+        // only if the schema gives the field a type, and a hand-written schema may leave it
+        // open; the tool would then get a scope (`["book:secret"]`, `7`) no one checked.
+        Some(other) => {
+            let found = describe_value(other);
+            return Err(GateError::InvalidArguments {
+                tool: tool(),
+                errors: vec![FieldError {
+                    pointer: format!("/{}", field.replace('~', "~0").replace('/', "~1")),
+                    expected: "a scope name (a string)".into(),
+                    message: format!(
+                        "`{field}` must be a scope name (a string), but it is {found}."
+                    ),
+                    found,
+                }],
+            });
+        }
     };
     if !catalog.scopes.contains_key(&scope) {
         // Not a declared scope, so whatever the caller sent: quoted no longer than a scope's
