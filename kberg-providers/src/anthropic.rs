@@ -365,6 +365,12 @@ impl SseReply for EventDecoder {
         (!self.stopped).then_some("`message_stop`")
     }
 
+    fn whole(&mut self, reply: &Value, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
+        out.extend(kberg_agent::response_to_deltas(parse_reply(reply)?));
+        self.stopped = true;
+        Ok(())
+    }
+
     fn event(&mut self, data: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
         let v: Value = serde_json::from_str(data).map_err(|e| {
             ProviderError::malformed(format!("a stream event is not JSON ({e}): {data}"))

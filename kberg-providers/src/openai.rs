@@ -406,6 +406,12 @@ impl SseReply for ChunkDecoder {
         (!self.done).then_some("`data: [DONE]`")
     }
 
+    fn whole(&mut self, reply: &Value, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
+        out.extend(kberg_agent::response_to_deltas(parse_reply(reply)?));
+        self.done = true;
+        Ok(())
+    }
+
     fn event(&mut self, data: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
         if data.trim() == "[DONE]" {
             self.done = true;

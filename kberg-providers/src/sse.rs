@@ -28,14 +28,30 @@ pub(crate) trait SseReply: Send + 'static {
     /// When the body ends: `None` when the reply is complete, otherwise what it lacks (the
     /// stream then ends as truncated).
     fn missing_end(&self) -> Option<&'static str>;
+
+    /// Decodes a body that is one JSON value, not events: the server answered the streamed
+    /// request as a whole reply (one that does not stream, or an error object under a 200).
+    /// A reply read here is complete.
+    fn whole(
+        &mut self,
+        reply: &serde_json::Value,
+        out: &mut Vec<kberg_agent::ChatDelta>,
+    ) -> Result<(), kberg_agent::ProviderError>;
 }
 
 /// The line decoder of a provider's SSE reply: assembles events from lines, bounded, and hands
-/// each to the reply.
+/// each to the reply. A body that is one JSON value instead (a server that does not stream,
+/// an error object under a 200) is read whole, within the same bound, and handed to the
+/// reply as such, so its answer or its error is not lost as a stream that ended early.
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub(crate) struct SseDecoder<R> {
     sse: SseParser,
     pub(crate) reply: R,
+    /// A line other than an empty one was read.
+    begun: bool,
+    /// The body is one JSON value, not events (its first line opens an object, which no
+    /// event line does): its text so far, read whole and decoded at its end.
+    json: Option<String>,
 }
 
 #[cfg(any(feature = "openai", feature = "anthropic"))]
@@ -46,6 +62,8 @@ impl<R: SseReply> SseDecoder<R> {
         Self {
             sse: SseParser::with_max_data(max_data),
             reply,
+            begun: false,
+            json: None,
         }
     }
 }
@@ -57,6 +75,20 @@ impl<R: SseReply> crate::http::LineDecoder for SseDecoder<R> {
         line: &str,
         out: &mut Vec<kberg_agent::ChatDelta>,
     ) -> Result<(), kberg_agent::ProviderError> {
+        if !self.begun && !line.is_empty() {
+            self.begun = true;
+            if line.trim_start().starts_with('{') {
+                self.json = Some(String::new());
+            }
+        }
+        if let Some(json) = &mut self.json {
+            if json.len() + line.len() + 1 > self.sse.max_data() {
+                return Err(event_too_large(&self.sse));
+            }
+            json.push_str(line);
+            json.push('\n');
+            return Ok(());
+        }
         let event = self.sse.line(line);
         if self.sse.overflowed() {
             return Err(event_too_large(&self.sse));
@@ -75,6 +107,14 @@ impl<R: SseReply> crate::http::LineDecoder for SseDecoder<R> {
         &mut self,
         out: &mut Vec<kberg_agent::ChatDelta>,
     ) -> Result<(), kberg_agent::ProviderError> {
+        if let Some(json) = self.json.take() {
+            let v: serde_json::Value = serde_json::from_str(&json).map_err(|e| {
+                kberg_agent::ProviderError::malformed(format!(
+                    "the stream is neither events nor one JSON reply ({e}): {json}"
+                ))
+            })?;
+            self.reply.whole(&v, out)?;
+        }
         if let Some(ev) = self.sse.flush() {
             self.reply.event(&ev.data, out)?;
         }

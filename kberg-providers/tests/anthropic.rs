@@ -669,3 +669,32 @@ async fn implausibly_many_tool_calls_are_malformed() {
         1024
     );
 }
+
+/// A streamed request answered with one JSON body (a gateway that does not stream, or an
+/// error under a 200) is read as that message or that error, not as a stream that ended early.
+#[tokio::test]
+async fn a_streamed_request_answered_with_one_json_reply_is_read_whole() {
+    let server = ScriptedServer::start(vec![
+        Anthropic.call("toolu_1", "wait", &json!({"seconds": 1}), false),
+        Reply::json(200, &api_error("overloaded_error", "Overloaded")),
+    ])
+    .await;
+    let p = make(server.url());
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.text, "I'll do that.");
+    assert_eq!(r.tool_calls.len(), 1, "{r:?}");
+    assert_eq!(r.tool_calls[0].id, "toolu_1");
+    assert_eq!(r.tool_calls[0].arguments, json!({"seconds": 1}));
+    assert_eq!(r.finish, kberg_agent::FinishReason::ToolCalls);
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let e = collect_stream(s, |_| {}).await.unwrap_err();
+    assert_eq!(e.code(), "server_error", "{e}");
+    assert!(e.to_string().contains("Overloaded"), "{e}");
+}

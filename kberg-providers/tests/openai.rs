@@ -1150,3 +1150,51 @@ async fn streamed_arguments_sent_as_an_object_are_kept() {
         json!({"title": "milk", "priority": 2})
     );
 }
+
+/// A streamed request answered with one JSON body (a server that does not stream, or an error
+/// object under a 200) is read as that reply or that error, not as a stream that ended early.
+#[tokio::test]
+async fn a_streamed_request_answered_with_one_json_reply_is_read_whole() {
+    let server = ScriptedServer::start(vec![
+        OpenAi.call("call_a", "wait", &json!({"seconds": 1}), false),
+        Reply::json(
+            200,
+            &api_error("context length exceeded", "server_error", "ctx"),
+        ),
+        // Written over several lines, as a server that pretty-prints does.
+        Reply::stream(
+            "application/json",
+            vec![
+                serde_json::to_string_pretty(&completion(
+                    json!({"role": "assistant", "content": "Hi"}),
+                    "stop",
+                ))
+                .unwrap(),
+            ],
+        ),
+    ])
+    .await;
+    let p = make(server.url());
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.tool_calls.len(), 1, "{r:?}");
+    assert_eq!(r.tool_calls[0].arguments, json!({"seconds": 1}));
+    assert_eq!(r.usage.total(), 99);
+    assert_eq!(r.finish, kberg_agent::FinishReason::ToolCalls);
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let e = collect_stream(s, |_| {}).await.unwrap_err();
+    assert_eq!(e.code(), "server_error", "{e}");
+    assert!(e.to_string().contains("context length exceeded"), "{e}");
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.text, "Hi");
+}
