@@ -47,9 +47,13 @@ const MAX_SHOWN_OPTIONS: usize = 16;
 /// quotes.
 const MAX_SHOWN_SCHEMA_CHARS: usize = 80;
 
-/// `text` (a schema value as JSON) cut to [`MAX_SHOWN_SCHEMA_CHARS`] characters.
+/// `text` (a schema value as JSON) cut to [`MAX_SHOWN_SCHEMA_CHARS`] characters. Cut here
+/// rather than with `crate::text`, as this module is a leaf of the crate's layers.
 fn shown(mut text: String) -> String {
-    crate::text::cut_chars(&mut text, MAX_SHOWN_SCHEMA_CHARS, "...");
+    if let Some((at, _)) = text.char_indices().nth(MAX_SHOWN_SCHEMA_CHARS) {
+        text.truncate(at);
+        text.push_str("...");
+    }
     text
 }
 
