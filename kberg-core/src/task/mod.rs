@@ -583,12 +583,15 @@ impl TaskStore {
     }
 
     /// Waits until the task is over (or, if it expires meanwhile, answers not found).
+    ///
+    /// Must be called within a tokio runtime with its timer enabled (`enable_time`, or
+    /// `enable_all` as `#[tokio::main]` builds it): the waiter wakes at the task's expiry.
     pub async fn wait(&self, owner: &str, id: &str) -> Result<TaskSnapshot, TaskError> {
         self.wait_until(owner, id, |s| s.status.is_terminal()).await
     }
 
     /// Waits until the task's status is `status` or terminal (or, if it expires meanwhile,
-    /// answers not found).
+    /// answers not found). Needs a tokio timer, as [`wait`](Self::wait) does.
     pub async fn wait_for(
         &self,
         owner: &str,
