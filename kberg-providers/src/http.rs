@@ -751,7 +751,10 @@ pub(crate) trait LineDecoder: Send + 'static {
 }
 
 struct LineState<D, S> {
-    body: S,
+    /// The body, until the stream is over: then it is dropped at once, which closes the
+    /// connection (and so stops a model server generating for nobody) even while the caller
+    /// still holds the stream.
+    body: Option<S>,
     buf: Vec<u8>,
     /// How much of `buf` is known to hold no newline: each byte is scanned once.
     scanned: usize,
@@ -882,7 +885,7 @@ where
         max_total,
     } = bounds;
     let state = LineState {
-        body,
+        body: Some(body),
         buf: Vec::new(),
         scanned: 0,
         max_line,
@@ -897,12 +900,17 @@ where
     };
     Box::pin(futures::stream::unfold(state, |mut st| async move {
         loop {
+            if st.done {
+                // Cancelled, failed or complete: nothing more is read, so the connection is
+                // released now, not when the caller gets round to dropping the stream.
+                st.body = None;
+            }
             if let Some(item) = st.pending.pop_front() {
                 return Some((item, st));
             }
-            if st.done {
+            let Some(body) = st.body.as_mut().filter(|_| !st.done) else {
                 return None;
-            }
+            };
             let next = tokio::select! {
                 biased;
                 () = st.cancel.cancelled() => {
@@ -915,7 +923,7 @@ where
                     st.pending.push_back(Err(d.passed()));
                     continue;
                 }
-                n = tokio::time::timeout(st.idle, st.body.next()) => n,
+                n = tokio::time::timeout(st.idle, body.next()) => n,
             };
             match next {
                 Err(_) => {

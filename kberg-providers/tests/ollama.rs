@@ -619,3 +619,49 @@ async fn implausibly_many_tool_calls_are_malformed() {
     let r = p.chat(&request(), &cancel).await.unwrap();
     assert_eq!(r.tool_calls.len(), 1024);
 }
+
+/// A server that streams one line, then keeps the connection open and reports when the client
+/// closes it (its reads end). Answers one request.
+fn held_stream_server() -> (String, tokio::sync::oneshot::Receiver<()>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (closed_tx, closed_rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 4096];
+        let _ = conn.read(&mut buf);
+        let line = json!({"model": "qwen2.5", "message": {"role": "assistant", "content": "Hel"}, "done": false});
+        let _ = write!(
+            conn,
+            "HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\nconnection: close\r\n\r\n{line}\n"
+        );
+        let _ = conn.flush();
+        // The client sends nothing more: a read ends only when it closes the connection.
+        while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
+        let _ = closed_tx.send(());
+    });
+    (url, closed_rx)
+}
+
+/// A streamed turn cancelled part way closes its connection at once, also while the caller
+/// still holds the stream: the model server stops generating for nobody.
+#[tokio::test]
+async fn a_cancelled_stream_closes_its_connection_while_still_held() {
+    use futures::StreamExt;
+    let (url, closed) = held_stream_server();
+    let cancel = CancellationToken::new();
+    let mut s = make(url).chat_stream(&request(), &cancel).await.unwrap();
+    assert_eq!(
+        s.next().await.unwrap().unwrap(),
+        kberg_agent::ChatDelta::Text("Hel".into())
+    );
+    cancel.cancel();
+    assert_eq!(s.next().await.unwrap().unwrap_err().code(), "cancelled");
+    // The stream is still held here; the server must see the connection closed regardless.
+    tokio::time::timeout(Duration::from_secs(30), closed)
+        .await
+        .expect("the connection was left open while the stream is held")
+        .unwrap();
+    assert!(s.next().await.is_none());
+}
