@@ -647,7 +647,7 @@ async fn a_project_whose_stored_document_does_not_load_is_listed_and_explained()
 #[tokio::test]
 async fn a_project_whose_stored_document_does_not_load_is_repaired_from_its_page() {
     let fixture = Fixture::new().await;
-    let mut c = signed_in(&fixture).await;
+    let c = signed_in(&fixture).await;
     let good = fixture.ctx.store.load("demo").unwrap().document;
     let revision = good.revision;
     let path = fixture.ctx.store.project_path("demo").unwrap();
