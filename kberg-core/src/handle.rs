@@ -710,13 +710,20 @@ fn resolve_walk(
     pointer: &mut String,
 ) -> Result<(), (String, HandleError)> {
     let Some((step, rest)) = path.split_first() else {
-        if let Value::String(h) = value {
-            let id = codec
-                .resolve_at(principal, kind, h, now)
-                .map_err(|e| (pointer.clone(), e))?;
-            *value = Value::String(id);
+        match value {
+            Value::String(h) => {
+                let id = codec
+                    .resolve_at(principal, kind, h, now)
+                    .map_err(|e| (pointer.clone(), e))?;
+                *value = Value::String(id);
+            }
+            // An absent optional.
+            Value::Null => {}
+            // Another type is refused, never passed on: validation refuses it only if the
+            // schema gives the site a type, and a hand-written one may leave it open; the tool
+            // would then get the caller's number or list as if it were an internal id.
+            _ => return Err((pointer.clone(), HandleError::Invalid)),
         }
-        // Null (an absent optional) or another type: validation already judged it.
         return Ok(());
     };
     let len = pointer.len();

@@ -360,3 +360,62 @@ fn base64_encode(b: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
 }
+
+#[tokio::test]
+async fn a_handle_site_that_is_not_a_string_is_refused() {
+    // A hand-written schema that leaves the handle's type open.
+    let app = app();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    app.tools
+        .register(
+            ToolBuilder::new("open_raw")
+                .description("Open a note by handle")
+                .raw_handler(
+                    json!({"type": "object", "properties": {"note": {"x-kberg-handle": "note"}}}),
+                    move |a, _ctx| {
+                        let s = Arc::clone(&s);
+                        async move {
+                            s.lock().unwrap().push(a["note"].clone());
+                            Ok(ToolOutput::text("opened"))
+                        }
+                    },
+                ),
+        )
+        .unwrap();
+    let ann = caller("ann");
+    for raw in [
+        json!(7),
+        json!(["notes/row-1"]),
+        json!({"id": "notes/row-1"}),
+        json!(true),
+    ] {
+        let r = app
+            .tools
+            .call(
+                &ann,
+                "open_raw",
+                json!({"note": raw}),
+                CallOptions::default(),
+            )
+            .await;
+        assert_refused(r, ErrorCode::HandleInvalid, "/note");
+    }
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    // A handle, and an absent one, as ever.
+    let (notes, _) = listed(&app.tools, &ann).await;
+    for args in [json!({"note": notes[0]}), json!({"note": null}), json!({})] {
+        app.tools
+            .call(&ann, "open_raw", args, CallOptions::default())
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [json!("notes/row-1"), Value::Null, Value::Null]
+    );
+}
