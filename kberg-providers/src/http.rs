@@ -908,9 +908,8 @@ where
             if let Some(item) = st.pending.pop_front() {
                 return Some((item, st));
             }
-            let Some(body) = st.body.as_mut().filter(|_| !st.done) else {
-                return None;
-            };
+            // The body is gone once the stream is over.
+            let body = st.body.as_mut()?;
             let next = tokio::select! {
                 biased;
                 () = st.cancel.cancelled() => {

@@ -622,6 +622,7 @@ async fn implausibly_many_tool_calls_are_malformed() {
 
 /// A server that streams one line, then keeps the connection open and reports when the client
 /// closes it (its reads end). Answers one request.
+#[allow(clippy::unwrap_used)] // a test helper: a failure to listen fails the test
 fn held_stream_server() -> (String, tokio::sync::oneshot::Receiver<()>) {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
