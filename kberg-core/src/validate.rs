@@ -127,7 +127,7 @@ impl CompiledSchema {
         if count_values(instance, MAX_DIAGNOSED_VALUES) > MAX_DIAGNOSED_VALUES {
             // `validate` stops at the first error instead of building them all.
             if let Err(err) = self.validator.validate(instance) {
-                let pointer = err.instance_path().as_str().to_string();
+                let pointer = shown_pointer(err.instance_path().as_str().to_string());
                 describe(&pointer, err.kind(), err.instance(), &mut out);
                 out.truncate(MAX_FIELD_ERRORS);
             }
@@ -137,7 +137,7 @@ impl CompiledSchema {
             if out.len() >= MAX_FIELD_ERRORS {
                 break;
             }
-            let pointer = err.instance_path().as_str().to_string();
+            let pointer = shown_pointer(err.instance_path().as_str().to_string());
             let found_value = err.instance();
             describe(&pointer, err.kind(), found_value, &mut out);
         }
@@ -230,7 +230,25 @@ fn type_words(kind: &TypeKind) -> String {
 
 fn join_pointer(base: &str, key: &str) -> String {
     let escaped = key.replace('~', "~0").replace('/', "~1");
-    format!("{base}/{escaped}")
+    shown_pointer(format!("{base}/{escaped}"))
+}
+
+/// The longest pointer a diagnosis quotes, in bytes.
+const MAX_SHOWN_POINTER_BYTES: usize = 256;
+
+/// `pointer` cut at [`MAX_SHOWN_POINTER_BYTES`] (at a character boundary) and marked `...`.
+/// Its keys are the caller's: a key of a megabyte would come back in the pointer and in the
+/// sentence naming the field, as values never do ([`describe_value`] cuts them).
+fn shown_pointer(mut pointer: String) -> String {
+    if pointer.len() > MAX_SHOWN_POINTER_BYTES {
+        let mut cut = MAX_SHOWN_POINTER_BYTES;
+        while !pointer.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        pointer.truncate(cut);
+        pointer.push_str("...");
+    }
+    pointer
 }
 
 fn describe(pointer: &str, kind: &ValidationErrorKind, found: &Value, out: &mut Vec<FieldError>) {
@@ -480,6 +498,29 @@ mod tests {
         // A short enum is listed whole, as before.
         let errs = schema().diagnose(&json!({"title": "t", "count": 1, "mode": "medium"}));
         assert_eq!(errs[0].expected, r#"one of "fast", "slow""#);
+    }
+
+    #[test]
+    fn a_huge_key_is_quoted_in_part() {
+        let key = "é".repeat(50_000);
+        // An unknown field, and a known kind of field of the wrong type.
+        let errs = schema().diagnose(&json!({"title": "t", "count": 1, key.clone(): 1}));
+        let open = CompiledSchema::compile(json!({
+            "type": "object",
+            "additionalProperties": {"type": "string"}
+        }))
+        .unwrap();
+        let more = open.diagnose(&json!({key.clone(): 1}));
+        assert_eq!((errs.len(), more.len()), (1, 1), "{errs:?} {more:?}");
+        for e in errs.iter().chain(&more) {
+            assert!(e.pointer.starts_with("/éé"), "{}", e.pointer);
+            assert!(e.pointer.ends_with("..."), "{}", e.pointer);
+            assert!(e.pointer.len() < 300, "{} bytes", e.pointer.len());
+            assert!(e.message.len() < 400, "{} bytes", e.message.len());
+        }
+        // Short pointers are exact, as before.
+        let errs = schema().diagnose(&json!({"title": "t", "count": 1, "a/b~": 1}));
+        assert_eq!(errs[0].pointer, "/a~1b~0");
     }
 
     #[test]
