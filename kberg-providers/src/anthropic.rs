@@ -273,8 +273,11 @@ fn endpoint_of(config: &AnthropicConfig) -> Endpoint {
     }
 }
 
-fn finish_of(s: Option<&str>) -> FinishReason {
+/// The finish of a reply whose `stop_reason` is `s`; a reply that names none (a compatible
+/// gateway leaves it null) and made calls ended for them, as the other providers read it.
+fn finish_of(s: Option<&str>, made_calls: bool) -> FinishReason {
     match s {
+        None if made_calls => FinishReason::ToolCalls,
         Some("end_turn") | Some("stop_sequence") | None => FinishReason::Stop,
         Some("tool_use") => FinishReason::ToolCalls,
         Some("max_tokens") => FinishReason::Length,
@@ -334,6 +337,10 @@ fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
         }
     }
     let usage = v.get("usage");
+    let finish = finish_of(
+        v.get("stop_reason").and_then(Value::as_str),
+        !tool_calls.is_empty(),
+    );
     Ok(ChatResponse {
         text,
         tool_calls,
@@ -347,12 +354,16 @@ fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
                 .and_then(Value::as_u64)
                 .unwrap_or(0),
         },
-        finish: finish_of(v.get("stop_reason").and_then(Value::as_str)),
+        finish,
     })
 }
 
+#[derive(Default)]
 struct EventDecoder {
-    finish: FinishReason,
+    /// The `stop_reason` a `message_delta` named, if one did.
+    stop_reason: Option<String>,
+    /// A `tool_use` block was started.
+    made_calls: bool,
     output_tokens: u64,
     /// A `message_start` was read: the stream has one, and a second would count its input
     /// tokens (reported as a delta to add up) again.
@@ -421,6 +432,7 @@ impl SseReply for EventDecoder {
                         }
                     }
                     Some("tool_use") => {
+                        self.made_calls = true;
                         let input = block
                             .get("input")
                             .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()));
@@ -463,7 +475,10 @@ impl SseReply for EventDecoder {
                 }
             }
             "message_delta" => {
-                self.finish = finish_of(v.pointer("/delta/stop_reason").and_then(Value::as_str));
+                self.stop_reason = v
+                    .pointer("/delta/stop_reason")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
                 if let Some(n) = v.pointer("/usage/output_tokens").and_then(Value::as_u64) {
                     // Cumulative: report only what message_start had not.
                     let more = n.saturating_sub(self.output_tokens);
@@ -476,7 +491,10 @@ impl SseReply for EventDecoder {
             }
             "message_stop" => {
                 self.stopped = true;
-                out.push(ChatDelta::Finish(self.finish.clone()));
+                out.push(ChatDelta::Finish(finish_of(
+                    self.stop_reason.as_deref(),
+                    self.made_calls,
+                )));
             }
             "error" => return Err(error_of(&v)),
             // ping, content_block_stop, and event types added later.
@@ -527,15 +545,7 @@ impl InferenceProvider for AnthropicProvider {
     ) -> Result<ChatStream, ProviderError> {
         let names = ToolNames::for_request(request);
         let body = self.body_of(&names.translate(request), true);
-        let decoder = SseDecoder::new(
-            self.config.http.max_body_bytes,
-            EventDecoder {
-                finish: FinishReason::Stop,
-                output_tokens: 0,
-                started: false,
-                stopped: false,
-            },
-        );
+        let decoder = SseDecoder::new(self.config.http.max_body_bytes, EventDecoder::default());
         http::post_for_stream(
             &self.client,
             &self.config.http,
@@ -608,7 +618,7 @@ mod tests {
         #[test]
         fn random_events_never_panic(kind in "(message_start|content_block_start|content_block_delta|message_delta|message_stop|error|ping|[a-z_]{1,10})",
                                      i in proptest::num::u64::ANY, s in ".{0,20}") {
-            let mut d = SseDecoder::new(usize::MAX, EventDecoder { finish: FinishReason::Stop, output_tokens: 0, started: false, stopped: false });
+            let mut d = SseDecoder::new(usize::MAX, EventDecoder::default());
             for v in [
                 json!({"type": kind.clone(), "index": i, "content_block": {"type": "tool_use", "id": s.clone(), "name": s.clone(), "input": {}},
                        "delta": {"type": "input_json_delta", "partial_json": s.clone(), "stop_reason": s.clone()},

@@ -698,3 +698,52 @@ async fn a_streamed_request_answered_with_one_json_reply_is_read_whole() {
     assert_eq!(e.code(), "server_error", "{e}");
     assert!(e.to_string().contains("Overloaded"), "{e}");
 }
+
+/// A reply that made calls but names no `stop_reason` (a compatible gateway leaves it null)
+/// finishes as a reply with calls, streamed or not, as the other providers' replies do.
+#[tokio::test]
+async fn calls_without_a_stop_reason_finish_with_tool_calls() {
+    let mut whole = message(
+        json!([{"type": "tool_use", "id": "toolu_1", "name": "wait", "input": {"seconds": 1}}]),
+        "tool_use",
+    );
+    whole["stop_reason"] = Value::Null;
+    let pieces = vec![
+        message_start(),
+        ev(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "wait", "input": {}}}),
+        ),
+        ev(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": "{\"seconds\": 1}"}}),
+        ),
+        ev(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        ev(
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": null, "stop_sequence": null},
+                   "usage": {"output_tokens": 89}}),
+        ),
+        ev("message_stop", json!({"type": "message_stop"})),
+    ];
+    let server = ScriptedServer::start(vec![
+        Reply::json(200, &whole),
+        Reply::stream("text/event-stream", pieces),
+    ])
+    .await;
+    let p = make(server.url());
+    let r = p.chat(&request(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(r.finish, kberg_agent::FinishReason::ToolCalls);
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let streamed = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(streamed.finish, kberg_agent::FinishReason::ToolCalls);
+    assert_eq!(streamed.tool_calls, r.tool_calls);
+}
