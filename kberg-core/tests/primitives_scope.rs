@@ -363,3 +363,48 @@ async fn a_scope_that_is_not_a_string_is_refused() {
         [(json!("library"), Some("library".to_string()))]
     );
 }
+
+#[tokio::test]
+async fn a_scoped_tool_s_arguments_that_are_not_an_object_are_refused() {
+    // A hand-written schema that does not say the arguments are an object.
+    let (tools, _) = app();
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let r = Arc::clone(&ran);
+    tools
+        .register(
+            ToolBuilder::new("loose")
+                .small_model_safe()
+                .scope_field("where")
+                .raw_handler(
+                    json!({"properties": {"where": {"type": "string"}}}),
+                    move |a, ctx| {
+                        let r = Arc::clone(&r);
+                        async move {
+                            r.lock().unwrap().push((a, ctx.scope().map(str::to_string)));
+                            Ok(ToolOutput::text("ran"))
+                        }
+                    },
+                ),
+        )
+        .unwrap();
+    for bad in [json!("book:secret"), json!(["book:secret"]), json!(7)] {
+        let e = tools
+            .call(&reader(), "loose", bad.clone(), CallOptions::default())
+            .await
+            .unwrap_err();
+        let GateError::InvalidArguments { errors, .. } = &e else {
+            panic!("{bad}: {e:?}");
+        };
+        assert_eq!(errors[0].pointer, "");
+    }
+    assert!(ran.lock().unwrap().is_empty(), "{:?}", ran.lock().unwrap());
+    // Absent arguments are an empty object, and get the current scope.
+    tools
+        .call(&reader(), "loose", Value::Null, CallOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        *ran.lock().unwrap(),
+        [(json!({"where": "book:moby"}), Some("book:moby".to_string()))]
+    );
+}

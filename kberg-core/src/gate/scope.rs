@@ -24,11 +24,25 @@ pub(crate) fn apply_scope(
     let Some(field) = entry.spec.scope_field.as_deref() else {
         return Ok(None);
     };
+    let tool = || entry.spec.name.clone();
+    if !args.is_object() {
+        // Refused, never run unscoped: validation refuses arguments that are not an object
+        // only if the schema says `"type": "object"`, and the tool would otherwise run with
+        // no scope at all, neither filled in nor checked.
+        let found = describe_value(args);
+        return Err(GateError::InvalidArguments {
+            tool: tool(),
+            errors: vec![FieldError {
+                pointer: String::new(),
+                expected: "an object".into(),
+                message: format!("The arguments must be an object, but they are {found}."),
+                found,
+            }],
+        });
+    }
     let Some(obj) = args.as_object_mut() else {
-        // Not an object: validation refuses it.
         return Ok(None);
     };
-    let tool = || entry.spec.name.clone();
     let scope = match obj.get(field) {
         None | Some(Value::Null) => match caller.scopes().current() {
             Some(current) => {
