@@ -428,7 +428,8 @@ impl SseReply for ChunkDecoder {
         let v: Value = serde_json::from_str(data).map_err(|e| {
             ProviderError::malformed(format!("a stream event is not JSON ({e}): {data}"))
         })?;
-        if let Some(err) = v.get("error") {
+        // Some servers write `"error": null` into every chunk: that is no error.
+        if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
             return Err(in_band_error(err));
         }
         let usage = v.get("usage").filter(|u| u.is_object());

@@ -1198,3 +1198,28 @@ async fn a_streamed_request_answered_with_one_json_reply_is_read_whole() {
     let r = collect_stream(s, |_| {}).await.unwrap();
     assert_eq!(r.text, "Hi");
 }
+
+/// A chunk that carries `"error": null` beside its choices is an ordinary chunk, as a whole
+/// reply with it is: the turn is not ended as a server error saying `null`.
+#[tokio::test]
+async fn a_null_error_field_in_a_chunk_is_no_error() {
+    let with_null_error = |choices: Value| {
+        let v = json!({"id": "chatcmpl-123", "object": "chat.completion.chunk",
+                       "model": "local-model", "error": null, "choices": choices});
+        format!("data: {v}\n\n")
+    };
+    let pieces = vec![
+        with_null_error(
+            json!([{"index": 0, "delta": {"role": "assistant", "content": "Hi"}, "finish_reason": null}]),
+        ),
+        with_null_error(json!([{"index": 0, "delta": {}, "finish_reason": "stop"}])),
+        "data: [DONE]\n\n".into(),
+    ];
+    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let s = make(server.url())
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    assert_eq!(r.text, "Hi");
+}
