@@ -72,13 +72,14 @@ impl OllamaConfig {
     }
 
     /// Sets the server address. `OLLAMA_HOST`-style values without a scheme (`127.0.0.1:11434`)
-    /// get `http://`.
+    /// get `http://`, and, as Ollama reads them, Ollama's port 11434 when they name none
+    /// (`0.0.0.0`, `localhost`); an address with a scheme keeps the scheme's own default port.
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         let url = endpoint::tidy_base(&url.into());
         self.base_url = if url.contains("://") {
             url
         } else {
-            format!("http://{url}")
+            with_default_port(&url)
         };
         self
     }
@@ -105,6 +106,28 @@ impl OllamaConfig {
     pub fn http(mut self, http: HttpOptions) -> Self {
         self.http = http;
         self
+    }
+}
+
+/// Ollama's own port, which an `OLLAMA_HOST` without a scheme and a port means.
+const OLLAMA_PORT: u16 = 11434;
+
+/// `http://` and `hostport` (an `OLLAMA_HOST`-style value without a scheme), with
+/// [`OLLAMA_PORT`] when it names no port: Ollama reads `OLLAMA_HOST=0.0.0.0` (what makes it
+/// listen on every address) as that host on its own port, not port 80.
+fn with_default_port(hostport: &str) -> String {
+    let end = hostport.find(['/', '?', '#']).unwrap_or(hostport.len());
+    let (authority, rest) = hostport.split_at(end);
+    // The host is what follows a user part; an IPv6 host is bracketed, so a port is what
+    // follows its last `:` after the bracket.
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let has_port = host
+        .rsplit_once(':')
+        .is_some_and(|(h, p)| (!h.contains(':') || h.ends_with(']')) && !p.is_empty());
+    if has_port || host.is_empty() {
+        format!("http://{hostport}")
+    } else {
+        format!("http://{authority}:{OLLAMA_PORT}{rest}")
     }
 }
 
@@ -520,5 +543,25 @@ mod tests {
     fn base_url_gets_a_scheme() {
         let c = OllamaConfig::new("m").base_url("127.0.0.1:11434/");
         assert_eq!(c.base_url, "http://127.0.0.1:11434");
+        // Without a port, Ollama's own, as Ollama reads its OLLAMA_HOST; with a scheme, the
+        // scheme's.
+        for (given, base) in [
+            ("0.0.0.0", "http://0.0.0.0:11434"),
+            ("localhost", "http://localhost:11434"),
+            ("[::1]", "http://[::1]:11434"),
+            ("[::1]:8080", "http://[::1]:8080"),
+            ("gpu-box/ollama", "http://gpu-box:11434/ollama"),
+            ("bob:pw@gpu-box", "http://bob:pw@gpu-box:11434"),
+            ("bob:pw@gpu-box:9000", "http://bob:pw@gpu-box:9000"),
+            ("gpu-box?key=a:b", "http://gpu-box:11434?key=a:b"),
+            ("http://gpu-box", "http://gpu-box"),
+            ("https://gpu-box/", "https://gpu-box"),
+        ] {
+            assert_eq!(
+                OllamaConfig::new("m").base_url(given).base_url,
+                base,
+                "{given}"
+            );
+        }
     }
 }
