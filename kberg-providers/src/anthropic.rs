@@ -293,6 +293,7 @@ fn error_of(v: &Value) -> ProviderError {
     let msg = v
         .pointer("/error/message")
         .and_then(Value::as_str)
+        .or_else(|| v.get("error").and_then(Value::as_str))
         .unwrap_or("");
     ProviderError::ServerError {
         status: if kind == "overloaded_error" { 529 } else { 200 },
@@ -301,8 +302,18 @@ fn error_of(v: &Value) -> ProviderError {
     }
 }
 
+/// Whether `v` is an error: the API's `{"type": "error", "error": {...}}`, or an `error`
+/// without a `type`, as gateways in front of the API write it (under a 200, or as an event);
+/// read as anything else its words would be lost for "no `content`" or "no `type`".
+fn is_error(v: &Value) -> bool {
+    match v.get("type") {
+        Some(t) => t.as_str() == Some("error"),
+        None => v.get("error").is_some_and(|e| !e.is_null()),
+    }
+}
+
 fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
-    if v.get("type").and_then(Value::as_str) == Some("error") {
+    if is_error(v) {
         return Err(error_of(v));
     }
     let blocks = v
@@ -386,6 +397,9 @@ impl SseReply for EventDecoder {
         let v: Value = serde_json::from_str(data).map_err(|e| {
             ProviderError::malformed(format!("a stream event is not JSON ({e}): {data}"))
         })?;
+        if is_error(&v) {
+            return Err(error_of(&v));
+        }
         let kind = v
             .get("type")
             .and_then(Value::as_str)
@@ -496,7 +510,6 @@ impl SseReply for EventDecoder {
                     self.made_calls,
                 )));
             }
-            "error" => return Err(error_of(&v)),
             // ping, content_block_stop, and event types added later.
             _ => {}
         }

@@ -747,3 +747,38 @@ async fn calls_without_a_stop_reason_finish_with_tool_calls() {
     assert_eq!(streamed.finish, kberg_agent::FinishReason::ToolCalls);
     assert_eq!(streamed.tool_calls, r.tool_calls);
 }
+
+/// An error a gateway in front of the API writes without the API's `"type": "error"` (under a
+/// 200, or as an event part way through a stream) is the server's error with its words, not a
+/// reply without `content` or an event without `type`.
+#[tokio::test]
+async fn an_error_without_its_type_is_the_servers_error() {
+    let gateway_error = json!({"error": {"message": "upstream connect error", "code": 502}});
+    let mut pieces = vec![message_start()];
+    pieces.push(format!("event: error\ndata: {gateway_error}\n\n"));
+    let server = ScriptedServer::start(vec![
+        Reply::json(200, &gateway_error),
+        Reply::stream("text/event-stream", pieces),
+        Reply::json(200, &json!({"error": "quota exhausted"})),
+    ])
+    .await;
+    let p = make(server.url());
+    let e = p
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "server_error", "{e}");
+    assert!(e.to_string().contains("upstream connect error"), "{e}");
+    let s = p
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let e = collect_stream(s, |_| {}).await.unwrap_err();
+    assert_eq!(e.code(), "server_error", "{e}");
+    assert!(e.to_string().contains("upstream connect error"), "{e}");
+    let e = p
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("quota exhausted"), "{e}");
+}
