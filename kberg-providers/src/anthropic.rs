@@ -450,13 +450,20 @@ impl SseReply for EventDecoder {
                         let input = block
                             .get("input")
                             .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()));
+                        // A block names its tool whole, here and only here: a call without a
+                        // name would be dropped when the stream is assembled, the model's call
+                        // lost without a word. Refused, as a whole reply's is.
+                        let name = block
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .filter(|n| !n.is_empty())
+                            .ok_or_else(|| {
+                                ProviderError::malformed("a `tool_use` block lacks `name`")
+                            })?;
                         out.push(ChatDelta::ToolCall {
                             index,
                             id: block.get("id").and_then(Value::as_str).map(str::to_string),
-                            name: block
-                                .get("name")
-                                .and_then(Value::as_str)
-                                .map(str::to_string),
+                            name: Some(name.to_string()),
                             arguments: input.map(Value::to_string).unwrap_or_default(),
                         });
                     }

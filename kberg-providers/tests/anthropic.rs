@@ -782,3 +782,35 @@ async fn an_error_without_its_type_is_the_servers_error() {
         .unwrap_err();
     assert!(e.to_string().contains("quota exhausted"), "{e}");
 }
+
+/// A streamed `tool_use` block without a name is refused as a whole reply's is: the call is
+/// not dropped without a word, leaving a turn that seems to have said nothing.
+#[tokio::test]
+async fn a_streamed_tool_use_without_a_name_is_malformed() {
+    let mut pieces = vec![
+        message_start(),
+        ev(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "tool_use", "id": "toolu_1", "input": {}}}),
+        ),
+        ev(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": "{\"seconds\": 1}"}}),
+        ),
+        ev(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+    ];
+    pieces.extend(message_end("tool_use"));
+    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let s = make(server.url())
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let e = collect_stream(s, |_| {}).await.unwrap_err();
+    assert_eq!(e.code(), "malformed", "{e}");
+    assert!(e.to_string().contains("lacks `name`"), "{e}");
+}
