@@ -1223,3 +1223,30 @@ async fn a_null_error_field_in_a_chunk_is_no_error() {
     let r = collect_stream(s, |_| {}).await.unwrap();
     assert_eq!(r.text, "Hi");
 }
+
+/// A streamed call that gets arguments but never a name is refused, as a whole reply's call
+/// without `function.name` is: it is not dropped without a word, leaving a turn that seems to
+/// have said nothing.
+#[tokio::test]
+async fn a_streamed_call_never_named_is_malformed() {
+    let pieces = vec![
+        chunk(
+            json!([{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+            {"index": 0, "id": "call_a", "type": "function", "function": {"arguments": "{\"seconds\""}}
+        ]}, "finish_reason": null}]),
+        ),
+        chunk(json!([{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "function": {"arguments": ": 1}"}}
+        ]}, "finish_reason": null}])),
+        chunk(json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])),
+        "data: [DONE]\n\n".into(),
+    ];
+    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let s = make(server.url())
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let e = collect_stream(s, |_| {}).await.unwrap_err();
+    assert_eq!(e.code(), "malformed", "{e}");
+    assert!(e.to_string().contains("no `function.name`"), "{e}");
+}
