@@ -19,9 +19,10 @@ const SHOWN_URL_CHARS: usize = 120;
 /// `***@`, its query as `?***` and a fragment as `#***`. A token pasted unencoded may hold a
 /// `/`, `?` or `#` (`https://bot:ab/cd@host/x`), so the user part is not taken to end at the
 /// first of them; an `@` in the path, query or fragment cannot be told from one ending such a
-/// user part, so what comes before it is hidden too (more than needed, never less). Text
-/// without `://` (a file path, an scp-like `git@host:repo`) is returned trimmed and otherwise
-/// unchanged. Redacting a redacted URL changes nothing.
+/// user part, so what comes before it is hidden too (more than needed, never less). A `://`
+/// after no scheme (in a password, `bot:ab://cd@host`) starts no scheme: such text is read
+/// from its start. Text without `://` (a file path, an scp-like `git@host:repo`) is returned
+/// trimmed and otherwise unchanged. Redacting a redacted URL changes nothing.
 ///
 /// ```
 /// use bridle_rules::redact_url;
@@ -40,7 +41,13 @@ pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = s.find("://") else {
         return s.to_string();
     };
-    let (head, rest) = s.split_at(scheme_end + 3);
+    // A `://` after no scheme (in a password, `bot:ab://cd@host`, or a query) starts no head:
+    // the text is read from its start, so nothing before its last `@` is shown.
+    let (head, rest) = if is_scheme(&s[..scheme_end]) {
+        s.split_at(scheme_end + 3)
+    } else {
+        ("", s)
+    };
     let mut out = String::with_capacity(s.len());
     out.push_str(head);
     let after_user = match rest.rfind('@') {
@@ -60,6 +67,13 @@ pub fn redact_url(url: &str) -> String {
         None => out.push_str(after_user),
     }
     out
+}
+
+/// Whether `s` is a URL scheme (RFC 3986: a letter, then letters, digits, `+`, `-` or `.`).
+fn is_scheme(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_alphabetic())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
 }
 
 /// A URL as a one-line summary shows it: [`redact_url`], then control characters as spaces
@@ -82,6 +96,34 @@ mod tests {
     use super::*;
 
     const CANARY: &str = "canary-redact-token-9Lk3";
+
+    #[test]
+    fn a_scheme_mark_after_no_scheme_shows_nothing_before_it() {
+        // A password holding `://`: what comes before it is not a scheme, and is hidden with
+        // the rest of the user part; kberg-core's `redact_source` shows the same.
+        for (url, shown) in [
+            (
+                format!("bot:{CANARY}://cd@git.example/x"),
+                "***@git.example/x",
+            ),
+            (
+                format!("bot:ab://{CANARY}@git.example/x"),
+                "***@git.example/x",
+            ),
+            (
+                format!("/srv/x?u=https://bot:{CANARY}@git.example/r"),
+                "***@git.example/r",
+            ),
+        ] {
+            assert_eq!(redact_url(&url), shown, "{url}");
+            assert_eq!(redact_url(shown), shown, "redacting twice changes nothing");
+        }
+        assert_eq!(redact_url("/srv/a://b"), "/srv/a://b");
+        assert_eq!(
+            redact_url(&format!("GIT+SSH://u:{CANARY}@h/x")),
+            "GIT+SSH://***@h/x"
+        );
+    }
 
     #[test]
     fn the_user_part_the_query_and_the_fragment_are_hidden() {

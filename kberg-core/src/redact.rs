@@ -79,18 +79,20 @@ impl<'a> Split<'a> {
 
     /// The scheme and `://` (or nothing, when `schemeless`) and the rest of trimmed `text`.
     ///
-    /// When `schemeless`, a `://` counts as the head's only after a scheme (a letter, then
-    /// letters, digits, `+`, `-` or `.`): text without a scheme may hold one further on, in a
-    /// password (`bot:ab://cd@host`), a query (`user:key@host/cb?next=https://x`) or a
-    /// fragment, and everything up to it would be shown as the head. Such text is read from
-    /// its start, as the authority. Otherwise (a source) the first `://` is the head's, so
-    /// what follows it is still hidden as a URL's would be.
+    /// A `://` counts as the head's only after a scheme (a letter, then letters, digits, `+`,
+    /// `-` or `.`): text without a scheme may hold one further on, in a password
+    /// (`bot:ab://cd@host`), a query (`user:key@host/cb?next=https://x`) or a fragment, and
+    /// everything up to it would be shown as the head. Such text is read from its start, as
+    /// the authority, also a source's (`/srv/x?u=https://bot:key@host` hides up to its last
+    /// `@`: more than needed, never less). Text with no `://` at all has a head only when
+    /// `schemeless`; a source's is a path or an scp-like source, shown as it is.
     fn head_of(text: &'a str, schemeless: bool) -> Option<(&'a str, &'a str)> {
         let s = text.trim();
         match s.find("://") {
-            Some(i) if !schemeless || is_scheme(&s[..i]) => Some(s.split_at(i + 3)),
-            _ if schemeless => Some(("", s)),
-            _ => None,
+            Some(i) if is_scheme(&s[..i]) => Some(s.split_at(i + 3)),
+            Some(_) => Some(("", s)),
+            None if schemeless => Some(("", s)),
+            None => None,
         }
     }
 
@@ -488,11 +490,21 @@ mod tests {
             redact_url(&format!("git+ssh://u:{CANARY}@h.example/x")),
             "git+ssh://***@h.example/x"
         );
-        // A source's first `://` still starts the part that is hidden as a URL's would be.
-        assert_eq!(
-            redact_source(&format!("/srv/x?u=https://bot:{CANARY}@h.example/r")),
-            "/srv/x?u=https://***@h.example/r"
-        );
+        // A source with a `://` after no scheme is read from its start too: nothing before
+        // its last `@` is shown, a password holding `://` included.
+        for (source, shown) in [
+            (
+                format!("/srv/x?u=https://bot:{CANARY}@h.example/r"),
+                "***@h.example/r",
+            ),
+            (format!("bot:{CANARY}://cd@h.example/x"), "***@h.example/x"),
+            (format!("bot:ab://{CANARY}@h.example/x"), "***@h.example/x"),
+        ] {
+            assert_eq!(redact_source(&source), shown, "{source}");
+            let said = UrlCredentials::new(&source, &[]).scrub(&format!("refused {source}"));
+            assert!(!said.contains(CANARY), "{source}: {said}");
+        }
+        assert_eq!(redact_source("/srv/a://b"), "/srv/a://b");
     }
 
     #[test]
