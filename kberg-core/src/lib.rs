@@ -166,7 +166,8 @@ pub use tool::{
     ToolHints, ToolKind, ToolSpec, check_name, quoted_name, schema_of,
 };
 pub use validate::{
-    CompiledSchema, FieldError, MAX_DIAGNOSED_VALUES, MAX_FIELD_ERRORS, describe_value,
+    CompiledSchema, FieldError, MAX_DIAGNOSED_VALUES, MAX_FIELD_ERRORS, MAX_PATTERN_BACKTRACKS,
+    describe_value,
 };
 
 /// Re-exported so apps and transports name the same token type.

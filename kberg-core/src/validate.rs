@@ -26,6 +26,16 @@ pub struct FieldError {
     pub message: String,
 }
 
+/// The most backtracking steps a `pattern` may take to check one value. A pattern with
+/// lookaround or back-references runs on a backtracking engine, and a tool's schema is not
+/// always the app's own (an aggregated upstream declares its tools'): `^(a|aa)+(?=b)c` took
+/// about 160 ms per 41-character string at the engine's default (a million), so arguments of
+/// a few thousand such strings held a worker for minutes. A value whose check needs more is
+/// refused as invalid arguments, saying so. Patterns without those features run on a
+/// linear-time engine and are not limited; an ordinary lookahead needs a few steps per
+/// character.
+pub const MAX_PATTERN_BACKTRACKS: usize = 20_000;
+
 /// The most [`FieldError`]s one diagnosis lists. Arguments can be wrong in as many places as
 /// they have values (a few megabytes of array items are millions of them); a model fixes the
 /// first few dozen and calls again, so the rest would only cost memory and a reply no one reads.
@@ -101,7 +111,12 @@ impl CompiledSchema {
         if !schema.is_object() && !schema.is_boolean() {
             return Err("a schema must be a JSON object or a boolean".into());
         }
-        let validator = jsonschema::validator_for(&schema).map_err(|e| e.to_string())?;
+        let validator = jsonschema::options()
+            .with_pattern_options(
+                jsonschema::PatternOptions::fancy_regex().backtrack_limit(MAX_PATTERN_BACKTRACKS),
+            )
+            .build(&schema)
+            .map_err(|e| e.to_string())?;
         Ok(Self {
             raw: schema,
             validator,
@@ -337,6 +352,15 @@ fn describe(pointer: &str, kind: &ValidationErrorKind, found: &Value, out: &mut 
             format!("an array of at most {limit} item(s)"),
             found_s,
         ),
+        K::BacktrackLimitExceeded { .. } => push(
+            out,
+            pointer.into(),
+            format!(
+                "a string its `pattern` can be checked against within {MAX_PATTERN_BACKTRACKS} \
+                 backtracking steps"
+            ),
+            found_s,
+        ),
         K::Pattern { pattern } => push(
             out,
             pointer.into(),
@@ -395,6 +419,33 @@ mod tests {
             "additionalProperties": false
         }))
         .unwrap()
+    }
+
+    /// A pattern that backtracks without end on a value is cut at the limit: the value is
+    /// refused, saying why, instead of holding the caller for as long as the engine likes;
+    /// lookarounds on ordinary values still match.
+    #[test]
+    fn a_pattern_that_backtracks_without_end_is_refused_at_the_limit() {
+        let s = CompiledSchema::compile(json!({
+            "type": "object",
+            "properties": {
+                "evil": {"type": "string", "pattern": "^(a|aa)+(?=b)c"},
+                "code": {"type": "string", "pattern": "^(?=.*[0-9])[a-z0-9]+$"}
+            }
+        }))
+        .unwrap();
+        // Tens of thousands of steps: checked to the end at the engine's default (a million),
+        // past the limit here.
+        let hostile = json!({"evil": "a".repeat(22)});
+        assert!(!s.is_valid(&hostile));
+        let errs = s.diagnose(&hostile);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].pointer, "/evil");
+        assert!(errs[0].expected.contains("backtracking steps"), "{errs:?}");
+        assert!(s.is_valid(&json!({"code": "abc1"})));
+        assert!(!s.is_valid(&json!({"code": "abcd"})));
+        let long = format!("{}1", "a".repeat(10_000));
+        assert!(s.is_valid(&json!({ "code": long })));
     }
 
     #[test]
