@@ -198,26 +198,25 @@ fn first_poll(
     // The tool's future must not borrow the entry (the run step owns it): a tool with a
     // detached body gives such a future itself; any other is wrapped in one that holds the
     // tool.
-    let made = {
+    // One entry into the span for both the making and the first poll of the tool's future.
+    let (fut, first) = {
         let _entered = span.enter();
         // A detached body runs its closure's code before the future's (a raw handler that
         // reads its arguments first, then returns `async move { .. }`): a panic there is the
         // tool's panic as much as one inside the future, and must not unwind through the gate.
-        catch_unwind(AssertUnwindSafe(|| match &entry.detached {
+        let made = catch_unwind(AssertUnwindSafe(|| match &entry.detached {
             Some(body) => body(args, ctx),
             None => {
                 let tool = Arc::clone(&entry.tool);
                 Box::pin(async move { tool.call(args, ctx).await }) as ToolFuture
             }
-        }))
-    };
-    let mut fut: ToolFuture = match made {
-        Ok(fut) => fut,
-        Err(panic) => return Ok(answer(entry, Err(panic), cancel.as_ref(), preview)),
-    };
-    let first = {
-        let _entered = span.enter();
-        poll_catching(fut.as_mut(), cx)
+        }));
+        let mut fut: ToolFuture = match made {
+            Ok(fut) => fut,
+            Err(panic) => return Ok(answer(entry, Err(panic), cancel.as_ref(), preview)),
+        };
+        let first = poll_catching(fut.as_mut(), cx);
+        (fut, first)
     };
     if let Poll::Ready(outcome) = first {
         return Ok(answer(entry, outcome, cancel.as_ref(), preview));
