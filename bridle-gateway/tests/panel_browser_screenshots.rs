@@ -31,6 +31,7 @@ const SHOTS_OF_TEMPLATES: &[(&str, &[&str])] = &[
     ("project", &["project", "project-preview"]),
     ("project_review", &["project-review"]),
     ("project_conflict", &["project-conflict"]),
+    ("project_repair", &["project-repair"]),
     ("queue", &["queue", "queue-focus", "queue-read-only"]),
     ("proposal", &["proposal"]),
     ("scope", &["scope"]),
@@ -253,6 +254,15 @@ async fn screenshots_of_every_page_in_both_themes() {
         s.click("save").await;
         s.wait_for("#current-revision").await;
         s.shoot(&dir, "project-conflict").await;
+
+        // A project whose stored document does not load: the repair page, then the file
+        // restored for the pages after it.
+        let path = f.ctx.store.project_path("demo").unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, "schema_version: 2\nproject:\n  name: [unclosed\n").unwrap();
+        s.visit("/panel/projects/demo", "#repair").await;
+        s.shoot(&dir, "project-repair").await;
+        std::fs::write(&path, text).unwrap();
 
         // The audit log, now that the admin has changed things.
         s.visit("/panel/audit", ".audit").await;
