@@ -360,28 +360,7 @@ fn encoded_match(
         let mut next = Vec::with_capacity(ends.len() + 1);
         for &p in &ends {
             let rest = hay.get(p..).unwrap_or_default();
-            if rest.first() == Some(&b) {
-                next.push(p + 1);
-            }
-            if let [b'%', h, l, ..] = rest
-                && hex_pair(*h, *l) == Some(b)
-            {
-                next.push(p + 3);
-            }
-            if b.is_ascii() {
-                if let [b'\\', b'u', a, c, h, l, ..] = rest
-                    && hex_pair(*a, *c) == Some(0)
-                    && hex_pair(*h, *l) == Some(b)
-                {
-                    next.push(p + 6);
-                }
-                if b == b'/' && rest.starts_with(b"\\/") {
-                    next.push(p + 2);
-                }
-                if b == b' ' && rest.first() == Some(&b'+') {
-                    next.push(p + 1);
-                }
-            }
+            forms_at(rest, b, |n| next.push(p + n));
         }
         next.sort_unstable();
         next.dedup();
@@ -391,6 +370,35 @@ fn encoded_match(
         ends = next;
     }
     ends.into_iter().rev().find(|&end| boundary(end))
+}
+
+/// Calls `each` with the length of every form of byte `b` that `rest` starts with: `b` as it
+/// is, `%XX` (either case), a JSON escape (`\u00XX` for an ASCII byte, `\/` for `/`), `+` for
+/// a space. The one list of forms [`encoded_match`] and [`begins_encoded`] follow.
+#[inline]
+fn forms_at(rest: &[u8], b: u8, mut each: impl FnMut(usize)) {
+    if rest.first() == Some(&b) {
+        each(1);
+    }
+    if let [b'%', h, l, ..] = rest
+        && hex_pair(*h, *l) == Some(b)
+    {
+        each(3);
+    }
+    if b.is_ascii() {
+        if let [b'\\', b'u', a, c, h, l, ..] = rest
+            && hex_pair(*a, *c) == Some(0)
+            && hex_pair(*h, *l) == Some(b)
+        {
+            each(6);
+        }
+        if b == b'/' && rest.starts_with(b"\\/") {
+            each(2);
+        }
+        if b == b' ' && rest.first() == Some(&b'+') {
+            each(1);
+        }
+    }
 }
 
 /// The length of the longest end of `hay` that begins an occurrence of `value` (as it is or
@@ -419,28 +427,7 @@ fn begins_encoded(tail: &[u8], value: &[u8]) -> bool {
                 // The tail ends here or inside this byte's form.
                 return true;
             }
-            if rest.first() == Some(&b) {
-                next.push(p + 1);
-            }
-            if let [b'%', h, l, ..] = rest
-                && hex_pair(*h, *l) == Some(b)
-            {
-                next.push(p + 3);
-            }
-            if b.is_ascii() {
-                if let [b'\\', b'u', a, c, h, l, ..] = rest
-                    && hex_pair(*a, *c) == Some(0)
-                    && hex_pair(*h, *l) == Some(b)
-                {
-                    next.push(p + 6);
-                }
-                if b == b'/' && rest.starts_with(b"\\/") {
-                    next.push(p + 2);
-                }
-                if b == b' ' && rest.first() == Some(&b'+') {
-                    next.push(p + 1);
-                }
-            }
+            forms_at(rest, b, |n| next.push(p + n));
         }
         next.sort_unstable();
         next.dedup();
