@@ -270,6 +270,20 @@ async fn every_page_renders_for_a_signed_in_admin() {
     let r = c.get("/panel").await;
     assert!(r.body.contains("proposals waiting for a decision"));
     assert!(r.body.contains("every-page"));
+    // The history names the proposal a change came from, with a link to it.
+    fixture
+        .ctx
+        .store
+        .approve(proposal, "admin:bob@api")
+        .unwrap();
+    let r = c.get("/panel/projects/demo").await;
+    assert!(
+        r.body.contains(&format!(
+            "(<a href=\"/panel/queue/{proposal}\">proposal #{proposal}</a>)"
+        )),
+        "{}",
+        r.body
+    );
     // The preview as an htmx partial: no layout around it.
     let r = c
         .get_htmx("/panel/projects/demo/preview?agent_type=codex")
