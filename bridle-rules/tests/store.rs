@@ -1674,6 +1674,24 @@ fn a_repair_is_based_on_the_revision_a_broken_file_names() {
     assert_eq!(store.load("shop").unwrap().document.revision, 10);
 }
 
+/// A hand edit that names a revision past the range no edit could follow is repaired from the
+/// newest revision the store wrote, not held to that number.
+#[test]
+fn a_repair_ignores_a_revision_past_the_range() {
+    let (fx, store) = store(Backend::Sqlite);
+    let doc = store.load("shop").unwrap().document;
+    let path = fx.path().join("projects/shop.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let broken = text.replacen("revision: 1", "revision: 9223372036854775808", 1);
+    assert_ne!(broken, text);
+    std::fs::write(&path, &broken).unwrap();
+    assert!(store.load("shop").is_err());
+    assert_eq!(store.repair_base("shop").unwrap(), Some(1));
+    let saved = store.save_repair("shop", &doc, 1, "bob", "repair").unwrap();
+    assert_eq!(saved.revision, 2);
+    assert_eq!(store.load("shop").unwrap().document.revision, 2);
+}
+
 /// A document a newer build wrote is never replaced by a repair: this build cannot tell what
 /// the replacement would drop.
 #[test]

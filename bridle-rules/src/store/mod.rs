@@ -1358,10 +1358,14 @@ pub struct SavedEdit {
 }
 
 /// The revision a stored text names at its top level, when the text parses as YAML at all
-/// and `revision` is a number: how far a document that does not load had got.
+/// and `revision` is a number below [`MAX_REVISION`]: how far a document that does not load
+/// had got. A larger number (a hand edit past the range, itself a reason the document does
+/// not load) is no revision any edit could follow, so it is not taken.
 fn claimed_revision(text: &str) -> Option<u64> {
     let tree: serde_json::Value = serde_saphyr::from_str(text).ok()?;
-    tree.get("revision")?.as_u64()
+    tree.get("revision")?
+        .as_u64()
+        .filter(|revision| *revision < MAX_REVISION)
 }
 
 /// The revision after `revision`. Checked, because a hand-edited file can hold any number:
