@@ -1,6 +1,7 @@
-//! The HTTP edge every provider shares: sending with timeouts, retrying 429 and 5xx with
-//! backoff that honours `Retry-After`, cancellation, turning failures into [`ProviderError`]s a
-//! user can act on, and decoding a streamed body line by line.
+//! The HTTP edge every provider shares: sending with timeouts, retrying 429, 5xx and a
+//! connection closed before any reply with backoff that honours `Retry-After`, cancellation,
+//! turning failures into [`ProviderError`]s a user can act on, and decoding a streamed body
+//! line by line.
 //!
 //! Providers differ only in their wire shapes; how a request is sent, retried, timed out and
 //! cancelled, and what "nothing is listening" or "unknown model" tells the user, is decided here
@@ -45,7 +46,7 @@ pub struct HttpOptions {
     /// with [`ProviderError::TurnTimeout`] carrying this duration (code `timeout`; after the
     /// deltas decoded before it, when streamed).
     pub turn_timeout: Option<Duration>,
-    /// Retries after a 429 or 5xx (default 2).
+    /// Retries after a 429, a 5xx or a connection closed before any reply came (default 2).
     pub max_retries: u32,
     /// The first backoff when the server sends no `Retry-After`; it doubles per retry
     /// (default 500 ms).
@@ -338,7 +339,8 @@ fn retry_delays(opts: &HttpOptions) -> impl Iterator<Item = Duration> + Send + u
     .map(move |d| d.min(max))
 }
 
-/// Posts `body` as JSON with `headers`, retrying 429 and 5xx. Returns the successful response
+/// Posts `body` as JSON with `headers`, retrying 429, 5xx and a connection closed before any
+/// reply. Returns the successful response
 /// (headers read, body not yet) and when the attempt that got it was sent, from which a whole
 /// reply's [`HttpOptions::timeout`] runs.
 pub(crate) async fn post(
@@ -384,11 +386,33 @@ pub(crate) async fn post(
                 });
             }
             Ok(Err(e)) => {
-                // Connected, but the exchange broke before a reply came.
+                // Connected, but the exchange broke before a reply came. Most often the server
+                // closed a kept-alive connection as the request went out on it (it times idle
+                // ones out: uvicorn under vLLM after 5 s, while a tool ran), so the request
+                // never reached it; or it failed mid-request. Either way nothing came back,
+                // and the request is sent again as after a 5xx.
                 let error = credentials.scrub(&describe(e));
+                if attempt <= opts.max_retries {
+                    let wait = delays.next().unwrap_or(opts.max_retry_wait);
+                    tracing::warn!(
+                        attempt,
+                        wait_ms = wait.as_millis() as u64,
+                        url = %target.shown,
+                        error = ?error,
+                        "{} closed the connection before replying; retrying",
+                        ep.label
+                    );
+                    cancellable(cancel, tokio::time::sleep(wait)).await?;
+                    continue;
+                }
+                let tries = if attempt > 1 {
+                    format!(" each of {attempt} times")
+                } else {
+                    String::new()
+                };
                 return Err(ProviderError::Truncated {
                     detail: format!(
-                        "{} closed the connection before replying: {error}",
+                        "{} closed the connection before replying{tries}: {error}",
                         ep.label
                     ),
                 });

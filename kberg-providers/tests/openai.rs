@@ -1250,3 +1250,114 @@ async fn a_streamed_call_never_named_is_malformed() {
     assert_eq!(e.code(), "malformed", "{e}");
     assert!(e.to_string().contains("no `function.name`"), "{e}");
 }
+
+/// A server on 127.0.0.1 that reads each request whole and closes the first `hangups`
+/// connections without a word (as a server closes an idle kept-alive connection the request
+/// went out on), then answers `reply` as JSON. Counts the requests it read.
+#[allow(clippy::unwrap_used)] // a test helper: a failure to listen fails the test
+fn hanging_up_server(
+    hangups: usize,
+    reply: Value,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let read = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&read);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            // The head, then as many body bytes as it says.
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            let whole = loop {
+                let Ok(n) = conn.read(&mut buf) else {
+                    break false;
+                };
+                if n == 0 {
+                    break false;
+                }
+                got.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let length: usize = text[..end]
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if got.len() >= end + 4 + length {
+                        break true;
+                    }
+                }
+            };
+            if !whole {
+                continue;
+            }
+            if count.fetch_add(1, Ordering::SeqCst) < hangups {
+                let _ = conn.shutdown(std::net::Shutdown::Both);
+                continue;
+            }
+            let body = reply.to_string();
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (url, read)
+}
+
+/// A connection closed before any reply came (the server timed out the kept-alive connection
+/// the request went out on, or failed mid-request) is retried as a 5xx is, streamed or not;
+/// past the retries it is `truncated`, saying how many times it was tried.
+#[tokio::test]
+async fn a_connection_closed_before_any_reply_is_retried() {
+    use std::sync::atomic::Ordering;
+    let fine = completion(json!({"role": "assistant", "content": "fine"}), "stop");
+    let (url, read) = hanging_up_server(2, fine.clone());
+    let r = make(url)
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(r.text, "fine");
+    assert_eq!(
+        read.load(Ordering::SeqCst),
+        3,
+        "two hang-ups, then the answer"
+    );
+
+    // Streamed: the request is retried before any event came (the answer here is one body).
+    let (url, read) = hanging_up_server(1, fine.clone());
+    let s = make(url)
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(collect_stream(s, |_| {}).await.unwrap().text, "fine");
+    assert_eq!(read.load(Ordering::SeqCst), 2);
+
+    // More hang-ups than retries (2 by default): the error, once each attempt was made.
+    let (url, read) = hanging_up_server(3, fine.clone());
+    let e = make(url)
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "truncated", "{e}");
+    assert!(
+        e.to_string()
+            .contains("closed the connection before replying each of 3 times"),
+        "{e}"
+    );
+    assert_eq!(read.load(Ordering::SeqCst), 3);
+
+    // No retries: the first hang-up is the error.
+    let (url, read) = hanging_up_server(1, fine);
+    let e = with_options(url, HttpOptions::default().max_retries(0))
+        .chat(&request(), &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "truncated", "{e}");
+    assert!(e.to_string().contains("before replying: "), "{e}");
+    assert_eq!(read.load(Ordering::SeqCst), 1);
+}
