@@ -44,6 +44,24 @@ pub struct OpenAiConfig {
     pub extra: Map<String, Value>,
     /// Timeouts and retries.
     pub http: HttpOptions,
+    /// The field a request's `max_tokens` option is sent in (default
+    /// [`TokenLimitField::MaxTokens`]).
+    pub token_limit_field: TokenLimitField,
+}
+
+/// The request field that bounds a reply's tokens. The reference's `max_tokens` is what local
+/// servers (llama.cpp, LM Studio, vLLM, Ollama) read; OpenAI's reasoning models (o1, o3,
+/// gpt-5) refuse it with a 400 naming `max_completion_tokens`, which they read instead. A
+/// provider sending `max_tokens` to such a model learns that from the refusal: it sends the
+/// turn again with `max_completion_tokens`, and every later one with it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TokenLimitField {
+    /// `max_tokens` (the default).
+    #[default]
+    MaxTokens,
+    /// `max_completion_tokens` (OpenAI's newer models; counts reasoning tokens too).
+    MaxCompletionTokens,
 }
 
 impl std::fmt::Debug for OpenAiConfig {
@@ -54,6 +72,7 @@ impl std::fmt::Debug for OpenAiConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| REDACTED))
             .field("extra", &self.extra)
             .field("http", &self.http)
+            .field("token_limit_field", &self.token_limit_field)
             .finish()
     }
 }
@@ -67,6 +86,7 @@ impl OpenAiConfig {
             api_key: None,
             extra: Map::new(),
             http: HttpOptions::default(),
+            token_limit_field: TokenLimitField::default(),
         }
     }
 
@@ -94,6 +114,12 @@ impl OpenAiConfig {
         self.http = http;
         self
     }
+
+    /// Sets the field a request's `max_tokens` option is sent in (see [`TokenLimitField`]).
+    pub fn token_limit_field(mut self, field: TokenLimitField) -> Self {
+        self.token_limit_field = field;
+        self
+    }
 }
 
 /// The OpenAI-compatible provider.
@@ -102,6 +128,9 @@ pub struct OpenAiProvider {
     config: OpenAiConfig,
     client: reqwest::Client,
     endpoint: Arc<Endpoint>,
+    /// Set once the server refused `max_tokens` for `max_completion_tokens` (shared by the
+    /// provider's clones).
+    completion_field: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl OpenAiProvider {
@@ -109,9 +138,45 @@ impl OpenAiProvider {
     pub fn new(config: OpenAiConfig) -> Self {
         Self {
             endpoint: Arc::new(endpoint_of(&config)),
+            completion_field: Arc::new(std::sync::atomic::AtomicBool::new(
+                config.token_limit_field == TokenLimitField::MaxCompletionTokens,
+            )),
             config,
             client: http::client(),
         }
+    }
+
+    /// The field the `max_tokens` option goes in now: the configured one, or
+    /// `max_completion_tokens` once the server refused the other.
+    pub fn token_limit_field(&self) -> TokenLimitField {
+        if self
+            .completion_field
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            TokenLimitField::MaxCompletionTokens
+        } else {
+            TokenLimitField::MaxTokens
+        }
+    }
+
+    /// Whether `e`, the answer to a body that sent `max_tokens`, is the server refusing that
+    /// field for `max_completion_tokens` (OpenAI: 400, "Unsupported parameter: 'max_tokens' is
+    /// not supported with this model. Use 'max_completion_tokens' instead."). Such a refusal
+    /// is learned: this and every later turn send `max_completion_tokens`. Answers whether
+    /// the turn should be sent again.
+    fn learned_limit_field(&self, body: &Value, e: &ProviderError) -> bool {
+        let refused = body.get("max_tokens").is_some()
+            && matches!(e, ProviderError::Rejected { status: 400, detail }
+                if detail.contains("max_tokens") && detail.contains("max_completion_tokens"));
+        if refused {
+            tracing::info!(
+                model = ?self.config.model,
+                "the server refused `max_tokens` for `max_completion_tokens`; sending that from now on"
+            );
+            self.completion_field
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        refused
     }
 
     /// The configuration.
@@ -162,7 +227,11 @@ impl OpenAiProvider {
             body.insert("top_p".into(), json!(p));
         }
         if let Some(n) = o.max_tokens {
-            body.insert("max_tokens".into(), json!(n));
+            let field = match self.token_limit_field() {
+                TokenLimitField::MaxCompletionTokens => "max_completion_tokens",
+                TokenLimitField::MaxTokens => "max_tokens",
+            };
+            body.insert(field.into(), json!(n));
         }
         if !o.stop.is_empty() {
             body.insert("stop".into(), json!(o.stop));
@@ -542,17 +611,27 @@ impl InferenceProvider for OpenAiProvider {
         // 128 characters): such names go under aliases, and the calls come back under the
         // real names.
         let names = ToolNames::for_request(request);
-        let body = self.body_of(&names.translate(request), false);
-        let mut response = http::post_for_json(
-            &self.client,
-            &self.config.http,
-            &self.endpoint,
-            &self.headers(),
-            &body,
-            cancel,
-            parse_reply,
-        )
-        .await?;
+        let request = names.translate(request);
+        let send = |body: Value| async move {
+            let answer = http::post_for_json(
+                &self.client,
+                &self.config.http,
+                &self.endpoint,
+                &self.headers(),
+                &body,
+                cancel,
+                parse_reply,
+            )
+            .await;
+            (body, answer)
+        };
+        let (body, answer) = send(self.body_of(&request, false)).await;
+        let mut response = match answer {
+            Err(e) if self.learned_limit_field(&body, &e) => {
+                send(self.body_of(&request, false)).await.1?
+            }
+            answer => answer?,
+        };
         names.incoming(&mut response);
         Ok(response)
     }
@@ -563,19 +642,29 @@ impl InferenceProvider for OpenAiProvider {
         cancel: &CancellationToken,
     ) -> Result<ChatStream, ProviderError> {
         let names = ToolNames::for_request(request);
-        let body = self.body_of(&names.translate(request), true);
-        let decoder = SseDecoder::new(self.config.http.max_body_bytes, ChunkDecoder::default());
-        http::post_for_stream(
-            &self.client,
-            &self.config.http,
-            &self.endpoint,
-            &self.headers(),
-            &body,
-            decoder,
-            cancel,
-        )
-        .await
-        .map(|stream| names.incoming_stream(stream))
+        let request = names.translate(request);
+        let send = |body: Value| async move {
+            let decoder = SseDecoder::new(self.config.http.max_body_bytes, ChunkDecoder::default());
+            let answer = http::post_for_stream(
+                &self.client,
+                &self.config.http,
+                &self.endpoint,
+                &self.headers(),
+                &body,
+                decoder,
+                cancel,
+            )
+            .await;
+            (body, answer)
+        };
+        let (body, answer) = send(self.body_of(&request, true)).await;
+        let stream = match answer {
+            Err(e) if self.learned_limit_field(&body, &e) => {
+                send(self.body_of(&request, true)).await.1?
+            }
+            answer => answer?,
+        };
+        Ok(names.incoming_stream(stream))
     }
 }
 

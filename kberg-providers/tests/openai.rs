@@ -1361,3 +1361,108 @@ async fn a_connection_closed_before_any_reply_is_retried() {
     assert!(e.to_string().contains("before replying: "), "{e}");
     assert_eq!(read.load(Ordering::SeqCst), 1);
 }
+
+/// OpenAI's reasoning models refuse `max_tokens` (400, `unsupported_parameter`) and read
+/// `max_completion_tokens`: the provider sends the turn again with that field, streamed or
+/// not, and every later turn with it; a request without the option, another 400, or the field
+/// chosen in the config sends nothing twice.
+#[tokio::test]
+async fn a_refused_max_tokens_is_sent_again_as_max_completion_tokens() {
+    use kberg_providers::openai::TokenLimitField;
+    let refusal = || {
+        Reply::json(
+            400,
+            &json!({"error": {
+                "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+                "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}}),
+        )
+    };
+    let limited = || {
+        let mut r = request();
+        r.options.max_tokens = Some(64);
+        r
+    };
+    let limit_of = |body: &Value| {
+        (
+            body.get("max_tokens").cloned(),
+            body.get("max_completion_tokens").cloned(),
+        )
+    };
+    let cancel = CancellationToken::new();
+    for stream in [false, true] {
+        let server = ScriptedServer::start(vec![
+            refusal(),
+            OpenAi.text("ok", stream),
+            OpenAi.text("again", stream),
+        ])
+        .await;
+        let p = OpenAiProvider::new(
+            OpenAiConfig::new("o3-mini").base_url(format!("{}/v1", server.url())),
+        );
+        assert_eq!(p.token_limit_field(), TokenLimitField::MaxTokens);
+        for expected in ["ok", "again"] {
+            let r = if stream {
+                collect_stream(p.chat_stream(&limited(), &cancel).await.unwrap(), |_| {})
+                    .await
+                    .unwrap()
+            } else {
+                p.chat(&limited(), &cancel).await.unwrap()
+            };
+            assert_eq!(r.text, expected);
+        }
+        assert_eq!(p.token_limit_field(), TokenLimitField::MaxCompletionTokens);
+        let sent: Vec<_> = server
+            .requests()
+            .iter()
+            .map(|r| limit_of(&r.body))
+            .collect();
+        assert_eq!(
+            sent,
+            [
+                (Some(json!(64)), None),
+                (None, Some(json!(64))),
+                (None, Some(json!(64)))
+            ],
+            "stream: {stream}"
+        );
+    }
+
+    // Without the option, the same refusal is the answer (there is nothing to move).
+    let server = ScriptedServer::start(vec![refusal()]).await;
+    let e = make(server.url())
+        .chat(&request(), &cancel)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "rejected", "{e}");
+    assert_eq!(server.requests().len(), 1);
+
+    // Another 400 is not sent again.
+    let server = ScriptedServer::start(vec![Reply::json(
+        400,
+        &api_error(
+            "'messages' is too long",
+            "invalid_request_error",
+            "context_length_exceeded",
+        ),
+    )])
+    .await;
+    let e = make(server.url())
+        .chat(&limited(), &cancel)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "rejected", "{e}");
+    assert_eq!(server.requests().len(), 1);
+
+    // Chosen in the config: sent so from the first turn.
+    let server = ScriptedServer::start(vec![OpenAi.text("ok", false)]).await;
+    let p = OpenAiProvider::new(
+        OpenAiConfig::new("gpt-5")
+            .base_url(format!("{}/v1", server.url()))
+            .token_limit_field(TokenLimitField::MaxCompletionTokens),
+    );
+    p.chat(&limited(), &cancel).await.unwrap();
+    assert_eq!(
+        limit_of(&server.requests()[0].body),
+        (None, Some(json!(64)))
+    );
+}
