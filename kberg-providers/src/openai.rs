@@ -427,6 +427,10 @@ struct Slot {
     call: usize,
     /// The id the call came with, if one did.
     id: Option<String>,
+    /// The tool the call named first, if one did.
+    name: Option<String>,
+    /// Whether a piece of its arguments came.
+    has_arguments: bool,
 }
 
 /// The most calls one streamed reply may hold (the server's own indices are bounded the same).
@@ -437,25 +441,40 @@ impl ChunkDecoder {
     /// `name`. Calls are told apart by their index, as the reference says, but some servers
     /// (Ollama's OpenAI-compatible endpoint, Gemini's, LiteLLM's bridges) give every call of a
     /// message `index: 0`, each with an id of its own: a delta that names a tool, with an id
-    /// other than the one its index already holds, starts a new call. Any other delta continues
-    /// the call its index holds, also one with another id but no name (some servers give a
-    /// call's later pieces an id of their own).
+    /// other than the one its index already holds, starts a new call; so does, where the ids
+    /// do not tell (none came, or only on one side), a delta naming another tool than the one
+    /// its index holds once that call got arguments (a server giving every call `index: 0`
+    /// and no id; a name is sent before its call's arguments, whole or in pieces). Any other
+    /// delta continues the call its index holds, also one with another id but no name (some
+    /// servers give a call's later pieces an id of their own) and one naming its tool again
+    /// (some send the name with every piece).
     fn call_index(
         &mut self,
         index: usize,
         id: Option<&str>,
         name: Option<&str>,
+        has_arguments: bool,
     ) -> Result<usize, ProviderError> {
         let id = id.filter(|id| !id.is_empty());
-        let starts = name.is_some_and(|n| !n.is_empty());
+        let name = name.filter(|n| !n.is_empty());
         if let Some(slot) = self.slots.get_mut(&index) {
-            match (&slot.id, id) {
-                (Some(held), Some(id)) if held != id && starts => {}
-                (None, Some(id)) => {
-                    slot.id = Some(id.to_string());
-                    return Ok(slot.call);
+            let (other_id, same_id) = match (&slot.id, id) {
+                (Some(held), Some(id)) => (held != id, held == id),
+                _ => (false, false),
+            };
+            let other_tool = slot.has_arguments
+                && !same_id
+                && matches!((&slot.name, name), (Some(held), Some(name)) if held != name);
+            let new_call = other_tool || (other_id && name.is_some());
+            if !new_call {
+                if slot.id.is_none() {
+                    slot.id = id.map(str::to_string);
                 }
-                _ => return Ok(slot.call),
+                if slot.name.is_none() {
+                    slot.name = name.map(str::to_string);
+                }
+                slot.has_arguments |= has_arguments;
+                return Ok(slot.call);
             }
         }
         if self.calls >= MAX_STREAMED_CALLS {
@@ -468,6 +487,8 @@ impl ChunkDecoder {
             Slot {
                 call,
                 id: id.map(str::to_string),
+                name: name.map(str::to_string),
+                has_arguments,
             },
         );
         Ok(call)
@@ -566,7 +587,6 @@ impl SseReply for ChunkDecoder {
                     let id = c.get("id").and_then(Value::as_str);
                     let f = c.get("function");
                     let name = f.and_then(|f| f.get("name")).and_then(Value::as_str);
-                    let index = self.call_index(index, id, name)?;
                     let arguments = match f.and_then(|f| f.get("arguments")) {
                         Some(Value::String(s)) => s.clone(),
                         None | Some(Value::Null) => String::new(),
@@ -574,6 +594,7 @@ impl SseReply for ChunkDecoder {
                         // reply may (see `parse_reply`); its text is the fragment.
                         Some(other) => other.to_string(),
                     };
+                    let index = self.call_index(index, id, name, !arguments.trim().is_empty())?;
                     if name.is_some_and(|n| !n.is_empty()) {
                         self.named.insert(index);
                     } else if !arguments.trim().is_empty() {

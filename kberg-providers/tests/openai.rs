@@ -294,7 +294,8 @@ async fn two_calls_interleaved_in_a_stream_assemble() {
 
 /// Ollama's OpenAI-compatible endpoint (and Gemini's, and LiteLLM's bridges) gives every call
 /// of a message `index: 0`, each call whole in its own chunk with its own id: they are two
-/// calls, not one with both names and both argument texts run together.
+/// calls, not one with both names and both argument texts run together. Without ids, a new
+/// tool's name after a call's arguments tells them apart.
 #[tokio::test]
 async fn calls_sharing_an_index_stay_apart_by_their_ids() {
     let call = |id: &str, name: &str, args: &str| {
@@ -363,6 +364,44 @@ async fn calls_sharing_an_index_stay_apart_by_their_ids() {
     assert_eq!(r.tool_calls.len(), 1, "{:?}", r.tool_calls);
     assert_eq!(r.tool_calls[0].name, "wait");
     assert_eq!(r.tool_calls[0].arguments, json!({"seconds": 2}));
+
+    // Every call at index 0 and none with an id: a delta naming another tool once the call
+    // got arguments starts a new call; the same name sent again with a piece continues it.
+    let piece = |name: Option<&str>, args: &str| {
+        let mut function = json!({"arguments": args});
+        if let Some(name) = name {
+            function["name"] = json!(name);
+        }
+        chunk(json!([{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "type": "function", "function": function}
+        ]}, "finish_reason": null}]))
+    };
+    let pieces = vec![
+        piece(Some("wait"), ""),
+        piece(None, "{\"seconds\": 3}"),
+        piece(Some("search_notes"), "{\"query\":"),
+        piece(Some("search_notes"), " \"tea\"}"),
+        chunk(json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])),
+        "data: [DONE]\n\n".into(),
+    ];
+    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let s = make(server.url())
+        .chat_stream(&request(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let r = collect_stream(s, |_| {}).await.unwrap();
+    let calls: Vec<(&str, &Value)> = r
+        .tool_calls
+        .iter()
+        .map(|c| (c.name.as_str(), &c.arguments))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("wait", &json!({"seconds": 3})),
+            ("search_notes", &json!({"query": "tea"})),
+        ]
+    );
 }
 
 /// A reply is over at `data: [DONE]`: what a server sends after it is not part of the turn,
