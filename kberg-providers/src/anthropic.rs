@@ -145,6 +145,15 @@ impl AnthropicProvider {
             match m {
                 Message::System { content } => system.push(content.as_str()),
                 Message::User { content } => {
+                    // The API refuses a user turn without text (400, "messages: text content
+                    // blocks must be non-empty"), and an application may send one (an empty
+                    // prompt box). Left out, the turn before it would become a prefill the
+                    // model continues; it is said in words, as an empty tool result is.
+                    let content = if content.trim().is_empty() {
+                        "(an empty message)"
+                    } else {
+                        content.as_str()
+                    };
                     messages.push(json!({"role": "user", "content": content}));
                 }
                 Message::Assistant {
@@ -632,6 +641,34 @@ mod tests {
         assert_eq!(msgs[2]["content"].as_array().unwrap().len(), 2);
         assert_eq!(msgs[2]["content"][1]["is_error"], true);
         assert_eq!(body["tools"][0]["input_schema"]["type"], "object");
+    }
+
+    #[test]
+    fn an_empty_user_message_is_sent_in_words() {
+        // The API refuses a user turn without text; leaving it out would make the turn before
+        // a prefill. Text with words goes as it is.
+        let p = AnthropicProvider::new(AnthropicConfig::new("m"));
+        for empty in ["", "  \n\t"] {
+            let req = ChatRequest {
+                messages: vec![
+                    Message::user("hi"),
+                    Message::Assistant {
+                        content: "Hello.".into(),
+                        tool_calls: vec![],
+                    },
+                    Message::user(empty),
+                ],
+                ..ChatRequest::default()
+            };
+            let body = p.request_body(&req, false);
+            let msgs = body["messages"].as_array().unwrap();
+            assert_eq!(msgs.len(), 3, "{body}");
+            assert_eq!(msgs[0]["content"], "hi");
+            assert_eq!(
+                msgs[2],
+                json!({"role": "user", "content": "(an empty message)"})
+            );
+        }
     }
 
     proptest::proptest! {
