@@ -280,7 +280,26 @@ impl StreamAssembler {
         self.finish.is_some()
     }
 
-    /// The assembled response. Calls without a name (indices the stream skipped) are dropped.
+    /// The assembled response, refusing a call that got an id or arguments but never a name:
+    /// the model made a call nobody can run, and dropping it would leave a turn that seems to
+    /// say nothing ([`ProviderError::Malformed`], as the providers answer a whole reply's
+    /// unnamed call). A call of empty pieces only is no call and is dropped.
+    /// [`collect_stream`] finishes with this.
+    pub fn try_finish(self) -> Result<ChatResponse, ProviderError> {
+        if let Some((index, call)) = self.calls.iter().find(|(_, c)| {
+            c.name.is_empty() && (!c.id.is_empty() || !c.arguments.trim().is_empty())
+        }) {
+            let (id, _) = kberg_core::quote_escaped(&call.id, 64);
+            return Err(ProviderError::malformed(format!(
+                "the streamed tool call at index {index} (id `{id}`) has arguments or an id \
+                 but no tool name"
+            )));
+        }
+        Ok(self.finish())
+    }
+
+    /// The assembled response. Calls without a name (indices the stream skipped, or a call
+    /// the model never named) are dropped; [`Self::try_finish`] refuses the latter.
     pub fn finish(self) -> ChatResponse {
         let tool_calls: Vec<ToolCall> = self
             .calls
@@ -335,7 +354,7 @@ pub async fn collect_stream(
             detail: "no end-of-turn marker".into(),
         });
     }
-    Ok(assembler.finish())
+    assembler.try_finish()
 }
 
 #[cfg(test)]
@@ -422,6 +441,39 @@ mod tests {
         assert_eq!(r.tool_calls.len(), 1);
         assert_eq!(r.tool_calls[0].name, "read_file");
         assert_eq!(r.tool_calls[0].arguments, json!({"path": "a"}));
+    }
+
+    #[tokio::test]
+    async fn a_streamed_call_never_named_is_refused_not_dropped() {
+        // A provider of the application's own passing on a server's call without its name:
+        // the model asked for something, and a turn assembled without it would seem to say
+        // nothing. Empty pieces alone are no call.
+        for (id, arguments) in [(Some("call_9"), ""), (None, "{\"path\": \"a\"}")] {
+            let s: ChatStream = Box::pin(futures::stream::iter(vec![
+                Ok(ChatDelta::ToolCall {
+                    index: 2,
+                    id: id.map(str::to_string),
+                    name: None,
+                    arguments: arguments.into(),
+                }),
+                Ok(ChatDelta::Finish(FinishReason::ToolCalls)),
+            ]));
+            let err = collect_stream(s, |_| {}).await.unwrap_err();
+            assert_eq!(err.code(), "malformed", "{id:?} {arguments:?}");
+            assert!(err.to_string().contains("index 2"), "{err}");
+        }
+        let s: ChatStream = Box::pin(futures::stream::iter(vec![
+            Ok(ChatDelta::ToolCall {
+                index: 0,
+                id: Some(String::new()),
+                name: Some(String::new()),
+                arguments: " ".into(),
+            }),
+            Ok(ChatDelta::Text("done".into())),
+            Ok(ChatDelta::Finish(FinishReason::Stop)),
+        ]));
+        let r = collect_stream(s, |_| {}).await.unwrap();
+        assert_eq!((r.text.as_str(), r.tool_calls.len()), ("done", 0));
     }
 
     #[test]
