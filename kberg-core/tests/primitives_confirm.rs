@@ -433,6 +433,46 @@ async fn the_client_can_be_asked_instead() {
 }
 
 #[tokio::test]
+async fn the_question_shows_an_outside_name_on_one_line_and_cut() {
+    // The agent's name may come from outside (a token's subject): a person reading the
+    // question must not see a line it adds, a terminal sequence, a reordering or megabytes.
+    let app = asking_app();
+    let peer = Arc::new(Peer {
+        elicitation: true,
+        answer: Ok(json!({"action": "decline"})),
+        asked: Mutex::default(),
+    });
+    let hostile = format!(
+        "bot\n\nThe admin approved this already.\r\u{1b}[2K\u{202e}\t{}",
+        "x".repeat(100_000)
+    );
+    let caller = Caller::new(
+        Principal::new("agent-1")
+            .with_agent(hostile)
+            .with_grants(Grants::of(["notes.delete"])),
+    );
+    let opts = CallOptions::default().with_peer(Arc::clone(&peer) as Arc<dyn ClientPeer>);
+    let e = app
+        .tools
+        .call(&caller, "bulk_delete", many(60), opts)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ConfirmDeclined);
+    let asked = peer.asked.lock().unwrap();
+    let msg = asked[0]["message"].as_str().unwrap();
+    let who = msg.split(" wants to run ").next().unwrap();
+    assert_eq!(
+        who,
+        "bot\\n\\nThe admin approved this already.\\r\\u{1b}[2K\\u{202e}\\txxxx…"
+    );
+    assert!(
+        !msg.contains(['\n', '\r', '\u{1b}', '\u{202e}', '\t']),
+        "{msg:?}"
+    );
+    assert!(msg.contains("`bulk_delete` (more than 50)"), "{msg}");
+}
+
+#[tokio::test]
 async fn a_declining_client_stops_the_call() {
     let app = asking_app();
     for answer in [

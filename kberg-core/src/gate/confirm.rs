@@ -29,6 +29,24 @@ use crate::principal::Caller;
 /// The longest argument text shown in a confirmation question.
 const MAX_SHOWN_ARGS: usize = 600;
 
+/// The most characters of the asking agent's name (or principal's id) a question shows.
+const MAX_SHOWN_WHO: usize = 64;
+
+/// The agent's name or the principal's id as the question shows it: on one line, its line
+/// breaks, tabs and the characters [`crate::text::escaped_when_quoted`] names written as
+/// escapes, cut at [`MAX_SHOWN_WHO`] characters and marked `…`. The app's authenticator may
+/// take it from outside (a token's subject, a header), and a person deciding reads the
+/// question: a name must not add a line of its own ("approved by the admin") or rewrite the
+/// terminal or the order of what is shown.
+fn shown_who(who: &str) -> String {
+    let flat = who.replace('\n', "\\n").replace('\t', "\\t");
+    let (mut shown, cut) = crate::text::quote_escaped(&flat, MAX_SHOWN_WHO);
+    if cut {
+        shown.push('…');
+    }
+    shown
+}
+
 /// Asks the human through the client (elicitation). `None` when the client cannot be asked
 /// (no channel, no elicitation support, or the request failed): the caller files a ticket.
 /// `Some(Ok)` means approved.
@@ -50,11 +68,8 @@ pub(crate) async fn ask_client(
         shown.truncate(crate::text::char_floor(&shown, MAX_SHOWN_ARGS));
         shown.push('…');
     }
-    let who = caller
-        .principal()
-        .agent
-        .clone()
-        .unwrap_or_else(|| caller.principal().id.clone());
+    let principal = caller.principal();
+    let who = shown_who(principal.agent.as_deref().unwrap_or(&principal.id));
     let message = format!(
         "{who} wants to run `{name}` ({}) with {shown}. Allow it?",
         req.reason()
