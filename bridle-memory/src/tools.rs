@@ -31,7 +31,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::chunk::shown_path;
+use crate::chunk::{shown_code, shown_path};
 use crate::error::MemoryError;
 use crate::patterns::{IndexReport, PatternHit, PatternIndex, Progress, ProgressEvent, SearchMode};
 use crate::session::{MemoryFilter, NewMemory, SessionMemory};
@@ -265,8 +265,9 @@ impl Progress for ToolProgress {
 /// path and the enclosing items (a Markdown heading may hold anything) are written one line
 /// each with their control characters escaped ([`shown_path`]): a file name holding a newline
 /// would otherwise start a forged result line, an ESC sequence or a bidirectional override
-/// rewrite what an agent's terminal or a panel shows. The structured result keeps them as
-/// they are stored, to be matched against the index.
+/// rewrite what an agent's terminal or a panel shows. The code keeps its lines, with the same
+/// characters but line breaks and tabs escaped ([`shown_code`]). The structured result keeps
+/// all of it as stored, to be matched against the index.
 fn hit_text(h: &PatternHit) -> String {
     let ctx = if h.context.is_empty() {
         String::new()
@@ -281,7 +282,7 @@ fn hit_text(h: &PatternHit) -> String {
         h.chunk_type,
         h.reference_tag,
         h.score,
-        h.snippet
+        shown_code(&h.snippet)
     )
 }
 

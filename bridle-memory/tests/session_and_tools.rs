@@ -289,6 +289,69 @@ async fn the_search_answer_escapes_control_characters_in_file_names() {
     assert_eq!(stored, [ODD, PLAIN]);
 }
 
+/// A repository's code may hold ESC sequences, a lone CR, BEL or the bidirectional controls
+/// of a "Trojan Source" line (code that reads differently from how it runs). Before, the
+/// search tool's answer text carried them as they were, to the agent's context and whatever
+/// terminal or panel shows it. The answer writes each as its escape, the code's lines and
+/// indentation as they are; the structured result keeps the code as stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_search_answer_escapes_control_characters_in_code() {
+    const CODE: &str = "pub fn check_access_level(user: &str) -> bool {\n\tlet admin = \"user\u{202e} \u{2066}// only admins\u{2069} \u{2066}\";\n    \u{1b}[2Jtrue\r false\u{7}\n}\n";
+    const SHOWN: &str = "pub fn check_access_level(user: &str) -> bool {\n\tlet admin = \"user\\u{202e} \\u{2066}// only admins\\u{2069} \\u{2066}\";\n    \\u{1b}[2Jtrue\\r false\\u{7}\n}";
+    let dir = tempfile::tempdir().expect("temp");
+    let repo = dir.path().join("repo");
+    write_tree(&repo, &[("src/access.rs", CODE)]);
+    let store: Arc<dyn VectorStore> =
+        Arc::new(EmbeddedStore::open(dir.path().join("m.sqlite")).expect("open"));
+    let embedder: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(128));
+    let patterns = Arc::new(PatternIndex::new(store.clone(), embedder.clone()));
+    patterns
+        .index(
+            &bridle_memory::ExampleRepo {
+                url: repo.display().to_string(),
+                reference_tag: "code-1".into(),
+                arch_tag: "layered".into(),
+            },
+            &bridle_memory::NoProgress,
+        )
+        .await
+        .expect("index");
+    let registry = ToolRegistry::new();
+    register(
+        &registry,
+        MemoryTools {
+            session: Arc::new(SessionMemory::new(store, embedder)),
+            patterns,
+            on_indexed: None,
+            access: None,
+        },
+    )
+    .expect("register");
+    let out = registry
+        .call(
+            &Caller::new(Principal::new("reader")),
+            "search_pattern_examples",
+            json!({"query": "check access level admin", "k": 5}),
+            CallOptions::default(),
+        )
+        .await
+        .expect("search");
+    let text = out.all_text();
+    assert!(text.contains(SHOWN), "{text}");
+    assert!(
+        !text
+            .chars()
+            .any(|c| c != '\n' && c != '\t' && kberg_core::escaped_when_quoted(c)),
+        "{text:?}"
+    );
+    let s = out.structured.expect("structured");
+    let snippet = s["results"][0]["snippet"].as_str().expect("snippet");
+    assert!(
+        snippet.contains("\u{202e}") && snippet.contains('\u{1b}'),
+        "{snippet:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tools_pass_the_gate() {
     let dir = tempfile::tempdir().expect("temp");

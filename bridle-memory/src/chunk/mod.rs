@@ -179,6 +179,28 @@ pub fn shown_path(path: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// A chunk's code as text that a model, an agent or a panel reads shows it: its lines and
+/// indentation as they are, and each character [`kberg_core::escaped_when_quoted`] names (ESC,
+/// a lone CR, BEL, the bidirectional controls of a "Trojan Source" line, U+2028) written as its
+/// escape. A repository's file may hold any of them: an override makes code read differently
+/// from how it runs, an ESC sequence drives a terminal, a CR rewrites the line shown. Code
+/// without them, whatever its script, is returned as it is (borrowed). (A file's CRLF line
+/// ends are already plain line ends in a chunk.)
+pub fn shown_code(code: &str) -> std::borrow::Cow<'_, str> {
+    if !code.chars().any(kberg_core::escaped_when_quoted) {
+        return std::borrow::Cow::Borrowed(code);
+    }
+    let mut out = String::with_capacity(code.len() + 8);
+    for c in code.chars() {
+        if kberg_core::escaped_when_quoted(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// The most characters of one line a chunk carries as a header line (a container's or a long
 /// item's first line) or as a heading in its context. Each part of a long item and each member
 /// of a container gets a copy, and the token counter reads it again for each: a line of a
