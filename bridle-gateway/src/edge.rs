@@ -410,7 +410,7 @@ impl GatewayConfig {
     fn overlay_embedder(&mut self, edge: &EdgeSettings) -> Result<(), ConfigError> {
         match self.memory.as_mut().map(|m| &mut m.embedder) {
             Some(MemoryEmbedderConfig::Openai { url, model, .. })
-            | Some(MemoryEmbedderConfig::Ollama { url, model }) => {
+            | Some(MemoryEmbedderConfig::Ollama { url, model, .. }) => {
                 if let Some(u) = &edge.embeddings_url {
                     *url = u.clone();
                 }
@@ -430,6 +430,9 @@ impl GatewayConfig {
                     url: url.clone(),
                     model: model.clone(),
                     api_key_secret: None,
+                    timeout_secs: None,
+                    connect_timeout_secs: None,
+                    max_input_tokens: None,
                 };
                 match self.memory.as_mut() {
                     Some(m) => m.embedder = embedder,

@@ -293,7 +293,10 @@ fn embeddings_and_qdrant_configure_memory() {
         MemoryEmbedderConfig::Openai {
             url: "http://embeddings/v1".into(),
             model: "all-minilm".into(),
-            api_key_secret: None
+            api_key_secret: None,
+            timeout_secs: None,
+            connect_timeout_secs: None,
+            max_input_tokens: None,
         }
     );
     assert_eq!(
@@ -319,7 +322,10 @@ fn embeddings_and_qdrant_configure_memory() {
         MemoryEmbedderConfig::Openai {
             url: "http://embeddings/v1".into(),
             model: "m1".into(),
-            api_key_secret: Some("emb-key".into())
+            api_key_secret: Some("emb-key".into()),
+            timeout_secs: None,
+            connect_timeout_secs: None,
+            max_input_tokens: None,
         }
     );
     assert_eq!(

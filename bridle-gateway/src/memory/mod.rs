@@ -112,6 +112,17 @@ pub enum MemoryEmbedderConfig {
         /// The secret file holding the API key, if the server needs one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         api_key_secret: Option<String>,
+        /// How long one request may take, in seconds (bridle-memory's 60 unless set).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_secs: Option<u64>,
+        /// How long opening a connection may take, in seconds (5 unless set; at most
+        /// `timeout_secs`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        connect_timeout_secs: Option<u64>,
+        /// The model's input window in tokens (512 unless set): chunks and queries are cut to
+        /// fit it, so a model with a larger window should say so.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_input_tokens: Option<usize>,
     },
     /// Ollama's `/api/embed`.
     Ollama {
@@ -119,6 +130,15 @@ pub enum MemoryEmbedderConfig {
         url: String,
         /// The model name.
         model: String,
+        /// As for `openai`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_secs: Option<u64>,
+        /// As for `openai`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        connect_timeout_secs: Option<u64>,
+        /// As for `openai`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_input_tokens: Option<usize>,
     },
     /// The in-process embedder (needs a build with the `local-embed` feature): a folder with
     /// `config.json`, `tokenizer.json` and `model.safetensors`, relative to the data directory
@@ -127,6 +147,66 @@ pub enum MemoryEmbedderConfig {
         /// The model folder.
         path: PathBuf,
     },
+}
+
+/// The longest `timeout_secs` an embedding server may be given: an hour. A request that takes
+/// longer (a batch on a slow CPU) should be made smaller; past that, a server that stopped
+/// answering holds an index run for as long.
+pub const MAX_EMBEDDER_TIMEOUT_SECS: u64 = 3_600;
+
+/// The largest `max_input_tokens` accepted: 131,072 (the largest windows of embedding models
+/// served today are 32k; a chunk is cut to the window, and a window past the chunker's own
+/// bound changes nothing).
+pub const MAX_EMBEDDER_INPUT_TOKENS: usize = 131_072;
+
+/// Checks an embedding server's timeouts and window, naming the setting at fault under `at`.
+fn check_http_limits(
+    at: &str,
+    timeout_secs: Option<u64>,
+    connect_timeout_secs: Option<u64>,
+    max_input_tokens: Option<usize>,
+) -> Result<(), String> {
+    let defaults = HttpEmbedderConfig::new("", "");
+    let timeout = timeout_secs.unwrap_or(defaults.timeout.as_secs());
+    if timeout == 0 || timeout > MAX_EMBEDDER_TIMEOUT_SECS {
+        return Err(format!(
+            "{at}.timeout_secs must be from 1 to {MAX_EMBEDDER_TIMEOUT_SECS} (got {timeout})"
+        ));
+    }
+    if let Some(connect) = connect_timeout_secs
+        && (connect == 0 || connect > timeout)
+    {
+        return Err(format!(
+            "{at}.connect_timeout_secs must be from 1 to the request timeout, {timeout} s (got {connect})"
+        ));
+    }
+    if let Some(window) = max_input_tokens
+        && (window == 0 || window > MAX_EMBEDDER_INPUT_TOKENS)
+    {
+        return Err(format!(
+            "{at}.max_input_tokens must be from 1 to {MAX_EMBEDDER_INPUT_TOKENS} (got {window})"
+        ));
+    }
+    Ok(())
+}
+
+/// Sets what the section names of an embedding server's timeouts and window on `c`, leaving
+/// bridle-memory's defaults for the rest.
+fn set_http_limits(
+    c: &mut HttpEmbedderConfig,
+    timeout_secs: Option<u64>,
+    connect_timeout_secs: Option<u64>,
+    max_input_tokens: Option<usize>,
+) {
+    if let Some(secs) = timeout_secs {
+        c.timeout = std::time::Duration::from_secs(secs);
+    }
+    if let Some(secs) = connect_timeout_secs {
+        c.connect_timeout = std::time::Duration::from_secs(secs);
+    }
+    if let Some(tokens) = max_input_tokens {
+        c.max_input_tokens = tokens;
+    }
 }
 
 /// The one line `bridle serve` prints when memory is not configured.
@@ -146,11 +226,35 @@ impl MemorySection {
             );
         }
         match &self.embedder {
-            MemoryEmbedderConfig::Openai { url, .. } => {
+            MemoryEmbedderConfig::Openai {
+                url,
+                timeout_secs,
+                connect_timeout_secs,
+                max_input_tokens,
+                ..
+            } => {
                 crate::config::check_http_url("memory.embedder.openai.url", url)?;
+                check_http_limits(
+                    "memory.embedder.openai",
+                    *timeout_secs,
+                    *connect_timeout_secs,
+                    *max_input_tokens,
+                )?;
             }
-            MemoryEmbedderConfig::Ollama { url, .. } => {
+            MemoryEmbedderConfig::Ollama {
+                url,
+                timeout_secs,
+                connect_timeout_secs,
+                max_input_tokens,
+                ..
+            } => {
                 crate::config::check_http_url("memory.embedder.ollama.url", url)?;
+                check_http_limits(
+                    "memory.embedder.ollama",
+                    *timeout_secs,
+                    *connect_timeout_secs,
+                    *max_input_tokens,
+                )?;
             }
             MemoryEmbedderConfig::Local { .. } => {}
         }
@@ -192,13 +296,35 @@ impl MemorySection {
                 url,
                 model,
                 api_key_secret,
+                timeout_secs,
+                connect_timeout_secs,
+                max_input_tokens,
             } => {
                 let mut c = HttpEmbedderConfig::new(url.clone(), model.clone());
                 c.api_key = secret(api_key_secret)?;
+                set_http_limits(
+                    &mut c,
+                    *timeout_secs,
+                    *connect_timeout_secs,
+                    *max_input_tokens,
+                );
                 EmbedderConfig::OpenAi(c)
             }
-            MemoryEmbedderConfig::Ollama { url, model } => {
-                EmbedderConfig::Ollama(HttpEmbedderConfig::new(url.clone(), model.clone()))
+            MemoryEmbedderConfig::Ollama {
+                url,
+                model,
+                timeout_secs,
+                connect_timeout_secs,
+                max_input_tokens,
+            } => {
+                let mut c = HttpEmbedderConfig::new(url.clone(), model.clone());
+                set_http_limits(
+                    &mut c,
+                    *timeout_secs,
+                    *connect_timeout_secs,
+                    *max_input_tokens,
+                );
+                EmbedderConfig::Ollama(c)
             }
             MemoryEmbedderConfig::Local { path } => EmbedderConfig::Local {
                 path: resolve(path),
@@ -470,6 +596,89 @@ mod tests {
             assert!(
                 serde_saphyr::from_str::<MemorySection>(&format!(
                     "embedder: {{ollama: {{url: 'http://u', model: m}}}}\nmax_memories_per_project: {bad}"
+                ))
+                .is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_embedding_servers_timeouts_and_window_are_read_checked_and_passed_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let http = |config: MemoryConfig| match config.embedder {
+            EmbedderConfig::OpenAi(c) | EmbedderConfig::Ollama(c) => c,
+            other => panic!("not an HTTP embedder: {other:?}"),
+        };
+        // Unset: bridle-memory's defaults, and nothing written out.
+        for kind in ["openai", "ollama"] {
+            let section: MemorySection = serde_saphyr::from_str(&format!(
+                "embedder: {{{kind}: {{url: 'http://u', model: m}}}}"
+            ))
+            .unwrap();
+            let yaml = serde_saphyr::to_string(&section).unwrap();
+            assert!(
+                !yaml.contains("timeout") && !yaml.contains("max_input"),
+                "{yaml}"
+            );
+            let c = http(section.to_config(dir.path(), dir.path()).unwrap());
+            let defaults = HttpEmbedderConfig::new("", "");
+            assert_eq!(
+                (c.timeout, c.connect_timeout, c.max_input_tokens),
+                (
+                    defaults.timeout,
+                    defaults.connect_timeout,
+                    defaults.max_input_tokens
+                )
+            );
+            // Set: passed on as given.
+            let section: MemorySection = serde_saphyr::from_str(&format!(
+                "embedder: {{{kind}: {{url: 'http://u', model: m, timeout_secs: 300, connect_timeout_secs: 2, max_input_tokens: 8192}}}}"
+            ))
+            .unwrap();
+            let c = http(section.to_config(dir.path(), dir.path()).unwrap());
+            assert_eq!(c.timeout, std::time::Duration::from_secs(300));
+            assert_eq!(c.connect_timeout, std::time::Duration::from_secs(2));
+            assert_eq!(c.max_input_tokens, 8192);
+        }
+        // Out of range: refused at load, naming the setting.
+        for (settings, named) in [
+            ("timeout_secs: 0", "memory.embedder.ollama.timeout_secs"),
+            ("timeout_secs: 3601", "memory.embedder.ollama.timeout_secs"),
+            (
+                "connect_timeout_secs: 0",
+                "memory.embedder.ollama.connect_timeout_secs",
+            ),
+            // Past the default request timeout (60 s), and past a set one.
+            (
+                "connect_timeout_secs: 61",
+                "memory.embedder.ollama.connect_timeout_secs",
+            ),
+            (
+                "timeout_secs: 10, connect_timeout_secs: 11",
+                "memory.embedder.ollama.connect_timeout_secs",
+            ),
+            (
+                "max_input_tokens: 0",
+                "memory.embedder.ollama.max_input_tokens",
+            ),
+            (
+                "max_input_tokens: 131073",
+                "memory.embedder.ollama.max_input_tokens",
+            ),
+        ] {
+            let section: MemorySection = serde_saphyr::from_str(&format!(
+                "embedder: {{ollama: {{url: 'http://u', model: m, {settings}}}}}"
+            ))
+            .unwrap();
+            let err = section.to_config(dir.path(), dir.path()).unwrap_err();
+            assert!(err.to_string().contains(named), "{settings}: {err}");
+        }
+        // Not numbers, or unknown: refused as the file is read.
+        for bad in ["timeout_secs: -1", "timeout_secs: soon", "timeout: 5"] {
+            assert!(
+                serde_saphyr::from_str::<MemorySection>(&format!(
+                    "embedder: {{openai: {{url: 'http://u', model: m, {bad}}}}}"
                 ))
                 .is_err(),
                 "{bad}"
