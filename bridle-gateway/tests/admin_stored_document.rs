@@ -344,7 +344,42 @@ async fn a_repair_refuses_what_it_cannot_replace_or_read() {
         problem(api.get(path).send().await.unwrap(), status, code).await;
     }
 
+    // A kept copy that does not load (kept as it was broken by hand) names that copy, and
+    // sends the reader to another revision, not to the project's file or a repair.
     let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, "project:\n  name: [unclosed\n").unwrap();
+    let db = path.parent().unwrap().parent().unwrap().join("bridle.db");
+    let changed = rusqlite::Connection::open(db)
+        .unwrap()
+        .execute(
+            "UPDATE revisions SET document = 'project:\n  name: [kept' \
+             WHERE project = 'demo' AND revision = ?1",
+            [revision as i64],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let body = stored(
+        api.get(&format!("/projects/demo/revisions/{revision}"))
+            .send()
+            .await
+            .unwrap(),
+        "parse_error",
+    )
+    .await;
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with(&format!(
+            "the kept copy of revision {revision} of project `demo`"
+        )),
+        "{body}"
+    );
+    assert!(detail.contains("another revision"), "{body}");
+    assert!(
+        !detail.contains("repair") && !detail.contains(".yaml"),
+        "{body}"
+    );
+    std::fs::write(&path, &text).unwrap();
+
     let newer = text.replacen("schema_version: 2", "schema_version: 999", 1);
     std::fs::write(&path, &newer).unwrap();
     let refused =

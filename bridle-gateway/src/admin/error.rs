@@ -331,6 +331,17 @@ impl ApiError {
     /// [`From`] would blame the request (`invalid_yaml`, `invalid_document`, ...). Any other
     /// error is answered as [`From`] answers it.
     pub fn stored(project: &str, e: RulesError) -> Self {
+        ApiError::stored_copy(project, None, e)
+    }
+
+    /// As [`ApiError::stored`], for the copy the store keeps of one `revision` of the
+    /// document (`GET /projects/{p}/revisions/{r}`): the detail names that copy, which is not
+    /// fixed in the project's file nor replaced by a repair, and says to read another.
+    pub fn stored_revision(project: &str, revision: u64, e: RulesError) -> Self {
+        ApiError::stored_copy(project, Some(revision), e)
+    }
+
+    fn stored_copy(project: &str, revision: Option<u64>, e: RulesError) -> Self {
         let newer = matches!(e, RulesError::TooNew { .. });
         if !matches!(e.kind(), RulesErrorKind::Document) {
             return e.into();
@@ -356,20 +367,21 @@ impl ApiError {
             },
             _ => String::new(),
         };
-        let remedy = if newer {
-            "a newer Bridle wrote it: upgrade this gateway".to_string()
-        } else {
-            format!(
+        let remedy = match (newer, revision) {
+            (true, _) => "a newer Bridle wrote it: upgrade this gateway".to_string(),
+            (false, Some(_)) => "read another revision from the project's history".to_string(),
+            (false, None) => format!(
                 "fix it where the gateway stores it (`projects/{project}.yaml` in the data \
                  directory when files hold the documents), then try again, or replace it \
                  whole (`PUT` with `repair`)"
-            )
+            ),
+        };
+        let what = match revision {
+            Some(r) => format!("the kept copy of revision {r} of project `{project}`"),
+            None => format!("the stored document of project `{project}`"),
         };
         ApiError::StoredDocument {
-            detail: format!(
-                "the stored document of project `{project}` does not load ({code}){at}: \
-                 {sentence}; {remedy}"
-            ),
+            detail: format!("{what} does not load ({code}){at}: {sentence}; {remedy}"),
             errors,
             repair_base: None,
         }

@@ -470,7 +470,7 @@ fn encode_document(
         (status = 200, description = "With `Accept: application/yaml`", body = String, content_type = "application/yaml"),
         (status = 401, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "unknown project, a revision the store keeps no copy of, or one that is not a number", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "`stored_document_invalid`: the kept copy of that revision does not load (a newer build wrote it)", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`stored_document_invalid`: the kept copy of that revision does not load (a newer build wrote it, or it was kept as it was broken by hand)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_name`: a name in the path that no project may have", body = ProblemDetails, content_type = "application/problem+json"),
     ),
     security(("admin_token" = [])))]
@@ -485,7 +485,7 @@ pub async fn revision(
         let doc = ctx
             .store
             .document_at(&project, revision)
-            .map_err(|e| ApiError::stored(&project, e))?;
+            .map_err(|e| ApiError::stored_revision(&project, revision, e))?;
         encode_document(project, doc, yaml_wanted)
     })
     .await?;
