@@ -413,6 +413,39 @@ async fn conflict_page(
     )
 }
 
+/// Sends an edit of `project`'s document based on `base_revision` (a repair of a stored
+/// document that does not load when `repair`): the saved revision, or the API's refusal for
+/// the page to show. A session that ended is the panel's own error.
+async fn put_document(
+    panel: &Panel,
+    who: &SignedIn,
+    project: &str,
+    base_revision: u64,
+    yaml: &str,
+    summary: &str,
+    repair: bool,
+) -> Result<Result<Saved, Problem>, PanelError> {
+    let body = ReplaceBody {
+        base_revision,
+        yaml,
+        summary,
+        repair,
+    };
+    match panel
+        .api
+        .call::<Saved>(
+            who,
+            Method::PUT,
+            &format!("/projects/{}", seg(project)),
+            &body,
+        )
+        .await
+    {
+        Err(problem) if problem.status == 401 => Err(PanelError::SessionEnded),
+        answer => Ok(answer),
+    }
+}
+
 /// `POST /projects/{project}/save`: replaces the document based on the edit's revision.
 pub(crate) async fn save(
     State(panel): State<Panel>,
@@ -420,25 +453,23 @@ pub(crate) async fn save(
     PanelPath(project): PanelPath<String>,
     PanelForm(form): PanelForm<EditForm>,
 ) -> Result<Response, PanelError> {
-    let yaml = form_text(&form.yaml);
-    let summary = form.summary.trim().to_string();
-    let body = ReplaceBody {
-        base_revision: form.base_revision,
-        yaml: &yaml,
-        summary: &summary,
-        repair: false,
-    };
+    let (yaml, summary) = (form_text(&form.yaml), form.summary.trim().to_string());
     let p = seg(&project);
-    match panel
-        .api
-        .call::<Saved>(&who, Method::PUT, &format!("/projects/{p}"), &body)
-        .await
+    match put_document(
+        &panel,
+        &who,
+        &project,
+        form.base_revision,
+        &yaml,
+        &summary,
+        false,
+    )
+    .await?
     {
         Ok(saved) => Ok(see_other(&panel.url(&format!(
             "/projects/{p}?notice=saved&revision={}",
             saved.revision
         )))),
-        Err(problem) if problem.status == 401 => Err(PanelError::SessionEnded),
         Err(problem) if problem.code == "revision_conflict" => {
             let current: ProjectDocument = panel.api.get(&who, &format!("/projects/{p}")).await?;
             Ok(conflict_page(
@@ -550,19 +581,18 @@ pub(crate) async fn repair(
     PanelPath(project): PanelPath<String>,
     PanelForm(form): PanelForm<EditForm>,
 ) -> Result<Response, PanelError> {
-    let yaml = form_text(&form.yaml);
-    let summary = form.summary.trim().to_string();
-    let body = ReplaceBody {
-        base_revision: form.base_revision,
-        yaml: &yaml,
-        summary: &summary,
-        repair: true,
-    };
+    let (yaml, summary) = (form_text(&form.yaml), form.summary.trim().to_string());
     let p = seg(&project);
-    let trouble = match panel
-        .api
-        .call::<Saved>(&who, Method::PUT, &format!("/projects/{p}"), &body)
-        .await
+    let trouble = match put_document(
+        &panel,
+        &who,
+        &project,
+        form.base_revision,
+        &yaml,
+        &summary,
+        true,
+    )
+    .await?
     {
         Ok(saved) => {
             return Ok(see_other(&panel.url(&format!(
@@ -570,7 +600,6 @@ pub(crate) async fn repair(
                 saved.revision
             ))));
         }
-        Err(problem) if problem.status == 401 => return Err(PanelError::SessionEnded),
         Err(problem) if matches!(problem.status, 400 | 409 | 413 | 422) => problem,
         Err(problem) => return Err(problem.into()),
     };
