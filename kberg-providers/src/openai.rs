@@ -159,6 +159,28 @@ impl OpenAiProvider {
         }
     }
 
+    /// The answer of `send` (a request's body in; the body back, with its answer) to
+    /// `request`'s body, or, when the server refused `max_tokens` for `max_completion_tokens`,
+    /// to its body sent again with that field ([`Self::learned_limit_field`]).
+    async fn learning_limit_field<T, F, Fut>(
+        &self,
+        request: &ChatRequest,
+        stream: bool,
+        send: F,
+    ) -> Result<T, ProviderError>
+    where
+        F: Fn(Value) -> Fut,
+        Fut: std::future::Future<Output = (Value, Result<T, ProviderError>)>,
+    {
+        let (body, answer) = send(self.body_of(request, stream)).await;
+        match answer {
+            Err(e) if self.learned_limit_field(&body, &e) => {
+                send(self.body_of(request, stream)).await.1
+            }
+            answer => answer,
+        }
+    }
+
     /// Whether `e`, the answer to a body that sent `max_tokens`, is the server refusing that
     /// field for `max_completion_tokens` (OpenAI: 400, "Unsupported parameter: 'max_tokens' is
     /// not supported with this model. Use 'max_completion_tokens' instead."). Such a refusal
@@ -646,13 +668,7 @@ impl InferenceProvider for OpenAiProvider {
             .await;
             (body, answer)
         };
-        let (body, answer) = send(self.body_of(&request, false)).await;
-        let mut response = match answer {
-            Err(e) if self.learned_limit_field(&body, &e) => {
-                send(self.body_of(&request, false)).await.1?
-            }
-            answer => answer?,
-        };
+        let mut response = self.learning_limit_field(&request, false, send).await?;
         names.incoming(&mut response);
         Ok(response)
     }
@@ -678,13 +694,7 @@ impl InferenceProvider for OpenAiProvider {
             .await;
             (body, answer)
         };
-        let (body, answer) = send(self.body_of(&request, true)).await;
-        let stream = match answer {
-            Err(e) if self.learned_limit_field(&body, &e) => {
-                send(self.body_of(&request, true)).await.1?
-            }
-            answer => answer?,
-        };
+        let stream = self.learning_limit_field(&request, true, send).await?;
         Ok(names.incoming_stream(stream))
     }
 }

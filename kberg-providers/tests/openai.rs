@@ -148,6 +148,17 @@ fn request() -> ChatRequest {
     }
 }
 
+/// Streams `pieces` from a scripted server and assembles the turn.
+async fn streamed(
+    pieces: Vec<String>,
+) -> Result<kberg_agent::ChatResponse, kberg_agent::ProviderError> {
+    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
+    let s = make(server.url())
+        .chat_stream(&request(), &CancellationToken::new())
+        .await?;
+    collect_stream(s, |_| {}).await
+}
+
 fn api_error(message: &str, kind: &str, code: &str) -> Value {
     json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
 }
@@ -276,12 +287,7 @@ async fn two_calls_interleaved_in_a_stream_assemble() {
         chunk(json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])),
         "data: [DONE]\n\n".into(),
     ];
-    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
-    let s = make(server.url())
-        .chat_stream(&request(), &CancellationToken::new())
-        .await
-        .unwrap();
-    let r = collect_stream(s, |_| {}).await.unwrap();
+    let r = streamed(pieces).await.unwrap();
     assert_eq!(r.tool_calls.len(), 2);
     assert_eq!(r.tool_calls[0].id, "call_a");
     assert_eq!(
@@ -355,12 +361,7 @@ async fn calls_sharing_an_index_stay_apart_by_their_ids() {
         chunk(json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])),
         "data: [DONE]\n\n".into(),
     ];
-    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
-    let s = make(server.url())
-        .chat_stream(&request(), &CancellationToken::new())
-        .await
-        .unwrap();
-    let r = collect_stream(s, |_| {}).await.unwrap();
+    let r = streamed(pieces).await.unwrap();
     assert_eq!(r.tool_calls.len(), 1, "{:?}", r.tool_calls);
     assert_eq!(r.tool_calls[0].name, "wait");
     assert_eq!(r.tool_calls[0].arguments, json!({"seconds": 2}));
@@ -446,12 +447,7 @@ async fn a_usage_chunk_without_choices_is_read() {
         format!("data: {usage}\n\n"),
         "data: [DONE]\n\n".into(),
     ];
-    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
-    let s = make(server.url())
-        .chat_stream(&request(), &CancellationToken::new())
-        .await
-        .unwrap();
-    let r = collect_stream(s, |_| {}).await.unwrap();
+    let r = streamed(pieces).await.unwrap();
     assert_eq!(r.text, "Hi");
     assert_eq!(r.usage.total(), 99);
 }
@@ -1118,12 +1114,7 @@ async fn usage_sent_in_several_chunks_is_counted_once() {
         usage_chunk(),
         "data: [DONE]\n\n".into(),
     ];
-    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
-    let s = make(server.url())
-        .chat_stream(&request(), &CancellationToken::new())
-        .await
-        .unwrap();
-    let r = collect_stream(s, |_| {}).await.unwrap();
+    let r = streamed(pieces).await.unwrap();
     assert_eq!(r.text, "Hello");
     assert_eq!(r.usage.input_tokens, 82);
     assert_eq!(r.usage.output_tokens, 17);
@@ -1254,12 +1245,7 @@ async fn a_null_error_field_in_a_chunk_is_no_error() {
         with_null_error(json!([{"index": 0, "delta": {}, "finish_reason": "stop"}])),
         "data: [DONE]\n\n".into(),
     ];
-    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
-    let s = make(server.url())
-        .chat_stream(&request(), &CancellationToken::new())
-        .await
-        .unwrap();
-    let r = collect_stream(s, |_| {}).await.unwrap();
+    let r = streamed(pieces).await.unwrap();
     assert_eq!(r.text, "Hi");
 }
 
