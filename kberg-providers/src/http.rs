@@ -340,9 +340,8 @@ fn retry_delays(opts: &HttpOptions) -> impl Iterator<Item = Duration> + Send + u
 }
 
 /// Posts `body` as JSON with `headers`, retrying 429, 5xx and a connection closed before any
-/// reply. Returns the successful response
-/// (headers read, body not yet) and when the attempt that got it was sent, from which a whole
-/// reply's [`HttpOptions::timeout`] runs.
+/// reply. Returns the successful response (headers read, body not yet) and when the attempt
+/// that got it was sent, from which a whole reply's [`HttpOptions::timeout`] runs.
 pub(crate) async fn post(
     client: &reqwest::Client,
     opts: &HttpOptions,
