@@ -31,6 +31,14 @@ use kberg_core::REDACTED;
 /// The `anthropic-version` header this provider speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
+/// The `max_tokens` a turn is sent with when its options set none: 4,096, the most every Claude
+/// model answers with (the oldest allow no more; newer ones allow 8,192 to 64,000). A tool
+/// call's arguments count: a file written through a tool takes thousands of tokens, and a turn
+/// cut at its limit ends `length` with the call's arguments half written (1,024 used to be the
+/// default and cut such calls). The limit is a cap, not a charge: only tokens written are
+/// billed.
+pub const DEFAULT_MAX_TOKENS: u32 = 4_096;
+
 /// Where and how to reach the Messages API. Its `Debug` shows the base URL without its user
 /// part and query, and whether there is a key, never the key.
 #[derive(Clone, PartialEq)]
@@ -43,7 +51,8 @@ pub struct AnthropicConfig {
     pub model: String,
     /// The key, sent as `x-api-key`. Read it from the environment in your binary.
     pub api_key: Option<String>,
-    /// `max_tokens` when the turn's options do not set one (the API requires it; default 1024).
+    /// `max_tokens` when the turn's options do not set one (the API requires it; default
+    /// [`DEFAULT_MAX_TOKENS`]).
     pub default_max_tokens: u32,
     /// Timeouts and retries.
     pub http: HttpOptions,
@@ -68,7 +77,7 @@ impl AnthropicConfig {
             base_url: "https://api.anthropic.com".into(),
             model: model.into(),
             api_key: None,
-            default_max_tokens: 1024,
+            default_max_tokens: DEFAULT_MAX_TOKENS,
             http: HttpOptions::hosted(),
         }
     }
@@ -635,7 +644,7 @@ mod tests {
         };
         let body = p.request_body(&req, false);
         assert_eq!(body["system"], "sys");
-        assert_eq!(body["max_tokens"], 1024);
+        assert_eq!(body["max_tokens"], 4096);
         let msgs = body["messages"].as_array().unwrap();
         assert_eq!(msgs.len(), 3);
         assert_eq!(msgs[2]["content"].as_array().unwrap().len(), 2);

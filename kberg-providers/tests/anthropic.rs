@@ -270,7 +270,7 @@ async fn request_has_the_documented_shape() {
     assert_eq!(sent.headers["anthropic-version"], "2023-06-01");
     let b = &sent.body;
     assert_eq!(b["system"], "Be brief.");
-    assert_eq!(b["max_tokens"], 1024);
+    assert_eq!(b["max_tokens"], 4096);
     assert_eq!(b["messages"][0]["role"], "user");
     assert_eq!(b["tools"][0]["input_schema"], json!({"type": "object"}));
     assert_eq!(b["tool_choice"], json!({"type": "any"}));
