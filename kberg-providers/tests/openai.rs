@@ -326,12 +326,7 @@ async fn calls_sharing_an_index_stay_apart_by_their_ids() {
         chunk(json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])),
         "data: [DONE]\n\n".into(),
     ];
-    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
-    let s = make(server.url())
-        .chat_stream(&request(), &CancellationToken::new())
-        .await
-        .unwrap();
-    let r = collect_stream(s, |_| {}).await.unwrap();
+    let r = streamed(pieces).await.unwrap();
     let calls: Vec<(&str, &str, &Value)> = r
         .tool_calls
         .iter()
@@ -385,12 +380,7 @@ async fn calls_sharing_an_index_stay_apart_by_their_ids() {
         chunk(json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])),
         "data: [DONE]\n\n".into(),
     ];
-    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
-    let s = make(server.url())
-        .chat_stream(&request(), &CancellationToken::new())
-        .await
-        .unwrap();
-    let r = collect_stream(s, |_| {}).await.unwrap();
+    let r = streamed(pieces).await.unwrap();
     let calls: Vec<(&str, &Value)> = r
         .tool_calls
         .iter()
@@ -1075,12 +1065,7 @@ async fn a_stream_of_several_choices_is_read_as_its_first() {
         chunk(json!([{"index": 1, "delta": {}, "finish_reason": "length"}])),
         "data: [DONE]\n\n".into(),
     ];
-    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
-    let s = make(server.url())
-        .chat_stream(&request(), &CancellationToken::new())
-        .await
-        .unwrap();
-    let r = collect_stream(s, |_| {}).await.unwrap();
+    let r = streamed(pieces).await.unwrap();
     assert_eq!(r.text, "Hello");
     assert_eq!(r.tool_calls.len(), 1, "{:?}", r.tool_calls);
     assert_eq!(r.tool_calls[0].id, "call_a");
@@ -1168,12 +1153,7 @@ async fn streamed_arguments_sent_as_an_object_are_kept() {
         chunk(json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])),
         "data: [DONE]\n\n".into(),
     ];
-    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
-    let s = make(server.url())
-        .chat_stream(&request(), &CancellationToken::new())
-        .await
-        .unwrap();
-    let r = collect_stream(s, |_| {}).await.unwrap();
+    let r = streamed(pieces).await.unwrap();
     assert_eq!(r.tool_calls.len(), 1, "{:?}", r.tool_calls);
     assert_eq!(
         r.tool_calls[0].arguments,
@@ -1266,12 +1246,7 @@ async fn a_streamed_call_never_named_is_malformed() {
         chunk(json!([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])),
         "data: [DONE]\n\n".into(),
     ];
-    let server = ScriptedServer::start(vec![Reply::stream("text/event-stream", pieces)]).await;
-    let s = make(server.url())
-        .chat_stream(&request(), &CancellationToken::new())
-        .await
-        .unwrap();
-    let e = collect_stream(s, |_| {}).await.unwrap_err();
+    let e = streamed(pieces).await.unwrap_err();
     assert_eq!(e.code(), "malformed", "{e}");
     assert!(e.to_string().contains("no `function.name`"), "{e}");
 }
