@@ -164,19 +164,9 @@ impl Language {
 /// (a forged result or header line), an ESC sequence drive a terminal, an override reorder
 /// what is shown. An ordinary name, whatever its script, is returned as it is (borrowed).
 pub fn shown_path(path: &str) -> std::borrow::Cow<'_, str> {
-    let escaped = |c: char| c == '\n' || c == '\t' || kberg_core::escaped_when_quoted(c);
-    if !path.chars().any(escaped) {
-        return std::borrow::Cow::Borrowed(path);
-    }
-    let mut out = String::with_capacity(path.len() + 8);
-    for c in path.chars() {
-        if escaped(c) {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
+    escaped_where(path, |c| {
+        c == '\n' || c == '\t' || kberg_core::escaped_when_quoted(c)
+    })
 }
 
 /// A chunk's code as text that a model, an agent or a panel reads shows it: its lines and
@@ -187,12 +177,18 @@ pub fn shown_path(path: &str) -> std::borrow::Cow<'_, str> {
 /// without them, whatever its script, is returned as it is (borrowed). (A file's CRLF line
 /// ends are already plain line ends in a chunk.)
 pub fn shown_code(code: &str) -> std::borrow::Cow<'_, str> {
-    if !code.chars().any(kberg_core::escaped_when_quoted) {
-        return std::borrow::Cow::Borrowed(code);
+    escaped_where(code, kberg_core::escaped_when_quoted)
+}
+
+/// `text` with each character `escaped` names written as its escape (`\n`, `\u{1b}`), the
+/// others as they are; borrowed when there is none.
+fn escaped_where(text: &str, escaped: impl Fn(char) -> bool) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(&escaped) {
+        return std::borrow::Cow::Borrowed(text);
     }
-    let mut out = String::with_capacity(code.len() + 8);
-    for c in code.chars() {
-        if kberg_core::escaped_when_quoted(c) {
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if escaped(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);
