@@ -433,10 +433,6 @@ struct ChunkDecoder {
     slots: std::collections::HashMap<usize, Slot>,
     /// The number of calls of the reply so far.
     calls: usize,
-    /// The calls (by their index in the reply) a delta named, and those given arguments: a
-    /// call with arguments that no delta named would be dropped when the stream is assembled.
-    named: std::collections::HashSet<usize>,
-    with_arguments: std::collections::HashSet<usize>,
     /// The usage reported so far. A chunk's `usage` is the reply's total until then, not an
     /// increment (servers send it once, twice, or in every chunk), while a
     /// [`ChatDelta::Usage`] adds up: only what it adds to this is reported.
@@ -530,13 +526,8 @@ impl SseReply for ChunkDecoder {
 
     fn event(&mut self, data: &str, out: &mut Vec<ChatDelta>) -> Result<(), ProviderError> {
         if data.trim() == "[DONE]" {
-            // A call the server never named cannot be run, and assembled it would vanish
-            // without a word: refused, as a whole reply's call without `function.name` is.
-            if self.with_arguments.iter().any(|c| !self.named.contains(c)) {
-                return Err(ProviderError::malformed(
-                    "a streamed tool call has arguments but no `function.name`",
-                ));
-            }
+            // A call the server never named is refused where every provider's stream is
+            // assembled (`kberg_agent::collect_stream`), as a whole reply's is here.
             self.done = true;
             // Without a `finish_reason` (several local servers leave it null), a reply that
             // made calls ended for them, as a whole reply without one is read.
@@ -617,11 +608,6 @@ impl SseReply for ChunkDecoder {
                         Some(other) => other.to_string(),
                     };
                     let index = self.call_index(index, id, name, !arguments.trim().is_empty())?;
-                    if name.is_some_and(|n| !n.is_empty()) {
-                        self.named.insert(index);
-                    } else if !arguments.trim().is_empty() {
-                        self.with_arguments.insert(index);
-                    }
                     out.push(ChatDelta::ToolCall {
                         index,
                         id: id.map(str::to_string),

@@ -1229,9 +1229,9 @@ async fn a_null_error_field_in_a_chunk_is_no_error() {
     assert_eq!(r.text, "Hi");
 }
 
-/// A streamed call that gets arguments but never a name is refused, as a whole reply's call
-/// without `function.name` is: it is not dropped without a word, leaving a turn that seems to
-/// have said nothing.
+/// A streamed call that gets arguments but never a name is refused (where the stream is
+/// assembled), as a whole reply's call without `function.name` is: it is not dropped without
+/// a word, leaving a turn that seems to have said nothing.
 #[tokio::test]
 async fn a_streamed_call_never_named_is_malformed() {
     let pieces = vec![
@@ -1248,7 +1248,7 @@ async fn a_streamed_call_never_named_is_malformed() {
     ];
     let e = streamed(pieces).await.unwrap_err();
     assert_eq!(e.code(), "malformed", "{e}");
-    assert!(e.to_string().contains("no `function.name`"), "{e}");
+    assert!(e.to_string().contains("no tool name"), "{e}");
 }
 
 /// A server on 127.0.0.1 that reads each request whole and closes the first `hangups`
