@@ -77,6 +77,21 @@ pub enum ProviderError {
         /// The server's own words.
         detail: String,
     },
+    /// The server refused the conversation as longer than the model's context window (an HTTP
+    /// 4xx, or an error in the reply, naming it: OpenAI's `context_length_exceeded`,
+    /// llama.cpp's `exceed_context_size_error`, vLLM's and Anthropic's words, Ollama's when it is
+    /// told not to drop messages). The conversation must be shortened, or the window made
+    /// larger, before the turn can be sent again; the agent loop shortens what it sends when
+    /// [`AgentConfig::elide_results_on_overflow`](crate::AgentConfig) is on.
+    #[error("the conversation does not fit the model's context window{}: {detail}", window_sizes(*.requested, *.limit))]
+    ContextTooLong {
+        /// The tokens the request needed, when the server said.
+        requested: Option<u64>,
+        /// The context window in tokens, when the server said.
+        limit: Option<u64>,
+        /// The server's own words, and what to do about it.
+        detail: String,
+    },
     /// The reply is not the provider's documented shape.
     #[error("the reply is not the documented shape: {detail}")]
     Malformed {
@@ -121,6 +136,7 @@ impl ProviderError {
             ProviderError::RateLimited { .. } => "rate_limited",
             ProviderError::ServerError { .. } => "server_error",
             ProviderError::Rejected { .. } => "rejected",
+            ProviderError::ContextTooLong { .. } => "context_too_long",
             ProviderError::Malformed { .. } => "malformed",
             ProviderError::Truncated { .. } => "truncated",
             ProviderError::Timeout(_) | ProviderError::TurnTimeout(_) => "timeout",
@@ -134,6 +150,17 @@ impl ProviderError {
         ProviderError::Malformed {
             detail: detail.into(),
         }
+    }
+}
+
+/// The sizes a [`ProviderError::ContextTooLong`] message quotes: ` (6000 tokens; it holds 4096)`,
+/// either part alone, or nothing.
+fn window_sizes(requested: Option<u64>, limit: Option<u64>) -> String {
+    match (requested, limit) {
+        (Some(r), Some(l)) => format!(" ({r} tokens; it holds {l})"),
+        (Some(r), None) => format!(" ({r} tokens)"),
+        (None, Some(l)) => format!(" (it holds {l} tokens)"),
+        (None, None) => String::new(),
     }
 }
 

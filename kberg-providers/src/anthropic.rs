@@ -288,6 +288,7 @@ fn endpoint_of(config: &AnthropicConfig) -> Endpoint {
             config.model
         ),
         key_hint: "Check the API key your program passes (for example from ANTHROPIC_API_KEY).",
+        window_hint: "shorten the conversation, or ask for fewer `max_tokens`",
     }
 }
 

@@ -19,6 +19,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::endpoint::{Target, UrlCredentials, quoted, redact_url, scrub_error};
+use crate::window;
 
 /// Timeouts and retries for a provider's HTTP requests.
 ///
@@ -180,6 +181,8 @@ pub(crate) struct Endpoint {
     pub model_hint: String,
     /// What to do when the key is rejected.
     pub key_hint: &'static str,
+    /// What to do when the conversation does not fit the model's context window.
+    pub window_hint: &'static str,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -472,7 +475,13 @@ pub(crate) async fn post(
                 attempts: attempt,
                 detail,
             },
-            c => ProviderError::Rejected { status: c, detail },
+            c => match window::overflow(
+                serde_json::from_slice(&body).ok().as_ref(),
+                &error_text(&body),
+            ) {
+                Some(overflow) => overflow.error(&detail, ep.window_hint),
+                None => ProviderError::Rejected { status: c, detail },
+            },
         });
     }
 }

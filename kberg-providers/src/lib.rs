@@ -42,6 +42,11 @@ mod endpoint;
 )]
 mod http;
 pub mod sse;
+#[cfg_attr(
+    not(any(feature = "ollama", feature = "openai", feature = "anthropic")),
+    allow(dead_code)
+)]
+mod window;
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;

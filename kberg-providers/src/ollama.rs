@@ -214,6 +214,7 @@ fn endpoint_of(config: &OllamaConfig) -> Endpoint {
             config.model
         ),
         key_hint: "Ollama itself needs no key; check the proxy in front of it",
+        window_hint: "shorten the conversation, or give the model a larger window with the model option `num_ctx`",
     }
 }
 

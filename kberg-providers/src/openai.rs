@@ -287,6 +287,7 @@ fn endpoint_of(config: &OpenAiConfig) -> Endpoint {
             config.model
         ),
         key_hint: "Check the API key your program passes (for example from OPENAI_API_KEY).",
+        window_hint: "shorten the conversation, or give the model a larger window (llama.cpp server's `--ctx-size`, vLLM's `--max-model-len`, LM Studio's context length)",
     }
 }
 

@@ -28,7 +28,7 @@ use kberg_providers::HttpOptions;
 use kberg_providers::anthropic::{AnthropicConfig, AnthropicProvider};
 use kberg_testkit::scripted::{Reply, ScriptedServer};
 use serde_json::{Value, json};
-use support::{Wire, credentials};
+use support::{WindowRefusal, Wire, credentials};
 use tokio_util::sync::CancellationToken;
 
 struct Anthropic;
@@ -387,6 +387,31 @@ fn an_empty_tool_result_is_sent_with_words() {
         let text = r["content"].as_str().expect("text content");
         assert!(!text.trim().is_empty(), "{body}");
     }
+}
+
+/// A conversation past the model's context window, as the Messages API refuses it: the prompt
+/// alone, and the prompt with `max_tokens`.
+#[tokio::test]
+async fn a_conversation_past_the_window_is_context_too_long() {
+    let refusals = [
+        WindowRefusal {
+            body: api_error(
+                "invalid_request_error",
+                "prompt is too long: 215000 tokens > 200000 maximum",
+            ),
+            requested: Some(215_000),
+            limit: Some(200_000),
+        },
+        WindowRefusal {
+            body: api_error(
+                "invalid_request_error",
+                "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input length or `max_tokens` and try again",
+            ),
+            requested: None,
+            limit: Some(200_000),
+        },
+    ];
+    support::scenario_context_too_long(&make, &refusals, "fewer `max_tokens`").await;
 }
 
 #[tokio::test]

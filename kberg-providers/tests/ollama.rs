@@ -11,7 +11,9 @@
 //!   and a content fragment, a final line with `"done": true` and the counts; tool calls arrive
 //!   whole inside one line (here a line is also split across two network writes);
 //! - errors: `404 {"error": "model \"x\" not found, try pulling it first"}`, 500 with
-//!   `{"error": ...}`, and an in-stream `{"error": ...}` line.
+//!   `{"error": ...}`, an in-stream `{"error": ...}` line, and a conversation past the
+//!   context window with `truncate: false`: 400 with the runner's words or llama-server's
+//!   error quoted as the text (Ollama's source, `server/routes.go`, `llm/llama_server.go`).
 
 mod support;
 
@@ -23,7 +25,7 @@ use kberg_providers::HttpOptions;
 use kberg_providers::ollama::{OllamaConfig, OllamaProvider};
 use kberg_testkit::scripted::{Reply, ScriptedServer};
 use serde_json::{Value, json};
-use support::{Wire, credentials};
+use support::{WindowRefusal, Wire, credentials};
 use tokio_util::sync::CancellationToken;
 
 struct Ollama;
@@ -241,6 +243,32 @@ async fn a_call_with_arguments_that_are_no_object_is_sent_back_as_an_object() {
     for c in calls {
         assert!(c["function"]["arguments"].is_object(), "{c}");
     }
+}
+
+/// Ollama's refusal of a conversation past the window, in each form it answers: its runners'
+/// words, and llama-server's error quoted as its own text (with the sizes inside).
+#[tokio::test]
+async fn a_conversation_past_num_ctx_is_context_too_long() {
+    let llama_server = json!({"error": {"code": 400,
+        "message": "the request exceeds the available context size, try increasing it",
+        "type": "exceed_context_size_error", "n_prompt_tokens": 5120, "n_ctx": 4096}});
+    let words = |text: &str| WindowRefusal {
+        body: json!({ "error": text }),
+        requested: None,
+        limit: None,
+    };
+    let refusals = [
+        words("the input length exceeds the context length"),
+        words(
+            "the prompt is longer than the context length currently available to the model; shorten the prompt, adjust the context length in settings, or use a model with a longer context length",
+        ),
+        WindowRefusal {
+            body: json!({ "error": llama_server.to_string() }),
+            requested: Some(5120),
+            limit: Some(4096),
+        },
+    ];
+    support::scenario_context_too_long(&make, &refusals, "`num_ctx`").await;
 }
 
 #[tokio::test]

@@ -29,7 +29,7 @@ use kberg_providers::HttpOptions;
 use kberg_providers::openai::{OpenAiConfig, OpenAiProvider};
 use kberg_testkit::scripted::{Reply, ScriptedServer};
 use serde_json::{Value, json};
-use support::{Wire, credentials};
+use support::{WindowRefusal, Wire, credentials};
 use tokio_util::sync::CancellationToken;
 
 struct OpenAi;
@@ -1362,6 +1362,66 @@ async fn a_connection_closed_before_any_reply_is_retried() {
     assert_eq!(read.load(Ordering::SeqCst), 1);
 }
 
+/// A conversation past the model's context window, as each OpenAI-compatible server refuses
+/// it: OpenAI (`context_length_exceeded`, with and without the sizes in its words), vLLM (both
+/// of its wordings, its error at the top level or under `error`), llama.cpp server
+/// (`exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`), LM Studio.
+#[tokio::test]
+async fn a_conversation_past_the_window_is_context_too_long() {
+    let refusal = |body: Value, requested: Option<u64>, limit: Option<u64>| WindowRefusal {
+        body,
+        requested,
+        limit,
+    };
+    let refusals = [
+        refusal(
+            api_error(
+                "This model's maximum context length is 128000 tokens. However, your messages resulted in 130419 tokens. Please reduce the length of the messages.",
+                "invalid_request_error",
+                "context_length_exceeded",
+            ),
+            Some(130_419),
+            Some(128_000),
+        ),
+        refusal(
+            api_error(
+                "Your input exceeds the context window of this model. Please adjust your input and try again.",
+                "invalid_request_error",
+                "context_length_exceeded",
+            ),
+            None,
+            None,
+        ),
+        refusal(
+            json!({"object": "error",
+                "message": "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.",
+                "type": "BadRequestError", "param": null, "code": 400}),
+            Some(5000),
+            Some(4096),
+        ),
+        refusal(
+            json!({"error": {"object": "error",
+                "message": "This model's maximum context length is 2048 tokens. However, your request has 3000 input tokens. Please reduce the length of the input messages.",
+                "type": "BadRequestError", "param": null, "code": 400}}),
+            Some(3000),
+            Some(2048),
+        ),
+        refusal(
+            json!({"error": {"code": 400,
+                "message": "the request exceeds the available context size, try increasing it",
+                "type": "exceed_context_size_error", "n_prompt_tokens": 5120, "n_ctx": 4096}}),
+            Some(5120),
+            Some(4096),
+        ),
+        refusal(
+            json!({"error": "The number of tokens to keep from the initial prompt is greater than the context length. Try to load the model with a larger context length, or provide a shorter input"}),
+            None,
+            None,
+        ),
+    ];
+    support::scenario_context_too_long(&make, &refusals, "`--ctx-size`").await;
+}
+
 /// OpenAI's reasoning models refuse `max_tokens` (400, `unsupported_parameter`) and read
 /// `max_completion_tokens`: the provider sends the turn again with that field, streamed or
 /// not, and every later turn with it; a request without the option, another 400, or the field
@@ -1450,7 +1510,7 @@ async fn a_refused_max_tokens_is_sent_again_as_max_completion_tokens() {
         .chat(&limited(), &cancel)
         .await
         .unwrap_err();
-    assert_eq!(e.code(), "rejected", "{e}");
+    assert_eq!(e.code(), "context_too_long", "{e}");
     assert_eq!(server.requests().len(), 1);
 
     // Chosen in the config: sent so from the first turn.

@@ -243,3 +243,57 @@ pub async fn scenario_unsafe_tool_names(
         );
     }
 }
+
+/// A refusal of a conversation past the model's context window: `body` answered with 400, and
+/// the sizes the provider should read from it.
+pub struct WindowRefusal {
+    /// The error body, as the server writes it.
+    pub body: Value,
+    /// The tokens the request needed, as the body says.
+    pub requested: Option<u64>,
+    /// The context window, as the body says.
+    pub limit: Option<u64>,
+}
+
+/// Each refusal, streamed and not, is `context_too_long` with its sizes and `hint` (the
+/// provider's advice) in its words, and is not sent again (another try would be refused
+/// alike).
+pub async fn scenario_context_too_long(
+    make: MakeProvider<'_>,
+    refusals: &[WindowRefusal],
+    hint: &str,
+) {
+    let cancel = CancellationToken::new();
+    let request = kberg_agent::ChatRequest {
+        messages: vec![Message::user("hi")],
+        ..kberg_agent::ChatRequest::default()
+    };
+    for refusal in refusals {
+        for stream in [false, true] {
+            let server = ScriptedServer::start(vec![Reply::json(400, &refusal.body)]).await;
+            let p = make(server.url());
+            let e = if stream {
+                match p.chat_stream(&request, &cancel).await {
+                    Ok(s) => kberg_agent::collect_stream(s, |_| {}).await.unwrap_err(),
+                    Err(e) => e,
+                }
+            } else {
+                p.chat(&request, &cancel).await.unwrap_err()
+            };
+            let kberg_agent::ProviderError::ContextTooLong {
+                requested, limit, ..
+            } = &e
+            else {
+                panic!("{}: {e:?}", refusal.body);
+            };
+            assert_eq!(e.code(), "context_too_long");
+            assert_eq!(
+                (*requested, *limit),
+                (refusal.requested, refusal.limit),
+                "{e}"
+            );
+            assert!(e.to_string().contains(hint), "{e}");
+            assert_eq!(server.requests().len(), 1, "sent again: {e}");
+        }
+    }
+}
