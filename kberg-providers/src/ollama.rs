@@ -41,6 +41,18 @@ pub struct OllamaConfig {
     /// Extra model options passed through as given (`num_ctx`, `repeat_penalty`, ...); the
     /// turn's temperature, top_p, max tokens, stop and seed are added on top.
     pub options: Map<String, Value>,
+    /// Whether Ollama may drop the oldest messages of a conversation longer than the model's
+    /// context window (`num_ctx`), sent as `truncate` (default false). Ollama's own default
+    /// drops them silently, keeping the system messages and the last one: an agent then loses
+    /// the user's request and the results it worked from without being told. With false the
+    /// turn is refused as [`ProviderError::ContextTooLong`], which the agent loop answers by
+    /// shortening what it sends. Ollama before 0.12.6 ignores the field and drops.
+    pub truncate: bool,
+    /// Whether Ollama may shift the context window while the model writes (drop the start of
+    /// the conversation to make room), sent as `shift` (default false). With false an answer
+    /// that fills the window stops there, finishing as [`FinishReason::Length`]. Ollama before
+    /// 0.12.6 ignores the field and shifts.
+    pub shift: bool,
     /// Timeouts and retries.
     pub http: HttpOptions,
 }
@@ -53,6 +65,8 @@ impl std::fmt::Debug for OllamaConfig {
             .field("keep_alive", &self.keep_alive)
             .field("format", &self.format)
             .field("options", &self.options)
+            .field("truncate", &self.truncate)
+            .field("shift", &self.shift)
             .field("http", &self.http)
             .finish()
     }
@@ -67,6 +81,8 @@ impl OllamaConfig {
             keep_alive: None,
             format: None,
             options: Map::new(),
+            truncate: false,
+            shift: false,
             http: HttpOptions::default(),
         }
     }
@@ -99,6 +115,20 @@ impl OllamaConfig {
     /// Adds a model option.
     pub fn option(mut self, key: impl Into<String>, value: Value) -> Self {
         self.options.insert(key.into(), value);
+        self
+    }
+
+    /// Sets [`OllamaConfig::truncate`]: whether Ollama may drop the oldest messages that do not
+    /// fit the context window.
+    pub fn truncate(mut self, v: bool) -> Self {
+        self.truncate = v;
+        self
+    }
+
+    /// Sets [`OllamaConfig::shift`]: whether Ollama may shift the context window while the
+    /// model writes.
+    pub fn shift(mut self, v: bool) -> Self {
+        self.shift = v;
         self
     }
 
@@ -161,6 +191,8 @@ impl OllamaProvider {
             "model": self.config.model,
             "messages": messages,
             "stream": stream,
+            "truncate": self.config.truncate,
+            "shift": self.config.shift,
         });
         let obj = body.as_object_mut().expect("json! object literal");
         // `/api/chat` has no tool choice: "no tools this turn" is said by sending none. A

@@ -3,7 +3,8 @@
 //! Shapes reproduced (Ollama API reference, `docs/api.md`, "Generate a chat completion"):
 //! - `POST /api/chat` request: `model`, `messages` (assistant `tool_calls` as
 //!   `{"function": {"name", "arguments": {..}}}`, tool results as `{"role": "tool", "content",
-//!   "tool_name"}`), `tools`, `stream`, `options`, `keep_alive`, `format`;
+//!   "tool_name"}`), `tools`, `stream`, `options`, `keep_alive`, `format`, `truncate`,
+//!   `shift`;
 //! - the non-streamed reply: `{"model", "created_at", "message": {"role": "assistant", "content",
 //!   "tool_calls"}, "done_reason": "stop", "done": true, "total_duration", "prompt_eval_count",
 //!   "eval_count", ...}`;
@@ -243,6 +244,35 @@ async fn a_call_with_arguments_that_are_no_object_is_sent_back_as_an_object() {
     for c in calls {
         assert!(c["function"]["arguments"].is_object(), "{c}");
     }
+}
+
+/// Ollama drops the oldest messages of a conversation past `num_ctx` unless told not to
+/// (`truncate`, Ollama 0.12.6), and shifts the window while the model writes (`shift`): the
+/// provider tells it neither, so the refusal reaches the loop, which shortens what it sends.
+/// Both are the config's to allow.
+#[tokio::test]
+async fn ollama_is_told_not_to_drop_or_shift_the_conversation() {
+    let server =
+        ScriptedServer::start(vec![Ollama.text("ok", false), Ollama.text("ok", true)]).await;
+    let cancel = CancellationToken::new();
+    make(server.url()).chat(&request(), &cancel).await.unwrap();
+    let allowed = OllamaProvider::new(
+        OllamaConfig::new("qwen2.5")
+            .base_url(server.url())
+            .truncate(true)
+            .shift(true),
+    );
+    let stream = allowed.chat_stream(&request(), &cancel).await.unwrap();
+    collect_stream(stream, |_| {}).await.unwrap();
+    let sent: Vec<(Value, Value)> = server
+        .requests()
+        .iter()
+        .map(|r| (r.body["truncate"].clone(), r.body["shift"].clone()))
+        .collect();
+    assert_eq!(
+        sent,
+        [(json!(false), json!(false)), (json!(true), json!(true))]
+    );
 }
 
 /// Ollama's refusal of a conversation past the window, in each form it answers: its runners'
