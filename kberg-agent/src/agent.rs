@@ -163,6 +163,9 @@ struct Run<'a> {
     handles: id_handles::IdHandles,
     /// Where the conversation's values come from, kept between the writes it checks.
     grounds: std::sync::Mutex<GroundsSoFar>,
+    /// How many of the conversation's tool results, oldest first, the model is sent as a note
+    /// that they were removed ([`AgentConfig::elide_results_on_overflow`]).
+    elided_results: usize,
     repair_turns: u32,
     turns: u32,
     usage: Usage,
@@ -255,6 +258,7 @@ impl Agent {
             recovered_turns: Vec::new(),
             handles: id_handles::IdHandles::default(),
             grounds: std::sync::Mutex::default(),
+            elided_results: 0,
             repair_turns: 0,
             turns: 0,
             usage: Usage::default(),

@@ -195,6 +195,18 @@ pub struct AgentConfig {
     /// result is cut, with a note saying how much was left out. The cut result is what the
     /// model, [`crate::RunOutcome::messages`] and the run's events see.
     pub max_result_chars: usize,
+    /// When the provider refuses a turn as longer than the model's context window
+    /// ([`crate::ProviderError::ContextTooLong`]), send it again with the oldest tool results
+    /// replaced by a note saying they were removed to fit and that the tool may be called again
+    /// (default true). Each refusal removes half of the results still shown, oldest first, at
+    /// least one, the caller's history included; every other message is sent as it was (the
+    /// results of the last assistant turn, which the model works from, every call and every
+    /// text), and a turn that still does not fit ends the run with the provider's error.
+    /// What was removed stays removed for the rest of the run (the conversation only grows),
+    /// and is counted in [`crate::Interventions::results_elided`]; the stored conversation
+    /// keeps every result. A local model's window (Ollama's `num_ctx`, a llama.cpp server's
+    /// `--ctx-size`) is often a few thousand tokens, which a few file reads fill.
+    pub elide_results_on_overflow: bool,
 }
 
 impl Default for AgentConfig {
@@ -237,6 +249,7 @@ impl Default for AgentConfig {
             tool_timeout: Some(Duration::from_secs(600)),
             max_calls_per_turn: 16,
             max_result_chars: 100_000,
+            elide_results_on_overflow: true,
         }
     }
 }
@@ -396,6 +409,13 @@ impl AgentConfig {
     /// Turns leaving earlier turns' failed calls out of what the model is sent on or off.
     pub fn forget_old_failures(mut self, on: bool) -> Self {
         self.forget_old_failures = on;
+        self
+    }
+
+    /// Turns the removal of old tool results on a context-window refusal on or off (see
+    /// [`AgentConfig::elide_results_on_overflow`]).
+    pub fn elide_results_on_overflow(mut self, on: bool) -> Self {
+        self.elide_results_on_overflow = on;
         self
     }
 

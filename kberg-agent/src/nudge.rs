@@ -180,6 +180,13 @@ pub(crate) fn too_many_calls(tool: &str, limit: usize) -> String {
     )
 }
 
+/// What the model is shown in place of a tool result removed to fit its context window
+/// ([`crate::AgentConfig::elide_results_on_overflow`]).
+pub(crate) fn result_elided() -> String {
+    "(this result was removed to fit the model's context window; call the tool again if you need it)"
+        .to_string()
+}
+
 /// Ends a tool result cut at [`crate::AgentConfig::max_result_chars`].
 pub(crate) fn result_cut(more: usize) -> String {
     format!("\n[The result was cut here: {more} more characters are not shown.]")

@@ -199,6 +199,11 @@ pub struct Interventions {
     /// theirs (hosted APIs refuse two calls or two results with one id).
     #[serde(default)]
     pub call_ids_renamed: u32,
+    /// Tool results replaced, in what the model is sent, by a note that they were removed to
+    /// fit the model's context window
+    /// ([`AgentConfig::elide_results_on_overflow`](crate::AgentConfig)).
+    #[serde(default)]
+    pub results_elided: u32,
 }
 
 /// What a run did and why it stopped.

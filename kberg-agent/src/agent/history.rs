@@ -39,20 +39,31 @@ impl Run<'_> {
         if let Some(choice) = choice {
             self.request.options.tool_choice = choice;
         }
-        let r = match (&focused, narrow) {
-            (Some(request), _) => self.send(request).await,
-            (None, Some(tool)) => {
-                let mut request = self.request_to_send().into_owned();
-                request.tools.retain(|t| t.name == tool);
-                if request.tools.is_empty() {
-                    self.send_turn().await
-                } else {
-                    self.interventions.turns_narrowed += 1;
-                    self.send(&request).await
+        let mut narrowed = false;
+        let r = loop {
+            let r = match (&focused, &narrow) {
+                (Some(request), _) => self.send(request).await,
+                (None, Some(tool)) => {
+                    let mut request = self.request_to_send().into_owned();
+                    request.tools.retain(|t| &t.name == tool);
+                    if request.tools.is_empty() {
+                        self.send_turn().await
+                    } else {
+                        narrowed = true;
+                        self.send(&request).await
+                    }
                 }
+                (None, None) => self.send_turn().await,
+            };
+            match r {
+                Err(ProviderError::ContextTooLong { .. })
+                    if focused.is_none() && self.elide_more() => {}
+                r => break r,
             }
-            (None, None) => self.send_turn().await,
         };
+        if narrowed {
+            self.interventions.turns_narrowed += 1;
+        }
         if overridden {
             let ChatOptions { tool_choice, .. } = &self.agent.config.options;
             self.request.options.tool_choice.clone_from(tool_choice);
@@ -60,17 +71,46 @@ impl Run<'_> {
         r
     }
 
+    /// After the provider refused a turn as longer than the context window: shows half of the
+    /// tool results still shown before the last assistant turn (at least one, oldest first) as
+    /// removed, and says whether there was one to remove
+    /// ([`crate::AgentConfig::elide_results_on_overflow`]).
+    fn elide_more(&mut self) -> bool {
+        if !self.config().elide_results_on_overflow {
+            return false;
+        }
+        let shown = elidable_results(&self.request.messages).saturating_sub(self.elided_results);
+        if shown == 0 {
+            return false;
+        }
+        let more = shown.div_ceil(2);
+        self.elided_results += more;
+        self.interventions.results_elided = self
+            .interventions
+            .results_elided
+            .saturating_add(u32::try_from(more).unwrap_or(u32::MAX));
+        tracing::info!(
+            removed = more,
+            removed_in_all = self.elided_results,
+            "the turn does not fit the model's context window; sending it again without the oldest tool results"
+        );
+        true
+    }
+
     /// The request as the model is sent it: recovered turns as their calls alone when
-    /// [`crate::AgentConfig::compact_recovered_turns`] is on, failed calls of earlier turns left out
-    /// when [`crate::AgentConfig::forget_old_failures`] is on, long ids as handles when
-    /// [`crate::AgentConfig::id_handles`] is on (the stored conversation is unchanged).
+    /// [`crate::AgentConfig::compact_recovered_turns`] is on, the oldest tool results as removed
+    /// after a context-window refusal ([`crate::AgentConfig::elide_results_on_overflow`]), failed
+    /// calls of earlier turns left out when [`crate::AgentConfig::forget_old_failures`] is on,
+    /// long ids as handles when [`crate::AgentConfig::id_handles`] is on (the stored
+    /// conversation is unchanged).
     fn request_to_send(&self) -> std::borrow::Cow<'_, ChatRequest> {
         let compact = self.config().compact_recovered_turns && !self.recovered_turns.is_empty();
         let handles = self.config().id_handles && !self.handles.is_empty();
         // The conversation is copied only when something in it is sent otherwise: with no
         // failed call before the last turn there is nothing to forget.
         let forget = self.config().forget_old_failures && has_old_failures(&self.request.messages);
-        if !compact && !forget && !handles {
+        let elide = self.elided_results > 0;
+        if !compact && !forget && !handles && !elide {
             return std::borrow::Cow::Borrowed(&self.request);
         }
         let mut request = self.request.clone();
@@ -78,6 +118,20 @@ impl Run<'_> {
             if let Some(Message::Assistant { content, .. }) = request.messages.get_mut(i) {
                 content.clear();
             }
+        }
+        // In place, before anything is left out, so the oldest results are counted as they
+        // were when they were removed.
+        if elide {
+            let note = nudge::result_elided();
+            request
+                .messages
+                .iter_mut()
+                .filter_map(|m| match m {
+                    Message::Tool { content, .. } => Some(content),
+                    _ => None,
+                })
+                .take(self.elided_results)
+                .for_each(|content| content.clone_from(&note));
         }
         if forget {
             forget_old_failures(&mut request.messages);
@@ -242,6 +296,20 @@ fn forget_old_failures(messages: &mut Vec<Message>) {
         i += 1;
         keep
     });
+}
+
+/// How many tool results come before the last assistant message of `messages`: those
+/// [`Run::elide_more`] may show as removed (the last turn's results are what the model works
+/// from now).
+fn elidable_results(messages: &[Message]) -> usize {
+    let last = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::Assistant { .. }))
+        .unwrap_or(0);
+    messages[..last]
+        .iter()
+        .filter(|m| matches!(m, Message::Tool { .. }))
+        .count()
 }
 
 /// Whether [`forget_old_failures`] would leave something out of `messages`.
