@@ -121,7 +121,7 @@ if [ "${1:-}" = "bench" ]; then
 fi
 
 start_server smollm2 "$model" --chat_format chatml-function-calling
-KBERG_LIVE_OPENAI_URL="http://127.0.0.1:$port/v1" KBERG_LIVE_MODEL=smollm2 KBERG_LIVE_STREAM_TOOLS=0 \
+KBERG_LIVE_OPENAI_URL="http://127.0.0.1:$port/v1" KBERG_LIVE_MODEL=smollm2 KBERG_LIVE_STREAM_TOOLS=0 KBERG_LIVE_N_CTX=8192 \
   cargo test -p kberg-providers --features ollama,openai --test live --locked -- --ignored --test-threads 1 --nocapture
 
 # A few benchmark tasks on the 0.5B model, one per kind of step: a read, a write with its id, a

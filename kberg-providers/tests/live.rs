@@ -6,6 +6,9 @@
 //! - `KBERG_LIVE_OLLAMA_URL` (e.g. `http://127.0.0.1:11434`), with `KBERG_LIVE_MODEL` (default
 //!   `qwen2.5`).
 //!
+//! `KBERG_LIVE_N_CTX`, when set, is the server's context window, which its refusal of a
+//! longer conversation must name.
+//!
 //! Two more switches describe the server and the model:
 //! - `KBERG_LIVE_STREAM_TOOLS=0`: the server cannot stream a turn that offers tools with an
 //!   automatic tool choice (llama-cpp-python's server says "Automatic streaming tool choice is not
@@ -294,5 +297,33 @@ async fn live_cancellation_stops_the_run() {
             out.stop
         );
         assert_well_formed(&label, &out);
+    }
+}
+
+/// A conversation longer than the server's context window is refused, and the refusal, in
+/// the server's own words and shape, is read as `context_too_long` (not sent again) naming
+/// the window when the server gives it. `scripts/live-tier.sh` starts its server with
+/// `--n_ctx 8192`: some 12,000 tokens do not fit.
+#[tokio::test]
+#[ignore = "needs a model server; scripts/live-tier.sh starts one and runs these with --ignored"]
+async fn live_a_conversation_past_the_window_is_context_too_long() {
+    let long = "the quick brown fox jumps over the lazy dog. ".repeat(1_300);
+    let request = kberg_agent::ChatRequest {
+        messages: vec![Message::user(long)],
+        options: options(),
+        ..kberg_agent::ChatRequest::default()
+    };
+    for (label, provider) in providers() {
+        let e = provider
+            .chat(&request, &CancellationToken::new())
+            .await
+            .expect_err("a conversation past the window is refused");
+        eprintln!("{label}: {e}");
+        let kberg_agent::ProviderError::ContextTooLong { limit, .. } = &e else {
+            panic!("{label}: {e:?}");
+        };
+        if let Some(n) = env("KBERG_LIVE_N_CTX") {
+            assert_eq!(limit.map(|l| l.to_string()), Some(n), "{label}: {e}");
+        }
     }
 }
