@@ -50,7 +50,7 @@ use tracing::Instrument;
 
 use crate::coerce::Coercion;
 use crate::config::AgentConfig;
-use crate::message::{ChatRequest, Message, ToolCall, ToolDefinition, Usage};
+use crate::message::{ChatRequest, FinishReason, Message, ToolCall, ToolDefinition, Usage};
 use crate::outcome::{AgentEvent, CallRecord, Interventions, RunOutcome, StopReason};
 use crate::provider::InferenceProvider;
 use crate::surface::ToolSurface;
@@ -90,6 +90,9 @@ pub(super) struct PendingCall {
     unlisted: bool,
     /// An argument is a handle the run never issued: answered, never sent.
     unknown_handle: Option<id_handles::UnknownHandle>,
+    /// The model's message was cut off at the token limit while it wrote these arguments (they
+    /// are the JSON text as far as it got): answered, never sent.
+    cut_off: bool,
 }
 
 /// What follows a turn without calls.
@@ -168,6 +171,8 @@ struct Run<'a> {
     elided_results: usize,
     repair_turns: u32,
     turns: u32,
+    /// Why the last model turn ended.
+    last_finish: FinishReason,
     usage: Usage,
     text: String,
     interventions: Interventions,
@@ -261,6 +266,7 @@ impl Agent {
             elided_results: 0,
             repair_turns: 0,
             turns: 0,
+            last_finish: FinishReason::Stop,
             usage: Usage::default(),
             text: String::new(),
             interventions: Interventions::default(),
@@ -274,6 +280,7 @@ impl Agent {
             calls: run.calls,
             repair_turns: run.repair_turns,
             turns: run.turns,
+            last_finish: run.last_finish,
             usage: run.usage,
             messages: run.request.messages,
             interventions: run.interventions,

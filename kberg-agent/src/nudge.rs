@@ -64,6 +64,15 @@ pub(crate) fn parse_diagnostic(error: &str) -> String {
     )
 }
 
+/// The answer to call-like text that does not parse because the message was cut off at the
+/// token limit (`max_tokens`, when the run sets one).
+pub(crate) fn text_call_cut_off(max_tokens: Option<u32>) -> String {
+    format!(
+        "Your last message was cut off at {} while you wrote a tool call, so the call is incomplete and was not run. Write it again with shorter arguments, as one JSON object: {{\"name\": \"<tool>\", \"arguments\": {{...}}}}; split a long text over several calls.",
+        limit_of(max_tokens)
+    )
+}
+
 /// One call's result in a focused answer turn: the call as `name(arguments)` and what it
 /// returned (or why it failed).
 pub(crate) fn focused_result(
@@ -177,6 +186,23 @@ pub(crate) fn unrequested_write(tool: &str, done: &str, request: &str) -> String
 pub(crate) fn too_many_calls(tool: &str, limit: usize) -> String {
     format!(
         "The call to `{tool}` was not run: too many calls in one message (at most {limit} are run per message). Make the calls that are still needed in your next message."
+    )
+}
+
+/// The answer to a call whose arguments were cut off at the token limit (`max_tokens`, when the
+/// run sets one).
+pub(crate) fn call_cut_off(name: &str, max_tokens: Option<u32>) -> String {
+    format!(
+        "The call to `{name}` was not run: your message was cut off at {} before its arguments were complete. Send the call again with shorter arguments; split a long text over several calls.",
+        limit_of(max_tokens)
+    )
+}
+
+/// The token limit a message was cut off at, in words.
+fn limit_of(max_tokens: Option<u32>) -> String {
+    max_tokens.map_or_else(
+        || "the length limit".to_string(),
+        |n| format!("the limit of {n} tokens"),
     )
 }
 

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::coerce::Coercion;
-use crate::message::{Message, ToolCall, Usage};
+use crate::message::{FinishReason, Message, ToolCall, Usage};
 use crate::provider::ProviderError;
 use crate::surface::SurfaceError;
 
@@ -220,6 +220,10 @@ pub struct RunOutcome {
     pub repair_turns: u32,
     /// Model turns taken.
     pub turns: u32,
+    /// Why the model's last turn ended, as its provider said. [`FinishReason::Length`] means
+    /// its text was cut off at the token limit (`ChatOptions::max_tokens`, or the server's
+    /// own): an answer that ends there is half of one, though the run counts it as answered.
+    pub last_finish: FinishReason,
     /// Tokens spent over all turns.
     pub usage: Usage,
     /// The whole conversation, to persist or to resume with another run. An assistant turn

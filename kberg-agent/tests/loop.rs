@@ -1425,3 +1425,122 @@ async fn calls_that_share_an_id_get_ids_of_their_own() {
     assert_eq!(recorded, calls);
     assert_eq!(out.interventions.call_ids_renamed, 2);
 }
+
+/// A turn cut off at the token limit (`FinishReason::Length`) while the model wrote a call's
+/// arguments: the call is not sent, and the model is told why in words it can act on (shorter
+/// arguments), not that its arguments are not an object. A call of the same turn whose
+/// arguments are whole still runs, and the next turn's call too.
+#[tokio::test]
+async fn a_call_cut_off_at_the_token_limit_is_not_sent_and_the_model_is_told() {
+    use kberg_agent::{ChatOptions, FinishReason, ToolCall};
+    use std::sync::atomic::Ordering;
+    let (tools, writes, reads) = counting_registry();
+    let cut_turn = ChatResponse {
+        tool_calls: vec![
+            ToolCall {
+                id: "c1".into(),
+                name: "search_notes".into(),
+                arguments: json!({"query": "milk"}),
+            },
+            ToolCall {
+                id: "c2".into(),
+                name: "add_note".into(),
+                arguments: json!(r#"{"title": "a very long title that goes on and o"#),
+            },
+        ],
+        finish: FinishReason::Length,
+        ..ChatResponse::default()
+    };
+    let script = ScriptedProvider::new([
+        cut_turn,
+        ScriptedProvider::call("c3", "add_note", json!({"title": "milk", "priority": 2})),
+        ScriptedProvider::text("Added the note."),
+    ]);
+    let config = core().options(ChatOptions {
+        max_tokens: Some(64),
+        ..ChatOptions::default()
+    });
+    let out = Agent::new(script.clone(), LocalSurface::new(tools, writer()))
+        .with_config(config)
+        .run(vec![Message::user("add milk")], &CancellationToken::new())
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(reads.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        writes.load(Ordering::SeqCst),
+        1,
+        "only the whole call wrote"
+    );
+    let outcomes: Vec<&str> = out.calls.iter().map(|c| c.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["ok", "invalid_arguments", "ok"]);
+    assert!(out.calls[1].not_sent);
+    let told = last_tool_text(&script, 1);
+    assert!(
+        told.contains("cut off") && told.contains("64 tokens") && told.contains("shorter"),
+        "{told}"
+    );
+    assert_eq!(out.repair_turns, 1, "a cut call asks for a repair turn");
+}
+
+/// A final answer cut off at the token limit still ends the run as answered, and the outcome
+/// says it was cut (`RunOutcome::last_finish`), so an app can tell a whole answer from half of
+/// one.
+#[tokio::test]
+async fn an_answer_cut_off_at_the_token_limit_says_so() {
+    use kberg_agent::FinishReason;
+    let cut = ChatResponse {
+        text: "The notes about milk are: first, buy".into(),
+        finish: FinishReason::Length,
+        ..ChatResponse::default()
+    };
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call("c1", "search_notes", json!({"query": "milk"})),
+        cut,
+    ]);
+    let out = agent(&script, writer())
+        .run(
+            vec![Message::user("what about milk?")],
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(out.last_finish, FinishReason::Length);
+    let script = ScriptedProvider::new([ScriptedProvider::text("Nothing about milk.")]);
+    let out = agent(&script, writer())
+        .run(
+            vec![Message::user("what about milk?")],
+            &CancellationToken::new(),
+        )
+        .await;
+    assert_eq!(out.last_finish, FinishReason::Stop);
+}
+
+/// A call written as text and cut off at the token limit does not parse; the model is told it
+/// was cut off, not that it wrote invalid JSON.
+#[tokio::test]
+async fn a_text_call_cut_off_at_the_token_limit_is_answered_as_cut_off() {
+    use kberg_agent::FinishReason;
+    let cut = ChatResponse {
+        text: r#"{"name": "add_note", "arguments": {"title": "a very long ti"#.into(),
+        finish: FinishReason::Length,
+        ..ChatResponse::default()
+    };
+    let script = ScriptedProvider::new([
+        cut,
+        ScriptedProvider::call("c1", "add_note", json!({"title": "milk", "priority": 2})),
+        ScriptedProvider::text("Added the note."),
+    ]);
+    let out = agent(&script, writer())
+        .run(vec![Message::user("add milk")], &CancellationToken::new())
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    let told = match script.requests()[1].messages.last() {
+        Some(Message::User { content }) => content.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        told.contains("cut off") && !told.contains("not valid JSON"),
+        "{told}"
+    );
+    assert_eq!(out.repair_turns, 1);
+}

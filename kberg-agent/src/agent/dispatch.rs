@@ -29,10 +29,10 @@ impl Run<'_> {
         turn: u32,
         text: String,
         calls: Vec<ToolCall>,
-        recovered: bool,
+        (recovered, cut_off): (bool, bool),
         text_flags: Vec<bool>,
     ) -> (Option<StopReason>, bool) {
-        let pending = self.prepare(turn, calls, &text_flags);
+        let pending = self.prepare(turn, calls, &text_flags, cut_off);
         if recovered && !pending.is_empty() {
             self.recovered_turns.push(self.request.messages.len());
             if self.config().compact_recovered_turns {
@@ -64,6 +64,7 @@ impl Run<'_> {
                 coercions,
                 unlisted,
                 unknown_handle,
+                cut_off,
             },
         ) in pending.into_iter().enumerate()
         {
@@ -110,6 +111,24 @@ impl Run<'_> {
                     self.interventions.unlisted_explained += 1;
                 }
                 tracing::debug!(tool = ?call.name, recovered, "a call to an unlisted tool was answered, not sent");
+                progressed |= self.note_failure(&call, code, &mut repeated);
+                self.record(
+                    turn,
+                    call,
+                    CallOutcome::Failed(code),
+                    text,
+                    (recovered, true),
+                    coercions,
+                );
+                continue;
+            }
+            if cut_off {
+                // Sent, it would be refused as arguments that are no object: the model would
+                // be told its arguments are wrong when they are unfinished.
+                tracing::debug!(tool = ?call.name, "a call cut off at the token limit was not sent");
+                retryable = true;
+                let code = ErrorCode::InvalidArguments;
+                let text = nudge::call_cut_off(&call.name, self.config().options.max_tokens);
                 progressed |= self.note_failure(&call, code, &mut repeated);
                 self.record(
                     turn,

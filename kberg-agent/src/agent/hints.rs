@@ -317,6 +317,7 @@ impl Run<'_> {
                     coercions,
                     unlisted: pending.unlisted,
                     unknown_handle: pending.unknown_handle.clone(),
+                    cut_off: pending.cut_off,
                 });
             }
         }

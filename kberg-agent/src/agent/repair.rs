@@ -77,12 +77,15 @@ impl Run<'_> {
             .collect()
     }
 
-    /// Ids, coercions, and the in-turn collapse of identical calls.
+    /// Ids, coercions, and the in-turn collapse of identical calls. In a message cut off at
+    /// the token limit (`cut_off`), a call whose arguments are JSON text that does not parse
+    /// was cut while the model wrote them, and is marked so.
     pub(super) fn prepare(
         &mut self,
         turn: u32,
         calls: Vec<ToolCall>,
         text_flags: &[bool],
+        cut_off: bool,
     ) -> Vec<PendingCall> {
         let collapse = self.config().collapse_calls_in_turn;
         let coerce = self.config().coerce_arguments;
@@ -109,6 +112,8 @@ impl Run<'_> {
                 call.id = format!("call_{turn}_{}", i + 1);
             }
             let unlisted = !self.schemas.contains_key(&call.name);
+            // Providers hand on arguments that do not parse as the text itself.
+            let call_cut_off = cut_off && call.arguments.is_string();
             let mut coercions = Vec::new();
             if text_flags.get(i).copied().unwrap_or(false) {
                 coercions.push(Coercion {
@@ -143,6 +148,7 @@ impl Run<'_> {
                 coercions,
                 unlisted,
                 unknown_handle,
+                cut_off: call_cut_off,
             });
         }
         if self.config().split_array_arguments {

@@ -5,7 +5,7 @@
 //! decided, and where a turn becomes answer-only: after a repeat, a request for words, or when
 //! the budget is nearly spent.
 
-use crate::message::{ChatResponse, Message, ToolChoice};
+use crate::message::{ChatResponse, FinishReason, Message, ToolChoice};
 use crate::nudge;
 use crate::outcome::{AgentEvent, StopReason};
 use crate::provider::ProviderError;
@@ -81,8 +81,11 @@ impl Run<'_> {
             let ChatResponse {
                 text,
                 mut tool_calls,
+                finish,
                 ..
             } = response;
+            let cut_off = finish == FinishReason::Length;
+            self.last_finish = finish;
             // The stored conversation holds real ids: a handle the model wrote in its text (a
             // call written as text, an answer naming an id) is the id it stands for.
             let text = if self.config().id_handles {
@@ -125,7 +128,7 @@ impl Run<'_> {
                 self.text.clone_from(&text);
             }
             let (stop, retryable) = self
-                .run_calls(turn, text, calls, recovered, text_flags)
+                .run_calls(turn, text, calls, (recovered, cut_off), text_flags)
                 .await;
             match stop {
                 // The model loops on a failing call: one answer-only turn to tell the user, and
@@ -158,9 +161,12 @@ impl Run<'_> {
             tracing::debug!(%error, "answering call-like text that does not parse");
             self.interventions.parse_diagnostics += 1;
             self.request.messages.push(Message::assistant(text));
-            self.request
-                .messages
-                .push(Message::user(nudge::parse_diagnostic(&error)));
+            let diagnostic = if self.last_finish == FinishReason::Length {
+                nudge::text_call_cut_off(self.config().options.max_tokens)
+            } else {
+                nudge::parse_diagnostic(&error)
+            };
+            self.request.messages.push(Message::user(diagnostic));
             return AfterText::Again { repair: true };
         }
         let in_words = has_words(&text);
