@@ -207,6 +207,16 @@ pub struct AgentConfig {
     /// keeps every result. A local model's window (Ollama's `num_ctx`, a llama.cpp server's
     /// `--ctx-size`) is often a few thousand tokens, which a few file reads fill.
     pub elide_results_on_overflow: bool,
+    /// Take a reasoning model's thinking out of its text (default true): every `<think>` ...
+    /// `</think>` block (or `<thinking>`), what comes before a closing tag no opening tag
+    /// precedes (chat templates that open the block themselves, as DeepSeek-R1's distills'
+    /// do), and an unclosed block at the end. Servers without a reasoning parser (vLLM without
+    /// `--reasoning-parser`, llama-cpp-python) leave the thinking in the text, where it would
+    /// be the answer, be sent back with every turn, and be searched for calls written as text:
+    /// a call the model only considered would run. The thinking goes to
+    /// [`crate::AgentEvent::ThinkingDelta`]; the answer, the stored conversation and call
+    /// recovery see the rest. Turn it off for a model whose answers use the tags as text.
+    pub strip_thinking: bool,
 }
 
 impl Default for AgentConfig {
@@ -250,6 +260,7 @@ impl Default for AgentConfig {
             max_calls_per_turn: 16,
             max_result_chars: 100_000,
             elide_results_on_overflow: true,
+            strip_thinking: true,
         }
     }
 }
@@ -416,6 +427,13 @@ impl AgentConfig {
     /// [`AgentConfig::elide_results_on_overflow`]).
     pub fn elide_results_on_overflow(mut self, on: bool) -> Self {
         self.elide_results_on_overflow = on;
+        self
+    }
+
+    /// Turns the taking out of a reasoning model's thinking on or off (see
+    /// [`AgentConfig::strip_thinking`]).
+    pub fn strip_thinking(mut self, on: bool) -> Self {
+        self.strip_thinking = on;
         self
     }
 

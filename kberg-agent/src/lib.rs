@@ -57,6 +57,7 @@ mod provider;
 mod recover;
 mod scripted;
 mod surface;
+mod thinking;
 
 pub use agent::Agent;
 pub use coerce::{Coercion, coerce_arguments, drop_unknown_arguments, unwrap_schema_echo};

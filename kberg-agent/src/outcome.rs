@@ -260,6 +260,13 @@ pub enum AgentEvent {
         /// The text.
         text: String,
     },
+    /// A reasoning model's thinking arrived, written into its text inside `<think>` tags and
+    /// taken out of the answer ([`AgentConfig::strip_thinking`](crate::AgentConfig); streaming
+    /// runs emit it piece by piece, others once per turn).
+    ThinkingDelta {
+        /// The text.
+        text: String,
+    },
     /// A tool is about to be called.
     ToolCalled {
         /// The call, with the arguments as they will be sent.

@@ -1544,3 +1544,101 @@ async fn a_text_call_cut_off_at_the_token_limit_is_answered_as_cut_off() {
     );
     assert_eq!(out.repair_turns, 1);
 }
+
+/// Reasoning models served without a reasoning parser (vLLM without `--reasoning-parser`,
+/// llama-cpp-python, a DeepSeek-R1 distill whose template opens the block itself) write their
+/// thinking into the answer inside `<think>` tags. A call the model only considered there is
+/// never run, the answer and the stored conversation are the text after the thinking, and the
+/// thinking reaches the app as its own events.
+#[tokio::test]
+async fn a_call_considered_in_the_models_thinking_is_never_run() {
+    use kberg_agent::AgentEvent;
+    use std::sync::atomic::Ordering;
+    let considered = r#"<think>The user said milk. I could call {"name": "add_note", "arguments": {"title": "milk", "priority": 2}} but the priority is a guess, so I ask first.</think>
+
+Which priority should the note about milk have?"#;
+    // The template opened the block: the text starts inside it.
+    let opened_by_template = r#"I might call {"name": "add_note", "arguments": {"title": "milk", "priority": 1}} now.
+</think>
+Which priority should it have?"#;
+    for (text, answer) in [
+        (
+            considered,
+            "Which priority should the note about milk have?",
+        ),
+        (opened_by_template, "Which priority should it have?"),
+    ] {
+        let (tools, writes, _) = counting_registry();
+        let script = ScriptedProvider::new([ScriptedProvider::text(text)]);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let out = Agent::new(script.clone(), LocalSurface::new(tools, writer()))
+            .with_config(core())
+            .run_with_events(
+                vec![Message::user("add milk")],
+                &CancellationToken::new(),
+                tx,
+            )
+            .await;
+        assert!(out.answered(), "{:?}", out.stop);
+        assert_eq!(writes.load(Ordering::SeqCst), 0, "a considered call ran");
+        assert!(out.calls.is_empty());
+        assert_eq!(out.answer(), Some(answer));
+        assert!(
+            matches!(out.messages.last(), Some(Message::Assistant { content, .. }) if content == answer),
+            "{:?}",
+            out.messages.last()
+        );
+        let mut shown = String::new();
+        let mut thought = String::new();
+        while let Some(ev) = rx.recv().await {
+            match ev {
+                AgentEvent::TextDelta { text } => shown.push_str(&text),
+                AgentEvent::ThinkingDelta { text } => thought.push_str(&text),
+                _ => {}
+            }
+        }
+        assert_eq!(shown, answer);
+        assert!(
+            thought.contains("I ask first") || thought.contains("might call"),
+            "{thought}"
+        );
+    }
+
+    // Streamed: the events carry the answer and the thinking apart as they come.
+    let (tools, writes, _) = counting_registry();
+    let script = ScriptedProvider::new([ScriptedProvider::text(considered)]);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let out = Agent::new(script, LocalSurface::new(tools, writer()))
+        .with_config(core().stream(true))
+        .run_with_events(
+            vec![Message::user("add milk")],
+            &CancellationToken::new(),
+            tx,
+        )
+        .await;
+    assert_eq!(
+        out.answer(),
+        Some("Which priority should the note about milk have?")
+    );
+    assert_eq!(writes.load(Ordering::SeqCst), 0);
+    let mut shown = String::new();
+    while let Some(ev) = rx.recv().await {
+        if let AgentEvent::TextDelta { text } = ev {
+            shown.push_str(&text);
+        }
+    }
+    assert_eq!(shown, "Which priority should the note about milk have?");
+
+    // Turned off, the text is the model's as written (and the call in it recovered).
+    let (tools, writes, _) = counting_registry();
+    let script = ScriptedProvider::new([
+        ScriptedProvider::text(considered),
+        ScriptedProvider::text("Added."),
+    ]);
+    let out = Agent::new(script, LocalSurface::new(tools, writer()))
+        .with_config(core().strip_thinking(false))
+        .run(vec![Message::user("add milk")], &CancellationToken::new())
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(writes.load(Ordering::SeqCst), 1);
+}

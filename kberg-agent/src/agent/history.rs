@@ -10,6 +10,7 @@ use crate::message::{ChatOptions, ChatRequest, ChatResponse, Message, ToolChoice
 use crate::nudge;
 use crate::outcome::{AgentEvent, CallOutcome, CallRecord};
 use crate::provider::{ProviderError, collect_stream};
+use crate::thinking;
 
 use super::Run;
 
@@ -221,24 +222,35 @@ impl Run<'_> {
         Ok(response)
     }
 
+    /// Sends `request` as it is. With [`crate::AgentConfig::strip_thinking`] the answer's text
+    /// is its text without the model's thinking, which goes to the events on its own.
     async fn send_as_is(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let provider = &self.agent.provider;
+        let strip = self.config().strip_thinking;
         let fut = async {
             if self.agent.config.stream {
                 let stream = provider.chat_stream(request, self.cancel).await?;
-                collect_stream(stream, |t| {
-                    self.emit(|| AgentEvent::TextDelta {
-                        text: t.to_string(),
-                    });
+                let mut filter = thinking::ThinkingFilter::default();
+                let mut response = collect_stream(stream, |t| {
+                    if strip {
+                        filter.feed(t).into_iter().for_each(|p| self.emit_piece(p));
+                    } else {
+                        self.emit_piece(thinking::Piece::Answer(t.to_string()));
+                    }
                 })
-                .await
-            } else {
-                let r = provider.chat(request, self.cancel).await?;
-                if !r.text.is_empty() {
-                    self.emit(|| AgentEvent::TextDelta {
-                        text: r.text.clone(),
-                    });
+                .await?;
+                filter.finish().into_iter().for_each(|p| self.emit_piece(p));
+                if strip && let Some(split) = thinking::split(&response.text) {
+                    response.text = split.answer;
                 }
+                Ok(response)
+            } else {
+                let mut r = provider.chat(request, self.cancel).await?;
+                if strip && let Some(split) = thinking::split(&r.text) {
+                    self.emit_piece(thinking::Piece::Thinking(split.thinking));
+                    r.text = split.answer;
+                }
+                self.emit_piece(thinking::Piece::Answer(r.text.clone()));
                 Ok(r)
             }
         };
@@ -246,6 +258,19 @@ impl Run<'_> {
             biased;
             () = self.cancel.cancelled() => Err(ProviderError::Cancelled),
             r = fut => r,
+        }
+    }
+
+    /// Emits a piece of a turn's text as its event; nothing for an empty one.
+    fn emit_piece(&self, piece: thinking::Piece) {
+        match piece {
+            thinking::Piece::Answer(text) if !text.is_empty() => {
+                self.emit(|| AgentEvent::TextDelta { text });
+            }
+            thinking::Piece::Thinking(text) if !text.is_empty() => {
+                self.emit(|| AgentEvent::ThinkingDelta { text });
+            }
+            _ => {}
         }
     }
 }
