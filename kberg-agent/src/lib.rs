@@ -76,7 +76,7 @@ pub use progress::{
 };
 pub use provider::{
     ChatDelta, ChatStream, InferenceProvider, ProviderError, StreamAssembler, collect_stream,
-    parse_arguments, response_to_deltas,
+    collect_stream_observed, parse_arguments, response_to_deltas,
 };
 pub use recover::{
     RecoveredCall, has_words, malformed_call, recover_calls, recover_calls_with_schemas,

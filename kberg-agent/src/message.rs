@@ -226,6 +226,11 @@ pub struct ChatResponse {
     pub usage: Usage,
     /// Why generation ended.
     pub finish: FinishReason,
+    /// The model's thinking, when the server handed it on apart from the text (a reasoning
+    /// model behind a server with a reasoning parser: `reasoning_content`, Ollama's
+    /// `thinking`); empty otherwise. It is shown to the app, never sent back to the model.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub thinking: String,
 }
 
 impl ChatResponse {

@@ -260,9 +260,10 @@ pub enum AgentEvent {
         /// The text.
         text: String,
     },
-    /// A reasoning model's thinking arrived, written into its text inside `<think>` tags and
-    /// taken out of the answer ([`AgentConfig::strip_thinking`](crate::AgentConfig); streaming
-    /// runs emit it piece by piece, others once per turn).
+    /// A reasoning model's thinking arrived: handed on by the server apart from the text
+    /// ([`crate::ChatResponse::thinking`]), or written into the text inside `<think>` tags and
+    /// taken out of the answer ([`AgentConfig::strip_thinking`](crate::AgentConfig)). Streaming
+    /// runs emit it piece by piece, others once per turn.
     ThinkingDelta {
         /// The text.
         text: String,

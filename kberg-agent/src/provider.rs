@@ -182,6 +182,9 @@ pub enum ChatDelta {
         /// A fragment of the arguments' JSON text (may be empty).
         arguments: String,
     },
+    /// More of the model's thinking, handed on by the server apart from the text (see
+    /// [`ChatResponse::thinking`]).
+    Thinking(String),
     /// Tokens spent so far (providers may report in several pieces; they add up).
     Usage(Usage),
     /// The turn ended, for this reason.
@@ -223,7 +226,10 @@ pub trait InferenceProvider: Send + Sync {
 
 /// The deltas that reproduce `response` (text, each call whole, usage, finish).
 pub fn response_to_deltas(response: ChatResponse) -> Vec<ChatDelta> {
-    let mut out = Vec::with_capacity(response.tool_calls.len() + 3);
+    let mut out = Vec::with_capacity(response.tool_calls.len() + 4);
+    if !response.thinking.is_empty() {
+        out.push(ChatDelta::Thinking(response.thinking));
+    }
     if !response.text.is_empty() {
         out.push(ChatDelta::Text(response.text));
     }
@@ -259,6 +265,7 @@ struct PartialCall {
 #[derive(Debug, Default)]
 pub struct StreamAssembler {
     text: String,
+    thinking: String,
     calls: std::collections::BTreeMap<usize, PartialCall>,
     usage: Usage,
     finish: Option<FinishReason>,
@@ -274,6 +281,7 @@ impl StreamAssembler {
     pub fn push(&mut self, delta: ChatDelta) {
         match delta {
             ChatDelta::Text(t) => self.text.push_str(&t),
+            ChatDelta::Thinking(t) => self.thinking.push_str(&t),
             ChatDelta::ToolCall {
                 index,
                 id,
@@ -348,6 +356,7 @@ impl StreamAssembler {
             tool_calls,
             usage: self.usage,
             finish,
+            thinking: self.thinking,
         }
     }
 }
@@ -365,15 +374,27 @@ pub fn parse_arguments(text: &str) -> Value {
 /// Drains a stream into a response, forwarding each text piece to `on_text`. A stream that
 /// ends without a finish marker is [`ProviderError::Truncated`].
 pub async fn collect_stream(
-    mut stream: ChatStream,
+    stream: ChatStream,
     mut on_text: impl FnMut(&str) + Send,
+) -> Result<ChatResponse, ProviderError> {
+    collect_stream_observed(stream, |delta| {
+        if let ChatDelta::Text(t) = delta {
+            on_text(t);
+        }
+    })
+    .await
+}
+
+/// [`collect_stream`], showing `on_delta` every delta as it arrives (the text, the thinking,
+/// the calls' pieces).
+pub async fn collect_stream_observed(
+    mut stream: ChatStream,
+    mut on_delta: impl FnMut(&ChatDelta) + Send,
 ) -> Result<ChatResponse, ProviderError> {
     let mut assembler = StreamAssembler::new();
     while let Some(delta) = stream.next().await {
         let delta = delta?;
-        if let ChatDelta::Text(t) = &delta {
-            on_text(t);
-        }
+        on_delta(&delta);
         assembler.push(delta);
     }
     if !assembler.finished() {
@@ -532,6 +553,7 @@ mod tests {
                 output_tokens: 1,
             },
             finish: FinishReason::ToolCalls,
+            thinking: "weigh it".into(),
         };
         let s: ChatStream = Box::pin(futures::stream::iter(
             response_to_deltas(resp.clone()).into_iter().map(Ok),
@@ -539,6 +561,6 @@ mod tests {
         let mut seen = String::new();
         let back = collect_stream(s, |t| seen.push_str(t)).await.unwrap();
         assert_eq!(back, resp);
-        assert_eq!(seen, "hi");
+        assert_eq!(seen, "hi", "the thinking is not text");
     }
 }

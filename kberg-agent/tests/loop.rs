@@ -1642,3 +1642,40 @@ Which priority should it have?"#;
     assert!(out.answered(), "{:?}", out.stop);
     assert_eq!(writes.load(Ordering::SeqCst), 1);
 }
+
+/// The thinking a server hands on apart from the text reaches the app as `ThinkingDelta`
+/// events, streamed or not, and never the answer or the stored conversation.
+#[tokio::test]
+async fn thinking_handed_on_apart_reaches_the_app_as_its_own_events() {
+    use kberg_agent::AgentEvent;
+    for stream in [false, true] {
+        let answer = ChatResponse {
+            text: "You have no note about milk.".into(),
+            thinking: "Search first? No notes exist.".into(),
+            ..ChatResponse::default()
+        };
+        let script = ScriptedProvider::new([answer]);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let out = agent(&script, writer())
+            .with_config(core().stream(stream))
+            .run_with_events(vec![Message::user("milk?")], &CancellationToken::new(), tx)
+            .await;
+        assert_eq!(out.answer(), Some("You have no note about milk."));
+        assert!(
+            !format!("{:?}", out.messages).contains("Search first"),
+            "stored: {:?}",
+            out.messages
+        );
+        let mut thought = String::new();
+        let mut shown = String::new();
+        while let Some(ev) = rx.recv().await {
+            match ev {
+                AgentEvent::ThinkingDelta { text } => thought.push_str(&text),
+                AgentEvent::TextDelta { text } => shown.push_str(&text),
+                _ => {}
+            }
+        }
+        assert_eq!(thought, "Search first? No notes exist.", "stream: {stream}");
+        assert_eq!(shown, "You have no note about milk.");
+    }
+}

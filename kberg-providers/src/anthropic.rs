@@ -385,6 +385,9 @@ fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
                 .unwrap_or(0),
         },
         finish,
+        // Thinking blocks come with extended thinking, which this provider does not ask for
+        // (and whose blocks a later turn would have to send back).
+        thinking: String::new(),
     })
 }
 

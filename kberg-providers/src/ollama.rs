@@ -390,6 +390,13 @@ fn parse_reply(v: &Value, model: &str) -> Result<ChatResponse, ProviderError> {
         text,
         tool_calls,
         usage: usage_of(v),
+        // A thinking model's thinking, apart from the text (Ollama 0.9 and later); anything
+        // but a string is not thinking.
+        thinking: message
+            .get("thinking")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
     })
 }
 
@@ -408,6 +415,9 @@ impl LineDecoder for NdjsonDecoder {
             ProviderError::malformed(format!("a stream line is not JSON ({e}): {line}"))
         })?;
         let r = parse_reply(&v, &self.model)?;
+        if !r.thinking.is_empty() {
+            out.push(ChatDelta::Thinking(r.thinking));
+        }
         if !r.text.is_empty() {
             out.push(ChatDelta::Text(r.text));
         }

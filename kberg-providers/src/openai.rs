@@ -423,7 +423,17 @@ fn parse_reply(v: &Value) -> Result<ChatResponse, ProviderError> {
         tool_calls,
         usage: v.get("usage").map(usage_of).unwrap_or_default(),
         finish,
+        thinking: reasoning_of(message).unwrap_or_default().to_string(),
     })
+}
+
+/// The model's thinking in a message or a delta, when the server hands it on apart from the
+/// text: `reasoning_content` (DeepSeek's API, vLLM's and llama.cpp server's reasoning parsers)
+/// or `reasoning` (vLLM's newer name, OpenRouter). Anything but a string is not thinking.
+fn reasoning_of(v: &Value) -> Option<&str> {
+    ["reasoning_content", "reasoning"]
+        .iter()
+        .find_map(|k| v.get(*k).and_then(Value::as_str))
 }
 
 #[derive(Default)]
@@ -582,6 +592,9 @@ impl SseReply for ChunkDecoder {
             let Some(delta) = choice.get("delta") else {
                 continue;
             };
+            if let Some(t) = reasoning_of(delta).filter(|t| !t.is_empty()) {
+                out.push(ChatDelta::Thinking(t.to_string()));
+            }
             if let Some(t) = delta.get("content").and_then(Value::as_str)
                 && !t.is_empty()
             {

@@ -275,6 +275,35 @@ async fn ollama_is_told_not_to_drop_or_shift_the_conversation() {
     );
 }
 
+/// A thinking model (Ollama 0.9 and later answer with `message.thinking` beside `content`,
+/// whole and line by line).
+#[tokio::test]
+async fn a_thinking_models_thinking_comes_apart_from_its_text() {
+    let whole = Reply::json(
+        200,
+        &json!({"model": "qwen3", "created_at": CREATED,
+            "message": {"role": "assistant", "content": "Paris.", "thinking": "The capital of France."},
+            "done_reason": "stop", "done": true, "prompt_eval_count": 10, "eval_count": 5}),
+    );
+    let thought = |t: &str| {
+        chunk(
+            "",
+            json!({"message": {"role": "assistant", "content": "", "thinking": t}}),
+        )
+    };
+    let streamed = Reply::stream(
+        "application/x-ndjson",
+        vec![
+            thought("The capital"),
+            thought(" of France."),
+            chunk("Paris.", json!({})),
+            final_line(),
+        ],
+    );
+    support::scenario_thinking_apart(&make, [whole, streamed], "The capital of France.", "Paris.")
+        .await;
+}
+
 /// Ollama's refusal of a conversation past the window, in each form it answers: its runners'
 /// words, and llama-server's error quoted as its own text (with the sizes inside).
 #[tokio::test]

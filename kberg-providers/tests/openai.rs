@@ -1362,6 +1362,43 @@ async fn a_connection_closed_before_any_reply_is_retried() {
     assert_eq!(read.load(Ordering::SeqCst), 1);
 }
 
+/// A reasoning model behind a server with a reasoning parser: the thinking comes as
+/// `reasoning_content` (DeepSeek's API, vLLM, llama.cpp server) or `reasoning` (vLLM's newer
+/// name), beside `content`, whole and in stream deltas.
+#[tokio::test]
+async fn a_reasoning_models_thinking_comes_apart_from_its_text() {
+    for field in ["reasoning_content", "reasoning"] {
+        let whole = Reply::json(
+            200,
+            &completion(
+                json!({"role": "assistant", "content": "Paris.", field: "The capital of France."}),
+                "stop",
+            ),
+        );
+        let streamed = Reply::stream(
+            "text/event-stream",
+            vec![
+                chunk(
+                    json!([{"index": 0, "delta": {"role": "assistant", field: "The capital"}, "finish_reason": null}]),
+                ),
+                chunk(
+                    json!([{"index": 0, "delta": {field: " of France.", "content": null}, "finish_reason": null}]),
+                ),
+                chunk(json!([{"index": 0, "delta": {"content": "Paris."}, "finish_reason": null}])),
+                chunk(json!([{"index": 0, "delta": {}, "finish_reason": "stop"}])),
+                "data: [DONE]\n\n".into(),
+            ],
+        );
+        support::scenario_thinking_apart(
+            &make,
+            [whole, streamed],
+            "The capital of France.",
+            "Paris.",
+        )
+        .await;
+    }
+}
+
 /// A conversation past the model's context window, as each OpenAI-compatible server refuses
 /// it: OpenAI (`context_length_exceeded`, with and without the sizes in its words), vLLM (both
 /// of its wordings, its error at the top level or under `error`), llama.cpp server

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use crate::message::{ChatOptions, ChatRequest, ChatResponse, Message, ToolChoice};
 use crate::nudge;
 use crate::outcome::{AgentEvent, CallOutcome, CallRecord};
-use crate::provider::{ProviderError, collect_stream};
+use crate::provider::{ChatDelta, ProviderError, collect_stream_observed};
 use crate::thinking;
 
 use super::Run;
@@ -231,12 +231,13 @@ impl Run<'_> {
             if self.agent.config.stream {
                 let stream = provider.chat_stream(request, self.cancel).await?;
                 let mut filter = thinking::ThinkingFilter::default();
-                let mut response = collect_stream(stream, |t| {
-                    if strip {
+                let mut response = collect_stream_observed(stream, |delta| match delta {
+                    ChatDelta::Text(t) if strip => {
                         filter.feed(t).into_iter().for_each(|p| self.emit_piece(p));
-                    } else {
-                        self.emit_piece(thinking::Piece::Answer(t.to_string()));
                     }
+                    ChatDelta::Text(t) => self.emit_piece(thinking::Piece::Answer(t.clone())),
+                    ChatDelta::Thinking(t) => self.emit_piece(thinking::Piece::Thinking(t.clone())),
+                    _ => {}
                 })
                 .await?;
                 filter.finish().into_iter().for_each(|p| self.emit_piece(p));
@@ -246,6 +247,7 @@ impl Run<'_> {
                 Ok(response)
             } else {
                 let mut r = provider.chat(request, self.cancel).await?;
+                self.emit_piece(thinking::Piece::Thinking(r.thinking.clone()));
                 if strip && let Some(split) = thinking::split(&r.text) {
                     self.emit_piece(thinking::Piece::Thinking(split.thinking));
                     r.text = split.answer;

@@ -297,3 +297,43 @@ pub async fn scenario_context_too_long(
         }
     }
 }
+
+/// A reasoning model's thinking, handed on by the server apart from the text, comes back as
+/// [`kberg_agent::ChatResponse::thinking`] (streamed: as `ChatDelta::Thinking` pieces), never
+/// as text: `replies` are the same turn whole and streamed.
+pub async fn scenario_thinking_apart(
+    make: MakeProvider<'_>,
+    replies: [Reply; 2],
+    thinking: &str,
+    text: &str,
+) {
+    let server = ScriptedServer::start(replies.into()).await;
+    let p = make(server.url());
+    let cancel = CancellationToken::new();
+    let request = kberg_agent::ChatRequest {
+        messages: vec![Message::user("hi")],
+        ..kberg_agent::ChatRequest::default()
+    };
+    let whole = p.chat(&request, &cancel).await.unwrap();
+    assert_eq!(
+        (whole.thinking.as_str(), whole.text.as_str()),
+        (thinking, text)
+    );
+    let mut thought = String::new();
+    let mut said = String::new();
+    let streamed = kberg_agent::collect_stream_observed(
+        p.chat_stream(&request, &cancel).await.unwrap(),
+        |d| match d {
+            kberg_agent::ChatDelta::Thinking(t) => thought.push_str(t),
+            kberg_agent::ChatDelta::Text(t) => said.push_str(t),
+            _ => {}
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!((thought.as_str(), said.as_str()), (thinking, text));
+    assert_eq!(
+        (streamed.thinking.as_str(), streamed.text.as_str()),
+        (thinking, text)
+    );
+}
