@@ -230,29 +230,31 @@ impl Run<'_> {
         let fut = async {
             if self.agent.config.stream {
                 let stream = provider.chat_stream(request, self.cancel).await?;
+                // The filter only tells the events apart; the answer is split whole below.
                 let mut filter = thinking::ThinkingFilter::default();
+                let listened = self.events.is_some();
                 let mut response = collect_stream_observed(stream, |delta| match delta {
-                    ChatDelta::Text(t) if strip => {
-                        filter.feed(t).into_iter().for_each(|p| self.emit_piece(p));
+                    ChatDelta::Text(t) if strip && listened => {
+                        filter.feed(t).iter().for_each(|p| self.emit_piece(p));
                     }
-                    ChatDelta::Text(t) => self.emit_piece(thinking::Piece::Answer(t.clone())),
-                    ChatDelta::Thinking(t) => self.emit_piece(thinking::Piece::Thinking(t.clone())),
+                    ChatDelta::Text(t) if !strip => self.emit_text(t),
+                    ChatDelta::Thinking(t) => self.emit_thinking(t),
                     _ => {}
                 })
                 .await?;
-                filter.finish().into_iter().for_each(|p| self.emit_piece(p));
+                filter.finish().iter().for_each(|p| self.emit_piece(p));
                 if strip && let Some(split) = thinking::split(&response.text) {
                     response.text = split.answer;
                 }
                 Ok(response)
             } else {
                 let mut r = provider.chat(request, self.cancel).await?;
-                self.emit_piece(thinking::Piece::Thinking(r.thinking.clone()));
+                self.emit_thinking(&r.thinking);
                 if strip && let Some(split) = thinking::split(&r.text) {
-                    self.emit_piece(thinking::Piece::Thinking(split.thinking));
+                    self.emit_thinking(&split.thinking);
                     r.text = split.answer;
                 }
-                self.emit_piece(thinking::Piece::Answer(r.text.clone()));
+                self.emit_text(&r.text);
                 Ok(r)
             }
         };
@@ -263,16 +265,29 @@ impl Run<'_> {
         }
     }
 
-    /// Emits a piece of a turn's text as its event; nothing for an empty one.
-    fn emit_piece(&self, piece: thinking::Piece) {
+    /// Emits a piece of a turn's text as its event.
+    fn emit_piece(&self, piece: &thinking::Piece) {
         match piece {
-            thinking::Piece::Answer(text) if !text.is_empty() => {
-                self.emit(|| AgentEvent::TextDelta { text });
-            }
-            thinking::Piece::Thinking(text) if !text.is_empty() => {
-                self.emit(|| AgentEvent::ThinkingDelta { text });
-            }
-            _ => {}
+            thinking::Piece::Answer(text) => self.emit_text(text),
+            thinking::Piece::Thinking(text) => self.emit_thinking(text),
+        }
+    }
+
+    /// Emits text of the answer; nothing for an empty one, or without a listener.
+    fn emit_text(&self, text: &str) {
+        if !text.is_empty() {
+            self.emit(|| AgentEvent::TextDelta {
+                text: text.to_string(),
+            });
+        }
+    }
+
+    /// Emits text of the thinking; nothing for an empty one, or without a listener.
+    fn emit_thinking(&self, text: &str) {
+        if !text.is_empty() {
+            self.emit(|| AgentEvent::ThinkingDelta {
+                text: text.to_string(),
+            });
         }
     }
 }
