@@ -299,7 +299,9 @@ fn finish_of(s: Option<&str>, made_calls: bool) -> FinishReason {
         None if made_calls => FinishReason::ToolCalls,
         Some("end_turn") | Some("stop_sequence") | None => FinishReason::Stop,
         Some("tool_use") => FinishReason::ToolCalls,
-        Some("max_tokens") => FinishReason::Length,
+        // `model_context_window_exceeded`: the window filled while Claude wrote (Sonnet 4.5
+        // and later); the answer is cut off as at `max_tokens`.
+        Some("max_tokens" | "model_context_window_exceeded") => FinishReason::Length,
         Some(other) => FinishReason::Other(other.to_string()),
     }
 }
@@ -607,6 +609,32 @@ mod tests {
     use super::*;
     use crate::http::LineDecoder;
     use kberg_agent::ToolDefinition;
+
+    #[test]
+    fn each_stop_reason_is_its_finish() {
+        for (reason, calls, finish) in [
+            (Some("end_turn"), false, FinishReason::Stop),
+            (Some("stop_sequence"), false, FinishReason::Stop),
+            (Some("tool_use"), true, FinishReason::ToolCalls),
+            (Some("max_tokens"), false, FinishReason::Length),
+            // The window filled while Claude wrote (Sonnet 4.5 and later): cut off as at
+            // `max_tokens`, so a call written into it is not taken whole.
+            (
+                Some("model_context_window_exceeded"),
+                true,
+                FinishReason::Length,
+            ),
+            (
+                Some("refusal"),
+                false,
+                FinishReason::Other("refusal".into()),
+            ),
+            (None, true, FinishReason::ToolCalls),
+            (None, false, FinishReason::Stop),
+        ] {
+            assert_eq!(finish_of(reason, calls), finish, "{reason:?}");
+        }
+    }
 
     #[test]
     fn tool_results_merge_into_one_user_turn() {
