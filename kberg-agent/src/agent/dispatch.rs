@@ -111,14 +111,13 @@ impl Run<'_> {
                     self.interventions.unlisted_explained += 1;
                 }
                 tracing::debug!(tool = ?call.name, recovered, "a call to an unlisted tool was answered, not sent");
-                progressed |= self.note_failure(&call, code, &mut repeated);
-                self.record(
+                progressed |= self.answer_unsent(
                     turn,
                     call,
-                    CallOutcome::Failed(code),
-                    text,
-                    (recovered, true),
+                    (code, text),
+                    recovered,
                     coercions,
+                    &mut repeated,
                 );
                 continue;
             }
@@ -127,16 +126,14 @@ impl Run<'_> {
                 // be told its arguments are wrong when they are unfinished.
                 tracing::debug!(tool = ?call.name, "a call cut off at the token limit was not sent");
                 retryable = true;
-                let code = ErrorCode::InvalidArguments;
                 let text = nudge::call_cut_off(&call.name, self.config().options.max_tokens);
-                progressed |= self.note_failure(&call, code, &mut repeated);
-                self.record(
+                progressed |= self.answer_unsent(
                     turn,
                     call,
-                    CallOutcome::Failed(code),
-                    text,
-                    (recovered, true),
+                    (ErrorCode::InvalidArguments, text),
+                    recovered,
                     coercions,
+                    &mut repeated,
                 );
                 continue;
             }
@@ -147,16 +144,14 @@ impl Run<'_> {
                     self.interventions.handles_without_hash += 1;
                 }
                 retryable = true;
-                let code = ErrorCode::InvalidArguments;
                 let text = self.unknown_handle(&call, &unknown);
-                progressed |= self.note_failure(&call, code, &mut repeated);
-                self.record(
+                progressed |= self.answer_unsent(
                     turn,
                     call,
-                    CallOutcome::Failed(code),
-                    text,
-                    (recovered, true),
+                    (ErrorCode::InvalidArguments, text),
+                    recovered,
                     coercions,
+                    &mut repeated,
                 );
                 continue;
             }
@@ -237,15 +232,13 @@ impl Run<'_> {
                     self.interventions.ungrounded_writes += 1;
                 }
                 retryable = true;
-                let code = ErrorCode::InvalidArguments;
-                progressed |= self.note_failure(&call, code, &mut repeated);
-                self.record(
+                progressed |= self.answer_unsent(
                     turn,
                     call,
-                    CallOutcome::Failed(code),
-                    text,
-                    (recovered, true),
+                    (ErrorCode::InvalidArguments, text),
+                    recovered,
                     coercions,
+                    &mut repeated,
                 );
                 continue;
             }
@@ -382,6 +375,29 @@ impl Run<'_> {
     /// Counts a failure of `call`. When it reached the identical-failure bound, `repeated`
     /// names it (the first such call of the turn wins) and false is returned; otherwise true:
     /// the turn still made progress.
+    /// Answers a call that is not sent with `code` and `text`, counted as a failure of that
+    /// call (see [`Self::note_failure`]); whether the turn made progress.
+    fn answer_unsent(
+        &mut self,
+        turn: u32,
+        call: ToolCall,
+        (code, text): (ErrorCode, String),
+        recovered: bool,
+        coercions: Vec<Coercion>,
+        repeated: &mut Option<StopReason>,
+    ) -> bool {
+        let progressed = self.note_failure(&call, code, repeated);
+        self.record(
+            turn,
+            call,
+            CallOutcome::Failed(code),
+            text,
+            (recovered, true),
+            coercions,
+        );
+        progressed
+    }
+
     fn note_failure(
         &mut self,
         call: &ToolCall,
