@@ -144,26 +144,42 @@ fn quote_json(r: &Recorded) -> String {
     serde_json::json!({"error": {"message": quote(r), "type": "invalid_request_error"}}).to_string()
 }
 
-/// 401, 403, 404 and 500 answers quoting the request (as JSON to a non-streamed turn, as text
-/// to a streamed one) give errors that say `[redacted]` where the credentials were, and the
-/// log at DEBUG holds none. `make` builds the provider with [`KEY`] when it takes a key, and no
-/// retries.
+/// A refusal of a conversation past the context window that quotes the request.
+fn quote_window(r: &Recorded) -> String {
+    format!(
+        "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens; {}",
+        quote(r)
+    )
+}
+
+fn quote_window_json(r: &Recorded) -> String {
+    serde_json::json!({"error": {"message": quote_window(r), "type": "invalid_request_error",
+        "code": "context_length_exceeded"}})
+    .to_string()
+}
+
+/// 401, 403, 404, 500 and context-window 400 answers quoting the request (as JSON to a
+/// non-streamed turn, as text to a streamed one) give errors that say `[redacted]` where the
+/// credentials were, and the log at DEBUG holds none. `make` builds the provider with [`KEY`]
+/// when it takes a key, and no retries.
 pub async fn scenario_quoted_credentials(make: MakeProvider<'_>, base_path: &str) {
-    let statuses = [
-        (401, "unauthorized"),
-        (403, "unauthorized"),
-        (404, "rejected"),
-        (500, "server_error"),
+    type Quote = fn(&Recorded) -> String;
+    let statuses: [(u16, &str, Quote, Quote); 5] = [
+        (401, "unauthorized", quote_json, quote),
+        (403, "unauthorized", quote_json, quote),
+        (404, "rejected", quote_json, quote),
+        (500, "server_error", quote_json, quote),
+        (400, "context_too_long", quote_window_json, quote_window),
     ];
     let mut replies = Vec::new();
-    for (status, _) in statuses {
-        replies.push(Reply::echo(status, "application/json", quote_json));
-        replies.push(Reply::echo(status, "text/plain", quote));
+    for (status, _, json, text) in statuses {
+        replies.push(Reply::echo(status, "application/json", json));
+        replies.push(Reply::echo(status, "text/plain", text));
     }
     let server = ScriptedServer::start(replies).await;
     let p = make(with_credentials(&server.url(), base_path));
     let (logs, _logging) = this_threads_log();
-    for (status, code) in statuses {
+    for (status, code, ..) in statuses {
         for stream in [false, true] {
             let e = failed_turn(p.as_ref(), stream).await;
             assert_eq!(e.code(), code, "{status}: {e}");
@@ -173,7 +189,7 @@ pub async fn scenario_quoted_credentials(make: MakeProvider<'_>, base_path: &str
     }
     // The quotes held the credentials: the request carried them.
     let sent = server.requests();
-    assert_eq!(sent.len(), 8);
+    assert_eq!(sent.len(), 10);
     let first = quote(&sent[0]);
     assert!(
         first.contains(QUERY) && first.contains(USER) && first.contains(PASS),

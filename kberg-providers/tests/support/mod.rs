@@ -263,23 +263,11 @@ pub async fn scenario_context_too_long(
     refusals: &[WindowRefusal],
     hint: &str,
 ) {
-    let cancel = CancellationToken::new();
-    let request = kberg_agent::ChatRequest {
-        messages: vec![Message::user("hi")],
-        ..kberg_agent::ChatRequest::default()
-    };
     for refusal in refusals {
         for stream in [false, true] {
             let server = ScriptedServer::start(vec![Reply::json(400, &refusal.body)]).await;
             let p = make(server.url());
-            let e = if stream {
-                match p.chat_stream(&request, &cancel).await {
-                    Ok(s) => kberg_agent::collect_stream(s, |_| {}).await.unwrap_err(),
-                    Err(e) => e,
-                }
-            } else {
-                p.chat(&request, &cancel).await.unwrap_err()
-            };
+            let e = credentials::failed_turn(p.as_ref(), stream).await;
             let kberg_agent::ProviderError::ContextTooLong {
                 requested, limit, ..
             } = &e
@@ -310,10 +298,7 @@ pub async fn scenario_thinking_apart(
     let server = ScriptedServer::start(replies.into()).await;
     let p = make(server.url());
     let cancel = CancellationToken::new();
-    let request = kberg_agent::ChatRequest {
-        messages: vec![Message::user("hi")],
-        ..kberg_agent::ChatRequest::default()
-    };
+    let request = credentials::request();
     let whole = p.chat(&request, &cancel).await.unwrap();
     assert_eq!(
         (whole.thinking.as_str(), whole.text.as_str()),
