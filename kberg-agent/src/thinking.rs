@@ -251,6 +251,32 @@ mod tests {
         (thinking, answer)
     }
 
+    proptest::proptest! {
+        /// Any text, cut anywhere (multi-byte characters and tag fragments included): neither
+        /// side panics, and the stream's pieces are the same however the text is cut.
+        #[test]
+        fn the_pieces_do_not_depend_on_the_cuts(
+            text in "(<think>|</think>|<thinking>|</thinking>|<thi|</|<|>|é|x| |\n){0,24}",
+            cuts in proptest::collection::vec(0usize..64, 0..6),
+        ) {
+            let _ = split(&text);
+            let mut at: Vec<usize> = cuts
+                .into_iter()
+                .map(|c| c % (text.len() + 1))
+                .filter(|&c| text.is_char_boundary(c))
+                .collect();
+            at.sort_unstable();
+            let mut pieces = Vec::new();
+            let mut from = 0;
+            for c in at {
+                pieces.push(&text[from..c]);
+                from = c;
+            }
+            pieces.push(&text[from..]);
+            proptest::prop_assert_eq!(streamed(&pieces), streamed(&[text.as_str()]));
+        }
+    }
+
     #[test]
     fn a_stream_is_split_whatever_its_pieces() {
         let text = "<think>weigh a and b</think>\n\nThe answer is a.";
