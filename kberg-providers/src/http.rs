@@ -259,12 +259,18 @@ pub(crate) fn client() -> reqwest::Client {
 /// characters escaped and cut to its start. Replaced before it is cut, so no credential is
 /// left half shown at the cut.
 pub(crate) fn error_message(body: &[u8], credentials: &UrlCredentials) -> String {
-    shortened(credentials.scrub(&error_text(body)).trim())
+    let parsed = serde_json::from_slice::<Value>(body).ok();
+    quoted_message(&error_text(parsed.as_ref(), body), credentials)
 }
 
-/// The whole message in an error body.
-fn error_text(body: &[u8]) -> String {
-    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+/// A message of an error body as [`error_message`] quotes it.
+fn quoted_message(text: &str, credentials: &UrlCredentials) -> String {
+    shortened(credentials.scrub(text).trim())
+}
+
+/// The whole message in an error body (`parsed`, when it is JSON).
+fn error_text(parsed: Option<&Value>, body: &[u8]) -> String {
+    if let Some(v) = parsed {
         let found = v
             .pointer("/error/message")
             .or_else(|| v.get("error").filter(|e| e.is_string()))
@@ -432,7 +438,9 @@ pub(crate) async fn post(
         let body = cancellable(cancel, tokio::time::timeout(opts.timeout, error_body(resp)))
             .await?
             .unwrap_or_default();
-        let detail = error_message(&body, credentials);
+        let parsed = serde_json::from_slice::<Value>(&body).ok();
+        let text = error_text(parsed.as_ref(), &body);
+        let detail = quoted_message(&text, credentials);
         let code = status.as_u16();
         // `?`: the words keep the server's line breaks, which written as they are would start
         // a log line of the server's choosing.
@@ -475,10 +483,7 @@ pub(crate) async fn post(
                 attempts: attempt,
                 detail,
             },
-            c => match window::overflow(
-                serde_json::from_slice(&body).ok().as_ref(),
-                &error_text(&body),
-            ) {
+            c => match window::overflow(parsed.as_ref(), &text) {
                 Some(overflow) => overflow.error(&detail, ep.window_hint),
                 None => ProviderError::Rejected { status: c, detail },
             },
