@@ -169,6 +169,9 @@ struct Run<'a> {
     /// How many of the conversation's tool results, oldest first, the model is sent as a note
     /// that they were removed ([`AgentConfig::elide_results_on_overflow`]).
     elided_results: usize,
+    /// How many of an answer-only turn's short form's results, oldest first, are shown as
+    /// removed ([`AgentConfig::elide_results_on_overflow`]).
+    focused_elided: usize,
     repair_turns: u32,
     turns: u32,
     /// Why the last model turn ended.
@@ -264,6 +267,7 @@ impl Agent {
             handles: id_handles::IdHandles::default(),
             grounds: std::sync::Mutex::default(),
             elided_results: 0,
+            focused_elided: 0,
             repair_turns: 0,
             turns: 0,
             last_finish: FinishReason::Stop,

@@ -204,7 +204,10 @@ pub struct AgentConfig {
     /// text), and a turn that still does not fit ends the run with the provider's error.
     /// What was removed stays removed for the rest of the run (the conversation only grows),
     /// and is counted in [`crate::Interventions::results_elided`]; the stored conversation
-    /// keeps every result. A local model's window (Ollama's `num_ctx`, a llama.cpp server's
+    /// keeps every result. An answer-only turn sent in its short form
+    /// ([`AgentConfig::focused_answer_turns`]) is answered the same way: half of its results
+    /// still shown, oldest first, are shown as removed (their calls still named), never those
+    /// of the last assistant turn; the caller's own messages are sent as they are in that form. A local model's window (Ollama's `num_ctx`, a llama.cpp server's
     /// `--ctx-size`) is often a few thousand tokens, which a few file reads fill.
     pub elide_results_on_overflow: bool,
     /// Take a reasoning model's thinking out of its text (default true): every `<think>` ...

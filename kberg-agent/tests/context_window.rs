@@ -296,3 +296,123 @@ async fn a_last_turn_too_long_alone_ends_the_run_after_removing_what_it_could() 
     assert_eq!(out.interventions.results_elided, 0);
     assert_eq!(out.turns, 2);
 }
+
+/// The user messages of `request`, in order.
+fn user_texts(request: &ChatRequest) -> Vec<&str> {
+    request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::User { content } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_focused_answer_turn_too_long_shows_the_oldest_results_as_removed() {
+    // The fourth turn is the run's last, an answer-only turn sent in its short form: the
+    // request, then one message with the three results. Two results fit, three do not.
+    let model = Windowed::new(5_000, three_reads());
+    let out = agent(&model, AgentConfig::default().max_turns(4))
+        .run(
+            vec![Message::user("What do a.rs, b.rs and c.rs define?")],
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(matches!(out.stop, StopReason::Answered), "{:?}", out.stop);
+    assert_eq!(out.answer(), Some("The three files define the parser."));
+    assert_eq!(out.interventions.answer_turns_focused, 1);
+    assert_eq!(out.interventions.results_elided, 1);
+
+    let sent = model.sent();
+    let fits: Vec<bool> = sent.iter().map(|(_, fit)| *fit).collect();
+    assert_eq!(fits, [true, true, true, false, true]);
+    // Both short forms hold no tools and no results of their own, only the two user messages.
+    for (request, _) in &sent[3..] {
+        assert!(request.tools.is_empty());
+        assert!(results(request).is_empty());
+        assert_eq!(user_texts(request).len(), 2);
+    }
+    let refused = user_texts(&sent[3].0)[1];
+    let again = user_texts(&sent[4].0)[1];
+    for path in ["a.rs", "b.rs", "c.rs"] {
+        assert!(refused.contains(&format!("contents of {path}: ")), "{path}");
+    }
+    // The oldest result is shown as removed (its call still named), the others whole.
+    assert!(!again.contains("contents of a.rs: "), "{again}");
+    assert!(again.contains("read_file(path: a.rs)"), "{again}");
+    assert!(again.contains(REMOVED), "{again}");
+    for path in ["b.rs", "c.rs"] {
+        assert!(again.contains(&format!("contents of {path}: ")), "{path}");
+    }
+    assert_eq!(out.turns, 4, "the turn sent again is one turn");
+}
+
+#[tokio::test]
+async fn a_focused_answer_turn_keeps_the_last_turns_result_and_then_stops() {
+    // The window holds the third turn with the oldest result removed, but less than the short
+    // form with the last turn's result alone: it is sent with every earlier result removed,
+    // refused again, and the run ends with the error.
+    let model = Windowed::new(2_170, three_reads());
+    let out = agent(&model, AgentConfig::default().max_turns(4))
+        .run(vec![Message::user("Read them.")], &CancellationToken::new())
+        .await;
+    let StopReason::Provider(e) = &out.stop else {
+        panic!("{:?}", out.stop);
+    };
+    assert_eq!(e.code(), "context_too_long");
+    let sent = model.sent();
+    let fits: Vec<bool> = sent.iter().map(|(_, fit)| *fit).collect();
+    assert_eq!(fits, [true, true, false, true, false, false, false]);
+    let forms: Vec<usize> = sent[4..]
+        .iter()
+        .map(|(r, _)| {
+            let text = user_texts(r)[1];
+            ["a.rs", "b.rs", "c.rs"]
+                .iter()
+                .filter(|p| text.contains(&format!("contents of {p}: ")))
+                .count()
+        })
+        .collect();
+    assert_eq!(forms, [3, 2, 1], "half of the earlier results each time");
+    let last = user_texts(&sent[6].0)[1];
+    assert!(last.contains("contents of c.rs: "), "{last}");
+    // One removed from the third turn, two from the short form.
+    assert_eq!(out.interventions.results_elided, 3);
+    assert_eq!(out.turns, 4);
+}
+
+#[tokio::test]
+async fn a_result_the_last_turn_got_again_stays_in_the_focused_answer_turn() {
+    // a.rs is read first and again in the last turn (the same text, shown once); b.rs between.
+    // The short form with both does not fit: b.rs is removed, not a.rs, which the model works
+    // from now.
+    let script = ScriptedProvider::new([
+        read("c1", "a.rs"),
+        read("c2", "b.rs"),
+        read("c3", "a.rs"),
+        ScriptedProvider::text("a.rs defines the parser."),
+    ]);
+    let model = Windowed::new(4_200, script);
+    let out = agent(
+        &model,
+        AgentConfig::default()
+            .max_turns(4)
+            .guard_repeated_reads(false),
+    )
+    .run(
+        vec![Message::user("What does a.rs define?")],
+        &CancellationToken::new(),
+    )
+    .await;
+    assert!(matches!(out.stop, StopReason::Answered), "{:?}", out.stop);
+    let sent = model.sent();
+    let (again, fit) = sent.last().unwrap();
+    assert!(fit);
+    let text = user_texts(again)[1];
+    assert!(text.contains("contents of a.rs: "), "{text}");
+    assert!(!text.contains("contents of b.rs: "), "{text}");
+    assert!(text.contains(REMOVED), "{text}");
+    assert_eq!(out.interventions.answer_turns_focused, 1);
+}

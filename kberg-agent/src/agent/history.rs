@@ -4,7 +4,7 @@
 //! failed calls, because small models copy what they see. Sending (streamed or not, cancellable)
 //! and the per-turn tool choice live here too.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use crate::message::{ChatOptions, ChatRequest, ChatResponse, Message, ToolChoice};
 use crate::nudge;
@@ -26,7 +26,7 @@ impl Run<'_> {
         if self.config().forget_old_failures && has_old_failures(&self.request.messages) {
             self.interventions.failures_forgotten += 1;
         }
-        let focused = (choice == Some(ToolChoice::None) && self.config().focused_answer_turns)
+        let mut focused = (choice == Some(ToolChoice::None) && self.config().focused_answer_turns)
             .then(|| self.focused_request())
             .flatten();
         if focused.is_some() {
@@ -57,8 +57,13 @@ impl Run<'_> {
                 (None, None) => self.send_turn().await,
             };
             match r {
-                Err(ProviderError::ContextTooLong { .. })
-                    if focused.is_none() && self.elide_more() => {}
+                Err(ProviderError::ContextTooLong { .. }) if focused.is_some() => {
+                    if !self.elide_more_focused() {
+                        break r;
+                    }
+                    focused = self.focused_request();
+                }
+                Err(ProviderError::ContextTooLong { .. }) if self.elide_more() => {}
                 r => break r,
             }
         };
@@ -94,6 +99,37 @@ impl Run<'_> {
             removed = more,
             removed_in_all = self.elided_results,
             "the turn does not fit the model's context window; sending it again without the oldest tool results"
+        );
+        true
+    }
+
+    /// [`Run::elide_more`] for an answer-only turn's short form
+    /// ([`crate::AgentConfig::focused_answer_turns`]): shows half of its results still shown
+    /// (at least one, oldest first) as removed, never those of the last assistant turn, and
+    /// says whether there was one to remove.
+    fn elide_more_focused(&mut self) -> bool {
+        if !self.config().elide_results_on_overflow {
+            return false;
+        }
+        let elidable = self
+            .focused_entries()
+            .iter()
+            .filter(|e| e.before_last_turn)
+            .count();
+        let shown = elidable.saturating_sub(self.focused_elided);
+        if shown == 0 {
+            return false;
+        }
+        let more = shown.div_ceil(2);
+        self.focused_elided += more;
+        self.interventions.results_elided = self
+            .interventions
+            .results_elided
+            .saturating_add(u32::try_from(more).unwrap_or(u32::MAX));
+        tracing::info!(
+            removed = more,
+            removed_in_all = self.focused_elided,
+            "the answer turn does not fit the model's context window; sending it again without the oldest tool results"
         );
         true
     }
@@ -143,11 +179,9 @@ impl Run<'_> {
         std::borrow::Cow::Owned(request)
     }
 
-    /// An answer-only turn in its short form ([`crate::AgentConfig::focused_answer_turns`]): the
-    /// caller's messages, then one message with the result of each call the run sent (each
-    /// distinct result once, in order) and the request to answer from them; no tools. `None`
-    /// when no call of the run has a result to show.
-    fn focused_request(&self) -> Option<ChatRequest> {
+    /// The results an answer-only turn's short form shows: of each call the run sent, each
+    /// distinct result once, in order, with whether it came before the last assistant turn.
+    fn focused_entries(&self) -> Vec<FocusedEntry<'_>> {
         let sent: HashMap<&str, &CallRecord> = self
             .calls
             .iter()
@@ -156,9 +190,17 @@ impl Run<'_> {
             })
             .map(|c| (c.id.as_str(), c))
             .collect();
-        let mut seen = HashSet::new();
-        let mut results = Vec::new();
-        for m in &self.request.messages[self.user_messages.min(self.request.messages.len())..] {
+        let messages = &self.request.messages;
+        let last_turn = messages
+            .iter()
+            .rposition(|m| matches!(m, Message::Assistant { .. }))
+            .unwrap_or(0);
+        // Each distinct result once, where it first came; one the last turn got again is that
+        // turn's, and stays shown.
+        let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut entries: Vec<FocusedEntry<'_>> = Vec::new();
+        let first = self.user_messages.min(messages.len());
+        for (i, m) in messages.iter().enumerate().skip(first) {
             let Message::Tool {
                 call_id, content, ..
             } = m
@@ -168,18 +210,54 @@ impl Run<'_> {
             let Some(call) = sent.get(call_id.as_str()) else {
                 continue;
             };
-            if seen.insert((call.name.as_str(), content.as_str())) {
-                results.push(nudge::focused_result(
-                    &call.name,
-                    &call.arguments,
-                    call.outcome == CallOutcome::Ok,
-                    content,
-                ));
+            match seen.entry((call.name.as_str(), content.as_str())) {
+                std::collections::hash_map::Entry::Occupied(e) => {
+                    if i > last_turn {
+                        entries[*e.get()].before_last_turn = false;
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(entries.len());
+                    entries.push(FocusedEntry {
+                        call,
+                        content,
+                        before_last_turn: i < last_turn,
+                    });
+                }
             }
         }
-        if results.is_empty() {
+        entries
+    }
+
+    /// An answer-only turn in its short form ([`crate::AgentConfig::focused_answer_turns`]): the
+    /// caller's messages, then one message with the result of each call the run sent (each
+    /// distinct result once, in order; the oldest shown as removed after a context-window
+    /// refusal, [`Run::elide_more_focused`]) and the request to answer from them; no tools.
+    /// `None` when no call of the run has a result to show.
+    fn focused_request(&self) -> Option<ChatRequest> {
+        let entries = self.focused_entries();
+        if entries.is_empty() {
             return None;
         }
+        let removed = nudge::result_elided();
+        let mut elide = self.focused_elided;
+        let results: Vec<String> = entries
+            .iter()
+            .map(|e| {
+                let content = if e.before_last_turn && elide > 0 {
+                    elide -= 1;
+                    removed.as_str()
+                } else {
+                    e.content
+                };
+                nudge::focused_result(
+                    &e.call.name,
+                    &e.call.arguments,
+                    e.call.outcome == CallOutcome::Ok,
+                    content,
+                )
+            })
+            .collect();
         let mut messages = self.request.messages[..self.user_messages].to_vec();
         // Some wires (Anthropic's) refuse a conversation holding tool calls or results without
         // the tools listed: a caller's history with either keeps the listing.
@@ -338,6 +416,14 @@ fn forget_old_failures(messages: &mut Vec<Message>) {
         i += 1;
         keep
     });
+}
+
+/// One result an answer-only turn's short form shows ([`Run::focused_entries`]).
+struct FocusedEntry<'a> {
+    call: &'a CallRecord,
+    content: &'a str,
+    /// It came before the last assistant turn, so it may be shown as removed.
+    before_last_turn: bool,
 }
 
 /// How many tool results come before the last assistant message of `messages`: those
