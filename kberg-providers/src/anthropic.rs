@@ -26,7 +26,11 @@ use tokio_util::sync::CancellationToken;
 use crate::endpoint::{self, Target};
 use crate::http::{self, Endpoint, HttpOptions};
 use crate::sse::{SseDecoder, SseReply};
+use crate::window;
 use kberg_core::REDACTED;
+
+/// What to do about a conversation longer than the model's context window.
+const WINDOW_HINT: &str = "shorten the conversation, or ask for fewer `max_tokens`";
 
 /// The `anthropic-version` header this provider speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -288,7 +292,7 @@ fn endpoint_of(config: &AnthropicConfig) -> Endpoint {
             config.model
         ),
         key_hint: "Check the API key your program passes (for example from ANTHROPIC_API_KEY).",
-        window_hint: "shorten the conversation, or ask for fewer `max_tokens`",
+        window_hint: WINDOW_HINT,
     }
 }
 
@@ -316,6 +320,9 @@ fn error_of(v: &Value) -> ProviderError {
         .and_then(Value::as_str)
         .or_else(|| v.get("error").and_then(Value::as_str))
         .unwrap_or("");
+    if let Some(e) = window::in_band(v, msg, WINDOW_HINT) {
+        return e;
+    }
     ProviderError::ServerError {
         status: if kind == "overloaded_error" { 529 } else { 200 },
         attempts: 1,

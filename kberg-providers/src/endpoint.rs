@@ -112,6 +112,15 @@ pub(crate) fn scrub_error(credentials: &UrlCredentials, e: ProviderError) -> Pro
         },
         ProviderError::Malformed { detail } => ProviderError::Malformed { detail: s(detail) },
         ProviderError::Truncated { detail } => ProviderError::Truncated { detail: s(detail) },
+        ProviderError::ContextTooLong {
+            requested,
+            limit,
+            detail,
+        } => ProviderError::ContextTooLong {
+            requested,
+            limit,
+            detail: s(detail),
+        },
         // The other variants hold no text from outside.
         other => other,
     }

@@ -23,6 +23,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::endpoint::{self, Target};
 use crate::http::{self, Endpoint, HttpOptions, LineDecoder};
+use crate::window;
+
+/// What to do about a conversation longer than the model's context window.
+const WINDOW_HINT: &str =
+    "shorten the conversation, or give the model a larger window with the model option `num_ctx`";
 
 /// Where and how to reach Ollama. Its `Debug` shows the server's URL without its user part
 /// and query (where a proxy in front of Ollama may take a credential).
@@ -246,7 +251,7 @@ fn endpoint_of(config: &OllamaConfig) -> Endpoint {
             config.model
         ),
         key_hint: "Ollama itself needs no key; check the proxy in front of it",
-        window_hint: "shorten the conversation, or give the model a larger window with the model option `num_ctx`",
+        window_hint: WINDOW_HINT,
     }
 }
 
@@ -352,6 +357,9 @@ fn calls_of(message: &Value) -> Result<Vec<ToolCall>, ProviderError> {
 fn in_band_error(v: &Value, model: &str) -> Option<ProviderError> {
     let e = v.get("error")?;
     let msg = e.as_str().map_or_else(|| e.to_string(), str::to_string);
+    if let Some(e) = window::in_band(v, &msg, WINDOW_HINT) {
+        return Some(e);
+    }
     if msg.contains("not found") && msg.contains("model") {
         return Some(ProviderError::ModelNotFound {
             model: model.to_string(),

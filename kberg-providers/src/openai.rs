@@ -25,7 +25,12 @@ use tokio_util::sync::CancellationToken;
 use crate::endpoint::{self, Target};
 use crate::http::{self, Endpoint, HttpOptions};
 use crate::sse::{SseDecoder, SseReply};
+use crate::window;
 use kberg_core::REDACTED;
+
+/// What to do about a conversation longer than the model's context window, for the servers
+/// this provider speaks to.
+const WINDOW_HINT: &str = "shorten the conversation, or give the model a larger window (llama.cpp server's `--ctx-size`, vLLM's `--max-model-len`, LM Studio's context length)";
 
 /// Where and how to reach an OpenAI-compatible server. Its `Debug` shows the base URL without
 /// its user part and query, and whether there is a key, never the key.
@@ -287,7 +292,7 @@ fn endpoint_of(config: &OpenAiConfig) -> Endpoint {
             config.model
         ),
         key_hint: "Check the API key your program passes (for example from OPENAI_API_KEY).",
-        window_hint: "shorten the conversation, or give the model a larger window (llama.cpp server's `--ctx-size`, vLLM's `--max-model-len`, LM Studio's context length)",
+        window_hint: WINDOW_HINT,
     }
 }
 
@@ -342,13 +347,17 @@ fn usage_of(v: &Value) -> Usage {
 
 /// The error a reply or a stream event carries in its `error` field (`{"message", ...}` or a
 /// string), as the server's own words: a gateway that answers 200 (or mid-stream) with an
-/// error says what went wrong there, not that the reply lacks its fields.
+/// error says what went wrong there, not that the reply lacks its fields. A refusal of a
+/// conversation longer than the context window is `ContextTooLong`, as under a 4xx.
 fn in_band_error(err: &Value) -> ProviderError {
     let msg = err
         .get("message")
         .and_then(Value::as_str)
         .or_else(|| err.as_str())
         .map_or_else(|| err.to_string(), str::to_string);
+    if let Some(e) = window::in_band(err, &msg, WINDOW_HINT) {
+        return e;
+    }
     ProviderError::ServerError {
         status: 200,
         attempts: 1,

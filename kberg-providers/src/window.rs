@@ -9,6 +9,8 @@
 //! Anthropic ("prompt is too long: 215000 tokens > 200000 maximum"), LM Studio and Ollama
 //! ("the input length exceeds the context length", or llama.cpp's error quoted as its own text).
 //! The sizes are read where the server gives them; a refusal without them is still recognised.
+//! It is recognised under a 4xx and also in an error object written into a 200 (a gateway or
+//! proxy that answers every turn 200, or an error event of a stream already under way).
 
 use kberg_agent::ProviderError;
 use serde_json::Value;
@@ -97,6 +99,15 @@ pub(crate) fn overflow(reply: Option<&Value>, text: &str) -> Option<Overflow> {
                 .find_map(|w| number_after(&lower, w))
         }),
     })
+}
+
+/// The error for an error object written into a 200 (a gateway or proxy that answers every
+/// turn 200, or an error event of a stream already under way), when it refuses the
+/// conversation as longer than the context window: `error` is the object as the reply holds
+/// it, `message` its words (scrubbed of credentials and cut with the rest of the error, by
+/// `endpoint::scrub_error`), `hint` what to do, for this server.
+pub(crate) fn in_band(error: &Value, message: &str, hint: &str) -> Option<ProviderError> {
+    overflow(Some(error), message).map(|o| o.error(message.trim(), hint))
 }
 
 /// The number written right after the first `words` in `text`.

@@ -389,6 +389,35 @@ fn an_empty_tool_result_is_sent_with_words() {
     }
 }
 
+/// The same refusal under a 200 (a gateway's reply, or an `error` event of a stream already
+/// under way), quoting the request's credentials.
+#[tokio::test]
+async fn a_context_window_refusal_under_a_200_is_context_too_long() {
+    let quote = credentials::in_band_quote(true);
+    let refusals = [WindowRefusal {
+        body: api_error(
+            "invalid_request_error",
+            &format!("prompt is too long: 215000 tokens > 200000 maximum ({quote})"),
+        ),
+        requested: Some(215_000),
+        limit: Some(200_000),
+    }];
+    let streamed = |body: &Value| {
+        Reply::stream(
+            "text/event-stream",
+            vec![format!("event: error\ndata: {body}\n\n")],
+        )
+    };
+    support::scenario_context_too_long_in_band(
+        &make_keyed,
+        "",
+        &refusals,
+        &streamed,
+        "fewer `max_tokens`",
+    )
+    .await;
+}
+
 /// A conversation past the model's context window, as the Messages API refuses it: the prompt
 /// alone, and the prompt with `max_tokens`.
 #[tokio::test]

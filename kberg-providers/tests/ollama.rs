@@ -304,6 +304,21 @@ async fn a_thinking_models_thinking_comes_apart_from_its_text() {
         .await;
 }
 
+/// The same refusal under a 200 (a proxy's reply, or an error line of a stream already under
+/// way), quoting the request's credentials.
+#[tokio::test]
+async fn a_context_window_refusal_under_a_200_is_context_too_long() {
+    let quote = credentials::in_band_quote(false);
+    let refusals = [WindowRefusal {
+        body: json!({ "error": format!("the input length exceeds the context length ({quote})") }),
+        requested: None,
+        limit: None,
+    }];
+    let streamed = |body: &Value| Reply::stream("application/x-ndjson", vec![format!("{body}\n")]);
+    support::scenario_context_too_long_in_band(&make_keyed, "", &refusals, &streamed, "`num_ctx`")
+        .await;
+}
+
 /// Ollama's refusal of a conversation past the window, in each form it answers: its runners'
 /// words, and llama-server's error quoted as its own text (with the sizes inside).
 #[tokio::test]

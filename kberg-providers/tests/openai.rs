@@ -1459,6 +1459,40 @@ async fn a_conversation_past_the_window_is_context_too_long() {
     support::scenario_context_too_long(&make, &refusals, "`--ctx-size`").await;
 }
 
+/// The same refusals under a 200, as a gateway in front of the server writes them (the
+/// reply's `error`, or an error event of the stream), each quoting the request's credentials.
+#[tokio::test]
+async fn a_context_window_refusal_under_a_200_is_context_too_long() {
+    let quote = credentials::in_band_quote(true);
+    let refusals = [
+        WindowRefusal {
+            body: json!({"error": {"message": format!(
+                "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens. ({quote})"),
+                "type": "invalid_request_error", "param": "messages",
+                "code": "context_length_exceeded"}}),
+            requested: Some(9000),
+            limit: Some(8192),
+        },
+        WindowRefusal {
+            body: json!({"error": {"code": 400,
+                "message": format!("the request exceeds the available context size, try increasing it ({quote})"),
+                "type": "exceed_context_size_error", "n_prompt_tokens": 5120, "n_ctx": 4096}}),
+            requested: Some(5120),
+            limit: Some(4096),
+        },
+    ];
+    let streamed =
+        |body: &Value| Reply::stream("text/event-stream", vec![format!("data: {body}\n\n")]);
+    support::scenario_context_too_long_in_band(
+        &make_keyed,
+        "/v1",
+        &refusals,
+        &streamed,
+        "`--ctx-size`",
+    )
+    .await;
+}
+
 /// OpenAI's reasoning models refuse `max_tokens` (400, `unsupported_parameter`) and read
 /// `max_completion_tokens`: the provider sends the turn again with that field, streamed or
 /// not, and every later turn with it; a request without the option, another 400, or the field

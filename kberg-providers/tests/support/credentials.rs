@@ -73,7 +73,8 @@ pub fn assert_no_canary(what: &str, text: &str) {
     }
 }
 
-fn assert_hidden(e: &ProviderError) {
+/// The error and its `Debug` show no credential.
+pub fn assert_hidden(e: &ProviderError) {
     assert_no_canary("the error", &e.to_string());
     assert_no_canary("the error's Debug", &format!("{e:?}"));
 }

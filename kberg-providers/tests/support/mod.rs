@@ -286,6 +286,47 @@ pub async fn scenario_context_too_long(
     }
 }
 
+/// The same refusals written into a 200 (a gateway or proxy in front of the server that
+/// answers every turn 200, or an error event of a stream already under way: `streamed` writes
+/// a body as the provider's stream carries an error), each message quoting the request's
+/// credentials: each is `context_too_long` with its sizes and `hint`, says `[redacted]` where
+/// the credentials were, and is not sent again. `base_path` is the provider's base URL path.
+pub async fn scenario_context_too_long_in_band(
+    make: MakeProvider<'_>,
+    base_path: &str,
+    refusals: &[WindowRefusal],
+    streamed: &dyn Fn(&Value) -> Reply,
+    hint: &str,
+) {
+    for refusal in refusals {
+        for stream in [false, true] {
+            let reply = if stream {
+                streamed(&refusal.body)
+            } else {
+                Reply::json(200, &refusal.body)
+            };
+            let server = ScriptedServer::start(vec![reply]).await;
+            let p = make(credentials::with_credentials(&server.url(), base_path));
+            let e = credentials::failed_turn(p.as_ref(), stream).await;
+            let kberg_agent::ProviderError::ContextTooLong {
+                requested, limit, ..
+            } = &e
+            else {
+                panic!("{} (stream: {stream}): {e:?}", refusal.body);
+            };
+            assert_eq!(
+                (*requested, *limit),
+                (refusal.requested, refusal.limit),
+                "{e}"
+            );
+            assert!(e.to_string().contains(hint), "{e}");
+            assert!(e.to_string().contains("[redacted]"), "{e}");
+            credentials::assert_hidden(&e);
+            assert_eq!(server.requests().len(), 1, "sent again: {e}");
+        }
+    }
+}
+
 /// A reasoning model's thinking, handed on by the server apart from the text, comes back as
 /// [`kberg_agent::ChatResponse::thinking`] (streamed: as `ChatDelta::Thinking` pieces), never
 /// as text: `replies` are the same turn whole and streamed.
