@@ -431,23 +431,59 @@ impl McpSurface {
     }
 }
 
-/// Content blocks as text; non-text blocks are named by type so the model knows they came.
+/// Content blocks as the model reads them ([`crate::surface::blocks_text`]), as a result from
+/// a [`crate::LocalSurface`] reads: an embedded resource's text (or bytes of a text type,
+/// decoded from base64) with its URI, a link with its name, URI and description.
 fn blocks_text(content: &[ContentBlock]) -> String {
-    let mut s = String::new();
-    for block in content {
-        if !s.is_empty() {
-            s.push('\n');
+    use crate::surface::{Block, is_text_mime};
+    use base64::Engine as _;
+    use rmcp::model::ResourceContents;
+    crate::surface::blocks_text(content.iter().map(|block| {
+        match block {
+            ContentBlock::Text(t) => Block::Text(&t.text),
+            ContentBlock::Image(i) => Block::Media {
+                kind: "image",
+                mime: &i.mime_type,
+            },
+            ContentBlock::Audio(a) => Block::Media {
+                kind: "audio",
+                mime: &a.mime_type,
+            },
+            ContentBlock::ResourceLink(link) => Block::Link {
+                name: &link.name,
+                uri: &link.uri,
+                description: link.description.as_deref(),
+            },
+            ContentBlock::Resource(r) => match &r.resource {
+                ResourceContents::TextResourceContents {
+                    uri,
+                    mime_type,
+                    text,
+                    ..
+                } => Block::Resource {
+                    uri,
+                    mime: mime_type.as_deref(),
+                    text: Some(std::borrow::Cow::Borrowed(text.as_str())),
+                },
+                ResourceContents::BlobResourceContents {
+                    uri,
+                    mime_type,
+                    blob,
+                    ..
+                } => Block::Resource {
+                    uri,
+                    mime: mime_type.as_deref(),
+                    text: is_text_mime(mime_type.as_deref())
+                        .then(|| base64::engine::general_purpose::STANDARD.decode(blob).ok())
+                        .flatten()
+                        .and_then(|bytes| String::from_utf8(bytes).ok())
+                        .map(std::borrow::Cow::Owned),
+                },
+                _ => Block::Other("resource"),
+            },
+            _ => Block::Other("content"),
         }
-        match block.as_text() {
-            Some(t) => s.push_str(&t.text),
-            None => {
-                let v = serde_json::to_value(block).unwrap_or(Value::Null);
-                let kind = v.get("type").and_then(Value::as_str).unwrap_or("content");
-                s.push_str(&format!("[{kind}]"));
-            }
-        }
-    }
-    s
+    }))
 }
 
 fn to_result(r: CallToolResult) -> ToolResult {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use kberg_core::{CallOptions, Caller, Content, ErrorCode, ToolOutput, ToolRegistry};
+use kberg_core::{CallOptions, Caller, Content, ErrorCode, ResourceBody, ToolOutput, ToolRegistry};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -84,26 +84,137 @@ pub(crate) fn code_of(structured: &Value) -> Option<ErrorCode> {
     serde_json::from_value(structured.get("code")?.clone()).ok()
 }
 
-/// Content blocks as the text a model reads. Non-text blocks are named, not dropped, so the model
-/// knows something came back.
-pub(crate) fn output_text(content: &[Content]) -> String {
+/// One block of a tool result, as the model is shown it ([`blocks_text`]): whichever surface
+/// the result came from, in process or over MCP, it reads the same.
+pub(crate) enum Block<'a> {
+    /// Text, as it is.
+    Text(&'a str),
+    /// An image or audio clip: named with its kind and MIME type (a chat turn's tool result is
+    /// text).
+    Media { kind: &'a str, mime: &'a str },
+    /// A link to a resource the client may read: its name, URI and description.
+    Link {
+        name: &'a str,
+        uri: &'a str,
+        description: Option<&'a str>,
+    },
+    /// A resource's contents in the result: its text (a file's contents, as many servers
+    /// return them), or `None` for bytes that are not text, which are named only.
+    Resource {
+        uri: &'a str,
+        mime: Option<&'a str>,
+        text: Option<std::borrow::Cow<'a, str>>,
+    },
+    /// A kind of block this version does not know.
+    Other(&'a str),
+}
+
+/// Tool result blocks as the text a model reads, one block after another on its own lines. No
+/// block is dropped: an embedded resource's text is read with its URI above it, and what
+/// cannot be shown as text is named, so the model knows something came back.
+pub(crate) fn blocks_text<'a>(blocks: impl IntoIterator<Item = Block<'a>>) -> String {
     let mut s = String::new();
-    for c in content {
+    for block in blocks {
         if !s.is_empty() {
             s.push('\n');
         }
-        match c {
-            Content::Text(t) => s.push_str(t),
-            Content::Image { mime_type, .. } => s.push_str(&format!("[image {mime_type}]")),
-            Content::Audio { mime_type, .. } => s.push_str(&format!("[audio {mime_type}]")),
-            Content::ResourceLink { uri, name, .. } => {
-                s.push_str(&format!("[resource {name}: {uri}]"));
+        match block {
+            Block::Text(t) => s.push_str(t),
+            Block::Media { kind, mime } => s.push_str(&format!("[{kind} {mime}]")),
+            Block::Link {
+                name,
+                uri,
+                description,
+            } => {
+                s.push_str(&format!("[resource link {name}: {uri}]"));
+                if let Some(d) = description.filter(|d| !d.trim().is_empty()) {
+                    s.push(' ');
+                    s.push_str(d.trim());
+                }
             }
-            Content::Resource(r) => s.push_str(&format!("[resource {}]", r.uri)),
-            _ => s.push_str("[content]"),
+            Block::Resource { uri, mime, text } => {
+                let mime = mime.map(|m| format!(" ({m})")).unwrap_or_default();
+                match text {
+                    Some(text) => {
+                        s.push_str(&format!("[resource {uri}{mime}]\n"));
+                        s.push_str(&text);
+                    }
+                    None => s.push_str(&format!("[resource {uri}{mime}: binary, not shown]")),
+                }
+            }
+            Block::Other(kind) => s.push_str(&format!("[{kind}]")),
         }
     }
     s
+}
+
+/// Whether a resource of MIME type `mime` holds text (`text/*`, JSON, XML, YAML, TOML,
+/// JavaScript): bytes sent under it are shown as text when they are UTF-8.
+pub(crate) fn is_text_mime(mime: Option<&str>) -> bool {
+    let Some(mime) = mime else {
+        return false;
+    };
+    let essence = mime
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence.starts_with("text/")
+        || essence.ends_with("+json")
+        || essence.ends_with("+xml")
+        || matches!(
+            essence.as_str(),
+            "application/json"
+                | "application/xml"
+                | "application/yaml"
+                | "application/x-yaml"
+                | "application/toml"
+                | "application/javascript"
+                | "application/x-sh"
+                | "application/sql"
+        )
+}
+
+/// kberg-core content blocks as the text a model reads ([`blocks_text`]).
+pub(crate) fn output_text(content: &[Content]) -> String {
+    blocks_text(content.iter().map(|c| {
+        match c {
+            Content::Text(t) => Block::Text(t),
+            Content::Image { mime_type, .. } => Block::Media {
+                kind: "image",
+                mime: mime_type,
+            },
+            Content::Audio { mime_type, .. } => Block::Media {
+                kind: "audio",
+                mime: mime_type,
+            },
+            Content::ResourceLink {
+                uri,
+                name,
+                description,
+                ..
+            } => Block::Link {
+                name,
+                uri,
+                description: description.as_deref(),
+            },
+            Content::Resource(r) => Block::Resource {
+                uri: &r.uri,
+                mime: r.mime_type.as_deref(),
+                text: match &r.body {
+                    ResourceBody::Text(t) => Some(std::borrow::Cow::Borrowed(t.as_str())),
+                    ResourceBody::Blob(bytes) if is_text_mime(r.mime_type.as_deref()) => {
+                        std::str::from_utf8(bytes)
+                            .ok()
+                            .map(std::borrow::Cow::Borrowed)
+                    }
+                    ResourceBody::Blob(_) => None,
+                },
+            },
+            _ => Block::Other("content"),
+        }
+    }))
 }
 
 /// Why the surface itself failed (not a tool refusal: those are [`ToolResult`]s).
@@ -286,6 +397,57 @@ mod tests {
     use super::*;
     use kberg_core::GateError;
     use serde_json::json;
+
+    #[test]
+    fn text_types_are_told_from_binary_ones() {
+        for mime in [
+            "text/plain",
+            "text/x-rust; charset=utf-8",
+            "Application/JSON",
+            "application/vnd.api+json",
+            "image/svg+xml",
+            "application/x-yaml",
+        ] {
+            assert!(is_text_mime(Some(mime)), "{mime}");
+        }
+        for mime in [
+            "image/png",
+            "application/octet-stream",
+            "application/pdf",
+            "",
+        ] {
+            assert!(!is_text_mime(Some(mime)), "{mime}");
+        }
+        assert!(!is_text_mime(None));
+    }
+
+    #[test]
+    fn bytes_of_a_text_type_that_are_not_utf8_are_named() {
+        let text = output_text(&[
+            Content::Resource(kberg_core::ResourceContents::blob(
+                "file:///notes.txt",
+                Some("text/plain"),
+                vec![0xff, 0xfe, b'a'],
+            )),
+            Content::Resource(kberg_core::ResourceContents::blob(
+                "file:///ok.txt",
+                Some("text/plain"),
+                b"plain words".to_vec(),
+            )),
+            Content::ResourceLink {
+                uri: "file:///a".into(),
+                name: "a".into(),
+                description: Some("  ".into()),
+                mime_type: None,
+            },
+        ]);
+        assert_eq!(
+            text,
+            "[resource file:///notes.txt (text/plain): binary, not shown]\n\
+             [resource file:///ok.txt (text/plain)]\nplain words\n\
+             [resource link a: file:///a]"
+        );
+    }
 
     #[test]
     fn gate_output_keeps_its_code() {

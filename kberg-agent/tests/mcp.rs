@@ -502,6 +502,135 @@ async fn reference_server_over_stdio() {
     }
 }
 
+/// What a tool result's non-text blocks become for the model: an embedded resource's text is
+/// read (a file's contents returned as a resource, as many servers return them), also when it
+/// comes as base64 bytes of a text type, and a link gives its name, URI and description.
+#[tokio::test]
+async fn the_model_reads_a_results_embedded_resources_and_links() {
+    let surface = McpSurface::spawn(everything_stdio_command()).await.unwrap();
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call(
+            "c1",
+            "get-resource-reference",
+            json!({"resourceType": "Text", "resourceId": 2}),
+        ),
+        ScriptedProvider::call(
+            "c2",
+            "get-resource-reference",
+            json!({"resourceType": "Blob", "resourceId": 3}),
+        ),
+        ScriptedProvider::call("c3", "get-resource-links", json!({"count": 2})),
+        ScriptedProvider::text("Read them."),
+    ]);
+    let out = Agent::new(script.clone(), surface)
+        .run(vec![Message::user("resources")], &CancellationToken::new())
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(outcomes(&out), ["ok", "ok", "ok"]);
+    let results: Vec<String> = out
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .collect();
+    let [text, blob, links] = &results[..] else {
+        panic!("{results:?}");
+    };
+    assert!(
+        text.contains("Resource 2: This is a plaintext resource created at"),
+        "{text}"
+    );
+    assert!(text.contains("demo://resource/dynamic/text/2"), "{text}");
+    // Sent as base64 under `text/plain`: read as text.
+    assert!(blob.contains("demo://resource/dynamic/blob/3"), "{blob}");
+    assert!(
+        blob.contains("Resource 3: This is a base64 blob created at"),
+        "{blob}"
+    );
+    assert!(links.contains("Blob Resource 1"), "{links}");
+    assert!(links.contains("demo://resource/dynamic/blob/1"), "{links}");
+    assert!(links.contains("Text Resource 2"), "{links}");
+    assert!(links.contains("demo://resource/dynamic/text/2"), "{links}");
+    assert!(links.contains("Resource 2: "), "the description: {links}");
+}
+
+/// The same blocks from a Kberg tool read alike in process and over HTTP.
+#[tokio::test]
+async fn embedded_resources_read_alike_in_process_and_over_http() {
+    let tools = ToolRegistry::new();
+    tools
+        .register(
+            ToolBuilder::new("open_file")
+                .description("Open a file")
+                .raw_handler(json!({"type": "object"}), |_, _| async {
+                    Ok(ToolOutput::contents(vec![
+                        kberg_core::Content::text("The file:"),
+                        kberg_core::Content::Resource(kberg_core::ResourceContents::text(
+                            "file:///src/lib.rs",
+                            Some("text/x-rust"),
+                            "pub fn parse() {}",
+                        )),
+                        kberg_core::Content::Resource(kberg_core::ResourceContents::blob(
+                            "file:///logo.png",
+                            Some("image/png"),
+                            vec![0x89, b'P', b'N', b'G'],
+                        )),
+                        kberg_core::Content::ResourceLink {
+                            uri: "file:///README.md".into(),
+                            name: "README.md".into(),
+                            description: Some("How to build".into()),
+                            mime_type: Some("text/markdown".into()),
+                        },
+                    ]))
+                }),
+        )
+        .unwrap();
+    let app = McpApp::builder("files", "1.0.0")
+        .tools(tools.clone())
+        .build();
+    let server =
+        RunningServer::start(app, loopback().auth(OpenAccess::as_principal(principal()))).await;
+    let remote = McpSurface::connect_http(&server.url).await.unwrap();
+    let local = LocalSurface::new(tools, Caller::new(principal()));
+    let read = |surface: Box<dyn ToolSurface>| async move {
+        let script = ScriptedProvider::new([
+            ScriptedProvider::call("c1", "open_file", json!({})),
+            ScriptedProvider::text("Done."),
+        ]);
+        let out = Agent::from_arcs(std::sync::Arc::new(script), std::sync::Arc::from(surface))
+            .run(vec![Message::user("open")], &CancellationToken::new())
+            .await;
+        assert!(out.answered(), "{:?}", out.stop);
+        out.messages
+            .iter()
+            .find_map(|m| match m {
+                Message::Tool { content, .. } => Some(content.clone()),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let in_process = read(Box::new(local)).await;
+    let over_http = read(Box::new(remote)).await;
+    assert_eq!(in_process, over_http);
+    for part in [
+        "The file:",
+        "file:///src/lib.rs",
+        "pub fn parse() {}",
+        "file:///logo.png",
+        "image/png",
+        "README.md",
+        "file:///README.md",
+        "How to build",
+    ] {
+        assert!(in_process.contains(part), "{part}: {in_process}");
+    }
+    // The image's bytes are named, not shown (neither as base64 nor as bytes).
+    assert!(in_process.contains("binary, not shown"), "{in_process}");
+    assert!(!in_process.contains("PNG"), "{in_process}");
+}
+
 /// The agent cancels once the reference server's tool has started: its first progress report
 /// (the tool reports after each of its 0.1 s steps) is the signal, not a delay.
 #[tokio::test]
