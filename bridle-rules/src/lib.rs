@@ -64,7 +64,9 @@ pub use model::{
     VendorSuggestion,
 };
 pub use redact::redact_url;
-pub use render::{DIFF_DEADLINE, Rendered, Renderer, provenance_text, unified_diff};
+pub use render::{
+    DIFF_DEADLINE, GENERATED_MARK, Rendered, Renderer, provenance_text, unified_diff,
+};
 #[cfg(feature = "postgres")]
 pub use store::POSTGRES_MIGRATIONS;
 pub use store::{

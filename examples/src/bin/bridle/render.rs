@@ -1,9 +1,10 @@
-//! `bridle render`: writes (or, with `--check`, compares) an agent's instruction file.
+//! `bridle render`: writes (or, with `--check`, compares) an agent's instruction file. A file
+//! Bridle did not write (a hand-written `CLAUDE.md`) is replaced only with `--force`.
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use bridle_rules::{Renderer, fsutil::write_atomic};
+use bridle_rules::{GENERATED_MARK, Renderer, fsutil::write_atomic};
 
 use crate::{BoxError, open_store};
 
@@ -13,6 +14,7 @@ pub(crate) fn render(
     agents: &str,
     out: &Path,
     check: bool,
+    force: bool,
 ) -> Result<ExitCode, BoxError> {
     let (store, renderer) = open_store(dir)?;
     let doc = store.load(project)?.document;
@@ -31,6 +33,22 @@ pub(crate) fn render(
     }
     if rendered.is_empty() {
         return Err("name at least one agent with --agent".into());
+    }
+    // Nothing is written when one of the files would replace one Bridle did not write.
+    if !check && !force {
+        let mut foreign = Vec::new();
+        for r in &rendered {
+            if Renderer::replaces_foreign_file(out, r)? {
+                foreign.push(out.join(&r.path).display().to_string());
+            }
+        }
+        if !foreign.is_empty() {
+            return Err(format!(
+                "{} exists and Bridle did not write it (no \"{GENERATED_MARK}\" notice), so nothing was written: move what it says into the project's rules (an agent's proposal, or projects/{project}.yaml), then render with --force to replace it",
+                foreign.join(" and ")
+            )
+            .into());
+        }
     }
     let mut stale = false;
     for r in &rendered {
