@@ -600,7 +600,17 @@ impl Gateway {
         let routes = crate::ops::routes(Arc::clone(&ops));
         let server = HttpServer::bind(self.app.clone(), http)
             .await
-            .map_err(|e| GatewayError::Serve(format!("cannot listen on {addr}: {e}")))?
+            .map_err(|e| {
+                GatewayError::Serve(match e {
+                    kberg_server::ServerError::Bind { addr, source } => listen_failed(
+                        "the MCP endpoint",
+                        addr,
+                        &source,
+                        "--listen or `listen:` in bridle.yaml",
+                    ),
+                    e => format!("the MCP endpoint cannot listen on {addr}: {e}"),
+                })
+            })?
             .map_router(|r| {
                 // A session id is listed once the transport accepted it, so made-up ids
                 // (answered 404) take no place among the agent's sessions.
@@ -620,7 +630,19 @@ impl Gateway {
                 let server =
                     AdminServer::bind(a.addr, self.admin_state(Arc::clone(&a.credentials)))
                         .await
-                        .map_err(|e| GatewayError::Serve(e.to_string()))?;
+                        .map_err(|e| {
+                            GatewayError::Serve(match e {
+                                crate::admin::AdminServeError::Io { addr, source } => {
+                                    listen_failed(
+                                        "the admin API",
+                                        addr,
+                                        &source,
+                                        "`admin.listen:` in bridle.yaml",
+                                    )
+                                }
+                                e => e.to_string(),
+                            })
+                        })?;
                 #[cfg(feature = "panel")]
                 let server = server.panel(Some(self.panel_config()));
                 Some(server)
@@ -634,6 +656,27 @@ impl Gateway {
             ops,
         })
     }
+}
+
+/// Why `what` cannot listen on `addr`, in words, and `setting`, the one that moves it: the
+/// address named once, and the likely cause of the common failures.
+fn listen_failed(what: &str, addr: SocketAddr, source: &std::io::Error, setting: &str) -> String {
+    let why = match source.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            "the address is in use (another gateway, or another program, listens there)"
+        }
+        std::io::ErrorKind::AddrNotAvailable => "no network interface of this machine has it",
+        std::io::ErrorKind::PermissionDenied => {
+            "not permitted (a port below 1024 needs privileges)"
+        }
+        _ => "",
+    };
+    let why = if why.is_empty() {
+        source.to_string()
+    } else {
+        format!("{why}: {source}")
+    };
+    format!("{what} cannot listen on {addr}: {why}; choose another address with {setting}")
 }
 
 impl Gateway {

@@ -447,6 +447,35 @@ fn render_does_not_replace_a_hand_written_file_without_force() {
     assert_eq!(std::fs::read_to_string(&claude).unwrap(), text);
 }
 
+/// An address another program holds: `serve` fails naming the address once, why, and the
+/// setting that moves it, for the MCP endpoint and for the admin API.
+#[test]
+fn serve_on_an_address_in_use_says_which_setting_moves_it() {
+    let data = demo_dir();
+    let d = data.path();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let o = run_bridle(d, &["serve", "--listen", &addr]);
+    let e = failed(&o, "serve on an address in use");
+    assert_eq!(e.matches(&addr).count(), 1, "{e}");
+    assert!(e.contains("in use"), "{e}");
+    assert!(e.contains("--listen") && e.contains("`listen:`"), "{e}");
+
+    let yaml = std::fs::read_to_string(d.join("bridle.yaml")).unwrap();
+    std::fs::write(
+        d.join("bridle.yaml"),
+        format!("{yaml}admin:\n  listen: {addr}\n"),
+    )
+    .unwrap();
+    let o = run_bridle(d, &["serve", "--listen", "127.0.0.1:0"]);
+    let e = failed(&o, "serve with the admin API on an address in use");
+    assert_eq!(e.matches(&addr).count(), 1, "{e}");
+    assert!(e.contains("admin API"), "{e}");
+    assert!(e.contains("in use"), "{e}");
+    assert!(e.contains("`admin.listen:`"), "{e}");
+    drop(taken);
+}
+
 #[test]
 fn bad_input_gets_clear_errors() {
     let data = demo_dir();
