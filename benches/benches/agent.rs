@@ -7,6 +7,11 @@
 //! the loop's own cost per turn (goal < 50 µs): building the conversation, listing the surface,
 //! coercion, recovery checks, bookkeeping.
 //!
+//! `reads/together` runs a turn of four read-only calls to a tool that takes 2 ms (a file read
+//! over a network MCP server, say) and the answer, with the default `concurrent_reads`;
+//! `reads/one_at_a_time` the same with `concurrent_reads(1)`, as every call ran before. The
+//! ratio is what a model asking for several things at once waits less.
+//!
 //! `recover/fenced_string_args` recovers a call from typical small-model text (prose, a Markdown
 //! fence, arguments as a JSON string); `recover/serde_baseline` parses the same JSON (and its
 //! argument string) with serde_json alone.
@@ -204,6 +209,77 @@ fn bench_loop(c: &mut Criterion) {
     group.finish();
 }
 
+/// How long the `read_file` tool of [`bench_reads`] takes.
+const READ_LATENCY: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// The read-only calls of [`bench_reads`]'s one tool-call turn.
+const READS: usize = 4;
+
+fn bench_reads(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    let tools = ToolRegistry::new();
+    tools
+        .register(
+            ToolBuilder::new("read_file")
+                .description("Read a file")
+                .read()
+                .raw_handler(
+                    json!({"type": "object", "properties": {"path": {"type": "string"}},
+                        "required": ["path"]}),
+                    |a, _| async move {
+                        tokio::time::sleep(READ_LATENCY).await;
+                        Ok(ToolOutput::text(format!("contents of {}", a["path"])))
+                    },
+                ),
+        )
+        .expect("registers");
+    let reads = || Instant {
+        calls: vec![ChatResponse {
+            tool_calls: (0..READS)
+                .map(|i| ToolCall {
+                    id: format!("call_{i}"),
+                    name: "read_file".into(),
+                    arguments: json!({"path": format!("src/file_{i}.rs")}),
+                })
+                .collect(),
+            finish: FinishReason::ToolCalls,
+            ..ChatResponse::default()
+        }],
+        answer: ChatResponse {
+            text: "Read them.".into(),
+            ..ChatResponse::default()
+        },
+    };
+    let together = Agent::new(reads(), LocalSurface::new(tools.clone(), caller()));
+    let one_at_a_time = Agent::new(reads(), LocalSurface::new(tools.clone(), caller()))
+        .with_config(AgentConfig::default().concurrent_reads(1));
+    let cancel = CancellationToken::new();
+    for agent in [&together, &one_at_a_time] {
+        let out = rt.block_on(agent.run(vec![Message::user("read the four files")], &cancel));
+        let ran: Vec<_> = out.calls.iter().map(|c| c.outcome).collect();
+        assert!(
+            out.answered() && ran == [CallOutcome::Ok; READS],
+            "{:?} {ran:?}",
+            out.stop
+        );
+    }
+    let mut group = c.benchmark_group("reads");
+    group.sample_size(20);
+    for (name, agent) in [("together", &together), ("one_at_a_time", &one_at_a_time)] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let out =
+                    rt.block_on(agent.run(vec![Message::user("read the four files")], &cancel));
+                black_box(out)
+            })
+        });
+    }
+    group.finish();
+}
+
 fn bench_recover(c: &mut Criterion) {
     let text = "Sure! I'll add that note for you now.\n\n```json\n{\"name\": \"add_note\", \"arguments\": \"{\\\"title\\\": \\\"Groceries\\\", \\\"body\\\": \\\"milk, eggs, bread\\\", \\\"priority\\\": 2}\"}\n```\n\nLet me know if you need anything else.";
     let json_only = "{\"name\": \"add_note\", \"arguments\": \"{\\\"title\\\": \\\"Groceries\\\", \\\"body\\\": \\\"milk, eggs, bread\\\", \\\"priority\\\": 2}\"}";
@@ -230,5 +306,5 @@ fn bench_recover(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_loop, bench_recover);
+criterion_group!(benches, bench_loop, bench_reads, bench_recover);
 criterion_main!(benches);

@@ -183,12 +183,25 @@ pub struct AgentConfig {
     /// limit). Past it the call is cancelled and answered `tool_timeout`.
     pub tool_timeout: Option<Duration>,
     /// The most calls run from one model message (default 16; at least 1). The calls of a
-    /// message run one after another, so a model that writes thousands would hold the run
+    /// message are sent in order (read-only ones a few at once,
+    /// [`AgentConfig::concurrent_reads`]), so a model that writes thousands would hold the run
     /// that long; those past the limit (counted after identical calls collapse and lists
     /// split) are not sent, each answered `too_many_calls`, "not run: too many calls in one
     /// message", so every call still has its result. The model may make them in its next
     /// message.
     pub max_calls_per_turn: usize,
+    /// The most read-only calls of one model message run at once (default 8; 1 runs every call
+    /// after the one before). A model that asks for five files in one message then waits for
+    /// the slowest, not for all five in turn. Only tools declared read-only (MCP
+    /// `readOnlyHint`, a kberg-core read tool) run together, and only calls listed one after
+    /// another: a write runs after every call listed before it has ended, and the calls listed
+    /// after it start once it has, so a read may see what the write did. Results are recorded,
+    /// and shown to the model, in the order of the calls; each call's
+    /// [`crate::AgentEvent::ToolCalled`] comes before it is sent, so the events of calls run
+    /// together come first, then their results in order. A read identical to one before it
+    /// in the message is not run with it: it gets that read's result
+    /// ([`AgentConfig::guard_repeated_reads`]).
+    pub concurrent_reads: usize,
     /// The most characters of one tool result the model is sent (default 100,000, some 25,000
     /// tokens; at least 1). A tool, or a remote server, may answer megabytes, which would be
     /// sent again with every later turn and kept in the run's conversation; past the bound the
@@ -261,6 +274,7 @@ impl Default for AgentConfig {
             tool_idle_timeout: Some(Duration::from_secs(60)),
             tool_timeout: Some(Duration::from_secs(600)),
             max_calls_per_turn: 16,
+            concurrent_reads: 8,
             max_result_chars: 100_000,
             elide_results_on_overflow: true,
             strip_thinking: true,
@@ -503,6 +517,13 @@ impl AgentConfig {
     /// [`AgentConfig::max_calls_per_turn`]).
     pub fn max_calls_per_turn(mut self, n: usize) -> Self {
         self.max_calls_per_turn = n.max(1);
+        self
+    }
+
+    /// Sets the most read-only calls of one message run at once (at least 1, which runs every
+    /// call after the one before; see [`AgentConfig::concurrent_reads`]).
+    pub fn concurrent_reads(mut self, n: usize) -> Self {
+        self.concurrent_reads = n.max(1);
         self
     }
 

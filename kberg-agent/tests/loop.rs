@@ -1225,8 +1225,10 @@ async fn a_run_cancelled_during_a_call_runs_none_of_the_turns_later_calls() {
         ran: Default::default(),
     });
     let script = ScriptedProvider::new([many_searches(5), ScriptedProvider::text("unreached")]);
+    // The searches are read-only: one at a time here (read-only calls of one message are
+    // otherwise sent together, all before the cancellation; see the next test).
     let out = Agent::from_arcs(Arc::new(script), surface.clone())
-        .with_config(core())
+        .with_config(core().concurrent_reads(1))
         .run(vec![Message::user("search")], &run)
         .await;
     assert!(matches!(out.stop, StopReason::Cancelled), "{:?}", out.stop);
@@ -1243,6 +1245,28 @@ async fn a_run_cancelled_during_a_call_runs_none_of_the_turns_later_calls() {
         .filter(|m| matches!(m, Message::Tool { .. }))
         .count();
     assert_eq!(results, 5);
+}
+
+#[tokio::test]
+async fn reads_sent_together_before_a_cancellation_keep_their_answers() {
+    // The five searches are sent together (`concurrent_reads`, default 8); the first to run
+    // cancels the run, and the surface answers every one anyway. Each is recorded with the
+    // answer it got, and no later turn is sent.
+    let run = CancellationToken::new();
+    let surface = Arc::new(CancelsTheRun {
+        run: run.clone(),
+        ran: Default::default(),
+    });
+    let script = ScriptedProvider::new([many_searches(5), ScriptedProvider::text("unreached")]);
+    let out = Agent::from_arcs(Arc::new(script.clone()), surface.clone())
+        .with_config(core())
+        .run(vec![Message::user("search")], &run)
+        .await;
+    assert!(matches!(out.stop, StopReason::Cancelled), "{:?}", out.stop);
+    assert_eq!(surface.ran.load(std::sync::atomic::Ordering::SeqCst), 5);
+    let outcomes: Vec<&str> = out.calls.iter().map(|c| c.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["ok"; 5]);
+    assert_eq!(script.requests().len(), 1, "no turn after the cancellation");
 }
 
 /// A registry whose `search_notes` answers `chars` characters (two bytes each).

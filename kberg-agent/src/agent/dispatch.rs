@@ -3,8 +3,10 @@
 //! values have no source), or sent to the surface; every call gets exactly one result in the
 //! stored conversation and one [`crate::CallRecord`]. Failures are counted per identical call,
 //! so a model looping on the same failing call is stopped, but only when nothing else in its
-//! turn made progress.
+//! turn made progress. Read-only calls listed one after another are sent together
+//! ([`crate::AgentConfig::concurrent_reads`]) and their results kept in order.
 
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
 
@@ -57,6 +59,10 @@ impl Run<'_> {
         // before the model saw its result.
         let mut read_sent: Option<String> = None;
         let max_calls = self.config().max_calls_per_turn.max(1);
+        // Read-only calls sent together, by the index of the first of each batch; their
+        // results, by index, once sent.
+        let mut batches = self.read_batches(&pending, max_calls);
+        let mut prefetched: HashMap<usize, Result<ToolResult, SurfaceError>> = HashMap::new();
         for (
             index,
             PendingCall {
@@ -73,7 +79,9 @@ impl Run<'_> {
             if stop.is_none() && self.cancel.is_cancelled() {
                 stop = Some(StopReason::Cancelled);
             }
-            if stop.is_some() {
+            // A call sent together with one before it has its result already, and gets it even
+            // after the run stopped (it ran).
+            if stop.is_some() && !prefetched.contains_key(&index) {
                 // Every call in a stored turn gets a result, even the ones not run.
                 let text = format!("The call to `{}` was not run: the run stopped.", call.name);
                 self.record(
@@ -242,17 +250,47 @@ impl Run<'_> {
                 );
                 continue;
             }
-            let call_for_event = call.clone();
-            let coercions_for_event = coercions.clone();
-            self.emit(|| AgentEvent::ToolCalled {
-                call: call_for_event,
-                recovered_from_text: recovered,
-                coercions: coercions_for_event,
-            });
             if read && read_sent.is_none() {
                 read_sent = Some(call.name.clone());
             }
-            let result = self.send_call(&call).await;
+            let result = match prefetched.remove(&index) {
+                Some(result) => result,
+                None => match batches.remove(&index) {
+                    Some(batch) => {
+                        // This call and the reads listed right after it, sent together.
+                        for (_, call, coercions) in &batch {
+                            self.emit(|| AgentEvent::ToolCalled {
+                                call: call.clone(),
+                                recovered_from_text: recovered,
+                                coercions: coercions.clone(),
+                            });
+                        }
+                        tracing::debug!(calls = batch.len(), "read-only calls sent together");
+                        let mut sent = futures::future::join_all(
+                            batch.iter().map(|(_, call, _)| self.send_call(call)),
+                        )
+                        .await
+                        .into_iter();
+                        // The batch's first call is this one.
+                        let first = sent.next();
+                        prefetched.extend(batch.iter().skip(1).map(|(i, ..)| *i).zip(sent));
+                        match first {
+                            Some(result) => result,
+                            None => self.send_call(&call).await,
+                        }
+                    }
+                    None => {
+                        let call_for_event = call.clone();
+                        let coercions_for_event = coercions.clone();
+                        self.emit(|| AgentEvent::ToolCalled {
+                            call: call_for_event,
+                            recovered_from_text: recovered,
+                            coercions: coercions_for_event,
+                        });
+                        self.send_call(&call).await
+                    }
+                },
+            };
             let result = match result {
                 Ok(r) => r,
                 Err(e) => {
@@ -265,7 +303,7 @@ impl Run<'_> {
                         (recovered, false),
                         coercions,
                     );
-                    stop = Some(StopReason::Surface(e));
+                    stop.get_or_insert(StopReason::Surface(e));
                     continue;
                 }
             };
@@ -287,7 +325,7 @@ impl Run<'_> {
             let mut text = result.text;
             match code {
                 ErrorCode::Cancelled => {
-                    stop = Some(StopReason::Cancelled);
+                    stop.get_or_insert(StopReason::Cancelled);
                 }
                 c if !c.is_retryable() => text.push_str(&nudge::final_refusal(&call.name)),
                 _ => {
@@ -314,6 +352,58 @@ impl Run<'_> {
             stop = repeated;
         }
         (stop, retryable)
+    }
+
+    /// The read-only calls of `pending` sent together
+    /// ([`crate::AgentConfig::concurrent_reads`]), keyed by the index of the first of each
+    /// batch: each batch is a run of calls listed one after another that would be sent (a
+    /// listed read-only tool, arguments whole, no unknown handle, within `max_calls`), at
+    /// most `concurrent_reads` of them, two at least. A read identical to one sent before or
+    /// to one listed earlier in the message is left out (when its turn comes it is answered
+    /// with that read's result, or sent then), and the batch goes on past it.
+    fn read_batches(
+        &self,
+        pending: &[PendingCall],
+        max_calls: usize,
+    ) -> HashMap<usize, Vec<(usize, ToolCall, Vec<Coercion>)>> {
+        let limit = self.config().concurrent_reads.max(1);
+        let guard = self.config().guard_repeated_reads;
+        let mut batches = HashMap::new();
+        if limit < 2 {
+            return batches;
+        }
+        let mut batch: Vec<(usize, ToolCall, Vec<Coercion>)> = Vec::new();
+        // Every read of the message so far: a copy of one, wherever it comes, is answered with
+        // its result when it gets its turn, so it is never sent ahead.
+        let mut keys = HashSet::new();
+        let mut close = |batch: &mut Vec<(usize, ToolCall, Vec<Coercion>)>| {
+            if batch.len() >= 2 {
+                batches.insert(batch[0].0, std::mem::take(batch));
+            }
+            batch.clear();
+        };
+        for (index, p) in pending.iter().enumerate().take(max_calls) {
+            let sendable = !p.unlisted
+                && !p.cut_off
+                && p.unknown_handle.is_none()
+                && self.read_only.contains(&p.call.name);
+            if !sendable {
+                close(&mut batch);
+                continue;
+            }
+            if guard {
+                let key = call_key(&p.call);
+                if self.done.contains_key(&key) || !keys.insert(key) {
+                    continue;
+                }
+            }
+            batch.push((index, p.call.clone(), p.coercions.clone()));
+            if batch.len() == limit {
+                close(&mut batch);
+            }
+        }
+        close(&mut batch);
+        batches
     }
 
     /// Sends `call` to the surface under the run's tool timeouts
@@ -372,9 +462,6 @@ impl Run<'_> {
         }
     }
 
-    /// Counts a failure of `call`. When it reached the identical-failure bound, `repeated`
-    /// names it (the first such call of the turn wins) and false is returned; otherwise true:
-    /// the turn still made progress.
     /// Answers a call that is not sent with `code` and `text`, counted as a failure of that
     /// call (see [`Self::note_failure`]); whether the turn made progress.
     fn answer_unsent(
@@ -398,6 +485,9 @@ impl Run<'_> {
         progressed
     }
 
+    /// Counts a failure of `call`. When it reached the identical-failure bound, `repeated`
+    /// names it (the first such call of the turn wins) and false is returned; otherwise true:
+    /// the turn still made progress.
     fn note_failure(
         &mut self,
         call: &ToolCall,
