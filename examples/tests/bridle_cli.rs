@@ -429,10 +429,13 @@ fn render_does_not_replace_a_hand_written_file_without_force() {
         !repo.path().join("AGENTS.md").exists(),
         "nothing is written when one file may not be replaced"
     );
-    // --check only compares, as before.
+    // --check only compares, and says the file is not Bridle's, so --force is what updates it.
     let mut check = vec!["render", "--project", "demo", "--agent", "claude"];
     check.extend(["--out", out_dir, "--check"]);
-    assert_eq!(run_bridle(data.path(), &check).status.code(), Some(1));
+    let o = run_bridle(data.path(), &check);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("is not Bridle's"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&claude).unwrap(), own);
 
     // --force replaces it; from then on the file is Bridle's, replaced without --force.

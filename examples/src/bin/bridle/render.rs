@@ -58,11 +58,19 @@ pub(crate) fn render(
                 None => println!("{} is up to date", path.display()),
                 Some(diff) => {
                     print!("{diff}");
-                    eprintln!(
-                        "{} is stale; run `bridle render --project {project} --agent {}` to update it",
-                        path.display(),
-                        r.agent
-                    );
+                    if Renderer::replaces_foreign_file(out, r)? {
+                        eprintln!(
+                            "{} is not Bridle's (no \"{GENERATED_MARK}\" notice); move what it says into the project's rules, then `bridle render --project {project} --agent {} --force` replaces it",
+                            path.display(),
+                            r.agent
+                        );
+                    } else {
+                        eprintln!(
+                            "{} is stale; run `bridle render --project {project} --agent {}` to update it",
+                            path.display(),
+                            r.agent
+                        );
+                    }
                     stale = true;
                 }
             }
