@@ -200,7 +200,10 @@ pub struct AgentConfig {
     /// [`crate::AgentEvent::ToolCalled`] comes before it is sent, so the events of calls run
     /// together come first, then their results in order. A read identical to one before it
     /// in the message is not run with it: it gets that read's result
-    /// ([`AgentConfig::guard_repeated_reads`]).
+    /// ([`AgentConfig::guard_repeated_reads`]). Each call's tool timeouts count from when it
+    /// was sent: against a server that answers one request at a time, the later calls of a
+    /// batch wait for the earlier ones within their own limits (set 1 for such a server
+    /// whose reads are slow).
     pub concurrent_reads: usize,
     /// The most characters of one tool result the model is sent (default 100,000, some 25,000
     /// tokens; at least 1). A tool, or a remote server, may answer megabytes, which would be
