@@ -82,19 +82,11 @@ impl Run<'_> {
     /// removed, and says whether there was one to remove
     /// ([`crate::AgentConfig::elide_results_on_overflow`]).
     fn elide_more(&mut self) -> bool {
-        if !self.config().elide_results_on_overflow {
+        let elidable = elidable_results(&self.request.messages);
+        let Some(more) = self.half_to_elide(elidable, self.elided_results) else {
             return false;
-        }
-        let shown = elidable_results(&self.request.messages).saturating_sub(self.elided_results);
-        if shown == 0 {
-            return false;
-        }
-        let more = shown.div_ceil(2);
+        };
         self.elided_results += more;
-        self.interventions.results_elided = self
-            .interventions
-            .results_elided
-            .saturating_add(u32::try_from(more).unwrap_or(u32::MAX));
         tracing::info!(
             removed = more,
             removed_in_all = self.elided_results,
@@ -108,30 +100,38 @@ impl Run<'_> {
     /// (at least one, oldest first) as removed, never those of the last assistant turn, and
     /// says whether there was one to remove.
     fn elide_more_focused(&mut self) -> bool {
-        if !self.config().elide_results_on_overflow {
-            return false;
-        }
         let elidable = self
             .focused_entries()
             .iter()
             .filter(|e| e.before_last_turn)
             .count();
-        let shown = elidable.saturating_sub(self.focused_elided);
-        if shown == 0 {
+        let Some(more) = self.half_to_elide(elidable, self.focused_elided) else {
             return false;
-        }
-        let more = shown.div_ceil(2);
+        };
         self.focused_elided += more;
-        self.interventions.results_elided = self
-            .interventions
-            .results_elided
-            .saturating_add(u32::try_from(more).unwrap_or(u32::MAX));
         tracing::info!(
             removed = more,
             removed_in_all = self.focused_elided,
             "the answer turn does not fit the model's context window; sending it again without the oldest tool results"
         );
         true
+    }
+
+    /// How many more of `elidable` results, `elided` of them shown as removed already, to show
+    /// as removed after a context-window refusal: half of those still shown, at least one,
+    /// counted in [`crate::Interventions::results_elided`]. `None` when the option is off
+    /// ([`crate::AgentConfig::elide_results_on_overflow`]) or none is left.
+    fn half_to_elide(&mut self, elidable: usize, elided: usize) -> Option<usize> {
+        let shown = elidable.saturating_sub(elided);
+        if !self.config().elide_results_on_overflow || shown == 0 {
+            return None;
+        }
+        let more = shown.div_ceil(2);
+        self.interventions.results_elided = self
+            .interventions
+            .results_elided
+            .saturating_add(u32::try_from(more).unwrap_or(u32::MAX));
+        Some(more)
     }
 
     /// The request as the model is sent it: recovered turns as their calls alone when
