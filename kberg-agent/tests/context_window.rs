@@ -123,6 +123,11 @@ impl InferenceProvider for Windowed {
     }
 }
 
+/// Whether each request sent fit the window, in order.
+fn fits(sent: &[(ChatRequest, bool)]) -> Vec<bool> {
+    sent.iter().map(|(_, fit)| *fit).collect()
+}
+
 fn read(id: &str, path: &str) -> ChatResponse {
     ScriptedProvider::call(id, "read_file", json!({"path": path}))
 }
@@ -176,7 +181,7 @@ async fn the_oldest_results_are_removed_until_the_turn_fits() {
     assert_eq!(out.interventions.results_elided, 1);
 
     let sent = model.sent();
-    let fits: Vec<bool> = sent.iter().map(|(_, fit)| *fit).collect();
+    let fits = fits(&sent);
     assert_eq!(
         fits,
         [true, true, true, false, true],
@@ -326,7 +331,7 @@ async fn a_focused_answer_turn_too_long_shows_the_oldest_results_as_removed() {
     assert_eq!(out.interventions.results_elided, 1);
 
     let sent = model.sent();
-    let fits: Vec<bool> = sent.iter().map(|(_, fit)| *fit).collect();
+    let fits = fits(&sent);
     assert_eq!(fits, [true, true, true, false, true]);
     // Both short forms hold no tools and no results of their own, only the two user messages.
     for (request, _) in &sent[3..] {
@@ -363,7 +368,7 @@ async fn a_focused_answer_turn_keeps_the_last_turns_result_and_then_stops() {
     };
     assert_eq!(e.code(), "context_too_long");
     let sent = model.sent();
-    let fits: Vec<bool> = sent.iter().map(|(_, fit)| *fit).collect();
+    let fits = fits(&sent);
     assert_eq!(fits, [true, true, false, true, false, false, false]);
     let forms: Vec<usize> = sent[4..]
         .iter()
