@@ -67,6 +67,8 @@ pub struct McpSurface {
     /// user part and query values) and the bearer token. The HTTP client's own errors name
     /// the URL it sent to, query and all.
     credentials: UrlCredentials,
+    /// Requests carry a bearer token: a 401 then means the token was refused, not missing.
+    bearer: bool,
 }
 
 /// `e` with every credential in `credentials` replaced by `[redacted]`.
@@ -290,6 +292,7 @@ impl McpSurface {
         match connected {
             Ok(mut surface) => {
                 surface.credentials = credentials;
+                surface.bearer = options.bearer.is_some();
                 Ok(surface)
             }
             Err(e) => Err(scrub_surface_error(&credentials, e)),
@@ -386,7 +389,15 @@ impl McpSurface {
                     options.connect_timeout
                 ))
             })?
-            .map_err(|e| SurfaceError::Connect(format!("{what}: {e}")))?;
+            .map_err(|e| {
+                let why = match &e {
+                    rmcp::service::ClientInitializeError::TransportError { error, .. } => {
+                        failure_words(error.error.as_ref(), options.bearer.is_some())
+                    }
+                    e => e.to_string(),
+                };
+                SurfaceError::Connect(format!("{what}: {why}"))
+            })?;
         Ok(Self::with(Client::Routed(client)))
     }
 
@@ -402,7 +413,14 @@ impl McpSurface {
             client,
             listed: RwLock::new(HashSet::new()),
             credentials: UrlCredentials::default(),
+            bearer: false,
         }
+    }
+
+    /// A failed request's error as a [`SurfaceError::Transport`], in words
+    /// ([`service_failure`]).
+    fn transport_error(&self, e: &ServiceError) -> SurfaceError {
+        SurfaceError::Transport(service_failure(e, self.bearer))
     }
 
     /// The server's name and version, as it introduced itself.
@@ -428,6 +446,47 @@ impl McpSurface {
             .read()
             .map(|l| l.contains(name))
             .unwrap_or(false)
+    }
+}
+
+/// Why a request to the server failed, in words that name no client-library type: rmcp's
+/// wrapper of a transport's error names the transport's Rust type, so the transport's own error
+/// is told instead, and a Streamable HTTP refusal of the credentials (401, 403) says what to do.
+/// `bearer`: the requests carried a bearer token.
+fn failure_words(error: &(dyn std::error::Error + 'static), bearer: bool) -> String {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let mut cause = Some(error);
+    while let Some(now) = cause {
+        if let Some(http) = now.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+            return match http {
+                StreamableHttpError::AuthRequired(_) if bearer => {
+                    "the server refused the bearer token (401 Unauthorized): check the token"
+                        .to_string()
+                }
+                StreamableHttpError::AuthRequired(_) => {
+                    "the server wants credentials (401 Unauthorized): connect with its bearer token (`McpOptions::bearer`)".to_string()
+                }
+                StreamableHttpError::InsufficientScope(e) => format!(
+                    "the server refused the request for the token's scope (403 Forbidden){}",
+                    e.required_scope
+                        .as_deref()
+                        .map(|s| format!(": it asks for `{s}`"))
+                        .unwrap_or_default()
+                ),
+                other => other.to_string(),
+            };
+        }
+        cause = now.source();
+    }
+    error.to_string()
+}
+
+/// [`failure_words`] for a request's error.
+fn service_failure(e: &ServiceError, bearer: bool) -> String {
+    match e {
+        ServiceError::TransportSend(e) => failure_words(e.error.as_ref(), bearer),
+        ServiceError::TransportClosed => "the connection closed".to_string(),
+        e => e.to_string(),
     }
 }
 
@@ -578,7 +637,7 @@ impl McpSurface {
                         LIST_PAGE_TIMEOUT.as_secs()
                     ))
                 })?
-                .map_err(|e| SurfaceError::Transport(e.to_string()))?;
+                .map_err(|e| self.transport_error(&e))?;
             Ok((page.tools, page.next_cursor))
         })
         .await
@@ -708,7 +767,7 @@ impl McpSurface {
                 };
                 Ok(ToolResult::error(code, text))
             }
-            Err(e) => Err(SurfaceError::Transport(e.to_string())),
+            Err(e) => Err(self.transport_error(&e)),
         }
     }
 }
@@ -885,7 +944,7 @@ impl McpSurface {
                         ),
                     ));
                 }
-                Err(e) => return Err(SurfaceError::Transport(e.to_string())),
+                Err(e) => return Err(self.transport_error(&e)),
             };
             wait = detailed
                 .task

@@ -404,12 +404,28 @@ async fn bearer_token_selects_the_principal() {
     let server = RunningServer::start(app, loopback().auth(tokens)).await;
     let url = server.url.clone();
 
-    let e = McpSurface::connect_http_with_bearer(&url, "wrong-token")
+    // A refused token and a missing one are told apart, in words that name no client-library
+    // type, with what to do.
+    let refused = McpSurface::connect_http_with_bearer(&url, "wrong-token")
         .await
         .unwrap_err();
-    assert_eq!(e.code(), "surface_connect");
-    let e = McpSurface::connect_http(&url).await.unwrap_err();
-    assert_eq!(e.code(), "surface_connect");
+    assert_eq!(refused.code(), "surface_connect");
+    let refused = refused.to_string();
+    assert!(
+        refused.contains("refused the bearer token (401"),
+        "{refused}"
+    );
+    let missing = McpSurface::connect_http(&url).await.unwrap_err();
+    assert_eq!(missing.code(), "surface_connect");
+    let missing = missing.to_string();
+    assert!(missing.contains("wants credentials (401"), "{missing}");
+    assert!(missing.contains("bearer token"), "{missing}");
+    for e in [&refused, &missing] {
+        assert!(e.contains(&url), "{e}");
+        for internal in ["rmcp::", "WorkerTransport", "Send message error"] {
+            assert!(!e.contains(internal), "{e}");
+        }
+    }
 
     let call = || {
         ScriptedProvider::new([
