@@ -422,3 +422,34 @@ fn a_url_that_answers_with_a_web_page_is_not_taken_for_the_admin_api() {
         assert!(e.contains("text/html"), "{args:?}: {e}");
     }
 }
+
+#[test]
+fn the_mcp_endpoint_given_as_the_admin_url_is_named_as_not_the_admin_api() {
+    // The MCP endpoint and the admin API listen on two ports: a --url with the wrong one gets
+    // the MCP listener's 404, which must say that --url is not the admin listener, not "the
+    // admin API refused (404 ?): no details".
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let server = Server::start(&dir);
+    let access = AdminAccess::from_first_start(&server, tmp.path());
+    let mcp_base = server.url.trim_end_matches("/mcp").to_string();
+    for url in [mcp_base.clone(), server.url.clone()] {
+        let wrong = AdminAccess {
+            url: url.clone(),
+            token_file: access.token_file.clone(),
+        };
+        let out = wrong.run(&dir, &["agents", "list"]);
+        let e = failed(&out, &format!("agents list --url {url}"));
+        assert!(e.contains("404"), "{url}: {e}");
+        assert!(e.contains("not the admin API"), "{url}: {e}");
+        assert!(e.contains("admin API on"), "{url}: {e}");
+        assert!(!e.contains("no details"), "{url}: {e}");
+    }
+    // The right one still answers.
+    let out = access.run(&dir, &["agents", "list"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

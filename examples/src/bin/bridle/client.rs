@@ -319,7 +319,24 @@ async fn checked(
         return Ok(resp);
     }
     let bytes = resp.bytes().await?;
+    // Every refusal of the admin API is a problem document with a `code`: an error without one
+    // came from something else at --url (the MCP listener, a proxy), not from the API.
+    let is_problem = serde_json::from_slice::<Value>(&bytes)
+        .is_ok_and(|v| v.get("code").is_some_and(Value::is_string));
+    if !is_problem {
+        return Err(not_the_api_status(url, status).into());
+    }
     Err(refusal(status.as_u16(), &bytes).into())
+}
+
+/// The error for a refusal that is not the admin API's (no problem document): most often
+/// --url names the MCP listener, which is on another port than the admin listener.
+fn not_the_api_status(url: &str, status: reqwest::StatusCode) -> String {
+    let at = url.split_once('?').map_or(url, |(at, _)| at);
+    format!(
+        "{} answered {status}, not the admin API (its refusals say why): is --url the admin listener (http://HOST:PORT; `bridle serve` prints it as \"admin API on ...\"; the MCP endpoint listens on another port), and is the gateway behind any proxy running?",
+        bridle_rules::redact_url(at)
+    )
 }
 
 /// The sentence for a refusal of the admin API: its status, code and detail, then each of its
