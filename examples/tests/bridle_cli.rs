@@ -885,6 +885,20 @@ fn health_asks_a_running_gateway_and_says_when_none_answers() {
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
         assert!(!stdout(&out).trim().is_empty(), "{args:?} printed nothing");
     }
+    // The MCP endpoint's URL (with `/mcp`) or the admin listener's: not where the checks are,
+    // and said so, not with a page of the other listener.
+    let admin = server.printed_line("bridle: admin API on ");
+    for url in [
+        server.url.clone(),
+        admin.trim_end_matches("/admin/api/v1").to_string(),
+    ] {
+        let out = run_bridle(&dir, &["health", "--url", &url]);
+        assert_eq!(out.status.code(), Some(1), "{url}: {}", stderr(&out));
+        let said = stderr(&out);
+        assert!(said.contains("404"), "{url}: {said}");
+        assert!(said.contains("listening on"), "{url}: {said}");
+        assert!(stdout(&out).trim().is_empty(), "{url}: {}", stdout(&out));
+    }
     drop(server);
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

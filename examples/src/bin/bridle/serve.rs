@@ -227,6 +227,16 @@ pub(crate) async fn health(
         .await
         .map_err(|e| crate::client::unreachable("the gateway", &url, e, "5 s"))?;
     let status = response.status();
+    if status == reqwest::StatusCode::NOT_FOUND {
+        // Another listener (the admin API's), or the MCP endpoint's URL with its `/mcp`: the
+        // checks are not there.
+        let at = url.split_once('?').map_or(url.as_str(), |(at, _)| at);
+        return Err(format!(
+            "{} answered 404 Not Found: is --url the gateway's MCP listener, without `/mcp` (the address `bridle serve` prints as \"listening on\")?",
+            bridle_rules::redact_url(at)
+        )
+        .into());
+    }
     println!("{}", response.text().await.unwrap_or_default());
     Ok(if status.is_success() {
         ExitCode::SUCCESS
