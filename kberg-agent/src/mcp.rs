@@ -334,9 +334,27 @@ impl McpSurface {
             .get_program()
             .to_string_lossy()
             .into_owned();
-        let transport = TokioChildProcess::new(command)
+        // Its stderr is passed on to this process's, as an inherited one would be, and its
+        // last bytes kept to say why a server that dies at start did.
+        let (transport, stderr) = TokioChildProcess::builder(command)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .map_err(|e| SurfaceError::Connect(format!("could not start `{program}`: {e}")))?;
-        Self::serve_named(&format!("`{program}`"), transport, options).await
+        let tail = stderr.map(StderrTail::follow);
+        match Self::serve_named(&format!("`{program}`"), transport, options).await {
+            Ok(surface) => Ok(surface),
+            Err(SurfaceError::Connect(why)) => {
+                let said = match tail {
+                    Some(tail) => tail.last_words().await,
+                    None => None,
+                };
+                Err(SurfaceError::Connect(match said {
+                    Some(said) => format!("{why}; it wrote on stderr: {said}"),
+                    None => why,
+                }))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Speaks MCP over any of rmcp's transports (an in-memory pipe, a transport the app built
@@ -446,6 +464,74 @@ impl McpSurface {
             .read()
             .map(|l| l.contains(name))
             .unwrap_or(false)
+    }
+}
+
+/// The last bytes a spawned server wrote on its stderr ([`STDERR_TAIL_BYTES`]), read by a
+/// task that passes everything on to this process's stderr as it comes.
+struct StderrTail {
+    kept: Arc<std::sync::Mutex<std::collections::VecDeque<u8>>>,
+    ended: tokio::sync::watch::Receiver<bool>,
+}
+
+/// How much of a spawned server's stderr is kept to quote, from its end.
+const STDERR_TAIL_BYTES: usize = 4096;
+
+/// The most lines, from the end, of a spawned server's stderr a connect error quotes.
+const STDERR_QUOTED_LINES: usize = 6;
+
+/// How long a failed start waits for the server's stderr to end (it has exited, or was just
+/// stopped) before quoting what came.
+const STDERR_END_WAIT: Duration = Duration::from_secs(2);
+
+impl StderrTail {
+    fn follow(mut stderr: tokio::process::ChildStderr) -> Self {
+        use std::io::Write as _;
+        use tokio::io::AsyncReadExt as _;
+        let kept: Arc<std::sync::Mutex<std::collections::VecDeque<u8>>> = Arc::default();
+        let (done, ended) = tokio::sync::watch::channel(false);
+        let tail = Arc::clone(&kept);
+        tokio::spawn(async move {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n @ 1..) = stderr.read(&mut chunk).await {
+                let _ = std::io::stderr().write_all(&chunk[..n]);
+                if let Ok(mut kept) = tail.lock() {
+                    kept.extend(&chunk[..n]);
+                    let over = kept.len().saturating_sub(STDERR_TAIL_BYTES);
+                    kept.drain(..over);
+                }
+            }
+            let _ = done.send(true);
+        });
+        Self { kept, ended }
+    }
+
+    /// The last lines written, escaped and joined on one line; `None` when it wrote nothing.
+    /// Waits a moment for the rest of what a dying server wrote.
+    async fn last_words(mut self) -> Option<String> {
+        let _ = tokio::time::timeout(STDERR_END_WAIT, self.ended.wait_for(|ended| *ended)).await;
+        let bytes: Vec<u8> = self.kept.lock().ok()?.iter().copied().collect();
+        let text = String::from_utf8_lossy(&bytes);
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        let last = &lines[lines.len().saturating_sub(STDERR_QUOTED_LINES)..];
+        if last.is_empty() {
+            return None;
+        }
+        let quoted: Vec<String> = last
+            .iter()
+            .map(|l| {
+                let (mut q, cut) = kberg_core::quote_escaped(l, 300);
+                if cut {
+                    q.push_str("...");
+                }
+                q
+            })
+            .collect();
+        Some(quoted.join(" | "))
     }
 }
 

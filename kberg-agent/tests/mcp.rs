@@ -1334,3 +1334,42 @@ async fn a_panicking_progress_sink_does_not_end_the_session() {
     drop(surface);
     server.await.unwrap();
 }
+
+/// A stdio server that fails before it answers `initialize` (a missing module, a bad
+/// argument) says why on its stderr: the connect error quotes its last lines, escaped and
+/// bounded, instead of only "connection closed".
+#[tokio::test]
+async fn a_stdio_server_that_dies_at_start_is_quoted_from_its_stderr() {
+    let mut command = tokio::process::Command::new("sh");
+    command.args([
+        "-c",
+        "echo 'starting' >&2; printf 'Traceback...\\nModuleNotFoundError: No module named mcp_server_x \\033[2J\\n' >&2; exit 3",
+    ]);
+    let e = McpSurface::spawn(command).await.err().unwrap();
+    assert_eq!(e.code(), "surface_connect");
+    let said = e.to_string();
+    assert!(
+        said.contains("ModuleNotFoundError: No module named mcp_server_x"),
+        "{said}"
+    );
+    assert!(said.contains("starting"), "{said}");
+    assert!(
+        !said.contains('\u{1b}'),
+        "control characters are escaped: {said:?}"
+    );
+
+    // A server that writes a long line before it dies: the quote stays short, its end kept.
+    let mut command = tokio::process::Command::new("sh");
+    command.args([
+        "-c",
+        "head -c 20000 /dev/zero | tr '\\0' 'x' >&2; echo >&2; echo 'the last words' >&2; exit 1",
+    ]);
+    let e = McpSurface::spawn(command).await.err().unwrap();
+    let said = e.to_string();
+    assert!(
+        said.contains("the last words"),
+        "{}",
+        &said[said.len().saturating_sub(200)..]
+    );
+    assert!(said.len() < 4_000, "{}", said.len());
+}
