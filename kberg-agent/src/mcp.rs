@@ -486,15 +486,16 @@ const STDERR_END_WAIT: Duration = Duration::from_secs(2);
 
 impl StderrTail {
     fn follow(mut stderr: tokio::process::ChildStderr) -> Self {
-        use std::io::Write as _;
-        use tokio::io::AsyncReadExt as _;
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         let kept: Arc<std::sync::Mutex<std::collections::VecDeque<u8>>> = Arc::default();
         let (done, ended) = tokio::sync::watch::channel(false);
         let tail = Arc::clone(&kept);
         tokio::spawn(async move {
             let mut chunk = [0u8; 4096];
+            // Written without blocking a worker when this process's stderr is slow to drain.
+            let mut own = tokio::io::stderr();
             while let Ok(n @ 1..) = stderr.read(&mut chunk).await {
-                let _ = std::io::stderr().write_all(&chunk[..n]);
+                let _ = own.write_all(&chunk[..n]).await;
                 if let Ok(mut kept) = tail.lock() {
                     kept.extend(&chunk[..n]);
                     let over = kept.len().saturating_sub(STDERR_TAIL_BYTES);
