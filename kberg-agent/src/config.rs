@@ -111,40 +111,43 @@ pub struct AgentConfig {
     /// no longer copies calls that failed before. The stored conversation keeps everything.
     pub forget_old_failures: bool,
     /// Show each long opaque id (a uuid, a hash, a path) in what the model is sent as a short
-    /// handle (`#1`), and replace a handle in a call's arguments with the id it stands for
-    /// before the call is checked or run (default **false**, from the measurement: on the task
-    /// benchmark with uuid ids Qwen2.5-Coder-0.5B passed 12/20 without handles and 7/20 with
-    /// them, since it copies uuids correctly and drops the `#` of a handle). For a model that
-    /// miscopies long ids, which copies `#1`. The stored conversation, the outcome and the tools see only the real ids; a
-    /// handle the run never issued is answered with a repair turn, never sent. Once a run has
+    /// handle (`#1`), and replace a handle in a call's arguments with the id it stands for before
+    /// the call is checked or run (default **false**, from the measurement: on the task benchmark
+    /// with uuid ids Qwen2.5-Coder-0.5B passed 12/20 without handles and 7/20 with them, since it
+    /// copies uuids correctly and drops the `#` of a handle). For a model that miscopies long ids,
+    /// which copies `#1`. The stored conversation, the outcome and the tools see only the real ids;
+    /// a handle the run never issued is answered with a repair turn, never sent. Once a run has
     /// issued a handle, an argument that is exactly `#` and digits is read as a handle.
     pub id_handles: bool,
     /// Do not run a write whose text argument (a string the schema declares without `enum` or
     /// `format`, not an id) is not in the user's own words, as whole words; tell the model the
-    /// value has no source and quote the request (default false: on a live model it changed no outcome, see `benches/README.md`, agent tasks round 5). It stops a tag or a title
-    /// copied from a record just read and a note nobody asked for. Arguments the model is meant
-    /// to write itself (a summary, a message) are named with
-    /// [`AgentConfig::composed_argument`] and never checked.
+    /// value has no source and quote the request (default false: on a live model it changed no
+    /// outcome, see `benches/README.md`, agent tasks round 5). It stops a tag or a title copied
+    /// from a record just read and a note nobody asked for. Arguments the model is meant to write
+    /// itself (a summary, a message) are named with [`AgentConfig::composed_argument`] and never
+    /// checked.
     pub ground_write_text: bool,
     /// Text arguments the model composes itself, exempt from [`AgentConfig::ground_write_text`]
     /// and never counted as the user's values.
     pub composed_arguments: HashSet<String>,
-    /// Once a write has succeeded in the run, do not run a further write that the user did not
-    /// ask for, and make the next turn answer-only (default false: on a live model it cut tool calls by a fifth and changed no outcome, and it can hold a legitimate write, below; see `benches/README.md`, agent tasks round 5). A write is *requested* when
-    /// it carries a value from the user's own words (a number the user gave, a text in the
-    /// user's words, an id the user gave) that no write that succeeded in this run carried:
-    /// "tag note 63 with work and urgent" requests two `add_tag` calls, one per tag, but after
-    /// `set_priority` of note 42 to 5, an `add_tag` or `add_note` whose values come from a
-    /// result, or reuse the 42 and the 5, is not requested. The model is told what succeeded
-    /// and asked to answer in words. Leave it off for apps whose requests fan out over records a
-    /// search finds ("tag all my health notes"): the second record's write reuses the user's
-    /// values and would be held.
+    /// Once a write has succeeded in the run, do not run a further write that the user did not ask
+    /// for, and make the next turn answer-only (default false: on a live model it cut tool calls by
+    /// a fifth and changed no outcome, and it can hold a legitimate write, below; see
+    /// `benches/README.md`, agent tasks round 5). A write is *requested* when it carries a value
+    /// from the user's own words (a number the user gave, a text in the user's words, an id the
+    /// user gave) that no write that succeeded in this run carried: "tag note 63 with work and
+    /// urgent" requests two `add_tag` calls, one per tag, but after `set_priority` of note 42 to 5,
+    /// an `add_tag` or `add_note` whose values come from a result, or reuse the 42 and the 5, is
+    /// not requested. The model is told what succeeded and asked to answer in words. Leave it off
+    /// for apps whose requests fan out over records a search finds ("tag all my health notes"): the
+    /// second record's write reuses the user's values and would be held.
     pub stop_unrequested_writes: bool,
     /// Within one turn, do not run a write listed after a read that ran in that turn: the model
-    /// wrote it before it saw the read's result (default false: on a live model it changed no outcome, see `benches/README.md`, agent tasks round 5). The model is told to call it
-    /// again, with values from the result, if it is still needed. A read answered from an
-    /// earlier result (a repeat, [`AgentConfig::guard_repeated_reads`]) does not hold a write:
-    /// its result was seen.
+    /// wrote it before it saw the read's result (default false: on a live model it changed no
+    /// outcome, see `benches/README.md`, agent tasks round 5). The model is told to call it again,
+    /// with values from the result, if it is still needed. A read answered from an earlier result
+    /// (a repeat, [`AgentConfig::guard_repeated_reads`]) does not hold a write: its result was
+    /// seen.
     pub hold_writes_after_reads: bool,
     /// Send an answer-only turn (the last turn, one after a repeat, a request for words) as a
     /// short conversation: the caller's messages, then the results of the run's calls in one
@@ -223,7 +226,8 @@ pub struct AgentConfig {
     /// keeps every result. An answer-only turn sent in its short form
     /// ([`AgentConfig::focused_answer_turns`]) is answered the same way: half of its results
     /// still shown, oldest first, are shown as removed (their calls still named), never those
-    /// of the last assistant turn; the caller's own messages are sent as they are in that form. A local model's window (Ollama's `num_ctx`, a llama.cpp server's
+    /// of the last assistant turn; the caller's own messages are sent as they are in that
+    /// form. A local model's window (Ollama's `num_ctx`, a llama.cpp server's
     /// `--ctx-size`) is often a few thousand tokens, which a few file reads fill.
     pub elide_results_on_overflow: bool,
     /// Take a reasoning model's thinking out of its text (default true): every `<think>` ...
