@@ -419,6 +419,18 @@ fn render_does_not_replace_a_hand_written_file_without_force() {
         }
         run_bridle(data.path(), &args)
     };
+    // Two of them: both named, and nothing written.
+    let agents_md = repo.path().join("AGENTS.md");
+    std::fs::write(&agents_md, "# Our agents' notes\n").unwrap();
+    let o = render("codex,claude", false);
+    let e = failed(&o, "render over two hand-written files");
+    assert!(
+        e.contains("AGENTS.md and") && e.contains("CLAUDE.md exist and"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_to_string(&claude).unwrap(), own);
+    std::fs::remove_file(&agents_md).unwrap();
+
     let o = render("codex,claude", false);
     let e = failed(&o, "render over a hand-written CLAUDE.md");
     assert!(e.contains("CLAUDE.md"), "{e}");

@@ -43,8 +43,13 @@ pub(crate) fn render(
             }
         }
         if !foreign.is_empty() {
+            let (exists, it, says) = if foreign.len() == 1 {
+                ("exists", "it", "it says")
+            } else {
+                ("exist", "them", "they say")
+            };
             return Err(format!(
-                "{} exists and Bridle did not write it (no \"{GENERATED_MARK}\" notice), so nothing was written: move what it says into the project's rules (an agent's proposal, or projects/{project}.yaml), then render with --force to replace it",
+                "{} {exists} and Bridle did not write {it} (no \"{GENERATED_MARK}\" notice), so nothing was written: move what {says} into the project's rules (an agent's proposal, or projects/{project}.yaml), then render with --force to replace {it}",
                 foreign.join(" and ")
             )
             .into());
