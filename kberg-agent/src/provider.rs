@@ -78,7 +78,8 @@ pub enum ProviderError {
         detail: String,
     },
     /// The server refused the conversation as longer than the model's context window (an HTTP
-    /// 4xx naming it: OpenAI's `context_length_exceeded`,
+    /// 4xx naming it, or the same error written into a 200 or a stream's error event by a
+    /// gateway in front of the server: OpenAI's `context_length_exceeded`,
     /// llama.cpp's `exceed_context_size_error`, vLLM's and Anthropic's words, Ollama's when it is
     /// told not to drop messages). The conversation must be shortened, or the window made
     /// larger, before the turn can be sent again; the agent loop shortens what it sends when

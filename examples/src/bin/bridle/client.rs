@@ -161,7 +161,11 @@ impl AdminClient {
             let resp = checked(&url, req.send().await, self.timeout).await?;
             let content_type = content_type(&resp);
             if !content_type.starts_with(bridle_gateway::admin::audit_log::JSONL) {
-                return Err(not_the_api(&url, &content_type).into());
+                return Err(not_the_api(
+                    &url,
+                    &format!("something that is not JSON Lines ({content_type})"),
+                )
+                .into());
             }
             resp.text().await.map_err(|e| self.cut_short(&url, e))
         })
@@ -234,7 +238,13 @@ impl AdminClient {
             let bytes = resp.bytes().await.map_err(|e| self.cut_short(&url, e))?;
             // Every answer of the admin API is JSON: anything else (a proxy's page, another
             // service at a wrong --url) must not pass for an empty list or a change made.
-            serde_json::from_slice(&bytes).map_err(|_| not_the_api(&url, &content_type).into())
+            serde_json::from_slice(&bytes).map_err(|_| {
+                not_the_api(
+                    &url,
+                    &format!("something that is not JSON ({content_type})"),
+                )
+                .into()
+            })
         })
     }
 }
@@ -275,12 +285,13 @@ fn waited(timeout: Duration) -> String {
     )
 }
 
-/// The error for a success answer that is not what the admin API sends (JSON, or JSON Lines
-/// for an export), shown with the URL without its user part or query.
-fn not_the_api(url: &str, content_type: &str) -> String {
+/// The error for an answer the admin API would not give (`what`: a success that is not JSON,
+/// or JSON Lines for an export; a refusal without its problem document), shown with the URL
+/// without its user part or query. Most often --url names the MCP listener, on another port.
+fn not_the_api(url: &str, what: &str) -> String {
     let at = url.split_once('?').map_or(url, |(at, _)| at);
     format!(
-        "{} answered with something that is not JSON ({content_type}); is --url the admin API (http://HOST:PORT of the admin listener)?",
+        "{} answered {what}, so it is not the admin API: is --url the admin listener (http://HOST:PORT; `bridle serve` prints it as \"admin API on ...\"; the MCP endpoint listens on another port), and is the gateway behind any proxy running?",
         bridle_rules::redact_url(at)
     )
 }
@@ -324,19 +335,9 @@ async fn checked(
     let is_problem = serde_json::from_slice::<Value>(&bytes)
         .is_ok_and(|v| v.get("code").is_some_and(Value::is_string));
     if !is_problem {
-        return Err(not_the_api_status(url, status).into());
+        return Err(not_the_api(url, &status.to_string()).into());
     }
     Err(refusal(status.as_u16(), &bytes).into())
-}
-
-/// The error for a refusal that is not the admin API's (no problem document): most often
-/// --url names the MCP listener, which is on another port than the admin listener.
-fn not_the_api_status(url: &str, status: reqwest::StatusCode) -> String {
-    let at = url.split_once('?').map_or(url, |(at, _)| at);
-    format!(
-        "{} answered {status}, not the admin API (its refusals say why): is --url the admin listener (http://HOST:PORT; `bridle serve` prints it as \"admin API on ...\"; the MCP endpoint listens on another port), and is the gateway behind any proxy running?",
-        bridle_rules::redact_url(at)
-    )
 }
 
 /// The sentence for a refusal of the admin API: its status, code and detail, then each of its
