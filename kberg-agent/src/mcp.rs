@@ -580,12 +580,23 @@ fn service_failure(e: &ServiceError, bearer: bool) -> String {
 /// Content blocks as the model reads them ([`crate::surface::blocks_text`]), as a result from
 /// a [`crate::LocalSurface`] reads: an embedded resource's text (or bytes of a text type,
 /// decoded from base64) with its URI, a link with its name, URI and description.
-fn blocks_text(content: &[ContentBlock]) -> String {
+fn blocks_text(content: &[ContentBlock]) -> crate::surface::Shown {
     use crate::surface::{Block, is_text_mime};
     use base64::Engine as _;
-    use rmcp::model::ResourceContents;
+    use rmcp::model::{ResourceContents, Role};
     crate::surface::blocks_text(content.iter().map(|block| {
-        match block {
+        let annotations = match block {
+            ContentBlock::Text(t) => t.annotations.as_ref(),
+            ContentBlock::Image(i) => i.annotations.as_ref(),
+            ContentBlock::Audio(a) => a.annotations.as_ref(),
+            ContentBlock::Resource(r) => r.annotations.as_ref(),
+            ContentBlock::ResourceLink(link) => link.annotations.as_ref(),
+            _ => None,
+        };
+        let for_model = annotations
+            .and_then(|a| a.audience.as_ref())
+            .is_none_or(|audience| audience.contains(&Role::Assistant));
+        let block = match block {
             ContentBlock::Text(t) => Block::Text(&t.text),
             ContentBlock::Image(i) => Block::Media {
                 kind: "image",
@@ -628,13 +639,15 @@ fn blocks_text(content: &[ContentBlock]) -> String {
                 _ => Block::Other("resource"),
             },
             _ => Block::Other("content"),
-        }
+        };
+        (block, for_model)
     }))
 }
 
 fn to_result(r: CallToolResult) -> ToolResult {
     let is_error = r.is_error.unwrap_or(false);
-    let mut text = blocks_text(&r.content);
+    let shown = blocks_text(&r.content);
+    let mut text = shown.model;
     if text.is_empty()
         && let Some(s) = &r.structured_content
     {
@@ -647,6 +660,7 @@ fn to_result(r: CallToolResult) -> ToolResult {
     };
     ToolResult {
         text,
+        user_text: shown.user,
         is_error,
         code,
         structured: r.structured_content,

@@ -302,5 +302,8 @@ pub enum AgentEvent {
         outcome: CallOutcome,
         /// The text the model is given.
         text: String,
+        /// What the tool meant for the user only, which the model is not given
+        /// ([`crate::ToolResult::user_text`]): for the app to show. Empty when there is none.
+        user_text: String,
     },
 }

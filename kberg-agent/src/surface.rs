@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use kberg_core::{CallOptions, Caller, Content, ErrorCode, ResourceBody, ToolOutput, ToolRegistry};
+use kberg_core::{
+    CallOptions, Caller, Content, ErrorCode, ResourceBody, Role, ToolOutput, ToolRegistry,
+};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -22,8 +24,15 @@ use crate::progress::{LocalProgressPeer, ProgressSink};
 /// What one tool call produced, as the loop hands it to the model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolResult {
-    /// The result as text.
+    /// The result as text: what the model is given. Blocks the tool meant for the user only
+    /// are not in it (they are [`ToolResult::user_text`]); a line at its end says how many
+    /// there were, so the model knows the user was shown something.
     pub text: String,
+    /// The blocks the tool meant for the user only (MCP annotations with an `audience` that
+    /// leaves the assistant out), as text in the same form, one after another on their own
+    /// lines: for the app to show, since the model is not given them. Empty when there are
+    /// none.
+    pub user_text: String,
     /// Whether the call failed.
     pub is_error: bool,
     /// The stable code of a failure (`None` on success, or when a remote server gave none).
@@ -37,6 +46,7 @@ impl ToolResult {
     pub fn ok(text: impl Into<String>) -> Self {
         Self {
             text: text.into(),
+            user_text: String::new(),
             is_error: false,
             code: None,
             structured: None,
@@ -47,6 +57,7 @@ impl ToolResult {
     pub fn error(code: ErrorCode, text: impl Into<String>) -> Self {
         Self {
             text: text.into(),
+            user_text: String::new(),
             is_error: true,
             code: Some(code),
             structured: None,
@@ -70,8 +81,10 @@ impl ToolResult {
         } else {
             None
         };
+        let shown = output_text(&out.content);
         Self {
-            text: output_text(&out.content),
+            text: shown.model,
+            user_text: shown.user,
             is_error: out.is_error,
             code,
             structured: out.structured,
@@ -109,43 +122,80 @@ pub(crate) enum Block<'a> {
     Other(&'a str),
 }
 
-/// Tool result blocks as the text a model reads, one block after another on its own lines. No
-/// block is dropped: an embedded resource's text is read with its URI above it, and what
-/// cannot be shown as text is named, so the model knows something came back.
-pub(crate) fn blocks_text<'a>(blocks: impl IntoIterator<Item = Block<'a>>) -> String {
-    let mut s = String::new();
-    for block in blocks {
+/// A tool result's blocks as text ([`blocks_text`]): what the model is given, and what the
+/// tool meant for the user only.
+#[derive(Debug, Default)]
+pub(crate) struct Shown {
+    /// The blocks for the model (or for everyone), then a line saying how many were left to
+    /// the user, if any were.
+    pub(crate) model: String,
+    /// The blocks for the user only.
+    pub(crate) user: String,
+}
+
+/// Tool result blocks as the text a model reads, one block after another on their own lines,
+/// each with whether it is for the model (MCP's `audience` names the assistant, or no one).
+/// No block the model is meant to see is dropped: an embedded resource's text is read with its
+/// URI above it, and what cannot be shown as text is named, so the model knows something came
+/// back. A block for the user only goes to [`Shown::user`] instead, and the model is told how
+/// many there were.
+pub(crate) fn blocks_text<'a>(blocks: impl IntoIterator<Item = (Block<'a>, bool)>) -> Shown {
+    let mut shown = Shown::default();
+    let mut withheld = 0usize;
+    for (block, for_model) in blocks {
+        if !for_model {
+            withheld += 1;
+        }
+        let s = if for_model {
+            &mut shown.model
+        } else {
+            &mut shown.user
+        };
         if !s.is_empty() {
             s.push('\n');
         }
-        match block {
-            Block::Text(t) => s.push_str(t),
-            Block::Media { kind, mime } => s.push_str(&format!("[{kind} {mime}]")),
-            Block::Link {
-                name,
-                uri,
-                description,
-            } => {
-                s.push_str(&format!("[resource link {name}: {uri}]"));
-                if let Some(d) = description.filter(|d| !d.trim().is_empty()) {
-                    s.push(' ');
-                    s.push_str(d.trim());
-                }
-            }
-            Block::Resource { uri, mime, text } => {
-                let mime = mime.map(|m| format!(" ({m})")).unwrap_or_default();
-                match text {
-                    Some(text) => {
-                        s.push_str(&format!("[resource {uri}{mime}]\n"));
-                        s.push_str(&text);
-                    }
-                    None => s.push_str(&format!("[resource {uri}{mime}: binary, not shown]")),
-                }
-            }
-            Block::Other(kind) => s.push_str(&format!("[{kind}]")),
-        }
+        push_block(s, block);
     }
-    s
+    if withheld > 0 {
+        if !shown.model.is_empty() {
+            shown.model.push('\n');
+        }
+        let blocks = if withheld == 1 { "block" } else { "blocks" };
+        shown.model.push_str(&format!(
+            "[{withheld} {blocks} for the user only, not shown to you]"
+        ));
+    }
+    shown
+}
+
+/// One block as the model (or the user) reads it.
+fn push_block(s: &mut String, block: Block<'_>) {
+    match block {
+        Block::Text(t) => s.push_str(t),
+        Block::Media { kind, mime } => s.push_str(&format!("[{kind} {mime}]")),
+        Block::Link {
+            name,
+            uri,
+            description,
+        } => {
+            s.push_str(&format!("[resource link {name}: {uri}]"));
+            if let Some(d) = description.filter(|d| !d.trim().is_empty()) {
+                s.push(' ');
+                s.push_str(d.trim());
+            }
+        }
+        Block::Resource { uri, mime, text } => {
+            let mime = mime.map(|m| format!(" ({m})")).unwrap_or_default();
+            match text {
+                Some(text) => {
+                    s.push_str(&format!("[resource {uri}{mime}]\n"));
+                    s.push_str(&text);
+                }
+                None => s.push_str(&format!("[resource {uri}{mime}: binary, not shown]")),
+            }
+        }
+        Block::Other(kind) => s.push_str(&format!("[{kind}]")),
+    }
 }
 
 /// Whether a resource of MIME type `mime` holds text (`text/*`, JSON, XML, YAML, TOML,
@@ -177,9 +227,9 @@ pub(crate) fn is_text_mime(mime: Option<&str>) -> bool {
 }
 
 /// kberg-core content blocks as the text a model reads ([`blocks_text`]).
-pub(crate) fn output_text(content: &[Content]) -> String {
+pub(crate) fn output_text(content: &[Content]) -> Shown {
     blocks_text(content.iter().map(|c| {
-        match c {
+        let block = match c.block() {
             Content::Text(t) => Block::Text(t),
             Content::Image { mime_type, .. } => Block::Media {
                 kind: "image",
@@ -213,7 +263,8 @@ pub(crate) fn output_text(content: &[Content]) -> String {
                 },
             },
             _ => Block::Other("content"),
-        }
+        };
+        (block, c.is_for(Role::Assistant))
     }))
 }
 
@@ -386,6 +437,7 @@ impl ToolSurface for LocalSurface {
 fn gate_result(e: &kberg_core::GateError) -> ToolResult {
     ToolResult {
         text: e.to_string(),
+        user_text: String::new(),
         is_error: true,
         code: Some(e.code()),
         structured: Some(e.details()),
@@ -441,8 +493,9 @@ mod tests {
                 mime_type: None,
             },
         ]);
+        assert_eq!(text.user, "");
         assert_eq!(
-            text,
+            text.model,
             "[resource file:///notes.txt (text/plain): binary, not shown]\n\
              [resource file:///ok.txt (text/plain)]\nplain words\n\
              [resource link a: file:///a]"

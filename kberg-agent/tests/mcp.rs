@@ -572,6 +572,140 @@ async fn the_model_reads_a_results_embedded_resources_and_links() {
     assert!(links.contains("Resource 2: "), "the description: {links}");
 }
 
+/// A block the server meant for the user only (MCP `annotations.audience: ["user"]`) is not
+/// given to the model, which is told that the user was shown something; the app gets its text
+/// (`ToolResult::user_text`, and the result's event) to show. A block for the model, or for
+/// both, is read as before.
+#[tokio::test]
+async fn blocks_for_the_user_only_are_not_given_to_the_model() {
+    let surface = McpSurface::spawn(everything_stdio_command()).await.unwrap();
+    let direct = surface
+        .call(
+            "get-annotated-message",
+            json!({"messageType": "success", "includeImage": true}),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(!direct.is_error, "{direct:?}");
+    assert!(
+        !direct.text.contains("Operation completed successfully"),
+        "{}",
+        direct.text
+    );
+    assert!(!direct.text.contains("image/png"), "{}", direct.text);
+    assert!(
+        direct.text.contains("2 blocks for the user only"),
+        "{}",
+        direct.text
+    );
+    assert_eq!(
+        direct.user_text,
+        "Operation completed successfully\n[image image/png]"
+    );
+
+    let script = ScriptedProvider::new([
+        ScriptedProvider::call(
+            "c1",
+            "get-annotated-message",
+            json!({"messageType": "success"}),
+        ),
+        ScriptedProvider::call(
+            "c2",
+            "get-annotated-message",
+            json!({"messageType": "debug"}),
+        ),
+        ScriptedProvider::call(
+            "c3",
+            "get-annotated-message",
+            json!({"messageType": "error"}),
+        ),
+        ScriptedProvider::text("Done."),
+    ]);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let out = Agent::new(script.clone(), surface)
+        .run_with_events(
+            vec![Message::user("messages")],
+            &CancellationToken::new(),
+            tx,
+        )
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    let results: Vec<String> = out
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            "[1 block for the user only, not shown to you]",
+            "Debug: Cache hit ratio 0.95, latency 150ms",
+            "Error: Operation failed",
+        ]
+    );
+    let mut for_user = Vec::new();
+    while let Ok(ev) = rx.try_recv() {
+        if let AgentEvent::ToolResult {
+            call_id, user_text, ..
+        } = ev
+        {
+            for_user.push(format!("{call_id}: {user_text}"));
+        }
+    }
+    assert_eq!(
+        for_user,
+        ["c1: Operation completed successfully", "c2: ", "c3: "]
+    );
+}
+
+/// A Kberg tool's blocks for the user only are read as a remote server's are, in process and
+/// over HTTP alike.
+#[tokio::test]
+async fn annotated_blocks_read_alike_in_process_and_over_http() {
+    use kberg_core::{Annotations, Content, Role};
+    let tools = ToolRegistry::new();
+    tools
+        .register(
+            ToolBuilder::new("deploy")
+                .description("Deploy")
+                .raw_handler(json!({"type": "object"}), |_, _| async {
+                    Ok(ToolOutput::contents(vec![
+                        Content::text("Deployed build 42.")
+                            .annotated(Annotations::for_audience([Role::Assistant])),
+                        Content::text("Your site is live.")
+                            .annotated(Annotations::for_audience([Role::User])),
+                        Content::text("Log: 3 files changed."),
+                    ]))
+                }),
+        )
+        .unwrap();
+    let app = McpApp::builder("deploys", "1.0.0")
+        .tools(tools.clone())
+        .build();
+    let server =
+        RunningServer::start(app, loopback().auth(OpenAccess::as_principal(principal()))).await;
+    let remote = McpSurface::connect_http(&server.url).await.unwrap();
+    let local = LocalSurface::new(tools, Caller::new(principal()));
+    for surface in [
+        Box::new(local) as Box<dyn ToolSurface>,
+        Box::new(remote) as Box<dyn ToolSurface>,
+    ] {
+        let r = surface
+            .call("deploy", json!({}), CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(
+            r.text,
+            "Deployed build 42.\nLog: 3 files changed.\n[1 block for the user only, not shown to you]"
+        );
+        assert_eq!(r.user_text, "Your site is live.");
+    }
+}
+
 /// The same blocks from a Kberg tool read alike in process and over HTTP.
 #[tokio::test]
 async fn embedded_resources_read_alike_in_process_and_over_http() {

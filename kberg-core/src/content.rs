@@ -57,8 +57,68 @@ impl ResourceContents {
     }
 }
 
+/// Who says a prompt message, or who a content block is for ([`Annotations::audience`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The user.
+    User,
+    /// The assistant (the model).
+    Assistant,
+}
+
+/// MCP's `annotations` on a content block: hints for the client about who the block is for,
+/// how much it matters and when it changed. A block without them is for everyone.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Annotations {
+    /// Who the block is for: the user, the model, or both. `None`: everyone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audience: Option<Vec<Role>>,
+    /// How much the block matters, from 0 (least) to 1 (most important).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<f64>,
+    /// When what the block shows last changed (an ISO 8601 timestamp).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_modified: Option<String>,
+}
+
+impl Annotations {
+    /// Annotations naming only who the block is for.
+    ///
+    /// ```
+    /// use kberg_core::{Annotations, Content, Role};
+    ///
+    /// let shown = Content::text("Your site is live.")
+    ///     .annotated(Annotations::for_audience([Role::User]));
+    /// assert!(!shown.is_for(Role::Assistant));
+    /// ```
+    pub fn for_audience(audience: impl IntoIterator<Item = Role>) -> Self {
+        Self {
+            audience: Some(audience.into_iter().collect()),
+            ..Self::default()
+        }
+    }
+
+    /// With a priority (0 to 1).
+    pub fn with_priority(mut self, priority: f64) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// With the time what the block shows last changed.
+    pub fn with_last_modified(mut self, at: impl Into<String>) -> Self {
+        self.last_modified = Some(at.into());
+        self
+    }
+}
+
 /// One block of a tool result or prompt message. Serializes as an MCP `ContentBlock`
 /// (`{"type": "text", "text": …}`, `{"type": "image", "data": <base64>, "mimeType": …}`, …).
+///
+/// A block with MCP `annotations` is [`Content::Annotated`]: read it through
+/// [`Content::block`] and [`Content::annotations`], which see through the annotations.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Content {
@@ -91,6 +151,15 @@ pub enum Content {
     },
     /// A resource's contents embedded in the result.
     Resource(ResourceContents),
+    /// A block with its annotations (who it is for, its priority). Made by
+    /// [`Content::annotated`], which never nests one in another; the wire form is the block's
+    /// with an `annotations` field.
+    Annotated {
+        /// The block itself (never `Annotated`).
+        block: Box<Content>,
+        /// Its annotations.
+        annotations: Annotations,
+    },
 }
 
 impl Content {
@@ -98,27 +167,81 @@ impl Content {
     pub fn text(s: impl Into<String>) -> Self {
         Content::Text(s.into())
     }
+
+    /// This block with `annotations`, replacing any it had.
+    pub fn annotated(self, annotations: Annotations) -> Self {
+        Content::Annotated {
+            block: Box::new(self.into_block()),
+            annotations,
+        }
+    }
+
+    /// The block without its annotations.
+    pub fn block(&self) -> &Content {
+        match self {
+            Content::Annotated { block, .. } => block.block(),
+            other => other,
+        }
+    }
+
+    /// [`Content::block`], to change it.
+    pub fn block_mut(&mut self) -> &mut Content {
+        match self {
+            Content::Annotated { block, .. } => block.block_mut(),
+            other => other,
+        }
+    }
+
+    /// The block, its annotations dropped.
+    pub fn into_block(self) -> Content {
+        match self {
+            Content::Annotated { block, .. } => block.into_block(),
+            other => other,
+        }
+    }
+
+    /// Its annotations, if it has any.
+    pub fn annotations(&self) -> Option<&Annotations> {
+        match self {
+            Content::Annotated { annotations, .. } => Some(annotations),
+            _ => None,
+        }
+    }
+
+    /// Whether the block is for `role`: it names no audience, or names `role` among it.
+    pub fn is_for(&self, role: Role) -> bool {
+        self.annotations()
+            .and_then(|a| a.audience.as_ref())
+            .is_none_or(|audience| audience.contains(&role))
+    }
 }
 
 /// The wire form of a [`Content`] block: the derive that is this crate's one JSON codec for
-/// content. Borrowed when serializing, owned when deserializing.
+/// content. Borrowed when serializing, owned when deserializing. Every kind of block may carry
+/// `annotations`, read into [`Content::Annotated`].
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum ContentWire<'a> {
     Text {
         text: Cow<'a, str>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotations: Option<Cow<'a, Annotations>>,
     },
     Image {
         #[serde(with = "base64_bytes_cow")]
         data: Cow<'a, [u8]>,
         #[serde(rename = "mimeType")]
         mime_type: Cow<'a, str>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotations: Option<Cow<'a, Annotations>>,
     },
     Audio {
         #[serde(with = "base64_bytes_cow")]
         data: Cow<'a, [u8]>,
         #[serde(rename = "mimeType")]
         mime_type: Cow<'a, str>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotations: Option<Cow<'a, Annotations>>,
     },
     ResourceLink {
         uri: Cow<'a, str>,
@@ -127,23 +250,45 @@ enum ContentWire<'a> {
         description: Option<Cow<'a, str>>,
         #[serde(rename = "mimeType", default, skip_serializing_if = "Option::is_none")]
         mime_type: Option<Cow<'a, str>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotations: Option<Cow<'a, Annotations>>,
     },
     Resource {
         resource: Cow<'a, ResourceContents>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotations: Option<Cow<'a, Annotations>>,
     },
+}
+
+impl<'a> ContentWire<'a> {
+    /// The block's `annotations` field.
+    fn annotations(&mut self) -> &mut Option<Cow<'a, Annotations>> {
+        match self {
+            ContentWire::Text { annotations, .. }
+            | ContentWire::Image { annotations, .. }
+            | ContentWire::Audio { annotations, .. }
+            | ContentWire::ResourceLink { annotations, .. }
+            | ContentWire::Resource { annotations, .. } => annotations,
+        }
+    }
 }
 
 impl<'a> From<&'a Content> for ContentWire<'a> {
     fn from(c: &'a Content) -> Self {
         match c {
-            Content::Text(t) => ContentWire::Text { text: t.into() },
+            Content::Text(t) => ContentWire::Text {
+                text: t.into(),
+                annotations: None,
+            },
             Content::Image { data, mime_type } => ContentWire::Image {
                 data: Cow::Borrowed(data),
                 mime_type: mime_type.into(),
+                annotations: None,
             },
             Content::Audio { data, mime_type } => ContentWire::Audio {
                 data: Cow::Borrowed(data),
                 mime_type: mime_type.into(),
+                annotations: None,
             },
             Content::ResourceLink {
                 uri,
@@ -155,23 +300,35 @@ impl<'a> From<&'a Content> for ContentWire<'a> {
                 name: name.into(),
                 description: description.as_deref().map(Cow::Borrowed),
                 mime_type: mime_type.as_deref().map(Cow::Borrowed),
+                annotations: None,
             },
             Content::Resource(r) => ContentWire::Resource {
                 resource: Cow::Borrowed(r),
+                annotations: None,
             },
+            Content::Annotated { block, annotations } => {
+                let mut wire = ContentWire::from(block.block());
+                *wire.annotations() = Some(Cow::Borrowed(annotations));
+                wire
+            }
         }
     }
 }
 
 impl From<ContentWire<'_>> for Content {
-    fn from(w: ContentWire<'_>) -> Self {
-        match w {
-            ContentWire::Text { text } => Content::Text(text.into_owned()),
-            ContentWire::Image { data, mime_type } => Content::Image {
+    fn from(mut w: ContentWire<'_>) -> Self {
+        let annotations = w.annotations().take();
+        let block = match w {
+            ContentWire::Text { text, .. } => Content::Text(text.into_owned()),
+            ContentWire::Image {
+                data, mime_type, ..
+            } => Content::Image {
                 data: data.into_owned(),
                 mime_type: mime_type.into_owned(),
             },
-            ContentWire::Audio { data, mime_type } => Content::Audio {
+            ContentWire::Audio {
+                data, mime_type, ..
+            } => Content::Audio {
                 data: data.into_owned(),
                 mime_type: mime_type.into_owned(),
             },
@@ -180,13 +337,18 @@ impl From<ContentWire<'_>> for Content {
                 name,
                 description,
                 mime_type,
+                ..
             } => Content::ResourceLink {
                 uri: uri.into_owned(),
                 name: name.into_owned(),
                 description: description.map(Cow::into_owned),
                 mime_type: mime_type.map(Cow::into_owned),
             },
-            ContentWire::Resource { resource } => Content::Resource(resource.into_owned()),
+            ContentWire::Resource { resource, .. } => Content::Resource(resource.into_owned()),
+        };
+        match annotations {
+            Some(a) => block.annotated(a.into_owned()),
+            None => block,
         }
     }
 }
@@ -257,7 +419,7 @@ impl ToolOutput {
     pub fn all_text(&self) -> String {
         let mut s = String::new();
         for c in &self.content {
-            if let Content::Text(t) = c {
+            if let Content::Text(t) = c.block() {
                 if !s.is_empty() {
                     s.push('\n');
                 }
@@ -383,6 +545,56 @@ mod tests {
         );
         assert_eq!(v["structuredContent"], json!({"n": 1}));
         assert_eq!(v["isError"], true);
+    }
+
+    /// MCP's `annotations` on a block (who it is for, its priority, when it changed) are read
+    /// and written again as they came, on every kind of block, and never nest.
+    #[test]
+    fn annotations_survive_the_round_trip() {
+        let v = json!({"content": [
+            {"type": "text", "text": "done", "annotations": {"audience": ["user"], "priority": 0.7}},
+            {"type": "image", "data": "AQI=", "mimeType": "image/png",
+             "annotations": {"audience": ["user", "assistant"], "lastModified": "2025-01-12T15:00:58Z"}},
+            {"type": "resource_link", "uri": "u", "name": "n", "annotations": {"priority": 1.0}},
+            {"type": "resource", "resource": {"uri": "u", "text": "t"},
+             "annotations": {"audience": ["assistant"]}},
+            {"type": "text", "text": "plain"}
+        ], "isError": false});
+        let out = output_from_json(&v).unwrap();
+        assert_eq!(output_to_json(&out), v);
+        let first = &out.content[0];
+        assert_eq!(first.block(), &Content::text("done"));
+        assert_eq!(
+            first.annotations().and_then(|a| a.audience.clone()),
+            Some(vec![Role::User])
+        );
+        assert!(first.is_for(Role::User));
+        assert!(!first.is_for(Role::Assistant));
+        assert!(out.content[1].is_for(Role::Assistant));
+        assert!(
+            out.content[2].is_for(Role::Assistant),
+            "no audience: for everyone"
+        );
+        assert!(!out.content[3].is_for(Role::User));
+        assert_eq!(out.content[4].annotations(), None);
+        assert_eq!(out.all_text(), "done\nplain");
+
+        // Annotating an annotated block replaces its annotations: blocks never nest.
+        let twice = Content::text("x")
+            .annotated(Annotations::for_audience([Role::User]))
+            .annotated(Annotations::for_audience([Role::Assistant]));
+        assert_eq!(twice.block(), &Content::text("x"));
+        assert_eq!(
+            serde_json::to_value(&twice).unwrap(),
+            json!({"type": "text", "text": "x", "annotations": {"audience": ["assistant"]}})
+        );
+        // An audience that is not MCP's is refused like any malformed block.
+        assert!(
+            output_from_json(&json!({"content": [
+                {"type": "text", "text": "x", "annotations": {"audience": ["robot"]}}
+            ]}))
+            .is_err()
+        );
     }
 
     #[test]

@@ -128,7 +128,8 @@ pub use confirm::{
     TicketDesk, TicketError, TicketOutcome, TicketStatus, TicketStore, mark_interrupted,
 };
 pub use content::{
-    Content, ResourceBody, ResourceContents, ToolOutput, output_from_json, output_to_json,
+    Annotations, Content, ResourceBody, ResourceContents, Role, ToolOutput, output_from_json,
+    output_to_json,
 };
 pub use context::{CallOptions, ClientPeer, PeerError, ToolContext};
 pub use digest::{REDACTED, argument_digest, canonical_json, redact};
@@ -144,7 +145,7 @@ pub use preview::{COMMIT_TOKEN_FIELD, CallPhase, CommitConfig};
 pub use principal::{Caller, Principal, SurfaceProjection};
 pub use prompt::{
     PromptArgs, PromptArgument, PromptEdit, PromptError, PromptMessage, PromptRegistry,
-    PromptResult, PromptSpec, Role,
+    PromptResult, PromptSpec,
 };
 pub use rate::{
     LOG_MESSAGE_BURST, LOG_MESSAGE_INTERVAL, PROGRESS_REPORT_BURST, PROGRESS_REPORT_INTERVAL,

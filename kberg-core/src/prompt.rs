@@ -21,20 +21,11 @@ use futures::FutureExt;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::content::Content;
+use crate::content::{Content, Role};
 use crate::context::{CallOptions, PeerError, ToolContext};
 use crate::error::CoreError;
 use crate::principal::{Caller, Principal};
 use crate::tool::{ToolError, check_name, quoted_name};
-
-/// Who says a prompt message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// The user.
-    User,
-    /// The assistant.
-    Assistant,
-}
 
 /// One message of a prompt.
 #[derive(Debug, Clone, PartialEq)]

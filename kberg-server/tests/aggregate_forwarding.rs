@@ -77,6 +77,38 @@ async fn upstream_progress_reaches_the_client() {
     agg.shutdown().await;
 }
 
+/// The annotations an upstream puts on its result's blocks (who each is for, its priority)
+/// reach the client as the upstream sent them: a client that shows the user what is meant for
+/// the user, and the model what is meant for the model, can do so through the aggregator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_content_annotations_reach_the_client() {
+    let (agg, registry) = connected("ev", everything_stdio()).await;
+    let (url, _guard) = serve(registry, "agent-token", "agent").await;
+    let client = ()
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url).auth_header("agent-token"),
+        ))
+        .await
+        .expect("client connects");
+    let mut p = CallToolRequestParams::new("ev__get-annotated-message");
+    p.arguments = json!({"messageType": "success", "includeImage": true})
+        .as_object()
+        .cloned();
+    let r = client.call_tool(p).await.expect("call");
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    let blocks = serde_json::to_value(&r.content).unwrap();
+    assert_eq!(blocks[0]["text"], "Operation completed successfully");
+    // rmcp holds a priority as an `f32`: 0.7 comes back as the nearest `f32`.
+    let priority = |b: &serde_json::Value| b["annotations"]["priority"].as_f64().unwrap();
+    assert_eq!(blocks[0]["annotations"]["audience"], json!(["user"]));
+    assert!((priority(&blocks[0]) - 0.7).abs() < 1e-6, "{blocks}");
+    assert_eq!(blocks[1]["type"], "image");
+    assert_eq!(blocks[1]["annotations"]["audience"], json!(["user"]));
+    assert!((priority(&blocks[1]) - 0.5).abs() < 1e-6, "{blocks}");
+    let _ = client.cancel().await;
+    agg.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_forwarded_call_ends_and_the_upstream_stays_usable() {
     let (agg, registry) = connected("ev", everything_stdio()).await;

@@ -171,6 +171,13 @@ fn scrub_content(block: &mut Content, parts: &[&str]) -> bool {
         Content::Image { mime_type, .. } | Content::Audio { mime_type, .. } => {
             scrub_string(mime_type, parts)
         }
+        Content::Annotated { block, annotations } => {
+            let when = annotations
+                .last_modified
+                .as_mut()
+                .is_some_and(|at| scrub_string(at, parts));
+            scrub_content(block, parts) | when
+        }
         // A kind of block this version does not know: nothing to search in it.
         _ => false,
     }
@@ -289,6 +296,24 @@ mod tests {
         );
         assert!(!scrub_output(&mut out, "s3cr3t"));
         assert!(!scrub_output(&mut out, ""));
+    }
+
+    /// A block with MCP annotations (who it is for) is searched as the block itself is.
+    #[test]
+    fn annotated_blocks_are_scrubbed_too() {
+        use kberg_core::{Annotations, Role};
+        let mut out =
+            ToolOutput::contents(vec![Content::text("your token is s3cr3t").annotated(
+                Annotations::for_audience([Role::User]).with_last_modified("s3cr3t"),
+            )]);
+        assert!(scrub_output(&mut out, "s3cr3t"));
+        assert_eq!(
+            out.content[0],
+            Content::text("your token is [redacted]").annotated(
+                Annotations::for_audience([Role::User]).with_last_modified("[redacted]")
+            )
+        );
+        assert!(!scrub_output(&mut out, "s3cr3t"));
     }
 
     #[test]

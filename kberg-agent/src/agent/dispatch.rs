@@ -316,13 +316,17 @@ impl Run<'_> {
                     turn,
                     call,
                     CallOutcome::Ok,
-                    result.text,
+                    Answer {
+                        text: result.text,
+                        user_text: result.user_text,
+                    },
                     (recovered, false),
                     coercions,
                 );
                 continue;
             };
             let mut text = result.text;
+            let user_text = result.user_text;
             match code {
                 ErrorCode::Cancelled => {
                     stop.get_or_insert(StopReason::Cancelled);
@@ -343,7 +347,7 @@ impl Run<'_> {
                 turn,
                 call,
                 CallOutcome::Failed(code),
-                text,
+                Answer { text, user_text },
                 (recovered, false),
                 coercions,
             );
@@ -512,15 +516,17 @@ impl Run<'_> {
         turn: u32,
         call: ToolCall,
         outcome: CallOutcome,
-        text: String,
+        answer: impl Into<Answer>,
         (recovered, not_sent): (bool, bool),
         coercions: Vec<Coercion>,
     ) {
+        let Answer { text, user_text } = answer.into();
         self.emit(|| AgentEvent::ToolResult {
             call_id: call.id.clone(),
             name: call.name.clone(),
             outcome,
             text: text.clone(),
+            user_text,
         });
         self.request.messages.push(Message::Tool {
             call_id: call.id.clone(),
@@ -557,6 +563,22 @@ fn bounded(mut result: ToolResult, limit: usize) -> ToolResult {
         result.text.push_str(&nudge::result_cut(more));
     }
     result
+}
+
+/// A call's answer as it is recorded: the text the model is given, and what the tool meant for
+/// the user only ([`ToolResult::user_text`]). An answer the loop writes itself is all text.
+struct Answer {
+    text: String,
+    user_text: String,
+}
+
+impl From<String> for Answer {
+    fn from(text: String) -> Self {
+        Self {
+            text,
+            user_text: String::new(),
+        }
+    }
 }
 
 /// What became of a call sent to the surface.

@@ -399,7 +399,7 @@ pub(super) fn to_output(up: &Upstream, r: CallToolResult) -> ToolOutput {
 pub(super) fn upstream_content(up: &Upstream, v: Value) -> Content {
     let mut content = content_of(v);
     if up.resources.is_some() {
-        match &mut content {
+        match content.block_mut() {
             Content::ResourceLink { uri, .. } => *uri = namespaced_uri(up.namespace(), uri),
             Content::Resource(contents) => {
                 contents.uri = namespaced_uri(up.namespace(), &contents.uri);
