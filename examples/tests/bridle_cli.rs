@@ -462,6 +462,60 @@ fn render_does_not_replace_a_hand_written_file_without_force() {
     assert_eq!(std::fs::read_to_string(&claude).unwrap(), text);
 }
 
+/// `--out` names the project's folder: a folder that does not exist (a mistyped path) is
+/// refused, in a render and a check alike, and nothing is created; a file is not a folder
+/// either. Folders the agent's own file lives in under the project (`.cursor/rules`) are made.
+#[test]
+fn render_into_a_folder_that_does_not_exist_is_refused() {
+    let data = demo_dir();
+    let repo = tempfile::tempdir().unwrap();
+    let typo = repo.path().join("my-projcet");
+    let typo_str = typo.to_str().unwrap();
+    for check in [false, true] {
+        let mut args = vec!["render", "--project", "demo", "--agent", "claude"];
+        args.extend(["--out", typo_str]);
+        if check {
+            args.push("--check");
+        }
+        let o = run_bridle(data.path(), &args);
+        let e = failed(&o, "render into a missing folder");
+        assert!(e.contains(typo_str), "{e}");
+        assert!(e.contains("no folder"), "{e}");
+        assert!(!typo.exists(), "nothing is created");
+    }
+    let file = repo.path().join("notes.txt");
+    std::fs::write(&file, "x").unwrap();
+    let o = run_bridle(
+        data.path(),
+        &[
+            "render",
+            "--project",
+            "demo",
+            "--agent",
+            "claude",
+            "--out",
+            file.to_str().unwrap(),
+        ],
+    );
+    let e = failed(&o, "render into a file");
+    assert!(e.contains("not a folder"), "{e}");
+    // The agent's own subfolders under an existing project folder are made as before.
+    let o = run_bridle(
+        data.path(),
+        &[
+            "render",
+            "--project",
+            "demo",
+            "--agent",
+            "cursor",
+            "--out",
+            repo.path().to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(repo.path().join(".cursor").is_dir());
+}
+
 /// An address another program holds: `serve` fails naming the address once, why, and the
 /// setting that moves it, for the MCP endpoint and for the admin API.
 #[test]

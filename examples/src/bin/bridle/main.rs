@@ -138,7 +138,8 @@ enum Command {
         /// several, comma-separated, when their files differ (`claude,codex,cursor`).
         #[arg(long)]
         agent: String,
-        /// The project root to write into (default: the current directory).
+        /// The project root to write into, a folder that exists (default: the current
+        /// directory).
         #[arg(long, default_value = ".")]
         out: PathBuf,
         /// Do not write; show the diff and exit 1 when the file on disk is stale.

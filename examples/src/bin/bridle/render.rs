@@ -16,6 +16,26 @@ pub(crate) fn render(
     check: bool,
     force: bool,
 ) -> Result<ExitCode, BoxError> {
+    // The project's folder must be there: a mistyped path would become a new folder, and the
+    // files Bridle wrote would sit where no agent reads them.
+    match std::fs::metadata(out) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(format!(
+                "{} is not a folder; --out names the project's folder, where the agent's file goes",
+                out.display()
+            )
+            .into());
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!(
+                "there is no folder at {}; --out names the project's folder (it must exist), where the agent's file goes",
+                out.display()
+            )
+            .into());
+        }
+        Err(e) => return Err(format!("cannot read {}: {e}", out.display()).into()),
+    }
     let (store, renderer) = open_store(dir)?;
     let doc = store.load(project)?.document;
     // Render everything first: nothing is written unless every agent renders.
