@@ -119,11 +119,27 @@ pub(crate) fn scrub_error(credentials: &UrlCredentials, e: ProviderError) -> Pro
         } => ProviderError::ContextTooLong {
             requested,
             limit,
-            detail: s(detail),
+            detail: window_detail(credentials, &detail),
         },
         // The other variants hold no text from outside.
         other => other,
     }
+}
+
+/// A context-window refusal's detail, the server's words then what to do
+/// ([`crate::window::Overflow::error`] joins them with "; "; no hint holds one), as
+/// [`scrub_error`] quotes it: scrubbed of `credentials` as a whole, then, when it is long, the
+/// words cut and never the hint. A server that quotes the whole request in its refusal would
+/// otherwise push what to do past the bound.
+fn window_detail(credentials: &UrlCredentials, detail: &str) -> String {
+    let scrubbed = credentials.scrub(detail);
+    let Some((words, hint)) = scrubbed.rsplit_once("; ") else {
+        return bounded(scrubbed);
+    };
+    let hint = quoted(hint, MAX_ERROR_TEXT_CHARS / 2);
+    // The words' own cut adds "..." (three characters), the join two.
+    let room = MAX_ERROR_TEXT_CHARS - hint.chars().count() - 5;
+    format!("{}; {hint}", quoted(words, room))
 }
 
 /// The URL a provider posts to, as errors and logs show it, and the credentials its requests
@@ -236,5 +252,52 @@ mod tests {
         let e = scrub_error(&target.credentials, ProviderError::malformed(quoted));
         assert!(!e.to_string().contains(CANARY), "{e}");
         assert!(!e.to_string().contains("sk-key"), "{e}");
+    }
+
+    /// A context-window refusal whose words are long (a gateway quoting the whole request in
+    /// an error under a 200) keeps what to do at its end: the words are cut, not the hint,
+    /// and a credential in them is scrubbed before the cut.
+    #[test]
+    fn a_long_context_window_refusal_keeps_its_hint() {
+        let target = Target::new("http://h:1/v1", "/chat/completions", &["sk-key-0001"]);
+        let hint = "shorten the conversation, or give the model a larger window";
+        let words = format!(
+            "maximum context length exceeded; request: {} sk-key-0001 {}",
+            "x".repeat(2_000),
+            "sk-key-0001 ".repeat(50)
+        );
+        let e = crate::window::in_band(
+            &serde_json::json!({"code": "context_length_exceeded"}),
+            &words,
+            hint,
+        )
+        .unwrap();
+        let e = scrub_error(&target.credentials, e);
+        let ProviderError::ContextTooLong { detail, .. } = &e else {
+            panic!("{e:?}");
+        };
+        assert!(detail.ends_with(hint), "{detail}");
+        assert!(
+            detail.starts_with("maximum context length exceeded; request: x"),
+            "{detail}"
+        );
+        assert!(
+            detail.chars().count() <= MAX_ERROR_TEXT_CHARS,
+            "{}",
+            detail.len()
+        );
+        assert!(!detail.contains("sk-key"), "{detail}");
+        // A short one is as it was.
+        let e = crate::window::in_band(
+            &serde_json::json!({"code": "context_length_exceeded"}),
+            "too long; sk-key-0001",
+            hint,
+        )
+        .unwrap();
+        let e = scrub_error(&target.credentials, e);
+        let ProviderError::ContextTooLong { detail, .. } = &e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(detail, &format!("too long; [redacted]; {hint}"));
     }
 }

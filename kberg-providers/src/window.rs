@@ -49,8 +49,9 @@ pub(crate) struct Overflow {
 }
 
 impl Overflow {
-    /// The provider error for this refusal: `detail` (the server's words, already scrubbed of
-    /// credentials and quoted) and `hint` (what to do, for this server).
+    /// The provider error for this refusal: `detail` (the server's words) and `hint` (what to
+    /// do, for this server, without a "; " in it), joined by "; ", which is how
+    /// `endpoint::scrub_error` finds the hint to keep when it cuts a long refusal.
     pub(crate) fn error(self, detail: &str, hint: &str) -> ProviderError {
         ProviderError::ContextTooLong {
             requested: self.requested,
