@@ -152,6 +152,8 @@ struct Run<'a> {
     /// The stop reason held back while the model gets an answer-only turn after looping.
     pending_stop: Option<StopReason>,
     asked_for_words: bool,
+    /// Whether a turn cut off while the model thought was given again (once a run).
+    thinking_resumed: bool,
     /// Whether the model was asked to look before answering.
     asked_to_look: bool,
     /// The one tool the next turn lists ([`AgentConfig::narrow_after_guessed_ids`]).
@@ -260,6 +262,7 @@ impl Agent {
             answer_now: AnswerNow::No,
             pending_stop: None,
             asked_for_words: false,
+            thinking_resumed: false,
             asked_to_look: false,
             narrow_to: None,
             user_messages: 0,

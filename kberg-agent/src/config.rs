@@ -69,7 +69,10 @@ pub struct AgentConfig {
     pub diagnose_malformed_calls: bool,
     /// When the final text is only JSON (a tool's result copied out, a call) or empty, ask the
     /// model once, in an answer-only turn, to answer in words (default true). Without an answer
-    /// in words the run stops with [`crate::StopReason::NoAnswer`] whatever this says.
+    /// in words the run stops with [`crate::StopReason::NoAnswer`] whatever this says. A turn
+    /// cut off at the output limit while a reasoning model still thought (thinking, no text,
+    /// no call) is first given once more, as the same kind of turn, with a word that it was
+    /// cut off ([`crate::Interventions::thinking_cut_off`]).
     pub ask_for_words: bool,
     /// When a call that passed an id argument fails, tell the model which tool finds ids
     /// (default true): the tool named with [`AgentConfig::id_source`] for that argument, or else

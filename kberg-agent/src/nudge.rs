@@ -106,6 +106,20 @@ pub(crate) fn focused_answer(results: &[String]) -> String {
 }
 
 /// The request for an answer in words after a final text that was only JSON.
+/// The answer to a turn cut off at the output limit while the model still thought, before it
+/// wrote anything; `tools`: whether the next turn offers tools.
+pub(crate) fn thinking_cut_off(max_tokens: Option<u32>, tools: bool) -> String {
+    let act = if tools {
+        "call the tool you need, or answer the user"
+    } else {
+        "answer the user in plain words"
+    };
+    format!(
+        "Your last reply was cut off at {} while you were still thinking, before you wrote anything, so nothing was done. Think briefly this time, then act: {act}.",
+        limit_of(max_tokens)
+    )
+}
+
 pub(crate) fn words_request() -> String {
     "Now answer the user in plain words, using the tool results above. Do not write JSON and do not call a tool.".to_string()
 }

@@ -152,6 +152,9 @@ pub struct Interventions {
     pub parse_diagnostics: u32,
     /// Times the model was asked to answer in words.
     pub words_requested: u32,
+    /// Turns cut off at the output limit while the model still thought (no answer, no call),
+    /// answered by telling it so and giving it the same kind of turn again.
+    pub thinking_cut_off: u32,
     /// Failed calls with an id argument answered with a hint naming the tool that finds ids.
     pub id_hints: u32,
     /// Argument corrections made.

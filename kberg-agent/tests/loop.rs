@@ -1703,3 +1703,72 @@ async fn thinking_handed_on_apart_reaches_the_app_as_its_own_events() {
         assert_eq!(shown, "You have no note about milk.");
     }
 }
+
+/// A reasoning model cut off at the output limit while it still thought wrote neither an answer
+/// nor a call. It is told so and given the same kind of turn again, tools offered, instead of
+/// being asked for an answer in words without tools (it had not looked at anything yet); a
+/// second cut-off is answered as any empty turn.
+#[tokio::test]
+async fn a_turn_cut_off_while_thinking_is_given_again() {
+    use kberg_agent::{ChatOptions, FinishReason, ToolChoice};
+    let thinking_cut_off = || ChatResponse {
+        thinking: "The user wants their notes about milk, so I should".into(),
+        finish: FinishReason::Length,
+        ..ChatResponse::default()
+    };
+    let script = ScriptedProvider::new([
+        thinking_cut_off(),
+        ScriptedProvider::call("c1", "search_notes", json!({"query": "milk"})),
+        ScriptedProvider::text("You have two notes about milk."),
+    ]);
+    let agent = Agent::new(script.clone(), LocalSurface::new(registry(), reader())).with_config(
+        core().options(ChatOptions {
+            max_tokens: Some(512),
+            ..ChatOptions::default()
+        }),
+    );
+    let out = agent
+        .run(
+            vec![Message::user("find my milk notes")],
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(out.calls.len(), 1);
+    assert_eq!(out.interventions.thinking_cut_off, 1);
+    assert_eq!(out.interventions.words_requested, 0);
+    let second = &script.requests()[1];
+    assert_ne!(
+        second.options.tool_choice,
+        ToolChoice::None,
+        "tools are offered again"
+    );
+    assert!(!second.tools.is_empty());
+    match second.messages.last() {
+        Some(Message::User { content }) => {
+            assert!(content.contains("cut off"), "{content}");
+            assert!(content.contains("512"), "{content}");
+            assert!(content.contains("thinking"), "{content}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Cut off twice: the second time is an empty turn, answered by the request for words.
+    let script = ScriptedProvider::new([
+        thinking_cut_off(),
+        thinking_cut_off(),
+        ScriptedProvider::text("I could not finish looking."),
+    ]);
+    let agent =
+        Agent::new(script.clone(), LocalSurface::new(registry(), reader())).with_config(core());
+    let out = agent
+        .run(
+            vec![Message::user("find my milk notes")],
+            &CancellationToken::new(),
+        )
+        .await;
+    assert!(out.answered(), "{:?}", out.stop);
+    assert_eq!(out.interventions.thinking_cut_off, 1);
+    assert_eq!(out.interventions.words_requested, 1);
+    assert_eq!(script.requests()[2].options.tool_choice, ToolChoice::None);
+}

@@ -187,7 +187,7 @@ pub fn variants() -> Vec<Variant> {
         Variant {
             name: "no-ask-for-words",
             config: b().ask_for_words(false),
-            fired: |i| i.words_requested > 0,
+            fired: |i| i.words_requested > 0 || i.thinking_cut_off > 0,
         },
         Variant {
             name: "no-id-hints",

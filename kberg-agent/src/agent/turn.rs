@@ -78,6 +78,7 @@ impl Run<'_> {
                 Err(e) => return StopReason::Provider(e),
             };
             self.usage.add(response.usage);
+            let thought = !response.thinking.is_empty();
             let ChatResponse {
                 text,
                 mut tool_calls,
@@ -107,6 +108,10 @@ impl Run<'_> {
             let (calls, recovered, text_flags) =
                 self.calls_of(text.as_str(), tool_calls, !answer_only);
             if calls.is_empty() {
+                if cut_off && thought && text.trim().is_empty() && self.thinking_cut_off(answer_now)
+                {
+                    continue;
+                }
                 match self.no_calls(text, answer_only) {
                     AfterText::Stop(stop) => return stop,
                     AfterText::Again { repair } => {
@@ -145,6 +150,28 @@ impl Run<'_> {
                 None => repair_pending = retryable,
             }
         }
+    }
+
+    /// A turn cut off at the output limit while the model still thought: it wrote neither an
+    /// answer nor a call. Once a run (with [`crate::AgentConfig::ask_for_words`]), the model
+    /// is told so and gets the same kind of turn again: an answer-only turn stays answer-only,
+    /// any other offers the tools (asking it for words without tools would end a run that had
+    /// not looked at anything yet). Returns whether it does.
+    fn thinking_cut_off(&mut self, answer_now: AnswerNow) -> bool {
+        if !self.config().ask_for_words || self.thinking_resumed {
+            return false;
+        }
+        tracing::debug!("a turn was cut off while the model thought; giving it again");
+        self.thinking_resumed = true;
+        self.interventions.thinking_cut_off += 1;
+        self.answer_now = answer_now;
+        let tools = answer_now == AnswerNow::No && !self.budget_nearly_spent();
+        let request = nudge::thinking_cut_off(self.config().options.max_tokens, tools);
+        self.request
+            .messages
+            .push(Message::assistant(String::new()));
+        self.request.messages.push(Message::user(request));
+        true
     }
 
     /// A turn without calls: the answer, or a text the loop answers back (a malformed call, JSON
