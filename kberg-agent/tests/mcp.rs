@@ -1507,3 +1507,56 @@ async fn a_stdio_server_that_dies_at_start_is_quoted_from_its_stderr() {
     );
     assert!(said.len() < 4_000, "{}", said.len());
 }
+
+/// A server that restarts (a deploy, a crash) forgets its sessions: while it is down a call
+/// fails as the connection's failure, and once it is back the same surface serves again (a
+/// new session), without the app connecting anew.
+#[tokio::test]
+async fn a_restarted_server_is_served_again_by_the_same_surface() {
+    let app = || McpApp::builder("notes", "1.0.0").tools(registry()).build();
+    let first = RunningServer::start(
+        app(),
+        loopback().auth(OpenAccess::as_principal(principal())),
+    )
+    .await;
+    let addr = first.addr;
+    let surface = McpSurface::connect_http(&first.url).await.unwrap();
+    let call = || {
+        surface.call(
+            "add_note",
+            json!({"title": "milk", "priority": 1}),
+            CancellationToken::new(),
+        )
+    };
+    let r = call().await.unwrap();
+    assert!(!r.is_error, "{r:?}");
+
+    first.stop();
+    // The port is free once the server has let it go.
+    let listener = kberg_testkit::eventually_async("the port to be free", || async move {
+        std::net::TcpListener::bind(addr).ok()
+    })
+    .await;
+    drop(listener);
+    let down = call().await;
+    assert!(
+        down.is_err() || down.as_ref().is_ok_and(|r| r.is_error),
+        "{down:?}"
+    );
+
+    let _second = RunningServer::start(
+        app(),
+        kberg_server::HttpConfig::new(addr).auth(OpenAccess::as_principal(principal())),
+    )
+    .await;
+    let r = call().await.unwrap();
+    assert!(!r.is_error, "{r:?}");
+    assert!(
+        surface
+            .tools()
+            .await
+            .unwrap()
+            .iter()
+            .any(|t| t.name == "add_note")
+    );
+}
