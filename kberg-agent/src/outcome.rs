@@ -71,6 +71,10 @@ pub struct CallRecord {
     /// [`CallOutcome::Unrequested`]), and the model was told why.
     #[serde(default)]
     pub not_sent: bool,
+    /// What the tool meant for the user only, which the model was not given
+    /// ([`crate::ToolResult::user_text`]): for the app to show. Empty when there was none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user_text: String,
 }
 
 /// Why a run stopped.

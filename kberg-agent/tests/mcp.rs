@@ -660,6 +660,9 @@ async fn blocks_for_the_user_only_are_not_given_to_the_model() {
         for_user,
         ["c1: Operation completed successfully", "c2: ", "c3: "]
     );
+    // A run without events keeps them too, with its calls.
+    let kept: Vec<&str> = out.calls.iter().map(|c| c.user_text.as_str()).collect();
+    assert_eq!(kept, ["Operation completed successfully", "", ""]);
 }
 
 /// A Kberg tool's blocks for the user only are read as a remote server's are, in process and

@@ -526,7 +526,7 @@ impl Run<'_> {
             name: call.name.clone(),
             outcome,
             text: text.clone(),
-            user_text,
+            user_text: user_text.clone(),
         });
         self.request.messages.push(Message::Tool {
             call_id: call.id.clone(),
@@ -548,6 +548,7 @@ impl Run<'_> {
             recovered_from_text: recovered,
             coercions,
             not_sent,
+            user_text,
         });
     }
 }
