@@ -84,11 +84,11 @@ fn the_command_line_changes_the_running_gateway_through_its_admin_api() {
     });
     let listed = run(&["agents", "list"], "");
     assert!(listed.contains("bot [claude]"), "{listed}");
-    assert!(listed.contains("1 live session(s)"), "{listed}");
+    assert!(listed.contains("1 live session"), "{listed}");
 
     // Revoked through the API: the live session is refused on its very next call.
     let out = run(&["agents", "token", "revoke", "bot"], "");
-    assert!(out.contains("ended 1 live session(s)"), "{out}");
+    assert!(out.contains("ended 1 live session"), "{out}");
     rt.block_on(async {
         match session
             .call("list_projects", json!({}), CancellationToken::new())

@@ -64,12 +64,12 @@ fn every_rules_command_goes_through_the_running_gateway() {
     ];
     let out = succeeded(&admin.run(dir, &args), "rules source-vendor");
     assert!(
-        out.starts_with("queued 2 suggestion(s) for review (0 already known): #"),
+        out.starts_with("queued 2 suggestions for review (0 already known): #"),
         "{out}"
     );
     let out = succeeded(&admin.run(dir, &args), "rules source-vendor again");
     assert!(
-        out.starts_with("queued 0 suggestion(s) for review (2 already known)"),
+        out.starts_with("queued 0 suggestions for review (2 already known)"),
         "{out}"
     );
 
@@ -86,7 +86,7 @@ fn every_rules_command_goes_through_the_running_gateway() {
         "rules queue-suggestions",
     );
     assert!(
-        out.starts_with("queued 1 suggestion(s) for review (0 already known): #"),
+        out.starts_with("queued 1 suggestion for review (0 already known): #"),
         "{out}"
     );
     let out = succeeded(

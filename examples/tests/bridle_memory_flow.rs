@@ -519,7 +519,9 @@ fn index_on_the_command_line_then_search_remember_and_recall_over_mcp() {
             "demo-example",
         ],
     );
-    assert!(ok(&purged, "bridle memory purge").contains("chunk(s) removed"));
+    let said = ok(&purged, "bridle memory purge");
+    assert!(said.contains("purged `demo-example`: "), "{said}");
+    assert!(said.contains(" removed") && !said.contains("(s)"), "{said}");
     let after = run_bridle(&dir, &["memory", "search", "--project", "demo", query]);
     assert!(ok(&after, "search after purge").contains("no pattern examples match"));
 }

@@ -50,7 +50,7 @@ pub enum ProviderError {
         detail: String,
     },
     /// Still rate limited (HTTP 429) after the configured retries.
-    #[error("rate limited (HTTP 429) after {attempts} attempt(s): {detail}")]
+    #[error("rate limited (HTTP 429) after {}: {detail}", attempts_of(*.attempts))]
     RateLimited {
         /// How many requests were sent.
         attempts: u32,
@@ -60,7 +60,7 @@ pub enum ProviderError {
         detail: String,
     },
     /// The server failed (HTTP 5xx) after the configured retries.
-    #[error("the server failed (HTTP {status}) after {attempts} attempt(s): {detail}")]
+    #[error("the server failed (HTTP {status}) after {}: {detail}", attempts_of(*.attempts))]
     ServerError {
         /// The last status.
         status: u16,
@@ -125,6 +125,11 @@ pub enum ProviderError {
     /// The turn was cancelled.
     #[error("cancelled")]
     Cancelled,
+}
+
+/// `1 attempt`, `3 attempts`.
+fn attempts_of(n: u32) -> String {
+    kberg_core::counted(u64::from(n), "attempt", "attempts")
 }
 
 impl ProviderError {

@@ -17,6 +17,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 
 use crate::agent_registry::AgentChange;
+use kberg_core::counted;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -464,7 +465,9 @@ pub async fn revoke(
         .about_agent(&name)
         .subject("every token")
         .detail(format!(
-            "{revoked_tokens} token(s) revoked, {ended_sessions} session(s) ended"
+            "{} revoked, {} ended",
+            counted(revoked_tokens as u64, "token", "tokens"),
+            counted(ended_sessions as u64, "session", "sessions")
         ));
     blocking(move || record(&ctx, entry, "the revocation")).await?;
     Ok(axum::Json(Revoked {
@@ -707,7 +710,9 @@ pub async fn remove(
             ..Change::default()
         })
         .detail(format!(
-            "agent deleted; {revoked_tokens} token(s) revoked, {ended_sessions} session(s) ended"
+            "agent deleted; {} revoked, {} ended",
+            counted(revoked_tokens as u64, "token", "tokens"),
+            counted(ended_sessions as u64, "session", "sessions")
         ));
     let ctx = s.ctx.clone();
     blocking(move || record(&ctx, entry, "the deletion")).await?;

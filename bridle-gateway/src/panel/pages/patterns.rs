@@ -15,6 +15,7 @@
 //! (another admin, or an agent's `refresh_pattern_example`) shows the same bar. After the end
 //! the stream sends `end`, on which the extension closes it.
 
+use kberg_core::counted;
 use std::convert::Infallible;
 
 use axum::extract::{Extension, State};
@@ -463,11 +464,6 @@ pub(crate) async fn index(
     Ok(see_other(
         &panel.url(&format!("/patterns?{query}#example-{tag}")),
     ))
-}
-
-/// `1 chunk`, `2 chunks`.
-fn counted(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// One step of a run as the bar's HTML.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bridle_gateway::gateway::open_vault;
 use clap::Subcommand;
+use kberg_core::counted;
 
 use bridle_gateway::audit::{Entry, Kind, Surface};
 
@@ -86,7 +87,14 @@ pub(crate) fn agents(dir: &Path, command: AgentsCommand) -> Result<ExitCode, Box
                     if tokens.is_empty() {
                         String::new()
                     } else {
-                        format!(" ({} vault token version(s))", tokens.len())
+                        format!(
+                            " ({})",
+                            counted(
+                                tokens.len() as u64,
+                                "vault token version",
+                                "vault token versions"
+                            )
+                        )
                     }
                 );
             }
@@ -130,9 +138,12 @@ pub(crate) fn agents(dir: &Path, command: AgentsCommand) -> Result<ExitCode, Box
                 Entry::user(who(None), Surface::Cli, Kind::AgentRevoke)
                     .about_agent(&agent)
                     .subject("every token")
-                    .detail(format!("{n} token(s) revoked")),
+                    .detail(format!("{} revoked", counted(n as u64, "token", "tokens"))),
             );
-            println!("revoked {n} token(s) of `{agent}`");
+            println!(
+                "revoked {} of `{agent}`",
+                counted(n as u64, "token", "tokens")
+            );
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -151,7 +162,7 @@ pub(crate) fn agents_remote(
                     .map(|p| p.iter().filter_map(|v| v.as_str()).collect())
                     .unwrap_or_default();
                 println!(
-                    "{} [{}] projects: {}; token: {}{}; {} live session(s)",
+                    "{} [{}] projects: {}; token: {}{}; {}",
                     a["name"].as_str().unwrap_or("?"),
                     a["agent_type"].as_str().unwrap_or("?"),
                     if projects.is_empty() {
@@ -165,10 +176,17 @@ pub(crate) fn agents_remote(
                         "secret file"
                     },
                     match a["token_versions"].as_array().map(Vec::len) {
-                        Some(n) if n > 0 => format!(" ({n} vault token version(s))"),
+                        Some(n) if n > 0 => format!(
+                            " ({})",
+                            counted(n as u64, "vault token version", "vault token versions")
+                        ),
                         _ => String::new(),
                     },
-                    a["sessions"].as_u64().unwrap_or(0),
+                    counted(
+                        a["sessions"].as_u64().unwrap_or(0),
+                        "live session",
+                        "live sessions"
+                    ),
                 );
             }
         }
@@ -196,9 +214,13 @@ pub(crate) fn agents_remote(
         AgentsCommand::Token(TokenCommand::Revoke { agent }) => {
             let r = api.post(&format!("/agents/{}/revoke", seg(&agent)), None)?;
             println!(
-                "revoked {} token(s) of `{agent}`; ended {} live session(s)",
-                r["revoked_tokens"].as_u64().unwrap_or(0),
-                r["ended_sessions"].as_u64().unwrap_or(0)
+                "revoked {} of `{agent}`; ended {}",
+                counted(r["revoked_tokens"].as_u64().unwrap_or(0), "token", "tokens"),
+                counted(
+                    r["ended_sessions"].as_u64().unwrap_or(0),
+                    "live session",
+                    "live sessions"
+                )
             );
         }
     }

@@ -29,15 +29,20 @@ pub(crate) struct Remote {
     /// listener, `http://127.0.0.1:7879`; default $BRIDLE_ADMIN_URL): changes go through it, so
     /// the gateway applies and records them at once. Without it the data directory is changed
     /// directly (offline).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Through a running gateway")]
     pub url: Option<String>,
     /// A file holding the admin credential (default $BRIDLE_ADMIN_TOKEN_FILE, else the
     /// credential itself in $BRIDLE_ADMIN_TOKEN).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Through a running gateway")]
     pub admin_token_file: Option<PathBuf>,
     /// How long to wait, in seconds, for the admin API's answer (for its next bytes, once it
     /// streams) before giving up (default $BRIDLE_ADMIN_TIMEOUT, else 600).
-    #[arg(long, global = true, value_name = "SECS")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "SECS",
+        help_heading = "Through a running gateway"
+    )]
     pub timeout: Option<u64>,
 }
 

@@ -71,14 +71,14 @@ use clap::{Parser, Subcommand};
 )]
 struct Cli {
     /// The data directory (default: $BRIDLE_DATA_DIR, else ./bridle-data).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Global options")]
     data_dir: Option<PathBuf>,
     /// Log level on stderr: error, warn, info, debug, trace (default: $BRIDLE_LOG, else warn).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Global options")]
     log: Option<String>,
     /// Log format on stderr: `text` (for people) or `json` (one object a line, for log
     /// collectors) (default: $BRIDLE_LOG_FORMAT, else text).
-    #[arg(long, global = true, value_enum)]
+    #[arg(long, global = true, value_enum, help_heading = "Global options")]
     log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,

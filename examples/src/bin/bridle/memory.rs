@@ -243,7 +243,10 @@ pub(crate) async fn memory(dir: &Path, command: MemoryCommand) -> Result<ExitCod
             // The project must exist; the tag need not be listed any more.
             store.load(&project)?;
             let removed = memory.patterns.purge(&tag).await?;
-            println!("purged `{tag}`: {removed} chunk(s) removed");
+            println!(
+                "purged `{tag}`: {} removed",
+                kberg_core::counted(removed as u64, "chunk", "chunks")
+            );
             return Ok(ExitCode::SUCCESS);
         }
     };

@@ -483,8 +483,8 @@ fn print_source(project: &str, agent: &str, url: &str, outcome: Result<Tally, (&
 fn print_queued(queued: &[u64], skipped: usize, over_limit: usize, not_modified: bool) {
     let ids: Vec<String> = queued.iter().map(|id| format!("#{id}")).collect();
     println!(
-        "queued {} suggestion(s) for review ({} already known{}{}){}",
-        ids.len(),
+        "queued {} for review ({} already known{}{}){}",
+        kberg_core::counted(ids.len() as u64, "suggestion", "suggestions"),
         skipped.saturating_sub(over_limit),
         past_limit(over_limit),
         if not_modified {

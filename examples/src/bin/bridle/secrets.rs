@@ -151,8 +151,8 @@ pub(crate) fn secrets(dir: &Path, command: SecretsCommand) -> Result<ExitCode, B
             let from = from.unwrap_or_else(|| config.secrets_path(dir));
             let r = vault.import_folder(&from, &actor)?;
             println!(
-                "imported {} secret(s) from {} ({} unchanged, {} differ and were left as the vault has them{})",
-                r.imported.len(),
+                "imported {} from {} ({} unchanged, {} differ and were left as the vault has them{})",
+                kberg_core::counted(r.imported.len() as u64, "secret", "secrets"),
                 from.display(),
                 r.unchanged.len(),
                 r.differs.len(),

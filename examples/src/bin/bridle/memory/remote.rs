@@ -109,8 +109,8 @@ pub(crate) fn memory_remote(
             api.get(&format!("/projects/{}", seg(&project)))?;
             let purged = api.post(&format!("/memory/patterns/{}/purge", seg(&tag)), None)?;
             println!(
-                "purged `{tag}`: {} chunk(s) removed",
-                purged["removed"].as_u64().unwrap_or(0)
+                "purged `{tag}`: {} removed",
+                kberg_core::counted(purged["removed"].as_u64().unwrap_or(0), "chunk", "chunks")
             );
             Ok(ExitCode::SUCCESS)
         }
