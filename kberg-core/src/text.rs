@@ -96,6 +96,17 @@ pub fn quote_escaped(text: &str, max: usize) -> (String, bool) {
     (out, false)
 }
 
+/// `n` followed by the noun that agrees with it, for counts in messages: `1 token`,
+/// `2 tokens`, `0 tokens` (never "token(s)").
+///
+/// ```
+/// assert_eq!(kberg_core::counted(1, "token", "tokens"), "1 token");
+/// assert_eq!(kberg_core::counted(0, "session", "sessions"), "0 sessions");
+/// ```
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,15 +156,4 @@ mod tests {
         assert_eq!(quote_escaped("é€😀x", 3), ("é€😀".to_string(), true));
         assert_eq!(quote_escaped("é€😀", 3), ("é€😀".to_string(), false));
     }
-}
-
-/// `n` followed by the noun that agrees with it, for counts in messages: `1 token`,
-/// `2 tokens`, `0 tokens` (never "token(s)").
-///
-/// ```
-/// assert_eq!(kberg_core::counted(1, "token", "tokens"), "1 token");
-/// assert_eq!(kberg_core::counted(0, "session", "sessions"), "0 sessions");
-/// ```
-pub fn counted(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }
