@@ -469,49 +469,30 @@ fn render_does_not_replace_a_hand_written_file_without_force() {
 fn render_into_a_folder_that_does_not_exist_is_refused() {
     let data = demo_dir();
     let repo = tempfile::tempdir().unwrap();
-    let typo = repo.path().join("my-projcet");
-    let typo_str = typo.to_str().unwrap();
-    for check in [false, true] {
-        let mut args = vec!["render", "--project", "demo", "--agent", "claude"];
-        args.extend(["--out", typo_str]);
+    let render = |agent: &str, out: &std::path::Path, check: bool| {
+        let mut args = vec!["render", "--project", "demo", "--agent", agent];
+        args.extend(["--out", out.to_str().unwrap()]);
         if check {
             args.push("--check");
         }
-        let o = run_bridle(data.path(), &args);
-        let e = failed(&o, "render into a missing folder");
-        assert!(e.contains(typo_str), "{e}");
+        run_bridle(data.path(), &args)
+    };
+    let typo = repo.path().join("my-projcet");
+    for check in [false, true] {
+        let e = failed(
+            &render("claude", &typo, check),
+            "render into a missing folder",
+        );
+        assert!(e.contains(typo.to_str().unwrap()), "{e}");
         assert!(e.contains("no folder"), "{e}");
         assert!(!typo.exists(), "nothing is created");
     }
     let file = repo.path().join("notes.txt");
     std::fs::write(&file, "x").unwrap();
-    let o = run_bridle(
-        data.path(),
-        &[
-            "render",
-            "--project",
-            "demo",
-            "--agent",
-            "claude",
-            "--out",
-            file.to_str().unwrap(),
-        ],
-    );
-    let e = failed(&o, "render into a file");
+    let e = failed(&render("claude", &file, false), "render into a file");
     assert!(e.contains("not a folder"), "{e}");
     // The agent's own subfolders under an existing project folder are made as before.
-    let o = run_bridle(
-        data.path(),
-        &[
-            "render",
-            "--project",
-            "demo",
-            "--agent",
-            "cursor",
-            "--out",
-            repo.path().to_str().unwrap(),
-        ],
-    );
+    let o = render("cursor", repo.path(), false);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(repo.path().join(".cursor").is_dir());
 }

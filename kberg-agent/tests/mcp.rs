@@ -70,6 +70,17 @@ fn script() -> Vec<kberg_agent::ChatResponse> {
     ]
 }
 
+/// The text of each tool result the model was given, in order.
+fn tool_results(out: &RunOutcome) -> Vec<String> {
+    out.messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 fn outcomes(out: &RunOutcome) -> Vec<&'static str> {
     out.calls.iter().map(|c| c.outcome.as_str()).collect()
 }
@@ -543,14 +554,7 @@ async fn the_model_reads_a_results_embedded_resources_and_links() {
         .await;
     assert!(out.answered(), "{:?}", out.stop);
     assert_eq!(outcomes(&out), ["ok", "ok", "ok"]);
-    let results: Vec<String> = out
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool { content, .. } => Some(content.clone()),
-            _ => None,
-        })
-        .collect();
+    let results = tool_results(&out);
     let [text, blob, links] = &results[..] else {
         panic!("{results:?}");
     };
@@ -631,14 +635,7 @@ async fn blocks_for_the_user_only_are_not_given_to_the_model() {
         )
         .await;
     assert!(out.answered(), "{:?}", out.stop);
-    let results: Vec<String> = out
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool { content, .. } => Some(content.clone()),
-            _ => None,
-        })
-        .collect();
+    let results = tool_results(&out);
     assert_eq!(
         results,
         [
