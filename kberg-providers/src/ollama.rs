@@ -58,8 +58,46 @@ pub struct OllamaConfig {
     /// that fills the window stops there, finishing as [`FinishReason::Length`]. Ollama before
     /// 0.12.6 ignores the field and shifts.
     pub shift: bool,
+    /// Whether a thinking model (qwen3, deepseek-r1, gpt-oss, ...) thinks before it answers,
+    /// sent as `think`; `None` leaves it to the model's default (Ollama 0.9 and later think by
+    /// default). [`Think::Off`] answers sooner and spends no tokens on thinking, which also
+    /// cannot run out the turn's `max_tokens` before an answer is written.
+    pub think: Option<Think>,
     /// Timeouts and retries.
     pub http: HttpOptions,
+}
+
+/// Whether, and how hard, a thinking model thinks before it answers: Ollama's `think`, a
+/// boolean or a level (which gpt-oss reads; other models read any level as on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Think {
+    /// No thinking (`false`).
+    Off,
+    /// The model's thinking (`true`).
+    On,
+    /// `"low"`.
+    Low,
+    /// `"medium"`.
+    Medium,
+    /// `"high"`.
+    High,
+    /// `"max"`.
+    Max,
+}
+
+impl Think {
+    /// Its value in the request.
+    fn json(self) -> Value {
+        match self {
+            Think::Off => json!(false),
+            Think::On => json!(true),
+            Think::Low => json!("low"),
+            Think::Medium => json!("medium"),
+            Think::High => json!("high"),
+            Think::Max => json!("max"),
+        }
+    }
 }
 
 impl std::fmt::Debug for OllamaConfig {
@@ -72,6 +110,7 @@ impl std::fmt::Debug for OllamaConfig {
             .field("options", &self.options)
             .field("truncate", &self.truncate)
             .field("shift", &self.shift)
+            .field("think", &self.think)
             .field("http", &self.http)
             .finish()
     }
@@ -88,6 +127,7 @@ impl OllamaConfig {
             options: Map::new(),
             truncate: false,
             shift: false,
+            think: None,
             http: HttpOptions::default(),
         }
     }
@@ -134,6 +174,18 @@ impl OllamaConfig {
     /// model writes.
     pub fn shift(mut self, v: bool) -> Self {
         self.shift = v;
+        self
+    }
+
+    /// Sets [`OllamaConfig::think`]: whether a thinking model thinks before it answers.
+    ///
+    /// ```
+    /// use kberg_providers::ollama::{OllamaConfig, Think};
+    /// let config = OllamaConfig::new("qwen3").think(Think::Off);
+    /// assert_eq!(config.think, Some(Think::Off));
+    /// ```
+    pub fn think(mut self, v: Think) -> Self {
+        self.think = Some(v);
         self
     }
 
@@ -231,6 +283,9 @@ impl OllamaProvider {
         }
         if let Some(f) = &self.config.format {
             obj.insert("format".into(), f.clone());
+        }
+        if let Some(t) = self.config.think {
+            obj.insert("think".into(), t.json());
         }
         body
     }
@@ -531,6 +586,26 @@ mod tests {
         assert!(p.request_body(&req, false).get("tools").is_some());
         req.options.tool_choice = ToolChoice::None;
         assert!(p.request_body(&req, false).get("tools").is_none());
+    }
+
+    #[test]
+    fn thinking_is_asked_for_only_when_configured() {
+        let req = ChatRequest::default();
+        let body = |c: OllamaConfig| OllamaProvider::new(c).request_body(&req, false);
+        assert!(body(OllamaConfig::new("m")).get("think").is_none());
+        assert_eq!(
+            body(OllamaConfig::new("m").think(Think::Off))["think"],
+            false
+        );
+        assert_eq!(body(OllamaConfig::new("m").think(Think::On))["think"], true);
+        assert_eq!(
+            body(OllamaConfig::new("m").think(Think::High))["think"],
+            "high"
+        );
+        assert_eq!(
+            body(OllamaConfig::new("m").think(Think::Max))["think"],
+            "max"
+        );
     }
 
     #[test]
